@@ -1,0 +1,35 @@
+"""The Transformer of "Attention Is All You Need" in plain NumPy, every backward pass by hand.
+
+    from numpy_transformer import TransformerConfig, Transformer, cross_entropy_forward, cross_entropy_backward
+
+    model = Transformer(TransformerConfig(), seed=0)
+    logits = model.forward(src_ids, tgt_in)                  # (B, T, V)
+    loss, cache = cross_entropy_forward(logits, tgt_out, ignore_index=config.pad_id)
+    model.zero_grad()
+    model.backward(cross_entropy_backward(cache))            # fills model.grads
+"""
+
+from . import gradcheck
+from .attention import (
+    multi_head_attention_backward,
+    multi_head_attention_forward,
+    scaled_dot_product_attention_backward,
+    scaled_dot_product_attention_forward,
+)
+from .config import TransformerConfig
+from .loss import cross_entropy_backward, cross_entropy_forward
+from .model import Transformer, TransformerLM, parameter_shapes
+
+__all__ = [
+    "TransformerConfig",
+    "Transformer",
+    "TransformerLM",
+    "parameter_shapes",
+    "multi_head_attention_forward",
+    "multi_head_attention_backward",
+    "scaled_dot_product_attention_forward",
+    "scaled_dot_product_attention_backward",
+    "cross_entropy_forward",
+    "cross_entropy_backward",
+    "gradcheck",
+]

@@ -1,0 +1,97 @@
+"""The configuration shared by both implementations.
+
+`torch_transformer` imports this module (and nothing else from `numpy_transformer`), so one
+config object describes one model on either side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+POSITIONALS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the encoder-decoder `Transformer` and the decoder-only `TransformerLM`.
+
+    The defaults are a small model that trains in seconds on a CPU; the paper's base model is
+    `TransformerConfig(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6,
+    dropout=0.1, scale_embeddings=True, tie_embeddings=True)`.
+    """
+
+    src_vocab_size: int = 32  # source token ids are in [0, src_vocab_size)
+    tgt_vocab_size: int = 32  # target ids; also the LM's vocabulary
+    d_model: int = 32  # width D of every residual stream
+    n_heads: int = 4  # H; each head has width Dh = d_model // n_heads
+    d_ff: int = 64  # hidden width F of the position-wise feed-forward block
+    n_encoder_layers: int = 2
+    n_decoder_layers: int = 2
+    dropout: float = 0.0  # one rate for embeddings, attention probabilities, FFN hidden, residuals
+    activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf) or "gelu_tanh"
+    norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
+    positional: str = "sinusoidal"  # "sinusoidal" (the paper's fixed table) or "learned"
+    max_len: int = 64  # longest sequence the position table covers
+    layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
+    pad_id: int = 0  # keys holding pad_id are masked out of attention; targets of pad_id ignored
+    bos_id: int = 1  # first token of every decoded sequence
+    eos_id: int = 2  # decoding stops after it
+    tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            _check_int(name, getattr(self, name), minimum=1)
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            _check_int(name, getattr(self, name), minimum=0)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads: got d_model={self.d_model}, "
+                f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0)"
+            )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        if self.positional not in POSITIONALS:
+            raise ValueError(f"positional must be one of {POSITIONALS}, got {self.positional!r}")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            value = getattr(self, name)
+            _check_int(name, value, minimum=0)
+            for vocab in ("src_vocab_size", "tgt_vocab_size"):
+                if value >= getattr(self, vocab):
+                    raise ValueError(
+                        f"{name} must be a valid token id below {vocab}={getattr(self, vocab)}, got {value}"
+                    )
+        for name in ("norm_first", "tie_embeddings", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+    @property
+    def head_dim(self) -> int:
+        """Dh, the width of one attention head."""
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TransformerConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"config: unknown fields {unknown}; expected a subset of {sorted(known)}")
+        return cls(**values)
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")

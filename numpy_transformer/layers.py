@@ -1,0 +1,362 @@
+"""The building blocks, each a forward/backward pair written by hand.
+
+Every pair follows one shape:
+
+    out, cache = thing_forward(x, ...)          # cache keeps exactly what the backward needs
+    dx, ... = thing_backward(dout, cache)       # gradients in the order of the forward's inputs
+
+Shape letters: B batch, T sequence, D d_model, F d_ff, V vocabulary, N = B*T rows.
+Scalars are Python floats, so a float32 array stays float32 (NumPy 2 would promote
+`float32_array * np.float64(x)` to float64).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import erf
+
+# ----------------------------------------------------------------------------------------------
+# Linear: y = x @ W.T + b, with W stored (out_features, in_features) as torch.nn.Linear stores it.
+
+
+def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
+    """x (..., in), weight (out, in), bias (out,) or None -> y (..., out)."""
+    out = x @ weight.T
+    if bias is not None:
+        out += bias
+    return out, (x, weight, bias is not None)
+
+
+def linear_backward(dout: np.ndarray, cache):
+    """Gradients of y = x W^T + b.
+
+        dx = dy W            (..., in)
+        dW = dy^T x          (out, in), summed over every leading position
+        db = sum(dy)         (out,), None when the forward had no bias
+    """
+    x, weight, has_bias = cache
+    dx = dout @ weight
+    dout2d = dout.reshape(-1, dout.shape[-1])  # (N, out)
+    dweight = dout2d.T @ x.reshape(-1, x.shape[-1])  # (out, in)
+    dbias = dout2d.sum(axis=0) if has_bias else None
+    return dx, dweight, dbias
+
+
+# ----------------------------------------------------------------------------------------------
+# Token embedding: a table lookup, optionally scaled by sqrt(D) as in the paper.
+
+
+def embedding_forward(ids: np.ndarray, weight: np.ndarray, scale: float = 1.0):
+    """ids (B, T) integers, weight (V, D) -> out = scale * weight[ids], (B, T, D)."""
+    out = weight[ids]  # (B, T, D)
+    if scale != 1.0:
+        out *= scale
+    return out, (ids, weight.shape, scale)
+
+
+def embedding_backward(dout: np.ndarray, cache):
+    """Gradient of out[b, t] = scale * W[ids[b, t]] with respect to the table W.
+
+        dW[v] = scale * sum over (b, t) with ids[b, t] == v of dout[b, t]     (V, D)
+
+    Rows of a repeated id accumulate; ids that do not occur get zero. The scatter-add is done
+    by sorting the ids and summing runs of equal ids with np.add.reduceat (fast, no Python loop).
+    """
+    ids, table_shape, scale = cache
+    flat_ids = ids.reshape(-1)
+    rows = dout.reshape(-1, table_shape[1])  # (N, D)
+    order = np.argsort(flat_ids, kind="stable")
+    sorted_ids = flat_ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])  # first of each run
+    dweight = np.zeros(table_shape, dtype=dout.dtype)
+    dweight[sorted_ids[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+    if scale != 1.0:
+        dweight *= scale
+    return dweight
+
+
+# ----------------------------------------------------------------------------------------------
+# Positions: the paper's sinusoids, or a learned table; either way added to the embeddings.
+
+
+def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64) -> np.ndarray:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/D)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/D)).
+
+    Computed in float64 and cast; for odd D the last cosine column is dropped. (max_len, D).
+    """
+    half = (d_model + 1) // 2
+    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
+    inv_freq = 10000.0 ** (-np.arange(0, 2 * half, 2, dtype=np.float64) / d_model)  # (half,)
+    table = np.empty((max_len, 2 * half))
+    table[:, 0::2] = np.sin(pos * inv_freq)
+    table[:, 1::2] = np.cos(pos * inv_freq)
+    return table[:, :d_model].astype(dtype)
+
+
+def add_positions_forward(x: np.ndarray, table: np.ndarray):
+    """x (B, T, D), table (max_len, D) -> x + table[:T]."""
+    T = x.shape[1]
+    return x + table[:T], (T, table.shape)
+
+
+def add_positions_backward(dout: np.ndarray, cache):
+    """Gradients of out = x + P[:T]:  dx = dout;  dP[:T] = sum over the batch of dout, dP[T:] = 0."""
+    T, table_shape = cache
+    dtable = np.zeros(table_shape, dtype=dout.dtype)
+    dtable[:T] = dout.sum(axis=0)
+    return dout, dtable
+
+
+# ----------------------------------------------------------------------------------------------
+# Softmax over the last axis, with an optional boolean mask (True = may attend).
+
+
+def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
+    """p = exp(x - max) / sum(exp(x - max)) over the last axis, masked entries excluded.
+
+    A row whose entries are all masked out gets p = 0 everywhere (not NaN): it attends to nothing.
+    """
+    if mask is not None:
+        x = np.where(mask, x, -np.inf)
+    row_max = x.max(axis=-1, keepdims=True)
+    if mask is not None:
+        row_max[~np.isfinite(row_max)] = 0.0  # an all-masked row: exp(-inf) = 0 below, no inf - inf
+    e = np.exp(x - row_max)
+    total = e.sum(axis=-1, keepdims=True)
+    if mask is not None:
+        total[total == 0.0] = 1.0  # 0 / 1 = 0 for the all-masked rows
+    probs = e / total
+    return probs, probs
+
+
+def softmax_backward(dprobs: np.ndarray, cache):
+    """Gradient of p = softmax(x):  dx = p * (dp - sum_j(dp_j p_j)).
+
+    Masked entries have p = 0, so they (and all-masked rows) receive exactly zero gradient.
+    """
+    probs = cache
+    return probs * (dprobs - (dprobs * probs).sum(axis=-1, keepdims=True))
+
+
+# ----------------------------------------------------------------------------------------------
+# Activations.
+
+
+def relu_forward(x: np.ndarray):
+    """relu(x) = max(x, 0)."""
+    return np.maximum(x, 0), x
+
+
+def relu_backward(dout: np.ndarray, cache):
+    """d relu / dx = 1 where x > 0, else 0:  dx = dout * [x > 0]."""
+    x = cache
+    return dout * (x > 0)
+
+
+_SQRT_2 = math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_TANH_C = 0.044715
+
+
+def gelu_forward(x: np.ndarray):
+    """Exact GELU: gelu(x) = x * Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2."""
+    cdf = 0.5 * (1.0 + erf(x / _SQRT_2))
+    return x * cdf, (x, cdf)
+
+
+def gelu_backward(dout: np.ndarray, cache):
+    """d/dx [x Phi(x)] = Phi(x) + x phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)."""
+    x, cdf = cache
+    pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
+    return dout * (cdf + x * pdf)
+
+
+def gelu_tanh_forward(x: np.ndarray):
+    """Tanh-approximate GELU: 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_TANH_C * x**3))
+    return 0.5 * x * (1.0 + t), (x, t)
+
+
+def gelu_tanh_backward(dout: np.ndarray, cache):
+    """d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),  t = tanh(u)."""
+    x, t = cache
+    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * x * x)
+    return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
+
+
+ACTIVATIONS = {
+    "relu": (relu_forward, relu_backward),
+    "gelu": (gelu_forward, gelu_backward),
+    "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Inverted dropout: keep each unit with probability 1 - p and scale the kept ones by 1 / (1 - p),
+# so nothing changes at evaluation time. The keep-mask is an explicit argument, which is what lets
+# another implementation be made to drop exactly the same units.
+
+
+def dropout_forward(x: np.ndarray, p: float = 0.0, keep_mask: np.ndarray | None = None):
+    """out = x * keep_mask / (1 - p); keep_mask None means no dropout (evaluation, or p = 0)."""
+    if keep_mask is None:
+        return x, None
+    scale = 1.0 / (1.0 - p)
+    return x * keep_mask * scale, (keep_mask, scale)
+
+
+def dropout_backward(dout: np.ndarray, cache):
+    """dx = dout * keep_mask / (1 - p)."""
+    if cache is None:
+        return dout
+    keep_mask, scale = cache
+    return dout * keep_mask * scale
+
+
+class Dropout:
+    """Where the keep-masks of one forward pass come from, by dropout site name.
+
+    Either draws them from `rng` (keep with probability 1 - p) and records them in `masks`, or,
+    when built with `masks=`, hands out exactly those (so two implementations drop the same units).
+    Site names: "encoder.embedding_dropout", "{layer}.self_attn.dropout" (attention probabilities),
+    "{layer}.ffn.dropout" (FFN hidden), "{layer}.self_attn_dropout" (sublayer output), and so on.
+    """
+
+    def __init__(self, p: float, rng: np.random.Generator | None = None, masks: dict | None = None):
+        if masks is None and rng is None:
+            raise ValueError("Dropout needs either rng= to draw masks or masks= to replay them")
+        self.p = p
+        self.rng = rng
+        self.replay = masks is not None
+        self.masks = {} if masks is None else masks
+
+    def keep_mask(self, site: str, shape: tuple) -> np.ndarray:
+        if self.replay:
+            if site not in self.masks:
+                raise ValueError(f"dropout_masks: no mask for site {site!r} (expected shape {shape})")
+            mask = np.asarray(self.masks[site])
+            if mask.shape != tuple(shape) or mask.dtype != np.bool_:
+                raise ValueError(
+                    f"dropout_masks[{site!r}] must be a bool array of shape {tuple(shape)}, "
+                    f"got {mask.dtype} array of shape {mask.shape}"
+                )
+            return mask
+        mask = self.rng.random(shape, dtype=np.float32) >= self.p
+        self.masks[site] = mask
+        return mask
+
+
+def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):
+    """Apply the dropout of `site` to x (identity when dropout is None); returns (out, cache)."""
+    if dropout is None:
+        return dropout_forward(x)
+    return dropout_forward(x, dropout.p, dropout.keep_mask(site, x.shape))
+
+
+# ----------------------------------------------------------------------------------------------
+# Layer norm over the last axis, as torch.nn.LayerNorm: biased variance, eps inside the root.
+
+
+def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, statistics over the last axis (D)."""
+    mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    xc = x - mean
+    var = (xc * xc).mean(axis=-1, keepdims=True)  # biased: divides by D
+    rstd = 1.0 / np.sqrt(var + eps)  # (..., 1)
+    x_hat = xc * rstd
+    return x_hat * weight + bias, (x_hat, rstd, weight)
+
+
+def layer_norm_backward(dout: np.ndarray, cache):
+    """Gradients of y = x_hat * w + b,  x_hat = (x - mean) * rstd,  rstd = (var + eps)^(-1/2).
+
+        dw = sum over rows of dy * x_hat,   db = sum over rows of dy          (D,)
+        g  = dy * w                                                           (..., D)
+        dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))                   (..., D)
+
+    (mean over the last axis; the two subtracted terms are the paths through mean and var.)
+    """
+    x_hat, rstd, weight = cache
+    D = x_hat.shape[-1]
+    dweight = (dout * x_hat).reshape(-1, D).sum(axis=0)
+    dbias = dout.reshape(-1, D).sum(axis=0)
+    g = dout * weight
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    return dx, dweight, dbias
+
+
+# ----------------------------------------------------------------------------------------------
+# Position-wise feed-forward block: linear2(dropout(act(linear1(x)))).
+
+
+def feed_forward_forward(params: dict, x: np.ndarray, activation: str = "relu",
+                         dropout: Dropout | None = None, site: str = "ffn"):
+    """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear1.bias, linear2.weight (D, F), linear2.bias."""
+    act_forward, _ = ACTIVATIONS[activation]
+    h, lin1_cache = linear_forward(x, params["linear1.weight"], params["linear1.bias"])  # (B, T, F)
+    a, act_cache = act_forward(h)
+    a, drop_cache = dropout_site(dropout, f"{site}.dropout", a)
+    out, lin2_cache = linear_forward(a, params["linear2.weight"], params["linear2.bias"])  # (B, T, D)
+    return out, (activation, lin1_cache, act_cache, drop_cache, lin2_cache)
+
+
+def feed_forward_backward(dout: np.ndarray, cache):
+    """Chain rule through y = W2 drop(act(W1 x + b1)) + b2, one backward per forward line.
+
+    Returns dx (B, T, D) and the grads dict keyed like params.
+    """
+    activation, lin1_cache, act_cache, drop_cache, lin2_cache = cache
+    _, act_backward = ACTIVATIONS[activation]
+    grads = {}
+    da, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
+    da = dropout_backward(da, drop_cache)
+    dh = act_backward(da, act_cache)
+    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(dh, lin1_cache)  # (B, T, D)
+    return dx, grads
+
+
+# ----------------------------------------------------------------------------------------------
+# The residual sublayer around attention or the feed-forward block, in either placement of the norm:
+#   post-norm (the paper):  out = LN(x + dropout(f(x)))
+#   pre-norm:               out = x + dropout(f(LN(x)))
+# `sublayer(h) -> (y, cache)` is the wrapped function; its backward is handed to residual_backward.
+
+
+def residual_forward(x: np.ndarray, norm_weight: np.ndarray, norm_bias: np.ndarray, sublayer,
+                     norm_first: bool, eps: float, dropout: Dropout | None = None, site: str = ""):
+    """Wrap `sublayer` in a residual connection and a layer norm; x and out are (B, T, D)."""
+    if norm_first:
+        h, norm_cache = layer_norm_forward(x, norm_weight, norm_bias, eps)
+        y, sub_cache = sublayer(h)
+        y, drop_cache = dropout_site(dropout, site, y)
+        out = x + y
+    else:
+        y, sub_cache = sublayer(x)
+        y, drop_cache = dropout_site(dropout, site, y)
+        out, norm_cache = layer_norm_forward(x + y, norm_weight, norm_bias, eps)
+    return out, (norm_first, norm_cache, sub_cache, drop_cache)
+
+
+def residual_backward(dout: np.ndarray, cache, sublayer_backward):
+    """Backward of the residual sublayer. `sublayer_backward(dy, sub_cache) -> (dh, extra)`.
+
+    pre-norm,  out = x + drop(f(LN(x))):   dx = dout + LN_x^T f_h^T drop^T dout
+    post-norm, out = LN(s), s = x + drop(f(x)):   ds = LN_s^T dout;  dx = ds + f_x^T drop^T ds
+    The first term of each is the residual path, added to the path through the sublayer.
+    Returns dx, dnorm_weight, dnorm_bias, extra (whatever else the sublayer's backward returned).
+    """
+    norm_first, norm_cache, sub_cache, drop_cache = cache
+    if norm_first:
+        dy = dropout_backward(dout, drop_cache)
+        dh, extra = sublayer_backward(dy, sub_cache)
+        dx_norm, dnorm_weight, dnorm_bias = layer_norm_backward(dh, norm_cache)
+        dx = dout + dx_norm  # residual path + path through the norm and the sublayer
+    else:
+        ds, dnorm_weight, dnorm_bias = layer_norm_backward(dout, norm_cache)
+        dy = dropout_backward(ds, drop_cache)
+        dh, extra = sublayer_backward(dy, sub_cache)
+        dx = ds + dh  # residual path + path through the sublayer
+    return dx, dnorm_weight, dnorm_bias, extra

@@ -1,0 +1,69 @@
+"""Cross-entropy over the vocabulary, with ignore_index and label smoothing.
+
+The semantics are those of torch.nn.functional.cross_entropy with reduction="mean": the smoothed
+target distribution is q = (1 - eps) * onehot(y) + eps / V, the loss of one row is -sum_c q_c log p_c,
+and the mean is taken over the rows whose target is not ignore_index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .validation import check_float_array
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log p = x - logsumexp(x) over the last axis, shifted by the row max for stability."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, ignore_index: int = -100,
+                          label_smoothing: float = 0.0):
+    """logits (N, V) or (B, T, V), targets (N,) or (B, T) integers -> scalar mean loss, cache.
+
+    loss = (1 / n) * sum over kept rows i of [ -(1 - eps) log p[i, y_i] - (eps / V) sum_c log p[i, c] ]
+    where n is the number of rows with y_i != ignore_index.
+    """
+    check_float_array("logits", logits)
+    targets = np.asarray(targets)
+    if targets.dtype == np.bool_ or not np.issubdtype(targets.dtype, np.integer):
+        raise TypeError(f"targets must be an integer array, got dtype {targets.dtype}")
+    if logits.ndim < 2 or targets.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"targets must have shape logits.shape[:-1] = {logits.shape[:-1]}, got targets of shape "
+            f"{targets.shape} with logits of shape {logits.shape}"
+        )
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    V = logits.shape[-1]
+    logits2d = logits.reshape(-1, V)  # (N, V)
+    flat = targets.reshape(-1)  # (N,)
+    kept = flat != ignore_index
+    bad = kept & ((flat < 0) | (flat >= V))
+    if bad.any():
+        raise ValueError(
+            f"targets must be in [0, {V}) or equal ignore_index={ignore_index}, got {flat[bad][:5].tolist()}"
+        )
+    n = int(kept.sum())
+    if n == 0:
+        raise ValueError(f"targets: every target equals ignore_index={ignore_index}; the mean loss is undefined")
+    logp = log_softmax(logits2d[kept])  # (n, V)
+    nll = -logp[np.arange(n), flat[kept]]  # (n,)
+    smooth = -logp.mean(axis=-1)  # (n,) = -(1/V) sum_c log p_c
+    loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).sum() / n
+    return loss, (logits.shape, logp, kept, flat[kept], label_smoothing, n)
+
+
+def cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
+    """dlogits[i] = dloss * (softmax(logits[i]) - q[i]) / n for kept rows, 0 for ignored rows,
+    with q = (1 - eps) onehot(y) + eps / V. Same shape and dtype as the logits."""
+    shape, logp, kept, kept_targets, label_smoothing, n = cache
+    V = shape[-1]
+    dkept = np.exp(logp)  # p, (n, V)
+    dkept[np.arange(n), kept_targets] -= 1.0 - label_smoothing
+    dkept -= label_smoothing / V
+    dkept *= float(dloss) / n
+    dlogits = np.zeros((kept.shape[0], V), dtype=logp.dtype)
+    dlogits[kept] = dkept
+    return dlogits.reshape(shape)

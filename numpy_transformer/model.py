@@ -1,0 +1,560 @@
+"""Encoder and decoder layers, the stacks, and the two model objects, forward and backward.
+
+Composite pairs take a params dict keyed by the state-dict names below their prefix and return a
+grads dict with the same keys. `Transformer` and `TransformerLM` are the only stateful objects:
+they hold `params` and `grads` keyed by the full state-dict names.
+
+Shape letters: B batch, T_src / T_tgt sequence lengths, D d_model, H heads, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .attention import multi_head_attention_backward, multi_head_attention_forward
+from .config import TransformerConfig
+from .layers import (
+    Dropout,
+    add_positions_backward,
+    add_positions_forward,
+    dropout_backward,
+    dropout_site,
+    embedding_backward,
+    embedding_forward,
+    feed_forward_backward,
+    feed_forward_forward,
+    layer_norm_backward,
+    layer_norm_forward,
+    linear_backward,
+    linear_forward,
+    residual_backward,
+    residual_forward,
+    sinusoidal_table,
+)
+from .validation import check_float_array, check_ids
+
+
+def sub(params: dict, prefix: str) -> dict:
+    """The entries of `params` below `prefix`, with the prefix removed: sub(p, "ffn")["linear1.bias"]."""
+    start = len(prefix) + 1
+    return {k[start:]: v for k, v in params.items() if k.startswith(prefix + ".")}
+
+
+def prefixed(grads: dict, prefix: str) -> dict:
+    """The inverse of `sub`: put `prefix.` in front of every key."""
+    return {f"{prefix}.{k}": v for k, v in grads.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Masks: boolean, True = may attend, broadcastable to (B, H, T_q, T_k).
+
+
+def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """Keys that hold pad_id are masked out for every query. (B, T) -> (B, 1, 1, T)."""
+    return (ids != pad_id)[:, None, None, :]
+
+
+def causal_mask(T: int) -> np.ndarray:
+    """Query i may attend to keys j <= i. (1, 1, T, T)."""
+    return np.tril(np.ones((T, T), dtype=bool))[None, None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Embeddings: x = scale * E[ids] + P[:T], then dropout.
+
+
+@functools.lru_cache(maxsize=16)
+def _fixed_sinusoids(max_len: int, d_model: int, dtype_name: str) -> np.ndarray:
+    table = sinusoidal_table(max_len, d_model, np.dtype(dtype_name))
+    table.flags.writeable = False  # shared between calls
+    return table
+
+
+def embed_forward(params: dict, ids: np.ndarray, config: TransformerConfig,
+                  dropout: Dropout | None = None, site: str = "encoder"):
+    """ids (B, T) -> x (B, T, D) = scale * token_embedding[ids] + positions[:T], then dropout.
+
+    scale = sqrt(D) when config.scale_embeddings (the paper's section 3.4), else 1. The positions
+    are the paper's sinusoids or the learned table position_embedding.weight.
+    """
+    embedding = params["token_embedding.weight"]
+    scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
+    x, token_cache = embedding_forward(ids, embedding, scale)  # (B, T, D)
+    if config.positional == "learned":
+        table = params["position_embedding.weight"]
+    else:
+        table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name)
+    x, position_cache = add_positions_forward(x, table)
+    x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
+    return x, (token_cache, position_cache, drop_cache, config.positional == "learned")
+
+
+def embed_backward(dout: np.ndarray, cache) -> dict:
+    """Backward of the embedding: dropout, then the position table (if learned), then the token table."""
+    token_cache, position_cache, drop_cache, learned = cache
+    grads = {}
+    dx = dropout_backward(dout, drop_cache)
+    dx, dtable = add_positions_backward(dx, position_cache)
+    grads["token_embedding.weight"] = embedding_backward(dx, token_cache)
+    if learned:
+        grads["position_embedding.weight"] = dtable
+    return grads
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoder layer: self-attention sublayer, then feed-forward sublayer.
+
+
+def self_attention_backward(dy: np.ndarray, cache):
+    """Self-attention used one array h as query, key and value, so its three gradients add."""
+    dquery, dkey, dvalue, grads = multi_head_attention_backward(dy, cache)
+    return dquery + dkey + dvalue, grads
+
+
+def cross_attention_backward(dy: np.ndarray, cache):
+    """Cross-attention reads memory as key and value, so memory's two gradients add."""
+    dquery, dkey, dvalue, grads = multi_head_attention_backward(dy, cache)
+    return dquery, (dkey + dvalue, grads)
+
+
+def encoder_layer_forward(params: dict, x: np.ndarray, mask: np.ndarray | None, config: TransformerConfig,
+                          dropout: Dropout | None = None, site: str = "encoder.layers.0"):
+    """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward)."""
+
+    def self_attn(h):
+        return multi_head_attention_forward(sub(params, "self_attn"), h, h, h, config.n_heads, mask,
+                                            dropout, f"{site}.self_attn")
+
+    def ffn(h):
+        return feed_forward_forward(sub(params, "ffn"), h, config.activation, dropout, f"{site}.ffn")
+
+    norm_first, eps = config.norm_first, config.layer_norm_eps
+    x, self_attn_cache = residual_forward(x, params["self_attn_norm.weight"], params["self_attn_norm.bias"],
+                                          self_attn, norm_first, eps, dropout, f"{site}.self_attn_dropout")
+    x, ffn_cache = residual_forward(x, params["ffn_norm.weight"], params["ffn_norm.bias"],
+                                    ffn, norm_first, eps, dropout, f"{site}.ffn_dropout")
+    return x, {"self_attn": self_attn_cache, "ffn": ffn_cache}
+
+
+def encoder_layer_backward(dout: np.ndarray, cache):
+    """The two sublayers in reverse. Returns dx (B, T, D) and the layer's grads dict."""
+    grads = {}
+    dx, grads["ffn_norm.weight"], grads["ffn_norm.bias"], ffn_grads = residual_backward(
+        dout, cache["ffn"], feed_forward_backward)
+    dx, grads["self_attn_norm.weight"], grads["self_attn_norm.bias"], self_attn_grads = residual_backward(
+        dx, cache["self_attn"], self_attention_backward)
+    return dx, grads | prefixed(self_attn_grads, "self_attn") | prefixed(ffn_grads, "ffn")
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoder layer: masked self-attention, cross-attention over the encoder output, feed-forward.
+# With memory=None (the decoder-only TransformerLM) there is no cross-attention sublayer.
+
+
+def decoder_layer_forward(params: dict, x: np.ndarray, memory: np.ndarray | None, self_mask: np.ndarray,
+                          memory_mask: np.ndarray | None, config: TransformerConfig,
+                          dropout: Dropout | None = None, site: str = "decoder.layers.0"):
+    """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D)."""
+
+    def self_attn(h):
+        return multi_head_attention_forward(sub(params, "self_attn"), h, h, h, config.n_heads, self_mask,
+                                            dropout, f"{site}.self_attn")
+
+    def cross_attn(h):
+        return multi_head_attention_forward(sub(params, "cross_attn"), h, memory, memory, config.n_heads,
+                                            memory_mask, dropout, f"{site}.cross_attn")
+
+    def ffn(h):
+        return feed_forward_forward(sub(params, "ffn"), h, config.activation, dropout, f"{site}.ffn")
+
+    norm_first, eps = config.norm_first, config.layer_norm_eps
+    cache = {}
+    x, cache["self_attn"] = residual_forward(x, params["self_attn_norm.weight"], params["self_attn_norm.bias"],
+                                             self_attn, norm_first, eps, dropout, f"{site}.self_attn_dropout")
+    if memory is not None:
+        x, cache["cross_attn"] = residual_forward(
+            x, params["cross_attn_norm.weight"], params["cross_attn_norm.bias"], cross_attn, norm_first, eps,
+            dropout, f"{site}.cross_attn_dropout")
+    x, cache["ffn"] = residual_forward(x, params["ffn_norm.weight"], params["ffn_norm.bias"],
+                                       ffn, norm_first, eps, dropout, f"{site}.ffn_dropout")
+    return x, cache
+
+
+def decoder_layer_backward(dout: np.ndarray, cache):
+    """The sublayers in reverse. Returns dx (B, T_tgt, D), dmemory (B, T_src, D) or None, and grads."""
+    grads = {}
+    dx, grads["ffn_norm.weight"], grads["ffn_norm.bias"], ffn_grads = residual_backward(
+        dout, cache["ffn"], feed_forward_backward)
+    grads |= prefixed(ffn_grads, "ffn")
+    dmemory = None
+    if "cross_attn" in cache:
+        dx, grads["cross_attn_norm.weight"], grads["cross_attn_norm.bias"], (dmemory, cross_grads) = (
+            residual_backward(dx, cache["cross_attn"], cross_attention_backward))
+        grads |= prefixed(cross_grads, "cross_attn")
+    dx, grads["self_attn_norm.weight"], grads["self_attn_norm.bias"], self_attn_grads = residual_backward(
+        dx, cache["self_attn"], self_attention_backward)
+    grads |= prefixed(self_attn_grads, "self_attn")
+    return dx, dmemory, grads
+
+
+# ----------------------------------------------------------------------------------------------
+# The stacks: embeddings, N layers, and (pre-norm only) a final layer norm.
+
+
+def encoder_forward(params: dict, src_ids: np.ndarray, config: TransformerConfig, dropout: Dropout | None = None):
+    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id) are masked out."""
+    mask = padding_mask(src_ids, config.pad_id)  # (B, 1, 1, T_src)
+    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder")
+    hidden, layer_caches = [x], []
+    for i in range(config.n_encoder_layers):
+        x, layer_cache = encoder_layer_forward(sub(params, f"layers.{i}"), x, mask, config, dropout,
+                                               f"encoder.layers.{i}")
+        hidden.append(x)
+        layer_caches.append(layer_cache)
+    norm_cache = None
+    if config.norm_first:
+        x, norm_cache = layer_norm_forward(x, params["final_norm.weight"], params["final_norm.bias"],
+                                           config.layer_norm_eps)
+    return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden}
+
+
+def encoder_backward(dout: np.ndarray, cache) -> dict:
+    """dmemory (B, T_src, D) -> grads of every encoder parameter (keys below "encoder.")."""
+    grads = {}
+    dx = dout
+    if cache["final_norm"] is not None:
+        dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dx, cache["final_norm"])
+    for i in reversed(range(len(cache["layers"]))):
+        dx, layer_grads = encoder_layer_backward(dx, cache["layers"][i])
+        grads |= prefixed(layer_grads, f"layers.{i}")
+    return grads | embed_backward(dx, cache["embed"])
+
+
+def decoder_forward(params: dict, tgt_ids: np.ndarray, memory: np.ndarray | None, memory_mask: np.ndarray | None,
+                    config: TransformerConfig, dropout: Dropout | None = None):
+    """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
+
+    Self-attention is causal and ignores padding keys; cross-attention ignores padding in the source.
+    """
+    T = tgt_ids.shape[1]
+    self_mask = causal_mask(T) & padding_mask(tgt_ids, config.pad_id)  # (B, 1, T_tgt, T_tgt)
+    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder")
+    hidden, layer_caches = [x], []
+    for i in range(config.n_decoder_layers):
+        x, layer_cache = decoder_layer_forward(sub(params, f"layers.{i}"), x, memory, self_mask, memory_mask,
+                                               config, dropout, f"decoder.layers.{i}")
+        hidden.append(x)
+        layer_caches.append(layer_cache)
+    norm_cache = None
+    if config.norm_first:
+        x, norm_cache = layer_norm_forward(x, params["final_norm.weight"], params["final_norm.bias"],
+                                           config.layer_norm_eps)
+    return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden,
+               "memory_shape": None if memory is None else memory.shape}
+
+
+def decoder_backward(dout: np.ndarray, cache):
+    """dx (B, T_tgt, D) -> dmemory (B, T_src, D) or None, and grads (keys below "decoder.")."""
+    grads = {}
+    dx = dout
+    if cache["final_norm"] is not None:
+        dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dx, cache["final_norm"])
+    dmemory = None
+    if cache["memory_shape"] is not None:
+        dmemory = np.zeros(cache["memory_shape"], dtype=dout.dtype)
+    for i in reversed(range(len(cache["layers"]))):
+        dx, dmemory_i, layer_grads = decoder_layer_backward(dx, cache["layers"][i])
+        if dmemory_i is not None:
+            dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
+        grads |= prefixed(layer_grads, f"layers.{i}")
+    return dmemory, grads | embed_backward(dx, cache["embed"])
+
+
+# ----------------------------------------------------------------------------------------------
+# Parameters: names and shapes (DESIGN.md), and the initialisation.
+
+
+def parameter_shapes(config: TransformerConfig, decoder_only: bool = False) -> dict:
+    """Every state-dict name and its shape, in a fixed order."""
+    D, F = config.d_model, config.d_ff
+    shapes = {}
+
+    def attention(prefix):
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            shapes[f"{prefix}.{proj}.weight"] = (D, D)
+            shapes[f"{prefix}.{proj}.bias"] = (D,)
+
+    def norm(prefix):
+        shapes[f"{prefix}.weight"] = (D,)
+        shapes[f"{prefix}.bias"] = (D,)
+
+    def stack(name, vocab, n_layers, cross):
+        shapes[f"{name}.token_embedding.weight"] = (vocab, D)
+        if config.positional == "learned":
+            shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
+        for i in range(n_layers):
+            layer = f"{name}.layers.{i}"
+            attention(f"{layer}.self_attn")
+            norm(f"{layer}.self_attn_norm")
+            if cross:
+                attention(f"{layer}.cross_attn")
+                norm(f"{layer}.cross_attn_norm")
+            shapes[f"{layer}.ffn.linear1.weight"] = (F, D)
+            shapes[f"{layer}.ffn.linear1.bias"] = (F,)
+            shapes[f"{layer}.ffn.linear2.weight"] = (D, F)
+            shapes[f"{layer}.ffn.linear2.bias"] = (D,)
+            norm(f"{layer}.ffn_norm")
+        if config.norm_first:
+            norm(f"{name}.final_norm")
+
+    if not decoder_only:
+        stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
+    stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
+    if not config.tie_embeddings:
+        shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
+    shapes["output_proj.bias"] = (config.tgt_vocab_size,)
+    return shapes
+
+
+def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
+    """Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
+
+    - linear weights: Xavier-uniform, U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), as the
+      paper's reference code (tensor2tensor) and nn.Transformer do; biases zero;
+    - layer norms: weight one, bias zero;
+    - token embeddings: N(0, 1/D), so that after the sqrt(D) scale they have unit variance, and so
+      that a tied output projection starts with logits of order one;
+    - learned positions: N(0, 0.02^2).
+    """
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in shapes.items():
+        if name.endswith("norm.weight"):
+            value = np.ones(shape)
+        elif name.endswith(".bias"):
+            value = np.zeros(shape)
+        elif name.endswith("token_embedding.weight"):
+            value = rng.normal(0.0, d_model**-0.5, size=shape)
+        elif name.endswith("position_embedding.weight"):
+            value = rng.normal(0.0, 0.02, size=shape)
+        else:
+            fan_out, fan_in = shape
+            bound = math.sqrt(6.0 / (fan_in + fan_out))
+            value = rng.uniform(-bound, bound, size=shape)
+        params[name] = value.astype(dtype)
+    return params
+
+
+# ----------------------------------------------------------------------------------------------
+# The model objects.
+
+
+class _Model:
+    """What the two models share: parameters, gradients, modes, state dicts, the output projection."""
+
+    decoder_only = False
+
+    def __init__(self, config: TransformerConfig, seed: int = 0, dtype=np.float64):
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        self.config = config
+        self.dtype = dtype
+        self.params = init_params(parameter_shapes(config, self.decoder_only), seed, dtype, config.d_model)
+        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.training = True
+        self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
+        self.dropout_masks: dict = {}  # the keep-masks of the last forward pass, by site
+        self._cache = None
+
+    # -- modes and gradients ---------------------------------------------------------------
+
+    def train(self, mode: bool = True):
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        for g in self.grads.values():
+            g.fill(0.0)
+
+    def _accumulate(self, grads: dict) -> None:
+        for name, g in grads.items():
+            self.grads[name] += g  # accumulate, as autograd does, until zero_grad()
+
+    def _dropout(self, dropout_masks: dict | None) -> Dropout | None:
+        """The dropout of this forward pass: None in eval mode or with p = 0 (masks are then ignored)."""
+        if not self.training or self.config.dropout == 0.0:
+            return None
+        if dropout_masks is not None:
+            return Dropout(self.config.dropout, masks=dict(dropout_masks))
+        return Dropout(self.config.dropout, rng=self.rng)
+
+    # -- the output projection, optionally tied to the decoder's token embedding ------------
+
+    def _output_weight(self) -> np.ndarray:
+        if self.config.tie_embeddings:
+            return self.params["decoder.token_embedding.weight"]
+        return self.params["output_proj.weight"]
+
+    def _output_backward(self, dlogits: np.ndarray):
+        """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
+        grads = {}
+        dx, dweight, grads["output_proj.bias"] = linear_backward(dlogits, self._cache["output"])
+        if self.config.tie_embeddings:
+            grads["decoder.token_embedding.weight"] = dweight  # added to the embedding's own gradient below
+        else:
+            grads["output_proj.weight"] = dweight
+        return dx, grads
+
+    def _check_dlogits(self, dlogits) -> np.ndarray:
+        if self._cache is None:
+            raise ValueError("backward called before forward: there is no forward pass to differentiate")
+        return check_float_array("dlogits", dlogits, self.dtype, self._cache["logits_shape"])
+
+    # -- state dicts -----------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """A copy of every parameter, keyed by its state-dict name (DESIGN.md)."""
+        return {k: v.copy() for k, v in self.params.items()}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Copy `state` into the parameters (cast to the model's dtype).
+
+        Mis-shaped keys always raise ValueError; with strict=True so do missing and unexpected keys.
+        Every offending key is listed in the message.
+        """
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict of name -> array, got {type(state).__name__}")
+        missing = [k for k in self.params if k not in state]
+        unexpected = [k for k in state if k not in self.params]
+        values, misshaped = {}, []
+        for k in self.params.keys() & state.keys():
+            value = np.asarray(state[k])
+            if not (np.issubdtype(value.dtype, np.floating) or np.issubdtype(value.dtype, np.integer)):
+                raise TypeError(f"state[{k!r}] must be a numeric array, got dtype {value.dtype}")
+            if value.shape != self.params[k].shape:
+                misshaped.append(f"{k}: got {value.shape}, expected {self.params[k].shape}")
+            values[k] = value
+        problems = []
+        if strict and missing:
+            problems.append(f"missing keys {missing}")
+        if strict and unexpected:
+            problems.append(f"unexpected keys {unexpected}")
+        if misshaped:
+            problems.append(f"mis-shaped keys [{'; '.join(misshaped)}]")
+        if problems:
+            raise ValueError("load_state_dict: state does not fit this model: " + ", ".join(problems))
+        for k, value in values.items():
+            self.params[k][...] = value  # in place: anything holding the arrays sees the new values
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def attention_maps(self) -> dict:
+        """Attention probabilities of the last forward pass, (B, H, T_q, T_k) each, keyed by module name
+        ("encoder.layers.0.self_attn", "decoder.layers.1.cross_attn", ...)."""
+        if self._cache is None:
+            raise ValueError("attention_maps: no forward pass has been run yet")
+        maps = {}
+        for stack in ("encoder", "decoder"):
+            for i, layer in enumerate(self._cache.get(stack, {}).get("layers", [])):
+                for kind in ("self_attn", "cross_attn"):
+                    if kind in layer:
+                        _, _, mha_cache, _ = layer[kind]
+                        maps[f"{stack}.layers.{i}.{kind}"] = mha_cache["attn"]["probs"]
+        return maps
+
+    def activations(self) -> dict:
+        """Hidden states of the last forward pass, keyed "encoder.embedding", "encoder.layers.0", ...,
+        "encoder" (the memory), likewise for the decoder, and "logits"."""
+        if self._cache is None:
+            raise ValueError("activations: no forward pass has been run yet")
+        acts = {}
+        for stack in ("encoder", "decoder"):
+            if stack in self._cache:
+                hidden = self._cache[stack]["hidden"]
+                acts[f"{stack}.embedding"] = hidden[0]
+                for i, h in enumerate(hidden[1:]):
+                    acts[f"{stack}.layers.{i}"] = h
+                acts[stack] = self._cache[f"{stack}_out"]
+        acts["logits"] = self._cache["logits"]
+        return acts
+
+
+class Transformer(_Model):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    forward(src_ids (B, T_src), tgt_ids (B, T_tgt)) -> logits (B, T_tgt, V_tgt). tgt_ids are the
+    decoder's inputs (targets shifted right, starting with bos_id). Padding masks come from
+    config.pad_id and the causal mask from the decoder.
+    """
+
+    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None) -> np.ndarray:
+        """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
+        self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given."""
+        cfg = self.config
+        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
+        tgt_ids = check_ids("tgt_ids", tgt_ids, cfg.tgt_vocab_size, cfg.max_len)
+        if src_ids.shape[0] != tgt_ids.shape[0]:
+            raise ValueError(
+                f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
+            )
+        dropout = self._dropout(dropout_masks)
+        memory, enc_cache = encoder_forward(sub(self.params, "encoder"), src_ids, cfg, dropout)  # (B, T_src, D)
+        x, dec_cache = decoder_forward(sub(self.params, "decoder"), tgt_ids, memory,
+                                       padding_mask(src_ids, cfg.pad_id), cfg, dropout)  # (B, T_tgt, D)
+        logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
+        self.dropout_masks = dropout.masks if dropout is not None else {}
+        self._cache = {"encoder": enc_cache, "decoder": dec_cache, "output": out_cache,
+                       "encoder_out": memory, "decoder_out": x, "logits": logits, "logits_shape": logits.shape}
+        return logits
+
+    __call__ = forward
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        """Accumulate d(loss)/d(param) into self.grads, given dlogits = d(loss)/d(logits) (B, T_tgt, V)."""
+        dlogits = self._check_dlogits(dlogits)
+        dx, grads = self._output_backward(dlogits)
+        dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"])
+        enc_grads = encoder_backward(dmemory, self._cache["encoder"])
+        self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
+        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
+        self._accumulate(prefixed(enc_grads, "encoder"))
+
+
+class TransformerLM(_Model):
+    """A decoder-only (GPT-style) language model: causal self-attention, no cross-attention.
+
+    forward(ids (B, T)) -> logits (B, T, V_tgt). Uses config.tgt_vocab_size and n_decoder_layers;
+    parameters are the "decoder.*" and "output_proj.*" entries of the state dict.
+    """
+
+    decoder_only = True
+
+    def forward(self, ids, dropout_masks: dict | None = None) -> np.ndarray:
+        cfg = self.config
+        ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
+        dropout = self._dropout(dropout_masks)
+        x, dec_cache = decoder_forward(sub(self.params, "decoder"), ids, None, None, cfg, dropout)  # (B, T, D)
+        logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
+        self.dropout_masks = dropout.masks if dropout is not None else {}
+        self._cache = {"decoder": dec_cache, "output": out_cache, "decoder_out": x, "logits": logits,
+                       "logits_shape": logits.shape}
+        return logits
+
+    __call__ = forward
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        """Accumulate d(loss)/d(param) into self.grads, given dlogits (B, T, V)."""
+        dlogits = self._check_dlogits(dlogits)
+        dx, grads = self._output_backward(dlogits)
+        _, dec_grads = decoder_backward(dx, self._cache["decoder"])
+        self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
+        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share

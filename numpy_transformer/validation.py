@@ -1,0 +1,49 @@
+"""Argument checks shared by the public entry points.
+
+Every message names the argument, what it got and what was expected, so a mistake is reported
+where it is made instead of surfacing later as a broadcasting error or a NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_ids(name: str, ids, vocab_size: int, max_len: int | None = None) -> np.ndarray:
+    """Validate a (B, T) array of token ids; return it as an integer ndarray."""
+    if not isinstance(ids, np.ndarray):
+        ids = np.asarray(ids)
+    if ids.dtype == np.bool_ or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array of token ids, got dtype {ids.dtype}")
+    if ids.ndim != 2:
+        raise ValueError(f"{name} must have shape (B, T), got shape {ids.shape} ({ids.ndim} dimensions)")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one row and one position, got shape {ids.shape}")
+    if max_len is not None and ids.shape[1] > max_len:
+        raise ValueError(
+            f"{name} has {ids.shape[1]} positions, longer than config.max_len={max_len} "
+            f"(shape {ids.shape}, expected T <= {max_len})"
+        )
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(f"{name} must hold ids in [0, {vocab_size}), got values in [{lo}, {hi}]")
+    return ids
+
+
+def check_float_array(name: str, x, dtype=None, shape: tuple | None = None) -> np.ndarray:
+    """Validate a floating-point array, optionally of an exact dtype and shape."""
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, got {x.dtype}")
+    if shape is not None and x.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {x.shape}")
+    return x
+
+
+def check_ndim(name: str, x: np.ndarray, ndim: int, letters: str) -> None:
+    """Check that x has `ndim` dimensions; `letters` spells the expected shape, e.g. "(B, T, D)"."""
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must have shape {letters}, got shape {x.shape} ({x.ndim} dimensions)")
