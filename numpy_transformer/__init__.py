@@ -1,12 +1,12 @@
 """The Transformer of "Attention Is All You Need" in plain NumPy, every backward pass by hand.
 
-    from numpy_transformer import TransformerConfig, Transformer, cross_entropy_forward, cross_entropy_backward
+from numpy_transformer import TransformerConfig, Transformer, cross_entropy_forward, cross_entropy_backward
 
-    model = Transformer(TransformerConfig(), seed=0)
-    logits = model.forward(src_ids, tgt_in)                  # (B, T, V)
-    loss, cache = cross_entropy_forward(logits, tgt_out, ignore_index=config.pad_id)
-    model.zero_grad()
-    model.backward(cross_entropy_backward(cache))            # fills model.grads
+model = Transformer(TransformerConfig(), seed=0)
+logits = model.forward(src_ids, tgt_in)                  # (B, T, V)
+loss, cache = cross_entropy_forward(logits, tgt_out, ignore_index=config.pad_id)
+model.zero_grad()
+model.backward(cross_entropy_backward(cache))            # fills model.grads
 """
 
 from . import gradcheck

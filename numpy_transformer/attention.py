@@ -23,9 +23,14 @@ from .layers import (
 from .validation import check_float_array, check_ndim
 
 
-def scaled_dot_product_attention_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                                         mask: np.ndarray | None = None, dropout_p: float = 0.0,
-                                         keep_mask: np.ndarray | None = None):
+def scaled_dot_product_attention_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray | None = None,
+    dropout_p: float = 0.0,
+    keep_mask: np.ndarray | None = None,
+):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V, the paper's equation (1).
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), mask broadcastable to (B, H, T_q, T_k).
@@ -37,18 +42,26 @@ def scaled_dot_product_attention_forward(q: np.ndarray, k: np.ndarray, v: np.nda
     probs, softmax_cache = softmax_forward(scores, mask)
     dropped, drop_cache = dropout_forward(probs, dropout_p, keep_mask)
     out = dropped @ v  # (B, H, T_q, Dh)
-    return out, {"q": q, "k": k, "v": v, "scale": scale, "probs": probs, "dropped": dropped,
-                 "softmax": softmax_cache, "dropout": drop_cache}
+    return out, {
+        "q": q,
+        "k": k,
+        "v": v,
+        "scale": scale,
+        "probs": probs,
+        "dropped": dropped,
+        "softmax": softmax_cache,
+        "dropout": drop_cache,
+    }
 
 
 def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
     """Gradients of out = drop(P) V,  P = softmax(S),  S = Q K^T * s  (s = 1/sqrt(Dh)).
 
-        dV = drop(P)^T dout                      (B, H, T_k, Dh)
-        dP = drop^T (dout V^T)                   (B, H, T_q, T_k)
-        dS = P * (dP - rowsum(dP * P))           softmax backward; zero where masked
-        dQ = s * dS K                            (B, H, T_q, Dh)
-        dK = s * dS^T Q                          (B, H, T_k, Dh)
+    dV = drop(P)^T dout                      (B, H, T_k, Dh)
+    dP = drop^T (dout V^T)                   (B, H, T_q, T_k)
+    dS = P * (dP - rowsum(dP * P))           softmax backward; zero where masked
+    dQ = s * dS K                            (B, H, T_q, Dh)
+    dK = s * dS^T Q                          (B, H, T_k, Dh)
     """
     q, k, v, scale = cache["q"], cache["k"], cache["v"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
@@ -76,9 +89,16 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weight", "bias"))
 
 
-def multi_head_attention_forward(params: dict, query: np.ndarray, key: np.ndarray, value: np.ndarray,
-                                 n_heads: int, attn_mask: np.ndarray | None = None,
-                                 dropout: Dropout | None = None, site: str = "attn"):
+def multi_head_attention_forward(
+    params: dict,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    n_heads: int,
+    attn_mask: np.ndarray | None = None,
+    dropout: Dropout | None = None,
+    site: str = "attn",
+):
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W_O^T,  head_h = Attention(Q W_Q,h^T, K W_K,h^T, V W_V,h^T).
 
     params: q_proj.weight (D, D), q_proj.bias (D,), ... out_proj.bias (D,).
@@ -97,7 +117,8 @@ def multi_head_attention_forward(params: dict, query: np.ndarray, key: np.ndarra
         B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
         keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
     context, attn_cache = scaled_dot_product_attention_forward(
-        q, k, v, attn_mask, dropout.p if dropout is not None else 0.0, keep_mask)  # (B, H, T_q, Dh)
+        q, k, v, attn_mask, dropout.p if dropout is not None else 0.0, keep_mask
+    )  # (B, H, T_q, Dh)
     context = merge_heads(context)  # (B, T_q, D)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params["out_proj.bias"])
     return out, {"q": q_cache, "k": k_cache, "v": v_cache, "attn": attn_cache, "out": out_cache}

@@ -37,8 +37,9 @@ class GradcheckResult:
         return "\n".join(lines)
 
 
-def gradcheck(fn, inputs: dict, grads: dict, *, eps: float = 1e-5, max_coords: int | None = 24,
-              floor: float = 1e-2, seed: int = 0) -> GradcheckResult:
+def gradcheck(
+    fn, inputs: dict, grads: dict, *, eps: float = 1e-5, max_coords: int | None = 24, floor: float = 1e-2, seed: int = 0
+) -> GradcheckResult:
     """Compare analytic gradients with central finite differences.
 
     fn: a function of no arguments returning the scalar f, computed from the current contents of
@@ -102,7 +103,7 @@ def check_pair(forward, backward, args: dict, wrt: list, *, seed: int = 0, **opt
     if len(wrt) == 1:
         analytic = (analytic,)
     inputs, grads = {}, {}
-    for name, g in zip(wrt, analytic):
+    for name, g in zip(wrt, analytic, strict=True):
         _flatten(name, args[name], inputs)
         _flatten(name, g, grads)
 

@@ -32,9 +32,9 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
 def linear_backward(dout: np.ndarray, cache):
     """Gradients of y = x W^T + b.
 
-        dx = dy W            (..., in)
-        dW = dy^T x          (out, in), summed over every leading position
-        db = sum(dy)         (out,), None when the forward had no bias
+    dx = dy W            (..., in)
+    dW = dy^T x          (out, in), summed over every leading position
+    db = sum(dy)         (out,), None when the forward had no bias
     """
     x, weight, has_bias = cache
     dx = dout @ weight
@@ -292,8 +292,9 @@ def layer_norm_backward(dout: np.ndarray, cache):
 # Position-wise feed-forward block: linear2(dropout(act(linear1(x)))).
 
 
-def feed_forward_forward(params: dict, x: np.ndarray, activation: str = "relu",
-                         dropout: Dropout | None = None, site: str = "ffn"):
+def feed_forward_forward(
+    params: dict, x: np.ndarray, activation: str = "relu", dropout: Dropout | None = None, site: str = "ffn"
+):
     """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear1.bias, linear2.weight (D, F), linear2.bias."""
     act_forward, _ = ACTIVATIONS[activation]
     h, lin1_cache = linear_forward(x, params["linear1.weight"], params["linear1.bias"])  # (B, T, F)
@@ -325,8 +326,16 @@ def feed_forward_backward(dout: np.ndarray, cache):
 # `sublayer(h) -> (y, cache)` is the wrapped function; its backward is handed to residual_backward.
 
 
-def residual_forward(x: np.ndarray, norm_weight: np.ndarray, norm_bias: np.ndarray, sublayer,
-                     norm_first: bool, eps: float, dropout: Dropout | None = None, site: str = ""):
+def residual_forward(
+    x: np.ndarray,
+    norm_weight: np.ndarray,
+    norm_bias: np.ndarray,
+    sublayer,
+    norm_first: bool,
+    eps: float,
+    dropout: Dropout | None = None,
+    site: str = "",
+):
     """Wrap `sublayer` in a residual connection and a layer norm; x and out are (B, T, D)."""
     if norm_first:
         h, norm_cache = layer_norm_forward(x, norm_weight, norm_bias, eps)

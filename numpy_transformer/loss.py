@@ -18,8 +18,9 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray, ignore_index: int = -100,
-                          label_smoothing: float = 0.0):
+def cross_entropy_forward(
+    logits: np.ndarray, targets: np.ndarray, ignore_index: int = -100, label_smoothing: float = 0.0
+):
     """logits (N, V) or (B, T, V), targets (N,) or (B, T) integers -> scalar mean loss, cache.
 
     loss = (1 / n) * sum over kept rows i of [ -(1 - eps) log p[i, y_i] - (eps / V) sum_c log p[i, c] ]

@@ -73,8 +73,9 @@ def _fixed_sinusoids(max_len: int, d_model: int, dtype_name: str) -> np.ndarray:
     return table
 
 
-def embed_forward(params: dict, ids: np.ndarray, config: TransformerConfig,
-                  dropout: Dropout | None = None, site: str = "encoder"):
+def embed_forward(
+    params: dict, ids: np.ndarray, config: TransformerConfig, dropout: Dropout | None = None, site: str = "encoder"
+):
     """ids (B, T) -> x (B, T, D) = scale * token_embedding[ids] + positions[:T], then dropout.
 
     scale = sqrt(D) when config.scale_embeddings (the paper's section 3.4), else 1. The positions
@@ -120,22 +121,38 @@ def cross_attention_backward(dy: np.ndarray, cache):
     return dquery, (dkey + dvalue, grads)
 
 
-def encoder_layer_forward(params: dict, x: np.ndarray, mask: np.ndarray | None, config: TransformerConfig,
-                          dropout: Dropout | None = None, site: str = "encoder.layers.0"):
+def encoder_layer_forward(
+    params: dict,
+    x: np.ndarray,
+    mask: np.ndarray | None,
+    config: TransformerConfig,
+    dropout: Dropout | None = None,
+    site: str = "encoder.layers.0",
+):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward)."""
 
     def self_attn(h):
-        return multi_head_attention_forward(sub(params, "self_attn"), h, h, h, config.n_heads, mask,
-                                            dropout, f"{site}.self_attn")
+        return multi_head_attention_forward(
+            sub(params, "self_attn"), h, h, h, config.n_heads, mask, dropout, f"{site}.self_attn"
+        )
 
     def ffn(h):
         return feed_forward_forward(sub(params, "ffn"), h, config.activation, dropout, f"{site}.ffn")
 
     norm_first, eps = config.norm_first, config.layer_norm_eps
-    x, self_attn_cache = residual_forward(x, params["self_attn_norm.weight"], params["self_attn_norm.bias"],
-                                          self_attn, norm_first, eps, dropout, f"{site}.self_attn_dropout")
-    x, ffn_cache = residual_forward(x, params["ffn_norm.weight"], params["ffn_norm.bias"],
-                                    ffn, norm_first, eps, dropout, f"{site}.ffn_dropout")
+    x, self_attn_cache = residual_forward(
+        x,
+        params["self_attn_norm.weight"],
+        params["self_attn_norm.bias"],
+        self_attn,
+        norm_first,
+        eps,
+        dropout,
+        f"{site}.self_attn_dropout",
+    )
+    x, ffn_cache = residual_forward(
+        x, params["ffn_norm.weight"], params["ffn_norm.bias"], ffn, norm_first, eps, dropout, f"{site}.ffn_dropout"
+    )
     return x, {"self_attn": self_attn_cache, "ffn": ffn_cache}
 
 
@@ -143,9 +160,11 @@ def encoder_layer_backward(dout: np.ndarray, cache):
     """The two sublayers in reverse. Returns dx (B, T, D) and the layer's grads dict."""
     grads = {}
     dx, grads["ffn_norm.weight"], grads["ffn_norm.bias"], ffn_grads = residual_backward(
-        dout, cache["ffn"], feed_forward_backward)
+        dout, cache["ffn"], feed_forward_backward
+    )
     dx, grads["self_attn_norm.weight"], grads["self_attn_norm.bias"], self_attn_grads = residual_backward(
-        dx, cache["self_attn"], self_attention_backward)
+        dx, cache["self_attn"], self_attention_backward
+    )
     return dx, grads | prefixed(self_attn_grads, "self_attn") | prefixed(ffn_grads, "ffn")
 
 
@@ -154,32 +173,57 @@ def encoder_layer_backward(dout: np.ndarray, cache):
 # With memory=None (the decoder-only TransformerLM) there is no cross-attention sublayer.
 
 
-def decoder_layer_forward(params: dict, x: np.ndarray, memory: np.ndarray | None, self_mask: np.ndarray,
-                          memory_mask: np.ndarray | None, config: TransformerConfig,
-                          dropout: Dropout | None = None, site: str = "decoder.layers.0"):
+def decoder_layer_forward(
+    params: dict,
+    x: np.ndarray,
+    memory: np.ndarray | None,
+    self_mask: np.ndarray,
+    memory_mask: np.ndarray | None,
+    config: TransformerConfig,
+    dropout: Dropout | None = None,
+    site: str = "decoder.layers.0",
+):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D)."""
 
     def self_attn(h):
-        return multi_head_attention_forward(sub(params, "self_attn"), h, h, h, config.n_heads, self_mask,
-                                            dropout, f"{site}.self_attn")
+        return multi_head_attention_forward(
+            sub(params, "self_attn"), h, h, h, config.n_heads, self_mask, dropout, f"{site}.self_attn"
+        )
 
     def cross_attn(h):
-        return multi_head_attention_forward(sub(params, "cross_attn"), h, memory, memory, config.n_heads,
-                                            memory_mask, dropout, f"{site}.cross_attn")
+        return multi_head_attention_forward(
+            sub(params, "cross_attn"), h, memory, memory, config.n_heads, memory_mask, dropout, f"{site}.cross_attn"
+        )
 
     def ffn(h):
         return feed_forward_forward(sub(params, "ffn"), h, config.activation, dropout, f"{site}.ffn")
 
     norm_first, eps = config.norm_first, config.layer_norm_eps
     cache = {}
-    x, cache["self_attn"] = residual_forward(x, params["self_attn_norm.weight"], params["self_attn_norm.bias"],
-                                             self_attn, norm_first, eps, dropout, f"{site}.self_attn_dropout")
+    x, cache["self_attn"] = residual_forward(
+        x,
+        params["self_attn_norm.weight"],
+        params["self_attn_norm.bias"],
+        self_attn,
+        norm_first,
+        eps,
+        dropout,
+        f"{site}.self_attn_dropout",
+    )
     if memory is not None:
         x, cache["cross_attn"] = residual_forward(
-            x, params["cross_attn_norm.weight"], params["cross_attn_norm.bias"], cross_attn, norm_first, eps,
-            dropout, f"{site}.cross_attn_dropout")
-    x, cache["ffn"] = residual_forward(x, params["ffn_norm.weight"], params["ffn_norm.bias"],
-                                       ffn, norm_first, eps, dropout, f"{site}.ffn_dropout")
+            x,
+            params["cross_attn_norm.weight"],
+            params["cross_attn_norm.bias"],
+            cross_attn,
+            norm_first,
+            eps,
+            dropout,
+            f"{site}.cross_attn_dropout",
+        )
+    x, cache["ffn"] = residual_forward(
+        x, params["ffn_norm.weight"], params["ffn_norm.bias"], ffn, norm_first, eps, dropout, f"{site}.ffn_dropout"
+    )
     return x, cache
 
 
@@ -187,15 +231,18 @@ def decoder_layer_backward(dout: np.ndarray, cache):
     """The sublayers in reverse. Returns dx (B, T_tgt, D), dmemory (B, T_src, D) or None, and grads."""
     grads = {}
     dx, grads["ffn_norm.weight"], grads["ffn_norm.bias"], ffn_grads = residual_backward(
-        dout, cache["ffn"], feed_forward_backward)
+        dout, cache["ffn"], feed_forward_backward
+    )
     grads |= prefixed(ffn_grads, "ffn")
     dmemory = None
     if "cross_attn" in cache:
-        dx, grads["cross_attn_norm.weight"], grads["cross_attn_norm.bias"], (dmemory, cross_grads) = (
-            residual_backward(dx, cache["cross_attn"], cross_attention_backward))
+        dx, grads["cross_attn_norm.weight"], grads["cross_attn_norm.bias"], (dmemory, cross_grads) = residual_backward(
+            dx, cache["cross_attn"], cross_attention_backward
+        )
         grads |= prefixed(cross_grads, "cross_attn")
     dx, grads["self_attn_norm.weight"], grads["self_attn_norm.bias"], self_attn_grads = residual_backward(
-        dx, cache["self_attn"], self_attention_backward)
+        dx, cache["self_attn"], self_attention_backward
+    )
     grads |= prefixed(self_attn_grads, "self_attn")
     return dx, dmemory, grads
 
@@ -210,14 +257,16 @@ def encoder_forward(params: dict, src_ids: np.ndarray, config: TransformerConfig
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder")
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
-        x, layer_cache = encoder_layer_forward(sub(params, f"layers.{i}"), x, mask, config, dropout,
-                                               f"encoder.layers.{i}")
+        x, layer_cache = encoder_layer_forward(
+            sub(params, f"layers.{i}"), x, mask, config, dropout, f"encoder.layers.{i}"
+        )
         hidden.append(x)
         layer_caches.append(layer_cache)
     norm_cache = None
     if config.norm_first:
-        x, norm_cache = layer_norm_forward(x, params["final_norm.weight"], params["final_norm.bias"],
-                                           config.layer_norm_eps)
+        x, norm_cache = layer_norm_forward(
+            x, params["final_norm.weight"], params["final_norm.bias"], config.layer_norm_eps
+        )
     return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden}
 
 
@@ -233,8 +282,14 @@ def encoder_backward(dout: np.ndarray, cache) -> dict:
     return grads | embed_backward(dx, cache["embed"])
 
 
-def decoder_forward(params: dict, tgt_ids: np.ndarray, memory: np.ndarray | None, memory_mask: np.ndarray | None,
-                    config: TransformerConfig, dropout: Dropout | None = None):
+def decoder_forward(
+    params: dict,
+    tgt_ids: np.ndarray,
+    memory: np.ndarray | None,
+    memory_mask: np.ndarray | None,
+    config: TransformerConfig,
+    dropout: Dropout | None = None,
+):
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
     Self-attention is causal and ignores padding keys; cross-attention ignores padding in the source.
@@ -244,16 +299,23 @@ def decoder_forward(params: dict, tgt_ids: np.ndarray, memory: np.ndarray | None
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder")
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
-        x, layer_cache = decoder_layer_forward(sub(params, f"layers.{i}"), x, memory, self_mask, memory_mask,
-                                               config, dropout, f"decoder.layers.{i}")
+        x, layer_cache = decoder_layer_forward(
+            sub(params, f"layers.{i}"), x, memory, self_mask, memory_mask, config, dropout, f"decoder.layers.{i}"
+        )
         hidden.append(x)
         layer_caches.append(layer_cache)
     norm_cache = None
     if config.norm_first:
-        x, norm_cache = layer_norm_forward(x, params["final_norm.weight"], params["final_norm.bias"],
-                                           config.layer_norm_eps)
-    return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden,
-               "memory_shape": None if memory is None else memory.shape}
+        x, norm_cache = layer_norm_forward(
+            x, params["final_norm.weight"], params["final_norm.bias"], config.layer_norm_eps
+        )
+    return x, {
+        "embed": embed_cache,
+        "layers": layer_caches,
+        "final_norm": norm_cache,
+        "hidden": hidden,
+        "memory_shape": None if memory is None else memory.shape,
+    }
 
 
 def decoder_backward(dout: np.ndarray, cache):
@@ -508,12 +570,20 @@ class Transformer(_Model):
             )
         dropout = self._dropout(dropout_masks)
         memory, enc_cache = encoder_forward(sub(self.params, "encoder"), src_ids, cfg, dropout)  # (B, T_src, D)
-        x, dec_cache = decoder_forward(sub(self.params, "decoder"), tgt_ids, memory,
-                                       padding_mask(src_ids, cfg.pad_id), cfg, dropout)  # (B, T_tgt, D)
+        x, dec_cache = decoder_forward(
+            sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
+        )  # (B, T_tgt, D)
         logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = {"encoder": enc_cache, "decoder": dec_cache, "output": out_cache,
-                       "encoder_out": memory, "decoder_out": x, "logits": logits, "logits_shape": logits.shape}
+        self._cache = {
+            "encoder": enc_cache,
+            "decoder": dec_cache,
+            "output": out_cache,
+            "encoder_out": memory,
+            "decoder_out": x,
+            "logits": logits,
+            "logits_shape": logits.shape,
+        }
         return logits
 
     __call__ = forward
@@ -545,8 +615,13 @@ class TransformerLM(_Model):
         x, dec_cache = decoder_forward(sub(self.params, "decoder"), ids, None, None, cfg, dropout)  # (B, T, D)
         logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = {"decoder": dec_cache, "output": out_cache, "decoder_out": x, "logits": logits,
-                       "logits_shape": logits.shape}
+        self._cache = {
+            "decoder": dec_cache,
+            "output": out_cache,
+            "decoder_out": x,
+            "logits": logits,
+            "logits_shape": logits.shape,
+        }
         return logits
 
     __call__ = forward
