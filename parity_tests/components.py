@@ -1,0 +1,451 @@
+"""The comparisons behind the parity tests and the parity report.
+
+One `Case` per operation: the NumPy forward/backward pair with its arguments, and the same
+computation written with PyTorch's own ops (`F.*`, or a `torch_transformer` module run with the
+NumPy parameters through `torch.func.functional_call`). `run_case` feeds both the same inputs and
+the same random upstream gradient and returns the outputs and every input/parameter gradient side
+by side; `relative_errors` judges them as DESIGN.md says.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import torch_transformer as tt
+from numpy_transformer import attention as np_attention
+from numpy_transformer import gradcheck
+from numpy_transformer import layers as L
+from numpy_transformer import loss as np_loss
+
+# DESIGN.md: error = max|a - b| / max(max|b|, f * s), s the largest |value| in the same comparison.
+FLOOR = {np.dtype(np.float64): 1e-3, np.dtype(np.float32): 1e-1}
+BAR = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
+FD_BAR = 1e-6
+TORCH_DTYPE = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}
+
+
+def devices() -> list[str]:
+    """Every device torch has here: the CPU always, CUDA when available."""
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy()
+
+
+def relative_errors(pairs: dict, dtype) -> dict:
+    """name -> (max |a - b|, relative error) for pairs name -> (ours, reference)."""
+    f = FLOOR[np.dtype(dtype)]
+    s = max((float(np.abs(b).max(initial=0.0)) for _, b in pairs.values()), default=0.0)
+    out = {}
+    for name, (a, b) in pairs.items():
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape:
+            raise AssertionError(f"{name}: shapes differ, {a.shape} vs {b.shape}")
+        diff = float(np.abs(a - b).max(initial=0.0))
+        denominator = max(float(np.abs(b).max(initial=0.0)), f * s)
+        out[name] = (diff, diff / denominator if denominator > 0 else (0.0 if diff == 0 else math.inf))
+    return out
+
+
+@dataclass
+class Case:
+    """One operation, written twice. `torch_fn` takes the same keyword arguments as `forward`,
+    converted to tensors (float arrays in `wrt` require grad; dicts of arrays become dicts of tensors)."""
+
+    forward: object
+    backward: object
+    args: dict
+    wrt: list
+    torch_fn: object
+    notes: str = ""
+
+
+@dataclass
+class Result:
+    outputs: dict = field(default_factory=dict)  # name -> (numpy, torch)
+    grads: dict = field(default_factory=dict)  # name -> (numpy, torch)
+
+
+def _flat(name, value, out):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out[f"{name}.{k}"] = v
+    else:
+        out[name] = value
+
+
+def run_case(case: Case, device: str, seed: int = 0) -> Result:
+    """Run both sides with one random upstream gradient; return outputs and gradients by name."""
+    rng = np.random.default_rng(seed + 1000)
+    out, cache = case.forward(**case.args)
+    dout = rng.standard_normal(np.shape(out)).astype(np.asarray(out).dtype)
+    grads = case.backward(dout if np.ndim(out) else float(dout), cache)
+    if len(case.wrt) == 1:
+        grads = (grads,)
+
+    def tensor(x, requires_grad):
+        t = torch.from_numpy(np.ascontiguousarray(x)).to(device)
+        if t.dtype == torch.int64 or t.dtype == torch.int32:
+            t = t.long()
+        return t.requires_grad_(requires_grad and t.is_floating_point())
+
+    targs, leaves = {}, {}
+    for name, value in case.args.items():
+        if isinstance(value, dict):
+            targs[name] = {k: tensor(v, name in case.wrt) for k, v in value.items()}
+            if name in case.wrt:
+                _flat(name, targs[name], leaves)
+        elif isinstance(value, np.ndarray):
+            targs[name] = tensor(value, name in case.wrt)
+            if name in case.wrt:
+                leaves[name] = targs[name]
+        else:
+            targs[name] = value
+    tout = case.torch_fn(**targs)
+    tout.backward(torch.as_tensor(dout, device=device))
+
+    result = Result(outputs={"out": (out, to_numpy(tout))})
+    ours = {}
+    for name, g in zip(case.wrt, grads, strict=True):
+        _flat(name, g, ours)
+    for name, leaf in leaves.items():
+        result.grads[name] = (ours[name], to_numpy(leaf.grad))
+    return result
+
+
+def fd_error(case: Case, seed: int = 0) -> float:
+    """Worst finite-difference relative error of the NumPy backward (the case must be float64)."""
+    return gradcheck.check_pair(case.forward, case.backward, case.args, case.wrt, seed=seed, max_coords=12).worst
+
+
+# ----------------------------------------------------------------------------------------------
+# The cases. Sizes are small; inputs are random with a fixed seed.
+
+B, T, T_K, D, H, FF, V = 2, 5, 4, 8, 2, 12, 11
+
+
+def _padding_causal_mask(rng) -> np.ndarray:
+    """(B, 1, T, T_K): causal-ish and padding, every row keeps at least one key."""
+    mask = np.tril(np.ones((T, T_K), dtype=bool), k=0)[None, None].repeat(B, axis=0)
+    mask[1, :, :, -1] = False  # a padded key in the second sequence
+    mask[:, :, :, 0] = True
+    return mask
+
+
+def case_linear(dtype, rng):
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((B, T, D), (FF, D), (FF,)))
+    return Case(
+        L.linear_forward,
+        L.linear_backward,
+        dict(x=x, weight=w, bias=b),
+        ["x", "weight", "bias"],
+        lambda x, weight, bias: F.linear(x, weight, bias),
+    )
+
+
+def case_embedding(dtype, rng):
+    ids = rng.integers(0, 4, size=(B, T))  # small range: repeated ids must accumulate
+    w = rng.standard_normal((V, D)).astype(dtype)
+    scale = math.sqrt(D)
+    return Case(
+        L.embedding_forward,
+        L.embedding_backward,
+        dict(ids=ids, weight=w, scale=scale),
+        ["weight"],
+        lambda ids, weight, scale: F.embedding(ids, weight) * scale,
+    )
+
+
+def case_positions(dtype, rng):
+    x, table = rng.standard_normal((B, T, D)).astype(dtype), rng.standard_normal((7, D)).astype(dtype)
+    return Case(
+        L.add_positions_forward,
+        L.add_positions_backward,
+        dict(x=x, table=table),
+        ["x", "table"],
+        lambda x, table: x + table[: x.shape[1]],
+    )
+
+
+def case_softmax(dtype, rng):
+    x = rng.standard_normal((B, H, T, T_K)).astype(dtype)
+    mask = _padding_causal_mask(rng)
+    return Case(
+        L.softmax_forward,
+        L.softmax_backward,
+        dict(x=x, mask=mask),
+        ["x"],
+        lambda x, mask: F.softmax(x.masked_fill(~mask, float("-inf")), dim=-1),
+    )
+
+
+def _activation_case(name, torch_fn):
+    def case(dtype, rng):
+        x = rng.standard_normal((B, T, FF)).astype(dtype)
+        x[np.abs(x) < 1e-3] = 0.5  # keep relu's kink away from the finite differences
+        forward, backward = L.ACTIVATIONS[name]
+        return Case(forward, backward, dict(x=x), ["x"], torch_fn)
+
+    return case
+
+
+def case_dropout(dtype, rng):
+    """F.dropout draws its own mask; the NumPy side replays it and must give the same values.
+
+    The mask is drawn on the CPU generator (seeded), so the torch side runs F.dropout there too.
+    """
+    p, seed = 0.3, int(rng.integers(1 << 30))
+    x = rng.standard_normal((B, T, D)).astype(dtype)
+
+    def torch_fn(x, p, keep_mask):
+        torch.manual_seed(seed)
+        return F.dropout(x.cpu(), p, training=True).to(x.device)
+
+    torch.manual_seed(seed)
+    keep = to_numpy(F.dropout(torch.ones(x.shape, dtype=TORCH_DTYPE[dtype]), p, training=True)) != 0
+    return Case(L.dropout_forward, L.dropout_backward, dict(x=x, p=p, keep_mask=keep), ["x"], torch_fn)
+
+
+def case_layer_norm(dtype, rng):
+    x = (rng.standard_normal((B, T, D)) * 3 + 1).astype(dtype)
+    w, b = (1 + rng.standard_normal(D)).astype(dtype), rng.standard_normal(D).astype(dtype)
+    return Case(
+        L.layer_norm_forward,
+        L.layer_norm_backward,
+        dict(x=x, weight=w, bias=b, eps=1e-5),
+        ["x", "weight", "bias"],
+        lambda x, weight, bias, eps: F.layer_norm(x, (x.shape[-1],), weight, bias, eps),
+    )
+
+
+def case_attention(dtype, rng):
+    q = rng.standard_normal((B, H, T, D // H)).astype(dtype)
+    k, v = (rng.standard_normal((B, H, T_K, D // H)).astype(dtype) for _ in range(2))
+    mask = _padding_causal_mask(rng)
+    return Case(
+        np_attention.scaled_dot_product_attention_forward,
+        np_attention.scaled_dot_product_attention_backward,
+        dict(q=q, k=k, v=v, mask=mask),
+        ["q", "k", "v"],
+        lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+    )
+
+
+def _mha_params(dtype, rng):
+    return {
+        f"{p}_proj.{w}": (rng.standard_normal((D, D) if w == "weight" else D) / math.sqrt(D)).astype(dtype)
+        for p in ("q", "k", "v", "out")
+        for w in ("weight", "bias")
+    }
+
+
+def case_multi_head_attention(dtype, rng):
+    """Cross-attention (T_q != T_k), batch 2, 2 heads, padding + causal mask and one fully masked row."""
+    query = rng.standard_normal((B, T, D)).astype(dtype)
+    memory = rng.standard_normal((B, T_K, D)).astype(dtype)
+    mask = _padding_causal_mask(rng)
+    mask[0, :, 2, :] = False  # a query with nothing to attend to: zero probabilities, zero context
+    module = tt.MultiHeadAttention(D, H)
+
+    def torch_fn(params, query, key, value, n_heads, attn_mask):
+        module.to(query.device)
+        return torch.func.functional_call(module, params, (query, key, value), {"attn_mask": attn_mask})[0]
+
+    return Case(
+        np_attention.multi_head_attention_forward,
+        np_attention.multi_head_attention_backward,
+        dict(params=_mha_params(dtype, rng), query=query, key=memory, value=memory.copy(), n_heads=H, attn_mask=mask),
+        ["query", "key", "value", "params"],
+        torch_fn,
+    )
+
+
+def case_feed_forward(dtype, rng, activation="gelu"):
+    x = rng.standard_normal((B, T, D)).astype(dtype)
+    params = {
+        "linear1.weight": rng.standard_normal((FF, D)) / math.sqrt(D),
+        "linear1.bias": rng.standard_normal(FF),
+        "linear2.weight": rng.standard_normal((D, FF)) / math.sqrt(FF),
+        "linear2.bias": rng.standard_normal(D),
+    }
+    params = {k: v.astype(dtype) for k, v in params.items()}
+    module = tt.FeedForward(D, FF, activation, 0.0)
+
+    def torch_fn(params, x, activation):
+        module.to(x.device)
+        return torch.func.functional_call(module, params, (x,))
+
+    return Case(
+        L.feed_forward_forward,
+        L.feed_forward_backward,
+        dict(params=params, x=x, activation=activation),
+        ["x", "params"],
+        torch_fn,
+    )
+
+
+def case_cross_entropy(dtype, rng):
+    logits = (rng.standard_normal((B, T, V)) * 2).astype(dtype)
+    targets = rng.integers(0, V, size=(B, T))
+    targets[1, -2:] = -100  # ignored positions
+    return Case(
+        np_loss.cross_entropy_forward,
+        lambda dloss, cache: np_loss.cross_entropy_backward(cache, dloss),
+        dict(logits=logits, targets=targets, ignore_index=-100, label_smoothing=0.1),
+        ["logits"],
+        lambda logits, targets, ignore_index, label_smoothing: F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            targets.reshape(-1),
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+        ),
+    )
+
+
+CASES = {
+    "linear": case_linear,
+    "embedding": case_embedding,
+    "positions": case_positions,
+    "softmax (masked)": case_softmax,
+    "relu": _activation_case("relu", lambda x: F.relu(x)),
+    "gelu": _activation_case("gelu", F.gelu),
+    "gelu_tanh": _activation_case("gelu_tanh", lambda x: F.gelu(x, approximate="tanh")),
+    "dropout": case_dropout,
+    "layer_norm": case_layer_norm,
+    "scaled_dot_product_attention": case_attention,
+    "multi_head_attention": case_multi_head_attention,
+    "feed_forward": case_feed_forward,
+    "cross_entropy": case_cross_entropy,
+}
+
+
+def make_case(name: str, dtype, seed: int = 0) -> Case:
+    return CASES[name](np.dtype(dtype), np.random.default_rng(seed))
+
+
+# ----------------------------------------------------------------------------------------------
+# Whole models: one state dict into both, the same batch, the same objective.
+
+MASK_SCENARIOS = ("none", "padding", "fully_masked")
+
+
+def make_batch(config, rng, batch: int = 2, src_len: int = 6, tgt_len: int = 5, scenario: str = "padding"):
+    """Random ids (never pad, bos or eos) with padding placed as the scenario asks:
+
+    "none": no padding; "padding": the last sequence is padded at the end, in source and target;
+    "fully_masked": additionally the first source is all pad (its cross-attention rows attend to
+    nothing) and the last target starts with pad (its first self-attention row attends to nothing).
+    Returns src_ids (B, S), tgt_in (B, T) (starting with bos), tgt_out (B, T) (targets, pad ignored).
+    """
+    pad, first = config.pad_id, 3
+    src = rng.integers(first, config.src_vocab_size, size=(batch, src_len))
+    tgt = rng.integers(first, config.tgt_vocab_size, size=(batch, tgt_len + 1))
+    tgt[:, 0] = config.bos_id
+    if scenario in ("padding", "fully_masked"):
+        src[-1, src_len // 2 :] = pad
+        tgt[-1, (tgt_len + 1) // 2 :] = pad
+    if scenario == "fully_masked":
+        src[0, :] = pad
+        tgt[-1, 0] = pad
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def _hidden_state_hooks(model, names):
+    """Forward hooks that record the outputs of the named submodules."""
+    recorded, handles = {}, []
+    modules = dict(model.named_modules())
+    for name in names:
+        if name in modules:
+
+            def hook(module, args, output, name=name):
+                recorded[name] = output
+
+            handles.append(modules[name].register_forward_hook(hook))
+    return recorded, handles
+
+
+def compare_models(
+    config,
+    dtype,
+    device: str,
+    seed: int = 0,
+    lm: bool = False,
+    train: bool = False,
+    scenario: str = "padding",
+    batch: int = 2,
+    src_len: int = 6,
+    tgt_len: int = 5,
+    label_smoothing: float = 0.1,
+) -> Result:
+    """NumPy model vs torch_transformer model from one state dict.
+
+    Objective: J = cross_entropy(logits, tgt_out, ignore pad, label smoothing) + sum(logits * R), R random,
+    so the upstream gradient is random and never degenerate. Outputs compared: logits, loss, every
+    hidden state the NumPy model exposes that torch has a module for (per layer), and the attention
+    maps; gradients: every parameter by name. In training mode both sides drop the same units.
+    """
+    import numpy_transformer as nt
+
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    np_model = (nt.TransformerLM if lm else nt.Transformer)(config, seed=seed, dtype=dtype).train(train)
+    torch_model = (tt.TransformerLM if lm else tt.Transformer)(config).to(device=device, dtype=TORCH_DTYPE[dtype])
+    torch_model.train(train)
+    torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in np_model.state_dict().items()})
+
+    src, tgt_in, tgt_out = make_batch(config, rng, batch, src_len, tgt_len, scenario)
+    np_inputs = (tgt_in,) if lm else (src, tgt_in)
+    torch_inputs = tuple(torch.from_numpy(a).to(device) for a in np_inputs)
+    R = (rng.standard_normal((batch, tgt_len, config.tgt_vocab_size)) / tgt_len).astype(dtype)
+
+    # NumPy: forward, loss, backward by hand.
+    logits = np_model.forward(*np_inputs)
+    loss, ce_cache = nt.cross_entropy_forward(logits, tgt_out, config.pad_id, label_smoothing)
+    np_model.zero_grad()
+    np_model.backward(nt.cross_entropy_backward(ce_cache) + R)
+    np_acts = np_model.activations()
+    np_maps = np_model.attention_maps()
+
+    # torch: the fused fast path (or the explicit one, with shared dropout masks), autograd.
+    masks = None
+    if train and config.dropout > 0:
+        masks = {k: torch.from_numpy(v).to(device) for k, v in np_model.dropout_masks.items()}
+    recorded, handles = _hidden_state_hooks(torch_model, [k for k in np_acts if k != "logits"])
+    try:
+        t_logits = torch_model(*torch_inputs, dropout_masks=masks)
+    finally:
+        for h in handles:
+            h.remove()
+    t_loss = tt.cross_entropy(t_logits, torch.from_numpy(tgt_out).to(device), config.pad_id, label_smoothing)
+    (t_loss + (t_logits * torch.from_numpy(R).to(device)).sum()).backward()
+    with torch.no_grad():
+        torch_model(*torch_inputs, dropout_masks=masks, need_weights=True)
+    t_maps = torch_model.attention_maps()
+
+    result = Result()
+    result.outputs["logits"] = (logits, to_numpy(t_logits))
+    result.outputs["loss"] = (loss, to_numpy(t_loss))
+    for name, value in recorded.items():
+        result.outputs[f"hidden {name}"] = (np_acts[name], to_numpy(value))
+    for name, probs in np_maps.items():
+        result.outputs[f"attention {name}"] = (probs, to_numpy(t_maps[name]))
+    t_params = dict(torch_model.named_parameters())
+    for name, g in np_model.grads.items():
+        result.grads[name] = (g, to_numpy(t_params[name].grad))
+    return result
+
+
+def model_fd_error(config, lm: bool = False, seed: int = 0, scenario: str = "padding", max_coords: int = 4) -> float:
+    """Worst finite-difference relative error over every parameter tensor of the float64 NumPy model."""
+    import numpy_transformer as nt
+
+    model = (nt.TransformerLM if lm else nt.Transformer)(config, seed=seed).eval()
+    src, tgt_in, _ = make_batch(config, np.random.default_rng(seed), scenario=scenario)
+    ids = (tgt_in,) if lm else (src, tgt_in)
+    return gradcheck.check_model(model, *ids, seed=seed, max_coords=max_coords).worst
