@@ -53,6 +53,31 @@ def relative_errors(pairs: dict, dtype) -> dict:
     return out
 
 
+def failures(result: Result, dtype) -> list[str]:
+    """Every output or gradient over DESIGN.md's bar, in forward order, as readable lines.
+
+    Gradients are also required to be non-zero as a whole (a comparison of zeros proves nothing).
+    """
+    bar = BAR[np.dtype(dtype)]
+    lines = []
+    for kind, pairs in (("output", result.outputs), ("gradient", result.grads)):
+        for name, (diff, err) in relative_errors(pairs, dtype).items():
+            if not err <= bar:
+                lines.append(f"{kind} {name}: relative error {err:.3e} > {bar:.0e} (max |diff| {diff:.3e})")
+    if result.grads and all(not np.any(ours) for ours, _ in result.grads.values()):
+        lines.append("every gradient is zero: the comparison is vacuous")
+    return lines
+
+
+def worst(result: Result, dtype) -> tuple[float, float, float, float]:
+    """(max |diff| of outputs, worst relative error of outputs, the same two for gradients)."""
+    figures = []
+    for pairs in (result.outputs, result.grads):
+        errors = relative_errors(pairs, dtype).values()
+        figures += [max((d for d, _ in errors), default=0.0), max((e for _, e in errors), default=0.0)]
+    return tuple(figures)
+
+
 @dataclass
 class Case:
     """One operation, written twice. `torch_fn` takes the same keyword arguments as `forward`,
@@ -428,13 +453,14 @@ def compare_models(
         torch_model(*torch_inputs, dropout_masks=masks, need_weights=True)
     t_maps = torch_model.attention_maps()
 
-    result = Result()
-    result.outputs["logits"] = (logits, to_numpy(t_logits))
-    result.outputs["loss"] = (loss, to_numpy(t_loss))
-    for name, value in recorded.items():
-        result.outputs[f"hidden {name}"] = (np_acts[name], to_numpy(value))
+    result = Result()  # outputs in the order the forward pass computes them
+    for name in np_acts:
+        if name in recorded:
+            result.outputs[f"hidden {name}"] = (np_acts[name], to_numpy(recorded[name]))
     for name, probs in np_maps.items():
         result.outputs[f"attention {name}"] = (probs, to_numpy(t_maps[name]))
+    result.outputs["logits"] = (logits, to_numpy(t_logits))
+    result.outputs["loss"] = (loss, to_numpy(t_loss))
     t_params = dict(torch_model.named_parameters())
     for name, g in np_model.grads.items():
         result.grads[name] = (g, to_numpy(t_params[name].grad))
