@@ -1,0 +1,38 @@
+"""The Transformer of "Attention Is All You Need" as a PyTorch user would write it.
+
+The same model as `numpy_transformer`, with the same state-dict names, so one state dict loads into
+either; autograd does the backward pass. Runs on any device and in float32 or float64.
+"""
+
+from numpy_transformer.config import TransformerConfig
+
+from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .layers import Dropout, FeedForward, sinusoidal_table
+from .loss import cross_entropy
+from .model import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    Transformer,
+    TransformerLM,
+    dropout_site_shapes,
+)
+
+__all__ = [
+    "TransformerConfig",
+    "Transformer",
+    "TransformerLM",
+    "Encoder",
+    "Decoder",
+    "EncoderLayer",
+    "DecoderLayer",
+    "MultiHeadAttention",
+    "FeedForward",
+    "Dropout",
+    "cross_entropy",
+    "sinusoidal_table",
+    "dropout_site_shapes",
+    "padding_mask",
+    "causal_mask",
+]

@@ -1,0 +1,128 @@
+"""Multi-head attention and the masks the model builds for it.
+
+Shape letters: B batch, T_q queries, T_k keys, D d_model, H heads, Dh = D // H head size.
+Masks are boolean and True means "may attend" (the convention of `F.scaled_dot_product_attention`);
+they broadcast to (B, H, T_q, T_k).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .layers import Dropout, init_linear
+
+
+def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
+    """Key-padding mask (B, 1, 1, T): keys holding `pad_id` may not be attended to."""
+    return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
+
+
+def causal_mask(length: int, device: torch.device) -> Tensor:
+    """Causal mask (T, T): query i may attend to keys j <= i."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).tril()  # (T, T)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (sections 3.2.1 and 3.2.2).
+
+        head_h  = softmax(q_h k_h^T / sqrt(Dh)) v_h      over the keys the mask allows
+        MHA     = concat(head_1, ..., head_H) W_out^T + b_out
+
+    with q = query W_q^T + b_q (likewise k, v), and head h taking columns h*Dh:(h+1)*Dh.
+
+    A query row whose mask allows no key gets all-zero probabilities, so its context is zero (its
+    output is `out_proj.bias`) and no gradient reaches its scores.
+
+    Two paths compute the same thing: the fused `F.scaled_dot_product_attention` by default, and an
+    explicit softmax when the probabilities are wanted (`need_weights`) or the dropout units are
+    given (`dropout_mask`). With `need_weights` the probabilities before dropout are also kept, as
+    `attn_probs` (detached), for plotting.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model must be divisible by n_heads: got d_model={d_model}, n_heads={n_heads}")
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.q_proj = init_linear(nn.Linear(d_model, d_model))
+        self.k_proj = init_linear(nn.Linear(d_model, d_model))
+        self.v_proj = init_linear(nn.Linear(d_model, d_model))
+        self.out_proj = init_linear(nn.Linear(d_model, d_model))
+        self.dropout = Dropout(dropout)  # on the attention probabilities
+        self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = False,
+        dropout_mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Inputs: query (B, T_q, D), key and value (B, T_k, D); attn_mask boolean, broadcastable to
+        (B, H, T_q, T_k); dropout_mask an optional keep-mask (B, H, T_q, T_k) for the probabilities.
+
+        Returns: out (B, T_q, D), and the probabilities (B, H, T_q, T_k) before dropout when
+        `need_weights`, else None.
+        """
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != 3:
+                raise ValueError(f"{name} must have shape (B, T, D), got {tuple(x.shape)}")
+        q = self._split_heads(self.q_proj(query))  # (B, H, T_q, Dh)
+        k = self._split_heads(self.k_proj(key))  # (B, H, T_k, Dh)
+        v = self._split_heads(self.v_proj(value))  # (B, H, T_k, Dh)
+
+        has_key = None
+        if attn_mask is not None:
+            if attn_mask.dtype != torch.bool:
+                raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
+            # A row with no allowed key would be a softmax over nothing (NaN). Let the kernel see
+            # every key in such rows, then zero what they produce.
+            has_key = attn_mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+            attn_mask = attn_mask | ~has_key
+
+        drop_given_units = dropout_mask is not None and self.training and self.dropout.p > 0
+        if need_weights or drop_given_units:
+            context, probs = self._explicit_attention(q, k, v, attn_mask, has_key, dropout_mask)
+            if need_weights:
+                self.attn_probs = probs.detach()
+        else:
+            dropout_p = self.dropout.p if self.training else 0.0
+            # Default scale 1 / sqrt(Dh).
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+            if has_key is not None:
+                context = context.masked_fill(~has_key, 0.0)  # (B, H, T_q, Dh)
+            probs = None
+
+        context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
+        return self.out_proj(context), (probs if need_weights else None)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, H, T, Dh); head h takes columns h*Dh:(h+1)*Dh."""
+        return x.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2)  # (B, H, T, Dh)
+
+    def _explicit_attention(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None,
+        has_key: Tensor | None,
+        dropout_mask: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """softmax(q k^T / sqrt(Dh)) v, spelled out; returns context (B, H, T_q, Dh) and probs."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T_q, T_k)
+        if attn_mask is not None:
+            # -inf exists in every float dtype (bf16 included) and gives exactly zero probability.
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        probs = F.softmax(scores, dim=-1)  # (B, H, T_q, T_k)
+        if has_key is not None:
+            probs = probs.masked_fill(~has_key, 0.0)  # fully masked rows: zero, and zero gradient
+        context = self.dropout(probs, dropout_mask) @ v  # (B, H, T_q, Dh)
+        return context, probs

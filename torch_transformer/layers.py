@@ -1,0 +1,120 @@
+"""Building blocks: the sinusoidal position table, dropout with optional given keep-masks, the
+position-wise feed-forward block, and the residual sublayer (pre- or post-norm).
+
+Shape letters: B batch, T sequence, D d_model, F d_ff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact: x * Phi(x), with the normal CDF written through erf
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+def sinusoidal_table(
+    max_len: int, d_model: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> Tensor:
+    """The paper's fixed positional encoding (section 3.5), shape (max_len, D).
+
+        PE[pos, 2i]   = sin(pos / 10000**(2i / D))
+        PE[pos, 2i+1] = cos(pos / 10000**(2i / D))
+
+    Computed in float64 and then cast to `dtype`, so a float64 model gets the table to full
+    precision. For odd D the table is built with D + 1 columns (the exponent still uses D) and the
+    last (cosine) column is dropped.
+    """
+    position = torch.arange(max_len, dtype=torch.float64, device=device)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (ceil(D / 2),)
+    angle = position / 10000.0 ** (two_i / d_model)  # (max_len, ceil(D / 2))
+    # Interleave: column 2i holds sin, column 2i + 1 holds cos of the same angle.
+    table = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (max_len, 2 * ceil(D / 2))
+    return table[:, :d_model].to(dtype)  # (max_len, D)
+
+
+def init_linear(linear: nn.Linear) -> nn.Linear:
+    """Xavier-uniform weight and zero bias, the usual Transformer initialisation."""
+    nn.init.xavier_uniform_(linear.weight)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout` that can also be handed the units to keep.
+
+    With `keep_mask` (boolean, True = keep, the shape of `x`) it computes `x * keep_mask / (1 - p)`,
+    so that another implementation given the same mask drops exactly the same units. Without it,
+    it is `F.dropout`. In eval mode, or with p == 0, it is the identity and `keep_mask` is ignored.
+    """
+
+    def forward(self, x: Tensor, keep_mask: Tensor | None = None) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if keep_mask is None:
+            return F.dropout(x, self.p, training=True)
+        keep_mask = torch.as_tensor(keep_mask, device=x.device)
+        if keep_mask.dtype != torch.bool:
+            raise TypeError(f"dropout keep_mask must be a boolean tensor (True = keep), got {keep_mask.dtype}")
+        if keep_mask.shape != x.shape:
+            raise ValueError(f"dropout keep_mask has shape {tuple(keep_mask.shape)}, expected {tuple(x.shape)}")
+        return x * keep_mask.to(x.dtype) / (1.0 - self.p)
+
+
+def masks_under(dropout_masks: Mapping[str, Tensor] | None, prefix: str) -> dict[str, Tensor]:
+    """The entries of `dropout_masks` whose site name starts with `prefix`, with the prefix removed.
+
+    The model receives keep-masks keyed by full site name ("decoder.layers.1.ffn.dropout"); each
+    module hands its children the part of the dict below them ("layers.1." -> "ffn.dropout").
+    """
+    if not dropout_masks:
+        return {}
+    return {name[len(prefix) :]: mask for name, mask in dropout_masks.items() if name.startswith(prefix)}
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward block (section 3.3): `linear2(dropout(act(linear1(x))))`.
+
+    Inputs: x (B, T, D); `dropout_mask` an optional keep-mask (B, T, F) for the hidden units.
+    Returns: (B, T, D).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self.linear1 = init_linear(nn.Linear(d_model, d_ff))
+        self.linear2 = init_linear(nn.Linear(d_ff, d_model))
+        self.dropout = Dropout(dropout)
+
+    def forward(self, x: Tensor, dropout_mask: Tensor | None = None) -> Tensor:
+        hidden = ACTIVATIONS[self.activation](self.linear1(x))  # (B, T, F)
+        return self.linear2(self.dropout(hidden, dropout_mask))  # (B, T, D)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+
+def residual(
+    x: Tensor,
+    sublayer: Callable[[Tensor], Tensor],
+    norm: nn.LayerNorm,
+    dropout: Dropout,
+    norm_first: bool,
+    dropout_mask: Tensor | None = None,
+) -> Tensor:
+    """One residual sublayer around `sublayer` (attention or feed-forward), x (B, T, D) -> (B, T, D).
+
+    post-norm (the paper, norm_first False): LN(x + dropout(sublayer(x)))
+    pre-norm  (norm_first True):             x + dropout(sublayer(LN(x)))
+    """
+    if norm_first:
+        return x + dropout(sublayer(norm(x)), dropout_mask)
+    return norm(x + dropout(sublayer(x), dropout_mask))

@@ -1,0 +1,410 @@
+"""The encoder-decoder `Transformer` and the decoder-only `TransformerLM`.
+
+Shape letters: B batch, S source length, T target length, D d_model, H heads, F d_ff, V vocabulary.
+State-dict names follow DESIGN.md exactly; the NumPy reference uses the same names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from numpy_transformer.config import TransformerConfig
+
+from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .layers import Dropout, FeedForward, init_linear, masks_under, residual, sinusoidal_table
+
+
+class _Layer(nn.Module):
+    """Base of the encoder and decoder layers: the residual sublayer `name` uses the layer norm
+    `{name}_norm` and the dropout site `{name}_dropout`, the names of the state dict and of the sites."""
+
+    norm_first: bool
+
+    def _residual(self, name: str, x: Tensor, sublayer: Callable[[Tensor], Tensor], masks: Mapping) -> Tensor:
+        norm, dropout = getattr(self, f"{name}_norm"), getattr(self, f"{name}_dropout")
+        return residual(x, sublayer, norm, dropout, self.norm_first, masks.get(f"{name}_dropout"))
+
+
+class EncoderLayer(_Layer):
+    """Self-attention then feed-forward, each in a residual sublayer. x (B, S, D) -> (B, S, D)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        d, p = config.d_model, config.dropout
+        self.norm_first = config.norm_first
+        self.self_attn = MultiHeadAttention(d, config.n_heads, p)
+        self.self_attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.self_attn_dropout = Dropout(p)
+        self.ffn = FeedForward(d, config.d_ff, config.activation, p)
+        self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.ffn_dropout = Dropout(p)
+
+    def forward(
+        self, x: Tensor, self_mask: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None
+    ) -> Tensor:
+        """x (B, S, D), self_mask broadcastable to (B, H, S, S); dropout_masks keyed below this layer."""
+        masks = dropout_masks or {}
+
+        def self_attention(h: Tensor) -> Tensor:
+            return self.self_attn(h, h, h, self_mask, need_weights, masks.get("self_attn.dropout"))[0]
+
+        def feed_forward(h: Tensor) -> Tensor:
+            return self.ffn(h, masks.get("ffn.dropout"))
+
+        x = self._residual("self_attn", x, self_attention, masks)
+        return self._residual("ffn", x, feed_forward, masks)  # (B, S, D)
+
+
+class DecoderLayer(_Layer):
+    """Masked self-attention, cross-attention to the encoder's output (left out in the LM), then
+    feed-forward, each in a residual sublayer. x (B, T, D), memory (B, S, D) -> (B, T, D)."""
+
+    def __init__(self, config: TransformerConfig, cross_attention: bool = True):
+        super().__init__()
+        d, p = config.d_model, config.dropout
+        self.norm_first = config.norm_first
+        self.self_attn = MultiHeadAttention(d, config.n_heads, p)
+        self.self_attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.self_attn_dropout = Dropout(p)
+        self.has_cross_attention = cross_attention
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d, config.n_heads, p)
+            self.cross_attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+            self.cross_attn_dropout = Dropout(p)
+        self.ffn = FeedForward(d, config.d_ff, config.activation, p)
+        self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.ffn_dropout = Dropout(p)
+
+    def forward(
+        self,
+        x: Tensor,
+        self_mask: Tensor,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        need_weights: bool = False,
+        dropout_masks: Mapping | None = None,
+    ) -> Tensor:
+        """x (B, T, D), self_mask broadcastable to (B, H, T, T), memory (B, S, D), memory_mask
+        broadcastable to (B, H, T, S); dropout_masks keyed below this layer."""
+        masks = dropout_masks or {}
+
+        def self_attention(h: Tensor) -> Tensor:
+            return self.self_attn(h, h, h, self_mask, need_weights, masks.get("self_attn.dropout"))[0]
+
+        def cross_attention(h: Tensor) -> Tensor:
+            # Queries from the decoder; keys and values from the encoder's output.
+            keep = masks.get("cross_attn.dropout")
+            return self.cross_attn(h, memory, memory, memory_mask, need_weights, keep)[0]
+
+        def feed_forward(h: Tensor) -> Tensor:
+            return self.ffn(h, masks.get("ffn.dropout"))
+
+        x = self._residual("self_attn", x, self_attention, masks)
+        if self.has_cross_attention:
+            x = self._residual("cross_attn", x, cross_attention, masks)
+        return self._residual("ffn", x, feed_forward, masks)  # (B, T, D)
+
+
+class _Stack(nn.Module):
+    """What the encoder and the decoder share: token and position embeddings, a list of layers, and
+    (pre-norm only) a final layer norm, since pre-norm layers leave their output un-normalised."""
+
+    def __init__(self, config: TransformerConfig, vocab_size: int, layers: list[nn.Module]):
+        super().__init__()
+        d = config.d_model
+        self.d_model = d
+        self.pad_id = config.pad_id
+        self.scale_embeddings = config.scale_embeddings
+        self.token_embedding = nn.Embedding(vocab_size, d)
+        nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
+        self.learned_positions = config.positional == "learned"
+        if self.learned_positions:
+            self.position_embedding = nn.Embedding(config.max_len, d)
+            nn.init.normal_(self.position_embedding.weight, std=0.02)
+        self.embedding_dropout = Dropout(config.dropout)
+        self.layers = nn.ModuleList(layers)
+        # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
+        self.final_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+
+    def embed(self, ids: Tensor, dropout_mask: Tensor | None = None) -> Tensor:
+        """ids (B, T) -> dropout(token_embedding(ids) * sqrt(D) + PE[:T]), (B, T, D)."""
+        x = self.token_embedding(ids.long())  # (B, T, D)
+        if self.scale_embeddings:
+            x = x * math.sqrt(self.d_model)  # a Python float keeps x's dtype
+        length = ids.shape[1]
+        if self.learned_positions:
+            positions = self.position_embedding.weight[:length]  # (T, D)
+        else:
+            # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
+            # has to follow the model across devices.
+            positions = sinusoidal_table(length, self.d_model, dtype=x.dtype, device=x.device)  # (T, D)
+        return self.embedding_dropout(x + positions, dropout_mask)
+
+
+class Encoder(_Stack):
+    """Source ids (B, S) -> memory (B, S, D)."""
+
+    def __init__(self, config: TransformerConfig):
+        layers = [EncoderLayer(config) for _ in range(config.n_encoder_layers)]
+        super().__init__(config, config.src_vocab_size, layers)
+
+    def forward(self, ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None) -> Tensor:
+        self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S)
+        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."))
+        return self.final_norm(x)
+
+
+class Decoder(_Stack):
+    """Target ids (B, T) and memory (B, S, D) -> hidden states (B, T, D).
+
+    Self-attention is causal and skips padded targets; cross-attention (absent when
+    `cross_attention` is False, as in the LM) skips padded source positions via `memory_mask`.
+    """
+
+    def __init__(self, config: TransformerConfig, cross_attention: bool = True):
+        layers = [DecoderLayer(config, cross_attention) for _ in range(config.n_decoder_layers)]
+        super().__init__(config, config.tgt_vocab_size, layers)
+        self.cross_attention = cross_attention
+
+    def forward(
+        self,
+        ids: Tensor,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        need_weights: bool = False,
+        dropout_masks: Mapping | None = None,
+    ) -> Tensor:
+        if self.cross_attention and memory is None:
+            raise ValueError("memory must be the encoder's output (B, S, D) for a decoder with cross-attention")
+        self_mask = causal_mask(ids.shape[1], ids.device) & padding_mask(ids, self.pad_id)  # (B, 1, T, T)
+        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, self_mask, memory, memory_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."))
+        return self.final_norm(x)
+
+
+class _OutputBias(nn.Module):
+    """The output projection of a tied model: only the bias is its own; the weight is
+    `decoder.token_embedding.weight`. Gives the state-dict key `output_proj.bias` and no weight."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+
+def dropout_site_shapes(
+    config: TransformerConfig, *, batch_size: int, tgt_len: int, src_len: int | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Every dropout site of a model, in forward order, with the shape of its keep-mask.
+
+    `src_len` None describes a `TransformerLM` (decoder only, no cross-attention). Sites: the
+    embedding output (B, T, D); attention probabilities (B, H, T_q, T_k); the FFN hidden (B, T, F);
+    each sublayer's output before the residual add (B, T, D).
+    """
+    b, d, h, f = batch_size, config.d_model, config.n_heads, config.d_ff
+
+    def stack(prefix: str, n_layers: int, length: int, memory_len: int | None) -> dict:
+        sites = {f"{prefix}.embedding_dropout": (b, length, d)}
+        for i in range(n_layers):
+            layer = f"{prefix}.layers.{i}"
+            sites[f"{layer}.self_attn.dropout"] = (b, h, length, length)
+            sites[f"{layer}.self_attn_dropout"] = (b, length, d)
+            if memory_len is not None:
+                sites[f"{layer}.cross_attn.dropout"] = (b, h, length, memory_len)
+                sites[f"{layer}.cross_attn_dropout"] = (b, length, d)
+            sites[f"{layer}.ffn.dropout"] = (b, length, f)
+            sites[f"{layer}.ffn_dropout"] = (b, length, d)
+        return sites
+
+    if src_len is None:
+        return stack("decoder", config.n_decoder_layers, tgt_len, None)
+    return {
+        **stack("encoder", config.n_encoder_layers, src_len, None),
+        **stack("decoder", config.n_decoder_layers, tgt_len, src_len),
+    }
+
+
+def _check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
+    """Raise a clear error unless `ids` is an integer tensor (B, T), 0 < T <= max_len, ids in [0, V)."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be an integer tensor, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got shape {tuple(ids.shape)}")
+    if ids.numel() == 0:
+        raise ValueError(f"{name} must not be empty: got shape {tuple(ids.shape)}, expected B >= 1 and T >= 1")
+    if ids.shape[1] > max_len:
+        raise ValueError(f"{name} has length T={ids.shape[1]}, longer than config.max_len={max_len}")
+    low, high = ids.min().item(), ids.max().item()
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {low} and max {high}")
+
+
+class _Model(nn.Module):
+    """What `Transformer` and `TransformerLM` share: the output projection, the attention maps,
+    keep-mask checking, and a `load_state_dict` that names what does not fit."""
+
+    config: TransformerConfig
+    decoder: Decoder
+
+    def _build_output_proj(self) -> None:
+        c = self.config
+        if c.tie_embeddings:
+            self.output_proj = _OutputBias(c.tgt_vocab_size)
+        else:
+            self.output_proj = init_linear(nn.Linear(c.d_model, c.tgt_vocab_size))
+
+    def _logits(self, x: Tensor) -> Tensor:
+        """x (B, T, D) -> logits (B, T, V)."""
+        weight = self.decoder.token_embedding.weight if self.config.tie_embeddings else self.output_proj.weight
+        return F.linear(x, weight, self.output_proj.bias)  # (B, T, V)
+
+    def _masks_in_use(
+        self, dropout_masks: Mapping[str, Tensor] | None, expected: dict[str, tuple[int, ...]]
+    ) -> Mapping[str, Tensor] | None:
+        """The keep-masks if they take effect (training with p > 0), after checking them; else None."""
+        if dropout_masks is None or not self.training or self.config.dropout == 0.0:
+            return None
+        for site, shape in expected.items():
+            if site not in dropout_masks:
+                raise ValueError(f"dropout_masks: missing site {site!r} (expected a keep-mask of shape {shape})")
+            got = tuple(dropout_masks[site].shape)
+            if got != shape:
+                raise ValueError(f"dropout_masks[{site!r}]: got shape {got}, expected {shape}")
+        unknown = sorted(set(dropout_masks) - set(expected))
+        if unknown:
+            raise ValueError(f"dropout_masks: unknown sites {unknown}; expected exactly {list(expected)}")
+        return dropout_masks
+
+    def attention_maps(self) -> dict[str, Tensor]:
+        """Attention probabilities (B, H, T_q, T_k), before dropout, of every attention module, keyed
+        by module name ("decoder.layers.0.cross_attn"), from the last forward with need_weights=True."""
+        maps = {
+            name: module.attn_probs
+            for name, module in self.named_modules()
+            if isinstance(module, MultiHeadAttention) and module.attn_probs is not None
+        }
+        if not maps:
+            raise RuntimeError("no attention maps recorded: call forward(..., need_weights=True) first")
+        return maps
+
+    def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False):
+        """`nn.Module.load_state_dict`, after checking names and shapes with errors that list them.
+
+        strict=True: missing, unexpected or mis-shaped keys raise ValueError. strict=False: missing
+        and unexpected keys are allowed (as in torch), mis-shaped keys still raise ValueError.
+        """
+        expected = {name: tuple(t.shape) for name, t in self.state_dict().items()}
+        missing = [name for name in expected if name not in state_dict]
+        unexpected = [name for name in state_dict if name not in expected]
+        misshaped = [
+            f"{name}: got {tuple(state_dict[name].shape)}, expected {shape}"
+            for name, shape in expected.items()
+            if name in state_dict and tuple(state_dict[name].shape) != shape
+        ]
+        problems = []
+        if strict and missing:
+            problems.append(f"missing keys {missing}")
+        if strict and unexpected:
+            problems.append(f"unexpected keys {unexpected}")
+        if misshaped:
+            problems.append(f"mis-shaped keys [{'; '.join(misshaped)}]")
+        if problems:
+            raise ValueError(f"load_state_dict({type(self).__name__}): " + "; ".join(problems))
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+class Transformer(_Model):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    forward: src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V_tgt). Padding masks come from
+    `config.pad_id`, the causal mask from the decoder.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config, cross_attention=True)
+        self._build_output_proj()
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        dropout_masks: Mapping[str, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> Tensor:
+        """src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V_tgt).
+
+        dropout_masks: keep-masks by site name (see `dropout_site_shapes`), used in training mode
+        with dropout > 0. need_weights: record attention maps (see `attention_maps`).
+        """
+        self._check_inputs(src_ids, tgt_ids)
+        masks = self._masks_in_use(dropout_masks, self._site_shapes(src_ids, tgt_ids))
+        memory = self.encoder(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
+        memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S)
+        x = self.decoder(tgt_ids, memory, memory_mask, need_weights, masks_under(masks, "decoder."))  # (B, T, D)
+        return self._logits(x)  # (B, T, V)
+
+    def dropout_site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
+        """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
+        self._check_inputs(src_ids, tgt_ids)
+        return self._site_shapes(src_ids, tgt_ids)
+
+    def _site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
+        return dropout_site_shapes(
+            self.config, batch_size=src_ids.shape[0], tgt_len=tgt_ids.shape[1], src_len=src_ids.shape[1]
+        )
+
+    def _check_inputs(self, src_ids: Tensor, tgt_ids: Tensor) -> None:
+        c = self.config
+        _check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
+        _check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.max_len)
+        if src_ids.shape[0] != tgt_ids.shape[0]:
+            raise ValueError(
+                f"src_ids and tgt_ids must have the same batch size B, got {src_ids.shape[0]} "
+                f"(src_ids) and {tgt_ids.shape[0]} (tgt_ids)"
+            )
+
+
+class TransformerLM(_Model):
+    """Decoder-only (GPT-style) language model: causal self-attention, no cross-attention.
+
+    Reads `tgt_vocab_size` and `n_decoder_layers` from the config. forward: ids (B, T) -> logits (B, T, V).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.decoder = Decoder(config, cross_attention=False)
+        self._build_output_proj()
+
+    def forward(
+        self, ids: Tensor, dropout_masks: Mapping[str, Tensor] | None = None, need_weights: bool = False
+    ) -> Tensor:
+        """ids (B, T) -> logits (B, T, V). Arguments as in `Transformer.forward`."""
+        _check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
+        masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
+        x = self.decoder(ids, need_weights=need_weights, dropout_masks=masks_under(masks, "decoder."))  # (B, T, D)
+        return self._logits(x)  # (B, T, V)
+
+    def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
+        """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
+        _check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
+        return self._site_shapes(ids)
+
+    def _site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
+        return dropout_site_shapes(self.config, batch_size=ids.shape[0], tgt_len=ids.shape[1])
