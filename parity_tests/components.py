@@ -407,6 +407,7 @@ def compare_models(
     src_len: int = 6,
     tgt_len: int = 5,
     label_smoothing: float = 0.1,
+    ids: tuple | None = None,
 ) -> Result:
     """NumPy model vs torch_transformer model from one state dict.
 
@@ -414,6 +415,7 @@ def compare_models(
     so the upstream gradient is random and never degenerate. Outputs compared: logits, loss, every
     hidden state the NumPy model exposes that torch has a module for (per layer), and the attention
     maps; gradients: every parameter by name. In training mode both sides drop the same units.
+    `ids` = (src_ids, tgt_in, tgt_out) overrides the generated batch (src_ids unused by the LM).
     """
     import numpy_transformer as nt
 
@@ -424,7 +426,10 @@ def compare_models(
     torch_model.train(train)
     torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in np_model.state_dict().items()})
 
-    src, tgt_in, tgt_out = make_batch(config, rng, batch, src_len, tgt_len, scenario)
+    if ids is None:
+        ids = make_batch(config, rng, batch, src_len, tgt_len, scenario)
+    src, tgt_in, tgt_out = ids  # src_ids (B, S), decoder inputs (B, T), targets (B, T)
+    batch, tgt_len = tgt_in.shape
     np_inputs = (tgt_in,) if lm else (src, tgt_in)
     torch_inputs = tuple(torch.from_numpy(a).to(device) for a in np_inputs)
     R = (rng.standard_normal((batch, tgt_len, config.tgt_vocab_size)) / tgt_len).astype(dtype)
@@ -467,11 +472,14 @@ def compare_models(
     return result
 
 
-def model_fd_error(config, lm: bool = False, seed: int = 0, scenario: str = "padding", max_coords: int = 4) -> float:
-    """Worst finite-difference relative error over every parameter tensor of the float64 NumPy model."""
+def model_fd_error(
+    config, lm: bool = False, seed: int = 0, scenario: str = "padding", train: bool = False, max_coords: int = 4
+) -> float:
+    """Worst finite-difference relative error over every parameter tensor of the float64 NumPy model
+    (in training mode one set of dropout masks is drawn and replayed)."""
     import numpy_transformer as nt
 
-    model = (nt.TransformerLM if lm else nt.Transformer)(config, seed=seed).eval()
+    model = (nt.TransformerLM if lm else nt.Transformer)(config, seed=seed).train(train)
     src, tgt_in, _ = make_batch(config, np.random.default_rng(seed), scenario=scenario)
     ids = (tgt_in,) if lm else (src, tgt_in)
     return gradcheck.check_model(model, *ids, seed=seed, max_coords=max_coords).worst

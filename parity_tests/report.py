@@ -1,0 +1,245 @@
+"""The parity report: every component and the whole models, NumPy reference vs torch_transformer.
+
+    transformer-parity                       # or: python -m parity_tests
+    transformer-parity --dtype float64 --norm pre --activation gelu --json report.json
+
+For each component, dtype and device it prints max |diff| and the relative error of the outputs
+and of the gradients (DESIGN.md's measure), the finite-difference error of the NumPy backward
+(float64), and whether all of them are within DESIGN.md's bars. Exit status 1 if anything fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+
+import numpy as np
+import torch
+
+from numpy_transformer import TransformerConfig
+from parity_tests import components as C
+from parity_tests.builtin import BUILTIN_CASES
+
+DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def build_config(args) -> TransformerConfig:
+    return TransformerConfig(
+        src_vocab_size=args.vocab,
+        tgt_vocab_size=args.vocab + 7,
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_ff=args.d_ff,
+        n_encoder_layers=args.layers,
+        n_decoder_layers=args.layers,
+        activation=args.activation,
+        norm_first=args.norm == "pre",
+        positional=args.positional,
+        tie_embeddings=args.tie,
+        max_len=32,
+        dropout=args.dropout,
+    )
+
+
+def model_rows(config, seed: int):
+    """(component name, lm, train): the whole models, in evaluation and in training mode."""
+    rows = [("Transformer", False, False), ("TransformerLM", True, False)]
+    if config.dropout > 0:
+        rows += [
+            ("Transformer (train, shared dropout)", False, True),
+            ("TransformerLM (train, shared dropout)", True, True),
+        ]
+    return rows
+
+
+def run(args) -> list[dict]:
+    config = build_config(args)
+    devices = C.devices() if args.device == "all" else [args.device]
+    dtypes = list(DTYPES) if args.dtype == "both" else [args.dtype]
+    records = []
+    fd_cache = {}
+
+    def fd(key, compute):
+        if args.no_fd:
+            return None
+        if key not in fd_cache:
+            fd_cache[key] = compute()
+        return fd_cache[key]
+
+    for device in devices:
+        for dtype_name in dtypes:
+            dtype = DTYPES[dtype_name]
+            for name in C.CASES:
+                result = C.run_case(C.make_case(name, dtype, args.seed), device, args.seed)
+                fd_err = fd(name, lambda name=name: C.fd_error(C.make_case(name, np.float64, args.seed), args.seed))
+                records.append(_record(name, dtype_name, device, result, fd_err))
+            for name, make in BUILTIN_CASES.items():  # the reference against torch.nn's own layers
+                result = C.run_case(make(np.dtype(dtype), np.random.default_rng(args.seed)), device, args.seed)
+                fd_err = fd(
+                    name, lambda make=make: C.fd_error(make(np.dtype(np.float64), np.random.default_rng(args.seed)))
+                )
+                records.append(_record(name, dtype_name, device, result, fd_err))
+            for name, lm, train in model_rows(config, args.seed):
+                result = C.compare_models(
+                    config,
+                    dtype,
+                    device,
+                    seed=args.seed,
+                    lm=lm,
+                    train=train,
+                    scenario="fully_masked",
+                    batch=3,
+                    src_len=10,
+                    tgt_len=9,
+                )
+                fd_err = fd(
+                    name,
+                    lambda lm=lm, train=train: C.model_fd_error(
+                        config, lm=lm, seed=args.seed, scenario="fully_masked", train=train
+                    ),
+                )
+                records.append(_record(name, dtype_name, device, result, fd_err))
+    return records
+
+
+def _record(name, dtype_name, device, result, fd_err) -> dict:
+    out_diff, out_err, grad_diff, grad_err = C.worst(result, DTYPES[dtype_name])
+    problems = C.failures(result, DTYPES[dtype_name])
+    if fd_err is not None and dtype_name == "float64" and not fd_err <= C.FD_BAR:
+        problems.append(f"finite differences: {fd_err:.3e} > {C.FD_BAR:.0e}")
+    return {
+        "component": name,
+        "dtype": dtype_name,
+        "device": device,
+        "n_outputs": len(result.outputs),
+        "n_gradients": len(result.grads),
+        "output_max_abs_diff": out_diff,
+        "output_rel_error": out_err,
+        "grad_max_abs_diff": grad_diff,
+        "grad_rel_error": grad_err,
+        "fd_rel_error": fd_err if dtype_name == "float64" else None,
+        "bar": C.BAR[np.dtype(DTYPES[dtype_name])],
+        "passed": not problems,
+        "problems": problems,
+    }
+
+
+def format_table(records: list[dict]) -> str:
+    def num(x):
+        return "—" if x is None else f"{x:.1e}"
+
+    header = ("component", "dtype", "device", "max|Δ| out", "rel out", "max|Δ| grad", "rel grad", "FD rel", "")
+    rows = [header]
+    for r in records:
+        rows.append(
+            (
+                r["component"],
+                r["dtype"],
+                r["device"],
+                num(r["output_max_abs_diff"]),
+                num(r["output_rel_error"]),
+                num(r["grad_max_abs_diff"]) if r["n_gradients"] else "—",
+                num(r["grad_rel_error"]) if r["n_gradients"] else "—",
+                num(r["fd_rel_error"]),
+                "pass" if r["passed"] else "FAIL",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append(
+            "  ".join(
+                cell.ljust(w) if i < 3 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="transformer-parity",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--d-model", type=int, default=32)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
+    p.add_argument("--vocab", type=int, default=40, help="source vocabulary (target: vocab + 7)")
+    p.add_argument("--activation", choices=["relu", "gelu", "gelu_tanh"], default="relu")
+    p.add_argument("--norm", choices=["post", "pre"], default="post", help="post-norm (the paper) or pre-norm")
+    p.add_argument("--positional", choices=["sinusoidal", "learned"], default="sinusoidal")
+    p.add_argument("--tie", action="store_true", help="tie the output projection to the target embedding")
+    p.add_argument("--dropout", type=float, default=0.1, help="adds training-mode rows with shared masks when > 0")
+    p.add_argument("--dtype", choices=["float64", "float32", "both"], default="both")
+    p.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-fd", action="store_true", help="skip the finite-difference checks")
+    p.add_argument("--json", metavar="PATH", help="also write the records as JSON ('-' for stdout only)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("transformer-parity: --device cuda asked for, but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    records = run(args)
+    seconds = time.perf_counter() - start
+    failed = [r for r in records if not r["passed"]]
+    summary = {
+        "config": build_config(args).to_dict(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "seconds": seconds,
+        "passed": not failed,
+        "records": records,
+    }
+    if args.json == "-":
+        json.dump(summary, sys.stdout, indent=2)
+        print()
+        return 1 if failed else 0
+    config = build_config(args)
+    print(
+        f"Parity: numpy_transformer (hand-written backward) vs torch_transformer (autograd), torch {torch.__version__}"
+    )
+    print(
+        f"config: d_model={config.d_model} heads={config.n_heads} d_ff={config.d_ff} layers={config.n_encoder_layers}"
+        f"+{config.n_decoder_layers} {config.activation} {'pre' if config.norm_first else 'post'}-norm "
+        f"{config.positional} tied={config.tie_embeddings} dropout={config.dropout}; batch of 3 with padding and "
+        "fully masked rows"
+    )
+    cuda = "CUDA available" if torch.cuda.is_available() else "CUDA not available here"
+    print(f"devices: {', '.join(C.devices() if args.device == 'all' else [args.device])} ({cuda})")
+    print("rel = max|a - b| / max(max|b|, f * largest |value| in the comparison), f = 1e-3 (float64), 0.1 (float32)")
+    print(
+        f"bars: float64 <= {C.BAR[np.dtype(np.float64)]:.0e}, float32 <= {C.BAR[np.dtype(np.float32)]:.0e}, "
+        f"finite differences (float64 NumPy backward) <= {C.FD_BAR:.0e}\n"
+    )
+    print(format_table(records))
+    for r in failed:
+        for problem in r["problems"]:
+            print(f"FAIL {r['component']} [{r['dtype']}, {r['device']}]: {problem}")
+    worst = {d: max((r["output_rel_error"] for r in records if r["dtype"] == d), default=math.nan) for d in DTYPES}
+    worst_g = {d: max((r["grad_rel_error"] for r in records if r["dtype"] == d), default=math.nan) for d in DTYPES}
+    fds = [r["fd_rel_error"] for r in records if r["fd_rel_error"] is not None]
+    print(
+        f"\n{len(records) - len(failed)}/{len(records)} rows pass in {seconds:.1f} s. Worst relative error: "
+        + ", ".join(
+            f"{d} outputs {worst[d]:.1e} gradients {worst_g[d]:.1e}" for d in DTYPES if not math.isnan(worst[d])
+        )
+        + (f"; finite differences {max(fds):.1e}" if fds else "")
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+        print(f"JSON written to {args.json}")
+    return 1 if failed else 0

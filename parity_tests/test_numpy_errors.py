@@ -1,0 +1,537 @@
+"""Bad input to numpy_transformer raises ValueError or TypeError, and the message names the argument,
+says what it got and what was expected: a mistake is reported where it is made, never as a NumPy
+broadcasting error or a NaN further down. One test per case; each `match` looks for the argument's
+name and for the offending value or shape.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from numpy_transformer import (
+    Transformer,
+    TransformerConfig,
+    TransformerLM,
+    cross_entropy_forward,
+    multi_head_attention_forward,
+)
+from numpy_transformer.attention import MHA_KEYS
+
+V_SRC, V_TGT, MAX_LEN = 11, 13, 6
+
+
+def tiny_config(**overrides) -> TransformerConfig:
+    values = dict(
+        src_vocab_size=V_SRC,
+        tgt_vocab_size=V_TGT,
+        d_model=8,
+        n_heads=2,
+        d_ff=12,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        max_len=MAX_LEN,
+    )
+    return TransformerConfig(**(values | overrides))
+
+
+def esc(value) -> str:
+    """A literal piece of a message for pytest.raises(match=...)."""
+    return re.escape(str(value))
+
+
+def ids(rng, B: int, T: int, vocab: int) -> np.ndarray:
+    return rng.integers(3, vocab, size=(B, T))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.fixture
+def model():
+    return Transformer(tiny_config(), seed=0)
+
+
+@pytest.fixture
+def lm():
+    return TransformerLM(tiny_config(), seed=0)
+
+
+@pytest.fixture
+def src(rng):
+    return ids(rng, 2, 4, V_SRC)
+
+
+@pytest.fixture
+def tgt(rng):
+    return ids(rng, 2, 3, V_TGT)
+
+
+# ----------------------------------------------------------------------------------------------
+# Token ids.
+
+
+def test_src_ids_out_of_range(model, src, tgt):
+    src[1, 2] = V_SRC
+    with pytest.raises(ValueError, match=r"src_ids.*\[0, 11\).*11\]"):
+        model.forward(src, tgt)
+
+
+def test_tgt_ids_out_of_range(model, src, tgt):
+    tgt[0, 0] = 40
+    with pytest.raises(ValueError, match=r"tgt_ids.*\[0, 13\).*40\]"):
+        model.forward(src, tgt)
+
+
+def test_negative_ids(model, src, tgt):
+    src[0, 1] = -1
+    with pytest.raises(ValueError, match=r"src_ids.*\[0, 11\).*\[-1, "):
+        model.forward(src, tgt)
+
+
+def test_float_ids(model, src, tgt):
+    with pytest.raises(TypeError, match=r"src_ids.*integer.*float64"):
+        model.forward(src.astype(np.float64), tgt)
+
+
+def test_bool_ids(model, src, tgt):
+    with pytest.raises(TypeError, match=r"tgt_ids.*integer.*bool"):
+        model.forward(src, tgt > 5)
+
+
+def test_one_dimensional_ids(model, src, tgt):
+    with pytest.raises(ValueError, match=r"src_ids.*\(B, T\).*" + esc((4,))):
+        model.forward(src[0], tgt)
+
+
+def test_three_dimensional_ids(model, src, tgt):
+    with pytest.raises(ValueError, match=r"tgt_ids.*\(B, T\).*" + esc((1, 2, 3))):
+        model.forward(src, tgt[None])
+
+
+def test_empty_sequence(model, src):
+    with pytest.raises(ValueError, match=r"tgt_ids.*at least one.*" + esc((2, 0))):
+        model.forward(src, np.zeros((2, 0), dtype=np.int64))
+
+
+def test_empty_batch(lm):
+    with pytest.raises(ValueError, match=r"ids.*at least one.*" + esc((0, 4))):
+        lm.forward(np.zeros((0, 4), dtype=np.int64))
+
+
+def test_src_tgt_batch_sizes_disagree(model, src, tgt):
+    with pytest.raises(ValueError, match=r"src_ids and tgt_ids.*batch size.*2 and 1"):
+        model.forward(src, tgt[:1])
+
+
+def test_src_longer_than_max_len(model, rng, tgt):
+    with pytest.raises(ValueError, match=r"src_ids has 7 positions.*max_len=6"):
+        model.forward(ids(rng, 2, MAX_LEN + 1, V_SRC), tgt)
+
+
+def test_tgt_longer_than_max_len(model, rng, src):
+    with pytest.raises(ValueError, match=r"tgt_ids has 9 positions.*max_len=6"):
+        model.forward(src, ids(rng, 2, 9, V_TGT))
+
+
+def test_lm_ids_longer_than_max_len(lm, rng):
+    with pytest.raises(ValueError, match=r"ids has 7 positions.*max_len=6"):
+        lm.forward(ids(rng, 1, MAX_LEN + 1, V_TGT))
+
+
+def test_lm_ids_out_of_range(lm, rng):
+    bad = ids(rng, 2, 4, V_TGT)
+    bad[1, 3] = V_TGT
+    with pytest.raises(ValueError, match=r"ids.*\[0, 13\).*13\]"):
+        lm.forward(bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration.
+
+
+def test_config_d_model_not_divisible_by_n_heads():
+    with pytest.raises(ValueError, match=r"d_model must be divisible by n_heads.*d_model=30.*n_heads=4"):
+        tiny_config(d_model=30, n_heads=4)
+
+
+def test_config_unknown_activation():
+    with pytest.raises(ValueError, match=r"activation.*'relu', 'gelu', 'gelu_tanh'.*'swish'"):
+        tiny_config(activation="swish")
+
+
+def test_config_unknown_positional():
+    with pytest.raises(ValueError, match=r"positional.*'sinusoidal', 'learned'.*'rotary'"):
+        tiny_config(positional="rotary")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "minimum"),
+    [
+        ("d_model", -8, 1),
+        ("n_heads", -2, 1),
+        ("d_ff", 0, 1),
+        ("src_vocab_size", 0, 1),
+        ("max_len", -1, 1),
+        ("n_encoder_layers", -1, 0),
+        ("n_decoder_layers", -3, 0),
+    ],
+)
+def test_config_negative_size(field, value, minimum):
+    with pytest.raises(ValueError, match=rf"{field} must be >= {minimum}, got {value}"):
+        tiny_config(**{field: value})
+
+
+def test_config_size_not_an_int():
+    with pytest.raises(TypeError, match=r"d_ff must be an int.*float.*12\.5"):
+        tiny_config(d_ff=12.5)
+
+
+@pytest.mark.parametrize("value", [1.0, 1.5, -0.1])
+def test_config_dropout_out_of_range(value):
+    with pytest.raises(ValueError, match=rf"dropout must be in \[0, 1\), got {value}"):
+        tiny_config(dropout=value)
+
+
+@pytest.mark.parametrize("field", ["norm_first", "tie_embeddings", "scale_embeddings"])
+def test_config_non_bool_flag(field):
+    with pytest.raises(TypeError, match=rf"{field} must be a bool, got int"):
+        tiny_config(**{field: 1})
+
+
+def test_config_pad_id_not_below_src_vocab():
+    with pytest.raises(ValueError, match=r"pad_id.*src_vocab_size=11, got 11"):
+        tiny_config(pad_id=V_SRC)
+
+
+def test_config_pad_id_not_below_tgt_vocab():
+    with pytest.raises(ValueError, match=r"pad_id.*tgt_vocab_size=13, got 15"):
+        tiny_config(src_vocab_size=20, pad_id=15)
+
+
+def test_config_layer_norm_eps_not_positive():
+    with pytest.raises(ValueError, match=r"layer_norm_eps.*positive.*got 0"):
+        tiny_config(layer_norm_eps=0.0)
+
+
+def test_config_from_dict_unknown_field():
+    with pytest.raises(ValueError, match=r"unknown fields \['d_modle'\]"):
+        TransformerConfig.from_dict(tiny_config().to_dict() | {"d_modle": 8})
+
+
+# ----------------------------------------------------------------------------------------------
+# Model construction.
+
+
+def test_model_with_a_dict_instead_of_a_config():
+    with pytest.raises(TypeError, match=r"config must be a TransformerConfig, got dict"):
+        Transformer(tiny_config().to_dict())
+
+
+def test_lm_with_a_non_config():
+    with pytest.raises(TypeError, match=r"config must be a TransformerConfig, got NoneType"):
+        TransformerLM(None)
+
+
+@pytest.mark.parametrize(("dtype", "name"), [(np.float16, "float16"), (int, "int64"), (np.int32, "int32")])
+def test_model_with_unsupported_dtype(dtype, name):
+    with pytest.raises(TypeError, match=rf"dtype must be float32 or float64, got {name}"):
+        Transformer(tiny_config(), dtype=dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward.
+
+
+def test_backward_before_forward(rng):
+    with pytest.raises(ValueError, match=r"backward called before forward"):
+        Transformer(tiny_config()).backward(rng.standard_normal((2, 3, V_TGT)))
+
+
+def test_lm_backward_before_forward(rng):
+    with pytest.raises(ValueError, match=r"backward called before forward"):
+        TransformerLM(tiny_config()).backward(rng.standard_normal((2, 3, V_TGT)))
+
+
+def test_dlogits_of_wrong_shape(model, src, tgt, rng):
+    model.forward(src, tgt)
+    with pytest.raises(ValueError, match=r"dlogits must have shape " + esc((2, 3, 13)) + ".*" + esc((2, 3, 12))):
+        model.backward(rng.standard_normal((2, 3, 12)))
+
+
+def test_lm_dlogits_of_wrong_shape(lm, rng):
+    lm.forward(ids(rng, 2, 4, V_TGT))
+    with pytest.raises(ValueError, match=r"dlogits must have shape " + esc((2, 4, 13)) + ".*" + esc((2, 3, 13))):
+        lm.backward(rng.standard_normal((2, 3, V_TGT)))
+
+
+def test_float32_dlogits_into_float64_model(model, src, tgt, rng):
+    model.forward(src, tgt)
+    with pytest.raises(TypeError, match=r"dlogits must have dtype float64, got float32"):
+        model.backward(rng.standard_normal((2, 3, V_TGT)).astype(np.float32))
+
+
+def test_float64_dlogits_into_float32_model(src, tgt, rng):
+    model = Transformer(tiny_config(), dtype=np.float32)
+    model.forward(src, tgt)
+    with pytest.raises(TypeError, match=r"dlogits must have dtype float32, got float64"):
+        model.backward(rng.standard_normal((2, 3, V_TGT)))
+
+
+def test_dlogits_not_an_array(model, src, tgt, rng):
+    model.forward(src, tgt)
+    with pytest.raises(TypeError, match=r"dlogits must be a numpy array, got list"):
+        model.backward(rng.standard_normal((2, 3, V_TGT)).tolist())
+
+
+# ----------------------------------------------------------------------------------------------
+# State dicts. A rejected load must leave the parameters untouched.
+
+
+def assert_unchanged(model, before: dict) -> None:
+    for k, v in model.params.items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+
+
+def test_state_dict_missing_keys(model):
+    before = model.state_dict()
+    missing = ["encoder.layers.0.ffn.linear1.weight", "decoder.layers.0.cross_attn.k_proj.bias", "output_proj.bias"]
+    state = {k: v + 1.0 for k, v in before.items() if k not in missing}
+    with pytest.raises(ValueError, match=r"missing keys") as info:
+        model.load_state_dict(state)
+    for k in missing:
+        assert repr(k) in str(info.value)
+    assert_unchanged(model, before)
+
+
+def test_state_dict_unexpected_keys(model):
+    before = model.state_dict()
+    extra = {"encoder.layers.1.ffn.linear1.weight": np.zeros((12, 8)), "output_proj.scale": np.ones(13)}
+    with pytest.raises(ValueError, match=r"unexpected keys") as info:
+        model.load_state_dict({k: v + 1.0 for k, v in before.items()} | extra)
+    for k in extra:
+        assert repr(k) in str(info.value)
+    assert_unchanged(model, before)
+
+
+def test_state_dict_misshaped_keys(model):
+    before = model.state_dict()
+    bad = {"encoder.token_embedding.weight": np.zeros((8, 11)), "output_proj.bias": np.zeros(3)}
+    with pytest.raises(ValueError, match=r"mis-shaped keys") as info:
+        model.load_state_dict(before | bad)
+    message = str(info.value)
+    assert "encoder.token_embedding.weight: got (8, 11), expected (11, 8)" in message
+    assert "output_proj.bias: got (3,), expected (13,)" in message
+    assert_unchanged(model, before)
+
+
+def test_state_dict_not_a_dict(model):
+    with pytest.raises(TypeError, match=r"state must be a dict.*got list"):
+        model.load_state_dict(list(model.state_dict().items()))
+
+
+def test_state_dict_non_numeric_value(model):
+    with pytest.raises(TypeError, match=r"state\['output_proj.bias'\] must be a numeric array.*<U1"):
+        model.load_state_dict(model.state_dict() | {"output_proj.bias": np.array(["x"] * 13)})
+
+
+def test_state_dict_non_strict_tolerates_missing_and_unexpected(model):
+    before = model.state_dict()
+    state = {"output_proj.bias": before["output_proj.bias"] + 1.0, "not.a.parameter": np.zeros(2)}
+    model.load_state_dict(state, strict=False)
+    np.testing.assert_array_equal(model.params["output_proj.bias"], before["output_proj.bias"] + 1.0)
+    np.testing.assert_array_equal(model.params["output_proj.weight"], before["output_proj.weight"])
+
+
+def test_state_dict_non_strict_still_rejects_misshaped(model):
+    before = model.state_dict()
+    with pytest.raises(ValueError, match=r"mis-shaped keys.*output_proj.bias: got \(12,\), expected \(13,\)"):
+        model.load_state_dict({"output_proj.bias": np.zeros(12), "decoder.final_norm.weight": np.ones(8)}, strict=False)
+    assert_unchanged(model, before)
+
+
+def test_lm_state_dict_with_encoder_keys(lm):
+    state = Transformer(tiny_config(), seed=0).state_dict()
+    with pytest.raises(ValueError, match=r"unexpected keys.*'encoder.token_embedding.weight'"):
+        lm.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-head attention.
+
+
+@pytest.fixture
+def mha_params(rng):
+    return {k: rng.standard_normal((8, 8) if k.endswith("weight") else (8,)) for k in MHA_KEYS}
+
+
+def test_mha_query_and_key_batch_sizes_disagree(mha_params, rng):
+    query, memory = rng.standard_normal((2, 3, 8)), rng.standard_normal((3, 4, 8))
+    with pytest.raises(ValueError, match=r"batch sizes disagree: query has B=2, key has B=3"):
+        multi_head_attention_forward(mha_params, query, memory, memory, 2)
+
+
+def test_mha_key_value_shape_mismatch(mha_params, rng):
+    query, key, value = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 4, 8)), rng.standard_normal((2, 5, 8))
+    with pytest.raises(
+        ValueError, match=r"key and value must have the same shape.*" + esc((2, 4, 8)) + ".*" + esc((2, 5, 8))
+    ):
+        multi_head_attention_forward(mha_params, query, key, value, 2)
+
+
+def test_mha_key_width_differs_from_query(mha_params, rng):
+    query, key = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 4, 6))
+    with pytest.raises(ValueError, match=r"key must have d_model=8.*" + esc((2, 4, 6))):
+        multi_head_attention_forward(mha_params, query, key, key, 2)
+
+
+def test_mha_d_model_not_divisible_by_n_heads(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"d_model must be divisible by n_heads.*d_model=8, n_heads=3"):
+        multi_head_attention_forward(mha_params, x, x, x, 3)
+
+
+def test_mha_n_heads_not_positive(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"n_heads must be a positive int, got 0"):
+        multi_head_attention_forward(mha_params, x, x, x, 0)
+
+
+def test_mha_query_wrong_ndim(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"query must have shape \(B, T, D\).*" + esc((3, 8))):
+        multi_head_attention_forward(mha_params, x[0], x, x, 2)
+
+
+def test_mha_integer_query(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(TypeError, match=r"query must be a floating-point array.*int64"):
+        multi_head_attention_forward(mha_params, np.ones((2, 3, 8), dtype=np.int64), x, x, 2)
+
+
+def test_mha_non_bool_mask(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(TypeError, match=r"attn_mask must be a bool array.*int64"):
+        multi_head_attention_forward(mha_params, x, x, x, 2, attn_mask=np.ones((2, 1, 1, 3), dtype=np.int64))
+
+
+def test_mha_float_mask(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(TypeError, match=r"attn_mask must be a bool array.*float64"):
+        multi_head_attention_forward(mha_params, x, x, x, 2, attn_mask=np.zeros((2, 1, 3, 3)))
+
+
+def test_mha_mask_does_not_broadcast(mha_params, rng):
+    query, memory = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 5, 8))
+    bad = np.ones((2, 1, 1, 4), dtype=bool)
+    with pytest.raises(ValueError, match=r"attn_mask of shape " + esc(bad.shape) + ".*" + esc((2, 2, 3, 5))):
+        multi_head_attention_forward(mha_params, query, memory, memory, 2, attn_mask=bad)
+
+
+def test_mha_mask_with_too_many_dimensions(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    bad = np.ones((1, 2, 1, 1, 3), dtype=bool)
+    with pytest.raises(ValueError, match=r"attn_mask of shape " + esc(bad.shape) + ".*" + esc((2, 2, 3, 3))):
+        multi_head_attention_forward(mha_params, x, x, x, 2, attn_mask=bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross-entropy.
+
+
+@pytest.fixture
+def logits(rng):
+    return rng.standard_normal((2, 3, 5))
+
+
+def test_cross_entropy_targets_of_wrong_shape(logits):
+    with pytest.raises(ValueError, match=r"targets must have shape.*" + esc((2, 3)) + ".*" + esc((2, 4))):
+        cross_entropy_forward(logits, np.zeros((2, 4), dtype=np.int64))
+
+
+def test_cross_entropy_flattened_targets_for_3d_logits(logits):
+    with pytest.raises(ValueError, match=r"targets must have shape.*" + esc((2, 3)) + ".*" + esc((6,))):
+        cross_entropy_forward(logits, np.zeros(6, dtype=np.int64))
+
+
+def test_cross_entropy_float_targets(logits):
+    with pytest.raises(TypeError, match=r"targets must be an integer array, got dtype float64"):
+        cross_entropy_forward(logits, np.zeros((2, 3)))
+
+
+def test_cross_entropy_targets_too_large(logits):
+    targets = np.array([[0, 1, 7], [2, 3, 4]])
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 5\) or equal ignore_index=-100, got \[7\]"):
+        cross_entropy_forward(logits, targets)
+
+
+def test_cross_entropy_negative_targets_that_are_not_ignore_index(logits):
+    targets = np.array([[0, -1, 2], [-100, 3, 4]])
+    with pytest.raises(ValueError, match=r"targets must be in \[0, 5\).*got \[-1\]"):
+        cross_entropy_forward(logits, targets)
+
+
+def test_cross_entropy_all_targets_ignored(logits):
+    with pytest.raises(ValueError, match=r"targets: every target equals ignore_index=0"):
+        cross_entropy_forward(logits, np.zeros((2, 3), dtype=np.int64), ignore_index=0)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_cross_entropy_label_smoothing_out_of_range(logits, value):
+    with pytest.raises(ValueError, match=rf"label_smoothing must be in \[0, 1\], got {value}"):
+        cross_entropy_forward(logits, np.ones((2, 3), dtype=np.int64), label_smoothing=value)
+
+
+def test_cross_entropy_integer_logits():
+    with pytest.raises(TypeError, match=r"logits must be a floating-point array, got dtype int64"):
+        cross_entropy_forward(np.ones((2, 5), dtype=np.int64), np.ones(2, dtype=np.int64))
+
+
+# ----------------------------------------------------------------------------------------------
+# Replayed dropout masks.
+
+
+@pytest.fixture
+def trained(src, tgt):
+    model = Transformer(tiny_config(dropout=0.2), seed=0)
+    model.forward(src, tgt)
+    return model, dict(model.dropout_masks)
+
+
+def test_dropout_masks_missing_a_site(trained, src, tgt):
+    model, masks = trained
+    del masks["decoder.layers.0.ffn.dropout"]
+    with pytest.raises(
+        ValueError, match=r"dropout_masks: no mask for site 'decoder.layers.0.ffn.dropout'.*\(2, 3, 12\)"
+    ):
+        model.forward(src, tgt, dropout_masks=masks)
+
+
+def test_dropout_masks_wrong_shape(trained, src, tgt):
+    model, masks = trained
+    masks["encoder.layers.0.self_attn.dropout"] = np.ones((2, 2, 4, 3), dtype=bool)
+    with pytest.raises(
+        ValueError,
+        match=r"dropout_masks\['encoder.layers.0.self_attn.dropout'\].*" + esc((2, 2, 4, 4)) + ".*" + esc((2, 2, 4, 3)),
+    ):
+        model.forward(src, tgt, dropout_masks=masks)
+
+
+def test_dropout_masks_wrong_dtype(trained, src, tgt):
+    model, masks = trained
+    masks["encoder.embedding_dropout"] = masks["encoder.embedding_dropout"].astype(np.float64)
+    with pytest.raises(ValueError, match=r"dropout_masks\['encoder.embedding_dropout'\] must be a bool array.*float64"):
+        model.forward(src, tgt, dropout_masks=masks)
+
+
+def test_lm_dropout_masks_missing_a_site(rng):
+    lm = TransformerLM(tiny_config(dropout=0.2), seed=0)
+    x = ids(rng, 2, 4, V_TGT)
+    lm.forward(x)
+    masks = {k: v for k, v in lm.dropout_masks.items() if k != "decoder.embedding_dropout"}
+    with pytest.raises(ValueError, match=r"no mask for site 'decoder.embedding_dropout'.*\(2, 4, 8\)"):
+        lm.forward(x, dropout_masks=masks)

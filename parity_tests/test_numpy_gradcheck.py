@@ -1,0 +1,647 @@
+"""Every hand-written backward pass of numpy_transformer against central finite differences.
+
+DESIGN.md's bar: per coordinate |fd - analytic| / max(|fd|, |analytic|, 1e-2) <= 1e-6, central step
+1e-5, float64, with a random upstream gradient (numpy_transformer.gradcheck draws one from a seeded
+generator: never all ones, never a plain .sum()). Besides the bar, every compared gradient must be
+non-zero, so that no check passes vacuously; the one exception is the key projection's bias of
+attention, whose gradient is zero in exact arithmetic (it adds q . b_K to every score of a query row,
+and softmax ignores a shift shared by the whole row): that one must be zero up to rounding, judged
+against its neighbours.
+
+Sizes are tiny (d_model 8, 2 heads, d_ff 12, vocabularies ~11, sequences of 3-6) and big tensors are
+sampled (max_coords) to keep the file fast.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+
+from numpy_transformer import Transformer, TransformerConfig, TransformerLM, parameter_shapes
+from numpy_transformer import attention as A
+from numpy_transformer import layers as L
+from numpy_transformer import loss as X
+from numpy_transformer import model as M
+from numpy_transformer.gradcheck import check_model, check_pair, gradcheck
+
+BAR = 1e-6
+NONZERO = 1e-6  # a compared gradient must reach this fraction of the largest gradient of its check
+EXACT_ZERO = 1e-12  # ... and k_proj.bias must stay below this fraction (rounding noise only)
+
+WORST: dict[str, float] = {}  # test node id -> worst relative error, for reports; the tests do not read it
+
+
+def is_zero_in_exact_arithmetic(name: str) -> bool:
+    """The key bias shifts every score of a query row by the same q . b_K; softmax ignores it."""
+    return name.endswith("k_proj.bias")
+
+
+def assert_passes(result, label: str) -> None:
+    """The bar, and no vacuous pass: every compared gradient is non-zero except k_proj.bias."""
+    WORST[os.environ.get("PYTEST_CURRENT_TEST", label).split(" ")[0]] = result.worst
+    assert result.errors, "nothing was compared"
+    assert result.worst <= BAR, f"{label}: worst relative error {result.worst:.2e} > {BAR}\n{result}"
+    scale = max(result.max_abs_grad.values())
+    assert scale > 0.0, f"{label}: every gradient is zero\n{result}"
+    for name, g in result.max_abs_grad.items():
+        if is_zero_in_exact_arithmetic(name):
+            assert g <= EXACT_ZERO * scale, f"{label}: {name} should be ~0 (max |grad| {g:.2e}, largest {scale:.2e})"
+        else:
+            assert g >= NONZERO * scale, f"{label}: {name} is (nearly) all zero: {g:.2e} vs largest {scale:.2e}"
+
+
+def rand(rng, *shape, scale=1.0):
+    return scale * rng.standard_normal(shape)
+
+
+def replayed(p: float, run, seed: int = 7) -> L.Dropout:
+    """Run `run(dropout)` once with keep-masks drawn from a seeded generator; return a Dropout that
+    hands out exactly those masks, so repeated forwards (the finite differences) agree."""
+    drawing = L.Dropout(p, rng=np.random.default_rng(seed))
+    run(drawing)
+    assert drawing.masks, "the forward drew no dropout mask"
+    everything = np.concatenate([m.ravel() for m in drawing.masks.values()])
+    assert everything.any() and not everything.all(), "the keep-masks should keep some units and drop some"
+    return L.Dropout(p, masks=drawing.masks)
+
+
+def random_params(shapes: dict, rng) -> dict:
+    """Generic parameter values: not the init's special point (unit norm weights, zero biases), where
+    a backward pass that forgot a factor of the norm weight or a bias path would still look right."""
+    params = {}
+    for name, shape in shapes.items():
+        if name.endswith("norm.weight"):
+            value = 1.0 + 0.3 * rng.standard_normal(shape)
+        elif name.endswith(".bias"):
+            value = 0.3 * rng.standard_normal(shape)
+        elif len(shape) == 2 and not name.endswith("embedding.weight"):
+            value = rng.standard_normal(shape) / math.sqrt(shape[1])
+        else:
+            value = 0.5 * rng.standard_normal(shape)
+        params[name] = value
+    return params
+
+
+def perturb(model, rng) -> None:
+    """Move a model's parameters off the init's special point, in place (check_model perturbs in place)."""
+    for name, value in model.params.items():
+        if name.endswith("norm.weight") or name.endswith(".bias"):
+            value += 0.3 * rng.standard_normal(value.shape)
+
+
+def make_ids(rng, rows: list[str], vocab: int, pad_id: int = 0) -> np.ndarray:
+    """Ids from a picture: one string per batch row, "_" is pad_id, "." a token drawn from [3, vocab)
+    without pad_id, so that only the intended positions equal pad_id."""
+    choices = np.array([i for i in range(3, vocab) if i != pad_id])
+    picture = np.array([list(r) for r in rows])
+    ids = rng.choice(choices, size=picture.shape)
+    ids[picture == "_"] = pad_id
+    return ids
+
+
+def tiny_config(**overrides) -> TransformerConfig:
+    values = dict(
+        src_vocab_size=11,
+        tgt_vocab_size=13,
+        d_model=8,
+        n_heads=2,
+        d_ff=12,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        max_len=6,
+    )
+    return TransformerConfig(**(values | overrides))
+
+
+# ----------------------------------------------------------------------------------------------
+# The checker itself: it must be able to fail.
+
+
+def test_gradcheck_catches_a_wrong_gradient():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4))
+    w = rng.standard_normal((3, 4))
+    good = gradcheck(lambda: np.sum(np.sin(x) * w), {"x": x}, {"x": np.cos(x) * w}, max_coords=None)
+    bad = gradcheck(lambda: np.sum(np.sin(x) * w), {"x": x}, {"x": np.cos(x) * w * 1.001}, max_coords=None)
+    assert good.worst <= BAR
+    assert bad.worst > 1e-4
+
+
+def test_check_pair_catches_a_wrong_backward():
+    rng = np.random.default_rng(1)
+    args = dict(
+        x=rng.standard_normal((2, 3, 8)), weight=1 + rng.standard_normal(8), bias=rng.standard_normal(8), eps=1e-5
+    )
+
+    def wrong(dout, cache):  # forgets the path through the mean
+        x_hat, rstd, weight = cache
+        g = dout * weight
+        dx = rstd * (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+        return dx, (dout * x_hat).reshape(-1, 8).sum(0), dout.reshape(-1, 8).sum(0)
+
+    result = check_pair(L.layer_norm_forward, wrong, args, wrt=["x", "weight", "bias"], max_coords=None)
+    assert result.errors["x"] > 1e-3
+    assert result.errors["weight"] <= BAR
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers.
+
+
+@pytest.mark.parametrize("x_shape", [(5, 4), (2, 3, 4)], ids=["x2d", "x3d"])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_linear(bias, x_shape):
+    rng = np.random.default_rng(10)
+    args = dict(x=rand(rng, *x_shape), weight=rand(rng, 6, 4), bias=rand(rng, 6) if bias else None)
+    if bias:
+        result = check_pair(L.linear_forward, L.linear_backward, args, wrt=["x", "weight", "bias"], max_coords=None)
+    else:
+        assert L.linear_backward(rand(rng, *x_shape[:-1], 6), L.linear_forward(**args)[1])[2] is None
+
+        def backward(dout, cache):
+            return L.linear_backward(dout, cache)[:2]
+
+        result = check_pair(L.linear_forward, backward, args, wrt=["x", "weight"], max_coords=None)
+    assert_passes(result, f"linear-{bias}-{x_shape}")
+
+
+@pytest.mark.parametrize("scale", [1.0, math.sqrt(8)], ids=["scale1", "scale-sqrtD"])
+def test_embedding_repeated_ids(scale):
+    rng = np.random.default_rng(11)
+    ids = np.array([[1, 3, 1, 6], [3, 3, 0, 6], [5, 1, 3, 3]])  # repeats within and across rows; 2 and 4 unused
+    args = dict(ids=ids, weight=rand(rng, 7, 8), scale=scale)
+    result = check_pair(L.embedding_forward, L.embedding_backward, args, wrt=["weight"], max_coords=None)
+    assert_passes(result, f"embedding-{scale}")
+
+
+def test_add_positions_learned_table():
+    rng = np.random.default_rng(12)
+    args = dict(x=rand(rng, 2, 3, 4), table=rand(rng, 6, 4))  # T = 3 < max_len = 6: rows 3.. get zero
+    result = check_pair(L.add_positions_forward, L.add_positions_backward, args, wrt=["x", "table"], max_coords=None)
+    assert_passes(result, "add_positions")
+
+
+def _softmax_masks(rng):
+    padding = np.ones((2, 1, 5), dtype=bool)
+    padding[1, 0, 3:] = False
+    fully = rng.random((2, 3, 5)) < 0.6
+    fully[:, :, 0] = True
+    fully[1, 2, :] = False  # a row with nothing to attend to
+    return {"no-mask": None, "padding-broadcast": padding, "fully-masked-row": fully}
+
+
+@pytest.mark.parametrize("case", ["no-mask", "padding-broadcast", "fully-masked-row"])
+def test_softmax(case):
+    rng = np.random.default_rng(13)
+    mask = _softmax_masks(rng)[case]
+    args = dict(x=rand(rng, 2, 3, 5, scale=2.0), mask=mask)
+    result = check_pair(L.softmax_forward, L.softmax_backward, args, wrt=["x"], max_coords=None)
+    assert_passes(result, f"softmax-{case}")
+    if case == "fully-masked-row":
+        probs, cache = L.softmax_forward(**args)
+        assert np.all(probs[1, 2] == 0.0)
+        assert np.all(L.softmax_backward(rand(rng, 2, 3, 5), cache)[1, 2] == 0.0)
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh"])
+def test_activation(name):
+    rng = np.random.default_rng(14)
+    x = rand(rng, 3, 4, 5, scale=2.0)
+    if name == "relu":
+        x = np.sign(x) * (0.1 + np.abs(x))  # keep away from the kink at 0
+    forward, backward = L.ACTIVATIONS[name]
+    result = check_pair(forward, backward, dict(x=x), wrt=["x"], max_coords=None)
+    assert_passes(result, f"activation-{name}")
+
+
+def test_dropout_fixed_keep_mask():
+    rng = np.random.default_rng(15)
+    keep = rng.random((3, 4, 5)) >= 0.3
+    assert keep.any() and not keep.all()
+    args = dict(x=rand(rng, 3, 4, 5), p=0.3, keep_mask=keep)
+    result = check_pair(L.dropout_forward, L.dropout_backward, args, wrt=["x"], max_coords=None)
+    assert_passes(result, "dropout")
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.1])
+def test_layer_norm(eps):
+    rng = np.random.default_rng(16)
+    args = dict(x=0.5 + 2.0 * rand(rng, 2, 3, 8), weight=1 + 0.3 * rand(rng, 8), bias=rand(rng, 8), eps=eps)
+    result = check_pair(L.layer_norm_forward, L.layer_norm_backward, args, wrt=["x", "weight", "bias"], max_coords=None)
+    assert_passes(result, f"layer_norm-{eps}")
+
+
+def test_feed_forward_dropout():
+    rng = np.random.default_rng(17)
+    cfg = tiny_config()
+    params = random_params(M.sub(parameter_shapes(cfg), "encoder.layers.0.ffn"), rng)
+    x = rand(rng, 2, 3, 8)
+    dropout = replayed(0.3, lambda d: L.feed_forward_forward(params, x, "gelu", d))
+    args = dict(params=params, x=x, activation="gelu", dropout=dropout)
+    result = check_pair(L.feed_forward_forward, L.feed_forward_backward, args, wrt=["x", "params"], max_coords=None)
+    assert_passes(result, "feed_forward-dropout")
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh"])
+def test_feed_forward(activation):
+    rng = np.random.default_rng(18)
+    params = random_params(M.sub(parameter_shapes(tiny_config()), "encoder.layers.0.ffn"), rng)
+    args = dict(params=params, x=rand(rng, 2, 3, 8), activation=activation)
+    result = check_pair(L.feed_forward_forward, L.feed_forward_backward, args, wrt=["x", "params"], max_coords=None)
+    assert_passes(result, f"feed_forward-{activation}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention.
+
+
+@pytest.mark.parametrize("case", ["no-mask", "padding", "fully-masked-row", "mask+dropout"])
+def test_scaled_dot_product_attention(case):
+    rng = np.random.default_rng(20)
+    B, H, T_q, T_k, Dh = 2, 2, 3, 5, 4
+    mask, p, keep = None, 0.0, None
+    if case == "padding":
+        mask = np.ones((B, 1, 1, T_k), dtype=bool)
+        mask[1, ..., 3:] = False
+    elif case in ("fully-masked-row", "mask+dropout"):
+        mask = rng.random((B, H, T_q, T_k)) < 0.7
+        mask[..., 0] = True
+        mask[1, 0, 2, :] = False  # query 2 of batch 1, head 0: nothing to attend to
+    if case == "mask+dropout":
+        p = 0.25
+        keep = rng.random((B, H, T_q, T_k)) >= p
+    args = dict(
+        q=rand(rng, B, H, T_q, Dh),
+        k=rand(rng, B, H, T_k, Dh),
+        v=rand(rng, B, H, T_k, Dh),
+        mask=mask,
+        dropout_p=p,
+        keep_mask=keep,
+    )
+    result = check_pair(
+        A.scaled_dot_product_attention_forward,
+        A.scaled_dot_product_attention_backward,
+        args,
+        wrt=["q", "k", "v"],
+        max_coords=None,
+    )
+    assert_passes(result, f"sdpa-{case}")
+
+
+def mha_params(rng, D: int) -> dict:
+    return random_params({k: (D, D) if k.endswith("weight") else (D,) for k in A.MHA_KEYS}, rng)
+
+
+def self_attention_forward(params, x, n_heads, attn_mask=None, dropout=None):
+    return A.multi_head_attention_forward(params, x, x, x, n_heads, attn_mask, dropout)
+
+
+def self_attention_backward(dout, cache):
+    dquery, dkey, dvalue, grads = A.multi_head_attention_backward(dout, cache)
+    return dquery + dkey + dvalue, grads  # x was fed as query, key and value: the three paths add
+
+
+def shared_memory_forward(params, x, memory, n_heads, attn_mask=None):
+    return A.multi_head_attention_forward(params, x, memory, memory, n_heads, attn_mask)
+
+
+def shared_memory_backward(dout, cache):
+    dquery, dkey, dvalue, grads = A.multi_head_attention_backward(dout, cache)
+    return dquery, dkey + dvalue, grads  # memory was fed as key and value
+
+
+def padding(B: int, T_k: int, pads: dict) -> np.ndarray:
+    """(B, 1, 1, T_k) key mask; pads: batch row -> the key positions that are padding."""
+    mask = np.ones((B, 1, 1, T_k), dtype=bool)
+    for b, positions in pads.items():
+        mask[b, 0, 0, positions] = False
+    return mask
+
+
+def causal(T: int) -> np.ndarray:
+    return np.tril(np.ones((T, T), dtype=bool))[None, None]
+
+
+# id: (kind, B, T_q, T_k, H, mask, dropout)
+MHA_CASES = {
+    "self-no-mask-B2-H2": ("self", 2, 4, 4, 2, None, 0.0),
+    "self-padding-B2-H2": ("self", 2, 4, 4, 2, padding(2, 4, {1: [2, 3]}), 0.0),
+    "self-causal-B2-H2": ("self", 2, 4, 4, 2, causal(4), 0.0),
+    "self-causal+padding-fully-masked-row-B2-H2": ("self", 2, 4, 4, 2, causal(4) & padding(2, 4, {1: [0, 3]}), 0.0),
+    "self-padding-B3-H4": ("self", 3, 5, 5, 4, padding(3, 5, {0: [4], 2: [1, 2]}), 0.0),
+    "self-H1-B1": ("self", 1, 3, 3, 1, None, 0.0),
+    "self-causal-dropout-B2-H2": ("self", 2, 4, 4, 2, causal(4), 0.3),
+    "cross-Tq3-Tk5-padding-B2-H2": ("cross", 2, 3, 5, 2, padding(2, 5, {0: [4], 1: [2, 3, 4]}), 0.0),
+    "cross-Tq5-Tk2-no-mask-B2-H4": ("cross", 2, 5, 2, 4, None, 0.0),
+    "cross-Tq4-Tk3-all-keys-padded-row": ("cross", 2, 4, 3, 2, padding(2, 3, {1: [0, 1, 2]}), 0.0),
+    "memory-shared-Tq4-Tk6-padding": ("memory", 2, 4, 6, 2, padding(2, 6, {0: [5], 1: [3, 4, 5]}), 0.0),
+    "memory-shared-fully-masked-row": ("memory", 2, 3, 4, 2, padding(2, 4, {0: [0, 1, 2, 3]}), 0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(MHA_CASES))
+def test_multi_head_attention(case):
+    kind, B, T_q, T_k, H, mask, p = MHA_CASES[case]
+    rng = np.random.default_rng(21)
+    D = 8
+    params = mha_params(rng, D)
+    query, key, value = rand(rng, B, T_q, D), rand(rng, B, T_k, D), rand(rng, B, T_k, D)
+    if kind == "self":
+        dropout = None
+        if p:
+            dropout = replayed(p, lambda d: self_attention_forward(params, query, H, mask, d))
+        args = dict(params=params, x=query, n_heads=H, attn_mask=mask, dropout=dropout)
+        result = check_pair(self_attention_forward, self_attention_backward, args, wrt=["x", "params"], max_coords=16)
+    elif kind == "cross":  # key and value distinct arrays: each input gradient on its own
+        args = dict(params=params, query=query, key=key, value=value, n_heads=H, attn_mask=mask)
+        result = check_pair(
+            A.multi_head_attention_forward,
+            A.multi_head_attention_backward,
+            args,
+            wrt=["query", "key", "value", "params"],
+            max_coords=16,
+        )
+    else:  # memory read as key and value, as the decoder's cross-attention does
+        args = dict(params=params, x=query, memory=key, n_heads=H, attn_mask=mask)
+        result = check_pair(
+            shared_memory_forward, shared_memory_backward, args, wrt=["x", "memory", "params"], max_coords=16
+        )
+    assert_passes(result, f"mha-{case}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Residual sublayer, layers, stacks.
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_residual_around_feed_forward(norm_first, dropout_p):
+    rng = np.random.default_rng(30)
+    ffn_params = random_params(M.sub(parameter_shapes(tiny_config()), "encoder.layers.0.ffn"), rng)
+
+    def forward(x, norm_weight, norm_bias, ffn_params, dropout=None):
+        def sublayer(h):
+            return L.feed_forward_forward(ffn_params, h, "gelu_tanh", dropout)
+
+        return L.residual_forward(x, norm_weight, norm_bias, sublayer, norm_first, 1e-5, dropout, "ffn_dropout")
+
+    def backward(dout, cache):
+        return L.residual_backward(dout, cache, L.feed_forward_backward)  # dx, dnorm_weight, dnorm_bias, ffn grads
+
+    args = dict(x=rand(rng, 2, 3, 8), norm_weight=1 + 0.3 * rand(rng, 8), norm_bias=rand(rng, 8), ffn_params=ffn_params)
+    if dropout_p:
+        args["dropout"] = replayed(dropout_p, lambda d: forward(**(args | {"dropout": d})))
+        assert set(args["dropout"].masks) == {"ffn.dropout", "ffn_dropout"}
+    result = check_pair(forward, backward, args, wrt=["x", "norm_weight", "norm_bias", "ffn_params"], max_coords=None)
+    assert_passes(result, f"residual-{norm_first}-{dropout_p}")
+
+
+# id: (config overrides, dropout p, padded key positions per batch row)
+LAYER_CASES = {
+    "post-norm-relu": (dict(), 0.0, {}),
+    "pre-norm-gelu-padding": (dict(norm_first=True, activation="gelu"), 0.0, {1: [3]}),
+    "post-norm-gelu_tanh-padding-dropout": (dict(activation="gelu_tanh"), 0.2, {0: [2, 3]}),
+    "pre-norm-relu-H4-dropout": (dict(norm_first=True, n_heads=4), 0.2, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(LAYER_CASES))
+def test_encoder_layer(case):
+    overrides, p, pads = LAYER_CASES[case]
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(31)
+    params = random_params(M.sub(parameter_shapes(cfg), "encoder.layers.0"), rng)
+    x, mask = rand(rng, 2, 4, 8), padding(2, 4, pads)
+    args = dict(params=params, x=x, mask=mask, config=cfg, dropout=None)
+    if p:
+        args["dropout"] = replayed(p, lambda d: M.encoder_layer_forward(params, x, mask, cfg, d))
+    result = check_pair(M.encoder_layer_forward, M.encoder_layer_backward, args, wrt=["x", "params"], max_coords=16)
+    assert_passes(result, f"encoder_layer-{case}")
+
+
+@pytest.mark.parametrize("with_memory", [True, False], ids=["memory", "no-memory"])
+@pytest.mark.parametrize("case", list(LAYER_CASES))
+def test_decoder_layer(case, with_memory):
+    overrides, p, pads = LAYER_CASES[case]
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(32)
+    params = random_params(M.sub(parameter_shapes(cfg, decoder_only=not with_memory), "decoder.layers.0"), rng)
+    T_tgt, T_src = 3, 4
+    x = rand(rng, 2, T_tgt, 8)
+    self_mask = causal(T_tgt) & padding(2, T_tgt, {b: [t for t in ts if t < T_tgt] for b, ts in pads.items()})
+    memory, memory_mask = (rand(rng, 2, T_src, 8), padding(2, T_src, pads)) if with_memory else (None, None)
+
+    def forward(params, x, memory, dropout=None):
+        return M.decoder_layer_forward(params, x, memory, self_mask, memory_mask, cfg, dropout)
+
+    args = dict(params=params, x=x, memory=memory)
+    if p:
+        args["dropout"] = replayed(p, lambda d: forward(params, x, memory, d))
+    if with_memory:
+        assert "cross_attn.q_proj.weight" in params
+        result = check_pair(forward, M.decoder_layer_backward, args, wrt=["x", "memory", "params"], max_coords=16)
+    else:
+        assert not any(k.startswith("cross_attn") for k in params)
+
+        def backward(dout, cache):
+            dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
+            assert dmemory is None
+            return dx, grads
+
+        result = check_pair(forward, backward, args, wrt=["x", "params"], max_coords=16)
+    assert_passes(result, f"decoder_layer-{case}-{with_memory}")
+
+
+# id: (config overrides, dropout p, source picture)
+STACK_CASES = {
+    "post-norm-sinusoidal-2layers": (dict(n_encoder_layers=2, n_decoder_layers=2), 0.0, ["....", "...."]),
+    "pre-norm-learned-padding": (dict(norm_first=True, positional="learned"), 0.0, ["....", "..__"]),
+    "pre-norm-learned-2layers-dropout-all-pad-row": (
+        dict(norm_first=True, positional="learned", n_encoder_layers=2, n_decoder_layers=2, activation="gelu"),
+        0.2,
+        ["...._", "_____"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STACK_CASES))
+def test_encoder(case):
+    overrides, p, picture = STACK_CASES[case]
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(33)
+    params = random_params(M.sub(parameter_shapes(cfg), "encoder"), rng)
+    src_ids = make_ids(rng, picture, cfg.src_vocab_size)
+    args = dict(params=params, src_ids=src_ids, config=cfg, dropout=None)
+    if p:
+        args["dropout"] = replayed(p, lambda d: M.encoder_forward(params, src_ids, cfg, d))
+    result = check_pair(M.encoder_forward, M.encoder_backward, args, wrt=["params"], max_coords=16)
+    assert_passes(result, f"encoder-{case}")
+
+
+@pytest.mark.parametrize("case", list(STACK_CASES))
+def test_decoder_with_memory(case):
+    overrides, p, picture = STACK_CASES[case]
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(34)
+    params = random_params(M.sub(parameter_shapes(cfg), "decoder"), rng)
+    src_ids = make_ids(rng, picture, cfg.src_vocab_size)
+    tgt_ids = make_ids(rng, ["_..", "..."], cfg.tgt_vocab_size)  # batch 0 query 0: nothing to attend to
+    memory, memory_mask = rand(rng, 2, len(picture[0]), 8), M.padding_mask(src_ids, cfg.pad_id)
+
+    def forward(params, memory, dropout=None):
+        return M.decoder_forward(params, tgt_ids, memory, memory_mask, cfg, dropout)
+
+    args = dict(params=params, memory=memory, dropout=None)
+    if p:
+        args["dropout"] = replayed(p, lambda d: forward(params, memory, d))
+    result = check_pair(forward, M.decoder_backward, args, wrt=["memory", "params"], max_coords=16)
+    assert_passes(result, f"decoder-{case}")
+
+
+@pytest.mark.parametrize("case", list(STACK_CASES))
+def test_decoder_without_memory(case):
+    overrides, p, _ = STACK_CASES[case]
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(35)
+    params = random_params(M.sub(parameter_shapes(cfg, decoder_only=True), "decoder"), rng)
+    tgt_ids = make_ids(rng, ["....", "_.._"], cfg.tgt_vocab_size)
+
+    def forward(params, dropout=None):
+        return M.decoder_forward(params, tgt_ids, None, None, cfg, dropout)
+
+    def backward(dout, cache):
+        dmemory, grads = M.decoder_backward(dout, cache)
+        assert dmemory is None
+        return grads
+
+    args = dict(params=params, dropout=None)
+    if p:
+        args["dropout"] = replayed(p, lambda d: forward(params, d))
+    result = check_pair(forward, backward, args, wrt=["params"], max_coords=16)
+    assert_passes(result, f"decoder-no-memory-{case}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross-entropy.
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1, 1.0])
+@pytest.mark.parametrize("layout", ["2d", "3d"])
+def test_cross_entropy(layout, label_smoothing):
+    rng = np.random.default_rng(40)
+    V = 7
+    shape = (6,) if layout == "2d" else (2, 4)
+    targets = rng.integers(0, V, size=shape)
+    targets.reshape(-1)[[1, 4]] = -100  # ignored rows (ignore_index=-100)
+    args = dict(logits=rand(rng, *shape, V, scale=2.0), targets=targets, label_smoothing=label_smoothing)
+
+    def backward(dloss, cache):
+        return X.cross_entropy_backward(cache, dloss)
+
+    result = check_pair(X.cross_entropy_forward, backward, args, wrt=["logits"], max_coords=None)
+    assert_passes(result, f"cross_entropy-{layout}-{label_smoothing}")
+
+
+def test_cross_entropy_custom_ignore_index():
+    rng = np.random.default_rng(41)
+    targets = np.array([[3, 0, 2, 0], [0, 5, 5, 1]])
+    args = dict(logits=rand(rng, 2, 4, 6), targets=targets, ignore_index=0, label_smoothing=0.2)
+    result = check_pair(X.cross_entropy_forward, lambda d, c: X.cross_entropy_backward(c, d), args, wrt=["logits"])
+    assert_passes(result, "cross_entropy-ignore0")
+
+
+# ----------------------------------------------------------------------------------------------
+# Whole models, every parameter tensor. Pictures: "_" is pad_id, "." any other token.
+
+
+# id: (config overrides, train with dropout, src picture, tgt picture)
+TRANSFORMER_CASES = [
+    pytest.param(dict(), ["...."], ["...."], id="B1-no-padding-post-norm-relu-sinusoidal-untied"),
+    pytest.param(
+        dict(norm_first=True, activation="gelu", positional="learned", n_encoder_layers=2, n_decoder_layers=2),
+        ["......", "....__"],
+        ["...", ".._"],
+        id="B2-padding-Tsrc6-Ttgt3-pre-norm-gelu-learned-2layers",
+    ),
+    pytest.param(
+        dict(activation="gelu_tanh", tie_embeddings=True),
+        ["...", "___"],
+        ["_....", "....."],
+        id="fully-masked-rows-all-pad-src-tgt-starts-with-pad-Tsrc3-Ttgt5-post-norm-gelu_tanh-tied",
+    ),
+    pytest.param(
+        dict(n_heads=4, norm_first=True, tie_embeddings=True, positional="learned"),
+        ["....", "..__", ".._."],
+        ["..", "..", ".."],
+        id="B3-H4-padding-pre-norm-relu-tied-learned",
+    ),
+    pytest.param(
+        dict(dropout=0.2, norm_first=True, activation="gelu", n_decoder_layers=2),
+        ["....._", "...___"],
+        ["....", "..._"],
+        id="train-dropout-pre-norm-gelu-sinusoidal-untied-padding",
+    ),
+    pytest.param(
+        dict(dropout=0.3, tie_embeddings=True, positional="learned", activation="relu"),
+        ["...", ".._"],
+        ["_...", "...."],
+        id="train-dropout-post-norm-relu-tied-learned-fully-masked-row",
+    ),
+    pytest.param(
+        dict(scale_embeddings=False, n_encoder_layers=0, pad_id=4),
+        [".._.", "...."],
+        ["...", "._."],
+        id="no-scale-no-encoder-layers-pad_id4",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "src", "tgt"), TRANSFORMER_CASES)
+def test_transformer(overrides, src, tgt):
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(50)
+    model = Transformer(cfg, seed=3)
+    if cfg.dropout == 0.0:
+        model.eval()
+    perturb(model, rng)
+    src_ids = make_ids(rng, src, cfg.src_vocab_size, cfg.pad_id)
+    tgt_ids = make_ids(rng, tgt, cfg.tgt_vocab_size, cfg.pad_id)
+    result = check_model(model, src_ids, tgt_ids, seed=5, max_coords=16)
+    assert set(result.errors) == set(model.params)  # every parameter tensor was checked
+    if cfg.dropout:
+        masks = np.concatenate([m.ravel() for m in model.dropout_masks.values()])
+        assert masks.any() and not masks.all(), "training mode should have dropped some units"
+    assert_passes(result, f"transformer-{sorted(overrides.items())}")
+
+
+LM_CASES = [
+    pytest.param(dict(), [".....", "....."], id="B2-no-padding-post-norm-relu-sinusoidal-untied"),
+    pytest.param(
+        dict(norm_first=True, activation="gelu", tie_embeddings=True, positional="learned"),
+        ["_....", "...__"],
+        id="padding-row-starts-with-pad-pre-norm-gelu-tied-learned",
+    ),
+    pytest.param(dict(dropout=0.25, activation="gelu_tanh"), ["....", "..._"], id="train-dropout-post-norm-gelu_tanh"),
+    pytest.param(
+        dict(n_heads=4, norm_first=True, n_decoder_layers=2, dropout=0.2, tie_embeddings=True),
+        ["......", "_....."],
+        id="train-dropout-H4-pre-norm-relu-2layers-tied-fully-masked-row",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "ids"), LM_CASES)
+def test_transformer_lm(overrides, ids):
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(51)
+    model = TransformerLM(cfg, seed=4)
+    if cfg.dropout == 0.0:
+        model.eval()
+    perturb(model, rng)
+    result = check_model(model, make_ids(rng, ids, cfg.tgt_vocab_size, cfg.pad_id), seed=6, max_coords=16)
+    assert set(result.errors) == set(model.params)
+    assert not any(k.startswith("encoder") or "cross_attn" in k for k in result.errors)
+    assert_passes(result, f"lm-{sorted(overrides.items())}")
