@@ -108,6 +108,7 @@ def multi_head_attention_forward(
     Returns out (B, T_q, D) and a cache; cache["attn"]["probs"] holds the probabilities (B, H, T_q, T_k).
     """
     _check_attention_inputs(query, key, value, n_heads, attn_mask)
+    _check_attention_params(params, query.shape[-1], query.dtype)
     q, q_cache = linear_forward(query, params["q_proj.weight"], params["q_proj.bias"])  # (B, T_q, D)
     k, k_cache = linear_forward(key, params["k_proj.weight"], params["k_proj.bias"])  # (B, T_k, D)
     v, v_cache = linear_forward(value, params["v_proj.weight"], params["v_proj.bias"])  # (B, T_k, D)
@@ -146,6 +147,18 @@ def multi_head_attention_backward(dout: np.ndarray, cache):
     return dquery, dkey, dvalue, {k: grads[k] for k in MHA_KEYS}
 
 
+def _check_attention_params(params: dict, D: int, dtype) -> None:
+    missing = [k for k in MHA_KEYS if k not in params]
+    if missing:
+        raise ValueError(f"params is missing {missing}; expected the keys {list(MHA_KEYS)}")
+    for k in MHA_KEYS:
+        expected = (D, D) if k.endswith("weight") else (D,)
+        if params[k].shape != expected:
+            raise ValueError(f"params[{k!r}] has shape {params[k].shape}, expected {expected} for d_model={D}")
+        if params[k].dtype != dtype:
+            raise TypeError(f"params[{k!r}] has dtype {params[k].dtype}, expected the inputs' dtype {dtype}")
+
+
 def _check_attention_inputs(query, key, value, n_heads, attn_mask) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_float_array(name, x)
@@ -157,6 +170,8 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask) -> None:
         )
     if key.shape != value.shape:
         raise ValueError(f"key and value must have the same shape (B, T_k, D), got {key.shape} and {value.shape}")
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise TypeError(f"query, key and value must share one dtype, got {query.dtype}, {key.dtype} and {value.dtype}")
     if key.shape[2] != D:
         raise ValueError(f"key must have d_model={D} features like query, got shape {key.shape}")
     if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:

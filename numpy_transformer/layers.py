@@ -232,8 +232,10 @@ class Dropout:
         self.rng = rng
         self.replay = masks is not None
         self.masks = {} if masks is None else masks
+        self.used: set = set()
 
     def keep_mask(self, site: str, shape: tuple) -> np.ndarray:
+        self.used.add(site)
         if self.replay:
             if site not in self.masks:
                 raise ValueError(f"dropout_masks: no mask for site {site!r} (expected shape {shape})")
@@ -247,6 +249,12 @@ class Dropout:
         mask = self.rng.random(shape, dtype=np.float32) >= self.p
         self.masks[site] = mask
         return mask
+
+    def check_all_used(self) -> None:
+        """After a forward pass: replayed masks for sites the model does not have are a mistake."""
+        unknown = sorted(set(self.masks) - self.used)
+        if unknown:
+            raise ValueError(f"dropout_masks: unknown sites {unknown}; this model's sites are {sorted(self.used)}")
 
 
 def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):

@@ -35,6 +35,8 @@ def cross_entropy_forward(
             f"targets must have shape logits.shape[:-1] = {logits.shape[:-1]}, got targets of shape "
             f"{targets.shape} with logits of shape {logits.shape}"
         )
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
+        raise TypeError(f"label_smoothing must be a float in [0, 1], got {label_smoothing!r}")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     V = logits.shape[-1]

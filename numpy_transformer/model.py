@@ -574,6 +574,8 @@ class Transformer(_Model):
             sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
         )  # (B, T_tgt, D)
         logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
+        if dropout is not None:
+            dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
         self._cache = {
             "encoder": enc_cache,
@@ -614,6 +616,8 @@ class TransformerLM(_Model):
         dropout = self._dropout(dropout_masks)
         x, dec_cache = decoder_forward(sub(self.params, "decoder"), ids, None, None, cfg, dropout)  # (B, T, D)
         logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
+        if dropout is not None:
+            dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
         self._cache = {
             "decoder": dec_cache,

@@ -535,3 +535,36 @@ def test_lm_dropout_masks_missing_a_site(rng):
     masks = {k: v for k, v in lm.dropout_masks.items() if k != "decoder.embedding_dropout"}
     with pytest.raises(ValueError, match=r"no mask for site 'decoder.embedding_dropout'.*\(2, 4, 8\)"):
         lm.forward(x, dropout_masks=masks)
+
+
+# ----------------------------------------------------------------------------------------------
+# Gaps found while writing this suite, now closed.
+
+
+def test_mha_params_of_another_width(mha_params, rng):
+    x = rng.standard_normal((2, 3, 4))  # d_model 4, but the params are for d_model 8
+    with pytest.raises(ValueError, match=r"params\['q_proj.weight'\] has shape \(8, 8\), expected \(4, 4\)"):
+        multi_head_attention_forward(mha_params, x, x, x, 2)
+
+
+def test_mha_mixed_dtypes_are_rejected(mha_params, rng):
+    query = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    memory = rng.standard_normal((2, 4, 8))
+    with pytest.raises(TypeError, match="share one dtype.*float32.*float64"):
+        multi_head_attention_forward(mha_params, query, memory, memory, 2)
+    with pytest.raises(TypeError, match=r"params\['q_proj.weight'\] has dtype float64, expected .*float32"):
+        multi_head_attention_forward(mha_params, query, query, query, 2)
+
+
+def test_label_smoothing_none(rng):
+    logits = rng.standard_normal((2, 3, 5))
+    with pytest.raises(TypeError, match="label_smoothing must be a float"):
+        cross_entropy_forward(logits, np.zeros((2, 3), dtype=int), label_smoothing=None)
+
+
+def test_dropout_masks_for_unknown_sites(rng, src, tgt):
+    model = Transformer(tiny_config(dropout=0.1), seed=0).train()
+    model.forward(src, tgt)
+    masks = dict(model.dropout_masks) | {"encoder.layers.7.ffn.dropout": np.ones((2, 4, 12), dtype=bool)}
+    with pytest.raises(ValueError, match=r"unknown sites \['encoder.layers.7.ffn.dropout'\]"):
+        model.forward(src, tgt, dropout_masks=masks)

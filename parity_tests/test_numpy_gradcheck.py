@@ -342,6 +342,24 @@ MHA_CASES = {
 }
 
 
+def test_key_bias_gradient_is_zero_in_exact_arithmetic():
+    """b_K adds q_i . b_K to every score of query row i: a shift shared by the whole row, which softmax
+    ignores. So the output does not depend on b_K (finite differences see only rounding) and the
+    analytic gradient s * sum_j dS_ij q_i vanishes because each row of dS sums to zero."""
+    rng = np.random.default_rng(22)
+    params = mha_params(rng, 8)
+    query, memory = rand(rng, 2, 3, 8), rand(rng, 2, 5, 8)
+    mask = padding(2, 5, {1: [3, 4]})
+    out, cache = A.multi_head_attention_forward(params, query, memory, memory, 2, mask)
+    params["k_proj.bias"] += 5.0 * rng.standard_normal(8)
+    moved, _ = A.multi_head_attention_forward(params, query, memory, memory, 2, mask)
+    np.testing.assert_allclose(moved, out, rtol=1e-12, atol=1e-12)
+    grads = A.multi_head_attention_backward(rand(rng, 2, 3, 8), cache)[3]
+    neighbours = max(np.abs(grads[k]).max() for k in ("q_proj.bias", "v_proj.bias", "k_proj.weight"))
+    assert neighbours > 0.1
+    assert np.abs(grads["k_proj.bias"]).max() <= EXACT_ZERO * neighbours
+
+
 @pytest.mark.parametrize("case", list(MHA_CASES))
 def test_multi_head_attention(case):
     kind, B, T_q, T_k, H, mask, p = MHA_CASES[case]

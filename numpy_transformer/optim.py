@@ -1,0 +1,182 @@
+"""Optimizers, gradient clipping and the paper's learning-rate schedule, in NumPy.
+
+Each one has the hyper-parameters and the arithmetic of its torch counterpart (torch.optim.SGD,
+Adam, AdamW, torch.nn.utils.clip_grad_norm_, torch.optim.lr_scheduler.LambdaLR), so that a NumPy
+model and a torch model trained side by side from one state dict stay equal step for step.
+
+    opt = Adam(model.params, lr=1e-3)
+    model.zero_grad(); model.backward(dlogits)
+    clip_grad_norm(model.grads, max_norm=1.0)
+    opt.step(model.grads)                      # updates model.params in place
+
+Parameters and gradients are dicts name -> array; the optimizer keeps its state per name.
+Hyper-parameters are Python floats, so float32 parameters stay float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class Optimizer:
+    """Holds the parameter dict (updated in place), the learning rate and per-parameter state."""
+
+    def __init__(self, params: dict, lr: float):
+        if not isinstance(params, dict) or not params:
+            raise TypeError(f"params must be a non-empty dict of name -> array, got {type(params).__name__}")
+        if not lr >= 0.0:
+            raise ValueError(f"lr must be >= 0, got {lr}")
+        self.params = params
+        self.lr = float(lr)
+        self.state: dict = {name: {} for name in params}
+        self.step_count = 0
+
+    def step(self, grads: dict) -> None:
+        missing = [k for k in self.params if k not in grads]
+        if missing:
+            raise ValueError(f"grads is missing entries for {missing}")
+        self.step_count += 1
+        for name, p in self.params.items():
+            self.update(p, grads[name], self.state[name])
+
+    def update(self, p: np.ndarray, g: np.ndarray, state: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class SGD(Optimizer):
+    """Stochastic gradient descent with momentum (torch.optim.SGD):
+
+    g = grad + weight_decay * p
+    buf = g (first step),  buf = momentum * buf + (1 - dampening) * g (after)
+    g = g + momentum * buf (nesterov)  or  g = buf
+    p = p - lr * g
+    """
+
+    def __init__(
+        self,
+        params: dict,
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+    ):
+        super().__init__(params, lr)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("nesterov momentum requires momentum > 0 and dampening = 0")
+        self.momentum, self.dampening = float(momentum), float(dampening)
+        self.weight_decay, self.nesterov = float(weight_decay), nesterov
+
+    def update(self, p, g, state):
+        if self.weight_decay:
+            g = g + self.weight_decay * p
+        if self.momentum:
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = g.copy()
+            else:
+                buf = state["momentum_buffer"]
+                buf *= self.momentum
+                buf += (1.0 - self.dampening) * g
+            buf = state["momentum_buffer"]
+            g = g + self.momentum * buf if self.nesterov else buf
+        p -= self.lr * g
+
+
+class Adam(Optimizer):
+    """Adam (torch.optim.Adam, Kingma & Ba), with L2 weight decay added to the gradient:
+
+    g = grad + weight_decay * p
+    m = beta1 * m + (1 - beta1) * g              v = beta2 * v + (1 - beta2) * g^2
+    p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    """
+
+    decoupled = False
+
+    def __init__(
+        self, params: dict, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0
+    ):
+        super().__init__(params, lr)
+        if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        self.beta1, self.beta2 = float(betas[0]), float(betas[1])
+        self.eps, self.weight_decay = float(eps), float(weight_decay)
+
+    def update(self, p, g, state):
+        if self.weight_decay and self.decoupled:
+            p *= 1.0 - self.lr * self.weight_decay  # AdamW: decay the weights, not the gradient
+        elif self.weight_decay:
+            g = g + self.weight_decay * p
+        if not state:
+            state["exp_avg"], state["exp_avg_sq"] = np.zeros_like(p), np.zeros_like(p)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m *= self.beta1
+        m += (1.0 - self.beta1) * g
+        v *= self.beta2
+        v += (1.0 - self.beta2) * (g * g)
+        t = self.step_count
+        step_size = self.lr / (1.0 - self.beta1**t)
+        denom = np.sqrt(v) / math.sqrt(1.0 - self.beta2**t) + self.eps
+        p -= step_size * (m / denom)
+
+
+class AdamW(Adam):
+    """AdamW (torch.optim.AdamW, Loshchilov & Hutter): p = p * (1 - lr * weight_decay), then Adam."""
+
+    decoupled = True
+
+    def __init__(
+        self, params: dict, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2
+    ):
+        super().__init__(params, lr, betas, eps, weight_decay)
+
+
+def clip_grad_norm(grads: dict, max_norm: float, eps: float = 1e-6) -> float:
+    """Scale all gradients together so that their global L2 norm is at most max_norm, in place
+    (torch.nn.utils.clip_grad_norm_):
+
+        total = sqrt(sum over tensors of ||g||^2);  g = g * min(1, max_norm / (total + 1e-6))
+
+    Returns the total norm before clipping.
+    """
+    total = math.sqrt(sum(float(np.vdot(g, g)) for g in grads.values()))
+    coef = max_norm / (total + eps)
+    if coef < 1.0:
+        for g in grads.values():
+            g *= coef
+    return total
+
+
+def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """The paper's schedule (section 5.3): lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+
+    Linear warm-up for `warmup` steps, then decay with the inverse square root of the step; step >= 1.
+    """
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+class LambdaLR:
+    """lr = base_lr * fn(n) after n calls of step() (torch.optim.lr_scheduler.LambdaLR)."""
+
+    def __init__(self, optimizer: Optimizer, fn):
+        self.optimizer, self.fn = optimizer, fn
+        self.base_lr = optimizer.lr
+        self.last_step = 0
+        optimizer.lr = self.base_lr * fn(0)
+
+    def step(self) -> None:
+        self.last_step += 1
+        self.optimizer.lr = self.base_lr * self.fn(self.last_step)
+
+
+class NoamLR(LambdaLR):
+    """The paper's schedule as a LambdaLR: the k-th optimizer step (k = 1, 2, ...) uses noam_rate(k).
+
+    Build the optimizer with lr=1.0 (the schedule gives the whole rate) and call step() after each
+    optimizer step, as with torch's schedulers.
+    """
+
+    def __init__(self, optimizer: Optimizer, d_model: int, warmup: int = 4000, factor: float = 1.0):
+        super().__init__(optimizer, lambda n: noam_rate(n + 1, d_model, warmup, factor))
