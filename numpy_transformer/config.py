@@ -7,6 +7,7 @@ config object describes one model on either side.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
@@ -95,3 +96,49 @@ def _check_int(name: str, value, minimum: int) -> None:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints (safetensors files) carry the config in their metadata, so one file rebuilds the
+# model in either implementation. Both packages' checkpoint modules use these two functions.
+
+CHECKPOINT_FORMAT = "transformer-parity/1"
+MODEL_CLASSES = ("Transformer", "TransformerLM")
+
+
+def checkpoint_metadata(config: TransformerConfig, model_class: str, extra: dict | None = None) -> dict:
+    """The safetensors metadata (str -> str) that identifies a checkpoint and carries its config."""
+    if model_class not in MODEL_CLASSES:
+        raise ValueError(f"model_class must be one of {MODEL_CLASSES}, got {model_class!r}")
+    metadata = {"format": CHECKPOINT_FORMAT, "model_class": model_class, "config": json.dumps(config.to_dict())}
+    for key, value in (extra or {}).items():
+        if key in metadata:
+            raise ValueError(f"metadata key {key!r} is reserved")
+        metadata[key] = value if isinstance(value, str) else json.dumps(value)
+    return metadata
+
+
+def parse_checkpoint_metadata(metadata: dict | None, path) -> tuple[TransformerConfig, str, dict]:
+    """(config, model_class, extra metadata) from a checkpoint's metadata; ValueError naming the problem."""
+    if not metadata or metadata.get("format") != CHECKPOINT_FORMAT:
+        got = None if not metadata else metadata.get("format")
+        raise ValueError(f"{path}: not a checkpoint of this project (format {got!r}, expected {CHECKPOINT_FORMAT!r})")
+    model_class = metadata.get("model_class")
+    if model_class not in MODEL_CLASSES:
+        raise ValueError(f"{path}: model_class {model_class!r} is not one of {MODEL_CLASSES}")
+    try:
+        config = TransformerConfig.from_dict(json.loads(metadata["config"]))
+    except (KeyError, json.JSONDecodeError, TypeError) as error:
+        raise ValueError(f"{path}: the config in the metadata is missing or unreadable ({error})") from None
+    extra = {k: v for k, v in metadata.items() if k not in ("format", "model_class", "config")}
+    return config, model_class, extra
+
+
+def check_checkpoint_fits(model, config: TransformerConfig, model_class: str, path) -> None:
+    """Raise ValueError unless a checkpoint (its config and model class) fits `model`."""
+    if type(model).__name__ != model_class:
+        raise ValueError(f"{path}: holds a {model_class}, cannot load into a {type(model).__name__}")
+    a, b = model.config.to_dict(), config.to_dict()
+    differences = [f"{k}: model {a[k]!r}, checkpoint {b[k]!r}" for k in a if a[k] != b[k]]
+    if differences:
+        raise ValueError(f"{path}: the checkpoint's config differs from the model's: {'; '.join(differences)}")
