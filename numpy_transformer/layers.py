@@ -23,10 +23,11 @@ from scipy.special import erf
 
 def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
     """x (..., in), weight (out, in), bias (out,) or None -> y (..., out)."""
-    out = x @ weight.T
+    x2d = x.reshape(-1, x.shape[-1])  # (N, in): one large matrix product instead of a batch of small ones
+    out = x2d @ weight.T  # (N, out)
     if bias is not None:
         out += bias
-    return out, (x, weight, bias is not None)
+    return out.reshape(*x.shape[:-1], weight.shape[0]), (x, weight, bias is not None)
 
 
 def linear_backward(dout: np.ndarray, cache):
@@ -37,8 +38,8 @@ def linear_backward(dout: np.ndarray, cache):
     db = sum(dy)         (out,), None when the forward had no bias
     """
     x, weight, has_bias = cache
-    dx = dout @ weight
     dout2d = dout.reshape(-1, dout.shape[-1])  # (N, out)
+    dx = (dout2d @ weight).reshape(x.shape)  # (..., in)
     dweight = dout2d.T @ x.reshape(-1, x.shape[-1])  # (out, in)
     dbias = dout2d.sum(axis=0) if has_bias else None
     return dx, dweight, dbias
