@@ -1,0 +1,266 @@
+"""Train a Transformer to read numbers aloud: "29,284.30" -> "twenty-nine thousand two hundred
+eighty-four point three zero" (the task of the UPC "Build your own Transformer" lab).
+
+    python examples/train_numbers.py                       # pure NumPy, float32, the defaults
+    python examples/train_numbers.py --backend torch       # the same with torch_transformer
+    python examples/train_numbers.py --quick               # seconds: a smoke test
+
+Source: characters (digits, ",", "."); target: English words. The numbers of the test split never
+appear in training. After training, the test split is translated with greedy decoding and scored.
+Writes into --out: metrics.json, checkpoint.safetensors (the config and vocabularies in its
+metadata), loss_curve.png and attention_*.png (every attention module of one test example).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from examples import plotting, tasks  # noqa: E402
+from numpy_transformer import TransformerConfig  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", choices=["numpy", "torch"], default="numpy")
+    p.add_argument("--device", default="cpu", help="torch backend only: cpu, cuda, ...")
+    p.add_argument("--out", default="runs/numbers")
+    p.add_argument("--minutes", type=float, default=12.0, help="training time budget")
+    p.add_argument("--max-steps", type=int, default=20_000)
+    p.add_argument("--n-train", type=int, default=60_000)
+    p.add_argument("--n-val", type=int, default=500)
+    p.add_argument("--n-test", type=int, default=2_000)
+    p.add_argument("--max-value", type=int, default=999_999, help="largest integer part of a number")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=512)
+    p.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--label-smoothing", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.5, help="factor of the paper's schedule")
+    p.add_argument("--warmup", type=int, default=400)
+    p.add_argument("--clip", type=float, default=1.0, help="max global gradient norm")
+    p.add_argument("--eval-every", type=int, default=500, help="steps between validation checks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="a tiny run that finishes in seconds")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.minutes, args.max_steps, args.n_train, args.n_val, args.n_test = 0.5, 30, 400, 20, 40
+        args.d_model, args.d_ff, args.layers, args.eval_every, args.warmup = 32, 64, 1, 15, 10
+    return args
+
+
+# ----------------------------------------------------------------------------------------------
+# The two backends: the same four operations, written with each implementation.
+
+
+class NumpyBackend:
+    """Training with numpy_transformer: forward, loss, hand-written backward, clip, Adam step."""
+
+    name = "numpy"
+
+    def __init__(self, config: TransformerConfig, args):
+        import numpy_transformer as nt
+        from numpy_transformer import optim
+
+        self.nt = nt
+        self.model = nt.Transformer(config, seed=args.seed, dtype=np.float32)
+        self.optimizer = optim.Adam(self.model.params, lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.schedule = optim.NoamLR(self.optimizer, config.d_model, args.warmup)
+        self.clip, self.label_smoothing, self.pad_id = args.clip, args.label_smoothing, config.pad_id
+        self.clip_grad_norm = optim.clip_grad_norm
+
+    def lr(self) -> float:
+        return self.optimizer.lr
+
+    def train_step(self, src_ids, tgt_in, tgt_out) -> float:
+        model, nt = self.model.train(), self.nt
+        logits = model.forward(src_ids, tgt_in)  # (B, T, V)
+        loss, cache = nt.cross_entropy_forward(logits, tgt_out, self.pad_id, self.label_smoothing)
+        model.zero_grad()
+        model.backward(nt.cross_entropy_backward(cache))
+        self.clip_grad_norm(model.grads, self.clip)
+        self.optimizer.step(model.grads)
+        self.schedule.step()
+        return float(loss)
+
+    def decode(self, src_ids, max_len: int) -> np.ndarray:
+        return self.nt.greedy_decode(self.model.eval(), src_ids, max_len)
+
+    def attention_maps(self, src_ids, tgt_in) -> dict:
+        self.model.eval().forward(src_ids, tgt_in)
+        return self.model.attention_maps()
+
+    def save(self, path, metadata: dict) -> None:
+        from numpy_transformer.checkpoint import save_checkpoint
+
+        save_checkpoint(path, self.model, metadata)
+
+
+class TorchBackend:
+    """Training with torch_transformer: the same data, config, schedule and metrics."""
+
+    name = "torch"
+
+    def __init__(self, config: TransformerConfig, args):
+        import torch
+
+        import torch_transformer as tt
+
+        self.torch, self.tt, self.device = torch, tt, torch.device(args.device)
+        torch.manual_seed(args.seed)
+        self.model = tt.Transformer(config).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda n: config.d_model**-0.5 * min((n + 1) ** -0.5, (n + 1) * args.warmup**-1.5)
+        )
+        self.clip, self.label_smoothing, self.pad_id = args.clip, args.label_smoothing, config.pad_id
+
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def _tensors(self, *arrays):
+        return [self.torch.from_numpy(a).to(self.device) for a in arrays]
+
+    def train_step(self, src_ids, tgt_in, tgt_out) -> float:
+        src_ids, tgt_in, tgt_out = self._tensors(src_ids, tgt_in, tgt_out)
+        self.model.train()
+        logits = self.model(src_ids, tgt_in)
+        loss = self.tt.cross_entropy(logits, tgt_out, self.pad_id, self.label_smoothing)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        self.optimizer.step()
+        self.schedule.step()
+        return loss.item()
+
+    def decode(self, src_ids, max_len: int) -> np.ndarray:
+        (src,) = self._tensors(src_ids)
+        return self.tt.greedy_decode(self.model.eval(), src, max_len).cpu().numpy()
+
+    def attention_maps(self, src_ids, tgt_in) -> dict:
+        with self.torch.no_grad():
+            self.model.eval()(*self._tensors(src_ids, tgt_in), need_weights=True)
+        return {k: v.float().cpu().numpy() for k, v in self.model.attention_maps().items()}
+
+    def save(self, path, metadata: dict) -> None:
+        from torch_transformer.checkpoint import save_checkpoint
+
+        save_checkpoint(path, self.model, metadata)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def evaluate(backend, pairs, src_vocab, tgt_vocab, max_len: int, batch_size: int = 256) -> tuple[float, float]:
+    """Greedy-decode `pairs` and return (exact match, token accuracy)."""
+    exact = correct = 0.0
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        src_ids, _, tgt_out = tasks.encode_batch(chunk, src_vocab, tgt_vocab)
+        pred = backend.decode(src_ids, max_len)
+        exact += tasks.exact_match(pred, tgt_out, tgt_vocab) * len(chunk)
+        correct += tasks.token_accuracy(pred, tgt_out, tgt_vocab.pad_id) * int((tgt_out != tgt_vocab.pad_id).sum())
+    n_tokens = sum(len(tgt.split()) + 1 for _, tgt in pairs)  # words + eos
+    return exact / len(pairs), correct / n_tokens
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    splits = tasks.make_numbers_dataset(args.n_train, args.n_val, args.n_test, max_value=args.max_value,
+                                        seed=args.seed)
+    src_vocab, tgt_vocab = tasks.build_vocabs(splits.train)
+    S, T = tasks.max_lengths(splits.train + splits.val + splits.test, src_vocab, tgt_vocab)
+    config = TransformerConfig(
+        src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=args.d_model, n_heads=args.heads,
+        d_ff=args.d_ff, n_encoder_layers=args.layers, n_decoder_layers=args.layers, dropout=args.dropout,
+        max_len=max(S, T) + 1, pad_id=tgt_vocab.pad_id, bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id,
+    )
+    backend = (NumpyBackend if args.backend == "numpy" else TorchBackend)(config, args)
+    print(f"numbers to words: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test, "
+          f"vocab {len(src_vocab)} chars -> {len(tgt_vocab)} words, backend {backend.name}, "
+          f"budget {args.minutes:g} min or {args.max_steps} steps")
+
+    rng = np.random.default_rng(args.seed)
+    history = {"step": [], "loss": [], "val_step": [], "val_exact_match": []}
+    step, tokens, start = 0, 0, time.perf_counter()
+    budget = args.minutes * 60
+    bar = tqdm(total=args.max_steps, desc="training", unit="step", mininterval=1.0, disable=None)
+    while step < args.max_steps and time.perf_counter() - start < budget:
+        for batch in tasks.batches(splits.train, args.batch_size, rng):
+            src_ids, tgt_in, tgt_out = tasks.encode_batch(batch, src_vocab, tgt_vocab)
+            loss = backend.train_step(src_ids, tgt_in, tgt_out)
+            step += 1
+            tokens += int((tgt_out != tgt_vocab.pad_id).sum() + (src_ids != src_vocab.pad_id).sum())
+            history["step"].append(step)
+            history["loss"].append(loss)
+            elapsed = time.perf_counter() - start
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:,.0f}", lr=f"{backend.lr():.2e}")
+            if step % args.eval_every == 0:
+                val_em, _ = evaluate(backend, splits.val, src_vocab, tgt_vocab, T)
+                history["val_step"].append(step)
+                history["val_exact_match"].append(val_em)
+                bar.write(f"step {step}: loss {loss:.3f}, validation exact match {val_em:.3f}")
+            if step >= args.max_steps or time.perf_counter() - start >= budget:
+                break
+    bar.close()
+    train_seconds = time.perf_counter() - start
+
+    eval_start = time.perf_counter()
+    test_em, test_acc = evaluate(backend, splits.test, src_vocab, tgt_vocab, T)
+    eval_seconds = time.perf_counter() - eval_start
+    metrics = {
+        "test_exact_match": test_em,
+        "test_token_accuracy": test_acc,
+        "n_test": len(splits.test),
+        "n_train": len(splits.train),
+        "train_seconds": train_seconds,
+        "eval_seconds": eval_seconds,
+        "steps": step,
+        "tokens_per_second": tokens / train_seconds,
+        "final_loss": float(np.mean(history["loss"][-50:])),
+        "backend": backend.name,
+        "dtype": "float32",
+        "config": config.to_dict(),
+        "args": vars(args),
+        "history": history,
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    backend.save(out / "checkpoint.safetensors",
+                 {"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "steps": step})
+    plotting.plot_loss_curve(history["step"], history["loss"], out / "loss_curve.png", history["val_step"],
+                             history["val_exact_match"], title=f"numbers to words ({backend.name})")
+
+    # Attention maps of one test example, read with the model's own translation as decoder input.
+    example = [max(splits.test[:50], key=lambda pair: len(pair[0]))]
+    src_ids, _, _ = tasks.encode_batch(example, src_vocab, tgt_vocab)
+    pred = backend.decode(src_ids, T)
+    words = tgt_vocab.decode(pred[0])
+    tgt_in = np.array([[tgt_vocab.bos_id] + tgt_vocab.encode(words, add_eos=False)])
+    maps = backend.attention_maps(src_ids, tgt_in)
+    src_tokens = list(example[0][0]) + ["<eos>"]
+    plotting.plot_attention_maps(maps, src_tokens, ["<bos>"] + words, out)
+
+    print(f"test exact match {test_em:.4f}, token accuracy {test_acc:.4f} on {len(splits.test)} numbers; "
+          f"{step} steps in {train_seconds:.0f} s ({metrics['tokens_per_second']:,.0f} tokens/s)")
+    print(f'example: "{example[0][0]}" -> "{" ".join(words)}"')
+    print(f"wrote {out}/metrics.json, checkpoint.safetensors, loss_curve.png, attention_*.png")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
