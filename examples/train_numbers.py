@@ -179,19 +179,29 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    splits = tasks.make_numbers_dataset(args.n_train, args.n_val, args.n_test, max_value=args.max_value,
-                                        seed=args.seed)
+    splits = tasks.make_numbers_dataset(args.n_train, args.n_val, args.n_test, max_value=args.max_value, seed=args.seed)
     src_vocab, tgt_vocab = tasks.build_vocabs(splits.train)
     S, T = tasks.max_lengths(splits.train + splits.val + splits.test, src_vocab, tgt_vocab)
     config = TransformerConfig(
-        src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=args.d_model, n_heads=args.heads,
-        d_ff=args.d_ff, n_encoder_layers=args.layers, n_decoder_layers=args.layers, dropout=args.dropout,
-        max_len=max(S, T) + 1, pad_id=tgt_vocab.pad_id, bos_id=tgt_vocab.bos_id, eos_id=tgt_vocab.eos_id,
+        src_vocab_size=len(src_vocab),
+        tgt_vocab_size=len(tgt_vocab),
+        d_model=args.d_model,
+        n_heads=args.heads,
+        d_ff=args.d_ff,
+        n_encoder_layers=args.layers,
+        n_decoder_layers=args.layers,
+        dropout=args.dropout,
+        max_len=max(S, T) + 1,
+        pad_id=tgt_vocab.pad_id,
+        bos_id=tgt_vocab.bos_id,
+        eos_id=tgt_vocab.eos_id,
     )
     backend = (NumpyBackend if args.backend == "numpy" else TorchBackend)(config, args)
-    print(f"numbers to words: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test, "
-          f"vocab {len(src_vocab)} chars -> {len(tgt_vocab)} words, backend {backend.name}, "
-          f"budget {args.minutes:g} min or {args.max_steps} steps")
+    print(
+        f"numbers to words: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test, "
+        f"vocab {len(src_vocab)} chars -> {len(tgt_vocab)} words, backend {backend.name}, "
+        f"budget {args.minutes:g} min or {args.max_steps} steps"
+    )
 
     rng = np.random.default_rng(args.seed)
     history = {"step": [], "loss": [], "val_step": [], "val_exact_match": []}
@@ -240,10 +250,18 @@ def main(argv=None) -> dict:
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    backend.save(out / "checkpoint.safetensors",
-                 {"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "steps": step})
-    plotting.plot_loss_curve(history["step"], history["loss"], out / "loss_curve.png", history["val_step"],
-                             history["val_exact_match"], title=f"numbers to words ({backend.name})")
+    backend.save(
+        out / "checkpoint.safetensors",
+        {"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "steps": step},
+    )
+    plotting.plot_loss_curve(
+        history["step"],
+        history["loss"],
+        out / "loss_curve.png",
+        history["val_step"],
+        history["val_exact_match"],
+        title=f"numbers to words ({backend.name})",
+    )
 
     # Attention maps of one test example, read with the model's own translation as decoder input.
     example = [max(splits.test[:50], key=lambda pair: len(pair[0]))]
@@ -255,8 +273,10 @@ def main(argv=None) -> dict:
     src_tokens = list(example[0][0]) + ["<eos>"]
     plotting.plot_attention_maps(maps, src_tokens, ["<bos>"] + words, out)
 
-    print(f"test exact match {test_em:.4f}, token accuracy {test_acc:.4f} on {len(splits.test)} numbers; "
-          f"{step} steps in {train_seconds:.0f} s ({metrics['tokens_per_second']:,.0f} tokens/s)")
+    print(
+        f"test exact match {test_em:.4f}, token accuracy {test_acc:.4f} on {len(splits.test)} numbers; "
+        f"{step} steps in {train_seconds:.0f} s ({metrics['tokens_per_second']:,.0f} tokens/s)"
+    )
     print(f'example: "{example[0][0]}" -> "{" ".join(words)}"')
     print(f"wrote {out}/metrics.json, checkpoint.safetensors, loss_curve.png, attention_*.png")
     return metrics

@@ -17,6 +17,7 @@ from .attention import (
     scaled_dot_product_attention_forward,
 )
 from .config import TransformerConfig
+from .decoding import beam_search, greedy_decode
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .model import Transformer, TransformerLM, parameter_shapes
 
@@ -31,5 +32,7 @@ __all__ = [
     "scaled_dot_product_attention_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "greedy_decode",
+    "beam_search",
     "gradcheck",
 ]

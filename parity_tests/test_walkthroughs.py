@@ -20,11 +20,14 @@ WALKTHROUGHS = [
     "01_attention_by_hand.py",
     "02_layer_norm_backward.py",
     "03_backprop_encoder_decoder.py",
+    "04_training_and_attention_maps.py",  # in its quick mode (WALKTHROUGH_QUICK=1)
 ]
 
 
 @pytest.mark.parametrize("name", WALKTHROUGHS)
-def test_walkthrough_runs(name: str, capsys) -> None:
+def test_walkthrough_runs(name: str, capsys, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("WALKTHROUGH_QUICK", "1")
+    monkeypatch.setenv("WALKTHROUGH_OUT", str(tmp_path))
     with np.printoptions():  # restored afterwards
         runpy.run_path(str(EXAMPLES / name), run_name="__main__")
     assert capsys.readouterr().out  # it printed its numbers

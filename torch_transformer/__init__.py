@@ -7,6 +7,7 @@ either; autograd does the backward pass. Runs on any device and in float32 or fl
 from numpy_transformer.config import TransformerConfig
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .decoding import beam_search, greedy_decode
 from .layers import Dropout, FeedForward, sinusoidal_table
 from .loss import cross_entropy
 from .model import (
@@ -35,4 +36,6 @@ __all__ = [
     "dropout_site_shapes",
     "padding_mask",
     "causal_mask",
+    "greedy_decode",
+    "beam_search",
 ]

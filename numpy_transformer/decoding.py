@@ -1,0 +1,472 @@
+"""Decoding: greedy search and beam search, with a key/value cache so that each step runs one position.
+
+    tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
+    tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
+    tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
+
+`src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (it must
+start with bos_id and hold no pad_id). `max_len` counts generated tokens. Decoding stops once every
+sequence has produced eos_id; the positions after a sequence's eos hold pad_id.
+
+Why a cache. The decoder is causal: the hidden states of position i depend on positions <= i only, so
+the keys and values that every earlier position computed are still right when position t is added.
+Keeping them turns a step from a forward pass over the whole prefix (t positions through every layer,
+and the encoder again) into one position through every layer plus attention over t cached keys. The
+cross-attention keys and values depend only on the encoder's output: they are computed once.
+
+Shape letters: B batch, K beam size, N rows decoded side by side (B, or B*K in beam search), S source
+length, T_p prompt length (1 for the Transformer: bos), T_new positions run by one step (the prompt at the
+first step, then 1), T_max positions the cache holds, D d_model, H heads, Dh head size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import merge_heads, scaled_dot_product_attention_forward, split_heads
+from .layers import (
+    add_positions_forward,
+    embedding_forward,
+    feed_forward_forward,
+    layer_norm_forward,
+    linear_forward,
+    residual_forward,
+    sinusoidal_table,
+)
+from .model import Transformer, TransformerLM, encoder_forward, padding_mask, sub
+from .validation import check_ids
+
+# ----------------------------------------------------------------------------------------------
+# The cache: per decoder layer, the self-attention keys and values of every position so far, and the
+# cross-attention keys and values of the encoder output.
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's keys and values, already split into heads."""
+
+    keys: np.ndarray  # (N, H, T_max, Dh) self-attention keys; positions [0, DecoderCache.length) are filled
+    values: np.ndarray  # (N, H, T_max, Dh)
+    memory_keys: np.ndarray | None  # (N, H, S, Dh) cross-attention keys of the encoder output; None in the LM
+    memory_values: np.ndarray | None  # (N, H, S, Dh)
+
+
+@dataclass
+class DecoderCache:
+    """Everything a decoding step needs besides the new tokens."""
+
+    layer_params: list  # params of decoder layer i, keyed below "decoder.layers.{i}." (sliced once, not per step)
+    layers: list  # a LayerCache per decoder layer
+    key_valid: np.ndarray  # (N, T_max) bool: the position holds a token other than pad_id (forward masks pad keys)
+    memory_mask: np.ndarray | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM
+    positions: np.ndarray  # (config.max_len, D) learned or sinusoidal position table
+    length: int = 0  # positions cached so far
+
+
+def project_heads(params: dict, name: str, x: np.ndarray, n_heads: int) -> np.ndarray:
+    """The projection `name` ("q_proj", "k_proj", "v_proj") of x (N, T, D), split into heads (N, H, T, Dh)."""
+    y, _ = linear_forward(x, params[f"{name}.weight"], params[f"{name}.bias"])  # (N, T, D)
+    return split_heads(y, n_heads)  # (N, H, T, Dh)
+
+
+def attend(params: dict, x: np.ndarray, keys: np.ndarray, values: np.ndarray, mask, n_heads: int) -> np.ndarray:
+    """Multi-head attention of the queries of x (N, T_new, D) over keys and values (N, H, T_k, Dh) that
+    are already projected. mask broadcastable to (N, H, T_new, T_k), True = may attend. -> (N, T_new, D)."""
+    q = project_heads(params, "q_proj", x, n_heads)  # (N, H, T_new, Dh)
+    context, _ = scaled_dot_product_attention_forward(q, keys, values, mask)  # (N, H, T_new, Dh)
+    out, _ = linear_forward(merge_heads(context), params["out_proj.weight"], params["out_proj.bias"])  # (N, T_new, D)
+    return out
+
+
+def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) -> DecoderCache:
+    """An empty cache for n_rows rows holding total_len positions. For a Transformer, src_ids (B, S) is
+    the source and each source serves n_rows // B consecutive rows (the beams); the encoder and the
+    cross-attention projections run here, once. src_ids is None for the LM."""
+    cfg, params = model.config, model.params
+    H, Dh = cfg.n_heads, cfg.head_dim
+    memory, memory_mask, n_copies = None, None, 1
+    if src_ids is not None:
+        n_copies = n_rows // src_ids.shape[0]
+        memory, _ = encoder_forward(sub(params, "encoder"), src_ids, cfg)  # (B, S, D)
+        memory_mask = np.repeat(padding_mask(src_ids, cfg.pad_id), n_copies, axis=0)  # (N, 1, 1, S)
+    layer_params = [sub(params, f"decoder.layers.{i}") for i in range(cfg.n_decoder_layers)]
+    layers = []
+    for p in layer_params:
+        memory_keys = memory_values = None
+        if memory is not None:
+            # Project the B distinct memories, then copy: the beams of one source share them.
+            memory_keys = np.repeat(project_heads(p, "cross_attn.k_proj", memory, H), n_copies, axis=0)  # (N, H, S, Dh)
+            memory_values = np.repeat(project_heads(p, "cross_attn.v_proj", memory, H), n_copies, axis=0)
+        keys = np.zeros((n_rows, H, total_len, Dh), dtype=model.dtype)  # filled step by step, never concatenated
+        layers.append(LayerCache(keys, np.zeros_like(keys), memory_keys, memory_values))
+    if cfg.positional == "learned":
+        positions = params["decoder.position_embedding.weight"]
+    else:
+        positions = sinusoidal_table(cfg.max_len, cfg.d_model, model.dtype)  # the table model.forward uses
+    key_valid = np.zeros((n_rows, total_len), dtype=bool)
+    return DecoderCache(layer_params, layers, key_valid, memory_mask, positions)
+
+
+# ----------------------------------------------------------------------------------------------
+# One decoding step: run the new positions through the decoder, reading the cache and extending it.
+
+
+def decoder_layer_step(
+    params: dict, x: np.ndarray, layer: LayerCache, self_mask, memory_mask, start: int, config
+) -> np.ndarray:
+    """x (N, T_new, D), the new positions start .. start + T_new - 1 -> (N, T_new, D).
+
+    The same three residual sublayers as decoder_layer_forward, but self-attention writes the new keys
+    and values into the cache and attends over everything cached, and cross-attention reads the cached
+    projections of the encoder output.
+    """
+    end = start + x.shape[1]
+    H = config.n_heads
+
+    def self_attn(h):
+        attn = sub(params, "self_attn")
+        layer.keys[:, :, start:end] = project_heads(attn, "k_proj", h, H)  # (N, H, T_new, Dh) into the cache
+        layer.values[:, :, start:end] = project_heads(attn, "v_proj", h, H)
+        keys, values = layer.keys[:, :, :end], layer.values[:, :, :end]  # (N, H, end, Dh): every position so far
+        return attend(attn, h, keys, values, self_mask, H), None
+
+    def cross_attn(h):
+        return attend(sub(params, "cross_attn"), h, layer.memory_keys, layer.memory_values, memory_mask, H), None
+
+    def ffn(h):
+        return feed_forward_forward(sub(params, "ffn"), h, config.activation)
+
+    norm_first, eps = config.norm_first, config.layer_norm_eps
+    x, _ = residual_forward(
+        x, params["self_attn_norm.weight"], params["self_attn_norm.bias"], self_attn, norm_first, eps
+    )
+    if layer.memory_keys is not None:
+        w, b = params["cross_attn_norm.weight"], params["cross_attn_norm.bias"]
+        x, _ = residual_forward(x, w, b, cross_attn, norm_first, eps)
+    x, _ = residual_forward(x, params["ffn_norm.weight"], params["ffn_norm.bias"], ffn, norm_first, eps)
+    return x
+
+
+def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
+    """Run new_ids (N, T_new) at positions cache.length .. through the decoder; extend the cache.
+
+    Returns the logits of the last new position, (N, V): the distribution of the next token.
+    """
+    cfg, params = model.config, model.params
+    start = cache.length
+    end = start + new_ids.shape[1]
+    scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+    x, _ = embedding_forward(new_ids, params["decoder.token_embedding.weight"], scale)  # (N, T_new, D)
+    x, _ = add_positions_forward(x, cache.positions[start:])  # adds rows start .. end - 1 of the table
+    cache.key_valid[:, start:end] = new_ids != cfg.pad_id
+    # New position start + i sees cached keys j <= start + i (the causal mask, np.tri's k-th diagonal),
+    # except padding. With one new position the causal part is all True.
+    causal = np.tri(end - start, end, start, dtype=bool)  # (T_new, end)
+    self_mask = causal & cache.key_valid[:, None, None, :end]  # (N, 1, T_new, end)
+    for params_i, layer in zip(cache.layer_params, cache.layers, strict=True):
+        x = decoder_layer_step(params_i, x, layer, self_mask, cache.memory_mask, start, cfg)
+    cache.length = end
+    x = x[:, -1]  # (N, D): only the last position predicts a token we need
+    if cfg.norm_first:
+        x, _ = layer_norm_forward(
+            x, params["decoder.final_norm.weight"], params["decoder.final_norm.bias"], cfg.layer_norm_eps
+        )
+    logits, _ = linear_forward(x, model._output_weight(), params["output_proj.bias"])  # (N, V)
+    return logits
+
+
+def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:
+    """Beam search: row n continues the hypothesis of row rows[n], so it takes that row's keys and values.
+
+    Only the filled positions move. The cross-attention caches do not: rows[n] is always a beam of the
+    same source, and all beams of a source hold the same memory.
+    """
+    T = cache.length
+    for layer in cache.layers:
+        layer.keys[:, :, :T] = layer.keys[rows, :, :T]  # (N, H, T, Dh), gathered along the rows
+        layer.values[:, :, :T] = layer.values[rows, :, :T]
+    cache.key_valid[:, :T] = cache.key_valid[rows, :T]
+
+
+# ----------------------------------------------------------------------------------------------
+# The two ways of getting the next token's logits: incremental (the cache) or recomputed.
+
+
+class Incremental:
+    """use_cache=True: each step runs only the positions the cache has not seen."""
+
+    def __init__(self, model, src_ids, n_rows: int, total_len: int):
+        self.model = model
+        self.cache = new_cache(model, src_ids, n_rows, total_len)
+
+    def next_logits(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens (N, T), the whole prefix -> logits of the next token (N, V)."""
+        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :])
+
+    def reorder(self, rows: np.ndarray) -> None:
+        reorder_cache(self.cache, rows)
+
+
+class Recompute:
+    """use_cache=False: each step runs model.forward on the whole prefix and keeps its last position."""
+
+    def __init__(self, model, src_ids, n_copies: int):
+        self.model = model
+        self.src_ids = None if src_ids is None else np.repeat(src_ids, n_copies, axis=0)  # (N, S), one per beam
+
+    def next_logits(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens (N, T) -> logits of the next token (N, V)."""
+        if self.src_ids is None:
+            return self.model.forward(tokens)[:, -1]
+        return self.model.forward(self.src_ids, tokens)[:, -1]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids
+
+
+def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool):
+    """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
+    allows) and the source of next-token logits for N = B * n_copies rows."""
+    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    if use_cache:
+        n_rows = prompt.shape[0] * n_copies
+        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len)
+    return prompt, max_len, Recompute(model, src_ids, n_copies)
+
+
+def without_pad(scores: np.ndarray, pad_id: int) -> np.ndarray:
+    """A copy of scores (N, V) with pad_id at -inf: pad is never generated. In the output it means
+    "after eos", and as an input the decoder masks it out of self-attention, as if it were absent."""
+    scores = scores.copy()
+    scores[:, pad_id] = -np.inf
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy search.
+
+
+def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True) -> np.ndarray:
+    """Take the most likely token at every step (the lowest id among equals; never pad_id).
+
+    model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
+    max_len: the most tokens to generate (None: as many as config.max_len positions allow).
+    use_cache False recomputes the whole prefix with model.forward at every step (slow; for checking).
+    Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
+    tokens; pad_id after a row's eos_id. Steps stop early once every row has produced eos_id.
+    """
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache)
+    return tokens
+
+
+def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
+    """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
+    check_model(model)
+    with evaluating(model):
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache)
+        cfg = model.config
+        B, T_p = prompt.shape
+        tokens = np.full((B, T_p + max_len), cfg.pad_id, dtype=np.int64)
+        tokens[:, :T_p] = prompt
+        done = np.zeros(B, dtype=bool)  # the row has produced eos_id
+        step_logits = []
+        for t in range(T_p, T_p + max_len):
+            logits = decoder.next_logits(tokens[:, :t])  # (B, V)
+            step_logits.append(logits)
+            choice = without_pad(logits, cfg.pad_id).argmax(axis=-1)  # (B,) argmax: the first maximum
+            tokens[:, t] = np.where(done, cfg.pad_id, choice)
+            done |= tokens[:, t] == cfg.eos_id
+            if done.all():
+                break
+    return tokens[:, : t + 1], np.stack(step_logits, axis=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Beam search.
+#
+# Rows b*K .. b*K + K - 1 hold the K live hypotheses of batch element b. Each step scores every
+# continuation, score = cumulative log-probability of the hypothesis + log p(token), with log p from
+# the log-softmax of the logits and pad_id then set to -inf (never generated, as in greedy search; the
+# other tokens are not renormalised). Candidates are ranked per element by (-score, beam, token): a
+# stable sort of the flat index beam * V + token, so equal scores go to the lower beam, then the lower
+# token id. Of the 2K best (at most K are eos, one per beam, so at least K are not):
+#   - an eos among the first K ranks finishes its hypothesis, with the normalised score
+#     sum of log-probs / (generated tokens, eos included) ** length_penalty;
+#   - the first K that are not eos (in rank order) become the new live hypotheses.
+# An element is done when it has K finished hypotheses (so beam_size=1 is greedy search exactly);
+# at max_len its live hypotheses are scored the same way, with no eos. The answer is the hypothesis
+# with the best normalised score, the earliest found among equals (finished before live).
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis: x - max - log(sum(exp(x - max)))."""
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def best_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int):
+    """cumulative (B, K), log_probs (B, K, V) -> the n_best continuations of every element, best first:
+    (score, beam, token), each (B, n_best). Ties: lower beam, then lower token id (a stable sort)."""
+    B, K, V = log_probs.shape
+    scores = (cumulative[:, :, None] + log_probs).reshape(B, K * V)  # flat index beam * V + token
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :n_best]  # (B, n_best)
+    return np.take_along_axis(scores, order, axis=1), order // V, order % V
+
+
+def beam_search(
+    model, src_ids, beam_size: int = 4, max_len: int | None = None, length_penalty: float = 1.0, use_cache: bool = True
+) -> np.ndarray:
+    """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
+
+    Arguments and result as greedy_decode; max_len None generates up to config.max_len positions.
+    length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
+    favours longer outputs). Returns int64 ids (B, T_p + steps), the best hypothesis of each element.
+    """
+    tokens, _ = beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache)
+    return tokens
+
+
+def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True):
+    """beam_search that also returns each element's best normalised score, a list of B floats."""
+    _check_int("beam_size", beam_size)
+    _check_length_penalty(length_penalty)
+    check_model(model)
+    with evaluating(model):
+        K = beam_size
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache)
+        cfg = model.config
+        B, T_p = prompt.shape
+        tokens = np.full((B * K, T_p + max_len), cfg.pad_id, dtype=np.int64)
+        tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
+        # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
+        cumulative = np.full((B, K), -np.inf, dtype=model.dtype)
+        cumulative[:, 0] = 0.0
+        finished = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order found
+        for step in range(max_len):
+            t = T_p + step
+            log_probs = without_pad(log_softmax(decoder.next_logits(tokens[:, :t])), cfg.pad_id)  # (N, V)
+            log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
+            score, beam, token = best_candidates(cumulative, log_probs, 2 * K)  # (B, 2K) each
+            rows = np.arange(B)[:, None] * K + beam  # (B, 2K): the row each candidate continues
+            collect_finished(finished, score, rows, token, tokens[:, T_p:t], step + 1, length_penalty, cfg.eos_id, K)
+            # The first K candidates that are not eos, in rank order (a stable sort puts False first).
+            live = np.argsort(token == cfg.eos_id, axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            cumulative = np.take_along_axis(score, live, axis=1)  # (B, K)
+            parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
+            tokens = tokens[parents]  # each row takes its parent's prefix ...
+            tokens[:, t] = np.take_along_axis(token, live, axis=1).reshape(B * K)  # ... and its new token
+            decoder.reorder(parents)
+            if all(len(f) >= K for f in finished):
+                break
+    generated = tokens[:, T_p : T_p + step + 1].reshape(B, K, -1)  # (B, K, steps)
+    return best_hypotheses(prompt, finished, cumulative, generated, length_penalty, cfg.pad_id, K)
+
+
+def collect_finished(finished, score, rows, token, generated, length, length_penalty, eos_id, K) -> None:
+    """Move the hypotheses that end in eos within the first K ranks into `finished` (elements not done).
+
+    score, rows, token (B, 2K); generated (N, length - 1) the tokens each row generated so far.
+    A score of -inf comes from a beam that never was (vocabulary smaller than the beam) and is skipped.
+    """
+    ends = (token[:, :K] == eos_id) & np.isfinite(score[:, :K])  # (B, K)
+    for b in range(len(finished)):
+        if len(finished[b]) >= K:
+            continue  # done: its list is final
+        for r in np.flatnonzero(ends[b]):
+            hypothesis = np.append(generated[rows[b, r]], eos_id)
+            finished[b].append((float(score[b, r]) / length**length_penalty, hypothesis))
+
+
+def best_hypotheses(prompt, finished, cumulative, generated, length_penalty, pad_id, K):
+    """The prompt followed by each element's best hypothesis, padded: ids (B, T_p + steps), and the scores.
+
+    An element with fewer than K finished hypotheses ran to max_len: its live ones compete too.
+    """
+    B, T_p = prompt.shape
+    steps = generated.shape[2]
+    out = np.full((B, T_p + steps), pad_id, dtype=np.int64)
+    out[:, :T_p] = prompt
+    best_scores = []
+    for b in range(B):
+        candidates = list(finished[b])
+        if len(candidates) < K:
+            candidates += [(float(cumulative[b, k]) / steps**length_penalty, generated[b, k]) for k in range(K)]
+        score, hypothesis = max(candidates, key=lambda c: c[0])  # max keeps the first of equal scores
+        out[b, T_p : T_p + len(hypothesis)] = hypothesis
+        best_scores.append(score)
+    return out, best_scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Arguments and modes.
+
+
+def check_model(model) -> None:
+    if not isinstance(model, (Transformer, TransformerLM)):
+        raise TypeError(f"model must be a numpy_transformer Transformer or TransformerLM, got {type(model).__name__}")
+
+
+@contextlib.contextmanager
+def evaluating(model):
+    """Evaluation mode (no dropout) for the duration; the caller's mode afterwards, even on an error."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def check_decoding_inputs(model, src_ids, max_len):
+    """Validate like model.forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p)
+    and max_len (None becomes the most that fits in config.max_len positions)."""
+    cfg = model.config
+    if max_len is not None:
+        _check_int("max_len", max_len)
+    if isinstance(model, Transformer):
+        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
+        prompt = np.full((src_ids.shape[0], 1), cfg.bos_id, dtype=np.int64)  # (B, 1)
+    else:
+        prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len).astype(np.int64)  # (B, T_p)
+        _check_prompt(prompt, cfg)
+        src_ids = None
+    if max_len is None:
+        max_len = max(cfg.max_len - prompt.shape[1], 1)  # a full table still gets the error below
+    _check_fits(max_len, prompt.shape[1], cfg.max_len, isinstance(model, TransformerLM))
+    return src_ids, prompt, max_len
+
+
+def _check_prompt(prompt: np.ndarray, cfg) -> None:
+    if not np.all(prompt[:, 0] == cfg.bos_id):
+        rows = np.flatnonzero(prompt[:, 0] != cfg.bos_id).tolist()
+        raise ValueError(f"src_ids (the prompt) must start with bos_id={cfg.bos_id} in every row; rows {rows} do not")
+    if np.any(prompt == cfg.pad_id):
+        rows = np.flatnonzero((prompt == cfg.pad_id).any(axis=1)).tolist()
+        raise ValueError(f"src_ids (the prompt) must hold no pad_id={cfg.pad_id}; rows {rows} do")
+
+
+def _check_fits(max_len: int, T_p: int, limit: int, lm: bool) -> None:
+    if T_p + max_len > limit:
+        taken = f"the {T_p}-token prompt" if lm else "bos"
+        raise ValueError(
+            f"max_len={max_len} generated tokens after {taken} need {T_p + max_len} positions, more than "
+            f"config.max_len={limit}: max_len must be at most {limit - T_p}"
+        )
+
+
+def _check_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_length_penalty(value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"length_penalty must be a float, got {type(value).__name__} ({value!r})")
+    if not math.isfinite(value):
+        raise ValueError(f"length_penalty must be finite, got {value}")

@@ -1,0 +1,376 @@
+"""Greedy search and beam search for `Transformer` and `TransformerLM`, with a key/value cache.
+
+    tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
+    tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
+
+The same functions, arguments and rules as `numpy_transformer.decoding` (see its docstring and the
+beam-search notes below), written with PyTorch's own ops. `src_ids` is the source (B, S) or, for the LM,
+the prompt (B, T_p); the result is a long tensor on src_ids' device.
+
+The cache (use_cache=True) is built from the model's own modules, so model.py needs no decoding mode:
+each step embeds the new positions, runs them through every decoder layer's residual sublayers, and in
+self-attention writes their keys and values into preallocated (N, H, T_max, Dh) buffers and attends
+over everything written so far. Cross-attention keys and values are projected once from the encoder's
+output. use_cache=False calls model(...) on the whole prefix at every step.
+
+Shape letters: B batch, K beam size, N rows decoded side by side (B or B*K), S source length, T_p prompt
+length (1 for the Transformer), T_new positions in one step, T_max positions cached, D, H, Dh, V.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .layers import residual, sinusoidal_table
+from .model import DecoderLayer, Transformer, TransformerLM, _check_ids
+
+# ----------------------------------------------------------------------------------------------
+# The cache.
+
+
+@dataclass
+class LayerCache:
+    keys: Tensor  # (N, H, T_max, Dh) self-attention keys, positions [0, DecoderCache.length) filled
+    values: Tensor  # (N, H, T_max, Dh)
+    memory_keys: Tensor | None  # (N, H, S, Dh) cross-attention keys of the encoder output; None in the LM
+    memory_values: Tensor | None  # (N, H, S, Dh)
+
+
+@dataclass
+class DecoderCache:
+    layers: list[LayerCache]
+    key_valid: Tensor  # (N, T_max) bool: the position holds a token other than pad_id
+    memory_mask: Tensor | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM
+    length: int = 0  # positions cached so far
+
+
+def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
+    """linear(x) for x (N, T, D), split into heads: (N, H, T, Dh)."""
+    return linear(x).unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (N, H, T, Dh)
+
+
+def _attend(attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+    """attn's queries of x (N, T_new, D) over projected keys and values (N, H, T_k, Dh) -> (N, T_new, D)."""
+    q = _heads(attn.q_proj, x, attn.n_heads)  # (N, H, T_new, Dh)
+    # As in MultiHeadAttention: a row with no key allowed (an all-pad source) attends to nothing.
+    has_key = mask.any(dim=-1, keepdim=True)  # (N, 1, T_new, 1)
+    context = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask | ~has_key)  # (N, H, T_new, Dh)
+    context = context.masked_fill(~has_key, 0.0)
+    return attn.out_proj(context.transpose(1, 2).flatten(2))  # (N, T_new, D)
+
+
+def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int) -> DecoderCache:
+    """An empty cache of n_rows rows and total_len positions; for a Transformer, source b serves rows
+    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder and cross-attention projections run here."""
+    c = model.config
+    weight = model.decoder.token_embedding.weight
+    memory, memory_mask, copies = None, None, 1
+    if src_ids is not None:
+        copies = n_rows // src_ids.shape[0]
+        memory = model.encoder(src_ids)  # (B, S, D)
+        memory_mask = padding_mask(src_ids, c.pad_id).repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
+    layers = []
+    for layer in model.decoder.layers:
+        memory_keys = memory_values = None
+        if memory is not None:
+            # The B distinct memories, projected once and shared by the K beams of each.
+            memory_keys = _heads(layer.cross_attn.k_proj, memory, c.n_heads).repeat_interleave(copies, dim=0)
+            memory_values = _heads(layer.cross_attn.v_proj, memory, c.n_heads).repeat_interleave(copies, dim=0)
+        keys = weight.new_zeros(n_rows, c.n_heads, total_len, c.head_dim)  # (N, H, T_max, Dh)
+        layers.append(LayerCache(keys, torch.zeros_like(keys), memory_keys, memory_values))
+    key_valid = torch.zeros(n_rows, total_len, dtype=torch.bool, device=weight.device)
+    return DecoderCache(layers, key_valid, memory_mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# One step.
+
+
+def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, self_mask: Tensor, memory_mask, start: int):
+    """x (N, T_new, D) at positions start .. -> (N, T_new, D): the layer's residual sublayers, with the
+    self-attention keys and values written to and read from the cache."""
+    end = start + x.shape[1]
+    n_heads = layer.self_attn.n_heads
+
+    def self_attention(h: Tensor) -> Tensor:
+        cache.keys[:, :, start:end] = _heads(layer.self_attn.k_proj, h, n_heads)  # (N, H, T_new, Dh)
+        cache.values[:, :, start:end] = _heads(layer.self_attn.v_proj, h, n_heads)
+        return _attend(layer.self_attn, h, cache.keys[:, :, :end], cache.values[:, :, :end], self_mask)
+
+    def cross_attention(h: Tensor) -> Tensor:
+        return _attend(layer.cross_attn, h, cache.memory_keys, cache.memory_values, memory_mask)
+
+    x = residual(x, self_attention, layer.self_attn_norm, layer.self_attn_dropout, layer.norm_first)
+    if layer.has_cross_attention:
+        x = residual(x, cross_attention, layer.cross_attn_norm, layer.cross_attn_dropout, layer.norm_first)
+    return residual(x, layer.ffn, layer.ffn_norm, layer.ffn_dropout, layer.norm_first)  # (N, T_new, D)
+
+
+def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tensor:
+    """new_ids (N, T_new) at positions cache.length .. -> logits of the last one, (N, V); extends the cache."""
+    decoder = model.decoder
+    start = cache.length
+    end = start + new_ids.shape[1]
+    x = decoder.token_embedding(new_ids)  # (N, T_new, D)
+    if decoder.scale_embeddings:
+        x = x * math.sqrt(decoder.d_model)
+    if decoder.learned_positions:
+        x = x + decoder.position_embedding.weight[start:end]
+    else:
+        x = x + sinusoidal_table(end, decoder.d_model, x.dtype, x.device)[start:]  # rows start .. end - 1
+    cache.key_valid[:, start:end] = new_ids != model.config.pad_id
+    # Causal rows start .. end - 1 of the full mask, and no padding key.
+    self_mask = causal_mask(end, x.device)[start:] & cache.key_valid[:, None, None, :end]  # (N, 1, T_new, end)
+    for layer, layer_cache in zip(decoder.layers, cache.layers, strict=True):
+        x = _layer_step(layer, x, layer_cache, self_mask, cache.memory_mask, start)
+    cache.length = end
+    return model._logits(decoder.final_norm(x[:, -1]))  # (N, V)
+
+
+def reorder_cache(cache: DecoderCache, rows: Tensor) -> None:
+    """Row n continues row rows[n]'s hypothesis: gather the filled positions. Cross-attention caches stay:
+    rows[n] is a beam of the same source."""
+    T = cache.length
+    for layer in cache.layers:
+        layer.keys[:, :, :T] = layer.keys[rows, :, :T]
+        layer.values[:, :, :T] = layer.values[rows, :, :T]
+    cache.key_valid[:, :T] = cache.key_valid[rows, :T]
+
+
+class Incremental:
+    """use_cache=True: each step runs only the positions not yet cached."""
+
+    def __init__(self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int):
+        self.model = model
+        self.cache = new_cache(model, src_ids, n_rows, total_len)
+
+    def next_logits(self, tokens: Tensor) -> Tensor:
+        """tokens (N, T), the whole prefix -> logits (N, V) of the next token."""
+        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :])
+
+    def reorder(self, rows: Tensor) -> None:
+        reorder_cache(self.cache, rows)
+
+
+class Recompute:
+    """use_cache=False: the model's forward on the whole prefix, last position."""
+
+    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int):
+        self.model = model
+        self.src_ids = None if src_ids is None else src_ids.repeat_interleave(copies, dim=0)  # (N, S)
+
+    def next_logits(self, tokens: Tensor) -> Tensor:
+        logits = self.model(tokens) if self.src_ids is None else self.model(self.src_ids, tokens)
+        return logits[:, -1]  # (N, V)
+
+    def reorder(self, rows: Tensor) -> None:
+        pass  # the caller reorders the prefix; the beams of one source share src_ids
+
+
+def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool):
+    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    if use_cache:
+        return prompt, max_len, Incremental(model, src_ids, prompt.shape[0] * copies, prompt.shape[1] + max_len)
+    return prompt, max_len, Recompute(model, src_ids, copies)
+
+
+def _without_pad(scores: Tensor, pad_id: int) -> Tensor:
+    """scores (N, V) with pad_id at -inf: pad means "after eos" in the output, so it is never generated."""
+    return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy search.
+
+
+def greedy_decode(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True) -> Tensor:
+    """The most likely token at every step (lowest id among equals; never pad_id).
+
+    Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
+    tokens, pad_id after a row's eos_id; stops once every row has produced eos_id.
+    """
+    return greedy_search(model, src_ids, max_len, use_cache)[0]
+
+
+def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True):
+    """greedy_decode, and the logits it chose from, (B, steps, V)."""
+    check_model(model)
+    with evaluating(model):
+        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache)
+        c = model.config
+        B, T_p = prompt.shape
+        tokens = prompt.new_full((B, T_p + max_len), c.pad_id)
+        tokens[:, :T_p] = prompt
+        done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+        step_logits = []
+        for t in range(T_p, T_p + max_len):
+            logits = decoder.next_logits(tokens[:, :t])  # (B, V)
+            step_logits.append(logits)
+            choice = _without_pad(logits, c.pad_id).argmax(dim=-1)  # (B,) the first maximum
+            tokens[:, t] = choice.masked_fill(done, c.pad_id)
+            done |= tokens[:, t] == c.eos_id
+            if bool(done.all()):
+                break
+    return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Beam search: the rules of numpy_transformer.decoding, restated.
+#   score of a continuation = cumulative log-prob + log_softmax(logits)[token], pad_id at -inf;
+#   per element, rank the K * V continuations by (-score, beam, token) (stable sort, flat index
+#   beam * V + token) and keep the 2K best; eos within the first K ranks finishes a hypothesis with
+#   score / (generated tokens incl. eos) ** length_penalty; the first K non-eos ones stay live.
+#   Done at K finished; at max_len the live ones compete too (no eos in their length). Best score
+#   wins, the earliest found among equals (finished before live).
+
+
+def beam_search(
+    model: nn.Module,
+    src_ids: Tensor,
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 1.0,
+    use_cache: bool = True,
+) -> Tensor:
+    """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + steps) as greedy_decode;
+    max_len None: as many as config.max_len allows."""
+    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache)[0]
+
+
+def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True):
+    """beam_search, and each element's best normalised score (a list of B floats)."""
+    _check_int("beam_size", beam_size)
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
+        raise TypeError(f"length_penalty must be a float, got {type(length_penalty).__name__} ({length_penalty!r})")
+    if not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
+    check_model(model)
+    with evaluating(model):
+        K = beam_size
+        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache)
+        c = model.config
+        B, T_p = prompt.shape
+        device = prompt.device
+        tokens = prompt.new_full((B * K, T_p + max_len), c.pad_id)
+        tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)
+        cumulative = torch.full((B, K), float("-inf"), dtype=model.decoder.token_embedding.weight.dtype, device=device)
+        cumulative[:, 0] = 0.0  # the K beams start as one
+        finished: list[list] = [[] for _ in range(B)]
+        first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
+        for step in range(max_len):
+            t = T_p + step
+            log_probs = _without_pad(F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1), c.pad_id)
+            V = log_probs.shape[-1]
+            scores = (cumulative[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
+            top, index = torch.sort(scores, dim=1, descending=True, stable=True)  # ties: lower flat index
+            top, index = top[:, : 2 * K], index[:, : 2 * K]  # (B, 2K)
+            rows, token = first_row + index // V, index % V  # (B, 2K)
+            is_eos = token == c.eos_id
+            _collect_finished(finished, top, rows, token, is_eos, tokens[:, T_p:t], step + 1, length_penalty, K)
+            live = torch.sort(is_eos.to(torch.uint8), dim=1, stable=True).indices[:, :K]  # non-eos first, (B, K)
+            cumulative = top.gather(1, live)
+            parents = rows.gather(1, live).flatten()  # (N,)
+            tokens = tokens[parents]
+            tokens[:, t] = token.gather(1, live).flatten()
+            decoder.reorder(parents)
+            if all(len(f) >= K for f in finished):
+                break
+    generated = tokens[:, T_p : T_p + step + 1].view(B, K, -1)  # (B, K, steps)
+    return _best(prompt, finished, cumulative, generated, length_penalty, c.pad_id, K)
+
+
+def _collect_finished(finished, top, rows, token, is_eos, generated, length, length_penalty, K) -> None:
+    """Hypotheses ending in eos within the first K ranks join `finished` (elements not yet done);
+    a -inf score (a beam that never was, vocabulary smaller than the beam) is skipped."""
+    ends = (is_eos[:, :K] & top[:, :K].isfinite()).tolist()
+    top, rows, token = top.tolist(), rows.tolist(), token.tolist()
+    for b, flags in enumerate(ends):
+        if len(finished[b]) >= K:
+            continue
+        for r, ended in enumerate(flags):
+            if ended:
+                hypothesis = generated[rows[b][r]].tolist() + [token[b][r]]
+                finished[b].append((top[b][r] / length**length_penalty, hypothesis))
+
+
+def _best(prompt, finished, cumulative, generated, length_penalty, pad_id, K):
+    B, T_p = prompt.shape
+    steps = generated.shape[2]
+    out = prompt.new_full((B, T_p + steps), pad_id)
+    out[:, :T_p] = prompt
+    scores = []
+    for b in range(B):
+        candidates = list(finished[b])
+        if len(candidates) < K:  # ran to max_len
+            live = cumulative[b].tolist()
+            candidates += [(live[k] / steps**length_penalty, generated[b, k].tolist()) for k in range(K)]
+        score, hypothesis = max(candidates, key=lambda c: c[0])  # the first of equal scores
+        out[b, T_p : T_p + len(hypothesis)] = torch.tensor(hypothesis, dtype=out.dtype)
+        scores.append(score)
+    return out, scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Arguments and modes.
+
+
+def check_model(model) -> None:
+    if not isinstance(model, (Transformer, TransformerLM)):
+        raise TypeError(f"model must be a torch_transformer Transformer or TransformerLM, got {type(model).__name__}")
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module):
+    """Eval mode and no autograd for the duration; afterwards every submodule's own mode is restored."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+def check_decoding_inputs(model: nn.Module, src_ids: Tensor, max_len: int | None):
+    """Validate as the model's forward does; returns src_ids (None for the LM), the prompt (B, T_p), max_len."""
+    c = model.config
+    if max_len is not None:
+        _check_int("max_len", max_len)
+    if isinstance(model, Transformer):
+        _check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
+        prompt = torch.full((src_ids.shape[0], 1), c.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
+    else:
+        _check_ids("src_ids", src_ids, c.tgt_vocab_size, c.max_len)
+        prompt = src_ids.long()  # (B, T_p)
+        if not bool((prompt[:, 0] == c.bos_id).all()):
+            rows = (prompt[:, 0] != c.bos_id).nonzero().flatten().tolist()
+            raise ValueError(f"src_ids (the prompt) must start with bos_id={c.bos_id} in every row; rows {rows} do not")
+        if bool((prompt == c.pad_id).any()):
+            rows = (prompt == c.pad_id).any(dim=1).nonzero().flatten().tolist()
+            raise ValueError(f"src_ids (the prompt) must hold no pad_id={c.pad_id}; rows {rows} do")
+        src_ids = None
+    T_p = prompt.shape[1]
+    if max_len is None:
+        max_len = max(c.max_len - T_p, 1)
+    if T_p + max_len > c.max_len:
+        taken = "bos" if src_ids is not None else f"the {T_p}-token prompt"
+        raise ValueError(
+            f"max_len={max_len} generated tokens after {taken} need {T_p + max_len} positions, more than "
+            f"config.max_len={c.max_len}: max_len must be at most {c.max_len - T_p}"
+        )
+    return src_ids, prompt, max_len
+
+
+def _check_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
