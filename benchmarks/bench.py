@@ -1,0 +1,385 @@
+"""NumPy Transformer vs torch_transformer on the CPU: forward, training step, decoding, memory.
+
+    python benchmarks/bench.py                 # the base configuration, a few minutes
+    python benchmarks/bench.py --quick         # a small configuration, seconds (the test suite runs this)
+    python benchmarks/bench.py --json out.json
+
+Both models get the same weights and the same threads, float32. Timings interleave the two
+implementations repetition by repetition and report medians. The achieved GFLOP/s of a training
+step is compared with a matrix-product ceiling measured in the same run; peak memory of a training
+step is measured in a fresh subprocess per implementation. On CUDA, when present, torch_transformer
+is also timed against a model built from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from threadpoolctl import threadpool_info  # noqa: E402
+
+import numpy_transformer as nt  # noqa: E402
+import torch_transformer as tt  # noqa: E402
+from numpy_transformer import optim  # noqa: E402
+
+BASE = dict(
+    d_model=512,
+    n_heads=8,
+    d_ff=2048,
+    layers=3,
+    batch=32,
+    src_len=32,
+    tgt_len=32,
+    vocab=8000,
+    decode_batch=4,
+    decode_tokens=256,
+    reps=7,
+)
+QUICK = dict(
+    d_model=64,
+    n_heads=4,
+    d_ff=128,
+    layers=1,
+    batch=8,
+    src_len=12,
+    tgt_len=12,
+    vocab=200,
+    decode_batch=2,
+    decode_tokens=24,
+    reps=3,
+)
+
+
+def make_config(p: dict, max_len: int) -> nt.TransformerConfig:
+    return nt.TransformerConfig(
+        src_vocab_size=p["vocab"],
+        tgt_vocab_size=p["vocab"],
+        d_model=p["d_model"],
+        n_heads=p["n_heads"],
+        d_ff=p["d_ff"],
+        n_encoder_layers=p["layers"],
+        n_decoder_layers=p["layers"],
+        dropout=0.1,
+        max_len=max_len,
+    )
+
+
+def training_flops(config: nt.TransformerConfig, B: int, S: int, T: int) -> float:
+    """Matrix-product FLOPs of one training step (forward + backward = 3x the forward's products).
+
+    A linear layer on N rows, in -> out: 2 N in out; attention on (T_q, T_k): 2 * 2 B T_q T_k D
+    (scores and context). Elementwise work is not counted: the ceiling is a matrix-product one.
+    """
+    D, F, V = config.d_model, config.d_ff, config.tgt_vocab_size
+    n_src, n_tgt = B * S, B * T
+
+    def attention(n_q, t_q, t_k, n_kv):
+        return 2 * n_q * D * D * 2 + 2 * n_kv * D * D * 2 + 4 * B * t_q * t_k * D  # q, out; k, v; scores, context
+
+    ffn = lambda n: 2 * n * D * F * 2  # noqa: E731
+    encoder = config.n_encoder_layers * (attention(n_src, S, S, n_src) + ffn(n_src))
+    decoder = config.n_decoder_layers * (attention(n_tgt, T, T, n_tgt) + attention(n_tgt, T, S, n_src) + ffn(n_tgt))
+    forward = encoder + decoder + 2 * n_tgt * D * V
+    return 3.0 * forward
+
+
+def matmul_ceiling(D: int, N: int, reps: int) -> dict:
+    """GFLOP/s of float32 (N, D) @ (D, 4D) products, the training step's typical shape, for each library."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((N, D), dtype=np.float32), rng.standard_normal((D, 4 * D), dtype=np.float32)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    flops = 2 * N * D * 4 * D
+    times = {"numpy": [], "torch": []}
+    for _ in range(reps + 1):
+        for name, fn in (("numpy", lambda: a @ b), ("torch", lambda: ta @ tb)):
+            start = time.perf_counter()
+            for _ in range(5):
+                fn()
+            times[name].append((time.perf_counter() - start) / 5)
+    return {name: flops / statistics.median(t[1:]) / 1e9 for name, t in times.items()}
+
+
+def interleaved(fns: dict, reps: int, warmup: bool = True) -> dict:
+    """Median seconds of each function, run alternately (after one warm-up round, not counted)."""
+    times = {name: [] for name in fns}
+    for r in range(reps + warmup):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if r or not warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def build_pair(config, seed=0):
+    np_model = nt.Transformer(config, seed=seed, dtype=np.float32)
+    torch_model = tt.Transformer(config)
+    torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in np_model.state_dict().items()})
+    return np_model, torch_model
+
+
+def batch(config, B, S, T, seed=0):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(3, config.src_vocab_size, size=(B, S))
+    tgt_in = rng.integers(3, config.tgt_vocab_size, size=(B, T))
+    tgt_out = rng.integers(3, config.tgt_vocab_size, size=(B, T))
+    return src, tgt_in, tgt_out
+
+
+def step_functions(config, np_model, torch_model, src, tgt_in, tgt_out):
+    """One training step each: forward, label-smoothed loss, backward, Adam (train mode, dropout on)."""
+    np_opt = optim.Adam(np_model.params, lr=1e-4) if np_model is not None else None
+    torch_opt = torch.optim.Adam(torch_model.parameters(), lr=1e-4) if torch_model is not None else None
+    t_src, t_in, t_out = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+
+    def numpy_step():
+        logits = np_model.train().forward(src, tgt_in)
+        _, cache = nt.cross_entropy_forward(logits, tgt_out, config.pad_id, 0.1)
+        np_model.zero_grad()
+        np_model.backward(nt.cross_entropy_backward(cache))
+        np_opt.step(np_model.grads)
+
+    def torch_step():
+        torch_model.train()
+        loss = tt.cross_entropy(torch_model(t_src, t_in), t_out, config.pad_id, 0.1)
+        torch_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch_opt.step()
+
+    return numpy_step, torch_step
+
+
+def forward_functions(np_model, torch_model, src, tgt_in):
+    t_src, t_in = torch.from_numpy(src), torch.from_numpy(tgt_in)
+
+    def numpy_forward():
+        np_model.eval().forward(src, tgt_in)
+
+    def torch_forward():
+        with torch.no_grad():
+            torch_model.eval()(t_src, t_in)
+
+    return numpy_forward, torch_forward
+
+
+def decoding(config, np_model, torch_model, p) -> dict:
+    """Seconds per generated token, greedy, with and without the KV cache (eos suppressed so every
+    sequence runs to the full length)."""
+    B, n = p["decode_batch"], p["decode_tokens"]
+    for model_bias in (np_model.params["output_proj.bias"], torch_model.output_proj.bias.data):
+        model_bias[config.eos_id] = -1e4
+    src = batch(config, B, p["src_len"], 1, seed=1)[0]
+    t_src = torch.from_numpy(src)
+    fns = {
+        "numpy cached": lambda: nt.greedy_decode(np_model, src, n, use_cache=True),
+        "numpy recomputed": lambda: nt.greedy_decode(np_model, src, n, use_cache=False),
+        "torch cached": lambda: tt.greedy_decode(torch_model, t_src, n, use_cache=True),
+        "torch recomputed": lambda: tt.greedy_decode(torch_model, t_src, n, use_cache=False),
+    }
+    # the models are warm from the training steps; one round of each is enough at 256 tokens
+    return {name: seconds / n for name, seconds in interleaved(fns, 1 if n > 64 else 2, warmup=False).items()}
+
+
+def peak_memory(backend: str, p: dict) -> float:
+    """Peak resident memory added by three training steps (MiB), in a fresh process that builds only
+    the one model: the kernel's high-water mark is reset after set-up (/proc/self/clear_refs)."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+import bench
+step = bench.single_step_function({backend!r}, {p!r})
+step()  # warm-up: optimizer state and allocator pools exist before the measurement
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset VmHWM to the current resident size
+base = status("VmRSS")
+for _ in range(3):
+    step()
+print(status("VmHWM") - base)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def single_step_function(backend: str, p: dict):
+    """A training step of one implementation alone (for the memory measurement)."""
+    config = make_config(p, max(p["src_len"], p["tgt_len"]))
+    data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
+    if backend == "numpy":
+        model = nt.Transformer(config, dtype=np.float32)
+        return step_functions(config, model, None, *data)[0]
+    return step_functions(config, None, tt.Transformer(config), *data)[1]
+
+
+def blas_report() -> dict:
+    info = [
+        {k: lib.get(k) for k in ("internal_api", "version", "threading_layer", "architecture", "num_threads")}
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas"
+    ]
+    return {
+        "numpy_blas": info,
+        "torch_threads": torch.get_num_threads(),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
+    }
+
+
+def cuda_builtin_comparison(config, p) -> dict | None:
+    """On CUDA: torch_transformer vs a model made of nn.TransformerEncoderLayer / DecoderLayer."""
+    if not torch.cuda.is_available():
+        return None
+    from torch import nn
+
+    device = torch.device("cuda")
+    D, H, F = config.d_model, config.n_heads, config.d_ff
+
+    class Builtin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src_emb, self.tgt_emb = nn.Embedding(config.src_vocab_size, D), nn.Embedding(config.tgt_vocab_size, D)
+            self.encoder = nn.TransformerEncoder(
+                nn.TransformerEncoderLayer(D, H, F, 0.1, batch_first=True),
+                config.n_encoder_layers,
+                enable_nested_tensor=False,
+            )
+            self.decoder = nn.TransformerDecoder(
+                nn.TransformerDecoderLayer(D, H, F, 0.1, batch_first=True), config.n_decoder_layers
+            )
+            self.out = nn.Linear(D, config.tgt_vocab_size)
+
+        def forward(self, src, tgt):
+            causal = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
+            memory = self.encoder(self.src_emb(src))
+            return self.out(self.decoder(self.tgt_emb(tgt), memory, tgt_mask=causal, tgt_is_causal=True))
+
+    ours, theirs = tt.Transformer(config).to(device), Builtin().to(device)
+    src, tgt_in, tgt_out = (
+        torch.from_numpy(a).to(device) for a in batch(config, p["batch"], p["src_len"], p["tgt_len"])
+    )
+    results = {}
+    for name, model in (("torch_transformer", ours), ("nn.Transformer*Layer", theirs)):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+        def step(model=model, opt=opt):
+            loss = tt.cross_entropy(model(src, tgt_in), tgt_out, config.pad_id, 0.1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+
+        results[name] = step
+    return interleaved(results, p["reps"])
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--no-decode", action="store_true", help="skip the decoding timings")
+    args = parser.parse_args(argv)
+    p = dict(QUICK if args.quick else BASE)
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))
+    np_model, torch_model = build_pair(config)
+    src, tgt_in, tgt_out = batch(config, p["batch"], p["src_len"], p["tgt_len"])
+    n_tokens = p["batch"] * (p["src_len"] + p["tgt_len"])
+
+    ceiling = matmul_ceiling(config.d_model, p["batch"] * p["tgt_len"], p["reps"])
+    fwd = interleaved(
+        dict(zip(("numpy", "torch"), forward_functions(np_model, torch_model, src, tgt_in), strict=True)), p["reps"]
+    )
+    step = interleaved(
+        dict(zip(("numpy", "torch"), step_functions(config, np_model, torch_model, src, tgt_in, tgt_out), strict=True)),
+        p["reps"],
+    )
+    flops = training_flops(config, p["batch"], p["src_len"], p["tgt_len"])
+    memory = {backend: peak_memory(backend, p) for backend in ("numpy", "torch")}
+    decode = None if args.no_decode else decoding(config, np_model, torch_model, p)
+    cuda = cuda_builtin_comparison(config, p)
+
+    report = {
+        "config": config.to_dict(),
+        "batch": p["batch"],
+        "src_len": p["src_len"],
+        "tgt_len": p["tgt_len"],
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+            **blas_report(),
+        },
+        "matmul_ceiling_gflops": ceiling,
+        "forward_seconds": fwd,
+        "train_step_seconds": step,
+        "train_step_gflop": flops / 1e9,
+        "train_step_gflops": {k: flops / v / 1e9 for k, v in step.items()},
+        "train_step_fraction_of_ceiling": {k: flops / v / 1e9 / ceiling[k] for k, v in step.items()},
+        "train_step_ratio_numpy_over_torch": step["numpy"] / step["torch"],
+        "forward_ratio_numpy_over_torch": fwd["numpy"] / fwd["torch"],
+        "peak_memory_mib": memory,
+        "decode_seconds_per_token": decode,
+        "cuda_train_step_seconds": cuda,
+    }
+    m = report["machine"]
+    blas = m["numpy_blas"][0] if m["numpy_blas"] else {}
+    print(
+        f"config: d_model {config.d_model}, {config.n_heads} heads, d_ff {config.d_ff}, "
+        f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, vocab {config.tgt_vocab_size}, "
+        f"batch {p['batch']} x ({p['src_len']} src + {p['tgt_len']} tgt) = {n_tokens} tokens, float32"
+    )
+    print(
+        f"machine: {m['cpus']} CPUs; numpy {m['numpy']} with {blas.get('internal_api')} {blas.get('version')} "
+        f"({blas.get('architecture')} kernel, {blas.get('num_threads')} threads); torch {m['torch']} "
+        f"({m['torch_threads']} threads); OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}"
+    )
+    print(
+        f"matrix-product ceiling (float32): numpy {ceiling['numpy']:.0f} GFLOP/s, torch {ceiling['torch']:.0f} GFLOP/s"
+    )
+    print(f"{'':28}{'numpy':>12}{'torch':>12}{'numpy/torch':>13}")
+    print(
+        f"{'forward (eval) ms':28}{fwd['numpy'] * 1e3:12.1f}{fwd['torch'] * 1e3:12.1f}"
+        f"{report['forward_ratio_numpy_over_torch']:13.2f}"
+    )
+    print(
+        f"{'training step ms':28}{step['numpy'] * 1e3:12.1f}{step['torch'] * 1e3:12.1f}"
+        f"{report['train_step_ratio_numpy_over_torch']:13.2f}"
+    )
+    g, frac = report["train_step_gflops"], report["train_step_fraction_of_ceiling"]
+    print(f"{'training step GFLOP/s':28}{g['numpy']:12.0f}{g['torch']:12.0f}   ({flops / 1e9:.1f} GFLOP of products)")
+    print(f"{'  fraction of ceiling':28}{frac['numpy']:12.0%}{frac['torch']:12.0%}")
+    print(
+        f"{'peak memory, step (MiB)':28}{memory['numpy']:12.0f}{memory['torch']:12.0f}"
+        f"{memory['numpy'] / memory['torch']:13.2f}"
+    )
+    if decode:
+        for lib in ("numpy", "torch"):
+            cached, full = decode[f"{lib} cached"], decode[f"{lib} recomputed"]
+            print(
+                f"decode {lib}, {p['decode_tokens']} tokens x batch {p['decode_batch']}: "
+                f"{cached * 1e3:.2f} ms/token cached, {full * 1e3:.2f} ms/token recomputed, "
+                f"cache speed-up {full / cached:.1f}x"
+            )
+    if cuda:
+        print("CUDA training step ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in cuda.items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()
