@@ -110,11 +110,17 @@ def matmul_ceiling(D: int, N: int, reps: int) -> dict:
     return {name: flops / statistics.median(t[1:]) / 1e9 for name, t in times.items()}
 
 
-def interleaved(fns: dict, reps: int, warmup: bool = True) -> dict:
-    """Median seconds of each function, run alternately (after one warm-up round, not counted)."""
+def interleaved(fns: dict, reps: int, warmup: bool = True, pause: float = 0.3) -> dict:
+    """Median seconds of each function, run alternately (after one warm-up round, not counted).
+
+    A pause before each run lets the other library's worker threads stop spinning (OpenMP and
+    OpenBLAS threads busy-wait for a while after a parallel region), so neither run is charged for
+    the other's idle threads on a machine with few cores.
+    """
     times = {name: [] for name in fns}
     for r in range(reps + warmup):
         for name, fn in fns.items():
+            time.sleep(pause)
             start = time.perf_counter()
             fn()
             if r or not warmup:
@@ -224,11 +230,56 @@ def single_step_function(backend: str, p: dict):
     return step_functions(config, None, tt.Transformer(config), *data)[1]
 
 
+TIME_CATEGORIES = {  # numpy_transformer functions -> what kind of work they do
+    "matrix products (linear layers)": ("linear_forward", "linear_backward"),
+    "attention (scores, softmax, context)": (
+        "scaled_dot_product_attention_forward",
+        "scaled_dot_product_attention_backward",
+        "softmax_forward",
+        "softmax_backward",
+    ),
+    "optimizer (Adam)": ("update", "step"),
+    "dropout (masks and scaling)": ("keep_mask", "dropout_forward", "dropout_backward"),
+    "layer norm": ("layer_norm_forward", "layer_norm_backward"),
+    "loss (log-softmax, cross-entropy)": ("cross_entropy_forward", "cross_entropy_backward", "log_softmax"),
+    "gradient bookkeeping (zero_grad, accumulate)": ("zero_grad", "_accumulate"),
+}
+
+
+def numpy_time_breakdown(step) -> dict:
+    """Seconds of one NumPy training step by kind of work, from a cProfile run (cumulative time of
+    the functions in TIME_CATEGORIES, the rest as 'other'). Profiling adds a little overhead."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(step)
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, nc, tottime, cumtime, callers)
+    total = sum(v[2] for v in stats.values())
+    by_name = {}
+    for (filename, _, name), (_, _, _, cumtime, _) in stats.items():
+        if "numpy_transformer" in filename:
+            by_name[name] = by_name.get(name, 0.0) + cumtime
+    out = {category: sum(by_name.get(n, 0.0) for n in names) for category, names in TIME_CATEGORIES.items()}
+    # attention's cumulative time includes its softmax; Adam's `step` includes `update`
+    out["attention (scores, softmax, context)"] -= by_name.get("softmax_forward", 0.0) + by_name.get(
+        "softmax_backward", 0.0
+    )
+    out["optimizer (Adam)"] -= by_name.get("update", 0.0)
+    out["other"] = total - sum(out.values())
+    return {"total": total, **out}
+
+
 def blas_report() -> dict:
+    blas = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    # numpy's own BLAS first (scipy may load a second copy of OpenBLAS)
+    blas.sort(key=lambda lib: "numpy" not in lib.get("filepath", ""))
     info = [
-        {k: lib.get(k) for k in ("internal_api", "version", "threading_layer", "architecture", "num_threads")}
-        for lib in threadpool_info()
-        if lib.get("user_api") == "blas"
+        {
+            k: lib.get(k)
+            for k in ("internal_api", "version", "threading_layer", "architecture", "num_threads", "filepath")
+        }
+        for lib in blas
     ]
     return {
         "numpy_blas": info,
@@ -307,6 +358,7 @@ def main(argv=None) -> dict:
         p["reps"],
     )
     flops = training_flops(config, p["batch"], p["src_len"], p["tgt_len"])
+    breakdown = numpy_time_breakdown(step_functions(config, np_model, torch_model, src, tgt_in, tgt_out)[0])
     memory = {backend: peak_memory(backend, p) for backend in ("numpy", "torch")}
     decode = None if args.no_decode else decoding(config, np_model, torch_model, p)
     cuda = cuda_builtin_comparison(config, p)
@@ -331,6 +383,7 @@ def main(argv=None) -> dict:
         "train_step_fraction_of_ceiling": {k: flops / v / 1e9 / ceiling[k] for k, v in step.items()},
         "train_step_ratio_numpy_over_torch": step["numpy"] / step["torch"],
         "forward_ratio_numpy_over_torch": fwd["numpy"] / fwd["torch"],
+        "numpy_step_breakdown_seconds": breakdown,
         "peak_memory_mib": memory,
         "decode_seconds_per_token": decode,
         "cuda_train_step_seconds": cuda,
@@ -366,6 +419,10 @@ def main(argv=None) -> dict:
         f"{'peak memory, step (MiB)':28}{memory['numpy']:12.0f}{memory['torch']:12.0f}"
         f"{memory['numpy'] / memory['torch']:13.2f}"
     )
+    print("where a NumPy training step spends its time (one profiled step):")
+    for category, seconds in breakdown.items():
+        if category != "total":
+            print(f"  {category:46}{seconds * 1e3:8.1f} ms  {seconds / breakdown['total']:5.0%}")
     if decode:
         for lib in ("numpy", "torch"):
             cached, full = decode[f"{lib} cached"], decode[f"{lib} recomputed"]

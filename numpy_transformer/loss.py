@@ -15,7 +15,9 @@ from .validation import check_float_array
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """log p = x - logsumexp(x) over the last axis, shifted by the row max for stability."""
     shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    log_total = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (..., 1)
+    shifted -= log_total  # in place: (N, V) arrays are the largest of the loss
+    return shifted
 
 
 def cross_entropy_forward(
@@ -51,7 +53,7 @@ def cross_entropy_forward(
     n = int(kept.sum())
     if n == 0:
         raise ValueError(f"targets: every target equals ignore_index={ignore_index}; the mean loss is undefined")
-    logp = log_softmax(logits2d[kept])  # (n, V)
+    logp = log_softmax(logits2d[kept] if n < len(flat) else logits2d)  # (n, V)
     nll = -logp[np.arange(n), flat[kept]]  # (n,)
     smooth = -logp.mean(axis=-1)  # (n,) = -(1/V) sum_c log p_c
     loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).sum() / n
@@ -67,6 +69,8 @@ def cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
     dkept[np.arange(n), kept_targets] -= 1.0 - label_smoothing
     dkept -= label_smoothing / V
     dkept *= float(dloss) / n
+    if n == kept.shape[0]:  # nothing ignored: the kept rows are all the rows
+        return dkept.reshape(shape)
     dlogits = np.zeros((kept.shape[0], V), dtype=logp.dtype)
     dlogits[kept] = dkept
     return dlogits.reshape(shape)
