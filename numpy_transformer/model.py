@@ -476,6 +476,16 @@ class _Model:
             return self.params["decoder.token_embedding.weight"]
         return self.params["output_proj.weight"]
 
+    def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
+        """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
+        masks it used, and the caches the backward pass will read."""
+        logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
+        if dropout is not None:
+            dropout.check_all_used()
+        self.dropout_masks = dropout.masks if dropout is not None else {}
+        self._cache = caches | {"output": out_cache, "decoder_out": x, "logits": logits, "logits_shape": logits.shape}
+        return logits
+
     def _output_backward(self, dlogits: np.ndarray):
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
         grads = {}
@@ -583,20 +593,7 @@ class Transformer(_Model):
         x, dec_cache = decoder_forward(
             sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
         )  # (B, T_tgt, D)
-        logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
-        if dropout is not None:
-            dropout.check_all_used()
-        self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = {
-            "encoder": enc_cache,
-            "decoder": dec_cache,
-            "output": out_cache,
-            "encoder_out": memory,
-            "decoder_out": x,
-            "logits": logits,
-            "logits_shape": logits.shape,
-        }
-        return logits
+        return self._output_forward(x, dropout, {"encoder": enc_cache, "decoder": dec_cache, "encoder_out": memory})
 
     __call__ = forward
 
@@ -625,18 +622,7 @@ class TransformerLM(_Model):
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
         dropout = self._dropout(dropout_masks)
         x, dec_cache = decoder_forward(sub(self.params, "decoder"), ids, None, None, cfg, dropout)  # (B, T, D)
-        logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
-        if dropout is not None:
-            dropout.check_all_used()
-        self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = {
-            "decoder": dec_cache,
-            "output": out_cache,
-            "decoder_out": x,
-            "logits": logits,
-            "logits_shape": logits.shape,
-        }
-        return logits
+        return self._output_forward(x, dropout, {"decoder": dec_cache})
 
     __call__ = forward
 
