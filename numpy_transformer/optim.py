@@ -56,8 +56,10 @@ class Optimizer:
         work = []
         for name, p in self.params.items():
             if not self.state[name]:
+                if not p.flags.c_contiguous:
+                    raise ValueError(f"params[{name!r}] must be a C-contiguous array (it is updated in place)")
                 self.state[name] = self.init_state(p)
-            flat_p = p.reshape(-1)  # a view: writing it updates the parameter
+            flat_p = p.reshape(-1)  # a view (p is contiguous): writing it updates the parameter
             flat_g = grads[name].reshape(-1)
             flat_state = {k: v.reshape(-1) for k, v in self.state[name].items()}
             for lo in range(0, p.size, CHUNK):

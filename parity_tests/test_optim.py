@@ -171,3 +171,6 @@ def test_optimizer_errors():
         optim.SGD(params, lr=0.1, nesterov=True)
     with pytest.raises(ValueError, match="missing entries"):
         optim.Adam(params).step({})
+    strided = {"w": np.zeros((4, 6))[:, ::2]}
+    with pytest.raises(ValueError, match="C-contiguous"):
+        optim.SGD(strided, lr=0.1).step({"w": np.ones((4, 3))})
