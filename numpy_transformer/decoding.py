@@ -35,9 +35,8 @@ from .layers import (
     layer_norm_forward,
     linear_forward,
     residual_forward,
-    sinusoidal_table,
 )
-from .model import Transformer, TransformerLM, encoder_forward, padding_mask, sub
+from .model import Transformer, TransformerLM, _fixed_sinusoids, encoder_forward, padding_mask, sub
 from .validation import check_ids
 
 # ----------------------------------------------------------------------------------------------
@@ -106,7 +105,7 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
     if cfg.positional == "learned":
         positions = params["decoder.position_embedding.weight"]
     else:
-        positions = sinusoidal_table(cfg.max_len, cfg.d_model, model.dtype)  # the table model.forward uses
+        positions = _fixed_sinusoids(cfg.max_len, cfg.d_model, model.dtype.name)  # the table model.forward uses
     key_valid = np.zeros((n_rows, total_len), dtype=bool)
     return DecoderCache(layer_params, layers, key_valid, memory_mask, positions)
 
