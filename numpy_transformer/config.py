@@ -10,17 +10,23 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
-POSITIONALS = ("sinusoidal", "learned")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+POSITIONALS = ("sinusoidal", "learned", "rope")
+NORMS = ("layer", "rms")
+SINUSOID_LAYOUTS = ("interleaved", "split")
+ATTENTIONS = ("plain", "flash")
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters of the encoder-decoder `Transformer` and the decoder-only `TransformerLM`.
+    """Hyper-parameters of the three model families: the encoder-decoder `Transformer`, the decoder-only
+    `TransformerLM` and the encoder-only `EncoderModel`.
 
     The defaults are a small model that trains in seconds on a CPU; the paper's base model is
     `TransformerConfig(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6,
-    dropout=0.1, scale_embeddings=True, tie_embeddings=True)`.
+    dropout=0.1, scale_embeddings=True, tie_embeddings=True)`. The fields after `scale_embeddings`
+    describe the models that came after the paper (BERT, GPT-2, Llama, Marian, BART); their defaults
+    keep the paper's model.
     """
 
     src_vocab_size: int = 32  # source token ids are in [0, src_vocab_size)
@@ -31,21 +37,33 @@ class TransformerConfig:
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
     dropout: float = 0.0  # one rate for embeddings, attention probabilities, FFN hidden, residuals
-    activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf) or "gelu_tanh"
+    activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh" or "silu" (x * sigmoid(x))
     norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
-    positional: str = "sinusoidal"  # "sinusoidal" (the paper's fixed table) or "learned"
+    positional: str = "sinusoidal"  # "sinusoidal" (the paper), "learned", or "rope" (rotary, in attention)
     max_len: int = 64  # longest sequence the position table covers
     layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
-    pad_id: int = 0  # keys holding pad_id are masked out of attention; targets of pad_id ignored
+    pad_id: int | None = 0  # keys holding pad_id are masked out of attention; None: no padding token (GPT-2)
     bos_id: int = 1  # first token of every decoded sequence
     eos_id: int = 2  # decoding stops after it
     tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
+    # -- after the paper ----------------------------------------------------------------------
+    norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias)
+    rope_theta: float = 10000.0  # rotary base, when positional == "rope"
+    gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
+    n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
+    bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
+    output_bias: bool = True  # output_proj.bias (GPT-2 and Llama have none; Marian/BART's final_logits_bias)
+    type_vocab_size: int = 0  # BERT token types: encoder.token_type_embedding.weight (type_vocab_size, D)
+    embedding_norm: bool = False  # a LayerNorm after the summed embeddings (BERT, BART)
+    sinusoid_layout: str = "interleaved"  # "interleaved" (the paper: sin even, cos odd) or "split" (Marian)
+    share_embeddings: bool = False  # encoder and decoder read one table, decoder.token_embedding.weight
+    attention: str = "plain"  # "plain" (the (T_q, T_k) pair) or "flash" (tiled, online softmax; no dropout)
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("n_encoder_layers", "n_decoder_layers"):
+        for name in ("n_encoder_layers", "n_decoder_layers", "type_vocab_size"):
             _check_int(name, getattr(self, name), minimum=0)
         if self.d_model % self.n_heads != 0:
             raise ValueError(
@@ -60,17 +78,52 @@ class TransformerConfig:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.positional not in POSITIONALS:
             raise ValueError(f"positional must be one of {POSITIONALS}, got {self.positional!r}")
+        for name, allowed in (("norm", NORMS), ("sinusoid_layout", SINUSOID_LAYOUTS), ("attention", ATTENTIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.positional == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"positional='rope' rotates pairs of features, so the head size d_model / n_heads must be even: "
+                f"got {self.d_model} / {self.n_heads} = {self.head_dim}"
+            )
+        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
+            raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
+        if self.n_kv_heads is not None:
+            _check_int("n_kv_heads", self.n_kv_heads, minimum=1)
+            if self.n_heads % self.n_kv_heads != 0:
+                raise ValueError(
+                    f"n_heads must be a multiple of n_kv_heads (each K/V head serves n_heads / n_kv_heads query "
+                    f"heads): got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+                )
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings needs one vocabulary: got src_vocab_size={self.src_vocab_size}, "
+                f"tgt_vocab_size={self.tgt_vocab_size}"
+            )
+        if self.attention == "flash" and self.dropout != 0.0:
+            raise ValueError(f"attention='flash' has no attention dropout: set dropout=0.0, got {self.dropout}")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
+            if name == "pad_id" and value is None:
+                continue  # no padding token: no id is ever masked
             _check_int(name, value, minimum=0)
             for vocab in ("src_vocab_size", "tgt_vocab_size"):
                 if value >= getattr(self, vocab):
                     raise ValueError(
                         f"{name} must be a valid token id below {vocab}={getattr(self, vocab)}, got {value}"
                     )
-        for name in ("norm_first", "tie_embeddings", "scale_embeddings"):
+        for name in (
+            "norm_first",
+            "tie_embeddings",
+            "scale_embeddings",
+            "gated_ffn",
+            "bias",
+            "output_bias",
+            "embedding_norm",
+            "share_embeddings",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
 
@@ -78,6 +131,11 @@ class TransformerConfig:
     def head_dim(self) -> int:
         """Dh, the width of one attention head."""
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of K/V heads: n_kv_heads, or n_heads when that is None (plain multi-head attention)."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,7 +161,7 @@ def _check_int(name: str, value, minimum: int) -> None:
 # model in either implementation. Both packages' checkpoint modules use these two functions.
 
 CHECKPOINT_FORMAT = "transformer-parity/1"
-MODEL_CLASSES = ("Transformer", "TransformerLM")
+MODEL_CLASSES = ("Transformer", "TransformerLM", "EncoderModel")
 
 
 def checkpoint_metadata(config: TransformerConfig, model_class: str, extra: dict | None = None) -> dict:
