@@ -19,12 +19,13 @@ from .attention import (
 from .config import TransformerConfig
 from .decoding import beam_search, greedy_decode
 from .loss import cross_entropy_backward, cross_entropy_forward
-from .model import Transformer, TransformerLM, parameter_shapes
+from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 __all__ = [
     "TransformerConfig",
     "Transformer",
     "TransformerLM",
+    "EncoderModel",
     "parameter_shapes",
     "multi_head_attention_forward",
     "multi_head_attention_backward",

@@ -3,7 +3,7 @@
 One file loads into either implementation (torch_transformer.checkpoint reads the same format):
 
     save_checkpoint("model.safetensors", model, metadata={"step": 1000})
-    model = load_checkpoint("model.safetensors")             # a Transformer or TransformerLM
+    model = load_checkpoint("model.safetensors")             # a Transformer, TransformerLM or EncoderModel
     load_into(other_model, "model.safetensors")              # checks the config matches first
 
 Needs the `safetensors` package (the `examples` extra); the rest of numpy_transformer does not.
@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from .config import check_checkpoint_fits, checkpoint_metadata, parse_checkpoint_metadata
-from .model import Transformer, TransformerLM
+from .model import EncoderModel, Transformer, TransformerLM
 
 
 def _safetensors():
@@ -29,8 +29,10 @@ def _safetensors():
 
 def save_checkpoint(path, model, metadata: dict | None = None) -> None:
     """Write every parameter (state-dict names, the model's dtype) and the config to `path`."""
-    if not isinstance(model, (Transformer, TransformerLM)):
-        raise TypeError(f"model must be a numpy_transformer Transformer or TransformerLM, got {type(model).__name__}")
+    if not isinstance(model, (Transformer, TransformerLM, EncoderModel)):
+        raise TypeError(
+            f"model must be a numpy_transformer Transformer, TransformerLM or EncoderModel, got {type(model).__name__}"
+        )
     state = {k: np.ascontiguousarray(v) for k, v in model.params.items()}
     _safetensors().numpy.save_file(
         state, os.fspath(path), metadata=checkpoint_metadata(model.config, type(model).__name__, metadata)
@@ -60,7 +62,8 @@ def load_checkpoint(path, dtype=None):
     state, config, model_class, _ = read_checkpoint(path)
     if dtype is None:
         dtype = next(iter(state.values())).dtype
-    model = {"Transformer": Transformer, "TransformerLM": TransformerLM}[model_class](config, dtype=dtype)
+    classes = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
+    model = classes[model_class](config, dtype=dtype)
     model.load_state_dict(state)
     return model
 

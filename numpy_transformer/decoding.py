@@ -4,9 +4,9 @@
     tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
     tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
 
-`src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (it must
-start with bos_id and hold no pad_id). `max_len` counts generated tokens. Decoding stops once every
-sequence has produced eos_id; the positions after a sequence's eos hold pad_id.
+`src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
+it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
+has produced eos_id; the positions after a sequence's eos hold pad_id (eos_id when pad_id is None).
 
 Why a cache. The decoder is causal: the hidden states of position i depend on positions <= i only, so
 the keys and values that every earlier position computed are still right when position t is added.
@@ -29,14 +29,12 @@ import numpy as np
 
 from .attention import merge_heads, scaled_dot_product_attention_forward, split_heads
 from .layers import (
-    add_positions_forward,
-    embedding_forward,
     feed_forward_forward,
     layer_norm_forward,
     linear_forward,
     residual_forward,
 )
-from .model import Transformer, TransformerLM, _fixed_sinusoids, encoder_forward, padding_mask, sub
+from .model import Transformer, TransformerLM, embed_forward, encoder_forward, padding_mask, sub
 from .validation import check_ids
 
 # ----------------------------------------------------------------------------------------------
@@ -60,9 +58,8 @@ class DecoderCache:
 
     layer_params: list  # params of decoder layer i, keyed below "decoder.layers.{i}." (sliced once, not per step)
     layers: list  # a LayerCache per decoder layer
-    key_valid: np.ndarray  # (N, T_max) bool: the position holds a token other than pad_id (forward masks pad keys)
-    memory_mask: np.ndarray | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM
-    positions: np.ndarray  # (config.max_len, D) learned or sinusoidal position table
+    memory_mask: np.ndarray | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM or no pad_id
+    embed_params: dict  # the decoder's embedding params, keyed below "decoder." (sliced once, not per step)
     length: int = 0  # positions cached so far
 
 
@@ -90,8 +87,10 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
     memory, memory_mask, n_copies = None, None, 1
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
-        memory, _ = encoder_forward(sub(params, "encoder"), src_ids, cfg)  # (B, S, D)
-        memory_mask = np.repeat(padding_mask(src_ids, cfg.pad_id), n_copies, axis=0)  # (N, 1, 1, S)
+        memory, _ = encoder_forward(model._encoder_params(), src_ids, cfg)  # (B, S, D)
+        source_mask = padding_mask(src_ids, cfg.pad_id)  # (B, 1, 1, S), or None: no padding token
+        if source_mask is not None:
+            memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
     layer_params = [sub(params, f"decoder.layers.{i}") for i in range(cfg.n_decoder_layers)]
     layers = []
     for p in layer_params:
@@ -102,12 +101,8 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
             memory_values = np.repeat(project_heads(p, "cross_attn.v_proj", memory, H), n_copies, axis=0)
         keys = np.zeros((n_rows, H, total_len, Dh), dtype=model.dtype)  # filled step by step, never concatenated
         layers.append(LayerCache(keys, np.zeros_like(keys), memory_keys, memory_values))
-    if cfg.positional == "learned":
-        positions = params["decoder.position_embedding.weight"]
-    else:
-        positions = _fixed_sinusoids(cfg.max_len, cfg.d_model, model.dtype.name)  # the table model.forward uses
-    key_valid = np.zeros((n_rows, total_len), dtype=bool)
-    return DecoderCache(layer_params, layers, key_valid, memory_mask, positions)
+    embed_params = {k: v for k, v in sub(params, "decoder").items() if not k.startswith("layers.")}
+    return DecoderCache(layer_params, layers, memory_mask, embed_params)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,14 +153,10 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
     cfg, params = model.config, model.params
     start = cache.length
     end = start + new_ids.shape[1]
-    scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-    x, _ = embedding_forward(new_ids, params["decoder.token_embedding.weight"], scale)  # (N, T_new, D)
-    x, _ = add_positions_forward(x, cache.positions[start:])  # adds rows start .. end - 1 of the table
-    cache.key_valid[:, start:end] = new_ids != cfg.pad_id
-    # New position start + i sees cached keys j <= start + i (the causal mask, np.tri's k-th diagonal),
-    # except padding. With one new position the causal part is all True.
-    causal = np.tri(end - start, end, start, dtype=bool)  # (T_new, end)
-    self_mask = causal & cache.key_valid[:, None, None, :end]  # (N, 1, T_new, end)
+    x, _ = embed_forward(cache.embed_params, new_ids, cfg, start=start)  # (N, T_new, D), positions start .. end - 1
+    # New position start + i sees cached keys j <= start + i (the causal mask, np.tri's k-th diagonal);
+    # like decoder_forward, nothing else is masked. With one new position it is all True.
+    self_mask = np.tri(end - start, end, start, dtype=bool)  # (T_new, end)
     for params_i, layer in zip(cache.layer_params, cache.layers, strict=True):
         x = decoder_layer_step(params_i, x, layer, self_mask, cache.memory_mask, start, cfg)
     cache.length = end
@@ -188,7 +179,6 @@ def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:
     for layer in cache.layers:
         layer.keys[:, :, :T] = layer.keys[rows, :, :T]  # (N, H, T, Dh), gathered along the rows
         layer.values[:, :, :T] = layer.values[rows, :, :T]
-    cache.key_valid[:, :T] = cache.key_valid[rows, :T]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,9 +227,11 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
     return prompt, max_len, Recompute(model, src_ids, n_copies)
 
 
-def without_pad(scores: np.ndarray, pad_id: int) -> np.ndarray:
-    """A copy of scores (N, V) with pad_id at -inf: pad is never generated. In the output it means
-    "after eos", and as an input the decoder masks it out of self-attention, as if it were absent."""
+def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
+    """A copy of scores (N, V) with pad_id at -inf: pad is never generated (in the output it means
+    "after eos"; Marian's generation configs ban it too). Unchanged when there is no pad_id."""
+    if pad_id is None:
+        return scores
     scores = scores.copy()
     scores[:, pad_id] = -np.inf
     return scores
@@ -262,6 +254,11 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True) -> np.nd
     return tokens
 
 
+def after_eos(cfg) -> int:
+    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
+    return cfg.eos_id if cfg.pad_id is None else cfg.pad_id
+
+
 def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
     """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
     check_model(model)
@@ -269,7 +266,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B, T_p + max_len), cfg.pad_id, dtype=np.int64)
+        tokens = np.full((B, T_p + max_len), after_eos(cfg), dtype=np.int64)
         tokens[:, :T_p] = prompt
         done = np.zeros(B, dtype=bool)  # the row has produced eos_id
         step_logits = []
@@ -277,7 +274,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
             choice = without_pad(logits, cfg.pad_id).argmax(axis=-1)  # (B,) argmax: the first maximum
-            tokens[:, t] = np.where(done, cfg.pad_id, choice)
+            tokens[:, t] = np.where(done, after_eos(cfg), choice)
             done |= tokens[:, t] == cfg.eos_id
             if done.all():
                 break
@@ -339,7 +336,7 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B * K, T_p + max_len), cfg.pad_id, dtype=np.int64)
+        tokens = np.full((B * K, T_p + max_len), after_eos(cfg), dtype=np.int64)
         tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
         cumulative = np.full((B, K), -np.inf, dtype=model.dtype)
@@ -362,7 +359,7 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
             if all(len(f) >= K for f in finished):
                 break
     generated = tokens[:, T_p : T_p + step + 1].reshape(B, K, -1)  # (B, K, steps)
-    return best_hypotheses(prompt, finished, cumulative, generated, length_penalty, cfg.pad_id, K)
+    return best_hypotheses(prompt, finished, cumulative, generated, length_penalty, after_eos(cfg), K)
 
 
 def collect_finished(finished, score, rows, token, generated, length, length_penalty, eos_id, K) -> None:
@@ -380,14 +377,14 @@ def collect_finished(finished, score, rows, token, generated, length, length_pen
             finished[b].append((float(score[b, r]) / length**length_penalty, hypothesis))
 
 
-def best_hypotheses(prompt, finished, cumulative, generated, length_penalty, pad_id, K):
+def best_hypotheses(prompt, finished, cumulative, generated, length_penalty, fill_id, K):
     """The prompt followed by each element's best hypothesis, padded: ids (B, T_p + steps), and the scores.
 
     An element with fewer than K finished hypotheses ran to max_len: its live ones compete too.
     """
     B, T_p = prompt.shape
     steps = generated.shape[2]
-    out = np.full((B, T_p + steps), pad_id, dtype=np.int64)
+    out = np.full((B, T_p + steps), fill_id, dtype=np.int64)
     out[:, :T_p] = prompt
     best_scores = []
     for b in range(B):
@@ -430,22 +427,12 @@ def check_decoding_inputs(model, src_ids, max_len):
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
         prompt = np.full((src_ids.shape[0], 1), cfg.bos_id, dtype=np.int64)  # (B, 1)
     else:
-        prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len).astype(np.int64)  # (B, T_p)
-        _check_prompt(prompt, cfg)
+        prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len).astype(np.int64)  # (B, T_p), any ids
         src_ids = None
     if max_len is None:
         max_len = max(cfg.max_len - prompt.shape[1], 1)  # a full table still gets the error below
     _check_fits(max_len, prompt.shape[1], cfg.max_len, isinstance(model, TransformerLM))
     return src_ids, prompt, max_len
-
-
-def _check_prompt(prompt: np.ndarray, cfg) -> None:
-    if not np.all(prompt[:, 0] == cfg.bos_id):
-        rows = np.flatnonzero(prompt[:, 0] != cfg.bos_id).tolist()
-        raise ValueError(f"src_ids (the prompt) must start with bos_id={cfg.bos_id} in every row; rows {rows} do not")
-    if np.any(prompt == cfg.pad_id):
-        rows = np.flatnonzero((prompt == cfg.pad_id).any(axis=1)).tolist()
-        raise ValueError(f"src_ids (the prompt) must hold no pad_id={cfg.pad_id}; rows {rows} do")
 
 
 def _check_fits(max_len: int, T_p: int, limit: int, lm: bool) -> None:

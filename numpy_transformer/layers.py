@@ -82,10 +82,13 @@ def embedding_backward(dout: np.ndarray, cache):
 # Positions: the paper's sinusoids, or a learned table; either way added to the embeddings.
 
 
-def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64) -> np.ndarray:
+def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64, layout: str = "interleaved") -> np.ndarray:
     """PE[pos, 2i] = sin(pos / 10000^(2i/D)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/D)).
 
-    Computed in float64 and cast; for odd D the last cosine column is dropped. (max_len, D).
+    layout "interleaved" (the paper) puts them side by side as written; "split" (Marian) puts every
+    sine first and every cosine after them: [sin(pos w_0), sin(pos w_1), ..., cos(pos w_0), ...].
+    Computed in float64 and cast (a float64 table never passes through float32); for odd D the
+    last cosine is dropped, so "split" has ceil(D/2) sines and floor(D/2) cosines. (max_len, D).
     """
     half = (d_model + 1) // 2
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
@@ -93,7 +96,12 @@ def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64) -> np.ndarray
     table = np.empty((max_len, 2 * half))
     table[:, 0::2] = np.sin(pos * inv_freq)
     table[:, 1::2] = np.cos(pos * inv_freq)
-    return table[:, :d_model].astype(dtype)
+    table = table[:, :d_model]
+    if layout == "split":
+        table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)  # sines, then cosines
+    elif layout != "interleaved":
+        raise ValueError(f"layout must be 'interleaved' or 'split', got {layout!r}")
+    return table.astype(dtype)
 
 
 def add_positions_forward(x: np.ndarray, table: np.ndarray):

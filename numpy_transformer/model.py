@@ -1,8 +1,8 @@
-"""Encoder and decoder layers, the stacks, and the two model objects, forward and backward.
+"""Encoder and decoder layers, the stacks, and the three model objects, forward and backward.
 
 Composite pairs take a params dict keyed by the state-dict names below their prefix and return a
-grads dict with the same keys. `Transformer` and `TransformerLM` are the only stateful objects:
-they hold `params` and `grads` keyed by the full state-dict names.
+grads dict with the same keys. `Transformer`, `TransformerLM` and `EncoderModel` are the only stateful
+objects: they hold `params` and `grads` keyed by the full state-dict names.
 
 Shape letters: B batch, T_src / T_tgt sequence lengths, D d_model, H heads, V vocabulary.
 """
@@ -52,8 +52,11 @@ def prefixed(grads: dict, prefix: str) -> dict:
 # Masks: boolean, True = may attend, broadcastable to (B, H, T_q, T_k).
 
 
-def padding_mask(ids: np.ndarray, pad_id: int) -> np.ndarray:
-    """Keys that hold pad_id are masked out for every query. (B, T) -> (B, 1, 1, T)."""
+def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray | None:
+    """Keys that hold pad_id are masked out for every query. (B, T) -> (B, 1, 1, T); None (nothing
+    masked) when there is no padding token (pad_id None, as in GPT-2)."""
+    if pad_id is None:
+        return None
     return (ids != pad_id)[:, None, None, :]
 
 
@@ -67,19 +70,28 @@ def causal_mask(T: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def _fixed_sinusoids(max_len: int, d_model: int, dtype_name: str) -> np.ndarray:
-    table = sinusoidal_table(max_len, d_model, np.dtype(dtype_name))
+def _fixed_sinusoids(max_len: int, d_model: int, dtype_name: str, layout: str = "interleaved") -> np.ndarray:
+    table = sinusoidal_table(max_len, d_model, np.dtype(dtype_name), layout)
     table.flags.writeable = False  # shared between calls
     return table
 
 
 def embed_forward(
-    params: dict, ids: np.ndarray, config: TransformerConfig, dropout: Dropout | None = None, site: str = "encoder"
+    params: dict,
+    ids: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None = None,
+    site: str = "encoder",
+    token_type_ids: np.ndarray | None = None,
+    start: int = 0,
 ):
-    """ids (B, T) -> x (B, T, D) = scale * token_embedding[ids] + positions[:T], then dropout.
+    """ids (B, T) -> x (B, T, D) = scale * token_embedding[ids] + positions[start : start + T]
+    (+ token_type_embedding[token_type_ids]), then the embedding norm (if any), then dropout.
 
     scale = sqrt(D) when config.scale_embeddings (the paper's section 3.4), else 1. The positions
-    are the paper's sinusoids or the learned table position_embedding.weight.
+    are the paper's sinusoids (in config.sinusoid_layout) or the learned table position_embedding.weight.
+    Token types (BERT) are added when params hold token_type_embedding.weight; token_type_ids None
+    means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time).
     """
     embedding = params["token_embedding.weight"]
     scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
@@ -87,17 +99,32 @@ def embed_forward(
     if config.positional == "learned":
         table = params["position_embedding.weight"]
     else:
-        table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name)
-    x, position_cache = add_positions_forward(x, table)
+        table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name, config.sinusoid_layout)
+    x, position_cache = add_positions_forward(x, table[start:] if start else table)
+    type_cache = None
+    if "token_type_embedding.weight" in params:
+        if token_type_ids is None:
+            token_type_ids = np.zeros(ids.shape, dtype=np.int64)
+        types, type_cache = embedding_forward(token_type_ids, params["token_type_embedding.weight"])  # (B, T, D)
+        x += types
+    norm_cache = None
+    if config.embedding_norm:
+        w, b = params["embedding_norm.weight"], params["embedding_norm.bias"]
+        x, norm_cache = layer_norm_forward(x, w, b, config.layer_norm_eps)
     x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
-    return x, (token_cache, position_cache, drop_cache, config.positional == "learned")
+    return x, (token_cache, position_cache, type_cache, norm_cache, drop_cache, config.positional == "learned")
 
 
 def embed_backward(dout: np.ndarray, cache) -> dict:
-    """Backward of the embedding: dropout, then the position table (if learned), then the token table."""
-    token_cache, position_cache, drop_cache, learned = cache
+    """Backward of the embedding, its forward lines in reverse: dropout, the embedding norm, then the
+    sum x = tokens + positions + types, whose gradient reaches each of the three tables unchanged."""
+    token_cache, position_cache, type_cache, norm_cache, drop_cache, learned = cache
     grads = {}
     dx = dropout_backward(dout, drop_cache)
+    if norm_cache is not None:
+        dx, grads["embedding_norm.weight"], grads["embedding_norm.bias"] = layer_norm_backward(dx, norm_cache)
+    if type_cache is not None:
+        grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
     dx, dtable = add_positions_backward(dx, position_cache)
     grads["token_embedding.weight"] = embedding_backward(dx, token_cache)
     if learned:
@@ -254,10 +281,17 @@ def decoder_layer_backward(dout: np.ndarray, cache):
 # The stacks: embeddings, N layers, and (pre-norm only) a final layer norm.
 
 
-def encoder_forward(params: dict, src_ids: np.ndarray, config: TransformerConfig, dropout: Dropout | None = None):
-    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id) are masked out."""
-    mask = padding_mask(src_ids, config.pad_id)  # (B, 1, 1, T_src)
-    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder")
+def encoder_forward(
+    params: dict,
+    src_ids: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None = None,
+    token_type_ids: np.ndarray | None = None,
+):
+    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id) are masked out.
+    token_type_ids (B, T_src) or None (type 0) when params hold token_type_embedding.weight."""
+    mask = padding_mask(src_ids, config.pad_id)  # (B, 1, 1, T_src), or None: no padding token
+    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
@@ -295,10 +329,13 @@ def decoder_forward(
 ):
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
-    Self-attention is causal and ignores padding keys; cross-attention ignores padding in the source.
+    Self-attention masks nothing but the future (causal), as Hugging Face's decoders do: the target's
+    padding sits at the end, where causality already hides it from every real position, and the loss
+    ignores padded targets; a decoder input that starts with pad_id (Marian's decoder start token) is
+    read as a token like any other. Cross-attention ignores padding in the source (memory_mask).
     """
     T = tgt_ids.shape[1]
-    self_mask = causal_mask(T) & padding_mask(tgt_ids, config.pad_id)  # (B, 1, T_tgt, T_tgt)
+    self_mask = causal_mask(T)  # (1, 1, T_tgt, T_tgt)
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder")
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
@@ -342,8 +379,14 @@ def decoder_backward(dout: np.ndarray, cache):
 # Parameters: names and shapes (DESIGN.md), and the initialisation.
 
 
-def parameter_shapes(config: TransformerConfig, decoder_only: bool = False) -> dict:
-    """Every state-dict name and its shape, in a fixed order."""
+def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False) -> dict:
+    """Every state-dict name and its shape, in a fixed order: the Transformer's, the TransformerLM's
+    (decoder_only: "decoder.*" and "output_proj.*") or the EncoderModel's (encoder_only: "encoder.*").
+
+    With share_embeddings (and both stacks) the encoder has no token table of its own: it reads
+    decoder.token_embedding.weight."""
+    if decoder_only and encoder_only:
+        raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
     D, F = config.d_model, config.d_ff
     shapes = {}
 
@@ -357,9 +400,15 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False) -> d
         shapes[f"{prefix}.bias"] = (D,)
 
     def stack(name, vocab, n_layers, cross):
-        shapes[f"{name}.token_embedding.weight"] = (vocab, D)
+        shared = name == "encoder" and config.share_embeddings and not encoder_only
+        if not shared:
+            shapes[f"{name}.token_embedding.weight"] = (vocab, D)
         if config.positional == "learned":
             shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
+        if name == "encoder" and config.type_vocab_size > 0:
+            shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
+        if config.embedding_norm:
+            norm(f"{name}.embedding_norm")
         for i in range(n_layers):
             layer = f"{name}.layers.{i}"
             attention(f"{layer}.self_attn")
@@ -377,6 +426,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False) -> d
 
     if not decoder_only:
         stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
+    if encoder_only:
+        return shapes
     stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
     if not config.tie_embeddings:
         shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
@@ -392,7 +443,7 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
     - layer norms: weight one, bias zero;
     - token embeddings: N(0, 1/D), so that after the sqrt(D) scale they have unit variance, and so
       that a tied output projection starts with logits of order one;
-    - learned positions: N(0, 0.02^2).
+    - learned positions and token types: N(0, 0.02^2).
     """
     rng = np.random.default_rng(seed)
     params = {}
@@ -403,7 +454,7 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
             value = np.zeros(shape)
         elif name.endswith("token_embedding.weight"):
             value = rng.normal(0.0, d_model**-0.5, size=shape)
-        elif name.endswith("position_embedding.weight"):
+        elif name.endswith(("position_embedding.weight", "token_type_embedding.weight")):
             value = rng.normal(0.0, 0.02, size=shape)
         else:
             fan_out, fan_in = shape
@@ -421,6 +472,7 @@ class _Model:
     """What the two models share: parameters, gradients, modes, state dicts, the output projection."""
 
     decoder_only = False
+    encoder_only = False
 
     def __init__(self, config: TransformerConfig, seed: int = 0, dtype=np.float64):
         if not isinstance(config, TransformerConfig):
@@ -430,7 +482,8 @@ class _Model:
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
         self.config = config
         self.dtype = dtype
-        self.params = init_params(parameter_shapes(config, self.decoder_only), seed, dtype, config.d_model)
+        shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
+        self.params = init_params(shapes, seed, dtype, config.d_model)
         self.zero_grad()  # self.grads: name -> gradient array, like params
         self.training = True
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
@@ -468,6 +521,25 @@ class _Model:
         if dropout_masks is not None:
             return Dropout(self.config.dropout, masks=dict(dropout_masks))
         return Dropout(self.config.dropout, rng=self.rng)
+
+    # -- the encoder's token table, optionally shared with the decoder ---------------------
+
+    def _shares_embeddings(self) -> bool:
+        return self.config.share_embeddings and not (self.decoder_only or self.encoder_only)
+
+    def _encoder_params(self) -> dict:
+        """The encoder's params below "encoder.", its token table included even when it is the decoder's."""
+        params = sub(self.params, "encoder")
+        if self._shares_embeddings():
+            params["token_embedding.weight"] = self.params["decoder.token_embedding.weight"]
+        return params
+
+    def _encoder_grads(self, grads: dict) -> dict:
+        """The encoder's grads under their full names; a shared token table's share goes to the decoder's name."""
+        grads = prefixed(grads, "encoder")
+        if self._shares_embeddings():
+            grads["decoder.token_embedding.weight"] = grads.pop("encoder.token_embedding.weight")
+        return grads
 
     # -- the output projection, optionally tied to the decoder's token embedding ------------
 
@@ -566,7 +638,8 @@ class _Model:
                 for i, h in enumerate(hidden[1:]):
                     acts[f"{stack}.layers.{i}"] = h
                 acts[stack] = self._cache[f"{stack}_out"]
-        acts["logits"] = self._cache["logits"]
+        if "logits" in self._cache:
+            acts["logits"] = self._cache["logits"]
         return acts
 
 
@@ -589,7 +662,7 @@ class Transformer(_Model):
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
             )
         dropout = self._dropout(dropout_masks)
-        memory, enc_cache = encoder_forward(sub(self.params, "encoder"), src_ids, cfg, dropout)  # (B, T_src, D)
+        memory, enc_cache = encoder_forward(self._encoder_params(), src_ids, cfg, dropout)  # (B, T_src, D)
         x, dec_cache = decoder_forward(
             sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
         )  # (B, T_tgt, D)
@@ -604,8 +677,8 @@ class Transformer(_Model):
         dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"])
         enc_grads = encoder_backward(dmemory, self._cache["encoder"])
         self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
-        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
-        self._accumulate(prefixed(enc_grads, "encoder"))
+        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
+        self._accumulate(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
 
 
 class TransformerLM(_Model):
@@ -633,3 +706,52 @@ class TransformerLM(_Model):
         _, dec_grads = decoder_backward(dx, self._cache["decoder"])
         self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
         self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
+
+
+class EncoderModel(_Model):
+    """An encoder-only (BERT-style) model: the encoder stack and nothing after it.
+
+    forward(ids (B, T), token_type_ids (B, T) or None) -> hidden states (B, T, D), the encoder's output
+    (after final_norm when norm_first). Uses config.src_vocab_size and n_encoder_layers; parameters are
+    the "encoder.*" entries of the state dict. Keys holding pad_id are masked out of attention, as
+    BERT's attention mask does; token_type_ids default to zeros (needs config.type_vocab_size > 0).
+    """
+
+    encoder_only = True
+
+    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None) -> np.ndarray:
+        cfg = self.config
+        ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
+        token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
+        dropout = self._dropout(dropout_masks)
+        hidden, enc_cache = encoder_forward(self._encoder_params(), ids, cfg, dropout, token_type_ids)  # (B, T, D)
+        if dropout is not None:
+            dropout.check_all_used()
+        self.dropout_masks = dropout.masks if dropout is not None else {}
+        self._cache = {"encoder": enc_cache, "encoder_out": hidden, "hidden_shape": hidden.shape}
+        return hidden
+
+    __call__ = forward
+
+    def backward(self, dhidden: np.ndarray) -> None:
+        """Accumulate d(loss)/d(param) into self.grads, given dhidden = d(loss)/d(hidden states) (B, T, D)."""
+        if self._cache is None:
+            raise ValueError("backward called before forward: there is no forward pass to differentiate")
+        dhidden = check_float_array("dhidden", dhidden, self.dtype, self._cache["hidden_shape"])
+        self._accumulate(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
+
+
+def check_token_type_ids(token_type_ids, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:
+    """Validate BERT's token types against ids (B, T): an integer array of the same shape, values in
+    [0, type_vocab_size). None stays None (type 0 everywhere, when the model has token types)."""
+    if token_type_ids is None:
+        return None
+    if type_vocab_size == 0:
+        raise ValueError(
+            "token_type_ids given, but this model has no token-type embedding (config.type_vocab_size=0); "
+            "pass token_type_ids=None or build the model with type_vocab_size > 0"
+        )
+    token_type_ids = check_ids("token_type_ids", token_type_ids, type_vocab_size)
+    if token_type_ids.shape != ids.shape:
+        raise ValueError(f"token_type_ids must have the shape of ids {ids.shape}, got {token_type_ids.shape}")
+    return token_type_ids

@@ -364,8 +364,9 @@ def make_batch(config, rng, batch: int = 2, src_len: int = 6, tgt_len: int = 5, 
     """Random ids (never pad, bos or eos) with padding placed as the scenario asks:
 
     "none": no padding; "padding": the last sequence is padded at the end, in source and target;
-    "fully_masked": additionally the first source is all pad (its cross-attention rows attend to
-    nothing) and the last target starts with pad (its first self-attention row attends to nothing).
+    "fully_masked": additionally the first source is all pad (its encoder and cross-attention rows
+    attend to nothing) and the last target starts with pad (which the decoder reads as a token: its
+    self-attention masks only the future, as Marian's decoder start token pad_id needs).
     Returns src_ids (B, S), tgt_in (B, T) (starting with bos), tgt_out (B, T) (targets, pad ignored).
     """
     pad, first = config.pad_id, 3

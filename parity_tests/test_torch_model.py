@@ -337,7 +337,7 @@ def test_fully_masked_rows_are_zero_and_finite(device, need_weights, train, norm
     model = make_model(config, device=device).train(train)
     src, tgt = example_inputs(config, device)
     src[1] = PAD  # a source of nothing but padding: every encoder row and cross row of item 1
-    tgt[0, 0] = PAD  # causal + padding leaves target position 0 of item 0 nothing to attend to
+    tgt[0, 0] = PAD  # the decoder masks only the future: target position 0 of item 0 attends to this pad
     logits, grads = forward_backward(model, (src, tgt), need_weights=need_weights)
     assert torch.isfinite(logits).all()
     assert_gradients_useful(grads)
@@ -347,7 +347,7 @@ def test_fully_masked_rows_are_zero_and_finite(device, need_weights, train, norm
             assert (maps[f"encoder.layers.{i}.self_attn"][1] == 0).all()
         for i in range(config.n_decoder_layers):
             assert (maps[f"decoder.layers.{i}.cross_attn"][1] == 0).all()
-            assert (maps[f"decoder.layers.{i}.self_attn"][0, :, 0] == 0).all()
+            assert (maps[f"decoder.layers.{i}.self_attn"][0, :, 0, 0] == 1).all()
             assert (maps[f"decoder.layers.{i}.cross_attn"][0].sum(-1) > 0.99).all()
 
 

@@ -16,8 +16,11 @@ from torch import Tensor, nn
 from .layers import Dropout, init_linear
 
 
-def padding_mask(ids: Tensor, pad_id: int) -> Tensor:
-    """Key-padding mask (B, 1, 1, T): keys holding `pad_id` may not be attended to."""
+def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
+    """Key-padding mask (B, 1, 1, T): keys holding `pad_id` may not be attended to. None (no mask) when
+    the vocabulary has no padding token (pad_id None, as in GPT-2)."""
+    if pad_id is None:
+        return None
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
 
 

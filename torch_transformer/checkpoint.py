@@ -13,13 +13,15 @@ from safetensors.torch import save_file
 
 from numpy_transformer.config import check_checkpoint_fits, checkpoint_metadata, parse_checkpoint_metadata
 
-from .model import Transformer, TransformerLM
+from .model import EncoderModel, Transformer, TransformerLM
 
 
-def save_checkpoint(path, model: Transformer | TransformerLM, metadata: dict | None = None) -> None:
+def save_checkpoint(path, model: Transformer | TransformerLM | EncoderModel, metadata: dict | None = None) -> None:
     """Write the state dict (moved to the CPU) and the config to `path`."""
-    if not isinstance(model, (Transformer, TransformerLM)):
-        raise TypeError(f"model must be a torch_transformer Transformer or TransformerLM, got {type(model).__name__}")
+    if not isinstance(model, (Transformer, TransformerLM, EncoderModel)):
+        raise TypeError(
+            f"model must be a torch_transformer Transformer, TransformerLM or EncoderModel, got {type(model).__name__}"
+        )
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(state, os.fspath(path), metadata=checkpoint_metadata(model.config, type(model).__name__, metadata))
 
@@ -42,14 +44,15 @@ def read_checkpoint(path, device: torch.device | str = "cpu"):
 def load_checkpoint(path, device: torch.device | str = "cpu", dtype: torch.dtype | None = None):
     """Rebuild the saved model on `device` (dtype: default, the dtype the weights were saved in)."""
     state, config, model_class, _ = read_checkpoint(path, device)
-    model = {"Transformer": Transformer, "TransformerLM": TransformerLM}[model_class](config)
+    classes = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
+    model = classes[model_class](config)
     dtype = dtype or next(iter(state.values())).dtype
     model.to(device=device, dtype=dtype)
     model.load_state_dict(state)
     return model
 
 
-def load_into(model: Transformer | TransformerLM, path) -> dict:
+def load_into(model: Transformer | TransformerLM | EncoderModel, path) -> dict:
     """Load a checkpoint's weights into an existing model whose config must match. Returns the extra metadata."""
     device = next(model.parameters()).device
     state, config, model_class, extra = read_checkpoint(path, device)

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
-from .layers import residual, sinusoidal_table
+from .layers import residual
 from .model import DecoderLayer, Transformer, TransformerLM, _check_ids
 
 # ----------------------------------------------------------------------------------------------
@@ -46,8 +46,7 @@ class LayerCache:
 @dataclass
 class DecoderCache:
     layers: list[LayerCache]
-    key_valid: Tensor  # (N, T_max) bool: the position holds a token other than pad_id
-    memory_mask: Tensor | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM
+    memory_mask: Tensor | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM or without pad_id
     length: int = 0  # positions cached so far
 
 
@@ -56,13 +55,16 @@ def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
     return linear(x).unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (N, H, T, Dh)
 
 
-def _attend(attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
+def _attend(attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
     """attn's queries of x (N, T_new, D) over projected keys and values (N, H, T_k, Dh) -> (N, T_new, D)."""
     q = _heads(attn.q_proj, x, attn.n_heads)  # (N, H, T_new, Dh)
-    # As in MultiHeadAttention: a row with no key allowed (an all-pad source) attends to nothing.
-    has_key = mask.any(dim=-1, keepdim=True)  # (N, 1, T_new, 1)
-    context = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask | ~has_key)  # (N, H, T_new, Dh)
-    context = context.masked_fill(~has_key, 0.0)
+    if mask is None:
+        context = F.scaled_dot_product_attention(q, keys, values)  # (N, H, T_new, Dh)
+    else:
+        # As in MultiHeadAttention: a row with no key allowed (an all-pad source) attends to nothing.
+        has_key = mask.any(dim=-1, keepdim=True)  # (N, 1, T_new, 1)
+        context = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask | ~has_key)  # (N, H, T_new, Dh)
+        context = context.masked_fill(~has_key, 0.0)
     return attn.out_proj(context.transpose(1, 2).flatten(2))  # (N, T_new, D)
 
 
@@ -74,8 +76,10 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
     memory, memory_mask, copies = None, None, 1
     if src_ids is not None:
         copies = n_rows // src_ids.shape[0]
-        memory = model.encoder(src_ids)  # (B, S, D)
-        memory_mask = padding_mask(src_ids, c.pad_id).repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
+        memory = model.encode(src_ids)  # (B, S, D)
+        source_mask = padding_mask(src_ids, c.pad_id)  # (B, 1, 1, S), or None without a padding token
+        if source_mask is not None:
+            memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = []
     for layer in model.decoder.layers:
         memory_keys = memory_values = None
@@ -85,8 +89,7 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
             memory_values = _heads(layer.cross_attn.v_proj, memory, c.n_heads).repeat_interleave(copies, dim=0)
         keys = weight.new_zeros(n_rows, c.n_heads, total_len, c.head_dim)  # (N, H, T_max, Dh)
         layers.append(LayerCache(keys, torch.zeros_like(keys), memory_keys, memory_values))
-    key_valid = torch.zeros(n_rows, total_len, dtype=torch.bool, device=weight.device)
-    return DecoderCache(layers, key_valid, memory_mask)
+    return DecoderCache(layers, memory_mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,16 +121,9 @@ def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tens
     decoder = model.decoder
     start = cache.length
     end = start + new_ids.shape[1]
-    x = decoder.token_embedding(new_ids)  # (N, T_new, D)
-    if decoder.scale_embeddings:
-        x = x * math.sqrt(decoder.d_model)
-    if decoder.learned_positions:
-        x = x + decoder.position_embedding.weight[start:end]
-    else:
-        x = x + sinusoidal_table(end, decoder.d_model, x.dtype, x.device)[start:]  # rows start .. end - 1
-    cache.key_valid[:, start:end] = new_ids != model.config.pad_id
-    # Causal rows start .. end - 1 of the full mask, and no padding key.
-    self_mask = causal_mask(end, x.device)[start:] & cache.key_valid[:, None, None, :end]  # (N, 1, T_new, end)
+    x = decoder.embed(new_ids, start=start)  # (N, T_new, D), positions start .. end - 1
+    # Causal rows start .. end - 1 of the full mask; as in Decoder.forward, nothing else is masked.
+    self_mask = causal_mask(end, x.device)[start:]  # (T_new, end)
     for layer, layer_cache in zip(decoder.layers, cache.layers, strict=True):
         x = _layer_step(layer, x, layer_cache, self_mask, cache.memory_mask, start)
     cache.length = end
@@ -141,7 +137,6 @@ def reorder_cache(cache: DecoderCache, rows: Tensor) -> None:
     for layer in cache.layers:
         layer.keys[:, :, :T] = layer.keys[rows, :, :T]
         layer.values[:, :, :T] = layer.values[rows, :, :T]
-    cache.key_valid[:, :T] = cache.key_valid[rows, :T]
 
 
 class Incremental:
@@ -181,9 +176,17 @@ def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, 
     return prompt, max_len, Recompute(model, src_ids, copies)
 
 
-def _without_pad(scores: Tensor, pad_id: int) -> Tensor:
-    """scores (N, V) with pad_id at -inf: pad means "after eos" in the output, so it is never generated."""
+def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
+    """scores (N, V) with pad_id at -inf: pad means "after eos" in the output, so it is never generated
+    (as Marian's generation configs ban it). Unchanged when there is no pad_id."""
+    if pad_id is None:
+        return scores
     return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
+
+
+def _after_eos(c) -> int:
+    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
+    return c.eos_id if c.pad_id is None else c.pad_id
 
 
 # ----------------------------------------------------------------------------------------------
@@ -206,7 +209,7 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
         prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache)
         c = model.config
         B, T_p = prompt.shape
-        tokens = prompt.new_full((B, T_p + max_len), c.pad_id)
+        tokens = prompt.new_full((B, T_p + max_len), _after_eos(c))
         tokens[:, :T_p] = prompt
         done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
         step_logits = []
@@ -214,7 +217,7 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
             choice = _without_pad(logits, c.pad_id).argmax(dim=-1)  # (B,) the first maximum
-            tokens[:, t] = choice.masked_fill(done, c.pad_id)
+            tokens[:, t] = choice.masked_fill(done, _after_eos(c))
             done |= tokens[:, t] == c.eos_id
             if bool(done.all()):
                 break
@@ -258,7 +261,7 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
         c = model.config
         B, T_p = prompt.shape
         device = prompt.device
-        tokens = prompt.new_full((B * K, T_p + max_len), c.pad_id)
+        tokens = prompt.new_full((B * K, T_p + max_len), _after_eos(c))
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)
         cumulative = torch.full((B, K), float("-inf"), dtype=model.decoder.token_embedding.weight.dtype, device=device)
         cumulative[:, 0] = 0.0  # the K beams start as one
@@ -283,7 +286,7 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
             if all(len(f) >= K for f in finished):
                 break
     generated = tokens[:, T_p : T_p + step + 1].view(B, K, -1)  # (B, K, steps)
-    return _best(prompt, finished, cumulative, generated, length_penalty, c.pad_id, K)
+    return _best(prompt, finished, cumulative, generated, length_penalty, _after_eos(c), K)
 
 
 def _collect_finished(finished, top, rows, token, is_eos, generated, length, length_penalty, K) -> None:
@@ -300,10 +303,10 @@ def _collect_finished(finished, top, rows, token, is_eos, generated, length, len
                 finished[b].append((top[b][r] / length**length_penalty, hypothesis))
 
 
-def _best(prompt, finished, cumulative, generated, length_penalty, pad_id, K):
+def _best(prompt, finished, cumulative, generated, length_penalty, fill_id, K):
     B, T_p = prompt.shape
     steps = generated.shape[2]
-    out = prompt.new_full((B, T_p + steps), pad_id)
+    out = prompt.new_full((B, T_p + steps), fill_id)
     out[:, :T_p] = prompt
     scores = []
     for b in range(B):
@@ -349,13 +352,7 @@ def check_decoding_inputs(model: nn.Module, src_ids: Tensor, max_len: int | None
         prompt = torch.full((src_ids.shape[0], 1), c.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
     else:
         _check_ids("src_ids", src_ids, c.tgt_vocab_size, c.max_len)
-        prompt = src_ids.long()  # (B, T_p)
-        if not bool((prompt[:, 0] == c.bos_id).all()):
-            rows = (prompt[:, 0] != c.bos_id).nonzero().flatten().tolist()
-            raise ValueError(f"src_ids (the prompt) must start with bos_id={c.bos_id} in every row; rows {rows} do not")
-        if bool((prompt == c.pad_id).any()):
-            rows = (prompt == c.pad_id).any(dim=1).nonzero().flatten().tolist()
-            raise ValueError(f"src_ids (the prompt) must hold no pad_id={c.pad_id}; rows {rows} do")
+        prompt = src_ids.long()  # (B, T_p): any ids, as given
         src_ids = None
     T_p = prompt.shape[1]
     if max_len is None:

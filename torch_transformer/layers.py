@@ -20,22 +20,33 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 def sinusoidal_table(
-    max_len: int, d_model: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+    max_len: int,
+    d_model: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    layout: str = "interleaved",
 ) -> Tensor:
     """The paper's fixed positional encoding (section 3.5), shape (max_len, D).
 
         PE[pos, 2i]   = sin(pos / 10000**(2i / D))
         PE[pos, 2i+1] = cos(pos / 10000**(2i / D))
 
-    Computed in float64 and then cast to `dtype`, so a float64 model gets the table to full
-    precision. For odd D the table is built with D + 1 columns (the exponent still uses D) and the
-    last (cosine) column is dropped.
+    layout "interleaved" is the paper's, as written; "split" (Marian's) holds every sine first, then
+    every cosine. Computed in float64 and then cast to `dtype`, so a float64 model gets the table to
+    full precision. For odd D the table is built with D + 1 columns (the exponent still uses D) and
+    the last (cosine) column is dropped.
     """
     position = torch.arange(max_len, dtype=torch.float64, device=device)[:, None]  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)  # (ceil(D / 2),)
     angle = position / 10000.0 ** (two_i / d_model)  # (max_len, ceil(D / 2))
-    # Interleave: column 2i holds sin, column 2i + 1 holds cos of the same angle.
-    table = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (max_len, 2 * ceil(D / 2))
+    if layout == "split":
+        # ceil(D / 2) sines, then floor(D / 2) cosines.
+        table = torch.cat([angle.sin(), angle[:, : d_model // 2].cos()], dim=-1)  # (max_len, D)
+    elif layout == "interleaved":
+        # Column 2i holds sin, column 2i + 1 holds cos of the same angle.
+        table = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)  # (max_len, 2 * ceil(D / 2))
+    else:
+        raise ValueError(f"layout must be 'interleaved' or 'split', got {layout!r}")
     return table[:, :d_model].to(dtype)  # (max_len, D)
 
 

@@ -1,4 +1,4 @@
-"""The encoder-decoder `Transformer` and the decoder-only `TransformerLM`.
+"""The encoder-decoder `Transformer`, the decoder-only `TransformerLM` and the encoder-only `EncoderModel`.
 
 Shape letters: B batch, S source length, T target length, D d_model, H heads, F d_ff, V vocabulary.
 State-dict names follow DESIGN.md exactly; the NumPy reference uses the same names.
@@ -111,51 +111,95 @@ class DecoderLayer(_Layer):
 
 
 class _Stack(nn.Module):
-    """What the encoder and the decoder share: token and position embeddings, a list of layers, and
-    (pre-norm only) a final layer norm, since pre-norm layers leave their output un-normalised."""
+    """What the encoder and the decoder share: token and position embeddings (token types and an
+    embedding norm when the config asks), a list of layers, and (pre-norm only) a final layer norm,
+    since pre-norm layers leave their output un-normalised.
 
-    def __init__(self, config: TransformerConfig, vocab_size: int, layers: list[nn.Module]):
+    `own_token_embedding` False leaves out the token table: the stack reads one that is passed to
+    `embed` (the encoder of a model with shared embeddings reads the decoder's)."""
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        vocab_size: int,
+        layers: list[nn.Module],
+        token_types: bool = False,
+        own_token_embedding: bool = True,
+    ):
         super().__init__()
         d = config.d_model
         self.d_model = d
         self.pad_id = config.pad_id
         self.scale_embeddings = config.scale_embeddings
-        self.token_embedding = nn.Embedding(vocab_size, d)
-        nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
+        self.sinusoid_layout = config.sinusoid_layout
+        self.token_embedding = nn.Embedding(vocab_size, d) if own_token_embedding else None
+        if own_token_embedding:
+            nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
         self.learned_positions = config.positional == "learned"
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
             nn.init.normal_(self.position_embedding.weight, std=0.02)
+        self.token_type_embedding = None
+        if token_types and config.type_vocab_size > 0:
+            self.token_type_embedding = nn.Embedding(config.type_vocab_size, d)
+            nn.init.normal_(self.token_type_embedding.weight, std=0.02)
+        # nn.Identity has no parameters: without the option there are no embedding_norm.* keys.
+        self.embedding_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
         self.embedding_dropout = Dropout(config.dropout)
         self.layers = nn.ModuleList(layers)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
         self.final_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
 
-    def embed(self, ids: Tensor, dropout_mask: Tensor | None = None) -> Tensor:
-        """ids (B, T) -> dropout(token_embedding(ids) * sqrt(D) + PE[:T]), (B, T, D)."""
-        x = self.token_embedding(ids.long())  # (B, T, D)
+    def embed(
+        self,
+        ids: Tensor,
+        dropout_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        token_embedding: nn.Embedding | None = None,
+        start: int = 0,
+    ) -> Tensor:
+        """ids (B, T) -> dropout(norm(token_embedding(ids) * sqrt(D) + PE[start : start + T] + types)), (B, T, D).
+
+        token_type_ids None means type 0 everywhere (when the stack has token types); token_embedding
+        is the table to read when the stack has none of its own; start > 0 embeds later positions
+        (decoding one step at a time)."""
+        table = self.token_embedding if token_embedding is None else token_embedding
+        x = table(ids.long())  # (B, T, D)
         if self.scale_embeddings:
             x = x * math.sqrt(self.d_model)  # a Python float keeps x's dtype
-        length = ids.shape[1]
+        end = start + ids.shape[1]
         if self.learned_positions:
-            positions = self.position_embedding.weight[:length]  # (T, D)
+            positions = self.position_embedding.weight[start:end]  # (T, D)
         else:
             # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
             # has to follow the model across devices.
-            positions = sinusoidal_table(length, self.d_model, dtype=x.dtype, device=x.device)  # (T, D)
-        return self.embedding_dropout(x + positions, dropout_mask)
+            positions = sinusoidal_table(end, self.d_model, x.dtype, x.device, self.sinusoid_layout)[start:]  # (T, D)
+        x = x + positions
+        if self.token_type_embedding is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(ids, dtype=torch.long)
+            x = x + self.token_type_embedding(token_type_ids.long())  # (B, T, D)
+        return self.embedding_dropout(self.embedding_norm(x), dropout_mask)
 
 
 class Encoder(_Stack):
     """Source ids (B, S) -> memory (B, S, D)."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, own_token_embedding: bool = True):
         layers = [EncoderLayer(config) for _ in range(config.n_encoder_layers)]
-        super().__init__(config, config.src_vocab_size, layers)
+        super().__init__(config, config.src_vocab_size, layers, True, own_token_embedding)
 
-    def forward(self, ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None) -> Tensor:
-        self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S)
-        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
+    def forward(
+        self,
+        ids: Tensor,
+        need_weights: bool = False,
+        dropout_masks: Mapping | None = None,
+        token_type_ids: Tensor | None = None,
+        token_embedding: nn.Embedding | None = None,
+    ) -> Tensor:
+        """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none."""
+        self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S), or None without a padding token
+        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
         for i, layer in enumerate(self.layers):
             x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."))
         return self.final_norm(x)
@@ -164,8 +208,10 @@ class Encoder(_Stack):
 class Decoder(_Stack):
     """Target ids (B, T) and memory (B, S, D) -> hidden states (B, T, D).
 
-    Self-attention is causal and skips padded targets; cross-attention (absent when
-    `cross_attention` is False, as in the LM) skips padded source positions via `memory_mask`.
+    Self-attention masks only the future (causal), as Hugging Face's decoders do: the target's padding
+    sits at the end, where causality hides it from every real position, and a start token equal to
+    pad_id (Marian's) is read like any other. Cross-attention (absent when `cross_attention` is False,
+    as in the LM) skips padded source positions via `memory_mask`.
     """
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
@@ -183,7 +229,7 @@ class Decoder(_Stack):
     ) -> Tensor:
         if self.cross_attention and memory is None:
             raise ValueError("memory must be the encoder's output (B, S, D) for a decoder with cross-attention")
-        self_mask = causal_mask(ids.shape[1], ids.device) & padding_mask(ids, self.pad_id)  # (B, 1, T, T)
+        self_mask = causal_mask(ids.shape[1], ids.device)  # (T, T)
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
         for i, layer in enumerate(self.layers):
             x = layer(x, self_mask, memory, memory_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."))
@@ -200,15 +246,17 @@ class _OutputBias(nn.Module):
 
 
 def dropout_site_shapes(
-    config: TransformerConfig, *, batch_size: int, tgt_len: int, src_len: int | None = None
+    config: TransformerConfig, *, batch_size: int, tgt_len: int | None = None, src_len: int | None = None
 ) -> dict[str, tuple[int, ...]]:
     """Every dropout site of a model, in forward order, with the shape of its keep-mask.
 
-    `src_len` None describes a `TransformerLM` (decoder only, no cross-attention). Sites: the
-    embedding output (B, T, D); attention probabilities (B, H, T_q, T_k); the FFN hidden (B, T, F);
-    each sublayer's output before the residual add (B, T, D).
+    `src_len` None describes a `TransformerLM` (decoder only, no cross-attention), `tgt_len` None an
+    `EncoderModel` (encoder only). Sites: the embedding output (B, T, D); attention probabilities
+    (B, H, T_q, T_k); the FFN hidden (B, T, F); each sublayer's output before the residual add (B, T, D).
     """
     b, d, h, f = batch_size, config.d_model, config.n_heads, config.d_ff
+    if tgt_len is None and src_len is None:
+        raise ValueError("dropout_site_shapes: give tgt_len (a model with a decoder), src_len (an encoder), or both")
 
     def stack(prefix: str, n_layers: int, length: int, memory_len: int | None) -> dict:
         sites = {f"{prefix}.embedding_dropout": (b, length, d)}
@@ -223,12 +271,12 @@ def dropout_site_shapes(
             sites[f"{layer}.ffn_dropout"] = (b, length, d)
         return sites
 
-    if src_len is None:
-        return stack("decoder", config.n_decoder_layers, tgt_len, None)
-    return {
-        **stack("encoder", config.n_encoder_layers, src_len, None),
-        **stack("decoder", config.n_decoder_layers, tgt_len, src_len),
-    }
+    sites = {}
+    if src_len is not None:
+        sites |= stack("encoder", config.n_encoder_layers, src_len, None)
+    if tgt_len is not None:
+        sites |= stack("decoder", config.n_decoder_layers, tgt_len, src_len)
+    return sites
 
 
 def _check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
@@ -248,8 +296,29 @@ def _check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {low} and max {high}")
 
 
+def _check_token_type_ids(token_type_ids: Tensor | None, ids: Tensor, type_vocab_size: int) -> None:
+    """Raise a clear error unless token_type_ids is None or an integer tensor shaped like ids, in
+    [0, type_vocab_size), for a model that has token types."""
+    if token_type_ids is None:
+        return
+    if type_vocab_size == 0:
+        raise ValueError(
+            "token_type_ids given, but this model has no token-type embedding (config.type_vocab_size=0); "
+            "pass token_type_ids=None or build the model with type_vocab_size > 0"
+        )
+    if not isinstance(token_type_ids, Tensor):
+        raise TypeError(f"token_type_ids must be an integer tensor, got {type(token_type_ids).__name__}")
+    if token_type_ids.dtype.is_floating_point or token_type_ids.dtype.is_complex or token_type_ids.dtype == torch.bool:
+        raise TypeError(f"token_type_ids must be an integer tensor, got {token_type_ids.dtype}")
+    if token_type_ids.shape != ids.shape:
+        raise ValueError(
+            f"token_type_ids must have the shape of ids {tuple(ids.shape)}, got {tuple(token_type_ids.shape)}"
+        )
+    _check_ids("token_type_ids", token_type_ids, type_vocab_size, ids.shape[1])
+
+
 class _Model(nn.Module):
-    """What `Transformer` and `TransformerLM` share: the output projection, the attention maps,
+    """What the three models share: the output projection (not in `EncoderModel`), the attention maps,
     keep-mask checking, and a `load_state_dict` that names what does not fit."""
 
     config: TransformerConfig
@@ -334,7 +403,8 @@ class Transformer(_Model):
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         self.config = config
-        self.encoder = Encoder(config)
+        # With shared embeddings the encoder has no table of its own: it reads decoder.token_embedding.
+        self.encoder = Encoder(config, own_token_embedding=not config.share_embeddings)
         self.decoder = Decoder(config, cross_attention=True)
         self._build_output_proj()
 
@@ -352,10 +422,15 @@ class Transformer(_Model):
         """
         self._check_inputs(src_ids, tgt_ids)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(src_ids, tgt_ids))
-        memory = self.encoder(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
-        memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S)
+        memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
+        memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S), or None without a padding token
         x = self.decoder(tgt_ids, memory, memory_mask, need_weights, masks_under(masks, "decoder."))  # (B, T, D)
         return self._logits(x)  # (B, T, V)
+
+    def encode(self, src_ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None) -> Tensor:
+        """The encoder's output (B, S, D), reading the decoder's token table when embeddings are shared."""
+        shared = self.decoder.token_embedding if self.config.share_embeddings else None
+        return self.encoder(src_ids, need_weights, dropout_masks, token_embedding=shared)
 
     def dropout_site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
@@ -408,3 +483,43 @@ class TransformerLM(_Model):
 
     def _site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         return dropout_site_shapes(self.config, batch_size=ids.shape[0], tgt_len=ids.shape[1])
+
+
+class EncoderModel(_Model):
+    """Encoder-only (BERT-style) model: the encoder stack and nothing after it.
+
+    Reads `src_vocab_size` and `n_encoder_layers` from the config; state-dict keys are "encoder.*".
+    forward: ids (B, T), token_type_ids (B, T) or None (type 0) -> hidden states (B, T, D), after
+    final_norm when norm_first. Keys holding pad_id are masked out, as BERT's attention mask does.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.encoder = Encoder(config)
+
+    def forward(
+        self,
+        ids: Tensor,
+        token_type_ids: Tensor | None = None,
+        dropout_masks: Mapping[str, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> Tensor:
+        """ids (B, T) -> hidden states (B, T, D). dropout_masks and need_weights as in `Transformer.forward`."""
+        self._check_inputs(ids, token_type_ids)
+        masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
+        return self.encoder(ids, need_weights, masks_under(masks, "encoder."), token_type_ids)  # (B, T, D)
+
+    def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
+        """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
+        self._check_inputs(ids, None)
+        return self._site_shapes(ids)
+
+    def _site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
+        return dropout_site_shapes(self.config, batch_size=ids.shape[0], src_len=ids.shape[1])
+
+    def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None) -> None:
+        _check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len)
+        _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size)
