@@ -111,8 +111,10 @@ print(f"{len(np_model.params)} parameter tensors, {sum(v.size for v in np_model.
 #
 # Two source sentences of different lengths, padded with `pad_id = 0`, and their targets. The
 # decoder reads `tgt_in` (the target shifted right, starting with `bos_id = 1`) and is trained to
-# predict `tgt_out` (ending with `eos_id = 2`). Padding is masked out of every attention as a key,
-# and padded targets are ignored by the loss.
+# predict `tgt_out` (ending with `eos_id = 2`). Source padding is masked out of the encoder's
+# self-attention and the decoder's cross-attention as a key; the decoder's self-attention masks only
+# the future (target padding sits at the end, where causality hides it from every real position, as
+# in Hugging Face's decoders), and padded targets are ignored by the loss.
 
 # %%
 src = np.array([[5, 7, 3, 9, 4], [6, 8, 10, 0, 0]])  # (B, T_src)

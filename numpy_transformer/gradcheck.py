@@ -114,9 +114,9 @@ def check_pair(forward, backward, args: dict, wrt: list, *, seed: int = 0, **opt
 
 
 def check_model(model, *ids, seed: int = 0, **options) -> GradcheckResult:
-    """Finite-difference check of every parameter tensor of a float64 Transformer / TransformerLM.
+    """Finite-difference check of every parameter tensor of a float64 Transformer / TransformerLM / EncoderModel.
 
-    `ids` are forward's arguments (src_ids, tgt_ids) or (ids). The model should be in eval mode,
+    `ids` are forward's arguments: (src_ids, tgt_ids), (ids) or (ids, token_type_ids). The model should be in eval mode,
     or in training mode with fixed dropout masks, so that repeated forwards agree.
     """
     rng = np.random.default_rng(seed)

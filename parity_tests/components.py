@@ -368,11 +368,14 @@ def make_batch(config, rng, batch: int = 2, src_len: int = 6, tgt_len: int = 5, 
     attend to nothing) and the last target starts with pad (which the decoder reads as a token: its
     self-attention masks only the future, as Marian's decoder start token pad_id needs).
     Returns src_ids (B, S), tgt_in (B, T) (starting with bos), tgt_out (B, T) (targets, pad ignored).
+    With pad_id None (no padding token) no position is padded, whatever the scenario.
     """
     pad, first = config.pad_id, 3
     src = rng.integers(first, config.src_vocab_size, size=(batch, src_len))
     tgt = rng.integers(first, config.tgt_vocab_size, size=(batch, tgt_len + 1))
     tgt[:, 0] = config.bos_id
+    if pad is None:
+        return src, tgt[:, :-1], tgt[:, 1:]
     if scenario in ("padding", "fully_masked"):
         src[-1, src_len // 2 :] = pad
         tgt[-1, (tgt_len + 1) // 2 :] = pad
@@ -380,6 +383,11 @@ def make_batch(config, rng, batch: int = 2, src_len: int = 6, tgt_len: int = 5, 
         src[0, :] = pad
         tgt[-1, 0] = pad
     return src, tgt[:, :-1], tgt[:, 1:]
+
+
+def ignore_index(config) -> int:
+    """The loss ignores padded targets: pad_id, or torch's default -100 when there is no padding token."""
+    return -100 if config.pad_id is None else config.pad_id
 
 
 def _hidden_state_hooks(model, names):
@@ -437,7 +445,7 @@ def compare_models(
 
     # NumPy: forward, loss, backward by hand.
     logits = np_model.forward(*np_inputs)
-    loss, ce_cache = nt.cross_entropy_forward(logits, tgt_out, config.pad_id, label_smoothing)
+    loss, ce_cache = nt.cross_entropy_forward(logits, tgt_out, ignore_index(config), label_smoothing)
     np_model.zero_grad()
     np_model.backward(nt.cross_entropy_backward(ce_cache) + R)
     np_acts = np_model.activations()
@@ -453,7 +461,7 @@ def compare_models(
     finally:
         for h in handles:
             h.remove()
-    t_loss = tt.cross_entropy(t_logits, torch.from_numpy(tgt_out).to(device), config.pad_id, label_smoothing)
+    t_loss = tt.cross_entropy(t_logits, torch.from_numpy(tgt_out).to(device), ignore_index(config), label_smoothing)
     (t_loss + (t_logits * torch.from_numpy(R).to(device)).sum()).backward()
     with torch.no_grad():
         torch_model(*torch_inputs, dropout_masks=masks, need_weights=True)
@@ -467,6 +475,81 @@ def compare_models(
         result.outputs[f"attention {name}"] = (probs, to_numpy(t_maps[name]))
     result.outputs["logits"] = (logits, to_numpy(t_logits))
     result.outputs["loss"] = (loss, to_numpy(t_loss))
+    t_params = dict(torch_model.named_parameters())
+    for name, g in np_model.grads.items():
+        result.grads[name] = (g, to_numpy(t_params[name].grad))
+    return result
+
+
+def make_encoder_batch(config, rng, batch: int = 2, length: int = 6, scenario: str = "padding"):
+    """Random ids (B, T) for an EncoderModel, padded as make_batch pads sources, and token types
+    (B, T): a first and a second segment, as BERT's sentence pairs (None when the model has no types)."""
+    src, _, _ = make_batch(config, rng, batch, length, 1, scenario)
+    token_types = None
+    if config.type_vocab_size > 0:
+        token_types = (np.arange(length) >= length // 2).astype(np.int64)[None].repeat(batch, axis=0)  # (B, T)
+        token_types = np.minimum(token_types, config.type_vocab_size - 1)
+        if config.type_vocab_size > 2:
+            token_types[0] = rng.integers(0, config.type_vocab_size, size=length)
+    return src, token_types
+
+
+def compare_encoder_models(
+    config,
+    dtype,
+    device: str,
+    seed: int = 0,
+    train: bool = False,
+    scenario: str = "padding",
+    batch: int = 2,
+    length: int = 6,
+    ids: tuple | None = None,
+) -> Result:
+    """NumPy EncoderModel vs torch_transformer EncoderModel from one state dict.
+
+    Objective: J = sum(hidden * R), R random. Outputs compared: the embedding-to-last hidden states per
+    layer, the attention maps and the final hidden states; gradients: every parameter by name. In
+    training mode both sides drop the same units. `ids` = (ids, token_type_ids) overrides the batch.
+    """
+    import numpy_transformer as nt
+
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    np_model = nt.EncoderModel(config, seed=seed, dtype=dtype).train(train)
+    torch_model = tt.EncoderModel(config).to(device=device, dtype=TORCH_DTYPE[dtype]).train(train)
+    torch_model.load_state_dict({k: torch.from_numpy(v) for k, v in np_model.state_dict().items()})
+
+    src, token_types = ids if ids is not None else make_encoder_batch(config, rng, batch, length, scenario)
+    R = rng.standard_normal((*src.shape, config.d_model)).astype(dtype)
+
+    hidden = np_model.forward(src, token_types)  # (B, T, D)
+    np_model.zero_grad()
+    np_model.backward(R)
+    np_acts, np_maps = np_model.activations(), np_model.attention_maps()
+
+    t_src = torch.from_numpy(src).to(device)
+    t_types = None if token_types is None else torch.from_numpy(token_types).to(device)
+    masks = None
+    if train and config.dropout > 0:
+        masks = {k: torch.from_numpy(v).to(device) for k, v in np_model.dropout_masks.items()}
+    recorded, handles = _hidden_state_hooks(torch_model, [k for k in np_acts if k != "encoder"])
+    try:
+        t_hidden = torch_model(t_src, t_types, dropout_masks=masks)
+    finally:
+        for h in handles:
+            h.remove()
+    (t_hidden * torch.from_numpy(R).to(device)).sum().backward()
+    with torch.no_grad():
+        torch_model(t_src, t_types, dropout_masks=masks, need_weights=True)
+    t_maps = torch_model.attention_maps()
+
+    result = Result()
+    for name in np_acts:
+        if name in recorded:
+            result.outputs[f"hidden {name}"] = (np_acts[name], to_numpy(recorded[name]))
+    for name, probs in np_maps.items():
+        result.outputs[f"attention {name}"] = (probs, to_numpy(t_maps[name]))
+    result.outputs["hidden"] = (hidden, to_numpy(t_hidden))
     t_params = dict(torch_model.named_parameters())
     for name, g in np_model.grads.items():
         result.grads[name] = (g, to_numpy(t_params[name].grad))

@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pytest
 
-from numpy_transformer import Transformer, TransformerConfig, TransformerLM, parameter_shapes
+from numpy_transformer import EncoderModel, Transformer, TransformerConfig, TransformerLM, parameter_shapes
 from numpy_transformer import attention as A
 from numpy_transformer import layers as L
 from numpy_transformer import loss as X
@@ -92,13 +92,14 @@ def perturb(model, rng) -> None:
             value += 0.3 * rng.standard_normal(value.shape)
 
 
-def make_ids(rng, rows: list[str], vocab: int, pad_id: int = 0) -> np.ndarray:
+def make_ids(rng, rows: list[str], vocab: int, pad_id: int | None = 0) -> np.ndarray:
     """Ids from a picture: one string per batch row, "_" is pad_id, "." a token drawn from [3, vocab)
-    without pad_id, so that only the intended positions equal pad_id."""
+    without pad_id, so that only the intended positions equal pad_id. With pad_id None, "_" is id 0, an
+    ordinary token then."""
     choices = np.array([i for i in range(3, vocab) if i != pad_id])
     picture = np.array([list(r) for r in rows])
     ids = rng.choice(choices, size=picture.shape)
-    ids[picture == "_"] = pad_id
+    ids[picture == "_"] = 0 if pad_id is None else pad_id
     return ids
 
 
@@ -614,6 +615,31 @@ TRANSFORMER_CASES = [
         ["...", "._."],
         id="no-scale-no-encoder-layers-pad_id4",
     ),
+    pytest.param(
+        dict(
+            src_vocab_size=13,
+            embedding_norm=True,
+            sinusoid_layout="split",
+            share_embeddings=True,
+            tie_embeddings=True,
+            activation="gelu",
+        ),
+        ["....", "..__"],
+        ["_...", "...."],
+        id="Marian-BART-options-embedding-norm-split-sinusoids-shared-tied-pad-start-token",
+    ),
+    pytest.param(
+        dict(src_vocab_size=13, share_embeddings=True, positional="learned", norm_first=True, type_vocab_size=3),
+        ["...._", "....."],
+        ["...", "..."],
+        id="shared-untied-learned-pre-norm-token-types-in-the-encoder",
+    ),
+    pytest.param(
+        dict(pad_id=None, embedding_norm=True, dropout=0.2),
+        ["..._", "...."],
+        ["_..", "..."],
+        id="train-dropout-pad_id-None-embedding-norm",
+    ),
 ]
 
 
@@ -627,6 +653,8 @@ def test_transformer(overrides, src, tgt):
     perturb(model, rng)
     src_ids = make_ids(rng, src, cfg.src_vocab_size, cfg.pad_id)
     tgt_ids = make_ids(rng, tgt, cfg.tgt_vocab_size, cfg.pad_id)
+    if cfg.share_embeddings:  # ids that the source and the target both use: the two lookups meet in one row
+        src_ids[0, :2], tgt_ids[1, 1:3] = 5, 5
     result = check_model(model, src_ids, tgt_ids, seed=5, max_coords=16)
     assert set(result.errors) == set(model.params)  # every parameter tensor was checked
     if cfg.dropout:
@@ -663,3 +691,41 @@ def test_transformer_lm(overrides, ids):
     assert set(result.errors) == set(model.params)
     assert not any(k.startswith("encoder") or "cross_attn" in k for k in result.errors)
     assert_passes(result, f"lm-{sorted(overrides.items())}")
+
+
+ENCODER_CASES = [
+    pytest.param(
+        dict(type_vocab_size=2, embedding_norm=True, positional="learned", activation="gelu", layer_norm_eps=1e-12),
+        ["......", "....__"],
+        id="BERT-post-norm-token-types-embedding-norm-learned-gelu-padding",
+    ),
+    pytest.param(
+        dict(norm_first=True, n_encoder_layers=2, n_heads=4, type_vocab_size=3, sinusoid_layout="split"),
+        ["....", "___.", "...."],
+        id="pre-norm-2layers-H4-3-token-types-split-sinusoids",
+    ),
+    pytest.param(
+        dict(dropout=0.2, embedding_norm=True, type_vocab_size=2, activation="gelu_tanh"),
+        ["......", "...___"],
+        id="train-dropout-post-norm-embedding-norm-token-types",
+    ),
+    pytest.param(dict(pad_id=None, scale_embeddings=False), ["...._", "_...."], id="pad_id-None-unscaled-no-types"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "ids"), ENCODER_CASES)
+def test_encoder_model(overrides, ids):
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(52)
+    model = EncoderModel(cfg, seed=5)
+    if cfg.dropout == 0.0:
+        model.eval()
+    perturb(model, rng)
+    src_ids = make_ids(rng, ids, cfg.src_vocab_size, cfg.pad_id)
+    inputs = (src_ids,)
+    if cfg.type_vocab_size:
+        inputs += (rng.integers(0, cfg.type_vocab_size, size=src_ids.shape),)
+    result = check_model(model, *inputs, seed=7, max_coords=16)
+    assert set(result.errors) == set(model.params)
+    assert all(k.startswith("encoder.") for k in result.errors)
+    assert_passes(result, f"encoder-{sorted(overrides.items())}")

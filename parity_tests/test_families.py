@@ -1,0 +1,429 @@
+"""The model families beyond the paper's: the encoder-only EncoderModel (BERT), the embedding options
+of BERT, Marian and BART (token types, the embedding norm, split sinusoids, shared embeddings), and the
+padding rules real checkpoints need (pad_id None; a decoder that masks only the future).
+
+- NumPy vs torch_transformer, outputs and every gradient (float64 <= 1e-10, float32 <= 1e-5), in
+  evaluation and in training mode with the same dropout units, with padding and token types;
+- state-dict names and shapes of the new keys, the same on both sides;
+- what is masked: nothing with pad_id None; in the decoder, nothing but the future;
+- the split sinusoids against Marian's own formula, shared-embedding gradients as the sum of every use,
+  checkpoints of an EncoderModel, decoding from a start token equal to pad_id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import numpy_transformer as nt
+import torch_transformer as tt
+from numpy_transformer import checkpoint as ncp
+from numpy_transformer import decoding as nd
+from numpy_transformer.model import parameter_shapes
+from parity_tests import components as C
+from parity_tests.test_decoding import numpy_model, torch_twin
+from parity_tests.test_parity_models import DTYPES, assert_parity
+from torch_transformer import checkpoint as tcp
+from torch_transformer import decoding as td
+
+SMALL = dict(
+    src_vocab_size=13,
+    tgt_vocab_size=17,
+    d_model=16,
+    n_heads=4,
+    d_ff=24,
+    n_encoder_layers=2,
+    n_decoder_layers=2,
+    max_len=12,
+)
+SHARED = {**SMALL, "tgt_vocab_size": 13}  # share_embeddings needs one vocabulary
+ENCODER_CONFIGS = {
+    "BERT: post-norm gelu learned token-types embedding-norm": nt.TransformerConfig(
+        **SMALL,
+        activation="gelu",
+        positional="learned",
+        type_vocab_size=2,
+        embedding_norm=True,
+        scale_embeddings=False,
+        layer_norm_eps=1e-12,
+    ),
+    "pre-norm relu split-sinusoids 3 token-types": nt.TransformerConfig(
+        **SMALL, norm_first=True, sinusoid_layout="split", type_vocab_size=3
+    ),
+    "post-norm gelu_tanh no types, pad_id None": nt.TransformerConfig(**SMALL, activation="gelu_tanh", pad_id=None),
+}
+SEQ2SEQ_CONFIGS = {
+    "Marian: split sinusoids, shared and tied": nt.TransformerConfig(
+        **SHARED, sinusoid_layout="split", share_embeddings=True, tie_embeddings=True, bos_id=0
+    ),
+    "BART: learned, embedding norm, gelu, shared and tied": nt.TransformerConfig(
+        **SHARED,
+        positional="learned",
+        embedding_norm=True,
+        activation="gelu",
+        share_embeddings=True,
+        tie_embeddings=True,
+        scale_embeddings=False,
+    ),
+    "pre-norm, token types in the encoder, embedding norm, shared untied": nt.TransformerConfig(
+        **SHARED, norm_first=True, type_vocab_size=2, embedding_norm=True, share_embeddings=True
+    ),
+    "pad_id None, split sinusoids, embedding norm": nt.TransformerConfig(
+        **SMALL, pad_id=None, sinusoid_layout="split", embedding_norm=True
+    ),
+}
+LM_CONFIGS = {
+    "GPT-2-like: pre-norm gelu_tanh learned tied, pad_id None": nt.TransformerConfig(
+        **SMALL, norm_first=True, activation="gelu_tanh", positional="learned", tie_embeddings=True, pad_id=None
+    ),
+    "embedding norm, split sinusoids": nt.TransformerConfig(**SMALL, embedding_norm=True, sinusoid_layout="split"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# NumPy vs torch.
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scenario", C.MASK_SCENARIOS)
+@pytest.mark.parametrize("config", list(ENCODER_CONFIGS.values()), ids=list(ENCODER_CONFIGS))
+def test_encoder_models_match(config, scenario, dtype, device):
+    result = C.compare_encoder_models(config, dtype, device, scenario=scenario)
+    assert_parity(result, dtype)
+    assert sum(name.startswith("hidden encoder.layers") for name in result.outputs) == config.n_encoder_layers
+    assert sum(name.startswith("attention") for name in result.outputs) == config.n_encoder_layers
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_encoder_training_mode_with_shared_dropout_masks(norm_first, dtype, device):
+    config = nt.TransformerConfig(
+        **SMALL, dropout=0.2, norm_first=norm_first, activation="gelu", type_vocab_size=2, embedding_norm=True
+    )
+    result = C.compare_encoder_models(config, dtype, device, train=True, scenario="padding")
+    assert_parity(result, dtype)
+    evaluation = C.compare_encoder_models(config, dtype, device, train=False, scenario="padding")
+    assert np.abs(result.outputs["hidden"][0] - evaluation.outputs["hidden"][0]).max() > 1e-3  # units were dropped
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scenario", ["padding", "fully_masked"])
+@pytest.mark.parametrize("config", list(SEQ2SEQ_CONFIGS.values()), ids=list(SEQ2SEQ_CONFIGS))
+def test_encoder_decoder_options_match(config, scenario, dtype, device):
+    result = C.compare_models(config, dtype, device, scenario=scenario)
+    assert_parity(result, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("config", list(LM_CONFIGS.values()), ids=list(LM_CONFIGS))
+def test_lm_options_match(config, dtype, device):
+    result = C.compare_models(config, dtype, device, lm=True, scenario="fully_masked")
+    assert_parity(result, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_marian_bart_options_in_training_mode(dtype, device):
+    config = nt.TransformerConfig(
+        **SHARED,
+        dropout=0.2,
+        embedding_norm=True,
+        sinusoid_layout="split",
+        share_embeddings=True,
+        tie_embeddings=True,
+        type_vocab_size=2,
+    )
+    assert_parity(C.compare_models(config, dtype, device, train=True, scenario="fully_masked"), dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# State-dict names and shapes.
+
+
+def torch_shapes(model) -> dict:
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+@pytest.mark.parametrize(
+    ("numpy_class", "torch_class", "config"),
+    [
+        (nt.EncoderModel, tt.EncoderModel, ENCODER_CONFIGS["BERT: post-norm gelu learned token-types embedding-norm"]),
+        (nt.EncoderModel, tt.EncoderModel, ENCODER_CONFIGS["pre-norm relu split-sinusoids 3 token-types"]),
+        *[(nt.Transformer, tt.Transformer, c) for c in SEQ2SEQ_CONFIGS.values()],
+        *[(nt.TransformerLM, tt.TransformerLM, c) for c in LM_CONFIGS.values()],
+    ],
+)
+def test_state_dict_names_and_shapes_agree(numpy_class, torch_class, config):
+    ours = {k: v.shape for k, v in numpy_class(config).state_dict().items()}
+    assert ours == torch_shapes(torch_class(config))
+    assert list(ours) == list(torch_shapes(torch_class(config)))  # the same order too
+
+
+def test_new_keys():
+    D = SMALL["d_model"]
+    bert = nt.EncoderModel(ENCODER_CONFIGS["BERT: post-norm gelu learned token-types embedding-norm"]).params
+    assert all(k.startswith("encoder.") for k in bert)
+    assert bert["encoder.token_type_embedding.weight"].shape == (2, D)
+    assert bert["encoder.embedding_norm.weight"].shape == bert["encoder.embedding_norm.bias"].shape == (D,)
+    assert bert["encoder.token_embedding.weight"].shape == (SMALL["src_vocab_size"], D)
+    assert not any(k.startswith(("decoder.", "output_proj.")) or "final_norm" in k for k in bert)
+
+    bart = nt.Transformer(SEQ2SEQ_CONFIGS["BART: learned, embedding norm, gelu, shared and tied"]).params
+    assert "encoder.token_embedding.weight" not in bart and "output_proj.weight" not in bart
+    assert bart["decoder.token_embedding.weight"].shape == (13, D)
+    for stack in ("encoder", "decoder"):
+        assert bart[f"{stack}.embedding_norm.weight"].shape == (D,)
+    assert "encoder.token_type_embedding.weight" not in bart and "decoder.token_type_embedding.weight" not in bart
+
+    typed = parameter_shapes(SEQ2SEQ_CONFIGS["pre-norm, token types in the encoder, embedding norm, shared untied"])
+    assert typed["encoder.token_type_embedding.weight"] == (2, D)
+    assert "decoder.token_type_embedding.weight" not in typed  # token types belong to the encoder only
+    assert "output_proj.weight" in typed and "encoder.token_embedding.weight" not in typed
+
+    # share_embeddings means nothing without both stacks: an EncoderModel or an LM keeps its own table.
+    shared = nt.TransformerConfig(**SHARED, share_embeddings=True)
+    assert "encoder.token_embedding.weight" in parameter_shapes(shared, encoder_only=True)
+    assert "decoder.token_embedding.weight" in parameter_shapes(shared, decoder_only=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Token types: defaults and errors.
+
+
+def test_token_types_default_to_zero_on_both_sides():
+    config = ENCODER_CONFIGS["BERT: post-norm gelu learned token-types embedding-norm"]
+    model = nt.EncoderModel(config, seed=1).eval()
+    ids = np.random.default_rng(0).integers(3, config.src_vocab_size, size=(2, 5))
+    zeros = np.zeros_like(ids)
+    np.testing.assert_array_equal(model.forward(ids), model.forward(ids, zeros))
+    assert np.abs(model.forward(ids, np.ones_like(ids)) - model.forward(ids)).max() > 1e-3  # the types count
+    twin = tt.EncoderModel(config).double().eval()
+    twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+    with torch.no_grad():
+        t_ids = torch.from_numpy(ids)
+        torch.testing.assert_close(twin(t_ids), twin(t_ids, torch.zeros_like(t_ids)), rtol=0, atol=0)
+
+
+def test_bad_token_type_ids_are_rejected_on_both_sides():
+    typed = ENCODER_CONFIGS["BERT: post-norm gelu learned token-types embedding-norm"]
+    untyped = ENCODER_CONFIGS["post-norm gelu_tanh no types, pad_id None"]
+    ids = np.full((2, 4), 5)
+    cases = [  # (config, token_type_ids, error, message)
+        (typed, np.zeros((2, 4)), TypeError, "token_type_ids must be an integer"),
+        (typed, np.zeros((2, 3), dtype=np.int64), ValueError, r"shape of ids \(2, 4\)"),
+        (typed, np.zeros((1, 4), dtype=np.int64), ValueError, r"shape of ids \(2, 4\)"),
+        (typed, np.full((2, 4), 2), ValueError, r"token_type_ids must hold .*\[0, 2\)"),
+        (typed, np.full((2, 4), -1), ValueError, r"token_type_ids must hold .*\[0, 2\)"),
+        (untyped, np.zeros((2, 4), dtype=np.int64), ValueError, "type_vocab_size=0"),
+    ]
+    for config, types, error, message in cases:
+        with pytest.raises(error, match=message):
+            nt.EncoderModel(config).forward(ids, types)
+        with pytest.raises(error, match=message):
+            tt.EncoderModel(config)(torch.from_numpy(ids), torch.from_numpy(types))
+
+
+def test_encoder_model_input_errors():
+    config = ENCODER_CONFIGS["pre-norm relu split-sinusoids 3 token-types"]
+    model = nt.EncoderModel(config)
+    with pytest.raises(ValueError, match="backward called before forward"):
+        model.backward(np.zeros((1, 2, config.d_model)))
+    hidden = model.forward(np.array([[3, 4]]))
+    assert hidden.shape == (1, 2, config.d_model) and hidden.dtype == np.float64
+    with pytest.raises(ValueError, match=r"dhidden must have shape \(1, 2, 16\)"):
+        model.backward(np.zeros((1, 3, config.d_model)))
+    with pytest.raises(TypeError, match="dhidden must have dtype float64"):
+        model.backward(np.zeros((1, 2, config.d_model), dtype=np.float32))
+    with pytest.raises(ValueError, match=r"ids must hold ids in \[0, 13\)"):
+        model.forward(np.array([[3, 13]]))
+    with pytest.raises(ValueError, match="ids"):
+        tt.EncoderModel(config)(torch.tensor([[3, 13]]))
+
+
+# ----------------------------------------------------------------------------------------------
+# What is masked.
+
+
+def test_pad_id_none_masks_nothing():
+    """With pad_id None, id 0 is a token like any other: every attention row sums to one over all keys,
+    and the model equals one whose pad_id names an id that does not occur."""
+    config = nt.TransformerConfig(**SMALL, pad_id=None)
+    elsewhere = nt.TransformerConfig(**SMALL, pad_id=12)  # 12 is not in the ids below
+    rng = np.random.default_rng(3)
+    src = rng.integers(0, 12, size=(2, 6))
+    tgt = rng.integers(0, 12, size=(2, 5))
+    src[:, -2:], tgt[:, 0], tgt[1, -2:] = 0, 0, 0  # where padding with pad_id 0 would be
+    for np_class, inputs in ((nt.Transformer, (src, tgt)), (nt.TransformerLM, (tgt,)), (nt.EncoderModel, (src,))):
+        model = np_class(config, seed=2).eval()
+        out = model.forward(*inputs)
+        for name, probs in model.attention_maps().items():
+            np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-13)  # no row is short of a key
+            if name.startswith("decoder") and name.endswith("self_attn"):
+                assert np.all(probs[..., 0] > 0.0), name  # every query attends to key 0, which holds id 0
+            else:
+                assert np.all(probs[..., -2:] > 0.0), name  # the source's trailing 0s are attended to
+        other = np_class(elsewhere, seed=2).eval()
+        other.load_state_dict(model.state_dict())
+        np.testing.assert_array_equal(other.forward(*inputs), out)
+
+
+def test_decoder_reads_a_pad_start_token_as_a_token(device):
+    """Marian starts decoding from pad_id. The decoder's self-attention masks only the future, so the
+    logits equal those of the same weights with no padding token at all (an unmasked decoder), on both
+    sides; the source has no padding, so nothing else differs."""
+    config = nt.TransformerConfig(**SMALL, bos_id=0)  # bos_id == pad_id == 0, Marian's decoder start
+    unmasked = nt.TransformerConfig(**SMALL, bos_id=0, pad_id=None)
+    rng = np.random.default_rng(4)
+    src = rng.integers(3, 13, size=(2, 6))
+    tgt = rng.integers(3, 17, size=(2, 5))
+    tgt[:, 0] = 0  # the start token is the pad id
+    tgt[1, -2:] = 0  # and trailing target padding, which causality hides from the real positions
+    model = numpy_model(config, lm=False)
+    reference = nt.Transformer(unmasked).eval()
+    reference.load_state_dict(model.state_dict())
+    logits = model.eval().forward(src, tgt)
+    np.testing.assert_array_equal(logits, reference.forward(src, tgt))
+    for i in range(config.n_decoder_layers):
+        np.testing.assert_allclose(model.attention_maps()[f"decoder.layers.{i}.self_attn"][:, :, 0, 0], 1.0)
+    twin = torch_twin(model, device)
+    with torch.no_grad():
+        t_logits = twin(torch.from_numpy(src).to(device), torch.from_numpy(tgt).to(device))
+    diff, err = C.relative_errors({"logits": (logits, C.to_numpy(t_logits))}, np.float64)["logits"]
+    assert err <= 1e-10, f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "recompute"])
+def test_decoding_from_the_pad_id(use_cache, device):
+    """Greedy and beam search from bos_id == pad_id (Marian): the same tokens on both sides, with and
+    without the cache, every output starting with the pad id and never emitting it again."""
+    config = nt.TransformerConfig(**{**SHARED, "max_len": 16}, bos_id=0, share_embeddings=True, tie_embeddings=True)
+    model = numpy_model(config, lm=False)
+    src = np.random.default_rng(5).integers(3, 13, size=(3, 6))
+    src[1, 4:] = 0  # and source padding
+    twin = torch_twin(model, device)
+    t_src = torch.from_numpy(src).to(device)
+    for decode_np, decode_t in (
+        (lambda m, s: nd.greedy_decode(m, s, 8, use_cache), lambda m, s: td.greedy_decode(m, s, 8, use_cache)),
+        (
+            lambda m, s: nd.beam_search(m, s, 3, 8, 0.6, use_cache),
+            lambda m, s: td.beam_search(m, s, 3, 8, 0.6, use_cache),
+        ),
+    ):
+        tokens = decode_np(model, src)
+        np.testing.assert_array_equal(tokens, decode_t(twin, t_src).cpu().numpy())
+        assert np.all(tokens[:, 0] == 0)
+        generated = tokens[:, 1:]
+        for row in generated:
+            eos = np.flatnonzero(row == config.eos_id)
+            real = row if eos.size == 0 else row[: eos[0]]
+            assert np.all(real != 0), row  # pad is never generated
+    np.testing.assert_array_equal(nd.greedy_decode(model, src, 8, True), nd.greedy_decode(model, src, 8, False))
+
+
+def test_lm_decoding_without_a_padding_token(device):
+    """pad_id None (GPT-2): a prompt holding id 0 and no bos is taken as given; id 0 may be generated;
+    a row that ends fills with eos_id. Both sides agree."""
+    config = nt.TransformerConfig(**{**SMALL, "max_len": 16}, pad_id=None, positional="learned")
+    model = numpy_model(config, lm=True)
+    prompt = np.array([[0, 5, 6], [7, 0, 0], [3, 3, 9]])
+    twin = torch_twin(model, device)
+    for use_cache in (True, False):
+        greedy = nd.greedy_decode(model, prompt, 10, use_cache)
+        np.testing.assert_array_equal(greedy[:, :3], prompt)
+        np.testing.assert_array_equal(
+            greedy, td.greedy_decode(twin, torch.from_numpy(prompt).to(device), 10, use_cache).cpu()
+        )
+        beams = nd.beam_search(model, prompt, 3, 10, 1.0, use_cache)
+        np.testing.assert_array_equal(beams[:, :3], prompt)
+        np.testing.assert_array_equal(
+            beams, td.beam_search(twin, torch.from_numpy(prompt).to(device), 3, 10, 1.0, use_cache).cpu()
+        )
+    # No pad ban: the first step's choice is the argmax over the whole vocabulary, id 0 included.
+    logits = model.eval().forward(prompt)[:, -1]
+    np.testing.assert_array_equal(greedy[:, 3], logits.argmax(-1))
+    for row in greedy:
+        eos = np.flatnonzero(row[3:] == config.eos_id)
+        if eos.size:
+            assert np.all(row[3 + eos[0] :] == config.eos_id)
+
+
+# ----------------------------------------------------------------------------------------------
+# The embedding options one by one.
+
+
+def test_split_sinusoids_are_marians():
+    """Marian's table (transformers' MarianSinusoidalPositionalEmbedding, written out here in float64):
+    angle[pos, j] = pos / 10000^(2 (j // 2) / D); sines of the even j first, then cosines of the odd j."""
+    for d_model in (16, 7):
+        angle = np.array([[pos / 10000 ** (2 * (j // 2) / d_model) for j in range(d_model)] for pos in range(12)])
+        sentinel = (d_model + 1) // 2
+        expected = np.empty((12, d_model))
+        expected[:, :sentinel] = np.sin(angle[:, 0::2])
+        expected[:, sentinel:] = np.cos(angle[:, 1::2])
+        ours = nt.layers.sinusoidal_table(12, d_model, np.float64, "split")
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-15)
+        theirs = tt.sinusoidal_table(12, d_model, torch.float64, layout="split").numpy()
+        np.testing.assert_allclose(theirs, expected, rtol=0, atol=1e-15)
+        # computed in float64, not through float32: far finer than float32's rounding
+        assert np.abs(ours - expected.astype(np.float32)).max() > 1e-9
+        assert nt.layers.sinusoidal_table(12, d_model, np.float32, "split").dtype == np.float32
+    interleaved = nt.layers.sinusoidal_table(12, 16)
+    np.testing.assert_array_equal(
+        nt.layers.sinusoidal_table(12, 16, layout="split"), np.hstack([interleaved[:, 0::2], interleaved[:, 1::2]])
+    )
+    with pytest.raises(ValueError, match="layout"):
+        nt.layers.sinusoidal_table(4, 4, layout="paired")
+
+
+def test_embedding_norm_normalises_the_summed_embeddings():
+    config = nt.TransformerConfig(**SMALL, embedding_norm=True, type_vocab_size=2, layer_norm_eps=1e-12)
+    model = nt.EncoderModel(config, seed=3).eval()
+    model.forward(np.array([[3, 4, 5, 6]]), np.array([[0, 0, 1, 1]]))
+    x = model.activations()["encoder.embedding"]  # after the norm (weight one, bias zero at init)
+    np.testing.assert_allclose(x.mean(-1), 0.0, atol=1e-14)
+    np.testing.assert_allclose(x.var(-1), 1.0, rtol=1e-10)
+
+
+@pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
+def test_shared_table_gradient_is_the_sum_of_every_use(tie):
+    """share_embeddings: the gradient of the one table equals the encoder lookup's gradient plus the
+    decoder lookup's (plus the tied projection's), taken from a twin with two equal tables."""
+    shared = nt.TransformerConfig(**SHARED, share_embeddings=True, tie_embeddings=tie)
+    separate = nt.TransformerConfig(**SHARED, tie_embeddings=tie)
+    model = nt.Transformer(shared, seed=1).eval()
+    twin = nt.Transformer(separate, seed=1).eval()
+    state = model.state_dict()
+    twin.load_state_dict(state | {"encoder.token_embedding.weight": state["decoder.token_embedding.weight"]})
+    rng = np.random.default_rng(6)
+    src, tgt = rng.integers(3, 13, size=(2, 6)), rng.integers(3, 13, size=(2, 5))
+    dlogits = rng.standard_normal((2, 5, 13))
+    for m in (model, twin):
+        np.testing.assert_array_equal(model.forward(src, tgt), m.forward(src, tgt))
+        m.zero_grad()
+        m.backward(dlogits)
+    g_enc, g_dec = twin.grads["encoder.token_embedding.weight"], twin.grads["decoder.token_embedding.weight"]
+    assert np.abs(g_enc).max() > 0 and np.abs(g_dec).max() > 0
+    np.testing.assert_allclose(model.grads["decoder.token_embedding.weight"], g_enc + g_dec, rtol=1e-13, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints.
+
+
+def test_encoder_model_checkpoints_load_into_either_side(tmp_path):
+    config = ENCODER_CONFIGS["BERT: post-norm gelu learned token-types embedding-norm"]
+    model = nt.EncoderModel(config, seed=7)
+    ncp.save_checkpoint(tmp_path / "np.safetensors", model, metadata={"step": 3})
+    again = ncp.load_checkpoint(tmp_path / "np.safetensors")
+    assert isinstance(again, nt.EncoderModel)
+    for k, v in model.params.items():
+        np.testing.assert_array_equal(again.params[k], v)
+    twin = tcp.load_checkpoint(tmp_path / "np.safetensors")
+    assert isinstance(twin, tt.EncoderModel) and twin.encoder.token_type_embedding is not None
+    tcp.save_checkpoint(tmp_path / "torch.safetensors", twin)
+    back = nt.EncoderModel(config, seed=8)
+    assert ncp.load_into(back, tmp_path / "torch.safetensors") == {}
+    for k, v in model.params.items():
+        np.testing.assert_array_equal(back.params[k], v)
+    with pytest.raises(ValueError, match="holds a EncoderModel, cannot load into a Transformer"):
+        ncp.load_into(nt.Transformer(config), tmp_path / "np.safetensors")
