@@ -557,13 +557,24 @@ def compare_encoder_models(
 
 
 def model_fd_error(
-    config, lm: bool = False, seed: int = 0, scenario: str = "padding", train: bool = False, max_coords: int = 4
+    config,
+    lm: bool = False,
+    seed: int = 0,
+    scenario: str = "padding",
+    train: bool = False,
+    max_coords: int = 4,
+    encoder: bool = False,
 ) -> float:
     """Worst finite-difference relative error over every parameter tensor of the float64 NumPy model
-    (in training mode one set of dropout masks is drawn and replayed)."""
+    (an EncoderModel when `encoder`; in training mode one set of dropout masks is drawn and replayed)."""
     import numpy_transformer as nt
 
-    model = (nt.TransformerLM if lm else nt.Transformer)(config, seed=seed).train(train)
-    src, tgt_in, _ = make_batch(config, np.random.default_rng(seed), scenario=scenario)
-    ids = (tgt_in,) if lm else (src, tgt_in)
+    rng = np.random.default_rng(seed)
+    if encoder:
+        model = nt.EncoderModel(config, seed=seed).train(train)
+        ids = make_encoder_batch(config, rng, scenario=scenario)
+    else:
+        model = (nt.TransformerLM if lm else nt.Transformer)(config, seed=seed).train(train)
+        src, tgt_in, _ = make_batch(config, rng, scenario=scenario)
+        ids = (tgt_in,) if lm else (src, tgt_in)
     return gradcheck.check_model(model, *ids, seed=seed, max_coords=max_coords).worst

@@ -11,6 +11,7 @@ and of the gradients (DESIGN.md's measure), the finite-difference error of the N
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import platform
@@ -45,15 +46,45 @@ def build_config(args) -> TransformerConfig:
     )
 
 
+ENCODER_ROW = "EncoderModel"
+
+
+def encoder_config(config: TransformerConfig) -> TransformerConfig:
+    """The EncoderModel rows' config: the report's, with BERT's token types and embedding norm."""
+    return dataclasses.replace(config, type_vocab_size=2, embedding_norm=True)
+
+
 def model_rows(config, seed: int):
-    """(component name, lm, train): the whole models, in evaluation and in training mode."""
-    rows = [("Transformer", False, False), ("TransformerLM", True, False)]
+    """(component name, family, train): the whole models, in evaluation and in training mode."""
+    rows = [("Transformer", "Transformer", False), ("TransformerLM", "TransformerLM", False)]
+    rows += [(ENCODER_ROW, "EncoderModel", False)]
     if config.dropout > 0:
         rows += [
-            ("Transformer (train, shared dropout)", False, True),
-            ("TransformerLM (train, shared dropout)", True, True),
+            ("Transformer (train, shared dropout)", "Transformer", True),
+            ("TransformerLM (train, shared dropout)", "TransformerLM", True),
+            (f"{ENCODER_ROW} (train, shared dropout)", "EncoderModel", True),
         ]
     return rows
+
+
+def compare_family(config, family: str, dtype, device: str, seed: int, train: bool):
+    """One whole-model row: a batch of 3 with padding and fully masked rows."""
+    if family == "EncoderModel":
+        return C.compare_encoder_models(
+            encoder_config(config), dtype, device, seed=seed, train=train, scenario="fully_masked", batch=3, length=10
+        )
+    return C.compare_models(
+        config,
+        dtype,
+        device,
+        seed=seed,
+        lm=family == "TransformerLM",
+        train=train,
+        scenario="fully_masked",
+        batch=3,
+        src_len=10,
+        tgt_len=9,
+    )
 
 
 def run(args) -> list[dict]:
@@ -83,23 +114,17 @@ def run(args) -> list[dict]:
                     name, lambda make=make: C.fd_error(make(np.dtype(np.float64), np.random.default_rng(args.seed)))
                 )
                 records.append(_record(name, dtype_name, device, result, fd_err))
-            for name, lm, train in model_rows(config, args.seed):
-                result = C.compare_models(
-                    config,
-                    dtype,
-                    device,
-                    seed=args.seed,
-                    lm=lm,
-                    train=train,
-                    scenario="fully_masked",
-                    batch=3,
-                    src_len=10,
-                    tgt_len=9,
-                )
+            for name, family, train in model_rows(config, args.seed):
+                result = compare_family(config, family, dtype, device, args.seed, train)
                 fd_err = fd(
                     name,
-                    lambda lm=lm, train=train: C.model_fd_error(
-                        config, lm=lm, seed=args.seed, scenario="fully_masked", train=train
+                    lambda family=family, train=train: C.model_fd_error(
+                        encoder_config(config) if family == "EncoderModel" else config,
+                        lm=family == "TransformerLM",
+                        seed=args.seed,
+                        scenario="fully_masked",
+                        train=train,
+                        encoder=family == "EncoderModel",
                     ),
                 )
                 records.append(_record(name, dtype_name, device, result, fd_err))
@@ -215,7 +240,7 @@ def main(argv=None) -> int:
         f"config: d_model={config.d_model} heads={config.n_heads} d_ff={config.d_ff} layers={config.n_encoder_layers}"
         f"+{config.n_decoder_layers} {config.activation} {'pre' if config.norm_first else 'post'}-norm "
         f"{config.positional} tied={config.tie_embeddings} dropout={config.dropout}; batch of 3 with padding and "
-        "fully masked rows"
+        "fully masked rows; the EncoderModel rows add BERT's token types (2) and embedding norm"
     )
     cuda = "CUDA available" if torch.cuda.is_available() else "CUDA not available here"
     print(f"devices: {', '.join(C.devices() if args.device == 'all' else [args.device])} ({cuda})")

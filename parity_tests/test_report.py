@@ -26,6 +26,7 @@ def test_report_passes_and_writes_json(tmp_path, capsys):
     assert {
         "Transformer",
         "TransformerLM",
+        report.ENCODER_ROW,
         "multi_head_attention",
         "nn.TransformerDecoderLayer (pre-norm, gelu)",
     } <= names
