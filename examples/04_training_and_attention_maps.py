@@ -174,8 +174,9 @@ for word, row in zip(["<bos>"] + words, cross, strict=False):
 print("attention maps written to", *paths, sep="\n  ")
 
 # %% [markdown]
-# Every row of every map sums to one (softmax over the keys it may see). Padding positions never
-# receive weight, and in the decoder's self-attention the upper triangle is empty: the causal mask.
+# Every row of every map sums to one (softmax over the keys it may see). Source padding never
+# receives weight, and in the decoder's self-attention the upper triangle is empty: the causal mask,
+# the only mask there (the target's padding comes after its real tokens, where causality hides it).
 # These maps are the `probs` saved in the forward pass's cache, the same arrays the backward pass
 # used in walkthroughs 1 and 3.
 
