@@ -627,7 +627,7 @@ class _Model:
 
     def activations(self) -> dict:
         """Hidden states of the last forward pass, keyed "encoder.embedding", "encoder.layers.0", ...,
-        "encoder" (the memory), likewise for the decoder, and "logits"."""
+        "encoder" (the memory), likewise for the decoder, and "logits" (not in an EncoderModel)."""
         if self._cache is None:
             raise ValueError("activations: no forward pass has been run yet")
         acts = {}
@@ -647,8 +647,8 @@ class Transformer(_Model):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     forward(src_ids (B, T_src), tgt_ids (B, T_tgt)) -> logits (B, T_tgt, V_tgt). tgt_ids are the
-    decoder's inputs (targets shifted right, starting with bos_id). Padding masks come from
-    config.pad_id and the causal mask from the decoder.
+    decoder's inputs (targets shifted right, starting with bos_id). Source padding (config.pad_id) is
+    masked out of the encoder and of cross-attention; the decoder's self-attention masks only the future.
     """
 
     def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None) -> np.ndarray:

@@ -394,8 +394,8 @@ class _Model(nn.Module):
 class Transformer(_Model):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
-    forward: src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V_tgt). Padding masks come from
-    `config.pad_id`, the causal mask from the decoder.
+    forward: src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V_tgt). Source padding (`config.pad_id`)
+    is masked out of the encoder and of cross-attention; the decoder's self-attention masks only the future.
     """
 
     def __init__(self, config: TransformerConfig):
