@@ -55,7 +55,6 @@ from numpy_transformer import (  # noqa: E402
     multi_head_attention_backward,
 )
 from numpy_transformer.layers import (  # noqa: E402
-    feed_forward_backward,
     layer_norm_backward,
     linear_backward,
     linear_forward,
@@ -66,6 +65,7 @@ from numpy_transformer.model import (  # noqa: E402
     decoder_forward,
     embed_backward,
     encoder_forward,
+    ffn_backward,
     padding_mask,
     self_attention_backward,
     sub,
@@ -130,7 +130,8 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 # calls ourselves, so that we hold the caches the backward pass will need. Each stack's cache has
 # one entry per layer under `"layers"`; each layer's cache has one entry per sublayer; each
 # sublayer's cache is what `residual_forward` returned: `(norm_first, norm_cache, sublayer_cache,
-# dropout_cache)`.
+# dropout_cache)`. A norm's cache is `(kind, cache)`: the kind (`"layer"` here; `"rms"` for RMSNorm)
+# tells `norm_backward` which backward to run.
 
 # %%
 params = np_model.params
@@ -306,7 +307,8 @@ compare("output_proj", dx, "decoder.final_norm.out", {"output_proj.weight": dW, 
 # Its backward is walkthrough 02's boxed formula.
 
 # %%
-dx, dw, db = layer_norm_backward(dx, dec_cache["final_norm"])
+_, final_norm_cache = dec_cache["final_norm"]  # ("layer", the layer norm's own cache)
+dx, dw, db = layer_norm_backward(dx, final_norm_cache)
 compare(
     "decoder.final_norm", dx, "decoder.final_norm.in", {"decoder.final_norm.weight": dw, "decoder.final_norm.bias": db}
 )
@@ -320,7 +322,8 @@ compare(
 # $dx = d\mathrm{out} + \mathrm{LN}^\top f^\top d\mathrm{out}$. Each decoder layer has three
 # sublayers, undone in reverse order:
 #
-# - **feed-forward**, $f(h) = W_2\, \mathrm{relu}(W_1 h + b_1) + b_2$; `feed_forward_backward`;
+# - **feed-forward**, $f(h) = W_2\, \mathrm{relu}(W_1 h + b_1) + b_2$; `ffn_backward` (which runs
+#   `feed_forward_backward` here, or the gated block's backward in a Llama-style model);
 # - **cross-attention**, $f(h) = \mathrm{MHA}(h, \mathrm{memory}, \mathrm{memory})$: the query comes
 #   from the decoder, keys and values from the encoder's output. `cross_attention_backward` returns
 #   the query's gradient as the sublayer's, and passes `dkey + dvalue` out on the side: the gradient
@@ -348,21 +351,21 @@ for i in reversed(range(cfg.n_decoder_layers)):
     layer, p = dec_cache["layers"][i], f"decoder.layers.{i}"
 
     upstream_of[f"{p}.ffn"] = dx
-    dx, dw, db, ffn_grads = residual_backward(dx, layer["ffn"], feed_forward_backward)
-    step_grads = {f"{p}.ffn_norm.weight": dw, f"{p}.ffn_norm.bias": db}
+    dx, norm_grads, ffn_grads = residual_backward(dx, layer["ffn"], ffn_backward)
+    step_grads = {f"{p}.ffn_norm.{k}": v for k, v in norm_grads.items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
     upstream_of[f"{p}.cross_attn"] = dx
-    dx, dw, db, (dmemory_i, cross_grads) = residual_backward(dx, layer["cross_attn"], cross_attention_backward)
+    dx, norm_grads, (dmemory_i, cross_grads) = residual_backward(dx, layer["cross_attn"], cross_attention_backward)
     dmemory += dmemory_i  # every decoder layer reads the same memory: the shares add
-    step_grads = {f"{p}.cross_attn_norm.weight": dw, f"{p}.cross_attn_norm.bias": db}
+    step_grads = {f"{p}.cross_attn_norm.{k}": v for k, v in norm_grads.items()}
     step_grads |= {f"{p}.cross_attn.{k}": v for k, v in cross_grads.items()}
     compare(f"{p}.cross_attn", dx, f"{p}.cross_attn.in", step_grads)
     compare(f"{p}.cross_attn -> memory", dmemory_i, f"{p}.memory")
 
     upstream_of[f"{p}.self_attn"] = dx
-    dx, dw, db, self_grads = residual_backward(dx, layer["self_attn"], self_attention_backward)
-    step_grads = {f"{p}.self_attn_norm.weight": dw, f"{p}.self_attn_norm.bias": db}
+    dx, norm_grads, self_grads = residual_backward(dx, layer["self_attn"], self_attention_backward)
+    step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in norm_grads.items()}
     step_grads |= {f"{p}.self_attn.{k}": v for k, v in self_grads.items()}
     compare(f"{p}.self_attn", dx, f"{p}.self_attn.in", step_grads)
 
@@ -413,7 +416,8 @@ compare("memory (sum over decoder layers)", dmemory, "encoder.final_norm.out")
 # the source padding mask), then the embedding table.
 
 # %%
-dx, dw, db = layer_norm_backward(dmemory, enc_cache["final_norm"])
+_, final_norm_cache = enc_cache["final_norm"]
+dx, dw, db = layer_norm_backward(dmemory, final_norm_cache)
 compare(
     "encoder.final_norm", dx, "encoder.final_norm.in", {"encoder.final_norm.weight": dw, "encoder.final_norm.bias": db}
 )
@@ -421,12 +425,12 @@ compare(
 for i in reversed(range(cfg.n_encoder_layers)):
     layer, p = enc_cache["layers"][i], f"encoder.layers.{i}"
 
-    dx, dw, db, ffn_grads = residual_backward(dx, layer["ffn"], feed_forward_backward)
-    step_grads = {f"{p}.ffn_norm.weight": dw, f"{p}.ffn_norm.bias": db}
+    dx, norm_grads, ffn_grads = residual_backward(dx, layer["ffn"], ffn_backward)
+    step_grads = {f"{p}.ffn_norm.{k}": v for k, v in norm_grads.items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
-    dx, dw, db, self_grads = residual_backward(dx, layer["self_attn"], self_attention_backward)
-    step_grads = {f"{p}.self_attn_norm.weight": dw, f"{p}.self_attn_norm.bias": db}
+    dx, norm_grads, self_grads = residual_backward(dx, layer["self_attn"], self_attention_backward)
+    step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in norm_grads.items()}
     step_grads |= {f"{p}.self_attn.{k}": v for k, v in self_grads.items()}
     compare(f"{p}.self_attn", dx, f"{p}.self_attn.in", step_grads)
 

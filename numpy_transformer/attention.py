@@ -75,15 +75,80 @@ def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """(B, T, D) -> (B, H, T, Dh): head h takes columns h*Dh:(h+1)*Dh."""
+    """(B, T, H*Dh) -> (B, H, T, Dh): head h takes columns h*Dh:(h+1)*Dh."""
     B, T, D = x.shape
     return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, Dh)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
-    """(B, H, T, Dh) -> (B, T, D), the inverse of split_heads."""
+    """(B, H, T, Dh) -> (B, T, H*Dh), the inverse of split_heads."""
     B, H, T, Dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, D)
+
+
+def causal_mask(T_q: int, T_k: int) -> np.ndarray:
+    """Query i may attend to keys j <= i. (1, 1, T_q, T_k); for T_q != T_k aligned at the top left,
+    as is_causal in torch's scaled_dot_product_attention."""
+    return np.tri(T_q, T_k, dtype=bool)[None, None]
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotary position embedding (RoPE, Su et al.; Llama), in Hugging Face's half-split layout: feature i of
+# a head is paired with feature i + Dh/2, and the pair is rotated by the angle pos * theta^(-2i/Dh).
+# Applied to queries and keys, so the score q_m . k_n = q R(m)^T R(n) k = q R(n - m) k depends on the
+# positions only through their distance.
+
+
+def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.float64):
+    """cos and sin of pos * theta^(-2i/Dh) for i < Dh/2, each (T, Dh/2). Computed in float64, then cast."""
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
+    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # (T, Dh/2)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
+    """Rotate every pair (x_i, x_{i+Dh/2}) of x (B, H, T, Dh) by its angle; cos, sin (T, Dh/2):
+
+    out_i        = x_i cos - x_{i+Dh/2} sin
+    out_{i+Dh/2} = x_i sin + x_{i+Dh/2} cos
+    """
+    x1, x2 = np.split(x, 2, axis=-1)  # (B, H, T, Dh/2) each
+    out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)  # (B, H, T, Dh)
+    return out, (cos, sin)
+
+
+def rope_backward(dout: np.ndarray, cache):
+    """out = R x with R a rotation of each pair, so dx = R^T dout. A rotation is orthogonal: its
+    transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged):
+
+        dx_i        =  dout_i cos + dout_{i+Dh/2} sin
+        dx_{i+Dh/2} = -dout_i sin + dout_{i+Dh/2} cos
+    """
+    cos, sin = cache
+    dx, _ = rope_forward(dout, cos, -sin)
+    return dx
+
+
+# ----------------------------------------------------------------------------------------------
+# Grouped-query attention: n_kv_heads K/V heads, each read by n_rep = H / n_kv_heads query heads
+# (query head h reads K/V head h // n_rep). Multi-query attention is n_kv_heads = 1.
+
+
+def repeat_kv_forward(x: np.ndarray, n_rep: int):
+    """(B, H_kv, T, Dh) -> (B, H_kv * n_rep, T, Dh), each K/V head repeated for the n_rep query heads it serves."""
+    if n_rep == 1:
+        return x, n_rep
+    return np.repeat(x, n_rep, axis=1), n_rep  # (B, H, T, Dh)
+
+
+def repeat_kv_backward(dout: np.ndarray, cache):
+    """A K/V head read by n_rep query heads receives the sum of their gradients:
+    dx[:, j] = sum over r < n_rep of dout[:, j * n_rep + r].  (B, H, T, Dh) -> (B, H_kv, T, Dh)."""
+    n_rep = cache
+    if n_rep == 1:
+        return dout
+    B, H, T, Dh = dout.shape
+    return dout.reshape(B, H // n_rep, n_rep, T, Dh).sum(axis=2)  # (B, H_kv, T, Dh)
 
 
 MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weight", "bias"))
@@ -98,31 +163,58 @@ def multi_head_attention_forward(
     attn_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "attn",
+    *,
+    n_kv_heads: int | None = None,
+    rope: tuple | None = None,
+    is_causal: bool = False,
 ):
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W_O^T,  head_h = Attention(Q W_Q,h^T, K W_K,h^T, V W_V,h^T).
 
-    params: q_proj.weight (D, D), q_proj.bias (D,), ... out_proj.bias (D,).
+    params: q_proj.weight (D, D), k_proj.weight and v_proj.weight (H_kv*Dh, D), out_proj.weight (D, D),
+    and the four biases, or none of them (bias-free attention, as Llama's).
     query (B, T_q, D), key and value (B, T_k, D); attn_mask broadcastable to (B, H, T_q, T_k),
-    True = may attend. Self-attention passes the same array as query, key and value.
+    True = may attend; is_causal adds the causal mask (query i sees keys j <= i). Self-attention passes
+    the same array as query, key and value.
+    n_kv_heads: K/V heads (grouped-query attention; None = n_heads). rope: (cos, sin) of the positions,
+    each (T, Dh/2), to rotate queries and keys with (self-attention, T_q = T_k = T).
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     Returns out (B, T_q, D) and a cache; cache["attn"]["probs"] holds the probabilities (B, H, T_q, T_k).
     """
-    _check_attention_inputs(query, key, value, n_heads, attn_mask)
-    _check_attention_params(params, query.shape[-1], query.dtype)
-    q, q_cache = linear_forward(query, params["q_proj.weight"], params["q_proj.bias"])  # (B, T_q, D)
-    k, k_cache = linear_forward(key, params["k_proj.weight"], params["k_proj.bias"])  # (B, T_k, D)
-    v, v_cache = linear_forward(value, params["v_proj.weight"], params["v_proj.bias"])  # (B, T_k, D)
-    q, k, v = split_heads(q, n_heads), split_heads(k, n_heads), split_heads(v, n_heads)  # (B, H, T, Dh)
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads, rope)
+    _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
+    q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, D)
+    k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
+    v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
+    q, k, v = split_heads(q, n_heads), split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H or H_kv, T, Dh)
+    rope_cache = None
+    if rope is not None:
+        q, rope_cache = rope_forward(q, *rope)
+        k, _ = rope_forward(k, *rope)  # the same positions, so the same rotation (and the same backward)
+    k, repeat_cache = repeat_kv_forward(k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
+    v, _ = repeat_kv_forward(v, n_heads // n_kv_heads)
+    mask = attn_mask
+    if is_causal:
+        causal = causal_mask(q.shape[2], k.shape[2])  # (1, 1, T_q, T_k)
+        mask = causal if attn_mask is None else causal & attn_mask
     keep_mask = None
     if dropout is not None:
         B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
         keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
     context, attn_cache = scaled_dot_product_attention_forward(
-        q, k, v, attn_mask, dropout.p if dropout is not None else 0.0, keep_mask
+        q, k, v, mask, dropout.p if dropout is not None else 0.0, keep_mask
     )  # (B, H, T_q, Dh)
     context = merge_heads(context)  # (B, T_q, D)
-    out, out_cache = linear_forward(context, params["out_proj.weight"], params["out_proj.bias"])
-    return out, {"q": q_cache, "k": k_cache, "v": v_cache, "attn": attn_cache, "out": out_cache}
+    out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
+    return out, {
+        "q": q_cache,
+        "k": k_cache,
+        "v": v_cache,
+        "rope": rope_cache,
+        "repeat_kv": repeat_cache,
+        "attn": attn_cache,
+        "out": out_cache,
+    }
 
 
 def multi_head_attention_backward(dout: np.ndarray, cache):
@@ -130,6 +222,8 @@ def multi_head_attention_backward(dout: np.ndarray, cache):
 
         dcontext, dW_O, db_O = linear backward of out = context W_O^T + b_O
         dq, dk, dv (per head) = attention backward on dcontext split into heads
+        dk, dv per K/V head   = sums over the query heads that share it (grouped-query attention)
+        dq, dk                = rotated back by the opposite angle (RoPE; a rotation's transpose)
         dquery = dq W_Q,  dW_Q = dq^T query,  db_Q = sum(dq)   (likewise for key and value)
 
     dout (B, T_q, D). Returns dquery (B, T_q, D), dkey (B, T_k, D), dvalue (B, T_k, D) and the
@@ -141,25 +235,44 @@ def multi_head_attention_backward(dout: np.ndarray, cache):
     n_heads = cache["attn"]["q"].shape[1]
     dcontext, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(dout, cache["out"])
     dq, dk, dv = scaled_dot_product_attention_backward(split_heads(dcontext, n_heads), cache["attn"])
+    dk = repeat_kv_backward(dk, cache["repeat_kv"])  # (B, H_kv, T_k, Dh)
+    dv = repeat_kv_backward(dv, cache["repeat_kv"])
+    if cache["rope"] is not None:
+        dq = rope_backward(dq, cache["rope"])
+        dk = rope_backward(dk, cache["rope"])
     dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache["q"])
     dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache["k"])
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache["v"])
-    return dquery, dkey, dvalue, {k: grads[k] for k in MHA_KEYS}
+    return dquery, dkey, dvalue, {k: grads[k] for k in MHA_KEYS if grads[k] is not None}
 
 
-def _check_attention_params(params: dict, D: int, dtype) -> None:
-    missing = [k for k in MHA_KEYS if k not in params]
+def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype) -> None:
+    weights = [k for k in MHA_KEYS if k.endswith("weight")]
+    biases = [k for k in MHA_KEYS if k.endswith("bias")]
+    missing = [k for k in weights if k not in params]
     if missing:
-        raise ValueError(f"params is missing {missing}; expected the keys {list(MHA_KEYS)}")
-    for k in MHA_KEYS:
-        expected = (D, D) if k.endswith("weight") else (D,)
-        if params[k].shape != expected:
-            raise ValueError(f"params[{k!r}] has shape {params[k].shape}, expected {expected} for d_model={D}")
+        raise ValueError(f"params is missing {missing}; expected the keys {weights}")
+    present = [k for k in biases if k in params]
+    if len(present) not in (0, len(biases)):
+        absent = [k for k in biases if k not in params]
+        raise ValueError(
+            f"params has the biases {present} but not {absent}: give all four biases, or none (bias-free attention)"
+        )
+    kv = D // n_heads * n_kv_heads  # H_kv * Dh
+    expected = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}
+    for k in weights + present:
+        shape = expected[k.split(".")[0]]
+        shape = shape if k.endswith("weight") else shape[:1]
+        if params[k].shape != shape:
+            raise ValueError(
+                f"params[{k!r}] has shape {params[k].shape}, expected {shape} for d_model={D}, "
+                f"n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+            )
         if params[k].dtype != dtype:
             raise TypeError(f"params[{k!r}] has dtype {params[k].dtype}, expected the inputs' dtype {dtype}")
 
 
-def _check_attention_inputs(query, key, value, n_heads, attn_mask) -> None:
+def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=None, rope=None) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_float_array(name, x)
         check_ndim(name, x, 3, "(B, T, D)")
@@ -178,6 +291,22 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask) -> None:
         raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
     if D % n_heads != 0:
         raise ValueError(f"d_model must be divisible by n_heads: got d_model={D}, n_heads={n_heads}")
+    if n_kv_heads is not None:
+        if isinstance(n_kv_heads, bool) or not isinstance(n_kv_heads, (int, np.integer)) or n_kv_heads < 1:
+            raise ValueError(f"n_kv_heads must be a positive int, got {n_kv_heads!r}")
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(
+                f"n_heads must be a multiple of n_kv_heads, got n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+            )
+    if rope is not None:
+        T_q, T_k, Dh = query.shape[1], key.shape[1], D // n_heads
+        if T_q != T_k:
+            raise ValueError(
+                f"rope rotates self-attention's queries and keys by one set of positions: T_q={T_q} != T_k={T_k}"
+            )
+        for name, table in zip(("cos", "sin"), rope, strict=True):
+            if np.shape(table) != (T_q, Dh // 2):
+                raise ValueError(f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)}")
     if attn_mask is not None:
         attn_mask = np.asarray(attn_mask)
         if attn_mask.dtype != np.bool_:

@@ -27,14 +27,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import merge_heads, scaled_dot_product_attention_forward, split_heads
-from .layers import (
-    feed_forward_forward,
-    layer_norm_forward,
-    linear_forward,
-    residual_forward,
+from .attention import (
+    merge_heads,
+    repeat_kv_forward,
+    rope_forward,
+    scaled_dot_product_attention_forward,
+    split_heads,
 )
-from .model import Transformer, TransformerLM, embed_forward, encoder_forward, padding_mask, sub
+from .layers import linear_forward
+from .model import (
+    Transformer,
+    TransformerLM,
+    embed_forward,
+    encoder_forward,
+    ffn_forward,
+    final_norm_forward,
+    padding_mask,
+    rope_for,
+    sub,
+    sublayer_forward,
+)
 from .validation import check_ids
 
 # ----------------------------------------------------------------------------------------------
@@ -44,12 +56,13 @@ from .validation import check_ids
 
 @dataclass
 class LayerCache:
-    """One decoder layer's keys and values, already split into heads."""
+    """One decoder layer's keys and values, already split into heads. With grouped-query attention the
+    cache holds the n_kv_heads K/V heads, not one per query head: H / H_kv times less memory."""
 
-    keys: np.ndarray  # (N, H, T_max, Dh) self-attention keys; positions [0, DecoderCache.length) are filled
-    values: np.ndarray  # (N, H, T_max, Dh)
-    memory_keys: np.ndarray | None  # (N, H, S, Dh) cross-attention keys of the encoder output; None in the LM
-    memory_values: np.ndarray | None  # (N, H, S, Dh)
+    keys: np.ndarray  # (N, H_kv, T_max, Dh) self-attention keys (rotated, with RoPE); positions [0, length) filled
+    values: np.ndarray  # (N, H_kv, T_max, Dh)
+    memory_keys: np.ndarray | None  # (N, H_kv, S, Dh) cross-attention keys of the encoder output; None in the LM
+    memory_values: np.ndarray | None  # (N, H_kv, S, Dh)
 
 
 @dataclass
@@ -59,22 +72,26 @@ class DecoderCache:
     layer_params: list  # params of decoder layer i, keyed below "decoder.layers.{i}." (sliced once, not per step)
     layers: list  # a LayerCache per decoder layer
     memory_mask: np.ndarray | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM or no pad_id
-    embed_params: dict  # the decoder's embedding params, keyed below "decoder." (sliced once, not per step)
+    embed_params: dict  # the decoder's params other than its layers, keyed below "decoder." (sliced once)
     length: int = 0  # positions cached so far
 
 
 def project_heads(params: dict, name: str, x: np.ndarray, n_heads: int) -> np.ndarray:
     """The projection `name` ("q_proj", "k_proj", "v_proj") of x (N, T, D), split into heads (N, H, T, Dh)."""
-    y, _ = linear_forward(x, params[f"{name}.weight"], params[f"{name}.bias"])  # (N, T, D)
+    y, _ = linear_forward(x, params[f"{name}.weight"], params.get(f"{name}.bias"))  # (N, T, H*Dh)
     return split_heads(y, n_heads)  # (N, H, T, Dh)
 
 
-def attend(params: dict, x: np.ndarray, keys: np.ndarray, values: np.ndarray, mask, n_heads: int) -> np.ndarray:
-    """Multi-head attention of the queries of x (N, T_new, D) over keys and values (N, H, T_k, Dh) that
-    are already projected. mask broadcastable to (N, H, T_new, T_k), True = may attend. -> (N, T_new, D)."""
-    q = project_heads(params, "q_proj", x, n_heads)  # (N, H, T_new, Dh)
+def attend(params: dict, q: np.ndarray, keys: np.ndarray, values: np.ndarray, mask) -> np.ndarray:
+    """Attention of the queries q (N, H, T_new, Dh) over keys and values (N, H_kv, T_k, Dh) that are already
+    projected (each K/V head serving H / H_kv query heads), then the output projection. mask broadcastable
+    to (N, H, T_new, T_k), True = may attend. -> (N, T_new, D)."""
+    n_rep = q.shape[1] // keys.shape[1]
+    keys, _ = repeat_kv_forward(keys, n_rep)  # (N, H, T_k, Dh)
+    values, _ = repeat_kv_forward(values, n_rep)
     context, _ = scaled_dot_product_attention_forward(q, keys, values, mask)  # (N, H, T_new, Dh)
-    out, _ = linear_forward(merge_heads(context), params["out_proj.weight"], params["out_proj.bias"])  # (N, T_new, D)
+    weight, bias = params["out_proj.weight"], params.get("out_proj.bias")
+    out, _ = linear_forward(merge_heads(context), weight, bias)  # (N, T_new, D)
     return out
 
 
@@ -83,11 +100,11 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
     the source and each source serves n_rows // B consecutive rows (the beams); the encoder and the
     cross-attention projections run here, once. src_ids is None for the LM."""
     cfg, params = model.config, model.params
-    H, Dh = cfg.n_heads, cfg.head_dim
+    H_kv, Dh = cfg.kv_heads, cfg.head_dim
     memory, memory_mask, n_copies = None, None, 1
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
-        memory, _ = encoder_forward(model._encoder_params(), src_ids, cfg)  # (B, S, D)
+        memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg)  # (B, S, D)
         source_mask = padding_mask(src_ids, cfg.pad_id)  # (B, 1, 1, S), or None: no padding token
         if source_mask is not None:
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
@@ -97,9 +114,9 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
         memory_keys = memory_values = None
         if memory is not None:
             # Project the B distinct memories, then copy: the beams of one source share them.
-            memory_keys = np.repeat(project_heads(p, "cross_attn.k_proj", memory, H), n_copies, axis=0)  # (N, H, S, Dh)
-            memory_values = np.repeat(project_heads(p, "cross_attn.v_proj", memory, H), n_copies, axis=0)
-        keys = np.zeros((n_rows, H, total_len, Dh), dtype=model.dtype)  # filled step by step, never concatenated
+            memory_keys = np.repeat(project_heads(p, "cross_attn.k_proj", memory, H_kv), n_copies, axis=0)
+            memory_values = np.repeat(project_heads(p, "cross_attn.v_proj", memory, H_kv), n_copies, axis=0)
+        keys = np.zeros((n_rows, H_kv, total_len, Dh), dtype=model.dtype)  # filled step by step, never concatenated
         layers.append(LayerCache(keys, np.zeros_like(keys), memory_keys, memory_values))
     embed_params = {k: v for k, v in sub(params, "decoder").items() if not k.startswith("layers.")}
     return DecoderCache(layer_params, layers, memory_mask, embed_params)
@@ -110,38 +127,41 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
 
 
 def decoder_layer_step(
-    params: dict, x: np.ndarray, layer: LayerCache, self_mask, memory_mask, start: int, config
+    params: dict, x: np.ndarray, layer: LayerCache, self_mask, memory_mask, start: int, config, rope
 ) -> np.ndarray:
     """x (N, T_new, D), the new positions start .. start + T_new - 1 -> (N, T_new, D).
 
-    The same three residual sublayers as decoder_layer_forward, but self-attention writes the new keys
-    and values into the cache and attends over everything cached, and cross-attention reads the cached
-    projections of the encoder output.
+    The same residual sublayers as decoder_layer_forward, but self-attention writes the new keys and
+    values into the cache (keys rotated to their positions, with RoPE) and attends over everything
+    cached, and cross-attention reads the cached projections of the encoder output.
     """
     end = start + x.shape[1]
-    H = config.n_heads
+    H, H_kv = config.n_heads, config.kv_heads
 
     def self_attn(h):
         attn = sub(params, "self_attn")
-        layer.keys[:, :, start:end] = project_heads(attn, "k_proj", h, H)  # (N, H, T_new, Dh) into the cache
-        layer.values[:, :, start:end] = project_heads(attn, "v_proj", h, H)
-        keys, values = layer.keys[:, :, :end], layer.values[:, :, :end]  # (N, H, end, Dh): every position so far
-        return attend(attn, h, keys, values, self_mask, H), None
+        q = project_heads(attn, "q_proj", h, H)  # (N, H, T_new, Dh)
+        k = project_heads(attn, "k_proj", h, H_kv)  # (N, H_kv, T_new, Dh)
+        if rope is not None:
+            q, _ = rope_forward(q, *rope)
+            k, _ = rope_forward(k, *rope)
+        layer.keys[:, :, start:end] = k  # into the cache
+        layer.values[:, :, start:end] = project_heads(attn, "v_proj", h, H_kv)
+        keys, values = layer.keys[:, :, :end], layer.values[:, :, :end]  # (N, H_kv, end, Dh): every position so far
+        return attend(attn, q, keys, values, self_mask), None
 
     def cross_attn(h):
-        return attend(sub(params, "cross_attn"), h, layer.memory_keys, layer.memory_values, memory_mask, H), None
+        attn = sub(params, "cross_attn")
+        q = project_heads(attn, "q_proj", h, H)  # (N, H, T_new, Dh)
+        return attend(attn, q, layer.memory_keys, layer.memory_values, memory_mask), None
 
     def ffn(h):
-        return feed_forward_forward(sub(params, "ffn"), h, config.activation)
+        return ffn_forward(sub(params, "ffn"), h, config, None, "")
 
-    norm_first, eps = config.norm_first, config.layer_norm_eps
-    x, _ = residual_forward(
-        x, params["self_attn_norm.weight"], params["self_attn_norm.bias"], self_attn, norm_first, eps
-    )
+    x, _ = sublayer_forward("self_attn", params, x, self_attn, config, None, "")
     if layer.memory_keys is not None:
-        w, b = params["cross_attn_norm.weight"], params["cross_attn_norm.bias"]
-        x, _ = residual_forward(x, w, b, cross_attn, norm_first, eps)
-    x, _ = residual_forward(x, params["ffn_norm.weight"], params["ffn_norm.bias"], ffn, norm_first, eps)
+        x, _ = sublayer_forward("cross_attn", params, x, cross_attn, config, None, "")
+    x, _ = sublayer_forward("ffn", params, x, ffn, config, None, "")
     return x
 
 
@@ -150,22 +170,19 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
 
     Returns the logits of the last new position, (N, V): the distribution of the next token.
     """
-    cfg, params = model.config, model.params
+    cfg = model.config
     start = cache.length
     end = start + new_ids.shape[1]
     x, _ = embed_forward(cache.embed_params, new_ids, cfg, start=start)  # (N, T_new, D), positions start .. end - 1
+    rope = rope_for(cfg, end - start, x.dtype, start)  # rotary (cos, sin) of the new positions, or None
     # New position start + i sees cached keys j <= start + i (the causal mask, np.tri's k-th diagonal);
     # like decoder_forward, nothing else is masked. With one new position it is all True.
     self_mask = np.tri(end - start, end, start, dtype=bool)  # (T_new, end)
     for params_i, layer in zip(cache.layer_params, cache.layers, strict=True):
-        x = decoder_layer_step(params_i, x, layer, self_mask, cache.memory_mask, start, cfg)
+        x = decoder_layer_step(params_i, x, layer, self_mask, cache.memory_mask, start, cfg, rope)
     cache.length = end
-    x = x[:, -1]  # (N, D): only the last position predicts a token we need
-    if cfg.norm_first:
-        x, _ = layer_norm_forward(
-            x, params["decoder.final_norm.weight"], params["decoder.final_norm.bias"], cfg.layer_norm_eps
-        )
-    logits, _ = linear_forward(x, model._output_weight(), params["output_proj.bias"])  # (N, V)
+    x, _ = final_norm_forward(cache.embed_params, x[:, -1], cfg)  # (N, D): only the last position predicts
+    logits, _ = linear_forward(x, model.output_weight(), model.output_bias())  # (N, V)
     return logits
 
 
@@ -177,7 +194,7 @@ def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:
     """
     T = cache.length
     for layer in cache.layers:
-        layer.keys[:, :, :T] = layer.keys[rows, :, :T]  # (N, H, T, Dh), gathered along the rows
+        layer.keys[:, :, :T] = layer.keys[rows, :, :T]  # (N, H_kv, T, Dh), gathered along the rows
         layer.values[:, :, :T] = layer.values[rows, :, :T]
 
 

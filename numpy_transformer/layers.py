@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf
+from scipy.special import erf, expit
 
 # ----------------------------------------------------------------------------------------------
 # Linear: y = x @ W.T + b, with W stored (out_features, in_features) as torch.nn.Linear stores it.
@@ -200,10 +200,23 @@ def gelu_tanh_backward(dout: np.ndarray, cache):
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
+def silu_forward(x: np.ndarray):
+    """SiLU (also "swish"): silu(x) = x * sigmoid(x), the activation of Llama's gated feed-forward."""
+    s = expit(x)  # sigmoid(x) = 1 / (1 + exp(-x)), without overflow for large |x|
+    return x * s, (x, s)
+
+
+def silu_backward(dout: np.ndarray, cache):
+    """d/dx [x s(x)] = s + x s (1 - s) = s (1 + x (1 - s)),  s = sigmoid(x)."""
+    x, s = cache
+    return dout * (s * (1.0 + x * (1.0 - s)))
+
+
 ACTIVATIONS = {
     "relu": (relu_forward, relu_backward),
     "gelu": (gelu_forward, gelu_backward),
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
+    "silu": (silu_forward, silu_backward),
 }
 
 
@@ -324,18 +337,76 @@ def layer_norm_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# Position-wise feed-forward block: linear2(dropout(act(linear1(x)))).
+# RMSNorm over the last axis (Llama): no centring and no bias, only the root mean square.
+
+
+def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
+    """y = x / sqrt(mean(x^2) + eps) * weight, the mean over the last axis (D)."""
+    rstd = 1.0 / np.sqrt(np.vecdot(x, x)[..., None] / x.shape[-1] + eps)  # (..., 1)
+    x_hat = x * rstd
+    return x_hat * weight, (x_hat, rstd, weight)
+
+
+def rms_norm_backward(dout: np.ndarray, cache):
+    """Gradients of y = x_hat * w,  x_hat = x * rstd,  rstd = (mean(x^2) + eps)^(-1/2).
+
+        dw = sum over rows of dy * x_hat                     (D,)
+        g  = dy * w                                          (..., D)
+        dx = rstd * (g - x_hat * mean(g * x_hat))            (..., D)
+
+    (d rstd / dx_j = -rstd^3 x_j / D gives the second term; there is no mean to subtract, so
+    layer norm's mean(g) term is absent.)
+    """
+    x_hat, rstd, weight = cache
+    D = x_hat.shape[-1]
+    dweight = np.einsum("nd,nd->d", dout.reshape(-1, D), x_hat.reshape(-1, D))  # as in layer_norm_backward
+    g = dout * weight
+    dx = x_hat * (np.vecdot(g, x_hat)[..., None] / D)
+    np.subtract(g, dx, out=dx)
+    dx *= rstd
+    return dx, dweight
+
+
+# ----------------------------------------------------------------------------------------------
+# The one place that chooses the normalisation: config.norm is "layer" or "rms".
+
+
+def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
+    """LayerNorm (kind "layer"; params weight and bias) or RMSNorm ("rms"; weight only) of x (..., D)."""
+    if kind == "rms":
+        out, cache = rms_norm_forward(x, params["weight"], eps)
+    elif kind == "layer":
+        out, cache = layer_norm_forward(x, params["weight"], params["bias"], eps)
+    else:
+        raise ValueError(f"norm kind must be 'layer' or 'rms', got {kind!r}")
+    return out, (kind, cache)
+
+
+def norm_backward(dout: np.ndarray, cache):
+    """Backward of norm_forward: dx and the grads dict keyed like its params ("weight", and "bias")."""
+    kind, cache = cache
+    if kind == "rms":
+        dx, dweight = rms_norm_backward(dout, cache)
+        return dx, {"weight": dweight}
+    dx, dweight, dbias = layer_norm_backward(dout, cache)
+    return dx, {"weight": dweight, "bias": dbias}
+
+
+# ----------------------------------------------------------------------------------------------
+# Position-wise feed-forward block: linear2(dropout(act(linear1(x)))). The biases are optional
+# (absent from params when config.bias is False, as in Llama).
 
 
 def feed_forward_forward(
     params: dict, x: np.ndarray, activation: str = "relu", dropout: Dropout | None = None, site: str = "ffn"
 ):
-    """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear1.bias, linear2.weight (D, F), linear2.bias."""
+    """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear2.weight (D, F), and linear1.bias (F,),
+    linear2.bias (D,) when the layer has biases."""
     act_forward, _ = ACTIVATIONS[activation]
-    h, lin1_cache = linear_forward(x, params["linear1.weight"], params["linear1.bias"])  # (B, T, F)
+    h, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
     a, act_cache = act_forward(h)
     a, drop_cache = dropout_site(dropout, f"{site}.dropout", a)
-    out, lin2_cache = linear_forward(a, params["linear2.weight"], params["linear2.bias"])  # (B, T, D)
+    out, lin2_cache = linear_forward(a, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
     return out, (activation, lin1_cache, act_cache, drop_cache, lin2_cache)
 
 
@@ -351,56 +422,106 @@ def feed_forward_backward(dout: np.ndarray, cache):
     da = dropout_backward(da, drop_cache)
     dh = act_backward(da, act_cache)
     dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(dh, lin1_cache)  # (B, T, D)
-    return dx, grads
+    return dx, without_none(grads)
+
+
+def gated_feed_forward_forward(
+    params: dict, x: np.ndarray, activation: str = "silu", dropout: Dropout | None = None, site: str = "ffn"
+):
+    """The gated feed-forward block (Llama's SwiGLU when activation is "silu"):
+
+        y = linear2(drop(act(gate(x)) * linear1(x)))
+
+    x (B, T, D) -> (B, T, D); params: gate.weight (F, D), linear1.weight (F, D) (Llama's up_proj),
+    linear2.weight (D, F) (down_proj), and their biases when the layer has them.
+    """
+    act_forward, _ = ACTIVATIONS[activation]
+    g, gate_cache = linear_forward(x, params["gate.weight"], params.get("gate.bias"))  # (B, T, F)
+    u, up_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
+    a, act_cache = act_forward(g)
+    h = a * u
+    h, drop_cache = dropout_site(dropout, f"{site}.dropout", h)
+    out, down_cache = linear_forward(h, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
+    return out, (activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache)
+
+
+def gated_feed_forward_backward(dout: np.ndarray, cache):
+    """Gradients of y = W2 drop(h) + b2,  h = act(g) * u,  g = Wg x + bg,  u = W1 x + b1:
+
+        dh = drop^T (dy W2)                   (B, T, F)
+        du = dh * act(g)                      the product rule: each factor gets dh times the other
+        dg = act'(g) * (dh * u)
+        dx = du W1 + dg Wg                    x feeds both the gate and the up projection: the paths add
+
+    Returns dx (B, T, D) and the grads dict keyed like params.
+    """
+    activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
+    _, act_backward = ACTIVATIONS[activation]
+    grads = {}
+    dh, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, down_cache)  # (B, T, F)
+    dh = dropout_backward(dh, drop_cache)
+    du = dh * a
+    dg = act_backward(dh * u, act_cache)
+    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(du, up_cache)  # (B, T, D)
+    dx_gate, grads["gate.weight"], grads["gate.bias"] = linear_backward(dg, gate_cache)
+    dx += dx_gate  # the gate's path and the up projection's path meet at x
+    return dx, without_none(grads)
+
+
+def without_none(grads: dict) -> dict:
+    """grads without the entries of biases the layer does not have (their backward returned None)."""
+    return {k: v for k, v in grads.items() if v is not None}
 
 
 # ----------------------------------------------------------------------------------------------
 # The residual sublayer around attention or the feed-forward block, in either placement of the norm:
-#   post-norm (the paper):  out = LN(x + dropout(f(x)))
-#   pre-norm:               out = x + dropout(f(LN(x)))
+#   post-norm (the paper):  out = Norm(x + dropout(f(x)))
+#   pre-norm:               out = x + dropout(f(Norm(x)))
 # `sublayer(h) -> (y, cache)` is the wrapped function; its backward is handed to residual_backward.
+# Norm is layer norm or RMSNorm (norm_forward), `norm` its params ({"weight", "bias"} or {"weight"}).
 
 
 def residual_forward(
     x: np.ndarray,
-    norm_weight: np.ndarray,
-    norm_bias: np.ndarray,
+    norm: dict,
     sublayer,
     norm_first: bool,
     eps: float,
     dropout: Dropout | None = None,
     site: str = "",
+    kind: str = "layer",
 ):
-    """Wrap `sublayer` in a residual connection and a layer norm; x and out are (B, T, D)."""
+    """Wrap `sublayer` in a residual connection and a norm of `kind`; x and out are (B, T, D)."""
     if norm_first:
-        h, norm_cache = layer_norm_forward(x, norm_weight, norm_bias, eps)
+        h, norm_cache = norm_forward(norm, x, kind, eps)
         y, sub_cache = sublayer(h)
         y, drop_cache = dropout_site(dropout, site, y)
         out = x + y
     else:
         y, sub_cache = sublayer(x)
         y, drop_cache = dropout_site(dropout, site, y)
-        out, norm_cache = layer_norm_forward(x + y, norm_weight, norm_bias, eps)
+        out, norm_cache = norm_forward(norm, x + y, kind, eps)
     return out, (norm_first, norm_cache, sub_cache, drop_cache)
 
 
 def residual_backward(dout: np.ndarray, cache, sublayer_backward):
     """Backward of the residual sublayer. `sublayer_backward(dy, sub_cache) -> (dh, extra)`.
 
-    pre-norm,  out = x + drop(f(LN(x))):   dx = dout + LN_x^T f_h^T drop^T dout
-    post-norm, out = LN(s), s = x + drop(f(x)):   ds = LN_s^T dout;  dx = ds + f_x^T drop^T ds
+    pre-norm,  out = x + drop(f(N(x))):   dx = dout + N_x^T f_h^T drop^T dout
+    post-norm, out = N(s), s = x + drop(f(x)):   ds = N_s^T dout;  dx = ds + f_x^T drop^T ds
     The first term of each is the residual path, added to the path through the sublayer.
-    Returns dx, dnorm_weight, dnorm_bias, extra (whatever else the sublayer's backward returned).
+    Returns dx, the norm's grads dict ("weight", "bias"), and extra (whatever else the sublayer's
+    backward returned).
     """
     norm_first, norm_cache, sub_cache, drop_cache = cache
     if norm_first:
         dy = dropout_backward(dout, drop_cache)
         dh, extra = sublayer_backward(dy, sub_cache)
-        dx_norm, dnorm_weight, dnorm_bias = layer_norm_backward(dh, norm_cache)
+        dx_norm, norm_grads = norm_backward(dh, norm_cache)
         dx = dout + dx_norm  # residual path + path through the norm and the sublayer
     else:
-        ds, dnorm_weight, dnorm_bias = layer_norm_backward(dout, norm_cache)
+        ds, norm_grads = norm_backward(dout, norm_cache)
         dy = dropout_backward(ds, drop_cache)
         dh, extra = sublayer_backward(dy, sub_cache)
         dx = ds + dh  # residual path + path through the sublayer
-    return dx, dnorm_weight, dnorm_bias, extra
+    return dx, norm_grads, extra

@@ -14,7 +14,11 @@ import math
 
 import numpy as np
 
-from .attention import multi_head_attention_backward, multi_head_attention_forward
+from .attention import (
+    multi_head_attention_backward,
+    multi_head_attention_forward,
+    rope_angles,
+)
 from .config import TransformerConfig
 from .layers import (
     Dropout,
@@ -26,10 +30,14 @@ from .layers import (
     embedding_forward,
     feed_forward_backward,
     feed_forward_forward,
+    gated_feed_forward_backward,
+    gated_feed_forward_forward,
     layer_norm_backward,
     layer_norm_forward,
     linear_backward,
     linear_forward,
+    norm_backward,
+    norm_forward,
     residual_backward,
     residual_forward,
     sinusoidal_table,
@@ -60,9 +68,12 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray | None:
     return (ids != pad_id)[:, None, None, :]
 
 
-def causal_mask(T: int) -> np.ndarray:
-    """Query i may attend to keys j <= i. (1, 1, T, T)."""
-    return np.tril(np.ones((T, T), dtype=bool))[None, None]
+def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0) -> tuple | None:
+    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), when the
+    config's positions are rotary; None otherwise."""
+    if config.positional != "rope":
+        return None
+    return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,18 +100,21 @@ def embed_forward(
     (+ token_type_embedding[token_type_ids]), then the embedding norm (if any), then dropout.
 
     scale = sqrt(D) when config.scale_embeddings (the paper's section 3.4), else 1. The positions
-    are the paper's sinusoids (in config.sinusoid_layout) or the learned table position_embedding.weight.
+    are the paper's sinusoids (in config.sinusoid_layout) or the learned table position_embedding.weight;
+    rotary positions (config.positional "rope") add nothing here: attention rotates queries and keys.
     Token types (BERT) are added when params hold token_type_embedding.weight; token_type_ids None
     means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time).
     """
     embedding = params["token_embedding.weight"]
     scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
     x, token_cache = embedding_forward(ids, embedding, scale)  # (B, T, D)
-    if config.positional == "learned":
-        table = params["position_embedding.weight"]
-    else:
-        table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name, config.sinusoid_layout)
-    x, position_cache = add_positions_forward(x, table[start:] if start else table)
+    position_cache = None
+    if config.positional != "rope":  # rotary positions act inside attention, not here
+        if config.positional == "learned":
+            table = params["position_embedding.weight"]
+        else:
+            table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name, config.sinusoid_layout)
+        x, position_cache = add_positions_forward(x, table[start:] if start else table)
     type_cache = None
     if "token_type_embedding.weight" in params:
         if token_type_ids is None:
@@ -125,15 +139,36 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
         dx, grads["embedding_norm.weight"], grads["embedding_norm.bias"] = layer_norm_backward(dx, norm_cache)
     if type_cache is not None:
         grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
-    dx, dtable = add_positions_backward(dx, position_cache)
+    if position_cache is not None:
+        dx, dtable = add_positions_backward(dx, position_cache)
+        if learned:
+            grads["position_embedding.weight"] = dtable
     grads["token_embedding.weight"] = embedding_backward(dx, token_cache)
-    if learned:
-        grads["position_embedding.weight"] = dtable
     return grads
 
 
-# ----------------------------------------------------------------------------------------------
-# Encoder layer: self-attention sublayer, then feed-forward sublayer.
+# The options a layer is built from, each chosen in one place: attention with the config's K/V heads
+# and rotary positions, the plain or gated feed-forward block, and the residual sublayer around them
+# with the config's norm (layer norm or RMSNorm) in the config's place (pre- or post-norm).
+
+
+def attention_forward(
+    params: dict,
+    query: np.ndarray,
+    memory: np.ndarray,
+    mask: np.ndarray | None,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    rope: tuple | None = None,
+    is_causal: bool = False,
+):
+    """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
+    query in self-attention), with config.n_kv_heads K/V heads and, when given, rotary positions."""
+    return multi_head_attention_forward(
+        params, query, memory, memory, config.n_heads, mask, dropout, site,
+        n_kv_heads=config.n_kv_heads, rope=rope, is_causal=is_causal,
+    )  # fmt: skip
 
 
 def self_attention_backward(dy: np.ndarray, cache):
@@ -151,6 +186,41 @@ def cross_attention_backward(dy: np.ndarray, cache):
     return dquery, (dkey, grads)
 
 
+def ffn_forward(params: dict, x: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str):
+    """The feed-forward block the config asks for: the paper's linear2(act(linear1(x))), or the gated
+    linear2(act(gate(x)) * linear1(x)) (config.gated_ffn, Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
+    forward = gated_feed_forward_forward if config.gated_ffn else feed_forward_forward
+    out, cache = forward(params, x, config.activation, dropout, site)
+    return out, (config.gated_ffn, cache)
+
+
+def ffn_backward(dout: np.ndarray, cache):
+    """Backward of ffn_forward: dx (B, T, D) and the grads dict keyed like its params."""
+    gated, cache = cache
+    backward = gated_feed_forward_backward if gated else feed_forward_backward
+    return backward(dout, cache)
+
+
+def sublayer_forward(name: str, params: dict, x: np.ndarray, sublayer, config, dropout, site: str):
+    """The residual sublayer `name` of a layer ("self_attn", "cross_attn", "ffn") around `sublayer`: its
+    norm's params are `{name}_norm.*`, its output dropout site `{site}.{name}_dropout`."""
+    norm = sub(params, f"{name}_norm")
+    eps, site = config.layer_norm_eps, f"{site}.{name}_dropout"
+    return residual_forward(x, norm, sublayer, config.norm_first, eps, dropout, site, config.norm)
+
+
+def sublayer_backward(name: str, dout: np.ndarray, cache, backward, grads: dict):
+    """Backward of sublayer_forward: records the norm's grads in `grads` (as `{name}_norm.*`) and
+    returns dx and what the sublayer's own backward returned besides its input gradient."""
+    dx, norm_grads, extra = residual_backward(dout, cache, backward)
+    grads |= prefixed(norm_grads, f"{name}_norm")
+    return dx, extra
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoder layer: self-attention sublayer, then feed-forward sublayer.
+
+
 def encoder_layer_forward(
     params: dict,
     x: np.ndarray,
@@ -158,43 +228,28 @@ def encoder_layer_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     site: str = "encoder.layers.0",
+    rope: tuple | None = None,
 ):
-    """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward)."""
+    """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
+    mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None."""
 
     def self_attn(h):
-        return multi_head_attention_forward(
-            sub(params, "self_attn"), h, h, h, config.n_heads, mask, dropout, f"{site}.self_attn"
-        )
+        return attention_forward(sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope)
 
     def ffn(h):
-        return feed_forward_forward(sub(params, "ffn"), h, config.activation, dropout, f"{site}.ffn")
+        return ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
 
-    norm_first, eps = config.norm_first, config.layer_norm_eps
-    x, self_attn_cache = residual_forward(
-        x,
-        params["self_attn_norm.weight"],
-        params["self_attn_norm.bias"],
-        self_attn,
-        norm_first,
-        eps,
-        dropout,
-        f"{site}.self_attn_dropout",
-    )
-    x, ffn_cache = residual_forward(
-        x, params["ffn_norm.weight"], params["ffn_norm.bias"], ffn, norm_first, eps, dropout, f"{site}.ffn_dropout"
-    )
-    return x, {"self_attn": self_attn_cache, "ffn": ffn_cache}
+    cache = {}
+    x, cache["self_attn"] = sublayer_forward("self_attn", params, x, self_attn, config, dropout, site)
+    x, cache["ffn"] = sublayer_forward("ffn", params, x, ffn, config, dropout, site)
+    return x, cache
 
 
 def encoder_layer_backward(dout: np.ndarray, cache):
     """The two sublayers in reverse. Returns dx (B, T, D) and the layer's grads dict."""
     grads = {}
-    dx, grads["ffn_norm.weight"], grads["ffn_norm.bias"], ffn_grads = residual_backward(
-        dout, cache["ffn"], feed_forward_backward
-    )
-    dx, grads["self_attn_norm.weight"], grads["self_attn_norm.bias"], self_attn_grads = residual_backward(
-        dx, cache["self_attn"], self_attention_backward
-    )
+    dx, ffn_grads = sublayer_backward("ffn", dout, cache["ffn"], ffn_backward, grads)
+    dx, self_attn_grads = sublayer_backward("self_attn", dx, cache["self_attn"], self_attention_backward, grads)
     return dx, grads | prefixed(self_attn_grads, "self_attn") | prefixed(ffn_grads, "ffn")
 
 
@@ -207,78 +262,73 @@ def decoder_layer_forward(
     params: dict,
     x: np.ndarray,
     memory: np.ndarray | None,
-    self_mask: np.ndarray,
+    self_mask: np.ndarray | None,
     memory_mask: np.ndarray | None,
     config: TransformerConfig,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
+    rope: tuple | None = None,
 ):
-    """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D)."""
+    """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
+
+    Self-attention is causal (and rotary when rope is given); self_mask, broadcastable to
+    (B, H, T_tgt, T_tgt), masks more on top of that (None: nothing more; the stack passes None).
+    Cross-attention masks the source's padding (memory_mask, broadcastable to (B, H, T_tgt, T_src)).
+    """
 
     def self_attn(h):
-        return multi_head_attention_forward(
-            sub(params, "self_attn"), h, h, h, config.n_heads, self_mask, dropout, f"{site}.self_attn"
-        )
+        attn = sub(params, "self_attn")
+        return attention_forward(attn, h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True)
 
     def cross_attn(h):
-        return multi_head_attention_forward(
-            sub(params, "cross_attn"), h, memory, memory, config.n_heads, memory_mask, dropout, f"{site}.cross_attn"
-        )
+        attn = sub(params, "cross_attn")
+        return attention_forward(attn, h, memory, memory_mask, config, dropout, f"{site}.cross_attn")
 
     def ffn(h):
-        return feed_forward_forward(sub(params, "ffn"), h, config.activation, dropout, f"{site}.ffn")
+        return ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
 
-    norm_first, eps = config.norm_first, config.layer_norm_eps
     cache = {}
-    x, cache["self_attn"] = residual_forward(
-        x,
-        params["self_attn_norm.weight"],
-        params["self_attn_norm.bias"],
-        self_attn,
-        norm_first,
-        eps,
-        dropout,
-        f"{site}.self_attn_dropout",
-    )
+    x, cache["self_attn"] = sublayer_forward("self_attn", params, x, self_attn, config, dropout, site)
     if memory is not None:
-        x, cache["cross_attn"] = residual_forward(
-            x,
-            params["cross_attn_norm.weight"],
-            params["cross_attn_norm.bias"],
-            cross_attn,
-            norm_first,
-            eps,
-            dropout,
-            f"{site}.cross_attn_dropout",
-        )
-    x, cache["ffn"] = residual_forward(
-        x, params["ffn_norm.weight"], params["ffn_norm.bias"], ffn, norm_first, eps, dropout, f"{site}.ffn_dropout"
-    )
+        x, cache["cross_attn"] = sublayer_forward("cross_attn", params, x, cross_attn, config, dropout, site)
+    x, cache["ffn"] = sublayer_forward("ffn", params, x, ffn, config, dropout, site)
     return x, cache
 
 
 def decoder_layer_backward(dout: np.ndarray, cache):
     """The sublayers in reverse. Returns dx (B, T_tgt, D), dmemory (B, T_src, D) or None, and grads."""
     grads = {}
-    dx, grads["ffn_norm.weight"], grads["ffn_norm.bias"], ffn_grads = residual_backward(
-        dout, cache["ffn"], feed_forward_backward
-    )
+    dx, ffn_grads = sublayer_backward("ffn", dout, cache["ffn"], ffn_backward, grads)
     grads |= prefixed(ffn_grads, "ffn")
     dmemory = None
     if "cross_attn" in cache:
-        dx, grads["cross_attn_norm.weight"], grads["cross_attn_norm.bias"], (dmemory, cross_grads) = residual_backward(
-            dx, cache["cross_attn"], cross_attention_backward
+        dx, (dmemory, cross_grads) = sublayer_backward(
+            "cross_attn", dx, cache["cross_attn"], cross_attention_backward, grads
         )
         grads |= prefixed(cross_grads, "cross_attn")
-    dx, grads["self_attn_norm.weight"], grads["self_attn_norm.bias"], self_attn_grads = residual_backward(
-        dx, cache["self_attn"], self_attention_backward
-    )
+    dx, self_attn_grads = sublayer_backward("self_attn", dx, cache["self_attn"], self_attention_backward, grads)
     grads |= prefixed(self_attn_grads, "self_attn")
     return dx, dmemory, grads
 
 
 # ----------------------------------------------------------------------------------------------
-# The stacks: embeddings, N layers, and (pre-norm only) a final layer norm.
+# The stacks: embeddings, N layers, and (pre-norm only) a final norm.
+
+
+def final_norm_forward(params: dict, x: np.ndarray, config: TransformerConfig):
+    """Pre-norm layers leave their output un-normalised: the stack ends with final_norm. Post-norm: nothing."""
+    if not config.norm_first:
+        return x, None
+    return norm_forward(sub(params, "final_norm"), x, config.norm, config.layer_norm_eps)
+
+
+def final_norm_backward(dout: np.ndarray, cache, grads: dict) -> np.ndarray:
+    """Backward of final_norm_forward; records final_norm.* in grads."""
+    if cache is None:
+        return dout
+    dx, norm_grads = norm_backward(dout, cache)
+    grads |= prefixed(norm_grads, "final_norm")
+    return dx
 
 
 def encoder_forward(
@@ -292,27 +342,22 @@ def encoder_forward(
     token_type_ids (B, T_src) or None (type 0) when params hold token_type_embedding.weight."""
     mask = padding_mask(src_ids, config.pad_id)  # (B, 1, 1, T_src), or None: no padding token
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
+    rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout, f"encoder.layers.{i}"
+            sub(params, f"layers.{i}"), x, mask, config, dropout, f"encoder.layers.{i}", rope
         )
         hidden.append(x)
         layer_caches.append(layer_cache)
-    norm_cache = None
-    if config.norm_first:
-        x, norm_cache = layer_norm_forward(
-            x, params["final_norm.weight"], params["final_norm.bias"], config.layer_norm_eps
-        )
+    x, norm_cache = final_norm_forward(params, x, config)
     return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden}
 
 
 def encoder_backward(dout: np.ndarray, cache) -> dict:
     """dmemory (B, T_src, D) -> grads of every encoder parameter (keys below "encoder.")."""
     grads = {}
-    dx = dout
-    if cache["final_norm"] is not None:
-        dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dx, cache["final_norm"])
+    dx = final_norm_backward(dout, cache["final_norm"], grads)
     for i in reversed(range(len(cache["layers"]))):
         dx, layer_grads = encoder_layer_backward(dx, cache["layers"][i])
         grads |= prefixed(layer_grads, f"layers.{i}")
@@ -334,21 +379,16 @@ def decoder_forward(
     ignores padded targets; a decoder input that starts with pad_id (Marian's decoder start token) is
     read as a token like any other. Cross-attention ignores padding in the source (memory_mask).
     """
-    T = tgt_ids.shape[1]
-    self_mask = causal_mask(T)  # (1, 1, T_tgt, T_tgt)
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder")
+    rope = rope_for(config, tgt_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
-            sub(params, f"layers.{i}"), x, memory, self_mask, memory_mask, config, dropout, f"decoder.layers.{i}"
+            sub(params, f"layers.{i}"), x, memory, None, memory_mask, config, dropout, f"decoder.layers.{i}", rope
         )
         hidden.append(x)
         layer_caches.append(layer_cache)
-    norm_cache = None
-    if config.norm_first:
-        x, norm_cache = layer_norm_forward(
-            x, params["final_norm.weight"], params["final_norm.bias"], config.layer_norm_eps
-        )
+    x, norm_cache = final_norm_forward(params, x, config)
     return x, {
         "embed": embed_cache,
         "layers": layer_caches,
@@ -361,9 +401,7 @@ def decoder_forward(
 def decoder_backward(dout: np.ndarray, cache):
     """dx (B, T_tgt, D) -> dmemory (B, T_src, D) or None, and grads (keys below "decoder.")."""
     grads = {}
-    dx = dout
-    if cache["final_norm"] is not None:
-        dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dx, cache["final_norm"])
+    dx = final_norm_backward(dout, cache["final_norm"], grads)
     dmemory = None
     if cache["memory_shape"] is not None:
         dmemory = np.zeros(cache["memory_shape"], dtype=dout.dtype)
@@ -388,16 +426,22 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if decoder_only and encoder_only:
         raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
     D, F = config.d_model, config.d_ff
+    kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
     shapes = {}
 
-    def attention(prefix):
-        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            shapes[f"{prefix}.{proj}.weight"] = (D, D)
-            shapes[f"{prefix}.{proj}.bias"] = (D,)
+    def linear(prefix, out_features, in_features):
+        shapes[f"{prefix}.weight"] = (out_features, in_features)
+        if config.bias:
+            shapes[f"{prefix}.bias"] = (out_features,)
 
-    def norm(prefix):
+    def attention(prefix):
+        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv), ("out_proj", D)):
+            linear(f"{prefix}.{proj}", out_features, D)
+
+    def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
-        shapes[f"{prefix}.bias"] = (D,)
+        if kind == "layer":  # RMSNorm has no bias
+            shapes[f"{prefix}.bias"] = (D,)
 
     def stack(name, vocab, n_layers, cross):
         shared = name == "encoder" and config.share_embeddings and not encoder_only
@@ -408,7 +452,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         if name == "encoder" and config.type_vocab_size > 0:
             shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
         if config.embedding_norm:
-            norm(f"{name}.embedding_norm")
+            norm(f"{name}.embedding_norm", "layer")  # BERT's and BART's: always a LayerNorm
         for i in range(n_layers):
             layer = f"{name}.layers.{i}"
             attention(f"{layer}.self_attn")
@@ -416,10 +460,10 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             if cross:
                 attention(f"{layer}.cross_attn")
                 norm(f"{layer}.cross_attn_norm")
-            shapes[f"{layer}.ffn.linear1.weight"] = (F, D)
-            shapes[f"{layer}.ffn.linear1.bias"] = (F,)
-            shapes[f"{layer}.ffn.linear2.weight"] = (D, F)
-            shapes[f"{layer}.ffn.linear2.bias"] = (D,)
+            if config.gated_ffn:
+                linear(f"{layer}.ffn.gate", F, D)
+            linear(f"{layer}.ffn.linear1", F, D)
+            linear(f"{layer}.ffn.linear2", D, F)
             norm(f"{layer}.ffn_norm")
         if config.norm_first:
             norm(f"{name}.final_norm")
@@ -431,7 +475,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
     if not config.tie_embeddings:
         shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
-    shapes["output_proj.bias"] = (config.tgt_vocab_size,)
+    if config.output_bias:
+        shapes["output_proj.bias"] = (config.tgt_vocab_size,)
     return shapes
 
 
@@ -527,7 +572,7 @@ class _Model:
     def _shares_embeddings(self) -> bool:
         return self.config.share_embeddings and not (self.decoder_only or self.encoder_only)
 
-    def _encoder_params(self) -> dict:
+    def encoder_params(self) -> dict:
         """The encoder's params below "encoder.", its token table included even when it is the decoder's."""
         params = sub(self.params, "encoder")
         if self._shares_embeddings():
@@ -543,15 +588,20 @@ class _Model:
 
     # -- the output projection, optionally tied to the decoder's token embedding ------------
 
-    def _output_weight(self) -> np.ndarray:
+    def output_weight(self) -> np.ndarray:
+        """The output projection's weight (V, D): decoder.token_embedding.weight when tied, else output_proj.weight."""
         if self.config.tie_embeddings:
             return self.params["decoder.token_embedding.weight"]
         return self.params["output_proj.weight"]
 
+    def output_bias(self) -> np.ndarray | None:
+        """The output projection's bias (V,), or None when the model has none (config.output_bias False)."""
+        return self.params.get("output_proj.bias")
+
     def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
         """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
         masks it used, and the caches the backward pass will read."""
-        logits, out_cache = linear_forward(x, self._output_weight(), self.params["output_proj.bias"])  # (B, T, V)
+        logits, out_cache = linear_forward(x, self.output_weight(), self.output_bias())  # (B, T, V)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
@@ -561,7 +611,9 @@ class _Model:
     def _output_backward(self, dlogits: np.ndarray):
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
         grads = {}
-        dx, dweight, grads["output_proj.bias"] = linear_backward(dlogits, self._cache["output"])
+        dx, dweight, dbias = linear_backward(dlogits, self._cache["output"])
+        if dbias is not None:
+            grads["output_proj.bias"] = dbias
         if self.config.tie_embeddings:
             grads["decoder.token_embedding.weight"] = dweight  # added to the embedding's own gradient below
         else:
@@ -662,7 +714,7 @@ class Transformer(_Model):
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
             )
         dropout = self._dropout(dropout_masks)
-        memory, enc_cache = encoder_forward(self._encoder_params(), src_ids, cfg, dropout)  # (B, T_src, D)
+        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout)  # (B, T_src, D)
         x, dec_cache = decoder_forward(
             sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
         )  # (B, T_tgt, D)
@@ -724,7 +776,7 @@ class EncoderModel(_Model):
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         dropout = self._dropout(dropout_masks)
-        hidden, enc_cache = encoder_forward(self._encoder_params(), ids, cfg, dropout, token_type_ids)  # (B, T, D)
+        hidden, enc_cache = encoder_forward(self.encoder_params(), ids, cfg, dropout, token_type_ids)  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}

@@ -395,27 +395,30 @@ def test_multi_head_attention(case):
 # Residual sublayer, layers, stacks.
 
 
+@pytest.mark.parametrize("kind", ["layer", "rms"])
 @pytest.mark.parametrize("dropout_p", [0.0, 0.3], ids=["no-dropout", "dropout"])
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
-def test_residual_around_feed_forward(norm_first, dropout_p):
+def test_residual_around_feed_forward(norm_first, dropout_p, kind):
     rng = np.random.default_rng(30)
     ffn_params = random_params(M.sub(parameter_shapes(tiny_config()), "encoder.layers.0.ffn"), rng)
 
-    def forward(x, norm_weight, norm_bias, ffn_params, dropout=None):
+    def forward(x, norm, ffn_params, dropout=None):
         def sublayer(h):
             return L.feed_forward_forward(ffn_params, h, "gelu_tanh", dropout)
 
-        return L.residual_forward(x, norm_weight, norm_bias, sublayer, norm_first, 1e-5, dropout, "ffn_dropout")
+        return L.residual_forward(x, norm, sublayer, norm_first, 1e-5, dropout, "ffn_dropout", kind)
 
     def backward(dout, cache):
-        return L.residual_backward(dout, cache, L.feed_forward_backward)  # dx, dnorm_weight, dnorm_bias, ffn grads
+        dx, norm_grads, ffn_grads = L.residual_backward(dout, cache, L.feed_forward_backward)
+        return dx, norm_grads, ffn_grads
 
-    args = dict(x=rand(rng, 2, 3, 8), norm_weight=1 + 0.3 * rand(rng, 8), norm_bias=rand(rng, 8), ffn_params=ffn_params)
+    norm = {"weight": 1 + 0.3 * rand(rng, 8)} | ({"bias": rand(rng, 8)} if kind == "layer" else {})
+    args = dict(x=rand(rng, 2, 3, 8), norm=norm, ffn_params=ffn_params)
     if dropout_p:
         args["dropout"] = replayed(dropout_p, lambda d: forward(**(args | {"dropout": d})))
         assert set(args["dropout"].masks) == {"ffn.dropout", "ffn_dropout"}
-    result = check_pair(forward, backward, args, wrt=["x", "norm_weight", "norm_bias", "ffn_params"], max_coords=None)
-    assert_passes(result, f"residual-{norm_first}-{dropout_p}")
+    result = check_pair(forward, backward, args, wrt=["x", "norm", "ffn_params"], max_coords=None)
+    assert_passes(result, f"residual-{norm_first}-{dropout_p}-{kind}")
 
 
 # id: (config overrides, dropout p, padded key positions per batch row)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layers import Dropout, init_linear
+from .layers import Dropout, apply_rope, init_linear
 
 
 def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
@@ -24,9 +24,10 @@ def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
     return (ids != pad_id)[:, None, None, :]  # (B, 1, 1, T)
 
 
-def causal_mask(length: int, device: torch.device) -> Tensor:
-    """Causal mask (T, T): query i may attend to keys j <= i."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).tril()  # (T, T)
+def causal_mask(length: int, device: torch.device, key_length: int | None = None) -> Tensor:
+    """Causal mask (T, T_k) (T_k = T by default): query i may attend to keys j <= i."""
+    key_length = length if key_length is None else key_length
+    return torch.ones(length, key_length, dtype=torch.bool, device=device).tril()  # (T, T_k)
 
 
 class MultiHeadAttention(nn.Module):
@@ -37,6 +38,10 @@ class MultiHeadAttention(nn.Module):
 
     with q = query W_q^T + b_q (likewise k, v), and head h taking columns h*Dh:(h+1)*Dh.
 
+    Options after the paper: `n_kv_heads` < n_heads K/V heads (grouped-query attention: query head h
+    reads K/V head h // (n_heads / n_kv_heads)); `bias=False` (no biases, as Llama); rotary positions,
+    given to `forward` as the (cos, sin) tables of the query and key positions.
+
     A query row whose mask allows no key gets all-zero probabilities, so its context is zero (its
     output is `out_proj.bias`) and no gradient reaches its scores.
 
@@ -46,16 +51,25 @@ class MultiHeadAttention(nn.Module):
     `attn_probs` (detached), for plotting.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, n_kv_heads: int | None = None, bias: bool = True
+    ):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model must be divisible by n_heads: got d_model={d_model}, n_heads={n_heads}")
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(
+                f"n_heads must be a multiple of n_kv_heads, got n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+            )
         self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads
-        self.q_proj = init_linear(nn.Linear(d_model, d_model))
-        self.k_proj = init_linear(nn.Linear(d_model, d_model))
-        self.v_proj = init_linear(nn.Linear(d_model, d_model))
-        self.out_proj = init_linear(nn.Linear(d_model, d_model))
+        kv_width = n_kv_heads * self.head_dim
+        self.q_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
+        self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=bias))
+        self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=bias))
+        self.out_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
 
@@ -67,9 +81,13 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         need_weights: bool = False,
         dropout_mask: Tensor | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
+        is_causal: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Inputs: query (B, T_q, D), key and value (B, T_k, D); attn_mask boolean, broadcastable to
-        (B, H, T_q, T_k); dropout_mask an optional keep-mask (B, H, T_q, T_k) for the probabilities.
+        (B, H, T_q, T_k); dropout_mask an optional keep-mask (B, H, T_q, T_k) for the probabilities;
+        rope the rotary (cos, sin), each (T, Dh), of the positions of a self-attention's T = T_q = T_k
+        tokens; is_causal: query i attends to keys j <= i only (on top of attn_mask).
 
         Returns: out (B, T_q, D), and the probabilities (B, H, T_q, T_k) before dropout when
         `need_weights`, else None.
@@ -77,38 +95,62 @@ class MultiHeadAttention(nn.Module):
         for name, x in (("query", query), ("key", key), ("value", value)):
             if x.dim() != 3:
                 raise ValueError(f"{name} must have shape (B, T, D), got {tuple(x.shape)}")
-        q = self._split_heads(self.q_proj(query))  # (B, H, T_q, Dh)
-        k = self._split_heads(self.k_proj(key))  # (B, H, T_k, Dh)
-        v = self._split_heads(self.v_proj(value))  # (B, H, T_k, Dh)
+        q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, Dh)
+        k = self._split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
+        v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        context, probs = self.attend(q, k, v, attn_mask, need_weights, dropout_mask, is_causal)
+        context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
+        return self.out_proj(context), probs
 
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        attn_mask: Tensor | None = None,
+        need_weights: bool = False,
+        dropout_mask: Tensor | None = None,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of projected heads: q (B, H, T_q, Dh), k and v (B, H_kv, T_k, Dh) -> the context
+        (B, H, T_q, Dh), and the probabilities when `need_weights` (else None)."""
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
+        explicit = need_weights or (dropout_mask is not None and self.training and self.dropout.p > 0)
+        fused_causal = is_causal and attn_mask is None and not explicit
+        if is_causal and not fused_causal:
+            causal = causal_mask(q.shape[2], q.device, k.shape[2])  # (T_q, T_k)
+            attn_mask = causal if attn_mask is None else attn_mask & causal
         has_key = None
         if attn_mask is not None:
-            if attn_mask.dtype != torch.bool:
-                raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
             # A row with no allowed key would be a softmax over nothing (NaN). Let the kernel see
             # every key in such rows, then zero what they produce.
             has_key = attn_mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
             attn_mask = attn_mask | ~has_key
 
-        drop_given_units = dropout_mask is not None and self.training and self.dropout.p > 0
-        if need_weights or drop_given_units:
+        if explicit:
+            n_rep = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (B, H, T_k, Dh)
             context, probs = self._explicit_attention(q, k, v, attn_mask, has_key, dropout_mask)
             if need_weights:
                 self.attn_probs = probs.detach()
-        else:
-            dropout_p = self.dropout.p if self.training else 0.0
-            # Default scale 1 / sqrt(Dh).
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
-            if has_key is not None:
-                context = context.masked_fill(~has_key, 0.0)  # (B, H, T_q, Dh)
-            probs = None
+            return context, (probs if need_weights else None)
+        dropout_p = self.dropout.p if self.training else 0.0
+        # Default scale 1 / sqrt(Dh); enable_gqa lets each K/V head serve its group of query heads.
+        gqa = self.n_kv_heads != self.n_heads
+        if fused_causal:  # no mask tensor: the kernel applies causality itself (top-left aligned)
+            context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
+            return context, None
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=gqa)
+        if has_key is not None:
+            context = context.masked_fill(~has_key, 0.0)  # (B, H, T_q, Dh)
+        return context, None
 
-        context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
-        return self.out_proj(context), (probs if need_weights else None)
-
-    def _split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, D) -> (B, H, T, Dh); head h takes columns h*Dh:(h+1)*Dh."""
-        return x.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2)  # (B, H, T, Dh)
+    def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
+        """(B, T, n_heads * Dh) -> (B, n_heads, T, Dh); head h takes columns h*Dh:(h+1)*Dh."""
+        return x.unflatten(-1, (n_heads, self.head_dim)).transpose(1, 2)  # (B, H, T, Dh)
 
     def _explicit_attention(
         self,

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
-from .layers import residual
-from .model import DecoderLayer, Transformer, TransformerLM, _check_ids
+from .layers import apply_rope, residual
+from .model import DecoderLayer, Transformer, TransformerLM, check_ids
 
 # ----------------------------------------------------------------------------------------------
 # The cache.
@@ -37,10 +37,10 @@ from .model import DecoderLayer, Transformer, TransformerLM, _check_ids
 
 @dataclass
 class LayerCache:
-    keys: Tensor  # (N, H, T_max, Dh) self-attention keys, positions [0, DecoderCache.length) filled
-    values: Tensor  # (N, H, T_max, Dh)
-    memory_keys: Tensor | None  # (N, H, S, Dh) cross-attention keys of the encoder output; None in the LM
-    memory_values: Tensor | None  # (N, H, S, Dh)
+    keys: Tensor  # (N, H_kv, T_max, Dh) self-attention keys (rotated, with RoPE), positions [0, length) filled
+    values: Tensor  # (N, H_kv, T_max, Dh)
+    memory_keys: Tensor | None  # (N, H_kv, S, Dh) cross-attention keys of the encoder output; None in the LM
+    memory_values: Tensor | None  # (N, H_kv, S, Dh)
 
 
 @dataclass
@@ -51,26 +51,21 @@ class DecoderCache:
 
 
 def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
-    """linear(x) for x (N, T, D), split into heads: (N, H, T, Dh)."""
-    return linear(x).unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (N, H, T, Dh)
+    """linear(x) for x (N, T, D), split into heads: (N, n_heads, T, Dh)."""
+    return linear(x).unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (N, n_heads, T, Dh)
 
 
-def _attend(attn: MultiHeadAttention, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
-    """attn's queries of x (N, T_new, D) over projected keys and values (N, H, T_k, Dh) -> (N, T_new, D)."""
-    q = _heads(attn.q_proj, x, attn.n_heads)  # (N, H, T_new, Dh)
-    if mask is None:
-        context = F.scaled_dot_product_attention(q, keys, values)  # (N, H, T_new, Dh)
-    else:
-        # As in MultiHeadAttention: a row with no key allowed (an all-pad source) attends to nothing.
-        has_key = mask.any(dim=-1, keepdim=True)  # (N, 1, T_new, 1)
-        context = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask | ~has_key)  # (N, H, T_new, Dh)
-        context = context.masked_fill(~has_key, 0.0)
+def _attend(attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+    """Projected queries q (N, H, T_new, Dh) over projected keys and values (N, H_kv, T_k, Dh), then attn's
+    output projection -> (N, T_new, D). A row with no key allowed (an all-pad source) attends to nothing."""
+    context, _ = attn.attend(q, keys, values, mask)  # (N, H, T_new, Dh)
     return attn.out_proj(context.transpose(1, 2).flatten(2))  # (N, T_new, D)
 
 
 def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int) -> DecoderCache:
     """An empty cache of n_rows rows and total_len positions; for a Transformer, source b serves rows
-    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder and cross-attention projections run here."""
+    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder and cross-attention projections run here.
+    It holds the config's K/V heads (n_kv_heads), not one per query head."""
     c = model.config
     weight = model.decoder.token_embedding.weight
     memory, memory_mask, copies = None, None, 1
@@ -85,9 +80,9 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
         memory_keys = memory_values = None
         if memory is not None:
             # The B distinct memories, projected once and shared by the K beams of each.
-            memory_keys = _heads(layer.cross_attn.k_proj, memory, c.n_heads).repeat_interleave(copies, dim=0)
-            memory_values = _heads(layer.cross_attn.v_proj, memory, c.n_heads).repeat_interleave(copies, dim=0)
-        keys = weight.new_zeros(n_rows, c.n_heads, total_len, c.head_dim)  # (N, H, T_max, Dh)
+            memory_keys = _heads(layer.cross_attn.k_proj, memory, c.kv_heads).repeat_interleave(copies, dim=0)
+            memory_values = _heads(layer.cross_attn.v_proj, memory, c.kv_heads).repeat_interleave(copies, dim=0)
+        keys = weight.new_zeros(n_rows, c.kv_heads, total_len, c.head_dim)  # (N, H_kv, T_max, Dh)
         layers.append(LayerCache(keys, torch.zeros_like(keys), memory_keys, memory_values))
     return DecoderCache(layers, memory_mask)
 
@@ -96,19 +91,24 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
 # One step.
 
 
-def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, self_mask: Tensor, memory_mask, start: int):
+def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, self_mask: Tensor, memory_mask, start: int, rope):
     """x (N, T_new, D) at positions start .. -> (N, T_new, D): the layer's residual sublayers, with the
-    self-attention keys and values written to and read from the cache."""
+    self-attention keys and values written to and read from the cache (keys rotated first, with RoPE)."""
     end = start + x.shape[1]
-    n_heads = layer.self_attn.n_heads
+    attn = layer.self_attn
 
     def self_attention(h: Tensor) -> Tensor:
-        cache.keys[:, :, start:end] = _heads(layer.self_attn.k_proj, h, n_heads)  # (N, H, T_new, Dh)
-        cache.values[:, :, start:end] = _heads(layer.self_attn.v_proj, h, n_heads)
-        return _attend(layer.self_attn, h, cache.keys[:, :, :end], cache.values[:, :, :end], self_mask)
+        q = _heads(attn.q_proj, h, attn.n_heads)  # (N, H, T_new, Dh)
+        k = _heads(attn.k_proj, h, attn.n_kv_heads)  # (N, H_kv, T_new, Dh)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        cache.keys[:, :, start:end] = k
+        cache.values[:, :, start:end] = _heads(attn.v_proj, h, attn.n_kv_heads)
+        return _attend(attn, q, cache.keys[:, :, :end], cache.values[:, :, :end], self_mask)
 
     def cross_attention(h: Tensor) -> Tensor:
-        return _attend(layer.cross_attn, h, cache.memory_keys, cache.memory_values, memory_mask)
+        q = _heads(layer.cross_attn.q_proj, h, layer.cross_attn.n_heads)  # (N, H, T_new, Dh)
+        return _attend(layer.cross_attn, q, cache.memory_keys, cache.memory_values, memory_mask)
 
     x = residual(x, self_attention, layer.self_attn_norm, layer.self_attn_dropout, layer.norm_first)
     if layer.has_cross_attention:
@@ -122,12 +122,13 @@ def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tens
     start = cache.length
     end = start + new_ids.shape[1]
     x = decoder.embed(new_ids, start=start)  # (N, T_new, D), positions start .. end - 1
+    rope = decoder.rope(start, end, x)  # rotary (cos, sin) of the new positions, or None
     # Causal rows start .. end - 1 of the full mask; as in Decoder.forward, nothing else is masked.
     self_mask = causal_mask(end, x.device)[start:]  # (T_new, end)
     for layer, layer_cache in zip(decoder.layers, cache.layers, strict=True):
-        x = _layer_step(layer, x, layer_cache, self_mask, cache.memory_mask, start)
+        x = _layer_step(layer, x, layer_cache, self_mask, cache.memory_mask, start, rope)
     cache.length = end
-    return model._logits(decoder.final_norm(x[:, -1]))  # (N, V)
+    return model.output_logits(decoder.final_norm(x[:, -1]))  # (N, V)
 
 
 def reorder_cache(cache: DecoderCache, rows: Tensor) -> None:
@@ -348,10 +349,10 @@ def check_decoding_inputs(model: nn.Module, src_ids: Tensor, max_len: int | None
     if max_len is not None:
         _check_int("max_len", max_len)
     if isinstance(model, Transformer):
-        _check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
+        check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
         prompt = torch.full((src_ids.shape[0], 1), c.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
     else:
-        _check_ids("src_ids", src_ids, c.tgt_vocab_size, c.max_len)
+        check_ids("src_ids", src_ids, c.tgt_vocab_size, c.max_len)
         prompt = src_ids.long()  # (B, T_p): any ids, as given
         src_ids = None
     T_p = prompt.shape[1]

@@ -1,7 +1,8 @@
-"""Building blocks: the sinusoidal position table, dropout with optional given keep-masks, the
-position-wise feed-forward block, and the residual sublayer (pre- or post-norm).
+"""Building blocks: the sinusoidal position table, rotary position embedding, dropout with optional
+given keep-masks, the position-wise feed-forward block (plain or gated), the norm the config asks
+for, and the residual sublayer (pre- or post-norm).
 
-Shape letters: B batch, T sequence, D d_model, F d_ff.
+Shape letters: B batch, H heads, T sequence, D d_model, Dh head size, F d_ff.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # exact: x * Phi(x), with the normal CDF written through erf
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,  # x * sigmoid(x), "swish"
 }
 
 
@@ -50,11 +52,41 @@ def sinusoidal_table(
     return table[:, :d_model].to(dtype)  # (max_len, D)
 
 
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last axis: Hugging Face's rotary layout."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rope_cos_sin(
+    start: int, end: int, head_dim: int, theta: float, dtype: torch.dtype, device: torch.device | str | None
+) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotary angles of positions start .. end - 1, each (T, Dh): the angle of feature i
+    and of feature i + Dh/2 is pos * theta**(-2i / Dh). Computed in float64, then cast to `dtype`."""
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)  # (Dh/2,)
+    positions = torch.arange(start, end, dtype=torch.float64, device=device)  # (T,)
+    angles = torch.outer(positions, inv_freq).repeat(1, 2)  # (T, Dh): the same angle for i and i + Dh/2
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding of x (B, H, T, Dh) with cos, sin (T, Dh): x cos + rotate_half(x) sin."""
+    return x * cos + rotate_half(x) * sin
+
+
 def init_linear(linear: nn.Linear) -> nn.Linear:
-    """Xavier-uniform weight and zero bias, the usual Transformer initialisation."""
+    """Xavier-uniform weight and zero bias (when there is one), the usual Transformer initialisation."""
     nn.init.xavier_uniform_(linear.weight)
-    nn.init.zeros_(linear.bias)
+    if linear.bias is not None:
+        nn.init.zeros_(linear.bias)
     return linear
+
+
+def make_norm(config) -> nn.Module:
+    """The norm the config asks for: `nn.LayerNorm` (weight and bias) or `nn.RMSNorm` (weight only)."""
+    if config.norm == "rms":
+        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
 
 class Dropout(nn.Dropout):
@@ -90,41 +122,56 @@ def masks_under(dropout_masks: Mapping[str, Tensor] | None, prefix: str) -> dict
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward block (section 3.3): `linear2(dropout(act(linear1(x))))`.
+    """Position-wise feed-forward block (section 3.3): `linear2(dropout(act(linear1(x))))`, or with
+    `gated` (Llama's SwiGLU when the activation is silu) `linear2(dropout(act(gate(x)) * linear1(x)))`.
 
     Inputs: x (B, T, D); `dropout_mask` an optional keep-mask (B, T, F) for the hidden units.
     Returns: (B, T, D).
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        activation: str = "relu",
+        dropout: float = 0.0,
+        gated: bool = False,
+        bias: bool = True,
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
-        self.linear1 = init_linear(nn.Linear(d_model, d_ff))
-        self.linear2 = init_linear(nn.Linear(d_ff, d_model))
+        self.gate = init_linear(nn.Linear(d_model, d_ff, bias=bias)) if gated else None
+        self.linear1 = init_linear(nn.Linear(d_model, d_ff, bias=bias))  # Llama's up_proj when gated
+        self.linear2 = init_linear(nn.Linear(d_ff, d_model, bias=bias))  # down_proj
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, dropout_mask: Tensor | None = None) -> Tensor:
-        hidden = ACTIVATIONS[self.activation](self.linear1(x))  # (B, T, F)
+        act = ACTIVATIONS[self.activation]
+        if self.gate is None:
+            hidden = act(self.linear1(x))  # (B, T, F)
+        else:
+            hidden = act(self.gate(x)) * self.linear1(x)  # (B, T, F)
         return self.linear2(self.dropout(hidden, dropout_mask))  # (B, T, D)
 
     def extra_repr(self) -> str:
-        return f"activation={self.activation!r}"
+        return f"activation={self.activation!r}, gated={self.gate is not None}"
 
 
 def residual(
     x: Tensor,
     sublayer: Callable[[Tensor], Tensor],
-    norm: nn.LayerNorm,
+    norm: nn.Module,
     dropout: Dropout,
     norm_first: bool,
     dropout_mask: Tensor | None = None,
 ) -> Tensor:
     """One residual sublayer around `sublayer` (attention or feed-forward), x (B, T, D) -> (B, T, D).
 
-    post-norm (the paper, norm_first False): LN(x + dropout(sublayer(x)))
-    pre-norm  (norm_first True):             x + dropout(sublayer(LN(x)))
+    post-norm (the paper, norm_first False): norm(x + dropout(sublayer(x)))
+    pre-norm  (norm_first True):             x + dropout(sublayer(norm(x)))
+    with `norm` an `nn.LayerNorm` or an `nn.RMSNorm`.
     """
     if norm_first:
         return x + dropout(sublayer(norm(x)), dropout_mask)

@@ -15,15 +15,30 @@ from torch import Tensor, nn
 
 from numpy_transformer.config import TransformerConfig
 
-from .attention import MultiHeadAttention, causal_mask, padding_mask
-from .layers import Dropout, FeedForward, init_linear, masks_under, residual, sinusoidal_table
+from .attention import MultiHeadAttention, padding_mask
+from .layers import Dropout, FeedForward, init_linear, make_norm, masks_under, residual, rope_cos_sin, sinusoidal_table
 
 
 class _Layer(nn.Module):
-    """Base of the encoder and decoder layers: the residual sublayer `name` uses the layer norm
-    `{name}_norm` and the dropout site `{name}_dropout`, the names of the state dict and of the sites."""
+    """Base of the encoder and decoder layers: the residual sublayer `name` uses the norm `{name}_norm`
+    (layer norm or RMSNorm) and the dropout site `{name}_dropout`, the names of the state dict and of
+    the sites."""
 
     norm_first: bool
+
+    def _sublayer(self, name: str, config: TransformerConfig) -> None:
+        """Add the residual sublayer `name`'s norm and output dropout."""
+        setattr(self, f"{name}_norm", make_norm(config))
+        setattr(self, f"{name}_dropout", Dropout(config.dropout))
+
+    @staticmethod
+    def _attention(config: TransformerConfig) -> MultiHeadAttention:
+        return MultiHeadAttention(config.d_model, config.n_heads, config.dropout, config.n_kv_heads, config.bias)
+
+    @staticmethod
+    def _feed_forward(config: TransformerConfig) -> FeedForward:
+        c = config
+        return FeedForward(c.d_model, c.d_ff, c.activation, c.dropout, gated=c.gated_ffn, bias=c.bias)
 
     def _residual(self, name: str, x: Tensor, sublayer: Callable[[Tensor], Tensor], masks: Mapping) -> Tensor:
         norm, dropout = getattr(self, f"{name}_norm"), getattr(self, f"{name}_dropout")
@@ -35,23 +50,26 @@ class EncoderLayer(_Layer):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        d, p = config.d_model, config.dropout
         self.norm_first = config.norm_first
-        self.self_attn = MultiHeadAttention(d, config.n_heads, p)
-        self.self_attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.self_attn_dropout = Dropout(p)
-        self.ffn = FeedForward(d, config.d_ff, config.activation, p)
-        self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.ffn_dropout = Dropout(p)
+        self.self_attn = self._attention(config)
+        self._sublayer("self_attn", config)
+        self.ffn = self._feed_forward(config)
+        self._sublayer("ffn", config)
 
     def forward(
-        self, x: Tensor, self_mask: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None
+        self,
+        x: Tensor,
+        self_mask: Tensor | None,
+        need_weights: bool = False,
+        dropout_masks: Mapping | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """x (B, S, D), self_mask broadcastable to (B, H, S, S); dropout_masks keyed below this layer."""
+        """x (B, S, D), self_mask broadcastable to (B, H, S, S) or None; dropout_masks keyed below this
+        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None."""
         masks = dropout_masks or {}
 
         def self_attention(h: Tensor) -> Tensor:
-            return self.self_attn(h, h, h, self_mask, need_weights, masks.get("self_attn.dropout"))[0]
+            return self.self_attn(h, h, h, self_mask, need_weights, masks.get("self_attn.dropout"), rope)[0]
 
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
@@ -66,35 +84,34 @@ class DecoderLayer(_Layer):
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
         super().__init__()
-        d, p = config.d_model, config.dropout
         self.norm_first = config.norm_first
-        self.self_attn = MultiHeadAttention(d, config.n_heads, p)
-        self.self_attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.self_attn_dropout = Dropout(p)
+        self.self_attn = self._attention(config)
+        self._sublayer("self_attn", config)
         self.has_cross_attention = cross_attention
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d, config.n_heads, p)
-            self.cross_attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-            self.cross_attn_dropout = Dropout(p)
-        self.ffn = FeedForward(d, config.d_ff, config.activation, p)
-        self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.ffn_dropout = Dropout(p)
+            self.cross_attn = self._attention(config)
+            self._sublayer("cross_attn", config)
+        self.ffn = self._feed_forward(config)
+        self._sublayer("ffn", config)
 
     def forward(
         self,
         x: Tensor,
-        self_mask: Tensor,
+        self_mask: Tensor | None = None,
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """x (B, T, D), self_mask broadcastable to (B, H, T, T), memory (B, S, D), memory_mask
-        broadcastable to (B, H, T, S); dropout_masks keyed below this layer."""
+        """x (B, T, D), memory (B, S, D), memory_mask broadcastable to (B, H, T, S); dropout_masks keyed
+        below this layer; rope the rotary (cos, sin) of positions 0 .. T - 1, or None. Self-attention is
+        causal; self_mask (broadcastable to (B, H, T, T)) masks more on top of that, None nothing more."""
         masks = dropout_masks or {}
 
         def self_attention(h: Tensor) -> Tensor:
-            return self.self_attn(h, h, h, self_mask, need_weights, masks.get("self_attn.dropout"))[0]
+            keep = masks.get("self_attn.dropout")
+            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, is_causal=True)[0]
 
         def cross_attention(h: Tensor) -> Tensor:
             # Queries from the decoder; keys and values from the encoder's output.
@@ -135,6 +152,8 @@ class _Stack(nn.Module):
         self.token_embedding = nn.Embedding(vocab_size, d) if own_token_embedding else None
         if own_token_embedding:
             nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
+        self.positional = config.positional
+        self.head_dim, self.rope_theta = config.head_dim, config.rope_theta
         self.learned_positions = config.positional == "learned"
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
@@ -148,7 +167,7 @@ class _Stack(nn.Module):
         self.embedding_dropout = Dropout(config.dropout)
         self.layers = nn.ModuleList(layers)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
-        self.final_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.norm_first else nn.Identity()
+        self.final_norm = make_norm(config) if config.norm_first else nn.Identity()
 
     def embed(
         self,
@@ -169,17 +188,24 @@ class _Stack(nn.Module):
             x = x * math.sqrt(self.d_model)  # a Python float keeps x's dtype
         end = start + ids.shape[1]
         if self.learned_positions:
-            positions = self.position_embedding.weight[start:end]  # (T, D)
-        else:
+            x = x + self.position_embedding.weight[start:end]  # (T, D)
+        elif self.positional == "sinusoidal":
             # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
             # has to follow the model across devices.
-            positions = sinusoidal_table(end, self.d_model, x.dtype, x.device, self.sinusoid_layout)[start:]  # (T, D)
-        x = x + positions
+            x = x + sinusoidal_table(end, self.d_model, x.dtype, x.device, self.sinusoid_layout)[start:]  # (T, D)
+        # rotary positions ("rope") add nothing here: attention rotates queries and keys (see `rope`)
         if self.token_type_embedding is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids, dtype=torch.long)
             x = x + self.token_type_embedding(token_type_ids.long())  # (B, T, D)
         return self.embedding_dropout(self.embedding_norm(x), dropout_mask)
+
+    def rope(self, start: int, end: int, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """The rotary (cos, sin) of positions start .. end - 1, each (T, Dh), in x's dtype and on its
+        device; None unless the positions are rotary."""
+        if self.positional != "rope":
+            return None
+        return rope_cos_sin(start, end, self.head_dim, self.rope_theta, x.dtype, x.device)
 
 
 class Encoder(_Stack):
@@ -200,8 +226,9 @@ class Encoder(_Stack):
         """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none."""
         self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S), or None without a padding token
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
+        rope = self.rope(0, ids.shape[1], x)
         for i, layer in enumerate(self.layers):
-            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."))
+            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), rope)
         return self.final_norm(x)
 
 
@@ -229,16 +256,17 @@ class Decoder(_Stack):
     ) -> Tensor:
         if self.cross_attention and memory is None:
             raise ValueError("memory must be the encoder's output (B, S, D) for a decoder with cross-attention")
-        self_mask = causal_mask(ids.shape[1], ids.device)  # (T, T)
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
+        rope = self.rope(0, ids.shape[1], x)
         for i, layer in enumerate(self.layers):
-            x = layer(x, self_mask, memory, memory_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."))
+            masks = masks_under(dropout_masks, f"layers.{i}.")
+            x = layer(x, None, memory, memory_mask, need_weights, masks, rope)  # causal self-attention
         return self.final_norm(x)
 
 
 class _OutputBias(nn.Module):
-    """The output projection of a tied model: only the bias is its own; the weight is
-    `decoder.token_embedding.weight`. Gives the state-dict key `output_proj.bias` and no weight."""
+    """The output projection of a tied model with an output bias: only the bias is its own; the weight
+    is `decoder.token_embedding.weight`. Gives the state-dict key `output_proj.bias` and no weight."""
 
     def __init__(self, vocab_size: int):
         super().__init__()
@@ -279,7 +307,7 @@ def dropout_site_shapes(
     return sites
 
 
-def _check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
+def check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
     """Raise a clear error unless `ids` is an integer tensor (B, T), 0 < T <= max_len, ids in [0, V)."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be an integer tensor, got {type(ids).__name__}")
@@ -314,7 +342,7 @@ def _check_token_type_ids(token_type_ids: Tensor | None, ids: Tensor, type_vocab
         raise ValueError(
             f"token_type_ids must have the shape of ids {tuple(ids.shape)}, got {tuple(token_type_ids.shape)}"
         )
-    _check_ids("token_type_ids", token_type_ids, type_vocab_size, ids.shape[1])
+    check_ids("token_type_ids", token_type_ids, type_vocab_size, ids.shape[1])
 
 
 class _Model(nn.Module):
@@ -325,16 +353,21 @@ class _Model(nn.Module):
     decoder: Decoder
 
     def _build_output_proj(self) -> None:
+        """output_proj: a Linear (untied), only a bias (tied, with config.output_bias), or nothing at all
+        (tied without an output bias, as GPT-2)."""
         c = self.config
-        if c.tie_embeddings:
+        if not c.tie_embeddings:
+            self.output_proj = init_linear(nn.Linear(c.d_model, c.tgt_vocab_size, bias=c.output_bias))
+        elif c.output_bias:
             self.output_proj = _OutputBias(c.tgt_vocab_size)
         else:
-            self.output_proj = init_linear(nn.Linear(c.d_model, c.tgt_vocab_size))
+            self.output_proj = None
 
-    def _logits(self, x: Tensor) -> Tensor:
-        """x (B, T, D) -> logits (B, T, V)."""
+    def output_logits(self, x: Tensor) -> Tensor:
+        """The output projection: x (..., D) -> logits (..., V)."""
         weight = self.decoder.token_embedding.weight if self.config.tie_embeddings else self.output_proj.weight
-        return F.linear(x, weight, self.output_proj.bias)  # (B, T, V)
+        bias = None if self.output_proj is None else self.output_proj.bias
+        return F.linear(x, weight, bias)  # (..., V)
 
     def _masks_in_use(
         self, dropout_masks: Mapping[str, Tensor] | None, expected: dict[str, tuple[int, ...]]
@@ -425,7 +458,7 @@ class Transformer(_Model):
         memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
         memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S), or None without a padding token
         x = self.decoder(tgt_ids, memory, memory_mask, need_weights, masks_under(masks, "decoder."))  # (B, T, D)
-        return self._logits(x)  # (B, T, V)
+        return self.output_logits(x)  # (B, T, V)
 
     def encode(self, src_ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None) -> Tensor:
         """The encoder's output (B, S, D), reading the decoder's token table when embeddings are shared."""
@@ -444,8 +477,8 @@ class Transformer(_Model):
 
     def _check_inputs(self, src_ids: Tensor, tgt_ids: Tensor) -> None:
         c = self.config
-        _check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
-        _check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.max_len)
+        check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
+        check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.max_len)
         if src_ids.shape[0] != tgt_ids.shape[0]:
             raise ValueError(
                 f"src_ids and tgt_ids must have the same batch size B, got {src_ids.shape[0]} "
@@ -471,14 +504,14 @@ class TransformerLM(_Model):
         self, ids: Tensor, dropout_masks: Mapping[str, Tensor] | None = None, need_weights: bool = False
     ) -> Tensor:
         """ids (B, T) -> logits (B, T, V). Arguments as in `Transformer.forward`."""
-        _check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
+        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
         x = self.decoder(ids, need_weights=need_weights, dropout_masks=masks_under(masks, "decoder."))  # (B, T, D)
-        return self._logits(x)  # (B, T, V)
+        return self.output_logits(x)  # (B, T, V)
 
     def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
-        _check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
+        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
         return self._site_shapes(ids)
 
     def _site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
@@ -521,5 +554,5 @@ class EncoderModel(_Model):
         return dropout_site_shapes(self.config, batch_size=ids.shape[0], src_len=ids.shape[1])
 
     def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None) -> None:
-        _check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len)
+        check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len)
         _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size)
