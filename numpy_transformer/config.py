@@ -43,8 +43,8 @@ class TransformerConfig:
     max_len: int = 64  # longest sequence the position table covers
     layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
     pad_id: int | None = 0  # keys holding pad_id are masked out of attention; None: no padding token (GPT-2)
-    bos_id: int = 1  # first token of every decoded sequence
-    eos_id: int = 2  # decoding stops after it
+    bos_id: int | None = 1  # the decoder's start token in decoding (a Transformer's); None: the vocabulary has none
+    eos_id: int | None = 2  # decoding stops after it; None: the vocabulary has none, decoding runs to max_len
     tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
     # -- after the paper ----------------------------------------------------------------------
@@ -106,8 +106,8 @@ class TransformerConfig:
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
-            if name == "pad_id" and value is None:
-                continue  # no padding token: no id is ever masked
+            if value is None:
+                continue  # no such token (pad_id None: no id is ever masked)
             _check_int(name, value, minimum=0)
             for vocab in ("src_vocab_size", "tgt_vocab_size"):
                 if value >= getattr(self, vocab):

@@ -272,8 +272,16 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True) -> np.nd
 
 
 def after_eos(cfg) -> int:
-    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
-    return cfg.eos_id if cfg.pad_id is None else cfg.pad_id
+    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token
+    (as transformers' generate does). Without an eos_id no row ends early, and the fill is never seen."""
+    if cfg.pad_id is not None:
+        return cfg.pad_id
+    return 0 if cfg.eos_id is None else cfg.eos_id
+
+
+def eos_of(cfg) -> int:
+    """The end-of-sequence id to compare generated tokens with; -1 (no token) when the vocabulary has none."""
+    return -1 if cfg.eos_id is None else cfg.eos_id
 
 
 def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
@@ -292,7 +300,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
             step_logits.append(logits)
             choice = without_pad(logits, cfg.pad_id).argmax(axis=-1)  # (B,) argmax: the first maximum
             tokens[:, t] = np.where(done, after_eos(cfg), choice)
-            done |= tokens[:, t] == cfg.eos_id
+            done |= tokens[:, t] == eos_of(cfg)
             if done.all():
                 break
     return tokens[:, : t + 1], np.stack(step_logits, axis=1)
@@ -365,9 +373,9 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
             score, beam, token = best_candidates(cumulative, log_probs, 2 * K)  # (B, 2K) each
             rows = np.arange(B)[:, None] * K + beam  # (B, 2K): the row each candidate continues
-            collect_finished(finished, score, rows, token, tokens[:, T_p:t], step + 1, length_penalty, cfg.eos_id, K)
+            collect_finished(finished, score, rows, token, tokens[:, T_p:t], step + 1, length_penalty, eos_of(cfg), K)
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = np.argsort(token == cfg.eos_id, axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            live = np.argsort(token == eos_of(cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
             cumulative = np.take_along_axis(score, live, axis=1)  # (B, K)
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
@@ -442,6 +450,10 @@ def check_decoding_inputs(model, src_ids, max_len):
         _check_int("max_len", max_len)
     if isinstance(model, Transformer):
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
+        if cfg.bos_id is None:
+            raise ValueError(
+                "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
+            )
         prompt = np.full((src_ids.shape[0], 1), cfg.bos_id, dtype=np.int64)  # (B, 1)
     else:
         prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len).astype(np.int64)  # (B, T_p), any ids

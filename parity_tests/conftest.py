@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+
+# Nothing may come from a hub at run time: a forgotten download fails at once instead of hanging.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import pytest
 

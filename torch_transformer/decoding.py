@@ -187,7 +187,14 @@ def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
 
 def _after_eos(c) -> int:
     """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
-    return c.eos_id if c.pad_id is None else c.pad_id
+    if c.pad_id is not None:
+        return c.pad_id
+    return 0 if c.eos_id is None else c.eos_id  # without an eos_id no row ends early: the fill is never seen
+
+
+def _eos(c) -> int:
+    """The end-of-sequence id; -1 (no token) when the vocabulary has none."""
+    return -1 if c.eos_id is None else c.eos_id
 
 
 # ----------------------------------------------------------------------------------------------
@@ -219,7 +226,7 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
             step_logits.append(logits)
             choice = _without_pad(logits, c.pad_id).argmax(dim=-1)  # (B,) the first maximum
             tokens[:, t] = choice.masked_fill(done, _after_eos(c))
-            done |= tokens[:, t] == c.eos_id
+            done |= tokens[:, t] == _eos(c)
             if bool(done.all()):
                 break
     return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
@@ -276,7 +283,7 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
             top, index = torch.sort(scores, dim=1, descending=True, stable=True)  # ties: lower flat index
             top, index = top[:, : 2 * K], index[:, : 2 * K]  # (B, 2K)
             rows, token = first_row + index // V, index % V  # (B, 2K)
-            is_eos = token == c.eos_id
+            is_eos = token == _eos(c)
             _collect_finished(finished, top, rows, token, is_eos, tokens[:, T_p:t], step + 1, length_penalty, K)
             live = torch.sort(is_eos.to(torch.uint8), dim=1, stable=True).indices[:, :K]  # non-eos first, (B, K)
             cumulative = top.gather(1, live)
@@ -350,6 +357,10 @@ def check_decoding_inputs(model: nn.Module, src_ids: Tensor, max_len: int | None
         _check_int("max_len", max_len)
     if isinstance(model, Transformer):
         check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
+        if c.bos_id is None:
+            raise ValueError(
+                "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
+            )
         prompt = torch.full((src_ids.shape[0], 1), c.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
     else:
         check_ids("src_ids", src_ids, c.tgt_vocab_size, c.max_len)

@@ -1,0 +1,521 @@
+"""Hugging Face model families as data: for each `model_type`, how its config.json translates to a
+`TransformerConfig` and back, and a table that maps every tensor of its checkpoint to one of our
+state-dict names. Both `numpy_transformer.hf` and `torch_transformer.hf` read these tables, so a new
+family is a new table here, not a new code path there.
+
+A `Rule` says where one of our tensors lives in the checkpoint and how its layout differs:
+
+    Rule("decoder.layers.{i}.self_attn.q_proj.weight", "h.{i}.attn.c_attn.weight", conv1d=True, part=(0, 3))
+
+reads: our q_proj weight is the first of three equal slices, along the output axis, of GPT-2's fused
+`c_attn` weight, which is stored (in, out) as a `Conv1D` (so it is transposed). "{i}" stands for the
+layer index. Names of the base model (everything but the heads) are written without the prefix the
+head class adds ("transformer.", "model."): a family lists the prefixes its checkpoints may carry.
+
+Reading a tensor: theirs -> drop `offset` leading rows -> squeeze a leading axis of 1 (`row`) ->
+transpose (`conv1d`) -> take slice `part` of the first axis. Writing undoes it in reverse.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from .config import TransformerConfig
+
+
+@dataclass(frozen=True)
+class Rule:
+    ours: str  # our state-dict name; "{i}" is the layer index
+    theirs: str  # the checkpoint's name, relative to the base model unless `head`
+    conv1d: bool = False  # stored (in, out), as GPT-2's Conv1D: transposed relative to nn.Linear
+    part: tuple[int, int] | None = None  # (k, n): ours is slice k of n equal slices of theirs (fused q, k, v)
+    offset: int = 0  # rows of theirs that precede ours (BART's learned positions start at row 2)
+    row: bool = False  # theirs has an extra leading axis of size 1 (Marian's and BART's final_logits_bias)
+    head: bool = False  # `theirs` is a name of the head class itself (lm_head.weight), not of the base model
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str  # config.json's "model_type"
+    model_class: str  # ours: "EncoderModel", "TransformerLM" or "Transformer"
+    architecture: str  # the transformers class hf.save writes for ("architectures" in config.json)
+    prefixes: tuple[str, ...]  # prefixes of base-model names in a checkpoint; the first is the one written
+    rules: tuple[Rule, ...]
+    skipped: tuple[str, ...]  # regexes (relative names) of tensors that are not parameters of our model
+    from_hf: Callable[..., TransformerConfig]  # (config.json, dropout=None) -> TransformerConfig
+    to_hf: Callable[[TransformerConfig], dict]  # TransformerConfig -> config.json fields (ValueError if impossible)
+    tied: tuple[tuple[str, str], ...] = ()  # (alias, source): with tied embeddings the HF class's state_dict
+    # also holds `alias` (full name), the same tensor as `source` (full name); never written to a file
+
+
+def expand(rules: tuple[Rule, ...], config: TransformerConfig) -> list[Rule]:
+    """The rules with "{i}" replaced by every layer index of the stack the name belongs to."""
+    out = []
+    for rule in rules:
+        if "{i}" not in rule.ours:
+            out.append(rule)
+            continue
+        n = config.n_encoder_layers if rule.ours.startswith("encoder.") else config.n_decoder_layers
+        for i in range(n):
+            out.append(replace(rule, ours=rule.ours.format(i=i), theirs=rule.theirs.format(i=i)))
+    return out
+
+
+def is_skipped(family: Family, name: str) -> bool:
+    return any(re.fullmatch(pattern, name) for pattern in family.skipped)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config translation helpers.
+
+ACTIVATIONS_FROM_HF = {
+    "relu": "relu",
+    "gelu": "gelu",  # exact, erf
+    "gelu_new": "gelu_tanh",  # GPT-2's tanh approximation
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "silu": "silu",
+    "swish": "silu",  # Marian's opus-mt checkpoints
+}
+
+
+def activation_from_hf(name) -> str:
+    if name not in ACTIVATIONS_FROM_HF:
+        raise ValueError(f"activation {name!r} is not supported; supported: {sorted(ACTIVATIONS_FROM_HF)}")
+    return ACTIVATIONS_FROM_HF[name]
+
+
+def one_rate(values: dict, override: float | None = None) -> float:
+    """Our config has one dropout rate: the checkpoint's rates must agree (None counts as 0), unless
+    `override` (load's dropout=) chooses it."""
+    if override is not None:
+        return float(override)
+    rates = {k: float(v or 0.0) for k, v in values.items()}
+    if len(set(rates.values())) > 1:
+        raise ValueError(
+            f"the checkpoint's dropout rates differ ({rates}) and this project uses one rate for every site: "
+            "pass dropout=... to load() to choose it"
+        )
+    return next(iter(rates.values()), 0.0)
+
+
+def require(config: TransformerConfig, model_type: str, **expected) -> None:
+    """ValueError listing every field of `config` that a `model_type` checkpoint cannot express."""
+    wrong = [f"{k}={getattr(config, k)!r} (needs {v!r})" for k, v in expected.items() if getattr(config, k) != v]
+    if wrong:
+        raise ValueError(f"this model cannot be written as a {model_type!r} checkpoint: {', '.join(wrong)}")
+
+
+def token_id(c: dict, name: str, vocab: int) -> int | None:
+    """A special token id from config.json, None when absent; ValueError when outside the vocabulary."""
+    value = c.get(name)
+    if isinstance(value, list):  # some configs list several end-of-sequence ids
+        value = value[0] if value else None
+    if value is not None and not 0 <= value < vocab:
+        raise ValueError(f"config.json: {name}={value} is not a token id of a vocabulary of {vocab}")
+    return value
+
+
+def heads(c: dict, d_model: int, n_heads: int) -> None:
+    head_dim = c.get("head_dim")
+    if head_dim is not None and head_dim * n_heads != d_model:
+        raise ValueError(
+            f"config.json: head_dim={head_dim} with {n_heads} heads != hidden size {d_model}; "
+            "this project's heads split d_model evenly"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# BERT (BertModel; all-MiniLM-L6-v2): post-norm encoder, learned positions, token types, embedding norm.
+
+
+def bert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    if c.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"position_embedding_type {c['position_embedding_type']!r} is not supported (only 'absolute')")
+    if c.get("is_decoder") or c.get("add_cross_attention"):
+        raise ValueError("a BERT decoder (is_decoder / add_cross_attention) is not supported: only the encoder")
+    V = c["vocab_size"]
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=c["hidden_size"],
+        n_heads=c["num_attention_heads"],
+        d_ff=c["intermediate_size"],
+        n_encoder_layers=c["num_hidden_layers"],
+        n_decoder_layers=0,
+        dropout=one_rate({k: c.get(k) for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")}, dropout),
+        activation=activation_from_hf(c.get("hidden_act", "gelu")),
+        norm_first=False,
+        positional="learned",
+        max_len=c["max_position_embeddings"],
+        layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=token_id(c, "eos_token_id", V),
+        scale_embeddings=False,
+        type_vocab_size=c.get("type_vocab_size", 2),
+        embedding_norm=True,
+    )
+
+
+def bert_to_hf(config: TransformerConfig) -> dict:
+    require(
+        config, "bert", norm="layer", norm_first=False, positional="learned", scale_embeddings=False,
+        embedding_norm=True, gated_ffn=False, n_kv_heads=None, bias=True,
+    )  # fmt: skip
+    return {
+        "vocab_size": config.src_vocab_size,
+        "hidden_size": config.d_model,
+        "num_attention_heads": config.n_heads,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_encoder_layers,
+        "hidden_dropout_prob": config.dropout,
+        "attention_probs_dropout_prob": config.dropout,
+        "hidden_act": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
+        "max_position_embeddings": config.max_len,
+        "layer_norm_eps": config.layer_norm_eps,
+        "type_vocab_size": config.type_vocab_size,
+        "pad_token_id": config.pad_id,
+        "position_embedding_type": "absolute",
+    }
+
+
+BERT_LAYER = "encoder.layer.{i}"
+BERT = Family(
+    model_type="bert",
+    model_class="EncoderModel",
+    architecture="BertModel",
+    prefixes=("", "bert."),
+    rules=(
+        Rule("encoder.token_embedding.weight", "embeddings.word_embeddings.weight"),
+        Rule("encoder.position_embedding.weight", "embeddings.position_embeddings.weight"),
+        Rule("encoder.token_type_embedding.weight", "embeddings.token_type_embeddings.weight"),
+        Rule("encoder.embedding_norm.weight", "embeddings.LayerNorm.weight"),
+        Rule("encoder.embedding_norm.bias", "embeddings.LayerNorm.bias"),
+        *(
+            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{BERT_LAYER}.{theirs}.{w}")
+            for ours, theirs in (
+                ("self_attn.q_proj", "attention.self.query"),
+                ("self_attn.k_proj", "attention.self.key"),
+                ("self_attn.v_proj", "attention.self.value"),
+                ("self_attn.out_proj", "attention.output.dense"),
+                ("self_attn_norm", "attention.output.LayerNorm"),
+                ("ffn.linear1", "intermediate.dense"),
+                ("ffn.linear2", "output.dense"),
+                ("ffn_norm", "output.LayerNorm"),
+            )
+            for w in ("weight", "bias")
+        ),
+    ),
+    skipped=(
+        r"embeddings\.position_ids",  # a buffer: 0 .. max_len - 1
+        r"embeddings\.token_type_ids",  # a buffer of zeros
+        r"pooler\..*",  # the [CLS] pooler: a head on top of the encoder, not part of EncoderModel
+        r"cls\..*",  # the pre-training heads (masked LM, next sentence) of BertForPreTraining / MaskedLM
+    ),
+    from_hf=bert_from_hf,
+    to_hf=bert_to_hf,
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPT-2 (GPT2LMHeadModel): pre-norm decoder, learned positions, tanh GELU, fused c_attn, Conv1D layout,
+# tied output projection without a bias, no padding token.
+
+
+def gpt2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    unsupported = {
+        "scale_attn_by_inverse_layer_idx": False,
+        "scale_attn_weights": True,
+        "add_cross_attention": False,
+    }
+    for key, ok in unsupported.items():
+        if c.get(key, ok) != ok:
+            raise ValueError(f"config.json: {key}={c[key]!r} is not supported (only {ok!r})")
+    V, D = c["vocab_size"], c["n_embd"]
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=D,
+        n_heads=c["n_head"],
+        d_ff=c.get("n_inner") or 4 * D,
+        n_encoder_layers=0,
+        n_decoder_layers=c["n_layer"],
+        dropout=one_rate({k: c.get(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}, dropout),
+        activation=activation_from_hf(c.get("activation_function", "gelu_new")),
+        norm_first=True,
+        positional="learned",
+        max_len=c["n_positions"],
+        layer_norm_eps=c.get("layer_norm_epsilon", 1e-5),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=token_id(c, "eos_token_id", V),
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        scale_embeddings=False,
+        output_bias=False,
+    )
+
+
+def gpt2_to_hf(config: TransformerConfig) -> dict:
+    require(
+        config, "gpt2", norm="layer", norm_first=True, positional="learned", scale_embeddings=False,
+        embedding_norm=False, gated_ffn=False, n_kv_heads=None, bias=True, output_bias=False,
+    )  # fmt: skip
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "n_embd": config.d_model,
+        "n_head": config.n_heads,
+        "n_inner": config.d_ff,
+        "n_layer": config.n_decoder_layers,
+        "n_positions": config.max_len,
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "activation_function": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
+        "layer_norm_epsilon": config.layer_norm_eps,
+        "tie_word_embeddings": config.tie_embeddings,
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+    }
+
+
+GPT2 = Family(
+    model_type="gpt2",
+    model_class="TransformerLM",
+    architecture="GPT2LMHeadModel",
+    prefixes=("transformer.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "wte.weight"),
+        Rule("decoder.position_embedding.weight", "wpe.weight"),
+        Rule("decoder.layers.{i}.self_attn_norm.weight", "h.{i}.ln_1.weight"),
+        Rule("decoder.layers.{i}.self_attn_norm.bias", "h.{i}.ln_1.bias"),
+        *(
+            Rule(
+                f"decoder.layers.{{i}}.self_attn.{p}_proj.weight", "h.{i}.attn.c_attn.weight", conv1d=True, part=(k, 3)
+            )
+            for k, p in enumerate("qkv")
+        ),
+        *(
+            Rule(f"decoder.layers.{{i}}.self_attn.{p}_proj.bias", "h.{i}.attn.c_attn.bias", part=(k, 3))
+            for k, p in enumerate("qkv")
+        ),
+        Rule("decoder.layers.{i}.self_attn.out_proj.weight", "h.{i}.attn.c_proj.weight", conv1d=True),
+        Rule("decoder.layers.{i}.self_attn.out_proj.bias", "h.{i}.attn.c_proj.bias"),
+        Rule("decoder.layers.{i}.ffn_norm.weight", "h.{i}.ln_2.weight"),
+        Rule("decoder.layers.{i}.ffn_norm.bias", "h.{i}.ln_2.bias"),
+        Rule("decoder.layers.{i}.ffn.linear1.weight", "h.{i}.mlp.c_fc.weight", conv1d=True),
+        Rule("decoder.layers.{i}.ffn.linear1.bias", "h.{i}.mlp.c_fc.bias"),
+        Rule("decoder.layers.{i}.ffn.linear2.weight", "h.{i}.mlp.c_proj.weight", conv1d=True),
+        Rule("decoder.layers.{i}.ffn.linear2.bias", "h.{i}.mlp.c_proj.bias"),
+        Rule("decoder.final_norm.weight", "ln_f.weight"),
+        Rule("decoder.final_norm.bias", "ln_f.bias"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(
+        r"h\.\d+\.attn\.(bias|masked_bias)",  # causal-mask buffers of older checkpoints
+        r"lm_head\.weight",  # when tied: a copy of wte.weight (used as output_proj.weight when untied)
+    ),
+    from_hf=gpt2_from_hf,
+    to_hf=gpt2_to_hf,
+    tied=(("lm_head.weight", "transformer.wte.weight"),),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Llama (LlamaForCausalLM): pre-norm RMSNorm decoder, rotary positions, SwiGLU, grouped-query attention,
+# no biases.
+
+
+def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    rope = c.get("rope_parameters") or {}
+    scaling = c.get("rope_scaling")
+    rope_type = rope.get("rope_type", (scaling or {}).get("rope_type", "default"))
+    if rope_type != "default" or (scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default")):
+        raise ValueError(f"rope_type {rope_type!r} / rope_scaling {scaling!r} is not supported (only plain RoPE)")
+    if c.get("pretraining_tp", 1) != 1:
+        raise ValueError(f"pretraining_tp={c['pretraining_tp']} is not supported (only 1)")
+    if c.get("attention_bias", False) != c.get("mlp_bias", False):
+        raise ValueError(
+            f"attention_bias={c.get('attention_bias')} and mlp_bias={c.get('mlp_bias')} differ; this project's "
+            "`bias` covers both"
+        )
+    V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
+    heads(c, D, H)
+    n_kv = c.get("num_key_value_heads") or H
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=D,
+        n_heads=H,
+        d_ff=c["intermediate_size"],
+        n_encoder_layers=0,
+        n_decoder_layers=c["num_hidden_layers"],
+        dropout=one_rate({"attention_dropout": c.get("attention_dropout", 0.0)}, dropout),
+        activation=activation_from_hf(c.get("hidden_act", "silu")),
+        norm_first=True,
+        positional="rope",
+        max_len=c.get("max_position_embeddings", 2048),
+        layer_norm_eps=c.get("rms_norm_eps", 1e-6),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=token_id(c, "eos_token_id", V),
+        tie_embeddings=c.get("tie_word_embeddings", False),
+        scale_embeddings=False,
+        norm="rms",
+        rope_theta=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
+        gated_ffn=True,
+        n_kv_heads=None if n_kv == H else n_kv,
+        bias=bool(c.get("attention_bias", False)),
+        output_bias=False,
+    )
+
+
+def llama_to_hf(config: TransformerConfig) -> dict:
+    require(
+        config, "llama", norm="rms", norm_first=True, positional="rope", scale_embeddings=False,
+        embedding_norm=False, gated_ffn=True, output_bias=False,
+    )  # fmt: skip
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "hidden_size": config.d_model,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.kv_heads,
+        "head_dim": config.head_dim,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_decoder_layers,
+        "attention_dropout": config.dropout,
+        "hidden_act": config.activation,
+        "max_position_embeddings": config.max_len,
+        "rms_norm_eps": config.layer_norm_eps,
+        "rope_theta": config.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": config.rope_theta},
+        "attention_bias": config.bias,
+        "mlp_bias": config.bias,
+        "tie_word_embeddings": config.tie_embeddings,
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+    }
+
+
+LLAMA = Family(
+    model_type="llama",
+    model_class="TransformerLM",
+    architecture="LlamaForCausalLM",
+    prefixes=("model.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
+        Rule("decoder.layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
+        *(
+            Rule(
+                f"decoder.layers.{{i}}.self_attn.{p}_proj.{w}",
+                f"layers.{{i}}.self_attn.{p if p != 'out' else 'o'}_proj.{w}",
+            )
+            for p in ("q", "k", "v", "out")
+            for w in ("weight", "bias")
+        ),
+        Rule("decoder.layers.{i}.ffn_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
+        *(
+            Rule(f"decoder.layers.{{i}}.ffn.{ours}.{w}", f"layers.{{i}}.mlp.{theirs}.{w}")
+            for ours, theirs in (("gate", "gate_proj"), ("linear1", "up_proj"), ("linear2", "down_proj"))
+            for w in ("weight", "bias")
+        ),
+        Rule("decoder.final_norm.weight", "norm.weight"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(
+        r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",  # a buffer of older checkpoints: recomputed
+        r"lm_head\.weight",  # when tied: a copy of embed_tokens.weight
+    ),
+    from_hf=llama_from_hf,
+    to_hf=llama_to_hf,
+    tied=(("lm_head.weight", "model.embed_tokens.weight"),),
+)
+
+
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA)}
+
+
+def family_of(model_type) -> Family:
+    if model_type not in FAMILIES:
+        raise ValueError(f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def family_for_model(model) -> Family:
+    """The family a model can be written as: the one it was loaded from, else the first whose config
+    translation accepts its class and config. ValueError listing why each family does not fit."""
+    loaded = getattr(model, "hf_model_type", None)
+    if loaded is not None:
+        return family_of(loaded)
+    reasons = []
+    for family in FAMILIES.values():
+        if type(model).__name__ != family.model_class:
+            reasons.append(f"{family.model_type}: a {family.model_class}, not a {type(model).__name__}")
+            continue
+        try:
+            family.to_hf(model.config)
+        except ValueError as error:
+            reasons.append(f"{family.model_type}: {error}")
+            continue
+        return family
+    raise ValueError("no Hugging Face family fits this model: " + "; ".join(reasons))
+
+
+# ----------------------------------------------------------------------------------------------
+# Matching a checkpoint's names to ours (names only; each side moves the arrays itself).
+
+
+def relative(family: Family, name: str) -> str:
+    """A checkpoint name without the base-model prefix it carries ("transformer.h.0..." -> "h.0...")."""
+    for prefix in family.prefixes:
+        if prefix and name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def full_name(family: Family, rule: Rule) -> str:
+    """The name hf.save writes for a rule's tensor: the head class's own name, or the base-model name
+    behind the family's first prefix."""
+    return rule.theirs if rule.head else family.prefixes[0] + rule.theirs
+
+
+def match(family: Family, config: TransformerConfig, checkpoint_names, our_names) -> list[tuple[Rule, str]]:
+    """(rule, checkpoint name) for each of our tensors (the rules whose `ours` is in our_names).
+
+    ValueError listing every tensor of ours the checkpoint lacks, and every tensor of the checkpoint
+    that is neither ours nor in the family's list of skipped tensors."""
+    by_relative = {relative(family, name): name for name in checkpoint_names}
+    rules = [rule for rule in expand(family.rules, config) if rule.ours in our_names]
+    plan, missing, used = [], [], set()
+    for rule in rules:
+        if rule.theirs in by_relative:
+            plan.append((rule, by_relative[rule.theirs]))
+            used.add(rule.theirs)
+        else:
+            missing.append(f"{full_name(family, rule)} (for {rule.ours})")
+    unknown = sorted(by_relative[r] for r in by_relative if r not in used and not is_skipped(family, r))
+    uncovered = sorted(set(our_names) - {rule.ours for rule in rules})
+    problems = []
+    if missing:
+        problems.append(f"missing tensors {missing}")
+    if unknown:
+        problems.append(f"tensors that are not part of a {family.model_type!r} model of this config {unknown}")
+    if uncovered:  # a table that does not cover the model: a bug here, not in the checkpoint
+        problems.append(f"parameters no rule of the {family.model_type!r} table produces {uncovered}")
+    if problems:
+        raise ValueError(f"the checkpoint does not fit its config.json ({family.model_type}): " + "; ".join(problems))
+    return plan
+
+
+def writing_plan(family: Family, config: TransformerConfig, our_names) -> dict[str, list[Rule]]:
+    """Checkpoint name -> the rules whose tensors make it up (several for a fused tensor, in part order)."""
+    groups: dict[str, list[Rule]] = {}
+    for rule in expand(family.rules, config):
+        if rule.ours in our_names:
+            groups.setdefault(full_name(family, rule), []).append(rule)
+    for rules in groups.values():
+        rules.sort(key=lambda rule: rule.part[0] if rule.part else 0)
+    return groups

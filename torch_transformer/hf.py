@@ -1,0 +1,127 @@
+"""Hugging Face checkpoints for torch_transformer: the same three functions as numpy_transformer.hf.
+
+    from torch_transformer import hf
+    model = hf.load("gpt2-dir/", dtype=torch.float32, device="cuda")
+    hf.save(model, "out/")
+    theirs = hf.to_hf(model, {name: p.grad for name, p in model.named_parameters()})
+
+The tables that say which checkpoint tensor becomes which parameter are numpy_transformer.hf_families
+(data, shared by both sides); the files are read with safetensors' torch API (bfloat16 included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+
+from numpy_transformer.hf_families import family_for_model, family_of, match, writing_plan
+
+from .model import EncoderModel, Transformer, TransformerLM
+
+CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
+
+
+def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", dropout=None):
+    """The model of a Hugging Face checkpoint directory, in `dtype` on `device`; see numpy_transformer.hf.load."""
+    directory = Path(directory)
+    hf_config = _read_config(directory)
+    family = family_of(hf_config.get("model_type"))
+    config = family.from_hf(hf_config, dropout)
+    tensors = _read_tensors(directory, device)
+    model = CLASSES[family.model_class](config).to(device=device, dtype=dtype)
+    names = dict(model.state_dict())
+    state = {
+        rule.ours: _from_hf_layout(tensors[name], rule, name) for rule, name in match(family, config, tensors, names)
+    }
+    model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
+    model.hf_model_type, model.hf_config = family.model_type, hf_config
+    return model
+
+
+def save(model, directory) -> None:
+    """Write `model` as config.json + model.safetensors that transformers' from_pretrained loads."""
+    family = family_for_model(model)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    dtype = next(model.parameters()).dtype
+    hf_config = dict(getattr(model, "hf_config", {}))
+    hf_config |= family.to_hf(model.config)
+    hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": str(dtype)[6:]}
+    tensors = {k: v.detach().cpu().contiguous() for k, v in to_hf(model, model.state_dict(), tied=False).items()}
+    save_file(tensors, os.fspath(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+
+
+def to_hf(model, tensors: dict, tied: bool = True) -> dict:
+    """Our tensors (state_dict, parameter gradients, ...) under the transformers class's names and layouts."""
+    family = family_for_model(model)
+    out = {}
+    for name, rules in writing_plan(family, model.config, tensors).items():
+        out[name] = _to_hf_layout([tensors[rule.ours] for rule in rules], rule=rules[0])
+    if tied and model.config.tie_embeddings:
+        for alias, source in family.tied:
+            out[alias] = out[source]
+    return out
+
+
+def _from_hf_layout(t: Tensor, rule, name: str) -> Tensor:
+    """Theirs -> ours (see hf_families): offset rows, leading axis, transpose, slice of a fused tensor."""
+    if rule.offset:
+        t = t[rule.offset :]
+    if rule.row:
+        if t.dim() < 2 or t.shape[0] != 1:
+            raise ValueError(f"{name}: expected a leading axis of size 1, got shape {tuple(t.shape)}")
+        t = t[0]
+    if rule.conv1d:
+        t = t.T
+    if rule.part:
+        k, n = rule.part
+        if t.shape[0] % n:
+            raise ValueError(f"{name}: a fused tensor of {n} parts, but its shape {tuple(t.shape)} does not split")
+        t = t.chunk(n, dim=0)[k]
+    return t
+
+
+def _to_hf_layout(ts: list[Tensor], rule) -> Tensor:
+    t = torch.cat(ts, dim=0) if rule.part else ts[0]
+    if rule.conv1d:
+        t = t.T
+    if rule.row:
+        t = t[None]
+    if rule.offset:
+        t = torch.cat([t.new_zeros(rule.offset, *t.shape[1:]), t])
+    return t.contiguous()
+
+
+def _read_config(directory: Path) -> dict:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{directory}: no config.json (a Hugging Face checkpoint directory has config.json and "
+                         "model.safetensors)")  # fmt: skip
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+def _read_tensors(directory: Path, device) -> dict:
+    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        files = [directory / s for s in sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))]
+    else:
+        found = sorted(p.name for p in directory.iterdir())
+        raise ValueError(f"{directory}: no model.safetensors (or model.safetensors.index.json); found {found}")
+    tensors = {}
+    for path in files:
+        try:
+            tensors |= load_file(os.fspath(path), device=str(device))
+        except (OSError, ValueError, RuntimeError) as error:
+            raise ValueError(f"{path}: not a readable safetensors file ({error})") from None
+    return tensors
