@@ -33,10 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-try:
-    import numpy_transformer  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The checkout's root: examples/ is a folder of scripts there, not an installed package.
+sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
 
 import numpy as np  # noqa: E402
 

@@ -59,6 +59,8 @@ class TransformerConfig:
     sinusoid_layout: str = "interleaved"  # "interleaved" (the paper: sin even, cos odd) or "split" (Marian)
     share_embeddings: bool = False  # encoder and decoder read one table, decoder.token_embedding.weight
     attention: str = "plain"  # "plain" (the (T_q, T_k) pair) or "flash" (tiled, online softmax; no dropout)
+    # lookups of pad_id pass no gradient to the token tables, as nn.Embedding(padding_idx=pad_id) (Marian)
+    embedding_padding_idx: bool = False
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
@@ -123,6 +125,7 @@ class TransformerConfig:
             "output_bias",
             "embedding_norm",
             "share_embeddings",
+            "embedding_padding_idx",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

@@ -7,7 +7,8 @@ write ours back as one, and translate our gradients into the layout of the `tran
     hf.save(model, "out/")                                     # transformers' from_pretrained reads it
     theirs = hf.to_hf(model, model.grads)                      # our names -> the HF class's names and layouts
 
-Supported model types: "bert" (-> EncoderModel), "gpt2" and "llama" (-> TransformerLM). What each
+Supported model types: "bert" (-> EncoderModel), "gpt2" and "llama" (-> TransformerLM), "marian" and
+"bart" (-> Transformer). What each
 checkpoint tensor becomes is a table in `hf_families` (shared with torch_transformer.hf); this module
 only reads files and moves arrays. It needs json and the safetensors package (its NumPy API), not
 torch or transformers.
@@ -25,7 +26,7 @@ from .hf_families import Family, family_for_model, family_of, match, writing_pla
 from .model import EncoderModel, Transformer, TransformerLM
 
 CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
-SUPPORTED = "supported model types: bert, gpt2, llama"
+SUPPORTED = "supported model types: bart, bert, gpt2, llama, marian"
 
 
 def load(directory, dtype=np.float32, dropout: float | None = None):
@@ -53,7 +54,8 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
 
 def save(model, directory) -> None:
     """Write `model` as a Hugging Face checkpoint: config.json and model.safetensors in the layout of
-    the family's transformers class (BertModel, GPT2LMHeadModel, LlamaForCausalLM), which
+    the family's transformers class (BertModel, GPT2LMHeadModel, LlamaForCausalLM, MarianMTModel,
+    BartForConditionalGeneration), which
     `from_pretrained` loads. ValueError if no supported family can express the model."""
     family = family_for_model(model)
     directory = Path(directory)
@@ -77,9 +79,10 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     out = {}
     for name, rules in writing_plan(family, model.config, model.params).items():
         out[name] = to_hf_layout([tensors[rule.ours] for rule in rules], rules[0])
-    if tied and model.config.tie_embeddings:
-        for alias, source in family.tied:
-            out[alias] = out[source]
+    if tied:
+        for alias, source, field in family.tied:
+            if getattr(model.config, field) and source in out and alias not in out:
+                out[alias] = out[source]  # the same array: tied in the HF class too
     return out
 
 

@@ -34,6 +34,7 @@ class Rule:
     offset: int = 0  # rows of theirs that precede ours (BART's learned positions start at row 2)
     row: bool = False  # theirs has an extra leading axis of size 1 (Marian's and BART's final_logits_bias)
     head: bool = False  # `theirs` is a name of the head class itself (lm_head.weight), not of the base model
+    when: tuple[str, bool] | None = None  # (config field, value): the rule applies only when the field has it
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,17 @@ class Family:
     skipped: tuple[str, ...]  # regexes (relative names) of tensors that are not parameters of our model
     from_hf: Callable[..., TransformerConfig]  # (config.json, dropout=None) -> TransformerConfig
     to_hf: Callable[[TransformerConfig], dict]  # TransformerConfig -> config.json fields (ValueError if impossible)
-    tied: tuple[tuple[str, str], ...] = ()  # (alias, source): with tied embeddings the HF class's state_dict
-    # also holds `alias` (full name), the same tensor as `source` (full name); never written to a file
+    # (alias, source, config field): when the field is true (tie_embeddings, share_embeddings), the HF class's
+    # state_dict also holds `alias`, the same tensor as `source` (full names); never written to a file
+    tied: tuple[tuple[str, str, str], ...] = ()
 
 
 def expand(rules: tuple[Rule, ...], config: TransformerConfig) -> list[Rule]:
     """The rules with "{i}" replaced by every layer index of the stack the name belongs to."""
     out = []
     for rule in rules:
+        if rule.when is not None and getattr(config, rule.when[0]) != rule.when[1]:
+            continue
         if "{i}" not in rule.ours:
             out.append(rule)
             continue
@@ -319,7 +323,7 @@ GPT2 = Family(
     ),
     from_hf=gpt2_from_hf,
     to_hf=gpt2_to_hf,
-    tied=(("lm_head.weight", "transformer.wte.weight"),),
+    tied=(("lm_head.weight", "transformer.wte.weight", "tie_embeddings"),),
 )
 
 
@@ -431,11 +435,177 @@ LLAMA = Family(
     ),
     from_hf=llama_from_hf,
     to_hf=llama_to_hf,
-    tied=(("lm_head.weight", "model.embed_tokens.weight"),),
+    tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
 )
 
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA)}
+# ----------------------------------------------------------------------------------------------
+# The paper's encoder-decoder: Marian (MarianMTModel, opus-mt) and BART (BartForConditionalGeneration).
+# Both post-norm, one token table shared by encoder, decoder and output projection, and a
+# final_logits_bias as the output bias. Marian: the split-layout sinusoids (computed, not stored).
+# BART: learned positions stored with an offset of 2 rows, and a LayerNorm after each stack's embeddings.
+
+
+def seq2seq_from_hf(c: dict, dropout: float | None, model_type: str) -> TransformerConfig:
+    """The config both families share; `model_type` picks the positions and the embedding norm."""
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if c[a] != c[b]:
+            raise ValueError(f"config.json: {a}={c[a]} and {b}={c[b]} differ; this project uses one value for both")
+    if c.get("normalize_before", False) or c.get("add_final_layer_norm", False):
+        raise ValueError("config.json: pre-norm variants (normalize_before / add_final_layer_norm) are not supported")
+    shared = c.get("share_encoder_decoder_embeddings", True)
+    V = c["vocab_size"]
+    V_tgt = c.get("decoder_vocab_size") or V if not shared else V
+    start = c.get("decoder_start_token_id")
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V_tgt,
+        d_model=c["d_model"],
+        n_heads=c["encoder_attention_heads"],
+        d_ff=c["encoder_ffn_dim"],
+        n_encoder_layers=c["encoder_layers"],
+        n_decoder_layers=c["decoder_layers"],
+        dropout=one_rate({k: c.get(k, 0.0) for k in ("dropout", "attention_dropout", "activation_dropout")}, dropout),
+        activation=activation_from_hf(c.get("activation_function", "gelu")),
+        norm_first=False,
+        positional="sinusoidal" if model_type == "marian" else "learned",
+        sinusoid_layout="split",
+        max_len=c["max_position_embeddings"],
+        layer_norm_eps=1e-5,  # nn.LayerNorm's default, which both use
+        pad_id=token_id(c, "pad_token_id", min(V, V_tgt)),
+        bos_id=None if start is None else token_id(c, "decoder_start_token_id", V_tgt),  # the decoder's start token
+        eos_id=token_id(c, "eos_token_id", V_tgt),
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        scale_embeddings=bool(c.get("scale_embedding", False)),
+        embedding_norm=model_type == "bart",
+        share_embeddings=shared,
+        # Marian's tables are nn.Embedding(padding_idx=pad): its lookups (the decoder start token too) pass
+        # no gradient; BART's are not (transformers 5).
+        embedding_padding_idx=model_type == "marian" and c.get("pad_token_id") is not None,
+    )
+
+
+def seq2seq_to_hf(config: TransformerConfig, model_type: str) -> dict:
+    positional = "sinusoidal" if model_type == "marian" else "learned"
+    require(
+        config, model_type, norm="layer", norm_first=False, positional=positional, embedding_norm=model_type == "bart",
+        gated_ffn=False, n_kv_heads=None, bias=True, output_bias=True,
+    )  # fmt: skip
+    if model_type == "marian" and config.sinusoid_layout != "split":
+        raise ValueError("this model cannot be written as a 'marian' checkpoint: sinusoid_layout must be 'split'")
+    if model_type == "bart" and not config.share_embeddings:
+        raise ValueError("this model cannot be written as a 'bart' checkpoint: BART shares one token table")
+    out = {
+        "vocab_size": config.src_vocab_size,
+        "d_model": config.d_model,
+        "encoder_attention_heads": config.n_heads,
+        "decoder_attention_heads": config.n_heads,
+        "encoder_ffn_dim": config.d_ff,
+        "decoder_ffn_dim": config.d_ff,
+        "encoder_layers": config.n_encoder_layers,
+        "decoder_layers": config.n_decoder_layers,
+        "dropout": config.dropout,
+        "attention_dropout": config.dropout,
+        "activation_dropout": config.dropout,
+        "activation_function": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
+        "max_position_embeddings": config.max_len,
+        "pad_token_id": config.pad_id,
+        "decoder_start_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+        "forced_eos_token_id": config.eos_id,
+        "tie_word_embeddings": config.tie_embeddings,
+        "scale_embedding": config.scale_embeddings,
+        "is_encoder_decoder": True,
+    }
+    if model_type == "marian":
+        out |= {
+            "share_encoder_decoder_embeddings": config.share_embeddings,
+            "decoder_vocab_size": config.tgt_vocab_size,
+        }
+    return out
+
+
+def seq2seq_rules(model_type: str) -> tuple[Rule, ...]:
+    """The table Marian and BART share, with BART's stored positions and embedding norms added."""
+    shared, separate = ("share_embeddings", True), ("share_embeddings", False)
+    rules = [
+        Rule("decoder.token_embedding.weight", "shared.weight", when=shared),
+        Rule("encoder.token_embedding.weight", "encoder.embed_tokens.weight", when=separate),
+        Rule("decoder.token_embedding.weight", "decoder.embed_tokens.weight", when=separate),
+    ]
+    sublayers = {
+        "encoder": (("self_attn", "self_attn"), ("self_attn_norm", "self_attn_layer_norm")),
+        "decoder": (
+            ("self_attn", "self_attn"),
+            ("self_attn_norm", "self_attn_layer_norm"),
+            ("cross_attn", "encoder_attn"),
+            ("cross_attn_norm", "encoder_attn_layer_norm"),
+        ),
+    }
+    for stack in ("encoder", "decoder"):
+        if model_type == "bart":
+            rules.append(Rule(f"{stack}.position_embedding.weight", f"{stack}.embed_positions.weight", offset=2))
+            rules += [
+                Rule(f"{stack}.embedding_norm.{w}", f"{stack}.layernorm_embedding.{w}") for w in ("weight", "bias")
+            ]
+        layer = f"{stack}.layers.{{i}}"
+        for ours, theirs in sublayers[stack]:
+            if ours.endswith("norm"):
+                rules += [Rule(f"{layer}.{ours}.{w}", f"{layer}.{theirs}.{w}") for w in ("weight", "bias")]
+            else:
+                rules += [
+                    Rule(f"{layer}.{ours}.{p}_proj.{w}", f"{layer}.{theirs}.{p}_proj.{w}")
+                    for p in ("q", "k", "v", "out")
+                    for w in ("weight", "bias")
+                ]
+        for ours, theirs in (("ffn.linear1", "fc1"), ("ffn.linear2", "fc2"), ("ffn_norm", "final_layer_norm")):
+            rules += [Rule(f"{layer}.{ours}.{w}", f"{layer}.{theirs}.{w}") for w in ("weight", "bias")]
+    rules += [
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+        Rule("output_proj.bias", "final_logits_bias", head=True, row=True),  # a (1, V) buffer
+    ]
+    return tuple(rules)
+
+
+SEQ2SEQ_SKIPPED = (
+    r"(encoder|decoder)\.embed_tokens\.weight",  # with shared embeddings: copies of shared.weight
+    r"shared\.weight",  # with separate tables: unused
+    r"lm_head\.weight",  # when tied: a copy of the decoder's table
+)
+SEQ2SEQ_TIED = (
+    ("model.encoder.embed_tokens.weight", "model.shared.weight", "share_embeddings"),
+    ("model.decoder.embed_tokens.weight", "model.shared.weight", "share_embeddings"),
+    ("lm_head.weight", "model.shared.weight", "tie_embeddings"),
+    ("lm_head.weight", "model.decoder.embed_tokens.weight", "tie_embeddings"),  # separate tables, tied output
+)
+
+MARIAN = Family(
+    model_type="marian",
+    model_class="Transformer",
+    architecture="MarianMTModel",
+    prefixes=("model.", ""),
+    rules=seq2seq_rules("marian"),
+    # the sinusoids: computed from the config (some checkpoints store them; they are not parameters)
+    skipped=(*SEQ2SEQ_SKIPPED, r"(encoder|decoder)\.embed_positions\.weight"),
+    from_hf=lambda c, dropout=None: seq2seq_from_hf(c, dropout, "marian"),
+    to_hf=lambda config: seq2seq_to_hf(config, "marian"),
+    tied=SEQ2SEQ_TIED,
+)
+
+BART = Family(
+    model_type="bart",
+    model_class="Transformer",
+    architecture="BartForConditionalGeneration",
+    prefixes=("model.", ""),
+    rules=seq2seq_rules("bart"),
+    skipped=SEQ2SEQ_SKIPPED,
+    from_hf=lambda c, dropout=None: seq2seq_from_hf(c, dropout, "bart"),
+    to_hf=lambda config: seq2seq_to_hf(config, "bart"),
+    tied=SEQ2SEQ_TIED,
+)
+
+
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MARIAN, BART)}
 
 
 def family_of(model_type) -> Family:

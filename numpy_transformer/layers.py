@@ -49,12 +49,13 @@ def linear_backward(dout: np.ndarray, cache):
 # Token embedding: a table lookup, optionally scaled by sqrt(D) as in the paper.
 
 
-def embedding_forward(ids: np.ndarray, weight: np.ndarray, scale: float = 1.0):
-    """ids (B, T) integers, weight (V, D) -> out = scale * weight[ids], (B, T, D)."""
+def embedding_forward(ids: np.ndarray, weight: np.ndarray, scale: float = 1.0, padding_idx: int | None = None):
+    """ids (B, T) integers, weight (V, D) -> out = scale * weight[ids], (B, T, D).
+    padding_idx: lookups of this id pass no gradient back (nn.Embedding's padding_idx); None: every id does."""
     out = weight[ids]  # (B, T, D)
     if scale != 1.0:
         out *= scale
-    return out, (ids, weight.shape, scale)
+    return out, (ids, weight.shape, scale, padding_idx)
 
 
 def embedding_backward(dout: np.ndarray, cache):
@@ -62,10 +63,11 @@ def embedding_backward(dout: np.ndarray, cache):
 
         dW[v] = scale * sum over (b, t) with ids[b, t] == v of dout[b, t]     (V, D)
 
-    Rows of a repeated id accumulate; ids that do not occur get zero. The scatter-add is done
-    by sorting the ids and summing runs of equal ids with np.add.reduceat (fast, no Python loop).
+    Rows of a repeated id accumulate; ids that do not occur get zero, and so does padding_idx (its
+    lookups are treated as constants, as torch's nn.Embedding(padding_idx=...) does). The scatter-add is
+    done by sorting the ids and summing runs of equal ids with np.add.reduceat (fast, no Python loop).
     """
-    ids, table_shape, scale = cache
+    ids, table_shape, scale, padding_idx = cache
     flat_ids = ids.reshape(-1)
     rows = dout.reshape(-1, table_shape[1])  # (N, D)
     order = np.argsort(flat_ids, kind="stable")
@@ -73,6 +75,8 @@ def embedding_backward(dout: np.ndarray, cache):
     starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])  # first of each run
     dweight = np.zeros(table_shape, dtype=dout.dtype)
     dweight[sorted_ids[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+    if padding_idx is not None:
+        dweight[padding_idx] = 0.0
     if scale != 1.0:
         dweight *= scale
     return dweight

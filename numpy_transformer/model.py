@@ -107,7 +107,8 @@ def embed_forward(
     """
     embedding = params["token_embedding.weight"]
     scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
-    x, token_cache = embedding_forward(ids, embedding, scale)  # (B, T, D)
+    padding_idx = config.pad_id if config.embedding_padding_idx else None  # lookups of pad: no gradient
+    x, token_cache = embedding_forward(ids, embedding, scale, padding_idx)  # (B, T, D)
     position_cache = None
     if config.positional != "rope":  # rotary positions act inside attention, not here
         if config.positional == "learned":

@@ -8,11 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("torch")
-pytest.importorskip("threadpoolctl")
-
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-pytest.importorskip("safetensors")
-torch = pytest.importorskip("torch")
+import torch
 
 import numpy_transformer as nt  # noqa: E402
 from numpy_transformer import checkpoint as np_ckpt  # noqa: E402

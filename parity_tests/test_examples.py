@@ -6,17 +6,11 @@ import json
 
 import pytest
 
-pytest.importorskip("matplotlib")
-pytest.importorskip("safetensors")
-pytest.importorskip("tqdm")
-
 from examples import train_numbers  # noqa: E402
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_train_numbers_quick(backend, tmp_path):
-    if backend == "torch":
-        pytest.importorskip("torch")
     metrics = train_numbers.main(["--quick", "--backend", backend, "--out", str(tmp_path)])
     written = json.loads((tmp_path / "metrics.json").read_text())
     for key in ("test_exact_match", "test_token_accuracy", "n_test", "train_seconds", "backend"):
@@ -35,7 +29,6 @@ def test_train_numbers_quick(backend, tmp_path):
 
 
 def test_checkpoint_of_the_example_loads_into_the_other_backend(tmp_path):
-    pytest.importorskip("torch")
     from numpy_transformer.checkpoint import read_checkpoint
     from torch_transformer.checkpoint import load_checkpoint
 
@@ -54,3 +47,16 @@ def test_train_numbers_reaches_the_target(tmp_path):
     assert metrics["n_test"] >= 1000
     assert metrics["train_seconds"] <= 15 * 60
     assert metrics["test_exact_match"] >= 0.95
+
+
+def test_examples_is_not_an_installed_package():
+    """examples/ is a folder of scripts in the checkout; an installed top-level package named `examples`
+    would collide with every other project that ships one."""
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
+
+    top_level = (importlib.metadata.distribution("transformer-parity").read_text("top_level.txt") or "").split()
+    assert "examples" not in top_level and "numpy_transformer" in top_level
+    checkout = Path(__file__).resolve().parents[1]
+    assert Path(importlib.util.find_spec("examples").origin).resolve().is_relative_to(checkout)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 import numpy_transformer as nt  # noqa: E402
 import torch_transformer as tt  # noqa: E402

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 from torch import nn  # noqa: E402
 from torch.func import functional_call  # noqa: E402
 

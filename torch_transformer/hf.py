@@ -63,9 +63,10 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     out = {}
     for name, rules in writing_plan(family, model.config, tensors).items():
         out[name] = _to_hf_layout([tensors[rule.ours] for rule in rules], rule=rules[0])
-    if tied and model.config.tie_embeddings:
-        for alias, source in family.tied:
-            out[alias] = out[source]
+    if tied:
+        for alias, source, field in family.tied:
+            if getattr(model.config, field) and source in out and alias not in out:
+                out[alias] = out[source]  # the same array: tied in the HF class too
     return out
 
 

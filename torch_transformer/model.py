@@ -149,7 +149,9 @@ class _Stack(nn.Module):
         self.pad_id = config.pad_id
         self.scale_embeddings = config.scale_embeddings
         self.sinusoid_layout = config.sinusoid_layout
-        self.token_embedding = nn.Embedding(vocab_size, d) if own_token_embedding else None
+        # padding_idx: lookups of pad_id pass no gradient to the table (config.embedding_padding_idx, Marian)
+        padding_idx = config.pad_id if config.embedding_padding_idx else None
+        self.token_embedding = nn.Embedding(vocab_size, d, padding_idx) if own_token_embedding else None
         if own_token_embedding:
             nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
         self.positional = config.positional
