@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .hf_families import Family, family_for_model, family_of, match, writing_plan
+from .hf_families import FAMILIES, Family, family_for_model, family_of, match, writing_plan
 from .model import EncoderModel, Transformer, TransformerLM
 
 CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
-SUPPORTED = "supported model types: bart, bert, gpt2, llama, marian"
+SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
 
 
 def load(directory, dtype=np.float32, dropout: float | None = None):
@@ -150,7 +150,7 @@ def read_tensors(directory: Path) -> dict:
         found = sorted(p.name for p in directory.iterdir())
         raise ValueError(
             f"{directory}: no model.safetensors (or model.safetensors.index.json); found {found}. Only safetensors "
-            "checkpoints are read (a pytorch_model.bin needs torch to unpickle)"
+            "checkpoints are read (convert a pytorch_model.bin with transformers' save_pretrained)"
         )
     tensors = {}
     for path in files:

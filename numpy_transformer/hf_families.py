@@ -160,6 +160,8 @@ def bert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         scale_embeddings=False,
         type_vocab_size=c.get("type_vocab_size", 2),
         embedding_norm=True,
+        # word_embeddings is nn.Embedding(padding_idx=pad): [PAD]'s row gets no gradient from lookups
+        embedding_padding_idx=c.get("pad_token_id") is not None,
     )
 
 
@@ -373,6 +375,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         n_kv_heads=None if n_kv == H else n_kv,
         bias=bool(c.get("attention_bias", False)),
         output_bias=False,
+        embedding_padding_idx=c.get("pad_token_id") is not None,  # embed_tokens: nn.Embedding(padding_idx=pad)
     )
 
 

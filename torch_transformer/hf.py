@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from numpy_transformer.hf_families import family_for_model, family_of, match, writing_plan
+from numpy_transformer.hf_families import FAMILIES, family_for_model, family_of, match, writing_plan
 
 from .model import EncoderModel, Transformer, TransformerLM
 
@@ -102,8 +102,10 @@ def _to_hf_layout(ts: list[Tensor], rule) -> Tensor:
 def _read_config(directory: Path) -> dict:
     path = directory / "config.json"
     if not path.is_file():
-        raise ValueError(f"{directory}: no config.json (a Hugging Face checkpoint directory has config.json and "
-                         "model.safetensors)")  # fmt: skip
+        raise ValueError(
+            f"{directory}: no config.json (a Hugging Face checkpoint directory has config.json and model.safetensors; "
+            f"supported model types: {', '.join(sorted(FAMILIES))})"
+        )
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
@@ -118,7 +120,10 @@ def _read_tensors(directory: Path, device) -> dict:
         files = [directory / s for s in sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))]
     else:
         found = sorted(p.name for p in directory.iterdir())
-        raise ValueError(f"{directory}: no model.safetensors (or model.safetensors.index.json); found {found}")
+        raise ValueError(
+            f"{directory}: no model.safetensors (or model.safetensors.index.json); found {found}. Only safetensors "
+            "checkpoints are read (convert a pytorch_model.bin with transformers' save_pretrained)"
+        )
     tensors = {}
     for path in files:
         try:

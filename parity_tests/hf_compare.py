@@ -1,0 +1,414 @@
+"""Our models against Hugging Face `transformers`' own classes (BertModel, GPT2LMHeadModel,
+LlamaForCausalLM), for the tests in test_hf.py and the parity report.
+
+    directory = ...                                       # any empty directory
+    theirs = build_tiny("llama", directory, seed=0)       # a tiny random model, written with save_pretrained
+    result = compare_hf("llama", np.float64, side="numpy", num_key_value_heads=1)
+    components.failures(result, np.float64)               # DESIGN.md's error measure and bars
+
+A comparison loads the checkpoint with our `hf.load` (NumPy or torch side), runs the same ids through
+both models, backpropagates the same random upstream gradient through both, and pairs the outputs
+and every parameter gradient by the transformers class's parameter name (ours translated with
+`hf.to_hf`). The pooler of BertModel is not part of EncoderModel: it is left out.
+
+Why the Llama patch. transformers' Llama computes two pieces in float32 whatever the model's dtype:
+LlamaRMSNorm casts its input to float32, and LlamaRotaryEmbedding computes cos and sin in float32 from
+an inverse-frequency table made in float32. A float64 Llama is therefore only float32-accurate (~1e-7
+against ours), which hides a float64 bug under the rounding. `llama_in_float64()` swaps exactly those two
+forward methods for float64 versions of the same math, so that the float64 comparison can demand 1e-10;
+the unmodified model is compared separately, at the float32 bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+import transformers.utils.logging
+from transformers.models.llama import modeling_llama
+
+import torch_transformer
+import torch_transformer.hf as torch_hf
+from numpy_transformer import TransformerConfig
+from numpy_transformer import hf as numpy_hf
+from numpy_transformer.decoding import greedy_decode as numpy_greedy_decode
+from parity_tests.components import TORCH_DTYPE, Result, to_numpy
+
+transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
+
+FAMILIES = ("bert", "gpt2", "llama")
+CLASSES = {
+    "bert": transformers.BertModel,
+    "gpt2": transformers.GPT2LMHeadModel,
+    "llama": transformers.LlamaForCausalLM,
+}
+CONFIGS = {"bert": transformers.BertConfig, "gpt2": transformers.GPT2Config, "llama": transformers.LlamaConfig}
+
+# Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
+# Llama's grouped K/V heads and a rotary base other than the default. Ids 0, 1, 2 are special
+# (pad, bos, eos); the inputs never use them. Dropout is 0: the comparisons run in evaluation mode anyway,
+# and one rate for every site is what our config can hold.
+STD = 0.3  # weights ~ N(0, 0.3^2): large enough that attention is far from uniform (checked by the tests)
+TINY = {
+    "bert": dict(
+        vocab_size=40,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=24,
+        max_position_embeddings=16,
+        type_vocab_size=2,
+        pad_token_id=0,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    ),
+    "gpt2": dict(
+        vocab_size=40,
+        n_embd=16,
+        n_layer=2,
+        n_head=4,
+        n_positions=24,
+        bos_token_id=1,
+        eos_token_id=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    ),
+    "llama": dict(
+        vocab_size=40,
+        hidden_size=32,  # head size 8: four rotary frequencies per head
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=32,
+        rope_theta=500.0,
+        bos_token_id=1,
+        eos_token_id=2,
+    ),
+}
+
+# The configurations the tests and the report run: family and overrides of TINY.
+VARIANTS = {
+    "bert": ("bert", {}),
+    "gpt2 tied": ("gpt2", {}),
+    "gpt2 untied": ("gpt2", {"tie_word_embeddings": False}),
+    "llama GQA 4/2 untied theta=500": ("llama", {}),
+    "llama MQA 4/1 tied theta=10000": (
+        "llama",
+        {"num_key_value_heads": 1, "tie_word_embeddings": True, "rope_theta": 10000.0},
+    ),
+    "llama MHA 4/4 tied theta=500": ("llama", {"num_key_value_heads": 4, "tie_word_embeddings": True}),
+}
+
+
+def tiny_config(family: str, **overrides):
+    return CONFIGS[family](**{**TINY[family], "initializer_range": STD, **overrides})
+
+
+def build_tiny(family: str, directory, seed: int = 0, **overrides):
+    """A tiny random transformers model of `family` (TINY's config with `overrides`), written to `directory`
+    with save_pretrained in float32; returned in evaluation mode.
+
+    Every parameter is redrawn from one seeded generator: matrices and embeddings N(0, STD^2), biases
+    N(0, 0.2^2), norm weights 1 + N(0, 0.2^2). transformers' own init leaves biases at 0 and norm weights at
+    1, where a bias mapped to the wrong place or a norm weight swapped with its bias would go unnoticed."""
+    torch.manual_seed(seed)
+    model = CLASSES[family](tiny_config(family, **overrides)).float().eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # a tied weight is listed once
+            noise = torch.randn(p.shape, generator=generator, dtype=torch.float32)
+            if name.endswith("weight") and p.ndim == 1:  # LayerNorm / RMSNorm weights
+                p.copy_(1 + 0.2 * noise)
+            elif p.ndim == 1:
+                p.copy_(0.2 * noise)
+            else:
+                p.copy_(STD * noise)
+    model.save_pretrained(directory)
+    return model
+
+
+def make_inputs(family: str, seed: int = 0, batch: int = 2, length: int = 7):
+    """ids (B, T) and BERT's token types (B, T) (None for the LMs). Ids avoid 0, 1, 2 (pad, bos, eos). For
+    BERT the last row is padded from the middle on, and the token types mark two segments."""
+    rng = np.random.default_rng(seed + 7)
+    vocab = TINY[family]["vocab_size"]
+    ids = rng.integers(3, vocab, size=(batch, length))
+    if family != "bert":
+        return ids, None
+    ids[-1, length // 2 + 1 :] = TINY["bert"]["pad_token_id"]
+    token_types = (np.arange(length) >= length // 2).astype(np.int64)[None].repeat(batch, axis=0)  # (B, T)
+    return ids, token_types
+
+
+# ----------------------------------------------------------------------------------------------
+# The float64 Llama patch (see the module docstring). The same math as the originals in
+# transformers/models/llama/modeling_llama.py, without the casts to float32.
+
+
+def rms_norm_forward_float64(self, hidden_states):
+    """LlamaRMSNorm.forward in the input's own dtype: weight * x / sqrt(mean(x^2) + eps)."""
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+
+@torch.no_grad()
+def rotary_forward_float64(self, x, position_ids):
+    """LlamaRotaryEmbedding.forward (default RoPE) in float64: the inverse frequencies theta^(-2i/Dh) are
+    recomputed in float64 (the module's buffer was made in float32), then cos and sin of pos * inv_freq,
+    repeated for the two halves (rotate_half's layout), cast to x's dtype."""
+    config = self.config
+    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim))  # (Dh/2,)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, Dh/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, Dh)
+    cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+    return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+
+
+@contextlib.contextmanager
+def llama_in_float64():
+    """Within the block, transformers' Llama computes RMSNorm and the rotary cos/sin in float64."""
+    saved = modeling_llama.LlamaRMSNorm.forward, modeling_llama.LlamaRotaryEmbedding.forward
+    modeling_llama.LlamaRMSNorm.forward = rms_norm_forward_float64
+    modeling_llama.LlamaRotaryEmbedding.forward = rotary_forward_float64
+    try:
+        yield
+    finally:
+        modeling_llama.LlamaRMSNorm.forward, modeling_llama.LlamaRotaryEmbedding.forward = saved
+
+
+def patch_for(family: str, dtype, llama_float64: bool = True):
+    """The float64 patch where it applies (a float64 Llama), else nothing."""
+    if family == "llama" and np.dtype(dtype) == np.float64 and llama_float64:
+        return llama_in_float64()
+    return contextlib.nullcontext()
+
+
+# ----------------------------------------------------------------------------------------------
+# Running one model: outputs and parameter gradients, under the transformers class's names.
+
+
+def transformers_forward(model, family: str, ids, token_types=None):
+    """transformers' output: BERT's last hidden states (B, T, D) with attention_mask = ids != pad_id,
+    the LMs' logits (B, T, V) with the causal mask only."""
+    device = next(model.parameters()).device
+    ids_t = torch.from_numpy(ids).to(device)
+    if family == "bert":
+        types_t = None if token_types is None else torch.from_numpy(token_types).to(device)
+        mask = (ids_t != model.config.pad_token_id).long()
+        return model(input_ids=ids_t, attention_mask=mask, token_type_ids=types_t).last_hidden_state
+    return model(input_ids=ids_t, use_cache=False).logits
+
+
+def run_transformers(model, family: str, ids, token_types, upstream) -> tuple[np.ndarray, dict]:
+    """Output, and d(sum(output * upstream))/d(param) for every parameter (BERT's pooler left out). BERT's
+    word_embeddings is nn.Embedding(padding_idx=pad): [PAD]'s row gets no gradient from lookups there, and
+    ours neither (the config translation sets embedding_padding_idx)."""
+    model.eval().zero_grad(set_to_none=True)
+    out = transformers_forward(model, family, ids, token_types)
+    (out * torch.from_numpy(upstream).to(out.device)).sum().backward()
+    grads = {
+        name: to_numpy(p.grad) if p.grad is not None else np.zeros(p.shape)
+        for name, p in model.named_parameters()
+        if not name.startswith("pooler.")
+    }
+    return to_numpy(out), grads
+
+
+def run_numpy(model, family: str, ids, token_types, upstream) -> tuple[np.ndarray, dict]:
+    """The same for a NumPy model; gradients translated with hf.to_hf (the tied alias left out, as
+    named_parameters lists a tied weight once)."""
+    model.eval().zero_grad()
+    out = model.forward(ids, token_types) if family == "bert" else model.forward(ids)
+    model.backward(upstream)
+    return out, numpy_hf.to_hf(model, model.grads, tied=False)
+
+
+def run_torch(model, family: str, ids, token_types, upstream) -> tuple[np.ndarray, dict]:
+    """The same for a torch_transformer model."""
+    model.eval().zero_grad(set_to_none=True)
+    device = next(model.parameters()).device
+    ids_t = torch.from_numpy(ids).to(device)
+    if family == "bert":
+        types_t = None if token_types is None else torch.from_numpy(token_types).to(device)
+        out = model(ids_t, types_t)
+    else:
+        out = model(ids_t)
+    (out * torch.from_numpy(upstream).to(device)).sum().backward()
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    return to_numpy(out), {k: to_numpy(v) for k, v in torch_hf.to_hf(model, grads, tied=False).items()}
+
+
+def load_ours(side: str, directory, dtype, device: str = "cpu"):
+    """Our model of a checkpoint directory: NumPy (`numpy_transformer.hf.load`) or torch."""
+    if side == "numpy":
+        return numpy_hf.load(directory, dtype=dtype)
+    if side == "torch":
+        return torch_hf.load(directory, dtype=TORCH_DTYPE[np.dtype(dtype)], device=device)
+    raise ValueError(f"side must be 'numpy' or 'torch', got {side!r}")
+
+
+def pair(ours_out, theirs_out, ours_grads: dict, theirs_grads: dict, output_name: str) -> Result:
+    """A Result pairing the outputs and every gradient by name; the two sets of names must be equal."""
+    if set(ours_grads) != set(theirs_grads):
+        raise AssertionError(
+            f"gradient names differ: only ours {sorted(set(ours_grads) - set(theirs_grads))}, "
+            f"only transformers' {sorted(set(theirs_grads) - set(ours_grads))}"
+        )
+    result = Result(outputs={output_name: (ours_out, theirs_out)})
+    for name, theirs in theirs_grads.items():  # in the transformers model's parameter order
+        result.grads[name] = (ours_grads[name], theirs)
+    return result
+
+
+def compare_hf(
+    family: str,
+    dtype=np.float64,
+    side: str = "numpy",
+    seed: int = 0,
+    llama_float64: bool = True,
+    device: str = "cpu",
+    **overrides,
+) -> Result:
+    """Our model (NumPy or torch side, `dtype`) against the transformers model of a tiny random checkpoint.
+
+    Both models hold the same values: the checkpoint is float32 and each side widens it to `dtype`. The
+    objective is sum(output * R) with R random, so the upstream gradient is never degenerate. Outputs:
+    BERT's last hidden states (every position, the padded ones included: their queries still attend to the
+    real keys, on both sides), the LMs' logits. Gradients: every parameter, by the transformers name.
+    llama_float64: run a float64 Llama with the float64 RMSNorm and rotary patch (see the module docstring).
+    """
+    dtype = np.dtype(dtype)
+    with tempfile.TemporaryDirectory() as directory:
+        theirs_model = build_tiny(family, directory, seed, **overrides).to(device=device, dtype=TORCH_DTYPE[dtype])
+        ours_model = load_ours(side, directory, dtype, device)
+    ids, token_types = make_inputs(family, seed)
+    out_shape = (*ids.shape, theirs_model.config.hidden_size if family == "bert" else TINY[family]["vocab_size"])
+    upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
+    with patch_for(family, dtype, llama_float64):
+        theirs_out, theirs_grads = run_transformers(theirs_model, family, ids, token_types, upstream)
+    run = run_numpy if side == "numpy" else run_torch
+    ours_out, ours_grads = run(ours_model, family, ids, token_types, upstream)
+    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
+
+
+def attention_spread(family: str, seed: int = 0, **overrides) -> float:
+    """How far from uniform the tiny model's attention is: per layer, the largest gap between two
+    probabilities of one query row (keys it may attend to); the smallest such gap over the layers.
+    Near 0 would mean attention averages its keys, and a wrong mask or rotation could hide behind it."""
+    with tempfile.TemporaryDirectory() as directory:
+        build_tiny(family, directory, seed, **overrides)
+        model = numpy_hf.load(directory, dtype=np.float64).eval()
+    ids, token_types = make_inputs(family, seed)
+    model.forward(ids, token_types) if family == "bert" else model.forward(ids)
+    gaps = []
+    for probs in model.attention_maps().values():  # (B, H, T_q, T_k)
+        allowed = probs > 0
+        high = probs.max(axis=-1)
+        low = np.where(allowed, probs, np.inf).min(axis=-1)
+        gaps.append(float((high - low).max()))
+    return min(gaps)
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy decoding against transformers' generate.
+
+
+def greedy_pair(
+    family: str, side: str, prompts: np.ndarray, max_new_tokens: int, directory, seed: int = 0, **overrides
+):
+    """(ours, theirs): greedy continuations of `prompts` (B, T_p) by our greedy_decode (NumPy or torch side)
+    and by transformers' generate (do_sample=False, one beam), in float64 (with the Llama patch).
+
+    generate is told what our decoding does: stop at eos_token_id, and after a row's eos fill pad_id, or
+    eos_id when the vocabulary has no padding token (generate's own fallback, written out here). No
+    attention mask is needed: the prompts are not padded."""
+    theirs_model = build_tiny(family, directory, seed, **overrides).double()
+    ours_model = load_ours(side, directory, np.float64)
+    config = ours_model.config
+    with patch_for(family, np.float64), torch.no_grad():
+        theirs = theirs_model.generate(
+            torch.from_numpy(prompts),
+            attention_mask=torch.ones(prompts.shape, dtype=torch.long),
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            eos_token_id=config.eos_id,
+            pad_token_id=config.pad_id if config.pad_id is not None else config.eos_id,
+        )
+    if side == "numpy":
+        ours = numpy_greedy_decode(ours_model, prompts, max_new_tokens)
+    else:
+        ours = to_numpy(torch_transformer.greedy_decode(ours_model, torch.from_numpy(prompts), max_new_tokens))
+    return np.asarray(ours), to_numpy(theirs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Round trips: our model written with hf.save, read back by transformers' from_pretrained.
+
+
+def round_trip(ours_model, family: str, directory, seed: int = 0) -> tuple[Result, object]:
+    """hf.save(ours_model) to `directory`, from_pretrained there (float64): (a Result pairing our output with
+    transformers', and from_pretrained's loading info: missing, unexpected and mismatched keys)."""
+    is_numpy = not isinstance(ours_model, torch.nn.Module)
+    (numpy_hf if is_numpy else torch_hf).save(ours_model, directory)
+    theirs_model, info = CLASSES[family].from_pretrained(directory, dtype=torch.float64, output_loading_info=True)
+    theirs_model = theirs_model.double().eval()
+    ids, token_types = make_inputs(family, seed)
+    with patch_for(family, np.float64), torch.no_grad():
+        theirs = to_numpy(transformers_forward(theirs_model, family, ids, token_types))
+    ours_model.eval()
+    if is_numpy:
+        ours = ours_model.forward(ids, token_types) if family == "bert" else ours_model.forward(ids)
+    else:
+        with torch.no_grad():
+            ids_t = torch.from_numpy(ids)
+            out = ours_model(ids_t, torch.from_numpy(token_types)) if family == "bert" else ours_model(ids_t)
+        ours = to_numpy(out)
+    return Result(outputs={"hidden" if family == "bert" else "logits": (ours, theirs)}), info
+
+
+# Models of our own (not loaded from a checkpoint) that each family can express: hf.save must derive the
+# whole config.json from the TransformerConfig, with no loaded config.json to fall back on.
+NATIVE = {
+    "bert": TransformerConfig(
+        src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, d_ff=24, n_encoder_layers=2, n_decoder_layers=0,
+        activation="gelu", positional="learned", max_len=16, layer_norm_eps=1e-12, pad_id=0, scale_embeddings=False,
+        type_vocab_size=2, embedding_norm=True,
+    ),
+    "gpt2": TransformerConfig(
+        src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, d_ff=24, n_encoder_layers=0, n_decoder_layers=2,
+        activation="gelu_tanh", norm_first=True, positional="learned", max_len=16, pad_id=None, tie_embeddings=True,
+        scale_embeddings=False, output_bias=False,
+    ),
+    "llama": TransformerConfig(
+        src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=48, n_encoder_layers=0, n_decoder_layers=2,
+        activation="silu", norm_first=True, positional="rope", rope_theta=500.0, max_len=16, layer_norm_eps=1e-6,
+        pad_id=None, scale_embeddings=False, norm="rms", gated_ffn=True, n_kv_heads=2, bias=False, output_bias=False,
+    ),
+}  # fmt: skip
+
+
+def native_model(family: str, side: str, seed: int = 0):
+    """A float64 model of NATIVE[family] (NumPy or torch side, the same values), every parameter moved off its
+    initial value (norm weights off 1, biases off 0) so that a swapped or misplaced tensor shows."""
+    import numpy_transformer as nt
+
+    config = NATIVE[family]
+    cls = {"bert": nt.EncoderModel, "gpt2": nt.TransformerLM, "llama": nt.TransformerLM}[family]
+    model = cls(config, seed=seed, dtype=np.float64)
+    rng = np.random.default_rng(seed + 11)
+    for value in model.params.values():
+        value += 0.2 * rng.standard_normal(value.shape)
+    if side == "numpy":
+        return model
+    twin = getattr(torch_transformer, cls.__name__)(config).double()
+    twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+    return twin

