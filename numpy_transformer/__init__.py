@@ -18,6 +18,7 @@ from .attention import (
 )
 from .config import TransformerConfig
 from .decoding import beam_search, greedy_decode
+from .flash_attention import flash_attention_backward, flash_attention_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
@@ -31,6 +32,8 @@ __all__ = [
     "multi_head_attention_backward",
     "scaled_dot_product_attention_forward",
     "scaled_dot_product_attention_backward",
+    "flash_attention_forward",
+    "flash_attention_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
     "greedy_decode",

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from .flash_attention import flash_attention_backward, flash_attention_forward
 from .layers import (
     Dropout,
     dropout_backward,
@@ -167,6 +168,7 @@ def multi_head_attention_forward(
     n_kv_heads: int | None = None,
     rope: tuple | None = None,
     is_causal: bool = False,
+    kernel: str = "plain",
 ):
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W_O^T,  head_h = Attention(Q W_Q,h^T, K W_K,h^T, V W_V,h^T).
 
@@ -178,8 +180,15 @@ def multi_head_attention_forward(
     n_kv_heads: K/V heads (grouped-query attention; None = n_heads). rope: (cos, sin) of the positions,
     each (T, Dh/2), to rotate queries and keys with (self-attention, T_q = T_k = T).
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
-    Returns out (B, T_q, D) and a cache; cache["attn"]["probs"] holds the probabilities (B, H, T_q, T_k).
+    kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
+    "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
+    Returns out (B, T_q, D) and a cache; with the plain kernel cache["attn"]["probs"] holds the
+    probabilities (B, H, T_q, T_k).
     """
+    if kernel not in ("plain", "flash"):
+        raise ValueError(f"kernel must be 'plain' or 'flash', got {kernel!r}")
+    if kernel == "flash" and dropout is not None and dropout.p > 0:
+        raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={dropout.p}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads, rope)
     _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
@@ -193,17 +202,20 @@ def multi_head_attention_forward(
         k, _ = rope_forward(k, *rope)  # the same positions, so the same rotation (and the same backward)
     k, repeat_cache = repeat_kv_forward(k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
     v, _ = repeat_kv_forward(v, n_heads // n_kv_heads)
-    mask = attn_mask
-    if is_causal:
-        causal = causal_mask(q.shape[2], k.shape[2])  # (1, 1, T_q, T_k)
-        mask = causal if attn_mask is None else causal & attn_mask
-    keep_mask = None
-    if dropout is not None:
-        B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
-        keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
-    context, attn_cache = scaled_dot_product_attention_forward(
-        q, k, v, mask, dropout.p if dropout is not None else 0.0, keep_mask
-    )  # (B, H, T_q, Dh)
+    if kernel == "flash":  # is_causal goes to the tiled kernel, which skips the blocks above the diagonal
+        context, attn_cache = flash_attention_forward(q, k, v, attn_mask, is_causal)  # (B, H, T_q, Dh)
+    else:
+        mask = attn_mask
+        if is_causal:
+            causal = causal_mask(q.shape[2], k.shape[2])  # (1, 1, T_q, T_k)
+            mask = causal if attn_mask is None else causal & attn_mask
+        keep_mask = None
+        if dropout is not None:
+            B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
+            keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
+        context, attn_cache = scaled_dot_product_attention_forward(
+            q, k, v, mask, dropout.p if dropout is not None else 0.0, keep_mask
+        )  # (B, H, T_q, Dh)
     context = merge_heads(context)  # (B, T_q, D)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
     return out, {
@@ -234,7 +246,9 @@ def multi_head_attention_backward(dout: np.ndarray, cache):
     grads = {}
     n_heads = cache["attn"]["q"].shape[1]
     dcontext, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(dout, cache["out"])
-    dq, dk, dv = scaled_dot_product_attention_backward(split_heads(dcontext, n_heads), cache["attn"])
+    flash = "lse" in cache["attn"]  # the tiled kernel's cache keeps the row log-sum-exp instead of probabilities
+    attention_backward = flash_attention_backward if flash else scaled_dot_product_attention_backward
+    dq, dk, dv = attention_backward(split_heads(dcontext, n_heads), cache["attn"])
     dk = repeat_kv_backward(dk, cache["repeat_kv"])  # (B, H_kv, T_k, Dh)
     dv = repeat_kv_backward(dv, cache["repeat_kv"])
     if cache["rope"] is not None:

@@ -168,7 +168,7 @@ def attention_forward(
     query in self-attention), with config.n_kv_heads K/V heads and, when given, rotary positions."""
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
-        n_kv_heads=config.n_kv_heads, rope=rope, is_causal=is_causal,
+        n_kv_heads=config.n_kv_heads, rope=rope, is_causal=is_causal, kernel=config.attention,
     )  # fmt: skip
 
 
@@ -667,6 +667,11 @@ class _Model:
     def attention_maps(self) -> dict:
         """Attention probabilities of the last forward pass, (B, H, T_q, T_k) each, keyed by module name
         ("encoder.layers.0.self_attn", "decoder.layers.1.cross_attn", ...)."""
+        if self.config.attention == "flash":
+            raise ValueError(
+                "attention_maps: this model uses attention='flash', which never holds the (T_q, T_k) probabilities; "
+                "build it with attention='plain' (the same weights load into either) to read them"
+            )
         if self._cache is None:
             raise ValueError("attention_maps: no forward pass has been run yet")
         maps = {}

@@ -21,6 +21,7 @@ WALKTHROUGHS = [
     "02_layer_norm_backward.py",
     "03_backprop_encoder_decoder.py",
     "04_training_and_attention_maps.py",  # in its quick mode (WALKTHROUGH_QUICK=1)
+    "07_flash_attention_backward.py",
 ]
 
 

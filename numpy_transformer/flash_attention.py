@@ -1,0 +1,273 @@
+"""Tiled attention: FlashAttention's algorithm (Dao et al. 2022; Dao 2023), forward and backward, in NumPy.
+
+The same function as scaled_dot_product_attention_forward / _backward, softmax(Q K^T / sqrt(Dh)) V with a
+boolean mask (True = may attend), computed without ever holding a (T_q, T_k) array. The queries are cut
+into blocks of B_r = block_q rows and the keys and values into blocks of B_c = block_k rows; the loops run
+over blocks only, and inside a block everything is a matrix product batched over B and H.
+
+The papers' symbols, used in the comments below (a block's arrays keep the B and H axes in front):
+
+    Q_i        (B, H, B_r, Dh)   the i-th block of queries, i = 1 .. T_r = ceil(T_q / B_r)
+    K_j, V_j   (B, H, B_c, Dh)   the j-th block of keys and values, j = 1 .. T_c = ceil(T_k / B_c)
+    S_ij       (B, H, B_r, B_c)  s Q_i K_j^T, s = 1 / sqrt(Dh); -inf where the mask says no
+    m_i, l_i   (B, H, B_r, 1)    running row max and running row sum of exp(S - m)
+    O_i        (B, H, B_r, Dh)   the output rows of block i
+    L_i        (B, H, B_r)       the row log-sum-exp, m_i + log(l_i): all the backward keeps of the softmax
+    D_i        (B, H, B_r, 1)    rowsum(dO_i * O_i), the backward's stand-in for rowsum(dP * P)
+
+Memory: besides q, k, v and out, the forward keeps L (B, H, T_q) and the backward's extra arrays are the
+gradients themselves; every other array is one block, (B, H, B_r, B_c). There is no attention dropout here
+(it would need the (T_q, T_k) keep-mask this pair exists to avoid), and no probabilities to plot.
+
+A query row with nothing to attend to (every key masked) gets a zero output and zero gradient, never NaN:
+its running max stays -inf, so the shift used for the exponentials is 0 instead (exp(-inf - 0) = 0), its
+sum l stays 0, and its L is stored as +inf so that the backward's exp(S - L) is 0 for every key.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .validation import check_float_array, check_ndim
+
+
+def flash_attention_forward(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None = None,
+    is_causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+):
+    """O = softmax(s Q K^T) V, s = 1/sqrt(Dh), one block of keys at a time (online softmax).
+
+    q (B, H, T_q, Dh), k and v (B, H, T_k, Dh); attn_mask boolean, broadcastable to (B, H, T_q, T_k),
+    True = may attend; is_causal: query i sees keys j <= i (top-left aligned, as torch's is_causal),
+    and key blocks wholly above the diagonal are skipped, no (T_q, T_k) mask is built.
+    Returns out (B, H, T_q, Dh) and a cache holding q, k, v, out and the row log-sum-exp L (B, H, T_q), besides
+    the mask as given and the options (nothing computed here is of size (T_q, T_k)).
+
+    Why it works. For one query row with scores s_1 .. s_N, softmax needs the max m = max_j s_j and the
+    sum l = sum_j exp(s_j - m) over the whole row, but both can be built block by block. After the
+    blocks 1 .. j-1 we hold m^(j-1), l^(j-1) and the unnormalised output o^(j-1) = sum exp(s - m^(j-1)) v.
+    Block j brings scores S_j; then
+
+        m^(j) = max(m^(j-1), rowmax(S_j))
+        P~_j  = exp(S_j - m^(j))
+        l^(j) = exp(m^(j-1) - m^(j)) l^(j-1) + rowsum(P~_j)
+        o^(j) = exp(m^(j-1) - m^(j)) o^(j-1) + P~_j V_j
+
+    The factor exp(m^(j-1) - m^(j)) <= 1 re-expresses what was summed under the old max in terms of the
+    new one, so after the last block l and o are exactly the full row's sum and unnormalised output:
+    O = o / l. The softmax itself is not kept, only L = m + log(l), from which any probability can be
+    recomputed as P = exp(S - m) / l = exp(S - L).
+    """
+    _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k)
+    B, H, T_q, Dh = q.shape
+    T_k, Dv = k.shape[2], v.shape[3]
+    scale = 1.0 / math.sqrt(Dh)  # a Python float: it keeps float32 float32 (np.sqrt would upcast)
+    mask = _as_4d(attn_mask)
+    out = np.empty((B, H, T_q, Dv), dtype=q.dtype)  # O
+    lse = np.empty((B, H, T_q), dtype=q.dtype)  # L
+    for i0 in range(0, T_q, block_q):  # outer loop: query blocks Q_i
+        i1 = min(i0 + block_q, T_q)
+        q_i = q[:, :, i0:i1]  # (B, H, B_r, Dh)
+        m_i = np.full((B, H, i1 - i0, 1), -np.inf, dtype=q.dtype)  # m_i^(0) = -inf
+        l_i = np.zeros((B, H, i1 - i0, 1), dtype=q.dtype)  # l_i^(0) = 0
+        o_i = np.zeros((B, H, i1 - i0, Dv), dtype=q.dtype)  # O_i^(0) = 0
+        for j0 in range(0, _key_end(i1, T_k, is_causal), block_k):  # inner loop: key blocks K_j, V_j
+            j1 = min(j0 + block_k, T_k)
+            # S_ij = s Q_i K_j^T, masked entries -inf
+            s_ij = _block_scores(q_i, k[:, :, j0:j1], scale, _block_mask(mask, is_causal, i0, i1, j0, j1))
+            # m_i^(j) = max(m_i^(j-1), rowmax(S_ij))
+            m_new = np.maximum(m_i, s_ij.max(axis=-1, keepdims=True))  # (B, H, B_r, 1)
+            shift = np.where(m_new == -np.inf, 0, m_new)  # a row masked so far: exp(-inf - 0) = 0, not NaN
+            # P~_ij = exp(S_ij - m_i^(j))
+            p_ij = s_ij
+            p_ij -= shift
+            np.exp(p_ij, out=p_ij)  # (B, H, B_r, B_c), in place: S_ij is not needed again
+            # l_i^(j) = exp(m_i^(j-1) - m_i^(j)) l_i^(j-1) + rowsum(P~_ij)
+            alpha = np.exp(m_i - shift)  # (B, H, B_r, 1)
+            l_i = alpha * l_i + p_ij.sum(axis=-1, keepdims=True)
+            # O_i^(j) = diag(exp(m_i^(j-1) - m_i^(j))) O_i^(j-1) + P~_ij V_j
+            o_i = alpha * o_i + p_ij @ v[:, :, j0:j1]  # (B, H, B_r, Dv)
+            m_i = m_new
+        # O_i = diag(l_i)^-1 O_i^(T_c);  L_i = m_i + log(l_i)   (a row with nothing to attend to: O = 0, L = +inf)
+        empty = l_i == 0
+        l_safe = np.where(empty, 1, l_i)
+        out[:, :, i0:i1] = o_i / l_safe
+        lse[:, :, i0:i1] = np.where(empty, np.inf, m_i + np.log(l_safe))[..., 0]
+    cache = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "out": out,
+        "lse": lse,
+        "attn_mask": attn_mask,  # as given: a padding mask (B, 1, 1, T_k) is small; causal builds none
+        "is_causal": is_causal,
+        "block_q": block_q,
+        "block_k": block_k,
+    }
+    return out, cache
+
+
+def flash_attention_backward(dout: np.ndarray, cache):
+    """Gradients of O = P V, P = softmax(S), S = s Q K^T, recomputing P one block at a time.
+
+    dout (B, H, T_q, Dh) and the forward's cache -> dq (B, H, T_q, Dh), dk and dv (B, H, T_k, Dh).
+
+    The plain backward (scaled_dot_product_attention_backward) is, entry by entry,
+
+        dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),   dQ = s dS K,   dK = s dS^T Q
+
+    and needs P only block by block: the entries of dS_ij depend on S_ij, dO_i, V_j and two row
+    quantities. The first is the softmax's normaliser: P_ij = exp(S_ij - L_i), with L from the forward.
+    The second, rowsum(dP * P), runs over the whole row of keys, but it is a number per query that the
+    output already holds:
+
+        rowsum(dP * P)_r = sum_c (dO_r . v_c) P_rc = dO_r . (sum_c P_rc v_c) = dO_r . O_r =: D_r
+
+    so D = rowsum(dO * O) (B, H, T_q) costs one pass over O and no (T_q, T_k) array. Each block then adds
+    its share to the sums that make up dQ, dK and dV. The outer loop runs over key blocks, so that dK_j
+    and dV_j are finished when it moves on; dQ_i collects a term from every key block.
+    """
+    _check_flash_backward(dout, cache)
+    q, k, v, out, lse = cache["q"], cache["k"], cache["v"], cache["out"], cache["lse"]
+    is_causal, block_q, block_k = cache["is_causal"], cache["block_q"], cache["block_k"]
+    T_q, T_k = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    mask = _as_4d(cache["attn_mask"])
+    # D = rowsum(dO * O), in place of rowsum(dP * P)
+    D = np.vecdot(dout, out)[..., None]  # (B, H, T_q, 1)
+    dq = np.zeros_like(q)  # (B, H, T_q, Dh): every key block adds to it
+    dk = np.empty_like(k)  # (B, H, T_k, Dh): each block written once
+    dv = np.empty_like(v)
+    for j0 in range(0, T_k, block_k):  # outer loop: key blocks K_j, V_j
+        j1 = min(j0 + block_k, T_k)
+        k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]  # (B, H, B_c, Dh)
+        dk_j = np.zeros_like(k_j)  # dK_j = 0
+        dv_j = np.zeros_like(v_j)  # dV_j = 0
+        for i0 in range(_query_start(j0, T_q, block_q, is_causal), T_q, block_q):  # inner loop: query blocks Q_i
+            i1 = min(i0 + block_q, T_q)
+            q_i, do_i = q[:, :, i0:i1], dout[:, :, i0:i1]  # (B, H, B_r, Dh)
+            # S_ij = s Q_i K_j^T, recomputed exactly as the forward computed it
+            s_ij = _block_scores(q_i, k_j, scale, _block_mask(mask, is_causal, i0, i1, j0, j1))
+            # P_ij = exp(S_ij - L_i)
+            p_ij = s_ij
+            p_ij -= lse[:, :, i0:i1, None]
+            np.exp(p_ij, out=p_ij)  # (B, H, B_r, B_c)
+            # dV_j += P_ij^T dO_i
+            dv_j += p_ij.swapaxes(-1, -2) @ do_i  # (B, H, B_c, Dh)
+            # dP_ij = dO_i V_j^T
+            dp_ij = do_i @ v_j.swapaxes(-1, -2)  # (B, H, B_r, B_c)
+            # dS_ij = P_ij * (dP_ij - D_i), times s for the scale inside S
+            dp_ij -= D[:, :, i0:i1]
+            ds_ij = p_ij
+            ds_ij *= dp_ij
+            ds_ij *= scale
+            # dQ_i += dS_ij K_j;  dK_j += dS_ij^T Q_i
+            dq[:, :, i0:i1] += ds_ij @ k_j  # (B, H, B_r, Dh)
+            dk_j += ds_ij.swapaxes(-1, -2) @ q_i  # (B, H, B_c, Dh)
+        dk[:, :, j0:j1] = dk_j
+        dv[:, :, j0:j1] = dv_j
+    return dq, dk, dv
+
+
+# ----------------------------------------------------------------------------------------------
+# One block: its scores, its mask, and which blocks a causal pass visits.
+
+
+def _block_scores(q_i: np.ndarray, k_j: np.ndarray, scale: float, mask_ij: np.ndarray | None) -> np.ndarray:
+    """S_ij = s Q_i K_j^T (B, H, B_r, B_c), -inf where mask_ij is False. Both passes compute a block's
+    scores here (the backward recomputes them), so the tests can count the blocks each pass visits."""
+    s_ij = q_i @ k_j.swapaxes(-1, -2)  # (B, H, B_r, B_c)
+    s_ij *= scale
+    if mask_ij is not None:
+        np.copyto(s_ij, -np.inf, where=~mask_ij)
+    return s_ij
+
+
+def _block_mask(mask: np.ndarray | None, is_causal: bool, i0: int, i1: int, j0: int, j1: int) -> np.ndarray | None:
+    """The mask of queries i0 .. i1 - 1 against keys j0 .. j1 - 1, broadcastable to (B, H, B_r, B_c), or None
+    when the block hides nothing. The causal part is built for this block only, and only on the diagonal."""
+    block = None
+    if mask is not None:
+        rows = slice(i0, i1) if mask.shape[2] != 1 else slice(None)  # a padding mask has one row for all queries
+        cols = slice(j0, j1) if mask.shape[3] != 1 else slice(None)
+        block = mask[:, :, rows, cols]
+    if is_causal and j1 - 1 > i0:  # some key of the block lies after some query: the block crosses the diagonal
+        causal = np.arange(i0, i1)[:, None] >= np.arange(j0, j1)  # (B_r, B_c), query i sees key j <= i
+        block = causal if block is None else block & causal
+    return block
+
+
+def _key_end(i1: int, T_k: int, is_causal: bool) -> int:
+    """Forward: the keys the queries before i1 can see end at i1 when causal (key j <= query i < i1)."""
+    return min(i1, T_k) if is_causal else T_k
+
+
+def _query_start(j0: int, T_q: int, block_q: int, is_causal: bool) -> int:
+    """Backward: the first query block that sees key j0. Causal: query j0 is the first to see it, and it lies in
+    the block starting at j0 // block_q * block_q; no query sees it when j0 >= T_q."""
+    if not is_causal:
+        return 0
+    return T_q if j0 >= T_q else j0 // block_q * block_q
+
+
+def _as_4d(mask: np.ndarray | None) -> np.ndarray | None:
+    """A mask broadcastable to (B, H, T_q, T_k), given leading axes of size one (a view: nothing is copied)."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    return mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument checks: every message names the argument, what it got and what was expected.
+
+
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_float_array(name, x)
+        check_ndim(name, x, 4, "(B, H, T, Dh)")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    B, H, T_q, Dh = q.shape
+    if k.shape[:2] != (B, H) or v.shape[:2] != (B, H):
+        raise ValueError(
+            f"q, k and v must share (B, H): got q {q.shape}, k {k.shape}, v {v.shape} (shapes are (B, H, T, Dh))"
+        )
+    if Dh < 1 or k.shape[3] != Dh:
+        raise ValueError(f"k must have q's head size Dh={Dh} >= 1, got q {q.shape} and k {k.shape}")
+    if v.shape[2] != k.shape[2]:
+        raise ValueError(f"k and v must have the same number of keys T_k, got k {k.shape} and v {v.shape}")
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    _check_positive_int("block_q", block_q)
+    _check_positive_int("block_k", block_k)
+    if attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        if attn_mask.dtype != np.bool_:
+            raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
+        target = (B, H, T_q, k.shape[2])
+        try:
+            fits = attn_mask.ndim <= 4 and np.broadcast_shapes(attn_mask.shape, target) == target
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}")
+
+
+def _check_flash_backward(dout, cache) -> None:
+    if not isinstance(cache, dict) or "lse" not in cache:
+        raise TypeError("cache must be the cache returned by flash_attention_forward (it holds the row log-sum-exp)")
+    out = cache["out"]
+    check_float_array("dout", dout, dtype=out.dtype, shape=out.shape)
