@@ -127,13 +127,15 @@ def embed_forward(
         w, b = params["embedding_norm.weight"], params["embedding_norm.bias"]
         x, norm_cache = layer_norm_forward(x, w, b, config.layer_norm_eps)
     x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
-    return x, (token_cache, position_cache, type_cache, norm_cache, drop_cache, config.positional == "learned")
+    cache = {"tokens": token_cache, "positions": position_cache, "types": type_cache, "norm": norm_cache}
+    return x, cache | {"dropout": drop_cache, "learned": config.positional == "learned"}
 
 
 def embed_backward(dout: np.ndarray, cache) -> dict:
     """Backward of the embedding, its forward lines in reverse: dropout, the embedding norm, then the
     sum x = tokens + positions + types, whose gradient reaches each of the three tables unchanged."""
-    token_cache, position_cache, type_cache, norm_cache, drop_cache, learned = cache
+    token_cache, position_cache, type_cache, norm_cache = (cache[k] for k in ("tokens", "positions", "types", "norm"))
+    drop_cache, learned = cache["dropout"], cache["learned"]
     grads = {}
     dx = dropout_backward(dout, drop_cache)
     if norm_cache is not None:

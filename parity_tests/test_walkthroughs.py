@@ -21,6 +21,8 @@ WALKTHROUGHS = [
     "02_layer_norm_backward.py",
     "03_backprop_encoder_decoder.py",
     "04_training_and_attention_maps.py",  # in its quick mode (WALKTHROUGH_QUICK=1)
+    "05_reading_bert.py",  # the real all-MiniLM-L6-v2 against transformers (the test extras)
+    "06_rope_rmsnorm_swiglu.py",
     "07_flash_attention_backward.py",
 ]
 
