@@ -318,9 +318,19 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
             raise ValueError(
                 f"rope rotates self-attention's queries and keys by one set of positions: T_q={T_q} != T_k={T_k}"
             )
+        if Dh % 2:
+            raise ValueError(
+                f"rope rotates pairs of features: the head size must be even, got Dh = {D} / {n_heads} = {Dh}"
+            )
+        if not isinstance(rope, (tuple, list)) or len(rope) != 2:
+            raise TypeError(f"rope must be a (cos, sin) pair of arrays, got {type(rope).__name__}")
         for name, table in zip(("cos", "sin"), rope, strict=True):
             if np.shape(table) != (T_q, Dh // 2):
                 raise ValueError(f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)}")
+            if getattr(table, "dtype", None) != query.dtype:
+                raise TypeError(
+                    f"rope {name} must have the inputs' dtype {query.dtype}, got {getattr(table, 'dtype', None)}"
+                )
     if attn_mask is not None:
         attn_mask = np.asarray(attn_mask)
         if attn_mask.dtype != np.bool_:

@@ -129,17 +129,21 @@ def add_positions_backward(dout: np.ndarray, cache):
 def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
     """p = exp(x - max) / sum(exp(x - max)) over the last axis, masked entries excluded.
 
-    A row whose entries are all masked out gets p = 0 everywhere (not NaN): it attends to nothing.
+    A row whose entries are all masked out (or all -inf) gets p = 0 everywhere (not NaN): it attends to
+    nothing. A NaN or +inf in a row has no softmax: ValueError.
     """
     if mask is not None:
         x = np.where(mask, x, -np.inf)
-    row_max = x.max(axis=-1, keepdims=True)
-    if mask is not None:
-        row_max[~np.isfinite(row_max)] = 0.0  # an all-masked row: exp(-inf) = 0 below, no inf - inf
+    row_max = x.max(axis=-1, keepdims=True)  # (..., 1): NaN if the row holds a NaN
+    finite = np.isfinite(row_max)
+    if not finite.all():
+        if np.isnan(row_max).any() or (row_max == np.inf).any():
+            raise ValueError("softmax: the input holds NaN or +inf (scores that large overflowed, or NaN came in)")
+        row_max[~finite] = 0.0  # an all-masked row (max -inf): exp(-inf - 0) = 0 below, no inf - inf
     probs = x - row_max
     np.exp(probs, out=probs)  # in place: these arrays are (B, H, T_q, T_k), the largest of attention
     total = probs.sum(axis=-1, keepdims=True)
-    if mask is not None:
+    if not finite.all():
         total[total == 0.0] = 1.0  # 0 / 1 = 0 for the all-masked rows
     probs /= total
     return probs, probs
@@ -191,16 +195,23 @@ def gelu_backward(dout: np.ndarray, cache):
     return dout * (cdf + x * pdf)
 
 
+# Beyond |x| = 50, u > 4000 and tanh(u) is exactly +-1 in float32 and float64; clipping the cubic's argument
+# there changes no value, and keeps x^3 and x^2 from overflowing (1e13 in float32 would make 0 * inf = NaN).
+_GELU_TANH_CLIP = 50.0
+
+
 def gelu_tanh_forward(x: np.ndarray):
     """Tanh-approximate GELU: 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)."""
-    t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_TANH_C * x**3))
-    return 0.5 * x * (1.0 + t), (x, t)
+    xc = np.clip(x, -_GELU_TANH_CLIP, _GELU_TANH_CLIP)  # the same tanh(u), without overflow
+    t = np.tanh(_SQRT_2_OVER_PI * (xc + _GELU_TANH_C * xc**3))
+    return 0.5 * x * (1.0 + t), (x, xc, t)
 
 
 def gelu_tanh_backward(dout: np.ndarray, cache):
-    """d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),  t = tanh(u)."""
-    x, t = cache
-    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * x * x)
+    """d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),  t = tanh(u).
+    (Beyond the clip, 1 - t^2 is exactly 0 and the second term vanishes.)"""
+    x, xc, t = cache
+    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * xc * xc)
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
@@ -306,8 +317,10 @@ def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps:
     """y = (x - mean) / sqrt(var + eps) * weight + bias, statistics over the last axis (D)."""
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     x_hat = x - mean
-    var = np.vecdot(x_hat, x_hat)[..., None] / x.shape[-1]  # biased: divides by D
+    with np.errstate(over="ignore"):  # an overflow is reported by check_statistics, as a ValueError
+        var = np.vecdot(x_hat, x_hat)[..., None] / x.shape[-1]  # biased: divides by D
     rstd = 1.0 / np.sqrt(var + eps)  # (..., 1)
+    check_statistics("layer_norm", rstd, x.dtype)
     x_hat *= rstd  # (x - mean) * rstd, in place
     out = x_hat * weight
     out += bias
@@ -340,13 +353,26 @@ def layer_norm_backward(dout: np.ndarray, cache):
     return dx, dweight, dbias
 
 
+def check_statistics(name: str, rstd: np.ndarray, dtype) -> None:
+    """A norm's 1 / sqrt(var + eps) per row, (..., 1): 0 when the squares overflowed the dtype (|x| beyond
+    about 1e19 in float32), NaN when the input held NaN or inf. Either way the norm of the row is lost:
+    ValueError, instead of an output of zeros (torch returns NaN for layer norm, zeros for RMSNorm)."""
+    if not (rstd > 0).all():  # False for 0 and for NaN
+        raise ValueError(
+            f"{name}: a row's mean square is not finite in {np.dtype(dtype)} (its input is too large for the "
+            "dtype, or holds NaN or inf): the row cannot be normalised"
+        )
+
+
 # ----------------------------------------------------------------------------------------------
 # RMSNorm over the last axis (Llama): no centring and no bias, only the root mean square.
 
 
 def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
     """y = x / sqrt(mean(x^2) + eps) * weight, the mean over the last axis (D)."""
-    rstd = 1.0 / np.sqrt(np.vecdot(x, x)[..., None] / x.shape[-1] + eps)  # (..., 1)
+    with np.errstate(over="ignore"):  # an overflow is reported by check_statistics, as a ValueError
+        rstd = 1.0 / np.sqrt(np.vecdot(x, x)[..., None] / x.shape[-1] + eps)  # (..., 1)
+    check_statistics("rms_norm", rstd, x.dtype)
     x_hat = x * rstd
     return x_hat * weight, (x_hat, rstd, weight)
 

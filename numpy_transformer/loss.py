@@ -3,6 +3,15 @@
 The semantics are those of torch.nn.functional.cross_entropy with reduction="mean": the smoothed
 target distribution is q = (1 - eps) * onehot(y) + eps / V, the loss of one row is -sum_c q_c log p_c,
 and the mean is taken over the rows whose target is not ignore_index.
+
+Logits of -inf are allowed (masked vocabulary entries: constrained decoding, padding columns): they get
+probability 0 and gradient p - q = -q, exactly as torch. Where torch's loss is not finite, ours is the
+same or an error:
+- a target whose logit is -inf: loss +inf (log 0), gradient finite, as torch;
+- label smoothing > 0 with any -inf logit in a kept row: loss +inf (the eps / V share of log 0), gradient
+  finite, as torch;
+- a kept row that is all -inf, or holds NaN or +inf: ValueError naming the row (torch returns NaN).
+Ignored rows are never read.
 """
 
 from __future__ import annotations
@@ -13,8 +22,19 @@ from .validation import check_float_array
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """log p = x - logsumexp(x) over the last axis, shifted by the row max for stability."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
+    """log p = x - logsumexp(x) over the last axis, shifted by the row max for stability. (N, V).
+
+    -inf entries stay -inf (probability 0). A row whose max is not finite (all -inf, or a NaN or +inf
+    anywhere in it) has no distribution: ValueError, instead of a row of NaN."""
+    row_max = logits.max(axis=-1, keepdims=True)  # (N, 1); NaN if the row holds a NaN
+    bad = ~np.isfinite(row_max[:, 0])
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"logits: row {row} (of the rows whose target is not ignored) has no softmax: its max is "
+            f"{row_max[row, 0]} (every logit -inf, or a NaN or +inf among them); {int(bad.sum())} such rows"
+        )
+    shifted = logits - row_max
     log_total = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (..., 1)
     shifted -= log_total  # in place: (N, V) arrays are the largest of the loss
     return shifted
@@ -55,8 +75,11 @@ def cross_entropy_forward(
         raise ValueError(f"targets: every target equals ignore_index={ignore_index}; the mean loss is undefined")
     logp = log_softmax(logits2d[kept] if n < len(flat) else logits2d)  # (n, V)
     nll = -logp[np.arange(n), flat[kept]]  # (n,)
-    smooth = -logp.mean(axis=-1)  # (n,) = -(1/V) sum_c log p_c
-    loss = ((1.0 - label_smoothing) * nll + label_smoothing * smooth).sum() / n
+    loss = (1.0 - label_smoothing) * nll.sum()
+    if label_smoothing > 0:  # skipped at 0, as torch does: 0 * log 0 would be NaN for a -inf logit
+        smooth = -logp.mean(axis=-1)  # (n,) = -(1/V) sum_c log p_c
+        loss += label_smoothing * smooth.sum()
+    loss /= n
     return loss, (logits.shape, logp, kept, flat[kept], label_smoothing, n)
 
 
