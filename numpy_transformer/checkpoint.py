@@ -7,16 +7,30 @@ One file loads into either implementation (torch_transformer.checkpoint reads th
     load_into(other_model, "model.safetensors")              # checks the config matches first
 
 Needs the `safetensors` package (the `examples` extra); the rest of numpy_transformer does not.
+
+A file is checked in full before a single parameter is touched: a missing file raises FileNotFoundError,
+anything else wrong with it raises ValueError naming the file and the problem. Hostile files are safe to
+read: safetensors validates the header before any tensor is read (the header length within the file and
+under 100 MB, every tensor's byte range inside the data and consistent with its dtype and shape, no overlaps,
+no gaps, no bytes left over), so a header cannot make it allocate more than the file holds. Here the metadata,
+the names, dtypes and shapes of the tensors are checked against the model the metadata describes before any
+tensor data is read, and a model is built (load_checkpoint) or written (load_into) only after that.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
 from .config import check_checkpoint_fits, checkpoint_metadata, parse_checkpoint_metadata
-from .model import EncoderModel, Transformer, TransformerLM
+from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
+
+CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
+# Parameters are floating point. NumPy holds F16, F32 and F64; a BF16 tensor (a torch bfloat16 model's)
+# is widened exactly to float32.
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
 def _safetensors():
@@ -41,37 +55,116 @@ def save_checkpoint(path, model, metadata: dict | None = None) -> None:
 
 def read_checkpoint(path) -> tuple[dict, object, str, dict]:
     """(state dict of arrays, config, model class name, extra metadata). A missing file raises
-    FileNotFoundError; a truncated, corrupted or foreign file raises ValueError saying which."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    safetensors = _safetensors()
-    try:
-        with safetensors.safe_open(path, framework="numpy") as f:
-            metadata = f.metadata()
-            state = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as error:  # safetensors raises its own error types for bad headers and short files
-        raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupted?): {error}") from None
-    config, model_class, extra = parse_checkpoint_metadata(metadata, path)
-    return state, config, model_class, extra
+    FileNotFoundError; a truncated, corrupted or foreign file, or one whose tensors do not fit the model
+    its metadata describes, raises ValueError saying which."""
+    return _read(path)
 
 
 def load_checkpoint(path, dtype=None):
     """Rebuild the saved model: its class and config from the metadata, then its weights.
     dtype: np.float32 or np.float64; default, the dtype the weights were saved in."""
-    state, config, model_class, _ = read_checkpoint(path)
+    path = os.fspath(path)
+    state, config, model_class, _ = _read(path)
     if dtype is None:
+        dtypes = sorted({v.dtype.name for v in state.values()})
+        if len(dtypes) != 1 or dtypes[0] not in ("float32", "float64"):
+            raise ValueError(
+                f"{path}: holds tensors of dtypes {dtypes}; pass dtype=np.float32 or np.float64 to choose the model's"
+            )
         dtype = next(iter(state.values())).dtype
-    classes = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
-    model = classes[model_class](config, dtype=dtype)
+    model = CLASSES[model_class](config, dtype=dtype)  # built only now, when the file is known to fit it
     model.load_state_dict(state)
     return model
 
 
 def load_into(model, path) -> dict:
     """Load a checkpoint's weights into an existing model whose config must match the file's.
-    Returns the extra metadata."""
-    state, config, model_class, extra = read_checkpoint(path)
-    check_checkpoint_fits(model, config, model_class, path)
-    model.load_state_dict(state)
+    Returns the extra metadata. When it raises, the model is as it was: nothing is written before
+    the whole file has been read and checked."""
+    path = os.fspath(path)
+    state, _, _, extra = _read(
+        path, fits=lambda config, model_class: check_checkpoint_fits(model, config, model_class, path)
+    )
+    model.load_state_dict(state)  # checks every key and shape again, then writes; all-or-nothing
     return extra
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading, in the order that keeps a hostile file harmless: the header (safetensors checks it), the
+# metadata, the tensors' names, dtypes and shapes against the model the metadata describes, and only then
+# the tensor data.
+
+
+def _read(path, fits=None) -> tuple[dict, object, str, dict]:
+    """read_checkpoint; `fits(config, model_class)` may raise ValueError before any tensor data is read."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        f = _safetensors().safe_open(path, framework="numpy")
+    except Exception as error:  # safetensors raises its own error type (SafetensorError) for bad headers and sizes
+        raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupted?): {error}") from None
+    with f:
+        config, model_class, extra = _parse_metadata(f.metadata(), path)
+        if fits is not None:
+            fits(config, model_class)
+        header = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
+        _check_tensors(header, config, model_class, path)
+        state = {name: _tensor(f, name, dtype, path) for name, (dtype, _) in header.items()}
+    return state, config, model_class, extra
+
+
+def _parse_metadata(metadata, path: str):
+    """parse_checkpoint_metadata, with every error it lets through (a config field out of range, JSON nested
+    too deep, an integer too long to parse) as a ValueError naming the file."""
+    try:
+        return parse_checkpoint_metadata(metadata, path)
+    except (ValueError, TypeError, RecursionError) as error:
+        if isinstance(error, ValueError) and str(error).startswith(f"{path}:"):
+            raise
+        raise ValueError(f"{path}: the config in the metadata is invalid ({type(error).__name__}: {error})") from None
+
+
+def _check_tensors(header: dict, config, model_class: str, path: str) -> None:
+    """ValueError listing every way the file's tensors (name -> (dtype, shape), from its header) differ from
+    the parameters of the `model_class` of `config`: missing, unexpected, mis-shaped, not floating point."""
+    n_layers = config.n_encoder_layers + config.n_decoder_layers
+    if n_layers > len(header):  # every layer has tensors: don't list the names of a billion claimed layers
+        raise ValueError(
+            f"{path}: the config in the metadata has {n_layers} layers, the file only {len(header)} tensors"
+        )
+    cls = CLASSES[model_class]
+    expected = parameter_shapes(config, cls.decoder_only, cls.encoder_only)
+    missing = [k for k in expected if k not in header]
+    unexpected = [k for k in header if k not in expected]
+    misshaped = [
+        f"{k}: got {s}, expected {expected[k]}" for k, (_, s) in header.items() if k in expected and s != expected[k]
+    ]
+    not_float = [f"{k}: {dtype}" for k, (dtype, _) in header.items() if dtype not in FLOAT_DTYPES]
+    problems = []
+    for what, items in (
+        ("missing tensors", missing),
+        ("unexpected tensors", unexpected),
+        ("mis-shaped tensors", misshaped),
+        (f"tensors that are not floating point ({', '.join(FLOAT_DTYPES)})", not_float),
+    ):
+        if items:
+            problems.append(f"{what} {_listed(items)}")
+    if problems:
+        raise ValueError(f"{path}: does not fit the {model_class} its metadata describes: " + "; ".join(problems))
+
+
+def _listed(items: list, limit: int = 10) -> str:
+    """A list for an error message; a hostile file may have a million names, the message says how many."""
+    return str(items) if len(items) <= limit else f"{items[:limit]} and {len(items) - limit} more"
+
+
+def _tensor(f, name: str, dtype: str, path: str) -> np.ndarray:
+    if dtype == "BF16":
+        from .hf import read_bfloat16  # NumPy has no bfloat16: the raw bits, widened exactly
+
+        return read_bfloat16(Path(path), name)
+    try:
+        return f.get_tensor(name)
+    except Exception as error:  # the header was valid; only a file changed under us gets here
+        raise ValueError(f"{path}: cannot read tensor {name!r}: {error}") from None

@@ -17,13 +17,14 @@ torch or transformers.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
 import numpy as np
 
 from .hf_families import FAMILIES, Family, family_for_model, family_of, match, writing_plan
-from .model import EncoderModel, Transformer, TransformerLM
+from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
 SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
@@ -34,20 +35,54 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
     model.safetensors.index.json), as an EncoderModel, TransformerLM or Transformer in `dtype`.
 
     dropout: the rate to use where the checkpoint's dropout rates disagree (this project has one).
-    Raises ValueError for a missing file, an unsupported model_type, or tensors that do not fit the
-    config (every one listed). The model remembers its family (`hf_model_type`) and config.json
-    (`hf_config`), so that `save` writes the same kind of checkpoint back.
+    Raises ValueError, naming the file, for a missing or unreadable file, an unsupported model_type, a config
+    it cannot translate, or tensors that do not fit the config (every one listed). Everything is checked
+    before the model is built, so a bad checkpoint costs no more memory than its files and returns no
+    half-loaded model. The model remembers its family (`hf_model_type`) and config.json (`hf_config`), so
+    that `save` writes the same kind of checkpoint back.
     """
     directory = Path(directory)
     hf_config = read_config(directory)
-    family = family_of(hf_config.get("model_type"))
-    config = family.from_hf(hf_config, dropout)
+    config_path = directory / "config.json"
+    try:
+        family = family_of(hf_config.get("model_type"))
+        config = family.from_hf(hf_config, dropout)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as error:
+        # a hostile config.json reaches the translation with any types: a missing field, a string for a size
+        problem = f"missing field {error}" if isinstance(error, KeyError) else f"{error}"
+        raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
     tensors = read_tensors(directory)
-    model = CLASSES[family.model_class](config, dtype=dtype)
-    state = {}
-    for rule, name in match(family, config, tensors, model.params):
-        state[rule.ours] = from_hf_layout(tensors[name], rule, name)
-    model.load_state_dict(state)  # one copy into the model's arrays, cast to its dtype; checks every shape
+    model_class = CLASSES[family.model_class]
+    n_layers = config.n_encoder_layers + config.n_decoder_layers
+    if n_layers > len(tensors):  # every layer has tensors: don't expand the names of a billion claimed layers
+        raise ValueError(f"{config_path}: claims {n_layers} layers, the checkpoint holds only {len(tensors)} tensors")
+    shapes = parameter_shapes(config, model_class.decoder_only, model_class.encoder_only)
+    try:
+        plan = match(family, config, tensors, shapes)
+    except ValueError as error:
+        raise ValueError(f"{directory}: {error}") from None
+    state, problems = {}, []
+    for rule, name in plan:
+        if not np.issubdtype(tensors[name].dtype, np.floating):
+            problems.append(f"{name}: dtype {tensors[name].dtype}, not floating point")
+            continue
+        if tensors[name].ndim == 0:  # every parameter has an axis; the layouts below index the first
+            problems.append(f"{name}: a scalar, expected a tensor for {rule.ours} {shapes[rule.ours]}")
+            continue
+        try:
+            array = from_hf_layout(tensors[name], rule, name)
+        except ValueError as error:
+            problems.append(str(error))
+            continue
+        if array.shape != shapes[rule.ours]:
+            problems.append(f"mis-shaped {name} (for {rule.ours}): got {array.shape}, expected {shapes[rule.ours]}")
+        state[rule.ours] = array
+    if problems:
+        raise ValueError(
+            f"{directory}: the checkpoint does not fit its config.json ({family.model_type}): " + "; ".join(problems)
+        )
+    model = model_class(config, dtype=dtype)  # built only now, when every tensor is known to fit
+    model.load_state_dict(state)  # one copy into the model's arrays, cast to its dtype
     model.hf_model_type, model.hf_config = family.model_type, hf_config
     return model
 
@@ -128,65 +163,148 @@ def to_hf_layout(arrays: list, rule) -> np.ndarray:
 
 
 def read_config(directory: Path) -> dict:
+    """config.json as a dict; ValueError naming the file when it is missing, unreadable or not a JSON object."""
     path = directory / "config.json"
     if not path.is_file():
         raise ValueError(f"{directory}: no config.json (a Hugging Face checkpoint directory has config.json and "
                          f"model.safetensors; {SUPPORTED})")  # fmt: skip
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+        hf_config = json.loads(path.read_bytes())
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error})") from None
+    except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, nesting too deep, an int too long
+        raise ValueError(f"{path}: not valid JSON ({type(error).__name__}: {error})") from None
+    if not isinstance(hf_config, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(hf_config).__name__}")
+    return hf_config
 
 
 def read_tensors(directory: Path) -> dict:
     """name -> array of every tensor in model.safetensors, or in the shards model.safetensors.index.json lists."""
     single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
     if single.is_file():
-        files = [single]
-    elif index.is_file():
-        weight_map = json.loads(index.read_text()).get("weight_map", {})
-        files = [directory / shard for shard in sorted(set(weight_map.values()))]
-    else:
+        return read_safetensors(single)
+    if not index.is_file():
         found = sorted(p.name for p in directory.iterdir())
         raise ValueError(
             f"{directory}: no model.safetensors (or model.safetensors.index.json); found {found}. Only safetensors "
             "checkpoints are read (convert a pytorch_model.bin with transformers' save_pretrained)"
         )
+    weight_map = read_weight_map(index)
     tensors = {}
-    for path in files:
-        tensors |= read_safetensors(path)
+    for shard in sorted(set(weight_map.values())):
+        path = directory / shard
+        found = read_safetensors(path)
+        twice = sorted(found.keys() & tensors.keys())
+        if twice:
+            raise ValueError(f"{path}: holds tensors another shard holds too: {twice}")
+        absent = sorted(name for name, where in weight_map.items() if where == shard and name not in found)
+        if absent:
+            raise ValueError(f"{path}: lacks tensors {index.name} puts there: {absent}")
+        tensors |= found
     return tensors
+
+
+def read_weight_map(index: Path) -> dict:
+    """The index's weight_map (tensor name -> shard file name). A shard must be a plain file name in the
+    checkpoint's directory: an index cannot send the reader anywhere else ("../../x", "/etc/x")."""
+    try:
+        weight_map = json.loads(index.read_bytes()).get("weight_map")
+    except (OSError, ValueError, RecursionError, AttributeError) as error:
+        raise ValueError(f"{index}: not a readable index ({type(error).__name__}: {error})") from None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ValueError(f"{index}: weight_map must be an object of tensor name -> shard file name")
+    for shard in set(weight_map.values()):
+        if shard in ("", ".", "..") or Path(shard).name != shard or "\\" in shard:
+            raise ValueError(f"{index}: shard {shard!r} is not a file name in the checkpoint's directory")
+    return weight_map
+
+
+# What NumPy can hold of safetensors' dtypes (BF16 widened to float32); F8_* and the like it cannot.
+NUMPY_DTYPES = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U64", "U32", "U16", "U8", "BOOL")
 
 
 def read_safetensors(path: Path) -> dict:
     """Every tensor of one safetensors file, through the safetensors package's NumPy API. bfloat16 (which
-    NumPy has no dtype for) is widened exactly to float32 from its raw bits."""
-    from safetensors import safe_open
+    NumPy has no dtype for) is widened exactly to float32 from its raw bits.
+
+    safetensors checks the header before reading any tensor (its length within the file, every tensor's
+    byte range inside the data and consistent with its dtype and shape, no overlaps, no gaps), so a hostile
+    header cannot make it read or allocate more than the file holds; any failure is a ValueError naming the file."""
+    from safetensors import SafetensorError, safe_open
 
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
-    tensors = {}
     try:
-        with safe_open(os.fspath(path), framework="numpy") as f:
-            for name in f.keys():
-                if f.get_slice(name).get_dtype() == "BF16":
-                    tensors[name] = read_bfloat16(path, name)
-                else:
-                    tensors[name] = f.get_tensor(name)
-    except (OSError, ValueError, TypeError, RuntimeError) as error:
+        f = safe_open(os.fspath(path), framework="numpy")
+    except (SafetensorError, OSError, ValueError) as error:  # SafetensorError: a bad header, a short file
         raise ValueError(f"{path}: not a readable safetensors file ({error})") from None
+    with f:
+        dtypes = {name: f.get_slice(name).get_dtype() for name in f.keys()}
+        foreign = [f"{name}: {dtype}" for name, dtype in dtypes.items() if dtype not in NUMPY_DTYPES]
+        if foreign:
+            raise ValueError(f"{path}: tensors of dtypes NumPy cannot hold: {foreign[:10]}")
+        tensors = {}
+        for name, dtype in dtypes.items():
+            if dtype == "BF16":
+                tensors[name] = read_bfloat16(path, name)
+                continue
+            try:
+                tensors[name] = f.get_tensor(name)
+            except (SafetensorError, OSError, ValueError, TypeError) as error:  # only if the file changed under us
+                raise ValueError(f"{path}: cannot read tensor {name!r} ({error})") from None
     return tensors
 
 
 def read_bfloat16(path: Path, name: str) -> np.ndarray:
     """A bfloat16 tensor as float32. bfloat16 is the top half of a float32: shift its 16 bits up.
-    (The file: an 8-byte little-endian header size, a JSON header of dtype, shape and byte offsets, the data.)"""
-    with open(path, "rb") as f:
-        header_size = int.from_bytes(f.read(8), "little")
-        entry = json.loads(f.read(header_size))[name]
-    start, end = entry["data_offsets"]
-    bits = np.fromfile(path, dtype="<u2", count=(end - start) // 2, offset=8 + header_size + start)
-    return (bits.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+    (The file: an 8-byte little-endian header size, a JSON header of dtype, shape and byte offsets, the data.)
+
+    This parses the header itself, so it checks what safetensors would before reading a byte of data or
+    allocating anything a header claims: the header length within the file, the entry's dtype, a shape of
+    non-negative ints, offsets inside the data whose span is exactly 2 bytes per element. ValueError otherwise."""
+    path = Path(path)
+
+    def bad(problem: str) -> ValueError:
+        return ValueError(f"{path}: tensor {name!r}: {problem}")
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            header_size = int.from_bytes(head, "little")
+            if len(head) < 8 or header_size > size - 8:  # before f.read(header_size) allocates that many bytes
+                raise bad(f"the header length {header_size} does not fit in a file of {size} bytes")
+            header = json.loads(f.read(header_size))
+    except OSError as error:
+        raise bad(f"cannot read the file ({error})") from None
+    except (ValueError, RecursionError) as error:
+        if str(error).startswith(f"{path}:"):
+            raise
+        raise bad(f"the header is not valid JSON ({type(error).__name__}: {error})") from None
+    entry = header.get(name) if isinstance(header, dict) else None
+    if not isinstance(entry, dict):
+        raise bad("not in the header")
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if entry.get("dtype") != "BF16":
+        raise bad(f"dtype {entry.get('dtype')!r}, not 'BF16'")
+    if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+        raise bad(f"shape {shape!r} is not a list of non-negative ints")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)):
+        raise bad(f"data_offsets {offsets!r} is not a pair of ints")
+    start, end = offsets
+    data_size = size - 8 - header_size
+    if not 0 <= start <= end <= data_size:
+        raise bad(f"data_offsets {offsets} lie outside the {data_size} bytes of data")
+    count = math.prod(shape)
+    if end - start != 2 * count:
+        raise bad(f"data_offsets {offsets} span {end - start} bytes, shape {shape} in BF16 needs {2 * count}")
+    bits = np.fromfile(path, dtype="<u2", count=count, offset=8 + header_size + start)
+    if bits.size != count:
+        raise bad(f"the file ended after {bits.size} of {count} elements")
+    widened = bits.astype(np.uint32)
+    widened <<= 16  # in place: float32 bits, the low half zero
+    return widened.view(np.float32).reshape(shape)
 
 
 __all__ = ["load", "save", "to_hf", "Family"]

@@ -661,6 +661,10 @@ class _Model:
             problems.append(f"mis-shaped keys [{'; '.join(misshaped)}]")
         if problems:
             raise ValueError("load_state_dict: state does not fit this model: " + ", ".join(problems))
+        # Narrowing casts first, writes after: one that warns (float64 overflowing float32) and so raises under
+        # -W error leaves every parameter as it was. Safe casts (float32 -> float64, same dtype) cannot fail
+        # and are not copied.
+        values = {k: v if np.can_cast(v.dtype, self.dtype) else v.astype(self.dtype) for k, v in values.items()}
         for k, value in values.items():
             self.params[k][...] = value  # in place: anything holding the arrays sees the new values
 
