@@ -9,6 +9,7 @@ by side; `relative_errors` judges them as DESIGN.md says.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -32,6 +33,16 @@ TORCH_DTYPE = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.
 def devices() -> list[str]:
     """Every device torch has here: the CPU always, CUDA when available."""
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def one_torch_thread():
+    """The body of an autouse fixture for the test modules: torch runs on one thread during a test, and gets
+    its thread count back after it. The tensors compared here are tiny and their ops run one at a time, so a
+    thread pool only adds latency; on a machine shared with other jobs, several times the work."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -315,6 +326,134 @@ def case_feed_forward(dtype, rng, activation="gelu"):
     )
 
 
+def case_rms_norm(dtype, rng):
+    """RMSNorm (Llama) against F.rms_norm: no centring, no bias."""
+    x = (rng.standard_normal((B, T, D)) * 3 + 1).astype(dtype)
+    w = (1 + rng.standard_normal(D)).astype(dtype)
+    return Case(
+        L.rms_norm_forward,
+        L.rms_norm_backward,
+        dict(x=x, weight=w, eps=1e-6),
+        ["x", "weight"],
+        lambda x, weight, eps: F.rms_norm(x, (x.shape[-1],), weight, eps),
+    )
+
+
+def case_gated_feed_forward(dtype, rng, activation="silu", bias=True):
+    """The gated feed-forward block (SwiGLU with silu) against torch_transformer.FeedForward(gated=True)."""
+    x = rng.standard_normal((B, T, D)).astype(dtype)
+    params = {
+        "gate.weight": rng.standard_normal((FF, D)) / math.sqrt(D),
+        "gate.bias": rng.standard_normal(FF),
+        "linear1.weight": rng.standard_normal((FF, D)) / math.sqrt(D),
+        "linear1.bias": rng.standard_normal(FF),
+        "linear2.weight": rng.standard_normal((D, FF)) / math.sqrt(FF),
+        "linear2.bias": rng.standard_normal(D),
+    }
+    params = {k: v.astype(dtype) for k, v in params.items() if bias or k.endswith("weight")}
+    module = tt.FeedForward(D, FF, activation, 0.0, gated=True, bias=bias)
+
+    def torch_fn(params, x, activation):
+        module.to(x.device)
+        return torch.func.functional_call(module, params, (x,))
+
+    return Case(
+        L.gated_feed_forward_forward,
+        L.gated_feed_forward_backward,
+        dict(params=params, x=x, activation=activation),
+        ["x", "params"],
+        torch_fn,
+    )
+
+
+# Rotary positions and grouped-query attention need a head size of a few pairs: D 16 and 4 heads (Dh 4).
+D_GQA, H_GQA, ROPE_THETA, ROPE_START = 16, 4, 1000.0, 3
+
+
+def case_rope(dtype, rng):
+    """The NumPy pair rotation (tables (T, Dh/2), computed by rope_angles) against torch_transformer's
+    x cos + rotate_half(x) sin with its own tables (T, Dh) from rope_cos_sin: positions 3 .. 3 + T - 1."""
+    Dh = 8
+    x = rng.standard_normal((B, H, T, Dh)).astype(dtype)
+    cos, sin = np_attention.rope_angles(np.arange(ROPE_START, ROPE_START + T), Dh, ROPE_THETA, dtype)
+
+    def torch_fn(x, cos, sin):
+        t_cos, t_sin = tt.layers.rope_cos_sin(ROPE_START, ROPE_START + T, Dh, ROPE_THETA, x.dtype, x.device)
+        return tt.layers.apply_rope(x, t_cos, t_sin)
+
+    return Case(np_attention.rope_forward, np_attention.rope_backward, dict(x=x, cos=cos, sin=sin), ["x"], torch_fn)
+
+
+def case_repeat_kv(dtype, rng):
+    """Each of 2 K/V heads serves 3 query heads: torch.repeat_interleave over the head axis."""
+    x = rng.standard_normal((B, 2, T, 4)).astype(dtype)
+    return Case(
+        np_attention.repeat_kv_forward,
+        np_attention.repeat_kv_backward,
+        dict(x=x, n_rep=3),
+        ["x"],
+        lambda x, n_rep: x.repeat_interleave(n_rep, dim=1),
+    )
+
+
+def _gqa_params(dtype, rng, n_kv_heads: int, bias: bool = True) -> dict:
+    kv = n_kv_heads * D_GQA // H_GQA
+    shapes = {"q_proj": (D_GQA, D_GQA), "k_proj": (kv, D_GQA), "v_proj": (kv, D_GQA), "out_proj": (D_GQA, D_GQA)}
+    params = {}
+    for name, shape in shapes.items():
+        params[f"{name}.weight"] = (rng.standard_normal(shape) / math.sqrt(D_GQA)).astype(dtype)
+        if bias:
+            params[f"{name}.bias"] = (0.3 * rng.standard_normal(shape[0])).astype(dtype)
+    return params
+
+
+def case_gqa_attention(dtype, rng, n_kv_heads=2, bias=True, padding=True):
+    """Grouped-query self-attention (4 query heads, n_kv_heads K/V heads) with rotary positions and the
+    causal mask, against torch_transformer.MultiHeadAttention (SDPA with enable_gqa). query, key and
+    value are three arrays of one length, so that each input gradient is compared on its own. With
+    `padding`, a padding mask on top of causality, and the first key of the second sequence padded (its
+    first query then attends to nothing); without, torch's fused is_causal path runs."""
+    x = [rng.standard_normal((B, T, D_GQA)).astype(dtype) for _ in range(3)]
+    mask = None
+    if padding:
+        mask = np.ones((B, 1, 1, T), dtype=bool)
+        mask[1, ..., 0] = False
+        mask[1, ..., -1] = False
+    Dh = D_GQA // H_GQA
+    rope = np_attention.rope_angles(np.arange(T), Dh, ROPE_THETA, dtype)
+    module = tt.MultiHeadAttention(D_GQA, H_GQA, n_kv_heads=n_kv_heads, bias=bias)
+
+    def torch_fn(params, query, key, value, n_heads, attn_mask, n_kv_heads, rope, is_causal):
+        module.to(query.device)
+        tables = tt.layers.rope_cos_sin(0, query.shape[1], Dh, ROPE_THETA, query.dtype, query.device)
+        kwargs = {"attn_mask": attn_mask, "rope": tables, "is_causal": is_causal}
+        return torch.func.functional_call(module, params, (query, key, value), kwargs)[0]
+
+    args = dict(params=_gqa_params(dtype, rng, n_kv_heads, bias), query=x[0], key=x[1], value=x[2], n_heads=H_GQA)
+    args |= dict(attn_mask=mask, n_kv_heads=n_kv_heads, rope=rope, is_causal=True)
+    return Case(
+        np_attention.multi_head_attention_forward,
+        np_attention.multi_head_attention_backward,
+        args,
+        ["query", "key", "value", "params"],
+        torch_fn,
+    )
+
+
+def case_bias_free_attention(dtype, rng):
+    """Cross-attention as case_multi_head_attention, with no biases (Llama's linears)."""
+    case = case_multi_head_attention(dtype, rng)
+    case.args["params"] = {k: v for k, v in case.args["params"].items() if k.endswith("weight")}
+    module = tt.MultiHeadAttention(D, H, bias=False)
+
+    def torch_fn(params, query, key, value, n_heads, attn_mask):
+        module.to(query.device)
+        return torch.func.functional_call(module, params, (query, key, value), {"attn_mask": attn_mask})[0]
+
+    case.torch_fn = torch_fn
+    return case
+
+
 def case_cross_entropy(dtype, rng):
     logits = (rng.standard_normal((B, T, V)) * 2).astype(dtype)
     targets = rng.integers(0, V, size=(B, T))
@@ -347,6 +486,18 @@ CASES = {
     "multi_head_attention": case_multi_head_attention,
     "feed_forward": case_feed_forward,
     "cross_entropy": case_cross_entropy,
+    # after the paper: Llama's components
+    "rms_norm": case_rms_norm,
+    "silu": _activation_case("silu", lambda x: F.silu(x)),
+    "gated_feed_forward (SwiGLU)": case_gated_feed_forward,
+    "gated_feed_forward (SwiGLU, no bias)": functools.partial(case_gated_feed_forward, bias=False),
+    "rope": case_rope,
+    "repeat_kv": case_repeat_kv,
+    "multi_head_attention (GQA 2 of 4, rope, causal, padding)": case_gqa_attention,
+    "multi_head_attention (MQA, rope, causal, no bias)": functools.partial(
+        case_gqa_attention, n_kv_heads=1, bias=False, padding=False
+    ),
+    "multi_head_attention (no bias)": case_bias_free_attention,
 }
 
 

@@ -47,6 +47,7 @@ def build_config(args) -> TransformerConfig:
 
 
 ENCODER_ROW = "EncoderModel"
+LLAMA_ROW = "TransformerLM (Llama-style)"
 
 
 def encoder_config(config: TransformerConfig) -> TransformerConfig:
@@ -54,24 +55,56 @@ def encoder_config(config: TransformerConfig) -> TransformerConfig:
     return dataclasses.replace(config, type_vocab_size=2, embedding_norm=True)
 
 
+def llama_config(config: TransformerConfig) -> TransformerConfig:
+    """The Llama-style rows' config: the report's sizes, with pre-norm RMSNorm, rotary positions, the SiLU-gated
+    feed-forward (SwiGLU), grouped-query attention (half as many K/V heads as query heads, or one: multi-query),
+    no biases, no output bias and no padding token. A head size made even if it is not (rotary pairs)."""
+    heads = config.n_heads
+    head_dim = config.head_dim + config.head_dim % 2
+    return dataclasses.replace(
+        config,
+        d_model=heads * head_dim,
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        activation="silu",
+        gated_ffn=True,
+        n_kv_heads=heads // 2 if heads % 2 == 0 else 1,
+        bias=False,
+        output_bias=False,
+        pad_id=None,
+        tie_embeddings=False,
+    )
+
+
+def row_config(config: TransformerConfig, name: str) -> TransformerConfig:
+    """The config of the whole-model row `name`."""
+    if name.startswith(ENCODER_ROW):
+        return encoder_config(config)
+    if name.startswith(LLAMA_ROW):
+        return llama_config(config)
+    return config
+
+
 def model_rows(config, seed: int):
     """(component name, family, train): the whole models, in evaluation and in training mode."""
     rows = [("Transformer", "Transformer", False), ("TransformerLM", "TransformerLM", False)]
-    rows += [(ENCODER_ROW, "EncoderModel", False)]
+    rows += [(ENCODER_ROW, "EncoderModel", False), (LLAMA_ROW, "TransformerLM", False)]
     if config.dropout > 0:
         rows += [
             ("Transformer (train, shared dropout)", "Transformer", True),
             ("TransformerLM (train, shared dropout)", "TransformerLM", True),
             (f"{ENCODER_ROW} (train, shared dropout)", "EncoderModel", True),
+            (f"{LLAMA_ROW} (train, shared dropout)", "TransformerLM", True),
         ]
     return rows
 
 
 def compare_family(config, family: str, dtype, device: str, seed: int, train: bool):
-    """One whole-model row: a batch of 3 with padding and fully masked rows."""
+    """One whole-model row: a batch of 3 with padding and fully masked rows (no padding without a pad_id)."""
     if family == "EncoderModel":
         return C.compare_encoder_models(
-            encoder_config(config), dtype, device, seed=seed, train=train, scenario="fully_masked", batch=3, length=10
+            config, dtype, device, seed=seed, train=train, scenario="fully_masked", batch=3, length=10
         )
     return C.compare_models(
         config,
@@ -115,11 +148,11 @@ def run(args) -> list[dict]:
                 )
                 records.append(_record(name, dtype_name, device, result, fd_err))
             for name, family, train in model_rows(config, args.seed):
-                result = compare_family(config, family, dtype, device, args.seed, train)
+                result = compare_family(row_config(config, name), family, dtype, device, args.seed, train)
                 fd_err = fd(
                     name,
-                    lambda family=family, train=train: C.model_fd_error(
-                        encoder_config(config) if family == "EncoderModel" else config,
+                    lambda name=name, family=family, train=train: C.model_fd_error(
+                        row_config(config, name),
                         lm=family == "TransformerLM",
                         seed=args.seed,
                         scenario="fully_masked",
@@ -241,6 +274,11 @@ def main(argv=None) -> int:
         f"+{config.n_decoder_layers} {config.activation} {'pre' if config.norm_first else 'post'}-norm "
         f"{config.positional} tied={config.tie_embeddings} dropout={config.dropout}; batch of 3 with padding and "
         "fully masked rows; the EncoderModel rows add BERT's token types (2) and embedding norm"
+    )
+    llama = llama_config(config)
+    print(
+        f"{LLAMA_ROW}: d_model={llama.d_model} heads={llama.n_heads} kv_heads={llama.n_kv_heads} pre-norm RMSNorm, "
+        "rotary positions, SiLU-gated feed-forward, no biases, no output bias, no padding token"
     )
     cuda = "CUDA available" if torch.cuda.is_available() else "CUDA not available here"
     print(f"devices: {', '.join(C.devices() if args.device == 'all' else [args.device])} ({cuda})")

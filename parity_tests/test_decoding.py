@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-import numpy_transformer as nt  # noqa: E402
-import torch_transformer as tt  # noqa: E402
-from numpy_transformer import decoding as nd  # noqa: E402
-from torch_transformer import decoding as td  # noqa: E402
+import numpy_transformer as nt
+import torch_transformer as tt
+from numpy_transformer import decoding as nd
+from torch_transformer import decoding as td
 
 SMALL = dict(
     src_vocab_size=13,
@@ -46,7 +45,34 @@ CONFIGS = {
         **{**SMALL, "n_heads": 1}, norm_first=True, tie_embeddings=True
     ),
 }
+# After the paper: rotary positions (the cache holds keys already rotated to their positions, and each step
+# rotates its new queries and keys by positions start ..) and grouped K/V heads (the cache holds n_kv_heads).
+MODERN = {
+    "llama: pre-norm rms rope silu gated GQA 4/2, no biases": nt.TransformerConfig(
+        **SMALL,
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        activation="silu",
+        gated_ffn=True,
+        n_kv_heads=2,
+        bias=False,
+        output_bias=False,
+    ),
+    "post-norm rms rope MQA gated gelu, biases, tied": nt.TransformerConfig(
+        **SMALL,
+        norm="rms",
+        positional="rope",
+        rope_theta=100.0,
+        activation="gelu",
+        gated_ffn=True,
+        n_kv_heads=1,
+        tie_embeddings=True,
+    ),
+}
+CONFIGS |= MODERN
 CONFIG_IDS = list(CONFIGS)
+MODERN_IDS = list(MODERN)
 LM = [pytest.param(False, id="Transformer"), pytest.param(True, id="TransformerLM")]
 MAX_NEW = 12  # generated tokens; a 3-token prompt + 12 fits max_len = 16
 TOL = 1e-12
@@ -174,7 +200,7 @@ def test_numpy_beam_search_cached_matches_recomputed(config, lm):
 
 
 @pytest.mark.parametrize("lm", LM)
-@pytest.mark.parametrize("config", list(CONFIGS.values())[:2], ids=CONFIG_IDS[:2])
+@pytest.mark.parametrize("config", [CONFIGS[k] for k in CONFIG_IDS[:2] + MODERN_IDS], ids=CONFIG_IDS[:2] + MODERN_IDS)
 def test_torch_cached_steps_match_forward(config, lm, device):
     np_model = numpy_model(config, lm)
     model = torch_twin(np_model, device)
@@ -191,6 +217,47 @@ def test_torch_cached_steps_match_forward(config, lm, device):
     beam_again, rescores = td.beam_search_scores(model, src, 3, MAX_NEW, 0.7, use_cache=False)
     assert torch.equal(beam, beam_again)
     assert np.abs(np.array(scores) - rescores).max() <= TOL
+
+
+@pytest.mark.parametrize("lm", LM)
+@pytest.mark.parametrize("config", list(MODERN.values()), ids=MODERN_IDS)
+def test_cache_holds_the_kv_heads(config, lm, device):
+    """Both caches hold n_kv_heads K/V heads per layer (self-attention, and cross-attention's projections of
+    the encoder output), not one per query head."""
+    np_model = numpy_model(config, lm)
+    model = torch_twin(np_model, device)
+    src = source(config, lm)
+    B, S = src.shape
+    n_rows, total = 3 * B, 9  # three beams per source
+    H_kv, Dh = config.kv_heads, config.head_dim
+    assert H_kv < config.n_heads
+    ours = nd.new_cache(np_model, None if lm else src, n_rows, total)
+    with torch.no_grad():
+        theirs = td.new_cache(model, None if lm else torch.from_numpy(src).to(device), n_rows, total)
+    assert len(ours.layers) == len(theirs.layers) == config.n_decoder_layers
+    for mine, other in zip(ours.layers, theirs.layers, strict=True):
+        for keys in (mine.keys, mine.values, other.keys, other.values):
+            assert tuple(keys.shape) == (n_rows, H_kv, total, Dh)
+        if lm:
+            assert mine.memory_keys is None and other.memory_keys is None
+        else:
+            for keys in (mine.memory_keys, mine.memory_values, other.memory_keys, other.memory_values):
+                assert tuple(keys.shape) == (n_rows, H_kv, S, Dh)
+            np.testing.assert_allclose(other.memory_keys.cpu().numpy(), mine.memory_keys, rtol=0, atol=1e-13)
+
+
+def test_grouped_query_cache_is_n_heads_over_n_kv_heads_times_smaller():
+    """8 query heads sharing 2 K/V heads: the cache is a quarter of multi-head attention's, the ratio of a
+    Llama-style model with 32 query heads and 8 K/V heads. (Llama 3 8B: 32 layers, Dh 128, bfloat16 keys
+    and values take 2 * 32 * 8 * 128 * 2 bytes = 128 KiB per token instead of 512 KiB, 1 GiB instead of
+    4 GiB for 8192 positions of one sequence.)"""
+    sizes = {}
+    for n_kv_heads in (None, 2, 1):
+        config = nt.TransformerConfig(**{**SMALL, "n_heads": 8}, positional="rope", n_kv_heads=n_kv_heads)
+        model = nt.Transformer(config)
+        cache = nd.new_cache(model, source(config, lm=False), 4, config.max_len)
+        sizes[n_kv_heads] = sum(a.nbytes for layer in cache.layers for a in vars(layer).values())
+    assert sizes[None] == 4 * sizes[2] == 8 * sizes[1]
 
 
 def test_float32_decoding_keeps_float32():
@@ -245,7 +312,7 @@ def test_beam_size_one_is_greedy(lm, length_penalty, device):
 
 @pytest.mark.parametrize("search", ["greedy", "beam 3"])
 @pytest.mark.parametrize("lm", LM)
-@pytest.mark.parametrize("config", list(CONFIGS.values())[:3], ids=CONFIG_IDS[:3])
+@pytest.mark.parametrize("config", [CONFIGS[k] for k in CONFIG_IDS[:3] + MODERN_IDS], ids=CONFIG_IDS[:3] + MODERN_IDS)
 def test_numpy_and_torch_decode_the_same_tokens(config, lm, search, device):
     np_model = numpy_model(config, lm, seed=2)
     model = torch_twin(np_model, device)

@@ -27,6 +27,8 @@ from parity_tests.test_parity_models import DTYPES, assert_parity
 from torch_transformer import checkpoint as tcp
 from torch_transformer import decoding as td
 
+one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
+
 SMALL = dict(
     src_vocab_size=13,
     tgt_vocab_size=17,
@@ -52,6 +54,16 @@ ENCODER_CONFIGS = {
         **SMALL, norm_first=True, sinusoid_layout="split", type_vocab_size=3
     ),
     "post-norm gelu_tanh no types, pad_id None": nt.TransformerConfig(**SMALL, activation="gelu_tanh", pad_id=None),
+    "rope rms GQA 4/2 gated silu, no biases, token types": nt.TransformerConfig(
+        **SMALL,
+        positional="rope",
+        norm="rms",
+        n_kv_heads=2,
+        gated_ffn=True,
+        activation="silu",
+        bias=False,
+        type_vocab_size=2,
+    ),
 }
 SEQ2SEQ_CONFIGS = {
     "Marian: split sinusoids, shared and tied": nt.TransformerConfig(
@@ -72,12 +84,56 @@ SEQ2SEQ_CONFIGS = {
     "pad_id None, split sinusoids, embedding norm": nt.TransformerConfig(
         **SMALL, pad_id=None, sinusoid_layout="split", embedding_norm=True
     ),
+    "rope rms GQA 4/2 (cross-attention too), gated silu, pre-norm, no biases": nt.TransformerConfig(
+        **SMALL,
+        positional="rope",
+        norm="rms",
+        n_kv_heads=2,
+        gated_ffn=True,
+        activation="silu",
+        norm_first=True,
+        bias=False,
+        output_bias=False,
+    ),
+    "post-norm rms MQA learned, gated gelu, shared and tied, no output bias": nt.TransformerConfig(
+        **SHARED,
+        norm="rms",
+        n_kv_heads=1,
+        positional="learned",
+        gated_ffn=True,
+        activation="gelu",
+        share_embeddings=True,
+        tie_embeddings=True,
+        output_bias=False,
+    ),
 }
 LM_CONFIGS = {
     "GPT-2-like: pre-norm gelu_tanh learned tied, pad_id None": nt.TransformerConfig(
         **SMALL, norm_first=True, activation="gelu_tanh", positional="learned", tie_embeddings=True, pad_id=None
     ),
     "embedding norm, split sinusoids": nt.TransformerConfig(**SMALL, embedding_norm=True, sinusoid_layout="split"),
+    "Llama-like: pre-norm rms rope silu gated GQA 4/2, no biases, no output bias, pad_id None": nt.TransformerConfig(
+        **SMALL,
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        rope_theta=500000.0,
+        activation="silu",
+        gated_ffn=True,
+        n_kv_heads=2,
+        bias=False,
+        output_bias=False,
+        pad_id=None,
+    ),
+    "post-norm rms rope MQA gated gelu_tanh with biases, tied": nt.TransformerConfig(
+        **SMALL,
+        norm="rms",
+        positional="rope",
+        n_kv_heads=1,
+        gated_ffn=True,
+        activation="gelu_tanh",
+        tie_embeddings=True,
+    ),
 }
 
 
@@ -136,6 +192,29 @@ def test_marian_bart_options_in_training_mode(dtype, device):
     assert_parity(C.compare_models(config, dtype, device, train=True, scenario="fully_masked"), dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", ["Transformer", "TransformerLM", "EncoderModel"])
+def test_llama_options_in_training_mode(family, dtype, device):
+    """RMSNorm, rotary positions, the gated feed-forward and grouped-query attention (self- and cross-)
+    with dropout on: the same units dropped on both sides (the gated block's dropout site included)."""
+    config = nt.TransformerConfig(
+        **SMALL,
+        dropout=0.2,
+        norm="rms",
+        positional="rope",
+        gated_ffn=True,
+        activation="silu",
+        n_kv_heads=2,
+        norm_first=family != "Transformer",
+        bias=family == "EncoderModel",
+    )
+    if family == "EncoderModel":
+        result = C.compare_encoder_models(config, dtype, device, train=True, scenario="padding")
+    else:
+        result = C.compare_models(config, dtype, device, lm=family == "TransformerLM", train=True, scenario="padding")
+    assert_parity(result, dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # State-dict names and shapes.
 
@@ -144,19 +223,105 @@ def torch_shapes(model) -> dict:
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
+def family_shapes(numpy_class, config) -> dict:
+    """numpy_transformer.parameter_shapes for the family of numpy_class."""
+    return parameter_shapes(
+        config, decoder_only=numpy_class is nt.TransformerLM, encoder_only=numpy_class is nt.EncoderModel
+    )
+
+
 @pytest.mark.parametrize(
     ("numpy_class", "torch_class", "config"),
     [
-        (nt.EncoderModel, tt.EncoderModel, ENCODER_CONFIGS["BERT: post-norm gelu learned token-types embedding-norm"]),
-        (nt.EncoderModel, tt.EncoderModel, ENCODER_CONFIGS["pre-norm relu split-sinusoids 3 token-types"]),
+        *[(nt.EncoderModel, tt.EncoderModel, c) for c in ENCODER_CONFIGS.values()],
         *[(nt.Transformer, tt.Transformer, c) for c in SEQ2SEQ_CONFIGS.values()],
         *[(nt.TransformerLM, tt.TransformerLM, c) for c in LM_CONFIGS.values()],
     ],
 )
 def test_state_dict_names_and_shapes_agree(numpy_class, torch_class, config):
-    ours = {k: v.shape for k, v in numpy_class(config).state_dict().items()}
-    assert ours == torch_shapes(torch_class(config))
-    assert list(ours) == list(torch_shapes(torch_class(config)))  # the same order too
+    """parameter_shapes, the NumPy model's state_dict() and the torch model's: the same keys, in the same
+    order, with the same shapes."""
+    ours = [(k, v.shape) for k, v in numpy_class(config).state_dict().items()]
+    assert ours == list(torch_shapes(torch_class(config)).items())
+    assert ours == list(family_shapes(numpy_class, config).items())
+
+
+def llama_config(**overrides) -> nt.TransformerConfig:
+    values = dict(
+        src_vocab_size=19,
+        tgt_vocab_size=17,
+        d_model=16,
+        n_heads=4,
+        n_kv_heads=2,
+        d_ff=24,
+        n_encoder_layers=1,
+        n_decoder_layers=2,
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        activation="silu",
+        gated_ffn=True,
+        bias=False,
+        output_bias=False,
+        pad_id=None,
+    )
+    return nt.TransformerConfig(**(values | overrides))
+
+
+# One Llama decoder layer, written out by hand: d_model 16, 4 query heads of 4, 2 K/V heads (width 8), d_ff 24;
+# RMSNorm weights only, no linear biases, the gate before the up (linear1) and down (linear2) projections.
+LLAMA_LAYER = [
+    ("self_attn.q_proj.weight", (16, 16)),
+    ("self_attn.k_proj.weight", (8, 16)),
+    ("self_attn.v_proj.weight", (8, 16)),
+    ("self_attn.out_proj.weight", (16, 16)),
+    ("self_attn_norm.weight", (16,)),
+    ("ffn.gate.weight", (24, 16)),
+    ("ffn.linear1.weight", (24, 16)),
+    ("ffn.linear2.weight", (16, 24)),
+    ("ffn_norm.weight", (16,)),
+]
+LLAMA_CROSS = [  # between self-attention and the feed-forward block, in a decoder with an encoder
+    ("cross_attn.q_proj.weight", (16, 16)),
+    ("cross_attn.k_proj.weight", (8, 16)),
+    ("cross_attn.v_proj.weight", (8, 16)),
+    ("cross_attn.out_proj.weight", (16, 16)),
+    ("cross_attn_norm.weight", (16,)),
+]
+
+
+def test_llama_state_dict_written_out():
+    """The Llama-style LM: no norm biases, no linear biases, ffn.gate.*, k_proj/v_proj n_kv_heads * Dh wide,
+    no position table, no output_proj.bias; the same list from parameter_shapes and both models."""
+    config = llama_config()
+    expected = [("decoder.token_embedding.weight", (17, 16))]
+    expected += [(f"decoder.layers.{i}.{name}", shape) for i in range(2) for name, shape in LLAMA_LAYER]
+    expected += [("decoder.final_norm.weight", (16,)), ("output_proj.weight", (17, 16))]
+    assert list(parameter_shapes(config, decoder_only=True).items()) == expected
+    assert [(k, v.shape) for k, v in nt.TransformerLM(config).state_dict().items()] == expected
+    assert list(torch_shapes(tt.TransformerLM(config)).items()) == expected
+    # tied: the output projection reads decoder.token_embedding.weight, and stores nothing of its own
+    tied = llama_config(tie_embeddings=True)
+    assert list(torch_shapes(tt.TransformerLM(tied)).items()) == expected[:-1]
+    assert [(k, v.shape) for k, v in nt.TransformerLM(tied).state_dict().items()] == expected[:-1]
+
+
+def test_llama_options_in_the_other_families_written_out():
+    """The same options in an encoder-decoder (cross-attention with 2 K/V heads too) and an EncoderModel."""
+    config = llama_config()
+    layer = LLAMA_LAYER[:5] + LLAMA_CROSS + LLAMA_LAYER[5:]
+    encoder = [("encoder.token_embedding.weight", (19, 16))]
+    encoder += [(f"encoder.layers.0.{name}", shape) for name, shape in LLAMA_LAYER]
+    encoder += [("encoder.final_norm.weight", (16,))]
+    expected = encoder + [("decoder.token_embedding.weight", (17, 16))]
+    expected += [(f"decoder.layers.{i}.{name}", shape) for i in range(2) for name, shape in layer]
+    expected += [("decoder.final_norm.weight", (16,)), ("output_proj.weight", (17, 16))]
+    assert list(parameter_shapes(config).items()) == expected
+    assert [(k, v.shape) for k, v in nt.Transformer(config).state_dict().items()] == expected
+    assert list(torch_shapes(tt.Transformer(config)).items()) == expected
+    assert list(parameter_shapes(config, encoder_only=True).items()) == encoder
+    assert [(k, v.shape) for k, v in nt.EncoderModel(config).state_dict().items()] == encoder
+    assert list(torch_shapes(tt.EncoderModel(config)).items()) == encoder
 
 
 def test_new_keys():

@@ -18,7 +18,8 @@ from numpy_transformer import (
     cross_entropy_forward,
     multi_head_attention_forward,
 )
-from numpy_transformer.attention import MHA_KEYS
+from numpy_transformer import layers as L
+from numpy_transformer.attention import MHA_KEYS, rope_angles
 
 V_SRC, V_TGT, MAX_LEN = 11, 13, 6
 
@@ -568,3 +569,197 @@ def test_dropout_masks_for_unknown_sites(rng, src, tgt):
     masks = dict(model.dropout_masks) | {"encoder.layers.7.ffn.dropout": np.ones((2, 4, 12), dtype=bool)}
     with pytest.raises(ValueError, match=r"unknown sites \['encoder.layers.7.ffn.dropout'\]"):
         model.forward(src, tgt, dropout_masks=masks)
+
+
+# ----------------------------------------------------------------------------------------------
+# After the paper: grouped-query attention, biases, rotary positions, the norm kind.
+
+
+def gqa_params(rng, D: int = 8, n_heads: int = 2, n_kv_heads: int = 1, bias: bool = True) -> dict:
+    """Attention params for d_model D with n_kv_heads K/V heads: k_proj and v_proj (n_kv_heads * Dh, D)."""
+    kv = D // n_heads * n_kv_heads
+    shapes = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}
+    params = {f"{k}.weight": rng.standard_normal(s) for k, s in shapes.items()}
+    if bias:
+        params |= {f"{k}.bias": rng.standard_normal(s[:1]) for k, s in shapes.items()}
+    return params
+
+
+def rope_tables(T: int, head_dim: int, dtype=np.float64):
+    return rope_angles(np.arange(T), head_dim, 10000.0, dtype)
+
+
+def test_gqa_k_proj_of_the_width_of_all_heads(mha_params, rng):
+    """k_proj.weight of plain multi-head attention, (D, D), handed to one K/V head: expected (Dh, D)."""
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(
+        ValueError, match=r"params\['k_proj.weight'\] has shape \(8, 8\), expected \(4, 8\).*n_kv_heads=1"
+    ):
+        multi_head_attention_forward(mha_params, x, x, x, 2, n_kv_heads=1)
+
+
+def test_gqa_v_proj_of_another_width(rng):
+    params = gqa_params(rng, n_heads=4, n_kv_heads=2)  # k_proj, v_proj (4, 8)
+    params["v_proj.weight"] = rng.standard_normal((2, 8))  # one K/V head of 2 features
+    params["v_proj.bias"] = rng.standard_normal(2)
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(
+        ValueError, match=r"params\['v_proj.weight'\] has shape \(2, 8\), expected \(4, 8\).*n_kv_heads=2"
+    ):
+        multi_head_attention_forward(params, x, x, x, 4, n_kv_heads=2)
+
+
+def test_gqa_bias_of_another_width(rng):
+    params = gqa_params(rng, n_kv_heads=1)
+    params["k_proj.bias"] = rng.standard_normal(8)
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"params\['k_proj.bias'\] has shape \(8,\), expected \(4,\)"):
+        multi_head_attention_forward(params, x, x, x, 2, n_kv_heads=1)
+
+
+@pytest.mark.parametrize("missing", ["q_proj.bias", "v_proj.bias", "out_proj.bias"])
+def test_mha_only_some_biases(mha_params, rng, missing):
+    del mha_params[missing]
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(
+        ValueError, match=rf"params has the biases .* but not \['{missing}'\].*all four biases, or none"
+    ):
+        multi_head_attention_forward(mha_params, x, x, x, 2)
+
+
+def test_mha_one_bias_only(rng):
+    params = gqa_params(rng, n_kv_heads=2, bias=False) | {"k_proj.bias": rng.standard_normal(8)}
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"params has the biases \['k_proj.bias'\] but not"):
+        multi_head_attention_forward(params, x, x, x, 2)
+
+
+def test_mha_missing_weight(mha_params, rng):
+    del mha_params["v_proj.weight"]
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"params is missing \['v_proj.weight'\]"):
+        multi_head_attention_forward(mha_params, x, x, x, 2)
+
+
+def test_rope_tables_of_torch_width(mha_params, rng):
+    """torch_transformer's tables are (T, Dh), each angle twice; the NumPy pair rotation takes (T, Dh/2)."""
+    x = rng.standard_normal((2, 3, 8))
+    cos, sin = rope_tables(3, 4)
+    full = (np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1))
+    with pytest.raises(ValueError, match=r"rope cos must have shape \(T, Dh/2\) = \(3, 2\), got \(3, 4\)"):
+        multi_head_attention_forward(mha_params, x, x, x, 2, rope=full)
+
+
+def test_rope_tables_for_another_length(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"rope cos must have shape \(T, Dh/2\) = \(3, 2\), got \(5, 2\)"):
+        multi_head_attention_forward(mha_params, x, x, x, 2, rope=rope_tables(5, 4))
+
+
+def test_rope_sin_of_the_wrong_shape(mha_params, rng):
+    x = rng.standard_normal((2, 3, 8))
+    cos, sin = rope_tables(3, 4)
+    with pytest.raises(ValueError, match=r"rope sin must have shape \(T, Dh/2\) = \(3, 2\), got \(3, 1\)"):
+        multi_head_attention_forward(mha_params, x, x, x, 2, rope=(cos, sin[:, :1]))
+
+
+def test_rope_with_t_q_different_from_t_k(mha_params, rng):
+    """Rotary positions rotate self-attention's queries and keys by one set of positions."""
+    query, memory = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 4, 8))
+    with pytest.raises(ValueError, match=r"rope.*T_q=3 != T_k=4"):
+        multi_head_attention_forward(mha_params, query, memory, memory, 2, rope=rope_tables(3, 4))
+
+
+def test_rope_with_an_odd_head_size(rng):
+    """Tables of shape (T, Dh // 2) pass the shape check for an odd Dh; the head size itself is the error."""
+    x = rng.standard_normal((2, 3, 6))  # 2 heads of 3 features: no pairs to rotate
+    params = {k: rng.standard_normal((6, 6) if k.endswith("weight") else (6,)) for k in MHA_KEYS}
+    cos, sin = rope_tables(3, 2)  # (3, 1) = (T, Dh // 2)
+    with pytest.raises(ValueError, match=r"rope.*head size must be even.*Dh = 6 / 2 = 3"):
+        multi_head_attention_forward(params, x, x, x, 2, rope=(cos, sin))
+
+
+def test_rope_tables_of_another_dtype(rng):
+    """float64 tables with float32 inputs would silently make the output float64."""
+    params = {k: v.astype(np.float32) for k, v in gqa_params(rng, n_kv_heads=2).items()}
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    with pytest.raises(TypeError, match=r"rope cos must have the inputs' dtype float32, got float64"):
+        multi_head_attention_forward(params, x, x, x, 2, rope=rope_tables(3, 4, np.float64))
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(4, 3), (2, 4)])
+def test_mha_n_heads_not_a_multiple_of_n_kv_heads(rng, n_heads, n_kv_heads):
+    x = rng.standard_normal((2, 3, 8))
+    params = gqa_params(rng, n_heads=n_heads, n_kv_heads=n_heads)
+    with pytest.raises(
+        ValueError, match=rf"n_heads must be a multiple of n_kv_heads.*n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+    ):
+        multi_head_attention_forward(params, x, x, x, n_heads, n_kv_heads=n_kv_heads)
+
+
+@pytest.mark.parametrize("n_kv_heads", [0, -1, 1.0, True])
+def test_mha_n_kv_heads_not_a_positive_int(mha_params, rng, n_kv_heads):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=rf"n_kv_heads must be a positive int, got {esc(n_kv_heads)}"):
+        multi_head_attention_forward(mha_params, x, x, x, 2, n_kv_heads=n_kv_heads)
+
+
+@pytest.mark.parametrize(("n_heads", "n_kv_heads"), [(4, 3), (2, 4)])
+def test_config_n_heads_not_a_multiple_of_n_kv_heads(n_heads, n_kv_heads):
+    with pytest.raises(
+        ValueError, match=rf"n_heads must be a multiple of n_kv_heads.*n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+    ):
+        tiny_config(n_heads=n_heads, n_kv_heads=n_kv_heads)
+
+
+def test_config_n_kv_heads_not_positive():
+    with pytest.raises(ValueError, match=r"n_kv_heads must be >= 1, got 0"):
+        tiny_config(n_kv_heads=0)
+
+
+def test_config_n_kv_heads_not_an_int():
+    with pytest.raises(TypeError, match=r"n_kv_heads must be an int.*float"):
+        tiny_config(n_kv_heads=1.0)
+
+
+def test_config_rope_with_an_odd_head_size():
+    with pytest.raises(ValueError, match=r"positional='rope'.*head size.*even.*12 / 4 = 3"):
+        tiny_config(d_model=12, n_heads=4, positional="rope")
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, "10000", True])
+def test_config_rope_theta_not_positive(value):
+    with pytest.raises(ValueError, match=rf"rope_theta must be a positive float, got {esc(repr(value))}"):
+        tiny_config(rope_theta=value)
+
+
+def test_config_unknown_norm():
+    with pytest.raises(ValueError, match=r"norm must be one of \('layer', 'rms'\), got 'batch'"):
+        tiny_config(norm="batch")
+
+
+@pytest.mark.parametrize("field", ["gated_ffn", "bias", "output_bias"])
+def test_config_new_flags_must_be_bools(field):
+    with pytest.raises(TypeError, match=rf"{field} must be a bool, got int"):
+        tiny_config(**{field: 1})
+
+
+def test_config_unknown_activation_lists_silu():
+    with pytest.raises(ValueError, match=r"activation.*'silu'.*got 'swiglu'"):
+        tiny_config(activation="swiglu")
+
+
+def test_norm_forward_unknown_kind(rng):
+    x = rng.standard_normal((2, 3, 8))
+    with pytest.raises(ValueError, match=r"norm kind must be 'layer' or 'rms', got 'batch'"):
+        L.norm_forward({"weight": np.ones(8), "bias": np.zeros(8)}, x, "batch", 1e-5)
+
+
+def test_residual_with_an_unknown_norm_kind(rng):
+    x = rng.standard_normal((2, 3, 8))
+
+    def identity(h):
+        return h, None
+
+    with pytest.raises(ValueError, match=r"norm kind must be 'layer' or 'rms', got 'RMS'"):
+        L.residual_forward(x, {"weight": np.ones(8)}, identity, True, 1e-5, kind="RMS")

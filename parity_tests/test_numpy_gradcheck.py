@@ -6,7 +6,9 @@ generator: never all ones, never a plain .sum()). Besides the bar, every compare
 non-zero, so that no check passes vacuously; the one exception is the key projection's bias of
 attention, whose gradient is zero in exact arithmetic (it adds q . b_K to every score of a query row,
 and softmax ignores a shift shared by the whole row): that one must be zero up to rounding, judged
-against its neighbours.
+against its neighbours. Rotary positions break that argument (each key's bias is rotated by the key's
+own angle, so the shift is no longer shared by the row): in attention with RoPE the key bias has a
+gradient like any other, and is checked like any other.
 
 Sizes are tiny (d_model 8, 2 heads, d_ff 12, vocabularies ~11, sequences of 3-6) and big tensors are
 sampled (max_coords) to keep the file fast.
@@ -34,20 +36,22 @@ EXACT_ZERO = 1e-12  # ... and k_proj.bias must stay below this fraction (roundin
 WORST: dict[str, float] = {}  # test node id -> worst relative error, for reports; the tests do not read it
 
 
-def is_zero_in_exact_arithmetic(name: str) -> bool:
-    """The key bias shifts every score of a query row by the same q . b_K; softmax ignores it."""
-    return name.endswith("k_proj.bias")
+def is_zero_in_exact_arithmetic(name: str, rotated: tuple = ()) -> bool:
+    """The key bias shifts every score of a query row by the same q . b_K; softmax ignores it. Not so in
+    attention with rotary positions (names containing one of `rotated`): there R(n) b_K differs per key n."""
+    return name.endswith("k_proj.bias") and not any(block in name for block in rotated)
 
 
-def assert_passes(result, label: str) -> None:
-    """The bar, and no vacuous pass: every compared gradient is non-zero except k_proj.bias."""
+def assert_passes(result, label: str, rotated: tuple = ()) -> None:
+    """The bar, and no vacuous pass: every compared gradient is non-zero except k_proj.bias (outside the
+    attention blocks named in `rotated`, which use rotary positions)."""
     WORST[os.environ.get("PYTEST_CURRENT_TEST", label).split(" ")[0]] = result.worst
     assert result.errors, "nothing was compared"
     assert result.worst <= BAR, f"{label}: worst relative error {result.worst:.2e} > {BAR}\n{result}"
     scale = max(result.max_abs_grad.values())
     assert scale > 0.0, f"{label}: every gradient is zero\n{result}"
     for name, g in result.max_abs_grad.items():
-        if is_zero_in_exact_arithmetic(name):
+        if is_zero_in_exact_arithmetic(name, rotated):
             assert g <= EXACT_ZERO * scale, f"{label}: {name} should be ~0 (max |grad| {g:.2e}, largest {scale:.2e})"
         else:
             assert g >= NONZERO * scale, f"{label}: {name} is (nearly) all zero: {g:.2e} vs largest {scale:.2e}"
@@ -207,7 +211,7 @@ def test_softmax(case):
         assert np.all(L.softmax_backward(rand(rng, 2, 3, 5), cache)[1, 2] == 0.0)
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh", "silu"])
 def test_activation(name):
     rng = np.random.default_rng(14)
     x = rand(rng, 3, 4, 5, scale=2.0)
@@ -253,6 +257,62 @@ def test_feed_forward(activation):
     args = dict(params=params, x=rand(rng, 2, 3, 8), activation=activation)
     result = check_pair(L.feed_forward_forward, L.feed_forward_backward, args, wrt=["x", "params"], max_coords=None)
     assert_passes(result, f"feed_forward-{activation}")
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.1])
+def test_rms_norm(eps):
+    rng = np.random.default_rng(60)
+    args = dict(x=0.5 + 2.0 * rand(rng, 2, 3, 8), weight=1 + 0.3 * rand(rng, 8), eps=eps)
+    result = check_pair(L.rms_norm_forward, L.rms_norm_backward, args, wrt=["x", "weight"], max_coords=None)
+    assert_passes(result, f"rms_norm-{eps}")
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_norm_dispatch(kind):
+    """norm_forward / norm_backward: the params dict ("weight", and "bias" for layer norm) in, grads dict out."""
+    rng = np.random.default_rng(61)
+    norm = {"weight": 1 + 0.3 * rand(rng, 8)} | ({"bias": rand(rng, 8)} if kind == "layer" else {})
+    args = dict(params=norm, x=rand(rng, 2, 3, 8, scale=2.0), kind=kind, eps=1e-5)
+    result = check_pair(L.norm_forward, L.norm_backward, args, wrt=["x", "params"], max_coords=None)
+    assert set(result.errors) == {"x"} | {f"params.{k}" for k in norm}
+    assert_passes(result, f"norm-{kind}")
+
+
+def gated_ffn_params(rng, bias: bool) -> dict:
+    shapes = M.sub(parameter_shapes(tiny_config(gated_ffn=True, bias=bias)), "encoder.layers.0.ffn")
+    assert list(shapes)[0] == "gate.weight" and ("linear1.bias" in shapes) == bias
+    return random_params(shapes, rng)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("activation", ["silu", "gelu", "relu"])
+def test_gated_feed_forward(activation, bias):
+    rng = np.random.default_rng(62)
+    x = rand(rng, 2, 3, 8)
+    if activation == "relu":
+        x = np.sign(x) * (0.1 + np.abs(x))  # the kink: keep the gate's inputs off 0 (they are x W_g^T + b_g) ...
+    params = gated_ffn_params(rng, bias)
+    args = dict(params=params, x=x, activation=activation)
+    if activation == "relu":  # ... by checking that no gate pre-activation is within reach of the step
+        gate, _ = L.linear_forward(x, params["gate.weight"], params.get("gate.bias"))
+        assert np.abs(gate).min() > 1e-3
+    result = check_pair(
+        L.gated_feed_forward_forward, L.gated_feed_forward_backward, args, wrt=["x", "params"], max_coords=None
+    )
+    assert_passes(result, f"gated_feed_forward-{activation}-{bias}")
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+def test_gated_feed_forward_dropout(bias):
+    rng = np.random.default_rng(63)
+    params, x = gated_ffn_params(rng, bias), rand(rng, 2, 3, 8)
+    dropout = replayed(0.3, lambda d: L.gated_feed_forward_forward(params, x, "silu", d))
+    assert set(dropout.masks) == {"ffn.dropout"} and dropout.masks["ffn.dropout"].shape == (2, 3, 12)
+    args = dict(params=params, x=x, activation="silu", dropout=dropout)
+    result = check_pair(
+        L.gated_feed_forward_forward, L.gated_feed_forward_backward, args, wrt=["x", "params"], max_coords=None
+    )
+    assert_passes(result, f"gated_feed_forward-dropout-{bias}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,6 +451,96 @@ def test_multi_head_attention(case):
     assert_passes(result, f"mha-{case}")
 
 
+@pytest.mark.parametrize(("start", "theta"), [(0, 10000.0), (5, 100.0)], ids=["start0", "start5-theta100"])
+def test_rope(start, theta):
+    rng = np.random.default_rng(23)
+    cos, sin = A.rope_angles(np.arange(start, start + 4), 6, theta)  # (T, Dh/2) = (4, 3)
+    args = dict(x=rand(rng, 2, 3, 4, 6), cos=cos, sin=sin)
+    result = check_pair(A.rope_forward, A.rope_backward, args, wrt=["x"], max_coords=None)
+    assert_passes(result, f"rope-{start}-{theta}")
+
+
+@pytest.mark.parametrize("n_rep", [1, 2, 4])
+def test_repeat_kv(n_rep):
+    rng = np.random.default_rng(24)
+    args = dict(x=rand(rng, 2, 2, 3, 4), n_rep=n_rep)
+    result = check_pair(A.repeat_kv_forward, A.repeat_kv_backward, args, wrt=["x"], max_coords=None)
+    assert_passes(result, f"repeat_kv-{n_rep}")
+
+
+def gqa_params(rng, D: int, H: int, H_kv: int, bias: bool) -> dict:
+    kv = D // H * H_kv
+    shapes = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}
+    shapes = {f"{k}.weight": s for k, s in shapes.items()} | (
+        {f"{k}.bias": s[:1] for k, s in shapes.items()} if bias else {}
+    )
+    return random_params(shapes, rng)
+
+
+def gqa_self_attention_forward(params, x, n_heads, n_kv_heads, rope, is_causal, attn_mask=None, dropout=None):
+    return A.multi_head_attention_forward(
+        params, x, x, x, n_heads, attn_mask, dropout, n_kv_heads=n_kv_heads, rope=rope, is_causal=is_causal
+    )
+
+
+# id: (kind, H, H_kv, rope, is_causal, bias, padded keys per batch row, dropout); D 16, T 4 (cross: T_k 5)
+GQA_CASES = {
+    "self-GQA-2of4-rope-causal": ("self", 4, 2, True, True, True, {}, 0.0),
+    "self-GQA-2of4-rope-causal-padding-fully-masked-row": ("self", 4, 2, True, True, True, {1: [0, 3]}, 0.0),
+    "self-MQA-rope-causal-no-bias": ("self", 4, 1, True, True, False, {}, 0.0),
+    "self-GQA-2of4-rope-not-causal-padding": ("self", 4, 2, True, False, True, {0: [3]}, 0.0),
+    "self-MHA-rope-causal": ("self", 4, None, True, True, True, {}, 0.0),
+    "self-GQA-2of4-causal-no-rope": ("self", 4, 2, False, True, True, {1: [2]}, 0.0),
+    "self-GQA-2of4-rope-causal-dropout-no-bias": ("self", 4, 2, True, True, False, {0: [3]}, 0.3),
+    "cross-GQA-2of4-padding": ("cross", 4, 2, False, False, True, {1: [3, 4]}, 0.0),
+    "cross-MQA-no-bias": ("cross", 2, 1, False, False, False, {0: [0, 1, 2, 3, 4]}, 0.0),
+}
+
+
+@pytest.mark.parametrize("case", list(GQA_CASES))
+def test_grouped_query_attention(case):
+    kind, H, H_kv, use_rope, is_causal, bias, pads, p = GQA_CASES[case]
+    rng = np.random.default_rng(25)
+    B, T, T_k, D = 2, 4, 5, 16
+    params = gqa_params(rng, D, H, H if H_kv is None else H_kv, bias)
+    if kind == "self":
+        rope = A.rope_angles(np.arange(T), D // H, 10000.0) if use_rope else None
+        x, mask = rand(rng, B, T, D), padding(B, T, pads)
+        args = dict(params=params, x=x, n_heads=H, n_kv_heads=H_kv, rope=rope, is_causal=is_causal, attn_mask=mask)
+        if p:
+            args["dropout"] = replayed(p, lambda d: gqa_self_attention_forward(**(args | {"dropout": d})))
+        result = check_pair(
+            gqa_self_attention_forward, self_attention_backward, args, wrt=["x", "params"], max_coords=16
+        )
+    else:  # key and value distinct arrays: each input gradient on its own
+        args = dict(
+            params=params,
+            query=rand(rng, B, T, D),
+            key=rand(rng, B, T_k, D),
+            value=rand(rng, B, T_k, D),
+            n_heads=H,
+            attn_mask=padding(B, T_k, pads),
+            n_kv_heads=H_kv,
+        )
+        wrt = ["query", "key", "value", "params"]
+        result = check_pair(A.multi_head_attention_forward, A.multi_head_attention_backward, args, wrt, max_coords=16)
+    assert ("params.k_proj.bias" in result.errors) == bias
+    assert_passes(result, f"gqa-{case}", rotated=("params.",) if use_rope else ())
+
+
+def test_rotary_key_bias_has_a_gradient():
+    """With rotary positions the key bias reaches the score of key n as q . R(n) b_K, which differs from key
+    to key: it is no longer a shift that softmax ignores, and its gradient is as large as its neighbours'."""
+    rng = np.random.default_rng(26)
+    params = gqa_params(rng, 16, 4, 2, bias=True)
+    x = rand(rng, 2, 4, 16)
+    rope = A.rope_angles(np.arange(4), 4, 10000.0)
+    _, cache = gqa_self_attention_forward(params, x, 4, 2, rope, True)
+    grads = A.multi_head_attention_backward(rand(rng, 2, 4, 16), cache)[3]
+    neighbours = max(np.abs(grads[k]).max() for k in ("q_proj.bias", "v_proj.bias", "k_proj.weight"))
+    assert np.abs(grads["k_proj.bias"]).max() > 1e-3 * neighbours
+
+
 # ----------------------------------------------------------------------------------------------
 # Residual sublayer, layers, stacks.
 
@@ -427,7 +577,35 @@ LAYER_CASES = {
     "pre-norm-gelu-padding": (dict(norm_first=True, activation="gelu"), 0.0, {1: [3]}),
     "post-norm-gelu_tanh-padding-dropout": (dict(activation="gelu_tanh"), 0.2, {0: [2, 3]}),
     "pre-norm-relu-H4-dropout": (dict(norm_first=True, n_heads=4), 0.2, {}),
+    # after the paper: RMSNorm, gated feed-forward, grouped-query attention, rotary positions, no biases
+    "pre-norm-rms-silu-gated-MQA-rope-no-bias": (
+        dict(
+            norm_first=True, norm="rms", activation="silu", gated_ffn=True, n_kv_heads=1, positional="rope", bias=False
+        ),
+        0.0,
+        {1: [3]},
+    ),
+    "post-norm-rms-silu-gated-GQA-2of4-rope-padding": (
+        dict(norm="rms", activation="silu", gated_ffn=True, n_heads=4, n_kv_heads=2, positional="rope"),
+        0.0,
+        {0: [2, 3]},
+    ),
+    "post-norm-rms-gelu-gated-GQA-2of4-rope-no-bias-dropout": (
+        dict(norm="rms", activation="gelu", gated_ffn=True, n_heads=4, n_kv_heads=2, positional="rope", bias=False),
+        0.2,
+        {},
+    ),
+    "pre-norm-layer-norm-silu-gated-MQA-rope-dropout": (
+        dict(norm_first=True, activation="silu", gated_ffn=True, n_kv_heads=1, positional="rope"),
+        0.2,
+        {1: [0]},
+    ),
 }
+
+
+def rotated_blocks(cfg) -> tuple:
+    """The attention blocks with rotary positions (self-attention only; cross-attention never rotates)."""
+    return ("self_attn.",) if cfg.positional == "rope" else ()
 
 
 @pytest.mark.parametrize("case", list(LAYER_CASES))
@@ -437,11 +615,12 @@ def test_encoder_layer(case):
     rng = np.random.default_rng(31)
     params = random_params(M.sub(parameter_shapes(cfg), "encoder.layers.0"), rng)
     x, mask = rand(rng, 2, 4, 8), padding(2, 4, pads)
-    args = dict(params=params, x=x, mask=mask, config=cfg, dropout=None)
+    rope = M.rope_for(cfg, 4, np.float64)  # (cos, sin) with rotary positions, else None
+    args = dict(params=params, x=x, mask=mask, config=cfg, dropout=None, rope=rope)
     if p:
-        args["dropout"] = replayed(p, lambda d: M.encoder_layer_forward(params, x, mask, cfg, d))
+        args["dropout"] = replayed(p, lambda d: M.encoder_layer_forward(params, x, mask, cfg, d, rope=rope))
     result = check_pair(M.encoder_layer_forward, M.encoder_layer_backward, args, wrt=["x", "params"], max_coords=16)
-    assert_passes(result, f"encoder_layer-{case}")
+    assert_passes(result, f"encoder_layer-{case}", rotated_blocks(cfg))
 
 
 @pytest.mark.parametrize("with_memory", [True, False], ids=["memory", "no-memory"])
@@ -455,9 +634,10 @@ def test_decoder_layer(case, with_memory):
     x = rand(rng, 2, T_tgt, 8)
     self_mask = causal(T_tgt) & padding(2, T_tgt, {b: [t for t in ts if t < T_tgt] for b, ts in pads.items()})
     memory, memory_mask = (rand(rng, 2, T_src, 8), padding(2, T_src, pads)) if with_memory else (None, None)
+    rope = M.rope_for(cfg, T_tgt, np.float64)
 
     def forward(params, x, memory, dropout=None):
-        return M.decoder_layer_forward(params, x, memory, self_mask, memory_mask, cfg, dropout)
+        return M.decoder_layer_forward(params, x, memory, self_mask, memory_mask, cfg, dropout, rope=rope)
 
     args = dict(params=params, x=x, memory=memory)
     if p:
@@ -474,7 +654,7 @@ def test_decoder_layer(case, with_memory):
             return dx, grads
 
         result = check_pair(forward, backward, args, wrt=["x", "params"], max_coords=16)
-    assert_passes(result, f"decoder_layer-{case}-{with_memory}")
+    assert_passes(result, f"decoder_layer-{case}-{with_memory}", rotated_blocks(cfg))
 
 
 # id: (config overrides, dropout p, source picture)
@@ -485,6 +665,27 @@ STACK_CASES = {
         dict(norm_first=True, positional="learned", n_encoder_layers=2, n_decoder_layers=2, activation="gelu"),
         0.2,
         ["...._", "_____"],
+    ),
+    "pre-norm-rms-silu-gated-GQA-2of4-rope-no-bias-2layers": (
+        dict(
+            norm_first=True,
+            norm="rms",
+            activation="silu",
+            gated_ffn=True,
+            n_heads=4,
+            n_kv_heads=2,
+            positional="rope",
+            bias=False,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+        ),
+        0.0,
+        ["....", "..__"],
+    ),
+    "post-norm-rms-MQA-rope-dropout-all-pad-row": (
+        dict(norm="rms", n_kv_heads=1, positional="rope", gated_ffn=True, activation="gelu"),
+        0.2,
+        ["....", "____"],
     ),
 }
 
@@ -500,7 +701,7 @@ def test_encoder(case):
     if p:
         args["dropout"] = replayed(p, lambda d: M.encoder_forward(params, src_ids, cfg, d))
     result = check_pair(M.encoder_forward, M.encoder_backward, args, wrt=["params"], max_coords=16)
-    assert_passes(result, f"encoder-{case}")
+    assert_passes(result, f"encoder-{case}", rotated_blocks(cfg))
 
 
 @pytest.mark.parametrize("case", list(STACK_CASES))
@@ -520,7 +721,7 @@ def test_decoder_with_memory(case):
     if p:
         args["dropout"] = replayed(p, lambda d: forward(params, memory, d))
     result = check_pair(forward, M.decoder_backward, args, wrt=["memory", "params"], max_coords=16)
-    assert_passes(result, f"decoder-{case}")
+    assert_passes(result, f"decoder-{case}", rotated_blocks(cfg))
 
 
 @pytest.mark.parametrize("case", list(STACK_CASES))
@@ -543,7 +744,7 @@ def test_decoder_without_memory(case):
     if p:
         args["dropout"] = replayed(p, lambda d: forward(params, d))
     result = check_pair(forward, backward, args, wrt=["params"], max_coords=16)
-    assert_passes(result, f"decoder-no-memory-{case}")
+    assert_passes(result, f"decoder-no-memory-{case}", rotated_blocks(cfg))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -643,6 +844,36 @@ TRANSFORMER_CASES = [
         ["_..", "..."],
         id="train-dropout-pad_id-None-embedding-norm",
     ),
+    pytest.param(
+        dict(
+            positional="rope",
+            norm="rms",
+            n_heads=4,
+            n_kv_heads=2,
+            gated_ffn=True,
+            activation="silu",
+            norm_first=True,
+            n_encoder_layers=2,
+        ),
+        ["....._", "...___"],
+        ["_...", "...."],
+        id="rope-rms-GQA-2of4-cross-attention-gated-silu-pre-norm-padding-fully-masked-row",
+    ),
+    pytest.param(
+        dict(
+            positional="rope",
+            norm="rms",
+            n_kv_heads=1,
+            bias=False,
+            output_bias=False,
+            tie_embeddings=True,
+            dropout=0.2,
+            activation="gelu",
+        ),
+        ["....", ".._."],
+        ["...", "..."],
+        id="train-dropout-rope-rms-MQA-no-bias-no-output-bias-post-norm-tied",
+    ),
 ]
 
 
@@ -663,9 +894,22 @@ def test_transformer(overrides, src, tgt):
     if cfg.dropout:
         masks = np.concatenate([m.ravel() for m in model.dropout_masks.values()])
         assert masks.any() and not masks.all(), "training mode should have dropped some units"
-    assert_passes(result, f"transformer-{sorted(overrides.items())}")
+    assert_passes(result, f"transformer-{sorted(overrides.items())}", rotated_blocks(cfg))
 
 
+LLAMA = dict(
+    norm_first=True,
+    norm="rms",
+    positional="rope",
+    activation="silu",
+    gated_ffn=True,
+    n_heads=4,
+    n_kv_heads=2,
+    bias=False,
+    output_bias=False,
+    pad_id=None,
+    n_decoder_layers=2,
+)
 LM_CASES = [
     pytest.param(dict(), [".....", "....."], id="B2-no-padding-post-norm-relu-sinusoidal-untied"),
     pytest.param(
@@ -678,6 +922,14 @@ LM_CASES = [
         dict(n_heads=4, norm_first=True, n_decoder_layers=2, dropout=0.2, tie_embeddings=True),
         ["......", "_....."],
         id="train-dropout-H4-pre-norm-relu-2layers-tied-fully-masked-row",
+    ),
+    pytest.param(
+        LLAMA, ["......", "......"], id="Llama-rms-rope-silu-gated-GQA-2of4-no-bias-no-output-bias-pad_id-None"
+    ),
+    pytest.param(
+        LLAMA | dict(n_kv_heads=1, n_heads=2, dropout=0.2, tie_embeddings=True, bias=True, norm_first=False),
+        ["_....", "....."],
+        id="train-dropout-post-norm-rms-rope-MQA-gated-tied-with-biases",
     ),
 ]
 
@@ -693,7 +945,7 @@ def test_transformer_lm(overrides, ids):
     result = check_model(model, make_ids(rng, ids, cfg.tgt_vocab_size, cfg.pad_id), seed=6, max_coords=16)
     assert set(result.errors) == set(model.params)
     assert not any(k.startswith("encoder") or "cross_attn" in k for k in result.errors)
-    assert_passes(result, f"lm-{sorted(overrides.items())}")
+    assert_passes(result, f"lm-{sorted(overrides.items())}", rotated_blocks(cfg))
 
 
 ENCODER_CASES = [
@@ -713,6 +965,16 @@ ENCODER_CASES = [
         id="train-dropout-post-norm-embedding-norm-token-types",
     ),
     pytest.param(dict(pad_id=None, scale_embeddings=False), ["...._", "_...."], id="pad_id-None-unscaled-no-types"),
+    pytest.param(
+        dict(positional="rope", type_vocab_size=2, activation="gelu", embedding_norm=True),
+        ["......", "....__"],
+        id="rope-post-norm-layer-norm-token-types-padding",
+    ),
+    pytest.param(
+        dict(positional="rope", norm="rms", n_heads=4, n_kv_heads=2, gated_ffn=True, activation="silu", bias=False),
+        [".....", "..___"],
+        id="rope-rms-GQA-2of4-gated-silu-no-bias",
+    ),
 ]
 
 
@@ -731,4 +993,4 @@ def test_encoder_model(overrides, ids):
     result = check_model(model, *inputs, seed=7, max_coords=16)
     assert set(result.errors) == set(model.params)
     assert all(k.startswith("encoder.") for k in result.errors)
-    assert_passes(result, f"encoder-{sorted(overrides.items())}")
+    assert_passes(result, f"encoder-{sorted(overrides.items())}", rotated_blocks(cfg))

@@ -32,7 +32,15 @@ from numpy_transformer import (
     scaled_dot_product_attention_forward,
 )
 from numpy_transformer import layers as L
-from numpy_transformer.attention import MHA_KEYS
+from numpy_transformer.attention import (
+    MHA_KEYS,
+    repeat_kv_backward,
+    repeat_kv_forward,
+    rope_angles,
+    rope_backward,
+    rope_forward,
+)
+from numpy_transformer.model import parameter_shapes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,6 +105,26 @@ DTYPE_CASES = [
         id="transformer-pre-gelu-learned-tied",
     ),
     pytest.param(True, dict(norm_first=True, activation="gelu_tanh", dropout=0.1), id="lm-pre-gelu_tanh-train-dropout"),
+    pytest.param(
+        True,
+        dict(
+            norm_first=True,
+            norm="rms",
+            positional="rope",
+            activation="silu",
+            gated_ffn=True,
+            n_heads=4,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+        ),
+        id="lm-llama-rms-rope-silu-gated-GQA-no-bias",
+    ),
+    pytest.param(
+        False,
+        dict(norm="rms", positional="rope", gated_ffn=True, n_kv_heads=1, rope_theta=500.0, dropout=0.2),
+        id="transformer-post-rms-rope-gated-MQA-train-dropout",
+    ),
 ]
 
 
@@ -171,6 +199,20 @@ def test_functional_pairs_keep_their_dtype(dtype):
         check(f"feed_forward-{act}", out, c, L.feed_forward_backward(r(2, 3, 8), c))
     loss, c = cross_entropy_forward(r(2, 3, 7), np.array([[1, 2, -100], [0, 6, 3]]), label_smoothing=0.1)
     check("cross_entropy", loss, cross_entropy_backward(c, 0.5))
+    # after the paper
+    out, c = L.rms_norm_forward(x, r(8), 1e-6)
+    check("rms_norm", out, c, L.rms_norm_backward(r(2, 3, 8), c))
+    gated = ffn | {"gate.weight": r(12, 8), "gate.bias": r(12)}
+    out, c = L.gated_feed_forward_forward(gated, x, "silu")
+    check("gated_feed_forward", out, c, L.gated_feed_forward_backward(r(2, 3, 8), c))
+    cos, sin = rope_angles(np.arange(2, 5), 4, 10000.0, dtype)
+    out, c = rope_forward(r(2, 2, 3, 4), cos, sin)
+    check("rope", cos, sin, out, c, rope_backward(r(2, 2, 3, 4), c))
+    out, c = repeat_kv_forward(r(2, 1, 3, 4), 2)
+    check("repeat_kv", out, repeat_kv_backward(r(2, 2, 3, 4), c))
+    gqa = {k: v[:4] if k.startswith(("k_proj", "v_proj")) else v for k, v in params.items()}  # 1 K/V head of 2
+    out, c = multi_head_attention_forward(gqa, x, x, x, 2, n_kv_heads=1, rope=rope_angles(np.arange(3), 4, 1e4, dtype))
+    check("multi_head_attention (GQA, rope)", out, c, multi_head_attention_backward(r(2, 3, 8), c))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -439,9 +481,24 @@ def test_tied_embeddings_add_both_paths():
 
 
 def expected_state_shapes(cfg: TransformerConfig, lm: bool) -> dict:
-    """DESIGN.md's list, written out again here independently of numpy_transformer.parameter_shapes."""
+    """DESIGN.md's list, written out again here independently of numpy_transformer.parameter_shapes, in the
+    order of the state dict. With the options after the paper: no norm biases with RMSNorm, no linear
+    biases without `bias`, ffn.gate.* before linear1 when gated, k_proj/v_proj of width n_kv_heads * Dh,
+    no position table with rotary positions, no output_proj.bias without `output_bias`."""
     D, F = cfg.d_model, cfg.d_ff
+    kv = (cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads) * (D // cfg.n_heads)
     keys = {}
+
+    def linear(name, out_features, in_features):
+        keys[f"{name}.weight"] = (out_features, in_features)
+        if cfg.bias:
+            keys[f"{name}.bias"] = (out_features,)
+
+    def norm(name):
+        keys[f"{name}.weight"] = (D,)
+        if cfg.norm == "layer":
+            keys[f"{name}.bias"] = (D,)
+
     stacks = [("decoder", cfg.tgt_vocab_size, cfg.n_decoder_layers)]
     if not lm:
         stacks.insert(0, ("encoder", cfg.src_vocab_size, cfg.n_encoder_layers))
@@ -453,23 +510,22 @@ def expected_state_shapes(cfg: TransformerConfig, lm: bool) -> dict:
             prefix = f"{stack}.layers.{i}"
             blocks = ["self_attn"] + (["cross_attn"] if stack == "decoder" and not lm else [])
             for block in blocks:
-                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    keys[f"{prefix}.{block}.{proj}.weight"] = (D, D)
-                    keys[f"{prefix}.{block}.{proj}.bias"] = (D,)
-                keys[f"{prefix}.{block}_norm.weight"] = (D,)
-                keys[f"{prefix}.{block}_norm.bias"] = (D,)
-            keys[f"{prefix}.ffn.linear1.weight"] = (F, D)
-            keys[f"{prefix}.ffn.linear1.bias"] = (F,)
-            keys[f"{prefix}.ffn.linear2.weight"] = (D, F)
-            keys[f"{prefix}.ffn.linear2.bias"] = (D,)
-            keys[f"{prefix}.ffn_norm.weight"] = (D,)
-            keys[f"{prefix}.ffn_norm.bias"] = (D,)
+                linear(f"{prefix}.{block}.q_proj", D, D)
+                linear(f"{prefix}.{block}.k_proj", kv, D)
+                linear(f"{prefix}.{block}.v_proj", kv, D)
+                linear(f"{prefix}.{block}.out_proj", D, D)
+                norm(f"{prefix}.{block}_norm")
+            if cfg.gated_ffn:
+                linear(f"{prefix}.ffn.gate", F, D)
+            linear(f"{prefix}.ffn.linear1", F, D)
+            linear(f"{prefix}.ffn.linear2", D, F)
+            norm(f"{prefix}.ffn_norm")
         if cfg.norm_first:
-            keys[f"{stack}.final_norm.weight"] = (D,)
-            keys[f"{stack}.final_norm.bias"] = (D,)
+            norm(f"{stack}.final_norm")
     if not cfg.tie_embeddings:
         keys["output_proj.weight"] = (cfg.tgt_vocab_size, D)
-    keys["output_proj.bias"] = (cfg.tgt_vocab_size,)
+    if cfg.output_bias:
+        keys["output_proj.bias"] = (cfg.tgt_vocab_size,)
     return keys
 
 
@@ -500,11 +556,48 @@ def test_state_dict_keys_and_shapes(lm, positional, norm_first, tie):
     model = (TransformerLM if lm else Transformer)(cfg, seed=0)
     state = model.state_dict()
     assert {k: v.shape for k, v in state.items()} == expected_state_shapes(cfg, lm)
+    assert list(state) == list(expected_state_shapes(cfg, lm))  # the same order too
     assert all(v.dtype == np.float64 for v in state.values())
     assert (not lm) == any(k.startswith("encoder.") for k in state)
     assert (not lm) == any(".cross_attn." in k for k in state)
     assert ("output_proj.weight" in state) == (not tie)
     assert ("decoder.final_norm.weight" in state) == norm_first
+
+
+# id: config overrides after the paper (d_model 8, 2 heads: Dh 4; 4 heads: Dh 2)
+MODERN_STATE_CASES = {
+    "llama-rms-rope-silu-gated-GQA-no-bias-no-output-bias": dict(
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        activation="silu",
+        gated_ffn=True,
+        n_heads=4,
+        n_kv_heads=2,
+        bias=False,
+        output_bias=False,
+    ),
+    "rms-post-norm-MQA-learned-tied": dict(norm="rms", n_kv_heads=1, positional="learned", tie_embeddings=True),
+    "gated-with-bias-GQA-rope-layer-norm": dict(gated_ffn=True, n_heads=4, n_kv_heads=1, positional="rope"),
+    "no-bias-output-bias-pre-norm": dict(bias=False, norm_first=True),
+    "bias-no-output-bias-tied": dict(output_bias=False, tie_embeddings=True),
+}
+
+
+@pytest.mark.parametrize("lm", [False, True], ids=["seq2seq", "lm"])
+@pytest.mark.parametrize("case", list(MODERN_STATE_CASES))
+def test_state_dict_keys_and_shapes_after_the_paper(case, lm):
+    """parameter_shapes, the model's state_dict() and the independent list: the same keys, order and shapes."""
+    cfg = tiny_config(**MODERN_STATE_CASES[case], n_encoder_layers=1, n_decoder_layers=2)
+    state = (TransformerLM if lm else Transformer)(cfg, seed=0).state_dict()
+    expected = expected_state_shapes(cfg, lm)
+    assert list(state) == list(expected) == list(parameter_shapes(cfg, decoder_only=lm))
+    assert {k: v.shape for k, v in state.items()} == expected == parameter_shapes(cfg, decoder_only=lm)
+    assert ("output_proj.bias" in state) == cfg.output_bias
+    assert any(k.endswith("norm.bias") for k in state) == (cfg.norm == "layer")
+    assert any(k.endswith("proj.bias") or k.endswith("linear1.bias") for k in state if "layers" in k) == cfg.bias
+    assert any(".ffn.gate." in k for k in state) == cfg.gated_ffn
+    assert any("position_embedding" in k for k in state) == (cfg.positional == "learned")
 
 
 def test_state_dict_without_encoder_layers():

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+from numpy_transformer import TransformerConfig
+from parity_tests import components as C
 
-from numpy_transformer import TransformerConfig  # noqa: E402
-from parity_tests import components as C  # noqa: E402
+one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
 
 SMALL = dict(
     src_vocab_size=13,

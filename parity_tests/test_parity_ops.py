@@ -11,13 +11,16 @@ import functools
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+from parity_tests import components as C
 
-from parity_tests import components as C  # noqa: E402
+one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
 
 CASES = dict(C.CASES)
-for _activation in ("relu", "gelu", "gelu_tanh"):
+for _activation in ("relu", "gelu", "gelu_tanh", "silu"):
     CASES[f"feed_forward ({_activation})"] = functools.partial(C.case_feed_forward, activation=_activation)
+# the gated block with another activation (GEGLU); and Llama's attention without the padding mask
+CASES["gated_feed_forward (gelu_tanh)"] = functools.partial(C.case_gated_feed_forward, activation="gelu_tanh")
+CASES["multi_head_attention (GQA 2 of 4, rope, fused causal)"] = functools.partial(C.case_gqa_attention, padding=False)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
@@ -31,7 +34,18 @@ def test_operation_matches_torch(name, dtype, device):
     assert all(ours.dtype == np.dtype(dtype) for ours, _ in result.grads.values())
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "multi_head_attention", "softmax (masked)"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "layer_norm",
+        "multi_head_attention",
+        "softmax (masked)",
+        "rms_norm",
+        "rope",
+        "gated_feed_forward (SwiGLU)",
+        "multi_head_attention (GQA 2 of 4, rope, causal, padding)",
+    ],
+)
 def test_a_wrong_backward_is_caught(name, monkeypatch):
     """The comparison can fail: scale one gradient of the NumPy backward by 1 + 1e-6 and it must."""
     case = C.make_case(name, np.float64)
@@ -56,4 +70,26 @@ def test_fully_masked_row_matches_torch_transformer(device):
     bias = case.args["params"]["out_proj.bias"]
     np.testing.assert_array_equal(ours[0, 2], bias)  # context is zero, so only the output bias remains
     np.testing.assert_allclose(theirs[0, 2], bias, rtol=0, atol=1e-14)
+    assert all(np.isfinite(t).all() for _, t in result.grads.values())
+
+
+def test_rotary_key_bias_has_a_gradient():
+    """Without rotary positions the key bias adds one q . b_K to a whole row of scores and gets zero
+    gradient; rotated by each key's own angle it does not, and both sides agree on a non-zero gradient."""
+    result = C.run_case(C.make_case("multi_head_attention (GQA 2 of 4, rope, causal, padding)", np.float64), "cpu")
+    ours, theirs = result.grads["params.k_proj.bias"]
+    neighbour = np.abs(result.grads["params.q_proj.bias"][0]).max()
+    assert np.abs(ours).max() > 1e-3 * neighbour
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-14 * neighbour)
+
+
+def test_fully_masked_row_under_grouped_query_attention(device):
+    """Causal + padding of the first key: the first query of the second sequence attends to nothing."""
+    case = C.make_case("multi_head_attention (GQA 2 of 4, rope, causal, padding)", np.float64)
+    assert not case.args["attn_mask"][1, ..., 0].any()
+    result = C.run_case(case, device)
+    ours, theirs = result.outputs["out"]
+    bias = case.args["params"]["out_proj.bias"]
+    np.testing.assert_array_equal(ours[1, 0], bias)
+    np.testing.assert_allclose(theirs[1, 0], bias, rtol=0, atol=1e-14)
     assert all(np.isfinite(t).all() for _, t in result.grads.values())

@@ -1,19 +1,21 @@
 """Random configurations with hypothesis: the family (encoder-decoder, decoder-only LM, encoder-only),
 heads, widths, depths, lengths, batch, where the padding falls (or no padding token at all), norm
 placement, activation, positions and their layout, tying and sharing of embeddings, token types, the
-embedding norm. Parity must hold on every example."""
+embedding norm; and the options after the paper, freely combined with those: RMSNorm, rotary positions
+(even head sizes) and their base, SiLU, the gated feed-forward, grouped-query attention (any divisor of
+the heads), linears with or without biases, the output bias; and training mode with dropout, the same
+units dropped on both sides. Parity must hold on every example."""
 
 from __future__ import annotations
 
+import hypothesis
 import numpy as np
-import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-pytest.importorskip("torch")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from numpy_transformer import TransformerConfig  # noqa: E402
-from parity_tests import components as C  # noqa: E402
+from numpy_transformer import TransformerConfig
+from parity_tests import components as C
 
 FAMILIES = ("Transformer", "TransformerLM", "EncoderModel")
 
@@ -24,18 +26,34 @@ def configurations(draw):
     family = draw(st.sampled_from(FAMILIES))
     share = family == "Transformer" and draw(st.booleans())
     src_vocab = draw(st.integers(4, 20))
+    positional = draw(st.sampled_from(["sinusoidal", "learned", "rope"]))
+    # rotary positions rotate pairs of features: an even head size. d_model is at least 2: a layer norm
+    # over one feature outputs its bias whatever its input (x - mean = 0), so its weight's gradient is zero
+    # in exact arithmetic and the two sides compare rounding noise, which the norms after it (RMSNorm over
+    # one feature, x / sqrt(x^2 + eps), has a slope up to 1 / sqrt(eps)) can lift past the float64 bar.
+    head_dim = draw(st.sampled_from([2, 4, 6]) if positional == "rope" else st.integers(2 if n_heads == 1 else 1, 6))
+    # grouped-query attention: any divisor of n_heads (n_heads itself is plain multi-head attention), or None
+    n_kv_heads = draw(st.sampled_from([None] + [k for k in range(1, n_heads + 1) if n_heads % k == 0]))
+    dropout = draw(st.sampled_from([0.0, 0.0, 0.2]))
     config = TransformerConfig(
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
-        d_model=n_heads * draw(st.integers(1, 6)),
+        d_model=n_heads * head_dim,
         n_heads=n_heads,
         d_ff=draw(st.integers(1, 24)),
         n_encoder_layers=draw(st.integers(1, 2)),
         n_decoder_layers=draw(st.integers(1, 2)),
-        activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh"])),
+        dropout=dropout,
+        activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
         norm_first=draw(st.booleans()),
-        positional=draw(st.sampled_from(["sinusoidal", "learned"])),
+        norm=draw(st.sampled_from(["layer", "rms"])),
+        positional=positional,
+        rope_theta=draw(st.sampled_from([10000.0, 500000.0, 10.0])),
         sinusoid_layout=draw(st.sampled_from(["interleaved", "split"])),
+        gated_ffn=draw(st.booleans()),
+        n_kv_heads=n_kv_heads,
+        bias=draw(st.booleans()),
+        output_bias=draw(st.booleans()),
         tie_embeddings=draw(st.booleans()),
         scale_embeddings=draw(st.booleans()),
         share_embeddings=share,
@@ -44,13 +62,15 @@ def configurations(draw):
         pad_id=draw(st.sampled_from([0, None])),
         max_len=8,
     )
+    # training mode (with dropout: both sides drop the units the NumPy model drew)
+    train = dropout > 0 and draw(st.booleans())
     batch = draw(st.integers(1, 3))
     src_len, tgt_len = draw(st.integers(1, 8)), draw(st.integers(1, 8))
     # how many real tokens each sequence holds; the rest is padding (0 real tokens: all pad), or
     # id 0 as an ordinary token when there is no padding token
     src_valid = draw(st.lists(st.integers(0, src_len), min_size=batch, max_size=batch))
     tgt_valid = draw(st.lists(st.integers(0, tgt_len), min_size=batch, max_size=batch))
-    return config, family, batch, src_len, tgt_len, src_valid, tgt_valid, draw(st.integers(0, 2**16))
+    return config, family, train, batch, src_len, tgt_len, src_valid, tgt_valid, draw(st.integers(0, 2**16))
 
 
 def padded_batch(config, batch, src_len, tgt_len, src_valid, tgt_valid, seed):
@@ -66,10 +86,103 @@ def padded_batch(config, batch, src_len, tgt_len, src_valid, tgt_valid, seed):
     return src, tgt, types
 
 
+SMALL = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=4, d_ff=12, max_len=8)
+# Combinations that the 60 drawn examples may miss, always run: (config, family, train, batch, src_len,
+# tgt_len, src_valid, tgt_valid, seed), as configurations() draws them.
+ALWAYS = [
+    (  # rotary positions, RMSNorm and grouped-query cross-attention in the encoder-decoder, SwiGLU post-norm,
+        # no biases, in training mode; one source all padding
+        TransformerConfig(
+            **SMALL,
+            positional="rope",
+            norm="rms",
+            n_kv_heads=2,
+            gated_ffn=True,
+            activation="silu",
+            bias=False,
+            output_bias=False,
+            dropout=0.2,
+        ),
+        "Transformer",
+        True,
+        3,
+        6,
+        5,
+        [6, 3, 0],
+        [5, 2, 4],
+        11,
+    ),
+    (  # multi-query attention with rotary positions, layer norm, pre-norm, shared and tied embeddings
+        TransformerConfig(
+            **{**SMALL, "tgt_vocab_size": 11},
+            positional="rope",
+            rope_theta=500000.0,
+            n_kv_heads=1,
+            norm_first=True,
+            share_embeddings=True,
+            tie_embeddings=True,
+            embedding_norm=True,
+            activation="gelu",
+            gated_ffn=True,
+        ),
+        "Transformer",
+        False,
+        2,
+        7,
+        4,
+        [7, 5],
+        [4, 1],
+        12,
+    ),
+    (  # Llama: pre-norm RMSNorm, rotary, SwiGLU, GQA, no biases, no padding token; training mode
+        TransformerConfig(
+            **SMALL,
+            norm_first=True,
+            norm="rms",
+            positional="rope",
+            activation="silu",
+            gated_ffn=True,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+            pad_id=None,
+            dropout=0.2,
+        ),
+        "TransformerLM",
+        True,
+        2,
+        1,
+        7,
+        [1, 1],
+        [7, 7],
+        13,
+    ),
+]
+
+
+def always(test):
+    """Hypothesis' @example for each entry of ALWAYS."""
+    for case in reversed(ALWAYS):
+        test = hypothesis.example(case)(test)
+    return test
+
+
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@always
 @given(configurations())
 def test_random_configurations_match(example):
-    config, family, batch, src_len, tgt_len, src_valid, tgt_valid, seed = example
+    # The models are tiny and their ops run one at a time: a thread pool only adds latency (on a busy
+    # machine, several times the work). Set here, not by a fixture: hypothesis calls the body per example.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        check_example(example)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def check_example(example):
+    config, family, train, batch, src_len, tgt_len, src_valid, tgt_valid, seed = example
     src, tgt, types = padded_batch(config, batch, src_len, tgt_len, src_valid, tgt_valid, seed)
     # targets: the inputs rotated by one, so some are pad (ignored); keep at least one real target
     targets = np.roll(tgt, -1, axis=1)
@@ -77,12 +190,12 @@ def test_random_configurations_match(example):
     # float32 only from d_model = 8. Layer norm over D <= 2 features has an input gradient that is
     # zero in exact arithmetic (for D = 1 its output is the bias, for D = 2 it is +-1), so what is
     # compared there is rounding noise; for D = 3 or 4 its conditioning amplifies float32 rounding
-    # to about 1.6e-5 (measured), past the 1e-5 bar. float64 holds its bar at every width.
+    # to about 1.6e-5 (measured), past the 1e-5 bar. float64 holds its bar at every width drawn (from 2).
     for dtype in (np.float64, np.float32) if config.d_model >= 8 else (np.float64,):
         if family == "EncoderModel":
-            result = C.compare_encoder_models(config, dtype, "cpu", seed=seed, ids=(src, types))
+            result = C.compare_encoder_models(config, dtype, "cpu", seed=seed, train=train, ids=(src, types))
         else:
             lm = family == "TransformerLM"
-            result = C.compare_models(config, dtype, "cpu", seed=seed, lm=lm, ids=(src, tgt, targets))
+            result = C.compare_models(config, dtype, "cpu", seed=seed, lm=lm, train=train, ids=(src, tgt, targets))
         problems = C.failures(result, dtype)
-        assert not problems, f"{family} {config}\n" + "\n".join(problems)
+        assert not problems, f"{family} train={train} {config}\n" + "\n".join(problems)

@@ -9,10 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
-from parity_tests import components as C  # noqa: E402
-from parity_tests import report  # noqa: E402
+from parity_tests import components as C
+from parity_tests import report
 
 
 def test_report_passes_and_writes_json(tmp_path, capsys):
@@ -27,9 +25,20 @@ def test_report_passes_and_writes_json(tmp_path, capsys):
         "Transformer",
         "TransformerLM",
         report.ENCODER_ROW,
+        report.LLAMA_ROW,
+        f"{report.LLAMA_ROW} (train, shared dropout)",
         "multi_head_attention",
         "nn.TransformerDecoderLayer (pre-norm, gelu)",
+        "rms_norm",
+        "silu",
+        "gated_feed_forward (SwiGLU)",
+        "rope",
+        "multi_head_attention (GQA 2 of 4, rope, causal, padding)",
+        "multi_head_attention (MQA, rope, causal, no bias)",
     } <= names
+    assert set(C.CASES) <= names  # every component, the new ones included
+    llama = [r for r in data["records"] if r["component"] == report.LLAMA_ROW]
+    assert llama and all(r["n_gradients"] > 0 and r["grad_rel_error"] <= C.BAR[np.dtype(np.float64)] for r in llama)
     assert all(r["fd_rel_error"] is not None and r["fd_rel_error"] <= C.FD_BAR for r in data["records"])
     assert "rows pass" in printed and "FAIL" not in printed
 
@@ -60,3 +69,15 @@ def test_console_entry_point_prints_json():
     assert data["passed"]
     assert {r["dtype"] for r in data["records"]} == {"float32"}
     assert max(r["grad_rel_error"] for r in data["records"]) <= C.BAR[np.dtype(np.float32)]
+
+
+@pytest.mark.parametrize(("heads", "d_model"), [(4, 32), (3, 18), (5, 15), (1, 6)])
+def test_llama_row_config_is_valid_for_any_report_size(heads, d_model):
+    """The Llama-style row follows --heads and --d-model: rotary positions need an even head size (made even
+    when it is not), the K/V heads divide the query heads."""
+    args = report.parse_args(["--heads", str(heads), "--d-model", str(d_model)])
+    config = report.llama_config(report.build_config(args))
+    assert config.head_dim % 2 == 0 and config.n_heads == heads and heads % config.n_kv_heads == 0
+    assert config.n_kv_heads < heads or heads == 1
+    assert (config.norm, config.positional, config.activation) == ("rms", "rope", "silu")
+    assert config.gated_ffn and not config.bias and not config.output_bias and config.norm_first

@@ -14,7 +14,10 @@ import torch
 import torch.nn.functional as F
 
 import torch_transformer as tt
+from parity_tests import components as C
 from torch_transformer import TransformerConfig
+
+one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
 
 DEVICES = [
     "cpu",
@@ -99,17 +102,27 @@ def assert_gradients_useful(grads: dict) -> None:
 
 
 def expected_state_dict_shapes(c: TransformerConfig, lm: bool) -> dict[str, tuple[int, ...]]:
+    """In the order of the state dict. After the paper: RMSNorm has no bias; `bias=False` drops the
+    attention and feed-forward biases; a gated feed-forward adds ffn.gate.* before linear1; k_proj and
+    v_proj are n_kv_heads * Dh wide; rotary positions store no table; `output_bias=False` drops
+    output_proj.bias."""
     d, f = c.d_model, c.d_ff
+    kv = (c.n_heads if c.n_kv_heads is None else c.n_kv_heads) * (d // c.n_heads)
     shapes: dict[str, tuple[int, ...]] = {}
 
+    def linear(prefix: str, out_features: int, in_features: int) -> None:
+        shapes[f"{prefix}.weight"] = (out_features, in_features)
+        if c.bias:
+            shapes[f"{prefix}.bias"] = (out_features,)
+
     def attention(prefix: str) -> None:
-        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            shapes[f"{prefix}.{proj}.weight"] = (d, d)
-            shapes[f"{prefix}.{proj}.bias"] = (d,)
+        for proj, width in (("q_proj", d), ("k_proj", kv), ("v_proj", kv), ("out_proj", d)):
+            linear(f"{prefix}.{proj}", width, d)
 
     def norm(prefix: str) -> None:
         shapes[f"{prefix}.weight"] = (d,)
-        shapes[f"{prefix}.bias"] = (d,)
+        if c.norm == "layer":
+            shapes[f"{prefix}.bias"] = (d,)
 
     def stack(name: str, vocab: int, n_layers: int, cross: bool) -> None:
         shapes[f"{name}.token_embedding.weight"] = (vocab, d)
@@ -122,10 +135,10 @@ def expected_state_dict_shapes(c: TransformerConfig, lm: bool) -> dict[str, tupl
             if cross:
                 attention(f"{layer}.cross_attn")
                 norm(f"{layer}.cross_attn_norm")
-            shapes[f"{layer}.ffn.linear1.weight"] = (f, d)
-            shapes[f"{layer}.ffn.linear1.bias"] = (f,)
-            shapes[f"{layer}.ffn.linear2.weight"] = (d, f)
-            shapes[f"{layer}.ffn.linear2.bias"] = (d,)
+            if c.gated_ffn:
+                linear(f"{layer}.ffn.gate", f, d)
+            linear(f"{layer}.ffn.linear1", f, d)
+            linear(f"{layer}.ffn.linear2", d, f)
             norm(f"{layer}.ffn_norm")
         if c.norm_first:
             norm(f"{name}.final_norm")
@@ -135,7 +148,8 @@ def expected_state_dict_shapes(c: TransformerConfig, lm: bool) -> dict[str, tupl
     stack("decoder", c.tgt_vocab_size, c.n_decoder_layers, cross=not lm)
     if not c.tie_embeddings:
         shapes["output_proj.weight"] = (c.tgt_vocab_size, d)
-    shapes["output_proj.bias"] = (c.tgt_vocab_size,)
+    if c.output_bias:
+        shapes["output_proj.bias"] = (c.tgt_vocab_size,)
     return shapes
 
 
@@ -148,8 +162,40 @@ def test_state_dict_keys_and_shapes(lm, positional, tie_embeddings, norm_first):
     model = make_model(config, lm=lm)
     got = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     assert got == expected_state_dict_shapes(config, lm)
+    assert list(got) == list(expected_state_dict_shapes(config, lm))  # the same order too
     # The sinusoidal table is computed, not stored: no buffers at all.
     assert list(model.buffers()) == []
+
+
+# d_model 12: 3 heads of 6 (MQA: 1 K/V head), or 6 heads of 2 (GQA: 2 or 3 K/V heads)
+MODERN_CONFIGS = {
+    "llama: pre-norm rms rope silu gated GQA 6/3, no biases, no output bias": dict(
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        activation="silu",
+        gated_ffn=True,
+        n_heads=6,
+        n_kv_heads=3,
+        bias=False,
+        output_bias=False,
+    ),
+    "post-norm rms MQA learned tied": dict(norm="rms", n_kv_heads=1, positional="learned", tie_embeddings=True),
+    "gated with biases, GQA 6/2, rope, layer norm": dict(gated_ffn=True, n_heads=6, n_kv_heads=2, positional="rope"),
+    "no linear biases, output bias kept, pre-norm": dict(bias=False, norm_first=True),
+}
+
+
+@pytest.mark.parametrize("lm", [False, True], ids=["Transformer", "TransformerLM"])
+@pytest.mark.parametrize("overrides", list(MODERN_CONFIGS.values()), ids=list(MODERN_CONFIGS))
+def test_state_dict_keys_and_shapes_after_the_paper(overrides, lm):
+    config = make_config(**overrides)
+    model = make_model(config, lm=lm)
+    got = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    expected = expected_state_dict_shapes(config, lm)
+    assert got == expected
+    assert list(got) == list(expected)
+    assert list(model.buffers()) == []  # rotary tables are computed per forward, not stored
 
 
 @pytest.mark.parametrize("lm", [False, True], ids=["Transformer", "TransformerLM"])
@@ -623,6 +669,8 @@ def test_multi_head_attention_errors():
         mha(x, x, x, attn_mask=torch.ones(2, 2))
     with pytest.raises(ValueError, match=r"query.*\(B, T, D\)"):
         mha(x[0], x, x)
+    with pytest.raises(ValueError, match=r"n_heads must be a multiple of n_kv_heads.*n_heads=4, n_kv_heads=3"):
+        tt.MultiHeadAttention(8, 4, n_kv_heads=3)
 
 
 @pytest.mark.parametrize("strict", [True, False])
