@@ -555,6 +555,12 @@ def _hidden_state_hooks(model, names):
     return recorded, handles
 
 
+def attention_maps(np_model) -> dict:
+    """The NumPy model's attention probabilities by module name; none for a tiled (attention="flash") model,
+    which never holds them (its hidden states, logits and gradients are still compared)."""
+    return {} if np_model.config.attention == "flash" else np_model.attention_maps()
+
+
 def compare_models(
     config,
     dtype,
@@ -600,7 +606,7 @@ def compare_models(
     np_model.zero_grad()
     np_model.backward(nt.cross_entropy_backward(ce_cache) + R)
     np_acts = np_model.activations()
-    np_maps = np_model.attention_maps()
+    np_maps = attention_maps(np_model)
 
     # torch: the fused fast path (or the explicit one, with shared dropout masks), autograd.
     masks = None
@@ -676,7 +682,7 @@ def compare_encoder_models(
     hidden = np_model.forward(src, token_types)  # (B, T, D)
     np_model.zero_grad()
     np_model.backward(R)
-    np_acts, np_maps = np_model.activations(), np_model.attention_maps()
+    np_acts, np_maps = np_model.activations(), attention_maps(np_model)
 
     t_src = torch.from_numpy(src).to(device)
     t_types = None if token_types is None else torch.from_numpy(token_types).to(device)

@@ -9,6 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Hypothesis profiles: "dev" (the local default, quick) and "ci" (more examples; chosen when the CI
+# environment variable is set, or by HYPOTHESIS_PROFILE=ci). Tests that do not fix max_examples themselves
+# take the profile's. Both are derandomized: a run is reproducible, and CI explores more of the same stream.
+settings.register_profile("dev", max_examples=60, deadline=None, derandomize=True)
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 # examples/ is a folder of scripts in the checkout, not an installed package: the tests import its
 # modules (`from examples import tasks`) from the checkout itself.

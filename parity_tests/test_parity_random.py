@@ -3,8 +3,13 @@ heads, widths, depths, lengths, batch, where the padding falls (or no padding to
 placement, activation, positions and their layout, tying and sharing of embeddings, token types, the
 embedding norm; and the options after the paper, freely combined with those: RMSNorm, rotary positions
 (even head sizes) and their base, SiLU, the gated feed-forward, grouped-query attention (any divisor of
-the heads), linears with or without biases, the output bias; and training mode with dropout, the same
-units dropped on both sides. Parity must hold on every example."""
+the heads), linears with or without biases, the output bias, nn.Embedding's padding_idx, the tiled
+(flash) attention kernel; and training mode with dropout, the same units dropped on both sides. Parity
+must hold on every example, in float64 and float32.
+
+The number of examples comes from the hypothesis profile (parity_tests/conftest.py): 60 locally, 200 in CI
+(CI=1 or HYPOTHESIS_PROFILE=ci). A failure prints a script that reproduces it.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ def configurations(draw):
     # grouped-query attention: any divisor of n_heads (n_heads itself is plain multi-head attention), or None
     n_kv_heads = draw(st.sampled_from([None] + [k for k in range(1, n_heads + 1) if n_heads % k == 0]))
     dropout = draw(st.sampled_from([0.0, 0.0, 0.2]))
+    pad_id = draw(st.sampled_from([0, None]))
     config = TransformerConfig(
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
@@ -59,7 +65,9 @@ def configurations(draw):
         share_embeddings=share,
         type_vocab_size=draw(st.integers(0, 3)) if family != "TransformerLM" else 0,
         embedding_norm=draw(st.booleans()),
-        pad_id=draw(st.sampled_from([0, None])),
+        pad_id=pad_id,
+        embedding_padding_idx=pad_id is not None and draw(st.booleans()),
+        attention="flash" if dropout == 0 and draw(st.integers(0, 3)) == 0 else "plain",  # tiled: no dropout
         max_len=8,
     )
     # training mode (with dropout: both sides drop the units the NumPy model drew)
@@ -167,7 +175,7 @@ def always(test):
     return test
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])  # examples: the profile
 @always
 @given(configurations())
 def test_random_configurations_match(example):
@@ -198,4 +206,38 @@ def check_example(example):
             lm = family == "TransformerLM"
             result = C.compare_models(config, dtype, "cpu", seed=seed, lm=lm, train=train, ids=(src, tgt, targets))
         problems = C.failures(result, dtype)
-        assert not problems, f"{family} train={train} {config}\n" + "\n".join(problems)
+        assert not problems, "\n".join(problems) + "\n\nTo reproduce:\n\n" + reproduction(example, dtype)
+
+
+def reproduction(example, dtype) -> str:
+    """A script that runs the failing comparison again, outside hypothesis."""
+    config, family, train, batch, src_len, tgt_len, src_valid, tgt_valid, seed = example
+    if family == "EncoderModel":
+        call = "C.compare_encoder_models(config, dtype, 'cpu', seed=seed, train=train, ids=(src, types))"
+    else:
+        lm = family == "TransformerLM"
+        call = f"C.compare_models(config, dtype, 'cpu', seed=seed, lm={lm}, train=train, ids=(src, tgt, targets))"
+    return "\n".join(
+        [
+            "import numpy as np",
+            "from numpy_transformer import TransformerConfig",
+            "from parity_tests import components as C",
+            "from parity_tests.test_parity_random import padded_batch",
+            "",
+            f"config = {config!r}",
+            f"dtype, train, seed = np.{np.dtype(dtype).name}, {train}, {seed}",
+            f"src, tgt, types = padded_batch(config, {batch}, {src_len}, {tgt_len}, {src_valid}, {tgt_valid}, seed)",
+            "targets = np.roll(tgt, -1, axis=1)",
+            "targets[0, 0] = 3",
+            f"result = {call}",
+            "print('\\n'.join(C.failures(result, dtype)) or 'no failure')",
+        ]
+    )
+
+
+def test_a_failure_prints_a_script_that_reproduces_it(capsys):
+    """The reproduction printed with a failure is a runnable script: here, for an example that passes."""
+    script = reproduction(ALWAYS[0], np.float32)
+    assert "TransformerConfig(" in script and "compare_models" in script
+    exec(compile(script, "<reproduction>", "exec"), {})
+    assert capsys.readouterr().out.strip() == "no failure"
