@@ -404,6 +404,8 @@ def rms_norm_backward(dout: np.ndarray, cache):
 def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
     """LayerNorm (kind "layer"; params weight and bias) or RMSNorm ("rms"; weight only) of x (..., D)."""
     if kind == "rms":
+        if "bias" in params:
+            raise ValueError("norm_forward: RMSNorm has no bias, but params holds one (kind 'rms' takes weight only)")
         out, cache = rms_norm_forward(x, params["weight"], eps)
     elif kind == "layer":
         out, cache = layer_norm_forward(x, params["weight"], params["bias"], eps)
@@ -466,6 +468,9 @@ def gated_feed_forward_forward(
     linear2.weight (D, F) (down_proj), and their biases when the layer has them.
     """
     act_forward, _ = ACTIVATIONS[activation]
+    missing = [k for k in ("gate.weight", "linear1.weight", "linear2.weight") if k not in params]
+    if missing:
+        raise ValueError(f"gated feed-forward params is missing {missing}; it needs gate, linear1 (up), linear2 (down)")
     g, gate_cache = linear_forward(x, params["gate.weight"], params.get("gate.bias"))  # (B, T, F)
     u, up_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
     a, act_cache = act_forward(g)

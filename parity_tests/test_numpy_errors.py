@@ -763,3 +763,14 @@ def test_residual_with_an_unknown_norm_kind(rng):
 
     with pytest.raises(ValueError, match=r"norm kind must be 'layer' or 'rms', got 'RMS'"):
         L.residual_forward(x, {"weight": np.ones(8)}, identity, True, 1e-5, kind="RMS")
+
+
+def test_rms_norm_params_with_a_bias_are_rejected():
+    with pytest.raises(ValueError, match="RMSNorm has no bias"):
+        L.norm_forward({"weight": np.ones(4), "bias": np.zeros(4)}, np.ones((2, 4)), "rms", 1e-6)
+
+
+def test_gated_feed_forward_without_its_gate_is_rejected():
+    params = {"linear1.weight": np.ones((6, 4)), "linear2.weight": np.ones((4, 6))}
+    with pytest.raises(ValueError, match=r"missing \['gate.weight'\]"):
+        L.gated_feed_forward_forward(params, np.ones((1, 2, 4)))
