@@ -1,4 +1,6 @@
-"""The parity report: every component and the whole models, NumPy reference vs torch_transformer.
+"""The parity report: every component and the whole models, NumPy reference vs torch_transformer, and
+the NumPy models against Hugging Face transformers' own classes (tiny random BERT, GPT-2, Llama; tiny
+trained Marian and BART; the real all-MiniLM-L6-v2).
 
     transformer-parity                       # or: python -m parity_tests
     transformer-parity --dtype float64 --norm pre --activation gelu --json report.json
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import math
 import platform
@@ -120,6 +123,27 @@ def compare_family(config, family: str, dtype, device: str, seed: int, train: bo
     )
 
 
+def hf_rows(dtype, seed: int):
+    """(component name, Result) of the NumPy models against transformers' classes, on the CPU: the float64
+    Llama with exactly its float32 RMSNorm and rotary pieces in float64, the float64 Marian with float64
+    sinusoids (parity_tests/hf_compare.py says why)."""
+    import tempfile
+
+    from parity_tests import hf_compare as H
+
+    rows = []
+    for name in ("bert", "gpt2 tied", "llama GQA 4/2 untied theta=500", "llama MQA 4/1 tied theta=10000"):
+        family, overrides = H.VARIANTS[name]
+        title = {"bert": "BertModel", "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[family]
+        rows.append((f"HF {title} ({name}, tiny random)", H.compare_hf(family, dtype, "numpy", seed, **overrides)))
+    for model_type, title in (("marian", "MarianMTModel"), ("bart", "BartForConditionalGeneration")):
+        with tempfile.TemporaryDirectory() as directory:
+            H.build_seq2seq(model_type, seed).save_pretrained(directory)
+            rows.append((f"HF {title} (tiny, trained)", H.compare_seq2seq(directory, model_type, dtype, "numpy", seed)))
+    rows.append(("all-MiniLM-L6-v2 (real weights) vs BertModel in float64", H.compare_minilm(dtype)))
+    return rows
+
+
 def run(args) -> list[dict]:
     config = build_config(args)
     devices = C.devices() if args.device == "all" else [args.device]
@@ -161,6 +185,10 @@ def run(args) -> list[dict]:
                     ),
                 )
                 records.append(_record(name, dtype_name, device, result, fd_err))
+    if not args.no_hf and "cpu" in devices:
+        for dtype_name in dtypes:
+            for name, result in hf_rows(DTYPES[dtype_name], args.seed):
+                records.append(_record(name, dtype_name, "cpu", result, None))
     return records
 
 
@@ -239,6 +267,7 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda", "all"], default="all")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-fd", action="store_true", help="skip the finite-difference checks")
+    p.add_argument("--no-hf", action="store_true", help="skip the rows against Hugging Face transformers")
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON ('-' for stdout only)")
     return p.parse_args(argv)
 
@@ -249,6 +278,9 @@ def main(argv=None) -> int:
         print("transformer-parity: --device cuda asked for, but torch.cuda.is_available() is False", file=sys.stderr)
         return 2
     start = time.perf_counter()
+    if not args.no_hf and importlib.util.find_spec("transformers") is None:
+        print("transformer-parity: transformers is not installed: the Hugging Face rows are left out", file=sys.stderr)
+        args.no_hf = True
     records = run(args)
     seconds = time.perf_counter() - start
     failed = [r for r in records if not r["passed"]]

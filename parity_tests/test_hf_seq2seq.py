@@ -24,63 +24,15 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from transformers import BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel
 
 import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import hf as np_hf
-from numpy_transformer.layers import sinusoidal_table
 from parity_tests import components as C
+from parity_tests.hf_compare import V, build_seq2seq, compare_seq2seq, seq2seq_batch, seq2seq_reference
 from torch_transformer import hf as torch_hf
 
 transformers.logging.set_verbosity_error()
-
-V, MAX_LEN = 24, 32
-COMMON = dict(
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
-    max_position_embeddings=MAX_LEN,
-    dropout=0.0,
-    attention_dropout=0.0,
-    activation_dropout=0.0,
-)
-# Marian: pad = decoder start (the last id), eos = 0, SiLU ("swish", as opus-mt), scaled embeddings.
-MARIAN = dict(pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1, activation_function="swish")
-# BART's usual special ids: bos 0, pad 1, eos 2 = decoder start; GELU; learned positions offset by 2.
-BART = dict(bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)
-
-
-def build(model_type: str, seed: int = 0, steps: int = 60, **overrides) -> transformers.PreTrainedModel:
-    """A tiny transformers model, trained `steps` Adam steps on reversing sequences of 2-5 tokens."""
-    torch.manual_seed(seed)
-    if model_type == "marian":
-        config = MarianConfig(vocab_size=V, **COMMON, **(MARIAN | {"scale_embedding": True} | overrides))
-        model = MarianMTModel(config)
-    else:
-        model = BartForConditionalGeneration(BartConfig(vocab_size=V, **COMMON, **(BART | overrides)))
-    pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0.0, 0.3)  # a non-zero output bias (it is a buffer: training keeps it)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    model.train()
-    for _ in range(steps):
-        lengths = torch.randint(2, 6, (32,), generator=generator)
-        src, labels = torch.full((32, 6), pad), torch.full((32, 6), -100)
-        for b, n in enumerate(lengths.tolist()):
-            seq = torch.randint(3, V - 1, (n,), generator=generator)
-            src[b, :n], src[b, n] = seq, eos
-            labels[b, :n], labels[b, n] = seq.flip(0), eos
-        loss = model(input_ids=src, attention_mask=src != pad, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
 
 
 @pytest.fixture(scope="module")
@@ -89,88 +41,15 @@ def checkpoints(tmp_path_factory):
     out = {}
     for model_type in ("marian", "bart"):
         directory = tmp_path_factory.mktemp(model_type)
-        build(model_type).save_pretrained(directory)
+        build_seq2seq(model_type).save_pretrained(directory)
         out[model_type] = directory
     return out
 
 
-def theirs(directory, model_type: str, dtype, float64_positions: bool = True):
-    """transformers' model from the directory, in `dtype`; for a float64 Marian, with float64 sinusoids."""
-    cls = MarianMTModel if model_type == "marian" else BartForConditionalGeneration
-    model = cls.from_pretrained(directory, dtype=C.TORCH_DTYPE[np.dtype(dtype)]).eval()
-    if model_type == "marian" and float64_positions and np.dtype(dtype) == np.float64:
-        # transformers builds this table through torch.FloatTensor: rounded to float32 even in a float64
-        # model. Replace exactly that piece with the float64 table (the split layout, as Marian's).
-        table = torch.from_numpy(sinusoidal_table(MAX_LEN, COMMON["d_model"], np.float64, "split"))
-        with torch.no_grad():
-            for stack in (model.model.encoder, model.model.decoder):
-                stack.embed_positions.weight.copy_(table)
-    return model
-
-
-def batch(config, rng):
-    """A padded source batch (B=3, the last two padded, one of them to a single real token plus eos),
-    decoder inputs starting with the decoder start token, and targets (pad ignored)."""
-    pad, eos, start = config.pad_id, config.eos_id, config.bos_id
-    src = np.full((3, 7), pad)
-    for b, n in enumerate((6, 4, 1)):
-        src[b, :n] = rng.integers(3, V - 1, size=n)
-        src[b, n] = eos
-    tgt = rng.integers(3, V - 1, size=(3, 6))
-    tgt[:, 0] = start
-    labels = np.roll(tgt, -1, axis=1)
-    labels[:, -1] = eos
-    labels[2, 3:] = -100
-    return src, tgt, labels
-
-
-def compare(directory, model_type: str, dtype, side: str, seed: int = 0) -> C.Result:
-    """Logits and every parameter gradient: ours (hf.load) vs transformers', one random upstream gradient.
-
-    Objective J = cross_entropy(logits, labels) + sum(logits * R). transformers' gradients are read
-    from its named_parameters (tied tables once: model.shared.weight); ours go through hf.to_hf.
-    """
-    dtype = np.dtype(dtype)
-    reference = theirs(directory, model_type, dtype)
-    if side == "numpy":
-        ours = np_hf.load(directory, dtype=dtype).eval()
-    else:
-        ours = torch_hf.load(directory, dtype=C.TORCH_DTYPE[dtype]).eval()
-    config = ours.config
-    rng = np.random.default_rng(seed)
-    src, tgt, labels = batch(config, rng)
-    R = (rng.standard_normal((*tgt.shape, config.tgt_vocab_size)) / tgt.shape[1]).astype(dtype)
-
-    t_src, t_tgt, t_labels = (torch.from_numpy(a) for a in (src, tgt, labels))
-    out = reference(input_ids=t_src, attention_mask=t_src != config.pad_id, decoder_input_ids=t_tgt)
-    t_loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), t_labels.flatten(), ignore_index=-100)
-    (t_loss + (out.logits * torch.from_numpy(R)).sum()).backward()
-
-    if side == "numpy":
-        logits = ours.forward(src, tgt)
-        loss, cache = nt.cross_entropy_forward(logits, labels, ignore_index=-100)
-        ours.zero_grad()
-        ours.backward(nt.cross_entropy_backward(cache) + R)
-        grads = np_hf.to_hf(ours, ours.grads)
-    else:
-        t_logits = ours(t_src, t_tgt)
-        our_loss = tt.cross_entropy(t_logits, t_labels, ignore_index=-100)
-        (our_loss + (t_logits * torch.from_numpy(R)).sum()).backward()
-        logits, loss = C.to_numpy(t_logits), C.to_numpy(our_loss)
-        grads = torch_hf.to_hf(ours, {n: p.grad for n, p in ours.named_parameters()})
-
-    result = C.Result()
-    result.outputs["logits"] = (logits, C.to_numpy(out.logits))
-    result.outputs["loss"] = (np.asarray(loss), C.to_numpy(t_loss))
-    for name, p in reference.named_parameters():
-        if model_type == "marian" and name.endswith("embed_positions.weight"):
-            assert p.grad is None  # Marian's sinusoids: computed under no_grad, not parameters (ours or theirs)
-            continue
-        result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
-    # final_logits_bias is a buffer there (no gradient); ours, output_proj.bias, is a parameter that has one.
-    assert "final_logits_bias" not in dict(reference.named_parameters())
-    assert np.any(C.to_numpy(torch.as_tensor(grads["final_logits_bias"])))
-    return result
+build = build_seq2seq
+theirs = seq2seq_reference
+batch = seq2seq_batch
+compare = compare_seq2seq
 
 
 @pytest.mark.parametrize("side", ["numpy", "torch"])
