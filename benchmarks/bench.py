@@ -9,6 +9,12 @@ implementations repetition by repetition and report medians. The achieved GFLOP/
 step is compared with a matrix-product ceiling measured in the same run; peak memory of a training
 step is measured in a fresh subprocess per implementation. On CUDA, when present, torch_transformer
 is also timed against a model built from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer.
+
+torch_transformer at scale: its training step eager vs torch.compile (inductor; --quick uses aot_eager,
+which only checks that the path runs: its timings are eager kernels), on the CPU and on CUDA when present;
+and a data-parallel step, DistributedDataParallel over gloo with 2 processes of one thread, each on half of
+the batch, against one process on the whole batch with one thread and with every core (the fair comparison:
+same cores, threads vs processes).
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import argparse
 import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -336,11 +344,138 @@ def cuda_builtin_comparison(config, p) -> dict | None:
     return interleaved(results, p["reps"])
 
 
+def torch_train_step(config, model, src, tgt_in, tgt_out, ctx=None):
+    """A torch_transformer training step on this process's rows of the batch (all of them without ctx):
+    forward, the whole batch's mean loss (distributed.cross_entropy_share), backward (DDP's all-reduce when
+    the model is wrapped), Adam. `model` may be compiled or wrapped in DDP."""
+    from torch_transformer import distributed
+
+    ctx = ctx or distributed.Context()
+    rows = distributed.shard(len(src), ctx)
+    n_targets = int((tgt_out != config.pad_id).sum())
+    t_src, t_in, t_out = (torch.from_numpy(a[rows]).to(ctx.device) for a in (src, tgt_in, tgt_out))
+    opt = torch.optim.Adam(distributed.unwrap(model).parameters(), lr=1e-4)
+
+    def step():
+        model.train()
+        logits = model(t_src, t_in)
+        share = distributed.cross_entropy_share(logits, t_out, n_targets, config.pad_id, 0.1)
+        opt.zero_grad(set_to_none=True)
+        share.backward()
+        opt.step()
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    return step
+
+
+def compiled_step(config, p, backend: str) -> dict:
+    """Seconds per training step of torch_transformer, eager and torch.compile'd (same weights, same batch),
+    on the CPU and on CUDA when present; with the seconds the first compiled step took (compilation)."""
+    data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
+    results = {"backend": backend}
+    for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
+        torch.manual_seed(0)
+        eager_model = tt.Transformer(config).to(device)
+        compiled_model = tt.Transformer(config).to(device)
+        compiled_model.load_state_dict(eager_model.state_dict())
+        torch._dynamo.reset()
+        from torch_transformer import distributed
+
+        ctx = distributed.Context(device=torch.device(device))
+        eager = torch_train_step(config, eager_model, *data, ctx)
+        compiled = torch_train_step(config, torch.compile(compiled_model, backend=backend), *data, ctx)
+        start = time.perf_counter()
+        compiled()  # compiles forward and backward
+        compile_seconds = time.perf_counter() - start
+        times = interleaved({"eager": eager, "compiled": compiled}, p["reps"], pause=0.0)  # one thread pool: no pause
+        results[device] = {**times, "speedup": times["eager"] / times["compiled"], "compile_seconds": compile_seconds}
+    return results
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world_size: int, port: int, p: dict, out: str) -> None:
+    """One process of the DDP timing (torch.multiprocessing.spawn's entry point): gloo, one thread."""
+    import torch.distributed as dist
+
+    from torch_transformer import distributed
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    ctx = distributed.init("cpu")
+    config = make_config(p, max(p["src_len"], p["tgt_len"]))
+    torch.manual_seed(0)
+    model = distributed.wrap(tt.Transformer(config), ctx)
+    step = torch_train_step(config, model, *batch(config, p["batch"], p["src_len"], p["tgt_len"]), ctx)
+    step()  # warm-up: DDP's buckets, Adam's state
+    times = []
+    for _ in range(p["reps"]):
+        dist.barrier()
+        start = time.perf_counter()
+        step()
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # a step lasts until its slowest process is done
+        times.append(float(elapsed))
+    # a bare all-reduce of the gradients' size: the communication DDP adds (overlapped with backward there)
+    flat = torch.zeros(sum(q.numel() for q in model.parameters()))
+    reduce_times = []
+    for _ in range(p["reps"]):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(flat)
+        reduce_times.append(time.perf_counter() - start)
+    if ctx.is_main:
+        result = {"ddp": statistics.median(times), "allreduce_seconds": statistics.median(reduce_times)}
+        result["gradient_mib"] = flat.numel() * 4 / 2**20
+        Path(out).write_text(json.dumps(result))
+    distributed.shutdown()
+
+
+def ddp_scaling(config, p, world_size: int = 2) -> dict:
+    """Seconds per training step: one process on the whole batch (1 thread; every core), and world_size
+    processes of one thread under DDP (gloo) on 1 / world_size of it each. Speed-up = one process / DDP."""
+    import torch.multiprocessing as mp
+
+    data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
+    threads = torch.get_num_threads()
+    one = {}
+    for n in sorted({1, threads}):
+        torch.set_num_threads(n)
+        torch.manual_seed(0)
+        step = torch_train_step(config, tt.Transformer(config), *data)
+        one[n] = interleaved({"step": step}, p["reps"], pause=0.0)["step"]
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "ddp.json")
+        mp.spawn(_ddp_worker, args=(world_size, _free_port(), p, out), nprocs=world_size, join=True)
+        ddp = json.loads(Path(out).read_text())
+    return {
+        "processes": world_size,
+        "cpus": len(os.sched_getaffinity(0)),
+        "one_process_1_thread": one[1],
+        "one_process_all_threads": one[threads],
+        "all_threads": threads,
+        **ddp,
+        "speedup_vs_1_thread": one[1] / ddp["ddp"],
+        "speedup_vs_all_threads": one[threads] / ddp["ddp"],
+    }
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--no-decode", action="store_true", help="skip the decoding timings")
+    parser.add_argument(
+        "--compile-backend",
+        default=None,
+        help="torch.compile backend of the compiled training step (default: inductor; aot_eager with --quick)",
+    )
     args = parser.parse_args(argv)
     p = dict(QUICK if args.quick else BASE)
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
@@ -362,6 +497,9 @@ def main(argv=None) -> dict:
     memory = {backend: peak_memory(backend, p) for backend in ("numpy", "torch")}
     decode = None if args.no_decode else decoding(config, np_model, torch_model, p)
     cuda = cuda_builtin_comparison(config, p)
+    compile_backend = args.compile_backend or ("aot_eager" if args.quick else "inductor")
+    compiled = compiled_step(config, p, compile_backend)
+    ddp = ddp_scaling(config, p)
 
     report = {
         "config": config.to_dict(),
@@ -387,6 +525,8 @@ def main(argv=None) -> dict:
         "peak_memory_mib": memory,
         "decode_seconds_per_token": decode,
         "cuda_train_step_seconds": cuda,
+        "compiled_train_step_seconds": compiled,
+        "ddp_train_step_seconds": ddp,
     }
     m = report["machine"]
     blas = m["numpy_blas"][0] if m["numpy_blas"] else {}
@@ -433,6 +573,21 @@ def main(argv=None) -> dict:
             )
     if cuda:
         print("CUDA training step ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in cuda.items()))
+    for device in ("cpu", "cuda"):
+        if device in compiled:
+            c = compiled[device]
+            print(
+                f"torch training step {device}, eager vs torch.compile ({compiled['backend']}): "
+                f"{c['eager'] * 1e3:.1f} ms vs {c['compiled'] * 1e3:.1f} ms, speed-up {c['speedup']:.2f}x "
+                f"(first compiled step {c['compile_seconds']:.1f} s)"
+            )
+    print(
+        f"DDP training step, {ddp['processes']} processes x 1 thread (gloo, half the batch each) on "
+        f"{ddp['cpus']} CPUs: {ddp['ddp'] * 1e3:.1f} ms; one process {ddp['one_process_1_thread'] * 1e3:.1f} ms "
+        f"(1 thread), {ddp['one_process_all_threads'] * 1e3:.1f} ms ({ddp['all_threads']} threads); speed-up "
+        f"{ddp['speedup_vs_1_thread']:.2f}x vs 1 thread, {ddp['speedup_vs_all_threads']:.2f}x vs all threads; "
+        f"a bare all-reduce of the {ddp['gradient_mib']:.1f} MiB of gradients {ddp['allreduce_seconds'] * 1e3:.1f} ms"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return report

@@ -4,11 +4,20 @@ eighty-four point three zero" (the task of the UPC "Build your own Transformer" 
     python examples/train_numbers.py                       # pure NumPy, float32, the defaults
     python examples/train_numbers.py --backend torch       # the same with torch_transformer
     python examples/train_numbers.py --quick               # seconds: a smoke test
+    python examples/train_numbers.py --backend torch --precision bf16 --compile    # bfloat16 autocast, compiled
+    torchrun --nproc-per-node 2 examples/train_numbers.py --backend torch          # data parallel (DDP), 2 processes
+    torchrun --nproc-per-node 4 examples/train_numbers.py --backend torch --device cuda   # 4 GPUs, NCCL
 
 Source: characters (digits, ",", "."); target: English words. The numbers of the test split never
 appear in training. After training, the test split is translated with greedy decoding and scored.
 Writes into --out: metrics.json, checkpoint.safetensors (the config and vocabularies in its
 metadata), loss_curve.png and attention_*.png (every attention module of one test example).
+
+Under torchrun (torch backend) every process draws the same global batch of --batch-size sequences and
+trains on its own contiguous rows of it, inside DistributedDataParallel; the loss is the mean over the
+whole global batch's targets (torch_transformer.distributed), so N processes take the same steps as one.
+Rank 0 alone logs, evaluates and writes files. --accumulate K splits each process's rows into K
+micro-batches whose gradients add up locally (DDP's no_sync) before one all-reduce and one optimizer step.
 """
 
 from __future__ import annotations
@@ -32,7 +41,17 @@ from numpy_transformer import TransformerConfig  # noqa: E402
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", choices=["numpy", "torch"], default="numpy")
-    p.add_argument("--device", default="cpu", help="torch backend only: cpu, cuda, ...")
+    p.add_argument("--device", default="cpu", help="torch backend only: cpu, cuda (under torchrun: cuda:LOCAL_RANK)")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="torch backend only: bf16 runs forward and loss under bfloat16 autocast (weights and Adam stay float32)",
+    )
+    p.add_argument("--compile", action="store_true", help="torch backend only: torch.compile the model")
+    p.add_argument(
+        "--accumulate", type=int, default=1, help="torch backend only: micro-batches per step (gradient accumulation)"
+    )
     p.add_argument("--out", default="runs/numbers")
     p.add_argument("--minutes", type=float, default=12.0, help="training time budget")
     p.add_argument("--max-steps", type=int, default=20_000)
@@ -54,6 +73,10 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a tiny run that finishes in seconds")
     args = p.parse_args(argv)
+    if args.backend == "numpy" and (args.precision != "fp32" or args.compile or args.accumulate != 1):
+        p.error("--precision bf16, --compile and --accumulate are options of the torch backend")
+    if args.accumulate < 1:
+        p.error(f"--accumulate must be >= 1, got {args.accumulate}")
     if args.quick:
         args.minutes, args.max_steps, args.n_train, args.n_val, args.n_test = 0.5, 30, 400, 20, 40
         args.d_model, args.d_ff, args.layers, args.eval_every, args.warmup = 32, 64, 1, 15, 10
@@ -108,23 +131,34 @@ class NumpyBackend:
 
 
 class TorchBackend:
-    """Training with torch_transformer: the same data, config, schedule and metrics."""
+    """Training with torch_transformer: the same data, config, schedule and metrics; in one process or, under
+    torchrun, data parallel (DistributedDataParallel) with each process on its rows of the global batch."""
 
     name = "torch"
 
-    def __init__(self, config: TransformerConfig, args):
+    def __init__(self, config: TransformerConfig, args, ctx=None):
+        import contextlib
+
         import torch
 
         import torch_transformer as tt
+        from torch_transformer import distributed
 
-        self.torch, self.tt, self.device = torch, tt, torch.device(args.device)
-        torch.manual_seed(args.seed)
+        self.torch, self.tt, self.distributed, self.contextlib = torch, tt, distributed, contextlib
+        self.ctx = ctx if ctx is not None else distributed.Context(device=torch.device(args.device))
+        self.device = self.ctx.device
+        torch.manual_seed(args.seed)  # the same initial weights in every process (DDP also copies rank 0's)
         self.model = tt.Transformer(config).to(self.device)
+        self.train_model = distributed.wrap(self.model, self.ctx)  # DDP on a multi-process run
+        if args.compile:
+            self.train_model = torch.compile(self.train_model, dynamic=True)  # every batch has its own (B, S, T)
+        torch.manual_seed(args.seed + self.ctx.rank)  # dropout: different units in each process
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda n: config.d_model**-0.5 * min((n + 1) ** -0.5, (n + 1) * args.warmup**-1.5)
         )
         self.clip, self.label_smoothing, self.pad_id = args.clip, args.label_smoothing, config.pad_id
+        self.accumulate, self.bf16 = args.accumulate, args.precision == "bf16"
 
     def lr(self) -> float:
         return self.optimizer.param_groups[0]["lr"]
@@ -132,20 +166,44 @@ class TorchBackend:
     def _tensors(self, *arrays):
         return [self.torch.from_numpy(a).to(self.device) for a in arrays]
 
+    def rows_needed(self) -> int:
+        """The smallest global batch every process can take a micro-batch of."""
+        return self.ctx.world_size * self.accumulate
+
     def train_step(self, src_ids, tgt_in, tgt_out) -> float:
-        src_ids, tgt_in, tgt_out = self._tensors(src_ids, tgt_in, tgt_out)
-        self.model.train()
-        logits = self.model(src_ids, tgt_in)
-        loss = self.tt.cross_entropy(logits, tgt_out, self.pad_id, self.label_smoothing)
+        """One optimizer step on the global batch (B, ...): this process takes its rows and splits them into
+        micro-batches; the loss of each is its share of the global batch's mean (distributed.cross_entropy_share),
+        so the accumulated, all-reduced gradient is the whole batch's. Returns the global batch's mean loss."""
+        torch, distributed = self.torch, self.distributed
+        batch = [torch.from_numpy(a) for a in (src_ids, tgt_in, tgt_out)]
+        self.model.check_inputs(batch[0], batch[1])  # value checks on the CPU, before the tensors move
+        # Every process holds the global batch: it counts the global batch's targets without communication.
+        n_targets = int((tgt_out != self.pad_id).sum())
+        rows = distributed.shard(len(src_ids), self.ctx)
+        mine = [a[rows] for a in batch]  # this process's rows
+        micro = [[a[part].to(self.device) for a in mine] for part in _parts(len(mine[0]), self.accumulate)]
+        self.train_model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
+        loss = 0.0
+        for i, (src, t_in, t_out) in enumerate(micro):
+            last = i == len(micro) - 1
+            # no_sync: add this micro-batch's gradient locally; the last backward all-reduces the sum.
+            sync = self.contextlib.nullcontext() if last or not self.ctx.distributed else self.train_model.no_sync()
+            with sync:
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                    logits = self.train_model(src, t_in)
+                share = distributed.cross_entropy_share(
+                    logits.float(), t_out, n_targets, self.pad_id, self.label_smoothing
+                )
+                share.backward()
+            loss = loss + share.detach()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip)
         self.optimizer.step()
         self.schedule.step()
-        return loss.item()
+        return distributed.global_loss(loss).item()
 
     def decode(self, src_ids, max_len: int) -> np.ndarray:
-        (src,) = self._tensors(src_ids)
+        (src,) = self._tensors(src_ids)  # the plain model: decoding is rank 0's, never collective
         return self.tt.greedy_decode(self.model.eval(), src, max_len).cpu().numpy()
 
     def attention_maps(self, src_ids, tgt_in) -> dict:
@@ -157,6 +215,11 @@ class TorchBackend:
         from torch_transformer.checkpoint import save_checkpoint
 
         save_checkpoint(path, self.model, metadata)
+
+
+def _parts(n: int, k: int) -> list[slice]:
+    """k contiguous slices of range(n), sizes differing by at most one."""
+    return [slice(i * n // k, (i + 1) * n // k) for i in range(k)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,8 +240,27 @@ def evaluate(backend, pairs, src_vocab, tgt_vocab, max_len: int, batch_size: int
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    ctx = None
+    if args.backend == "torch":
+        from torch_transformer import distributed
+
+        ctx = distributed.init(args.device)  # a process group under torchrun, else one process
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise SystemExit("the NumPy backend trains in one process: use --backend torch under torchrun")
+    metrics = train(args, ctx)  # on an error the process exits, and torchrun stops the others
+    if ctx is not None:
+        distributed.shutdown()  # waits for rank 0's evaluation and files
+    return metrics
+
+
+def train(args, ctx) -> dict:
+    """Training, evaluation and the files; under torchrun rank 0 alone evaluates and writes, and the other
+    processes return {} after the last step."""
+    main_process = ctx is None or ctx.is_main
+    world_size = 1 if ctx is None else ctx.world_size
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if main_process:
+        out.mkdir(parents=True, exist_ok=True)
     splits = tasks.make_numbers_dataset(args.n_train, args.n_val, args.n_test, max_value=args.max_value, seed=args.seed)
     src_vocab, tgt_vocab = tasks.build_vocabs(splits.train)
     S, T = tasks.max_lengths(splits.train + splits.val + splits.test, src_vocab, tgt_vocab)
@@ -196,20 +278,27 @@ def main(argv=None) -> dict:
         bos_id=tgt_vocab.bos_id,
         eos_id=tgt_vocab.eos_id,
     )
-    backend = (NumpyBackend if args.backend == "numpy" else TorchBackend)(config, args)
-    print(
+    backend = NumpyBackend(config, args) if args.backend == "numpy" else TorchBackend(config, args, ctx)
+    log = print if main_process else (lambda *a, **k: None)
+    log(
         f"numbers to words: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test, "
         f"vocab {len(src_vocab)} chars -> {len(tgt_vocab)} words, backend {backend.name}, "
         f"budget {args.minutes:g} min or {args.max_steps} steps"
+        + (f", {world_size} processes x {args.batch_size // world_size} rows" if world_size > 1 else "")
     )
 
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed)  # the same in every process: the same global batches
     history = {"step": [], "loss": [], "val_step": [], "val_exact_match": []}
     step, tokens, start = 0, 0, time.perf_counter()
     budget = args.minutes * 60
-    bar = tqdm(total=args.max_steps, desc="training", unit="step", mininterval=1.0, disable=None)
-    while step < args.max_steps and time.perf_counter() - start < budget:
+    rows_needed = getattr(backend, "rows_needed", lambda: 1)()
+    quiet = None if main_process else True  # tqdm: None shows the bar on a terminal only
+    bar = tqdm(total=args.max_steps, desc="training", unit="step", mininterval=1.0, disable=quiet)
+    out_of_time = False
+    while step < args.max_steps and not out_of_time:
         for batch in tasks.batches(splits.train, args.batch_size, rng):
+            if len(batch) < rows_needed:
+                continue  # a chunk's last, short batch: too few rows for every process (and micro-batch)
             src_ids, tgt_in, tgt_out = tasks.encode_batch(batch, src_vocab, tgt_vocab)
             loss = backend.train_step(src_ids, tgt_in, tgt_out)
             step += 1
@@ -219,15 +308,21 @@ def main(argv=None) -> dict:
             elapsed = time.perf_counter() - start
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:,.0f}", lr=f"{backend.lr():.2e}")
-            if step % args.eval_every == 0:
+            if step % args.eval_every == 0 and main_process:
                 val_em, _ = evaluate(backend, splits.val, src_vocab, tgt_vocab, T)
                 history["val_step"].append(step)
                 history["val_exact_match"].append(val_em)
                 bar.write(f"step {step}: loss {loss:.3f}, validation exact match {val_em:.3f}")
-            if step >= args.max_steps or time.perf_counter() - start >= budget:
+            # every process stops at the same step: rank 0's clock (and anyone's) decides for all
+            out_of_time = time.perf_counter() - start >= budget
+            if ctx is not None:
+                out_of_time = ctx.any(out_of_time)
+            if step >= args.max_steps or out_of_time:
                 break
     bar.close()
     train_seconds = time.perf_counter() - start
+    if not main_process:
+        return {}
 
     eval_start = time.perf_counter()
     test_em, test_acc = evaluate(backend, splits.test, src_vocab, tgt_vocab, T)
@@ -244,6 +339,9 @@ def main(argv=None) -> dict:
         "final_loss": float(np.mean(history["loss"][-50:])),
         "backend": backend.name,
         "dtype": "float32",
+        "precision": args.precision,
+        "compiled": args.compile,
+        "world_size": world_size,
         "config": config.to_dict(),
         "args": vars(args),
         "history": history,

@@ -33,3 +33,9 @@ def test_benchmark_quick_mode(tmp_path):
     breakdown = report["numpy_step_breakdown_seconds"]
     assert breakdown["matrix products (linear layers)"] > 0
     assert "training step ms" in printed and "cache speed-up" in printed
+    compiled = report["compiled_train_step_seconds"]  # --quick compiles with aot_eager: the path, not the speed
+    assert compiled["backend"] == "aot_eager"
+    assert compiled["cpu"]["eager"] > 0 and compiled["cpu"]["compiled"] > 0 and compiled["cpu"]["compile_seconds"] > 0
+    ddp = report["ddp_train_step_seconds"]
+    assert ddp["processes"] == 2 and ddp["ddp"] > 0 and ddp["one_process_1_thread"] > 0 and ddp["gradient_mib"] > 0
+    assert "torch.compile" in printed and "DDP training step" in printed

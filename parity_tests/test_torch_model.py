@@ -403,11 +403,13 @@ def test_fully_masked_rows_are_zero_and_finite(device, need_weights, train, norm
 @pytest.mark.parametrize("lm", [False, True], ids=["Transformer", "TransformerLM"])
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train-dropout"])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
 def test_no_tensor_is_created_on_the_default_device(lm, need_weights, train, positional):
     """Build on CPU, then make "meta" the default device: any tensor the forward or backward pass
-    creates without an explicit device lands on meta and breaks the computation."""
-    config = make_config(dropout=0.2, positional=positional)
+    creates without an explicit device lands on meta and breaks the computation. Rotary positions come
+    with the other Llama pieces (RMSNorm, SwiGLU, one K/V head for the three query heads, no biases)."""
+    llama = dict(norm="rms", gated_ffn=True, activation="silu", n_kv_heads=1, bias=False, output_bias=False)
+    config = make_config(dropout=0.2, positional=positional, **(llama if positional == "rope" else {}))
     model = make_model(config, lm=lm, dtype=torch.float32).train(train)
     src, tgt = example_inputs(config)
     inputs = (tgt,) if lm else (src, tgt)
@@ -418,8 +420,8 @@ def test_no_tensor_is_created_on_the_default_device(lm, need_weights, train, pos
         upstream = torch.randn(logits.shape, device="cpu")
         loss = tt.cross_entropy(logits, tgt) + (logits * upstream).mean()
         loss.backward()
-    finally:
-        torch.set_default_device(previous)
+    finally:  # None, not "cpu": setting "cpu" would leave a default-device mode active for later tests
+        torch.set_default_device(None if previous.type == "cpu" else previous)
     assert logits.device.type == "cpu" and torch.isfinite(logits).all()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.device.type == "cpu", name

@@ -1,7 +1,10 @@
 """The Transformer of "Attention Is All You Need" as a PyTorch user would write it.
 
 The same model as `numpy_transformer`, with the same state-dict names, so one state dict loads into
-either; autograd does the backward pass. Runs on any device and in float32 or float64.
+either; autograd does the backward pass. Runs on any device and in float32 or float64, under bfloat16
+autocast, and as one graph under `torch.compile(model, fullgraph=True)` (no value is read back from the
+device in forward: `model.check_inputs` checks token ids on the CPU). Data-parallel training through
+torchrun and DistributedDataParallel: `torch_transformer.distributed` (imported on its own).
 """
 
 from numpy_transformer.config import TransformerConfig

@@ -150,7 +150,9 @@ class MultiHeadAttention(nn.Module):
 
     def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
         """(B, T, n_heads * Dh) -> (B, n_heads, T, Dh); head h takes columns h*Dh:(h+1)*Dh."""
-        return x.unflatten(-1, (n_heads, self.head_dim)).transpose(1, 2)  # (B, H, T, Dh)
+        # reshape rather than unflatten: Tensor.unflatten is Python code that torch.compile cannot trace while a
+        # torch.set_default_device(...) mode is active (a graph break per call)
+        return x.reshape(*x.shape[:-1], n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
     def _explicit_attention(
         self,

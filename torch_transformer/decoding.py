@@ -13,6 +13,13 @@ self-attention writes their keys and values into preallocated (N, H, T_max, Dh) 
 over everything written so far. Cross-attention keys and values are projected once from the encoder's
 output. use_cache=False calls model(...) on the whole prefix at every step.
 
+compiled=True runs each cached step through `torch.compile(decoder_step, dynamic=True)`: the step is one
+graph (no breaks, no host-device synchronisation), and with dynamic shapes a search needs a few of them
+(the step at position 0, the later steps, one more when the number of rows changes), not one per step.
+The search loop around it stays Python: greedy search reads `done.all()` once per step to stop early and
+beam search ranks hypotheses on the host, both on purpose (a host decision per generated token is what
+ends the loop).
+
 Shape letters: B batch, K beam size, N rows decoded side by side (B or B*K), S source length, T_p prompt
 length (1 for the Transformer), T_new positions in one step, T_max positions cached, D, H, Dh, V.
 """
@@ -52,7 +59,7 @@ class DecoderCache:
 
 def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
     """linear(x) for x (N, T, D), split into heads: (N, n_heads, T, Dh)."""
-    return linear(x).unflatten(-1, (n_heads, -1)).transpose(1, 2)  # (N, n_heads, T, Dh)
+    return linear(x).reshape(*x.shape[:-1], n_heads, -1).transpose(1, 2)  # (N, n_heads, T, Dh); see _split_heads
 
 
 def _attend(attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
@@ -140,16 +147,30 @@ def reorder_cache(cache: DecoderCache, rows: Tensor) -> None:
         layer.values[:, :, :T] = layer.values[rows, :, :T]
 
 
-class Incremental:
-    """use_cache=True: each step runs only the positions not yet cached."""
+_compiled_step = None
 
-    def __init__(self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int):
+
+def compiled_decoder_step():
+    """`decoder_step` under torch.compile with dynamic shapes, built once per process. Not fullgraph: after
+    torch._dynamo's recompile limit (many different models in one process) it falls back to eager instead
+    of failing; parity_tests/test_compile.py checks with fullgraph=True that the step is one graph."""
+    global _compiled_step
+    if _compiled_step is None:
+        _compiled_step = torch.compile(decoder_step, dynamic=True)
+    return _compiled_step
+
+
+class Incremental:
+    """use_cache=True: each step runs only the positions not yet cached (compiled: see `compiled_decoder_step`)."""
+
+    def __init__(self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, compiled: bool = False):
         self.model = model
         self.cache = new_cache(model, src_ids, n_rows, total_len)
+        self.step = compiled_decoder_step() if compiled else decoder_step
 
     def next_logits(self, tokens: Tensor) -> Tensor:
         """tokens (N, T), the whole prefix -> logits (N, V) of the next token."""
-        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :])
+        return self.step(self.model, self.cache, tokens[:, self.cache.length :])
 
     def reorder(self, rows: Tensor) -> None:
         reorder_cache(self.cache, rows)
@@ -170,10 +191,16 @@ class Recompute:
         pass  # the caller reorders the prefix; the beams of one source share src_ids
 
 
-def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool):
+def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool, compiled: bool):
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    if compiled and not use_cache:
+        raise ValueError(
+            "compiled=True compiles the cached decoding step: it needs use_cache=True "
+            "(without the cache, torch.compile the model itself)"
+        )
     if use_cache:
-        return prompt, max_len, Incremental(model, src_ids, prompt.shape[0] * copies, prompt.shape[1] + max_len)
+        rows, total = prompt.shape[0] * copies, prompt.shape[1] + max_len
+        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled)
     return prompt, max_len, Recompute(model, src_ids, copies)
 
 
@@ -201,20 +228,23 @@ def _eos(c) -> int:
 # Greedy search.
 
 
-def greedy_decode(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True) -> Tensor:
+def greedy_decode(
+    model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False
+) -> Tensor:
     """The most likely token at every step (lowest id among equals; never pad_id).
 
     Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens, pad_id after a row's eos_id; stops once every row has produced eos_id.
+    tokens, pad_id after a row's eos_id; stops once every row has produced eos_id. compiled: run the
+    cached step through torch.compile (see the module docstring).
     """
-    return greedy_search(model, src_ids, max_len, use_cache)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, compiled)[0]
 
 
-def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True):
+def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False):
     """greedy_decode, and the logits it chose from, (B, steps, V)."""
     check_model(model)
     with evaluating(model):
-        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache)
+        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache, compiled)
         c = model.config
         B, T_p = prompt.shape
         tokens = prompt.new_full((B, T_p + max_len), _after_eos(c))
@@ -249,13 +279,14 @@ def beam_search(
     max_len: int | None = None,
     length_penalty: float = 1.0,
     use_cache: bool = True,
+    compiled: bool = False,
 ) -> Tensor:
     """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + steps) as greedy_decode;
-    max_len None: as many as config.max_len allows."""
-    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache)[0]
+    max_len None: as many as config.max_len allows; compiled as in greedy_decode."""
+    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled)[0]
 
 
-def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True):
+def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False):
     """beam_search, and each element's best normalised score (a list of B floats)."""
     _check_int("beam_size", beam_size)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
@@ -265,7 +296,7 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache)
+        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache, compiled)
         c = model.config
         B, T_p = prompt.shape
         device = prompt.device

@@ -309,8 +309,19 @@ def dropout_site_shapes(
     return sites
 
 
-def check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
-    """Raise a clear error unless `ids` is an integer tensor (B, T), 0 < T <= max_len, ids in [0, V)."""
+def values_checked_in_forward(ids: Tensor) -> bool:
+    """Whether `forward` reads the values of `ids` to check them: in eager mode on the CPU only, where that
+    costs nothing. Under `torch.compile` reading a value would break the graph (`Tensor.item()`), and on an
+    accelerator it would make the host wait for the device once per check, so there `forward` checks types
+    and shapes only: call the model's `check_inputs` (on the CPU batch, before it moves) for the rest."""
+    return isinstance(ids, Tensor) and ids.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int, values: bool | None = True) -> None:
+    """Raise a clear error unless `ids` is an integer tensor (B, T), 0 < T <= max_len, ids in [0, V).
+
+    values False checks types and shapes only (nothing is read from the device); None: as `forward` does,
+    see `values_checked_in_forward`."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be an integer tensor, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
@@ -321,14 +332,20 @@ def check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int) -> None:
         raise ValueError(f"{name} must not be empty: got shape {tuple(ids.shape)}, expected B >= 1 and T >= 1")
     if ids.shape[1] > max_len:
         raise ValueError(f"{name} has length T={ids.shape[1]}, longer than config.max_len={max_len}")
-    low, high = ids.min().item(), ids.max().item()
+    if values is None:
+        values = values_checked_in_forward(ids)
+    if not values:
+        return
+    low, high = torch.stack([ids.min(), ids.max()]).tolist()  # one read from the device, not two
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {low} and max {high}")
 
 
-def _check_token_type_ids(token_type_ids: Tensor | None, ids: Tensor, type_vocab_size: int) -> None:
+def _check_token_type_ids(
+    token_type_ids: Tensor | None, ids: Tensor, type_vocab_size: int, values: bool | None = True
+) -> None:
     """Raise a clear error unless token_type_ids is None or an integer tensor shaped like ids, in
-    [0, type_vocab_size), for a model that has token types."""
+    [0, type_vocab_size), for a model that has token types. `values` as in `check_ids`."""
     if token_type_ids is None:
         return
     if type_vocab_size == 0:
@@ -344,7 +361,7 @@ def _check_token_type_ids(token_type_ids: Tensor | None, ids: Tensor, type_vocab
         raise ValueError(
             f"token_type_ids must have the shape of ids {tuple(ids.shape)}, got {tuple(token_type_ids.shape)}"
         )
-    check_ids("token_type_ids", token_type_ids, type_vocab_size, ids.shape[1])
+    check_ids("token_type_ids", token_type_ids, type_vocab_size, ids.shape[1], values)
 
 
 class _Model(nn.Module):
@@ -454,8 +471,11 @@ class Transformer(_Model):
 
         dropout_masks: keep-masks by site name (see `dropout_site_shapes`), used in training mode
         with dropout > 0. need_weights: record attention maps (see `attention_maps`).
+
+        One graph under `torch.compile(model, fullgraph=True)`, and nothing read back from the device: the
+        check that ids lie in [0, V) runs here in eager mode on the CPU only (`check_inputs` runs it anywhere).
         """
-        self._check_inputs(src_ids, tgt_ids)
+        self._check_inputs(src_ids, tgt_ids, values=None)  # ids in [0, V) only in eager mode on the CPU
         masks = self._masks_in_use(dropout_masks, self._site_shapes(src_ids, tgt_ids))
         memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
         memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S), or None without a padding token
@@ -469,7 +489,7 @@ class Transformer(_Model):
 
     def dropout_site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
-        self._check_inputs(src_ids, tgt_ids)
+        self._check_inputs(src_ids, tgt_ids, values=None)
         return self._site_shapes(src_ids, tgt_ids)
 
     def _site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
@@ -477,10 +497,16 @@ class Transformer(_Model):
             self.config, batch_size=src_ids.shape[0], tgt_len=tgt_ids.shape[1], src_len=src_ids.shape[1]
         )
 
-    def _check_inputs(self, src_ids: Tensor, tgt_ids: Tensor) -> None:
+    def check_inputs(self, src_ids: Tensor, tgt_ids: Tensor) -> None:
+        """Every check of `forward`'s inputs, token ids in [0, V) included, with the errors `forward` raises
+        in eager mode on the CPU. `forward` skips the value checks under `torch.compile` and on an
+        accelerator (see `values_checked_in_forward`): call this on the batch before it moves there."""
+        self._check_inputs(src_ids, tgt_ids, values=True)
+
+    def _check_inputs(self, src_ids: Tensor, tgt_ids: Tensor, values: bool | None) -> None:
         c = self.config
-        check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len)
-        check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.max_len)
+        check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len, values)
+        check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.max_len, values)
         if src_ids.shape[0] != tgt_ids.shape[0]:
             raise ValueError(
                 f"src_ids and tgt_ids must have the same batch size B, got {src_ids.shape[0]} "
@@ -506,18 +532,25 @@ class TransformerLM(_Model):
         self, ids: Tensor, dropout_masks: Mapping[str, Tensor] | None = None, need_weights: bool = False
     ) -> Tensor:
         """ids (B, T) -> logits (B, T, V). Arguments as in `Transformer.forward`."""
-        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
+        self._check_inputs(ids, values=None)  # ids in [0, V) only in eager mode on the CPU
         masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
         x = self.decoder(ids, need_weights=need_weights, dropout_masks=masks_under(masks, "decoder."))  # (B, T, D)
         return self.output_logits(x)  # (B, T, V)
 
     def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
-        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len)
+        self._check_inputs(ids, values=None)
         return self._site_shapes(ids)
 
     def _site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         return dropout_site_shapes(self.config, batch_size=ids.shape[0], tgt_len=ids.shape[1])
+
+    def check_inputs(self, ids: Tensor) -> None:
+        """Every check of `forward`'s input, values included: see `Transformer.check_inputs`."""
+        self._check_inputs(ids, values=True)
+
+    def _check_inputs(self, ids: Tensor, values: bool | None) -> None:
+        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len, values)
 
 
 class EncoderModel(_Model):
@@ -543,18 +576,22 @@ class EncoderModel(_Model):
         need_weights: bool = False,
     ) -> Tensor:
         """ids (B, T) -> hidden states (B, T, D). dropout_masks and need_weights as in `Transformer.forward`."""
-        self._check_inputs(ids, token_type_ids)
+        self._check_inputs(ids, token_type_ids, values=None)  # ids in [0, V) only in eager mode on the CPU
         masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
         return self.encoder(ids, need_weights, masks_under(masks, "encoder."), token_type_ids)  # (B, T, D)
 
     def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
-        self._check_inputs(ids, None)
+        self._check_inputs(ids, None, values=None)
         return self._site_shapes(ids)
 
     def _site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         return dropout_site_shapes(self.config, batch_size=ids.shape[0], src_len=ids.shape[1])
 
-    def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None) -> None:
-        check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len)
-        _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size)
+    def check_inputs(self, ids: Tensor, token_type_ids: Tensor | None = None) -> None:
+        """Every check of `forward`'s inputs, values included: see `Transformer.check_inputs`."""
+        self._check_inputs(ids, token_type_ids, values=True)
+
+    def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None, values: bool | None) -> None:
+        check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len, values)
+        _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size, values)
