@@ -307,7 +307,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
 
 
 # ----------------------------------------------------------------------------------------------
-# Beam search.
+# Beam search, with the rules of transformers' generate(num_beams=K) (transformers 4.5x and later).
 #
 # Rows b*K .. b*K + K - 1 hold the K live hypotheses of batch element b. Each step scores every
 # continuation, score = cumulative log-probability of the hypothesis + log p(token), with log p from
@@ -317,10 +317,17 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
 # token id. Of the 2K best (at most K are eos, one per beam, so at least K are not):
 #   - an eos among the first K ranks finishes its hypothesis, with the normalised score
 #     sum of log-probs / (generated tokens, eos included) ** length_penalty;
-#   - the first K that are not eos (in rank order) become the new live hypotheses.
-# An element is done when it has K finished hypotheses (so beam_size=1 is greedy search exactly);
-# at max_len its live hypotheses are scored the same way, with no eos. The answer is the hypothesis
-# with the best normalised score, the earliest found among equals (finished before live).
+#   - the first K that are not eos (in rank order) become the new live hypotheses;
+#   - at the last step (max_len generated tokens) every candidate among the first K ranks finishes,
+#     eos or not.
+# When an element stops taking finished hypotheses (`early_stopping`):
+#   - True: once it has K of them;
+#   - False (transformers' default): once it has K and the best live hypothesis, scored at its current
+#     length, cannot beat the worst of the best K (a heuristic: with length_penalty > 0 a longer one
+#     could still win);
+#   - "never": as False, but scoring the best live one at max_len when length_penalty > 0 (the exact bound).
+# The search stops when every element has stopped, or at max_len. The answer is the finished hypothesis
+# with the best normalised score, the earliest found among equals.
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -339,22 +346,33 @@ def best_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int):
 
 
 def beam_search(
-    model, src_ids, beam_size: int = 4, max_len: int | None = None, length_penalty: float = 1.0, use_cache: bool = True
+    model,
+    src_ids,
+    beam_size: int = 4,
+    max_len: int | None = None,
+    length_penalty: float = 1.0,
+    use_cache: bool = True,
+    early_stopping: bool | str = False,
 ) -> np.ndarray:
     """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
 
     Arguments and result as greedy_decode; max_len None generates up to config.max_len positions.
     length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
-    favours longer outputs). Returns int64 ids (B, T_p + steps), the best hypothesis of each element.
+    favours longer outputs). early_stopping: True, False or "never", as transformers' generate.
+    Returns int64 ids (B, T_p + L), the best hypothesis of each element, L the longest of them.
     """
-    tokens, _ = beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache)
+    tokens, _ = beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping)
     return tokens
 
 
-def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True):
+def beam_search_scores(
+    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False
+):
     """beam_search that also returns each element's best normalised score, a list of B floats."""
     _check_int("beam_size", beam_size)
     _check_length_penalty(length_penalty)
+    if early_stopping not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never' (as in transformers), got {early_stopping!r}")
     check_model(model)
     with evaluating(model):
         K = beam_size
@@ -367,59 +385,71 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
         cumulative = np.full((B, K), -np.inf, dtype=model.dtype)
         cumulative[:, 0] = 0.0
         finished = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order found
+        stopped = np.zeros(B, dtype=bool)  # the element takes no more finished hypotheses
         for step in range(max_len):
             t = T_p + step
             log_probs = without_pad(log_softmax(decoder.next_logits(tokens[:, :t])), cfg.pad_id)  # (N, V)
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
             score, beam, token = best_candidates(cumulative, log_probs, 2 * K)  # (B, 2K) each
             rows = np.arange(B)[:, None] * K + beam  # (B, 2K): the row each candidate continues
-            collect_finished(finished, score, rows, token, tokens[:, T_p:t], step + 1, length_penalty, eos_of(cfg), K)
+            ends = token[:, :K] == eos_of(cfg)  # (B, K): the first K ranks that end a hypothesis
+            if step == max_len - 1:
+                ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
+            collect_finished(finished, stopped, score, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
+            if step == max_len - 1:
+                break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
             live = np.argsort(token == eos_of(cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
-            cumulative = np.take_along_axis(score, live, axis=1)  # (B, K)
+            cumulative = np.take_along_axis(score, live, axis=1)  # (B, K), best first
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
             tokens[:, t] = np.take_along_axis(token, live, axis=1).reshape(B * K)  # ... and its new token
             decoder.reorder(parents)
-            if all(len(f) >= K for f in finished):
+            stopped |= cannot_improve(finished, cumulative[:, 0], step + 1, max_len, length_penalty, K, early_stopping)
+            if stopped.all():
                 break
-    generated = tokens[:, T_p : T_p + step + 1].reshape(B, K, -1)  # (B, K, steps)
-    return best_hypotheses(prompt, finished, cumulative, generated, length_penalty, after_eos(cfg), K)
+    return best_hypotheses(prompt, finished, after_eos(cfg))
 
 
-def collect_finished(finished, score, rows, token, generated, length, length_penalty, eos_id, K) -> None:
-    """Move the hypotheses that end in eos within the first K ranks into `finished` (elements not done).
-
-    score, rows, token (B, 2K); generated (N, length - 1) the tokens each row generated so far.
-    A score of -inf comes from a beam that never was (vocabulary smaller than the beam) and is skipped.
-    """
-    ends = (token[:, :K] == eos_id) & np.isfinite(score[:, :K])  # (B, K)
-    for b in range(len(finished)):
-        if len(finished[b]) >= K:
-            continue  # done: its list is final
+def collect_finished(finished, stopped, score, rows, token, ends, generated, length, length_penalty) -> None:
+    """Move the hypotheses that end at this step (`ends`, (B, K), among the first K ranks) into `finished`,
+    for the elements that still take them. score, rows, token (B, 2K); generated (N, length - 1) the
+    tokens each row generated so far. A score of -inf comes from a beam that never was (vocabulary
+    smaller than the beam) and is skipped."""
+    K = ends.shape[1]
+    ends = ends & np.isfinite(score[:, :K])
+    for b in np.flatnonzero(~stopped):
         for r in np.flatnonzero(ends[b]):
-            hypothesis = np.append(generated[rows[b, r]], eos_id)
+            hypothesis = np.append(generated[rows[b, r]], token[b, r])
             finished[b].append((float(score[b, r]) / length**length_penalty, hypothesis))
 
 
-def best_hypotheses(prompt, finished, cumulative, generated, length_penalty, fill_id, K):
-    """The prompt followed by each element's best hypothesis, padded: ids (B, T_p + steps), and the scores.
+def cannot_improve(finished, best_live, length, max_len, length_penalty, K, early_stopping) -> np.ndarray:
+    """(B,) bool: the element stops taking finished hypotheses (see the rules above). best_live (B,) is the
+    cumulative log-probability of each element's best live hypothesis, of `length` generated tokens."""
+    out = np.zeros(len(finished), dtype=bool)
+    for b, found in enumerate(finished):
+        if len(found) < K:
+            continue  # fewer than K: it takes more
+        if early_stopping is True:
+            out[b] = True
+            continue
+        worst_of_best = sorted(score for score, _ in found)[-K]
+        at = max_len if early_stopping == "never" and length_penalty > 0 else length
+        out[b] = best_live[b] / at**length_penalty <= worst_of_best
+    return out
 
-    An element with fewer than K finished hypotheses ran to max_len: its live ones compete too.
-    """
+
+def best_hypotheses(prompt, finished, fill_id):
+    """The prompt followed by each element's best finished hypothesis, padded with fill_id to the longest:
+    ids (B, T_p + L), and the scores."""
     B, T_p = prompt.shape
-    steps = generated.shape[2]
-    out = np.full((B, T_p + steps), fill_id, dtype=np.int64)
+    best = [max(found, key=lambda c: c[0]) for found in finished]  # max keeps the first of equal scores
+    out = np.full((B, T_p + max(len(h) for _, h in best)), fill_id, dtype=np.int64)
     out[:, :T_p] = prompt
-    best_scores = []
-    for b in range(B):
-        candidates = list(finished[b])
-        if len(candidates) < K:
-            candidates += [(float(cumulative[b, k]) / steps**length_penalty, generated[b, k]) for k in range(K)]
-        score, hypothesis = max(candidates, key=lambda c: c[0])  # max keeps the first of equal scores
+    for b, (_, hypothesis) in enumerate(best):
         out[b, T_p : T_p + len(hypothesis)] = hypothesis
-        best_scores.append(score)
-    return out, best_scores
+    return out, [score for score, _ in best]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -289,7 +289,8 @@ def test_beam_score_is_the_models_log_probability():
 
 
 # ----------------------------------------------------------------------------------------------
-# Beam search with one beam is greedy search.
+# Beam search with one beam and early_stopping=True is greedy search. (With early_stopping=False, the
+# default, one beam may go on past its first eos looking for a hypothesis with a better normalised score.)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0])
@@ -299,11 +300,35 @@ def test_beam_size_one_is_greedy(lm, length_penalty, device):
         np_model = numpy_model(config, lm, seed=1)
         src = source(config, lm, seed=1)
         greedy = nd.greedy_decode(np_model, src, MAX_NEW)
-        np.testing.assert_array_equal(nd.beam_search(np_model, src, 1, MAX_NEW, length_penalty), greedy)
+        beam = nd.beam_search(np_model, src, 1, MAX_NEW, length_penalty, early_stopping=True)
+        np.testing.assert_array_equal(beam, greedy)
         model = torch_twin(np_model, device)
         t_src = torch.from_numpy(src).to(device)
         t_greedy = td.greedy_decode(model, t_src, MAX_NEW)
-        assert torch.equal(td.beam_search(model, t_src, 1, MAX_NEW, length_penalty), t_greedy)
+        assert torch.equal(td.beam_search(model, t_src, 1, MAX_NEW, length_penalty, early_stopping=True), t_greedy)
+
+
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+@pytest.mark.parametrize("lm", LM)
+def test_beam_search_stopping_rules_agree_between_numpy_and_torch(lm, early_stopping, device):
+    """The three stopping rules of transformers' generate: the same tokens and scores on both sides, and
+    "never" (the exact bound) never scores worse than the heuristic, which never scores worse than True."""
+    config = CONFIGS["post-norm relu sinusoidal untied"]
+    np_model = numpy_model(config, lm, seed=2)
+    np_model.params["output_proj.bias"][config.eos_id] = 1.5  # eos likely: hypotheses finish at many steps
+    src = source(config, lm, seed=2)
+    model = torch_twin(np_model, device)
+    ours, scores = nd.beam_search_scores(np_model, src, 3, MAX_NEW, 1.5, early_stopping=early_stopping)
+    theirs, t_scores = td.beam_search_scores(
+        model, torch.from_numpy(src).to(device), 3, MAX_NEW, 1.5, early_stopping=early_stopping
+    )
+    np.testing.assert_array_equal(theirs.cpu().numpy(), ours)
+    np.testing.assert_allclose(t_scores, scores, rtol=1e-12)
+    rules = {
+        rule: nd.beam_search_scores(np_model, src, 3, MAX_NEW, 1.5, early_stopping=rule)[1]
+        for rule in (True, False, "never")
+    }
+    assert all(n >= f - 1e-12 >= t - 2e-12 for n, f, t in zip(rules["never"], rules[False], rules[True], strict=True))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -343,9 +368,9 @@ def test_exact_ties_break_the_same_way(device):
     np.testing.assert_array_equal(greedy, np.ones((B, 6)))  # bos_id = 1 is the lowest id but pad
     np.testing.assert_array_equal(td.greedy_decode(model, t_src, 5).cpu().numpy(), greedy)
     # Beam 3, no length penalty: eos finishes at ranks 1 of steps 0, 1, 2 with scores -log V, -2 log V,
-    # -3 log V; done after 3 steps; the first is best.
+    # -3 log V; done after 3 steps; the first is best, and the result is as long as it (as transformers').
     beam = nd.beam_search(np_model, src, 3, 5, length_penalty=0.0)
-    np.testing.assert_array_equal(beam, np.tile([1, 2, 0, 0], (B, 1)))
+    np.testing.assert_array_equal(beam, np.tile([1, 2], (B, 1)))
     np.testing.assert_array_equal(td.beam_search(model, t_src, 3, 5, length_penalty=0.0).cpu().numpy(), beam)
 
 
@@ -381,11 +406,11 @@ def test_eos_at_the_first_step(lm, device):
     expected = np.concatenate([prefix, np.full((4, 1), config.eos_id)], axis=1)  # one step, then stop
     np.testing.assert_array_equal(nd.greedy_decode(np_model, src, MAX_NEW), expected)
     np.testing.assert_array_equal(td.greedy_decode(model, t_src, MAX_NEW).cpu().numpy(), expected)
-    # Beam 3: one finished hypothesis at step 0 (only beam 0 is live), three more at step 1: done.
-    expected = np.concatenate([expected, np.full((4, 1), config.pad_id)], axis=1)
+    # Beam 3: one finished hypothesis at step 0 (only beam 0 is live), three more at step 1: done. The best
+    # is the first, one token long, and the result is as long as the best hypothesis (as transformers').
     np.testing.assert_array_equal(nd.beam_search(np_model, src, 3, MAX_NEW), expected)
     np.testing.assert_array_equal(td.beam_search(model, t_src, 3, MAX_NEW).cpu().numpy(), expected)
-    assert expected.shape[1] == T_p + 2
+    assert expected.shape[1] == T_p + 1
 
 
 def test_max_len_runs_to_the_end_without_eos():

@@ -100,6 +100,42 @@ def test_greedy_search_equals_generate(checkpoints, model_type, side):
     assert len({tuple(row) for row in got}) == len(got), "the rows should differ: a degenerate model proves little"
 
 
+@pytest.mark.parametrize("early_stopping", [False, True])
+@pytest.mark.parametrize("length_penalty", [1.0, 0.6, 2.0])
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("model_type", ["marian", "bart"])
+def test_beam_search_equals_generate(checkpoints, model_type, side, length_penalty, early_stopping):
+    """Beam search with four beams equals generate(num_beams=4) with the same length penalty and stopping
+    rule (transformers' default early_stopping=False included). forced_eos_token_id is switched off there:
+    BART's config forces eos at max_length, which our search does not do."""
+    directory = checkpoints[model_type]
+    reference = theirs(directory, model_type, np.float32)
+    src, _, _ = batch(np_hf.load(directory).config, np.random.default_rng(4))
+    pad = reference.config.pad_token_id
+    expected = reference.generate(
+        input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), do_sample=False, num_beams=4,
+        max_new_tokens=10, bad_words_ids=[[pad]], forced_eos_token_id=None, length_penalty=length_penalty,
+        early_stopping=early_stopping,
+    ).numpy()  # fmt: skip
+    if side == "numpy":
+        model = np_hf.load(directory, dtype=np.float32)
+        got = nt.beam_search(model, src, 4, 10, length_penalty, early_stopping=early_stopping)
+    else:
+        model = torch_hf.load(directory)
+        got = tt.beam_search(model, torch.from_numpy(src), 4, 10, length_penalty, early_stopping=early_stopping)
+        got = got.numpy()
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_beam_search_differs_from_greedy_here(checkpoints):
+    """The beam comparison above means something: on these inputs four beams do not just find greedy's answer."""
+    model = np_hf.load(checkpoints["marian"], dtype=np.float32)
+    src, _, _ = batch(model.config, np.random.default_rng(4))
+    greedy = nt.greedy_decode(model, src, 10)
+    beam = nt.beam_search(model, src, 4, 10)
+    assert greedy.shape != beam.shape or (greedy != beam).any()
+
+
 @pytest.mark.parametrize("side", ["numpy", "torch"])
 @pytest.mark.parametrize("model_type", ["marian", "bart"])
 def test_round_trip_through_from_pretrained(checkpoints, model_type, side, tmp_path):

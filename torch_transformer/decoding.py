@@ -263,13 +263,15 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
 
 
 # ----------------------------------------------------------------------------------------------
-# Beam search: the rules of numpy_transformer.decoding, restated.
+# Beam search: the rules of numpy_transformer.decoding (those of transformers' generate), restated.
 #   score of a continuation = cumulative log-prob + log_softmax(logits)[token], pad_id at -inf;
 #   per element, rank the K * V continuations by (-score, beam, token) (stable sort, flat index
 #   beam * V + token) and keep the 2K best; eos within the first K ranks finishes a hypothesis with
-#   score / (generated tokens incl. eos) ** length_penalty; the first K non-eos ones stay live.
-#   Done at K finished; at max_len the live ones compete too (no eos in their length). Best score
-#   wins, the earliest found among equals (finished before live).
+#   score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K ranks finish);
+#   the first K non-eos ones stay live. An element stops taking finished hypotheses once it has K
+#   (early_stopping True), or once it has K and its best live one, scored at its current length (at
+#   max_len for "never" with length_penalty > 0), cannot beat the worst of its best K (False). Best
+#   score wins, the earliest found among equals.
 
 
 def beam_search(
@@ -280,19 +282,27 @@ def beam_search(
     length_penalty: float = 1.0,
     use_cache: bool = True,
     compiled: bool = False,
+    early_stopping: bool | str = False,
 ) -> Tensor:
-    """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + steps) as greedy_decode;
-    max_len None: as many as config.max_len allows; compiled as in greedy_decode."""
-    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled)[0]
+    """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + L) as greedy_decode, L the
+    longest best hypothesis; max_len None: as many as config.max_len allows; compiled as in greedy_decode;
+    early_stopping True, False or "never", as transformers' generate."""
+    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping)[
+        0
+    ]
 
 
-def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False):
+def beam_search_scores(
+    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False, early_stopping=False
+):
     """beam_search, and each element's best normalised score (a list of B floats)."""
     _check_int("beam_size", beam_size)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
         raise TypeError(f"length_penalty must be a float, got {type(length_penalty).__name__} ({length_penalty!r})")
     if not math.isfinite(length_penalty):
         raise ValueError(f"length_penalty must be finite, got {length_penalty}")
+    if early_stopping not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never' (as in transformers), got {early_stopping!r}")
     check_model(model)
     with evaluating(model):
         K = beam_size
@@ -305,9 +315,11 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
         cumulative = torch.full((B, K), float("-inf"), dtype=model.decoder.token_embedding.weight.dtype, device=device)
         cumulative[:, 0] = 0.0  # the K beams start as one
         finished: list[list] = [[] for _ in range(B)]
+        stopped = [False] * B  # the element takes no more finished hypotheses
         first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
         for step in range(max_len):
             t = T_p + step
+            last = step == max_len - 1
             log_probs = _without_pad(F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1), c.pad_id)
             V = log_probs.shape[-1]
             scores = (cumulative[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
@@ -315,26 +327,34 @@ def beam_search_scores(model, src_ids, beam_size=4, max_len=None, length_penalty
             top, index = top[:, : 2 * K], index[:, : 2 * K]  # (B, 2K)
             rows, token = first_row + index // V, index % V  # (B, 2K)
             is_eos = token == _eos(c)
-            _collect_finished(finished, top, rows, token, is_eos, tokens[:, T_p:t], step + 1, length_penalty, K)
+            ends = torch.ones_like(is_eos[:, :K]) if last else is_eos[:, :K]  # the last step: the first K all end
+            _collect_finished(finished, stopped, top, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
+            if last:
+                break
             live = torch.sort(is_eos.to(torch.uint8), dim=1, stable=True).indices[:, :K]  # non-eos first, (B, K)
-            cumulative = top.gather(1, live)
+            cumulative = top.gather(1, live)  # (B, K), best first
             parents = rows.gather(1, live).flatten()  # (N,)
             tokens = tokens[parents]
             tokens[:, t] = token.gather(1, live).flatten()
             decoder.reorder(parents)
-            if all(len(f) >= K for f in finished):
+            best_live = cumulative[:, 0].tolist()
+            for b, found in enumerate(finished):
+                stopped[b] = stopped[b] or _cannot_improve(
+                    found, best_live[b], step + 1, max_len, length_penalty, K, early_stopping
+                )
+            if all(stopped):
                 break
-    generated = tokens[:, T_p : T_p + step + 1].view(B, K, -1)  # (B, K, steps)
-    return _best(prompt, finished, cumulative, generated, length_penalty, _after_eos(c), K)
+    return _best(prompt, finished, _after_eos(c))
 
 
-def _collect_finished(finished, top, rows, token, is_eos, generated, length, length_penalty, K) -> None:
-    """Hypotheses ending in eos within the first K ranks join `finished` (elements not yet done);
-    a -inf score (a beam that never was, vocabulary smaller than the beam) is skipped."""
-    ends = (is_eos[:, :K] & top[:, :K].isfinite()).tolist()
+def _collect_finished(finished, stopped, top, rows, token, ends, generated, length, length_penalty) -> None:
+    """Hypotheses that end here (`ends`, the first K ranks) join `finished`, for elements not stopped; a -inf
+    score (a beam that never was, vocabulary smaller than the beam) is skipped."""
+    K = ends.shape[1]
+    ends = (ends & top[:, :K].isfinite()).tolist()
     top, rows, token = top.tolist(), rows.tolist(), token.tolist()
     for b, flags in enumerate(ends):
-        if len(finished[b]) >= K:
+        if stopped[b]:
             continue
         for r, ended in enumerate(flags):
             if ended:
@@ -342,21 +362,24 @@ def _collect_finished(finished, top, rows, token, is_eos, generated, length, len
                 finished[b].append((top[b][r] / length**length_penalty, hypothesis))
 
 
-def _best(prompt, finished, cumulative, generated, length_penalty, fill_id, K):
+def _cannot_improve(found, best_live, length, max_len, length_penalty, K, early_stopping) -> bool:
+    if len(found) < K:
+        return False
+    if early_stopping is True:
+        return True
+    worst_of_best = sorted(score for score, _ in found)[-K]
+    at = max_len if early_stopping == "never" and length_penalty > 0 else length
+    return best_live / at**length_penalty <= worst_of_best
+
+
+def _best(prompt, finished, fill_id):
     B, T_p = prompt.shape
-    steps = generated.shape[2]
-    out = prompt.new_full((B, T_p + steps), fill_id)
+    best = [max(found, key=lambda c: c[0]) for found in finished]  # the first of equal scores
+    out = prompt.new_full((B, T_p + max(len(h) for _, h in best)), fill_id)
     out[:, :T_p] = prompt
-    scores = []
-    for b in range(B):
-        candidates = list(finished[b])
-        if len(candidates) < K:  # ran to max_len
-            live = cumulative[b].tolist()
-            candidates += [(live[k] / steps**length_penalty, generated[b, k].tolist()) for k in range(K)]
-        score, hypothesis = max(candidates, key=lambda c: c[0])  # the first of equal scores
+    for b, (_, hypothesis) in enumerate(best):
         out[b, T_p : T_p + len(hypothesis)] = torch.tensor(hypothesis, dtype=out.dtype)
-        scores.append(score)
-    return out, scores
+    return out, [score for score, _ in best]
 
 
 # ----------------------------------------------------------------------------------------------
