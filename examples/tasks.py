@@ -11,6 +11,9 @@ Everything a training script needs on the data side, in NumPy and the standard l
   from the converter's own tables (so no word of the test split is ever out of vocabulary).
 * Batching: `encode_batch` turns (source, target) text pairs into padded int64 arrays
   (`src_ids`, `tgt_in`, `tgt_out`), `batches` shuffles an epoch and groups examples of similar length.
+* The same pairs for a decoder-only language model: `build_lm_vocab` (one vocabulary for the source
+  symbols and the target words) and `encode_lm_batch` (the number's characters, `<bos>`, then the words,
+  with the loss on the words only).
 * Toys that train in seconds: `ENGLISH_SPANISH` (eight sentence pairs) and `make_copy_task`
   (copy or reverse a random token sequence).
 * Evaluation: `exact_match` and `token_accuracy` of decoded predictions against `tgt_out`.
@@ -47,9 +50,11 @@ __all__ = [
     "Splits",
     "Vocab",
     "batches",
+    "build_lm_vocab",
     "build_vocabs",
     "copy_task_vocab",
     "encode_batch",
+    "encode_lm_batch",
     "english_spanish_vocabs",
     "exact_match",
     "make_copy_task",
@@ -476,6 +481,58 @@ def batches(
         groups += [part[k : k + batch_size] for k in range(0, len(part), batch_size)]
     for g in rng.permutation(len(groups)):
         yield [pairs[i] for i in groups[g]]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The same task for a decoder-only language model
+# ----------------------------------------------------------------------------------------------------
+
+
+def build_lm_vocab() -> Vocab:
+    """The one vocabulary of a decoder-only LM on numbers to words: `<pad>`, `<bos>`, `<eos>`, then the
+    source symbols (digits, "," and ".") and every word `number_to_words` can produce, sorted as always
+    (3 + 12 + 104 = 119 ids). The symbols and the words are disjoint, so each keeps its own id.
+
+    Word level: a text of this vocabulary is a list of tokens, the number's characters then the words;
+    `encode_lm_batch` builds it, and `Vocab.decode` of a generated continuation gives back its words.
+    """
+    return Vocab(NUMBER_SOURCE_SYMBOLS + tuple(number_target_words()), level="word")
+
+
+def encode_lm_batch(pairs: Sequence[tuple[str, str]], vocab: Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """Padded int64 arrays (ids, targets) of (source_text, target_text) pairs for a decoder-only LM.
+
+    A pair becomes one sequence: the prompt (the source's characters, then `<bos>`, the separator that
+    says "the words start here"), then the continuation (the target's words and `<eos>`):
+
+        ("29.3", "twenty-nine point three") -> 2 9 . 3 <bos> twenty-nine point three <eos>
+
+    * `ids` (B, L): the sequence without its last token, the model's input.
+    * `targets` (B, L): the token after each position of `ids` (the sequence shifted left by one), but
+      `pad_id` wherever that next token is still prompt: with `ignore_index=pad_id` the loss is on the
+      continuation only. The position of `<bos>` predicts the first word.
+
+    L is the longest sequence in the batch minus one; shorter rows are filled with `pad_id` at the end,
+    where causal attention already hides them from every real position (no mask is needed). For a
+    batch whose sources all have n characters, `ids[:, : n + 1]` is the prompt to decode from, and
+    `targets[:, n:]` is laid out as `encode_batch`'s `tgt_out` (words, `<eos>`, padding), ready for
+    `exact_match` and `token_accuracy` next to a decoded `[<bos>, words...]`.
+    """
+    if len(pairs) == 0:
+        raise ValueError("encode_lm_batch needs at least one pair")
+    rows = []
+    for src, tgt in pairs:
+        prompt = vocab.encode(list(src), add_eos=False) + [vocab.bos_id]  # characters <bos>
+        rows.append((prompt, vocab.encode(tgt, add_eos=True)))  # words <eos>
+    B = len(rows)
+    L = max(len(prompt) + len(continuation) for prompt, continuation in rows) - 1
+    ids = np.full((B, L), vocab.pad_id, dtype=np.int64)
+    targets = np.full((B, L), vocab.pad_id, dtype=np.int64)
+    for b, (prompt, continuation) in enumerate(rows):
+        sequence = prompt + continuation
+        ids[b, : len(sequence) - 1] = sequence[:-1]
+        targets[b, len(prompt) - 1 : len(sequence) - 1] = continuation  # from <bos>'s position on
+    return ids, targets
 
 
 # ----------------------------------------------------------------------------------------------------

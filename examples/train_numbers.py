@@ -4,6 +4,7 @@ eighty-four point three zero" (the task of the UPC "Build your own Transformer" 
     python examples/train_numbers.py                       # pure NumPy, float32, the defaults
     python examples/train_numbers.py --backend torch       # the same with torch_transformer
     python examples/train_numbers.py --quick               # seconds: a smoke test
+    python examples/train_numbers.py --model llama --out runs/llama   # a decoder-only Llama-style LM instead
     python examples/train_numbers.py --backend torch --precision bf16 --compile    # bfloat16 autocast, compiled
     torchrun --nproc-per-node 2 examples/train_numbers.py --backend torch          # data parallel (DDP), 2 processes
     torchrun --nproc-per-node 4 examples/train_numbers.py --backend torch --device cuda   # 4 GPUs, NCCL
@@ -12,6 +13,13 @@ Source: characters (digits, ",", "."); target: English words. The numbers of the
 appear in training. After training, the test split is translated with greedy decoding and scored.
 Writes into --out: metrics.json, checkpoint.safetensors (the config and vocabularies in its
 metadata), loss_curve.png and attention_*.png (every attention module of one test example).
+
+Two models (--model): `transformer`, the paper's encoder-decoder (characters into the encoder, words
+out of the decoder), and `llama`, a decoder-only TransformerLM built as Llama is (RMSNorm before each
+sublayer, rotary positions, SwiGLU feed-forward, grouped-query attention, no biases). The LM reads one
+sequence per number, the prompt (its characters, then <bos>) followed by the words and <eos>, and
+learns the continuation only (the loss ignores the prompt positions); it is scored by greedy decoding
+from the prompt with the KV cache, on the same test numbers and with the same metrics.
 
 Under torchrun (torch backend) every process draws the same global batch of --batch-size sequences and
 trains on its own contiguous rows of it, inside DistributedDataParallel; the loss is the mean over the
@@ -37,9 +45,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from examples import plotting, tasks  # noqa: E402
 from numpy_transformer import TransformerConfig  # noqa: E402
 
+# Each model's defaults (a flag given on the command line wins): sizes and optimisation that reach the
+# target (>= 0.95 test exact match) well inside the time budget on 2 CPU cores.
+MODEL_DEFAULTS = {
+    "transformer": dict(
+        d_model=128, heads=4, kv_heads=None, d_ff=512, layers=2, dropout=0.1, label_smoothing=0.1, lr=0.5, warmup=400
+    ),
+    "llama": dict(
+        d_model=128, heads=4, kv_heads=2, d_ff=384, layers=4, dropout=0.0, label_smoothing=0.1, lr=0.5, warmup=400
+    ),
+}
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--model",
+        choices=list(MODEL_DEFAULTS),
+        default="transformer",
+        help="transformer: the paper's encoder-decoder; llama: a decoder-only Llama-style TransformerLM",
+    )
     p.add_argument("--backend", choices=["numpy", "torch"], default="numpy")
     p.add_argument("--device", default="cpu", help="torch backend only: cpu, cuda (under torchrun: cuda:LOCAL_RANK)")
     p.add_argument(
@@ -60,14 +85,16 @@ def parse_args(argv=None):
     p.add_argument("--n-test", type=int, default=2_000)
     p.add_argument("--max-value", type=int, default=999_999, help="largest integer part of a number")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=512)
-    p.add_argument("--layers", type=int, default=2, help="encoder and decoder layers each")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--label-smoothing", type=float, default=0.1)
-    p.add_argument("--lr", type=float, default=0.5, help="factor of the paper's schedule")
-    p.add_argument("--warmup", type=int, default=400)
+    # Model and optimisation: None takes the --model's default (MODEL_DEFAULTS).
+    p.add_argument("--d-model", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--kv-heads", type=int, help="key/value heads of grouped-query attention (None: --heads)")
+    p.add_argument("--d-ff", type=int)
+    p.add_argument("--layers", type=int, help="transformer: encoder and decoder layers each; llama: decoder layers")
+    p.add_argument("--dropout", type=float)
+    p.add_argument("--label-smoothing", type=float)
+    p.add_argument("--lr", type=float, help="factor of the paper's schedule")
+    p.add_argument("--warmup", type=int)
     p.add_argument("--clip", type=float, default=1.0, help="max global gradient norm")
     p.add_argument("--eval-every", type=int, default=500, help="steps between validation checks")
     p.add_argument("--seed", type=int, default=0)
@@ -77,6 +104,9 @@ def parse_args(argv=None):
         p.error("--precision bf16, --compile and --accumulate are options of the torch backend")
     if args.accumulate < 1:
         p.error(f"--accumulate must be >= 1, got {args.accumulate}")
+    for name, value in MODEL_DEFAULTS[args.model].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
         args.minutes, args.max_steps, args.n_train, args.n_val, args.n_test = 0.5, 30, 400, 20, 40
         args.d_model, args.d_ff, args.layers, args.eval_every, args.warmup = 32, 64, 1, 15, 10
@@ -84,7 +114,8 @@ def parse_args(argv=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# The two backends: the same four operations, written with each implementation.
+# The two backends: the same four operations, written with each implementation. A batch is the model's
+# inputs, a tuple ((src_ids, tgt_in) for the Transformer, (ids,) for the LM), and its targets.
 
 
 class NumpyBackend:
@@ -97,7 +128,8 @@ class NumpyBackend:
         from numpy_transformer import optim
 
         self.nt = nt
-        self.model = nt.Transformer(config, seed=args.seed, dtype=np.float32)
+        model_class = nt.TransformerLM if args.model == "llama" else nt.Transformer
+        self.model = model_class(config, seed=args.seed, dtype=np.float32)
         self.optimizer = optim.Adam(self.model.params, lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
         self.schedule = optim.NoamLR(self.optimizer, config.d_model, args.warmup)
         self.clip, self.label_smoothing, self.pad_id = args.clip, args.label_smoothing, config.pad_id
@@ -106,10 +138,10 @@ class NumpyBackend:
     def lr(self) -> float:
         return self.optimizer.lr
 
-    def train_step(self, src_ids, tgt_in, tgt_out) -> float:
+    def train_step(self, inputs: tuple, targets) -> float:
         model, nt = self.model.train(), self.nt
-        logits = model.forward(src_ids, tgt_in)  # (B, T, V)
-        loss, cache = nt.cross_entropy_forward(logits, tgt_out, self.pad_id, self.label_smoothing)
+        logits = model.forward(*inputs)  # (B, T, V)
+        loss, cache = nt.cross_entropy_forward(logits, targets, self.pad_id, self.label_smoothing)
         model.zero_grad()
         model.backward(nt.cross_entropy_backward(cache))
         self.clip_grad_norm(model.grads, self.clip)
@@ -118,10 +150,11 @@ class NumpyBackend:
         return float(loss)
 
     def decode(self, src_ids, max_len: int) -> np.ndarray:
+        """Greedy decoding of the source (Transformer) or from the prompt (LM), with the KV cache."""
         return self.nt.greedy_decode(self.model.eval(), src_ids, max_len)
 
-    def attention_maps(self, src_ids, tgt_in) -> dict:
-        self.model.eval().forward(src_ids, tgt_in)
+    def attention_maps(self, inputs: tuple) -> dict:
+        self.model.eval().forward(*inputs)
         return self.model.attention_maps()
 
     def save(self, path, metadata: dict) -> None:
@@ -148,7 +181,8 @@ class TorchBackend:
         self.ctx = ctx if ctx is not None else distributed.Context(device=torch.device(args.device))
         self.device = self.ctx.device
         torch.manual_seed(args.seed)  # the same initial weights in every process (DDP also copies rank 0's)
-        self.model = tt.Transformer(config).to(self.device)
+        model_class = tt.TransformerLM if args.model == "llama" else tt.Transformer
+        self.model = model_class(config).to(self.device)
         self.train_model = distributed.wrap(self.model, self.ctx)  # DDP on a multi-process run
         if args.compile:
             self.train_model = torch.compile(self.train_model, dynamic=True)  # every batch has its own (B, S, T)
@@ -170,30 +204,30 @@ class TorchBackend:
         """The smallest global batch every process can take a micro-batch of."""
         return self.ctx.world_size * self.accumulate
 
-    def train_step(self, src_ids, tgt_in, tgt_out) -> float:
+    def train_step(self, inputs: tuple, targets) -> float:
         """One optimizer step on the global batch (B, ...): this process takes its rows and splits them into
         micro-batches; the loss of each is its share of the global batch's mean (distributed.cross_entropy_share),
         so the accumulated, all-reduced gradient is the whole batch's. Returns the global batch's mean loss."""
         torch, distributed = self.torch, self.distributed
-        batch = [torch.from_numpy(a) for a in (src_ids, tgt_in, tgt_out)]
-        self.model.check_inputs(batch[0], batch[1])  # value checks on the CPU, before the tensors move
+        batch = [torch.from_numpy(a) for a in (*inputs, targets)]
+        self.model.check_inputs(*batch[:-1])  # value checks on the CPU, before the tensors move
         # Every process holds the global batch: it counts the global batch's targets without communication.
-        n_targets = int((tgt_out != self.pad_id).sum())
-        rows = distributed.shard(len(src_ids), self.ctx)
+        n_targets = int((targets != self.pad_id).sum())
+        rows = distributed.shard(len(targets), self.ctx)
         mine = [a[rows] for a in batch]  # this process's rows
         micro = [[a[part].to(self.device) for a in mine] for part in _parts(len(mine[0]), self.accumulate)]
         self.train_model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss = 0.0
-        for i, (src, t_in, t_out) in enumerate(micro):
+        for i, (*model_inputs, micro_targets) in enumerate(micro):
             last = i == len(micro) - 1
             # no_sync: add this micro-batch's gradient locally; the last backward all-reduces the sum.
             sync = self.contextlib.nullcontext() if last or not self.ctx.distributed else self.train_model.no_sync()
             with sync:
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                    logits = self.train_model(src, t_in)
+                    logits = self.train_model(*model_inputs)
                 share = distributed.cross_entropy_share(
-                    logits.float(), t_out, n_targets, self.pad_id, self.label_smoothing
+                    logits.float(), micro_targets, n_targets, self.pad_id, self.label_smoothing
                 )
                 share.backward()
             loss = loss + share.detach()
@@ -206,9 +240,9 @@ class TorchBackend:
         (src,) = self._tensors(src_ids)  # the plain model: decoding is rank 0's, never collective
         return self.tt.greedy_decode(self.model.eval(), src, max_len).cpu().numpy()
 
-    def attention_maps(self, src_ids, tgt_in) -> dict:
+    def attention_maps(self, inputs: tuple) -> dict:
         with self.torch.no_grad():
-            self.model.eval()(*self._tensors(src_ids, tgt_in), need_weights=True)
+            self.model.eval()(*self._tensors(*inputs), need_weights=True)
         return {k: v.float().cpu().numpy() for k, v in self.model.attention_maps().items()}
 
     def save(self, path, metadata: dict) -> None:
@@ -223,17 +257,147 @@ def _parts(n: int, k: int) -> list[slice]:
 
 
 # ----------------------------------------------------------------------------------------------
+# The two models' views of the data: how a pair becomes a batch, how the test split is decoded, which
+# config and vocabularies the checkpoint carries. Both report predictions as [<bos>, words..., <eos>]
+# next to the reference [words..., <eos>], so one `evaluate` scores either.
 
 
-def evaluate(backend, pairs, src_vocab, tgt_vocab, max_len: int, batch_size: int = 256) -> tuple[float, float]:
+class EncoderDecoderData:
+    """The paper's model: the number's characters (and <eos>) into the encoder, <bos> and the words into the
+    decoder, which predicts the words and <eos>."""
+
+    def __init__(self, splits: tasks.Splits):
+        self.src_vocab, self.tgt_vocab = tasks.build_vocabs(splits.train)
+        self.vocab = self.tgt_vocab  # the vocabulary of what is generated and scored
+        self.S, self.T = tasks.max_lengths(splits.train + splits.val + splits.test, self.src_vocab, self.tgt_vocab)
+        self.description = f"vocab {len(self.src_vocab)} chars -> {len(self.tgt_vocab)} words"
+
+    def config(self, args) -> TransformerConfig:
+        return TransformerConfig(
+            src_vocab_size=len(self.src_vocab),
+            tgt_vocab_size=len(self.tgt_vocab),
+            d_model=args.d_model,
+            n_heads=args.heads,
+            n_kv_heads=args.kv_heads,
+            d_ff=args.d_ff,
+            n_encoder_layers=args.layers,
+            n_decoder_layers=args.layers,
+            dropout=args.dropout,
+            max_len=max(self.S, self.T) + 1,
+            pad_id=self.tgt_vocab.pad_id,
+            bos_id=self.tgt_vocab.bos_id,
+            eos_id=self.tgt_vocab.eos_id,
+        )
+
+    def batch(self, pairs) -> tuple[tuple, np.ndarray]:
+        src_ids, tgt_in, tgt_out = tasks.encode_batch(pairs, self.src_vocab, self.tgt_vocab)
+        return (src_ids, tgt_in), tgt_out
+
+    def eval_batches(self, pairs, batch_size: int):
+        for start in range(0, len(pairs), batch_size):
+            yield pairs[start : start + batch_size]
+
+    def predict(self, backend, pairs) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions (B, 1 + steps): <bos> then the decoded words, references tgt_out (B, T))."""
+        (src_ids, _), tgt_out = self.batch(pairs)
+        return backend.decode(src_ids, self.T), tgt_out
+
+    def attention_example(self, backend, pair):
+        """The attention maps of one pair, read with the model's own translation as decoder input:
+        (maps, source tokens, target tokens, the translated words)."""
+        (src_ids, _), _ = self.batch([pair])
+        words = self.tgt_vocab.decode(backend.decode(src_ids, self.T)[0])
+        tgt_in = np.array([[self.tgt_vocab.bos_id] + self.tgt_vocab.encode(words, add_eos=False)])
+        maps = backend.attention_maps((src_ids, tgt_in))
+        return maps, list(pair[0]) + [tasks.EOS], [tasks.BOS] + words, words
+
+    def checkpoint_metadata(self) -> dict:
+        return {"src_vocab": self.src_vocab.to_dict(), "tgt_vocab": self.tgt_vocab.to_dict()}
+
+
+class LanguageModelData:
+    """A decoder-only LM: one sequence per pair, the prompt (the number's characters, then <bos>) followed
+    by the words and <eos>; the loss is on the words and <eos> only (tasks.encode_lm_batch)."""
+
+    def __init__(self, splits: tasks.Splits):
+        self.vocab = tasks.build_lm_vocab()
+        for src, tgt in splits.train:  # a token outside the vocabulary raises ValueError
+            self.vocab.encode(list(src) + tgt.split())
+        src_vocab, tgt_vocab = tasks.build_vocabs()  # only to measure the longest source and target
+        self.S, self.T = tasks.max_lengths(splits.train + splits.val + splits.test, src_vocab, tgt_vocab)
+        self.description = f"vocab {len(self.vocab)} chars and words"
+
+    def config(self, args) -> TransformerConfig:
+        """Llama's architecture at this task's size."""
+        return TransformerConfig(
+            src_vocab_size=len(self.vocab),  # unused by a TransformerLM; the special ids must fit in it
+            tgt_vocab_size=len(self.vocab),
+            d_model=args.d_model,
+            n_heads=args.heads,
+            n_kv_heads=args.kv_heads,
+            d_ff=args.d_ff,
+            n_encoder_layers=0,
+            n_decoder_layers=args.layers,
+            dropout=args.dropout,
+            activation="silu",
+            gated_ffn=True,  # SwiGLU
+            norm="rms",
+            norm_first=True,
+            positional="rope",
+            bias=False,
+            output_bias=False,
+            scale_embeddings=False,
+            max_len=self.S + self.T,  # a prompt of at most S tokens (characters, <bos>), then at most T generated
+            pad_id=self.vocab.pad_id,
+            bos_id=self.vocab.bos_id,
+            eos_id=self.vocab.eos_id,
+        )
+
+    def batch(self, pairs) -> tuple[tuple, np.ndarray]:
+        ids, targets = tasks.encode_lm_batch(pairs, self.vocab)
+        return (ids,), targets
+
+    def eval_batches(self, pairs, batch_size: int):
+        """Batches of numbers with one length: their prompts are then one array, with no padding
+        (TransformerLM masks nothing but the future, so a padded prompt would be read as tokens)."""
+        by_length: dict[int, list] = {}
+        for pair in pairs:
+            by_length.setdefault(len(pair[0]), []).append(pair)
+        for n in sorted(by_length):
+            group = by_length[n]
+            for start in range(0, len(group), batch_size):
+                yield group[start : start + batch_size]
+
+    def predict(self, backend, pairs) -> tuple[np.ndarray, np.ndarray]:
+        """Greedy continuation of the prompts of numbers of n characters each: the result from column n on
+        is <bos> then the generated words, as the encoder-decoder's; targets[:, n:] is its tgt_out."""
+        (ids,), targets = self.batch(pairs)
+        n = len(pairs[0][0])
+        tokens = backend.decode(ids[:, : n + 1], self.T)  # (B, n + 1 + steps): the prompt, then its continuation
+        return tokens[:, n:], targets[:, n:]
+
+    def attention_example(self, backend, pair):
+        """The self-attention maps of one pair: the prompt and the model's own continuation (without its
+        <eos>) as the input. Returns (maps, [], the input's tokens, the generated words)."""
+        n = len(pair[0])
+        (ids,), _ = self.batch([pair])
+        tokens = backend.decode(ids[:, : n + 1], self.T)[0]
+        words = self.vocab.decode(tokens[n + 1 :])
+        sequence = np.array([ids[0, : n + 1].tolist() + self.vocab.encode(words, add_eos=False)])
+        maps = backend.attention_maps((sequence,))
+        return maps, [], list(pair[0]) + [tasks.BOS] + words, words
+
+    def checkpoint_metadata(self) -> dict:
+        return {"vocab": self.vocab.to_dict()}
+
+
+def evaluate(backend, data, pairs, batch_size: int = 256) -> tuple[float, float]:
     """Greedy-decode `pairs` and return (exact match, token accuracy)."""
     exact = correct = 0.0
-    for start in range(0, len(pairs), batch_size):
-        chunk = pairs[start : start + batch_size]
-        src_ids, _, tgt_out = tasks.encode_batch(chunk, src_vocab, tgt_vocab)
-        pred = backend.decode(src_ids, max_len)
-        exact += tasks.exact_match(pred, tgt_out, tgt_vocab) * len(chunk)
-        correct += tasks.token_accuracy(pred, tgt_out, tgt_vocab.pad_id) * int((tgt_out != tgt_vocab.pad_id).sum())
+    for chunk in data.eval_batches(pairs, batch_size):
+        pred, tgt_out = data.predict(backend, chunk)
+        exact += tasks.exact_match(pred, tgt_out, data.vocab) * len(chunk)
+        correct += tasks.token_accuracy(pred, tgt_out, data.vocab.pad_id) * int((tgt_out != data.vocab.pad_id).sum())
     n_tokens = sum(len(tgt.split()) + 1 for _, tgt in pairs)  # words + eos
     return exact / len(pairs), correct / n_tokens
 
@@ -262,27 +426,14 @@ def train(args, ctx) -> dict:
     if main_process:
         out.mkdir(parents=True, exist_ok=True)
     splits = tasks.make_numbers_dataset(args.n_train, args.n_val, args.n_test, max_value=args.max_value, seed=args.seed)
-    src_vocab, tgt_vocab = tasks.build_vocabs(splits.train)
-    S, T = tasks.max_lengths(splits.train + splits.val + splits.test, src_vocab, tgt_vocab)
-    config = TransformerConfig(
-        src_vocab_size=len(src_vocab),
-        tgt_vocab_size=len(tgt_vocab),
-        d_model=args.d_model,
-        n_heads=args.heads,
-        d_ff=args.d_ff,
-        n_encoder_layers=args.layers,
-        n_decoder_layers=args.layers,
-        dropout=args.dropout,
-        max_len=max(S, T) + 1,
-        pad_id=tgt_vocab.pad_id,
-        bos_id=tgt_vocab.bos_id,
-        eos_id=tgt_vocab.eos_id,
-    )
+    data = LanguageModelData(splits) if args.model == "llama" else EncoderDecoderData(splits)
+    config = data.config(args)
+    pad_id = config.pad_id
     backend = NumpyBackend(config, args) if args.backend == "numpy" else TorchBackend(config, args, ctx)
     log = print if main_process else (lambda *a, **k: None)
     log(
         f"numbers to words: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test, "
-        f"vocab {len(src_vocab)} chars -> {len(tgt_vocab)} words, backend {backend.name}, "
+        f"model {args.model}, {data.description}, backend {backend.name}, "
         f"budget {args.minutes:g} min or {args.max_steps} steps"
         + (f", {world_size} processes x {args.batch_size // world_size} rows" if world_size > 1 else "")
     )
@@ -299,17 +450,17 @@ def train(args, ctx) -> dict:
         for batch in tasks.batches(splits.train, args.batch_size, rng):
             if len(batch) < rows_needed:
                 continue  # a chunk's last, short batch: too few rows for every process (and micro-batch)
-            src_ids, tgt_in, tgt_out = tasks.encode_batch(batch, src_vocab, tgt_vocab)
-            loss = backend.train_step(src_ids, tgt_in, tgt_out)
+            inputs, targets = data.batch(batch)
+            loss = backend.train_step(inputs, targets)
             step += 1
-            tokens += int((tgt_out != tgt_vocab.pad_id).sum() + (src_ids != src_vocab.pad_id).sum())
+            tokens += sum(int((ids != pad_id).sum()) for ids in inputs)  # positions the model ran
             history["step"].append(step)
             history["loss"].append(loss)
             elapsed = time.perf_counter() - start
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:,.0f}", lr=f"{backend.lr():.2e}")
             if step % args.eval_every == 0 and main_process:
-                val_em, _ = evaluate(backend, splits.val, src_vocab, tgt_vocab, T)
+                val_em, _ = evaluate(backend, data, splits.val)
                 history["val_step"].append(step)
                 history["val_exact_match"].append(val_em)
                 bar.write(f"step {step}: loss {loss:.3f}, validation exact match {val_em:.3f}")
@@ -325,7 +476,7 @@ def train(args, ctx) -> dict:
         return {}
 
     eval_start = time.perf_counter()
-    test_em, test_acc = evaluate(backend, splits.test, src_vocab, tgt_vocab, T)
+    test_em, test_acc = evaluate(backend, data, splits.test)
     eval_seconds = time.perf_counter() - eval_start
     metrics = {
         "test_exact_match": test_em,
@@ -337,6 +488,7 @@ def train(args, ctx) -> dict:
         "steps": step,
         "tokens_per_second": tokens / train_seconds,
         "final_loss": float(np.mean(history["loss"][-50:])),
+        "model": args.model,
         "backend": backend.name,
         "dtype": "float32",
         "precision": args.precision,
@@ -350,7 +502,7 @@ def train(args, ctx) -> dict:
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     backend.save(
         out / "checkpoint.safetensors",
-        {"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "steps": step},
+        {**data.checkpoint_metadata(), "steps": step},
     )
     plotting.plot_loss_curve(
         history["step"],
@@ -358,24 +510,19 @@ def train(args, ctx) -> dict:
         out / "loss_curve.png",
         history["val_step"],
         history["val_exact_match"],
-        title=f"numbers to words ({backend.name})",
+        title=f"numbers to words ({args.model}, {backend.name})",
     )
 
-    # Attention maps of one test example, read with the model's own translation as decoder input.
-    example = [max(splits.test[:50], key=lambda pair: len(pair[0]))]
-    src_ids, _, _ = tasks.encode_batch(example, src_vocab, tgt_vocab)
-    pred = backend.decode(src_ids, T)
-    words = tgt_vocab.decode(pred[0])
-    tgt_in = np.array([[tgt_vocab.bos_id] + tgt_vocab.encode(words, add_eos=False)])
-    maps = backend.attention_maps(src_ids, tgt_in)
-    src_tokens = list(example[0][0]) + ["<eos>"]
-    plotting.plot_attention_maps(maps, src_tokens, ["<bos>"] + words, out)
+    # Attention maps of one test example, read with the model's own translation as input.
+    example = max(splits.test[:50], key=lambda pair: len(pair[0]))
+    maps, src_tokens, tgt_tokens, words = data.attention_example(backend, example)
+    plotting.plot_attention_maps(maps, src_tokens, tgt_tokens, out)
 
     print(
         f"test exact match {test_em:.4f}, token accuracy {test_acc:.4f} on {len(splits.test)} numbers; "
         f"{step} steps in {train_seconds:.0f} s ({metrics['tokens_per_second']:,.0f} tokens/s)"
     )
-    print(f'example: "{example[0][0]}" -> "{" ".join(words)}"')
+    print(f'example: "{example[0]}" -> "{" ".join(words)}"')
     print(f"wrote {out}/metrics.json, checkpoint.safetensors, loss_curve.png, attention_*.png")
     return metrics
 

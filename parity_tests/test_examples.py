@@ -1,12 +1,14 @@
-"""The training example runs end to end in its quick mode, on both backends, and writes what it promises."""
+"""The training example runs end to end in its quick mode, on both backends and with both models (the
+encoder-decoder and the Llama-style LM), writes what it promises, and scores decoded numbers correctly."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from examples import train_numbers  # noqa: E402
+from examples import tasks, train_numbers  # noqa: E402
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
@@ -39,11 +41,83 @@ def test_checkpoint_of_the_example_loads_into_the_other_backend(tmp_path):
     assert torch_model.config == config
 
 
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_train_numbers_llama_quick(backend, tmp_path):
+    """--model llama: a decoder-only TransformerLM with Llama's components, trained on prompt -> words."""
+    from numpy_transformer.checkpoint import read_checkpoint
+    from torch_transformer.checkpoint import load_checkpoint
+
+    metrics = train_numbers.main(["--quick", "--model", "llama", "--backend", backend, "--out", str(tmp_path)])
+    written = json.loads((tmp_path / "metrics.json").read_text())
+    assert written["model"] == "llama" and written["backend"] == backend
+    assert written["n_test"] == 40 and metrics["steps"] == 30
+    assert 0.0 <= written["test_exact_match"] <= 1.0 and 0.0 < written["test_token_accuracy"] <= 1.0
+    assert written["history"]["loss"][-1] < written["history"]["loss"][0]
+    assert (tmp_path / "loss_curve.png").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.glob("attention_*.png")) == ["attention_decoder_layers_0_self_attn.png"]
+
+    _, config, model_class, extra = read_checkpoint(tmp_path / "checkpoint.safetensors")
+    assert model_class == "TransformerLM" and config.to_dict() == written["config"]
+    assert (config.norm, config.positional, config.activation, config.gated_ffn) == ("rms", "rope", "silu", True)
+    assert config.n_kv_heads < config.n_heads and not config.bias and not config.output_bias
+    assert config.norm_first and not config.scale_embeddings and config.pad_id == 0
+    assert json.loads(extra["vocab"])["tokens"] == tasks.build_lm_vocab().tokens
+    assert load_checkpoint(tmp_path / "checkpoint.safetensors").config == config  # loads into the other backend
+
+
+SPLITS = tasks.make_numbers_dataset(60, 0, 30, seed=1)
+
+
+class Oracle:
+    """A backend whose greedy decoding reads each number right (by calling number_to_words), minus the
+    last `drop` words: `evaluate` must give it exact match 1.0 with drop=0 and 0.0 with drop=1."""
+
+    name = "oracle"
+
+    def __init__(self, data, drop: int = 0):
+        self.data, self.drop = data, drop
+
+    def decode(self, ids, max_len: int) -> np.ndarray:
+        lm = isinstance(self.data, train_numbers.LanguageModelData)
+        source_vocab = self.data.vocab if lm else self.data.src_vocab
+        rows = []
+        for row in ids:
+            source = "".join(source_vocab.decode(row))  # stops at the source's <eos>; the LM's prompt has none
+            words = tasks.number_to_words(source).split()
+            continuation = self.data.vocab.encode(words[: len(words) - self.drop])  # words, <eos>
+            rows.append((row.tolist() if lm else [self.data.vocab.bos_id]) + continuation)
+        out = np.full((len(rows), max(map(len, rows))), self.data.vocab.pad_id, dtype=np.int64)
+        for b, row in enumerate(rows):
+            out[b, : len(row)] = row
+        return out
+
+
+@pytest.mark.parametrize("data_class", [train_numbers.EncoderDecoderData, train_numbers.LanguageModelData])
+def test_evaluate_scores_decoded_numbers(data_class):
+    """Prompts of every length in one call: the LM's are decoded in groups of one length, and its output is
+    compared from <bos> on, as the encoder-decoder's."""
+    data = data_class(SPLITS)
+    assert len({len(src) for src, _ in SPLITS.test}) > 3
+    assert train_numbers.evaluate(Oracle(data), data, SPLITS.test, batch_size=7) == (1.0, 1.0)
+    exact, accuracy = train_numbers.evaluate(Oracle(data, drop=1), data, SPLITS.test, batch_size=7)
+    assert exact == 0.0 and 0.5 < accuracy < 1.0  # every word right up to the early <eos>
+
+
 @pytest.mark.slow
 def test_train_numbers_reaches_the_target(tmp_path):
     """The issue's bar with the defaults: >= 0.95 exact match on >= 1,000 held-out numbers within 15 minutes
     of float32 NumPy training. Minutes long: run with `pytest -m slow`."""
     metrics = train_numbers.main(["--out", str(tmp_path)])
+    assert metrics["n_test"] >= 1000
+    assert metrics["train_seconds"] <= 15 * 60
+    assert metrics["test_exact_match"] >= 0.95
+
+
+@pytest.mark.slow
+def test_train_numbers_llama_reaches_the_target(tmp_path):
+    """The same bar for the Llama-style decoder-only LM with its defaults (--model llama), pure NumPy float32."""
+    metrics = train_numbers.main(["--model", "llama", "--out", str(tmp_path)])
+    assert metrics["model"] == "llama" and metrics["config"]["positional"] == "rope"
     assert metrics["n_test"] >= 1000
     assert metrics["train_seconds"] <= 15 * 60
     assert metrics["test_exact_match"] >= 0.95

@@ -16,9 +16,11 @@ from examples.tasks import (
     NUMBER_SOURCE_SYMBOLS,
     Vocab,
     batches,
+    build_lm_vocab,
     build_vocabs,
     copy_task_vocab,
     encode_batch,
+    encode_lm_batch,
     english_spanish_vocabs,
     exact_match,
     make_copy_task,
@@ -358,6 +360,68 @@ def test_bucketing_reduces_padding():
     random_batches = [[pairs[i] for i in order[k : k + 32]] for k in range(0, len(pairs), 32)]
     bucketed = list(batches(pairs, 32, rng))
     assert padding(bucketed) < 0.5 * padding(random_batches)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The decoder-only LM's view: one vocabulary, prompt then continuation
+# ----------------------------------------------------------------------------------------------------
+
+
+def test_lm_vocab_holds_the_symbols_and_the_words_once():
+    vocab = build_lm_vocab()
+    src_vocab, tgt_vocab = build_vocabs()
+    assert len(vocab) == 3 + 12 + 104 == 119 and vocab.tokens[:3] == ["<pad>", "<bos>", "<eos>"]
+    assert set(vocab.tokens) == set(src_vocab.tokens) | set(tgt_vocab.tokens)
+    assert build_lm_vocab() == vocab  # the same ids every time
+    tokens = ["2", "9", ".", "twenty-nine", "point"]
+    assert vocab.decode(vocab.encode(tokens)) == tokens
+
+
+def test_encode_lm_batch_by_hand():
+    vocab = build_lm_vocab()
+    ids, targets = encode_lm_batch([("29.3", "twenty-nine point three"), ("5", "five")], vocab)
+    tokens = [[vocab.tokens[i] for i in row] for row in ids]
+    assert tokens == [
+        ["2", "9", ".", "3", "<bos>", "twenty-nine", "point", "three"],
+        ["5", "<bos>", "five", "<pad>", "<pad>", "<pad>", "<pad>", "<pad>"],
+    ]
+    assert [[vocab.tokens[i] for i in row] for row in targets] == [
+        ["<pad>", "<pad>", "<pad>", "<pad>", "twenty-nine", "point", "three", "<eos>"],
+        ["<pad>", "five", "<eos>", "<pad>", "<pad>", "<pad>", "<pad>", "<pad>"],
+    ]
+    assert ids.dtype == targets.dtype == np.int64
+    with pytest.raises(ValueError):
+        encode_lm_batch([], vocab)
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        encode_lm_batch([("12", "twelve apples")], vocab)
+
+
+def test_encode_lm_batch_is_the_sequence_shifted_with_the_prompt_ignored():
+    """targets is ids shifted left by one wherever the next token is a word or <eos>, pad (ignored) elsewhere;
+    from column n on (n characters) a batch of one source length lines up with encode_batch's tgt_out."""
+    pairs = make_numbers_dataset(300, 0, 0, seed=2).train
+    vocab = build_lm_vocab()
+    src_vocab, tgt_vocab = build_vocabs()
+    ids, targets = encode_lm_batch(pairs, vocab)
+    for b, (src, tgt) in enumerate(pairs):
+        n, words = len(src), tgt.split(" ")
+        sequence = list(src) + ["<bos>"] + words + ["<eos>"]
+        assert [vocab.tokens[i] for i in ids[b, : len(sequence) - 1]] == sequence[:-1]
+        assert np.all(ids[b, len(sequence) - 1 :] == vocab.pad_id)
+        assert np.all(targets[b, :n] == vocab.pad_id)  # the prompt is never a target
+        assert [vocab.tokens[i] for i in targets[b, n : n + len(words) + 1]] == words + ["<eos>"]
+        assert np.all(targets[b, n + len(words) + 1 :] == vocab.pad_id)
+        # each word is the next input token; <eos> is predicted and never read
+        assert np.array_equal(targets[b, n : n + len(words)], ids[b, n + 1 : n + 1 + len(words)])
+    assert int((targets != vocab.pad_id).sum()) == sum(len(tgt.split(" ")) + 1 for _, tgt in pairs)
+
+    same_length = [pair for pair in pairs if len(pair[0]) == 7]
+    n = 7
+    ids, targets = encode_lm_batch(same_length, vocab)
+    _, _, tgt_out = encode_batch(same_length, src_vocab, tgt_vocab)
+    as_words = np.vectorize(lambda i: vocab.tokens[i])(targets[:, n:])
+    assert np.array_equal(as_words, np.vectorize(lambda i: tgt_vocab.tokens[i])(tgt_out))
+    assert np.all(ids[:, n] == vocab.bos_id)  # every prompt ends at column n: ids[:, : n + 1]
 
 
 # ----------------------------------------------------------------------------------------------------
