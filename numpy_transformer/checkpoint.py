@@ -24,13 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import check_checkpoint_fits, checkpoint_metadata, parse_checkpoint_metadata
+from .config import check_checkpoint_fits, check_checkpoint_tensors, checkpoint_metadata, parse_checkpoint_metadata
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
 # Parameters are floating point. NumPy holds F16, F32 and F64; a BF16 tensor (a torch bfloat16 model's)
 # is widened exactly to float32.
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
 def _safetensors():
@@ -105,24 +104,13 @@ def _read(path, fits=None) -> tuple[dict, object, str, dict]:
     except Exception as error:  # safetensors raises its own error type (SafetensorError) for bad headers and sizes
         raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupted?): {error}") from None
     with f:
-        config, model_class, extra = _parse_metadata(f.metadata(), path)
+        config, model_class, extra = parse_checkpoint_metadata(f.metadata(), path)
         if fits is not None:
             fits(config, model_class)
         header = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
         _check_tensors(header, config, model_class, path)
         state = {name: _tensor(f, name, dtype, path) for name, (dtype, _) in header.items()}
     return state, config, model_class, extra
-
-
-def _parse_metadata(metadata, path: str):
-    """parse_checkpoint_metadata, with every error it lets through (a config field out of range, JSON nested
-    too deep, an integer too long to parse) as a ValueError naming the file."""
-    try:
-        return parse_checkpoint_metadata(metadata, path)
-    except (ValueError, TypeError, RecursionError) as error:
-        if isinstance(error, ValueError) and str(error).startswith(f"{path}:"):
-            raise
-        raise ValueError(f"{path}: the config in the metadata is invalid ({type(error).__name__}: {error})") from None
 
 
 def _check_tensors(header: dict, config, model_class: str, path: str) -> None:
@@ -134,29 +122,7 @@ def _check_tensors(header: dict, config, model_class: str, path: str) -> None:
             f"{path}: the config in the metadata has {n_layers} layers, the file only {len(header)} tensors"
         )
     cls = CLASSES[model_class]
-    expected = parameter_shapes(config, cls.decoder_only, cls.encoder_only)
-    missing = [k for k in expected if k not in header]
-    unexpected = [k for k in header if k not in expected]
-    misshaped = [
-        f"{k}: got {s}, expected {expected[k]}" for k, (_, s) in header.items() if k in expected and s != expected[k]
-    ]
-    not_float = [f"{k}: {dtype}" for k, (dtype, _) in header.items() if dtype not in FLOAT_DTYPES]
-    problems = []
-    for what, items in (
-        ("missing tensors", missing),
-        ("unexpected tensors", unexpected),
-        ("mis-shaped tensors", misshaped),
-        (f"tensors that are not floating point ({', '.join(FLOAT_DTYPES)})", not_float),
-    ):
-        if items:
-            problems.append(f"{what} {_listed(items)}")
-    if problems:
-        raise ValueError(f"{path}: does not fit the {model_class} its metadata describes: " + "; ".join(problems))
-
-
-def _listed(items: list, limit: int = 10) -> str:
-    """A list for an error message; a hostile file may have a million names, the message says how many."""
-    return str(items) if len(items) <= limit else f"{items[:limit]} and {len(items) - limit} more"
+    check_checkpoint_tensors(header, parameter_shapes(config, cls.decoder_only, cls.encoder_only), model_class, path)
 
 
 def _tensor(f, name: str, dtype: str, path: str) -> np.ndarray:

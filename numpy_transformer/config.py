@@ -189,8 +189,11 @@ def parse_checkpoint_metadata(metadata: dict | None, path) -> tuple[TransformerC
         raise ValueError(f"{path}: model_class {model_class!r} is not one of {MODEL_CLASSES}")
     try:
         config = TransformerConfig.from_dict(json.loads(metadata["config"]))
-    except (KeyError, json.JSONDecodeError, TypeError) as error:
+    except (KeyError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: the config in the metadata is missing or unreadable ({error})") from None
+    except (ValueError, TypeError, RecursionError) as error:  # a field out of range, JSON nested too deep, an
+        # integer too long to parse: whatever a hostile file holds, the message names the file
+        raise ValueError(f"{path}: the config in the metadata is invalid ({type(error).__name__}: {error})") from None
     extra = {k: v for k, v in metadata.items() if k not in ("format", "model_class", "config")}
     return config, model_class, extra
 
@@ -203,3 +206,34 @@ def check_checkpoint_fits(model, config: TransformerConfig, model_class: str, pa
     differences = [f"{k}: model {a[k]!r}, checkpoint {b[k]!r}" for k in a if a[k] != b[k]]
     if differences:
         raise ValueError(f"{path}: the checkpoint's config differs from the model's: {'; '.join(differences)}")
+
+
+# safetensors dtypes a parameter may be stored in (the loaders cast to the model's dtype)
+CHECKPOINT_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
+def check_checkpoint_tensors(header: dict, expected: dict, model_class: str, path) -> None:
+    """ValueError listing every way a checkpoint's tensors (name -> (safetensors dtype, shape), read from its
+    header before any data) differ from the `expected` state dict (name -> shape) of the `model_class` its
+    metadata describes: missing, unexpected, mis-shaped, not floating point. At most ten of each are named."""
+
+    def listed(items: list) -> str:
+        return f"{items}" if len(items) <= 10 else f"{items[:10]} and {len(items) - 10} more"
+
+    missing = [k for k in expected if k not in header]
+    unexpected = [k for k in header if k not in expected]
+    misshaped = [
+        f"{k}: got {s}, expected {expected[k]}" for k, (_, s) in header.items() if k in expected and s != expected[k]
+    ]
+    not_float = [f"{k}: {dtype}" for k, (dtype, _) in header.items() if dtype not in CHECKPOINT_FLOAT_DTYPES]
+    problems = []
+    for what, items in (
+        ("missing tensors", missing),
+        ("unexpected tensors", unexpected),
+        ("mis-shaped tensors", misshaped),
+        (f"tensors that are not floating point ({', '.join(CHECKPOINT_FLOAT_DTYPES)})", not_float),
+    ):
+        if items:
+            problems.append(f"{what} {listed(items)}")
+    if problems:
+        raise ValueError(f"{path}: does not fit the {model_class} its metadata describes: " + "; ".join(problems))

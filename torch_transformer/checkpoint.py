@@ -17,12 +17,16 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from numpy_transformer.config import check_checkpoint_fits, checkpoint_metadata, parse_checkpoint_metadata
+from numpy_transformer.config import (
+    check_checkpoint_fits,
+    check_checkpoint_tensors,
+    checkpoint_metadata,
+    parse_checkpoint_metadata,
+)
 
 from .model import EncoderModel, Transformer, TransformerLM
 
 CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # parameters are floating point
 
 
 def save_checkpoint(path, model: Transformer | TransformerLM | EncoderModel, metadata: dict | None = None) -> None:
@@ -94,7 +98,7 @@ def _read(path, device, expected):
     except Exception as error:  # safetensors raises its own error type (SafetensorError) for bad headers and sizes
         raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupted?): {error}") from None
     with f:
-        config, model_class, extra = _parse_metadata(f.metadata(), path)
+        config, model_class, extra = parse_checkpoint_metadata(f.metadata(), path)
         header = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
         n_layers = config.n_encoder_layers + config.n_decoder_layers
         if n_layers > len(header):  # every layer has tensors: don't build a model of a billion claimed layers
@@ -105,23 +109,12 @@ def _read(path, device, expected):
             shapes = expected(config, model_class)
         except ValueError as error:
             raise error if str(error).startswith(f"{path}:") else ValueError(f"{path}: {error}") from None
-        _check_tensors(header, shapes, model_class, path)
+        check_checkpoint_tensors(header, shapes, model_class, path)
         try:
             state = {name: f.get_tensor(name) for name in header}
         except Exception as error:  # the header was valid; only a file changed under us gets here
             raise ValueError(f"{path}: cannot read its tensors: {error}") from None
     return state, config, model_class, extra
-
-
-def _parse_metadata(metadata, path: str):
-    """parse_checkpoint_metadata, with every error it lets through (a config field out of range, JSON nested
-    too deep, an integer too long to parse) as a ValueError naming the file."""
-    try:
-        return parse_checkpoint_metadata(metadata, path)
-    except (ValueError, TypeError, RecursionError) as error:
-        if isinstance(error, ValueError) and str(error).startswith(f"{path}:"):
-            raise
-        raise ValueError(f"{path}: the config in the metadata is invalid ({type(error).__name__}: {error})") from None
 
 
 def _meta_shapes(config, model_class: str) -> dict:
@@ -134,25 +127,3 @@ def _meta_shapes(config, model_class: str) -> dict:
     except (RuntimeError, ValueError, TypeError, OverflowError) as error:
         raise ValueError(f"cannot build a {model_class} of the config in the metadata ({error})") from None
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
-
-
-def _check_tensors(header: dict, expected: dict, model_class: str, path: str) -> None:
-    """ValueError listing every way the file's tensors (name -> (dtype, shape), from its header) differ from
-    the `expected` state dict (name -> shape): missing, unexpected, mis-shaped, not floating point."""
-    missing = [k for k in expected if k not in header]
-    unexpected = [k for k in header if k not in expected]
-    misshaped = [
-        f"{k}: got {s}, expected {expected[k]}" for k, (_, s) in header.items() if k in expected and s != expected[k]
-    ]
-    not_float = [f"{k}: {dtype}" for k, (dtype, _) in header.items() if dtype not in FLOAT_DTYPES]
-    problems = []
-    for what, items in (
-        ("missing tensors", missing),
-        ("unexpected tensors", unexpected),
-        ("mis-shaped tensors", misshaped),
-        (f"tensors that are not floating point ({', '.join(FLOAT_DTYPES)})", not_float),
-    ):
-        if items:
-            problems.append(f"{what} {items if len(items) <= 10 else f'{items[:10]} and {len(items) - 10} more'}")
-    if problems:
-        raise ValueError(f"{path}: does not fit the {model_class} its metadata describes: " + "; ".join(problems))
