@@ -39,7 +39,8 @@ def scaled_dot_product_attention_forward(
     Returns out (B, H, T_q, Dh) and a cache whose "probs" are the probabilities before dropout.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = (q @ k.swapaxes(-1, -2)) * scale  # (B, H, T_q, T_k)
+    scores = q @ k.swapaxes(-1, -2)  # (B, H, T_q, T_k)
+    scores *= scale  # in place: the (T_q, T_k) arrays are attention's largest
     probs, softmax_cache = softmax_forward(scores, mask)
     dropped, drop_cache = dropout_forward(probs, dropout_p, keep_mask)
     out = dropped @ v  # (B, H, T_q, Dh)

@@ -13,6 +13,7 @@ Scalars are Python floats, so a float32 array stays float32 (NumPy 2 would promo
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from scipy.special import erf, expit
@@ -133,14 +134,14 @@ def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
     nothing. A NaN or +inf in a row has no softmax: ValueError.
     """
     if mask is not None:
-        x = np.where(mask, x, -np.inf)
+        x = np.where(mask, x, -np.inf)  # a new array, ours to overwrite below
     row_max = x.max(axis=-1, keepdims=True)  # (..., 1): NaN if the row holds a NaN
     finite = np.isfinite(row_max)
     if not finite.all():
         if np.isnan(row_max).any() or (row_max == np.inf).any():
             raise ValueError("softmax: the input holds NaN or +inf (scores that large overflowed, or NaN came in)")
         row_max[~finite] = 0.0  # an all-masked row (max -inf): exp(-inf - 0) = 0 below, no inf - inf
-    probs = x - row_max
+    probs = np.subtract(x, row_max, out=x if mask is not None else None)  # x - max, in place when x is ours
     np.exp(probs, out=probs)  # in place: these arrays are (B, H, T_q, T_k), the largest of attention
     total = probs.sum(axis=-1, keepdims=True)
     if not finite.all():
@@ -233,6 +234,15 @@ ACTIVATIONS = {
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
     "silu": (silu_forward, silu_backward),
 }
+
+# The fast path (parallel.py) may give the thread that runs one part of a batch a faster kernel of the same
+# activation (float32 GELU); every other thread, and every plain call, uses ACTIVATIONS.
+_THREAD_KERNELS = threading.local()
+
+
+def activation_kernels(name: str) -> tuple:
+    """(forward, backward) of the activation `name`: ACTIVATIONS[name], unless the fast path replaced it here."""
+    return getattr(_THREAD_KERNELS, "activations", {}).get(name) or ACTIVATIONS[name]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,7 +444,7 @@ def feed_forward_forward(
 ):
     """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear2.weight (D, F), and linear1.bias (F,),
     linear2.bias (D,) when the layer has biases."""
-    act_forward, _ = ACTIVATIONS[activation]
+    act_forward, _ = activation_kernels(activation)
     h, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
     a, act_cache = act_forward(h)
     a, drop_cache = dropout_site(dropout, f"{site}.dropout", a)
@@ -448,7 +458,7 @@ def feed_forward_backward(dout: np.ndarray, cache):
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
     activation, lin1_cache, act_cache, drop_cache, lin2_cache = cache
-    _, act_backward = ACTIVATIONS[activation]
+    _, act_backward = activation_kernels(activation)
     grads = {}
     da, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
     da = dropout_backward(da, drop_cache)
@@ -467,7 +477,7 @@ def gated_feed_forward_forward(
     x (B, T, D) -> (B, T, D); params: gate.weight (F, D), linear1.weight (F, D) (Llama's up_proj),
     linear2.weight (D, F) (down_proj), and their biases when the layer has them.
     """
-    act_forward, _ = ACTIVATIONS[activation]
+    act_forward, _ = activation_kernels(activation)
     missing = [k for k in ("gate.weight", "linear1.weight", "linear2.weight") if k not in params]
     if missing:
         raise ValueError(f"gated feed-forward params is missing {missing}; it needs gate, linear1 (up), linear2 (down)")
@@ -491,7 +501,7 @@ def gated_feed_forward_backward(dout: np.ndarray, cache):
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
     activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
-    _, act_backward = ACTIVATIONS[activation]
+    _, act_backward = activation_kernels(activation)
     grads = {}
     dh, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, down_cache)  # (B, T, F)
     dh = dropout_backward(dh, drop_cache)

@@ -551,7 +551,13 @@ class _Model:
         """Set every gradient to zero. The arrays are replaced by fresh zeros (which cost nothing until
         written), and the next backward takes the gradients it computes as they are, instead of adding
         them to zeros: one pass over the parameters' memory fewer, twice, per step."""
-        self.grads = {k: np.zeros(v.shape, v.dtype) for k, v in self.params.items()}
+        # One zeroed block, cut into the gradients: a large block is fresh memory from the kernel, zero
+        # without being written (separate arrays may be reused memory, which calloc must clear first).
+        block = np.zeros(sum(v.size for v in self.params.values()), self.dtype)
+        self.grads, start = {}, 0
+        for k, v in self.params.items():
+            self.grads[k] = block[start : start + v.size].reshape(v.shape).astype(v.dtype, copy=False)
+            start += v.size
         self._zero = set(self.grads)  # names whose gradient is still exactly zero
 
     def _accumulate(self, grads: dict) -> None:

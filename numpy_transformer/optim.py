@@ -16,19 +16,16 @@ Hyper-parameters are Python floats, so float32 parameters stay float32.
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .parallel import map_chunks
+
 # How a step is run. The update of one element depends only on that element, so each tensor is cut
-# into chunks of CHUNK elements: all ~12 array passes of an update then run on data that stays in the
-# core's caches instead of streaming the whole tensor from memory 12 times, and the
-# chunks go to a thread per core (NumPy releases the GIL inside its array loops; BLAS is idle here).
-CHUNK = 1 << 18
-_POOL = ThreadPoolExecutor(
-    max_workers=max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
-)
+# into chunks (parallel.map_chunks): all ~12 array passes of an update then run on data that stays in the
+# core's caches instead of streaming the whole tensor from memory 12 times, and the chunks go to a thread
+# per core (NumPy releases the GIL inside its array loops; BLAS is idle here). `update` applied to whole
+# tensors is the plain rule, and gives the same bits (parity_tests/test_parallel.py).
 
 
 class Optimizer:
@@ -53,20 +50,17 @@ class Optimizer:
         if missing:
             raise ValueError(f"grads is missing entries for {missing}")
         self.step_count += 1
-        work = []
         for name, p in self.params.items():
             if not self.state[name]:
                 if not p.flags.c_contiguous:
                     raise ValueError(f"params[{name!r}] must be a C-contiguous array (it is updated in place)")
                 self.state[name] = self.init_state(p)
-            flat_p = p.reshape(-1)  # a view (p is contiguous): writing it updates the parameter
-            flat_g = grads[name].reshape(-1)
-            flat_state = {k: v.reshape(-1) for k, v in self.state[name].items()}
-            for lo in range(0, p.size, CHUNK):
-                part = slice(lo, lo + CHUNK)
-                work.append((flat_p[part], flat_g[part], {k: v[part] for k, v in flat_state.items()}))
-        for _ in _POOL.map(lambda args: self.update(*args), work):
-            pass
+        keys = tuple(self.state[next(iter(self.params))])  # every tensor's state has the same names
+        groups = [  # flat views (p is contiguous): writing them updates the parameter and its state
+            (p.reshape(-1), grads[name].reshape(-1), *(self.state[name][k].reshape(-1) for k in keys))
+            for name, p in self.params.items()
+        ]
+        map_chunks(lambda p, g, *state: self.update(p, g, dict(zip(keys, state, strict=True))), groups)
 
     def init_state(self, p: np.ndarray) -> dict:
         return {}

@@ -1,0 +1,422 @@
+"""The fast path: everything that makes a NumPy step fast lives here, and only here.
+
+The reference (layers, attention, model, loss, optim) is written to be read: one batch, one Python
+thread. NumPy's BLAS spreads each matrix product over the cores, but every element-wise operation
+(softmax, norms, dropout, the loss, the optimizer's arithmetic) runs on one core per call. This
+module runs the same reference code, unchanged, on every core:
+
+    runner = DataParallel(model)                  # one part of each batch per core
+    model.zero_grad()
+    loss = runner.forward_backward((src_ids, tgt_in), tgt_out, ignore_index=config.pad_id, label_smoothing=0.1)
+    optimizer.step(model.grads)                   # model.grads holds the whole batch's gradient
+
+- DataParallel: the batch is cut into one part per core (along the batch axis). Each part's forward,
+  loss and backward runs in its own thread, with BLAS limited to one thread, on a replica of the model
+  that shares the parameter arrays and keeps its own caches and gradients. NumPy releases the GIL inside
+  its array loops and BLAS calls, so the parts run at the same time and every operation, matrix product
+  or element-wise, is spread over the cores. The loss of part k is weighted by n_k / n (its share of the
+  targets that are not ignored), so the parts' gradients add up to exactly the gradient of the whole
+  batch's mean loss.
+- map_chunks: the thread pool behind the optimizer's step and the sum of the parts' gradients. An
+  element-wise update touches each element alone, so cutting a tensor into chunks changes no result.
+
+The plain path (model.forward, cross_entropy_*, model.backward) stays the reference:
+parity_tests/test_parallel.py checks that both give the same loss, outputs and gradients (float64: to
+1e-12; a part's rows take the same arithmetic, and only the sums over the batch split differently),
+that a seeded fast step repeats bit for bit, and that its dropout masks replay into the plain path.
+
+Determinism: the parts and their order are fixed by the batch size and n_parts, each part's dropout masks
+come from its own generator seeded from model.rng, BLAS runs one thread per part, and the gradients are
+added in part order. A seeded run repeats bitwise for a given n_parts (default: the number of cores);
+its dropout masks differ from the plain path's (another stream), and are kept, by site, in
+model.dropout_masks for the whole batch, so torch (or the plain path) can replay them.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import functools
+import gc
+import math
+import os
+import platform
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import layers
+from .layers import Dropout
+from .loss import cross_entropy_backward, cross_entropy_forward
+
+CORES = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+@functools.cache
+def pool() -> ThreadPoolExecutor:
+    """The threads of the fast path, one per core, made on first use (after keep_freed_memory)."""
+    keep_freed_memory()
+    return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="numpy_transformer")
+
+
+# glibc's mallopt settings (malloc.h), each skipped when its environment variable chose otherwise.
+MALLOPT = {
+    "MALLOC_ARENA_MAX": (-8, 1),  # every thread allocates from the main heap
+    "MALLOC_MMAP_THRESHOLD_": (-3, 32 << 20),  # arrays below 32 MiB come from the heap (glibc's upper limit)...
+    "MALLOC_TRIM_THRESHOLD_": (-1, 1 << 30),  # ... which keeps up to 1 GiB of freed memory for the next step
+}
+
+
+def keep_freed_memory() -> dict:
+    """On glibc, let freed arrays be reused instead of handed back to the kernel, for the whole process
+    (returns what was set). Runs once, before the pool's threads first allocate.
+
+    Why: a training step allocates and frees hundreds of MiB of activations and gradients. By default glibc
+    serves most of them with mmap (its threshold rises to 32 MiB only as it learns), gives each thread an
+    arena of its own, and unmaps or trims what is freed; every page of the next step is then faulted in and
+    zeroed again by the kernel, and unmapping interrupts the other core (a TLB shoot-down), which the two
+    parts of a step feel. With one arena, a 32 MiB mmap threshold and a 1 GiB trim threshold, a fast step's
+    kernel page clearing falls from 3% of its cycles to under 1% and its time by about 5-10%. The cost: the
+    process keeps its peak heap resident between steps. Results are not affected."""
+    if platform.libc_ver()[0] != "glibc":
+        return {}
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # no mallopt in this C library after all
+        return {}
+    return {name: value for name, (param, value) in MALLOPT.items() if name not in os.environ and mallopt(param, value)}
+
+
+# Element-wise work is cut into chunks of this many elements: large enough that the Python overhead of
+# a chunk is small, small enough (1 MiB of float32) that the several passes of an update run in cache.
+CHUNK = 1 << 18
+
+
+def map_chunks(fn, groups: list) -> None:
+    """fn(*chunks) for every chunk of every group, on every core.
+
+    groups: tuples of flat arrays, the arrays of a tuple of one size; each tuple is cut into chunks of CHUNK
+    elements at the same places, and fn gets the chunks of one place. fn must be element-wise (an element's
+    result may not depend on another element), so that the chunking changes no result.
+    """
+    chunk = CHUNK
+    work = [tuple(a[lo : lo + chunk] for a in group) for group in groups for lo in range(0, group[0].size, chunk)]
+    if len(work) == 1:
+        fn(*work[0])
+        return
+    for _ in pool().map(lambda args: fn(*args), work):
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# BLAS threads: one per part while the parts run (two BLAS pools of every core on two parts would
+# fight over the cores). threadpoolctl finds the BLAS NumPy loaded, whichever it is.
+
+
+@functools.cache
+def _blas_controller():
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """A context manager: inside it, every BLAS call runs on the calling thread only."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
+# ----------------------------------------------------------------------------------------------
+# Float32 kernels of the parts' threads: the same functions as the reference's, computed faster where
+# float32 allows it. scipy's erf takes 13 ns an element (it works in float64, one element at a time):
+# in all-MiniLM-L6-v2's forward the exact GELU is a quarter of the time. Float64 always runs the reference.
+
+# erf(x) ~ x P(x^2) / Q(x^2) for |x| <= 3.94, +-1 beyond (erf(3.92) already rounds to 1 in float32): a rational
+# fit of ours (iterated weighted least squares on the absolute error on [0, 4]), 1.5e-9 in float64 arithmetic;
+# evaluated in float32 its error is at most 4.1e-7 (3.4 float32 ulps of 1.0; PyTorch's float32 CPU erf, the
+# Abramowitz-Stegun formula 7.1.26, allows 1.5e-7). At the clip it gives exactly 1.0; the result is kept in
+# [-1, 1].
+_ERF_P = (
+    1.1283791821164888, 0.18470920765311435, 0.054332727386178475, 0.003839519391557904,
+    0.00038270372915244835, 4.780871114083013e-06, -1.3668406517730602e-08,
+)  # fmt: skip
+_ERF_Q = (1.0, 0.4970278187660285, 0.113826086821829, 0.01545353575060905, 0.0013095925812598055, 6.401241772069962e-05)
+_ERF_CLIP = 3.94
+_KERNEL_CHUNK = 1 << 15  # elements: the dozen passes of a chunk stay in the core's L2 cache
+
+
+def erf_float32(x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """erf of a float32 array into `out`, within 4.1e-7 (Horner's rule on x^2, in float32). NaN stays NaN."""
+    xc = np.clip(x, np.float32(-_ERF_CLIP), np.float32(_ERF_CLIP))
+    z = xc * xc
+    p = z * np.float32(_ERF_P[-1])
+    for c in _ERF_P[-2::-1]:
+        p += np.float32(c)
+        if c is not _ERF_P[0]:
+            p *= z
+    q = z * np.float32(_ERF_Q[-1])
+    for c in _ERF_Q[-2:0:-1]:
+        q += np.float32(c)
+        q *= z
+    q += np.float32(_ERF_Q[0])
+    p *= xc
+    np.divide(p, q, out=out)
+    return np.clip(out, np.float32(-1.0), np.float32(1.0), out=out)
+
+
+def gelu_forward(x: np.ndarray):
+    """layers.gelu_forward, x * (1 + erf(x / sqrt 2)) / 2, with erf_float32 for a float32 x, in chunks that
+    stay in cache; the same returns (out, (x, cdf)), so layers.gelu_backward is its backward."""
+    if x.dtype != np.float32:
+        return layers.gelu_forward(x)
+    out, cdf = np.empty_like(x), np.empty_like(x)
+    flat_x, flat_out, flat_cdf = x.reshape(-1), out.reshape(-1), cdf.reshape(-1)
+    for lo in range(0, x.size, _KERNEL_CHUNK):
+        part = slice(lo, lo + _KERNEL_CHUNK)
+        c = erf_float32(flat_x[part] / np.float32(layers._SQRT_2), flat_cdf[part])
+        c += np.float32(1.0)
+        c *= np.float32(0.5)  # cdf = (1 + erf(x / sqrt 2)) / 2, as the reference rounds it
+        np.multiply(flat_x[part], c, out=flat_out[part])
+    return out, (x, cdf)
+
+
+FLOAT32_KERNELS = {"gelu": (gelu_forward, layers.gelu_backward)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Dropout of one part: its rows of the whole batch's keep-masks, drawn from the part's own generator.
+
+
+class _BatchMasks:
+    """The keep-masks of one forward pass of the whole batch, by site: each part writes its rows."""
+
+    def __init__(self, batch_size: int):
+        self.batch_size = batch_size
+        self.masks: dict = {}
+        self._lock = threading.Lock()
+
+    def rows(self, site: str, part_shape: tuple, lo: int) -> np.ndarray:
+        with self._lock:  # the first part to reach a site allocates the batch's mask
+            if site not in self.masks:
+                self.masks[site] = np.empty((self.batch_size, *part_shape[1:]), dtype=np.bool_)
+        return self.masks[site][lo : lo + part_shape[0]]
+
+
+class PartDropout(Dropout):
+    """Dropout of the rows lo .. lo + B_k of a batch, from this part's generator, written straight into its rows
+    of the batch's mask (no copy, no concatenation).
+
+    Cheaper draws than Dropout's, with the same meaning: a unit is kept when a uniform 32-bit integer u is at
+    least ceil(p * 2^32), so P(keep) = 1 - ceil(p * 2^32) / 2^32, within 2^-32 of 1 - p (Dropout's float32
+    uniforms are within 2^-24). Two 32-bit words come from each raw 64-bit output of the generator, instead of
+    one float per call: about twice as fast."""
+
+    def __init__(self, p: float, rng: np.random.Generator, batch_masks: _BatchMasks, lo: int):
+        super().__init__(p, rng=rng)
+        self.batch_masks, self.lo = batch_masks, lo
+        self.threshold = math.ceil(p * 2**32)  # keep iff u >= threshold; 2^32 (p = 1) keeps nothing
+
+    def keep_mask(self, site: str, shape: tuple) -> np.ndarray:
+        self.used.add(site)
+        mask = self.batch_masks.rows(site, tuple(shape), self.lo)
+        if self.threshold >= 2**32:
+            mask[...] = False
+        else:
+            n = mask.size
+            words = self.rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]  # n uniform 32-bit ints
+            np.greater_equal(words.reshape(mask.shape), self.threshold, out=mask)
+        self.masks[site] = mask
+        return mask
+
+
+# ----------------------------------------------------------------------------------------------
+# Data parallelism over the batch, in threads.
+
+
+def split_rows(batch_size: int, n_parts: int) -> list:
+    """Row bounds [(lo, hi), ...] of min(n_parts, batch_size) parts whose sizes differ by at most one."""
+    n = max(1, min(n_parts, batch_size))
+    edges = [batch_size * k // n for k in range(n + 1)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _rows(x, lo: int, hi: int):
+    return None if x is None else x[lo:hi]
+
+
+class DataParallel:
+    """Runs a model's forward and backward on parts of the batch at once, one thread per part.
+
+    model: a Transformer, TransformerLM or EncoderModel (its params are shared, never copied).
+    n_parts: parts per batch (default: the number of cores). Results depend on it only through rounding.
+    float32_kernels: in float32, compute the activations of FLOAT32_KERNELS (GELU) with their faster kernels
+    (within 1e-6 of the reference's); False: exactly the reference's functions. Float64 always runs those.
+
+    forward(*inputs, dropout_masks=None) -> outputs, as model.forward (the parts' outputs concatenated);
+    backward(doutputs) accumulates into model.grads, as model.backward;
+    forward_backward(inputs, targets, ignore_index, label_smoothing) -> the whole batch's mean
+    cross-entropy, with its gradient accumulated into model.grads (forward, loss and backward all in
+    the parts' threads).
+    After a forward, model.dropout_masks holds the batch's keep-masks by site (as after model.forward);
+    the caches live in the replicas, so model.attention_maps() and model.activations() need the plain path.
+    """
+
+    def __init__(self, model, n_parts: int | None = None, float32_kernels: bool = True):
+        if n_parts is not None and (isinstance(n_parts, bool) or not isinstance(n_parts, int) or n_parts < 1):
+            raise ValueError(f"n_parts must be a positive int, got {n_parts!r}")
+        self.model = model
+        self.n_parts = CORES if n_parts is None else n_parts
+        self.kernels = FLOAT32_KERNELS if float32_kernels else {}
+        self.replicas: list = []
+        self.bounds: list = []
+
+    # -- the parts -------------------------------------------------------------------------
+
+    def _replicas(self, batch_size: int, dropout_masks: dict | None) -> list:
+        """One replica per part: the model's params (shared) and mode, its own grads, cache and dropout."""
+        model = self.model
+        self.bounds = split_rows(batch_size, self.n_parts)
+        drawing = model.training and model.config.dropout > 0 and dropout_masks is None
+        if drawing:  # one generator per part, seeded from the model's stream: the same seed, the same masks
+            seeds = model.rng.integers(0, 2**63, size=len(self.bounds))
+            batch_masks = _BatchMasks(batch_size)
+        replicas = []
+        for k, (lo, _) in enumerate(self.bounds):
+            replica = copy.copy(model)  # shares params (the same arrays), config, dtype, training
+            replica.grads, replica._zero = {}, set(model.params)  # every gradient zero, none allocated
+            replica._cache = None
+            if drawing:
+                dropout = PartDropout(model.config.dropout, np.random.default_rng(seeds[k]), batch_masks, lo)
+                replica._dropout = lambda masks, dropout=dropout: dropout
+            replicas.append(replica)
+        self.replicas = replicas
+        model._cache = None  # the caches are the replicas': a plain backward now would have nothing to read
+        if drawing:
+            model.dropout_masks = batch_masks.masks
+        elif dropout_masks is not None and model.training and model.config.dropout > 0:
+            model.dropout_masks = dict(dropout_masks)
+        else:
+            model.dropout_masks = {}
+        return replicas
+
+    def _run(self, fn, args: list) -> list:
+        """fn(k, *args[k]) for every part k at once: part 0 on this thread, the others on the pool, each
+        with one BLAS thread. Returns the results in part order; the first error is raised once all
+        parts have finished."""
+
+        def part(k, *a):
+            layers._THREAD_KERNELS.activations = self.kernels  # this thread's activations (float32 GELU)
+            try:
+                return fn(k, *a)
+            finally:
+                layers._THREAD_KERNELS.activations = {}
+
+        collecting = gc.isenabled()
+        gc.disable()  # the parts' caches are thousands of dicts and tuples: no cycle collection halfway
+        with one_blas_thread():
+            futures = [pool().submit(part, k, *a) for k, a in enumerate(args) if k > 0]
+            try:
+                first = part(0, *args[0])
+            finally:
+                errors = [f.exception() for f in futures]  # wait for every part before leaving the BLAS limit
+                if collecting:
+                    gc.enable()
+            for error in errors:
+                if error is not None:
+                    raise error
+        return [first] + [f.result() for f in futures]
+
+    def _sum_grads(self) -> None:
+        """Add the parts' gradients, in part order ((g_0 + g_1) + g_2 ...), into the first part's arrays (its
+        own, fresh from its backward), chunk by chunk on every core; then accumulate the sums into
+        model.grads as model.backward does (kept as they are after zero_grad(), added otherwise)."""
+        total = {}
+        for name in self.model.params:
+            parts = [r.grads[name] for r in self.replicas if name not in r._zero]
+            if parts:
+                first = parts[0] if parts[0].flags.c_contiguous else np.ascontiguousarray(parts[0])
+                total[name] = [first, *parts[1:]]
+        for j in range(1, max((len(parts) for parts in total.values()), default=0)):
+            pairs = [(parts[0].reshape(-1), parts[j].reshape(-1)) for parts in total.values() if len(parts) > j]
+            map_chunks(_add_in_place, pairs)
+        self.model._accumulate({name: parts[0] for name, parts in total.items()})
+
+    def _split(self, arrays) -> list:
+        return [tuple(_rows(x, lo, hi) for x in arrays) for lo, hi in self.bounds]
+
+    # -- the public steps ------------------------------------------------------------------
+
+    def forward(self, *inputs, dropout_masks: dict | None = None) -> np.ndarray:
+        """model.forward(*inputs) on the parts at once; the outputs of the parts, concatenated (B, ...)."""
+        inputs = _check_batch(inputs)
+        replicas = self._replicas(len(inputs[0]), dropout_masks)
+
+        masks = [None] * len(self.bounds)
+        if dropout_masks is not None:  # replay: each part reads its rows of the batch's masks
+            masks = [{site: np.asarray(m)[lo:hi] for site, m in dropout_masks.items()} for lo, hi in self.bounds]
+
+        def part(k, *rows):
+            return replicas[k].forward(*rows, dropout_masks=masks[k])
+
+        return np.concatenate(self._run(part, self._split(inputs)), axis=0)
+
+    def backward(self, doutputs: np.ndarray) -> None:
+        """model.backward(doutputs) on the parts of the last forward: accumulates into model.grads."""
+        if not self.replicas:
+            raise ValueError("backward called before forward: there is no forward pass to differentiate")
+        doutputs = np.asarray(doutputs)
+        if len(doutputs) != self.bounds[-1][1]:
+            raise ValueError(f"doutputs has {len(doutputs)} rows, the last forward had {self.bounds[-1][1]}")
+
+        def part(k, drows):
+            self.replicas[k].backward(drows)
+
+        self._run(part, self._split([doutputs]))
+        self._sum_grads()
+
+    def forward_backward(self, inputs: tuple, targets, ignore_index: int = -100, label_smoothing: float = 0.0):
+        """The whole batch's mean cross-entropy (as cross_entropy_forward of model.forward(*inputs)), with its
+        gradient accumulated into model.grads; forward, loss and backward of each part in its own thread.
+
+        Part k's loss is the mean over its n_k kept targets, so the batch's mean over all n of them is
+        sum_k (n_k / n) loss_k, and part k's backward starts from dloss = n_k / n."""
+        inputs = _check_batch(tuple(inputs))
+        targets = np.asarray(targets)
+        if targets.shape[:1] != (len(inputs[0]),):
+            raise ValueError(f"targets must have the batch size {len(inputs[0])} first, got shape {targets.shape}")
+        replicas = self._replicas(len(inputs[0]), None)
+        kept = [int((targets[lo:hi] != ignore_index).sum()) for lo, hi in self.bounds]
+        n = sum(kept)
+        if n == 0:
+            raise ValueError(f"targets: every target equals ignore_index={ignore_index}; the mean loss is undefined")
+
+        def part(k, part_targets, *rows):
+            replica = replicas[k]
+            outputs = replica.forward(*rows)
+            if kept[k] == 0:  # nothing to learn from these rows: zero gradient, nothing added to the loss
+                replica.backward(np.zeros_like(outputs))
+                return 0.0
+            loss, cache = cross_entropy_forward(outputs, part_targets, ignore_index, label_smoothing)
+            replica.backward(cross_entropy_backward(cache, dloss=kept[k] / n))
+            replica._cache = None  # free the activations as soon as the part is done
+            return loss * (kept[k] / n)
+
+        args = [(t, *rows) for (t,), rows in zip(self._split([targets]), self._split(inputs), strict=True)]
+        losses = self._run(part, args)
+        self._sum_grads()
+        return sum(losses[1:], losses[0])
+
+
+def _add_in_place(total: np.ndarray, other: np.ndarray) -> None:
+    np.add(total, other, out=total)
+
+
+def _check_batch(inputs: tuple) -> tuple:
+    """The inputs as arrays (None stays None); every one must have the same batch size (axis 0)."""
+    inputs = tuple(None if x is None else np.asarray(x) for x in inputs)
+    sizes = {len(x) for x in inputs if x is not None and x.ndim > 0}
+    if not inputs or inputs[0] is None or inputs[0].ndim == 0:
+        raise ValueError("DataParallel needs batched inputs (B, ...), the first one an array")
+    if len(sizes) != 1:
+        raise ValueError(f"the inputs must share one batch size (axis 0), got shapes {[np.shape(x) for x in inputs]}")
+    return inputs
