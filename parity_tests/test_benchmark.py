@@ -13,15 +13,25 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 def test_benchmark_quick_mode(tmp_path):
     out = tmp_path / "bench.json"
-    printed = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", str(out)], capture_output=True, text=True, check=True
-    ).stdout
+    run = subprocess.run([sys.executable, str(BENCH), "--quick", "--json", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, f"bench.py --quick exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    printed = run.stdout
     report = json.loads(out.read_text())
-    for backend in ("numpy", "torch"):
+    for backend in ("numpy", "numpy_parallel", "torch"):  # the plain path, the fast path, torch_transformer
         assert report["train_step_seconds"][backend] > 0
         assert report["forward_seconds"][backend] > 0
         assert report["peak_memory_mib"][backend] >= 0
+        assert report["train_step_fraction_of_ceiling"][backend] > 0
+    assert report["train_step_ratio_numpy_parallel_over_torch"] > 0
+    assert report["forward_ratio_numpy_parallel_over_torch"] > 0
     assert report["matmul_ceiling_gflops"]["numpy"] > 0
+    phases = report["numpy_parallel_step_phases_seconds"]
+    assert {"optimizer (Adam)", "sum of the parts' gradients"} <= set(phases) and all(v > 0 for v in phases.values())
+    minilm = report["minilm_forward_seconds"]  # all-MiniLM-L6-v2 against transformers' BertModel (--quick: 2 x 16)
+    assert minilm["batch"] == 2 and minilm["tokens"] == 16
+    assert minilm["numpy"] > 0 and minilm["numpy_parallel"] > 0 and minilm["torch"] > 0
+    assert minilm["ratio_numpy_parallel_over_torch"] > 0
+    assert minilm["max_abs_difference"] < 1e-4  # the same hidden states: the comparison times the same work
     assert set(report["decode_seconds_per_token"]) == {
         "numpy cached",
         "numpy recomputed",
@@ -32,7 +42,7 @@ def test_benchmark_quick_mode(tmp_path):
     assert "OPENBLAS_CORETYPE" in report["machine"]
     breakdown = report["numpy_step_breakdown_seconds"]
     assert breakdown["matrix products (linear layers)"] > 0
-    assert "training step ms" in printed and "cache speed-up" in printed
+    assert "training step ms" in printed and "cache speed-up" in printed and "all-MiniLM-L6-v2 forward" in printed
     compiled = report["compiled_train_step_seconds"]  # --quick compiles with aot_eager: the path, not the speed
     assert compiled["backend"] == "aot_eager"
     assert compiled["cpu"]["eager"] > 0 and compiled["cpu"]["compiled"] > 0 and compiled["cpu"]["compile_seconds"] > 0
