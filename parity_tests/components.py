@@ -28,6 +28,11 @@ FLOOR = {np.dtype(np.float64): 1e-3, np.dtype(np.float32): 1e-1}
 BAR = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
 FD_BAR = 1e-6
 TORCH_DTYPE = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}
+# What makes a config Llama-style (tests add their sizes and the rest): RMSNorm, rotary positions, SwiGLU,
+# no biases anywhere.
+LLAMA_OPTIONS = dict(
+    norm="rms", positional="rope", gated_ffn=True, activation="silu", bias=False, output_bias=False
+)  # fmt: skip
 
 
 def devices() -> list[str]:

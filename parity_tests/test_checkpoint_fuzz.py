@@ -37,6 +37,7 @@ import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import checkpoint as np_ckpt
 from numpy_transformer import hf
+from parity_tests import components as C
 from torch_transformer import checkpoint as torch_ckpt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,12 +57,7 @@ LLAMA = nt.TransformerConfig(
     n_kv_heads=1,
     d_ff=12,
     n_decoder_layers=2,
-    norm="rms",
-    positional="rope",
-    gated_ffn=True,
-    activation="silu",
-    bias=False,
-    output_bias=False,
+    **C.LLAMA_OPTIONS,
     norm_first=True,
     scale_embeddings=False,
     pad_id=None,

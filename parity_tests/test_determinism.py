@@ -47,6 +47,7 @@ import pytest
 
 import numpy_transformer as nt
 from numpy_transformer.optim import Adam
+from parity_tests import components as C
 
 # ----------------------------------------------------------------------------------------------
 # A seeded training step repeats bit for bit.
@@ -137,12 +138,7 @@ LLAMA = nt.TransformerConfig(
     n_heads=4,
     n_kv_heads=2,
     d_ff=96,
-    norm="rms",
-    positional="rope",
-    gated_ffn=True,
-    activation="silu",
-    bias=False,
-    output_bias=False,
+    **C.LLAMA_OPTIONS,
     pad_id=None,
     max_len=32,
 )
