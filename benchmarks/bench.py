@@ -530,6 +530,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, p: dict, out: str) -> Non
         result = {"ddp": statistics.median(times), "allreduce_seconds": statistics.median(reduce_times)}
         result["gradient_mib"] = flat.numel() * 4 / 2**20
         Path(out).write_text(json.dumps(result))
+    del model, step  # DDP's reducer must go before its process group (distributed.shutdown)
     distributed.shutdown()
 
 

@@ -122,6 +122,7 @@ def worker(out_dir: Path) -> None:
         loss = distributed.global_loss(losses["ce"]).item()
         np.savez(out_dir / f"grads_{kind}_{ctx.rank}.npz", **grads)
         (out_dir / f"loss_{kind}_{ctx.rank}.json").write_text(json.dumps(loss))
+    del model  # DDP's reducer must go before its process group (distributed.shutdown)
     distributed.shutdown()
 
 
