@@ -13,8 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 WALKTHROUGHS = [
     "01_attention_by_hand.py",
