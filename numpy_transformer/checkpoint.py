@@ -24,7 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import check_checkpoint_fits, check_checkpoint_tensors, checkpoint_metadata, parse_checkpoint_metadata
+from .config import (
+    check_checkpoint_fits,
+    check_checkpoint_tensors,
+    check_layer_count,
+    checkpoint_metadata,
+    parse_checkpoint_metadata,
+)
+from .hf import read_tensor
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
@@ -107,30 +114,11 @@ def _read(path, fits=None) -> tuple[dict, object, str, dict]:
         config, model_class, extra = parse_checkpoint_metadata(f.metadata(), path)
         if fits is not None:
             fits(config, model_class)
-        header = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
-        _check_tensors(header, config, model_class, path)
-        state = {name: _tensor(f, name, dtype, path) for name, (dtype, _) in header.items()}
+        slices = {name: f.get_slice(name) for name in f.keys()}
+        header = {name: (s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
+        check_layer_count(config, len(header), path)  # before listing the parameter names the config implies
+        cls = CLASSES[model_class]
+        expected = parameter_shapes(config, cls.decoder_only, cls.encoder_only)
+        check_checkpoint_tensors(header, expected, model_class, path)
+        state = {name: read_tensor(f, Path(path), name, dtype) for name, (dtype, _) in header.items()}
     return state, config, model_class, extra
-
-
-def _check_tensors(header: dict, config, model_class: str, path: str) -> None:
-    """ValueError listing every way the file's tensors (name -> (dtype, shape), from its header) differ from
-    the parameters of the `model_class` of `config`: missing, unexpected, mis-shaped, not floating point."""
-    n_layers = config.n_encoder_layers + config.n_decoder_layers
-    if n_layers > len(header):  # every layer has tensors: don't list the names of a billion claimed layers
-        raise ValueError(
-            f"{path}: the config in the metadata has {n_layers} layers, the file only {len(header)} tensors"
-        )
-    cls = CLASSES[model_class]
-    check_checkpoint_tensors(header, parameter_shapes(config, cls.decoder_only, cls.encoder_only), model_class, path)
-
-
-def _tensor(f, name: str, dtype: str, path: str) -> np.ndarray:
-    if dtype == "BF16":
-        from .hf import read_bfloat16  # NumPy has no bfloat16: the raw bits, widened exactly
-
-        return read_bfloat16(Path(path), name)
-    try:
-        return f.get_tensor(name)
-    except Exception as error:  # the header was valid; only a file changed under us gets here
-        raise ValueError(f"{path}: cannot read tensor {name!r}: {error}") from None

@@ -208,6 +208,15 @@ def check_checkpoint_fits(model, config: TransformerConfig, model_class: str, pa
         raise ValueError(f"{path}: the checkpoint's config differs from the model's: {'; '.join(differences)}")
 
 
+def check_layer_count(config: TransformerConfig, n_tensors: int, where) -> None:
+    """ValueError unless a checkpoint of `n_tensors` tensors could hold the layers `config` claims: every layer
+    has tensors, so a hostile config claiming a billion layers is refused before anything (parameter names,
+    a model) is built from it."""
+    n_layers = config.n_encoder_layers + config.n_decoder_layers
+    if n_layers > n_tensors:
+        raise ValueError(f"{where}: the config claims {n_layers} layers, the checkpoint holds only {n_tensors} tensors")
+
+
 # safetensors dtypes a parameter may be stored in (the loaders cast to the model's dtype)
 CHECKPOINT_FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 

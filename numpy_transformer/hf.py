@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import check_layer_count
 from .hf_families import FAMILIES, Family, family_for_model, family_of, match, writing_plan
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
@@ -53,9 +54,7 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
         raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
     tensors = read_tensors(directory)
     model_class = CLASSES[family.model_class]
-    n_layers = config.n_encoder_layers + config.n_decoder_layers
-    if n_layers > len(tensors):  # every layer has tensors: don't expand the names of a billion claimed layers
-        raise ValueError(f"{config_path}: claims {n_layers} layers, the checkpoint holds only {len(tensors)} tensors")
+    check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
     shapes = parameter_shapes(config, model_class.decoder_only, model_class.encoder_only)
     try:
         plan = match(family, config, tensors, shapes)
@@ -244,16 +243,20 @@ def read_safetensors(path: Path) -> dict:
         foreign = [f"{name}: {dtype}" for name, dtype in dtypes.items() if dtype not in NUMPY_DTYPES]
         if foreign:
             raise ValueError(f"{path}: tensors of dtypes NumPy cannot hold: {foreign[:10]}")
-        tensors = {}
-        for name, dtype in dtypes.items():
-            if dtype == "BF16":
-                tensors[name] = read_bfloat16(path, name)
-                continue
-            try:
-                tensors[name] = f.get_tensor(name)
-            except (SafetensorError, OSError, ValueError, TypeError) as error:  # only if the file changed under us
-                raise ValueError(f"{path}: cannot read tensor {name!r} ({error})") from None
-    return tensors
+        return {name: read_tensor(f, path, name, dtype) for name, dtype in dtypes.items()}
+
+
+def read_tensor(f, path: Path, name: str, dtype: str) -> np.ndarray:
+    """Tensor `name` of the safetensors file `path`, open as `f` (safe_open, NumPy API), whose header gives
+    it `dtype`: BF16 widened exactly to float32 (read_bfloat16), anything else as the file holds it."""
+    from safetensors import SafetensorError
+
+    if dtype == "BF16":
+        return read_bfloat16(path, name)
+    try:
+        return f.get_tensor(name)
+    except (SafetensorError, OSError, ValueError, TypeError) as error:  # the header was valid: only a file
+        raise ValueError(f"{path}: cannot read tensor {name!r} ({error})") from None  # changed under us
 
 
 def read_bfloat16(path: Path, name: str) -> np.ndarray:

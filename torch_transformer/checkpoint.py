@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from numpy_transformer.config import (
     check_checkpoint_fits,
     check_checkpoint_tensors,
+    check_layer_count,
     checkpoint_metadata,
     parse_checkpoint_metadata,
 )
@@ -99,12 +100,9 @@ def _read(path, device, expected):
         raise ValueError(f"{path}: not a readable safetensors file (truncated or corrupted?): {error}") from None
     with f:
         config, model_class, extra = parse_checkpoint_metadata(f.metadata(), path)
-        header = {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
-        n_layers = config.n_encoder_layers + config.n_decoder_layers
-        if n_layers > len(header):  # every layer has tensors: don't build a model of a billion claimed layers
-            raise ValueError(
-                f"{path}: the config in the metadata has {n_layers} layers, the file only {len(header)} tensors"
-            )
+        slices = {name: f.get_slice(name) for name in f.keys()}
+        header = {name: (s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
+        check_layer_count(config, len(header), path)  # before building a model of the layers it claims
         try:
             shapes = expected(config, model_class)
         except ValueError as error:
