@@ -307,7 +307,9 @@ def case_multi_head_attention(dtype, rng):
     )
 
 
-def case_feed_forward(dtype, rng, activation="gelu"):
+def case_feed_forward(dtype, rng, activation="gelu", gated=False, bias=True):
+    """The feed-forward block against torch_transformer.FeedForward: linear2(act(linear1(x))), or with
+    `gated` (SwiGLU with silu) linear2(act(gate(x)) * linear1(x)); `bias` False drops every bias."""
     x = rng.standard_normal((B, T, D)).astype(dtype)
     params = {
         "linear1.weight": rng.standard_normal((FF, D)) / math.sqrt(D),
@@ -315,20 +317,21 @@ def case_feed_forward(dtype, rng, activation="gelu"):
         "linear2.weight": rng.standard_normal((D, FF)) / math.sqrt(FF),
         "linear2.bias": rng.standard_normal(D),
     }
-    params = {k: v.astype(dtype) for k, v in params.items()}
-    module = tt.FeedForward(D, FF, activation, 0.0)
+    if gated:
+        params |= {"gate.weight": rng.standard_normal((FF, D)) / math.sqrt(D), "gate.bias": rng.standard_normal(FF)}
+    params = {k: v.astype(dtype) for k, v in params.items() if bias or k.endswith("weight")}
+    module = tt.FeedForward(D, FF, activation, 0.0, gated=gated, bias=bias)
 
     def torch_fn(params, x, activation):
         module.to(x.device)
         return torch.func.functional_call(module, params, (x,))
 
-    return Case(
-        L.feed_forward_forward,
-        L.feed_forward_backward,
-        dict(params=params, x=x, activation=activation),
-        ["x", "params"],
-        torch_fn,
+    forward, backward = (
+        (L.gated_feed_forward_forward, L.gated_feed_forward_backward)
+        if gated
+        else (L.feed_forward_forward, L.feed_forward_backward)
     )
+    return Case(forward, backward, dict(params=params, x=x, activation=activation), ["x", "params"], torch_fn)
 
 
 def case_rms_norm(dtype, rng):
@@ -344,31 +347,8 @@ def case_rms_norm(dtype, rng):
     )
 
 
-def case_gated_feed_forward(dtype, rng, activation="silu", bias=True):
-    """The gated feed-forward block (SwiGLU with silu) against torch_transformer.FeedForward(gated=True)."""
-    x = rng.standard_normal((B, T, D)).astype(dtype)
-    params = {
-        "gate.weight": rng.standard_normal((FF, D)) / math.sqrt(D),
-        "gate.bias": rng.standard_normal(FF),
-        "linear1.weight": rng.standard_normal((FF, D)) / math.sqrt(D),
-        "linear1.bias": rng.standard_normal(FF),
-        "linear2.weight": rng.standard_normal((D, FF)) / math.sqrt(FF),
-        "linear2.bias": rng.standard_normal(D),
-    }
-    params = {k: v.astype(dtype) for k, v in params.items() if bias or k.endswith("weight")}
-    module = tt.FeedForward(D, FF, activation, 0.0, gated=True, bias=bias)
-
-    def torch_fn(params, x, activation):
-        module.to(x.device)
-        return torch.func.functional_call(module, params, (x,))
-
-    return Case(
-        L.gated_feed_forward_forward,
-        L.gated_feed_forward_backward,
-        dict(params=params, x=x, activation=activation),
-        ["x", "params"],
-        torch_fn,
-    )
+# The gated feed-forward (SwiGLU with silu by default): case_feed_forward with its gate.
+case_gated_feed_forward = functools.partial(case_feed_forward, activation="silu", gated=True)
 
 
 # Rotary positions and grouped-query attention need a head size of a few pairs: D 16 and 4 heads (Dh 4).
