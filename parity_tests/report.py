@@ -208,9 +208,29 @@ def _record(name, dtype_name, device, result, fd_err) -> dict:
         "grad_max_abs_diff": grad_diff,
         "grad_rel_error": grad_err,
         "fd_rel_error": fd_err if dtype_name == "float64" else None,
-        "bar": C.BAR[np.dtype(DTYPES[dtype_name])],
+        "bar": max(C.bars(result, DTYPES[dtype_name]).values(), default=C.BAR[np.dtype(DTYPES[dtype_name])]),
+        # float32 against a real model: the reference's own float32 error (its float32 run against its float64
+        # run) on the worst tensor of ours relative to its bar, and that bar (components.bars)
+        "reference_float32": _own_float32(result, DTYPES[dtype_name]),
         "passed": not problems,
         "problems": problems,
+    }
+
+
+def _own_float32(result, dtype) -> dict | None:
+    """For a result judged by the reference's own float32 error: the tensor of ours closest to its bar, with our
+    error, the reference's own float32 error and the bar; None for a result judged by DESIGN.md's bar."""
+    if result.reference_float32 is None:
+        return None
+    allowed = C.bars(result, dtype)
+    errors = {**C.relative_errors(result.outputs, dtype), **C.relative_errors(result.grads, dtype)}
+    name = max(errors, key=lambda n: errors[n][1] / allowed[n])
+    return {
+        "tensor": name,
+        "ours": errors[name][1],
+        "reference": result.reference_float32[name],
+        "bar": allowed[name],
+        "worst_reference": max(result.reference_float32.values()),
     }
 
 
@@ -320,6 +340,16 @@ def main(argv=None) -> int:
         f"finite differences (float64 NumPy backward) <= {C.FD_BAR:.0e}\n"
     )
     print(format_table(records))
+    for r in records:
+        own = r["reference_float32"]
+        if own is not None:
+            print(
+                f"{r['component']} [{r['dtype']}]: judged by what float32 can do on this model: each tensor within "
+                f"min({C.FLOAT32_CAP:.0e}, max({C.BAR[np.dtype(np.float32)]:.0e}, {C.SELF_RATIO:g} x the reference's "
+                f"own float32 error on it)). Closest to its bar: {own['tensor']}, ours {own['ours']:.1e}, the "
+                f"reference's own {own['reference']:.1e}, bar {own['bar']:.1e} (the reference's own float32 error "
+                f"reaches {own['worst_reference']:.1e})"
+            )
     for r in failed:
         for problem in r["problems"]:
             print(f"FAIL {r['component']} [{r['dtype']}, {r['device']}]: {problem}")
