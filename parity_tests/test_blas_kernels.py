@@ -98,8 +98,18 @@ def test_every_reduced_precision_test_passes_under_kernel(kernel):
     """Every test with float32 in its name (NumPy vs torch, vs torch.nn, vs transformers, the tiled attention,
     the fast path, extreme inputs), run again under this kernel."""
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "float32", "parity_tests",
-         f"--ignore={Path(__file__).relative_to(ROOT)}"],  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "float32",
+            "parity_tests",
+            f"--ignore={Path(__file__).relative_to(ROOT)}",
+        ],  # fmt: skip
         env=kernel_env(kernel),
         cwd=ROOT,
         capture_output=True,
