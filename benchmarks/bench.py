@@ -20,6 +20,7 @@ same cores, threads vs processes).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import platform
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -87,39 +89,120 @@ def make_config(p: dict, max_len: int) -> nt.TransformerConfig:
     )
 
 
+def step_products(config: nt.TransformerConfig, B: int, S: int, T: int) -> collections.Counter:
+    """Every matrix product of one training step, {(batch, m, k, n): count} for (batch, m, k) @ (batch, k, n).
+
+    A linear layer on N rows, in -> out, is three products: y = x W^T (N, in) @ (in, out), dx = dy W and
+    dW = dy^T x. Attention over (T_q, T_k) per head: scores and context in the forward, four in the backward
+    (dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q). Element-wise work is not counted: the ceiling is a
+    matrix-product one."""
+    D, F, V, H = config.d_model, config.d_ff, config.tgt_vocab_size, config.n_heads
+    Dh, BH = D // H, B * H
+    products = collections.Counter()
+
+    def linear(n, d_in, d_out, times=1):
+        products[(1, n, d_in, d_out)] += times
+        products[(1, n, d_out, d_in)] += times
+        products[(1, d_out, n, d_in)] += times
+
+    def attention(t_q, t_k):
+        products[(BH, t_q, Dh, t_k)] += 2  # scores Q K^T; dP = dO V^T
+        products[(BH, t_q, t_k, Dh)] += 2  # context P V; dQ = dS K
+        products[(BH, t_k, t_q, Dh)] += 2  # dV = P^T dO; dK = dS^T Q
+
+    for _ in range(config.n_encoder_layers):
+        linear(B * S, D, D, 4)  # q, k, v, out
+        attention(S, S)
+        linear(B * S, D, F)
+        linear(B * S, F, D)
+    for _ in range(config.n_decoder_layers):
+        linear(B * T, D, D, 4)  # self-attention
+        attention(T, T)
+        linear(B * T, D, D, 2)  # cross-attention: q and out on the targets ...
+        linear(B * S, D, D, 2)  # ... k and v on the encoder's output
+        attention(T, S)
+        linear(B * T, D, F)
+        linear(B * T, F, D)
+    linear(B * T, D, V)  # the output projection
+    return products
+
+
+def products_flops(products: dict) -> float:
+    return float(sum(2 * b * m * k * n * count for (b, m, k, n), count in products.items()))
+
+
 def training_flops(config: nt.TransformerConfig, B: int, S: int, T: int) -> float:
-    """Matrix-product FLOPs of one training step (forward + backward = 3x the forward's products).
-
-    A linear layer on N rows, in -> out: 2 N in out; attention on (T_q, T_k): 2 * 2 B T_q T_k D
-    (scores and context). Elementwise work is not counted: the ceiling is a matrix-product one.
-    """
-    D, F, V = config.d_model, config.d_ff, config.tgt_vocab_size
-    n_src, n_tgt = B * S, B * T
-
-    def attention(n_q, t_q, t_k, n_kv):
-        return 2 * n_q * D * D * 2 + 2 * n_kv * D * D * 2 + 4 * B * t_q * t_k * D  # q, out; k, v; scores, context
-
-    ffn = lambda n: 2 * n * D * F * 2  # noqa: E731
-    encoder = config.n_encoder_layers * (attention(n_src, S, S, n_src) + ffn(n_src))
-    decoder = config.n_decoder_layers * (attention(n_tgt, T, T, n_tgt) + attention(n_tgt, T, S, n_src) + ffn(n_tgt))
-    forward = encoder + decoder + 2 * n_tgt * D * V
-    return 3.0 * forward
+    """Matrix-product FLOPs of one training step (step_products)."""
+    return products_flops(step_products(config, B, S, T))
 
 
-def matmul_ceiling(D: int, N: int, reps: int) -> dict:
-    """GFLOP/s of float32 (N, D) @ (D, 4D) products, the training step's typical shape, for each library."""
+def matmul_ceiling(config: nt.TransformerConfig, B: int, S: int, T: int, reps: int) -> dict:
+    """GFLOP/s of the training step's own matrix products (step_products), float32, warm, for each way they run:
+
+    - "numpy": each product alone with every BLAS thread, as the plain path runs them;
+    - "numpy_parallel": the fast path's way: the batch cut into one part per core (parallel.split_rows), each
+      part's products on one thread with one BLAS thread, the parts at once;
+    - "torch": each product alone with torch's threads.
+
+    Per shape, the fastest of `reps` timed runs (after a warm-up), times its count in the step: the time of the
+    step's products alone, at their best. A step, which adds element-wise work to those products, cannot beat it
+    (a fraction of ceiling above 100% would mean the ceiling is wrong: the report flags it)."""
+    products = step_products(config, B, S, T)
+    flops = products_flops(products)
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((N, D), dtype=np.float32), rng.standard_normal((D, 4 * D), dtype=np.float32)
-    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    flops = 2 * N * D * 4 * D
-    times = {"numpy": [], "torch": []}
-    for _ in range(reps + 1):
-        for name, fn in (("numpy", lambda: a @ b), ("torch", lambda: ta @ tb)):
+
+    def operands(b, m, k, n):  # (m, k) @ (k, n), stacked b times when b > 1 (attention's heads)
+        stack = (b,) if b > 1 else ()
+        return rng.standard_normal((*stack, m, k), dtype=np.float32), rng.standard_normal((*stack, k, n), np.float32)
+
+    best = {"numpy": 0.0, "torch": 0.0}
+    for shape, count in products.items():
+        a, b = operands(*shape)
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        for name, fn, x, y in (("numpy", np.matmul, a, b), ("torch", torch.matmul, ta, tb)):
+            fn(x, y)  # warm
+            seconds = []
+            for _ in range(reps):
+                start = time.perf_counter()
+                fn(x, y)
+                seconds.append(time.perf_counter() - start)
+            best[name] += count * min(seconds)
+    # the fast path: each part's products (its rows of the batch) on its own thread, one BLAS thread each
+    parts = [hi - lo for lo, hi in parallel.split_rows(B, parallel.CORES)]
+    part_operands = []
+    for rows in parts:
+        part_products = step_products(config, rows, S, T)
+        part_operands.append([(*operands(*shape), count) for shape, count in part_products.items()])
+
+    def run_part(items):
+        with parallel.one_blas_thread():
+            for a, b, count in items:
+                for _ in range(count):
+                    np.matmul(a, b)
+
+    with ThreadPoolExecutor(max_workers=len(parts)) as threads:
+        seconds = []
+        for _ in range(reps + 1):
             start = time.perf_counter()
-            for _ in range(5):
-                fn()
-            times[name].append((time.perf_counter() - start) / 5)
-    return {name: flops / statistics.median(t[1:]) / 1e9 for name, t in times.items()}
+            list(threads.map(run_part, part_operands))
+            seconds.append(time.perf_counter() - start)
+    return {
+        "numpy": flops / best["numpy"] / 1e9,
+        "numpy_parallel": flops / min(seconds[1:]) / 1e9,
+        "torch": flops / best["torch"] / 1e9,
+    }
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; platform.processor() elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def interleaved(fns: dict, reps: int, warmup: bool = True, pause: float = 0.3) -> dict:
@@ -251,11 +334,13 @@ def peak_memory(backend: str, p: dict) -> float:
     """Peak resident memory of training (MiB), in a fresh process that builds only the one model: the
     high-water mark over building it and four training steps, less the resident size of the libraries
     once imported. It counts the weights, gradients, Adam's state, activations and whatever the allocator
-    keeps for reuse (the fast path keeps freed memory; numpy_transformer.parallel.keep_freed_memory)."""
+    keeps for reuse (with p["keep_freed_memory"], glibc keeps freed memory: parallel.keep_freed_memory)."""
     code = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
 import bench
+if {bool(p.get("keep_freed_memory"))!r}:
+    bench.parallel.keep_freed_memory()
 def status(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field)) / 1024
@@ -570,19 +655,28 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--no-decode", action="store_true", help="skip the decoding timings")
     parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="time everything (torch included) after numpy_transformer.parallel.keep_freed_memory(): glibc keeps "
+        "freed memory for reuse, for the whole process; default: the allocator's own settings",
+    )
+    parser.add_argument(
         "--compile-backend",
         default=None,
         help="torch.compile backend of the compiled training step (default: inductor; aot_eager with --quick)",
     )
     args = parser.parse_args(argv)
-    p = dict(QUICK if args.quick else BASE)
+    # The allocator's settings change every library's speed in the process (torch's too), so they are chosen
+    # once, before anything runs, and the same for every implementation timed (the memory subprocesses too).
+    allocator = parallel.keep_freed_memory() if args.keep_freed_memory else {}
+    p = dict(QUICK if args.quick else BASE, keep_freed_memory=args.keep_freed_memory)
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
     config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))
     np_model, torch_model = build_pair(config)
     src, tgt_in, tgt_out = batch(config, p["batch"], p["src_len"], p["tgt_len"])
     n_tokens = p["batch"] * (p["src_len"] + p["tgt_len"])
 
-    ceiling = matmul_ceiling(config.d_model, p["batch"] * p["tgt_len"], p["reps"])
+    ceiling = matmul_ceiling(config, p["batch"], p["src_len"], p["tgt_len"], p["reps"])
     fwd = interleaved(
         dict(
             zip(
@@ -618,7 +712,9 @@ def main(argv=None) -> dict:
         "src_len": p["src_len"],
         "tgt_len": p["tgt_len"],
         "machine": {
+            "cpu_model": cpu_model(),
             "cpus": len(os.sched_getaffinity(0)),
+            "allocator": allocator or "glibc defaults (or this libc's)",
             "python": platform.python_version(),
             "numpy": np.__version__,
             "torch": torch.__version__,
@@ -629,9 +725,7 @@ def main(argv=None) -> dict:
         "train_step_seconds": step,
         "train_step_gflop": flops / 1e9,
         "train_step_gflops": {k: flops / v / 1e9 for k, v in step.items()},
-        "train_step_fraction_of_ceiling": {
-            k: flops / v / 1e9 / ceiling["torch" if k == "torch" else "numpy"] for k, v in step.items()
-        },
+        "train_step_fraction_of_ceiling": {k: flops / v / 1e9 / ceiling[k] for k, v in step.items()},
         "train_step_ratio_numpy_over_torch": step["numpy"] / step["torch"],
         "train_step_ratio_numpy_parallel_over_torch": step["numpy_parallel"] / step["torch"],
         "forward_ratio_numpy_over_torch": fwd["numpy"] / fwd["torch"],
@@ -653,12 +747,23 @@ def main(argv=None) -> dict:
         f"batch {p['batch']} x ({p['src_len']} src + {p['tgt_len']} tgt) = {n_tokens} tokens, float32"
     )
     print(
-        f"machine: {m['cpus']} CPUs; numpy {m['numpy']} with {blas.get('internal_api')} {blas.get('version')} "
+        f"machine: {m['cpu_model']}, {m['cpus']} CPUs; numpy {m['numpy']} with {blas.get('internal_api')} "
+        f"{blas.get('version')} "
         f"({blas.get('architecture')} kernel, {blas.get('num_threads')} threads); torch {m['torch']} "
         f"({m['torch_threads']} threads); OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}"
     )
     print(
-        f"matrix-product ceiling (float32): numpy {ceiling['numpy']:.0f} GFLOP/s, torch {ceiling['torch']:.0f} GFLOP/s"
+        "allocator, the same for every implementation timed: "
+        + (
+            "keep_freed_memory (" + ", ".join(f"{k}={v}" for k, v in allocator.items()) + ")"
+            if args.keep_freed_memory
+            else "the C library's defaults (--keep-freed-memory: glibc keeps freed memory for reuse)"
+        )
+    )
+    print(
+        "matrix-product ceiling (float32, the step's own products, warm, best of each shape): "
+        f"numpy {ceiling['numpy']:.0f} GFLOP/s (all BLAS threads), numpy fast {ceiling['numpy_parallel']:.0f} "
+        f"(a part per core, one BLAS thread each), torch {ceiling['torch']:.0f}"
     )
     print("numpy: the plain reference path; numpy fast: numpy_transformer.parallel (one part of the batch per core)")
     print(f"{'':28}{'numpy':>10}{'numpy fast':>12}{'torch':>10}{'numpy/torch':>13}{'fast/torch':>12}")
@@ -674,6 +779,9 @@ def main(argv=None) -> dict:
     g, frac = report["train_step_gflops"], report["train_step_fraction_of_ceiling"]
     row("training step GFLOP/s", g, lambda v: f"{v:.0f}", ratio=False)
     row("  fraction of ceiling", frac, lambda v: f"{v:.0%}", ratio=False)
+    over = [k for k, v in frac.items() if v > 1.05]
+    if over:
+        print(f"  (above 100% for {', '.join(over)}: the ceiling was measured under other conditions than the step)")
     print(f"{'':28}({flops / 1e9:.1f} GFLOP of matrix products per step)")
     row("peak memory, training MiB", memory, lambda v: f"{v:.0f}")
     print(

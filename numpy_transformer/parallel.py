@@ -55,8 +55,7 @@ CORES = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") 
 
 @functools.cache
 def pool() -> ThreadPoolExecutor:
-    """The threads of the fast path, one per core, made on first use (after keep_freed_memory)."""
-    keep_freed_memory()
+    """The threads of the fast path, one per core, made on first use."""
     return ThreadPoolExecutor(max_workers=CORES, thread_name_prefix="numpy_transformer")
 
 
@@ -70,7 +69,12 @@ MALLOPT = {
 
 def keep_freed_memory() -> dict:
     """On glibc, let freed arrays be reused instead of handed back to the kernel, for the whole process
-    (returns what was set). Runs once, before the pool's threads first allocate.
+    (returns what was set). Opt-in: nothing here calls it. Call it once, at the start of a program, before
+    threads allocate; it cannot be undone.
+
+    It changes the allocator of the whole process, so every library in it feels it, torch included (a torch
+    training step measured at 224 ms took 162 ms once these settings were in force): compare implementations
+    either all with it or all without (benchmarks/bench.py --keep-freed-memory does the former).
 
     Why: a training step allocates and frees hundreds of MiB of activations and gradients. By default glibc
     serves most of them with mmap (its threshold rises to 32 MiB only as it learns), gives each thread an

@@ -24,7 +24,8 @@ def test_benchmark_quick_mode(tmp_path):
         assert report["train_step_fraction_of_ceiling"][backend] > 0
     assert report["train_step_ratio_numpy_parallel_over_torch"] > 0
     assert report["forward_ratio_numpy_parallel_over_torch"] > 0
-    assert report["matmul_ceiling_gflops"]["numpy"] > 0
+    assert all(report["matmul_ceiling_gflops"][k] > 0 for k in ("numpy", "numpy_parallel", "torch"))
+    assert report["machine"]["cpu_model"] and "allocator, the same for every implementation" in printed
     phases = report["numpy_parallel_step_phases_seconds"]
     assert {"optimizer (Adam)", "sum of the parts' gradients"} <= set(phases) and all(v > 0 for v in phases.values())
     minilm = report["minilm_forward_seconds"]  # all-MiniLM-L6-v2 against transformers' BertModel (--quick: 2 x 16)

@@ -348,3 +348,32 @@ def test_part_dropout_keep_probability():
     assert dropout.masks["site"] is mask and dropout.used == {"site"}
     assert parallel.PartDropout(1.0, np.random.default_rng(0), batch_masks, 0).keep_mask("all", (2, 5)).sum() == 0
     assert parallel.PartDropout(0.0, np.random.default_rng(0), batch_masks, 0).keep_mask("none", (2, 5)).all()
+
+
+def test_the_fast_path_leaves_the_allocator_alone():
+    """keep_freed_memory changes the allocator of the whole process (torch's speed too): only a call that says so
+    may apply it. A fresh process imports everything, trains fast steps and an optimizer step without it."""
+    import subprocess
+    import sys
+
+    code = """
+from numpy_transformer import parallel
+calls = []
+parallel.keep_freed_memory = lambda: calls.append(1) or {}
+import numpy as np
+import numpy_transformer as nt
+import torch_transformer
+from numpy_transformer import optim
+config = nt.TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=8, n_heads=2, d_ff=16,
+                              n_encoder_layers=1, n_decoder_layers=1, max_len=8)
+model = nt.Transformer(config, dtype=np.float32)
+ids = np.random.default_rng(0).integers(3, 11, size=(4, 6))
+opt = optim.Adam(model.params, lr=1e-3)
+for _ in range(2):
+    model.zero_grad()
+    parallel.DataParallel(model, 2).forward_backward((ids, ids), ids, config.pad_id)
+    opt.step(model.grads)
+print(len(calls))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0"
