@@ -39,8 +39,9 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
     Raises ValueError, naming the file, for a missing or unreadable file, an unsupported model_type, a config
     it cannot translate, or tensors that do not fit the config (every one listed). Everything is checked
     before the model is built, so a bad checkpoint costs no more memory than its files and returns no
-    half-loaded model. The model remembers its family (`hf_model_type`) and config.json (`hf_config`), so
-    that `save` writes the same kind of checkpoint back.
+    half-loaded model. The model is returned in evaluation mode, as transformers' from_pretrained returns its
+    own (call model.train() to fine-tune with the checkpoint's dropout). The model remembers its family
+    (`hf_model_type`) and config.json (`hf_config`), so that `save` writes the same kind of checkpoint back.
     """
     directory = Path(directory)
     hf_config = read_config(directory)
@@ -83,7 +84,7 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
     model = model_class(config, dtype=dtype)  # built only now, when every tensor is known to fit
     model.load_state_dict(state)  # one copy into the model's arrays, cast to its dtype
     model.hf_model_type, model.hf_config = family.model_type, hf_config
-    return model
+    return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
 def save(model, directory) -> None:

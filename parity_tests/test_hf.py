@@ -403,3 +403,29 @@ def test_float32_rule_takes_the_reference_error_per_tensor_with_floor_and_cap():
     assert "the reference's own float32 error 1.000e-05" in failed[0]
     result.reference_float32 = None  # DESIGN.md's bar: out and a and c fail
     assert len(C.failures(result, np.float32)) == 3
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_load_returns_evaluation_mode_as_from_pretrained_does(minilm, side):
+    """all-MiniLM-L6-v2 has dropout 0.1: loaded, two calls on the same ids agree exactly and equal transformers'
+    from_pretrained model (itself in evaluation mode); after model.train() dropout is on again."""
+    path, ids, _, token_types = minilm
+    theirs = transformers.BertModel.from_pretrained(path)
+    assert not theirs.training and theirs.config.hidden_dropout_prob == 0.1
+    with torch.no_grad():
+        reference = C.to_numpy(H.transformers_forward(theirs, "bert", ids, token_types))
+    if side == "numpy":
+        model = numpy_hf.load(path, dtype=np.float32)
+        assert not model.training
+        run = lambda: model.forward(ids, token_types)  # noqa: E731
+    else:
+        model = torch_hf.load(path, dtype=torch.float32)
+        assert not model.training
+        t_ids, t_types = torch.from_numpy(ids), torch.from_numpy(token_types)
+        run = lambda: C.to_numpy(model(t_ids, t_types).detach())  # noqa: E731
+    first, second = run(), run()
+    np.testing.assert_array_equal(first, second)
+    real = ids != 0  # padded positions are computed each side its own way
+    assert np.abs(first - reference)[real].max() <= 1e-4
+    model.train()
+    assert np.abs(run() - run()).max() > 1e-2

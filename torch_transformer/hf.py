@@ -27,7 +27,8 @@ CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transf
 
 
 def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", dropout=None):
-    """The model of a Hugging Face checkpoint directory, in `dtype` on `device`; see numpy_transformer.hf.load."""
+    """The model of a Hugging Face checkpoint directory, in `dtype` on `device`, in evaluation mode; see
+    numpy_transformer.hf.load."""
     directory = Path(directory)
     hf_config = _read_config(directory)
     family = family_of(hf_config.get("model_type"))
@@ -40,7 +41,7 @@ def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | s
     }
     model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
     model.hf_model_type, model.hf_config = family.model_type, hf_config
-    return model
+    return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
 def save(model, directory) -> None:
