@@ -188,8 +188,9 @@ def multi_head_attention_forward(
     """
     if kernel not in ("plain", "flash"):
         raise ValueError(f"kernel must be 'plain' or 'flash', got {kernel!r}")
-    if kernel == "flash" and dropout is not None and dropout.p > 0:
-        raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={dropout.p}")
+    p = 0.0 if dropout is None else dropout.rate(f"{site}.dropout")  # the attention probabilities' rate
+    if kernel == "flash" and p > 0:
+        raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={p}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads, rope)
     _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
@@ -211,12 +212,10 @@ def multi_head_attention_forward(
             causal = causal_mask(q.shape[2], k.shape[2])  # (1, 1, T_q, T_k)
             mask = causal if attn_mask is None else causal & attn_mask
         keep_mask = None
-        if dropout is not None:
+        if p > 0:
             B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
             keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
-        context, attn_cache = scaled_dot_product_attention_forward(
-            q, k, v, mask, dropout.p if dropout is not None else 0.0, keep_mask
-        )  # (B, H, T_q, Dh)
+        context, attn_cache = scaled_dot_product_attention_forward(q, k, v, mask, p, keep_mask)  # (B, H, T_q, Dh)
     context = merge_heads(context)  # (B, T_q, D)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
     return out, {

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 POSITIONALS = ("sinusoidal", "learned", "rope")
 NORMS = ("layer", "rms")
+DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
 SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
 
@@ -36,7 +37,7 @@ class TransformerConfig:
     d_ff: int = 64  # hidden width F of the position-wise feed-forward block
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
-    dropout: float = 0.0  # one rate for embeddings, attention probabilities, FFN hidden, residuals
+    dropout: float = 0.0  # the one-number shorthand: the rate of every dropout site below left at None
     activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh" or "silu" (x * sigmoid(x))
     norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
     positional: str = "sinusoidal"  # "sinusoidal" (the paper), "learned", or "rope" (rotary, in attention)
@@ -61,6 +62,12 @@ class TransformerConfig:
     attention: str = "plain"  # "plain" (the (T_q, T_k) pair) or "flash" (tiled, online softmax; no dropout)
     # lookups of pad_id pass no gradient to the token tables, as nn.Embedding(padding_idx=pad_id) (Marian)
     embedding_padding_idx: bool = False
+    # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
+    # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
+    embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
+    attention_dropout: float | None = None  # on the attention probabilities
+    activation_dropout: float | None = None  # on the feed-forward's hidden activation
+    residual_dropout: float | None = None  # on each sublayer's output, before it joins the residual stream
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
@@ -72,10 +79,14 @@ class TransformerConfig:
                 f"d_model must be divisible by n_heads: got d_model={self.d_model}, "
                 f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0)"
             )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise TypeError(f"dropout must be a float, got {type(self.dropout).__name__}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("dropout", *(f"{kind}_dropout" for kind in DROPOUT_KINDS)):
+            value = getattr(self, name)
+            if value is None and name != "dropout":
+                continue  # the site takes `dropout`
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if self.positional not in POSITIONALS:
@@ -102,8 +113,11 @@ class TransformerConfig:
                 f"share_embeddings needs one vocabulary: got src_vocab_size={self.src_vocab_size}, "
                 f"tgt_vocab_size={self.tgt_vocab_size}"
             )
-        if self.attention == "flash" and self.dropout != 0.0:
-            raise ValueError(f"attention='flash' has no attention dropout: set dropout=0.0, got {self.dropout}")
+        if self.attention == "flash" and self.dropout_rates["attention"] != 0.0:
+            raise ValueError(
+                "attention='flash' has no attention dropout: set attention_dropout=0.0 (or dropout=0.0), got "
+                f"{self.dropout_rates['attention']}"
+            )
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
         for name in ("pad_id", "bos_id", "eos_id"):
@@ -139,6 +153,17 @@ class TransformerConfig:
     def kv_heads(self) -> int:
         """The number of K/V heads: n_kv_heads, or n_heads when that is None (plain multi-head attention)."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def dropout_rates(self) -> dict:
+        """{kind: rate} for the four kinds of dropout site (DROPOUT_KINDS), `dropout` where a kind is None."""
+        rates = {kind: getattr(self, f"{kind}_dropout") for kind in DROPOUT_KINDS}
+        return {kind: float(self.dropout if rate is None else rate) for kind, rate in rates.items()}
+
+    @property
+    def has_dropout(self) -> bool:
+        """True when any dropout site has a rate above zero."""
+        return any(rate > 0 for rate in self.dropout_rates.values())
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -121,7 +121,7 @@ def check_model(model, *ids, seed: int = 0, **options) -> GradcheckResult:
     """
     rng = np.random.default_rng(seed)
     masks = None
-    if model.training and model.config.dropout > 0:
+    if model.training and model.config.has_dropout:
         model.forward(*ids)  # draw one set of dropout keep-masks ...
         masks = dict(model.dropout_masks)  # ... and replay it in every forward below
 

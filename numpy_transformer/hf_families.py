@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .config import TransformerConfig
+from .config import DROPOUT_KINDS, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -90,18 +90,50 @@ def activation_from_hf(name) -> str:
     return ACTIVATIONS_FROM_HF[name]
 
 
-def one_rate(values: dict, override: float | None = None) -> float:
-    """Our config has one dropout rate: the checkpoint's rates must agree (None counts as 0), unless
-    `override` (load's dropout=) chooses it."""
+# Each family's dropout fields in config.json: name -> (the kinds of our sites it sets, transformers' default when
+# the field is absent). A kind no field names has no dropout in that family (no config.json can express one).
+BERT_DROPOUT = {
+    "hidden_dropout_prob": (("embedding", "residual"), 0.1),
+    "attention_probs_dropout_prob": (("attention",), 0.1),
+}
+GPT2_DROPOUT = {
+    "embd_pdrop": (("embedding",), 0.1), "attn_pdrop": (("attention",), 0.1), "resid_pdrop": (("residual",), 0.1),
+}  # fmt: skip
+LLAMA_DROPOUT = {"attention_dropout": (("attention",), 0.0)}
+SEQ2SEQ_DROPOUT = {
+    "dropout": (("embedding", "residual"), 0.1),
+    "attention_dropout": (("attention",), 0.0),
+    "activation_dropout": (("activation",), 0.0),
+}
+
+
+def dropout_from_hf(c: dict, fields: dict, override: float | None = None) -> dict:
+    """The config's dropout fields from config.json's rates (`fields`: the family's table above; null counts as
+    0), or `override` (load's dropout=) for every site."""
     if override is not None:
-        return float(override)
-    rates = {k: float(v or 0.0) for k, v in values.items()}
-    if len(set(rates.values())) > 1:
-        raise ValueError(
-            f"the checkpoint's dropout rates differ ({rates}) and this project uses one rate for every site: "
-            "pass dropout=... to load() to choose it"
-        )
-    return next(iter(rates.values()), 0.0)
+        return {"dropout": float(override)}
+    rates = dict.fromkeys(DROPOUT_KINDS, 0.0)
+    for name, (kinds, default) in fields.items():
+        for kind in kinds:
+            rates[kind] = float(c.get(name, default) or 0.0)
+    return {"dropout": 0.0, **{f"{kind}_dropout": rate for kind, rate in rates.items()}}
+
+
+def dropout_to_hf(config: TransformerConfig, model_type: str, fields: dict) -> dict:
+    """config.json's dropout fields from the config's rates; ValueError where the family cannot express them (one
+    field for several kinds whose rates differ, or a kind it has no field for with a rate above 0)."""
+    rates, out = config.dropout_rates, {}
+    for name, (kinds, _) in fields.items():
+        values = {rates[kind] for kind in kinds}
+        if len(values) > 1:
+            got = ", ".join(f"{kind}_dropout={rates[kind]}" for kind in kinds)
+            raise ValueError(f"a {model_type} checkpoint has one rate ({name}) for these sites; got {got}")
+        out[name] = values.pop()
+    covered = {kind for kinds, _ in fields.values() for kind in kinds}
+    inexpressible = [f"{kind}_dropout={rates[kind]}" for kind in DROPOUT_KINDS if kind not in covered and rates[kind]]
+    if inexpressible:
+        raise ValueError(f"a {model_type} checkpoint has no such dropout: got {', '.join(inexpressible)} (needs 0)")
+    return out
 
 
 def require(config: TransformerConfig, model_type: str, **expected) -> None:
@@ -148,7 +180,7 @@ def bert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         d_ff=c["intermediate_size"],
         n_encoder_layers=c["num_hidden_layers"],
         n_decoder_layers=0,
-        dropout=one_rate({k: c.get(k) for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")}, dropout),
+        **dropout_from_hf(c, BERT_DROPOUT, dropout),
         activation=activation_from_hf(c.get("hidden_act", "gelu")),
         norm_first=False,
         positional="learned",
@@ -176,8 +208,7 @@ def bert_to_hf(config: TransformerConfig) -> dict:
         "num_attention_heads": config.n_heads,
         "intermediate_size": config.d_ff,
         "num_hidden_layers": config.n_encoder_layers,
-        "hidden_dropout_prob": config.dropout,
-        "attention_probs_dropout_prob": config.dropout,
+        **dropout_to_hf(config, "bert", BERT_DROPOUT),
         "hidden_act": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
         "max_position_embeddings": config.max_len,
         "layer_norm_eps": config.layer_norm_eps,
@@ -248,7 +279,7 @@ def gpt2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         d_ff=c.get("n_inner") or 4 * D,
         n_encoder_layers=0,
         n_decoder_layers=c["n_layer"],
-        dropout=one_rate({k: c.get(k, 0.1) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}, dropout),
+        **dropout_from_hf(c, GPT2_DROPOUT, dropout),
         activation=activation_from_hf(c.get("activation_function", "gelu_new")),
         norm_first=True,
         positional="learned",
@@ -275,9 +306,7 @@ def gpt2_to_hf(config: TransformerConfig) -> dict:
         "n_inner": config.d_ff,
         "n_layer": config.n_decoder_layers,
         "n_positions": config.max_len,
-        "resid_pdrop": config.dropout,
-        "embd_pdrop": config.dropout,
-        "attn_pdrop": config.dropout,
+        **dropout_to_hf(config, "gpt2", GPT2_DROPOUT),
         "activation_function": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
         "layer_norm_epsilon": config.layer_norm_eps,
         "tie_word_embeddings": config.tie_embeddings,
@@ -358,7 +387,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         d_ff=c["intermediate_size"],
         n_encoder_layers=0,
         n_decoder_layers=c["num_hidden_layers"],
-        dropout=one_rate({"attention_dropout": c.get("attention_dropout", 0.0)}, dropout),
+        **dropout_from_hf(c, LLAMA_DROPOUT, dropout),
         activation=activation_from_hf(c.get("hidden_act", "silu")),
         norm_first=True,
         positional="rope",
@@ -392,7 +421,7 @@ def llama_to_hf(config: TransformerConfig) -> dict:
         "head_dim": config.head_dim,
         "intermediate_size": config.d_ff,
         "num_hidden_layers": config.n_decoder_layers,
-        "attention_dropout": config.dropout,
+        **dropout_to_hf(config, "llama", LLAMA_DROPOUT),
         "hidden_act": config.activation,
         "max_position_embeddings": config.max_len,
         "rms_norm_eps": config.layer_norm_eps,
@@ -468,7 +497,7 @@ def seq2seq_from_hf(c: dict, dropout: float | None, model_type: str) -> Transfor
         d_ff=c["encoder_ffn_dim"],
         n_encoder_layers=c["encoder_layers"],
         n_decoder_layers=c["decoder_layers"],
-        dropout=one_rate({k: c.get(k, 0.0) for k in ("dropout", "attention_dropout", "activation_dropout")}, dropout),
+        **dropout_from_hf(c, SEQ2SEQ_DROPOUT, dropout),
         activation=activation_from_hf(c.get("activation_function", "gelu")),
         norm_first=False,
         positional="sinusoidal" if model_type == "marian" else "learned",
@@ -507,9 +536,7 @@ def seq2seq_to_hf(config: TransformerConfig, model_type: str) -> dict:
         "decoder_ffn_dim": config.d_ff,
         "encoder_layers": config.n_encoder_layers,
         "decoder_layers": config.n_decoder_layers,
-        "dropout": config.dropout,
-        "attention_dropout": config.dropout,
-        "activation_dropout": config.dropout,
+        **dropout_to_hf(config, model_type, SEQ2SEQ_DROPOUT),
         "activation_function": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
         "max_position_embeddings": config.max_len,
         "pad_token_id": config.pad_id,

@@ -271,6 +271,19 @@ def dropout_backward(dout: np.ndarray, cache):
     return dx
 
 
+def dropout_kind(site: str) -> str:
+    """The kind of a dropout site (config.DROPOUT_KINDS), read from its name: "...embedding_dropout" (the summed
+    embeddings), "...attn.dropout" (attention probabilities), "...ffn.dropout" (the feed-forward's hidden
+    activation); any other site is a sublayer's output before the residual add ("...self_attn_dropout")."""
+    if site.endswith("embedding_dropout"):
+        return "embedding"
+    if site.endswith("attn.dropout"):
+        return "attention"
+    if site.endswith("ffn.dropout"):
+        return "activation"
+    return "residual"
+
+
 class Dropout:
     """Where the keep-masks of one forward pass come from, by dropout site name.
 
@@ -278,9 +291,11 @@ class Dropout:
     when built with `masks=`, hands out exactly those (so two implementations drop the same units).
     Site names: "encoder.embedding_dropout", "{layer}.self_attn.dropout" (attention probabilities),
     "{layer}.ffn.dropout" (FFN hidden), "{layer}.self_attn_dropout" (sublayer output), and so on.
+    `p` is one rate for every site, or {kind: rate} by dropout_kind (config.dropout_rates); a site whose
+    rate is 0 draws no mask and is the identity.
     """
 
-    def __init__(self, p: float, rng: np.random.Generator | None = None, masks: dict | None = None):
+    def __init__(self, p: float | dict, rng: np.random.Generator | None = None, masks: dict | None = None):
         if masks is None and rng is None:
             raise ValueError("Dropout needs either rng= to draw masks or masks= to replay them")
         self.p = p
@@ -288,6 +303,10 @@ class Dropout:
         self.replay = masks is not None
         self.masks = {} if masks is None else masks
         self.used: set = set()
+
+    def rate(self, site: str) -> float:
+        """The dropout rate of `site`."""
+        return self.p[dropout_kind(site)] if isinstance(self.p, dict) else self.p
 
     def keep_mask(self, site: str, shape: tuple) -> np.ndarray:
         self.used.add(site)
@@ -301,7 +320,7 @@ class Dropout:
                     f"got {mask.dtype} array of shape {mask.shape}"
                 )
             return mask
-        mask = self.rng.random(shape, dtype=np.float32) >= self.p
+        mask = self.rng.random(shape, dtype=np.float32) >= self.rate(site)
         self.masks[site] = mask
         return mask
 
@@ -314,9 +333,9 @@ class Dropout:
 
 def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):
     """Apply the dropout of `site` to x (identity when dropout is None); returns (out, cache)."""
-    if dropout is None:
+    if dropout is None or dropout.rate(site) == 0.0:
         return dropout_forward(x)
-    return dropout_forward(x, dropout.p, dropout.keep_mask(site, x.shape))
+    return dropout_forward(x, dropout.rate(site), dropout.keep_mask(site, x.shape))
 
 
 # ----------------------------------------------------------------------------------------------

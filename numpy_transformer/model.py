@@ -570,11 +570,11 @@ class _Model:
 
     def _dropout(self, dropout_masks: dict | None) -> Dropout | None:
         """The dropout of this forward pass: None in eval mode or with p = 0 (masks are then ignored)."""
-        if not self.training or self.config.dropout == 0.0:
+        if not self.training or not self.config.has_dropout:
             return None
         if dropout_masks is not None:
-            return Dropout(self.config.dropout, masks=dict(dropout_masks))
-        return Dropout(self.config.dropout, rng=self.rng)
+            return Dropout(self.config.dropout_rates, masks=dict(dropout_masks))
+        return Dropout(self.config.dropout_rates, rng=self.rng)
 
     # -- the encoder's token table, optionally shared with the decoder ---------------------
 

@@ -215,20 +215,20 @@ class PartDropout(Dropout):
     uniforms are within 2^-24). Two 32-bit words come from each raw 64-bit output of the generator, instead of
     one float per call: about twice as fast."""
 
-    def __init__(self, p: float, rng: np.random.Generator, batch_masks: _BatchMasks, lo: int):
+    def __init__(self, p: float | dict, rng: np.random.Generator, batch_masks: _BatchMasks, lo: int):
         super().__init__(p, rng=rng)
         self.batch_masks, self.lo = batch_masks, lo
-        self.threshold = math.ceil(p * 2**32)  # keep iff u >= threshold; 2^32 (p = 1) keeps nothing
 
     def keep_mask(self, site: str, shape: tuple) -> np.ndarray:
         self.used.add(site)
         mask = self.batch_masks.rows(site, tuple(shape), self.lo)
-        if self.threshold >= 2**32:
+        threshold = math.ceil(self.rate(site) * 2**32)  # keep iff u >= threshold; 2^32 (p = 1) keeps nothing
+        if threshold >= 2**32:
             mask[...] = False
         else:
             n = mask.size
             words = self.rng.bit_generator.random_raw((n + 1) // 2).view(np.uint32)[:n]  # n uniform 32-bit ints
-            np.greater_equal(words.reshape(mask.shape), self.threshold, out=mask)
+            np.greater_equal(words.reshape(mask.shape), threshold, out=mask)
         self.masks[site] = mask
         return mask
 
@@ -280,7 +280,7 @@ class DataParallel:
         """One replica per part: the model's params (shared) and mode, its own grads, cache and dropout."""
         model = self.model
         self.bounds = split_rows(batch_size, self.n_parts)
-        drawing = model.training and model.config.dropout > 0 and dropout_masks is None
+        drawing = model.training and model.config.has_dropout and dropout_masks is None
         if drawing:  # one generator per part, seeded from the model's stream: the same seed, the same masks
             seeds = model.rng.integers(0, 2**63, size=len(self.bounds))
             batch_masks = _BatchMasks(batch_size)
@@ -290,14 +290,14 @@ class DataParallel:
             replica.grads, replica._zero = {}, set(model.params)  # every gradient zero, none allocated
             replica._cache = None
             if drawing:
-                dropout = PartDropout(model.config.dropout, np.random.default_rng(seeds[k]), batch_masks, lo)
+                dropout = PartDropout(model.config.dropout_rates, np.random.default_rng(seeds[k]), batch_masks, lo)
                 replica._dropout = lambda masks, dropout=dropout: dropout
             replicas.append(replica)
         self.replicas = replicas
         model._cache = None  # the caches are the replicas': a plain backward now would have nothing to read
         if drawing:
             model.dropout_masks = batch_masks.masks
-        elif dropout_masks is not None and model.training and model.config.dropout > 0:
+        elif dropout_masks is not None and model.training and model.config.has_dropout:
             model.dropout_masks = dict(dropout_masks)
         else:
             model.dropout_masks = {}

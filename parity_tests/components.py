@@ -628,7 +628,7 @@ def compare_models(
 
     # torch: the fused fast path (or the explicit one, with shared dropout masks), autograd.
     masks = None
-    if train and config.dropout > 0:
+    if train and config.has_dropout:
         masks = {k: torch.from_numpy(v).to(device) for k, v in np_model.dropout_masks.items()}
     recorded, handles = _hidden_state_hooks(torch_model, [k for k in np_acts if k != "logits"])
     try:
@@ -705,7 +705,7 @@ def compare_encoder_models(
     t_src = torch.from_numpy(src).to(device)
     t_types = None if token_types is None else torch.from_numpy(token_types).to(device)
     masks = None
-    if train and config.dropout > 0:
+    if train and config.has_dropout:
         masks = {k: torch.from_numpy(v).to(device) for k, v in np_model.dropout_masks.items()}
     recorded, handles = _hidden_state_hooks(torch_model, [k for k in np_acts if k != "encoder"])
     try:

@@ -93,7 +93,7 @@ def model_rows(config, seed: int):
     """(component name, family, train): the whole models, in evaluation and in training mode."""
     rows = [("Transformer", "Transformer", False), ("TransformerLM", "TransformerLM", False)]
     rows += [(ENCODER_ROW, "EncoderModel", False), (LLAMA_ROW, "TransformerLM", False)]
-    if config.dropout > 0:
+    if config.has_dropout:
         rows += [
             ("Transformer (train, shared dropout)", "Transformer", True),
             ("TransformerLM (train, shared dropout)", "TransformerLM", True),

@@ -17,6 +17,7 @@ model is held to the float32 bar.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -255,13 +256,33 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
     assert not missing, f"{missing} not in: {error.value}"
 
 
+# config.json's dropout fields -> our config's rates by site kind (embedding, attention, activation, residual)
+FAMILY_RATES = [
+    ("bert", dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2), (0.1, 0.2, 0.0, 0.1)),
+    ("gpt2", dict(embd_pdrop=0.1, attn_pdrop=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),
+    ("llama", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),
+]
+
+
 @pytest.mark.parametrize("side", SIDES)
-def test_differing_dropout_rates_need_a_choice(side, tmp_path):
-    H.build_tiny("bert", tmp_path, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2)
-    with pytest.raises(ValueError, match="dropout rates differ") as error:
-        HF[side].load(tmp_path)
-    assert "hidden_dropout_prob" in str(error.value) and "dropout=" in str(error.value)
-    assert HF[side].load(tmp_path, dropout=0.15).config.dropout == 0.15
+@pytest.mark.parametrize(("family", "fields", "rates"), FAMILY_RATES, ids=[f for f, _, _ in FAMILY_RATES])
+def test_each_family_loads_its_own_dropout_rates_and_saves_them_back(family, fields, rates, side, tmp_path):
+    H.build_tiny(family, tmp_path / "in", **fields)
+    model = HF[side].load(tmp_path / "in")  # no argument needed
+    assert tuple(model.config.dropout_rates.values()) == rates
+    HF[side].save(model, tmp_path / "out")
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert {k: written[k] for k in fields} == fields
+    assert set(HF[side].load(tmp_path / "in", dropout=0.15).config.dropout_rates.values()) == {0.15}  # one for all
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_saving_rates_a_family_cannot_express_is_an_error(side, tmp_path):
+    H.build_tiny("gpt2", tmp_path / "in")
+    config = dataclasses.replace(HF[side].load(tmp_path / "in").config, activation_dropout=0.1)  # GPT-2 has none
+    model = nt.TransformerLM(config) if side == "numpy" else tt.TransformerLM(config)
+    with pytest.raises(ValueError, match="activation_dropout=0.1"):
+        HF[side].save(model, tmp_path / "out")
 
 
 @pytest.mark.parametrize("side", SIDES)

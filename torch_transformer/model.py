@@ -29,16 +29,18 @@ class _Layer(nn.Module):
     def _sublayer(self, name: str, config: TransformerConfig) -> None:
         """Add the residual sublayer `name`'s norm and output dropout."""
         setattr(self, f"{name}_norm", make_norm(config))
-        setattr(self, f"{name}_dropout", Dropout(config.dropout))
+        setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
     def _attention(config: TransformerConfig) -> MultiHeadAttention:
-        return MultiHeadAttention(config.d_model, config.n_heads, config.dropout, config.n_kv_heads, config.bias)
+        rate = config.dropout_rates["attention"]
+        return MultiHeadAttention(config.d_model, config.n_heads, rate, config.n_kv_heads, config.bias)
 
     @staticmethod
     def _feed_forward(config: TransformerConfig) -> FeedForward:
         c = config
-        return FeedForward(c.d_model, c.d_ff, c.activation, c.dropout, gated=c.gated_ffn, bias=c.bias)
+        rate = c.dropout_rates["activation"]
+        return FeedForward(c.d_model, c.d_ff, c.activation, rate, gated=c.gated_ffn, bias=c.bias)
 
     def _residual(self, name: str, x: Tensor, sublayer: Callable[[Tensor], Tensor], masks: Mapping) -> Tensor:
         norm, dropout = getattr(self, f"{name}_norm"), getattr(self, f"{name}_dropout")
@@ -166,7 +168,7 @@ class _Stack(nn.Module):
             nn.init.normal_(self.token_type_embedding.weight, std=0.02)
         # nn.Identity has no parameters: without the option there are no embedding_norm.* keys.
         self.embedding_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
-        self.embedding_dropout = Dropout(config.dropout)
+        self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
         self.final_norm = make_norm(config) if config.norm_first else nn.Identity()
@@ -278,28 +280,31 @@ class _OutputBias(nn.Module):
 def dropout_site_shapes(
     config: TransformerConfig, *, batch_size: int, tgt_len: int | None = None, src_len: int | None = None
 ) -> dict[str, tuple[int, ...]]:
-    """Every dropout site of a model, in forward order, with the shape of its keep-mask.
+    """Every dropout site of a model whose rate is above zero, in forward order, with the shape of its keep-mask.
 
     `src_len` None describes a `TransformerLM` (decoder only, no cross-attention), `tgt_len` None an
-    `EncoderModel` (encoder only). Sites: the embedding output (B, T, D); attention probabilities
-    (B, H, T_q, T_k); the FFN hidden (B, T, F); each sublayer's output before the residual add (B, T, D).
+    `EncoderModel` (encoder only). Sites, by kind (config.dropout_rates): the embedding output (B, T, D);
+    attention probabilities (B, H, T_q, T_k); the FFN hidden (B, T, F), "activation"; each sublayer's output
+    before the residual add (B, T, D), "residual". A site whose rate is 0 is the identity and has no mask.
     """
     b, d, h, f = batch_size, config.d_model, config.n_heads, config.d_ff
     if tgt_len is None and src_len is None:
         raise ValueError("dropout_site_shapes: give tgt_len (a model with a decoder), src_len (an encoder), or both")
 
+    rates = config.dropout_rates
+
     def stack(prefix: str, n_layers: int, length: int, memory_len: int | None) -> dict:
-        sites = {f"{prefix}.embedding_dropout": (b, length, d)}
+        sites = [(f"{prefix}.embedding_dropout", "embedding", (b, length, d))]
         for i in range(n_layers):
             layer = f"{prefix}.layers.{i}"
-            sites[f"{layer}.self_attn.dropout"] = (b, h, length, length)
-            sites[f"{layer}.self_attn_dropout"] = (b, length, d)
+            sites += [(f"{layer}.self_attn.dropout", "attention", (b, h, length, length))]
+            sites += [(f"{layer}.self_attn_dropout", "residual", (b, length, d))]
             if memory_len is not None:
-                sites[f"{layer}.cross_attn.dropout"] = (b, h, length, memory_len)
-                sites[f"{layer}.cross_attn_dropout"] = (b, length, d)
-            sites[f"{layer}.ffn.dropout"] = (b, length, f)
-            sites[f"{layer}.ffn_dropout"] = (b, length, d)
-        return sites
+                sites += [(f"{layer}.cross_attn.dropout", "attention", (b, h, length, memory_len))]
+                sites += [(f"{layer}.cross_attn_dropout", "residual", (b, length, d))]
+            sites += [(f"{layer}.ffn.dropout", "activation", (b, length, f))]
+            sites += [(f"{layer}.ffn_dropout", "residual", (b, length, d))]
+        return {site: shape for site, kind, shape in sites if rates[kind] > 0}
 
     sites = {}
     if src_len is not None:
@@ -392,7 +397,7 @@ class _Model(nn.Module):
         self, dropout_masks: Mapping[str, Tensor] | None, expected: dict[str, tuple[int, ...]]
     ) -> Mapping[str, Tensor] | None:
         """The keep-masks if they take effect (training with p > 0), after checking them; else None."""
-        if dropout_masks is None or not self.training or self.config.dropout == 0.0:
+        if dropout_masks is None or not self.training or not self.config.has_dropout:
             return None
         for site, shape in expected.items():
             if site not in dropout_masks:
