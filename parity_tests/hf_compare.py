@@ -38,7 +38,7 @@ import torch_transformer.hf as torch_hf
 from numpy_transformer import TransformerConfig
 from numpy_transformer import hf as numpy_hf
 from numpy_transformer.decoding import greedy_decode as numpy_greedy_decode
-from numpy_transformer.layers import sinusoidal_table
+from numpy_transformer.layers import dropout_kind, sinusoidal_table
 from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
@@ -302,6 +302,70 @@ def compare_hf(
     return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
 
 
+@contextlib.contextmanager
+def replayed_dropout(masks: dict, rates: dict):
+    """Inside: every torch dropout with p > 0 in training mode (F.dropout, and nn.Dropout, which calls it) takes
+    the next of `masks` (site -> keep-mask, ours, in forward order) instead of drawing, after checking that its
+    shape and rate are those of our site: transformers' model then drops exactly the units ours dropped. On
+    leaving, every mask must have been used."""
+    queue = list(masks.items())
+    original = torch.nn.functional.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return original(input, p, training, inplace)
+        if not queue:
+            raise AssertionError(f"transformers drops more units than ours: a dropout of {tuple(input.shape)}, p={p}")
+        site, mask = queue.pop(0)
+        if tuple(mask.shape) != tuple(input.shape) or abs(p - rates[site]) > 1e-12:
+            raise AssertionError(
+                f"dropout at our site {site}: ours {tuple(mask.shape)} at rate {rates[site]}, transformers' "
+                f"{tuple(input.shape)} at p={p}"
+            )
+        return input * torch.from_numpy(mask).to(input.device, input.dtype) / (1.0 - p)
+
+    torch.nn.functional.dropout = dropout
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
+    assert not queue, f"sites transformers never dropped: {[site for site, _ in queue]}"
+
+
+def site_rates(model) -> dict:
+    """Our model's dropout site -> its rate, for the masks of its last forward pass."""
+    rates = model.config.dropout_rates
+    return {site: rates[dropout_kind(site)] for site in model.dropout_masks}
+
+
+def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **overrides) -> Result:
+    """compare_hf in training mode, with the checkpoint's own dropout rates (`overrides`): our NumPy model (hf.load,
+    then train()) draws its masks, transformers' model (eager attention, train()) replays them; outputs and every
+    gradient compared as in evaluation."""
+    dtype = np.dtype(dtype)
+    with tempfile.TemporaryDirectory() as directory:
+        build_tiny(family, directory, seed, **overrides)
+        theirs = CLASSES[family].from_pretrained(directory, attn_implementation="eager", dtype=TORCH_DTYPE[dtype])
+        ours = numpy_hf.load(directory, dtype=dtype).train()
+    ids, token_types = make_inputs(family, seed)
+    out_shape = (*ids.shape, theirs.config.hidden_size if family == "bert" else TINY[family]["vocab_size"])
+    upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
+    ours.zero_grad()
+    ours_out = ours.forward(ids, token_types) if family == "bert" else ours.forward(ids)
+    ours.backward(upstream)
+    ours_grads = numpy_hf.to_hf(ours, ours.grads, tied=False)
+    theirs.train().zero_grad(set_to_none=True)
+    with replayed_dropout(ours.dropout_masks, site_rates(ours)):
+        out = transformers_forward(theirs, family, ids, token_types)
+    (out * torch.from_numpy(upstream)).sum().backward()
+    theirs_grads = {
+        name: to_numpy(p.grad) if p.grad is not None else np.zeros(p.shape)
+        for name, p in theirs.named_parameters()
+        if not name.startswith("pooler.")
+    }
+    return pair(ours_out, to_numpy(out), ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
+
+
 def attention_spread(family: str, seed: int = 0, **overrides) -> float:
     """How far from uniform the tiny model's attention is: per layer, the largest gap between two
     probabilities of one query row (keys it may attend to); the smallest such gap over the layers.
@@ -471,10 +535,11 @@ def build_seq2seq(model_type: str, seed: int = 0, steps: int = 60, **overrides) 
     return model.eval()
 
 
-def seq2seq_reference(directory, model_type: str, dtype, float64_positions: bool = True):
+def seq2seq_reference(directory, model_type: str, dtype, float64_positions: bool = True, attn_implementation=None):
     """transformers' model from the directory, in `dtype`; for a float64 Marian, with float64 sinusoids."""
     cls = transformers.MarianMTModel if model_type == "marian" else transformers.BartForConditionalGeneration
-    model = cls.from_pretrained(directory, dtype=TORCH_DTYPE[np.dtype(dtype)]).eval()
+    torch_dtype = TORCH_DTYPE[np.dtype(dtype)]
+    model = cls.from_pretrained(directory, dtype=torch_dtype, attn_implementation=attn_implementation).eval()
     if model_type == "marian":
         # Marian's sinusoid tables are fixed (built with nn.Embedding's _freeze=True), but from_pretrained in
         # transformers 5.24 hands them back with requires_grad=True. Freeze them again: they are not parameters
@@ -507,16 +572,20 @@ def seq2seq_batch(config, rng):
     return src, tgt, labels
 
 
-def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0) -> Result:
+def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0, train: bool = False) -> Result:
     """Logits and every parameter gradient: ours (hf.load) vs transformers', one random upstream gradient.
 
     Objective J = cross_entropy(logits, labels) + sum(logits * R). transformers' gradients are read
     from its named_parameters (tied tables once: model.shared.weight); ours go through hf.to_hf.
+    train (NumPy side): both in training mode with the checkpoint's own dropout rates, transformers' model
+    (eager attention) replaying our masks (replayed_dropout).
     """
     dtype = np.dtype(dtype)
-    reference = seq2seq_reference(directory, model_type, dtype)
+    if train and side != "numpy":
+        raise ValueError("compare_seq2seq(train=True) replays the NumPy model's masks: side must be 'numpy'")
+    reference = seq2seq_reference(directory, model_type, dtype, attn_implementation="eager" if train else None)
     if side == "numpy":
-        ours = numpy_hf.load(directory, dtype=dtype).eval()
+        ours = numpy_hf.load(directory, dtype=dtype).train(train)
     else:
         ours = torch_hf.load(directory, dtype=TORCH_DTYPE[dtype]).eval()
     config = ours.config
@@ -524,18 +593,20 @@ def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0)
     src, tgt, labels = seq2seq_batch(config, rng)
     R = (rng.standard_normal((*tgt.shape, config.tgt_vocab_size)) / tgt.shape[1]).astype(dtype)
 
-    t_src, t_tgt, t_labels = (torch.from_numpy(a) for a in (src, tgt, labels))
-    out = reference(input_ids=t_src, attention_mask=t_src != config.pad_id, decoder_input_ids=t_tgt)
-    t_loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), t_labels.flatten(), ignore_index=-100)
-    (t_loss + (out.logits * torch.from_numpy(R)).sum()).backward()
-
-    if side == "numpy":
+    if side == "numpy":  # first: in training mode it draws the masks transformers' model replays
         logits = ours.forward(src, tgt)
         loss, cache = nt.cross_entropy_forward(logits, labels, ignore_index=-100)
         ours.zero_grad()
         ours.backward(nt.cross_entropy_backward(cache) + R)
         grads = numpy_hf.to_hf(ours, ours.grads)
-    else:
+    t_src, t_tgt, t_labels = (torch.from_numpy(a) for a in (src, tgt, labels))
+    replay = replayed_dropout(ours.dropout_masks, site_rates(ours)) if train else contextlib.nullcontext()
+    with replay:
+        out = reference.train(train)(input_ids=t_src, attention_mask=t_src != config.pad_id, decoder_input_ids=t_tgt)
+    t_loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), t_labels.flatten(), ignore_index=-100)
+    (t_loss + (out.logits * torch.from_numpy(R)).sum()).backward()
+
+    if side == "torch":
         t_logits = ours(t_src, t_tgt)
         our_loss = tt.cross_entropy(t_logits, t_labels, ignore_index=-100)
         (our_loss + (t_logits * torch.from_numpy(R)).sum()).backward()

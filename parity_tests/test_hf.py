@@ -276,6 +276,18 @@ def test_each_family_loads_its_own_dropout_rates_and_saves_them_back(family, fie
     assert set(HF[side].load(tmp_path / "in", dropout=0.15).config.dropout_rates.values()) == {0.15}  # one for all
 
 
+@pytest.mark.parametrize(("family", "fields", "rates"), FAMILY_RATES[:2], ids=["bert", "gpt2"])
+def test_training_mode_with_the_checkpoints_own_rates_matches_transformers(family, fields, rates):
+    """BERT (0.1 hidden, 0.2 attention) and GPT-2 (three rates) in training mode: transformers' model replays our
+    masks (the same units, each at the rate of its site), outputs and every gradient within the float64 bar."""
+    result = H.compare_hf_training(family, np.float64, **fields)
+    assert_parity(result, np.float64)
+    evaluation = H.compare_hf(family, np.float64, side="numpy")
+    assert (
+        np.abs(result.outputs[next(iter(result.outputs))][1] - next(iter(evaluation.outputs.values()))[1]).max() > 1e-3
+    )
+
+
 @pytest.mark.parametrize("side", SIDES)
 def test_saving_rates_a_family_cannot_express_is_an_error(side, tmp_path):
     H.build_tiny("gpt2", tmp_path / "in")

@@ -20,6 +20,9 @@ the sum of the logits' upstream gradient over positions (what it would be), not 
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -60,6 +63,28 @@ def test_logits_and_every_gradient_match_transformers(checkpoints, model_type, d
     problems = C.failures(result, dtype)
     assert not problems, "\n".join(problems)
     assert len(result.grads) >= 30 and all(np.any(ours) for ours, _ in result.grads.values())
+
+
+@pytest.mark.parametrize("rates", [(0.1, 0.0, 0.0), (0.1, 0.2, 0.3)], ids=["opus-mt-rates", "three-rates"])
+@pytest.mark.parametrize("model_type", ["marian", "bart"])
+def test_training_mode_with_the_checkpoints_own_rates_matches_transformers(checkpoints, model_type, rates, tmp_path):
+    """config.json's dropout / attention_dropout / activation_dropout, loaded with no argument; in training mode the
+    transformers model replays our masks (the same units dropped), and outputs and every gradient agree in float64."""
+    directory = tmp_path / model_type
+    shutil.copytree(checkpoints[model_type], directory)
+    config = json.loads((directory / "config.json").read_text())
+    config.update(zip(("dropout", "attention_dropout", "activation_dropout"), rates, strict=True))
+    (directory / "config.json").write_text(json.dumps(config))
+    loaded = np_hf.load(directory)
+    assert not loaded.training
+    assert loaded.config.dropout_rates == dict(zip(("embedding", "attention", "activation", "residual"),
+                                                    (rates[0], rates[1], rates[2], rates[0]), strict=True))  # fmt: skip
+    result = compare_seq2seq(directory, model_type, np.float64, "numpy", train=True)
+    problems = C.failures(result, np.float64)
+    assert not problems, "\n".join(problems)
+    assert all(np.any(ours) for ours, _ in result.grads.values())
+    evaluation = compare_seq2seq(directory, model_type, np.float64, "numpy")  # dropout made a difference
+    assert np.abs(result.outputs["logits"][1] - evaluation.outputs["logits"][1]).max() > 1e-3
 
 
 def test_unmodified_float64_marian_is_within_the_float32_bar(checkpoints):
