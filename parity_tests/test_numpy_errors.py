@@ -198,6 +198,21 @@ def test_config_dropout_out_of_range(value):
         tiny_config(dropout=value)
 
 
+@pytest.mark.parametrize("field", ["embedding_dropout", "attention_dropout", "activation_dropout", "residual_dropout"])
+def test_config_site_dropout_checked(field):
+    with pytest.raises(ValueError, match=rf"{field} must be in \[0, 1\), got 1.0"):
+        tiny_config(**{field: 1.0})
+    with pytest.raises(TypeError, match=rf"{field} must be a float, got str"):
+        tiny_config(**{field: "0.1"})
+    assert tiny_config(dropout=0.3, **{field: 0.0}).dropout_rates[field.removesuffix("_dropout")] == 0.0
+
+
+def test_flash_attention_refuses_only_attention_dropout():
+    with pytest.raises(ValueError, match="attention='flash' has no attention dropout"):
+        tiny_config(attention="flash", dropout=0.1)
+    assert tiny_config(attention="flash", dropout=0.1, attention_dropout=0.0).has_dropout
+
+
 @pytest.mark.parametrize("field", ["norm_first", "tie_embeddings", "scale_embeddings"])
 def test_config_non_bool_flag(field):
     with pytest.raises(TypeError, match=rf"{field} must be a bool, got int"):

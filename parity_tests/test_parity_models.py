@@ -87,3 +87,53 @@ def test_a_wrong_gradient_is_named():
     result.grads[name] = (ours * (1 + 1e-7), theirs)
     problems = C.failures(result, np.float64)
     assert len(problems) == 1 and name in problems[0]
+
+
+SITE_RATES = {  # a rate per kind of site, one of them 0 in each case (that site draws no mask on either side)
+    "all four differ": dict(
+        embedding_dropout=0.1, attention_dropout=0.2, activation_dropout=0.3, residual_dropout=0.15
+    ),
+    "gpt-2 style": dict(embedding_dropout=0.1, attention_dropout=0.2, activation_dropout=0.0, residual_dropout=0.3),
+    "opus-mt style": dict(dropout=0.1, attention_dropout=0.0, activation_dropout=0.0),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", ["Transformer", "TransformerLM", "EncoderModel"])
+@pytest.mark.parametrize("rates", list(SITE_RATES.values()), ids=list(SITE_RATES))
+def test_training_mode_with_a_rate_per_site(rates, family, dtype, device):
+    """Each kind of dropout site at its own rate (masks shared): NumPy and torch agree, and exactly the sites with
+    a rate above 0 drew masks."""
+    config = TransformerConfig(**SMALL, norm_first=True, activation="gelu", **rates)
+    if family == "EncoderModel":
+        result = C.compare_encoder_models(config, dtype, device, train=True)
+    else:
+        result = C.compare_models(config, dtype, device, lm=family == "TransformerLM", train=True)
+    assert_parity(result, dtype)
+
+
+def test_only_sites_with_a_rate_draw_masks():
+    import numpy_transformer as nt
+    import torch_transformer as tt
+
+    config = TransformerConfig(**SMALL, **SITE_RATES["gpt-2 style"])
+    model = nt.Transformer(config, seed=0).train()
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(3, 13, size=(2, 6)), rng.integers(3, 17, size=(2, 5))
+    model.forward(src, tgt)
+    expected = tt.dropout_site_shapes(config, batch_size=2, tgt_len=5, src_len=6)
+    assert list(model.dropout_masks) == list(expected)  # the same sites, in forward order
+    assert not any(site.endswith("ffn.dropout") for site in model.dropout_masks)  # activation_dropout 0
+    assert {site: mask.shape for site, mask in model.dropout_masks.items()} == expected
+    kept = {kind: [] for kind in ("embedding", "attention", "residual")}
+    for site, mask in model.dropout_masks.items():
+        kept[nt.layers.dropout_kind(site)].append(mask.mean())
+    for kind, rate in (("embedding", 0.1), ("attention", 0.2), ("residual", 0.3)):
+        assert abs(np.mean(kept[kind]) - (1 - rate)) < 0.08, (kind, np.mean(kept[kind]))
+
+
+@pytest.mark.parametrize("lm", [False, True], ids=["Transformer", "TransformerLM"])
+def test_tiled_attention_trains_with_dropout_everywhere_but_the_probabilities(lm, device):
+    """attention='flash' has no (T_q, T_k) probabilities to drop, but every other site may have dropout."""
+    config = TransformerConfig(**SMALL, attention="flash", dropout=0.2, attention_dropout=0.0)
+    assert_parity(C.compare_models(config, np.float64, device, lm=lm, train=True), np.float64)
