@@ -670,7 +670,7 @@ def main(argv=None) -> dict:
     # once, before anything runs, and the same for every implementation timed (the memory subprocesses too).
     allocator = parallel.keep_freed_memory() if args.keep_freed_memory else {}
     p = dict(QUICK if args.quick else BASE, keep_freed_memory=args.keep_freed_memory)
-    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota)
     config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))
     np_model, torch_model = build_pair(config)
     src, tgt_in, tgt_out = batch(config, p["batch"], p["src_len"], p["tgt_len"])
@@ -713,7 +713,7 @@ def main(argv=None) -> dict:
         "tgt_len": p["tgt_len"],
         "machine": {
             "cpu_model": cpu_model(),
-            "cpus": len(os.sched_getaffinity(0)),
+            "cpus": parallel.CORES,
             "allocator": allocator or "glibc defaults (or this libc's)",
             "python": platform.python_version(),
             "numpy": np.__version__,

@@ -35,7 +35,9 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
     """The model of a Hugging Face checkpoint directory (config.json, and model.safetensors or a sharded
     model.safetensors.index.json), as an EncoderModel, TransformerLM or Transformer in `dtype`.
 
-    dropout: the rate to use where the checkpoint's dropout rates disagree (this project has one).
+    dropout: None (the default) reads each dropout site's rate from config.json, as the family names them
+    (GPT-2's embd_pdrop, attn_pdrop and resid_pdrop, say: hf_families' *_DROPOUT tables); a float sets that one
+    rate for every site instead.
     Raises ValueError, naming the file, for a missing or unreadable file, an unsupported model_type, a config
     it cannot translate, or tensors that do not fit the config (every one listed). Everything is checked
     before the model is built, so a bad checkpoint costs no more memory than its files and returns no

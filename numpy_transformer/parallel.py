@@ -50,7 +50,38 @@ from . import layers
 from .layers import Dropout
 from .loss import cross_entropy_backward, cross_entropy_forward
 
-CORES = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+def available_cores() -> int:
+    """The cores this process may use: the CPUs it may run on (its affinity), fewer where a cgroup CPU quota
+    (a container's --cpus) allows less. A part per visible CPU on a machine whose quota is smaller would put
+    several parts' threads on each allowed core."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpu_quota()
+    return max(1, min(cpus, quota) if quota else cpus)
+
+
+def cgroup_cpu_quota() -> int | None:
+    """The CPU quota of this process's cgroup in whole cores (rounded up), or None when there is none."""
+    try:
+        limit, period = _read("/sys/fs/cgroup/cpu.max").split()  # cgroup v2: "max 100000" or "200000 100000"
+    except (OSError, ValueError):
+        try:  # cgroup v1
+            limit = _read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").strip()
+            period = _read("/sys/fs/cgroup/cpu/cpu.cfs_period_us").strip()
+        except OSError:
+            return None
+    try:
+        return None if limit in ("max", "-1") else max(1, math.ceil(int(limit) / int(period)))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+CORES = available_cores()
 
 
 @functools.cache

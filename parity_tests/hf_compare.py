@@ -53,8 +53,8 @@ CONFIGS = {"bert": transformers.BertConfig, "gpt2": transformers.GPT2Config, "ll
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
 # Llama's grouped K/V heads and a rotary base other than the default. Ids 0, 1, 2 are special
-# (pad, bos, eos); the inputs never use them. Dropout is 0: the comparisons run in evaluation mode anyway,
-# and one rate for every site is what our config can hold.
+# (pad, bos, eos); the inputs never use them. Dropout is 0 unless a test sets the family's rates: the comparisons
+# run in evaluation mode, except compare_hf_training.
 STD = 0.3  # weights ~ N(0, 0.3^2): large enough that attention is far from uniform (checked by the tests)
 TINY = {
     "bert": dict(

@@ -377,3 +377,28 @@ print(len(calls))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "0"
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"/sys/fs/cgroup/cpu.max": "max 100000\n"}, None),
+        ({"/sys/fs/cgroup/cpu.max": "150000 100000\n"}, 2),
+        ({"/sys/fs/cgroup/cpu.max": "100000 100000\n"}, 1),
+        ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "300000\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 3),
+        ({"/sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n", "/sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({}, None),
+    ],
+)
+def test_the_fast_path_counts_the_cores_a_cgroup_quota_allows(files, expected, monkeypatch):
+    """One part per core this process may use: a container's CPU quota below its visible CPUs counts."""
+
+    def read(path):
+        if path not in files:
+            raise FileNotFoundError(path)
+        return files[path]
+
+    monkeypatch.setattr(parallel, "_read", read)
+    assert parallel.cgroup_cpu_quota() == expected
+    monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert parallel.available_cores() == (8 if expected is None else expected)

@@ -448,13 +448,18 @@ def random_keep_masks(sites: dict, p: float, seed: int = 0, device="cpu") -> dic
 
 
 def test_dropout_sites_are_the_dropout_modules():
+    """Every dropout module is a site with a keep-mask when its rate is above 0; a site at rate 0 has none."""
     for lm in (False, True):
-        model = make_model(make_config(), lm=lm)
-        src, tgt = example_inputs(model.config)
-        sites = model.dropout_site_shapes(tgt) if lm else model.dropout_site_shapes(src, tgt)
-        modules = {name for name, m in model.named_modules() if isinstance(m, tt.Dropout)}
-        assert set(sites) == modules
-        assert not any("cross_attn" in name for name in sites) if lm else True
+        for rates, left_out in ((dict(dropout=0.1), ()), (dict(dropout=0.1, activation_dropout=0.0), ("ffn.dropout",))):
+            model = make_model(make_config(**rates), lm=lm)
+            src, tgt = example_inputs(model.config)
+            sites = model.dropout_site_shapes(tgt) if lm else model.dropout_site_shapes(src, tgt)
+            modules = {name for name, m in model.named_modules() if isinstance(m, tt.Dropout)}
+            assert set(sites) == {name for name in modules if not name.endswith(left_out)}
+            assert len(sites) < len(modules) if left_out else True
+            assert not any("cross_attn" in name for name in sites) if lm else True
+        no_dropout = make_model(make_config(), lm=lm)
+        assert not (no_dropout.dropout_site_shapes(tgt) if lm else no_dropout.dropout_site_shapes(src, tgt))
 
 
 @pytest.mark.parametrize("device", DEVICES)
