@@ -175,12 +175,13 @@ def matmul_ceiling(config: nt.TransformerConfig, B: int, S: int, T: int, reps: i
         part_operands.append([(*operands(*shape), count) for shape, count in part_products.items()])
 
     def run_part(items):
-        with parallel.one_blas_thread():
-            for a, b, count in items:
-                for _ in range(count):
-                    np.matmul(a, b)
+        for a, b, count in items:
+            for _ in range(count):
+                np.matmul(a, b)
 
-    with ThreadPoolExecutor(max_workers=len(parts)) as threads:
+    # OpenBLAS's thread count is one setting for the whole process: limit it once, here, around both parts (a
+    # limit entered in each part's thread would restore another part's 1 on leaving, not the original count)
+    with ThreadPoolExecutor(max_workers=len(parts)) as threads, parallel.one_blas_thread():
         seconds = []
         for _ in range(reps + 1):
             start = time.perf_counter()
@@ -670,7 +671,8 @@ def main(argv=None) -> dict:
     # once, before anything runs, and the same for every implementation timed (the memory subprocesses too).
     allocator = parallel.keep_freed_memory() if args.keep_freed_memory else {}
     p = dict(QUICK if args.quick else BASE, keep_freed_memory=args.keep_freed_memory)
-    torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota)
+    torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota) ...
+    parallel._blas_controller().limit(limits=parallel.CORES, user_api="blas")  # ... for both libraries
     config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))
     np_model, torch_model = build_pair(config)
     src, tgt_in, tgt_out = batch(config, p["batch"], p["src_len"], p["tgt_len"])

@@ -40,6 +40,12 @@ def test_benchmark_quick_mode(tmp_path):
         "torch recomputed",
     }
     assert report["machine"]["numpy_blas"], "the BLAS in use must be reported"
+    # every BLAS thread is back at the end (the plain path was timed with all of them, like torch)
+    assert (
+        report["machine"]["numpy_blas"][0]["num_threads"]
+        == report["machine"]["cpus"]
+        == report["machine"]["torch_threads"]
+    )
     assert "OPENBLAS_CORETYPE" in report["machine"]
     breakdown = report["numpy_step_breakdown_seconds"]
     assert breakdown["matrix products (linear layers)"] > 0
