@@ -17,7 +17,9 @@ LlamaRMSNorm casts its input to float32, and LlamaRotaryEmbedding computes cos a
 an inverse-frequency table made in float32. A float64 Llama is therefore only float32-accurate (~1e-7
 against ours), which hides a float64 bug under the rounding. `llama_in_float64()` swaps exactly those two
 forward methods for float64 versions of the same math, so that the float64 comparison can demand 1e-10;
-the unmodified model is compared separately, at the float32 bar.
+the unmodified model is compared separately, at the float32 bar. Its eager attention (which the
+training-mode comparison uses, to replay dropout masks) takes its softmax in float32 too: the same patch
+swaps eager_attention_forward for a version with the softmax in the input's dtype.
 """
 
 from __future__ import annotations
@@ -175,16 +177,32 @@ def rotary_forward_float64(self, x, position_ids):
     return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
 
 
+def eager_attention_forward_float64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """modeling_llama.eager_attention_forward with its softmax in the input's dtype (the original computes it in
+    float32): softmax(Q K^T * scaling + mask) V, with dropout on the probabilities."""
+    key_states = modeling_llama.repeat_kv(key, module.num_key_value_groups)
+    value_states = modeling_llama.repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
+    attn_weights = torch.nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous(), attn_weights
+
+
 @contextlib.contextmanager
 def llama_in_float64():
-    """Within the block, transformers' Llama computes RMSNorm and the rotary cos/sin in float64."""
-    saved = modeling_llama.LlamaRMSNorm.forward, modeling_llama.LlamaRotaryEmbedding.forward
-    modeling_llama.LlamaRMSNorm.forward = rms_norm_forward_float64
-    modeling_llama.LlamaRotaryEmbedding.forward = rotary_forward_float64
+    """Within the block, transformers' Llama computes RMSNorm, the rotary cos/sin and (with eager attention) the
+    softmax in float64."""
+    m = modeling_llama
+    saved = m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward, m.eager_attention_forward
+    m.LlamaRMSNorm.forward = rms_norm_forward_float64
+    m.LlamaRotaryEmbedding.forward = rotary_forward_float64
+    m.eager_attention_forward = eager_attention_forward_float64
     try:
         yield
     finally:
-        modeling_llama.LlamaRMSNorm.forward, modeling_llama.LlamaRotaryEmbedding.forward = saved
+        m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward, m.eager_attention_forward = saved
 
 
 def patch_for(family: str, dtype, llama_float64: bool = True):
@@ -341,7 +359,7 @@ def site_rates(model) -> dict:
 def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **overrides) -> Result:
     """compare_hf in training mode, with the checkpoint's own dropout rates (`overrides`): our NumPy model (hf.load,
     then train()) draws its masks, transformers' model (eager attention, train()) replays them; outputs and every
-    gradient compared as in evaluation."""
+    gradient compared as in evaluation (a float64 Llama with the float64 RMSNorm and rotary patch)."""
     dtype = np.dtype(dtype)
     with tempfile.TemporaryDirectory() as directory:
         build_tiny(family, directory, seed, **overrides)
@@ -355,7 +373,7 @@ def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **override
     ours.backward(upstream)
     ours_grads = numpy_hf.to_hf(ours, ours.grads, tied=False)
     theirs.train().zero_grad(set_to_none=True)
-    with replayed_dropout(ours.dropout_masks, site_rates(ours)):
+    with replayed_dropout(ours.dropout_masks, site_rates(ours)), patch_for(family, dtype):
         out = transformers_forward(theirs, family, ids, token_types)
     (out * torch.from_numpy(upstream)).sum().backward()
     theirs_grads = {

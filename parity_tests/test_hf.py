@@ -276,10 +276,11 @@ def test_each_family_loads_its_own_dropout_rates_and_saves_them_back(family, fie
     assert set(HF[side].load(tmp_path / "in", dropout=0.15).config.dropout_rates.values()) == {0.15}  # one for all
 
 
-@pytest.mark.parametrize(("family", "fields", "rates"), FAMILY_RATES[:2], ids=["bert", "gpt2"])
+@pytest.mark.parametrize(("family", "fields", "rates"), FAMILY_RATES, ids=[f for f, _, _ in FAMILY_RATES])
 def test_training_mode_with_the_checkpoints_own_rates_matches_transformers(family, fields, rates):
-    """BERT (0.1 hidden, 0.2 attention) and GPT-2 (three rates) in training mode: transformers' model replays our
-    masks (the same units, each at the rate of its site), outputs and every gradient within the float64 bar."""
+    """BERT (0.1 hidden, 0.2 attention), GPT-2 (three rates) and Llama (attention 0.25) in training mode:
+    transformers' model replays our masks (the same units, each at the rate of its site), outputs and every
+    gradient within the float64 bar."""
     result = H.compare_hf_training(family, np.float64, **fields)
     assert_parity(result, np.float64)
     evaluation = H.compare_hf(family, np.float64, side="numpy")
