@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numpy_transformer import TransformerConfig
+from numpy_transformer.config import DROPOUT_KINDS
 from parity_tests import components as C
 
 FAMILIES = ("Transformer", "TransformerLM", "EncoderModel")
@@ -40,6 +41,10 @@ def configurations(draw):
     # grouped-query attention: any divisor of n_heads (n_heads itself is plain multi-head attention), or None
     n_kv_heads = draw(st.sampled_from([None] + [k for k in range(1, n_heads + 1) if n_heads % k == 0]))
     dropout = draw(st.sampled_from([0.0, 0.0, 0.2]))
+    # with dropout, each kind of site may take its own rate (None: `dropout`; 0: no mask at that site)
+    site_rates = (
+        {f"{kind}_dropout": draw(st.sampled_from([None, 0.0, 0.1, 0.3])) for kind in DROPOUT_KINDS} if dropout else {}
+    )
     pad_id = draw(st.sampled_from([0, None]))
     config = TransformerConfig(
         src_vocab_size=src_vocab,
@@ -50,6 +55,7 @@ def configurations(draw):
         n_encoder_layers=draw(st.integers(1, 2)),
         n_decoder_layers=draw(st.integers(1, 2)),
         dropout=dropout,
+        **site_rates,
         activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
         norm_first=draw(st.booleans()),
         norm=draw(st.sampled_from(["layer", "rms"])),
@@ -67,11 +73,11 @@ def configurations(draw):
         embedding_norm=draw(st.booleans()),
         pad_id=pad_id,
         embedding_padding_idx=pad_id is not None and draw(st.booleans()),
-        attention="flash" if dropout == 0 and draw(st.integers(0, 3)) == 0 else "plain",  # tiled: no dropout
+        attention="flash" if dropout == 0 and draw(st.integers(0, 3)) == 0 else "plain",  # tiled: no attention dropout
         max_len=8,
     )
     # training mode (with dropout: both sides drop the units the NumPy model drew)
-    train = dropout > 0 and draw(st.booleans())
+    train = config.has_dropout and draw(st.booleans())
     batch = draw(st.integers(1, 3))
     src_len, tgt_len = draw(st.integers(1, 8)), draw(st.integers(1, 8))
     # how many real tokens each sequence holds; the rest is padding (0 real tokens: all pad), or
