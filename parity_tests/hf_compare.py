@@ -228,12 +228,17 @@ def transformers_forward(model, family: str, ids, token_types=None):
     return model(input_ids=ids_t, use_cache=False).logits
 
 
-def run_transformers(model, family: str, ids, token_types, upstream) -> tuple[np.ndarray, dict]:
+def run_transformers(model, family: str, ids, token_types, upstream, replay=None) -> tuple[np.ndarray, dict]:
     """Output, and d(sum(output * upstream))/d(param) for every parameter (BERT's pooler left out). BERT's
     word_embeddings is nn.Embedding(padding_idx=pad): [PAD]'s row gets no gradient from lookups there, and
-    ours neither (the config translation sets embedding_padding_idx)."""
-    model.eval().zero_grad(set_to_none=True)
-    out = transformers_forward(model, family, ids, token_types)
+    ours neither (the config translation sets embedding_padding_idx). In evaluation mode; with `replay` (our
+    model, after its training-mode forward) in training mode, dropping the units ours dropped."""
+    model.train(replay is not None).zero_grad(set_to_none=True)
+    if replay is None:
+        out = transformers_forward(model, family, ids, token_types)
+    else:
+        with replayed_dropout(replay.dropout_masks, site_rates(replay)):
+            out = transformers_forward(model, family, ids, token_types)
     (out * torch.from_numpy(upstream).to(out.device)).sum().backward()
     grads = {
         name: to_numpy(p.grad) if p.grad is not None else np.zeros(p.shape)
@@ -369,19 +374,12 @@ def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **override
     out_shape = (*ids.shape, theirs.config.hidden_size if family == "bert" else TINY[family]["vocab_size"])
     upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
     ours.zero_grad()
-    ours_out = ours.forward(ids, token_types) if family == "bert" else ours.forward(ids)
+    ours_out = ours.forward(ids, token_types) if family == "bert" else ours.forward(ids)  # draws the masks
     ours.backward(upstream)
     ours_grads = numpy_hf.to_hf(ours, ours.grads, tied=False)
-    theirs.train().zero_grad(set_to_none=True)
-    with replayed_dropout(ours.dropout_masks, site_rates(ours)), patch_for(family, dtype):
-        out = transformers_forward(theirs, family, ids, token_types)
-    (out * torch.from_numpy(upstream)).sum().backward()
-    theirs_grads = {
-        name: to_numpy(p.grad) if p.grad is not None else np.zeros(p.shape)
-        for name, p in theirs.named_parameters()
-        if not name.startswith("pooler.")
-    }
-    return pair(ours_out, to_numpy(out), ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
+    with patch_for(family, dtype):
+        theirs_out, theirs_grads = run_transformers(theirs, family, ids, token_types, upstream, replay=ours)
+    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
 
 
 def attention_spread(family: str, seed: int = 0, **overrides) -> float:
