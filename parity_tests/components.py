@@ -140,10 +140,14 @@ class Result:
     reference_float32: dict | None = None
 
 
+def result_errors(result: Result, dtype) -> dict:
+    """name -> (max |a - b|, relative error) for every output and gradient of `result` (relative_errors of each)."""
+    return {**relative_errors(result.outputs, dtype), **relative_errors(result.grads, dtype)}
+
+
 def self_errors(reference32: Result) -> dict:
     """name -> relative error, for a Result pairing the reference's float32 run with its float64 run."""
-    errors = {**relative_errors(reference32.outputs, np.float32), **relative_errors(reference32.grads, np.float32)}
-    return {name: error for name, (_, error) in errors.items()}
+    return {name: error for name, (_, error) in result_errors(reference32, np.float32).items()}
 
 
 def _flat(name, value, out):

@@ -237,7 +237,7 @@ def run_transformers(model, family: str, ids, token_types, upstream, replay=None
     if replay is None:
         out = transformers_forward(model, family, ids, token_types)
     else:
-        with replayed_dropout(replay.dropout_masks, site_rates(replay)):
+        with replayed_dropout(replay):
             out = transformers_forward(model, family, ids, token_types)
     (out * torch.from_numpy(upstream).to(out.device)).sum().backward()
     grads = {
@@ -326,12 +326,14 @@ def compare_hf(
 
 
 @contextlib.contextmanager
-def replayed_dropout(masks: dict, rates: dict):
+def replayed_dropout(ours):
     """Inside: every torch dropout with p > 0 in training mode (F.dropout, and nn.Dropout, which calls it) takes
-    the next of `masks` (site -> keep-mask, ours, in forward order) instead of drawing, after checking that its
-    shape and rate are those of our site: transformers' model then drops exactly the units ours dropped. On
-    leaving, every mask must have been used."""
-    queue = list(masks.items())
+    the next keep-mask of our NumPy model's last forward pass (ours.dropout_masks, in forward order) instead of
+    drawing, after checking that its shape and rate are those of our site: transformers' model then drops exactly
+    the units ours dropped. On leaving, every mask must have been used."""
+    queue = list(ours.dropout_masks.items())
+    kind_rates = ours.config.dropout_rates
+    rates = {site: kind_rates[dropout_kind(site)] for site in ours.dropout_masks}
     original = torch.nn.functional.dropout
 
     def dropout(input, p=0.5, training=True, inplace=False):
@@ -353,12 +355,6 @@ def replayed_dropout(masks: dict, rates: dict):
     finally:
         torch.nn.functional.dropout = original
     assert not queue, f"sites transformers never dropped: {[site for site, _ in queue]}"
-
-
-def site_rates(model) -> dict:
-    """Our model's dropout site -> its rate, for the masks of its last forward pass."""
-    rates = model.config.dropout_rates
-    return {site: rates[dropout_kind(site)] for site in model.dropout_masks}
 
 
 def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **overrides) -> Result:
@@ -616,7 +612,7 @@ def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0,
         ours.backward(nt.cross_entropy_backward(cache) + R)
         grads = numpy_hf.to_hf(ours, ours.grads)
     t_src, t_tgt, t_labels = (torch.from_numpy(a) for a in (src, tgt, labels))
-    replay = replayed_dropout(ours.dropout_masks, site_rates(ours)) if train else contextlib.nullcontext()
+    replay = replayed_dropout(ours) if train else contextlib.nullcontext()
     with replay:
         out = reference.train(train)(input_ids=t_src, attention_mask=t_src != config.pad_id, decoder_input_ids=t_tgt)
     t_loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), t_labels.flatten(), ignore_index=-100)

@@ -223,7 +223,7 @@ def _own_float32(result, dtype) -> dict | None:
     if result.reference_float32 is None:
         return None
     allowed = C.bars(result, dtype)
-    errors = {**C.relative_errors(result.outputs, dtype), **C.relative_errors(result.grads, dtype)}
+    errors = C.result_errors(result, dtype)
     name = max(errors, key=lambda n: errors[n][1] / allowed[n])
     return {
         "tensor": name,
