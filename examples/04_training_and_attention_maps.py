@@ -13,8 +13,12 @@
 # %% [markdown]
 # # 4. Training in pure NumPy, then reading the attention maps
 #
-# The first three walkthroughs checked the gradients. This one uses them: we train the
-# hand-written NumPy Transformer to read numbers aloud,
+# *Prerequisites:* walkthroughs 01, 01b and 03 (what the backward pass computes); the notation is
+# [the project's table](../docs/notation.md). *Time:* 20 minutes to read; the quick run takes about
+# 20 seconds, the full run a few minutes.
+#
+# The first walkthroughs checked the gradients. This one uses them: we train the hand-written NumPy
+# Transformer to read numbers aloud,
 #
 #     "29,284.30"  ->  "twenty-nine thousand two hundred eighty-four point three zero"
 #
@@ -24,8 +28,15 @@
 #
 # Every step of the loop below is a NumPy call you can read: `model.forward`, the cross-entropy,
 # `model.backward` (the hand-written backward of the whole network), gradient clipping, Adam and the
-# paper's learning-rate schedule. Set `WALKTHROUGH_QUICK=1` to run it in seconds (the test suite
-# does); the full run trains for a few minutes on a laptop CPU.
+# paper's learning-rate schedule. Three ways to run it:
+#
+# - `python examples/04_training_and_attention_maps.py`: trains the model (d_model 128) for four
+#   minutes, then decodes and draws its maps;
+# - `WALKTHROUGH_QUICK=1 python examples/04_training_and_attention_maps.py` (the test suite runs this):
+#   the loop for 15 steps, to see it run, then decodes and draws the maps of the **small checkpoint
+#   shipped with the example**, `examples/data/numbers_small.safetensors`;
+# - `WALKTHROUGH_TRAIN_SMALL=1 python examples/04_training_and_attention_maps.py`: trains that small
+#   checkpoint (d_model 64, 3,000 steps, about two minutes on 2 cores) and writes it there.
 
 # %%
 import os
@@ -41,8 +52,13 @@ import numpy as np  # noqa: E402
 import numpy_transformer as nt  # noqa: E402
 from examples import plotting, tasks  # noqa: E402
 from numpy_transformer import optim  # noqa: E402
+from numpy_transformer.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
 QUICK = os.environ.get("WALKTHROUGH_QUICK") == "1"
+TRAIN_SMALL = os.environ.get("WALKTHROUGH_TRAIN_SMALL") == "1"  # writes the shipped checkpoint
+SMALL = QUICK or TRAIN_SMALL  # the small model: the shipped checkpoint's size
+HERE = Path(__file__).parent if "__file__" in globals() else Path.cwd() / "examples"
+CHECKPOINT = HERE.resolve() / "data" / "numbers_small.safetensors"
 OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_04"))
 OUT.mkdir(parents=True, exist_ok=True)
 np.set_printoptions(precision=3, suppress=True)
@@ -54,10 +70,11 @@ np.set_printoptions(precision=3, suppress=True)
 # so "7" is as likely a length as "123,456"), a third of them with one or two decimals, and splits
 # them so that no test number is ever seen in training. The vocabularies come from the converter's
 # own tables, so every word the test set needs is known. Ids 0, 1, 2 are `<pad>`, `<bos>`, `<eos>`.
+# Every mode draws the same splits, so the shipped checkpoint never saw the numbers it is tested on.
 
 # %%
-n_train, n_test = (2_000, 100) if QUICK else (40_000, 500)
-splits = tasks.make_numbers_dataset(n_train, 200, n_test, max_value=999_999, seed=0)
+splits = tasks.make_numbers_dataset(40_000, 200, 500, max_value=999_999, seed=0)
+n_test = 100 if QUICK else 500
 src_vocab, tgt_vocab = tasks.build_vocabs(splits.train)
 for source, target in splits.train[:4]:
     print(f"{source:>12}  ->  {target}")
@@ -76,7 +93,8 @@ print("src_ids\n", src_ids, "\ntgt_in\n", tgt_in, "\ntgt_out\n", tgt_out)
 # ## The model
 #
 # The paper's architecture at a small size: 2 encoder and 2 decoder layers, d_model 128, 4 heads,
-# d_ff 512, post-norm, ReLU, sinusoidal positions, dropout 0.1, float32. The model object holds its
+# d_ff 512 (d_model 64 and d_ff 128 for the small model), post-norm, ReLU, sinusoidal positions,
+# dropout 0.1, float32. The model object holds its
 # parameters in a dict keyed by the same names torch_transformer uses.
 
 # %%
@@ -84,9 +102,9 @@ S, T = tasks.max_lengths(splits.train + splits.val + splits.test, src_vocab, tgt
 config = nt.TransformerConfig(
     src_vocab_size=len(src_vocab),
     tgt_vocab_size=len(tgt_vocab),
-    d_model=64 if QUICK else 128,
+    d_model=64 if SMALL else 128,
     n_heads=4,
-    d_ff=128 if QUICK else 512,
+    d_ff=128 if SMALL else 512,
     n_encoder_layers=2,
     n_decoder_layers=2,
     dropout=0.1,
@@ -99,15 +117,32 @@ print(f"{n_params:,} parameters in {len(model.params)} tensors")
 # %% [markdown]
 # ## The training loop
 #
-# Adam with beta2 = 0.98 and eps = 1e-9, and the paper's schedule
-# lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5): a linear warm-up, then a decay
-# with the inverse square root of the step. Label smoothing 0.1 (the paper's value); padding
-# positions of the target are ignored by the loss. Each line of the loop is one call.
+# Adam with $\beta_2 = 0.98$ and $\epsilon = 10^{-9}$, and the paper's learning-rate schedule
+# (section 5.3), with $n$ the step (from 1), $n_w$ the warm-up steps and $a$ a factor:
+#
+# $$\eta(n) = a \cdot d_{model}^{-1/2} \cdot \min\left(n^{-1/2},\; n \cdot n_w^{-3/2}\right)$$
+#
+# a linear warm-up for $n_w$ steps, then a decay with the inverse square root of the step; the two
+# branches meet at $n = n_w$, where the rate peaks at $a\, (d_{model}\, n_w)^{-1/2}$. Label smoothing
+# 0.1 (the paper's value; its gradient is derived in walkthrough 03); padding positions of the target
+# are ignored by the loss. Each line of the loop is one call.
 
 # %%
-optimizer = optim.Adam(model.params, lr=0.5, betas=(0.9, 0.98), eps=1e-9)
-schedule = optim.NoamLR(optimizer, config.d_model, warmup=400)
-budget_seconds, max_steps = (10, 15) if QUICK else (240, 4_000)
+factor, warmup = 0.5, 400
+plot_steps = np.arange(1, 4_001)
+rates = [optim.noam_rate(int(n), config.d_model, warmup, factor) for n in plot_steps]
+plotting.plot_schedule(plot_steps, rates, OUT / "schedule.png", warmup=warmup)
+peak = factor * (config.d_model * warmup) ** -0.5
+print(
+    f"peak rate {max(rates):.2e} at step {int(np.argmax(rates)) + 1} (formula: {peak:.2e}); schedule drawn to",
+    OUT / "schedule.png",
+)
+assert abs(max(rates) - peak) <= 1e-12 and int(np.argmax(rates)) + 1 == warmup
+
+# %%
+optimizer = optim.Adam(model.params, lr=1.0, betas=(0.9, 0.98), eps=1e-9)  # the schedule gives the whole rate
+schedule = optim.NoamLR(optimizer, config.d_model, warmup=warmup, factor=factor)
+budget_seconds, max_steps = (10, 15) if QUICK else (3_600, 3_000) if TRAIN_SMALL else (240, 4_000)
 rng = np.random.default_rng(0)
 losses, step, start = [], 0, time.perf_counter()
 while step < max_steps and time.perf_counter() - start < budget_seconds:
@@ -128,6 +163,32 @@ while step < max_steps and time.perf_counter() - start < budget_seconds:
             break
 print(f"{step} steps in {time.perf_counter() - start:.0f} s, final loss {np.mean(losses[-20:]):.3f}")
 plotting.plot_loss_curve(list(range(1, step + 1)), losses, OUT / "loss_curve.png")
+model.eval()
+
+# %% [markdown]
+# ## The model we read: trained, or plainly not
+#
+# Fifteen steps teach a Transformer nothing: its exact match is 0 and its attention maps are noise
+# around uniform rows. So in quick mode we now swap in the small checkpoint this example ships,
+# trained by this very script (`WALKTHROUGH_TRAIN_SMALL=1`, 3,000 steps of the loop above at d_model
+# 64) and saved with `numpy_transformer.checkpoint.save_checkpoint` (weights, config, and how it was
+# made, in one safetensors file). If the file is missing, we keep the 15-step model and say so.
+
+# %%
+TRAINED = not QUICK
+if TRAIN_SMALL:
+    CHECKPOINT.parent.mkdir(parents=True, exist_ok=True)
+    command = "WALKTHROUGH_TRAIN_SMALL=1 python examples/04_training_and_attention_maps.py"
+    made = {"steps": str(step), "seconds": f"{time.perf_counter() - start:.0f}", "command": command}
+    save_checkpoint(CHECKPOINT, model, made)
+    print(f"wrote {CHECKPOINT} ({CHECKPOINT.stat().st_size / 1024:.0f} KiB) after {step} steps")
+elif QUICK and CHECKPOINT.exists():
+    model = load_checkpoint(CHECKPOINT)
+    assert model.config == config, "the shipped checkpoint does not have the quick mode's config"
+    TRAINED = True
+    print(f"loaded {CHECKPOINT.name} ({CHECKPOINT.stat().st_size / 1024:.0f} KiB): the maps are of a trained model")
+else:
+    print(f"{CHECKPOINT} is missing: the maps below are of a model trained for {step} steps, which has learned nothing")
 
 # %% [markdown]
 # ## Translating numbers it has never seen
@@ -137,13 +198,16 @@ plotting.plot_loss_curve(list(range(1, step + 1)), losses, OUT / "loss_curve.png
 # every step runs the decoder on one new position only.
 
 # %%
-src_ids, _, tgt_out = tasks.encode_batch(splits.test, src_vocab, tgt_vocab)
+src_ids, _, tgt_out = tasks.encode_batch(splits.test[:n_test], src_vocab, tgt_vocab)
 pred = nt.greedy_decode(model.eval(), src_ids, max_len=T)
-for (source, target), row in list(zip(splits.test, pred, strict=True))[:6]:
+for (source, target), row in list(zip(splits.test[:n_test], pred, strict=True))[:6]:
     guess = " ".join(tgt_vocab.decode(row))
     print(f"{source:>12}  ->  {guess}{'' if guess == target else '   (expected: ' + target + ')'}")
-print(f"exact match on {len(splits.test)} unseen numbers: {tasks.exact_match(pred, tgt_out, tgt_vocab):.3f}")
+exact = tasks.exact_match(pred, tgt_out, tgt_vocab)
+print(f"exact match on {n_test} unseen numbers: {exact:.3f}")
 print(f"token accuracy: {tasks.token_accuracy(pred, tgt_out, config.pad_id):.3f}")
+if QUICK and TRAINED:
+    assert exact >= 0.8, f"the shipped checkpoint should read most numbers right, got exact match {exact:.3f}"
 
 # %% [markdown]
 # ## Reading the attention maps
@@ -152,23 +216,35 @@ print(f"token accuracy: {tasks.token_accuracy(pred, tgt_out, config.pad_id):.3f}
 # (B, H, T_q, T_k) array per attention module. We run the model on one test number with its own
 # translation as the decoder input and draw every head of every module.
 #
-# What to look for in the cross-attention of the last decoder layer: the row of each word should put
-# its weight on the characters that word reads. "thousand" looks at the comma (or at the digits before
-# it), "hundred" at the hundreds digit, "point" at the decimal point, each decimal word at its
-# digit. The encoder's self-attention tends to look at neighbours and separators, which is how a
-# character learns its place value (a "2" before a comma three places away means "two thousand").
+# What to look for in the cross-attention of the last decoder layer: row $t$ of a map is the decoder
+# position whose input is word $t$ (the row labels) and whose output is word $t + 1$, so each row
+# should put its weight on the characters the *next* word reads. We print, for each word written, the
+# character it attended to most, marked in brackets in the source string. In the shipped checkpoint:
+# writing "thousand", the comma; writing "point", the decimal point; each digit word, its own digit
+# (after the point) or the first digit of its group. Words that need no new character (the "hundred"
+# of "two hundred", the last word before `<eos>`) park their weight on the source's `<eos>` column, a
+# "nothing to read here" slot. The encoder's self-attention tends to look at neighbours and
+# separators, which is how a character learns its place value (a "2" three places before a comma
+# means "two hundred ... thousand"). An untrained model shows none of this: its rows are nearly
+# uniform, and its prints below say so.
 
 # %%
 example = [max(splits.test[:50], key=lambda pair: len(pair[0]))]
+source = example[0][0]
 src_ids, _, _ = tasks.encode_batch(example, src_vocab, tgt_vocab)
 words = tgt_vocab.decode(nt.greedy_decode(model, src_ids, max_len=T)[0])
 tgt_in = np.array([[tgt_vocab.bos_id] + tgt_vocab.encode(words, add_eos=False)])
 model.eval().forward(src_ids, tgt_in)
 maps = model.attention_maps()
-paths = plotting.plot_attention_maps(maps, list(example[0][0]) + ["<eos>"], ["<bos>"] + words, OUT)
+src_tokens = list(source) + ["<eos>"]
+state = "trained" if TRAINED else f"UNTRAINED ({step} steps)"
+paths = plotting.plot_attention_maps(maps, src_tokens, ["<bos>"] + words, OUT, note=state)
 cross = maps["decoder.layers.1.cross_attn"][0].mean(axis=0)  # (T_q, T_k), averaged over heads
-for word, row in zip(["<bos>"] + words, cross, strict=False):
-    print(f"{word:>14} looks most at {example[0][0] + '$'!s:>14}[{int(row.argmax())}]  ({row.max():.2f})")
+print(f"{source!r} -> {' '.join(words)!r}; last cross-attention, mean over heads ({state} model):")
+for word, row in zip(words + ["<eos>"], cross, strict=True):  # row t reads input word t and writes word t + 1
+    j = int(row.argmax())
+    where = source[:j] + "[" + src_tokens[j] + "]" + source[j + 1 :] if j < len(source) else source + " [<eos>]"
+    print(f"writing {word!r:>14}, it looks most at {src_tokens[j]!r:>7} in {where:<16} (weight {row.max():.2f})")
 print("attention maps written to", *paths, sep="\n  ")
 
 # %% [markdown]
@@ -182,3 +258,18 @@ print("attention maps written to", *paths, sep="\n  ")
 for name, probs in maps.items():
     assert np.allclose(probs.sum(axis=-1), 1.0, atol=1e-5), name
 assert np.all(np.triu(maps["decoder.layers.0.self_attn"][0], k=1) == 0.0)
+
+# %% [markdown]
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/04_answers.py`.
+#
+# 1. **The schedule.** Show that the two branches of $\eta(n)$ meet at $n = n_w$ and that the peak rate
+#    is $a\,(d_{model}\, n_w)^{-1/2}$; check it against `optim.noam_rate` for $d_{model} = 64$,
+#    $n_w = 400$, $a = 0.5$.
+# 2. **Gradient clipping is a rescaling.** `optim.clip_grad_norm(grads, 1.0)` multiplies every gradient
+#    by $\min(1, 1 / \lVert g \rVert)$, where $\lVert g \rVert$ is the norm of all gradients together.
+#    Verify it on random gradients, and show that clipping does not change the gradients' direction.
+# 3. **Attention maps from the library.** Load the shipped checkpoint, run one number through it, and
+#    check that `model.attention_maps()["decoder.layers.1.cross_attn"]` rows sum to one and put zero
+#    weight on source padding when the batch holds a shorter number padded to a longer one.
