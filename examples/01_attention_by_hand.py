@@ -12,7 +12,11 @@
 # ---
 
 # %% [markdown]
-# # Scaled dot-product attention, forward and backward, by hand
+# # 1. Scaled dot-product attention, forward and backward, by hand
+#
+# *Prerequisites:* matrix products, the chain rule for a function of several variables, NumPy
+# indexing. *Time:* 40 minutes. The symbols are those of [the notation table](../docs/notation.md);
+# the mask convention and the error measure are stated in [the conventions](../docs/conventions.md).
 #
 # Equation (1) of "Attention Is All You Need":
 #
@@ -98,8 +102,8 @@ print("S with masked entries at -inf =\n", S_masked)
 # What if a row is masked *entirely*: a query that may attend to nothing (a padded query whose keys
 # are all padding, say)? A softmax over an empty set is $0 / 0$: the textbook formula gives NaN, and
 # a NaN in one row of one batch poisons the loss and every gradient after it. This project's
-# convention (DESIGN.md) is that such a row gets **all-zero probabilities**, so its attention output
-# is zero and no gradient flows back through its scores.
+# convention ([docs/conventions.md](../docs/conventions.md)) is that such a row gets **all-zero
+# probabilities**, so its attention output is zero and no gradient flows back through its scores.
 
 # %%
 row = np.full(3, -np.inf)  # a fully masked row of scores
@@ -157,13 +161,13 @@ assert np.abs(cache["probs"][0, 0] - P).max() <= 1e-12
 # %% [markdown]
 # ## The backward pass
 #
-# Somewhere above this attention there is a scalar loss $L$. The backward pass receives the
-# *upstream gradient* $dO = \partial L / \partial O$ (same shape as $O$) and must return
+# Somewhere above this attention there is a scalar loss $\mathcal{L}$. The backward pass receives the
+# *upstream gradient* $dO = \partial \mathcal{L} / \partial O$ (same shape as $O$) and must return
 # $dQ, dK, dV$. We draw $dO$ at random (and round it to print nicely). Equivalently, the loss is
-# $L = \sum_{i,d} O_{id}\, G_{id}$ for a fixed random $G = dO$. Why random and not all ones is the
-# subject of step 8.
+# $\mathcal{L} = \sum_{i,d} O_{id}\, G_{id}$ for a fixed random $G = dO$. Why random and not all ones
+# is the subject of step 8.
 #
-# Notation: $dX$ always means $\partial L / \partial X$, the same shape as $X$.
+# Notation: $dX$ always means $\partial \mathcal{L} / \partial X$, the same shape as $X$.
 
 # %%
 rng = np.random.default_rng(0)
@@ -175,9 +179,9 @@ print("dO =\n", dO)
 #
 # $O_{id} = \sum_j P_{ij} V_{jd}$ is linear in both factors. The chain rule gives
 #
-# $$\frac{\partial L}{\partial V_{jd}} = \sum_i P_{ij}\, dO_{id} \;\Rightarrow\; dV = P^\top dO,
+# $$\frac{\partial \mathcal{L}}{\partial V_{jd}} = \sum_i P_{ij}\, dO_{id} \;\Rightarrow\; dV = P^\top dO,
 # \qquad
-# \frac{\partial L}{\partial P_{ij}} = \sum_d dO_{id}\, V_{jd} \;\Rightarrow\; dP = dO\, V^\top.$$
+# \frac{\partial \mathcal{L}}{\partial P_{ij}} = \sum_d dO_{id}\, V_{jd} \;\Rightarrow\; dP = dO\, V^\top.$$
 #
 # (A rule of thumb that checks every matrix product: the gradient has the shape of the thing it is
 # the gradient of, and there is only one way to multiply the other two factors to get that shape.)
@@ -197,11 +201,18 @@ print("dP =\n", dP)
 # $$\frac{\partial p_i}{\partial s_j} = \frac{\delta_{ij} e^{s_i}}{Z} - \frac{e^{s_i} e^{s_j}}{Z^2}
 # = p_i(\delta_{ij} - p_j).$$
 #
-# As a matrix, the Jacobian of one row is $J = \mathrm{diag}(p) - p p^\top$ (symmetric). The
+# As a matrix, the Jacobian of one row is $J = \mathrm{diag}(p) - p p^\top$ (symmetric), where in
+# general the Jacobian $J_f$ of a step $y = f(x)$ holds $(J_f)_{ij} = \partial y_i / \partial x_j$. The
 # gradient with respect to the scores sums over every probability that $s_j$ moves:
 #
 # $$ds_j = \sum_i dp_i\, p_i(\delta_{ij} - p_j) = p_j\, dp_j - p_j \sum_i dp_i\, p_i
 # = p_j\Big(dp_j - \sum_i dp_i\, p_i\Big).$$
+#
+# In matrix form that sum is $ds = J^\top dp$: **the transposed Jacobian times the upstream
+# gradient**. Every backward pass in this project computes $dx = J_f^\top\, dy$ for its step $y = f(x)$
+# (a *vector-Jacobian product*), and for a chain $y = g(f(x))$ the chain rule applies the transposed
+# Jacobians in reverse order, $dx = J_f^\top J_g^\top\, dy$: that is why a backward pass runs the forward
+# backwards. The trick is never to build $J$: here the product collapses to a formula.
 #
 # For the whole matrix: $dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big)$. No $T_k \times T_k$
 # Jacobian is ever built: one product, one row sum, one subtraction. Two consequences can be read
@@ -248,7 +259,7 @@ print("dK =\n", dK)
 #
 # It is tempting to test a backward pass with `out.sum().backward()`, an upstream gradient of ones.
 # For a softmax this is useless: $\sum_j p_{ij} = 1$ whatever the scores are, so the loss
-# $L = \sum P$ is a constant, and its gradient is zero. The formula shows it:
+# $\mathcal{L} = \sum P$ is a constant, and its gradient is zero. The formula shows it:
 # $dP = 1 \Rightarrow dS = P \odot (1 - \mathrm{rowsum}(P)) = P \odot (1 - 1) = 0$.
 # A softmax backward that returned zeros, or anything times $(1 - 1)$, would pass such a test.
 
@@ -375,9 +386,10 @@ print(
 #
 # The last witness needs no calculus at all. For each coordinate $x$ of $Q$, $K$ and $V$,
 #
-# $$\frac{\partial L}{\partial x} \approx \frac{L(x + h) - L(x - h)}{2h}, \qquad h = 10^{-5},$$
+# $$\frac{\partial \mathcal{L}}{\partial x} \approx \frac{\mathcal{L}(x + h) - \mathcal{L}(x - h)}{2h},
+# \qquad h = 10^{-5},$$
 #
-# with $L = \sum O \odot G$ for a random $G$. `check_pair` runs the forward function repeatedly on
+# with $\mathcal{L} = \sum O \odot G$ for a random $G$. `check_pair` runs the forward function repeatedly on
 # perturbed copies, compares with what the backward function returned, and reports the worst
 # relative error $|fd - an| / \max(|fd|, |an|, 10^{-2})$ per input. Central differences are accurate
 # to about $h^2 \approx 10^{-10}$ here, so agreement to about $10^{-8}$ or better is what a correct
@@ -396,6 +408,47 @@ assert result.worst <= 1e-6
 assert all(g > 0 for g in result.max_abs_grad.values())  # nothing passed by being zero
 
 # %% [markdown]
+# ## Step 13: gradients add where paths fork
+#
+# One rule remains, and every model uses it. When one value feeds several computations, a change of
+# that value moves every one of them, and the loss feels the sum of those moves. So:
+#
+# > **Gradients add where paths fork.** If $x$ is used by $f_1, \dots, f_n$, then
+# > $dx = J_{f_1}^\top dy_1 + \dots + J_{f_n}^\top dy_n$.
+#
+# It is the multivariable chain rule, $\partial \mathcal{L} / \partial x = \sum_k
+# (\partial \mathcal{L} / \partial y_k)(\partial y_k / \partial x)$, read as a recipe. In the
+# Transformer it appears as a residual connection ($x + f(x)$: $dx = dy + J_f^\top dy$), as
+# self-attention reading one array as query, key and value, as a tied embedding used at the input and
+# at the output, and as one weight matrix shared by every position (which is why weight gradients are
+# sums over positions). This is why backward code *accumulates* (`+=`) instead of assigning.
+#
+# Self-attention on one head: $O = \mathrm{Attention}(X, X, X)$. Its gradient is the sum of the three
+# gradients the attention backward returns; any one of them alone fails the finite-difference check.
+
+# %%
+X3 = np.array([[0.5, -1.0], [1.0, 0.5], [-0.5, 2.0]])[None, None]  # (1, 1, T, Dh), T = 3
+causal = np.tril(np.ones((3, 3), dtype=bool))[None, None]  # (1, 1, T, T), True = may attend
+
+
+def self_attention_forward(x, mask):
+    return scaled_dot_product_attention_forward(x, x, x, mask)  # one array, three roles
+
+
+def self_attention_backward(dout, cache):
+    dq, dk, dv = scaled_dot_product_attention_backward(dout, cache)
+    return dq + dk + dv  # the three paths that fork from x meet again: their gradients add
+
+
+fork = check_pair(self_attention_forward, self_attention_backward, dict(x=X3.copy(), mask=causal), wrt=["x"])
+only_q = check_pair(
+    self_attention_forward, lambda d, c: scaled_dot_product_attention_backward(d, c)[0], dict(x=X3.copy(), mask=causal),
+    wrt=["x"],
+)  # fmt: skip
+print(f"dq + dk + dv: worst error {fork.worst:.1e};   dq alone: worst error {only_q.worst:.1e}")
+assert fork.worst <= 1e-6 and only_q.worst > 1e-2
+
+# %% [markdown]
 # ## Summary
 #
 # | forward | backward |
@@ -404,5 +457,24 @@ assert all(g > 0 for g in result.max_abs_grad.values())  # nothing passed by bei
 # | $P = \mathrm{softmax}(S)$, masked entries $\to 0$ | $dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))$ |
 # | $O = P V$ | $dP = dO\, V^\top$, $dV = P^\top dO$ |
 #
+# | $x$ used by several paths | $dx = \sum_k J_{f_k}^\top dy_k$ |
+#
 # Multi-head attention (`multi_head_attention_forward`) wraps this in four linear layers and a
-# reshape into heads; walkthrough 03 follows the gradient through all of it, inside a whole model.
+# reshape into heads. Next, walkthrough 01b (`examples/01b_multi_head_attention_by_hand.py`) follows the
+# gradient through all of it by hand, on printable numbers; walkthrough 03 then runs it inside a whole
+# model.
+#
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/01_answers.py`. Check yours with
+# `numpy_transformer.gradcheck.check_pair`, as step 12 does.
+#
+# 1. **Softmax on its own.** Write `softmax_forward(s)` (returning $P$ and a cache) and
+#    `softmax_backward(dP, cache)` with the formula of step 6, for scores of shape $(T_q, T_k)$, and
+#    check the pair with `check_pair`. Then check that each row of your $dS$ sums to zero.
+# 2. **A learned bias on the scores.** ALiBi, T5 and relative-position models add a bias $b_{ij}$ to the
+#    scores, $S = c\, Q K^\top + b$, with one $b$ shared by every batch element and head. Show that
+#    $db = \sum_{\text{batch, heads}} dS$, where $dS$ is the gradient of the biased scores. Write the pair
+#    (inputs $Q, K, V, b$) and check it.
+# 3. **The temperature.** Replace $c = 1/\sqrt{d_h}$ by a learned scalar $c$. Derive
+#    $dc = \sum_{ij} dS_{ij} (Q K^\top)_{ij}$ and check it with finite differences.
