@@ -1,0 +1,239 @@
+"""Dealing the user's pieces to the reference's units, and the config their shapes imply.
+
+`infer(level, structure, module, given)` returns the config the user's module is judged as (its sizes read from the
+shapes, the rest from `given` or the reference's defaults) and the links (mapping.Link) from every user parameter to
+the reference's tensors. Reference biases the user's linears lack are returned as `zero`: held at zero, their
+gradients not compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from torch import nn
+
+from numpy_transformer import TransformerConfig
+
+from . import levels as LV
+from .mapping import Link, attention_links
+from .variants import sinusoid_tables
+
+HEAD_ATTRS = ("num_heads", "n_heads", "n_head", "nhead", "heads", "h", "num_attention_heads")
+
+
+def find_heads(module) -> int | None:
+    """A head count the user's module states (nn.MultiheadAttention's num_heads, a tutorial's n_heads, ...)."""
+    if not isinstance(module, nn.Module):
+        return None
+    for _, mod in module.named_modules():
+        for attr in HEAD_ATTRS:
+            value = getattr(mod, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def _chunks(pieces: list, D: int) -> list:
+    """Consecutive attention pieces grouped into attentions of 4D rows (q, k, v, out)."""
+    chunks, current, rows = [], [], 0
+    for p in pieces:
+        current.append(p)
+        rows += p.out_features
+        if rows == 4 * D:
+            chunks.append(current)
+            current, rows = [], 0
+        elif rows > 4 * D:
+            raise ValueError(
+                f"the attention pieces {[q.weight for q in current]} add up to {rows} rows, not 4 x d_model = "
+                f"{4 * D}: cannot split them into q, k, v and output projections; pass mapping="
+            )
+    if current:
+        raise ValueError(f"attention pieces left over: {[q.weight for q in current]}; pass mapping=")
+    return chunks
+
+
+def infer(level: str, found, module, given: dict) -> tuple:
+    """(config, links, zero, tables) for the user's module at `level`; see the module docstring."""
+    cfg = given.get("config")
+    fields = {k: v for k, v in given.items() if k != "config" and v is not None}
+    pieces, norms, tables = list(found.pieces), list(found.norms), list(found.tables)
+    D = fields.get("d_model") or (cfg.d_model if cfg else None)
+    if D is None:
+        D = norms[0].size if norms else (pieces[0].in_features if pieces else (tables[0].width if tables else None))
+    if D is None and level != "scaled_dot_product_attention":
+        raise ValueError(f"cannot tell d_model from the module's parameters at level {level!r}: pass d_model=")
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or find_heads(module)
+    if H is None and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
+        raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {level!r})")
+    sizes = dict(d_model=D or 8, n_heads=H or 2)
+    ffn_in = [p for p in pieces if p.in_features not in (D,)]
+    F = ffn_in[0].in_features if ffn_in else 4 * (D or 8)
+    sizes["d_ff"] = F
+    token_tables = [t for t in tables if not t.position and t.width == D]
+    position_tables = [t for t in tables if t.position and t.width == D]
+    links, zero, fixed = [], [], []
+
+    # The output projection: a linear D -> V whose V is the (target) token table's rows.
+    out_piece = None
+    if level in ("transformer", "transformer_lm") and token_tables:
+        V_tgt = token_tables[-1].rows
+        candidates = [p for p in pieces if p.in_features == D and p.out_features == V_tgt and p.out_features != F]
+        out_piece = candidates[-1] if candidates else None
+        if out_piece is not None:
+            pieces.remove(out_piece)
+    attention = [p for p in pieces if p.in_features == D and p.out_features != F]
+    ffn = [p for p in pieces if p not in attention]
+    chunks = _chunks(attention, D) if level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS else []
+    ffn_pairs = [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
+    bias = all(p.bias is not None for p in attention + ffn) or not any(p.bias is not None for p in attention + ffn)
+    has_bias = any(p.bias is not None for p in attention + ffn) if attention + ffn else True
+
+    n_enc = n_dec = 0
+    if level == "transformer":
+        n_dec = len(chunks) - len(ffn_pairs)
+        n_enc = len(ffn_pairs) - n_dec
+    elif level == "transformer_lm":
+        n_dec = len(chunks)
+    elif level == "encoder_model":
+        n_enc = len(chunks)
+    elif level in LV.LAYERS:
+        n_enc = n_dec = 1
+    layer_norms = 2 * n_enc + 3 * n_dec if level in ("transformer",) else 2 * (n_enc or n_dec)
+    if level == "transformer_lm":
+        layer_norms = 2 * n_dec
+    final = level in LV.MODELS and len(norms) > layer_norms
+    base = dict(
+        src_vocab_size=token_tables[0].rows if token_tables else 32,
+        tgt_vocab_size=token_tables[-1].rows if token_tables else 32,
+        n_encoder_layers=n_enc,
+        n_decoder_layers=n_dec,
+        bias=bool(has_bias),
+        output_bias=out_piece is not None and out_piece.bias is not None or bool(found.orphans),
+        tie_embeddings=level in ("transformer", "transformer_lm") and out_piece is None,
+        share_embeddings=level == "transformer" and len(token_tables) == 1,
+        positional="learned" if any(t.trainable for t in position_tables) else "sinusoidal",
+        max_len=max((t.rows for t in position_tables), default=64),
+        layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-5),
+    )
+    if final:
+        base["norm_first"] = True
+    base |= sizes
+    if cfg is not None:
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__})
+    else:
+        known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
+        cfg = TransformerConfig(**(base | known))
+    del bias
+
+    def norm_link(norm, prefix):
+        links.append(Link(norm.weight, [(f"{prefix}weight", None)]))
+        if norm.bias is not None:
+            links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
+
+    def ffn_link(pair, prefix):
+        if len(pair) != 2 or pair[0].out_features != F or pair[1].in_features != F:
+            raise ValueError(
+                f"cannot read {[p.weight for p in pair]} as a feed-forward block {D} -> {F} -> {D}; pass mapping="
+            )
+        for p, name in zip(pair, ("linear1", "linear2"), strict=True):
+            links.append(Link(p.weight, [(f"{prefix}{name}.weight", None)], p.transposed,
+                              "transposed" if p.transposed else "as is"))  # fmt: skip
+            if p.bias is not None:
+                links.append(Link(p.bias, [(f"{prefix}{name}.bias", None)]))
+            elif cfg.bias:
+                zero.append(f"{prefix}{name}.bias")
+
+    def attn_link(chunk, prefix):
+        got, held = attention_links(chunk, prefix.rstrip("."), D, cfg.n_heads, cfg.bias)
+        links.extend(got)
+        zero.extend(held)
+
+    def layer(prefix, i, decoder, chunk_iter, norm_iter, ffn_iter):
+        attn_link(next(chunk_iter), f"{prefix}self_attn.")
+        names = ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]
+        if decoder:
+            attn_link(next(chunk_iter), f"{prefix}cross_attn.")
+        ffn_link(next(ffn_iter), f"{prefix}ffn.")
+        for name in names:
+            norm_link(next(norm_iter), f"{prefix}{name}.")
+
+    def count(what, got, expected):
+        if got != expected:
+            raise ValueError(f"found {got} {what} in the module, the reference {level!r} has {expected}; pass mapping=")
+
+    if level == "multi_head_attention":
+        count("attentions", len(chunks), 1)
+        attn_link(chunks[0], "")
+    elif level == "layer_norm":
+        count("norms", len(norms), 1)
+        norm_link(norms[0], "")
+    elif level == "feed_forward":
+        count("feed-forward pieces", len(ffn) + len(attention), 2)
+        ffn_link(sorted(pieces, key=lambda p: p.in_features != D), "")
+    elif level == "embedding":
+        count("token tables", len(token_tables), 1)
+        links.append(Link(token_tables[0].name, [("token_embedding.weight", None)]))
+    elif level == "positional_encoding":
+        if cfg.positional == "learned":
+            links.append(Link(position_tables[0].name, [("position_embedding.weight", None)]))
+    elif level in LV.LAYERS:
+        decoder = level == "decoder_layer"
+        count("attentions", len(chunks), 2 if decoder else 1)
+        count("norms", len(norms), 3 if decoder else 2)
+        layer("", 0, decoder, iter(chunks), iter(norms), iter(ffn_pairs))
+    elif level in LV.MODELS:
+        chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
+        stacks = {"transformer": ("encoder", "decoder"), "transformer_lm": ("decoder",), "encoder_model": ("encoder",)}
+        token_iter = iter(token_tables)
+        learned = iter([t for t in position_tables if t.trainable])
+        expected_norms = layer_norms + (len(stacks[level]) if cfg.norm_first else 0)
+        count("norms", len(norms), expected_norms)
+        for stack in stacks[level]:
+            if not (stack == "encoder" and cfg.share_embeddings):
+                table = next(token_iter, None)
+                if table is None:
+                    raise ValueError(f"no token table found for the {stack}; pass mapping=")
+                links.append(Link(table.name, [(f"{stack}.token_embedding.weight", None)]))
+            if cfg.positional == "learned":
+                links.append(Link(next(learned).name, [(f"{stack}.position_embedding.weight", None)]))
+            n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
+            for i in range(n):
+                layer(f"{stack}.layers.{i}.", i, stack == "decoder" and level == "transformer", chunk_iter, norm_iter,
+                      ffn_iter)  # fmt: skip
+            if cfg.norm_first:
+                norm_link(next(norm_iter), f"{stack}.final_norm.")
+        if level != "encoder_model":
+            if out_piece is not None:
+                links.append(Link(out_piece.weight, [("output_proj.weight", None)], out_piece.transposed,
+                                  "transposed" if out_piece.transposed else "as is"))  # fmt: skip
+                if out_piece.bias is not None:
+                    links.append(Link(out_piece.bias, [("output_proj.bias", None)]))
+            elif found.orphans:
+                links.append(Link(found.orphans[0], [("output_proj.bias", None)]))
+            if cfg.tie_embeddings:
+                links.append(Link("(tied)", [("decoder.token_embedding.weight", None)], note="tied output projection"))
+    fixed = [t for t in position_tables if not t.trainable]
+    return cfg, [link for link in links if link.user != "(tied)"], zero, fixed
+
+
+def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
+    """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
+    float64 table to overwrite it with}, the layout found), and adds a note for each."""
+    import torch
+
+    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    overwrite, layout = {}, None
+    for t in fixed:
+        value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
+        for name, table in sinusoid_tables(t.rows, t.width).items():
+            if np.abs(value - table).max() <= 1e-6:
+                if name == "wrong_frequencies":
+                    notes.append(f"{t.name}: a sinusoid table whose frequencies are all 1")
+                    break
+                layout = name
+                overwrite[t.name] = table
+                notes.append(f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
+                             "the float64 table for the float64 comparison")  # fmt: skip
+                break
+    return overwrite, layout

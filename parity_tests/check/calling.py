@@ -1,0 +1,217 @@
+"""How a user's module is called: layout, argument order, and the masks in the user's own convention.
+
+A `Caller` turns the reference's probe (batch-first arrays, masks as "which positions are real") into one call of
+the user's module and returns its output batch-first. `callers` lists the candidates a module's signature allows;
+the check keeps the first whose output matches the reference (and says which it used), or, when none matches, the
+first that runs, and diagnoses from there.
+
+Mask kinds: "bool_keep" (True = may attend), "bool_masked" (True = masked), "int_keep" (1 = may attend, 0/1
+integers), "additive" (0 where allowed, -1e9 where masked, added to the scores). Shapes: a padding mask as (B, T_k),
+(B, 1, T_k) or (B, 1, 1, T_k); a causal target mask as (T, T), or with the target's padding as (B, T, T) or
+(B, 1, T, T).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
+PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
+CAUSAL_SHAPES = ("(B, 1, T, T)", "(B, T, T)", "(T, T)")
+DATA = {
+    "scaled_dot_product_attention": ("q", "k", "v"),
+    "multi_head_attention": ("query", "key", "value"),
+    "layer_norm": ("x",),
+    "feed_forward": ("x",),
+    "positional_encoding": ("x",),
+    "embedding": ("ids",),
+    "encoder_layer": ("x",),
+    "decoder_layer": ("x", "memory"),
+    "transformer": ("src", "tgt"),
+    "transformer_lm": ("ids",),
+    "encoder_model": ("ids",),
+}
+SOURCE_WORDS = ("src", "source", "memory", "enc", "cross", "padding", "key_padding", "pad")
+TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
+
+
+@dataclass
+class Caller:
+    """One way of calling the user's module; `conventions` says it in words for the result."""
+
+    batch_first: bool
+    order: tuple  # the probe's data names in the order the module takes them
+    masks: dict = field(default_factory=dict)  # parameter name -> (role "src"/"tgt", kind, shape)
+    self_attention: bool = False
+    extra: dict = field(default_factory=dict)  # fixed keyword arguments (need_weights=False, ...)
+    call: object = None  # a user's call= adapter
+
+    def conventions(self) -> dict:
+        out = {"batch_first": self.batch_first}
+        if self.masks:
+            out["mask"] = "; ".join(f"{name}: {kind} {shape}" for name, (_, kind, shape) in self.masks.items())
+        elif self.call is None:
+            out["mask"] = "none passed (built inside the module, or none)"
+        if self.order and self.order != ("query", "key", "value") and len(self.order) == 3:
+            out["argument_order"] = ", ".join(self.order)
+        if self.self_attention:
+            out["attention"] = "self-attention: one input (query = key = value)"
+        if self.call is not None:
+            out["call"] = "the call= adapter"
+        return out
+
+    def __call__(self, module, tensors: dict, probe, dtype):
+        """Run the module on `tensors` (name -> batch-first tensor); return its output batch-first."""
+        if self.call is not None:
+            if "src" in tensors:
+                out = self.call(module, tensors["src"], tensors["tgt"])
+            else:
+                out = self.call(module, *[tensors[n] for n in self.order])
+            return first_tensor(out)
+        args = [tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order]
+        kwargs = dict(self.extra)
+        for name, (role, kind, shape) in self.masks.items():
+            kwargs[name] = user_mask(probe, role, kind, shape, dtype, args[0].device)
+        out = first_tensor(module(*args, **kwargs))
+        return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
+
+
+def first_tensor(out):
+    """A module's output: the tensor itself, or the first element of a tuple (nn.MultiheadAttention's)."""
+    while isinstance(out, (tuple, list)):
+        out = out[0]
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the module returned {type(out).__name__}, expected a tensor or a tuple starting with one")
+    return out
+
+
+def logical_mask(probe, role: str, shape: str) -> np.ndarray:
+    """The reference's mask for one role in `shape`, True = may attend: role "src" the keys' padding, "tgt" the
+    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
+    if role == "src":
+        keep = probe.src_keep
+        return {"(B, 1, 1, T)": keep[:, None, None, :], "(B, 1, T)": keep[:, None, :], "(B, T)": keep}[shape]
+    T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    if shape == "(T, T)":
+        return causal
+    keep = causal[None] & (probe.tgt_keep[:, None, :] if probe.tgt_keep is not None else True)
+    return keep[:, None] if shape == "(B, 1, T, T)" else keep
+
+
+def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
+    keep = torch.from_numpy(np.ascontiguousarray(logical_mask(probe, role, shape))).to(device)
+    if kind == "bool_keep":
+        return keep
+    if kind == "bool_masked":
+        return ~keep
+    if kind == "int_keep":
+        return keep.long()
+    return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, -1e9)
+
+
+def _role(name: str, roles: list) -> str | None:
+    lower = name.lower()
+    if len(roles) == 1:
+        return roles[0]
+    if any(w in lower for w in ("src_mask", "source", "memory", "enc", "cross", "src")):
+        return "src"
+    if any(w in lower for w in TARGET_WORDS):
+        return "tgt"
+    return None
+
+
+def roles_of(level: str, probe) -> list:
+    """The masks the level's attentions read: "src" (padding of the keys) and/or "tgt" (causal)."""
+    if level in ("decoder_layer", "transformer"):
+        return ["tgt", "src"]
+    if level == "transformer_lm":
+        return ["tgt"]
+    if level in ("scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "encoder_model"):
+        return ["src"]
+    return []
+
+
+def torch_builtin_callers(module, level, probe) -> list | None:
+    """The calls of torch.nn's own attention and layers: their key-padding masks are (B, T) with True = masked,
+    their causal masks (T, T) with True = masked; batch_first as the module says."""
+    bf = bool(getattr(module, "batch_first", False))
+    if isinstance(module, nn.MultiheadAttention) and level == "multi_head_attention":
+        masks = {"key_padding_mask": ("src", "bool_masked", "(B, T)")}
+        return [Caller(bf, DATA[level], masks, extra={"need_weights": False})]
+    if isinstance(module, nn.TransformerEncoderLayer) and level == "encoder_layer":
+        return [Caller(bf, ("x",), {"src_key_padding_mask": ("src", "bool_masked", "(B, T)")})]
+    if isinstance(module, nn.TransformerDecoderLayer) and level == "decoder_layer":
+        masks = {"tgt_mask": ("tgt", "bool_masked", "(T, T)"), "memory_key_padding_mask": ("src", "bool_masked", "(B, T)")}
+        return [Caller(bf, ("x", "memory"), masks)]
+    return None
+
+
+def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -> list:
+    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first."""
+    data = DATA[level]
+    if call is not None:
+        return [Caller(True, data, call=call)]
+    builtin = torch_builtin_callers(module, level, probe)
+    if builtin is not None:
+        return builtin
+    forward = module.forward if isinstance(module, nn.Module) else module
+    params = [
+        p
+        for p in inspect.signature(forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    mask_params = [p.name for p in params if "mask" in p.name.lower()]
+    data_params = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
+    orders = []
+    if level == "multi_head_attention" and len(data_params) == 1:
+        orders.append(("query",))
+    elif len(data_params) >= len(data):
+        orders.append(data)
+        if len(data) == 3:
+            first = data_params[0].lower()
+            reverse = (data[2], data[1], data[0])
+            orders.insert(0 if first in ("value", "v", "values") else 1, reverse)
+    else:
+        raise TypeError(
+            f"the module's forward takes {data_params} (without defaults), but the reference {level!r} gives "
+            f"{list(data)}: pass call=lambda module, ... to adapt it"
+        )
+    roles = roles_of(level, probe)
+    assigned = {}
+    for name in mask_params:
+        role = _role(name, roles)
+        if role is not None and role not in assigned.values():
+            assigned[name] = role
+    kinds = MASK_KINDS if mask in (None, "detect") else ((mask,) if mask != "none" else ())
+    layouts = [batch_first] if batch_first is not None else [True, False]
+    if level in ("scaled_dot_product_attention",):
+        layouts = [True]  # (B, H, T, Dh) has no sequence-first form
+    found = []
+    for bf in layouts:
+        for order in orders:
+            self_attention = order == ("query",)
+            if not assigned or mask == "none":
+                found.append(Caller(bf, order, {}, self_attention))
+                continue
+            for kind in kinds:
+                shape_lists = [CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES for role in assigned.values()]
+                for shapes in _product(shape_lists):
+                    masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
+                    found.append(Caller(bf, order, masks, self_attention))
+    return found
+
+
+def _product(lists):
+    """Shape choices for several masks: each mask's shapes in order, the same position for all first."""
+    if not lists:
+        return [()]
+    combos = [()]
+    for options in lists:
+        combos = [c + (o,) for c in combos for o in options]
+    return sorted(combos, key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))

@@ -1,0 +1,477 @@
+"""Naming the mistake: probes a plain comparison cannot see, the first divergent submodule, and the variants.
+
+- Dropout in evaluation mode: two calls on the same input differ.
+- No max subtraction: queries and keys scaled up until the scores reach ~1e3; the reference's softmax stays finite,
+  exp(scores) overflows.
+- For a layer or a model: forward hooks on the user's submodules, each matched (through the weight map) to a unit of
+  the reference (an attention, a norm, a feed-forward block, the embeddings); the reference's activations are
+  computed unit by unit from the same inputs; the first unit whose output leaves the bar is the first divergence.
+- There (or on the component itself) each catalogue variant (variants.py) is run on the reference's inputs to that
+  unit; one that reproduces the user's output to float64 precision (judge.MATCH) is a diagnosis.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from numpy_transformer import model as M
+
+from . import calling as C
+from . import levels as LV
+from . import variants as VR
+from .judge import MATCH, _error, _valid
+from .report import Diagnosis
+
+BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
+
+
+def _np(t) -> np.ndarray:
+    return C.first_tensor(t).detach().cpu().double().numpy()
+
+
+def _rows_without_keys(keep, shape) -> np.ndarray | None:
+    """(B, T_q) True where a query row has no key left to attend to (the variant's output there is excluded: the
+    user's may be NaN (-inf fill) or uniform (-1e9 fill), either way not the reference's zeros)."""
+    if keep is None:
+        return None
+    B, T_q, T_k = shape
+    full = np.broadcast_to(keep, (np.broadcast_shapes(np.shape(keep), (B, 1, T_q, T_k))))
+    return ~full.any(-1).all(1)  # (B, T_q)
+
+
+def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+    user, variant = _valid(user, valid), _valid(variant, valid)
+    if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
+        user, variant = _valid(user, ~empty), _valid(variant, ~empty)
+    user = np.nan_to_num(user, nan=1e300)
+    return _error(user, variant)
+
+
+def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None, self_attention=True) -> list:
+    """(id, message, knobs) for every catalogue mistake an attention can make, given its reference mask `keep`;
+    for a causal self-attention `pad` is its keys' padding (B, 1, 1, T) or None, `swap` the cross-attention's
+    mask (masks_swapped)."""
+    out = []
+    for divisor, origin in VR.scale_divisors(D, Dh).items():
+        message = f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
+        out.append(("attention.wrong_scale", message, {"divisor": divisor}))
+    out.append(("attention.heads_without_transpose", "heads split by a reshape without the transpose",
+                {"transpose": False}))  # fmt: skip
+    out.append(("attention.softmax_wrong_axis", "softmax over the queries (dim=-2) instead of the keys", {"axis": -2}))
+    if keep is not None:
+        out.append(("attention.mask_after_softmax", "masked probabilities zeroed after the softmax (not renormalised)",
+                    {"mask_mode": "after"}))  # fmt: skip
+        out.append(("attention.mask_after_softmax", "masked probabilities zeroed after the softmax, then renormalised",
+                    {"mask_mode": "after_renorm"}))  # fmt: skip
+        out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
+        if not causal:
+            out.append(("attention.mask_inverted", "the mask's polarity is flipped", {"keep": ~keep}))
+    if causal:
+        T = keep.shape[-1]
+        pad_keep = True if pad is None else pad
+        out.append(("attention.not_causal", "no causal mask: every query sees the future", {"keep": pad}))
+        hides = np.tril(np.ones((T, T), bool), -1)[None, None] & pad_keep
+        shows = np.tril(np.ones((T, T), bool), 1)[None, None] & pad_keep
+        out.append(("attention.causal_hides_diagonal", "causal mask j < i: a query cannot see itself", {"keep": hides}))
+        out.append(("attention.causal_shows_next", "causal mask j <= i + 1: a query sees the next position",
+                    {"keep": shows}))  # fmt: skip
+        if swap is not None and swap.shape[-1] == T:
+            out.append(("attention.masks_swapped", "self-attention got the source's padding mask (and cross-attention "
+                        "the causal one)", {"keep": swap}))  # fmt: skip
+    elif self_attention and keep is not None and np.ndim(keep) == 4 and keep.shape[2] == 1:
+        on_queries = keep.transpose(0, 1, 3, 2)  # (B, 1, T, 1): rows of padded queries masked instead
+        out.append(("attention.padding_on_queries", "padding masks the queries' rows instead of the keys' columns",
+                    {"keep": on_queries}))  # fmt: skip
+    return out
+
+
+def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **context) -> list:
+    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs."""
+    found = []
+    D = query.shape[-1]
+    for vid, message, knobs in attention_variants(D, D // H, keep, **context):
+        knobs = dict(knobs)
+        k = knobs.pop("keep", keep)
+        transpose = knobs.pop("transpose", True)
+        if params is None:  # scaled dot-product attention on heads already split
+            variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
+            shape = (query.shape[0], query.shape[2], kv[0].shape[2])
+            empty = _rows_without_keys(k, shape)
+            if empty is not None:
+                empty = np.broadcast_to(empty[:, None, :, None], variant.shape).any(-1)[:, 0]
+            error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
+        else:
+            variant = VR.multi_head_attention(params, query, kv, kv, H, k, transpose, **knobs)
+            empty = _rows_without_keys(k, (query.shape[0], query.shape[1], kv.shape[1]))
+            error = _match(user_out, variant, valid, empty)
+        if error <= MATCH:
+            found.append(Diagnosis(vid, message, where, error))
+    return found
+
+
+def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
+    found = []
+    for vid, knobs in VR.LAYER_NORM_VARIANTS.items():
+        variant = VR.layer_norm(x, weight, bias, eps, **knobs)
+        error = _match(user_out, variant, valid, None)
+        if error <= MATCH:
+            found.append(Diagnosis(vid, VR_MESSAGES[vid] + f" (eps = {eps:g})", where, error))
+    return found
+
+
+VR_MESSAGES = {
+    "layer_norm.unbiased_variance": "the variance divides by n - 1 (torch's x.std()/x.var() default)",
+    "layer_norm.eps_outside_sqrt": "eps added to the standard deviation, outside the square root",
+}
+
+
+def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_expected=True) -> list:
+    """Variants of the embedding sum scale * E[ids] + P[:T]: the scale missing or squared, the wrong frequencies."""
+    found = []
+    T = ids.shape[1]
+    right = math.sqrt(D)
+    tables = {"": positions}
+    if positions is not None:
+        tables["positions.wrong_frequencies"] = VR.wrong_frequency_table(len(positions), D)
+    scales = {"": right if scale_expected else 1.0, "embedding.missing_scale": 1.0, "embedding.double_scale": D}
+    for sid, scale in scales.items():
+        for tid, pos in tables.items():
+            if not sid and not tid:
+                continue
+            x = scale * table[ids] + (0.0 if pos is None else pos[:T])
+            error = _match(user_x, x, valid, None)
+            if error <= MATCH:
+                for vid in (sid, tid):
+                    if vid:
+                        message = {
+                            "embedding.missing_scale": f"token embeddings not multiplied by sqrt(d_model) = {right:.3g}",
+                            "embedding.double_scale": f"token embeddings multiplied by d_model = {D} (sqrt twice)",
+                            "positions.wrong_frequencies": "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)",
+                        }[vid]
+                        found.append(Diagnosis(vid, message, where, error))
+    return found
+
+
+def dropout_probe(session, caller, result) -> bool:
+    """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the innermost user
+    submodule whose output differs first."""
+    module = session.copy(np.float64)
+    records = []
+    handles = []
+    if session.is_module:
+        for name, mod in module.named_modules():
+            handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, o))))
+    try:
+        torch.manual_seed(0)
+        first, _ = session.run_user(caller, np.float64)
+        n = len(records)
+        torch.manual_seed(1)
+        second, _ = session.run_user(caller, np.float64)
+    finally:
+        for h in handles:
+            h.remove()
+    if torch.equal(first, second):
+        return False
+    where = ""
+    for (name, a), (_, b) in zip(records[:n], records[n:], strict=False):
+        try:
+            if not torch.equal(C.first_tensor(a), C.first_tensor(b)):
+                where = name or "(the module)"
+                break
+        except TypeError:
+            continue
+    error = _error(first.detach().numpy(), second.detach().numpy())
+    result.diagnoses.append(Diagnosis("dropout.active_in_eval", f"two evaluation-mode calls differ by {error:.2e}: "
+                                      "dropout runs with training=True (F.dropout's default)", where, error))  # fmt: skip
+    return True
+
+
+def overflow_probe(session, caller, result) -> None:
+    """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32."""
+    if session.level not in ("scaled_dot_product_attention", "multi_head_attention"):
+        return
+    with np.errstate(all="ignore"):
+        out, _ = session.run_user(caller, np.float32, scale=BIG)
+    if not torch.isfinite(out).all():
+        p = session.probes[caller.self_attention]
+        where = "" if not session.is_module else "(the module)"
+        result.diagnoses.append(Diagnosis(
+            "attention.no_max_subtraction",
+            f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum())} inf/NaN in float32; "
+            "the reference's softmax (row maximum subtracted) stays finite", where, math.inf))  # fmt: skip
+        del p
+
+
+def component_variants(session, caller, cfg, result) -> None:
+    """The catalogue's variants of a component, on the component's own probe."""
+    p = session.probes[caller.self_attention]
+    level = session.level
+    user, _ = session.run_user(caller, np.float64)
+    user = user.detach().numpy()
+    where = ""
+    if level == "scaled_dot_product_attention":
+        keep = LV.keep_mask(p, "src")
+        found = match_attention(user, None, p.floats["q"], (p.floats["k"], p.floats["v"]), cfg.n_heads, keep, where,
+                                self_attention=False)  # fmt: skip
+    elif level == "multi_head_attention":
+        q = p.floats["query"]
+        kv = q if p.self_attention else p.floats["key"]
+        if not p.self_attention and not np.array_equal(p.floats["key"], p.floats["value"]):
+            # the variants take one key/value input; run them with distinct key and value
+            found = _mha_variants_kv(session, p, user, cfg)
+        else:
+            found = match_attention(user, session.params, q, kv, cfg.n_heads, LV.keep_mask(p, "src"), where,
+                                    self_attention=p.self_attention)  # fmt: skip
+    elif level == "layer_norm":
+        eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
+        found = match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, where)
+    elif level == "embedding":
+        found = match_embedding(user, p.ids["ids"], session.params["token_embedding.weight"], None, cfg.d_model, where,
+                                scale_expected=cfg.scale_embeddings)  # fmt: skip
+    elif level == "positional_encoding" and cfg.positional != "learned":
+        T = p.floats["x"].shape[1]
+        wrong = p.floats["x"] + VR.wrong_frequency_table(cfg.max_len, cfg.d_model)[:T]
+        error = _match(user, wrong, None, None)
+        found = [Diagnosis("positions.wrong_frequencies", "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)",
+                           where, error)] if error <= MATCH else []  # fmt: skip
+    else:
+        found = []
+    result.diagnoses += found
+
+
+def _mha_variants_kv(session, p, user, cfg) -> list:
+    """match_attention for a cross-attention probe whose key and value differ."""
+    found = []
+    q, k, v = p.floats["query"], p.floats["key"], p.floats["value"]
+    keep = LV.keep_mask(p, "src")
+    for vid, message, knobs in attention_variants(cfg.d_model, cfg.head_dim, keep, self_attention=False):
+        knobs = dict(knobs)
+        kk = knobs.pop("keep", keep)
+        transpose = knobs.pop("transpose", True)
+        params = session.params
+        qh = VR.split(VR.linear(q, params, "q_proj"), cfg.n_heads, transpose)
+        kh = VR.split(VR.linear(k, params, "k_proj"), cfg.n_heads, transpose)
+        vh = VR.split(VR.linear(v, params, "v_proj"), cfg.n_heads, transpose)
+        variant = VR.linear(VR.merge(VR.attention_heads(qh, kh, vh, kk, **knobs), transpose), params, "out_proj")
+        empty = _rows_without_keys(kk, (q.shape[0], q.shape[1], k.shape[1]))
+        error = _match(user, variant, None, empty)
+        if error <= MATCH:
+            found.append(Diagnosis(vid, message, "", error))
+    return found
+
+
+# -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
+
+
+def unit_of(ref: str) -> tuple[str, str]:
+    """(unit prefix, kind) of a reference tensor name: attention, ffn, norm or table."""
+    base = ref.rsplit(".", 1)[0]
+    last = base.rsplit(".", 1)[-1]
+    if last in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        return base.rsplit(".", 1)[0] if "." in base else "", "attention"
+    if last in ("linear1", "linear2", "gate"):
+        return base.rsplit(".", 1)[0] if "." in base else "", "ffn"
+    if last.endswith("embedding"):
+        return base, "table"
+    return base, "norm"
+
+
+def _lca(paths: list) -> str:
+    split = [p.split(".") if p else [] for p in paths]
+    common = []
+    for parts in zip(*split, strict=False):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def _module_path(user_name: str) -> str:
+    return user_name.rsplit(".", 1)[0] if "." in user_name else ""
+
+
+def _inside(path: str, owner: str) -> bool:
+    return owner == "" or path == owner or path.startswith(owner + ".")
+
+
+def hook_targets(links) -> dict:
+    """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
+    holding all its parameters and none of another unit's); units without one are left out."""
+    paths = {}
+    for link in links:
+        for ref, _ in link.parts:
+            unit, _ = unit_of(ref)
+            paths.setdefault(unit, set()).add(_module_path(link.user))
+            parts = unit.split(".")
+            for i in range(len(parts)):
+                if parts[i] == "layers" and i + 1 < len(parts):
+                    paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
+    targets = {}
+    for unit, own in paths.items():
+        owner = _lca(sorted(own))
+        others = [p for u, ps in paths.items() if u != unit and not u.startswith(unit + ".") and not
+                  unit.startswith(u + ".") for p in ps]  # fmt: skip
+        if not any(_inside(p, owner) for p in others):
+            targets[unit] = owner
+    return targets
+
+
+def model_stages(session, cfg, caller):
+    """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
+    extra) with extra the masks the attention read."""
+    level, params = session.level, session.params
+    p = session.probes[False]
+    stages = []
+    if level in LV.LAYERS:
+        decoder = level == "decoder_layer"
+        x, memory = p.floats["x"], p.floats.get("memory")
+        self_keep = LV.keep_mask(p, "self") if decoder else LV.keep_mask(p, "src")
+        trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)
+        for unit, kind, inputs, out in trace:
+            stages.append((unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)))
+        return stages
+    _, backward = LV.run_reference(level, params, p, cfg, np.float64)
+    acts = backward.model.activations()
+    stacks = {"transformer": ("encoder", "decoder"), "transformer_lm": ("decoder",), "encoder_model": ("encoder",)}
+    for stack in stacks[level]:
+        valid = p.src_keep if stack == "encoder" else p.tgt_keep
+        ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+        stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
+        n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
+        decoder = stack == "decoder"
+        memory = acts.get("encoder") if level == "transformer" and decoder else None
+        for i in range(n):
+            x = acts[f"{stack}.embedding"] if i == 0 else acts[f"{stack}.layers.{i - 1}"]
+            layer = M.sub(params, f"{stack}.layers.{i}")
+            self_keep = np.tril(np.ones((x.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
+            trace = LV.layer_trace(layer, x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
+            for unit, kind, inputs, out in trace:
+                masks = _masks(unit, decoder, p)
+                stages.append((f"{stack}.layers.{i}.{unit}", kind, inputs, out, valid, masks))
+            stages.append((f"{stack}.layers.{i}", "layer", (x,), acts[f"{stack}.layers.{i}"], valid, None))
+    return stages
+
+
+def _pad(keep):
+    return None if keep is None else keep[:, None, None, :]
+
+
+def _masks(unit: str, decoder: bool, p) -> dict | None:
+    if not unit.endswith("attn"):
+        return None
+    if unit.endswith("self_attn") and decoder:
+        return {"causal": True, "pad": _pad(p.tgt_keep), "swap": _pad(p.src_keep)}
+    return {"self_attention": unit.endswith("self_attn")}
+
+
+def first_divergence(session, caller, cfg, result) -> None:
+    """Hooks on the user's submodules; the first reference stage whose user output leaves the bar; its variants."""
+    targets = hook_targets(session.links)
+    module = session.copy(np.float64)
+    modules = dict(module.named_modules())
+    captured = {}
+    handles = []
+    for unit, path in targets.items():
+        if path in modules:
+            handles.append(modules[path].register_forward_hook(
+                lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o))))  # fmt: skip
+    try:
+        session.run_user(caller, np.float64)
+    finally:
+        for h in handles:
+            h.remove()
+
+    def batch_first(t):
+        t = _np(t)
+        return t if caller.batch_first or t.ndim < 3 else t.transpose(1, 0, 2)
+
+    for unit, kind, inputs, ref_out, valid, masks in model_stages(session, cfg, caller):
+        if kind == "embedding":
+            stack = unit.split(".")[0]
+            layer0 = f"{stack}.layers.0"
+            if layer0 not in captured:
+                continue
+            args = captured[layer0][0]
+            user_x = batch_first(args[0]) if args else None
+            if user_x is None or user_x.shape != ref_out.shape:
+                continue
+            if _match(user_x, ref_out, valid, None) <= 1e-10:
+                continue
+            where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
+            result.first_divergence = where
+            positions = None
+            if cfg.positional == "sinusoidal":
+                from numpy_transformer.layers import sinusoidal_table
+
+                positions = sinusoidal_table(cfg.max_len, cfg.d_model, np.float64, cfg.sinusoid_layout)
+            elif cfg.positional == "learned":
+                positions = session.params[f"{stack}.position_embedding.weight"]
+            table = session.params.get(f"{stack}.token_embedding.weight",
+                                       session.params.get("decoder.token_embedding.weight"))  # fmt: skip
+            ids = inputs[0]
+            result.diagnoses += match_embedding(user_x, ids, table, positions, cfg.d_model, where, valid,
+                                                cfg.scale_embeddings)  # fmt: skip
+            break
+        if unit not in captured:
+            continue
+        user_out = batch_first(captured[unit][1])
+        if user_out.shape != ref_out.shape:
+            continue
+        error = _match(user_out, ref_out, valid, None)
+        if error <= 1e-10:
+            continue
+        where = targets[unit] or "(the module)"
+        result.first_divergence = where
+        prefix = unit.rsplit(".", 1)[0] + "." if "." in unit else ""
+        if kind == "attention":
+            params = M.sub(session.params, unit) if unit else session.params
+            query, kv, keep = inputs
+            context = masks or {}
+            if context.get("causal"):
+                found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid,
+                                        causal=True, pad=context["pad"], swap=context["swap"])  # fmt: skip
+            else:
+                found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid,
+                                        self_attention=context.get("self_attention", True))  # fmt: skip
+        elif kind == "norm":
+            eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
+            found = match_norm(user_out, inputs[0], session.params[f"{unit}.weight"],
+                               session.params.get(f"{unit}.bias", 0.0), eps, where, valid)  # fmt: skip
+        else:
+            found = []
+        del prefix
+        result.diagnoses += found
+        if not found:
+            result.unexplained = (f"{where} (reference {unit or session.level}) diverges with relative error "
+                                  f"{error:.2e}; no catalogue variant reproduces it")  # fmt: skip
+        break
+
+
+def _table_module(session, ref_name: str) -> str | None:
+    for link in session.links:
+        if any(n == ref_name for n, _ in link.parts):
+            return _module_path(link.user) or link.user
+    return None
+
+
+def diagnose(session, caller, cfg, kind, result) -> None:
+    """Fill result.diagnoses, first_divergence and unexplained (see the module docstring)."""
+    if dropout_probe(session, caller, result):
+        return
+    overflow_probe(session, caller, result)
+    failing = [r for r in result.rows if not r.ok]
+    if not failing:
+        return
+    if session.level in LV.LAYERS + LV.MODELS and session.is_module and caller.call is None or (
+        session.level in LV.MODELS and session.is_module
+    ):
+        first_divergence(session, caller, cfg, result)
+    else:
+        component_variants(session, caller, cfg, result)
+        if not result.diagnoses:
+            worst = max(failing, key=lambda r: r.error)
+            result.unexplained = (f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); no "
+                                  "catalogue variant reproduces the output")  # fmt: skip

@@ -1,0 +1,311 @@
+"""check.module: a user's torch module judged by the NumPy reference, with the mistake named when it has a name.
+
+The steps, each a function below:
+1. read the module's structure and infer the config and the weight map (assign.infer);
+2. load the reference's random weights into copies of the user's module (float64 and float32; the user's own
+   module is never touched);
+3. find the calling convention (calling.callers) and the config candidates (pre/post-norm, activation, embedding
+   scale) under which the outputs agree;
+4. compare the output, every parameter gradient and every input gradient, with one random upstream gradient
+   (zero at padded target positions), in float64 and float32, by DESIGN.md's relative error and bars;
+5. probe what a plain comparison cannot see (dropout in evaluation mode, overflow at large scores), and, when
+   something diverges, find the user's first divergent submodule (forward hooks) and the catalogue's variants that
+   reproduce its output.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from numpy_transformer import TransformerConfig
+from parity_tests.components import BAR, relative_errors
+
+from . import assign as A
+from . import calling as C
+from . import levels as LV
+from . import mapping as MP
+from . import variants as VR
+from .report import Diagnosis, Result, Row
+
+_CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
+MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
+TORCH = {np.float64: torch.float64, np.float32: torch.float32}
+
+
+def _valid(out: np.ndarray, valid) -> np.ndarray:
+    """out with the positions a loss ignores (padded targets) set to zero."""
+    if valid is None or out.ndim < 2 or out.shape[:2] != valid.shape:
+        return out
+    return out * valid.reshape(valid.shape + (1,) * (out.ndim - 2))
+
+
+def _error(a, b) -> float:
+    return relative_errors({"x": (a, b)}, np.float64)["x"][1]
+
+
+def output_kind(out: np.ndarray) -> str:
+    """"log_probs" when every row's logsumexp is 0, "probs" when the rows are non-negative and sum to 1,
+    else "logits"."""
+    if out.ndim < 3:
+        return "logits"
+    if np.all(out >= 0) and np.allclose(out.sum(-1), 1.0, atol=1e-6):
+        return "probs"
+    top = out.max(-1, keepdims=True)
+    if np.all(out <= 1e-9) and np.allclose(np.log(np.exp(out - top).sum(-1)) + top[..., 0], 0.0, atol=1e-6):
+        return "log_probs"
+    return "logits"
+
+
+def from_logits(logits: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "logits":
+        return logits
+    shifted = logits - logits.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return logp if kind == "log_probs" else np.exp(logp)
+
+
+def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
+    """The upstream gradient on the reference's logits for an upstream gradient `dout` on the user's output:
+    log_softmax: dz = g - p sum(g); softmax: dz = p (g - sum(g p))."""
+    if kind == "logits":
+        return dout
+    p = from_logits(logits, "probs")
+    if kind == "log_probs":
+        return dout - p * dout.sum(-1, keepdims=True)
+    return p * (dout - (dout * p).sum(-1, keepdims=True))
+
+
+class Session:
+    """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
+
+    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
+        self.user, self.level, self.seed = user, level, seed
+        self.notes = []
+        self.is_module = isinstance(user, nn.Module)
+        found = MP.structure(user) if self.is_module else MP.Structure()
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
+        self.norm_eps = {n.module: n.eps for n in found.norms}
+        if mapping is not None:
+            self.links, self.zero = links_from_table(mapping)
+        self.overwrite, layout = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None)
+        if layout is not None:
+            self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
+        self.wrong_table = any("frequencies are all 1" in n for n in self.notes)
+        self.given = given
+        rng = np.random.default_rng(seed)
+        self.shapes = LV.reference_shapes(level, self.cfg)
+        self.params = LV.init_reference(self.shapes, rng, self.zero)
+        self.probes = {False: LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
+        if level == "multi_head_attention":
+            self.probes[True] = LV.probe(level, self.cfg, np.random.default_rng(seed + 1), self_attention=True)
+        self.callers = C.callers(user, level, self.probes[False], batch_first, mask, call)
+        self.copies = {}
+
+    def copy(self, dtype):
+        """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
+        if not self.is_module:
+            return self.user
+        if dtype not in self.copies:
+            module = copy.deepcopy(self.user).to(TORCH[dtype]).eval()
+            MP.load(module, self.links, self.params, TORCH[dtype])
+            tensors = dict(module.named_buffers()) | dict(module.named_parameters())
+            with torch.no_grad():
+                for name, table in self.overwrite.items():
+                    tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+            self.copies[dtype] = module
+        return self.copies[dtype]
+
+    def config_candidates(self) -> list:
+        """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
+        post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
+        base = self.cfg
+        options = [{}]
+        given = self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
+        if self.level in LV.LAYERS + LV.MODELS and "norm_first" not in given:
+            norm_first = [base.norm_first] if self.level in LV.MODELS and base.norm_first else [False, True]
+            options = [o | {"norm_first": v} for o in options for v in norm_first]
+        if self.level in ("feed_forward",) + LV.LAYERS + LV.MODELS and "activation" not in given:
+            options = [o | {"activation": a} for o in options for a in ("relu", "gelu", "gelu_tanh")]
+        if self.level in LV.MODELS and "scale_embeddings" not in given:
+            options = [o | {"scale_embeddings": s} for o in options for s in (True, False)]
+        return [dataclasses.replace(base, **o) for o in options]
+
+    def run_user(self, caller, dtype, grad=False, scale=1.0):
+        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients)."""
+        p = self.probes[caller.self_attention]
+        module = self.copy(dtype)
+        device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
+        tensors = {}
+        for name, value in p.floats.items():
+            tensors[name] = torch.tensor(value * scale, dtype=TORCH[dtype], device=device, requires_grad=grad)
+        for name, value in p.ids.items():
+            tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
+        with torch.set_grad_enabled(grad):
+            out = caller(module, tensors, p, TORCH[dtype])
+        return out, tensors
+
+
+def links_from_table(table: dict) -> tuple[list, list]:
+    """A user's mapping= (user name -> reference name, or (reference name, layout note) as the result prints it)
+    read back into links and zero-held biases."""
+    links, zero = [], []
+    for user, value in table.items():
+        ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
+        if "held at zero" in note:
+            zero.append(ref)
+            continue
+        transposed = "transposed" in note
+        if note.startswith("fused rows"):
+            prefix = ref.split("{")[0]
+            roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
+            kind = ref.rsplit(".", 1)[-1]
+            parts = [(f"{prefix}{r}_proj.{kind}", None) for r in roles]
+        elif note.startswith("rows"):
+            start, stop = note.split()[1].rstrip(",").split(":")
+            parts = [(ref, (int(start), int(stop)))]
+        else:
+            parts = [(ref, None)]
+        links.append(MP.Link(user, parts, transposed, note))
+    return links, zero
+
+
+def mapping_table(links: list, zero: list) -> dict:
+    """The map as the result shows it: user name -> (reference name(s), layout note)."""
+    table = {}
+    for link in links:
+        names = [n for n, _ in link.parts]
+        if len(names) > 1:
+            parts = names[0].split(".")
+            prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
+            roles = ",".join(n.split(".")[-2].removesuffix("_proj") for n in names)
+            ref = f"{prefix}{{{roles}}}_proj.{parts[-1]}"
+        else:
+            ref = names[0]
+        table[link.user] = (ref, link.note)
+    for name in zero:
+        table[f"(no parameter: {name})"] = (name, "held at zero: the user's linear has no bias; gradient not compared")
+    return table
+
+
+def choose(session: Session) -> tuple:
+    """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
+    when none does, the first caller that runs with the first config, and matched=False."""
+    outs = {}
+    first_running, errors = None, []
+    for caller in session.callers:
+        try:
+            out, _ = session.run_user(caller, np.float64)
+        except Exception as exc:  # a convention the module does not take: try the next one
+            errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
+            continue
+        out = out.detach().cpu().numpy()
+        p = session.probes[caller.self_attention]
+        kind = output_kind(out) if session.level in ("transformer", "transformer_lm") else "logits"
+        if first_running is None:
+            first_running = (caller, out, kind)
+        for i, cfg in enumerate(session.config_candidates()):
+            key = (caller.self_attention, i)
+            if key not in outs:
+                outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
+            ref = from_logits(outs[key], kind)
+            if out.shape == ref.shape and _error(_valid(out, p.valid), _valid(ref, p.valid)) <= MATCH:
+                return caller, cfg, kind, True
+    if first_running is None:
+        raise ValueError(
+            f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
+            "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
+        )
+    caller, out, kind = first_running
+    return caller, session.config_candidates()[0], kind, False
+
+
+def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
+    """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
+    p = session.probes[caller.self_attention]
+    out, tensors = session.run_user(caller, dtype, grad=True)
+    ref_out, backward = LV.run_reference(session.level, session.params, p, cfg, dtype)
+    rng = np.random.default_rng(session.seed + 2)
+    dout = _valid(rng.standard_normal(ref_out.shape if kind == "logits" else tuple(out.shape)), p.valid)
+    params = dict(session.copy(dtype).named_parameters()) if session.is_module else {}
+    for t in params.values():
+        t.grad = None
+    if tuple(out.shape) != ref_out.shape:
+        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
+    out.backward(torch.from_numpy(dout).to(out.dtype))
+    dref_in, dref_params = backward(dlogits_from(dout, ref_out, kind).astype(dtype))
+    user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
+    user_params = MP.scatter(session.links, user_grads, session.shapes)
+    name = "output" if kind == "logits" else f"output ({kind})"
+    pairs = {name: (_valid(out.detach().cpu().double().numpy(), p.valid), _valid(from_logits(ref_out, kind), p.valid))}
+    grads = {}
+    for n, g in dref_in.items():
+        if n in tensors and tensors[n].grad is not None:
+            grads[f"d{n}"] = (tensors[n].grad.double().numpy(), g)
+    for n, g in dref_params.items():
+        if n in session.zero or n not in session.shapes:
+            continue
+        grads[f"d {n}"] = (user_params.get(n, np.zeros_like(g)), g)
+    label = np.dtype(dtype).name
+    rows = [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in relative_errors(pairs, dtype).items()]
+    rows += [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in relative_errors(grads, dtype).items()]
+    if grads and all(not np.any(a) for a, _ in grads.values()):
+        rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
+    return rows, out.detach().cpu().double().numpy(), p
+
+
+def module(
+    user_module,
+    reference: str,
+    *,
+    config=None,
+    mapping: dict | None = None,
+    call=None,
+    batch_first: bool | None = None,
+    mask: str | None = None,
+    dtypes=("float64", "float32"),
+    seed: int = 0,
+    **fields,
+) -> Result:
+    """Judge `user_module` (a torch.nn.Module, or a function for scaled_dot_product_attention) against the
+    reference `reference`; see DESIGN.md, "Checking a user's implementation", and print(result) for the report.
+
+    config: a TransformerConfig, or its fields as keywords (n_heads=, pad_id=, ...) for what the shapes cannot
+    tell. mapping: the printed map (user name -> reference name, or (name, layout note)) to use instead of the
+    inferred one. call: call(module, src, tgt) or call(module, ids) (batch-first long tensors) -> output.
+    batch_first, mask ("bool_keep", "bool_masked", "int_keep", "additive", "none"): fixed instead of detected.
+    dtypes: which of float64 and float32 to compare. Never modifies user_module (it works on copies)."""
+    if reference not in LV.REFERENCES:
+        raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
+    if not isinstance(user_module, nn.Module) and not (reference == "scaled_dot_product_attention" and callable(user_module)):
+        raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
+    if mask not in (None, "detect", "none", *C.MASK_KINDS):
+        raise ValueError(f"mask must be one of {C.MASK_KINDS + ('none',)} or None (detect), got {mask!r}")
+    bad = [d for d in dtypes if d not in ("float64", "float32")]
+    if bad or not dtypes:
+        raise ValueError(f"dtypes must name float64 and/or float32, got {dtypes!r}")
+    unknown = [k for k in fields if k not in _CONFIG_FIELDS]
+    if unknown:
+        raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
+    session = Session(user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, seed)
+    caller, cfg, kind, matched = choose(session)
+    result = Result(reference=reference, mapping=mapping_table(session.links, session.zero), config=cfg)
+    result.conventions = caller.conventions() | {"output": kind}
+    if not matched:
+        result.conventions["detected"] = "no convention reproduced the reference: judged under the first that runs"
+    result.notes = list(session.notes)
+    for dtype in dtypes:
+        rows, _, _ = compare(session, caller, cfg, kind, np.dtype(dtype).type)
+        result.rows += rows
+    from .diagnose import diagnose
+
+    diagnose(session, caller, cfg, kind, result)
+    result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
+    return result
+
+

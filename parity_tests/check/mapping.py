@@ -1,0 +1,275 @@
+"""From a user's parameters to the reference's state dict: found by structure and shape, stated as data.
+
+A user's module is read as a list of pieces in registration order: linear weights (nn.Linear's (out, in), a raw
+nn.Parameter's (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's
+c_attn), norms (a weight and a bias of width D), and tables (embeddings, learned or fixed positions). The pieces
+are dealt to the reference's units in order, each kind on its own: attentions take their q, k, v and output
+pieces (four D x D, one fused 3D x D and one D x D, or one Dh x D piece per head and role and a D x D), the
+feed-forward blocks their D -> F and F -> D pieces, the norms and tables theirs. Names help where shapes cannot
+tell (a piece named `fc_q` or `query` is the query projection); where neither can, the map is refused with the
+candidates listed, and a `mapping=` table settles it.
+
+A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
+along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
+transposed raw weight, a fused projection and a per-head slice.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass
+class Piece:
+    """One linear weight of the user's, read (out, in); `bias` is its bias's name, or None."""
+
+    weight: str
+    bias: str | None
+    out_features: int
+    in_features: int
+    transposed: bool  # stored (in, out), applied as x @ W
+    module: str  # the path of the module that owns it
+    role: str = ""  # "" or a role its name gives: q, k, v, out, qkv
+
+
+@dataclass
+class Norm:
+    weight: str
+    bias: str | None
+    size: int
+    eps: float | None
+    module: str
+
+
+@dataclass
+class Table:
+    name: str
+    rows: int
+    width: int
+    trainable: bool
+    position: bool  # its name says positions (pos, pe, wpe, position)
+    module: str
+    shape: tuple = ()
+
+
+@dataclass
+class Structure:
+    pieces: list = field(default_factory=list)
+    norms: list = field(default_factory=list)
+    tables: list = field(default_factory=list)
+    orphans: list = field(default_factory=list)  # 1-D parameters that fit nothing above (an output bias)
+
+
+@dataclass
+class Link:
+    """user tensor = transpose?(concat_i(reference[parts[i]][rows[i]])): see the module docstring."""
+
+    user: str
+    parts: list  # [(reference name, (start, stop) or None)]
+    transposed: bool = False
+    note: str = "as is"
+
+
+ROLE_WORDS = {
+    "q": {"q", "query", "queries", "wq", "fc_q", "q_proj", "q_lin", "to_q", "w_q", "linear_q", "q_linear"},
+    "k": {"k", "key", "keys", "wk", "fc_k", "k_proj", "k_lin", "to_k", "w_k", "linear_k", "k_linear"},
+    "v": {"v", "value", "values", "wv", "fc_v", "v_proj", "v_lin", "to_v", "w_v", "linear_v", "v_linear"},
+    "out": {"o", "out", "wo", "fc_o", "fc", "out_proj", "o_proj", "proj", "c_proj", "to_out", "w_o", "dense", "output",
+            "fc_out", "linear_out", "out_lin", "o_linear", "out_linear", "project", "projection"},
+    "qkv": {"qkv", "c_attn", "in_proj", "to_qkv", "w_qkv", "qkv_proj", "in_proj_weight"},
+}  # fmt: skip
+POSITION_WORDS = re.compile(r"(^|[_.])(pos|pe|wpe|position|positions|positional|pos_embedding|pos_emb|pos_enc)($|[_.])")
+EMBEDDING_WORDS = re.compile(r"(emb|embed|embedding|wte|tok|token|lut)")
+
+
+def role_of(name: str) -> str:
+    """The role a parameter's or module's name gives (its last word before .weight), or ""."""
+    parts = [p for p in name.lower().split(".") if p not in ("weight", "bias") and not p.isdigit()]
+    last = parts[-1] if parts else ""
+    last = re.sub(r"_?(weight|w|b|bias)$", "", last) or last
+    for role, words in ROLE_WORDS.items():
+        if last in words or parts and parts[-1] in words:
+            return role
+    return ""
+
+
+def _bias_partner(names: list, weight: str) -> str | None:
+    """The 1-D parameter named like `weight`'s bias: weight -> bias, W_q -> b_q, w1 -> b1."""
+    for candidate in (re.sub("weight$", "bias", weight), re.sub(r"^[Ww]", "b", weight), re.sub(r"^[Ww]", "B", weight)):
+        if candidate != weight and candidate in names:
+            return candidate
+    return None
+
+
+def structure(module: nn.Module) -> Structure:
+    """Read the user's module as pieces, norms and tables, in registration order (see the module docstring)."""
+    found = Structure()
+    for path, mod in module.named_modules():
+        prefix = f"{path}." if path else ""
+        own = dict(mod.named_parameters(recurse=False))
+        if isinstance(mod, nn.MultiheadAttention):
+            if mod.in_proj_weight is not None:
+                bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
+                D = mod.embed_dim
+                found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * D, D, False, path, "qkv"))
+            else:
+                for role in "qkv":
+                    w = getattr(mod, f"{role}_proj_weight")
+                    found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path, role))
+            continue
+        if isinstance(mod, nn.Linear):
+            bias = f"{prefix}bias" if mod.bias is not None else None
+            found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path,
+                                      role_of(path)))  # fmt: skip
+            continue
+        if isinstance(mod, nn.LayerNorm):
+            if mod.weight is not None:
+                bias = f"{prefix}bias" if mod.bias is not None else None
+                found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
+            continue
+        if isinstance(mod, nn.Embedding):
+            found.tables.append(Table(f"{prefix}weight", *mod.weight.shape, mod.weight.requires_grad,
+                                      bool(POSITION_WORDS.search(path.lower())), path, tuple(mod.weight.shape)))  # fmt: skip
+            continue
+        names = list(own)
+        used = set()
+        for name, p in own.items():
+            if p.ndim != 2 or name in used:
+                continue
+            full = f"{prefix}{name}"
+            if POSITION_WORDS.search(full.lower()) or EMBEDDING_WORDS.search(full.lower()):
+                found.tables.append(Table(full, *p.shape, p.requires_grad, bool(POSITION_WORDS.search(full.lower())),
+                                          path, tuple(p.shape)))  # fmt: skip
+                continue
+            bias = _bias_partner(names, name)
+            used.add(name)
+            if bias is not None:
+                used.add(bias)
+            found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True, path,
+                                      role_of(full) or role_of(path)))  # fmt: skip
+        ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
+        scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
+        shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
+        for w in scales:
+            b = next((s for s in shifts if own[s].shape == own[w].shape), None)
+            if b is not None:
+                shifts.remove(b)
+            found.norms.append(Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0],
+                                    _eps_of(mod), path))  # fmt: skip
+        found.orphans += [f"{prefix}{n}" for n in shifts]
+        for name, buf in mod.named_buffers(recurse=False):
+            if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
+                rows, width = [s for s in buf.shape if s > 1]
+                found.tables.append(Table(f"{prefix}{name}", rows, width, False, True, path, tuple(buf.shape)))
+    return found
+
+
+def _eps_of(mod: nn.Module) -> float | None:
+    for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"):
+        value = getattr(mod, attr, None)
+        if isinstance(value, float):
+            return value
+    return None
+
+
+def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool) -> tuple[list, list]:
+    """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
+    returns (links, zero-bias reference names). Raises ValueError when the roles cannot be told apart."""
+    Dh = D // H
+    shapes = [p.out_features for p in pieces]
+    links, zero = [], []
+
+    def bias_link(p, parts, name):
+        if p.bias is not None:
+            links.append(Link(p.bias, [(f"{n}.bias", rows) for n, rows in parts], False, note(parts, False)))
+        elif bias_names:
+            zero.extend(f"{n}.bias" for n, _ in parts if f"{n}.bias" not in zero)
+
+    def note(parts, transposed):
+        text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
+        if len(parts) > 1:
+            text = "fused rows " + ", ".join(n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts)
+        elif parts[0][1] is not None:
+            text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
+        return text + (", transposed" if transposed else "")
+
+    def add(p, parts):
+        links.append(Link(p.weight, [(f"{n}.weight", rows) for n, rows in parts], p.transposed,
+                          note(parts, p.transposed)))  # fmt: skip
+        bias_link(p, parts, None)
+
+    names = {r: f"{prefix}.{r}_proj" if prefix else f"{r}_proj" for r in ("q", "k", "v", "out")}
+    if shapes == [3 * D, D]:
+        add(pieces[0], [(names[r], None) for r in "qkv"])
+        add(pieces[1], [(names["out"], None)])
+    elif shapes == [D] * 4:
+        roles = [p.role for p in pieces]
+        if sorted(roles) != sorted(["q", "k", "v", "out"]):
+            roles = ["q", "k", "v", "out"]  # registration order, the way tutorials write them
+        for p, r in zip(pieces, roles, strict=True):
+            add(p, [(names[r], None)])
+    elif sorted(shapes) == sorted([Dh] * (3 * H) + [D]) and H > 1:
+        heads = [p for p in pieces if p.out_features == Dh]
+        out = [p for p in pieces if p.out_features == D]
+        roles = [p.role for p in heads]
+        if sorted(roles) != sorted(["q", "k", "v"] * H):
+            raise ValueError(
+                f"the {H} heads' pieces of {prefix} cannot be told apart by name (q, k, v): "
+                + ", ".join(p.weight for p in heads) + "; pass mapping= to say which is which"
+            )  # fmt: skip
+        count = dict.fromkeys("qkv", 0)
+        for p, r in zip(heads, roles, strict=True):
+            h = count[r]
+            count[r] += 1
+            add(p, [(names[r], (h * Dh, (h + 1) * Dh))])
+        add(out[0], [(names["out"], None)])
+    else:
+        raise ValueError(
+            f"cannot read the pieces {[p.weight for p in pieces]} (rows {shapes}) as one attention of width {D} with "
+            f"{H} heads; expected q, k, v, out (4 x {D}), a fused {3 * D} and an output {D}, or {3 * H} heads of {Dh} "
+            "and an output; pass mapping= to map them"
+        )
+    return links, zero
+
+
+def gather(parts: list, reference: dict) -> np.ndarray:
+    """The user's tensor (before any transpose) from the reference tensors its link names."""
+    return np.concatenate([reference[n] if rows is None else reference[n][rows[0] : rows[1]] for n, rows in parts])
+
+
+def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
+    """Copy the reference's tensors into the user's parameters and buffers, as the links say."""
+    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    with torch.no_grad():
+        for link in links:
+            value = gather(link.parts, reference)
+            target = tensors[link.user]
+            value = value.T if link.transposed else value
+            target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
+
+
+def scatter(links: list, grads: dict, shapes: dict) -> dict:
+    """The user's gradients (user name -> array) put back into the reference's names and layout: each
+    reference tensor's rows come from the user tensors linked to them (the inverse of `load`)."""
+    out = {}
+    for link in links:
+        if link.user not in grads:
+            continue
+        g = grads[link.user]
+        g = g.reshape(-1, *g.shape[-1:]) if g.ndim > 2 else g
+        g = g.T if link.transposed else g
+        start = 0
+        for name, rows in link.parts:
+            n = (rows[1] - rows[0]) if rows is not None else shapes[name][0]
+            block = out.setdefault(name, np.zeros(shapes[name]))
+            if rows is None:
+                block[...] = g[start : start + n].reshape(shapes[name])
+            else:
+                block[rows[0] : rows[1]] = g[start : start + n]
+            start += n
+    return out

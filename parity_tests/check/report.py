@@ -1,0 +1,115 @@
+"""What a check returns: the catalogue of known mistakes, a diagnosis, and the result with its printed report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# DESIGN.md's catalogue: id -> the line of math the mistake changes. Ids are stable; new ones may be added.
+CATALOGUE = {
+    "layer_norm.unbiased_variance": "var = sum((x - mean)^2) / (n - 1) instead of / n",
+    "layer_norm.eps_outside_sqrt": "y = (x - mean) / (sqrt(var) + eps) instead of / sqrt(var + eps)",
+    "attention.wrong_scale": "scores = Q K^T / c with c != sqrt(d_head)",
+    "attention.no_max_subtraction": "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows",
+    "attention.mask_after_softmax": "P = softmax(S) then P[masked] = 0, instead of S[masked] = -inf before softmax",
+    "attention.mask_ignored": "the mask is passed in but never applied: P = softmax(S) over every key",
+    "attention.mask_inverted": "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
+    "attention.not_causal": "the decoder's self-attention sees the future: no causal mask",
+    "attention.causal_hides_diagonal": "causal mask j < i instead of j <= i: a query cannot see its own position",
+    "attention.causal_shows_next": "causal mask j <= i + 1 instead of j <= i: a query sees one future position",
+    "attention.padding_on_queries": "padding masks query rows instead of key columns",
+    "attention.masks_swapped": "the decoder's self-attention gets the source mask and cross-attention the target's",
+    "attention.heads_without_transpose": "(B, T, D).view(B, H, T, Dh) without the transpose: heads mix positions",
+    "attention.softmax_wrong_axis": "softmax over queries (dim=-2) instead of keys (dim=-1)",
+    "dropout.active_in_eval": "dropout applied in evaluation mode: two calls on the same input differ",
+    "positions.wrong_frequencies": "sinusoid frequencies not 1 / 10000^(2i/d)",
+    "embedding.missing_scale": "token embeddings not multiplied by sqrt(d_model)",
+    "embedding.double_scale": "token embeddings multiplied by sqrt(d_model) twice (by d_model)",
+}
+
+
+@dataclass
+class Diagnosis:
+    """A known mistake that reproduces the user's output: its catalogue id, a readable message, the user's
+    submodule where it sits, and the relative error between the user's output and the variant (float64)."""
+
+    id: str
+    message: str
+    where: str
+    error: float
+
+    def __str__(self) -> str:
+        return f"{self.id} at {self.where or '(the module)'}: {self.message} (variant error {self.error:.1e})"
+
+
+@dataclass
+class Row:
+    """One compared tensor: its reference name, dtype, relative error, bar, and whether it passed."""
+
+    name: str
+    dtype: str
+    error: float
+    bar: float
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error <= self.bar
+
+
+@dataclass
+class Result:
+    """The verdict of check.module or check.pair (DESIGN.md, "Checking a user's implementation")."""
+
+    reference: str
+    passed: bool = False
+    first_divergence: str | None = None
+    diagnoses: list = field(default_factory=list)
+    mapping: dict = field(default_factory=dict)
+    config: object = None
+    conventions: dict = field(default_factory=dict)
+    rows: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    unexplained: str | None = None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary (the CLI's --json)."""
+        return {
+            "reference": self.reference,
+            "passed": self.passed,
+            "first_divergence": self.first_divergence,
+            "diagnoses": [vars(d) for d in self.diagnoses],
+            "mapping": {k: list(v) for k, v in self.mapping.items()},
+            "config": None if self.config is None else dict(vars(self.config)),
+            "conventions": self.conventions,
+            "rows": [vars(r) | {"ok": r.ok} for r in self.rows],
+            "notes": self.notes,
+            "unexplained": self.unexplained,
+        }
+
+    def __str__(self) -> str:
+        lines = [f"check against the reference {self.reference!r}: {'PASSED' if self.passed else 'FAILED'}"]
+        if self.conventions:
+            lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
+        if self.config is not None:
+            c = self.config
+            fields = ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "norm_first")
+            more = ("activation", "positional", "scale_embeddings", "tie_embeddings", "layer_norm_eps", "pad_id")
+            lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields + more))
+        if self.mapping:
+            width = max(len(k) for k in self.mapping)
+            lines.append("mapping (user parameter -> reference, layout); pass an edited copy back as mapping=:")
+            lines += [f"  {k:<{width}}  {ref}  ({note})" for k, (ref, note) in self.mapping.items()]
+        if self.rows:
+            width = max(len(r.name) for r in self.rows)
+            lines.append(f"  {'tensor':<{width}}  dtype    rel. error   bar")
+            for r in self.rows:
+                flag = "ok" if r.ok else "FAIL"
+                lines.append(f"  {r.name:<{width}}  {r.dtype:<7}  {r.error:10.2e}  {r.bar:.0e}  {flag} {r.note}".rstrip())
+        if self.first_divergence is not None:
+            lines.append(f"first divergence: {self.first_divergence}")
+        for d in self.diagnoses:
+            lines.append(f"diagnosis: {d}")
+        if self.unexplained:
+            lines.append(f"unexplained: {self.unexplained}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)

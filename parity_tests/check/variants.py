@@ -1,0 +1,136 @@
+"""The reference with one known mistake put in: forward passes only, in NumPy, float64.
+
+A diagnosis is a variant that reproduces the user's output to float64 precision. Each function below is the
+reference's math (DESIGN.md) with one knob that a catalogue mistake turns; at its default every knob gives the
+reference itself, which the tests check against the reference pairs.
+
+Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from numpy_transformer.layers import sinusoidal_table
+
+
+def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.ndarray:
+    """softmax over `axis` of the scores with masked entries (keep False) excluded; a row with nothing kept is 0."""
+    s = scores if keep is None else np.where(keep, scores, -np.inf)
+    top = s.max(axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(s - top)
+    total = e.sum(axis=axis, keepdims=True)
+    return e / np.where(total == 0.0, 1.0, total)
+
+
+def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1):
+    """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
+    keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference.
+
+    mask_mode: "before" (the reference: masked scores excluded from the softmax), "after" (probabilities
+    zeroed after it), "after_renorm" (zeroed, then each row divided by its new sum), "ignored" (no mask).
+    axis: -1 the reference (over keys), -2 a softmax over queries."""
+    divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
+    scores = q @ k.swapaxes(-1, -2) / divisor  # (B, H, T_q, T_k)
+    if mask_mode == "before":
+        probs = softmax(scores, keep, axis)
+    else:
+        probs = softmax(scores, None, axis)
+        if mask_mode in ("after", "after_renorm") and keep is not None:
+            probs = probs * keep
+            if mask_mode == "after_renorm":
+                total = probs.sum(axis=-1, keepdims=True)
+                probs = probs / np.where(total == 0.0, 1.0, total)
+    return probs @ v  # (B, H, T_q, Dh)
+
+
+def split(x: np.ndarray, H: int, transpose: bool = True) -> np.ndarray:
+    """(B, T, D) -> (B, H, T, Dh): the reference transposes; without it, a plain reshape mixes positions."""
+    B, T, D = x.shape
+    if transpose:
+        return x.reshape(B, T, H, D // H).transpose(0, 2, 1, 3)
+    return x.reshape(B, H, T, D // H)
+
+
+def merge(x: np.ndarray, transpose: bool = True) -> np.ndarray:
+    """(B, H, T, Dh) -> (B, T, D), the inverse of split with the same `transpose`."""
+    B, H, T, Dh = x.shape
+    if transpose:
+        return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
+    return x.reshape(B, T, H * Dh)
+
+
+def linear(x, params, name):
+    out = x @ params[f"{name}.weight"].T
+    bias = params.get(f"{name}.bias")
+    return out if bias is None else out + bias
+
+
+def multi_head_attention(params, query, key, value, H, keep, transpose=True, **knobs):
+    """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ...
+    query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D)."""
+    q = split(linear(query, params, "q_proj"), H, transpose)
+    k = split(linear(key, params, "k_proj"), H, transpose)
+    v = split(linear(value, params, "v_proj"), H, transpose)
+    return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose), params, "out_proj")
+
+
+def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias; unbiased divides the variance by n - 1,
+    eps_outside computes (x - mean) / (sqrt(var) + eps)."""
+    n = x.shape[-1]
+    centred = x - x.mean(axis=-1, keepdims=True)
+    var = (centred**2).sum(axis=-1, keepdims=True) / (n - 1 if unbiased else n)
+    denominator = np.sqrt(var) + eps if eps_outside else np.sqrt(var + eps)
+    return centred / denominator * weight + bias
+
+
+LAYER_NORM_VARIANTS = {
+    "layer_norm.unbiased_variance": dict(unbiased=True),
+    "layer_norm.eps_outside_sqrt": dict(eps_outside=True),
+}
+
+
+def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
+    """The sinusoid table with every frequency 1 (`2 * i // d_model` is 0 for every i < d_model / 2, so
+    10000 ** 0 = 1): PE[pos, 2i] = sin(pos), PE[pos, 2i+1] = cos(pos)."""
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    table = np.empty((max_len, d_model))
+    table[:, 0::2] = np.sin(pos)
+    table[:, 1::2] = np.cos(pos)[:, : d_model // 2]
+    return table
+
+
+def sinusoid_tables(max_len: int, d_model: int) -> dict:
+    """The fixed tables a user's module may hold: the reference's two layouts and the wrong-frequency one."""
+    return {
+        "interleaved": sinusoidal_table(max_len, d_model, np.float64, "interleaved"),
+        "split": sinusoidal_table(max_len, d_model, np.float64, "split"),
+        "wrong_frequencies": wrong_frequency_table(max_len, d_model),
+    }
+
+
+def scale_divisors(d_model: int, d_head: int) -> dict:
+    """The divisors of the scores a user may have written instead of sqrt(d_head), each with its origin.
+    Where two origins give the same number the first one listed names it."""
+    candidates = [
+        (d_head, f"d_head = {d_head}: the root is missing"),
+        (d_head / 2, f"d_head / 2 = {d_head / 2:g}: `d_head ** 1/2` parses as `(d_head ** 1) / 2`"),
+        (d_model / 2, f"d_model / 2 = {d_model / 2:g}: `d_model ** 1/2` parses as `(d_model ** 1) / 2`"),
+        (math.sqrt(d_model), f"sqrt(d_model) = {math.sqrt(d_model):.3g}: the model width instead of the head's"),
+        (d_model, f"d_model = {d_model}: the model width, and no root"),
+        (1.0, "1: no scaling at all"),
+    ]
+    out = {}
+    for value, origin in candidates:
+        if math.isclose(value, math.sqrt(d_head)):
+            continue
+        same = next((v for v in out if math.isclose(value, v)), None)
+        if same is None:
+            out[value] = origin
+        else:
+            out[same] += f"; or {origin}"
+    return out
