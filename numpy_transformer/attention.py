@@ -7,7 +7,8 @@ of torch.nn.functional.scaled_dot_product_attention).
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from .layers import (
     softmax_backward,
     softmax_forward,
 )
+from .scores import PLAIN, ScoreMod, attention_scores, positions
 from .validation import check_float_array, check_ndim
 
 
@@ -31,24 +33,30 @@ def scaled_dot_product_attention_forward(
     mask: np.ndarray | None = None,
     dropout_p: float = 0.0,
     keep_mask: np.ndarray | None = None,
+    *,
+    mod: ScoreMod = PLAIN,
+    q_pos: np.ndarray | None = None,
+    k_pos: np.ndarray | None = None,
 ):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V, the paper's equation (1).
 
-    q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), mask broadcastable to (B, H, T_q, T_k).
+    q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), mask broadcastable to (B, H, T_q, T_k), True = may attend.
     keep_mask (B, H, T_q, T_k) drops attention probabilities (inverted dropout, rate dropout_p).
+    mod: what else the scores get (scores.ScoreMod: another scale, causal, a sliding window, ALiBi), at the
+    positions q_pos (T_q,) and k_pos (T_k,) (default 0 .. T - 1 each).
     Returns out (B, H, T_q, Dh) and a cache whose "probs" are the probabilities before dropout.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = q @ k.swapaxes(-1, -2)  # (B, H, T_q, T_k)
-    scores *= scale  # in place: the (T_q, T_k) arrays are attention's largest
-    probs, softmax_cache = softmax_forward(scores, mask)
+    q_pos = positions(q.shape[2]) if q_pos is None else q_pos
+    k_pos = positions(k.shape[2]) if k_pos is None else k_pos
+    scores, allowed = attention_scores(q, k, mod, q_pos, k_pos, mask)  # (B, H, T_q, T_k)
+    probs, softmax_cache = softmax_forward(scores, allowed)
     dropped, drop_cache = dropout_forward(probs, dropout_p, keep_mask)
     out = dropped @ v  # (B, H, T_q, Dh)
     return out, {
         "q": q,
         "k": k,
         "v": v,
-        "scale": scale,
+        "scale": mod.scale_for(q.shape[-1]),
         "probs": probs,
         "dropped": dropped,
         "softmax": softmax_cache,
@@ -57,7 +65,8 @@ def scaled_dot_product_attention_forward(
 
 
 def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
-    """Gradients of out = drop(P) V,  P = softmax(S),  S = Q K^T * s  (s = 1/sqrt(Dh)).
+    """Gradients of out = drop(P) V,  P = softmax(S),  S = s Q K^T + bias  (s = 1/sqrt(Dh) unless the
+    ScoreMod says otherwise; the bias is a constant):
 
     dV = drop(P)^T dout                      (B, H, T_k, Dh)
     dP = drop^T (dout V^T)                   (B, H, T_q, T_k)
@@ -156,6 +165,84 @@ def repeat_kv_backward(dout: np.ndarray, cache):
 MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weight", "bias"))
 
 
+# ----------------------------------------------------------------------------------------------
+# Decoding caches, updated inside attention (as transformers' past_key_values.update is): a step runs only
+# the new positions, and attention reads the keys and values of every earlier one from here.
+
+
+class KVCache:
+    """A self-attention layer's keys and values of the positions run so far, per K/V head (rotated, with RoPE),
+    for N rows decoded side by side (a batch, or its beams): (N, H_kv, T_max, Dh) buffers filled step by step.
+
+    With `window` (a sliding window) the buffers hold only the last `window` positions, position p in slot
+    p % window (a rolling cache): a query never sees further back, so the cache stays the window's size however
+    long the sequence grows. Each slot's position is kept beside it, and that is what the score rules read.
+    """
+
+    def __init__(self, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int, dtype, window: int | None = None):
+        size = max_len if window is None else min(max_len, window)
+        self.keys = np.zeros((n_rows, n_kv_heads, size, head_dim), dtype=dtype)  # (N, H_kv, T_max, Dh)
+        self.values = np.zeros_like(self.keys)
+        self.positions = np.full(size, -1, dtype=np.int64)  # the position in each slot; -1: empty
+        self.window = window
+        self.length = 0  # positions added so far
+
+    def update(self, k: np.ndarray, v: np.ndarray, k_pos: np.ndarray):
+        """Add the new keys and values (N, H_kv, T_new, Dh) at positions k_pos (T_new,); return what attention
+        reads now: every cached key and value (the new ones included) and their positions."""
+        size, T_new = self.keys.shape[2], k.shape[2]
+        if self.window is None:  # slot = position: write, then read the filled prefix
+            end = self.length + T_new
+            self.keys[:, :, self.length : end], self.values[:, :, self.length : end] = k, v
+            self.positions[self.length : end] = k_pos
+            self.length = end
+            return self.keys[:, :, :end], self.values[:, :, :end], self.positions[:end]
+        # rolling: the new queries read what the window kept and every new key (a prompt may be longer than the
+        # window), then the slots take the newest positions
+        filled = self.positions >= 0
+        keys = np.concatenate([self.keys[:, :, filled], k], axis=2)  # (N, H_kv, T_kept + T_new, Dh)
+        values = np.concatenate([self.values[:, :, filled], v], axis=2)
+        pos = np.concatenate([self.positions[filled], k_pos])
+        newest = slice(max(0, T_new - size), T_new)
+        slots = k_pos[newest] % size
+        self.keys[:, :, slots], self.values[:, :, slots] = k[:, :, newest], v[:, :, newest]
+        self.positions[slots] = k_pos[newest]
+        self.length += T_new
+        return keys, values, pos
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Beam search: row n continues the hypothesis of row rows[n], so it takes that row's keys and values."""
+        self.keys[:] = self.keys[rows]
+        self.values[:] = self.values[rows]
+
+
+class MemoryCache:
+    """Cross-attention's keys and values of the encoder output: projected at the first step, read at every
+    step after (the memory does not change while the decoder runs)."""
+
+    def __init__(self):
+        self.keys = self.values = None  # (N, H_kv, S, Dh)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        pass  # rows[n] is always a beam of the same source, and all beams of a source hold the same memory
+
+
+@dataclass
+class AttentionCache:
+    """What multi_head_attention_backward needs, by name."""
+
+    n_heads: int
+    kernel: str  # "plain" or "flash": which pair's backward reads `attn`
+    q: tuple  # linear caches of the four projections
+    k: tuple
+    v: tuple
+    out: tuple
+    rope: tuple | None  # rotary (cos, sin), or None
+    repeat_kv: int  # query heads per K/V head
+    attn: dict  # the kernel pair's own cache; with the plain kernel attn["probs"] holds the probabilities
+    decoding: bool = False  # keys and values came from a decoding cache: a forward-only call
+
+
 def multi_head_attention_forward(
     params: dict,
     query: np.ndarray,
@@ -170,20 +257,27 @@ def multi_head_attention_forward(
     rope: tuple | None = None,
     is_causal: bool = False,
     kernel: str = "plain",
+    mod: ScoreMod = PLAIN,
+    q_pos: np.ndarray | None = None,
+    kv_cache: KVCache | MemoryCache | None = None,
 ):
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W_O^T,  head_h = Attention(Q W_Q,h^T, K W_K,h^T, V W_V,h^T).
 
     params: q_proj.weight (D, D), k_proj.weight and v_proj.weight (H_kv*Dh, D), out_proj.weight (D, D),
-    and the four biases, or none of them (bias-free attention, as Llama's).
+    and their biases, or none of them (bias-free attention, as Llama's), or the q, k, v biases only (Qwen2's).
     query (B, T_q, D), key and value (B, T_k, D); attn_mask broadcastable to (B, H, T_q, T_k),
     True = may attend; is_causal adds the causal mask (query i sees keys j <= i). Self-attention passes
     the same array as query, key and value.
     n_kv_heads: K/V heads (grouped-query attention; None = n_heads). rope: (cos, sin) of the positions,
     each (T, Dh/2), to rotate queries and keys with (self-attention, T_q = T_k = T).
+    mod: the scores' rules (scores.ScoreMod: scale, causal, a sliding window, ALiBi); q_pos (T_q,) the queries'
+    positions (default 0 .. T_q - 1; the keys of a self-attention sit at the same positions).
+    kv_cache: in decoding, a KVCache (self-attention: the new keys are added, attention reads all cached ones)
+    or a MemoryCache (cross-attention: the memory's projections, computed once); the call is then forward-only.
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
-    Returns out (B, T_q, D) and a cache; with the plain kernel cache["attn"]["probs"] holds the
+    Returns out (B, T_q, D) and an AttentionCache; with the plain kernel cache.attn["probs"] holds the
     probabilities (B, H, T_q, T_k).
     """
     if kernel not in ("plain", "flash"):
@@ -192,44 +286,59 @@ def multi_head_attention_forward(
     if kernel == "flash" and p > 0:
         raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={p}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    mod = dataclasses.replace(mod, causal=True) if is_causal else mod
     _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads, rope)
     _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
+    q_pos = positions(query.shape[1]) if q_pos is None else q_pos
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, D)
-    k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
-    v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
-    q, k, v = split_heads(q, n_heads), split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H or H_kv, T, Dh)
+    q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
+    k_cache = v_cache = None
+    if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
+        k, v, k_pos = kv_cache.keys, kv_cache.values, positions(kv_cache.keys.shape[2])  # the memory's, from step 1
+    else:
+        k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
+        v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
+        k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
+        k_pos = q_pos if kv_cache is not None or key is query else positions(key.shape[1])
     rope_cache = None
     if rope is not None:
         q, rope_cache = rope_forward(q, *rope)
-        k, _ = rope_forward(k, *rope)  # the same positions, so the same rotation (and the same backward)
+        if k_cache is not None:
+            k, _ = rope_forward(k, *rope)  # the same positions, so the same rotation (and the same backward)
+    if isinstance(kv_cache, KVCache):
+        k, v, k_pos = kv_cache.update(k, v, k_pos)  # (N, H_kv, T_cached, Dh): every position so far
+    elif isinstance(kv_cache, MemoryCache):
+        kv_cache.keys, kv_cache.values = k, v
     k, repeat_cache = repeat_kv_forward(k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
     v, _ = repeat_kv_forward(v, n_heads // n_kv_heads)
-    if kernel == "flash":  # is_causal goes to the tiled kernel, which skips the blocks above the diagonal
-        context, attn_cache = flash_attention_forward(q, k, v, attn_mask, is_causal)  # (B, H, T_q, Dh)
+    if kernel == "flash" and kv_cache is None:  # the tiled kernel skips the blocks the score rules hide
+        context, attn_cache = flash_attention_forward(q, k, v, attn_mask, mod=mod)  # (B, H, T_q, Dh)
     else:
-        mask = attn_mask
-        if is_causal:
-            causal = causal_mask(q.shape[2], k.shape[2])  # (1, 1, T_q, T_k)
-            mask = causal if attn_mask is None else causal & attn_mask
         keep_mask = None
         if p > 0:
             B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
             keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
-        context, attn_cache = scaled_dot_product_attention_forward(q, k, v, mask, p, keep_mask)  # (B, H, T_q, Dh)
+        context, attn_cache = scaled_dot_product_attention_forward(
+            q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=k_pos
+        )  # (B, H, T_q, Dh)
     context = merge_heads(context)  # (B, T_q, D)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
-    return out, {
-        "q": q_cache,
-        "k": k_cache,
-        "v": v_cache,
-        "rope": rope_cache,
-        "repeat_kv": repeat_cache,
-        "attn": attn_cache,
-        "out": out_cache,
-    }
+    cache = AttentionCache(
+        n_heads=n_heads,
+        kernel="flash" if "lse" in attn_cache else "plain",
+        q=q_cache,
+        k=k_cache,
+        v=v_cache,
+        out=out_cache,
+        rope=rope_cache,
+        repeat_kv=repeat_cache,
+        attn=attn_cache,
+        decoding=kv_cache is not None,
+    )
+    return out, cache
 
 
-def multi_head_attention_backward(dout: np.ndarray, cache):
+def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     """The forward in reverse:
 
         dcontext, dW_O, db_O = linear backward of out = context W_O^T + b_O
@@ -243,20 +352,22 @@ def multi_head_attention_backward(dout: np.ndarray, cache):
     The key bias gets zero gradient in exact arithmetic: q.b_K is shared by every key of a row,
     and softmax ignores a shift shared by a whole row.
     """
+    if not isinstance(cache, AttentionCache):
+        raise TypeError(f"cache must be the AttentionCache of multi_head_attention_forward, got {type(cache).__name__}")
+    if cache.decoding:
+        raise ValueError("this forward read its keys from a decoding cache (kv_cache=...): it has no backward")
     grads = {}
-    n_heads = cache["attn"]["q"].shape[1]
-    dcontext, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(dout, cache["out"])
-    flash = "lse" in cache["attn"]  # the tiled kernel's cache keeps the row log-sum-exp instead of probabilities
-    attention_backward = flash_attention_backward if flash else scaled_dot_product_attention_backward
-    dq, dk, dv = attention_backward(split_heads(dcontext, n_heads), cache["attn"])
-    dk = repeat_kv_backward(dk, cache["repeat_kv"])  # (B, H_kv, T_k, Dh)
-    dv = repeat_kv_backward(dv, cache["repeat_kv"])
-    if cache["rope"] is not None:
-        dq = rope_backward(dq, cache["rope"])
-        dk = rope_backward(dk, cache["rope"])
-    dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache["q"])
-    dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache["k"])
-    dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache["v"])
+    dcontext, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(dout, cache.out)
+    attention_backward = flash_attention_backward if cache.kernel == "flash" else scaled_dot_product_attention_backward
+    dq, dk, dv = attention_backward(split_heads(dcontext, cache.n_heads), cache.attn)
+    dk = repeat_kv_backward(dk, cache.repeat_kv)  # (B, H_kv, T_k, Dh)
+    dv = repeat_kv_backward(dv, cache.repeat_kv)
+    if cache.rope is not None:
+        dq = rope_backward(dq, cache.rope)
+        dk = rope_backward(dk, cache.rope)
+    dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache.q)
+    dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache.k)
+    dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
     return dquery, dkey, dvalue, {k: grads[k] for k in MHA_KEYS if grads[k] is not None}
 
 
@@ -267,10 +378,11 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
     if missing:
         raise ValueError(f"params is missing {missing}; expected the keys {weights}")
     present = [k for k in biases if k in params]
-    if len(present) not in (0, len(biases)):
+    if present not in ([], biases, biases[:3]):
         absent = [k for k in biases if k not in params]
         raise ValueError(
-            f"params has the biases {present} but not {absent}: give all four biases, or none (bias-free attention)"
+            f"params has the biases {present} but not {absent}: give all four biases, none (bias-free attention), "
+            "or those of q_proj, k_proj and v_proj only (Qwen2's)"
         )
     kv = D // n_heads * n_kv_heads  # H_kv * Dh
     expected = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}

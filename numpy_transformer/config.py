@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONALS = ("sinusoidal", "learned", "rope")
+POSITIONALS = ("sinusoidal", "learned", "rope", "alibi")
 NORMS = ("layer", "rms")
 DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
 SINUSOID_LAYOUTS = ("interleaved", "split")
@@ -40,7 +40,9 @@ class TransformerConfig:
     dropout: float = 0.0  # the one-number shorthand: the rate of every dropout site below left at None
     activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh" or "silu" (x * sigmoid(x))
     norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
-    positional: str = "sinusoidal"  # "sinusoidal" (the paper), "learned", or "rope" (rotary, in attention)
+    # "sinusoidal" (the paper), "learned", "rope" (rotary, in attention) or "alibi" (a per-head linear bias on
+    # the scores, BLOOM's); rope and alibi add no position table
+    positional: str = "sinusoidal"
     max_len: int = 64  # longest sequence the position table covers
     layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
     pad_id: int | None = 0  # keys holding pad_id are masked out of attention; None: no padding token (GPT-2)
@@ -54,6 +56,10 @@ class TransformerConfig:
     gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
+    qkv_bias: bool | None = None  # biases on the q, k, v projections (None: as `bias`); Qwen2: bias False, this True
+    # causal self-attention sees only the last `sliding_window` keys: query i attends to keys i - window < j <= i
+    # (Mistral); None: every earlier key
+    sliding_window: int | None = None
     output_bias: bool = True  # output_proj.bias (GPT-2 and Llama have none; Marian/BART's final_logits_bias)
     type_vocab_size: int = 0  # BERT token types: encoder.token_type_embedding.weight (type_vocab_size, D)
     embedding_norm: bool = False  # a LayerNorm after the summed embeddings (BERT, BART)
@@ -108,6 +114,10 @@ class TransformerConfig:
                     f"n_heads must be a multiple of n_kv_heads (each K/V head serves n_heads / n_kv_heads query "
                     f"heads): got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
                 )
+        if self.sliding_window is not None:
+            _check_int("sliding_window", self.sliding_window, minimum=1)
+        if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
+            raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one vocabulary: got src_vocab_size={self.src_vocab_size}, "
@@ -153,6 +163,11 @@ class TransformerConfig:
     def kv_heads(self) -> int:
         """The number of K/V heads: n_kv_heads, or n_heads when that is None (plain multi-head attention)."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether the q, k and v projections have biases: qkv_bias, or `bias` when that is None."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def dropout_rates(self) -> dict:

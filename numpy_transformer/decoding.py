@@ -27,142 +27,57 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import (
-    merge_heads,
-    repeat_kv_forward,
-    rope_forward,
-    scaled_dot_product_attention_forward,
-    split_heads,
-)
+from .attention import KVCache, MemoryCache
 from .layers import linear_forward
 from .model import (
     Transformer,
     TransformerLM,
-    embed_forward,
+    decoder_forward,
     encoder_forward,
-    ffn_forward,
-    final_norm_forward,
     padding_mask,
-    rope_for,
     sub,
-    sublayer_forward,
 )
 from .validation import check_ids
 
 # ----------------------------------------------------------------------------------------------
-# The cache: per decoder layer, the self-attention keys and values of every position so far, and the
-# cross-attention keys and values of the encoder output.
-
-
-@dataclass
-class LayerCache:
-    """One decoder layer's keys and values, already split into heads. With grouped-query attention the
-    cache holds the n_kv_heads K/V heads, not one per query head: H / H_kv times less memory."""
-
-    keys: np.ndarray  # (N, H_kv, T_max, Dh) self-attention keys (rotated, with RoPE); positions [0, length) filled
-    values: np.ndarray  # (N, H_kv, T_max, Dh)
-    memory_keys: np.ndarray | None  # (N, H_kv, S, Dh) cross-attention keys of the encoder output; None in the LM
-    memory_values: np.ndarray | None  # (N, H_kv, S, Dh)
+# The cache: per decoder layer, a KVCache for self-attention (the keys and values of every position so far, or of
+# the last sliding_window ones) and a MemoryCache for cross-attention (the encoder output's keys and values,
+# projected at the first step). Attention reads and extends them itself: a step is decoder_forward on the new
+# positions, with the caches passed in.
 
 
 @dataclass
 class DecoderCache:
     """Everything a decoding step needs besides the new tokens."""
 
-    layer_params: list  # params of decoder layer i, keyed below "decoder.layers.{i}." (sliced once, not per step)
-    layers: list  # a LayerCache per decoder layer
+    layers: list  # per decoder layer, (KVCache, MemoryCache or None)
+    memory: np.ndarray | None  # (N, S, D) the encoder output, one copy per row; None in the LM
     memory_mask: np.ndarray | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM or no pad_id
-    embed_params: dict  # the decoder's params other than its layers, keyed below "decoder." (sliced once)
+    decoder_params: dict  # the decoder's params, keyed below "decoder." (sliced once, not per step)
     length: int = 0  # positions cached so far
-
-
-def project_heads(params: dict, name: str, x: np.ndarray, n_heads: int) -> np.ndarray:
-    """The projection `name` ("q_proj", "k_proj", "v_proj") of x (N, T, D), split into heads (N, H, T, Dh)."""
-    y, _ = linear_forward(x, params[f"{name}.weight"], params.get(f"{name}.bias"))  # (N, T, H*Dh)
-    return split_heads(y, n_heads)  # (N, H, T, Dh)
-
-
-def attend(params: dict, q: np.ndarray, keys: np.ndarray, values: np.ndarray, mask) -> np.ndarray:
-    """Attention of the queries q (N, H, T_new, Dh) over keys and values (N, H_kv, T_k, Dh) that are already
-    projected (each K/V head serving H / H_kv query heads), then the output projection. mask broadcastable
-    to (N, H, T_new, T_k), True = may attend. -> (N, T_new, D)."""
-    n_rep = q.shape[1] // keys.shape[1]
-    keys, _ = repeat_kv_forward(keys, n_rep)  # (N, H, T_k, Dh)
-    values, _ = repeat_kv_forward(values, n_rep)
-    context, _ = scaled_dot_product_attention_forward(q, keys, values, mask)  # (N, H, T_new, Dh)
-    weight, bias = params["out_proj.weight"], params.get("out_proj.bias")
-    out, _ = linear_forward(merge_heads(context), weight, bias)  # (N, T_new, D)
-    return out
 
 
 def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) -> DecoderCache:
     """An empty cache for n_rows rows holding total_len positions. For a Transformer, src_ids (B, S) is
-    the source and each source serves n_rows // B consecutive rows (the beams); the encoder and the
-    cross-attention projections run here, once. src_ids is None for the LM."""
+    the source and each source serves n_rows // B consecutive rows (the beams); the encoder runs here, once.
+    src_ids is None for the LM."""
     cfg, params = model.config, model.params
-    H_kv, Dh = cfg.kv_heads, cfg.head_dim
-    memory, memory_mask, n_copies = None, None, 1
+    memory, memory_mask = None, None
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
         memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg)  # (B, S, D)
+        memory = np.repeat(memory, n_copies, axis=0)  # (N, S, D): the beams of a source share its memory
         source_mask = padding_mask(src_ids, cfg.pad_id)  # (B, 1, 1, S), or None: no padding token
         if source_mask is not None:
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
-    layer_params = [sub(params, f"decoder.layers.{i}") for i in range(cfg.n_decoder_layers)]
-    layers = []
-    for p in layer_params:
-        memory_keys = memory_values = None
-        if memory is not None:
-            # Project the B distinct memories, then copy: the beams of one source share them.
-            memory_keys = np.repeat(project_heads(p, "cross_attn.k_proj", memory, H_kv), n_copies, axis=0)
-            memory_values = np.repeat(project_heads(p, "cross_attn.v_proj", memory, H_kv), n_copies, axis=0)
-        keys = np.zeros((n_rows, H_kv, total_len, Dh), dtype=model.dtype)  # filled step by step, never concatenated
-        layers.append(LayerCache(keys, np.zeros_like(keys), memory_keys, memory_values))
-    embed_params = {k: v for k, v in sub(params, "decoder").items() if not k.startswith("layers.")}
-    return DecoderCache(layer_params, layers, memory_mask, embed_params)
-
-
-# ----------------------------------------------------------------------------------------------
-# One decoding step: run the new positions through the decoder, reading the cache and extending it.
-
-
-def decoder_layer_step(
-    params: dict, x: np.ndarray, layer: LayerCache, self_mask, memory_mask, start: int, config, rope
-) -> np.ndarray:
-    """x (N, T_new, D), the new positions start .. start + T_new - 1 -> (N, T_new, D).
-
-    The same residual sublayers as decoder_layer_forward, but self-attention writes the new keys and
-    values into the cache (keys rotated to their positions, with RoPE) and attends over everything
-    cached, and cross-attention reads the cached projections of the encoder output.
-    """
-    end = start + x.shape[1]
-    H, H_kv = config.n_heads, config.kv_heads
-
-    def self_attn(h):
-        attn = sub(params, "self_attn")
-        q = project_heads(attn, "q_proj", h, H)  # (N, H, T_new, Dh)
-        k = project_heads(attn, "k_proj", h, H_kv)  # (N, H_kv, T_new, Dh)
-        if rope is not None:
-            q, _ = rope_forward(q, *rope)
-            k, _ = rope_forward(k, *rope)
-        layer.keys[:, :, start:end] = k  # into the cache
-        layer.values[:, :, start:end] = project_heads(attn, "v_proj", h, H_kv)
-        keys, values = layer.keys[:, :, :end], layer.values[:, :, :end]  # (N, H_kv, end, Dh): every position so far
-        return attend(attn, q, keys, values, self_mask), None
-
-    def cross_attn(h):
-        attn = sub(params, "cross_attn")
-        q = project_heads(attn, "q_proj", h, H)  # (N, H, T_new, Dh)
-        return attend(attn, q, layer.memory_keys, layer.memory_values, memory_mask), None
-
-    def ffn(h):
-        return ffn_forward(sub(params, "ffn"), h, config, None, "")
-
-    x, _ = sublayer_forward("self_attn", params, x, self_attn, config, None, "")
-    if layer.memory_keys is not None:
-        x, _ = sublayer_forward("cross_attn", params, x, cross_attn, config, None, "")
-    x, _ = sublayer_forward("ffn", params, x, ffn, config, None, "")
-    return x
+    layers = [
+        (
+            KVCache(n_rows, cfg.kv_heads, total_len, cfg.head_dim, model.dtype, cfg.sliding_window),
+            None if memory is None else MemoryCache(),
+        )
+        for _ in range(cfg.n_decoder_layers)
+    ]
+    return DecoderCache(layers, memory, memory_mask, sub(params, "decoder"))
 
 
 def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
@@ -170,32 +85,20 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
 
     Returns the logits of the last new position, (N, V): the distribution of the next token.
     """
-    cfg = model.config
-    start = cache.length
-    end = start + new_ids.shape[1]
-    x, _ = embed_forward(cache.embed_params, new_ids, cfg, start=start)  # (N, T_new, D), positions start .. end - 1
-    rope = rope_for(cfg, end - start, x.dtype, start)  # rotary (cos, sin) of the new positions, or None
-    # New position start + i sees cached keys j <= start + i (the causal mask, np.tri's k-th diagonal);
-    # like decoder_forward, nothing else is masked. With one new position it is all True.
-    self_mask = np.tri(end - start, end, start, dtype=bool)  # (T_new, end)
-    for params_i, layer in zip(cache.layer_params, cache.layers, strict=True):
-        x = decoder_layer_step(params_i, x, layer, self_mask, cache.memory_mask, start, cfg, rope)
-    cache.length = end
-    x, _ = final_norm_forward(cache.embed_params, x[:, -1], cfg)  # (N, D): only the last position predicts
-    logits, _ = linear_forward(x, model.output_weight(), model.output_bias())  # (N, V)
+    x, _ = decoder_forward(
+        cache.decoder_params, new_ids, cache.memory, cache.memory_mask, model.config,
+        caches=cache.layers, start=cache.length,
+    )  # fmt: skip
+    cache.length += new_ids.shape[1]
+    logits, _ = linear_forward(x[:, -1], model.output_weight(), model.output_bias())  # (N, V): the last predicts
     return logits
 
 
 def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:
     """Beam search: row n continues the hypothesis of row rows[n], so it takes that row's keys and values.
-
-    Only the filled positions move. The cross-attention caches do not: rows[n] is always a beam of the
-    same source, and all beams of a source hold the same memory.
-    """
-    T = cache.length
-    for layer in cache.layers:
-        layer.keys[:, :, :T] = layer.keys[rows, :, :T]  # (N, H_kv, T, Dh), gathered along the rows
-        layer.values[:, :, :T] = layer.values[rows, :, :T]
+    The cross-attention caches do not move: rows[n] is always a beam of the same source."""
+    for self_cache, _ in cache.layers:
+        self_cache.reorder(rows)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -26,10 +26,11 @@ sum l stays 0, and its L is stored as +inf so that the backward's exp(S - L) is 
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 import numpy as np
 
+from .scores import PLAIN, ScoreMod, attention_scores, positions
 from .validation import check_float_array, check_ndim
 
 
@@ -41,12 +42,16 @@ def flash_attention_forward(
     is_causal: bool = False,
     block_q: int = 64,
     block_k: int = 64,
+    *,
+    mod: ScoreMod = PLAIN,
 ):
     """O = softmax(s Q K^T) V, s = 1/sqrt(Dh), one block of keys at a time (online softmax).
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh); attn_mask boolean, broadcastable to (B, H, T_q, T_k),
     True = may attend; is_causal: query i sees keys j <= i (top-left aligned, as torch's is_causal),
-    and key blocks wholly above the diagonal are skipped, no (T_q, T_k) mask is built.
+    and key blocks wholly above the diagonal are skipped, no (T_q, T_k) mask is built. mod: the scores' other
+    rules (scores.ScoreMod: scale, a sliding window, whose blocks wholly outside the window are skipped too, ALiBi),
+    applied block by block by the same function as the plain pair's.
     Returns out (B, H, T_q, Dh) and a cache holding q, k, v, out and the row log-sum-exp L (B, H, T_q), besides
     the mask as given and the options (nothing computed here is of size (T_q, T_k)).
 
@@ -66,9 +71,10 @@ def flash_attention_forward(
     recomputed as P = exp(S - m) / l = exp(S - L).
     """
     _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k)
+    mod = dataclasses.replace(mod, causal=True) if is_causal else mod
     B, H, T_q, Dh = q.shape
     T_k, Dv = k.shape[2], v.shape[3]
-    scale = 1.0 / math.sqrt(Dh)  # a Python float: it keeps float32 float32 (np.sqrt would upcast)
+    q_pos, k_pos = positions(T_q), positions(T_k)
     mask = _as_4d(attn_mask)
     out = np.empty((B, H, T_q, Dv), dtype=q.dtype)  # O
     lse = np.empty((B, H, T_q), dtype=q.dtype)  # L
@@ -78,10 +84,11 @@ def flash_attention_forward(
         m_i = np.full((B, H, i1 - i0, 1), -np.inf, dtype=q.dtype)  # m_i^(0) = -inf
         l_i = np.zeros((B, H, i1 - i0, 1), dtype=q.dtype)  # l_i^(0) = 0
         o_i = np.zeros((B, H, i1 - i0, Dv), dtype=q.dtype)  # O_i^(0) = 0
-        for j0 in range(0, _key_end(i1, T_k, is_causal), block_k):  # inner loop: key blocks K_j, V_j
+        for j0 in _key_blocks(i0, i1, T_k, block_k, mod):  # inner loop: key blocks K_j, V_j
             j1 = min(j0 + block_k, T_k)
-            # S_ij = s Q_i K_j^T, masked entries -inf
-            s_ij = _block_scores(q_i, k[:, :, j0:j1], scale, _block_mask(mask, is_causal, i0, i1, j0, j1))
+            # S_ij = s Q_i K_j^T (+ the ScoreMod's bias), hidden entries -inf
+            mask_ij = _block_mask(mask, i0, i1, j0, j1)
+            s_ij = _block_scores(q_i, k[:, :, j0:j1], mod, q_pos[i0:i1], k_pos[j0:j1], mask_ij)
             # m_i^(j) = max(m_i^(j-1), rowmax(S_ij))
             m_new = np.maximum(m_i, s_ij.max(axis=-1, keepdims=True))  # (B, H, B_r, 1)
             shift = np.where(m_new == -np.inf, 0, m_new)  # a row masked so far: exp(-inf - 0) = 0, not NaN
@@ -107,7 +114,7 @@ def flash_attention_forward(
         "out": out,
         "lse": lse,
         "attn_mask": attn_mask,  # as given: a padding mask (B, 1, 1, T_k) is small; causal builds none
-        "is_causal": is_causal,
+        "mod": mod,
         "block_q": block_q,
         "block_k": block_k,
     }
@@ -136,9 +143,10 @@ def flash_attention_backward(dout: np.ndarray, cache):
     """
     _check_flash_backward(dout, cache)
     q, k, v, out, lse = cache["q"], cache["k"], cache["v"], cache["out"], cache["lse"]
-    is_causal, block_q, block_k = cache["is_causal"], cache["block_q"], cache["block_k"]
+    mod, block_q, block_k = cache["mod"], cache["block_q"], cache["block_k"]
     T_q, T_k = q.shape[2], k.shape[2]
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = mod.scale_for(q.shape[-1])
+    q_pos, k_pos = positions(T_q), positions(T_k)
     mask = _as_4d(cache["attn_mask"])
     # D = rowsum(dO * O), in place of rowsum(dP * P)
     D = np.vecdot(dout, out)[..., None]  # (B, H, T_q, 1)
@@ -150,11 +158,11 @@ def flash_attention_backward(dout: np.ndarray, cache):
         k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]  # (B, H, B_c, Dh)
         dk_j = np.zeros_like(k_j)  # dK_j = 0
         dv_j = np.zeros_like(v_j)  # dV_j = 0
-        for i0 in range(_query_start(j0, T_q, block_q, is_causal), T_q, block_q):  # inner loop: query blocks Q_i
+        for i0 in _query_blocks(j0, j1, T_q, block_q, mod):  # inner loop: query blocks Q_i
             i1 = min(i0 + block_q, T_q)
             q_i, do_i = q[:, :, i0:i1], dout[:, :, i0:i1]  # (B, H, B_r, Dh)
-            # S_ij = s Q_i K_j^T, recomputed exactly as the forward computed it
-            s_ij = _block_scores(q_i, k_j, scale, _block_mask(mask, is_causal, i0, i1, j0, j1))
+            # S_ij = s Q_i K_j^T (+ bias), recomputed exactly as the forward computed it
+            s_ij = _block_scores(q_i, k_j, mod, q_pos[i0:i1], k_pos[j0:j1], _block_mask(mask, i0, i1, j0, j1))
             # P_ij = exp(S_ij - L_i)
             p_ij = s_ij
             p_ij -= lse[:, :, i0:i1, None]
@@ -180,41 +188,40 @@ def flash_attention_backward(dout: np.ndarray, cache):
 # One block: its scores, its mask, and which blocks a causal pass visits.
 
 
-def _block_scores(q_i: np.ndarray, k_j: np.ndarray, scale: float, mask_ij: np.ndarray | None) -> np.ndarray:
-    """S_ij = s Q_i K_j^T (B, H, B_r, B_c), -inf where mask_ij is False. Both passes compute a block's
-    scores here (the backward recomputes them), so the tests can count the blocks each pass visits."""
-    s_ij = q_i @ k_j.swapaxes(-1, -2)  # (B, H, B_r, B_c)
-    s_ij *= scale
-    if mask_ij is not None:
-        np.copyto(s_ij, -np.inf, where=~mask_ij)
+def _block_scores(q_i, k_j, mod: ScoreMod, q_pos, k_pos, mask_ij: np.ndarray | None) -> np.ndarray:
+    """S_ij (B, H, B_r, B_c) from scores.attention_scores (the plain pair's function, on one block), -inf where
+    hidden. Both passes compute a block's scores here (the backward recomputes them), so the tests can count
+    the blocks each pass visits."""
+    s_ij, allowed = attention_scores(q_i, k_j, mod, q_pos, k_pos, mask_ij)
+    if allowed is not None:
+        np.copyto(s_ij, -np.inf, where=~allowed)
     return s_ij
 
 
-def _block_mask(mask: np.ndarray | None, is_causal: bool, i0: int, i1: int, j0: int, j1: int) -> np.ndarray | None:
-    """The mask of queries i0 .. i1 - 1 against keys j0 .. j1 - 1, broadcastable to (B, H, B_r, B_c), or None
-    when the block hides nothing. The causal part is built for this block only, and only on the diagonal."""
-    block = None
-    if mask is not None:
-        rows = slice(i0, i1) if mask.shape[2] != 1 else slice(None)  # a padding mask has one row for all queries
-        cols = slice(j0, j1) if mask.shape[3] != 1 else slice(None)
-        block = mask[:, :, rows, cols]
-    if is_causal and j1 - 1 > i0:  # some key of the block lies after some query: the block crosses the diagonal
-        causal = np.arange(i0, i1)[:, None] >= np.arange(j0, j1)  # (B_r, B_c), query i sees key j <= i
-        block = causal if block is None else block & causal
-    return block
+def _block_mask(mask: np.ndarray | None, i0: int, i1: int, j0: int, j1: int) -> np.ndarray | None:
+    """The caller's mask for queries i0 .. i1 - 1 and keys j0 .. j1 - 1, broadcastable to (B, H, B_r, B_c)."""
+    if mask is None:
+        return None
+    rows = slice(i0, i1) if mask.shape[2] != 1 else slice(None)  # a padding mask has one row for all queries
+    cols = slice(j0, j1) if mask.shape[3] != 1 else slice(None)
+    return mask[:, :, rows, cols]
 
 
-def _key_end(i1: int, T_k: int, is_causal: bool) -> int:
-    """Forward: the keys the queries before i1 can see end at i1 when causal (key j <= query i < i1)."""
-    return min(i1, T_k) if is_causal else T_k
+def _key_blocks(i0: int, i1: int, T_k: int, block_k: int, mod: ScoreMod) -> range:
+    """Forward: the starts of the key blocks that queries i0 .. i1 - 1 can see. Causal: keys j <= i < i1, so
+    they end at i1. A window: keys j > i - window >= i0 - window, so they start in the block of i0 - window + 1."""
+    end = min(i1, T_k) if mod.causal else T_k
+    start = 0 if mod.window is None else max(0, i0 - mod.window + 1) // block_k * block_k
+    return range(start, end, block_k)
 
 
-def _query_start(j0: int, T_q: int, block_q: int, is_causal: bool) -> int:
-    """Backward: the first query block that sees key j0. Causal: query j0 is the first to see it, and it lies in
-    the block starting at j0 // block_q * block_q; no query sees it when j0 >= T_q."""
-    if not is_causal:
-        return 0
-    return T_q if j0 >= T_q else j0 // block_q * block_q
+def _query_blocks(j0: int, j1: int, T_q: int, block_q: int, mod: ScoreMod) -> range:
+    """Backward: the starts of the query blocks that see some key of j0 .. j1 - 1. Causal: query j0 is the first
+    (in the block starting at j0 // block_q * block_q; none when j0 >= T_q). A window: queries i < j + window,
+    so they end before j1 - 1 + window."""
+    start = (T_q if j0 >= T_q else j0 // block_q * block_q) if mod.causal else 0
+    end = T_q if mod.window is None else min(T_q, j1 - 1 + mod.window)
+    return range(start, end, block_q)
 
 
 def _as_4d(mask: np.ndarray | None) -> np.ndarray | None:

@@ -42,6 +42,7 @@ from .layers import (
     residual_forward,
     sinusoidal_table,
 )
+from .scores import ScoreMod, alibi_slopes
 from .validation import check_float_array, check_ids
 
 
@@ -101,7 +102,8 @@ def embed_forward(
 
     scale = sqrt(D) when config.scale_embeddings (the paper's section 3.4), else 1. The positions
     are the paper's sinusoids (in config.sinusoid_layout) or the learned table position_embedding.weight;
-    rotary positions (config.positional "rope") add nothing here: attention rotates queries and keys.
+    rotary positions (config.positional "rope") add nothing here: attention rotates queries and keys; nor does
+    ALiBi ("alibi"), a bias on attention's scores.
     Token types (BERT) are added when params hold token_type_embedding.weight; token_type_ids None
     means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time).
     """
@@ -110,7 +112,7 @@ def embed_forward(
     padding_idx = config.pad_id if config.embedding_padding_idx else None  # lookups of pad: no gradient
     x, token_cache = embedding_forward(ids, embedding, scale, padding_idx)  # (B, T, D)
     position_cache = None
-    if config.positional != "rope":  # rotary positions act inside attention, not here
+    if config.positional in ("sinusoidal", "learned"):  # rotary positions and ALiBi act inside attention, not here
         if config.positional == "learned":
             table = params["position_embedding.weight"]
         else:
@@ -155,6 +157,16 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
 # with the config's norm (layer norm or RMSNorm) in the config's place (pre- or post-norm).
 
 
+def score_mod(config: TransformerConfig, causal: bool) -> ScoreMod:
+    """The scores' rules of one attention, from the config: a decoder's self-attention is causal, and only there
+    does a sliding window apply; ALiBi (positional "alibi") biases every self-attention; cross-attention gets none."""
+    return ScoreMod(
+        causal=causal,
+        window=config.sliding_window if causal else None,
+        alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
+    )
+
+
 def attention_forward(
     params: dict,
     query: np.ndarray,
@@ -165,12 +177,15 @@ def attention_forward(
     site: str,
     rope: tuple | None = None,
     is_causal: bool = False,
+    **decoding,
 ):
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
-    query in self-attention), with config.n_kv_heads K/V heads and, when given, rotary positions."""
+    query in self-attention), with config.n_kv_heads K/V heads, the config's score rules (score_mod: causal,
+    sliding window, ALiBi) and, when given, rotary positions. `decoding`: q_pos and kv_cache, in decoding."""
+    mod = score_mod(config, causal=is_causal) if memory is query or is_causal else ScoreMod()
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
-        n_kv_heads=config.n_kv_heads, rope=rope, is_causal=is_causal, kernel=config.attention,
+        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, **decoding,
     )  # fmt: skip
 
 
@@ -271,21 +286,32 @@ def decoder_layer_forward(
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
     rope: tuple | None = None,
+    *,
+    q_pos: np.ndarray | None = None,
+    caches: tuple | None = None,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
     Self-attention is causal (and rotary when rope is given); self_mask, broadcastable to
     (B, H, T_tgt, T_tgt), masks more on top of that (None: nothing more; the stack passes None).
     Cross-attention masks the source's padding (memory_mask, broadcastable to (B, H, T_tgt, T_src)).
+    Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
+    attention reads and extends (a forward-only call).
     """
+    self_cache, memory_cache = (None, None) if caches is None else caches
 
     def self_attn(h):
         attn = sub(params, "self_attn")
-        return attention_forward(attn, h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True)
+        return attention_forward(
+            attn, h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
+            q_pos=q_pos, kv_cache=self_cache,
+        )  # fmt: skip
 
     def cross_attn(h):
         attn = sub(params, "cross_attn")
-        return attention_forward(attn, h, memory, memory_mask, config, dropout, f"{site}.cross_attn")
+        return attention_forward(
+            attn, h, memory, memory_mask, config, dropout, f"{site}.cross_attn", kv_cache=memory_cache
+        )
 
     def ffn(h):
         return ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
@@ -374,21 +400,29 @@ def decoder_forward(
     memory_mask: np.ndarray | None,
     config: TransformerConfig,
     dropout: Dropout | None = None,
+    *,
+    caches: list | None = None,
+    start: int = 0,
 ):
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
+
+    Decoding runs this on the new positions only: tgt_ids are the tokens at positions start .. start + T_tgt - 1,
+    and caches holds each layer's (KVCache, MemoryCache or None), read and extended by attention.
 
     Self-attention masks nothing but the future (causal), as Hugging Face's decoders do: the target's
     padding sits at the end, where causality already hides it from every real position, and the loss
     ignores padded targets; a decoder input that starts with pad_id (Marian's decoder start token) is
     read as a token like any other. Cross-attention ignores padding in the source (memory_mask).
     """
-    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder")
-    rope = rope_for(config, tgt_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
+    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start)
+    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start)  # rotary (cos, sin), or None
+    q_pos = np.arange(start, start + tgt_ids.shape[1])
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
-            sub(params, f"layers.{i}"), x, memory, None, memory_mask, config, dropout, f"decoder.layers.{i}", rope
-        )
+            sub(params, f"layers.{i}"), x, memory, None, memory_mask, config, dropout, f"decoder.layers.{i}", rope,
+            q_pos=q_pos, caches=None if caches is None else caches[i],
+        )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
     x, norm_cache = final_norm_forward(params, x, config)
@@ -432,14 +466,15 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
     shapes = {}
 
-    def linear(prefix, out_features, in_features):
+    def linear(prefix, out_features, in_features, bias=config.bias):
         shapes[f"{prefix}.weight"] = (out_features, in_features)
-        if config.bias:
+        if bias:
             shapes[f"{prefix}.bias"] = (out_features,)
 
     def attention(prefix):
-        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv), ("out_proj", D)):
-            linear(f"{prefix}.{proj}", out_features, D)
+        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
+            linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
+        linear(f"{prefix}.out_proj", D, D)
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
@@ -692,7 +727,7 @@ class _Model:
                 for kind in ("self_attn", "cross_attn"):
                     if kind in layer:
                         _, _, mha_cache, _ = layer[kind]
-                        maps[f"{stack}.layers.{i}.{kind}"] = mha_cache["attn"]["probs"]
+                        maps[f"{stack}.layers.{i}.{kind}"] = mha_cache.attn["probs"]
         return maps
 
     def activations(self) -> dict:

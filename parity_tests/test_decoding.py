@@ -232,18 +232,20 @@ def test_cache_holds_the_kv_heads(config, lm, device):
     H_kv, Dh = config.kv_heads, config.head_dim
     assert H_kv < config.n_heads
     ours = nd.new_cache(np_model, None if lm else src, n_rows, total)
+    first = np.repeat(src[:, :2] if lm else np.full((B, 1), config.bos_id), 3, axis=0)  # (N, T_new)
+    nd.decoder_step(np_model, ours, first)  # the cross-attention caches are filled at the first step
     with torch.no_grad():
         theirs = td.new_cache(model, None if lm else torch.from_numpy(src).to(device), n_rows, total)
     assert len(ours.layers) == len(theirs.layers) == config.n_decoder_layers
-    for mine, other in zip(ours.layers, theirs.layers, strict=True):
-        for keys in (mine.keys, mine.values, other.keys, other.values):
+    for (self_cache, memory_cache), other in zip(ours.layers, theirs.layers, strict=True):
+        for keys in (self_cache.keys, self_cache.values, other.keys, other.values):
             assert tuple(keys.shape) == (n_rows, H_kv, total, Dh)
         if lm:
-            assert mine.memory_keys is None and other.memory_keys is None
+            assert memory_cache is None and other.memory_keys is None
         else:
-            for keys in (mine.memory_keys, mine.memory_values, other.memory_keys, other.memory_values):
+            for keys in (memory_cache.keys, memory_cache.values, other.memory_keys, other.memory_values):
                 assert tuple(keys.shape) == (n_rows, H_kv, S, Dh)
-            np.testing.assert_allclose(other.memory_keys.cpu().numpy(), mine.memory_keys, rtol=0, atol=1e-13)
+            np.testing.assert_allclose(other.memory_keys.cpu().numpy(), memory_cache.keys, rtol=0, atol=1e-13)
 
 
 def test_grouped_query_cache_is_n_heads_over_n_kv_heads_times_smaller():
@@ -255,8 +257,11 @@ def test_grouped_query_cache_is_n_heads_over_n_kv_heads_times_smaller():
     for n_kv_heads in (None, 2, 1):
         config = nt.TransformerConfig(**{**SMALL, "n_heads": 8}, positional="rope", n_kv_heads=n_kv_heads)
         model = nt.Transformer(config)
-        cache = nd.new_cache(model, source(config, lm=False), 4, config.max_len)
-        sizes[n_kv_heads] = sum(a.nbytes for layer in cache.layers for a in vars(layer).values())
+        src = source(config, lm=False)
+        cache = nd.new_cache(model, src, 4, config.max_len)
+        nd.decoder_step(model, cache, np.full((4, 1), config.bos_id))  # fills the cross-attention caches
+        caches = [c for layer in cache.layers for c in layer]
+        sizes[n_kv_heads] = sum(c.keys.nbytes + c.values.nbytes for c in caches)
     assert sizes[None] == 4 * sizes[2] == 8 * sizes[1]
 
 

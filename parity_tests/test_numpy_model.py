@@ -260,7 +260,7 @@ def test_fully_masked_row_in_multi_head_attention_is_the_output_bias():
         out, cache = multi_head_attention_forward(params, x, memory, memory, 2, mask)
         dquery, dkey, dvalue, grads = multi_head_attention_backward(rng.standard_normal(out.shape), cache)
     np.testing.assert_array_equal(out[1], np.broadcast_to(params["out_proj.bias"], (3, 8)))  # context is zero
-    assert np.all(cache["attn"]["probs"][1] == 0.0)
+    assert np.all(cache.attn["probs"][1] == 0.0)
     assert np.all(dquery[1] == 0.0) and np.all(dkey[1] == 0.0) and np.all(dvalue[1] == 0.0)
     assert np.abs(dquery[0]).max() > 0 and np.abs(dkey[0]).max() > 0 and np.abs(dvalue[0]).max() > 0
     assert all(np.isfinite(g).all() for g in grads.values())

@@ -30,6 +30,15 @@ def causal_mask(length: int, device: torch.device, key_length: int | None = None
     return torch.ones(length, key_length, dtype=torch.bool, device=device).tril()  # (T, T_k)
 
 
+def alibi_slopes(n_heads: int) -> Tensor:
+    """ALiBi's per-head slopes (float64): 2^(-8h/P) for h = 1 .. P, P the largest power of two <= H, then the odd
+    powers of 2^(-8/(2P)) for the heads beyond P (BLOOM's rule)."""
+    P = 2 ** math.floor(math.log2(n_heads))
+    slopes = torch.pow(2.0, -8.0 * torch.arange(1, P + 1, dtype=torch.float64) / P)
+    extra = torch.pow(2.0, -4.0 * torch.arange(1, 2 * (n_heads - P), 2, dtype=torch.float64) / P)
+    return torch.cat([slopes, extra])
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (sections 3.2.1 and 3.2.2).
 
@@ -52,7 +61,16 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.0, n_kv_heads: int | None = None, bias: bool = True
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        *,
+        qkv_bias: bool | None = None,
+        window: int | None = None,
+        alibi: bool = False,
     ):
         super().__init__()
         if d_model % n_heads != 0:
@@ -66,12 +84,16 @@ class MultiHeadAttention(nn.Module):
         self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads
         kv_width = n_kv_heads * self.head_dim
-        self.q_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
-        self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=bias))
-        self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=bias))
+        qkv_bias = bias if qkv_bias is None else qkv_bias  # Qwen2: biases on q, k, v but not on out_proj
+        self.q_proj = init_linear(nn.Linear(d_model, d_model, bias=qkv_bias))
+        self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
+        self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.out_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
+        self.window = window  # causal sliding window: query i sees keys j > i - window
+        # ALiBi: one slope per head, the penalty per position of distance (a buffer: it moves with the module)
+        self.register_buffer("alibi_slopes", alibi_slopes(n_heads) if alibi else None, persistent=False)
 
     def forward(
         self,
@@ -113,14 +135,22 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         dropout_mask: Tensor | None = None,
         is_causal: bool = False,
+        positions: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of projected heads: q (B, H, T_q, Dh), k and v (B, H_kv, T_k, Dh) -> the context
-        (B, H, T_q, Dh), and the probabilities when `need_weights` (else None)."""
+        (B, H, T_q, Dh), and the probabilities when `need_weights` (else None). positions: the queries' and
+        keys' positions, (T_q,) and (T_k,) (default 0 .. T - 1 each; decoding passes the cached ones)."""
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
         explicit = need_weights or (dropout_mask is not None and self.training and self.dropout.p > 0)
-        fused_causal = is_causal and attn_mask is None and not explicit
-        if is_causal and not fused_causal:
+        rules = self.window is not None or self.alibi_slopes is not None or positions is not None
+        fused_causal = is_causal and attn_mask is None and not explicit and not rules
+        bias = None
+        if rules:  # the score rules, from the positions: causal, the window, ALiBi's bias
+            allowed, bias = self.score_rules(q, k, is_causal, positions)
+            if allowed is not None:
+                attn_mask = allowed if attn_mask is None else attn_mask & allowed
+        elif is_causal and not fused_causal:
             causal = causal_mask(q.shape[2], q.device, k.shape[2])  # (T_q, T_k)
             attn_mask = causal if attn_mask is None else attn_mask & causal
         has_key = None
@@ -133,7 +163,7 @@ class MultiHeadAttention(nn.Module):
         if explicit:
             n_rep = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)  # (B, H, T_k, Dh)
-            context, probs = self._explicit_attention(q, k, v, attn_mask, has_key, dropout_mask)
+            context, probs = self._explicit_attention(q, k, v, attn_mask, has_key, dropout_mask, bias)
             if need_weights:
                 self.attn_probs = probs.detach()
             return context, (probs if need_weights else None)
@@ -143,10 +173,32 @@ class MultiHeadAttention(nn.Module):
         if fused_causal:  # no mask tensor: the kernel applies causality itself (top-left aligned)
             context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
             return context, None
+        if bias is not None:  # SDPA adds a float mask to the scores: the bias, and -inf where not allowed
+            attn_mask = bias if attn_mask is None else bias.masked_fill(~attn_mask, float("-inf"))
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=gqa)
         if has_key is not None:
             context = context.masked_fill(~has_key, 0.0)  # (B, H, T_q, Dh)
         return context, None
+
+    def score_rules(
+        self, q: Tensor, k: Tensor, is_causal: bool, positions: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """What the positions do to the scores: the allowed mask (T_q, T_k) (causal: key j <= query i; a window:
+        j > i - window), and ALiBi's bias -m_h |i - j| (H, T_q, T_k) in q's dtype; None for what does not apply."""
+        if positions is None:
+            positions = (torch.arange(q.shape[2], device=q.device), torch.arange(k.shape[2], device=q.device))
+        q_pos, k_pos = positions
+        distance = q_pos[:, None] - k_pos[None, :]  # (T_q, T_k): i - j
+        allowed = None
+        if is_causal:
+            allowed = distance >= 0
+        if self.window is not None:
+            inside = distance < self.window
+            allowed = inside if allowed is None else allowed & inside
+        bias = None
+        if self.alibi_slopes is not None:
+            bias = -self.alibi_slopes.to(q.dtype)[:, None, None] * distance.abs().to(q.dtype)  # (H, T_q, T_k)
+        return allowed, bias
 
     def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
         """(B, T, n_heads * Dh) -> (B, n_heads, T, Dh); head h takes columns h*Dh:(h+1)*Dh."""
@@ -162,9 +214,12 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None,
         has_key: Tensor | None,
         dropout_mask: Tensor | None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """softmax(q k^T / sqrt(Dh)) v, spelled out; returns context (B, H, T_q, Dh) and probs."""
+        """softmax(q k^T / sqrt(Dh) + bias) v, spelled out; returns context (B, H, T_q, Dh) and probs."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T_q, T_k)
+        if bias is not None:
+            scores = scores + bias
         if attn_mask is not None:
             # -inf exists in every float dtype (bf16 included) and gives exactly zero probability.
             scores = scores.masked_fill(~attn_mask, float("-inf"))

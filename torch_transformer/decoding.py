@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .attention import MultiHeadAttention, padding_mask
 from .layers import apply_rope, residual
 from .model import DecoderLayer, Transformer, TransformerLM, check_ids
 
@@ -62,10 +62,15 @@ def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
     return linear(x).reshape(*x.shape[:-1], n_heads, -1).transpose(1, 2)  # (N, n_heads, T, Dh); see _split_heads
 
 
-def _attend(attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+def _attend(
+    attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, positions=None
+) -> Tensor:
     """Projected queries q (N, H, T_new, Dh) over projected keys and values (N, H_kv, T_k, Dh), then attn's
-    output projection -> (N, T_new, D). A row with no key allowed (an all-pad source) attends to nothing."""
-    context, _ = attn.attend(q, keys, values, mask)  # (N, H, T_new, Dh)
+    output projection -> (N, T_new, D). A row with no key allowed (an all-pad source) attends to nothing.
+    positions (self-attention): the new queries' and the cached keys' positions, from which attention's own
+    score rules hide the future and what lies outside a sliding window, and add ALiBi's bias."""
+    causal = positions is not None
+    context, _ = attn.attend(q, keys, values, mask, is_causal=causal, positions=positions)  # (N, H, T_new, Dh)
     return attn.out_proj(context.transpose(1, 2).flatten(2))  # (N, T_new, D)
 
 
@@ -98,7 +103,7 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
 # One step.
 
 
-def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, self_mask: Tensor, memory_mask, start: int, rope):
+def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, positions, memory_mask, start: int, rope):
     """x (N, T_new, D) at positions start .. -> (N, T_new, D): the layer's residual sublayers, with the
     self-attention keys and values written to and read from the cache (keys rotated first, with RoPE)."""
     end = start + x.shape[1]
@@ -111,7 +116,7 @@ def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, self_mask: Te
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         cache.keys[:, :, start:end] = k
         cache.values[:, :, start:end] = _heads(attn.v_proj, h, attn.n_kv_heads)
-        return _attend(attn, q, cache.keys[:, :, :end], cache.values[:, :, :end], self_mask)
+        return _attend(attn, q, cache.keys[:, :, :end], cache.values[:, :, :end], None, positions)
 
     def cross_attention(h: Tensor) -> Tensor:
         q = _heads(layer.cross_attn.q_proj, h, layer.cross_attn.n_heads)  # (N, H, T_new, Dh)
@@ -130,10 +135,11 @@ def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tens
     end = start + new_ids.shape[1]
     x = decoder.embed(new_ids, start=start)  # (N, T_new, D), positions start .. end - 1
     rope = decoder.rope(start, end, x)  # rotary (cos, sin) of the new positions, or None
-    # Causal rows start .. end - 1 of the full mask; as in Decoder.forward, nothing else is masked.
-    self_mask = causal_mask(end, x.device)[start:]  # (T_new, end)
+    # The new queries sit at start .. end - 1, the cached keys at 0 .. end - 1; as in Decoder.forward, nothing but
+    # the score rules (causal, a sliding window) is masked.
+    positions = (torch.arange(start, end, device=x.device), torch.arange(end, device=x.device))
     for layer, layer_cache in zip(decoder.layers, cache.layers, strict=True):
-        x = _layer_step(layer, x, layer_cache, self_mask, cache.memory_mask, start, rope)
+        x = _layer_step(layer, x, layer_cache, positions, cache.memory_mask, start, rope)
     cache.length = end
     return model.output_logits(decoder.final_norm(x[:, -1]))  # (N, V)
 

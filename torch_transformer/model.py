@@ -32,9 +32,16 @@ class _Layer(nn.Module):
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
-    def _attention(config: TransformerConfig) -> MultiHeadAttention:
-        rate = config.dropout_rates["attention"]
-        return MultiHeadAttention(config.d_model, config.n_heads, rate, config.n_kv_heads, config.bias)
+    def _attention(config: TransformerConfig, causal: bool = False, cross: bool = False) -> MultiHeadAttention:
+        """Self-attention (causal in a decoder: only there a sliding window applies; ALiBi in every self-attention)
+        or cross-attention (no score rules)."""
+        c = config
+        return MultiHeadAttention(
+            c.d_model, c.n_heads, c.dropout_rates["attention"], c.n_kv_heads, c.bias,
+            qkv_bias=c.has_qkv_bias,
+            window=c.sliding_window if causal else None,
+            alibi=c.positional == "alibi" and not cross,
+        )  # fmt: skip
 
     @staticmethod
     def _feed_forward(config: TransformerConfig) -> FeedForward:
@@ -87,11 +94,11 @@ class DecoderLayer(_Layer):
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
         super().__init__()
         self.norm_first = config.norm_first
-        self.self_attn = self._attention(config)
+        self.self_attn = self._attention(config, causal=True)
         self._sublayer("self_attn", config)
         self.has_cross_attention = cross_attention
         if cross_attention:
-            self.cross_attn = self._attention(config)
+            self.cross_attn = self._attention(config, cross=True)
             self._sublayer("cross_attn", config)
         self.ffn = self._feed_forward(config)
         self._sublayer("ffn", config)
@@ -197,7 +204,8 @@ class _Stack(nn.Module):
             # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
             # has to follow the model across devices.
             x = x + sinusoidal_table(end, self.d_model, x.dtype, x.device, self.sinusoid_layout)[start:]  # (T, D)
-        # rotary positions ("rope") add nothing here: attention rotates queries and keys (see `rope`)
+        # rotary positions ("rope") add nothing here: attention rotates queries and keys (see `rope`); nor does
+        # ALiBi ("alibi"): attention biases its scores
         if self.token_type_embedding is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids, dtype=torch.long)

@@ -1,0 +1,115 @@
+"""The one place where attention's scores are made and modified.
+
+Every attention in the package computes its scores here: the plain pair (scaled_dot_product_attention_*),
+each block of the tiled pair (flash_attention_*), and cached decoding, which is the plain pair over the keys
+its cache holds. A variant of attention is a field of `ScoreMod`, not a change to three kernels:
+
+    S_ij = scale * q_i . k_j  + bias_h(i, j)          allowed where mask_ij and positions(i, j) allow
+
+- `scale`: 1 / sqrt(Dh) unless the model says otherwise (T5 uses 1).
+- `causal`: query i sees keys j <= i.
+- `window` (a sliding window, Mistral's): query i sees keys j > i - window, so with `causal` the last
+  `window` positions, itself included.
+- `alibi_slopes` (BLOOM's ALiBi, Press et al. 2022): bias_h(i, j) = -m_h |i - j|, a penalty growing with the
+  distance, one slope m_h per head; no position table anywhere else. (Causal, j <= i, it is -m_h (i - j).)
+
+i and j are positions, not indices: `q_pos` (T_q,) and `k_pos` (T_k,) say where each query and key sits in the
+sequence (0 .. T - 1 in training; the new positions and the cached ones in decoding), so the same function
+serves a block of the tiled pair and a step of decoding.
+
+The backward: the bias is a constant (ALiBi has no parameter) and hidden entries get zero probability, so
+dS reaches q and k through the scale only: dQ = scale * dS K, dK = scale * dS^T Q. Those lines live in the
+pairs that call `attention_scores`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ScoreMod:
+    """How attention turns q . k into the scores the softmax reads (see the module docstring)."""
+
+    scale: float | None = None  # None: 1 / sqrt(Dh)
+    causal: bool = False  # query i sees keys j <= i
+    window: int | None = None  # query i sees keys j > i - window
+    alibi_slopes: tuple | None = None  # (H,) slopes m_h: bias -m_h |i - j|
+
+    def scale_for(self, head_dim: int) -> float:
+        """The factor on q . k: `scale`, or 1 / sqrt(Dh). A Python float, so float32 stays float32."""
+        return 1.0 / math.sqrt(head_dim) if self.scale is None else float(self.scale)
+
+    @property
+    def hides_positions(self) -> bool:
+        """Whether some (query, key) pairs are hidden by their positions alone (causal or a window)."""
+        return self.causal or self.window is not None
+
+
+PLAIN = ScoreMod()
+
+
+def alibi_slopes(n_heads: int) -> tuple:
+    """ALiBi's slopes, a geometric sequence per head: for H a power of two, m_h = 2^(-8 h / H), h = 1 .. H.
+    Otherwise the slopes of the largest power of two P below H, then every other slope of 2P for the rest
+    (the rule of the ALiBi paper's code, which BLOOM follows)."""
+    P = 2 ** math.floor(math.log2(n_heads))
+    slopes = [2.0 ** (-8.0 * h / P) for h in range(1, P + 1)]
+    slopes += [2.0 ** (-8.0 * h / (2 * P)) for h in range(1, 2 * (n_heads - P), 2)]
+    return tuple(slopes)
+
+
+def position_mask(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray) -> np.ndarray | None:
+    """(T_q, T_k), True where query q_pos[i] may see key k_pos[j] by position alone; None: all may."""
+    if not mod.hides_positions:
+        return None
+    distance = q_pos[:, None] - k_pos[None, :]  # (T_q, T_k): i - j
+    allowed = np.ones(distance.shape, dtype=bool)
+    if mod.causal:
+        allowed &= distance >= 0  # key j <= query i
+    if mod.window is not None:
+        allowed &= distance < mod.window  # key j > i - window
+    return allowed
+
+
+def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype) -> np.ndarray | None:
+    """(H, T_q, T_k), the ALiBi bias -m_h |i - j|; None when the scores get no bias."""
+    if mod.alibi_slopes is None:
+        return None
+    distance = np.abs(q_pos[:, None] - k_pos[None, :]).astype(np.float64)  # (T_q, T_k)
+    slopes = np.asarray(mod.alibi_slopes, dtype=np.float64)[:, None, None]  # (H, 1, 1)
+    return (-slopes * distance).astype(dtype)  # (H, T_q, T_k)
+
+
+def attention_scores(
+    q: np.ndarray,
+    k: np.ndarray,
+    mod: ScoreMod,
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    mask: np.ndarray | None = None,
+):
+    """S = scale * Q K^T + bias, and where S may be read.
+
+    q (B, H, T_q, Dh), k (B, H, T_k, Dh); q_pos (T_q,) and k_pos (T_k,) their positions; mask (the caller's:
+    padding, ...) broadcastable to (B, H, T_q, T_k), True = may attend, or None.
+    Returns the scores (B, H, T_q, T_k) and the allowed mask (the caller's mask and the positions' rules
+    combined, broadcastable to the scores), or None when everything is allowed.
+    """
+    scores = q @ k.swapaxes(-1, -2)  # (B, H, T_q, T_k)
+    scores *= mod.scale_for(q.shape[-1])  # in place: the (T_q, T_k) arrays are attention's largest
+    bias = position_bias(mod, q_pos, k_pos, scores.dtype)
+    if bias is not None:
+        scores += bias  # (H, T_q, T_k) broadcast over the batch
+    allowed = position_mask(mod, q_pos, k_pos)
+    if mask is not None:
+        allowed = mask if allowed is None else mask & allowed
+    return scores, allowed
+
+
+def positions(length: int, start: int = 0) -> np.ndarray:
+    """The positions start .. start + length - 1 (int64)."""
+    return np.arange(start, start + length)
