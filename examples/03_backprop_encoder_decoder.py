@@ -12,11 +12,17 @@
 # ---
 
 # %% [markdown]
-# # Backpropagation through a whole encoder-decoder, one layer at a time
+# # 3. Backpropagation through a whole encoder-decoder, one layer at a time
 #
-# Walkthroughs 01 and 02 derived the two backward passes that need real calculus: attention's
-# softmax and layer norm. Everything else in the Transformer is linear layers, ReLUs, table lookups,
-# reshapes and additions, plus the loss. This walkthrough puts it all together. We build a tiny encoder-decoder in
+# *Prerequisites:* walkthroughs 01, 01b and 02. *Time:* 60 minutes. The symbols are those of
+# [the notation table](../docs/notation.md); the error measure and its tolerances are in
+# [the conventions](../docs/conventions.md).
+#
+# Walkthroughs 01, 01b and 02 derived the backward passes that need real calculus: attention's softmax,
+# the heads of multi-head attention, and layer norm. The rest of the Transformer is linear layers,
+# activations, dropout, table lookups, reshapes and additions, plus the loss; this walkthrough derives
+# the ones not seen yet (the loss with label smoothing and padding, ReLU, GELU, dropout, the post-norm
+# residual) and puts it all together. We build a tiny encoder-decoder in
 # `numpy_transformer`, load the very same weights into `torch_transformer`, run one padded batch
 # through both, and then walk the backward pass by hand, in the order the model itself does it:
 #
@@ -27,6 +33,10 @@
 #    cross-attention (which also sends a gradient to the encoder's output), then self-attention;
 # 5. the decoder's embedding table;
 # 6. the encoder's final norm, its layers last to first, and its embedding table.
+#
+# Three close-ups open the pieces the walk calls as one line: self-attention's $q = k = v$, the
+# feed-forward's activations and dropout, and the paper's post-norm residual next to this model's
+# pre-norm one.
 #
 # After every step we compare the gradient of that step's input, and the gradients of that step's
 # parameters, with what PyTorch's autograd computed for its own implementation. Each numpy step is
@@ -42,6 +52,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.special import erf
 
 if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
     sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
@@ -54,6 +65,7 @@ from numpy_transformer import (  # noqa: E402
     cross_entropy_forward,
     multi_head_attention_backward,
 )
+from numpy_transformer.gradcheck import check_pair  # noqa: E402
 from numpy_transformer.layers import (  # noqa: E402
     layer_norm_backward,
     linear_backward,
@@ -147,9 +159,9 @@ assert np.array_equal(logits, np_model.forward(src, tgt_in))  # the same calls a
 # ## The loss
 #
 # Cross-entropy with label smoothing $\epsilon_{ls} = 0.1$: the target distribution of a position
-# with label $y$ is $q = (1 - \epsilon_{ls})\, \mathrm{onehot}(y) + \epsilon_{ls} / V$, the loss of a
-# position is $-\sum_c q_c \log p_c$, and the mean runs over the 7 positions whose target is not
-# padding. Its gradient is the familiar $(p - q) / 7$ at kept positions and $0$ at padded ones.
+# with label $y$ is $q = (1 - \epsilon_{ls})\, \mathrm{onehot}(y) + \epsilon_{ls} / |\mathcal V|$, the loss
+# of a position is $-\sum_c q_c \log p_c$ with $p = \mathrm{softmax}(z)$ of its logits $z$, and the mean
+# runs over the $n = 7$ positions whose target is not padding. Its gradient is derived in step 1.
 #
 # On the torch side we run the forward with *hooks* (next cell) and compute the loss with
 # `F.cross_entropy`.
@@ -234,10 +246,11 @@ assert np.abs(logits - logits_t.detach().numpy()).max() <= 1e-12
 # ## How we compare
 #
 # For every step: the largest absolute difference of the input's gradient, and of each parameter
-# gradient, from PyTorch's. The pass/fail number is DESIGN.md's error,
-# $\max|a - b| / \max(\max|b|,\ 10^{-3} s)$, where $s$ is the largest gradient entry of the whole
-# model. The floor $10^{-3} s$ matters for gradients that are zero in exact arithmetic, which
-# we will meet. The bar is $10^{-10}$; float64 rounding gives about $10^{-14}$.
+# gradient, from PyTorch's. The pass/fail number is the project's error
+# ([docs/conventions.md](../docs/conventions.md)),
+# $\max|a - b| / \max(\max|b|,\ 10^{-3}\, \mathrm{top})$, where $\mathrm{top}$ is the largest gradient
+# entry of the whole model. The floor $10^{-3}\, \mathrm{top}$ matters for gradients that are zero in
+# exact arithmetic, which we will meet. The bar is $10^{-10}$; float64 rounding gives about $10^{-14}$.
 #
 # `grads` collects the NumPy gradients by state-dict name as the walk produces them.
 
@@ -279,14 +292,67 @@ def compare(step, dinput=None, torch_name=None, param_grads=None):
 # %% [markdown]
 # ## Step 1: the loss gives the logits' gradient
 #
-# $d\,\mathrm{logits} = (p - q)/7$ at kept positions, $0$ at padded ones. Every later step starts
-# from this array. (A random upstream gradient would do as well for checking; a real loss shows the
-# backward pass as it runs in training.)
+# One kept row first, with logits $z$ and $p = \mathrm{softmax}(z)$, so $\log p_c = z_c - \log \sum_k e^{z_k}$:
+#
+# $$\ell = -\sum_c q_c \log p_c = -\sum_c q_c z_c + \Big(\sum_c q_c\Big) \log \sum_k e^{z_k}
+# = -\sum_c q_c z_c + \log \sum_k e^{z_k},$$
+#
+# because $q$ sums to one. Differentiating, $\partial \ell / \partial z_c = -q_c + e^{z_c} / \sum_k e^{z_k}$:
+#
+# $$\frac{\partial \ell}{\partial z} = p - q.$$
+#
+# The softmax's Jacobian of walkthrough 01 never appears: paired with the log, it cancels. Label
+# smoothing only changes $q$; with $\epsilon_{ls} = 0$, $q$ is one-hot and the gradient is $p$ minus one at
+# the target. Written out: $(1 - \epsilon_{ls})$ of the loss is $-\log p_y$ and $\epsilon_{ls}$ of it is the
+# mean of $-\log p_c$ over the whole vocabulary, which pulls every logit towards the same value.
+#
+# **Ignored rows and the division by $n$.** The loss is the mean over the kept rows,
+# $\mathcal{L} = \frac1n \sum_{i\ \mathrm{kept}} \ell_i$, so each kept row's gradient is $(p_i - q_i)/n$ and an
+# ignored row's is exactly $0$ (it is not in the sum). Why $n$, the count of kept targets, and not
+# $B \cdot T$, the count of positions? Because the loss should be a mean per *target*: divided by
+# $B \cdot T$, the same sentences would give a smaller loss, and smaller gradients, the more padding
+# their batch happens to carry, so the effective learning rate would depend on the batch's lengths.
+# It is also what `F.cross_entropy(..., ignore_index=...)` computes, so the two implementations agree.
+# Every later step starts from this array. (A random upstream gradient would do as well for checking; a
+# real loss shows the backward pass as it runs in training.)
 
 # %%
+V_tgt = cfg.tgt_vocab_size
+z = logits.reshape(-1, V_tgt)  # (N, V): one row per position
+y = tgt_out.reshape(-1)  # (N,)
+kept = y != cfg.pad_id
+n = int(kept.sum())
+p_rows = np.exp(z - z.max(axis=-1, keepdims=True))
+p_rows /= p_rows.sum(axis=-1, keepdims=True)  # (N, V)
+q_rows = np.full_like(z, 0.1 / V_tgt)
+q_rows[np.arange(len(y)), y] += 1.0 - 0.1  # (1 - eps) onehot(y) + eps / V
+loss_by_hand = -(q_rows * np.log(p_rows))[kept].sum() / n
+dlogits_by_hand = np.where(kept[:, None], (p_rows - q_rows) / n, 0.0).reshape(logits.shape)
+
 dlogits = cross_entropy_backward(ce_cache)  # (B, T_tgt, V)
+print(f"n = {n} kept targets of {len(y)} positions; loss by hand {loss_by_hand:.15f}")
+print("max |dlogits by hand - library| =", np.abs(dlogits_by_hand - dlogits).max())
 print("max |dlogits| at the padded position (batch 1, position 3):", np.abs(dlogits[1, 3]).max())
+assert abs(loss_by_hand - loss) <= 1e-14 and np.abs(dlogits_by_hand - dlogits).max() <= 1e-15
 compare("loss -> logits", dlogits, "logits")
+
+# %% [markdown]
+# The same gradient divided by $B \cdot T = 8$ instead of $n = 7$ is off by the factor $7/8$ everywhere,
+# far outside the bar; and finite differences of the library's loss agree with its backward (the loss
+# is a scalar, so its upstream gradient is a random scalar).
+
+# %%
+per_position = np.where(kept[:, None], (p_rows - q_rows) / len(y), 0.0).reshape(logits.shape)
+print(f"dividing by B*T instead: error {error(per_position, captured['logits'].grad.numpy()):.1e}")
+assert error(per_position, captured["logits"].grad.numpy()) > 1e-2
+ce_check = check_pair(
+    lambda logits, targets: cross_entropy_forward(logits, targets, ignore_index=cfg.pad_id, label_smoothing=0.1),
+    lambda dloss, cache: cross_entropy_backward(cache, dloss),
+    dict(logits=logits.copy(), targets=tgt_out),
+    wrt=["logits"],
+)
+print(ce_check)
+assert ce_check.worst <= 1e-6
 
 # %% [markdown]
 # ## Step 2: the output projection
@@ -318,9 +384,15 @@ compare(
 #
 # A pre-norm sublayer computes $\mathrm{out} = x + f(\mathrm{LN}(x))$. `residual_backward` inverts
 # it: the sublayer's backward turns $d\mathrm{out}$ into a gradient at $\mathrm{LN}(x)$, the layer
-# norm's backward carries it to $x$, and the residual path adds $d\mathrm{out}$ itself:
-# $dx = d\mathrm{out} + \mathrm{LN}^\top f^\top d\mathrm{out}$. Each decoder layer has three
-# sublayers, undone in reverse order:
+# norm's backward carries it to $x$, and the residual path adds $d\mathrm{out}$ itself (two paths
+# fork from $x$, so their gradients add):
+#
+# $$dx = d\mathrm{out} + J_{\mathrm{LN}}^\top J_f^\top\, d\mathrm{out}
+# = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out},$$
+#
+# where $J_f$ is the Jacobian of the sublayer at its input and $J_f^\top dy$ is what its backward
+# computes (walkthrough 01, step 6; [the notation table](../docs/notation.md)). The post-norm version
+# is the third close-up below. Each decoder layer has three sublayers, undone in reverse order:
 #
 # - **feed-forward**, $f(h) = W_2\, \mathrm{relu}(W_1 h + b_1) + b_2$; `ffn_backward` (which runs
 #   `feed_forward_backward` here, or the gated block's backward in a Llama-style model);
@@ -329,7 +401,8 @@ compare(
 #   the query's gradient as the sublayer's, and passes `dkey + dvalue` out on the side: the gradient
 #   this layer sends to the memory. Every decoder layer reads the same memory, so these shares are
 #   **accumulated** across layers (`dmemory += ...`), and the sum is what the encoder receives;
-# - **self-attention**, $f(h) = \mathrm{MHA}(h, h, h)$ with the causal and padding mask:
+# - **self-attention**, $f(h) = \mathrm{MHA}(h, h, h)$ with the causal and padding mask (the heads
+#   and projections inside it are walkthrough 01b's):
 #   one array is the query, the key and the value, so its gradient is the **sum of the three**
 #   input gradients of attention (`self_attention_backward`).
 #
@@ -386,6 +459,196 @@ for name, candidate in (("dquery", dquery), ("dkey", dkey), ("dvalue", dvalue), 
     print(f"{name:7} max |candidate - torch's dh| = {np.abs(candidate - dh_torch).max():.1e}")
 assert error(dquery + dkey + dvalue, dh_torch) <= 1e-10
 assert min(error(g, dh_torch) for g in (dquery, dkey, dvalue)) > 1e-3
+
+# %% [markdown]
+# ### Close-up: the feed-forward's activation, and dropout
+#
+# `ffn_backward` above ran $f(h) = W_2\, \phi(W_1 h + b_1) + b_2$ backwards: two linear layers (step 2's
+# rule) around an elementwise activation $\phi$. An elementwise function has a diagonal Jacobian,
+# $J_\phi = \mathrm{diag}(\phi'(a))$, so its backward is a product, $da = \phi'(a) \odot d\phi$. What is
+# left is each activation's derivative:
+#
+# - **ReLU**, $\phi(a) = \max(a, 0)$: $\phi'(a) = 1$ where $a > 0$, else $0$ (at $a = 0$ exactly, 0, as
+#   PyTorch chooses). A unit that is off passes no gradient back.
+# - **GELU, exact** (BERT's), $\phi(a) = a\, \Phi(a)$ with $\Phi(a) = \tfrac12\big(1 + \mathrm{erf}(a/\sqrt2)\big)$
+#   the standard normal CDF. The product rule, with $\Phi'(a) = e^{-a^2/2} / \sqrt{2\pi}$:
+#   $$\phi'(a) = \Phi(a) + a\, \Phi'(a).$$
+# - **GELU, tanh approximation** (GPT-2's), $\phi(a) = \tfrac12 a\,(1 + \tanh u)$ with
+#   $u = \sqrt{2/\pi}\,(a + 0.044715\, a^3)$. The product rule and $\tanh' = 1 - \tanh^2$:
+#   $$\phi'(a) = \tfrac12 (1 + \tanh u) + \tfrac12 a\, (1 - \tanh^2 u)\, \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, a^2).$$
+#
+# **Dropout** in training mode draws a keep-mask $k$ (each entry 1 with probability $1 - p_{drop}$) and
+# scales what it keeps, $y = x \odot k / (1 - p_{drop})$, so that the expected value of $y$ is $x$ ("inverted
+# dropout": nothing to rescale at evaluation, where $y = x$). It is linear in $x$ with a diagonal
+# Jacobian, so $dx = dy \odot k / (1 - p_{drop})$: the **same** mask and the same scale. A dropped unit
+# gets no gradient; the backward must reuse the forward's mask, never draw a new one.
+#
+# Each pair by hand, checked against PyTorch's autograd (`F.relu`, `F.gelu` with both `approximate`
+# settings) and against finite differences. For dropout, torch draws its own mask; we read it back from
+# torch's output (a kept entry is nonzero) and run our backward with it.
+
+# %%
+a = np.linspace(-3.0, 3.0, 13) + 0.05  # pre-activations, away from ReLU's kink at 0
+c_gelu = np.sqrt(2.0 / np.pi)
+
+
+def relu_pair():
+    return (lambda a: (np.maximum(a, 0.0), a)), (lambda d, a: d * (a > 0))
+
+
+def gelu_pair():
+    def forward(a):
+        cdf = 0.5 * (1.0 + erf(a / np.sqrt(2.0)))  # Phi(a)
+        return a * cdf, (a, cdf)
+
+    def backward(d, cache):
+        a, cdf = cache
+        return d * (cdf + a * np.exp(-0.5 * a * a) / np.sqrt(2.0 * np.pi))  # Phi(a) + a Phi'(a)
+
+    return forward, backward
+
+
+def gelu_tanh_pair():
+    def forward(a):
+        th = np.tanh(c_gelu * (a + 0.044715 * a**3))
+        return 0.5 * a * (1.0 + th), (a, th)
+
+    def backward(d, cache):
+        a, th = cache
+        return d * (0.5 * (1.0 + th) + 0.5 * a * (1.0 - th * th) * c_gelu * (1.0 + 3 * 0.044715 * a * a))
+
+    return forward, backward
+
+
+upstream = np.random.default_rng(1).standard_normal(a.shape)
+for name, (forward, backward), torch_fn in (
+    ("relu", relu_pair(), F.relu),
+    ("gelu (exact)", gelu_pair(), lambda x: F.gelu(x, approximate="none")),
+    ("gelu (tanh)", gelu_tanh_pair(), lambda x: F.gelu(x, approximate="tanh")),
+):
+    a_t = torch.tensor(a, requires_grad=True)
+    out_t = torch_fn(a_t)
+    out_t.backward(torch.from_numpy(upstream))
+    out, cache = forward(a)
+    d_autograd = np.abs(backward(upstream, cache) - a_t.grad.numpy()).max()
+    fd = check_pair(forward, backward, dict(a=a.copy()), wrt=["a"], max_coords=None)
+    print(f"{name:13} forward vs torch {np.abs(out - out_t.detach().numpy()).max():.1e}   "
+          f"backward vs autograd {d_autograd:.1e}   finite differences {fd.worst:.1e}")  # fmt: skip
+    assert np.abs(out - out_t.detach().numpy()).max() <= 1e-15 and d_autograd <= 1e-15 and fd.worst <= 1e-6
+
+p_drop = 0.3
+torch.manual_seed(0)
+x_t = torch.tensor(np.random.default_rng(2).standard_normal((4, 6)), requires_grad=True)
+y_t = F.dropout(x_t, p_drop, training=True)
+dy = np.random.default_rng(3).standard_normal((4, 6))
+y_t.backward(torch.from_numpy(dy))
+k = (y_t.detach().numpy() != 0).astype(np.float64)  # torch's keep-mask, read from its output
+dx_dropout = dy * k / (1.0 - p_drop)
+dropout_fd = check_pair(
+    lambda x: (x * k / (1.0 - p_drop), None), lambda d, _: d * k / (1.0 - p_drop), dict(x=x_t.detach().numpy().copy()),
+    wrt=["x"], max_coords=None,
+)  # fmt: skip
+print(f"dropout       {int(k.sum())} of {k.size} kept; backward vs autograd "
+      f"{np.abs(dx_dropout - x_t.grad.numpy()).max():.1e}   finite differences {dropout_fd.worst:.1e}")  # fmt: skip
+assert np.abs(dx_dropout - x_t.grad.numpy()).max() <= 1e-15 and dropout_fd.worst <= 1e-6
+
+# %% [markdown]
+# ### Close-up: the post-norm residual, next to pre-norm
+#
+# This model is pre-norm. The paper, BERT (walkthrough 05) and the model of walkthrough 04 are
+# post-norm: the layer norm comes *after* the residual sum,
+#
+# $$\text{post-norm: } \mathrm{out} = \mathrm{LN}\big(x + f(x)\big), \qquad
+# \text{pre-norm: } \mathrm{out} = x + f\big(\mathrm{LN}(x)\big).$$
+#
+# Backwards, post-norm first undoes the norm, $du = J_{\mathrm{LN}}^\top\, d\mathrm{out}$ at the sum
+# $u = x + f(x)$; then two paths fork from $x$ (the residual and the sublayer) and their gradients add:
+#
+# $$\text{post-norm: } dx = \big(I + J_f^\top\big)\, J_{\mathrm{LN}}^\top\, d\mathrm{out}, \qquad
+# \text{pre-norm: } dx = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out}.$$
+#
+# The difference matters in deep stacks: in pre-norm the identity term carries $d\mathrm{out}$ to $x$
+# untouched, so the gradient has a clean path through every layer; in post-norm every layer's gradient
+# passes through a layer norm's $J_{\mathrm{LN}}^\top$, one reason why post-norm models are trained with a
+# learning-rate warm-up (walkthrough 04; Xiong et al., 2020, "On Layer Normalization in the Transformer
+# Architecture").
+#
+# We check both formulas literally, with the Jacobians built as matrices (for a sublayer that acts row
+# by row, a ReLU feed-forward, each row's Jacobians are $D \times D$; the shared weights are the same in
+# every row), against PyTorch's autograd and against finite differences. The layer norm's Jacobian
+# comes from walkthrough 02: $J_{\mathrm{LN}} = \mathrm{diag}(\gamma)\, r\, \big(I - \tfrac1D \mathbf{1}\mathbf{1}^\top
+# - \tfrac1D \hat x \hat x^\top\big)$.
+
+# %%
+Dr, Fr, eps_ln = 4, 6, 1e-5
+g = np.random.default_rng(4)
+x_rows = g.standard_normal((3, Dr))  # (N, D): three positions
+W1, b1 = g.standard_normal((Fr, Dr)) * 0.5, g.standard_normal(Fr) * 0.2
+W2, b2 = g.standard_normal((Dr, Fr)) * 0.5, g.standard_normal(Dr) * 0.2
+gamma, beta = 1.0 + 0.3 * g.standard_normal(Dr), 0.3 * g.standard_normal(Dr)
+dout_rows = g.standard_normal((3, Dr))
+
+
+def ln(x):
+    x_hat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps_ln)
+    return gamma * x_hat + beta
+
+
+def ffn(h):
+    return np.maximum(h @ W1.T + b1, 0.0) @ W2.T + b2
+
+
+def J_ln(x):  # (D, D) for one row
+    r = 1.0 / np.sqrt(x.var() + eps_ln)
+    x_hat = (x - x.mean()) * r
+    return np.diag(gamma) @ (r * (np.eye(Dr) - np.ones((Dr, Dr)) / Dr - np.outer(x_hat, x_hat) / Dr))
+
+
+def J_ffn(h):  # (D, D) for one row: W2 diag(relu'(a)) W1
+    return W2 @ np.diag((W1 @ h + b1 > 0).astype(float)) @ W1
+
+
+post_dx = np.stack([(np.eye(Dr) + J_ffn(x).T) @ J_ln(x + ffn(x)).T @ d for x, d in zip(x_rows, dout_rows, strict=True)])
+pre_dx = np.stack([(np.eye(Dr) + J_ln(x).T @ J_ffn(ln(x)).T) @ d for x, d in zip(x_rows, dout_rows, strict=True)])
+
+params_t = [torch.tensor(w) for w in (W1, b1, W2, b2, gamma, beta)]
+
+
+def torch_sublayer(x, post):
+    W1_t, b1_t, W2_t, b2_t, g_t, be_t = params_t
+    ffn_t = lambda h: F.linear(F.relu(F.linear(h, W1_t, b1_t)), W2_t, b2_t)  # noqa: E731
+    norm_t = lambda h: F.layer_norm(h, (Dr,), g_t, be_t, eps_ln)  # noqa: E731
+    return norm_t(x + ffn_t(x)) if post else x + ffn_t(norm_t(x))
+
+
+for name, post, dx_mine in (("post-norm", True, post_dx), ("pre-norm", False, pre_dx)):
+    x_t = torch.tensor(x_rows, requires_grad=True)
+    torch_sublayer(x_t, post).backward(torch.from_numpy(dout_rows))
+    diff = np.abs(dx_mine - x_t.grad.numpy()).max()
+    print(f"{name:9}  dx from the Jacobians vs autograd {diff:.1e}")
+    assert diff <= 1e-13
+print(f"post-norm and pre-norm gradients differ by {np.abs(post_dx - pre_dx).max():.2f}: two different functions")
+
+# %% [markdown]
+# `check_pair` draws its own random upstream gradient, so for finite differences we wrap the formula as a
+# backward that takes any `dout`:
+
+# %%
+for name, forward, formula in (
+    (
+        "post-norm",
+        lambda x: (ln(x + ffn(x)), x),
+        lambda d, x: np.stack([(np.eye(Dr) + J_ffn(r).T) @ J_ln(r + ffn(r)).T @ e for r, e in zip(x, d, strict=True)]),
+    ),
+    (
+        "pre-norm",
+        lambda x: (x + ffn(ln(x)), x),
+        lambda d, x: np.stack([(np.eye(Dr) + J_ln(r).T @ J_ffn(ln(r)).T) @ e for r, e in zip(x, d, strict=True)]),
+    ),
+):
+    fd = check_pair(forward, formula, dict(x=x_rows.copy()), wrt=["x"], max_coords=None)
+    print(f"{name:9}  dx from the Jacobians vs finite differences: worst error {fd.worst:.1e}")
+    assert fd.worst <= 1e-6
 
 # %% [markdown]
 # ## Step 5: the decoder's embedding table
@@ -471,16 +734,16 @@ for name in sorted(k for k in grads if k.endswith("k_proj.bias")):
     assert ours <= 1e-13 * s_scale and theirs <= 1e-13 * s_scale
 
 # %% [markdown]
-# This is why DESIGN.md judges an error against $\max(\max|b|, 10^{-3} s)$ and not against $\max|b|$
-# alone: the relative error of one rounding noise against another is of order one, and would fail
-# a correct implementation. With the floor, the key bias's difference is measured against the size
-# of its neighbours' gradients, where it belongs.
+# This is why the project ([docs/conventions.md](../docs/conventions.md)) judges an error against
+# $\max(\max|b|, 10^{-3}\, \mathrm{top})$ and not against $\max|b|$ alone: the relative error of one
+# rounding noise against another is of order one, and would fail a correct implementation. With the floor,
+# the key bias's difference is measured against the size of its neighbours' gradients, where it belongs.
 
 # %%
 name = "decoder.layers.0.self_attn.k_proj.bias"
 a, b = grads[name], torch_params[name].grad.numpy()
 print(f"{name}: max|a - b| / max|b| = {np.abs(a - b).max() / np.abs(b).max():.1e}   (without the floor)")
-print(f"{name}: DESIGN.md error     = {error(a, b):.1e}   (with the floor)")
+print(f"{name}: the project's error = {error(a, b):.1e}   (with the floor)")
 
 # %% [markdown]
 # ## The model's own backward
@@ -496,3 +759,22 @@ np_model.backward(dlogits)
 worst = max(np.abs(np_model.grads[k] - grads[k]).max() for k in grads)
 print(f"max |model.backward - step-by-step walk| over all {len(grads)} tensors = {worst:.1e}")
 assert worst <= 1e-14 * s_scale
+
+# %% [markdown]
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/03_answers.py`. Check yours with
+# `numpy_transformer.gradcheck.check_pair`.
+#
+# 1. **Cross-entropy by hand.** Write `ce_forward(logits, targets, ignore_index, eps)` and its backward for
+#    logits $(N, |\mathcal V|)$, with label smoothing and ignored rows, as derived in step 1. Check it with
+#    `check_pair`, and against `cross_entropy_forward` / `cross_entropy_backward`. What is the gradient
+#    when every row is ignored?
+# 2. **A tied output projection.** With `tie_embeddings=True` the output projection uses the decoder's
+#    token table $E$: $z = x E^\top + b$. $E$ is then read twice (the lookup at the input, the projection
+#    at the output). Show that its gradient is the sum of `embed_backward`'s scatter and the projection's
+#    $dz^\top x$, and check `Transformer(TransformerConfig(..., tie_embeddings=True))` with
+#    `gradcheck.check_model`.
+# 3. **SiLU, and why its Jacobian is diagonal.** Derive the backward of $\phi(a) = a\, \sigma(a)$
+#    ($\sigma$ the logistic sigmoid), check it against `F.silu` under autograd and with `check_pair`, then
+#    build its full Jacobian for a vector of 5 entries by finite differences and show it is diagonal.
