@@ -12,7 +12,10 @@
 # ---
 
 # %% [markdown]
-# # Layer norm: the forward pass, the backward pass derived step by step, and a parity trap
+# # 2. Layer norm: the forward pass, the backward pass derived step by step, and a parity trap
+#
+# *Prerequisites:* walkthrough 01 (the backward as a transposed Jacobian, the fork-sum rule).
+# *Time:* 30 minutes. The symbols are those of [the notation table](../docs/notation.md).
 #
 # Every sublayer of the Transformer sits inside a layer norm, $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$
 # in the paper's post-norm placement, $x + \mathrm{Sublayer}(\mathrm{LayerNorm}(x))$ in the pre-norm one.
@@ -88,7 +91,7 @@ assert np.abs(y - y_lib).max() <= 1e-12 and np.abs(y - y_torch).max() <= 1e-12
 # %% [markdown]
 # ## The backward pass, one forward line at a time
 #
-# The upstream gradient $dy = \partial L / \partial y$ is random (why not ones: see below). We walk
+# The upstream gradient $dy = \partial \mathcal{L} / \partial y$ is random (why not ones: see below). We walk
 # the forward lines from the last to the first; each comment quotes the forward line being inverted.
 #
 # **The affine part**, $y = \gamma \odot \hat x + \beta$. The gain and bias are shared by all $N$
@@ -108,9 +111,10 @@ dgamma = (dy * x_hat).sum(axis=0)  # (D,)
 dx_hat = dy * gamma  # (N, D)
 
 # %% [markdown]
-# **Normalising**, $\hat x = x_c\, r$ with $x_c = x - \mu$. Both factors depend on $x$, so the gradient
-# splits: a direct part into $x_c$, and a part into the scalar $r$ of each row, which collects a sum
-# over the row because $r$ multiplies every entry:
+# **Normalising**, $\hat x = x_c\, r$ with $x_c = x - \mu$. Both factors depend on $x$: paths fork, so
+# the gradients that come back along them add (walkthrough 01's rule). The gradient splits: a direct
+# part into $x_c$, and a part into the scalar $r$ of each row, which collects a sum over the row
+# because $r$ multiplies every entry:
 #
 # $$dx_c \mathrel{+}= d\hat x\, r, \qquad dr = \sum_i d\hat x_i\, x_{c,i}.$$
 #
@@ -176,6 +180,9 @@ assert np.abs(dx_staged - dx_compact).max() <= 1e-14
 # \qquad \frac{\partial y_i}{\partial x_j} = \gamma_i J_{ij}, \qquad
 # dx_j = \sum_i dy_i\, \gamma_i\, J_{ij}, \text{ i.e. } dx = J^\top (\gamma \odot dy).$$
 #
+# (The transposed Jacobian times the upstream gradient, as every backward pass computes: walkthrough 01,
+# step 6.)
+#
 # We build $J$ for row 0 as a matrix, check it against the Jacobian PyTorch computes by autograd, and
 # check $J^\top (\gamma \odot dy)$ against the library's `layer_norm_backward`. Building $J$ costs
 # $D^2$ per row, $262{,}144$ entries for $D = 512$; the boxed formula costs a few passes over $D$.
@@ -235,7 +242,7 @@ for name, mine, theirs in (
 #
 # The columns of $J$ sum to zero: $\sum_i J_{ij} = r(1 - 1 - \hat x_j \sum_i \hat x_i / D) = 0$,
 # because $\hat x$ has mean zero. In words, $\sum_i \hat x_i = 0$ *whatever* $x$ is, so a loss
-# $L = \sum_i \hat x_i$ is constant and has no gradient. Now a freshly initialised layer norm has
+# $\mathcal{L} = \sum_i \hat x_i$ is constant and has no gradient. Now a freshly initialised layer norm has
 # $\gamma = 1$, $\beta = 0$: there $y = \hat x$, and a test that calls `y.sum().backward()` checks
 # $dx = 0$. A backward pass that returned zeros would pass it. (In the paper's post-norm model every
 # sublayer ends in a layer norm, so the same `.sum()` silences the gradient of everything beneath.)
@@ -253,7 +260,7 @@ assert np.abs(dx_from_random).max() > 1e-2  # a random dy gives a real test
 # ## Finite differences
 #
 # The last check needs no derivation: perturb each coordinate of $x$, $\gamma$, $\beta$ by
-# $\pm 10^{-5}$, rerun the forward, and compare the central difference of $L = \sum y \odot G$
+# $\pm 10^{-5}$, rerun the forward, and compare the central difference of $\mathcal{L} = \sum y \odot G$
 # ($G$ random) with the analytic gradient. `check_pair` does exactly that.
 
 # %%
@@ -353,3 +360,23 @@ assert fixed_diff <= 1e-12
 #
 # The two subtracted terms are the paths through $\mu$ and $\sigma^2$; they are also why an upstream
 # gradient of ones tells you nothing about a layer norm with $\gamma = 1$.
+#
+# Next: walkthrough 03 runs this backward inside every sublayer of a whole model.
+#
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/02_answers.py`. Check yours with
+# `numpy_transformer.gradcheck.check_pair`.
+#
+# 1. **RMSNorm from the staged derivation.** RMSNorm drops the mean: $y = \gamma \odot x\, r$ with
+#    $r = (\mathrm{mean}(x^2) + \varepsilon)^{-1/2}$. Walk its forward lines backwards as this walkthrough
+#    did, arrive at $dx = r\,\big(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)$, and check
+#    your pair. (Walkthrough 06 has the derivation; try it first.)
+# 2. **Two invariances, seen in the gradient.** For any upstream $dy$ (take $\gamma = 1$, $\beta = 0$), show
+#    that $\sum_j dx_j = 0$ and $\hat x \cdot dx = r\, (\hat x \cdot dy)\, \varepsilon / (\sigma^2 + \varepsilon)$,
+#    from the boxed formula. Explain each with an invariance of the forward: shifting a row changes
+#    nothing; scaling it changes nothing when $\varepsilon = 0$. Check both numerically.
+# 3. **The Annotated Transformer's LayerNorm, backwards.** Derive the backward of
+#    $y = \gamma \odot (x - \mu) / (\tilde\sigma + \varepsilon) + \beta$ with $\tilde\sigma$ the *unbiased* standard
+#    deviation ($D - 1$ in the denominator), and check it with `check_pair`. Where does it differ from the
+#    boxed formula?
