@@ -408,11 +408,18 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
     )
 
 
-def llama_to_hf(config: TransformerConfig) -> dict:
+def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
     require(
-        config, "llama", norm="rms", norm_first=True, positional="rope", scale_embeddings=False,
+        config, model_type, norm="rms", norm_first=True, positional="rope", scale_embeddings=False,
         embedding_norm=False, gated_ffn=True, output_bias=False,
     )  # fmt: skip
+    if model_type != "mistral":
+        require(config, model_type, sliding_window=None)
+    if model_type != "qwen2" and config.has_qkv_bias != config.bias:
+        raise ValueError(
+            f"this model cannot be written as a {model_type!r} checkpoint: qkv_bias={config.qkv_bias!r} "
+            f"differs from bias={config.bias!r} (needs None)"
+        )
     return {
         "vocab_size": config.tgt_vocab_size,
         "hidden_size": config.d_model,
@@ -469,6 +476,48 @@ LLAMA = Family(
     to_hf=llama_to_hf,
     tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
 )
+
+
+# ----------------------------------------------------------------------------------------------
+# Mistral (MistralForCausalLM): Llama with a sliding window on its causal self-attention (query i sees the
+# keys i - window < j <= i), and no biases. Qwen2 (Qwen2ForCausalLM): Llama with biases on q, k and v but not
+# on the output projection nor the MLP. Both read and write Llama's table: only the config translation differs.
+
+
+def mistral_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    config = llama_from_hf(c, dropout)
+    window = c.get("sliding_window")
+    return replace(config, sliding_window=None if window is None else int(window))
+
+
+def mistral_to_hf(config: TransformerConfig) -> dict:
+    require(config, "mistral", bias=False)
+    out = llama_to_hf(config, "mistral")
+    for name in ("attention_bias", "mlp_bias"):  # MistralConfig has neither: no biases anywhere
+        out.pop(name)
+    return {**out, "sliding_window": config.sliding_window}
+
+
+def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    if c.get("use_sliding_window", False):
+        raise ValueError(
+            "use_sliding_window=True is not supported for qwen2 (a window on some layers only); only False"
+        )
+    return replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+
+
+def qwen2_to_hf(config: TransformerConfig) -> dict:
+    require(config, "qwen2", bias=False, has_qkv_bias=True)
+    out = llama_to_hf(config, "qwen2")
+    for name in ("attention_bias", "mlp_bias"):  # Qwen2Config: q, k, v biases always, nothing else
+        out.pop(name)
+    return {**out, "use_sliding_window": False}
+
+
+MISTRAL = replace(
+    LLAMA, model_type="mistral", architecture="MistralForCausalLM", from_hf=mistral_from_hf, to_hf=mistral_to_hf
+)
+QWEN2 = replace(LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -635,7 +684,7 @@ BART = Family(
 )
 
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MARIAN, BART)}
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, MARIAN, BART)}
 
 
 def family_of(model_type) -> Family:
@@ -713,9 +762,14 @@ def match(family: Family, config: TransformerConfig, checkpoint_names, our_names
 def writing_plan(family: Family, config: TransformerConfig, our_names) -> dict[str, list[Rule]]:
     """Checkpoint name -> the rules whose tensors make it up (several for a fused tensor, in part order)."""
     groups: dict[str, list[Rule]] = {}
+    covered = set()
     for rule in expand(family.rules, config):
         if rule.ours in our_names:
             groups.setdefault(full_name(family, rule), []).append(rule)
+            covered.add(rule.ours)
+    uncovered = sorted(set(our_names) - covered)
+    if uncovered:  # a parameter no rule writes would be dropped from the checkpoint without a word
+        raise ValueError(f"no rule of the {family.model_type!r} table writes the parameters {uncovered}")
     for rules in groups.values():
         rules.sort(key=lambda rule: rule.part[0] if rule.part else 0)
     return groups

@@ -25,6 +25,7 @@ swaps eager_attention_forward for a version with the softmax in the input's dtyp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import tempfile
 
 import numpy as np
@@ -32,6 +33,8 @@ import torch
 import transformers
 import transformers.utils.logging
 from transformers.models.llama import modeling_llama
+from transformers.models.mistral import modeling_mistral
+from transformers.models.qwen2 import modeling_qwen2
 
 import numpy_transformer as nt
 import torch_transformer
@@ -45,13 +48,27 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama")
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2")
 CLASSES = {
     "bert": transformers.BertModel,
     "gpt2": transformers.GPT2LMHeadModel,
     "llama": transformers.LlamaForCausalLM,
+    "mistral": transformers.MistralForCausalLM,
+    "qwen2": transformers.Qwen2ForCausalLM,
 }
-CONFIGS = {"bert": transformers.BertConfig, "gpt2": transformers.GPT2Config, "llama": transformers.LlamaConfig}
+CONFIGS = {
+    "bert": transformers.BertConfig,
+    "gpt2": transformers.GPT2Config,
+    "llama": transformers.LlamaConfig,
+    "mistral": transformers.MistralConfig,
+    "qwen2": transformers.Qwen2Config,
+}
+# The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
+LLAMA_LIKE = {
+    "llama": (modeling_llama, "Llama"),
+    "mistral": (modeling_mistral, "Mistral"),
+    "qwen2": (modeling_qwen2, "Qwen2"),
+}
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
 # Llama's grouped K/V heads and a rotary base other than the default. Ids 0, 1, 2 are special
@@ -96,6 +113,10 @@ TINY = {
         eos_token_id=2,
     ),
 }
+# Mistral: a window of 3 positions, shorter than every input (7 tokens), so it hides keys in every row after the
+# third; Qwen2: biases on q, k, v (drawn off zero by build_tiny) and none on o_proj or the MLP.
+TINY["mistral"] = {**TINY["llama"], "sliding_window": 3}
+TINY["qwen2"] = {**TINY["llama"], "use_sliding_window": False}
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -108,6 +129,12 @@ VARIANTS = {
         {"num_key_value_heads": 1, "tie_word_embeddings": True, "rope_theta": 10000.0},
     ),
     "llama MHA 4/4 tied theta=500": ("llama", {"num_key_value_heads": 4, "tie_word_embeddings": True}),
+    "mistral window=3 GQA 4/2": ("mistral", {}),
+    "mistral window=5 MQA 4/1 tied": (
+        "mistral",
+        {"sliding_window": 5, "num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
+    "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
 }
 
 
@@ -191,24 +218,25 @@ def eager_attention_forward_float64(module, query, key, value, attention_mask, s
 
 
 @contextlib.contextmanager
-def llama_in_float64():
-    """Within the block, transformers' Llama computes RMSNorm, the rotary cos/sin and (with eager attention) the
-    softmax in float64."""
-    m = modeling_llama
-    saved = m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward, m.eager_attention_forward
-    m.LlamaRMSNorm.forward = rms_norm_forward_float64
-    m.LlamaRotaryEmbedding.forward = rotary_forward_float64
+def llama_in_float64(family: str = "llama"):
+    """Within the block, transformers' Llama (or Mistral, Qwen2: the same code in their own modeling files)
+    computes RMSNorm, the rotary cos/sin and (with eager attention) the softmax in float64."""
+    m, name = LLAMA_LIKE[family]
+    norm, rotary = getattr(m, f"{name}RMSNorm"), getattr(m, f"{name}RotaryEmbedding")
+    saved = norm.forward, rotary.forward, m.eager_attention_forward
+    norm.forward = rms_norm_forward_float64
+    rotary.forward = rotary_forward_float64
     m.eager_attention_forward = eager_attention_forward_float64
     try:
         yield
     finally:
-        m.LlamaRMSNorm.forward, m.LlamaRotaryEmbedding.forward, m.eager_attention_forward = saved
+        norm.forward, rotary.forward, m.eager_attention_forward = saved
 
 
 def patch_for(family: str, dtype, llama_float64: bool = True):
-    """The float64 patch where it applies (a float64 Llama), else nothing."""
-    if family == "llama" and np.dtype(dtype) == np.float64 and llama_float64:
-        return llama_in_float64()
+    """The float64 patch where it applies (a float64 Llama-like model), else nothing."""
+    if family in LLAMA_LIKE and np.dtype(dtype) == np.float64 and llama_float64:
+        return llama_in_float64(family)
     return contextlib.nullcontext()
 
 
@@ -474,6 +502,8 @@ NATIVE = {
         pad_id=None, scale_embeddings=False, norm="rms", gated_ffn=True, n_kv_heads=2, bias=False, output_bias=False,
     ),
 }  # fmt: skip
+NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)
+NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
 
 
 def native_model(family: str, side: str, seed: int = 0):
@@ -482,7 +512,7 @@ def native_model(family: str, side: str, seed: int = 0):
     import numpy_transformer as nt
 
     config = NATIVE[family]
-    cls = {"bert": nt.EncoderModel, "gpt2": nt.TransformerLM, "llama": nt.TransformerLM}[family]
+    cls = nt.EncoderModel if family == "bert" else nt.TransformerLM
     model = cls(config, seed=seed, dtype=np.float64)
     rng = np.random.default_rng(seed + 11)
     for value in model.params.values():

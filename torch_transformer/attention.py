@@ -35,7 +35,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
     powers of 2^(-8/(2P)) for the heads beyond P (BLOOM's rule)."""
     P = 2 ** math.floor(math.log2(n_heads))
     slopes = torch.pow(2.0, -8.0 * torch.arange(1, P + 1, dtype=torch.float64) / P)
-    extra = torch.pow(2.0, -4.0 * torch.arange(1, 2 * (n_heads - P), 2, dtype=torch.float64) / P)
+    extra = torch.pow(2.0, -4.0 * torch.arange(1, 2 * (n_heads - P) + 1, 2, dtype=torch.float64) / P)
     return torch.cat([slopes, extra])
 
 

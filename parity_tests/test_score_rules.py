@@ -1,0 +1,199 @@
+"""The score rules (numpy_transformer/scores.py and torch_transformer's MultiHeadAttention.score_rules): a sliding
+window and ALiBi, in the plain pair, the tiled pair, cached decoding, and against each other.
+
+Each test can fail: the window test compares against a model that ignores the window, ALiBi against explicit
+slopes, the tiled pair against the plain one block by block, the cache against recomputation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import numpy_transformer as nt
+import torch_transformer as tt
+from numpy_transformer import decoding as nd
+from numpy_transformer import flash_attention as fa
+from numpy_transformer.attention import KVCache
+from numpy_transformer.gradcheck import check_pair
+from numpy_transformer.scores import ScoreMod, alibi_slopes, attention_scores, positions
+from parity_tests import components as C
+from parity_tests import hf_compare as H
+
+BASE = dict(
+    src_vocab_size=29, tgt_vocab_size=29, d_model=24, n_heads=6, d_ff=32, n_encoder_layers=2, n_decoder_layers=2,
+    max_len=40, pad_id=0, norm_first=True,
+)  # fmt: skip
+RULES = {
+    "alibi": dict(positional="alibi"),
+    "window 3, rope, GQA": dict(positional="rope", sliding_window=3, n_kv_heads=2),
+    "alibi + window 4": dict(positional="alibi", sliding_window=4),
+    "alibi + window 4, flash": dict(positional="alibi", sliding_window=4, attention="flash"),
+    "qkv biases only": dict(positional="rope", bias=False, qkv_bias=True),
+}
+
+
+def test_alibi_slopes_follow_the_paper() -> None:
+    """Powers of two: 2^(-8h/H); 6 heads: the 4 slopes of H=4, then the odd powers of 2^(-1) (H=8's odd slopes);
+    the torch side computes the same numbers its own way."""
+    assert alibi_slopes(8) == tuple(2.0 ** (-h) for h in range(1, 9))
+    assert alibi_slopes(4) == (2**-2, 2**-4, 2**-6, 2**-8)
+    assert alibi_slopes(6) == (2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3)
+    for n in (1, 3, 5, 6, 12, 16):
+        np.testing.assert_allclose(tt.attention.alibi_slopes(n).numpy(), np.array(alibi_slopes(n)), rtol=1e-15)
+
+
+def test_scores_follow_each_rule() -> None:
+    """Against the definition, entry by entry: scale * q.k - m_h |i - j|, hidden where j > i or i - j >= window."""
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((1, 2, 5, 4)), rng.standard_normal((1, 2, 7, 4))
+    mod = ScoreMod(scale=0.5, causal=True, window=3, alibi_slopes=(0.25, 0.125))
+    q_pos, k_pos = positions(5, start=2), positions(7)
+    scores, allowed = attention_scores(q, k, mod, q_pos, k_pos)
+    for h in range(2):
+        for a, i in enumerate(q_pos):
+            for b, j in enumerate(k_pos):
+                expected = 0.5 * q[0, h, a] @ k[0, h, b] - mod.alibi_slopes[h] * abs(i - j)
+                assert scores[0, h, a, b] == pytest.approx(expected, abs=1e-14)
+                assert allowed[a, b] == (j <= i and i - j < 3)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "f32"])
+@pytest.mark.parametrize("name", list(RULES))
+def test_numpy_and_torch_agree_with_each_rule(name, dtype) -> None:
+    """A TransformerLM and a Transformer (encoder self-attention with ALiBi, no window; cross-attention with
+    neither) with padding: outputs and every gradient within DESIGN.md's bars."""
+    config = nt.TransformerConfig(**BASE, **RULES[name])
+    rng = np.random.default_rng(1)
+    for cls in ("TransformerLM", "Transformer"):
+        model = getattr(nt, cls)(config, seed=2, dtype=dtype)
+        twin = getattr(tt, cls)(config).to(C.TORCH_DTYPE[np.dtype(dtype)])
+        twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+        ids = rng.integers(3, 29, (3, 11))
+        ids[1, 8:] = 0  # padding
+        args = (ids,) if cls == "TransformerLM" else (ids[:, :9], ids)
+        out = model.forward(*args)
+        dout = rng.standard_normal(out.shape).astype(dtype)
+        model.zero_grad()
+        model.backward(dout)
+        theirs = twin(*(torch.from_numpy(a) for a in args))
+        theirs.backward(torch.from_numpy(dout))
+        result = C.Result(
+            outputs={"logits": (out, C.to_numpy(theirs))},
+            grads={k: (model.grads[k], C.to_numpy(p.grad)) for k, p in twin.named_parameters()},
+        )
+        assert not C.failures(result, dtype), C.failures(result, dtype)[:3]
+        assert all(np.any(g) for k, (g, _) in result.grads.items() if not k.endswith("k_proj.bias"))
+
+
+def test_the_window_changes_the_output() -> None:
+    """The window is not a no-op: the same weights without it give other logits from position `window` on, and
+    the same logits before (no query there has a key outside its window)."""
+    config = nt.TransformerConfig(**BASE, positional="rope", sliding_window=3)
+    ids = np.random.default_rng(2).integers(3, 29, (2, 9))
+    windowed = nt.TransformerLM(config, seed=4)
+    unwindowed = nt.TransformerLM(dataclasses.replace(config, sliding_window=None), seed=4)
+    a, b = windowed.forward(ids), unwindowed.forward(ids)
+    np.testing.assert_allclose(a[:, :3], b[:, :3], rtol=0, atol=1e-12)
+    assert np.abs(a[:, 3:] - b[:, 3:]).min(axis=-1).max() > 1e-3
+
+
+def test_mistral_without_its_window_disagrees_with_transformers(tmp_path) -> None:
+    """The Mistral comparison can fail: our model loaded from the checkpoint but with the window taken away."""
+    H.build_tiny("mistral", tmp_path)
+    model = nt.hf.load(tmp_path, dtype=np.float64)
+    assert model.config.sliding_window == 3
+    ids, _ = H.make_inputs("mistral")
+    good = model.forward(ids)
+    model.config = dataclasses.replace(model.config, sliding_window=None)
+    assert np.abs(model.forward(ids) - good).max() > 1e-2
+
+
+@pytest.mark.parametrize("window", [1, 5, 33])
+def test_tiled_pair_skips_the_blocks_outside_the_window(monkeypatch, window) -> None:
+    """Equal to the plain pair (outputs and gradients, 1e-12) with causal + window + ALiBi, and each pass visits
+    exactly the blocks that hold some (i, j) with i - window < j <= i."""
+    visits = []
+    block_scores = fa._block_scores
+
+    def counting(q_i, k_j, *rest):
+        visits.append(1)
+        return block_scores(q_i, k_j, *rest)
+
+    monkeypatch.setattr(fa, "_block_scores", counting)
+    rng = np.random.default_rng(3)
+    T, bq, bk = 70, 16, 8
+    q, k, v = (rng.standard_normal((2, 3, T, 4)) for _ in range(3))
+    mod = ScoreMod(causal=True, window=window, alibi_slopes=(0.5, 0.25, 0.125))
+    out, cache = fa.flash_attention_forward(q, k, v, block_q=bq, block_k=bk, mod=mod)
+    forward = len(visits)
+    dout = rng.standard_normal(out.shape)
+    visits.clear()
+    grads = fa.flash_attention_backward(dout, cache)
+    backward = len(visits)
+    plain, plain_cache = nt.scaled_dot_product_attention_forward(q, k, v, mod=mod)
+    plain_grads = nt.attention.scaled_dot_product_attention_backward(dout, plain_cache)
+    np.testing.assert_allclose(out, plain, rtol=0, atol=1e-12)
+    for name, a, b in zip("qkv", grads, plain_grads, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+        # a window of 1: each query sees itself only, a softmax of one entry, whose scores get no gradient
+        assert (np.abs(b).max() > 0) == (window > 1 or name == "v")
+    needed = sum(
+        any(i - window < j <= i for i in range(i0, min(i0 + bq, T)) for j in range(j0, min(j0 + bk, T)))
+        for i0 in range(0, T, bq)
+        for j0 in range(0, T, bk)
+    )
+    assert forward == backward == needed
+
+
+@pytest.mark.parametrize("name", ["alibi + window 4", "window 3, rope, GQA"])
+def test_finite_differences_through_the_rules(name) -> None:
+    """The NumPy backward of multi-head attention with the rules against central differences (float64)."""
+    config = nt.TransformerConfig(**BASE, **RULES[name])
+    model = nt.TransformerLM(config, seed=5)
+    ids = np.random.default_rng(6).integers(3, 29, (2, 8))
+    dlogits = np.random.default_rng(7).standard_normal((2, 8, 29))
+
+    def loss(params):
+        model.params.update(params)
+        return float((model.forward(ids) * dlogits).sum())
+
+    model.zero_grad()
+    model.forward(ids)
+    model.backward(dlogits)
+    for key in ("decoder.layers.0.self_attn.q_proj.weight", "decoder.layers.1.self_attn.k_proj.weight"):
+        base = model.params[key].copy()
+        for index in [(0, 0), (3, 5), (7, 11)]:
+            step = 1e-5
+            plus, minus = base.copy(), base.copy()
+            plus[index] += step
+            minus[index] -= step
+            fd = (loss({key: plus}) - loss({key: minus})) / (2 * step)
+            model.params[key] = base
+            an = model.grads[key][index]
+            assert abs(fd - an) / max(abs(fd), abs(an), 1e-2) <= 1e-6, (key, index, fd, an)
+    assert check_pair is not None  # the pairwise checker covers the plain pair elsewhere (test_numpy_gradcheck)
+
+
+def test_rolling_cache_stays_the_windows_size_and_decodes_as_recomputation() -> None:
+    """A prompt longer than the window, then 12 steps: every layer's cache holds `window` positions, and greedy
+    and beam search with the cache equal recomputing the whole prefix each step."""
+    config = nt.TransformerConfig(**BASE, positional="alibi", sliding_window=4)
+    model = nt.TransformerLM(config, seed=8)
+    prompt = np.random.default_rng(9).integers(3, 29, (2, 7))
+    cache = nd.new_cache(model, None, 2, 40)
+    for self_cache, _ in cache.layers:
+        assert isinstance(self_cache, KVCache) and self_cache.keys.shape[2] == 4
+    tokens, logits = nd.greedy_search(model, prompt, 12)
+    again, relogits = nd.greedy_search(model, prompt, 12, use_cache=False)
+    np.testing.assert_array_equal(tokens, again)
+    np.testing.assert_allclose(logits, relogits, rtol=0, atol=1e-12)
+    beams = nd.beam_search(model, prompt, beam_size=3, max_len=12)
+    np.testing.assert_array_equal(beams, nd.beam_search(model, prompt, beam_size=3, max_len=12, use_cache=False))
+    torch_twin = tt.TransformerLM(config).double()
+    torch_twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+    np.testing.assert_array_equal(
+        tt.greedy_decode(torch_twin, torch.from_numpy(prompt), 12).numpy(), nd.greedy_decode(model, prompt, 12)
+    )
