@@ -14,6 +14,11 @@
 # %% [markdown]
 # # 6. RoPE, RMSNorm and SwiGLU backward by hand
 #
+# *Prerequisites:* walkthroughs 01, 01b and 02. *Time:* 45 minutes. The symbols are those of
+# [the notation table](../docs/notation.md); local names: $m$ is a row's mean square in the RMSNorm
+# section and a position in the RoPE sections, $w$ is RMSNorm's gain ($\gamma$ in the table), $g$ the
+# gated block's gate pre-activation.
+#
 # Llama keeps the paper's layer (attention, then a feed-forward block, each around a residual
 # connection) and changes four of its parts:
 #
@@ -113,17 +118,18 @@ assert max_diff(y, y_lib) <= 1e-15 and max_diff(y, y_torch) <= 1e-15
 # line being inverted):
 #
 # - $y = w \odot \hat x$: $dw = \sum_{\text{rows}} dy \odot \hat x$ (the gain is shared by all rows), and
-#   $d\hat x = g$ with $g = dy \odot w$;
-# - $\hat x = x\, r$: the direct path $dx \mathrel{+}= g\, r$, and $r$, one number per row, collects
-#   $dr = \sum_i g_i x_i$;
+#   $d\hat x = dy \odot w$;
+# - $\hat x = x\, r$: the direct path $dx \mathrel{+}= d\hat x\, r$, and $r$, one number per row, collects
+#   $dr = \sum_i d\hat x_i\, x_i$;
 # - $r = (m + \varepsilon)^{-1/2}$, $m$ the mean square: $dm = -\tfrac12 r^3\, dr$;
 # - $m = \frac1D \sum_i x_i^2$: $dx \mathrel{+}= dm \cdot 2x / D$.
 #
-# Substituting, $dm \cdot 2x/D = -r^3 x \sum_i g_i x_i / D = -r\, \hat x\, \mathrm{mean}(g \odot \hat x)$, so
+# Substituting, $dm \cdot 2x/D = -r^3 x \sum_i d\hat x_i\, x_i / D = -r\, \hat x\, \mathrm{mean}(d\hat x \odot \hat x)$,
+# so
 #
-# $$\boxed{\,dx = r\,\big(g - \hat x\, \mathrm{mean}(g \odot \hat x)\big)\,}$$
+# $$\boxed{\,dx = r\,\big(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)\,}$$
 #
-# Layer norm's formula (walkthrough 02) without its $-\mathrm{mean}(g)$ term: there is no mean to go back
+# Layer norm's formula (walkthrough 02) without its $-\mathrm{mean}(d\hat x)$ term: there is no mean to go back
 # through.
 
 # %%
@@ -131,15 +137,15 @@ dy = np.round(rng.standard_normal((N, D)), 1)  # (N, D)
 print("dy =\n", dy)
 # y = x_hat * w
 dw = (dy * x_hat).sum(axis=0)  # (D,)
-g = dy * w  # (N, D)
+dx_hat = dy * w  # (N, D)
 # x_hat = x * r
-dx_staged = g * r  # the direct path
-dr = (g * x).sum(axis=-1, keepdims=True)  # (N, 1)
+dx_staged = dx_hat * r  # the direct path
+dr = (dx_hat * x).sum(axis=-1, keepdims=True)  # (N, 1)
 # r = (ms + eps) ** -0.5
 dms = -0.5 * r**3 * dr  # (N, 1)
 # ms = mean(x * x)
 dx_staged += dms * 2.0 * x / D  # the path through the mean square
-dx_boxed = r * (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+dx_boxed = r * (dx_hat - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True))
 print("dx (step by step) =\n", dx_staged)
 print(f"max |step by step - boxed formula| = {max_diff(dx_staged, dx_boxed):.1e}")
 assert max_diff(dx_staged, dx_boxed) <= 1e-15
@@ -163,34 +169,35 @@ assert lib_err <= 1e-14 and torch_err <= 1e-14 and fd.worst <= 1e-6
 checks["RMSNorm"] = (lib_err, torch_err, fd.worst)
 
 # %% [markdown]
-# One more reading of the boxed formula. RMSNorm does not care how long $x$ is: $y(c\,x) = y(x)$ for any
-# $c > 0$ (up to $\varepsilon$). So moving $x$ along itself changes nothing, and the gradient has no
-# component along $x$: $x \cdot dx = r\,(g \cdot x)(1 - r^2 m) = r\,(g \cdot x)\,\varepsilon / (m + \varepsilon)$,
+# One more reading of the boxed formula. RMSNorm does not care how long $x$ is: $y(\lambda x) = y(x)$ for
+# any $\lambda > 0$ (up to $\varepsilon$). So moving $x$ along itself changes nothing, and the gradient has
+# no component along $x$:
+# $x \cdot dx = r\,(d\hat x \cdot x)(1 - r^2 m) = r\,(d\hat x \cdot x)\,\varepsilon / (m + \varepsilon)$,
 # zero but for $\varepsilon$. (Layer norm's gradient is likewise orthogonal to both $\mathbf 1$ and
 # $\hat x$.)
 
 # %%
 along_x = (x * dx_staged).sum(axis=-1)
-predicted = r.ravel() * (g * x).sum(axis=-1) * eps / (ms.ravel() + eps)
+predicted = r.ravel() * (dx_hat * x).sum(axis=-1) * eps / (ms.ravel() + eps)
 print("x . dx per row:                      ", "  ".join(f"{v: .3e}" for v in along_x))
-print("predicted r (g . x) eps / (m + eps):  ", "  ".join(f"{v: .3e}" for v in predicted))
+print("predicted r (dx_hat . x) eps / (m + eps):", "  ".join(f"{v: .3e}" for v in predicted))
 assert max_diff(along_x, predicted) <= 1e-14
 
 # %% [markdown]
 # ## 2. Rotary position embeddings: a rotation of pairs
 #
 # RoPE (Su et al., 2021) leaves the token embeddings alone and encodes position $m$ inside attention, by
-# rotating each query and key. A head's $D_h$ features are cut into $D_h / 2$ pairs, and pair $i$ is
-# rotated in its plane by the angle $m\, \theta_i$, with $\theta_i = \text{base}^{-2i/D_h}$ (base 10,000):
+# rotating each query and key. A head's $d_h$ features are cut into $d_h / 2$ pairs, and pair $i$ is
+# rotated in its plane by the angle $m\, \theta_i$, with $\theta_i = \text{base}^{-2i/d_h}$ (base 10,000):
 # fast rotations for the first pairs, slow ones for the last. Hugging Face's layout (ours) pairs feature
-# $i$ with feature $i + D_h/2$ (the "half-split" layout; the RoFormer paper pairs neighbours $2i, 2i+1$,
+# $i$ with feature $i + d_h/2$ (the "half-split" layout; the RoFormer paper pairs neighbours $2i, 2i+1$,
 # the same idea with the features permuted):
 #
-# $$\begin{pmatrix} y_i \\ y_{i + D_h/2} \end{pmatrix} =
+# $$\begin{pmatrix} y_i \\ y_{i + d_h/2} \end{pmatrix} =
 # \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\ \sin m\theta_i & \cos m\theta_i \end{pmatrix}
-# \begin{pmatrix} x_i \\ x_{i + D_h/2} \end{pmatrix}.$$
+# \begin{pmatrix} x_i \\ x_{i + d_h/2} \end{pmatrix}.$$
 #
-# With $D_h = 4$ there are two pairs, (0, 2) and (1, 3), and $\theta = (1, 1/100)$. As one matrix for
+# With $d_h = 4$ there are two pairs, (0, 2) and (1, 3), and $\theta = (1, 1/100)$. As one matrix for
 # position $m$, $y = R(m)\, x$:
 
 # %%
@@ -212,7 +219,7 @@ print("R(3) =\n", rotation(3))
 
 # %% [markdown]
 # Three positions of one head. `rope_angles` gives the library's tables, $\cos m\theta_i$ and
-# $\sin m\theta_i$ of shape $(T, D_h/2)$; `rope_forward` applies them to an array (B, H, T, Dh). PyTorch
+# $\sin m\theta_i$ of shape $(T, d_h/2)$; `rope_forward` applies them to an array (B, H, T, Dh). PyTorch
 # has no built-in RoPE; Hugging Face writes it with a helper that swaps the halves,
 # `rotate_half(x) = cat(-x2, x1)`, and duplicated tables: $y = x \odot \cos + \mathrm{rotate\_half}(x)
 # \odot \sin$. We write that in torch, from its definition.
@@ -288,7 +295,7 @@ checks["RoPE"] = (lib_err, torch_err, fd.worst)
 #
 # because rotations of the same planes compose by adding their angles. The absolute positions cancel;
 # only the offset $n - m$ is left. Shift both positions by any $s$ and the score does not change. Below,
-# one query and one key ($D_h = 8$, four rotation speeds) at several pairs of positions, each shifted by
+# one query and one key ($d_h = 8$, four rotation speeds) at several pairs of positions, each shifted by
 # $s = 0, 1, 10, 100, 1000$: every row of the table is constant.
 
 # %%
@@ -552,9 +559,9 @@ checks["grouped-query attention"] = (max_diff(dk_by_hand, dk_lib), torch_err, fd
 # ## Summary
 #
 # - **RMSNorm**, $y = w \odot x\, r$ with $r = (\mathrm{mean}(x^2) + \varepsilon)^{-1/2}$:
-#   $dx = r\,(g - \hat x\, \mathrm{mean}(g \odot \hat x))$ with $g = dy \odot w$, and
+#   $dx = r\,(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x))$ with $d\hat x = dy \odot w$, and
 #   $dw = \sum_{\text{rows}} dy \odot \hat x$.
-# - **RoPE**, $y = R(m)\, x$, each pair $(i, i + D_h/2)$ rotated by $m\theta_i$: $dx = R(m)^\top dy = R(-m)\, dy$,
+# - **RoPE**, $y = R(m)\, x$, each pair $(i, i + d_h/2)$ rotated by $m\theta_i$: $dx = R(m)^\top dy = R(-m)\, dy$,
 #   the inverse rotation ($\sin \to -\sin$), because a rotation is orthogonal.
 # - **SiLU**, $x\,\sigma(x)$: $dx = \sigma(x)\big(1 + x(1 - \sigma(x))\big)\, dy$.
 # - **SwiGLU**, $y = W_2(\mathrm{silu}(W_g x) \odot W_1 x)$: the product rule, $du = dh \odot a$ and
@@ -569,3 +576,20 @@ checks["grouped-query attention"] = (max_diff(dk_by_hand, dk_lib), torch_err, fd
 print(f"{'derivation':26} {'vs library':>11} {'vs torch':>10} {'finite diff.':>13}")
 for name, (lib_err, torch_err, fd_err) in checks.items():
     print(f"{name:26} {lib_err:11.1e} {torch_err:10.1e} {fd_err:13.1e}")
+
+# %% [markdown]
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/06_answers.py`. Check yours with
+# `numpy_transformer.gradcheck.check_pair`.
+#
+# 1. **RoPE in the RoFormer layout.** The RoFormer paper (and GPT-J, and Meta's original Llama code)
+#    rotates neighbouring features $(2i, 2i + 1)$ instead of $(i, i + d_h/2)$. Write that forward and its
+#    backward (the inverse rotation again), check the pair, and show that the two layouts give the same
+#    output up to a fixed permutation of the features.
+# 2. **Repeating K/V heads.** Write `repeat_kv` by hand: $(B, H_{kv}, T, d_h) \to (B, H_{kv} n_{rep}, T, d_h)$,
+#    each head repeated $n_{rep}$ times in a row, and its backward (a sum over each group of copies: a
+#    fork). Check it with $H_{kv} = 2$, $n_{rep} = 3$.
+# 3. **GeGLU.** Replace SiLU by the exact GELU in the gated block: $y = W_2\,(\mathrm{GELU}(x W_g^\top) \odot
+#    x W_1^\top)$. Derive the backward from the SwiGLU one (only $\phi'$ changes) and check it against
+#    autograd and finite differences.
