@@ -12,7 +12,11 @@
 # ---
 
 # %% [markdown]
-# # FlashAttention's backward by hand
+# # 7. FlashAttention's backward by hand
+#
+# *Prerequisites:* walkthrough 01 (the softmax backward and its row term). *Time:* 40 minutes. The
+# symbols are those of [the notation table](../docs/notation.md): $c$ is the scale of the scores,
+# $\mathrm{lse}$ a row's log-sum-exp, $\Delta$ the row term; $\mathcal{L}$, never $L$, is a loss.
 #
 # Walkthrough 01 computed attention the plain way: the scores $S = Q K^\top / \sqrt{d_h}$, the
 # probabilities $P = \mathrm{softmax}(S)$ and the output $O = P V$, keeping $P$ for the backward pass.
@@ -25,8 +29,8 @@
 #
 # 1. **Online softmax** (forward): a softmax row can be computed one block of keys at a time, keeping
 #    only a running maximum $m$ and a running sum $\ell$ per query. What is kept for the backward is
-#    one number per query, the row's log-sum-exp $L = m + \log \ell$.
-# 2. **Recomputation** (backward): each block of $P$ is rebuilt from $S$ and $L$ when it is needed, and
+#    one number per query, the row's log-sum-exp $\mathrm{lse} = m + \log \ell$.
+# 2. **Recomputation** (backward): each block of $P$ is rebuilt from $S$ and $\mathrm{lse}$ when it is needed, and
 #    the one quantity that seems to need a whole row of $P$, $\mathrm{rowsum}(dP \odot P)$, turns out
 #    to equal $\mathrm{rowsum}(dO \odot O)$.
 #
@@ -104,17 +108,17 @@ assert np.abs(o / l - o_plain).max() <= 1e-15
 # %% [markdown]
 # After the last block, $\ell$ is the full row's sum and $o$ its full unnormalised output, so
 # $o / \ell$ is the attention output. The probabilities themselves were never stored. What the forward
-# keeps for the backward is $L = m + \log \ell$, the log-sum-exp of the row, because every probability
-# can be rebuilt from its score and $L$ alone:
+# keeps for the backward is $\mathrm{lse} = m + \log \ell$, the log-sum-exp of the row, because every
+# probability can be rebuilt from its score and $\mathrm{lse}$ alone:
 #
-# $$p_j = \frac{e^{s_j - m}}{\ell} = e^{s_j - m - \log \ell} = e^{s_j - L}.$$
+# $$p_j = \frac{e^{s_j - m}}{\ell} = e^{s_j - m - \log \ell} = e^{s_j - \mathrm{lse}}.$$
 
 # %%
-L_row = m + math.log(l)
-print("L =", L_row, "  log(sum(exp(s))) =", np.log(np.exp(s).sum()))
-print("exp(s - L) =", np.exp(s - L_row))
-assert abs(L_row - np.log(np.exp(s).sum())) <= 1e-14
-assert np.abs(np.exp(s - L_row) - p).max() <= 1e-15
+lse_row = m + math.log(l)
+print("lse =", lse_row, "  log(sum(exp(s))) =", np.log(np.exp(s).sum()))
+print("exp(s - lse) =", np.exp(s - lse_row))
+assert abs(lse_row - np.log(np.exp(s).sum())) <= 1e-14
+assert np.abs(np.exp(s - lse_row) - p).max() <= 1e-15
 
 # %% [markdown]
 # ### Masked keys, and a row with nothing to attend to
@@ -122,8 +126,8 @@ assert np.abs(np.exp(s - L_row) - p).max() <= 1e-15
 # A masked key has score $-\infty$ and contributes $e^{-\infty} = 0$. One case needs care: while every
 # key seen so far is masked, $m = -\infty$, and $s - m = -\infty - (-\infty)$ is NaN. The library
 # subtracts 0 instead of $m$ while $m = -\infty$ (every term is $e^{-\infty} = 0$ either way). If the
-# row ends that way, $\ell = 0$: its output is set to 0 and its $L$ to $+\infty$, so that the
-# backward's $e^{s - L}$ is 0 for every key. Here the first block is masked, then the whole row.
+# row ends that way, $\ell = 0$: its output is set to 0 and its $\mathrm{lse}$ to $+\infty$, so that
+# the backward's $e^{s - \mathrm{lse}}$ is 0 for every key. Here the first block is masked, then the whole row.
 
 # %%
 for name, s_masked in (
@@ -151,10 +155,10 @@ for name, s_masked in (
 #
 # The library's `flash_attention_forward` does the same for every query row at once: the queries are
 # cut into blocks of $B_r$ rows ($Q_i$), the keys and values into blocks of $B_c$ rows ($K_j$, $V_j$),
-# and the update above becomes matrix products on the block $S_{ij} = Q_i K_j^\top / \sqrt{d_h}$
+# and the update above becomes matrix products on the block $S_{ij} = c\, Q_i K_j^\top$, $c = 1/\sqrt{d_h}$
 # ($B_r \times B_c$). Here $T_q = 6$ queries, $T_k = 8$ keys, $d_h = 2$, blocks of $B_r = 3$ and
 # $B_c = 4$: a $2 \times 2$ grid of blocks. Arrays carry the batch and head axes in front, (1, 1, T, Dh).
-# The cache keeps q, k, v, out and $L$, one number per query; the plain pair's cache keeps $P$.
+# The cache keeps q, k, v, out and $\mathrm{lse}$, one number per query; the plain pair's cache keeps $P$.
 
 # %%
 rng = np.random.default_rng(0)
@@ -165,20 +169,20 @@ scale = 1.0 / math.sqrt(Dh)
 O, cache = flash_attention_forward(Q, K, V, block_q=B_r, block_k=B_c)
 O_plain, plain_cache = scaled_dot_product_attention_forward(Q, K, V)
 P_plain = plain_cache["probs"]  # (1, 1, T_q, T_k): what the tiled pair never builds
-L = cache["lse"]  # (1, 1, T_q)
+lse = cache["lse"]  # (1, 1, T_q)
 print("O (tiled) =\n", O[0, 0])
-print("L =", L[0, 0])
+print("lse =", lse[0, 0])
 print("arrays in the tiled cache:", {k: np.shape(x) for k, x in cache.items() if isinstance(x, np.ndarray)})
 assert np.abs(O - O_plain).max() <= 1e-15
-assert np.abs(np.exp((Q @ K.swapaxes(-1, -2)) * scale - L[..., None]) - P_plain).max() <= 1e-15
+assert np.abs(np.exp((Q @ K.swapaxes(-1, -2)) * scale - lse[..., None]) - P_plain).max() <= 1e-15
 
 # %% [markdown]
 # ## Part 3: what the backward needs
 #
-# From walkthrough 01, with $s = 1/\sqrt{d_h}$:
+# From walkthrough 01, with $c = 1/\sqrt{d_h}$:
 #
 # $$dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big),
-# \qquad dQ = s\, dS\, K, \qquad dK = s\, dS^\top Q.$$
+# \qquad dQ = c\, dS\, K, \qquad dK = c\, dS^\top Q.$$
 #
 # Every entry of $dS$ is local to its block except one: the row term $\mathrm{rowsum}(dP \odot P)$ sums
 # over all keys of a row. But
@@ -186,17 +190,17 @@ assert np.abs(np.exp((Q @ K.swapaxes(-1, -2)) * scale - L[..., None]) - P_plain)
 # $$\sum_c dP_{rc} P_{rc} = \sum_c (dO_r \cdot v_c)\, P_{rc}
 #   = dO_r \cdot \Big(\sum_c P_{rc} v_c\Big) = dO_r \cdot O_r,$$
 #
-# so $D = \mathrm{rowsum}(dO \odot O)$, one number per query, computed from two arrays we already have,
+# so $\Delta = \mathrm{rowsum}(dO \odot O)$, one number per query, computed from two arrays we already have,
 # stands in for it. We check it on the plain pair's $P$.
 
 # %%
 dO = np.round(rng.standard_normal((1, 1, T_q, Dh)), 1)  # a random upstream gradient, never all ones
 dP_plain = dO @ V.swapaxes(-1, -2)  # (1, 1, T_q, T_k)
-D = (dO * O).sum(axis=-1, keepdims=True)  # (1, 1, T_q, 1)
+Delta = (dO * O).sum(axis=-1, keepdims=True)  # (1, 1, T_q, 1)
 print("rowsum(dP * P) =", (dP_plain * P_plain).sum(axis=-1)[0, 0])
-print("rowsum(dO * O) =", D[0, 0, :, 0])
-assert np.abs((dP_plain * P_plain).sum(axis=-1, keepdims=True) - D).max() <= 1e-15
-dS_plain = P_plain * (dP_plain - D)  # the plain pair's dS (before the scale s), for the checks below
+print("rowsum(dO * O) =", Delta[0, 0, :, 0])
+assert np.abs((dP_plain * P_plain).sum(axis=-1, keepdims=True) - Delta).max() <= 1e-15
+dS_plain = P_plain * (dP_plain - Delta)  # the plain pair's dS (before the scale c), for the checks below
 
 # %% [markdown]
 # ## Part 4: one block of the backward, step by step
@@ -204,21 +208,21 @@ dS_plain = P_plain * (dP_plain - D)  # the plain pair's dS (before the scale s),
 # Take query block $i = 1$ (queries 3 to 5) and key block $j = 0$ (keys 0 to 3). Everything below is a
 # $3 \times 4$ block or a few rows: nothing of size $T_q \times T_k$.
 #
-# **Step 1.** Recompute the scores, exactly as the forward did: $S_{ij} = s\, Q_i K_j^\top$.
+# **Step 1.** Recompute the scores, exactly as the forward did: $S_{ij} = c\, Q_i K_j^\top$.
 
 # %%
 rows, cols = slice(3, 6), slice(0, 4)
-Q_i, dO_i, L_i, D_i = Q[..., rows, :], dO[..., rows, :], L[..., rows, None], D[..., rows, :]
+Q_i, dO_i, lse_i, Delta_i = Q[..., rows, :], dO[..., rows, :], lse[..., rows, None], Delta[..., rows, :]
 K_j, V_j = K[..., cols, :], V[..., cols, :]
 S_ij = (Q_i @ K_j.swapaxes(-1, -2)) * scale  # (1, 1, B_r, B_c)
 print("S_ij =\n", S_ij[0, 0])
 
 # %% [markdown]
-# **Step 2.** The block's probabilities from $L$: $P_{ij} = e^{S_{ij} - L_i}$. No row sum is needed, and
-# the result is exactly the plain pair's $P$ in these rows and columns.
+# **Step 2.** The block's probabilities from $\mathrm{lse}$: $P_{ij} = e^{S_{ij} - \mathrm{lse}_i}$. No row sum
+# is needed, and the result is exactly the plain pair's $P$ in these rows and columns.
 
 # %%
-P_ij = np.exp(S_ij - L_i)  # (1, 1, B_r, B_c)
+P_ij = np.exp(S_ij - lse_i)  # (1, 1, B_r, B_c)
 print("P_ij =\n", P_ij[0, 0])
 print("plain P[3:6, 0:4] =\n", P_plain[0, 0, rows, cols])
 assert np.abs(P_ij - P_plain[..., rows, cols]).max() <= 1e-15
@@ -233,24 +237,24 @@ print("P_ij^T dO_i =\n", dV_j_share[0, 0])
 assert np.abs(dV_j_share - P_plain[..., rows, cols].swapaxes(-1, -2) @ dO_i).max() <= 1e-15
 
 # %% [markdown]
-# **Step 4.** $dP_{ij} = dO_i V_j^\top$, then the softmax backward with $D_i$ in place of the row sum:
-# $dS_{ij} = P_{ij} \odot (dP_{ij} - D_i)$. It equals the plain pair's $dS$ in this block.
+# **Step 4.** $dP_{ij} = dO_i V_j^\top$, then the softmax backward with $\Delta_i$ in place of the row sum:
+# $dS_{ij} = P_{ij} \odot (dP_{ij} - \Delta_i)$. It equals the plain pair's $dS$ in this block.
 
 # %%
 dP_ij = dO_i @ V_j.swapaxes(-1, -2)  # (1, 1, B_r, B_c)
-dS_ij = P_ij * (dP_ij - D_i)
+dS_ij = P_ij * (dP_ij - Delta_i)
 print("dS_ij =\n", dS_ij[0, 0])
 assert np.abs(dS_ij - dS_plain[..., rows, cols]).max() <= 1e-15
 
 # %% [markdown]
-# **Step 5.** The block's shares of $dQ_i$ and $dK_j$, with the scale $s$ of the scores:
-# $dQ_i \mathrel{+}= s\, dS_{ij} K_j$ and $dK_j \mathrel{+}= s\, dS_{ij}^\top Q_i$.
+# **Step 5.** The block's shares of $dQ_i$ and $dK_j$, with the scale $c$ of the scores:
+# $dQ_i \mathrel{+}= c\, dS_{ij} K_j$ and $dK_j \mathrel{+}= c\, dS_{ij}^\top Q_i$.
 
 # %%
 dQ_i_share = scale * dS_ij @ K_j  # (1, 1, B_r, Dh)
 dK_j_share = scale * dS_ij.swapaxes(-1, -2) @ Q_i  # (1, 1, B_c, Dh)
-print("s dS_ij K_j =\n", dQ_i_share[0, 0])
-print("s dS_ij^T Q_i =\n", dK_j_share[0, 0])
+print("c dS_ij K_j =\n", dQ_i_share[0, 0])
+print("c dS_ij^T Q_i =\n", dK_j_share[0, 0])
 
 # %% [markdown]
 # ## Part 5: all the blocks
@@ -267,9 +271,9 @@ for j0 in range(0, T_k, B_c):  # outer loop: key blocks K_j, V_j
     for i0 in range(0, T_q, B_r):  # inner loop: query blocks Q_i
         ri = slice(i0, i0 + B_r)
         S = (Q[..., ri, :] @ K[..., cj, :].swapaxes(-1, -2)) * scale  # step 1
-        P = np.exp(S - L[..., ri, None])  # step 2
+        P = np.exp(S - lse[..., ri, None])  # step 2
         dV[..., cj, :] += P.swapaxes(-1, -2) @ dO[..., ri, :]  # step 3
-        dS = P * (dO[..., ri, :] @ V[..., cj, :].swapaxes(-1, -2) - D[..., ri, :])  # step 4
+        dS = P * (dO[..., ri, :] @ V[..., cj, :].swapaxes(-1, -2) - Delta[..., ri, :])  # step 4
         dQ[..., ri, :] += scale * dS @ K[..., cj, :]  # step 5
         dK[..., cj, :] += scale * dS.swapaxes(-1, -2) @ Q[..., ri, :]
 
@@ -326,13 +330,31 @@ print("causal, tiled vs plain: output and gradients agree to 1e-14")
 #
 # | | plain pair | tiled pair |
 # |---|---|---|
-# | forward keeps | $P$, $T_q \times T_k$ per head | $L = m + \log \ell$, $T_q$ per head |
-# | row term of the softmax backward | $\mathrm{rowsum}(dP \odot P)$ | $D = \mathrm{rowsum}(dO \odot O)$ |
-# | a block's probabilities | read from the cache | $P_{ij} = e^{S_{ij} - L_i}$, recomputed |
+# | forward keeps | $P$, $T_q \times T_k$ per head | $\mathrm{lse} = m + \log \ell$, $T_q$ per head |
+# | row term of the softmax backward | $\mathrm{rowsum}(dP \odot P)$ | $\Delta = \mathrm{rowsum}(dO \odot O)$ |
+# | a block's probabilities | read from the cache | $P_{ij} = e^{S_{ij} - \mathrm{lse}_i}$, recomputed |
 # | largest temporary | $T_q \times T_k$ | $B_r \times B_c$ |
 # | causal | builds the $T \times T$ mask | skips the blocks above the diagonal |
 #
-# The price is computing $S$ and $e^{S - L}$ twice (once per pass). On a GPU that is cheap next to reading
+# The price is computing $S$ and $e^{S - \mathrm{lse}}$ twice (once per pass). On a GPU that is cheap next to reading
 # and writing $P$ through slow memory, which is why FlashAttention is faster there as well as smaller; in
 # NumPy the loops add Python overhead per block, and `benchmarks/flash_attention.py` measures both the
 # memory and the time.
+
+# %% [markdown]
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/07_answers.py`. Check yours with
+# `numpy_transformer.gradcheck.check_pair`.
+#
+# 1. **Merging two partial softmaxes.** Two workers each see half of a row's keys and return their
+#    $(m, \ell, o)$ (unnormalised output). Write the merge that gives the whole row's output and
+#    $\mathrm{lse}$, as the online update does for one new block, and check it against the plain softmax.
+#    (This is how split-K decoding kernels combine their shares.)
+# 2. **Your own tiled pair.** Package Part 5's loops as `tiled_forward(q, k, v)` (online softmax, returning
+#    $O$ and a cache of q, k, v, O, lse) and `tiled_backward(dO, cache)` (recomputing every block), and check
+#    the pair with `check_pair`, with blocks that do not divide $T$.
+# 3. **The gradient of the log-sum-exp.** Show that $\partial\, \mathrm{lse}(s) / \partial s = \mathrm{softmax}(s)$,
+#    and check the pair `lse_forward(s)` / `lse_backward(dlse, cache)` with `check_pair`. This is why a
+#    cross-entropy loss, $\mathrm{lse}(z) - z_y$, has the gradient $p - \mathrm{onehot}(y)$ (walkthrough 03).
+
