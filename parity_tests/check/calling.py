@@ -140,7 +140,8 @@ def roles_of(level: str, probe) -> list:
 def torch_builtin_callers(module, level, probe) -> list | None:
     """The calls of torch.nn's own attention and layers: their key-padding masks are (B, T) with True = masked,
     their causal masks (T, T) with True = masked; batch_first as the module says."""
-    bf = bool(getattr(module, "batch_first", False))
+    attention = getattr(module, "self_attn", module)
+    bf = bool(getattr(attention, "batch_first", False))
     if isinstance(module, nn.MultiheadAttention) and level == "multi_head_attention":
         masks = {"key_padding_mask": ("src", "bool_masked", "(B, T)")}
         return [Caller(bf, DATA[level], masks, extra={"need_weights": False})]

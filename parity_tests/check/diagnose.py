@@ -23,7 +23,7 @@ from . import calling as C
 from . import levels as LV
 from . import variants as VR
 from .judge import MATCH, _error, _valid
-from .report import Diagnosis
+from .report import Diagnosis, Result
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
 
@@ -60,7 +60,8 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
         out.append(("attention.wrong_scale", message, {"divisor": divisor}))
     out.append(("attention.heads_without_transpose", "heads split by a reshape without the transpose",
                 {"transpose": False}))  # fmt: skip
-    out.append(("attention.softmax_wrong_axis", "softmax over the queries (dim=-2) instead of the keys", {"axis": -2}))
+    out.append(("attention.softmax_wrong_axis", "softmax over the queries (dim=-2) instead of the keys",
+                {"axis": -2, "mask_mode": "fill"}))  # fmt: skip
     if keep is not None:
         out.append(("attention.mask_after_softmax", "masked probabilities zeroed after the softmax (not renormalised)",
                     {"mask_mode": "after"}))  # fmt: skip
@@ -71,13 +72,15 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
             out.append(("attention.mask_inverted", "the mask's polarity is flipped", {"keep": ~keep}))
     if causal:
         T = keep.shape[-1]
-        pad_keep = True if pad is None else pad
-        out.append(("attention.not_causal", "no causal mask: every query sees the future", {"keep": pad}))
-        hides = np.tril(np.ones((T, T), bool), -1)[None, None] & pad_keep
-        shows = np.tril(np.ones((T, T), bool), 1)[None, None] & pad_keep
-        out.append(("attention.causal_hides_diagonal", "causal mask j < i: a query cannot see itself", {"keep": hides}))
-        out.append(("attention.causal_shows_next", "causal mask j <= i + 1: a query sees the next position",
-                    {"keep": shows}))  # fmt: skip
+        for pad_keep in [True] + ([] if pad is None else [pad]):  # the user may mask the target's padding too
+            not_causal = None if pad_keep is True else pad_keep
+            out.append(("attention.not_causal", "no causal mask: every query sees the future", {"keep": not_causal}))
+            hides = np.tril(np.ones((T, T), bool), -1)[None, None] & pad_keep
+            shows = np.tril(np.ones((T, T), bool), 1)[None, None] & pad_keep
+            out.append(("attention.causal_hides_diagonal", "causal mask j < i: a query cannot see itself",
+                        {"keep": hides}))  # fmt: skip
+            out.append(("attention.causal_shows_next", "causal mask j <= i + 1: a query sees the next position",
+                        {"keep": shows}))  # fmt: skip
         if swap is not None and swap.shape[-1] == T:
             out.append(("attention.masks_swapped", "self-attention got the source's padding mask (and cross-attention "
                         "the causal one)", {"keep": swap}))  # fmt: skip
@@ -89,8 +92,10 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
 
 
 def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **context) -> list:
-    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs."""
-    found = []
+    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs: at the valid
+    positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
+    ignored mask agree everywhere but there), and of those the ones that need no row left out."""
+    found, tiers = [], ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1]
     for vid, message, knobs in attention_variants(D, D // H, keep, **context):
         knobs = dict(knobs)
@@ -107,9 +112,11 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **c
             variant = VR.multi_head_attention(params, query, kv, kv, H, k, transpose, **knobs)
             empty = _rows_without_keys(k, (query.shape[0], query.shape[1], kv.shape[1]))
             error = _match(user_out, variant, valid, empty)
-        if error <= MATCH:
+        if error <= MATCH and vid not in {d.id for d in found}:
             found.append(Diagnosis(vid, message, where, error))
-    return found
+            strict = _match(user_out, variant, None, None) <= MATCH
+            tiers[0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2].append(found[-1])
+    return next((tier for tier in tiers if tier), [])
 
 
 def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
@@ -173,12 +180,12 @@ def dropout_probe(session, caller, result) -> bool:
     finally:
         for h in handles:
             h.remove()
-    if torch.equal(first, second):
+    if torch.equal(first.nan_to_num(nan=0.5), second.nan_to_num(nan=0.5)):
         return False
     where = ""
     for (name, a), (_, b) in zip(records[:n], records[n:], strict=False):
         try:
-            if not torch.equal(C.first_tensor(a), C.first_tensor(b)):
+            if not torch.equal(C.first_tensor(a).nan_to_num(nan=0.5), C.first_tensor(b).nan_to_num(nan=0.5)):
                 where = name or "(the module)"
                 break
         except TypeError:
@@ -190,23 +197,79 @@ def dropout_probe(session, caller, result) -> bool:
 
 
 def overflow_probe(session, caller, result) -> None:
-    """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32."""
-    if session.level not in ("scaled_dot_product_attention", "multi_head_attention"):
+    """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32.
+    A component is called on scaled inputs; in a layer or a model each attention submodule is called again on
+    its own inputs, scaled (masks, integer or of another width, are left as they are)."""
+    if session.level in ("scaled_dot_product_attention", "multi_head_attention"):
+        with np.errstate(all="ignore"):
+            out, _ = session.run_user(caller, np.float32, scale=BIG)
+            before = int((~torch.isfinite(session.run_user(caller, np.float32)[0])).sum())
+        calls = [("" if not session.is_module else "(the module)", out, before)]
+    elif session.level in LV.LAYERS + LV.MODELS and session.is_module:
+        calls = _attention_calls_scaled(session, caller)
+    else:
         return
-    with np.errstate(all="ignore"):
-        out, _ = session.run_user(caller, np.float32, scale=BIG)
-    if not torch.isfinite(out).all():
-        p = session.probes[caller.self_attention]
-        where = "" if not session.is_module else "(the module)"
-        result.diagnoses.append(Diagnosis(
-            "attention.no_max_subtraction",
-            f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum())} inf/NaN in float32; "
-            "the reference's softmax (row maximum subtracted) stays finite", where, math.inf))  # fmt: skip
-        del p
+    for where, out, before in calls:
+        if (~torch.isfinite(out)).sum() > before:
+            result.diagnoses.append(Diagnosis(
+                "attention.no_max_subtraction",
+                f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum()) - before} more inf/NaN in "
+                "float32; the reference's softmax (row maximum subtracted) stays finite", where, math.inf))  # fmt: skip
+            return
+
+
+def _attention_calls_scaled(session, caller) -> list:
+    """(user module path, output) of each attention submodule called again with its float inputs scaled by BIG."""
+    targets = {u: p for u, p in hook_targets(session.links).items() if unit_kind(session.links, u) == "attention"}
+    module = session.copy(np.float32)
+    modules = dict(module.named_modules())
+    captured, handles = {}, []
+    for unit, path in targets.items():
+        if path in modules and path:
+            handles.append(modules[path].register_forward_hook(
+                lambda m, a, k, o, unit=unit: captured.setdefault(unit, (m, a, k)) and None, with_kwargs=True))  # fmt: skip
+    try:
+        session.run_user(caller, np.float32)
+    finally:
+        for h in handles:
+            h.remove()
+    D = session.cfg.d_model
+
+    def scaled(t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim >= 2 and t.shape[-1] == D:
+            return t * BIG
+        return t
+
+    out = []
+    with torch.no_grad():
+        for unit, (mod, args, kwargs) in captured.items():
+            y = mod(*[scaled(a) for a in args], **{k: scaled(v) for k, v in kwargs.items()})
+            before = int((~torch.isfinite(C.first_tensor(mod(*args, **kwargs)))).sum())
+            out.append((targets[unit], C.first_tensor(y), before))
+    return out
+
+
+def unit_kind(links, unit: str) -> str | None:
+    for link in links:
+        for ref, _ in link.parts:
+            if unit_of(ref)[0] == unit:
+                return unit_of(ref)[1]
+    return None
 
 
 def component_variants(session, caller, cfg, result) -> None:
-    """The catalogue's variants of a component, on the component's own probe."""
+    """The catalogue's variants of a component, on the component's own probe: under the chosen convention, else
+    under the first other convention (a mask's kind and shape) under which one matches."""
+    for candidate in [caller] + [c for c in getattr(session, "runnable", []) if c is not caller]:
+        found = _component_variants(session, candidate, cfg)
+        if found:
+            result.diagnoses += found
+            if candidate is not caller:
+                result.notes.append(f"diagnosed under the convention {candidate.conventions()}")
+            return
+
+
+def _component_variants(session, caller, cfg) -> list:
     p = session.probes[caller.self_attention]
     level = session.level
     user, _ = session.run_user(caller, np.float64)
@@ -239,7 +302,7 @@ def component_variants(session, caller, cfg, result) -> None:
                            where, error)] if error <= MATCH else []  # fmt: skip
     else:
         found = []
-    result.diagnoses += found
+    return found
 
 
 def _mha_variants_kv(session, p, user, cfg) -> list:
@@ -367,65 +430,81 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
     return {"self_attention": unit.endswith("self_attn")}
 
 
-def first_divergence(session, caller, cfg, result) -> None:
-    """Hooks on the user's submodules; the first reference stage whose user output leaves the bar; its variants."""
+def capture(session, caller) -> dict:
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out)."""
     targets = hook_targets(session.links)
     module = session.copy(np.float64)
     modules = dict(module.named_modules())
-    captured = {}
-    handles = []
+    captured, handles = {}, []
     for unit, path in targets.items():
         if path in modules:
             handles.append(modules[path].register_forward_hook(
-                lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o))))  # fmt: skip
+                lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o)) and None))  # fmt: skip
     try:
         session.run_user(caller, np.float64)
     finally:
         for h in handles:
             h.remove()
+    return captured
+
+
+def scan(session, caller, cfg, captured) -> tuple:
+    """(number of stages that agree before the first that diverges, that stage, the user's output there, error);
+    the stage is None when every hooked stage agrees."""
+    done = 0
 
     def batch_first(t):
         t = _np(t)
         return t if caller.batch_first or t.ndim < 3 else t.transpose(1, 0, 2)
 
-    for unit, kind, inputs, ref_out, valid, masks in model_stages(session, cfg, caller):
+    key = repr(cfg)
+    cache = session.__dict__.setdefault("stages", {})
+    if key not in cache:
+        cache[key] = model_stages(session, cfg, caller)
+    for stage in cache[key]:
+        unit, kind, inputs, ref_out, valid, masks = stage
         if kind == "embedding":
-            stack = unit.split(".")[0]
-            layer0 = f"{stack}.layers.0"
-            if layer0 not in captured:
+            layer0 = unit.split(".")[0] + ".layers.0"
+            args = captured.get(layer0, ((),))[0]
+            if not args:
                 continue
-            args = captured[layer0][0]
-            user_x = batch_first(args[0]) if args else None
-            if user_x is None or user_x.shape != ref_out.shape:
-                continue
-            if _match(user_x, ref_out, valid, None) <= 1e-10:
-                continue
-            where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
-            result.first_divergence = where
-            positions = None
-            if cfg.positional == "sinusoidal":
-                from numpy_transformer.layers import sinusoidal_table
+            user = batch_first(args[0])
+        elif unit in captured:
+            user = batch_first(captured[unit][1])
+        else:
+            continue
+        if user.shape != ref_out.shape:
+            continue
+        with np.errstate(all="ignore"):
+            error = _match(user, ref_out, valid, None)
+        if error > 1e-10:
+            return done, stage, user, error
+        done += 1
+    return done, None, None, 0.0
 
-                positions = sinusoidal_table(cfg.max_len, cfg.d_model, np.float64, cfg.sinusoid_layout)
-            elif cfg.positional == "learned":
-                positions = session.params[f"{stack}.position_embedding.weight"]
-            table = session.params.get(f"{stack}.token_embedding.weight",
-                                       session.params.get("decoder.token_embedding.weight"))  # fmt: skip
-            ids = inputs[0]
-            result.diagnoses += match_embedding(user_x, ids, table, positions, cfg.d_model, where, valid,
-                                                cfg.scale_embeddings)  # fmt: skip
-            break
-        if unit not in captured:
-            continue
-        user_out = batch_first(captured[unit][1])
-        if user_out.shape != ref_out.shape:
-            continue
-        error = _match(user_out, ref_out, valid, None)
-        if error <= 1e-10:
-            continue
+
+def first_divergence(session, caller, cfg, result, captured=None) -> None:
+    """The first reference stage whose user output leaves the bar (hooks), and the variants that explain it."""
+    captured = capture(session, caller) if captured is None else captured
+    _, stage, user_out, error = scan(session, caller, cfg, captured)
+    if stage is None:
+        return
+    unit, kind, inputs, ref_out, valid, masks = stage
+    targets = hook_targets(session.links)
+    if kind == "embedding":
+        stack = unit.split(".")[0]
+        where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
+        result.first_divergence = where
+        positions = None
+        if cfg.positional == "sinusoidal":
+            positions = VR.sinusoid_tables(cfg.max_len, cfg.d_model)[cfg.sinusoid_layout]
+        elif cfg.positional == "learned":
+            positions = session.params[f"{stack}.position_embedding.weight"]
+        table = session.params.get(f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight"))
+        found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
+    else:
         where = targets[unit] or "(the module)"
         result.first_divergence = where
-        prefix = unit.rsplit(".", 1)[0] + "." if "." in unit else ""
         if kind == "attention":
             params = M.sub(session.params, unit) if unit else session.params
             query, kv, keep = inputs
@@ -442,12 +521,30 @@ def first_divergence(session, caller, cfg, result) -> None:
                                session.params.get(f"{unit}.bias", 0.0), eps, where, valid)  # fmt: skip
         else:
             found = []
-        del prefix
-        result.diagnoses += found
-        if not found:
-            result.unexplained = (f"{where} (reference {unit or session.level}) diverges with relative error "
-                                  f"{error:.2e}; no catalogue variant reproduces it")  # fmt: skip
-        break
+    result.diagnoses += found
+    if not found:
+        result.unexplained = (f"{where} (reference {unit or session.level}) diverges with relative error "
+                              f"{error:.2e}; no catalogue variant reproduces it")  # fmt: skip
+
+
+def latest_divergence(session, runnable: list) -> tuple:
+    """Among (caller, config) pairs, the one whose first divergence comes latest (the mistake is in one place; the
+    conventions and config are right everywhere before it); of those that tie, the first whose divergence a
+    catalogue variant explains, else the one closest there. Returns (caller, config)."""
+    scored = []
+    for caller in runnable:
+        captured = capture(session, caller)
+        for cfg in session.config_candidates():
+            done, _, _, error = scan(session, caller, cfg, captured)
+            scored.append((-done, error, len(scored), caller, cfg, captured))
+    scored.sort(key=lambda s: s[:3])
+    tied = [s for s in scored if s[0] == scored[0][0]]
+    for _, _, _, caller, cfg, captured in tied:
+        trial = Result(reference=session.level)
+        first_divergence(session, caller, cfg, trial, captured)
+        if trial.diagnoses:
+            return caller, cfg
+    return tied[0][3], tied[0][4]
 
 
 def _table_module(session, ref_name: str) -> str | None:
@@ -465,9 +562,7 @@ def diagnose(session, caller, cfg, kind, result) -> None:
     failing = [r for r in result.rows if not r.ok]
     if not failing:
         return
-    if session.level in LV.LAYERS + LV.MODELS and session.is_module and caller.call is None or (
-        session.level in LV.MODELS and session.is_module
-    ):
+    if session.level in LV.LAYERS + LV.MODELS and session.is_module:
         first_divergence(session, caller, cfg, result)
     else:
         component_variants(session, caller, cfg, result)

@@ -42,7 +42,7 @@ def _valid(out: np.ndarray, valid) -> np.ndarray:
     """out with the positions a loss ignores (padded targets) set to zero."""
     if valid is None or out.ndim < 2 or out.shape[:2] != valid.shape:
         return out
-    return out * valid.reshape(valid.shape + (1,) * (out.ndim - 2))
+    return np.where(valid.reshape(valid.shape + (1,) * (out.ndim - 2)), out, 0.0)
 
 
 def _error(a, b) -> float:
@@ -128,7 +128,7 @@ class Session:
         options = [{}]
         given = self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
         if self.level in LV.LAYERS + LV.MODELS and "norm_first" not in given:
-            norm_first = [base.norm_first] if self.level in LV.MODELS and base.norm_first else [False, True]
+            norm_first = [base.norm_first] if self.level in LV.MODELS else [False, True]  # models: final norms tell
             options = [o | {"norm_first": v} for o in options for v in norm_first]
         if self.level in ("feed_forward",) + LV.LAYERS + LV.MODELS and "activation" not in given:
             options = [o | {"activation": a} for o in options for a in ("relu", "gelu", "gelu_tanh")]
@@ -195,9 +195,10 @@ def mapping_table(links: list, zero: list) -> dict:
 
 def choose(session: Session) -> tuple:
     """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
-    when none does, the first caller that runs with the first config, and matched=False."""
+    when none does, the closest (smallest error) of those that run, and matched=False."""
     outs = {}
-    first_running, errors = None, []
+    best, errors = None, []
+    session.runnable = []
     for caller in session.callers:
         try:
             out, _ = session.run_user(caller, np.float64)
@@ -205,24 +206,29 @@ def choose(session: Session) -> tuple:
             errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
             continue
         out = out.detach().cpu().numpy()
+        session.runnable.append(caller)
         p = session.probes[caller.self_attention]
         kind = output_kind(out) if session.level in ("transformer", "transformer_lm") else "logits"
-        if first_running is None:
-            first_running = (caller, out, kind)
         for i, cfg in enumerate(session.config_candidates()):
             key = (caller.self_attention, i)
             if key not in outs:
                 outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
             ref = from_logits(outs[key], kind)
-            if out.shape == ref.shape and _error(_valid(out, p.valid), _valid(ref, p.valid)) <= MATCH:
+            if out.shape != ref.shape:
+                continue
+            with np.errstate(all="ignore"):
+                error = _error(np.nan_to_num(_valid(out, p.valid), nan=1e300), _valid(ref, p.valid))
+            if error <= MATCH:
                 return caller, cfg, kind, True
-    if first_running is None:
+            if best is None or error < best[0]:
+                best = (error, caller, cfg, kind)
+    if best is None:
         raise ValueError(
             f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
             "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    caller, out, kind = first_running
-    return caller, session.config_candidates()[0], kind, False
+    _, caller, cfg, kind = best  # nothing matches: the closest convention and config, to diagnose from
+    return caller, cfg, kind, False
 
 
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
@@ -294,10 +300,14 @@ def module(
         raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
     session = Session(user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, seed)
     caller, cfg, kind, matched = choose(session)
+    if not matched and reference in LV.LAYERS + LV.MODELS and session.is_module:
+        from .diagnose import latest_divergence
+
+        caller, cfg = latest_divergence(session, session.runnable)
     result = Result(reference=reference, mapping=mapping_table(session.links, session.zero), config=cfg)
     result.conventions = caller.conventions() | {"output": kind}
     if not matched:
-        result.conventions["detected"] = "no convention reproduced the reference: judged under the first that runs"
+        result.conventions["detected"] = "no convention reproduced the reference: judged under the closest"
     result.notes = list(session.notes)
     for dtype in dtypes:
         rows, _, _ = compare(session, caller, cfg, kind, np.dtype(dtype).type)

@@ -1,0 +1,353 @@
+"""Transformers written the way tutorials write them, each with a switch that puts in one known mistake.
+
+These are the users' models the checker (parity_tests.check) is tested on. None of them uses this project's
+names or layout: each has its own parameter names, its own calling convention and its own masks.
+
+- `Attention`, `LayerNorm`, `Embedding`, `Positions`, `attention_function`: components in the style of the
+  bentrevett / Annotated Transformer notebooks, with `mistake=` naming a catalogue id (DESIGN.md) to put in.
+- `EncoderLayer`, `DecoderLayer`, `Seq2Seq`: an encoder-decoder with separate q/k/v linears, learned positions,
+  masks built inside from the pad id, softmax probabilities out (style C).
+- `HeadwiseLM`: a decoder-only model with one small module per head (Karpathy's "Let's build GPT"), bias-free
+  q/k/v, pre-norm, sequence-first (T, B) ids, the causal mask a buffer inside each head (style A).
+- `FusedTransformer`: an encoder-decoder with one fused q/k/v projection per attention, post-norm, a sinusoid
+  buffer, additive float masks passed in (style B).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def attention_function(q, k, v, mask=None, mistake=None):
+    """softmax(Q K^T / sqrt(d_k)) V on (B, H, T, Dh); mask (B, 1, 1, T_k), 1 = attend."""
+    d_k = q.shape[-1]
+    divisor = {"attention.wrong_scale": d_k, None: math.sqrt(d_k)}.get(mistake, math.sqrt(d_k))
+    scores = q @ k.transpose(-2, -1) / divisor
+    if mask is not None and mistake not in ("attention.mask_ignored", "attention.mask_after_softmax"):
+        scores = scores.masked_fill(mask == (1 if mistake == "attention.mask_inverted" else 0), -1e9)
+    if mistake == "attention.no_max_subtraction":
+        e = torch.exp(scores)
+        p = e / e.sum(-1, keepdim=True)
+    else:
+        p = torch.softmax(scores, dim=-2 if mistake == "attention.softmax_wrong_axis" else -1)
+    if mask is not None and mistake == "attention.mask_after_softmax":
+        p = p.masked_fill(mask == 0, 0.0)
+    return p @ v
+
+
+class Attention(nn.Module):
+    """Multi-head attention with separate fc_q, fc_k, fc_v, fc_o (bentrevett's); forward(query, key, value, mask)
+    with mask (B, 1, 1, T_k) or (B, 1, T_q, T_k), 1 = attend."""
+
+    def __init__(self, hid_dim, n_heads, dropout=0.0, mistake=None):
+        super().__init__()
+        self.hid_dim, self.n_heads, self.head_dim, self.mistake = hid_dim, n_heads, hid_dim // n_heads, mistake
+        self.fc_q, self.fc_k = nn.Linear(hid_dim, hid_dim), nn.Linear(hid_dim, hid_dim)
+        self.fc_v, self.fc_o = nn.Linear(hid_dim, hid_dim), nn.Linear(hid_dim, hid_dim)
+        self.dropout = nn.Dropout(dropout)
+        divisors = {"attention.wrong_scale": hid_dim**1 / 2}  # the precedence trap: (hid_dim ** 1) / 2
+        self.scale = divisors.get(mistake, math.sqrt(self.head_dim))
+
+    def split(self, x):
+        B = x.shape[0]
+        if self.mistake == "attention.heads_without_transpose":
+            return x.view(B, self.n_heads, -1, self.head_dim)
+        return x.view(B, -1, self.n_heads, self.head_dim).permute(0, 2, 1, 3)
+
+    def forward(self, query, key, value, mask=None):
+        B = query.shape[0]
+        Q, K, V = self.split(self.fc_q(query)), self.split(self.fc_k(key)), self.split(self.fc_v(value))
+        energy = Q @ K.permute(0, 1, 3, 2) / self.scale  # (B, H, T_q, T_k)
+        m = self.mistake
+        if mask is not None and m not in ("attention.mask_ignored", "attention.mask_after_softmax"):
+            if m == "attention.padding_on_queries":
+                mask = mask.transpose(-1, -2)
+            energy = energy.masked_fill(mask == (1 if m == "attention.mask_inverted" else 0), -1e10)
+        if m == "attention.no_max_subtraction":
+            attention = energy.exp() / energy.exp().sum(-1, keepdim=True)
+        else:
+            attention = torch.softmax(energy, dim=-2 if m == "attention.softmax_wrong_axis" else -1)
+        if mask is not None and m == "attention.mask_after_softmax":
+            attention = attention.masked_fill(mask == 0, 0.0)
+        if m == "dropout.active_in_eval":
+            attention = F.dropout(attention, 0.1)  # training=True by default: on in eval too
+        else:
+            attention = self.dropout(attention)
+        x = attention @ V  # (B, H, T_q, Dh)
+        if m == "attention.heads_without_transpose":
+            x = x.reshape(B, -1, self.hid_dim)
+        else:
+            x = x.permute(0, 2, 1, 3).contiguous().view(B, -1, self.hid_dim)
+        return self.fc_o(x)
+
+
+class LayerNorm(nn.Module):
+    """The Annotated Transformer's LayerNorm (a_2, b_2), written right unless `mistake` says otherwise."""
+
+    def __init__(self, features, eps=1e-6, mistake=None):
+        super().__init__()
+        self.a_2, self.b_2 = nn.Parameter(torch.ones(features)), nn.Parameter(torch.zeros(features))
+        self.eps, self.mistake = eps, mistake
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=self.mistake == "layer_norm.unbiased_variance")
+        if self.mistake == "layer_norm.eps_outside_sqrt":
+            return self.a_2 * (x - mean) / (var.sqrt() + self.eps) + self.b_2
+        return self.a_2 * (x - mean) / torch.sqrt(var + self.eps) + self.b_2
+
+
+class Embedding(nn.Module):
+    """Token embeddings times sqrt(d_model) (the paper's section 3.4)."""
+
+    def __init__(self, vocab, d_model, mistake=None):
+        super().__init__()
+        self.lut, self.d_model, self.mistake = nn.Embedding(vocab, d_model), d_model, mistake
+
+    def forward(self, x):
+        scale = {"embedding.missing_scale": 1.0, "embedding.double_scale": self.d_model}
+        return self.lut(x) * scale.get(self.mistake, math.sqrt(self.d_model))
+
+
+class Positions(nn.Module):
+    """The paper's sinusoids in a buffer `pe` (1, max_len, D), built in float32 as tutorials do; forward adds them."""
+
+    def __init__(self, d_model, max_len=64, mistake=None):
+        super().__init__()
+        position = torch.arange(0, max_len).unsqueeze(1)
+        if mistake == "positions.wrong_frequencies":
+            div_term = torch.exp(torch.arange(0, d_model, 2) // d_model * -math.log(10000.0))  # integer division: 1
+        else:
+            div_term = torch.exp(torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe.unsqueeze(0))
+
+    def forward(self, x):
+        return x + self.pe[:, : x.size(1)]
+
+
+# -- Style C: bentrevett's encoder-decoder (separate q/k/v, learned positions, masks inside, softmax out) ----------
+
+
+class FeedForward(nn.Module):
+    def __init__(self, hid_dim, pf_dim):
+        super().__init__()
+        self.fc_1, self.fc_2 = nn.Linear(hid_dim, pf_dim), nn.Linear(pf_dim, hid_dim)
+
+    def forward(self, x):
+        return self.fc_2(torch.relu(self.fc_1(x)))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, hid_dim, n_heads, pf_dim, mistake=None):
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(hid_dim)
+        self.ff_layer_norm = nn.LayerNorm(hid_dim)
+        self.self_attention = Attention(hid_dim, n_heads, mistake=mistake)
+        self.positionwise_feedforward = FeedForward(hid_dim, pf_dim)
+
+    def forward(self, src, src_mask):
+        src = self.self_attn_layer_norm(src + self.self_attention(src, src, src, src_mask))
+        return self.ff_layer_norm(src + self.positionwise_feedforward(src))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, hid_dim, n_heads, pf_dim, mistake=None):
+        super().__init__()
+        self.self_attn_layer_norm = nn.LayerNorm(hid_dim)
+        self.enc_attn_layer_norm = nn.LayerNorm(hid_dim)
+        self.ff_layer_norm = nn.LayerNorm(hid_dim)
+        self.self_attention = Attention(hid_dim, n_heads, mistake=mistake)
+        self.encoder_attention = Attention(hid_dim, n_heads)
+        self.positionwise_feedforward = FeedForward(hid_dim, pf_dim)
+
+    def forward(self, trg, enc_src, trg_mask, src_mask):
+        trg = self.self_attn_layer_norm(trg + self.self_attention(trg, trg, trg, trg_mask))
+        trg = self.enc_attn_layer_norm(trg + self.encoder_attention(trg, enc_src, enc_src, src_mask))
+        return self.ff_layer_norm(trg + self.positionwise_feedforward(trg))
+
+
+class Stack(nn.Module):
+    def __init__(self, vocab, hid_dim, n_layers, n_heads, pf_dim, layer, max_length=32, mistake=None):
+        super().__init__()
+        self.tok_embedding = nn.Embedding(vocab, hid_dim)
+        self.pos_embedding = nn.Embedding(max_length, hid_dim)
+        self.layers = nn.ModuleList([layer(hid_dim, n_heads, pf_dim) for _ in range(n_layers)])
+        scale = {"embedding.missing_scale": 1.0, "embedding.double_scale": float(hid_dim)}
+        self.scale = scale.get(mistake, math.sqrt(hid_dim))
+
+    def embed(self, ids):
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).repeat(ids.shape[0], 1)
+        return self.tok_embedding(ids) * self.scale + self.pos_embedding(pos)
+
+
+class Seq2Seq(nn.Module):
+    """forward(src, trg) -> softmax probabilities (B, T_trg, V); masks built inside from pad_idx (style C)."""
+
+    def __init__(self, src_vocab=13, trg_vocab=11, hid_dim=8, n_layers=1, n_heads=2, pf_dim=16, pad_idx=0,
+                 mistake=None):  # fmt: skip
+        super().__init__()
+        embed_mistake = mistake if mistake and mistake.startswith("embedding") else None
+        self.encoder = Stack(src_vocab, hid_dim, n_layers, n_heads, pf_dim, EncoderLayer, mistake=embed_mistake)
+        self.decoder = Stack(trg_vocab, hid_dim, n_layers, n_heads, pf_dim, DecoderLayer)
+        self.fc_out = nn.Linear(hid_dim, trg_vocab)
+        self.pad_idx, self.mistake = pad_idx, mistake
+
+    def make_src_mask(self, src):
+        return (src != self.pad_idx).unsqueeze(1).unsqueeze(2)  # (B, 1, 1, T_src)
+
+    def make_trg_mask(self, trg):
+        T = trg.shape[1]
+        pad = (trg != self.pad_idx).unsqueeze(1).unsqueeze(2)  # (B, 1, 1, T)
+        diagonal = {"attention.causal_hides_diagonal": -1, "attention.causal_shows_next": 1}.get(self.mistake, 0)
+        sub = torch.tril(torch.ones((T, T), device=trg.device), diagonal=diagonal).bool()
+        if self.mistake == "attention.not_causal":
+            return pad
+        return pad & sub
+
+    def forward(self, src, trg):
+        src_mask, trg_mask = self.make_src_mask(src), self.make_trg_mask(trg)
+        if self.mistake == "attention.mask_inverted":
+            src_mask = ~src_mask
+        x = self.encoder.embed(src)
+        for layer in self.encoder.layers:
+            x = layer(x, src_mask)
+        if self.mistake == "attention.masks_swapped":  # the decoder's two masks exchanged
+            src_mask, trg_mask = trg_mask, src_mask
+        y = self.decoder.embed(trg)
+        for layer in self.decoder.layers:
+            y = layer(y, x, trg_mask, src_mask)
+        return torch.softmax(self.fc_out(y), dim=-1)
+
+
+# -- Style A: one module per head, bias-free q/k/v, pre-norm, sequence-first ids, causal buffer inside -------------
+
+
+class Head(nn.Module):
+    def __init__(self, n_embd, head_size, block_size, mistake=None):
+        super().__init__()
+        self.key = nn.Linear(n_embd, head_size, bias=False)
+        self.query = nn.Linear(n_embd, head_size, bias=False)
+        self.value = nn.Linear(n_embd, head_size, bias=False)
+        diagonal = {"attention.causal_hides_diagonal": -1, "attention.causal_shows_next": 1}.get(mistake, 0)
+        self.register_buffer("tril", torch.tril(torch.ones(block_size, block_size), diagonal=diagonal))
+        self.mistake = mistake
+
+    def forward(self, x):  # (T, B, C): sequence-first
+        x = x.transpose(0, 1)
+        T = x.shape[1]
+        k, q = self.key(x), self.query(x)
+        scale = k.shape[-1] ** -0.5 if self.mistake != "attention.wrong_scale" else x.shape[-1] ** -0.5
+        wei = q @ k.transpose(-2, -1) * scale  # (B, T, T)
+        wei = wei.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+        wei = F.softmax(wei, dim=-1)
+        return (wei @ self.value(x)).transpose(0, 1)
+
+
+class HeadwiseAttention(nn.Module):
+    def __init__(self, n_embd, num_heads, block_size, mistake=None):
+        super().__init__()
+        self.heads = nn.ModuleList([Head(n_embd, n_embd // num_heads, block_size, mistake) for _ in range(num_heads)])
+        self.proj = nn.Linear(n_embd, n_embd)
+
+    def forward(self, x):
+        return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))
+
+
+class Block(nn.Module):
+    def __init__(self, n_embd, n_head, block_size, mistake=None):
+        super().__init__()
+        self.sa = HeadwiseAttention(n_embd, n_head, block_size, mistake)
+        self.ffwd = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.ReLU(), nn.Linear(4 * n_embd, n_embd))
+        self.ln1, self.ln2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+
+    def forward(self, x):
+        x = x + self.sa(self.ln1(x))
+        return x + self.ffwd(self.ln2(x))
+
+
+class HeadwiseLM(nn.Module):
+    """forward(idx (T, B)) -> logits (T, B, V): decoder-only, learned positions, pre-norm with a final norm (A)."""
+
+    def __init__(self, vocab_size=13, n_embd=8, n_head=2, n_layer=2, block_size=16, mistake=None):
+        super().__init__()
+        self.token_embedding_table = nn.Embedding(vocab_size, n_embd)
+        self.position_embedding_table = nn.Embedding(block_size, n_embd)
+        self.blocks = nn.Sequential(*[Block(n_embd, n_head, block_size, mistake) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd)
+        self.lm_head = nn.Linear(n_embd, vocab_size)
+
+    def forward(self, idx):
+        T = idx.shape[0]
+        x = self.token_embedding_table(idx) + self.position_embedding_table(torch.arange(T, device=idx.device))[:, None]
+        return self.lm_head(self.ln_f(self.blocks(x)))
+
+
+# -- Style B: one fused q/k/v projection per attention, post-norm, sinusoid buffer, additive masks passed in --------
+
+
+class FusedAttention(nn.Module):
+    """in_proj (3D, D) read as q, k, v rows (nn.MultiheadAttention's layout); mask additive (0 / -inf)."""
+
+    def __init__(self, d_model, h, mistake=None):
+        super().__init__()
+        self.h, self.d_k, self.mistake = h, d_model // h, mistake
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask):
+        B, D = query.shape[0], query.shape[-1]
+        w_q, w_k, w_v = self.in_proj.weight.chunk(3)
+        b_q, b_k, b_v = self.in_proj.bias.chunk(3)
+        q = F.linear(query, w_q, b_q).view(B, -1, self.h, self.d_k).transpose(1, 2)
+        k = F.linear(key, w_k, b_k).view(B, -1, self.h, self.d_k).transpose(1, 2)
+        v = F.linear(value, w_v, b_v).view(B, -1, self.h, self.d_k).transpose(1, 2)
+        divisor = D**1 / 2 if self.mistake == "attention.wrong_scale" else math.sqrt(self.d_k)
+        scores = q @ k.transpose(-2, -1) / divisor + mask
+        x = torch.softmax(scores, dim=-1) @ v
+        return self.out(x.transpose(1, 2).reshape(B, -1, D))
+
+
+class FusedLayer(nn.Module):
+    def __init__(self, d_model, h, d_ff, cross, mistake=None):
+        super().__init__()
+        self.attn = FusedAttention(d_model, h, mistake)
+        self.norm1 = LayerNorm(d_model, eps=1e-5, mistake=mistake if mistake and "layer_norm" in mistake else None)
+        self.cross = FusedAttention(d_model, h) if cross else None
+        self.norm2 = nn.LayerNorm(d_model) if cross else None
+        self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+
+    def forward(self, x, mask, memory=None, memory_mask=None):
+        x = self.norm1(x + self.attn(x, x, x, mask))
+        if self.cross is not None:
+            x = self.norm2(x + self.cross(x, memory, memory, memory_mask))
+        return self.norm3(x + self.w_2(F.gelu(self.w_1(x))))
+
+
+class FusedTransformer(nn.Module):
+    """forward(src, tgt, src_mask, tgt_mask) -> logits; masks additive floats (0 / -inf) (style B)."""
+
+    def __init__(self, src_vocab=13, tgt_vocab=11, d_model=8, h=2, d_ff=16, n=1, mistake=None):
+        super().__init__()
+        self.src_embed, self.tgt_embed = nn.Embedding(src_vocab, d_model), nn.Embedding(tgt_vocab, d_model)
+        self.positions = Positions(d_model, 64, mistake if mistake == "positions.wrong_frequencies" else None)
+        self.encoder = nn.ModuleList([FusedLayer(d_model, h, d_ff, False, mistake) for _ in range(n)])
+        self.decoder = nn.ModuleList([FusedLayer(d_model, h, d_ff, True) for _ in range(n)])
+        self.generator = nn.Linear(d_model, tgt_vocab)
+        self.d_model = d_model
+
+    def forward(self, src, tgt, src_mask, tgt_mask):
+        x = self.positions(self.src_embed(src) * math.sqrt(self.d_model))
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        y = self.positions(self.tgt_embed(tgt) * math.sqrt(self.d_model))
+        for layer in self.decoder:
+            y = layer(y, tgt_mask, x, src_mask)
+        return self.generator(y)
