@@ -35,10 +35,12 @@ np.set_printoptions(precision=3, suppress=True)
 # %% [markdown]
 # ### Exercise 1: where the schedule peaks
 #
-# $\eta(n) = a\, d_{model}^{-1/2} \min(n^{-1/2}, n\, n_w^{-3/2})$. The first branch decreases, the
-# second increases, so the minimum is the second before they cross and the first after. They cross
-# where $n^{-1/2} = n\, n_w^{-3/2}$, that is $n^{3/2} = n_w^{3/2}$, $n = n_w$. There both equal
-# $n_w^{-1/2}$, so the peak is $\eta(n_w) = a\, d_{model}^{-1/2} n_w^{-1/2} = a\, (d_{model}\, n_w)^{-1/2}$.
+# $\eta(\mathrm{step}) = a\, d_{model}^{-1/2} \min(\mathrm{step}^{-1/2}, \mathrm{step} \cdot
+# \mathrm{warmup}^{-3/2})$. The first branch decreases, the second increases, so the minimum is the second
+# before they cross and the first after. They cross where $\mathrm{step}^{-1/2} = \mathrm{step} \cdot
+# \mathrm{warmup}^{-3/2}$, that is $\mathrm{step}^{3/2} = \mathrm{warmup}^{3/2}$, $\mathrm{step} =
+# \mathrm{warmup}$. There both equal $\mathrm{warmup}^{-1/2}$, so the peak is $\eta(\mathrm{warmup}) = a\,
+# d_{model}^{-1/2} \mathrm{warmup}^{-1/2} = a\, (d_{model} \cdot \mathrm{warmup})^{-1/2}$.
 
 # %%
 a, d_model, n_w = 0.5, 64, 400
