@@ -44,7 +44,7 @@ import torch.nn.functional as F
 if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
     sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
 
-from numpy_transformer.attention import (  # noqa: E402
+from numpy_transformer import (  # noqa: E402
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )

@@ -18,7 +18,7 @@
 # NumPy. *Time:* 30 minutes. The symbols are those of [the notation table](../docs/notation.md); the
 # mask convention and the error measure are in [the conventions](../docs/conventions.md).
 #
-# Equation (4.2) of "Attention Is All You Need", in this project's layout (rows are positions,
+# Section 3.2.2 of "Attention Is All You Need", in this project's layout (rows are positions,
 # weights stored as `nn.Linear` stores them):
 #
 # $$\mathrm{MultiHead}(X_q, X_k, X_v) = \mathrm{Concat}(O_1, \dots, O_H)\, W_O^\top + b_O, \qquad

@@ -50,9 +50,9 @@ import numpy as np
 if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
     sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
 
-from numpy_transformer import flash_attention_backward, flash_attention_forward  # noqa: E402
-from numpy_transformer.attention import (  # noqa: E402
-    causal_mask,
+from numpy_transformer import (  # noqa: E402
+    flash_attention_backward,
+    flash_attention_forward,
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
@@ -318,7 +318,8 @@ print("# computed, unmasked    / computed, on the diagonal (its own small mask) 
 
 Qc, Kc, Vc, dOc = (rng.standard_normal((1, 2, T, 4)) for _ in range(4))
 Oc, cc = flash_attention_forward(Qc, Kc, Vc, is_causal=True, block_q=blk, block_k=blk)
-Oc_plain, cc_plain = scaled_dot_product_attention_forward(Qc, Kc, Vc, causal_mask(T, T))
+causal = np.tril(np.ones((T, T), dtype=bool))  # True = may attend: query r sees keys c <= r
+Oc_plain, cc_plain = scaled_dot_product_attention_forward(Qc, Kc, Vc, causal)
 grads = flash_attention_backward(dOc, cc)
 grads_plain = scaled_dot_product_attention_backward(dOc, cc_plain)
 assert np.abs(Oc - Oc_plain).max() <= 1e-14
@@ -357,4 +358,3 @@ print("causal, tiled vs plain: output and gradients agree to 1e-14")
 # 3. **The gradient of the log-sum-exp.** Show that $\partial\, \mathrm{lse}(s) / \partial s = \mathrm{softmax}(s)$,
 #    and check the pair `lse_forward(s)` / `lse_backward(dlse, cache)` with `check_pair`. This is why a
 #    cross-entropy loss, $\mathrm{lse}(z) - z_y$, has the gradient $p - \mathrm{onehot}(y)$ (walkthrough 03).
-
