@@ -190,8 +190,9 @@ class Stack(nn.Module):
 class Seq2Seq(nn.Module):
     """forward(src, trg) -> softmax probabilities (B, T_trg, V); masks built inside from pad_idx (style C)."""
 
-    def __init__(self, src_vocab=13, trg_vocab=11, hid_dim=8, n_layers=1, n_heads=2, pf_dim=16, pad_idx=0,
-                 mistake=None):  # fmt: skip
+    def __init__(
+        self, src_vocab=13, trg_vocab=11, hid_dim=8, n_layers=1, n_heads=2, pf_dim=16, pad_idx=0, mistake=None
+    ):
         super().__init__()
         embed_mistake = mistake if mistake and mistake.startswith("embedding") else None
         self.encoder = Stack(src_vocab, hid_dim, n_layers, n_heads, pf_dim, EncoderLayer, mistake=embed_mistake)
@@ -351,3 +352,97 @@ class FusedTransformer(nn.Module):
         for layer in self.decoder:
             y = layer(y, tgt_mask, x, src_mask)
         return self.generator(y)
+
+
+# -- Other layouts of one attention: raw (in, out) parameters, GPT-2's Conv1D c_attn, one module per head ----------
+
+
+class RawAttention(nn.Module):
+    """Self-attention from raw nn.Parameters stored (in, out) and applied as x @ W; no bias on the output;
+    forward(x, mask) with mask (B, T) of 0/1, 1 = attend."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Parameter(torch.randn(d_model, d_model)) for _ in range(4))
+        self.b_q, self.b_k, self.b_v = (nn.Parameter(torch.zeros(d_model)) for _ in range(3))
+
+    def forward(self, x, mask):
+        B, T, D = x.shape
+        H = self.n_heads
+
+        def heads(y):
+            return y.view(B, T, H, D // H).transpose(1, 2)
+
+        q, k, v = heads(x @ self.W_q + self.b_q), heads(x @ self.W_k + self.b_k), heads(x @ self.W_v + self.b_v)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D // H)
+        scores = scores.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
+        return (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(B, T, D) @ self.W_o
+
+
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D: a linear layer whose weight is stored (in, out)."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+class GPT2Attention(nn.Module):
+    """GPT-2's layout: c_attn (D, 3D) fused q/k/v, c_proj; attention_mask additive (B, 1, 1, T) (0 / -1e4)."""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn, self.c_proj = Conv1D(3 * n_embd, n_embd), Conv1D(n_embd, n_embd)
+
+    def forward(self, hidden_states, attention_mask=None):
+        B, T, D = hidden_states.shape
+        q, k, v = self.c_attn(hidden_states).split(D, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, D // self.n_head).transpose(1, 2) for t in (q, k, v))
+        w = q @ k.transpose(-1, -2) / math.sqrt(D // self.n_head)
+        if attention_mask is not None:
+            w = w + attention_mask
+        return self.c_proj((torch.softmax(w, -1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
+class PerHeadAttention(nn.Module):
+    """One Linear per head and role (heads[h].q, .k, .v, each D -> Dh), then an output Linear; forward(query, key,
+    value, mask) with mask (B, 1, 1, T_k) bool, True = attend."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        d_head = d_model // n_heads
+        self.heads = nn.ModuleList(
+            nn.ModuleDict({r: nn.Linear(d_model, d_head) for r in ("q", "k", "v")}) for _ in range(n_heads)
+        )
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        outs = []
+        for head in self.heads:
+            q, k, v = head["q"](query), head["k"](key), head["v"](value)
+            s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            if mask is not None:
+                s = s.masked_fill(~mask[:, 0], float("-inf"))
+            outs.append(torch.softmax(s, -1) @ v)
+        return self.out(torch.cat(outs, -1))
+
+
+class ConventionAttention(Attention):
+    """Attention whose mask argument comes in another convention: kind "bool_masked" (True = masked), "additive"
+    (0 / -inf), "bool_keep"; shape "(B, T)" or "(B, 1, 1, T)"; it converts to its parent's 1 = attend."""
+
+    def __init__(self, hid_dim, n_heads, kind, shape):
+        super().__init__(hid_dim, n_heads)
+        self.kind, self.shape = kind, shape
+
+    def forward(self, query, key, value, mask=None):
+        keep = {"bool_masked": lambda m: ~m, "additive": lambda m: m == 0, "bool_keep": lambda m: m}[self.kind](mask)
+        if self.shape == "(B, T)":
+            keep = keep[:, None, None, :]
+        return super().forward(query, key, value, keep)

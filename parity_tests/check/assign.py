@@ -120,7 +120,9 @@ def infer(level: str, found, module, given: dict) -> tuple:
         base["norm_first"] = True
     base |= sizes
     if cfg is not None:
-        cfg = dataclasses.replace(cfg, **{k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__})
+        cfg = dataclasses.replace(
+            cfg, **{k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
+        )
     else:
         known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
         cfg = TransformerConfig(**(base | known))
@@ -137,8 +139,14 @@ def infer(level: str, found, module, given: dict) -> tuple:
                 f"cannot read {[p.weight for p in pair]} as a feed-forward block {D} -> {F} -> {D}; pass mapping="
             )
         for p, name in zip(pair, ("linear1", "linear2"), strict=True):
-            links.append(Link(p.weight, [(f"{prefix}{name}.weight", None)], p.transposed,
-                              "transposed" if p.transposed else "as is"))  # fmt: skip
+            links.append(
+                Link(
+                    p.weight,
+                    [(f"{prefix}{name}.weight", None)],
+                    p.transposed,
+                    "transposed" if p.transposed else "as is",
+                )
+            )
             if p.bias is not None:
                 links.append(Link(p.bias, [(f"{prefix}{name}.bias", None)]))
             elif cfg.bias:
@@ -199,14 +207,26 @@ def infer(level: str, found, module, given: dict) -> tuple:
                 links.append(Link(next(learned).name, [(f"{stack}.position_embedding.weight", None)]))
             n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
             for i in range(n):
-                layer(f"{stack}.layers.{i}.", i, stack == "decoder" and level == "transformer", chunk_iter, norm_iter,
-                      ffn_iter)  # fmt: skip
+                layer(
+                    f"{stack}.layers.{i}.",
+                    i,
+                    stack == "decoder" and level == "transformer",
+                    chunk_iter,
+                    norm_iter,
+                    ffn_iter,
+                )
             if cfg.norm_first:
                 norm_link(next(norm_iter), f"{stack}.final_norm.")
         if level != "encoder_model":
             if out_piece is not None:
-                links.append(Link(out_piece.weight, [("output_proj.weight", None)], out_piece.transposed,
-                                  "transposed" if out_piece.transposed else "as is"))  # fmt: skip
+                links.append(
+                    Link(
+                        out_piece.weight,
+                        [("output_proj.weight", None)],
+                        out_piece.transposed,
+                        "transposed" if out_piece.transposed else "as is",
+                    )
+                )
                 if out_piece.bias is not None:
                     links.append(Link(out_piece.bias, [("output_proj.bias", None)]))
             elif found.orphans:
@@ -228,12 +248,17 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
         value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
         for name, table in sinusoid_tables(t.rows, t.width).items():
             if np.abs(value - table).max() <= 1e-6:
+                overwrite[t.name] = table
                 if name == "wrong_frequencies":
-                    notes.append(f"{t.name}: a sinusoid table whose frequencies are all 1")
+                    notes.append(
+                        f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
+                        "overwritten with that table in float64)"
+                    )
                     break
                 layout = name
-                overwrite[t.name] = table
-                notes.append(f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
-                             "the float64 table for the float64 comparison")  # fmt: skip
+                notes.append(
+                    f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
+                    "the float64 table for the float64 comparison"
+                )
                 break
     return overwrite, layout

@@ -57,7 +57,7 @@ class Caller:
             out["mask"] = "; ".join(f"{name}: {kind} {shape}" for name, (_, kind, shape) in self.masks.items())
         elif self.call is None:
             out["mask"] = "none passed (built inside the module, or none)"
-        if self.order and self.order != ("query", "key", "value") and len(self.order) == 3:
+        if self.order and self.order not in (("query", "key", "value"), ("query",) * 3) and len(self.order) == 3:
             out["argument_order"] = ", ".join(self.order)
         if self.self_attention:
             out["attention"] = "self-attention: one input (query = key = value)"
@@ -148,7 +148,10 @@ def torch_builtin_callers(module, level, probe) -> list | None:
     if isinstance(module, nn.TransformerEncoderLayer) and level == "encoder_layer":
         return [Caller(bf, ("x",), {"src_key_padding_mask": ("src", "bool_masked", "(B, T)")})]
     if isinstance(module, nn.TransformerDecoderLayer) and level == "decoder_layer":
-        masks = {"tgt_mask": ("tgt", "bool_masked", "(T, T)"), "memory_key_padding_mask": ("src", "bool_masked", "(B, T)")}
+        masks = {
+            "tgt_mask": ("tgt", "bool_masked", "(T, T)"),
+            "memory_key_padding_mask": ("src", "bool_masked", "(B, T)"),
+        }
         return [Caller(bf, ("x", "memory"), masks)]
     return None
 
@@ -178,6 +181,8 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
             first = data_params[0].lower()
             reverse = (data[2], data[1], data[0])
             orders.insert(0 if first in ("value", "v", "values") else 1, reverse)
+        if level == "multi_head_attention":  # last resort: self-attention, the one input passed three times
+            orders.append(("query", "query", "query"))
     else:
         raise TypeError(
             f"the module's forward takes {data_params} (without defaults), but the reference {level!r} gives "
@@ -196,7 +201,7 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     found = []
     for bf in layouts:
         for order in orders:
-            self_attention = order == ("query",)
+            self_attention = set(order) == {"query"}
             if not assigned or mask == "none":
                 found.append(Caller(bf, order, {}, self_attention))
                 continue

@@ -58,15 +58,31 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
     for divisor, origin in VR.scale_divisors(D, Dh).items():
         message = f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
         out.append(("attention.wrong_scale", message, {"divisor": divisor}))
-    out.append(("attention.heads_without_transpose", "heads split by a reshape without the transpose",
-                {"transpose": False}))  # fmt: skip
-    out.append(("attention.softmax_wrong_axis", "softmax over the queries (dim=-2) instead of the keys",
-                {"axis": -2, "mask_mode": "fill"}))  # fmt: skip
+    out.append(
+        ("attention.heads_without_transpose", "heads split by a reshape without the transpose", {"transpose": False})
+    )
+    out.append(
+        (
+            "attention.softmax_wrong_axis",
+            "softmax over the queries (dim=-2) instead of the keys",
+            {"axis": -2, "mask_mode": "fill"},
+        )
+    )
     if keep is not None:
-        out.append(("attention.mask_after_softmax", "masked probabilities zeroed after the softmax (not renormalised)",
-                    {"mask_mode": "after"}))  # fmt: skip
-        out.append(("attention.mask_after_softmax", "masked probabilities zeroed after the softmax, then renormalised",
-                    {"mask_mode": "after_renorm"}))  # fmt: skip
+        out.append(
+            (
+                "attention.mask_after_softmax",
+                "masked probabilities zeroed after the softmax (not renormalised)",
+                {"mask_mode": "after"},
+            )
+        )
+        out.append(
+            (
+                "attention.mask_after_softmax",
+                "masked probabilities zeroed after the softmax, then renormalised",
+                {"mask_mode": "after_renorm"},
+            )
+        )
         out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
         if not causal:
             out.append(("attention.mask_inverted", "the mask's polarity is flipped", {"keep": ~keep}))
@@ -77,17 +93,33 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
             out.append(("attention.not_causal", "no causal mask: every query sees the future", {"keep": not_causal}))
             hides = np.tril(np.ones((T, T), bool), -1)[None, None] & pad_keep
             shows = np.tril(np.ones((T, T), bool), 1)[None, None] & pad_keep
-            out.append(("attention.causal_hides_diagonal", "causal mask j < i: a query cannot see itself",
-                        {"keep": hides}))  # fmt: skip
-            out.append(("attention.causal_shows_next", "causal mask j <= i + 1: a query sees the next position",
-                        {"keep": shows}))  # fmt: skip
+            out.append(
+                ("attention.causal_hides_diagonal", "causal mask j < i: a query cannot see itself", {"keep": hides})
+            )
+            out.append(
+                (
+                    "attention.causal_shows_next",
+                    "causal mask j <= i + 1: a query sees the next position",
+                    {"keep": shows},
+                )
+            )
         if swap is not None and swap.shape[-1] == T:
-            out.append(("attention.masks_swapped", "self-attention got the source's padding mask (and cross-attention "
-                        "the causal one)", {"keep": swap}))  # fmt: skip
+            out.append(
+                (
+                    "attention.masks_swapped",
+                    "self-attention got the source's padding mask (and cross-attention the causal one)",
+                    {"keep": swap},
+                )
+            )
     elif self_attention and keep is not None and np.ndim(keep) == 4 and keep.shape[2] == 1:
         on_queries = keep.transpose(0, 1, 3, 2)  # (B, 1, T, 1): rows of padded queries masked instead
-        out.append(("attention.padding_on_queries", "padding masks the queries' rows instead of the keys' columns",
-                    {"keep": on_queries}))  # fmt: skip
+        out.append(
+            (
+                "attention.padding_on_queries",
+                "padding masks the queries' rows instead of the keys' columns",
+                {"keep": on_queries},
+            )
+        )
     return out
 
 
@@ -154,7 +186,7 @@ def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_e
                 for vid in (sid, tid):
                     if vid:
                         message = {
-                            "embedding.missing_scale": f"token embeddings not multiplied by sqrt(d_model) = {right:.3g}",
+                            "embedding.missing_scale": f"token embeddings not multiplied by sqrt(d_model) = {right:g}",
                             "embedding.double_scale": f"token embeddings multiplied by d_model = {D} (sqrt twice)",
                             "positions.wrong_frequencies": "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)",
                         }[vid]
@@ -163,14 +195,13 @@ def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_e
 
 
 def dropout_probe(session, caller, result) -> bool:
-    """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the innermost user
-    submodule whose output differs first."""
+    """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the user's submodule
+    whose inputs agree between the two calls and whose output does not (the one that draws the randomness)."""
     module = session.copy(np.float64)
-    records = []
-    handles = []
+    records, handles = [], []
     if session.is_module:
         for name, mod in module.named_modules():
-            handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, o))))
+            handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, a, o))))
     try:
         torch.manual_seed(0)
         first, _ = session.run_user(caller, np.float64)
@@ -180,19 +211,29 @@ def dropout_probe(session, caller, result) -> bool:
     finally:
         for h in handles:
             h.remove()
-    if torch.equal(first.nan_to_num(nan=0.5), second.nan_to_num(nan=0.5)):
-        return False
-    where = ""
-    for (name, a), (_, b) in zip(records[:n], records[n:], strict=False):
+
+    def same(a, b) -> bool:
         try:
-            if not torch.equal(C.first_tensor(a).nan_to_num(nan=0.5), C.first_tensor(b).nan_to_num(nan=0.5)):
-                where = name or "(the module)"
-                break
-        except TypeError:
-            continue
+            return torch.equal(C.first_tensor(a).nan_to_num(nan=0.5), C.first_tensor(b).nan_to_num(nan=0.5))
+        except (TypeError, IndexError):
+            return True
+
+    if same(first, second):
+        return False
+    where = "(the module)" if session.is_module else ""
+    for (name, a1, o1), (_, a2, o2) in zip(records[:n], records[n:], strict=False):
+        if (not a1 or same(a1, a2)) and not same(o1, o2):
+            where = name or where
+            break
     error = _error(first.detach().numpy(), second.detach().numpy())
-    result.diagnoses.append(Diagnosis("dropout.active_in_eval", f"two evaluation-mode calls differ by {error:.2e}: "
-                                      "dropout runs with training=True (F.dropout's default)", where, error))  # fmt: skip
+    result.diagnoses.append(
+        Diagnosis(
+            "dropout.active_in_eval",
+            f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)",
+            where,
+            error,
+        )
+    )
     return True
 
 
@@ -211,10 +252,15 @@ def overflow_probe(session, caller, result) -> None:
         return
     for where, out, before in calls:
         if (~torch.isfinite(out)).sum() > before:
-            result.diagnoses.append(Diagnosis(
-                "attention.no_max_subtraction",
-                f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum()) - before} more inf/NaN in "
-                "float32; the reference's softmax (row maximum subtracted) stays finite", where, math.inf))  # fmt: skip
+            result.diagnoses.append(
+                Diagnosis(
+                    "attention.no_max_subtraction",
+                    f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum()) - before} more "
+                    "inf/NaN in float32; the reference's softmax (row maximum subtracted) stays finite",
+                    where,
+                    math.inf,
+                )
+            )
             return
 
 
@@ -226,8 +272,11 @@ def _attention_calls_scaled(session, caller) -> list:
     captured, handles = {}, []
     for unit, path in targets.items():
         if path in modules and path:
-            handles.append(modules[path].register_forward_hook(
-                lambda m, a, k, o, unit=unit: captured.setdefault(unit, (m, a, k)) and None, with_kwargs=True))  # fmt: skip
+            handles.append(
+                modules[path].register_forward_hook(
+                    lambda m, a, k, o, unit=unit: captured.setdefault(unit, (m, a, k)) and None, with_kwargs=True
+                )
+            )
     try:
         session.run_user(caller, np.float32)
     finally:
@@ -277,8 +326,9 @@ def _component_variants(session, caller, cfg) -> list:
     where = ""
     if level == "scaled_dot_product_attention":
         keep = LV.keep_mask(p, "src")
-        found = match_attention(user, None, p.floats["q"], (p.floats["k"], p.floats["v"]), cfg.n_heads, keep, where,
-                                self_attention=False)  # fmt: skip
+        found = match_attention(
+            user, None, p.floats["q"], (p.floats["k"], p.floats["v"]), cfg.n_heads, keep, where, self_attention=False
+        )
     elif level == "multi_head_attention":
         q = p.floats["query"]
         kv = q if p.self_attention else p.floats["key"]
@@ -286,20 +336,35 @@ def _component_variants(session, caller, cfg) -> list:
             # the variants take one key/value input; run them with distinct key and value
             found = _mha_variants_kv(session, p, user, cfg)
         else:
-            found = match_attention(user, session.params, q, kv, cfg.n_heads, LV.keep_mask(p, "src"), where,
-                                    self_attention=p.self_attention)  # fmt: skip
+            found = match_attention(
+                user, session.params, q, kv, cfg.n_heads, LV.keep_mask(p, "src"), where, self_attention=p.self_attention
+            )
     elif level == "layer_norm":
         eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
         found = match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, where)
     elif level == "embedding":
-        found = match_embedding(user, p.ids["ids"], session.params["token_embedding.weight"], None, cfg.d_model, where,
-                                scale_expected=cfg.scale_embeddings)  # fmt: skip
+        found = match_embedding(
+            user,
+            p.ids["ids"],
+            session.params["token_embedding.weight"],
+            None,
+            cfg.d_model,
+            where,
+            scale_expected=cfg.scale_embeddings,
+        )
     elif level == "positional_encoding" and cfg.positional != "learned":
         T = p.floats["x"].shape[1]
         wrong = p.floats["x"] + VR.wrong_frequency_table(cfg.max_len, cfg.d_model)[:T]
         error = _match(user, wrong, None, None)
-        found = [Diagnosis("positions.wrong_frequencies", "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)",
-                           where, error)] if error <= MATCH else []  # fmt: skip
+        found = (
+            [
+                Diagnosis(
+                    "positions.wrong_frequencies", "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", where, error
+                )
+            ]
+            if error <= MATCH
+            else []
+        )
     else:
         found = []
     return found
@@ -375,8 +440,12 @@ def hook_targets(links) -> dict:
     targets = {}
     for unit, own in paths.items():
         owner = _lca(sorted(own))
-        others = [p for u, ps in paths.items() if u != unit and not u.startswith(unit + ".") and not
-                  unit.startswith(u + ".") for p in ps]  # fmt: skip
+        others = [
+            p
+            for u, ps in paths.items()
+            if u != unit and not u.startswith(unit + ".") and not unit.startswith(u + ".")
+            for p in ps
+        ]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
     return targets
@@ -438,8 +507,11 @@ def capture(session, caller) -> dict:
     captured, handles = {}, []
     for unit, path in targets.items():
         if path in modules:
-            handles.append(modules[path].register_forward_hook(
-                lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o)) and None))  # fmt: skip
+            handles.append(
+                modules[path].register_forward_hook(
+                    lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o)) and None
+                )
+            )
     try:
         session.run_user(caller, np.float64)
     finally:
@@ -500,7 +572,9 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
             positions = VR.sinusoid_tables(cfg.max_len, cfg.d_model)[cfg.sinusoid_layout]
         elif cfg.positional == "learned":
             positions = session.params[f"{stack}.position_embedding.weight"]
-        table = session.params.get(f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight"))
+        table = session.params.get(
+            f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight")
+        )
         found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
     else:
         where = targets[unit] or "(the module)"
@@ -510,21 +584,50 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
             query, kv, keep = inputs
             context = masks or {}
             if context.get("causal"):
-                found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid,
-                                        causal=True, pad=context["pad"], swap=context["swap"])  # fmt: skip
+                found = match_attention(
+                    user_out,
+                    params,
+                    query,
+                    kv,
+                    cfg.n_heads,
+                    keep,
+                    where,
+                    valid,
+                    causal=True,
+                    pad=context["pad"],
+                    swap=context["swap"],
+                )
             else:
-                found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid,
-                                        self_attention=context.get("self_attention", True))  # fmt: skip
+                found = match_attention(
+                    user_out,
+                    params,
+                    query,
+                    kv,
+                    cfg.n_heads,
+                    keep,
+                    where,
+                    valid,
+                    self_attention=context.get("self_attention", True),
+                )
         elif kind == "norm":
             eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
-            found = match_norm(user_out, inputs[0], session.params[f"{unit}.weight"],
-                               session.params.get(f"{unit}.bias", 0.0), eps, where, valid)  # fmt: skip
+            found = match_norm(
+                user_out,
+                inputs[0],
+                session.params[f"{unit}.weight"],
+                session.params.get(f"{unit}.bias", 0.0),
+                eps,
+                where,
+                valid,
+            )
         else:
             found = []
     result.diagnoses += found
     if not found:
-        result.unexplained = (f"{where} (reference {unit or session.level}) diverges with relative error "
-                              f"{error:.2e}; no catalogue variant reproduces it")  # fmt: skip
+        result.unexplained = (
+            f"{where} (reference {unit or session.level}) diverges with relative error "
+            f"{error:.2e}; no catalogue variant reproduces it"
+        )
 
 
 def latest_divergence(session, runnable: list) -> tuple:
@@ -568,5 +671,7 @@ def diagnose(session, caller, cfg, kind, result) -> None:
         component_variants(session, caller, cfg, result)
         if not result.diagnoses:
             worst = max(failing, key=lambda r: r.error)
-            result.unexplained = (f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); no "
-                                  "catalogue variant reproduces the output")  # fmt: skip
+            result.unexplained = (
+                f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); no "
+                "catalogue variant reproduces the output"
+            )

@@ -30,8 +30,7 @@ from . import assign as A
 from . import calling as C
 from . import levels as LV
 from . import mapping as MP
-from . import variants as VR
-from .report import Diagnosis, Result, Row
+from .report import Result, Row
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
@@ -50,7 +49,7 @@ def _error(a, b) -> float:
 
 
 def output_kind(out: np.ndarray) -> str:
-    """"log_probs" when every row's logsumexp is 0, "probs" when the rows are non-negative and sum to 1,
+    """ "log_probs" when every row's logsumexp is 0, "probs" when the rows are non-negative and sum to 1,
     else "logits"."""
     if out.ndim < 3:
         return "logits"
@@ -288,7 +287,9 @@ def module(
     dtypes: which of float64 and float32 to compare. Never modifies user_module (it works on copies)."""
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
-    if not isinstance(user_module, nn.Module) and not (reference == "scaled_dot_product_attention" and callable(user_module)):
+    if not isinstance(user_module, nn.Module) and not (
+        reference == "scaled_dot_product_attention" and callable(user_module)
+    ):
         raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
     if mask not in (None, "detect", "none", *C.MASK_KINDS):
         raise ValueError(f"mask must be one of {C.MASK_KINDS + ('none',)} or None (detect), got {mask!r}")
@@ -298,7 +299,18 @@ def module(
     unknown = [k for k in fields if k not in _CONFIG_FIELDS]
     if unknown:
         raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
-    session = Session(user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
+    try:
+        return _module(
+            user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
+    session = Session(user_module, reference, given, mapping, call, batch_first, mask, seed)
     caller, cfg, kind, matched = choose(session)
     if not matched and reference in LV.LAYERS + LV.MODELS and session.is_module:
         from .diagnose import latest_divergence
@@ -317,5 +329,3 @@ def module(
     diagnose(session, caller, cfg, kind, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
     return result
-
-

@@ -19,8 +19,14 @@ from numpy_transformer import model as M
 
 from . import variants as V
 
-COMPONENTS = ("scaled_dot_product_attention", "multi_head_attention", "layer_norm", "feed_forward",
-              "positional_encoding", "embedding")  # fmt: skip
+COMPONENTS = (
+    "scaled_dot_product_attention",
+    "multi_head_attention",
+    "layer_norm",
+    "feed_forward",
+    "positional_encoding",
+    "embedding",
+)
 LAYERS = ("encoder_layer", "decoder_layer")
 MODELS = ("transformer", "transformer_lm", "encoder_model")
 REFERENCES = COMPONENTS + LAYERS + MODELS
@@ -68,8 +74,11 @@ def probe(level: str, cfg, rng, self_attention: bool = False) -> Probe:
     T_q, T_k = 5, 6
     p = Probe(self_attention=self_attention)
     if level == "scaled_dot_product_attention":
-        p.floats = {"q": rng.standard_normal((B, H, T_q, Dh)), "k": rng.standard_normal((B, H, T_k, Dh)),
-                    "v": rng.standard_normal((B, H, T_k, Dh))}  # fmt: skip
+        p.floats = {
+            "q": rng.standard_normal((B, H, T_q, Dh)),
+            "k": rng.standard_normal((B, H, T_k, Dh)),
+            "v": rng.standard_normal((B, H, T_k, Dh)),
+        }
         p.src_keep = _keep(rng, T_k)
     elif level == "multi_head_attention":
         if self_attention:
@@ -90,8 +99,10 @@ def probe(level: str, cfg, rng, self_attention: bool = False) -> Probe:
         p.ids = {"ids": rng.integers(0, cfg.src_vocab_size, size=(B, T_k))}
     elif level == "transformer":
         p.src_keep, p.tgt_keep, p.causal = _keep(rng, T_k), _keep(rng, T_k, (2,), 1), True
-        p.ids = {"src": _ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id),
-                 "tgt": _ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}  # fmt: skip
+        p.ids = {
+            "src": _ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id),
+            "tgt": _ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id),
+        }
         p.valid = p.tgt_keep
     elif level == "transformer_lm":
         p.tgt_keep, p.causal = _keep(rng, T_k, (2,), 1 if cfg.pad_id is not None else 0), True
@@ -108,12 +119,13 @@ def reference_shapes(level: str, cfg) -> dict:
     """The reference's parameter names and shapes at `level` (a component's names are those below its prefix)."""
     D, F = cfg.d_model, cfg.d_ff
     linear = {"weight": lambda o, i: (o, i), "bias": lambda o, i: (o,)}
+    kinds = ("weight", "bias") if cfg.bias else ("weight",)  # a user without any bias: the reference has none
     if level == "multi_head_attention":
-        return {f"{p}_proj.{w}": linear[w](D, D) for p in ("q", "k", "v", "out") for w in ("weight", "bias")}
+        return {f"{p}_proj.{w}": linear[w](D, D) for p in ("q", "k", "v", "out") for w in kinds}
     if level == "layer_norm":
         return {"weight": (D,), "bias": (D,)}
     if level == "feed_forward":
-        return {"linear1.weight": (F, D), "linear1.bias": (F,), "linear2.weight": (D, F), "linear2.bias": (D,)}
+        return {f"linear{i}.{w}": linear[w](*((F, D) if i == 1 else (D, F))) for i in (1, 2) for w in kinds}
     if level == "positional_encoding":
         return {"position_embedding.weight": (cfg.max_len, D)} if cfg.positional == "learned" else {}
     if level == "embedding":
@@ -165,7 +177,8 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
         out, cache = nt.scaled_dot_product_attention_forward(f["q"], f["k"], f["v"], keep_mask(p, "src"))
 
         def backward(dout):
-            return dict(zip(("q", "k", "v"), nt.scaled_dot_product_attention_backward(dout, cache))), {}
+            dq, dk, dv = nt.scaled_dot_product_attention_backward(dout, cache)
+            return {"q": dq, "k": dk, "v": dv}, {}
 
     elif level == "multi_head_attention":
         q = f["query"]

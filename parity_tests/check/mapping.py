@@ -79,10 +79,30 @@ ROLE_WORDS = {
     "q": {"q", "query", "queries", "wq", "fc_q", "q_proj", "q_lin", "to_q", "w_q", "linear_q", "q_linear"},
     "k": {"k", "key", "keys", "wk", "fc_k", "k_proj", "k_lin", "to_k", "w_k", "linear_k", "k_linear"},
     "v": {"v", "value", "values", "wv", "fc_v", "v_proj", "v_lin", "to_v", "w_v", "linear_v", "v_linear"},
-    "out": {"o", "out", "wo", "fc_o", "fc", "out_proj", "o_proj", "proj", "c_proj", "to_out", "w_o", "dense", "output",
-            "fc_out", "linear_out", "out_lin", "o_linear", "out_linear", "project", "projection"},
+    "out": {
+        "o",
+        "out",
+        "wo",
+        "fc_o",
+        "fc",
+        "out_proj",
+        "o_proj",
+        "proj",
+        "c_proj",
+        "to_out",
+        "w_o",
+        "dense",
+        "output",
+        "fc_out",
+        "linear_out",
+        "out_lin",
+        "o_linear",
+        "out_linear",
+        "project",
+        "projection",
+    },
     "qkv": {"qkv", "c_attn", "in_proj", "to_qkv", "w_qkv", "qkv_proj", "in_proj_weight"},
-}  # fmt: skip
+}
 POSITION_WORDS = re.compile(r"(^|[_.])(pos|pe|wpe|position|positions|positional|pos_embedding|pos_emb|pos_enc)($|[_.])")
 EMBEDDING_WORDS = re.compile(r"(emb|embed|embedding|wte|tok|token|lut)")
 
@@ -124,8 +144,9 @@ def structure(module: nn.Module) -> Structure:
             continue
         if isinstance(mod, nn.Linear):
             bias = f"{prefix}bias" if mod.bias is not None else None
-            found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path,
-                                      role_of(path)))  # fmt: skip
+            found.pieces.append(
+                Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path, role_of(path))
+            )
             continue
         if isinstance(mod, nn.LayerNorm):
             if mod.weight is not None:
@@ -133,8 +154,16 @@ def structure(module: nn.Module) -> Structure:
                 found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
             continue
         if isinstance(mod, nn.Embedding):
-            found.tables.append(Table(f"{prefix}weight", *mod.weight.shape, mod.weight.requires_grad,
-                                      bool(POSITION_WORDS.search(path.lower())), path, tuple(mod.weight.shape)))  # fmt: skip
+            found.tables.append(
+                Table(
+                    f"{prefix}weight",
+                    *mod.weight.shape,
+                    mod.weight.requires_grad,
+                    bool(POSITION_WORDS.search(path.lower())),
+                    path,
+                    tuple(mod.weight.shape),
+                )
+            )
             continue
         names = list(own)
         used = set()
@@ -143,15 +172,27 @@ def structure(module: nn.Module) -> Structure:
                 continue
             full = f"{prefix}{name}"
             if POSITION_WORDS.search(full.lower()) or EMBEDDING_WORDS.search(full.lower()):
-                found.tables.append(Table(full, *p.shape, p.requires_grad, bool(POSITION_WORDS.search(full.lower())),
-                                          path, tuple(p.shape)))  # fmt: skip
+                found.tables.append(
+                    Table(
+                        full, *p.shape, p.requires_grad, bool(POSITION_WORDS.search(full.lower())), path, tuple(p.shape)
+                    )
+                )
                 continue
             bias = _bias_partner(names, name)
             used.add(name)
             if bias is not None:
                 used.add(bias)
-            found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True, path,
-                                      role_of(full) or role_of(path)))  # fmt: skip
+            found.pieces.append(
+                Piece(
+                    full,
+                    f"{prefix}{bias}" if bias else None,
+                    p.shape[1],
+                    p.shape[0],
+                    True,
+                    path,
+                    role_of(full) or role_of(path),
+                )
+            )
         ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
         scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
         shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
@@ -159,8 +200,7 @@ def structure(module: nn.Module) -> Structure:
             b = next((s for s in shifts if own[s].shape == own[w].shape), None)
             if b is not None:
                 shifts.remove(b)
-            found.norms.append(Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0],
-                                    _eps_of(mod), path))  # fmt: skip
+            found.norms.append(Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path))
         found.orphans += [f"{prefix}{n}" for n in shifts]
         for name, buf in mod.named_buffers(recurse=False):
             if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
@@ -196,11 +236,14 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool)
             text = "fused rows " + ", ".join(n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts)
         elif parts[0][1] is not None:
             text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
-        return text + (", transposed" if transposed else "")
+        if transposed:
+            return "transposed" if text == "as is" else text + ", transposed"
+        return text
 
     def add(p, parts):
-        links.append(Link(p.weight, [(f"{n}.weight", rows) for n, rows in parts], p.transposed,
-                          note(parts, p.transposed)))  # fmt: skip
+        links.append(
+            Link(p.weight, [(f"{n}.weight", rows) for n, rows in parts], p.transposed, note(parts, p.transposed))
+        )
         bias_link(p, parts, None)
 
     names = {r: f"{prefix}.{r}_proj" if prefix else f"{r}_proj" for r in ("q", "k", "v", "out")}
@@ -220,8 +263,9 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool)
         if sorted(roles) != sorted(["q", "k", "v"] * H):
             raise ValueError(
                 f"the {H} heads' pieces of {prefix} cannot be told apart by name (q, k, v): "
-                + ", ".join(p.weight for p in heads) + "; pass mapping= to say which is which"
-            )  # fmt: skip
+                + ", ".join(p.weight for p in heads)
+                + "; pass mapping= to say which is which"
+            )
         count = dict.fromkeys("qkv", 0)
         for p, r in zip(heads, roles, strict=True):
             h = count[r]

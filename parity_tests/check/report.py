@@ -27,6 +27,39 @@ CATALOGUE = {
 }
 
 
+# The config fields the report shows at each level (what that level's reference reads).
+CONFIG_SHOWN = {
+    "scaled_dot_product_attention": (),
+    "multi_head_attention": ("d_model", "n_heads"),
+    "layer_norm": ("d_model", "layer_norm_eps"),
+    "feed_forward": ("d_model", "d_ff", "activation"),
+    "positional_encoding": ("d_model", "positional", "max_len", "sinusoid_layout"),
+    "embedding": ("d_model", "src_vocab_size", "scale_embeddings"),
+    "encoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
+    "decoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
+    "model": (
+        "src_vocab_size",
+        "tgt_vocab_size",
+        "d_model",
+        "n_heads",
+        "d_ff",
+        "n_encoder_layers",
+        "n_decoder_layers",
+        "norm_first",
+        "activation",
+        "positional",
+        "max_len",
+        "scale_embeddings",
+        "tie_embeddings",
+        "share_embeddings",
+        "bias",
+        "output_bias",
+        "layer_norm_eps",
+        "pad_id",
+    ),
+}
+
+
 @dataclass
 class Diagnosis:
     """A known mistake that reproduces the user's output: its catalogue id, a readable message, the user's
@@ -92,9 +125,9 @@ class Result:
             lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
         if self.config is not None:
             c = self.config
-            fields = ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "norm_first")
-            more = ("activation", "positional", "scale_embeddings", "tie_embeddings", "layer_norm_eps", "pad_id")
-            lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields + more))
+            fields = CONFIG_SHOWN.get(self.reference, CONFIG_SHOWN["model"])
+            if fields:
+                lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
         if self.mapping:
             width = max(len(k) for k in self.mapping)
             lines.append("mapping (user parameter -> reference, layout); pass an edited copy back as mapping=:")
@@ -104,7 +137,9 @@ class Result:
             lines.append(f"  {'tensor':<{width}}  dtype    rel. error   bar")
             for r in self.rows:
                 flag = "ok" if r.ok else "FAIL"
-                lines.append(f"  {r.name:<{width}}  {r.dtype:<7}  {r.error:10.2e}  {r.bar:.0e}  {flag} {r.note}".rstrip())
+                lines.append(
+                    f"  {r.name:<{width}}  {r.dtype:<7}  {r.error:10.2e}  {r.bar:.0e}  {flag} {r.note}".rstrip()
+                )
         if self.first_divergence is not None:
             lines.append(f"first divergence: {self.first_divergence}")
         for d in self.diagnoses:

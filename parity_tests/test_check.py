@@ -1,0 +1,284 @@
+"""check.module: users' torch modules judged by the NumPy reference, and their mistakes named.
+
+Every catalogue id is put into a deliberately broken module (parity_tests.user_models) and must be named, at the
+component level and inside a layer or a whole model (where the first divergence must be the broken submodule);
+the same modules written right, in each supported layout and mask convention, and torch.nn's own modules, must
+pass with no diagnosis and no map given.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from parity_tests import check
+from parity_tests import user_models as U
+from parity_tests.check.report import CATALOGUE
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
+
+def ids(result) -> list[str]:
+    return [d.id for d in result.diagnoses]
+
+
+# -- components ---------------------------------------------------------------------------------------------------
+
+ATTENTION_MISTAKES = [
+    "attention.wrong_scale",
+    "attention.no_max_subtraction",
+    "attention.mask_after_softmax",
+    "attention.mask_ignored",
+    "attention.mask_inverted",
+    "attention.padding_on_queries",
+    "attention.heads_without_transpose",
+    "attention.softmax_wrong_axis",
+    "dropout.active_in_eval",
+]
+
+
+@pytest.mark.parametrize("mistake", ATTENTION_MISTAKES)
+def test_multi_head_attention_mistake_is_named(mistake):
+    # An inverted polarity is a convention unless the caller states the convention (mask="bool_keep").
+    mask = "bool_keep" if mistake == "attention.mask_inverted" else None
+    result = check.module(U.Attention(8, 2, mistake=mistake), "multi_head_attention", mask=mask)
+    assert not result.passed
+    assert ids(result)[0] == mistake, str(result)
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        "attention.wrong_scale",
+        "attention.no_max_subtraction",
+        "attention.mask_after_softmax",
+        "attention.mask_ignored",
+        "attention.mask_inverted",
+        "attention.softmax_wrong_axis",
+    ],
+)
+def test_scaled_dot_product_attention_function_mistake_is_named(mistake):
+    def attention(q, k, v, mask=None):
+        return U.attention_function(q, k, v, mask, mistake)
+
+    result = check.module(attention, "scaled_dot_product_attention", mask="int_keep", n_heads=2)
+    assert not result.passed
+    assert ids(result)[0] == mistake, str(result)
+
+
+def test_wrong_scale_names_the_precedence_trap():
+    result = check.module(U.Attention(16, 2, mistake="attention.wrong_scale"), "multi_head_attention")
+    (diagnosis,) = result.diagnoses
+    assert "d_model / 2 = 8" in diagnosis.message and "(d_model ** 1) / 2" in diagnosis.message
+    assert "expected sqrt(d_head) = 2.83" in diagnosis.message
+
+
+@pytest.mark.parametrize("mistake", ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"])
+def test_layer_norm_mistake_is_named(mistake):
+    result = check.module(U.LayerNorm(8, mistake=mistake), "layer_norm")
+    assert not result.passed and ids(result) == [mistake], str(result)
+    assert "eps = 1e-06" in result.diagnoses[0].message  # the user's own eps, read from the module
+
+
+@pytest.mark.parametrize("mistake", ["embedding.missing_scale", "embedding.double_scale"])
+def test_embedding_mistake_is_named(mistake):
+    result = check.module(U.Embedding(11, 8, mistake=mistake), "embedding")
+    assert not result.passed and ids(result) == [mistake], str(result)
+
+
+def test_positions_wrong_frequencies_is_named():
+    result = check.module(U.Positions(8, mistake="positions.wrong_frequencies"), "positional_encoding")
+    assert not result.passed and ids(result) == ["positions.wrong_frequencies"], str(result)
+
+
+@pytest.mark.parametrize(
+    "make, reference",
+    [
+        (lambda: U.Attention(8, 2), "multi_head_attention"),
+        (lambda: U.RawAttention(8, 2), "multi_head_attention"),  # raw (in, out) parameters, no output bias
+        (lambda: U.GPT2Attention(8, 2), "multi_head_attention"),  # fused c_attn, Conv1D (in, out), additive mask
+        (lambda: U.PerHeadAttention(8, 2), "multi_head_attention"),  # one Linear per head and role
+        (lambda: torch.nn.MultiheadAttention(8, 2), "multi_head_attention"),  # sequence-first, fused in_proj
+        (lambda: torch.nn.MultiheadAttention(8, 2, bias=False, batch_first=True), "multi_head_attention"),
+        (lambda: U.LayerNorm(8), "layer_norm"),
+        (lambda: torch.nn.LayerNorm(8), "layer_norm"),
+        (lambda: U.FeedForward(8, 16), "feed_forward"),
+        (lambda: U.Embedding(11, 8), "embedding"),
+        (lambda: U.Positions(8), "positional_encoding"),  # a float32-built sinusoid buffer
+        (lambda: U.attention_function, "scaled_dot_product_attention"),
+    ],
+)
+def test_correct_component_passes_with_no_map(make, reference):
+    result = check.module(make(), reference, n_heads=2)
+    assert result.passed, str(result)
+    assert result.diagnoses == [] and result.first_divergence is None
+    assert {r.dtype for r in result.rows} == {"float64", "float32"}
+
+
+@pytest.mark.parametrize("kind", ["bool_masked", "additive", "bool_keep"])
+@pytest.mark.parametrize("shape", ["(B, T)", "(B, 1, 1, T)"])
+def test_mask_conventions_are_detected(kind, shape):
+    result = check.module(U.ConventionAttention(8, 2, kind, shape), "multi_head_attention")
+    assert result.passed, str(result)
+    assert shape in result.conventions["mask"]
+
+
+def test_map_is_reported_and_can_be_passed_back():
+    result = check.module(U.RawAttention(8, 2), "multi_head_attention", n_heads=2)
+    assert result.mapping["W_q"] == ("q_proj.weight", "transposed")
+    assert "held at zero" in result.mapping["(no parameter: out_proj.bias)"][1]
+    again = check.module(U.RawAttention(8, 2), "multi_head_attention", n_heads=2, mapping=result.mapping)
+    assert again.passed, str(again)
+    fused = check.module(torch.nn.MultiheadAttention(8, 2), "multi_head_attention")
+    assert fused.mapping["in_proj_weight"] == ("{q,k,v}_proj.weight", "fused rows q, k, v")
+    assert check.module(torch.nn.MultiheadAttention(8, 2), "multi_head_attention", mapping=fused.mapping).passed
+
+
+def test_report_prints_every_section():
+    result = check.module(U.Attention(8, 2, mistake="attention.wrong_scale"), "multi_head_attention")
+    text = str(result)
+    for part in ("FAILED", "conventions:", "config:", "mapping", "rel. error", "diagnosis: attention.wrong_scale"):
+        assert part in text
+    json.dumps(result.to_dict())  # the CLI's --json
+
+
+def test_user_module_is_not_modified():
+    module = U.Attention(8, 2)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    check.module(module, "multi_head_attention")
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    assert next(module.parameters()).dtype == torch.float32
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="reference must be one of"):
+        check.module(U.Attention(8, 2), "attention")
+    with pytest.raises(ValueError, match="mask must be one of"):
+        check.module(U.Attention(8, 2), "multi_head_attention", mask="ones")
+    with pytest.raises(TypeError, match="user_module must be a torch.nn.Module"):
+        check.module("model", "transformer")
+    with pytest.raises(ValueError, match="pass n_heads="):
+        check.module(torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(4)]), "multi_head_attention")
+    with pytest.raises(TypeError, match="unknown keyword"):
+        check.module(U.Attention(8, 2), "multi_head_attention", heads=2)
+
+
+def test_catalogue_has_every_design_id():
+    assert len(CATALOGUE) == 18
+    assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
+
+
+# -- layers and torch.nn ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, reference",
+    [
+        (lambda: U.EncoderLayer(8, 2, 16), "encoder_layer"),
+        (lambda: U.DecoderLayer(8, 2, 16), "decoder_layer"),
+        (lambda: torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True), "encoder_layer"),
+        (lambda: torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, "gelu", norm_first=True), "encoder_layer"),
+        (lambda: torch.nn.TransformerDecoderLayer(8, 2, 16, dropout=0.0), "decoder_layer"),
+        (lambda: torch.nn.TransformerDecoderLayer(8, 2, 16, 0.0, batch_first=True, norm_first=True), "decoder_layer"),
+    ],
+)
+def test_correct_layer_passes_with_no_map(make, reference):
+    result = check.module(make(), reference)
+    assert result.passed, str(result)
+
+
+def test_torch_layer_config_is_inferred():
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, 0.0, "gelu", norm_first=True)
+    result = check.module(layer, "encoder_layer")
+    assert result.config.norm_first and result.config.activation == "gelu"
+    assert result.conventions["batch_first"] is False
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    [
+        "attention.mask_ignored",
+        "attention.mask_after_softmax",
+        "attention.padding_on_queries",
+        "attention.heads_without_transpose",
+        "attention.softmax_wrong_axis",
+        "attention.wrong_scale",
+    ],
+)
+def test_encoder_layer_mistake_is_found_in_its_submodule(mistake):
+    result = check.module(U.EncoderLayer(8, 2, 16, mistake=mistake), "encoder_layer")
+    assert not result.passed
+    assert result.first_divergence == "self_attention"
+    assert ids(result) == [mistake], str(result)
+
+
+@pytest.mark.parametrize("mistake", ["attention.no_max_subtraction", "dropout.active_in_eval"])
+def test_probes_find_what_outputs_do_not_show(mistake):
+    result = check.module(U.EncoderLayer(8, 2, 16, mistake=mistake), "encoder_layer")
+    assert not result.passed and ids(result) == [mistake], str(result)
+    assert result.diagnoses[0].where == "self_attention"
+
+
+# -- whole models in three tutorial styles -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, reference, kwargs, conventions",
+    [
+        (U.Seq2Seq, "transformer", {}, {"output": "probs", "batch_first": True}),
+        (U.HeadwiseLM, "transformer_lm", {"n_heads": 2}, {"output": "logits", "batch_first": False}),
+        (U.FusedTransformer, "transformer", {}, {"output": "logits", "batch_first": True}),
+    ],
+)
+def test_tutorial_model_passes(make, reference, kwargs, conventions):
+    result = check.module(make(), reference, **kwargs)
+    assert result.passed, str(result)
+    assert conventions.items() <= result.conventions.items()
+
+
+def test_tutorial_models_config_is_inferred():
+    lm = check.module(U.HeadwiseLM(), "transformer_lm", n_heads=2)
+    c = lm.config
+    assert (c.norm_first, c.positional, c.scale_embeddings, c.n_decoder_layers) == (True, "learned", False, 2)
+    assert lm.mapping["blocks.0.sa.heads.1.query.weight"] == ("decoder.layers.0.self_attn.q_proj.weight", "rows 4:8")
+    fused = check.module(U.FusedTransformer(), "transformer")
+    assert fused.config.activation == "gelu" and not fused.config.norm_first
+    assert "additive" in fused.conventions["mask"]
+
+
+@pytest.mark.parametrize(
+    "make, reference, kwargs, mistake, where",
+    [
+        (U.Seq2Seq, "transformer", {}, "attention.causal_hides_diagonal", "decoder.layers.0.self_attention"),
+        (U.Seq2Seq, "transformer", {}, "attention.causal_shows_next", "decoder.layers.0.self_attention"),
+        (U.Seq2Seq, "transformer", {}, "attention.not_causal", "decoder.layers.0.self_attention"),
+        (U.Seq2Seq, "transformer", {}, "attention.mask_inverted", "encoder.layers.0.self_attention"),
+        (U.Seq2Seq, "transformer", {}, "attention.masks_swapped", "decoder.layers.0.self_attention"),
+        (U.Seq2Seq, "transformer", {"scale_embeddings": True}, "embedding.missing_scale", "encoder.tok_embedding"),
+        (U.Seq2Seq, "transformer", {}, "embedding.double_scale", "encoder.tok_embedding"),
+        (U.HeadwiseLM, "transformer_lm", {"n_heads": 2}, "attention.causal_hides_diagonal", "blocks.0.sa"),
+        (U.HeadwiseLM, "transformer_lm", {"n_heads": 2}, "attention.wrong_scale", "blocks.0.sa"),
+        (U.FusedTransformer, "transformer", {}, "attention.wrong_scale", "encoder.0.attn"),
+        (U.FusedTransformer, "transformer", {}, "layer_norm.unbiased_variance", "encoder.0.norm1"),
+        (U.FusedTransformer, "transformer", {}, "layer_norm.eps_outside_sqrt", "encoder.0.norm1"),
+        (U.FusedTransformer, "transformer", {}, "positions.wrong_frequencies", "src_embed"),
+    ],
+)
+def test_tutorial_model_mistake_is_found_where_it_is(make, reference, kwargs, mistake, where):
+    result = check.module(make(mistake=mistake), reference, **kwargs)
+    assert not result.passed
+    assert result.first_divergence == where, str(result)
+    assert ids(result) == [mistake], str(result)
+
+
+def test_call_adapter():
+    def call(module, src, tgt):
+        return module(src, tgt).log()  # the model's probabilities, as log-probabilities
+
+    result = check.module(U.Seq2Seq(), "transformer", call=call)
+    assert result.passed and result.conventions["output"] == "log_probs", str(result)
