@@ -24,7 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from .config import check_layer_count
-from .hf_families import FAMILIES, Family, family_for_model, family_of, match, writing_plan
+from .hf_families import (
+    FAMILIES,
+    Family,
+    family_for_model,
+    family_of,
+    match,
+    read_layout,
+    write_layout,
+    writing_plan,
+)
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
@@ -72,7 +81,7 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
             problems.append(f"{name}: a scalar, expected a tensor for {rule.ours} {shapes[rule.ours]}")
             continue
         try:
-            array = from_hf_layout(tensors[name], rule, name)
+            array = from_hf_layout(tensors[name], rule, name, config.n_heads)
         except ValueError as error:
             problems.append(str(error))
             continue
@@ -115,7 +124,7 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     family = family_for_model(model)
     out = {}
     for name, rules in writing_plan(family, model.config, model.params).items():
-        out[name] = to_hf_layout([tensors[rule.ours] for rule in rules], rules[0])
+        out[name] = to_hf_layout([tensors[rule.ours] for rule in rules], rules[0], model.config.n_heads)
     if tied:
         for alias, source, field in family.tied:
             if getattr(model.config, field) and source in out and alias not in out:
@@ -123,41 +132,15 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# Layouts: a rule's transforms, reading (theirs -> ours) and writing (ours -> theirs).
+def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int) -> np.ndarray:
+    """Theirs -> ours (hf_families.read_layout). Views where the layout allows, no copy."""
+    return read_layout(array, rule, name, n_heads)
 
 
-def from_hf_layout(array: np.ndarray, rule, name: str) -> np.ndarray:
-    """Theirs -> ours: drop `offset` rows, squeeze the leading axis (`row`), transpose (`conv1d`), take
-    slice `part` of the first axis. Views, no copy."""
-    if rule.offset:
-        array = array[rule.offset :]
-    if rule.row:
-        if array.ndim < 2 or array.shape[0] != 1:
-            raise ValueError(f"{name}: expected a leading axis of size 1, got shape {array.shape}")
-        array = array[0]
-    if rule.conv1d:
-        array = array.T
-    if rule.part:
-        k, n = rule.part
-        if array.shape[0] % n:
-            raise ValueError(f"{name}: a fused tensor of {n} parts, but its shape {array.shape} does not split in {n}")
-        size = array.shape[0] // n
-        array = array[k * size : (k + 1) * size]
-    return array
-
-
-def to_hf_layout(arrays: list, rule) -> np.ndarray:
-    """Ours -> theirs, the inverse of from_hf_layout: join the parts, transpose, add the leading axis,
-    put `offset` rows of zeros in front (positions the model never reads)."""
-    array = np.concatenate(arrays, axis=0) if rule.part else arrays[0]
-    if rule.conv1d:
-        array = array.T
-    if rule.row:
-        array = array[None]
-    if rule.offset:
-        array = np.concatenate([np.zeros((rule.offset, *array.shape[1:]), dtype=array.dtype), array])
-    return np.ascontiguousarray(array)
+def to_hf_layout(arrays: list, rule, n_heads: int) -> np.ndarray:
+    """Ours -> theirs (hf_families.write_layout), contiguous."""
+    zeros = lambda shape, like: np.zeros(shape, dtype=like.dtype)  # noqa: E731
+    return np.ascontiguousarray(write_layout(arrays, rule, n_heads, lambda a, axis: np.concatenate(a, axis), zeros))
 
 
 # ----------------------------------------------------------------------------------------------

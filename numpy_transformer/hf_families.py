@@ -13,7 +13,9 @@ layer index. Names of the base model (everything but the heads) are written with
 head class adds ("transformer.", "model."): a family lists the prefixes its checkpoints may carry.
 
 Reading a tensor: theirs -> drop `offset` leading rows -> squeeze a leading axis of 1 (`row`) ->
-transpose (`conv1d`) -> take slice `part` of the first axis. Writing undoes it in reverse.
+transpose (`conv1d`) -> take slice `part` of the first axis (or, `per_head`, of each head's rows). Writing
+undoes it in reverse. `read_layout` and `write_layout` below do it for NumPy arrays and torch tensors alike: the
+one interpreter of these tables, used by both sides.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class Rule:
     row: bool = False  # theirs has an extra leading axis of size 1 (Marian's and BART's final_logits_bias)
     head: bool = False  # `theirs` is a name of the head class itself (lm_head.weight), not of the base model
     when: tuple[str, bool] | None = None  # (config field, value): the rule applies only when the field has it
+    # with `part`: the parts interleave head by head (BLOOM's query_key_value: the first axis is (H, n, Dh), head
+    # h's q, k, v rows side by side), instead of n consecutive blocks (GPT-2's c_attn)
+    per_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,56 @@ def expand(rules: tuple[Rule, ...], config: TransformerConfig) -> list[Rule]:
         for i in range(n):
             out.append(replace(rule, ours=rule.ours.format(i=i), theirs=rule.theirs.format(i=i)))
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The rule interpreter, for NumPy arrays and torch tensors alike (slicing, .T, reshape, and the `concat` and
+# `zeros` each side passes in).
+
+
+def read_layout(array, rule: Rule, name: str, n_heads: int):
+    """Theirs -> ours: drop `offset` rows, squeeze the leading axis (`row`), transpose (`conv1d`), take part k of n
+    of the first axis (n consecutive blocks, or `per_head`: within each of the n_heads heads' rows)."""
+    if rule.offset:
+        array = array[rule.offset :]
+    if rule.row:
+        if array.ndim < 2 or array.shape[0] != 1:
+            raise ValueError(f"{name}: expected a leading axis of size 1, got shape {tuple(array.shape)}")
+        array = array[0]
+    if rule.conv1d:
+        array = array.T
+    if rule.part:
+        k, n = rule.part
+        groups = n_heads * n if rule.per_head else n
+        if array.shape[0] % groups:
+            raise ValueError(f"{name}: a fused tensor of {n} parts, but its shape {tuple(array.shape)} does not split")
+        rest = tuple(array.shape[1:])
+        if rule.per_head:  # (H * n * Dh, ...) -> (H, n, Dh, ...) -> part k of every head -> (H * Dh, ...)
+            array = array.reshape(n_heads, n, -1, *rest)[:, k].reshape(-1, *rest)
+        else:
+            size = array.shape[0] // n
+            array = array[k * size : (k + 1) * size]
+    return array
+
+
+def write_layout(arrays: list, rule: Rule, n_heads: int, concat: Callable, zeros: Callable):
+    """Ours -> theirs, the inverse of read_layout: join the parts (head by head when `per_head`), transpose, add
+    the leading axis, put `offset` rows of zeros in front (positions the model never reads).
+    concat(arrays, axis) and zeros(shape, like) are the side's own (np.concatenate, torch.cat)."""
+    array = arrays[0]
+    if rule.part:
+        rest = tuple(array.shape[1:])
+        if rule.per_head:  # each (H * Dh, ...) -> (H, 1, Dh, ...), joined on the parts' axis -> (H * n * Dh, ...)
+            array = concat([a.reshape(n_heads, 1, -1, *rest) for a in arrays], 1).reshape(-1, *rest)
+        else:
+            array = concat(arrays, 0)
+    if rule.conv1d:
+        array = array.T
+    if rule.row:
+        array = array[None]
+    if rule.offset:
+        array = concat([zeros((rule.offset, *array.shape[1:]), array), array], 0)
+    return array
 
 
 def is_skipped(family: Family, name: str) -> bool:
@@ -521,6 +576,107 @@ QWEN2 = replace(LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from
 
 
 # ----------------------------------------------------------------------------------------------
+# BLOOM (BloomForCausalLM): pre-norm LayerNorm decoder with ALiBi instead of a position table, a LayerNorm
+# after the token embeddings, tanh GELU in a 4D MLP, biases everywhere, a fused query_key_value interleaved head
+# by head, and an output projection tied to the embeddings.
+
+BLOOM_DROPOUT = {"hidden_dropout": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}
+
+
+def bloom_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    for key, ok in (("apply_residual_connection_post_layernorm", False), ("pretraining_tp", 1)):
+        if c.get(key, ok) != ok:
+            raise ValueError(f"config.json: {key}={c[key]!r} is not supported (only {ok!r})")
+    V, D = c["vocab_size"], c.get("hidden_size", c.get("n_embed", 64))
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=D,
+        n_heads=c["n_head"],
+        d_ff=4 * D,
+        n_encoder_layers=0,
+        n_decoder_layers=c["n_layer"],
+        **dropout_from_hf(c, BLOOM_DROPOUT, dropout),
+        activation="gelu_tanh",
+        norm_first=True,
+        positional="alibi",
+        max_len=c.get("seq_length") or 2048,  # ALiBi has no table: the longest sequence decoding may run
+        layer_norm_eps=c.get("layer_norm_epsilon", 1e-5),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=token_id(c, "eos_token_id", V),
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        scale_embeddings=False,
+        output_bias=False,
+        embedding_norm=True,
+    )
+
+
+def bloom_to_hf(config: TransformerConfig) -> dict:
+    require(
+        config, "bloom", norm="layer", norm_first=True, positional="alibi", activation="gelu_tanh", gated_ffn=False,
+        scale_embeddings=False, embedding_norm=True, bias=True, output_bias=False, has_qkv_bias=True,
+        sliding_window=None, n_kv_heads=None, d_ff=4 * config.d_model,
+    )  # fmt: skip
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "hidden_size": config.d_model,
+        "n_head": config.n_heads,
+        "n_layer": config.n_decoder_layers,
+        **dropout_to_hf(config, "bloom", BLOOM_DROPOUT),
+        "layer_norm_epsilon": config.layer_norm_eps,
+        "seq_length": config.max_len,
+        "apply_residual_connection_post_layernorm": False,
+        "pretraining_tp": 1,
+        "tie_word_embeddings": config.tie_embeddings,
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+    }
+
+
+BLOOM = Family(
+    model_type="bloom",
+    model_class="TransformerLM",
+    architecture="BloomForCausalLM",
+    prefixes=("transformer.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "word_embeddings.weight"),
+        Rule("decoder.embedding_norm.weight", "word_embeddings_layernorm.weight"),
+        Rule("decoder.embedding_norm.bias", "word_embeddings_layernorm.bias"),
+        *(
+            Rule(
+                f"decoder.layers.{{i}}.self_attn.{p}_proj.{w}",
+                f"h.{{i}}.self_attention.query_key_value.{w}",
+                part=(k, 3),
+                per_head=True,
+            )
+            for k, p in enumerate("qkv")
+            for w in ("weight", "bias")
+        ),
+        *(
+            Rule(f"decoder.layers.{{i}}.{ours}.{w}", f"h.{{i}}.{theirs}.{w}")
+            for ours, theirs in (
+                ("self_attn_norm", "input_layernorm"),
+                ("self_attn.out_proj", "self_attention.dense"),
+                ("ffn_norm", "post_attention_layernorm"),
+                ("ffn.linear1", "mlp.dense_h_to_4h"),
+                ("ffn.linear2", "mlp.dense_4h_to_h"),
+            )
+            for w in ("weight", "bias")
+        ),
+        Rule("decoder.final_norm.weight", "ln_f.weight"),
+        Rule("decoder.final_norm.bias", "ln_f.bias"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(r"lm_head\.weight",),  # when tied: a copy of word_embeddings.weight
+    from_hf=bloom_from_hf,
+    to_hf=bloom_to_hf,
+    tied=(("lm_head.weight", "transformer.word_embeddings.weight", "tie_embeddings"),),
+)
+
+
+# ----------------------------------------------------------------------------------------------
 # The paper's encoder-decoder: Marian (MarianMTModel, opus-mt) and BART (BartForConditionalGeneration).
 # Both post-norm, one token table shared by encoder, decoder and output projection, and a
 # final_logits_bias as the output bias. Marian: the split-layout sinusoids (computed, not stored).
@@ -684,7 +840,7 @@ BART = Family(
 )
 
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, MARIAN, BART)}
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART)}
 
 
 def family_of(model_type) -> Family:

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import tempfile
 
 import numpy as np
 import torch
 import transformers
 import transformers.utils.logging
+from transformers.models.bloom import modeling_bloom
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
@@ -48,13 +50,14 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2")
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom")
 CLASSES = {
     "bert": transformers.BertModel,
     "gpt2": transformers.GPT2LMHeadModel,
     "llama": transformers.LlamaForCausalLM,
     "mistral": transformers.MistralForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
+    "bloom": transformers.BloomForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -62,6 +65,7 @@ CONFIGS = {
     "llama": transformers.LlamaConfig,
     "mistral": transformers.MistralConfig,
     "qwen2": transformers.Qwen2Config,
+    "bloom": transformers.BloomConfig,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
@@ -117,6 +121,8 @@ TINY = {
 # third; Qwen2: biases on q, k, v (drawn off zero by build_tiny) and none on o_proj or the MLP.
 TINY["mistral"] = {**TINY["llama"], "sliding_window": 3}
 TINY["qwen2"] = {**TINY["llama"], "use_sliding_window": False}
+# BLOOM: 4 heads (their ALiBi slopes 2^-2 .. 2^-8 are exact in the float32 transformers builds them in)
+TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -135,6 +141,8 @@ VARIANTS = {
         {"sliding_window": 5, "num_key_value_heads": 1, "tie_word_embeddings": True},
     ),
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
+    "bloom ALiBi 4 heads tied": ("bloom", {}),
+    "bloom ALiBi 8 heads untied": ("bloom", {"n_head": 8, "hidden_size": 32, "tie_word_embeddings": False}),
 }
 
 
@@ -233,10 +241,60 @@ def llama_in_float64(family: str = "llama"):
         norm.forward, rotary.forward, m.eager_attention_forward = saved
 
 
+class _FunctionalSoftmaxInInputDtype:
+    """torch.nn.functional, but softmax computes in its input's dtype (BLOOM asks for float32)."""
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+    @staticmethod
+    def softmax(input, dim=-1, dtype=None):
+        return torch.nn.functional.softmax(input, dim=dim)
+
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def bloom_gelu_forward_exact(x):
+    """modeling_bloom.bloom_gelu_forward with sqrt(2/pi) in full (BLOOM's code has 0.79788456, 8e-10 off)."""
+    return x * 0.5 * (1.0 + torch.tanh(SQRT_2_OVER_PI * x * (1 + 0.044715 * x * x)))
+
+
+def bloom_gelu_back_exact(g, x):
+    """modeling_bloom.bloom_gelu_back with the same constant in full (and 3 * 0.044715 * sqrt(2/pi) for its
+    0.1070322243)."""
+    x = x[0]
+    tanh_out = torch.tanh(SQRT_2_OVER_PI * x * (1 + 0.044715 * x * x))
+    slope = 0.5 * x * ((1 - tanh_out * tanh_out) * (SQRT_2_OVER_PI + 3 * 0.044715 * SQRT_2_OVER_PI * x * x))
+    return (slope + 0.5 * (1 + tanh_out)) * g
+
+
+@contextlib.contextmanager
+def bloom_in_float64():
+    """Within the block, transformers' BLOOM computes its attention softmax in float64 (it asks for float32) and
+    its tanh GELU with sqrt(2/pi) in full (a constant rounded to 8 digits would cost 1e-9 in float64). Its ALiBi
+    slopes, built in float32, are exact for the 4 and 8 heads the tests use (powers of two)."""
+    m = modeling_bloom
+    saved = m.F, m.bloom_gelu_forward, m.bloom_gelu_back
+    m.F, m.bloom_gelu_forward, m.bloom_gelu_back = (
+        _FunctionalSoftmaxInInputDtype(),
+        bloom_gelu_forward_exact,
+        bloom_gelu_back_exact,
+    )
+    try:
+        yield
+    finally:
+        m.F, m.bloom_gelu_forward, m.bloom_gelu_back = saved
+
+
 def patch_for(family: str, dtype, llama_float64: bool = True):
-    """The float64 patch where it applies (a float64 Llama-like model), else nothing."""
-    if family in LLAMA_LIKE and np.dtype(dtype) == np.float64 and llama_float64:
+    """The float64 patch where it applies (a float64 Llama-like model, or BLOOM), else nothing."""
+    if np.dtype(dtype) != np.float64:
+        return contextlib.nullcontext()
+    if family in LLAMA_LIKE and llama_float64:
         return llama_in_float64(family)
+    if family == "bloom":
+        return bloom_in_float64()
     return contextlib.nullcontext()
 
 
@@ -504,6 +562,11 @@ NATIVE = {
 }  # fmt: skip
 NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)
 NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
+NATIVE["bloom"] = TransformerConfig(
+    src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, d_ff=64, n_encoder_layers=0, n_decoder_layers=2,
+    activation="gelu_tanh", norm_first=True, positional="alibi", max_len=16, pad_id=None, tie_embeddings=True,
+    scale_embeddings=False, output_bias=False, embedding_norm=True,
+)  # fmt: skip
 
 
 def native_model(family: str, side: str, seed: int = 0):

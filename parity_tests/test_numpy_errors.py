@@ -16,6 +16,7 @@ from numpy_transformer import (
     TransformerConfig,
     TransformerLM,
     cross_entropy_forward,
+    multi_head_attention_backward,
     multi_head_attention_forward,
 )
 from numpy_transformer import layers as L
@@ -632,14 +633,23 @@ def test_gqa_bias_of_another_width(rng):
         multi_head_attention_forward(params, x, x, x, 2, n_kv_heads=1)
 
 
-@pytest.mark.parametrize("missing", ["q_proj.bias", "v_proj.bias", "out_proj.bias"])
+@pytest.mark.parametrize("missing", ["q_proj.bias", "v_proj.bias", ("k_proj.bias", "out_proj.bias")])
 def test_mha_only_some_biases(mha_params, rng, missing):
-    del mha_params[missing]
+    missing = [missing] if isinstance(missing, str) else list(missing)
+    for name in missing:
+        del mha_params[name]
     x = rng.standard_normal((2, 3, 8))
-    with pytest.raises(
-        ValueError, match=rf"params has the biases .* but not \['{missing}'\].*all four biases, or none"
-    ):
+    with pytest.raises(ValueError, match=r"params has the biases .* but not \[.*\].*all four biases, none"):
         multi_head_attention_forward(mha_params, x, x, x, 2)
+
+
+def test_mha_biases_on_q_k_v_only_are_qwen2s(mha_params, rng):
+    """q, k and v biases without out_proj's: Qwen2's attention, accepted, with no out_proj.bias gradient."""
+    del mha_params["out_proj.bias"]
+    x = rng.standard_normal((2, 3, 8))
+    out, cache = multi_head_attention_forward(mha_params, x, x, x, 2)
+    *_, grads = multi_head_attention_backward(rng.standard_normal(out.shape), cache)
+    assert sorted(grads) == sorted(mha_params)
 
 
 def test_mha_one_bias_only(rng):

@@ -19,7 +19,15 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from numpy_transformer.hf_families import FAMILIES, family_for_model, family_of, match, writing_plan
+from numpy_transformer.hf_families import (
+    FAMILIES,
+    family_for_model,
+    family_of,
+    match,
+    read_layout,
+    write_layout,
+    writing_plan,
+)
 
 from .model import EncoderModel, Transformer, TransformerLM
 
@@ -37,7 +45,8 @@ def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | s
     model = CLASSES[family.model_class](config).to(device=device, dtype=dtype)
     names = dict(model.state_dict())
     state = {
-        rule.ours: _from_hf_layout(tensors[name], rule, name) for rule, name in match(family, config, tensors, names)
+        rule.ours: _from_hf_layout(tensors[name], rule, name, config.n_heads)
+        for rule, name in match(family, config, tensors, names)
     }
     model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
     model.hf_model_type, model.hf_config = family.model_type, hf_config
@@ -63,7 +72,7 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     family = family_for_model(model)
     out = {}
     for name, rules in writing_plan(family, model.config, tensors).items():
-        out[name] = _to_hf_layout([tensors[rule.ours] for rule in rules], rule=rules[0])
+        out[name] = _to_hf_layout([tensors[rule.ours] for rule in rules], rules[0], model.config.n_heads)
     if tied:
         for alias, source, field in family.tied:
             if getattr(model.config, field) and source in out and alias not in out:
@@ -71,33 +80,15 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     return out
 
 
-def _from_hf_layout(t: Tensor, rule, name: str) -> Tensor:
-    """Theirs -> ours (see hf_families): offset rows, leading axis, transpose, slice of a fused tensor."""
-    if rule.offset:
-        t = t[rule.offset :]
-    if rule.row:
-        if t.dim() < 2 or t.shape[0] != 1:
-            raise ValueError(f"{name}: expected a leading axis of size 1, got shape {tuple(t.shape)}")
-        t = t[0]
-    if rule.conv1d:
-        t = t.T
-    if rule.part:
-        k, n = rule.part
-        if t.shape[0] % n:
-            raise ValueError(f"{name}: a fused tensor of {n} parts, but its shape {tuple(t.shape)} does not split")
-        t = t.chunk(n, dim=0)[k]
-    return t
+def _from_hf_layout(t: Tensor, rule, name: str, n_heads: int) -> Tensor:
+    """Theirs -> ours (hf_families.read_layout, the interpreter both sides share)."""
+    return read_layout(t, rule, name, n_heads)
 
 
-def _to_hf_layout(ts: list[Tensor], rule) -> Tensor:
-    t = torch.cat(ts, dim=0) if rule.part else ts[0]
-    if rule.conv1d:
-        t = t.T
-    if rule.row:
-        t = t[None]
-    if rule.offset:
-        t = torch.cat([t.new_zeros(rule.offset, *t.shape[1:]), t])
-    return t.contiguous()
+def _to_hf_layout(ts: list[Tensor], rule, n_heads: int) -> Tensor:
+    """Ours -> theirs (hf_families.write_layout), contiguous."""
+    zeros = lambda shape, like: like.new_zeros(shape)  # noqa: E731
+    return write_layout(ts, rule, n_heads, lambda parts, axis: torch.cat(parts, dim=axis), zeros).contiguous()
 
 
 def _read_config(directory: Path) -> dict:
