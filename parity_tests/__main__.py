@@ -1,9 +1,138 @@
-"""python -m parity_tests: the parity report (see parity_tests/report.py)."""
+"""python -m parity_tests / transformer-parity: the parity report (see parity_tests/report.py), and three subcommands.
 
+    transformer-parity [report options]                     the parity report, as always
+    transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--mapping FILE.json] [--json PATH]
+    transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
+    transformer-parity grade DIR [--json]                   grade a filled workbook (exit 1 when any fails)
+
+`check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
+module name or a path to a .py file, ATTR a module instance in it or a zero-argument factory (a class, a function).
+Exit status 0 when it passes, 1 when it does not, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
 import sys
+from pathlib import Path
+
+SUBCOMMANDS = ("check", "exercises", "grade")
+
+
+def load_target(spec: str):
+    """MODULE:ATTR -> the object: ATTR from the module (imported by name, or from a .py path), called when it is a
+    zero-argument factory rather than a torch module instance."""
+    from torch import nn
+
+    if ":" not in spec:
+        raise ValueError(f"expected MODULE:ATTR (as mypkg.models:MyModel or path/to/file.py:model), got {spec!r}")
+    name, attr = spec.rsplit(":", 1)
+    if name.endswith(".py") or "/" in name:
+        path = Path(name)
+        if not path.is_file():
+            raise ValueError(f"no such file: {name}")
+        loader = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.path.insert(0, str(path.parent.resolve()))
+        try:
+            loader.loader.exec_module(module)
+        finally:
+            sys.path.pop(0)
+    else:
+        module = importlib.import_module(name)
+    if not hasattr(module, attr):
+        raise ValueError(f"{name} has no attribute {attr!r}")
+    target = getattr(module, attr)
+    return target if isinstance(target, nn.Module) else target()
+
+
+def check_main(argv) -> int:
+    from parity_tests import check
+    from parity_tests.check.levels import REFERENCES
+
+    parser = argparse.ArgumentParser(
+        prog="transformer-parity check",
+        description="Judge your own torch module against the NumPy reference, and name the mistake when it has a name.",
+    )
+    parser.add_argument("target", help="MODULE:ATTR, a module instance or a zero-argument factory")
+    parser.add_argument("reference", choices=REFERENCES)
+    parser.add_argument("--n-heads", type=int, default=None)
+    parser.add_argument("--pad-id", type=int, default=None)
+    parser.add_argument("--mapping", default=None, help="a JSON file: {user name: [reference name, layout note]}")
+    parser.add_argument("--json", default=None, help="write the result as JSON to this path ('-': stdout)")
+    args = parser.parse_args(argv)
+    try:
+        target = load_target(args.target)
+        mapping = json.loads(Path(args.mapping).read_text()) if args.mapping else None
+    except (ValueError, ImportError, OSError) as exc:
+        print(f"transformer-parity check: {exc}", file=sys.stderr)
+        return 2
+    fields = {k: v for k, v in (("n_heads", args.n_heads), ("pad_id", args.pad_id)) if v is not None}
+    result = check.module(target, args.reference, mapping=mapping, **fields)
+    if args.json == "-":
+        json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(result)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    return 0 if result.passed else 1
+
+
+def exercises_main(argv) -> int:
+    from parity_tests.exercises import EXERCISES, write_workbook
+
+    parser = argparse.ArgumentParser(
+        prog="transformer-parity exercises",
+        description="Write a workbook of backward passes to derive: one file per exercise, each with its notebook.",
+    )
+    parser.add_argument("directory")
+    parser.add_argument("--only", default=None, help=f"comma-separated names among: {', '.join(EXERCISES)}")
+    args = parser.parse_args(argv)
+    only = [n.strip() for n in args.only.split(",")] if args.only else None
+    try:
+        written = write_workbook(args.directory, only)
+    except ValueError as exc:
+        print(f"transformer-parity exercises: {exc}", file=sys.stderr)
+        return 2
+    root = Path(args.directory)
+    print(f"wrote {len(written)} files to {root}: " + ", ".join(str(p.relative_to(root)) for p in written))
+    print(f"grade them with: transformer-parity grade {args.directory}")
+    return 0
+
+
+def grade_main(argv) -> int:
+    from parity_tests.exercises import grade
+
+    parser = argparse.ArgumentParser(
+        prog="transformer-parity grade",
+        description="Grade a workbook's backward passes against the NumPy reference; exit 1 when any fails.",
+    )
+    parser.add_argument("directory")
+    parser.add_argument("--json", action="store_true", help="print the scorecard as JSON")
+    args = parser.parse_args(argv)
+    try:
+        card = grade(args.directory)
+    except ValueError as exc:
+        print(f"transformer-parity grade: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(card, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        for name, entry in card["exercises"].items():
+            print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {entry['summary']}")
+        print(f"{card['passed_count']} of {len(card['exercises'])} passed")
+    return 0 if card["passed"] else 1
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return {"check": check_main, "exercises": exercises_main, "grade": grade_main}[argv[0]](argv[1:])
     from parity_tests.report import main as report_main
 
     return report_main(argv)

@@ -9,6 +9,7 @@ See DESIGN.md, "Checking a user's implementation", for the contract, and report.
 """
 
 from .judge import module
+from .pairs import PAIRS, pair
 from .report import CATALOGUE, Diagnosis, Result
 
-__all__ = ["module", "CATALOGUE", "Diagnosis", "Result"]
+__all__ = ["module", "pair", "PAIRS", "CATALOGUE", "Diagnosis", "Result"]

@@ -1,0 +1,411 @@
+"""check.pair: a user's NumPy forward/backward pair against the reference pair and central finite differences.
+
+The user's pair follows the reference's protocol (DESIGN.md): `out, cache = forward(**args)`, and
+`backward(dout, cache)` returns the gradients of the inputs named below, in the forward's order (a single array
+when there is one; a composite's params dict gets a grads dict). cross_entropy's backward is
+`backward(cache, dloss)`, as the reference's. Each pair is run on several cases (shapes, padding, a fully masked
+row, T_q != T_k, large scores) in float64 and float32; each output and gradient is compared with the reference's,
+and the user's backward with central differences of the user's own forward (so a wrong gradient of a right forward
+and a right gradient of a wrong forward are told apart).
+
+Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F d_ff, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from numpy_transformer import TransformerConfig, gradcheck
+from numpy_transformer import attention as A
+from numpy_transformer import layers as L
+from numpy_transformer import loss as LS
+from numpy_transformer import model as M
+from parity_tests.components import BAR, FD_BAR, relative_errors
+
+from . import variants as VR
+from .report import Diagnosis, Result, Row
+
+B, H, D, F, V = 2, 2, 8, 12, 11
+LARGE = 1e3  # "large scores": exp overflows without the max subtraction (float64 at 709, float32 at 88)
+
+
+@dataclass
+class Pair:
+    """One reference pair: its functions, the inputs differentiated, and its cases (name -> fn(rng) -> args)."""
+
+    forward: object
+    backward: object
+    wrt: list
+    cases: dict
+    call_backward: object = None  # how a backward is called: (backward, dout, cache) -> grads
+    variants: object = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
+    notes: dict = field(default_factory=dict)
+
+
+def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
+    """(B, 1, T_q, T_k) True = may attend: the second sequence's last `pad` keys padded; optionally causal, and
+    optionally a fully masked query row (the first sequence's row 0)."""
+    keep = np.ones((B, 1, T_q, T_k), dtype=bool)
+    if causal:
+        keep &= np.tril(np.ones((T_q, T_k), dtype=bool))
+    keep[1, :, :, T_k - pad :] = False
+    keep[1, :, :, 0] = True
+    if full_row:
+        keep[0, :, 0, :] = False
+    return keep
+
+
+def _softmax_variants(args):
+    x, mask = args["x"], args.get("mask")
+    return [("attention.softmax_wrong_axis", "softmax over axis -2 instead of the last", VR.softmax(x, mask, -2))]
+
+
+def _layer_norm_variants(args):
+    out = []
+    for vid, knobs in VR.LAYER_NORM_VARIANTS.items():
+        value = VR.layer_norm(args["x"], args["weight"], args["bias"], args["eps"], **knobs)
+        out.append((vid, f"{vid.split('.')[1].replace('_', ' ')} (eps = {args['eps']:g})", value))
+    return out
+
+
+def _attention_variants(args):
+    from .diagnose import attention_variants
+
+    q, k, v, keep = args["q"], args["k"], args["v"], args.get("mask")
+    out = []
+    for vid, message, knobs in attention_variants(q.shape[-1] * H, q.shape[-1], keep, self_attention=False):
+        knobs = dict(knobs)
+        if "transpose" in knobs:
+            continue  # heads are already split in this pair
+        out.append((vid, message, VR.attention_heads(q, k, v, knobs.pop("keep", keep), **knobs)))
+    return out
+
+
+def _mha_variants(args):
+    from .diagnose import attention_variants
+
+    p, q, k, v, keep = args["params"], args["query"], args["key"], args["value"], args.get("attn_mask")
+    H_ = args["n_heads"]
+    out = []
+    for vid, message, knobs in attention_variants(q.shape[-1], q.shape[-1] // H_, keep, self_attention=False):
+        knobs = dict(knobs)
+        kk, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
+        heads = [VR.split(VR.linear(x, p, f"{n}_proj"), H_, transpose) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+        context = VR.merge(VR.attention_heads(*heads, kk, **knobs), transpose)
+        out.append((vid, message, VR.linear(context, p, "out_proj")))
+    return out
+
+
+def _linear_params(rng, prefix_dims: dict) -> dict:
+    params = {}
+    for name, (o, i) in prefix_dims.items():
+        params[f"{name}.weight"] = rng.standard_normal((o, i)) / math.sqrt(i)
+        params[f"{name}.bias"] = 0.3 * rng.standard_normal(o)
+    return params
+
+
+def _layer_params(rng) -> dict:
+    params = _linear_params(rng, {f"self_attn.{p}_proj": (D, D) for p in ("q", "k", "v", "out")})
+    params |= _linear_params(rng, {"ffn.linear1": (F, D), "ffn.linear2": (D, F)})
+    for norm in ("self_attn_norm", "ffn_norm"):
+        params[f"{norm}.weight"] = 1 + 0.2 * rng.standard_normal(D)
+        params[f"{norm}.bias"] = 0.2 * rng.standard_normal(D)
+    return params
+
+
+def _n(rng, *shape):
+    return rng.standard_normal(shape)
+
+
+PAIRS = {
+    "softmax": Pair(
+        L.softmax_forward,
+        L.softmax_backward,
+        ["x"],
+        {
+            "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
+            "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
+            "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
+            "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
+        },
+        variants=_softmax_variants,
+    ),
+    "linear": Pair(
+        L.linear_forward,
+        L.linear_backward,
+        ["x", "weight", "bias"],
+        {
+            "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
+            "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
+        },
+    ),
+    "layer_norm": Pair(
+        L.layer_norm_forward,
+        L.layer_norm_backward,
+        ["x", "weight", "bias"],
+        {
+            "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
+            "offset and scaled rows": lambda r: dict(
+                x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
+            ),
+        },
+        variants=_layer_norm_variants,
+    ),
+    "embedding": Pair(
+        L.embedding_forward,
+        L.embedding_backward,
+        ["weight"],
+        {
+            "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
+            "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
+        },
+    ),
+    "scaled_dot_product_attention": Pair(
+        A.scaled_dot_product_attention_forward,
+        A.scaled_dot_product_attention_backward,
+        ["q", "k", "v"],
+        {
+            "padding, T_q = T_k": lambda r: dict(
+                q=_n(r, B, H, 5, 4), k=_n(r, B, H, 5, 4), v=_n(r, B, H, 5, 4), mask=_mask(5, 5, pad=2)
+            ),
+            "T_q != T_k, causal": lambda r: dict(
+                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 6, 4), v=_n(r, B, H, 6, 4), mask=_mask(4, 6, causal=True)
+            ),
+            "a fully masked row": lambda r: dict(
+                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)
+            ),
+            "large scores": lambda r: dict(q=30 * _n(r, B, H, 4, 4), k=30 * _n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4)),
+        },
+        variants=_attention_variants,
+    ),
+    "multi_head_attention": Pair(
+        A.multi_head_attention_forward,
+        A.multi_head_attention_backward,
+        ["query", "key", "value", "params"],
+        {
+            "cross-attention, T_q != T_k, padding": lambda r: dict(
+                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
+                query=_n(r, B, 4, D),
+                key=_n(r, B, 6, D),
+                value=_n(r, B, 6, D),
+                n_heads=H,
+                attn_mask=_mask(4, 6, pad=2),
+            ),
+            "a fully masked row": lambda r: dict(
+                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
+                query=_n(r, B, 5, D),
+                key=_n(r, B, 5, D),
+                value=_n(r, B, 5, D),
+                n_heads=H,
+                attn_mask=_mask(5, 5, full_row=True, causal=True),
+            ),
+        },
+        variants=_mha_variants,
+    ),
+    "feed_forward": Pair(
+        L.feed_forward_forward,
+        L.feed_forward_backward,
+        ["x", "params"],
+        {
+            f"{act}": (
+                lambda r, act=act: dict(
+                    params=_linear_params(r, {"linear1": (F, D), "linear2": (D, F)}), x=_n(r, B, 5, D), activation=act
+                )
+            )
+            for act in ("relu", "gelu")
+        },
+    ),
+    "cross_entropy": Pair(
+        LS.cross_entropy_forward,
+        LS.cross_entropy_backward,
+        ["logits"],
+        {
+            "ignored targets": lambda r: dict(logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100),
+            "label smoothing": lambda r: dict(
+                logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100, label_smoothing=0.1
+            ),
+        },
+        call_backward=lambda backward, dout, cache: backward(cache, dout),
+    ),
+    "encoder_layer": Pair(
+        M.encoder_layer_forward,
+        M.encoder_layer_backward,
+        ["x", "params"],
+        {
+            "post-norm, padding": lambda r: dict(
+                params=_layer_params(r),
+                x=_n(r, B, 5, D),
+                mask=_mask(1, 5, pad=2)[:, :, :1],
+                config=_layer_config(False),
+            ),
+            "pre-norm, gelu": lambda r: dict(
+                params=_layer_params(r),
+                x=_n(r, B, 6, D),
+                mask=_mask(1, 6, pad=1)[:, :, :1],
+                config=_layer_config(True, "gelu"),
+            ),
+        },
+    ),
+}
+
+
+def _targets(rng):
+    targets = rng.integers(0, V, size=(B, 5))
+    targets[1, -2:] = -100
+    return targets
+
+
+def _layer_config(norm_first, activation="relu"):
+    return TransformerConfig(d_model=D, n_heads=H, d_ff=F, norm_first=norm_first, activation=activation)
+
+
+def _flat(name, value, out):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out[f"{name}.{k}"] = v
+    else:
+        out[name] = value
+
+
+def _cast(args, dtype):
+    def one(v):
+        if isinstance(v, dict):
+            return {k: one(x) for k, x in v.items()}
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            return v.astype(dtype)
+        return v
+
+    return {k: one(v) for k, v in args.items()}
+
+
+def _copy(args):
+    return {k: ({a: b.copy() for a, b in v.items()} if isinstance(v, dict) else v) for k, v in args.items()}
+
+
+def _grads(pair: Pair, backward, dout, cache) -> dict:
+    call = pair.call_backward or (lambda b, d, c: b(d, c))
+    grads = call(backward, dout, cache)
+    if len(pair.wrt) == 1:
+        grads = (grads,)
+    if not isinstance(grads, (tuple, list)) or len(grads) != len(pair.wrt):
+        raise TypeError(f"backward must return the gradients of {pair.wrt} in that order, got {type(grads).__name__}")
+    out = {}
+    for name, g in zip(pair.wrt, grads, strict=True):
+        _flat(name, g, out)
+    return out
+
+
+def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), seed: int = 0) -> Result:
+    """Judge a user's NumPy pair (forward, backward) against the reference pair `reference` (one of PAIRS) and
+    against central differences of the user's own forward; see the module docstring. print(result) for the report."""
+    if reference not in PAIRS:
+        raise ValueError(f"reference must be one of {', '.join(PAIRS)}; got {reference!r}")
+    if not callable(forward) or not callable(backward):
+        raise TypeError(
+            f"forward and backward must be callables, got {type(forward).__name__} and {type(backward).__name__}"
+        )
+    spec = PAIRS[reference]
+    result = Result(reference=reference)
+    result.conventions = {"protocol": "out, cache = forward(**args); grads = backward(dout, cache)"}
+    for case, make in spec.cases.items():
+        for dtype in dtypes:
+            rng = np.random.default_rng(seed)
+            args = _cast(make(rng), np.dtype(dtype))
+            try:
+                with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
+                    _judge_case(spec, forward, backward, case, args, np.dtype(dtype), result, seed)
+            except NotImplementedError as exc:
+                result.rows.append(Row(f"{case}: (not implemented)", np.dtype(dtype).name, math.inf, 0.0))
+                result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
+                result.passed = False
+                return result
+            except Exception as exc:  # the user's code failed: report it, the case fails
+                result.rows.append(
+                    Row(f"{case}: raised {type(exc).__name__}", np.dtype(dtype).name, math.inf, 0.0, str(exc)[:80])
+                )
+    failing_outputs = {r.name.split(":")[0] for r in result.rows if not r.ok and r.name.endswith(": output")}
+    if failing_outputs == {"large scores"} and not result.diagnoses:  # right until the scores are large
+        result.diagnoses.append(
+            Diagnosis(
+                "attention.no_max_subtraction",
+                "right on ordinary inputs, wrong at scores of "
+                f"~{LARGE:g}: exp overflows without subtracting each row's maximum",
+                "forward",
+                math.inf,
+            )
+        )
+    unique = {}
+    for d in result.diagnoses:
+        unique.setdefault(d.id, d)
+    result.diagnoses = list(unique.values())
+    result.passed = all(r.ok for r in result.rows) and not result.diagnoses
+    if not result.passed and result.unexplained is None:
+        result.unexplained = _worst_gradients(result.rows)
+    return result
+
+
+def _worst_gradients(rows) -> str:
+    """Which gradient is wrong and by how much: each failing tensor's worst error (float64), against the reference
+    and against finite differences of the user's own forward."""
+    worst = {}
+    for r in rows:
+        if r.ok or r.dtype != "float64" or ": " not in r.name:
+            continue
+        name = r.name.split(": ", 1)[1]
+        key = name.removesuffix(" vs finite differences")
+        kind = "finite differences" if name.endswith("finite differences") else "the reference"
+        worst.setdefault(key, {})[kind] = max(worst.get(key, {}).get(kind, 0.0), r.error)
+    parts = [f"{k}: " + ", ".join(f"{e:.2e} against {kind}" for kind, e in v.items()) for k, v in worst.items()]
+    return "wrong: " + "; ".join(parts) if parts else "only float32 fails"
+
+
+def _judge_case(spec: Pair, forward, backward, case, args, dtype, result, seed) -> None:
+    rng = np.random.default_rng(seed + 1)
+    ref_out, ref_cache = spec.forward(**_copy(args))
+    with np.errstate(all="ignore"):
+        out, cache = forward(**_copy(args))
+    out = np.asarray(out)
+    if out.shape != np.shape(ref_out):
+        raise ValueError(f"forward returned shape {out.shape}, expected {np.shape(ref_out)}")
+    label = dtype.name
+    if not np.all(np.isfinite(out)) and np.all(np.isfinite(ref_out)):
+        if case == "large scores":
+            result.diagnoses.append(
+                Diagnosis(
+                    "attention.no_max_subtraction",
+                    f"{case}: the forward overflows to inf/NaN; subtract each row's maximum before exp",
+                    "forward",
+                    math.inf,
+                )
+            )
+        result.rows.append(Row(f"{case}: output", label, math.inf, BAR[dtype], "inf/NaN"))
+        return
+    dout = rng.standard_normal(np.shape(ref_out)).astype(dtype)
+    dout = float(dout) if np.ndim(ref_out) == 0 else dout
+    ref_grads = _grads(spec, spec.backward, dout, ref_cache)
+    grads = _grads(spec, backward, dout, cache)
+    pairs = {f"{case}: output": (out, ref_out)}
+    for name, g in ref_grads.items():
+        if g is None:
+            continue
+        if name not in grads or grads[name] is None:
+            raise ValueError(f"backward gave no gradient for {name}")
+        if np.shape(grads[name]) != np.shape(g):
+            raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
+        pairs[f"{case}: d{name}"] = (grads[name], g)
+    errors = relative_errors(pairs, dtype)
+    result.rows += [Row(n, label, e, BAR[dtype]) for n, (_, e) in errors.items()]
+    if errors[f"{case}: output"][1] > BAR[dtype] and spec.variants is not None and dtype == np.float64:
+        for vid, message, variant in spec.variants(args):
+            if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
+                result.diagnoses.append(Diagnosis(vid, f"{case}: {message}", "forward", 0.0))
+    if dtype == np.float64:  # the user's backward against central differences of the user's own forward
+        call = spec.call_backward or (lambda b, d, c: b(d, c))
+        fd = gradcheck.check_pair(
+            forward, lambda d, c: call(backward, d, c), _copy(args), spec.wrt, seed=seed, max_coords=12
+        )
+        for name, error in fd.errors.items():
+            result.rows.append(Row(f"{case}: d{name} vs finite differences", label, error, FD_BAR))

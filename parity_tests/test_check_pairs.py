@@ -1,0 +1,149 @@
+"""check.pair, the exercise workbook and the `check` / `exercises` / `grade` subcommands.
+
+The reference's own pairs pass; broken NumPy pairs (a wrong forward, a wrong backward, a softmax without the max
+subtraction) fail with the mistake named or the wrong gradient and its error; a workbook filled with the reference's
+code passes the grader, and each untouched stub fails with "not implemented yet".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from numpy_transformer import layers as L
+from parity_tests import check
+from parity_tests.__main__ import main
+from parity_tests.exercises import EXERCISES, grade, write_workbook
+
+
+@pytest.mark.parametrize("name", list(check.PAIRS))
+def test_reference_pair_passes(name):
+    spec = check.PAIRS[name]
+    result = check.pair(spec.forward, spec.backward, name)
+    assert result.passed, str(result)
+    assert any("finite differences" in r.name for r in result.rows)
+
+
+def unbiased_layer_norm_forward(x, weight, bias, eps):
+    mean = x.mean(-1, keepdims=True)
+    x_hat = (x - mean) / np.sqrt(x.var(-1, keepdims=True, ddof=1) + eps)  # divides by n - 1
+    return x_hat * weight + bias, (x_hat, weight)
+
+
+def simple_layer_norm_backward(dout, cache):
+    x_hat, weight = cache  # forgets that x_hat depends on x through the mean and the variance
+    return dout * weight, (dout * x_hat).sum((0, 1)), dout.sum((0, 1))
+
+
+def test_wrong_forward_is_named():
+    result = check.pair(unbiased_layer_norm_forward, simple_layer_norm_backward, "layer_norm")
+    assert not result.passed
+    assert [d.id for d in result.diagnoses] == ["layer_norm.unbiased_variance"]
+
+
+def test_wrong_backward_says_which_gradient_and_by_how_much():
+    result = check.pair(L.layer_norm_forward, lambda d, c: (d * c[2], *L.layer_norm_backward(d, c)[1:]), "layer_norm")
+    assert not result.passed and result.diagnoses == []
+    assert "dx:" in result.unexplained and "against finite differences" in result.unexplained
+    assert "dweight" not in result.unexplained  # the other gradients are right
+
+
+def test_softmax_without_max_subtraction_is_named():
+    def forward(x, mask=None):
+        e = np.exp(x if mask is None else np.where(mask, x, -np.inf))
+        total = e.sum(-1, keepdims=True)
+        p = np.nan_to_num(e / np.where(total == 0, 1, total))  # hides the overflow's NaN as zeros
+        return p, p
+
+    result = check.pair(forward, lambda dout, p: p * (dout - (dout * p).sum(-1, keepdims=True)), "softmax")
+    assert [d.id for d in result.diagnoses] == ["attention.no_max_subtraction"], str(result)
+
+
+def test_pair_arguments_are_checked():
+    with pytest.raises(ValueError, match="reference must be one of"):
+        check.pair(L.linear_forward, L.linear_backward, "dense")
+    with pytest.raises(TypeError, match="must be callables"):
+        check.pair(L.linear_forward, None, "linear")
+
+
+def fill_with_reference(directory) -> None:
+    """Replace each stub's body with the reference's own backward, run on the reference's own forward."""
+    for name in EXERCISES:
+        path = directory / f"{name}.py"
+        dout = "dloss" if name == "cross_entropy" else "dout"
+        args = "ref, dloss" if name == "cross_entropy" else "dout, ref"
+        body = (
+            "    from parity_tests.check.pairs import PAIRS\n"
+            f"    _, ref = PAIRS[{name!r}].forward(**cache['inputs'])\n"
+            f"    return PAIRS[{name!r}].backward({args})"
+        )
+        assert dout in path.read_text()
+        path.write_text(re.sub(r"    raise NotImplementedError\(.*\)", body, path.read_text()))
+
+
+def test_workbook_stubs_fail_and_the_reference_passes(tmp_path, capsys):
+    assert main(["exercises", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted(f"{n}.py" for n in EXERCISES)
+    assert "format_name: percent" in (tmp_path / "notebooks" / "softmax.py").read_text()
+    card = grade(tmp_path)
+    assert card["passed_count"] == 0
+    assert all("not implemented yet" in e["summary"] for e in card["exercises"].values())
+    assert main(["grade", str(tmp_path)]) == 1
+    fill_with_reference(tmp_path)
+    capsys.readouterr()
+    assert main(["grade", str(tmp_path), "--json"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert card["passed"] and card["passed_count"] == len(EXERCISES)
+
+
+def test_workbook_only_and_refusals(tmp_path):
+    write_workbook(tmp_path, ["softmax", "linear"])
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["linear.py", "softmax.py"]
+    with pytest.raises(ValueError, match="refusing to overwrite"):
+        write_workbook(tmp_path, ["softmax"])
+    with pytest.raises(ValueError, match="unknown exercise"):
+        write_workbook(tmp_path / "other", ["attention"])
+    assert main(["exercises", str(tmp_path / "x"), "--only", "nope"]) == 2
+
+
+def test_grader_names_a_student_mistake(tmp_path):
+    write_workbook(tmp_path, ["softmax"])
+    path = tmp_path / "softmax.py"
+    text = path.read_text().replace(
+        "    raise NotImplementedError(\"softmax backward: derive dx from dout and cache['p']\")",
+        "    return cache['p'] * dout  # forgets the row sum",
+    )
+    path.write_text(text)
+    entry = grade(tmp_path)["exercises"]["softmax"]
+    assert not entry["passed"] and "dx" in entry["summary"]
+
+
+def test_check_command(tmp_path, capsys):
+    out = tmp_path / "result.json"
+    assert (
+        main(["check", "parity_tests.user_models:HeadwiseLM", "transformer_lm", "--n-heads", "2", "--json", str(out)])
+        == 0
+    )
+    assert "PASSED" in capsys.readouterr().out
+    assert json.loads(out.read_text())["passed"]
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps(json.loads(out.read_text())["mapping"]))
+    assert (
+        main(
+            [
+                "check",
+                "parity_tests.user_models:HeadwiseLM",
+                "transformer_lm",
+                "--n-heads",
+                "2",
+                "--mapping",
+                str(mapping),
+            ]
+        )
+        == 0
+    )
+    assert main(["check", "parity_tests/user_models.py:Seq2Seq", "transformer"]) == 0
+    assert main(["check", "parity_tests.user_models:nothing", "transformer"]) == 2
