@@ -24,6 +24,7 @@ WALKTHROUGHS = [
     "05_reading_bert.py",  # the real all-MiniLM-L6-v2 against transformers (the test extras)
     "06_rope_rmsnorm_swiglu.py",
     "07_flash_attention_backward.py",
+    "08_check_your_own_model.py",
 ]
 ANSWERS = EXAMPLES / "answers"
 

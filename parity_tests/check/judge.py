@@ -88,6 +88,8 @@ class Session:
         self.notes = []
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
+        if self.is_module and level in LV.MODELS:
+            mark_positions_by_use(user, level, found, call)
         self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         if mapping is not None:
@@ -148,6 +150,50 @@ class Session:
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
         return out, tensors
+
+
+def mark_positions_by_use(user, level: str, found, call) -> None:
+    """Tell position tables from token tables by what they are fed: run a copy of the user's model once on small
+    ids, with hooks on its nn.Embedding modules; a table looked up with 0, 1, ..., T - 1 along the positions is a
+    position table, whatever its name."""
+    tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
+    if not tables:
+        return
+    model = copy.deepcopy(user).eval()
+    modules = dict(model.named_modules())
+    fed, handles = {}, []
+
+    def record(path):
+        def hook(module, args, output):
+            fed.setdefault(path, args[0])  # returns None: the output is left as it is
+
+        return hook
+
+    for path in tables:
+        if isinstance(modules.get(path), nn.Embedding):
+            handles.append(modules[path].register_forward_hook(record(path)))
+    rows = min(t.rows for t in found.tables)
+    T = min(6, rows)
+    probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
+    probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
+    try:
+        for caller in C.callers(model, level, probe, call=call)[:4]:
+            tensors = {n: torch.tensor(v) for n, v in probe.ids.items()}
+            try:
+                with torch.no_grad():
+                    caller(model, tensors, probe, torch.float32)
+                break
+            except Exception:  # a convention the model does not take; the check proper reports it
+                continue
+    finally:
+        for h in handles:
+            h.remove()
+    for path, ids in fed.items():
+        values = ids.detach().cpu().numpy()
+        if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
+            tables[path].position = True
+        elif values.ndim == 2 and values.shape[0] == T and np.all(values == np.arange(T)[:, None]):
+            tables[path].position = True  # sequence-first positions
 
 
 def links_from_table(table: dict) -> tuple[list, list]:
