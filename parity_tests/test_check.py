@@ -142,7 +142,7 @@ def test_map_is_reported_and_can_be_passed_back():
 def test_report_prints_every_section():
     result = check.module(U.Attention(8, 2, mistake="attention.wrong_scale"), "multi_head_attention")
     text = str(result)
-    for part in ("FAILED", "conventions:", "config:", "mapping", "rel. error", "diagnosis: attention.wrong_scale"):
+    for part in ("FAILED", "conventions:", "config:", "mapping", "float64 (bar 1e-10)", "diagnosis: attention.wrong_scale"):
         assert part in text
     json.dumps(result.to_dict())  # the CLI's --json
 
