@@ -1,11 +1,13 @@
-"""Finite-difference gradient checks for any forward/backward pair or model.
+r"""Finite-difference gradient checks for any forward/backward pair or model.
 
-The check: pick a random upstream gradient G (never all ones: that makes the input gradients of
-softmax and layer norm vanish), define the scalar f = sum(forward(...) * G), and compare the
-analytic gradient from backward(G) with central differences (f(x + h) - f(x - h)) / 2h,
-coordinate by coordinate:
+The check: pick a random upstream gradient :math:`G` (never all ones: that makes the input gradients of
+softmax and layer norm vanish), define the scalar :math:`f = \sum \mathrm{forward}(\dots) \odot G`, and
+compare the analytic gradient from `backward(G)` with central differences, coordinate by coordinate:
 
-    error = |fd - analytic| / max(|fd|, |analytic|, floor)       floor = 1e-2
+.. math::
+
+    \mathrm{fd} = \frac{f(x + h) - f(x - h)}{2h}, \qquad
+    \mathrm{error} = \frac{|\mathrm{fd} - \mathrm{analytic}|}{\max(|\mathrm{fd}|, |\mathrm{analytic}|, 10^{-2})}
 
 Use float64: in float32 the rounding error of f / h swamps the comparison.
 """
@@ -42,10 +44,10 @@ def gradcheck(
 ) -> GradcheckResult:
     """Compare analytic gradients with central finite differences.
 
-    fn: a function of no arguments returning the scalar f, computed from the current contents of
-        the arrays in `inputs` (which are perturbed in place and restored).
-    inputs: name -> float64 array; grads: name -> the analytic df/d(array), same shape.
-    max_coords: check at most this many coordinates of each tensor, chosen at random (None: all).
+    - fn: a function of no arguments returning the scalar f, computed from the current contents of
+      the arrays in `inputs` (which are perturbed in place and restored).
+    - inputs: name -> float64 array; grads: name -> the analytic df/d(array), same shape.
+    - max_coords: check at most this many coordinates of each tensor, chosen at random (None: all).
     """
     rng = np.random.default_rng(seed)
     errors, checked, max_abs = {}, {}, {}
@@ -89,7 +91,7 @@ def check_pair(forward, backward, args: dict, wrt: list, *, seed: int = 0, **opt
 
     forward(**args) -> (out, cache); backward(dout, cache) -> the gradients of the arguments named
     in `wrt`, in that order (a single array when wrt has one name). An argument that is a dict of
-    arrays (a composite's params) gets a dict of gradients; its entries are reported as "arg.key".
+    arrays (a composite's params) gets a dict of gradients; its entries are reported as "arg.key"::
 
         check_pair(layer_norm_forward, layer_norm_backward,
                    dict(x=x, weight=w, bias=b, eps=1e-5), wrt=["x", "weight", "bias"])

@@ -1,16 +1,24 @@
-"""Cross-entropy over the vocabulary, with ignore_index and label smoothing.
+r"""Cross-entropy over the vocabulary, with ignore_index and label smoothing.
 
-The semantics are those of torch.nn.functional.cross_entropy with reduction="mean": the smoothed
-target distribution is q = (1 - eps) * onehot(y) + eps / V, the loss of one row is -sum_c q_c log p_c,
-and the mean is taken over the rows whose target is not ignore_index.
+The semantics are those of `torch.nn.functional.cross_entropy` with `reduction="mean"`: with
+:math:`p = \mathrm{softmax}(z)` of a row's logits :math:`z`, the smoothed target distribution and the loss
+of one row are
+
+.. math::
+
+    q = (1 - \epsilon)\, \mathrm{onehot}(y) + \epsilon / V, \qquad \ell = -\sum_c q_c \log p_c,
+
+and the mean is taken over the rows whose target is not `ignore_index`.
 
 Logits of -inf are allowed (masked vocabulary entries: constrained decoding, padding columns): they get
-probability 0 and gradient p - q = -q, exactly as torch. Where torch's loss is not finite, ours is the
-same or an error:
+probability 0 and gradient :math:`p - q = -q`, exactly as torch. Where torch's loss is not finite, ours is
+the same or an error:
+
 - a target whose logit is -inf: loss +inf (log 0), gradient finite, as torch;
-- label smoothing > 0 with any -inf logit in a kept row: loss +inf (the eps / V share of log 0), gradient
-  finite, as torch;
+- label smoothing > 0 with any -inf logit in a kept row: loss +inf (the :math:`\epsilon / V` share of
+  log 0), gradient finite, as torch;
 - a kept row that is all -inf, or holds NaN or +inf: ValueError naming the row (torch returns NaN).
+
 Ignored rows are never read.
 """
 
@@ -22,7 +30,8 @@ from .validation import check_float_array
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """log p = x - logsumexp(x) over the last axis, shifted by the row max for stability. (N, V).
+    r""":math:`\log p = x - \operatorname{logsumexp}(x)` over the last axis, shifted by the row max for
+    stability. (N, V).
 
     -inf entries stay -inf (probability 0). A row whose max is not finite (all -inf, or a NaN or +inf
     anywhere in it) has no distribution: ValueError, instead of a row of NaN."""
@@ -43,10 +52,15 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def cross_entropy_forward(
     logits: np.ndarray, targets: np.ndarray, ignore_index: int = -100, label_smoothing: float = 0.0
 ):
-    """logits (N, V) or (B, T, V), targets (N,) or (B, T) integers -> scalar mean loss, cache.
+    r"""logits (N, V) or (B, T, V), targets (N,) or (B, T) integers -> scalar mean loss, cache.
 
-    loss = (1 / n) * sum over kept rows i of [ -(1 - eps) log p[i, y_i] - (eps / V) sum_c log p[i, c] ]
-    where n is the number of rows with y_i != ignore_index.
+    .. math::
+
+        \mathcal{L} = \frac{1}{n} \sum_{i \text{ kept}}
+        \Big[ -(1 - \epsilon) \log p_{i, y_i} - \frac{\epsilon}{V} \sum_c \log p_{i, c} \Big]
+
+    where :math:`n` is the number of rows with :math:`y_i \ne` `ignore_index` and :math:`\epsilon` the label
+    smoothing.
     """
     check_float_array("logits", logits)
     targets = np.asarray(targets)
@@ -84,8 +98,14 @@ def cross_entropy_forward(
 
 
 def cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
-    """dlogits[i] = dloss * (softmax(logits[i]) - q[i]) / n for kept rows, 0 for ignored rows,
-    with q = (1 - eps) onehot(y) + eps / V. Same shape and dtype as the logits."""
+    r"""The gradient of the mean loss with respect to the logits, the same shape and dtype as the logits:
+
+    .. math::
+
+        dz_i = d\mathcal{L}\, \frac{\mathrm{softmax}(z_i) - q_i}{n}, \qquad
+        q_i = (1 - \epsilon)\, \mathrm{onehot}(y_i) + \epsilon / V,
+
+    for kept rows, 0 for ignored rows."""
     shape, logp, kept, kept_targets, label_smoothing, n = cache
     V = shape[-1]
     dkept = np.exp(logp)  # p, (n, V)

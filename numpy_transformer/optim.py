@@ -1,8 +1,8 @@
-"""Optimizers, gradient clipping and the paper's learning-rate schedule, in NumPy.
+r"""Optimizers, gradient clipping and the paper's learning-rate schedule, in NumPy.
 
 Each one has the hyper-parameters and the arithmetic of its torch counterpart (torch.optim.SGD,
 Adam, AdamW, torch.nn.utils.clip_grad_norm_, torch.optim.lr_scheduler.LambdaLR), so that a NumPy
-model and a torch model trained side by side from one state dict stay equal step for step.
+model and a torch model trained side by side from one state dict stay equal step for step::
 
     opt = Adam(model.params, lr=1e-3)
     model.zero_grad(); model.backward(dlogits)
@@ -70,12 +70,15 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent with momentum (torch.optim.SGD):
+    r"""Stochastic gradient descent with momentum (`torch.optim.SGD`). With :math:`\lambda` the weight decay,
+    :math:`\mu` the momentum, :math:`\tau` the dampening and :math:`\eta` the learning rate:
 
-    g = grad + weight_decay * p
-    buf = g (first step),  buf = momentum * buf + (1 - dampening) * g (after)
-    g = g + momentum * buf (nesterov)  or  g = buf
-    p = p - lr * g
+    .. math::
+
+        g &= \nabla + \lambda p \\
+        b &= g \text{ (first step)}, \qquad b = \mu b + (1 - \tau)\, g \text{ (after)} \\
+        g &= g + \mu b \text{ (Nesterov)} \quad\text{or}\quad g = b \\
+        p &= p - \eta\, g
     """
 
     def __init__(
@@ -111,11 +114,14 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (torch.optim.Adam, Kingma & Ba), with L2 weight decay added to the gradient:
+    r"""Adam (`torch.optim.Adam`, Kingma & Ba), with L2 weight decay :math:`\lambda` added to the gradient;
+    at step :math:`t`:
 
-    g = grad + weight_decay * p
-    m = beta1 * m + (1 - beta1) * g              v = beta2 * v + (1 - beta2) * g^2
-    p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    .. math::
+
+        g &= \nabla + \lambda p \\
+        m &= \beta_1 m + (1 - \beta_1)\, g, \qquad v = \beta_2 v + (1 - \beta_2)\, g^2 \\
+        p &= p - \frac{\eta}{1 - \beta_1^t}\, \frac{m}{\sqrt{v} / \sqrt{1 - \beta_2^t} + \varepsilon}
     """
 
     decoupled = False
@@ -157,7 +163,7 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """AdamW (torch.optim.AdamW, Loshchilov & Hutter): p = p * (1 - lr * weight_decay), then Adam."""
+    r"""AdamW (`torch.optim.AdamW`, Loshchilov & Hutter): :math:`p \leftarrow p\,(1 - \eta \lambda)`, then Adam."""
 
     decoupled = True
 
@@ -168,10 +174,13 @@ class AdamW(Adam):
 
 
 def clip_grad_norm(grads: dict, max_norm: float, eps: float = 1e-6) -> float:
-    """Scale all gradients together so that their global L2 norm is at most max_norm, in place
-    (torch.nn.utils.clip_grad_norm_):
+    r"""Scale all gradients together so that their global L2 norm is at most `max_norm`, in place
+    (`torch.nn.utils.clip_grad_norm_`):
 
-        total = sqrt(sum over tensors of ||g||^2);  g = g * min(1, max_norm / (total + 1e-6))
+    .. math::
+
+        \mathrm{total} = \sqrt{\textstyle\sum_{\text{tensors}} \lVert g \rVert^2}, \qquad
+        g \leftarrow g \cdot \min\!\Big(1, \frac{\mathrm{max\_norm}}{\mathrm{total} + 10^{-6}}\Big)
 
     Returns the total norm before clipping.
     """
@@ -184,7 +193,11 @@ def clip_grad_norm(grads: dict, max_norm: float, eps: float = 1e-6) -> float:
 
 
 def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    """The paper's schedule (section 5.3): lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5).
+    r"""The paper's schedule (section 5.3), with :math:`n_w` the warm-up steps:
+
+    .. math::
+
+        \eta(n) = \mathrm{factor} \cdot d_{model}^{-1/2} \cdot \min\big(n^{-1/2},\; n\, n_w^{-3/2}\big)
 
     Linear warm-up for `warmup` steps, then decay with the inverse square root of the step; step >= 1.
     """
@@ -193,7 +206,7 @@ def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> floa
 
 
 class LambdaLR:
-    """lr = base_lr * fn(n) after n calls of step() (torch.optim.lr_scheduler.LambdaLR)."""
+    """`lr = base_lr * fn(n)` after n calls of `step()` (`torch.optim.lr_scheduler.LambdaLR`)."""
 
     def __init__(self, optimizer: Optimizer, fn):
         self.optimizer, self.fn = optimizer, fn

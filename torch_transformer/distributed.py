@@ -146,16 +146,18 @@ def cross_entropy_share(
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
 ) -> Tensor:
-    """This process's share of the whole batch's mean cross-entropy, for DDP:
+    r"""This process's share of the whole batch's mean cross-entropy, for DDP:
 
-        share = W * sum over this process's targets n (not ignored) of loss_n / n_targets
+    .. math::
 
-    with loss_n `F.cross_entropy`'s per-target loss (label smoothing included), W the world size and
-    n_targets the non-ignored targets of the whole batch on all processes (`count_targets`). DDP averages
-    gradients over the W processes, so what it leaves in every .grad is the gradient of
-    sum over all targets of loss_n / n_targets: exactly the whole batch's mean, however the ignored
-    targets fall. Shares of micro-batches (accumulated under `no_sync`) add up the same way.
-    logits (..., V), targets (...)."""
+        \mathrm{share} = W \sum_{n \in \text{this process, not ignored}} \frac{\ell_n}{n_{\mathrm{targets}}}
+
+    with :math:`\ell_n` `F.cross_entropy`'s per-target loss (label smoothing included), :math:`W` the world
+    size and :math:`n_{\mathrm{targets}}` the non-ignored targets of the whole batch on all processes
+    (`count_targets`). DDP averages gradients over the :math:`W` processes, so what it leaves in every
+    `.grad` is the gradient of :math:`\sum_{\text{all targets}} \ell_n / n_{\mathrm{targets}}`: exactly the
+    whole batch's mean, however the ignored targets fall. Shares of micro-batches (accumulated under
+    `no_sync`) add up the same way. logits (..., V), targets (...)."""
     world_size = dist.get_world_size() if dist.is_initialized() else 1
     total = F.cross_entropy(
         logits.reshape(-1, logits.shape[-1]),  # (N, V)

@@ -10,11 +10,15 @@ from torch import Tensor
 
 
 def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100, label_smoothing: float = 0.0) -> Tensor:
-    """`F.cross_entropy` on logits (..., V) flattened to (N, V) and targets (...) flattened to (N,).
+    r"""`F.cross_entropy` on logits (..., V) flattened to (N, V) and targets (...) flattened to (N,):
+    with :math:`\log p_n = \mathrm{log\_softmax}(z_n)` and :math:`\epsilon` the label smoothing, the mean over
+    the rows :math:`n` whose target :math:`y_n` is not `ignore_index`, of
 
-    loss = mean over n with targets[n] != ignore_index of
-           -(1 - eps) * log_softmax(logits[n])[targets[n]] - eps / V * sum_v log_softmax(logits[n])[v]
-    with eps = label_smoothing. If every target is ignored the mean is 0 / 0 = NaN, as in torch.
+    .. math::
+
+        -(1 - \epsilon) \log p_{n, y_n} - \frac{\epsilon}{V} \sum_v \log p_{n, v} .
+
+    If every target is ignored the mean is 0 / 0 = NaN, as in torch.
     """
     if targets.dtype.is_floating_point or targets.dtype.is_complex:
         raise TypeError(f"targets must be an integer tensor of class indices, got {targets.dtype}")

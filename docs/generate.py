@@ -1,0 +1,445 @@
+"""Write the docs' generated inputs before Sphinx runs (called by `bash docs/build`).
+
+- docs/tutorials/NN_*.ipynb: every walkthrough examples/0*.py (jupytext "percent" scripts), in name order
+  (the learning path), converted to a notebook that MyST-NB then executes. Two hidden cells are added: one
+  at the top that selects the quick mode and a folder for the figures, and one after each code cell that
+  shows the figures that cell saved (the walkthroughs write PNG files; the page shows them where they were
+  made).
+- docs/_generated/parity.md: the parity table, from `transformer-parity --json` run now.
+- docs/_generated/speed.md, flash_attention.md, training.md (and the training loss curves): from the
+  JSON files checked in under docs/data/ (see docs/record.py), each with the date and machine it was
+  measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+GENERATED = DOCS / "_generated"
+TUTORIALS = DOCS / "tutorials"
+FIGURES = DOCS / "_build" / "walkthrough_figures"  # where the executed walkthroughs write their PNGs
+DATA = DOCS / "data"
+
+SETUP = """\
+# Added by docs/generate.py: the quick mode, a folder for the figures, the checkout on the path.
+import os, sys
+os.environ["WALKTHROUGH_QUICK"] = "1"
+os.environ["WALKTHROUGH_OUT"] = {out!r}
+os.makedirs({out!r}, exist_ok=True)
+sys.path.insert(0, {root!r})
+
+
+def _docs_show_new_figures(_seen=set()):
+    from pathlib import Path
+    from IPython.display import Image, display
+
+    for path in sorted(Path({out!r}).glob("*.png"), key=lambda p: p.stat().st_mtime):
+        if path not in _seen:
+            _seen.add(path)
+            display(Image(filename=str(path)))
+"""
+
+
+# --- Tutorials -----------------------------------------------------------------------------------------------
+
+
+def walkthroughs() -> list[Path]:
+    """The walkthroughs, in the order of the learning path (their names sort that way: 01, 01b, 02, ...)."""
+    return sorted(ROOT.glob("examples/0*.py"))
+
+
+LINK = re.compile(r"\]\((?!https?:|#|/)([^)\s]+)\)")
+
+
+def relink(markdown: str) -> str:
+    """Links of a walkthrough are relative to examples/; from docs/tutorials/ the docs pages are one level up."""
+
+    def fix(match: re.Match) -> str:
+        target = (ROOT / "examples" / match.group(1)).resolve()
+        if target.is_relative_to(DOCS):
+            return "](" + os.path.relpath(target, TUTORIALS) + ")"
+        return match.group(0)
+
+    return LINK.sub(fix, markdown)
+
+
+def tutorial_notebook(script: Path) -> nbformat.NotebookNode:
+    """The walkthrough as a notebook, with the hidden set-up cell and a figure cell after each code cell."""
+    nb = jupytext.read(script)
+    out = FIGURES / script.stem
+    hidden = {"tags": ["remove-cell"]}
+    cells = [nbformat.v4.new_code_cell(SETUP.format(out=str(out), root=str(ROOT)), metadata=hidden)]
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = relink(cell.source)
+        cells.append(cell)
+        if cell.cell_type == "code":
+            show = nbformat.v4.new_code_cell("_docs_show_new_figures()", metadata={"tags": ["remove-input"]})
+            cells.append(show)
+    nb.cells = cells
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def write_tutorials() -> list[str]:
+    """Write one notebook per walkthrough into docs/tutorials/, removing those of walkthroughs now gone."""
+    TUTORIALS.mkdir(exist_ok=True)
+    names = []
+    for script in walkthroughs():
+        nbformat.write(tutorial_notebook(script), TUTORIALS / f"{script.stem}.ipynb")
+        names.append(script.stem)
+    for old in TUTORIALS.glob("*.ipynb"):
+        if old.stem not in names:
+            old.unlink()
+    return names
+
+
+# --- Reference ------------------------------------------------------------------------------------------------
+
+PACKAGES = {
+    "numpy_transformer": "The NumPy reference: every forward and backward by hand.",
+    "torch_transformer": "The PyTorch twin: the same models, names and state dicts, autograd for the backward.",
+    "parity_tests": "The comparisons: the parity report and the helpers the tests share (not the tests themselves).",
+}
+
+
+def modules(package: str) -> list[str]:
+    """The package and its public modules (no tests, no private modules), found on disk, so a new one is listed."""
+    folder = ROOT / package
+    names = [package]
+    for path in sorted(folder.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts == (package,) or any(p.startswith(("_", "test_", "conftest")) for p in parts):
+            continue
+        names.append(".".join(parts))
+    return names
+
+
+def module_file(module: str) -> Path:
+    """The source file of a module or package of this checkout."""
+    path = ROOT.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def first_line(module: str) -> str:
+    """The first line of a module's docstring, for its page's title (read from the source, not imported)."""
+    doc = (ast.get_docstring(ast.parse(module_file(module).read_text())) or "").strip()
+    return doc.splitlines()[0].rstrip(".") if doc else ""
+
+
+def write_reference() -> int:
+    """One page per module under docs/reference/api/, and an index per package: autodoc fills them in."""
+    api = DOCS / "reference" / "api"
+    api.mkdir(exist_ok=True)
+    for old in api.glob("*.md"):
+        old.unlink()
+    count = 0
+    for package, blurb in PACKAGES.items():
+        names = modules(package)
+        for name in names[1:]:
+            title = f"`{name.removeprefix(package + '.')}`: {first_line(name)}"
+            # a subpackage's members are documented in its own modules' pages, once
+            options = "\n   :no-members:" if module_file(name).name == "__init__.py" else ""
+            (api / f"{name}.md").write_text(f"# {title}\n\n```{{eval-rst}}\n.. automodule:: {name}{options}\n```\n")
+            count += 1
+        listing = "\n".join(f"{name}" for name in names[1:])
+        (api / f"index_{package}.md").write_text(
+            f"# `{package}`\n\n{blurb}\n\n```{{eval-rst}}\n.. automodule:: {package}\n   :no-members:\n```\n\n"
+            f"```{{toctree}}\n:maxdepth: 1\n\n{listing}\n```\n"
+        )
+    return count
+
+
+# --- Tables --------------------------------------------------------------------------------------------------
+
+
+def fmt(x, spec: str = ".1e") -> str:
+    """A number for a table cell; an em dash where there is none."""
+    return "—" if x is None else format(x, spec)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def parity_group(component: str) -> str:
+    """Which comparison a parity row belongs to."""
+    if component.startswith("nn."):
+        return "torch.nn built-in layers"
+    if component.startswith(("HF ", "all-MiniLM")):
+        return "Hugging Face transformers"
+    if component.split(" ")[0] in {"Transformer", "TransformerLM", "EncoderModel"}:
+        return "whole models vs torch_transformer"
+    return "components vs torch_transformer"
+
+
+def parity_markdown(report: dict) -> str:
+    """The parity report as Markdown: the worst error of each group and dtype, then every row."""
+    records = report["records"]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in records:
+        groups.setdefault((parity_group(r["component"]), r["dtype"]), []).append(r)
+    summary = []
+    for (group, dtype), rs in groups.items():
+        worst = [
+            max((r[k] for r in rs if r[k] is not None), default=None) for k in ("output_rel_error", "grad_rel_error")
+        ]
+        fd = max((r["fd_rel_error"] for r in rs if r["fd_rel_error"] is not None), default=None)
+        passed = sum(r["passed"] for r in rs)
+        summary.append([group, dtype, len(rs), fmt(worst[0]), fmt(worst[1]), fmt(fd), f"{passed} of {len(rs)}"])
+    rows = []
+    for r in records:
+        rows.append(
+            [
+                r["component"],
+                r["dtype"],
+                r["device"],
+                fmt(r["output_rel_error"]),
+                fmt(r["grad_rel_error"]),
+                r["n_gradients"],
+                fmt(r["fd_rel_error"]),
+                fmt(r["bar"], ".0e" if r["bar"] in (1e-10, 1e-5) else ".1e"),
+                "pass" if r["passed"] else "**FAIL**",
+            ]
+        )
+    head = (
+        f"Generated by this build: `transformer-parity --json` ran in {report['seconds']:.0f} s with "
+        f"Python {report['python']}, NumPy {report['numpy']} and torch {report['torch']}; "
+        f"{sum(r['passed'] for r in records)} of {len(records)} rows pass.\n\n"
+    )
+    return (
+        head + "**Worst relative error per comparison** (outputs, gradients; the finite-difference error of the "
+        "NumPy backward where it is checked):\n\n"
+        + table(["comparison", "dtype", "rows", "outputs", "gradients", "finite differences", "passed"], summary)
+        + "\n**Every row:**\n\n"
+        + table(["component", "dtype", "device", "outputs", "gradients", "# grads", "fin. diff.", "bar", ""], rows)
+    )
+
+
+def recorded_line(record: dict) -> str:
+    """Where and when a checked-in measurement was taken, and by which command."""
+    info, m = record["recorded"], record["recorded"]["machine"]
+    core = f", `OPENBLAS_CORETYPE={m['openblas_coretype']}`" if m.get("openblas_coretype") else ""
+    if info.get("load_average"):
+        core += ", load average {:.1f} before and {:.1f} after (other processes on the same cores)".format(
+            *info["load_average"]
+        )
+    return (
+        f"*Measured {info['date'][:10]} on {m['cpu']}, {m['cores']} cores{core}; Python {m['python']}, "
+        f"NumPy {m['numpy']}, torch {m['torch']}.* Command: `{' '.join(info['command'])}`\n\n"
+    )
+
+
+def speed_markdown(record: dict) -> str:
+    """bench.py's JSON as tables: training step, forward, ceilings, memory, MiniLM, decoding, compile, DDP."""
+    d = record["data"]
+    c = d["config"]
+    impls = ["numpy", "numpy_parallel", "torch"]
+    ms = lambda s: fmt(None if s is None else s * 1e3, ",.1f") + " ms"  # noqa: E731
+    out = recorded_line(record)
+    out += (
+        f"Model: d_model {c['d_model']}, {c['n_heads']} heads, d_ff {c['d_ff']}, "
+        f"{c['n_encoder_layers']} + {c['n_decoder_layers']} layers, vocabularies {c['src_vocab_size']} / "
+        f"{c['tgt_vocab_size']}; batches of {d['batch']} × ({d['src_len']} + {d['tgt_len']}) tokens, float32; "
+        f"allocator: {d['machine'].get('allocator', '—')}.\n\n"
+    )
+    rows = [
+        ["training step (forward, loss, backward, Adam)"]
+        + [ms(d["train_step_seconds"][i]) for i in impls]
+        + [
+            fmt(d["train_step_ratio_numpy_over_torch"], ".2f"),
+            fmt(d["train_step_ratio_numpy_parallel_over_torch"], ".2f"),
+        ],
+        ["forward pass, evaluation mode"]
+        + [ms(d["forward_seconds"][i]) for i in impls]
+        + [fmt(d["forward_ratio_numpy_over_torch"], ".2f"), fmt(d["forward_ratio_numpy_parallel_over_torch"], ".2f")],
+        ["matrix-product ceiling (the step's own products)"]
+        + [fmt(d["matmul_ceiling_gflops"][i], ",.1f") + " GFLOP/s" for i in impls]
+        + ["", ""],
+        [f"achieved in the step ({d['train_step_gflop']:.3g} GFLOP of products), fraction of that ceiling"]
+        + [
+            f"{fmt(d['train_step_gflops'][i], ',.1f')} GFLOP/s, {d['train_step_fraction_of_ceiling'][i]:.0%}"
+            for i in impls
+        ]
+        + ["", ""],
+        ["peak memory of training (fresh process)"]
+        + [fmt(d["peak_memory_mib"][i], ",.0f") + " MiB" for i in impls]
+        + [
+            fmt(d["peak_memory_mib"]["numpy"] / d["peak_memory_mib"]["torch"], ".2f"),
+            fmt(d["peak_memory_mib"]["numpy_parallel"] / d["peak_memory_mib"]["torch"], ".2f"),
+        ],
+    ]
+    mini = d.get("minilm_forward_seconds")
+    if mini:
+        rows.append(
+            [f"all-MiniLM-L6-v2 forward, {mini['batch']} × {mini['tokens']} tokens, vs `transformers`' `BertModel`"]
+            + [ms(mini[i]) for i in impls]
+            + [fmt(mini["ratio_numpy_over_torch"], ".2f"), fmt(mini["ratio_numpy_parallel_over_torch"], ".2f")]
+        )
+    header = [
+        "",
+        "NumPy, plain path",
+        "NumPy, fast path",
+        "torch_transformer (CPU eager)",
+        "plain / torch",
+        "fast / torch",
+    ]
+    out += table(header, rows)
+    dec = d.get("decode_seconds_per_token")
+    if dec:
+        out += "\n**Greedy decoding, per token** (KV cache / recomputing every prefix):\n\n"
+        out += table(
+            ["", "cached", "recomputed"],
+            [
+                [side, ms(dec[f"{side} cached"]), ms(dec[f"{side} recomputed"])]
+                for side in ("numpy", "torch")
+                if f"{side} cached" in dec
+            ],
+        )
+    breakdown = d.get("numpy_step_breakdown_seconds")
+    if breakdown:
+        total = breakdown["total"]
+        out += "\n**Where the plain NumPy step spends its time** (one profiled step):\n\n"
+        out += table(
+            ["kind of work", "time", "share"],
+            [[k, ms(v), f"{v / total:.0%}"] for k, v in breakdown.items() if k != "total"],
+        )
+    comp = d.get("compiled_train_step_seconds")
+    if comp:
+        for device, t in comp.items():
+            if device == "backend":
+                continue
+            out += (
+                f"\n**torch.compile** ({comp['backend']}, {device}): eager step {ms(t['eager'])}, compiled "
+                f"{ms(t['compiled'])} ({t['speedup']:.2f}× speed-up; the first compiled step "
+                f"{t['compile_seconds']:.1f} s).\n"
+            )
+    ddp = d.get("ddp_train_step_seconds")
+    if ddp:
+        out += (
+            f"\n**DDP** ({ddp['processes']} processes, gloo, one thread each, half the batch each): "
+            f"{ms(ddp['ddp'])} per step, against one process on one thread {ms(ddp['one_process_1_thread'])} "
+            f"and on {ddp['all_threads']} threads {ms(ddp['one_process_all_threads'])}; an all-reduce of the "
+            f"{ddp['gradient_mib']:.1f} MiB of gradients {ms(ddp['allreduce_seconds'])}.\n"
+        )
+    return out
+
+
+def flash_markdown(record: dict) -> str:
+    """benchmarks/flash_attention.py's JSON as a table: peak memory and time per length, kernel and mask."""
+    d = record["data"]
+    s = d["shape"]
+    out = recorded_line(record)
+    out += (
+        f"B = {s['B']}, H = {s['H']}, Dh = {s['Dh']}, {s['dtype']}, one forward + backward. The plain pair is "
+        f"skipped where it would need more than {d['plain_limit_gb'] * 1024:.0f} MiB.\n\n"
+    )
+    cells: dict[tuple[int, bool], dict[str, str]] = {}
+    for r in d["rows"]:
+        if r["skipped"]:
+            text = r["skipped"]
+        else:
+            peak = "—" if r["peak_mib"] is None else f"{r['peak_mib']:,.1f} MiB"
+            text = f"{peak} / {r['seconds'] * 1e3:,.1f} ms"
+        cells.setdefault((r["T"], r["causal"]), {})[r["kernel"]] = text
+    rows = [
+        [f"{T:,}", "causal" if causal else "full"] + [k.get(name, "—") for name in ("plain", "tiled", "torch")]
+        for (T, causal), k in sorted(cells.items())
+    ]
+    header = ["T", "mask", "plain pair: peak / time", "tiled pair: peak / time", "torch SDPA: peak / time"]
+    return out + table(header, rows)
+
+
+def training_markdown(records: dict[str, dict]) -> str:
+    """train_numbers.py's metrics.json files as one table, and a loss curve per run."""
+    sys.path.insert(0, str(ROOT))
+    from examples import plotting  # the same plot the training script draws
+
+    rows, out = [], ""
+    for name, record in records.items():
+        d = record["data"]
+        rows.append(
+            [
+                f"{d['model']}, {d['backend']}",
+                f"{d['steps']:,}",
+                f"{d['train_seconds'] / 60:.1f} min",
+                f"{d['tokens_per_second']:,.0f}",
+                f"{d['test_exact_match']:.4f}",
+                f"{d['test_token_accuracy']:.4f}",
+                f"{d['n_test']:,}",
+            ]
+        )
+        h = d["history"]
+        figure = GENERATED / f"loss_{name}.png"
+        plotting.plot_loss_curve(
+            h["step"], h["loss"], figure, h["val_step"], h["val_exact_match"], title=f"{d['model']}, {d['backend']}"
+        )
+        out += f"\n{recorded_line(record)}![Loss curve of the run {name}](/_generated/{figure.name})\n"
+    header = [
+        "model, backend",
+        "steps",
+        "training time",
+        "tokens/s",
+        "test exact match",
+        "token accuracy",
+        "test numbers",
+    ]
+    return table(header, rows) + out
+
+
+# --- Main ----------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parity-json", type=Path, help="use this report instead of running transformer-parity")
+    args = parser.parse_args(argv)
+    GENERATED.mkdir(exist_ok=True)
+    names = write_tutorials()
+    print(f"tutorials: {len(names)} walkthroughs ({', '.join(names)})")
+    print(f"reference: {write_reference()} modules")
+
+    if args.parity_json is None:
+        args.parity_json = DOCS / "_build" / "parity.json"
+        args.parity_json.parent.mkdir(exist_ok=True)
+        start = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "parity_tests", "--json", str(args.parity_json)],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
+        print(f"parity report: {time.perf_counter() - start:.0f} s")
+    (GENERATED / "parity.md").write_text(parity_markdown(json.loads(args.parity_json.read_text())))
+
+    (GENERATED / "speed.md").write_text(speed_markdown(json.loads((DATA / "bench.json").read_text())))
+    (GENERATED / "flash_attention.md").write_text(
+        flash_markdown(json.loads((DATA / "flash_attention.json").read_text()))
+    )
+    training = {
+        p.stem.removeprefix("training_"): json.loads(p.read_text()) for p in sorted(DATA.glob("training_*.json"))
+    }
+    (GENERATED / "training.md").write_text(training_markdown(training))
+    print(f"tables: parity, speed, tiled attention, training ({len(training)} runs)")
+
+
+if __name__ == "__main__":
+    main()
