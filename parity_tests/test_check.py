@@ -9,6 +9,7 @@ pass with no diagnosis and no map given.
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -142,7 +143,14 @@ def test_map_is_reported_and_can_be_passed_back():
 def test_report_prints_every_section():
     result = check.module(U.Attention(8, 2, mistake="attention.wrong_scale"), "multi_head_attention")
     text = str(result)
-    for part in ("FAILED", "conventions:", "config:", "mapping", "float64 (bar 1e-10)", "diagnosis: attention.wrong_scale"):
+    for part in (
+        "FAILED",
+        "conventions:",
+        "config:",
+        "mapping",
+        "float64 (bar 1e-10)",
+        "diagnosis: attention.wrong_scale",
+    ):
         assert part in text
     json.dumps(result.to_dict())  # the CLI's --json
 
@@ -282,3 +290,25 @@ def test_call_adapter():
 
     result = check.module(U.Seq2Seq(), "transformer", call=call)
     assert result.passed and result.conventions["output"] == "log_probs", str(result)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [dict(), dict(batch_first=True, norm_first=True, activation="gelu")],
+    ids=["post-norm, sequence-first", "pre-norm, gelu, batch-first"],
+)
+def test_torch_nn_transformer_passes_with_no_map(options):
+    with warnings.catch_warnings():  # torch's note that its nested-tensor fast path is off for this layout
+        warnings.simplefilter("ignore", UserWarning)
+        model = torch.nn.Transformer(8, 2, 2, 1, 16, 0.0, **options)
+    result = check.module(model, "transformer")
+    assert result.passed, str(result)
+    assert result.config.norm_first == options.get("norm_first", False)
+    assert result.mapping["encoder.norm.weight"] == ("encoder.final_norm.weight", "as is")
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_model_built_from_torch_layers_passes(norm_first):
+    result = check.module(U.TinyEncoder(norm_first=norm_first), "encoder_model")
+    assert result.passed, str(result)
+    assert (result.config.norm_first, result.config.positional) == (norm_first, "learned")

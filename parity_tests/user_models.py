@@ -446,3 +446,20 @@ class ConventionAttention(Attention):
         if self.shape == "(B, T)":
             keep = keep[:, None, None, :]
         return super().forward(query, key, value, keep)
+
+
+class TinyEncoder(nn.Module):
+    """An encoder-only model from torch.nn's own layers: token and learned position tables, nn.TransformerEncoder,
+    the padding mask built inside from the pad id; forward(ids) -> hidden states (B, T, D)."""
+
+    def __init__(self, vocab=13, d_model=8, nhead=2, layers=2, pad_id=0, norm_first=False):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, d_model), nn.Embedding(32, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, nhead, 16, 0.0, batch_first=True, norm_first=norm_first)
+        norm = nn.LayerNorm(d_model) if norm_first else None
+        self.encoder = nn.TransformerEncoder(layer, layers, norm=norm, enable_nested_tensor=False)
+        self.pad_id = pad_id
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
+        return self.encoder(x, src_key_padding_mask=ids == self.pad_id)

@@ -64,7 +64,7 @@ def infer(level: str, found, module, given: dict) -> tuple:
     if D is None and level != "scaled_dot_product_attention":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {level!r}: pass d_model=")
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or find_heads(module)
-    if H is None and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
+    if H is None and level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS:
         raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {level!r})")
     sizes = dict(d_model=D or 8, n_heads=H or 2)
     ffn_in = [p for p in pieces if p.in_features not in (D,)]
@@ -84,13 +84,13 @@ def infer(level: str, found, module, given: dict) -> tuple:
             pieces.remove(out_piece)
     attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     ffn = [p for p in pieces if p not in attention]
-    chunks = _chunks(attention, D) if level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS else []
+    chunks = _chunks(attention, D) if level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS else []
     ffn_pairs = [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
     bias = all(p.bias is not None for p in attention + ffn) or not any(p.bias is not None for p in attention + ffn)
     has_bias = any(p.bias is not None for p in attention + ffn) if attention + ffn else True
 
     n_enc = n_dec = 0
-    if level == "transformer":
+    if level in ("transformer", LV.STACKS):
         n_dec = len(chunks) - len(ffn_pairs)
         n_enc = len(ffn_pairs) - n_dec
     elif level == "transformer_lm":
@@ -185,6 +185,13 @@ def infer(level: str, found, module, given: dict) -> tuple:
     elif level == "positional_encoding":
         if cfg.positional == "learned":
             links.append(Link(position_tables[0].name, [("position_embedding.weight", None)]))
+    elif level == LV.STACKS:
+        count("norms", len(norms), 2 * n_enc + 3 * n_dec + 2)
+        chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
+        for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
+            for i in range(n):
+                layer(f"{stack}.layers.{i}.", i, stack == "decoder", chunk_iter, norm_iter, ffn_iter)
+            norm_link(next(norm_iter), f"{stack}.final_norm.")
     elif level in LV.LAYERS:
         decoder = level == "decoder_layer"
         count("attentions", len(chunks), 2 if decoder else 1)

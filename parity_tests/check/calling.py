@@ -35,6 +35,7 @@ DATA = {
     "transformer": ("src", "tgt"),
     "transformer_lm": ("ids",),
     "encoder_model": ("ids",),
+    "transformer_stacks": ("src", "tgt"),
 }
 SOURCE_WORDS = ("src", "source", "memory", "enc", "cross", "padding", "key_padding", "pad")
 TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
@@ -145,6 +146,14 @@ def torch_builtin_callers(module, level, probe) -> list | None:
     if isinstance(module, nn.MultiheadAttention) and level == "multi_head_attention":
         masks = {"key_padding_mask": ("src", "bool_masked", "(B, T)")}
         return [Caller(bf, DATA[level], masks, extra={"need_weights": False})]
+    if isinstance(module, nn.Transformer) and level == "transformer_stacks":
+        bf = bool(module.batch_first)
+        masks = {
+            "tgt_mask": ("tgt", "bool_masked", "(T, T)"),
+            "src_key_padding_mask": ("src", "bool_masked", "(B, T)"),
+            "memory_key_padding_mask": ("src", "bool_masked", "(B, T)"),
+        }
+        return [Caller(bf, ("src", "tgt"), masks)]
     if isinstance(module, nn.TransformerEncoderLayer) and level == "encoder_layer":
         return [Caller(bf, ("x",), {"src_key_padding_mask": ("src", "bool_masked", "(B, T)")})]
     if isinstance(module, nn.TransformerDecoderLayer) and level == "decoder_layer":

@@ -128,10 +128,10 @@ class Session:
         base = self.cfg
         options = [{}]
         given = self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
-        if self.level in LV.LAYERS + LV.MODELS and "norm_first" not in given:
+        if self.level in LV.LAYERS + LV.MODELS + (LV.STACKS,) and "norm_first" not in given:
             norm_first = [base.norm_first] if self.level in LV.MODELS else [False, True]  # models: final norms tell
             options = [o | {"norm_first": v} for o in options for v in norm_first]
-        if self.level in ("feed_forward",) + LV.LAYERS + LV.MODELS and "activation" not in given:
+        if self.level in ("feed_forward", LV.STACKS) + LV.LAYERS + LV.MODELS and "activation" not in given:
             options = [o | {"activation": a} for o in options for a in ("relu", "gelu", "gelu_tanh")]
         if self.level in LV.MODELS and "scale_embeddings" not in given:
             options = [o | {"scale_embeddings": s} for o in options for s in (True, False)]
@@ -356,7 +356,15 @@ def module(
 
 
 def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
-    session = Session(user_module, reference, given, mapping, call, batch_first, mask, seed)
+    level = reference
+    if isinstance(user_module, nn.Transformer) and reference == "transformer" and call is None:
+        level = LV.STACKS  # no embeddings, no output projection, a final norm on each stack: see levels.STACKS
+    session = Session(user_module, level, given, mapping, call, batch_first, mask, seed)
+    if level == LV.STACKS:
+        session.notes.append(
+            "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "
+            "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
+        )
     caller, cfg, kind, matched = choose(session)
     if not matched and reference in LV.LAYERS + LV.MODELS and session.is_module:
         from .diagnose import latest_divergence

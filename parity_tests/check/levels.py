@@ -30,6 +30,9 @@ COMPONENTS = (
 LAYERS = ("encoder_layer", "decoder_layer")
 MODELS = ("transformer", "transformer_lm", "encoder_model")
 REFERENCES = COMPONENTS + LAYERS + MODELS
+# torch.nn.Transformer checked as "transformer": it has no embeddings and no output projection, and its encoder and
+# decoder always end in a layer norm; judged as the reference's two stacks on embeddings, each with its final norm.
+STACKS = "transformer_stacks"
 B = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails instead of broadcasting
 
 
@@ -97,6 +100,10 @@ def probe(level: str, cfg, rng, self_attention: bool = False) -> Probe:
         p.valid = p.tgt_keep
     elif level == "embedding":
         p.ids = {"ids": rng.integers(0, cfg.src_vocab_size, size=(B, T_k))}
+    elif level == STACKS:
+        p.floats = {"src": rng.standard_normal((B, T_k, D)), "tgt": rng.standard_normal((B, T_q, D))}
+        p.src_keep, p.tgt_keep, p.causal = _keep(rng, T_k), _keep(rng, T_q, (2,), 1), True
+        p.valid = p.tgt_keep
     elif level == "transformer":
         p.src_keep, p.tgt_keep, p.causal = _keep(rng, T_k), _keep(rng, T_k, (2,), 1), True
         p.ids = {
@@ -136,6 +143,11 @@ def reference_shapes(level: str, cfg) -> dict:
         return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
     if level in MODELS:
         return nt.parameter_shapes(cfg, level == "transformer_lm", level == "encoder_model")
+    if level == STACKS:
+        shapes = {k: v for k, v in nt.parameter_shapes(cfg).items() if ".layers." in k}
+        for stack in ("encoder", "decoder"):
+            shapes |= {f"{stack}.final_norm.weight": (D,), f"{stack}.final_norm.bias": (D,)}
+        return shapes
     return {}
 
 
@@ -236,6 +248,8 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
             dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
             return {"x": dx, "memory": dmemory}, grads
 
+    elif level == STACKS:
+        return _run_stacks(params, p, cfg)
     else:
         model = {"transformer": nt.Transformer, "transformer_lm": nt.TransformerLM, "encoder_model": nt.EncoderModel}
         model = model[level](cfg, dtype=dtype).eval()
@@ -248,6 +262,42 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
             return {}, dict(model.grads)
 
         backward.model = model
+    return out, backward
+
+
+def _run_stacks(params: dict, p: Probe, cfg):
+    """torch.nn.Transformer's computation from the reference's pairs: encoder layers, a layer norm, decoder layers
+    (cross-attending to the normed memory, padding masked), a layer norm; and its backward, the same in reverse."""
+    mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
+    x, encoder_caches = p.floats["src"], []
+    for i in range(cfg.n_encoder_layers):
+        x, cache = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, mask, cfg)
+        encoder_caches.append(cache)
+    memory, memory_norm = L.layer_norm_forward(
+        x, params["encoder.final_norm.weight"], params["encoder.final_norm.bias"], eps
+    )
+    y, decoder_caches = p.floats["tgt"], []
+    for i in range(cfg.n_decoder_layers):
+        y, cache = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), y, memory, None, mask, cfg)
+        decoder_caches.append(cache)
+    out, out_norm = L.layer_norm_forward(y, params["decoder.final_norm.weight"], params["decoder.final_norm.bias"], eps)
+
+    def backward(dout):
+        grads = {}
+        dy, grads["decoder.final_norm.weight"], grads["decoder.final_norm.bias"] = L.layer_norm_backward(dout, out_norm)
+        dmemory = np.zeros_like(memory)
+        for i in reversed(range(cfg.n_decoder_layers)):
+            dy, dmemory_i, layer_grads = M.decoder_layer_backward(dy, decoder_caches[i])
+            dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
+            grads |= M.prefixed(layer_grads, f"decoder.layers.{i}")
+        dx, grads["encoder.final_norm.weight"], grads["encoder.final_norm.bias"] = L.layer_norm_backward(
+            dmemory, memory_norm
+        )
+        for i in reversed(range(cfg.n_encoder_layers)):
+            dx, layer_grads = M.encoder_layer_backward(dx, encoder_caches[i])
+            grads |= M.prefixed(layer_grads, f"encoder.layers.{i}")
+        return {"src": dx, "tgt": dy}, grads
+
     return out, backward
 
 
