@@ -312,3 +312,26 @@ def test_encoder_model_built_from_torch_layers_passes(norm_first):
     result = check.module(U.TinyEncoder(norm_first=norm_first), "encoder_model")
     assert result.passed, str(result)
     assert (result.config.norm_first, result.config.positional) == (norm_first, "learned")
+
+
+def test_fully_padded_source_is_reported_not_failed():
+    tutorial = check.module(U.Attention(8, 2), "multi_head_attention")  # masked_fill(-1e10): averages the padding
+    assert tutorial.passed and any("fully padded source" in note for note in tutorial.notes)
+    torch_mha = check.module(torch.nn.MultiheadAttention(8, 2), "multi_head_attention")
+    assert torch_mha.passed and not any("fully padded" in note for note in torch_mha.notes)
+
+
+def test_heads_that_cannot_be_told_apart_are_refused_with_the_candidates():
+    class Anonymous(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.parts = torch.nn.ModuleList(torch.nn.Linear(8, 4) for _ in range(6))
+            self.mix = torch.nn.Linear(8, 8)
+
+    with pytest.raises(ValueError, match=r"cannot be told apart by name.*parts\.0\.weight.*pass mapping="):
+        check.module(Anonymous(), "multi_head_attention", n_heads=2)
+
+
+def test_one_dtype_only():
+    result = check.module(U.Attention(8, 2), "multi_head_attention", dtypes=("float64",))
+    assert result.passed and {r.dtype for r in result.rows} == {"float64"}

@@ -196,6 +196,45 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
             tables[path].position = True  # sequence-first positions
 
 
+def fully_padded_source(session, caller, cfg, kind, result) -> None:
+    """The edge DESIGN.md fixes and tutorials leave open: a source sequence that is all padding. The reference
+    attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
+    and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
+    targets sees it only when a batch holds an empty source."""
+    if session.level not in ("multi_head_attention", "decoder_layer", "transformer", LV.STACKS):
+        return
+    p = dataclasses.replace(session.probes[caller.self_attention])
+    if p.src_keep is None or p.self_attention:
+        return
+    p.src_keep = p.src_keep.copy()
+    p.src_keep[0] = False  # the first sequence: padding only
+    if "src" in p.ids:
+        p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
+    saved = session.probes[caller.self_attention]
+    session.probes[caller.self_attention] = p
+    try:
+        out, _ = session.run_user(caller, np.float64)
+        ref = from_logits(LV.run_reference(session.level, session.params, p, cfg, np.float64)[0], kind)
+    except Exception as exc:  # the module cannot take an empty source at all: say so
+        result.notes.append(f"a fully padded source sequence: the module raised {type(exc).__name__}: {exc}")
+        return
+    finally:
+        session.probes[caller.self_attention] = saved
+    out = out.detach().cpu().numpy()
+    row = _valid(out, p.valid)[:1], _valid(ref, p.valid)[:1]
+    if np.isnan(row[0]).any():
+        result.notes.append(
+            "a fully padded source sequence gives NaN in the module's output (a -inf fill: softmax of "
+            "nothing); the reference attends to nothing there (a zero context)"
+        )
+    elif _error(*row) > MATCH:
+        result.notes.append(
+            f"a fully padded source sequence: the module's output there differs from the reference's "
+            f"by {_error(*row):.2e} (a finite fill such as -1e9 averages the padding; the reference "
+            "attends to nothing, a zero context); not counted as a failure"
+        )
+
+
 def links_from_table(table: dict) -> tuple[list, list]:
     """A user's mapping= (user name -> reference name, or (reference name, layout note) as the result prints it)
     read back into links and zero-held biases."""
@@ -381,5 +420,6 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     from .diagnose import diagnose
 
     diagnose(session, caller, cfg, kind, result)
+    fully_padded_source(session, caller, cfg, kind, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
     return result
