@@ -335,3 +335,23 @@ def test_heads_that_cannot_be_told_apart_are_refused_with_the_candidates():
 def test_one_dtype_only():
     result = check.module(U.Attention(8, 2), "multi_head_attention", dtypes=("float64",))
     assert result.passed and {r.dtype for r in result.rows} == {"float64"}
+
+
+def test_encoder_and_decoder_stacks():
+    encoder = check.module(U.Encoder(), "encoder")
+    assert encoder.passed and encoder.reference == "encoder", str(encoder)
+    broken = check.module(U.Encoder(mistake="embedding.double_scale"), "encoder")
+    assert broken.first_divergence == "tok_embedding" and ids(broken) == ["embedding.double_scale"]
+    decoder = check.module(U.Decoder(), "decoder")
+    assert decoder.passed, str(decoder)
+    assert "trg_mask" in decoder.conventions["mask"] and "src_mask" in decoder.conventions["mask"]
+
+
+def test_decoder_with_its_output_layer_is_refused():
+    class DecoderWithOutput(U.Decoder):
+        def __init__(self):
+            super().__init__()
+            self.fc_out = torch.nn.Linear(8, 11)
+
+    with pytest.raises(ValueError, match="has an output projection.*check the whole model"):
+        check.module(DecoderWithOutput(), "decoder")

@@ -463,3 +463,29 @@ class TinyEncoder(nn.Module):
     def forward(self, ids):
         x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
         return self.encoder(x, src_key_padding_mask=ids == self.pad_id)
+
+
+class Encoder(Stack):
+    """bentrevett's Encoder: forward(src, src_mask) -> (B, T, D); src_mask (B, 1, 1, T), True = attend."""
+
+    def __init__(self, vocab=13, hid_dim=8, n_layers=2, n_heads=2, pf_dim=16, mistake=None):
+        super().__init__(vocab, hid_dim, n_layers, n_heads, pf_dim, EncoderLayer, mistake=mistake)
+
+    def forward(self, src, src_mask):
+        x = self.embed(src)
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x
+
+
+class Decoder(Stack):
+    """bentrevett's Decoder without its output layer: forward(trg, enc_src, trg_mask, src_mask) -> (B, T, D)."""
+
+    def __init__(self, vocab=11, hid_dim=8, n_layers=2, n_heads=2, pf_dim=16):
+        super().__init__(vocab, hid_dim, n_layers, n_heads, pf_dim, DecoderLayer)
+
+    def forward(self, trg, enc_src, trg_mask, src_mask):
+        y = self.embed(trg)
+        for layer in self.layers:
+            y = layer(y, enc_src, trg_mask, src_mask)
+        return y

@@ -82,6 +82,13 @@ def infer(level: str, found, module, given: dict) -> tuple:
         out_piece = candidates[-1] if candidates else None
         if out_piece is not None:
             pieces.remove(out_piece)
+    if level == "decoder" and token_tables:
+        extra = [p for p in pieces if p.in_features == D and p.out_features == token_tables[-1].rows]
+        if extra:
+            raise ValueError(
+                f"the module has an output projection ({extra[-1].weight}); the reference 'decoder' is the stack "
+                "before it: check the whole model as 'transformer', or pass call= returning the decoder's hidden states"
+            )
     attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     ffn = [p for p in pieces if p not in attention]
     chunks = _chunks(attention, D) if level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS else []
@@ -95,6 +102,8 @@ def infer(level: str, found, module, given: dict) -> tuple:
         n_enc = len(ffn_pairs) - n_dec
     elif level == "transformer_lm":
         n_dec = len(chunks)
+    elif level == "decoder":
+        n_dec = len(chunks) // 2
     elif level == "encoder_model":
         n_enc = len(chunks)
     elif level in LV.LAYERS:
@@ -102,6 +111,8 @@ def infer(level: str, found, module, given: dict) -> tuple:
     layer_norms = 2 * n_enc + 3 * n_dec if level in ("transformer",) else 2 * (n_enc or n_dec)
     if level == "transformer_lm":
         layer_norms = 2 * n_dec
+    if level == "decoder":
+        layer_norms = 3 * n_dec
     final = level in LV.MODELS and len(norms) > layer_norms
     base = dict(
         src_vocab_size=token_tables[0].rows if token_tables else 32,
@@ -199,7 +210,12 @@ def infer(level: str, found, module, given: dict) -> tuple:
         layer("", 0, decoder, iter(chunks), iter(norms), iter(ffn_pairs))
     elif level in LV.MODELS:
         chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        stacks = {"transformer": ("encoder", "decoder"), "transformer_lm": ("decoder",), "encoder_model": ("encoder",)}
+        stacks = {
+            "transformer": ("encoder", "decoder"),
+            "transformer_lm": ("decoder",),
+            "encoder_model": ("encoder",),
+            "decoder": ("decoder",),
+        }
         token_iter = iter(token_tables)
         learned = iter([t for t in position_tables if t.trainable])
         expected_norms = layer_norms + (len(stacks[level]) if cfg.norm_first else 0)
@@ -217,14 +233,14 @@ def infer(level: str, found, module, given: dict) -> tuple:
                 layer(
                     f"{stack}.layers.{i}.",
                     i,
-                    stack == "decoder" and level == "transformer",
+                    stack == "decoder" and level in ("transformer", "decoder"),
                     chunk_iter,
                     norm_iter,
                     ffn_iter,
                 )
             if cfg.norm_first:
                 norm_link(next(norm_iter), f"{stack}.final_norm.")
-        if level != "encoder_model":
+        if level in ("transformer", "transformer_lm"):
             if out_piece is not None:
                 links.append(
                     Link(

@@ -36,6 +36,7 @@ DATA = {
     "transformer_lm": ("ids",),
     "encoder_model": ("ids",),
     "transformer_stacks": ("src", "tgt"),
+    "decoder": ("tgt", "memory"),
 }
 SOURCE_WORDS = ("src", "source", "memory", "enc", "cross", "padding", "key_padding", "pad")
 TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
@@ -129,7 +130,7 @@ def _role(name: str, roles: list) -> str | None:
 
 def roles_of(level: str, probe) -> list:
     """The masks the level's attentions read: "src" (padding of the keys) and/or "tgt" (causal)."""
-    if level in ("decoder_layer", "transformer"):
+    if level in ("decoder_layer", "transformer", "decoder"):
         return ["tgt", "src"]
     if level == "transformer_lm":
         return ["tgt"]

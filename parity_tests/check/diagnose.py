@@ -465,16 +465,31 @@ def model_stages(session, cfg, caller):
         for unit, kind, inputs, out in trace:
             stages.append((unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)))
         return stages
-    _, backward = LV.run_reference(level, params, p, cfg, np.float64)
-    acts = backward.model.activations()
-    stacks = {"transformer": ("encoder", "decoder"), "transformer_lm": ("decoder",), "encoder_model": ("encoder",)}
+    if level == "decoder":  # no model object: the stack's activations composed from the reference's pairs
+        decoder_params = M.sub(params, "decoder")
+        x = M.embed_forward(decoder_params, p.ids["tgt"], cfg, None, "decoder")[0]
+        acts = {"decoder.embedding": x, "encoder": p.floats["memory"]}
+        for i in range(cfg.n_decoder_layers):
+            x = M.decoder_layer_forward(
+                M.sub(decoder_params, f"layers.{i}"), x, p.floats["memory"], None, _pad(p.src_keep), cfg
+            )[0]
+            acts[f"decoder.layers.{i}"] = x
+    else:
+        _, backward = LV.run_reference(level, params, p, cfg, np.float64)
+        acts = backward.model.activations()
+    stacks = {
+        "transformer": ("encoder", "decoder"),
+        "transformer_lm": ("decoder",),
+        "encoder_model": ("encoder",),
+        "decoder": ("decoder",),
+    }
     for stack in stacks[level]:
         valid = p.src_keep if stack == "encoder" else p.tgt_keep
         ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
         stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         decoder = stack == "decoder"
-        memory = acts.get("encoder") if level == "transformer" and decoder else None
+        memory = acts.get("encoder") if level in ("transformer", "decoder") and decoder else None
         for i in range(n):
             x = acts[f"{stack}.embedding"] if i == 0 else acts[f"{stack}.layers.{i - 1}"]
             layer = M.sub(params, f"{stack}.layers.{i}")

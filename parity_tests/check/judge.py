@@ -176,9 +176,13 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
     T = min(6, rows)
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
+    if "memory" in probe.ids:  # the decoder's memory is a float input
+        probe.ids.pop("memory")
+        probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
     try:
         for caller in C.callers(model, level, probe, call=call)[:4]:
             tensors = {n: torch.tensor(v) for n, v in probe.ids.items()}
+            tensors |= {n: torch.tensor(v, dtype=next(model.parameters()).dtype) for n, v in probe.floats.items()}
             try:
                 with torch.no_grad():
                     caller(model, tensors, probe, torch.float32)
@@ -395,7 +399,7 @@ def module(
 
 
 def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
-    level = reference
+    level = "encoder_model" if reference == "encoder" else reference  # the same math: ids -> the encoder's output
     if isinstance(user_module, nn.Transformer) and reference == "transformer" and call is None:
         level = LV.STACKS  # no embeddings, no output projection, a final norm on each stack: see levels.STACKS
     session = Session(user_module, level, given, mapping, call, batch_first, mask, seed)

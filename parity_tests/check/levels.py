@@ -28,8 +28,8 @@ COMPONENTS = (
     "embedding",
 )
 LAYERS = ("encoder_layer", "decoder_layer")
-MODELS = ("transformer", "transformer_lm", "encoder_model")
-REFERENCES = COMPONENTS + LAYERS + MODELS
+MODELS = ("transformer", "transformer_lm", "encoder_model", "decoder")  # "decoder": ids and a memory in
+REFERENCES = COMPONENTS + LAYERS + ("encoder",) + MODELS  # "encoder" is judged as "encoder_model" (the same math)
 # torch.nn.Transformer checked as "transformer": it has no embeddings and no output projection, and its encoder and
 # decoder always end in a layer norm; judged as the reference's two stacks on embeddings, each with its final norm.
 STACKS = "transformer_stacks"
@@ -115,6 +115,11 @@ def probe(level: str, cfg, rng, self_attention: bool = False) -> Probe:
         p.tgt_keep, p.causal = _keep(rng, T_k, (2,), 1 if cfg.pad_id is not None else 0), True
         p.ids = {"ids": _ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
         p.valid = p.tgt_keep
+    elif level == "decoder":
+        p.floats = {"memory": rng.standard_normal((B, T_k, D))}
+        p.src_keep, p.tgt_keep, p.causal = _keep(rng, T_k), _keep(rng, T_q, (2,), 1), True
+        p.ids = {"tgt": _ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
+        p.valid = p.tgt_keep
     elif level == "encoder_model":
         p.src_keep = _keep(rng, T_k)
         p.ids = {"ids": _ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)}
@@ -141,6 +146,12 @@ def reference_shapes(level: str, cfg) -> dict:
         shapes = nt.parameter_shapes(dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1))
         prefix = "encoder.layers.0." if level == "encoder_layer" else "decoder.layers.0."
         return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
+    if level == "decoder":  # the decoder stack of an encoder-decoder, before the output projection
+        return {
+            k: v
+            for k, v in nt.parameter_shapes(dataclasses.replace(cfg, tie_embeddings=True)).items()
+            if k.startswith("decoder.")
+        }
     if level in MODELS:
         return nt.parameter_shapes(cfg, level == "transformer_lm", level == "encoder_model")
     if level == STACKS:
@@ -250,6 +261,12 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
 
     elif level == STACKS:
         return _run_stacks(params, p, cfg)
+    elif level == "decoder":
+        out, cache = M.decoder_forward(M.sub(params, "decoder"), p.ids["tgt"], f["memory"], keep_mask(p, "cross"), cfg)
+
+        def backward(dout):
+            dmemory, grads = M.decoder_backward(dout, cache)
+            return {"memory": dmemory}, M.prefixed(grads, "decoder")
     else:
         model = {"transformer": nt.Transformer, "transformer_lm": nt.TransformerLM, "encoder_model": nt.EncoderModel}
         model = model[level](cfg, dtype=dtype).eval()
