@@ -147,3 +147,10 @@ def test_check_command(tmp_path, capsys):
     )
     assert main(["check", "parity_tests/user_models.py:Seq2Seq", "transformer"]) == 0
     assert main(["check", "parity_tests.user_models:nothing", "transformer"]) == 2
+
+
+def test_no_subcommand_still_runs_the_parity_report(monkeypatch):
+    seen = []
+    monkeypatch.setattr("parity_tests.report.main", lambda argv: seen.append(argv) or 0)
+    assert main(["--dtype", "float32", "--json", "x.json"]) == 0
+    assert seen == [["--dtype", "float32", "--json", "x.json"]]

@@ -245,6 +245,8 @@ def links_from_table(table: dict) -> tuple[list, list]:
     links, zero = [], []
     for user, value in table.items():
         ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
+        if ref.startswith("(the fixed"):  # a fixed table: found again from its values, not from the map
+            continue
         if "held at zero" in note:
             zero.append(ref)
             continue
@@ -414,6 +416,12 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
 
         caller, cfg = latest_divergence(session, session.runnable)
     result = Result(reference=reference, mapping=mapping_table(session.links, session.zero), config=cfg)
+    for name in session.overwrite:  # fixed tables are matched like weights, and said so
+        layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
+        result.mapping[name] = (
+            f"(the fixed sinusoid table, {layout})",
+            "equal to float32 precision; overwritten in float64",
+        )
     result.conventions = caller.conventions() | {"output": kind}
     if not matched:
         result.conventions["detected"] = "no convention reproduced the reference: judged under the closest"
