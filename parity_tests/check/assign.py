@@ -93,7 +93,6 @@ def infer(level: str, found, module, given: dict) -> tuple:
     ffn = [p for p in pieces if p not in attention]
     chunks = _chunks(attention, D) if level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS else []
     ffn_pairs = [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
-    bias = all(p.bias is not None for p in attention + ffn) or not any(p.bias is not None for p in attention + ffn)
     has_bias = any(p.bias is not None for p in attention + ffn) if attention + ffn else True
 
     n_enc = n_dec = 0
@@ -137,7 +136,6 @@ def infer(level: str, found, module, given: dict) -> tuple:
     else:
         known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
         cfg = TransformerConfig(**(base | known))
-    del bias
 
     def norm_link(norm, prefix):
         links.append(Link(norm.weight, [(f"{prefix}weight", None)]))

@@ -124,7 +124,8 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
 
 
 def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **context) -> list:
-    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs: at the valid
+    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
+    value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
     found, tiers = [], ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
@@ -141,8 +142,9 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **c
                 empty = np.broadcast_to(empty[:, None, :, None], variant.shape).any(-1)[:, 0]
             error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         else:
-            variant = VR.multi_head_attention(params, query, kv, kv, H, k, transpose, **knobs)
-            empty = _rows_without_keys(k, (query.shape[0], query.shape[1], kv.shape[1]))
+            key, value = kv if isinstance(kv, tuple) else (kv, kv)
+            variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, **knobs)
+            empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
             error = _match(user_out, variant, valid, empty)
         if error <= MATCH and vid not in {d.id for d in found}:
             found.append(Diagnosis(vid, message, where, error))
@@ -331,14 +333,10 @@ def _component_variants(session, caller, cfg) -> list:
         )
     elif level == "multi_head_attention":
         q = p.floats["query"]
-        kv = q if p.self_attention else p.floats["key"]
-        if not p.self_attention and not np.array_equal(p.floats["key"], p.floats["value"]):
-            # the variants take one key/value input; run them with distinct key and value
-            found = _mha_variants_kv(session, p, user, cfg)
-        else:
-            found = match_attention(
-                user, session.params, q, kv, cfg.n_heads, LV.keep_mask(p, "src"), where, self_attention=p.self_attention
-            )
+        kv = q if p.self_attention else (p.floats["key"], p.floats["value"])
+        found = match_attention(
+            user, session.params, q, kv, cfg.n_heads, LV.keep_mask(p, "src"), where, self_attention=p.self_attention
+        )
     elif level == "layer_norm":
         eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
         found = match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, where)
@@ -367,27 +365,6 @@ def _component_variants(session, caller, cfg) -> list:
         )
     else:
         found = []
-    return found
-
-
-def _mha_variants_kv(session, p, user, cfg) -> list:
-    """match_attention for a cross-attention probe whose key and value differ."""
-    found = []
-    q, k, v = p.floats["query"], p.floats["key"], p.floats["value"]
-    keep = LV.keep_mask(p, "src")
-    for vid, message, knobs in attention_variants(cfg.d_model, cfg.head_dim, keep, self_attention=False):
-        knobs = dict(knobs)
-        kk = knobs.pop("keep", keep)
-        transpose = knobs.pop("transpose", True)
-        params = session.params
-        qh = VR.split(VR.linear(q, params, "q_proj"), cfg.n_heads, transpose)
-        kh = VR.split(VR.linear(k, params, "k_proj"), cfg.n_heads, transpose)
-        vh = VR.split(VR.linear(v, params, "v_proj"), cfg.n_heads, transpose)
-        variant = VR.linear(VR.merge(VR.attention_heads(qh, kh, vh, kk, **knobs), transpose), params, "out_proj")
-        empty = _rows_without_keys(kk, (q.shape[0], q.shape[1], k.shape[1]))
-        error = _match(user, variant, None, empty)
-        if error <= MATCH:
-            found.append(Diagnosis(vid, message, "", error))
     return found
 
 
