@@ -121,8 +121,8 @@ def test_correct_component_passes_with_no_map(make, reference):
     assert {r.dtype for r in result.rows} == {"float64", "float32"}
 
 
-@pytest.mark.parametrize("kind", ["bool_masked", "additive", "bool_keep"])
-@pytest.mark.parametrize("shape", ["(B, T)", "(B, 1, 1, T)"])
+@pytest.mark.parametrize("kind", ["bool_masked", "additive", "bool_keep", "int_keep"])
+@pytest.mark.parametrize("shape", ["(B, T)", "(B, 1, T)", "(B, 1, 1, T)"])
 def test_mask_conventions_are_detected(kind, shape):
     result = check.module(U.ConventionAttention(8, 2, kind, shape), "multi_head_attention")
     assert result.passed, str(result)

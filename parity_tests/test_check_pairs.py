@@ -154,3 +154,14 @@ def test_no_subcommand_still_runs_the_parity_report(monkeypatch):
     monkeypatch.setattr("parity_tests.report.main", lambda argv: seen.append(argv) or 0)
     assert main(["--dtype", "float32", "--json", "x.json"]) == 0
     assert seen == [["--dtype", "float32", "--json", "x.json"]]
+
+
+def test_attention_pair_with_a_wrong_scale_is_named():
+    from numpy_transformer import scaled_dot_product_attention_backward, scaled_dot_product_attention_forward
+
+    def forward(q, k, v, mask=None):
+        return scaled_dot_product_attention_forward(q / np.sqrt(q.shape[-1]), k, v, mask)  # divides by d, not sqrt(d)
+
+    result = check.pair(forward, scaled_dot_product_attention_backward, "scaled_dot_product_attention")
+    assert "attention.wrong_scale" in [d.id for d in result.diagnoses], str(result)
+    assert "d_head = 4: the root is missing" in result.diagnoses[0].message

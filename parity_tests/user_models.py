@@ -435,16 +435,25 @@ class PerHeadAttention(nn.Module):
 
 class ConventionAttention(Attention):
     """Attention whose mask argument comes in another convention: kind "bool_masked" (True = masked), "additive"
-    (0 / -inf), "bool_keep"; shape "(B, T)" or "(B, 1, 1, T)"; it converts to its parent's 1 = attend."""
+    (0 / -inf), "bool_keep", "int_keep" (1 = attend); shape "(B, T)", "(B, 1, T)" or "(B, 1, 1, T)"; it converts
+    to its parent's 1 = attend."""
 
     def __init__(self, hid_dim, n_heads, kind, shape):
         super().__init__(hid_dim, n_heads)
         self.kind, self.shape = kind, shape
 
     def forward(self, query, key, value, mask=None):
-        keep = {"bool_masked": lambda m: ~m, "additive": lambda m: m == 0, "bool_keep": lambda m: m}[self.kind](mask)
+        convert = {
+            "bool_masked": lambda m: ~m,
+            "additive": lambda m: m == 0,
+            "bool_keep": lambda m: m,
+            "int_keep": lambda m: m == 1,
+        }
+        keep = convert[self.kind](mask)
         if self.shape == "(B, T)":
             keep = keep[:, None, None, :]
+        elif self.shape == "(B, 1, T)":
+            keep = keep[:, None]
         return super().forward(query, key, value, keep)
 
 

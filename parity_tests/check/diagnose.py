@@ -227,7 +227,7 @@ def dropout_probe(session, caller, result) -> bool:
         if (not a1 or same(a1, a2)) and not same(o1, o2):
             where = name or where
             break
-    error = _error(first.detach().numpy(), second.detach().numpy())
+    error = _error(_np(first), _np(second))
     result.diagnoses.append(
         Diagnosis(
             "dropout.active_in_eval",
@@ -324,7 +324,7 @@ def _component_variants(session, caller, cfg) -> list:
     p = session.probes[caller.self_attention]
     level = session.level
     user, _ = session.run_user(caller, np.float64)
-    user = user.detach().numpy()
+    user = _np(user)
     where = ""
     if level == "scaled_dot_product_attention":
         keep = LV.keep_mask(p, "src")

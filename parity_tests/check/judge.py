@@ -181,8 +181,9 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
         probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
     try:
         for caller in C.callers(model, level, probe, call=call)[:4]:
-            tensors = {n: torch.tensor(v) for n, v in probe.ids.items()}
-            tensors |= {n: torch.tensor(v, dtype=next(model.parameters()).dtype) for n, v in probe.floats.items()}
+            weight = next(model.parameters())
+            tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+            tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
             try:
                 with torch.no_grad():
                     caller(model, tensors, probe, torch.float32)
@@ -333,7 +334,7 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
         t.grad = None
     if tuple(out.shape) != ref_out.shape:
         raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
-    out.backward(torch.from_numpy(dout).to(out.dtype))
+    out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
     dref_in, dref_params = backward(dlogits_from(dout, ref_out, kind).astype(dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
     user_params = MP.scatter(session.links, user_grads, session.shapes)
@@ -342,7 +343,7 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
     grads = {}
     for n, g in dref_in.items():
         if n in tensors and tensors[n].grad is not None:
-            grads[f"d{n}"] = (tensors[n].grad.double().numpy(), g)
+            grads[f"d{n}"] = (tensors[n].grad.double().cpu().numpy(), g)
     for n, g in dref_params.items():
         if n in session.zero or n not in session.shapes:
             continue
