@@ -355,3 +355,14 @@ def test_decoder_with_its_output_layer_is_refused():
 
     with pytest.raises(ValueError, match="has an output projection.*check the whole model"):
         check.module(DecoderWithOutput(), "decoder")
+
+
+def test_random_state_and_threads_are_left_as_they_were():
+    module = U.Attention(8, 2, mistake="dropout.active_in_eval")  # draws random numbers when called
+    threads = torch.get_num_threads()
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    check.module(module, "multi_head_attention")
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads

@@ -205,11 +205,12 @@ def dropout_probe(session, caller, result) -> bool:
         for name, mod in module.named_modules():
             handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, a, o))))
     try:
-        torch.manual_seed(0)
-        first, _ = session.run_user(caller, np.float64)
-        n = len(records)
-        torch.manual_seed(1)
-        second, _ = session.run_user(caller, np.float64)
+        with torch.random.fork_rng():  # the caller's random state is left as it was
+            torch.manual_seed(0)
+            first, _ = session.run_user(caller, np.float64)
+            n = len(records)
+            torch.manual_seed(1)
+            second, _ = session.run_user(caller, np.float64)
     finally:
         for h in handles:
             h.remove()

@@ -394,9 +394,10 @@ def module(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
     try:
-        return _module(
-            user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
-        )
+        with torch.random.fork_rng():  # whatever the user's module draws, the caller's random state is left as it was
+            return _module(
+                user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
+            )
     finally:
         torch.set_num_threads(threads)
 
