@@ -22,7 +22,7 @@ from .layers import (
     softmax_backward,
     softmax_forward,
 )
-from .scores import PLAIN, ScoreMod, attention_scores, positions
+from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
 from .validation import check_float_array, check_ndim
 
 
@@ -37,18 +37,20 @@ def scaled_dot_product_attention_forward(
     mod: ScoreMod = PLAIN,
     q_pos: np.ndarray | None = None,
     k_pos: np.ndarray | None = None,
+    bias_table: np.ndarray | None = None,
 ):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V, the paper's equation (1).
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), mask broadcastable to (B, H, T_q, T_k), True = may attend.
     keep_mask (B, H, T_q, T_k) drops attention probabilities (inverted dropout, rate dropout_p).
     mod: what else the scores get (scores.ScoreMod: another scale, causal, a sliding window, ALiBi), at the
-    positions q_pos (T_q,) and k_pos (T_k,) (default 0 .. T - 1 each).
+    positions q_pos (T_q,) and k_pos (T_k,) (default 0 .. T - 1 each). bias_table: T5's (n_buckets, H) relative
+    position bias, when mod.relative says so; the backward then returns its gradient too.
     Returns out (B, H, T_q, Dh) and a cache whose "probs" are the probabilities before dropout.
     """
     q_pos = positions(q.shape[2]) if q_pos is None else q_pos
     k_pos = positions(k.shape[2]) if k_pos is None else k_pos
-    scores, allowed = attention_scores(q, k, mod, q_pos, k_pos, mask)  # (B, H, T_q, T_k)
+    scores, allowed = attention_scores(q, k, mod, q_pos, k_pos, mask, bias_table)  # (B, H, T_q, T_k)
     probs, softmax_cache = softmax_forward(scores, allowed)
     dropped, drop_cache = dropout_forward(probs, dropout_p, keep_mask)
     out = dropped @ v  # (B, H, T_q, Dh)
@@ -57,6 +59,9 @@ def scaled_dot_product_attention_forward(
         "k": k,
         "v": v,
         "scale": mod.scale_for(q.shape[-1]),
+        "mod": mod,
+        "positions": (q_pos, k_pos),
+        "table_shape": None if bias_table is None else bias_table.shape,
         "probs": probs,
         "dropped": dropped,
         "softmax": softmax_cache,
@@ -73,16 +78,21 @@ def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
     dS = P * (dP - rowsum(dP * P))           softmax backward; zero where masked
     dQ = s * dS K                            (B, H, T_q, Dh)
     dK = s * dS^T Q                          (B, H, T_k, Dh)
+    dW = the sum of dS over the pairs in each bucket (scores.position_bias_backward), when the forward took
+         T5's bias table W: returned as a fourth gradient, after dv.
     """
     q, k, v, scale = cache["q"], cache["k"], cache["v"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
     dprobs = dout @ v.swapaxes(-1, -2)  # (B, H, T_q, T_k)
     dprobs = dropout_backward(dprobs, cache["dropout"])
     dscores = softmax_backward(dprobs, cache["softmax"])
+    dtable = None
+    if cache["table_shape"] is not None:  # the bias was added after the scale: it gets dS itself
+        dtable = position_bias_backward(dscores, cache["mod"], *cache["positions"], cache["table_shape"])
     dscores *= scale
     dq = dscores @ k  # (B, H, T_q, Dh)
     dk = dscores.swapaxes(-1, -2) @ q  # (B, H, T_k, Dh)
-    return dq, dk, dv
+    return (dq, dk, dv) if dtable is None else (dq, dk, dv, dtable)
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -260,6 +270,7 @@ def multi_head_attention_forward(
     mod: ScoreMod = PLAIN,
     q_pos: np.ndarray | None = None,
     kv_cache: KVCache | MemoryCache | None = None,
+    bias_table: np.ndarray | None = None,
 ):
     """MultiHead(Q, K, V) = Concat(head_1..head_H) W_O^T,  head_h = Attention(Q W_Q,h^T, K W_K,h^T, V W_V,h^T).
 
@@ -274,6 +285,8 @@ def multi_head_attention_forward(
     positions (default 0 .. T_q - 1; the keys of a self-attention sit at the same positions).
     kv_cache: in decoding, a KVCache (self-attention: the new keys are added, attention reads all cached ones)
     or a MemoryCache (cross-attention: the memory's projections, computed once); the call is then forward-only.
+    bias_table: T5's relative position bias (n_buckets, H), read when mod.relative says so; its gradient comes
+    back in the grads dict as "relative_bias.weight" (the stack that owns the table adds its layers' shares).
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -312,14 +325,14 @@ def multi_head_attention_forward(
     k, repeat_cache = repeat_kv_forward(k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
     v, _ = repeat_kv_forward(v, n_heads // n_kv_heads)
     if kernel == "flash" and kv_cache is None:  # the tiled kernel skips the blocks the score rules hide
-        context, attn_cache = flash_attention_forward(q, k, v, attn_mask, mod=mod)  # (B, H, T_q, Dh)
+        context, attn_cache = flash_attention_forward(q, k, v, attn_mask, mod=mod, bias_table=bias_table)
     else:
         keep_mask = None
         if p > 0:
             B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
             keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
         context, attn_cache = scaled_dot_product_attention_forward(
-            q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=k_pos
+            q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=k_pos, bias_table=bias_table
         )  # (B, H, T_q, Dh)
     context = merge_heads(context)  # (B, T_q, D)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
@@ -359,7 +372,7 @@ def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     grads = {}
     dcontext, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(dout, cache.out)
     attention_backward = flash_attention_backward if cache.kernel == "flash" else scaled_dot_product_attention_backward
-    dq, dk, dv = attention_backward(split_heads(dcontext, cache.n_heads), cache.attn)
+    dq, dk, dv, *dtable = attention_backward(split_heads(dcontext, cache.n_heads), cache.attn)
     dk = repeat_kv_backward(dk, cache.repeat_kv)  # (B, H_kv, T_k, Dh)
     dv = repeat_kv_backward(dv, cache.repeat_kv)
     if cache.rope is not None:
@@ -368,7 +381,10 @@ def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache.q)
     dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache.k)
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
-    return dquery, dkey, dvalue, {k: grads[k] for k in MHA_KEYS if grads[k] is not None}
+    grads = {k: grads[k] for k in MHA_KEYS if grads[k] is not None}
+    if dtable:  # T5's bias table, read by this attention (and by the stack's other layers: the stack adds them)
+        grads["relative_bias.weight"] = dtable[0]
+    return dquery, dkey, dvalue, grads
 
 
 def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype) -> None:

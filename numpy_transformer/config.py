@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
-POSITIONALS = ("sinusoidal", "learned", "rope", "alibi")
+POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "relative")
 NORMS = ("layer", "rms")
 DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
 SINUSOID_LAYOUTS = ("interleaved", "split")
@@ -40,8 +40,9 @@ class TransformerConfig:
     dropout: float = 0.0  # the one-number shorthand: the rate of every dropout site below left at None
     activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh" or "silu" (x * sigmoid(x))
     norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
-    # "sinusoidal" (the paper), "learned", "rope" (rotary, in attention) or "alibi" (a per-head linear bias on
-    # the scores, BLOOM's); rope and alibi add no position table
+    # "sinusoidal" (the paper), "learned", "rope" (rotary, in attention), "alibi" (a per-head linear bias on
+    # the scores, BLOOM's) or "relative" (T5's learned bias per bucket of distance, one table per stack,
+    # {stack}.relative_bias.weight (relative_buckets, H)); the last three add no position table to the embeddings
     positional: str = "sinusoidal"
     max_len: int = 64  # longest sequence the position table covers
     layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
@@ -60,6 +61,11 @@ class TransformerConfig:
     # causal self-attention sees only the last `sliding_window` keys: query i attends to keys i - window < j <= i
     # (Mistral); None: every earlier key
     sliding_window: int | None = None
+    relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
+    relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
+    attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
+    output_scale: float = 1.0  # the final hidden states are multiplied by this before the output projection (T5's
+    # tied head: d_model ** -0.5)
     output_bias: bool = True  # output_proj.bias (GPT-2 and Llama have none; Marian/BART's final_logits_bias)
     type_vocab_size: int = 0  # BERT token types: encoder.token_type_embedding.weight (type_vocab_size, D)
     embedding_norm: bool = False  # a LayerNorm after the summed embeddings (BERT, BART)
@@ -116,6 +122,14 @@ class TransformerConfig:
                 )
         if self.sliding_window is not None:
             _check_int("sliding_window", self.sliding_window, minimum=1)
+        _check_int("relative_buckets", self.relative_buckets, minimum=2)
+        _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
+        for name in ("attention_scale", "output_scale"):
+            value = getattr(self, name)
+            if value is None and name == "attention_scale":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive float, got {value!r}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
             raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

@@ -90,7 +90,8 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
         caches=cache.layers, start=cache.length,
     )  # fmt: skip
     cache.length += new_ids.shape[1]
-    logits, _ = linear_forward(x[:, -1], model.output_weight(), model.output_bias())  # (N, V): the last predicts
+    x = model.scale_output(x[:, -1])  # (N, D): only the last position predicts
+    logits, _ = linear_forward(x, model.output_weight(), model.output_bias())  # (N, V)
     return logits
 
 
@@ -180,6 +181,15 @@ def after_eos(cfg) -> int:
     if cfg.pad_id is not None:
         return cfg.pad_id
     return 0 if cfg.eos_id is None else cfg.eos_id
+
+
+def beam_fill(cfg) -> int:
+    """The id that pads a finished hypothesis shorter than the best in beam search: transformers' generate takes
+    `pad_token_id or eos_token_id` there, so pad_id, unless it is None or 0 (T5's), then eos_id. (Its greedy
+    search fills with pad_id, 0 included: after_eos.)"""
+    if cfg.pad_id:  # neither None nor 0
+        return cfg.pad_id
+    return 0 if cfg.eos_id is None else cfg.eos_id  # without an eos_id no row ends early: the fill is never seen
 
 
 def eos_of(cfg) -> int:
@@ -311,7 +321,7 @@ def beam_search_scores(
             stopped |= cannot_improve(finished, cumulative[:, 0], step + 1, max_len, length_penalty, K, early_stopping)
             if stopped.all():
                 break
-    return best_hypotheses(prompt, finished, after_eos(cfg))
+    return best_hypotheses(prompt, finished, beam_fill(cfg))
 
 
 def collect_finished(finished, stopped, score, rows, token, ends, generated, length, length_penalty) -> None:

@@ -30,7 +30,7 @@ import dataclasses
 
 import numpy as np
 
-from .scores import PLAIN, ScoreMod, attention_scores, positions
+from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
 from .validation import check_float_array, check_ndim
 
 
@@ -44,6 +44,7 @@ def flash_attention_forward(
     block_k: int = 64,
     *,
     mod: ScoreMod = PLAIN,
+    bias_table: np.ndarray | None = None,
 ):
     """O = softmax(s Q K^T) V, s = 1/sqrt(Dh), one block of keys at a time (online softmax).
 
@@ -88,7 +89,7 @@ def flash_attention_forward(
             j1 = min(j0 + block_k, T_k)
             # S_ij = s Q_i K_j^T (+ the ScoreMod's bias), hidden entries -inf
             mask_ij = _block_mask(mask, i0, i1, j0, j1)
-            s_ij = _block_scores(q_i, k[:, :, j0:j1], mod, q_pos[i0:i1], k_pos[j0:j1], mask_ij)
+            s_ij = _block_scores(q_i, k[:, :, j0:j1], mod, q_pos[i0:i1], k_pos[j0:j1], mask_ij, bias_table)
             # m_i^(j) = max(m_i^(j-1), rowmax(S_ij))
             m_new = np.maximum(m_i, s_ij.max(axis=-1, keepdims=True))  # (B, H, B_r, 1)
             shift = np.where(m_new == -np.inf, 0, m_new)  # a row masked so far: exp(-inf - 0) = 0, not NaN
@@ -115,6 +116,7 @@ def flash_attention_forward(
         "lse": lse,
         "attn_mask": attn_mask,  # as given: a padding mask (B, 1, 1, T_k) is small; causal builds none
         "mod": mod,
+        "bias_table": bias_table,
         "block_q": block_q,
         "block_k": block_k,
     }
@@ -143,7 +145,7 @@ def flash_attention_backward(dout: np.ndarray, cache):
     """
     _check_flash_backward(dout, cache)
     q, k, v, out, lse = cache["q"], cache["k"], cache["v"], cache["out"], cache["lse"]
-    mod, block_q, block_k = cache["mod"], cache["block_q"], cache["block_k"]
+    mod, block_q, block_k, table = cache["mod"], cache["block_q"], cache["block_k"], cache["bias_table"]
     T_q, T_k = q.shape[2], k.shape[2]
     scale = mod.scale_for(q.shape[-1])
     q_pos, k_pos = positions(T_q), positions(T_k)
@@ -153,6 +155,7 @@ def flash_attention_backward(dout: np.ndarray, cache):
     dq = np.zeros_like(q)  # (B, H, T_q, Dh): every key block adds to it
     dk = np.empty_like(k)  # (B, H, T_k, Dh): each block written once
     dv = np.empty_like(v)
+    dtable = None if table is None else np.zeros_like(table)  # T5's bias table: each block adds its buckets' dS
     for j0 in range(0, T_k, block_k):  # outer loop: key blocks K_j, V_j
         j1 = min(j0 + block_k, T_k)
         k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]  # (B, H, B_c, Dh)
@@ -162,7 +165,8 @@ def flash_attention_backward(dout: np.ndarray, cache):
             i1 = min(i0 + block_q, T_q)
             q_i, do_i = q[:, :, i0:i1], dout[:, :, i0:i1]  # (B, H, B_r, Dh)
             # S_ij = s Q_i K_j^T (+ bias), recomputed exactly as the forward computed it
-            s_ij = _block_scores(q_i, k_j, mod, q_pos[i0:i1], k_pos[j0:j1], _block_mask(mask, i0, i1, j0, j1))
+            mask_ij = _block_mask(mask, i0, i1, j0, j1)
+            s_ij = _block_scores(q_i, k_j, mod, q_pos[i0:i1], k_pos[j0:j1], mask_ij, table)
             # P_ij = exp(S_ij - L_i)
             p_ij = s_ij
             p_ij -= lse[:, :, i0:i1, None]
@@ -175,24 +179,26 @@ def flash_attention_backward(dout: np.ndarray, cache):
             dp_ij -= D[:, :, i0:i1]
             ds_ij = p_ij
             ds_ij *= dp_ij
+            if dtable is not None:  # dW += dS_ij summed by bucket (the bias is added after the scale)
+                dtable += position_bias_backward(ds_ij, mod, q_pos[i0:i1], k_pos[j0:j1], table.shape)
             ds_ij *= scale
             # dQ_i += dS_ij K_j;  dK_j += dS_ij^T Q_i
             dq[:, :, i0:i1] += ds_ij @ k_j  # (B, H, B_r, Dh)
             dk_j += ds_ij.swapaxes(-1, -2) @ q_i  # (B, H, B_c, Dh)
         dk[:, :, j0:j1] = dk_j
         dv[:, :, j0:j1] = dv_j
-    return dq, dk, dv
+    return (dq, dk, dv) if dtable is None else (dq, dk, dv, dtable)
 
 
 # ----------------------------------------------------------------------------------------------
 # One block: its scores, its mask, and which blocks a causal pass visits.
 
 
-def _block_scores(q_i, k_j, mod: ScoreMod, q_pos, k_pos, mask_ij: np.ndarray | None) -> np.ndarray:
+def _block_scores(q_i, k_j, mod: ScoreMod, q_pos, k_pos, mask_ij: np.ndarray | None, table=None) -> np.ndarray:
     """S_ij (B, H, B_r, B_c) from scores.attention_scores (the plain pair's function, on one block), -inf where
     hidden. Both passes compute a block's scores here (the backward recomputes them), so the tests can count
     the blocks each pass visits."""
-    s_ij, allowed = attention_scores(q_i, k_j, mod, q_pos, k_pos, mask_ij)
+    s_ij, allowed = attention_scores(q_i, k_j, mod, q_pos, k_pos, mask_ij, table)
     if allowed is not None:
         np.copyto(s_ij, -np.inf, where=~allowed)
     return s_ij

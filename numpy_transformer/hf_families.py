@@ -840,7 +840,146 @@ BART = Family(
 )
 
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART)}
+# ----------------------------------------------------------------------------------------------
+# T5 (T5ForConditionalGeneration; the original ReLU model and v1.1's gated GELU): pre-norm RMSNorm encoder-decoder
+# without biases, no position table but one learned relative position bias per stack (stored on block 0, read by
+# every layer), attention without the 1/sqrt(d) scale, one token table for both stacks, and a tied head that reads
+# d_model^-0.5 times the hidden states.
+
+T5_DROPOUT = {"dropout_rate": (("embedding", "attention", "activation", "residual"), 0.1)}
+T5_ACTIVATIONS = {"relu": ("relu", False), "gated-gelu": ("gelu_tanh", True), "gated-relu": ("relu", True)}
+
+
+def t5_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    proj = c.get("feed_forward_proj", "relu")
+    if proj not in T5_ACTIVATIONS:
+        supported = sorted(T5_ACTIVATIONS)
+        raise ValueError(f"config.json: feed_forward_proj={proj!r} is not supported; supported: {supported}")
+    activation, gated = T5_ACTIVATIONS[proj]
+    V, D, H = c["vocab_size"], c["d_model"], c["num_heads"]
+    if c.get("d_kv", D // H) * H != D:
+        raise ValueError(
+            f"config.json: d_kv={c.get('d_kv')} with {H} heads != d_model {D}; heads must split d_model evenly"
+        )
+    tied = c.get("tie_word_embeddings", True)
+    start = c.get("decoder_start_token_id", c.get("pad_token_id", 0))
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=D,
+        n_heads=H,
+        d_ff=c["d_ff"],
+        n_encoder_layers=c["num_layers"],
+        n_decoder_layers=c.get("num_decoder_layers") or c["num_layers"],
+        **dropout_from_hf(c, T5_DROPOUT, dropout),
+        activation=activation,
+        gated_ffn=gated,
+        norm="rms",
+        norm_first=True,
+        positional="relative",
+        relative_buckets=c.get("relative_attention_num_buckets", 32),
+        relative_max_distance=c.get("relative_attention_max_distance", 128),
+        attention_scale=1.0,  # T5 folds 1/sqrt(d) into its initialisation
+        max_len=c.get("n_positions") or 512,  # no table: the longest sequence decoding may run
+        layer_norm_eps=c.get("layer_norm_epsilon", 1e-6),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id({"start": start}, "start", V),  # the decoder's start token (T5's is pad)
+        eos_id=token_id(c, "eos_token_id", V),
+        tie_embeddings=tied,
+        output_scale=D**-0.5 if tied else 1.0,
+        scale_embeddings=False,
+        share_embeddings=True,
+        bias=False,
+        output_bias=False,
+    )
+
+
+def t5_to_hf(config: TransformerConfig) -> dict:
+    tied = config.tie_embeddings
+    require(
+        config, "t5", norm="rms", norm_first=True, positional="relative", attention_scale=1.0, bias=False,
+        output_bias=False, scale_embeddings=False, share_embeddings=True, embedding_norm=False, n_kv_heads=None,
+        sliding_window=None, output_scale=config.d_model**-0.5 if tied else 1.0,
+    )  # fmt: skip
+    proj = {(a, g): name for name, (a, g) in T5_ACTIVATIONS.items()}.get((config.activation, config.gated_ffn))
+    if proj is None:
+        raise ValueError(
+            f"this model cannot be written as a 't5' checkpoint: activation={config.activation!r} with "
+            f"gated_ffn={config.gated_ffn} (T5 has relu, gated gelu_tanh, gated relu)"
+        )
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "d_model": config.d_model,
+        "d_kv": config.head_dim,
+        "d_ff": config.d_ff,
+        "num_heads": config.n_heads,
+        "num_layers": config.n_encoder_layers,
+        "num_decoder_layers": config.n_decoder_layers,
+        **dropout_to_hf(config, "t5", T5_DROPOUT),
+        "feed_forward_proj": proj,
+        "relative_attention_num_buckets": config.relative_buckets,
+        "relative_attention_max_distance": config.relative_max_distance,
+        "layer_norm_epsilon": config.layer_norm_eps,
+        "tie_word_embeddings": tied,
+        "pad_token_id": config.pad_id,
+        "eos_token_id": config.eos_id,
+        "decoder_start_token_id": config.bos_id,
+        "is_encoder_decoder": True,
+    }
+
+
+def t5_rules() -> tuple[Rule, ...]:
+    attention = (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o"))
+    rules = [
+        Rule("decoder.token_embedding.weight", "shared.weight"),
+        Rule("encoder.relative_bias.weight", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+        Rule("decoder.relative_bias.weight", "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
+        Rule("encoder.final_norm.weight", "encoder.final_layer_norm.weight"),
+        Rule("decoder.final_norm.weight", "decoder.final_layer_norm.weight"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ]
+    for stack, sublayers in (("encoder", ("self_attn", "ffn")), ("decoder", ("self_attn", "cross_attn", "ffn"))):
+        for n, sublayer in enumerate(sublayers):
+            block = f"{stack}.block.{{i}}.layer.{n}"
+            rules.append(Rule(f"{stack}.layers.{{i}}.{sublayer}_norm.weight", f"{block}.layer_norm.weight"))
+            if sublayer == "ffn":
+                dense = f"{block}.DenseReluDense"
+                rules += [
+                    Rule(f"{stack}.layers.{{i}}.ffn.gate.weight", f"{dense}.wi_0.weight", when=("gated_ffn", True)),
+                    Rule(f"{stack}.layers.{{i}}.ffn.linear1.weight", f"{dense}.wi_1.weight", when=("gated_ffn", True)),
+                    Rule(f"{stack}.layers.{{i}}.ffn.linear1.weight", f"{dense}.wi.weight", when=("gated_ffn", False)),
+                    Rule(f"{stack}.layers.{{i}}.ffn.linear2.weight", f"{dense}.wo.weight"),
+                ]
+            else:
+                module = "SelfAttention" if sublayer == "self_attn" else "EncDecAttention"
+                rules += [
+                    Rule(f"{stack}.layers.{{i}}.{sublayer}.{ours}_proj.weight", f"{block}.{module}.{theirs}.weight")
+                    for ours, theirs in attention
+                ]
+    return tuple(rules)
+
+
+T5 = Family(
+    model_type="t5",
+    model_class="Transformer",
+    architecture="T5ForConditionalGeneration",
+    prefixes=("",),
+    rules=t5_rules(),
+    skipped=(
+        r"(encoder|decoder)\.embed_tokens\.weight",  # the stacks' views of shared.weight
+        r"lm_head\.weight",  # when tied: shared.weight again
+    ),
+    from_hf=t5_from_hf,
+    to_hf=t5_to_hf,
+    tied=(
+        ("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),
+        ("decoder.embed_tokens.weight", "shared.weight", "share_embeddings"),
+        ("lm_head.weight", "shared.weight", "tie_embeddings"),
+    ),
+)
+
+
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
 
 
 def family_of(model_type) -> Family:

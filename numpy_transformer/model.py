@@ -160,10 +160,15 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
 def score_mod(config: TransformerConfig, causal: bool) -> ScoreMod:
     """The scores' rules of one attention, from the config: a decoder's self-attention is causal, and only there
     does a sliding window apply; ALiBi (positional "alibi") biases every self-attention; cross-attention gets none."""
+    relative = None
+    if config.positional == "relative":  # T5: bidirectional buckets in the encoder, causal ones in the decoder
+        relative = (config.relative_buckets, config.relative_max_distance, not causal)
     return ScoreMod(
+        scale=config.attention_scale,
         causal=causal,
         window=config.sliding_window if causal else None,
         alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
+        relative=relative,
     )
 
 
@@ -181,8 +186,10 @@ def attention_forward(
 ):
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
     query in self-attention), with config.n_kv_heads K/V heads, the config's score rules (score_mod: causal,
-    sliding window, ALiBi) and, when given, rotary positions. `decoding`: q_pos and kv_cache, in decoding."""
-    mod = score_mod(config, causal=is_causal) if memory is query or is_causal else ScoreMod()
+    sliding window, ALiBi, T5's bias read from `decoding`'s bias_table) and, when given, rotary positions.
+    `decoding`: q_pos and kv_cache in decoding, bias_table (T5's table of the stack) for self-attention."""
+    cross = memory is not query and not is_causal
+    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, **decoding,
@@ -247,12 +254,16 @@ def encoder_layer_forward(
     dropout: Dropout | None = None,
     site: str = "encoder.layers.0",
     rope: tuple | None = None,
+    *,
+    bias_table: np.ndarray | None = None,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
-    mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None."""
+    mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
+    bias_table: the stack's T5 relative position bias (n_buckets, H), or None."""
 
     def self_attn(h):
-        return attention_forward(sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope)
+        attn = sub(params, "self_attn")
+        return attention_forward(attn, h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table)
 
     def ffn(h):
         return ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
@@ -289,6 +300,7 @@ def decoder_layer_forward(
     *,
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
+    bias_table: np.ndarray | None = None,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -296,7 +308,8 @@ def decoder_layer_forward(
     (B, H, T_tgt, T_tgt), masks more on top of that (None: nothing more; the stack passes None).
     Cross-attention masks the source's padding (memory_mask, broadcastable to (B, H, T_tgt, T_src)).
     Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
-    attention reads and extends (a forward-only call).
+    attention reads and extends (a forward-only call). bias_table: the stack's T5 relative position bias, read by
+    self-attention, or None.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
 
@@ -304,7 +317,7 @@ def decoder_layer_forward(
         attn = sub(params, "self_attn")
         return attention_forward(
             attn, h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-            q_pos=q_pos, kv_cache=self_cache,
+            q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table,
         )  # fmt: skip
 
     def cross_attn(h):
@@ -375,12 +388,21 @@ def encoder_forward(
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout, f"encoder.layers.{i}", rope
-        )
+            sub(params, f"layers.{i}"), x, mask, config, dropout, f"encoder.layers.{i}", rope,
+            bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+        )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
     x, norm_cache = final_norm_forward(params, x, config)
     return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden}
+
+
+def add_table_share(grads: dict, layer_grads: dict) -> None:
+    """T5's relative bias table belongs to the stack and every layer's self-attention reads it: move a layer's
+    share of its gradient out of the layer's grads into the stack's, where the shares add."""
+    share = layer_grads.pop("self_attn.relative_bias.weight", None)
+    if share is not None:
+        grads["relative_bias.weight"] = grads.get("relative_bias.weight", 0) + share
 
 
 def encoder_backward(dout: np.ndarray, cache) -> dict:
@@ -389,6 +411,7 @@ def encoder_backward(dout: np.ndarray, cache) -> dict:
     dx = final_norm_backward(dout, cache["final_norm"], grads)
     for i in reversed(range(len(cache["layers"]))):
         dx, layer_grads = encoder_layer_backward(dx, cache["layers"][i])
+        add_table_share(grads, layer_grads)
         grads |= prefixed(layer_grads, f"layers.{i}")
     return grads | embed_backward(dx, cache["embed"])
 
@@ -422,6 +445,7 @@ def decoder_forward(
         x, layer_cache = decoder_layer_forward(
             sub(params, f"layers.{i}"), x, memory, None, memory_mask, config, dropout, f"decoder.layers.{i}", rope,
             q_pos=q_pos, caches=None if caches is None else caches[i],
+            bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -446,6 +470,7 @@ def decoder_backward(dout: np.ndarray, cache):
         dx, dmemory_i, layer_grads = decoder_layer_backward(dx, cache["layers"][i])
         if dmemory_i is not None:
             dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
+        add_table_share(grads, layer_grads)
         grads |= prefixed(layer_grads, f"layers.{i}")
     return dmemory, grads | embed_backward(dx, cache["embed"])
 
@@ -487,6 +512,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             shapes[f"{name}.token_embedding.weight"] = (vocab, D)
         if config.positional == "learned":
             shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
+        if config.positional == "relative":  # T5: one bias table per stack, read by every self-attention
+            shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
         if name == "encoder" and config.type_vocab_size > 0:
             shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
         if config.embedding_norm:
@@ -642,10 +669,14 @@ class _Model:
         """The output projection's bias (V,), or None when the model has none (config.output_bias False)."""
         return self.params.get("output_proj.bias")
 
+    def scale_output(self, x: np.ndarray) -> np.ndarray:
+        """x times config.output_scale (T5's tied head reads d_model^-0.5 times the final hidden states)."""
+        return x if self.config.output_scale == 1.0 else x * self.config.output_scale
+
     def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
         """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
         masks it used, and the caches the backward pass will read."""
-        logits, out_cache = linear_forward(x, self.output_weight(), self.output_bias())  # (B, T, V)
+        logits, out_cache = linear_forward(self.scale_output(x), self.output_weight(), self.output_bias())  # (B, T, V)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
@@ -656,6 +687,7 @@ class _Model:
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
         grads = {}
         dx, dweight, dbias = linear_backward(dlogits, self._cache["output"])
+        dx = self.scale_output(dx)  # y = c x: dx = c dy
         if dbias is not None:
             grads["output_proj.bias"] = dbias
         if self.config.tie_embeddings:

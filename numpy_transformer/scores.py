@@ -12,6 +12,11 @@ its cache holds. A variant of attention is a field of `ScoreMod`, not a change t
   `window` positions, itself included.
 - `alibi_slopes` (BLOOM's ALiBi, Press et al. 2022): bias_h(i, j) = -m_h |i - j|, a penalty growing with the
   distance, one slope m_h per head; no position table anywhere else. (Causal, j <= i, it is -m_h (i - j).)
+- `relative` (T5's relative position bias, Raffel et al. 2020): bias_h(i, j) = W[bucket(j - i), h], a learned
+  table W (n_buckets, H) read at the bucket of the distance: exact for small distances, logarithmically wider
+  beyond, one bucket for everything past max_distance; in a decoder (not bidirectional) only j <= i has buckets.
+  Its gradient: dW[b, h] = the sum of dS[., h, i, j] over every (i, j) whose distance falls in bucket b (and over
+  the batch, and over every layer that reads the same table).
 
 i and j are positions, not indices: `q_pos` (T_q,) and `k_pos` (T_k,) say where each query and key sits in the
 sequence (0 .. T - 1 in training; the new positions and the cached ones in decoding), so the same function
@@ -38,6 +43,7 @@ class ScoreMod:
     causal: bool = False  # query i sees keys j <= i
     window: int | None = None  # query i sees keys j > i - window
     alibi_slopes: tuple | None = None  # (H,) slopes m_h: bias -m_h |i - j|
+    relative: tuple | None = None  # (n_buckets, max_distance, bidirectional): T5's bias W[bucket(j - i), h]
 
     def scale_for(self, head_dim: int) -> float:
         """The factor on q . k: `scale`, or 1 / sqrt(Dh). A Python float, so float32 stays float32."""
@@ -75,13 +81,49 @@ def position_mask(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray) -> np.nda
     return allowed
 
 
-def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype) -> np.ndarray | None:
-    """(H, T_q, T_k), the ALiBi bias -m_h |i - j|; None when the scores get no bias."""
+def relative_buckets(relative: tuple, q_pos: np.ndarray, k_pos: np.ndarray) -> np.ndarray:
+    """T5's bucket of each distance j - i, (T_q, T_k) ints in [0, n_buckets).
+
+    Bidirectional (an encoder): half the buckets for j > i, half for j <= i. Within a half of n buckets, the
+    first n/2 distances d each have their own; beyond, bucket n/2 + floor(log(d / (n/2)) / log(max_distance /
+    (n/2)) * (n/2)), capped at n - 1. Computed in float32 as T5's own code computes it (a bucket boundary is where
+    the log lands on a whole number: the trained tables mean T5's rounding there)."""
+    n_buckets, max_distance, bidirectional = relative
+    distance = k_pos[None, :] - q_pos[:, None]  # (T_q, T_k): j - i
+    buckets = np.zeros(distance.shape, dtype=np.int64)
+    if bidirectional:
+        n_buckets //= 2
+        buckets += (distance > 0) * n_buckets
+        distance = np.abs(distance)
+    else:
+        distance = np.maximum(-distance, 0)  # i - j; keys after the query (masked anyway) share bucket 0
+    exact = n_buckets // 2
+    far = np.maximum(distance, exact).astype(np.float32)  # the log is read only where d >= exact
+    log_ratio = np.log(far / np.float32(exact)) / np.float32(math.log(max_distance / exact))
+    large = exact + (log_ratio * np.float32(n_buckets - exact)).astype(np.int64)
+    return buckets + np.where(distance < exact, distance, np.minimum(large, n_buckets - 1))
+
+
+def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype, table=None) -> np.ndarray | None:
+    """(H, T_q, T_k): the ALiBi bias -m_h |i - j|, or T5's table[bucket(j - i), h]; None when there is none."""
+    if mod.relative is not None:
+        buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
+        return np.moveaxis(table[buckets], -1, 0).astype(dtype, copy=False)  # (H, T_q, T_k)
     if mod.alibi_slopes is None:
         return None
     distance = np.abs(q_pos[:, None] - k_pos[None, :]).astype(np.float64)  # (T_q, T_k)
     slopes = np.asarray(mod.alibi_slopes, dtype=np.float64)[:, None, None]  # (H, 1, 1)
     return (-slopes * distance).astype(dtype)  # (H, T_q, T_k)
+
+
+def position_bias_backward(dscores: np.ndarray, mod: ScoreMod, q_pos, k_pos, table_shape: tuple) -> np.ndarray:
+    """T5's table gradient from dS (B, H, T_q, T_k), the scores' gradient (before any scale: the bias is added
+    after it): dW[b, h] = sum over the batch and every (i, j) in bucket b of dS[., h, i, j]. (n_buckets, H)."""
+    buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
+    per_pair = dscores.sum(axis=0).reshape(dscores.shape[1], -1)  # (H, T_q * T_k): the batch shares the table
+    dtable = np.zeros(table_shape, dtype=dscores.dtype)
+    np.add.at(dtable, buckets.reshape(-1), per_pair.T)  # rows of the same bucket add
+    return dtable
 
 
 def attention_scores(
@@ -91,17 +133,19 @@ def attention_scores(
     q_pos: np.ndarray,
     k_pos: np.ndarray,
     mask: np.ndarray | None = None,
+    table: np.ndarray | None = None,
 ):
     """S = scale * Q K^T + bias, and where S may be read.
 
     q (B, H, T_q, Dh), k (B, H, T_k, Dh); q_pos (T_q,) and k_pos (T_k,) their positions; mask (the caller's:
-    padding, ...) broadcastable to (B, H, T_q, T_k), True = may attend, or None.
+    padding, ...) broadcastable to (B, H, T_q, T_k), True = may attend, or None. table: T5's (n_buckets, H) bias
+    table when mod.relative says so.
     Returns the scores (B, H, T_q, T_k) and the allowed mask (the caller's mask and the positions' rules
     combined, broadcastable to the scores), or None when everything is allowed.
     """
     scores = q @ k.swapaxes(-1, -2)  # (B, H, T_q, T_k)
     scores *= mod.scale_for(q.shape[-1])  # in place: the (T_q, T_k) arrays are attention's largest
-    bias = position_bias(mod, q_pos, k_pos, scores.dtype)
+    bias = position_bias(mod, q_pos, k_pos, scores.dtype, table)
     if bias is not None:
         scores += bias  # (H, T_q, T_k) broadcast over the batch
     allowed = position_mask(mod, q_pos, k_pos)

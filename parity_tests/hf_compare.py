@@ -37,6 +37,7 @@ from transformers.models.bloom import modeling_bloom
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.t5 import modeling_t5
 
 import numpy_transformer as nt
 import torch_transformer
@@ -608,6 +609,23 @@ COMMON = dict(
 MARIAN = dict(pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1, activation_function="swish")
 # BART's usual special ids: bos 0, pad 1, eos 2 = decoder start; GELU; learned positions offset by 2.
 BART = dict(bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+# T5: pad 0 = decoder start, eos 1; 8 relative buckets (4 each way in the encoder: distances from 2 on share
+# logarithmic buckets) up to distance 10, so the tiny inputs reach every kind of bucket. "t5" is the original
+# (ReLU), "t5 v1.1" the gated GELU; one token table, tied head (rescaled by d_model^-0.5).
+T5_TINY = dict(
+    vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+    relative_attention_num_buckets=8, relative_attention_max_distance=10, dropout_rate=0.0,
+    pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+)  # fmt: skip
+T5_VARIANTS = {"t5": dict(feed_forward_proj="relu"), "t5 v1.1": dict(feed_forward_proj="gated-gelu")}
+SEQ2SEQ_TYPES = ("marian", "bart", "t5", "t5 v1.1")
+
+
+def seq2seq_class(model_type: str):
+    """The transformers class of a seq2seq model type ("t5 v1.1" is a T5)."""
+    if model_type.startswith("t5"):
+        return transformers.T5ForConditionalGeneration
+    return transformers.MarianMTModel if model_type == "marian" else transformers.BartForConditionalGeneration
 
 
 def build_seq2seq(model_type: str, seed: int = 0, steps: int = 60, **overrides) -> transformers.PreTrainedModel:
@@ -616,13 +634,17 @@ def build_seq2seq(model_type: str, seed: int = 0, steps: int = 60, **overrides) 
     if model_type == "marian":
         config = transformers.MarianConfig(vocab_size=V, **COMMON, **(MARIAN | {"scale_embedding": True} | overrides))
         model = transformers.MarianMTModel(config)
+    elif model_type.startswith("t5"):
+        config = transformers.T5Config(**(T5_TINY | T5_VARIANTS[model_type] | overrides))
+        model = transformers.T5ForConditionalGeneration(config)
     else:
         model = transformers.BartForConditionalGeneration(
             transformers.BartConfig(vocab_size=V, **COMMON, **(BART | overrides))
         )
     pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0.0, 0.3)  # a non-zero output bias (it is a buffer: training keeps it)
+    if not model_type.startswith("t5"):
+        with torch.no_grad():
+            model.final_logits_bias.normal_(0.0, 0.3)  # a non-zero output bias (it is a buffer: training keeps it)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     model.train()
@@ -642,7 +664,7 @@ def build_seq2seq(model_type: str, seed: int = 0, steps: int = 60, **overrides) 
 
 def seq2seq_reference(directory, model_type: str, dtype, float64_positions: bool = True, attn_implementation=None):
     """transformers' model from the directory, in `dtype`; for a float64 Marian, with float64 sinusoids."""
-    cls = transformers.MarianMTModel if model_type == "marian" else transformers.BartForConditionalGeneration
+    cls = seq2seq_class(model_type)
     torch_dtype = TORCH_DTYPE[np.dtype(dtype)]
     model = cls.from_pretrained(directory, dtype=torch_dtype, attn_implementation=attn_implementation).eval()
     if model_type == "marian":
@@ -706,7 +728,7 @@ def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0,
         grads = numpy_hf.to_hf(ours, ours.grads)
     t_src, t_tgt, t_labels = (torch.from_numpy(a) for a in (src, tgt, labels))
     replay = replayed_dropout(ours) if train else contextlib.nullcontext()
-    with replay:
+    with replay, seq2seq_patch(model_type, dtype):
         out = reference.train(train)(input_ids=t_src, attention_mask=t_src != config.pad_id, decoder_input_ids=t_tgt)
     t_loss = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), t_labels.flatten(), ignore_index=-100)
     (t_loss + (out.logits * torch.from_numpy(R)).sum()).backward()
@@ -726,10 +748,30 @@ def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0,
             assert p.grad is None  # Marian's sinusoids: computed under no_grad, not parameters (ours or theirs)
             continue
         result.grads[name] = (to_numpy(torch.as_tensor(grads[name])), to_numpy(p.grad))
-    # final_logits_bias is a buffer there (no gradient); ours, output_proj.bias, is a parameter that has one.
-    assert "final_logits_bias" not in dict(reference.named_parameters())
-    assert np.any(to_numpy(torch.as_tensor(grads["final_logits_bias"])))
+    if not model_type.startswith("t5"):
+        # final_logits_bias is a buffer there (no gradient); ours, output_proj.bias, is a parameter that has one.
+        assert "final_logits_bias" not in dict(reference.named_parameters())
+        assert np.any(to_numpy(torch.as_tensor(grads["final_logits_bias"])))
     return result
+
+
+@contextlib.contextmanager
+def t5_in_float64():
+    """Within the block, transformers' T5 computes its RMS norm's mean square in the input's dtype (T5LayerNorm
+    takes it in float32: the one float32 island of a float64 T5)."""
+    saved = modeling_t5.T5LayerNorm.forward
+    modeling_t5.T5LayerNorm.forward = rms_norm_forward_float64
+    try:
+        yield
+    finally:
+        modeling_t5.T5LayerNorm.forward = saved
+
+
+def seq2seq_patch(model_type: str, dtype):
+    """The float64 patch of a seq2seq model where one applies (T5's norm), else nothing."""
+    if model_type.startswith("t5") and np.dtype(dtype) == np.float64:
+        return t5_in_float64()
+    return contextlib.nullcontext()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -32,6 +32,11 @@ RULES = {
     "alibi + window 4": dict(positional="alibi", sliding_window=4),
     "alibi + window 4, flash": dict(positional="alibi", sliding_window=4, attention="flash"),
     "qkv biases only": dict(positional="rope", bias=False, qkv_bias=True),
+    # T5's bias: 8 buckets up to distance 6, so 11 positions reach the logarithmic and the shared last buckets
+    "t5 relative, no scale": dict(
+        positional="relative", relative_buckets=8, relative_max_distance=6, attention_scale=1.0
+    ),
+    "t5 relative, flash": dict(positional="relative", relative_buckets=8, relative_max_distance=6, attention="flash"),
 }
 
 
@@ -148,7 +153,7 @@ def test_tiled_pair_skips_the_blocks_outside_the_window(monkeypatch, window) -> 
     assert forward == backward == needed
 
 
-@pytest.mark.parametrize("name", ["alibi + window 4", "window 3, rope, GQA"])
+@pytest.mark.parametrize("name", ["alibi + window 4", "window 3, rope, GQA", "t5 relative, no scale"])
 def test_finite_differences_through_the_rules(name) -> None:
     """The NumPy backward of multi-head attention with the rules against central differences (float64)."""
     config = nt.TransformerConfig(**BASE, **RULES[name])
@@ -163,9 +168,12 @@ def test_finite_differences_through_the_rules(name) -> None:
     model.zero_grad()
     model.forward(ids)
     model.backward(dlogits)
-    for key in ("decoder.layers.0.self_attn.q_proj.weight", "decoder.layers.1.self_attn.k_proj.weight"):
+    keys = ["decoder.layers.0.self_attn.q_proj.weight", "decoder.layers.1.self_attn.k_proj.weight"]
+    if config.positional == "relative":  # the table every layer reads: its gradient sums over them
+        keys.append("decoder.relative_bias.weight")
+    for key in keys:
         base = model.params[key].copy()
-        for index in [(0, 0), (3, 5), (7, 11)]:
+        for index in [(0, 0), (3, 5), (7, 11)] if key.endswith("proj.weight") else [(0, 0), (2, 3), (5, 1), (7, 5)]:
             step = 1e-5
             plus, minus = base.copy(), base.copy()
             plus[index] += step
@@ -175,6 +183,25 @@ def test_finite_differences_through_the_rules(name) -> None:
             an = model.grads[key][index]
             assert abs(fd - an) / max(abs(fd), abs(an), 1e-2) <= 1e-6, (key, index, fd, an)
     assert check_pair is not None  # the pairwise checker covers the plain pair elsewhere (test_numpy_gradcheck)
+
+
+def test_t5_buckets_follow_the_definition() -> None:
+    """Worked by hand. Bidirectional, 8 buckets (4 each way), max distance 6: distances 0, 1 have their own bucket;
+    from 2 on, bucket 2 + floor(2 ln(d / 2) / ln 3): d = 2, 3 -> 2, d = 4, 5 -> 3, capped at 3; keys after the
+    query take the upper half (+4). Causal, 8 buckets of i - j: 0 .. 3 exact, then 4 + floor(4 ln(d / 4) / ln 1.5):
+    d = 4 -> 4, 5 -> 6, 6 and beyond -> 7 (capped); later keys (masked anyway) in bucket 0."""
+    from numpy_transformer.scores import relative_buckets
+
+    q = np.array([10])
+    k = np.arange(0, 21)
+    got = relative_buckets((8, 6, True), q, k)[0]  # distance j - i = -10 .. 10
+    expected = [3, 3, 3, 3, 3, 3, 3, 2, 2, 1, 0, 5, 6, 6, 7, 7, 7, 7, 7, 7, 7]
+    np.testing.assert_array_equal(got, expected)
+    causal = relative_buckets((8, 6, False), q, k)[0]
+    np.testing.assert_array_equal(causal[:11], [7, 7, 7, 7, 7, 6, 4, 3, 2, 1, 0])
+    assert (causal[11:] == 0).all()
+    torch_buckets = tt.attention.RelativePositionBias(8, 2, 6).buckets(torch.tensor(q), torch.tensor(k), True)
+    np.testing.assert_array_equal(torch_buckets[0].numpy(), got)
 
 
 def test_rolling_cache_stays_the_windows_size_and_decodes_as_recomputation() -> None:

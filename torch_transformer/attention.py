@@ -39,6 +39,43 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.cat([slopes, extra])
 
 
+class RelativePositionBias(nn.Module):
+    """T5's relative position bias: a learned (n_buckets, H) table read at the bucket of each distance j - i,
+    giving (H, T_q, T_k) to add to every layer's self-attention scores. One per stack; autograd sums its gradient
+    over every layer that reads it.
+
+    Buckets: in an encoder (bidirectional) half are for keys after the query and half for the others; within a
+    half of n buckets, distances below n/2 each get one, larger ones share logarithmically wider buckets up to
+    max_distance, and everything beyond shares the last. A decoder's buckets count only keys before the query."""
+
+    def __init__(self, n_buckets: int, n_heads: int, max_distance: int):
+        super().__init__()
+        self.n_buckets, self.max_distance = n_buckets, max_distance
+        self.weight = nn.Parameter(torch.empty(n_buckets, n_heads))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def buckets(self, q_pos: Tensor, k_pos: Tensor, bidirectional: bool) -> Tensor:
+        """The bucket of every (query, key) pair, (T_q, T_k) long; computed in float32 as T5 computes it."""
+        relative = k_pos[None, :] - q_pos[:, None]  # (T_q, T_k): j - i
+        n = self.n_buckets
+        bucket = torch.zeros_like(relative)
+        if bidirectional:
+            n //= 2
+            bucket = bucket + (relative > 0).long() * n
+            distance = relative.abs()
+        else:
+            distance = (-relative).clamp(min=0)  # keys before the query; later ones (masked) share bucket 0
+        exact = n // 2
+        far = distance.clamp(min=exact).float()  # the log is read only where distance >= exact
+        log_ratio = torch.log(far / exact) / math.log(self.max_distance / exact)
+        large = (exact + (log_ratio * (n - exact)).long()).clamp(max=n - 1)
+        return bucket + torch.where(distance < exact, distance, large)
+
+    def forward(self, q_pos: Tensor, k_pos: Tensor, bidirectional: bool) -> Tensor:
+        """(H, T_q, T_k): weight[bucket(j - i), h]."""
+        return self.weight[self.buckets(q_pos, k_pos, bidirectional)].permute(2, 0, 1)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention (sections 3.2.1 and 3.2.2).
 
@@ -71,6 +108,7 @@ class MultiHeadAttention(nn.Module):
         qkv_bias: bool | None = None,
         window: int | None = None,
         alibi: bool = False,
+        scale: float | None = None,
     ):
         super().__init__()
         if d_model % n_heads != 0:
@@ -83,6 +121,7 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads
+        self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)  # on q . k (T5: 1)
         kv_width = n_kv_heads * self.head_dim
         qkv_bias = bias if qkv_bias is None else qkv_bias  # Qwen2: biases on q, k, v but not on out_proj
         self.q_proj = init_linear(nn.Linear(d_model, d_model, bias=qkv_bias))
@@ -105,6 +144,7 @@ class MultiHeadAttention(nn.Module):
         dropout_mask: Tensor | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
         is_causal: bool = False,
+        position_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Inputs: query (B, T_q, D), key and value (B, T_k, D); attn_mask boolean, broadcastable to
         (B, H, T_q, T_k); dropout_mask an optional keep-mask (B, H, T_q, T_k) for the probabilities;
@@ -122,7 +162,7 @@ class MultiHeadAttention(nn.Module):
         v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        context, probs = self.attend(q, k, v, attn_mask, need_weights, dropout_mask, is_causal)
+        context, probs = self.attend(q, k, v, attn_mask, need_weights, dropout_mask, is_causal, None, position_bias)
         context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
         return self.out_proj(context), probs
 
@@ -136,18 +176,21 @@ class MultiHeadAttention(nn.Module):
         dropout_mask: Tensor | None = None,
         is_causal: bool = False,
         positions: tuple[Tensor, Tensor] | None = None,
+        position_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of projected heads: q (B, H, T_q, Dh), k and v (B, H_kv, T_k, Dh) -> the context
         (B, H, T_q, Dh), and the probabilities when `need_weights` (else None). positions: the queries' and
-        keys' positions, (T_q,) and (T_k,) (default 0 .. T - 1 each; decoding passes the cached ones)."""
+        keys' positions, (T_q,) and (T_k,) (default 0 .. T - 1 each; decoding passes the cached ones).
+        position_bias: a bias (H, T_q, T_k) added to the scores (T5's, from the stack's RelativePositionBias)."""
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
         explicit = need_weights or (dropout_mask is not None and self.training and self.dropout.p > 0)
         rules = self.window is not None or self.alibi_slopes is not None or positions is not None
-        fused_causal = is_causal and attn_mask is None and not explicit and not rules
-        bias = None
+        fused_causal = is_causal and attn_mask is None and not explicit and not rules and position_bias is None
+        bias = position_bias
         if rules:  # the score rules, from the positions: causal, the window, ALiBi's bias
-            allowed, bias = self.score_rules(q, k, is_causal, positions)
+            allowed, alibi = self.score_rules(q, k, is_causal, positions)
+            bias = alibi if alibi is not None else bias
             if allowed is not None:
                 attn_mask = allowed if attn_mask is None else attn_mask & allowed
         elif is_causal and not fused_causal:
@@ -171,11 +214,15 @@ class MultiHeadAttention(nn.Module):
         # Default scale 1 / sqrt(Dh); enable_gqa lets each K/V head serve its group of query heads.
         gqa = self.n_kv_heads != self.n_heads
         if fused_causal:  # no mask tensor: the kernel applies causality itself (top-left aligned)
-            context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, enable_gqa=gqa)
+            context = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=True, scale=self.scale, enable_gqa=gqa
+            )
             return context, None
         if bias is not None:  # SDPA adds a float mask to the scores: the bias, and -inf where not allowed
             attn_mask = bias if attn_mask is None else bias.masked_fill(~attn_mask, float("-inf"))
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, enable_gqa=gqa)
+        context = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=self.scale, enable_gqa=gqa
+        )
         if has_key is not None:
             context = context.masked_fill(~has_key, 0.0)  # (B, H, T_q, Dh)
         return context, None
@@ -217,7 +264,7 @@ class MultiHeadAttention(nn.Module):
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """softmax(q k^T / sqrt(Dh) + bias) v, spelled out; returns context (B, H, T_q, Dh) and probs."""
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, H, T_q, T_k)
+        scores = q @ k.transpose(-2, -1) * self.scale  # (B, H, T_q, T_k)
         if bias is not None:
             scores = scores + bias
         if attn_mask is not None:

@@ -63,14 +63,14 @@ def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
 
 
 def _attend(
-    attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, positions=None
+    attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, positions=None, bias=None
 ) -> Tensor:
     """Projected queries q (N, H, T_new, Dh) over projected keys and values (N, H_kv, T_k, Dh), then attn's
     output projection -> (N, T_new, D). A row with no key allowed (an all-pad source) attends to nothing.
     positions (self-attention): the new queries' and the cached keys' positions, from which attention's own
     score rules hide the future and what lies outside a sliding window, and add ALiBi's bias."""
     causal = positions is not None
-    context, _ = attn.attend(q, keys, values, mask, is_causal=causal, positions=positions)  # (N, H, T_new, Dh)
+    context, _ = attn.attend(q, keys, values, mask, is_causal=causal, positions=positions, position_bias=bias)
     return attn.out_proj(context.transpose(1, 2).flatten(2))  # (N, T_new, D)
 
 
@@ -103,7 +103,7 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
 # One step.
 
 
-def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, positions, memory_mask, start: int, rope):
+def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, positions, memory_mask, start: int, rope, bias):
     """x (N, T_new, D) at positions start .. -> (N, T_new, D): the layer's residual sublayers, with the
     self-attention keys and values written to and read from the cache (keys rotated first, with RoPE)."""
     end = start + x.shape[1]
@@ -116,7 +116,7 @@ def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, positions, me
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         cache.keys[:, :, start:end] = k
         cache.values[:, :, start:end] = _heads(attn.v_proj, h, attn.n_kv_heads)
-        return _attend(attn, q, cache.keys[:, :, :end], cache.values[:, :, :end], None, positions)
+        return _attend(attn, q, cache.keys[:, :, :end], cache.values[:, :, :end], None, positions, bias)
 
     def cross_attention(h: Tensor) -> Tensor:
         q = _heads(layer.cross_attn.q_proj, h, layer.cross_attn.n_heads)  # (N, H, T_new, Dh)
@@ -138,8 +138,9 @@ def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tens
     # The new queries sit at start .. end - 1, the cached keys at 0 .. end - 1; as in Decoder.forward, nothing but
     # the score rules (causal, a sliding window) is masked.
     positions = (torch.arange(start, end, device=x.device), torch.arange(end, device=x.device))
+    bias = decoder.position_bias(start, end, x, bidirectional=False)  # T5's, of the new queries over every key
     for layer, layer_cache in zip(decoder.layers, cache.layers, strict=True):
-        x = _layer_step(layer, x, layer_cache, positions, cache.memory_mask, start, rope)
+        x = _layer_step(layer, x, layer_cache, positions, cache.memory_mask, start, rope, bias)
     cache.length = end
     return model.output_logits(decoder.final_norm(x[:, -1]))  # (N, V)
 
@@ -223,6 +224,14 @@ def _after_eos(c) -> int:
     if c.pad_id is not None:
         return c.pad_id
     return 0 if c.eos_id is None else c.eos_id  # without an eos_id no row ends early: the fill is never seen
+
+
+def _beam_fill(c) -> int:
+    """What pads a finished hypothesis shorter than the best in beam search: `pad_token_id or eos_token_id`, as
+    transformers' generate has it (pad_id unless it is None or 0, then eos_id)."""
+    if c.pad_id:
+        return c.pad_id
+    return 0 if c.eos_id is None else c.eos_id
 
 
 def _eos(c) -> int:
@@ -350,7 +359,7 @@ def beam_search_scores(
                 )
             if all(stopped):
                 break
-    return _best(prompt, finished, _after_eos(c))
+    return _best(prompt, finished, _beam_fill(c))
 
 
 def _collect_finished(finished, stopped, top, rows, token, ends, generated, length, length_penalty) -> None:

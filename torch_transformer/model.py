@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from numpy_transformer.config import TransformerConfig
 
-from .attention import MultiHeadAttention, padding_mask
+from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import Dropout, FeedForward, init_linear, make_norm, masks_under, residual, rope_cos_sin, sinusoidal_table
 
 
@@ -41,6 +41,7 @@ class _Layer(nn.Module):
             qkv_bias=c.has_qkv_bias,
             window=c.sliding_window if causal else None,
             alibi=c.positional == "alibi" and not cross,
+            scale=c.attention_scale,
         )  # fmt: skip
 
     @staticmethod
@@ -72,13 +73,15 @@ class EncoderLayer(_Layer):
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
+        position_bias: Tensor | None = None,
     ) -> Tensor:
         """x (B, S, D), self_mask broadcastable to (B, H, S, S) or None; dropout_masks keyed below this
-        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None."""
+        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None; position_bias (H, S, S): T5's."""
         masks = dropout_masks or {}
 
         def self_attention(h: Tensor) -> Tensor:
-            return self.self_attn(h, h, h, self_mask, need_weights, masks.get("self_attn.dropout"), rope)[0]
+            keep = masks.get("self_attn.dropout")
+            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, position_bias=position_bias)[0]
 
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
@@ -112,15 +115,18 @@ class DecoderLayer(_Layer):
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
+        position_bias: Tensor | None = None,
     ) -> Tensor:
         """x (B, T, D), memory (B, S, D), memory_mask broadcastable to (B, H, T, S); dropout_masks keyed
-        below this layer; rope the rotary (cos, sin) of positions 0 .. T - 1, or None. Self-attention is
-        causal; self_mask (broadcastable to (B, H, T, T)) masks more on top of that, None nothing more."""
+        below this layer; rope the rotary (cos, sin) of positions 0 .. T - 1, or None; position_bias
+        (H, T, T): T5's. Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more on top
+        of that, None nothing more."""
         masks = dropout_masks or {}
 
         def self_attention(h: Tensor) -> Tensor:
             keep = masks.get("self_attn.dropout")
-            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, is_causal=True)[0]
+            attn = self.self_attn
+            return attn(h, h, h, self_mask, need_weights, keep, rope, is_causal=True, position_bias=position_bias)[0]
 
         def cross_attention(h: Tensor) -> Tensor:
             # Queries from the decoder; keys and values from the encoder's output.
@@ -177,6 +183,10 @@ class _Stack(nn.Module):
         self.embedding_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
         self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
+        self.relative_bias = None  # T5: one bias table for every self-attention of the stack
+        if config.positional == "relative":
+            c = config
+            self.relative_bias = RelativePositionBias(c.relative_buckets, c.n_heads, c.relative_max_distance)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
         self.final_norm = make_norm(config) if config.norm_first else nn.Identity()
 
@@ -212,6 +222,14 @@ class _Stack(nn.Module):
             x = x + self.token_type_embedding(token_type_ids.long())  # (B, T, D)
         return self.embedding_dropout(self.embedding_norm(x), dropout_mask)
 
+    def position_bias(self, start: int, end: int, x: Tensor, bidirectional: bool) -> Tensor | None:
+        """T5's bias (H, T, end) of the queries at start .. end - 1 over the keys at 0 .. end - 1; None unless the
+        positions are "relative"."""
+        if self.relative_bias is None:
+            return None
+        q_pos, k_pos = torch.arange(start, end, device=x.device), torch.arange(end, device=x.device)
+        return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
+
     def rope(self, start: int, end: int, x: Tensor) -> tuple[Tensor, Tensor] | None:
         """The rotary (cos, sin) of positions start .. end - 1, each (T, Dh), in x's dtype and on its
         device; None unless the positions are rotary."""
@@ -239,8 +257,9 @@ class Encoder(_Stack):
         self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S), or None without a padding token
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
         rope = self.rope(0, ids.shape[1], x)
+        bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
-            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), rope)
+            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), rope, bias)
         return self.final_norm(x)
 
 
@@ -270,9 +289,10 @@ class Decoder(_Stack):
             raise ValueError("memory must be the encoder's output (B, S, D) for a decoder with cross-attention")
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
         rope = self.rope(0, ids.shape[1], x)
+        bias = self.position_bias(0, ids.shape[1], x, bidirectional=False)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
             masks = masks_under(dropout_masks, f"layers.{i}.")
-            x = layer(x, None, memory, memory_mask, need_weights, masks, rope)  # causal self-attention
+            x = layer(x, None, memory, memory_mask, need_weights, masks, rope, bias)  # causal self-attention
         return self.final_norm(x)
 
 
@@ -399,6 +419,8 @@ class _Model(nn.Module):
         """The output projection: x (..., D) -> logits (..., V)."""
         weight = self.decoder.token_embedding.weight if self.config.tie_embeddings else self.output_proj.weight
         bias = None if self.output_proj is None else self.output_proj.bias
+        if self.config.output_scale != 1.0:  # T5's tied head reads d_model^-0.5 times the hidden states
+            x = x * self.config.output_scale
         return F.linear(x, weight, bias)  # (..., V)
 
     def _masks_in_use(
