@@ -366,3 +366,12 @@ def test_random_state_and_threads_are_left_as_they_were():
     check.module(module, "multi_head_attention")
     assert torch.equal(torch.rand(3), expected)
     assert torch.get_num_threads() == threads
+
+
+def test_annotated_style_model_with_a_call_adapter():
+    result = check.module(U.AnnotatedStyle(), "transformer", call=U.annotated_call)
+    assert result.passed, str(result)
+    assert result.conventions["output"] == "log_probs" and result.config.norm_first
+    trap = check.module(U.AnnotatedStyle(mistake="std"), "transformer", call=U.annotated_call)
+    assert trap.first_divergence == "encoder.0.sublayer.0.norm", str(trap)
+    assert ids(trap) == ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"]

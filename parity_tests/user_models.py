@@ -95,6 +95,8 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
         mean = x.mean(-1, keepdim=True)
+        if self.mistake == "std":  # the Annotated Transformer's own: x.std() (n - 1) plus eps outside the root
+            return self.a_2 * (x - mean) / (x.std(-1, keepdim=True) + self.eps) + self.b_2
         var = x.var(-1, keepdim=True, unbiased=self.mistake == "layer_norm.unbiased_variance")
         if self.mistake == "layer_norm.eps_outside_sqrt":
             return self.a_2 * (x - mean) / (var.sqrt() + self.eps) + self.b_2
@@ -498,3 +500,86 @@ class Decoder(Stack):
         for layer in self.layers:
             y = layer(y, enc_src, trg_mask, src_mask)
         return y
+
+
+# -- Style D: the Annotated Transformer's shape: norms inside residual wrappers, pre-norm with final norms, the
+#    q/k/v/out linears as one ModuleList, a log-softmax generator outside forward, masks passed in (a call= adapter)
+
+
+class Residual(nn.Module):
+    """x + sublayer(norm(x)): the norm lives in the wrapper, not in the layer."""
+
+    def __init__(self, size, mistake=None):
+        super().__init__()
+        self.norm = LayerNorm(size, mistake=mistake)
+
+    def forward(self, x, sublayer):
+        return x + sublayer(self.norm(x))
+
+
+class ListAttention(nn.Module):
+    """q, k, v and output projections as `linears[0..3]`; mask (B, 1, T_k) or (B, T_q, T_k), True = attend."""
+
+    def __init__(self, h, d_model):
+        super().__init__()
+        self.h, self.d_k = h, d_model // h
+        self.linears = nn.ModuleList(nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask):
+        B = query.shape[0]
+        q, k, v = (
+            lin(x).view(B, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip(self.linears, (query, key, value), strict=False)
+        )
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).masked_fill(mask.unsqueeze(1) == 0, -1e9)
+        x = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, -1, self.h * self.d_k)
+        return self.linears[3](x)
+
+
+class ListLayer(nn.Module):
+    def __init__(self, d_model, h, d_ff, cross, mistake=None):
+        super().__init__()
+        self.self_attn = ListAttention(h, d_model)
+        self.src_attn = ListAttention(h, d_model) if cross else None
+        self.feed_forward = FeedForward(d_model, d_ff)
+        self.sublayer = nn.ModuleList(Residual(d_model, mistake) for _ in range(3 if cross else 2))
+
+    def forward(self, x, mask, memory=None, memory_mask=None):
+        x = self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))
+        if self.src_attn is not None:
+            x = self.sublayer[1](x, lambda y: self.src_attn(y, memory, memory, memory_mask))
+        return self.sublayer[-1](x, self.feed_forward)
+
+
+class AnnotatedStyle(nn.Module):
+    """forward(src, tgt, src_mask, tgt_mask) -> the decoder's hidden states; `generator` gives log-probabilities.
+    mistake "std" puts in the Annotated Transformer's own LayerNorm (x.std() + eps) (style D)."""
+
+    def __init__(self, src_vocab=13, tgt_vocab=11, d_model=16, h=2, d_ff=32, n=2, mistake=None):
+        super().__init__()
+        self.encoder = nn.ModuleList(ListLayer(d_model, h, d_ff, False, mistake) for _ in range(n))
+        self.encoder_norm = LayerNorm(d_model, mistake=mistake)
+        self.decoder = nn.ModuleList(ListLayer(d_model, h, d_ff, True, mistake) for _ in range(n))
+        self.decoder_norm = LayerNorm(d_model, mistake=mistake)
+        self.src_embed, self.tgt_embed = Embedding(src_vocab, d_model), Embedding(tgt_vocab, d_model)
+        self.positions = Positions(d_model)
+        self.generator = nn.Linear(d_model, tgt_vocab)
+
+    def forward(self, src, tgt, src_mask, tgt_mask):
+        x = self.positions(self.src_embed(src))
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        x = self.encoder_norm(x)
+        y = self.positions(self.tgt_embed(tgt))
+        for layer in self.decoder:
+            y = layer(y, tgt_mask, x, src_mask)
+        return self.decoder_norm(y)
+
+
+def annotated_call(model, src, tgt, pad=0):
+    """The call= adapter for AnnotatedStyle: its masks built as the Annotated Transformer builds them, then the
+    generator's log-probabilities."""
+    src_mask = (src != pad).unsqueeze(-2)  # (B, 1, T_src)
+    T = tgt.shape[1]
+    tgt_mask = (tgt != pad).unsqueeze(-2) & torch.tril(torch.ones(T, T, dtype=torch.bool, device=tgt.device))
+    return F.log_softmax(model.generator(model(src, tgt, src_mask, tgt_mask)), dim=-1)

@@ -154,13 +154,15 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **c
 
 
 def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
-    found = []
-    for vid, knobs in VR.LAYER_NORM_VARIANTS.items():
-        variant = VR.layer_norm(x, weight, bias, eps, **knobs)
-        error = _match(user_out, variant, valid, None)
+    """The layer-norm variants that reproduce `user_out`: each mistake alone, then both together (the Annotated
+    Transformer's LayerNorm, x.std() + eps, makes both)."""
+    ids = list(VR.LAYER_NORM_VARIANTS)
+    for combination in [[i] for i in ids] + [ids]:
+        knobs = {k: v for i in combination for k, v in VR.LAYER_NORM_VARIANTS[i].items()}
+        error = _match(user_out, VR.layer_norm(x, weight, bias, eps, **knobs), valid, None)
         if error <= MATCH:
-            found.append(Diagnosis(vid, VR_MESSAGES[vid] + f" (eps = {eps:g})", where, error))
-    return found
+            return [Diagnosis(i, VR_MESSAGES[i] + f" (eps = {eps:g})", where, error) for i in combination]
+    return []
 
 
 VR_MESSAGES = {
