@@ -1,15 +1,26 @@
 """Check your own Transformer: the NumPy reference as a judge of a user's PyTorch modules and NumPy backward passes.
 
     from parity_tests import check
-    result = check.module(my_attention, "multi_head_attention", n_heads=4)
-    print(result)        # conventions, inferred config, the weight map, a table of errors, divergence, diagnosis
-    result = check.pair(my_forward, my_backward, "layer_norm")
+    result = check.module(my_model, "transformer", n_heads=8)   # a whole model, a layer or a component
+    print(result)      # conventions, inferred config, the weight map, every tensor's error, divergence, diagnosis
+    result = check.pair(my_forward, my_backward, "layer_norm")  # a hand-written NumPy pair
 
-See DESIGN.md, "Checking a user's implementation", for the contract, and report.CATALOGUE for the mistakes named.
+DESIGN.md, "Checking a user's implementation", is the contract (names, result fields, catalogue ids). The parts:
+
+- mapping.py   the user's parameters read as pieces (linears, fused projections, per-head slices, norms, tables)
+- assign.py    the pieces dealt to the reference's units, and the config their shapes imply
+- calling.py   how the user's module is called: layout, argument order, masks in the user's own convention
+- levels.py    each reference level: parameter shapes, probe inputs, the reference's forward and backward
+- judge.py     check.module: convention and config detection, the float64 and float32 comparison
+- diagnose.py  probes (dropout in eval, overflow), the first divergent submodule, the catalogue's variants
+- variants.py  the reference with one known mistake put in (forward only, float64)
+- pairs.py     check.pair, and the pairs the exercise workbook (parity_tests.exercises) grades
+- report.py    CATALOGUE, Diagnosis, Result and its printed report
 """
 
 from .judge import module
+from .levels import REFERENCES
 from .pairs import PAIRS, pair
 from .report import CATALOGUE, Diagnosis, Result
 
-__all__ = ["module", "pair", "PAIRS", "CATALOGUE", "Diagnosis", "Result"]
+__all__ = ["module", "pair", "REFERENCES", "PAIRS", "CATALOGUE", "Diagnosis", "Result"]
