@@ -621,7 +621,7 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
     if not found:
         result.unexplained = (
             f"{where} (reference {unit or session.level}) diverges with relative error "
-            f"{error:.2e}; no catalogue variant reproduces it"
+            f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
 
 
@@ -667,6 +667,6 @@ def diagnose(session, caller, cfg, kind, result) -> None:
         if not result.diagnoses:
             worst = max(failing, key=lambda r: r.error)
             result.unexplained = (
-                f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); no "
-                "catalogue variant reproduces the output"
+                f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); not expressible by the "
+                "config and no catalogue variant reproduces the output"
             )
