@@ -38,7 +38,7 @@ nb_merge_streams = True
 
 # --- The reference ------------------------------------------------------------------------------------------
 autodoc_default_options = {"members": True, "member-order": "bysource"}
-autodoc_typehints = "description"
+autodoc_typehints = "signature"  # types stay in the signature; the docstrings say what each argument is
 autodoc_preserve_defaults = True
 default_role = "code"  # `name` in a docstring reads as code, as it does in the source
 
@@ -55,7 +55,8 @@ mathjax3_config = {
 html_theme = "furo"  # no web fonts, no scripts from elsewhere: every asset ships in the theme's package
 html_title = "transformer-parity"
 html_favicon = "favicon.svg"  # the browser asks for one; without it every page logs a 404
-html_static_path = [str(MATHJAX_COPY)]
+html_static_path = ["_static", str(MATHJAX_COPY)]
+html_css_files = ["custom.css"]
 html_last_updated_fmt = None
 html_show_sourcelink = False
 html_theme_options = {"navigation_with_keys": True}
@@ -139,6 +140,9 @@ def keep_hanging_indents(lines: list[str]) -> None:
 def escape_docstring(app, what, name, obj, options, lines: list[str]) -> None:
     """autodoc-process-docstring: keep hand-laid-out blocks as they are, and escape plain-text markup
     characters outside code, math roles and math blocks."""
+    if what == "module" and lines:  # its first line is already the page's title (docs/generate.py)
+        while lines and lines[0].strip():
+            del lines[0]
     keep_layout(lines)
     keep_hanging_indents(lines)
     in_math, in_literal, block_indent = False, False, 0

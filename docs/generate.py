@@ -1,10 +1,10 @@
 """Write the docs' generated inputs before Sphinx runs (called by `bash docs/build`).
 
 - docs/tutorials/NN_*.ipynb: every walkthrough examples/0*.py (jupytext "percent" scripts), in name order
-  (the learning path), converted to a notebook that MyST-NB then executes. Two hidden cells are added: one
-  at the top that selects the quick mode and a folder for the figures, and one after each code cell that
-  shows the figures that cell saved (the walkthroughs write PNG files; the page shows them where they were
-  made).
+  (the learning path), converted to a notebook that MyST-NB then executes. Hidden cells are added: one at
+  the top that selects the quick mode and an empty folder for the figures, and runs from the checkout's root
+  with `__file__` set as a script would, and one after each code cell that shows the figures that cell
+  saved (the walkthroughs write PNG files; the page shows them where they were made).
 - docs/_generated/parity.md: the parity table, from `transformer-parity --json` run now.
 - docs/_generated/speed.md, flash_attention.md, training.md (and the training loss curves): from the
   JSON files checked in under docs/data/ (see docs/record.py), each with the date and machine it was
@@ -34,12 +34,16 @@ FIGURES = DOCS / "_build" / "walkthrough_figures"  # where the executed walkthro
 DATA = DOCS / "data"
 
 SETUP = """\
-# Added by docs/generate.py: the quick mode, a folder for the figures, the checkout on the path.
-import os, sys
+# Added by docs/generate.py: the quick mode, an empty folder for the figures, the checkout on the path.
+import os, shutil, sys, warnings
 os.environ["WALKTHROUGH_QUICK"] = "1"
 os.environ["WALKTHROUGH_OUT"] = {out!r}
-os.makedirs({out!r}, exist_ok=True)
+shutil.rmtree({out!r}, ignore_errors=True)
+os.makedirs({out!r})
 sys.path.insert(0, {root!r})
+os.chdir({root!r})  # as `python examples/NN_name.py` runs from the checkout's root
+__file__ = {script!r}  # so that the walkthrough finds its own folder (examples/data/...) as a script does
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm, in a kernel without ipywidgets
 
 
 def _docs_show_new_figures(_seen=set()):
@@ -81,7 +85,8 @@ def tutorial_notebook(script: Path) -> nbformat.NotebookNode:
     nb = jupytext.read(script)
     out = FIGURES / script.stem
     hidden = {"tags": ["remove-cell"]}
-    cells = [nbformat.v4.new_code_cell(SETUP.format(out=str(out), root=str(ROOT)), metadata=hidden)]
+    setup = SETUP.format(out=str(out), root=str(ROOT), script=str(script))
+    cells = [nbformat.v4.new_code_cell(setup, metadata=hidden)]
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = relink(cell.source)
@@ -137,9 +142,9 @@ def module_file(module: str) -> Path:
 
 
 def first_line(module: str) -> str:
-    """The first line of a module's docstring, for its page's title (read from the source, not imported)."""
+    """The first paragraph of a module's docstring, for its page's title (read from the source, not imported)."""
     doc = (ast.get_docstring(ast.parse(module_file(module).read_text())) or "").strip()
-    return doc.splitlines()[0].rstrip(".") if doc else ""
+    return " ".join(doc.split("\n\n")[0].split()).rstrip(".")  # its first paragraph, on one line
 
 
 def write_reference() -> int:
@@ -152,14 +157,15 @@ def write_reference() -> int:
     for package, blurb in PACKAGES.items():
         names = modules(package)
         for name in names[1:]:
-            title = f"`{name.removeprefix(package + '.')}`: {first_line(name)}"
+            title = f"`{name.removeprefix(package + '.')}`" + (f": {first_line(name)}" if first_line(name) else "")
             # a subpackage's members are documented in its own modules' pages, once
             options = "\n   :no-members:" if module_file(name).name == "__init__.py" else ""
             (api / f"{name}.md").write_text(f"# {title}\n\n```{{eval-rst}}\n.. automodule:: {name}{options}\n```\n")
             count += 1
         listing = "\n".join(f"{name}" for name in names[1:])
         (api / f"index_{package}.md").write_text(
-            f"# `{package}`\n\n{blurb}\n\n```{{eval-rst}}\n.. automodule:: {package}\n   :no-members:\n```\n\n"
+            f"# `{package}`" + (f": {first_line(package)}" if first_line(package) else "") + f"\n\n{blurb}\n\n"
+            f"```{{eval-rst}}\n.. automodule:: {package}\n   :no-members:\n```\n\n"
             f"```{{toctree}}\n:maxdepth: 1\n\n{listing}\n```\n"
         )
     return count
@@ -173,11 +179,12 @@ def fmt(x, spec: str = ".1e") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table."""
+def table(header: list[str], rows: list[list[str]], nowrap: bool = False) -> str:
+    """A Markdown table; `nowrap` keeps every cell on one line (a table of figures), scrolled if too wide."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    return f":::{{container}} nowrap\n{text}:::\n" if nowrap else text
 
 
 def parity_group(component: str) -> str:
@@ -228,9 +235,11 @@ def parity_markdown(report: dict) -> str:
     return (
         head + "**Worst relative error per comparison** (outputs, gradients; the finite-difference error of the "
         "NumPy backward where it is checked):\n\n"
-        + table(["comparison", "dtype", "rows", "outputs", "gradients", "finite differences", "passed"], summary)
+        + table(["comparison", "dtype", "rows", "outputs", "gradients", "finite differences", "passed"], summary, True)
         + "\n**Every row:**\n\n"
-        + table(["component", "dtype", "device", "outputs", "gradients", "# grads", "fin. diff.", "bar", ""], rows)
+        + table(
+            ["component", "dtype", "device", "outputs", "gradients", "# grads", "fin. diff.", "bar", ""], rows, True
+        )
     )
 
 
@@ -365,7 +374,7 @@ def flash_markdown(record: dict) -> str:
         for (T, causal), k in sorted(cells.items())
     ]
     header = ["T", "mask", "plain pair: peak / time", "tiled pair: peak / time", "torch SDPA: peak / time"]
-    return out + table(header, rows)
+    return out + table(header, rows, nowrap=True)
 
 
 def training_markdown(records: dict[str, dict]) -> str:
