@@ -206,6 +206,37 @@ class TransformerConfig:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class GenerationRules:
+    """What a checkpoint's generation_config.json asks of decoding, besides the rules decoding always keeps (never
+    pad; stop at eos). hf.load reads them; a model of our own has none. Applied as transformers' logits
+    processors apply them, at the same steps:
+
+    - forced_bos_id: the token at position 1 (the first generated token of an encoder-decoder; mBART's language);
+    - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's);
+    - bad_words: token sequences never to complete: a sequence's last token is banned wherever the tokens before
+      it end the row (a one-token sequence is banned everywhere);
+    - beam_fill_id: what pads a finished beam-search hypothesis shorter than the best: generate()'s
+      `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search.
+    """
+
+    forced_bos_id: int | None = None
+    forced_eos_id: int | None = None
+    bad_words: tuple = ()  # tuple of tuples of ids
+    beam_fill_id: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value, minimum=0)
+        for words in self.bad_words:
+            if not isinstance(words, tuple) or not words:
+                raise ValueError(f"bad_words must be non-empty tuples of token ids, got {words!r}")
+            for token in words:
+                _check_int("bad_words token", token, minimum=0)
+
+
 def _check_int(name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .attention import KVCache, MemoryCache
+from .config import GenerationRules
 from .layers import linear_forward
 from .model import (
     Transformer,
@@ -148,6 +149,35 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
     return prompt, max_len, Recompute(model, src_ids, n_copies)
 
 
+def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
+    """A copy of the next-token scores (N, V) (logits in greedy search, log-probabilities in beam search) with what
+    may not come next at -inf: pad_id never (without_pad), then the model's GenerationRules (from the checkpoint's
+    generation_config.json) in the order transformers' logits processors apply them. tokens (N, t): the rows so far.
+
+    - bad_words: a banned sequence's last token, in the rows that end with the rest of it;
+    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0."""
+    scores = scores.copy()
+    if model.config.pad_id is not None:
+        scores[:, model.config.pad_id] = -np.inf
+    rules = getattr(model, "generation_rules", None) or GenerationRules()
+    for words in rules.bad_words:
+        *prefix, last = words
+        if not prefix:
+            scores[:, last] = -np.inf
+        elif tokens.shape[1] >= len(prefix):
+            ends_with = (tokens[:, tokens.shape[1] - len(prefix) :] == np.array(prefix)).all(axis=1)  # (N,)
+            scores[ends_with, last] = -np.inf
+    forced = None
+    if rules.forced_bos_id is not None and tokens.shape[1] == 1:
+        forced = rules.forced_bos_id
+    if rules.forced_eos_id is not None and last_step:
+        forced = rules.forced_eos_id
+    if forced is not None:
+        scores[:] = -np.inf
+        scores[:, forced] = 0.0
+    return scores
+
+
 def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
     """A copy of scores (N, V) with pad_id at -inf: pad is never generated (in the output it means
     "after eos"; Marian's generation configs ban it too). Unchanged when there is no pad_id."""
@@ -183,13 +213,14 @@ def after_eos(cfg) -> int:
     return 0 if cfg.eos_id is None else cfg.eos_id
 
 
-def beam_fill(cfg) -> int:
-    """The id that pads a finished hypothesis shorter than the best in beam search: transformers' generate takes
-    `pad_token_id or eos_token_id` there, so pad_id, unless it is None or 0 (T5's), then eos_id. (Its greedy
-    search fills with pad_id, 0 included: after_eos.)"""
-    if cfg.pad_id:  # neither None nor 0
-        return cfg.pad_id
-    return 0 if cfg.eos_id is None else cfg.eos_id  # without an eos_id no row ends early: the fill is never seen
+def beam_fill(model) -> int:
+    """The id that pads a finished hypothesis shorter than the best in beam search: pad_id, as after_eos, unless
+    the checkpoint's generation rules say otherwise (generate()'s `pad_token_id or eos_token_id`: eos for T5,
+    whose pad id is 0)."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is not None and rules.beam_fill_id is not None:
+        return rules.beam_fill_id
+    return after_eos(model.config)
 
 
 def eos_of(cfg) -> int:
@@ -211,7 +242,8 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
-            choice = without_pad(logits, cfg.pad_id).argmax(axis=-1)  # (B,) argmax: the first maximum
+            last_step = t == T_p + max_len - 1
+            choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
             tokens[:, t] = np.where(done, after_eos(cfg), choice)
             done |= tokens[:, t] == eos_of(cfg)
             if done.all():
@@ -301,7 +333,8 @@ def beam_search_scores(
         stopped = np.zeros(B, dtype=bool)  # the element takes no more finished hypotheses
         for step in range(max_len):
             t = T_p + step
-            log_probs = without_pad(log_softmax(decoder.next_logits(tokens[:, :t])), cfg.pad_id)  # (N, V)
+            log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
+            log_probs = allowed_scores(log_probs, model, tokens[:, :t], step == max_len - 1)
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
             score, beam, token = best_candidates(cumulative, log_probs, 2 * K)  # (B, 2K) each
             rows = np.arange(B)[:, None] * K + beam  # (B, 2K): the row each candidate continues
@@ -321,7 +354,7 @@ def beam_search_scores(
             stopped |= cannot_improve(finished, cumulative[:, 0], step + 1, max_len, length_penalty, K, early_stopping)
             if stopped.all():
                 break
-    return best_hypotheses(prompt, finished, beam_fill(cfg))
+    return best_hypotheses(prompt, finished, beam_fill(model))
 
 
 def collect_finished(finished, stopped, score, rows, token, ends, generated, length, length_penalty) -> None:

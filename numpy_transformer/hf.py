@@ -30,6 +30,8 @@ from .hf_families import (
     family_for_model,
     family_of,
     match,
+    parse_json_config,
+    read_generation_rules,
     read_layout,
     write_layout,
     writing_plan,
@@ -64,6 +66,7 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
         # a hostile config.json reaches the translation with any types: a missing field, a string for a size
         problem = f"missing field {error}" if isinstance(error, KeyError) else f"{error}"
         raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
+    config, generation_rules = read_generation_rules(directory, hf_config, config)
     tensors = read_tensors(directory)
     model_class = CLASSES[family.model_class]
     check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
@@ -95,6 +98,7 @@ def load(directory, dtype=np.float32, dropout: float | None = None):
     model = model_class(config, dtype=dtype)  # built only now, when every tensor is known to fit
     model.load_state_dict(state)  # one copy into the model's arrays, cast to its dtype
     model.hf_model_type, model.hf_config = family.model_type, hf_config
+    model.generation_rules = generation_rules  # what generation_config.json asks of decoding
     return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
@@ -154,14 +158,10 @@ def read_config(directory: Path) -> dict:
         raise ValueError(f"{directory}: no config.json (a Hugging Face checkpoint directory has config.json and "
                          f"model.safetensors; {SUPPORTED})")  # fmt: skip
     try:
-        hf_config = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except OSError as error:
         raise ValueError(f"{path}: cannot read it ({error})") from None
-    except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, nesting too deep, an int too long
-        raise ValueError(f"{path}: not valid JSON ({type(error).__name__}: {error})") from None
-    if not isinstance(hf_config, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(hf_config).__name__}")
-    return hf_config
+    return parse_json_config(raw, path)
 
 
 def read_tensors(directory: Path) -> dict:

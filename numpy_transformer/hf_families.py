@@ -20,11 +20,13 @@ one interpreter of these tables, used by both sides.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from .config import DROPOUT_KINDS, TransformerConfig
+from .config import DROPOUT_KINDS, GenerationRules, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,73 @@ def dropout_to_hf(config: TransformerConfig, model_type: str, fields: dict) -> d
     if inexpressible:
         raise ValueError(f"a {model_type} checkpoint has no such dropout: got {', '.join(inexpressible)} (needs 0)")
     return out
+
+
+def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
+    """GenerationRules from generation_config.json (or config.json's fields of the same names, as transformers
+    reads them when that file is absent): forced_bos_token_id, forced_eos_token_id, bad_words_ids."""
+    forced = {}
+    for name, ours in (("forced_bos_token_id", "forced_bos_id"), ("forced_eos_token_id", "forced_eos_id")):
+        value = generation.get(name)
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise ValueError(f"{name}={value}: one forced token is supported")
+            value = value[0]
+        forced[ours] = token_id({name: value}, name, vocab)
+    words = generation.get("bad_words_ids") or []
+    if not isinstance(words, list) or not all(isinstance(w, list) and w for w in words):
+        raise ValueError(f"bad_words_ids must be a list of non-empty lists of token ids, got {words!r}")
+    for w in words:
+        for token in w:
+            token_id({"bad_words_ids": token}, "bad_words_ids", vocab)
+    pad, eos = token_id(generation, "pad_token_id", vocab), token_id(generation, "eos_token_id", vocab)
+    fill = pad or eos  # generate()'s fill of finished beams: `pad_token_id or eos_token_id`, eos when pad is 0
+    return GenerationRules(**forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill)
+
+
+MAX_JSON_DEPTH = 64  # a real config nests a few levels; a hostile one nests thousands (each level a list object)
+
+
+def parse_json_config(raw: bytes, path) -> dict:
+    """A checkpoint's JSON file (config.json, generation_config.json) as a dict. ValueError naming the file when it
+    is not JSON, not an object, or nested deeper than MAX_JSON_DEPTH: checked before parsing, by a scan of its
+    brackets, so that a hostile file cannot make the parser allocate a list per byte (a bracket inside a string
+    counts too: real configs stay far below the limit)."""
+    depth = 0
+    for match in re.finditer(rb"[\[\]{}]", raw):
+        depth += 1 if match.group() in (b"[", b"{") else -1
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"{path}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as error:  # bad JSON, bad UTF-8, an int too long
+        raise ValueError(f"{path}: not valid JSON ({type(error).__name__}: {error})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_generation_rules(directory, hf_config: dict, config: TransformerConfig):
+    """(config, GenerationRules) of a checkpoint directory: generation_config.json when present, else config.json's
+    fields of the same names (transformers' own fallback). Its decoder_start_token_id, when it names one, is the
+    start token our decoding uses (config.bos_id of an encoder-decoder). ValueError naming the file when it is
+    unreadable or its ids lie outside the vocabulary."""
+    path = Path(directory) / "generation_config.json"
+    generation = hf_config
+    if path.is_file():
+        try:
+            raw = path.read_bytes()
+        except OSError as error:
+            raise ValueError(f"{path}: cannot read it ({error})") from None
+        generation = parse_json_config(raw, path)
+    try:
+        rules = generation_rules_from_hf(generation, config.tgt_vocab_size)
+        start = token_id(generation, "decoder_start_token_id", config.tgt_vocab_size)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{path if path.is_file() else 'config.json'}: {error}") from None
+    if start is not None and config.n_encoder_layers > 0 and config.n_decoder_layers > 0:
+        config = replace(config, bos_id=start)
+    return config, rules
 
 
 def require(config: TransformerConfig, model_type: str, **expected) -> None:

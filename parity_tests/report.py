@@ -125,21 +125,30 @@ def compare_family(config, family: str, dtype, device: str, seed: int, train: bo
 
 def hf_rows(dtype, seed: int):
     """(component name, Result) of the NumPy models against transformers' classes, on the CPU: the float64
-    Llama with exactly its float32 RMSNorm and rotary pieces in float64, the float64 Marian with float64
-    sinusoids (parity_tests/hf_compare.py says why)."""
+    Llama, Mistral and Qwen2 with exactly their float32 RMSNorm and rotary pieces in float64, BLOOM with its softmax
+    in float64, T5 with its norm's mean square in float64, the float64 Marian with float64 sinusoids
+    (parity_tests/hf_compare.py says why)."""
     import tempfile
 
     from parity_tests import hf_compare as H
 
     rows = []
-    for name in ("bert", "gpt2 tied", "llama GQA 4/2 untied theta=500", "llama MQA 4/1 tied theta=10000"):
+    names = (
+        "bert", "gpt2 tied", "llama GQA 4/2 untied theta=500", "llama MQA 4/1 tied theta=10000",
+        "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2", "bloom ALiBi 4 heads tied",
+    )  # fmt: skip
+    for name in names:
         family, overrides = H.VARIANTS[name]
-        title = {"bert": "BertModel", "gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[family]
+        title = H.CLASSES[family].__name__
         rows.append((f"HF {title} ({name}, tiny random)", H.compare_hf(family, dtype, "numpy", seed, **overrides)))
-    for model_type, title in (("marian", "MarianMTModel"), ("bart", "BartForConditionalGeneration")):
+    # Marian and BART trained a few seconds (tests decode with them too); T5 random (parity needs no training)
+    for model_type, steps in (("marian", 60), ("bart", 60), ("t5", 0), ("t5 v1.1", 0)):
+        title = H.seq2seq_class(model_type).__name__ + (" v1.1" if model_type.endswith("v1.1") else "")
+        kind = "trained" if steps else "random"
         with tempfile.TemporaryDirectory() as directory:
-            H.build_seq2seq(model_type, seed).save_pretrained(directory)
-            rows.append((f"HF {title} (tiny, trained)", H.compare_seq2seq(directory, model_type, dtype, "numpy", seed)))
+            H.build_seq2seq(model_type, seed, steps=steps).save_pretrained(directory)
+            result = H.compare_seq2seq(directory, model_type, dtype, "numpy", seed)
+            rows.append((f"HF {title} (tiny, {kind})", result))
     rows.append(("all-MiniLM-L6-v2 (real weights) vs BertModel in float64", H.compare_minilm(dtype)))
     return rows
 

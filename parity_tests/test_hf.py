@@ -229,8 +229,8 @@ def remove(directory, name):
 
 BROKEN = {
     "unsupported model_type": (
-        lambda d: rewrite_config(d, model_type="t5"),
-        ["'t5'", "supported", "bert", "gpt2", "llama"],
+        lambda d: rewrite_config(d, model_type="gemma"),
+        ["'gemma'", "supported", "bert", "bloom", "gpt2", "llama", "mistral", "qwen2", "t5"],
     ),
     "no config.json": (lambda d: remove(d, "config.json"), ["no config.json"]),
     "no model.safetensors": (lambda d: remove(d, "model.safetensors"), ["no model.safetensors"]),

@@ -126,7 +126,7 @@ def test_greedy_search_equals_generate(checkpoints, model_type, side):
     pad = reference.config.pad_token_id
     expected = reference.generate(
         input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), do_sample=False, num_beams=1,
-        max_new_tokens=10, bad_words_ids=[[pad]], forced_eos_token_id=None,
+        max_new_tokens=10, bad_words_ids=[[pad]],
     ).numpy()  # fmt: skip
     if side == "numpy":
         got = nt.greedy_decode(np_hf.load(directory, dtype=np.float32).eval(), src, max_len=10)
@@ -142,15 +142,15 @@ def test_greedy_search_equals_generate(checkpoints, model_type, side):
 @pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
 def test_beam_search_equals_generate(checkpoints, model_type, side, length_penalty, early_stopping):
     """Beam search with four beams equals generate(num_beams=4) with the same length penalty and stopping
-    rule (transformers' default early_stopping=False included). forced_eos_token_id is switched off there:
-    BART's config forces eos at max_length, which our search does not do."""
+    rule (transformers' default early_stopping=False included); both follow the checkpoint's generation config
+    (BART's and Marian's force eos at max length)."""
     directory = checkpoints[model_type]
     reference = theirs(directory, model_type, np.float32)
     src, _, _ = batch(np_hf.load(directory).config, np.random.default_rng(4))
     pad = reference.config.pad_token_id
     expected = reference.generate(
         input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), do_sample=False, num_beams=4,
-        max_new_tokens=10, bad_words_ids=[[pad]], forced_eos_token_id=None, length_penalty=length_penalty,
+        max_new_tokens=10, bad_words_ids=[[pad]], length_penalty=length_penalty,
         early_stopping=early_stopping,
     ).numpy()  # fmt: skip
     if side == "numpy":
@@ -207,3 +207,70 @@ def test_separate_token_tables_and_an_untied_output(tmp_path):
     )
     result = compare(tmp_path, "marian", np.float64, "numpy")
     assert not C.failures(result, np.float64)
+
+
+# ----------------------------------------------------------------------------------------------
+# The checkpoint's generation_config.json (GenerationRules): forced eos at max length, forced bos, bad words.
+
+
+def generation_case(checkpoints, model_type, tmp_path, **fields):
+    """A copy of the checkpoint whose generation_config.json has `fields` changed; src and the reference model."""
+    directory = tmp_path / model_type.replace(" ", "_")
+    shutil.copytree(checkpoints[model_type], directory)
+    path = directory / "generation_config.json"
+    generation = json.loads(path.read_text())
+    generation.update(fields)
+    path.write_text(json.dumps(generation))
+    src, _, _ = batch(np_hf.load(directory).config, np.random.default_rng(2))
+    return directory, src, theirs(directory, model_type, np.float32)
+
+
+def our_decoding(directory, src, side, search, **kwargs):
+    if side == "numpy":
+        return search[0](np_hf.load(directory, dtype=np.float32), src, **kwargs)
+    return search[1](torch_hf.load(directory), torch.from_numpy(src), **kwargs).numpy()
+
+
+GREEDY = (nt.greedy_decode, tt.greedy_decode)
+BEAM = (nt.beam_search, tt.beam_search)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("model_type", ["marian", "bart"])
+def test_forced_eos_at_max_length_as_generate(checkpoints, model_type, side, tmp_path):
+    """Marian's and BART's generation configs force eos at max length: with 3 new tokens no row reaches eos by
+    itself, and the last token is eos in ours as in generate(), which reads the same file (greedy and beam)."""
+    directory, src, reference = generation_case(checkpoints, model_type, tmp_path)
+    rules = np_hf.load(directory).generation_rules
+    assert rules.forced_eos_id == reference.generation_config.forced_eos_token_id is not None
+    pad = reference.config.pad_token_id
+    common = dict(input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), max_new_tokens=3)
+    greedy = reference.generate(**common, do_sample=False, num_beams=1, bad_words_ids=[[pad]]).numpy()
+    assert (greedy[:, -1] == rules.forced_eos_id).all()
+    np.testing.assert_array_equal(our_decoding(directory, src, side, GREEDY, max_len=3), greedy)
+    beam = reference.generate(**common, do_sample=False, num_beams=4, bad_words_ids=[[pad]]).numpy()
+    np.testing.assert_array_equal(our_decoding(directory, src, side, BEAM, beam_size=4, max_len=3), beam)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_forced_bos_and_bad_words_as_generate(checkpoints, side, tmp_path):
+    """A BART generation config with forced_bos_token_id (mBART's language token) and bad_words_ids of one and of
+    two tokens: the first generated token is forced, the banned tokens never appear, a two-token sequence is
+    never completed; greedy and beam equal to generate() reading the same file. Without the rules ours differs."""
+    plain_dir, src, plain_ref = generation_case(checkpoints, "bart", tmp_path / "plain")
+    pad = plain_ref.config.pad_token_id
+    common = dict(input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), max_new_tokens=8)
+    free = plain_ref.generate(**common, do_sample=False, num_beams=1, bad_words_ids=[[pad]]).numpy()
+    banned = int(free[0, 2])  # a token the free model generates: banning it changes the output
+    pair = [int(free[1, 1]), int(free[1, 2])]
+    fields = dict(forced_bos_token_id=7, bad_words_ids=[[pad], [banned], pair])
+    directory, src, reference = generation_case(checkpoints, "bart", tmp_path / "rules", **fields)
+    for search, kwargs, theirs_kwargs in (
+        (GREEDY, dict(max_len=8), dict(num_beams=1)),
+        (BEAM, dict(beam_size=4, max_len=8), dict(num_beams=4)),
+    ):
+        expected = reference.generate(**common, do_sample=False, **theirs_kwargs).numpy()
+        got = our_decoding(directory, src, side, search, **kwargs)
+        np.testing.assert_array_equal(got, expected)
+        assert (got[:, 1] == 7).all() and not (got[:, 2:] == banned).any()
+    assert not np.array_equal(our_decoding(directory, src, side, GREEDY, max_len=8), free)

@@ -219,6 +219,32 @@ def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
     return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
 
 
+def _allowed_scores(scores: Tensor, model: nn.Module, tokens: Tensor, last_step: bool) -> Tensor:
+    """scores (N, V) with what may not come next at -inf: pad never, then the model's GenerationRules (read from
+    the checkpoint's generation_config.json by hf.load) as transformers' logits processors apply them: the last
+    token of each bad-words sequence in the rows ending with the rest of it; forced_bos_id at position 1 and
+    forced_eos_id at the last step (every other token -inf, the forced one 0). tokens (N, t): the rows so far."""
+    scores = _without_pad(scores, model.config.pad_id)
+    rules = getattr(model, "generation_rules", None)
+    if rules is None:
+        return scores
+    for words in rules.bad_words:
+        *prefix, last = words
+        if len(prefix) > tokens.shape[1]:
+            continue
+        ends_with = torch.ones(scores.shape[0], dtype=torch.bool, device=scores.device)
+        if prefix:
+            ends_with = (tokens[:, tokens.shape[1] - len(prefix) :] == tokens.new_tensor(prefix)).all(dim=1)
+        scores = scores.clone()
+        scores[ends_with, last] = float("-inf")
+    forced = rules.forced_bos_id if tokens.shape[1] == 1 else None
+    forced = rules.forced_eos_id if last_step and rules.forced_eos_id is not None else forced
+    if forced is not None:
+        scores = torch.full_like(scores, float("-inf"))
+        scores[:, forced] = 0.0
+    return scores
+
+
 def _after_eos(c) -> int:
     """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
     if c.pad_id is not None:
@@ -226,12 +252,13 @@ def _after_eos(c) -> int:
     return 0 if c.eos_id is None else c.eos_id  # without an eos_id no row ends early: the fill is never seen
 
 
-def _beam_fill(c) -> int:
-    """What pads a finished hypothesis shorter than the best in beam search: `pad_token_id or eos_token_id`, as
-    transformers' generate has it (pad_id unless it is None or 0, then eos_id)."""
-    if c.pad_id:
-        return c.pad_id
-    return 0 if c.eos_id is None else c.eos_id
+def _beam_fill(model: nn.Module) -> int:
+    """What pads a finished hypothesis shorter than the best in beam search: pad_id, unless the checkpoint's
+    generation rules say otherwise (generate()'s `pad_token_id or eos_token_id`)."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is not None and rules.beam_fill_id is not None:
+        return rules.beam_fill_id
+    return _after_eos(model.config)
 
 
 def _eos(c) -> int:
@@ -269,7 +296,7 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
-            choice = _without_pad(logits, c.pad_id).argmax(dim=-1)  # (B,) the first maximum
+            choice = _allowed_scores(logits, model, tokens[:, :t], t == T_p + max_len - 1).argmax(dim=-1)  # (B,)
             tokens[:, t] = choice.masked_fill(done, _after_eos(c))
             done |= tokens[:, t] == _eos(c)
             if bool(done.all()):
@@ -335,7 +362,8 @@ def beam_search_scores(
         for step in range(max_len):
             t = T_p + step
             last = step == max_len - 1
-            log_probs = _without_pad(F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1), c.pad_id)
+            log_probs = F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1)  # (N, V)
+            log_probs = _allowed_scores(log_probs, model, tokens[:, :t], last)
             V = log_probs.shape[-1]
             scores = (cumulative[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
             top, index = torch.sort(scores, dim=1, descending=True, stable=True)  # ties: lower flat index
@@ -359,7 +387,7 @@ def beam_search_scores(
                 )
             if all(stopped):
                 break
-    return _best(prompt, finished, _beam_fill(c))
+    return _best(prompt, finished, _beam_fill(model))
 
 
 def _collect_finished(finished, stopped, top, rows, token, ends, generated, length, length_penalty) -> None:

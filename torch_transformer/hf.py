@@ -24,6 +24,8 @@ from numpy_transformer.hf_families import (
     family_for_model,
     family_of,
     match,
+    parse_json_config,
+    read_generation_rules,
     read_layout,
     write_layout,
     writing_plan,
@@ -41,6 +43,7 @@ def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | s
     hf_config = _read_config(directory)
     family = family_of(hf_config.get("model_type"))
     config = family.from_hf(hf_config, dropout)
+    config, generation_rules = read_generation_rules(directory, hf_config, config)
     tensors = _read_tensors(directory, device)
     model = CLASSES[family.model_class](config).to(device=device, dtype=dtype)
     names = dict(model.state_dict())
@@ -50,6 +53,7 @@ def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | s
     }
     model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
     model.hf_model_type, model.hf_config = family.model_type, hf_config
+    model.generation_rules = generation_rules  # what generation_config.json asks of decoding
     return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
@@ -99,9 +103,10 @@ def _read_config(directory: Path) -> dict:
             f"supported model types: {', '.join(sorted(FAMILIES))})"
         )
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error})") from None
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error})") from None
+    return parse_json_config(raw, path)
 
 
 def _read_tensors(directory: Path, device) -> dict:
