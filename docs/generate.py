@@ -6,9 +6,9 @@
   with `__file__` set as a script would, and one after each code cell that shows the figures that cell
   saved (the walkthroughs write PNG files; the page shows them where they were made).
 - docs/_generated/parity.md: the parity table, from `transformer-parity --json` run now.
-- docs/_generated/speed.md, flash_attention.md, training.md (and the training loss curves): from the
-  JSON files checked in under docs/data/ (see docs/record.py), each with the date and machine it was
-  measured on.
+- docs/_generated/speed.md, flash_attention.md, training.md (and the tiled-attention plot and the training
+  loss curves): from the JSON files checked in under docs/data/ (see docs/record.py), each with the date and
+  machine it was measured on.
 """
 
 from __future__ import annotations
@@ -374,7 +374,12 @@ def flash_markdown(record: dict) -> str:
         for (T, causal), k in sorted(cells.items())
     ]
     header = ["T", "mask", "plain pair: peak / time", "tiled pair: peak / time", "torch SDPA: peak / time"]
-    return out + table(header, rows, nowrap=True)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import flash_attention  # the benchmark's own plot, drawn from the recorded rows
+
+    flash_attention.plot(d["rows"], GENERATED / "flash_attention.png")
+    figure = "![Peak memory and time against the sequence length, from the rows above](/_generated/flash_attention.png)"
+    return out + table(header, rows, nowrap=True) + "\n" + figure + "\n"
 
 
 def training_markdown(records: dict[str, dict]) -> str:
