@@ -8,7 +8,9 @@ Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on 
   and text blocks, inline code: they show source, where those strings are what the source says);
 - every image loaded (`naturalWidth > 0`);
 - no console errors (Chromium's SEVERE log entries: failed requests, script errors);
-- every internal link resolves: the file exists, and a `#fragment` names an element of the target page.
+- every internal link resolves: the file exists, and a `#fragment` names an element of the target page;
+- nothing is fetched from another host (the browser's resource timing lists every script, stylesheet, font
+  and image a page loaded).
 Screenshots of the home page, a walkthrough and a reference page go to docs/_build/screenshots/, and the
 counts (pages, images, formulas, links) to docs/_build/screenshots/checks.json.
 """
@@ -79,6 +81,7 @@ const done = arguments[arguments.length - 1];
     mathjaxErrors: document.querySelectorAll("mjx-merror").length,
     images: images.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+    requests: performance.getEntriesByType("resource").map(e => e.name),
     ids: Array.from(document.querySelectorAll("[id], a[name]")).map(e => e.id || e.getAttribute("name")),
   });
 })();
@@ -197,6 +200,19 @@ def test_every_internal_link_resolves(site) -> None:
             elif fragment and target in pages and urllib.parse.unquote(fragment) not in pages[target]["ids"]:
                 bad.append(f"{name} -> {link} (no such anchor)")
     assert not bad, "broken internal links:\n" + "\n".join(bad)
+
+
+def test_nothing_is_fetched_from_elsewhere(site) -> None:
+    """Offline: every script, stylesheet, font and image a page loads comes from the site itself."""
+    base = site["base"]
+    outside = {
+        name: [url for url in page["requests"] if not url.startswith(base)]
+        for name, page in site["pages"].items()
+        if any(not url.startswith(base) for url in page["requests"])
+    }
+    assert not outside, f"resources loaded from elsewhere: {outside}"
+    mathjax = [url for page in site["pages"].values() for url in page["requests"] if "mathjax" in url]
+    assert mathjax, "no page loaded the site's own MathJax"
 
 
 def test_screenshots_saved(site) -> None:
