@@ -111,7 +111,7 @@ def save(model, directory) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     hf_config = dict(getattr(model, "hf_config", {}))
-    hf_config |= family.to_hf(model.config)
+    hf_config |= family.config_json(model.config)
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": model.dtype.name}
     tensors = to_hf(model, model.params, tied=False)
     from safetensors.numpy import save_file

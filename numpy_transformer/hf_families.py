@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .config import DROPOUT_KINDS, GenerationRules, TransformerConfig
@@ -57,6 +57,46 @@ class Family:
     # (alias, source, config field): when the field is true (tie_embeddings, share_embeddings), the HF class's
     # state_dict also holds `alias`, the same tensor as `source` (full names); never written to a file
     tied: tuple[tuple[str, str, str], ...] = ()
+    # The config fields a checkpoint of this family can express, beyond FREE_FIELDS: field -> the value it needs, a
+    # tuple of the values it may take, ANY, or a function of the config giving one of those. A field not listed
+    # must keep its default: a new config option is refused by every family until one says it supports it.
+    supports: dict = field(default_factory=dict)
+
+    def config_json(self, config: TransformerConfig) -> dict:
+        """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
+        check_supported(self, config)
+        return self.to_hf(config)
+
+
+ANY = "any value"  # in a family's `supports`: the field may take every value the config allows
+# Fields every family expresses in its config.json (sizes, special ids, dropout rates: dropout_to_hf checks them per
+# family), or that are not part of a checkpoint (the attention kernel, padding_idx's gradient rule).
+FREE_FIELDS = frozenset(
+    {
+        "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers",
+        "max_len", "layer_norm_eps", "pad_id", "bos_id", "eos_id", "dropout", "embedding_dropout",
+        "attention_dropout", "activation_dropout", "residual_dropout", "attention", "embedding_padding_idx",
+    }
+)  # fmt: skip
+
+
+def check_supported(family: Family, config: TransformerConfig) -> None:
+    """ValueError listing every field of `config` that a checkpoint of `family` cannot express (see Family.supports)."""
+    wrong = []
+    for spec in fields(config):
+        if spec.name in FREE_FIELDS:
+            continue
+        allowed = family.supports.get(spec.name, spec.default)
+        if callable(allowed):
+            allowed = allowed(config)
+        if allowed == ANY:
+            continue
+        options = allowed if isinstance(allowed, tuple) else (allowed,)
+        value = getattr(config, spec.name)
+        if value not in options:
+            wrong.append(f"{spec.name}={value!r} (needs {' or '.join(repr(o) for o in options)})")
+    if wrong:
+        raise ValueError(f"this model cannot be written as a {family.model_type!r} checkpoint: {', '.join(wrong)}")
 
 
 def expand(rules: tuple[Rule, ...], config: TransformerConfig) -> list[Rule]:
@@ -322,10 +362,6 @@ def bert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def bert_to_hf(config: TransformerConfig) -> dict:
-    require(
-        config, "bert", norm="layer", norm_first=False, positional="learned", scale_embeddings=False,
-        embedding_norm=True, gated_ffn=False, n_kv_heads=None, bias=True,
-    )  # fmt: skip
     return {
         "vocab_size": config.src_vocab_size,
         "hidden_size": config.d_model,
@@ -377,6 +413,17 @@ BERT = Family(
     ),
     from_hf=bert_from_hf,
     to_hf=bert_to_hf,
+    supports={  # an encoder: no output projection, so its fields take any value
+        "activation": ANY,
+        "positional": "learned",
+        "scale_embeddings": False,
+        "embedding_norm": True,
+        "type_vocab_size": ANY,
+        "qkv_bias": (None, True),
+        "tie_embeddings": ANY,
+        "share_embeddings": ANY,
+        "output_bias": ANY,
+    },  # fmt: skip
 )
 
 
@@ -419,10 +466,6 @@ def gpt2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def gpt2_to_hf(config: TransformerConfig) -> dict:
-    require(
-        config, "gpt2", norm="layer", norm_first=True, positional="learned", scale_embeddings=False,
-        embedding_norm=False, gated_ffn=False, n_kv_heads=None, bias=True, output_bias=False,
-    )  # fmt: skip
     return {
         "vocab_size": config.tgt_vocab_size,
         "n_embd": config.d_model,
@@ -478,6 +521,15 @@ GPT2 = Family(
     ),
     from_hf=gpt2_from_hf,
     to_hf=gpt2_to_hf,
+    supports={
+        "activation": ANY,
+        "norm_first": True,
+        "positional": "learned",
+        "scale_embeddings": False,
+        "tie_embeddings": ANY,
+        "output_bias": False,
+        "qkv_bias": (None, True),
+    },  # fmt: skip
     tied=(("lm_head.weight", "transformer.wte.weight", "tie_embeddings"),),
 )
 
@@ -533,17 +585,6 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
-    require(
-        config, model_type, norm="rms", norm_first=True, positional="rope", scale_embeddings=False,
-        embedding_norm=False, gated_ffn=True, output_bias=False,
-    )  # fmt: skip
-    if model_type != "mistral":
-        require(config, model_type, sliding_window=None)
-    if model_type != "qwen2" and config.has_qkv_bias != config.bias:
-        raise ValueError(
-            f"this model cannot be written as a {model_type!r} checkpoint: qkv_bias={config.qkv_bias!r} "
-            f"differs from bias={config.bias!r} (needs None)"
-        )
     return {
         "vocab_size": config.tgt_vocab_size,
         "hidden_size": config.d_model,
@@ -567,6 +608,11 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
     }
 
 
+LLAMA_SUPPORTS = {
+    "activation": ("silu", "relu", "gelu"), "norm": "rms", "norm_first": True, "positional": "rope",
+    "rope_theta": ANY, "gated_ffn": True, "n_kv_heads": ANY, "bias": ANY, "qkv_bias": lambda c: (None, c.bias),
+    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False,
+}  # fmt: skip
 LLAMA = Family(
     model_type="llama",
     model_class="TransformerLM",
@@ -598,6 +644,7 @@ LLAMA = Family(
     ),
     from_hf=llama_from_hf,
     to_hf=llama_to_hf,
+    supports=LLAMA_SUPPORTS,
     tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
 )
 
@@ -615,7 +662,6 @@ def mistral_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def mistral_to_hf(config: TransformerConfig) -> dict:
-    require(config, "mistral", bias=False)
     out = llama_to_hf(config, "mistral")
     for name in ("attention_bias", "mlp_bias"):  # MistralConfig has neither: no biases anywhere
         out.pop(name)
@@ -631,7 +677,6 @@ def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def qwen2_to_hf(config: TransformerConfig) -> dict:
-    require(config, "qwen2", bias=False, has_qkv_bias=True)
     out = llama_to_hf(config, "qwen2")
     for name in ("attention_bias", "mlp_bias"):  # Qwen2Config: q, k, v biases always, nothing else
         out.pop(name)
@@ -639,9 +684,13 @@ def qwen2_to_hf(config: TransformerConfig) -> dict:
 
 
 MISTRAL = replace(
-    LLAMA, model_type="mistral", architecture="MistralForCausalLM", from_hf=mistral_from_hf, to_hf=mistral_to_hf
-)
-QWEN2 = replace(LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf)
+    LLAMA, model_type="mistral", architecture="MistralForCausalLM", from_hf=mistral_from_hf, to_hf=mistral_to_hf,
+    supports=LLAMA_SUPPORTS | {"sliding_window": ANY, "bias": False, "qkv_bias": (None, False)},
+)  # fmt: skip
+QWEN2 = replace(
+    LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf,
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True},
+)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -682,11 +731,7 @@ def bloom_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def bloom_to_hf(config: TransformerConfig) -> dict:
-    require(
-        config, "bloom", norm="layer", norm_first=True, positional="alibi", activation="gelu_tanh", gated_ffn=False,
-        scale_embeddings=False, embedding_norm=True, bias=True, output_bias=False, has_qkv_bias=True,
-        sliding_window=None, n_kv_heads=None, d_ff=4 * config.d_model,
-    )  # fmt: skip
+    require(config, "bloom", d_ff=4 * config.d_model)  # BLOOM's MLP is 4 x hidden_size, not a field of its own
     return {
         "vocab_size": config.tgt_vocab_size,
         "hidden_size": config.d_model,
@@ -741,6 +786,16 @@ BLOOM = Family(
     skipped=(r"lm_head\.weight",),  # when tied: a copy of word_embeddings.weight
     from_hf=bloom_from_hf,
     to_hf=bloom_to_hf,
+    supports={
+        "activation": "gelu_tanh",
+        "norm_first": True,
+        "positional": "alibi",
+        "scale_embeddings": False,
+        "embedding_norm": True,
+        "tie_embeddings": ANY,
+        "output_bias": False,
+        "qkv_bias": (None, True),
+    },  # fmt: skip
     tied=(("lm_head.weight", "transformer.word_embeddings.weight", "tie_embeddings"),),
 )
 
@@ -792,15 +847,6 @@ def seq2seq_from_hf(c: dict, dropout: float | None, model_type: str) -> Transfor
 
 
 def seq2seq_to_hf(config: TransformerConfig, model_type: str) -> dict:
-    positional = "sinusoidal" if model_type == "marian" else "learned"
-    require(
-        config, model_type, norm="layer", norm_first=False, positional=positional, embedding_norm=model_type == "bart",
-        gated_ffn=False, n_kv_heads=None, bias=True, output_bias=True,
-    )  # fmt: skip
-    if model_type == "marian" and config.sinusoid_layout != "split":
-        raise ValueError("this model cannot be written as a 'marian' checkpoint: sinusoid_layout must be 'split'")
-    if model_type == "bart" and not config.share_embeddings:
-        raise ValueError("this model cannot be written as a 'bart' checkpoint: BART shares one token table")
     out = {
         "vocab_size": config.src_vocab_size,
         "d_model": config.d_model,
@@ -883,6 +929,10 @@ SEQ2SEQ_TIED = (
     ("lm_head.weight", "model.decoder.embed_tokens.weight", "tie_embeddings"),  # separate tables, tied output
 )
 
+SEQ2SEQ_SUPPORTS = {
+    "activation": ANY, "scale_embeddings": ANY, "tie_embeddings": ANY, "share_embeddings": ANY,
+    "qkv_bias": (None, True),
+}  # fmt: skip
 MARIAN = Family(
     model_type="marian",
     model_class="Transformer",
@@ -893,6 +943,7 @@ MARIAN = Family(
     skipped=(*SEQ2SEQ_SKIPPED, r"(encoder|decoder)\.embed_positions\.weight"),
     from_hf=lambda c, dropout=None: seq2seq_from_hf(c, dropout, "marian"),
     to_hf=lambda config: seq2seq_to_hf(config, "marian"),
+    supports=SEQ2SEQ_SUPPORTS | {"sinusoid_layout": "split"},
     tied=SEQ2SEQ_TIED,
 )
 
@@ -905,6 +956,8 @@ BART = Family(
     skipped=SEQ2SEQ_SKIPPED,
     from_hf=lambda c, dropout=None: seq2seq_from_hf(c, dropout, "bart"),
     to_hf=lambda config: seq2seq_to_hf(config, "bart"),
+    supports=SEQ2SEQ_SUPPORTS
+    | {"positional": "learned", "embedding_norm": True, "share_embeddings": True, "sinusoid_layout": ANY},
     tied=SEQ2SEQ_TIED,
 )
 
@@ -965,11 +1018,6 @@ def t5_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 def t5_to_hf(config: TransformerConfig) -> dict:
     tied = config.tie_embeddings
-    require(
-        config, "t5", norm="rms", norm_first=True, positional="relative", attention_scale=1.0, bias=False,
-        output_bias=False, scale_embeddings=False, share_embeddings=True, embedding_norm=False, n_kv_heads=None,
-        sliding_window=None, output_scale=config.d_model**-0.5 if tied else 1.0,
-    )  # fmt: skip
     proj = {(a, g): name for name, (a, g) in T5_ACTIVATIONS.items()}.get((config.activation, config.gated_ffn))
     if proj is None:
         raise ValueError(
@@ -1040,6 +1088,23 @@ T5 = Family(
     ),
     from_hf=t5_from_hf,
     to_hf=t5_to_hf,
+    supports={
+        "activation": ("relu", "gelu_tanh"),
+        "gated_ffn": ANY,
+        "norm": "rms",
+        "norm_first": True,
+        "positional": "relative",
+        "relative_buckets": ANY,
+        "relative_max_distance": ANY,
+        "attention_scale": 1.0,
+        "output_scale": lambda c: c.d_model**-0.5 if c.tie_embeddings else 1.0,
+        "bias": False,
+        "qkv_bias": (None, False),
+        "output_bias": False,
+        "scale_embeddings": False,
+        "share_embeddings": True,
+        "tie_embeddings": ANY,
+    },  # fmt: skip
     tied=(
         ("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),
         ("decoder.embed_tokens.weight", "shared.weight", "share_embeddings"),
@@ -1069,7 +1134,7 @@ def family_for_model(model) -> Family:
             reasons.append(f"{family.model_type}: a {family.model_class}, not a {type(model).__name__}")
             continue
         try:
-            family.to_hf(model.config)
+            family.config_json(model.config)
         except ValueError as error:
             reasons.append(f"{family.model_type}: {error}")
             continue

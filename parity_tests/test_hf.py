@@ -473,3 +473,51 @@ def test_load_returns_evaluation_mode_as_from_pretrained_does(minilm, side):
     assert np.abs(first - reference)[real].max() <= 1e-4
     model.train()
     assert np.abs(run() - run()).max() > 1e-2
+
+
+# ----------------------------------------------------------------------------------------------
+# Families declare what they support; a writing plan covers every parameter.
+
+
+@pytest.mark.parametrize("family", H.FAMILIES)
+def test_a_field_no_family_declares_is_refused(family, tmp_path):
+    """Each family lists the config fields it can express: a value outside that list (here an attention scale of
+    2, which no family has) is refused by name when saving, never written as a checkpoint that loads differently."""
+    import dataclasses
+
+    from numpy_transformer.hf_families import FAMILIES, check_supported
+
+    model = H.native_model(family, "numpy")
+    check_supported(FAMILIES[family], model.config)  # the native model itself fits
+    model.config = dataclasses.replace(model.config, attention_scale=2.0)
+    with pytest.raises(ValueError, match=r"attention_scale=2\.0"):
+        check_supported(FAMILIES[family], model.config)
+    with pytest.raises(ValueError, match="no Hugging Face family fits"):
+        numpy_hf.save(model, tmp_path)
+
+
+def test_sliding_window_selects_mistral_and_is_refused_by_llama(tmp_path):
+    import dataclasses
+
+    from numpy_transformer.hf_families import FAMILIES, check_supported, family_for_model
+
+    model = H.native_model("llama", "numpy")
+    model.config = dataclasses.replace(model.config, sliding_window=4, bias=False)
+    with pytest.raises(ValueError, match=r"sliding_window=4 \(needs None\)"):
+        check_supported(FAMILIES["llama"], model.config)
+    assert family_for_model(model).model_type == "mistral"
+
+
+def test_writing_plan_refuses_a_parameter_no_rule_covers():
+    """A table that misses a parameter would drop it from a saved checkpoint: the plan refuses, naming it."""
+    import dataclasses
+
+    from numpy_transformer.hf_families import FAMILIES, writing_plan
+
+    llama = FAMILIES["llama"]
+    model = H.native_model("llama", "numpy")
+    rules = tuple(r for r in llama.rules if "post_attention_layernorm" not in r.theirs)
+    short = dataclasses.replace(llama, rules=rules)
+    with pytest.raises(ValueError, match=r"decoder\.layers\.0\.ffn_norm\.weight"):
+        writing_plan(short, model.config, model.params)
+    assert writing_plan(llama, model.config, model.params)

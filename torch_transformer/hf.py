@@ -64,7 +64,7 @@ def save(model, directory) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     dtype = next(model.parameters()).dtype
     hf_config = dict(getattr(model, "hf_config", {}))
-    hf_config |= family.to_hf(model.config)
+    hf_config |= family.config_json(model.config)
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": str(dtype)[6:]}
     tensors = {k: v.detach().cpu().contiguous() for k, v in to_hf(model, model.state_dict(), tied=False).items()}
     save_file(tensors, os.fspath(directory / "model.safetensors"), metadata={"format": "pt"})
