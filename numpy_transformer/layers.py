@@ -13,7 +13,6 @@ Scalars are Python floats, so a float32 array stays float32 (NumPy 2 would promo
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 from scipy.special import erf, expit
@@ -235,15 +234,6 @@ ACTIVATIONS = {
     "silu": (silu_forward, silu_backward),
 }
 
-# The fast path (parallel.py) may give the thread that runs one part of a batch a faster kernel of the same
-# activation (float32 GELU); every other thread, and every plain call, uses ACTIVATIONS.
-_THREAD_KERNELS = threading.local()
-
-
-def activation_kernels(name: str) -> tuple:
-    """(forward, backward) of the activation `name`: ACTIVATIONS[name], unless the fast path replaced it here."""
-    return getattr(_THREAD_KERNELS, "activations", {}).get(name) or ACTIVATIONS[name]
-
 
 # ----------------------------------------------------------------------------------------------
 # Inverted dropout: keep each unit with probability 1 - p and scale the kept ones by 1 / (1 - p),
@@ -463,7 +453,7 @@ def feed_forward_forward(
 ):
     """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear2.weight (D, F), and linear1.bias (F,),
     linear2.bias (D,) when the layer has biases."""
-    act_forward, _ = activation_kernels(activation)
+    act_forward, _ = ACTIVATIONS[activation]
     h, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
     a, act_cache = act_forward(h)
     a, drop_cache = dropout_site(dropout, f"{site}.dropout", a)
@@ -477,7 +467,7 @@ def feed_forward_backward(dout: np.ndarray, cache):
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
     activation, lin1_cache, act_cache, drop_cache, lin2_cache = cache
-    _, act_backward = activation_kernels(activation)
+    _, act_backward = ACTIVATIONS[activation]
     grads = {}
     da, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
     da = dropout_backward(da, drop_cache)
@@ -496,7 +486,7 @@ def gated_feed_forward_forward(
     x (B, T, D) -> (B, T, D); params: gate.weight (F, D), linear1.weight (F, D) (Llama's up_proj),
     linear2.weight (D, F) (down_proj), and their biases when the layer has them.
     """
-    act_forward, _ = activation_kernels(activation)
+    act_forward, _ = ACTIVATIONS[activation]
     missing = [k for k in ("gate.weight", "linear1.weight", "linear2.weight") if k not in params]
     if missing:
         raise ValueError(f"gated feed-forward params is missing {missing}; it needs gate, linear1 (up), linear2 (down)")
@@ -520,7 +510,7 @@ def gated_feed_forward_backward(dout: np.ndarray, cache):
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
     activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
-    _, act_backward = activation_kernels(activation)
+    _, act_backward = ACTIVATIONS[activation]
     grads = {}
     dh, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, down_cache)  # (B, T, F)
     dh = dropout_backward(dh, drop_cache)

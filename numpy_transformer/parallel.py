@@ -218,6 +218,26 @@ def gelu_forward(x: np.ndarray):
 FLOAT32_KERNELS = {"gelu": (gelu_forward, layers.gelu_backward)}
 
 
+class _PartKernels(dict):
+    """layers.ACTIVATIONS once the fast path is in use: the same table, except in a part's thread that set its own
+    kernels (_local.kernels), which then sees those. The reference reads ACTIVATIONS[name] and knows nothing of
+    threads; every other thread, and every plain call, gets exactly the reference's functions."""
+
+    _local = threading.local()
+
+    def __getitem__(self, name):
+        kernels = getattr(self._local, "kernels", None)
+        return kernels[name] if kernels and name in kernels else super().__getitem__(name)
+
+
+def use_part_kernels() -> type:
+    """Put the per-thread dispatch in front of layers.ACTIVATIONS (once; a DataParallel that asks for float32
+    kernels does it). Returns the class whose _local each part's thread sets."""
+    if not isinstance(layers.ACTIVATIONS, _PartKernels):
+        layers.ACTIVATIONS = _PartKernels(layers.ACTIVATIONS)
+    return _PartKernels
+
+
 # ----------------------------------------------------------------------------------------------
 # Dropout of one part: its rows of the whole batch's keep-masks, drawn from the part's own generator.
 
@@ -302,6 +322,8 @@ class DataParallel:
         self.model = model
         self.n_parts = CORES if n_parts is None else n_parts
         self.kernels = FLOAT32_KERNELS if float32_kernels else {}
+        if self.kernels:
+            use_part_kernels()
         self.replicas: list = []
         self.bounds: list = []
 
@@ -340,11 +362,11 @@ class DataParallel:
         parts have finished."""
 
         def part(k, *a):
-            layers._THREAD_KERNELS.activations = self.kernels  # this thread's activations (float32 GELU)
+            _PartKernels._local.kernels = self.kernels  # this thread's activations (float32 GELU)
             try:
                 return fn(k, *a)
             finally:
-                layers._THREAD_KERNELS.activations = {}
+                _PartKernels._local.kernels = None
 
         collecting = gc.isenabled()
         gc.disable()  # the parts' caches are thousands of dicts and tuples: no cycle collection halfway

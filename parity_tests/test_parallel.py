@@ -313,10 +313,12 @@ def test_gelu_model_in_float32(float32_kernels):
     plain.backward(dhidden)
     assert_close({"hidden": (hidden, plain_hidden)}, np.float32, "hidden")
     assert_close({k: (fast.grads[k], plain.grads[k]) for k in plain.grads}, np.float32, "gradients")
-    # the fast kernels were this call's only: every thread is back on the reference's
-    assert nt.layers.activation_kernels("gelu") is nt.layers.ACTIVATIONS["gelu"]
-    futures = [parallel.pool().submit(nt.layers.activation_kernels, "gelu") for _ in range(4)]
-    assert all(f.result() is nt.layers.ACTIVATIONS["gelu"] for f in futures)
+    # the fast kernels were this call's only: every thread is back on the reference's functions
+    reference = (nt.layers.gelu_forward, nt.layers.gelu_backward)
+    assert nt.layers.ACTIVATIONS["gelu"] == reference
+    futures = [parallel.pool().submit(nt.layers.ACTIVATIONS.__getitem__, "gelu") for _ in range(4)]
+    assert all(f.result() == reference for f in futures)
+    assert "threading" not in vars(nt.layers)  # the reference knows nothing of threads
 
 
 def test_float32_erf_and_gelu():
@@ -402,3 +404,22 @@ def test_the_fast_path_counts_the_cores_a_cgroup_quota_allows(files, expected, m
     assert parallel.cgroup_cpu_quota() == expected
     monkeypatch.setattr(parallel.os, "sched_getaffinity", lambda pid: set(range(8)))
     assert parallel.available_cores() == (8 if expected is None else expected)
+
+
+def test_part_threads_see_the_float32_gelu_and_no_other_thread_does():
+    """The dispatch lives in parallel.py: a part's thread that set its kernels reads the float32 GELU from
+    layers.ACTIVATIONS; the same lookup anywhere else gives the reference's pair."""
+    parallel.DataParallel(nt.EncoderModel(BERT, seed=2, dtype=np.float32), 2)  # installs the dispatch
+    table = nt.layers.ACTIVATIONS
+    assert isinstance(table, parallel._PartKernels)
+
+    def in_a_part():
+        parallel._PartKernels._local.kernels = parallel.FLOAT32_KERNELS
+        try:
+            return table["gelu"], table["relu"]
+        finally:
+            parallel._PartKernels._local.kernels = None
+
+    gelu, relu = parallel.pool().submit(in_a_part).result()
+    assert gelu[0] is parallel.gelu_forward and relu == (nt.layers.relu_forward, nt.layers.relu_backward)
+    assert table["gelu"] == (nt.layers.gelu_forward, nt.layers.gelu_backward)
