@@ -81,6 +81,8 @@ def copy_mathjax(app, config) -> None:
 # math roles and math blocks, those characters are escaped so that they print as written.
 _PROTECTED = re.compile(r"(:math:`[^`]*`|``[^`]*``|`[^`]*`)")
 _MARKUP = re.compile(r"(\*|\||(?<=\w)_(?=[\s.,;:)\]*/'\"]|$))")
+# A line of Python (an import, an assignment, a call) or of a hand-written formula ("y = ...")
+_CODE_LINE = re.compile(r"^(from \w|import \w|#|[\w.]+(\[[^\]]*\])?(, *[\w.]+)* *[-+*/]?= |[\w.]+\(.*\)\s*(#.*)?$)")
 _LIST_ITEM = re.compile(r"^\s*(- |\* |\d+\. )")
 
 
@@ -120,7 +122,8 @@ def keep_layout(lines: list[str]) -> None:
 
 def keep_hanging_indents(lines: list[str]) -> None:
     """A top-level paragraph with a hanging indent (hand-aligned formulas whose last line wraps) is a
-    reStructuredText error; shown as a literal block, it keeps the layout its author gave it."""
+    reStructuredText error, and one made only of lines of code would be reflowed into prose; shown as a
+    literal block, each keeps the layout its author gave it."""
     start = 0
     while start < len(lines):
         if not lines[start].strip():
@@ -131,7 +134,9 @@ def keep_hanging_indents(lines: list[str]) -> None:
             end += 1
         first = lines[start]
         plain = indent_of(first) == 0 and not _LIST_ITEM.match(first) and not first.startswith(("..", ":"))
-        if plain and any(indent_of(line) > 0 for line in lines[start + 1 : end]):
+        hanging = any(indent_of(line) > 0 for line in lines[start + 1 : end])
+        code = all(_CODE_LINE.match(line) for line in lines[start:end])
+        if plain and (hanging or code):
             lines[start:end] = ["::", ""] + ["    " + line for line in lines[start:end]]
             end += 2
         start = end
