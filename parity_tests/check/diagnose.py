@@ -578,32 +578,11 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
             params = M.sub(session.params, unit) if unit else session.params
             query, kv, keep = inputs
             context = masks or {}
-            if context.get("causal"):
-                found = match_attention(
-                    user_out,
-                    params,
-                    query,
-                    kv,
-                    cfg.n_heads,
-                    keep,
-                    where,
-                    valid,
-                    causal=True,
-                    pad=context["pad"],
-                    swap=context["swap"],
-                )
+            if context.get("causal"):  # a decoder's self-attention: its causal and padding masks, maybe swapped
+                options = dict(causal=True, pad=context["pad"], swap=context["swap"])
             else:
-                found = match_attention(
-                    user_out,
-                    params,
-                    query,
-                    kv,
-                    cfg.n_heads,
-                    keep,
-                    where,
-                    valid,
-                    self_attention=context.get("self_attention", True),
-                )
+                options = dict(self_attention=context.get("self_attention", True))
+            found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **options)
         elif kind == "norm":
             eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
             found = match_norm(

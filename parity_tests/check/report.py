@@ -70,35 +70,6 @@ class Diagnosis:
     where: str
     error: float
 
-    def _table(self) -> list:
-        """One line per tensor: its relative error in each dtype compared, against that dtype's bar."""
-        by_name, dtypes = {}, []
-        for r in self.rows:
-            by_name.setdefault(r.name, {})[r.dtype] = r
-            if r.dtype not in dtypes:
-                dtypes.append(r.dtype)
-        width = max(len(n) for n in by_name)
-        head = "".join(f"  {d + ' (bar ' + format(self._bar(d), '.0e') + ')':>20}" for d in dtypes)
-        lines = [f"  {'tensor':<{width}}{head}"]
-        for name, cells in by_name.items():
-            text = ""
-            for d in dtypes:
-                r = cells.get(d)
-                text += f"  {'':>20}" if r is None else f"  {format(r.error, '.2e') + ('' if r.ok else ' FAIL'):>20}"
-            lines.append(f"  {name:<{width}}{text}")
-        return lines
-
-    def _bar(self, dtype: str) -> float:
-        return max((r.bar for r in self.rows if r.dtype == dtype), default=0.0)
-
-    def summary(self) -> str:
-        """The report without the map and the table: verdict, conventions, config, counts, divergence, diagnosis."""
-        failed = [r for r in self.rows if not r.ok]
-        lines = [line for line in str(self).splitlines() if not line.startswith("  ")]
-        lines = [line for line in lines if not line.startswith("mapping (")]
-        lines.insert(1, f"{len(self.rows) - len(failed)} of {len(self.rows)} comparisons within their bars")
-        return "\n".join(lines)
-
     def __str__(self) -> str:
         return f"{self.id} at {self.where or '(the module)'}: {self.message} (variant error {self.error:.1e})"
 
