@@ -78,6 +78,7 @@ const done = arguments[arguments.length - 1];
   done({
     text: text,
     formulas: document.querySelectorAll("mjx-container").length,
+    outputs: document.querySelectorAll(".cell_output").length,
     mathjaxErrors: document.querySelectorAll("mjx-merror").length,
     images: images.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
@@ -153,8 +154,9 @@ def test_site_has_every_section(site) -> None:
         assert f"{section}/index.html" in pages, section
     walkthroughs = sorted(p.stem for p in (SITE.parents[2] / "examples").glob("0*.py"))
     assert walkthroughs, "no walkthroughs found"
-    for stem in walkthroughs:
+    for stem in walkthroughs:  # each one executed: its page shows what its cells printed
         assert f"tutorials/{stem}.html" in pages, stem
+        assert pages[f"tutorials/{stem}.html"]["outputs"] > 0, f"{stem}: no cell output on its page"
     assert any(name.startswith("reference/api/numpy_transformer.") for name in pages)
 
 
