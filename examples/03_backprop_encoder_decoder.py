@@ -70,16 +70,16 @@ from numpy_transformer.layers import (  # noqa: E402
     layer_norm_backward,
     linear_backward,
     linear_forward,
-    residual_backward,
+    residual_in_backward,
+    residual_out_backward,
 )
 from numpy_transformer.model import (  # noqa: E402
-    cross_attention_backward,
     decoder_forward,
+    decoder_layer_backward,
     embed_backward,
     encoder_forward,
     ffn_backward,
     padding_mask,
-    self_attention_backward,
     sub,
 )
 
@@ -140,10 +140,12 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 # `Transformer.forward` is three calls: the encoder, the decoder (which reads the encoder's output,
 # the *memory*, with the source's padding mask), and the output projection. We make the same three
 # calls ourselves, so that we hold the caches the backward pass will need. Each stack's cache has
-# one entry per layer under `"layers"`; each layer's cache has one entry per sublayer; each
-# sublayer's cache is what `residual_forward` returned: `(norm_first, norm_cache, sublayer_cache,
-# dropout_cache)`. A norm's cache is `(kind, cache)`: the kind (`"layer"` here; `"rms"` for RMSNorm)
-# tells `norm_backward` which backward to run.
+# one entry per layer under `"layers"`; each layer's cache has three entries per sublayer, in the order
+# the forward ran them: `self_attn_in` (what `residual_in_forward` kept: the layer norm's cache in
+# pre-norm, nothing in post-norm), `self_attn` (the sublayer's own: an `AttentionCache`, or the
+# feed-forward's), `self_attn_out` (what `residual_out_forward` kept: the dropout mask, and the norm's
+# cache in post-norm); likewise `cross_attn_*` and `ffn_*`. A norm's cache is `(kind, cache)`: the kind
+# (`"layer"` here; `"rms"` for RMSNorm) tells `norm_backward` which backward to run.
 
 # %%
 params = np_model.params
@@ -382,10 +384,12 @@ compare(
 # %% [markdown]
 # ## Step 4: the decoder layers, last to first
 #
-# A pre-norm sublayer computes $\mathrm{out} = x + f(\mathrm{LN}(x))$. `residual_backward` inverts
-# it: the sublayer's backward turns $d\mathrm{out}$ into a gradient at $\mathrm{LN}(x)$, the layer
-# norm's backward carries it to $x$, and the residual path adds $d\mathrm{out}$ itself (two paths
-# fork from $x$, so their gradients add):
+# A pre-norm sublayer computes $\mathrm{out} = x + f(\mathrm{LN}(x))$, as two pairs around the
+# sublayer: `residual_in_forward` makes $h = \mathrm{LN}(x)$, the sublayer makes $y = f(h)$,
+# `residual_out_forward` makes $x + y$. Backwards, in reverse: `residual_out_backward` hands
+# $d\mathrm{out}$ both to the residual path (as $dx$) and to the sublayer (as $dy$); the sublayer's
+# backward turns $dy$ into $dh$; `residual_in_backward` carries $dh$ through the layer norm to $x$; and
+# the two gradients at $x$ are added (two paths fork from $x$, so their gradients add):
 #
 # $$dx = d\mathrm{out} + J_{\mathrm{LN}}^\top J_f^\top\, d\mathrm{out}
 # = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out},$$
@@ -397,20 +401,20 @@ compare(
 # - **feed-forward**, $f(h) = W_2\, \mathrm{relu}(W_1 h + b_1) + b_2$; `ffn_backward` (which runs
 #   `feed_forward_backward` here, or the gated block's backward in a Llama-style model);
 # - **cross-attention**, $f(h) = \mathrm{MHA}(h, \mathrm{memory}, \mathrm{memory})$: the query comes
-#   from the decoder, keys and values from the encoder's output. `cross_attention_backward` returns
-#   the query's gradient as the sublayer's, and passes `dkey + dvalue` out on the side: the gradient
-#   this layer sends to the memory. Every decoder layer reads the same memory, so these shares are
+#   from the decoder, keys and values from the encoder's output. `multi_head_attention_backward`
+#   returns the query's gradient, the sublayer's own, and `dkey + dvalue` is the gradient this layer
+#   sends to the memory. Every decoder layer reads the same memory, so these shares are
 #   **accumulated** across layers (`dmemory += ...`), and the sum is what the encoder receives;
 # - **self-attention**, $f(h) = \mathrm{MHA}(h, h, h)$ with the causal and padding mask (the heads
 #   and projections inside it are walkthrough 01b's):
 #   one array is the query, the key and the value, so its gradient is the **sum of the three**
-#   input gradients of attention (`self_attention_backward`).
+#   input gradients of attention (`dquery + dkey + dvalue`).
 #
-# The two helpers are short enough to read whole:
+# The library's decoder-layer backward is that list of calls, short enough to read whole; the walk below
+# makes the same calls one by one and checks each against PyTorch:
 
 # %%
-print(inspect.getsource(self_attention_backward))
-print(inspect.getsource(cross_attention_backward))
+print(inspect.getsource(decoder_layer_backward))
 
 # %% [markdown]
 # Now the walk. The sublayer's parameters are reported under their state-dict names: the norm's
@@ -423,22 +427,35 @@ upstream_of = {}  # the gradient entering each sublayer, kept for the close-up b
 for i in reversed(range(cfg.n_decoder_layers)):
     layer, p = dec_cache["layers"][i], f"decoder.layers.{i}"
 
+    # feed-forward: x2 = x1 + ffn(LN(x1))
     upstream_of[f"{p}.ffn"] = dx
-    dx, norm_grads, ffn_grads = residual_backward(dx, layer["ffn"], ffn_backward)
-    step_grads = {f"{p}.ffn_norm.{k}": v for k, v in norm_grads.items()}
+    dx_residual, dy, norm_out = residual_out_backward(dx, layer["ffn_out"])
+    dh, ffn_grads = ffn_backward(dy, layer["ffn"])
+    dx_ffn, norm_in = residual_in_backward(dh, layer["ffn_in"])
+    dx = dx_residual + dx_ffn  # the residual path and the path through the sublayer meet at x1
+    step_grads = {f"{p}.ffn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
+    # cross-attention: x1 = x0 + MHA(LN(x0), memory, memory)
     upstream_of[f"{p}.cross_attn"] = dx
-    dx, norm_grads, (dmemory_i, cross_grads) = residual_backward(dx, layer["cross_attn"], cross_attention_backward)
+    dx_residual, dy, norm_out = residual_out_backward(dx, layer["cross_attn_out"])
+    dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, layer["cross_attn"])
+    dmemory_i = dkey + dvalue  # the memory was both the key and the value
     dmemory += dmemory_i  # every decoder layer reads the same memory: the shares add
-    step_grads = {f"{p}.cross_attn_norm.{k}": v for k, v in norm_grads.items()}
+    dx_cross, norm_in = residual_in_backward(dh, layer["cross_attn_in"])
+    dx = dx_residual + dx_cross
+    step_grads = {f"{p}.cross_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.cross_attn.{k}": v for k, v in cross_grads.items()}
     compare(f"{p}.cross_attn", dx, f"{p}.cross_attn.in", step_grads)
     compare(f"{p}.cross_attn -> memory", dmemory_i, f"{p}.memory")
 
+    # self-attention: x0 = x + MHA(h, h, h), h = LN(x)
     upstream_of[f"{p}.self_attn"] = dx
-    dx, norm_grads, self_grads = residual_backward(dx, layer["self_attn"], self_attention_backward)
-    step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in norm_grads.items()}
+    dx_residual, dy, norm_out = residual_out_backward(dx, layer["self_attn_out"])
+    dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer["self_attn"])
+    dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer["self_attn_in"])  # h played three roles
+    dx = dx_residual + dx_self
+    step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.self_attn.{k}": v for k, v in self_grads.items()}
     compare(f"{p}.self_attn", dx, f"{p}.self_attn.in", step_grads)
 
@@ -452,7 +469,7 @@ for i in reversed(range(cfg.n_decoder_layers)):
 # lot; their sum is right.
 
 # %%
-_, norm_cache, mha_cache, _ = dec_cache["layers"][0]["self_attn"]
+mha_cache = dec_cache["layers"][0]["self_attn"]
 dquery, dkey, dvalue, _ = multi_head_attention_backward(upstream_of["decoder.layers.0.self_attn"], mha_cache)
 dh_torch = captured["decoder.layers.0.self_attn.h"].grad.numpy()
 for name, candidate in (("dquery", dquery), ("dkey", dkey), ("dvalue", dvalue), ("sum", dquery + dkey + dvalue)):
@@ -688,12 +705,18 @@ compare(
 for i in reversed(range(cfg.n_encoder_layers)):
     layer, p = enc_cache["layers"][i], f"encoder.layers.{i}"
 
-    dx, norm_grads, ffn_grads = residual_backward(dx, layer["ffn"], ffn_backward)
-    step_grads = {f"{p}.ffn_norm.{k}": v for k, v in norm_grads.items()}
+    dx_residual, dy, norm_out = residual_out_backward(dx, layer["ffn_out"])
+    dh, ffn_grads = ffn_backward(dy, layer["ffn"])
+    dx_ffn, norm_in = residual_in_backward(dh, layer["ffn_in"])
+    dx = dx_residual + dx_ffn
+    step_grads = {f"{p}.ffn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
-    dx, norm_grads, self_grads = residual_backward(dx, layer["self_attn"], self_attention_backward)
-    step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in norm_grads.items()}
+    dx_residual, dy, norm_out = residual_out_backward(dx, layer["self_attn_out"])
+    dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer["self_attn"])
+    dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer["self_attn_in"])
+    dx = dx_residual + dx_self
+    step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.self_attn.{k}": v for k, v in self_grads.items()}
     compare(f"{p}.self_attn", dx, f"{p}.self_attn.in", step_grads)
 

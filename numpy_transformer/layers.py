@@ -529,53 +529,58 @@ def without_none(grads: dict) -> dict:
 
 # ----------------------------------------------------------------------------------------------
 # The residual sublayer around attention or the feed-forward block, in either placement of the norm:
-#   post-norm (the paper):  out = Norm(x + dropout(f(x)))
-#   pre-norm:               out = x + dropout(f(Norm(x)))
-# `sublayer(h) -> (y, cache)` is the wrapped function; its backward is handed to residual_backward.
-# Norm is layer norm or RMSNorm (norm_forward), `norm` its params ({"weight", "bias"} or {"weight"}).
+#   post-norm (the paper):  h = x,        out = Norm(x + drop(f(h)))
+#   pre-norm:               h = Norm(x),  out = x + drop(f(h))
+# Two pairs stand on either side of the sublayer f, which the caller runs between them (no callbacks):
+# residual_in makes f's input h, residual_out joins f's output y to the residual stream. Backwards, x gets
+# two gradients, one along the residual path (from residual_out_backward) and one through f (from
+# residual_in_backward), and the caller adds them. Norm is layer norm or RMSNorm (norm_forward), `norm`
+# its params ({"weight", "bias"} or {"weight"}).
 
 
-def residual_forward(
+def residual_in_forward(x: np.ndarray, norm: dict, norm_first: bool, eps: float, kind: str = "layer"):
+    """The sublayer's input h (B, T, D): Norm(x) in pre-norm, x itself in post-norm."""
+    if not norm_first:
+        return x, None
+    return norm_forward(norm, x, kind, eps)
+
+
+def residual_in_backward(dh: np.ndarray, cache):
+    """dx = N_x^T dh in pre-norm, dh in post-norm; with the norm's grads dict (empty in post-norm)."""
+    if cache is None:
+        return dh, {}
+    return norm_backward(dh, cache)
+
+
+def residual_out_forward(
     x: np.ndarray,
+    y: np.ndarray,
     norm: dict,
-    sublayer,
     norm_first: bool,
     eps: float,
     dropout: Dropout | None = None,
     site: str = "",
     kind: str = "layer",
 ):
-    """Wrap `sublayer` in a residual connection and a norm of `kind`; x and out are (B, T, D)."""
+    """The sublayer's output y joins the residual stream x (both (B, T, D)): x + drop(y) in pre-norm,
+    Norm(x + drop(y)) in post-norm."""
+    y, drop_cache = dropout_site(dropout, site, y)
+    s = x + y
     if norm_first:
-        h, norm_cache = norm_forward(norm, x, kind, eps)
-        y, sub_cache = sublayer(h)
-        y, drop_cache = dropout_site(dropout, site, y)
-        out = x + y
-    else:
-        y, sub_cache = sublayer(x)
-        y, drop_cache = dropout_site(dropout, site, y)
-        out, norm_cache = norm_forward(norm, x + y, kind, eps)
-    return out, (norm_first, norm_cache, sub_cache, drop_cache)
+        return s, (None, drop_cache)
+    out, norm_cache = norm_forward(norm, s, kind, eps)
+    return out, (norm_cache, drop_cache)
 
 
-def residual_backward(dout: np.ndarray, cache, sublayer_backward):
-    """Backward of the residual sublayer. `sublayer_backward(dy, sub_cache) -> (dh, extra)`.
+def residual_out_backward(dout: np.ndarray, cache):
+    """Backward of residual_out_forward: dx along the residual path, dy into the sublayer, the norm's grads.
 
-    pre-norm,  out = x + drop(f(N(x))):   dx = dout + N_x^T f_h^T drop^T dout
-    post-norm, out = N(s), s = x + drop(f(x)):   ds = N_s^T dout;  dx = ds + f_x^T drop^T ds
-    The first term of each is the residual path, added to the path through the sublayer.
-    Returns dx, the norm's grads dict ("weight", "bias"), and extra (whatever else the sublayer's
-    backward returned).
+    pre-norm,  out = x + drop(y):              dx = dout,           dy = drop^T dout
+    post-norm, out = N(s), s = x + drop(y):    ds = N_s^T dout;  dx = ds,  dy = drop^T ds
+    (the norm's grads dict is empty in pre-norm: its norm is residual_in's)
     """
-    norm_first, norm_cache, sub_cache, drop_cache = cache
-    if norm_first:
-        dy = dropout_backward(dout, drop_cache)
-        dh, extra = sublayer_backward(dy, sub_cache)
-        dx_norm, norm_grads = norm_backward(dh, norm_cache)
-        dx = dout + dx_norm  # residual path + path through the norm and the sublayer
-    else:
-        ds, norm_grads = norm_backward(dout, norm_cache)
-        dy = dropout_backward(ds, drop_cache)
-        dh, extra = sublayer_backward(dy, sub_cache)
-        dx = ds + dh  # residual path + path through the sublayer
-    return dx, norm_grads, extra
+    norm_cache, drop_cache = cache
+    norm_grads = {}
+    if norm_cache is not None:
+        dout, norm_grads = norm_backward(dout, norm_cache)  # ds
+    return dout, dropout_backward(dout, drop_cache), norm_grads

@@ -38,8 +38,10 @@ from .layers import (
     linear_forward,
     norm_backward,
     norm_forward,
-    residual_backward,
-    residual_forward,
+    residual_in_backward,
+    residual_in_forward,
+    residual_out_backward,
+    residual_out_forward,
     sinusoidal_table,
 )
 from .scores import ScoreMod, alibi_slopes
@@ -196,21 +198,6 @@ def attention_forward(
     )  # fmt: skip
 
 
-def self_attention_backward(dy: np.ndarray, cache):
-    """Self-attention used one array h as query, key and value, so its three gradients add."""
-    dquery, dkey, dvalue, grads = multi_head_attention_backward(dy, cache)
-    dquery += dkey  # in place: dquery is a fresh array
-    dquery += dvalue
-    return dquery, grads
-
-
-def cross_attention_backward(dy: np.ndarray, cache):
-    """Cross-attention reads memory as key and value, so memory's two gradients add."""
-    dquery, dkey, dvalue, grads = multi_head_attention_backward(dy, cache)
-    dkey += dvalue  # in place: dkey is a fresh array
-    return dquery, (dkey, grads)
-
-
 def ffn_forward(params: dict, x: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str):
     """The feed-forward block the config asks for: the paper's linear2(act(linear1(x))), or the gated
     linear2(act(gate(x)) * linear1(x)) (config.gated_ffn, Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
@@ -226,24 +213,28 @@ def ffn_backward(dout: np.ndarray, cache):
     return backward(dout, cache)
 
 
-def sublayer_forward(name: str, params: dict, x: np.ndarray, sublayer, config, dropout, site: str):
-    """The residual sublayer `name` of a layer ("self_attn", "cross_attn", "ffn") around `sublayer`: its
-    norm's params are `{name}_norm.*`, its output dropout site `{site}.{name}_dropout`."""
+def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig):
+    """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
+    norm's params are `{name}_norm.*`), x in post-norm."""
     norm = sub(params, f"{name}_norm")
-    eps, site = config.layer_norm_eps, f"{site}.{name}_dropout"
-    return residual_forward(x, norm, sublayer, config.norm_first, eps, dropout, site, config.norm)
+    return residual_in_forward(x, norm, config.norm_first, config.layer_norm_eps, config.norm)
 
 
-def sublayer_backward(name: str, dout: np.ndarray, cache, backward, grads: dict):
-    """Backward of sublayer_forward: records the norm's grads in `grads` (as `{name}_norm.*`) and
-    returns dx and what the sublayer's own backward returned besides its input gradient."""
-    dx, norm_grads, extra = residual_backward(dout, cache, backward)
-    grads |= prefixed(norm_grads, f"{name}_norm")
-    return dx, extra
+def sublayer_out(params: dict, name: str, x: np.ndarray, y: np.ndarray, config, dropout, site: str):
+    """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
+    `{site}.{name}_dropout`)."""
+    norm, eps = sub(params, f"{name}_norm"), config.layer_norm_eps
+    return residual_out_forward(x, y, norm, config.norm_first, eps, dropout, f"{site}.{name}_dropout", config.norm)
+
+
+def norm_grads(name: str, *parts: dict) -> dict:
+    """The sublayer `name`'s norm grads (from residual_in or residual_out, whichever holds its norm), named."""
+    return {f"{name}_norm.{k}": v for part in parts for k, v in part.items()}
 
 
 # ----------------------------------------------------------------------------------------------
-# Encoder layer: self-attention sublayer, then feed-forward sublayer.
+# Encoder layer: self-attention sublayer, then feed-forward sublayer. Forward and backward are flat lists, one
+# call per line; the backward reads the forward bottom to top.
 
 
 def encoder_layer_forward(
@@ -260,26 +251,34 @@ def encoder_layer_forward(
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
     bias_table: the stack's T5 relative position bias (n_buckets, H), or None."""
-
-    def self_attn(h):
-        attn = sub(params, "self_attn")
-        return attention_forward(attn, h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table)
-
-    def ffn(h):
-        return ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
-
-    cache = {}
-    x, cache["self_attn"] = sublayer_forward("self_attn", params, x, self_attn, config, dropout, site)
-    x, cache["ffn"] = sublayer_forward("ffn", params, x, ffn, config, dropout, site)
-    return x, cache
+    c = {}
+    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
+    y, c["self_attn"] = attention_forward(
+        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table
+    )
+    x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
+    h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
+    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
+    x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
+    return x, c
 
 
 def encoder_layer_backward(dout: np.ndarray, cache):
-    """The two sublayers in reverse. Returns dx (B, T, D) and the layer's grads dict."""
-    grads = {}
-    dx, ffn_grads = sublayer_backward("ffn", dout, cache["ffn"], ffn_backward, grads)
-    dx, self_attn_grads = sublayer_backward("self_attn", dx, cache["self_attn"], self_attention_backward, grads)
-    return dx, grads | prefixed(self_attn_grads, "self_attn") | prefixed(ffn_grads, "ffn")
+    """The forward in reverse. Each sublayer's x reaches its output twice, along the residual path and through the
+    sublayer: the two gradients add. Self-attention read h as query, key and value: those three add too.
+    Returns dx (B, T, D) and the layer's grads dict."""
+    c = cache
+    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
+    dh, ffn_grads = ffn_backward(dy, c["ffn"])
+    dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
+    dx = dx + dx_ffn  # residual path + path through the feed-forward block
+    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
+    dh = dquery + dkey + dvalue  # h was the query, the key and the value
+    dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
+    dx = dx + dx_attn  # residual path + path through self-attention
+    grads = norm_grads("ffn", ffn_in, ffn_out) | norm_grads("self_attn", attn_in, attn_out)
+    return dx, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,44 +311,49 @@ def decoder_layer_forward(
     self-attention, or None.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
-
-    def self_attn(h):
-        attn = sub(params, "self_attn")
-        return attention_forward(
-            attn, h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-            q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table,
-        )  # fmt: skip
-
-    def cross_attn(h):
-        attn = sub(params, "cross_attn")
-        return attention_forward(
-            attn, h, memory, memory_mask, config, dropout, f"{site}.cross_attn", kv_cache=memory_cache
-        )
-
-    def ffn(h):
-        return ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
-
-    cache = {}
-    x, cache["self_attn"] = sublayer_forward("self_attn", params, x, self_attn, config, dropout, site)
+    c = {}
+    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
+    y, c["self_attn"] = attention_forward(
+        sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table,
+    )  # fmt: skip
+    x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     if memory is not None:
-        x, cache["cross_attn"] = sublayer_forward("cross_attn", params, x, cross_attn, config, dropout, site)
-    x, cache["ffn"] = sublayer_forward("ffn", params, x, ffn, config, dropout, site)
-    return x, cache
+        h, c["cross_attn_in"] = sublayer_in(params, "cross_attn", x, config)
+        y, c["cross_attn"] = attention_forward(
+            sub(params, "cross_attn"), h, memory, memory_mask, config, dropout, f"{site}.cross_attn",
+            kv_cache=memory_cache,
+        )  # fmt: skip
+        x, c["cross_attn_out"] = sublayer_out(params, "cross_attn", x, y, config, dropout, site)
+    h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
+    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
+    x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
+    return x, c
 
 
 def decoder_layer_backward(dout: np.ndarray, cache):
-    """The sublayers in reverse. Returns dx (B, T_tgt, D), dmemory (B, T_src, D) or None, and grads."""
-    grads = {}
-    dx, ffn_grads = sublayer_backward("ffn", dout, cache["ffn"], ffn_backward, grads)
-    grads |= prefixed(ffn_grads, "ffn")
+    """The forward in reverse (see encoder_layer_backward); cross-attention read the memory as key and value, so
+    the memory's two gradients add. Returns dx (B, T_tgt, D), dmemory (B, T_src, D) or None, and grads."""
+    c = cache
+    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
+    dh, ffn_grads = ffn_backward(dy, c["ffn"])
+    dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
+    dx = dx + dx_ffn  # residual path + path through the feed-forward block
+    grads = norm_grads("ffn", ffn_in, ffn_out) | prefixed(ffn_grads, "ffn")
     dmemory = None
-    if "cross_attn" in cache:
-        dx, (dmemory, cross_grads) = sublayer_backward(
-            "cross_attn", dx, cache["cross_attn"], cross_attention_backward, grads
-        )
-        grads |= prefixed(cross_grads, "cross_attn")
-    dx, self_attn_grads = sublayer_backward("self_attn", dx, cache["self_attn"], self_attention_backward, grads)
-    grads |= prefixed(self_attn_grads, "self_attn")
+    if "cross_attn" in c:
+        dx, dy, cross_out = residual_out_backward(dx, c["cross_attn_out"])
+        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c["cross_attn"])
+        dmemory = dkey + dvalue  # the memory was the key and the value
+        dx_cross, cross_in = residual_in_backward(dh, c["cross_attn_in"])
+        dx = dx + dx_cross  # residual path + path through cross-attention
+        grads |= norm_grads("cross_attn", cross_in, cross_out) | prefixed(cross_grads, "cross_attn")
+    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
+    dh = dquery + dkey + dvalue  # h was the query, the key and the value
+    dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
+    dx = dx + dx_attn  # residual path + path through self-attention
+    grads |= norm_grads("self_attn", attn_in, attn_out) | prefixed(attn_grads, "self_attn")
     return dx, dmemory, grads
 
 
@@ -758,8 +762,7 @@ class _Model:
             for i, layer in enumerate(self._cache.get(stack, {}).get("layers", [])):
                 for kind in ("self_attn", "cross_attn"):
                     if kind in layer:
-                        _, _, mha_cache, _ = layer[kind]
-                        maps[f"{stack}.layers.{i}.{kind}"] = mha_cache.attn["probs"]
+                        maps[f"{stack}.layers.{i}.{kind}"] = layer[kind].attn["probs"]
         return maps
 
     def activations(self) -> dict:

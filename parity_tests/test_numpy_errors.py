@@ -780,14 +780,12 @@ def test_norm_forward_unknown_kind(rng):
         L.norm_forward({"weight": np.ones(8), "bias": np.zeros(8)}, x, "batch", 1e-5)
 
 
-def test_residual_with_an_unknown_norm_kind(rng):
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
+def test_residual_with_an_unknown_norm_kind(rng, norm_first):
     x = rng.standard_normal((2, 3, 8))
-
-    def identity(h):
-        return h, None
-
     with pytest.raises(ValueError, match=r"norm kind must be 'layer' or 'rms', got 'RMS'"):
-        L.residual_forward(x, {"weight": np.ones(8)}, identity, True, 1e-5, kind="RMS")
+        h, _ = L.residual_in_forward(x, {"weight": np.ones(8)}, norm_first, 1e-5, kind="RMS")
+        L.residual_out_forward(x, h, {"weight": np.ones(8)}, norm_first, 1e-5, kind="RMS")
 
 
 def test_rms_norm_params_with_a_bias_are_rejected():

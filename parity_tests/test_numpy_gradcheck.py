@@ -553,14 +553,18 @@ def test_residual_around_feed_forward(norm_first, dropout_p, kind):
     ffn_params = random_params(M.sub(parameter_shapes(tiny_config()), "encoder.layers.0.ffn"), rng)
 
     def forward(x, norm, ffn_params, dropout=None):
-        def sublayer(h):
-            return L.feed_forward_forward(ffn_params, h, "gelu_tanh", dropout)
-
-        return L.residual_forward(x, norm, sublayer, norm_first, 1e-5, dropout, "ffn_dropout", kind)
+        h, in_cache = L.residual_in_forward(x, norm, norm_first, 1e-5, kind)
+        y, ffn_cache = L.feed_forward_forward(ffn_params, h, "gelu_tanh", dropout)
+        out, out_cache = L.residual_out_forward(x, y, norm, norm_first, 1e-5, dropout, "ffn_dropout", kind)
+        return out, (in_cache, ffn_cache, out_cache)
 
     def backward(dout, cache):
-        dx, norm_grads, ffn_grads = L.residual_backward(dout, cache, L.feed_forward_backward)
-        return dx, norm_grads, ffn_grads
+        in_cache, ffn_cache, out_cache = cache
+        dx, dy, norm_out = L.residual_out_backward(dout, out_cache)
+        dh, ffn_grads = L.feed_forward_backward(dy, ffn_cache)
+        dx_ffn, norm_in = L.residual_in_backward(dh, in_cache)
+        assert not (norm_in and norm_out)  # one norm: before the sublayer (pre-norm) or after the sum (post-norm)
+        return dx + dx_ffn, norm_in | norm_out, ffn_grads
 
     norm = {"weight": 1 + 0.3 * rand(rng, 8)} | ({"bias": rand(rng, 8)} if kind == "layer" else {})
     args = dict(x=rand(rng, 2, 3, 8), norm=norm, ffn_params=ffn_params)
