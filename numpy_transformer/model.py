@@ -242,10 +242,10 @@ def encoder_layer_forward(
     x: np.ndarray,
     mask: np.ndarray | None,
     config: TransformerConfig,
+    *,
     dropout: Dropout | None = None,
     site: str = "encoder.layers.0",
     rope: tuple | None = None,
-    *,
     bias_table: np.ndarray | None = None,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
@@ -290,13 +290,13 @@ def decoder_layer_forward(
     params: dict,
     x: np.ndarray,
     memory: np.ndarray | None,
-    self_mask: np.ndarray | None,
-    memory_mask: np.ndarray | None,
     config: TransformerConfig,
+    *,
+    self_mask: np.ndarray | None = None,
+    memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
     rope: tuple | None = None,
-    *,
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
@@ -392,7 +392,7 @@ def encoder_forward(
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout, f"encoder.layers.{i}", rope,
+            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=rope,
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
         )  # fmt: skip
         hidden.append(x)
@@ -447,8 +447,8 @@ def decoder_forward(
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
-            sub(params, f"layers.{i}"), x, memory, None, memory_mask, config, dropout, f"decoder.layers.{i}", rope,
-            q_pos=q_pos, caches=None if caches is None else caches[i],
+            sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
+            site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
         )  # fmt: skip
         hidden.append(x)

@@ -622,7 +622,7 @@ def test_encoder_layer(case):
     rope = M.rope_for(cfg, 4, np.float64)  # (cos, sin) with rotary positions, else None
     args = dict(params=params, x=x, mask=mask, config=cfg, dropout=None, rope=rope)
     if p:
-        args["dropout"] = replayed(p, lambda d: M.encoder_layer_forward(params, x, mask, cfg, d, rope=rope))
+        args["dropout"] = replayed(p, lambda d: M.encoder_layer_forward(params, x, mask, cfg, dropout=d, rope=rope))
     result = check_pair(M.encoder_layer_forward, M.encoder_layer_backward, args, wrt=["x", "params"], max_coords=16)
     assert_passes(result, f"encoder_layer-{case}", rotated_blocks(cfg))
 
@@ -641,7 +641,9 @@ def test_decoder_layer(case, with_memory):
     rope = M.rope_for(cfg, T_tgt, np.float64)
 
     def forward(params, x, memory, dropout=None):
-        return M.decoder_layer_forward(params, x, memory, self_mask, memory_mask, cfg, dropout, rope=rope)
+        return M.decoder_layer_forward(
+            params, x, memory, cfg, self_mask=self_mask, memory_mask=memory_mask, dropout=dropout, rope=rope
+        )
 
     args = dict(params=params, x=x, memory=memory)
     if p:

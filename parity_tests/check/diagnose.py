@@ -451,7 +451,7 @@ def model_stages(session, cfg, caller):
         acts = {"decoder.embedding": x, "encoder": p.floats["memory"]}
         for i in range(cfg.n_decoder_layers):
             x = M.decoder_layer_forward(
-                M.sub(decoder_params, f"layers.{i}"), x, p.floats["memory"], None, _pad(p.src_keep), cfg
+                M.sub(decoder_params, f"layers.{i}"), x, p.floats["memory"], cfg, memory_mask=_pad(p.src_keep)
             )[0]
             acts[f"decoder.layers.{i}"] = x
     else:

@@ -253,7 +253,7 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
             return {"x": dx}, grads
 
     elif level == "decoder_layer":
-        out, cache = M.decoder_layer_forward(params, f["x"], f["memory"], None, keep_mask(p, "cross"), cfg)
+        out, cache = M.decoder_layer_forward(params, f["x"], f["memory"], cfg, memory_mask=keep_mask(p, "cross"))
 
         def backward(dout):
             dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
@@ -295,7 +295,7 @@ def _run_stacks(params: dict, p: Probe, cfg):
     )
     y, decoder_caches = p.floats["tgt"], []
     for i in range(cfg.n_decoder_layers):
-        y, cache = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), y, memory, None, mask, cfg)
+        y, cache = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), y, memory, cfg, memory_mask=mask)
         decoder_caches.append(cache)
     out, out_norm = L.layer_norm_forward(y, params["decoder.final_norm.weight"], params["decoder.final_norm.bias"], eps)
 
