@@ -236,16 +236,17 @@ def test_cache_holds_the_kv_heads(config, lm, device):
     nd.decoder_step(np_model, ours, first)  # the cross-attention caches are filled at the first step
     with torch.no_grad():
         theirs = td.new_cache(model, None if lm else torch.from_numpy(src).to(device), n_rows, total)
+        td.decoder_step(model, theirs, torch.from_numpy(first).to(device))
     assert len(ours.layers) == len(theirs.layers) == config.n_decoder_layers
-    for (self_cache, memory_cache), other in zip(ours.layers, theirs.layers, strict=True):
+    for (self_cache, memory_cache), (other, other_memory) in zip(ours.layers, theirs.layers, strict=True):
         for keys in (self_cache.keys, self_cache.values, other.keys, other.values):
             assert tuple(keys.shape) == (n_rows, H_kv, total, Dh)
         if lm:
-            assert memory_cache is None and other.memory_keys is None
+            assert memory_cache is None and other_memory is None
         else:
-            for keys in (memory_cache.keys, memory_cache.values, other.memory_keys, other.memory_values):
+            for keys in (memory_cache.keys, memory_cache.values, other_memory.keys, other_memory.values):
                 assert tuple(keys.shape) == (n_rows, H_kv, S, Dh)
-            np.testing.assert_allclose(other.memory_keys.cpu().numpy(), memory_cache.keys, rtol=0, atol=1e-13)
+            np.testing.assert_allclose(other_memory.keys.cpu().numpy(), memory_cache.keys, rtol=0, atol=1e-13)
 
 
 def test_grouped_query_cache_is_n_heads_over_n_kv_heads_times_smaller():

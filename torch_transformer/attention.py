@@ -39,6 +39,42 @@ def alibi_slopes(n_heads: int) -> Tensor:
     return torch.cat([slopes, extra])
 
 
+class KVCache:
+    """A self-attention layer's keys and values in decoding, per K/V head (rotated, with RoPE): (N, H_kv, T_max, Dh)
+    buffers that each step writes its new positions into; attention reads every position written so far."""
+
+    def __init__(self, like: Tensor, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int):
+        self.keys = like.new_zeros(n_rows, n_kv_heads, max_len, head_dim)  # (N, H_kv, T_max, Dh)
+        self.values = torch.zeros_like(self.keys)
+        self.length = 0  # positions written
+
+    def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
+        """Write k, v (N, H_kv, T_new, Dh) at the next positions; return every cached key and value and the
+        (query, key) positions: the new ones, start .. end - 1, and 0 .. end - 1."""
+        start, end = self.length, self.length + k.shape[2]
+        self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
+        self.length = end
+        positions = (torch.arange(start, end, device=k.device), torch.arange(end, device=k.device))
+        return self.keys[:, :, :end], self.values[:, :, :end], positions
+
+    def reorder(self, rows: Tensor) -> None:
+        """Beam search: row n continues row rows[n]'s hypothesis (only the written positions move)."""
+        self.keys[:, :, : self.length] = self.keys[rows, :, : self.length]
+        self.values[:, :, : self.length] = self.values[rows, :, : self.length]
+
+
+class MemoryCache:
+    """Cross-attention's keys and values of the encoder output in decoding: projected at the first step, read at
+    every step after."""
+
+    def __init__(self):
+        self.keys: Tensor | None = None  # (N, H_kv, S, Dh)
+        self.values: Tensor | None = None
+
+    def reorder(self, rows: Tensor) -> None:
+        pass  # rows[n] is a beam of the same source: all beams of a source hold the same memory
+
+
 class RelativePositionBias(nn.Module):
     """T5's relative position bias: a learned (n_buckets, H) table read at the bucket of each distance j - i,
     giving (H, T_q, T_k) to add to every layer's self-attention scores. One per stack; autograd sums its gradient
@@ -145,11 +181,15 @@ class MultiHeadAttention(nn.Module):
         rope: tuple[Tensor, Tensor] | None = None,
         is_causal: bool = False,
         position_bias: Tensor | None = None,
+        kv_cache: KVCache | MemoryCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Inputs: query (B, T_q, D), key and value (B, T_k, D); attn_mask boolean, broadcastable to
         (B, H, T_q, T_k); dropout_mask an optional keep-mask (B, H, T_q, T_k) for the probabilities;
         rope the rotary (cos, sin), each (T, Dh), of the positions of a self-attention's T = T_q = T_k
-        tokens; is_causal: query i attends to keys j <= i only (on top of attn_mask).
+        tokens; is_causal: query i attends to keys j <= i only (on top of attn_mask); position_bias (H, T_q, T_k)
+        added to the scores (T5's). kv_cache, in decoding: a KVCache (self-attention: the new keys and values are
+        added, attention reads all cached ones at their positions) or a MemoryCache (cross-attention: the
+        memory's projections, computed at the first step).
 
         Returns: out (B, T_q, D), and the probabilities (B, H, T_q, T_k) before dropout when
         `need_weights`, else None.
@@ -158,11 +198,21 @@ class MultiHeadAttention(nn.Module):
             if x.dim() != 3:
                 raise ValueError(f"{name} must have shape (B, T, D), got {tuple(x.shape)}")
         q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, Dh)
-        k = self._split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
-        v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
+        if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
+            k, v = kv_cache.keys, kv_cache.values  # the memory's, projected at the first step
+        else:
+            k = self._split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
+            v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        context, probs = self.attend(q, k, v, attn_mask, need_weights, dropout_mask, is_causal, None, position_bias)
+        positions = None
+        if isinstance(kv_cache, KVCache):
+            k, v, positions = kv_cache.update(k, v)  # (B, H_kv, T_cached, Dh): every position so far
+        elif isinstance(kv_cache, MemoryCache):
+            kv_cache.keys, kv_cache.values = k, v
+        context, probs = self.attend(
+            q, k, v, attn_mask, need_weights, dropout_mask, is_causal, positions, position_bias
+        )
         context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
         return self.out_proj(context), probs
 

@@ -7,11 +7,11 @@ The same functions, arguments and rules as `numpy_transformer.decoding` (see its
 beam-search notes below), written with PyTorch's own ops. `src_ids` is the source (B, S) or, for the LM,
 the prompt (B, T_p); the result is a long tensor on src_ids' device.
 
-The cache (use_cache=True) is built from the model's own modules, so model.py needs no decoding mode:
-each step embeds the new positions, runs them through every decoder layer's residual sublayers, and in
-self-attention writes their keys and values into preallocated (N, H, T_max, Dh) buffers and attends
-over everything written so far. Cross-attention keys and values are projected once from the encoder's
-output. use_cache=False calls model(...) on the whole prefix at every step.
+The cache (use_cache=True) lives in attention, as transformers' past_key_values does: a step is the model's own
+decoder on the new positions, and each self-attention writes their keys and values into its KVCache's
+preallocated (N, H_kv, T_max, Dh) buffers and attends over everything written so far, at the positions the
+score rules read (causal, a sliding window, ALiBi, T5's bias). Cross-attention keys and values are projected once,
+at the first step, into a MemoryCache. use_cache=False calls model(...) on the whole prefix at every step.
 
 compiled=True runs each cached step through `torch.compile(decoder_step, dynamic=True)`: the step is one
 graph (no breaks, no host-device synchronisation), and with dynamic shapes a search needs a few of them
@@ -34,124 +34,53 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import MultiHeadAttention, padding_mask
-from .layers import apply_rope, residual
-from .model import DecoderLayer, Transformer, TransformerLM, check_ids
+from .attention import KVCache, MemoryCache, padding_mask
+from .model import Transformer, TransformerLM, check_ids
 
 # ----------------------------------------------------------------------------------------------
-# The cache.
-
-
-@dataclass
-class LayerCache:
-    keys: Tensor  # (N, H_kv, T_max, Dh) self-attention keys (rotated, with RoPE), positions [0, length) filled
-    values: Tensor  # (N, H_kv, T_max, Dh)
-    memory_keys: Tensor | None  # (N, H_kv, S, Dh) cross-attention keys of the encoder output; None in the LM
-    memory_values: Tensor | None  # (N, H_kv, S, Dh)
+# The cache: per decoder layer a KVCache (self-attention) and a MemoryCache (cross-attention), which attention
+# itself reads and extends; a step is the decoder's forward on the new positions.
 
 
 @dataclass
 class DecoderCache:
-    layers: list[LayerCache]
+    layers: list  # per decoder layer: (KVCache, MemoryCache or None)
+    memory: Tensor | None  # (N, S, D) the encoder's output, one copy per row; None in the LM
     memory_mask: Tensor | None  # (N, 1, 1, S) source padding, True = may attend; None in the LM or without pad_id
     length: int = 0  # positions cached so far
 
 
-def _heads(linear: nn.Linear, x: Tensor, n_heads: int) -> Tensor:
-    """linear(x) for x (N, T, D), split into heads: (N, n_heads, T, Dh)."""
-    return linear(x).reshape(*x.shape[:-1], n_heads, -1).transpose(1, 2)  # (N, n_heads, T, Dh); see _split_heads
-
-
-def _attend(
-    attn: MultiHeadAttention, q: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None, positions=None, bias=None
-) -> Tensor:
-    """Projected queries q (N, H, T_new, Dh) over projected keys and values (N, H_kv, T_k, Dh), then attn's
-    output projection -> (N, T_new, D). A row with no key allowed (an all-pad source) attends to nothing.
-    positions (self-attention): the new queries' and the cached keys' positions, from which attention's own
-    score rules hide the future and what lies outside a sliding window, and add ALiBi's bias."""
-    causal = positions is not None
-    context, _ = attn.attend(q, keys, values, mask, is_causal=causal, positions=positions, position_bias=bias)
-    return attn.out_proj(context.transpose(1, 2).flatten(2))  # (N, T_new, D)
-
-
 def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int) -> DecoderCache:
     """An empty cache of n_rows rows and total_len positions; for a Transformer, source b serves rows
-    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder and cross-attention projections run here.
-    It holds the config's K/V heads (n_kv_heads), not one per query head."""
+    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder runs here. It holds the config's K/V heads
+    (n_kv_heads), not one per query head."""
     c = model.config
     weight = model.decoder.token_embedding.weight
-    memory, memory_mask, copies = None, None, 1
+    memory, memory_mask = None, None
     if src_ids is not None:
         copies = n_rows // src_ids.shape[0]
-        memory = model.encode(src_ids)  # (B, S, D)
+        memory = model.encode(src_ids).repeat_interleave(copies, dim=0)  # (N, S, D): the beams share a memory
         source_mask = padding_mask(src_ids, c.pad_id)  # (B, 1, 1, S), or None without a padding token
         if source_mask is not None:
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
-    layers = []
-    for layer in model.decoder.layers:
-        memory_keys = memory_values = None
-        if memory is not None:
-            # The B distinct memories, projected once and shared by the K beams of each.
-            memory_keys = _heads(layer.cross_attn.k_proj, memory, c.kv_heads).repeat_interleave(copies, dim=0)
-            memory_values = _heads(layer.cross_attn.v_proj, memory, c.kv_heads).repeat_interleave(copies, dim=0)
-        keys = weight.new_zeros(n_rows, c.kv_heads, total_len, c.head_dim)  # (N, H_kv, T_max, Dh)
-        layers.append(LayerCache(keys, torch.zeros_like(keys), memory_keys, memory_values))
-    return DecoderCache(layers, memory_mask)
-
-
-# ----------------------------------------------------------------------------------------------
-# One step.
-
-
-def _layer_step(layer: DecoderLayer, x: Tensor, cache: LayerCache, positions, memory_mask, start: int, rope, bias):
-    """x (N, T_new, D) at positions start .. -> (N, T_new, D): the layer's residual sublayers, with the
-    self-attention keys and values written to and read from the cache (keys rotated first, with RoPE)."""
-    end = start + x.shape[1]
-    attn = layer.self_attn
-
-    def self_attention(h: Tensor) -> Tensor:
-        q = _heads(attn.q_proj, h, attn.n_heads)  # (N, H, T_new, Dh)
-        k = _heads(attn.k_proj, h, attn.n_kv_heads)  # (N, H_kv, T_new, Dh)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        cache.keys[:, :, start:end] = k
-        cache.values[:, :, start:end] = _heads(attn.v_proj, h, attn.n_kv_heads)
-        return _attend(attn, q, cache.keys[:, :, :end], cache.values[:, :, :end], None, positions, bias)
-
-    def cross_attention(h: Tensor) -> Tensor:
-        q = _heads(layer.cross_attn.q_proj, h, layer.cross_attn.n_heads)  # (N, H, T_new, Dh)
-        return _attend(layer.cross_attn, q, cache.memory_keys, cache.memory_values, memory_mask)
-
-    x = residual(x, self_attention, layer.self_attn_norm, layer.self_attn_dropout, layer.norm_first)
-    if layer.has_cross_attention:
-        x = residual(x, cross_attention, layer.cross_attn_norm, layer.cross_attn_dropout, layer.norm_first)
-    return residual(x, layer.ffn, layer.ffn_norm, layer.ffn_dropout, layer.norm_first)  # (N, T_new, D)
+    layers = [
+        (KVCache(weight, n_rows, c.kv_heads, total_len, c.head_dim), None if memory is None else MemoryCache())
+        for _ in model.decoder.layers
+    ]
+    return DecoderCache(layers, memory, memory_mask)
 
 
 def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tensor:
     """new_ids (N, T_new) at positions cache.length .. -> logits of the last one, (N, V); extends the cache."""
-    decoder = model.decoder
-    start = cache.length
-    end = start + new_ids.shape[1]
-    x = decoder.embed(new_ids, start=start)  # (N, T_new, D), positions start .. end - 1
-    rope = decoder.rope(start, end, x)  # rotary (cos, sin) of the new positions, or None
-    # The new queries sit at start .. end - 1, the cached keys at 0 .. end - 1; as in Decoder.forward, nothing but
-    # the score rules (causal, a sliding window) is masked.
-    positions = (torch.arange(start, end, device=x.device), torch.arange(end, device=x.device))
-    bias = decoder.position_bias(start, end, x, bidirectional=False)  # T5's, of the new queries over every key
-    for layer, layer_cache in zip(decoder.layers, cache.layers, strict=True):
-        x = _layer_step(layer, x, layer_cache, positions, cache.memory_mask, start, rope, bias)
-    cache.length = end
-    return model.output_logits(decoder.final_norm(x[:, -1]))  # (N, V)
+    x = model.decoder(new_ids, cache.memory, cache.memory_mask, caches=cache.layers, start=cache.length)
+    cache.length += new_ids.shape[1]
+    return model.output_logits(x[:, -1])  # (N, V): only the last position predicts
 
 
 def reorder_cache(cache: DecoderCache, rows: Tensor) -> None:
-    """Row n continues row rows[n]'s hypothesis: gather the filled positions. Cross-attention caches stay:
-    rows[n] is a beam of the same source."""
-    T = cache.length
-    for layer in cache.layers:
-        layer.keys[:, :, :T] = layer.keys[rows, :, :T]
-        layer.values[:, :, :T] = layer.values[rows, :, :T]
+    """Row n continues row rows[n]'s hypothesis. Cross-attention caches stay: rows[n] is a beam of the same source."""
+    for self_cache, _ in cache.layers:
+        self_cache.reorder(rows)
 
 
 _compiled_step = None

@@ -116,22 +116,27 @@ class DecoderLayer(_Layer):
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
         position_bias: Tensor | None = None,
+        caches: tuple | None = None,
     ) -> Tensor:
         """x (B, T, D), memory (B, S, D), memory_mask broadcastable to (B, H, T, S); dropout_masks keyed
-        below this layer; rope the rotary (cos, sin) of positions 0 .. T - 1, or None; position_bias
-        (H, T, T): T5's. Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more on top
-        of that, None nothing more."""
+        below this layer; rope the rotary (cos, sin) of x's positions, or None; position_bias (H, T, T_k): T5's.
+        Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more on top of that, None
+        nothing more. caches, in decoding: the layer's (KVCache, MemoryCache or None), read and extended by
+        attention."""
         masks = dropout_masks or {}
+        self_cache, memory_cache = (None, None) if caches is None else caches
 
         def self_attention(h: Tensor) -> Tensor:
             keep = masks.get("self_attn.dropout")
-            attn = self.self_attn
-            return attn(h, h, h, self_mask, need_weights, keep, rope, is_causal=True, position_bias=position_bias)[0]
+            return self.self_attn(
+                h, h, h, self_mask, need_weights, keep, rope, is_causal=True, position_bias=position_bias,
+                kv_cache=self_cache,
+            )[0]  # fmt: skip
 
         def cross_attention(h: Tensor) -> Tensor:
             # Queries from the decoder; keys and values from the encoder's output.
             keep = masks.get("cross_attn.dropout")
-            return self.cross_attn(h, memory, memory, memory_mask, need_weights, keep)[0]
+            return self.cross_attn(h, memory, memory, memory_mask, need_weights, keep, kv_cache=memory_cache)[0]
 
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
@@ -284,15 +289,21 @@ class Decoder(_Stack):
         memory_mask: Tensor | None = None,
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
+        caches: list | None = None,
+        start: int = 0,
     ) -> Tensor:
+        """ids (B, T) at positions start .. start + T - 1 -> hidden states (B, T, D). Decoding runs only the new
+        positions, with caches (each layer's (KVCache, MemoryCache or None)) that attention reads and extends."""
         if self.cross_attention and memory is None:
             raise ValueError("memory must be the encoder's output (B, S, D) for a decoder with cross-attention")
-        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"))
-        rope = self.rope(0, ids.shape[1], x)
-        bias = self.position_bias(0, ids.shape[1], x, bidirectional=False)  # computed once, read by every layer
+        end = start + ids.shape[1]
+        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), start=start)
+        rope = self.rope(start, end, x)
+        bias = self.position_bias(start, end, x, bidirectional=False)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
             masks = masks_under(dropout_masks, f"layers.{i}.")
-            x = layer(x, None, memory, memory_mask, need_weights, masks, rope, bias)  # causal self-attention
+            layer_caches = None if caches is None else caches[i]
+            x = layer(x, None, memory, memory_mask, need_weights, masks, rope, bias, layer_caches)  # causal
         return self.final_norm(x)
 
 
