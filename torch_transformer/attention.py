@@ -41,26 +41,46 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 class KVCache:
     """A self-attention layer's keys and values in decoding, per K/V head (rotated, with RoPE): (N, H_kv, T_max, Dh)
-    buffers that each step writes its new positions into; attention reads every position written so far."""
+    buffers that each step writes its new positions into; attention reads every position written so far.
 
-    def __init__(self, like: Tensor, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int):
-        self.keys = like.new_zeros(n_rows, n_kv_heads, max_len, head_dim)  # (N, H_kv, T_max, Dh)
+    With `window` (a sliding window) the buffers hold the last `window` positions only, position p in slot
+    p % window (a rolling cache), each slot's position kept beside it for the score rules."""
+
+    def __init__(
+        self, like: Tensor, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int, window: int | None = None
+    ):
+        size = max_len if window is None else min(max_len, window)
+        self.keys = like.new_zeros(n_rows, n_kv_heads, size, head_dim)  # (N, H_kv, T_max or window, Dh)
         self.values = torch.zeros_like(self.keys)
+        self.window = window
+        self.slot_positions = torch.full((size,), -1, dtype=torch.long, device=like.device)  # -1: empty
         self.length = 0  # positions written
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor]]:
-        """Write k, v (N, H_kv, T_new, Dh) at the next positions; return every cached key and value and the
-        (query, key) positions: the new ones, start .. end - 1, and 0 .. end - 1."""
+        """Write k, v (N, H_kv, T_new, Dh) at the next positions; return the keys and values attention reads and
+        the (query, key) positions: the new ones, start .. end - 1, and those of the keys."""
         start, end = self.length, self.length + k.shape[2]
-        self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
         self.length = end
-        positions = (torch.arange(start, end, device=k.device), torch.arange(end, device=k.device))
-        return self.keys[:, :, :end], self.values[:, :, :end], positions
+        new_positions = torch.arange(start, end, device=k.device)
+        if self.window is None:  # slot = position
+            self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
+            return self.keys[:, :, :end], self.values[:, :, :end], (new_positions, torch.arange(end, device=k.device))
+        # rolling: the new queries read what the window kept and every new key, then the slots take the newest
+        kept = self.slot_positions >= 0
+        keys = torch.cat([self.keys[:, :, kept], k], dim=2)
+        values = torch.cat([self.values[:, :, kept], v], dim=2)
+        key_positions = torch.cat([self.slot_positions[kept], new_positions])
+        newest = slice(max(0, k.shape[2] - self.keys.shape[2]), k.shape[2])
+        slots = new_positions[newest] % self.keys.shape[2]
+        self.keys[:, :, slots], self.values[:, :, slots] = k[:, :, newest], v[:, :, newest]
+        self.slot_positions[slots] = new_positions[newest]
+        return keys, values, (new_positions, key_positions)
 
     def reorder(self, rows: Tensor) -> None:
         """Beam search: row n continues row rows[n]'s hypothesis (only the written positions move)."""
-        self.keys[:, :, : self.length] = self.keys[rows, :, : self.length]
-        self.values[:, :, : self.length] = self.values[rows, :, : self.length]
+        n = min(self.length, self.keys.shape[2])
+        self.keys[:, :, :n] = self.keys[rows, :, :n]
+        self.values[:, :, :n] = self.values[rows, :, :n]
 
 
 class MemoryCache:

@@ -64,7 +64,10 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
         if source_mask is not None:
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
-        (KVCache(weight, n_rows, c.kv_heads, total_len, c.head_dim), None if memory is None else MemoryCache())
+        (
+            KVCache(weight, n_rows, c.kv_heads, total_len, c.head_dim, c.sliding_window),
+            None if memory is None else MemoryCache(),
+        )
         for _ in model.decoder.layers
     ]
     return DecoderCache(layers, memory, memory_mask)
