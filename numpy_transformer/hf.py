@@ -33,8 +33,8 @@ from .hf_families import (
     parse_json_config,
     read_generation_rules,
     read_layout,
+    to_hf_tensors,
     write_layout,
-    writing_plan,
 )
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
@@ -125,15 +125,9 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     layouts of the family's transformers class: fused tensors merged (GPT-2's c_attn), Conv1D weights
     transposed. With tied embeddings the class's state_dict also lists the tied copy (lm_head.weight);
     `tied` includes it, the same array. Returns contiguous arrays."""
-    family = family_for_model(model)
-    out = {}
-    for name, rules in writing_plan(family, model.config, model.params).items():
-        out[name] = to_hf_layout([tensors[rule.ours] for rule in rules], rules[0], model.config.n_heads)
-    if tied:
-        for alias, source, field in family.tied:
-            if getattr(model.config, field) and source in out and alias not in out:
-                out[alias] = out[source]  # the same array: tied in the HF class too
-    return out
+    n_heads = model.config.n_heads
+    write = lambda arrays, rule: to_hf_layout(arrays, rule, n_heads)  # noqa: E731
+    return to_hf_tensors(family_for_model(model), model.config, tensors, model.params, write, tied)
 
 
 def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int) -> np.ndarray:

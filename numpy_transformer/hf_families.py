@@ -1202,3 +1202,19 @@ def writing_plan(family: Family, config: TransformerConfig, our_names) -> dict[s
     for rules in groups.values():
         rules.sort(key=lambda rule: rule.part[0] if rule.part else 0)
     return groups
+
+
+def to_hf_tensors(family: Family, config: TransformerConfig, tensors: dict, names, write, tied: bool = True) -> dict:
+    """Our tensors (parameters, gradients: any dict keyed like the state dict) under the names of the family's
+    transformers class: each checkpoint tensor is write(arrays, rule) of the arrays its writing plan's rules name
+    (`names`: the parameters the plan must cover). With `tied`, the class's tied aliases too (lm_head.weight for a
+    tied head), the same array. Both sides' hf.to_hf, each with its own `write`."""
+    out = {
+        name: write([tensors[r.ours] for r in rules], rules[0])
+        for name, rules in writing_plan(family, config, names).items()
+    }
+    if tied:
+        for alias, source, field in family.tied:
+            if getattr(config, field) and source in out and alias not in out:
+                out[alias] = out[source]  # the same array: tied in the HF class too
+    return out

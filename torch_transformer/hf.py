@@ -27,8 +27,8 @@ from numpy_transformer.hf_families import (
     parse_json_config,
     read_generation_rules,
     read_layout,
+    to_hf_tensors,
     write_layout,
-    writing_plan,
 )
 
 from .model import EncoderModel, Transformer, TransformerLM
@@ -73,15 +73,9 @@ def save(model, directory) -> None:
 
 def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     """Our tensors (state_dict, parameter gradients, ...) under the transformers class's names and layouts."""
-    family = family_for_model(model)
-    out = {}
-    for name, rules in writing_plan(family, model.config, tensors).items():
-        out[name] = _to_hf_layout([tensors[rule.ours] for rule in rules], rules[0], model.config.n_heads)
-    if tied:
-        for alias, source, field in family.tied:
-            if getattr(model.config, field) and source in out and alias not in out:
-                out[alias] = out[source]  # the same array: tied in the HF class too
-    return out
+    n_heads = model.config.n_heads
+    write = lambda ts, rule: _to_hf_layout(ts, rule, n_heads)  # noqa: E731
+    return to_hf_tensors(family_for_model(model), model.config, tensors, tensors, write, tied)
 
 
 def _from_hf_layout(t: Tensor, rule, name: str, n_heads: int) -> Tensor:
