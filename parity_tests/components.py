@@ -150,7 +150,7 @@ def self_errors(reference32: Result) -> dict:
     return {name: error for name, (_, error) in result_errors(reference32, np.float32).items()}
 
 
-def _flat(name, value, out):
+def flatten_into(name, value, out):
     if isinstance(value, dict):
         for k, v in value.items():
             out[f"{name}.{k}"] = v
@@ -178,7 +178,7 @@ def run_case(case: Case, device: str, seed: int = 0) -> Result:
         if isinstance(value, dict):
             targs[name] = {k: tensor(v, name in case.wrt) for k, v in value.items()}
             if name in case.wrt:
-                _flat(name, targs[name], leaves)
+                flatten_into(name, targs[name], leaves)
         elif isinstance(value, np.ndarray):
             targs[name] = tensor(value, name in case.wrt)
             if name in case.wrt:
@@ -191,7 +191,7 @@ def run_case(case: Case, device: str, seed: int = 0) -> Result:
     result = Result(outputs={"out": (out, to_numpy(tout))})
     ours = {}
     for name, g in zip(case.wrt, grads, strict=True):
-        _flat(name, g, ours)
+        flatten_into(name, g, ours)
     for name, leaf in leaves.items():
         result.grads[name] = (ours[name], to_numpy(leaf.grad))
     return result

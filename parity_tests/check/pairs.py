@@ -23,7 +23,7 @@ from numpy_transformer import attention as A
 from numpy_transformer import layers as L
 from numpy_transformer import loss as LS
 from numpy_transformer import model as M
-from parity_tests.components import BAR, FD_BAR, relative_errors
+from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
 from . import variants as VR
 from .report import Diagnosis, Result, Row
@@ -262,14 +262,6 @@ def _layer_config(norm_first, activation="relu"):
     return TransformerConfig(d_model=D, n_heads=H, d_ff=F, norm_first=norm_first, activation=activation)
 
 
-def _flat(name, value, out):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            out[f"{name}.{k}"] = v
-    else:
-        out[name] = value
-
-
 def _cast(args, dtype):
     def one(v):
         if isinstance(v, dict):
@@ -294,7 +286,7 @@ def _grads(pair: Pair, backward, dout, cache) -> dict:
         raise TypeError(f"backward must return the gradients of {pair.wrt} in that order, got {type(grads).__name__}")
     out = {}
     for name, g in zip(pair.wrt, grads, strict=True):
-        _flat(name, g, out)
+        flatten_into(name, g, out)
     return out
 
 
