@@ -156,9 +156,7 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
 
     - bad_words: a banned sequence's last token, in the rows that end with the rest of it;
     - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0."""
-    scores = scores.copy()
-    if model.config.pad_id is not None:
-        scores[:, model.config.pad_id] = -np.inf
+    scores = without_pad(scores, model.config.pad_id)  # a copy: the rules below write into it
     rules = getattr(model, "generation_rules", None) or GenerationRules()
     for words in rules.bad_words:
         *prefix, last = words
@@ -180,11 +178,10 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
 
 def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
     """A copy of scores (N, V) with pad_id at -inf: pad is never generated (in the output it means
-    "after eos"; Marian's generation configs ban it too). Unchanged when there is no pad_id."""
-    if pad_id is None:
-        return scores
+    "after eos"; Marian's generation configs ban it too). Without a pad_id, a plain copy."""
     scores = scores.copy()
-    scores[:, pad_id] = -np.inf
+    if pad_id is not None:
+        scores[:, pad_id] = -np.inf
     return scores
 
 
