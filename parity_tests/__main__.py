@@ -16,6 +16,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def load_target(spec: str):
         finally:
             sys.path.pop(0)
     else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own package, from where they stand
         module = importlib.import_module(name)
     if not hasattr(module, attr):
         raise ValueError(f"{name} has no attribute {attr!r}")

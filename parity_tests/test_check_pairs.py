@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -165,3 +166,16 @@ def test_attention_pair_with_a_wrong_scale_is_named():
     result = check.pair(forward, scaled_dot_product_attention_backward, "scaled_dot_product_attention")
     assert "attention.wrong_scale" in [d.id for d in result.diagnoses], str(result)
     assert "d_head = 4: the root is missing" in result.diagnoses[0].message
+
+
+def test_cli_imports_a_module_from_the_current_directory(tmp_path, monkeypatch):
+    """`transformer-parity check mymodels:factory ...` run where mymodels.py lies (not installed), as the README
+    shows it: the current directory is importable, as under `python -m`."""
+    from parity_tests.__main__ import main
+
+    source = "import torch.nn as nn\n\n\ndef layer():\n"
+    source += "    return nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)\n"
+    (tmp_path / "mymodels_cwd.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["check", "mymodels_cwd:layer", "encoder_layer", "--n-heads", "2"]) == 0
