@@ -1,6 +1,7 @@
 """Scaled dot-product attention and multi-head attention, forward and backward.
 
-Shape letters: B batch, H heads, T_q query positions, T_k key positions, D d_model, Dh = D / H.
+Shape letters: B batch, H heads, T_q query positions, T_k key positions, D d_model, Dh = D / H (the head
+width :math:`d_h`). The formulas use the symbols of the notation table (docs/notation.md).
 Masks are boolean, broadcastable to (B, H, T_q, T_k), and True means "may attend" (the convention
 of torch.nn.functional.scaled_dot_product_attention).
 """
@@ -39,7 +40,11 @@ def scaled_dot_product_attention_forward(
     k_pos: np.ndarray | None = None,
     bias_table: np.ndarray | None = None,
 ):
-    """Attention(Q, K, V) = softmax(Q K^T / sqrt(Dh)) V, the paper's equation (1).
+    r"""The paper's equation (1), with the scale :math:`c = 1 / \sqrt{d_h}` and dropout on the probabilities:
+
+    .. math::
+
+        S = c\, Q K^\top, \qquad P = \mathrm{softmax}(S), \qquad O = \mathrm{drop}(P)\, V
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), mask broadcastable to (B, H, T_q, T_k), True = may attend.
     keep_mask (B, H, T_q, T_k) drops attention probabilities (inverted dropout, rate dropout_p).
@@ -70,16 +75,20 @@ def scaled_dot_product_attention_forward(
 
 
 def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
-    """Gradients of out = drop(P) V,  P = softmax(S),  S = s Q K^T + bias  (s = 1/sqrt(Dh) unless the
-    ScoreMod says otherwise; the bias is a constant):
+    r"""Gradients of :math:`O = \mathrm{drop}(P)\, V`, :math:`P = \mathrm{softmax}(S)`,
+    :math:`S = c\, Q K^\top + \mathrm{bias}` (:math:`c = 1 / \sqrt{d_h}` unless the ScoreMod says otherwise),
+    given :math:`dO`; the softmax backward gives zero where masked:
 
-    dV = drop(P)^T dout                      (B, H, T_k, Dh)
-    dP = drop^T (dout V^T)                   (B, H, T_q, T_k)
-    dS = P * (dP - rowsum(dP * P))           softmax backward; zero where masked
-    dQ = s * dS K                            (B, H, T_q, Dh)
-    dK = s * dS^T Q                          (B, H, T_k, Dh)
-    dW = the sum of dS over the pairs in each bucket (scores.position_bias_backward), when the forward took
-         T5's bias table W: returned as a fourth gradient, after dv.
+    .. math::
+
+        dV &= \mathrm{drop}(P)^\top dO, \qquad dP = \mathrm{drop}^\top(dO\, V^\top), \\
+        dS &= P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big), \\
+        dQ &= c\, dS\, K, \qquad dK = c\, dS^\top Q
+
+    dQ (B, H, T_q, Dh), dK and dV (B, H, T_k, Dh). ALiBi's bias is a constant; when the forward took T5's
+    bias table W (n_buckets, H), its gradient :math:`dW_{b, h}` is the sum of :math:`dS_{h, ij}` (before the
+    scale: the bias is added after it) over the batch and the pairs (i, j) in bucket b
+    (scores.position_bias_backward), returned as a fourth gradient, after dV.
     """
     q, k, v, scale = cache["q"], cache["k"], cache["v"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
@@ -121,17 +130,22 @@ def causal_mask(T_q: int, T_k: int) -> np.ndarray:
 
 
 def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.float64):
-    """cos and sin of pos * theta^(-2i/Dh) for i < Dh/2, each (T, Dh/2). Computed in float64, then cast."""
+    r"""cos and sin of the angles :math:`m\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
+    argument `theta`), for every position m and :math:`i < d_h / 2`; each (T, Dh/2). Computed in float64, then
+    cast."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
     angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # (T, Dh/2)
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
 def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
-    """Rotate every pair (x_i, x_{i+Dh/2}) of x (B, H, T, Dh) by its angle; cos, sin (T, Dh/2):
+    r"""Rotate every pair :math:`(x_i, x_{i + d_h/2})` of x (B, H, T, Dh) by its angle :math:`m\, \theta_i` (the
+    tables cos and sin, (T, Dh/2), of rope_angles):
 
-    out_i        = x_i cos - x_{i+Dh/2} sin
-    out_{i+Dh/2} = x_i sin + x_{i+Dh/2} cos
+    .. math::
+
+        y_i &= x_i \cos m\theta_i - x_{i + d_h/2} \sin m\theta_i, \\
+        y_{i + d_h/2} &= x_i \sin m\theta_i + x_{i + d_h/2} \cos m\theta_i
     """
     x1, x2 = np.split(x, 2, axis=-1)  # (B, H, T, Dh/2) each
     out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)  # (B, H, T, Dh)
@@ -139,11 +153,13 @@ def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
 
 
 def rope_backward(dout: np.ndarray, cache):
-    """out = R x with R a rotation of each pair, so dx = R^T dout. A rotation is orthogonal: its
+    r""":math:`y = R x` with R a rotation of each pair, so :math:`dx = R^\top dy`. A rotation is orthogonal: its
     transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged):
 
-        dx_i        =  dout_i cos + dout_{i+Dh/2} sin
-        dx_{i+Dh/2} = -dout_i sin + dout_{i+Dh/2} cos
+    .. math::
+
+        dx_i &= dy_i \cos m\theta_i + dy_{i + d_h/2} \sin m\theta_i, \\
+        dx_{i + d_h/2} &= -dy_i \sin m\theta_i + dy_{i + d_h/2} \cos m\theta_i
     """
     cos, sin = cache
     dx, _ = rope_forward(dout, cos, -sin)
@@ -156,15 +172,21 @@ def rope_backward(dout: np.ndarray, cache):
 
 
 def repeat_kv_forward(x: np.ndarray, n_rep: int):
-    """(B, H_kv, T, Dh) -> (B, H_kv * n_rep, T, Dh), each K/V head repeated for the n_rep query heads it serves."""
+    r"""(B, H_kv, T, Dh) -> (B, H_kv * n_rep, T, Dh), each K/V head repeated for the n_rep query heads it serves:
+    query head h reads K/V head :math:`\lfloor h / n_{\mathrm{rep}} \rfloor`."""
     if n_rep == 1:
         return x, n_rep
     return np.repeat(x, n_rep, axis=1), n_rep  # (B, H, T, Dh)
 
 
 def repeat_kv_backward(dout: np.ndarray, cache):
-    """A K/V head read by n_rep query heads receives the sum of their gradients:
-    dx[:, j] = sum over r < n_rep of dout[:, j * n_rep + r].  (B, H, T, Dh) -> (B, H_kv, T, Dh)."""
+    r"""A K/V head read by n_rep query heads receives the sum of their gradients, (B, H, T, Dh) ->
+    (B, H_kv, T, Dh): for K/V head j,
+
+    .. math::
+
+        dx_j = \sum_{r = 0}^{n_{\mathrm{rep}} - 1} dy_{j\, n_{\mathrm{rep}} + r}
+    """
     n_rep = cache
     if n_rep == 1:
         return dout
@@ -272,7 +294,13 @@ def multi_head_attention_forward(
     kv_cache: KVCache | MemoryCache | None = None,
     bias_table: np.ndarray | None = None,
 ):
-    """MultiHead(Q, K, V) = Concat(head_1..head_H) W_O^T,  head_h = Attention(Q W_Q,h^T, K W_K,h^T, V W_V,h^T).
+    r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
+    its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
+
+    .. math::
+
+        Q &= X_q W_Q^\top + b_Q, \qquad K = X_k W_K^\top + b_K, \qquad V = X_v W_V^\top + b_V, \\
+        O_h &= \mathrm{Attention}(Q_h, K_h, V_h), \qquad Y = \mathrm{Concat}(O_1, \dots, O_H)\, W_O^\top + b_O
 
     params: q_proj.weight (D, D), k_proj.weight and v_proj.weight (H_kv*Dh, D), out_proj.weight (D, D),
     and their biases, or none of them (bias-free attention, as Llama's), or the q, k, v biases only (Qwen2's).
@@ -352,18 +380,24 @@ def multi_head_attention_forward(
 
 
 def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
-    """The forward in reverse:
+    r"""The forward in reverse, given :math:`dY`: the output projection's backward (C the merged heads), each
+    head's attention backward on :math:`dO_h = \mathrm{split}(dC)_h`, then the input projections' (the query's
+    below; likewise for the key and the value):
 
-        dcontext, dW_O, db_O = linear backward of out = context W_O^T + b_O
-        dq, dk, dv (per head) = attention backward on dcontext split into heads
-        dk, dv per K/V head   = sums over the query heads that share it (grouped-query attention)
-        dq, dk                = rotated back by the opposite angle (RoPE; a rotation's transpose)
-        dquery = dq W_Q,  dW_Q = dq^T query,  db_Q = sum(dq)   (likewise for key and value)
+    .. math::
+
+        dC &= dY\, W_O, \qquad dW_O = dY^\top C, \qquad db_O = \textstyle\sum_{\text{rows}} dY, \\
+        dX_q &= dQ\, W_Q, \qquad dW_Q = dQ^\top X_q, \qquad db_Q = \textstyle\sum_{\text{rows}} dQ
+
+    In between, with grouped-query attention a K/V head's dK and dV are the sums over the query heads that
+    share it (repeat_kv_backward), and with RoPE dQ and dK are rotated back by the opposite angle (rope_backward,
+    a rotation's transpose).
 
     dout (B, T_q, D). Returns dquery (B, T_q, D), dkey (B, T_k, D), dvalue (B, T_k, D) and the
     grads dict keyed like params. For self-attention the caller adds the three input gradients.
-    The key bias gets zero gradient in exact arithmetic: q.b_K is shared by every key of a row,
-    and softmax ignores a shift shared by a whole row.
+    Without RoPE the key bias gets zero gradient in exact arithmetic: :math:`q_i \cdot b_K` is shared by every
+    key of row i, and softmax ignores a shift shared by a whole row. With RoPE each key's bias is rotated by
+    its own angle, the shift is no longer shared, and :math:`b_K` gets a real gradient (Qwen2 has both).
     """
     if not isinstance(cache, AttentionCache):
         raise TypeError(f"cache must be the AttentionCache of multi_head_attention_forward, got {type(cache).__name__}")
