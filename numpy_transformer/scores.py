@@ -1,30 +1,38 @@
-"""The one place where attention's scores are made and modified.
+r"""The one place where attention's scores are made and modified.
 
 Every attention in the package computes its scores here: the plain pair (scaled_dot_product_attention_*),
 each block of the tiled pair (flash_attention_*), and cached decoding, which is the plain pair over the keys
-its cache holds. A variant of attention is a field of `ScoreMod`, not a change to three kernels:
+its cache holds. A variant of attention is a field of `ScoreMod`, not a change to three kernels: in head h,
 
-    S_ij = scale * q_i . k_j  + bias_h(i, j)          allowed where mask_ij and positions(i, j) allow
+.. math::
 
-- `scale`: 1 / sqrt(Dh) unless the model says otherwise (T5 uses 1).
-- `causal`: query i sees keys j <= i.
-- `window` (a sliding window, Mistral's): query i sees keys j > i - window, so with `causal` the last
-  `window` positions, itself included.
-- `alibi_slopes` (BLOOM's ALiBi, Press et al. 2022): bias_h(i, j) = -m_h |i - j|, a penalty growing with the
-  distance, one slope m_h per head; no position table anywhere else. (Causal, j <= i, it is -m_h (i - j).)
-- `relative` (T5's relative position bias, Raffel et al. 2020): bias_h(i, j) = W[bucket(j - i), h], a learned
-  table W (n_buckets, H) read at the bucket of the distance: exact for small distances, logarithmically wider
-  beyond, one bucket for everything past max_distance; in a decoder (not bidirectional) only j <= i has buckets.
-  Its gradient: dW[b, h] = the sum of dS[., h, i, j] over every (i, j) whose distance falls in bucket b (and over
-  the batch, and over every layer that reads the same table).
+    s_{ij} = c\, q_i \cdot k_j + \mathrm{bias}_h(i, j), \qquad \text{read only where } M_{ij}
+    \text{ and the positions } (i, j) \text{ allow it.}
+
+- `scale`: :math:`c = 1 / \sqrt{d_h}` unless the model says otherwise (T5 uses 1).
+- `causal`: query i sees keys :math:`j \le i`.
+- `window` (a sliding window, Mistral's): query i sees keys :math:`j > i - \mathrm{window}`, so with `causal`
+  the last `window` positions, itself included.
+- `alibi_slopes` (BLOOM's ALiBi, Press et al. 2022): :math:`\mathrm{bias}_h(i, j) = -m_h \lvert i - j \rvert`,
+  a penalty growing with the distance, one slope :math:`m_h` per head; no position table anywhere else.
+  (Causal, :math:`j \le i`, it is :math:`-m_h (i - j)`.)
+- `relative` (T5's relative position bias, Raffel et al. 2020): :math:`\mathrm{bias}_h(i, j) =
+  W_{\mathrm{bucket}(j - i),\, h}`, a learned table W (n_buckets, H) read at the bucket of the distance: exact
+  for small distances, logarithmically wider beyond, one bucket for everything past max_distance; in a decoder
+  (not bidirectional) only :math:`j \le i` has buckets. Its gradient sums :math:`dS` over every (i, j) whose
+  distance falls in bucket b, over the batch, and over every layer that reads the same table:
+
+  .. math::
+
+      dW_{b, h} = \sum_{\text{batch}} \; \sum_{(i, j):\ \mathrm{bucket}(j - i) = b} dS_{h, ij}
 
 i and j are positions, not indices: `q_pos` (T_q,) and `k_pos` (T_k,) say where each query and key sits in the
 sequence (0 .. T - 1 in training; the new positions and the cached ones in decoding), so the same function
 serves a block of the tiled pair and a step of decoding.
 
-The backward: the bias is a constant (ALiBi has no parameter) and hidden entries get zero probability, so
-dS reaches q and k through the scale only: dQ = scale * dS K, dK = scale * dS^T Q. Those lines live in the
-pairs that call `attention_scores`.
+The backward: ALiBi's bias is a constant (it has no parameter; T5's table gets dW above) and hidden entries get
+zero probability, so dS reaches q and k through the scale only: :math:`dQ = c\, dS\, K`,
+:math:`dK = c\, dS^\top Q`. Those lines live in the pairs that call `attention_scores`.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ScoreMod:
-    """How attention turns q . k into the scores the softmax reads (see the module docstring)."""
+    r"""How attention turns :math:`q \cdot k` into the scores the softmax reads (see the module docstring)."""
 
     scale: float | None = None  # None: 1 / sqrt(Dh)
     causal: bool = False  # query i sees keys j <= i
@@ -46,7 +54,8 @@ class ScoreMod:
     relative: tuple | None = None  # (n_buckets, max_distance, bidirectional): T5's bias W[bucket(j - i), h]
 
     def scale_for(self, head_dim: int) -> float:
-        """The factor on q . k: `scale`, or 1 / sqrt(Dh). A Python float, so float32 stays float32."""
+        r"""The factor :math:`c` on :math:`q \cdot k`: `scale`, or :math:`1 / \sqrt{d_h}`. A Python float, so
+        float32 stays float32."""
         return 1.0 / math.sqrt(head_dim) if self.scale is None else float(self.scale)
 
     @property
@@ -59,9 +68,9 @@ PLAIN = ScoreMod()
 
 
 def alibi_slopes(n_heads: int) -> tuple:
-    """ALiBi's slopes, a geometric sequence per head: for H a power of two, m_h = 2^(-8 h / H), h = 1 .. H.
-    Otherwise the slopes of the largest power of two P below H, then every other slope of 2P for the rest
-    (the rule of the ALiBi paper's code, which BLOOM follows)."""
+    r"""ALiBi's slopes, a geometric sequence per head: for H a power of two, :math:`m_h = 2^{-8h/H}`,
+    :math:`h = 1, \dots, H`. Otherwise the slopes of the largest power of two P below H, then every other slope
+    of 2P for the rest (the rule of the ALiBi paper's code, which BLOOM follows)."""
     P = 2 ** math.floor(math.log2(n_heads))
     slopes = [2.0 ** (-8.0 * h / P) for h in range(1, P + 1)]
     slopes += [2.0 ** (-8.0 * h / (2 * P)) for h in range(1, 2 * (n_heads - P), 2)]
@@ -82,12 +91,20 @@ def position_mask(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray) -> np.nda
 
 
 def relative_buckets(relative: tuple, q_pos: np.ndarray, k_pos: np.ndarray) -> np.ndarray:
-    """T5's bucket of each distance j - i, (T_q, T_k) ints in [0, n_buckets).
+    r"""T5's bucket of each distance j - i, (T_q, T_k) ints in [0, n_buckets).
 
-    Bidirectional (an encoder): half the buckets for j > i, half for j <= i. Within a half of n buckets, the
-    first n/2 distances d each have their own; beyond, bucket n/2 + floor(log(d / (n/2)) / log(max_distance /
-    (n/2)) * (n/2)), capped at n - 1. Computed in float32 as T5's own code computes it (a bucket boundary is where
-    the log lands on a whole number: the trained tables mean T5's rounding there)."""
+    Bidirectional (an encoder): half the buckets for :math:`j > i`, half for :math:`j \le i`, the distance
+    :math:`d = \lvert j - i \rvert`; in a decoder all of them, :math:`d = \max(i - j, 0)`. Within a half of
+    :math:`n_b` buckets, each distance :math:`d < n_e = \lfloor n_b / 2 \rfloor` has its own, bucket d; beyond,
+    logarithmically wider ones:
+
+    .. math::
+
+        \mathrm{bucket}(d) = \min\Big(n_b - 1,\; n_e + \Big\lfloor
+        \frac{\log(d / n_e)}{\log(\mathrm{max\_distance} / n_e)}\, (n_b - n_e) \Big\rfloor\Big) \quad (d \ge n_e)
+
+    Computed in float32 as T5's own code computes it (a bucket boundary is where the log lands on a whole number:
+    the trained tables mean T5's rounding there)."""
     n_buckets, max_distance, bidirectional = relative
     distance = k_pos[None, :] - q_pos[:, None]  # (T_q, T_k): j - i
     buckets = np.zeros(distance.shape, dtype=np.int64)
@@ -105,7 +122,8 @@ def relative_buckets(relative: tuple, q_pos: np.ndarray, k_pos: np.ndarray) -> n
 
 
 def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype, table=None) -> np.ndarray | None:
-    """(H, T_q, T_k): the ALiBi bias -m_h |i - j|, or T5's table[bucket(j - i), h]; None when there is none."""
+    r"""(H, T_q, T_k): the ALiBi bias :math:`-m_h \lvert i - j \rvert`, or T5's :math:`W_{\mathrm{bucket}(j - i),\, h}`;
+    None when there is none."""
     if mod.relative is not None:
         buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
         return np.moveaxis(table[buckets], -1, 0).astype(dtype, copy=False)  # (H, T_q, T_k)
@@ -117,8 +135,13 @@ def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype, ta
 
 
 def position_bias_backward(dscores: np.ndarray, mod: ScoreMod, q_pos, k_pos, table_shape: tuple) -> np.ndarray:
-    """T5's table gradient from dS (B, H, T_q, T_k), the scores' gradient (before any scale: the bias is added
-    after it): dW[b, h] = sum over the batch and every (i, j) in bucket b of dS[., h, i, j]. (n_buckets, H)."""
+    r"""T5's table gradient (n_buckets, H) from dS (B, H, T_q, T_k), the scores' gradient (before any scale: the
+    bias is added after it), summed over the batch and every (i, j) in bucket b:
+
+    .. math::
+
+        dW_{b, h} = \sum_{\text{batch}} \; \sum_{(i, j):\ \mathrm{bucket}(j - i) = b} dS_{h, ij}
+    """
     buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
     per_pair = dscores.sum(axis=0).reshape(dscores.shape[1], -1)  # (H, T_q * T_k): the batch shares the table
     dtable = np.zeros(table_shape, dtype=dscores.dtype)
@@ -135,7 +158,7 @@ def attention_scores(
     mask: np.ndarray | None = None,
     table: np.ndarray | None = None,
 ):
-    """S = scale * Q K^T + bias, and where S may be read.
+    r""":math:`S = c\, Q K^\top + \mathrm{bias}`, and where S may be read.
 
     q (B, H, T_q, Dh), k (B, H, T_k, Dh); q_pos (T_q,) and k_pos (T_k,) their positions; mask (the caller's:
     padding, ...) broadcastable to (B, H, T_q, T_k), True = may attend, or None. table: T5's (n_buckets, H) bias
