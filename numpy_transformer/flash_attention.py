@@ -1,27 +1,33 @@
-"""Tiled attention: FlashAttention's algorithm (Dao et al. 2022; Dao 2023), forward and backward, in NumPy.
+r"""Tiled attention: FlashAttention's algorithm (Dao et al. 2022; Dao 2023), forward and backward, in NumPy.
 
-The same function as scaled_dot_product_attention_forward / _backward, softmax(Q K^T / sqrt(Dh)) V with a
-boolean mask (True = may attend), computed without ever holding a (T_q, T_k) array. The queries are cut
-into blocks of B_r = block_q rows and the keys and values into blocks of B_c = block_k rows; the loops run
-over blocks only, and inside a block everything is a matrix product batched over B and H.
+The same function as scaled_dot_product_attention_forward / _backward, :math:`\mathrm{softmax}(c\, Q K^\top) V`
+with :math:`c = 1 / \sqrt{d_h}` and a boolean mask (True = may attend), computed without ever holding a
+(T_q, T_k) array. The queries are cut into blocks of B_r = block_q rows and the keys and values into blocks of
+B_c = block_k rows; the loops run over blocks only, and inside a block everything is a matrix product batched
+over B and H.
 
-The papers' symbols, used in the comments below (a block's arrays keep the B and H axes in front):
+The symbols, as the notation table spells them (the comments below use the papers' names where they differ:
+s for c, l for :math:`\ell`, L for lse, D for :math:`\Delta`); a block's arrays keep the B and H axes in front:
 
-    Q_i        (B, H, B_r, Dh)   the i-th block of queries, i = 1 .. T_r = ceil(T_q / B_r)
-    K_j, V_j   (B, H, B_c, Dh)   the j-th block of keys and values, j = 1 .. T_c = ceil(T_k / B_c)
-    S_ij       (B, H, B_r, B_c)  s Q_i K_j^T, s = 1 / sqrt(Dh); -inf where the mask says no
-    m_i, l_i   (B, H, B_r, 1)    running row max and running row sum of exp(S - m)
-    O_i        (B, H, B_r, Dh)   the output rows of block i
-    L_i        (B, H, B_r)       the row log-sum-exp, m_i + log(l_i): all the backward keeps of the softmax
-    D_i        (B, H, B_r, 1)    rowsum(dO_i * O_i), the backward's stand-in for rowsum(dP * P)
+- :math:`Q_i` (B, H, B_r, Dh): the i-th block of queries, :math:`i = 1, \dots, T_r = \lceil T_q / B_r \rceil`;
+- :math:`K_j, V_j` (B, H, B_c, Dh): the j-th block of keys and values, :math:`j = 1, \dots, T_c = \lceil T_k / B_c
+  \rceil`;
+- :math:`S_{ij}` (B, H, B_r, B_c): :math:`c\, Q_i K_j^\top`, :math:`-\infty` where the mask says no;
+- :math:`m_i, \ell_i` (B, H, B_r, 1): the running row max and running row sum of :math:`e^{S - m}`;
+- :math:`O_i` (B, H, B_r, Dh): the output rows of block i;
+- :math:`\mathrm{lse}_i` (B, H, B_r): the row log-sum-exp, :math:`m_i + \log \ell_i`: all the backward keeps of
+  the softmax;
+- :math:`\Delta_i` (B, H, B_r, 1): :math:`\mathrm{rowsum}(dO_i \odot O_i)`, the backward's stand-in for
+  :math:`\mathrm{rowsum}(dP \odot P)`.
 
-Memory: besides q, k, v and out, the forward keeps L (B, H, T_q) and the backward's extra arrays are the
+Memory: besides q, k, v and out, the forward keeps lse (B, H, T_q) and the backward's extra arrays are the
 gradients themselves; every other array is one block, (B, H, B_r, B_c). There is no attention dropout here
 (it would need the (T_q, T_k) keep-mask this pair exists to avoid), and no probabilities to plot.
 
 A query row with nothing to attend to (every key masked) gets a zero output and zero gradient, never NaN:
-its running max stays -inf, so the shift used for the exponentials is 0 instead (exp(-inf - 0) = 0), its
-sum l stays 0, and its L is stored as +inf so that the backward's exp(S - L) is 0 for every key.
+its running max stays :math:`-\infty`, so the shift used for the exponentials is 0 instead
+(:math:`e^{-\infty - 0} = 0`), its sum :math:`\ell` stays 0, and its lse is stored as :math:`+\infty` so that
+the backward's :math:`e^{S - \mathrm{lse}}` is 0 for every key.
 """
 
 from __future__ import annotations
@@ -46,30 +52,34 @@ def flash_attention_forward(
     mod: ScoreMod = PLAIN,
     bias_table: np.ndarray | None = None,
 ):
-    """O = softmax(s Q K^T) V, s = 1/sqrt(Dh), one block of keys at a time (online softmax).
+    r""":math:`O = \mathrm{softmax}(c\, Q K^\top)\, V`, :math:`c = 1 / \sqrt{d_h}`, one block of keys at a time
+    (online softmax).
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh); attn_mask boolean, broadcastable to (B, H, T_q, T_k),
     True = may attend; is_causal: query i sees keys j <= i (top-left aligned, as torch's is_causal),
     and key blocks wholly above the diagonal are skipped, no (T_q, T_k) mask is built. mod: the scores' other
     rules (scores.ScoreMod: scale, a sliding window, whose blocks wholly outside the window are skipped too, ALiBi),
-    applied block by block by the same function as the plain pair's.
-    Returns out (B, H, T_q, Dh) and a cache holding q, k, v, out and the row log-sum-exp L (B, H, T_q), besides
+    applied block by block by the same function as the plain pair's. bias_table: T5's (n_buckets, H) relative
+    position bias, when mod.relative says so; the backward then returns its gradient too.
+    Returns out (B, H, T_q, Dh) and a cache holding q, k, v, out and the row log-sum-exp lse (B, H, T_q), besides
     the mask as given and the options (nothing computed here is of size (T_q, T_k)).
 
-    Why it works. For one query row with scores s_1 .. s_N, softmax needs the max m = max_j s_j and the
-    sum l = sum_j exp(s_j - m) over the whole row, but both can be built block by block. After the
-    blocks 1 .. j-1 we hold m^(j-1), l^(j-1) and the unnormalised output o^(j-1) = sum exp(s - m^(j-1)) v.
-    Block j brings scores S_j; then
+    Why it works. For one query row with scores :math:`s_1, \dots, s_{T_k}`, softmax needs the max
+    :math:`m = \max_k s_k` and the sum :math:`\ell = \sum_k e^{s_k - m}` over the whole row, but both can be built
+    block by block. After the blocks 1 .. j-1 we hold :math:`m^{(j-1)}`, :math:`\ell^{(j-1)}` and the unnormalised
+    output :math:`o^{(j-1)} = \sum_k e^{s_k - m^{(j-1)}} v_k` over their keys. Block j brings scores
+    :math:`S_j`; then
 
-        m^(j) = max(m^(j-1), rowmax(S_j))
-        P~_j  = exp(S_j - m^(j))
-        l^(j) = exp(m^(j-1) - m^(j)) l^(j-1) + rowsum(P~_j)
-        o^(j) = exp(m^(j-1) - m^(j)) o^(j-1) + P~_j V_j
+    .. math::
 
-    The factor exp(m^(j-1) - m^(j)) <= 1 re-expresses what was summed under the old max in terms of the
-    new one, so after the last block l and o are exactly the full row's sum and unnormalised output:
-    O = o / l. The softmax itself is not kept, only L = m + log(l), from which any probability can be
-    recomputed as P = exp(S - m) / l = exp(S - L).
+        m^{(j)} &= \max\big(m^{(j-1)}, \mathrm{rowmax}(S_j)\big), \qquad \tilde P_j = e^{S_j - m^{(j)}}, \\
+        \ell^{(j)} &= e^{m^{(j-1)} - m^{(j)}}\, \ell^{(j-1)} + \mathrm{rowsum}(\tilde P_j), \\
+        o^{(j)} &= e^{m^{(j-1)} - m^{(j)}}\, o^{(j-1)} + \tilde P_j V_j
+
+    The factor :math:`e^{m^{(j-1)} - m^{(j)}} \le 1` re-expresses what was summed under the old max in terms of the
+    new one, so after the last block :math:`\ell` and o are exactly the full row's sum and unnormalised output:
+    :math:`O = o / \ell`. The softmax itself is not kept, only :math:`\mathrm{lse} = m + \log \ell`, from which any
+    probability can be recomputed as :math:`P = e^{S - m} / \ell = e^{S - \mathrm{lse}}`.
     """
     _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k)
     mod = dataclasses.replace(mod, causal=True) if is_causal else mod
@@ -124,24 +134,43 @@ def flash_attention_forward(
 
 
 def flash_attention_backward(dout: np.ndarray, cache):
-    """Gradients of O = P V, P = softmax(S), S = s Q K^T, recomputing P one block at a time.
+    r"""Gradients of :math:`O = P V`, :math:`P = \mathrm{softmax}(S)`, :math:`S = c\, Q K^\top`, recomputing P one
+    block at a time.
 
-    dout (B, H, T_q, Dh) and the forward's cache -> dq (B, H, T_q, Dh), dk and dv (B, H, T_k, Dh).
+    dout (B, H, T_q, Dh) and the forward's cache -> dq (B, H, T_q, Dh), dk and dv (B, H, T_k, Dh), and, when the
+    forward took T5's bias table, its gradient dW (n_buckets, H) as a fourth (scores.position_bias_backward, from
+    each block's dS before the scale).
 
     The plain backward (scaled_dot_product_attention_backward) is, entry by entry,
 
-        dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),   dQ = s dS K,   dK = s dS^T Q
+    .. math::
 
-    and needs P only block by block: the entries of dS_ij depend on S_ij, dO_i, V_j and two row
-    quantities. The first is the softmax's normaliser: P_ij = exp(S_ij - L_i), with L from the forward.
-    The second, rowsum(dP * P), runs over the whole row of keys, but it is a number per query that the
-    output already holds:
+        dV &= P^\top dO, \qquad dP = dO\, V^\top, \\
+        dS &= P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big), \\
+        dQ &= c\, dS\, K, \qquad dK = c\, dS^\top Q
 
-        rowsum(dP * P)_r = sum_c (dO_r . v_c) P_rc = dO_r . (sum_c P_rc v_c) = dO_r . O_r =: D_r
+    and needs P only block by block: the entries of :math:`dS_{ij}` depend on :math:`S_{ij}`, :math:`dO_i`,
+    :math:`V_j` and two row quantities. The first is the softmax's normaliser:
+    :math:`P_{ij} = e^{S_{ij} - \mathrm{lse}_i}`, with lse from the forward. The second,
+    :math:`\mathrm{rowsum}(dP \odot P)`, runs over the whole row of keys, but it is a number per query that the
+    output already holds: for a query row r,
 
-    so D = rowsum(dO * O) (B, H, T_q) costs one pass over O and no (T_q, T_k) array. Each block then adds
-    its share to the sums that make up dQ, dK and dV. The outer loop runs over key blocks, so that dK_j
-    and dV_j are finished when it moves on; dQ_i collects a term from every key block.
+    .. math::
+
+        \Delta_r = \mathrm{rowsum}(dP \odot P)_r = \sum_k (dO_r \cdot V_k)\, P_{rk}
+        = dO_r \cdot \sum_k P_{rk} V_k = dO_r \cdot O_r
+
+    so :math:`\Delta = \mathrm{rowsum}(dO \odot O)` (B, H, T_q) costs one pass over O and no (T_q, T_k) array.
+    Each block then adds its share to the sums that make up dQ, dK and dV:
+
+    .. math::
+
+        &dV_j \mathrel{+}= P_{ij}^\top dO_i, \qquad dP_{ij} = dO_i V_j^\top, \qquad
+        dS_{ij} = P_{ij} \odot (dP_{ij} - \Delta_i), \\
+        &dQ_i \mathrel{+}= c\, dS_{ij} K_j, \qquad dK_j \mathrel{+}= c\, dS_{ij}^\top Q_i
+
+    The outer loop runs over key blocks, so that :math:`dK_j` and :math:`dV_j` are finished when it moves on;
+    :math:`dQ_i` collects a term from every key block.
     """
     _check_flash_backward(dout, cache)
     q, k, v, out, lse = cache["q"], cache["k"], cache["v"], cache["out"], cache["lse"]
