@@ -99,10 +99,15 @@ def embed_forward(
     token_type_ids: np.ndarray | None = None,
     start: int = 0,
 ):
-    """ids (B, T) -> x (B, T, D) = scale * token_embedding[ids] + positions[start : start + T]
-    (+ token_type_embedding[token_type_ids]), then the embedding norm (if any), then dropout.
+    r"""ids (B, T) -> x (B, T, D): the token table E read at the ids, the positions PE of start .. start + T - 1
+    and (BERT) the token types' table added, then the embedding norm (if any), then dropout:
 
-    scale = sqrt(D) when config.scale_embeddings (the paper's section 3.4), else 1. The positions
+    .. math::
+
+        x = \mathrm{drop}\Big(\mathrm{Norm}\big(\sqrt{D}\, E[\mathrm{ids}] + PE[\mathrm{start} : \mathrm{start} + T]
+        + E_{\mathrm{type}}[\mathrm{token\_type\_ids}]\big)\Big)
+
+    The factor :math:`\sqrt{D}` only when config.scale_embeddings (the paper's section 3.4), else 1. The positions
     are the paper's sinusoids (in config.sinusoid_layout) or the learned table position_embedding.weight;
     rotary positions (config.positional "rope") add nothing here: attention rotates queries and keys; nor does
     ALiBi ("alibi"), a bias on attention's scores.
@@ -136,8 +141,15 @@ def embed_forward(
 
 
 def embed_backward(dout: np.ndarray, cache) -> dict:
-    """Backward of the embedding, its forward lines in reverse: dropout, the embedding norm, then the
-    sum x = tokens + positions + types, whose gradient reaches each of the three tables unchanged."""
+    r"""Backward of the embedding, its forward lines in reverse: dropout, the embedding norm, then the
+    sum x = tokens + positions + types, whose gradient dx reaches each of the three tables unchanged, added into
+    the rows that were read (:math:`\sqrt{D}` when config.scale_embeddings; the padding_idx row gets none):
+
+    .. math::
+
+        dE[v] = \sqrt{D} \sum_{\mathrm{ids}_{bt} = v} dx_{bt}, \qquad dPE[t] = \sum_b dx_{bt}, \qquad
+        dE_{\mathrm{type}}[v] = \sum_{\mathrm{types}_{bt} = v} dx_{bt}
+    """
     token_cache, position_cache, type_cache, norm_cache = (cache[k] for k in ("tokens", "positions", "types", "norm"))
     drop_cache, learned = cache["dropout"], cache["learned"]
     grads = {}
@@ -199,8 +211,9 @@ def attention_forward(
 
 
 def ffn_forward(params: dict, x: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str):
-    """The feed-forward block the config asks for: the paper's linear2(act(linear1(x))), or the gated
-    linear2(act(gate(x)) * linear1(x)) (config.gated_ffn, Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
+    r"""The feed-forward block the config asks for: the paper's :math:`\phi(x W_1^\top + b_1)\, W_2^\top + b_2`, or
+    the gated :math:`\big(\phi(x W_g^\top + b_g) \odot (x W_1^\top + b_1)\big) W_2^\top + b_2` (config.gated_ffn,
+    Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
     forward = gated_feed_forward_forward if config.gated_ffn else feed_forward_forward
     out, cache = forward(params, x, config.activation, dropout, site)
     return out, (config.gated_ffn, cache)
@@ -264,8 +277,13 @@ def encoder_layer_forward(
 
 
 def encoder_layer_backward(dout: np.ndarray, cache):
-    """The forward in reverse. Each sublayer's x reaches its output twice, along the residual path and through the
+    r"""The forward in reverse. Each sublayer's x reaches its output twice, along the residual path and through the
     sublayer: the two gradients add. Self-attention read h as query, key and value: those three add too.
+
+    .. math::
+
+        dx = dx_{\text{residual}} + dx_{\text{sublayer}}, \qquad dh = dX_q + dX_k + dX_v
+
     Returns dx (B, T, D) and the layer's grads dict."""
     c = cache
     dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
@@ -332,8 +350,9 @@ def decoder_layer_forward(
 
 
 def decoder_layer_backward(dout: np.ndarray, cache):
-    """The forward in reverse (see encoder_layer_backward); cross-attention read the memory as key and value, so
-    the memory's two gradients add. Returns dx (B, T_tgt, D), dmemory (B, T_src, D) or None, and grads."""
+    r"""The forward in reverse (see encoder_layer_backward); cross-attention read the memory as key and value, so
+    the memory's two gradients add, :math:`d\mathrm{memory} = dX_k + dX_v`. Returns dx (B, T_tgt, D), dmemory
+    (B, T_src, D) or None, and grads."""
     c = cache
     dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
     dh, ffn_grads = ffn_backward(dy, c["ffn"])
@@ -464,7 +483,8 @@ def decoder_forward(
 
 
 def decoder_backward(dout: np.ndarray, cache):
-    """dx (B, T_tgt, D) -> dmemory (B, T_src, D) or None, and grads (keys below "decoder.")."""
+    r"""dx (B, T_tgt, D) -> dmemory (B, T_src, D) or None, and grads (keys below "decoder."). Every layer's
+    cross-attention reads the same memory: :math:`d\mathrm{memory} = \sum_{\text{layers}} d\mathrm{memory}_l`."""
     grads = {}
     dx = final_norm_backward(dout, cache["final_norm"], grads)
     dmemory = None
@@ -550,14 +570,14 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
 
 
 def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
-    """Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
+    r"""Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
 
-    - linear weights: Xavier-uniform, U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), as the
-      paper's reference code (tensor2tensor) and nn.Transformer do; biases zero;
+    - linear weights: Xavier-uniform, :math:`\mathcal U(-a, a)` with :math:`a = \sqrt{6 / (\mathrm{fan_{in}} +
+      \mathrm{fan_{out}})}`, as the paper's reference code (tensor2tensor) and nn.Transformer do; biases zero;
     - layer norms: weight one, bias zero;
-    - token embeddings: N(0, 1/D), so that after the sqrt(D) scale they have unit variance, and so
-      that a tied output projection starts with logits of order one;
-    - learned positions and token types: N(0, 0.02^2).
+    - token embeddings: :math:`\mathcal N(0, 1/D)`, so that after the :math:`\sqrt{D}` scale they have unit
+      variance, and so that a tied output projection starts with logits of order one;
+    - learned positions and token types: :math:`\mathcal N(0, 0.02^2)`.
     """
     rng = np.random.default_rng(seed)
     params = {}
@@ -674,7 +694,8 @@ class _Model:
         return self.params.get("output_proj.bias")
 
     def scale_output(self, x: np.ndarray) -> np.ndarray:
-        """x times config.output_scale (T5's tied head reads d_model^-0.5 times the final hidden states)."""
+        r"""x times config.output_scale (T5's tied head reads :math:`d_{model}^{-1/2}` times the final hidden
+        states)."""
         return x if self.config.output_scale == 1.0 else x * self.config.output_scale
 
     def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
@@ -811,7 +832,8 @@ class Transformer(_Model):
     __call__ = forward
 
     def backward(self, dlogits: np.ndarray) -> None:
-        """Accumulate d(loss)/d(param) into self.grads, given dlogits = d(loss)/d(logits) (B, T_tgt, V)."""
+        r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dlogits =
+        :math:`\partial \mathcal{L} / \partial z` (B, T_tgt, V)."""
         dlogits = self._check_dlogits(dlogits)
         dx, grads = self._output_backward(dlogits)
         dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"])
@@ -840,7 +862,8 @@ class TransformerLM(_Model):
     __call__ = forward
 
     def backward(self, dlogits: np.ndarray) -> None:
-        """Accumulate d(loss)/d(param) into self.grads, given dlogits (B, T, V)."""
+        r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dlogits =
+        :math:`\partial \mathcal{L} / \partial z` (B, T, V)."""
         dlogits = self._check_dlogits(dlogits)
         dx, grads = self._output_backward(dlogits)
         _, dec_grads = decoder_backward(dx, self._cache["decoder"])
@@ -874,7 +897,8 @@ class EncoderModel(_Model):
     __call__ = forward
 
     def backward(self, dhidden: np.ndarray) -> None:
-        """Accumulate d(loss)/d(param) into self.grads, given dhidden = d(loss)/d(hidden states) (B, T, D)."""
+        r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dhidden =
+        :math:`\partial \mathcal{L} / \partial x` of the hidden states x (B, T, D)."""
         if self._cache is None:
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
         dhidden = check_float_array("dhidden", dhidden, self.dtype, self._cache["hidden_shape"])
