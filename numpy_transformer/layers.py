@@ -22,7 +22,7 @@ from scipy.special import erf, expit
 
 
 def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
-    """x (..., in), weight (out, in), bias (out,) or None -> y (..., out)."""
+    r""":math:`y = x W^\top + b`: x (..., in), weight (out, in), bias (out,) or None -> y (..., out)."""
     x2d = x.reshape(-1, x.shape[-1])  # (N, in): one large matrix product instead of a batch of small ones
     out = x2d @ weight.T  # (N, out)
     if bias is not None:
@@ -31,11 +31,13 @@ def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
 
 
 def linear_backward(dout: np.ndarray, cache):
-    """Gradients of y = x W^T + b.
+    r"""Gradients of :math:`y = x W^\top + b`, every leading position a row (dW and db sum over them):
 
-    dx = dy W            (..., in)
-    dW = dy^T x          (out, in), summed over every leading position
-    db = sum(dy)         (out,), None when the forward had no bias
+    .. math::
+
+        dx = dy\, W, \qquad dW = dy^\top x, \qquad db = \textstyle\sum_{\text{rows}} dy
+
+    dx (..., in), dW (out, in), db (out,) or None when the forward had no bias.
     """
     x, weight, has_bias = cache
     dout2d = dout.reshape(-1, dout.shape[-1])  # (N, out)
@@ -50,7 +52,7 @@ def linear_backward(dout: np.ndarray, cache):
 
 
 def embedding_forward(ids: np.ndarray, weight: np.ndarray, scale: float = 1.0, padding_idx: int | None = None):
-    """ids (B, T) integers, weight (V, D) -> out = scale * weight[ids], (B, T, D).
+    r"""ids (B, T) integers, the table E = weight (V, D) -> :math:`y = \mathrm{scale} \cdot E[\mathrm{ids}]`, (B, T, D).
     padding_idx: lookups of this id pass no gradient back (nn.Embedding's padding_idx); None: every id does."""
     out = weight[ids]  # (B, T, D)
     if scale != 1.0:
@@ -59,9 +61,11 @@ def embedding_forward(ids: np.ndarray, weight: np.ndarray, scale: float = 1.0, p
 
 
 def embedding_backward(dout: np.ndarray, cache):
-    """Gradient of out[b, t] = scale * W[ids[b, t]] with respect to the table W.
+    r"""Gradient of :math:`y_{bt} = \mathrm{scale} \cdot E[\mathrm{ids}_{bt}]` with respect to the table E, (V, D):
 
-        dW[v] = scale * sum over (b, t) with ids[b, t] == v of dout[b, t]     (V, D)
+    .. math::
+
+        dE[v] = \mathrm{scale} \sum_{(b, t):\ \mathrm{ids}_{bt} = v} dy_{bt}
 
     Rows of a repeated id accumulate; ids that do not occur get zero, and so does padding_idx (its
     lookups are treated as constants, as torch's nn.Embedding(padding_idx=...) does). The scatter-add is
@@ -87,12 +91,17 @@ def embedding_backward(dout: np.ndarray, cache):
 
 
 def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64, layout: str = "interleaved") -> np.ndarray:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/D)),  PE[pos, 2i+1] = cos(pos / 10000^(2i/D)).
+    r"""The paper's sinusoids, a table PE (max_len, D), with the frequencies :math:`w_i = 10000^{-2i/D}`:
+
+    .. math::
+
+        PE[\mathrm{pos}, 2i] = \sin(\mathrm{pos}\, w_i), \qquad PE[\mathrm{pos}, 2i + 1] = \cos(\mathrm{pos}\, w_i)
 
     layout "interleaved" (the paper) puts them side by side as written; "split" (Marian) puts every
-    sine first and every cosine after them: [sin(pos w_0), sin(pos w_1), ..., cos(pos w_0), ...].
+    sine first and every cosine after them:
+    :math:`[\sin(\mathrm{pos}\, w_0), \sin(\mathrm{pos}\, w_1), \dots, \cos(\mathrm{pos}\, w_0), \dots]`.
     Computed in float64 and cast (a float64 table never passes through float32); for odd D the
-    last cosine is dropped, so "split" has ceil(D/2) sines and floor(D/2) cosines. (max_len, D).
+    last cosine is dropped, so "split" has :math:`\lceil D/2 \rceil` sines and :math:`\lfloor D/2 \rfloor` cosines.
     """
     half = (d_model + 1) // 2
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
@@ -109,13 +118,19 @@ def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64, layout: str =
 
 
 def add_positions_forward(x: np.ndarray, table: np.ndarray):
-    """x (B, T, D), table (max_len, D) -> x + table[:T]."""
+    r"""x (B, T, D), table PE (max_len, D) -> :math:`y = x + PE[{:}T]`."""
     T = x.shape[1]
     return x + table[:T], (T, table.shape)
 
 
 def add_positions_backward(dout: np.ndarray, cache):
-    """Gradients of out = x + P[:T]:  dx = dout;  dP[:T] = sum over the batch of dout, dP[T:] = 0."""
+    r"""Gradients of :math:`y = x + PE[{:}T]`: the sum passes dy to both, summed over the batch for the table
+    (whose rows from T on were not read):
+
+    .. math::
+
+        dx = dy, \qquad dPE[t] = \textstyle\sum_{\text{batch}} dy_t \ \ (t < T), \qquad dPE[t] = 0 \ \ (t \ge T)
+    """
     T, table_shape = cache
     dtable = np.zeros(table_shape, dtype=dout.dtype)
     dtable[:T] = dout.sum(axis=0)
@@ -127,7 +142,12 @@ def add_positions_backward(dout: np.ndarray, cache):
 
 
 def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
-    """p = exp(x - max) / sum(exp(x - max)) over the last axis, masked entries excluded.
+    r"""Softmax over the last axis, masked entries excluded (the sums run over the allowed entries), shifted by
+    the row's max m so that no exponential overflows:
+
+    .. math::
+
+        p_j = \frac{e^{x_j - m}}{\sum_k e^{x_k - m}}, \qquad m = \max_k x_k
 
     A row whose entries are all masked out (or all -inf) gets p = 0 everywhere (not NaN): it attends to
     nothing. A NaN or +inf in a row has no softmax: ValueError.
@@ -150,7 +170,11 @@ def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
 
 
 def softmax_backward(dprobs: np.ndarray, cache):
-    """Gradient of p = softmax(x):  dx = p * (dp - sum_j(dp_j p_j)).
+    r"""Gradient of :math:`p = \mathrm{softmax}(x)`:
+
+    .. math::
+
+        dx = p \odot \big(dp - \mathrm{rowsum}(dp \odot p)\big)
 
     Masked entries have p = 0, so they (and all-masked rows) receive exactly zero gradient.
     """
@@ -166,12 +190,12 @@ def softmax_backward(dprobs: np.ndarray, cache):
 
 
 def relu_forward(x: np.ndarray):
-    """relu(x) = max(x, 0)."""
+    r""":math:`\mathrm{relu}(x) = \max(x, 0)`."""
     return np.maximum(x, 0), x
 
 
 def relu_backward(dout: np.ndarray, cache):
-    """d relu / dx = 1 where x > 0, else 0:  dx = dout * [x > 0]."""
+    r""":math:`\mathrm{relu}'(x)` is 1 where :math:`x > 0`, else 0: :math:`dx = dy \odot [x > 0]`."""
     x = cache
     return dout * (x > 0)
 
@@ -201,28 +225,44 @@ _GELU_TANH_CLIP = 50.0
 
 
 def gelu_tanh_forward(x: np.ndarray):
-    """Tanh-approximate GELU: 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    r"""Tanh-approximate GELU:
+
+    .. math::
+
+        \mathrm{gelu}(x) \approx \tfrac12 x \big(1 + \tanh(u)\big), \qquad u = \sqrt{2/\pi}\, (x + 0.044715\, x^3)
+    """
     xc = np.clip(x, -_GELU_TANH_CLIP, _GELU_TANH_CLIP)  # the same tanh(u), without overflow
     t = np.tanh(_SQRT_2_OVER_PI * (xc + _GELU_TANH_C * xc**3))
     return 0.5 * x * (1.0 + t), (x, xc, t)
 
 
 def gelu_tanh_backward(dout: np.ndarray, cache):
-    """d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),  t = tanh(u).
-    (Beyond the clip, 1 - t^2 is exactly 0 and the second term vanishes.)"""
+    r"""The derivative of the tanh approximation, with :math:`t = \tanh(u)`:
+
+    .. math::
+
+        dx = dy \odot \Big(\tfrac12 (1 + t) + \tfrac12 x\, (1 - t^2) \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, x^2)\Big)
+
+    (Beyond the clip, :math:`1 - t^2` is exactly 0 and the second term vanishes.)"""
     x, xc, t = cache
     du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * xc * xc)
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
 def silu_forward(x: np.ndarray):
-    """SiLU (also "swish"): silu(x) = x * sigmoid(x), the activation of Llama's gated feed-forward."""
+    r"""SiLU (also "swish"), the activation of Llama's gated feed-forward, with the logistic sigmoid
+    :math:`\sigma(x) = 1 / (1 + e^{-x})`: :math:`\mathrm{silu}(x) = x\, \sigma(x)`."""
     s = expit(x)  # sigmoid(x) = 1 / (1 + exp(-x)), without overflow for large |x|
     return x * s, (x, s)
 
 
 def silu_backward(dout: np.ndarray, cache):
-    """d/dx [x s(x)] = s + x s (1 - s) = s (1 + x (1 - s)),  s = sigmoid(x)."""
+    r"""The product rule and :math:`\sigma' = \sigma (1 - \sigma)`, with :math:`\sigma = \sigma(x)` the sigmoid:
+
+    .. math::
+
+        dx = dy \odot \big(\sigma + x\, \sigma (1 - \sigma)\big) = dy \odot \sigma \big(1 + x (1 - \sigma)\big)
+    """
     x, s = cache
     return dout * (s * (1.0 + x * (1.0 - s)))
 
@@ -242,7 +282,8 @@ ACTIVATIONS = {
 
 
 def dropout_forward(x: np.ndarray, p: float = 0.0, keep_mask: np.ndarray | None = None):
-    """out = x * keep_mask / (1 - p); keep_mask None means no dropout (evaluation, or p = 0)."""
+    r""":math:`y = x \odot k / (1 - p_{drop})`, k the keep_mask; keep_mask None means no dropout (evaluation,
+    or p = 0)."""
     if keep_mask is None:
         return x, None
     scale = 1.0 / (1.0 - p)
@@ -252,7 +293,7 @@ def dropout_forward(x: np.ndarray, p: float = 0.0, keep_mask: np.ndarray | None 
 
 
 def dropout_backward(dout: np.ndarray, cache):
-    """dx = dout * keep_mask / (1 - p)."""
+    r"""The same mask and scale: :math:`dx = dy \odot k / (1 - p_{drop})` (dy itself without dropout)."""
     if cache is None:
         return dout
     keep_mask, scale = cache
@@ -333,7 +374,13 @@ def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):
 
 
 def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias, statistics over the last axis (D)."""
+    r"""Layer norm over the last axis (D), with the row's mean :math:`\mu` and biased variance :math:`\sigma^2`, the
+    gain :math:`\gamma` = weight and the bias :math:`\beta` = bias:
+
+    .. math::
+
+        y = \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} \odot \gamma + \beta
+    """
     mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
     x_hat = x - mean
     with np.errstate(over="ignore"):  # an overflow is reported by check_statistics, as a ValueError
@@ -347,13 +394,16 @@ def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps:
 
 
 def layer_norm_backward(dout: np.ndarray, cache):
-    """Gradients of y = x_hat * w + b,  x_hat = (x - mean) * rstd,  rstd = (var + eps)^(-1/2).
+    r"""Gradients of :math:`y = \hat x \odot \gamma + \beta`, :math:`\hat x = (x - \mu)\, r`,
+    :math:`r = (\sigma^2 + \varepsilon)^{-1/2}`; with :math:`g = dy \odot \gamma`:
 
-        dw = sum over rows of dy * x_hat,   db = sum over rows of dy          (D,)
-        g  = dy * w                                                           (..., D)
-        dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))                   (..., D)
+    .. math::
 
-    (mean over the last axis; the two subtracted terms are the paths through mean and var.)
+        d\gamma = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad d\beta = \textstyle\sum_{\text{rows}} dy,
+        \qquad dx = r \big(g - \mathrm{mean}(g) - \hat x\, \mathrm{mean}(g \odot \hat x)\big)
+
+    Returns dx (..., D), dweight and dbias (D,); the means are over the last axis. The two subtracted terms are the
+    paths through the mean and the variance.
     """
     x_hat, rstd, weight = cache
     D = x_hat.shape[-1]
@@ -373,9 +423,11 @@ def layer_norm_backward(dout: np.ndarray, cache):
 
 
 def check_statistics(name: str, rstd: np.ndarray, dtype) -> None:
-    """A norm's 1 / sqrt(var + eps) per row, (..., 1): 0 when the squares overflowed the dtype (|x| beyond
-    about 1e19 in float32), NaN when the input held NaN or inf. Either way the norm of the row is lost:
-    ValueError, instead of an output of zeros (torch returns NaN for layer norm, zeros for RMSNorm)."""
+    r"""A norm's :math:`r` per row, (..., 1) (:math:`1 / \sqrt{\sigma^2 + \varepsilon}`, or RMSNorm's
+    :math:`1 / \sqrt{\mathrm{mean}(x^2) + \varepsilon}`): 0 when the squares overflowed the dtype
+    (:math:`\lvert x \rvert` beyond about :math:`10^{19}` in float32), NaN when the input held NaN or inf. Either
+    way the norm of the row is lost: ValueError, instead of an output of zeros (torch returns NaN for layer norm,
+    zeros for RMSNorm)."""
     if not (rstd > 0).all():  # False for 0 and for NaN
         raise ValueError(
             f"{name}: a row's mean square is not finite in {np.dtype(dtype)} (its input is too large for the "
@@ -388,7 +440,12 @@ def check_statistics(name: str, rstd: np.ndarray, dtype) -> None:
 
 
 def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
-    """y = x / sqrt(mean(x^2) + eps) * weight, the mean over the last axis (D)."""
+    r"""RMSNorm over the last axis (D), with the gain :math:`\gamma` = weight:
+
+    .. math::
+
+        y = \frac{x}{\sqrt{\mathrm{mean}(x^2) + \varepsilon}} \odot \gamma
+    """
     with np.errstate(over="ignore"):  # an overflow is reported by check_statistics, as a ValueError
         rstd = 1.0 / np.sqrt(np.vecdot(x, x)[..., None] / x.shape[-1] + eps)  # (..., 1)
     check_statistics("rms_norm", rstd, x.dtype)
@@ -397,14 +454,16 @@ def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
 
 
 def rms_norm_backward(dout: np.ndarray, cache):
-    """Gradients of y = x_hat * w,  x_hat = x * rstd,  rstd = (mean(x^2) + eps)^(-1/2).
+    r"""Gradients of :math:`y = \hat x \odot \gamma`, :math:`\hat x = x\, r`,
+    :math:`r = (\mathrm{mean}(x^2) + \varepsilon)^{-1/2}`; with :math:`g = dy \odot \gamma`:
 
-        dw = sum over rows of dy * x_hat                     (D,)
-        g  = dy * w                                          (..., D)
-        dx = rstd * (g - x_hat * mean(g * x_hat))            (..., D)
+    .. math::
 
-    (d rstd / dx_j = -rstd^3 x_j / D gives the second term; there is no mean to subtract, so
-    layer norm's mean(g) term is absent.)
+        d\gamma = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad
+        dx = r \big(g - \hat x\, \mathrm{mean}(g \odot \hat x)\big)
+
+    Returns dx (..., D) and dweight (D,). :math:`\partial r / \partial x_j = -r^3 x_j / D` gives the second term;
+    there is no mean to subtract, so layer norm's :math:`\mathrm{mean}(g)` term is absent.
     """
     x_hat, rstd, weight = cache
     D = x_hat.shape[-1]
@@ -451,8 +510,14 @@ def norm_backward(dout: np.ndarray, cache):
 def feed_forward_forward(
     params: dict, x: np.ndarray, activation: str = "relu", dropout: Dropout | None = None, site: str = "ffn"
 ):
-    """x (B, T, D) -> (B, T, D); params: linear1.weight (F, D), linear2.weight (D, F), and linear1.bias (F,),
-    linear2.bias (D,) when the layer has biases."""
+    r"""x (B, T, D) -> (B, T, D), with the activation :math:`\phi`:
+
+    .. math::
+
+        y = \mathrm{drop}\big(\phi(x W_1^\top + b_1)\big)\, W_2^\top + b_2
+
+    params: linear1.weight (F, D), linear2.weight (D, F), and linear1.bias (F,), linear2.bias (D,) when the
+    layer has biases."""
     act_forward, _ = ACTIVATIONS[activation]
     h, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
     a, act_cache = act_forward(h)
@@ -462,7 +527,15 @@ def feed_forward_forward(
 
 
 def feed_forward_backward(dout: np.ndarray, cache):
-    """Chain rule through y = W2 drop(act(W1 x + b1)) + b2, one backward per forward line.
+    r"""Chain rule through :math:`y = \mathrm{drop}(a)\, W_2^\top + b_2`, :math:`a = \phi(h)`,
+    :math:`h = x W_1^\top + b_1`, one backward per forward line:
+
+    .. math::
+
+        da &= \mathrm{drop}^\top(dy\, W_2), \qquad dW_2 = dy^\top \mathrm{drop}(a), \qquad
+        db_2 = \textstyle\sum_{\text{rows}} dy, \\
+        dh &= \phi'(h) \odot da, \\
+        dx &= dh\, W_1, \qquad dW_1 = dh^\top x, \qquad db_1 = \textstyle\sum_{\text{rows}} dh
 
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
@@ -479,9 +552,13 @@ def feed_forward_backward(dout: np.ndarray, cache):
 def gated_feed_forward_forward(
     params: dict, x: np.ndarray, activation: str = "silu", dropout: Dropout | None = None, site: str = "ffn"
 ):
-    """The gated feed-forward block (Llama's SwiGLU when activation is "silu"):
+    r"""The gated feed-forward block (Llama's SwiGLU when activation :math:`\phi` is "silu"): the gate
+    :math:`\phi(g)` scales the up projection u feature by feature,
 
-        y = linear2(drop(act(gate(x)) * linear1(x)))
+    .. math::
+
+        g = x W_g^\top + b_g, \qquad u = x W_1^\top + b_1, \qquad h = \phi(g) \odot u, \qquad
+        y = \mathrm{drop}(h)\, W_2^\top + b_2
 
     x (B, T, D) -> (B, T, D); params: gate.weight (F, D), linear1.weight (F, D) (Llama's up_proj),
     linear2.weight (D, F) (down_proj), and their biases when the layer has them.
@@ -500,14 +577,19 @@ def gated_feed_forward_forward(
 
 
 def gated_feed_forward_backward(dout: np.ndarray, cache):
-    """Gradients of y = W2 drop(h) + b2,  h = act(g) * u,  g = Wg x + bg,  u = W1 x + b1:
+    r"""Gradients of :math:`y = \mathrm{drop}(h)\, W_2^\top + b_2`, :math:`h = \phi(g) \odot u`,
+    :math:`g = x W_g^\top + b_g`, :math:`u = x W_1^\top + b_1`. The product rule gives each factor of h the
+    gradient dh times the other, and x feeds both the gate and the up projection, so the two paths add:
 
-        dh = drop^T (dy W2)                   (B, T, F)
-        du = dh * act(g)                      the product rule: each factor gets dh times the other
-        dg = act'(g) * (dh * u)
-        dx = du W1 + dg Wg                    x feeds both the gate and the up projection: the paths add
+    .. math::
 
-    Returns dx (B, T, D) and the grads dict keyed like params.
+        dh &= \mathrm{drop}^\top(dy\, W_2), \qquad dW_2 = dy^\top \mathrm{drop}(h), \qquad
+        db_2 = \textstyle\sum_{\text{rows}} dy, \\
+        du &= dh \odot \phi(g), \qquad dW_1 = du^\top x, \qquad db_1 = \textstyle\sum_{\text{rows}} du, \\
+        dg &= \phi'(g) \odot dh \odot u, \qquad dW_g = dg^\top x, \qquad db_g = \textstyle\sum_{\text{rows}} dg, \\
+        dx &= du\, W_1 + dg\, W_g
+
+    dh, du, dg (B, T, F). Returns dx (B, T, D) and the grads dict keyed like params.
     """
     activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
     _, act_backward = ACTIVATIONS[activation]
@@ -546,7 +628,8 @@ def residual_in_forward(x: np.ndarray, norm: dict, norm_first: bool, eps: float,
 
 
 def residual_in_backward(dh: np.ndarray, cache):
-    """dx = N_x^T dh in pre-norm, dh in post-norm; with the norm's grads dict (empty in post-norm)."""
+    r""":math:`dx = J_{\mathrm{Norm}}^\top dh` (the norm's backward) in pre-norm, :math:`dx = dh` in post-norm; with
+    the norm's grads dict (empty in post-norm)."""
     if cache is None:
         return dh, {}
     return norm_backward(dh, cache)
@@ -562,8 +645,8 @@ def residual_out_forward(
     site: str = "",
     kind: str = "layer",
 ):
-    """The sublayer's output y joins the residual stream x (both (B, T, D)): x + drop(y) in pre-norm,
-    Norm(x + drop(y)) in post-norm."""
+    r"""The sublayer's output y joins the residual stream x (both (B, T, D)): :math:`x + \mathrm{drop}(y)` in
+    pre-norm, :math:`\mathrm{Norm}\big(x + \mathrm{drop}(y)\big)` in post-norm."""
     y, drop_cache = dropout_site(dropout, site, y)
     s = x + y
     if norm_first:
@@ -573,11 +656,15 @@ def residual_out_forward(
 
 
 def residual_out_backward(dout: np.ndarray, cache):
-    """Backward of residual_out_forward: dx along the residual path, dy into the sublayer, the norm's grads.
+    r"""Backward of residual_out_forward: dx along the residual path, dy into the sublayer, the norm's grads
+    (an empty dict in pre-norm: its norm is residual_in's). With :math:`s = x + \mathrm{drop}(y)`:
 
-    pre-norm,  out = x + drop(y):              dx = dout,           dy = drop^T dout
-    post-norm, out = N(s), s = x + drop(y):    ds = N_s^T dout;  dx = ds,  dy = drop^T ds
-    (the norm's grads dict is empty in pre-norm: its norm is residual_in's)
+    .. math::
+
+        \text{pre-norm, } \mathrm{out} = s&: \qquad dx = d\mathrm{out}, \qquad
+        dy = \mathrm{drop}^\top d\mathrm{out}, \\
+        \text{post-norm, } \mathrm{out} = \mathrm{Norm}(s)&: \qquad ds = J_{\mathrm{Norm}}^\top d\mathrm{out},
+        \qquad dx = ds, \qquad dy = \mathrm{drop}^\top ds
     """
     norm_cache, drop_cache = cache
     norm_grads = {}
