@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf, expit
+from scipy.special import expit
+
+from .special import erf  # scipy's erf for float64; exact and 2.5x faster for float32
 
 # ----------------------------------------------------------------------------------------------
 # Linear: y = x @ W.T + b, with W stored (out_features, in_features) as torch.nn.Linear stores it.
