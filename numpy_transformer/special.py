@@ -16,7 +16,7 @@ element), and rounds the result to float32:
     \operatorname{erf}(x) = \pm 1 \text{ beyond},
 
 with :math:`P` and :math:`Q` of degree 7 (a fit of ours: iterated weighted least squares on the relative
-error). In float64 its relative error is below :math:`7 \times 10^{-12}`, five orders of magnitude under a
+error). In float64 its relative error is below :math:`7 \times 10^{-12}`, four orders of magnitude under a
 float32 rounding step (:math:`2^{-24} \approx 6 \times 10^{-8}`), so the float32 result is the float32 rounding
 of the true :math:`\operatorname{erf}(x)`, except for an input whose true value lies within that
 :math:`7 \times 10^{-12}` of a rounding midpoint, which may round the other way: never more than one unit in
