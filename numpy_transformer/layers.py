@@ -209,13 +209,24 @@ _GELU_TANH_C = 0.044715
 
 
 def gelu_forward(x: np.ndarray):
-    """Exact GELU: gelu(x) = x * Phi(x),  Phi(x) = (1 + erf(x / sqrt 2)) / 2."""
+    r"""Exact GELU, with :math:`\Phi` the standard normal distribution function (erf: special.erf, exact in
+    float32 too):
+
+    .. math::
+
+        \mathrm{gelu}(x) = x\, \Phi(x), \qquad \Phi(x) = \tfrac12 \big(1 + \operatorname{erf}(x / \sqrt 2)\big)
+    """
     cdf = 0.5 * (1.0 + erf(x / _SQRT_2))
     return x * cdf, (x, cdf)
 
 
 def gelu_backward(dout: np.ndarray, cache):
-    """d/dx [x Phi(x)] = Phi(x) + x phi(x),  phi(x) = exp(-x^2 / 2) / sqrt(2 pi)."""
+    r"""The derivative of :math:`x\, \Phi(x)` (the product rule; :math:`\Phi'` is the standard normal density):
+
+    .. math::
+
+        dx = dy \odot \big(\Phi(x) + x\, \Phi'(x)\big), \qquad \Phi'(x) = e^{-x^2 / 2} / \sqrt{2 \pi}
+    """
     x, cdf = cache
     pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
     return dout * (cdf + x * pdf)
