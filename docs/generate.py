@@ -444,7 +444,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"parity report: {time.perf_counter() - start:.0f} s")
     (GENERATED / "parity.md").write_text(parity_markdown(json.loads(args.parity_json.read_text())))
 
-    (GENERATED / "speed.md").write_text(speed_markdown(json.loads((DATA / "bench.json").read_text())))
+    # bench.json (the C library's allocator), then any bench_*.json (other settings, such as --keep-freed-memory)
+    speed = [speed_markdown(json.loads(p.read_text())) for p in sorted(DATA.glob("bench*.json"))]
+    (GENERATED / "speed.md").write_text("\n".join(speed))
     (GENERATED / "flash_attention.md").write_text(
         flash_markdown(json.loads((DATA / "flash_attention.json").read_text()))
     )
