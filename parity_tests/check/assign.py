@@ -27,26 +27,73 @@ def find_heads(module) -> int | None:
     if not isinstance(module, nn.Module):
         return None
     for _, mod in module.named_modules():
-        for attr in HEAD_ATTRS:
-            value = getattr(mod, attr, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
+        for owner in (mod, getattr(mod, "config", None)):  # transformers' modules keep theirs in .config
+            for attr in HEAD_ATTRS:
+                value = getattr(owner, attr, None)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
     return None
 
 
-def _chunks(pieces: list, D: int) -> list:
-    """Consecutive attention pieces grouped into attentions of 4D rows (q, k, v, out)."""
+def kv_width(pieces: list, D: int, H: int) -> int:
+    """The key and value projections' width: D, or n_kv_heads * Dh with grouped-query attention, read from the
+    first attention laid out as q (D), k and v (equal, narrower), out (D), or as a fused D + 2 kv and an out."""
+    Dh = D // H
+    for i, p in enumerate(pieces):
+        width = p.out_features
+        if D < width < 3 * D and (width - D) % (2 * Dh) == 0:
+            return (width - D) // 2
+        window = [q.out_features for q in pieces[i : i + 4]]
+        if width == D and len(window) == 4 and window[1] == window[2] < D == window[3] and window[1] % Dh == 0:
+            return window[1]
+    return D
+
+
+def gated_groups(ffn: list, D: int, F: int) -> list | None:
+    """The gated feed-forward blocks' pieces, (gate, up, down) per block, when there are two D -> F linears for
+    each F -> D one (Llama's SwiGLU), dealt three at a time in registration order; None for plain blocks. The
+    down projection is the F -> D one; gate and up are told apart by name (gate/up, Meta's w1/w3), else taken
+    in order (gate first): see ambiguous_gates."""
+    ups = [p for p in ffn if p.in_features == D and p.out_features == F]
+    downs = [p for p in ffn if p.in_features == F]
+    if not downs or len(ups) != 2 * len(downs) or len(ffn) != 3 * len(downs):
+        return None
+    groups = []
+    for i in range(0, len(ffn), 3):
+        block = ffn[i : i + 3]
+        down = [p for p in block if p.in_features == F]
+        pair = [p for p in block if p.in_features == D]
+        if len(down) != 1 or len(pair) != 2:
+            raise ValueError(
+                f"cannot read {[p.weight for p in block]} as a gated feed-forward block (two {D} -> {F} linears, "
+                f"gate and up, and one {F} -> {D}, down); pass mapping="
+            )
+        if pair[1].role == "gate" or pair[0].role == "up":
+            pair.reverse()
+        groups.append((pair[0], pair[1], down[0]))
+    return groups
+
+
+def ambiguous_gates(groups: list) -> bool:
+    """True when no block's names say which of its two D -> F linears is the gate: both orders are tried."""
+    return not any(g.role in ("gate", "up") or u.role in ("gate", "up") for g, u, _ in groups)
+
+
+def _chunks(pieces: list, D: int, kv: int) -> list:
+    """Consecutive attention pieces grouped into attentions of 2D + 2kv rows (q, k, v, out; kv = D but with
+    grouped-query attention)."""
     chunks, current, rows = [], [], 0
     for p in pieces:
         current.append(p)
         rows += p.out_features
-        if rows == 4 * D:
+        if rows == 2 * D + 2 * kv:
             chunks.append(current)
             current, rows = [], 0
-        elif rows > 4 * D:
+        elif rows > 2 * D + 2 * kv:
             raise ValueError(
-                f"the attention pieces {[q.weight for q in current]} add up to {rows} rows, not 4 x d_model = "
-                f"{4 * D}: cannot split them into q, k, v and output projections; pass mapping="
+                f"the attention pieces {[q.weight for q in current]} add up to {rows} rows, not 2 x d_model + 2 x "
+                f"the k/v width = {2 * D + 2 * kv}: cannot split them into q, k, v and output projections; "
+                "pass mapping="
             )
     if current:
         raise ValueError(f"attention pieces left over: {[q.weight for q in current]}; pass mapping=")
@@ -59,8 +106,11 @@ def infer(level: str, found, module, given: dict) -> tuple:
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
     pieces, norms, tables = list(found.pieces), list(found.norms), list(found.tables)
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
+    if D is None and pieces and not norms:
+        widths = [p.in_features for p in pieces]
+        D = max(widths, key=widths.count)  # the most common input width (a gated block: gate and up read D)
     if D is None:
-        D = norms[0].size if norms else (pieces[0].in_features if pieces else (tables[0].width if tables else None))
+        D = norms[0].size if norms else (tables[0].width if tables else None)
     if D is None and level != "scaled_dot_product_attention":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {level!r}: pass d_model=")
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or find_heads(module)
@@ -91,8 +141,18 @@ def infer(level: str, found, module, given: dict) -> tuple:
             )
     attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     ffn = [p for p in pieces if p not in attention]
-    chunks = _chunks(attention, D) if level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS else []
-    ffn_pairs = [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
+    if level == "gated_feed_forward":
+        attention, ffn = [], pieces
+    kv = kv_width(attention, D, H) if H and D else D
+    chunks = _chunks(attention, D, kv) if level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS else []
+    gated = gated_groups(ffn, D, F)
+    if level == "gated_feed_forward" and gated is None:
+        listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in pieces)
+        raise ValueError(
+            f"cannot read {listed} as a gated feed-forward block: expected two D -> F linears (gate and up) and "
+            "one F -> D (down), D the input width; a two-linear block is checked as 'feed_forward'"
+        )
+    ffn_pairs = gated if gated is not None else [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
     has_bias = any(p.bias is not None for p in attention + ffn) if attention + ffn else True
 
     n_enc = n_dec = 0
@@ -108,6 +168,7 @@ def infer(level: str, found, module, given: dict) -> tuple:
     elif level in LV.LAYERS:
         n_enc = n_dec = 1
     layer_norms = 2 * n_enc + 3 * n_dec if level in ("transformer",) else 2 * (n_enc or n_dec)
+    rms = bool(norms) and all(n.kind == "rms" for n in norms)
     if level == "transformer_lm":
         layer_norms = 2 * n_dec
     if level == "decoder":
@@ -124,8 +185,13 @@ def infer(level: str, found, module, given: dict) -> tuple:
         share_embeddings=level == "transformer" and len(token_tables) == 1,
         positional="learned" if any(t.trainable for t in position_tables) else "sinusoidal",
         max_len=max((t.rows for t in position_tables), default=64),
-        layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-5),
+        layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
+        norm="rms" if rms or level == "rms_norm" else "layer",
+        gated_ffn=gated is not None,
+        n_kv_heads=kv // (D // H) if H and kv != D else None,
     )
+    if gated is not None:
+        base["activation"] = "silu"
     if final:
         base["norm_first"] = True
     base |= sizes
@@ -143,11 +209,15 @@ def infer(level: str, found, module, given: dict) -> tuple:
             links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 
     def ffn_link(pair, prefix):
-        if len(pair) != 2 or pair[0].out_features != F or pair[1].in_features != F:
+        if gated is not None:
+            names = ("gate", "linear1", "linear2")
+        elif len(pair) != 2 or pair[0].out_features != F or pair[1].in_features != F:
             raise ValueError(
                 f"cannot read {[p.weight for p in pair]} as a feed-forward block {D} -> {F} -> {D}; pass mapping="
             )
-        for p, name in zip(pair, ("linear1", "linear2"), strict=True):
+        else:
+            names = ("linear1", "linear2")
+        for p, name in zip(pair, names, strict=True):
             links.append(
                 Link(
                     p.weight,
@@ -162,7 +232,7 @@ def infer(level: str, found, module, given: dict) -> tuple:
                 zero.append(f"{prefix}{name}.bias")
 
     def attn_link(chunk, prefix):
-        got, held = attention_links(chunk, prefix.rstrip("."), D, cfg.n_heads, cfg.bias)
+        got, held = attention_links(chunk, prefix.rstrip("."), D, cfg.n_heads, cfg.bias, kv)
         links.extend(got)
         zero.extend(held)
 
@@ -182,12 +252,20 @@ def infer(level: str, found, module, given: dict) -> tuple:
     if level == "multi_head_attention":
         count("attentions", len(chunks), 1)
         attn_link(chunks[0], "")
-    elif level == "layer_norm":
+    elif level in ("layer_norm", "rms_norm"):
         count("norms", len(norms), 1)
         norm_link(norms[0], "")
     elif level == "feed_forward":
+        if gated is not None:
+            raise ValueError(
+                f"{[p.weight for p in pieces]} is a gated feed-forward block (gate, up and down); check it as "
+                "'gated_feed_forward'"
+            )
         count("feed-forward pieces", len(ffn) + len(attention), 2)
         ffn_link(sorted(pieces, key=lambda p: p.in_features != D), "")
+    elif level == "gated_feed_forward":
+        count("gated feed-forward blocks", len(gated), 1)
+        ffn_link(gated[0], "")
     elif level == "embedding":
         count("token tables", len(token_tables), 1)
         links.append(Link(token_tables[0].name, [("token_embedding.weight", None)]))
@@ -283,3 +361,74 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
                 )
                 break
     return overwrite, layout
+
+
+THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")
+
+
+def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
+    """The RoPE base of an inverse-frequency vector theta^(-2i/Dh), i < Dh/2, rounded to an integer where it is
+    one to float32 precision (a float32 buffer)."""
+    if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1:
+        return None
+    theta = float(inv_freq[1] ** (-Dh / 2))
+    return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
+
+
+def rope_thetas(module, Dh: int) -> list:
+    """The RoPE bases the user's module states: a base attribute (theta, rope_theta, base, ...; transformers'
+    in .config), or an inverse-frequency buffer (inv_freq). 10000 (the paper's, Llama 2's) is always tried last."""
+    found = []
+    if isinstance(module, nn.Module):
+        for _, mod in module.named_modules():
+            config = getattr(mod, "config", None)
+            values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
+            values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
+            for name, buf in mod.named_buffers(recurse=False):
+                if "inv_freq" in name and buf.is_floating_point():
+                    values.append(_theta_from(buf.detach().double().cpu().numpy(), Dh))
+            found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
+    return list(dict.fromkeys(found + [10000.0]))
+
+
+def rope_tables(theta: float, Dh: int, T: int) -> dict:
+    """The tables a user's module may keep for RoPE at base theta, float64: the inverse frequencies (Dh/2,), and
+    for positions 0 .. T - 1 the angles, cos and sin, (T, Dh/2), or (T, Dh) repeated for the two halves
+    (Hugging Face's cat) or for the pairs (interleaved)."""
+    inv = theta ** (-np.arange(0, Dh, 2, dtype=np.float64) / Dh)
+    angles = np.arange(T, dtype=np.float64)[:, None] * inv
+    tables = {"inverse frequencies": inv}
+    for name, f in (("angles", angles), ("cos", np.cos(angles)), ("sin", np.sin(angles))):
+        tables[f"{name} (T, Dh/2)"] = f
+        tables[f"{name} (T, Dh), halves"] = np.concatenate([f, f], axis=-1)
+        tables[f"{name} (T, Dh), pairs"] = np.repeat(f, 2, axis=-1)
+    return tables
+
+
+def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, float | None]:
+    """The user's RoPE buffers built in float32 (inverse frequencies, cos and sin tables): each one equal to a
+    table of rope_tables to float32 precision is overwritten with its float64 values for the float64 comparison,
+    as fixed sinusoid tables are. Returns ({buffer name: float64 values}, the base they were built with)."""
+    overwrite, base = {}, None
+    if not isinstance(module, nn.Module) or Dh % 2:
+        return overwrite, base
+    for name, buf in module.named_buffers():
+        if not buf.is_floating_point() or buf.numel() < Dh // 2:
+            continue
+        value = buf.detach().double().cpu().numpy()
+        value = value.reshape([s for s in value.shape if s > 1] or [1])
+        rows = value.shape[0] if value.ndim == 2 else 0
+        for theta in thetas:
+            match = next(
+                (k for k, t in rope_tables(theta, Dh, max(rows, 1)).items() if t.shape == value.shape
+                 and np.allclose(value, t, rtol=1e-6, atol=1e-6)),
+                None,
+            )  # fmt: skip
+            if match is not None:
+                overwrite[name], base = rope_tables(theta, Dh, max(rows, 1))[match], base or theta
+                notes.append(
+                    f"{name}: RoPE {match} (base {theta:g}) to float32 precision; overwritten with the float64 "
+                    "values for the float64 comparison"
+                )
+                break
+    return overwrite, base

@@ -14,6 +14,7 @@ integers), "additive" (0 where allowed, -1e9 where masked, added to the scores).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,9 @@ DATA = {
     "scaled_dot_product_attention": ("q", "k", "v"),
     "multi_head_attention": ("query", "key", "value"),
     "layer_norm": ("x",),
+    "rms_norm": ("x",),
     "feed_forward": ("x",),
+    "gated_feed_forward": ("x",),
     "positional_encoding": ("x",),
     "embedding": ("ids",),
     "encoder_layer": ("x",),
@@ -52,6 +55,7 @@ class Caller:
     self_attention: bool = False
     extra: dict = field(default_factory=dict)  # fixed keyword arguments (need_weights=False, ...)
     call: object = None  # a user's call= adapter
+    causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
 
     def conventions(self) -> dict:
         out = {"batch_first": self.batch_first}
@@ -61,7 +65,9 @@ class Caller:
             out["mask"] = "none passed (built inside the module, or none)"
         if self.order and self.order not in (("query", "key", "value"), ("query",) * 3) and len(self.order) == 3:
             out["argument_order"] = ", ".join(self.order)
-        if self.self_attention:
+        if self.causal:
+            out["attention"] = "causal self-attention: one input, the future masked"
+        elif self.self_attention:
             out["attention"] = "self-attention: one input (query = key = value)"
         if self.call is not None:
             out["call"] = "the call= adapter"
@@ -84,9 +90,10 @@ class Caller:
 
 
 def first_tensor(out):
-    """A module's output: the tensor itself, or the first element of a tuple (nn.MultiheadAttention's)."""
-    while isinstance(out, (tuple, list)):
-        out = out[0]
+    """A module's output: the tensor itself, the first element of a tuple (nn.MultiheadAttention's), or the first
+    value of a mapping (transformers' ModelOutput: the logits, when no loss was asked for)."""
+    while isinstance(out, (tuple, list, Mapping)) and len(out):
+        out = next(iter(out.values())) if isinstance(out, Mapping) else out[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"the module returned {type(out).__name__}, expected a tensor or a tuple starting with one")
     return out
@@ -182,6 +189,8 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     ]
     mask_params = [p.name for p in params if "mask" in p.name.lower()]
     data_params = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
+    if not data_params:  # every argument optional (transformers' forward(input_ids=None, ...)): the first ones
+        data_params = [p.name for p in params if "mask" not in p.name.lower()][: len(data)]
     orders = []
     if level == "multi_head_attention" and len(data_params) == 1:
         orders.append(("query",))
@@ -220,6 +229,24 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
                 for shapes in _product(shape_lists):
                     masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
                     found.append(Caller(bf, order, masks, self_attention))
+    if level == "multi_head_attention":
+        found += _causal_callers(layouts, orders, mask_params, kinds if mask != "none" else ())
+    return found
+
+
+def _causal_callers(layouts, orders, mask_params, kinds) -> list:
+    """Self-attention that masks the future (Llama's, GPT's): the module given one input and, where it takes a
+    mask, the causal mask in each kind and shape; else none (the module builds it)."""
+    found = []
+    for bf in layouts:
+        for order in orders:
+            if set(order) != {"query"}:
+                continue
+            if not mask_params or not kinds:
+                found.append(Caller(bf, order, {}, True, causal=True))
+            for kind in kinds if mask_params else ():
+                for shape in CAUSAL_SHAPES:
+                    found.append(Caller(bf, order, {mask_params[0]: ("tgt", kind, shape)}, True, causal=True))
     return found
 
 

@@ -50,11 +50,16 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
     return _error(user, variant)
 
 
-def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None, self_attention=True) -> list:
+def attention_variants(
+    D: int, Dh: int, keep, causal=False, pad=None, swap=None, self_attention=True, rope=False, gqa=False
+) -> list:
     """(id, message, knobs) for every catalogue mistake an attention can make, given its reference mask `keep`;
     for a causal self-attention `pad` is its keys' padding (B, 1, 1, T) or None, `swap` the cross-attention's
-    mask (masks_swapped)."""
-    out = []
+    mask (masks_swapped). `rope`: rotary positions' mistakes too; `gqa`: grouped-query attention's."""
+    out = rope_variants() if rope else []
+    if gqa:
+        message = "K/V heads repeated by tiling (.repeat: query head h reads K/V head h % n_kv), not repeat_interleave"
+        out.append(("attention.kv_heads_tiled", message, {"tile": True}))
     for divisor, origin in VR.scale_divisors(D, Dh).items():
         message = f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
         out.append(("attention.wrong_scale", message, {"divisor": divisor}))
@@ -123,14 +128,30 @@ def attention_variants(D: int, Dh: int, keep, causal=False, pad=None, swap=None,
     return out
 
 
-def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **context) -> list:
+def rope_variants() -> list:
+    """(id, message, knobs) of the rotary positions' mistakes (variants.multi_head_attention's knobs)."""
+    # which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
+    mixed = (
+        "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
+    )
+    return [
+        ("rope.applied_to_v", "the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
+        ("rope.mixed_pairing", mixed, {"pairs": ("half", "interleaved")}),
+        ("rope.mixed_pairing", mixed, {"pairs": ("interleaved", "half")}),
+        ("rope.position_offset", "keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
+        ("rope.position_offset", "keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
+    ]
+
+
+def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, **context) -> list:
     """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
     found, tiers = [], ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1]
-    for vid, message, knobs in attention_variants(D, D // H, keep, **context):
+    gqa = n_kv is not None and n_kv != H
+    for vid, message, knobs in attention_variants(D, D // H, keep, rope=theta is not None, gqa=gqa, **context):
         knobs = dict(knobs)
         k = knobs.pop("keep", keep)
         transpose = knobs.pop("transpose", True)
@@ -143,7 +164,7 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, **c
             error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         else:
             key, value = kv if isinstance(kv, tuple) else (kv, kv)
-            variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, **knobs)
+            variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, n_kv, theta, **knobs)
             empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
             error = _match(user_out, variant, valid, empty)
         if error <= MATCH and vid not in {d.id for d in found}:
@@ -163,6 +184,24 @@ def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
         if error <= MATCH:
             return [Diagnosis(i, VR_MESSAGES[i] + f" (eps = {eps:g})", where, error) for i in combination]
     return []
+
+
+def match_rms_norm(user_out, x, weight, eps, where, valid=None) -> list:
+    """The RMSNorm variants (variants.RMS_NORM_VARIANTS) that reproduce `user_out`."""
+    for vid, message, knobs in VR.RMS_NORM_VARIANTS:
+        error = _match(user_out, VR.rms_norm(x, weight, eps, **knobs), valid, None)
+        if error <= MATCH:
+            return [Diagnosis(vid, f"{message} (eps = {eps:g})", where, error)]
+    return []
+
+
+def match_gated(user_out, x, params, activation, where, valid=None) -> list:
+    """The gated feed-forward's variant: the activation on the up projection instead of the gate."""
+    error = _match(user_out, VR.gated_feed_forward(params, x, activation, on_up=True), valid, None)
+    if error > MATCH:
+        return []
+    message = f"{activation} applied to the up projection, not the gate: down(gate(x) * {activation}(up(x)))"
+    return [Diagnosis("gated_feed_forward.activation_on_up", message, where, error)]
 
 
 VR_MESSAGES = {
@@ -297,8 +336,11 @@ def _attention_calls_scaled(session, caller) -> list:
     out = []
     with torch.no_grad():
         for unit, (mod, args, kwargs) in captured.items():
-            y = mod(*[scaled(a) for a in args], **{k: scaled(v) for k, v in kwargs.items()})
-            before = int((~torch.isfinite(C.first_tensor(mod(*args, **kwargs)))).sum())
+            try:
+                y = mod(*[scaled(a) for a in args], **{k: scaled(v) for k, v in kwargs.items()})
+                before = int((~torch.isfinite(C.first_tensor(mod(*args, **kwargs)))).sum())
+            except Exception:  # an attention that cannot run again on its own inputs (a decoding cache it extends)
+                continue
             out.append((targets[unit], C.first_tensor(y), before))
     return out
 
@@ -312,19 +354,29 @@ def unit_kind(links, unit: str) -> str | None:
 
 
 def component_variants(session, caller, cfg, result) -> None:
-    """The catalogue's variants of a component, on the component's own probe: under the chosen convention, else
-    under the first other convention (a mask's kind and shape) under which one matches."""
-    for candidate in [caller] + [c for c in getattr(session, "runnable", []) if c is not caller]:
-        found = _component_variants(session, candidate, cfg)
-        if found:
-            result.diagnoses += found
-            if candidate is not caller:
-                result.notes.append(f"diagnosed under the convention {candidate.conventions()}")
-            return
+    """The catalogue's variants of a component, on the component's own probe: under the chosen convention, config
+    and weight map, else under the first other convention (a mask's kind and shape, causal or not), config
+    (rotary or not, its base) or map (RoPE's pairing, gate and up) under which one matches."""
+    chosen = session.layout
+    layouts = [chosen] + [x for x in session.layouts if x is not chosen]
+    configs = [cfg] + [c for c in session.config_candidates() if c != cfg]
+    for layout in layouts:
+        session.use(layout)
+        for config in configs:
+            for candidate in [caller] + [c for c in getattr(session, "runnable", []) if c is not caller]:
+                if config.positional == "rope" and not session.probe(candidate).self_attention:
+                    continue
+                found = _component_variants(session, candidate, config)
+                if found:
+                    result.diagnoses += found
+                    if candidate is not caller or config != cfg or layout is not chosen:
+                        result.notes.append(f"diagnosed under the convention {candidate.conventions()}")
+                    return
+    session.use(chosen)
 
 
 def _component_variants(session, caller, cfg) -> list:
-    p = session.probes[caller.self_attention]
+    p = session.probe(caller)
     level = session.level
     user, _ = session.run_user(caller, np.float64)
     user = _np(user)
@@ -337,12 +389,18 @@ def _component_variants(session, caller, cfg) -> list:
     elif level == "multi_head_attention":
         q = p.floats["query"]
         kv = q if p.self_attention else (p.floats["key"], p.floats["value"])
+        context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
+        keep = LV.keep_mask(p, "self" if p.causal else "src")
         found = match_attention(
-            user, session.params, q, kv, cfg.n_heads, LV.keep_mask(p, "src"), where, self_attention=p.self_attention
+            user, session.params, q, kv, cfg.n_heads, keep, where, p.valid, **VR.rope_knobs(cfg), **context
         )
     elif level == "layer_norm":
         eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
         found = match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, where)
+    elif level == "rms_norm":
+        found = match_rms_norm(user, p.floats["x"], session.params["weight"], cfg.layer_norm_eps, where)
+    elif level == "gated_feed_forward":
+        found = match_gated(user, p.floats["x"], session.params, cfg.activation, where)
     elif level == "embedding":
         found = match_embedding(
             user,
@@ -435,7 +493,7 @@ def model_stages(session, cfg, caller):
     """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
     extra) with extra the masks the attention read."""
     level, params = session.level, session.params
-    p = session.probes[False]
+    p = session.probes[(False, False)]
     stages = []
     if level in LV.LAYERS:
         decoder = level == "decoder_layer"
@@ -582,7 +640,11 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
                 options = dict(causal=True, pad=context["pad"], swap=context["swap"])
             else:
                 options = dict(self_attention=context.get("self_attention", True))
-            found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **options)
+            rope = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn"))
+            found = match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **rope, **options)
+        elif kind == "norm" and cfg.norm == "rms":
+            eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
+            found = match_rms_norm(user_out, inputs[0], session.params[f"{unit}.weight"], eps, where, valid)
         elif kind == "norm":
             eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
             found = match_norm(
@@ -594,6 +656,8 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
                 where,
                 valid,
             )
+        elif kind == "ffn" and cfg.gated_ffn:
+            found = match_gated(user_out, inputs[0], M.sub(session.params, unit), cfg.activation, where, valid)
         else:
             found = []
     result.diagnoses += found
@@ -602,6 +666,11 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
             f"{where} (reference {unit or session.level}) diverges with relative error "
             f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
+        if error < 1e-5:  # float32's rounding, in a float64 run
+            result.unexplained += (
+                "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
+                "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
+            )
 
 
 def latest_divergence(session, runnable: list) -> tuple:
@@ -609,18 +678,22 @@ def latest_divergence(session, runnable: list) -> tuple:
     conventions and config are right everywhere before it); of those that tie, the first whose divergence a
     catalogue variant explains, else the one closest there. Returns (caller, config)."""
     scored = []
-    for caller in runnable:
-        captured = capture(session, caller)
-        for cfg in session.config_candidates():
-            done, _, _, error = scan(session, caller, cfg, captured)
-            scored.append((-done, error, len(scored), caller, cfg, captured))
+    for layout in session.layouts:  # the weight maps too: RoPE's pairing, gate and up
+        session.use(layout)
+        for caller in runnable:
+            captured = capture(session, caller)
+            for cfg in session.config_candidates():
+                done, _, _, error = scan(session, caller, cfg, captured)
+                scored.append((-done, error, len(scored), caller, cfg, captured, layout))
     scored.sort(key=lambda s: s[:3])
     tied = [s for s in scored if s[0] == scored[0][0]]
-    for _, _, _, caller, cfg, captured in tied:
+    for _, _, _, caller, cfg, captured, layout in tied:
+        session.use(layout)
         trial = Result(reference=session.level)
         first_divergence(session, caller, cfg, trial, captured)
         if trial.diagnoses:
             return caller, cfg
+    session.use(tied[0][6])
     return tied[0][3], tied[0][4]
 
 

@@ -99,14 +99,34 @@ class Session:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
         self.wrong_table = any("frequencies are all 1" in n for n in self.notes)
         self.given = given
+        self.thetas, self.rope_overwrite = [], {}
+        if self.is_module and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
+            self.thetas = A.rope_thetas(user, self.cfg.head_dim)
+            self.rope_overwrite, base = A.rope_buffers(user, self.cfg.head_dim, self.thetas, self.notes)
+            if base is not None:  # the base the module's own tables were built with: tried first
+                self.thetas = [base] + [t for t in self.thetas if t != base]
         rng = np.random.default_rng(seed)
         self.shapes = LV.reference_shapes(level, self.cfg)
         self.params = LV.init_reference(self.shapes, rng, self.zero)
-        self.probes = {False: LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
+        self.probes = {(False, False): LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
         if level == "multi_head_attention":
-            self.probes[True] = LV.probe(level, self.cfg, np.random.default_rng(seed + 1), self_attention=True)
-        self.callers = C.callers(user, level, self.probes[False], batch_first, mask, call)
+            for causal in (False, True):
+                self.probes[(True, causal)] = LV.probe(
+                    level, self.cfg, np.random.default_rng(seed + 1), self_attention=True, causal=causal
+                )
+        self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
         self.copies = {}
+        self.layouts = layouts(self, found, mapping is None)
+        self.layout = self.layouts[0]
+
+    def probe(self, caller) -> LV.Probe:
+        """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention."""
+        return self.probes[(caller.self_attention, caller.causal)]
+
+    def use(self, layout) -> None:
+        """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
+        if layout is not self.layout:
+            self.layout, self.links, self.copies = layout, layout["links"], {}
 
     def copy(self, dtype):
         """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
@@ -117,7 +137,7 @@ class Session:
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
             with torch.no_grad():
-                for name, table in self.overwrite.items():
+                for name, table in (self.overwrite | self.rope_overwrite).items():
                     tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
             self.copies[dtype] = module
         return self.copies[dtype]
@@ -127,19 +147,45 @@ class Session:
         post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
         base = self.cfg
         options = [{}]
-        given = self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
+        given = self.stated()
         if self.level in LV.LAYERS + LV.MODELS + (LV.STACKS,) and "norm_first" not in given:
             norm_first = [base.norm_first] if self.level in LV.MODELS else [False, True]  # models: final norms tell
             options = [o | {"norm_first": v} for o in options for v in norm_first]
-        if self.level in ("feed_forward", LV.STACKS) + LV.LAYERS + LV.MODELS and "activation" not in given:
-            options = [o | {"activation": a} for o in options for a in ("relu", "gelu", "gelu_tanh")]
+        levels = ("feed_forward", "gated_feed_forward", LV.STACKS) + LV.LAYERS + LV.MODELS
+        if self.level in levels and "activation" not in given:
+            activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
+            options = [o | {"activation": a} for o in options for a in activations]
+        rope = self.rope_options(given)
+        if rope:
+            options = [o | r for o in options for r in rope]
         if self.level in LV.MODELS and "scale_embeddings" not in given:
-            options = [o | {"scale_embeddings": s} for o in options for s in (True, False)]
+            scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
+            options = [o | {"scale_embeddings": s} for o in options for s in scales]
         return [dataclasses.replace(base, **o) for o in options]
+
+    def stated(self) -> dict:
+        """What the caller fixed: the keyword fields, and every field of a config= given."""
+        return self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
+
+    def rope_options(self, given: dict) -> list:
+        """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
+        attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
+        if not self.thetas or self.level not in ("multi_head_attention",) + LV.MODELS:
+            return []
+        if self.level in LV.MODELS and (self.cfg.positional == "learned" or self.overwrite):
+            return []  # a position table of its own: not rotary
+        if given.get("positional") not in (None, "rope"):
+            return []
+        thetas = [given["rope_theta"]] if "rope_theta" in given else self.thetas
+        rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
+        if given.get("positional") == "rope":
+            return rope
+        evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
+        return rope + [{}] if evidence else [{}] + rope
 
     def run_user(self, caller, dtype, grad=False, scale=1.0):
         """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients)."""
-        p = self.probes[caller.self_attention]
+        p = self.probe(caller)
         module = self.copy(dtype)
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
         tensors = {}
@@ -150,6 +196,44 @@ class Session:
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
         return out, tensors
+
+
+def layouts(session, found, inferred: bool) -> list:
+    """The weight maps the user's module may be judged under, each {"links": ..., and what it says}: the inferred
+    one; where no name says which of a gated block's two D -> F linears is the gate, the two exchanged; and,
+    where rotary positions may be used, each of those with the q and k rows in RoPE's interleaved pairing (Meta's
+    (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every
+    head in another order). The check keeps the first under which the module agrees with the reference."""
+    out = [{"links": session.links}]
+    if not inferred or not session.is_module:
+        return out
+    cfg = session.cfg
+    gates = [link for link in session.links if link.parts[0][0].endswith(("gate.weight", "linear1.weight"))]
+    if cfg.gated_ffn and not any(MP.role_of(link.user) in ("gate", "up") for link in gates):
+        swapped = [_swap_gate(link) for link in session.links]
+        for layout in (out[0], {"links": swapped}):
+            gate = next(link.user for link in layout["links"] if link.parts[0][0].endswith("gate.weight"))
+            layout["gate"] = f"{gate} (no name says which of the two D -> F linears is the gate: both tried)"
+        out.append(layout)
+    paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
+    if session.rope_options(session.stated()) and cfg.head_dim % 2 == 0 and paired:
+        for layout in list(out):
+            layout["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
+            interleaved = MP.interleave_rope(layout["links"], cfg.head_dim)
+            pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
+            out.append(layout | {"links": interleaved, "rope_pairing": pairing})
+    return out
+
+
+def _swap_gate(link):
+    """A link with the gated block's gate and up projection (linear1) exchanged."""
+    other = {"gate": "linear1", "linear1": "gate"}
+    parts = []
+    for name, rows in link.parts:
+        head, unit, tail = name.rsplit(".", 2) if name.count(".") > 1 else ("", *name.split("."))
+        swapped = f"{other.get(unit, unit)}.{tail}"
+        parts.append((f"{head}.{swapped}" if head else swapped, rows))
+    return dataclasses.replace(link, parts=parts)
 
 
 def mark_positions_by_use(user, level: str, found, call) -> None:
@@ -208,15 +292,16 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     targets sees it only when a batch holds an empty source."""
     if session.level not in ("multi_head_attention", "decoder_layer", "transformer", LV.STACKS):
         return
-    p = dataclasses.replace(session.probes[caller.self_attention])
+    key = (caller.self_attention, caller.causal)
+    p = dataclasses.replace(session.probes[key])
     if p.src_keep is None or p.self_attention:
         return
     p.src_keep = p.src_keep.copy()
     p.src_keep[0] = False  # the first sequence: padding only
     if "src" in p.ids:
         p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
-    saved = session.probes[caller.self_attention]
-    session.probes[caller.self_attention] = p
+    saved = session.probes[key]
+    session.probes[key] = p
     try:
         out, _ = session.run_user(caller, np.float64)
         ref = from_logits(LV.run_reference(session.level, session.params, p, cfg, np.float64)[0], kind)
@@ -224,7 +309,7 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
         result.notes.append(f"a fully padded source sequence: the module raised {type(exc).__name__}: {exc}")
         return
     finally:
-        session.probes[caller.self_attention] = saved
+        session.probes[key] = saved
     out = out.detach().cpu().numpy()
     row = _valid(out, p.valid)[:1], _valid(ref, p.valid)[:1]
     if np.isnan(row[0]).any():
@@ -251,6 +336,10 @@ def links_from_table(table: dict) -> tuple[list, list]:
         if "held at zero" in note:
             zero.append(ref)
             continue
+        full, pairs = note, 0
+        if ", RoPE pairs interleaved (head size " in note:
+            note, _, size = note.partition(", RoPE pairs interleaved (head size ")
+            pairs = int(size.rstrip(")"))
         transposed = "transposed" in note
         if note.startswith("fused rows"):
             prefix = ref.split("{")[0]
@@ -262,7 +351,7 @@ def links_from_table(table: dict) -> tuple[list, list]:
             parts = [(ref, (int(start), int(stop)))]
         else:
             parts = [(ref, None)]
-        links.append(MP.Link(user, parts, transposed, note))
+        links.append(MP.Link(user, parts, transposed, full, pairs))
     return links, zero
 
 
@@ -290,41 +379,48 @@ def choose(session: Session) -> tuple:
     outs = {}
     best, errors = None, []
     session.runnable = []
-    for caller in session.callers:
-        try:
-            out, _ = session.run_user(caller, np.float64)
-        except Exception as exc:  # a convention the module does not take: try the next one
-            errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
-            continue
-        out = out.detach().cpu().numpy()
-        session.runnable.append(caller)
-        p = session.probes[caller.self_attention]
-        kind = output_kind(out) if session.level in ("transformer", "transformer_lm") else "logits"
-        for i, cfg in enumerate(session.config_candidates()):
-            key = (caller.self_attention, i)
-            if key not in outs:
-                outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
-            ref = from_logits(outs[key], kind)
-            if out.shape != ref.shape:
+    configs = session.config_candidates()
+    for n, layout in enumerate(session.layouts):
+        session.use(layout)
+        for caller in session.callers:
+            try:
+                out, _ = session.run_user(caller, np.float64)
+            except Exception as exc:  # a convention the module does not take: try the next one
+                errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
                 continue
-            with np.errstate(all="ignore"):
-                error = _error(np.nan_to_num(_valid(out, p.valid), nan=1e300), _valid(ref, p.valid))
-            if error <= MATCH:
-                return caller, cfg, kind, True
-            if best is None or error < best[0]:
-                best = (error, caller, cfg, kind)
+            out = out.detach().cpu().numpy()
+            if n == 0:
+                session.runnable.append(caller)
+            p = session.probe(caller)
+            kind = output_kind(out) if session.level in ("transformer", "transformer_lm") else "logits"
+            for i, cfg in enumerate(configs):
+                if cfg.positional == "rope" and not p.self_attention and session.level == "multi_head_attention":
+                    continue  # rotary positions need one sequence
+                key = (caller.self_attention, caller.causal, i)
+                if key not in outs:
+                    outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
+                ref = from_logits(outs[key], kind)
+                if out.shape != ref.shape:
+                    continue
+                with np.errstate(all="ignore"):
+                    error = _error(np.nan_to_num(_valid(out, p.valid), nan=1e300), _valid(ref, p.valid))
+                if error <= MATCH:
+                    return caller, cfg, kind, True
+                if best is None or error < best[0]:
+                    best = (error, caller, cfg, kind, layout)
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
             "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    _, caller, cfg, kind = best  # nothing matches: the closest convention and config, to diagnose from
+    _, caller, cfg, kind, layout = best  # nothing matches: the closest convention and config, to diagnose from
+    session.use(layout)
     return caller, cfg, kind, False
 
 
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
-    p = session.probes[caller.self_attention]
+    p = session.probe(caller)
     out, tensors = session.run_user(caller, dtype, grad=True)
     ref_out, backward = LV.run_reference(session.level, session.params, p, cfg, dtype)
     rng = np.random.default_rng(session.seed + 2)
@@ -350,7 +446,9 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
         grads[f"d {n}"] = (user_params.get(n, np.zeros_like(g)), g)
     label = np.dtype(dtype).name
     rows = [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in relative_errors(pairs, dtype).items()]
-    rows += [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in relative_errors(grads, dtype).items()]
+    for n, (_, e) in relative_errors(grads, dtype).items():  # a gradient zero on both sides cannot fail: said so
+        zero = not np.any(grads[n][0]) and not np.any(grads[n][1])
+        rows.append(Row(n, label, e, BAR[np.dtype(dtype)], "all zero" if zero else ""))
     if grads and all(not np.any(a) for a, _ in grads.values()):
         rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
     return rows, out.detach().cpu().double().numpy(), p
@@ -425,6 +523,9 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             "equal to float32 precision; overwritten in float64",
         )
     result.conventions = caller.conventions() | {"output": kind}
+    for what in ("gate", "rope_pairing"):
+        if what in session.layout and (what == "gate" or cfg.positional == "rope"):
+            result.conventions[what] = session.layout[what]
     if not matched:
         result.conventions["detected"] = "no convention reproduced the reference: judged under the closest"
     result.notes = list(session.notes)

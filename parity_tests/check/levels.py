@@ -23,7 +23,9 @@ COMPONENTS = (
     "scaled_dot_product_attention",
     "multi_head_attention",
     "layer_norm",
+    "rms_norm",
     "feed_forward",
+    "gated_feed_forward",
     "positional_encoding",
     "embedding",
 )
@@ -70,12 +72,19 @@ def _ids(rng, keep: np.ndarray, vocab: int, pad_id: int | None) -> np.ndarray:
     return ids
 
 
-def probe(level: str, cfg, rng, self_attention: bool = False) -> Probe:
+def probe(level: str, cfg, rng, self_attention: bool = False, causal: bool = False) -> Probe:
     """Random reference inputs for `level` (float64). Lengths: 5 queries, 6 keys (T_q != T_k where the level
-    has two sequences); the second sequence ends with two padding positions."""
+    has two sequences); the second sequence ends with two padding positions. A causal multi-head attention
+    (`causal`, self-attention that masks the future, as Llama's) has no padding mask: its third sequence ends
+    with one padding position, whose output is not compared (causality hides it from every other)."""
     D, Dh, H = cfg.d_model, cfg.head_dim, cfg.n_heads
     T_q, T_k = 5, 6
-    p = Probe(self_attention=self_attention)
+    p = Probe(self_attention=self_attention or causal, causal=causal)
+    if level == "multi_head_attention" and causal:
+        p.floats = {"query": rng.standard_normal((B, T_k, D))}
+        p.tgt_keep = _keep(rng, T_k, (2,), 1)
+        p.valid = p.tgt_keep
+        return p
     if level == "scaled_dot_product_attention":
         p.floats = {
             "q": rng.standard_normal((B, H, T_q, Dh)),
@@ -89,7 +98,7 @@ def probe(level: str, cfg, rng, self_attention: bool = False) -> Probe:
         else:
             p.floats = {n: rng.standard_normal((B, T, D)) for n, T in (("query", T_q), ("key", T_k), ("value", T_k))}
         p.src_keep = _keep(rng, T_k)
-    elif level in ("layer_norm", "feed_forward", "positional_encoding", "encoder_layer"):
+    elif level in ("layer_norm", "rms_norm", "feed_forward", "gated_feed_forward", "positional_encoding") + LAYERS[:1]:
         p.floats = {"x": rng.standard_normal((B, T_k, D))}
         if level == "encoder_layer":
             p.src_keep = _keep(rng, T_k)
@@ -133,11 +142,18 @@ def reference_shapes(level: str, cfg) -> dict:
     linear = {"weight": lambda o, i: (o, i), "bias": lambda o, i: (o,)}
     kinds = ("weight", "bias") if cfg.bias else ("weight",)  # a user without any bias: the reference has none
     if level == "multi_head_attention":
-        return {f"{p}_proj.{w}": linear[w](D, D) for p in ("q", "k", "v", "out") for w in kinds}
+        kv = cfg.kv_heads * cfg.head_dim  # the k and v projections' width (grouped-query attention: < D)
+        widths = {"q": D, "k": kv, "v": kv, "out": D}
+        return {f"{p}_proj.{w}": linear[w](widths[p], D) for p in ("q", "k", "v", "out") for w in kinds}
     if level == "layer_norm":
         return {"weight": (D,), "bias": (D,)}
+    if level == "rms_norm":
+        return {"weight": (D,)}
     if level == "feed_forward":
         return {f"linear{i}.{w}": linear[w](*((F, D) if i == 1 else (D, F))) for i in (1, 2) for w in kinds}
+    if level == "gated_feed_forward":
+        dims = {"gate": (F, D), "linear1": (F, D), "linear2": (D, F)}
+        return {f"{n}.{w}": linear[w](*dims[n]) for n in dims for w in kinds}
     if level == "positional_encoding":
         return {"position_embedding.weight": (cfg.max_len, D)} if cfg.positional == "learned" else {}
     if level == "embedding":
@@ -206,7 +222,13 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
     elif level == "multi_head_attention":
         q = f["query"]
         k, v = (q, q) if p.self_attention else (f["key"], f["value"])
-        out, cache = nt.multi_head_attention_forward(params, q, k, v, cfg.n_heads, keep_mask(p, "src"))
+        rope = M.rope_for(cfg, q.shape[1], dtype)  # (cos, sin) with rotary positions, else None
+        if rope is not None and not p.self_attention:
+            raise ValueError("rotary positions need self-attention: one input, T_q = T_k")
+        mask = None if p.causal else keep_mask(p, "src")
+        out, cache = nt.multi_head_attention_forward(
+            params, q, k, v, cfg.n_heads, mask, n_kv_heads=cfg.n_kv_heads, rope=rope, is_causal=p.causal
+        )
 
         def backward(dout):
             dq, dk, dv, grads = nt.multi_head_attention_backward(dout, cache)
@@ -221,11 +243,25 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
             dx, dw, db = L.layer_norm_backward(dout, cache)
             return {"x": dx}, {"weight": dw, "bias": db}
 
+    elif level == "rms_norm":
+        out, cache = L.rms_norm_forward(f["x"], params["weight"], cfg.layer_norm_eps)
+
+        def backward(dout):
+            dx, dw = L.rms_norm_backward(dout, cache)
+            return {"x": dx}, {"weight": dw}
+
     elif level == "feed_forward":
         out, cache = L.feed_forward_forward(params, f["x"], cfg.activation)
 
         def backward(dout):
             dx, grads = L.feed_forward_backward(dout, cache)
+            return {"x": dx}, grads
+
+    elif level == "gated_feed_forward":
+        out, cache = L.gated_feed_forward_forward(params, f["x"], cfg.activation)
+
+        def backward(dout):
+            dx, grads = L.gated_feed_forward_backward(dout, cache)
             return {"x": dx}, grads
 
     elif level == "positional_encoding":
@@ -326,24 +362,30 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
     sublayers = [("self_attn", self_keep)] + ([("cross_attn", cross_keep)] if decoder and memory is not None else [])
     sublayers.append(("ffn", None))
     for name, keep in sublayers:
-        norm = (M.sub(params, f"{name}_norm")["weight"], M.sub(params, f"{name}_norm")["bias"], cfg.layer_norm_eps)
+        weights = M.sub(params, f"{name}_norm")
+
+        def norm(y, weights=weights):
+            if cfg.norm == "rms":
+                return V.rms_norm(y, weights["weight"], cfg.layer_norm_eps)
+            return V.layer_norm(y, weights["weight"], weights["bias"], cfg.layer_norm_eps)
 
         def apply(h, name=name, keep=keep):
             if name == "ffn":
-                y = L.feed_forward_forward(M.sub(params, "ffn"), h, cfg.activation)[0]
+                y = M.ffn_forward(M.sub(params, "ffn"), h, cfg, None, "ffn")[0]
                 trace.append((name, "ffn", (h,), y))
                 return y
             kv = h if name == "self_attn" else memory
-            y = V.multi_head_attention(M.sub(params, name), h, kv, kv, cfg.n_heads, keep)
+            rope = V.rope_knobs(cfg, rotary=name == "self_attn")
+            y = V.multi_head_attention(M.sub(params, name), h, kv, kv, cfg.n_heads, keep, **rope)
             trace.append((name, "attention", (h, kv, keep), y))
             return y
 
         if cfg.norm_first:
-            h = V.layer_norm(x, *norm)
+            h = norm(x)
             trace.append((f"{name}_norm", "norm", (x,), h))
             x = x + apply(h)
         else:
             s = x + apply(x)
-            x = V.layer_norm(s, *norm)
+            x = norm(s)
             trace.append((f"{name}_norm", "norm", (s,), x))
     return trace

@@ -44,6 +44,7 @@ class Norm:
     size: int
     eps: float | None
     module: str
+    kind: str = "layer"  # "layer" (a weight and a bias, or nn.LayerNorm) or "rms" (a weight alone, or nn.RMSNorm)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Link:
     parts: list  # [(reference name, (start, stop) or None)]
     transposed: bool = False
     note: str = "as is"
+    rope_pairs: int = 0  # head size Dh when the user's q/k rows pair RoPE features (2i, 2i + 1), not (i, i + Dh/2)
 
 
 ROLE_WORDS = {
@@ -102,6 +104,10 @@ ROLE_WORDS = {
         "projection",
     },
     "qkv": {"qkv", "c_attn", "in_proj", "to_qkv", "w_qkv", "qkv_proj", "in_proj_weight"},
+    # the gated feed-forward's three linears (Hugging Face's names, Meta's w1 / w3 / w2)
+    "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
+    "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
+    "down": {"down", "down_proj", "w2", "w_down", "wd", "fc_down", "down_linear", "linear_down"},
 }
 POSITION_WORDS = re.compile(r"(^|[_.])(pos|pe|wpe|position|positions|positional|pos_embedding|pos_emb|pos_enc)($|[_.])")
 EMBEDDING_WORDS = re.compile(r"(emb|embed|embedding|wte|tok|token|lut)")
@@ -129,9 +135,12 @@ def _bias_partner(names: list, weight: str) -> str | None:
 def structure(module: nn.Module) -> Structure:
     """Read the user's module as pieces, norms and tables, in registration order (see the module docstring)."""
     found = Structure()
+    seen = {}  # id of a parameter already read -> its name: a tied output projection is the token table itself
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
         own = dict(mod.named_parameters(recurse=False))
+        if _tied(mod, prefix, own, seen, found):
+            continue
         if isinstance(mod, nn.MultiheadAttention):
             if mod.in_proj_weight is not None:
                 bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
@@ -152,6 +161,11 @@ def structure(module: nn.Module) -> Structure:
             if mod.weight is not None:
                 bias = f"{prefix}bias" if mod.bias is not None else None
                 found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
+            continue
+        if isinstance(mod, getattr(nn, "RMSNorm", ())):
+            if mod.weight is not None:  # eps None: torch takes the dtype's machine epsilon (float64's here)
+                eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
+                found.norms.append(Norm(f"{prefix}weight", None, mod.weight.shape[-1], eps, path, "rms"))
             continue
         if isinstance(mod, nn.Embedding):
             found.tables.append(
@@ -200,13 +214,30 @@ def structure(module: nn.Module) -> Structure:
             b = next((s for s in shifts if own[s].shape == own[w].shape), None)
             if b is not None:
                 shifts.remove(b)
-            found.norms.append(Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path))
+            kind = "layer" if b else "rms"  # a scale without a shift: RMSNorm (Llama's)
+            found.norms.append(
+                Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path, kind)
+            )
         found.orphans += [f"{prefix}{n}" for n in shifts]
         for name, buf in mod.named_buffers(recurse=False):
             if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
                 rows, width = [s for s in buf.shape if s > 1]
                 found.tables.append(Table(f"{prefix}{name}", rows, width, False, True, path, tuple(buf.shape)))
     return found
+
+
+def _tied(mod: nn.Module, prefix: str, own: dict, seen: dict, found: Structure) -> bool:
+    """Record `mod`'s parameters as read; True when `mod` is a linear whose weight was read already (an output
+    projection tied to the token table: the table stands for both). A table tied to a linear read before it
+    replaces that linear's piece."""
+    weight = own.get("weight")
+    tied = weight is not None and id(weight) in seen
+    if tied and isinstance(mod, nn.Embedding):
+        found.pieces = [p for p in found.pieces if p.weight != seen[id(weight)]]
+        tied = False
+    for name, p in own.items():
+        seen.setdefault(id(p), f"{prefix}{name}")
+    return tied and isinstance(mod, nn.Linear)
 
 
 def _eps_of(mod: nn.Module) -> float | None:
@@ -217,10 +248,12 @@ def _eps_of(mod: nn.Module) -> float | None:
     return None
 
 
-def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool) -> tuple[list, list]:
+def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None):
     """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
-    returns (links, zero-bias reference names). Raises ValueError when the roles cannot be told apart."""
+    returns (links, zero-bias reference names). `kv`: the key and value projections' width (n_kv_heads * Dh with
+    grouped-query attention; None: D). Raises ValueError when the roles cannot be told apart."""
     Dh = D // H
+    kv = D if kv is None else kv
     shapes = [p.out_features for p in pieces]
     links, zero = [], []
 
@@ -250,7 +283,10 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool)
     if shapes == [3 * D, D]:
         add(pieces[0], [(names[r], None) for r in "qkv"])
         add(pieces[1], [(names["out"], None)])
-    elif shapes == [D] * 4:
+    elif kv < D and shapes == [D + 2 * kv, D]:  # fused q, k, v with grouped-query attention
+        add(pieces[0], [(names[r], None) for r in "qkv"])
+        add(pieces[1], [(names["out"], None)])
+    elif shapes == [D, kv, kv, D]:
         roles = [p.role for p in pieces]
         if sorted(roles) != sorted(["q", "k", "v", "out"]):
             roles = ["q", "k", "v", "out"]  # registration order, the way tutorials write them
@@ -275,15 +311,45 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool)
     else:
         raise ValueError(
             f"cannot read the pieces {[p.weight for p in pieces]} (rows {shapes}) as one attention of width {D} with "
-            f"{H} heads; expected q, k, v, out (4 x {D}), a fused {3 * D} and an output {D}, or {3 * H} heads of {Dh} "
-            "and an output; pass mapping= to map them"
+            f"{H} heads; expected q, k, v, out ({D}, {kv}, {kv}, {D}), a fused {D + 2 * kv} and an output {D}, or "
+            f"{3 * H} heads of {Dh} and an output; pass mapping= to map them"
         )
     return links, zero
 
 
-def gather(parts: list, reference: dict) -> np.ndarray:
+def pair_order(n: int, Dh: int) -> np.ndarray:
+    """The RoPE pairing of a user's q or k rows (n of them, heads of Dh): user row 2i of a head is the
+    reference's row i, user row 2i + 1 the reference's row i + Dh/2 (interleaved pairs (2i, 2i + 1), as Meta's
+    code rotates them, against Hugging Face's halves (i, i + Dh/2)). user rows = reference rows[order]."""
+    u = np.arange(Dh)
+    head = u // 2 + (u % 2) * (Dh // 2)
+    return (np.arange(0, n, Dh)[:, None] + head).reshape(-1)
+
+
+def rope_paired(name: str, Dh: int) -> bool:
+    """True when the reference tensor `name` is a query or key projection's and the pairing is interleaved."""
+    parts = name.rsplit(".", 2)
+    return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
+
+
+def gather(parts: list, reference: dict, rope_pairs: int = 0) -> np.ndarray:
     """The user's tensor (before any transpose) from the reference tensors its link names."""
-    return np.concatenate([reference[n] if rows is None else reference[n][rows[0] : rows[1]] for n, rows in parts])
+    blocks = []
+    for n, rows in parts:
+        block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
+        blocks.append(block[pair_order(len(block), rope_pairs)] if rope_paired(n, rope_pairs) else block)
+    return np.concatenate(blocks)
+
+
+def interleave_rope(links: list, Dh: int) -> list:
+    """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
+    out = []
+    for link in links:
+        if any(rope_paired(n, Dh) for n, _ in link.parts):
+            note = f"{link.note}, RoPE pairs interleaved (head size {Dh})"
+            link = Link(link.user, link.parts, link.transposed, note, Dh)
+        out.append(link)
+    return out
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
@@ -291,7 +357,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     tensors = dict(module.named_parameters()) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value = gather(link.parts, reference)
+            value = gather(link.parts, reference, link.rope_pairs)
             target = tensors[link.user]
             value = value.T if link.transposed else value
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
@@ -311,9 +377,12 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
         for name, rows in link.parts:
             n = (rows[1] - rows[0]) if rows is not None else shapes[name][0]
             block = out.setdefault(name, np.zeros(shapes[name]))
+            part = g[start : start + n]
+            if rope_paired(name, link.rope_pairs):  # back from the user's pairing: reference rows[order] = user rows
+                part = part[np.argsort(pair_order(n, link.rope_pairs))]
             if rows is None:
-                block[...] = g[start : start + n].reshape(shapes[name])
+                block[...] = part.reshape(shapes[name])
             else:
-                block[rows[0] : rows[1]] = g[start : start + n]
+                block[rows[0] : rows[1]] = part
             start += n
     return out

@@ -24,15 +24,24 @@ CATALOGUE = {
     "positions.wrong_frequencies": "sinusoid frequencies not 1 / 10000^(2i/d)",
     "embedding.missing_scale": "token embeddings not multiplied by sqrt(d_model)",
     "embedding.double_scale": "token embeddings multiplied by sqrt(d_model) twice (by d_model)",
+    "rms_norm.eps_outside_sqrt": "y = x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps)",
+    "rms_norm.wrong_axis": "mean(x^2) over the positions, the batch or everything instead of the features (dim=-1)",
+    "rope.mixed_pairing": "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
+    "rope.position_offset": "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
+    "rope.applied_to_v": "the values rotated too: RoPE rotates queries and keys only",
+    "gated_feed_forward.activation_on_up": "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
+    "attention.kv_heads_tiled": "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
 }
 
 
 # The config fields the report shows at each level (what that level's reference reads).
 CONFIG_SHOWN = {
     "scaled_dot_product_attention": (),
-    "multi_head_attention": ("d_model", "n_heads"),
+    "multi_head_attention": ("d_model", "n_heads", "n_kv_heads", "positional", "rope_theta"),
     "layer_norm": ("d_model", "layer_norm_eps"),
+    "rms_norm": ("d_model", "layer_norm_eps"),
     "feed_forward": ("d_model", "d_ff", "activation"),
+    "gated_feed_forward": ("d_model", "d_ff", "activation", "bias"),
     "positional_encoding": ("d_model", "positional", "max_len", "sinusoid_layout"),
     "embedding": ("d_model", "src_vocab_size", "scale_embeddings"),
     "encoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
@@ -46,8 +55,12 @@ CONFIG_SHOWN = {
         "n_encoder_layers",
         "n_decoder_layers",
         "norm_first",
+        "norm",
         "activation",
+        "gated_ffn",
+        "n_kv_heads",
         "positional",
+        "rope_theta",
         "max_len",
         "scale_embeddings",
         "tie_embeddings",
@@ -155,6 +168,9 @@ class Result:
         if self.config is not None:
             c = self.config
             fields = CONFIG_SHOWN.get(self.reference, CONFIG_SHOWN["model"])
+            if c.positional != "rope":  # RoPE's fields only where it rotates; an attention has no other positions
+                hidden = {"rope_theta"} | ({"positional"} if self.reference == "multi_head_attention" else set())
+                fields = [k for k in fields if k not in hidden]
             if fields:
                 lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
         if self.mapping:

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from numpy_transformer.layers import sinusoidal_table
+from numpy_transformer.attention import rope_angles
+from numpy_transformer.layers import ACTIVATIONS, sinusoidal_table
 
 
 def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.ndarray:
@@ -72,12 +73,44 @@ def linear(x, params, name):
     return out if bias is None else out + bias
 
 
-def multi_head_attention(params, query, key, value, H, keep, transpose=True, **knobs):
+def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -> np.ndarray:
+    """RoPE on x (B, H, T, Dh) at positions shift .. shift + T - 1. pairing "half" (the reference, Hugging Face's
+    rotate_half: feature i with i + Dh/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
+    T, Dh = x.shape[-2:]
+    cos, sin = rope_angles(np.arange(shift, shift + T), Dh, theta)  # (T, Dh/2)
+    out = np.empty_like(x)
+    if pairing == "half":
+        x1, x2 = x[..., : Dh // 2], x[..., Dh // 2 :]
+        out[..., : Dh // 2], out[..., Dh // 2 :] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    else:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        out[..., 0::2], out[..., 1::2] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    return out
+
+
+def rope_knobs(cfg, rotary: bool = True) -> dict:
+    """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where it rotates."""
+    return {"n_kv": cfg.n_kv_heads, "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None}
+
+
+def multi_head_attention(
+    params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
+    rope_v=False, k_shift=0, tile=False, **knobs,
+):  # fmt: skip
     """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ...
-    query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D)."""
+    query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention),
+    repeated for the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as
+    .repeat does (h % n_kv). theta: RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the
+    keys' positions shifted by `k_shift`, and the values rotated too with `rope_v`."""
+    n_kv = H if n_kv is None else n_kv
     q = split(linear(query, params, "q_proj"), H, transpose)
-    k = split(linear(key, params, "k_proj"), H, transpose)
-    v = split(linear(value, params, "v_proj"), H, transpose)
+    k = split(linear(key, params, "k_proj"), n_kv, transpose)
+    v = split(linear(value, params, "v_proj"), n_kv, transpose)
+    if theta is not None:
+        q, k = rotate(q, theta, pairs[0]), rotate(k, theta, pairs[1], k_shift)
+        v = rotate(v, theta, pairs[1]) if rope_v else v
+    if n_kv != H:
+        k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))
     return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose), params, "out_proj")
 
 
@@ -89,6 +122,30 @@ def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False):
     var = (centred**2).sum(axis=-1, keepdims=True) / (n - 1 if unbiased else n)
     denominator = np.sqrt(var) + eps if eps_outside else np.sqrt(var + eps)
     return centred / denominator * weight + bias
+
+
+def rms_norm(x, weight, eps, eps_outside=False, axis=-1):
+    """y = x / sqrt(mean(x^2) + eps) * weight; eps_outside computes x / (sqrt(mean(x^2)) + eps), `axis` the
+    axis (or axes) the mean runs over (the features, -1, in the reference)."""
+    square = (x**2).mean(axis=axis, keepdims=True)
+    return x / (np.sqrt(square) + eps if eps_outside else np.sqrt(square + eps)) * weight
+
+
+RMS_NORM_VARIANTS = [  # (id, message, knobs)
+    ("rms_norm.eps_outside_sqrt", "eps added to the root mean square, outside the square root", dict(eps_outside=True)),
+    ("rms_norm.wrong_axis", "the mean of x^2 taken over the positions, not the features (dim=-1)", dict(axis=-2)),
+    ("rms_norm.wrong_axis", "the mean of x^2 taken over the batch, not the features (dim=-1)", dict(axis=0)),
+    ("rms_norm.wrong_axis", "the mean of x^2 taken over every element (no dim), not the features", dict(axis=None)),
+]
+
+
+def gated_feed_forward(params, x, activation="silu", on_up=False):
+    """down(act(gate(x)) * up(x)) (the reference's gated block, linear1 the up projection); on_up puts the
+    activation on the up projection instead: down(gate(x) * act(up(x)))."""
+    act = ACTIVATIONS[activation][0]
+    g, u = linear(x, params, "gate"), linear(x, params, "linear1")
+    h = g * act(u)[0] if on_up else act(g)[0] * u
+    return linear(h, params, "linear2")
 
 
 LAYER_NORM_VARIANTS = {
