@@ -11,6 +11,10 @@ names or layout: each has its own parameter names, its own calling convention an
   q/k/v, pre-norm, sequence-first (T, B) ids, the causal mask a buffer inside each head (style A).
 - `FusedTransformer`: an encoder-decoder with one fused q/k/v projection per attention, post-norm, a sinusoid
   buffer, additive float masks passed in (style B).
+- `TutorialLlama`: a Llama written the way a learner studying Llama writes it (style E): `RMSNorm`, `Rotary`
+  cos/sin buffers built in float32 inside each attention, grouped-query `LlamaAttention` (wq, wk, wv, wo, causal
+  inside), Meta's `SwiGLU` (w1 the gate, w3 the up, w2 the down), pre-norm, no biases; `interleaved=True` rotates
+  Meta's pairs (2i, 2i + 1) instead of rotate_half's halves.
 """
 
 from __future__ import annotations
@@ -583,3 +587,161 @@ def annotated_call(model, src, tgt, pad=0):
     T = tgt.shape[1]
     tgt_mask = (tgt != pad).unsqueeze(-2) & torch.tril(torch.ones(T, T, dtype=torch.bool, device=tgt.device))
     return F.log_softmax(model.generator(model(src, tgt, src_mask, tgt_mask)), dim=-1)
+
+
+# -- Style E: a Llama as a learner writes it: RMSNorm, RoPE inside attention, grouped-query attention, SwiGLU ------
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * weight, no bias (Llama's). mistake: "rms_norm.eps_outside_sqrt" or
+    "rms_norm.wrong_axis" (the mean over dim=1, the positions)."""
+
+    def __init__(self, dim, eps=1e-6, mistake=None):
+        super().__init__()
+        self.eps, self.mistake = eps, mistake
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        if self.mistake == "rms_norm.eps_outside_sqrt":
+            return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight
+        dim = 1 if self.mistake == "rms_norm.wrong_axis" else -1
+        return x * torch.rsqrt(x.pow(2).mean(dim, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def rotate_pairs(x):
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([-x2, x1], dim=-1).flatten(-2)
+
+
+class Rotary(nn.Module):
+    """RoPE's cos and sin for positions 0 .. max_len - 1, buffers (max_len, Dh) built in float32 in
+    rotate_half's layout (each frequency for both halves); forward rotates (B, H, T, Dh) by halves or, with
+    `interleaved`, by adjacent pairs (the frequencies repeated pair by pair)."""
+
+    def __init__(self, head_dim, max_len=64, theta=10000.0):
+        super().__init__()
+        self.theta = theta
+        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+        freqs = torch.outer(torch.arange(max_len).float(), inv_freq)  # (max_len, Dh/2)
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos_cached", emb.cos(), persistent=False)
+        self.register_buffer("sin_cached", emb.sin(), persistent=False)
+
+    def forward(self, x, interleaved=False, offset=0):
+        T, half = x.shape[-2], x.shape[-1] // 2
+        cos, sin = self.cos_cached[offset : offset + T], self.sin_cached[offset : offset + T]
+        if interleaved:
+            cos, sin = cos[:, :half].repeat_interleave(2, -1), sin[:, :half].repeat_interleave(2, -1)
+            return x * cos + rotate_pairs(x) * sin
+        return x * cos + rotate_half(x) * sin
+
+
+class LlamaAttention(nn.Module):
+    """Causal self-attention with n_kv_heads K/V heads (each read by n_heads / n_kv_heads query heads) and RoPE on
+    q and k; forward(x) (B, T, D). mistake: "rope.applied_to_v", "rope.mixed_pairing" (keys rotated in the
+    other pairing), "rope.position_offset" (keys one position ahead), "attention.kv_heads_tiled"."""
+
+    def __init__(self, dim, n_heads, n_kv_heads, max_len=64, theta=10000.0, interleaved=False, mistake=None):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
+        self.interleaved, self.mistake = interleaved, mistake
+        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
+        self.rotary = Rotary(self.head_dim, max_len, theta)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        m = self.mistake
+        q = self.rotary(q, self.interleaved)
+        k = self.rotary(k, self.interleaved != (m == "rope.mixed_pairing"), 1 if m == "rope.position_offset" else 0)
+        if m == "rope.applied_to_v":
+            v = self.rotary(v, self.interleaved)
+        n_rep = self.n_heads // self.n_kv_heads
+        if m == "attention.kv_heads_tiled":
+            k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
+        else:
+            k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
+        scores = scores.masked_fill(future, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v  # (B, H, T, Dh)
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class SwiGLU(nn.Module):
+    """Meta's FeedForward: w2(silu(w1(x)) * w3(x)), w1 the gate, w3 the up, w2 the down projection, no biases.
+    mistake "gated_feed_forward.activation_on_up": silu on w3 instead of w1."""
+
+    def __init__(self, dim, hidden, mistake=None):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.mistake = mistake
+
+    def forward(self, x):
+        if self.mistake == "gated_feed_forward.activation_on_up":
+            return self.w2(self.w1(x) * F.silu(self.w3(x)))
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class AnonymousGLU(nn.Module):
+    """A gated feed-forward whose names do not say which linear is the gate: fc_a is the up projection, fc_b the
+    gate, fc_c the down; silu(fc_b(x)) * fc_a(x)."""
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc_a, self.fc_b = nn.Linear(dim, hidden), nn.Linear(dim, hidden)
+        self.fc_c = nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc_c(F.silu(self.fc_b(x)) * self.fc_a(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, dim, n_heads, n_kv_heads, hidden, theta, interleaved=False, mistake=None):
+        super().__init__()
+        norm_mistake = mistake if mistake and mistake.startswith("rms_norm") else None
+        self.attention_norm = RMSNorm(dim, mistake=norm_mistake)
+        self.attention = LlamaAttention(dim, n_heads, n_kv_heads, theta=theta, interleaved=interleaved, mistake=mistake)
+        self.ffn_norm = RMSNorm(dim, mistake=norm_mistake)
+        self.feed_forward = SwiGLU(dim, hidden, mistake=mistake)
+
+    def forward(self, x):
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class TutorialLlama(nn.Module):
+    """forward(tokens (B, T)) -> logits (B, T, V): token embeddings (no positions: RoPE acts in attention), pre-norm
+    RMSNorm blocks, a final RMSNorm, a bias-free output projection (or tied to the embeddings) (style E)."""
+
+    def __init__(
+        self, vocab=13, dim=16, n_layers=2, n_heads=4, n_kv_heads=2, hidden=24, theta=10000.0, interleaved=False,
+        tie=False, mistake=None,
+    ):  # fmt: skip
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(
+            LlamaBlock(dim, n_heads, n_kv_heads, hidden, theta, interleaved, mistake) for _ in range(n_layers)
+        )
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
+        if tie:
+            self.output.weight = self.tok_embeddings.weight
+
+    def forward(self, tokens):
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.output(self.norm(x))
