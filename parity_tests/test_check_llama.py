@@ -65,6 +65,8 @@ def attention(**options):
         (lambda: attention(), "multi_head_attention"),
         (lambda: attention(theta=500.0), "multi_head_attention"),  # the module's own base
         (lambda: U.LlamaAttention(16, 4, 4), "multi_head_attention"),  # no grouping: n_kv_heads = n_heads
+        (lambda: U.LlamaBlock(16, 4, 2, 24, theta=10000.0), "decoder_only_layer"),
+        (lambda: U.LlamaBlock(16, 4, 2, 24, theta=500.0, interleaved=True), "decoder_only_layer"),
         (lambda: U.TutorialLlama(), "transformer_lm"),
         (lambda: U.TutorialLlama(tie=True, theta=500.0, n_kv_heads=1), "transformer_lm"),
     ],
@@ -166,6 +168,26 @@ def test_tutorial_llama_mistake_is_found_where_it_is(mistake, where):
     assert not result.passed
     assert result.first_divergence == where, str(result)
     assert ids(result) == [mistake], str(result)
+
+
+@pytest.mark.parametrize(
+    "mistake, where",
+    [
+        ("rms_norm.wrong_axis", "attention_norm"),
+        ("attention.kv_heads_tiled", "attention"),
+        ("gated_feed_forward.activation_on_up", "feed_forward"),
+    ],
+)
+def test_llama_block_mistake_is_found_where_it_is(mistake, where):
+    result = check.module(U.LlamaBlock(16, 4, 2, 24, theta=10000.0, mistake=mistake), "decoder_only_layer")
+    assert not result.passed
+    assert result.first_divergence == where and ids(result) == [mistake], str(result)
+
+
+def test_gpt_block_is_a_decoder_only_layer_too():
+    result = check.module(U.Block(8, 2, 16), "decoder_only_layer", n_heads=2)  # LayerNorm, ReLU, biases, no RoPE
+    assert_passes(result)
+    assert (result.config.norm, result.config.gated_ffn, result.config.n_kv_heads) == ("layer", False, None)
 
 
 def test_mixed_pairing_is_a_mistake_even_in_an_interleaved_model():

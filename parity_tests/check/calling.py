@@ -35,6 +35,7 @@ DATA = {
     "embedding": ("ids",),
     "encoder_layer": ("x",),
     "decoder_layer": ("x", "memory"),
+    "decoder_only_layer": ("x",),
     "transformer": ("src", "tgt"),
     "transformer_lm": ("ids",),
     "encoder_model": ("ids",),
@@ -139,7 +140,7 @@ def roles_of(level: str, probe) -> list:
     """The masks the level's attentions read: "src" (padding of the keys) and/or "tgt" (causal)."""
     if level in ("decoder_layer", "transformer", "decoder"):
         return ["tgt", "src"]
-    if level == "transformer_lm":
+    if level in ("transformer_lm", "decoder_only_layer"):
         return ["tgt"]
     if level in ("scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "encoder_model"):
         return ["src"]

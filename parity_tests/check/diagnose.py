@@ -496,7 +496,7 @@ def model_stages(session, cfg, caller):
     p = session.probes[(False, False)]
     stages = []
     if level in LV.LAYERS:
-        decoder = level == "decoder_layer"
+        decoder = level in ("decoder_layer", "decoder_only_layer")  # a causal self-attention
         x, memory = p.floats["x"], p.floats.get("memory")
         self_keep = LV.keep_mask(p, "self") if decoder else LV.keep_mask(p, "src")
         trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)

@@ -170,7 +170,7 @@ class Session:
     def rope_options(self, given: dict) -> list:
         """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
         attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        if not self.thetas or self.level not in ("multi_head_attention",) + LV.MODELS:
+        if not self.thetas or self.level not in ("multi_head_attention", "decoder_only_layer") + LV.MODELS:
             return []
         if self.level in LV.MODELS and (self.cfg.positional == "learned" or self.overwrite):
             return []  # a position table of its own: not rotary

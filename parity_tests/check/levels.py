@@ -29,7 +29,7 @@ COMPONENTS = (
     "positional_encoding",
     "embedding",
 )
-LAYERS = ("encoder_layer", "decoder_layer")
+LAYERS = ("encoder_layer", "decoder_layer", "decoder_only_layer")  # the last: a GPT or Llama block, no memory
 MODELS = ("transformer", "transformer_lm", "encoder_model", "decoder")  # "decoder": ids and a memory in
 REFERENCES = COMPONENTS + LAYERS + ("encoder",) + MODELS  # "encoder" is judged as "encoder_model" (the same math)
 # torch.nn.Transformer checked as "transformer": it has no embeddings and no output projection, and its encoder and
@@ -103,6 +103,10 @@ def probe(level: str, cfg, rng, self_attention: bool = False, causal: bool = Fal
         if level == "encoder_layer":
             p.src_keep = _keep(rng, T_k)
             p.valid = p.src_keep
+    elif level == "decoder_only_layer":  # causal self-attention only: the last position of one sequence padding
+        p.floats = {"x": rng.standard_normal((B, T_k, D))}
+        p.tgt_keep, p.causal = _keep(rng, T_k, (2,), 1), True
+        p.valid = p.tgt_keep
     elif level == "decoder_layer":
         p.floats = {"x": rng.standard_normal((B, T_q, D)), "memory": rng.standard_normal((B, T_k, D))}
         p.src_keep, p.tgt_keep, p.causal = _keep(rng, T_k), _keep(rng, T_q, (2,), 1), True
@@ -158,6 +162,9 @@ def reference_shapes(level: str, cfg) -> dict:
         return {"position_embedding.weight": (cfg.max_len, D)} if cfg.positional == "learned" else {}
     if level == "embedding":
         return {"token_embedding.weight": (cfg.src_vocab_size, D)}
+    if level == "decoder_only_layer":
+        shapes = nt.parameter_shapes(dataclasses.replace(cfg, n_decoder_layers=1), decoder_only=True)
+        return {k[len("decoder.layers.0.") :]: v for k, v in shapes.items() if k.startswith("decoder.layers.0.")}
     if level in LAYERS:
         shapes = nt.parameter_shapes(dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1))
         prefix = "encoder.layers.0." if level == "encoder_layer" else "decoder.layers.0."
@@ -286,6 +293,14 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
 
         def backward(dout):
             dx, grads = M.encoder_layer_backward(dout, cache)
+            return {"x": dx}, grads
+
+    elif level == "decoder_only_layer":
+        rope = M.rope_for(cfg, f["x"].shape[1], dtype)  # rotary (cos, sin), or None
+        out, cache = M.decoder_layer_forward(params, f["x"], None, cfg, rope=rope)
+
+        def backward(dout):
+            dx, _, grads = M.decoder_layer_backward(dout, cache)
             return {"x": dx}, grads
 
     elif level == "decoder_layer":

@@ -46,6 +46,20 @@ CONFIG_SHOWN = {
     "embedding": ("d_model", "src_vocab_size", "scale_embeddings"),
     "encoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
     "decoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
+    "decoder_only_layer": (
+        "d_model",
+        "n_heads",
+        "n_kv_heads",
+        "d_ff",
+        "norm_first",
+        "norm",
+        "activation",
+        "gated_ffn",
+        "positional",
+        "rope_theta",
+        "layer_norm_eps",
+        "bias",
+    ),  # fmt: skip
     "model": (
         "src_vocab_size",
         "tgt_vocab_size",
@@ -169,7 +183,8 @@ class Result:
             c = self.config
             fields = CONFIG_SHOWN.get(self.reference, CONFIG_SHOWN["model"])
             if c.positional != "rope":  # RoPE's fields only where it rotates; an attention has no other positions
-                hidden = {"rope_theta"} | ({"positional"} if self.reference == "multi_head_attention" else set())
+                layer = self.reference in ("multi_head_attention", "decoder_only_layer")
+                hidden = {"rope_theta"} | ({"positional"} if layer else set())
                 fields = [k for k in fields if k not in hidden]
             if fields:
                 lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
