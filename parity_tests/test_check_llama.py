@@ -60,11 +60,14 @@ def attention(**options):
     "make, reference",
     [
         (lambda: U.RMSNorm(16), "rms_norm"),
+        (lambda: torch.nn.RMSNorm(16, eps=1e-5), "rms_norm"),
+        (lambda: torch.nn.RMSNorm(16), "rms_norm"),  # eps None: the dtype's machine epsilon
         (lambda: U.SwiGLU(16, 24), "gated_feed_forward"),
         (lambda: U.AnonymousGLU(16, 24), "gated_feed_forward"),  # gate and up told apart by trying both
         (lambda: attention(), "multi_head_attention"),
         (lambda: attention(theta=500.0), "multi_head_attention"),  # the module's own base
         (lambda: U.LlamaAttention(16, 4, 4), "multi_head_attention"),  # no grouping: n_kv_heads = n_heads
+        (lambda: U.FusedLlamaAttention(16, 4, 1), "multi_head_attention"),  # fused q, k, v; one K/V head
         (lambda: U.LlamaBlock(16, 4, 2, 24, theta=10000.0), "decoder_only_layer"),
         (lambda: U.LlamaBlock(16, 4, 2, 24, theta=500.0, interleaved=True), "decoder_only_layer"),
         (lambda: U.TutorialLlama(), "transformer_lm"),

@@ -678,6 +678,30 @@ class LlamaAttention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
+class FusedLlamaAttention(nn.Module):
+    """Grouped-query attention with q, k and v in one projection `wqkv` (D -> D + 2 kv rows, as Phi-3 keeps them),
+    RoPE by halves, torch's scaled_dot_product_attention with is_causal; forward(x) (B, T, D)."""
+
+    def __init__(self, dim, n_heads, n_kv_heads, max_len=64, theta=10000.0):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = n_heads, n_kv_heads, dim // n_heads
+        self.wqkv = nn.Linear(dim, dim + 2 * n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(dim, dim, bias=False)
+        self.rotary = Rotary(self.head_dim, max_len, theta)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        kv = self.n_kv_heads * self.head_dim
+        q, k, v = self.wqkv(x).split([D, kv, kv], dim=-1)
+        q = self.rotary(q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2))
+        k = self.rotary(k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2))
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(out.transpose(1, 2).reshape(B, T, D))
+
+
 class SwiGLU(nn.Module):
     """Meta's FeedForward: w2(silu(w1(x)) * w3(x)), w1 the gate, w3 the up, w2 the down projection, no biases.
     mistake "gated_feed_forward.activation_on_up": silu on w3 instead of w1."""
