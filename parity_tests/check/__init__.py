@@ -5,7 +5,10 @@
     print(result)      # conventions, inferred config, the weight map, every tensor's error, divergence, diagnosis
     result = check.pair(my_forward, my_backward, "layer_norm")  # a hand-written NumPy pair
 
-DESIGN.md, "Checking a user's implementation", is the contract (names, result fields, catalogue ids). The parts:
+Llama-style modules (RMSNorm, rotary positions, grouped-query attention, SwiGLU) are judged as "transformer_lm",
+"decoder_only_layer", "multi_head_attention", "rms_norm" and "gated_feed_forward", their config and RoPE pairing
+inferred. DESIGN.md, "Checking a user's implementation", is the contract (names, result fields, catalogue ids).
+The parts:
 
 - mapping.py   the user's parameters read as pieces (linears, fused projections, per-head slices, norms, tables)
 - assign.py    the pieces dealt to the reference's units, and the config their shapes imply

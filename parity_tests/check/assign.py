@@ -3,7 +3,9 @@
 `infer(level, structure, module, given)` returns the config the user's module is judged as (its sizes read from the
 shapes, the rest from `given` or the reference's defaults) and the links (mapping.Link) from every user parameter to
 the reference's tensors. Reference biases the user's linears lack are returned as `zero`: held at zero, their
-gradients not compared.
+gradients not compared. Llama's parts are read here too: grouped-query attention from the k/v width (kv_width),
+SwiGLU's gate, up and down (gated_groups), RMSNorm from a norm without a shift, and the RoPE bases the module states
+and the RoPE tables it built in float32 (rope_thetas, rope_buffers).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def gated_groups(ffn: list, D: int, F: int) -> list | None:
     """The gated feed-forward blocks' pieces, (gate, up, down) per block, when there are two D -> F linears for
     each F -> D one (Llama's SwiGLU), dealt three at a time in registration order; None for plain blocks. The
     down projection is the F -> D one; gate and up are told apart by name (gate/up, Meta's w1/w3), else taken
-    in order (gate first): see ambiguous_gates."""
+    in order (gate first), and the check tries the other order too (judge.layouts)."""
     ups = [p for p in ffn if p.in_features == D and p.out_features == F]
     downs = [p for p in ffn if p.in_features == F]
     if not downs or len(ups) != 2 * len(downs) or len(ffn) != 3 * len(downs):
@@ -72,11 +74,6 @@ def gated_groups(ffn: list, D: int, F: int) -> list | None:
             pair.reverse()
         groups.append((pair[0], pair[1], down[0]))
     return groups
-
-
-def ambiguous_gates(groups: list) -> bool:
-    """True when no block's names say which of its two D -> F linears is the gate: both orders are tried."""
-    return not any(g.role in ("gate", "up") or u.role in ("gate", "up") for g, u, _ in groups)
 
 
 def _chunks(pieces: list, D: int, kv: int) -> list:

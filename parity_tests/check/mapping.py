@@ -11,7 +11,8 @@ candidates listed, and a `mapping=` table settles it.
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
-transposed raw weight, a fused projection and a per-head slice.
+transposed raw weight, a fused projection and a per-head slice. With RoPE in interleaved pairs (Meta's), the q and k
+rows of each head are read in that pairing's order (`rope_pairs`, pair_order): the same rotation, features relabelled.
 """
 
 from __future__ import annotations
