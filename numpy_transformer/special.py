@@ -6,9 +6,12 @@ r"""The error function, exact in float32 and fast: the one special function the 
 
 The exact GELU, :math:`x\,\Phi(x)` with :math:`\Phi(x) = \tfrac12\big(1 + \operatorname{erf}(x/\sqrt2)\big)`, needs
 it for every hidden unit of the feed-forward sublayer. SciPy's ``erf`` evaluates it one element at a time in
-float64 (about 20 ns an element), a third of all-MiniLM-L6-v2's forward pass. For float32 arrays this module
-evaluates a rational function instead, in float64 arithmetic, a cache-sized piece at a time (about 8 ns an
-element), and rounds the result to float32:
+float64, cheaply below :math:`|x| = 0.5` and at about twice that cost above. For float32 arrays this module
+evaluates a rational function instead, in float64 arithmetic, a cache-sized piece at a time, at one cost for
+every x, and rounds the result to float32. Measured on one AMD EPYC core, in one process: for
+:math:`x \sim N(0, 0.5^2)` SciPy's is 8% faster; for :math:`N(0, 1)` this is 1.6 times faster, for
+:math:`N(0, 2^2)` 2.1 times, and on all-MiniLM-L6-v2's own GELU inputs for random word pieces (half of them
+below 0.5 in magnitude) 1.16 times:
 
 .. math::
 
