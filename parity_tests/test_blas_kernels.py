@@ -5,8 +5,9 @@ a newer CPU). Kernels sum in different orders and with or without fused multiply
 from one to the next in their last bits, and a real model's float32 gradients by up to ~2e-5. A float32 bar that
 one kernel meets and another misses would pass here and fail on a user's machine; so the parity report and every
 float32 test run again here, in subprocesses, under OPENBLAS_CORETYPE unset, Haswell, SkylakeX and Sandybridge:
-the ones this CPU can run (an AVX-512 kernel needs an AVX-512 CPU). With a BLAS other than OpenBLAS, the variable
-means nothing and only the default kernel is run.
+the ones this CPU can run (an AVX-512 kernel needs an AVX-512 CPU), each kernel once (unset is one of the others on
+most CPUs), and the float32 tests not again under the kernel this run itself uses. With a BLAS other than OpenBLAS,
+the variable means nothing and only the default kernel is run.
 """
 
 from __future__ import annotations
@@ -53,6 +54,34 @@ def runnable_kernels() -> list:
     return ["default"] + [kernel for kernel, flag in KERNELS.items() if flag in flags]
 
 
+def this_process_kernel() -> str | None:
+    """The kernel this process's NumPy OpenBLAS runs (lower case), or None under another BLAS."""
+    archs = [i.get("architecture") for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    return archs[0].lower() if archs and archs[0] else None
+
+
+def distinct_kernels(including_this_process: bool) -> list:
+    """runnable_kernels(), each kernel once: OpenBLAS's own choice (unset) is often one of the forced ones (Haswell
+    on an AVX2 CPU, SkylakeX on an AVX-512 one). With including_this_process=False, the kernel this test run itself
+    runs under is left out too: its tests have run already, here. Never empty (another BLAS: ["default"])."""
+    here = this_process_kernel()
+    if here is None or runnable_kernels() == ["default"]:
+        return ["default"]
+    seen = set() if including_this_process else {here}
+    kernels = []
+    for kernel in runnable_kernels():
+        if kernel != "default":
+            architecture = kernel.lower()
+        elif "OPENBLAS_CORETYPE" not in os.environ:
+            architecture = here  # unset, as this process
+        else:
+            architecture = kernel_in_use(kernel_env(kernel)).strip().lower()
+        if architecture not in seen:
+            seen.add(architecture)
+            kernels.append(kernel)
+    return kernels or ["default"]
+
+
 def kernel_env(kernel: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     if kernel != "default":
@@ -70,7 +99,21 @@ def kernel_in_use(env: dict) -> str:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
 
 
-@pytest.mark.parametrize("kernel", runnable_kernels())
+def test_each_kernel_is_run_once_and_every_kernel_is_run():
+    """The kernels OpenBLAS really runs (as it reports them in a fresh process) under the settings chosen above:
+    no kernel twice, none missing, and this process's own left out of the float32 tests' second run."""
+    if numpy_blas() != "openblas":
+        assert distinct_kernels(True) == distinct_kernels(False) == ["default"]
+        return
+    in_use = {kernel: kernel_in_use(kernel_env(kernel)).strip().lower() for kernel in runnable_kernels()}
+    report = [in_use[kernel] for kernel in distinct_kernels(including_this_process=True)]
+    assert len(set(report)) == len(report) and set(report) == set(in_use.values()), (in_use, report)
+    rerun = [in_use[kernel] for kernel in distinct_kernels(including_this_process=False)]
+    others = set(report) - {this_process_kernel()}
+    assert len(set(rerun)) == len(rerun) and set(rerun) == (others or {this_process_kernel()}), (in_use, rerun)
+
+
+@pytest.mark.parametrize("kernel", distinct_kernels(including_this_process=True))
 def test_parity_report_passes_in_reduced_precision_under_kernel(kernel, tmp_path):
     """`transformer-parity --dtype float32` (every component, model and Hugging Face row, the real
     all-MiniLM-L6-v2 included) exits 0 under this kernel, every row within its bar."""
@@ -93,7 +136,7 @@ def test_parity_report_passes_in_reduced_precision_under_kernel(kernel, tmp_path
     assert max(r["grad_rel_error"] for r in records if r["reference_float32"] is None) <= C.BAR[np.dtype(np.float32)]
 
 
-@pytest.mark.parametrize("kernel", runnable_kernels())
+@pytest.mark.parametrize("kernel", distinct_kernels(including_this_process=False))
 def test_every_reduced_precision_test_passes_under_kernel(kernel):
     """Every test with float32 in its name (NumPy vs torch, vs torch.nn, vs transformers, the tiled attention,
     the fast path, extreme inputs), run again under this kernel."""
