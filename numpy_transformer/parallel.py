@@ -49,6 +49,7 @@ import numpy as np
 from . import layers
 from .layers import Dropout
 from .loss import cross_entropy_backward, cross_entropy_forward
+from .special import horner
 
 
 def available_cores() -> int:
@@ -186,18 +187,9 @@ def erf_float32(x: np.ndarray, out: np.ndarray) -> np.ndarray:
     """erf of a float32 array into `out`, within 4.1e-7 (Horner's rule on x^2, in float32). NaN stays NaN."""
     xc = np.clip(x, np.float32(-_ERF_CLIP), np.float32(_ERF_CLIP))
     z = xc * xc
-    p = z * np.float32(_ERF_P[-1])
-    for c in _ERF_P[-2::-1]:
-        p += np.float32(c)
-        if c is not _ERF_P[0]:
-            p *= z
-    q = z * np.float32(_ERF_Q[-1])
-    for c in _ERF_Q[-2:0:-1]:
-        q += np.float32(c)
-        q *= z
-    q += np.float32(_ERF_Q[0])
+    p = horner(_ERF_P, z)  # float32 throughout: z is
     p *= xc
-    np.divide(p, q, out=out)
+    np.divide(p, horner(_ERF_Q, z), out=out)
     return np.clip(out, np.float32(-1.0), np.float32(1.0), out=out)
 
 

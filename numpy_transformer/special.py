@@ -67,14 +67,14 @@ def _erf_float64(x: np.ndarray) -> np.ndarray:
     term cancels another)."""
     xc = np.clip(x, -ERF_CLIP, ERF_CLIP, dtype=np.float64)  # NaN stays NaN
     z = xc * xc
-    p = _horner(ERF_P, z)
+    p = horner(ERF_P, z)
     p *= xc
-    p /= _horner(ERF_Q, z)
+    p /= horner(ERF_Q, z)
     return p
 
 
-def _horner(coefficients: tuple, z: np.ndarray) -> np.ndarray:
-    """c0 + z (c1 + z (c2 + ...)), in place on one new array."""
+def horner(coefficients: tuple, z: np.ndarray) -> np.ndarray:
+    """c0 + z (c1 + z (c2 + ...)), in place on one new array of z's dtype (the coefficients are Python floats)."""
     total = z * coefficients[-1]
     for c in coefficients[-2:0:-1]:
         total += c
