@@ -98,7 +98,14 @@ def probe(level: str, cfg, rng, self_attention: bool = False, causal: bool = Fal
         else:
             p.floats = {n: rng.standard_normal((B, T, D)) for n, T in (("query", T_q), ("key", T_k), ("value", T_k))}
         p.src_keep = _keep(rng, T_k)
-    elif level in ("layer_norm", "rms_norm", "feed_forward", "gated_feed_forward", "positional_encoding") + LAYERS[:1]:
+    elif level in (
+        "layer_norm",
+        "rms_norm",
+        "feed_forward",
+        "gated_feed_forward",
+        "positional_encoding",
+        "encoder_layer",
+    ):
         p.floats = {"x": rng.standard_normal((B, T_k, D))}
         if level == "encoder_layer":
             p.src_keep = _keep(rng, T_k)

@@ -78,13 +78,12 @@ def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -
     rotate_half: feature i with i + Dh/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
     T, Dh = x.shape[-2:]
     cos, sin = rope_angles(np.arange(shift, shift + T), Dh, theta)  # (T, Dh/2)
+    first, second = (
+        (slice(None, Dh // 2), slice(Dh // 2, None)) if pairing == "half" else (slice(0, None, 2), slice(1, None, 2))
+    )
+    x1, x2 = x[..., first], x[..., second]
     out = np.empty_like(x)
-    if pairing == "half":
-        x1, x2 = x[..., : Dh // 2], x[..., Dh // 2 :]
-        out[..., : Dh // 2], out[..., Dh // 2 :] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
-    else:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out[..., 0::2], out[..., 1::2] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
+    out[..., first], out[..., second] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
     return out
 
 
