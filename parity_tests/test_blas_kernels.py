@@ -64,12 +64,12 @@ def distinct_kernels(including_this_process: bool) -> list:
     """runnable_kernels(), each kernel once: OpenBLAS's own choice (unset) is often one of the forced ones (Haswell
     on an AVX2 CPU, SkylakeX on an AVX-512 one). With including_this_process=False, the kernel this test run itself
     runs under is left out too: its tests have run already, here. Never empty (another BLAS: ["default"])."""
-    here = this_process_kernel()
-    if here is None or runnable_kernels() == ["default"]:
+    here, runnable = this_process_kernel(), runnable_kernels()
+    if here is None or runnable == ["default"]:
         return ["default"]
     seen = set() if including_this_process else {here}
     kernels = []
-    for kernel in runnable_kernels():
+    for kernel in runnable:
         if kernel != "default":
             architecture = kernel.lower()
         elif "OPENBLAS_CORETYPE" not in os.environ:
