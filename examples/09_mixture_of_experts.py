@@ -93,7 +93,7 @@ print("gates g =\n", g)
 # %% [markdown]
 # Mixtral's router does exactly these three lines (`softmax`, `torch.topk`, divide by the sum); Qwen3-MoE does
 # the same when its config says `norm_topk_prob`, and keeps $g_j = p_{S_j}$ otherwise. Written the other way
-# round, top-k of the *logits* then a softmax over the $k$ chosen logits (Mixtral's original code), it is the
+# round, top-k of the *logits* then a softmax over the $k$ chosen logits (Mistral's reference code), it is the
 # same function: the softmax's denominator cancels in the ratio,
 #
 # $$g_j = \frac{e^{z_{S_j}} / \sum_e e^{z_e}}{\sum_{i<k} e^{z_{S_i}} / \sum_e e^{z_e}}
@@ -169,8 +169,8 @@ assert 1e-12 < max_diff(y, y_hf.detach()) <= 1e-6  # close, but not float64-clos
 # ### A float32 island
 #
 # `transformers` agrees to about $10^{-8}$, not $10^{-15}$, though everything is float64. Its router computes
-# the softmax as `softmax(router_logits.float())`: in float32, whatever the model's dtype (the routing is then
-# the same as in a bfloat16 model). Replacing that one line by a float64 softmax, the rest of its code
+# the softmax as `softmax(router_logits.float())`: in float32, whatever the model's dtype (so that a bfloat16
+# model routes by float32 probabilities). Replacing that one line by a float64 softmax, the rest of its code
 # unchanged, the difference is rounding alone:
 
 
@@ -331,8 +331,9 @@ assert jump > 1e-2
 # ## 6. The load-balancing loss
 #
 # Nothing in the gradient above pushes the router to use every expert; left alone, it tends to send most tokens
-# to a few. Switch Transformer's auxiliary loss, which Mixtral and Qwen3-MoE add (scaled by
-# `router_aux_loss_coef`), penalises the imbalance. With $f_e$ the fraction of the $N k$ choices that went to
+# to a few. Switch Transformer's auxiliary loss penalises the imbalance; `transformers` adds it to the loss of
+# Mixtral and Qwen3-MoE when the router logits are asked for (`output_router_logits`), scaled by
+# `router_aux_loss_coef`. With $f_e$ the fraction of the $N k$ choices that went to
 # expert $e$ (times $k$, so $\sum_e f_e = k$) and $P_e$ the mean probability the router gave it,
 #
 # $$f_e = \frac1N \sum_n [e \in S_n], \qquad P_e = \frac1N \sum_n p_{ne}, \qquad
@@ -381,7 +382,7 @@ checks["load-balancing loss"] = (lib_err, torch_err, hf_err, aux_fd.worst)
 # every token (its $f_0 = 0$), so gradient descent raises its logits, toward the idle expert.
 
 # %%
-coef = 0.02  # Mixtral's router_aux_loss_coef
+coef = 0.02  # transformers' default router_aux_loss_coef is 0.001: larger here, so the change shows
 dx_both, grads_both = moe.sparse_moe_backward(dy, moe_cache, drouter_logits=coef * dz_aux_lib)
 print("dW_r without and with the auxiliary loss:\n", grads_lib["gate.weight"], "\n", grads_both["gate.weight"])
 assert max_diff(grads_both["gate.weight"], grads_lib["gate.weight"] + coef * dz_aux_lib.T @ x) <= 1e-15
@@ -423,6 +424,6 @@ for name, errors in checks.items():
 # 2. **The router z-loss.** ST-MoE adds $\mathcal{L}_z = \frac1N \sum_n \big(\log \sum_e e^{z_{ne}}\big)^2$ to
 #    keep the logits small. Derive $dz_n = \frac{2}{N} \mathrm{lse}(z_n)\, \mathrm{softmax}(z_n)$ and check it
 #    against autograd and finite differences.
-# 3. **Top-k first.** Mixtral's original code took the top $k$ *logits* and a softmax over them. Write that
+# 3. **Top-k first.** Mistral's reference code for Mixtral took the top $k$ *logits* and a softmax over them. Write that
 #    router (forward and backward) and show that its gates and its $dz$ equal `top_k_gates_forward` /
 #    `top_k_gates_backward` with renormalisation, to rounding.

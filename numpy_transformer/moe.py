@@ -119,7 +119,7 @@ def top_k_gates_forward(logits: np.ndarray, top_k: int, norm_topk_prob: bool = T
     .. math::
 
         p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \qquad
-        g_j = \frac{p_{S_j}}{\sum_{i < k} p_{S_i}} \ \text{(norm\_topk\_prob)}, \quad \text{else } g_j = p_{S_j}
+        g_j = \frac{p_{S_j}}{\sum_{i < k} p_{S_i}} \ (\mathrm{norm\_topk\_prob}), \quad \text{else } g_j = p_{S_j}
 
     S holds the k largest probabilities of each row, largest first (ties: the lower index first), unless
     `selected` (N, k) gives the choice to replay. Returns (gates, selected) and a TopKGatesCache.
@@ -383,8 +383,8 @@ def sparse_moe_backward(dout: np.ndarray, cache: SparseMoeCache, drouter_logits:
 
     .. math::
 
-        dx^{\text{experts}}, dW_{gu}, dW_d, dg = \text{experts\_backward}(dy), \qquad
-        dz = \text{top\_k\_gates\_backward}(dg) + dz^{\text{aux}}, \\
+        dx^{\text{experts}}, dW_{gu}, dW_d, dg = \mathrm{experts\_backward}(dy), \qquad
+        dz = \mathrm{top\_k\_gates\_backward}(dg) + dz^{\text{aux}}, \\
         dW_r = dz^\top x, \qquad dx = dx^{\text{experts}} + dz\, W_r
 
     dout (..., D). Returns dx (..., D) and the grads dict keyed like params.
