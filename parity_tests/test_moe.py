@@ -328,6 +328,7 @@ def hf_run(block, x, dy):
     """transformers' block: output, router logits (read by a hook, as transformers' output recorder does), chosen
     experts, and the gradients of x and of every weight."""
     seen = {}
+    block.zero_grad(set_to_none=True)  # each run's own gradients, not the sum over runs
     hook = block.gate.register_forward_hook(lambda m, args, out: seen.update(logits=out[0], selected=out[2]))
     xt = torch.from_numpy(x).requires_grad_()
     try:
