@@ -76,6 +76,7 @@ def check_selected(selected, n_rows: int, top_k: int, num_experts: int) -> np.nd
 
 
 def check_activation(activation) -> str:
+    """activation must name one of layers.ACTIVATIONS (the experts' phi; Mixtral and Qwen3-MoE use "silu")."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     return activation
