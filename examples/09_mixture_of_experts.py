@@ -176,7 +176,7 @@ assert 1e-12 < max_diff(y, y_hf.detach()) <= 1e-6  # close, but not float64-clos
 
 # %%
 def mixtral_router_float64(self, hidden_states):
-    """MixtralTopKRouter.forward, line for line, with the softmax in the logits' dtype."""
+    """MixtralTopKRouter.forward's computation, with the softmax in the logits' dtype instead of float32."""
     hidden_states = hidden_states.reshape(-1, self.hidden_dim)
     router_logits = F.linear(hidden_states, self.weight)
     router_top_value, router_indices = torch.topk(F.softmax(router_logits, dim=-1), self.top_k, dim=-1)
@@ -204,7 +204,8 @@ checks["forward"] = (max_diff(y, y_lib), max_diff(y, y_t.detach()), max_diff(y, 
 # $$dg_{nj} = dy_n \cdot \mathrm{FFN}_{S_{nj}}(x_n), \qquad d\,\mathrm{FFN}_{S_{nj}}(x_n) = g_{nj}\, dy_n.$$
 #
 # Each expert's backward is then walkthrough 06's gated block, its two halves side by side in the fused
-# weight: $dh = d\mathrm{out}\, W_d$, $dW_d = d\mathrm{out}^\top h$, $du = dh \odot \mathrm{silu}(a)$,
+# weight (with $h = \mathrm{silu}(a) \odot u$ and $d\mathrm{out}$ the expert's output gradient):
+# $dh = d\mathrm{out}\, W_d$, $dW_d = d\mathrm{out}^\top h$, $du = dh \odot \mathrm{silu}(a)$,
 # $da = dh \odot u \odot \mathrm{silu}'(a)$, $dW_{gu} = [\,da \,|\, du\,]^\top x$, $dx = [\,da \,|\, du\,]\, W_{gu}$.
 # A token feeds $k$ experts: its gradients from them add. An expert no token chose gets zero gradient.
 
