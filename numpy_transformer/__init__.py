@@ -21,6 +21,12 @@ from .decoding import beam_search, greedy_decode
 from .flash_attention import flash_attention_backward, flash_attention_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
+from .moe import (
+    load_balancing_loss_backward,
+    load_balancing_loss_forward,
+    sparse_moe_backward,
+    sparse_moe_forward,
+)
 
 __all__ = [
     "TransformerConfig",
@@ -36,6 +42,10 @@ __all__ = [
     "flash_attention_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "sparse_moe_forward",
+    "sparse_moe_backward",
+    "load_balancing_loss_forward",
+    "load_balancing_loss_backward",
     "greedy_decode",
     "beam_search",
     "gradcheck",

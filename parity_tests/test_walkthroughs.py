@@ -25,6 +25,7 @@ WALKTHROUGHS = [
     "06_rope_rmsnorm_swiglu.py",
     "07_flash_attention_backward.py",
     "08_check_your_own_model.py",
+    "09_mixture_of_experts.py",
 ]
 ANSWERS = EXAMPLES / "answers"
 

@@ -23,6 +23,7 @@ from .model import (
     TransformerLM,
     dropout_site_shapes,
 )
+from .moe import Experts, SparseMoeBlock, TopKRouter, load_balancing_loss
 
 __all__ = [
     "TransformerConfig",
@@ -37,6 +38,10 @@ __all__ = [
     "FeedForward",
     "Dropout",
     "cross_entropy",
+    "SparseMoeBlock",
+    "TopKRouter",
+    "Experts",
+    "load_balancing_loss",
     "sinusoidal_table",
     "dropout_site_shapes",
     "padding_mask",
