@@ -288,6 +288,19 @@ EXERCISES = {
     "encoder_layer": ENCODER_LAYER,
 }
 
+# What each exercise is worth when a class is graded (all or nothing: every case and both dtypes must pass).
+POINTS = {
+    "softmax": 1,
+    "linear": 1,
+    "layer_norm": 2,
+    "embedding": 1,
+    "scaled_dot_product_attention": 2,
+    "multi_head_attention": 3,
+    "feed_forward": 2,
+    "cross_entropy": 1,
+    "encoder_layer": 2,
+}
+
 
 def notebook(name: str) -> str:
     """A jupytext "percent" notebook for one exercise: the exercise's docstring as prose, then the grader."""

@@ -1,0 +1,204 @@
+"""The grader as a teacher uses it: cases drawn from a seed, each exercise in a child with a time limit, cheats
+refused (the reference recomputed, torch's autograd, sys.exit, a hang, a shell command), a class graded to a CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from parity_tests import check
+from parity_tests.__main__ import main
+from parity_tests.exercises import POINTS, class_csv, grade, grade_class, write_workbook
+from parity_tests.exercises.grading import BARS, grade_file, source_problems
+from parity_tests.workbook_answers import MISTAKES, answer
+
+RECOMPUTE = """
+    from numpy_transformer import layers
+    _, c = layers.softmax_forward(**cache["inputs"])
+    return layers.softmax_backward(dout, c)
+"""
+AUTOGRAD = """
+    import torch
+    x = torch.tensor(cache["x"], requires_grad=True)
+    w = torch.tensor(cache["weight"], requires_grad=True)
+    b = torch.tensor(cache["inputs"]["bias"], requires_grad=True)
+    (x @ w.T + b).backward(torch.tensor(dout))
+    return x.grad.numpy(), w.grad.numpy(), b.grad.numpy()
+"""
+CAUGHT = """
+    try:
+        from numpy_transformer import layers
+        _, c = layers.softmax_forward(**cache["inputs"])
+        return layers.softmax_backward(dout, c)
+    except ImportError:
+        p = cache["p"]
+        return p * (dout - (dout * p).sum(axis=-1, keepdims=True))
+"""
+HANG = """
+    while True:
+        pass
+"""
+SHELL = """
+    import os
+    os.system("touch pwned")
+    return cache["p"] * dout
+"""
+
+
+def replace_stub(path, body: str) -> None:
+    text = path.read_text()
+    start = text.index("    raise NotImplementedError(")
+    end = text.index("\n", start)
+    path.write_text(text[:start] + body.strip("\n") + text[end:])
+
+
+def test_the_bars_stated_are_the_bars_applied():
+    from parity_tests.components import BAR, FD_BAR
+
+    assert f"float64 {BAR[np.dtype('float64')]:.0e} against the reference" in BARS
+    assert f"{FD_BAR:.0e} against finite differences" in BARS
+    assert f"float32 {BAR[np.dtype('float32')]:.0e} against the reference" in BARS
+
+
+def test_a_teachers_seed_draws_cases_the_notebook_does_not_show():
+    """Every case's inputs, and the upstream gradients, come from the seed: answers kept from the public cases
+    (seed 0, the notebooks') are wrong on a teacher's seed."""
+    spec = check.PAIRS["softmax"]
+    remembered = {}
+
+    def replay(dout, cache):  # the public cases' answers, looked up by the upstream gradient's shape
+        return remembered[dout.shape]
+
+    def remember(dout, cache):
+        return remembered.setdefault(dout.shape, spec.backward(dout, cache))
+
+    check.pair(spec.forward, remember, "softmax", seed=0, dtypes=("float64",))
+    for name, make in spec.cases.items():
+        assert not np.allclose(make(np.random.default_rng(0))["x"], make(np.random.default_rng(5))["x"]), name
+    assert check.pair(spec.forward, spec.backward, "softmax", seed=5).passed
+    assert not check.pair(spec.forward, replay, "softmax", seed=5).passed
+
+
+def test_source_problems_name_the_line_and_the_import():
+    assert source_problems("import numpy as np\nfrom scipy.special import erf\nimport math\n", "softmax") == []
+    (problem,) = source_problems("import numpy as np\nfrom numpy_transformer import layers\n", "softmax")
+    assert problem.startswith("line 2 imports numpy_transformer.layers: a submission may not use the reference")
+    assert "imports torch" in source_problems("import torch.nn.functional as F", "linear")[0]
+    assert "imports os: a submission may import only numpy" in source_problems("import os", "linear")[0]
+    assert "uses __import__" in source_problems("m = __import__('torch')", "linear")[0]
+    assert "reads .__globals__" in source_problems("g = f.__globals__", "encoder_layer")[0]
+    assert "does not parse" in source_problems("def f(:\n", "linear")[0]
+    chained = "from numpy_transformer import multi_head_attention_backward\n"
+    assert source_problems(chained, "encoder_layer") == []
+    assert source_problems(chained, "multi_head_attention") != []  # only where the exercise chains them
+    assert source_problems("from numpy_transformer.model import encoder_layer_backward", "encoder_layer") != []
+
+
+def test_cheats_and_crashes_fail_with_the_reason(tmp_path):
+    write_workbook(tmp_path, ["softmax", "linear", "layer_norm", "embedding", "scaled_dot_product_attention"])
+    replace_stub(tmp_path / "softmax.py", RECOMPUTE)
+    replace_stub(tmp_path / "linear.py", AUTOGRAD)
+    text = (tmp_path / "layer_norm.py").read_text()
+    (tmp_path / "layer_norm.py").write_text("import sys\nsys.exit(0)\n" + text)  # would make the grader exit 0
+    (tmp_path / "embedding.py").write_text("raise SystemExit(0)\n" + (tmp_path / "embedding.py").read_text())
+    replace_stub(tmp_path / "scaled_dot_product_attention.py", HANG)
+    card = grade(tmp_path, seed=4, timeout=12)
+    summaries = {name: entry["summary"] for name, entry in card["exercises"].items()}
+    assert card["passed_count"] == 0 and card["points"] == 0, summaries
+    assert summaries["softmax"].startswith("refused: line ") and "imports numpy_transformer" in summaries["softmax"]
+    assert "imports torch" in summaries["linear"]
+    assert "imports sys: a submission may import only" in summaries["layer_norm"]
+    assert summaries["embedding"] == "called sys.exit(0) instead of returning"
+    assert summaries["scaled_dot_product_attention"] == "did not finish within 12 s (a hang?); stopped"
+
+
+def test_a_shell_command_is_refused_before_it_runs(tmp_path):
+    write_workbook(tmp_path, ["softmax"])
+    replace_stub(tmp_path / "softmax.py", SHELL)
+    entry = grade(tmp_path)["exercises"]["softmax"]
+    assert "imports os" in entry["summary"] and not entry["passed"]
+    assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize(
+    "body, tried",
+    [(RECOMPUTE, "numpy_transformer"), (AUTOGRAD, "torch"), (CAUGHT, "numpy_transformer")],
+    ids=["reference", "autograd", "import-error-caught"],
+)
+def test_the_run_time_guard_refuses_what_the_source_check_missed(tmp_path, body, tried):
+    """With the source check skipped, the imports fail inside the student's code, and an attempt fails the exercise
+    even when the code catches the ImportError and falls back to a right answer."""
+    name = "linear" if tried == "torch" else "softmax"
+    write_workbook(tmp_path, [name])
+    replace_stub(tmp_path / f"{name}.py", body)
+    entry = grade_file(tmp_path / f"{name}.py", name, check_source=False)
+    assert not entry["passed"]
+    assert f"tried to import {tried}" in entry["summary"], entry["summary"]
+    import torch  # noqa: F401
+
+    import numpy_transformer  # noqa: F401  the grader's own modules are back in place afterwards
+
+
+def test_the_encoder_layer_may_chain_only_the_pairs_it_names(tmp_path):
+    write_workbook(tmp_path, ["encoder_layer"])
+    answer(tmp_path, "encoder_layer")
+    assert grade_file(tmp_path / "encoder_layer.py", "encoder_layer", seed=2)["passed"]
+    replace_path = tmp_path / "encoder_layer.py"
+    text = replace_path.read_text()
+    cheat = text.replace(
+        "    grads = {}\n\n    def put",
+        "    from numpy_transformer.model import encoder_layer_backward\n    grads = {}\n\n    def put",
+        1,
+    )
+    replace_path.write_text(cheat)
+    entry = grade_file(replace_path, "encoder_layer", check_source=False)
+    assert not entry["passed"] and "tried to import numpy_transformer.model" in entry["summary"], entry["summary"]
+
+
+def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
+    """Three students: ada right, bob with a mistake and no embedding handed in, cy recomputing with the reference."""
+    root = tmp_path / "class"
+    for student in ("ada", "bob", "cy"):
+        write_workbook(root / student, ["softmax"])
+    write_workbook(root / "ada", ["embedding"])
+    answer(root / "ada", "embedding")
+    answer(root / "ada", "softmax")
+    answer(root / "bob", "softmax", MISTAKES["softmax"]["softmax.missing_row_term"])
+    replace_stub(root / "cy" / "softmax.py", RECOMPUTE)
+    out, details = tmp_path / "grades.csv", tmp_path / "grades.json"
+    assert main(["grade", "--class", str(root), "--csv", str(out), "--json", str(details), "--seed", "9"]) == 1
+    rows = list(csv.reader(io.StringIO(out.read_text())))
+    assert rows[0] == ["student", f"softmax ({POINTS['softmax']})", f"embedding ({POINTS['embedding']})", "total",
+                       "out_of"]  # fmt: skip
+    full = str(POINTS["softmax"] + POINTS["embedding"])
+    assert rows[1:] == [
+        ["ada", str(POINTS["softmax"]), str(POINTS["embedding"]), full, full],
+        ["bob", "0", "0", "0", full],
+        ["cy", "0", "0", "0", full],
+    ]
+    cards = json.loads(details.read_text())
+    assert cards["bob"]["exercises"]["embedding"]["summary"] == "not handed in"
+    assert "dx" in cards["bob"]["exercises"]["softmax"]["summary"]
+    assert "imports numpy_transformer" in cards["cy"]["exercises"]["softmax"]["summary"]
+    printed = capsys.readouterr().out
+    assert f"ada: {full} of {full} points" in printed and f"bob: 0 of {full} points" in printed
+    assert class_csv({"dee": cards["ada"]}).splitlines()[1] == f"dee,1,1,{full},{full}"
+
+
+def test_grade_arguments_are_checked(tmp_path, capsys):
+    with pytest.raises(ValueError, match="directory: no such directory"):
+        grade(tmp_path / "nope")
+    with pytest.raises(ValueError, match="seed: expected a non-negative integer"):
+        grade(tmp_path, seed=-1)
+    with pytest.raises(ValueError, match="root: .* holds no student folder"):
+        grade_class(tmp_path)
+    assert main(["grade", str(tmp_path), "--only", "attention"]) == 2
+    assert "only: unknown exercise" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["grade"])  # neither a directory nor --class
+    with pytest.raises(SystemExit):
+        main(["grade", str(tmp_path), "--csv", "x.csv"])  # --csv without --class
