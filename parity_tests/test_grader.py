@@ -14,7 +14,7 @@ from parity_tests import check
 from parity_tests.__main__ import main
 from parity_tests.exercises import POINTS, class_csv, grade, grade_class, write_workbook
 from parity_tests.exercises.grading import BARS, grade_file, source_problems
-from parity_tests.workbook_answers import MISTAKES, answer
+from parity_tests.workbook_answers import MISTAKES, answer, mistake
 
 RECOMPUTE = """
     from numpy_transformer import layers
@@ -167,7 +167,7 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
     write_workbook(root / "ada", ["embedding"])
     answer(root / "ada", "embedding")
     answer(root / "ada", "softmax")
-    answer(root / "bob", "softmax", MISTAKES["softmax"]["softmax.missing_row_term"])
+    answer(root / "bob", "softmax", mistake("softmax", "softmax.missing_row_term"))
     replace_stub(root / "cy" / "softmax.py", RECOMPUTE)
     out, details = tmp_path / "grades.csv", tmp_path / "grades.json"
     assert main(["grade", "--class", str(root), "--csv", str(out), "--json", str(details), "--seed", "9"]) == 1
@@ -182,7 +182,7 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
     ]
     cards = json.loads(details.read_text())
     assert cards["bob"]["exercises"]["embedding"]["summary"] == "not handed in"
-    assert "dx" in cards["bob"]["exercises"]["softmax"]["summary"]
+    assert cards["bob"]["exercises"]["softmax"]["diagnoses"] == ["softmax.missing_row_term"]
     assert "imports numpy_transformer" in cards["cy"]["exercises"]["softmax"]["summary"]
     printed = capsys.readouterr().out
     assert f"ada: {full} of {full} points" in printed and f"bob: 0 of {full} points" in printed
@@ -202,3 +202,18 @@ def test_grade_arguments_are_checked(tmp_path, capsys):
         main(["grade"])  # neither a directory nor --class
     with pytest.raises(SystemExit):
         main(["grade", str(tmp_path), "--csv", "x.csv"])  # --csv without --class
+
+
+@pytest.mark.parametrize(
+    "name, vid, wrong, right_text, wrong_text", MISTAKES, ids=[f"{m[0]}-{m[1]}-{i}" for i, m in enumerate(MISTAKES)]
+)
+def test_each_backward_mistake_is_named_at_the_gradient_it_breaks(tmp_path, name, vid, wrong, right_text, wrong_text):
+    write_workbook(tmp_path, [name])
+    path = answer(tmp_path, name, (right_text, wrong_text))
+    entry = grade_file(path, name, seed=6)
+    assert not entry["passed"]
+    for one in vid.split("+"):
+        for tensor in wrong:
+            assert f"{one} at {tensor}: " in entry["summary"], entry["summary"]
+    assert set(entry["diagnoses"]) == set(vid.split("+")), entry["summary"]
+    assert "raised" not in entry["summary"], entry["summary"]  # a wrong shape is named, not an exception

@@ -36,6 +36,9 @@ ANSWERS = {
     np.add.at(dweight, cache["ids"], dout)  # repeated ids add up
     return dweight
 """,
+    "dropout": """
+    return dout * cache["keep_mask"] * cache["scale"]  # the same mask and scale as the forward
+""",
     "scaled_dot_product_attention": """
     q, k, v, p, scale = cache["q"], cache["k"], cache["v"], cache["p"], cache["scale"]
     dv = np.swapaxes(p, -1, -2) @ dout
@@ -124,13 +127,64 @@ ANSWERS = {
 """,
 }
 
-# Known mistakes: exercise -> mistake -> (text in the answer, its wrong replacement).
-MISTAKES = {
-    "softmax": {
-        "softmax.missing_row_term": ("p * (dout - (dout * p).sum(axis=-1, keepdims=True))", "p * dout"),
-        "backward.sign_flipped": ("return p * (dout", "return -p * (dout"),
-    },
-}
+# Known mistakes, each as a student would make it: (exercise, catalogue id, the gradients it makes wrong, the text
+# of the answer it changes, what the student wrote instead).
+MISTAKES = [
+    ("softmax", "softmax.missing_row_term", ["dx"], "p * (dout - (dout * p).sum(axis=-1, keepdims=True))", "p * dout"),
+    ("softmax", "backward.sign_flipped", ["dx"], "return p * (dout", "return -p * (dout"),
+    ("softmax", "backward.scaled", ["dx"], "return p * (dout", "return 2 * p * (dout"),
+    ("linear", "linear.weight_grad_transposed", ["dweight"], "dout.reshape(-1, dout.shape[-1]).T @ x.reshape(-1, "
+     "x.shape[-1])", "x.reshape(-1, x.shape[-1]).T @ dout.reshape(-1, dout.shape[-1])"),
+    ("linear", "linear.bias_not_summed", ["dbias"], "dbias = dout.reshape(-1, dout.shape[-1]).sum(axis=0)",
+     "dbias = dout.sum(axis=0)"),
+    ("linear", "linear.bias_not_summed", ["dbias"], "dbias = dout.reshape(-1, dout.shape[-1]).sum(axis=0)",
+     "dbias = dout.reshape(-1, dout.shape[-1]).mean(axis=0)"),
+    ("linear", "backward.scaled", ["dx"], "dx = dout @ weight", "dx = 2 * dout @ weight"),
+    ("linear", "backward.sign_flipped", ["dweight"], "dweight = dout", "dweight = -dout"),
+    ("layer_norm", "layer_norm.missing_mean_term", ["dx"], "g - g.mean(axis=-1, keepdims=True) - x_hat", "g - x_hat"),
+    ("layer_norm", "layer_norm.missing_variance_term", ["dx"], " - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)",
+     ""),
+    ("layer_norm", "layer_norm.missing_mean_term+layer_norm.missing_variance_term", ["dx"],
+     "(g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))", "g"),
+    ("layer_norm", "linear.bias_not_summed", ["dbias"], "dbias = dout.reshape(-1, D).sum(axis=0)",
+     "dbias = dout.sum(axis=0)"),
+    ("layer_norm", "backward.scaled", ["dweight"], "(dout * x_hat).reshape(-1, D).sum(axis=0)",
+     "(dout * x_hat).reshape(-1, D).mean(axis=0)"),
+    ("embedding", "embedding.repeated_ids", ["dweight"], 'np.add.at(dweight, cache["ids"], dout)',
+     'dweight[cache["ids"]] += dout'),
+    ("dropout", "dropout.mask_not_reapplied", ["dx"], 'dout * cache["keep_mask"] * cache["scale"]',
+     'dout * cache["scale"]'),
+    ("dropout", "dropout.not_rescaled", ["dx"], 'dout * cache["keep_mask"] * cache["scale"]',
+     'dout * cache["keep_mask"]'),
+    ("scaled_dot_product_attention", "softmax.missing_row_term", ["dq", "dk"],
+     "p * (dp - (dp * p).sum(axis=-1, keepdims=True))", "p * dp"),
+    ("scaled_dot_product_attention", "attention.backward_missing_scale", ["dq", "dk"],
+     "keepdims=True)) * scale", "keepdims=True))"),
+    ("scaled_dot_product_attention", "backward.sign_flipped", ["dv"], "dv = np.swapaxes", "dv = -np.swapaxes"),
+    ("multi_head_attention", "softmax.missing_row_term", ["dquery", "dkey", "dparams.q_proj.weight"],
+     "p * (dp - (dp * p).sum(axis=-1, keepdims=True))", "p * dp"),
+    ("multi_head_attention", "attention.backward_missing_scale", ["dquery", "dkey", "dparams.k_proj.weight"],
+     "keepdims=True)) / np.sqrt(Dh)", "keepdims=True))"),
+    ("multi_head_attention", "linear.weight_grad_transposed", [f"dparams.{n}_proj.weight" for n in "qkv"] +
+     ["dparams.out_proj.weight"], "d2.T @ x2", "x2.T @ d2"),
+    ("multi_head_attention", "linear.bias_not_summed", ["dparams.out_proj.bias", "dparams.v_proj.bias"],
+     "d2.sum(axis=0)", "d.sum(axis=0)"),
+    ("feed_forward", "linear.weight_grad_transposed", ["dparams.linear2.weight"], "rows(dout).T @ rows(a)",
+     "rows(a).T @ rows(dout)"),
+    ("feed_forward", "linear.bias_not_summed", ["dparams.linear1.bias"], "rows(dh).sum(axis=0)", "dh.sum(axis=0)"),
+    ("feed_forward", "backward.sign_flipped", ["dx"], "return dh @", "return -dh @"),
+    ("cross_entropy", "cross_entropy.wrong_denominator", ["dlogits"], '(dloss / cache["count"])',
+     "(dloss / keep.size)"),
+    ("cross_entropy", "cross_entropy.wrong_denominator", ["dlogits"], '* (dloss / cache["count"])', "* dloss"),
+    ("cross_entropy", "backward.sign_flipped", ["dlogits"], "p - (1.0 - e) * target - e / V",
+     "(1.0 - e) * target + e / V - p"),
+    ("encoder_layer", "backward.sign_flipped", ["dx"], "return dx, grads", "return -dx, grads"),
+]  # fmt: skip
+
+
+def mistake(name: str, vid: str) -> tuple:
+    """(right text, wrong text) of the first mistake `vid` listed for exercise `name`."""
+    return next((right, wrong) for n, i, _, right, wrong in MISTAKES if (n, i) == (name, vid))
 
 
 def answer(directory, name: str, mistake: tuple | None = None) -> Path:

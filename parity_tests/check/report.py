@@ -31,6 +31,19 @@ CATALOGUE = {
     "rope.applied_to_v": "the values rotated too: RoPE rotates queries and keys only",
     "gated_feed_forward.activation_on_up": "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
     "attention.kv_heads_tiled": "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
+    # A hand-written backward pass (check.pair), named per gradient by check/backward_mistakes.py:
+    "softmax.missing_row_term": "dx = p * dp instead of p * (dp - rowsum(dp * p)): rows of dx must sum to zero",
+    "layer_norm.missing_mean_term": "dx = r (g - x_hat mean(g x_hat)) without - mean(g): the path through the mean",
+    "layer_norm.missing_variance_term": "dx = r (g - mean(g)) without - x_hat mean(g x_hat): the path through the var",
+    "embedding.repeated_ids": "dweight[ids] += dout (a repeated id counted once) instead of np.add.at",
+    "backward.scaled": "a gradient off by a constant factor (a scale missing, doubled or inverted; a mean for a sum)",
+    "backward.sign_flipped": "a gradient with the wrong sign",
+    "linear.weight_grad_transposed": "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)",
+    "linear.bias_not_summed": "dbias = dout (or summed over some leading axes, or averaged) instead of summed over all",
+    "dropout.mask_not_reapplied": "dx = dout / (1 - p) without the forward's keep mask",
+    "dropout.not_rescaled": "dx = dout * mask without the 1 / (1 - p) the forward applied",
+    "attention.backward_missing_scale": "dq = dS K, dk = dS^T Q without the 1/sqrt(d_head) of S = Q K^T / sqrt(d_head)",
+    "cross_entropy.wrong_denominator": "dlogits divided by the wrong count (all positions, the batch, or not at all)",
 }
 
 
