@@ -75,8 +75,8 @@ def _shape_mistake(tensor, got, expected):
             return _found(
                 "linear.bias_not_summed",
                 tensor,
-                f"d{tensor} has shape {got.shape}, expected {expected.shape}: every leading axis (batch and "
-                f"positions) shares the bias, so sum dout over all of them: dout.reshape(-1, {n}).sum(axis=0)",
+                f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares "
+                f"the bias, so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)",
                 error,
             )
     return None
@@ -86,8 +86,8 @@ def _transposed_weight(tensor, got, expected, error):
     return _found(
         "linear.weight_grad_transposed",
         tensor,
-        f"d{tensor} is the transpose of the right gradient: it must have the weight's shape (D_out, D_in) = "
-        f"{expected.shape}: dweight = dout^T @ x (summed over the rows), not x^T @ dout",
+        f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
+        f"{expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
         error,
     )
 
@@ -98,8 +98,8 @@ def _sign(reference, tensor, got, expected, args, dout):
         return _found(
             "backward.sign_flipped",
             tensor,
-            f"d{tensor} has the wrong sign everywhere: it is minus the gradient (a subtraction the wrong way round, "
-            "or a descent step's minus folded into the gradient)",
+            "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent "
+            "step's minus folded into the gradient)",
             error,
         )
     return None
@@ -124,7 +124,7 @@ def _factor(reference, tensor, got, expected, args, dout):
     known = [(vid, origin) for value, vid, origin in _known_factors(reference, tensor, args, expected)
              if abs(c / value - 1.0) < 1e-6]  # fmt: skip
     vid, origin = known[0] if known else ("backward.scaled", "look for a scale applied twice, missing or inverted")
-    return _found(vid, tensor, f"d{tensor} is {c:.6g} times the right gradient, everywhere: {origin}", error)
+    return _found(vid, tensor, f"{c:.6g} times the right gradient, everywhere: {origin}", error)
 
 
 def _rows(args, expected) -> int:
@@ -165,7 +165,10 @@ def _known_factors(reference, tensor, args, expected) -> list:
         out.append((1 / n, "linear.bias_not_summed", f"1/{n}: averaged over the {n} rows instead of summed"))
     elif tensor.endswith("weight"):
         out.append((1 / n, "backward.scaled", f"1/{n}: averaged over the {n} rows instead of summed"))
-    return out + [(2.0, "backward.scaled", "a term counted twice?"), (0.5, "backward.scaled", "half of it")]
+    return out + [
+        (2.0, "backward.scaled", "a term counted twice, or a 1/2 forgotten"),
+        (0.5, "backward.scaled", "a 1/2 too many, or a term counted once that appears twice"),
+    ]
 
 
 def _pair_structure(reference, tensor, got, expected, args, dout):
@@ -200,8 +203,8 @@ def _softmax_row_term(reference, tensor, got, expected, args, dout):
     return _found(
         "softmax.missing_row_term",
         tensor,
-        "dx is off by p times one number per row: the row term is missing or wrong. dx = p * (dout - "
-        f"sum(dout * p, axis=-1, keepdims=True)); every row of dx must sum to zero (yours sum to up to {sums:.2e})",
+        "off by p times one number per row: the row term is missing or wrong, dx = p * (dout - sum(dout * p, "
+        f"axis=-1, keepdims=True)), and every row of dx must sum to zero (yours sum to up to {sums:.2e})",
         error,
     )
 
@@ -311,7 +314,7 @@ def _dropout_mask(reference, tensor, got, expected, args, dout):
     return _found(
         "dropout.mask_not_reapplied",
         tensor,
-        "dx is dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient; "
+        "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "
         f"dx = dout * keep_mask / (1 - p){scale}",
         error,
     )

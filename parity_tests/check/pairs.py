@@ -311,7 +311,11 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
         )
     spec = PAIRS[reference]
     result = Result(reference=reference)
-    result.conventions = {"protocol": "out, cache = forward(**args); grads = backward(dout, cache)"}
+    result.conventions = {
+        "protocol": "out, cache = forward(**args); grads = backward(dout, cache)",
+        "bars": f"float64 {BAR[np.dtype('float64')]:.0e} against the reference and {FD_BAR:.0e} against finite "
+        f"differences of your forward, float32 {BAR[np.dtype('float32')]:.0e} against the reference",
+    }
     matches = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
     for case, make in spec.cases.items():
         for dtype in dtypes:

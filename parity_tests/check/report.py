@@ -167,7 +167,7 @@ class Result:
             if r.dtype not in dtypes:
                 dtypes.append(r.dtype)
         width = max(len(n) for n in by_name)
-        head = "".join(f"  {d + ' (bar ' + format(self._bar(d), '.0e') + ')':>20}" for d in dtypes)
+        head = "".join(f"  {d + ' (' + self._bars(d) + ')':>20}" for d in dtypes)
         lines = [f"  {'tensor':<{width}}{head}"]
         for name, cells in by_name.items():
             text = ""
@@ -177,8 +177,13 @@ class Result:
             lines.append(f"  {name:<{width}}{text}")
         return lines
 
-    def _bar(self, dtype: str) -> float:
-        return max((r.bar for r in self.rows if r.dtype == dtype), default=0.0)
+    def _bars(self, dtype: str) -> str:
+        """The bars of a dtype's rows: one, or two (check.pair's: the reference's, then finite differences'), or a
+        range (check.module's float32 bars, scaled to the reference's own float32 error per tensor)."""
+        bars = sorted({r.bar for r in self.rows if r.dtype == dtype})
+        if len(bars) <= 2:
+            return "bar " + " / ".join(format(b, ".0e") for b in bars)
+        return f"bars {bars[0]:.0e} to {bars[-1]:.0e}"
 
     def summary(self) -> str:
         """The report without the map and the table: verdict, conventions, config, counts, divergence, diagnosis."""

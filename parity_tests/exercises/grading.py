@@ -176,12 +176,21 @@ def _load(path: Path, guard: Guard):
 
 
 def failed(summary: str, report: str = "") -> dict:
-    return {"passed": False, "summary": summary, "diagnoses": [], "worst": {}, "report": report}
+    return {"passed": False, "summary": summary, "diagnoses": [], "mistakes": [], "worst": {}, "report": report}
+
+
+def _named(diagnoses) -> list:
+    """One sentence per mistake, naming every gradient it makes wrong: "id at dq, dk: message"."""
+    where = {}
+    for d in diagnoses:
+        where.setdefault((d.id, d.message), []).append(d.where)
+    return [f"{vid} at {', '.join(w)}: {message}" for (vid, message), w in where.items()]
 
 
 def grade_file(path: str, name: str, seed: int = 0, check_source: bool = True) -> dict:
     """Grade the exercise file `path` as exercise `name` on the cases of `seed` (see the module docstring).
-    Returns {"passed", "summary", "diagnoses" (catalogue ids), "worst" (tensor -> worst error), "report"}.
+    Returns {"passed", "summary", "diagnoses" (catalogue ids), "mistakes" ({"id", "at" (the gradient), "message"}
+    each), "worst" (tensor -> worst error), "report"}.
     `check_source=False` skips step 1 (the tests use it to reach the run-time guard)."""
     from parity_tests import check
 
@@ -209,11 +218,12 @@ def grade_file(path: str, name: str, seed: int = 0, check_source: bool = True) -
     elif result.unexplained and result.unexplained.startswith("not implemented"):
         summary = f"backward {result.unexplained}"
     else:
-        summary = "; ".join([str(d) for d in result.diagnoses] + [result.unexplained or ""]).strip("; ")
+        summary = "; ".join([*_named(result.diagnoses), result.unexplained or ""]).strip("; ")
     return {
         "passed": result.passed,
         "summary": summary,
-        "diagnoses": [d.id for d in result.diagnoses],
+        "diagnoses": list(dict.fromkeys(d.id for d in result.diagnoses)),
+        "mistakes": [{"id": d.id, "at": d.where, "message": d.message} for d in result.diagnoses],
         "worst": worst,
         "report": str(result),
     }
