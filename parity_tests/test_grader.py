@@ -216,3 +216,16 @@ def test_each_backward_mistake_is_named_at_the_gradient_it_breaks(tmp_path, name
     assert {(one, tensor) for one in vid.split("+") for tensor in wrong} <= named, entry["summary"]
     assert set(entry["diagnoses"]) == set(vid.split("+")), entry["summary"]
     assert "raised" not in entry["summary"], entry["summary"]  # a wrong shape is named, not an exception
+
+
+def test_a_pair_report_states_both_float64_bars():
+    spec = check.PAIRS["linear"]
+    text = str(check.pair(spec.forward, spec.backward, "linear"))
+    assert "float64 (bar 1e-10 / 1e-06)" in text and "float32 (bar 1e-05)" in text
+
+
+def test_an_unknown_wrong_shape_says_what_was_expected(tmp_path):
+    write_workbook(tmp_path, ["dropout"])
+    replace_stub(tmp_path / "dropout.py", "\n    return dout.reshape(-1)[:3]\n")
+    entry = grade_file(tmp_path / "dropout.py", "dropout")
+    assert "your code raised ValueError: backward's dx has shape (3,), expected (2, 5, 8)" in entry["summary"]

@@ -218,7 +218,12 @@ def grade_file(path: str, name: str, seed: int = 0, check_source: bool = True) -
     elif result.unexplained and result.unexplained.startswith("not implemented"):
         summary = f"backward {result.unexplained}"
     else:
-        summary = "; ".join([*_named(result.diagnoses), result.unexplained or ""]).strip("; ")
+        raised = [
+            f"{r.name.replace(': raised ', ': your code raised ')}: {r.note}"
+            for r in result.rows
+            if ": raised " in r.name
+        ]
+        summary = "; ".join([*_named(result.diagnoses), *dict.fromkeys(raised), result.unexplained or ""]).strip("; ")
     return {
         "passed": result.passed,
         "summary": summary,
