@@ -229,3 +229,40 @@ def test_an_unknown_wrong_shape_says_what_was_expected(tmp_path):
     replace_stub(tmp_path / "dropout.py", "\n    return dout.reshape(-1)[:3]\n")
     entry = grade_file(tmp_path / "dropout.py", "dropout")
     assert "your code raised ValueError: backward's dx has shape (3,), expected (2, 5, 8)" in entry["summary"]
+
+
+def test_your_turn_checks_tensor_by_tensor_and_names_the_mistake(capsys):
+    from numpy_transformer import layers as L
+    from parity_tests.check.your_turn import checker
+
+    rng = np.random.default_rng(1)
+    x, weight, bias = rng.standard_normal((5, 4)), rng.standard_normal((3, 4)), rng.standard_normal(3)
+    dout = rng.standard_normal((5, 3))
+    dx, dweight, dbias = L.linear_backward(dout, L.linear_forward(x, weight, bias)[1])
+    assert np.abs(dweight).max() > 0 and np.abs(dx).max() > 0
+    check = checker(
+        {"dx": dx, "dW": dweight, "db": dbias},
+        reference="linear",
+        args={"x": x, "weight": weight, "bias": bias},
+        dout=dout,
+        wrt={"dx": "x", "dW": "weight", "db": "bias"},
+        exercise="linear",
+    )
+    assert check("dx, dW, db", (dout @ weight, dout.T @ x, dout.sum(axis=0)))
+    assert "dW: right" in capsys.readouterr().out
+    assert not check("dx, dW, db", None)
+    assert capsys.readouterr().out.count("not written yet") == 3
+    assert not check("dx, dW, db", (dout @ weight, x.T @ dout, dout))
+    out = capsys.readouterr().out
+    assert "dx: right" in out and "dW: wrong, shape (4, 3) instead of (3, 4): linear.weight_grad_transposed" in out
+    assert "db: wrong, shape (5, 3) instead of (3,): linear.bias_not_summed" in out
+    assert "--only linear" in out
+    assert not check("dx", 0.5 * dx)
+    assert "backward.scaled: 0.5 times the right gradient" in capsys.readouterr().out
+    assert not check("dx", dout @ weight + 1e-3)
+    assert "not a mistake the catalogue knows" in capsys.readouterr().out
+    assert not check("dx, dW", (dx,))
+    with pytest.raises(ValueError, match=r"name: \['dy'\] not among"):
+        check("dy", dx)
+    with pytest.raises(TypeError, match="ours: expected a dict"):
+        checker([dx])
