@@ -266,3 +266,12 @@ def test_your_turn_checks_tensor_by_tensor_and_names_the_mistake(capsys):
         check("dy", dx)
     with pytest.raises(TypeError, match="ours: expected a dict"):
         checker([dx])
+
+
+def test_scipy_imported_late_is_not_taken_for_a_cheat(tmp_path):
+    """scipy imports ctypes and the like lazily: only the reference and torch are refused while a submission runs."""
+    write_workbook(tmp_path, ["linear"])
+    path = answer(tmp_path, "linear")
+    path.write_text("from scipy import integrate, optimize  # noqa: F401\n" + path.read_text())
+    entry = grade(tmp_path, seed=1)["exercises"]["linear"]  # a fresh process: nothing of scipy's imported yet
+    assert entry["passed"], entry["summary"]

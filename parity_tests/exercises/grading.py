@@ -8,7 +8,7 @@ file, so that `sys.exit`, a crash or a hang in a student's code ends that child,
    (`__import__`, `exec`, `eval`, `open`, `globals`, `__globals__`, ...). Importing numpy_transformer,
    parity_tests or torch would let it recompute the answer with the reference or with autograd.
 2. While the student's code runs (its import, then every call of its forward and backward) the reference's
-   modules, torch and the process-spawning modules are hidden from `sys.modules`, an import hook refuses them,
+   modules and torch are hidden from `sys.modules`, an import hook refuses them,
    and the module's builtins lack exec, eval, open, compile, input, exit and quit. An import refused at run time
    fails the exercise even when the code catches the ImportError and carries on.
 3. The pair is judged by parity_tests.check.pair on cases drawn from `seed`: the default seed is public (the
@@ -37,8 +37,6 @@ BARS = (
 
 # What would hand a student the answer: the reference (and its twin), this package, and autograd.
 REFERENCE_MODULES = ("numpy_transformer", "torch_transformer", "parity_tests", "torch")
-# What starts processes or reaches outside: refused at run time too (os itself stays: numpy needs it).
-SPAWNING_MODULES = ("subprocess", "multiprocessing", "socket", "shutil", "ctypes", "pty")
 ALLOWED_IMPORTS = ("numpy", "math", "scipy", "__future__", "functools", "itertools", "typing", "dataclasses")
 # The encoder layer's exercise chains the reference's pairs: these names, and only these, may be imported.
 CHAINED = {
@@ -117,13 +115,14 @@ def source_problems(source: str, name: str) -> list:
 
 
 class _Refuser(importlib.abc.MetaPathFinder):
-    """An import hook that refuses the reference, torch and the spawning modules, and remembers each refusal."""
+    """An import hook that refuses the reference and torch, and remembers each refusal. (Other modules are refused
+    by reading the source only: numpy and scipy import what they need, ctypes and shutil among them, lazily.)"""
 
     def __init__(self):
         self.refused = []
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in REFERENCE_MODULES + SPAWNING_MODULES:
+        if fullname.split(".")[0] in REFERENCE_MODULES:
             self.refused.append(fullname)
             raise ImportError(f"{fullname} may not be imported by a submission")
         return None
@@ -145,16 +144,14 @@ class Guard:
 
     @contextmanager
     def active(self):
-        hidden = {
-            k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] in REFERENCE_MODULES + SPAWNING_MODULES
-        }
+        hidden = {k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] in REFERENCE_MODULES}
         sys.modules.update(self.facades)
         sys.meta_path.insert(0, self.refuser)
         try:
             yield
         finally:
             sys.meta_path.remove(self.refuser)
-            for k in [k for k in sys.modules if k.split(".")[0] in REFERENCE_MODULES + SPAWNING_MODULES]:
+            for k in [k for k in sys.modules if k.split(".")[0] in REFERENCE_MODULES]:
                 del sys.modules[k]  # whatever the student's code left there, facades included
             sys.modules.update(hidden)
 
