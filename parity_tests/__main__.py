@@ -125,6 +125,7 @@ def grade_main(argv) -> int:
     )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per exercise")
     parser.add_argument("--only", default=None, help="comma-separated exercises (default: every one handed in)")
+    parser.add_argument("--jobs", type=int, default=1, help="exercises graded at a time (default 1)")
     parser.add_argument("--json", default=None, help="write the scorecard(s) as JSON to this path ('-': stdout)")
     args = parser.parse_args(argv)
     if (args.directory is None) == (args.class_root is None):
@@ -136,9 +137,9 @@ def grade_main(argv) -> int:
     only = [n.strip() for n in args.only.split(",")] if args.only else None
     try:
         if args.class_root:
-            cards = grade_class(args.class_root, seed=args.seed, timeout=args.timeout, only=only)
+            cards = grade_class(args.class_root, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)
         else:
-            cards = {None: grade(args.directory, seed=args.seed, timeout=args.timeout, only=only)}
+            cards = {None: grade(args.directory, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)}
     except ValueError as exc:
         print(f"transformer-parity grade: {exc}", file=sys.stderr)
         return 2

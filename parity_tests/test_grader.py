@@ -170,7 +170,8 @@ def test_a_class_is_graded_to_a_csv(tmp_path, capsys):
     answer(root / "bob", "softmax", mistake("softmax", "softmax.missing_row_term"))
     replace_stub(root / "cy" / "softmax.py", RECOMPUTE)
     out, details = tmp_path / "grades.csv", tmp_path / "grades.json"
-    assert main(["grade", "--class", str(root), "--csv", str(out), "--json", str(details), "--seed", "9"]) == 1
+    argv = ["grade", "--class", str(root), "--csv", str(out), "--json", str(details), "--seed", "9", "--jobs", "2"]
+    assert main(argv) == 1
     rows = list(csv.reader(io.StringIO(out.read_text())))
     assert rows[0] == ["student", f"softmax ({POINTS['softmax']})", f"embedding ({POINTS['embedding']})", "total",
                        "out_of"]  # fmt: skip
@@ -194,6 +195,8 @@ def test_grade_arguments_are_checked(tmp_path, capsys):
         grade(tmp_path / "nope")
     with pytest.raises(ValueError, match="seed: expected a non-negative integer"):
         grade(tmp_path, seed=-1)
+    with pytest.raises(ValueError, match="jobs: expected a positive integer, got 0"):
+        grade(tmp_path, jobs=0)
     with pytest.raises(ValueError, match="root: .* holds no student folder"):
         grade_class(tmp_path)
     assert main(["grade", str(tmp_path), "--only", "attention"]) == 2

@@ -12,6 +12,7 @@ folder under `root`. The CLI exits 1 when any exercise fails.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .grading import failed, source_problems
@@ -51,20 +52,20 @@ def write_workbook(directory, only=None) -> list:
     return paths
 
 
-def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None) -> dict:
+def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None, jobs: int = 1) -> dict:
     """Grade every exercise file found in `directory` (or the exercises named in `only`: a missing file then fails
     as "not handed in"), each in a child Python with `timeout` seconds (parity_tests.exercises.grading says what
-    a submission may not do), on the cases drawn from `seed` (PUBLIC_SEED: the cases the notebooks show).
-    Returns the scorecard: {"passed": bool, "passed_count": n, "points": earned, "max_points": total, "seed",
-    "exercises": {name: {"passed", "points", "max_points", "summary", "diagnoses", "worst" (tensor -> worst
-    error), "report", "output" (what the code printed)}}}."""
-    from parity_tests import sandbox
-
+    a submission may not do), `jobs` of them at a time, on the cases drawn from `seed` (PUBLIC_SEED: the cases
+    the notebooks show). Returns the scorecard: {"passed": bool, "passed_count": n, "points": earned,
+    "max_points": total, "seed", "exercises": {name: {"passed", "points", "max_points", "summary", "diagnoses",
+    "mistakes", "worst" (tensor -> worst error), "report", "output" (what the code printed)}}}."""
     root = Path(directory)
     if not root.is_dir():
         raise ValueError(f"directory: no such directory: {directory}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
     names = [n for n in EXERCISES if (root / f"{n}.py").is_file()] if only is None else list(only)
     unknown = [n for n in names if n not in EXERCISES]
     if unknown:
@@ -73,28 +74,8 @@ def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOU
         raise ValueError(
             f"{directory} holds no exercise file (expected some of {', '.join(f'{n}.py' for n in EXERCISES)})"
         )
-    card = {}
-    for name in names:
-        path = root / f"{name}.py"
-        problems = source_problems(path.read_text(errors="replace"), name) if path.is_file() else []
-        output = ""
-        if not path.is_file():
-            entry = failed("not handed in")
-        elif problems:  # refused before anything of it runs
-            entry = failed("refused: " + "; ".join(problems))
-        else:
-            outcome = sandbox.call(
-                "parity_tests.exercises.grading:grade_file", str(path.resolve()), name, seed, timeout=timeout
-            )
-            output = outcome.output
-            if outcome.ok:
-                entry = outcome.value
-            else:
-                entry = failed(outcome.reason)
-        entry["points"] = POINTS[name] if entry["passed"] else 0
-        entry["max_points"] = POINTS[name]
-        entry["output"] = output
-        card[name] = entry
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each job waits on its own child process
+        card = dict(zip(names, pool.map(lambda n: _grade_one(root / f"{n}.py", n, seed, timeout), names), strict=True))
     passed = sum(entry["passed"] for entry in card.values())
     return {
         "passed": passed == len(card),
@@ -106,7 +87,25 @@ def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOU
     }
 
 
-def grade_class(root, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None) -> dict:
+def _grade_one(path: Path, name: str, seed: int, timeout: float) -> dict:
+    """One exercise's scorecard entry: refused from its source, or run in a child (parity_tests.sandbox)."""
+    from parity_tests import sandbox
+
+    output = ""
+    if not path.is_file():
+        entry = failed("not handed in")
+    elif problems := source_problems(path.read_text(errors="replace"), name):  # refused before any of it runs
+        entry = failed("refused: " + "; ".join(problems))
+    else:
+        outcome = sandbox.call(
+            "parity_tests.exercises.grading:grade_file", str(path.resolve()), name, seed, timeout=timeout
+        )
+        output = outcome.output
+        entry = outcome.value if outcome.ok else failed(outcome.reason)
+    return entry | {"points": POINTS[name] if entry["passed"] else 0, "max_points": POINTS[name], "output": output}
+
+
+def grade_class(root, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None, jobs: int = 1) -> dict:
     """Grade every sub-folder of `root` as one student's workbook (hidden folders skipped), on the same cases.
     The exercises graded are `only`, or every exercise any student handed in; one a student lacks scores 0.
     Returns {student folder name: scorecard} in name order."""
@@ -120,7 +119,7 @@ def grade_class(root, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEO
         only = [n for n in EXERCISES if any((s / f"{n}.py").is_file() for s in students)]
         if not only:
             raise ValueError(f"root: no student folder under {root} holds an exercise file")
-    return {s.name: grade(s, seed=seed, timeout=timeout, only=only) for s in students}
+    return {s.name: grade(s, seed=seed, timeout=timeout, only=only, jobs=jobs) for s in students}
 
 
 def class_csv(cards: dict) -> str:
