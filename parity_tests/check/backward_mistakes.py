@@ -29,6 +29,7 @@ from numpy_transformer import layers as L
 
 from .report import Diagnosis
 
+FLOAT32_MATCH = 1e-4  # a float32 gradient summed in another order
 MATCH = 1e-7  # the catalogue's ids for these mistakes are in report.CATALOGUE, after the forward's
 
 
@@ -49,9 +50,10 @@ def _found(vid, tensor, message, error) -> Diagnosis:
 def diagnose(reference, tensor, got, expected, args, dout) -> list:
     """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
     when layer norm misses both of its terms)."""
+    single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    if got.shape != expected.shape:
-        found = _shape_mistake(tensor, got, expected)
+    if got.shape != expected.shape:  # judged in float32 too: a wrong shape is wrong in any dtype
+        found = _shape_mistake(tensor, got, expected, FLOAT32_MATCH if single else MATCH)
         return [] if found is None else [found]
     if not np.all(np.isfinite(got)):
         return []
@@ -62,16 +64,17 @@ def diagnose(reference, tensor, got, expected, args, dout) -> list:
     return []
 
 
-def _shape_mistake(tensor, got, expected):
+def _shape_mistake(tensor, got, expected, tol):
     if tensor.endswith("weight") and got.ndim == 2 and got.T.shape == expected.shape:
         error = _close(got.T, expected)
-        if error <= MATCH:
+        if error <= tol:
             return _transposed_weight(tensor, got, expected, error)
     n = expected.shape[-1] if expected.ndim == 1 else None
     if tensor.endswith("bias") and n and got.ndim > 1 and got.shape[-1] == n:
-        # a bias whose right gradient is zero (the key projection's) is judged against the size of the terms summed
-        error = _close(got.reshape(-1, n).sum(axis=0), expected, 1e-3 * float(np.abs(got).max(initial=0.0)))
-        if error <= MATCH:
+        # judged against the size of the terms summed: the key projection's bias has a gradient of zero (up to
+        # rounding), the sum of terms that cancel
+        error = _close(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0)))
+        if error <= tol:
             return _found(
                 "linear.bias_not_summed",
                 tensor,
