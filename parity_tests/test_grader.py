@@ -106,14 +106,15 @@ def test_cheats_and_crashes_fail_with_the_reason(tmp_path):
     (tmp_path / "layer_norm.py").write_text("import sys\nsys.exit(0)\n" + text)  # would make the grader exit 0
     (tmp_path / "embedding.py").write_text("raise SystemExit(0)\n" + (tmp_path / "embedding.py").read_text())
     replace_stub(tmp_path / "scaled_dot_product_attention.py", HANG)
-    card = grade(tmp_path, seed=4, timeout=12)
-    summaries = {name: entry["summary"] for name, entry in card["exercises"].items()}
-    assert card["passed_count"] == 0 and card["points"] == 0, summaries
+    card = grade(tmp_path, seed=4, timeout=60, only=["softmax", "linear", "layer_norm", "embedding"])
+    hang = grade(tmp_path, timeout=3, only=["scaled_dot_product_attention"])  # stopped, however far it got
+    summaries = {name: entry["summary"] for name, entry in (card["exercises"] | hang["exercises"]).items()}
+    assert card["passed_count"] == hang["passed_count"] == 0 and card["points"] == 0, summaries
     assert summaries["softmax"].startswith("refused: line ") and "imports numpy_transformer" in summaries["softmax"]
     assert "imports torch" in summaries["linear"]
     assert "imports sys: a submission may import only" in summaries["layer_norm"]
     assert summaries["embedding"] == "called sys.exit(0) instead of returning"
-    assert summaries["scaled_dot_product_attention"] == "did not finish within 12 s (a hang?); stopped"
+    assert summaries["scaled_dot_product_attention"] == "did not finish within 3 s (a hang?); stopped"
 
 
 def test_a_shell_command_is_refused_before_it_runs(tmp_path):

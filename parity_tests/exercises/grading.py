@@ -8,9 +8,9 @@ file, so that `sys.exit`, a crash or a hang in a student's code ends that child,
    (`__import__`, `exec`, `eval`, `open`, `globals`, `__globals__`, ...). Importing numpy_transformer,
    parity_tests or torch would let it recompute the answer with the reference or with autograd.
 2. While the student's code runs (its import, then every call of its forward and backward) the reference's
-   modules and torch are hidden from `sys.modules`, an import hook refuses them,
-   and the module's builtins lack exec, eval, open, compile, input, exit and quit. An import refused at run time
-   fails the exercise even when the code catches the ImportError and carries on.
+   modules and torch are hidden from `sys.modules`, an import hook refuses them, and the module's builtins lack
+   exec, eval, open, compile, input, exit and quit. An import refused at run time fails the exercise even when
+   the code catches the ImportError and carries on.
 3. The pair is judged by parity_tests.check.pair on cases drawn from `seed`: the default seed is public (the
    notebook shows its cases), a teacher's seed draws cases no student has seen.
 
