@@ -193,6 +193,22 @@ print("dV =\n", dV)
 print("dP =\n", dP)
 
 # %% [markdown]
+# ## Your turn: the softmax's backward
+#
+# Before reading step 6, derive the gradient of the scores yourself: write $dS$ (before the scale $c$)
+# from $dP$ and $P$ in `your_dS` below, in place of `return None`, without building the $T_k \times T_k$
+# Jacobian. The cell after step 6 compares yours with the walkthrough's own, and names the mistake when it
+# is a known one. The workbook's `softmax` exercise goes further (padding, a fully masked row, large scores,
+# float32): `transformer-parity exercises DIR --only softmax`.
+
+
+# %%
+def your_dS(dP, P):
+    """dP, P (T_q, T_k) -> dS (T_q, T_k), the gradient of the scaled scores: your turn."""
+    return None
+
+
+# %% [markdown]
 # ## Step 6: through the softmax
 #
 # Take one row: $p = \mathrm{softmax}(s)$, $p_i = e^{s_i} / Z$ with $Z = \sum_k e^{s_k}$. By the
@@ -238,6 +254,20 @@ print("dS from the Jacobians =\n", dS_jacobian)
 print("dS from the formula   =\n", dS_unscaled)
 print("row sums of dS:", dS_unscaled.sum(axis=-1))
 assert np.abs(dS_jacobian - dS_unscaled).max() <= 1e-15
+
+# %% [markdown]
+# **Your turn, checked.** `check` compares your `dS` with `dS_unscaled` above (float64, relative error at
+# most $10^{-10}$), then, on a classic mistake, shows what it says when the row term is left out.
+
+# %%
+from parity_tests.check.your_turn import checker  # noqa: E402
+
+check = checker(
+    {"dS": dS_unscaled}, reference="softmax", args={"x": S, "mask": mask}, dout=dP, wrt={"dS": "x"}, exercise="softmax"
+)
+check("dS", your_dS(dP, P))
+print("\nP * dP, the row term forgotten:")
+assert not check("dS", P * dP)
 
 # %% [markdown]
 # ## Step 7: through $S = Q K^\top / \sqrt{d_h}$

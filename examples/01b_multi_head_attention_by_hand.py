@@ -186,6 +186,22 @@ dY = np.round(rng.standard_normal((T_q, D)), 1)  # (T_q, D)
 print("dY =\n", dY)
 
 # %% [markdown]
+# ## Your turn: the output projection's backward
+#
+# Before reading step 5: $Y = C W_O^\top + b_O$ is a linear layer. Write its three gradients, $dC$, $dW_O$
+# (the $(\text{out}, \text{in})$ layout of $W_O$) and $db_O$, from $dY$, $C$ and $W_O$ in
+# `your_output_projection_backward`, in place of `return None`. The cell after step 5 checks each of the
+# three. The workbook's `linear` exercise goes further (any number of leading axes, float32), and its
+# `multi_head_attention` exercise is this whole walkthrough: `transformer-parity exercises DIR --only linear`.
+
+
+# %%
+def your_output_projection_backward(dY, C, W_O):
+    """dY, C (T_q, D), W_O (D, D) -> (dC, dW_O, db_O): your turn."""
+    return None
+
+
+# %% [markdown]
 # ## Step 5: through the output projection
 #
 # $Y = C W_O^\top + b_O$, a linear layer, so (the shapes decide the order of each product):
@@ -198,6 +214,24 @@ print("dY =\n", dY)
 dC = dY @ W_O  # (T_q, D)
 dW_O = dY.T @ C  # (D, D), the (out, in) layout of W_O
 db_O = dY.sum(axis=0)  # (D,)
+
+# %% [markdown]
+# **Your turn, checked**, tensor by tensor; then a classic mistake, the weight gradient transposed.
+
+# %%
+from parity_tests.check.your_turn import checker  # noqa: E402
+
+check = checker(
+    {"dC": dC, "dW_O": dW_O, "db_O": db_O},
+    reference="linear",
+    args={"x": C, "weight": W_O, "bias": b_O},
+    dout=dY,
+    wrt={"dC": "x", "dW_O": "weight", "db_O": "bias"},
+    exercise="linear",
+)
+check("dC, dW_O, db_O", your_output_projection_backward(dY, C, W_O))
+print("\nC.T @ dY for dW_O:")
+assert not check("dC, dW_O, db_O", (dY @ W_O, C.T @ dY, dY.sum(axis=0)))
 
 # %% [markdown]
 # ## Step 6: through the merge, whose backward is the split

@@ -89,6 +89,22 @@ print("max |by hand - torch|   =", np.abs(y - y_torch).max())
 assert np.abs(y - y_lib).max() <= 1e-12 and np.abs(y - y_torch).max() <= 1e-12
 
 # %% [markdown]
+# ## Your turn: layer norm's $dx$
+#
+# Before reading on, try the gradient of the input yourself: $x$ reaches $\hat x$ directly, through the
+# mean and through the variance. Write $dx$ from $dy$, $\hat x$, $r$ (`rstd`) and $\gamma$ in `your_dx`, in
+# place of `return None`. The cell after the boxed formula checks it, and names a missing term. The
+# workbook's `layer_norm` exercise goes further (dgamma and dbeta, batches, float32):
+# `transformer-parity exercises DIR --only layer_norm`.
+
+
+# %%
+def your_dx(dy, x_hat, rstd, gamma):
+    """dy, x_hat (N, D), rstd (N, 1), gamma (D,) -> dx (N, D): your turn."""
+    return None
+
+
+# %% [markdown]
 # ## The backward pass, one forward line at a time
 #
 # The upstream gradient $dy = \partial \mathcal{L} / \partial y$ is random (why not ones: see below). We walk
@@ -167,6 +183,24 @@ dx_compact = rstd * (
 print("dx (boxed formula) =\n", dx_compact)
 print("max |step by step - formula| =", np.abs(dx_staged - dx_compact).max())
 assert np.abs(dx_staged - dx_compact).max() <= 1e-14
+
+# %% [markdown]
+# **Your turn, checked**; then a classic mistake, the mean's path left out.
+
+# %%
+from parity_tests.check.your_turn import checker  # noqa: E402
+
+check = checker(
+    {"dx": dx_compact},
+    reference="layer_norm",
+    args={"x": x, "weight": gamma, "bias": beta, "eps": eps},
+    dout=dy,
+    wrt={"dx": "x"},
+    exercise="layer_norm",
+)
+check("dx", your_dx(dy, x_hat, rstd, gamma))
+print("\nwithout - mean(dx_hat):")
+assert not check("dx", rstd * (dx_hat - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True)))
 
 # %% [markdown]
 # ## The naive way: the full $D \times D$ Jacobian

@@ -292,6 +292,22 @@ def compare(step, dinput=None, torch_name=None, param_grads=None):
 
 
 # %% [markdown]
+# ## Your turn: the loss's gradient
+#
+# Before reading step 1: the loss is the mean over the kept targets of the label-smoothed cross-entropy
+# ($\epsilon_{ls} = 0.1$, targets equal to the pad id ignored). Write its gradient with respect to the logits,
+# $(B, T_{tgt}, V)$, in `your_dlogits`, in place of `return None`. The cell after step 1 checks it. The
+# workbook's `cross_entropy` exercise goes further (other smoothings, float32), and its `encoder_layer`
+# exercise chains a layer's backward as step 4 does: `transformer-parity exercises DIR --only cross_entropy`.
+
+
+# %%
+def your_dlogits(logits, targets, pad_id, label_smoothing):
+    """logits (B, T, V), targets (B, T) -> dlogits (B, T, V): your turn."""
+    return None
+
+
+# %% [markdown]
 # ## Step 1: the loss gives the logits' gradient
 #
 # One kept row first, with logits $z$ and $p = \mathrm{softmax}(z)$, so $\log p_c = z_c - \log \sum_k e^{z_k}$:
@@ -337,6 +353,24 @@ print("max |dlogits by hand - library| =", np.abs(dlogits_by_hand - dlogits).max
 print("max |dlogits| at the padded position (batch 1, position 3):", np.abs(dlogits[1, 3]).max())
 assert abs(loss_by_hand - loss) <= 1e-14 and np.abs(dlogits_by_hand - dlogits).max() <= 1e-15
 compare("loss -> logits", dlogits, "logits")
+
+# %% [markdown]
+# **Your turn, checked**; then a classic mistake, dividing by every position instead of the kept targets.
+
+# %%
+from parity_tests.check.your_turn import checker  # noqa: E402
+
+check = checker(
+    {"dlogits": dlogits},
+    reference="cross_entropy",
+    args={"logits": logits, "targets": tgt_out, "ignore_index": cfg.pad_id, "label_smoothing": 0.1},
+    dout=1.0,
+    wrt={"dlogits": "logits"},
+    exercise="cross_entropy",
+)
+check("dlogits", your_dlogits(logits, tgt_out, cfg.pad_id, 0.1))
+print("\ndivided by all B * T positions:")
+assert not check("dlogits", np.where(kept[:, None], (p_rows - q_rows) / len(y), 0.0).reshape(logits.shape))
 
 # %% [markdown]
 # The same gradient divided by $B \cdot T = 8$ instead of $n = 7$ is off by the factor $7/8$ everywhere,

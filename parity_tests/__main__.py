@@ -3,7 +3,8 @@
     transformer-parity [report options]                     the parity report, as always
     transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--mapping FILE.json] [--json PATH]
     transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
-    transformer-parity grade DIR [--json]                   grade a filled workbook (exit 1 when any fails)
+    transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
+                                                            grade workbooks (exit 1 when any exercise fails)
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
 module name or a path to a .py file, ATTR a module instance in it or a zero-argument factory (a class, a function).
@@ -108,28 +109,64 @@ def exercises_main(argv) -> int:
 
 
 def grade_main(argv) -> int:
-    from parity_tests.exercises import grade
+    from parity_tests.exercises import DEFAULT_TIMEOUT, PUBLIC_SEED, class_csv, grade, grade_class
+    from parity_tests.exercises.grading import BARS
 
     parser = argparse.ArgumentParser(
         prog="transformer-parity grade",
-        description="Grade a workbook's backward passes against the NumPy reference; exit 1 when any fails.",
+        description="Grade a workbook's backward passes against the NumPy reference, each exercise in a child "
+        "process with a time limit; exit 1 when any fails, 2 for bad arguments.",
     )
-    parser.add_argument("directory")
-    parser.add_argument("--json", action="store_true", help="print the scorecard as JSON")
+    parser.add_argument("directory", nargs="?", help="one student's workbook")
+    parser.add_argument("--class", dest="class_root", default=None, help="grade every sub-folder of this folder")
+    parser.add_argument("--csv", default=None, help="with --class: write a row per student, a column per exercise")
+    parser.add_argument(
+        "--seed", type=int, default=PUBLIC_SEED, help=f"draws the cases (default {PUBLIC_SEED}: the notebooks' own)"
+    )
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per exercise")
+    parser.add_argument("--only", default=None, help="comma-separated exercises (default: every one handed in)")
+    parser.add_argument("--jobs", type=int, default=1, help="exercises graded at a time (default 1)")
+    parser.add_argument("--json", default=None, help="write the scorecard(s) as JSON to this path ('-': stdout)")
     args = parser.parse_args(argv)
+    if (args.directory is None) == (args.class_root is None):
+        parser.error("give either DIRECTORY or --class ROOT")
+    if args.csv and not args.class_root:
+        parser.error("--csv needs --class ROOT")
+    if not args.timeout > 0:
+        parser.error(f"--timeout: expected a positive number of seconds, got {args.timeout}")
+    only = [n.strip() for n in args.only.split(",")] if args.only else None
     try:
-        card = grade(args.directory)
+        if args.class_root:
+            cards = grade_class(args.class_root, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)
+        else:
+            cards = {None: grade(args.directory, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)}
     except ValueError as exc:
         print(f"transformer-parity grade: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        json.dump(card, sys.stdout, indent=2, default=str)
+    detail = cards[None] if args.directory else cards
+    if args.json == "-":
+        json.dump(detail, sys.stdout, indent=2, default=str)
         print()
     else:
-        for name, entry in card["exercises"].items():
-            print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {entry['summary']}")
-        print(f"{card['passed_count']} of {len(card['exercises'])} passed")
-    return 0 if card["passed"] else 1
+        print(f"cases drawn from seed {args.seed}; {BARS}")
+        for student, card in cards.items():
+            if student is not None:
+                print(f"\n{student}: {card['points']} of {card['max_points']} points")
+            for name, entry in card["exercises"].items():
+                points = f"{entry['points']}/{entry['max_points']}"
+                print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {points:>5}  {entry['summary']}")
+            if student is None:
+                print(
+                    f"{card['passed_count']} of {len(card['exercises'])} passed, "
+                    f"{card['points']} of {card['max_points']} points"
+                )
+        if args.json:
+            Path(args.json).write_text(json.dumps(detail, indent=2, default=str))
+    if args.csv:
+        Path(args.csv).write_text(class_csv(cards))
+        if args.json != "-":
+            print(f"\nwrote {args.csv}")
+    return 0 if all(card["passed"] for card in cards.values()) else 1
 
 
 def main(argv=None) -> int:

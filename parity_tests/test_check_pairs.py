@@ -8,7 +8,6 @@ code passes the grader, and each untouched stub fails with "not implemented yet"
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 import numpy as np
@@ -17,7 +16,9 @@ import pytest
 from numpy_transformer import layers as L
 from parity_tests import check
 from parity_tests.__main__ import main
-from parity_tests.exercises import EXERCISES, grade, write_workbook
+from parity_tests.exercises import EXERCISES, POINTS, write_workbook
+from parity_tests.exercises.grading import grade_file
+from parity_tests.workbook_answers import answer
 
 
 @pytest.mark.parametrize("name", list(check.PAIRS))
@@ -70,34 +71,23 @@ def test_pair_arguments_are_checked():
         check.pair(L.linear_forward, None, "linear")
 
 
-def fill_with_reference(directory) -> None:
-    """Replace each stub's body with the reference's own backward, run on the reference's own forward."""
-    for name in EXERCISES:
-        path = directory / f"{name}.py"
-        dout = "dloss" if name == "cross_entropy" else "dout"
-        args = "ref, dloss" if name == "cross_entropy" else "dout, ref"
-        body = (
-            "    from parity_tests.check.pairs import PAIRS\n"
-            f"    _, ref = PAIRS[{name!r}].forward(**cache['inputs'])\n"
-            f"    return PAIRS[{name!r}].backward({args})"
-        )
-        assert dout in path.read_text()
-        path.write_text(re.sub(r"    raise NotImplementedError\(.*\)", body, path.read_text()))
-
-
-def test_workbook_stubs_fail_and_the_reference_passes(tmp_path, capsys):
+def test_workbook_stubs_fail_and_right_answers_pass(tmp_path, capsys):
     assert main(["exercises", str(tmp_path)]) == 0
     assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted(f"{n}.py" for n in EXERCISES)
     assert "format_name: percent" in (tmp_path / "notebooks" / "softmax.py").read_text()
-    card = grade(tmp_path)
-    assert card["passed_count"] == 0
-    assert all("not implemented yet" in e["summary"] for e in card["exercises"].values())
-    assert main(["grade", str(tmp_path)]) == 1
-    fill_with_reference(tmp_path)
+    stubs = {name: grade_file(tmp_path / f"{name}.py", name) for name in EXERCISES}
+    assert all(not e["passed"] and "not implemented yet" in e["summary"] for e in stubs.values()), stubs
+    for name in EXERCISES:
+        answer(tmp_path, name)
+    answered = {name: grade_file(tmp_path / f"{name}.py", name, seed=11) for name in EXERCISES}
+    assert all(e["passed"] for e in answered.values()), {n: e["summary"] for n, e in answered.items()}
     capsys.readouterr()
-    assert main(["grade", str(tmp_path), "--json"]) == 0
-    card = json.loads(capsys.readouterr().out)
-    assert card["passed"] and card["passed_count"] == len(EXERCISES)
+    out = tmp_path / "card.json"
+    assert main(["grade", str(tmp_path), "--only", "softmax,linear", "--seed", "3", "--json", str(out)]) == 0
+    card = json.loads(out.read_text())
+    assert card["passed"] and card["passed_count"] == 2 and card["seed"] == 3
+    assert card["points"] == card["max_points"] == POINTS["softmax"] + POINTS["linear"]
+    assert "float64 1e-10 against the reference" in capsys.readouterr().out
 
 
 def test_workbook_only_and_refusals(tmp_path):
@@ -118,7 +108,7 @@ def test_grader_names_a_student_mistake(tmp_path):
         "    return cache['p'] * dout  # forgets the row sum",
     )
     path.write_text(text)
-    entry = grade(tmp_path)["exercises"]["softmax"]
+    entry = grade_file(path, "softmax")
     assert not entry["passed"] and "dx" in entry["summary"]
 
 

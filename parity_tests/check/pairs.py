@@ -25,6 +25,7 @@ from numpy_transformer import loss as LS
 from numpy_transformer import model as M
 from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
+from . import backward_mistakes as BM
 from . import variants as VR
 from .report import Diagnosis, Result, Row
 
@@ -153,6 +154,15 @@ PAIRS = {
             ),
         },
         variants=_layer_norm_variants,
+    ),
+    "dropout": Pair(
+        L.dropout_forward,
+        L.dropout_backward,
+        ["x"],
+        {
+            "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
+            "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
+        },
     ),
     "embedding": Pair(
         L.embedding_forward,
@@ -301,14 +311,19 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
         )
     spec = PAIRS[reference]
     result = Result(reference=reference)
-    result.conventions = {"protocol": "out, cache = forward(**args); grads = backward(dout, cache)"}
+    result.conventions = {
+        "protocol": "out, cache = forward(**args); grads = backward(dout, cache)",
+        "bars": f"float64 {BAR[np.dtype('float64')]:.0e} against the reference and {FD_BAR:.0e} against finite "
+        f"differences of your forward, float32 {BAR[np.dtype('float32')]:.0e} against the reference",
+    }
+    matches = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
     for case, make in spec.cases.items():
         for dtype in dtypes:
             rng = np.random.default_rng(seed)
             args = _cast(make(rng), np.dtype(dtype))
             try:
                 with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
-                    _judge_case(spec, forward, backward, case, args, np.dtype(dtype), result, seed)
+                    _judge_case(spec, reference, forward, backward, case, args, np.dtype(dtype), result, seed, matches)
             except NotImplementedError as exc:
                 result.rows.append(Row(f"{case}: (not implemented)", np.dtype(dtype).name, math.inf, 0.0))
                 result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
@@ -329,14 +344,28 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
                 math.inf,
             )
         )
+    result.diagnoses += _consistent(matches, result.rows)
     unique = {}
     for d in result.diagnoses:
-        unique.setdefault(d.id, d)
+        unique.setdefault((d.id, d.where), d)
     result.diagnoses = list(unique.values())
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses
     if not result.passed and result.unexplained is None:
         result.unexplained = _worst_gradients(result.rows)
     return result
+
+
+def _consistent(matches, rows) -> list:
+    """The backward mistakes that reproduce a gradient in every float64 case where that gradient fails."""
+    failing = {}
+    for r in rows:
+        if r.dtype == "float64" and not r.ok and ": d" in r.name and not r.name.endswith("finite differences"):
+            case, tensor = r.name.split(": ", 1)
+            failing.setdefault(tensor, set()).add(case)
+    seen = {}
+    for case, d in matches:
+        seen.setdefault((d.id, d.where), (d, set()))[1].add(case)
+    return [d for d, cases in seen.values() if cases >= failing.get(d.where, set())]
 
 
 def _worst_gradients(rows) -> str:
@@ -354,7 +383,7 @@ def _worst_gradients(rows) -> str:
     return "wrong: " + "; ".join(parts) if parts else "only float32 fails"
 
 
-def _judge_case(spec: Pair, forward, backward, case, args, dtype, result, seed) -> None:
+def _judge_case(spec: Pair, reference, forward, backward, case, args, dtype, result, seed, matches) -> None:
     rng = np.random.default_rng(seed + 1)
     ref_out, ref_cache = spec.forward(**_copy(args))
     with np.errstate(all="ignore"):
@@ -380,16 +409,29 @@ def _judge_case(spec: Pair, forward, backward, case, args, dtype, result, seed) 
     ref_grads = _grads(spec, spec.backward, dout, ref_cache)
     grads = _grads(spec, backward, dout, cache)
     pairs = {f"{case}: output": (out, ref_out)}
+    misshapen = []
     for name, g in ref_grads.items():
         if g is None:
             continue
         if name not in grads or grads[name] is None:
             raise ValueError(f"backward gave no gradient for {name}")
         if np.shape(grads[name]) != np.shape(g):
-            raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
+            found = BM.diagnose(reference, name, grads[name], g, args, dout)
+            if not found:
+                raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
+            matches += [(case, d) for d in found]
+            misshapen.append(Row(f"{case}: d{name}", label, math.inf, BAR[dtype], f"shape {np.shape(grads[name])}"))
+            continue
         pairs[f"{case}: d{name}"] = (grads[name], g)
     errors = relative_errors(pairs, dtype)
-    result.rows += [Row(n, label, e, BAR[dtype]) for n, (_, e) in errors.items()]
+    result.rows += [Row(n, label, e, BAR[dtype]) for n, (_, e) in errors.items()] + misshapen
+    if dtype == np.float64:  # each wrong gradient: is it a known mistake?
+        for name, g in ref_grads.items():
+            key = f"{case}: d{name}"
+            if key in errors and errors[key][1] > BAR[dtype]:
+                matches += [(case, d) for d in BM.diagnose(reference, name, grads[name], g, args, dout)]
+    if misshapen:
+        return  # central differences need gradients of the inputs' shapes
     if errors[f"{case}: output"][1] > BAR[dtype] and spec.variants is not None and dtype == np.float64:
         for vid, message, variant in spec.variants(args):
             if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:

@@ -31,6 +31,19 @@ CATALOGUE = {
     "rope.applied_to_v": "the values rotated too: RoPE rotates queries and keys only",
     "gated_feed_forward.activation_on_up": "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
     "attention.kv_heads_tiled": "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
+    # A hand-written backward pass (check.pair), named per gradient by check/backward_mistakes.py:
+    "softmax.missing_row_term": "dx = p * dp instead of p * (dp - rowsum(dp * p)): rows of dx must sum to zero",
+    "layer_norm.missing_mean_term": "dx = r (g - x_hat mean(g x_hat)) without - mean(g): the path through the mean",
+    "layer_norm.missing_variance_term": "dx = r (g - mean(g)) without - x_hat mean(g x_hat): the path through the var",
+    "embedding.repeated_ids": "dweight[ids] += dout (a repeated id counted once) instead of np.add.at",
+    "backward.scaled": "a gradient off by a constant factor (a scale missing, doubled or inverted; a mean for a sum)",
+    "backward.sign_flipped": "a gradient with the wrong sign",
+    "linear.weight_grad_transposed": "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)",
+    "linear.bias_not_summed": "dbias = dout (or summed over some leading axes, or averaged) instead of summed over all",
+    "dropout.mask_not_reapplied": "dx = dout / (1 - p) without the forward's keep mask",
+    "dropout.not_rescaled": "dx = dout * mask without the 1 / (1 - p) the forward applied",
+    "attention.backward_missing_scale": "dq = dS K, dk = dS^T Q without the 1/sqrt(d_head) of S = Q K^T / sqrt(d_head)",
+    "cross_entropy.wrong_denominator": "dlogits divided by the wrong count (all positions, the batch, or not at all)",
 }
 
 
@@ -154,7 +167,7 @@ class Result:
             if r.dtype not in dtypes:
                 dtypes.append(r.dtype)
         width = max(len(n) for n in by_name)
-        head = "".join(f"  {d + ' (bar ' + format(self._bar(d), '.0e') + ')':>20}" for d in dtypes)
+        head = "".join(f"  {d + ' (' + self._bars(d) + ')':>20}" for d in dtypes)
         lines = [f"  {'tensor':<{width}}{head}"]
         for name, cells in by_name.items():
             text = ""
@@ -164,8 +177,13 @@ class Result:
             lines.append(f"  {name:<{width}}{text}")
         return lines
 
-    def _bar(self, dtype: str) -> float:
-        return max((r.bar for r in self.rows if r.dtype == dtype), default=0.0)
+    def _bars(self, dtype: str) -> str:
+        """The bars of a dtype's rows: one, or two (check.pair's: the reference's, then finite differences'), or a
+        range (check.module's float32 bars, scaled to the reference's own float32 error per tensor)."""
+        bars = sorted({r.bar for r in self.rows if r.dtype == dtype})
+        if len(bars) <= 2:
+            return "bar " + " / ".join(format(b, ".0e") for b in bars)
+        return f"bars {bars[0]:.0e} to {bars[-1]:.0e}"
 
     def summary(self) -> str:
         """The report without the map and the table: verdict, conventions, config, counts, divergence, diagnosis."""

@@ -2,20 +2,35 @@
 
 Each exercise is a file `NAME.py` whose forward is given (NumPy, with a cache whose contents its docstring states)
 and whose backward is a stub saying what to derive; beside it `notebooks/NAME.py`, a jupytext "percent" notebook
-that explains the exercise and runs the grader on it. `grade(directory)` imports each file and judges its pair with
+that explains the exercise and runs the grader on it. `grade(directory, seed=...)` runs each file in a child
+Python with a time limit, the reference out of its reach (parity_tests.exercises.grading), and judges its pair with
 parity_tests.check.pair (the reference pair and central finite differences, on several shapes and the edge cases:
-padding, fully masked rows, T_q != T_k, large scores), and returns a scorecard; the CLI exits 1 when any fails.
+padding, fully masked rows, T_q != T_k, large scores, drawn from the seed), naming a known mistake per gradient;
+it returns a scorecard with the points each exercise is worth (POINTS). `grade_class(root)` grades every student
+folder under `root`. The CLI exits 1 when any exercise fails.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .templates import EXERCISES, notebook
+from .grading import failed, source_problems
+from .templates import EXERCISES, POINTS, notebook
 
-__all__ = ["EXERCISES", "write_workbook", "grade"]
+__all__ = [
+    "EXERCISES",
+    "POINTS",
+    "PUBLIC_SEED",
+    "DEFAULT_TIMEOUT",
+    "write_workbook",
+    "grade",
+    "grade_class",
+    "class_csv",
+]
+
+PUBLIC_SEED = 0  # the cases the notebooks show, for self-study; a teacher grades with a seed of their own
+DEFAULT_TIMEOUT = 60.0  # seconds per exercise: a right answer takes well under one; a hang is stopped
 
 
 def write_workbook(directory, only=None) -> list:
@@ -37,57 +52,87 @@ def write_workbook(directory, only=None) -> list:
     return paths
 
 
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(f"workbook_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.pop(spec.name, None)
-    spec.loader.exec_module(module)
-    return module
-
-
-def grade(directory) -> dict:
-    """Grade every exercise file found in `directory`. Returns the scorecard: {"passed": bool, "passed_count": n,
-    "exercises": {name: {"passed", "summary", "diagnoses", "worst" (tensor -> worst error), "report"}}}."""
-    from parity_tests import check
-
+def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None, jobs: int = 1) -> dict:
+    """Grade every exercise file found in `directory` (or the exercises named in `only`: a missing file then fails
+    as "not handed in"), each in a child Python with `timeout` seconds (parity_tests.exercises.grading says what
+    a submission may not do), `jobs` of them at a time, on the cases drawn from `seed` (PUBLIC_SEED: the cases
+    the notebooks show). Returns the scorecard: {"passed": bool, "passed_count": n, "points": earned,
+    "max_points": total, "seed", "exercises": {name: {"passed", "points", "max_points", "summary", "diagnoses",
+    "mistakes", "worst" (tensor -> worst error), "report", "output" (what the code printed)}}}."""
     root = Path(directory)
     if not root.is_dir():
-        raise ValueError(f"no such directory: {directory}")
-    found = [n for n in EXERCISES if (root / f"{n}.py").is_file()]
-    if not found:
+        raise ValueError(f"directory: no such directory: {directory}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
+    names = [n for n in EXERCISES if (root / f"{n}.py").is_file()] if only is None else list(only)
+    unknown = [n for n in names if n not in EXERCISES]
+    if unknown:
+        raise ValueError(f"only: unknown exercise(s) {unknown}; choose among {', '.join(EXERCISES)}")
+    if not names:
         raise ValueError(
             f"{directory} holds no exercise file (expected some of {', '.join(f'{n}.py' for n in EXERCISES)})"
         )
-    card = {}
-    for name in found:
-        try:
-            module = _load(root / f"{name}.py")
-            result = check.pair(module.forward, module.backward, name)
-        except Exception as exc:  # a file that does not even import: it fails, with the reason
-            card[name] = {
-                "passed": False,
-                "summary": f"cannot be graded: {type(exc).__name__}: {exc}",
-                "diagnoses": [],
-                "worst": {},
-                "report": "",
-            }
-            continue
-        worst = {}
-        for row in result.rows:
-            tensor = row.name.split(": ", 1)[-1]
-            worst[tensor] = max(worst.get(tensor, 0.0), row.error)
-        if result.passed:
-            summary = f"worst error {max(worst.values(), default=0.0):.1e} over {len(result.rows)} comparisons"
-        elif result.unexplained and result.unexplained.startswith("not implemented"):
-            summary = f"backward {result.unexplained}"
-        else:
-            summary = "; ".join([str(d) for d in result.diagnoses] + [result.unexplained or ""]).strip("; ")
-        card[name] = {
-            "passed": result.passed,
-            "summary": summary,
-            "diagnoses": [d.id for d in result.diagnoses],
-            "worst": worst,
-            "report": str(result),
-        }
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each job waits on its own child process
+        card = dict(zip(names, pool.map(lambda n: _grade_one(root / f"{n}.py", n, seed, timeout), names), strict=True))
     passed = sum(entry["passed"] for entry in card.values())
-    return {"passed": passed == len(card), "passed_count": passed, "exercises": card}
+    return {
+        "passed": passed == len(card),
+        "passed_count": passed,
+        "points": sum(e["points"] for e in card.values()),
+        "max_points": sum(e["max_points"] for e in card.values()),
+        "seed": seed,
+        "exercises": card,
+    }
+
+
+def _grade_one(path: Path, name: str, seed: int, timeout: float) -> dict:
+    """One exercise's scorecard entry: refused from its source, or run in a child (parity_tests.sandbox)."""
+    from parity_tests import sandbox
+
+    output = ""
+    if not path.is_file():
+        entry = failed("not handed in")
+    elif problems := source_problems(path.read_text(errors="replace"), name):  # refused before any of it runs
+        entry = failed("refused: " + "; ".join(problems))
+    else:
+        outcome = sandbox.call(
+            "parity_tests.exercises.grading:grade_file", str(path.resolve()), name, seed, timeout=timeout
+        )
+        output = outcome.output
+        entry = outcome.value if outcome.ok else failed(outcome.reason)
+    return entry | {"points": POINTS[name] if entry["passed"] else 0, "max_points": POINTS[name], "output": output}
+
+
+def grade_class(root, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None, jobs: int = 1) -> dict:
+    """Grade every sub-folder of `root` as one student's workbook (hidden folders skipped), on the same cases.
+    The exercises graded are `only`, or every exercise any student handed in; one a student lacks scores 0.
+    Returns {student folder name: scorecard} in name order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"root: no such directory: {root}")
+    students = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    if not students:
+        raise ValueError(f"root: {root} holds no student folder (expected one sub-folder per student)")
+    if only is None:
+        only = [n for n in EXERCISES if any((s / f"{n}.py").is_file() for s in students)]
+        if not only:
+            raise ValueError(f"root: no student folder under {root} holds an exercise file")
+    return {s.name: grade(s, seed=seed, timeout=timeout, only=only, jobs=jobs) for s in students}
+
+
+def class_csv(cards: dict) -> str:
+    """The class's scorecards (grade_class) as CSV: a row per student, a column per exercise (its points), the
+    total, and the points possible."""
+    import csv
+    import io
+
+    names = list(next(iter(cards.values()))["exercises"]) if cards else []
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["student", *(f"{n} ({POINTS[n]})" for n in names), "total", "out_of"])
+    for student, card in cards.items():
+        points = [card["exercises"][n]["points"] for n in names]
+        writer.writerow([student, *points, card["points"], card["max_points"]])
+    return buffer.getvalue()

@@ -101,6 +101,25 @@ def backward(dout, cache):
 '''
 )
 
+DROPOUT = (
+    HEADER.format(title="dropout", returns="dx, the gradient of the loss with respect to x")
+    + '''
+
+def forward(x, p, keep_mask):
+    """Inverted dropout: out = x * keep_mask / (1 - p), as torch's nn.Dropout in training mode, with the units
+    kept given (keep_mask, bool, the shape of x: True = kept) so that the grader can replay them.
+    cache: "inputs", "keep_mask", "scale" (1 / (1 - p))."""
+    scale = 1.0 / (1.0 - p)
+    return x * keep_mask * scale, {"inputs": {"x": x, "p": p, "keep_mask": keep_mask}, "keep_mask": keep_mask,
+                                   "scale": scale}
+
+
+def backward(dout, cache):
+    """dout, the shape of x. Return dx, the shape of x: the forward multiplies x by a constant array."""
+    raise NotImplementedError("dropout backward: derive dx")
+'''
+)
+
 ATTENTION = (
     HEADER.format(title="scaled dot-product attention", returns="(dq, dk, dv)")
     + '''
@@ -281,11 +300,26 @@ EXERCISES = {
     "linear": LINEAR,
     "layer_norm": LAYER_NORM,
     "embedding": EMBEDDING,
+    "dropout": DROPOUT,
     "scaled_dot_product_attention": ATTENTION,
     "multi_head_attention": MULTI_HEAD,
     "feed_forward": FEED_FORWARD,
     "cross_entropy": CROSS_ENTROPY,
     "encoder_layer": ENCODER_LAYER,
+}
+
+# What each exercise is worth when a class is graded (all or nothing: every case and both dtypes must pass).
+POINTS = {
+    "softmax": 1,
+    "linear": 1,
+    "layer_norm": 2,
+    "embedding": 1,
+    "dropout": 1,
+    "scaled_dot_product_attention": 2,
+    "multi_head_attention": 3,
+    "feed_forward": 2,
+    "cross_entropy": 1,
+    "encoder_layer": 2,
 }
 
 
