@@ -747,6 +747,9 @@ def compare_seq2seq(directory, model_type: str, dtype, side: str, seed: int = 0,
         if model_type == "marian" and name.endswith("embed_positions.weight"):
             assert p.grad is None  # Marian's sinusoids: computed under no_grad, not parameters (ours or theirs)
             continue
+        if p.grad is None:  # `shared` beside separate tables (an untied checkpoint): no stack reads it
+            assert name.endswith("shared.weight") and not config.share_embeddings, name
+            continue
         result.grads[name] = (to_numpy(torch.as_tensor(grads[name])), to_numpy(p.grad))
     if not model_type.startswith("t5"):
         # final_logits_bias is a buffer there (no gradient); ours, output_proj.bias, is a parameter that has one.

@@ -1,0 +1,260 @@
+"""Checkpoints that load as the file says and save what they loaded, on both sides.
+
+- Ties as the file says: transformers 5 writes an untied T5 as `tie_word_embeddings: true, scale_decoder_outputs:
+  false`, an untied BART or Marian with `encoder/decoder.embed_tokens` apart from `shared`; a Hub-style T5 v1.1 says
+  `tie_word_embeddings: false` and holds its own `lm_head.weight`. Each loads to transformers' logits and every
+  gradient (float64, 1e-10), and a tied copy that differs from its source is used, never skipped.
+- Saves: hf.save writes every tensor from_pretrained expects (no missing, no unexpected keys), the generation
+  rules (generation_config.json), refuses a folder holding another checkpoint unless overwrite=True, and a failed
+  write leaves no temporary file.
+- Tiny transformers models built here (save_pretrained), never downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+import numpy_transformer as nt
+import torch_transformer as tt
+from numpy_transformer import hf as np_hf
+from parity_tests import components as C
+from parity_tests.hf_compare import (
+    VARIANTS,
+    build_seq2seq,
+    build_tiny,
+    compare_seq2seq,
+    seq2seq_batch,
+    seq2seq_reference,
+)
+from torch_transformer import hf as torch_hf
+
+transformers.logging.set_verbosity_error()
+
+# variant -> (the model type hf_compare knows it as, build overrides, expected (share_embeddings, tie_embeddings,
+# output_scale is d^-0.5))
+UNTIED = {
+    "t5 untied": ("t5 v1.1", dict(tie_word_embeddings=False), (True, True, False)),
+    "t5 hub-style": ("t5 v1.1", dict(tie_word_embeddings=False), (True, False, False)),
+    "bart untied": ("bart", dict(tie_word_embeddings=False), (False, False, False)),
+    "marian untied": ("marian", dict(tie_word_embeddings=False), (False, False, False)),
+}
+
+
+def hub_style_t5(directory) -> None:
+    """What a T5 v1.1 on the Hub holds: tie_word_embeddings false (no scale_decoder_outputs) and an lm_head.weight
+    of its own, different from shared.weight."""
+    config = json.loads((directory / "config.json").read_text())
+    config.pop("scale_decoder_outputs", None)
+    config["tie_word_embeddings"] = False
+    (directory / "config.json").write_text(json.dumps(config))
+    tensors = load_file(directory / "model.safetensors")
+    generator = torch.Generator().manual_seed(7)
+    tensors["lm_head.weight"] = 0.3 * torch.randn(tensors["shared.weight"].shape, generator=generator)
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory):
+    """variant -> directory of a trained tiny untied checkpoint, as transformers 5 writes it."""
+    out = {}
+    for variant, (model_type, overrides, _) in UNTIED.items():
+        directory = tmp_path_factory.mktemp(variant.replace(" ", "_"))
+        build_seq2seq(model_type, steps=20, **overrides).save_pretrained(directory)
+        if variant == "t5 hub-style":
+            hub_style_t5(directory)
+        out[variant] = directory
+    return out
+
+
+def load(side: str, directory, dtype=np.float64):
+    if side == "numpy":
+        return np_hf.load(directory, dtype=dtype)
+    return torch_hf.load(directory, dtype={np.float64: torch.float64, np.float32: torch.float32}[dtype])
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("variant", UNTIED)
+def test_untied_checkpoints_match_transformers(untied, variant, side):
+    """Logits and every gradient within 1e-10 of transformers' in float64, with the ties the file keeps."""
+    model_type, _, (share, tie, scaled) = UNTIED[variant]
+    model = load(side, untied[variant])
+    config = model.config
+    assert (config.share_embeddings, config.tie_embeddings, config.output_scale != 1.0) == (share, tie, scaled)
+    result = compare_seq2seq(untied[variant], model_type, np.float64, side)
+    problems = C.failures(result, np.float64)
+    assert not problems, "\n".join(problems)
+    assert len(result.grads) >= 30 and all(np.any(ours) for ours, _ in result.grads.values())
+
+
+def test_a_tied_copy_is_checked_not_skipped(untied, tmp_path):
+    """The copies a tied config skips are compared with their source: with the file's untied tables put back as
+    copies of `shared` (and lm_head of the decoder's table), the same directory loads tied."""
+    directory = tmp_path / "retied"
+    directory.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        (directory / name).write_bytes((untied["bart untied"] / name).read_bytes())
+    tensors = load_file(untied["bart untied"] / "model.safetensors")
+    for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight"):
+        tensors[name] = tensors["model.shared.weight"].clone()
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(config | {"tie_word_embeddings": True}))
+    model = np_hf.load(directory)
+    assert model.config.share_embeddings and model.config.tie_embeddings
+    tensors["lm_head.weight"][0, 0] += 1.0  # one value off: the head is its own
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    model = np_hf.load(directory)
+    assert model.config.share_embeddings and not model.config.tie_embeddings
+    np.testing.assert_array_equal(model.params["output_proj.weight"], tensors["lm_head.weight"].numpy())
+
+
+DECODER_VARIANTS = ("bert", "gpt2 tied", "gpt2 untied", "llama GQA 4/2 untied theta=500",
+                    "llama MQA 4/1 tied theta=10000", "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2",
+                    "bloom ALiBi 4 heads tied", "bloom ALiBi 8 heads untied")  # fmt: skip
+SEQ2SEQ = ("marian", "bart", "t5", "t5 v1.1")
+
+
+@pytest.fixture(scope="module")
+def every_family(untied, tmp_path_factory):
+    """Every family's tiny checkpoint, tied and untied: hf_compare.VARIANTS, the seq2seq models, UNTIED."""
+    out = dict(untied)
+    for variant in DECODER_VARIANTS:
+        family, overrides = VARIANTS[variant]
+        out[variant] = tmp_path_factory.mktemp(family)
+        build_tiny(family, out[variant], **overrides)
+    for model_type in SEQ2SEQ:
+        out[model_type] = tmp_path_factory.mktemp(model_type.replace(" ", "_"))
+        build_seq2seq(model_type, steps=0).save_pretrained(out[model_type])
+    return out
+
+
+def transformers_class(directory):
+    architecture = json.loads((directory / "config.json").read_text())["architectures"][0]
+    return getattr(transformers, architecture)
+
+
+def reference_outputs(model, seed: int = 3):
+    """Outputs of a transformers model on a fixed batch: logits (or hidden states of an encoder)."""
+    config = model.config
+    rng = np.random.default_rng(seed)
+    ids = torch.from_numpy(rng.integers(3, 20, size=(2, 6)))
+    with torch.no_grad():
+        if config.is_encoder_decoder:
+            start = config.decoder_start_token_id
+            tgt = torch.cat([torch.full((2, 1), start), ids[:, :4]], dim=1)
+            return model(input_ids=ids, decoder_input_ids=tgt).logits
+        out = model(input_ids=ids)
+        return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+ROUND_TRIP = (*DECODER_VARIANTS, *SEQ2SEQ, *UNTIED)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_round_trip_writes_every_tensor_from_pretrained_expects(every_family, name, side, tmp_path):
+    """Ours (float64) saved, then from_pretrained: no missing and no unexpected tensor, the same outputs as the
+    original checkpoint to 1e-12, and our loader reads back the same ties."""
+    directory = every_family[name]
+    cls = transformers_class(directory)
+    original = cls.from_pretrained(directory, dtype=torch.float64).eval()
+    model = load(side, directory)
+    (np_hf if side == "numpy" else torch_hf).save(model, tmp_path / "saved")
+    reloaded, info = cls.from_pretrained(tmp_path / "saved", dtype=torch.float64, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    expected, got = reference_outputs(original), reference_outputs(reloaded.eval())
+    assert torch.abs(expected).max() > 0.1
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    again = load(side, tmp_path / "saved")
+    for field in ("share_embeddings", "tie_embeddings", "output_scale"):
+        assert getattr(again.config, field) == getattr(model.config, field), field
+
+
+# ----------------------------------------------------------------------------------------------
+# Saves that keep what they load.
+
+
+@pytest.fixture(scope="module")
+def bart(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bart_rules")
+    build_seq2seq("bart", steps=20).save_pretrained(directory)
+    path = directory / "generation_config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"bad_words_ids": [[6]], "forced_bos_token_id": 7}))
+    return directory
+
+
+SIDES = {"numpy": (np_hf, nt.greedy_decode, np.asarray), "torch": (torch_hf, tt.greedy_decode, torch.from_numpy)}
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_a_save_keeps_the_generation_rules(bart, side, tmp_path):
+    """BART with bad_words_ids [[6]] and a forced first token, loaded, saved and loaded again: the same rules, the
+    same greedy output, and generate() reading the saved folder agrees."""
+    hf, greedy, to = SIDES[side]
+    model = hf.load(bart, dtype=torch.float32) if side == "torch" else hf.load(bart)
+    hf.save(model, tmp_path / "saved")
+    again = hf.load(tmp_path / "saved")
+    assert again.generation_rules == model.generation_rules
+    assert again.generation_rules.bad_words == ((6,),) and again.generation_rules.forced_bos_id == 7
+    src, _, _ = seq2seq_batch(model.config, np.random.default_rng(2))
+    first, second = (np.asarray(greedy(m, to(src), max_len=8)) for m in (model, again))
+    np.testing.assert_array_equal(first, second)
+    reference = seq2seq_reference(tmp_path / "saved", "bart", np.float32)
+    expected = reference.generate(
+        input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != model.config.pad_id),
+        do_sample=False, num_beams=1, max_new_tokens=8,
+    ).numpy()  # fmt: skip
+    np.testing.assert_array_equal(second, expected)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_a_folder_holding_another_checkpoint_is_refused_unless_overwrite(bart, side, tmp_path):
+    """Saving over another model's folder: refused, naming the files; overwrite=True replaces it and removes the
+    checkpoint files this save does not write (another model's shards, index and generation config)."""
+    hf = SIDES[side][0]
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a checkpoint file: kept")
+    (folder / "model.safetensors.index.json").write_text("{}")
+    (folder / "model-00001-of-00002.safetensors").write_bytes(b"old")
+    (folder / "generation_config.json").write_text(json.dumps({"bad_words_ids": [[3], [4]]}))
+    build_tiny("bert", tmp_path / "bert")
+    encoder = hf.load(tmp_path / "bert")
+    with pytest.raises(ValueError, match=r"holds another checkpoint \(generation_config.json, model-00001"):
+        hf.save(encoder, folder)
+    assert (folder / "model-00001-of-00002.safetensors").read_bytes() == b"old"  # untouched
+    hf.save(encoder, folder, overwrite=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "notes.txt"]
+    hf.save(hf.load(bart), folder, overwrite=True)  # a model that generates writes its own generation config
+    assert "generation_config.json" in {p.name for p in folder.iterdir()}
+    with pytest.raises(ValueError, match="holds another checkpoint"):
+        hf.save(encoder, folder)  # its own previous save is a checkpoint too
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_a_failed_save_leaves_no_temporary_file(bart, side, tmp_path, monkeypatch):
+    """The tensor file's write fails halfway (a full disk): the error comes out, the previous checkpoint is intact,
+    and no temporary file is left in the folder."""
+    hf = SIDES[side][0]
+    model = hf.load(bart)
+    folder = tmp_path / "folder"
+    hf.save(model, folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def failing(tensors, path, metadata=None):
+        with open(path, "wb") as f:
+            f.write(b"\0" * 1000)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf, "save_file", failing) if side == "torch" else monkeypatch.setattr(
+        "safetensors.numpy.save_file", failing
+    )
+    with pytest.raises(OSError, match="No space left"):
+        hf.save(model, folder, overwrite=True)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
