@@ -62,6 +62,9 @@ class Family:
     # tuple of the values it may take, ANY, or a function of the config giving one of those. A field not listed
     # must keep its default: a new config option is refused by every family until one says it supports it.
     supports: dict = field(default_factory=dict)
+    # regexes (relative names) of skipped tensors that hf.load keeps beside the model as they are (model.hf_extra)
+    # and hf.save writes back: heads the model does not compute (BERT's pooler), lost otherwise by a round trip
+    kept: tuple[str, ...] = ()
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -483,6 +486,7 @@ BERT = Family(
     ),
     from_hf=bert_from_hf,
     to_hf=bert_to_hf,
+    kept=(r"pooler\.dense\.(weight|bias)",),
     supports={  # an encoder: no output projection, so its fields take any value
         "activation": ANY,
         "positional": "learned",
