@@ -258,3 +258,141 @@ def test_a_failed_save_leaves_no_temporary_file(bart, side, tmp_path, monkeypatc
     with pytest.raises(OSError, match="No space left"):
         hf.save(model, folder, overwrite=True)
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile folders, refused on both sides by the one validation that runs before anything is allocated, each
+# error naming the file and the field.
+
+
+def edit_config(**fields):
+    def edit(directory):
+        path = directory / "config.json"
+        text = json.dumps(json.loads(path.read_text()) | fields)
+        path.write_text(text.replace('"<NaN>"', "NaN").replace('"<Infinity>"', "Infinity"))
+
+    return edit
+
+
+def retype(name: str, dtype):
+    def edit(directory):
+        tensors = load_file(directory / "model.safetensors")
+        tensors[name] = tensors[name].to(dtype)
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+
+    return edit
+
+
+def shards(where):
+    """model.safetensors split in two shards listed by an index; where(names) -> the weight map to write."""
+
+    def edit(directory):
+        tensors = load_file(directory / "model.safetensors")
+        (directory / "model.safetensors").unlink()
+        names = sorted(tensors)
+        for shard, part in (("a.safetensors", names[::2]), ("b.safetensors", names[1::2])):
+            save_file({n: tensors[n] for n in part}, directory / shard, metadata={"format": "pt"})
+        save_file(tensors, directory.parent / "outside.safetensors", metadata={"format": "pt"})
+        weight_map = where(names, directory)
+        (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+
+    return edit
+
+
+def twice(names, directory):
+    save_file(
+        load_file(directory / "a.safetensors") | load_file(directory / "b.safetensors"), directory / "b.safetensors"
+    )
+    return {n: "a.safetensors" if i % 2 == 0 else "b.safetensors" for i, n in enumerate(names)}
+
+
+LLAMA_LAYER = "model.layers.0.self_attn.q_proj.weight"
+# case -> (the family's tiny checkpoint (hf_compare.TINY), the edit, the error expected: file and field)
+HOSTILE = {
+    "rope_theta NaN": ("llama", edit_config(rope_theta="<NaN>"), r"config.json: rope_theta=nan"),
+    'rope_theta "nan"': ("llama", edit_config(rope_theta="nan"), r"config.json: rope_theta='nan' \(str\)"),
+    "rope_theta Infinity": ("llama", edit_config(rope_theta="<Infinity>"), r"config.json: rope_theta=inf"),
+    "rope_parameters.rope_theta NaN": (
+        "llama", edit_config(rope_parameters={"rope_type": "default", "rope_theta": "<NaN>"}),
+        r"config.json: rope_parameters.rope_theta=nan",
+    ),
+    "rms_norm_eps Infinity": ("llama", edit_config(rms_norm_eps="<Infinity>"), r"config.json: rms_norm_eps=inf"),
+    "layer_norm_epsilon -1": ("gpt2", edit_config(layer_norm_epsilon=-1.0), r"config.json: layer_norm_epsilon=-1"),
+    "attention_dropout NaN": ("llama", edit_config(attention_dropout="<NaN>"), r"config.json: attention_dropout=nan"),
+    "resid_pdrop 1.5": ("gpt2", edit_config(resid_pdrop=1.5), r"config.json: resid_pdrop=1.5"),
+    "sliding_window 2.7": ("mistral", edit_config(sliding_window=2.7), r"config.json: sliding_window=2.7 \(float\)"),
+    'hidden_size "32"': ("llama", edit_config(hidden_size="32"), r"config.json: hidden_size='32' \(str\)"),
+    "n_layer true": ("gpt2", edit_config(n_layer=True), r"config.json: n_layer=True \(bool\)"),
+    "vocab_size 0": ("gpt2", edit_config(vocab_size=0), r"config.json: vocab_size=0"),
+    'pad_token_id "0"': ("llama", edit_config(pad_token_id="0"), r"config.json: pad_token_id='0'"),
+    "intermediate_size 10**9": (
+        "llama", edit_config(intermediate_size=10**9),
+        r"config.json: the model it describes would claim (715|1.43e\+03) GiB, more than",  # torch: no gradients
+    ),
+    "num_hidden_layers 10**5": (
+        "llama", edit_config(num_hidden_layers=10**5), r"config.json: the config claims 100000 layers",
+    ),
+    "a shard outside the folder": (
+        "llama", shards(lambda names, d: dict.fromkeys(names, "../outside.safetensors")),
+        r"index.json: shard '../outside.safetensors' is not a file name in the checkpoint's directory",
+    ),
+    "a shard at an absolute path": (
+        "llama", shards(lambda names, d: dict.fromkeys(names, str(d.parent / "outside.safetensors"))),
+        r"index.json: shard '/.*outside.safetensors' is not a file name in the checkpoint's directory",
+    ),
+    "a tensor in two shards": ("llama", shards(twice), r"b.safetensors: holds tensors another shard holds too"),
+    "an int32 tensor": ("llama", retype(LLAMA_LAYER, torch.int32), rf"{LLAMA_LAYER}: dtype int32, not floating point"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """family -> a tiny checkpoint of hf_compare.TINY."""
+    out = {}
+    for family in ("llama", "gpt2", "mistral"):
+        out[family] = tmp_path_factory.mktemp(family) / "checkpoint"
+        build_tiny(family, out[family])
+    return out
+
+
+def hostile(tiny, case, tmp_path):
+    family, edit, expected = HOSTILE[case]
+    directory = tmp_path / "checkpoint"
+    directory.mkdir()
+    for path in tiny[family].iterdir():
+        (directory / path.name).write_bytes(path.read_bytes())
+    edit(directory)
+    return directory, expected
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_folders_are_refused_naming_the_file_and_the_field(tiny, case, side, tmp_path):
+    directory, expected = hostile(tiny, case, tmp_path)
+    with pytest.raises(ValueError, match=expected) as error:
+        load(side, directory, np.float32)
+    assert str(directory) in str(error.value)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_the_memory_limit_is_the_users_to_raise(tiny, side, tmp_path):
+    """max_bytes bounds the memory the model claims (parameters, and the NumPy side's gradients, in the dtype
+    asked for); a larger one loads the same folder."""
+    with pytest.raises(ValueError, match=r"would claim .* GiB, more than max_bytes=1000 .* pass a larger max_bytes"):
+        (np_hf if side == "numpy" else torch_hf).load(tiny["llama"], max_bytes=1000)
+    model = (np_hf if side == "numpy" else torch_hf).load(tiny["llama"], max_bytes=10**6)
+    assert model.config.d_model == 32
+    for bad in (0, -1, 2.5, "1e9", None):
+        with pytest.raises(ValueError, match="max_bytes must be a positive int"):
+            (np_hf if side == "numpy" else torch_hf).load(tiny["llama"], max_bytes=bad)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_a_bad_dropout_argument_is_blamed_on_the_argument(tiny, side):
+    hf = np_hf if side == "numpy" else torch_hf
+    for bad, kind in (("0.1", TypeError), (True, TypeError), (1.5, ValueError), (-0.1, ValueError),
+                      (float("nan"), ValueError)):  # fmt: skip
+        with pytest.raises(kind, match=r"^dropout must be None or a float in \[0, 1\), got") as error:
+            hf.load(tiny["gpt2"], dropout=bad)
+        assert "config.json" not in str(error.value)
+    assert hf.load(tiny["gpt2"], dropout=0.25).config.dropout_rates["attention"] == 0.25
