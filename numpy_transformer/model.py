@@ -83,11 +83,18 @@ def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0) -> tuple 
 # Embeddings: x = scale * E[ids] + P[:T], then dropout.
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)  # tables of at most twice the positions a call used (sinusoid_rows): bounded
 def _fixed_sinusoids(max_len: int, d_model: int, dtype_name: str, layout: str = "interleaved") -> np.ndarray:
     table = sinusoidal_table(max_len, d_model, np.dtype(dtype_name), layout)
     table.flags.writeable = False  # shared between calls
     return table
+
+
+def sinusoid_rows(used: int, max_len: int) -> int:
+    """Rows of the sinusoid table to build for `used` positions: the next power of two (so that decoding step by
+    step builds a few tables, not one per step), never more than max_len. A table for max_len itself could be huge
+    (Marian's max_position_embeddings may say 10**9) while an input uses a few positions."""
+    return min(max_len, 1 << max(used - 1, 0).bit_length())
 
 
 def embed_forward(
@@ -123,7 +130,8 @@ def embed_forward(
         if config.positional == "learned":
             table = params["position_embedding.weight"]
         else:
-            table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name, config.sinusoid_layout)
+            rows = sinusoid_rows(start + ids.shape[1], config.max_len)
+            table = _fixed_sinusoids(rows, config.d_model, embedding.dtype.name, config.sinusoid_layout)
         x, position_cache = add_positions_forward(x, table[start:] if start else table)
     type_cache = None
     if "token_type_embedding.weight" in params:
