@@ -144,7 +144,7 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
     try:
         plan = match(family, config, tensors, shapes)
     except ValueError as error:
-        raise ValueError(f"{directory}: {error}{base_model_note(hf_config)}") from None
+        raise ValueError(f"{directory}: {base_model_note(hf_config)}{error}") from None
     state, problems = {}, []
     for rule, name in plan:
         if not np.issubdtype(tensors[name].dtype, np.floating):
@@ -189,14 +189,16 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def base_model_note(hf_config: dict) -> str:
-    """For a checkpoint of a transformers base class (architectures: LlamaModel, BartModel, T5EncoderModel...): a
-    note saying that it is a base model without a head, which the families here do not load."""
+    """For a checkpoint of a transformers base class (architectures: LlamaModel, BartModel, T5EncoderModel...) that
+    lacks what the family's head class reads (an untied lm_head, BART's final_logits_bias, T5's decoder): a note
+    that says so, put before the list of missing tensors. (A base checkpoint that holds everything, such as a tied
+    GPT2Model, loads as the head class, as that class's from_pretrained loads it.)"""
     architectures = hf_config.get("architectures")
     names = [a for a in architectures if a in BASE_CLASSES] if isinstance(architectures, list) else []
     if not names:
         return ""
-    return (f"; this is a base model without a head ({names[0]}): this loader reads the classes with their head "
-            "(ForCausalLM, LMHeadModel, ForConditionalGeneration)")  # fmt: skip
+    return (f"this is a base model without a head ({names[0]}), which this loader does not read: it loads the "
+            "classes with their head (ForCausalLM, LMHeadModel, ForConditionalGeneration); ")  # fmt: skip
 
 
 def save(model, directory, overwrite: bool = False) -> None:

@@ -32,6 +32,7 @@ from parity_tests.hf_compare import (
     compare_seq2seq,
     seq2seq_batch,
     seq2seq_reference,
+    tiny_config,
 )
 from torch_transformer import hf as torch_hf
 
@@ -427,3 +428,40 @@ def test_a_marian_of_a_billion_positions_runs_a_short_input_in_little_memory(sid
             outputs.append(ours(torch.from_numpy(src), torch.from_numpy(tgt)).detach().numpy())
     assert ours.config.max_len == 10**9
     np.testing.assert_array_equal(outputs[0], outputs[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Base checkpoints (a transformers class without its head).
+
+
+def base_checkpoint(kind: str, directory) -> None:
+    if kind == "LlamaModel":
+        transformers.LlamaModel(tiny_config("llama")).save_pretrained(directory)
+    elif kind == "GPT2Model":
+        transformers.GPT2Model(tiny_config("gpt2")).save_pretrained(directory)
+    elif kind == "BartModel":
+        transformers.BartModel(build_seq2seq("bart", steps=0).config).save_pretrained(directory)
+    else:
+        transformers.T5EncoderModel(build_seq2seq("t5", steps=0).config).save_pretrained(directory)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", ["LlamaModel", "BartModel", "T5EncoderModel"])
+def test_a_base_model_without_a_head_is_refused_as_such(kind, side, tmp_path):
+    base_checkpoint(kind, tmp_path)
+    with pytest.raises(ValueError, match=rf"this is a base model without a head \({kind}\)"):
+        load(side, tmp_path)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_a_tied_gpt2_base_model_loads_as_its_head_class_does(side, tmp_path):
+    """GPT2Model holds every tensor GPT2LMHeadModel reads (its head is the token table): ours equals
+    GPT2LMHeadModel.from_pretrained on that folder."""
+    base_checkpoint("GPT2Model", tmp_path)
+    reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ids = np.random.default_rng(0).integers(3, 40, size=(2, 5))
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(ids)).logits.numpy()
+    model = load(side, tmp_path)
+    got = model.forward(ids) if side == "numpy" else model(torch.from_numpy(ids)).detach().numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
