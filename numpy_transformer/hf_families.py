@@ -56,7 +56,8 @@ class Family:
     from_hf: Callable[..., TransformerConfig]  # (config.json, dropout=None) -> TransformerConfig
     to_hf: Callable[[TransformerConfig], dict]  # TransformerConfig -> config.json fields (ValueError if impossible)
     # (alias, source, config field): when the field is true (tie_embeddings, share_embeddings), the HF class's
-    # state_dict also holds `alias`, the same tensor as `source` (full names); never written to a file
+    # state_dict also holds `alias`, the same tensor as `source` (full names). hf.load compares an alias the file
+    # holds with its source (resolve_ties); hf.save writes aliases only where the model undoes a tie (tied_copies)
     tied: tuple[tuple[str, str, str], ...] = ()
     # The config fields a checkpoint of this family can express, beyond FREE_FIELDS: field -> the value it needs, a
     # tuple of the values it may take, ANY, or a function of the config giving one of those. A field not listed
