@@ -465,3 +465,18 @@ def test_a_tied_gpt2_base_model_loads_as_its_head_class_does(side, tmp_path):
     model = load(side, tmp_path)
     got = model.forward(ids) if side == "numpy" else model(torch.from_numpy(ids)).detach().numpy()
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+def test_a_tie_the_family_cannot_undo_is_refused_naming_both_tensors():
+    """resolve_ties with a family whose checkpoints cannot hold separate tables (BART's table, restricted to shared
+    embeddings): a differing copy is refused, never skipped."""
+    from dataclasses import replace
+
+    from numpy_transformer import hf_families
+
+    strict = replace(hf_families.BART, supports=hf_families.BART.supports | {"share_embeddings": True})
+    config = strict.from_hf(build_seq2seq("bart", steps=0).config.to_dict())
+    names = ["model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+    with pytest.raises(ValueError, match=r"model.encoder.embed_tokens.weight differs from model.shared.weight.*cannot"):
+        hf_families.resolve_ties(strict, config, names, lambda a, b: False)
+    assert hf_families.resolve_ties(strict, config, names, lambda a, b: True) == (config, {})
