@@ -148,18 +148,21 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
     state, problems = {}, []
     for rule, name in plan:
         if not np.issubdtype(tensors[name].dtype, np.floating):
-            problems.append(f"{name}: dtype {tensors[name].dtype}, not floating point")
+            problems.append(f"{tensor_file(directory, name)}: {name}: dtype {tensors[name].dtype}, not floating point")
             continue
         if tensors[name].ndim == 0:  # every parameter has an axis; the layouts below index the first
-            problems.append(f"{name}: a scalar, expected a tensor for {rule.ours} {shapes[rule.ours]}")
+            problems.append(f"{tensor_file(directory, name)}: {name}: a scalar, expected a tensor for {rule.ours}")
             continue
         try:
             array = from_hf_layout(tensors[name], rule, name, config.n_heads)
         except ValueError as error:
-            problems.append(str(error))
+            problems.append(f"{tensor_file(directory, name)}: {error}")
             continue
         if array.shape != shapes[rule.ours]:
-            problems.append(f"mis-shaped {name} (for {rule.ours}): got {array.shape}, expected {shapes[rule.ours]}")
+            problems.append(
+                f"{tensor_file(directory, name)}: mis-shaped {name} (for {rule.ours}): got {array.shape}, "
+                f"expected {shapes[rule.ours]}"
+            )
         state[rule.ours] = array
     if problems:
         raise ValueError(
@@ -340,6 +343,14 @@ def read_config(directory: Path) -> dict:
     except OSError as error:
         raise ValueError(f"{path}: cannot read it ({error})") from None
     return parse_json_config(raw, path)
+
+
+def tensor_file(directory: Path, name: str) -> str:
+    """The file of `directory` that holds tensor `name` (for an error message): model.safetensors, or the shard
+    the index names."""
+    if (directory / "model.safetensors").is_file():
+        return "model.safetensors"
+    return read_weight_map(directory / "model.safetensors.index.json").get(name, "model.safetensors.index.json")
 
 
 def read_tensors(directory: Path) -> dict:

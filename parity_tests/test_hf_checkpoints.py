@@ -343,7 +343,9 @@ HOSTILE = {
         r"index.json: shard '/.*outside.safetensors' is not a file name in the checkpoint's directory",
     ),
     "a tensor in two shards": ("llama", shards(twice), r"b.safetensors: holds tensors another shard holds too"),
-    "an int32 tensor": ("llama", retype(LLAMA_LAYER, torch.int32), rf"{LLAMA_LAYER}: dtype int32, not floating point"),
+    "an int32 tensor": (
+        "llama", retype(LLAMA_LAYER, torch.int32), rf"model.safetensors: {LLAMA_LAYER}: dtype int32, not floating",
+    ),
 }  # fmt: skip
 
 
