@@ -21,6 +21,7 @@ import math
 import os
 import re
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -67,7 +68,6 @@ class Checkpoint(NamedTuple):
     hf_config: dict  # config.json as read
     generation_rules: object  # GenerationRules
     state: dict  # our state-dict name -> array (views of the file's tensors where the layout allows)
-    extra: dict  # the family's `kept` tensors (BERT's pooler): checkpoint name -> array, written back by save
 
 
 def load(directory, dtype=np.float32, dropout: float | None = None, max_bytes: int = MAX_BYTES):
@@ -94,7 +94,6 @@ def load(directory, dtype=np.float32, dropout: float | None = None, max_bytes: i
     model.load_state_dict(found.state)  # one copy into the model's arrays, cast to its dtype
     model.hf_model_type, model.hf_config = found.family.model_type, found.hf_config
     model.generation_rules = found.generation_rules  # what generation_config.json asks of decoding
-    model.hf_extra = {name: array.astype(dtype) for name, array in found.extra.items()}  # written back by save
     return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
@@ -140,6 +139,9 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
     except ValueError as error:
         raise ValueError(f"{directory}: {error}") from None
     tensors = tensors | {alias: tensors[source] for alias, source in fills.items()}
+    for name, pattern in family.detected:  # parts the config does not mention, present in the file (BERT's pooler)
+        if any(re.fullmatch(pattern, relative(family, tensor)) for tensor in tensors):
+            config = replace(config, **{name: True})
     shapes = parameter_shapes(config, model_class.decoder_only, model_class.encoder_only)
     try:
         plan = match(family, config, tensors, shapes)
@@ -168,10 +170,7 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
         raise ValueError(
             f"{directory}: the checkpoint does not fit its config.json ({family.model_type}): " + "; ".join(problems)
         )
-    kept = {
-        name: tensors[name] for name in tensors if any(re.fullmatch(p, relative(family, name)) for p in family.kept)
-    }
-    return Checkpoint(family, config, hf_config, generation_rules, state, kept)
+    return Checkpoint(family, config, hf_config, generation_rules, state)
 
 
 def check_memory(shapes: dict, bytes_per_parameter: int, max_bytes: int, path) -> None:
@@ -220,7 +219,6 @@ def save(model, directory, overwrite: bool = False) -> None:
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": model.dtype.name}
     tensors = to_hf(model, model.params, tied=False)
     tensors |= tied_copies(family, model.config, tensors, hf_config)
-    tensors |= {name: np.ascontiguousarray(a, dtype=model.dtype) for name, a in getattr(model, "hf_extra", {}).items()}
     from safetensors.numpy import save_file
 
     write = lambda path, arrays: save_file(arrays, path, metadata={"format": "pt"})  # noqa: E731

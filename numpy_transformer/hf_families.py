@@ -63,9 +63,9 @@ class Family:
     # tuple of the values it may take, ANY, or a function of the config giving one of those. A field not listed
     # must keep its default: a new config option is refused by every family until one says it supports it.
     supports: dict = field(default_factory=dict)
-    # regexes (relative names) of skipped tensors that hf.load keeps beside the model as they are (model.hf_extra)
-    # and hf.save writes back: heads the model does not compute (BERT's pooler), lost otherwise by a round trip
-    kept: tuple[str, ...] = ()
+    # (config field, regex of a relative name): the field is set true when the checkpoint holds such a tensor (BERT's
+    # pooler: BertModel has one unless built with add_pooling_layer=False, which config.json does not say)
+    detected: tuple[tuple[str, str], ...] = ()
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -478,16 +478,17 @@ BERT = Family(
             )
             for w in ("weight", "bias")
         ),
+        *(Rule(f"pooler.dense.{w}", f"pooler.dense.{w}", when=("pooler", True)) for w in ("weight", "bias")),
     ),
     skipped=(
         r"embeddings\.position_ids",  # a buffer: 0 .. max_len - 1
         r"embeddings\.token_type_ids",  # a buffer of zeros
-        r"pooler\..*",  # the [CLS] pooler: a head on top of the encoder, not part of EncoderModel
+        r"pooler\..*",  # the [CLS] pooler, when the config says none (config.pooler: set when the file has one)
         r"cls\..*",  # the pre-training heads (masked LM, next sentence) of BertForPreTraining / MaskedLM
     ),
     from_hf=bert_from_hf,
     to_hf=bert_to_hf,
-    kept=(r"pooler\.dense\.(weight|bias)",),
+    detected=(("pooler", r"pooler\.dense\.weight"),),
     supports={  # an encoder: no output projection, so its fields take any value
         "activation": ANY,
         "positional": "learned",
@@ -498,6 +499,7 @@ BERT = Family(
         "tie_embeddings": ANY,
         "share_embeddings": ANY,
         "output_bias": ANY,
+        "pooler": ANY,
     },  # fmt: skip
 )
 

@@ -30,6 +30,7 @@ from parity_tests.hf_compare import (
     build_seq2seq,
     build_tiny,
     compare_seq2seq,
+    make_inputs,
     seq2seq_batch,
     seq2seq_reference,
     tiny_config,
@@ -482,3 +483,64 @@ def test_a_tie_the_family_cannot_undo_is_refused_naming_both_tensors():
     with pytest.raises(ValueError, match=r"model.encoder.embed_tokens.weight differs from model.shared.weight.*cannot"):
         hf_families.resolve_ties(strict, config, names, lambda a, b: False)
     assert hf_families.resolve_ties(strict, config, names, lambda a, b: True) == (config, {})
+
+
+# ----------------------------------------------------------------------------------------------
+# BERT's pooler.
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_bert_pooler_and_every_gradient_match_transformers(side, tmp_path):
+    """A BertModel checkpoint holds a pooler: ours has it (config.pooler), pool(hidden) equals pooler_output, and with
+    random upstream gradients on both the hidden states and the pooled output every gradient (the pooler's and the
+    encoder's through the [CLS] position) agrees with transformers' autograd in float64."""
+    build_tiny("bert", tmp_path)
+    reference = transformers.BertModel.from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ids, types = make_inputs("bert")
+    rng = np.random.default_rng(5)
+    D = reference.config.hidden_size
+    up_hidden, up_pooled = rng.standard_normal((*ids.shape, D)), rng.standard_normal((ids.shape[0], D))
+    t_ids, t_types = torch.from_numpy(ids), torch.from_numpy(types)
+    out = reference(input_ids=t_ids, attention_mask=(t_ids != 0).long(), token_type_ids=t_types)
+    loss = (out.last_hidden_state * torch.from_numpy(up_hidden)).sum() + (
+        out.pooler_output * torch.from_numpy(up_pooled)
+    ).sum()
+    loss.backward()
+    theirs = {name: p.grad.numpy() for name, p in reference.named_parameters()}
+    model = load(side, tmp_path)
+    assert model.config.pooler
+    if side == "numpy":
+        model.zero_grad()
+        hidden = model.forward(ids, types)
+        pooled = model.pool(hidden)
+        model.backward(up_hidden + model.pool_backward(up_pooled))
+        ours = np_hf.to_hf(model, model.grads, tied=False)
+    else:
+        hidden = model(t_ids, t_types)
+        pooled = model.pool(hidden)
+        ((hidden * torch.from_numpy(up_hidden)).sum() + (pooled * torch.from_numpy(up_pooled)).sum()).backward()
+        grads = {name: p.grad for name, p in model.named_parameters()}
+        ours = {k: v.numpy() for k, v in torch_hf.to_hf(model, grads, tied=False).items()}
+        hidden, pooled = hidden.detach().numpy(), pooled.detach().numpy()
+    assert sorted(ours) == sorted(theirs) and {"pooler.dense.weight", "pooler.dense.bias"} <= set(ours)
+    result = C.Result(
+        outputs={"hidden": (hidden, out.last_hidden_state.detach().numpy()),
+                 "pooled": (pooled, out.pooler_output.detach().numpy())},
+        grads={name: (ours[name], theirs[name]) for name in theirs},
+    )  # fmt: skip
+    problems = C.failures(result, np.float64)
+    assert not problems, "\n".join(problems)
+    assert all(np.any(g) for g, _ in result.grads.values())
+
+
+def test_pool_is_refused_without_a_pooler_and_pool_backward_before_pool(tmp_path):
+    config = nt.TransformerConfig(src_vocab_size=11, d_model=8, n_heads=2, d_ff=12, n_decoder_layers=0, pooler=True)
+    model = nt.EncoderModel(config, dtype=np.float64)
+    with pytest.raises(ValueError, match="pool_backward called before pool"):
+        model.pool_backward(np.zeros((1, 8)))
+    with pytest.raises(ValueError, match="this model has no pooler"):
+        nt.EncoderModel(nt.TransformerConfig(d_model=8, n_heads=2, n_decoder_layers=0)).pool(np.zeros((1, 2, 8)))
+    with pytest.raises(ValueError, match="this model has no pooler"):
+        tt.EncoderModel(nt.TransformerConfig(d_model=8, n_heads=2, n_decoder_layers=0)).pool(torch.zeros(1, 2, 8))
+    with pytest.raises(ValueError, match=r"hidden must have shape \(B, T, D\)"):
+        model.pool(np.zeros((2, 8)))

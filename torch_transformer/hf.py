@@ -46,7 +46,6 @@ def load(
     model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
     model.hf_model_type, model.hf_config = found.family.model_type, found.hf_config
     model.generation_rules = found.generation_rules  # what generation_config.json asks of decoding
-    model.hf_extra = {name: torch.from_numpy(np.array(a)).to(dtype) for name, a in found.extra.items()}  # save writes
     return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
@@ -61,7 +60,6 @@ def save(model, directory, overwrite: bool = False) -> None:
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": str(dtype)[6:]}
     tensors = to_hf(model, model.state_dict(), tied=False)
     tensors |= tied_copies(family, model.config, tensors, hf_config)
-    tensors |= {name: t.to(dtype) for name, t in getattr(model, "hf_extra", {}).items()}  # BERT's pooler, as loaded
     tensors = {k: v.detach().cpu().clone().contiguous() for k, v in tensors.items()}  # copies: no shared storage
     write = lambda path, ts: save_file(ts, path, metadata={"format": "pt"})  # noqa: E731
     checkpoints.write_checkpoint(directory, hf_config, checkpoints.generation_config(model), tensors, write, overwrite)
