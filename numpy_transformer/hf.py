@@ -57,7 +57,7 @@ MAX_BYTES = 64 * 2**30
 
 # transformers' base classes: a stack without the head (lm_head, final_logits_bias, the decoder) the families read
 BASE_CLASSES = ("LlamaModel", "MistralModel", "Qwen2Model", "GPT2Model", "BloomModel", "BartModel", "MarianModel",
-                "T5Model", "T5EncoderModel")  # fmt: skip
+                "T5Model")  # fmt: skip
 
 
 class Checkpoint(NamedTuple):
@@ -122,7 +122,7 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
     config_path = directory / "config.json"
     check_config_values(hf_config, config_path)
     try:
-        family = family_of(hf_config.get("model_type"))
+        family = family_of(hf_config.get("model_type"), hf_config.get("architectures"))
         config = family.from_hf(hf_config, dropout)
     except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as error:
         # a hostile config.json reaches the translation with any types: a missing field, a string for a size
@@ -191,10 +191,11 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def base_model_note(hf_config: dict) -> str:
-    """For a checkpoint of a transformers base class (architectures: LlamaModel, BartModel, T5EncoderModel...) that
-    lacks what the family's head class reads (an untied lm_head, BART's final_logits_bias, T5's decoder): a note
+    """For a checkpoint of a transformers base class (architectures: LlamaModel, BartModel...) that lacks what the
+    family's head class reads (an untied lm_head, BART's final_logits_bias): a note
     that says so, put before the list of missing tensors. (A base checkpoint that holds everything, such as a tied
-    GPT2Model, loads as the head class, as that class's from_pretrained loads it.)"""
+    GPT2Model, loads as the head class, as that class's from_pretrained loads it; T5EncoderModel loads as an
+    EncoderModel.)"""
     architectures = hf_config.get("architectures")
     names = [a for a in architectures if a in BASE_CLASSES] if isinstance(architectures, list) else []
     if not names:

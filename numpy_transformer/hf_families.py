@@ -1201,12 +1201,49 @@ T5 = Family(
 )
 
 
+# T5EncoderModel: T5's encoder stack alone, read as an EncoderModel (hidden states after the final RMS norm).
+
+
+def t5_encoder_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    return replace(t5_from_hf(c, dropout), n_decoder_layers=0, tie_embeddings=False, output_scale=1.0)
+
+
+def t5_encoder_to_hf(config: TransformerConfig) -> dict:
+    out = t5_to_hf(config)
+    for name in ("num_decoder_layers", "decoder_start_token_id", "tie_word_embeddings", "scale_decoder_outputs"):
+        out.pop(name)  # the decoder's: config.json keeps what the checkpoint said
+    return out
+
+
+T5_ENCODER = replace(
+    T5,
+    model_class="EncoderModel",
+    architecture="T5EncoderModel",
+    rules=(
+        Rule("encoder.token_embedding.weight", "shared.weight", when=("share_embeddings", True)),
+        Rule("encoder.token_embedding.weight", "encoder.embed_tokens.weight", when=("share_embeddings", False)),
+        *(r for r in T5.rules if r.ours.startswith("encoder.") and r.ours != "encoder.token_embedding.weight"),
+    ),
+    skipped=(r"encoder\.embed_tokens\.weight", r"shared\.weight"),  # a copy of shared (checked equal); unused
+    from_hf=t5_encoder_from_hf,
+    to_hf=t5_encoder_to_hf,
+    supports=T5.supports | {"output_scale": 1.0, "tie_embeddings": False},
+    tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
+)
+
 FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
+# checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
+BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 
 
-def family_of(model_type) -> Family:
+def family_of(model_type, architectures=None) -> Family:
+    """The family of a checkpoint: its model_type's, or (`architectures`, config.json's list) the family of a class
+    read differently (T5EncoderModel: an EncoderModel)."""
     if model_type not in FAMILIES:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
+    for name in architectures if isinstance(architectures, list) else []:
+        if name in BY_ARCHITECTURE and BY_ARCHITECTURE[name].model_type == model_type:
+            return BY_ARCHITECTURE[name]
     return FAMILIES[model_type]
 
 
@@ -1215,6 +1252,9 @@ def family_for_model(model) -> Family:
     translation accepts its class and config. ValueError listing why each family does not fit."""
     loaded = getattr(model, "hf_model_type", None)
     if loaded is not None:
+        for family in BY_ARCHITECTURE.values():  # a class read differently (T5EncoderModel: an EncoderModel)
+            if family.model_type == loaded and family.model_class == type(model).__name__:
+                return family
         return family_of(loaded)
     reasons = []
     for family in FAMILIES.values():
