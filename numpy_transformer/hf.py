@@ -110,9 +110,9 @@ def check_dropout_argument(dropout) -> None:
 def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_per_parameter: int = 8) -> Checkpoint:
     """Read and check a checkpoint directory, in this order, each failure a ValueError naming the file: the
     arguments; config.json (JSON, then every number it holds: hf_families.check_config_values) and its translation;
-    generation_config.json; the tensors' files (shards inside the directory, each tensor in one shard); the layer
-    count against the tensors; the memory the model would claim (parameters times `bytes_per_parameter`) against
-    `max_bytes`; the ties the file keeps (hf_families.resolve_ties); then every tensor's name, dtype and shape.
+    generation_config.json; the memory the model would claim (parameters times `bytes_per_parameter`) against
+    `max_bytes`; the tensors' files (shards inside the directory, each tensor in one shard); the layer count
+    against the tensors; the ties the file keeps (hf_families.resolve_ties); then every tensor's name, dtype, shape.
     Both sides' hf.load call it before building anything (checking a file is not math)."""
     check_dropout_argument(dropout)
     if not is_int(max_bytes) or max_bytes <= 0:
@@ -129,11 +129,10 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
         problem = f"missing field {error}" if isinstance(error, KeyError) else f"{error}"
         raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
     config, generation_rules = read_generation_rules(directory, hf_config, config)
-    tensors = read_tensors(directory)
     model_class = CLASSES[family.model_class]
+    check_memory(config, model_class, bytes_per_parameter, max_bytes, config_path)  # before reading any tensor
+    tensors = read_tensors(directory)
     check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
-    shapes = parameter_shapes(config, model_class.decoder_only, model_class.encoder_only)
-    check_memory(shapes, bytes_per_parameter, max_bytes, config_path)
     try:
         config, fills = resolve_ties(family, config, tensors, lambda a, b: same_values(tensors[a], tensors[b]))
     except ValueError as error:
@@ -173,9 +172,24 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
     return Checkpoint(family, config, hf_config, generation_rules, state)
 
 
-def check_memory(shapes: dict, bytes_per_parameter: int, max_bytes: int, path) -> None:
-    """ValueError when the parameters `shapes` lists, at `bytes_per_parameter`, would claim more than max_bytes."""
-    claimed = sum(math.prod(shape) for shape in shapes.values()) * bytes_per_parameter
+def parameter_count(config, model_class) -> int:
+    """The number of parameters of `model_class` built from `config`, without listing them: the count is linear in
+    each stack's layer count (c + a n_enc + b n_dec), so three small configs give it for any number of layers."""
+
+    def count(n_encoder: int, n_decoder: int) -> int:
+        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder)
+        shapes = parameter_shapes(small, model_class.decoder_only, model_class.encoder_only)
+        return sum(math.prod(shape) for shape in shapes.values())
+
+    one = count(1, 1)
+    per_encoder_layer, per_decoder_layer = count(2, 1) - one, count(1, 2) - one
+    return one + per_encoder_layer * (config.n_encoder_layers - 1) + per_decoder_layer * (config.n_decoder_layers - 1)
+
+
+def check_memory(config, model_class, bytes_per_parameter: int, max_bytes: int, path) -> None:
+    """ValueError when the model `config` describes would claim more than max_bytes (its parameters at
+    `bytes_per_parameter`), checked from the config alone, before any tensor is read."""
+    claimed = parameter_count(config, model_class) * bytes_per_parameter
     if claimed > max_bytes:
         raise ValueError(
             f"{path}: the model it describes would claim {claimed / 2**30:.3g} GiB, more than max_bytes={max_bytes} "

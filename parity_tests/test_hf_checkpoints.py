@@ -589,3 +589,15 @@ def test_a_t5_encoder_checkpoint_loads_as_an_encoder_model(model_type, side, tmp
     (np_hf if side == "numpy" else torch_hf).save(model, tmp_path / "saved")
     _, info = transformers.T5EncoderModel.from_pretrained(tmp_path / "saved", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
+
+
+@pytest.mark.parametrize(
+    "cls, layers", [(nt.Transformer, (3, 5)), (nt.TransformerLM, (0, 4)), (nt.EncoderModel, (3, 0))]
+)
+def test_the_memory_estimate_counts_every_parameter_without_listing_them(cls, layers):
+    """hf.parameter_count (from three small configs: the count is linear in each stack's layers) equals the count
+    of the model built; a billion layers are counted at once, without a name for each."""
+    config = nt.TransformerConfig(n_encoder_layers=layers[0], n_decoder_layers=layers[1], gated_ffn=True, pooler=False)
+    assert np_hf.parameter_count(config, cls) == sum(v.size for v in cls(config).params.values())
+    huge = nt.TransformerConfig(n_encoder_layers=layers[0] and 10**9, n_decoder_layers=layers[1] and 10**9)
+    assert np_hf.parameter_count(huge, cls) > 10**12
