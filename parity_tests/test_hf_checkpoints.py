@@ -233,6 +233,7 @@ def test_a_folder_holding_another_checkpoint_is_refused_unless_overwrite(bart, s
     with pytest.raises(ValueError, match=r"holds another checkpoint \(generation_config.json, model-00001"):
         hf.save(encoder, folder)
     assert (folder / "model-00001-of-00002.safetensors").read_bytes() == b"old"  # untouched
+    (folder / ".hf-save-model.safetensors.k1ll3d").write_bytes(b"\0" * 100)  # what a killed save leaves behind
     hf.save(encoder, folder, overwrite=True)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "notes.txt"]
     hf.save(hf.load(bart), folder, overwrite=True)  # a model that generates writes its own generation config
