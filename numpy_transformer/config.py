@@ -74,6 +74,8 @@ class TransformerConfig:
     attention: str = "plain"  # "plain" (the (T_q, T_k) pair) or "flash" (tiled, online softmax; no dropout)
     # lookups of pad_id pass no gradient to the token tables, as nn.Embedding(padding_idx=pad_id) (Marian)
     embedding_padding_idx: bool = False
+    # EncoderModel: BERT's [CLS] pooler, pooled = tanh(h[:, 0] W^T + b) (pool / pool_backward), pooler.dense.*
+    pooler: bool = False
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -130,6 +132,8 @@ class TransformerConfig:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a positive float, got {value!r}")
+        if not isinstance(self.pooler, bool):
+            raise TypeError(f"pooler must be a bool, got {type(self.pooler).__name__}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
             raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

@@ -19,20 +19,29 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import tempfile
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from .config import check_layer_count
+from .config import GenerationRules, check_layer_count
 from .hf_families import (
     FAMILIES,
     Family,
+    check_config_values,
     family_for_model,
     family_of,
+    is_int,
     match,
     parse_json_config,
     read_generation_rules,
     read_layout,
+    relative,
+    resolve_ties,
+    tied_copies,
     to_hf_tensors,
     write_layout,
 )
@@ -42,82 +51,273 @@ CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transf
 SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
 
 
-def load(directory, dtype=np.float32, dropout: float | None = None):
+# The default ceiling on the memory a loaded model may claim (its parameters, and the NumPy side's gradients):
+# a config.json that asks for more is refused before anything is allocated. Raise it with load(..., max_bytes=).
+MAX_BYTES = 64 * 2**30
+
+# transformers' base classes: a stack without the head (lm_head, final_logits_bias, the decoder) the families read
+BASE_CLASSES = ("LlamaModel", "MistralModel", "Qwen2Model", "GPT2Model", "BloomModel", "BartModel", "MarianModel",
+                "T5Model")  # fmt: skip
+
+
+class Checkpoint(NamedTuple):
+    """A checkpoint directory, read and checked: everything a model is built from, nothing built yet."""
+
+    family: Family
+    config: object  # TransformerConfig
+    hf_config: dict  # config.json as read
+    generation_rules: object  # GenerationRules
+    state: dict  # our state-dict name -> array (views of the file's tensors where the layout allows)
+
+
+def load(directory, dtype=np.float32, dropout: float | None = None, max_bytes: int = MAX_BYTES):
     """The model of a Hugging Face checkpoint directory (config.json, and model.safetensors or a sharded
     model.safetensors.index.json), as an EncoderModel, TransformerLM or Transformer in `dtype`.
 
     dropout: None (the default) reads each dropout site's rate from config.json, as the family names them
     (GPT-2's embd_pdrop, attn_pdrop and resid_pdrop, say: hf_families' *_DROPOUT tables); a float sets that one
     rate for every site instead.
-    Raises ValueError, naming the file, for a missing or unreadable file, an unsupported model_type, a config
-    it cannot translate, or tensors that do not fit the config (every one listed). Everything is checked
-    before the model is built, so a bad checkpoint costs no more memory than its files and returns no
-    half-loaded model. The model is returned in evaluation mode, as transformers' from_pretrained returns its
-    own (call model.train() to fine-tune with the checkpoint's dropout). The model remembers its family
-    (`hf_model_type`) and config.json (`hf_config`), so that `save` writes the same kind of checkpoint back.
+    max_bytes: the most memory the model may claim (parameters and gradients, in `dtype`); a config.json asking
+    for more is refused before anything is allocated.
+    Raises ValueError, naming the file (and the field), for a missing or unreadable file, an unsupported
+    model_type, a config it cannot translate (sizes that are not positive integers, floats that are not finite),
+    tensors that do not fit the config (every one listed), or a tied copy that the model cannot hold apart from
+    its source. Everything is checked before the model is built (read_checkpoint, which torch_transformer.hf
+    shares), so a bad checkpoint costs no more memory than its files and returns no half-loaded model. The model
+    is returned in evaluation mode, as transformers' from_pretrained returns its own (call model.train() to
+    fine-tune with the checkpoint's dropout). The model remembers its family (`hf_model_type`) and config.json
+    (`hf_config`), so that `save` writes the same kind of checkpoint back.
     """
+    itemsize = np.dtype(dtype).itemsize
+    found = read_checkpoint(directory, dropout, max_bytes, bytes_per_parameter=2 * itemsize)  # params and grads
+    model = CLASSES[found.family.model_class](found.config, dtype=dtype)  # built only now: every tensor fits
+    model.load_state_dict(found.state)  # one copy into the model's arrays, cast to its dtype
+    model.hf_model_type, model.hf_config = found.family.model_type, found.hf_config
+    model.generation_rules = found.generation_rules  # what generation_config.json asks of decoding
+    return model.eval()  # as from_pretrained returns it: no dropout until model.train()
+
+
+def check_dropout_argument(dropout) -> None:
+    """load's dropout=: None or a rate in [0, 1). TypeError/ValueError naming the argument."""
+    if dropout is None:
+        return
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float, np.floating, np.integer)):
+        raise TypeError(f"dropout must be None or a float in [0, 1), got {dropout!r} ({type(dropout).__name__})")
+    if not 0 <= float(dropout) < 1:  # NaN fails this too
+        raise ValueError(f"dropout must be None or a float in [0, 1), got {dropout!r}")
+
+
+def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_per_parameter: int = 8) -> Checkpoint:
+    """Read and check a checkpoint directory, in this order, each failure a ValueError naming the file: the
+    arguments; config.json (JSON, then every number it holds: hf_families.check_config_values) and its translation;
+    generation_config.json; the memory the model would claim (parameters times `bytes_per_parameter`) against
+    `max_bytes`; the tensors' files (shards inside the directory, each tensor in one shard); the layer count
+    against the tensors; the ties the file keeps (hf_families.resolve_ties); then every tensor's name, dtype, shape.
+    Both sides' hf.load call it before building anything (checking a file is not math)."""
+    check_dropout_argument(dropout)
+    if not is_int(max_bytes) or max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive int (bytes), got {max_bytes!r}")
     directory = Path(directory)
     hf_config = read_config(directory)
     config_path = directory / "config.json"
+    check_config_values(hf_config, config_path)
     try:
-        family = family_of(hf_config.get("model_type"))
+        family = family_of(hf_config.get("model_type"), hf_config.get("architectures"))
         config = family.from_hf(hf_config, dropout)
     except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as error:
         # a hostile config.json reaches the translation with any types: a missing field, a string for a size
         problem = f"missing field {error}" if isinstance(error, KeyError) else f"{error}"
         raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
     config, generation_rules = read_generation_rules(directory, hf_config, config)
-    tensors = read_tensors(directory)
     model_class = CLASSES[family.model_class]
+    check_memory(config, model_class, bytes_per_parameter, max_bytes, config_path)  # before reading any tensor
+    tensors = read_tensors(directory)
     check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
+    try:
+        config, fills = resolve_ties(family, config, tensors, lambda a, b: same_values(tensors[a], tensors[b]))
+    except ValueError as error:
+        raise ValueError(f"{directory}: {error}") from None
+    tensors = tensors | {alias: tensors[source] for alias, source in fills.items()}
+    for name, pattern in family.detected:  # parts the config does not mention, present in the file (BERT's pooler)
+        if any(re.fullmatch(pattern, relative(family, tensor)) for tensor in tensors):
+            config = replace(config, **{name: True})
     shapes = parameter_shapes(config, model_class.decoder_only, model_class.encoder_only)
     try:
         plan = match(family, config, tensors, shapes)
     except ValueError as error:
-        raise ValueError(f"{directory}: {error}") from None
+        raise ValueError(f"{directory}: {base_model_note(hf_config)}{error}") from None
     state, problems = {}, []
     for rule, name in plan:
         if not np.issubdtype(tensors[name].dtype, np.floating):
-            problems.append(f"{name}: dtype {tensors[name].dtype}, not floating point")
+            problems.append(f"{tensor_file(directory, name)}: {name}: dtype {tensors[name].dtype}, not floating point")
             continue
         if tensors[name].ndim == 0:  # every parameter has an axis; the layouts below index the first
-            problems.append(f"{name}: a scalar, expected a tensor for {rule.ours} {shapes[rule.ours]}")
+            problems.append(f"{tensor_file(directory, name)}: {name}: a scalar, expected a tensor for {rule.ours}")
             continue
         try:
             array = from_hf_layout(tensors[name], rule, name, config.n_heads)
         except ValueError as error:
-            problems.append(str(error))
+            problems.append(f"{tensor_file(directory, name)}: {error}")
             continue
         if array.shape != shapes[rule.ours]:
-            problems.append(f"mis-shaped {name} (for {rule.ours}): got {array.shape}, expected {shapes[rule.ours]}")
+            problems.append(
+                f"{tensor_file(directory, name)}: mis-shaped {name} (for {rule.ours}): got {array.shape}, "
+                f"expected {shapes[rule.ours]}"
+            )
         state[rule.ours] = array
     if problems:
         raise ValueError(
             f"{directory}: the checkpoint does not fit its config.json ({family.model_type}): " + "; ".join(problems)
         )
-    model = model_class(config, dtype=dtype)  # built only now, when every tensor is known to fit
-    model.load_state_dict(state)  # one copy into the model's arrays, cast to its dtype
-    model.hf_model_type, model.hf_config = family.model_type, hf_config
-    model.generation_rules = generation_rules  # what generation_config.json asks of decoding
-    return model.eval()  # as from_pretrained returns it: no dropout until model.train()
+    return Checkpoint(family, config, hf_config, generation_rules, state)
 
 
-def save(model, directory) -> None:
-    """Write `model` as a Hugging Face checkpoint: config.json and model.safetensors in the layout of
-    the family's transformers class (BertModel, GPT2LMHeadModel, LlamaForCausalLM, MarianMTModel,
-    BartForConditionalGeneration), which
-    `from_pretrained` loads. ValueError if no supported family can express the model."""
+def parameter_count(config, model_class) -> int:
+    """The number of parameters of `model_class` built from `config`, without listing them: the count is linear in
+    each stack's layer count (c + a n_enc + b n_dec), so three small configs give it for any number of layers."""
+
+    def count(n_encoder: int, n_decoder: int) -> int:
+        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder)
+        shapes = parameter_shapes(small, model_class.decoder_only, model_class.encoder_only)
+        return sum(math.prod(shape) for shape in shapes.values())
+
+    one = count(1, 1)
+    per_encoder_layer, per_decoder_layer = count(2, 1) - one, count(1, 2) - one
+    return one + per_encoder_layer * (config.n_encoder_layers - 1) + per_decoder_layer * (config.n_decoder_layers - 1)
+
+
+def check_memory(config, model_class, bytes_per_parameter: int, max_bytes: int, path) -> None:
+    """ValueError when the model `config` describes would claim more than max_bytes (its parameters at
+    `bytes_per_parameter`), checked from the config alone, before any tensor is read."""
+    claimed = parameter_count(config, model_class) * bytes_per_parameter
+    if claimed > max_bytes:
+        raise ValueError(
+            f"{path}: the model it describes would claim {claimed / 2**30:.3g} GiB, more than max_bytes={max_bytes} "
+            f"({max_bytes / 2**30:.3g} GiB); pass a larger max_bytes to load it"
+        )
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a tied copy holds exactly its source's values (NaN where NaN)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=np.issubdtype(a.dtype, np.floating)))
+
+
+def base_model_note(hf_config: dict) -> str:
+    """For a checkpoint of a transformers base class (architectures: LlamaModel, BartModel...) that lacks what the
+    family's head class reads (an untied lm_head, BART's final_logits_bias): a note
+    that says so, put before the list of missing tensors. (A base checkpoint that holds everything, such as a tied
+    GPT2Model, loads as the head class, as that class's from_pretrained loads it; T5EncoderModel loads as an
+    EncoderModel.)"""
+    architectures = hf_config.get("architectures")
+    names = [a for a in architectures if a in BASE_CLASSES] if isinstance(architectures, list) else []
+    if not names:
+        return ""
+    return (f"this is a base model without a head ({names[0]}), which this loader does not read: it loads the "
+            "classes with their head (ForCausalLM, LMHeadModel, ForConditionalGeneration); ")  # fmt: skip
+
+
+def save(model, directory, overwrite: bool = False) -> None:
+    """Write `model` as a Hugging Face checkpoint: config.json, model.safetensors and (a model that generates)
+    generation_config.json, in the layout of the family's transformers class (BertModel, GPT2LMHeadModel,
+    LlamaForCausalLM, MarianMTModel, BartForConditionalGeneration, ...), which `from_pretrained` loads with every
+    tensor it expects (ties the model does not keep written as copies of their own).
+
+    A directory that holds another checkpoint is refused unless overwrite=True; then the checkpoint files this
+    save does not write (other shards, an index, a generation_config.json of another model) are removed. Each file
+    is written to a temporary file beside it and renamed into place: a failed save leaves no temporary file, and
+    the previous files until the new ones are complete. ValueError if no supported family can express the model."""
     family = family_for_model(model)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     hf_config = dict(getattr(model, "hf_config", {}))
     hf_config |= family.config_json(model.config)
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": model.dtype.name}
     tensors = to_hf(model, model.params, tied=False)
+    tensors |= tied_copies(family, model.config, tensors, hf_config)
     from safetensors.numpy import save_file
 
-    save_file(tensors, os.fspath(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    write = lambda path, arrays: save_file(arrays, path, metadata={"format": "pt"})  # noqa: E731
+    write_checkpoint(directory, hf_config, generation_config(model), tensors, write, overwrite)
+
+
+# The files of a transformers checkpoint: what makes a directory "hold a checkpoint", and what overwrite removes.
+CHECKPOINT_FILES = (
+    "config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+    "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack",
+)  # fmt: skip
+CHECKPOINT_PATTERNS = ("model-*.safetensors", "pytorch_model-*.bin")
+TEMPORARY_PREFIX = ".hf-save-"  # a temporary file of a save: left behind only by a killed process
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """The checkpoint files (CHECKPOINT_FILES, shards, temporary files of a killed save) in `directory`."""
+    found = [directory / name for name in CHECKPOINT_FILES if (directory / name).is_file()]
+    found += [path for pattern in CHECKPOINT_PATTERNS for path in directory.glob(pattern) if path.is_file()]
+    found += [path for path in directory.glob(TEMPORARY_PREFIX + "*") if path.is_file()]
+    return sorted(set(found))
+
+
+def write_checkpoint(directory, hf_config: dict, generation: dict | None, tensors: dict, write, overwrite: bool):
+    """Both sides' hf.save: config.json, generation_config.json (when `generation` is a dict) and model.safetensors
+    (write(path, tensors): the side's safetensors writer) into `directory`; see numpy_transformer.hf.save."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{directory}: not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    existing = checkpoint_files(directory)
+    if existing and not overwrite:
+        raise ValueError(
+            f"{directory}: holds another checkpoint ({', '.join(p.name for p in existing)}); pass overwrite=True to "
+            "replace it (its files this save does not write are removed)"
+        )
+    texts = {"config.json": json.dumps(hf_config, indent=2, sort_keys=True) + "\n"}
+    if generation is not None:
+        texts["generation_config.json"] = json.dumps(generation, indent=2, sort_keys=True) + "\n"
+    written = {}  # final name -> temporary path, renamed into place only when every file is complete
+    try:
+        for name, writer in [("model.safetensors", lambda path: write(path, tensors))] + [
+            (name, lambda path, text=text: Path(path).write_text(text)) for name, text in texts.items()
+        ]:
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=TEMPORARY_PREFIX + name + ".")
+            os.close(handle)
+            written[name] = temporary
+            writer(temporary)
+        for name, temporary in written.items():
+            os.replace(temporary, directory / name)
+    finally:
+        for temporary in written.values():
+            Path(temporary).unlink(missing_ok=True)  # renamed already, or left by a failure: never kept
+    for path in existing:
+        if path.name not in written:
+            path.unlink(missing_ok=True)
+
+
+def generation_config(model) -> dict | None:
+    """generation_config.json for a model that generates (a Transformer or TransformerLM; None for an encoder):
+    its special ids and the generation rules it decodes with (model.generation_rules: forced tokens, bad words,
+    the fill of finished beams), so that a checkpoint loaded, saved and loaded again decodes the same."""
+    config = model.config
+    if getattr(model, "encoder_only", False) or config.n_decoder_layers == 0:
+        return None
+    rules = getattr(model, "generation_rules", None) or GenerationRules()
+    seq2seq = not getattr(model, "decoder_only", False)
+    out = {"pad_token_id": config.pad_id, "eos_token_id": config.eos_id}
+    if seq2seq:  # config.bos_id is the decoder's start token; config.json keeps the vocabulary's bos
+        out |= {
+            "decoder_start_token_id": config.bos_id,
+            "bos_token_id": getattr(model, "hf_config", {}).get("bos_token_id"),
+        }
+    else:
+        out["bos_token_id"] = config.bos_id
+    if rules.beam_fill_id is not None and rules.beam_fill_id != (config.pad_id or config.eos_id):
+        out["pad_token_id"] = rules.beam_fill_id  # generate() fills finished beams with `pad_token_id or eos`
+    if rules.forced_bos_id is not None:
+        out["forced_bos_token_id"] = rules.forced_bos_id
+    if rules.forced_eos_id is not None:
+        out["forced_eos_token_id"] = rules.forced_eos_id
+    if rules.bad_words:
+        out["bad_words_ids"] = [list(words) for words in rules.bad_words]
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items() if v is not None}
 
 
 def to_hf(model, tensors: dict, tied: bool = True) -> dict:
@@ -156,6 +356,14 @@ def read_config(directory: Path) -> dict:
     except OSError as error:
         raise ValueError(f"{path}: cannot read it ({error})") from None
     return parse_json_config(raw, path)
+
+
+def tensor_file(directory: Path, name: str) -> str:
+    """The file of `directory` that holds tensor `name` (for an error message): model.safetensors, or the shard
+    the index names."""
+    if (directory / "model.safetensors").is_file():
+        return "model.safetensors"
+    return read_weight_map(directory / "model.safetensors.index.json").get(name, "model.safetensors.index.json")
 
 
 def read_tensors(directory: Path) -> dict:

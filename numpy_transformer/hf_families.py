@@ -21,6 +21,7 @@ one interpreter of these tables, used by both sides.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
@@ -55,12 +56,16 @@ class Family:
     from_hf: Callable[..., TransformerConfig]  # (config.json, dropout=None) -> TransformerConfig
     to_hf: Callable[[TransformerConfig], dict]  # TransformerConfig -> config.json fields (ValueError if impossible)
     # (alias, source, config field): when the field is true (tie_embeddings, share_embeddings), the HF class's
-    # state_dict also holds `alias`, the same tensor as `source` (full names); never written to a file
+    # state_dict also holds `alias`, the same tensor as `source` (full names). hf.load compares an alias the file
+    # holds with its source (resolve_ties); hf.save writes aliases only where the model undoes a tie (tied_copies)
     tied: tuple[tuple[str, str, str], ...] = ()
     # The config fields a checkpoint of this family can express, beyond FREE_FIELDS: field -> the value it needs, a
     # tuple of the values it may take, ANY, or a function of the config giving one of those. A field not listed
     # must keep its default: a new config option is refused by every family until one says it supports it.
     supports: dict = field(default_factory=dict)
+    # (config field, regex of a relative name): the field is set true when the checkpoint holds such a tensor (BERT's
+    # pooler: BertModel has one unless built with add_pooling_layer=False, which config.json does not say)
+    detected: tuple[tuple[str, str], ...] = ()
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -277,6 +282,75 @@ def parse_json_config(raw: bytes, path) -> dict:
     return value
 
 
+# What config.json's numbers must be, checked before any translation (every family's names together: a field
+# another family uses is checked too, which costs nothing). transformers computes with ints where it needs ints.
+POSITIVE_INTS = (
+    "vocab_size", "hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_heads",
+    "intermediate_size", "d_ff", "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
+    "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+    "max_position_embeddings", "n_positions", "d_kv", "relative_attention_num_buckets",
+    "relative_attention_max_distance", "seq_length",
+)  # fmt: skip
+OPTIONAL_POSITIVE_INTS = (  # null means "as the family's default"
+    "n_inner", "num_key_value_heads", "head_dim", "sliding_window", "num_decoder_layers", "decoder_vocab_size",
+)  # fmt: skip
+NON_NEGATIVE_INTS = ("type_vocab_size",)
+TOKEN_IDS = (  # null, an id, or (end tokens) a list of ids
+    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id",
+    "forced_eos_token_id",
+)  # fmt: skip
+POSITIVE_FLOATS = ("rope_theta",)
+NON_NEGATIVE_FLOATS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+RATES = (  # dropout probabilities in [0, 1]; null counts as 0
+    "dropout", "attention_dropout", "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
+    "embd_pdrop", "attn_pdrop", "resid_pdrop", "dropout_rate", "hidden_dropout", "classifier_dropout",
+)  # fmt: skip
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_config_values(c: dict, path) -> None:
+    """ValueError naming the file and the field for the first number of config.json that transformers would not
+    compute with: sizes that are not positive ints (2.7, "64", true), floats that are not finite (NaN, "nan",
+    Infinity) or out of range, token ids that are not non-negative ints. Run before the config is translated, so
+    that no size reaches an allocation and no NaN reaches the model."""
+
+    def bad(name: str, value, expected: str) -> ValueError:
+        return ValueError(f"{path}: {name}={value!r} ({type(value).__name__}): expected {expected}")
+
+    for name in POSITIVE_INTS + OPTIONAL_POSITIVE_INTS + NON_NEGATIVE_INTS:
+        if name not in c or (c[name] is None and name in OPTIONAL_POSITIVE_INTS):
+            continue
+        low = 0 if name in NON_NEGATIVE_INTS else 1
+        if not is_int(c[name]) or c[name] < low:
+            raise bad(name, c[name], "a positive integer" if low else "a non-negative integer")
+    for name in TOKEN_IDS:
+        value = c.get(name)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None and (not is_int(item) or item < 0):
+                raise bad(name, value, "null, a non-negative integer token id, or a list of them")
+    rope = c.get("rope_parameters")
+    if rope is not None and not isinstance(rope, dict):
+        raise bad("rope_parameters", rope, "an object")
+    floats = [(name, c[name]) for name in POSITIVE_FLOATS + NON_NEGATIVE_FLOATS if name in c]
+    floats += [(f"rope_parameters.{name}", rope[name]) for name in POSITIVE_FLOATS if rope and name in rope]
+    for name, value in floats:
+        if not is_finite_number(value):
+            raise bad(name, value, "a finite number")
+        if value < 0 or (value == 0 and name.endswith(POSITIVE_FLOATS)):
+            raise bad(name, value, "a positive number" if name.endswith(POSITIVE_FLOATS) else "a number >= 0")
+    for name in RATES:
+        value = c.get(name)
+        if value is not None and not (is_finite_number(value) and 0 <= value <= 1):
+            raise bad(name, value, "a dropout probability in [0, 1] (or null)")
+
+
 def read_generation_rules(directory, hf_config: dict, config: TransformerConfig):
     """(config, GenerationRules) of a checkpoint directory: generation_config.json when present, else config.json's
     fields of the same names (transformers' own fallback). Its decoder_start_token_id, when it names one, is the
@@ -404,15 +478,17 @@ BERT = Family(
             )
             for w in ("weight", "bias")
         ),
+        *(Rule(f"pooler.dense.{w}", f"pooler.dense.{w}", when=("pooler", True)) for w in ("weight", "bias")),
     ),
     skipped=(
         r"embeddings\.position_ids",  # a buffer: 0 .. max_len - 1
         r"embeddings\.token_type_ids",  # a buffer of zeros
-        r"pooler\..*",  # the [CLS] pooler: a head on top of the encoder, not part of EncoderModel
+        r"pooler\..*",  # the [CLS] pooler, when the config says none (config.pooler: set when the file has one)
         r"cls\..*",  # the pre-training heads (masked LM, next sentence) of BertForPreTraining / MaskedLM
     ),
     from_hf=bert_from_hf,
     to_hf=bert_to_hf,
+    detected=(("pooler", r"pooler\.dense\.weight"),),
     supports={  # an encoder: no output projection, so its fields take any value
         "activation": ANY,
         "positional": "learned",
@@ -423,6 +499,7 @@ BERT = Family(
         "tie_embeddings": ANY,
         "share_embeddings": ANY,
         "output_bias": ANY,
+        "pooler": ANY,
     },  # fmt: skip
 )
 
@@ -868,8 +945,9 @@ def seq2seq_to_hf(config: TransformerConfig, model_type: str) -> dict:
         "is_encoder_decoder": True,
     }
     if model_type == "marian":
-        out |= {
-            "share_encoder_decoder_embeddings": config.share_embeddings,
+        one_vocabulary = config.src_vocab_size == config.tgt_vocab_size
+        out |= {  # one vocabulary: the class keeps `shared` (separate tables are then written as untied copies)
+            "share_encoder_decoder_embeddings": config.share_embeddings or one_vocabulary,
             "decoder_vocab_size": config.tgt_vocab_size,
         }
     return out
@@ -918,9 +996,9 @@ def seq2seq_rules(model_type: str) -> tuple[Rule, ...]:
 
 
 SEQ2SEQ_SKIPPED = (
-    r"(encoder|decoder)\.embed_tokens\.weight",  # with shared embeddings: copies of shared.weight
+    r"(encoder|decoder)\.embed_tokens\.weight",  # with shared embeddings: copies of shared.weight (checked equal)
     r"shared\.weight",  # with separate tables: unused
-    r"lm_head\.weight",  # when tied: a copy of the decoder's table
+    r"lm_head\.weight",  # when tied: a copy of the decoder's table (checked equal)
 )
 SEQ2SEQ_TIED = (
     ("model.encoder.embed_tokens.weight", "model.shared.weight", "share_embeddings"),
@@ -956,8 +1034,7 @@ BART = Family(
     skipped=SEQ2SEQ_SKIPPED,
     from_hf=lambda c, dropout=None: seq2seq_from_hf(c, dropout, "bart"),
     to_hf=lambda config: seq2seq_to_hf(config, "bart"),
-    supports=SEQ2SEQ_SUPPORTS
-    | {"positional": "learned", "embedding_norm": True, "share_embeddings": True, "sinusoid_layout": ANY},
+    supports=SEQ2SEQ_SUPPORTS | {"positional": "learned", "embedding_norm": True, "sinusoid_layout": ANY},
     tied=SEQ2SEQ_TIED,
 )
 
@@ -983,7 +1060,10 @@ def t5_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         raise ValueError(
             f"config.json: d_kv={c.get('d_kv')} with {H} heads != d_model {D}; heads must split d_model evenly"
         )
-    tied = c.get("tie_word_embeddings", True)
+    # transformers 5 always ties T5's head to `shared` (unless the file holds a different lm_head.weight: then
+    # resolve_ties unties it) and reads the d_model^-0.5 rescaling from scale_decoder_outputs; older configs
+    # said both with tie_word_embeddings (false: v1.1's own head, unscaled)
+    scaled = c.get("scale_decoder_outputs", c.get("tie_word_embeddings", True) is not False)
     start = c.get("decoder_start_token_id", c.get("pad_token_id", 0))
     return TransformerConfig(
         src_vocab_size=V,
@@ -1007,8 +1087,8 @@ def t5_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         pad_id=token_id(c, "pad_token_id", V),
         bos_id=token_id({"start": start}, "start", V),  # the decoder's start token (T5's is pad)
         eos_id=token_id(c, "eos_token_id", V),
-        tie_embeddings=tied,
-        output_scale=D**-0.5 if tied else 1.0,
+        tie_embeddings=True,
+        output_scale=D**-0.5 if scaled else 1.0,
         scale_embeddings=False,
         share_embeddings=True,
         bias=False,
@@ -1017,7 +1097,7 @@ def t5_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
 
 
 def t5_to_hf(config: TransformerConfig) -> dict:
-    tied = config.tie_embeddings
+    scaled = config.output_scale != 1.0
     proj = {(a, g): name for name, (a, g) in T5_ACTIVATIONS.items()}.get((config.activation, config.gated_ffn))
     if proj is None:
         raise ValueError(
@@ -1037,7 +1117,10 @@ def t5_to_hf(config: TransformerConfig) -> dict:
         "relative_attention_num_buckets": config.relative_buckets,
         "relative_attention_max_distance": config.relative_max_distance,
         "layer_norm_epsilon": config.layer_norm_eps,
-        "tie_word_embeddings": tied,
+        # transformers 5 reads the scale from scale_decoder_outputs, older versions from tie_word_embeddings; an
+        # untied head is written as lm_head.weight (transformers keeps a tied copy that differs apart)
+        "tie_word_embeddings": scaled,
+        "scale_decoder_outputs": scaled,
         "pad_token_id": config.pad_id,
         "eos_token_id": config.eos_id,
         "decoder_start_token_id": config.bos_id,
@@ -1047,8 +1130,11 @@ def t5_to_hf(config: TransformerConfig) -> dict:
 
 def t5_rules() -> tuple[Rule, ...]:
     attention = (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o"))
+    shared, separate = ("share_embeddings", True), ("share_embeddings", False)
     rules = [
-        Rule("decoder.token_embedding.weight", "shared.weight"),
+        Rule("decoder.token_embedding.weight", "shared.weight", when=shared),
+        Rule("encoder.token_embedding.weight", "encoder.embed_tokens.weight", when=separate),
+        Rule("decoder.token_embedding.weight", "decoder.embed_tokens.weight", when=separate),
         Rule("encoder.relative_bias.weight", "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
         Rule("decoder.relative_bias.weight", "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"),
         Rule("encoder.final_norm.weight", "encoder.final_layer_norm.weight"),
@@ -1083,8 +1169,9 @@ T5 = Family(
     prefixes=("",),
     rules=t5_rules(),
     skipped=(
-        r"(encoder|decoder)\.embed_tokens\.weight",  # the stacks' views of shared.weight
-        r"lm_head\.weight",  # when tied: shared.weight again
+        r"(encoder|decoder)\.embed_tokens\.weight",  # the stacks' views of shared.weight (checked equal)
+        r"shared\.weight",  # with separate tables: unused
+        r"lm_head\.weight",  # when tied: shared.weight again (checked equal)
     ),
     from_hf=t5_from_hf,
     to_hf=t5_to_hf,
@@ -1097,28 +1184,66 @@ T5 = Family(
         "relative_buckets": ANY,
         "relative_max_distance": ANY,
         "attention_scale": 1.0,
-        "output_scale": lambda c: c.d_model**-0.5 if c.tie_embeddings else 1.0,
+        "output_scale": lambda c: (1.0, c.d_model**-0.5),
         "bias": False,
         "qkv_bias": (None, False),
         "output_bias": False,
         "scale_embeddings": False,
-        "share_embeddings": True,
+        "share_embeddings": ANY,
         "tie_embeddings": ANY,
     },  # fmt: skip
     tied=(
         ("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),
         ("decoder.embed_tokens.weight", "shared.weight", "share_embeddings"),
         ("lm_head.weight", "shared.weight", "tie_embeddings"),
+        ("lm_head.weight", "decoder.embed_tokens.weight", "tie_embeddings"),  # separate tables, tied output
     ),
 )
 
 
+# T5EncoderModel: T5's encoder stack alone, read as an EncoderModel (hidden states after the final RMS norm).
+
+
+def t5_encoder_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    return replace(t5_from_hf(c, dropout), n_decoder_layers=0, tie_embeddings=False, output_scale=1.0)
+
+
+def t5_encoder_to_hf(config: TransformerConfig) -> dict:
+    out = t5_to_hf(config)
+    for name in ("num_decoder_layers", "decoder_start_token_id", "tie_word_embeddings", "scale_decoder_outputs"):
+        out.pop(name)  # the decoder's: config.json keeps what the checkpoint said
+    return out
+
+
+T5_ENCODER = replace(
+    T5,
+    model_class="EncoderModel",
+    architecture="T5EncoderModel",
+    rules=(
+        Rule("encoder.token_embedding.weight", "shared.weight", when=("share_embeddings", True)),
+        Rule("encoder.token_embedding.weight", "encoder.embed_tokens.weight", when=("share_embeddings", False)),
+        *(r for r in T5.rules if r.ours.startswith("encoder.") and r.ours != "encoder.token_embedding.weight"),
+    ),
+    skipped=(r"encoder\.embed_tokens\.weight", r"shared\.weight"),  # a copy of shared (checked equal); unused
+    from_hf=t5_encoder_from_hf,
+    to_hf=t5_encoder_to_hf,
+    supports=T5.supports | {"output_scale": 1.0, "tie_embeddings": False},
+    tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
+)
+
 FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
+# checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
+BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 
 
-def family_of(model_type) -> Family:
+def family_of(model_type, architectures=None) -> Family:
+    """The family of a checkpoint: its model_type's, or (`architectures`, config.json's list) the family of a class
+    read differently (T5EncoderModel: an EncoderModel)."""
     if model_type not in FAMILIES:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
+    for name in architectures if isinstance(architectures, list) else []:
+        if name in BY_ARCHITECTURE and BY_ARCHITECTURE[name].model_type == model_type:
+            return BY_ARCHITECTURE[name]
     return FAMILIES[model_type]
 
 
@@ -1127,6 +1252,9 @@ def family_for_model(model) -> Family:
     translation accepts its class and config. ValueError listing why each family does not fit."""
     loaded = getattr(model, "hf_model_type", None)
     if loaded is not None:
+        for family in BY_ARCHITECTURE.values():  # a class read differently (T5EncoderModel: an EncoderModel)
+            if family.model_type == loaded and family.model_class == type(model).__name__:
+                return family
         return family_of(loaded)
     reasons = []
     for family in FAMILIES.values():
@@ -1186,6 +1314,67 @@ def match(family: Family, config: TransformerConfig, checkpoint_names, our_names
     if problems:
         raise ValueError(f"the checkpoint does not fit its config.json ({family.model_type}): " + "; ".join(problems))
     return plan
+
+
+def resolve_ties(family: Family, config: TransformerConfig, checkpoint_names, equal: Callable) -> tuple:
+    """(config, fills): the ties config.json declares, kept only where the file agrees, as transformers 5 decides
+    them (a tied copy present with other values is not tied; an absent one is its source).
+
+    For each tie the config holds (share_embeddings: the stacks' tables are `shared`; tie_embeddings: lm_head is
+    the decoder's table), a copy the checkpoint holds is compared with its source (equal(name, name), the side's
+    array equality): a copy that differs unties the field, and the model reads it as a tensor of its own. `fills`
+    maps a copy the file leaves out to the tensor it stands for (checkpoint names), for a tie that is undone.
+    ValueError naming both tensors when the family cannot hold the untied tensors apart."""
+    by_relative = {relative(family, name): name for name in checkpoint_names}
+    ties = {}  # field -> [(alias, source)] as relative names, in the table's order
+    for alias, source, name in family.tied:
+        ties.setdefault(name, []).append((relative(family, alias), relative(family, source)))
+    fills, differing = {}, {}
+    for name, pairs in ties.items():  # share_embeddings before tie_embeddings: the head ties to the table in use
+        if not getattr(config, name):
+            continue
+        if name == "tie_embeddings":  # compare the head with the table the decoder reads under the ties so far
+            table = next((r.theirs for r in expand(family.rules, config) if r.ours == "decoder.token_embedding.weight"),
+                         None)  # fmt: skip
+            pairs = [(alias, table) for alias in dict.fromkeys(alias for alias, _ in pairs)]
+        present = [(a, s) for a, s in pairs if a in by_relative and s in by_relative]
+        differ = [(a, s) for a, s in present if not equal(by_relative[a], by_relative[s])]
+        if differ:
+            config = replace(config, **{name: False})
+            differing[name] = differ
+            for alias, source in pairs:  # an absent copy is its source, as transformers ties it
+                if alias not in by_relative and source in by_relative:
+                    fills[alias] = by_relative[alias] = by_relative[source]
+    if differing:
+        try:
+            check_supported(family, config)
+        except ValueError:
+            found = [f"{by_relative[a]} differs from {by_relative[s]}" for ps in differing.values() for a, s in ps]
+            raise ValueError(
+                f"config.json ties {sorted(differing)}, but {'; '.join(found)}, and a {family.model_type!r} model "
+                "here cannot hold them apart"
+            ) from None
+    return config, fills
+
+
+def tied_copies(family: Family, config: TransformerConfig, out: dict, hf_json: dict) -> dict:
+    """The tensors hf.save adds to `out` (a checkpoint's tensors, full names) so that transformers 5 rebuilds the
+    model's ties exactly: when a tie of the family is undone (separate tables, an untied head), every copy is
+    written (transformers ties a copy only to an equal source), and a source no rule writes (`shared` beside
+    separate tables) holds the first of its copies, so that from_pretrained finds every tensor it expects (`hf_json`:
+    the config.json written; a Marian without shared embeddings has no `shared`)."""
+    if all(getattr(config, name) for _, _, name in family.tied):
+        return {}
+    added = {}
+    for alias, source, name in family.tied:
+        if getattr(config, name) and source in out and alias not in out and alias not in added:
+            added[alias] = out[source]
+    if hf_json.get("share_encoder_decoder_embeddings") is False:
+        return added
+    for alias, source, _ in family.tied:
+        if source not in out and source not in added and (alias in out or alias in added):
+            added[source] = out.get(alias, added.get(alias))
+    return added
 
 
 def writing_plan(family: Family, config: TransformerConfig, our_names) -> dict[str, list[Rule]]:

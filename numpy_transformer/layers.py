@@ -50,6 +50,21 @@ def linear_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
+# tanh (BERT's pooler).
+
+
+def tanh_forward(x: np.ndarray):
+    r""":math:`y = \tanh(x)`, elementwise; the cache is y."""
+    out = np.tanh(x)
+    return out, out
+
+
+def tanh_backward(dout: np.ndarray, cache):
+    r"""Gradient of :math:`y = \tanh(x)`: :math:`dx = dy\,(1 - y^2)`, same shape as dy."""
+    return dout * (1 - cache * cache)
+
+
+# ----------------------------------------------------------------------------------------------
 # Token embedding: a table lookup, optionally scaled by sqrt(D) as in the paper.
 
 

@@ -43,9 +43,11 @@ from .layers import (
     residual_out_backward,
     residual_out_forward,
     sinusoidal_table,
+    tanh_backward,
+    tanh_forward,
 )
 from .scores import ScoreMod, alibi_slopes
-from .validation import check_float_array, check_ids
+from .validation import check_float_array, check_ids, check_ndim
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -83,11 +85,18 @@ def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0) -> tuple 
 # Embeddings: x = scale * E[ids] + P[:T], then dropout.
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)  # tables of at most twice the positions a call used (sinusoid_rows): bounded
 def _fixed_sinusoids(max_len: int, d_model: int, dtype_name: str, layout: str = "interleaved") -> np.ndarray:
     table = sinusoidal_table(max_len, d_model, np.dtype(dtype_name), layout)
     table.flags.writeable = False  # shared between calls
     return table
+
+
+def sinusoid_rows(used: int, max_len: int) -> int:
+    """Rows of the sinusoid table to build for `used` positions: the next power of two (so that decoding step by
+    step builds a few tables, not one per step), never more than max_len. A table for max_len itself could be huge
+    (Marian's max_position_embeddings may say 10**9) while an input uses a few positions."""
+    return min(max_len, 1 << max(used - 1, 0).bit_length())
 
 
 def embed_forward(
@@ -123,7 +132,8 @@ def embed_forward(
         if config.positional == "learned":
             table = params["position_embedding.weight"]
         else:
-            table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name, config.sinusoid_layout)
+            rows = sinusoid_rows(start + ids.shape[1], config.max_len)
+            table = _fixed_sinusoids(rows, config.d_model, embedding.dtype.name, config.sinusoid_layout)
         x, position_cache = add_positions_forward(x, table[start:] if start else table)
     type_cache = None
     if "token_type_embedding.weight" in params:
@@ -560,6 +570,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if not decoder_only:
         stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
     if encoder_only:
+        if config.pooler:
+            linear("pooler.dense", D, D, bias=True)
         return shapes
     stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
     if not config.tie_embeddings:
@@ -878,6 +890,8 @@ class EncoderModel(_Model):
     (after final_norm when norm_first). Uses config.src_vocab_size and n_encoder_layers; parameters are
     the "encoder.*" entries of the state dict. Keys holding pad_id are masked out of attention, as
     BERT's attention mask does; token_type_ids default to zeros (needs config.type_vocab_size > 0).
+    With config.pooler, BERT's pooler too (pooler.dense.*): pool(hidden) -> (B, D), pool_backward(dpooled) -> the
+    gradient to add to backward's dhidden.
     """
 
     encoder_only = True
@@ -903,6 +917,46 @@ class EncoderModel(_Model):
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
         dhidden = check_float_array("dhidden", dhidden, self.dtype, self._cache["hidden_shape"])
         self._accumulate(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
+
+    def pool(self, hidden: np.ndarray) -> np.ndarray:
+        r"""BERT's pooler (config.pooler): hidden states h (B, T, D), as forward returns them -> pooled (B, D),
+
+        .. math::
+
+            p = \tanh\big(h_{:, 0}\, W^\top + b\big)
+
+        W = pooler.dense.weight (D, D), b = pooler.dense.bias (D,): the [CLS] position, through a dense layer and
+        tanh (BertModel's pooler_output). pool_backward gives its gradient."""
+        if not self.config.pooler:
+            raise ValueError("pool: this model has no pooler (config.pooler=False)")
+        hidden = check_float_array("hidden", hidden, self.dtype)
+        check_ndim("hidden", hidden, 3, "(B, T, D)")
+        z, linear_cache = linear_forward(
+            hidden[:, 0], self.params["pooler.dense.weight"], self.params["pooler.dense.bias"]
+        )
+        pooled, tanh_cache = tanh_forward(z)  # (B, D)
+        self._pool_cache = (hidden.shape, linear_cache, tanh_cache)
+        return pooled
+
+    def pool_backward(self, dpooled: np.ndarray) -> np.ndarray:
+        r"""Gradients of pool, given dpooled = :math:`\partial \mathcal{L} / \partial p` (B, D): accumulates dW and db
+        into self.grads and returns dh (B, T, D), zero but at position 0 (add it to backward's dhidden):
+
+        .. math::
+
+            dz = dp\,(1 - p^2), \qquad dW = dz^\top h_{:, 0}, \qquad db = \textstyle\sum_B dz, \qquad
+            dh_{:, 0} = dz\, W
+        """
+        if getattr(self, "_pool_cache", None) is None:
+            raise ValueError("pool_backward called before pool: there is no pooled output to differentiate")
+        shape, linear_cache, tanh_cache = self._pool_cache
+        dpooled = check_float_array("dpooled", dpooled, self.dtype, (shape[0], shape[2]))
+        dz = tanh_backward(dpooled, tanh_cache)  # (B, D)
+        dfirst, dweight, dbias = linear_backward(dz, linear_cache)
+        self._accumulate({"pooler.dense.weight": dweight, "pooler.dense.bias": dbias})
+        dhidden = np.zeros(shape, dtype=self.dtype)
+        dhidden[:, 0] = dfirst  # only the [CLS] position feeds the pooler
+        return dhidden
 
 
 def check_token_type_ids(token_type_ids, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:

@@ -39,6 +39,7 @@ from numpy_transformer import checkpoint as np_ckpt
 from numpy_transformer import hf
 from parity_tests import components as C
 from torch_transformer import checkpoint as torch_ckpt
+from torch_transformer import hf as torch_hf
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a failed load may allocate beyond the file's size: the parsed metadata and config, the error message.
@@ -326,9 +327,13 @@ def check_torch(path: Path) -> None:
         assert all(same(v.numpy(), theirs[k]) for k, v in again.state_dict().items()), "not the file's values"
 
 
-def check_hf(directory: Path) -> None:
+def check_hf(directory: Path, side: str = "numpy") -> None:
+    """One hostile Hugging Face directory, loaded by `side`'s hf.load: a ValueError naming it, within the memory
+    bound (both sides read and check the folder with the same code before building anything), or every tensor the
+    file's."""
     size = sum(p.stat().st_size for p in directory.iterdir())
-    result, peak = traced(lambda: hf.load(directory, dtype=np.float32))
+    loader = hf.load if side == "numpy" else torch_hf.load
+    result, peak = traced(lambda: loader(directory))
     if isinstance(result, Exception):
         assert isinstance(result, ValueError), f"{type(result).__name__}: {result}"
         assert str(directory) in str(result), f"the message does not name the checkpoint: {result}"
@@ -337,7 +342,10 @@ def check_hf(directory: Path) -> None:
         assert peak <= bound, f"a failed load allocated {peak} bytes for files of {size}"
         return
     theirs = expected_values(directory / "model.safetensors", np.float32)
-    ours = hf.to_hf(result, result.params, tied=False)
+    if side == "numpy":
+        ours = hf.to_hf(result, result.params, tied=False)
+    else:
+        ours = {k: v.numpy() for k, v in torch_hf.to_hf(result, result.state_dict(), tied=False).items()}
     assert ours.keys() <= theirs.keys()
     for name, value in ours.items():  # not a partial model: every tensor is the file's
         assert same(value, theirs[name]), name
@@ -360,6 +368,7 @@ def test_the_intact_files_load(files, scratch):
         (directory / "model.safetensors").write_bytes(files[name].data)
         (directory / "config.json").write_bytes(files[name].config_json)
         check_hf(directory)
+        check_hf(directory, "torch")
     path = scratch / "intact.safetensors"
     path.write_bytes(files["ours"].data)
     check_numpy(path)
@@ -382,17 +391,18 @@ def test_hostile_checkpoints_torch(files, scratch, data):
     check_torch(path)
 
 
+@pytest.mark.parametrize("side", ["numpy", "torch"])
 @FUZZ
 @given(data=st.data(), family=st.sampled_from(["llama", "gpt2"]), damaged=st.sampled_from(["tensors", "config"]))
-def test_hostile_hugging_face_checkpoints(files, scratch, data, family, damaged):
-    directory = scratch / "hf"
+def test_hostile_hugging_face_checkpoints(files, scratch, data, family, damaged, side):
+    directory = scratch / f"hf-{side}"
     directory.mkdir(exist_ok=True)
     intact = files[family]
     tensors = data.draw(mutated(intact)) if damaged == "tensors" else intact.data
     config = data.draw(mutated_config(intact.config_json)) if damaged == "config" else intact.config_json
     write(directory / "model.safetensors", tensors)
     write(directory / "config.json", config)
-    check_hf(directory)
+    check_hf(directory, side)
 
 
 @pytest.fixture(scope="module")
@@ -456,8 +466,10 @@ def test_missing_files(tmp_path):
         hf.load(tmp_path)
 
 
-def test_a_sharded_index_cannot_point_outside_its_directory(files, tmp_path):
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_a_sharded_index_cannot_point_outside_its_directory(files, tmp_path, side):
     """model.safetensors.index.json names shard files; "../x" or "/abs/x" would read files anywhere."""
+    hf_load = hf.load if side == "numpy" else torch_hf.load
     outside = tmp_path / "outside.safetensors"
     outside.write_bytes(files["llama"].data)
     directory = tmp_path / "checkpoint"
@@ -467,15 +479,16 @@ def test_a_sharded_index_cannot_point_outside_its_directory(files, tmp_path):
     for shard in ("../outside.safetensors", str(outside), "", ".."):
         index.write_text(json.dumps({"weight_map": {name: shard for name in files["llama"].names}}))
         with pytest.raises(ValueError, match="is not a file name in the checkpoint's directory"):
-            hf.load(directory)
+            hf_load(directory)
     # two shards, as an index names them, load as the single file does
     names = files["llama"].names
     halves = {"a.safetensors": names[::2], "b.safetensors": names[1::2]}
     for shard, part in halves.items():
         (directory / shard).write_bytes(save({n: files["llama"].tensors[n] for n in part}, metadata={"format": "pt"}))
     index.write_text(json.dumps({"weight_map": {n: shard for shard, part in halves.items() for n in part}}))
-    model = hf.load(directory)
-    ours = hf.to_hf(model, model.params, tied=False)
+    model = hf_load(directory)
+    params = model.params if side == "numpy" else model.state_dict()
+    ours = {k: np.asarray(v) for k, v in (hf if side == "numpy" else torch_hf).to_hf(model, params, tied=False).items()}
     assert sorted(ours) == names and all(same(v, files["llama"].tensors[k].numpy()) for k, v in ours.items())
     # the same tensors in two shards, or a shard without the tensors the index puts there
     (directory / "a.safetensors").write_bytes(files["llama"].data)
@@ -484,14 +497,14 @@ def test_a_sharded_index_cannot_point_outside_its_directory(files, tmp_path):
         json.dumps({"weight_map": {n: "a.safetensors" if i % 2 else "b.safetensors" for i, n in enumerate(names)}})
     )
     with pytest.raises(ValueError, match="holds tensors another shard holds too"):
-        hf.load(directory)
+        hf_load(directory)
     index.write_text(json.dumps({"weight_map": {"nowhere": "a.safetensors"}}))
     with pytest.raises(ValueError, match=r"a.safetensors: lacks tensors .*\['nowhere'\]"):
-        hf.load(directory)
+        hf_load(directory)
     for text in ("{", "[]", '{"weight_map": [1]}', '{"weight_map": {"x": 3}}'):
         index.write_text(text)
         with pytest.raises(ValueError, match="model.safetensors.index.json"):
-            hf.load(directory)
+            hf_load(directory)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -505,6 +518,7 @@ import numpy as np
 import numpy_transformer as nt, torch_transformer as tt
 from numpy_transformer import checkpoint as np_ckpt, hf
 from torch_transformer import checkpoint as torch_ckpt
+from torch_transformer import hf as torch_hf
 
 config = nt.TransformerConfig(**json.loads(sys.argv[2]))
 corpus = Path(sys.argv[1])
@@ -515,7 +529,7 @@ for entry in sorted(corpus.iterdir()):
     if entry.name == "intact.safetensors":
         continue
     if entry.is_dir():
-        loads = [("hf.load", lambda e=entry: hf.load(e))]
+        loads = [("hf.load", lambda e=entry: hf.load(e)), ("torch hf.load", lambda e=entry: torch_hf.load(e))]
     else:
         loads = [
             ("numpy load_into", lambda e=entry: np_ckpt.load_into(nt.TransformerLM(config, dtype=np.float32), e)),

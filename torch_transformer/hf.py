@@ -6,69 +6,63 @@
     theirs = hf.to_hf(model, {name: p.grad for name, p in model.named_parameters()})
 
 The tables that say which checkpoint tensor becomes which parameter are numpy_transformer.hf_families
-(data, shared by both sides); the files are read with safetensors' torch API (bfloat16 included).
+(data, shared by both sides); the files are read and checked by numpy_transformer.hf.read_checkpoint and written by
+its write_checkpoint (reading and checking a file is not math: both sides share it, so both refuse the same
+folders before building anything).
 """
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-
+import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 
-from numpy_transformer.hf_families import (
-    FAMILIES,
-    family_for_model,
-    family_of,
-    match,
-    parse_json_config,
-    read_generation_rules,
-    read_layout,
-    to_hf_tensors,
-    write_layout,
-)
+from numpy_transformer import hf as checkpoints
+from numpy_transformer.hf_families import family_for_model, read_layout, tied_copies, to_hf_tensors, write_layout
 
 from .model import EncoderModel, Transformer, TransformerLM
 
 CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
 
 
-def load(directory, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu", dropout=None):
+def load(
+    directory,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    dropout=None,
+    max_bytes: int = checkpoints.MAX_BYTES,
+):
     """The model of a Hugging Face checkpoint directory, in `dtype` on `device`, in evaluation mode; see
-    numpy_transformer.hf.load."""
-    directory = Path(directory)
-    hf_config = _read_config(directory)
-    family = family_of(hf_config.get("model_type"))
-    config = family.from_hf(hf_config, dropout)
-    config, generation_rules = read_generation_rules(directory, hf_config, config)
-    tensors = _read_tensors(directory, device)
-    model = CLASSES[family.model_class](config).to(device=device, dtype=dtype)
-    names = dict(model.state_dict())
-    state = {
-        rule.ours: _from_hf_layout(tensors[name], rule, name, config.n_heads)
-        for rule, name in match(family, config, tensors, names)
-    }
+    numpy_transformer.hf.load. The directory is read and checked by the same code as the NumPy side's
+    (numpy_transformer.hf.read_checkpoint: files, config values, memory, ties, every tensor's name, dtype and shape)
+    before the model is built; `max_bytes` bounds its parameters in `dtype`."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    found = checkpoints.read_checkpoint(directory, dropout, max_bytes, bytes_per_parameter=itemsize)
+    model = CLASSES[found.family.model_class](found.config).to(device=device, dtype=dtype)
+    state = {name: torch.from_numpy(np.array(array)) for name, array in found.state.items()}  # writable copies
     model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
-    model.hf_model_type, model.hf_config = family.model_type, hf_config
-    model.generation_rules = generation_rules  # what generation_config.json asks of decoding
+    model.hf_model_type, model.hf_config = found.family.model_type, found.hf_config
+    model.generation_rules = found.generation_rules  # what generation_config.json asks of decoding
     return model.eval()  # as from_pretrained returns it: no dropout until model.train()
 
 
-def save(model, directory) -> None:
-    """Write `model` as config.json + model.safetensors that transformers' from_pretrained loads."""
+def save(model, directory, overwrite: bool = False) -> None:
+    """Write `model` as config.json, model.safetensors and generation_config.json that transformers'
+    from_pretrained loads; see numpy_transformer.hf.save (the same files, the same refusal of a directory holding
+    another checkpoint unless overwrite=True, no temporary file left by a failed save)."""
     family = family_for_model(model)
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     dtype = next(model.parameters()).dtype
     hf_config = dict(getattr(model, "hf_config", {}))
     hf_config |= family.config_json(model.config)
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": str(dtype)[6:]}
-    tensors = {k: v.detach().cpu().contiguous() for k, v in to_hf(model, model.state_dict(), tied=False).items()}
-    save_file(tensors, os.fspath(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    tensors = to_hf(model, model.state_dict(), tied=False)
+    tensors |= tied_copies(family, model.config, tensors, hf_config)
+    tensors = {k: v.detach().cpu().clone().contiguous() for k, v in tensors.items()}  # copies: no shared storage
+    write = lambda path, ts: save_file(ts, path, metadata={"format": "pt"})  # noqa: E731
+    checkpoints.write_checkpoint(directory, hf_config, checkpoints.generation_config(model), tensors, write, overwrite)
 
 
 def to_hf(model, tensors: dict, tied: bool = True) -> dict:
@@ -87,38 +81,3 @@ def _to_hf_layout(ts: list[Tensor], rule, n_heads: int) -> Tensor:
     """Ours -> theirs (hf_families.write_layout), contiguous."""
     zeros = lambda shape, like: like.new_zeros(shape)  # noqa: E731
     return write_layout(ts, rule, n_heads, lambda parts, axis: torch.cat(parts, dim=axis), zeros).contiguous()
-
-
-def _read_config(directory: Path) -> dict:
-    path = directory / "config.json"
-    if not path.is_file():
-        raise ValueError(
-            f"{directory}: no config.json (a Hugging Face checkpoint directory has config.json and model.safetensors; "
-            f"supported model types: {', '.join(sorted(FAMILIES))})"
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read it ({error})") from None
-    return parse_json_config(raw, path)
-
-
-def _read_tensors(directory: Path, device) -> dict:
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if single.is_file():
-        files = [single]
-    elif index.is_file():
-        files = [directory / s for s in sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))]
-    else:
-        found = sorted(p.name for p in directory.iterdir())
-        raise ValueError(
-            f"{directory}: no model.safetensors (or model.safetensors.index.json); found {found}. Only safetensors "
-            "checkpoints are read (convert a pytorch_model.bin with transformers' save_pretrained)"
-        )
-    tensors = {}
-    for path in files:
-        try:
-            tensors |= load_file(os.fspath(path), device=str(device))
-        except (OSError, ValueError, RuntimeError) as error:
-            raise ValueError(f"{path}: not a readable safetensors file ({error})") from None
-    return tensors

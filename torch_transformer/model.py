@@ -613,6 +613,17 @@ class EncoderModel(_Model):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         self.config = config
         self.encoder = Encoder(config)
+        if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
+            self.pooler = nn.Module()
+            self.pooler.dense = init_linear(nn.Linear(config.d_model, config.d_model))
+
+    def pool(self, hidden: Tensor) -> Tensor:
+        """BERT's pooler (config.pooler): hidden states (B, T, D) -> tanh(dense(hidden[:, 0])) (B, D)."""
+        if not self.config.pooler:
+            raise ValueError("pool: this model has no pooler (config.pooler=False)")
+        if hidden.dim() != 3:
+            raise ValueError(f"hidden must have shape (B, T, D), got shape {tuple(hidden.shape)}")
+        return torch.tanh(self.pooler.dense(hidden[:, 0]))  # (B, D)
 
     def forward(
         self,
