@@ -34,7 +34,6 @@
 # differences.
 
 # %%
-import importlib.util
 import math
 import os
 import sys
@@ -43,9 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
-    sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
-# the checkout's root, for the figures' code in examples/plotting.py
+# The checkout's root: the figures' code is in examples/plotting.py (and the packages, if not pip-installed).
 sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
 OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_01b"))  # where the figures go
 OUT.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,6 @@
 # below re-implements the model.
 
 # %%
-import importlib.util
 import inspect
 import os
 import sys
@@ -55,9 +54,7 @@ import torch
 import torch.nn.functional as F
 from scipy.special import erf
 
-if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
-    sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
-# the checkout's root, for the figures' code in examples/plotting.py
+# The checkout's root: the figures' code is in examples/plotting.py (and the packages, if not pip-installed).
 sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
 OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_03"))  # where the figures go
 OUT.mkdir(parents=True, exist_ok=True)
@@ -531,14 +528,15 @@ assert min(error(g, dh_torch) for g in (dquery, dkey, dvalue)) > 1e-3
 # - **GELU, exact** (BERT's), $\phi(a) = a\, \Phi(a)$ with $\Phi(a) = \tfrac12\big(1 + \mathrm{erf}(a/\sqrt2)\big)$
 #   the standard normal CDF. The product rule, with $\Phi'(a) = e^{-a^2/2} / \sqrt{2\pi}$:
 #   $$\phi'(a) = \Phi(a) + a\, \Phi'(a).$$
-# - **GELU, tanh approximation** (GPT-2's), $\phi(a) = \tfrac12 a\,(1 + \tanh u)$ with
-#   $u = \sqrt{2/\pi}\,(a + 0.044715\, a^3)$. The product rule and $\tanh' = 1 - \tanh^2$:
-#   $$\phi'(a) = \tfrac12 (1 + \tanh u) + \tfrac12 a\, (1 - \tanh^2 u)\, \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, a^2).$$
+# - **GELU, tanh approximation** (GPT-2's), $\phi(a) = \tfrac12 a\,(1 + \tanh \xi)$ with
+#   $\xi = \sqrt{2/\pi}\,(a + 0.044715\, a^3)$. The product rule and $\tanh' = 1 - \tanh^2$:
+#   $$\phi'(a) = \tfrac12 (1 + \tanh \xi) +
+#   \tfrac12 a\, (1 - \tanh^2 \xi)\, \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, a^2).$$
 #
-# **Dropout** in training mode draws a keep-mask $k$ (each entry 1 with probability $1 - p_{drop}$) and
-# scales what it keeps, $y = x \odot k / (1 - p_{drop})$, so that the expected value of $y$ is $x$ ("inverted
+# **Dropout** in training mode draws a keep-mask $\kappa$ (each entry 1 with probability $1 - p_{drop}$) and
+# scales what it keeps, $y = x \odot \kappa / (1 - p_{drop})$, so that the expected value of $y$ is $x$ ("inverted
 # dropout": nothing to rescale at evaluation, where $y = x$). It is linear in $x$ with a diagonal
-# Jacobian, so $dx = dy \odot k / (1 - p_{drop})$: the **same** mask and the same scale. A dropped unit
+# Jacobian, so $dx = dy \odot \kappa / (1 - p_{drop})$: the **same** mask and the same scale. A dropped unit
 # gets no gradient; the backward must reuse the forward's mask, never draw a new one.
 #
 # Each pair by hand, checked against PyTorch's autograd (`F.relu`, `F.gelu` with both `approximate`
@@ -619,8 +617,8 @@ assert np.abs(dx_dropout - x_t.grad.numpy()).max() <= 1e-15 and dropout_fd.worst
 # $$\text{post-norm: } \mathrm{out} = \mathrm{LN}\big(x + f(x)\big), \qquad
 # \text{pre-norm: } \mathrm{out} = x + f\big(\mathrm{LN}(x)\big).$$
 #
-# Backwards, post-norm first undoes the norm, $du = J_{\mathrm{LN}}^\top\, d\mathrm{out}$ at the sum
-# $u = x + f(x)$; then two paths fork from $x$ (the residual and the sublayer) and their gradients add:
+# Backwards, post-norm first undoes the norm: the sum $x + f(x)$ receives $J_{\mathrm{LN}}^\top\, d\mathrm{out}$;
+# then two paths fork from $x$ (the residual and the sublayer) and their gradients add:
 #
 # $$\text{post-norm: } dx = \big(I + J_f^\top\big)\, J_{\mathrm{LN}}^\top\, d\mathrm{out}, \qquad
 # \text{pre-norm: } dx = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out}.$$
