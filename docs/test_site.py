@@ -107,6 +107,7 @@ const done = arguments[arguments.length - 1];
     allText: document.body.innerText,
     formulas: document.querySelectorAll("mjx-container").length,
     outputs: document.querySelectorAll(".cell_output").length,
+    folded: document.querySelectorAll("details:not([open])").length,
     // MathJax's error nodes, and the red text it draws for an undefined command (its noundefined extension)
     mathjaxErrors: Array.from(document.querySelectorAll("mjx-merror")).map(e => e.getAttribute("data-mjx-error") || "")
       .concat(Array.from(document.querySelectorAll('mjx-mtext[style*="color: red"]')).map(e => "undefined command")),
@@ -340,6 +341,22 @@ def test_nothing_of_the_build_machine_shows(site) -> None:
 def test_tutorials_index_lists_every_walkthrough(site) -> None:
     missing = walkthroughs_not_listed(site["pages"][TUTORIALS_INDEX], site["base"], walkthrough_stems())
     assert not missing, f"walkthroughs not named in the tutorials index's text: {missing}"
+
+
+def test_workbook_has_every_exercise_with_its_answer_folded(site) -> None:
+    """One workbook page per numbered exercise of each walkthrough that has an answers file, its answer folded."""
+    pages = site["pages"]
+    for stem in walkthrough_stems():
+        number = stem.split("_", 1)[0]
+        if not (EXAMPLES / "answers" / f"{number}_answers.py").is_file():
+            continue
+        text = (EXAMPLES / f"{stem}.py").read_text().split("\n# ## Exercises\n", 1)
+        assert len(text) == 2, f"{stem} has an answers file but no Exercises section"
+        count = len(re.findall(r"^# (\d+)\. ", text[1], flags=re.MULTILINE))
+        for n in range(1, count + 1):
+            page = pages.get(f"workbook/{number}_exercise_{n}.html")
+            assert page is not None, f"no workbook page for exercise {n} of {stem}"
+            assert page["folded"] == 1, f"workbook/{number}_exercise_{n}: the answer is not folded"
 
 
 def test_every_image_loads(site) -> None:
