@@ -614,14 +614,16 @@ assert np.abs(dx_dropout - x_t.grad.numpy()).max() <= 1e-15 and dropout_fd.worst
 # This model is pre-norm. The paper, BERT (walkthrough 05) and the model of walkthrough 04 are
 # post-norm: the layer norm comes *after* the residual sum,
 #
-# $$\text{post-norm: } \mathrm{out} = \mathrm{LN}\big(x + f(x)\big), \qquad
-# \text{pre-norm: } \mathrm{out} = x + f\big(\mathrm{LN}(x)\big).$$
+# $$\text{post-norm: } \mathrm{out} = \mathrm{LN}\big(x + f(x)\big),$$
+#
+# $$\text{pre-norm: } \mathrm{out} = x + f\big(\mathrm{LN}(x)\big).$$
 #
 # Backwards, post-norm first undoes the norm: the sum $x + f(x)$ receives $J_{\mathrm{LN}}^\top\, d\mathrm{out}$;
 # then two paths fork from $x$ (the residual and the sublayer) and their gradients add:
 #
-# $$\text{post-norm: } dx = \big(I + J_f^\top\big)\, J_{\mathrm{LN}}^\top\, d\mathrm{out}, \qquad
-# \text{pre-norm: } dx = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out}.$$
+# $$\text{post-norm: } dx = \big(I + J_f^\top\big)\, J_{\mathrm{LN}}^\top\, d\mathrm{out},$$
+#
+# $$\text{pre-norm: } dx = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out}.$$
 #
 # The difference matters in deep stacks: in pre-norm the identity term carries $d\mathrm{out}$ to $x$
 # untouched, so the gradient has a clean path through every layer; in post-norm every layer's gradient
