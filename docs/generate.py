@@ -112,6 +112,94 @@ def write_tutorials() -> list[str]:
     return names
 
 
+# --- Workbook -------------------------------------------------------------------------------------------------
+
+WORKBOOK = DOCS / "workbook"
+EXERCISE = re.compile(r"^(\d+)\. (.*)")  # "1. **Title.** text", the numbered list of a walkthrough's exercises
+ANSWER = re.compile(r"^### Exercise (\d+): (.*)$")
+
+
+def exercises(script: Path) -> dict[int, str]:
+    """The numbered items of a walkthrough's "## Exercises" cell: number -> the item's text."""
+    items: dict[int, str] = {}
+    for cell in jupytext.read(script).cells:
+        lines = cell.source.splitlines()
+        if cell.cell_type != "markdown" or "## Exercises" not in (line.strip() for line in lines):
+            continue
+        number = None
+        for line in lines[[line.strip() for line in lines].index("## Exercises") + 1 :]:
+            match = EXERCISE.match(line)
+            if match:
+                number = int(match.group(1))
+                items[number] = match.group(2)
+            elif number is not None and line.startswith("   "):
+                items[number] += "\n" + line.strip()
+            elif number is not None and line.strip():
+                number = None  # the list has ended
+    return items
+
+
+def answers(path: Path) -> dict[int, tuple[str, str]]:
+    """An answers file's worked answers: number -> (title, the answer as Markdown, its code in fenced blocks)."""
+    found: dict[int, list] = {}
+    current = None
+    for cell in jupytext.read(path).cells:
+        first = cell.source.splitlines()[0] if cell.source else ""
+        match = ANSWER.match(first) if cell.cell_type == "markdown" else None
+        if match:
+            current = int(match.group(1))
+            body = "\n".join(cell.source.splitlines()[1:]).strip()
+            found[current] = [match.group(2), [relink(body)] if body else []]
+        elif current is not None:
+            if cell.cell_type == "markdown":
+                found[current][1].append(relink(cell.source))
+            else:
+                found[current][1].append("```python\n" + cell.source.strip() + "\n```")
+    return {n: (title, "\n\n".join(parts)) for n, (title, parts) in found.items()}
+
+
+def write_workbook() -> int:
+    """One page per exercise under docs/workbook/: the exercise as its walkthrough states it, then the worked
+    answer (from examples/answers/, where the test suite runs and checks it), folded until the reader opens it."""
+    WORKBOOK.mkdir(exist_ok=True)
+    for old in WORKBOOK.glob("*.md"):
+        old.unlink()
+    pages = []
+    for script in walkthroughs():
+        number = script.stem.split("_", 1)[0]
+        answer_file = ROOT / "examples" / "answers" / f"{number}_answers.py"
+        items = exercises(script)
+        if not items or not answer_file.is_file():
+            continue
+        worked = answers(answer_file)
+        title = re.sub(r"^[\w.]+\. ", "", jupytext.read(script).cells[0].source.splitlines()[0].lstrip("# ").strip())
+        for n, text in sorted(items.items()):
+            name = f"{number}_exercise_{n}"
+            heading = worked[n][0] if n in worked else f"exercise {n}"
+            heading = heading[:1].upper() + heading[1:]
+            answer = worked[n][1] if n in worked else "The answers file has no worked answer for this exercise."
+            page = (
+                f"# {number}.{n} {heading}\n\n"
+                f"Exercise {n} of walkthrough {number}, [{title}](../tutorials/{script.stem}.ipynb):\n\n"
+                f"{text}\n\n"
+                "Try it first; check your answer with `numpy_transformer.gradcheck.check_pair`.\n\n"
+                "<details>\n<summary>The worked answer (click to open)</summary>\n\n"
+                f"{answer}\n\n"
+                f"The whole file, which the test suite runs and checks: `examples/answers/{answer_file.name}`.\n\n"
+                "</details>\n"
+            )
+            (WORKBOOK / f"{name}.md").write_text(page)
+            pages.append((name, number, n, heading))
+    listing = "\n".join(f"- [{number}.{n} {heading}]({name}.md)" for name, number, n, heading in pages)
+    toc = "\n".join(name for name, *_ in pages)
+    (WORKBOOK / "index.md").write_text(
+        "# Workbook\n\nEvery exercise of the walkthroughs, one page each, with its worked answer folded "
+        "underneath: try it, then open the answer.\n\n"
+        f"{listing}\n\n```{{toctree}}\n:hidden:\n\n{toc}\n```\n"
+    )
+    return len(pages)
+
+
 # --- Reference ------------------------------------------------------------------------------------------------
 
 PACKAGES = {
@@ -430,6 +518,7 @@ def main(argv: list[str] | None = None) -> None:
     names = write_tutorials()
     print(f"tutorials: {len(names)} walkthroughs ({', '.join(names)})")
     print(f"reference: {write_reference()} modules")
+    print(f"workbook: {write_workbook()} exercises")
 
     if args.parity_json is None:
         args.parity_json = DOCS / "_build" / "parity.json"

@@ -3,14 +3,21 @@
 Run after `bash docs/build`:  python -m pytest docs/test_site.py
 
 Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on each the checks are:
-- math rendered: MathJax finished without an error, and no raw `$$`, `\\frac`, `\\sqrt`, `\\(`, `\\[`, `:math:`
-  or `.. math::` is left in the visible text outside source (notebook cells and their outputs, Python, shell
-  and text blocks, inline code: they show source, where those strings are what the source says);
+- math rendered: MathJax finished without an error node, and no TeX is left as text outside math and source
+  (`$...$`, `$$`, a TeX command such as `\\tfrac` or `\\mathrm`, `\\(`, `\\[`, `:math:`, `.. math::`; notebook
+  cells and their outputs, Python, shell and text blocks and inline code show source, where those strings are
+  what the source says);
+- no sideways scrolling: at 1280 px and at a phone's 390 px the page is no wider than the window (a long
+  equation, a code block or a table may scroll inside its own box);
+- nothing of the build machine in the page's text, outputs included: no absolute path into /tmp, /root,
+  /home or /work, and no object repr (`<... at 0x7f...>`);
 - every image loaded (`naturalWidth > 0`);
 - no console errors (Chromium's SEVERE log entries: failed requests, script errors);
 - every internal link resolves: the file exists, and a `#fragment` names an element of the target page;
 - nothing is fetched from another host (the browser's resource timing lists every script, stylesheet, font
   and image a page loaded).
+and the tutorials index links every walkthrough from its own text. Each check is a function of what the browser
+found on a page, and test_checks_catch_broken_pages runs each one on a small page broken on purpose.
 Screenshots of the home page, a walkthrough and a reference page go to docs/_build/screenshots/, and the
 counts (pages, images, formulas, links) to docs/_build/screenshots/checks.json.
 """
@@ -18,9 +25,11 @@ counts (pages, images, formulas, links) to docs/_build/screenshots/checks.json.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import http.server
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -33,6 +42,8 @@ from selenium.webdriver.chrome.service import Service
 
 SITE = Path(__file__).resolve().parent / "_build" / "html"
 SCREENSHOTS = Path(__file__).resolve().parent / "_build" / "screenshots"
+MATHJAX = Path(__file__).resolve().parent / "node_modules" / "mathjax" / "es5"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FLAGS = [
     "--headless",
@@ -43,19 +54,34 @@ FLAGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
+    "--hide-scrollbars",
     "--window-size=1280,900",
 ]
-RAW_MATH = ["$$", "\\frac", "\\sqrt", "\\(", "\\[", ":math:", ".. math::"]
+WIDTHS = (1280, 390)  # a laptop's window and a phone's
+# TeX that should have been typeset: `$...$`, `$$`, a TeX command (a backslash and two or more letters, such
+# as \tfrac, \mathrm), `\(`, `\[`, or reStructuredText's math markup left as text.
+RAW_TEX = re.compile(r"\$\$|\$[^$\s][^$\n]*\$|\\[A-Za-z]{2,}|\\[(\[]|:math:|\.\. math::")
+# The build machine: an absolute path into its temporary, home or work folders, or an object's default repr.
+MACHINE_PATH = re.compile(r"(?<![\w.:/~-])/(?:tmp|root|home|work)/[^\s'\"),]*")
+OBJECT_REPR = re.compile(r"<[^<>\n]* at 0x[0-9a-fA-F]+>")
+TUTORIALS_INDEX = "tutorials/index.html"
+# Screenshots: the page, and the id of the section to start from (None: the top); taken at every width.
 SHOTS = {
-    "home": "index.html",
-    "walkthrough": "tutorials/01_attention_by_hand.html",
-    "reference": "reference/api/numpy_transformer.loss.html",
+    "home": ("index.html", None),
+    "walkthrough_01b": ("tutorials/01b_multi_head_attention_by_hand.html", None),
+    "walkthrough_03_post_norm": (
+        "tutorials/03_backprop_encoder_decoder.html",
+        "close-up-the-post-norm-residual-next-to-pre-norm",
+    ),
+    "walkthrough_04_cross_attention": ("tutorials/04_training_and_attention_maps.html", "reading-the-attention-maps"),
+    "reference": ("reference/api/numpy_transformer.loss.html", None),
 }
+SHOT_HEIGHT = 1800  # pixels of page below the section's top (the whole page, up to this, for a page's top)
 
 # Runs in the page once it has loaded: waits for MathJax and every image, then reports what it found.
 SOURCE = ", ".join(
     [".cell_input", ".cell_output", ".highlight-python", ".highlight-ipython3", ".highlight-bash", ".highlight-text"]
-    + [".highlight-none", "code", "script", "style", "mjx-container"]
+    + [".highlight-none", "code", "pre", "script", "style", "mjx-container"]
 )
 INSPECT = f"const SOURCE = {json.dumps(SOURCE)};" + (
     """
@@ -75,13 +101,20 @@ const done = arguments[arguments.length - 1];
   hidden.appendChild(body); document.documentElement.appendChild(hidden);
   const text = body.innerText;
   hidden.remove();
+  const main = document.querySelector("article") || document.body;
   done({
     text: text,
+    allText: document.body.innerText,
     formulas: document.querySelectorAll("mjx-container").length,
     outputs: document.querySelectorAll(".cell_output").length,
-    mathjaxErrors: document.querySelectorAll("mjx-merror").length,
+    folded: document.querySelectorAll("details:not([open])").length,
+    // MathJax's error nodes, and the red text it draws for an undefined command (its noundefined extension)
+    mathjaxErrors: Array.from(document.querySelectorAll("mjx-merror")).map(e => e.getAttribute("data-mjx-error") || "")
+      .concat(Array.from(document.querySelectorAll('mjx-mtext[style*="color: red"]')).map(e => "undefined command")),
     images: images.map(img => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
     links: Array.from(document.querySelectorAll("a[href]")).map(a => a.href),
+    contentLinks: Array.from(main.querySelectorAll("a[href]")).filter(a => !a.closest(".toctree-wrapper"))
+      .map(a => a.href),
     requests: performance.getEntriesByType("resource").map(e => e.name),
     ids: Array.from(document.querySelectorAll("[id], a[name]")).map(e => e.id || e.getAttribute("name")),
   });
@@ -89,24 +122,107 @@ const done = arguments[arguments.length - 1];
 """
 )
 
+# Runs at each width: how much wider than the window the page is, and the outermost elements of the main
+# column that reach past its right edge without a scrolling box of their own around them.
+GUTTER = 12  # pixels
+OVERFLOW = (
+    f"const GUTTER = {GUTTER};"
+    + """
+const root = document.documentElement;
+const main = document.querySelector("article") || document.body;
+// the column and its gutter (the theme draws headings and tables a few pixels into it), never past the window
+const edge = Math.min(main.getBoundingClientRect().right + GUTTER, root.clientWidth) + 1;
+const wide = [];
+const name = e => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") +
+  (e.className && typeof e.className === "string" ? "." + e.className.trim().split(/\\s+/).join(".") : "") +
+  ' "' + (e.textContent || "").trim().slice(0, 60) + '"';
+const walk = e => {
+  for (const node of e.childNodes) {
+    if (node.nodeType === Node.TEXT_NODE) {  // a line of text that does not wrap spills out of its box
+      const range = document.createRange(); range.selectNodeContents(node);
+      const right = range.getBoundingClientRect().right;
+      if (node.textContent.trim() && right > edge) {
+        wide.push(name(e) + ` (its text) reaches ${Math.round(right)} px`);
+      }
+      continue;
+    }
+    if (node.nodeType !== Node.ELEMENT_NODE) continue;
+    const style = getComputedStyle(node);
+    if (style.display === "none" || style.visibility === "hidden") continue;  // not drawn (a hover-only ¶)
+    const r = node.getBoundingClientRect();
+    const scrolls = style.overflowX !== "visible";  // what is wider scrolls inside this box
+    // a formula is measured whole: its content, when its box does not scroll
+    const right = node.tagName === "MJX-CONTAINER" && !scrolls ? r.left + node.scrollWidth : r.right;
+    if (r.width > 0 && right > edge) { wide.push(name(node) + ` reaches ${Math.round(right)} px`); continue; }
+    if (scrolls || node.tagName === "MJX-CONTAINER") continue;
+    walk(node);
+  }
+};
+walk(main);
+return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math.round(edge), wide: wide.slice(0, 5)};
+"""
+)
+
+
+# --- The checks: each a function of what the browser found on one page, a list of faults (empty: clean) ---------
+
+
+def math_faults(page: dict) -> list[str]:
+    """MathJax's error nodes, and TeX left as text outside math and source."""
+    faults = [f"MathJax error: {message or '(no message)'}" for message in page["mathjaxErrors"]]
+    for match in RAW_TEX.finditer(page["text"]):
+        context = page["text"][max(match.start() - 30, 0) : match.end() + 30].replace("\n", " ")
+        faults.append(f"TeX left as text: {match.group()!r} in ...{context}...")
+    return faults
+
+
+def overflow_faults(page: dict) -> list[str]:
+    """At each width: a page wider than the window, or content past the main column's edge."""
+    faults = []
+    for width, found in page["overflow"].items():
+        if found["scrollWidth"] > found["clientWidth"]:
+            faults.append(f"at {width} px the page scrolls sideways ({found['scrollWidth']} px wide)")
+        faults += [f"at {width} px past the column's edge ({found['edge']} px): {e}" for e in found["wide"]]
+    return faults
+
+
+def leak_faults(page: dict) -> list[str]:
+    """Paths of the build machine and object reprs anywhere in the page's text, cell outputs included."""
+    found = MACHINE_PATH.findall(page["allText"]) + OBJECT_REPR.findall(page["allText"])
+    return [f"leaked: {leak}" for leak in found]
+
+
+def walkthroughs_not_listed(index: dict, base: str, stems: list[str]) -> list[str]:
+    """The walkthroughs that the tutorials index does not link from its own text (its table of contents aside)."""
+    linked = {urllib.parse.unquote(link[len(base) :].partition("#")[0]) for link in index["contentLinks"]}
+    return [stem for stem in stems if f"tutorials/{stem}.html" not in linked]
+
+
+# --- The browser -------------------------------------------------------------------------------------------------
+
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args) -> None:  # noqa: A002 (the base class's name)
         pass
 
 
-@pytest.fixture(scope="module")
-def site():
-    """Serve the built site on a free port of 127.0.0.1 and visit every page once in headless Chromium."""
-    if not (SITE / "index.html").is_file():
-        pytest.fail(f"no built site at {SITE}: run `bash docs/build` first")
+@contextlib.contextmanager
+def serve(folder: Path):
+    """Serve a folder on a free port of 127.0.0.1; yields the base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+
+
+@contextlib.contextmanager
+def browser():
+    """Headless Chromium through chromedriver, with a throw-away profile."""
     for program in (CHROMIUM, CHROMEDRIVER):
         if shutil.which(program) is None:
             pytest.fail(f"{program} is missing: apt-get install chromium chromium-driver")
-    handler = functools.partial(QuietHandler, directory=str(SITE))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/"
     profile = tempfile.mkdtemp(prefix="docs-chromium-")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -115,27 +231,65 @@ def site():
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_script_timeout(60)
-    pages = {}
     try:
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        for path in sorted(SITE.rglob("*.html")):
-            name = path.relative_to(SITE).as_posix()
-            driver.get(base + name)
-            found = driver.execute_async_script(INSPECT)
-            found["console"] = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-            pages[name] = found
-            for shot, page in SHOTS.items():
-                if page == name:  # the whole page (up to 5,000 pixels down), not just the window
-                    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-                    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 5000), "scale": 1}
-                    shot_png = driver.execute_cdp_cmd(
-                        "Page.captureScreenshot", {"clip": clip, "captureBeyondViewport": True}
-                    )
-                    (SCREENSHOTS / f"{shot}.png").write_bytes(base64.b64decode(shot_png["data"]))
+        yield driver
     finally:
         driver.quit()
-        server.shutdown()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def set_width(driver, width: int) -> None:
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    )
+
+
+def screenshot(driver, path: Path, section: str | None) -> None:
+    """The page from the top of `section` (or of the page) down, SHOT_HEIGHT pixels at most."""
+    top = 0
+    if section is not None:
+        top = driver.execute_script(
+            "const e = document.getElementById(arguments[0]);"
+            "return e ? e.getBoundingClientRect().top + window.scrollY : null;",
+            section,
+        )
+        if top is None:
+            return  # no such section: test_screenshots_saved names the missing file
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    height = min(size["height"] - top, SHOT_HEIGHT)
+    clip = {"x": 0, "y": top, "width": size["width"], "height": height, "scale": 1}
+    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"clip": clip, "captureBeyondViewport": True})
+    path.write_bytes(base64.b64decode(shot["data"]))
+
+
+def visit(driver, url: str, shots: dict[str, str | None] | None = None) -> dict:
+    """Load one page at the first width, inspect it, then measure its overflow at every width (and take the
+    screenshots asked for: name -> section, at each width)."""
+    set_width(driver, WIDTHS[0])
+    driver.get(url)
+    found = driver.execute_async_script(INSPECT)
+    found["console"] = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    found["overflow"] = {}
+    for width in WIDTHS:
+        set_width(driver, width)
+        found["overflow"][width] = driver.execute_script(OVERFLOW)
+        for shot, section in (shots or {}).items():
+            screenshot(driver, SCREENSHOTS / f"{shot}_{width}.png", section)
+    return found
+
+
+@pytest.fixture(scope="module")
+def site():
+    """Serve the built site and visit every page once in headless Chromium."""
+    if not (SITE / "index.html").is_file():
+        pytest.fail(f"no built site at {SITE}: run `bash docs/build` first")
+    pages = {}
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with serve(SITE) as base, browser() as driver:
+        for path in sorted(SITE.rglob("*.html")):
+            name = path.relative_to(SITE).as_posix()
+            shots = {shot: section for shot, (page, section) in SHOTS.items() if page == name}
+            pages[name] = visit(driver, base + name, shots)
     counts = {
         "pages": len(pages),
         "images": sum(len(p["images"]) for p in pages.values()),
@@ -147,28 +301,62 @@ def site():
     return {"base": base, "pages": pages, "counts": counts}
 
 
+def walkthrough_stems() -> list[str]:
+    stems = sorted(p.stem for p in EXAMPLES.glob("0*.py"))
+    assert stems, f"no walkthroughs found in {EXAMPLES}"
+    return stems
+
+
+# --- The built site ----------------------------------------------------------------------------------------------
+
+
 def test_site_has_every_section(site) -> None:
     """The four Diátaxis sections, a tutorial per walkthrough, and a reference page per module exist."""
     pages = site["pages"]
     for section in ("tutorials", "howto", "reference", "explanation"):
         assert f"{section}/index.html" in pages, section
-    walkthroughs = sorted(p.stem for p in (SITE.parents[2] / "examples").glob("0*.py"))
-    assert walkthroughs, "no walkthroughs found"
-    for stem in walkthroughs:  # each one executed: its page shows what its cells printed
+    for stem in walkthrough_stems():  # each one executed: its page shows what its cells printed
         assert f"tutorials/{stem}.html" in pages, stem
         assert pages[f"tutorials/{stem}.html"]["outputs"] > 0, f"{stem}: no cell output on its page"
     assert any(name.startswith("reference/api/numpy_transformer.") for name in pages)
 
 
 def test_math_is_rendered_on_every_page(site) -> None:
-    raw = {
-        name: [s for s in RAW_MATH if s in page["text"]]
-        for name, page in site["pages"].items()
-        if any(s in page["text"] for s in RAW_MATH) or page["mathjaxErrors"]
-    }
-    assert not raw, f"raw TeX (or a MathJax error) left in the visible text: {raw}"
+    faults = {name: math_faults(page) for name, page in site["pages"].items() if math_faults(page)}
+    assert not faults, "raw TeX (or a MathJax error):\n" + json.dumps(faults, indent=1, ensure_ascii=False)
     assert site["counts"]["formulas"] > 100  # the derivations, the walkthroughs and the docstrings typeset
     assert site["pages"]["explanation/derivations.html"]["formulas"] > 20
+
+
+def test_no_page_scrolls_sideways(site) -> None:
+    faults = {name: overflow_faults(page) for name, page in site["pages"].items() if overflow_faults(page)}
+    assert not faults, "too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
+def test_nothing_of_the_build_machine_shows(site) -> None:
+    faults = {name: leak_faults(page) for name, page in site["pages"].items() if leak_faults(page)}
+    assert not faults, "machine paths or object reprs:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
+def test_tutorials_index_lists_every_walkthrough(site) -> None:
+    missing = walkthroughs_not_listed(site["pages"][TUTORIALS_INDEX], site["base"], walkthrough_stems())
+    assert not missing, f"walkthroughs not named in the tutorials index's text: {missing}"
+
+
+def test_workbook_has_every_exercise_with_its_answer_folded(site) -> None:
+    """One workbook page per numbered exercise of each walkthrough that has an answers file, its answer folded."""
+    pages = site["pages"]
+    for stem in walkthrough_stems():
+        number = stem.split("_", 1)[0]
+        if not (EXAMPLES / "answers" / f"{number}_answers.py").is_file():
+            continue
+        text = (EXAMPLES / f"{stem}.py").read_text().split("\n# ## Exercises\n", 1)
+        assert len(text) == 2, f"{stem} has an answers file but no Exercises section"
+        count = len(re.findall(r"^# (\d+)\. ", text[1], flags=re.MULTILINE))
+        for n in range(1, count + 1):
+            page = pages.get(f"workbook/{number}_exercise_{n}.html")
+            assert page is not None, f"no workbook page for exercise {n} of {stem}"
+            assert page["folded"] == 1, f"workbook/{number}_exercise_{n}: the answer is not folded"
 
 
 def test_every_image_loads(site) -> None:
@@ -219,5 +407,78 @@ def test_nothing_is_fetched_from_elsewhere(site) -> None:
 
 def test_screenshots_saved(site) -> None:
     for shot in SHOTS:
-        path = SCREENSHOTS / f"{shot}.png"
-        assert path.is_file() and path.stat().st_size > 10_000, path
+        for width in WIDTHS:
+            path = SCREENSHOTS / f"{shot}_{width}.png"
+            assert path.is_file() and path.stat().st_size > 10_000, path
+
+
+# --- The checks themselves, on pages broken on purpose (no built site needed) ------------------------------------
+
+PAGE = """<!doctype html><html><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<script>window.MathJax = {tex: {inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]]}};</script>
+<script defer src="mathjax/tex-chtml-full.js"></script>
+<style>body { margin: 0; } article { max-width: 700px; margin: 0 auto; }
+.scroll, pre, .math { overflow-x: auto; }</style>
+</head><body><article><h1>A page</h1><p>Softmax: \\(p_i = e^{s_i} / \\sum_j e^{s_j}\\).</p>
+<div class="scroll"><pre>a code line far wider than the column {wide}</pre></div>
+<div class="math">\\[ J = \\mathrm{diag}(\\gamma)\\, r \\big(I - \\tfrac1D \\mathbf{1}\\mathbf{1}^\\top\\big)
+{long} \\]</div>
+{fault}</article></body></html>"""
+LONG = " + ".join(f"x_{i}" for i in range(80))  # an equation wider than the column: it scrolls in its box
+BROKEN = {  # the fault, and the check that must catch it
+    "mathjax_error": (r"<p>\(a & b\)</p>", math_faults),
+    "undefined_command": (r"<p>\(\tfracc1D x\)</p>", math_faults),
+    "unbalanced_braces": (r"<p>\(\frac{1}{\)</p>", math_faults),
+    "tex_as_text": (r"<ul><li><p>$J_{\mathrm{LN}} = \mathrm{diag}(\gamma)$</p></li></ul>", math_faults),
+    "tfrac_as_text": (r"<p>- \tfrac1D \hat x \hat x^\top\big)$.</p>", math_faults),
+    "wide_at_1280": ('<div style="width: 1500px">a table far too wide</div>', overflow_faults),
+    "wide_at_390": ('<img style="width: 600px; height: 10px" alt="">', overflow_faults),
+    "past_the_column": ('<div style="width: 900px">wider than the column, not the window</div>', overflow_faults),
+    "machine_path": ('<div class="cell_output"><pre>saved /tmp/tmpk2x9/attention.png</pre></div>', leak_faults),
+    "home_path": ("<p>see /root/.cache/walkthrough/out.png</p>", leak_faults),
+    "long_equation": (r"<p>\[ " + " + ".join(f"y_{i}" for i in range(80)) + r" \]</p>", overflow_faults),
+    "unwrapped_line": ('<p style="white-space: nowrap">' + "a line that never wraps " * 30 + "</p>", overflow_faults),
+    "object_repr": (
+        '<div class="cell_output"><pre>&lt;numpy_transformer.model.Transformer at 0x7f3a2c1d9e50&gt;</pre></div>',
+        leak_faults,
+    ),
+}
+CHECKS = (math_faults, overflow_faults, leak_faults)
+
+
+def test_checks_catch_broken_pages(tmp_path) -> None:
+    """Each check passes a clean page (whose long equation and code line scroll in their own boxes) and fails
+    the page broken on purpose for it; the index check names the walkthrough an index leaves out."""
+    if not (MATHJAX / "tex-chtml-full.js").is_file():
+        pytest.fail(f"MathJax is not installed in {MATHJAX}: run `npm ci --prefix docs`")
+    (tmp_path / "mathjax").mkdir()
+    shutil.copy2(MATHJAX / "tex-chtml-full.js", tmp_path / "mathjax")
+    shutil.copytree(MATHJAX / "output", tmp_path / "mathjax" / "output")
+    page = PAGE.replace("{wide}", "x" * 300).replace("{long}", LONG)
+    (tmp_path / "clean.html").write_text(page.replace("{fault}", ""))
+    for name, (fault, _) in BROKEN.items():
+        (tmp_path / f"{name}.html").write_text(page.replace("{fault}", fault))
+    stems = ["01_attention_by_hand", "01b_multi_head_attention_by_hand", "08_check_your_own_model"]
+    links = "".join(f'<a href="{stem}.html">{stem}</a> ' for stem in stems[:2])
+    toc = f'<div class="toctree-wrapper"><a href="{stems[2]}.html">{stems[2]}</a></div>'
+    (tmp_path / "tutorials").mkdir()
+    (tmp_path / "tutorials" / "index.html").write_text(f"<article><p>{links}</p>{toc}</article>")
+    with serve(tmp_path) as base, browser() as driver:
+        clean = visit(driver, base + "clean.html")
+        assert clean["formulas"] == 2, clean["formulas"]  # MathJax ran: the inline and the display formula
+        for check in CHECKS:
+            assert check(clean) == [], (check.__name__, check(clean))
+        broken = {}
+        for name, (_, catcher) in BROKEN.items():
+            broken[name] = visit(driver, base + f"{name}.html")
+            assert catcher(broken[name]), f"{catcher.__name__} missed the fault of {name}.html"
+            for check in CHECKS:  # and only the check it is meant for fires
+                assert check is catcher or check(broken[name]) == [], (name, check.__name__, check(broken[name]))
+        index = visit(driver, base + TUTORIALS_INDEX)
+        assert walkthroughs_not_listed(index, base, stems) == [stems[2]]  # listed in the toctree only
+    for name in ("mathjax_error", "undefined_command"):  # typeset, but as an error
+        assert broken[name]["mathjaxErrors"] and broken[name]["formulas"] == 3, name
+    assert broken["long_equation"]["formulas"] == 3  # typeset, and wider than the column without a box of its own
+    assert all("at 390 px" in fault for fault in overflow_faults(broken["wide_at_390"]))  # fits at 1280 px
+    assert any("scrolls sideways" in fault for fault in overflow_faults(broken["wide_at_1280"]))

@@ -32,8 +32,8 @@
 # jupytext.
 
 # %%
-import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -41,9 +41,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
-    sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
+# The checkout's root: the figures' code is in examples/plotting.py (and the packages, if not pip-installed).
+sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
+OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_01"))  # where the figures go
+OUT.mkdir(parents=True, exist_ok=True)
 
+from examples import plotting  # noqa: E402
 from numpy_transformer import (  # noqa: E402
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
@@ -115,7 +118,7 @@ print("this project's answer:                 ", np.zeros(3))
 # %% [markdown]
 # ## Step 3: softmax
 #
-# $$p_{ij} = \frac{e^{s_{ij} - m_i}}{\sum_{k} e^{s_{ik} - m_i}}, \qquad m_i = \max_k s_{ik}$$
+# $$p_{ij} = \frac{e^{s_{ij} - m_i}}{\sum_{j'} e^{s_{ij'} - m_i}}, \qquad m_i = \max_{j'} s_{ij'}$$
 #
 # Subtracting the row maximum $m_i$ leaves the result unchanged (it multiplies numerator and
 # denominator by the same $e^{-m_i}$) and keeps $e^{x}$ from overflowing. Keep this *shift
@@ -175,6 +178,32 @@ dO = np.round(rng.standard_normal((T_q, Dh)), 1)  # (T_q, Dh)
 print("dO =\n", dO)
 
 # %% [markdown]
+# The whole computation as a graph. The forward pass runs left to right (black arrows, each labelled
+# with the value it carries and that value's shape); the backward pass runs right to left (red, dashed),
+# each arrow carrying the gradient of the same value, with the same shape. Steps 5 to 7 walk the red
+# arrows from $dO$ back to $dQ$, $dK$ and $dV$.
+
+# %%
+nodes = {
+    "Q": (0.0, 2.6, "$Q$"),
+    "K": (0.0, 0.8, "$K$"),
+    "V": (0.0, -0.5, "$V$"),
+    "S": (2.2, 1.8, "$S = c\\,QK^\\top$"),
+    "P": (4.4, 1.8, "$P = \\mathrm{softmax}(S)$\n(mask: $P = 0$)"),
+    "O": (6.0, 0.6, "$O = PV$"),
+    "L": (7.4, 0.6, "$\\mathcal{L}$"),
+}
+edges = [
+    ("Q", "S", "Q", f"({T_q}, {Dh})"),
+    ("K", "S", "K", f"({T_k}, {Dh})"),
+    ("S", "P", "S", f"({T_q}, {T_k})"),
+    ("P", "O", "P", f"({T_q}, {T_k})"),
+    ("V", "O", "V", f"({T_k}, {Dh})"),
+    ("O", "L", "O", f"({T_q}, {Dh})"),
+]
+plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "one attention head")
+
+# %% [markdown]
 # ## Step 5: through $O = P V$
 #
 # $O_{id} = \sum_j P_{ij} V_{jd}$ is linear in both factors. The chain rule gives
@@ -211,7 +240,7 @@ def your_dS(dP, P):
 # %% [markdown]
 # ## Step 6: through the softmax
 #
-# Take one row: $p = \mathrm{softmax}(s)$, $p_i = e^{s_i} / Z$ with $Z = \sum_k e^{s_k}$. By the
+# Take one row: $p = \mathrm{softmax}(s)$, $p_i = e^{s_i} / Z$ with $Z = \sum_{j} e^{s_{j}}$. By the
 # quotient rule, using $\partial Z / \partial s_j = e^{s_j}$,
 #
 # $$\frac{\partial p_i}{\partial s_j} = \frac{\delta_{ij} e^{s_i}}{Z} - \frac{e^{s_i} e^{s_j}}{Z^2}
@@ -249,11 +278,20 @@ for i in range(T_q):
     if i == 0:
         print("Jacobian of row 0 (key 2 is masked: its row and column are zero) =\n", J)
 
-dS_unscaled = P * (dP - (dP * P).sum(axis=-1, keepdims=True))  # (T_q, T_k)
+dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True))  # (T_q, T_k)
 print("dS from the Jacobians =\n", dS_jacobian)
-print("dS from the formula   =\n", dS_unscaled)
-print("row sums of dS:", dS_unscaled.sum(axis=-1))
-assert np.abs(dS_jacobian - dS_unscaled).max() <= 1e-15
+print("dS from the formula   =\n", dS)
+print("row sums of dS:", dS.sum(axis=-1))
+assert np.abs(dS_jacobian - dS).max() <= 1e-15
+
+# %% [markdown]
+# The three matrices side by side. In $P$ the masked entry (query 0, key 2) is zero, so in
+# $dS = P \odot (\dots)$ it is zero too, whatever $dP$ holds there. Each row of $dS$ sums to zero: a
+# row's reds and blues balance. Each entry of $dS$ is $dP$'s entry minus the row's $P$-weighted mean of
+# $dP$, scaled by $p_{ij}$: a key that gets little attention gets little gradient.
+
+# %%
+plotting.plot_matrices({"P": P, "dP": dP, "dS": dS}, OUT / "P_dP_dS.png", "the softmax backward, one head")
 
 # %% [markdown]
 # **Your turn, checked.** `check` compares your `dS` with `dS_unscaled` above (float64, relative error at
@@ -279,8 +317,8 @@ assert not check("dS", P * dP)
 # The same scale $c$ that tamed the forward pass multiplies the gradients on the way back.
 
 # %%
-dQ = scale * dS_unscaled @ K  # (T_q, Dh)
-dK = scale * dS_unscaled.T @ Q  # (T_k, Dh)
+dQ = scale * dS @ K  # (T_q, Dh)
+dK = scale * dS.T @ Q  # (T_k, Dh)
 print("dQ =\n", dQ)
 print("dK =\n", dK)
 
@@ -416,8 +454,8 @@ print(
 #
 # The last witness needs no calculus at all. For each coordinate $x$ of $Q$, $K$ and $V$,
 #
-# $$\frac{\partial \mathcal{L}}{\partial x} \approx \frac{\mathcal{L}(x + h) - \mathcal{L}(x - h)}{2h},
-# \qquad h = 10^{-5},$$
+# $$\frac{\partial \mathcal{L}}{\partial x} \approx \frac{\mathcal{L}(x + \tau) - \mathcal{L}(x - \tau)}{2\tau},
+# \qquad \tau = 10^{-5},$$
 #
 # with $\mathcal{L} = \sum O \odot G$ for a random $G$. `check_pair` runs the forward function repeatedly on
 # perturbed copies, compares with what the backward function returned, and reports the worst
@@ -446,8 +484,8 @@ assert all(g > 0 for g in result.max_abs_grad.values())  # nothing passed by bei
 # > **Gradients add where paths fork.** If $x$ is used by $f_1, \dots, f_n$, then
 # > $dx = J_{f_1}^\top dy_1 + \dots + J_{f_n}^\top dy_n$.
 #
-# It is the multivariable chain rule, $\partial \mathcal{L} / \partial x = \sum_k
-# (\partial \mathcal{L} / \partial y_k)(\partial y_k / \partial x)$, read as a recipe. In the
+# It is the multivariable chain rule, $\partial \mathcal{L} / \partial x = \sum_{j'}
+# (\partial \mathcal{L} / \partial y_{j'})(\partial y_{j'} / \partial x)$, read as a recipe. In the
 # Transformer it appears as a residual connection ($x + f(x)$: $dx = dy + J_f^\top dy$), as
 # self-attention reading one array as query, key and value, as a tied embedding used at the input and
 # at the output, and as one weight matrix shared by every position (which is why weight gradients are
@@ -487,7 +525,7 @@ assert fork.worst <= 1e-6 and only_q.worst > 1e-2
 # | $P = \mathrm{softmax}(S)$, masked entries $\to 0$ | $dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))$ |
 # | $O = P V$ | $dP = dO\, V^\top$, $dV = P^\top dO$ |
 #
-# | $x$ used by several paths | $dx = \sum_k J_{f_k}^\top dy_k$ |
+# | $x$ used by several paths | $dx = \sum_{j'} J_{f_{j'}}^\top dy_{j'}$ |
 #
 # Multi-head attention (`multi_head_attention_forward`) wraps this in four linear layers and a
 # reshape into heads. Next, walkthrough 01b (`examples/01b_multi_head_attention_by_hand.py`) follows the

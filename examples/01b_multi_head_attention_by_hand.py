@@ -21,8 +21,9 @@
 # Section 3.2.2 of "Attention Is All You Need", in this project's layout (rows are positions,
 # weights stored as `nn.Linear` stores them):
 #
-# $$\mathrm{MultiHead}(X_q, X_k, X_v) = \mathrm{Concat}(O_1, \dots, O_H)\, W_O^\top + b_O, \qquad
-# O_h = \mathrm{Attention}(Q_h, K_h, V_h),$$
+# $$\mathrm{MultiHead}(X_q, X_k, X_v) = \mathrm{Concat}(O_1, \dots, O_H)\, W_O^\top + b_O,$$
+#
+# $$O_h = \mathrm{Attention}(Q_h, K_h, V_h),$$
 #
 # where $Q = X_q W_Q^\top + b_Q$ and $Q_h$ is its $h$-th block of $d_h$ columns (likewise $K$, $V$).
 # Walkthrough 01 did one head. Here is everything around it: the four projections, the **head split**
@@ -33,17 +34,20 @@
 # differences.
 
 # %%
-import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
-    sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
+# The checkout's root: the figures' code is in examples/plotting.py (and the packages, if not pip-installed).
+sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
+OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_01b"))  # where the figures go
+OUT.mkdir(parents=True, exist_ok=True)
 
+from examples import plotting  # noqa: E402
 from numpy_transformer import multi_head_attention_backward, multi_head_attention_forward  # noqa: E402
 from numpy_transformer.gradcheck import check_pair  # noqa: E402
 
@@ -186,6 +190,42 @@ dY = np.round(rng.standard_normal((T_q, D)), 1)  # (T_q, D)
 print("dY =\n", dY)
 
 # %% [markdown]
+# The graph of the whole layer: forward left to right (black, each arrow with its value's shape),
+# backward right to left (red, dashed). Two arrows leave $X_{kv}$, so two gradients arrive there and
+# add (step 9); the split's backward is the merge and the merge's backward is the split (steps 6 and 8).
+
+# %%
+nodes = {
+    "Xq": (0.0, 2.4, "$X_q$"),
+    "Xkv": (0.0, 0.6, "$X_{kv}$"),
+    "pq": (1.6, 2.4, "$\\cdot W_Q^\\top + b_Q$"),
+    "pk": (1.6, 1.2, "$\\cdot W_K^\\top + b_K$"),
+    "pv": (1.6, 0.0, "$\\cdot W_V^\\top + b_V$"),
+    "sq": (3.1, 2.4, "split"),
+    "sk": (3.1, 1.2, "split"),
+    "sv": (3.1, 0.0, "split"),
+    "att": (5.3, 1.2, "attention\nper head"),
+    "merge": (7.2, 1.2, "merge"),
+    "out": (8.7, 1.2, "$\\cdot W_O^\\top + b_O$"),
+    "L": (9.9, 1.2, "$\\mathcal{L}$"),
+}
+edges = [
+    ("Xq", "pq", "X_q", f"({T_q}, {D})"),
+    ("Xkv", "pk", "X_{kv}", f"({T_k}, {D})"),
+    ("Xkv", "pv", "X_{kv}", f"({T_k}, {D})"),
+    ("pq", "sq", "Q", f"({T_q}, {D})"),
+    ("pk", "sk", "K", f"({T_k}, {D})"),
+    ("pv", "sv", "V", f"({T_k}, {D})"),
+    ("sq", "att", "Q_h", f"({H}, {T_q}, {Dh})"),
+    ("sk", "att", "K_h", f"({H}, {T_k}, {Dh})"),
+    ("sv", "att", "V_h", f"({H}, {T_k}, {Dh})"),
+    ("att", "merge", "O_h", f"({H}, {T_q}, {Dh})"),
+    ("merge", "out", "C", f"({T_q}, {D})"),
+    ("out", "L", "Y", f"({T_q}, {D})"),
+]
+plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "multi-head attention", size=(7.3, 4.0))
+
+# %% [markdown]
 # ## Your turn: the output projection's backward
 #
 # Before reading step 5: $Y = C W_O^\top + b_O$ is a linear layer. Write its three gradients, $dC$, $dW_O$
@@ -255,9 +295,11 @@ assert abs(np.sum(merge_heads(x_test) * g_test) - np.sum(x_test * split_heads(g_
 # %% [markdown]
 # ## Step 7: through each head (walkthrough 01, steps 5 to 7)
 #
-# $$dV_h = P_h^\top dO_h, \quad dP_h = dO_h V_h^\top, \quad
-# dS_h = P_h \odot \big(dP_h - \mathrm{rowsum}(dP_h \odot P_h)\big), \quad
-# dQ_h = c\, dS_h K_h, \quad dK_h = c\, dS_h^\top Q_h.$$
+# $$dV_h = P_h^\top dO_h, \qquad dP_h = dO_h V_h^\top,$$
+#
+# $$dS_h = P_h \odot \big(dP_h - \mathrm{rowsum}(dP_h \odot P_h)\big),$$
+#
+# $$dQ_h = c\, dS_h K_h, \qquad dK_h = c\, dS_h^\top Q_h.$$
 #
 # The masked key gets $P = 0$, hence $dS = 0$ in its column, hence nothing in $dK_h$ from the scores:
 # its row of $dK$ is zero, and so is its row of $dV$.
@@ -269,6 +311,14 @@ dS = P * (dP - (dP * P).sum(axis=-1, keepdims=True))  # (H, T_q, T_k)
 dQh = c * dS @ Kh  # (H, T_q, Dh)
 dKh = c * dS.transpose(0, 2, 1) @ Qh  # (H, T_k, Dh)
 print("dS (head 0, head 1) =\n", dS)
+
+# %% [markdown]
+# $P_h$, $dP_h$ and $dS_h$ of both heads, one row of panels per head. Key 2 is padding: its column is
+# zero in $P_h$ and therefore in $dS_h$, in every head. The two heads look at the same keys with
+# different weights, and receive different gradients.
+
+# %%
+plotting.plot_matrices({"P": P, "dP": dP, "dS": dS}, OUT / "P_dP_dS.png", "the softmax backward, per head")
 
 # %% [markdown]
 # ## Step 8: through the split, whose backward is the merge
@@ -372,7 +422,7 @@ for name, mine in ({"Y": Y} | by_hand).items():
 #
 # No second implementation at all: `check_pair` perturbs every coordinate of the inputs and of the
 # parameters, reruns the library's forward, and compares the central differences with what the
-# backward returned ($h = 10^{-5}$; the bar is $10^{-6}$, as in [the conventions](../docs/conventions.md)).
+# backward returned ($\tau = 10^{-5}$; the bar is $10^{-6}$, as in [the conventions](../docs/conventions.md)).
 
 # %%
 result = check_pair(

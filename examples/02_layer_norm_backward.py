@@ -161,7 +161,7 @@ print("dx (step by step) =\n", dx_staged)
 # ## Simplifying
 #
 # Substitute and tidy up. The variance path contributes
-# $d\sigma^2 \cdot 2 x_c / D = -r^3 x_c \cdot \frac1D\sum_k d\hat x_k\, x_{c,k} = -r\, \hat x \cdot
+# $d\sigma^2 \cdot 2 x_c / D = -r^3 x_c \cdot \frac1D\sum_{j'} d\hat x_{j'}\, x_{c,j'} = -r\, \hat x \cdot
 # \mathrm{mean}(d\hat x \odot \hat x)$, so
 #
 # $$dx_c = r\big(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big).$$
@@ -207,8 +207,8 @@ assert not check("dx", rstd * (dx_hat - x_hat * (dx_hat * x_hat).mean(axis=-1, k
 #
 # A second derivation, with no clever staging, for one row. Differentiate $\hat x_i$ with respect to
 # $x_j$ directly: $\partial x_{c,i}/\partial x_j = \delta_{ij} - 1/D$;
-# $\partial \sigma^2/\partial x_j = \frac2D \sum_k x_{c,k}(\delta_{kj} - \frac1D) = \frac2D x_{c,j}$
-# (the $\sum_k x_{c,k}$ term is zero); hence $\partial r/\partial x_j = -r^3 x_{c,j}/D$ and
+# $\partial \sigma^2/\partial x_j = \frac2D \sum_{j'} x_{c,j'}(\delta_{j'j} - \frac1D) = \frac2D x_{c,j}$
+# (the $\sum_{j'} x_{c,j'}$ term is zero); hence $\partial r/\partial x_j = -r^3 x_{c,j}/D$ and
 #
 # $$J_{ij} = \frac{\partial \hat x_i}{\partial x_j} = r\Big(\delta_{ij} - \frac1D - \frac{\hat x_i\,\hat x_j}{D}\Big),
 # \qquad \frac{\partial y_i}{\partial x_j} = \gamma_i J_{ij}, \qquad

@@ -44,8 +44,8 @@
 # below re-implements the model.
 
 # %%
-import importlib.util
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -54,10 +54,13 @@ import torch
 import torch.nn.functional as F
 from scipy.special import erf
 
-if importlib.util.find_spec("numpy_transformer") is None:  # not pip-installed: import from the checkout
-    sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
+# The checkout's root: the figures' code is in examples/plotting.py (and the packages, if not pip-installed).
+sys.path.insert(0, str((Path(__file__).parent if "__file__" in globals() else Path.cwd()).resolve().parent))
+OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_03"))  # where the figures go
+OUT.mkdir(parents=True, exist_ok=True)
 
 import torch_transformer  # noqa: E402
+from examples import plotting  # noqa: E402
 from numpy_transformer import (  # noqa: E402
     Transformer,
     TransformerConfig,
@@ -170,6 +173,40 @@ assert np.array_equal(logits, np_model.forward(src, tgt_in))  # the same calls a
 
 # %%
 loss, ce_cache = cross_entropy_forward(logits, tgt_out, ignore_index=cfg.pad_id, label_smoothing=0.1)
+
+# %% [markdown]
+# The whole model as a graph, each arrow labelled with the shape of what it carries: the forward pass
+# left to right (black), the backward pass that the steps below walk right to left (red, dashed). The
+# encoder's output, the memory, feeds the cross-attention of *every* decoder layer: its gradient is the
+# sum of what each decoder layer sends back (step 4), and only that sum enters the encoder (step 6).
+
+# %%
+(B, T_src), T_tgt, D = src.shape, tgt_in.shape[1], cfg.d_model
+nodes = {
+    "emb_s": (0.0, 2.0, "source ids:\nembedding\n+ positions"),
+    "enc0": (1.9, 2.0, "encoder\nlayer 0"),
+    "enc1": (3.8, 2.0, "encoder\nlayer 1"),
+    "enc_n": (5.7, 2.0, "final\nnorm"),
+    "emb_t": (0.0, 0.0, "target ids:\nembedding\n+ positions"),
+    "dec0": (1.9, 0.0, "decoder\nlayer 0"),
+    "dec1": (3.8, 0.0, "decoder\nlayer 1"),
+    "dec_n": (5.7, 0.0, "final\nnorm"),
+    "proj": (7.4, 0.0, "output\nprojection"),
+    "L": (8.9, 0.0, "$\\mathcal{L}$\n(cross-\nentropy)"),
+}
+edges = [
+    ("emb_s", "enc0", "x", f"({B}, {T_src}, {D})"),
+    ("enc0", "enc1", "x", f"({B}, {T_src}, {D})"),
+    ("enc1", "enc_n", "x", f"({B}, {T_src}, {D})"),
+    ("enc_n", "dec0", "\\mathrm{memory}", f"({B}, {T_src}, {D})"),
+    ("enc_n", "dec1", "\\mathrm{memory}", f"({B}, {T_src}, {D})"),
+    ("emb_t", "dec0", "x", f"({B}, {T_tgt}, {D})"),
+    ("dec0", "dec1", "x", f"({B}, {T_tgt}, {D})"),
+    ("dec1", "dec_n", "x", f"({B}, {T_tgt}, {D})"),
+    ("dec_n", "proj", "x", f"({B}, {T_tgt}, {D})"),
+    ("proj", "L", "z", f"({B}, {T_tgt}, {cfg.tgt_vocab_size})"),
+]
+plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "the encoder-decoder", size=(7.3, 3.8))
 
 # %% [markdown]
 # ## Watching gradients inside the PyTorch model
@@ -393,8 +430,8 @@ assert ce_check.worst <= 1e-6
 # %% [markdown]
 # ## Step 2: the output projection
 #
-# $\mathrm{logits} = x W^\top + b$ with $W$ of shape $(V, D)$, as `nn.Linear` stores it. Its backward
-# (`linear_backward`): $dx = d\mathrm{logits}\, W$, $dW = \sum_{b,t} d\mathrm{logits}_{bt}^\top x_{bt}$,
+# $\mathrm{logits} = x W^\top + b$ with $W$ of shape $(\lvert\mathcal V\rvert, D)$, as `nn.Linear` stores it.
+# Its backward (`linear_backward`): $dx = d\mathrm{logits}\, W$, $dW = \sum_{b,t} d\mathrm{logits}_{bt}^\top x_{bt}$,
 # $db = \sum_{b,t} d\mathrm{logits}_{bt}$. The sums over batch and positions are there because the
 # same $W$ and $b$ serve every position.
 
@@ -419,10 +456,10 @@ compare(
 # ## Step 4: the decoder layers, last to first
 #
 # A pre-norm sublayer computes $\mathrm{out} = x + f(\mathrm{LN}(x))$, as two pairs around the
-# sublayer: `residual_in_forward` makes $h = \mathrm{LN}(x)$, the sublayer makes $y = f(h)$,
+# sublayer: `residual_in_forward` makes $\tilde x = \mathrm{LN}(x)$, the sublayer makes $y = f(\tilde x)$,
 # `residual_out_forward` makes $x + y$. Backwards, in reverse: `residual_out_backward` hands
 # $d\mathrm{out}$ both to the residual path (as $dx$) and to the sublayer (as $dy$); the sublayer's
-# backward turns $dy$ into $dh$; `residual_in_backward` carries $dh$ through the layer norm to $x$; and
+# backward turns $dy$ into $d\tilde x$; `residual_in_backward` carries $d\tilde x$ through the layer norm to $x$; and
 # the two gradients at $x$ are added (two paths fork from $x$, so their gradients add):
 #
 # $$dx = d\mathrm{out} + J_{\mathrm{LN}}^\top J_f^\top\, d\mathrm{out}
@@ -432,15 +469,15 @@ compare(
 # computes (walkthrough 01, step 6; [the notation table](../docs/notation.md)). The post-norm version
 # is the third close-up below. Each decoder layer has three sublayers, undone in reverse order:
 #
-# - **feed-forward**, $f(h) = W_2\, \mathrm{relu}(W_1 h + b_1) + b_2$; `ffn_backward` (which runs
+# - **feed-forward**, $f(\tilde x) = W_2\, \mathrm{relu}(W_1 \tilde x + b_1) + b_2$; `ffn_backward` (which runs
 #   `feed_forward_backward` here, or the gated block's backward in a Llama-style model);
-# - **cross-attention**, $f(h) = \mathrm{MHA}(h, \mathrm{memory}, \mathrm{memory})$: the query comes
+# - **cross-attention**, $f(\tilde x) = \mathrm{MHA}(\tilde x, \mathrm{memory}, \mathrm{memory})$: the query comes
 #   from the decoder, keys and values from the encoder's output. `multi_head_attention_backward`
 #   returns the query's gradient, the sublayer's own, and `dkey + dvalue` is the gradient this layer
 #   sends to the memory. Every decoder layer reads the same memory, so these shares are
 #   **accumulated** across layers (`dmemory += ...`), and the sum is what the encoder receives;
-# - **self-attention**, $f(h) = \mathrm{MHA}(h, h, h)$ with the causal and padding mask (the heads
-#   and projections inside it are walkthrough 01b's):
+# - **self-attention**, $f(\tilde x) = \mathrm{MHA}(\tilde x, \tilde x, \tilde x)$ with the causal and padding
+#   mask (the heads and projections inside it are walkthrough 01b's):
 #   one array is the query, the key and the value, so its gradient is the **sum of the three**
 #   input gradients of attention (`dquery + dkey + dvalue`).
 #
@@ -497,9 +534,10 @@ for i in reversed(range(cfg.n_decoder_layers)):
 # ### Close-up: q = k = v
 #
 # Take the last sublayer we undid, decoder layer 0's self-attention, and open it one level further.
-# In pre-norm it computes $\mathrm{out} = x + \mathrm{MHA}(h, h, h)$ with $h = \mathrm{LN}(x)$.
-# `multi_head_attention_backward` returns three gradients, one per role $h$ played. Against
-# PyTorch's gradient of $h$ (captured at the attention module's input), each alone is wrong by a
+# In pre-norm it computes $\mathrm{out} = x + \mathrm{MHA}(\tilde x, \tilde x, \tilde x)$ with
+# $\tilde x = \mathrm{LN}(x)$.
+# `multi_head_attention_backward` returns three gradients, one per role $\tilde x$ played. Against
+# PyTorch's gradient of $\tilde x$ (captured at the attention module's input), each alone is wrong by a
 # lot; their sum is right.
 
 # %%
@@ -514,7 +552,7 @@ assert min(error(g, dh_torch) for g in (dquery, dkey, dvalue)) > 1e-3
 # %% [markdown]
 # ### Close-up: the feed-forward's activation, and dropout
 #
-# `ffn_backward` above ran $f(h) = W_2\, \phi(W_1 h + b_1) + b_2$ backwards: two linear layers (step 2's
+# `ffn_backward` above ran $f(\tilde x) = W_2\, \phi(W_1 \tilde x + b_1) + b_2$ backwards: two linear layers (step 2's
 # rule) around an elementwise activation $\phi$. An elementwise function has a diagonal Jacobian,
 # $J_\phi = \mathrm{diag}(\phi'(a))$, so its backward is a product, $da = \phi'(a) \odot d\phi$. What is
 # left is each activation's derivative:
@@ -524,14 +562,15 @@ assert min(error(g, dh_torch) for g in (dquery, dkey, dvalue)) > 1e-3
 # - **GELU, exact** (BERT's), $\phi(a) = a\, \Phi(a)$ with $\Phi(a) = \tfrac12\big(1 + \mathrm{erf}(a/\sqrt2)\big)$
 #   the standard normal CDF. The product rule, with $\Phi'(a) = e^{-a^2/2} / \sqrt{2\pi}$:
 #   $$\phi'(a) = \Phi(a) + a\, \Phi'(a).$$
-# - **GELU, tanh approximation** (GPT-2's), $\phi(a) = \tfrac12 a\,(1 + \tanh u)$ with
-#   $u = \sqrt{2/\pi}\,(a + 0.044715\, a^3)$. The product rule and $\tanh' = 1 - \tanh^2$:
-#   $$\phi'(a) = \tfrac12 (1 + \tanh u) + \tfrac12 a\, (1 - \tanh^2 u)\, \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, a^2).$$
+# - **GELU, tanh approximation** (GPT-2's), $\phi(a) = \tfrac12 a\,(1 + \tanh \xi)$ with
+#   $\xi = \sqrt{2/\pi}\,(a + 0.044715\, a^3)$. The product rule and $\tanh' = 1 - \tanh^2$:
+#   $$\phi'(a) = \tfrac12 (1 + \tanh \xi) +
+#   \tfrac12 a\, (1 - \tanh^2 \xi)\, \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, a^2).$$
 #
-# **Dropout** in training mode draws a keep-mask $k$ (each entry 1 with probability $1 - p_{drop}$) and
-# scales what it keeps, $y = x \odot k / (1 - p_{drop})$, so that the expected value of $y$ is $x$ ("inverted
+# **Dropout** in training mode draws a keep-mask $\kappa$ (each entry 1 with probability $1 - p_{drop}$) and
+# scales what it keeps, $y = x \odot \kappa / (1 - p_{drop})$, so that the expected value of $y$ is $x$ ("inverted
 # dropout": nothing to rescale at evaluation, where $y = x$). It is linear in $x$ with a diagonal
-# Jacobian, so $dx = dy \odot k / (1 - p_{drop})$: the **same** mask and the same scale. A dropped unit
+# Jacobian, so $dx = dy \odot \kappa / (1 - p_{drop})$: the **same** mask and the same scale. A dropped unit
 # gets no gradient; the backward must reuse the forward's mask, never draw a new one.
 #
 # Each pair by hand, checked against PyTorch's autograd (`F.relu`, `F.gelu` with both `approximate`
@@ -609,14 +648,16 @@ assert np.abs(dx_dropout - x_t.grad.numpy()).max() <= 1e-15 and dropout_fd.worst
 # This model is pre-norm. The paper, BERT (walkthrough 05) and the model of walkthrough 04 are
 # post-norm: the layer norm comes *after* the residual sum,
 #
-# $$\text{post-norm: } \mathrm{out} = \mathrm{LN}\big(x + f(x)\big), \qquad
-# \text{pre-norm: } \mathrm{out} = x + f\big(\mathrm{LN}(x)\big).$$
+# $$\text{post-norm: } \mathrm{out} = \mathrm{LN}\big(x + f(x)\big),$$
 #
-# Backwards, post-norm first undoes the norm, $du = J_{\mathrm{LN}}^\top\, d\mathrm{out}$ at the sum
-# $u = x + f(x)$; then two paths fork from $x$ (the residual and the sublayer) and their gradients add:
+# $$\text{pre-norm: } \mathrm{out} = x + f\big(\mathrm{LN}(x)\big).$$
 #
-# $$\text{post-norm: } dx = \big(I + J_f^\top\big)\, J_{\mathrm{LN}}^\top\, d\mathrm{out}, \qquad
-# \text{pre-norm: } dx = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out}.$$
+# Backwards, post-norm first undoes the norm: the sum $x + f(x)$ receives $J_{\mathrm{LN}}^\top\, d\mathrm{out}$;
+# then two paths fork from $x$ (the residual and the sublayer) and their gradients add:
+#
+# $$\text{post-norm: } dx = \big(I + J_f^\top\big)\, J_{\mathrm{LN}}^\top\, d\mathrm{out},$$
+#
+# $$\text{pre-norm: } dx = \big(I + J_{\mathrm{LN}}^\top J_f^\top\big)\, d\mathrm{out}.$$
 #
 # The difference matters in deep stacks: in pre-norm the identity term carries $d\mathrm{out}$ to $x$
 # untouched, so the gradient has a clean path through every layer; in post-norm every layer's gradient
@@ -627,8 +668,10 @@ assert np.abs(dx_dropout - x_t.grad.numpy()).max() <= 1e-15 and dropout_fd.worst
 # We check both formulas literally, with the Jacobians built as matrices (for a sublayer that acts row
 # by row, a ReLU feed-forward, each row's Jacobians are $D \times D$; the shared weights are the same in
 # every row), against PyTorch's autograd and against finite differences. The layer norm's Jacobian
-# comes from walkthrough 02: $J_{\mathrm{LN}} = \mathrm{diag}(\gamma)\, r\, \big(I - \tfrac1D \mathbf{1}\mathbf{1}^\top
-# - \tfrac1D \hat x \hat x^\top\big)$.
+# comes from walkthrough 02:
+#
+# $$J_{\mathrm{LN}} = \mathrm{diag}(\gamma)\, r\,
+# \big(I - \tfrac1D \mathbf{1}\mathbf{1}^\top - \tfrac1D \hat x \hat x^\top\big).$$
 
 # %%
 Dr, Fr, eps_ln = 4, 6, 1e-5

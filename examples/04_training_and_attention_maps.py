@@ -137,7 +137,7 @@ plotting.plot_schedule(plot_steps, rates, OUT / "schedule.png", warmup=warmup)
 peak = factor * (config.d_model * warmup) ** -0.5
 print(
     f"peak rate {max(rates):.2e} at step {int(np.argmax(rates)) + 1} (formula: {peak:.2e}); schedule drawn to",
-    OUT / "schedule.png",
+    "schedule.png",
 )
 assert abs(max(rates) - peak) <= 1e-12 and int(np.argmax(rates)) + 1 == warmup
 
@@ -165,7 +165,7 @@ while step < max_steps and time.perf_counter() - start < budget_seconds:
             break
 print(f"{step} steps in {time.perf_counter() - start:.0f} s, final loss {np.mean(losses[-20:]):.3f}")
 plotting.plot_loss_curve(list(range(1, step + 1)), losses, OUT / "loss_curve.png")
-model.eval()
+model = model.eval()
 
 # %% [markdown]
 # ## The model we read: trained, or plainly not
@@ -216,11 +216,13 @@ if QUICK and TRAINED:
 #
 # `model.attention_maps()` returns the attention probabilities of the last forward pass, one
 # (B, H, T_q, T_k) array per attention module. We run the model on one test number with its own
-# translation as the decoder input and draw every head of every module.
+# translation as the decoder input. The first figure below is the one this section reads: the
+# cross-attention of the last decoder layer, averaged over its heads. Below it, every head of every
+# module, one figure per module (encoder self-attention, decoder self-attention, cross-attention).
 #
-# What to look for in the cross-attention of the last decoder layer: row $t$ of a map is the decoder
-# position whose input is word $t$ (the row labels) and whose output is word $t + 1$, so each row
-# should put its weight on the characters the *next* word reads. We print, for each word written, the
+# What to look for in that first map: a decoder position reads one word and writes the next, so each
+# row is named by **the word being written**, and should put its weight on the characters that word
+# reads. We print, for each word written, the
 # character it attended to most, marked in brackets in the source string. In the shipped checkpoint:
 # writing "thousand", the comma; writing "point", the decimal point; each digit word, its own digit
 # (after the point) or the first digit of its group. Words that need no new character (the "hundred"
@@ -240,14 +242,24 @@ model.eval().forward(src_ids, tgt_in)
 maps = model.attention_maps()
 src_tokens = list(source) + ["<eos>"]
 state = "trained" if TRAINED else f"UNTRAINED ({step} steps)"
-paths = plotting.plot_attention_maps(maps, src_tokens, ["<bos>"] + words, OUT, note=state)
 cross = maps["decoder.layers.1.cross_attn"][0].mean(axis=0)  # (T_q, T_k), averaged over heads
+written = words + ["<eos>"]  # row t reads input word t and writes word t + 1: name it by what it writes
+plotting.plot_attention_large(
+    cross[: len(written), : len(src_tokens)],
+    written,
+    src_tokens,
+    OUT / "cross_attention_main.png",
+    title=f"last decoder layer's cross-attention, mean over heads ({state})",
+    ylabel="word being written",
+    xlabel="source character",
+)
+paths = plotting.plot_attention_maps(maps, src_tokens, ["<bos>"] + words, OUT, note=state, written_tokens=written)
 print(f"{source!r} -> {' '.join(words)!r}; last cross-attention, mean over heads ({state} model):")
-for word, row in zip(words + ["<eos>"], cross, strict=True):  # row t reads input word t and writes word t + 1
+for word, row in zip(written, cross, strict=True):
     j = int(row.argmax())
     where = source[:j] + "[" + src_tokens[j] + "]" + source[j + 1 :] if j < len(source) else source + " [<eos>]"
     print(f"writing {word!r:>14}, it looks most at {src_tokens[j]!r:>7} in {where:<16} (weight {row.max():.2f})")
-print("attention maps written to", *paths, sep="\n  ")
+print("attention maps written to", *(Path(p).name for p in paths), sep="\n  ")
 
 # %% [markdown]
 # Every row of every map sums to one (softmax over the keys it may see). Source padding never

@@ -220,8 +220,8 @@ assert error(probs, reference_attention[0], 1) <= 1e-12
 # ## Step 3: add, then norm
 #
 # Post-norm, as in the paper: the sublayer's output is added to its input (the residual connection) and
-# the sum is normalised, $h = \mathrm{LayerNorm}(x + \mathrm{MultiHead}(x))$. In BERT's code this is the
-# `BertSelfOutput` module; in ours the `self_attn_norm` parameters.
+# the sum is normalised, $\tilde x = \mathrm{LayerNorm}(x + \mathrm{MultiHead}(x))$ (`h` in the code). In
+# BERT's code this is the `BertSelfOutput` module; in ours the `self_attn_norm` parameters.
 
 # %%
 h = layer_norm(x + attn_out, p["layers.0.self_attn_norm.weight"], p["layers.0.self_attn_norm.bias"])  # (B, T, D)
@@ -233,7 +233,7 @@ print("h", h.shape)
 # Two linear layers with a GELU between them, widening to $d_{ff} = 1536$ and back, then add and norm
 # again:
 #
-# $$f = W_2\, \mathrm{GELU}(W_1 h + b_1) + b_2, \qquad x^{(1)} = \mathrm{LayerNorm}(h + f),
+# $$f = W_2\, \mathrm{GELU}(W_1 \tilde x + b_1) + b_2, \qquad x^{(1)} = \mathrm{LayerNorm}(\tilde x + f),
 # \qquad \mathrm{GELU}(z) = \tfrac12 z \left(1 + \mathrm{erf}(z / \sqrt 2)\right).$$
 #
 # BERT's `"gelu"` is the exact, erf form; GPT-2's is the tanh approximation. Mixing them up costs about
@@ -312,7 +312,7 @@ axes[0].set_ylabel("query")
 fig.colorbar(image, ax=axes, shrink=0.8, label="attention probability")
 fig.savefig(OUT / "attention_heads.png", dpi=110, bbox_inches="tight")
 plt.close(fig)
-print("wrote", OUT / "attention_heads.png")
+print("wrote attention_heads.png")
 
 # %% [markdown]
 # ## A sentence-similarity score
@@ -526,7 +526,7 @@ fig.suptitle(f"saliency of the cosine similarity s = {score:.3f} (hand-written b
 fig.tight_layout()
 fig.savefig(OUT / "saliency.png", dpi=110)
 plt.close(fig)
-print("wrote", OUT / "saliency.png")
+print("wrote saliency.png")
 top = [pair_tokens[b][t] for b in range(2) for t in np.argsort(-saliency[b, : len(pair_tokens[b])])[:2]]
 print("two most salient tokens of each sentence:", top)
 assert set(top) == {"cat", "mat", "kitten", "rug"}
@@ -537,8 +537,8 @@ print(f"walkthrough 05 ran in {time.perf_counter() - start:.1f} s")
 #
 # - **Embeddings**: $x = \mathrm{LayerNorm}(W_{\text{word}}[\mathrm{id}] + W_{\text{pos}}[t] +
 #   W_{\text{type}}[\mathrm{type}])$, with $\varepsilon = 10^{-12}$ and no $\sqrt D$ scaling.
-# - **Each of the six layers** (post-norm): $h = \mathrm{LayerNorm}(x + \mathrm{MultiHead}(x))$, then
-#   $x' = \mathrm{LayerNorm}(h + W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2)$ with the exact (erf) GELU.
+# - **Each of the six layers** (post-norm): $\tilde x = \mathrm{LayerNorm}(x + \mathrm{MultiHead}(x))$, then
+#   $x' = \mathrm{LayerNorm}(\tilde x + W_2\,\mathrm{GELU}(W_1 \tilde x + b_1) + b_2)$ with the exact (erf) GELU.
 # - **Sentence embedding**: the mean of the last hidden states over the real tokens, then normalised.
 # - **Similarity gradient**:
 #   $\partial \mathrm{sim} / \partial u = w/(\lVert u\rVert \lVert w\rVert) - \mathrm{sim}\,u/\lVert u\rVert^2$,

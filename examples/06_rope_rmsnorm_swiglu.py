@@ -358,7 +358,7 @@ for ax, matrix, title in ((axes[0], rope_matrix, "rotary: (R(m) q) . (R(n) k)"),
 fig.tight_layout()
 fig.savefig(OUT / "rope_scores.png", dpi=110)
 plt.close(fig)
-print("wrote", OUT / "rope_scores.png")
+print("wrote rope_scores.png")
 
 # %% [markdown]
 # ## 4. SiLU
@@ -400,7 +400,7 @@ checks["SiLU"] = (lib_err, torch_err, fd.worst)
 # Llama's feed-forward block has three weight matrices and no biases: a *gate* $W_g$ and an *up*
 # projection $W_1$, both $D \to F$, and a *down* projection $W_2$, $F \to D$:
 #
-# $$g = x W_g^\top, \qquad u = x W_1^\top, \qquad h = \mathrm{silu}(g) \odot u, \qquad y = h W_2^\top.$$
+# $$g = x W_g^\top, \qquad u = x W_1^\top, \qquad \tilde u = \mathrm{silu}(g) \odot u, \qquad y = \tilde u W_2^\top.$$
 #
 # The gate decides, feature by feature, how much of $u$ passes. (In the state dict: `ffn.gate.weight`,
 # `ffn.linear1.weight` for Llama's `up_proj`, `ffn.linear2.weight` for `down_proj`.) We take $D = 3$,
@@ -408,9 +408,9 @@ checks["SiLU"] = (lib_err, torch_err, fd.worst)
 #
 # Backward, the forward's lines in reverse:
 #
-# - $y = h W_2^\top$: $dh = dy\, W_2$, $dW_2 = dy^\top h$;
-# - $h = a \odot u$ with $a = \mathrm{silu}(g)$: the **product rule**, each factor gets $dh$ times the
-#   *other* factor: $du = dh \odot a$, $da = dh \odot u$;
+# - $y = \tilde u W_2^\top$: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$ (`h`, `dh` in the code);
+# - $\tilde u = a \odot u$ with $a = \mathrm{silu}(g)$: the **product rule**, each factor gets $d\tilde u$ times
+#   the *other* factor: $du = d\tilde u \odot a$, $da = d\tilde u \odot u$;
 # - $a = \mathrm{silu}(g)$: $dg = da \odot \mathrm{silu}'(g)$;
 # - $u = x W_1^\top$ and $g = x W_g^\top$: $dW_1 = du^\top x$, $dW_g = dg^\top x$, and $x$ feeds *both*,
 #   so its gradient is the sum of the two paths: $dx = du\, W_1 + dg\, W_g$.

@@ -9,19 +9,35 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no windows
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
 
 def plot_loss_curve(steps, losses, path, val_steps=None, val_scores=None, title="training loss") -> None:
     """Training loss per step (and a smoothed line); validation exact match on a second axis if given."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, losses, color="tab:blue", alpha=0.3, linewidth=0.8, label="loss")
+    short = len(losses) < 20  # a short run is drawn plainly, every step marked; a long one faint, under its mean
+    ax.plot(
+        steps,
+        losses,
+        "o-" if short else "-",
+        color="tab:blue",
+        alpha=1.0 if short else 0.3,
+        linewidth=0.8,
+        label="loss",
+    )
     if len(losses) >= 20:
         k = max(len(losses) // 50, 5)
         smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
         ax.plot(steps[k - 1 :], smooth, color="tab:blue", label=f"loss (mean of {k})")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (label-smoothed)")
-    ax.set_yscale("log")
+    low, high = float(np.min(losses)), float(np.max(losses))
+    if low > 0 and high / low > 10:  # a long run: the loss falls over decades, read on a log scale in plain numbers
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))  # steps are whole numbers, even for 15 of them
     ax.set_title(title)
     handles, labels = ax.get_legend_handles_labels()
     if val_steps:
@@ -60,30 +76,53 @@ def plot_attention(probs: np.ndarray, query_tokens, key_tokens, path, title: str
     """
     H = probs.shape[0]
     panels = [(f"head {h}", probs[h]) for h in range(H)] + [("mean over heads", probs.mean(axis=0))]
-    cols = min(len(panels), 3)
+    cols = min(len(panels), 2)
     rows = math.ceil(len(panels) / cols)
-    size = 0.28 * max(len(key_tokens), len(query_tokens)) + 1.5
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 1, rows * size + 0.6), squeeze=False)
+    size = 0.22 * max(len(key_tokens), len(query_tokens)) + 1.8  # inches per panel, labels included
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(cols * size + 1.2, rows * size + 0.6), squeeze=False, layout="constrained"
+    )
     for ax, (name, p) in zip(axes.flat, panels, strict=False):
         image = ax.imshow(p, vmin=0.0, vmax=1.0, cmap="viridis")
-        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=7)
-        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=8)
+        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=8)
+        ax.set_title(name, fontsize=10)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(title, fontsize=11)
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention probability")
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def plot_attention_maps(maps: dict, src_tokens, tgt_tokens, out_dir, example: int = 0, note: str = "") -> list:
+def plot_attention_large(probs: np.ndarray, query_tokens, key_tokens, path, title: str, ylabel: str, xlabel: str):
+    """One attention map drawn to be read at a page's column width (about 730 pixels): probs (T_q, T_k),
+    each cell's weight printed in it when it is large, labels at 11 points."""
+    fig, ax = plt.subplots(figsize=(7.3, 0.34 * len(query_tokens) + 2.2), layout="constrained")
+    image = ax.imshow(probs, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(key_tokens)), key_tokens, fontsize=11)
+    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=11)
+    ax.set_xlabel(xlabel, fontsize=11)
+    ax.set_ylabel(ylabel, fontsize=11)
+    for (i, j), p in np.ndenumerate(probs):
+        if p >= 0.3:
+            ax.text(j, i, f"{p:.1f}", ha="center", va="center", fontsize=8, color="black" if p > 0.6 else "white")
+    ax.set_title(title, fontsize=12)
+    fig.colorbar(image, ax=ax, shrink=0.9, label="attention probability")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_attention_maps(
+    maps: dict, src_tokens, tgt_tokens, out_dir, example: int = 0, note: str = "", written_tokens=None
+) -> list:
     """Draw every attention module of a model (maps as from model.attention_maps(): name ->
     (B, H, T_q, T_k)) for one example of the batch; returns the paths written.
 
     Encoder self-attention: source x source; decoder self-attention: target x target (causal);
     cross-attention: target queries x source keys. `note` (e.g. "trained", "untrained") goes into each title.
+    `written_tokens`, if given, names the decoder's rows by the word each position writes (its input's
+    next word) instead of by its input word.
     """
     paths = []
     for name, probs in maps.items():
@@ -91,11 +130,109 @@ def plot_attention_maps(maps: dict, src_tokens, tgt_tokens, out_dir, example: in
         if name.startswith("encoder"):
             q_tokens, k_tokens = src_tokens, src_tokens
         elif name.endswith("cross_attn"):
-            q_tokens, k_tokens = tgt_tokens, src_tokens
+            q_tokens, k_tokens = written_tokens or tgt_tokens, src_tokens
         else:
-            q_tokens, k_tokens = tgt_tokens, tgt_tokens
+            q_tokens, k_tokens = written_tokens or tgt_tokens, tgt_tokens
         probs = probs[:, : len(q_tokens), : len(k_tokens)]  # drop padding positions
         path = f"{out_dir}/attention_{name.replace('.', '_')}.png"
         plot_attention(probs, q_tokens, k_tokens, path, title=f"{name} ({note})" if note else name)
         paths.append(path)
     return paths
+
+
+def plot_matrices(matrices: dict, path, title: str, row_labels=None, col_labels=None) -> None:
+    """Heatmaps side by side, each entry's value printed in its cell: name -> (rows, cols) array, or
+    (H, rows, cols) for one row of panels per head. A probability matrix (every entry in [0, 1]) is drawn
+    on a sequential scale from 0 to 1; a gradient on a diverging scale centred at zero, so that the sign
+    reads as a colour (red positive, blue negative) and an exact zero as white."""
+    stacks = {name: np.asarray(m, dtype=float) for name, m in matrices.items()}
+    stacks = {name: m if m.ndim == 3 else m[None] for name, m in stacks.items()}
+    heads = next(iter(stacks.values())).shape[0]
+    rows, cols = next(iter(stacks.values())).shape[1:]
+    fig, axes = plt.subplots(
+        heads,
+        len(stacks),
+        figsize=(len(stacks) * (0.75 * cols + 1.2) + 0.4, heads * (0.6 * rows + 0.9) + 0.5),
+        squeeze=False,
+        layout="constrained",
+    )
+    for c, (name, stack) in enumerate(stacks.items()):
+        for h in range(heads):
+            ax, m = axes[h, c], stack[h]
+            if m.min() >= 0 and m.max() <= 1:
+                norm, cmap = matplotlib.colors.Normalize(0.0, 1.0), "Greens"
+            else:
+                top = float(np.abs(m).max()) or 1.0
+                norm, cmap = matplotlib.colors.TwoSlopeNorm(0.0, -top, top), "RdBu_r"
+            ax.imshow(m, cmap=cmap, norm=norm)
+            for (i, j), v in np.ndenumerate(m):
+                dark = abs(norm(v) - (0.0 if cmap == "Greens" else 0.5)) > (0.6 if cmap == "Greens" else 0.35)
+                text = f"{v:.2f}".replace("-0.00", "0.00")  # a rounding residue is zero, whatever its sign
+                ax.text(j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black")
+            ax.set_xticks(range(cols), col_labels if col_labels is not None else [f"key {j}" for j in range(cols)])
+            ax.set_yticks(range(rows), row_labels if row_labels is not None else [f"query {i}" for i in range(rows)])
+            ax.tick_params(labelsize=9)
+            ax.set_title(f"{name}, head {h}" if heads > 1 else name, fontsize=11)
+    fig.suptitle(title + " (each panel on its own colour scale)", fontsize=11)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_computation_graph(nodes: dict, edges: list, path, title: str, size=(7.3, 3.6)) -> None:
+    """A computation graph, forward and backward: nodes name -> (x, y, text), edges (source, target, value,
+    shape), the value's name written as TeX (`X_{kv}`). Each edge is drawn twice: the forward arrow in
+    black, labelled with the value and its shape, and beside it the backward arrow in red, target to
+    source, labelled with the value's gradient (the same shape). Where one value feeds several edges,
+    their gradients add at the source. An edge whose value is "" (integer ids) has no backward arrow."""
+    fig, ax = plt.subplots(figsize=size, layout="constrained")
+    xs, ys = [x for x, _, _ in nodes.values()], [y for _, y, _ in nodes.values()]
+    ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
+    ax.set_ylim(min(ys) - 0.6, max(ys) + 0.6)
+    ax.axis("off")
+    boxes = {
+        name: ax.text(
+            x,
+            y,
+            text,
+            ha="center",
+            va="center",
+            fontsize=9,
+            zorder=3,
+            bbox=dict(boxstyle="round,pad=0.35", facecolor="#eef3fb", edgecolor="#4a6fa5"),
+        )
+        for name, (x, y, text) in nodes.items()
+    }
+    fig.canvas.draw()  # lay the boxes out, so that the arrows can stop at their edges
+    for source, target, value, shape in edges:
+        (x0, y0, _), (x1, y1, _) = nodes[source], nodes[target]
+        dx, dy = x1 - x0, y1 - y0
+        length = math.hypot(dx, dy)
+        nx, ny = -dy / length * 0.07, dx / length * 0.07  # a small offset to the left of the forward direction
+        arrows = [((x0 + nx, y0 + ny), (x1 + nx, y1 + ny), "black", "-")]
+        if value:  # an unnamed value (integer ids) has no gradient: no arrow back
+            arrows.append(((x1 - nx, y1 - ny), (x0 - nx, y0 - ny), "tab:red", "--"))
+        for start, end, color, style in arrows:
+            first, second = (source, target) if color == "black" else (target, source)
+            ax.annotate(
+                "",
+                end,
+                start,
+                arrowprops=dict(
+                    arrowstyle="-|>",
+                    color=color,
+                    lw=1.1,
+                    linestyle=style,
+                    shrinkA=2,
+                    shrinkB=2,
+                    patchA=boxes[first].get_bbox_patch(),
+                    patchB=boxes[second].get_bbox_patch(),
+                ),
+            )
+        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+        label = f"${value}$\n{shape}" if value else shape
+        ax.text(mx + 4 * nx, my + 4 * ny, label, ha="center", va="center", fontsize=8, linespacing=1.0)
+        if value:
+            ax.text(mx - 3 * nx, my - 3 * ny, f"$d{value}$", ha="center", va="center", fontsize=8, color="tab:red")
+    ax.set_title(title + "\nblack: forward, value and shape; red, dashed: backward, its gradient", fontsize=10)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -510,7 +510,7 @@ def decoder_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# Parameters: names and shapes (DESIGN.md), and the initialisation.
+# Parameters: names and shapes (docs/conventions.md), and the initialisation.
 
 
 def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False) -> dict:
@@ -741,7 +741,7 @@ class _Model:
     # -- state dicts -----------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """A copy of every parameter, keyed by its state-dict name (DESIGN.md)."""
+        """A copy of every parameter, keyed by its state-dict name (docs/conventions.md)."""
         return {k: v.copy() for k, v in self.params.items()}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:

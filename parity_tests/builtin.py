@@ -1,6 +1,6 @@
 """Cases that compare the NumPy reference with PyTorch's own built-in layers.
 
-A DESIGN.md parameter dict is mapped onto nn.MultiheadAttention, nn.LayerNorm,
+A parameter dict (the names of docs/conventions.md) is mapped onto nn.MultiheadAttention, nn.LayerNorm,
 nn.TransformerEncoderLayer and nn.TransformerDecoderLayer (batch_first; q, k and v concatenated
 into in_proj_weight; norm1/norm2/norm3 for our self_attn_norm/cross_attn_norm/ffn_norm). torch's
 boolean masks mean True = "masked out", the opposite of ours, so every mask is inverted on the way.
@@ -58,7 +58,7 @@ def in_proj(params: dict, prefix: str) -> dict:
 
 
 def builtin_layer_params(params: dict, cross: bool) -> dict:
-    """DESIGN.md names -> nn.TransformerEncoderLayer (cross=False) / nn.TransformerDecoderLayer names."""
+    """The state-dict names -> nn.TransformerEncoderLayer (cross=False) / nn.TransformerDecoderLayer names."""
     mapped = in_proj(params, "self_attn.")
     norms = {"self_attn_norm": "norm1", "ffn_norm": "norm2"}
     if cross:

@@ -4,7 +4,7 @@ One `Case` per operation: the NumPy forward/backward pair with its arguments, an
 computation written with PyTorch's own ops (`F.*`, or a `torch_transformer` module run with the
 NumPy parameters through `torch.func.functional_call`). `run_case` feeds both the same inputs and
 the same random upstream gradient and returns the outputs and every input/parameter gradient side
-by side; `relative_errors` judges them as DESIGN.md says.
+by side; `relative_errors` judges them as docs/conventions.md says.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from numpy_transformer import gradcheck
 from numpy_transformer import layers as L
 from numpy_transformer import loss as np_loss
 
-# DESIGN.md: error = max|a - b| / max(max|b|, f * s), s the largest |value| in the same comparison.
+# docs/conventions.md: error = max|a - b| / max(max|b|, f * s), s the largest |value| in the same comparison.
 FLOOR = {np.dtype(np.float64): 1e-3, np.dtype(np.float32): 1e-1}
 BAR = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-5}
 FD_BAR = 1e-6
@@ -77,7 +77,8 @@ def relative_errors(pairs: dict, dtype) -> dict:
 
 
 def bars(result: Result, dtype) -> dict:
-    """name -> the bar each output and gradient of `result` is judged by: DESIGN.md's bar for `dtype`, or, where the
+    """name -> the bar each output and gradient of `result` is judged by: the conventions' bar for `dtype`, or,
+    where the
     result carries the reference's own float32 errors, min(FLOAT32_CAP, max(bar, SELF_RATIO * that error))."""
     bar = BAR[np.dtype(dtype)]
     names = [*result.outputs, *result.grads]
@@ -136,7 +137,7 @@ class Result:
     outputs: dict = field(default_factory=dict)  # name -> (numpy, torch)
     grads: dict = field(default_factory=dict)  # name -> (numpy, torch)
     # name -> the reference's own float32 relative error (its float32 run against its float64 run), when a float32
-    # result is judged by what float32 can do on that model (see SELF_RATIO); None: DESIGN.md's bar.
+    # result is judged by what float32 can do on that model (see SELF_RATIO); None: the conventions' bar.
     reference_float32: dict | None = None
 
 

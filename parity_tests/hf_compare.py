@@ -5,7 +5,7 @@ tests in test_hf.py and test_hf_seq2seq.py and for the parity report.
     directory = ...                                       # any empty directory
     theirs = build_tiny("llama", directory, seed=0)       # a tiny random model, written with save_pretrained
     result = compare_hf("llama", np.float64, side="numpy", num_key_value_heads=1)
-    components.failures(result, np.float64)               # DESIGN.md's error measure and bars
+    components.failures(result, np.float64)               # the conventions' error measure and bars
 
 A comparison loads the checkpoint with our `hf.load` (NumPy or torch side), runs the same ids through
 both models, backpropagates the same random upstream gradient through both, and pairs the outputs

@@ -6,8 +6,8 @@ trained Marian and BART; the real all-MiniLM-L6-v2).
     transformer-parity --dtype float64 --norm pre --activation gelu --json report.json
 
 For each component, dtype and device it prints max |diff| and the relative error of the outputs
-and of the gradients (DESIGN.md's measure), the finite-difference error of the NumPy backward
-(float64), and whether all of them are within DESIGN.md's bars. Exit status 1 if anything fails.
+and of the gradients (the conventions' measure), the finite-difference error of the NumPy backward
+(float64), and whether all of them are within the conventions' bars. Exit status 1 if anything fails.
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def _record(name, dtype_name, device, result, fd_err) -> dict:
 
 def _own_float32(result, dtype) -> dict | None:
     """For a result judged by the reference's own float32 error: the tensor of ours closest to its bar, with our
-    error, the reference's own float32 error and the bar; None for a result judged by DESIGN.md's bar."""
+    error, the reference's own float32 error and the bar; None for a result judged by the conventions' bar."""
     if result.reference_float32 is None:
         return None
     allowed = C.bars(result, dtype)

@@ -177,7 +177,7 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 37  # DESIGN.md's 18, 7 Llama ids (test_check_llama.py), 12 backward ids (test_grader.py)
+    assert len(CATALOGUE) == 37  # the original 18, 7 Llama ids (test_check_llama.py), 12 backward ids (test_grader.py)
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
 
 

@@ -3,7 +3,7 @@ entries (dtypes, shapes, offsets), metadata and config.json, and re-saves them w
 re-typed or re-shaped. Every bad file must
 
 - raise ValueError whose message names the file (a missing file is FileNotFoundError, as before: the
-  project's format says "no checkpoint at ..."; `hf.load` says ValueError for a missing file, per DESIGN.md);
+  project's format says "no checkpoint at ..."; `hf.load` says ValueError for a missing file, per docs/conventions.md);
 - leave the model it was loading into bitwise as it was (`load_into`, both sides), and `hf.load` returns a
   model only when every one of its tensors is the file's;
 - allocate no more than the file's size plus a small constant (tracemalloc, NumPy side: safetensors hands
@@ -453,7 +453,7 @@ def test_the_intact_bfloat16_file_reads_exactly(bfloat16_file):
 
 def test_missing_files(tmp_path):
     """A missing checkpoint is FileNotFoundError in the project's format (both sides, as before), ValueError for a
-    Hugging Face directory (DESIGN.md: "a missing file ... raises ValueError")."""
+    Hugging Face directory (a missing file raises ValueError)."""
     for loader in (np_ckpt.load_checkpoint, np_ckpt.read_checkpoint, torch_ckpt.load_checkpoint):
         with pytest.raises(FileNotFoundError, match="no checkpoint at"):
             loader(tmp_path / "nope.safetensors")

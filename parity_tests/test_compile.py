@@ -1,6 +1,6 @@
 """torch.compile of the three torch models: one graph per forward (no graph breaks, so no `Tensor.item()`
 and no host-device synchronisation), in training and eval mode, for every model option; compiled outputs
-and gradients equal eager and the NumPy reference within DESIGN.md's float32 bar.
+and gradients equal eager and the NumPy reference within the conventions' float32 bar.
 
 Graph breaks are counted with `torch._dynamo.explain` (tracing only, no code generation). Equality runs
 through `backend="aot_eager"` (Dynamo's graph and AOTAutograd's forward and backward graphs, executed by

@@ -139,7 +139,7 @@ def torchrun(args: list[str], nproc: int = 2, timeout: float = 120) -> subproces
 
 
 def worst_error(ours: dict, reference: dict) -> float:
-    """DESIGN.md's measure over every gradient: max |a - b| / max(max |b|, 1e-3 * largest |b| of all)."""
+    """The measure of docs/conventions.md over every gradient: max |a - b| / max(max |b|, 1e-3 * largest |b| of all)."""
     from parity_tests.components import relative_errors
 
     pairs = {name: (ours[name], reference[name]) for name in reference}

@@ -1,6 +1,6 @@
 """Inputs users really send: -inf logits, constant and huge rows, saturated attention, activations far out.
 
-Each case either matches torch (outputs and gradients, DESIGN.md's error measure, where torch's result is
+Each case either matches torch (outputs and gradients, the conventions' error measure, where torch's result is
 finite; identical inf entries where torch's loss is +inf), or raises a clear ValueError where torch would
 return NaN. Never a silent NaN. Three deliberate differences, each tested against the exact answer:
 - a softmax row that is all -inf (no mask given) attends to nothing, zeros, as a fully masked row does
@@ -35,9 +35,9 @@ def torch_pair(fn, dout, *inputs):
 
 
 def assert_close(ours, theirs, dtype, what: str, bar_dtype=None):
-    """Equal non-finite entries (the same inf in the same place), and the finite ones within DESIGN's bar
+    """Equal non-finite entries (the same inf in the same place), and the finite ones within the conventions' bar
     (of `bar_dtype`, default `dtype`). Several tensors of one comparison: pass dicts name -> array, judged
-    together (DESIGN's floor: a tensor's noise is measured against the largest tensor of the comparison)."""
+    together (the conventions' floor: a tensor's noise is measured against the largest tensor of the comparison)."""
     if not isinstance(ours, dict):
         ours, theirs = {what: ours}, {what: theirs}
     pairs = {}
@@ -215,7 +215,7 @@ def test_softmax_with_nan_or_plus_inf_raises(bad):
 def test_attention_with_scores_of_1e4_matches_torch(dtype, masked):
     """Scores of about +-1e4 (saturated softmax rows): the same output and dq, dk, dv as torch. The reference
     is torch in float64 on the same inputs: there torch's own float32 kernel is off by ~1e-5 (relative, with
-    DESIGN's floor) in dq, where ours stays within 1e-14."""
+    the conventions' floor) in dq, where ours stays within 1e-14."""
     rng = np.random.default_rng(4)
     q = (rng.standard_normal((2, 2, 5, 8)) * 60).astype(dtype)  # q.k / sqrt(8) reaches ~1e4
     k = (rng.standard_normal((2, 2, 6, 8)) * 60).astype(dtype)

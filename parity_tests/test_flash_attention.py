@@ -41,7 +41,7 @@ from .components import (
 )
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "flash_attention.py"
-# Tiled vs plain NumPy: the same sums in another order, so rounding apart (DESIGN's error measure).
+# Tiled vs plain NumPy: the same sums in another order, so rounding apart (the conventions' error measure).
 PLAIN_BAR = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}
 DTYPES = [np.float64, np.float32]
 
@@ -143,7 +143,8 @@ def test_fully_masked_rows_give_exact_zeros(is_causal: bool) -> None:
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
 def test_finite_differences(is_causal: bool) -> None:
-    """DESIGN's bar, every coordinate, float64, several blocks each way, a padding mask and a fully masked row."""
+    """The conventions' bar, every coordinate, float64, several blocks each way, a padding mask and a fully masked
+    row."""
     rng = np.random.default_rng(2)
     B, H, T_q, T_k, Dh = 1, 2, 5, 7, 3
     q, k, v = _inputs(rng, np.float64, B, H, T_q, T_k, Dh)
@@ -404,7 +405,7 @@ def test_flash_model_equals_plain_model(name: str) -> None:
 @pytest.mark.parametrize("name", list(MODEL_CASES))
 def test_flash_model_matches_torch(name: str, dtype, device: str) -> None:
     """A flash NumPy model against torch_transformer (whose F.scaled_dot_product_attention is itself fused), by
-    DESIGN's bars. A flash model has no attention maps to compare; everything else (hidden states, logits,
+    the conventions' bars. A flash model has no attention maps to compare; everything else (hidden states, logits,
     loss, every gradient) is compared."""
     family, fields, scenario, lengths = MODEL_CASES[name]
     config = nt.TransformerConfig(**fields, attention="flash")

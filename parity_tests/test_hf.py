@@ -49,7 +49,7 @@ def assert_parity(result, dtype):
 
 
 def assert_within(result, bar: float):
-    """Every output and gradient within `bar` by DESIGN.md's measure, with the float64 floor (1e-3)."""
+    """Every output and gradient within `bar` by the conventions' measure, with the float64 floor (1e-3)."""
     for pairs in (result.outputs, result.grads):
         for name, (diff, err) in C.relative_errors(pairs, np.float64).items():
             assert err <= bar, f"{name}: relative error {err:.3e} > {bar:.0e} (max |diff| {diff:.3e})"
@@ -445,7 +445,7 @@ def test_float32_rule_takes_the_reference_error_per_tensor_with_floor_and_cap():
     failed = C.failures(result, np.float32)
     assert [line.split(":")[0] for line in failed] == ["gradient a", "gradient c"]
     assert "the reference's own float32 error 1.000e-05" in failed[0]
-    result.reference_float32 = None  # DESIGN.md's bar: out and a and c fail
+    result.reference_float32 = None  # The bar of docs/conventions.md: out and a and c fail
     assert len(C.failures(result, np.float32)) == 3
 
 

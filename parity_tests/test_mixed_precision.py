@@ -1,7 +1,7 @@
 """Mixed precision: bfloat16 autocast (CPU, and CUDA when present) runs the three torch models forward and
 backward, and its error against the float32 NumPy reference stays within a measured, documented bound.
 
-The measure is DESIGN.md's (max |a - b| / max(max |b|, 0.1 * the largest |b| of the comparison)). bfloat16
+The measure is the conventions' (max |a - b| / max(max |b|, 0.1 * the largest |b| of the comparison)). bfloat16
 keeps 8 significant bits (unit roundoff 2**-8 = 3.9e-3). Measured on the CPU over 12 seeds of the cases
 below (float32 weights, autocast around the forward): outputs (logits, loss, hidden states) at most 1.3e-2,
 parameter gradients at most 4.1e-2. The bounds asserted, with margin: OUTPUT_BOUND 3e-2, GRADIENT_BOUND 1e-1.

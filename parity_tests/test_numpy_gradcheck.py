@@ -1,6 +1,6 @@
 """Every hand-written backward pass of numpy_transformer against central finite differences.
 
-DESIGN.md's bar: per coordinate |fd - analytic| / max(|fd|, |analytic|, 1e-2) <= 1e-6, central step
+The bar of docs/conventions.md: per coordinate |fd - analytic| / max(|fd|, |analytic|, 1e-2) <= 1e-6, central step
 1e-5, float64, with a random upstream gradient (numpy_transformer.gradcheck draws one from a seeded
 generator: never all ones, never a plain .sum()). Besides the bar, every compared gradient must be
 non-zero, so that no check passes vacuously; the one exception is the key projection's bias of

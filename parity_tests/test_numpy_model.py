@@ -481,7 +481,8 @@ def test_tied_embeddings_add_both_paths():
 
 
 def expected_state_shapes(cfg: TransformerConfig, lm: bool) -> dict:
-    """DESIGN.md's list, written out again here independently of numpy_transformer.parameter_shapes, in the
+    """The list of docs/conventions.md, written out again here independently of numpy_transformer.parameter_shapes,
+    in the
     order of the state dict. With the options after the paper: no norm biases with RMSNorm, no linear
     biases without `bias`, ffn.gate.* before linear1 when gated, k_proj/v_proj of width n_kv_heads * Dh,
     no position table with rotary positions, no output_proj.bias without `output_bias`."""

@@ -2,7 +2,7 @@
 
 float64, the same batches, label smoothing on, dropout on with the same units dropped on both
 sides, gradient clipping and the paper's schedule: every step's loss within 1e-10 and every
-weight within 1e-10 (DESIGN.md's relative error) after the last step.
+weight within 1e-10 (the conventions' relative error) after the last step.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 DataParallel runs the reference code on parts of the batch in threads and adds the parts' gradients. The
 plain path, fed the same dropout masks (the fast path's, replayed by site), must give the same loss, outputs
-and gradients: float64 to 1e-12 (only the sums over the batch split differently), float32 within DESIGN.md's
+and gradients: float64 to 1e-12 (only the sums over the batch split differently), float32 within the conventions'
 1e-5. A seeded fast step repeats bit for bit, its masks replay into torch_transformer, and the optimizer's
 chunked, threaded step equals the plain element-wise update applied to whole tensors, bitwise.
 """
@@ -297,7 +297,8 @@ def test_chunked_optimizer_step_equals_whole_tensor_updates(make, monkeypatch):
 
 @pytest.mark.parametrize("float32_kernels", [True, False], ids=["float32-kernels", "reference-kernels"])
 def test_gelu_model_in_float32(float32_kernels):
-    """A GELU model in float32: the fast path's float32 GELU (or the reference's, when asked) within DESIGN's bar."""
+    """A GELU model in float32: the fast path's float32 GELU (or the reference's, when asked) within the
+    conventions' bar."""
     fast = nt.EncoderModel(BERT, seed=2, dtype=np.float32).train()
     plain = nt.EncoderModel(BERT, seed=2, dtype=np.float32).train()
     rng = np.random.default_rng(5)

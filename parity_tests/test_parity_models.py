@@ -1,7 +1,7 @@
 """Whole models: one state dict into the NumPy reference and torch_transformer.
 
 Logits, loss, every parameter gradient by name, and every layer's hidden state and attention
-map, so a failure names the first layer where the two disagree. Over DESIGN.md's grid of
+map, so a failure names the first layer where the two disagree. Over the conventions' grid of
 configurations and mask scenarios, for Transformer and TransformerLM, float64 and float32,
 evaluation and training mode (dropout on, the same units dropped on both sides).
 """

@@ -68,7 +68,7 @@ def test_scores_follow_each_rule() -> None:
 @pytest.mark.parametrize("name", list(RULES))
 def test_numpy_and_torch_agree_with_each_rule(name, dtype) -> None:
     """A TransformerLM and a Transformer (encoder self-attention with ALiBi, no window; cross-attention with
-    neither) with padding: outputs and every gradient within DESIGN.md's bars."""
+    neither) with padding: outputs and every gradient within the conventions' bars."""
     config = nt.TransformerConfig(**BASE, **RULES[name])
     rng = np.random.default_rng(1)
     for cls in ("TransformerLM", "Transformer"):

@@ -1,4 +1,4 @@
-"""Tests of `torch_transformer` on its own: the state-dict contract of DESIGN.md, the two attention
+"""Tests of `torch_transformer` on its own: the state-dict contract of docs/conventions.md, the two attention
 paths, masks, dropout keep-masks, device hygiene and the error messages.
 
 Gradients are taken with random upstream gradients (never `.sum()`, which would make the softmax and
@@ -81,7 +81,7 @@ def forward_backward(model, inputs, seed: int = 3, **kwargs):
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor, scale: float, floor: float = 1e-3) -> float:
-    """DESIGN.md's error: max|a - b| / max(max|b|, floor * scale)."""
+    """The error of docs/conventions.md: max|a - b| / max(max|b|, floor * scale)."""
     return ((a - b).abs().max() / max(b.abs().max().item(), floor * scale)).item()
 
 
@@ -98,7 +98,7 @@ def assert_gradients_useful(grads: dict) -> None:
     assert any(grad.abs().max() > 0 for grad in grads.values()), "all gradients are zero"
 
 
-# --- The state-dict contract, written out from DESIGN.md independently of the modules ----------------
+# --- The state-dict contract, written out from docs/conventions.md independently of the modules ----------------
 
 
 def expected_state_dict_shapes(c: TransformerConfig, lm: bool) -> dict[str, tuple[int, ...]]:

@@ -4,7 +4,8 @@ These are the users' models the checker (parity_tests.check) is tested on. None 
 names or layout: each has its own parameter names, its own calling convention and its own masks.
 
 - `Attention`, `LayerNorm`, `Embedding`, `Positions`, `attention_function`: components in the style of the
-  bentrevett / Annotated Transformer notebooks, with `mistake=` naming a catalogue id (DESIGN.md) to put in.
+  bentrevett / Annotated Transformer notebooks, with `mistake=` naming a catalogue id
+  (docs/howto/check_your_model.md) to put in.
 - `EncoderLayer`, `DecoderLayer`, `Seq2Seq`: an encoder-decoder with separate q/k/v linears, learned positions,
   masks built inside from the pad id, softmax probabilities out (style C).
 - `HeadwiseLM`: a decoder-only model with one small module per head (Karpathy's "Let's build GPT"), bias-free

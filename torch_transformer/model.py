@@ -1,7 +1,7 @@
 """The encoder-decoder `Transformer`, the decoder-only `TransformerLM` and the encoder-only `EncoderModel`.
 
 Shape letters: B batch, S source length, T target length, D d_model, H heads, F d_ff, V vocabulary.
-State-dict names follow DESIGN.md exactly; the NumPy reference uses the same names.
+State-dict names follow docs/conventions.md exactly; the NumPy reference uses the same names.
 """
 
 from __future__ import annotations

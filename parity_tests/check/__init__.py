@@ -7,7 +7,7 @@
 
 Llama-style modules (RMSNorm, rotary positions, grouped-query attention, SwiGLU) are judged as "transformer_lm",
 "decoder_only_layer", "multi_head_attention", "rms_norm" and "gated_feed_forward", their config and RoPE pairing
-inferred. DESIGN.md, "Checking a user's implementation", is the contract (names, result fields, catalogue ids).
+inferred. docs/howto/check_your_model.md is the contract (names, result fields, catalogue ids).
 The parts:
 
 - mapping.py   the user's parameters read as pieces (linears, fused projections, per-head slices, norms, tables)

@@ -7,7 +7,7 @@ The steps, each a function below:
 3. find the calling convention (calling.callers) and the config candidates (pre/post-norm, activation, embedding
    scale) under which the outputs agree;
 4. compare the output, every parameter gradient and every input gradient, with one random upstream gradient
-   (zero at padded target positions), in float64 and float32, by DESIGN.md's relative error and bars;
+   (zero at padded target positions), in float64 and float32, by the conventions' relative error and bars;
 5. probe what a plain comparison cannot see (dropout in evaluation mode, overflow at large scores), and, when
    something diverges, find the user's first divergent submodule (forward hooks) and the catalogue's variants that
    reproduce its output.
@@ -286,7 +286,7 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
 
 
 def fully_padded_source(session, caller, cfg, kind, result) -> None:
-    """The edge DESIGN.md fixes and tutorials leave open: a source sequence that is all padding. The reference
+    """The edge docs/conventions.md fixes and tutorials leave open: a source sequence that is all padding. The reference
     attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
     and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
     targets sees it only when a batch holds an empty source."""
@@ -468,7 +468,7 @@ def module(
     **fields,
 ) -> Result:
     """Judge `user_module` (a torch.nn.Module, or a function for scaled_dot_product_attention) against the
-    reference `reference`; see DESIGN.md, "Checking a user's implementation", and print(result) for the report.
+    reference `reference`; see docs/howto/check_your_model.md, and print(result) for the report.
 
     config: a TransformerConfig, or its fields as keywords (n_heads=, pad_id=, ...) for what the shapes cannot
     tell. mapping: the printed map (user name -> reference name, or (name, layout note)) to use instead of the

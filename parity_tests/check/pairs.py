@@ -1,6 +1,6 @@
 """check.pair: a user's NumPy forward/backward pair against the reference pair and central finite differences.
 
-The user's pair follows the reference's protocol (DESIGN.md): `out, cache = forward(**args)`, and
+The user's pair follows the reference's protocol (docs/conventions.md): `out, cache = forward(**args)`, and
 `backward(dout, cache)` returns the gradients of the inputs named below, in the forward's order (a single array
 when there is one; a composite's params dict gets a grads dict). cross_entropy's backward is
 `backward(cache, dloss)`, as the reference's. Each pair is run on several cases (shapes, padding, a fully masked

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# DESIGN.md's catalogue: id -> the line of math the mistake changes. Ids are stable; new ones may be added.
+# The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes. Ids are stable; new
+# ones may be added.
 CATALOGUE = {
     "layer_norm.unbiased_variance": "var = sum((x - mean)^2) / (n - 1) instead of / n",
     "layer_norm.eps_outside_sqrt": "y = (x - mean) / (sqrt(var) + eps) instead of / sqrt(var + eps)",
@@ -131,7 +132,7 @@ class Row:
 
 @dataclass
 class Result:
-    """The verdict of check.module or check.pair (DESIGN.md, "Checking a user's implementation")."""
+    """The verdict of check.module or check.pair (docs/howto/check_your_model.md)."""
 
     reference: str
     passed: bool = False
