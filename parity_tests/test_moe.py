@@ -92,7 +92,7 @@ def torch_run(block, x, dy, device, aux=None, selected=None):
 
 
 def assert_close(ours: dict, theirs: dict, dtype, what: str) -> None:
-    """Every tensor within DESIGN.md's bar for dtype (the error of each against the largest of its comparison)."""
+    """Every tensor within the bar for dtype (docs/conventions.md) (the error of each against the largest of its comparison)."""
     bar = C.BAR[np.dtype(dtype)]
     assert sorted(ours) == sorted(theirs), what
     for name, (diff, err) in C.relative_errors({k: (ours[k], theirs[k]) for k in ours}, dtype).items():
@@ -181,7 +181,7 @@ def test_load_balancing_loss_matches_transformers(masked, dtype):
 
     transformers sums the counts and the probabilities in float32 whatever the logits' dtype, so the comparison is
     held to the float32 bar in both dtypes; torch_transformer's loss, computed in the logits' dtype, is held to
-    DESIGN.md's bar for the dtype."""
+    the bar for the dtype (docs/conventions.md)."""
     rng = np.random.default_rng(5)
     logits = [rng.standard_normal((B * T, E)).astype(dtype) for _ in range(3)]
     mask = MASK if masked else None
