@@ -48,7 +48,9 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
     pad_id: int | None = 0  # keys holding pad_id are masked out of attention; None: no padding token (GPT-2)
     bos_id: int | None = 1  # the decoder's start token in decoding (a Transformer's); None: the vocabulary has none
-    eos_id: int | None = 2  # decoding stops after it; None: the vocabulary has none, decoding runs to max_len
+    # decoding stops after it; a tuple: after any of them (Llama 3 lists several); None: the vocabulary has none,
+    # decoding runs to max_len
+    eos_id: int | tuple[int, ...] | None = 2
     tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
     # -- after the paper ----------------------------------------------------------------------
@@ -144,8 +146,13 @@ class TransformerConfig:
             )
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
-        for name in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, name)
+        if isinstance(self.eos_id, list):  # a checkpoint's JSON metadata holds the tuple as a list
+            object.__setattr__(self, "eos_id", tuple(self.eos_id))
+        if isinstance(self.eos_id, tuple) and not self.eos_id:
+            raise ValueError("eos_id must be a token id, a non-empty tuple of token ids, or None; got ()")
+        special = [("pad_id", self.pad_id), ("bos_id", self.bos_id)]
+        special += [("eos_id", token) for token in (self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,))]
+        for name, value in special:
             if value is None:
                 continue  # no such token (pad_id None: no id is ever masked)
             _check_int(name, value, minimum=0)
@@ -172,6 +179,13 @@ class TransformerConfig:
     def head_dim(self) -> int:
         """Dh, the width of one attention head."""
         return self.d_model // self.n_heads
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every end-of-sequence id: eos_id as a tuple (empty when None)."""
+        if self.eos_id is None:
+            return ()
+        return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
 
     @property
     def kv_heads(self) -> int:

@@ -207,7 +207,7 @@ def after_eos(cfg) -> int:
     (as transformers' generate does). Without an eos_id no row ends early, and the fill is never seen."""
     if cfg.pad_id is not None:
         return cfg.pad_id
-    return 0 if cfg.eos_id is None else cfg.eos_id
+    return cfg.eos_ids[0] if cfg.eos_ids else 0
 
 
 def beam_fill(model) -> int:
@@ -220,9 +220,9 @@ def beam_fill(model) -> int:
     return after_eos(model.config)
 
 
-def eos_of(cfg) -> int:
-    """The end-of-sequence id to compare generated tokens with; -1 (no token) when the vocabulary has none."""
-    return -1 if cfg.eos_id is None else cfg.eos_id
+def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
+    """Which tokens end a sequence: any of config.eos_ids (several in Llama 3's configs); none without an eos_id."""
+    return np.isin(tokens, cfg.eos_ids)
 
 
 def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
@@ -242,7 +242,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
             last_step = t == T_p + max_len - 1
             choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
             tokens[:, t] = np.where(done, after_eos(cfg), choice)
-            done |= tokens[:, t] == eos_of(cfg)
+            done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break
     return tokens[:, : t + 1], np.stack(step_logits, axis=1)
@@ -256,7 +256,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
 # the log-softmax of the logits and pad_id then set to -inf (never generated, as in greedy search; the
 # other tokens are not renormalised). Candidates are ranked per element by (-score, beam, token): a
 # stable sort of the flat index beam * V + token, so equal scores go to the lower beam, then the lower
-# token id. Of the 2K best (at most K are eos, one per beam, so at least K are not):
+# token id. Of the (1 + n_eos) K best, 2K at least (at most n_eos K are eos, n_eos per beam, so at least K are not):
 #   - an eos among the first K ranks finishes its hypothesis, with the normalised score
 #     sum of log-probs / (generated tokens, eos included) ** length_penalty;
 #   - the first K that are not eos (in rank order) become the new live hypotheses;
@@ -326,6 +326,9 @@ def beam_search_scores(
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
         cumulative = np.full((B, K), -np.inf, dtype=model.dtype)
         cumulative[:, 0] = 0.0
+        # Each beam may end with every eos id: of the best (1 + n_eos) K candidates (2K at least, as generate), K
+        # are not eos.
+        n_best = max(2, 1 + len(cfg.eos_ids)) * K
         finished = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order found
         stopped = np.zeros(B, dtype=bool)  # the element takes no more finished hypotheses
         for step in range(max_len):
@@ -333,16 +336,16 @@ def beam_search_scores(
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
             log_probs = allowed_scores(log_probs, model, tokens[:, :t], step == max_len - 1)
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
-            score, beam, token = best_candidates(cumulative, log_probs, 2 * K)  # (B, 2K) each
-            rows = np.arange(B)[:, None] * K + beam  # (B, 2K): the row each candidate continues
-            ends = token[:, :K] == eos_of(cfg)  # (B, K): the first K ranks that end a hypothesis
+            score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
+            rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues
+            ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
             collect_finished(finished, stopped, score, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = np.argsort(token == eos_of(cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            live = np.argsort(is_eos(token, cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
             cumulative = np.take_along_axis(score, live, axis=1)  # (B, K), best first
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
@@ -356,7 +359,7 @@ def beam_search_scores(
 
 def collect_finished(finished, stopped, score, rows, token, ends, generated, length, length_penalty) -> None:
     """Move the hypotheses that end at this step (`ends`, (B, K), among the first K ranks) into `finished`,
-    for the elements that still take them. score, rows, token (B, 2K); generated (N, length - 1) the
+    for the elements that still take them. score, rows, token (B, n_best); generated (N, length - 1) the
     tokens each row generated so far. A score of -inf comes from a beam that never was (vocabulary
     smaller than the beam) and is skipped."""
     K = ends.shape[1]

@@ -181,7 +181,7 @@ def _after_eos(c) -> int:
     """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
     if c.pad_id is not None:
         return c.pad_id
-    return 0 if c.eos_id is None else c.eos_id  # without an eos_id no row ends early: the fill is never seen
+    return c.eos_ids[0] if c.eos_ids else 0  # without an eos_id no row ends early: the fill is never seen
 
 
 def _beam_fill(model: nn.Module) -> int:
@@ -193,9 +193,9 @@ def _beam_fill(model: nn.Module) -> int:
     return _after_eos(model.config)
 
 
-def _eos(c) -> int:
-    """The end-of-sequence id; -1 (no token) when the vocabulary has none."""
-    return -1 if c.eos_id is None else c.eos_id
+def _is_eos(tokens: Tensor, c) -> Tensor:
+    """Which tokens end a sequence: any of config.eos_ids; none when the vocabulary has no eos."""
+    return torch.isin(tokens, tokens.new_tensor(c.eos_ids, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
             step_logits.append(logits)
             choice = _allowed_scores(logits, model, tokens[:, :t], t == T_p + max_len - 1).argmax(dim=-1)  # (B,)
             tokens[:, t] = choice.masked_fill(done, _after_eos(c))
-            done |= tokens[:, t] == _eos(c)
+            done |= _is_eos(tokens[:, t], c)
             if bool(done.all()):
                 break
     return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
@@ -240,9 +240,9 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
 # Beam search: the rules of numpy_transformer.decoding (those of transformers' generate), restated.
 #   score of a continuation = cumulative log-prob + log_softmax(logits)[token], pad_id at -inf;
 #   per element, rank the K * V continuations by (-score, beam, token) (stable sort, flat index
-#   beam * V + token) and keep the 2K best; eos within the first K ranks finishes a hypothesis with
-#   score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K ranks finish);
-#   the first K non-eos ones stay live. An element stops taking finished hypotheses once it has K
+#   beam * V + token) and keep the (1 + n_eos) K best (2K at least); eos within the first K ranks finishes
+#   a hypothesis with score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K
+#   ranks finish); the first K non-eos ones stay live. An element stops taking finished hypotheses once it has K
 #   (early_stopping True), or once it has K and its best live one, scored at its current length (at
 #   max_len for "never" with length_penalty > 0), cannot beat the worst of its best K (False). Best
 #   score wins, the earliest found among equals.
@@ -288,6 +288,7 @@ def beam_search_scores(
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)
         cumulative = torch.full((B, K), float("-inf"), dtype=model.decoder.token_embedding.weight.dtype, device=device)
         cumulative[:, 0] = 0.0  # the K beams start as one
+        n_best = max(2, 1 + len(c.eos_ids)) * K  # each beam may end with every eos id: K of these are not eos
         finished: list[list] = [[] for _ in range(B)]
         stopped = [False] * B  # the element takes no more finished hypotheses
         first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
@@ -299,9 +300,9 @@ def beam_search_scores(
             V = log_probs.shape[-1]
             scores = (cumulative[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
             top, index = torch.sort(scores, dim=1, descending=True, stable=True)  # ties: lower flat index
-            top, index = top[:, : 2 * K], index[:, : 2 * K]  # (B, 2K)
-            rows, token = first_row + index // V, index % V  # (B, 2K)
-            is_eos = token == _eos(c)
+            top, index = top[:, :n_best], index[:, :n_best]  # (B, n_best)
+            rows, token = first_row + index // V, index % V  # (B, n_best)
+            is_eos = _is_eos(token, c)
             ends = torch.ones_like(is_eos[:, :K]) if last else is_eos[:, :K]  # the last step: the first K all end
             _collect_finished(finished, stopped, top, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
             if last:
