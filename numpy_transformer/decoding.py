@@ -38,7 +38,7 @@ from .model import (
     padding_mask,
     sub,
 )
-from .validation import check_ids
+from .validation import check_attention_mask, check_ids
 
 # ----------------------------------------------------------------------------------------------
 # The cache: per decoder layer, a KVCache for self-attention (the keys and values of every position so far, or of
@@ -81,14 +81,15 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
     return DecoderCache(layers, memory, memory_mask, sub(params, "decoder"))
 
 
-def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
-    """Run new_ids (N, T_new) at positions cache.length .. through the decoder; extend the cache.
+def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray, attention_mask: np.ndarray | None = None):
+    """Run new_ids (N, T_new) at positions cache.length .. through the decoder; extend the cache. attention_mask
+    (N, cache.length + T_new): the real tokens of a left-padded prompt and everything after it, or None.
 
     Returns the logits of the last new position, (N, V): the distribution of the next token.
     """
     x, _ = decoder_forward(
         cache.decoder_params, new_ids, cache.memory, cache.memory_mask, model.config,
-        caches=cache.layers, start=cache.length,
+        caches=cache.layers, start=cache.length, attention_mask=attention_mask,
     )  # fmt: skip
     cache.length += new_ids.shape[1]
     x = model.scale_output(x[:, -1])  # (N, D): only the last position predicts
@@ -108,15 +109,18 @@ def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:
 
 
 class Incremental:
-    """use_cache=True: each step runs only the positions the cache has not seen."""
+    """use_cache=True: each step runs only the positions the cache has not seen. mask (N, T_max): the real tokens
+    (a left-padded prompt's, then every generated one), or None."""
 
-    def __init__(self, model, src_ids, n_rows: int, total_len: int):
+    def __init__(self, model, src_ids, n_rows: int, total_len: int, mask: np.ndarray | None = None):
         self.model = model
         self.cache = new_cache(model, src_ids, n_rows, total_len)
+        self.mask = mask
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
         """tokens (N, T), the whole prefix -> logits of the next token (N, V)."""
-        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :])
+        mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
+        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :], mask)
 
     def reorder(self, rows: np.ndarray) -> None:
         reorder_cache(self.cache, rows)
@@ -125,28 +129,39 @@ class Incremental:
 class Recompute:
     """use_cache=False: each step runs model.forward on the whole prefix and keeps its last position."""
 
-    def __init__(self, model, src_ids, n_copies: int):
+    def __init__(self, model, src_ids, n_copies: int, mask: np.ndarray | None = None):
         self.model = model
         self.src_ids = None if src_ids is None else np.repeat(src_ids, n_copies, axis=0)  # (N, S), one per beam
+        self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
         """tokens (N, T) -> logits of the next token (N, V)."""
         if self.src_ids is None:
-            return self.model.forward(tokens)[:, -1]
+            mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
+            return self.model.forward(tokens, attention_mask=mask)[:, -1]
         return self.model.forward(self.src_ids, tokens)[:, -1]
 
     def reorder(self, rows: np.ndarray) -> None:
         pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids
 
 
-def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool):
+def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None):
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
-    allows) and the source of next-token logits for N = B * n_copies rows."""
+    allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
+    real tokens of a left-padded prompt (the LM's), or None; every generated token is real."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    mask = None
+    if attention_mask is not None:
+        if isinstance(model, Transformer):
+            raise ValueError(
+                "attention_mask is for the prompt of a TransformerLM; a Transformer's source padding is config.pad_id"
+            )
+        mask = np.ones((prompt.shape[0] * n_copies, prompt.shape[1] + max_len), dtype=bool)  # (N, T_max)
+        mask[:, : prompt.shape[1]] = np.repeat(check_attention_mask(attention_mask, prompt), n_copies, axis=0)
     if use_cache:
         n_rows = prompt.shape[0] * n_copies
-        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len)
-    return prompt, max_len, Recompute(model, src_ids, n_copies)
+        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len, mask)
+    return prompt, max_len, Recompute(model, src_ids, n_copies, mask)
 
 
 def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
@@ -189,16 +204,18 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 # Greedy search.
 
 
-def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True) -> np.ndarray:
+def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None) -> np.ndarray:
     """Take the most likely token at every step (the lowest id among equals; never pad_id).
 
     model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
     max_len: the most tokens to generate (None: as many as config.max_len positions allow).
     use_cache False recomputes the whole prefix with model.forward at every step (slow; for checking).
+    attention_mask (B, T_p), TransformerLM only: 1/True = a real token of a left-padded prompt, as transformers'
+    generate() takes it (positions count the real tokens; padded keys are never attended to).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens; pad_id after a row's eos_id. Steps stop early once every row has produced eos_id.
     """
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache)
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask)
     return tokens
 
 
@@ -225,11 +242,11 @@ def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
     return np.isin(tokens, cfg.eos_ids)
 
 
-def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
+def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None):
     """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
     check_model(model)
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
         tokens = np.full((B, T_p + max_len), after_eos(cfg), dtype=np.int64)
@@ -295,21 +312,26 @@ def beam_search(
     length_penalty: float = 1.0,
     use_cache: bool = True,
     early_stopping: bool | str = False,
+    attention_mask=None,
 ) -> np.ndarray:
     """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
 
     Arguments and result as greedy_decode; max_len None generates up to config.max_len positions.
     length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
     favours longer outputs). early_stopping: True, False or "never", as transformers' generate.
+    attention_mask: a left-padded prompt's real tokens, as in greedy_decode.
     Returns int64 ids (B, T_p + L), the best hypothesis of each element, L the longest of them.
     """
-    tokens, _ = beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping)
+    tokens, _ = beam_search_scores(
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask
+    )
     return tokens
 
 
 def beam_search_scores(
-    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False
-):
+    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False,
+    attention_mask=None,
+):  # fmt: skip
     """beam_search that also returns each element's best normalised score, a list of B floats."""
     _check_int("beam_size", beam_size)
     _check_length_penalty(length_penalty)
@@ -318,7 +340,7 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
         tokens = np.full((B * K, T_p + max_len), after_eos(cfg), dtype=np.int64)

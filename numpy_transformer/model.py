@@ -45,7 +45,7 @@ from .layers import (
     sinusoidal_table,
 )
 from .scores import ScoreMod, alibi_slopes
-from .validation import check_float_array, check_ids
+from .validation import check_attention_mask, check_float_array, check_ids, mask_positions
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -71,12 +71,16 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray | None:
     return (ids != pad_id)[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0) -> tuple | None:
-    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), when the
-    config's positions are rotary; None otherwise."""
+def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None):
+    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
+    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads; None unless the config's
+    positions are rotary."""
     if config.positional != "rope":
         return None
-    return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
+    if positions is None:
+        return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
+    cos, sin = rope_angles(positions, config.head_dim, config.rope_theta, dtype)  # (B, T, Dh/2) each
+    return cos[:, None], sin[:, None]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,6 +102,7 @@ def embed_forward(
     site: str = "encoder",
     token_type_ids: np.ndarray | None = None,
     start: int = 0,
+    positions: np.ndarray | None = None,
 ):
     r"""ids (B, T) -> x (B, T, D): the token table E read at the ids, the positions PE of start .. start + T - 1
     and (BERT) the token types' table added, then the embedding norm (if any), then dropout:
@@ -112,7 +117,8 @@ def embed_forward(
     rotary positions (config.positional "rope") add nothing here: attention rotates queries and keys; nor does
     ALiBi ("alibi"), a bias on attention's scores.
     Token types (BERT) are added when params hold token_type_embedding.weight; token_type_ids None
-    means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time).
+    means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time). `positions`
+    (B, T): each row's own positions instead (a padded batch), PE read at them as a token table is read at ids.
     """
     embedding = params["token_embedding.weight"]
     scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
@@ -124,7 +130,11 @@ def embed_forward(
             table = params["position_embedding.weight"]
         else:
             table = _fixed_sinusoids(config.max_len, config.d_model, embedding.dtype.name, config.sinusoid_layout)
-        x, position_cache = add_positions_forward(x, table[start:] if start else table)
+        if positions is None:
+            x, position_cache = add_positions_forward(x, table[start:] if start else table)
+        else:  # every row its own positions: PE[positions], a lookup like the tokens'
+            pe, lookup_cache = embedding_forward(positions, table)  # (B, T, D)
+            x, position_cache = x + pe, ("rows", lookup_cache)
     type_cache = None
     if "token_type_embedding.weight" in params:
         if token_type_ids is None:
@@ -159,7 +169,10 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
     if type_cache is not None:
         grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
     if position_cache is not None:
-        dx, dtable = add_positions_backward(dx, position_cache)
+        if position_cache[0] == "rows":  # x + PE[positions]: dPE[p] sums dx over the tokens at position p
+            dtable = embedding_backward(dx, position_cache[1])
+        else:
+            dx, dtable = add_positions_backward(dx, position_cache)
         if learned:
             grads["position_embedding.weight"] = dtable
     grads["token_embedding.weight"] = embedding_backward(dx, token_cache)
@@ -318,6 +331,7 @@ def decoder_layer_forward(
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
+    key_padding: np.ndarray | None = None,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -326,14 +340,15 @@ def decoder_layer_forward(
     Cross-attention masks the source's padding (memory_mask, broadcastable to (B, H, T_tgt, T_src)).
     Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
     attention reads and extends (a forward-only call). bias_table: the stack's T5 relative position bias, read by
-    self-attention, or None.
+    self-attention, or None. key_padding (B, P): the real tokens of a padded batch by key position (True = real),
+    masked out of self-attention where False, or None.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     if memory is not None:
@@ -449,6 +464,7 @@ def decoder_forward(
     *,
     caches: list | None = None,
     start: int = 0,
+    attention_mask: np.ndarray | None = None,
 ):
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
@@ -459,9 +475,18 @@ def decoder_forward(
     padding sits at the end, where causality already hides it from every real position, and the loss
     ignores padded targets; a decoder input that starts with pad_id (Marian's decoder start token) is
     read as a token like any other. Cross-attention ignores padding in the source (memory_mask).
+
+    attention_mask (B, start + T_tgt) bool, True = a real token (a left-padded batch of the decoder-only model, as
+    transformers' attention_mask): padded keys are masked out, and each token's position is its row's count of
+    real tokens before it (validation.mask_positions), for the learned and rotary positions. Causality, a sliding
+    window and ALiBi read the index distance i - j, which equals the distance of those positions between the real
+    tokens of a left-padded row.
     """
-    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start)
-    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start)  # rotary (cos, sin), or None
+    positions = None
+    if attention_mask is not None:
+        positions = mask_positions(attention_mask)[:, start:]  # (B, T_tgt)
+    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start, positions=positions)
+    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start, positions)  # rotary (cos, sin), or None
     q_pos = np.arange(start, start + tgt_ids.shape[1])
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
@@ -469,6 +494,7 @@ def decoder_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
             site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+            key_padding=attention_mask,
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -846,17 +872,23 @@ class Transformer(_Model):
 class TransformerLM(_Model):
     """A decoder-only (GPT-style) language model: causal self-attention, no cross-attention.
 
-    forward(ids (B, T)) -> logits (B, T, V_tgt). Uses config.tgt_vocab_size and n_decoder_layers;
-    parameters are the "decoder.*" and "output_proj.*" entries of the state dict.
+    forward(ids (B, T), attention_mask (B, T) or None) -> logits (B, T, V_tgt). Uses config.tgt_vocab_size and
+    n_decoder_layers; parameters are the "decoder.*" and "output_proj.*" entries of the state dict.
     """
 
     decoder_only = True
 
-    def forward(self, ids, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(self, ids, attention_mask=None, dropout_masks: dict | None = None) -> np.ndarray:
+        """attention_mask: 1/True = a real token, 0/False = padding (transformers' meaning), for a left-padded
+        batch: padded keys are masked out and positions count the real tokens (decoder_forward). The logits
+        at padded positions are of no token (their rows attend to nothing)."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
+        mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
-        x, dec_cache = decoder_forward(sub(self.params, "decoder"), ids, None, None, cfg, dropout)  # (B, T, D)
+        x, dec_cache = decoder_forward(
+            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask
+        )  # (B, T, D)
         return self._output_forward(x, dropout, {"decoder": dec_cache})
 
     __call__ = forward

@@ -19,7 +19,9 @@ import transformers
 
 import numpy_transformer as nt
 import torch_transformer as tt
+from numpy_transformer import hf as numpy_hf
 from parity_tests import hf_compare as H
+from torch_transformer import hf as torch_hf
 
 transformers.logging.set_verbosity_error()
 
@@ -85,3 +87,92 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
         if step >= after and token not in continuation[:step] and token > 2:
             return int(token)
     raise AssertionError(f"no token appears for the first time after step {after}: {continuation}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Left-padded batches: the forward pass and every gradient, then greedy and beam search.
+
+# The tiny tied BLOOM repeats its last token whatever the prompt; untied and wider its continuations vary.
+LEFT_PADDED = {"gpt2": {}, "llama": {}, "mistral": {}, "bloom": {"hidden_size": 32, "tie_word_embeddings": False}}
+
+
+def left_padded_batch(vocab: int, seed: int = 0):
+    """ids (3, 7) and attention_mask (3, 7): row 0 unpadded, rows 1 and 2 with 2 and 4 pads on the left (pad
+    id 0 there; real ids avoid 0, 1, 2)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, vocab, size=(3, 7))
+    mask = np.ones((3, 7), dtype=np.int64)
+    for row, pads in ((1, 2), (2, 4)):
+        mask[row, :pads] = 0
+        ids[row, :pads] = 0
+    return ids, mask
+
+
+def theirs_padded_forward(model, family: str, ids, mask, upstream):
+    """transformers' logits (B, T, V) of a left-padded batch, positions from the mask as generate() makes them
+    (cumsum - 1, padding 0; BLOOM takes none: its ALiBi reads the mask), and its parameter gradients of
+    sum(logits * upstream)."""
+    model.zero_grad(set_to_none=True)
+    ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+    kwargs = {} if family == "bloom" else {"position_ids": (mask_t.cumsum(-1) - 1).masked_fill(mask_t == 0, 0)}
+    with H.patch_for(family, np.float64):
+        logits = model(input_ids=ids_t, attention_mask=mask_t, use_cache=False, **kwargs).logits
+        (logits * torch.from_numpy(upstream)).sum().backward()
+    grads = {name: H.to_numpy(p.grad) for name, p in model.named_parameters()}
+    return H.to_numpy(logits), grads
+
+
+def ours_padded_forward(model, side: str, ids, mask, upstream):
+    """Our logits and gradients (transformers' names) of the same batch and objective."""
+    if side == "numpy":
+        model.eval().zero_grad()
+        logits = model.forward(ids, attention_mask=mask)
+        model.backward(upstream)
+        return logits, numpy_hf.to_hf(model, model.grads, tied=False)
+    model.eval().zero_grad(set_to_none=True)
+    logits = model(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    (logits * torch.from_numpy(upstream)).sum().backward()
+    grads = torch_hf.to_hf(model, {n: p.grad for n, p in model.named_parameters()}, tied=False)
+    return H.to_numpy(logits), {k: H.to_numpy(v) for k, v in grads.items()}
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", list(LEFT_PADDED))
+def test_left_padded_forward_and_gradients_equal_transformers(family, side, tmp_path):
+    """float64, left-padded batch: logits at the real positions and every parameter gradient within 1e-10 of
+    transformers' (upstream gradient random at the real positions, zero at the padded ones, whose logits are of
+    no token on either side). Without the mask the real positions of the padded rows differ."""
+    theirs_model = H.build_tiny(family, tmp_path, **LEFT_PADDED[family]).double()
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    ids, mask = left_padded_batch(H.TINY[family]["vocab_size"])
+    upstream = np.random.default_rng(1).standard_normal((*ids.shape, H.TINY[family]["vocab_size"]))
+    upstream *= mask[..., None]
+    theirs, theirs_grads = theirs_padded_forward(theirs_model, family, ids, mask, upstream)
+    ours, ours_grads = ours_padded_forward(ours_model, side, ids, mask, upstream)
+    real = mask.astype(bool)
+    scale = np.abs(theirs[real]).max()
+    assert np.abs(ours[real] - theirs[real]).max() <= 1e-10 * scale
+    assert set(ours_grads) == set(theirs_grads)
+    for name, theirs_grad in theirs_grads.items():
+        assert np.any(theirs_grad), f"{name}: zero gradient, nothing compared"
+        err = np.abs(ours_grads[name] - theirs_grad).max() / np.abs(theirs_grad).max()
+        assert err <= 1e-10, f"{name}: relative error {err:.2e}"
+    unmasked, _ = ours_padded_forward(ours_model, side, ids, np.ones_like(mask), upstream)
+    assert np.abs(unmasked[real] - theirs[real]).max() > 1e-3 * scale  # the mask matters
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", list(LEFT_PADDED))
+def test_left_padded_prompts_decode_as_generate(family, side, tmp_path):
+    """Greedy and beam search (3 beams), cached and not, on a left-padded batch with its attention_mask: equal
+    to generate() on the same batch (Mistral's window of 3 rolls over the padding from the first step)."""
+    theirs_model = H.build_tiny(family, tmp_path, **LEFT_PADDED[family]).double()
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    ids, mask = left_padded_batch(H.TINY[family]["vocab_size"], seed=3)
+    for num_beams in (1, 3):
+        theirs = theirs_decode(theirs_model, family, ids, num_beams, 6, attention_mask=mask)
+        for use_cache in (True, False):
+            ours = ours_decode(ours_model, ids, side, num_beams, 6, use_cache, attention_mask=mask)
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"num_beams={num_beams}, use_cache={use_cache}")
+    unmasked = ours_decode(ours_model, ids, side, 1, 6, True)  # the pads read as tokens at positions 0, 1, ...
+    assert not np.array_equal(unmasked, theirs_decode(theirs_model, family, ids, 1, 6, attention_mask=mask))

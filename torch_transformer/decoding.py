@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .attention import KVCache, MemoryCache, padding_mask
-from .model import Transformer, TransformerLM, check_ids
+from .model import Transformer, TransformerLM, check_attention_mask, check_ids
 
 # ----------------------------------------------------------------------------------------------
 # The cache: per decoder layer a KVCache (self-attention) and a MemoryCache (cross-attention), which attention
@@ -73,9 +73,14 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
     return DecoderCache(layers, memory, memory_mask)
 
 
-def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tensor:
-    """new_ids (N, T_new) at positions cache.length .. -> logits of the last one, (N, V); extends the cache."""
-    x = model.decoder(new_ids, cache.memory, cache.memory_mask, caches=cache.layers, start=cache.length)
+def decoder_step(
+    model: nn.Module, cache: DecoderCache, new_ids: Tensor, attention_mask: Tensor | None = None
+) -> Tensor:
+    """new_ids (N, T_new) at positions cache.length .. -> logits of the last one, (N, V); extends the cache.
+    attention_mask (N, cache.length + T_new): the real tokens of a left-padded prompt and after, or None."""
+    x = model.decoder(
+        new_ids, cache.memory, cache.memory_mask, caches=cache.layers, start=cache.length, attention_mask=attention_mask
+    )
     cache.length += new_ids.shape[1]
     return model.output_logits(x[:, -1])  # (N, V): only the last position predicts
 
@@ -102,14 +107,20 @@ def compiled_decoder_step():
 class Incremental:
     """use_cache=True: each step runs only the positions not yet cached (compiled: see `compiled_decoder_step`)."""
 
-    def __init__(self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, compiled: bool = False):
+    def __init__(
+        self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, compiled: bool = False, mask=None
+    ):
         self.model = model
         self.cache = new_cache(model, src_ids, n_rows, total_len)
         self.step = compiled_decoder_step() if compiled else decoder_step
+        self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: Tensor) -> Tensor:
         """tokens (N, T), the whole prefix -> logits (N, V) of the next token."""
-        return self.step(self.model, self.cache, tokens[:, self.cache.length :])
+        new = tokens[:, self.cache.length :]
+        if self.mask is None:
+            return self.step(self.model, self.cache, new)
+        return self.step(self.model, self.cache, new, self.mask[:, : tokens.shape[1]])
 
     def reorder(self, rows: Tensor) -> None:
         reorder_cache(self.cache, rows)
@@ -118,20 +129,38 @@ class Incremental:
 class Recompute:
     """use_cache=False: the model's forward on the whole prefix, last position."""
 
-    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int):
+    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int, mask: Tensor | None = None):
         self.model = model
         self.src_ids = None if src_ids is None else src_ids.repeat_interleave(copies, dim=0)  # (N, S)
+        self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: Tensor) -> Tensor:
-        logits = self.model(tokens) if self.src_ids is None else self.model(self.src_ids, tokens)
+        if self.src_ids is None:
+            mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
+            logits = self.model(tokens, attention_mask=mask)
+        else:
+            logits = self.model(self.src_ids, tokens)
         return logits[:, -1]  # (N, V)
 
     def reorder(self, rows: Tensor) -> None:
         pass  # the caller reorders the prefix; the beams of one source share src_ids
 
 
-def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool, compiled: bool):
+def _start(
+    model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool, compiled: bool, mask=None
+):
+    """Check the arguments; the prompt (B, T_p), max_len and the source of next-token logits for B * copies rows.
+    mask (B, T_p): a left-padded prompt's real tokens (the LM's), or None; every generated token is real (the
+    beams of one prompt share its mask, so reordering them leaves it as it is)."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    if mask is not None:
+        if isinstance(model, Transformer):
+            raise ValueError(
+                "attention_mask is for the prompt of a TransformerLM; a Transformer's source padding is config.pad_id"
+            )
+        full = torch.ones(prompt.shape[0] * copies, prompt.shape[1] + max_len, dtype=torch.bool, device=prompt.device)
+        full[:, : prompt.shape[1]] = check_attention_mask(mask, prompt).repeat_interleave(copies, dim=0)
+        mask = full  # (N, T_max)
     if compiled and not use_cache:
         raise ValueError(
             "compiled=True compiles the cached decoding step: it needs use_cache=True "
@@ -139,8 +168,8 @@ def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, 
         )
     if use_cache:
         rows, total = prompt.shape[0] * copies, prompt.shape[1] + max_len
-        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled)
-    return prompt, max_len, Recompute(model, src_ids, copies)
+        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled, mask)
+    return prompt, max_len, Recompute(model, src_ids, copies, mask)
 
 
 def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
@@ -203,22 +232,30 @@ def _is_eos(tokens: Tensor, c) -> Tensor:
 
 
 def greedy_decode(
-    model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False
+    model: nn.Module,
+    src_ids: Tensor,
+    max_len: int,
+    use_cache: bool = True,
+    compiled: bool = False,
+    attention_mask: Tensor | None = None,
 ) -> Tensor:
     """The most likely token at every step (lowest id among equals; never pad_id).
 
     Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens, pad_id after a row's eos_id; stops once every row has produced eos_id. compiled: run the
-    cached step through torch.compile (see the module docstring).
+    cached step through torch.compile (see the module docstring). attention_mask (B, T_p), TransformerLM only:
+    1/True = a real token of a left-padded prompt, as transformers' generate() takes it.
     """
-    return greedy_search(model, src_ids, max_len, use_cache, compiled)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask)[0]
 
 
-def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False):
+def greedy_search(
+    model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False, attention_mask=None
+):
     """greedy_decode, and the logits it chose from, (B, steps, V)."""
     check_model(model)
     with evaluating(model):
-        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache, compiled)
+        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache, compiled, attention_mask)
         c = model.config
         B, T_p = prompt.shape
         tokens = prompt.new_full((B, T_p + max_len), _after_eos(c))
@@ -257,18 +294,20 @@ def beam_search(
     use_cache: bool = True,
     compiled: bool = False,
     early_stopping: bool | str = False,
+    attention_mask: Tensor | None = None,
 ) -> Tensor:
     """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + L) as greedy_decode, L the
-    longest best hypothesis; max_len None: as many as config.max_len allows; compiled as in greedy_decode;
-    early_stopping True, False or "never", as transformers' generate."""
-    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping)[
-        0
-    ]
+    longest best hypothesis; max_len None: as many as config.max_len allows; compiled and attention_mask as in
+    greedy_decode; early_stopping True, False or "never", as transformers' generate."""
+    return beam_search_scores(
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping, attention_mask
+    )[0]
 
 
 def beam_search_scores(
-    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False, early_stopping=False
-):
+    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False, early_stopping=False,
+    attention_mask=None,
+):  # fmt: skip
     """beam_search, and each element's best normalised score (a list of B floats)."""
     _check_int("beam_size", beam_size)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
@@ -280,7 +319,7 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache, compiled)
+        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache, compiled, attention_mask)
         c = model.config
         B, T_p = prompt.shape
         device = prompt.device
