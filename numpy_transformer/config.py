@@ -222,25 +222,29 @@ class TransformerConfig:
 
 @dataclass(frozen=True)
 class GenerationRules:
-    """What a checkpoint's generation_config.json asks of decoding, besides the rules decoding always keeps (never
-    pad; stop at eos). hf.load reads them; a model of our own has none. Applied as transformers' logits
-    processors apply them, at the same steps:
+    """What a checkpoint's generation_config.json asks of decoding (stopping at eos aside). hf.load reads them; a
+    model of our own has none, and decoding it keeps its own rule instead: pad is never generated. A model with
+    rules bans only what they ban (the pad id too, only when bad_words_ids lists it), as generate() does. Applied as
+    transformers' logits processors apply them, at the same steps:
 
     - forced_bos_id: the token at position 1 (the first generated token of an encoder-decoder; mBART's language);
     - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's);
     - bad_words: token sequences never to complete: a sequence's last token is banned wherever the tokens before
       it end the row (a one-token sequence is banned everywhere);
     - beam_fill_id: what pads a finished beam-search hypothesis shorter than the best: generate()'s
-      `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search.
+      `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search;
+    - fill_id: what follows a row's end token in greedy search: generate()'s pad_token_id, or its first
+      eos_token_id without one; None: the config's pad_id (eos_id without one).
     """
 
     forced_bos_id: int | None = None
     forced_eos_id: int | None = None
     bad_words: tuple = ()  # tuple of tuples of ids
     beam_fill_id: int | None = None
+    fill_id: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id"):
+        for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id", "fill_id"):
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value, minimum=0)

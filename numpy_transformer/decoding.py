@@ -6,7 +6,13 @@
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
 it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
-has produced eos_id; the positions after a sequence's eos hold pad_id (eos_id when pad_id is None).
+has produced eos_id (any of them, when it is a tuple); the positions after a sequence's eos hold pad_id (eos_id when
+pad_id is None).
+
+Which tokens may come next. A model of our own never generates pad_id (in the output it means "after eos"). A model
+read from a Hugging Face checkpoint (hf.load) decodes under that checkpoint's rules and nothing else
+(`model.generation_rules`, from its generation_config.json): the pad id is banned only when bad_words_ids lists it,
+and what follows an end token is generate()'s fill, as transformers' generate() does.
 
 Why a cache. The decoder is causal: the hidden states of position i depend on positions <= i only, so
 the keys and values that every earlier position computed are still right when position t is added.
@@ -166,13 +172,19 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
 
 def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
     """A copy of the next-token scores (N, V) (logits in greedy search, log-probabilities in beam search) with what
-    may not come next at -inf: pad_id never (without_pad), then the model's GenerationRules (from the checkpoint's
-    generation_config.json) in the order transformers' logits processors apply them. tokens (N, t): the rows so far.
+    may not come next at -inf. A model of our own: pad_id never (without_pad). A checkpoint's model: its
+    GenerationRules (from its generation_config.json) and nothing else, in the order transformers' logits processors
+    apply them. tokens (N, t): the rows so far.
 
     - bad_words: a banned sequence's last token, in the rows that end with the rest of it;
-    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0."""
-    scores = without_pad(scores, model.config.pad_id)  # a copy: the rules below write into it
-    rules = getattr(model, "generation_rules", None) or GenerationRules()
+    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0.
+
+    ValueError when a row is left no token at all."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is None:
+        scores, rules = without_pad(scores, model.config.pad_id), GenerationRules()  # a copy: written below
+    else:
+        scores = scores.copy()
     for words in rules.bad_words:
         *prefix, last = words
         if not prefix:
@@ -188,12 +200,24 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
     if forced is not None:
         scores[:] = -np.inf
         scores[:, forced] = 0.0
+    check_something_allowed(scores, tokens.shape[1])
     return scores
 
 
+def check_something_allowed(scores: np.ndarray, position: int) -> None:
+    """ValueError when the rules leave a row (N, V) no token at all: argmax would pick one of the banned ones, and a
+    beam would have no continuation."""
+    empty = np.isneginf(scores).all(axis=-1)  # (N,)
+    if empty.any():
+        raise ValueError(
+            f"decoding: every token is banned at position {position} for rows {np.flatnonzero(empty).tolist()} "
+            "(pad_id and the checkpoint's bad_words_ids cover the whole vocabulary): nothing may be generated"
+        )
+
+
 def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
-    """A copy of scores (N, V) with pad_id at -inf: pad is never generated (in the output it means
-    "after eos"; Marian's generation configs ban it too). Without a pad_id, a plain copy."""
+    """A copy of scores (N, V) with pad_id at -inf: a model of our own never generates pad (in the output it means
+    "after eos"). Without a pad_id, a plain copy."""
     scores = scores.copy()
     if pad_id is not None:
         scores[:, pad_id] = -np.inf
@@ -205,7 +229,8 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 
 
 def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None) -> np.ndarray:
-    """Take the most likely token at every step (the lowest id among equals; never pad_id).
+    """Take the most likely token at every step (the lowest id among equals; never pad_id in a model of our own, what
+    the checkpoint's rules allow in a loaded one: see the module docstring).
 
     model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
     max_len: the most tokens to generate (None: as many as config.max_len positions allow).
@@ -213,28 +238,37 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     attention_mask (B, T_p), TransformerLM only: 1/True = a real token of a left-padded prompt, as transformers'
     generate() takes it (positions count the real tokens; padded keys are never attended to).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens; pad_id after a row's eos_id. Steps stop early once every row has produced eos_id.
+    tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
+    has produced eos_id.
     """
     tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask)
     return tokens
 
 
-def after_eos(cfg) -> int:
-    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token
-    (as transformers' generate does). Without an eos_id no row ends early, and the fill is never seen."""
-    if cfg.pad_id is not None:
-        return cfg.pad_id
-    return cfg.eos_ids[0] if cfg.eos_ids else 0
+def after_eos(model) -> int:
+    """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
+    its first eos_token_id), or for a model of our own default_fill."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is not None and rules.fill_id is not None:
+        return rules.fill_id
+    return default_fill(model.config)
 
 
 def beam_fill(model) -> int:
-    """The id that pads a finished hypothesis shorter than the best in beam search: pad_id, as after_eos, unless
-    the checkpoint's generation rules say otherwise (generate()'s `pad_token_id or eos_token_id`: eos for T5,
-    whose pad id is 0)."""
+    """The id that pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
+    `pad_token_id or eos_token_id`: eos for T5, whose pad id is 0), or for a model of our own default_fill."""
     rules = getattr(model, "generation_rules", None)
     if rules is not None and rules.beam_fill_id is not None:
         return rules.beam_fill_id
-    return after_eos(model.config)
+    return default_fill(model.config)
+
+
+def default_fill(cfg) -> int:
+    """pad_id, or the (first) eos_id itself when there is no padding token (as transformers' generate does). Without
+    an eos_id no row ends early, and the fill is never seen."""
+    if cfg.pad_id is not None:
+        return cfg.pad_id
+    return cfg.eos_ids[0] if cfg.eos_ids else 0
 
 
 def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
@@ -249,7 +283,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B, T_p + max_len), after_eos(cfg), dtype=np.int64)
+        tokens = np.full((B, T_p + max_len), after_eos(model), dtype=np.int64)
         tokens[:, :T_p] = prompt
         done = np.zeros(B, dtype=bool)  # the row has produced eos_id
         step_logits = []
@@ -258,7 +292,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
             step_logits.append(logits)
             last_step = t == T_p + max_len - 1
             choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
-            tokens[:, t] = np.where(done, after_eos(cfg), choice)
+            tokens[:, t] = np.where(done, after_eos(model), choice)
             done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break
@@ -270,10 +304,11 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
 #
 # Rows b*K .. b*K + K - 1 hold the K live hypotheses of batch element b. Each step scores every
 # continuation, score = cumulative log-probability of the hypothesis + log p(token), with log p from
-# the log-softmax of the logits and pad_id then set to -inf (never generated, as in greedy search; the
-# other tokens are not renormalised). Candidates are ranked per element by (-score, beam, token): a
-# stable sort of the flat index beam * V + token, so equal scores go to the lower beam, then the lower
-# token id. Of the (1 + n_eos) K best, 2K at least (at most n_eos K are eos, n_eos per beam, so at least K are not):
+# the log-softmax of the logits and the banned tokens then set to -inf (as in greedy search: pad_id in a model of
+# our own, the checkpoint's bad words in a loaded one; the other tokens are not renormalised). Candidates are
+# ranked per element by (-score, beam, token): a stable sort of the flat index beam * V + token, so equal scores go
+# to the lower beam, then the lower token id. Of the (1 + n_eos) K best, 2K at least (at most n_eos K are eos,
+# n_eos per beam, so K at least are not):
 #   - an eos among the first K ranks finishes its hypothesis, with the normalised score
 #     sum of log-probs / (generated tokens, eos included) ** length_penalty;
 #   - the first K that are not eos (in rank order) become the new live hypotheses;
@@ -343,7 +378,7 @@ def beam_search_scores(
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B * K, T_p + max_len), after_eos(cfg), dtype=np.int64)
+        tokens = np.full((B * K, T_p + max_len), beam_fill(model), dtype=np.int64)
         tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
         cumulative = np.full((B, K), -np.inf, dtype=model.dtype)

@@ -252,7 +252,10 @@ def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
             token_id({"bad_words_ids": token}, "bad_words_ids", vocab)
     pad, eos = token_id(generation, "pad_token_id", vocab), token_id(generation, "eos_token_id", vocab)
     fill = pad or eos  # generate()'s fill of finished beams: `pad_token_id or eos_token_id`, eos when pad is 0
-    return GenerationRules(**forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill)
+    after_eos = eos if pad is None else pad  # greedy search's: pad_token_id, else the first eos_token_id
+    return GenerationRules(
+        **forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill, fill_id=after_eos
+    )  # fmt: skip
 
 
 MAX_JSON_DEPTH = 64  # a real config nests a few levels; a hostile one nests thousands (each level a list object)

@@ -20,6 +20,7 @@ import transformers
 import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import hf as numpy_hf
+from numpy_transformer.config import GenerationRules
 from parity_tests import hf_compare as H
 from torch_transformer import hf as torch_hf
 
@@ -176,3 +177,30 @@ def test_left_padded_prompts_decode_as_generate(family, side, tmp_path):
             np.testing.assert_array_equal(ours, theirs, err_msg=f"num_beams={num_beams}, use_cache={use_cache}")
     unmasked = ours_decode(ours_model, ids, side, 1, 6, True)  # the pads read as tokens at positions 0, 1, ...
     assert not np.array_equal(unmasked, theirs_decode(theirs_model, family, ids, 1, 6, attention_mask=mask))
+
+
+# ----------------------------------------------------------------------------------------------
+# Every token banned.
+
+
+def tiny_lm(side: str, **fields):
+    config = nt.TransformerConfig(d_model=16, n_heads=2, d_ff=32, n_encoder_layers=0, n_decoder_layers=1, **fields)
+    if side == "numpy":
+        return nt.TransformerLM(config)
+    torch.manual_seed(0)
+    return tt.TransformerLM(config).double()
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+@pytest.mark.parametrize("side", SIDES)
+def test_every_token_banned_is_a_value_error(side, search):
+    """bad_words_ids covering the whole vocabulary, or (a model of our own, which never generates pad) a
+    vocabulary of the pad id alone: a ValueError naming the position, where greedy search emitted the pad id and
+    beam search raised "max() arg is an empty sequence"."""
+    prompt = np.array([[5, 6, 7], [8, 9, 10]])
+    lm = tiny_lm(side)
+    lm.generation_rules = GenerationRules(bad_words=tuple((t,) for t in range(32)))
+    only_pad = tiny_lm(side, src_vocab_size=1, tgt_vocab_size=1, bos_id=None, eos_id=None)
+    for model, ids in ((lm, prompt), (only_pad, np.zeros((2, 3), dtype=np.int64))):
+        with pytest.raises(ValueError, match=r"every token is banned at position 3 for rows \[0, 1[],]"):
+            ours_decode(model, ids, side, 1 if search == "greedy" else 2, 4, True)

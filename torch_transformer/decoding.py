@@ -173,21 +173,23 @@ def _start(
 
 
 def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
-    """scores (N, V) with pad_id at -inf: pad means "after eos" in the output, so it is never generated
-    (as Marian's generation configs ban it). Unchanged when there is no pad_id."""
+    """scores (N, V) with pad_id at -inf: a model of our own never generates pad (in the output it means "after
+    eos"). Unchanged when there is no pad_id."""
     if pad_id is None:
         return scores
     return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
 
 
 def _allowed_scores(scores: Tensor, model: nn.Module, tokens: Tensor, last_step: bool) -> Tensor:
-    """scores (N, V) with what may not come next at -inf: pad never, then the model's GenerationRules (read from
-    the checkpoint's generation_config.json by hf.load) as transformers' logits processors apply them: the last
-    token of each bad-words sequence in the rows ending with the rest of it; forced_bos_id at position 1 and
-    forced_eos_id at the last step (every other token -inf, the forced one 0). tokens (N, t): the rows so far."""
-    scores = _without_pad(scores, model.config.pad_id)
+    """scores (N, V) with what may not come next at -inf. A model of our own: pad never. A checkpoint's model: its
+    GenerationRules (read from its generation_config.json by hf.load) and nothing else, as transformers' logits
+    processors apply them: the last token of each bad-words sequence in the rows ending with the rest of it;
+    forced_bos_id at position 1 and forced_eos_id at the last step (every other token -inf, the forced one 0).
+    tokens (N, t): the rows so far. ValueError when a row is left no token."""
     rules = getattr(model, "generation_rules", None)
     if rules is None:
+        scores = _without_pad(scores, model.config.pad_id)
+        _check_something_allowed(scores, tokens.shape[1])
         return scores
     for words in rules.bad_words:
         *prefix, last = words
@@ -203,23 +205,44 @@ def _allowed_scores(scores: Tensor, model: nn.Module, tokens: Tensor, last_step:
     if forced is not None:
         scores = torch.full_like(scores, float("-inf"))
         scores[:, forced] = 0.0
+    _check_something_allowed(scores, tokens.shape[1])
     return scores
 
 
-def _after_eos(c) -> int:
-    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
-    if c.pad_id is not None:
-        return c.pad_id
-    return c.eos_ids[0] if c.eos_ids else 0  # without an eos_id no row ends early: the fill is never seen
+def _check_something_allowed(scores: Tensor, position: int) -> None:
+    """ValueError when the rules leave a row (N, V) no token: argmax would pick a banned one, a beam nothing."""
+    empty = torch.isneginf(scores).all(dim=-1)  # (N,)
+    if bool(empty.any()):
+        raise ValueError(
+            f"decoding: every token is banned at position {position} for rows "
+            f"{torch.nonzero(empty).flatten().tolist()} (pad_id and the checkpoint's bad_words_ids cover the whole "
+            "vocabulary): nothing may be generated"
+        )
+
+
+def _after_eos(model: nn.Module) -> int:
+    """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
+    its first eos_token_id), or for a model of our own _default_fill."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is not None and rules.fill_id is not None:
+        return rules.fill_id
+    return _default_fill(model.config)
 
 
 def _beam_fill(model: nn.Module) -> int:
-    """What pads a finished hypothesis shorter than the best in beam search: pad_id, unless the checkpoint's
-    generation rules say otherwise (generate()'s `pad_token_id or eos_token_id`)."""
+    """What pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
+    `pad_token_id or eos_token_id`), or for a model of our own _default_fill."""
     rules = getattr(model, "generation_rules", None)
     if rules is not None and rules.beam_fill_id is not None:
         return rules.beam_fill_id
-    return _after_eos(model.config)
+    return _default_fill(model.config)
+
+
+def _default_fill(c) -> int:
+    """pad_id, or the (first) eos_id itself when there is no padding token."""
+    if c.pad_id is not None:
+        return c.pad_id
+    return c.eos_ids[0] if c.eos_ids else 0  # without an eos_id no row ends early: the fill is never seen
 
 
 def _is_eos(tokens: Tensor, c) -> Tensor:
@@ -239,12 +262,14 @@ def greedy_decode(
     compiled: bool = False,
     attention_mask: Tensor | None = None,
 ) -> Tensor:
-    """The most likely token at every step (lowest id among equals; never pad_id).
+    """The most likely token at every step (lowest id among equals; never pad_id in a model of our own, what the
+    checkpoint's rules allow in a loaded one: see numpy_transformer.decoding).
 
     Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens, pad_id after a row's eos_id; stops once every row has produced eos_id. compiled: run the
-    cached step through torch.compile (see the module docstring). attention_mask (B, T_p), TransformerLM only:
-    1/True = a real token of a left-padded prompt, as transformers' generate() takes it.
+    tokens, pad_id after a row's eos_id (a loaded checkpoint: generate()'s fill); stops once every row has
+    produced eos_id. compiled: run the cached step through torch.compile (see the module docstring).
+    attention_mask (B, T_p), TransformerLM only: 1/True = a real token of a left-padded prompt, as transformers'
+    generate() takes it.
     """
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask)[0]
 
@@ -258,7 +283,7 @@ def greedy_search(
         prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache, compiled, attention_mask)
         c = model.config
         B, T_p = prompt.shape
-        tokens = prompt.new_full((B, T_p + max_len), _after_eos(c))
+        tokens = prompt.new_full((B, T_p + max_len), _after_eos(model))
         tokens[:, :T_p] = prompt
         done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
         step_logits = []
@@ -266,7 +291,7 @@ def greedy_search(
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
             choice = _allowed_scores(logits, model, tokens[:, :t], t == T_p + max_len - 1).argmax(dim=-1)  # (B,)
-            tokens[:, t] = choice.masked_fill(done, _after_eos(c))
+            tokens[:, t] = choice.masked_fill(done, _after_eos(model))
             done |= _is_eos(tokens[:, t], c)
             if bool(done.all()):
                 break
@@ -275,7 +300,7 @@ def greedy_search(
 
 # ----------------------------------------------------------------------------------------------
 # Beam search: the rules of numpy_transformer.decoding (those of transformers' generate), restated.
-#   score of a continuation = cumulative log-prob + log_softmax(logits)[token], pad_id at -inf;
+#   score of a continuation = cumulative log-prob + log_softmax(logits)[token], banned tokens at -inf;
 #   per element, rank the K * V continuations by (-score, beam, token) (stable sort, flat index
 #   beam * V + token) and keep the (1 + n_eos) K best (2K at least); eos within the first K ranks finishes
 #   a hypothesis with score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K
@@ -323,7 +348,7 @@ def beam_search_scores(
         c = model.config
         B, T_p = prompt.shape
         device = prompt.device
-        tokens = prompt.new_full((B * K, T_p + max_len), _after_eos(c))
+        tokens = prompt.new_full((B * K, T_p + max_len), _beam_fill(model))
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)
         cumulative = torch.full((B, K), float("-inf"), dtype=model.decoder.token_embedding.weight.dtype, device=device)
         cumulative[:, 0] = 0.0  # the K beams start as one
