@@ -12,6 +12,8 @@ Tiny random models, written with save_pretrained in the test; nothing is downloa
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -204,3 +206,88 @@ def test_every_token_banned_is_a_value_error(side, search):
     for model, ids in ((lm, prompt), (only_pad, np.zeros((2, 3), dtype=np.int64))):
         with pytest.raises(ValueError, match=r"every token is banned at position 3 for rows \[0, 1[],]"):
             ours_decode(model, ids, side, 1 if search == "greedy" else 2, 4, True)
+
+
+# ----------------------------------------------------------------------------------------------
+# A loaded checkpoint decodes under its own generation rules: models whose most likely token is the pad id (or the
+# end token) at some steps.
+
+# (family, which token, how): the decoder-only models scale that row of the output layer (a logit of either sign
+# grows: the token wins some steps and not others); the encoder-decoders raise it in final_logits_bias, or (T5, no
+# bias, a tied head) scale the row of the shared table. GPT-2 and Llama get pad id 3 (they have none of their own).
+TILTS = {
+    ("gpt2", "pad"): 2.0, ("gpt2", "eos"): -3.0, ("llama", "pad"): 3.0, ("llama", "eos"): 2.0,
+    ("t5", "pad"): 1.9, ("t5", "eos"): 1.8, ("bart", "pad"): 6.0, ("bart", "eos"): 1.5,
+    ("marian", "pad"): 6.0, ("marian", "eos"): 3.0,
+}  # fmt: skip
+SEQ2SEQ = ("t5", "bart", "marian")
+
+
+@pytest.fixture(scope="module")
+def seq2seq_models():
+    """model_type -> a tiny trained transformers model (built once: the tests tilt copies of it)."""
+    return {model_type: H.build_seq2seq(model_type) for model_type in SEQ2SEQ}
+
+
+def tilted_checkpoint(family: str, which: str, directory, seq2seq_models):
+    """Write a checkpoint of `family` whose `which` token ("pad" or "eos") is the most likely at some steps; return
+    (transformers' model of it in float64, the token)."""
+    if family in SEQ2SEQ:
+        model = copy.deepcopy(seq2seq_models[family])
+    else:
+        model = H.build_tiny(family, directory, pad_token_id=3)
+    config = model.config
+    token = config.pad_token_id if which == "pad" else config.eos_token_id
+    with torch.no_grad():
+        if family in ("bart", "marian"):
+            model.final_logits_bias[0, token] += TILTS[family, which]
+        else:
+            model.get_output_embeddings().weight[token] *= TILTS[family, which]
+    model.save_pretrained(directory)
+    if family in SEQ2SEQ:
+        return H.seq2seq_reference(directory, family, np.float64), token
+    return model.double(), token
+
+
+def generate_both(family: str, theirs_model, ours_model, side: str, num_beams: int, use_caches=(True, False)):
+    """(theirs, [ours for each use_cache]): generate() under the checkpoint's own generation config, and ours."""
+    if family not in SEQ2SEQ:
+        theirs = theirs_decode(theirs_model, family, PROMPTS, num_beams, 8)
+        return theirs, [ours_decode(ours_model, PROMPTS, side, num_beams, 8, cache) for cache in use_caches]
+    src, _, _ = H.seq2seq_batch(ours_model.config, np.random.default_rng(2))
+    pad = theirs_model.config.pad_token_id
+    with H.seq2seq_patch(family, np.float64), torch.no_grad():
+        theirs = theirs_model.generate(
+            input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), do_sample=False,
+            num_beams=num_beams, max_new_tokens=8,
+        ).numpy()  # fmt: skip
+    return theirs, [ours_decode(ours_model, src, side, num_beams, 8, cache) for cache in use_caches]
+
+
+@pytest.mark.parametrize("which", ["pad", "eos"])
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", ["t5", "bart", "marian", "gpt2", "llama"])
+def test_pad_or_eos_likely_models_decode_as_generate(family, side, which, seq2seq_models, tmp_path):
+    """Greedy and beam search (4 beams), cached and not, equal generate() reading the same checkpoint, whose
+    generation config bans nothing: the pad id is generated where it is the most likely token, and what follows an
+    end token is generate()'s fill (greedy: the pad id; beam: `pad_token_id or eos_token_id`). The pad-likely models
+    decode differently under the rule of our own models (never pad): the comparison is not vacuous."""
+    theirs_model, token = tilted_checkpoint(family, which, tmp_path, seq2seq_models)
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    assert ours_model.generation_rules.bad_words == ()
+    for num_beams in (1, 4):
+        theirs, ours = generate_both(family, theirs_model, ours_model, side, num_beams)
+        for got, use_cache in zip(ours, (True, False), strict=True):
+            np.testing.assert_array_equal(got, theirs, err_msg=f"num_beams={num_beams}, use_cache={use_cache}")
+        if num_beams == 1:
+            greedy = theirs
+    generated = greedy[:, 1:] if family in SEQ2SEQ else greedy[:, PROMPTS.shape[1] :]
+    eos = ours_model.config.eos_ids
+    before_eos = [row[: next((i for i, t in enumerate(row) if t in eos), len(row))] for row in generated]
+    if which == "pad":
+        assert any(token in row for row in before_eos), f"the pad id is never generated: {generated}"
+        ours_model.generation_rules = None  # a model of our own: never pad
+        (never_pad,) = generate_both(family, theirs_model, ours_model, side, 1, use_caches=(True,))[1]
+        assert not np.array_equal(never_pad, greedy)
+    else:
+        assert any(len(row) < 8 for row in before_eos), f"no row ends: {generated}"
