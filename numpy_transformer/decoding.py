@@ -41,9 +41,9 @@ from .model import (
     TransformerLM,
     decoder_forward,
     encoder_forward,
-    padding_mask,
     sub,
 )
+from .model import source_mask as model_source_mask
 from .validation import check_attention_mask, check_ids
 
 # ----------------------------------------------------------------------------------------------
@@ -64,17 +64,17 @@ class DecoderCache:
     length: int = 0  # positions cached so far
 
 
-def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) -> DecoderCache:
+def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int, src_mask=None) -> DecoderCache:
     """An empty cache for n_rows rows holding total_len positions. For a Transformer, src_ids (B, S) is
-    the source and each source serves n_rows // B consecutive rows (the beams); the encoder runs here, once.
-    src_ids is None for the LM."""
+    the source (src_mask (B, S): its real tokens, or None: those not holding pad_id) and each source serves
+    n_rows // B consecutive rows (the beams); the encoder runs here, once. src_ids is None for the LM."""
     cfg, params = model.config, model.params
     memory, memory_mask = None, None
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
-        memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg)  # (B, S, D)
+        memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg, attention_mask=src_mask)  # (B, S, D)
         memory = np.repeat(memory, n_copies, axis=0)  # (N, S, D): the beams of a source share its memory
-        source_mask = padding_mask(src_ids, cfg.pad_id)  # (B, 1, 1, S), or None: no padding token
+        source_mask = model_source_mask(src_ids, src_mask, cfg.pad_id)  # (B, 1, 1, S), or None: nothing masked
         if source_mask is not None:
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
     layers = [
@@ -118,9 +118,9 @@ class Incremental:
     """use_cache=True: each step runs only the positions the cache has not seen. mask (N, T_max): the real tokens
     (a left-padded prompt's, then every generated one), or None."""
 
-    def __init__(self, model, src_ids, n_rows: int, total_len: int, mask: np.ndarray | None = None):
+    def __init__(self, model, src_ids, n_rows: int, total_len: int, mask=None, src_mask=None):
         self.model = model
-        self.cache = new_cache(model, src_ids, n_rows, total_len)
+        self.cache = new_cache(model, src_ids, n_rows, total_len, src_mask)
         self.mask = mask
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
@@ -135,9 +135,10 @@ class Incremental:
 class Recompute:
     """use_cache=False: each step runs model.forward on the whole prefix and keeps its last position."""
 
-    def __init__(self, model, src_ids, n_copies: int, mask: np.ndarray | None = None):
+    def __init__(self, model, src_ids, n_copies: int, mask=None, src_mask=None):
         self.model = model
         self.src_ids = None if src_ids is None else np.repeat(src_ids, n_copies, axis=0)  # (N, S), one per beam
+        self.src_mask = None if src_mask is None else np.repeat(src_mask, n_copies, axis=0)  # (N, S) or None
         self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
@@ -145,7 +146,7 @@ class Recompute:
         if self.src_ids is None:
             mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
             return self.model.forward(tokens, attention_mask=mask)[:, -1]
-        return self.model.forward(self.src_ids, tokens)[:, -1]
+        return self.model.forward(self.src_ids, tokens, attention_mask=self.src_mask)[:, -1]
 
     def reorder(self, rows: np.ndarray) -> None:
         pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids
@@ -154,20 +155,19 @@ class Recompute:
 def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None):
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
     allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
-    real tokens of a left-padded prompt (the LM's), or None; every generated token is real."""
+    real tokens of a left-padded prompt (the LM's; every generated token is real), or of a Transformer's source
+    (instead of the tokens not holding pad_id), or None."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
-    mask = None
-    if attention_mask is not None:
-        if isinstance(model, Transformer):
-            raise ValueError(
-                "attention_mask is for the prompt of a TransformerLM; a Transformer's source padding is config.pad_id"
-            )
+    mask, src_mask = None, None
+    if attention_mask is not None and isinstance(model, Transformer):
+        src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S)
+    elif attention_mask is not None:
         mask = np.ones((prompt.shape[0] * n_copies, prompt.shape[1] + max_len), dtype=bool)  # (N, T_max)
         mask[:, : prompt.shape[1]] = np.repeat(check_attention_mask(attention_mask, prompt), n_copies, axis=0)
     if use_cache:
         n_rows = prompt.shape[0] * n_copies
-        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len, mask)
-    return prompt, max_len, Recompute(model, src_ids, n_copies, mask)
+        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len, mask, src_mask)
+    return prompt, max_len, Recompute(model, src_ids, n_copies, mask, src_mask)
 
 
 def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
@@ -235,8 +235,9 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
     max_len: the most tokens to generate (None: as many as config.max_len positions allow).
     use_cache False recomputes the whole prefix with model.forward at every step (slow; for checking).
-    attention_mask (B, T_p), TransformerLM only: 1/True = a real token of a left-padded prompt, as transformers'
-    generate() takes it (positions count the real tokens; padded keys are never attended to).
+    attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
+    left-padded prompt (positions count the real tokens; padded keys are never attended to), a Transformer's
+    (B, S) for its source (the source keys read, instead of those not holding pad_id).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
     has produced eos_id.

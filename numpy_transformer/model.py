@@ -71,6 +71,15 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray | None:
     return (ids != pad_id)[:, None, None, :]
 
 
+def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int | None) -> np.ndarray | None:
+    """The keys an encoder's attention and cross-attention may read, (B, 1, 1, S): the real tokens of
+    attention_mask (B, S) when given (transformers' meaning, whatever ids they hold), else those not holding pad_id
+    (padding_mask); None when neither masks anything."""
+    if attention_mask is None:
+        return padding_mask(ids, pad_id)
+    return attention_mask[:, None, None, :]
+
+
 def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None):
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
     `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads; None unless the config's
@@ -417,10 +426,12 @@ def encoder_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     token_type_ids: np.ndarray | None = None,
+    attention_mask: np.ndarray | None = None,
 ):
-    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id) are masked out.
-    token_type_ids (B, T_src) or None (type 0) when params hold token_type_embedding.weight."""
-    mask = padding_mask(src_ids, config.pad_id)  # (B, 1, 1, T_src), or None: no padding token
+    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
+    T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
+    token_type_embedding.weight."""
+    mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
     rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
@@ -838,9 +849,11 @@ class Transformer(_Model):
     masked out of the encoder and of cross-attention; the decoder's self-attention masks only the future.
     """
 
-    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
         """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
-        self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given."""
+        self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given.
+        attention_mask (B, T_src): 1/True = a real source token (transformers' meaning); given, it says which
+        source keys the encoder and cross-attention read, instead of config.pad_id."""
         cfg = self.config
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
         tgt_ids = check_ids("tgt_ids", tgt_ids, cfg.tgt_vocab_size, cfg.max_len)
@@ -848,10 +861,11 @@ class Transformer(_Model):
             raise ValueError(
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
             )
+        mask = check_attention_mask(attention_mask, src_ids)  # (B, T_src) bool, or None
         dropout = self._dropout(dropout_masks)
-        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout)  # (B, T_src, D)
+        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask)
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
+            sub(self.params, "decoder"), tgt_ids, memory, source_mask(src_ids, mask, cfg.pad_id), cfg, dropout
         )  # (B, T_tgt, D)
         return self._output_forward(x, dropout, {"encoder": enc_cache, "decoder": dec_cache, "encoder_out": memory})
 
@@ -914,12 +928,17 @@ class EncoderModel(_Model):
 
     encoder_only = True
 
-    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
+        """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
+        instead of config.pad_id."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
+        mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
-        hidden, enc_cache = encoder_forward(self.encoder_params(), ids, cfg, dropout, token_type_ids)  # (B, T, D)
+        hidden, enc_cache = encoder_forward(
+            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask
+        )  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}

@@ -23,6 +23,7 @@ import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import hf as numpy_hf
 from numpy_transformer.config import GenerationRules
+from parity_tests import components as C
 from parity_tests import hf_compare as H
 from torch_transformer import hf as torch_hf
 
@@ -291,3 +292,79 @@ def test_pad_or_eos_likely_models_decode_as_generate(family, side, which, seq2se
         assert not np.array_equal(never_pad, greedy)
     else:
         assert any(len(row) < 8 for row in before_eos), f"no row ends: {generated}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The encoder's attention_mask beside pad_id: given, it says which keys are read, whatever ids they hold.
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_encoder_model_attention_mask_equals_transformers(side, tmp_path):
+    """BERT with an attention_mask that hides two positions holding ordinary ids (pad_id would hide nothing):
+    hidden states and every gradient (pooler aside) within 1e-10 of transformers' in float64."""
+    theirs_model = H.build_tiny("bert", tmp_path).double()
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    ids, types = H.make_inputs("bert")
+    ids[-1] = np.random.default_rng(4).integers(3, 40, size=ids.shape[1])  # no pad id anywhere
+    mask = np.ones(ids.shape, dtype=np.int64)
+    mask[-1, -2:] = 0
+    upstream = np.random.default_rng(5).standard_normal((*ids.shape, theirs_model.config.hidden_size))
+    theirs_model.zero_grad(set_to_none=True)
+    theirs = theirs_model(
+        input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), token_type_ids=torch.from_numpy(types)
+    ).last_hidden_state
+    (theirs * torch.from_numpy(upstream)).sum().backward()
+    theirs_grads = {n: H.to_numpy(p.grad) for n, p in theirs_model.named_parameters() if not n.startswith("pooler.")}
+    if side == "numpy":
+        ours = ours_model.eval().forward(ids, types, attention_mask=mask)
+        ours_model.zero_grad()
+        ours_model.backward(upstream)
+        ours_grads = numpy_hf.to_hf(ours_model, ours_model.grads, tied=False)
+        unmasked = ours_model.forward(ids, types)
+    else:
+        out = ours_model.eval()(torch.from_numpy(ids), torch.from_numpy(types), attention_mask=torch.from_numpy(mask))
+        (out * torch.from_numpy(upstream)).sum().backward()
+        grads = torch_hf.to_hf(ours_model, {n: p.grad for n, p in ours_model.named_parameters()}, tied=False)
+        ours, ours_grads = H.to_numpy(out), {k: H.to_numpy(v) for k, v in grads.items()}
+        unmasked = H.to_numpy(ours_model(torch.from_numpy(ids), torch.from_numpy(types)))
+    theirs = H.to_numpy(theirs)
+    result = H.pair(ours, theirs, ours_grads, theirs_grads, "hidden")  # the suite's float64 measure (1e-10)
+    problems = C.failures(result, np.float64)
+    assert not problems, "\n".join(problems)
+    assert all(np.any(ours) for ours, _ in result.grads.values()), "a zero gradient: nothing compared"
+    assert np.abs(unmasked - theirs).max() > 1e-3  # the mask matters
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_transformer_source_attention_mask_equals_transformers(family, side, seq2seq_models, tmp_path):
+    """A source batch whose padding holds ordinary ids, marked only by attention_mask: logits within 1e-10 of
+    transformers' (float64), and greedy and beam search, cached and not, equal to generate() with that mask."""
+    seq2seq_models[family].save_pretrained(tmp_path)
+    theirs_model = H.seq2seq_reference(tmp_path, family, np.float64)
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    src, tgt, _ = H.seq2seq_batch(ours_model.config, np.random.default_rng(2))
+    mask = (src != theirs_model.config.pad_token_id).astype(np.int64)
+    src = np.where(mask == 1, src, 5)  # the padding now holds an ordinary id: only the mask says it is padding
+    with H.seq2seq_patch(family, np.float64), torch.no_grad():
+        theirs = theirs_model(
+            input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(mask),
+            decoder_input_ids=torch.from_numpy(tgt),
+        ).logits.numpy()  # fmt: skip
+    if side == "numpy":
+        ours, unmasked = ours_model.forward(src, tgt, attention_mask=mask), ours_model.forward(src, tgt)
+    else:
+        with torch.no_grad():
+            ours = ours_model(torch.from_numpy(src), torch.from_numpy(tgt), attention_mask=torch.from_numpy(mask))
+            ours, unmasked = ours.numpy(), ours_model(torch.from_numpy(src), torch.from_numpy(tgt)).numpy()
+    assert np.abs(ours - theirs).max() <= 1e-10 * np.abs(theirs).max()
+    assert np.abs(unmasked - theirs).max() > 1e-3  # without the mask the padding is read
+    for num_beams in (1, 4):
+        with H.seq2seq_patch(family, np.float64), torch.no_grad():
+            expected = theirs_model.generate(
+                input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(mask), do_sample=False,
+                num_beams=num_beams, max_new_tokens=8,
+            ).numpy()  # fmt: skip
+        for use_cache in (True, False):
+            got = ours_decode(ours_model, src, side, num_beams, 8, use_cache, attention_mask=mask)
+            np.testing.assert_array_equal(got, expected, err_msg=f"num_beams={num_beams}, use_cache={use_cache}")

@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, MemoryCache, padding_mask
+from .attention import KVCache, MemoryCache
 from .model import Transformer, TransformerLM, check_attention_mask, check_ids
+from .model import source_mask as model_source_mask
 
 # ----------------------------------------------------------------------------------------------
 # The cache: per decoder layer a KVCache (self-attention) and a MemoryCache (cross-attention), which attention
@@ -50,17 +51,17 @@ class DecoderCache:
     length: int = 0  # positions cached so far
 
 
-def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int) -> DecoderCache:
+def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, src_mask=None) -> DecoderCache:
     """An empty cache of n_rows rows and total_len positions; for a Transformer, source b serves rows
-    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder runs here. It holds the config's K/V heads
-    (n_kv_heads), not one per query head."""
+    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder runs here (src_mask (B, S): the real source tokens,
+    or None: those not holding pad_id). It holds the config's K/V heads (n_kv_heads), not one per query head."""
     c = model.config
     weight = model.decoder.token_embedding.weight
     memory, memory_mask = None, None
     if src_ids is not None:
         copies = n_rows // src_ids.shape[0]
-        memory = model.encode(src_ids).repeat_interleave(copies, dim=0)  # (N, S, D): the beams share a memory
-        source_mask = padding_mask(src_ids, c.pad_id)  # (B, 1, 1, S), or None without a padding token
+        memory = model.encode(src_ids, attention_mask=src_mask).repeat_interleave(copies, dim=0)  # (N, S, D)
+        source_mask = model_source_mask(src_ids, src_mask, c.pad_id)  # (B, 1, 1, S), or None: nothing masked
         if source_mask is not None:
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
@@ -108,10 +109,10 @@ class Incremental:
     """use_cache=True: each step runs only the positions not yet cached (compiled: see `compiled_decoder_step`)."""
 
     def __init__(
-        self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, compiled: bool = False, mask=None
+        self, model: nn.Module, src_ids, n_rows: int, total_len: int, compiled: bool = False, mask=None, src_mask=None
     ):
         self.model = model
-        self.cache = new_cache(model, src_ids, n_rows, total_len)
+        self.cache = new_cache(model, src_ids, n_rows, total_len, src_mask)
         self.step = compiled_decoder_step() if compiled else decoder_step
         self.mask = mask  # (N, T_max) the real tokens, or None
 
@@ -129,9 +130,10 @@ class Incremental:
 class Recompute:
     """use_cache=False: the model's forward on the whole prefix, last position."""
 
-    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int, mask: Tensor | None = None):
+    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int, mask=None, src_mask=None):
         self.model = model
         self.src_ids = None if src_ids is None else src_ids.repeat_interleave(copies, dim=0)  # (N, S)
+        self.src_mask = None if src_mask is None else src_mask.repeat_interleave(copies, dim=0)  # (N, S) or None
         self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: Tensor) -> Tensor:
@@ -139,7 +141,7 @@ class Recompute:
             mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
             logits = self.model(tokens, attention_mask=mask)
         else:
-            logits = self.model(self.src_ids, tokens)
+            logits = self.model(self.src_ids, tokens, attention_mask=self.src_mask)
         return logits[:, -1]  # (N, V)
 
     def reorder(self, rows: Tensor) -> None:
@@ -150,14 +152,13 @@ def _start(
     model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool, compiled: bool, mask=None
 ):
     """Check the arguments; the prompt (B, T_p), max_len and the source of next-token logits for B * copies rows.
-    mask (B, T_p): a left-padded prompt's real tokens (the LM's), or None; every generated token is real (the
-    beams of one prompt share its mask, so reordering them leaves it as it is)."""
+    mask: a left-padded prompt's real tokens (B, T_p) (the LM's; every generated token is real, and the beams of
+    one prompt share its mask, so reordering them leaves it as it is), or a Transformer's source's (B, S), or None."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
-    if mask is not None:
-        if isinstance(model, Transformer):
-            raise ValueError(
-                "attention_mask is for the prompt of a TransformerLM; a Transformer's source padding is config.pad_id"
-            )
+    src_mask = None
+    if mask is not None and isinstance(model, Transformer):
+        src_mask, mask = check_attention_mask(mask, src_ids), None
+    elif mask is not None:
         full = torch.ones(prompt.shape[0] * copies, prompt.shape[1] + max_len, dtype=torch.bool, device=prompt.device)
         full[:, : prompt.shape[1]] = check_attention_mask(mask, prompt).repeat_interleave(copies, dim=0)
         mask = full  # (N, T_max)
@@ -168,8 +169,8 @@ def _start(
         )
     if use_cache:
         rows, total = prompt.shape[0] * copies, prompt.shape[1] + max_len
-        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled, mask)
-    return prompt, max_len, Recompute(model, src_ids, copies, mask)
+        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled, mask, src_mask)
+    return prompt, max_len, Recompute(model, src_ids, copies, mask, src_mask)
 
 
 def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
@@ -268,8 +269,8 @@ def greedy_decode(
     Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens, pad_id after a row's eos_id (a loaded checkpoint: generate()'s fill); stops once every row has
     produced eos_id. compiled: run the cached step through torch.compile (see the module docstring).
-    attention_mask (B, T_p), TransformerLM only: 1/True = a real token of a left-padded prompt, as transformers'
-    generate() takes it.
+    attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
+    left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
     """
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask)[0]
 

@@ -274,15 +274,25 @@ class Encoder(_Stack):
         dropout_masks: Mapping | None = None,
         token_type_ids: Tensor | None = None,
         token_embedding: nn.Embedding | None = None,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none."""
-        self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S), or None without a padding token
+        """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none;
+        attention_mask (B, S) bool, True = a real token: the keys read, instead of those not holding pad_id."""
+        self_mask = source_mask(ids, attention_mask, self.pad_id)  # (B, 1, 1, S), or None: nothing masked
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
         rope = self.rope(0, ids.shape[1], x)
         bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
             x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), rope, bias)
         return self.final_norm(x)
+
+
+def source_mask(ids: Tensor, attention_mask: Tensor | None, pad_id: int | None) -> Tensor | None:
+    """The keys an encoder's attention and cross-attention may read, (B, 1, 1, S): attention_mask's real tokens
+    when given (transformers' meaning, whatever ids they hold), else those not holding pad_id; None: all."""
+    if attention_mask is None:
+        return padding_mask(ids, pad_id)
+    return attention_mask[:, None, None, :]
 
 
 class Decoder(_Stack):
@@ -561,26 +571,33 @@ class Transformer(_Model):
         tgt_ids: Tensor,
         dropout_masks: Mapping[str, Tensor] | None = None,
         need_weights: bool = False,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         """src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V_tgt).
 
         dropout_masks: keep-masks by site name (see `dropout_site_shapes`), used in training mode
-        with dropout > 0. need_weights: record attention maps (see `attention_maps`).
+        with dropout > 0. need_weights: record attention maps (see `attention_maps`). attention_mask (B, S):
+        1/True = a real source token (transformers' meaning): the source keys read, instead of those not holding
+        pad_id.
 
         One graph under `torch.compile(model, fullgraph=True)`, and nothing read back from the device: the
         check that ids lie in [0, V) runs here in eager mode on the CPU only (`check_inputs` runs it anywhere).
         """
         self._check_inputs(src_ids, tgt_ids, values=None)  # ids in [0, V) only in eager mode on the CPU
+        attention_mask = check_attention_mask(attention_mask, src_ids)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(src_ids, tgt_ids))
-        memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
-        memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S), or None without a padding token
+        memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."), attention_mask)  # (B, S, D)
+        memory_mask = source_mask(src_ids, attention_mask, self.config.pad_id)  # (B, 1, 1, S), or None
         x = self.decoder(tgt_ids, memory, memory_mask, need_weights, masks_under(masks, "decoder."))  # (B, T, D)
         return self.output_logits(x)  # (B, T, V)
 
-    def encode(self, src_ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None) -> Tensor:
-        """The encoder's output (B, S, D), reading the decoder's token table when embeddings are shared."""
+    def encode(
+        self, src_ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None, attention_mask=None
+    ) -> Tensor:
+        """The encoder's output (B, S, D), reading the decoder's token table when embeddings are shared;
+        attention_mask (B, S) bool: the real source tokens, or None (those not holding pad_id)."""
         shared = self.decoder.token_embedding if self.config.share_embeddings else None
-        return self.encoder(src_ids, need_weights, dropout_masks, token_embedding=shared)
+        return self.encoder(src_ids, need_weights, dropout_masks, token_embedding=shared, attention_mask=attention_mask)
 
     def dropout_site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
@@ -678,11 +695,16 @@ class EncoderModel(_Model):
         token_type_ids: Tensor | None = None,
         dropout_masks: Mapping[str, Tensor] | None = None,
         need_weights: bool = False,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """ids (B, T) -> hidden states (B, T, D). dropout_masks and need_weights as in `Transformer.forward`."""
+        """ids (B, T) -> hidden states (B, T, D). dropout_masks and need_weights as in `Transformer.forward`;
+        attention_mask (B, T): 1/True = a real token, the keys read instead of those not holding pad_id."""
         self._check_inputs(ids, token_type_ids, values=None)  # ids in [0, V) only in eager mode on the CPU
+        attention_mask = check_attention_mask(attention_mask, ids)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
-        return self.encoder(ids, need_weights, masks_under(masks, "encoder."), token_type_ids)  # (B, T, D)
+        return self.encoder(
+            ids, need_weights, masks_under(masks, "encoder."), token_type_ids, attention_mask=attention_mask
+        )  # (B, T, D)
 
     def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
