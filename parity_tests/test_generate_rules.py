@@ -368,3 +368,25 @@ def test_transformer_source_attention_mask_equals_transformers(family, side, seq
         for use_cache in (True, False):
             got = ours_decode(ours_model, src, side, num_beams, 8, use_cache, attention_mask=mask)
             np.testing.assert_array_equal(got, expected, err_msg=f"num_beams={num_beams}, use_cache={use_cache}")
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_bad_attention_mask_is_refused_naming_it(side):
+    """Another shape, floats, values other than 0/1, a row without a real token: each a clear error naming
+    attention_mask, from forward and from decoding alike."""
+    lm = tiny_lm(side)
+    ids = np.array([[5, 6, 7], [8, 9, 10]])
+    cases = [
+        (np.ones((2, 2), dtype=np.int64), ValueError, r"attention_mask must have the shape of the ids \(2, 3\)"),
+        (np.ones((2, 3)), TypeError, "attention_mask must be a bool or integer"),
+        (np.full((2, 3), 2), ValueError, r"attention_mask must hold 0 \(padding\) and 1"),
+        (np.array([[1, 1, 1], [0, 0, 0]]), ValueError, r"attention_mask: rows \[1\] have no real token"),
+    ]
+    for mask, error, message in cases:
+        with pytest.raises(error, match=message):
+            if side == "numpy":
+                lm.forward(ids, attention_mask=mask)
+            else:
+                lm(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+        with pytest.raises(error, match=message):
+            ours_decode(lm, ids, side, 1, 2, True, attention_mask=mask)
