@@ -13,6 +13,7 @@ Tiny random models, written with save_pretrained in the test; nothing is downloa
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -83,6 +84,15 @@ def test_the_second_end_token_stops_a_row_as_generate_does(side, tmp_path):
     stop = list(free[0, PROMPTS.shape[1] :]).index(second)
     assert greedy[0, PROMPTS.shape[1] + stop] == second
     assert (greedy[0, PROMPTS.shape[1] + stop + 1 :] == first).all()  # no pad id: filled with the first end token
+
+    # generation_config.json alone lists both (config.json only the first): generate() reads the former, so do we
+    generation = tmp_path / "two" / "generation_config.json"
+    config_json = tmp_path / "two" / "config.json"
+    config_json.write_text(json.dumps(json.loads(config_json.read_text()) | {"eos_token_id": first}))
+    assert json.loads(generation.read_text())["eos_token_id"] == [first, second]
+    reloaded = H.load_ours(side, tmp_path / "two", np.float64)
+    assert reloaded.config.eos_id == (first, second)
+    np.testing.assert_array_equal(ours_decode(reloaded, PROMPTS, side, 1, 8, True), greedy)
 
 
 def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
