@@ -400,3 +400,29 @@ def test_a_bad_attention_mask_is_refused_naming_it(side):
                 lm(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
         with pytest.raises(error, match=message):
             ours_decode(lm, ids, side, 1, 2, True, attention_mask=mask)
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(positional="learned"), dict(positional="sinusoidal"), dict(positional="rope", norm_first=True),
+        dict(positional="alibi"), dict(positional="rope", sliding_window=2), dict(positional="rope", attention="flash"),
+    ],
+    ids=["learned", "sinusoidal", "rope", "alibi", "rope-window-2", "rope-flash"],
+)  # fmt: skip
+def test_a_left_padded_row_computes_what_the_row_alone_computes(fields, side):
+    """Each option of our own models: the real tokens of a left-padded row get the logits of the same tokens run
+    alone (the pads change nothing), float64."""
+    if side == "torch" and fields.get("attention") == "flash":
+        fields = {k: v for k, v in fields.items() if k != "attention"}  # the torch side has one attention kernel
+    lm = tiny_lm(side, max_len=16, **fields)
+    ids = np.array([[0, 0, 0, 5, 6, 7, 8], [8, 9, 10, 11, 12, 13, 14]])
+    mask = (np.arange(7) >= 3) | (np.arange(2)[:, None] == 1)
+    if side == "numpy":
+        padded, alone = lm.forward(ids, attention_mask=mask)[0, 3:], lm.forward(ids[:1, 3:])[0]
+    else:
+        with torch.no_grad():
+            padded = lm(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))[0, 3:].numpy()
+            alone = lm(torch.from_numpy(ids[:1, 3:]))[0].numpy()
+    np.testing.assert_allclose(padded, alone, rtol=0, atol=1e-12)
