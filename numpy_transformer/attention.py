@@ -131,10 +131,10 @@ def causal_mask(T_q: int, T_k: int) -> np.ndarray:
 
 def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.float64):
     r"""cos and sin of the angles :math:`m\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
-    argument `theta`), for every position m and :math:`i < d_h / 2`; each (T, Dh/2). Computed in float64, then
-    cast."""
+    argument `theta`), for every position m and :math:`i < d_h / 2`; each (T, Dh/2), or (B, T, Dh/2) for positions
+    (B, T) (a padded batch, each row its own). Computed in float64, then cast."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
-    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq  # (T, Dh/2)
+    angles = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq  # (T, Dh/2), or (B, T, Dh/2)
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
@@ -293,6 +293,7 @@ def multi_head_attention_forward(
     q_pos: np.ndarray | None = None,
     kv_cache: KVCache | MemoryCache | None = None,
     bias_table: np.ndarray | None = None,
+    key_padding: np.ndarray | None = None,
 ):
     r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
     its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
@@ -315,6 +316,9 @@ def multi_head_attention_forward(
     or a MemoryCache (cross-attention: the memory's projections, computed once); the call is then forward-only.
     bias_table: T5's relative position bias (n_buckets, H), read when mod.relative says so; its gradient comes
     back in the grads dict as "relative_bias.weight" (the stack that owns the table adds its layers' shares).
+    key_padding (B, P) bool, True = a real token, indexed by key position (P covers every key position, the cached
+    ones included): padded keys are masked out (a left-padded batch; the key positions of a rolling cache are in
+    no fixed order, so the mask is read at them after the cache update).
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -350,6 +354,9 @@ def multi_head_attention_forward(
         k, v, k_pos = kv_cache.update(k, v, k_pos)  # (N, H_kv, T_cached, Dh): every position so far
     elif isinstance(kv_cache, MemoryCache):
         kv_cache.keys, kv_cache.values = k, v
+    if key_padding is not None:
+        real = key_padding[:, k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
+        attn_mask = real if attn_mask is None else attn_mask & real
     k, repeat_cache = repeat_kv_forward(k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
     v, _ = repeat_kv_forward(v, n_heads // n_kv_heads)
     if kernel == "flash" and kv_cache is None:  # the tiled kernel skips the blocks the score rules hide
@@ -487,8 +494,11 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
         if not isinstance(rope, (tuple, list)) or len(rope) != 2:
             raise TypeError(f"rope must be a (cos, sin) pair of arrays, got {type(rope).__name__}")
         for name, table in zip(("cos", "sin"), rope, strict=True):
-            if np.shape(table) != (T_q, Dh // 2):
-                raise ValueError(f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)}")
+            if np.shape(table) not in ((T_q, Dh // 2), (B, 1, T_q, Dh // 2)):
+                raise ValueError(
+                    f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)} (or, each row "
+                    f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, Dh // 2)})"
+                )
             if getattr(table, "dtype", None) != query.dtype:
                 raise TypeError(
                     f"rope {name} must have the inputs' dtype {query.dtype}, got {getattr(table, 'dtype', None)}"

@@ -48,7 +48,9 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5  # inside the square root, as torch.nn.LayerNorm
     pad_id: int | None = 0  # keys holding pad_id are masked out of attention; None: no padding token (GPT-2)
     bos_id: int | None = 1  # the decoder's start token in decoding (a Transformer's); None: the vocabulary has none
-    eos_id: int | None = 2  # decoding stops after it; None: the vocabulary has none, decoding runs to max_len
+    # decoding stops after it; a tuple: after any of them (Llama 3 lists several); None: the vocabulary has none,
+    # decoding runs to max_len
+    eos_id: int | tuple[int, ...] | None = 2
     tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
     # -- after the paper ----------------------------------------------------------------------
@@ -148,8 +150,13 @@ class TransformerConfig:
             )
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
-        for name in ("pad_id", "bos_id", "eos_id"):
-            value = getattr(self, name)
+        if isinstance(self.eos_id, list):  # a checkpoint's JSON metadata holds the tuple as a list
+            object.__setattr__(self, "eos_id", tuple(self.eos_id))
+        if isinstance(self.eos_id, tuple) and not self.eos_id:
+            raise ValueError("eos_id must be a token id, a non-empty tuple of token ids, or None; got ()")
+        special = [("pad_id", self.pad_id), ("bos_id", self.bos_id)]
+        special += [("eos_id", token) for token in (self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,))]
+        for name, value in special:
             if value is None:
                 continue  # no such token (pad_id None: no id is ever masked)
             _check_int(name, value, minimum=0)
@@ -176,6 +183,13 @@ class TransformerConfig:
     def head_dim(self) -> int:
         """Dh, the width of one attention head."""
         return self.d_model // self.n_heads
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """Every end-of-sequence id: eos_id as a tuple (empty when None)."""
+        if self.eos_id is None:
+            return ()
+        return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
 
     @property
     def kv_heads(self) -> int:
@@ -212,25 +226,29 @@ class TransformerConfig:
 
 @dataclass(frozen=True)
 class GenerationRules:
-    """What a checkpoint's generation_config.json asks of decoding, besides the rules decoding always keeps (never
-    pad; stop at eos). hf.load reads them; a model of our own has none. Applied as transformers' logits
-    processors apply them, at the same steps:
+    """What a checkpoint's generation_config.json asks of decoding (stopping at eos aside). hf.load reads them; a
+    model of our own has none, and decoding it keeps its own rule instead: pad is never generated. A model with
+    rules bans only what they ban (the pad id too, only when bad_words_ids lists it), as generate() does. Applied as
+    transformers' logits processors apply them, at the same steps:
 
     - forced_bos_id: the token at position 1 (the first generated token of an encoder-decoder; mBART's language);
     - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's);
     - bad_words: token sequences never to complete: a sequence's last token is banned wherever the tokens before
       it end the row (a one-token sequence is banned everywhere);
     - beam_fill_id: what pads a finished beam-search hypothesis shorter than the best: generate()'s
-      `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search.
+      `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search;
+    - fill_id: what follows a row's end token in greedy search: generate()'s pad_token_id, or its first
+      eos_token_id without one; None: the config's pad_id (eos_id without one).
     """
 
     forced_bos_id: int | None = None
     forced_eos_id: int | None = None
     bad_words: tuple = ()  # tuple of tuples of ids
     beam_fill_id: int | None = None
+    fill_id: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id"):
+        for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id", "fill_id"):
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value, minimum=0)

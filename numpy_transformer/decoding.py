@@ -6,7 +6,13 @@
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
 it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
-has produced eos_id; the positions after a sequence's eos hold pad_id (eos_id when pad_id is None).
+has produced eos_id (any of them, when it is a tuple); the positions after a sequence's eos hold pad_id (eos_id when
+pad_id is None).
+
+Which tokens may come next. A model of our own never generates pad_id (in the output it means "after eos"). A model
+read from a Hugging Face checkpoint (hf.load) decodes under that checkpoint's rules and nothing else
+(`model.generation_rules`, from its generation_config.json): the pad id is banned only when bad_words_ids lists it,
+and what follows an end token is generate()'s fill, as transformers' generate() does.
 
 Why a cache. The decoder is causal: the hidden states of position i depend on positions <= i only, so
 the keys and values that every earlier position computed are still right when position t is added.
@@ -35,10 +41,10 @@ from .model import (
     TransformerLM,
     decoder_forward,
     encoder_forward,
-    padding_mask,
     sub,
 )
-from .validation import check_ids
+from .model import source_mask as model_source_mask
+from .validation import check_attention_mask, check_ids
 
 # ----------------------------------------------------------------------------------------------
 # The cache: per decoder layer, a KVCache for self-attention (the keys and values of every position so far, or of
@@ -58,17 +64,17 @@ class DecoderCache:
     length: int = 0  # positions cached so far
 
 
-def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) -> DecoderCache:
+def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int, src_mask=None) -> DecoderCache:
     """An empty cache for n_rows rows holding total_len positions. For a Transformer, src_ids (B, S) is
-    the source and each source serves n_rows // B consecutive rows (the beams); the encoder runs here, once.
-    src_ids is None for the LM."""
+    the source (src_mask (B, S): its real tokens, or None: those not holding pad_id) and each source serves
+    n_rows // B consecutive rows (the beams); the encoder runs here, once. src_ids is None for the LM."""
     cfg, params = model.config, model.params
     memory, memory_mask = None, None
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
-        memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg)  # (B, S, D)
+        memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg, attention_mask=src_mask)  # (B, S, D)
         memory = np.repeat(memory, n_copies, axis=0)  # (N, S, D): the beams of a source share its memory
-        source_mask = padding_mask(src_ids, cfg.pad_id)  # (B, 1, 1, S), or None: no padding token
+        source_mask = model_source_mask(src_ids, src_mask, cfg.pad_id)  # (B, 1, 1, S), or None: nothing masked
         if source_mask is not None:
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
     layers = [
@@ -81,14 +87,15 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int) ->
     return DecoderCache(layers, memory, memory_mask, sub(params, "decoder"))
 
 
-def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray) -> np.ndarray:
-    """Run new_ids (N, T_new) at positions cache.length .. through the decoder; extend the cache.
+def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray, attention_mask: np.ndarray | None = None):
+    """Run new_ids (N, T_new) at positions cache.length .. through the decoder; extend the cache. attention_mask
+    (N, cache.length + T_new): the real tokens of a left-padded prompt and everything after it, or None.
 
     Returns the logits of the last new position, (N, V): the distribution of the next token.
     """
     x, _ = decoder_forward(
         cache.decoder_params, new_ids, cache.memory, cache.memory_mask, model.config,
-        caches=cache.layers, start=cache.length,
+        caches=cache.layers, start=cache.length, attention_mask=attention_mask,
     )  # fmt: skip
     cache.length += new_ids.shape[1]
     x = model.scale_output(x[:, -1])  # (N, D): only the last position predicts
@@ -108,15 +115,18 @@ def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:
 
 
 class Incremental:
-    """use_cache=True: each step runs only the positions the cache has not seen."""
+    """use_cache=True: each step runs only the positions the cache has not seen. mask (N, T_max): the real tokens
+    (a left-padded prompt's, then every generated one), or None."""
 
-    def __init__(self, model, src_ids, n_rows: int, total_len: int):
+    def __init__(self, model, src_ids, n_rows: int, total_len: int, mask=None, src_mask=None):
         self.model = model
-        self.cache = new_cache(model, src_ids, n_rows, total_len)
+        self.cache = new_cache(model, src_ids, n_rows, total_len, src_mask)
+        self.mask = mask
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
         """tokens (N, T), the whole prefix -> logits of the next token (N, V)."""
-        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :])
+        mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
+        return decoder_step(self.model, self.cache, tokens[:, self.cache.length :], mask)
 
     def reorder(self, rows: np.ndarray) -> None:
         reorder_cache(self.cache, rows)
@@ -125,39 +135,56 @@ class Incremental:
 class Recompute:
     """use_cache=False: each step runs model.forward on the whole prefix and keeps its last position."""
 
-    def __init__(self, model, src_ids, n_copies: int):
+    def __init__(self, model, src_ids, n_copies: int, mask=None, src_mask=None):
         self.model = model
         self.src_ids = None if src_ids is None else np.repeat(src_ids, n_copies, axis=0)  # (N, S), one per beam
+        self.src_mask = None if src_mask is None else np.repeat(src_mask, n_copies, axis=0)  # (N, S) or None
+        self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
         """tokens (N, T) -> logits of the next token (N, V)."""
         if self.src_ids is None:
-            return self.model.forward(tokens)[:, -1]
-        return self.model.forward(self.src_ids, tokens)[:, -1]
+            mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
+            return self.model.forward(tokens, attention_mask=mask)[:, -1]
+        return self.model.forward(self.src_ids, tokens, attention_mask=self.src_mask)[:, -1]
 
     def reorder(self, rows: np.ndarray) -> None:
         pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids
 
 
-def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool):
+def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None):
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
-    allows) and the source of next-token logits for N = B * n_copies rows."""
+    allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
+    real tokens of a left-padded prompt (the LM's; every generated token is real), or of a Transformer's source
+    (instead of the tokens not holding pad_id), or None."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    mask, src_mask = None, None
+    if attention_mask is not None and isinstance(model, Transformer):
+        src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S)
+    elif attention_mask is not None:
+        mask = np.ones((prompt.shape[0] * n_copies, prompt.shape[1] + max_len), dtype=bool)  # (N, T_max)
+        mask[:, : prompt.shape[1]] = np.repeat(check_attention_mask(attention_mask, prompt), n_copies, axis=0)
     if use_cache:
         n_rows = prompt.shape[0] * n_copies
-        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len)
-    return prompt, max_len, Recompute(model, src_ids, n_copies)
+        return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len, mask, src_mask)
+    return prompt, max_len, Recompute(model, src_ids, n_copies, mask, src_mask)
 
 
 def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
     """A copy of the next-token scores (N, V) (logits in greedy search, log-probabilities in beam search) with what
-    may not come next at -inf: pad_id never (without_pad), then the model's GenerationRules (from the checkpoint's
-    generation_config.json) in the order transformers' logits processors apply them. tokens (N, t): the rows so far.
+    may not come next at -inf. A model of our own: pad_id never (without_pad). A checkpoint's model: its
+    GenerationRules (from its generation_config.json) and nothing else, in the order transformers' logits processors
+    apply them. tokens (N, t): the rows so far.
 
     - bad_words: a banned sequence's last token, in the rows that end with the rest of it;
-    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0."""
-    scores = without_pad(scores, model.config.pad_id)  # a copy: the rules below write into it
-    rules = getattr(model, "generation_rules", None) or GenerationRules()
+    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0.
+
+    ValueError when a row is left no token at all."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is None:
+        scores, rules = without_pad(scores, model.config.pad_id), GenerationRules()  # a copy: written below
+    else:
+        scores = scores.copy()
     for words in rules.bad_words:
         *prefix, last = words
         if not prefix:
@@ -173,12 +200,24 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
     if forced is not None:
         scores[:] = -np.inf
         scores[:, forced] = 0.0
+    check_something_allowed(scores, tokens.shape[1])
     return scores
 
 
+def check_something_allowed(scores: np.ndarray, position: int) -> None:
+    """ValueError when the rules leave a row (N, V) no token at all: argmax would pick one of the banned ones, and a
+    beam would have no continuation."""
+    empty = np.isneginf(scores).all(axis=-1)  # (N,)
+    if empty.any():
+        raise ValueError(
+            f"decoding: every token is banned at position {position} for rows {np.flatnonzero(empty).tolist()} "
+            "(pad_id and the checkpoint's bad_words_ids cover the whole vocabulary): nothing may be generated"
+        )
+
+
 def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
-    """A copy of scores (N, V) with pad_id at -inf: pad is never generated (in the output it means
-    "after eos"; Marian's generation configs ban it too). Without a pad_id, a plain copy."""
+    """A copy of scores (N, V) with pad_id at -inf: a model of our own never generates pad (in the output it means
+    "after eos"). Without a pad_id, a plain copy."""
     scores = scores.copy()
     if pad_id is not None:
         scores[:, pad_id] = -np.inf
@@ -189,50 +228,63 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 # Greedy search.
 
 
-def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True) -> np.ndarray:
-    """Take the most likely token at every step (the lowest id among equals; never pad_id).
+def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None) -> np.ndarray:
+    """Take the most likely token at every step (the lowest id among equals; never pad_id in a model of our own, what
+    the checkpoint's rules allow in a loaded one: see the module docstring).
 
     model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
     max_len: the most tokens to generate (None: as many as config.max_len positions allow).
     use_cache False recomputes the whole prefix with model.forward at every step (slow; for checking).
+    attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
+    left-padded prompt (positions count the real tokens; padded keys are never attended to), a Transformer's
+    (B, S) for its source (the source keys read, instead of those not holding pad_id).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens; pad_id after a row's eos_id. Steps stop early once every row has produced eos_id.
+    tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
+    has produced eos_id.
     """
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache)
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask)
     return tokens
 
 
-def after_eos(cfg) -> int:
-    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token
-    (as transformers' generate does). Without an eos_id no row ends early, and the fill is never seen."""
-    if cfg.pad_id is not None:
-        return cfg.pad_id
-    return 0 if cfg.eos_id is None else cfg.eos_id
+def after_eos(model) -> int:
+    """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
+    its first eos_token_id), or for a model of our own default_fill."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is not None and rules.fill_id is not None:
+        return rules.fill_id
+    return default_fill(model.config)
 
 
 def beam_fill(model) -> int:
-    """The id that pads a finished hypothesis shorter than the best in beam search: pad_id, as after_eos, unless
-    the checkpoint's generation rules say otherwise (generate()'s `pad_token_id or eos_token_id`: eos for T5,
-    whose pad id is 0)."""
+    """The id that pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
+    `pad_token_id or eos_token_id`: eos for T5, whose pad id is 0), or for a model of our own default_fill."""
     rules = getattr(model, "generation_rules", None)
     if rules is not None and rules.beam_fill_id is not None:
         return rules.beam_fill_id
-    return after_eos(model.config)
+    return default_fill(model.config)
 
 
-def eos_of(cfg) -> int:
-    """The end-of-sequence id to compare generated tokens with; -1 (no token) when the vocabulary has none."""
-    return -1 if cfg.eos_id is None else cfg.eos_id
+def default_fill(cfg) -> int:
+    """pad_id, or the (first) eos_id itself when there is no padding token (as transformers' generate does). Without
+    an eos_id no row ends early, and the fill is never seen."""
+    if cfg.pad_id is not None:
+        return cfg.pad_id
+    return cfg.eos_ids[0] if cfg.eos_ids else 0
 
 
-def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
+def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
+    """Which tokens end a sequence: any of config.eos_ids (several in Llama 3's configs); none without an eos_id."""
+    return np.isin(tokens, cfg.eos_ids)
+
+
+def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None):
     """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
     check_model(model)
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B, T_p + max_len), after_eos(cfg), dtype=np.int64)
+        tokens = np.full((B, T_p + max_len), after_eos(model), dtype=np.int64)
         tokens[:, :T_p] = prompt
         done = np.zeros(B, dtype=bool)  # the row has produced eos_id
         step_logits = []
@@ -241,8 +293,8 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
             step_logits.append(logits)
             last_step = t == T_p + max_len - 1
             choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
-            tokens[:, t] = np.where(done, after_eos(cfg), choice)
-            done |= tokens[:, t] == eos_of(cfg)
+            tokens[:, t] = np.where(done, after_eos(model), choice)
+            done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break
     return tokens[:, : t + 1], np.stack(step_logits, axis=1)
@@ -253,10 +305,11 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True):
 #
 # Rows b*K .. b*K + K - 1 hold the K live hypotheses of batch element b. Each step scores every
 # continuation, score = cumulative log-probability of the hypothesis + log p(token), with log p from
-# the log-softmax of the logits and pad_id then set to -inf (never generated, as in greedy search; the
-# other tokens are not renormalised). Candidates are ranked per element by (-score, beam, token): a
-# stable sort of the flat index beam * V + token, so equal scores go to the lower beam, then the lower
-# token id. Of the 2K best (at most K are eos, one per beam, so at least K are not):
+# the log-softmax of the logits and the banned tokens then set to -inf (as in greedy search: pad_id in a model of
+# our own, the checkpoint's bad words in a loaded one; the other tokens are not renormalised). Candidates are
+# ranked per element by (-score, beam, token): a stable sort of the flat index beam * V + token, so equal scores go
+# to the lower beam, then the lower token id. Of the (1 + n_eos) K best, 2K at least (at most n_eos K are eos,
+# n_eos per beam, so K at least are not):
 #   - an eos among the first K ranks finishes its hypothesis, with the normalised score
 #     sum of log-probs / (generated tokens, eos included) ** length_penalty;
 #   - the first K that are not eos (in rank order) become the new live hypotheses;
@@ -295,21 +348,26 @@ def beam_search(
     length_penalty: float = 1.0,
     use_cache: bool = True,
     early_stopping: bool | str = False,
+    attention_mask=None,
 ) -> np.ndarray:
     """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
 
     Arguments and result as greedy_decode; max_len None generates up to config.max_len positions.
     length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
     favours longer outputs). early_stopping: True, False or "never", as transformers' generate.
+    attention_mask: a left-padded prompt's real tokens, as in greedy_decode.
     Returns int64 ids (B, T_p + L), the best hypothesis of each element, L the longest of them.
     """
-    tokens, _ = beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping)
+    tokens, _ = beam_search_scores(
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask
+    )
     return tokens
 
 
 def beam_search_scores(
-    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False
-):
+    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False,
+    attention_mask=None,
+):  # fmt: skip
     """beam_search that also returns each element's best normalised score, a list of B floats."""
     _check_int("beam_size", beam_size)
     _check_length_penalty(length_penalty)
@@ -318,14 +376,17 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B * K, T_p + max_len), after_eos(cfg), dtype=np.int64)
+        tokens = np.full((B * K, T_p + max_len), beam_fill(model), dtype=np.int64)
         tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
         cumulative = np.full((B, K), -np.inf, dtype=model.dtype)
         cumulative[:, 0] = 0.0
+        # Each beam may end with every eos id: of the best (1 + n_eos) K candidates (2K at least, as generate), K
+        # are not eos.
+        n_best = max(2, 1 + len(cfg.eos_ids)) * K
         finished = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order found
         stopped = np.zeros(B, dtype=bool)  # the element takes no more finished hypotheses
         for step in range(max_len):
@@ -333,16 +394,16 @@ def beam_search_scores(
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
             log_probs = allowed_scores(log_probs, model, tokens[:, :t], step == max_len - 1)
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
-            score, beam, token = best_candidates(cumulative, log_probs, 2 * K)  # (B, 2K) each
-            rows = np.arange(B)[:, None] * K + beam  # (B, 2K): the row each candidate continues
-            ends = token[:, :K] == eos_of(cfg)  # (B, K): the first K ranks that end a hypothesis
+            score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
+            rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues
+            ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
             collect_finished(finished, stopped, score, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = np.argsort(token == eos_of(cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            live = np.argsort(is_eos(token, cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
             cumulative = np.take_along_axis(score, live, axis=1)  # (B, K), best first
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
@@ -356,7 +417,7 @@ def beam_search_scores(
 
 def collect_finished(finished, stopped, score, rows, token, ends, generated, length, length_penalty) -> None:
     """Move the hypotheses that end at this step (`ends`, (B, K), among the first K ranks) into `finished`,
-    for the elements that still take them. score, rows, token (B, 2K); generated (N, length - 1) the
+    for the elements that still take them. score, rows, token (B, n_best); generated (N, length - 1) the
     tokens each row generated so far. A score of -inf comes from a beam that never was (vocabulary
     smaller than the beam) and is skipped."""
     K = ends.shape[1]

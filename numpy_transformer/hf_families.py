@@ -257,7 +257,10 @@ def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
             token_id({"bad_words_ids": token}, "bad_words_ids", vocab)
     pad, eos = token_id(generation, "pad_token_id", vocab), token_id(generation, "eos_token_id", vocab)
     fill = pad or eos  # generate()'s fill of finished beams: `pad_token_id or eos_token_id`, eos when pad is 0
-    return GenerationRules(**forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill)
+    after_eos = eos if pad is None else pad  # greedy search's: pad_token_id, else the first eos_token_id
+    return GenerationRules(
+        **forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill, fill_id=after_eos
+    )  # fmt: skip
 
 
 MAX_JSON_DEPTH = 64  # a real config nests a few levels; a hostile one nests thousands (each level a list object)
@@ -367,8 +370,11 @@ def read_generation_rules(directory, hf_config: dict, config: TransformerConfig)
     try:
         rules = generation_rules_from_hf(generation, config.tgt_vocab_size)
         start = token_id(generation, "decoder_start_token_id", config.tgt_vocab_size)
+        end = end_token_ids(generation, config.tgt_vocab_size)
     except (ValueError, TypeError) as error:
         raise ValueError(f"{path if path.is_file() else 'config.json'}: {error}") from None
+    if end is not None:  # generate() stops at generation_config.json's end tokens (config.json's without it)
+        config = replace(config, eos_id=end)
     if start is not None and config.n_encoder_layers > 0 and config.n_decoder_layers > 0:
         config = replace(config, bos_id=start)
     return config, rules
@@ -389,6 +395,21 @@ def token_id(c: dict, name: str, vocab: int) -> int | None:
     if value is not None and not 0 <= value < vocab:
         raise ValueError(f"config.json: {name}={value} is not a token id of a vocabulary of {vocab}")
     return value
+
+
+def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
+    """eos_token_id from config.json or generation_config.json: one id, or a tuple when the file lists several
+    (Llama 3's [128001, 128009]: generation stops at any of them), None when absent. ValueError when one lies
+    outside the vocabulary."""
+    value = c.get("eos_token_id")
+    if not isinstance(value, list):
+        return token_id(c, "eos_token_id", vocab)
+    ids = tuple(token_id({"eos_token_id": v}, "eos_token_id", vocab) for v in value)
+    if None in ids:
+        raise ValueError(f"config.json: eos_token_id={value} lists a null")
+    if not ids:
+        return None
+    return ids[0] if len(ids) == 1 else ids
 
 
 def heads(c: dict, d_model: int, n_heads: int) -> None:
@@ -426,7 +447,7 @@ def bert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         layer_norm_eps=c.get("layer_norm_eps", 1e-12),
         pad_id=token_id(c, "pad_token_id", V),
         bos_id=token_id(c, "bos_token_id", V),
-        eos_id=token_id(c, "eos_token_id", V),
+        eos_id=end_token_ids(c, V),
         scale_embeddings=False,
         type_vocab_size=c.get("type_vocab_size", 2),
         embedding_norm=True,
@@ -535,7 +556,7 @@ def gpt2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         layer_norm_eps=c.get("layer_norm_epsilon", 1e-5),
         pad_id=token_id(c, "pad_token_id", V),
         bos_id=token_id(c, "bos_token_id", V),
-        eos_id=token_id(c, "eos_token_id", V),
+        eos_id=end_token_ids(c, V),
         tie_embeddings=c.get("tie_word_embeddings", True),
         scale_embeddings=False,
         output_bias=False,
@@ -648,7 +669,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         layer_norm_eps=c.get("rms_norm_eps", 1e-6),
         pad_id=token_id(c, "pad_token_id", V),
         bos_id=token_id(c, "bos_token_id", V),
-        eos_id=token_id(c, "eos_token_id", V),
+        eos_id=end_token_ids(c, V),
         tie_embeddings=c.get("tie_word_embeddings", False),
         scale_embeddings=False,
         norm="rms",
@@ -799,7 +820,7 @@ def bloom_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         layer_norm_eps=c.get("layer_norm_epsilon", 1e-5),
         pad_id=token_id(c, "pad_token_id", V),
         bos_id=token_id(c, "bos_token_id", V),
-        eos_id=token_id(c, "eos_token_id", V),
+        eos_id=end_token_ids(c, V),
         tie_embeddings=c.get("tie_word_embeddings", True),
         scale_embeddings=False,
         output_bias=False,
@@ -912,7 +933,7 @@ def seq2seq_from_hf(c: dict, dropout: float | None, model_type: str) -> Transfor
         layer_norm_eps=1e-5,  # nn.LayerNorm's default, which both use
         pad_id=token_id(c, "pad_token_id", min(V, V_tgt)),
         bos_id=None if start is None else token_id(c, "decoder_start_token_id", V_tgt),  # the decoder's start token
-        eos_id=token_id(c, "eos_token_id", V_tgt),
+        eos_id=end_token_ids(c, V_tgt),
         tie_embeddings=c.get("tie_word_embeddings", True),
         scale_embeddings=bool(c.get("scale_embedding", False)),
         embedding_norm=model_type == "bart",
@@ -1086,7 +1107,7 @@ def t5_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         layer_norm_eps=c.get("layer_norm_epsilon", 1e-6),
         pad_id=token_id(c, "pad_token_id", V),
         bos_id=token_id({"start": start}, "start", V),  # the decoder's start token (T5's is pad)
-        eos_id=token_id(c, "eos_token_id", V),
+        eos_id=end_token_ids(c, V),
         tie_embeddings=True,
         output_scale=D**-0.5 if scaled else 1.0,
         scale_embeddings=False,

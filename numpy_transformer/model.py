@@ -47,7 +47,7 @@ from .layers import (
     tanh_forward,
 )
 from .scores import ScoreMod, alibi_slopes
-from .validation import check_float_array, check_ids, check_ndim
+from .validation import check_attention_mask, check_float_array, check_ids, check_ndim, mask_positions
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -73,12 +73,25 @@ def padding_mask(ids: np.ndarray, pad_id: int | None) -> np.ndarray | None:
     return (ids != pad_id)[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0) -> tuple | None:
-    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), when the
-    config's positions are rotary; None otherwise."""
+def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int | None) -> np.ndarray | None:
+    """The keys an encoder's attention and cross-attention may read, (B, 1, 1, S): the real tokens of
+    attention_mask (B, S) when given (transformers' meaning, whatever ids they hold), else those not holding pad_id
+    (padding_mask); None when neither masks anything."""
+    if attention_mask is None:
+        return padding_mask(ids, pad_id)
+    return attention_mask[:, None, None, :]
+
+
+def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None):
+    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
+    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads; None unless the config's
+    positions are rotary."""
     if config.positional != "rope":
         return None
-    return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
+    if positions is None:
+        return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
+    cos, sin = rope_angles(positions, config.head_dim, config.rope_theta, dtype)  # (B, T, Dh/2) each
+    return cos[:, None], sin[:, None]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,6 +120,7 @@ def embed_forward(
     site: str = "encoder",
     token_type_ids: np.ndarray | None = None,
     start: int = 0,
+    positions: np.ndarray | None = None,
 ):
     r"""ids (B, T) -> x (B, T, D): the token table E read at the ids, the positions PE of start .. start + T - 1
     and (BERT) the token types' table added, then the embedding norm (if any), then dropout:
@@ -121,7 +135,8 @@ def embed_forward(
     rotary positions (config.positional "rope") add nothing here: attention rotates queries and keys; nor does
     ALiBi ("alibi"), a bias on attention's scores.
     Token types (BERT) are added when params hold token_type_embedding.weight; token_type_ids None
-    means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time).
+    means type 0 everywhere. `start` > 0 embeds positions further on (decoding one step at a time). `positions`
+    (B, T): each row's own positions instead (a padded batch), PE read at them as a token table is read at ids.
     """
     embedding = params["token_embedding.weight"]
     scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
@@ -132,9 +147,14 @@ def embed_forward(
         if config.positional == "learned":
             table = params["position_embedding.weight"]
         else:
-            rows = sinusoid_rows(start + ids.shape[1], config.max_len)
+            used = start + ids.shape[1] if positions is None else int(positions.max(initial=0)) + 1
+            rows = sinusoid_rows(used, config.max_len)  # built for the positions used, not for max_len
             table = _fixed_sinusoids(rows, config.d_model, embedding.dtype.name, config.sinusoid_layout)
-        x, position_cache = add_positions_forward(x, table[start:] if start else table)
+        if positions is None:
+            x, position_cache = add_positions_forward(x, table[start:] if start else table)
+        else:  # every row its own positions: PE[positions], a lookup like the tokens'
+            pe, lookup_cache = embedding_forward(positions, table)  # (B, T, D)
+            x, position_cache = x + pe, ("rows", lookup_cache)
     type_cache = None
     if "token_type_embedding.weight" in params:
         if token_type_ids is None:
@@ -169,7 +189,10 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
     if type_cache is not None:
         grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
     if position_cache is not None:
-        dx, dtable = add_positions_backward(dx, position_cache)
+        if position_cache[0] == "rows":  # x + PE[positions]: dPE[p] sums dx over the tokens at position p
+            dtable = embedding_backward(dx, position_cache[1])
+        else:
+            dx, dtable = add_positions_backward(dx, position_cache)
         if learned:
             grads["position_embedding.weight"] = dtable
     grads["token_embedding.weight"] = embedding_backward(dx, token_cache)
@@ -328,6 +351,7 @@ def decoder_layer_forward(
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
+    key_padding: np.ndarray | None = None,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -336,14 +360,15 @@ def decoder_layer_forward(
     Cross-attention masks the source's padding (memory_mask, broadcastable to (B, H, T_tgt, T_src)).
     Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
     attention reads and extends (a forward-only call). bias_table: the stack's T5 relative position bias, read by
-    self-attention, or None.
+    self-attention, or None. key_padding (B, P): the real tokens of a padded batch by key position (True = real),
+    masked out of self-attention where False, or None.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     if memory is not None:
@@ -412,10 +437,12 @@ def encoder_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     token_type_ids: np.ndarray | None = None,
+    attention_mask: np.ndarray | None = None,
 ):
-    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id) are masked out.
-    token_type_ids (B, T_src) or None (type 0) when params hold token_type_embedding.weight."""
-    mask = padding_mask(src_ids, config.pad_id)  # (B, 1, 1, T_src), or None: no padding token
+    """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
+    T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
+    token_type_embedding.weight."""
+    mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
     rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
@@ -459,6 +486,7 @@ def decoder_forward(
     *,
     caches: list | None = None,
     start: int = 0,
+    attention_mask: np.ndarray | None = None,
 ):
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
@@ -469,9 +497,18 @@ def decoder_forward(
     padding sits at the end, where causality already hides it from every real position, and the loss
     ignores padded targets; a decoder input that starts with pad_id (Marian's decoder start token) is
     read as a token like any other. Cross-attention ignores padding in the source (memory_mask).
+
+    attention_mask (B, start + T_tgt) bool, True = a real token (a left-padded batch of the decoder-only model, as
+    transformers' attention_mask): padded keys are masked out, and each token's position is its row's count of
+    real tokens before it (validation.mask_positions), for the learned and rotary positions. Causality, a sliding
+    window and ALiBi read the index distance i - j, which equals the distance of those positions between the real
+    tokens of a left-padded row.
     """
-    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start)
-    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start)  # rotary (cos, sin), or None
+    positions = None
+    if attention_mask is not None:
+        positions = mask_positions(attention_mask)[:, start:]  # (B, T_tgt)
+    x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start, positions=positions)
+    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start, positions)  # rotary (cos, sin), or None
     q_pos = np.arange(start, start + tgt_ids.shape[1])
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
@@ -479,6 +516,7 @@ def decoder_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
             site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+            key_padding=attention_mask,
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -824,9 +862,11 @@ class Transformer(_Model):
     masked out of the encoder and of cross-attention; the decoder's self-attention masks only the future.
     """
 
-    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
         """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
-        self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given."""
+        self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given.
+        attention_mask (B, T_src): 1/True = a real source token (transformers' meaning); given, it says which
+        source keys the encoder and cross-attention read, instead of config.pad_id."""
         cfg = self.config
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
         tgt_ids = check_ids("tgt_ids", tgt_ids, cfg.tgt_vocab_size, cfg.max_len)
@@ -834,10 +874,11 @@ class Transformer(_Model):
             raise ValueError(
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
             )
+        mask = check_attention_mask(attention_mask, src_ids)  # (B, T_src) bool, or None
         dropout = self._dropout(dropout_masks)
-        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout)  # (B, T_src, D)
+        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask)
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, padding_mask(src_ids, cfg.pad_id), cfg, dropout
+            sub(self.params, "decoder"), tgt_ids, memory, source_mask(src_ids, mask, cfg.pad_id), cfg, dropout
         )  # (B, T_tgt, D)
         return self._output_forward(x, dropout, {"encoder": enc_cache, "decoder": dec_cache, "encoder_out": memory})
 
@@ -858,17 +899,23 @@ class Transformer(_Model):
 class TransformerLM(_Model):
     """A decoder-only (GPT-style) language model: causal self-attention, no cross-attention.
 
-    forward(ids (B, T)) -> logits (B, T, V_tgt). Uses config.tgt_vocab_size and n_decoder_layers;
-    parameters are the "decoder.*" and "output_proj.*" entries of the state dict.
+    forward(ids (B, T), attention_mask (B, T) or None) -> logits (B, T, V_tgt). Uses config.tgt_vocab_size and
+    n_decoder_layers; parameters are the "decoder.*" and "output_proj.*" entries of the state dict.
     """
 
     decoder_only = True
 
-    def forward(self, ids, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(self, ids, attention_mask=None, dropout_masks: dict | None = None) -> np.ndarray:
+        """attention_mask: 1/True = a real token, 0/False = padding (transformers' meaning), for a left-padded
+        batch: padded keys are masked out and positions count the real tokens (decoder_forward). The logits
+        at padded positions are of no token (their rows attend to nothing)."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
+        mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
-        x, dec_cache = decoder_forward(sub(self.params, "decoder"), ids, None, None, cfg, dropout)  # (B, T, D)
+        x, dec_cache = decoder_forward(
+            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask
+        )  # (B, T, D)
         return self._output_forward(x, dropout, {"decoder": dec_cache})
 
     __call__ = forward
@@ -896,12 +943,17 @@ class EncoderModel(_Model):
 
     encoder_only = True
 
-    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
+        """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
+        instead of config.pad_id."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
+        mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
-        hidden, enc_cache = encoder_forward(self.encoder_params(), ids, cfg, dropout, token_type_ids)  # (B, T, D)
+        hidden, enc_cache = encoder_forward(
+            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask
+        )  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}

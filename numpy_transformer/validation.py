@@ -30,6 +30,30 @@ def check_ids(name: str, ids, vocab_size: int, max_len: int | None = None) -> np
     return ids
 
 
+def check_attention_mask(attention_mask, ids: np.ndarray) -> np.ndarray | None:
+    """Validate an attention mask for ids (B, T): the same shape, bool or integer 0/1, 1/True = a real token (the
+    meaning of transformers' attention_mask); return it as bool, None when None. Every row needs a real token."""
+    if attention_mask is None:
+        return None
+    mask = np.asarray(attention_mask)
+    if not (mask.dtype == np.bool_ or np.issubdtype(mask.dtype, np.integer)):
+        raise TypeError(f"attention_mask must be a bool or integer array of 0/1, got dtype {mask.dtype}")
+    if mask.shape != ids.shape:
+        raise ValueError(f"attention_mask must have the shape of the ids {ids.shape}, got {mask.shape}")
+    if mask.dtype != np.bool_ and not np.isin(mask, (0, 1)).all():
+        raise ValueError(f"attention_mask must hold 0 (padding) and 1 (a real token), got values {np.unique(mask)}")
+    mask = mask.astype(bool)
+    if not mask.any(axis=1).all():
+        raise ValueError(f"attention_mask: rows {np.flatnonzero(~mask.any(axis=1)).tolist()} have no real token")
+    return mask
+
+
+def mask_positions(mask: np.ndarray) -> np.ndarray:
+    """The position of every token of a padded batch, as transformers' generate() computes it from the attention
+    mask (B, T): the real tokens before it, cumsum(mask) - 1, and 0 for padding. int64 (B, T)."""
+    return np.where(mask, np.cumsum(mask, axis=1) - 1, 0)
+
+
 def check_float_array(name: str, x, dtype=None, shape: tuple | None = None) -> np.ndarray:
     """Validate a floating-point array, optionally of an exact dtype and shape."""
     if not isinstance(x, np.ndarray):

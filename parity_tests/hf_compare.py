@@ -508,8 +508,8 @@ def greedy_pair(
             num_beams=1,
             max_new_tokens=max_new_tokens,
             min_new_tokens=0,
-            eos_token_id=config.eos_id,
-            pad_token_id=config.pad_id if config.pad_id is not None else config.eos_id,
+            eos_token_id=list(config.eos_ids) or None,
+            pad_token_id=config.pad_id if config.pad_id is not None else (config.eos_ids or (None,))[0],
         )
     if side == "numpy":
         ours = numpy_greedy_decode(ours_model, prompts, max_new_tokens)

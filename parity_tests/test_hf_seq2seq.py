@@ -118,15 +118,15 @@ def test_unmodified_float64_marian_is_within_the_float32_bar(checkpoints):
 @pytest.mark.parametrize("side", ["numpy", "torch"])
 @pytest.mark.parametrize("model_type", SEQ2SEQ_TYPES)
 def test_greedy_search_equals_generate(checkpoints, model_type, side):
-    """Greedy decoding from the checkpoint's decoder start token, never emitting pad (as
-    bad_words_ids=[[pad]] in Marian's generation configs), stopping at eos."""
+    """Greedy decoding from the checkpoint's decoder start token under the checkpoint's generation config (which bans
+    nothing here: Marian's real ones ban pad with bad_words_ids, these tiny ones do not), stopping at eos."""
     directory = checkpoints[model_type]
     reference = theirs(directory, model_type, np.float32)
     src, _, _ = batch(np_hf.load(directory).config, np.random.default_rng(2))
     pad = reference.config.pad_token_id
     expected = reference.generate(
         input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), do_sample=False, num_beams=1,
-        max_new_tokens=10, bad_words_ids=[[pad]],
+        max_new_tokens=10,
     ).numpy()  # fmt: skip
     if side == "numpy":
         got = nt.greedy_decode(np_hf.load(directory, dtype=np.float32).eval(), src, max_len=10)
@@ -150,7 +150,7 @@ def test_beam_search_equals_generate(checkpoints, model_type, side, length_penal
     pad = reference.config.pad_token_id
     expected = reference.generate(
         input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), do_sample=False, num_beams=4,
-        max_new_tokens=10, bad_words_ids=[[pad]], length_penalty=length_penalty,
+        max_new_tokens=10, length_penalty=length_penalty,
         early_stopping=early_stopping,
     ).numpy()  # fmt: skip
     if side == "numpy":
@@ -245,10 +245,10 @@ def test_forced_eos_at_max_length_as_generate(checkpoints, model_type, side, tmp
     assert rules.forced_eos_id == reference.generation_config.forced_eos_token_id is not None
     pad = reference.config.pad_token_id
     common = dict(input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), max_new_tokens=3)
-    greedy = reference.generate(**common, do_sample=False, num_beams=1, bad_words_ids=[[pad]]).numpy()
+    greedy = reference.generate(**common, do_sample=False, num_beams=1).numpy()
     assert (greedy[:, -1] == rules.forced_eos_id).all()
     np.testing.assert_array_equal(our_decoding(directory, src, side, GREEDY, max_len=3), greedy)
-    beam = reference.generate(**common, do_sample=False, num_beams=4, bad_words_ids=[[pad]]).numpy()
+    beam = reference.generate(**common, do_sample=False, num_beams=4).numpy()
     np.testing.assert_array_equal(our_decoding(directory, src, side, BEAM, beam_size=4, max_len=3), beam)
 
 
@@ -260,7 +260,7 @@ def test_forced_bos_and_bad_words_as_generate(checkpoints, side, tmp_path):
     plain_dir, src, plain_ref = generation_case(checkpoints, "bart", tmp_path / "plain")
     pad = plain_ref.config.pad_token_id
     common = dict(input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), max_new_tokens=8)
-    free = plain_ref.generate(**common, do_sample=False, num_beams=1, bad_words_ids=[[pad]]).numpy()
+    free = plain_ref.generate(**common, do_sample=False, num_beams=1).numpy()
     banned = int(free[0, 2])  # a token the free model generates: banning it changes the output
     pair = [int(free[1, 1]), int(free[1, 2])]
     fields = dict(forced_bos_token_id=7, bad_words_ids=[[pad], [banned], pair])

@@ -92,7 +92,7 @@ def torch_run(block, x, dy, device, aux=None, selected=None):
 
 
 def assert_close(ours: dict, theirs: dict, dtype, what: str) -> None:
-    """Every tensor within the bar for dtype (docs/conventions.md) (the error of each against the largest of its comparison)."""
+    """Every tensor within the bar for dtype (docs/conventions.md): each error against the largest of its comparison."""
     bar = C.BAR[np.dtype(dtype)]
     assert sorted(ours) == sorted(theirs), what
     for name, (diff, err) in C.relative_errors({k: (ours[k], theirs[k]) for k in ours}, dtype).items():

@@ -202,6 +202,7 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         position_bias: Tensor | None = None,
         kv_cache: KVCache | MemoryCache | None = None,
+        key_padding: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Inputs: query (B, T_q, D), key and value (B, T_k, D); attn_mask boolean, broadcastable to
         (B, H, T_q, T_k); dropout_mask an optional keep-mask (B, H, T_q, T_k) for the probabilities;
@@ -209,7 +210,9 @@ class MultiHeadAttention(nn.Module):
         tokens; is_causal: query i attends to keys j <= i only (on top of attn_mask); position_bias (H, T_q, T_k)
         added to the scores (T5's). kv_cache, in decoding: a KVCache (self-attention: the new keys and values are
         added, attention reads all cached ones at their positions) or a MemoryCache (cross-attention: the
-        memory's projections, computed at the first step).
+        memory's projections, computed at the first step). key_padding (B, P) bool, True = a real token, indexed by
+        key position (every position so far, the cached ones included): padded keys are masked out (a left-padded
+        batch; read at the key positions after the cache update, since a rolling cache keeps them in no fixed order).
 
         Returns: out (B, T_q, D), and the probabilities (B, H, T_q, T_k) before dropout when
         `need_weights`, else None.
@@ -230,6 +233,10 @@ class MultiHeadAttention(nn.Module):
             k, v, positions = kv_cache.update(k, v)  # (B, H_kv, T_cached, Dh): every position so far
         elif isinstance(kv_cache, MemoryCache):
             kv_cache.keys, kv_cache.values = k, v
+        if key_padding is not None:
+            k_pos = torch.arange(k.shape[2], device=k.device) if positions is None else positions[1]
+            real = key_padding[:, k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
+            attn_mask = real if attn_mask is None else attn_mask & real
         context, probs = self.attend(
             q, k, v, attn_mask, need_weights, dropout_mask, is_causal, positions, position_bias
         )

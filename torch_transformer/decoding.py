@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import KVCache, MemoryCache, padding_mask
-from .model import Transformer, TransformerLM, check_ids
+from .attention import KVCache, MemoryCache
+from .model import Transformer, TransformerLM, check_attention_mask, check_ids
+from .model import source_mask as model_source_mask
 
 # ----------------------------------------------------------------------------------------------
 # The cache: per decoder layer a KVCache (self-attention) and a MemoryCache (cross-attention), which attention
@@ -50,17 +51,17 @@ class DecoderCache:
     length: int = 0  # positions cached so far
 
 
-def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int) -> DecoderCache:
+def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, src_mask=None) -> DecoderCache:
     """An empty cache of n_rows rows and total_len positions; for a Transformer, source b serves rows
-    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder runs here. It holds the config's K/V heads
-    (n_kv_heads), not one per query head."""
+    b * K .. b * K + K - 1 (K = n_rows // B), and the encoder runs here (src_mask (B, S): the real source tokens,
+    or None: those not holding pad_id). It holds the config's K/V heads (n_kv_heads), not one per query head."""
     c = model.config
     weight = model.decoder.token_embedding.weight
     memory, memory_mask = None, None
     if src_ids is not None:
         copies = n_rows // src_ids.shape[0]
-        memory = model.encode(src_ids).repeat_interleave(copies, dim=0)  # (N, S, D): the beams share a memory
-        source_mask = padding_mask(src_ids, c.pad_id)  # (B, 1, 1, S), or None without a padding token
+        memory = model.encode(src_ids, attention_mask=src_mask).repeat_interleave(copies, dim=0)  # (N, S, D)
+        source_mask = model_source_mask(src_ids, src_mask, c.pad_id)  # (B, 1, 1, S), or None: nothing masked
         if source_mask is not None:
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
@@ -73,9 +74,14 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
     return DecoderCache(layers, memory, memory_mask)
 
 
-def decoder_step(model: nn.Module, cache: DecoderCache, new_ids: Tensor) -> Tensor:
-    """new_ids (N, T_new) at positions cache.length .. -> logits of the last one, (N, V); extends the cache."""
-    x = model.decoder(new_ids, cache.memory, cache.memory_mask, caches=cache.layers, start=cache.length)
+def decoder_step(
+    model: nn.Module, cache: DecoderCache, new_ids: Tensor, attention_mask: Tensor | None = None
+) -> Tensor:
+    """new_ids (N, T_new) at positions cache.length .. -> logits of the last one, (N, V); extends the cache.
+    attention_mask (N, cache.length + T_new): the real tokens of a left-padded prompt and after, or None."""
+    x = model.decoder(
+        new_ids, cache.memory, cache.memory_mask, caches=cache.layers, start=cache.length, attention_mask=attention_mask
+    )
     cache.length += new_ids.shape[1]
     return model.output_logits(x[:, -1])  # (N, V): only the last position predicts
 
@@ -102,14 +108,20 @@ def compiled_decoder_step():
 class Incremental:
     """use_cache=True: each step runs only the positions not yet cached (compiled: see `compiled_decoder_step`)."""
 
-    def __init__(self, model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: int, compiled: bool = False):
+    def __init__(
+        self, model: nn.Module, src_ids, n_rows: int, total_len: int, compiled: bool = False, mask=None, src_mask=None
+    ):
         self.model = model
-        self.cache = new_cache(model, src_ids, n_rows, total_len)
+        self.cache = new_cache(model, src_ids, n_rows, total_len, src_mask)
         self.step = compiled_decoder_step() if compiled else decoder_step
+        self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: Tensor) -> Tensor:
         """tokens (N, T), the whole prefix -> logits (N, V) of the next token."""
-        return self.step(self.model, self.cache, tokens[:, self.cache.length :])
+        new = tokens[:, self.cache.length :]
+        if self.mask is None:
+            return self.step(self.model, self.cache, new)
+        return self.step(self.model, self.cache, new, self.mask[:, : tokens.shape[1]])
 
     def reorder(self, rows: Tensor) -> None:
         reorder_cache(self.cache, rows)
@@ -118,20 +130,38 @@ class Incremental:
 class Recompute:
     """use_cache=False: the model's forward on the whole prefix, last position."""
 
-    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int):
+    def __init__(self, model: nn.Module, src_ids: Tensor | None, copies: int, mask=None, src_mask=None):
         self.model = model
         self.src_ids = None if src_ids is None else src_ids.repeat_interleave(copies, dim=0)  # (N, S)
+        self.src_mask = None if src_mask is None else src_mask.repeat_interleave(copies, dim=0)  # (N, S) or None
+        self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: Tensor) -> Tensor:
-        logits = self.model(tokens) if self.src_ids is None else self.model(self.src_ids, tokens)
+        if self.src_ids is None:
+            mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
+            logits = self.model(tokens, attention_mask=mask)
+        else:
+            logits = self.model(self.src_ids, tokens, attention_mask=self.src_mask)
         return logits[:, -1]  # (N, V)
 
     def reorder(self, rows: Tensor) -> None:
         pass  # the caller reorders the prefix; the beams of one source share src_ids
 
 
-def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool, compiled: bool):
+def _start(
+    model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, use_cache: bool, compiled: bool, mask=None
+):
+    """Check the arguments; the prompt (B, T_p), max_len and the source of next-token logits for B * copies rows.
+    mask: a left-padded prompt's real tokens (B, T_p) (the LM's; every generated token is real, and the beams of
+    one prompt share its mask, so reordering them leaves it as it is), or a Transformer's source's (B, S), or None."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    src_mask = None
+    if mask is not None and isinstance(model, Transformer):
+        src_mask, mask = check_attention_mask(mask, src_ids), None
+    elif mask is not None:
+        full = torch.ones(prompt.shape[0] * copies, prompt.shape[1] + max_len, dtype=torch.bool, device=prompt.device)
+        full[:, : prompt.shape[1]] = check_attention_mask(mask, prompt).repeat_interleave(copies, dim=0)
+        mask = full  # (N, T_max)
     if compiled and not use_cache:
         raise ValueError(
             "compiled=True compiles the cached decoding step: it needs use_cache=True "
@@ -139,26 +169,28 @@ def _start(model: nn.Module, src_ids: Tensor, max_len: int | None, copies: int, 
         )
     if use_cache:
         rows, total = prompt.shape[0] * copies, prompt.shape[1] + max_len
-        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled)
-    return prompt, max_len, Recompute(model, src_ids, copies)
+        return prompt, max_len, Incremental(model, src_ids, rows, total, compiled, mask, src_mask)
+    return prompt, max_len, Recompute(model, src_ids, copies, mask, src_mask)
 
 
 def _without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
-    """scores (N, V) with pad_id at -inf: pad means "after eos" in the output, so it is never generated
-    (as Marian's generation configs ban it). Unchanged when there is no pad_id."""
+    """scores (N, V) with pad_id at -inf: a model of our own never generates pad (in the output it means "after
+    eos"). Unchanged when there is no pad_id."""
     if pad_id is None:
         return scores
     return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
 
 
 def _allowed_scores(scores: Tensor, model: nn.Module, tokens: Tensor, last_step: bool) -> Tensor:
-    """scores (N, V) with what may not come next at -inf: pad never, then the model's GenerationRules (read from
-    the checkpoint's generation_config.json by hf.load) as transformers' logits processors apply them: the last
-    token of each bad-words sequence in the rows ending with the rest of it; forced_bos_id at position 1 and
-    forced_eos_id at the last step (every other token -inf, the forced one 0). tokens (N, t): the rows so far."""
-    scores = _without_pad(scores, model.config.pad_id)
+    """scores (N, V) with what may not come next at -inf. A model of our own: pad never. A checkpoint's model: its
+    GenerationRules (read from its generation_config.json by hf.load) and nothing else, as transformers' logits
+    processors apply them: the last token of each bad-words sequence in the rows ending with the rest of it;
+    forced_bos_id at position 1 and forced_eos_id at the last step (every other token -inf, the forced one 0).
+    tokens (N, t): the rows so far. ValueError when a row is left no token."""
     rules = getattr(model, "generation_rules", None)
     if rules is None:
+        scores = _without_pad(scores, model.config.pad_id)
+        _check_something_allowed(scores, tokens.shape[1])
         return scores
     for words in rules.bad_words:
         *prefix, last = words
@@ -174,28 +206,49 @@ def _allowed_scores(scores: Tensor, model: nn.Module, tokens: Tensor, last_step:
     if forced is not None:
         scores = torch.full_like(scores, float("-inf"))
         scores[:, forced] = 0.0
+    _check_something_allowed(scores, tokens.shape[1])
     return scores
 
 
-def _after_eos(c) -> int:
-    """The id that fills a row after its eos_id: pad_id, or eos_id itself when there is no padding token."""
-    if c.pad_id is not None:
-        return c.pad_id
-    return 0 if c.eos_id is None else c.eos_id  # without an eos_id no row ends early: the fill is never seen
+def _check_something_allowed(scores: Tensor, position: int) -> None:
+    """ValueError when the rules leave a row (N, V) no token: argmax would pick a banned one, a beam nothing."""
+    empty = torch.isneginf(scores).all(dim=-1)  # (N,)
+    if bool(empty.any()):
+        raise ValueError(
+            f"decoding: every token is banned at position {position} for rows "
+            f"{torch.nonzero(empty).flatten().tolist()} (pad_id and the checkpoint's bad_words_ids cover the whole "
+            "vocabulary): nothing may be generated"
+        )
+
+
+def _after_eos(model: nn.Module) -> int:
+    """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
+    its first eos_token_id), or for a model of our own _default_fill."""
+    rules = getattr(model, "generation_rules", None)
+    if rules is not None and rules.fill_id is not None:
+        return rules.fill_id
+    return _default_fill(model.config)
 
 
 def _beam_fill(model: nn.Module) -> int:
-    """What pads a finished hypothesis shorter than the best in beam search: pad_id, unless the checkpoint's
-    generation rules say otherwise (generate()'s `pad_token_id or eos_token_id`)."""
+    """What pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
+    `pad_token_id or eos_token_id`), or for a model of our own _default_fill."""
     rules = getattr(model, "generation_rules", None)
     if rules is not None and rules.beam_fill_id is not None:
         return rules.beam_fill_id
-    return _after_eos(model.config)
+    return _default_fill(model.config)
 
 
-def _eos(c) -> int:
-    """The end-of-sequence id; -1 (no token) when the vocabulary has none."""
-    return -1 if c.eos_id is None else c.eos_id
+def _default_fill(c) -> int:
+    """pad_id, or the (first) eos_id itself when there is no padding token."""
+    if c.pad_id is not None:
+        return c.pad_id
+    return c.eos_ids[0] if c.eos_ids else 0  # without an eos_id no row ends early: the fill is never seen
+
+
+def _is_eos(tokens: Tensor, c) -> Tensor:
+    """Which tokens end a sequence: any of config.eos_ids; none when the vocabulary has no eos."""
+    return torch.isin(tokens, tokens.new_tensor(c.eos_ids, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,25 +256,35 @@ def _eos(c) -> int:
 
 
 def greedy_decode(
-    model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False
+    model: nn.Module,
+    src_ids: Tensor,
+    max_len: int,
+    use_cache: bool = True,
+    compiled: bool = False,
+    attention_mask: Tensor | None = None,
 ) -> Tensor:
-    """The most likely token at every step (lowest id among equals; never pad_id).
+    """The most likely token at every step (lowest id among equals; never pad_id in a model of our own, what the
+    checkpoint's rules allow in a loaded one: see numpy_transformer.decoding).
 
     Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens, pad_id after a row's eos_id; stops once every row has produced eos_id. compiled: run the
-    cached step through torch.compile (see the module docstring).
+    tokens, pad_id after a row's eos_id (a loaded checkpoint: generate()'s fill); stops once every row has
+    produced eos_id. compiled: run the cached step through torch.compile (see the module docstring).
+    attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
+    left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
     """
-    return greedy_search(model, src_ids, max_len, use_cache, compiled)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask)[0]
 
 
-def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False):
+def greedy_search(
+    model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bool = True, compiled: bool = False, attention_mask=None
+):
     """greedy_decode, and the logits it chose from, (B, steps, V)."""
     check_model(model)
     with evaluating(model):
-        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache, compiled)
+        prompt, max_len, decoder = _start(model, src_ids, max_len, 1, use_cache, compiled, attention_mask)
         c = model.config
         B, T_p = prompt.shape
-        tokens = prompt.new_full((B, T_p + max_len), _after_eos(c))
+        tokens = prompt.new_full((B, T_p + max_len), _after_eos(model))
         tokens[:, :T_p] = prompt
         done = torch.zeros(B, dtype=torch.bool, device=prompt.device)
         step_logits = []
@@ -229,8 +292,8 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
             choice = _allowed_scores(logits, model, tokens[:, :t], t == T_p + max_len - 1).argmax(dim=-1)  # (B,)
-            tokens[:, t] = choice.masked_fill(done, _after_eos(c))
-            done |= tokens[:, t] == _eos(c)
+            tokens[:, t] = choice.masked_fill(done, _after_eos(model))
+            done |= _is_eos(tokens[:, t], c)
             if bool(done.all()):
                 break
     return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
@@ -238,11 +301,11 @@ def greedy_search(model: nn.Module, src_ids: Tensor, max_len: int, use_cache: bo
 
 # ----------------------------------------------------------------------------------------------
 # Beam search: the rules of numpy_transformer.decoding (those of transformers' generate), restated.
-#   score of a continuation = cumulative log-prob + log_softmax(logits)[token], pad_id at -inf;
+#   score of a continuation = cumulative log-prob + log_softmax(logits)[token], banned tokens at -inf;
 #   per element, rank the K * V continuations by (-score, beam, token) (stable sort, flat index
-#   beam * V + token) and keep the 2K best; eos within the first K ranks finishes a hypothesis with
-#   score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K ranks finish);
-#   the first K non-eos ones stay live. An element stops taking finished hypotheses once it has K
+#   beam * V + token) and keep the (1 + n_eos) K best (2K at least); eos within the first K ranks finishes
+#   a hypothesis with score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K
+#   ranks finish); the first K non-eos ones stay live. An element stops taking finished hypotheses once it has K
 #   (early_stopping True), or once it has K and its best live one, scored at its current length (at
 #   max_len for "never" with length_penalty > 0), cannot beat the worst of its best K (False). Best
 #   score wins, the earliest found among equals.
@@ -257,18 +320,20 @@ def beam_search(
     use_cache: bool = True,
     compiled: bool = False,
     early_stopping: bool | str = False,
+    attention_mask: Tensor | None = None,
 ) -> Tensor:
     """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + L) as greedy_decode, L the
-    longest best hypothesis; max_len None: as many as config.max_len allows; compiled as in greedy_decode;
-    early_stopping True, False or "never", as transformers' generate."""
-    return beam_search_scores(model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping)[
-        0
-    ]
+    longest best hypothesis; max_len None: as many as config.max_len allows; compiled and attention_mask as in
+    greedy_decode; early_stopping True, False or "never", as transformers' generate."""
+    return beam_search_scores(
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping, attention_mask
+    )[0]
 
 
 def beam_search_scores(
-    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False, early_stopping=False
-):
+    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, compiled=False, early_stopping=False,
+    attention_mask=None,
+):  # fmt: skip
     """beam_search, and each element's best normalised score (a list of B floats)."""
     _check_int("beam_size", beam_size)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
@@ -280,14 +345,15 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache, compiled)
+        prompt, max_len, decoder = _start(model, src_ids, max_len, K, use_cache, compiled, attention_mask)
         c = model.config
         B, T_p = prompt.shape
         device = prompt.device
-        tokens = prompt.new_full((B * K, T_p + max_len), _after_eos(c))
+        tokens = prompt.new_full((B * K, T_p + max_len), _beam_fill(model))
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)
         cumulative = torch.full((B, K), float("-inf"), dtype=model.decoder.token_embedding.weight.dtype, device=device)
         cumulative[:, 0] = 0.0  # the K beams start as one
+        n_best = max(2, 1 + len(c.eos_ids)) * K  # each beam may end with every eos id: K of these are not eos
         finished: list[list] = [[] for _ in range(B)]
         stopped = [False] * B  # the element takes no more finished hypotheses
         first_row = torch.arange(B, device=device)[:, None] * K  # (B, 1)
@@ -299,9 +365,9 @@ def beam_search_scores(
             V = log_probs.shape[-1]
             scores = (cumulative[:, :, None] + log_probs.view(B, K, V)).view(B, K * V)
             top, index = torch.sort(scores, dim=1, descending=True, stable=True)  # ties: lower flat index
-            top, index = top[:, : 2 * K], index[:, : 2 * K]  # (B, 2K)
-            rows, token = first_row + index // V, index % V  # (B, 2K)
-            is_eos = token == _eos(c)
+            top, index = top[:, :n_best], index[:, :n_best]  # (B, n_best)
+            rows, token = first_row + index // V, index % V  # (B, n_best)
+            is_eos = _is_eos(token, c)
             ends = torch.ones_like(is_eos[:, :K]) if last else is_eos[:, :K]  # the last step: the first K all end
             _collect_finished(finished, stopped, top, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
             if last:

@@ -63,9 +63,17 @@ def rope_cos_sin(
 ) -> tuple[Tensor, Tensor]:
     """cos and sin of the rotary angles of positions start .. end - 1, each (T, Dh): the angle of feature i
     and of feature i + Dh/2 is pos * theta**(-2i / Dh). Computed in float64, then cast to `dtype`."""
-    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)  # (Dh/2,)
-    positions = torch.arange(start, end, dtype=torch.float64, device=device)  # (T,)
-    angles = torch.outer(positions, inv_freq).repeat(1, 2)  # (T, Dh): the same angle for i and i + Dh/2
+    return rope_cos_sin_at(torch.arange(start, end, device=device), head_dim, theta, dtype)
+
+
+def rope_cos_sin_at(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos and sin of the rotary angles of `positions` (T,) or (B, T) (each row its own, a padded batch), each
+    (T, Dh) or (B, 1, T, Dh) (broadcast over the heads). Computed in float64, then cast to `dtype`."""
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim)
+    angles = positions.to(torch.float64)[..., None] * inv_freq  # (..., T, Dh/2)
+    angles = torch.cat([angles, angles], dim=-1)  # (..., T, Dh): the same angle for i and i + Dh/2
+    if positions.dim() == 2:
+        angles = angles[:, None]  # (B, 1, T, Dh)
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 

@@ -16,7 +16,17 @@ from torch import Tensor, nn
 from numpy_transformer.config import TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
-from .layers import Dropout, FeedForward, init_linear, make_norm, masks_under, residual, rope_cos_sin, sinusoidal_table
+from .layers import (
+    Dropout,
+    FeedForward,
+    init_linear,
+    make_norm,
+    masks_under,
+    residual,
+    rope_cos_sin,
+    rope_cos_sin_at,
+    sinusoidal_table,
+)
 
 
 class _Layer(nn.Module):
@@ -117,12 +127,13 @@ class DecoderLayer(_Layer):
         rope: tuple[Tensor, Tensor] | None = None,
         position_bias: Tensor | None = None,
         caches: tuple | None = None,
+        key_padding: Tensor | None = None,
     ) -> Tensor:
         """x (B, T, D), memory (B, S, D), memory_mask broadcastable to (B, H, T, S); dropout_masks keyed
         below this layer; rope the rotary (cos, sin) of x's positions, or None; position_bias (H, T, T_k): T5's.
         Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more on top of that, None
         nothing more. caches, in decoding: the layer's (KVCache, MemoryCache or None), read and extended by
-        attention."""
+        attention. key_padding (B, P): a padded batch's real tokens by key position, or None."""
         masks = dropout_masks or {}
         self_cache, memory_cache = (None, None) if caches is None else caches
 
@@ -130,7 +141,7 @@ class DecoderLayer(_Layer):
             keep = masks.get("self_attn.dropout")
             return self.self_attn(
                 h, h, h, self_mask, need_weights, keep, rope, is_causal=True, position_bias=position_bias,
-                kv_cache=self_cache,
+                kv_cache=self_cache, key_padding=key_padding,
             )[0]  # fmt: skip
 
         def cross_attention(h: Tensor) -> Tensor:
@@ -202,23 +213,27 @@ class _Stack(nn.Module):
         token_type_ids: Tensor | None = None,
         token_embedding: nn.Embedding | None = None,
         start: int = 0,
+        positions: Tensor | None = None,
     ) -> Tensor:
         """ids (B, T) -> dropout(norm(token_embedding(ids) * sqrt(D) + PE[start : start + T] + types)), (B, T, D).
 
         token_type_ids None means type 0 everywhere (when the stack has token types); token_embedding
         is the table to read when the stack has none of its own; start > 0 embeds later positions
-        (decoding one step at a time)."""
+        (decoding one step at a time); positions (B, T): each row's own positions instead (a padded batch)."""
         table = self.token_embedding if token_embedding is None else token_embedding
         x = table(ids.long())  # (B, T, D)
         if self.scale_embeddings:
             x = x * math.sqrt(self.d_model)  # a Python float keeps x's dtype
         end = start + ids.shape[1]
         if self.learned_positions:
-            x = x + self.position_embedding.weight[start:end]  # (T, D)
+            table = self.position_embedding.weight
+            x = x + (table[start:end] if positions is None else table[positions])  # (T, D) or (B, T, D)
         elif self.positional == "sinusoidal":
             # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
             # has to follow the model across devices.
-            x = x + sinusoidal_table(end, self.d_model, x.dtype, x.device, self.sinusoid_layout)[start:]  # (T, D)
+            last = end if positions is None else int(positions.max()) + 1
+            table = sinusoidal_table(last, self.d_model, x.dtype, x.device, self.sinusoid_layout)
+            x = x + (table[start:] if positions is None else table[positions])  # (T, D) or (B, T, D)
         # rotary positions ("rope") add nothing here: attention rotates queries and keys (see `rope`); nor does
         # ALiBi ("alibi"): attention biases its scores
         if self.token_type_embedding is not None:
@@ -235,11 +250,13 @@ class _Stack(nn.Module):
         q_pos, k_pos = torch.arange(start, end, device=x.device), torch.arange(end, device=x.device)
         return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
 
-    def rope(self, start: int, end: int, x: Tensor) -> tuple[Tensor, Tensor] | None:
-        """The rotary (cos, sin) of positions start .. end - 1, each (T, Dh), in x's dtype and on its
-        device; None unless the positions are rotary."""
+    def rope(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
+        """The rotary (cos, sin) of positions start .. end - 1, each (T, Dh), or of each row's own `positions`
+        (B, T), each (B, 1, T, Dh), in x's dtype and on its device; None unless the positions are rotary."""
         if self.positional != "rope":
             return None
+        if positions is not None:
+            return rope_cos_sin_at(positions, self.head_dim, self.rope_theta, x.dtype)
         return rope_cos_sin(start, end, self.head_dim, self.rope_theta, x.dtype, x.device)
 
 
@@ -257,15 +274,25 @@ class Encoder(_Stack):
         dropout_masks: Mapping | None = None,
         token_type_ids: Tensor | None = None,
         token_embedding: nn.Embedding | None = None,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none."""
-        self_mask = padding_mask(ids, self.pad_id)  # (B, 1, 1, S), or None without a padding token
+        """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none;
+        attention_mask (B, S) bool, True = a real token: the keys read, instead of those not holding pad_id."""
+        self_mask = source_mask(ids, attention_mask, self.pad_id)  # (B, 1, 1, S), or None: nothing masked
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
         rope = self.rope(0, ids.shape[1], x)
         bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
             x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), rope, bias)
         return self.final_norm(x)
+
+
+def source_mask(ids: Tensor, attention_mask: Tensor | None, pad_id: int | None) -> Tensor | None:
+    """The keys an encoder's attention and cross-attention may read, (B, 1, 1, S): attention_mask's real tokens
+    when given (transformers' meaning, whatever ids they hold), else those not holding pad_id; None: all."""
+    if attention_mask is None:
+        return padding_mask(ids, pad_id)
+    return attention_mask[:, None, None, :]
 
 
 class Decoder(_Stack):
@@ -291,19 +318,28 @@ class Decoder(_Stack):
         dropout_masks: Mapping | None = None,
         caches: list | None = None,
         start: int = 0,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         """ids (B, T) at positions start .. start + T - 1 -> hidden states (B, T, D). Decoding runs only the new
-        positions, with caches (each layer's (KVCache, MemoryCache or None)) that attention reads and extends."""
+        positions, with caches (each layer's (KVCache, MemoryCache or None)) that attention reads and extends.
+        attention_mask (B, start + T) bool, True = a real token (a left-padded batch): padded keys are masked out
+        and each token's position is the count of real tokens before it in its row, as transformers' generate()
+        computes it (cumsum - 1; 0 for padding), for the learned and rotary positions; causality, the window and
+        ALiBi read index distances, equal to those positions' distances between the real tokens of a left-padded
+        row."""
         if self.cross_attention and memory is None:
             raise ValueError("memory must be the encoder's output (B, S, D) for a decoder with cross-attention")
         end = start + ids.shape[1]
-        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), start=start)
-        rope = self.rope(start, end, x)
+        positions = None
+        if attention_mask is not None:
+            positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(~attention_mask, 0)[:, start:]  # (B, T)
+        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), start=start, positions=positions)
+        rope = self.rope(start, end, x, positions)
         bias = self.position_bias(start, end, x, bidirectional=False)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
             masks = masks_under(dropout_masks, f"layers.{i}.")
             layer_caches = None if caches is None else caches[i]
-            x = layer(x, None, memory, memory_mask, need_weights, masks, rope, bias, layer_caches)  # causal
+            x = layer(x, None, memory, memory_mask, need_weights, masks, rope, bias, layer_caches, attention_mask)
         return self.final_norm(x)
 
 
@@ -383,6 +419,29 @@ def check_ids(name: str, ids: Tensor, vocab_size: int, max_len: int, values: boo
     low, high = torch.stack([ids.min(), ids.max()]).tolist()  # one read from the device, not two
     if low < 0 or high >= vocab_size:
         raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {low} and max {high}")
+
+
+def check_attention_mask(attention_mask: Tensor | None, ids: Tensor) -> Tensor | None:
+    """attention_mask as a bool tensor (True = a real token), after checking that it is a bool or integer tensor
+    of 0/1 shaped like ids, with a real token in every row; None stays None."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a bool or integer tensor, got {type(attention_mask).__name__}")
+    if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+        raise TypeError(f"attention_mask must be a bool or integer tensor of 0/1, got {attention_mask.dtype}")
+    if attention_mask.shape != ids.shape:
+        raise ValueError(
+            f"attention_mask must have the shape of the ids {tuple(ids.shape)}, got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype != torch.bool and not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError("attention_mask must hold 0 (padding) and 1 (a real token)")
+    mask = attention_mask.to(device=ids.device, dtype=torch.bool)
+    if not mask.any(dim=1).all():
+        raise ValueError(
+            f"attention_mask: rows {torch.nonzero(~mask.any(dim=1)).flatten().tolist()} have no real token"
+        )
+    return mask
 
 
 def _check_token_type_ids(
@@ -512,26 +571,33 @@ class Transformer(_Model):
         tgt_ids: Tensor,
         dropout_masks: Mapping[str, Tensor] | None = None,
         need_weights: bool = False,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
         """src_ids (B, S), tgt_ids (B, T) -> logits (B, T, V_tgt).
 
         dropout_masks: keep-masks by site name (see `dropout_site_shapes`), used in training mode
-        with dropout > 0. need_weights: record attention maps (see `attention_maps`).
+        with dropout > 0. need_weights: record attention maps (see `attention_maps`). attention_mask (B, S):
+        1/True = a real source token (transformers' meaning): the source keys read, instead of those not holding
+        pad_id.
 
         One graph under `torch.compile(model, fullgraph=True)`, and nothing read back from the device: the
         check that ids lie in [0, V) runs here in eager mode on the CPU only (`check_inputs` runs it anywhere).
         """
         self._check_inputs(src_ids, tgt_ids, values=None)  # ids in [0, V) only in eager mode on the CPU
+        attention_mask = check_attention_mask(attention_mask, src_ids)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(src_ids, tgt_ids))
-        memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."))  # (B, S, D)
-        memory_mask = padding_mask(src_ids, self.config.pad_id)  # (B, 1, 1, S), or None without a padding token
+        memory = self.encode(src_ids, need_weights, masks_under(masks, "encoder."), attention_mask)  # (B, S, D)
+        memory_mask = source_mask(src_ids, attention_mask, self.config.pad_id)  # (B, 1, 1, S), or None
         x = self.decoder(tgt_ids, memory, memory_mask, need_weights, masks_under(masks, "decoder."))  # (B, T, D)
         return self.output_logits(x)  # (B, T, V)
 
-    def encode(self, src_ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None) -> Tensor:
-        """The encoder's output (B, S, D), reading the decoder's token table when embeddings are shared."""
+    def encode(
+        self, src_ids: Tensor, need_weights: bool = False, dropout_masks: Mapping | None = None, attention_mask=None
+    ) -> Tensor:
+        """The encoder's output (B, S, D), reading the decoder's token table when embeddings are shared;
+        attention_mask (B, S) bool: the real source tokens, or None (those not holding pad_id)."""
         shared = self.decoder.token_embedding if self.config.share_embeddings else None
-        return self.encoder(src_ids, need_weights, dropout_masks, token_embedding=shared)
+        return self.encoder(src_ids, need_weights, dropout_masks, token_embedding=shared, attention_mask=attention_mask)
 
     def dropout_site_shapes(self, src_ids: Tensor, tgt_ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
@@ -575,12 +641,21 @@ class TransformerLM(_Model):
         self._build_output_proj()
 
     def forward(
-        self, ids: Tensor, dropout_masks: Mapping[str, Tensor] | None = None, need_weights: bool = False
+        self,
+        ids: Tensor,
+        attention_mask: Tensor | None = None,
+        dropout_masks: Mapping[str, Tensor] | None = None,
+        need_weights: bool = False,
     ) -> Tensor:
-        """ids (B, T) -> logits (B, T, V). Arguments as in `Transformer.forward`."""
+        """ids (B, T) -> logits (B, T, V). attention_mask (B, T): 1/True = a real token, 0/False = padding
+        (transformers' meaning), for a left-padded batch (see `Decoder.forward`); the logits at padded positions
+        are of no token. The other arguments as in `Transformer.forward`."""
         self._check_inputs(ids, values=None)  # ids in [0, V) only in eager mode on the CPU
+        attention_mask = check_attention_mask(attention_mask, ids)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
-        x = self.decoder(ids, need_weights=need_weights, dropout_masks=masks_under(masks, "decoder."))  # (B, T, D)
+        x = self.decoder(
+            ids, need_weights=need_weights, dropout_masks=masks_under(masks, "decoder."), attention_mask=attention_mask
+        )  # (B, T, D)
         return self.output_logits(x)  # (B, T, V)
 
     def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
@@ -631,11 +706,16 @@ class EncoderModel(_Model):
         token_type_ids: Tensor | None = None,
         dropout_masks: Mapping[str, Tensor] | None = None,
         need_weights: bool = False,
+        attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """ids (B, T) -> hidden states (B, T, D). dropout_masks and need_weights as in `Transformer.forward`."""
+        """ids (B, T) -> hidden states (B, T, D). dropout_masks and need_weights as in `Transformer.forward`;
+        attention_mask (B, T): 1/True = a real token, the keys read instead of those not holding pad_id."""
         self._check_inputs(ids, token_type_ids, values=None)  # ids in [0, V) only in eager mode on the CPU
+        attention_mask = check_attention_mask(attention_mask, ids)
         masks = self._masks_in_use(dropout_masks, self._site_shapes(ids))
-        return self.encoder(ids, need_weights, masks_under(masks, "encoder."), token_type_ids)  # (B, T, D)
+        return self.encoder(
+            ids, need_weights, masks_under(masks, "encoder."), token_type_ids, attention_mask=attention_mask
+        )  # (B, T, D)
 
     def dropout_site_shapes(self, ids: Tensor) -> dict[str, tuple[int, ...]]:
         """Site name -> keep-mask shape for every dropout site of this model on these inputs."""
