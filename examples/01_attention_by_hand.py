@@ -294,14 +294,14 @@ assert np.abs(dS_jacobian - dS).max() <= 1e-15
 plotting.plot_matrices({"P": P, "dP": dP, "dS": dS}, OUT / "P_dP_dS.png", "the softmax backward, one head")
 
 # %% [markdown]
-# **Your turn, checked.** `check` compares your `dS` with `dS_unscaled` above (float64, relative error at
+# **Your turn, checked.** `check` compares your `dS` with the one derived above (float64, relative error at
 # most $10^{-10}$), then, on a classic mistake, shows what it says when the row term is left out.
 
 # %%
 from parity_tests.check.your_turn import checker  # noqa: E402
 
 check = checker(
-    {"dS": dS_unscaled}, reference="softmax", args={"x": S, "mask": mask}, dout=dP, wrt={"dS": "x"}, exercise="softmax"
+    {"dS": dS}, reference="softmax", args={"x": S, "mask": mask}, dout=dP, wrt={"dS": "x"}, exercise="softmax"
 )
 check("dS", your_dS(dP, P))
 print("\nP * dP, the row term forgotten:")
