@@ -78,6 +78,15 @@ class TransformerConfig:
     embedding_padding_idx: bool = False
     # EncoderModel: BERT's [CLS] pooler, pooled = tanh(h[:, 0] W^T + b) (pool / pool_backward), pooler.dense.*
     pooler: bool = False
+    # -- mixture of experts (Mixtral, Qwen3-MoE): the decoder's feed-forward blocks are sparse MoE blocks (a router
+    # picks top_k of n_experts SwiGLU experts per token; numpy_transformer.moe), state-dict names ffn.router.weight
+    # (E, D), ffn.experts.gate_up_proj (E, 2 F_e, D), ffn.experts.down_proj (E, D, F_e) -----------------------------
+    n_experts: int = 0  # E; 0: every feed-forward block is dense
+    top_k: int = 2  # experts run per token (transformers' num_experts_per_tok)
+    norm_topk_prob: bool = True  # renormalise the k chosen probabilities to sum to 1 (Mixtral; Qwen3-MoE's flag)
+    d_expert: int | None = None  # F_e, an expert's hidden width; None: d_ff
+    dense_layers: tuple[int, ...] = ()  # decoder layers that keep the dense feed-forward (Qwen3-MoE's mlp_only_layers)
+    router_aux_loss_coef: float = 0.0  # the checkpoint's weight of the load-balancing loss (read by the training loop)
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -150,6 +159,7 @@ class TransformerConfig:
             )
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
+        self._check_experts()
         if isinstance(self.eos_id, list):  # a checkpoint's JSON metadata holds the tuple as a list
             object.__setattr__(self, "eos_id", tuple(self.eos_id))
         if isinstance(self.eos_id, tuple) and not self.eos_id:
@@ -178,6 +188,44 @@ class TransformerConfig:
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+    def _check_experts(self) -> None:
+        """The mixture-of-experts fields: E >= 0; with experts, 1 <= top_k <= E and dense_layers decoder layers."""
+        _check_int("n_experts", self.n_experts, minimum=0)
+        if isinstance(self.dense_layers, list):  # a checkpoint's JSON metadata holds the tuple as a list
+            object.__setattr__(self, "dense_layers", tuple(self.dense_layers))
+        if not isinstance(self.dense_layers, tuple):
+            raise TypeError(f"dense_layers must be a tuple of decoder layer indices, got {self.dense_layers!r}")
+        for layer in self.dense_layers:
+            _check_int("dense_layers entry", layer, minimum=0)
+            if layer >= self.n_decoder_layers:
+                raise ValueError(f"dense_layers must index decoder layers [0, {self.n_decoder_layers}), got {layer}")
+        if self.d_expert is not None:
+            _check_int("d_expert", self.d_expert, minimum=1)
+        if not isinstance(self.norm_topk_prob, bool):
+            raise TypeError(f"norm_topk_prob must be a bool, got {type(self.norm_topk_prob).__name__}")
+        coef = self.router_aux_loss_coef
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not coef >= 0:
+            raise ValueError(f"router_aux_loss_coef must be a float >= 0, got {coef!r}")
+        _check_int("top_k", self.top_k, minimum=1)
+        if self.n_experts == 0:
+            return
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k must be in [1, n_experts={self.n_experts}], got {self.top_k}")
+        if self.dropout_rates["activation"] != 0.0:
+            raise ValueError(
+                "the experts have no activation dropout: with n_experts > 0 set activation_dropout=0.0 (or "
+                f"dropout=0.0), got {self.dropout_rates['activation']}"
+            )
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether decoder layer i's feed-forward block is a sparse mixture of experts."""
+        return self.n_experts > 0 and i not in self.dense_layers
+
+    @property
+    def expert_width(self) -> int:
+        """F_e, an expert's hidden width: d_expert, or d_ff when that is None."""
+        return self.d_ff if self.d_expert is None else self.d_expert
 
     @property
     def head_dim(self) -> int:

@@ -133,6 +133,11 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
     check_memory(config, model_class, bytes_per_parameter, max_bytes, config_path)  # before reading any tensor
     tensors = read_tensors(directory)
     check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
+    if family.legacy is not None:  # an older layout of the family's files (Mixtral's experts one by one)
+        try:
+            tensors = family.legacy(tensors)
+        except ValueError as error:
+            raise ValueError(f"{directory}: {error}") from None
     try:
         config, fills = resolve_ties(family, config, tensors, lambda a, b: same_values(tensors[a], tensors[b]))
     except ValueError as error:

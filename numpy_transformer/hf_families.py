@@ -66,6 +66,9 @@ class Family:
     # (config field, regex of a relative name): the field is set true when the checkpoint holds such a tensor (BERT's
     # pooler: BertModel has one unless built with add_pooling_layer=False, which config.json does not say)
     detected: tuple[tuple[str, str], ...] = ()
+    # checkpoint tensors (full name -> array) in an older layout the class still reads -> the class's own names, or
+    # None (Mixtral's files hold each expert's w1, w2, w3; transformers 5's class fuses them: fuse_mixtral_experts)
+    legacy: Callable[[dict], dict] | None = None
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -91,7 +94,7 @@ def check_supported(family: Family, config: TransformerConfig) -> None:
     for spec in fields(config):
         if spec.name in FREE_FIELDS:
             continue
-        allowed = family.supports.get(spec.name, spec.default)
+        allowed = family.supports.get(spec.name, (spec.default,))  # one option: the default (a tuple itself, maybe)
         if callable(allowed):
             allowed = allowed(config)
         if allowed == ANY:
@@ -292,7 +295,7 @@ POSITIVE_INTS = (
     "intermediate_size", "d_ff", "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
     "max_position_embeddings", "n_positions", "d_kv", "relative_attention_num_buckets",
-    "relative_attention_max_distance", "seq_length",
+    "relative_attention_max_distance", "seq_length", "num_local_experts", "num_experts_per_tok",
 )  # fmt: skip
 OPTIONAL_POSITIVE_INTS = (  # null means "as the family's default"
     "n_inner", "num_key_value_heads", "head_dim", "sliding_window", "num_decoder_layers", "decoder_vocab_size",
@@ -303,7 +306,9 @@ TOKEN_IDS = (  # null, an id, or (end tokens) a list of ids
     "forced_eos_token_id",
 )  # fmt: skip
 POSITIVE_FLOATS = ("rope_theta",)
-NON_NEGATIVE_FLOATS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+NON_NEGATIVE_FLOATS = (
+    "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "router_aux_loss_coef", "router_jitter_noise",
+)  # fmt: skip
 RATES = (  # dropout probabilities in [0, 1]; null counts as 0
     "dropout", "attention_dropout", "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
     "embd_pdrop", "attn_pdrop", "resid_pdrop", "dropout_rate", "hidden_dropout", "classifier_dropout",
@@ -792,6 +797,85 @@ QWEN2 = replace(
 
 
 # ----------------------------------------------------------------------------------------------
+# Mixtral (MixtralForCausalLM): Mistral whose feed-forward blocks are sparse mixtures of experts. A router
+# (mlp.gate.weight, our ffn.router.weight) picks num_experts_per_tok of num_local_experts SwiGLU experts per token,
+# their gates renormalised to sum to 1; the experts' weights are fused 3-D tensors, mlp.experts.gate_up_proj
+# (E, 2F, D) and mlp.experts.down_proj (E, D, F), F = intermediate_size. router_aux_loss_coef weighs the
+# load-balancing loss.
+
+MOE_RULES = (
+    Rule("decoder.layers.{i}.ffn.router.weight", "layers.{i}.mlp.gate.weight"),
+    Rule("decoder.layers.{i}.ffn.experts.gate_up_proj", "layers.{i}.mlp.experts.gate_up_proj"),
+    Rule("decoder.layers.{i}.ffn.experts.down_proj", "layers.{i}.mlp.experts.down_proj"),
+)
+MOE_SUPPORTS = {"n_experts": ANY, "top_k": ANY, "router_aux_loss_coef": ANY}
+LEGACY_EXPERT = re.compile(r"(.*layers\.\d+\.)block_sparse_moe\.(?:experts\.(\d+)\.(w[123])|gate)\.weight")
+
+
+def fuse_mixtral_experts(tensors: dict) -> dict:
+    """Mixtral's files as save_pretrained writes them (and the Hub holds them): per layer block_sparse_moe.gate.weight
+    and, per expert e, w1 (the gate, (F, D)), w3 (the up projection, (F, D)), w2 (the down projection, (D, F)) ->
+    the class's mlp.gate.weight, mlp.experts.gate_up_proj (E, 2F, D) = [w1_e ; w3_e] stacked, and
+    mlp.experts.down_proj (E, D, F) = w2_e stacked, as transformers 5 fuses them on loading. Other names pass."""
+    import numpy as np
+
+    out, layers = {}, {}
+    for name, array in tensors.items():
+        found = LEGACY_EXPERT.fullmatch(name)
+        if found is None:
+            out[name] = array
+            continue
+        prefix, expert, part = found.groups()
+        if expert is None:
+            out[prefix + "mlp.gate.weight"] = array
+        else:
+            layers.setdefault(prefix, {})[(int(expert), part)] = array
+    for prefix, parts in layers.items():
+        n = 1 + max(e for e, _ in parts)
+        missing = [f"{prefix}block_sparse_moe.experts.{e}.{w}.weight" for e in range(n) for w in ("w1", "w2", "w3")
+                   if (e, w) not in parts]  # fmt: skip
+        if missing:
+            raise ValueError(f"the experts of {prefix[:-1]} are incomplete: missing {missing}")
+        try:
+            out[prefix + "mlp.experts.gate_up_proj"] = np.stack(
+                [np.concatenate([parts[e, "w1"], parts[e, "w3"]]) for e in range(n)]
+            )
+            out[prefix + "mlp.experts.down_proj"] = np.stack([parts[e, "w2"] for e in range(n)])
+        except ValueError as error:
+            raise ValueError(f"the experts of {prefix[:-1]} do not fit together ({error})") from None
+    return out
+
+
+def mixtral_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    if c.get("router_jitter_noise", 0.0):
+        raise ValueError(f"router_jitter_noise={c['router_jitter_noise']} is not supported for mixtral (only 0.0)")
+    return replace(
+        mistral_from_hf(c, dropout),
+        n_experts=c.get("num_local_experts", 8),
+        top_k=c.get("num_experts_per_tok", 2),
+        router_aux_loss_coef=float(c.get("router_aux_loss_coef", 0.001)),
+    )
+
+
+def mixtral_to_hf(config: TransformerConfig) -> dict:
+    if config.n_experts == 0:
+        raise ValueError("this model cannot be written as a 'mixtral' checkpoint: n_experts=0 (needs experts)")
+    return {
+        **mistral_to_hf(config),
+        "num_local_experts": config.n_experts,
+        "num_experts_per_tok": config.top_k,
+        "router_aux_loss_coef": config.router_aux_loss_coef,
+        "router_jitter_noise": 0.0,
+    }
+
+
+MIXTRAL = replace(
+    MISTRAL, model_type="mixtral", architecture="MixtralForCausalLM", rules=LLAMA.rules + MOE_RULES,
+    from_hf=mixtral_from_hf, to_hf=mixtral_to_hf, supports=MISTRAL.supports | MOE_SUPPORTS, legacy=fuse_mixtral_experts,
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
 # BLOOM (BloomForCausalLM): pre-norm LayerNorm decoder with ALiBi instead of a position table, a LayerNorm
 # after the token embeddings, tanh GELU in a 4D MLP, biases everywhere, a fused query_key_value interleaved head
 # by head, and an output projection tied to the embeddings.
@@ -1252,7 +1336,9 @@ T5_ENCODER = replace(
     tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
 )
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
+FAMILIES = {
+    family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5, MIXTRAL)
+}
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 

@@ -46,6 +46,7 @@ from .layers import (
     tanh_backward,
     tanh_forward,
 )
+from .moe import load_balancing_loss_backward, load_balancing_loss_forward, sparse_moe_backward, sparse_moe_forward
 from .scores import ScoreMod, alibi_slopes
 from .validation import check_attention_mask, check_float_array, check_ids, check_ndim, mask_positions
 
@@ -246,17 +247,36 @@ def attention_forward(
 def ffn_forward(params: dict, x: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str):
     r"""The feed-forward block the config asks for: the paper's :math:`\phi(x W_1^\top + b_1)\, W_2^\top + b_2`, or
     the gated :math:`\big(\phi(x W_g^\top + b_g) \odot (x W_1^\top + b_1)\big) W_2^\top + b_2` (config.gated_ffn,
-    Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
+    Llama's SwiGLU), or, when the layer's params hold a router (config.is_moe_layer), the sparse mixture of experts
+    :math:`\sum_{j < k} g_j\, \mathrm{FFN}_{S_j}(x)` (moe.sparse_moe_forward; Mixtral, Qwen3-MoE).
+    x (B, T, D) -> (B, T, D)."""
+    if "router.weight" in params:
+        out, cache = sparse_moe_forward(moe_params(params), x, config.top_k, config.norm_topk_prob, config.activation)
+        return out, ("moe", cache)
     forward = gated_feed_forward_forward if config.gated_ffn else feed_forward_forward
     out, cache = forward(params, x, config.activation, dropout, site)
     return out, (config.gated_ffn, cache)
 
 
-def ffn_backward(dout: np.ndarray, cache):
-    """Backward of ffn_forward: dx (B, T, D) and the grads dict keyed like its params."""
-    gated, cache = cache
-    backward = gated_feed_forward_backward if gated else feed_forward_backward
+def ffn_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray | None = None):
+    """Backward of ffn_forward: dx (B, T, D) and the grads dict keyed like its params. drouter_logits (N, E): a
+    mixture of experts' router logits' gradient from the load-balancing loss, added to the gates' (or None)."""
+    kind, cache = cache
+    if kind == "moe":
+        dx, grads = sparse_moe_backward(dout, cache, drouter_logits)
+        return dx, {MOE_NAMES.get(k, k): v for k, v in grads.items()}
+    backward = gated_feed_forward_backward if kind else feed_forward_backward
     return backward(dout, cache)
+
+
+MOE_NAMES = {"gate.weight": "router.weight"}  # moe.py's (transformers') name of the router -> ours below `ffn.`
+
+
+def moe_params(params: dict) -> dict:
+    """A layer's MoE params (below `ffn.`) under moe.py's names: our ffn.router.weight is transformers' mlp.gate.weight
+    (ours is not `gate`: a dense gated block's ffn.gate.weight is another tensor, and Qwen3-MoE mixes both kinds)."""
+    ours = {v: k for k, v in MOE_NAMES.items()}
+    return {ours.get(k, k): v for k, v in params.items()}
 
 
 def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig):
@@ -384,13 +404,14 @@ def decoder_layer_forward(
     return x, c
 
 
-def decoder_layer_backward(dout: np.ndarray, cache):
+def decoder_layer_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray | None = None):
     r"""The forward in reverse (see encoder_layer_backward); cross-attention read the memory as key and value, so
-    the memory's two gradients add, :math:`d\mathrm{memory} = dX_k + dX_v`. Returns dx (B, T_tgt, D), dmemory
-    (B, T_src, D) or None, and grads."""
+    the memory's two gradients add, :math:`d\mathrm{memory} = dX_k + dX_v`. drouter_logits (N, E): the gradient
+    the load-balancing loss sends to a mixture-of-experts layer's router logits, or None. Returns dx (B, T_tgt, D),
+    dmemory (B, T_src, D) or None, and grads."""
     c = cache
     dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
-    dh, ffn_grads = ffn_backward(dy, c["ffn"])
+    dh, ffn_grads = ffn_backward(dy, c["ffn"], drouter_logits)
     dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
     grads = norm_grads("ffn", ffn_in, ffn_out) | prefixed(ffn_grads, "ffn")
@@ -530,16 +551,18 @@ def decoder_forward(
     }
 
 
-def decoder_backward(dout: np.ndarray, cache):
+def decoder_backward(dout: np.ndarray, cache, drouter_logits: dict | None = None):
     r"""dx (B, T_tgt, D) -> dmemory (B, T_src, D) or None, and grads (keys below "decoder."). Every layer's
-    cross-attention reads the same memory: :math:`d\mathrm{memory} = \sum_{\text{layers}} d\mathrm{memory}_l`."""
+    cross-attention reads the same memory: :math:`d\mathrm{memory} = \sum_{\text{layers}} d\mathrm{memory}_l`.
+    drouter_logits: {layer index: (N, E)}, the load-balancing loss's gradient of the MoE layers' router logits."""
+    drouter_logits = drouter_logits or {}
     grads = {}
     dx = final_norm_backward(dout, cache["final_norm"], grads)
     dmemory = None
     if cache["memory_shape"] is not None:
         dmemory = np.zeros(cache["memory_shape"], dtype=dout.dtype)
     for i in reversed(range(len(cache["layers"]))):
-        dx, dmemory_i, layer_grads = decoder_layer_backward(dx, cache["layers"][i])
+        dx, dmemory_i, layer_grads = decoder_layer_backward(dx, cache["layers"][i], drouter_logits.get(i))
         if dmemory_i is not None:
             dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
         add_table_share(grads, layer_grads)
@@ -597,10 +620,16 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             if cross:
                 attention(f"{layer}.cross_attn")
                 norm(f"{layer}.cross_attn_norm")
-            if config.gated_ffn:
-                linear(f"{layer}.ffn.gate", F, D)
-            linear(f"{layer}.ffn.linear1", F, D)
-            linear(f"{layer}.ffn.linear2", D, F)
+            if name == "decoder" and config.is_moe_layer(i):  # router (E, D); experts' fused gate/up and down
+                E, F_e = config.n_experts, config.expert_width
+                shapes[f"{layer}.ffn.router.weight"] = (E, D)
+                shapes[f"{layer}.ffn.experts.gate_up_proj"] = (E, 2 * F_e, D)
+                shapes[f"{layer}.ffn.experts.down_proj"] = (E, D, F_e)
+            else:
+                if config.gated_ffn:
+                    linear(f"{layer}.ffn.gate", F, D)
+                linear(f"{layer}.ffn.linear1", F, D)
+                linear(f"{layer}.ffn.linear2", D, F)
             norm(f"{layer}.ffn_norm")
         if config.norm_first:
             norm(f"{name}.final_norm")
@@ -641,7 +670,7 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
         elif name.endswith(("position_embedding.weight", "token_type_embedding.weight")):
             value = rng.normal(0.0, 0.02, size=shape)
         else:
-            fan_out, fan_in = shape
+            fan_out, fan_in = shape[-2:]  # an expert's weights (E, out, in): each expert's own fans
             bound = math.sqrt(6.0 / (fan_in + fan_out))
             value = rng.uniform(-bound, bound, size=shape)
         params[name] = value.astype(dtype)
@@ -673,6 +702,7 @@ class _Model:
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
         self.dropout_masks: dict = {}  # the keep-masks of the last forward pass, by site
         self._cache = None
+        self._aux_cache = None  # the load-balancing loss of the last forward (load_balancing_loss)
 
     # -- modes and gradients ---------------------------------------------------------------
 
@@ -756,7 +786,46 @@ class _Model:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
         self._cache = caches | {"output": out_cache, "decoder_out": x, "logits": logits, "logits_shape": logits.shape}
+        self._aux_cache = None  # the load-balancing loss of this forward, once computed
         return logits
+
+    # -- mixture of experts: the router logits of the last forward pass and the load-balancing loss -----------------
+
+    def _moe_layers(self) -> list[tuple[int, object]]:
+        """(index, SparseMoeCache) of each mixture-of-experts decoder layer of the last forward pass."""
+        if self._cache is None or "decoder" not in self._cache:
+            raise ValueError("router_logits: no forward pass has been run yet")
+        layers = enumerate(layer["ffn"] for layer in self._cache["decoder"]["layers"])
+        return [(i, cache) for i, (kind, cache) in layers if kind == "moe"]
+
+    def router_logits(self) -> list[np.ndarray]:
+        """The router logits (N, E), N = B * T, of every mixture-of-experts layer in the last forward pass, in layer
+        order (transformers' router_logits with output_router_logits=True); [] for a dense model."""
+        return [cache.router_logits for _, cache in self._moe_layers()]
+
+    def load_balancing_loss(self, attention_mask=None) -> np.ndarray:
+        r"""The load-balancing loss of the last forward pass's router logits (moe.load_balancing_loss_forward, as
+        transformers' aux_loss), its padding left out by attention_mask (B, T) when given:
+        :math:`\mathcal L_{\text{aux}} = E \sum_e f_e P_e`. A training objective adds router_aux_loss_coef times it;
+        backward(dlogits, daux_loss=router_aux_loss_coef) then adds its gradient."""
+        logits = self.router_logits()
+        if not logits:
+            raise ValueError("load_balancing_loss: this model has no mixture-of-experts layer (config.n_experts=0)")
+        c = self.config
+        loss, self._aux_cache = load_balancing_loss_forward(logits, c.n_experts, c.top_k, attention_mask)
+        return loss
+
+    def _router_grads(self, daux_loss) -> dict | None:
+        """{layer index: the load-balancing loss's gradient of its router logits (N, E)} for daux_loss (the
+        loss's upstream gradient, a float), or None when daux_loss is None."""
+        if daux_loss is None:
+            return None
+        if isinstance(daux_loss, bool) or not isinstance(daux_loss, (int, float, np.floating)):
+            raise TypeError(f"daux_loss must be a float (the aux loss's weight in the objective), got {daux_loss!r}")
+        if getattr(self, "_aux_cache", None) is None:
+            raise ValueError("backward: daux_loss given, but load_balancing_loss() was not called after the forward")
+        drouter = load_balancing_loss_backward(self._aux_cache, float(daux_loss))
+        return {i: d for (i, _), d in zip(self._moe_layers(), drouter, strict=True)}
 
     def _output_backward(self, dlogits: np.ndarray):
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
@@ -884,12 +953,14 @@ class Transformer(_Model):
 
     __call__ = forward
 
-    def backward(self, dlogits: np.ndarray) -> None:
+    def backward(self, dlogits: np.ndarray, daux_loss: float | None = None) -> None:
         r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dlogits =
-        :math:`\partial \mathcal{L} / \partial z` (B, T_tgt, V)."""
+        :math:`\partial \mathcal{L} / \partial z` (B, T_tgt, V) and, for a mixture of experts whose objective adds
+        the load-balancing loss (load_balancing_loss, called after forward), daux_loss, its weight there."""
         dlogits = self._check_dlogits(dlogits)
+        drouter = self._router_grads(daux_loss)
         dx, grads = self._output_backward(dlogits)
-        dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"])
+        dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"], drouter)
         enc_grads = encoder_backward(dmemory, self._cache["encoder"])
         self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
         self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
@@ -920,12 +991,15 @@ class TransformerLM(_Model):
 
     __call__ = forward
 
-    def backward(self, dlogits: np.ndarray) -> None:
+    def backward(self, dlogits: np.ndarray, daux_loss: float | None = None) -> None:
         r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dlogits =
-        :math:`\partial \mathcal{L} / \partial z` (B, T, V)."""
+        :math:`\partial \mathcal{L} / \partial z` (B, T, V) and, for a mixture of experts whose objective adds the
+        load-balancing loss (load_balancing_loss, called after forward), daux_loss, its weight there
+        (transformers' router_aux_loss_coef): :math:`\mathcal L + c\, \mathcal L_{\text{aux}}` has daux_loss = c."""
         dlogits = self._check_dlogits(dlogits)
+        drouter = self._router_grads(daux_loss)
         dx, grads = self._output_backward(dlogits)
-        _, dec_grads = decoder_backward(dx, self._cache["decoder"])
+        _, dec_grads = decoder_backward(dx, self._cache["decoder"], drouter)
         self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
         self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
 

@@ -36,7 +36,9 @@ import transformers.utils.logging
 from transformers.models.bloom import modeling_bloom
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
+from transformers.models.mixtral import modeling_mixtral
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.t5 import modeling_t5
 
 import numpy_transformer as nt
@@ -51,7 +53,8 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom")
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "mixtral")
+MOE_FAMILIES = ("mixtral",)  # mixtures of experts: their routers and load-balancing loss have float32 islands too
 CLASSES = {
     "bert": transformers.BertModel,
     "gpt2": transformers.GPT2LMHeadModel,
@@ -59,6 +62,7 @@ CLASSES = {
     "mistral": transformers.MistralForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "bloom": transformers.BloomForCausalLM,
+    "mixtral": transformers.MixtralForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -67,12 +71,14 @@ CONFIGS = {
     "mistral": transformers.MistralConfig,
     "qwen2": transformers.Qwen2Config,
     "bloom": transformers.BloomConfig,
+    "mixtral": transformers.MixtralConfig,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
     "llama": (modeling_llama, "Llama"),
     "mistral": (modeling_mistral, "Mistral"),
     "qwen2": (modeling_qwen2, "Qwen2"),
+    "mixtral": (modeling_mixtral, "Mixtral"),
 }
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
@@ -122,6 +128,13 @@ TINY = {
 # third; Qwen2: biases on q, k, v (drawn off zero by build_tiny) and none on o_proj or the MLP.
 TINY["mistral"] = {**TINY["llama"], "sliding_window": 3}
 TINY["qwen2"] = {**TINY["llama"], "use_sliding_window": False}
+# Mixtral: Mistral's window of 3, 4 experts of which 2 run per token (N = 14 rows: every expert gets rows), the
+# load-balancing loss weighed 0.02; transformers' plain loop over the experts ("eager": the grouped kernels compute the
+# same sums in another order)
+TINY["mixtral"] = {
+    **TINY["mistral"], "num_local_experts": 4, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02,
+    "experts_implementation": "eager",
+}  # fmt: skip
 # BLOOM: 4 heads (their ALiBi slopes 2^-2 .. 2^-8 are exact in the float32 transformers builds them in)
 TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
 
@@ -143,8 +156,19 @@ VARIANTS = {
     ),
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
+    "mixtral 4 experts top-2 window=3 GQA 4/2": ("mixtral", {}),
+    "mixtral 5 experts top-3 MQA 4/1 tied": (
+        "mixtral",
+        {"num_local_experts": 5, "num_experts_per_tok": 3, "num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
     "bloom ALiBi 8 heads untied": ("bloom", {"n_head": 8, "hidden_size": 32, "tie_word_embeddings": False}),
 }
+
+
+def loading_options(family: str) -> dict:
+    """from_pretrained's options for a family: a mixture of experts runs its plain loop over the experts ("eager"; the
+    default grouped kernel takes no float64)."""
+    return {"experts_implementation": "eager"} if family in MOE_FAMILIES else {}
 
 
 def tiny_config(family: str, **overrides):
@@ -288,10 +312,83 @@ def bloom_in_float64():
         m.F, m.bloom_gelu_forward, m.bloom_gelu_back = saved
 
 
+def _router_forward_float64(self, hidden_states, renormalise: bool):
+    """transformers' MixtralTopKRouter.forward / Qwen3MoeTopKRouter.forward, line for line, with the softmax in the
+    logits' dtype instead of float32."""
+    hidden_states = hidden_states.reshape(-1, self.hidden_dim)
+    router_logits = torch.nn.functional.linear(hidden_states, self.weight)  # (seq_len, num_experts)
+    router_probs = torch.nn.functional.softmax(router_logits, dim=-1)
+    router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)  # (seq_len, top_k)
+    if renormalise:
+        router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
+    return router_logits, router_top_value, router_indices
+
+
+def mixtral_router_forward_float64(self, hidden_states):
+    return _router_forward_float64(self, hidden_states, True)
+
+
+def qwen3_moe_router_forward_float64(self, hidden_states):
+    return _router_forward_float64(self, hidden_states, self.norm_topk_prob)
+
+
+@contextlib.contextmanager
+def routers_in_float64():
+    """Within the block, transformers' Mixtral and Qwen3-MoE routers compute their softmax in float64 for float64
+    logits (their one float32 island)."""
+    mixtral, qwen3 = modeling_mixtral.MixtralTopKRouter, modeling_qwen3_moe.Qwen3MoeTopKRouter
+    saved = mixtral.forward, qwen3.forward
+    mixtral.forward, qwen3.forward = mixtral_router_forward_float64, qwen3_moe_router_forward_float64
+    try:
+        yield
+    finally:
+        mixtral.forward, qwen3.forward = saved
+
+
+def load_balancing_loss_func_float64(gate_logits, num_experts=None, top_k=2, attention_mask=None):
+    """modeling_mixtral.load_balancing_loss_func in the logits' dtype (the original sums the counts and the
+    probabilities in float32 whatever that dtype): E * sum_e f_e P_e over the layers' logits, padding left out."""
+    if gate_logits is None or not isinstance(gate_logits, tuple):
+        return 0
+    dtype = gate_logits[0].dtype
+    tokens_per_expert_sum = torch.zeros(num_experts, dtype=dtype)
+    router_prob_sum = torch.zeros(num_experts, dtype=dtype)
+    total_rows = 0.0
+    flat_mask = None if attention_mask is None else attention_mask.reshape(-1).to(dtype)
+    for layer_gate in gate_logits:
+        routing_weights = torch.nn.functional.softmax(layer_gate, dim=-1)
+        _, selected_experts = torch.topk(routing_weights, top_k, dim=-1)
+        weight = torch.ones(routing_weights.shape[0], dtype=dtype) if flat_mask is None else flat_mask
+        tokens_per_expert_sum = tokens_per_expert_sum + torch.zeros(num_experts, dtype=dtype).scatter_add_(
+            0, selected_experts.reshape(-1), weight.repeat_interleave(top_k)
+        )
+        router_prob_sum = router_prob_sum + (routing_weights * weight.unsqueeze(-1)).sum(dim=0)
+        total_rows = total_rows + weight.sum()
+    tokens_per_expert = tokens_per_expert_sum / total_rows
+    router_prob_per_expert = router_prob_sum / total_rows
+    return torch.sum(tokens_per_expert * router_prob_per_expert.unsqueeze(0)) * num_experts
+
+
+@contextlib.contextmanager
+def moe_in_float64(family: str):
+    """Within the block, a mixture-of-experts family's float32 islands are float64: Llama's (llama_in_float64),
+    its router's softmax (routers_in_float64) and its load-balancing loss (load_balancing_loss_func_float64)."""
+    module = {"mixtral": modeling_mixtral, "qwen3_moe": modeling_qwen3_moe}[family]
+    saved = module.load_balancing_loss_func
+    module.load_balancing_loss_func = load_balancing_loss_func_float64
+    try:
+        with llama_in_float64(family), routers_in_float64():
+            yield
+    finally:
+        module.load_balancing_loss_func = saved
+
+
 def patch_for(family: str, dtype, llama_float64: bool = True):
     """The float64 patch where it applies (a float64 Llama-like model, or BLOOM), else nothing."""
     if np.dtype(dtype) != np.float64:
         return contextlib.nullcontext()
+    if family in MOE_FAMILIES and llama_float64:
+        return moe_in_float64(family)
     if family in LLAMA_LIKE and llama_float64:
         return llama_in_float64(family)
     if family == "bloom":
@@ -452,7 +549,9 @@ def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **override
     dtype = np.dtype(dtype)
     with tempfile.TemporaryDirectory() as directory:
         build_tiny(family, directory, seed, **overrides)
-        theirs = CLASSES[family].from_pretrained(directory, attn_implementation="eager", dtype=TORCH_DTYPE[dtype])
+        theirs = CLASSES[family].from_pretrained(
+            directory, attn_implementation="eager", dtype=TORCH_DTYPE[dtype], **loading_options(family)
+        )
         ours = numpy_hf.load(directory, dtype=dtype).train()
     ids, token_types = make_inputs(family, seed)
     out_shape = (*ids.shape, theirs.config.hidden_size if family == "bert" else TINY[family]["vocab_size"])
@@ -527,7 +626,9 @@ def round_trip(ours_model, family: str, directory, seed: int = 0) -> tuple[Resul
     transformers', and from_pretrained's loading info: missing, unexpected and mismatched keys)."""
     is_numpy = not isinstance(ours_model, torch.nn.Module)
     (numpy_hf if is_numpy else torch_hf).save(ours_model, directory)
-    theirs_model, info = CLASSES[family].from_pretrained(directory, dtype=torch.float64, output_loading_info=True)
+    theirs_model, info = CLASSES[family].from_pretrained(
+        directory, dtype=torch.float64, output_loading_info=True, **loading_options(family)
+    )
     theirs_model = theirs_model.double().eval()
     ids, token_types = make_inputs(family, seed)
     with patch_for(family, np.float64), torch.no_grad():
@@ -564,6 +665,9 @@ NATIVE = {
 }  # fmt: skip
 NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)
 NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
+NATIVE["mixtral"] = dataclasses.replace(
+    NATIVE["llama"], sliding_window=3, n_experts=4, top_k=2, router_aux_loss_coef=0.02
+)
 NATIVE["bloom"] = TransformerConfig(
     src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, d_ff=64, n_encoder_layers=0, n_decoder_layers=2,
     activation="gelu_tanh", norm_first=True, positional="alibi", max_len=16, pad_id=None, tie_embeddings=True,

@@ -134,7 +134,7 @@ GREEDY_OVERRIDES = {"bloom": {"hidden_size": 32, "tie_word_embeddings": False}}
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2", "bloom"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2", "bloom", "mixtral"])
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
     drops keys from the first step on). Three checkpoints of the same weights: with eos 2 (Llama's first

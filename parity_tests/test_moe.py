@@ -27,6 +27,7 @@ import torch_transformer as tt
 from numpy_transformer import gradcheck
 from numpy_transformer import moe as M
 from parity_tests import components as C
+from parity_tests.hf_compare import routers_in_float64
 
 one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
 
@@ -269,37 +270,6 @@ def test_top_k_gates_with_exact_ties(norm_topk_prob):
 # transformers' own blocks.
 
 
-def _router_forward_float64(self, hidden_states, renormalise: bool):
-    """transformers' MixtralTopKRouter.forward / Qwen3MoeTopKRouter.forward, line for line, with the softmax in the
-    logits' dtype instead of float32."""
-    hidden_states = hidden_states.reshape(-1, self.hidden_dim)
-    router_logits = F.linear(hidden_states, self.weight)  # (seq_len, num_experts)
-    router_probs = torch.nn.functional.softmax(router_logits, dim=-1)
-    router_top_value, router_indices = torch.topk(router_probs, self.top_k, dim=-1)  # (seq_len, top_k)
-    if renormalise:
-        router_top_value /= router_top_value.sum(dim=-1, keepdim=True)
-    return router_logits, router_top_value, router_indices
-
-
-def mixtral_router_forward_float64(self, hidden_states):
-    return _router_forward_float64(self, hidden_states, True)
-
-
-def qwen3_moe_router_forward_float64(self, hidden_states):
-    return _router_forward_float64(self, hidden_states, self.norm_topk_prob)
-
-
-@contextlib.contextmanager
-def routers_in_float64():
-    """Within the block, transformers' Mixtral and Qwen3-MoE routers compute their softmax in float64 for float64
-    logits (their one float32 island)."""
-    mixtral, qwen3 = modeling_mixtral.MixtralTopKRouter, modeling_qwen3_moe.Qwen3MoeTopKRouter
-    saved = mixtral.forward, qwen3.forward
-    mixtral.forward, qwen3.forward = mixtral_router_forward_float64, qwen3_moe_router_forward_float64
-    try:
-        yield
-    finally:
-        mixtral.forward, qwen3.forward = saved
 
 
 def hf_block(family: str, norm_topk_prob: bool = True, seed: int = 0, zero_router: bool = False):

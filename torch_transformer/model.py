@@ -27,6 +27,7 @@ from .layers import (
     rope_cos_sin_at,
     sinusoidal_table,
 )
+from .moe import MoeFeedForward, load_balancing_loss
 
 
 class _Layer(nn.Module):
@@ -55,8 +56,11 @@ class _Layer(nn.Module):
         )  # fmt: skip
 
     @staticmethod
-    def _feed_forward(config: TransformerConfig) -> FeedForward:
+    def _feed_forward(config: TransformerConfig, moe: bool = False) -> FeedForward | MoeFeedForward:
+        """The dense (or gated) feed-forward block, or (moe: config.is_moe_layer) a sparse mixture of experts."""
         c = config
+        if moe:
+            return MoeFeedForward(c.d_model, c.expert_width, c.n_experts, c.top_k, c.norm_topk_prob, c.activation)
         rate = c.dropout_rates["activation"]
         return FeedForward(c.d_model, c.d_ff, c.activation, rate, gated=c.gated_ffn, bias=c.bias)
 
@@ -104,7 +108,7 @@ class DecoderLayer(_Layer):
     """Masked self-attention, cross-attention to the encoder's output (left out in the LM), then
     feed-forward, each in a residual sublayer. x (B, T, D), memory (B, S, D) -> (B, T, D)."""
 
-    def __init__(self, config: TransformerConfig, cross_attention: bool = True):
+    def __init__(self, config: TransformerConfig, cross_attention: bool = True, moe: bool = False):
         super().__init__()
         self.norm_first = config.norm_first
         self.self_attn = self._attention(config, causal=True)
@@ -113,7 +117,7 @@ class DecoderLayer(_Layer):
         if cross_attention:
             self.cross_attn = self._attention(config, cross=True)
             self._sublayer("cross_attn", config)
-        self.ffn = self._feed_forward(config)
+        self.ffn = self._feed_forward(config, moe)
         self._sublayer("ffn", config)
 
     def forward(
@@ -305,7 +309,7 @@ class Decoder(_Stack):
     """
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
-        layers = [DecoderLayer(config, cross_attention) for _ in range(config.n_decoder_layers)]
+        layers = [DecoderLayer(config, cross_attention, config.is_moe_layer(i)) for i in range(config.n_decoder_layers)]
         super().__init__(config, config.tgt_vocab_size, layers)
         self.cross_attention = cross_attention
 
@@ -509,6 +513,21 @@ class _Model(nn.Module):
         if unknown:
             raise ValueError(f"dropout_masks: unknown sites {unknown}; expected exactly {list(expected)}")
         return dropout_masks
+
+    def router_logits(self) -> tuple[Tensor, ...]:
+        """The router logits (B * T, E) of every mixture-of-experts decoder layer in the last forward, in layer
+        order, part of its graph (transformers' router_logits with output_router_logits=True); () for a dense model."""
+        return tuple(layer.ffn.router_logits for layer in self.decoder.layers if isinstance(layer.ffn, MoeFeedForward))
+
+    def load_balancing_loss(self, attention_mask: Tensor | None = None) -> Tensor:
+        """The load-balancing loss of the last forward's router logits (transformers' aux_loss), padding left out by
+        attention_mask (B, T) when given. A training objective adds config.router_aux_loss_coef times it."""
+        logits = self.router_logits()
+        if not logits:
+            raise ValueError("load_balancing_loss: this model has no mixture-of-experts layer (config.n_experts=0)")
+        if any(z is None for z in logits):
+            raise ValueError("load_balancing_loss: no forward pass has been run yet")
+        return load_balancing_loss(logits, self.config.n_experts, self.config.top_k, attention_mask)
 
     def attention_maps(self) -> dict[str, Tensor]:
         """Attention probabilities (B, H, T_q, T_k), before dropout, of every attention module, keyed

@@ -90,6 +90,27 @@ class SparseMoeBlock(nn.Module):
         return self.experts(flat, selected, gates).reshape(x.shape), logits
 
 
+class MoeFeedForward(nn.Module):
+    """A decoder layer's feed-forward block as a sparse mixture of experts (config.is_moe_layer): state-dict names
+    `router.weight` (E, D), `experts.gate_up_proj`, `experts.down_proj` below the layer's `ffn.` (transformers'
+    `mlp.gate.weight` is our `ffn.router.weight`). x (B, T, D) -> (B, T, D); the router logits (B * T, E) of the
+    last call stay in `router_logits`, part of the graph, for the load-balancing loss."""
+
+    def __init__(
+        self, d_model: int, d_expert: int, num_experts: int, top_k: int, norm_topk_prob: bool, activation: str
+    ):
+        super().__init__()
+        self.router = TopKRouter(d_model, num_experts, top_k, norm_topk_prob)
+        self.experts = Experts(d_model, d_expert, num_experts, activation)
+        self.router_logits: Tensor | None = None
+
+    def forward(self, x: Tensor, dropout_mask: Tensor | None = None) -> Tensor:
+        """dropout_mask: always None (the experts have no dropout site; the config refuses activation dropout)."""
+        flat = x.reshape(-1, x.shape[-1])  # (N, D)
+        self.router_logits, gates, selected = self.router(flat)
+        return self.experts(flat, selected, gates).reshape(x.shape)
+
+
 def load_balancing_loss(
     router_logits: Sequence[Tensor], num_experts: int, top_k: int, attention_mask: Tensor | None = None
 ) -> Tensor:
