@@ -1,0 +1,291 @@
+"""Mixtral, and the mixture-of-experts decoder layer, against transformers' MixtralForCausalLM beyond what
+hf_compare's variants check in test_hf.py (logits and every gradient of sum(logits * R), round trip, greedy search):
+
+- the load-balancing loss in the objective, as transformers' output_router_logits=True and router_aux_loss_coef add
+  it: the loss, the router logits and every gradient of sum(logits * R) + c * aux_loss equal transformers' in float64
+  at 1e-10, both sides, top-2 and top-1 (where the router's one gradient is the aux loss's), and on a left-padded batch
+  whose padding the loss leaves out;
+- beam search equal to generate(num_beams=3), cached and not, both sides;
+- the files: save_pretrained's per-expert layout (w1, w2, w3) and transformers 5's fused tensors load the same; an
+  incomplete set of experts is refused naming what is missing;
+- NumPy against torch_transformer for what Mixtral does not express: dense layers between the MoE layers (Qwen3-MoE's
+  mlp_only_layers), an expert width of its own, raw gates (norm_topk_prob False), with the aux loss;
+- the config's and the API's errors.
+
+Tiny random models written with save_pretrained in the test (hf_compare.build_tiny); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file, save_file
+
+import numpy_transformer as nt
+import torch_transformer as tt
+from numpy_transformer import checkpoint
+from numpy_transformer import hf as numpy_hf
+from parity_tests import components as C
+from parity_tests import hf_compare as H
+from parity_tests.test_generate_rules import left_padded_batch, ours_decode, theirs_decode
+from torch_transformer import hf as torch_hf
+
+one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
+
+SIDES = ["numpy", "torch"]
+COEF = 0.3  # the aux loss's weight in the objective: large, so that its share of every gradient shows
+VOCAB = H.TINY["mixtral"]["vocab_size"]
+
+
+def theirs_run(model, ids, mask, upstream):
+    """transformers: logits, aux_loss, router logits and every parameter gradient of
+    sum(logits * upstream) + COEF * aux_loss (positions from the mask, as generate() makes them)."""
+    model.zero_grad(set_to_none=True)
+    ids_t = torch.from_numpy(ids)
+    kwargs = {}
+    if mask is not None:
+        mask_t = torch.from_numpy(mask)
+        kwargs = {"attention_mask": mask_t, "position_ids": (mask_t.cumsum(-1) - 1).masked_fill(mask_t == 0, 0)}
+    with H.patch_for("mixtral", np.float64):
+        out = model(input_ids=ids_t, use_cache=False, output_router_logits=True, **kwargs)
+        ((out.logits * torch.from_numpy(upstream)).sum() + COEF * out.aux_loss).backward()
+    outputs = {"logits": out.logits, "aux_loss": out.aux_loss}
+    outputs |= {f"router_logits {i}": z for i, z in enumerate(out.router_logits)}
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    return {k: H.to_numpy(v) for k, v in outputs.items()}, {k: H.to_numpy(v) for k, v in grads.items()}
+
+
+def ours_run(model, side: str, ids, mask, upstream):
+    """Ours: the same outputs and gradients (transformers' names): the NumPy model's load_balancing_loss and
+    backward(dlogits, daux_loss=COEF); torch_transformer's load_balancing_loss under autograd."""
+    if side == "numpy":
+        model.eval().zero_grad()
+        logits = model.forward(ids, attention_mask=mask)
+        aux = model.load_balancing_loss(mask)
+        model.backward(upstream, daux_loss=COEF)
+        outputs = {"logits": logits, "aux_loss": np.asarray(aux)}
+        outputs |= {f"router_logits {i}": z for i, z in enumerate(model.router_logits())}
+        return outputs, numpy_hf.to_hf(model, model.grads, tied=False)
+    model.eval().zero_grad(set_to_none=True)
+    mask_t = None if mask is None else torch.from_numpy(mask)
+    logits = model(torch.from_numpy(ids), attention_mask=mask_t)
+    aux = model.load_balancing_loss(mask_t)
+    ((logits * torch.from_numpy(upstream)).sum() + COEF * aux).backward()
+    outputs = {"logits": logits, "aux_loss": aux} | {
+        f"router_logits {i}": z for i, z in enumerate(model.router_logits())
+    }
+    grads = torch_hf.to_hf(model, {n: p.grad for n, p in model.named_parameters()}, tied=False)
+    return {k: H.to_numpy(v) for k, v in outputs.items()}, {k: H.to_numpy(v) for k, v in grads.items()}
+
+
+def relative_error(ours, theirs) -> float:
+    return float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+
+
+CASES = {
+    "top-2 of 4": {},
+    "top-1 of 3, tied": {"num_local_experts": 3, "num_experts_per_tok": 1, "tie_word_embeddings": True},
+}
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left-padded"])
+@pytest.mark.parametrize("overrides", list(CASES.values()), ids=list(CASES))
+@pytest.mark.parametrize("side", SIDES)
+def test_aux_loss_and_every_gradient_equal_transformers(side, overrides, padded, tmp_path):
+    """float64: logits (real positions), the aux loss, the router logits (real rows) and every gradient of
+    sum(logits * R) + c * aux_loss within 1e-10 of transformers', none of them zero. With top-1 the renormalised gate
+    is 1 whatever the logits: the router's gradient is the aux loss's alone, and it must match too."""
+    theirs_model = H.build_tiny("mixtral", tmp_path, **overrides).double()
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    if padded:
+        ids, mask = left_padded_batch(VOCAB)
+    else:
+        ids, mask = H.make_inputs("mixtral")[0], None
+    real = np.ones(ids.shape, bool) if mask is None else mask.astype(bool)
+    upstream = np.random.default_rng(1).standard_normal((*ids.shape, VOCAB)) * real[..., None]
+    theirs, theirs_grads = theirs_run(theirs_model, ids, mask, upstream)
+    ours, ours_grads = ours_run(ours_model, side, ids, mask, upstream)
+    assert sorted(ours) == sorted(theirs) and len(theirs) == 2 + ours_model.config.n_decoder_layers
+    for name, value in theirs.items():
+        keep = real if name == "logits" else real.reshape(-1) if name.startswith("router") else ...
+        assert relative_error(ours[name][keep], value[keep]) <= 1e-10, name
+    assert set(ours_grads) == set(theirs_grads)
+    for name, theirs_grad in theirs_grads.items():
+        assert np.any(theirs_grad) and np.isfinite(ours_grads[name]).all(), f"{name}: zero or not finite"
+        assert relative_error(ours_grads[name], theirs_grad) <= 1e-10, name
+    router = "model.layers.0.mlp.gate.weight"
+    without_aux = H.compare_hf("mixtral", np.float64, side, **overrides) if not padded else None
+    if without_aux is not None:  # the aux loss's share of the router's gradient is there, and not small
+        share = np.abs(ours_grads[router] - without_aux.grads[router][0]).max() / np.abs(ours_grads[router]).max()
+        assert share > 1e-2
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_beam_search_equals_generate(side, tmp_path):
+    """Beam search (3 beams) and greedy search, cached and not, equal generate()'s on a tiny Mixtral."""
+    theirs_model = H.build_tiny("mixtral", tmp_path, eos_token_id=None).double()
+    ours_model = H.load_ours(side, tmp_path, np.float64)
+    prompts = np.array([[5, 9, 7, 21], [12, 4, 30, 8]])
+    for num_beams in (1, 3):
+        theirs = theirs_decode(theirs_model, "mixtral", prompts, num_beams, 8)
+        for use_cache in (True, False):
+            np.testing.assert_array_equal(ours_decode(ours_model, prompts, side, num_beams, 8, use_cache), theirs)
+
+
+# ----------------------------------------------------------------------------------------------
+# The files.
+
+
+def test_fused_and_per_expert_files_load_the_same(tmp_path):
+    """save_pretrained writes each expert's w1, w2, w3 (Mixtral's original layout); hf.save writes transformers 5's
+    fused tensors: both load to the same parameters, and those are the transformers model's own."""
+    theirs_model = H.build_tiny("mixtral", tmp_path / "hf")
+    assert any(".block_sparse_moe.experts.3.w3.weight" in name for name in load_file(tmp_path / "hf/model.safetensors"))
+    ours = numpy_hf.load(tmp_path / "hf", dtype=np.float64)
+    numpy_hf.save(ours, tmp_path / "ours")
+    written = load_file(tmp_path / "ours/model.safetensors")
+    assert "model.layers.1.mlp.experts.gate_up_proj" in written and not any("block_sparse" in k for k in written)
+    again = numpy_hf.load(tmp_path / "ours", dtype=np.float64)
+    for name, value in ours.params.items():
+        np.testing.assert_array_equal(again.params[name], value)
+    state = {k: H.to_numpy(v) for k, v in theirs_model.state_dict().items()}
+    for name, value in numpy_hf.to_hf(ours, ours.params).items():
+        np.testing.assert_array_equal(value, state[name].astype(np.float64))
+
+
+def test_an_incomplete_set_of_experts_is_refused_naming_it(tmp_path):
+    H.build_tiny("mixtral", tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    del tensors["model.layers.1.block_sparse_moe.experts.2.w3.weight"]
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    for load in (numpy_hf.load, torch_hf.load):
+        with pytest.raises(ValueError, match=r"model\.layers\.1.*missing.*experts\.2\.w3\.weight"):
+            load(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# NumPy against torch_transformer: the options Mixtral does not express.
+
+MOE_LM = nt.TransformerConfig(
+    src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=4, d_ff=24, n_encoder_layers=0, n_decoder_layers=3,
+    norm_first=True, norm="rms", positional="rope", gated_ffn=True, activation="silu", bias=False, output_bias=False,
+    pad_id=None, n_experts=4, top_k=2,
+)  # fmt: skip
+TWIN_CASES = {
+    "dense layer 1 (mlp_only_layers), expert width 12": dict(dense_layers=(1,), d_expert=12),
+    "raw gates (norm_topk_prob False), top-3": dict(norm_topk_prob=False, top_k=3),
+    "post-norm, gelu_tanh experts, tied, sliding window 3": dict(
+        norm_first=False, activation="gelu_tanh", tie_embeddings=True, sliding_window=3
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("changes", list(TWIN_CASES.values()), ids=list(TWIN_CASES))
+def test_numpy_matches_torch_with_the_aux_loss(changes, dtype):
+    """Logits, aux loss and every gradient of sum(logits * R) + c * aux_loss (left padding masked out of the loss),
+    NumPy against torch_transformer, at the bar of the dtype; no gradient zero."""
+    config = dataclasses.replace(MOE_LM, **changes)
+    model = nt.TransformerLM(config, seed=0, dtype=dtype)
+    rng = np.random.default_rng(0)
+    for value in model.params.values():
+        value += (0.3 * rng.standard_normal(value.shape)).astype(dtype)
+    twin = tt.TransformerLM(config).to(C.TORCH_DTYPE[np.dtype(dtype)])
+    twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+    ids, mask = left_padded_batch(20)
+    upstream = (rng.standard_normal((*ids.shape, 20)) * mask[..., None]).astype(dtype)
+    ours, ours_grads = ours_run_native(model, ids, mask, upstream)
+    twin.zero_grad(set_to_none=True)
+    logits = twin(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    aux = twin.load_balancing_loss(torch.from_numpy(mask))
+    ((logits * torch.from_numpy(upstream)).sum() + COEF * aux).backward()
+    real = mask.astype(bool)
+    result = C.Result(outputs={"logits": (ours["logits"][real], H.to_numpy(logits)[real]),
+                               "aux_loss": (ours["aux_loss"], H.to_numpy(aux))})  # fmt: skip
+    for name, p in twin.named_parameters():
+        result.grads[name] = (ours_grads[name], H.to_numpy(p.grad))
+        assert np.any(ours_grads[name]), f"{name}: zero gradient"
+    assert not C.failures(result, dtype), C.failures(result, dtype)
+    moe_layers = [i for i in range(3) if config.is_moe_layer(i)]
+    assert len(twin.router_logits()) == len(model.router_logits()) == len(moe_layers)
+
+
+def ours_run_native(model, ids, mask, upstream):
+    model.eval().zero_grad()
+    logits = model.forward(ids, attention_mask=mask)
+    aux = model.load_balancing_loss(mask)
+    model.backward(upstream, daux_loss=COEF)
+    return {"logits": logits, "aux_loss": np.asarray(aux)}, model.grads
+
+
+def test_dense_layers_have_the_dense_block_and_its_names():
+    config = dataclasses.replace(MOE_LM, dense_layers=(0, 2), d_expert=10)
+    names = nt.model.parameter_shapes(config, decoder_only=True)
+    assert names["decoder.layers.1.ffn.router.weight"] == (4, 16)
+    assert names["decoder.layers.1.ffn.experts.gate_up_proj"] == (4, 20, 16)
+    assert names["decoder.layers.1.ffn.experts.down_proj"] == (4, 16, 10)
+    assert "decoder.layers.0.ffn.gate.weight" in names and "decoder.layers.0.ffn.router.weight" not in names
+    twin = tt.TransformerLM(config)
+    assert {k: tuple(v.shape) for k, v in twin.state_dict().items()} == names
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors.
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        (dict(top_k=5), ValueError, r"top_k must be in \[1, n_experts=4\], got 5"),
+        (dict(top_k=0), ValueError, r"top_k must be >= 1, got 0"),
+        (dict(n_experts=-1), ValueError, r"n_experts must be >= 0, got -1"),
+        (dict(dense_layers=(3,)), ValueError, r"dense_layers must index decoder layers \[0, 3\), got 3"),
+        (dict(dense_layers=[1.0]), TypeError, r"dense_layers entry must be an int, got float"),
+        (dict(d_expert=0), ValueError, r"d_expert must be >= 1, got 0"),
+        (dict(norm_topk_prob=1), TypeError, r"norm_topk_prob must be a bool, got int"),
+        (dict(router_aux_loss_coef=-0.1), ValueError, r"router_aux_loss_coef must be a float >= 0, got -0.1"),
+        (dict(activation_dropout=0.1), ValueError, r"the experts have no activation dropout"),
+    ],
+)
+def test_bad_expert_fields_are_refused_naming_them(changes, error, match):
+    with pytest.raises(error, match=match):
+        dataclasses.replace(MOE_LM, **changes)
+
+
+def test_dense_lists_round_trip_through_a_checkpoint(tmp_path):
+    """dense_layers is a tuple; a checkpoint's JSON metadata holds a list, read back as the tuple."""
+    config = dataclasses.replace(MOE_LM, dense_layers=(1,))
+    model = nt.TransformerLM(config)
+    checkpoint.save_checkpoint(tmp_path / "m.safetensors", model)
+    assert checkpoint.load_checkpoint(tmp_path / "m.safetensors").config == config
+
+
+def test_aux_loss_errors_name_the_problem():
+    dense = nt.TransformerLM(dataclasses.replace(MOE_LM, n_experts=0))
+    ids = np.array([[3, 4, 5]])
+    dense.forward(ids)
+    with pytest.raises(ValueError, match=r"no mixture-of-experts layer \(config.n_experts=0\)"):
+        dense.load_balancing_loss()
+    twin = tt.TransformerLM(dense.config)
+    twin(torch.from_numpy(ids))
+    with pytest.raises(ValueError, match=r"no mixture-of-experts layer"):
+        twin.load_balancing_loss()
+    model = nt.TransformerLM(MOE_LM)
+    with pytest.raises(ValueError, match=r"no forward pass"):
+        model.load_balancing_loss()
+    logits = model.forward(ids)
+    with pytest.raises(ValueError, match=r"daux_loss given, but load_balancing_loss\(\) was not called"):
+        model.backward(np.ones_like(logits), daux_loss=0.1)
+    model.load_balancing_loss()
+    with pytest.raises(TypeError, match=r"daux_loss must be a float"):
+        model.backward(np.ones_like(logits), daux_loss="0.1")
+    model.forward(ids)  # a new forward: the loss of the last one no longer applies
+    with pytest.raises(ValueError, match=r"load_balancing_loss\(\) was not called"):
+        model.backward(np.ones_like(logits), daux_loss=0.1)
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \(B, T\)"):
+        model.load_balancing_loss(np.ones((1, 4)))
+    with pytest.raises(ValueError, match=r"no forward pass has been run yet"):
+        tt.TransformerLM(MOE_LM).load_balancing_loss()
