@@ -210,13 +210,8 @@ class TransformerConfig:
         _check_int("top_k", self.top_k, minimum=1)
         if self.n_experts == 0:
             return
-        if self.top_k > self.n_experts:
+        if self.top_k > self.n_experts:  # the experts have no dropout site: activation dropout skips their layers
             raise ValueError(f"top_k must be in [1, n_experts={self.n_experts}], got {self.top_k}")
-        if self.dropout_rates["activation"] != 0.0:
-            raise ValueError(
-                "the experts have no activation dropout: with n_experts > 0 set activation_dropout=0.0 (or "
-                f"dropout=0.0), got {self.dropout_rates['activation']}"
-            )
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer i's feed-forward block is a sparse mixture of experts."""

@@ -213,6 +213,19 @@ def test_numpy_matches_torch_with_the_aux_loss(changes, dtype):
     assert len(twin.router_logits()) == len(model.router_logits()) == len(moe_layers)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("lm", [True, False], ids=["TransformerLM", "Transformer with an MoE decoder"])
+def test_training_mode_drops_the_same_units_on_both_sides(lm, dtype, device):
+    """Dropout 0.2 at every site (activation dropout too: only the dense layer 1 has that site, the experts none):
+    outputs, the loss, every hidden state and every gradient, NumPy against torch, the same units dropped."""
+    config = dataclasses.replace(MOE_LM, dense_layers=(1,), dropout=0.2, n_encoder_layers=0 if lm else 2)
+    result = C.compare_models(config, dtype, device, lm=lm, train=True)
+    assert not C.failures(result, dtype), C.failures(result, dtype)
+    assert all(np.any(ours) for ours, _ in result.grads.values())
+    sites = tt.model.dropout_site_shapes(config, batch_size=2, tgt_len=5, src_len=None if lm else 6)
+    assert "decoder.layers.1.ffn.dropout" in sites and "decoder.layers.0.ffn.dropout" not in sites
+
+
 def ours_run_native(model, ids, mask, upstream):
     model.eval().zero_grad()
     logits = model.forward(ids, attention_mask=mask)
@@ -247,7 +260,6 @@ def test_dense_layers_have_the_dense_block_and_its_names():
         (dict(d_expert=0), ValueError, r"d_expert must be >= 1, got 0"),
         (dict(norm_topk_prob=1), TypeError, r"norm_topk_prob must be a bool, got int"),
         (dict(router_aux_loss_coef=-0.1), ValueError, r"router_aux_loss_coef must be a float >= 0, got -0.1"),
-        (dict(activation_dropout=0.1), ValueError, r"the experts have no activation dropout"),
     ],
 )
 def test_bad_expert_fields_are_refused_naming_them(changes, error, match):

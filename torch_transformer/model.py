@@ -381,7 +381,8 @@ def dropout_site_shapes(
             if memory_len is not None:
                 sites += [(f"{layer}.cross_attn.dropout", "attention", (b, h, length, memory_len))]
                 sites += [(f"{layer}.cross_attn_dropout", "residual", (b, length, d))]
-            sites += [(f"{layer}.ffn.dropout", "activation", (b, length, f))]
+            if not (prefix == "decoder" and config.is_moe_layer(i)):  # the experts have no dropout site
+                sites += [(f"{layer}.ffn.dropout", "activation", (b, length, f))]
             sites += [(f"{layer}.ffn_dropout", "residual", (b, length, d))]
         return {site: shape for site, kind, shape in sites if rates[kind] > 0}
 

@@ -105,7 +105,7 @@ class MoeFeedForward(nn.Module):
         self.router_logits: Tensor | None = None
 
     def forward(self, x: Tensor, dropout_mask: Tensor | None = None) -> Tensor:
-        """dropout_mask: always None (the experts have no dropout site; the config refuses activation dropout)."""
+        """dropout_mask: always None (the experts have no dropout site, whatever the activation dropout's rate)."""
         flat = x.reshape(-1, x.shape[-1])  # (N, D)
         self.router_logits, gates, selected = self.router(flat)
         return self.experts(flat, selected, gates).reshape(x.shape)
