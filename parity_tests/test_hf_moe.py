@@ -234,6 +234,37 @@ def ours_run_native(model, ids, mask, upstream):
     return {"logits": logits, "aux_loss": np.asarray(aux)}, model.grads
 
 
+@pytest.mark.parametrize("changes", list(TWIN_CASES.values()), ids=list(TWIN_CASES))
+def test_finite_differences_of_the_model_with_the_aux_loss(changes):
+    """Every parameter tensor of a float64 MoE TransformerLM (8 coordinates each), the objective
+    sum(logits * R) + c * aux_loss: the wiring of the router's two gradients (gates and aux loss) through the model.
+    The expert choice is piecewise constant: every row's k-th and (k+1)-th probabilities are first checked to be
+    far apart (a step of 1e-5 cannot swap them)."""
+    config = dataclasses.replace(MOE_LM, **changes)
+    model = nt.TransformerLM(config, seed=1).eval()
+    rng = np.random.default_rng(2)
+    for value in model.params.values():
+        value += 0.3 * rng.standard_normal(value.shape)
+    ids, mask = left_padded_batch(20)
+    upstream = rng.standard_normal((*ids.shape, 20))
+
+    def objective():
+        logits = model.forward(ids, attention_mask=mask)
+        return np.sum(logits * upstream) + COEF * model.load_balancing_loss(mask)
+
+    objective()
+    for z in model.router_logits():
+        p = np.sort(nt.moe.softmax_forward(z)[0], axis=-1)[:, ::-1]
+        if config.top_k < config.n_experts:
+            assert (p[:, config.top_k - 1] - p[:, config.top_k]).min() > 1e-4, "a row near a tie: pick another seed"
+    model.zero_grad()
+    model.backward(upstream, daux_loss=COEF)
+    grads = {k: g.copy() for k, g in model.grads.items()}
+    result = nt.gradcheck.gradcheck(objective, model.params, grads, max_coords=8)
+    assert result.worst <= C.FD_BAR, str(result)
+    assert all(np.any(g) for g in grads.values())
+
+
 def test_dense_layers_have_the_dense_block_and_its_names():
     config = dataclasses.replace(MOE_LM, dense_layers=(0, 2), d_expert=10)
     names = nt.model.parameter_shapes(config, decoder_only=True)
