@@ -25,6 +25,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 
 from .config import DROPOUT_KINDS, GenerationRules, TransformerConfig
@@ -67,7 +68,7 @@ class Family:
     # pooler: BertModel has one unless built with add_pooling_layer=False, which config.json does not say)
     detected: tuple[tuple[str, str], ...] = ()
     # checkpoint tensors (full name -> array) in an older layout the class still reads -> the class's own names, or
-    # None (Mixtral's files hold each expert's w1, w2, w3; transformers 5's class fuses them: fuse_mixtral_experts)
+    # None (Mixtral's files hold each expert's w1, w2, w3; transformers 5's class fuses them: fuse_experts)
     legacy: Callable[[dict], dict] | None = None
 
     def config_json(self, config: TransformerConfig) -> dict:
@@ -809,19 +810,20 @@ MOE_RULES = (
     Rule("decoder.layers.{i}.ffn.experts.down_proj", "layers.{i}.mlp.experts.down_proj"),
 )
 MOE_SUPPORTS = {"n_experts": ANY, "top_k": ANY, "router_aux_loss_coef": ANY}
-LEGACY_EXPERT = re.compile(r"(.*layers\.\d+\.)block_sparse_moe\.(?:experts\.(\d+)\.(w[123])|gate)\.weight")
 
 
-def fuse_mixtral_experts(tensors: dict) -> dict:
-    """Mixtral's files as save_pretrained writes them (and the Hub holds them): per layer block_sparse_moe.gate.weight
-    and, per expert e, w1 (the gate, (F, D)), w3 (the up projection, (F, D)), w2 (the down projection, (D, F)) ->
-    the class's mlp.gate.weight, mlp.experts.gate_up_proj (E, 2F, D) = [w1_e ; w3_e] stacked, and
-    mlp.experts.down_proj (E, D, F) = w2_e stacked, as transformers 5 fuses them on loading. Other names pass."""
+def fuse_experts(tensors: dict, block: str, gate: str, up: str, down: str) -> dict:
+    """A mixture of experts' files as save_pretrained writes them (and the Hub holds them): per layer the router
+    `{block}.gate.weight` and, per expert e, `{block}.experts.{e}.{gate}.weight` (F, D), `{up}` (F, D), `{down}` (D, F)
+    -> the class's mlp.gate.weight, mlp.experts.gate_up_proj (E, 2F, D) = [gate_e ; up_e] stacked and
+    mlp.experts.down_proj (E, D, F) = down_e stacked, as transformers 5 fuses them on loading. Other names pass.
+    Mixtral: block_sparse_moe, w1, w3, w2; Qwen3-MoE: mlp, gate_proj, up_proj, down_proj."""
     import numpy as np
 
+    pattern = re.compile(rf"(.*layers\.\d+\.){block}\.(?:experts\.(\d+)\.({gate}|{up}|{down})|gate)\.weight")
     out, layers = {}, {}
     for name, array in tensors.items():
-        found = LEGACY_EXPERT.fullmatch(name)
+        found = pattern.fullmatch(name)
         if found is None:
             out[name] = array
             continue
@@ -832,15 +834,15 @@ def fuse_mixtral_experts(tensors: dict) -> dict:
             layers.setdefault(prefix, {})[(int(expert), part)] = array
     for prefix, parts in layers.items():
         n = 1 + max(e for e, _ in parts)
-        missing = [f"{prefix}block_sparse_moe.experts.{e}.{w}.weight" for e in range(n) for w in ("w1", "w2", "w3")
+        missing = [f"{prefix}{block}.experts.{e}.{w}.weight" for e in range(n) for w in (gate, up, down)
                    if (e, w) not in parts]  # fmt: skip
         if missing:
             raise ValueError(f"the experts of {prefix[:-1]} are incomplete: missing {missing}")
         try:
             out[prefix + "mlp.experts.gate_up_proj"] = np.stack(
-                [np.concatenate([parts[e, "w1"], parts[e, "w3"]]) for e in range(n)]
+                [np.concatenate([parts[e, gate], parts[e, up]]) for e in range(n)]
             )
-            out[prefix + "mlp.experts.down_proj"] = np.stack([parts[e, "w2"] for e in range(n)])
+            out[prefix + "mlp.experts.down_proj"] = np.stack([parts[e, down] for e in range(n)])
         except ValueError as error:
             raise ValueError(f"the experts of {prefix[:-1]} do not fit together ({error})") from None
     return out
@@ -871,7 +873,8 @@ def mixtral_to_hf(config: TransformerConfig) -> dict:
 
 MIXTRAL = replace(
     MISTRAL, model_type="mixtral", architecture="MixtralForCausalLM", rules=LLAMA.rules + MOE_RULES,
-    from_hf=mixtral_from_hf, to_hf=mixtral_to_hf, supports=MISTRAL.supports | MOE_SUPPORTS, legacy=fuse_mixtral_experts,
+    from_hf=mixtral_from_hf, to_hf=mixtral_to_hf, supports=MISTRAL.supports | MOE_SUPPORTS,
+    legacy=partial(fuse_experts, block="block_sparse_moe", gate="w1", up="w3", down="w2"),
 )  # fmt: skip
 
 
