@@ -437,7 +437,8 @@ class DataParallel:
     def forward(self, *inputs, dropout_masks: dict | None = None) -> np.ndarray:
         """model.forward(*inputs) on the parts at once; the outputs of the parts, concatenated (B, ...)."""
         inputs = _check_inputs(self.model, inputs)
-        replicas = self.replicas = self._replicas(len(inputs[0]), dropout_masks)
+        self.replicas, self.output_shape = [], None  # until this forward has succeeded
+        replicas = self._replicas(len(inputs[0]), dropout_masks)
 
         masks = [None] * len(self.bounds)
         if dropout_masks is not None:  # replay: each part reads its rows of the batch's masks
@@ -447,7 +448,7 @@ class DataParallel:
             return replicas[k].forward(*rows, dropout_masks=masks[k])
 
         outputs = np.concatenate(self._run(part, self._split(inputs)), axis=0)
-        self.output_shape = outputs.shape
+        self.replicas, self.output_shape = replicas, outputs.shape
         return outputs
 
     def backward(self, doutputs: np.ndarray) -> None:
