@@ -324,11 +324,11 @@ def decoder_layer_forward(
     memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
+    activations: dict = ACTIVATIONS,
     rope: tuple | None = None,
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
-    activations: dict = ACTIVATIONS,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -462,9 +462,9 @@ def decoder_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     *,
+    activations: dict = ACTIVATIONS,
     caches: list | None = None,
     start: int = 0,
-    activations: dict = ACTIVATIONS,
 ):
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
@@ -484,9 +484,9 @@ def decoder_forward(
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
+            activations=activations,
             site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            activations=activations,
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
