@@ -391,6 +391,56 @@ assert not np.any(grads_lib["gate.weight"][0]) and np.any(grads_both["gate.weigh
 assert (dz_aux[:, 0] < 0).all()  # every token: raise the idle expert's logit
 
 # %% [markdown]
+# ## 7. The block in a whole model: a tiny Mixtral
+#
+# A `TransformerConfig` with `n_experts > 0` makes every decoder layer's feed-forward block this one
+# (`dense_layers` keeps some dense, as Qwen3-MoE's `mlp_only_layers`; `d_expert` sets the experts' width). The
+# model keeps each layer's router logits (`model.router_logits()`, as `transformers`' `output_router_logits`);
+# `model.load_balancing_loss()` pools them over the layers, and `backward(dlogits, daux_loss=c)` sends the
+# gradient of $\mathcal{L} + c\,\mathcal{L}_{\text{aux}}$ into every router, beside the gates'. The torch twin
+# gets the same from autograd, and `hf.save` writes a checkpoint that `MixtralForCausalLM` loads.
+
+# %%
+import tempfile  # noqa: E402
+
+import numpy_transformer as nt  # noqa: E402
+from numpy_transformer import hf  # noqa: E402
+
+config = nt.TransformerConfig(
+    src_vocab_size=30, tgt_vocab_size=30, d_model=16, n_heads=4, d_ff=24, n_encoder_layers=0, n_decoder_layers=2,
+    norm_first=True, norm="rms", positional="rope", gated_ffn=True, activation="silu", bias=False, output_bias=False,
+    pad_id=None, scale_embeddings=False, n_experts=4, top_k=2, router_aux_loss_coef=0.02,
+)  # fmt: skip
+model = nt.TransformerLM(config, seed=0)
+ids = rng.integers(3, 30, size=(2, 6))
+logits = model.forward(ids)
+aux_model = model.load_balancing_loss()
+dlogits = rng.standard_normal(logits.shape)
+model.backward(dlogits, daux_loss=config.router_aux_loss_coef)
+
+twin = tt.TransformerLM(config).double()
+twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+logits_t = twin(torch.from_numpy(ids))
+aux_t = twin.load_balancing_loss()
+((logits_t * torch.from_numpy(dlogits)).sum() + config.router_aux_loss_coef * aux_t).backward()
+model_err = max(max_diff(p.grad, model.grads[name]) for name, p in twin.named_parameters())
+print(f"aux loss {float(aux_model):.6f} (uniform routing: {k})")
+print(f"max |NumPy - torch| over every gradient of L + c L_aux: {model_err:.1e}")
+assert model_err <= 1e-12 and abs(float(aux_model) - aux_t.item()) <= 1e-15
+
+with tempfile.TemporaryDirectory() as directory:
+    hf.save(model, directory)
+    transformers.utils.logging.disable_progress_bar()
+    mixtral = transformers.MixtralForCausalLM.from_pretrained(
+        directory, dtype=torch.float64, experts_implementation="eager"
+    )
+    hf_logits = mixtral(torch.from_numpy(ids)).logits.detach()
+hf_err = max_diff(hf_logits, logits)
+print(f"max |NumPy - MixtralForCausalLM| logits: {hf_err:.1e} (its router softmax and RMSNorm run in float32)")
+assert hf_err <= 1e-5
+checks["a whole MoE model"] = (None, model_err, hf_err, None)
+
+# %% [markdown]
 # ## Summary
 #
 # | forward | backward |
