@@ -62,6 +62,9 @@ class TransformerConfig:
     # GPT-NeoX's parallel residual (pre-norm, decoder): x + Attn(Norm1(x)) + FFN(Norm2(x)), both read the layer's
     # input; False: the sequential x = x + Attn(Norm1(x)); x = x + FFN(Norm2(x))
     parallel_residual: bool = False
+    # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
+    # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
+    qk_norm: bool = False
     gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
@@ -193,6 +196,7 @@ class TransformerConfig:
             "share_embeddings",
             "embedding_padding_idx",
             "parallel_residual",
+            "qk_norm",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

@@ -916,6 +916,47 @@ BLOOM = Family(
 
 
 # ----------------------------------------------------------------------------------------------
+# Qwen3 (Qwen3ForCausalLM): Llama's layout with an RMSNorm of each head's queries and keys before RoPE (q_norm,
+# k_norm: config.qk_norm), no biases. Sliding windows on some layers (layer_types) are refused for now.
+
+
+def qwen3_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    sliding = [t for t in c.get("layer_types") or [] if t != "full_attention"]
+    if c.get("use_sliding_window", False) or sliding:
+        raise ValueError(
+            "use_sliding_window / layer_types with sliding_attention layers is not supported for qwen3 (a window on "
+            "some layers only); only full attention on every layer"
+        )
+    if c.get("attention_bias", False):
+        raise ValueError("config.json: attention_bias=True is not supported for qwen3 (biases on q, k, v and o, none "
+                         "on the MLP); only False")  # fmt: skip
+    return replace(llama_from_hf(c, dropout), qk_norm=True)
+
+
+def qwen3_to_hf(config: TransformerConfig) -> dict:
+    out = llama_to_hf(config, "qwen3")
+    out.pop("mlp_bias")  # Qwen3Config: the MLP never has biases
+    return {**out, "use_sliding_window": False, "layer_types": ["full_attention"] * config.n_decoder_layers}
+
+
+QWEN3 = replace(
+    LLAMA,
+    model_type="qwen3",
+    architecture="Qwen3ForCausalLM",
+    rules=(
+        *LLAMA.rules,
+        *(
+            Rule(f"decoder.layers.{{i}}.self_attn.{n}.weight", f"layers.{{i}}.self_attn.{n}.weight")
+            for n in ("q_norm", "k_norm")
+        ),
+    ),  # fmt: skip
+    from_hf=qwen3_from_hf,
+    to_hf=qwen3_to_hf,
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": (None, False), "qk_norm": True},
+)
+
+
+# ----------------------------------------------------------------------------------------------
 # Phi-3 (Phi3ForCausalLM) and GPT-NeoX (GPTNeoXForCausalLM, Pythia). Phi-3: Llama with fused `qkv_proj` (q, k and v
 # blocks of H, H_kv and H_kv heads) and `gate_up_proj` (gate, then up), no biases, an optional sliding window and
 # partial rotary. GPT-NeoX: pre-norm LayerNorm decoder, biases everywhere, the parallel residual (attention and MLP
@@ -1029,6 +1070,9 @@ def gpt_neox_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig
         raise ValueError(f"rope_parameters {rope!r} / rope_scaling {c.get('rope_scaling')!r}: only plain RoPE")
     if c.get("attention_bias", True) is not True:
         raise ValueError("config.json: attention_bias=False is not supported (only True: the MLP has biases too)")
+    parallel = c.get("use_parallel_residual", True)
+    if not isinstance(parallel, bool):
+        raise ValueError(f"config.json: use_parallel_residual={parallel!r}: expected true or false")
     V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
     if D % H:
         raise ValueError(f"config.json: hidden_size={D} is not a multiple of num_attention_heads={H}")
@@ -1053,7 +1097,7 @@ def gpt_neox_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig
         scale_embeddings=False,
         rope_theta=float(rope.get("rope_theta", c.get("rotary_emb_base", 10000.0))),
         rotary_dim=rotary_dim_from_hf(c, D // H, "rotary_pct", 0.25),
-        parallel_residual=bool(c.get("use_parallel_residual", True)),
+        parallel_residual=parallel,
         output_bias=False,
     )
 
@@ -1489,7 +1533,8 @@ T5_ENCODER = replace(
 )
 
 FAMILIES = {
-    family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, PHI3, GPT_NEOX, MARIAN, BART, T5)
+    family.model_type: family
+    for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, BLOOM, PHI3, GPT_NEOX, MARIAN, BART, T5)
 }
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}

@@ -239,7 +239,8 @@ def attention_forward(
     mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
-        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, **decoding,
+        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, qk_norm_eps=config.layer_norm_eps,
+        **decoding,
     )  # fmt: skip
 
 
@@ -645,6 +646,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
             linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
         linear(f"{prefix}.out_proj", D, D)
+        if config.qk_norm:  # Qwen3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
+            shapes[f"{prefix}.q_norm.weight"] = shapes[f"{prefix}.k_norm.weight"] = (config.head_dim,)
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)

@@ -39,6 +39,7 @@ from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 from transformers.models.t5 import modeling_t5
 
 import numpy_transformer as nt
@@ -53,7 +54,7 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3", "gpt_neox")
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3", "gpt_neox", "qwen3")
 CLASSES = {
     "bert": transformers.BertModel,
     "gpt2": transformers.GPT2LMHeadModel,
@@ -63,6 +64,7 @@ CLASSES = {
     "bloom": transformers.BloomForCausalLM,
     "phi3": transformers.Phi3ForCausalLM,
     "gpt_neox": transformers.GPTNeoXForCausalLM,
+    "qwen3": transformers.Qwen3ForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -73,6 +75,7 @@ CONFIGS = {
     "bloom": transformers.BloomConfig,
     "phi3": transformers.Phi3Config,
     "gpt_neox": transformers.GPTNeoXConfig,
+    "qwen3": transformers.Qwen3Config,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
@@ -81,6 +84,7 @@ LLAMA_LIKE = {
     "qwen2": (modeling_qwen2, "Qwen2"),
     "phi3": (modeling_phi3, "Phi3"),
     "gpt_neox": (modeling_gpt_neox, "GPTNeoX"),  # LayerNorm, not RMSNorm: its rotary and softmax only
+    "qwen3": (modeling_qwen3, "Qwen3"),  # its q_norm and k_norm are Qwen3RMSNorm too
 }
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
@@ -135,6 +139,8 @@ TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_tok
 # Phi-3: fused qkv_proj of GQA 4/2 (unequal q, k, v blocks) and gate_up_proj; pad 0 (its default, 32000, is outside
 # the tiny vocabulary). GPT-NeoX: head size 8, rotary_pct 0.5 (RoPE on 4 of 8 features), the parallel residual.
 TINY["phi3"] = {**TINY["llama"], "pad_token_id": 0}
+# Qwen3: head_dim written out (its default is 128), equal to hidden_size / heads as this project's heads are.
+TINY["qwen3"] = {**TINY["llama"], "head_dim": 8, "rms_norm_eps": 1e-6}
 TINY["gpt_neox"] = dict(
     vocab_size=40,
     hidden_size=32,
@@ -171,6 +177,11 @@ VARIANTS = {
     "phi3 fused qkv MHA, partial rotary 0.5, window=3, tied": (
         "phi3",
         {"num_key_value_heads": 4, "partial_rotary_factor": 0.5, "sliding_window": 3, "tie_word_embeddings": True},
+    ),
+    "qwen3 q/k norm GQA 4/2 untied": ("qwen3", {}),
+    "qwen3 q/k norm MQA 4/1 tied theta=10000": (
+        "qwen3",
+        {"num_key_value_heads": 1, "tie_word_embeddings": True, "rope_theta": 10000.0},
     ),
     "gpt_neox parallel residual, rotary_pct 0.5": ("gpt_neox", {}),
     "gpt_neox sequential, rotary_pct 0.25, tied": (
@@ -604,6 +615,7 @@ NATIVE = {
 NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)
 NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
 NATIVE["phi3"] = dataclasses.replace(NATIVE["llama"], pad_id=0, rotary_dim=4, sliding_window=5)
+NATIVE["qwen3"] = dataclasses.replace(NATIVE["llama"], qk_norm=True)
 NATIVE["gpt_neox"] = TransformerConfig(
     src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=48, n_encoder_layers=0, n_decoder_layers=2,
     activation="gelu", norm_first=True, positional="rope", rope_theta=500.0, rotary_dim=2, parallel_residual=True,

@@ -461,6 +461,14 @@ def test_rope(start, theta):
     assert_passes(result, f"rope-{start}-{theta}")
 
 
+def test_qk_norm():
+    """Qwen3's RMSNorm of each head's vector (B, H, T, Dh), one weight (Dh,) for every head and position."""
+    rng = np.random.default_rng(25)
+    args = dict(x=rand(rng, 2, 3, 4, 6), weight=1.0 + 0.3 * rand(rng, 6), eps=1e-6)
+    result = check_pair(A.qk_norm_forward, A.qk_norm_backward, args, wrt=["x", "weight"], max_coords=None)
+    assert_passes(result, "qk_norm")
+
+
 @pytest.mark.parametrize("rotary_dim", [2, 4], ids=["R2of8", "R4of8"])
 def test_partial_rope(rotary_dim):
     """GPT-NeoX's partial rotary: the tables cover the first R of 8 features; the rest pass through, and so does
@@ -543,6 +551,20 @@ def test_grouped_query_attention(case):
         result = check_pair(A.multi_head_attention_forward, A.multi_head_attention_backward, args, wrt, max_coords=16)
     assert ("params.k_proj.bias" in result.errors) == bias
     assert_passes(result, f"gqa-{case}", rotated=("params.",) if use_rope else ())
+
+
+def test_attention_with_qk_norm():
+    """Qwen3's attention: each head's queries and keys RMS-normalised before RoPE (q_norm, k_norm in params),
+    grouped K/V heads, causal, a padded key."""
+    rng = np.random.default_rng(27)
+    params = gqa_params(rng, 16, 4, 2, bias=False)
+    params |= {"q_norm.weight": 1.0 + 0.3 * rand(rng, 4), "k_norm.weight": 1.0 + 0.3 * rand(rng, 4)}
+    x, mask = rand(rng, 2, 4, 16), padding(2, 4, {1: [2]})
+    rope = A.rope_angles(np.arange(4), 4, 10000.0)
+    args = dict(params=params, x=x, n_heads=4, n_kv_heads=2, rope=rope, is_causal=True, attn_mask=mask)
+    result = check_pair(gqa_self_attention_forward, self_attention_backward, args, wrt=["x", "params"], max_coords=16)
+    assert {"params.q_norm.weight", "params.k_norm.weight"} <= set(result.errors)
+    assert_passes(result, "attention-qk-norm", rotated=("params.",))
 
 
 def test_rotary_key_bias_has_a_gradient():

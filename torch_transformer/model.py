@@ -52,6 +52,7 @@ class _Layer(nn.Module):
             window=c.sliding_window if causal else None,
             alibi=c.positional == "alibi" and not cross,
             scale=c.attention_scale,
+            qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
         )  # fmt: skip
 
     @staticmethod
