@@ -20,6 +20,8 @@ from .layers import (
     dropout_forward,
     linear_backward,
     linear_forward,
+    rms_norm_backward,
+    rms_norm_forward,
     softmax_backward,
     softmax_forward,
 )
@@ -139,27 +141,30 @@ def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.flo
 
 
 def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
-    r"""Rotate every pair :math:`(x_i, x_{i + d_h/2})` of x (B, H, T, Dh) by its angle :math:`m\, \theta_i` (the
-    tables cos and sin, (T, Dh/2), of rope_angles):
+    r"""Rotate every pair :math:`(x_i, x_{i + R/2})` of the first R features of x (B, H, T, Dh) by its angle
+    :math:`m\, \theta_i` (the tables cos and sin, (T, R/2), of rope_angles); R = Dh, or (partial rotary, GPT-NeoX)
+    fewer: the features from R on pass through unchanged. R is read from the tables' width:
 
     .. math::
 
-        y_i &= x_i \cos m\theta_i - x_{i + d_h/2} \sin m\theta_i, \\
-        y_{i + d_h/2} &= x_i \sin m\theta_i + x_{i + d_h/2} \cos m\theta_i
+        y_i &= x_i \cos m\theta_i - x_{i + R/2} \sin m\theta_i, \\
+        y_{i + R/2} &= x_i \sin m\theta_i + x_{i + R/2} \cos m\theta_i, \qquad y_{j \ge R} = x_j
     """
-    x1, x2 = np.split(x, 2, axis=-1)  # (B, H, T, Dh/2) each
-    out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)  # (B, H, T, Dh)
+    half = cos.shape[-1]  # R/2
+    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]  # (B, H, T, R/2) x 2, (.., Dh - R)
+    out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], axis=-1)  # (B, H, T, Dh)
     return out, (cos, sin)
 
 
 def rope_backward(dout: np.ndarray, cache):
     r""":math:`y = R x` with R a rotation of each pair, so :math:`dx = R^\top dy`. A rotation is orthogonal: its
-    transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged):
+    transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged); the features
+    that pass through (partial rotary, j >= R) pass their gradient through:
 
     .. math::
 
-        dx_i &= dy_i \cos m\theta_i + dy_{i + d_h/2} \sin m\theta_i, \\
-        dx_{i + d_h/2} &= -dy_i \sin m\theta_i + dy_{i + d_h/2} \cos m\theta_i
+        dx_i &= dy_i \cos m\theta_i + dy_{i + R/2} \sin m\theta_i, \\
+        dx_{i + R/2} &= -dy_i \sin m\theta_i + dy_{i + R/2} \cos m\theta_i, \qquad dx_{j \ge R} = dy_j
     """
     cos, sin = cache
     dx, _ = rope_forward(dout, cos, -sin)
@@ -195,6 +200,38 @@ def repeat_kv_backward(dout: np.ndarray, cache):
 
 
 MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weight", "bias"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Qwen3's q_norm and k_norm: an RMSNorm over each head's Dh features of the queries and of the keys, after the
+# projections and before RoPE, with one weight (Dh,) shared by every head. Attention applies it when its params
+# hold q_norm.weight and k_norm.weight (config.qk_norm).
+
+QK_NORM_KEYS = ("q_norm.weight", "k_norm.weight")
+
+
+def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
+    r"""RMSNorm of every head's vector: x (B, H, T, Dh), weight (Dh,) -> (B, H, T, Dh),
+
+    .. math::
+
+        y_{bht} = \frac{x_{bht}}{\sqrt{\mathrm{mean}_d\, x_{bhtd}^2 + \varepsilon}} \odot \gamma
+
+    the RMSNorm pair's math over the last axis, every (batch, head, position) a row."""
+    return rms_norm_forward(x, weight, eps)
+
+
+def qk_norm_backward(dout: np.ndarray, cache):
+    r"""With :math:`\hat x = x\, r`, :math:`g = dy \odot \gamma`: each head's vector is a row of its own, and
+    the weight is shared by all of them, so its gradient sums over batch, heads and positions:
+
+    .. math::
+
+        dx_{bht} = r_{bht} \big(g_{bht} - \hat x_{bht}\, \mathrm{mean}_d(g_{bht} \odot \hat x_{bht})\big), \qquad
+        d\gamma = \textstyle\sum_{b, h, t} dy_{bht} \odot \hat x_{bht}
+
+    Returns dx (B, H, T, Dh) and dweight (Dh,)."""
+    return rms_norm_backward(dout, cache)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,6 +310,8 @@ class AttentionCache:
     repeat_kv: int  # query heads per K/V head
     attn: dict  # the kernel pair's own cache; with the plain kernel attn["probs"] holds the probabilities
     decoding: bool = False  # keys and values came from a decoding cache: a forward-only call
+    q_norm: tuple | None = None  # qk_norm_forward's caches of the queries and the keys (Qwen3), or None
+    k_norm: tuple | None = None
 
 
 def multi_head_attention_forward(
@@ -294,6 +333,7 @@ def multi_head_attention_forward(
     kv_cache: KVCache | MemoryCache | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
+    qk_norm_eps: float = 1e-6,
 ):
     r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
     its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
@@ -319,6 +359,8 @@ def multi_head_attention_forward(
     key_padding (B, P) bool, True = a real token, indexed by key position (P covers every key position, the cached
     ones included): padded keys are masked out (a left-padded batch; the key positions of a rolling cache are in
     no fixed order, so the mask is read at them after the cache update).
+    With q_norm.weight and k_norm.weight (Dh,) in params (Qwen3), each head's queries and keys are RMS-normalised
+    (qk_norm_forward, eps qk_norm_eps) after the projections and before RoPE.
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -337,6 +379,10 @@ def multi_head_attention_forward(
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, D)
     q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
+    qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
+    q_norm_cache = k_norm_cache = None
+    if qk_norm:
+        q, q_norm_cache = qk_norm_forward(q, params["q_norm.weight"], qk_norm_eps)
     k_cache = v_cache = None
     if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
         k, v, k_pos = kv_cache.keys, kv_cache.values, positions(kv_cache.keys.shape[2])  # the memory's, from step 1
@@ -344,6 +390,8 @@ def multi_head_attention_forward(
         k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
         v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
         k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
+        if qk_norm:
+            k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps)
         k_pos = q_pos if kv_cache is not None or key is query else positions(key.shape[1])
     rope_cache = None
     if rope is not None:
@@ -382,6 +430,8 @@ def multi_head_attention_forward(
         repeat_kv=repeat_cache,
         attn=attn_cache,
         decoding=kv_cache is not None,
+        q_norm=q_norm_cache,
+        k_norm=k_norm_cache,
     )
     return out, cache
 
@@ -419,10 +469,13 @@ def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     if cache.rope is not None:
         dq = rope_backward(dq, cache.rope)
         dk = rope_backward(dk, cache.rope)
+    if cache.q_norm is not None:  # Qwen3: through each head's RMSNorm of the queries and the keys
+        dq, grads["q_norm.weight"] = qk_norm_backward(dq, cache.q_norm)
+        dk, grads["k_norm.weight"] = qk_norm_backward(dk, cache.k_norm)
     dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache.q)
     dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache.k)
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
-    grads = {k: grads[k] for k in MHA_KEYS if grads[k] is not None}
+    grads = {k: grads[k] for k in MHA_KEYS + QK_NORM_KEYS if grads.get(k) is not None}
     if dtable:  # T5's bias table, read by this attention (and by the stack's other layers: the stack adds them)
         grads["relative_bias.weight"] = dtable[0]
     return dquery, dkey, dvalue, grads
@@ -441,9 +494,13 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
             f"params has the biases {present} but not {absent}: give all four biases, none (bias-free attention), "
             "or those of q_proj, k_proj and v_proj only (Qwen2's)"
         )
+    norms = [k for k in QK_NORM_KEYS if k in params]
+    if norms not in ([], list(QK_NORM_KEYS)):
+        raise ValueError(f"params has {norms} alone: give both q_norm.weight and k_norm.weight (Qwen3's), or neither")
     kv = D // n_heads * n_kv_heads  # H_kv * Dh
     expected = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}
-    for k in weights + present:
+    expected |= {"q_norm": (D // n_heads,), "k_norm": (D // n_heads,)}
+    for k in weights + present + norms:
         shape = expected[k.split(".")[0]]
         shape = shape if k.endswith("weight") else shape[:1]
         if params[k].shape != shape:
@@ -493,11 +550,14 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
             )
         if not isinstance(rope, (tuple, list)) or len(rope) != 2:
             raise TypeError(f"rope must be a (cos, sin) pair of arrays, got {type(rope).__name__}")
+        half = np.shape(rope[0])[-1] if np.ndim(rope[0]) else 0  # R/2: Dh/2, or fewer (partial rotary)
+        half = half if 0 < half <= Dh // 2 else Dh // 2
         for name, table in zip(("cos", "sin"), rope, strict=True):
-            if np.shape(table) not in ((T_q, Dh // 2), (B, 1, T_q, Dh // 2)):
+            if np.shape(table) not in ((T_q, half), (B, 1, T_q, half)):
                 raise ValueError(
-                    f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)} (or, each row "
-                    f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, Dh // 2)})"
+                    f"rope {name} must have shape (T, Dh/2) = {(T_q, half)}, got {np.shape(table)} (or, each row "
+                    f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, half)}; with partial rotary R/2 for Dh/2, "
+                    "R < Dh the rotated features)"
                 )
             if getattr(table, "dtype", None) != query.dtype:
                 raise TypeError(

@@ -56,6 +56,15 @@ class TransformerConfig:
     # -- after the paper ----------------------------------------------------------------------
     norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias)
     rope_theta: float = 10000.0  # rotary base, when positional == "rope"
+    # partial rotary (GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor): RoPE turns the first rotary_dim
+    # features of each head and passes the rest through; None: all Dh of them
+    rotary_dim: int | None = None
+    # GPT-NeoX's parallel residual (pre-norm, decoder): x + Attn(Norm1(x)) + FFN(Norm2(x)), both read the layer's
+    # input; False: the sequential x = x + Attn(Norm1(x)); x = x + FFN(Norm2(x))
+    parallel_residual: bool = False
+    # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
+    # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
+    qk_norm: bool = False
     gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
@@ -124,6 +133,17 @@ class TransformerConfig:
                 f"positional='rope' rotates pairs of features, so the head size d_model / n_heads must be even: "
                 f"got {self.d_model} / {self.n_heads} = {self.head_dim}"
             )
+        if self.rotary_dim is not None:
+            _check_int("rotary_dim", self.rotary_dim, minimum=2)
+            if self.rotary_dim % 2 or self.rotary_dim > self.head_dim:
+                raise ValueError(
+                    f"rotary_dim rotates pairs of a head's features: it must be even and at most the head size "
+                    f"{self.head_dim}, got {self.rotary_dim}"
+                )
+        if self.parallel_residual and self.norm_first is not True:
+            raise ValueError(
+                f"parallel_residual=True is a pre-norm layer: it needs norm_first=True, got {self.norm_first!r}"
+            )
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
         if self.n_kv_heads is not None:
@@ -185,6 +205,8 @@ class TransformerConfig:
             "embedding_norm",
             "share_embeddings",
             "embedding_padding_idx",
+            "parallel_residual",
+            "qk_norm",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -226,6 +248,11 @@ class TransformerConfig:
     def head_dim(self) -> int:
         """Dh, the width of one attention head."""
         return self.d_model // self.n_heads
+
+    @property
+    def rope_dim(self) -> int:
+        """The features of each head that RoPE rotates: rotary_dim, or Dh when that is None."""
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

@@ -160,7 +160,7 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
             problems.append(f"{tensor_file(directory, name)}: {name}: a scalar, expected a tensor for {rule.ours}")
             continue
         try:
-            array = from_hf_layout(tensors[name], rule, name, config.n_heads)
+            array = from_hf_layout(tensors[name], rule, name, config.n_heads, config.kv_heads)
         except ValueError as error:
             problems.append(f"{tensor_file(directory, name)}: {error}")
             continue
@@ -335,9 +335,9 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     return to_hf_tensors(family_for_model(model), model.config, tensors, model.params, write, tied)
 
 
-def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int) -> np.ndarray:
+def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int, n_kv_heads: int | None = None) -> np.ndarray:
     """Theirs -> ours (hf_families.read_layout). Views where the layout allows, no copy."""
-    return read_layout(array, rule, name, n_heads)
+    return read_layout(array, rule, name, n_heads, n_kv_heads)
 
 
 def to_hf_layout(arrays: list, rule, n_heads: int) -> np.ndarray:

@@ -44,6 +44,9 @@ class Rule:
     # with `part`: the parts interleave head by head (BLOOM's query_key_value: the first axis is (H, n, Dh), head
     # h's q, k, v rows side by side), instead of n consecutive blocks (GPT-2's c_attn)
     per_head: bool = False
+    # with `part` (k, 3): the fused q, k and v of grouped-query attention, H, H_kv and H_kv heads long (Phi-3's
+    # qkv_proj), instead of three equal slices
+    gqa: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class Family:
     # checkpoint tensors (full name -> array) in an older layout the class still reads -> the class's own names, or
     # None (Mixtral's files hold each expert's w1, w2, w3; transformers 5's class fuses them: fuse_experts)
     legacy: Callable[[dict], dict] | None = None
+    # (name in the files, the class's name): a tensor the files store under another name than the class's
+    # state_dict (transformers renames it on load and back on save); read as the class's name
+    renamed: tuple[tuple[str, str], ...] = ()
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -128,9 +134,10 @@ def expand(rules: tuple[Rule, ...], config: TransformerConfig) -> list[Rule]:
 # `zeros` each side passes in).
 
 
-def read_layout(array, rule: Rule, name: str, n_heads: int):
+def read_layout(array, rule: Rule, name: str, n_heads: int, n_kv_heads: int | None = None):
     """Theirs -> ours: drop `offset` rows, squeeze the leading axis (`row`), transpose (`conv1d`), take part k of n
-    of the first axis (n consecutive blocks, or `per_head`: within each of the n_heads heads' rows)."""
+    of the first axis (n consecutive blocks, or `per_head`: within each of the n_heads heads' rows, or `gqa`: q, k
+    and v blocks of n_heads, n_kv_heads and n_kv_heads heads)."""
     if rule.offset:
         array = array[rule.offset :]
     if rule.row:
@@ -142,11 +149,21 @@ def read_layout(array, rule: Rule, name: str, n_heads: int):
     if rule.part:
         k, n = rule.part
         groups = n_heads * n if rule.per_head else n
-        if array.shape[0] % groups:
+        if array.shape[0] % groups and not rule.gqa:
             raise ValueError(f"{name}: a fused tensor of {n} parts, but its shape {tuple(array.shape)} does not split")
         rest = tuple(array.shape[1:])
         if rule.per_head:  # (H * n * Dh, ...) -> (H, n, Dh, ...) -> part k of every head -> (H * Dh, ...)
             array = array.reshape(n_heads, n, -1, *rest)[:, k].reshape(-1, *rest)
+        elif rule.gqa:  # ((H + 2 H_kv) * Dh, ...): q's H * Dh rows, then k's and v's H_kv * Dh each
+            kv = n_heads if n_kv_heads is None else n_kv_heads
+            head = array.shape[0] // (n_heads + 2 * kv)
+            if array.shape[0] % (n_heads + 2 * kv):
+                raise ValueError(
+                    f"{name}: fused q, k, v of {n_heads} + 2 x {kv} heads, but its shape {tuple(array.shape)} "
+                    "does not split into them"
+                )
+            bounds = (0, n_heads * head, (n_heads + kv) * head, array.shape[0])
+            array = array[bounds[k] : bounds[k + 1]]
         else:
             size = array.shape[0] // n
             array = array[k * size : (k + 1) * size]
@@ -306,7 +323,7 @@ TOKEN_IDS = (  # null, an id, or (end tokens) a list of ids
     "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id",
     "forced_eos_token_id",
 )  # fmt: skip
-POSITIVE_FLOATS = ("rope_theta",)
+POSITIVE_FLOATS = ("rope_theta", "rotary_emb_base")
 NON_NEGATIVE_FLOATS = (
     "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "router_aux_loss_coef", "router_jitter_noise",
 )  # fmt: skip
@@ -986,6 +1003,269 @@ BLOOM = Family(
 
 
 # ----------------------------------------------------------------------------------------------
+# Qwen3 (Qwen3ForCausalLM): Llama's layout with an RMSNorm of each head's queries and keys before RoPE (q_norm,
+# k_norm: config.qk_norm), no biases. Sliding windows on some layers (layer_types) are refused for now.
+
+
+def qwen3_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    sliding = [t for t in c.get("layer_types") or [] if t != "full_attention"]
+    if c.get("use_sliding_window", False) or sliding:
+        raise ValueError(
+            "use_sliding_window / layer_types with sliding_attention layers is not supported for qwen3 (a window on "
+            "some layers only); only full attention on every layer"
+        )
+    if c.get("attention_bias", False):
+        raise ValueError("config.json: attention_bias=True is not supported for qwen3 (biases on q, k, v and o, none "
+                         "on the MLP); only False")  # fmt: skip
+    return replace(llama_from_hf(c, dropout), qk_norm=True)
+
+
+def qwen3_to_hf(config: TransformerConfig) -> dict:
+    out = llama_to_hf(config, "qwen3")
+    out.pop("mlp_bias")  # Qwen3Config: the MLP never has biases
+    return {**out, "use_sliding_window": False, "layer_types": ["full_attention"] * config.n_decoder_layers}
+
+
+QWEN3 = replace(
+    LLAMA,
+    model_type="qwen3",
+    architecture="Qwen3ForCausalLM",
+    rules=(
+        *LLAMA.rules,
+        *(
+            Rule(f"decoder.layers.{{i}}.self_attn.{n}.weight", f"layers.{{i}}.self_attn.{n}.weight")
+            for n in ("q_norm", "k_norm")
+        ),
+    ),  # fmt: skip
+    from_hf=qwen3_from_hf,
+    to_hf=qwen3_to_hf,
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": (None, False), "qk_norm": True},
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Phi-3 (Phi3ForCausalLM) and GPT-NeoX (GPTNeoXForCausalLM, Pythia). Phi-3: Llama with fused `qkv_proj` (q, k and v
+# blocks of H, H_kv and H_kv heads) and `gate_up_proj` (gate, then up), no biases, an optional sliding window and
+# partial rotary. GPT-NeoX: pre-norm LayerNorm decoder, biases everywhere, the parallel residual (attention and MLP
+# both read the layer's input), partial rotary (`rotary_pct`: RoPE on the first fraction of each head), and a
+# fused `query_key_value` laid out head by head [q_h, k_h, v_h] (BLOOM's layout).
+
+PHI3_DROPOUT = {"resid_pdrop": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}  # embd_pdrop: unused
+NEOX_DROPOUT = {"hidden_dropout": (("embedding", "residual"), 0.0), "attention_dropout": (("attention",), 0.0)}
+
+
+def rotary_dim_from_hf(c: dict, head_dim: int, legacy: str, default: float) -> int | None:
+    """rotary_dim from the fraction of each head RoPE turns: rope_parameters' partial_rotary_factor, else the
+    family's older top-level field (`legacy`: GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor), else
+    `default`; int(head_dim * fraction), as transformers computes it. None when it is the whole head."""
+    rope = c.get("rope_parameters") or {}
+    factor = rope.get("partial_rotary_factor", c.get(legacy, default))
+    if not is_finite_number(factor) or not 0 < factor <= 1:
+        raise ValueError(f"config.json: partial_rotary_factor={factor!r}: expected a number in (0, 1]")
+    rotary = int(head_dim * factor)
+    if rotary == head_dim:
+        return None
+    if rotary < 2 or rotary % 2:
+        raise ValueError(
+            f"config.json: partial_rotary_factor={factor} turns {rotary} of the {head_dim} features of a head; this "
+            "project rotates an even number of them, at least 2"
+        )
+    return rotary
+
+
+def rotary_to_hf(config: TransformerConfig) -> dict:
+    """rope_parameters for config.json: the base and the fraction of each head RoPE turns (checked to give back
+    rotary_dim under transformers' int(head_dim * fraction))."""
+    factor = config.rope_dim / config.head_dim
+    if int(config.head_dim * factor) != config.rope_dim:
+        raise ValueError(f"rotary_dim={config.rotary_dim} of head size {config.head_dim} has no exact fraction")
+    return {"rope_type": "default", "rope_theta": config.rope_theta, "partial_rotary_factor": factor}
+
+
+def phi3_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    config = llama_from_hf(c, dropout)  # refuses longrope / su / yarn scaling: only plain RoPE
+    window = c.get("sliding_window")
+    return replace(
+        config,
+        **dropout_from_hf(c, PHI3_DROPOUT, dropout),
+        rotary_dim=rotary_dim_from_hf(c, config.head_dim, "partial_rotary_factor", 1.0),
+        sliding_window=None if window is None else int(window),
+    )
+
+
+def phi3_to_hf(config: TransformerConfig) -> dict:
+    rope = rotary_to_hf(config)
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "hidden_size": config.d_model,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.kv_heads,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_decoder_layers,
+        **dropout_to_hf(config, "phi3", PHI3_DROPOUT),
+        "embd_pdrop": 0.0,
+        "hidden_act": config.activation,
+        "max_position_embeddings": config.max_len,
+        "original_max_position_embeddings": config.max_len,
+        "rms_norm_eps": config.layer_norm_eps,
+        "rope_parameters": rope,
+        "partial_rotary_factor": rope["partial_rotary_factor"],
+        "sliding_window": config.sliding_window,
+        "tie_word_embeddings": config.tie_embeddings,
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+    }
+
+
+PHI3 = Family(
+    model_type="phi3",
+    model_class="TransformerLM",
+    architecture="Phi3ForCausalLM",
+    prefixes=("model.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
+        Rule("decoder.layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
+        *(
+            Rule(
+                f"decoder.layers.{{i}}.self_attn.{p}_proj.weight",
+                "layers.{i}.self_attn.qkv_proj.weight",
+                part=(k, 3),
+                gqa=True,
+            )
+            for k, p in enumerate("qkv")
+        ),  # fmt: skip
+        Rule("decoder.layers.{i}.self_attn.out_proj.weight", "layers.{i}.self_attn.o_proj.weight"),
+        Rule("decoder.layers.{i}.ffn_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
+        Rule("decoder.layers.{i}.ffn.gate.weight", "layers.{i}.mlp.gate_up_proj.weight", part=(0, 2)),
+        Rule("decoder.layers.{i}.ffn.linear1.weight", "layers.{i}.mlp.gate_up_proj.weight", part=(1, 2)),
+        Rule("decoder.layers.{i}.ffn.linear2.weight", "layers.{i}.mlp.down_proj.weight"),
+        Rule("decoder.final_norm.weight", "norm.weight"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(r"lm_head\.weight",),  # when tied: a copy of embed_tokens.weight
+    from_hf=phi3_from_hf,
+    to_hf=phi3_to_hf,
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": (None, False), "sliding_window": ANY, "rotary_dim": ANY},
+    tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
+)
+
+
+def gpt_neox_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    rope = c.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default" or c.get("rope_scaling"):
+        raise ValueError(f"rope_parameters {rope!r} / rope_scaling {c.get('rope_scaling')!r}: only plain RoPE")
+    if c.get("attention_bias", True) is not True:
+        raise ValueError("config.json: attention_bias=False is not supported (only True: the MLP has biases too)")
+    parallel = c.get("use_parallel_residual", True)
+    if not isinstance(parallel, bool):
+        raise ValueError(f"config.json: use_parallel_residual={parallel!r}: expected true or false")
+    V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
+    if D % H:
+        raise ValueError(f"config.json: hidden_size={D} is not a multiple of num_attention_heads={H}")
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=D,
+        n_heads=H,
+        d_ff=c["intermediate_size"],
+        n_encoder_layers=0,
+        n_decoder_layers=c["num_hidden_layers"],
+        **dropout_from_hf(c, NEOX_DROPOUT, dropout),
+        activation=activation_from_hf(c.get("hidden_act", "gelu")),
+        norm_first=True,
+        positional="rope",
+        max_len=c.get("max_position_embeddings", 2048),
+        layer_norm_eps=c.get("layer_norm_eps", 1e-5),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=end_token_ids(c, V),
+        tie_embeddings=c.get("tie_word_embeddings", False),
+        scale_embeddings=False,
+        rope_theta=float(rope.get("rope_theta", c.get("rotary_emb_base", 10000.0))),
+        rotary_dim=rotary_dim_from_hf(c, D // H, "rotary_pct", 0.25),
+        parallel_residual=parallel,
+        output_bias=False,
+    )
+
+
+def gpt_neox_to_hf(config: TransformerConfig) -> dict:
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "hidden_size": config.d_model,
+        "num_attention_heads": config.n_heads,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_decoder_layers,
+        **dropout_to_hf(config, "gpt_neox", NEOX_DROPOUT),
+        "hidden_act": {"gelu_tanh": "gelu_new"}.get(config.activation, config.activation),
+        "max_position_embeddings": config.max_len,
+        "layer_norm_eps": config.layer_norm_eps,
+        "rope_parameters": rotary_to_hf(config),
+        "use_parallel_residual": config.parallel_residual,
+        "attention_bias": True,
+        "tie_word_embeddings": config.tie_embeddings,
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+    }
+
+
+GPT_NEOX = Family(
+    model_type="gpt_neox",
+    model_class="TransformerLM",
+    architecture="GPTNeoXForCausalLM",
+    prefixes=("gpt_neox.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "embed_in.weight"),
+        *(
+            Rule(
+                f"decoder.layers.{{i}}.self_attn.{p}_proj.{w}",
+                f"layers.{{i}}.attention.query_key_value.{w}",
+                part=(k, 3),
+                per_head=True,
+            )
+            for k, p in enumerate("qkv")
+            for w in ("weight", "bias")
+        ),  # fmt: skip
+        *(
+            Rule(f"decoder.layers.{{i}}.{ours}.{w}", f"layers.{{i}}.{theirs}.{w}")
+            for ours, theirs in (
+                ("self_attn_norm", "input_layernorm"),
+                ("self_attn.out_proj", "attention.dense"),
+                ("ffn_norm", "post_attention_layernorm"),
+                ("ffn.linear1", "mlp.dense_h_to_4h"),
+                ("ffn.linear2", "mlp.dense_4h_to_h"),
+            )
+            for w in ("weight", "bias")
+        ),
+        Rule("decoder.final_norm.weight", "final_layer_norm.weight"),
+        Rule("decoder.final_norm.bias", "final_layer_norm.bias"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(
+        r"layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)",  # buffers of older checkpoints
+        r"lm_head\.weight",  # when tied: a copy of embed_in.weight
+    ),
+    from_hf=gpt_neox_from_hf,
+    to_hf=gpt_neox_to_hf,
+    supports={
+        "activation": ANY,
+        "norm_first": True,
+        "positional": "rope",
+        "rope_theta": ANY,
+        "rotary_dim": ANY,
+        "parallel_residual": ANY,
+        "tie_embeddings": ANY,
+        "scale_embeddings": False,
+        "output_bias": False,
+        "qkv_bias": (None, True),
+    },  # fmt: skip
+    tied=(("lm_head.weight", "gpt_neox.embed_in.weight", "tie_embeddings"),),
+    renamed=(("embed_out.weight", "lm_head.weight"),),  # save_pretrained writes the head as embed_out
+)
+
+
+# ----------------------------------------------------------------------------------------------
 # The paper's encoder-decoder: Marian (MarianMTModel, opus-mt) and BART (BartForConditionalGeneration).
 # Both post-norm, one token table shared by encoder, decoder and output projection, and a
 # final_logits_bias as the output bias. Marian: the split-layout sinusoids (computed, not stored).
@@ -1340,7 +1620,8 @@ T5_ENCODER = replace(
 )
 
 FAMILIES = {
-    family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5, MIXTRAL)
+    family.model_type: family
+    for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, BLOOM, PHI3, GPT_NEOX, MARIAN, BART, T5, MIXTRAL)
 }
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
@@ -1385,11 +1666,13 @@ def family_for_model(model) -> Family:
 
 
 def relative(family: Family, name: str) -> str:
-    """A checkpoint name without the base-model prefix it carries ("transformer.h.0..." -> "h.0...")."""
+    """A checkpoint name without the base-model prefix it carries ("transformer.h.0..." -> "h.0..."), under the
+    class's own name where the family's files use another (family.renamed: GPT-NeoX's embed_out -> lm_head)."""
     for prefix in family.prefixes:
         if prefix and name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
+            name = name[len(prefix) :]
+            break
+    return dict(family.renamed).get(name, name)
 
 
 def full_name(family: Family, rule: Rule) -> str:

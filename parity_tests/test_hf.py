@@ -129,12 +129,15 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
 
 # The tiny tied BLOOM repeats the prompt's last token forever (a tied head reads its own embedding back); untied
 # and a little wider, its continuations vary, which the early-eos check needs.
-GREEDY_OVERRIDES = {"bloom": {"hidden_size": 32, "tie_word_embeddings": False}}
+# Phi-3 without its pad token, so that a finished row is filled with eos as the test expects of every family.
+GREEDY_OVERRIDES = {"bloom": {"hidden_size": 32, "tie_word_embeddings": False}, "phi3": {"pad_token_id": None}}
 
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2", "bloom", "mixtral"])
+@pytest.mark.parametrize(
+    "family", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "mixtral"]
+)
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
     drops keys from the first step on). Three checkpoints of the same weights: with eos 2 (Llama's first
@@ -260,6 +263,43 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
     HF[side].load(tmp_path)  # intact, it loads
     damage, fragments = BROKEN[broken]
     damage(tmp_path)
+    with pytest.raises(ValueError) as error:
+        HF[side].load(tmp_path)
+    missing = [f for f in fragments if f not in str(error.value)]
+    assert not missing, f"{missing} not in: {error.value}"
+
+
+# Qwen3, Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
+REFUSED = {
+    "qwen3 sliding layers": ("qwen3", dict(use_sliding_window=True), ["use_sliding_window", "only full attention"]),
+    "qwen3 attention_bias": ("qwen3", dict(attention_bias=True), ["attention_bias=True", "qwen3"]),
+    "phi3 longrope": (
+        "phi3",
+        dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4}),
+        ["longrope", "only plain RoPE"],
+    ),
+    "gpt_neox odd rotary features": (
+        "gpt_neox",
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.375}),
+        ["partial_rotary_factor=0.375", "3 of the 8"],
+    ),
+    "gpt_neox rotary fraction above 1 (rotary_pct of an older file)": (
+        "gpt_neox",
+        dict(rope_parameters=None, rotary_pct=1.5),
+        ["partial_rotary_factor=1.5", "(0, 1]"],
+    ),
+    "gpt_neox parallel residual not a bool": ("gpt_neox", dict(use_parallel_residual="yes"), ["use_parallel_residual"]),
+    "gpt_neox without attention biases": ("gpt_neox", dict(attention_bias=False), ["attention_bias=False"]),
+}
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_configs_the_new_families_cannot_express_are_refused(case, side, tmp_path):
+    family, fields, fragments = REFUSED[case]
+    H.build_tiny(family, tmp_path)
+    HF[side].load(tmp_path)  # intact, it loads
+    rewrite_config(tmp_path, **fields)
     with pytest.raises(ValueError) as error:
         HF[side].load(tmp_path)
     missing = [f for f in fragments if f not in str(error.value)]

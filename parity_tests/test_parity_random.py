@@ -46,6 +46,11 @@ def configurations(draw):
         {f"{kind}_dropout": draw(st.sampled_from([None, 0.0, 0.1, 0.3])) for kind in DROPOUT_KINDS} if dropout else {}
     )
     pad_id = draw(st.sampled_from([0, None]))
+    norm_first = draw(st.booleans())
+    # partial rotary (GPT-NeoX, Phi-3): RoPE on the first rotary_dim features of each head (even); None: all of them
+    rotary_dim = draw(st.sampled_from([None, *range(2, head_dim + 1, 2)])) if positional == "rope" else None
+    # GPT-NeoX's parallel residual: a pre-norm layer of the decoder-only model
+    parallel_residual = family == "TransformerLM" and norm_first and draw(st.booleans())
     config = TransformerConfig(
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
@@ -57,10 +62,13 @@ def configurations(draw):
         dropout=dropout,
         **site_rates,
         activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
-        norm_first=draw(st.booleans()),
+        norm_first=norm_first,
         norm=draw(st.sampled_from(["layer", "rms"])),
         positional=positional,
         rope_theta=draw(st.sampled_from([10000.0, 500000.0, 10.0])),
+        rotary_dim=rotary_dim,
+        parallel_residual=parallel_residual,
+        qk_norm=draw(st.booleans()),  # Qwen3's RMSNorm of each head's queries and keys
         sinusoid_layout=draw(st.sampled_from(["interleaved", "split"])),
         gated_ffn=draw(st.booleans()),
         n_kv_heads=n_kv_heads,

@@ -53,6 +53,7 @@ class _Layer(nn.Module):
             window=c.sliding_window if causal else None,
             alibi=c.positional == "alibi" and not cross,
             scale=c.attention_scale,
+            qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
         )  # fmt: skip
 
     @staticmethod
@@ -74,6 +75,8 @@ class EncoderLayer(_Layer):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
+        if config.parallel_residual:
+            raise ValueError("parallel_residual=True is a decoder-only layer (TransformerLM), not an encoder's")
         self.norm_first = config.norm_first
         self.self_attn = self._attention(config)
         self._sublayer("self_attn", config)
@@ -110,7 +113,12 @@ class DecoderLayer(_Layer):
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True, moe: bool = False):
         super().__init__()
+        if config.parallel_residual and cross_attention:
+            raise ValueError(
+                "parallel_residual=True is a decoder-only layer (TransformerLM): it has no cross-attention"
+            )
         self.norm_first = config.norm_first
+        self.parallel_residual = config.parallel_residual  # GPT-NeoX: x + Attn(Norm1(x)) + FFN(Norm2(x))
         self.self_attn = self._attention(config, causal=True)
         self._sublayer("self_attn", config)
         self.has_cross_attention = cross_attention
@@ -156,6 +164,9 @@ class DecoderLayer(_Layer):
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
 
+        if self.parallel_residual:  # both sublayers read the layer's input; their outputs join the stream at once
+            y = self.self_attn_dropout(self_attention(self.self_attn_norm(x)), masks.get("self_attn_dropout"))
+            return x + y + self.ffn_dropout(feed_forward(self.ffn_norm(x)), masks.get("ffn_dropout"))
         x = self._residual("self_attn", x, self_attention, masks)
         if self.has_cross_attention:
             x = self._residual("cross_attn", x, cross_attention, masks)
@@ -190,7 +201,7 @@ class _Stack(nn.Module):
         if own_token_embedding:
             nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
         self.positional = config.positional
-        self.head_dim, self.rope_theta = config.head_dim, config.rope_theta
+        self.rope_dim, self.rope_theta = config.rope_dim, config.rope_theta  # RoPE turns rope_dim features a head
         self.learned_positions = config.positional == "learned"
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
@@ -255,13 +266,14 @@ class _Stack(nn.Module):
         return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
 
     def rope(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
-        """The rotary (cos, sin) of positions start .. end - 1, each (T, Dh), or of each row's own `positions`
-        (B, T), each (B, 1, T, Dh), in x's dtype and on its device; None unless the positions are rotary."""
+        """The rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own `positions`
+        (B, T), each (B, 1, T, R) (R = config.rope_dim: Dh, or fewer with partial rotary),
+        in x's dtype and on its device; None unless the positions are rotary."""
         if self.positional != "rope":
             return None
         if positions is not None:
-            return rope_cos_sin_at(positions, self.head_dim, self.rope_theta, x.dtype)
-        return rope_cos_sin(start, end, self.head_dim, self.rope_theta, x.dtype, x.device)
+            return rope_cos_sin_at(positions, self.rope_dim, self.rope_theta, x.dtype)
+        return rope_cos_sin(start, end, self.rope_dim, self.rope_theta, x.dtype, x.device)
 
 
 class Encoder(_Stack):
