@@ -179,16 +179,18 @@ def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_p
 
 def parameter_count(config, model_class) -> int:
     """The number of parameters of `model_class` built from `config`, without listing them: the count is linear in
-    each stack's layer count (c + a n_enc + b n_dec), so three small configs give it for any number of layers."""
+    each stack's layer count (c + a n_enc + b n_dec), so three small configs give it for any number of layers. A
+    mixture of experts' dense layers (config.dense_layers) each differ from a sparse one by a constant: a fourth."""
 
-    def count(n_encoder: int, n_decoder: int) -> int:
-        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder)
+    def count(n_encoder: int, n_decoder: int, dense: tuple = ()) -> int:
+        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, dense_layers=dense)
         shapes = parameter_shapes(small, model_class.decoder_only, model_class.encoder_only)
         return sum(math.prod(shape) for shape in shapes.values())
 
     one = count(1, 1)
     per_encoder_layer, per_decoder_layer = count(2, 1) - one, count(1, 2) - one
-    return one + per_encoder_layer * (config.n_encoder_layers - 1) + per_decoder_layer * (config.n_decoder_layers - 1)
+    total = one + per_encoder_layer * (config.n_encoder_layers - 1) + per_decoder_layer * (config.n_decoder_layers - 1)
+    return total + len(config.dense_layers) * (count(1, 1, (0,)) - one)
 
 
 def check_memory(config, model_class, bytes_per_parameter: int, max_bytes: int, path) -> None:

@@ -314,11 +314,12 @@ POSITIVE_INTS = (
     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
     "max_position_embeddings", "n_positions", "d_kv", "relative_attention_num_buckets",
     "relative_attention_max_distance", "seq_length", "num_local_experts", "num_experts_per_tok",
+    "moe_intermediate_size", "decoder_sparse_step",
 )  # fmt: skip
 OPTIONAL_POSITIVE_INTS = (  # null means "as the family's default"
     "n_inner", "num_key_value_heads", "head_dim", "sliding_window", "num_decoder_layers", "decoder_vocab_size",
 )  # fmt: skip
-NON_NEGATIVE_INTS = ("type_vocab_size",)
+NON_NEGATIVE_INTS = ("type_vocab_size", "num_experts")
 TOKEN_IDS = (  # null, an id, or (end tokens) a list of ids
     "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id",
     "forced_eos_token_id",
@@ -1044,6 +1045,55 @@ QWEN3 = replace(
 
 
 # ----------------------------------------------------------------------------------------------
+# Qwen3-MoE (Qwen3MoeForCausalLM): Qwen3's attention (q/k norm) and Mixtral's experts, with the router's gates
+# renormalised only when norm_topk_prob, experts of their own width (moe_intermediate_size), and dense layers between
+# the sparse ones: layer i is sparse unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0 (ours:
+# dense_layers; a dense layer's MLP is Qwen3's, intermediate_size wide). The files hold each expert's gate_proj,
+# up_proj and down_proj under mlp.experts.{e}: fused on loading.
+
+
+def qwen3_moe_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    n_layers, step = c["num_hidden_layers"], c.get("decoder_sparse_step", 1)
+    n_experts = c.get("num_local_experts", c.get("num_experts", 128))  # transformers 5 writes num_local_experts
+    only = c.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(is_int(i) and 0 <= i < n_layers for i in only):
+        raise ValueError(f"config.json: mlp_only_layers={only!r} must list layer indices in [0, {n_layers})")
+    if not is_int(step) or step < 1:
+        raise ValueError(f"config.json: decoder_sparse_step={step!r} must be a positive int")
+    dense = tuple(i for i in range(n_layers) if i in only or (i + 1) % step != 0) if n_experts else ()
+    return replace(
+        qwen3_from_hf(c, dropout),
+        n_experts=n_experts,
+        top_k=c.get("num_experts_per_tok", 8),
+        norm_topk_prob=bool(c.get("norm_topk_prob", False)),
+        d_expert=c.get("moe_intermediate_size", 768),
+        dense_layers=dense,
+        router_aux_loss_coef=float(c.get("router_aux_loss_coef", 0.001)),
+    )
+
+
+def qwen3_moe_to_hf(config: TransformerConfig) -> dict:
+    return {
+        **qwen3_to_hf(config),
+        "num_local_experts": config.n_experts,
+        "num_experts_per_tok": config.top_k,
+        "norm_topk_prob": config.norm_topk_prob,
+        "moe_intermediate_size": config.expert_width,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": list(config.dense_layers),
+        "router_aux_loss_coef": config.router_aux_loss_coef,
+    }
+
+
+QWEN3_MOE = replace(
+    QWEN3, model_type="qwen3_moe", architecture="Qwen3MoeForCausalLM", rules=QWEN3.rules + MOE_RULES,
+    from_hf=qwen3_moe_from_hf, to_hf=qwen3_moe_to_hf,
+    supports=QWEN3.supports | MOE_SUPPORTS | {"norm_topk_prob": ANY, "d_expert": ANY, "dense_layers": ANY},
+    legacy=partial(fuse_experts, block="mlp", gate="gate_proj", up="up_proj", down="down_proj"),
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
 # Phi-3 (Phi3ForCausalLM) and GPT-NeoX (GPTNeoXForCausalLM, Pythia). Phi-3: Llama with fused `qkv_proj` (q, k and v
 # blocks of H, H_kv and H_kv heads) and `gate_up_proj` (gate, then up), no biases, an optional sliding window and
 # partial rotary. GPT-NeoX: pre-norm LayerNorm decoder, biases everywhere, the parallel residual (attention and MLP
@@ -1619,10 +1669,8 @@ T5_ENCODER = replace(
     tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
 )
 
-FAMILIES = {
-    family.model_type: family
-    for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, BLOOM, PHI3, GPT_NEOX, MARIAN, BART, T5, MIXTRAL)
-}
+DECODERS = (LLAMA, MISTRAL, QWEN2, QWEN3, BLOOM, PHI3, GPT_NEOX, MIXTRAL, QWEN3_MOE)
+FAMILIES = {family.model_type: family for family in (BERT, GPT2, *DECODERS, MARIAN, BART, T5)}
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 

@@ -56,8 +56,9 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3", "gpt_neox", "qwen3", "mixtral")
-MOE_FAMILIES = ("mixtral",)  # mixtures of experts: their routers and load-balancing loss have float32 islands too
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3", "gpt_neox", "qwen3", "mixtral", "qwen3_moe")
+# mixtures of experts: their routers and load-balancing loss have float32 islands too
+MOE_FAMILIES = ("mixtral", "qwen3_moe")
 CLASSES = {
     "bert": transformers.BertModel,
     "gpt2": transformers.GPT2LMHeadModel,
@@ -69,6 +70,7 @@ CLASSES = {
     "gpt_neox": transformers.GPTNeoXForCausalLM,
     "qwen3": transformers.Qwen3ForCausalLM,
     "mixtral": transformers.MixtralForCausalLM,
+    "qwen3_moe": transformers.Qwen3MoeForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -81,6 +83,7 @@ CONFIGS = {
     "gpt_neox": transformers.GPTNeoXConfig,
     "qwen3": transformers.Qwen3Config,
     "mixtral": transformers.MixtralConfig,
+    "qwen3_moe": transformers.Qwen3MoeConfig,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
@@ -91,6 +94,7 @@ LLAMA_LIKE = {
     "gpt_neox": (modeling_gpt_neox, "GPTNeoX"),  # LayerNorm, not RMSNorm: its rotary and softmax only
     "qwen3": (modeling_qwen3, "Qwen3"),  # its q_norm and k_norm are Qwen3RMSNorm too
     "mixtral": (modeling_mixtral, "Mixtral"),
+    "qwen3_moe": (modeling_qwen3_moe, "Qwen3Moe"),
 }
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
@@ -154,6 +158,12 @@ TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_tok
 TINY["phi3"] = {**TINY["llama"], "pad_token_id": 0}
 # Qwen3: head_dim written out (its default is 128), equal to hidden_size / heads as this project's heads are.
 TINY["qwen3"] = {**TINY["llama"], "head_dim": 8, "rms_norm_eps": 1e-6}
+# Qwen3-MoE: Qwen3's q/k norm, 4 experts (24 wide) of which 2 run per token, their gates renormalised; 3 layers, the
+# middle one dense (mlp_only_layers, its MLP 48 wide)
+TINY["qwen3_moe"] = {
+    **TINY["qwen3"], "num_hidden_layers": 3, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+    "norm_topk_prob": True, "mlp_only_layers": [1], "router_aux_loss_coef": 0.02, "experts_implementation": "eager",
+}  # fmt: skip
 TINY["gpt_neox"] = dict(
     vocab_size=40,
     hidden_size=32,
@@ -186,6 +196,18 @@ VARIANTS = {
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
     "mixtral 4 experts top-2 window=3 GQA 4/2": ("mixtral", {}),
+    "qwen3_moe top-2 of 4 renormalised, dense layer 1": ("qwen3_moe", {}),
+    "qwen3_moe raw gates top-3 of 5, decoder_sparse_step 2, tied": (
+        "qwen3_moe",
+        {
+            "norm_topk_prob": False,
+            "num_experts": 5,
+            "num_experts_per_tok": 3,
+            "mlp_only_layers": [],
+            "decoder_sparse_step": 2,
+            "tie_word_embeddings": True,
+        },
+    ),  # fmt: skip
     "mixtral 5 experts top-3 MQA 4/1 tied": (
         "mixtral",
         {"num_local_experts": 5, "num_experts_per_tok": 3, "num_key_value_heads": 1, "tie_word_embeddings": True},
@@ -722,6 +744,9 @@ NATIVE["gpt_neox"] = TransformerConfig(
     activation="gelu", norm_first=True, positional="rope", rope_theta=500.0, rotary_dim=2, parallel_residual=True,
     max_len=16, pad_id=None, scale_embeddings=False, output_bias=False,
 )  # fmt: skip
+NATIVE["qwen3_moe"] = dataclasses.replace(
+    NATIVE["qwen3"], n_decoder_layers=3, n_experts=4, top_k=2, d_expert=24, dense_layers=(1,), router_aux_loss_coef=0.02
+)
 NATIVE["mixtral"] = dataclasses.replace(
     NATIVE["llama"], sliding_window=3, n_experts=4, top_k=2, router_aux_loss_coef=0.02
 )

@@ -116,6 +116,7 @@ LEFT_PADDED = {
     "gpt_neox": {},  # parallel residual, rotary_pct 0.5
     "qwen3": {},  # q/k norm before RoPE
     "mixtral": {},  # a sparse mixture of experts
+    "qwen3_moe": {},  # q/k norm, experts and a dense layer
 }
 
 

@@ -136,7 +136,7 @@ GREEDY_OVERRIDES = {"bloom": {"hidden_size": 32, "tie_word_embeddings": False}, 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(
-    "family", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "mixtral"]
+    "family", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "mixtral", "qwen3_moe"]
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
