@@ -1,15 +1,18 @@
-"""Mixtral, and the mixture-of-experts decoder layer, against transformers' MixtralForCausalLM beyond what
-hf_compare's variants check in test_hf.py (logits and every gradient of sum(logits * R), round trip, greedy search):
+"""Mixtral and Qwen3-MoE, and the mixture-of-experts decoder layer, against transformers' MixtralForCausalLM and
+Qwen3MoeForCausalLM beyond what hf_compare's variants check in test_hf.py (logits and every gradient of
+sum(logits * R), round trip, greedy search):
 
 - the load-balancing loss in the objective, as transformers' output_router_logits=True and router_aux_loss_coef add
   it: the loss, the router logits and every gradient of sum(logits * R) + c * aux_loss equal transformers' in float64
-  at 1e-10, both sides, top-2 and top-1 (where the router's one gradient is the aux loss's), and on a left-padded batch
-  whose padding the loss leaves out;
+  at 1e-10, both sides, top-2 and top-1 (where Mixtral's router's one gradient is the aux loss's), renormalised and raw
+  gates, with a dense layer between the sparse ones, and on a left-padded batch whose padding the loss leaves out;
 - beam search equal to generate(num_beams=3), cached and not, both sides;
-- the files: save_pretrained's per-expert layout (w1, w2, w3) and transformers 5's fused tensors load the same; an
+- the files: save_pretrained's per-expert layout (Mixtral's w1, w2, w3; Qwen3-MoE's gate_proj, up_proj, down_proj)
+  and transformers 5's fused tensors load the same; an
   incomplete set of experts is refused naming what is missing;
-- NumPy against torch_transformer for what Mixtral does not express: dense layers between the MoE layers (Qwen3-MoE's
-  mlp_only_layers), an expert width of its own, raw gates (norm_topk_prob False), with the aux loss;
+- NumPy against torch_transformer, with the aux loss, in evaluation and in training mode: dense layers between the
+  MoE layers, an expert width of its own, raw gates, post-norm and gelu_tanh experts (no family expresses these),
+  and an encoder-decoder whose decoder is a mixture of experts; finite differences of the whole model;
 - the config's and the API's errors.
 
 Tiny random models written with save_pretrained in the test (hf_compare.build_tiny); nothing is downloaded.
@@ -38,9 +41,10 @@ one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
 SIDES = ["numpy", "torch"]
 COEF = 0.3  # the aux loss's weight in the objective: large, so that its share of every gradient shows
 VOCAB = H.TINY["mixtral"]["vocab_size"]
+assert H.TINY["qwen3_moe"]["vocab_size"] == VOCAB
 
 
-def theirs_run(model, ids, mask, upstream):
+def theirs_run(model, family: str, ids, mask, upstream):
     """transformers: logits, aux_loss, router logits and every parameter gradient of
     sum(logits * upstream) + COEF * aux_loss (positions from the mask, as generate() makes them)."""
     model.zero_grad(set_to_none=True)
@@ -49,7 +53,7 @@ def theirs_run(model, ids, mask, upstream):
     if mask is not None:
         mask_t = torch.from_numpy(mask)
         kwargs = {"attention_mask": mask_t, "position_ids": (mask_t.cumsum(-1) - 1).masked_fill(mask_t == 0, 0)}
-    with H.patch_for("mixtral", np.float64):
+    with H.patch_for(family, np.float64):
         out = model(input_ids=ids_t, use_cache=False, output_router_logits=True, **kwargs)
         ((out.logits * torch.from_numpy(upstream)).sum() + COEF * out.aux_loss).backward()
     outputs = {"logits": out.logits, "aux_loss": out.aux_loss}
@@ -86,29 +90,38 @@ def relative_error(ours, theirs) -> float:
 
 
 CASES = {
-    "top-2 of 4": {},
-    "top-1 of 3, tied": {"num_local_experts": 3, "num_experts_per_tok": 1, "tie_word_embeddings": True},
-}
+    "mixtral top-2 of 4": ("mixtral", {}),
+    "mixtral top-1 of 3, tied": (
+        "mixtral", {"num_local_experts": 3, "num_experts_per_tok": 1, "tie_word_embeddings": True}
+    ),
+    "qwen3_moe top-2 of 4, dense layer 1": ("qwen3_moe", {}),
+    "qwen3_moe raw gates top-1 of 3": (
+        "qwen3_moe", {"norm_topk_prob": False, "num_experts": 3, "num_experts_per_tok": 1}
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left-padded"])
-@pytest.mark.parametrize("overrides", list(CASES.values()), ids=list(CASES))
+@pytest.mark.parametrize(("family", "overrides"), list(CASES.values()), ids=list(CASES))
 @pytest.mark.parametrize("side", SIDES)
-def test_aux_loss_and_every_gradient_equal_transformers(side, overrides, padded, tmp_path):
+def test_aux_loss_and_every_gradient_equal_transformers(side, family, overrides, padded, tmp_path):
     """float64: logits (real positions), the aux loss, the router logits (real rows) and every gradient of
-    sum(logits * R) + c * aux_loss within 1e-10 of transformers', none of them zero. With top-1 the renormalised gate
-    is 1 whatever the logits: the router's gradient is the aux loss's alone, and it must match too."""
-    theirs_model = H.build_tiny("mixtral", tmp_path, **overrides).double()
+    sum(logits * R) + c * aux_loss within 1e-10 of transformers', none of them zero. With Mixtral's top-1 the
+    renormalised gate is 1 whatever the logits: the router's gradient is the aux loss's alone, and it must match too.
+    Qwen3-MoE's raw gates send the gates' gradient to every logit; its dense layer has no router."""
+    theirs_model = H.build_tiny(family, tmp_path, **overrides).double()
     ours_model = H.load_ours(side, tmp_path, np.float64)
     if padded:
         ids, mask = left_padded_batch(VOCAB)
     else:
-        ids, mask = H.make_inputs("mixtral")[0], None
+        ids, mask = H.make_inputs(family)[0], None
     real = np.ones(ids.shape, bool) if mask is None else mask.astype(bool)
     upstream = np.random.default_rng(1).standard_normal((*ids.shape, VOCAB)) * real[..., None]
-    theirs, theirs_grads = theirs_run(theirs_model, ids, mask, upstream)
+    theirs, theirs_grads = theirs_run(theirs_model, family, ids, mask, upstream)
     ours, ours_grads = ours_run(ours_model, side, ids, mask, upstream)
-    assert sorted(ours) == sorted(theirs) and len(theirs) == 2 + ours_model.config.n_decoder_layers
+    config = ours_model.config
+    moe_layers = sum(config.is_moe_layer(i) for i in range(config.n_decoder_layers))
+    assert sorted(ours) == sorted(theirs) and len(theirs) == 2 + moe_layers
     for name, value in theirs.items():
         keep = real if name == "logits" else real.reshape(-1) if name.startswith("router") else ...
         assert relative_error(ours[name][keep], value[keep]) <= 1e-10, name
@@ -117,20 +130,21 @@ def test_aux_loss_and_every_gradient_equal_transformers(side, overrides, padded,
         assert np.any(theirs_grad) and np.isfinite(ours_grads[name]).all(), f"{name}: zero or not finite"
         assert relative_error(ours_grads[name], theirs_grad) <= 1e-10, name
     router = "model.layers.0.mlp.gate.weight"
-    without_aux = H.compare_hf("mixtral", np.float64, side, **overrides) if not padded else None
+    without_aux = H.compare_hf(family, np.float64, side, **overrides) if not padded else None
     if without_aux is not None:  # the aux loss's share of the router's gradient is there, and not small
         share = np.abs(ours_grads[router] - without_aux.grads[router][0]).max() / np.abs(ours_grads[router]).max()
         assert share > 1e-2
 
 
+@pytest.mark.parametrize("family", H.MOE_FAMILIES)
 @pytest.mark.parametrize("side", SIDES)
-def test_beam_search_equals_generate(side, tmp_path):
-    """Beam search (3 beams) and greedy search, cached and not, equal generate()'s on a tiny Mixtral."""
-    theirs_model = H.build_tiny("mixtral", tmp_path, eos_token_id=None).double()
+def test_beam_search_equals_generate(side, family, tmp_path):
+    """Beam search (3 beams) and greedy search, cached and not, equal generate()'s on a tiny Mixtral / Qwen3-MoE."""
+    theirs_model = H.build_tiny(family, tmp_path, eos_token_id=None).double()
     ours_model = H.load_ours(side, tmp_path, np.float64)
     prompts = np.array([[5, 9, 7, 21], [12, 4, 30, 8]])
     for num_beams in (1, 3):
-        theirs = theirs_decode(theirs_model, "mixtral", prompts, num_beams, 8)
+        theirs = theirs_decode(theirs_model, family, prompts, num_beams, 8)
         for use_cache in (True, False):
             np.testing.assert_array_equal(ours_decode(ours_model, prompts, side, num_beams, 8, use_cache), theirs)
 
@@ -139,15 +153,24 @@ def test_beam_search_equals_generate(side, tmp_path):
 # The files.
 
 
-def test_fused_and_per_expert_files_load_the_same(tmp_path):
-    """save_pretrained writes each expert's w1, w2, w3 (Mixtral's original layout); hf.save writes transformers 5's
-    fused tensors: both load to the same parameters, and those are the transformers model's own."""
-    theirs_model = H.build_tiny("mixtral", tmp_path / "hf")
-    assert any(".block_sparse_moe.experts.3.w3.weight" in name for name in load_file(tmp_path / "hf/model.safetensors"))
+# a tensor of each family's per-expert files (save_pretrained's layout)
+PER_EXPERT = {
+    "mixtral": "model.layers.1.block_sparse_moe.experts.2.w3.weight",
+    "qwen3_moe": "model.layers.2.mlp.experts.2.up_proj.weight",
+}
+
+
+@pytest.mark.parametrize("family", H.MOE_FAMILIES)
+def test_fused_and_per_expert_files_load_the_same(family, tmp_path):
+    """save_pretrained writes each expert's tensors (Mixtral's w1, w2, w3; Qwen3-MoE's gate_proj, up_proj,
+    down_proj); hf.save writes transformers 5's fused tensors: both load to the same parameters, and those are the
+    transformers model's own."""
+    theirs_model = H.build_tiny(family, tmp_path / "hf")
+    assert PER_EXPERT[family] in load_file(tmp_path / "hf/model.safetensors")
     ours = numpy_hf.load(tmp_path / "hf", dtype=np.float64)
     numpy_hf.save(ours, tmp_path / "ours")
     written = load_file(tmp_path / "ours/model.safetensors")
-    assert "model.layers.1.mlp.experts.gate_up_proj" in written and not any("block_sparse" in k for k in written)
+    assert "model.layers.0.mlp.experts.gate_up_proj" in written and not any(".experts.0." in k for k in written)
     again = numpy_hf.load(tmp_path / "ours", dtype=np.float64)
     for name, value in ours.params.items():
         np.testing.assert_array_equal(again.params[name], value)
@@ -156,18 +179,20 @@ def test_fused_and_per_expert_files_load_the_same(tmp_path):
         np.testing.assert_array_equal(value, state[name].astype(np.float64))
 
 
-def test_an_incomplete_set_of_experts_is_refused_naming_it(tmp_path):
-    H.build_tiny("mixtral", tmp_path)
+@pytest.mark.parametrize("family", H.MOE_FAMILIES)
+def test_an_incomplete_set_of_experts_is_refused_naming_it(family, tmp_path):
+    H.build_tiny(family, tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
-    del tensors["model.layers.1.block_sparse_moe.experts.2.w3.weight"]
+    del tensors[PER_EXPERT[family]]
     save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    layer = PER_EXPERT[family].split(".")[2]
     for load in (numpy_hf.load, torch_hf.load):
-        with pytest.raises(ValueError, match=r"model\.layers\.1.*missing.*experts\.2\.w3\.weight"):
+        with pytest.raises(ValueError, match=rf"model\.layers\.{layer} are incomplete: missing .*{PER_EXPERT[family]}"):
             load(tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------
-# NumPy against torch_transformer: the options Mixtral does not express.
+# NumPy against torch_transformer, and finite differences: options beyond the two families' tiny checkpoints.
 
 MOE_LM = nt.TransformerConfig(
     src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=4, d_ff=24, n_encoder_layers=0, n_decoder_layers=3,
