@@ -44,7 +44,7 @@ def test_report_passes_and_writes_json(tmp_path, capsys):
     hf = {r["component"] for r in data["records"] if is_hf(r)}
     for model in (
         "BertModel", "GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM",
-        "MixtralForCausalLM", "MarianMTModel", "BartForConditional", "MiniLM",
+        "MixtralForCausalLM", "Qwen3MoeForCausalLM", "MarianMTModel", "BartForConditional", "MiniLM",
     ):  # fmt: skip
         assert any(model in name for name in hf), f"no row against {model}"
     assert all(r["n_gradients"] > 10 for r in data["records"] if is_hf(r))
