@@ -438,6 +438,7 @@ def parallel_layer_forward(
     memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
+    activations: dict = ACTIVATIONS,
     rope: tuple | None = None,
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
@@ -457,7 +458,7 @@ def parallel_layer_forward(
         q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
     g, c["ffn_in"] = sublayer_in(params, "ffn", x, config)  # Norm2(x): the layer's input, not x + attention
-    y_ffn, c["ffn"] = ffn_forward(sub(params, "ffn"), g, config, dropout, f"{site}.ffn")
+    y_ffn, c["ffn"] = ffn_forward(sub(params, "ffn"), g, config, dropout, f"{site}.ffn", activations)
     x_attn, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y_attn, config, dropout, site)
     out, c["ffn_out"] = sublayer_out(params, "ffn", x_attn, y_ffn, config, dropout, site)
     return out, c
