@@ -33,7 +33,7 @@ class TransformerConfig:
     src_vocab_size: int = 32  # source token ids are in [0, src_vocab_size)
     tgt_vocab_size: int = 32  # target ids; also the LM's vocabulary
     d_model: int = 32  # width D of every residual stream
-    n_heads: int = 4  # H; each head has width Dh = d_model // n_heads
+    n_heads: int = 4  # H; each head has width Dh = head_dim, or d_model // n_heads when that is None
     d_ff: int = 64  # hidden width F of the position-wise feed-forward block
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
@@ -66,6 +66,9 @@ class TransformerConfig:
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
     attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
+    # Dh, each head's width, when it is not d_model // n_heads (Qwen3, Gemma): q_proj (H*Dh, D), k_proj and v_proj
+    # (H_kv*Dh, D), out_proj (D, H*Dh); None: d_model // n_heads. The resolved width is `d_head`.
+    head_dim: int | None = None
     output_scale: float = 1.0  # the final hidden states are multiplied by this before the output projection (T5's
     # tied head: d_model ** -0.5)
     output_bias: bool = True  # output_proj.bias (GPT-2 and Llama have none; Marian/BART's final_logits_bias)
@@ -90,10 +93,13 @@ class TransformerConfig:
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("n_encoder_layers", "n_decoder_layers", "type_vocab_size"):
             _check_int(name, getattr(self, name), minimum=0)
-        if self.d_model % self.n_heads != 0:
+        if self.head_dim is not None:
+            _check_int("head_dim", self.head_dim, minimum=1)
+        elif self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads: got d_model={self.d_model}, "
-                f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0)"
+                f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0), "
+                "or head_dim set"
             )
         for name in ("dropout", *(f"{kind}_dropout" for kind in DROPOUT_KINDS)):
             value = getattr(self, name)
@@ -110,10 +116,11 @@ class TransformerConfig:
         for name, allowed in (("norm", NORMS), ("sinusoid_layout", SINUSOID_LAYOUTS), ("attention", ATTENTIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.positional == "rope" and self.head_dim % 2 != 0:
+        if self.positional == "rope" and self.d_head % 2 != 0:
             raise ValueError(
-                f"positional='rope' rotates pairs of features, so the head size d_model / n_heads must be even: "
-                f"got {self.d_model} / {self.n_heads} = {self.head_dim}"
+                "positional='rope' rotates pairs of features, so the head size (head_dim, or d_model / n_heads) "
+                "must be even: got "
+                + (f"{self.d_model} / {self.n_heads} = {self.d_head}" if self.head_dim is None else f"{self.head_dim}")
             )
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
@@ -180,9 +187,9 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
 
     @property
-    def head_dim(self) -> int:
-        """Dh, the width of one attention head."""
-        return self.d_model // self.n_heads
+    def d_head(self) -> int:
+        """Dh, the width of one attention head: head_dim, or d_model // n_heads when that is None."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

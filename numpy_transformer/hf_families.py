@@ -412,13 +412,12 @@ def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
     return ids[0] if len(ids) == 1 else ids
 
 
-def heads(c: dict, d_model: int, n_heads: int) -> None:
+def heads(c: dict, d_model: int, n_heads: int) -> int | None:
+    """The config's head_dim: config.json's, when it differs from d_model // n_heads (Qwen3's); else None."""
     head_dim = c.get("head_dim")
-    if head_dim is not None and head_dim * n_heads != d_model:
-        raise ValueError(
-            f"config.json: head_dim={head_dim} with {n_heads} heads != hidden size {d_model}; "
-            "this project's heads split d_model evenly"
-        )
+    if head_dim is None or head_dim * n_heads == d_model:
+        return None
+    return int(head_dim)  # a positive int: check_config_values read it first
 
 
 # ----------------------------------------------------------------------------------------------
@@ -651,7 +650,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
             "`bias` covers both"
         )
     V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
-    heads(c, D, H)
+    head_dim = heads(c, D, H)
     n_kv = c.get("num_key_value_heads") or H
     return TransformerConfig(
         src_vocab_size=V,
@@ -679,6 +678,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         bias=bool(c.get("attention_bias", False)),
         output_bias=False,
         embedding_padding_idx=c.get("pad_token_id") is not None,  # embed_tokens: nn.Embedding(padding_idx=pad)
+        head_dim=head_dim,
     )
 
 
@@ -688,7 +688,7 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
         "hidden_size": config.d_model,
         "num_attention_heads": config.n_heads,
         "num_key_value_heads": config.kv_heads,
-        "head_dim": config.head_dim,
+        "head_dim": config.d_head,
         "intermediate_size": config.d_ff,
         "num_hidden_layers": config.n_decoder_layers,
         **dropout_to_hf(config, "llama", LLAMA_DROPOUT),
@@ -709,7 +709,7 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
 LLAMA_SUPPORTS = {
     "activation": ("silu", "relu", "gelu"), "norm": "rms", "norm_first": True, "positional": "rope",
     "rope_theta": ANY, "gated_ffn": True, "n_kv_heads": ANY, "bias": ANY, "qkv_bias": lambda c: (None, c.bias),
-    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False,
+    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False, "head_dim": ANY,
 }  # fmt: skip
 LLAMA = Family(
     model_type="llama",
@@ -1128,7 +1128,7 @@ def t5_to_hf(config: TransformerConfig) -> dict:
     return {
         "vocab_size": config.tgt_vocab_size,
         "d_model": config.d_model,
-        "d_kv": config.head_dim,
+        "d_kv": config.d_head,
         "d_ff": config.d_ff,
         "num_heads": config.n_heads,
         "num_layers": config.n_encoder_layers,

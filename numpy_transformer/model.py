@@ -89,8 +89,8 @@ def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions
     if config.positional != "rope":
         return None
     if positions is None:
-        return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
-    cos, sin = rope_angles(positions, config.head_dim, config.rope_theta, dtype)  # (B, T, Dh/2) each
+        return rope_angles(np.arange(start, start + T), config.d_head, config.rope_theta, dtype)
+    cos, sin = rope_angles(positions, config.d_head, config.rope_theta, dtype)  # (B, T, Dh/2) each
     return cos[:, None], sin[:, None]
 
 
@@ -560,7 +560,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if decoder_only and encoder_only:
         raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
     D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
+    kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
     shapes = {}
 
     def linear(prefix, out_features, in_features, bias=config.bias):
@@ -569,9 +569,10 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             shapes[f"{prefix}.bias"] = (out_features,)
 
     def attention(prefix):
-        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
+        width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
+        for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
             linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
-        linear(f"{prefix}.out_proj", D, D)
+        linear(f"{prefix}.out_proj", D, width)
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)

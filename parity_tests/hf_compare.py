@@ -142,6 +142,11 @@ VARIANTS = {
         {"sliding_window": 5, "num_key_value_heads": 1, "tie_word_embeddings": True},
     ),
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
+    "qwen2 head_dim=12 (not 32 / 4) GQA 4/2": ("qwen2", {"head_dim": 12}),
+    "llama head_dim=4 (not 32 / 4) MQA 4/1 tied": (
+        "llama",
+        {"head_dim": 4, "num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
     "bloom ALiBi 8 heads untied": ("bloom", {"n_head": 8, "hidden_size": 32, "tie_word_embeddings": False}),
 }

@@ -165,9 +165,10 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         alibi: bool = False,
         scale: float | None = None,
+        head_dim: int | None = None,
     ):
         super().__init__()
-        if d_model % n_heads != 0:
+        if head_dim is None and d_model % n_heads != 0:
             raise ValueError(f"d_model must be divisible by n_heads: got d_model={d_model}, n_heads={n_heads}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads % n_kv_heads != 0:
@@ -176,14 +177,14 @@ class MultiHeadAttention(nn.Module):
             )
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim  # Dh (Qwen3, Gemma: not D / H)
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)  # on q . k (T5: 1)
-        kv_width = n_kv_heads * self.head_dim
+        width, kv_width = n_heads * self.head_dim, n_kv_heads * self.head_dim
         qkv_bias = bias if qkv_bias is None else qkv_bias  # Qwen2: biases on q, k, v but not on out_proj
-        self.q_proj = init_linear(nn.Linear(d_model, d_model, bias=qkv_bias))
+        self.q_proj = init_linear(nn.Linear(d_model, width, bias=qkv_bias))
         self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
-        self.out_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
+        self.out_proj = init_linear(nn.Linear(width, d_model, bias=bias))
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
         self.window = window  # causal sliding window: query i sees keys j > i - window
@@ -240,7 +241,7 @@ class MultiHeadAttention(nn.Module):
         context, probs = self.attend(
             q, k, v, attn_mask, need_weights, dropout_mask, is_causal, positions, position_bias
         )
-        context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
+        context = context.transpose(1, 2).flatten(2)  # (B, T_q, H*Dh): the inverse of _split_heads
         return self.out_proj(context), probs
 
     def attend(

@@ -66,7 +66,7 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
         (
-            KVCache(weight, n_rows, c.kv_heads, total_len, c.head_dim, c.sliding_window),
+            KVCache(weight, n_rows, c.kv_heads, total_len, c.d_head, c.sliding_window),
             None if memory is None else MemoryCache(),
         )
         for _ in model.decoder.layers

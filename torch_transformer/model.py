@@ -52,6 +52,7 @@ class _Layer(nn.Module):
             window=c.sliding_window if causal else None,
             alibi=c.positional == "alibi" and not cross,
             scale=c.attention_scale,
+            head_dim=c.d_head,
         )  # fmt: skip
 
     @staticmethod
@@ -186,7 +187,7 @@ class _Stack(nn.Module):
         if own_token_embedding:
             nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
         self.positional = config.positional
-        self.head_dim, self.rope_theta = config.head_dim, config.rope_theta
+        self.head_dim, self.rope_theta = config.d_head, config.rope_theta
         self.learned_positions = config.positional == "learned"
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
