@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .config import DROPOUT_KINDS, GenerationRules, TransformerConfig
+from .config import DROPOUT_KINDS, LAYER_TYPES, GenerationRules, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -767,18 +767,31 @@ def mistral_to_hf(config: TransformerConfig) -> dict:
 
 
 def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
-    if c.get("use_sliding_window", False):
-        raise ValueError(
-            "use_sliding_window=True is not supported for qwen2 (a window on some layers only); only False"
-        )
-    return replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+    config = replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+    if not c.get("use_sliding_window", False) or c.get("sliding_window") is None:
+        return config  # Qwen2Config: no window on any layer
+    kinds = c.get("layer_types")
+    if kinds is None:  # Qwen2Config's rule: the layers from max_window_layers on slide
+        first = c.get("max_window_layers", 28)
+        kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(c["num_hidden_layers"])]
+    if not isinstance(kinds, list):
+        raise ValueError(f"config.json: layer_types={kinds!r}: expected a list of {LAYER_TYPES}")
+    return replace(config, sliding_window=int(c["sliding_window"]), layer_types=tuple(kinds))
 
 
 def qwen2_to_hf(config: TransformerConfig) -> dict:
     out = llama_to_hf(config, "qwen2")
     for name in ("attention_bias", "mlp_bias"):  # Qwen2Config: q, k, v biases always, nothing else
         out.pop(name)
-    return {**out, "use_sliding_window": False}
+    if config.sliding_window is None:
+        return {**out, "use_sliding_window": False}
+    n_layers = config.n_decoder_layers
+    kinds = config.layer_types or ("sliding_attention",) * n_layers  # without layer_types: every layer slides
+    first = next((i for i, kind in enumerate(kinds) if kind == "sliding_attention"), n_layers)
+    return {
+        **out, "use_sliding_window": True, "sliding_window": config.sliding_window, "layer_types": list(kinds),
+        "max_window_layers": first,
+    }  # fmt: skip
 
 
 MISTRAL = replace(
@@ -787,7 +800,7 @@ MISTRAL = replace(
 )  # fmt: skip
 QWEN2 = replace(
     LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf,
-    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True},
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True, "sliding_window": ANY, "layer_types": ANY},
 )  # fmt: skip
 
 
