@@ -17,12 +17,15 @@ import torch
 import numpy_transformer as nt
 import numpy_transformer.decoding as nd
 import torch_transformer as tt
+import torch_transformer.hf as torch_hf
 from numpy_transformer import TransformerConfig
+from numpy_transformer import hf as numpy_hf
 from numpy_transformer.attention import multi_head_attention_backward, multi_head_attention_forward
 from numpy_transformer.checkpoint import load_checkpoint, save_checkpoint
 from numpy_transformer.model import score_mod
 from numpy_transformer.scores import ScoreMod, attention_scores
 from parity_tests import components as C
+from parity_tests import hf_compare as H
 
 one_torch_thread = pytest.fixture(autouse=True)(C.one_torch_thread)
 
@@ -276,3 +279,36 @@ def test_layer_types_survive_a_checkpoint_round_trip(tmp_path):
     save_checkpoint(tmp_path / "m.safetensors", model)
     again = load_checkpoint(tmp_path / "m.safetensors")
     assert again.config == config and again.config.layer_types == config.layer_types
+
+
+# ----------------------------------------------------------------------------------------------
+# Against transformers: Qwen2 with layer_types mixing full and sliding layers and head_dim != d_model / n_heads.
+
+QWEN2_KINDS = {"use_sliding_window": True, "sliding_window": 2, "head_dim": 6}
+QWEN2_KINDS["layer_types"] = ["sliding_attention", "full_attention"]
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_qwen2_layer_kinds_greedy_decode_equals_generate(side, tmp_path):
+    """Prompts longer than the sliding layer's window of 2, ten new tokens: the rolling cache drops keys on that
+    layer only, as transformers' sliding-window mask does."""
+    prompts = np.array([[5, 9, 7, 21], [12, 4, 30, 8]])
+    ours, theirs = H.greedy_pair("qwen2", side, prompts, 10, tmp_path, eos_token_id=None, **QWEN2_KINDS)
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.shape == (2, 14)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_qwen2_layer_kinds_round_trip_through_from_pretrained(side, tmp_path):
+    """A model of our own with layer_types and head_dim, written with hf.save and read by from_pretrained: the same
+    logits (float64), every weight used, and the kinds read back from config.json."""
+    config = dataclasses.replace(
+        H.NATIVE["qwen2"], head_dim=6, sliding_window=3, layer_types=("full_attention", "sliding_attention")
+    )
+    model = nt.TransformerLM(config, seed=2) if side == "numpy" else tt.TransformerLM(config).double()
+    result, info = H.round_trip(model, "qwen2", tmp_path)
+    assert not any(info.values()), info
+    assert not C.failures(result, np.float64), C.failures(result, np.float64)
+    again = (numpy_hf if side == "numpy" else torch_hf).load(tmp_path)
+    assert again.config.layer_types == config.layer_types and again.config.head_dim == 6
+    assert again.config.sliding_window == 3
