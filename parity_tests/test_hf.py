@@ -269,7 +269,6 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
 
 # Qwen3, Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
 REFUSED = {
-    "qwen3 sliding layers": ("qwen3", dict(use_sliding_window=True), ["use_sliding_window", "only full attention"]),
     "qwen3 attention_bias": ("qwen3", dict(attention_bias=True), ["attention_bias=True", "qwen3"]),
     "phi3 longrope": (
         "phi3",
