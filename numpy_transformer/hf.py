@@ -183,7 +183,10 @@ def parameter_count(config, model_class) -> int:
     mixture of experts' dense layers (config.dense_layers) each differ from a sparse one by a constant: a fourth."""
 
     def count(n_encoder: int, n_decoder: int, dense: tuple = ()) -> int:
-        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, dense_layers=dense)
+        # layer_types=None: the layer kinds have no parameters, and one list cannot fit every count
+        small = replace(
+            config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, layer_types=None, dense_layers=dense
+        )
         shapes = parameter_shapes(small, model_class.decoder_only, model_class.encoder_only)
         return sum(math.prod(shape) for shape in shapes.values())
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 
-from .config import DROPOUT_KINDS, GenerationRules, TransformerConfig
+from .config import DROPOUT_KINDS, LAYER_TYPES, GenerationRules, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -436,13 +436,12 @@ def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
     return ids[0] if len(ids) == 1 else ids
 
 
-def heads(c: dict, d_model: int, n_heads: int) -> None:
+def heads(c: dict, d_model: int, n_heads: int) -> int | None:
+    """The config's head_dim: config.json's, when it differs from d_model // n_heads (Qwen3's); else None."""
     head_dim = c.get("head_dim")
-    if head_dim is not None and head_dim * n_heads != d_model:
-        raise ValueError(
-            f"config.json: head_dim={head_dim} with {n_heads} heads != hidden size {d_model}; "
-            "this project's heads split d_model evenly"
-        )
+    if head_dim is None or head_dim * n_heads == d_model:
+        return None
+    return int(head_dim)  # a positive int: check_config_values read it first
 
 
 # ----------------------------------------------------------------------------------------------
@@ -675,7 +674,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
             "`bias` covers both"
         )
     V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
-    heads(c, D, H)
+    head_dim = heads(c, D, H)
     n_kv = c.get("num_key_value_heads") or H
     return TransformerConfig(
         src_vocab_size=V,
@@ -703,6 +702,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         bias=bool(c.get("attention_bias", False)),
         output_bias=False,
         embedding_padding_idx=c.get("pad_token_id") is not None,  # embed_tokens: nn.Embedding(padding_idx=pad)
+        head_dim=head_dim,
     )
 
 
@@ -712,7 +712,7 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
         "hidden_size": config.d_model,
         "num_attention_heads": config.n_heads,
         "num_key_value_heads": config.kv_heads,
-        "head_dim": config.head_dim,
+        "head_dim": config.d_head,
         "intermediate_size": config.d_ff,
         "num_hidden_layers": config.n_decoder_layers,
         **dropout_to_hf(config, "llama", LLAMA_DROPOUT),
@@ -733,7 +733,7 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
 LLAMA_SUPPORTS = {
     "activation": ("silu", "relu", "gelu"), "norm": "rms", "norm_first": True, "positional": "rope",
     "rope_theta": ANY, "gated_ffn": True, "n_kv_heads": ANY, "bias": ANY, "qkv_bias": lambda c: (None, c.bias),
-    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False,
+    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False, "head_dim": ANY,
 }  # fmt: skip
 LLAMA = Family(
     model_type="llama",
@@ -791,18 +791,31 @@ def mistral_to_hf(config: TransformerConfig) -> dict:
 
 
 def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
-    if c.get("use_sliding_window", False):
-        raise ValueError(
-            "use_sliding_window=True is not supported for qwen2 (a window on some layers only); only False"
-        )
-    return replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+    config = replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+    if not c.get("use_sliding_window", False) or c.get("sliding_window") is None:
+        return config  # Qwen2Config: no window on any layer
+    kinds = c.get("layer_types")
+    if kinds is None:  # Qwen2Config's rule: the layers from max_window_layers on slide
+        first = c.get("max_window_layers", 28)
+        kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(c["num_hidden_layers"])]
+    if not isinstance(kinds, list):
+        raise ValueError(f"config.json: layer_types={kinds!r}: expected a list of {LAYER_TYPES}")
+    return replace(config, sliding_window=int(c["sliding_window"]), layer_types=tuple(kinds))
 
 
 def qwen2_to_hf(config: TransformerConfig) -> dict:
     out = llama_to_hf(config, "qwen2")
     for name in ("attention_bias", "mlp_bias"):  # Qwen2Config: q, k, v biases always, nothing else
         out.pop(name)
-    return {**out, "use_sliding_window": False}
+    if config.sliding_window is None:
+        return {**out, "use_sliding_window": False}
+    n_layers = config.n_decoder_layers
+    kinds = config.layer_types or ("sliding_attention",) * n_layers  # without layer_types: every layer slides
+    first = next((i for i, kind in enumerate(kinds) if kind == "sliding_attention"), n_layers)
+    return {
+        **out, "use_sliding_window": True, "sliding_window": config.sliding_window, "layer_types": list(kinds),
+        "max_window_layers": first,
+    }  # fmt: skip
 
 
 MISTRAL = replace(
@@ -811,7 +824,7 @@ MISTRAL = replace(
 )  # fmt: skip
 QWEN2 = replace(
     LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf,
-    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True},
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True, "sliding_window": ANY, "layer_types": ANY},
 )  # fmt: skip
 
 
@@ -1005,26 +1018,22 @@ BLOOM = Family(
 
 # ----------------------------------------------------------------------------------------------
 # Qwen3 (Qwen3ForCausalLM): Llama's layout with an RMSNorm of each head's queries and keys before RoPE (q_norm,
-# k_norm: config.qk_norm), no biases. Sliding windows on some layers (layer_types) are refused for now.
+# k_norm: config.qk_norm), no biases, head_dim of its own (128 in the released models), and Qwen2's rule for sliding
+# layers (use_sliding_window, max_window_layers or layer_types).
 
 
 def qwen3_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
-    sliding = [t for t in c.get("layer_types") or [] if t != "full_attention"]
-    if c.get("use_sliding_window", False) or sliding:
-        raise ValueError(
-            "use_sliding_window / layer_types with sliding_attention layers is not supported for qwen3 (a window on "
-            "some layers only); only full attention on every layer"
-        )
     if c.get("attention_bias", False):
         raise ValueError("config.json: attention_bias=True is not supported for qwen3 (biases on q, k, v and o, none "
                          "on the MLP); only False")  # fmt: skip
-    return replace(llama_from_hf(c, dropout), qk_norm=True)
+    windows = qwen2_from_hf(c, dropout)  # the same config fields say which layers slide
+    return replace(
+        llama_from_hf(c, dropout), qk_norm=True, sliding_window=windows.sliding_window, layer_types=windows.layer_types
+    )
 
 
 def qwen3_to_hf(config: TransformerConfig) -> dict:
-    out = llama_to_hf(config, "qwen3")
-    out.pop("mlp_bias")  # Qwen3Config: the MLP never has biases
-    return {**out, "use_sliding_window": False, "layer_types": ["full_attention"] * config.n_decoder_layers}
+    return {**qwen2_to_hf(config), "attention_bias": False}  # Qwen2's fields; no bias anywhere
 
 
 QWEN3 = replace(
@@ -1040,7 +1049,8 @@ QWEN3 = replace(
     ),  # fmt: skip
     from_hf=qwen3_from_hf,
     to_hf=qwen3_to_hf,
-    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": (None, False), "qk_norm": True},
+    supports=LLAMA_SUPPORTS
+    | {"bias": False, "qkv_bias": (None, False), "qk_norm": True, "sliding_window": ANY, "layer_types": ANY},
 )
 
 
@@ -1126,9 +1136,9 @@ def rotary_dim_from_hf(c: dict, head_dim: int, legacy: str, default: float) -> i
 def rotary_to_hf(config: TransformerConfig) -> dict:
     """rope_parameters for config.json: the base and the fraction of each head RoPE turns (checked to give back
     rotary_dim under transformers' int(head_dim * fraction))."""
-    factor = config.rope_dim / config.head_dim
-    if int(config.head_dim * factor) != config.rope_dim:
-        raise ValueError(f"rotary_dim={config.rotary_dim} of head size {config.head_dim} has no exact fraction")
+    factor = config.rope_dim / config.d_head
+    if int(config.d_head * factor) != config.rope_dim:
+        raise ValueError(f"rotary_dim={config.rotary_dim} of head size {config.d_head} has no exact fraction")
     return {"rope_type": "default", "rope_theta": config.rope_theta, "partial_rotary_factor": factor}
 
 
@@ -1138,7 +1148,7 @@ def phi3_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
     return replace(
         config,
         **dropout_from_hf(c, PHI3_DROPOUT, dropout),
-        rotary_dim=rotary_dim_from_hf(c, config.head_dim, "partial_rotary_factor", 1.0),
+        rotary_dim=rotary_dim_from_hf(c, config.d_head, "partial_rotary_factor", 1.0),
         sliding_window=None if window is None else int(window),
     )
 
@@ -1196,7 +1206,8 @@ PHI3 = Family(
     skipped=(r"lm_head\.weight",),  # when tied: a copy of embed_tokens.weight
     from_hf=phi3_from_hf,
     to_hf=phi3_to_hf,
-    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": (None, False), "sliding_window": ANY, "rotary_dim": ANY},
+    supports=LLAMA_SUPPORTS
+    | {"bias": False, "qkv_bias": (None, False), "sliding_window": ANY, "rotary_dim": ANY, "head_dim": None},
     tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
 )
 
@@ -1545,7 +1556,7 @@ def t5_to_hf(config: TransformerConfig) -> dict:
     return {
         "vocab_size": config.tgt_vocab_size,
         "d_model": config.d_model,
-        "d_kv": config.head_dim,
+        "d_kv": config.d_head,
         "d_ff": config.d_ff,
         "num_heads": config.n_heads,
         "num_layers": config.n_encoder_layers,

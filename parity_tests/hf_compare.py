@@ -156,7 +156,7 @@ TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_tok
 # Phi-3: fused qkv_proj of GQA 4/2 (unequal q, k, v blocks) and gate_up_proj; pad 0 (its default, 32000, is outside
 # the tiny vocabulary). GPT-NeoX: head size 8, rotary_pct 0.5 (RoPE on 4 of 8 features), the parallel residual.
 TINY["phi3"] = {**TINY["llama"], "pad_token_id": 0}
-# Qwen3: head_dim written out (its default is 128), equal to hidden_size / heads as this project's heads are.
+# Qwen3: head_dim written out (its default is 128): hidden_size / heads here, 16 in a variant.
 TINY["qwen3"] = {**TINY["llama"], "head_dim": 8, "rms_norm_eps": 1e-6}
 # Qwen3-MoE: Qwen3's q/k norm, 4 experts (24 wide) of which 2 run per token, their gates renormalised; 3 layers, the
 # middle one dense (mlp_only_layers, its MLP 48 wide)
@@ -194,6 +194,24 @@ VARIANTS = {
         {"sliding_window": 5, "num_key_value_heads": 1, "tie_word_embeddings": True},
     ),
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
+    "qwen2 head_dim=12 (not 32 / 4) GQA 4/2": ("qwen2", {"head_dim": 12}),
+    "qwen2 full then sliding layers (max_window_layers=1) window=3": (
+        "qwen2",
+        {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+    ),
+    "qwen2 layer_types sliding then full window=2 head_dim=6": (
+        "qwen2",
+        {
+            "use_sliding_window": True,
+            "sliding_window": 2,
+            "head_dim": 6,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+    "llama head_dim=4 (not 32 / 4) MQA 4/1 tied": (
+        "llama",
+        {"head_dim": 4, "num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
     "mixtral 4 experts top-2 window=3 GQA 4/2": ("mixtral", {}),
     "qwen3_moe top-2 of 4 renormalised, dense layer 1": ("qwen3_moe", {}),
@@ -222,6 +240,10 @@ VARIANTS = {
     "qwen3 q/k norm MQA 4/1 tied theta=10000": (
         "qwen3",
         {"num_key_value_heads": 1, "tie_word_embeddings": True, "rope_theta": 10000.0},
+    ),
+    "qwen3 head_dim 16 (hidden 32, 4 heads), layers from 1 slide, window 3": (
+        "qwen3",
+        {"head_dim": 16, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
     ),
     "gpt_neox parallel residual, rotary_pct 0.5": ("gpt_neox", {}),
     "gpt_neox sequential, rotary_pct 0.25, tied": (

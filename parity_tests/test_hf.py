@@ -271,7 +271,6 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
 
 # Qwen3, Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
 REFUSED = {
-    "qwen3 sliding layers": ("qwen3", dict(use_sliding_window=True), ["use_sliding_window", "only full attention"]),
     "qwen3 attention_bias": ("qwen3", dict(attention_bias=True), ["attention_bias=True", "qwen3"]),
     "phi3 longrope": (
         "phi3",
@@ -311,6 +310,9 @@ FAMILY_RATES = [
     ("bert", dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2), (0.1, 0.2, 0.0, 0.1)),
     ("gpt2", dict(embd_pdrop=0.1, attn_pdrop=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),
     ("llama", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),
+    ("qwen3", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),
+    ("phi3", dict(resid_pdrop=0.1, attention_dropout=0.2), (0.0, 0.2, 0.0, 0.1)),  # embd_pdrop: no layer reads it
+    ("gpt_neox", dict(hidden_dropout=0.1, attention_dropout=0.2), (0.1, 0.2, 0.0, 0.1)),  # the parallel layer
     ("mixtral", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # the experts have no dropout site
 ]
 
@@ -329,7 +331,8 @@ def test_each_family_loads_its_own_dropout_rates_and_saves_them_back(family, fie
 
 @pytest.mark.parametrize(("family", "fields", "rates"), FAMILY_RATES, ids=[f for f, _, _ in FAMILY_RATES])
 def test_training_mode_with_the_checkpoints_own_rates_matches_transformers(family, fields, rates):
-    """BERT (0.1 hidden, 0.2 attention), GPT-2 (three rates) and Llama (attention 0.25) in training mode:
+    """BERT (0.1 hidden, 0.2 attention), GPT-2 (three rates), Llama and Qwen3 (attention 0.25), Phi-3 and GPT-NeoX
+    (residual 0.1, attention 0.2; NeoX's embeddings 0.1) in training mode:
     transformers' model replays our masks (the same units, each at the rate of its site), outputs and every
     gradient within the float64 bar."""
     result = H.compare_hf_training(family, np.float64, **fields)
