@@ -114,7 +114,7 @@ LEFT_PADDED = {
     "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
     "phi3": {"partial_rotary_factor": 0.5},  # fused qkv GQA 4/2, partial rotary
     "gpt_neox": {},  # parallel residual, rotary_pct 0.5
-    "qwen3": {},  # q/k norm before RoPE
+    "qwen3": {"head_dim": 16},  # q/k norm before RoPE, heads of 16 features with a hidden size of 32
 }
 
 

@@ -129,8 +129,13 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
 
 # The tiny tied BLOOM repeats the prompt's last token forever (a tied head reads its own embedding back); untied
 # and a little wider, its continuations vary, which the early-eos check needs.
-# Phi-3 without its pad token, so that a finished row is filled with eos as the test expects of every family.
-GREEDY_OVERRIDES = {"bloom": {"hidden_size": 32, "tie_word_embeddings": False}, "phi3": {"pad_token_id": None}}
+# Phi-3 without its pad token, so that a finished row is filled with eos as the test expects of every family; Qwen3
+# with a head_dim of its own and a window of 3 (shorter than the prompt) on its second layer.
+GREEDY_OVERRIDES = {
+    "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
+    "phi3": {"pad_token_id": None},
+    "qwen3": {"head_dim": 16, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+}
 
 
 @pytest.mark.parametrize("batch", [1, 2])
