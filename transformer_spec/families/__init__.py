@@ -1,11 +1,15 @@
 """Hugging Face model families as data, one file per family: for each `model_type`, how its config.json translates
 to a `TransformerConfig` and back, and a table that maps every tensor of its checkpoint to one of our state-dict names
 (`core`: the Rule and Family types, the rule interpreter and the config checks every family shares). Both
-`numpy_transformer.hf` and `torch_transformer.hf` read these tables, so a new family is a new file here, registered in
-FAMILIES below, not a new code path there.
+`numpy_transformer.hf` and `torch_transformer.hf` read these tables, so a new family is a new file here, not a new
+code path there: every module of this package but `core` is imported below, and the families it lists in `REGISTER`
+(and `REGISTER_BY_ARCHITECTURE`, a class of a family's model_type read differently) are registered, in module order.
 """
 
 from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from .bert import BERT, BERT_DROPOUT
 from .bloom import BLOOM
@@ -54,9 +58,28 @@ from .llama import LLAMA, LLAMA_DROPOUT, MISTRAL, QWEN2
 from .seq2seq import BART, MARIAN, SEQ2SEQ_DROPOUT
 from .t5 import T5, T5_ENCODER
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
-# checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
-BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
+
+def registered() -> tuple[dict[str, Family], dict[str, Family]]:
+    """(model_type -> Family, architecture -> Family) of every family module of this package (each but `core`),
+    in the order of the modules' names. ValueError when two files register the same model_type or class."""
+    families, by_architecture = {}, {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        if info.name == "core":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for table, key, found in (
+            (families, "model_type", getattr(module, "REGISTER", ())),
+            (by_architecture, "architecture", getattr(module, "REGISTER_BY_ARCHITECTURE", ())),
+        ):
+            for family in found:
+                name = getattr(family, key)
+                if name in table:
+                    raise ValueError(f"{module.__name__} registers {key} {name!r}, which another family file has")
+                table[name] = family
+    return families, by_architecture
+
+
+FAMILIES, BY_ARCHITECTURE = registered()
 
 
 def family_of(model_type, architectures=None) -> Family:
@@ -102,6 +125,7 @@ __all__ = [
     "BLOOM",
     "BY_ARCHITECTURE",
     "FAMILIES",
+    "registered",
     "FREE_FIELDS",
     "Family",
     "GPT2",

@@ -86,3 +86,6 @@ BERT = declared(
     ),
     detected=(("pooler", r"pooler\.dense\.weight"),),
 )
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (BERT,)

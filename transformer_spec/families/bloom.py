@@ -88,3 +88,6 @@ BLOOM = declared(
     skipped=(r"lm_head\.weight",),  # when tied: a copy of word_embeddings.weight
     tied=(("lm_head.weight", "transformer.word_embeddings.weight", "tie_embeddings"),),
 )
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (BLOOM,)

@@ -83,3 +83,6 @@ GPT2 = declared(
     ),
     tied=(("lm_head.weight", "transformer.wte.weight", "tie_embeddings"),),
 )
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (GPT2,)

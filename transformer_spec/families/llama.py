@@ -161,3 +161,6 @@ QWEN2 = replace(
     LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=QWEN2_CONFIG.from_hf,
     to_hf=QWEN2_CONFIG.to_hf, supports=QWEN2_CONFIG.supports,
 )  # fmt: skip
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (LLAMA, MISTRAL, QWEN2)

@@ -184,3 +184,8 @@ T5_ENCODER = replace(
     supports=T5.supports | {"output_scale": 1.0, "tie_embeddings": False},
     tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
 )
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (T5,)
+# checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
+REGISTER_BY_ARCHITECTURE = (T5_ENCODER,)
