@@ -302,12 +302,6 @@ ACTIVATIONS_FROM_HF = {
 }
 
 
-def activation_from_hf(name) -> str:
-    if name not in ACTIVATIONS_FROM_HF:
-        refuse("activation", name, tuple(sorted(ACTIVATIONS_FROM_HF)))
-    return ACTIVATIONS_FROM_HF[name]
-
-
 # Converters for ConfigMap keys: (config.json's value, config.json) -> ours, and ours -> config.json's value.
 ACTIVATION_KEY = {"read": lambda value, c: ACTIVATIONS_FROM_HF[value], "allowed": tuple(ACTIVATIONS_FROM_HF)}
 
@@ -530,15 +524,6 @@ def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
     if not ids:
         return None
     return ids[0] if len(ids) == 1 else ids
-
-
-def heads(c: dict, d_model: int, n_heads: int) -> None:
-    head_dim = c.get("head_dim")
-    if head_dim is not None and head_dim * n_heads != d_model:
-        raise ValueError(
-            f"config.json: head_dim={head_dim} with {n_heads} heads != hidden size {d_model}; "
-            "this project's heads split d_model evenly"
-        )
 
 
 # ----------------------------------------------------------------------------------------------
