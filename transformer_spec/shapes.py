@@ -17,7 +17,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if decoder_only and encoder_only:
         raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
     D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
+    kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
     shapes = {}
 
     def linear(prefix, out_features, in_features, bias=config.bias):
