@@ -43,6 +43,8 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
 
 
 def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+    if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
+        return math.inf
     user, variant = _valid(user, valid), _valid(variant, valid)
     if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
         user, variant = _valid(user, ~empty), _valid(variant, ~empty)

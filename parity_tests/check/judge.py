@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import types
 
 import numpy as np
 import torch
@@ -46,6 +47,27 @@ def _valid(out: np.ndarray, valid) -> np.ndarray:
 
 def _error(a, b) -> float:
     return relative_errors({"x": (a, b)}, np.float64)["x"][1]
+
+
+def positions_held(ref_shape: tuple, shape: tuple):
+    """Which of the reference output's positions the user's output holds: every one (None), or only the last (a
+    slice, or -1 when that axis is dropped), as nanoGPT's `forward(idx)` returns `logits[:, [-1], :]` without
+    targets; False when the shapes do not correspond."""
+    shape = tuple(shape)
+    if shape == tuple(ref_shape):
+        return None
+    if len(ref_shape) == 3 and ref_shape[1] > 1:
+        B, _, V = ref_shape
+        if shape == (B, 1, V):
+            return slice(-1, None)
+        if shape == (B, V):
+            return -1
+    return False
+
+
+def at_positions(array, index):
+    """`array` (B, T, ...) at the positions `positions_held` found (None: all)."""
+    return array if index is None or array is None else array[:, index]
 
 
 def output_kind(out: np.ndarray) -> str:
@@ -116,6 +138,8 @@ class Session:
                 )
         self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
         self.copies = {}
+        self.positions = None  # the output positions the module returns (positions_held): None, every one
+        self.head = output_head(user, self.links) if self.is_module and level in LV.MODELS else None
         self.layouts = layouts(self, found, mapping is None)
         self.layout = self.layouts[0]
 
@@ -133,7 +157,7 @@ class Session:
         if not self.is_module:
             return self.user
         if dtype not in self.copies:
-            module = copy.deepcopy(self.user).to(TORCH[dtype]).eval()
+            module = copy_module(self.user).to(TORCH[dtype]).eval()
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
             with torch.no_grad():
@@ -195,7 +219,68 @@ class Session:
             tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
+            if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
+                out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
+
+
+def output_head(user: nn.Module, links) -> str | None:
+    """The path of the user's submodule that holds the output projection (the Annotated Transformer's
+    `generator`, an `lm_head`), applied by the judge when the model's forward returns hidden states; None when
+    that projection is not a module of its own (a tied table, a bare parameter)."""
+    for link in links:
+        if any(name == "output_proj.weight" for name, _ in link.parts) and "." in link.user:
+            path = link.user.rsplit(".", 1)[0]
+            head = user.get_submodule(path)
+            if not isinstance(head, nn.Embedding) and type(head).forward is not nn.Module.forward:
+                return path
+    return None
+
+
+def copy_module(user: nn.Module) -> nn.Module:
+    """A deep copy of the user's module whose functions kept as attributes run the copy, not the original.
+
+    copy.deepcopy shares functions: minGPT's `self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))` would
+    still call the original (float32, the user's weights) from the copy. Each function attribute (alone or in a
+    list, tuple or dict) is rebuilt with its closure's cells pointing at the copies of what they held."""
+    memo = {}
+    module = copy.deepcopy(user, memo)
+    for sub in module.modules():
+        for name, value in list(vars(sub).items()):
+            rebound = _rebind(value, memo)
+            if rebound is not value:
+                vars(sub)[name] = rebound
+    return module
+
+
+def _rebind(value, memo: dict, depth: int = 0):
+    """`value` with every closure under it reading the deep copy's objects (memo: id(original) -> copy)."""
+    if depth > 4:
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_rebind(v, memo, depth + 1) for v in value]
+        changed = any(a is not b for a, b in zip(items, value, strict=True))
+        return type(value)(items) if changed else value
+    if isinstance(value, dict):
+        items = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    if not isinstance(value, types.FunctionType) or not value.__closure__:
+        return value
+    cells, changed = [], False
+    for cell in value.__closure__:
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell (a name not yet bound when the function was made)
+            cells.append(types.CellType())
+            continue
+        new = memo[id(held)] if id(held) in memo else _rebind(held, memo, depth + 1)
+        changed = changed or new is not held
+        cells.append(types.CellType(new))
+    if not changed:
+        return value
+    function = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, tuple(cells))
+    function.__kwdefaults__, function.__dict__ = value.__kwdefaults__, dict(value.__dict__)
+    return function
 
 
 def layouts(session, found, inferred: bool) -> list:
@@ -243,7 +328,7 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
     tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
     if not tables:
         return
-    model = copy.deepcopy(user).eval()
+    model = copy_module(user).eval()
     modules = dict(model.named_modules())
     fed, handles = {}, []
 
@@ -399,21 +484,23 @@ def choose(session: Session) -> tuple:
                 key = (caller.self_attention, caller.causal, i)
                 if key not in outs:
                     outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
-                ref = from_logits(outs[key], kind)
-                if out.shape != ref.shape:
+                index = positions_held(outs[key].shape, out.shape)
+                if index is False:
                     continue
+                ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
                 with np.errstate(all="ignore"):
-                    error = _error(np.nan_to_num(_valid(out, p.valid), nan=1e300), _valid(ref, p.valid))
+                    error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
                 if error <= MATCH:
+                    session.positions = index
                     return caller, cfg, kind, True
                 if best is None or error < best[0]:
-                    best = (error, caller, cfg, kind, layout)
+                    best = (error, caller, cfg, kind, layout, index)
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
             "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    _, caller, cfg, kind, layout = best  # nothing matches: the closest convention and config, to diagnose from
+    _, caller, cfg, kind, layout, session.positions = best  # nothing matches: the closest, to diagnose from
     session.use(layout)
     return caller, cfg, kind, False
 
@@ -424,18 +511,23 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
     out, tensors = session.run_user(caller, dtype, grad=True)
     ref_out, backward = LV.run_reference(session.level, session.params, p, cfg, dtype)
     rng = np.random.default_rng(session.seed + 2)
-    dout = _valid(rng.standard_normal(ref_out.shape if kind == "logits" else tuple(out.shape)), p.valid)
+    index = positions_held(ref_out.shape, out.shape)
+    if index is False:
+        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
+    valid = at_positions(p.valid, index)
+    dout = _valid(rng.standard_normal(tuple(out.shape)), valid)
     params = dict(session.copy(dtype).named_parameters()) if session.is_module else {}
     for t in params.values():
         t.grad = None
-    if tuple(out.shape) != ref_out.shape:
-        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
     out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
-    dref_in, dref_params = backward(dlogits_from(dout, ref_out, kind).astype(dtype))
+    dref = np.zeros(ref_out.shape)  # the upstream gradient on every position: zero where the module gives none
+    dref[(slice(None), index if index is not None else slice(None))] = dout
+    dref_in, dref_params = backward(dlogits_from(dref, ref_out, kind).astype(dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
     user_params = MP.scatter(session.links, user_grads, session.shapes)
     name = "output" if kind == "logits" else f"output ({kind})"
-    pairs = {name: (_valid(out.detach().cpu().double().numpy(), p.valid), _valid(from_logits(ref_out, kind), p.valid))}
+    ref = at_positions(from_logits(ref_out, kind), index)
+    pairs = {name: (_valid(out.detach().cpu().double().numpy(), valid), _valid(ref, valid))}
     grads = {}
     for n, g in dref_in.items():
         if n in tensors and tensors[n].grad is not None:
@@ -496,6 +588,9 @@ def module(
             return _module(
                 user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
             )
+    except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
+        where = "its forward" if isinstance(user_module, nn.Module) else "the function"
+        return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
     finally:
         torch.set_num_threads(threads)
 
@@ -523,6 +618,8 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             "equal to float32 precision; overwritten in float64",
         )
     result.conventions = caller.conventions() | {"output": kind}
+    if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
+        result.conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     for what in ("gate", "rope_pairing"):
         if what in session.layout and (what == "gate" or cfg.positional == "rope"):
             result.conventions[what] = session.layout[what]

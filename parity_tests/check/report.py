@@ -130,6 +130,7 @@ class Result:
     rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     unexplained: str | None = None
+    error: str | None = None  # the user's code could not run to a verdict (sys.exit in forward, ...): why
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (the CLI's --json)."""
@@ -144,6 +145,7 @@ class Result:
             "rows": [vars(r) | {"ok": r.ok} for r in self.rows],
             "notes": self.notes,
             "unexplained": self.unexplained,
+            "error": self.error,
         }
 
     def _table(self) -> list:
@@ -200,5 +202,7 @@ class Result:
             lines.append(f"diagnosis: {d}")
         if self.unexplained:
             lines.append(f"unexplained: {self.unexplained}")
+        if self.error:
+            lines.append(f"error: {self.error}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
