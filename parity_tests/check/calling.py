@@ -91,10 +91,17 @@ class Caller:
 
 
 def first_tensor(out):
-    """A module's output: the tensor itself, the first element of a tuple (nn.MultiheadAttention's), or the first
-    value of a mapping (transformers' ModelOutput: the logits, when no loss was asked for)."""
-    while isinstance(out, (tuple, list, Mapping)) and len(out):
-        out = next(iter(out.values())) if isinstance(out, Mapping) else out[0]
+    """A module's output: the tensor itself, the first tensor of a tuple (nn.MultiheadAttention's `(out, weights)`,
+    minGPT's `(logits, loss)` with loss None), or a mapping's "logits" (transformers' ModelOutput, a dict), else
+    its first value that is not None."""
+    while isinstance(out, (tuple, list, Mapping)):
+        if isinstance(out, Mapping):
+            values = [out["logits"]] if out.get("logits") is not None else [v for v in out.values() if v is not None]
+        else:
+            values = [v for v in out if v is not None]
+        if not values:
+            break
+        out = values[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"the module returned {type(out).__name__}, expected a tensor or a tuple starting with one")
     return out
