@@ -57,3 +57,64 @@ def test_hidden_states_go_through_the_models_own_generator():
     trap = check.module(U.AnnotatedStyle(mistake="std"), "transformer")
     assert trap.first_divergence == "encoder.0.sublayer.0.norm", str(trap)
     assert [d.id for d in trap.diagnoses] == ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"]
+
+
+# -- float32 inside a model is not a mistake -----------------------------------------------------------------------
+
+
+def test_long_float32_sinusoid_table_is_recognised_and_overwritten():
+    """The Annotated Transformer's max_len=5000 table built in float32 is 1.5e-4 from the float64 one at the last
+    positions (float32 rounding of the angle): the table, not a mistake."""
+    result = check.module(U.Positions(8, max_len=5000), "positional_encoding")
+    assert result.passed, str(result)
+    assert any("float32 precision" in note for note in result.notes), result.notes
+    wrong = check.module(U.Positions(8, max_len=5000, mistake="positions.wrong_frequencies"), "positional_encoding")
+    assert [d.id for d in wrong.diagnoses] == ["positions.wrong_frequencies"], str(wrong)
+
+
+def test_long_float32_rope_tables_are_recognised_and_overwritten():
+    model = U.TutorialLlama()
+    for layer in model.layers:
+        layer.attention.rotary = U.Rotary(layer.attention.head_dim, max_len=4096)
+    result = check.module(model, "transformer_lm")
+    assert result.passed, str(result)
+    assert any("cos_cached: RoPE cos" in note for note in result.notes), result.notes
+
+
+class UpcastRMSNorm(U.RMSNorm):
+    """Meta's RMSNorm: normalises x.float(), then casts back (a float32 island inside a float64 model)."""
+
+    def forward(self, x):
+        return super().forward(x.float()).type_as(x)
+
+
+def _upcast_llama(mistake=None):
+    torch.manual_seed(0)
+    model = U.TutorialLlama(mistake=mistake)
+    for layer in model.layers:
+        layer.attention_norm, layer.ffn_norm = UpcastRMSNorm(16), UpcastRMSNorm(16)
+    return model
+
+
+def test_float32_island_is_named_at_its_submodule_and_judged_on_the_float32_bar():
+    result = check.module(_upcast_llama(), "transformer_lm")
+    assert result.passed, str(result)
+    (caveat,) = result.caveats
+    assert caveat[0] == "dtype.float32_island" and caveat[1].startswith("at layers.0.attention_norm:"), caveat
+    assert "layers.1.ffn_norm" in caveat[1] and "caveat: dtype.float32_island" in str(result)
+    assert {r.bar for r in result.rows} == {1e-5}, str(result)
+
+
+@pytest.mark.parametrize(
+    "mistake, where",
+    [("attention.kv_heads_tiled", "layers.0.attention"), ("rms_norm.eps_outside_sqrt", "layers.0.attention_norm")],
+)
+def test_mistake_inside_a_model_with_float32_islands_is_named(mistake, where):
+    model = _upcast_llama()
+    if mistake == "rms_norm.eps_outside_sqrt":
+        model.layers[0].attention_norm = UpcastRMSNorm(16, eps=1e-3, mistake=mistake)  # visible on the float32 bar
+    else:
+        model = _upcast_llama(mistake)
+    result = check.module(model, "transformer_lm")
+    assert not result.passed and result.first_divergence == where, str(result)
+    assert [d.id for d in result.diagnoses] == [mistake], str(result)

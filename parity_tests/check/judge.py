@@ -23,6 +23,7 @@ import types
 import numpy as np
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from numpy_transformer import TransformerConfig
 from parity_tests.components import BAR, relative_errors
@@ -139,6 +140,7 @@ class Session:
         self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
+        self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
         self.head = output_head(user, self.links) if self.is_module and level in LV.MODELS else None
         self.layouts = layouts(self, found, mapping is None)
         self.layout = self.layouts[0]
@@ -162,7 +164,14 @@ class Session:
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
             with torch.no_grad():
                 for name, table in (self.overwrite | self.rope_overwrite).items():
-                    tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                    if name in tensors:
+                        tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                    elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
+                        path, _, attr = name.rpartition(".")
+                        owner = module.get_submodule(path)
+                        old = getattr(owner, attr)
+                        wide = torch.complex128 if old.is_complex() else torch.float64
+                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device, wide))
             self.copies[dtype] = module
         return self.copies[dtype]
 
@@ -207,10 +216,17 @@ class Session:
         evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
         return rope + [{}] if evidence else [{}] + rope
 
-    def run_user(self, caller, dtype, grad=False, scale=1.0):
-        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients)."""
+    def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
+        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
+        module with float32 islands runs them in float64 (see Float32Islands) unless `as_written`."""
         p = self.probe(caller)
         module = self.copy(dtype)
+        if dtype == np.float64 and self.is_module and self.islands is None:
+            self.islands = []  # while they are being found
+            self.islands = find_islands(module, lambda: self.run_user(caller, dtype, as_written=True))
+        if dtype == np.float64 and self.islands and not as_written:
+            with Float32Islands(module, promote=True):
+                return self.run_user(caller, dtype, grad, scale, as_written=True)
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
         tensors = {}
         for name, value in p.floats.items():
@@ -222,6 +238,72 @@ class Session:
             if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
                 out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
+
+
+DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+
+
+class Float32Islands(TorchDispatchMode):
+    """While the user's float64 copy runs: each conversion of a float64 tensor to float32 (x.float(), .to(torch.
+    float32), .type_as(a float32 tensor); complex128 to complex64 likewise) is recorded with the innermost of the
+    user's submodules running it (`seen`), and, with `promote`, made a float64 (complex128) copy instead, so the
+    island computes in float64 and a mistake inside it is matched as exactly as anywhere else."""
+
+    def __init__(self, module: nn.Module, promote: bool):
+        super().__init__()
+        self.promote, self.seen, self.stack = promote, [], []
+        self.paths = {id(m): path for path, m in module.named_modules()}
+
+    def __enter__(self):
+        def push(module, args):
+            if id(module) in self.paths:
+                self.stack.append(self.paths[id(module)])
+
+        def pop(module, args, output):
+            if id(module) in self.paths and self.stack:
+                self.stack.pop()
+
+        self.hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(push),
+            torch.nn.modules.module.register_module_forward_hook(pop, always_call=True),
+        ]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self.hooks:
+            hook.remove()
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
+            if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
+                if self.stack:
+                    self.seen.append(self.stack[-1] or "(the module)")
+                if self.promote:
+                    kwargs = dict(kwargs, dtype=args[0].dtype)
+        return func(*args, **kwargs)
+
+
+def find_islands(module: nn.Module, run) -> list | None:
+    """The user's submodules (innermost, in the order they run) that convert float64 to float32 inside the float64
+    copy during `run()`; None when the run raises (a convention the module does not take: asked again later)."""
+    with Float32Islands(module, promote=False) as mode:
+        try:
+            with torch.no_grad():
+                run()
+        except Exception:
+            return None
+    return list(dict.fromkeys(mode.seen))
+
+
+def island_message(islands: list) -> str:
+    shown = ", ".join(islands[:4]) + (f" and {len(islands) - 4} more" if len(islands) > 4 else "")
+    return (
+        f"at {islands[0]}: computes in float32 inside the float64 model (a float64 tensor converted to float32, "
+        f"as x.float() does), in {shown}; the float64 comparison is judged on the float32 bar, and the search for "
+        "a mistake runs those conversions in float64"
+    )
 
 
 def output_head(user: nn.Module, links) -> str | None:
@@ -508,7 +590,7 @@ def choose(session: Session) -> tuple:
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
     p = session.probe(caller)
-    out, tensors = session.run_user(caller, dtype, grad=True)
+    out, tensors = session.run_user(caller, dtype, grad=True, as_written=True)
     ref_out, backward = LV.run_reference(session.level, session.params, p, cfg, dtype)
     rng = np.random.default_rng(session.seed + 2)
     index = positions_held(ref_out.shape, out.shape)
@@ -537,10 +619,11 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
             continue
         grads[f"d {n}"] = (user_params.get(n, np.zeros_like(g)), g)
     label = np.dtype(dtype).name
-    rows = [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in relative_errors(pairs, dtype).items()]
+    bar = BAR[np.dtype(np.float32 if session.islands else dtype)]  # float32 islands: the float32 bar (see report)
+    rows = [Row(n, label, e, bar) for n, (_, e) in relative_errors(pairs, dtype).items()]
     for n, (_, e) in relative_errors(grads, dtype).items():  # a gradient zero on both sides cannot fail: said so
         zero = not np.any(grads[n][0]) and not np.any(grads[n][1])
-        rows.append(Row(n, label, e, BAR[np.dtype(dtype)], "all zero" if zero else ""))
+        rows.append(Row(n, label, e, bar, "all zero" if zero else ""))
     if grads and all(not np.any(a) for a, _ in grads.values()):
         rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
     return rows, out.detach().cpu().double().numpy(), p
@@ -626,6 +709,8 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     if not matched:
         result.conventions["detected"] = "no convention reproduced the reference: judged under the closest"
     result.notes = list(session.notes)
+    if session.islands:
+        result.caveats.append(("dtype.float32_island", island_message(session.islands)))
     for dtype in dtypes:
         rows, _, _ = compare(session, caller, cfg, kind, np.dtype(dtype).type)
         result.rows += rows

@@ -31,6 +31,7 @@ CATALOGUE = {
     "rope.applied_to_v": "the values rotated too: RoPE rotates queries and keys only",
     "gated_feed_forward.activation_on_up": "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
     "attention.kv_heads_tiled": "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
+    "dtype.float32_island": "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))",
 }
 
 
@@ -131,6 +132,7 @@ class Result:
     notes: list = field(default_factory=list)
     unexplained: str | None = None
     error: str | None = None  # the user's code could not run to a verdict (sys.exit in forward, ...): why
+    caveats: list = field(default_factory=list)  # (catalogue id, message): what a pass rests on or is judged by
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (the CLI's --json)."""
@@ -146,6 +148,7 @@ class Result:
             "notes": self.notes,
             "unexplained": self.unexplained,
             "error": self.error,
+            "caveats": [list(c) for c in self.caveats],
         }
 
     def _table(self) -> list:
@@ -204,5 +207,6 @@ class Result:
             lines.append(f"unexplained: {self.unexplained}")
         if self.error:
             lines.append(f"error: {self.error}")
+        lines += [f"caveat: {id_}: {message}" for id_, message in self.caveats]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
