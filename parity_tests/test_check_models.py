@@ -118,3 +118,39 @@ def test_mistake_inside_a_model_with_float32_islands_is_named(mistake, where):
     result = check.module(model, "transformer_lm")
     assert not result.passed and result.first_divergence == where, str(result)
     assert [d.id for d in result.diagnoses] == [mistake], str(result)
+
+
+# -- no mistake absorbed as a convention ---------------------------------------------------------------------------
+
+
+def test_pass_on_a_polarity_that_is_also_a_mistake_says_so():
+    inverted = check.module(U.Attention(8, 2, mistake="attention.mask_inverted"), "multi_head_attention")
+    assert inverted.passed, str(inverted)  # True = hidden is a convention too (torch's key_padding_mask)
+    ((id_, message),) = inverted.caveats
+    assert id_ == "attention.mask_inverted" and "if your callers pass True = keep" in message, message
+    assert "caveat: attention.mask_inverted: passes if True means hidden" in str(inverted)
+    assert check.module(U.Attention(8, 2), "multi_head_attention").caveats == []  # the reference's polarity
+
+
+def _unscaled_annotated():
+    model = U.AnnotatedStyle()
+    model.src_embed = U.Embedding(13, 16, mistake="embedding.missing_scale")
+    model.tgt_embed = U.Embedding(11, 16, mistake="embedding.missing_scale")
+    return model
+
+
+def test_pass_without_the_embedding_scale_says_so():
+    unscaled = check.module(_unscaled_annotated(), "transformer")
+    assert unscaled.passed and [c[0] for c in unscaled.caveats] == ["embedding.missing_scale"], str(unscaled)
+    assert check.module(U.AnnotatedStyle(), "transformer").caveats == []
+    stated = check.module(_unscaled_annotated(), "transformer", scale_embeddings=False)
+    assert stated.passed and stated.caveats == []  # the caller said so: nothing left to tell
+
+
+def test_conventions_hold_only_what_a_run_confirmed():
+    result = check.module(U.Attention(8, 2, mistake="attention.heads_without_transpose"), "multi_head_attention")
+    assert not result.passed and result.conventions == {} and not result.confirmed, str(result)
+    assert result.assumed["batch_first"] is True
+    assert "conventions assumed (none reproduced the reference" in str(result)
+    assert "config assumed (the closest, not confirmed)" in str(result)
+    assert "output" not in check.module(U.Attention(8, 2), "multi_head_attention").conventions  # not logits

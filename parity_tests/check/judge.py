@@ -107,7 +107,7 @@ class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
     def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
-        self.user, self.level, self.seed = user, level, seed
+        self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
         self.notes = []
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
@@ -295,6 +295,34 @@ def find_islands(module: nn.Module, run) -> list | None:
         except Exception:
             return None
     return list(dict.fromkeys(mode.seen))
+
+
+TORCH_LAYERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.Transformer)
+
+
+def caveats(session, caller, cfg) -> list:
+    """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
+    polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
+    the paper's kind. The judge cannot tell the convention from the mistake; the user's callers can."""
+    out = []
+    stated = session.stated()
+    if session.mask_given in (None, "detect") and not isinstance(session.user, TORCH_LAYERS):
+        for name, (_, kind, shape) in caller.masks.items():
+            if kind == "bool_masked":
+                out.append((
+                    "attention.mask_inverted",
+                    f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
+                    "callers pass True = keep, this is attention.mask_inverted",
+                ))  # fmt: skip
+    if session.level in ("transformer", "encoder_model", "decoder") and not cfg.scale_embeddings:
+        if "scale_embeddings" not in stated:
+            out.append((
+                "embedding.missing_scale",
+                "passes with the token embeddings not multiplied by sqrt(d_model) (scale_embeddings=False, read "
+                "from the outputs); the paper's Transformer scales them: if yours means to, this is "
+                "embedding.missing_scale",
+            ))  # fmt: skip
+    return out
 
 
 def island_message(islands: list) -> str:
@@ -700,14 +728,17 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             f"(the fixed sinusoid table, {layout})",
             "equal to float32 precision; overwritten in float64",
         )
-    result.conventions = caller.conventions() | {"output": kind}
+    conventions = caller.conventions() | ({"output": kind} if level in LV.MODELS + (LV.STACKS,) else {})
     if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
-        result.conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
+        conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     for what in ("gate", "rope_pairing"):
         if what in session.layout and (what == "gate" or cfg.positional == "rope"):
-            result.conventions[what] = session.layout[what]
-    if not matched:
-        result.conventions["detected"] = "no convention reproduced the reference: judged under the closest"
+            conventions[what] = session.layout[what]
+    if matched:  # a run confirmed them: the user's output reproduced under them
+        result.conventions = conventions
+        result.caveats += caveats(session, caller, cfg)
+    else:  # nothing reproduced the reference: the closest, said as such
+        result.assumed, result.confirmed = conventions, False
     result.notes = list(session.notes)
     if session.islands:
         result.caveats.append(("dtype.float32_island", island_message(session.islands)))

@@ -133,6 +133,8 @@ class Result:
     unexplained: str | None = None
     error: str | None = None  # the user's code could not run to a verdict (sys.exit in forward, ...): why
     caveats: list = field(default_factory=list)  # (catalogue id, message): what a pass rests on or is judged by
+    assumed: dict = field(default_factory=dict)  # the closest conventions, when no run confirmed any
+    confirmed: bool = True  # the conventions and config reproduced the reference's output (a run confirmed them)
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (the CLI's --json)."""
@@ -149,6 +151,8 @@ class Result:
             "unexplained": self.unexplained,
             "error": self.error,
             "caveats": [list(c) for c in self.caveats],
+            "assumed": self.assumed,
+            "confirmed": self.confirmed,
         }
 
     def _table(self) -> list:
@@ -184,6 +188,11 @@ class Result:
         lines = [f"check against the reference {self.reference!r}: {'PASSED' if self.passed else 'FAILED'}"]
         if self.conventions:
             lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
+        if self.assumed:
+            lines.append(
+                "conventions assumed (none reproduced the reference; judged under the closest): "
+                + ", ".join(f"{k}={v}" for k, v in self.assumed.items())
+            )
         if self.config is not None:
             c = self.config
             fields = CONFIG_SHOWN.get(self.reference, CONFIG_SHOWN["model"])
@@ -192,7 +201,8 @@ class Result:
                 hidden = {"rope_theta"} | ({"positional"} if layer else set())
                 fields = [k for k in fields if k not in hidden]
             if fields:
-                lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
+                head = "config" if self.confirmed else "config assumed (the closest, not confirmed)"
+                lines.append(f"{head}: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
         if self.mapping:
             width = max(len(k) for k in self.mapping)
             lines.append("mapping (user parameter -> reference, layout); pass an edited copy back as mapping=:")
