@@ -274,7 +274,7 @@ def test_tutorial_models_config_is_inferred():
         (U.FusedTransformer, "transformer", {}, "attention.wrong_scale", "encoder.0.attn"),
         (U.FusedTransformer, "transformer", {}, "layer_norm.unbiased_variance", "encoder.0.norm1"),
         (U.FusedTransformer, "transformer", {}, "layer_norm.eps_outside_sqrt", "encoder.0.norm1"),
-        (U.FusedTransformer, "transformer", {}, "positions.wrong_frequencies", "src_embed"),
+        (U.FusedTransformer, "transformer", {}, "positions.wrong_frequencies", "positions"),  # the table's module
     ],
 )
 def test_tutorial_model_mistake_is_found_where_it_is(make, reference, kwargs, mistake, where):

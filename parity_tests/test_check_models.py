@@ -5,6 +5,8 @@ model's own head (the Annotated Transformer's `generator`).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,3 +156,47 @@ def test_conventions_hold_only_what_a_run_confirmed():
     assert "conventions assumed (none reproduced the reference" in str(result)
     assert "config assumed (the closest, not confirmed)" in str(result)
     assert "output" not in check.module(U.Attention(8, 2), "multi_head_attention").conventions  # not logits
+
+
+# -- the first divergence at the innermost submodule, whatever the call path ---------------------------------------
+
+
+class SlippedListAttention(U.ListAttention):
+    """The Annotated Transformer's attention (projections in a ModuleList `linears`) with one slip put in."""
+
+    def __init__(self, h, d_model, mistake):
+        super().__init__(h, d_model)
+        self.mistake = mistake
+
+    def forward(self, query, key, value, mask):
+        B = query.shape[0]
+        q, k, v = (
+            lin(x).view(B, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip(self.linears, (query, key, value), strict=False)
+        )
+        divisor = self.d_k if self.mistake == "attention.wrong_scale" else math.sqrt(self.d_k)
+        hidden = mask.unsqueeze(1) == (1 if self.mistake == "attention.mask_inverted" else 0)
+        scores = (q @ k.transpose(-2, -1) / divisor).masked_fill(hidden, -1e9)
+        x = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, -1, self.h * self.d_k)
+        return self.linears[3](x)
+
+
+@pytest.mark.parametrize("mistake", ["attention.wrong_scale", "attention.mask_inverted"])
+def test_attention_called_through_a_lambda_is_where_the_mistake_is_named(mistake):
+    """encoder.0's self-attention runs as `self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))`; with the
+    author's own masks (annotated_call) an inverted polarity is the mistake itself, not a convention."""
+    torch.manual_seed(0)
+    model = U.AnnotatedStyle()
+    model.encoder[0].self_attn = SlippedListAttention(2, 16, mistake)
+    result = check.module(model, "transformer", call=U.annotated_call)
+    assert not result.passed and result.first_divergence == "encoder.0.self_attn", str(result)
+    assert [d.id for d in result.diagnoses] == [mistake], str(result)
+
+
+def test_wrong_frequencies_are_named_at_the_module_that_keeps_the_table():
+    model = U.AnnotatedStyle()
+    model.positions = U.Positions(16, mistake="positions.wrong_frequencies")
+    result = check.module(model, "transformer", call=U.annotated_call)
+    assert result.first_divergence == "positions" and [d.id for d in result.diagnoses] == [
+        "positions.wrong_frequencies"
+    ], str(result)

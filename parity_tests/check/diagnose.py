@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import torch
+from torch import nn
 
 from numpy_transformer import model as M
 
@@ -312,7 +313,8 @@ def overflow_probe(session, caller, result) -> None:
 
 def _attention_calls_scaled(session, caller) -> list:
     """(user module path, output) of each attention submodule called again with its float inputs scaled by BIG."""
-    targets = {u: p for u, p in hook_targets(session.links).items() if unit_kind(session.links, u) == "attention"}
+    targets = hook_targets(session.links, _modules(session))
+    targets = {u: p for u, p in targets.items() if unit_kind(session.links, u) == "attention"}
     module = session.copy(np.float32)
     modules = dict(module.named_modules())
     captured, handles = {}, []
@@ -465,9 +467,15 @@ def _inside(path: str, owner: str) -> bool:
     return owner == "" or path == owner or path.startswith(owner + ".")
 
 
-def hook_targets(links) -> dict:
+def _modules(session) -> dict:
+    return dict(session.user.named_modules()) if session.is_module else {}
+
+
+def hook_targets(links, modules: dict | None = None) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
-    holding all its parameters and none of another unit's); units without one are left out."""
+    holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
+    the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
+    out. `modules`: the user's named modules, to tell containers."""
     paths = {}
     for link in links:
         for ref, _ in link.parts:
@@ -480,6 +488,8 @@ def hook_targets(links) -> dict:
     targets = {}
     for unit, own in paths.items():
         owner = _lca(sorted(own))
+        while owner and isinstance((modules or {}).get(owner), (nn.ModuleList, nn.ModuleDict)):
+            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
         others = [
             p
             for u, ps in paths.items()
@@ -556,7 +566,7 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
 
 def capture(session, caller) -> dict:
     """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out)."""
-    targets = hook_targets(session.links)
+    targets = hook_targets(session.links, _modules(session))
     module = session.copy(np.float64)
     modules = dict(module.named_modules())
     captured, handles = {}, []
@@ -617,7 +627,7 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
     if stage is None:
         return
     unit, kind, inputs, ref_out, valid, masks = stage
-    targets = hook_targets(session.links)
+    targets = hook_targets(session.links, _modules(session))
     if kind == "embedding":
         stack = unit.split(".")[0]
         where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
@@ -631,6 +641,10 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
             f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight")
         )
         found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
+        tables = [name.rsplit(".", 1)[0] for name in session.overwrite if "." in name]
+        for d in found:  # wrong frequencies sit in the module that keeps the fixed table, not the token table
+            if d.id == "positions.wrong_frequencies" and tables:
+                d.where = result.first_divergence = max(tables, key=lambda t: len(_lca([t, where])))
     else:
         where = targets[unit] or "(the module)"
         result.first_divergence = where
