@@ -74,6 +74,26 @@ def test_long_float32_sinusoid_table_is_recognised_and_overwritten():
     assert [d.id for d in wrong.diagnoses] == ["positions.wrong_frequencies"], str(wrong)
 
 
+class PlainAttributeTable(nn.Module):
+    """d2l's positional encoding: the float32 sinusoids kept as a plain tensor attribute `P`, not a buffer."""
+
+    def __init__(self, d_model=8, max_len=1000):
+        super().__init__()
+        self.P = torch.zeros((1, max_len, d_model))
+        X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
+            10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model
+        )
+        self.P[:, :, 0::2], self.P[:, :, 1::2] = torch.sin(X), torch.cos(X)
+
+    def forward(self, X):
+        return X + self.P[:, : X.shape[1], :].to(X.device)
+
+
+def test_sinusoid_table_kept_as_a_plain_attribute_is_recognised():
+    result = check.module(PlainAttributeTable(), "positional_encoding")
+    assert result.passed and any(n.startswith("P: the reference's") for n in result.notes), str(result)
+
+
 def test_long_float32_rope_tables_are_recognised_and_overwritten():
     model = U.TutorialLlama()
     for layer in model.layers:

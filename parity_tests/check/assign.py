@@ -344,7 +344,7 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
     float64 table to overwrite it with}, the layout found), and adds a note for each."""
     import torch
 
-    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
     overwrite, layout = {}, None
     for t in fixed:
         value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
