@@ -220,3 +220,13 @@ def test_wrong_frequencies_are_named_at_the_module_that_keeps_the_table():
     assert result.first_divergence == "positions" and [d.id for d in result.diagnoses] == [
         "positions.wrong_frequencies"
     ], str(result)
+
+
+def test_attention_with_no_mask_that_sees_the_future_is_not_causal_only():
+    """minGPT's block with its causal buffer all ones: no mask is passed in, so none is 'ignored'."""
+    block = U.MinGPTBlock()
+    block.attn.bias.fill_(1.0)
+    result = check.module(block, "decoder_only_layer", n_heads=2)
+    assert result.first_divergence == "attn" and [d.id for d in result.diagnoses] == ["attention.not_causal"], str(
+        result
+    )

@@ -91,7 +91,8 @@ def attention_variants(
                 {"mask_mode": "after_renorm"},
             )
         )
-        out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
+        if not causal:  # a causal attention that applies no mask is attention.not_causal (below)
+            out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
         if not causal:
             out.append(("attention.mask_inverted", "the mask's polarity is flipped", {"keep": ~keep}))
     if causal:
