@@ -136,3 +136,14 @@ def test_a_lambda_over_the_modules_own_submodules_runs_the_judged_copy():
     assert result.passed, str(result)
     assert all(torch.equal(before[n], t) for n, t in block.state_dict().items())  # the user's module untouched
     assert next(block.parameters()).dtype == torch.float32
+
+
+def test_cli_loads_a_file_whose_dataclass_needs_its_module(tmp_path, capsys):
+    """nanoGPT's GPTConfig is a @dataclass under `from __future__ import annotations`: dataclasses look the module
+    up in sys.modules, so a file loaded by path must be registered there, as an import would."""
+    source = "from __future__ import annotations\n\nfrom dataclasses import dataclass\n\nfrom torch import nn\n\n\n"
+    source += "@dataclass\nclass Config:\n    width: int = 8\n\n\n"
+    source += "def norm():\n    return nn.LayerNorm(Config().width)\n"
+    path = tmp_path / "dataclass_model.py"
+    path.write_text(source)
+    assert main(["check", f"{path}:norm", "layer_norm"]) == 0, capsys.readouterr().err

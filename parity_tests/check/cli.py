@@ -35,6 +35,7 @@ def import_user_module(name: str):
             raise BadArgument(f"no such file: {name}")
         loader = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(loader)
+        sys.modules[path.stem] = module  # as an import would: @dataclass (and pickle) look the module up there
         sys.path.insert(0, str(path.parent.resolve()))
         run = lambda: loader.loader.exec_module(module)  # noqa: E731
     else:
