@@ -339,13 +339,14 @@ def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
     return 1e-6 + 8 * np.finfo(np.float32).eps * np.abs(angles)
 
 
-def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
+def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
     """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
-    float64 table to overwrite it with}, the layout found), and adds a note for each."""
+    float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies), and adds
+    a note for each."""
     import torch
 
     tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
-    overwrite, layout = {}, None
+    overwrite, layout, wrong = {}, None, False
     for t in fixed:
         value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
         tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
@@ -353,6 +354,7 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
             if np.all(np.abs(value - table) <= tolerance):
                 overwrite[t.name] = table
                 if name == "wrong_frequencies":
+                    wrong = True
                     notes.append(
                         f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
                         "overwritten with that table in float64)"
@@ -364,7 +366,7 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
                     "the float64 table for the float64 comparison"
                 )
                 break
-    return overwrite, layout
+    return overwrite, layout, wrong
 
 
 THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")

@@ -117,10 +117,10 @@ class Session:
         self.norm_eps = {n.module: n.eps for n in found.norms}
         if mapping is not None:
             self.links, self.zero = links_from_table(mapping)
-        self.overwrite, layout = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None)
+        tables = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
+        self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
-        self.wrong_table = any("frequencies are all 1" in n for n in self.notes)
         self.given = given
         self.thetas, self.rope_overwrite = [], {}
         if self.is_module and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
