@@ -230,3 +230,30 @@ def test_attention_with_no_mask_that_sees_the_future_is_not_causal_only():
     assert result.first_divergence == "attn" and [d.id for d in result.diagnoses] == ["attention.not_causal"], str(
         result
     )
+
+
+class HalfTransposed(U.Attention):
+    """The transpose left out of the split only, or of the merge only (`which`)."""
+
+    def __init__(self, which):
+        super().__init__(8, 2)
+        self.which = which
+
+    def split(self, x):
+        if self.which == "split":
+            return x.view(x.shape[0], self.n_heads, -1, self.head_dim)
+        return super().split(x)
+
+    def forward(self, query, key, value, mask=None):
+        if self.which == "split":
+            return super().forward(query, key, value, mask)
+        Q, K, V = self.split(self.fc_q(query)), self.split(self.fc_k(key)), self.split(self.fc_v(value))
+        scores = (Q @ K.transpose(-1, -2) / self.scale).masked_fill(mask == 0, -1e10)
+        return self.fc_o((scores.softmax(-1) @ V).reshape(query.shape[0], -1, self.hid_dim))  # no transpose back
+
+
+@pytest.mark.parametrize("which", ["split", "merge"])
+def test_heads_without_transpose_on_one_side_only_is_named(which):
+    result = check.module(HalfTransposed(which), "multi_head_attention")
+    assert not result.passed and [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)
+    assert which in result.diagnoses[0].message

@@ -69,6 +69,11 @@ def attention_variants(
     out.append(
         ("attention.heads_without_transpose", "heads split by a reshape without the transpose", {"transpose": False})
     )
+    for which, message in (
+        ("split", "heads split by a reshape without the transpose (merged back with it)"),
+        ("merge", "heads merged back by a reshape without the transpose (split with it)"),
+    ):
+        out.append(("attention.heads_without_transpose", message, {"transpose": which}))
     out.append(
         (
             "attention.softmax_wrong_axis",
