@@ -257,3 +257,13 @@ def test_heads_without_transpose_on_one_side_only_is_named(which):
     result = check.module(HalfTransposed(which), "multi_head_attention")
     assert not result.passed and [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)
     assert which in result.diagnoses[0].message
+
+
+def test_encoder_reference_searches_the_first_divergence_like_any_model():
+    """check.module(..., "encoder") is the encoder_model level: the (caller, config) whose divergence comes latest is
+    kept, not the one whose output happens to be closest (here GELU, wrongly blaming layers.0's feed-forward)."""
+    model = U.Encoder()
+    model.layers[1].self_attention = U.Attention(8, 2, mistake="attention.heads_without_transpose")
+    result = check.module(model, "encoder")
+    assert result.first_divergence == "layers.1.self_attention", str(result)
+    assert [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)

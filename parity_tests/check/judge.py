@@ -717,7 +717,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
         )
     caller, cfg, kind, matched = choose(session)
-    if not matched and reference in LV.LAYERS + LV.MODELS and session.is_module:
+    if not matched and level in LV.LAYERS + LV.MODELS and session.is_module:
         from .diagnose import latest_divergence
 
         caller, cfg = latest_divergence(session, session.runnable)
