@@ -267,3 +267,11 @@ def test_encoder_reference_searches_the_first_divergence_like_any_model():
     result = check.module(model, "encoder")
     assert result.first_divergence == "layers.1.self_attention", str(result)
     assert [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)
+
+
+def test_values_rotated_in_metas_pairing_are_named():
+    """In a model rotating Meta's pairs (2i, 2i + 1), the q and k rows are read in that order; the v rows are not,
+    so values rotated too are rotated in pairs of the user's own layout."""
+    result = check.module(U.TutorialLlama(interleaved=True, mistake="rope.applied_to_v"), "transformer_lm")
+    assert result.first_divergence == "layers.0.attention", str(result)
+    assert [d.id for d in result.diagnoses] == ["rope.applied_to_v"], str(result)

@@ -145,6 +145,16 @@ def rope_variants() -> list:
     )
     return [
         ("rope.applied_to_v", "the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
+        (
+            "rope.applied_to_v",
+            "the values rotated too (in pairs 2i, 2i + 1); RoPE rotates queries and keys only",
+            {"rope_v": "interleaved"},
+        ),  # a model in Meta's pairing: its v rows are not read in that order
+        (
+            "rope.applied_to_v",
+            "the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only",
+            {"rope_v": "half"},
+        ),
         ("rope.mixed_pairing", mixed, {"pairs": ("half", "interleaved")}),
         ("rope.mixed_pairing", mixed, {"pairs": ("interleaved", "half")}),
         ("rope.position_offset", "keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
