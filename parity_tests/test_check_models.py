@@ -275,3 +275,12 @@ def test_values_rotated_in_metas_pairing_are_named():
     result = check.module(U.TutorialLlama(interleaved=True, mistake="rope.applied_to_v"), "transformer_lm")
     assert result.first_divergence == "layers.0.attention", str(result)
     assert [d.id for d in result.diagnoses] == ["rope.applied_to_v"], str(result)
+
+
+def test_embedding_scale_is_named_at_the_module_that_scales():
+    """The Annotated Transformer's Embeddings multiplies its nn.Embedding `lut` by sqrt(d_model): a scale mistake
+    sits in the wrapper, not in the table."""
+    model = U.AnnotatedStyle()
+    model.src_embed = U.Embedding(13, 16, mistake="embedding.double_scale")
+    result = check.module(model, "transformer", call=U.annotated_call)
+    assert result.first_divergence == "src_embed" and [d.where for d in result.diagnoses] == ["src_embed"], str(result)

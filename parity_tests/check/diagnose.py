@@ -661,6 +661,8 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
         for d in found:  # wrong frequencies sit in the module that keeps the fixed table, not the token table
             if d.id == "positions.wrong_frequencies" and tables:
                 d.where = result.first_divergence = max(tables, key=lambda t: len(_lca([t, where])))
+            elif d.id.startswith("embedding.") and session.is_module:  # the scale: in the table's own wrapper
+                d.where = result.first_divergence = _scaling_module(session, where)
     else:
         where = targets[unit] or "(the module)"
         result.first_divergence = where
@@ -727,6 +729,25 @@ def latest_divergence(session, runnable: list) -> tuple:
             return caller, cfg
     session.use(tied[0][6])
     return tied[0][3], tied[0][4]
+
+
+def _scaling_module(session, path: str) -> str:
+    """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
+    table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
+    modules = dict(session.user.named_modules())
+    if path not in modules:
+        return path
+
+    def held(module) -> set:
+        return {id(t) for t in (*module.parameters(), *module.buffers())}
+
+    table = held(modules[path])
+    while "." in path:
+        parent = path.rsplit(".", 1)[0]
+        if isinstance(modules[parent], (nn.ModuleList, nn.ModuleDict, nn.Sequential)) or held(modules[parent]) != table:
+            break
+        path = parent
+    return path
 
 
 def _table_module(session, ref_name: str) -> str | None:
