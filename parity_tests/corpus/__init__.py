@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-STYLES = ("nanogpt", "mingpt", "annotated", "llama")
+STYLES = ("nanogpt", "mingpt", "annotated", "llama", "pytorch_tutorial", "d2l", "hf_style", "bentrevett")
 
 
 @dataclass(frozen=True)
