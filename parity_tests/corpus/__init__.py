@@ -6,6 +6,7 @@ what those styles look like, not copied. A file reads like a user's own: it impo
 
 - `model()`: a zero-argument factory for the clean model (tiny sizes, seeded);
 - `LEVEL`: the reference it is judged as, `check.module(model(), LEVEL, call=CALL)` with nothing else;
+- `ALSO_CLEAN` (optional): other factories of models that are right and must pass (another code path);
 - `CALL`: the author's own call where masks come from the caller (their helpers build them), else None;
 - `MISTAKES`: `(factory, id, where)` triples: a zero-argument factory for the same model with one mistake put in,
   the catalogue id the judge must name first, and the user's submodule where it must name it.
@@ -42,6 +43,12 @@ def load(style: str) -> ModuleType:
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}; got {style!r}")
     return importlib.import_module(f"{__name__}.{style}")
+
+
+def clean(style: str) -> list[Callable]:
+    """The factories of the clean models of `style`: `model`, then any ALSO_CLEAN."""
+    corpus = load(style)
+    return [corpus.model, *getattr(corpus, "ALSO_CLEAN", [])]
 
 
 def mistakes(style: str) -> list[Mistake]:

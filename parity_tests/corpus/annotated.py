@@ -327,6 +327,11 @@ class IntegerFrequencies(PositionalEncoding):
         self.pe[0, :, 1::2] = torch.cos(position * div_term)
 
 
+class UnscaledEmbeddings(Embeddings):
+    def forward(self, x):
+        return self.lut(x)  # the sqrt(d_model) the paper multiplies by, forgotten
+
+
 def std_plus_eps() -> EncoderDecoder:
     return model(norm=OriginalLayerNorm)
 
@@ -341,6 +346,12 @@ def wrong_scale() -> EncoderDecoder:
 
 def wrong_frequencies() -> EncoderDecoder:
     return model(positions=IntegerFrequencies)
+
+
+def missing_scale() -> EncoderDecoder:
+    """Not in MISTAKES: without the scale the model is another valid convention (GPT's), so it passes, and the
+    result must say that the pass holds only if no scale was meant (embedding.missing_scale)."""
+    return model(embeddings=UnscaledEmbeddings)
 
 
 # (factory, the catalogue id the judge must name first, the submodule it must name)
