@@ -228,3 +228,11 @@ def test_cli_checks_a_corpus_file(args, status, named, tmp_path):
     if named is not None:
         first = result["diagnoses"][0]
         assert (first["id"], first["where"]) == named, done.stdout[-3000:]
+
+
+def test_glue_is_counted_from_the_authors_call():
+    from parity_tests.corpus.__main__ import glue_lines
+
+    assert glue_lines(None) == 0
+    assert glue_lines(load("annotated").CALL) == 2  # the source mask, then the call with make_std_mask's
+    assert glue_lines(load("d2l").CALL) == 2

@@ -2,14 +2,18 @@
 
 Each file is one style (nanoGPT, minGPT, the Annotated Transformer, a Llama-style single file, PyTorch's
 nn.TransformerEncoder tutorial, d2l, a Hugging Face-style module, a bentrevett-style seq2seq), written here from
-what those styles look like, not copied. A file reads like a user's own: it imports torch only, and gives
+what those styles look like, not copied. A file reads like a user's own (it imports torch, and transformers for the
+Hugging Face style; never the judge), and gives
 
 - `model()`: a zero-argument factory for the clean model (tiny sizes, seeded);
 - `LEVEL`: the reference it is judged as, `check.module(model(), LEVEL, call=CALL)` with nothing else;
 - `ALSO_CLEAN` (optional): other factories of models that are right and must pass (another code path);
 - `CALL`: the author's own call where masks come from the caller (their helpers build them), else None;
 - `MISTAKES`: `(factory, id, where)` triples: a zero-argument factory for the same model with one mistake put in,
-  the catalogue id the judge must name first, and the user's submodule where it must name it.
+  the catalogue id the judge must name first, and the user's submodule where it must name it. That submodule is
+  the innermost module holding weights or tables (parameters, buffers, tensor attributes) whose own code holds the
+  mistaken line (d2l's DotProductAttention holds none: its MultiHeadAttention is named), or, for a mistake made
+  outside every such module (a mask built by the model's forward), the first of them whose output it changes.
 
 `parity_tests/test_corpus.py` runs the judge on every one of them.
 """

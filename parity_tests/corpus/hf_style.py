@@ -260,7 +260,7 @@ def unbiased_variance() -> TinyBertModel:
 
 # (factory, the catalogue id the judge must name first, the submodule it must name)
 MISTAKES = [
-    (mask_inverted, "attention.mask_inverted", "encoder.layer.0.attention"),
-    (wrong_scale, "attention.wrong_scale", "encoder.layer.0.attention"),
+    (mask_inverted, "attention.mask_inverted", "encoder.layer.0.attention.self"),
+    (wrong_scale, "attention.wrong_scale", "encoder.layer.0.attention.self"),
     (unbiased_variance, "layer_norm.unbiased_variance", "embeddings.LayerNorm"),
 ]
