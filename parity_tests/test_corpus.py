@@ -78,6 +78,7 @@ TODAY = {
     "annotated.mask_inverted": NOT_CALLED_HIDDEN,
     "annotated.wrong_scale": NOT_CALLED_HIDDEN,
     "annotated.wrong_frequencies": NOT_CALLED_HIDDEN,
+    "annotated.double_scale": NOT_CALLED_HIDDEN,
     "annotated.missing_scale": NOT_CALLED_HIDDEN + "; with the generator applied by hand it passes as "
     "scale_embeddings=False, no caveat (Result has no `caveats`)",
     "annotated.mask_inverted.no_call": "the module could not be called as the reference 'transformer' is; tried 136 "

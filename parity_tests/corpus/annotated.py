@@ -332,6 +332,11 @@ class UnscaledEmbeddings(Embeddings):
         return self.lut(x)  # the sqrt(d_model) the paper multiplies by, forgotten
 
 
+class EmbeddingsScaledTwice(Embeddings):
+    def forward(self, x):
+        return self.lut(x) * math.sqrt(self.d_model) * math.sqrt(self.d_model)  # scaled here and "again": by d_model
+
+
 def std_plus_eps() -> EncoderDecoder:
     return model(norm=OriginalLayerNorm)
 
@@ -348,6 +353,10 @@ def wrong_frequencies() -> EncoderDecoder:
     return model(positions=IntegerFrequencies)
 
 
+def double_scale() -> EncoderDecoder:
+    return model(embeddings=EmbeddingsScaledTwice)
+
+
 def missing_scale() -> EncoderDecoder:
     """Not in MISTAKES: without the scale the model is another valid convention (GPT's), so it passes, and the
     result must say that the pass holds only if no scale was meant (embedding.missing_scale)."""
@@ -360,4 +369,5 @@ MISTAKES = [
     (mask_inverted, "attention.mask_inverted", "encoder.layers.0.self_attn"),
     (wrong_scale, "attention.wrong_scale", "encoder.layers.0.self_attn"),
     (wrong_frequencies, "positions.wrong_frequencies", "src_embed.1"),
+    (double_scale, "embedding.double_scale", "src_embed.0"),
 ]
