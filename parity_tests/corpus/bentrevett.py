@@ -207,6 +207,14 @@ class NoSubsequentMask(Seq2Seq):
         return (trg != self.trg_pad_idx).unsqueeze(1).unsqueeze(2)  # padding only: the decoder sees the future
 
 
+class HidesOwnPosition(Seq2Seq):
+    def make_trg_mask(self, trg):
+        trg_pad_mask = (trg != self.trg_pad_idx).unsqueeze(1).unsqueeze(2)
+        trg_len = trg.shape[1]
+        trg_sub_mask = torch.tril(torch.ones((trg_len, trg_len), device=self.device), diagonal=-1).bool()  # j < i
+        return trg_pad_mask & trg_sub_mask
+
+
 class ExpWithoutMax(MultiHeadAttentionLayer):
     def softmax(self, energy):
         e = torch.exp(energy)  # no max subtracted: overflows once scores pass ~88 (float32) or ~709 (float64)
@@ -221,6 +229,10 @@ def not_causal() -> Seq2Seq:
     return model(seq2seq=NoSubsequentMask)
 
 
+def causal_hides_diagonal() -> Seq2Seq:
+    return model(seq2seq=HidesOwnPosition)
+
+
 def no_max_subtraction() -> Seq2Seq:
     return model(attention=ExpWithoutMax)
 
@@ -230,4 +242,5 @@ MISTAKES = [
     (wrong_scale, "attention.wrong_scale", "encoder.layers.0.self_attention"),
     (not_causal, "attention.not_causal", "decoder.layers.0.self_attention"),
     (no_max_subtraction, "attention.no_max_subtraction", "encoder.layers.0.self_attention"),
+    (causal_hides_diagonal, "attention.causal_hides_diagonal", "decoder.layers.0.self_attention"),
 ]

@@ -99,6 +99,9 @@ class Attention(nn.Module):
     def rotate(self, xq, xk, freqs_cis):
         return apply_rotary_emb(xq, xk, freqs_cis=freqs_cis)
 
+    def rotate_values(self, xv, freqs_cis):
+        return xv
+
     def repeat(self, x):
         return repeat_kv(x, self.n_rep)
 
@@ -109,6 +112,7 @@ class Attention(nn.Module):
         xk = xk.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
         xv = xv.view(bsz, seqlen, self.n_local_kv_heads, self.head_dim)
         xq, xk = self.rotate(xq, xk, freqs_cis)
+        xv = self.rotate_values(xv, freqs_cis)
         keys = self.repeat(xk)  # (bs, seqlen, n_local_heads, head_dim)
         values = self.repeat(xv)
         xq = xq.transpose(1, 2)  # (bs, n_local_heads, seqlen, head_dim)
@@ -209,6 +213,12 @@ class KeysRotatedInHalves(Attention):
         return xq, xk * cos + rotated * sin
 
 
+class RotatesValuesToo(Attention):
+    def rotate_values(self, xv, freqs_cis):
+        _, xv = apply_rotary_emb(xv, xv, freqs_cis)  # the values rotated like the keys
+        return xv
+
+
 class SiluOnUp(FeedForward):
     def forward(self, x):
         return self.w2(self.w1(x) * F.silu(self.w3(x)))  # the activation on w3 (up), not w1 (gate)
@@ -217,6 +227,11 @@ class SiluOnUp(FeedForward):
 class EpsOutsideRoot(RMSNorm):
     def _norm(self, x):
         return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
+
+
+class MeanOverPositions(RMSNorm):
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + self.eps)  # dim 1: the positions, not the features
 
 
 def kv_heads_tiled() -> Transformer:
@@ -235,10 +250,20 @@ def rms_eps_outside_sqrt() -> Transformer:
     return model(norm=EpsOutsideRoot)
 
 
+def applied_to_v() -> Transformer:
+    return model(attention=RotatesValuesToo)
+
+
+def rms_wrong_axis() -> Transformer:
+    return model(norm=MeanOverPositions)
+
+
 # (factory, the catalogue id the judge must name first, the submodule it must name)
 MISTAKES = [
     (kv_heads_tiled, "attention.kv_heads_tiled", "layers.0.attention"),
     (mixed_pairing, "rope.mixed_pairing", "layers.0.attention"),
     (activation_on_up, "gated_feed_forward.activation_on_up", "layers.0.feed_forward"),
     (rms_eps_outside_sqrt, "rms_norm.eps_outside_sqrt", "layers.0.attention_norm"),
+    (applied_to_v, "rope.applied_to_v", "layers.0.attention"),
+    (rms_wrong_axis, "rms_norm.wrong_axis", "layers.0.attention_norm"),
 ]

@@ -193,6 +193,14 @@ class UnbiasedLayerNorm(LayerNorm):
         return out + self.bias if self.bias is not None else out
 
 
+class EpsOutsideRoot(LayerNorm):
+    def forward(self, input):
+        mean = input.mean(-1, keepdim=True)
+        std = input.var(-1, keepdim=True, unbiased=False).sqrt()
+        out = (input - mean) / (std + 1e-5) * self.weight  # eps added to the standard deviation
+        return out + self.bias if self.bias is not None else out
+
+
 class Float32LayerNorm(LayerNorm):
     def forward(self, input):
         weight, bias = self.weight.float(), None if self.bias is None else self.bias.float()
@@ -219,13 +227,21 @@ def heads_without_transpose() -> GPT:
     return _with_attention(HeadsWithoutTranspose)
 
 
-def unbiased_variance() -> GPT:
+def _with_norm(norm) -> GPT:
     gpt = model()
     for block in gpt.transformer.h:
-        block.ln_1 = UnbiasedLayerNorm(gpt.config.n_embd, bias=True)
-        block.ln_2 = UnbiasedLayerNorm(gpt.config.n_embd, bias=True)
-    gpt.transformer.ln_f = UnbiasedLayerNorm(gpt.config.n_embd, bias=True)
+        block.ln_1 = norm(gpt.config.n_embd, bias=True)
+        block.ln_2 = norm(gpt.config.n_embd, bias=True)
+    gpt.transformer.ln_f = norm(gpt.config.n_embd, bias=True)
     return gpt
+
+
+def unbiased_variance() -> GPT:
+    return _with_norm(UnbiasedLayerNorm)
+
+
+def eps_outside_sqrt() -> GPT:
+    return _with_norm(EpsOutsideRoot)
 
 
 def float32_island() -> GPT:
@@ -252,4 +268,5 @@ MISTAKES = [
     (not_causal, "attention.not_causal", "transformer.h.0.attn"),
     (heads_without_transpose, "attention.heads_without_transpose", "transformer.h.0.attn"),
     (unbiased_variance, "layer_norm.unbiased_variance", "transformer.h.0.ln_1"),
+    (eps_outside_sqrt, "layer_norm.eps_outside_sqrt", "transformer.h.0.ln_1"),
 ]
