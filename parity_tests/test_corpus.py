@@ -108,7 +108,6 @@ TODAY = {
     "hf_style.mask_inverted": HF_TYPES,
     "hf_style.wrong_scale": HF_TYPES,
     "hf_style.unbiased_variance": HF_TYPES,
-    "cli.nanogpt.model": CLI_DATACLASS,
     "cli.nanogpt.wrong_scale": CLI_DATACLASS,
     "cli.annotated.model": "transformer-parity check: error: unrecognized arguments: --call [...] (exit 2)",
 }
@@ -203,7 +202,6 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 CLI_CASES = [
     # (case name, arguments after `check`, the exit status expected, the (id, where) expected first, or None)
-    ("cli.nanogpt.model", ["nanogpt.py:model", "transformer_lm"], 0, None),
     (
         "cli.nanogpt.wrong_scale",
         ["nanogpt.py:wrong_scale", "transformer_lm"],
