@@ -47,6 +47,11 @@ def check_main(argv) -> int:
     )
     parser.add_argument("--json", default=None, help="write the result as JSON to this path ('-': stdout)")
     args = parser.parse_args(argv)
+    for what, spec in (("target", args.target), ("--call", args.call)):
+        if spec is not None and ":" not in spec:
+            print(f"transformer-parity check: {what}: expected MODULE:ATTR (as mypkg.models:MyModel or "
+                  f"path/to/file.py:model), got {spec!r}", file=sys.stderr)  # fmt: skip
+            return 2
     if not (0 < args.timeout < float("inf")):
         print(f"transformer-parity check: --timeout: expected a positive number of seconds, got {args.timeout:g}",
               file=sys.stderr)  # fmt: skip

@@ -42,7 +42,10 @@ UNRUNNABLE = {  # name -> (source, target attribute, extra arguments, what the m
 }
 
 
-@pytest.mark.parametrize("case", UNRUNNABLE)
+FAST = ("exit in forward", "hang in forward", "syntax error")  # one child each: the rest run with -m slow
+
+
+@pytest.mark.parametrize("case", [c if c in FAST else pytest.param(c, marks=pytest.mark.slow) for c in UNRUNNABLE])
 def test_cli_exits_2_with_the_reason_when_user_code_cannot_run(case, tmp_path, capsys):
     source, attr, extra, says = UNRUNNABLE[case]
     path = tmp_path / "usercode.py"
@@ -62,6 +65,7 @@ def test_cli_judges_in_a_child_and_exits_1_on_a_failure(tmp_path, capsys):
     assert "--call: expected MODULE:ATTR" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_call_option_is_the_apis_call():
     model, call = "parity_tests.user_models:AnnotatedStyle", "parity_tests.user_models:annotated_call"
     assert main(["check", model, "transformer", "--call", call]) == 0
@@ -138,6 +142,7 @@ def test_a_lambda_over_the_modules_own_submodules_runs_the_judged_copy():
     assert next(block.parameters()).dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_cli_loads_a_file_whose_dataclass_needs_its_module(tmp_path, capsys):
     """nanoGPT's GPTConfig is a @dataclass under `from __future__ import annotations`: dataclasses look the module
     up in sys.modules, so a file loaded by path must be registered there, as an import would."""
