@@ -257,6 +257,9 @@ CLI_CASES = [
         ("attention.wrong_scale", "transformer.h.0.attn"),
     ),
     ("cli.annotated.model", ["annotated.py:model", "transformer", "--call", "annotated.py:CALL"], 0, None),
+]
+# the same again on another style: a child process each (a second or more of startup, ~15 s on a loaded machine)
+SLOW_CLI_CASES = [
     (
         "cli.bentrevett.wrong_scale",
         ["bentrevett.py:wrong_scale", "transformer"],
@@ -266,7 +269,15 @@ CLI_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("args", "status", "named"), [_case(n, *rest) for n, *rest in CLI_CASES])
+def _cli_case(name: str, *values, slow: bool = False):
+    case = _case(name, *values)
+    return pytest.param(*case.values, id=case.id, marks=[*case.marks, *([pytest.mark.slow] if slow else [])])
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "named"),
+    [_cli_case(n, *rest) for n, *rest in CLI_CASES] + [_cli_case(n, *rest, slow=True) for n, *rest in SLOW_CLI_CASES],
+)
 def test_cli_checks_a_corpus_file(args, status, named, tmp_path):
     """`python -m parity_tests check path/to/file.py:factory LEVEL`: exit 0 passes, 1 fails (the mistake named in
     the JSON), with the result written as JSON."""
