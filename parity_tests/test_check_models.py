@@ -284,3 +284,22 @@ def test_embedding_scale_is_named_at_the_module_that_scales():
     model.src_embed = U.Embedding(13, 16, mistake="embedding.double_scale")
     result = check.module(model, "transformer", call=U.annotated_call)
     assert result.first_divergence == "src_embed" and [d.where for d in result.diagnoses] == ["src_embed"], str(result)
+
+
+class OptionalPaddingMask(nn.Module):
+    """transformers' GPT-2 signature: forward(input_ids, attention_mask=None), the mask a (B, T) padding mask only."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.model = U.TutorialLlama()
+
+    def forward(self, input_ids, attention_mask=None):
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must be (B, T) like input_ids, got {tuple(attention_mask.shape)}")
+        return {"logits": self.model(input_ids)}
+
+
+def test_an_optional_mask_is_also_left_out():
+    result = check.module(OptionalPaddingMask(), "transformer_lm")
+    assert result.passed and result.conventions["mask"].startswith("none passed"), str(result)

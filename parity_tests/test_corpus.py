@@ -38,15 +38,6 @@ TODAY = {
 }
 
 
-# transformers' GPT-2 signature: forward(input_ids, attention_mask=None, labels=None) -> CausalLMOutput
-HF_GPT_MASKS = (
-    "the module could not be called as the reference 'transformer_lm' is; tried 24 conventions, the first few "
-    "failed with: {'batch_first': True, 'mask': 'attention_mask: bool_keep (B, 1, T, T)'}: RuntimeError: "
-    "permute(sparse_coo): [...] (a causal mask is passed as attention_mask; leaving it out is not tried)"
-)
-TODAY.update({f"hf_gpt.{name}": HF_GPT_MASKS for name in ("model", "wrong_scale", "not_causal", "unbiased_variance")})
-
-
 def _case(name: str, *values):
     """A parameter set, marked xfail (strict) with today's verdict where the judge gets it wrong today."""
     marks = [pytest.mark.xfail(strict=True, reason=TODAY[name])] if name in TODAY else []

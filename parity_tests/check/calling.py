@@ -222,6 +222,11 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
         if role is not None and role not in assigned.values():
             assigned[name] = role
     kinds = MASK_KINDS if mask in (None, "detect") else ((mask,) if mask != "none" else ())
+    # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
+    # an attention or a layer given none would only look like one that ignores its mask
+    optional = level in ("transformer", "transformer_lm", "encoder_model") and all(
+        p.default is not p.empty for p in params if p.name in assigned
+    )
     layouts = [batch_first] if batch_first is not None else [True, False]
     if level in ("scaled_dot_product_attention",):
         layouts = [True]  # (B, H, T, Dh) has no sequence-first form
@@ -237,6 +242,8 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
                 for shapes in _product(shape_lists):
                     masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
                     found.append(Caller(bf, order, masks, self_attention))
+            if optional and mask in (None, "detect"):  # left out, last
+                found.append(Caller(bf, order, {}, self_attention))
     if level == "multi_head_attention":
         found += _causal_callers(layouts, orders, mask_params, kinds if mask != "none" else ())
     return found
