@@ -152,3 +152,18 @@ def test_cli_loads_a_file_whose_dataclass_needs_its_module(tmp_path, capsys):
     path = tmp_path / "dataclass_model.py"
     path.write_text(source)
     assert main(["check", f"{path}:norm", "layer_norm"]) == 0, capsys.readouterr().err
+
+
+def test_grader_fails_a_nan_gradient_and_says_nan(tmp_path):
+    from parity_tests.exercises import grade, write_workbook
+
+    write_workbook(tmp_path, ["softmax"])
+    path = tmp_path / "softmax.py"
+    text = path.read_text().replace(
+        "    raise NotImplementedError(\"softmax backward: derive dx from dout and cache['p']\")",
+        "    return cache['p'] * (dout - (dout * cache['p']).sum(-1, keepdims=True)) * np.nan",
+    )
+    assert text != path.read_text()
+    path.write_text(text if "import numpy as np" in text else "import numpy as np\n" + text)
+    entry = grade(tmp_path)["exercises"]["softmax"]
+    assert not entry["passed"] and "nan" in entry["summary"] and "0.00e+00" not in entry["summary"], entry
