@@ -303,3 +303,29 @@ class OptionalPaddingMask(nn.Module):
 def test_an_optional_mask_is_also_left_out():
     result = check.module(OptionalPaddingMask(), "transformer_lm")
     assert result.passed and result.conventions["mask"].startswith("none passed"), str(result)
+
+
+ATTENTION_IDS = [
+    "attention.wrong_scale",
+    "attention.no_max_subtraction",
+    "attention.mask_after_softmax",
+    "attention.mask_ignored",
+    "attention.mask_inverted",
+    "attention.padding_on_queries",
+    "attention.heads_without_transpose",
+    "attention.softmax_wrong_axis",
+    "dropout.active_in_eval",
+]
+
+
+@pytest.mark.parametrize("mistake", ATTENTION_IDS)
+def test_every_attention_mistake_is_named_inside_a_whole_model(mistake):
+    """Each id put into the second layer's attention of a whole encoder: named, and named there (the first
+    divergence too, except for what a probe finds: dropout, overflow). The polarity is stated for the inverted mask:
+    unstated, a flipped mask passes with its caveat (test_pass_on_a_polarity_that_is_also_a_mistake_says_so)."""
+    model = U.Encoder()
+    model.layers[1].self_attention = U.Attention(8, 2, mistake=mistake)
+    result = check.module(model, "encoder", mask="bool_keep" if mistake == "attention.mask_inverted" else None)
+    assert [(d.id, d.where) for d in result.diagnoses] == [(mistake, "layers.1.self_attention")], str(result)
+    probed = mistake in ("attention.no_max_subtraction", "dropout.active_in_eval")
+    assert result.first_divergence == (None if probed else "layers.1.self_attention"), str(result)
