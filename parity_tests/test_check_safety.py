@@ -37,7 +37,7 @@ UNRUNNABLE = {  # name -> (source, target attribute, extra arguments, what the m
     "hang in forward": (HEAD + NORM.format(body="time.sleep(60)"), "Norm", ["--timeout", "4"], "did not finish"),
     "not callable": (HEAD + "Norm = 3\n", "Norm", [], "neither a torch.nn.Module nor a zero-argument factory"),
     "factory raises": (HEAD + "def Norm():\n    raise RuntimeError('no GPU')\n", "Norm", [], "RuntimeError: no GPU"),
-    "factory gives no module": (HEAD + "def Norm():\n    return 3\n", "Norm", [], "returned a int, not a torch"),
+    "factory gives no module": (HEAD + "def Norm():\n    return 3\n", "Norm", [], "of type int, not a torch"),
     "syntax error": (HEAD + "def Norm(:\n", "Norm", [], "SyntaxError"),
 }
 

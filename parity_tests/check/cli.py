@@ -86,7 +86,7 @@ def load_target(spec: str, reference: str | None = None):
         return target
     if not callable(target):
         raise Unrunnable(
-            f"{spec} is a {type(target).__name__}, neither a torch.nn.Module nor a zero-argument factory of one"
+            f"{spec} is of type {type(target).__name__}, neither a torch.nn.Module nor a zero-argument factory of one"
         )
     try:
         made = target()
@@ -95,7 +95,8 @@ def load_target(spec: str, reference: str | None = None):
     except Exception as exc:
         raise Unrunnable(f"the factory {spec}() raised {type(exc).__name__}: {exc}") from None
     if not isinstance(made, nn.Module):
-        raise Unrunnable(f"the factory {spec}() returned a {type(made).__name__}, not a torch.nn.Module")
+        kind = type(made).__name__
+        raise Unrunnable(f"the factory {spec}() returned an object of type {kind}, not a torch.nn.Module")
     return made
 
 
@@ -103,7 +104,7 @@ def load_call(spec: str):
     """--call MODULE:FUNC -> the function, used as check.module's call=."""
     function = load_attribute(spec, "--call")
     if not callable(function):
-        raise BadArgument(f"--call: {spec} is a {type(function).__name__}, not a function")
+        raise BadArgument(f"--call: {spec} is of type {type(function).__name__}, not a function")
     return function
 
 
