@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from numpy_transformer.config import GenerationRules
 
 import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import hf as numpy_hf
-from numpy_transformer.config import GenerationRules
 from parity_tests import components as C
 from parity_tests import hf_compare as H
 from torch_transformer import hf as torch_hf
@@ -114,7 +114,7 @@ LEFT_PADDED = {
     "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
     "phi3": {"partial_rotary_factor": 0.5},  # fused qkv GQA 4/2, partial rotary
     "gpt_neox": {},  # parallel residual, rotary_pct 0.5
-    "qwen3": {},  # q/k norm before RoPE
+    "qwen3": {"head_dim": 16},  # q/k norm before RoPE, heads of 16 features with a hidden size of 32
     "mixtral": {},  # a sparse mixture of experts
     "qwen3_moe": {},  # q/k norm, experts and a dense layer
 }

@@ -270,8 +270,6 @@ def test_top_k_gates_with_exact_ties(norm_topk_prob):
 # transformers' own blocks.
 
 
-
-
 def hf_block(family: str, norm_topk_prob: bool = True, seed: int = 0, zero_router: bool = False):
     """A tiny transformers block in float64, its weights drawn here (the block alone leaves them uninitialised)."""
     if family == "mixtral":
