@@ -292,7 +292,7 @@ POSITIVE_INTS = (
     "intermediate_size", "d_ff", "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
     "max_position_embeddings", "n_positions", "d_kv", "relative_attention_num_buckets",
-    "relative_attention_max_distance", "seq_length",
+    "relative_attention_max_distance", "seq_length", "dim", "hidden_dim", "n_layers", "n_heads",
 )  # fmt: skip
 OPTIONAL_POSITIVE_INTS = (  # null means "as the family's default"
     "n_inner", "num_key_value_heads", "head_dim", "sliding_window", "num_decoder_layers", "decoder_vocab_size",
@@ -521,6 +521,153 @@ BERT = Family(
         "share_embeddings": ANY,
         "output_bias": ANY,
         "pooler": ANY,
+    },  # fmt: skip
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# RoBERTa and XLM-RoBERTa (RobertaModel, XLMRobertaModel: one architecture, two model types) and DistilBERT
+# (DistilBertModel). RoBERTa is BERT's layout under its own prefix, with the positions of fairseq: a real token sits
+# at pad_id + the count of real tokens up to it, a pad at pad_id, whose row takes no gradient
+# (config.positions_after_pad); the [CLS] pooler when the file holds one. DistilBERT: BERT's post-norm encoder
+# without token types or pooler, its own tensor names, LayerNorm eps fixed at 1e-12. Its `dropout` acts after the
+# embeddings and the feed-forward block; ours (residual) after the attention block too: in training mode with
+# dropout > 0 the two drop different units (evaluation mode, and hf.load(dropout=0), are exact).
+
+
+def roberta_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    if c.get("pad_token_id") is None:
+        raise ValueError("config.json: pad_token_id=None: RoBERTa's positions count from the padding token (needs one)")
+    config = bert_from_hf(c, dropout)
+    if config.pad_id + 1 >= config.max_len:
+        raise ValueError(
+            f"config.json: pad_token_id={config.pad_id} leaves no position in a table of max_position_embeddings="
+            f"{config.max_len} rows (RoBERTa's positions start at pad_token_id + 1)"
+        )
+    return replace(config, positions_after_pad=True)
+
+
+def roberta_to_hf(config: TransformerConfig) -> dict:
+    eos = list(config.eos_id) if isinstance(config.eos_id, tuple) else config.eos_id
+    return bert_to_hf(config) | {"bos_token_id": config.bos_id, "eos_token_id": eos}
+
+
+ROBERTA = replace(
+    BERT,
+    model_type="roberta",
+    architecture="RobertaModel",
+    prefixes=("", "roberta."),
+    skipped=(
+        r"embeddings\.position_ids",  # a buffer: 0 .. max_len - 1
+        r"embeddings\.token_type_ids",  # a buffer of zeros
+        r"pooler\..*",  # the [CLS] pooler, when the config says none (config.pooler: set when the file has one)
+        r"lm_head\..*",  # RobertaForMaskedLM's head
+        r"classifier\..*",  # RobertaForSequenceClassification's / TokenClassification's head
+    ),
+    from_hf=roberta_from_hf,
+    to_hf=roberta_to_hf,
+    supports=BERT.supports | {"positions_after_pad": True},
+)
+XLM_ROBERTA = replace(ROBERTA, model_type="xlm-roberta", architecture="XLMRobertaModel")
+
+DISTILBERT_DROPOUT = {
+    "dropout": (("embedding", "residual"), 0.1),  # see above: DistilBERT's attention block has none
+    "attention_dropout": (("attention",), 0.1),
+}
+DISTILBERT_EPS = 1e-12  # nn.LayerNorm(dim, eps=1e-12) everywhere; config.json has no field for it
+
+
+def distilbert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    if c.get("sinusoidal_pos_embds"):
+        raise ValueError(
+            "config.json: sinusoidal_pos_embds=true (a frozen sinusoid table) is not supported (only learned positions)"
+        )
+    V = c["vocab_size"]
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=c["dim"],
+        n_heads=c["n_heads"],
+        d_ff=c["hidden_dim"],
+        n_encoder_layers=c["n_layers"],
+        n_decoder_layers=0,
+        **dropout_from_hf(c, DISTILBERT_DROPOUT, dropout),
+        activation=activation_from_hf(c.get("activation", "gelu")),
+        norm_first=False,
+        positional="learned",
+        max_len=c["max_position_embeddings"],
+        layer_norm_eps=DISTILBERT_EPS,
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=end_token_ids(c, V),
+        scale_embeddings=False,
+        embedding_norm=True,
+        embedding_padding_idx=c.get("pad_token_id") is not None,  # nn.Embedding(padding_idx=pad_token_id)
+    )
+
+
+def distilbert_to_hf(config: TransformerConfig) -> dict:
+    if config.layer_norm_eps != DISTILBERT_EPS:
+        raise ValueError(
+            f"this model cannot be written as a 'distilbert' checkpoint: layer_norm_eps={config.layer_norm_eps!r} "
+            f"(needs {DISTILBERT_EPS}, fixed in DistilBERT's code)"
+        )
+    return {
+        "vocab_size": config.src_vocab_size,
+        "dim": config.d_model,
+        "n_heads": config.n_heads,
+        "hidden_dim": config.d_ff,
+        "n_layers": config.n_encoder_layers,
+        **dropout_to_hf(config, "distilbert", DISTILBERT_DROPOUT),
+        "activation": config.activation,
+        "max_position_embeddings": config.max_len,
+        "sinusoidal_pos_embds": False,
+        "pad_token_id": config.pad_id,
+    }
+
+
+DISTILBERT_LAYER = "transformer.layer.{i}"
+DISTILBERT = Family(
+    model_type="distilbert",
+    model_class="EncoderModel",
+    architecture="DistilBertModel",
+    prefixes=("", "distilbert."),
+    rules=(
+        Rule("encoder.token_embedding.weight", "embeddings.word_embeddings.weight"),
+        Rule("encoder.position_embedding.weight", "embeddings.position_embeddings.weight"),
+        Rule("encoder.embedding_norm.weight", "embeddings.LayerNorm.weight"),
+        Rule("encoder.embedding_norm.bias", "embeddings.LayerNorm.bias"),
+        *(
+            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{DISTILBERT_LAYER}.{theirs}.{w}")
+            for ours, theirs in (
+                ("self_attn.q_proj", "attention.q_lin"),
+                ("self_attn.k_proj", "attention.k_lin"),
+                ("self_attn.v_proj", "attention.v_lin"),
+                ("self_attn.out_proj", "attention.out_lin"),
+                ("self_attn_norm", "sa_layer_norm"),
+                ("ffn.linear1", "ffn.lin1"),
+                ("ffn.linear2", "ffn.lin2"),
+                ("ffn_norm", "output_layer_norm"),
+            )
+            for w in ("weight", "bias")
+        ),
+    ),
+    skipped=(
+        r"embeddings\.position_ids",  # a buffer: 0 .. max_len - 1
+        r"vocab_(transform|layer_norm|projector)\..*",  # DistilBertForMaskedLM's head
+        r"(pre_classifier|classifier|qa_outputs)\..*",  # the classification and question-answering heads
+    ),
+    from_hf=distilbert_from_hf,
+    to_hf=distilbert_to_hf,
+    supports={  # an encoder: no output projection, so its fields take any value
+        "activation": ("relu", "gelu"),
+        "positional": "learned",
+        "scale_embeddings": False,
+        "embedding_norm": True,
+        "qkv_bias": (None, True),
+        "tie_embeddings": ANY,
+        "share_embeddings": ANY,
+        "output_bias": ANY,
     },  # fmt: skip
 )
 
@@ -1252,7 +1399,10 @@ T5_ENCODER = replace(
     tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
 )
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
+FAMILIES = {
+    family.model_type: family
+    for family in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)
+}
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 

@@ -47,7 +47,14 @@ from .layers import (
     tanh_forward,
 )
 from .scores import ScoreMod, alibi_slopes
-from .validation import check_attention_mask, check_float_array, check_ids, check_ndim, mask_positions
+from .validation import (
+    check_attention_mask,
+    check_float_array,
+    check_ids,
+    check_ndim,
+    mask_positions,
+    pad_offset_positions,
+)
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -153,7 +160,9 @@ def embed_forward(
         if positions is None:
             x, position_cache = add_positions_forward(x, table[start:] if start else table)
         else:  # every row its own positions: PE[positions], a lookup like the tokens'
-            pe, lookup_cache = embedding_forward(positions, table)  # (B, T, D)
+            # RoBERTa's pad tokens read row pad_id, which takes no gradient (nn.Embedding(padding_idx=pad_id))
+            pad = config.pad_id if config.positions_after_pad else None
+            pe, lookup_cache = embedding_forward(positions, table, 1.0, pad)  # (B, T, D)
             x, position_cache = x + pe, ("rows", lookup_cache)
     type_cache = None
     if "token_type_embedding.weight" in params:
@@ -443,7 +452,8 @@ def encoder_forward(
     T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
     token_type_embedding.weight."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
-    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
+    positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
+    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
     rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
@@ -664,6 +674,9 @@ class _Model:
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        if config.positions_after_pad and not self.encoder_only:
+            kind = type(self).__name__
+            raise ValueError(f"positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a {kind}'s")
         self.config = config
         self.dtype = dtype
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
@@ -948,6 +961,7 @@ class EncoderModel(_Model):
         instead of config.pad_id."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
+        cfg.check_length("ids", ids.shape[1])
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
