@@ -83,6 +83,10 @@ class TransformerConfig:
     # create_position_ids_from_input_ids); the longest input is then max_len - pad_id - 1 (`longest_input`). An
     # EncoderModel's only (the Transformer and TransformerLM refuse it)
     positions_after_pad: bool = False
+    # T5's bucketed bias on the self-attention scores ({stack}.relative_bias.weight, relative_buckets and
+    # relative_max_distance as for positional "relative") beside another positional: MPNet's learned positions and
+    # a bias table shared by every layer
+    relative_bias: bool = False
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -181,6 +185,7 @@ class TransformerConfig:
             "share_embeddings",
             "embedding_padding_idx",
             "positions_after_pad",
+            "relative_bias",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -191,6 +196,14 @@ class TransformerConfig:
                 wrong.append(f"pad_id={self.pad_id!r} (needs a token id below max_len - 1 = {self.max_len - 1})")
             if wrong:
                 raise ValueError(f"positions_after_pad (RoBERTa's encoder positions) needs: {', '.join(wrong)}")
+
+        if self.relative_bias and self.positional == "relative":
+            raise ValueError("relative_bias adds T5's bias beside another positional: positional='relative' has it")
+
+    @property
+    def has_relative_bias(self) -> bool:
+        """Whether the self-attentions read a stack's T5 bias table: positional "relative", or relative_bias."""
+        return self.positional == "relative" or self.relative_bias
 
     @property
     def longest_input(self) -> int:

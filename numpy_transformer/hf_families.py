@@ -672,6 +672,87 @@ DISTILBERT = Family(
 )
 
 
+# MPNet (MPNetModel; all-mpnet-base-v2): BERT's post-norm layer under its own names, RoBERTa's positions (its padding
+# index is 1 in the code, whatever config.json says), no token types, and T5's bidirectional bucketed bias beside
+# them (relative_bias: one table, encoder.relative_attention_bias, read by every layer at 32 buckets and a maximum
+# distance of 128, the defaults MPNet's code calls it with).
+MPNET_PAD = 1  # MPNetEmbeddings.padding_idx
+MPNET_BUCKETS, MPNET_MAX_DISTANCE = 32, 128  # MPNetEncoder.compute_position_bias's defaults
+
+
+def mpnet_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    for name, needs in (("pad_token_id", MPNET_PAD), ("relative_attention_num_buckets", MPNET_BUCKETS)):
+        if c.get(name, needs) != needs:
+            raise ValueError(f"config.json: {name}={c[name]!r} is not supported (MPNet's code uses {needs})")
+    config = bert_from_hf(c | {"type_vocab_size": 0, "pad_token_id": MPNET_PAD}, dropout)
+    if config.pad_id + 1 >= config.max_len:
+        raise ValueError(f"config.json: max_position_embeddings={config.max_len} leaves no position after the pad")
+    return replace(
+        config,
+        positions_after_pad=True,
+        relative_bias=True,
+        relative_buckets=MPNET_BUCKETS,
+        relative_max_distance=MPNET_MAX_DISTANCE,
+    )
+
+
+def mpnet_to_hf(config: TransformerConfig) -> dict:
+    if config.pad_id != MPNET_PAD:
+        raise ValueError(f"this model cannot be written as an 'mpnet' checkpoint: pad_id={config.pad_id} (needs 1)")
+    out = roberta_to_hf(config) | {"relative_attention_num_buckets": MPNET_BUCKETS}
+    for name in ("type_vocab_size", "position_embedding_type"):
+        out.pop(name)
+    return out
+
+
+MPNET_LAYER = "encoder.layer.{i}"
+MPNET = Family(
+    model_type="mpnet",
+    model_class="EncoderModel",
+    architecture="MPNetModel",
+    prefixes=("", "mpnet."),
+    rules=(
+        Rule("encoder.token_embedding.weight", "embeddings.word_embeddings.weight"),
+        Rule("encoder.position_embedding.weight", "embeddings.position_embeddings.weight"),
+        Rule("encoder.embedding_norm.weight", "embeddings.LayerNorm.weight"),
+        Rule("encoder.embedding_norm.bias", "embeddings.LayerNorm.bias"),
+        Rule("encoder.relative_bias.weight", "encoder.relative_attention_bias.weight"),
+        *(
+            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{MPNET_LAYER}.{theirs}.{w}")
+            for ours, theirs in (
+                ("self_attn.q_proj", "attention.attn.q"),
+                ("self_attn.k_proj", "attention.attn.k"),
+                ("self_attn.v_proj", "attention.attn.v"),
+                ("self_attn.out_proj", "attention.attn.o"),
+                ("self_attn_norm", "attention.LayerNorm"),
+                ("ffn.linear1", "intermediate.dense"),
+                ("ffn.linear2", "output.dense"),
+                ("ffn_norm", "output.LayerNorm"),
+            )
+            for w in ("weight", "bias")
+        ),
+        *(Rule(f"pooler.dense.{w}", f"pooler.dense.{w}", when=("pooler", True)) for w in ("weight", "bias")),
+    ),
+    skipped=(
+        r"embeddings\.position_ids",  # a buffer: 0 .. max_len - 1
+        r"pooler\..*",  # the pooler, when the config says none (config.pooler: set when the file has one)
+        r"lm_head\..*",  # MPNetForMaskedLM's head
+        r"classifier\..*",  # the classification heads
+    ),
+    from_hf=mpnet_from_hf,
+    to_hf=mpnet_to_hf,
+    detected=(("pooler", r"pooler\.dense\.weight"),),
+    supports=BERT.supports
+    | {
+        "type_vocab_size": 0,
+        "positions_after_pad": True,
+        "relative_bias": True,
+        "relative_buckets": MPNET_BUCKETS,
+        "relative_max_distance": MPNET_MAX_DISTANCE,
+    },
+)
+
+
 # ----------------------------------------------------------------------------------------------
 # GPT-2 (GPT2LMHeadModel): pre-norm decoder, learned positions, tanh GELU, fused c_attn, Conv1D layout,
 # tied output projection without a bias, no padding token.
@@ -1401,7 +1482,7 @@ T5_ENCODER = replace(
 
 FAMILIES = {
     family.model_type: family
-    for family in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)
+    for family in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, MPNET, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)
 }
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}

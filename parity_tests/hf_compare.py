@@ -51,13 +51,14 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "gpt2", "llama", "mistral", "qwen2", "bloom")
-ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert")  # outputs: hidden states (B, T, D), not logits
+FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom")
+ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 CLASSES = {
     "bert": transformers.BertModel,
     "roberta": transformers.RobertaModel,
     "xlm-roberta": transformers.XLMRobertaModel,
     "distilbert": transformers.DistilBertModel,
+    "mpnet": transformers.MPNetModel,
     "gpt2": transformers.GPT2LMHeadModel,
     "llama": transformers.LlamaForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -69,6 +70,7 @@ CONFIGS = {
     "roberta": transformers.RobertaConfig,
     "xlm-roberta": transformers.XLMRobertaConfig,
     "distilbert": transformers.DistilBertConfig,
+    "mpnet": transformers.MPNetConfig,
     "gpt2": transformers.GPT2Config,
     "llama": transformers.LlamaConfig,
     "mistral": transformers.MistralConfig,
@@ -134,6 +136,10 @@ TINY["distilbert"] = dict(
     vocab_size=40, dim=16, n_layers=2, n_heads=4, hidden_dim=24, max_position_embeddings=16, pad_token_id=0,
     dropout=0.0, attention_dropout=0.0,
 )  # fmt: skip
+# MPNet: RoBERTa's positions and T5's 32 bidirectional buckets (distances of 8 and more share logarithmic ones: the
+# 7-token inputs stay below them, test_hf_encoders runs longer ones), no token types
+TINY["mpnet"] = {**TINY["roberta"], "relative_attention_num_buckets": 32}
+del TINY["mpnet"]["type_vocab_size"]
 # Mistral: a window of 3 positions, shorter than every input (7 tokens), so it hides keys in every row after the
 # third; Qwen2: biases on q, k, v (drawn off zero by build_tiny) and none on o_proj or the MLP.
 TINY["mistral"] = {**TINY["llama"], "sliding_window": 3}
@@ -147,6 +153,7 @@ VARIANTS = {
     "roberta": ("roberta", {}),
     "xlm-roberta relu": ("xlm-roberta", {"hidden_act": "relu"}),
     "distilbert": ("distilbert", {}),
+    "mpnet": ("mpnet", {}),
     "gpt2 tied": ("gpt2", {}),
     "gpt2 untied": ("gpt2", {"tie_word_embeddings": False}),
     "llama GQA 4/2 untied theta=500": ("llama", {}),
@@ -195,8 +202,8 @@ def build_tiny(family: str, directory, seed: int = 0, **overrides):
 
 def make_inputs(family: str, seed: int = 0, batch: int = 2, length: int = 7):
     """ids (B, T) and BERT's token types (B, T) (None for the LMs, and for the encoders with fewer than two types).
-    Ids avoid 0, 1, 2 (pad, bos, eos). For the encoders the last row is padded from the middle on (RoBERTa's first
-    row on the left too: its positions count the real tokens), and the token types mark two segments."""
+    Ids avoid 0, 1, 2 (pad, bos, eos). For the encoders the last row is padded from the middle on (RoBERTa's and
+    MPNet's first row on the left too: their positions count the real tokens), and the token types mark two segments."""
     rng = np.random.default_rng(seed + 7)
     vocab = TINY[family]["vocab_size"]
     ids = rng.integers(3, vocab, size=(batch, length))
@@ -204,7 +211,7 @@ def make_inputs(family: str, seed: int = 0, batch: int = 2, length: int = 7):
         return ids, None
     pad = TINY[family]["pad_token_id"]
     ids[-1, length // 2 + 1 :] = pad
-    if family in ("roberta", "xlm-roberta") and batch > 1:
+    if family in ("roberta", "xlm-roberta", "mpnet") and batch > 1:
         ids[0, :2] = pad
     if TINY[family].get("type_vocab_size", 0) < 2:
         return ids, None
@@ -595,6 +602,7 @@ NATIVE["roberta"] = dataclasses.replace(
 )
 NATIVE["xlm-roberta"] = dataclasses.replace(NATIVE["roberta"], activation="relu")
 NATIVE["distilbert"] = dataclasses.replace(NATIVE["bert"], type_vocab_size=0, bos_id=None, eos_id=None)
+NATIVE["mpnet"] = dataclasses.replace(NATIVE["roberta"], type_vocab_size=0, relative_bias=True)
 # The family hf.save writes a native model as is the first that can express it: these two say which they are
 NATIVE_MODEL_TYPE = {"xlm-roberta": "xlm-roberta", "distilbert": "distilbert"}
 NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)

@@ -270,6 +270,7 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
 FAMILY_RATES = [
     ("bert", dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2), (0.1, 0.2, 0.0, 0.1)),
     ("roberta", dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2), (0.1, 0.2, 0.0, 0.1)),
+    ("mpnet", dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2), (0.1, 0.2, 0.0, 0.1)),
     ("gpt2", dict(embd_pdrop=0.1, attn_pdrop=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),
     ("llama", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),
 ]

@@ -1,6 +1,7 @@
-"""RoBERTa, XLM-RoBERTa and DistilBERT beyond what test_hf.py runs for every family (outputs and every gradient, both
-sides, float64 and float32; round trips; to_hf): RoBERTa's pooler, its positions (pad_id + the count of real
-tokens, the pad row without gradient), the checkpoints of the head classes, and what each family refuses.
+"""RoBERTa, XLM-RoBERTa, DistilBERT and MPNet beyond what test_hf.py runs for every family (outputs and every
+gradient, both sides, float64 and float32; round trips; to_hf): the poolers, RoBERTa's positions (pad_id + the count
+of real tokens, the pad row without gradient), MPNet's bucketed bias over long distances, the checkpoints of the head
+classes, and what each family refuses.
 Tiny random models written by transformers in the test (hf_compare.build_tiny), never downloaded."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from parity_tests import hf_compare as H
 from torch_transformer import hf as torch_hf
 
 SIDES = ["numpy", "torch"]
-ROBERTAS = ["roberta", "xlm-roberta"]
+POOLED = ["roberta", "xlm-roberta", "mpnet"]  # a pooler in the base class, and RoBERTa's positions
 HF = {"numpy": np_hf, "torch": torch_hf}
 
 
@@ -40,15 +41,15 @@ def forward(model, side: str, ids: np.ndarray, token_types=None) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# RoBERTa's pooler: the checkpoint holds one, ours reads it, and its gradients match.
+# The poolers: the checkpoint holds one, ours reads it, and its gradients match.
 
 
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("family", ROBERTAS)
-def test_roberta_pooler_and_every_gradient_match_transformers(family, side, tmp_path):
-    """RobertaModel / XLMRobertaModel hold a pooler: ours has it (config.pooler), pool(hidden) equals pooler_output,
-    and with random upstream gradients on both the hidden states and the pooled output every gradient (the pooler's,
-    and the encoder's through the first position) agrees with transformers' autograd in float64."""
+@pytest.mark.parametrize("family", POOLED)
+def test_pooler_and_every_gradient_match_transformers(family, side, tmp_path):
+    """RobertaModel, XLMRobertaModel and MPNetModel hold a pooler: ours has it (config.pooler), pool(hidden) equals
+    pooler_output, and with random upstream gradients on both the hidden states and the pooled output every gradient
+    (the pooler's, and the encoder's through the first position) agrees with transformers' autograd in float64."""
     H.build_tiny(family, tmp_path)
     reference = H.CLASSES[family].from_pretrained(tmp_path, dtype=torch.float64).eval()
     ids, _ = H.make_inputs(family)
@@ -156,10 +157,37 @@ def test_the_config_refuses_positions_after_pad_where_they_mean_nothing():
         nt.TransformerConfig(**base, positional="learned", max_len=8, pad_id=7, positions_after_pad=True)
     with pytest.raises(TypeError, match="positions_after_pad must be a bool"):
         nt.TransformerConfig(**base, positional="learned", positions_after_pad=1)
+    with pytest.raises(ValueError, match="relative_bias adds T5's bias beside another positional"):
+        nt.TransformerConfig(**base, positional="relative", relative_bias=True)
+    with pytest.raises(TypeError, match="relative_bias must be a bool"):
+        nt.TransformerConfig(**base, relative_bias="yes")
     config = nt.TransformerConfig(**base | {"n_decoder_layers": 1}, positional="learned", positions_after_pad=True)
     for make in (nt.TransformerLM, nt.Transformer, tt.TransformerLM, tt.Transformer):
         with pytest.raises(ValueError, match="positions_after_pad .* is an EncoderModel's"):
             make(config)
+
+
+# ----------------------------------------------------------------------------------------------
+# MPNet's bias at long distances.
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_mpnet_long_inputs_reach_the_logarithmic_buckets(side, tmp_path):
+    """30 tokens (distances up to 29: the 16 buckets of each direction are exact below 8, logarithmic beyond), a
+    padded row: hidden states and every gradient, the bias table's included, equal transformers' in float64."""
+    H.build_tiny("mpnet", tmp_path, max_position_embeddings=40)
+    theirs_model = H.CLASSES["mpnet"].from_pretrained(tmp_path, dtype=torch.float64).eval()
+    buckets = theirs_model.encoder.relative_position_bucket(torch.arange(30)[None, :] - torch.arange(30)[:, None])
+    assert len(buckets.unique()) > 20  # far more than the 2 * 8 exact ones
+    ours_model = load(side, tmp_path)
+    ids = np.random.default_rng(4).integers(3, 40, size=(2, 30))
+    ids[1, 20:] = 1
+    upstream = np.random.default_rng(5).standard_normal((*ids.shape, 16))
+    theirs_out, theirs = H.run_transformers(theirs_model, "mpnet", ids, None, upstream)
+    ours_out, ours = (H.run_numpy if side == "numpy" else H.run_torch)(ours_model, "mpnet", ids, None, upstream)
+    result = H.pair(ours_out, theirs_out, ours, theirs, "hidden")
+    assert not C.failures(result, np.float64), C.failures(result, np.float64)
+    assert np.any(ours["encoder.relative_attention_bias.weight"][8:16]), "no gradient reached the far buckets"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,6 +198,7 @@ HEADS = [
     ("xlm-roberta", transformers.XLMRobertaForSequenceClassification, "classifier.out_proj.weight"),
     ("distilbert", transformers.DistilBertForMaskedLM, "vocab_projector.weight"),
     ("distilbert", transformers.DistilBertForSequenceClassification, "pre_classifier.weight"),
+    ("mpnet", transformers.MPNetForMaskedLM, "lm_head.decoder.weight"),
 ]
 
 
@@ -194,11 +223,13 @@ REFUSED = [
     ("roberta", {"pad_token_id": None}, "pad_token_id=None"),
     ("roberta", {"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
     ("xlm-roberta", {"pad_token_id": 17, "max_position_embeddings": 18}, "pad_token_id=17 leaves no position"),
+    ("mpnet", {"pad_token_id": 0}, r"pad_token_id=0 is not supported \(MPNet's code uses 1\)"),
+    ("mpnet", {"relative_attention_num_buckets": 16}, "relative_attention_num_buckets=16 is not supported"),
 ]
 
 
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize(("family", "fields", "message"), REFUSED, ids=[m for _, _, m in REFUSED])
+@pytest.mark.parametrize(("family", "fields", "message"), REFUSED, ids=[f"{f} {'+'.join(x)}" for f, x, _ in REFUSED])
 def test_a_config_json_the_family_cannot_express_is_refused(family, fields, message, side, tmp_path):
     H.build_tiny(family, tmp_path)
     HF[side].load(tmp_path)  # intact, it loads

@@ -202,7 +202,7 @@ class _Stack(nn.Module):
         self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
-        if config.positional == "relative":
+        if config.has_relative_bias:  # T5's positional "relative", or MPNet's relative_bias
             c = config
             self.relative_bias = RelativePositionBias(c.relative_buckets, c.n_heads, c.relative_max_distance)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
