@@ -7,8 +7,8 @@ write ours back as one, and translate our gradients into the layout of the `tran
     hf.save(model, "out/")                                     # transformers' from_pretrained reads it
     theirs = hf.to_hf(model, model.grads)                      # our names -> the HF class's names and layouts
 
-Supported model types: "bert", "roberta", "xlm-roberta", "distilbert" (-> EncoderModel), "gpt2" and "llama"
-(-> TransformerLM), "marian" and "bart" (-> Transformer). What each
+Supported model types: "bert", "roberta", "xlm-roberta", "distilbert", "mpnet" (-> EncoderModel), "gpt2" and
+"llama" (-> TransformerLM), "marian" and "bart" (-> Transformer). What each
 checkpoint tensor becomes is a table in `hf_families` (shared with torch_transformer.hf); this module
 only reads files and moves arrays. It needs json and the safetensors package (its NumPy API), not
 torch or transformers.
