@@ -92,7 +92,7 @@ def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
     """
     q, k, v, scale = cache["q"], cache["k"], cache["v"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
-    dprobs = dout @ v.swapaxes(-1, -2)  # (B, H, T_q, T_k)
+    dprobs = np.einsum("bhqd,bhkd->bhqk", dout, v, optimize=True)  # dO V^T (B, H, T_q, T_k): as the scores' Q K^T
     dprobs = dropout_backward(dprobs, cache["dropout"])
     dscores = softmax_backward(dprobs, cache["softmax"])
     dtable = None

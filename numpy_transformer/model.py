@@ -9,6 +9,7 @@ Shape letters: B batch, T_src / T_tgt sequence lengths, D d_model, H heads, V vo
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -21,6 +22,7 @@ from .attention import (
 )
 from .config import TransformerConfig
 from .layers import (
+    ACTIVATIONS,
     Dropout,
     add_positions_backward,
     add_positions_forward,
@@ -252,12 +254,19 @@ def attention_forward(
     )  # fmt: skip
 
 
-def ffn_forward(params: dict, x: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str):
+def ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict = ACTIVATIONS,
+):
     r"""The feed-forward block the config asks for: the paper's :math:`\phi(x W_1^\top + b_1)\, W_2^\top + b_2`, or
     the gated :math:`\big(\phi(x W_g^\top + b_g) \odot (x W_1^\top + b_1)\big) W_2^\top + b_2` (config.gated_ffn,
-    Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
+    Llama's SwiGLU). x (B, T, D) -> (B, T, D); :math:`\phi` is activations[config.activation]."""
     forward = gated_feed_forward_forward if config.gated_ffn else feed_forward_forward
-    out, cache = forward(params, x, config.activation, dropout, site)
+    out, cache = forward(params, x, config.activation, dropout, site, activations)
     return out, (config.gated_ffn, cache)
 
 
@@ -302,6 +311,7 @@ def encoder_layer_forward(
     site: str = "encoder.layers.0",
     rope: tuple | None = None,
     bias_table: np.ndarray | None = None,
+    activations: dict = ACTIVATIONS,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
@@ -313,7 +323,7 @@ def encoder_layer_forward(
     )
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
-    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
+    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
     x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
     return x, c
 
@@ -356,6 +366,7 @@ def decoder_layer_forward(
     memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
+    activations: dict = ACTIVATIONS,
     rope: tuple | None = None,
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
@@ -388,7 +399,7 @@ def decoder_layer_forward(
         )  # fmt: skip
         x, c["cross_attn_out"] = sublayer_out(params, "cross_attn", x, y, config, dropout, site)
     h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
-    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
+    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
     x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
     return x, c
 
@@ -447,10 +458,13 @@ def encoder_forward(
     dropout: Dropout | None = None,
     token_type_ids: np.ndarray | None = None,
     attention_mask: np.ndarray | None = None,
+    *,
+    activations: dict = ACTIVATIONS,
 ):
     """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
     T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
-    token_type_embedding.weight."""
+    token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
+    (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
@@ -460,6 +474,7 @@ def encoder_forward(
         x, layer_cache = encoder_layer_forward(
             sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=rope,
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+            activations=activations,
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -494,6 +509,7 @@ def decoder_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     *,
+    activations: dict = ACTIVATIONS,
     caches: list | None = None,
     start: int = 0,
     attention_mask: np.ndarray | None = None,
@@ -501,7 +517,8 @@ def decoder_forward(
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
     Decoding runs this on the new positions only: tgt_ids are the tokens at positions start .. start + T_tgt - 1,
-    and caches holds each layer's (KVCache, MemoryCache or None), read and extended by attention.
+    and caches holds each layer's (KVCache, MemoryCache or None), read and extended by attention. activations: the
+    feed-forward blocks' table of activation functions (name -> (forward, backward)).
 
     Self-attention masks nothing but the future (causal), as Hugging Face's decoders do: the target's
     padding sits at the end, where causality already hides it from every real position, and the loss
@@ -524,6 +541,7 @@ def decoder_forward(
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
+            activations=activations,
             site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
             key_padding=attention_mask,
@@ -685,6 +703,8 @@ class _Model:
         self.training = True
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
         self.dropout_masks: dict = {}  # the keep-masks of the last forward pass, by site
+        self.activation_table = ACTIVATIONS  # the feed-forward blocks' functions: name -> (forward, backward)
+        self._own_dropout = None  # a replica's Dropout, drawn from instead of self.rng
         self._cache = None
 
     # -- modes and gradients ---------------------------------------------------------------
@@ -709,7 +729,9 @@ class _Model:
             start += v.size
         self._zero = set(self.grads)  # names whose gradient is still exactly zero
 
-    def _accumulate(self, grads: dict) -> None:
+    def accumulate_grads(self, grads: dict) -> None:
+        """Add grads (name -> array, some of the params) into self.grads, as backward does: an array arriving
+        first since zero_grad() is kept as it is (not copied), the next ones are added to it."""
         for name, g in grads.items():
             if name in self._zero:
                 self.grads[name] = g  # the first contribution since zero_grad(): keep the array
@@ -723,7 +745,28 @@ class _Model:
             return None
         if dropout_masks is not None:
             return Dropout(self.config.dropout_rates, masks=dict(dropout_masks))
+        if self._own_dropout is not None:
+            return self._own_dropout
         return Dropout(self.config.dropout_rates, rng=self.rng)
+
+    def replica(self, dropout: Dropout | None = None, activation_table: dict | None = None):
+        """A model for one part of a batch, to run in a thread of its own: the same params (the arrays themselves,
+        so an optimizer's step is seen by both), config, dtype and mode; its own caches, dropout masks and grads.
+        Its grads start empty: each backward adds what it computes (a name is absent until then).
+
+        dropout: the Dropout its training forward passes draw their masks from (None: self.rng, shared with this
+        model, so draws in several threads come in no fixed order). activation_table: its feed-forward blocks'
+        functions, name -> (forward, backward) (None: this model's).
+        The forward pass now lives in the replicas: this model's cache is dropped, so that its backward cannot
+        differentiate an older forward pass."""
+        replica = copy.copy(self)
+        replica.grads, replica._zero = {}, set(self.params)
+        replica.dropout_masks, replica._cache = {}, None
+        replica._own_dropout = dropout
+        if activation_table is not None:
+            replica.activation_table = activation_table
+        self._cache = None
+        return replica
 
     # -- the encoder's token table, optionally shared with the decoder ---------------------
 
@@ -889,9 +932,13 @@ class Transformer(_Model):
             )
         mask = check_attention_mask(attention_mask, src_ids)  # (B, T_src) bool, or None
         dropout = self._dropout(dropout_masks)
-        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask)
+        acts = self.activation_table
+        memory, enc_cache = encoder_forward(
+            self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask, activations=acts
+        )  # (B, T_src, D)
+        memory_mask = source_mask(src_ids, mask, cfg.pad_id)  # (B, 1, 1, T_src), or None
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, source_mask(src_ids, mask, cfg.pad_id), cfg, dropout
+            sub(self.params, "decoder"), tgt_ids, memory, memory_mask, cfg, dropout, activations=acts
         )  # (B, T_tgt, D)
         return self._output_forward(x, dropout, {"encoder": enc_cache, "decoder": dec_cache, "encoder_out": memory})
 
@@ -904,9 +951,9 @@ class Transformer(_Model):
         dx, grads = self._output_backward(dlogits)
         dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"])
         enc_grads = encoder_backward(dmemory, self._cache["encoder"])
-        self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
-        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
-        self._accumulate(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
+        self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
+        self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
+        self.accumulate_grads(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
 
 
 class TransformerLM(_Model):
@@ -926,8 +973,9 @@ class TransformerLM(_Model):
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
+        acts = self.activation_table
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask
+            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask, activations=acts
         )  # (B, T, D)
         return self._output_forward(x, dropout, {"decoder": dec_cache})
 
@@ -939,8 +987,8 @@ class TransformerLM(_Model):
         dlogits = self._check_dlogits(dlogits)
         dx, grads = self._output_backward(dlogits)
         _, dec_grads = decoder_backward(dx, self._cache["decoder"])
-        self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
-        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
+        self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
+        self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
 
 
 class EncoderModel(_Model):
@@ -965,8 +1013,9 @@ class EncoderModel(_Model):
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
+        acts = self.activation_table
         hidden, enc_cache = encoder_forward(
-            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask
+            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask, activations=acts
         )  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
@@ -982,7 +1031,7 @@ class EncoderModel(_Model):
         if self._cache is None:
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
         dhidden = check_float_array("dhidden", dhidden, self.dtype, self._cache["hidden_shape"])
-        self._accumulate(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
+        self.accumulate_grads(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
 
     def pool(self, hidden: np.ndarray) -> np.ndarray:
         r"""BERT's pooler (config.pooler): hidden states h (B, T, D), as forward returns them -> pooled (B, D),
@@ -1019,7 +1068,7 @@ class EncoderModel(_Model):
         dpooled = check_float_array("dpooled", dpooled, self.dtype, (shape[0], shape[2]))
         dz = tanh_backward(dpooled, tanh_cache)  # (B, D)
         dfirst, dweight, dbias = linear_backward(dz, linear_cache)
-        self._accumulate({"pooler.dense.weight": dweight, "pooler.dense.bias": dbias})
+        self.accumulate_grads({"pooler.dense.weight": dweight, "pooler.dense.bias": dbias})
         dhidden = np.zeros(shape, dtype=self.dtype)
         dhidden[:, 0] = dfirst  # only the [CLS] position feeds the pooler
         return dhidden
