@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from transformer_spec.shapes import parameter_shapes
+
 from .attention import (
     multi_head_attention_backward,
     multi_head_attention_forward,
@@ -91,16 +93,26 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
     return attention_mask[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None):
+def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None, theta=None):
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
-    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads; None unless the config's
-    positions are rotary."""
+    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads, at base `theta` (None:
+    config.rope_theta); None unless the config's positions are rotary."""
     if config.positional != "rope":
         return None
+    theta = config.rope_theta if theta is None else theta
     if positions is None:
-        return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
-    cos, sin = rope_angles(positions, config.head_dim, config.rope_theta, dtype)  # (B, T, Dh/2) each
+        return rope_angles(np.arange(start, start + T), config.d_head, theta, dtype)
+    cos, sin = rope_angles(positions, config.d_head, theta, dtype)  # (B, T, Dh/2) each
     return cos[:, None], sin[:, None]
+
+
+def rope_by_layer(config: TransformerConfig, n_layers: int, T: int, dtype, start: int = 0, positions=None) -> list:
+    """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
+    ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
+    tables = {}
+    for theta in {config.layer_rope_theta(i) for i in range(n_layers)}:
+        tables[theta] = rope_for(config, T, dtype, start, positions, theta)
+    return [tables[config.layer_rope_theta(i)] for i in range(n_layers)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,16 +227,21 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
 # with the config's norm (layer norm or RMSNorm) in the config's place (pre- or post-norm).
 
 
-def score_mod(config: TransformerConfig, causal: bool) -> ScoreMod:
-    """The scores' rules of one attention, from the config: a decoder's self-attention is causal, and only there
-    does a sliding window apply; ALiBi (positional "alibi") biases every self-attention; cross-attention gets none."""
+def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreMod:
+    """The scores' rules of layer `layer`'s self-attention, from the config: a decoder's is causal; a sliding layer's
+    window (config.layer_window) is causal in a decoder (keys i - window < j <= i) and, in an encoder of
+    layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
+    self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
     relative = None
     if config.has_relative_bias:  # T5, MPNet: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
+    window = config.layer_window(layer)
+    band = window // 2 if window is not None and not causal and config.layer_types is not None else None
     return ScoreMod(
         scale=config.attention_scale,
         causal=causal,
-        window=config.sliding_window if causal else None,
+        window=window if causal else None,
+        band=band,
         alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
         relative=relative,
     )
@@ -240,6 +257,7 @@ def attention_forward(
     site: str,
     rope: tuple | None = None,
     is_causal: bool = False,
+    layer: int = 0,
     **decoding,
 ):
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
@@ -247,7 +265,7 @@ def attention_forward(
     sliding window, ALiBi, T5's bias read from `decoding`'s bias_table) and, when given, rotary positions.
     `decoding`: q_pos and kv_cache in decoding, bias_table (T5's table of the stack) for self-attention."""
     cross = memory is not query and not is_causal
-    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal)
+    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal, layer=layer)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, **decoding,
@@ -312,15 +330,18 @@ def encoder_layer_forward(
     rope: tuple | None = None,
     bias_table: np.ndarray | None = None,
     activations: dict = ACTIVATIONS,
+    layer: int = 0,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
-    bias_table: the stack's T5 relative position bias (n_buckets, H), or None."""
+    bias_table: the stack's T5 relative position bias (n_buckets, H), or None; layer: the layer's index, whose
+    kind (config.layer_types) chooses its score rules."""
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
-        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table
-    )
+        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table,
+        layer=layer,
+    )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
     y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
@@ -372,6 +393,7 @@ def decoder_layer_forward(
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
+    layer: int = 0,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -381,14 +403,15 @@ def decoder_layer_forward(
     Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
     attention reads and extends (a forward-only call). bias_table: the stack's T5 relative position bias, read by
     self-attention, or None. key_padding (B, P): the real tokens of a padded batch by key position (True = real),
-    masked out of self-attention where False, or None.
+    masked out of self-attention where False, or None. layer: the layer's index, whose kind (config.layer_types)
+    chooses its self-attention's window.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding, layer=layer,
     )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     if memory is not None:
@@ -468,13 +491,13 @@ def encoder_forward(
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
-    rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
+    ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=rope,
+            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=ropes[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            activations=activations,
+            activations=activations, layer=i,  # its kind (config.layer_types) chooses its score rules
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -535,16 +558,16 @@ def decoder_forward(
     if attention_mask is not None:
         positions = mask_positions(attention_mask)[:, start:]  # (B, T_tgt)
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start, positions=positions)
-    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start, positions)  # rotary (cos, sin), or None
+    ropes = rope_by_layer(config, config.n_decoder_layers, tgt_ids.shape[1], x.dtype, start, positions)
     q_pos = np.arange(start, start + tgt_ids.shape[1])
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
             activations=activations,
-            site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
+            site=f"decoder.layers.{i}", rope=ropes[i], q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            key_padding=attention_mask,
+            key_padding=attention_mask, layer=i,  # its kind (config.layer_types) chooses its window
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -576,75 +599,8 @@ def decoder_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# Parameters: names and shapes (docs/conventions.md), and the initialisation.
-
-
-def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False) -> dict:
-    """Every state-dict name and its shape, in a fixed order: the Transformer's, the TransformerLM's
-    (decoder_only: "decoder.*" and "output_proj.*") or the EncoderModel's (encoder_only: "encoder.*").
-
-    With share_embeddings (and both stacks) the encoder has no token table of its own: it reads
-    decoder.token_embedding.weight."""
-    if decoder_only and encoder_only:
-        raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
-    D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
-    shapes = {}
-
-    def linear(prefix, out_features, in_features, bias=config.bias):
-        shapes[f"{prefix}.weight"] = (out_features, in_features)
-        if bias:
-            shapes[f"{prefix}.bias"] = (out_features,)
-
-    def attention(prefix):
-        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
-            linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
-        linear(f"{prefix}.out_proj", D, D)
-
-    def norm(prefix, kind=config.norm):
-        shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer":  # RMSNorm has no bias
-            shapes[f"{prefix}.bias"] = (D,)
-
-    def stack(name, vocab, n_layers, cross):
-        shared = name == "encoder" and config.share_embeddings and not encoder_only
-        if not shared:
-            shapes[f"{name}.token_embedding.weight"] = (vocab, D)
-        if config.positional == "learned":
-            shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
-        if config.has_relative_bias:  # T5, MPNet: one bias table per stack, read by every self-attention
-            shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
-        if name == "encoder" and config.type_vocab_size > 0:
-            shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
-        if config.embedding_norm:
-            norm(f"{name}.embedding_norm", "layer")  # BERT's and BART's: always a LayerNorm
-        for i in range(n_layers):
-            layer = f"{name}.layers.{i}"
-            attention(f"{layer}.self_attn")
-            norm(f"{layer}.self_attn_norm")
-            if cross:
-                attention(f"{layer}.cross_attn")
-                norm(f"{layer}.cross_attn_norm")
-            if config.gated_ffn:
-                linear(f"{layer}.ffn.gate", F, D)
-            linear(f"{layer}.ffn.linear1", F, D)
-            linear(f"{layer}.ffn.linear2", D, F)
-            norm(f"{layer}.ffn_norm")
-        if config.norm_first:
-            norm(f"{name}.final_norm")
-
-    if not decoder_only:
-        stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
-    if encoder_only:
-        if config.pooler:
-            linear("pooler.dense", D, D, bias=True)
-        return shapes
-    stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
-    if not config.tie_embeddings:
-        shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
-    if config.output_bias:
-        shapes["output_proj.bias"] = (config.tgt_vocab_size,)
-    return shapes
+# Parameters: names and shapes (docs/conventions.md; transformer_spec.shapes.parameter_shapes, shared with the
+# checkpoint readers), and the initialisation.
 
 
 def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:

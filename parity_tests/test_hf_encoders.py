@@ -218,12 +218,12 @@ def test_a_head_class_checkpoint_loads_its_base_model(family, head_class, head_t
 
 
 REFUSED = [
-    ("distilbert", {"sinusoidal_pos_embds": True}, "sinusoidal_pos_embds=true"),
+    ("distilbert", {"sinusoidal_pos_embds": True}, "sinusoidal_pos_embds=True is not supported"),
     ("distilbert", {"dim": 16.0}, "dim=16.0"),
-    ("roberta", {"pad_token_id": None}, "pad_token_id=None"),
-    ("roberta", {"position_embedding_type": "relative_key"}, "position_embedding_type 'relative_key'"),
-    ("xlm-roberta", {"pad_token_id": 17, "max_position_embeddings": 18}, "pad_token_id=17 leaves no position"),
-    ("mpnet", {"pad_token_id": 0}, r"pad_token_id=0 is not supported \(MPNet's code uses 1\)"),
+    ("roberta", {"pad_token_id": None}, r"positions_after_pad .* pad_id=None"),
+    ("roberta", {"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key' is not supported"),
+    ("xlm-roberta", {"pad_token_id": 17, "max_position_embeddings": 18}, r"pad_id=17 \(needs a token id below max_len - 1 = 17\)"),
+    ("mpnet", {"pad_token_id": 0}, r"pad_token_id=0 is not supported \(supported: 1\)"),
     ("mpnet", {"relative_attention_num_buckets": 16}, "relative_attention_num_buckets=16 is not supported"),
 ]
 
