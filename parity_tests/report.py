@@ -134,8 +134,9 @@ def hf_rows(dtype, seed: int):
 
     rows = []
     names = (
-        "bert", "gpt2 tied", "llama GQA 4/2 untied theta=500", "llama MQA 4/1 tied theta=10000",
-        "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2", "bloom ALiBi 4 heads tied",
+        "bert", "roberta", "xlm-roberta relu", "distilbert", "mpnet", "gpt2 tied", "llama GQA 4/2 untied theta=500",
+        "llama MQA 4/1 tied theta=10000", "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2",
+        "bloom ALiBi 4 heads tied",
         "qwen3 q/k norm GQA 4/2 untied", "phi3 fused qkv GQA 4/2 untied", "gpt_neox parallel residual, rotary_pct 0.5",
         "mixtral 4 experts top-2 window=3 GQA 4/2", "qwen3_moe top-2 of 4 renormalised, dense layer 1",
     )  # fmt: skip
