@@ -1252,7 +1252,183 @@ T5_ENCODER = replace(
     tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
 )
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
+# ----------------------------------------------------------------------------------------------
+# ModernBERT (ModernBertModel, ModernBertForMaskedLM's base): a pre-norm encoder with rotary positions, a fused
+# Wqkv, GeGLU from a fused Wi, LayerNorms without biases (norm_bias), no linear biases, no attention norm on the
+# first layer, a norm on the token embeddings and a final norm. transformers' ModernBertMLP reads
+# `input, gate = Wi(x).chunk(2)` and computes Wo(act(input) * gate): its first half is our activated `ffn.gate`,
+# its second our `ffn.linear1`.
+
+MODERNBERT_DROPOUT = {"embedding_dropout": (("embedding",), 0.0), "mlp_dropout": (("activation",), 0.0)}
+MODERNBERT_THETA = {
+    "full_attention": ("global_rope_theta", 160_000.0),
+    "sliding_attention": ("local_rope_theta", 10_000.0),
+}
+
+
+def modernbert_layer_types(c: dict) -> list[str]:
+    """Each layer's kind: config.json's layer_types, or (older files) every global_attn_every_n_layers-th layer
+    "full_attention" from layer 0, the others "sliding_attention", as ModernBertConfig derives them."""
+    n = c["num_hidden_layers"]
+    types = c.get("layer_types")
+    if types is None:
+        every = c.get("global_attn_every_n_layers", 3)
+        if not is_int(every) or every < 1:
+            raise ValueError(f"config.json: global_attn_every_n_layers={every!r}: expected a positive integer")
+        types = ["sliding_attention" if i % every else "full_attention" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n:
+        raise ValueError(f"config.json: layer_types={types!r}: expected a list of {n} kinds, one per layer")
+    return types
+
+
+def modernbert_theta(c: dict, kind: str) -> float:
+    """The rotary base of one kind of layer: rope_parameters[kind]["rope_theta"], or (older files)
+    global_rope_theta / local_rope_theta, or ModernBertConfig's defaults (160000 global, 10000 local)."""
+    old_name, default = MODERNBERT_THETA[kind]
+    params = (c.get("rope_parameters") or {}).get(kind) or {}
+    if params.get("rope_type", "default") != "default":
+        raise ValueError(f"config.json: rope_parameters.{kind}.rope_type={params['rope_type']!r} is not supported")
+    theta = params.get("rope_theta", c.get(old_name, default))
+    if not is_finite_number(theta) or theta <= 0:
+        raise ValueError(f"config.json: the {kind} rope_theta={theta!r}: expected a positive number")
+    return float(theta)
+
+
+def modernbert_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    attention_bias, mlp_bias = c.get("attention_bias", False), c.get("mlp_bias", False)
+    if attention_bias != mlp_bias:
+        raise ValueError(
+            f"config.json: attention_bias={attention_bias!r} and mlp_bias={mlp_bias!r}: this project has one switch "
+            "for the attention's and the feed-forward's biases (config.bias), so they must be equal"
+        )
+    if dropout is None and c.get("attention_dropout"):
+        raise ValueError(
+            f"config.json: attention_dropout={c['attention_dropout']!r}: ModernBERT drops the attention probabilities "
+            "and the attention's output (not the MLP's) at that rate, which no site of ours expresses; needs 0 (or "
+            "load with dropout=)"
+        )
+    types = modernbert_layer_types(c)
+    if "sliding_attention" in types:
+        raise ValueError(
+            "config.json: layer_types has 'sliding_attention' layers (ModernBERT's local attention): not supported "
+            f"yet, only global layers (global_attn_every_n_layers=1); got {types}"
+        )
+    V = c["vocab_size"]
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=c["hidden_size"],
+        n_heads=c["num_attention_heads"],
+        d_ff=c["intermediate_size"],
+        n_encoder_layers=c["num_hidden_layers"],
+        n_decoder_layers=0,
+        **dropout_from_hf(c, MODERNBERT_DROPOUT, dropout),
+        activation=activation_from_hf(c.get("hidden_activation", "gelu")),
+        norm_first=True,
+        positional="rope",
+        rope_theta=modernbert_theta(c, "full_attention"),
+        max_len=c.get("max_position_embeddings", 8192),
+        layer_norm_eps=c.get("norm_eps", 1e-5),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=end_token_ids(c, V),
+        scale_embeddings=False,
+        gated_ffn=True,
+        bias=bool(mlp_bias),
+        embedding_norm=True,
+        norm_bias=bool(c.get("norm_bias", False)),
+        first_attn_norm=False,
+        # tok_embeddings is nn.Embedding(padding_idx=pad): the pad row gets no gradient from lookups
+        embedding_padding_idx=c.get("pad_token_id") is not None,
+    )
+
+
+def modernbert_to_hf(config: TransformerConfig) -> dict:
+    return {
+        "vocab_size": config.src_vocab_size,
+        "hidden_size": config.d_model,
+        "num_attention_heads": config.n_heads,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_encoder_layers,
+        **dropout_to_hf(config, "modernbert", MODERNBERT_DROPOUT),
+        "attention_dropout": 0.0,
+        "hidden_activation": {"gelu_tanh": "gelu_pytorch_tanh"}.get(config.activation, config.activation),
+        "max_position_embeddings": config.max_len,
+        "norm_eps": config.layer_norm_eps,
+        "norm_bias": config.norm_bias,
+        "attention_bias": config.bias,
+        "mlp_bias": config.bias,
+        "layer_types": ["full_attention"] * config.n_encoder_layers,
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+        },
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+        "cls_token_id": config.bos_id,
+        "sep_token_id": config.eos_id,
+    }
+
+
+MODERNBERT_LAYER = "layers.{i}"
+MODERNBERT = Family(
+    model_type="modernbert",
+    model_class="EncoderModel",
+    architecture="ModernBertModel",
+    prefixes=("", "model."),
+    rules=(
+        Rule("encoder.token_embedding.weight", "embeddings.tok_embeddings.weight"),
+        *(Rule(f"encoder.embedding_norm.{w}", f"embeddings.norm.{w}") for w in ("weight", "bias")),
+        *(
+            Rule(f"encoder.layers.{{i}}.self_attn.{p}_proj.{w}", f"{MODERNBERT_LAYER}.attn.Wqkv.{w}", part=(k, 3))
+            for k, p in enumerate("qkv")
+            for w in ("weight", "bias")
+        ),
+        *(
+            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{MODERNBERT_LAYER}.{theirs}.{w}")
+            for ours, theirs in (
+                ("self_attn_norm", "attn_norm"),  # none on layer 0 (first_attn_norm False)
+                ("self_attn.out_proj", "attn.Wo"),
+                ("ffn_norm", "mlp_norm"),
+                ("ffn.linear2", "mlp.Wo"),
+            )
+            for w in ("weight", "bias")
+        ),
+        *(  # Wi = [input; gate]: act(input) * gate, ours act(gate) * linear1
+            Rule(f"encoder.layers.{{i}}.ffn.{ours}.{w}", f"{MODERNBERT_LAYER}.mlp.Wi.{w}", part=(k, 2))
+            for k, ours in enumerate(("gate", "linear1"))
+            for w in ("weight", "bias")
+        ),
+        *(Rule(f"encoder.final_norm.{w}", f"final_norm.{w}") for w in ("weight", "bias")),
+    ),
+    skipped=(
+        r"head\..*",  # ModernBertForMaskedLM's prediction head (dense, act, norm) and its decoder: not the encoder's
+        r"decoder\..*",
+    ),
+    from_hf=modernbert_from_hf,
+    to_hf=modernbert_to_hf,
+    supports={  # an encoder: no output projection, so its fields take any value
+        "activation": ("gelu", "gelu_tanh", "relu", "silu"),
+        "norm_first": True,
+        "positional": "rope",
+        "rope_theta": ANY,
+        "scale_embeddings": False,
+        "gated_ffn": True,
+        "bias": ANY,
+        "embedding_norm": True,
+        "norm_bias": ANY,
+        "first_attn_norm": False,
+        "tie_embeddings": ANY,
+        "share_embeddings": ANY,
+        "output_bias": ANY,
+    },  # fmt: skip
+)
+
+
+FAMILIES = {
+    family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5, MODERNBERT)
+}
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 

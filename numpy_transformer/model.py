@@ -163,13 +163,13 @@ def embed_forward(
             token_type_ids = np.zeros(ids.shape, dtype=np.int64)
         types, type_cache = embedding_forward(token_type_ids, params["token_type_embedding.weight"])  # (B, T, D)
         x += types
-    norm_cache = None
+    norm_cache, b = None, None
     if config.embedding_norm:
-        w, b = params["embedding_norm.weight"], params["embedding_norm.bias"]
+        w, b = params["embedding_norm.weight"], params.get("embedding_norm.bias")  # no bias: config.norm_bias False
         x, norm_cache = layer_norm_forward(x, w, b, config.layer_norm_eps)
     x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
     cache = {"tokens": token_cache, "positions": position_cache, "types": type_cache, "norm": norm_cache}
-    return x, cache | {"dropout": drop_cache, "learned": config.positional == "learned"}
+    return x, cache | {"dropout": drop_cache, "learned": config.positional == "learned", "norm_bias": b is not None}
 
 
 def embed_backward(dout: np.ndarray, cache) -> dict:
@@ -187,7 +187,9 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
     grads = {}
     dx = dropout_backward(dout, drop_cache)
     if norm_cache is not None:
-        dx, grads["embedding_norm.weight"], grads["embedding_norm.bias"] = layer_norm_backward(dx, norm_cache)
+        dx, grads["embedding_norm.weight"], dbias = layer_norm_backward(dx, norm_cache)
+        if cache["norm_bias"]:
+            grads["embedding_norm.bias"] = dbias
     if type_cache is not None:
         grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
     if position_cache is not None:
@@ -268,9 +270,12 @@ def ffn_backward(dout: np.ndarray, cache):
     return backward(dout, cache)
 
 
-def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig):
+def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig, normed: bool = True):
     """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
-    norm's params are `{name}_norm.*`), x in post-norm."""
+    norm's params are `{name}_norm.*`), x in post-norm, and x where the layer has no such norm (normed False:
+    ModernBERT's first layer, config.first_attn_norm False)."""
+    if not normed:
+        return x, None  # residual_in_backward passes dh through
     norm = sub(params, f"{name}_norm")
     return residual_in_forward(x, norm, config.norm_first, config.layer_norm_eps, config.norm)
 
@@ -303,12 +308,14 @@ def encoder_layer_forward(
     rope: tuple | None = None,
     bias_table: np.ndarray | None = None,
     activations: dict = ACTIVATIONS,
+    attn_norm: bool = True,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
-    bias_table: the stack's T5 relative position bias (n_buckets, H), or None."""
+    bias_table: the stack's T5 relative position bias (n_buckets, H), or None; attn_norm False: self-attention
+    reads x un-normalised (pre-norm; ModernBERT's first layer)."""
     c = {}
-    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
+    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config, normed=attn_norm)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table
     )
@@ -464,7 +471,7 @@ def encoder_forward(
         x, layer_cache = encoder_layer_forward(
             sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=rope,
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            activations=activations,
+            activations=activations, attn_norm=i > 0 or config.first_attn_norm,
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -593,7 +600,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer":  # RMSNorm has no bias
+        if kind == "layer" and config.norm_bias:  # RMSNorm has no bias, nor ModernBERT's LayerNorm
             shapes[f"{prefix}.bias"] = (D,)
 
     def stack(name, vocab, n_layers, cross):
@@ -611,7 +618,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for i in range(n_layers):
             layer = f"{name}.layers.{i}"
             attention(f"{layer}.self_attn")
-            norm(f"{layer}.self_attn_norm")
+            if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
+                norm(f"{layer}.self_attn_norm")
             if cross:
                 attention(f"{layer}.cross_attn")
                 norm(f"{layer}.cross_attn_norm")

@@ -36,9 +36,10 @@ class _Layer(nn.Module):
 
     norm_first: bool
 
-    def _sublayer(self, name: str, config: TransformerConfig) -> None:
-        """Add the residual sublayer `name`'s norm and output dropout."""
-        setattr(self, f"{name}_norm", make_norm(config))
+    def _sublayer(self, name: str, config: TransformerConfig, normed: bool = True) -> None:
+        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed`: no parameters) and output
+        dropout."""
+        setattr(self, f"{name}_norm", make_norm(config) if normed else nn.Identity())
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
@@ -68,11 +69,12 @@ class _Layer(nn.Module):
 class EncoderLayer(_Layer):
     """Self-attention then feed-forward, each in a residual sublayer. x (B, S, D) -> (B, S, D)."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, attn_norm: bool = True):
+        """attn_norm False: self-attention reads x un-normalised (pre-norm; ModernBERT's first layer)."""
         super().__init__()
         self.norm_first = config.norm_first
         self.self_attn = self._attention(config)
-        self._sublayer("self_attn", config)
+        self._sublayer("self_attn", config, normed=attn_norm)
         self.ffn = self._feed_forward(config)
         self._sublayer("ffn", config)
 
@@ -196,7 +198,8 @@ class _Stack(nn.Module):
             self.token_type_embedding = nn.Embedding(config.type_vocab_size, d)
             nn.init.normal_(self.token_type_embedding.weight, std=0.02)
         # nn.Identity has no parameters: without the option there are no embedding_norm.* keys.
-        self.embedding_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
+        norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)  # BERT's, BART's, ModernBERT's
+        self.embedding_norm = norm if config.embedding_norm else nn.Identity()
         self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
@@ -264,7 +267,7 @@ class Encoder(_Stack):
     """Source ids (B, S) -> memory (B, S, D)."""
 
     def __init__(self, config: TransformerConfig, own_token_embedding: bool = True):
-        layers = [EncoderLayer(config) for _ in range(config.n_encoder_layers)]
+        layers = [EncoderLayer(config, i > 0 or config.first_attn_norm) for i in range(config.n_encoder_layers)]
         super().__init__(config, config.src_vocab_size, layers, True, own_token_embedding)
 
     def forward(
