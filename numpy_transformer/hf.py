@@ -177,7 +177,8 @@ def parameter_count(config, model_class) -> int:
     each stack's layer count (c + a n_enc + b n_dec), so three small configs give it for any number of layers."""
 
     def count(n_encoder: int, n_decoder: int) -> int:
-        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder)
+        # layer_types=None: the layer kinds have no parameters, and one list cannot fit every count
+        small = replace(config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, layer_types=None)
         shapes = parameter_shapes(small, model_class.decoder_only, model_class.encoder_only)
         return sum(math.prod(shape) for shape in shapes.values())
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from .config import DROPOUT_KINDS, GenerationRules, TransformerConfig
+from .config import DROPOUT_KINDS, LAYER_TYPES, GenerationRules, TransformerConfig
 
 
 @dataclass(frozen=True)
@@ -412,13 +412,12 @@ def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
     return ids[0] if len(ids) == 1 else ids
 
 
-def heads(c: dict, d_model: int, n_heads: int) -> None:
+def heads(c: dict, d_model: int, n_heads: int) -> int | None:
+    """The config's head_dim: config.json's, when it differs from d_model // n_heads (Qwen3's); else None."""
     head_dim = c.get("head_dim")
-    if head_dim is not None and head_dim * n_heads != d_model:
-        raise ValueError(
-            f"config.json: head_dim={head_dim} with {n_heads} heads != hidden size {d_model}; "
-            "this project's heads split d_model evenly"
-        )
+    if head_dim is None or head_dim * n_heads == d_model:
+        return None
+    return int(head_dim)  # a positive int: check_config_values read it first
 
 
 # ----------------------------------------------------------------------------------------------
@@ -651,7 +650,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
             "`bias` covers both"
         )
     V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
-    heads(c, D, H)
+    head_dim = heads(c, D, H)
     n_kv = c.get("num_key_value_heads") or H
     return TransformerConfig(
         src_vocab_size=V,
@@ -679,6 +678,7 @@ def llama_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
         bias=bool(c.get("attention_bias", False)),
         output_bias=False,
         embedding_padding_idx=c.get("pad_token_id") is not None,  # embed_tokens: nn.Embedding(padding_idx=pad)
+        head_dim=head_dim,
     )
 
 
@@ -688,7 +688,7 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
         "hidden_size": config.d_model,
         "num_attention_heads": config.n_heads,
         "num_key_value_heads": config.kv_heads,
-        "head_dim": config.head_dim,
+        "head_dim": config.d_head,
         "intermediate_size": config.d_ff,
         "num_hidden_layers": config.n_decoder_layers,
         **dropout_to_hf(config, "llama", LLAMA_DROPOUT),
@@ -709,7 +709,7 @@ def llama_to_hf(config: TransformerConfig, model_type: str = "llama") -> dict:
 LLAMA_SUPPORTS = {
     "activation": ("silu", "relu", "gelu"), "norm": "rms", "norm_first": True, "positional": "rope",
     "rope_theta": ANY, "gated_ffn": True, "n_kv_heads": ANY, "bias": ANY, "qkv_bias": lambda c: (None, c.bias),
-    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False,
+    "tie_embeddings": ANY, "scale_embeddings": False, "output_bias": False, "head_dim": ANY,
 }  # fmt: skip
 LLAMA = Family(
     model_type="llama",
@@ -767,18 +767,31 @@ def mistral_to_hf(config: TransformerConfig) -> dict:
 
 
 def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
-    if c.get("use_sliding_window", False):
-        raise ValueError(
-            "use_sliding_window=True is not supported for qwen2 (a window on some layers only); only False"
-        )
-    return replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+    config = replace(llama_from_hf(c, dropout), bias=False, qkv_bias=True)
+    if not c.get("use_sliding_window", False) or c.get("sliding_window") is None:
+        return config  # Qwen2Config: no window on any layer
+    kinds = c.get("layer_types")
+    if kinds is None:  # Qwen2Config's rule: the layers from max_window_layers on slide
+        first = c.get("max_window_layers", 28)
+        kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(c["num_hidden_layers"])]
+    if not isinstance(kinds, list):
+        raise ValueError(f"config.json: layer_types={kinds!r}: expected a list of {LAYER_TYPES}")
+    return replace(config, sliding_window=int(c["sliding_window"]), layer_types=tuple(kinds))
 
 
 def qwen2_to_hf(config: TransformerConfig) -> dict:
     out = llama_to_hf(config, "qwen2")
     for name in ("attention_bias", "mlp_bias"):  # Qwen2Config: q, k, v biases always, nothing else
         out.pop(name)
-    return {**out, "use_sliding_window": False}
+    if config.sliding_window is None:
+        return {**out, "use_sliding_window": False}
+    n_layers = config.n_decoder_layers
+    kinds = config.layer_types or ("sliding_attention",) * n_layers  # without layer_types: every layer slides
+    first = next((i for i, kind in enumerate(kinds) if kind == "sliding_attention"), n_layers)
+    return {
+        **out, "use_sliding_window": True, "sliding_window": config.sliding_window, "layer_types": list(kinds),
+        "max_window_layers": first,
+    }  # fmt: skip
 
 
 MISTRAL = replace(
@@ -787,7 +800,7 @@ MISTRAL = replace(
 )  # fmt: skip
 QWEN2 = replace(
     LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf,
-    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True},
+    supports=LLAMA_SUPPORTS | {"bias": False, "qkv_bias": True, "sliding_window": ANY, "layer_types": ANY},
 )  # fmt: skip
 
 
@@ -1128,7 +1141,7 @@ def t5_to_hf(config: TransformerConfig) -> dict:
     return {
         "vocab_size": config.tgt_vocab_size,
         "d_model": config.d_model,
-        "d_kv": config.head_dim,
+        "d_kv": config.d_head,
         "d_ff": config.d_ff,
         "num_heads": config.n_heads,
         "num_layers": config.n_encoder_layers,
@@ -1308,11 +1321,11 @@ def modernbert_from_hf(c: dict, dropout: float | None = None) -> TransformerConf
             "load with dropout=)"
         )
     types = modernbert_layer_types(c)
-    if "sliding_attention" in types:
-        raise ValueError(
-            "config.json: layer_types has 'sliding_attention' layers (ModernBERT's local attention): not supported "
-            f"yet, only global layers (global_attn_every_n_layers=1); got {types}"
-        )
+    local = "sliding_attention" in types
+    window = c.get("local_attention", 128)
+    if local and (not is_int(window) or window < 1):
+        raise ValueError(f"config.json: local_attention={window!r}: expected a positive integer")
+    theta, local_theta = modernbert_theta(c, "full_attention"), modernbert_theta(c, "sliding_attention")
     V = c["vocab_size"]
     return TransformerConfig(
         src_vocab_size=V,
@@ -1326,7 +1339,11 @@ def modernbert_from_hf(c: dict, dropout: float | None = None) -> TransformerConf
         activation=activation_from_hf(c.get("hidden_activation", "gelu")),
         norm_first=True,
         positional="rope",
-        rope_theta=modernbert_theta(c, "full_attention"),
+        rope_theta=theta,
+        # local layers: keys with |i - j| <= local_attention // 2 (ours: a band of sliding_window // 2), their own base
+        layer_types=tuple(types),
+        sliding_window=window if local else None,
+        rope_local_theta=local_theta if local and local_theta != theta else None,
         max_len=c.get("max_position_embeddings", 8192),
         layer_norm_eps=c.get("norm_eps", 1e-5),
         pad_id=token_id(c, "pad_token_id", V),
@@ -1358,10 +1375,11 @@ def modernbert_to_hf(config: TransformerConfig) -> dict:
         "norm_bias": config.norm_bias,
         "attention_bias": config.bias,
         "mlp_bias": config.bias,
-        "layer_types": ["full_attention"] * config.n_encoder_layers,
+        "layer_types": list(config.layer_types or ("full_attention",) * config.n_encoder_layers),
+        "local_attention": config.sliding_window or 128,  # 128, ModernBertConfig's default, read by no layer
         "rope_parameters": {
             "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
-            "sliding_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": config.rope_local_theta or config.rope_theta},
         },
         "pad_token_id": config.pad_id,
         "bos_token_id": config.bos_id,
@@ -1419,6 +1437,9 @@ MODERNBERT = Family(
         "embedding_norm": True,
         "norm_bias": ANY,
         "first_attn_norm": False,
+        "layer_types": ANY,
+        "sliding_window": lambda c: ANY if c.layer_types is not None else None,  # read only by sliding layers
+        "rope_local_theta": ANY,
         "tie_embeddings": ANY,
         "share_embeddings": ANY,
         "output_bias": ANY,

@@ -84,16 +84,26 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
     return attention_mask[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None):
+def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None, theta=None):
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
-    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads; None unless the config's
-    positions are rotary."""
+    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads, at base `theta` (None:
+    config.rope_theta); None unless the config's positions are rotary."""
     if config.positional != "rope":
         return None
+    theta = config.rope_theta if theta is None else theta
     if positions is None:
-        return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
-    cos, sin = rope_angles(positions, config.head_dim, config.rope_theta, dtype)  # (B, T, Dh/2) each
+        return rope_angles(np.arange(start, start + T), config.d_head, theta, dtype)
+    cos, sin = rope_angles(positions, config.d_head, theta, dtype)  # (B, T, Dh/2) each
     return cos[:, None], sin[:, None]
+
+
+def rope_by_layer(config: TransformerConfig, n_layers: int, T: int, dtype, start: int = 0, positions=None) -> list:
+    """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
+    ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
+    tables = {}
+    for theta in {config.layer_rope_theta(i) for i in range(n_layers)}:
+        tables[theta] = rope_for(config, T, dtype, start, positions, theta)
+    return [tables[config.layer_rope_theta(i)] for i in range(n_layers)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,16 +218,21 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
 # with the config's norm (layer norm or RMSNorm) in the config's place (pre- or post-norm).
 
 
-def score_mod(config: TransformerConfig, causal: bool) -> ScoreMod:
-    """The scores' rules of one attention, from the config: a decoder's self-attention is causal, and only there
-    does a sliding window apply; ALiBi (positional "alibi") biases every self-attention; cross-attention gets none."""
+def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreMod:
+    """The scores' rules of layer `layer`'s self-attention, from the config: a decoder's is causal; a sliding layer's
+    window (config.layer_window) is causal in a decoder (keys i - window < j <= i) and, in an encoder of
+    layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
+    self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
     relative = None
     if config.positional == "relative":  # T5: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
+    window = config.layer_window(layer)
+    band = window // 2 if window is not None and not causal and config.layer_types is not None else None
     return ScoreMod(
         scale=config.attention_scale,
         causal=causal,
-        window=config.sliding_window if causal else None,
+        window=window if causal else None,
+        band=band,
         alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
         relative=relative,
     )
@@ -233,6 +248,7 @@ def attention_forward(
     site: str,
     rope: tuple | None = None,
     is_causal: bool = False,
+    layer: int = 0,
     **decoding,
 ):
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
@@ -240,7 +256,7 @@ def attention_forward(
     sliding window, ALiBi, T5's bias read from `decoding`'s bias_table) and, when given, rotary positions.
     `decoding`: q_pos and kv_cache in decoding, bias_table (T5's table of the stack) for self-attention."""
     cross = memory is not query and not is_causal
-    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal)
+    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal, layer=layer)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, **decoding,
@@ -308,17 +324,19 @@ def encoder_layer_forward(
     rope: tuple | None = None,
     bias_table: np.ndarray | None = None,
     activations: dict = ACTIVATIONS,
-    attn_norm: bool = True,
+    layer: int = 0,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
-    bias_table: the stack's T5 relative position bias (n_buckets, H), or None; attn_norm False: self-attention
-    reads x un-normalised (pre-norm; ModernBERT's first layer)."""
+    bias_table: the stack's T5 relative position bias (n_buckets, H), or None; layer: the layer's index, whose
+    kind (config.layer_types) chooses its score rules (and layer 0 has no self-attention norm when
+    config.first_attn_norm is False: ModernBERT's)."""
     c = {}
-    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config, normed=attn_norm)
+    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config, normed=layer > 0 or config.first_attn_norm)
     y, c["self_attn"] = attention_forward(
-        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table
-    )
+        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table,
+        layer=layer,
+    )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
     y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
@@ -370,6 +388,7 @@ def decoder_layer_forward(
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
+    layer: int = 0,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -379,14 +398,15 @@ def decoder_layer_forward(
     Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
     attention reads and extends (a forward-only call). bias_table: the stack's T5 relative position bias, read by
     self-attention, or None. key_padding (B, P): the real tokens of a padded batch by key position (True = real),
-    masked out of self-attention where False, or None.
+    masked out of self-attention where False, or None. layer: the layer's index, whose kind (config.layer_types)
+    chooses its self-attention's window.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding, layer=layer,
     )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     if memory is not None:
@@ -465,13 +485,13 @@ def encoder_forward(
     (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
-    rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
+    ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=rope,
+            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=ropes[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            activations=activations, attn_norm=i > 0 or config.first_attn_norm,
+            activations=activations, layer=i,  # its kind (config.layer_types) chooses its score rules
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -532,16 +552,16 @@ def decoder_forward(
     if attention_mask is not None:
         positions = mask_positions(attention_mask)[:, start:]  # (B, T_tgt)
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start, positions=positions)
-    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start, positions)  # rotary (cos, sin), or None
+    ropes = rope_by_layer(config, config.n_decoder_layers, tgt_ids.shape[1], x.dtype, start, positions)
     q_pos = np.arange(start, start + tgt_ids.shape[1])
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
             activations=activations,
-            site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
+            site=f"decoder.layers.{i}", rope=ropes[i], q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            key_padding=attention_mask,
+            key_padding=attention_mask, layer=i,  # its kind (config.layer_types) chooses its window
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -585,7 +605,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if decoder_only and encoder_only:
         raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
     D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
+    kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
     shapes = {}
 
     def linear(prefix, out_features, in_features, bias=config.bias):
@@ -594,9 +614,10 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             shapes[f"{prefix}.bias"] = (out_features,)
 
     def attention(prefix):
-        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
+        width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
+        for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
             linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
-        linear(f"{prefix}.out_proj", D, D)
+        linear(f"{prefix}.out_proj", D, width)
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)

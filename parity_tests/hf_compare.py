@@ -142,6 +142,24 @@ VARIANTS = {
         {"sliding_window": 5, "num_key_value_heads": 1, "tie_word_embeddings": True},
     ),
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
+    "qwen2 head_dim=12 (not 32 / 4) GQA 4/2": ("qwen2", {"head_dim": 12}),
+    "qwen2 full then sliding layers (max_window_layers=1) window=3": (
+        "qwen2",
+        {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+    ),
+    "qwen2 layer_types sliding then full window=2 head_dim=6": (
+        "qwen2",
+        {
+            "use_sliding_window": True,
+            "sliding_window": 2,
+            "head_dim": 6,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+    "llama head_dim=4 (not 32 / 4) MQA 4/1 tied": (
+        "llama",
+        {"head_dim": 4, "num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
     "bloom ALiBi 8 heads untied": ("bloom", {"n_head": 8, "hidden_size": 32, "tie_word_embeddings": False}),
 }

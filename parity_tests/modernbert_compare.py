@@ -23,8 +23,9 @@ from numpy_transformer import hf as numpy_hf
 from parity_tests.components import TORCH_DTYPE, Result, to_numpy
 
 STD = 0.3  # weights ~ N(0, 0.3^2), as hf_compare's tiny models
-# Tiny, but every feature present: 3 layers (layer 0 without an attention norm), head size 8 (four rotary
-# frequencies), a rotary base other than the default. Ids 0, 1, 2 are pad, cls (bos), sep (eos).
+# Tiny, but every feature present: 3 layers (layer 0 without an attention norm, global; layers 1 and 2 local), head
+# size 8 (four rotary frequencies), rotary bases other than the defaults, a local window of 4 (keys |i - j| <= 2)
+# shorter than the inputs (9 tokens). Ids 0, 1, 2 are pad, cls (bos), sep (eos).
 TINY = dict(
     vocab_size=40,
     hidden_size=32,
@@ -37,8 +38,10 @@ TINY = dict(
     eos_token_id=2,
     cls_token_id=1,
     sep_token_id=2,
-    global_attn_every_n_layers=1,
+    global_attn_every_n_layers=3,
+    local_attention=4,
     global_rope_theta=500.0,
+    local_rope_theta=50.0,
 )
 
 
@@ -65,10 +68,13 @@ def build_tiny(directory, seed: int = 0, **overrides) -> transformers.ModernBert
 
 
 def make_inputs(seed: int = 0, batch: int = 2, length: int = 9):
-    """ids (B, T) avoiding 0, 1, 2, the last row padded from the middle on, and attention_mask = ids != pad."""
+    """ids (B, T) avoiding 0, 1, 2, the last row's last two tokens padding, and attention_mask = ids != pad. Every
+    query keeps a real key within the local band (|i - j| <= 2): a padded query whose band holds only padding would
+    have every key masked, a row transformers fills with the mean of every value (its additive mask shifts all the
+    scores alike) and no real token reads."""
     rng = np.random.default_rng(seed + 7)
     ids = rng.integers(3, TINY["vocab_size"], size=(batch, length))
-    ids[-1, length // 2 + 1 :] = TINY["pad_token_id"]
+    ids[-1, length - 2 :] = TINY["pad_token_id"]
     return ids, ids != TINY["pad_token_id"]
 
 
