@@ -56,7 +56,6 @@ from tokenizers import Tokenizer  # noqa: E402
 
 from examples import plotting  # noqa: E402  (matplotlib with the file-only Agg backend)
 from numpy_transformer import hf  # noqa: E402
-from numpy_transformer.hf_families import BERT  # noqa: E402
 from numpy_transformer.layers import layer_norm_backward  # noqa: E402
 from numpy_transformer.model import (  # noqa: E402
     embed_backward,
@@ -66,6 +65,7 @@ from numpy_transformer.model import (  # noqa: E402
     padding_mask,
     sub,
 )
+from transformer_spec.families import BERT  # noqa: E402
 
 OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_05"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ def error(a, b, scale: float, f: float = 1e-3) -> float:
 #
 # A Hugging Face checkpoint is a directory: `config.json` (the sizes) and `model.safetensors` (the
 # arrays, by name). `hf.load` reads both into this project's `EncoderModel`. Its parameter names are
-# this project's (the same on the NumPy and the torch side); a table in `numpy_transformer.hf_families`
+# this project's (the same on the NumPy and the torch side); a table in `transformer_spec.families`
 # says which of BERT's names each one is. That table is the whole "conversion": no array is transposed,
 # because both sides store a linear layer's weight as (out_features, in_features).
 

@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from transformer_spec.shapes import parameter_shapes
+
 from .attention import (
     multi_head_attention_backward,
     multi_head_attention_forward,
@@ -593,77 +595,8 @@ def decoder_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# Parameters: names and shapes (docs/conventions.md), and the initialisation.
-
-
-def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False) -> dict:
-    """Every state-dict name and its shape, in a fixed order: the Transformer's, the TransformerLM's
-    (decoder_only: "decoder.*" and "output_proj.*") or the EncoderModel's (encoder_only: "encoder.*").
-
-    With share_embeddings (and both stacks) the encoder has no token table of its own: it reads
-    decoder.token_embedding.weight."""
-    if decoder_only and encoder_only:
-        raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
-    D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
-    shapes = {}
-
-    def linear(prefix, out_features, in_features, bias=config.bias):
-        shapes[f"{prefix}.weight"] = (out_features, in_features)
-        if bias:
-            shapes[f"{prefix}.bias"] = (out_features,)
-
-    def attention(prefix):
-        width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
-        for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
-            linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
-        linear(f"{prefix}.out_proj", D, width)
-
-    def norm(prefix, kind=config.norm):
-        shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer" and config.norm_bias:  # RMSNorm has no bias, nor ModernBERT's LayerNorm
-            shapes[f"{prefix}.bias"] = (D,)
-
-    def stack(name, vocab, n_layers, cross):
-        shared = name == "encoder" and config.share_embeddings and not encoder_only
-        if not shared:
-            shapes[f"{name}.token_embedding.weight"] = (vocab, D)
-        if config.positional == "learned":
-            shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
-        if config.positional == "relative":  # T5: one bias table per stack, read by every self-attention
-            shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
-        if name == "encoder" and config.type_vocab_size > 0:
-            shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
-        if config.embedding_norm:
-            norm(f"{name}.embedding_norm", "layer")  # BERT's and BART's: always a LayerNorm
-        for i in range(n_layers):
-            layer = f"{name}.layers.{i}"
-            attention(f"{layer}.self_attn")
-            if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
-                norm(f"{layer}.self_attn_norm")
-            if cross:
-                attention(f"{layer}.cross_attn")
-                norm(f"{layer}.cross_attn_norm")
-            if config.gated_ffn:
-                linear(f"{layer}.ffn.gate", F, D)
-            linear(f"{layer}.ffn.linear1", F, D)
-            linear(f"{layer}.ffn.linear2", D, F)
-            norm(f"{layer}.ffn_norm")
-        if config.norm_first:
-            norm(f"{name}.final_norm")
-
-    if not decoder_only:
-        stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
-    if encoder_only:
-        if config.pooler:
-            linear("pooler.dense", D, D, bias=True)
-        return shapes
-    stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
-    if not config.tie_embeddings:
-        shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
-    if config.output_bias:
-        shapes["output_proj.bias"] = (config.tgt_vocab_size,)
-    return shapes
+# Parameters: names and shapes (docs/conventions.md; transformer_spec.shapes.parameter_shapes, shared with the
+# checkpoint readers), and the initialisation.
 
 
 def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:

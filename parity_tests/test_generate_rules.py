@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from numpy_transformer.config import GenerationRules
 
 import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import hf as numpy_hf
-from numpy_transformer.config import GenerationRules
 from parity_tests import components as C
 from parity_tests import hf_compare as H
 from torch_transformer import hf as torch_hf

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from numpy_transformer.config import TransformerConfig
+from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import (

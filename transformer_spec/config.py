@@ -1,6 +1,6 @@
 """The configuration shared by both implementations.
 
-`torch_transformer` imports this module (and nothing else from `numpy_transformer`), so one
+`numpy_transformer` and `torch_transformer` both import this module (it imports neither), so one
 config object describes one model on either side.
 """
 
