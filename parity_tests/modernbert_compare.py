@@ -180,3 +180,66 @@ def compare_modernbert(dtype=np.float64, side: str = "numpy", seed: int = 0, pat
     for name, grad in theirs_grads.items():
         result.grads[name] = (ours_grads[name], grad)
     return result
+
+
+# ----------------------------------------------------------------------------------------------
+# ModernBertForMaskedLM: the logits through its head, and every gradient (the tied table's sums both uses).
+
+
+def build_tiny_mlm(directory, seed: int = 0, **overrides) -> transformers.ModernBertForMaskedLM:
+    """A tiny random ModernBertForMaskedLM (TINY with `overrides`), redrawn as build_tiny's, written to `directory`."""
+    torch.manual_seed(seed)
+    config = transformers.ModernBertConfig(**{**TINY, **overrides})
+    model = transformers.ModernBertForMaskedLM._from_config(config, attn_implementation="eager").float().eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():  # the tied decoder.weight is listed once, as tok_embeddings
+            noise = torch.randn(p.shape, generator=generator, dtype=torch.float32)
+            if name.endswith("weight") and p.ndim == 1:
+                p.copy_(1 + 0.2 * noise)
+            elif p.ndim == 1:
+                p.copy_(0.2 * noise)
+            else:
+                p.copy_(STD * noise)
+    model.save_pretrained(directory)
+    return model
+
+
+def run_ours_mlm(model, side: str, ids, mask, upstream) -> tuple[np.ndarray, dict]:
+    """Logits (B, T, V) of our model's masked-LM head and every gradient, translated with hf.to_hf."""
+    if side == "numpy":
+        model.eval().zero_grad()
+        logits = model.mlm_logits(model.forward(ids, attention_mask=mask))
+        model.backward(model.mlm_logits_backward(upstream))
+        return logits, numpy_hf.to_hf(model, model.grads, tied=False)
+    model.eval().zero_grad(set_to_none=True)
+    logits = model.mlm_logits(model(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)))
+    (logits * torch.from_numpy(upstream)).sum().backward()
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    return to_numpy(logits), {k: to_numpy(v) for k, v in torch_hf.to_hf(model, grads, tied=False).items()}
+
+
+def compare_modernbert_mlm(dtype=np.float64, side: str = "numpy", seed: int = 0, **overrides) -> Result:
+    """Our EncoderModel with its masked-LM head against ModernBertForMaskedLM: logits and every gradient, the
+    objective sum(logits * R); float64 with the patch."""
+    dtype = np.dtype(dtype)
+    with tempfile.TemporaryDirectory() as directory:
+        theirs = build_tiny_mlm(directory, seed, **overrides).to(dtype=TORCH_DTYPE[dtype])
+        ours = load_ours(side, directory, dtype)
+    ids, mask = make_inputs(seed)
+    upstream = np.random.default_rng(seed + 1000).standard_normal((*ids.shape, TINY["vocab_size"])).astype(dtype)
+    with modernbert_in_float64() if dtype == np.float64 else contextlib.nullcontext():
+        theirs.zero_grad(set_to_none=True)
+        logits = theirs(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long()).logits
+        (logits * torch.from_numpy(upstream)).sum().backward()
+    theirs_grads = {n: to_numpy(p.grad) for n, p in theirs.named_parameters()}
+    ours_out, ours_grads = run_ours_mlm(ours, side, ids, mask, upstream)
+    if set(ours_grads) != set(theirs_grads):
+        raise AssertionError(
+            f"gradient names differ: only ours {sorted(set(ours_grads) - set(theirs_grads))}, "
+            f"only transformers' {sorted(set(theirs_grads) - set(ours_grads))}"
+        )
+    result = Result(outputs={"logits": (ours_out, to_numpy(logits))})
+    for name, grad in theirs_grads.items():
+        result.grads[name] = (ours_grads[name], grad)
+    return result

@@ -153,6 +153,7 @@ def hf_rows(dtype, seed: int):
 
     modernbert = MB.compare_modernbert(dtype, "numpy", seed)
     rows.append(("HF ModernBertModel (1 global + 2 local layers, tiny random)", modernbert))
+    rows.append(("HF ModernBertForMaskedLM (logits, tiny random)", MB.compare_modernbert_mlm(dtype, "numpy", seed)))
     rows.append(("all-MiniLM-L6-v2 (real weights) vs BertModel in float64", H.compare_minilm(dtype)))
     return rows
 

@@ -245,3 +245,85 @@ def test_configs_it_cannot_express_are_refused(overrides, message, tmp_path):
     for hf in (numpy_hf, torch_hf):
         with pytest.raises(ValueError, match=message):
             hf.load(tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# The masked-LM head (ModernBertForMaskedLM).
+
+
+def test_mlm_head_gradcheck():
+    """mlm_head_forward / mlm_head_backward against finite differences: h, the dense layer, the norm, the tied table
+    and the logits' bias."""
+    from numpy_transformer.model import mlm_head_backward, mlm_head_forward
+
+    rng = np.random.default_rng(93)
+    config = tiny_config(activation="gelu", mlm_head=True, n_decoder_layers=0)
+    params = {
+        "mlm_head.dense.weight": rand(rng, 8, 8), "mlm_head.dense.bias": rand(rng, 8),
+        "mlm_head.norm.weight": 1 + 0.3 * rand(rng, 8), "mlm_head.norm.bias": rand(rng, 8),
+        "encoder.token_embedding.weight": rand(rng, 11, 8), "mlm_head.bias": rand(rng, 11),
+    }  # fmt: skip
+    args = dict(params=params, h=rand(rng, 2, 3, 8), config=config)
+    result = check_pair(mlm_head_forward, mlm_head_backward, args, wrt=["h", "params"], max_coords=None)
+    assert set(result.errors) == {"h"} | {f"params.{k}" for k in params}
+    assert_passes(result, "mlm_head")
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, dict(attention_bias=True, mlp_bias=True, classifier_bias=True, norm_bias=True, decoder_bias=False)],
+    ids=["no biases, decoder bias", "biases, norm biases, no decoder bias"],
+)
+def test_masked_lm_matches_transformers_in_float64(overrides, side):
+    result = M.compare_modernbert_mlm(np.float64, side, **overrides)
+    assert not C.failures(result, np.float64), C.failures(result, np.float64)
+    assert {"head.dense.weight", "head.norm.weight", "model.embeddings.tok_embeddings.weight"} <= set(result.grads)
+    assert ("decoder.bias" in result.grads) == overrides.get("decoder_bias", True)
+    for name, (_, theirs) in result.grads.items():
+        assert np.isfinite(theirs).all() and np.abs(theirs).max() > 0, name
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_masked_lm_round_trip_through_from_pretrained(side, tmp_path):
+    """A ModernBertForMaskedLM checkpoint loaded, saved by hf.save (as a ModernBertForMaskedLM), read by
+    from_pretrained: the same logits."""
+    M.build_tiny_mlm(tmp_path / "a")
+    ours = M.load_ours(side, tmp_path / "a", np.float64)
+    assert ours.config.mlm_head
+    (numpy_hf if side == "numpy" else torch_hf).save(ours, tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
+    theirs = transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "b", attn_implementation="eager").double()
+    ids, mask = M.make_inputs(seed=4)
+    with M.modernbert_in_float64():
+        logits = theirs(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask).long()).logits
+    ours_out, _ = M.run_ours_mlm(ours, side, ids, mask, np.zeros((*ids.shape, M.TINY["vocab_size"])))
+    np.testing.assert_allclose(ours_out, logits.detach().numpy(), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(classifier_activation="relu"), r"classifier_activation='relu' .* the value of hidden_activation"),
+        (dict(classifier_bias=True), r"classifier_bias=True .* the value of attention_bias"),
+        (dict(tie_word_embeddings=False), r"tie_word_embeddings=False is not supported"),
+    ],
+)
+def test_masked_lm_configs_it_cannot_express_are_refused(overrides, message, tmp_path):
+    M.build_tiny_mlm(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | overrides))
+    for hf in (numpy_hf, torch_hf):
+        with pytest.raises(ValueError, match=message):
+            hf.load(tmp_path)
+
+
+def test_mlm_logits_needs_the_head_and_a_forward():
+    model = nt.EncoderModel(nt.TransformerConfig(n_decoder_layers=0))
+    with pytest.raises(ValueError, match=r"no masked-LM head \(config.mlm_head=False\)"):
+        model.mlm_logits(np.zeros((1, 2, 32)))
+    with pytest.raises(ValueError, match=r"no masked-LM head"):
+        tt.EncoderModel(nt.TransformerConfig(n_decoder_layers=0)).mlm_logits(torch.zeros(1, 2, 32))
+    head = nt.EncoderModel(nt.TransformerConfig(n_decoder_layers=0, mlm_head=True))
+    with pytest.raises(ValueError, match="mlm_logits_backward called before mlm_logits"):
+        head.mlm_logits_backward(np.zeros((1, 2, 32)))

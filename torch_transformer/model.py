@@ -17,6 +17,7 @@ from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import (
+    ACTIVATIONS,
     Dropout,
     FeedForward,
     init_linear,
@@ -707,6 +708,24 @@ class EncoderModel(_Model):
         if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
             self.pooler = nn.Module()
             self.pooler.dense = init_linear(nn.Linear(config.d_model, config.d_model))
+        if config.mlm_head:  # ModernBERT's masked-LM head: mlm_logits(hidden)
+            d = config.d_model
+            self.mlm_head = nn.Module()
+            self.mlm_head.dense = init_linear(nn.Linear(d, d, bias=config.bias))
+            self.mlm_head.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
+            if config.output_bias:  # the tied decoder's bias
+                self.mlm_head.bias = nn.Parameter(torch.zeros(config.src_vocab_size))
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """ModernBERT's masked-LM head (config.mlm_head): hidden states (B, T, D) -> logits (B, T, V),
+        norm(act(dense(hidden))) through the token table (tied), plus the bias."""
+        if not self.config.mlm_head:
+            raise ValueError("mlm_logits: this model has no masked-LM head (config.mlm_head=False)")
+        if hidden.dim() != 3:
+            raise ValueError(f"hidden must have shape (B, T, D), got shape {tuple(hidden.shape)}")
+        head = self.mlm_head
+        n = head.norm(ACTIVATIONS[self.config.activation](head.dense(hidden)))  # (B, T, D)
+        return F.linear(n, self.encoder.token_embedding.weight, getattr(head, "bias", None))  # (B, T, V)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooler (config.pooler): hidden states (B, T, D) -> tanh(dense(hidden[:, 0])) (B, D)."""

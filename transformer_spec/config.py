@@ -90,6 +90,10 @@ class TransformerConfig:
     embedding_padding_idx: bool = False
     # EncoderModel: BERT's [CLS] pooler, pooled = tanh(h[:, 0] W^T + b) (pool / pool_backward), pooler.dense.*
     pooler: bool = False
+    # EncoderModel: ModernBERT's masked-LM head, logits = LN(act(h W^T [+ b_W])) E^T [+ b] with E the token table
+    # (mlm_logits / mlm_logits_backward): mlm_head.dense.* (its bias: `bias`), mlm_head.norm.*, mlm_head.bias (V,)
+    # (output_bias)
+    mlm_head: bool = False
     norm_bias: bool = True  # LayerNorms with a bias (False: weight only, every LayerNorm of the model: ModernBERT)
     # the first encoder layer's self-attention norm (False: none, its input is the embeddings as they are: ModernBERT)
     first_attn_norm: bool = True
@@ -208,6 +212,7 @@ class TransformerConfig:
             "embedding_padding_idx",
             "norm_bias",
             "first_attn_norm",
+            "mlm_head",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

@@ -69,6 +69,11 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if encoder_only:
         if config.pooler:
             linear("pooler.dense", D, D, bias=True)
+        if config.mlm_head:  # ModernBERT's: dense, norm, and a bias on the tied decoder's logits
+            linear("mlm_head.dense", D, D)
+            norm("mlm_head.norm", "layer")
+            if config.output_bias:
+                shapes["mlm_head.bias"] = (config.src_vocab_size,)
         return shapes
     stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
     if not config.tie_embeddings:

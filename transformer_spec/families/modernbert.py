@@ -182,5 +182,64 @@ MODERNBERT = declared(
     ),
 )
 
-# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+
+# ----------------------------------------------------------------------------------------------
+# ModernBertForMaskedLM: the same encoder under "model.", and its head: logits = decoder(norm(act(dense(h)))), the
+# decoder tied to tok_embeddings (config.mlm_head; the head's activation is the encoder's, its dense bias `bias`).
+
+
+def check_equal(c: dict, key: str, other: str, default):
+    """config.json's `key` (the head's), refused unless it equals `other`'s (the encoder's): our head reuses it."""
+    value, expected = c.get(key, default), c.get(other, default)
+    if value != expected:
+        refuse(key, value, f"the value of {other} ({expected!r}): the head uses the encoder's")
+    return value
+
+
+def activation_to_modernbert(value: str) -> str:
+    return {"gelu_tanh": "gelu_pytorch_tanh"}.get(value, value)
+
+
+MODERNBERT_MLM_CONFIG = MODERNBERT_CONFIG.variant(
+    "modernbert",
+    keys=(
+        Key(
+            "classifier_activation",
+            None,
+            "gelu",
+            lambda value, c: check_equal(c, "classifier_activation", "hidden_activation", "gelu"),
+            source=lambda config: activation_to_modernbert(config.activation),
+        ),
+        Key(
+            "classifier_bias",
+            None,
+            False,
+            lambda value, c: check_equal(c, "classifier_bias", "attention_bias", False),
+            source="bias",
+        ),
+        Key("decoder_bias", "output_bias", True, lambda value, c: bool(value)),
+        Key("tie_word_embeddings", None, True, allowed=(True,)),
+    ),
+    supports={"mlm_head": True, "output_bias": ANY},
+)
+MODERNBERT_MLM = declared(
+    MODERNBERT_MLM_CONFIG,
+    model_class="EncoderModel",
+    architecture="ModernBertForMaskedLM",
+    prefixes=("model.",),
+    rules=(
+        *MODERNBERT.rules,
+        *(
+            Rule(f"mlm_head.{ours}.{w}", f"head.{ours}.{w}", head=True)
+            for ours in ("dense", "norm")
+            for w in ("weight", "bias")
+        ),
+        Rule("mlm_head.bias", "decoder.bias", head=True),
+    ),
+    skipped=(r"decoder\.weight",),  # tied: tok_embeddings itself (tie_word_embeddings False is refused)
+)
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit), and the masked-LM
+# class, read by its architecture
 REGISTER = (MODERNBERT,)
+REGISTER_BY_ARCHITECTURE = (MODERNBERT_MLM,)
