@@ -327,3 +327,18 @@ def test_mlm_logits_needs_the_head_and_a_forward():
     head = nt.EncoderModel(nt.TransformerConfig(n_decoder_layers=0, mlm_head=True))
     with pytest.raises(ValueError, match="mlm_logits_backward called before mlm_logits"):
         head.mlm_logits_backward(np.zeros((1, 2, 32)))
+
+
+def test_older_config_json_keys_give_the_same_config(tmp_path):
+    """Hub files written before layer_types / rope_parameters: global_attn_every_n_layers, global_rope_theta and
+    local_rope_theta give the config the newer keys give."""
+    M.build_tiny(tmp_path)
+    newer = numpy_hf.load(tmp_path).config
+    path = tmp_path / "config.json"
+    c = json.loads(path.read_text())
+    del c["layer_types"], c["rope_parameters"]
+    c |= dict(global_attn_every_n_layers=3, global_rope_theta=500.0, local_rope_theta=50.0)
+    path.write_text(json.dumps(c))
+    assert numpy_hf.load(tmp_path).config == newer
+    assert newer.layer_types == ("full_attention", "sliding_attention", "sliding_attention")
+    assert (newer.rope_theta, newer.rope_local_theta, newer.sliding_window) == (500.0, 50.0, 4)
