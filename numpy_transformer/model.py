@@ -51,7 +51,14 @@ from .layers import (
     tanh_forward,
 )
 from .scores import ScoreMod, alibi_slopes
-from .validation import check_attention_mask, check_float_array, check_ids, check_ndim, mask_positions
+from .validation import (
+    check_attention_mask,
+    check_float_array,
+    check_ids,
+    check_ndim,
+    mask_positions,
+    pad_offset_positions,
+)
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -168,7 +175,9 @@ def embed_forward(
         if positions is None:
             x, position_cache = add_positions_forward(x, table[start:] if start else table)
         else:  # every row its own positions: PE[positions], a lookup like the tokens'
-            pe, lookup_cache = embedding_forward(positions, table)  # (B, T, D)
+            # RoBERTa's pad tokens read row pad_id, which takes no gradient (nn.Embedding(padding_idx=pad_id))
+            pad = config.pad_id if config.positions_after_pad else None
+            pe, lookup_cache = embedding_forward(positions, table, 1.0, pad)  # (B, T, D)
             x, position_cache = x + pe, ("rows", lookup_cache)
     type_cache = None
     if "token_type_embedding.weight" in params:
@@ -225,7 +234,7 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
     layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
     self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
     relative = None
-    if config.positional == "relative":  # T5: bidirectional buckets in the encoder, causal ones in the decoder
+    if config.has_relative_bias:  # T5, MPNet: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
     window = config.layer_window(layer)
     band = window // 2 if window is not None and not causal and config.layer_types is not None else None
@@ -555,7 +564,8 @@ def encoder_forward(
     token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
     (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
-    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
+    positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
+    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
     ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
@@ -719,6 +729,9 @@ class _Model:
             raise ValueError(
                 f"parallel_residual=True is a decoder-only layer (TransformerLM), not a {type(self).__name__}"
             )
+        if config.positions_after_pad and not self.encoder_only:
+            kind = type(self).__name__
+            raise ValueError(f"positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a {kind}'s")
         self.config = config
         self.dtype = dtype
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
@@ -1033,6 +1046,7 @@ class EncoderModel(_Model):
         instead of config.pad_id."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
+        cfg.check_length("ids", ids.shape[1])
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)

@@ -134,9 +134,10 @@ def hf_rows(dtype, seed: int):
 
     rows = []
     names = (
-        "bert", "gpt2 tied", "llama GQA 4/2 untied theta=500", "llama MQA 4/1 tied theta=10000",
-        "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2", "bloom ALiBi 4 heads tied",
-        "qwen3 q/k norm GQA 4/2 untied", "phi3 fused qkv GQA 4/2 untied", "gpt_neox parallel residual, rotary_pct 0.5",
+        "bert", "roberta", "xlm-roberta relu", "distilbert", "mpnet", "gpt2 tied", "llama GQA 4/2 untied theta=500",
+        "llama MQA 4/1 tied theta=10000", "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2",
+        "bloom ALiBi 4 heads tied", "qwen3 q/k norm GQA 4/2 untied", "phi3 fused qkv GQA 4/2 untied",
+        "gpt_neox parallel residual, rotary_pct 0.5",
     )  # fmt: skip
     for name in names:
         family, overrides = H.VARIANTS[name]

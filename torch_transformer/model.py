@@ -206,6 +206,8 @@ class _Stack(nn.Module):
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
         self.learned_positions = config.positional == "learned"
+        # RoBERTa's positions (config.positions_after_pad): computed from the ids; row pad_id takes no gradient
+        self.positions_after_pad = config.pad_id if config.positions_after_pad else None
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
             nn.init.normal_(self.position_embedding.weight, std=0.02)
@@ -218,7 +220,7 @@ class _Stack(nn.Module):
         self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
-        if config.positional == "relative":
+        if config.has_relative_bias:  # T5's positional "relative", or MPNet's relative_bias
             c = config
             self.relative_bias = RelativePositionBias(c.relative_buckets, c.n_heads, c.relative_max_distance)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
@@ -245,7 +247,10 @@ class _Stack(nn.Module):
         end = start + ids.shape[1]
         if self.learned_positions:
             table = self.position_embedding.weight
-            x = x + (table[start:end] if positions is None else table[positions])  # (T, D) or (B, T, D)
+            if positions is None:
+                x = x + table[start:end]  # (T, D)
+            else:  # each row its own positions (a padded batch; RoBERTa's, whose pad row takes no gradient)
+                x = x + F.embedding(positions, table, self.positions_after_pad)  # (B, T, D)
         elif self.positional == "sinusoidal":
             # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
             # has to follow the model across devices.
@@ -302,7 +307,12 @@ class Encoder(_Stack):
         """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none;
         attention_mask (B, S) bool, True = a real token: the keys read, instead of those not holding pad_id."""
         self_mask = source_mask(ids, attention_mask, self.pad_id)  # (B, 1, 1, S), or None: nothing masked
-        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
+        positions = None
+        if self.positions_after_pad is not None:  # RoBERTa: pad_id + the count of real tokens so far; pad_id at pads
+            real = ids != self.positions_after_pad
+            positions = torch.cumsum(real, dim=1) * real + self.positions_after_pad  # (B, S)
+        masks = (dropout_masks or {}).get("embedding_dropout")
+        x = self.embed(ids, masks, token_type_ids, token_embedding, positions=positions)
         ropes = self.ropes(0, ids.shape[1], x)
         bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
@@ -328,6 +338,8 @@ class Decoder(_Stack):
     """
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
+        if config.positions_after_pad:
+            raise ValueError("positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a decoder's")
         layers = [DecoderLayer(config, cross_attention, i) for i in range(config.n_decoder_layers)]
         super().__init__(config, config.tgt_vocab_size, layers)
         self.cross_attention = cross_attention
@@ -754,4 +766,5 @@ class EncoderModel(_Model):
 
     def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None, values: bool | None) -> None:
         check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len, values)
+        self.config.check_length("ids", ids.shape[1])
         _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size, values)

@@ -99,6 +99,15 @@ class TransformerConfig:
     embedding_padding_idx: bool = False
     # EncoderModel: BERT's [CLS] pooler, pooled = tanh(h[:, 0] W^T + b) (pool / pool_backward), pooler.dense.*
     pooler: bool = False
+    # RoBERTa's learned positions (an encoder's): a real token sits at pad_id + the count of real (not pad_id) tokens
+    # up to and including it, a pad_id token at pad_id, whose row of the table takes no gradient (transformers'
+    # create_position_ids_from_input_ids); the longest input is then max_len - pad_id - 1 (`longest_input`). An
+    # EncoderModel's only (the Transformer and TransformerLM refuse it)
+    positions_after_pad: bool = False
+    # T5's bucketed bias on the self-attention scores ({stack}.relative_bias.weight, relative_buckets and
+    # relative_max_distance as for positional "relative") beside another positional: MPNet's learned positions and
+    # a bias table shared by every layer
+    relative_bias: bool = False
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -220,9 +229,40 @@ class TransformerConfig:
             "embedding_padding_idx",
             "parallel_residual",
             "qk_norm",
+            "positions_after_pad",
+            "relative_bias",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+        if self.positions_after_pad:
+            wrong = [] if self.positional == "learned" else [f"positional={self.positional!r} (needs 'learned')"]
+            if self.pad_id is None or self.pad_id + 1 >= self.max_len:
+                wrong.append(f"pad_id={self.pad_id!r} (needs a token id below max_len - 1 = {self.max_len - 1})")
+            if wrong:
+                raise ValueError(f"positions_after_pad (RoBERTa's encoder positions) needs: {', '.join(wrong)}")
+
+        if self.relative_bias and self.positional == "relative":
+            raise ValueError("relative_bias adds T5's bias beside another positional: positional='relative' has it")
+
+    @property
+    def has_relative_bias(self) -> bool:
+        """Whether the self-attentions read a stack's T5 bias table: positional "relative", or relative_bias."""
+        return self.positional == "relative" or self.relative_bias
+
+    @property
+    def longest_input(self) -> int:
+        """The longest sequence the position table covers: max_len, less the pad_id + 1 rows that RoBERTa's
+        positions skip (positions_after_pad)."""
+        return self.max_len - (self.pad_id + 1 if self.positions_after_pad else 0)
+
+    def check_length(self, name: str, length: int) -> None:
+        """ValueError when an input of `length` positions reads past the position table (longest_input)."""
+        if self.positions_after_pad and length > self.longest_input:
+            raise ValueError(
+                f"{name} has {length} positions, but RoBERTa's positions start after pad_id={self.pad_id}: the "
+                f"table of config.max_len={self.max_len} rows covers T <= {self.longest_input}"
+            )
 
     def _check_layer_types(self) -> None:
         if self.layer_types is None:

@@ -44,7 +44,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             shapes[f"{name}.token_embedding.weight"] = (vocab, D)
         if config.positional == "learned":
             shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
-        if config.positional == "relative":  # T5: one bias table per stack, read by every self-attention
+        if config.has_relative_bias:  # T5, MPNet: one bias table per stack, read by every self-attention
             shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
         if name == "encoder" and config.type_vocab_size > 0:
             shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
