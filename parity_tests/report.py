@@ -151,6 +151,11 @@ def hf_rows(dtype, seed: int):
             H.build_seq2seq(model_type, seed, steps=steps).save_pretrained(directory)
             result = H.compare_seq2seq(directory, model_type, dtype, "numpy", seed)
             rows.append((f"HF {title} (tiny, {kind})", result))
+    from parity_tests import modernbert_compare as MB  # its float64 patch: the rotary tables, rotation and softmax
+
+    modernbert = MB.compare_modernbert(dtype, "numpy", seed)
+    rows.append(("HF ModernBertModel (1 global + 2 local layers, tiny random)", modernbert))
+    rows.append(("HF ModernBertForMaskedLM (logits, tiny random)", MB.compare_modernbert_mlm(dtype, "numpy", seed)))
     rows.append(("all-MiniLM-L6-v2 (real weights) vs BertModel in float64", H.compare_minilm(dtype)))
     return rows
 

@@ -91,6 +91,8 @@ def tiny_config_json(model_type: str) -> dict:
                      num_hidden_layers=2, partial_rotary_factor=0.5, sliding_window=5, resid_pdrop=0.1),
         "gpt_neox": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2,
                          rotary_pct=0.25, use_parallel_residual=False, hidden_dropout=0.1),
+        "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
+                           local_attention=4, global_rope_theta=500.0, norm_bias=True),
     }  # fmt: skip
     return transformers.AutoConfig.for_model(model_type, **TINY | sizes[model_type]).to_dict()
 
@@ -113,6 +115,7 @@ def test_each_family_is_one_file_that_registers_it():
         "bert": "bert", "gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama", "bloom": "bloom",
         "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "roberta": "roberta", "xlm-roberta": "roberta",
         "distilbert": "distilbert", "mpnet": "mpnet", "qwen3": "qwen3", "phi3": "phi3", "gpt_neox": "gpt_neox",
+        "modernbert": "modernbert",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

@@ -93,10 +93,11 @@ def init_linear(linear: nn.Linear) -> nn.Linear:
 
 
 def make_norm(config) -> nn.Module:
-    """The norm the config asks for: `nn.LayerNorm` (weight and bias) or `nn.RMSNorm` (weight only)."""
+    """The norm the config asks for: `nn.LayerNorm` (weight and bias; weight only when config.norm_bias is False) or
+    `nn.RMSNorm` (weight only)."""
     if config.norm == "rms":
         return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.norm_bias)
 
 
 class Dropout(nn.Dropout):

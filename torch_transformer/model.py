@@ -17,6 +17,7 @@ from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import (
+    ACTIVATIONS,
     Dropout,
     FeedForward,
     init_linear,
@@ -36,9 +37,10 @@ class _Layer(nn.Module):
 
     norm_first: bool
 
-    def _sublayer(self, name: str, config: TransformerConfig) -> None:
-        """Add the residual sublayer `name`'s norm and output dropout."""
-        setattr(self, f"{name}_norm", make_norm(config))
+    def _sublayer(self, name: str, config: TransformerConfig, normed: bool = True) -> None:
+        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed`: no parameters) and output
+        dropout."""
+        setattr(self, f"{name}_norm", make_norm(config) if normed else nn.Identity())
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
@@ -76,12 +78,14 @@ class EncoderLayer(_Layer):
     """Self-attention then feed-forward, each in a residual sublayer. x (B, S, D) -> (B, S, D)."""
 
     def __init__(self, config: TransformerConfig, layer: int = 0):
+        """layer: the index whose kind (config.layer_types) chooses the score rules; layer 0 has no self-attention
+        norm (nn.Identity) when config.first_attn_norm is False (ModernBERT's)."""
         super().__init__()
         if config.parallel_residual:
             raise ValueError("parallel_residual=True is a decoder-only layer (TransformerLM), not an encoder's")
         self.norm_first = config.norm_first
         self.self_attn = self._attention(config, layer=layer)
-        self._sublayer("self_attn", config)
+        self._sublayer("self_attn", config, normed=layer > 0 or config.first_attn_norm)
         self.ffn = self._feed_forward(config)
         self._sublayer("ffn", config)
 
@@ -216,7 +220,8 @@ class _Stack(nn.Module):
             self.token_type_embedding = nn.Embedding(config.type_vocab_size, d)
             nn.init.normal_(self.token_type_embedding.weight, std=0.02)
         # nn.Identity has no parameters: without the option there are no embedding_norm.* keys.
-        self.embedding_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
+        norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)  # BERT's, BART's, ModernBERT's
+        self.embedding_norm = norm if config.embedding_norm else nn.Identity()
         self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
@@ -726,6 +731,24 @@ class EncoderModel(_Model):
         if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
             self.pooler = nn.Module()
             self.pooler.dense = init_linear(nn.Linear(config.d_model, config.d_model))
+        if config.mlm_head:  # ModernBERT's masked-LM head: mlm_logits(hidden)
+            d = config.d_model
+            self.mlm_head = nn.Module()
+            self.mlm_head.dense = init_linear(nn.Linear(d, d, bias=config.bias))
+            self.mlm_head.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
+            if config.output_bias:  # the tied decoder's bias
+                self.mlm_head.bias = nn.Parameter(torch.zeros(config.src_vocab_size))
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """ModernBERT's masked-LM head (config.mlm_head): hidden states (B, T, D) -> logits (B, T, V),
+        norm(act(dense(hidden))) through the token table (tied), plus the bias."""
+        if not self.config.mlm_head:
+            raise ValueError("mlm_logits: this model has no masked-LM head (config.mlm_head=False)")
+        if hidden.dim() != 3:
+            raise ValueError(f"hidden must have shape (B, T, D), got shape {tuple(hidden.shape)}")
+        head = self.mlm_head
+        n = head.norm(ACTIVATIONS[self.config.activation](head.dense(hidden)))  # (B, T, D)
+        return F.linear(n, self.encoder.token_embedding.weight, getattr(head, "bias", None))  # (B, T, V)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooler (config.pooler): hidden states (B, T, D) -> tanh(dense(hidden[:, 0])) (B, D)."""

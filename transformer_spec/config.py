@@ -108,6 +108,13 @@ class TransformerConfig:
     # relative_max_distance as for positional "relative") beside another positional: MPNet's learned positions and
     # a bias table shared by every layer
     relative_bias: bool = False
+    # EncoderModel: ModernBERT's masked-LM head, logits = LN(act(h W^T [+ b_W])) E^T [+ b] with E the token table
+    # (mlm_logits / mlm_logits_backward): mlm_head.dense.* (its bias: `bias`), mlm_head.norm.*, mlm_head.bias (V,)
+    # (output_bias)
+    mlm_head: bool = False
+    norm_bias: bool = True  # LayerNorms with a bias (False: weight only, every LayerNorm of the model: ModernBERT)
+    # the first encoder layer's self-attention norm (False: none, its input is the embeddings as they are: ModernBERT)
+    first_attn_norm: bool = True
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -190,6 +197,11 @@ class TransformerConfig:
             raise TypeError(f"pooler must be a bool, got {type(self.pooler).__name__}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
             raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
+        if self.first_attn_norm is False and not self.norm_first:
+            raise ValueError(
+                "first_attn_norm=False leaves out a pre-norm (the first encoder layer's self-attention norm): it "
+                "needs norm_first=True, got norm_first=False"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one vocabulary: got src_vocab_size={self.src_vocab_size}, "
@@ -231,6 +243,9 @@ class TransformerConfig:
             "qk_norm",
             "positions_after_pad",
             "relative_bias",
+            "norm_bias",
+            "first_attn_norm",
+            "mlm_head",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")

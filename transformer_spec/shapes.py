@@ -35,7 +35,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer":  # RMSNorm has no bias
+        if kind == "layer" and config.norm_bias:  # RMSNorm has no bias, nor ModernBERT's LayerNorm
             shapes[f"{prefix}.bias"] = (D,)
 
     def stack(name, vocab, n_layers, cross):
@@ -53,7 +53,8 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for i in range(n_layers):
             layer = f"{name}.layers.{i}"
             attention(f"{layer}.self_attn")
-            norm(f"{layer}.self_attn_norm")
+            if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
+                norm(f"{layer}.self_attn_norm")
             if cross:
                 attention(f"{layer}.cross_attn")
                 norm(f"{layer}.cross_attn_norm")
@@ -70,6 +71,11 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if encoder_only:
         if config.pooler:
             linear("pooler.dense", D, D, bias=True)
+        if config.mlm_head:  # ModernBERT's: dense, norm, and a bias on the tied decoder's logits
+            linear("mlm_head.dense", D, D)
+            norm("mlm_head.norm", "layer")
+            if config.output_bias:
+                shapes["mlm_head.bias"] = (config.src_vocab_size,)
         return shapes
     stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
     if not config.tie_embeddings:
