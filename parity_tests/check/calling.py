@@ -222,6 +222,8 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
         if role is not None and role not in assigned.values():
             assigned[name] = role
     kinds = MASK_KINDS if mask in (None, "detect") else ((mask,) if mask != "none" else ())
+    if mask in (None, "detect") and set(assigned) == {"attention_mask"} and _transformers_model(module):
+        kinds = HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
     optional = level in ("transformer", "transformer_lm", "encoder_model") and all(
@@ -247,6 +249,16 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     if level == "multi_head_attention":
         found += _causal_callers(layouts, orders, mask_params, kinds if mask != "none" else ())
     return found
+
+
+# transformers' `attention_mask` is documented as 1 for tokens to attend to, 0 for padding: a model that hides the
+# ones has its polarity inverted (attention.mask_inverted), not another convention.
+HF_MASK_KINDS = ("int_keep", "bool_keep")
+
+
+def _transformers_model(module) -> bool:
+    """A transformers PreTrainedModel (read from its classes' names: no import of transformers needed)."""
+    return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
 
 
 def _causal_callers(layouts, orders, mask_params, kinds) -> list:

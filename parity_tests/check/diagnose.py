@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -514,7 +515,35 @@ def hook_targets(links, modules: dict | None = None) -> dict:
         ]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
+    for unit, path in _out_projections(links).items():
+        if unit not in targets and isinstance((modules or {}).get(path), nn.Linear):
+            targets[unit] = path  # its output is the attention's (BERT's attention.output.dense beside the norm)
     return targets
+
+
+def _out_projections(links) -> dict:
+    """attention unit -> the user's module path of its output projection."""
+    found = {}
+    for link in links:
+        for ref, _ in link.parts:
+            if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]:
+                found[unit_of(ref)[0]] = _module_path(link.user)
+    return found
+
+
+def attention_place(links, unit: str, target: str) -> str:
+    """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
+    could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
+    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
+    if _out_projections(links).get(unit) != target:
+        return target
+    inputs = {
+        _module_path(link.user)
+        for link in links
+        for ref, _ in link.parts
+        if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref
+    }
+    return _lca(sorted(inputs)) or target
 
 
 def model_stages(session, cfg, caller):
@@ -552,6 +581,10 @@ def model_stages(session, cfg, caller):
     for stack in stacks[level]:
         valid = p.src_keep if stack == "encoder" else p.tgt_keep
         ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+        if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
+            summed = M.embed_forward(M.sub(params, stack), ids, dataclasses.replace(cfg, embedding_norm=False))[0]
+            unit = f"{stack}.embedding_norm"
+            stages.append((unit, "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
         stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         decoder = stack == "decoder"
@@ -665,6 +698,8 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
                 d.where = result.first_divergence = _scaling_module(session, where)
     else:
         where = targets[unit] or "(the module)"
+        if kind == "attention":
+            where = attention_place(session.links, unit, where)
         result.first_divergence = where
         if kind == "attention":
             params = M.sub(session.params, unit) if unit else session.params
