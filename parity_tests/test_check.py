@@ -177,7 +177,7 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 38  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island
+    assert len(CATALOGUE) == 39  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island, q_k_swapped
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
 
 
