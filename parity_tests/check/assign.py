@@ -19,6 +19,7 @@ from torch import nn
 from numpy_transformer import TransformerConfig
 
 from . import levels as LV
+from .level_table import STACKS_OF
 from .mapping import Link, attention_links
 from .variants import sinusoid_tables
 
@@ -281,7 +282,7 @@ def infer(level: str, found, module, given: dict) -> tuple:
     elif level == LV.STACKS:
         count("norms", len(norms), 2 * n_enc + 3 * n_dec + 2)
         chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
+        for stack, n in zip(STACKS_OF[LV.STACKS], (n_enc, n_dec), strict=True):
             for i in range(n):
                 layer(f"{stack}.layers.{i}.", i, stack == "decoder", chunk_iter, norm_iter, ffn_iter)
             norm_link(next(norm_iter), f"{stack}.final_norm.")
@@ -292,17 +293,11 @@ def infer(level: str, found, module, given: dict) -> tuple:
         layer("", 0, decoder, iter(chunks), iter(norms), iter(ffn_pairs))
     elif level in LV.MODELS:
         chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        stacks = {
-            "transformer": ("encoder", "decoder"),
-            "transformer_lm": ("decoder",),
-            "encoder_model": ("encoder",),
-            "decoder": ("decoder",),
-        }
         token_iter = iter(token_tables)
         learned = iter([t for t in position_tables if t.trainable])
-        expected_norms = layer_norms + (len(stacks[level]) if cfg.norm_first else 0)
+        expected_norms = layer_norms + (len(STACKS_OF[level]) if cfg.norm_first else 0)
         count("norms", len(norms), expected_norms)
-        for stack in stacks[level]:
+        for stack in STACKS_OF[level]:
             if not (stack == "encoder" and cfg.share_embeddings):
                 table = next(token_iter, None)
                 if table is None:

@@ -21,27 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from .level_table import DATA
+
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
 CAUSAL_SHAPES = ("(B, 1, T, T)", "(B, T, T)", "(T, T)")
-DATA = {
-    "scaled_dot_product_attention": ("q", "k", "v"),
-    "multi_head_attention": ("query", "key", "value"),
-    "layer_norm": ("x",),
-    "rms_norm": ("x",),
-    "feed_forward": ("x",),
-    "gated_feed_forward": ("x",),
-    "positional_encoding": ("x",),
-    "embedding": ("ids",),
-    "encoder_layer": ("x",),
-    "decoder_layer": ("x", "memory"),
-    "decoder_only_layer": ("x",),
-    "transformer": ("src", "tgt"),
-    "transformer_lm": ("ids",),
-    "encoder_model": ("ids",),
-    "transformer_stacks": ("src", "tgt"),
-    "decoder": ("tgt", "memory"),
-}
 SOURCE_WORDS = ("src", "source", "memory", "enc", "cross", "padding", "key_padding", "pad")
 TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
 

@@ -26,6 +26,7 @@ from . import levels as LV
 from . import mistakes as MK
 from . import variants as VR
 from .judge import MATCH, _error, _valid
+from .level_table import STACKS_OF
 from .report import Diagnosis, Result
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
@@ -474,13 +475,7 @@ def model_stages(session, cfg, caller):
     else:
         _, backward = LV.run_reference(level, params, p, cfg, np.float64)
         acts = backward.model.activations()
-    stacks = {
-        "transformer": ("encoder", "decoder"),
-        "transformer_lm": ("decoder",),
-        "encoder_model": ("encoder",),
-        "decoder": ("decoder",),
-    }
-    for stack in stacks[level]:
+    for stack in STACKS_OF[level]:
         valid = p.src_keep if stack == "encoder" else p.tgt_keep
         ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
         if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
