@@ -4,64 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .level_table import shown
 from .mistakes import MISTAKES
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.
 CATALOGUE = {m.id: m.line for m in MISTAKES}
-
-
-# The config fields the report shows at each level (what that level's reference reads).
-CONFIG_SHOWN = {
-    "scaled_dot_product_attention": (),
-    "multi_head_attention": ("d_model", "n_heads", "n_kv_heads", "positional", "rope_theta"),
-    "layer_norm": ("d_model", "layer_norm_eps"),
-    "rms_norm": ("d_model", "layer_norm_eps"),
-    "feed_forward": ("d_model", "d_ff", "activation"),
-    "gated_feed_forward": ("d_model", "d_ff", "activation", "bias"),
-    "positional_encoding": ("d_model", "positional", "max_len", "sinusoid_layout"),
-    "embedding": ("d_model", "src_vocab_size", "scale_embeddings"),
-    "encoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
-    "decoder_layer": ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias"),
-    "decoder_only_layer": (
-        "d_model",
-        "n_heads",
-        "n_kv_heads",
-        "d_ff",
-        "norm_first",
-        "norm",
-        "activation",
-        "gated_ffn",
-        "positional",
-        "rope_theta",
-        "layer_norm_eps",
-        "bias",
-    ),  # fmt: skip
-    "model": (
-        "src_vocab_size",
-        "tgt_vocab_size",
-        "d_model",
-        "n_heads",
-        "d_ff",
-        "n_encoder_layers",
-        "n_decoder_layers",
-        "norm_first",
-        "norm",
-        "activation",
-        "gated_ffn",
-        "n_kv_heads",
-        "positional",
-        "rope_theta",
-        "max_len",
-        "scale_embeddings",
-        "tie_embeddings",
-        "share_embeddings",
-        "bias",
-        "output_bias",
-        "layer_norm_eps",
-        "pad_id",
-    ),
-}
 
 
 @dataclass
@@ -176,7 +124,7 @@ class Result:
             )
         if self.config is not None:
             c = self.config
-            fields = CONFIG_SHOWN.get(self.reference, CONFIG_SHOWN["model"])
+            fields = shown(self.reference)
             if c.positional != "rope":  # RoPE's fields only where it rotates; an attention has no other positions
                 layer = self.reference in ("multi_head_attention", "decoder_only_layer")
                 hidden = {"rope_theta"} | ({"positional"} if layer else set())
