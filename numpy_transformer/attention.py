@@ -20,6 +20,8 @@ from .layers import (
     dropout_forward,
     linear_backward,
     linear_forward,
+    norm_backward,
+    norm_forward,
     softmax_backward,
     softmax_forward,
 )
@@ -198,6 +200,41 @@ MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weig
 
 
 # ----------------------------------------------------------------------------------------------
+# Qwen3's q_norm and k_norm: an RMSNorm over each head's Dh features of the queries and of the keys, after the
+# projections and before RoPE, with one weight (Dh,) shared by every head. Attention applies it when its params
+# hold q_norm.weight and k_norm.weight (config.qk_norm). Gemma's are the same with the gain 1 + weight (kind
+# "rms_offset", as its other norms).
+
+QK_NORM_KEYS = ("q_norm.weight", "k_norm.weight")
+
+
+def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float, kind: str = "rms"):
+    r"""RMSNorm of every head's vector: x (B, H, T, Dh), weight (Dh,) -> (B, H, T, Dh),
+
+    .. math::
+
+        y_{bht} = \frac{x_{bht}}{\sqrt{\mathrm{mean}_d\, x_{bhtd}^2 + \varepsilon}} \odot \gamma
+
+    the RMSNorm pair's math over the last axis, every (batch, head, position) a row; :math:`\gamma` = weight
+    (kind "rms", Qwen3) or 1 + weight (kind "rms_offset", Gemma)."""
+    return norm_forward({"weight": weight}, x, kind, eps)
+
+
+def qk_norm_backward(dout: np.ndarray, cache):
+    r"""With :math:`\hat x = x\, r`, :math:`g = dy \odot \gamma`: each head's vector is a row of its own, and
+    the weight is shared by all of them, so its gradient sums over batch, heads and positions:
+
+    .. math::
+
+        dx_{bht} = r_{bht} \big(g_{bht} - \hat x_{bht}\, \mathrm{mean}_d(g_{bht} \odot \hat x_{bht})\big), \qquad
+        d\gamma = \textstyle\sum_{b, h, t} dy_{bht} \odot \hat x_{bht}
+
+    Returns dx (B, H, T, Dh) and dweight (Dh,) (Gemma's w = gamma - 1 gets d gamma)."""
+    dx, grads = norm_backward(dout, cache)
+    return dx, grads["weight"]
+
+
+# ----------------------------------------------------------------------------------------------
 # Decoding caches, updated inside attention (as transformers' past_key_values.update is): a step runs only
 # the new positions, and attention reads the keys and values of every earlier one from here.
 
@@ -273,6 +310,8 @@ class AttentionCache:
     repeat_kv: int  # query heads per K/V head
     attn: dict  # the kernel pair's own cache; with the plain kernel attn["probs"] holds the probabilities
     decoding: bool = False  # keys and values came from a decoding cache: a forward-only call
+    q_norm: tuple | None = None  # qk_norm_forward's caches of the queries and the keys (Qwen3), or None
+    k_norm: tuple | None = None
 
 
 def multi_head_attention_forward(
@@ -294,6 +333,8 @@ def multi_head_attention_forward(
     kv_cache: KVCache | MemoryCache | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
+    qk_norm_eps: float = 1e-6,
+    qk_norm_kind: str = "rms",
 ):
     r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
     its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
@@ -319,6 +360,8 @@ def multi_head_attention_forward(
     key_padding (B, P) bool, True = a real token, indexed by key position (P covers every key position, the cached
     ones included): padded keys are masked out (a left-padded batch; the key positions of a rolling cache are in
     no fixed order, so the mask is read at them after the cache update).
+    With q_norm.weight and k_norm.weight (Dh,) in params (Qwen3), each head's queries and keys are RMS-normalised
+    (qk_norm_forward, eps qk_norm_eps, kind qk_norm_kind) after the projections and before RoPE.
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -337,6 +380,10 @@ def multi_head_attention_forward(
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, D)
     q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
+    qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
+    q_norm_cache = k_norm_cache = None
+    if qk_norm:
+        q, q_norm_cache = qk_norm_forward(q, params["q_norm.weight"], qk_norm_eps, qk_norm_kind)
     k_cache = v_cache = None
     if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
         k, v, k_pos = kv_cache.keys, kv_cache.values, positions(kv_cache.keys.shape[2])  # the memory's, from step 1
@@ -344,6 +391,8 @@ def multi_head_attention_forward(
         k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
         v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
         k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
+        if qk_norm:
+            k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps, qk_norm_kind)
         k_pos = q_pos if kv_cache is not None or key is query else positions(key.shape[1])
     rope_cache = None
     if rope is not None:
@@ -382,6 +431,8 @@ def multi_head_attention_forward(
         repeat_kv=repeat_cache,
         attn=attn_cache,
         decoding=kv_cache is not None,
+        q_norm=q_norm_cache,
+        k_norm=k_norm_cache,
     )
     return out, cache
 
@@ -419,10 +470,13 @@ def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     if cache.rope is not None:
         dq = rope_backward(dq, cache.rope)
         dk = rope_backward(dk, cache.rope)
+    if cache.q_norm is not None:  # Qwen3: through each head's RMSNorm of the queries and the keys
+        dq, grads["q_norm.weight"] = qk_norm_backward(dq, cache.q_norm)
+        dk, grads["k_norm.weight"] = qk_norm_backward(dk, cache.k_norm)
     dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache.q)
     dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache.k)
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
-    grads = {k: grads[k] for k in MHA_KEYS if grads[k] is not None}
+    grads = {k: grads[k] for k in MHA_KEYS + QK_NORM_KEYS if grads.get(k) is not None}
     if dtable:  # T5's bias table, read by this attention (and by the stack's other layers: the stack adds them)
         grads["relative_bias.weight"] = dtable[0]
     return dquery, dkey, dvalue, grads
@@ -441,9 +495,13 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
             f"params has the biases {present} but not {absent}: give all four biases, none (bias-free attention), "
             "or those of q_proj, k_proj and v_proj only (Qwen2's)"
         )
+    norms = [k for k in QK_NORM_KEYS if k in params]
+    if norms not in ([], list(QK_NORM_KEYS)):
+        raise ValueError(f"params has {norms} alone: give both q_norm.weight and k_norm.weight (Qwen3's), or neither")
     kv = D // n_heads * n_kv_heads  # H_kv * Dh
     expected = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}
-    for k in weights + present:
+    expected |= {"q_norm": (D // n_heads,), "k_norm": (D // n_heads,)}
+    for k in weights + present + norms:
         shape = expected[k.split(".")[0]]
         shape = shape if k.endswith("weight") else shape[:1]
         if params[k].shape != shape:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "relative")
-NORMS = ("layer", "rms")
+NORMS = ("layer", "rms", "rms_offset")
 DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
 SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
@@ -54,8 +54,13 @@ class TransformerConfig:
     tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
     # -- after the paper ----------------------------------------------------------------------
-    norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias)
+    # "layer" (LayerNorm), "rms" (RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias) or "rms_offset" (Gemma's
+    # RMSNorm: the gain is 1 + weight); q_norm and k_norm (qk_norm) take the same kind
+    norm: str = "layer"
     rope_theta: float = 10000.0  # rotary base, when positional == "rope"
+    # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
+    # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
+    qk_norm: bool = False
     gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
@@ -78,6 +83,11 @@ class TransformerConfig:
     embedding_padding_idx: bool = False
     # EncoderModel: BERT's [CLS] pooler, pooled = tanh(h[:, 0] W^T + b) (pool / pool_backward), pooler.dense.*
     pooler: bool = False
+    # Gemma's sandwich (pre-norm only): each sublayer's output is normalised too before it joins the stream,
+    # x + Norm_post(f(Norm(x))), the second norm {name}_post_norm.* of the layer
+    sandwich_norm: bool = False
+    # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
+    logit_softcap: float | None = None
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -128,9 +138,9 @@ class TransformerConfig:
             _check_int("sliding_window", self.sliding_window, minimum=1)
         _check_int("relative_buckets", self.relative_buckets, minimum=2)
         _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
-        for name in ("attention_scale", "output_scale"):
+        for name in ("attention_scale", "output_scale", "logit_softcap"):
             value = getattr(self, name)
-            if value is None and name == "attention_scale":
+            if value is None and name in ("attention_scale", "logit_softcap"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a positive float, got {value!r}")
@@ -175,9 +185,15 @@ class TransformerConfig:
             "embedding_norm",
             "share_embeddings",
             "embedding_padding_idx",
+            "qk_norm",
+            "sandwich_norm",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.sandwich_norm and not self.norm_first:
+            raise ValueError(
+                "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
+            )
 
     @property
     def head_dim(self) -> int:

@@ -42,7 +42,11 @@ from .layers import (
     residual_in_forward,
     residual_out_backward,
     residual_out_forward,
+    sandwich_out_backward,
+    sandwich_out_forward,
     sinusoidal_table,
+    softcap_backward,
+    softcap_forward,
     tanh_backward,
     tanh_forward,
 )
@@ -239,7 +243,8 @@ def attention_forward(
     mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
-        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, **decoding,
+        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, qk_norm_eps=config.layer_norm_eps,
+        qk_norm_kind="rms_offset" if config.norm == "rms_offset" else "rms", **decoding,
     )  # fmt: skip
 
 
@@ -268,9 +273,23 @@ def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfi
 
 def sublayer_out(params: dict, name: str, x: np.ndarray, y: np.ndarray, config, dropout, site: str):
     """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
-    `{site}.{name}_dropout`)."""
-    norm, eps = sub(params, f"{name}_norm"), config.layer_norm_eps
-    return residual_out_forward(x, y, norm, config.norm_first, eps, dropout, f"{site}.{name}_dropout", config.norm)
+    `{site}.{name}_dropout`); with config.sandwich_norm (Gemma) x + drop(Norm_post(y)), its norm `{name}_post_norm`."""
+    eps, drop_site = config.layer_norm_eps, f"{site}.{name}_dropout"
+    if config.sandwich_norm:
+        post = sub(params, f"{name}_post_norm")
+        out, cache = sandwich_out_forward(x, y, post, eps, dropout, drop_site, config.norm)
+        return out, (f"{name}_post_norm", sandwich_out_backward, cache)
+    norm = sub(params, f"{name}_norm")
+    out, cache = residual_out_forward(x, y, norm, config.norm_first, eps, dropout, drop_site, config.norm)
+    return out, (f"{name}_norm", residual_out_backward, cache)
+
+
+def sublayer_out_backward(dout: np.ndarray, cache):
+    """Backward of sublayer_out: dx along the residual path, dy into the sublayer, and the grads of the norm it
+    holds (none in pre-norm; the post-norm's in the sandwich), named below the layer."""
+    name, backward, cache = cache
+    dx, dy, grads = backward(dout, cache)
+    return dx, dy, {f"{name}.{k}": v for k, v in grads.items()}
 
 
 def norm_grads(name: str, *parts: dict) -> dict:
@@ -319,16 +338,16 @@ def encoder_layer_backward(dout: np.ndarray, cache):
 
     Returns dx (B, T, D) and the layer's grads dict."""
     c = cache
-    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])
     dh, ffn_grads = ffn_backward(dy, c["ffn"])
     dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
-    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
     dx = dx + dx_attn  # residual path + path through self-attention
-    grads = norm_grads("ffn", ffn_in, ffn_out) | norm_grads("self_attn", attn_in, attn_out)
+    grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
     return dx, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
 
 
@@ -389,25 +408,25 @@ def decoder_layer_backward(dout: np.ndarray, cache):
     the memory's two gradients add, :math:`d\mathrm{memory} = dX_k + dX_v`. Returns dx (B, T_tgt, D), dmemory
     (B, T_src, D) or None, and grads."""
     c = cache
-    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])
     dh, ffn_grads = ffn_backward(dy, c["ffn"])
     dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
-    grads = norm_grads("ffn", ffn_in, ffn_out) | prefixed(ffn_grads, "ffn")
+    grads = norm_grads("ffn", ffn_in) | ffn_out | prefixed(ffn_grads, "ffn")
     dmemory = None
     if "cross_attn" in c:
-        dx, dy, cross_out = residual_out_backward(dx, c["cross_attn_out"])
+        dx, dy, cross_out = sublayer_out_backward(dx, c["cross_attn_out"])
         dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c["cross_attn"])
         dmemory = dkey + dvalue  # the memory was the key and the value
         dx_cross, cross_in = residual_in_backward(dh, c["cross_attn_in"])
         dx = dx + dx_cross  # residual path + path through cross-attention
-        grads |= norm_grads("cross_attn", cross_in, cross_out) | prefixed(cross_grads, "cross_attn")
-    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+        grads |= norm_grads("cross_attn", cross_in) | cross_out | prefixed(cross_grads, "cross_attn")
+    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
     dx = dx + dx_attn  # residual path + path through self-attention
-    grads |= norm_grads("self_attn", attn_in, attn_out) | prefixed(attn_grads, "self_attn")
+    grads |= norm_grads("self_attn", attn_in) | attn_out | prefixed(attn_grads, "self_attn")
     return dx, dmemory, grads
 
 
@@ -572,11 +591,18 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
             linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
         linear(f"{prefix}.out_proj", D, D)
+        if config.qk_norm:  # Qwen3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
+            shapes[f"{prefix}.q_norm.weight"] = shapes[f"{prefix}.k_norm.weight"] = (config.head_dim,)
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
         if kind == "layer":  # RMSNorm has no bias
             shapes[f"{prefix}.bias"] = (D,)
+
+    def sublayer_norms(prefix):  # the sublayer's norm, and Gemma's second norm of its output (sandwich_norm)
+        norm(f"{prefix}_norm")
+        if config.sandwich_norm:
+            norm(f"{prefix}_post_norm")
 
     def stack(name, vocab, n_layers, cross):
         shared = name == "encoder" and config.share_embeddings and not encoder_only
@@ -593,15 +619,15 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for i in range(n_layers):
             layer = f"{name}.layers.{i}"
             attention(f"{layer}.self_attn")
-            norm(f"{layer}.self_attn_norm")
+            sublayer_norms(f"{layer}.self_attn")
             if cross:
                 attention(f"{layer}.cross_attn")
-                norm(f"{layer}.cross_attn_norm")
+                sublayer_norms(f"{layer}.cross_attn")
             if config.gated_ffn:
                 linear(f"{layer}.ffn.gate", F, D)
             linear(f"{layer}.ffn.linear1", F, D)
             linear(f"{layer}.ffn.linear2", D, F)
-            norm(f"{layer}.ffn_norm")
+            sublayer_norms(f"{layer}.ffn")
         if config.norm_first:
             norm(f"{name}.final_norm")
 
@@ -748,19 +774,30 @@ class _Model:
         states)."""
         return x if self.config.output_scale == 1.0 else x * self.config.output_scale
 
+    def softcap(self, logits: np.ndarray):
+        """Gemma's final soft-capping, cap * tanh(logits / cap) with cap = config.logit_softcap (softcap_forward),
+        and its cache; the logits and None when the config sets no cap."""
+        if self.config.logit_softcap is None:
+            return logits, None
+        return softcap_forward(logits, self.config.logit_softcap)
+
     def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
         """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
         masks it used, and the caches the backward pass will read."""
         logits, out_cache = linear_forward(self.scale_output(x), self.output_weight(), self.output_bias())  # (B, T, V)
+        logits, cap_cache = self.softcap(logits)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = caches | {"output": out_cache, "decoder_out": x, "logits": logits, "logits_shape": logits.shape}
+        self._cache = caches | {"output": out_cache, "softcap": cap_cache, "decoder_out": x, "logits": logits}
+        self._cache["logits_shape"] = logits.shape
         return logits
 
     def _output_backward(self, dlogits: np.ndarray):
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
         grads = {}
+        if self._cache["softcap"] is not None:
+            dlogits = softcap_backward(dlogits, self._cache["softcap"])
         dx, dweight, dbias = linear_backward(dlogits, self._cache["output"])
         dx = self.scale_output(dx)  # y = c x: dx = c dy
         if dbias is not None:

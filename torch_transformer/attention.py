@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layers import Dropout, apply_rope, init_linear
+from .layers import Dropout, apply_rope, init_linear, rms_norm
 
 
 def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
@@ -165,6 +165,8 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         alibi: bool = False,
         scale: float | None = None,
+        qk_norm_eps: float | None = None,
+        qk_norm_kind: str = "rms",
     ):
         super().__init__()
         if d_model % n_heads != 0:
@@ -184,6 +186,10 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.out_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
+        if qk_norm_eps is not None:  # Qwen3: RMSNorm of each head's queries and keys (over Dh), before RoPE
+            self.q_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)  # Gemma's: kind "rms_offset"
+            self.k_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)
+        self.qk_norm = qk_norm_eps is not None
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
         self.window = window  # causal sliding window: query i sees keys j > i - window
@@ -221,11 +227,15 @@ class MultiHeadAttention(nn.Module):
             if x.dim() != 3:
                 raise ValueError(f"{name} must have shape (B, T, D), got {tuple(x.shape)}")
         q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, Dh)
+        if self.qk_norm:
+            q = self.q_norm(q)
         if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
             k, v = kv_cache.keys, kv_cache.values  # the memory's, projected at the first step
         else:
             k = self._split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
             v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
+            if self.qk_norm:
+                k = self.k_norm(k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         positions = None

@@ -39,6 +39,8 @@ class _Layer(nn.Module):
     def _sublayer(self, name: str, config: TransformerConfig) -> None:
         """Add the residual sublayer `name`'s norm and output dropout."""
         setattr(self, f"{name}_norm", make_norm(config))
+        if config.sandwich_norm:  # Gemma: the sublayer's output normalised too, x + f(Norm(x)) -> x + Norm_post(...)
+            setattr(self, f"{name}_post_norm", make_norm(config))
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
@@ -52,6 +54,8 @@ class _Layer(nn.Module):
             window=c.sliding_window if causal else None,
             alibi=c.positional == "alibi" and not cross,
             scale=c.attention_scale,
+            qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
+            qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
         )  # fmt: skip
 
     @staticmethod
@@ -62,7 +66,8 @@ class _Layer(nn.Module):
 
     def _residual(self, name: str, x: Tensor, sublayer: Callable[[Tensor], Tensor], masks: Mapping) -> Tensor:
         norm, dropout = getattr(self, f"{name}_norm"), getattr(self, f"{name}_dropout")
-        return residual(x, sublayer, norm, dropout, self.norm_first, masks.get(f"{name}_dropout"))
+        post = getattr(self, f"{name}_post_norm", None)
+        return residual(x, sublayer, norm, dropout, self.norm_first, masks.get(f"{name}_dropout"), post)
 
 
 class EncoderLayer(_Layer):
@@ -491,7 +496,9 @@ class _Model(nn.Module):
         bias = None if self.output_proj is None else self.output_proj.bias
         if self.config.output_scale != 1.0:  # T5's tied head reads d_model^-0.5 times the hidden states
             x = x * self.config.output_scale
-        return F.linear(x, weight, bias)  # (..., V)
+        logits = F.linear(x, weight, bias)  # (..., V)
+        cap = self.config.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)  # Gemma's final soft-capping
 
     def _masks_in_use(
         self, dropout_masks: Mapping[str, Tensor] | None, expected: dict[str, tuple[int, ...]]
