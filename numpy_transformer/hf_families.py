@@ -1252,7 +1252,190 @@ T5_ENCODER = replace(
     tied=(("encoder.embed_tokens.weight", "shared.weight", "share_embeddings"),),
 )
 
-FAMILIES = {family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5)}
+# ----------------------------------------------------------------------------------------------
+# Gemma 3, text only (Gemma3ForCausalLM, model_type gemma3_text): Llama's decoder with every RMSNorm of gain 1 + w
+# (norm "rms_offset": the checkpoint's w is ours, unchanged), a second norm on each sublayer's output (the sandwich:
+# post_attention_layernorm, post_feedforward_layernorm), q/k norms per head, GeGLU with tanh GELU, embeddings times
+# sqrt(hidden_size), the attention scale query_pre_attn_scalar^-1/2 and the final logits soft-capped. Its layers
+# are local (a sliding window, rope_local_base_freq) or global (rope_theta) by `layer_types`; one kind for every
+# layer is read here (all global, or all local), the 5:1 mix is refused.
+
+GEMMA3_KINDS = ("full_attention", "sliding_attention")
+
+
+def positive_number(c: dict, name: str, default=None):
+    """config.json's `name` (default when absent): None, or a positive finite number; ValueError naming it."""
+    value = c.get(name, default)
+    if value is not None and not (is_finite_number(value) and value > 0):
+        raise ValueError(f"config.json: {name}={value!r}: expected a positive number or null")
+    return value
+
+
+def gemma3_rope_bases(c: dict) -> dict:
+    """{layer kind: rotary base}, from rope_parameters (per kind, transformers 5) or rope_theta /
+    rope_local_base_freq (older files); ValueError for a scaled RoPE."""
+    params = c.get("rope_parameters") or {}
+    legacy = {"full_attention": c.get("rope_theta", 1_000_000.0), "sliding_attention": c.get("rope_local_base_freq")}
+    legacy["sliding_attention"] = 10_000.0 if legacy["sliding_attention"] is None else legacy["sliding_attention"]
+    bases = {}
+    for kind in GEMMA3_KINDS:
+        rope = params.get(kind) or {}
+        scaling = c.get("rope_scaling") if kind == "full_attention" else None
+        rope_type = rope.get("rope_type", (scaling or {}).get("rope_type", (scaling or {}).get("type", "default")))
+        if rope_type != "default":
+            raise ValueError(f"rope_type {rope_type!r} of the {kind} layers is not supported (only plain RoPE)")
+        bases[kind] = positive_number(rope, "rope_theta", legacy[kind])
+    return bases
+
+
+def gemma3_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    V, D, H = c["vocab_size"], c["hidden_size"], c["num_attention_heads"]
+    heads(c, D, H)
+    n_kv = c.get("num_key_value_heads") or H
+    if c.get("attention_bias", False):
+        raise ValueError("attention_bias=True is not supported for gemma3_text (Gemma 3 has no biases); only False")
+    if c.get("use_bidirectional_attention", False):
+        raise ValueError("use_bidirectional_attention=True is not supported for gemma3_text (a decoder); only False")
+    if positive_number(c, "attn_logit_softcapping") is not None:
+        raise ValueError(f"attn_logit_softcapping={c['attn_logit_softcapping']} is not supported; only null")
+    n_layers = c["num_hidden_layers"]
+    kinds = c.get("layer_types") or [
+        "sliding_attention" if (i + 1) % c.get("sliding_window_pattern", 6) else "full_attention"
+        for i in range(n_layers)
+    ]
+    if not isinstance(kinds, list) or len(kinds) != n_layers or set(kinds) - set(GEMMA3_KINDS):
+        raise ValueError(f"config.json: layer_types={kinds!r}: expected {n_layers} of {GEMMA3_KINDS}")
+    if len(set(kinds)) > 1:
+        raise ValueError(
+            f"layer_types={kinds!r} mixes local and global layers, which this project does not run yet (one kind for "
+            "every layer: all 'full_attention', or all 'sliding_attention')"
+        )
+    sliding = kinds[0] == "sliding_attention"
+    scalar = positive_number(c, "query_pre_attn_scalar", 256)
+    return TransformerConfig(
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=D,
+        n_heads=H,
+        d_ff=c["intermediate_size"],
+        n_encoder_layers=0,
+        n_decoder_layers=n_layers,
+        **dropout_from_hf(c, LLAMA_DROPOUT, dropout),
+        activation=activation_from_hf(c.get("hidden_activation") or "gelu_pytorch_tanh"),
+        norm_first=True,
+        positional="rope",
+        max_len=c.get("max_position_embeddings", 131_072),
+        layer_norm_eps=c.get("rms_norm_eps", 1e-6),
+        pad_id=token_id(c, "pad_token_id", V),
+        bos_id=token_id(c, "bos_token_id", V),
+        eos_id=end_token_ids(c, V),
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        scale_embeddings=True,  # Gemma3TextScaledWordEmbedding: times sqrt(hidden_size)
+        norm="rms_offset",
+        rope_theta=float(gemma3_rope_bases(c)[kinds[0]]),
+        qk_norm=True,
+        gated_ffn=True,
+        n_kv_heads=None if n_kv == H else n_kv,
+        bias=False,
+        output_bias=False,
+        sliding_window=int(c.get("sliding_window") or 4096) if sliding else None,
+        attention_scale=None if scalar == D // H else float(scalar) ** -0.5,
+        embedding_padding_idx=c.get("pad_token_id") is not None,
+        sandwich_norm=True,
+        logit_softcap=positive_number(c, "final_logit_softcapping"),
+    )
+
+
+def gemma3_to_hf(config: TransformerConfig) -> dict:
+    scalar = config.head_dim if config.attention_scale is None else config.attention_scale**-2
+    if abs(scalar - round(scalar)) < 1e-9 * scalar:
+        scalar = round(scalar)  # query_pre_attn_scalar is an int in Gemma3TextConfig (256)
+    kind = "full_attention" if config.sliding_window is None else "sliding_attention"
+    rope = {"rope_type": "default", "rope_theta": config.rope_theta}
+    return {
+        "vocab_size": config.tgt_vocab_size,
+        "hidden_size": config.d_model,
+        "num_attention_heads": config.n_heads,
+        "num_key_value_heads": config.kv_heads,
+        "head_dim": config.head_dim,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.n_decoder_layers,
+        **dropout_to_hf(config, "gemma3_text", LLAMA_DROPOUT),
+        "hidden_activation": {"gelu_tanh": "gelu_pytorch_tanh"}.get(config.activation, config.activation),
+        "max_position_embeddings": config.max_len,
+        "rms_norm_eps": config.layer_norm_eps,
+        "rope_parameters": {k: dict(rope) for k in GEMMA3_KINDS},  # one base: every layer is of one kind
+        "layer_types": [kind] * config.n_decoder_layers,
+        "sliding_window": config.max_len if config.sliding_window is None else config.sliding_window,
+        "query_pre_attn_scalar": scalar,
+        "final_logit_softcapping": config.logit_softcap,
+        "attn_logit_softcapping": None,
+        "attention_bias": False,
+        "use_bidirectional_attention": False,
+        "tie_word_embeddings": config.tie_embeddings,
+        "pad_token_id": config.pad_id,
+        "bos_token_id": config.bos_id,
+        "eos_token_id": config.eos_id,
+    }
+
+
+GEMMA3_TEXT = Family(
+    model_type="gemma3_text",
+    model_class="TransformerLM",
+    architecture="Gemma3ForCausalLM",
+    prefixes=("model.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
+        *(
+            Rule(f"decoder.layers.{{i}}.{ours}.weight", f"layers.{{i}}.{theirs}.weight")
+            for ours, theirs in (
+                ("self_attn_norm", "input_layernorm"),
+                ("self_attn.q_proj", "self_attn.q_proj"),
+                ("self_attn.k_proj", "self_attn.k_proj"),
+                ("self_attn.v_proj", "self_attn.v_proj"),
+                ("self_attn.out_proj", "self_attn.o_proj"),
+                ("self_attn.q_norm", "self_attn.q_norm"),
+                ("self_attn.k_norm", "self_attn.k_norm"),
+                ("self_attn_post_norm", "post_attention_layernorm"),
+                ("ffn_norm", "pre_feedforward_layernorm"),
+                ("ffn.gate", "mlp.gate_proj"),
+                ("ffn.linear1", "mlp.up_proj"),
+                ("ffn.linear2", "mlp.down_proj"),
+                ("ffn_post_norm", "post_feedforward_layernorm"),
+            )
+        ),
+        Rule("decoder.final_norm.weight", "norm.weight"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(r"lm_head\.weight",),  # when tied: a copy of embed_tokens.weight
+    from_hf=gemma3_from_hf,
+    to_hf=gemma3_to_hf,
+    supports={
+        "activation": ("gelu_tanh", "gelu", "silu", "relu"),
+        "norm": "rms_offset",
+        "norm_first": True,
+        "positional": "rope",
+        "rope_theta": ANY,
+        "qk_norm": True,
+        "gated_ffn": True,
+        "n_kv_heads": ANY,
+        "bias": False,
+        "qkv_bias": (None, False),
+        "sliding_window": ANY,
+        "attention_scale": ANY,
+        "tie_embeddings": ANY,
+        "scale_embeddings": True,
+        "output_bias": False,
+        "sandwich_norm": True,
+        "logit_softcap": ANY,
+    },  # fmt: skip
+    tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
+)
+
+
+FAMILIES = {
+    family.model_type: family for family in (BERT, GPT2, LLAMA, MISTRAL, QWEN2, BLOOM, MARIAN, BART, T5, GEMMA3_TEXT)
+}
 # checkpoints of another class of a family's model_type, told apart by config.json's "architectures"
 BY_ARCHITECTURE = {family.architecture: family for family in (T5_ENCODER,)}
 

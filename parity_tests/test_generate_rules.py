@@ -107,7 +107,10 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
 # Left-padded batches: the forward pass and every gradient, then greedy and beam search.
 
 # The tiny tied BLOOM repeats its last token whatever the prompt; untied and wider its continuations vary.
-LEFT_PADDED = {"gpt2": {}, "llama": {}, "mistral": {}, "bloom": {"hidden_size": 32, "tie_word_embeddings": False}}
+LEFT_PADDED = {
+    "gpt2": {}, "llama": {}, "mistral": {}, "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
+    "gemma3_text": {"layer_types": ["sliding_attention"] * 2},  # a window of 3 and the capped logits
+}  # fmt: skip
 
 
 def left_padded_batch(vocab: int, seed: int = 0):

@@ -129,12 +129,15 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
 
 # The tiny tied BLOOM repeats the prompt's last token forever (a tied head reads its own embedding back); untied
 # and a little wider, its continuations vary, which the early-eos check needs.
-GREEDY_OVERRIDES = {"bloom": {"hidden_size": 32, "tie_word_embeddings": False}}
+GREEDY_OVERRIDES = {
+    "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
+    "gemma3_text": {"tie_word_embeddings": False},  # the tiny tied Gemma repeats a token too
+}
 
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2", "bloom"])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2", "bloom", "gemma3_text"])
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
     drops keys from the first step on). Three checkpoints of the same weights: with eos 2 (Llama's first
@@ -482,15 +485,17 @@ def test_load_returns_evaluation_mode_as_from_pretrained_does(minilm, side):
 @pytest.mark.parametrize("family", H.FAMILIES)
 def test_a_field_no_family_declares_is_refused(family, tmp_path):
     """Each family lists the config fields it can express: a value outside that list (here an attention scale of
-    2, which no family has) is refused by name when saving, never written as a checkpoint that loads differently."""
+    2, which no family but Gemma has, and for Gemma an output scale of 2) is refused by name when saving, never
+    written as a checkpoint that loads differently."""
     import dataclasses
 
     from numpy_transformer.hf_families import FAMILIES, check_supported
 
     model = H.native_model(family, "numpy")
     check_supported(FAMILIES[family], model.config)  # the native model itself fits
-    model.config = dataclasses.replace(model.config, attention_scale=2.0)
-    with pytest.raises(ValueError, match=r"attention_scale=2\.0"):
+    field = "output_scale" if family == "gemma3_text" else "attention_scale"  # Gemma's query_pre_attn_scalar
+    model.config = dataclasses.replace(model.config, **{field: 2.0})
+    with pytest.raises(ValueError, match=rf"{field}=2\.0"):
         check_supported(FAMILIES[family], model.config)
     with pytest.raises(ValueError, match="no Hugging Face family fits"):
         numpy_hf.save(model, tmp_path)
