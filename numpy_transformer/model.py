@@ -645,12 +645,13 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     return shapes
 
 
-def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
+def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: bool = False) -> dict:
     r"""Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
 
     - linear weights: Xavier-uniform, :math:`\mathcal U(-a, a)` with :math:`a = \sqrt{6 / (\mathrm{fan_{in}} +
       \mathrm{fan_{out}})}`, as the paper's reference code (tensor2tensor) and nn.Transformer do; biases zero;
-    - layer norms: weight one, bias zero;
+    - layer norms: weight one, bias zero (with norm_gain_offset, Gemma's RMSNorms of gain 1 + weight: weight zero,
+      the same unit gain; BERT's embedding LayerNorm keeps one);
     - token embeddings: :math:`\mathcal N(0, 1/D)`, so that after the :math:`\sqrt{D}` scale they have unit
       variance, and so that a tied output projection starts with logits of order one;
     - learned positions and token types: :math:`\mathcal N(0, 0.02^2)`.
@@ -659,7 +660,8 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
     params = {}
     for name, shape in shapes.items():
         if name.endswith("norm.weight"):
-            value = np.ones(shape)
+            offset = norm_gain_offset and not name.endswith("embedding_norm.weight")
+            value = np.zeros(shape) if offset else np.ones(shape)
         elif name.endswith(".bias"):
             value = np.zeros(shape)
         elif name.endswith("token_embedding.weight"):
@@ -693,7 +695,7 @@ class _Model:
         self.config = config
         self.dtype = dtype
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
-        self.params = init_params(shapes, seed, dtype, config.d_model)
+        self.params = init_params(shapes, seed, dtype, config.d_model, config.norm == "rms_offset")
         self.zero_grad()  # self.grads: name -> gradient array, like params
         self.training = True
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream

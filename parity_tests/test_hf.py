@@ -25,6 +25,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 
 import numpy_transformer as nt
@@ -96,6 +97,31 @@ def test_llama_patch_swaps_exactly_its_float32_islands_and_restores_them():
         assert changed == ["eager_attention_forward"]  # module functions (rotate_half, ...) untouched
         assert modeling_llama.eager_attention_forward is H.eager_attention_forward_float64
     assert (dict(vars(norm)), dict(vars(rotary)), dict(vars(modeling_llama))) == before
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_unpatched_float64_gemma3_is_float32_accurate(side):
+    """transformers' own float64 Gemma 3 (norms, cos/sin, the sqrt(hidden_size) buffer in float32) agrees with ours
+    to the float32 bar, and not to the float64 one: the reason the float64 comparison patches those pieces."""
+    result = H.compare_hf("gemma3_text", np.float64, side=side, llama_float64=False)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+def test_gemma3_patch_swaps_exactly_its_float32_islands_and_restores_them():
+    """Gemma3RMSNorm's, Gemma3RotaryEmbedding's and the scaled embedding's forward, and the eager attention (its
+    softmax): nothing else."""
+    m = modeling_gemma3
+    classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
+    before = [dict(vars(c)) for c in classes], dict(vars(m))
+    with H.gemma3_in_float64():
+        changed = [
+            k for c, saved in zip(classes, before[0], strict=True) for k, v in vars(c).items() if saved.get(k) is not v
+        ]
+        assert changed == ["forward"] * 3
+        assert [k for k, v in vars(m).items() if before[1].get(k) is not v] == ["eager_attention_forward"]
+        assert m.Gemma3RMSNorm.forward is H.gemma3_rms_norm_forward_float64
+    assert ([dict(vars(c)) for c in classes], dict(vars(m))) == before
 
 
 @pytest.mark.parametrize(("family", "overrides"), VARIANTS)

@@ -91,7 +91,12 @@ def init_linear(linear: nn.Linear) -> nn.Linear:
 
 
 class OffsetRMSNorm(nn.RMSNorm):
-    """Gemma's RMSNorm: the parameter `weight` is the gain's offset from one, y = rms_norm(x) * (1 + weight)."""
+    """Gemma's RMSNorm: the parameter `weight` is the gain's offset from one, y = rms_norm(x) * (1 + weight); it
+    starts at zero, the unit gain."""
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.zeros_(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
         return F.rms_norm(x, self.normalized_shape, 1.0 + self.weight, self.eps)
