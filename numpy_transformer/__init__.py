@@ -9,6 +9,14 @@ model.zero_grad()
 model.backward(cross_entropy_backward(cache))            # fills model.grads
 """
 
+import sys
+
+from transformer_spec import config
+
+# The config lives in transformer_spec (shared with torch_transformer, no math); numpy_transformer.config is the
+# same module under its old name, registered before any module below imports it as `.config`.
+sys.modules[f"{__name__}.config"] = config
+
 from . import gradcheck
 from .attention import (
     multi_head_attention_backward,

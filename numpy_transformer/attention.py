@@ -94,7 +94,7 @@ def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
     """
     q, k, v, scale = cache["q"], cache["k"], cache["v"], cache["scale"]
     dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
-    dprobs = dout @ v.swapaxes(-1, -2)  # (B, H, T_q, T_k)
+    dprobs = np.einsum("bhqd,bhkd->bhqk", dout, v, optimize=True)  # dO V^T (B, H, T_q, T_k): as the scores' Q K^T
     dprobs = dropout_backward(dprobs, cache["dropout"])
     dscores = softmax_backward(dprobs, cache["softmax"])
     dtable = None
@@ -108,14 +108,14 @@ def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
     """(B, T, H*Dh) -> (B, H, T, Dh): head h takes columns h*Dh:(h+1)*Dh."""
-    B, T, D = x.shape
-    return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, Dh)
+    B, T, width = x.shape
+    return x.reshape(B, T, n_heads, width // n_heads).transpose(0, 2, 1, 3)  # (B, H, T, Dh)
 
 
 def merge_heads(x: np.ndarray) -> np.ndarray:
     """(B, H, T, Dh) -> (B, T, H*Dh), the inverse of split_heads."""
     B, H, T, Dh = x.shape
-    return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, D)
+    return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)  # (B, T, H*Dh)
 
 
 def causal_mask(T_q: int, T_k: int) -> np.ndarray:
@@ -344,8 +344,9 @@ def multi_head_attention_forward(
         Q &= X_q W_Q^\top + b_Q, \qquad K = X_k W_K^\top + b_K, \qquad V = X_v W_V^\top + b_V, \\
         O_h &= \mathrm{Attention}(Q_h, K_h, V_h), \qquad Y = \mathrm{Concat}(O_1, \dots, O_H)\, W_O^\top + b_O
 
-    params: q_proj.weight (D, D), k_proj.weight and v_proj.weight (H_kv*Dh, D), out_proj.weight (D, D),
+    params: q_proj.weight (H*Dh, D), k_proj.weight and v_proj.weight (H_kv*Dh, D), out_proj.weight (D, H*Dh),
     and their biases, or none of them (bias-free attention, as Llama's), or the q, k, v biases only (Qwen2's).
+    Dh, the head width, is q_proj's rows / H: D / H unless the model says otherwise (Qwen3, Gemma).
     query (B, T_q, D), key and value (B, T_k, D); attn_mask broadcastable to (B, H, T_q, T_k),
     True = may attend; is_causal adds the causal mask (query i sees keys j <= i). Self-attention passes
     the same array as query, key and value.
@@ -375,10 +376,11 @@ def multi_head_attention_forward(
         raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={p}")
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     mod = dataclasses.replace(mod, causal=True) if is_causal else mod
-    _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads, rope)
-    _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
+    _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads)
+    head_dim = _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
+    _check_rope(rope, query, key, n_heads, head_dim)
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
-    q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, D)
+    q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, H*Dh)
     q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
     qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
     q_norm_cache = k_norm_cache = None
@@ -418,7 +420,7 @@ def multi_head_attention_forward(
         context, attn_cache = scaled_dot_product_attention_forward(
             q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=k_pos, bias_table=bias_table
         )  # (B, H, T_q, Dh)
-    context = merge_heads(context)  # (B, T_q, D)
+    context = merge_heads(context)  # (B, T_q, H*Dh)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
     cache = AttentionCache(
         n_heads=n_heads,
@@ -482,7 +484,8 @@ def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     return dquery, dkey, dvalue, grads
 
 
-def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype) -> None:
+def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype) -> int:
+    """Check the projections' names, shapes and dtypes; return Dh, the head width (q_proj's rows / n_heads)."""
     weights = [k for k in MHA_KEYS if k.endswith("weight")]
     biases = [k for k in MHA_KEYS if k.endswith("bias")]
     missing = [k for k in weights if k not in params]
@@ -498,22 +501,30 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
     norms = [k for k in QK_NORM_KEYS if k in params]
     if norms not in ([], list(QK_NORM_KEYS)):
         raise ValueError(f"params has {norms} alone: give both q_norm.weight and k_norm.weight (Qwen3's), or neither")
-    kv = D // n_heads * n_kv_heads  # H_kv * Dh
-    expected = {"q_proj": (D, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, D)}
-    expected |= {"q_norm": (D // n_heads,), "k_norm": (D // n_heads,)}
+    width = np.shape(params["q_proj.weight"])[0]  # H * Dh
+    if width % n_heads != 0:
+        if width == D:
+            raise ValueError(f"d_model must be divisible by n_heads: got d_model={D}, n_heads={n_heads}")
+        raise ValueError(
+            f"params['q_proj.weight'] has {width} rows (n_heads * head_dim), not divisible by n_heads={n_heads}"
+        )
+    kv = width // n_heads * n_kv_heads  # H_kv * Dh
+    expected = {"q_proj": (width, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, width)}
+    expected |= {"q_norm": (width // n_heads,), "k_norm": (width // n_heads,)}
     for k in weights + present + norms:
         shape = expected[k.split(".")[0]]
         shape = shape if k.endswith("weight") else shape[:1]
         if params[k].shape != shape:
             raise ValueError(
                 f"params[{k!r}] has shape {params[k].shape}, expected {shape} for d_model={D}, "
-                f"n_heads={n_heads}, n_kv_heads={n_kv_heads}"
+                f"n_heads={n_heads}, n_kv_heads={n_kv_heads}, head_dim={width // n_heads}"
             )
         if params[k].dtype != dtype:
             raise TypeError(f"params[{k!r}] has dtype {params[k].dtype}, expected the inputs' dtype {dtype}")
+    return width // n_heads
 
 
-def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=None, rope=None) -> None:
+def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=None) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_float_array(name, x)
         check_ndim(name, x, 3, "(B, T, D)")
@@ -530,8 +541,6 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
         raise ValueError(f"key must have d_model={D} features like query, got shape {key.shape}")
     if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
         raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
-    if D % n_heads != 0:
-        raise ValueError(f"d_model must be divisible by n_heads: got d_model={D}, n_heads={n_heads}")
     if n_kv_heads is not None:
         if isinstance(n_kv_heads, bool) or not isinstance(n_kv_heads, (int, np.integer)) or n_kv_heads < 1:
             raise ValueError(f"n_kv_heads must be a positive int, got {n_kv_heads!r}")
@@ -539,28 +548,6 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
             raise ValueError(
                 f"n_heads must be a multiple of n_kv_heads, got n_heads={n_heads}, n_kv_heads={n_kv_heads}"
             )
-    if rope is not None:
-        T_q, T_k, Dh = query.shape[1], key.shape[1], D // n_heads
-        if T_q != T_k:
-            raise ValueError(
-                f"rope rotates self-attention's queries and keys by one set of positions: T_q={T_q} != T_k={T_k}"
-            )
-        if Dh % 2:
-            raise ValueError(
-                f"rope rotates pairs of features: the head size must be even, got Dh = {D} / {n_heads} = {Dh}"
-            )
-        if not isinstance(rope, (tuple, list)) or len(rope) != 2:
-            raise TypeError(f"rope must be a (cos, sin) pair of arrays, got {type(rope).__name__}")
-        for name, table in zip(("cos", "sin"), rope, strict=True):
-            if np.shape(table) not in ((T_q, Dh // 2), (B, 1, T_q, Dh // 2)):
-                raise ValueError(
-                    f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)} (or, each row "
-                    f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, Dh // 2)})"
-                )
-            if getattr(table, "dtype", None) != query.dtype:
-                raise TypeError(
-                    f"rope {name} must have the inputs' dtype {query.dtype}, got {getattr(table, 'dtype', None)}"
-                )
     if attn_mask is not None:
         attn_mask = np.asarray(attn_mask)
         if attn_mask.dtype != np.bool_:
@@ -574,3 +561,30 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
             ) from None
         if attn_mask.ndim > 4 or np.broadcast_shapes(attn_mask.shape, target) != target:
             raise ValueError(f"attn_mask of shape {attn_mask.shape} must broadcast to (B, H, T_q, T_k) = {target}")
+
+
+def _check_rope(rope, query, key, n_heads: int, Dh: int) -> None:
+    """rope, when given, must be (cos, sin), each (T, Dh/2) (or (B, 1, T, Dh/2)), in the inputs' dtype."""
+    if rope is None:
+        return
+    B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
+    if T_q != T_k:
+        raise ValueError(
+            f"rope rotates self-attention's queries and keys by one set of positions: T_q={T_q} != T_k={T_k}"
+        )
+    if Dh % 2:
+        raise ValueError(
+            f"rope rotates pairs of features: the head size must be even, got Dh = {Dh * n_heads} / {n_heads} = {Dh}"
+        )
+    if not isinstance(rope, (tuple, list)) or len(rope) != 2:
+        raise TypeError(f"rope must be a (cos, sin) pair of arrays, got {type(rope).__name__}")
+    for name, table in zip(("cos", "sin"), rope, strict=True):
+        if np.shape(table) not in ((T_q, Dh // 2), (B, 1, T_q, Dh // 2)):
+            raise ValueError(
+                f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)} (or, each row "
+                f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, Dh // 2)})"
+            )
+        if getattr(table, "dtype", None) != query.dtype:
+            raise TypeError(
+                f"rope {name} must have the inputs' dtype {query.dtype}, got {getattr(table, 'dtype', None)}"
+            )

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from transformer_spec.checkpoints import read_tensor
+
 from .config import (
     check_checkpoint_fits,
     check_checkpoint_tensors,
@@ -31,7 +33,6 @@ from .config import (
     checkpoint_metadata,
     parse_checkpoint_metadata,
 )
-from .hf import read_tensor
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}

@@ -79,10 +79,10 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int, sr
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
     layers = [
         (
-            KVCache(n_rows, cfg.kv_heads, total_len, cfg.head_dim, model.dtype, cfg.sliding_window),
+            KVCache(n_rows, cfg.kv_heads, total_len, cfg.d_head, model.dtype, cfg.layer_window(i)),  # its window's
             None if memory is None else MemoryCache(),
         )
-        for _ in range(cfg.n_decoder_layers)
+        for i in range(cfg.n_decoder_layers)
     ]
     return DecoderCache(layers, memory, memory_mask, sub(params, "decoder"))
 

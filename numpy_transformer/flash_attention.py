@@ -244,18 +244,25 @@ def _block_mask(mask: np.ndarray | None, i0: int, i1: int, j0: int, j1: int) -> 
 
 def _key_blocks(i0: int, i1: int, T_k: int, block_k: int, mod: ScoreMod) -> range:
     """Forward: the starts of the key blocks that queries i0 .. i1 - 1 can see. Causal: keys j <= i < i1, so
-    they end at i1. A window: keys j > i - window >= i0 - window, so they start in the block of i0 - window + 1."""
+    they end at i1. A window: keys j > i - window >= i0 - window, so they start in the block of i0 - window + 1.
+    A band: keys i0 - band <= j <= i1 - 1 + band."""
     end = min(i1, T_k) if mod.causal else T_k
     start = 0 if mod.window is None else max(0, i0 - mod.window + 1) // block_k * block_k
+    if mod.band is not None:
+        start = max(start, max(0, i0 - mod.band) // block_k * block_k)
+        end = min(end, i1 + mod.band)
     return range(start, end, block_k)
 
 
 def _query_blocks(j0: int, j1: int, T_q: int, block_q: int, mod: ScoreMod) -> range:
     """Backward: the starts of the query blocks that see some key of j0 .. j1 - 1. Causal: query j0 is the first
     (in the block starting at j0 // block_q * block_q; none when j0 >= T_q). A window: queries i < j + window,
-    so they end before j1 - 1 + window."""
+    so they end before j1 - 1 + window. A band: queries j0 - band <= i <= j1 - 1 + band."""
     start = (T_q if j0 >= T_q else j0 // block_q * block_q) if mod.causal else 0
     end = T_q if mod.window is None else min(T_q, j1 - 1 + mod.window)
+    if mod.band is not None:
+        start = max(start, max(0, j0 - mod.band) // block_q * block_q)
+        end = min(end, j1 + mod.band)
     return range(start, end, block_q)
 
 

@@ -568,7 +568,12 @@ def norm_backward(dout: np.ndarray, cache):
 
 
 def feed_forward_forward(
-    params: dict, x: np.ndarray, activation: str = "relu", dropout: Dropout | None = None, site: str = "ffn"
+    params: dict,
+    x: np.ndarray,
+    activation: str = "relu",
+    dropout: Dropout | None = None,
+    site: str = "ffn",
+    activations: dict = ACTIVATIONS,
 ):
     r"""x (B, T, D) -> (B, T, D), with the activation :math:`\phi`:
 
@@ -577,13 +582,14 @@ def feed_forward_forward(
         y = \mathrm{drop}\big(\phi(x W_1^\top + b_1)\big)\, W_2^\top + b_2
 
     params: linear1.weight (F, D), linear2.weight (D, F), and linear1.bias (F,), linear2.bias (D,) when the
-    layer has biases."""
-    act_forward, _ = ACTIVATIONS[activation]
+    layer has biases. activations: name -> (forward, backward) of :math:`\phi`, ACTIVATIONS unless another table
+    is passed."""
+    act_forward, act_backward = activations[activation]
     h, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
     a, act_cache = act_forward(h)
     a, drop_cache = dropout_site(dropout, f"{site}.dropout", a)
     out, lin2_cache = linear_forward(a, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
-    return out, (activation, lin1_cache, act_cache, drop_cache, lin2_cache)
+    return out, (act_backward, lin1_cache, act_cache, drop_cache, lin2_cache)
 
 
 def feed_forward_backward(dout: np.ndarray, cache):
@@ -599,8 +605,7 @@ def feed_forward_backward(dout: np.ndarray, cache):
 
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
-    activation, lin1_cache, act_cache, drop_cache, lin2_cache = cache
-    _, act_backward = ACTIVATIONS[activation]
+    act_backward, lin1_cache, act_cache, drop_cache, lin2_cache = cache
     grads = {}
     da, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
     da = dropout_backward(da, drop_cache)
@@ -610,7 +615,12 @@ def feed_forward_backward(dout: np.ndarray, cache):
 
 
 def gated_feed_forward_forward(
-    params: dict, x: np.ndarray, activation: str = "silu", dropout: Dropout | None = None, site: str = "ffn"
+    params: dict,
+    x: np.ndarray,
+    activation: str = "silu",
+    dropout: Dropout | None = None,
+    site: str = "ffn",
+    activations: dict = ACTIVATIONS,
 ):
     r"""The gated feed-forward block (Llama's SwiGLU when activation :math:`\phi` is "silu"): the gate
     :math:`\phi(g)` scales the up projection u feature by feature,
@@ -621,9 +631,10 @@ def gated_feed_forward_forward(
         y = \mathrm{drop}(h)\, W_2^\top + b_2
 
     x (B, T, D) -> (B, T, D); params: gate.weight (F, D), linear1.weight (F, D) (Llama's up_proj),
-    linear2.weight (D, F) (down_proj), and their biases when the layer has them.
+    linear2.weight (D, F) (down_proj), and their biases when the layer has them. activations: name -> (forward,
+    backward) of :math:`\phi`, ACTIVATIONS unless another table is passed.
     """
-    act_forward, _ = ACTIVATIONS[activation]
+    act_forward, act_backward = activations[activation]
     missing = [k for k in ("gate.weight", "linear1.weight", "linear2.weight") if k not in params]
     if missing:
         raise ValueError(f"gated feed-forward params is missing {missing}; it needs gate, linear1 (up), linear2 (down)")
@@ -633,7 +644,7 @@ def gated_feed_forward_forward(
     h = a * u
     h, drop_cache = dropout_site(dropout, f"{site}.dropout", h)
     out, down_cache = linear_forward(h, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
-    return out, (activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache)
+    return out, (act_backward, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache)
 
 
 def gated_feed_forward_backward(dout: np.ndarray, cache):
@@ -651,8 +662,7 @@ def gated_feed_forward_backward(dout: np.ndarray, cache):
 
     dh, du, dg (B, T, F). Returns dx (B, T, D) and the grads dict keyed like params.
     """
-    activation, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
-    _, act_backward = ACTIVATIONS[activation]
+    act_backward, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
     grads = {}
     dh, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, down_cache)  # (B, T, F)
     dh = dropout_backward(dh, drop_cache)

@@ -9,10 +9,13 @@ Shape letters: B batch, T_src / T_tgt sequence lengths, D d_model, H heads, V vo
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
 import numpy as np
+
+from transformer_spec.shapes import parameter_shapes
 
 from .attention import (
     multi_head_attention_backward,
@@ -21,6 +24,7 @@ from .attention import (
 )
 from .config import TransformerConfig
 from .layers import (
+    ACTIVATIONS,
     Dropout,
     add_positions_backward,
     add_positions_forward,
@@ -86,16 +90,26 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
     return attention_mask[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None):
+def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None, theta=None):
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
-    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads; None unless the config's
-    positions are rotary."""
+    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads, at base `theta` (None:
+    config.rope_theta); None unless the config's positions are rotary."""
     if config.positional != "rope":
         return None
+    theta = config.rope_theta if theta is None else theta
     if positions is None:
-        return rope_angles(np.arange(start, start + T), config.head_dim, config.rope_theta, dtype)
-    cos, sin = rope_angles(positions, config.head_dim, config.rope_theta, dtype)  # (B, T, Dh/2) each
+        return rope_angles(np.arange(start, start + T), config.d_head, theta, dtype)
+    cos, sin = rope_angles(positions, config.d_head, theta, dtype)  # (B, T, Dh/2) each
     return cos[:, None], sin[:, None]
+
+
+def rope_by_layer(config: TransformerConfig, n_layers: int, T: int, dtype, start: int = 0, positions=None) -> list:
+    """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
+    ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
+    tables = {}
+    for theta in {config.layer_rope_theta(i) for i in range(n_layers)}:
+        tables[theta] = rope_for(config, T, dtype, start, positions, theta)
+    return [tables[config.layer_rope_theta(i)] for i in range(n_layers)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,16 +222,21 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
 # with the config's norm (layer norm or RMSNorm) in the config's place (pre- or post-norm).
 
 
-def score_mod(config: TransformerConfig, causal: bool) -> ScoreMod:
-    """The scores' rules of one attention, from the config: a decoder's self-attention is causal, and only there
-    does a sliding window apply; ALiBi (positional "alibi") biases every self-attention; cross-attention gets none."""
+def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreMod:
+    """The scores' rules of layer `layer`'s self-attention, from the config: a decoder's is causal; a sliding layer's
+    window (config.layer_window) is causal in a decoder (keys i - window < j <= i) and, in an encoder of
+    layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
+    self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
     relative = None
     if config.positional == "relative":  # T5: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
+    window = config.layer_window(layer)
+    band = window // 2 if window is not None and not causal and config.layer_types is not None else None
     return ScoreMod(
         scale=config.attention_scale,
         causal=causal,
-        window=config.sliding_window if causal else None,
+        window=window if causal else None,
+        band=band,
         alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
         relative=relative,
     )
@@ -233,6 +252,7 @@ def attention_forward(
     site: str,
     rope: tuple | None = None,
     is_causal: bool = False,
+    layer: int = 0,
     **decoding,
 ):
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
@@ -240,7 +260,7 @@ def attention_forward(
     sliding window, ALiBi, T5's bias read from `decoding`'s bias_table) and, when given, rotary positions.
     `decoding`: q_pos and kv_cache in decoding, bias_table (T5's table of the stack) for self-attention."""
     cross = memory is not query and not is_causal
-    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal)
+    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal, layer=layer)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, qk_norm_eps=config.layer_norm_eps,
@@ -248,12 +268,19 @@ def attention_forward(
     )  # fmt: skip
 
 
-def ffn_forward(params: dict, x: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str):
+def ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict = ACTIVATIONS,
+):
     r"""The feed-forward block the config asks for: the paper's :math:`\phi(x W_1^\top + b_1)\, W_2^\top + b_2`, or
     the gated :math:`\big(\phi(x W_g^\top + b_g) \odot (x W_1^\top + b_1)\big) W_2^\top + b_2` (config.gated_ffn,
-    Llama's SwiGLU). x (B, T, D) -> (B, T, D)."""
+    Llama's SwiGLU). x (B, T, D) -> (B, T, D); :math:`\phi` is activations[config.activation]."""
     forward = gated_feed_forward_forward if config.gated_ffn else feed_forward_forward
-    out, cache = forward(params, x, config.activation, dropout, site)
+    out, cache = forward(params, x, config.activation, dropout, site, activations)
     return out, (config.gated_ffn, cache)
 
 
@@ -312,18 +339,22 @@ def encoder_layer_forward(
     site: str = "encoder.layers.0",
     rope: tuple | None = None,
     bias_table: np.ndarray | None = None,
+    activations: dict = ACTIVATIONS,
+    layer: int = 0,
 ):
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
-    bias_table: the stack's T5 relative position bias (n_buckets, H), or None."""
+    bias_table: the stack's T5 relative position bias (n_buckets, H), or None; layer: the layer's index, whose
+    kind (config.layer_types) chooses its score rules."""
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
-        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table
-    )
+        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table,
+        layer=layer,
+    )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
-    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
+    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
     x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
     return x, c
 
@@ -366,11 +397,13 @@ def decoder_layer_forward(
     memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
+    activations: dict = ACTIVATIONS,
     rope: tuple | None = None,
     q_pos: np.ndarray | None = None,
     caches: tuple | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
+    layer: int = 0,
 ):
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
@@ -380,14 +413,15 @@ def decoder_layer_forward(
     Decoding: q_pos, the positions of x's rows, and caches, the layer's (KVCache, MemoryCache or None), which
     attention reads and extends (a forward-only call). bias_table: the stack's T5 relative position bias, read by
     self-attention, or None. key_padding (B, P): the real tokens of a padded batch by key position (True = real),
-    masked out of self-attention where False, or None.
+    masked out of self-attention where False, or None. layer: the layer's index, whose kind (config.layer_types)
+    chooses its self-attention's window.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
     c = {}
     h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding, layer=layer,
     )  # fmt: skip
     x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
     if memory is not None:
@@ -398,7 +432,7 @@ def decoder_layer_forward(
         )  # fmt: skip
         x, c["cross_attn_out"] = sublayer_out(params, "cross_attn", x, y, config, dropout, site)
     h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
-    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn")
+    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
     x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
     return x, c
 
@@ -457,18 +491,22 @@ def encoder_forward(
     dropout: Dropout | None = None,
     token_type_ids: np.ndarray | None = None,
     attention_mask: np.ndarray | None = None,
+    *,
+    activations: dict = ACTIVATIONS,
 ):
     """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
     T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
-    token_type_embedding.weight."""
+    token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
+    (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
-    rope = rope_for(config, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
+    ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=rope,
+            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=ropes[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+            activations=activations, layer=i,  # its kind (config.layer_types) chooses its score rules
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -503,6 +541,7 @@ def decoder_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     *,
+    activations: dict = ACTIVATIONS,
     caches: list | None = None,
     start: int = 0,
     attention_mask: np.ndarray | None = None,
@@ -510,7 +549,8 @@ def decoder_forward(
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
     Decoding runs this on the new positions only: tgt_ids are the tokens at positions start .. start + T_tgt - 1,
-    and caches holds each layer's (KVCache, MemoryCache or None), read and extended by attention.
+    and caches holds each layer's (KVCache, MemoryCache or None), read and extended by attention. activations: the
+    feed-forward blocks' table of activation functions (name -> (forward, backward)).
 
     Self-attention masks nothing but the future (causal), as Hugging Face's decoders do: the target's
     padding sits at the end, where causality already hides it from every real position, and the loss
@@ -527,15 +567,16 @@ def decoder_forward(
     if attention_mask is not None:
         positions = mask_positions(attention_mask)[:, start:]  # (B, T_tgt)
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start, positions=positions)
-    rope = rope_for(config, tgt_ids.shape[1], x.dtype, start, positions)  # rotary (cos, sin), or None
+    ropes = rope_by_layer(config, config.n_decoder_layers, tgt_ids.shape[1], x.dtype, start, positions)
     q_pos = np.arange(start, start + tgt_ids.shape[1])
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
         x, layer_cache = decoder_layer_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
-            site=f"decoder.layers.{i}", rope=rope, q_pos=q_pos, caches=None if caches is None else caches[i],
+            activations=activations,
+            site=f"decoder.layers.{i}", rope=ropes[i], q_pos=q_pos, caches=None if caches is None else caches[i],
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
-            key_padding=attention_mask,
+            key_padding=attention_mask, layer=i,  # its kind (config.layer_types) chooses its window
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
@@ -567,82 +608,8 @@ def decoder_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
-# Parameters: names and shapes (docs/conventions.md), and the initialisation.
-
-
-def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False) -> dict:
-    """Every state-dict name and its shape, in a fixed order: the Transformer's, the TransformerLM's
-    (decoder_only: "decoder.*" and "output_proj.*") or the EncoderModel's (encoder_only: "encoder.*").
-
-    With share_embeddings (and both stacks) the encoder has no token table of its own: it reads
-    decoder.token_embedding.weight."""
-    if decoder_only and encoder_only:
-        raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
-    D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.head_dim  # width of the key and value projections (grouped-query attention)
-    shapes = {}
-
-    def linear(prefix, out_features, in_features, bias=config.bias):
-        shapes[f"{prefix}.weight"] = (out_features, in_features)
-        if bias:
-            shapes[f"{prefix}.bias"] = (out_features,)
-
-    def attention(prefix):
-        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv)):
-            linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
-        linear(f"{prefix}.out_proj", D, D)
-        if config.qk_norm:  # Qwen3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
-            shapes[f"{prefix}.q_norm.weight"] = shapes[f"{prefix}.k_norm.weight"] = (config.head_dim,)
-
-    def norm(prefix, kind=config.norm):
-        shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer":  # RMSNorm has no bias
-            shapes[f"{prefix}.bias"] = (D,)
-
-    def sublayer_norms(prefix):  # the sublayer's norm, and Gemma's second norm of its output (sandwich_norm)
-        norm(f"{prefix}_norm")
-        if config.sandwich_norm:
-            norm(f"{prefix}_post_norm")
-
-    def stack(name, vocab, n_layers, cross):
-        shared = name == "encoder" and config.share_embeddings and not encoder_only
-        if not shared:
-            shapes[f"{name}.token_embedding.weight"] = (vocab, D)
-        if config.positional == "learned":
-            shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
-        if config.positional == "relative":  # T5: one bias table per stack, read by every self-attention
-            shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
-        if name == "encoder" and config.type_vocab_size > 0:
-            shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
-        if config.embedding_norm:
-            norm(f"{name}.embedding_norm", "layer")  # BERT's and BART's: always a LayerNorm
-        for i in range(n_layers):
-            layer = f"{name}.layers.{i}"
-            attention(f"{layer}.self_attn")
-            sublayer_norms(f"{layer}.self_attn")
-            if cross:
-                attention(f"{layer}.cross_attn")
-                sublayer_norms(f"{layer}.cross_attn")
-            if config.gated_ffn:
-                linear(f"{layer}.ffn.gate", F, D)
-            linear(f"{layer}.ffn.linear1", F, D)
-            linear(f"{layer}.ffn.linear2", D, F)
-            sublayer_norms(f"{layer}.ffn")
-        if config.norm_first:
-            norm(f"{name}.final_norm")
-
-    if not decoder_only:
-        stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
-    if encoder_only:
-        if config.pooler:
-            linear("pooler.dense", D, D, bias=True)
-        return shapes
-    stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
-    if not config.tie_embeddings:
-        shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
-    if config.output_bias:
-        shapes["output_proj.bias"] = (config.tgt_vocab_size,)
-    return shapes
+# Parameters: names and shapes (docs/conventions.md; transformer_spec.shapes.parameter_shapes, shared with the
+# checkpoint readers), and the initialisation.
 
 
 def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: bool = False) -> dict:
@@ -700,6 +667,8 @@ class _Model:
         self.training = True
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
         self.dropout_masks: dict = {}  # the keep-masks of the last forward pass, by site
+        self.activation_table = ACTIVATIONS  # the feed-forward blocks' functions: name -> (forward, backward)
+        self._own_dropout = None  # a replica's Dropout, drawn from instead of self.rng
         self._cache = None
 
     # -- modes and gradients ---------------------------------------------------------------
@@ -724,7 +693,9 @@ class _Model:
             start += v.size
         self._zero = set(self.grads)  # names whose gradient is still exactly zero
 
-    def _accumulate(self, grads: dict) -> None:
+    def accumulate_grads(self, grads: dict) -> None:
+        """Add grads (name -> array, some of the params) into self.grads, as backward does: an array arriving
+        first since zero_grad() is kept as it is (not copied), the next ones are added to it."""
         for name, g in grads.items():
             if name in self._zero:
                 self.grads[name] = g  # the first contribution since zero_grad(): keep the array
@@ -738,7 +709,28 @@ class _Model:
             return None
         if dropout_masks is not None:
             return Dropout(self.config.dropout_rates, masks=dict(dropout_masks))
+        if self._own_dropout is not None:
+            return self._own_dropout
         return Dropout(self.config.dropout_rates, rng=self.rng)
+
+    def replica(self, dropout: Dropout | None = None, activation_table: dict | None = None):
+        """A model for one part of a batch, to run in a thread of its own: the same params (the arrays themselves,
+        so an optimizer's step is seen by both), config, dtype and mode; its own caches, dropout masks and grads.
+        Its grads start empty: each backward adds what it computes (a name is absent until then).
+
+        dropout: the Dropout its training forward passes draw their masks from (None: self.rng, shared with this
+        model, so draws in several threads come in no fixed order). activation_table: its feed-forward blocks'
+        functions, name -> (forward, backward) (None: this model's).
+        The forward pass now lives in the replicas: this model's cache is dropped, so that its backward cannot
+        differentiate an older forward pass."""
+        replica = copy.copy(self)
+        replica.grads, replica._zero = {}, set(self.params)
+        replica.dropout_masks, replica._cache = {}, None
+        replica._own_dropout = dropout
+        if activation_table is not None:
+            replica.activation_table = activation_table
+        self._cache = None
+        return replica
 
     # -- the encoder's token table, optionally shared with the decoder ---------------------
 
@@ -915,9 +907,13 @@ class Transformer(_Model):
             )
         mask = check_attention_mask(attention_mask, src_ids)  # (B, T_src) bool, or None
         dropout = self._dropout(dropout_masks)
-        memory, enc_cache = encoder_forward(self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask)
+        acts = self.activation_table
+        memory, enc_cache = encoder_forward(
+            self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask, activations=acts
+        )  # (B, T_src, D)
+        memory_mask = source_mask(src_ids, mask, cfg.pad_id)  # (B, 1, 1, T_src), or None
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, source_mask(src_ids, mask, cfg.pad_id), cfg, dropout
+            sub(self.params, "decoder"), tgt_ids, memory, memory_mask, cfg, dropout, activations=acts
         )  # (B, T_tgt, D)
         return self._output_forward(x, dropout, {"encoder": enc_cache, "decoder": dec_cache, "encoder_out": memory})
 
@@ -930,9 +926,9 @@ class Transformer(_Model):
         dx, grads = self._output_backward(dlogits)
         dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"])
         enc_grads = encoder_backward(dmemory, self._cache["encoder"])
-        self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
-        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
-        self._accumulate(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
+        self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
+        self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
+        self.accumulate_grads(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
 
 
 class TransformerLM(_Model):
@@ -952,8 +948,9 @@ class TransformerLM(_Model):
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
+        acts = self.activation_table
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask
+            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask, activations=acts
         )  # (B, T, D)
         return self._output_forward(x, dropout, {"decoder": dec_cache})
 
@@ -965,8 +962,8 @@ class TransformerLM(_Model):
         dlogits = self._check_dlogits(dlogits)
         dx, grads = self._output_backward(dlogits)
         _, dec_grads = decoder_backward(dx, self._cache["decoder"])
-        self._accumulate(grads)  # with tied embeddings: the output projection's share of the table ...
-        self._accumulate(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
+        self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
+        self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
 
 
 class EncoderModel(_Model):
@@ -990,8 +987,9 @@ class EncoderModel(_Model):
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
+        acts = self.activation_table
         hidden, enc_cache = encoder_forward(
-            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask
+            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask, activations=acts
         )  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
@@ -1007,7 +1005,7 @@ class EncoderModel(_Model):
         if self._cache is None:
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
         dhidden = check_float_array("dhidden", dhidden, self.dtype, self._cache["hidden_shape"])
-        self._accumulate(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
+        self.accumulate_grads(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
 
     def pool(self, hidden: np.ndarray) -> np.ndarray:
         r"""BERT's pooler (config.pooler): hidden states h (B, T, D), as forward returns them -> pooled (B, D),
@@ -1044,7 +1042,7 @@ class EncoderModel(_Model):
         dpooled = check_float_array("dpooled", dpooled, self.dtype, (shape[0], shape[2]))
         dz = tanh_backward(dpooled, tanh_cache)  # (B, D)
         dfirst, dweight, dbias = linear_backward(dz, linear_cache)
-        self._accumulate({"pooler.dense.weight": dweight, "pooler.dense.bias": dbias})
+        self.accumulate_grads({"pooler.dense.weight": dweight, "pooler.dense.bias": dbias})
         dhidden = np.zeros(shape, dtype=self.dtype)
         dhidden[:, 0] = dfirst  # only the [CLS] position feeds the pooler
         return dhidden

@@ -34,7 +34,6 @@ model.dropout_masks for the whole batch, so torch (or the plain path) can replay
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import functools
 import gc
@@ -42,6 +41,7 @@ import math
 import os
 import platform
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -49,7 +49,9 @@ import numpy as np
 from . import layers
 from .layers import Dropout
 from .loss import cross_entropy_backward, cross_entropy_forward
+from .model import EncoderModel, Transformer, TransformerLM, check_token_type_ids
 from .special import horner
+from .validation import check_float_array, check_ids
 
 
 def available_cores() -> int:
@@ -157,9 +159,69 @@ def _blas_controller():
     return ThreadpoolController()
 
 
-def one_blas_thread():
-    """A context manager: inside it, every BLAS call runs on the calling thread only."""
-    return _blas_controller().limit(limits=1, user_api="blas")
+_OPENBLAS_AFFIXES = [(prefix, suffix) for prefix in ("", "scipy_") for suffix in ("", "64_", "_64")]
+
+
+@functools.cache
+def blas_thread_setters() -> list:
+    """(get, set) of the thread count of every BLAS library loaded. OpenBLAS on its own threads keeps one
+    count for the whole process, and threadpoolctl lets only the first Python thread that changed it change it
+    again (the others' calls do nothing, which would leave the parts of a runner in another thread on every
+    core): for it, OpenBLAS's own openblas_get/set_num_threads; threadpoolctl's controller for the rest."""
+    setters = []
+    for lib in _blas_controller().select(user_api="blas").lib_controllers:
+        own = None
+        if lib.internal_api == "openblas" and lib.threading_layer != "openmp":
+            for prefix, suffix in _OPENBLAS_AFFIXES:
+                name = f"{prefix}openblas_{{}}_num_threads{suffix}"
+                get, set_ = (getattr(lib.dynlib, name.format(op), None) for op in ("get", "set"))
+                if get is not None and set_ is not None:
+                    own = (get, set_)
+                    break
+        setters.append(own or (lambda lib=lib: lib.num_threads, lib.set_num_threads))
+    return setters
+
+
+class _PartsRunning:
+    """The state of the process while parts run: BLAS on one thread, no cycle collection. Counted, so that calls
+    may nest and overlap in any order (two runners in two threads, one inside another's limit): the first to enter
+    saves the process's settings and sets them, the last to leave restores them, however each left."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._saved: list = []  # the BLAS libraries' thread counts before the first entry
+        self._collecting = False
+
+    def __enter__(self):
+        with self._lock:
+            if self._inside == 0:
+                self._saved = [get() for get, _ in blas_thread_setters()]
+                for _, set_threads in blas_thread_setters():
+                    set_threads(1)
+                self._collecting = gc.isenabled()
+                gc.disable()  # the parts' caches are thousands of dicts and tuples: no cycle collection halfway
+            self._inside += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                for (_, set_threads), n in zip(blas_thread_setters(), self._saved, strict=True):
+                    set_threads(n)
+                if self._collecting:
+                    gc.enable()
+
+
+_PARTS_RUNNING = _PartsRunning()
+
+
+def one_blas_thread() -> _PartsRunning:
+    """A context manager: inside it, every BLAS call runs on the calling thread only (and the cycle collector
+    waits). It nests, and overlaps with itself in other threads: the settings from before the first entry come
+    back when the last one leaves."""
+    return _PARTS_RUNNING
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,6 +242,7 @@ _ERF_P = (
 )  # fmt: skip
 _ERF_Q = (1.0, 0.4970278187660285, 0.113826086821829, 0.01545353575060905, 0.0013095925812598055, 6.401241772069962e-05)
 _ERF_CLIP = 3.94
+_SQRT_2 = np.float32(math.sqrt(2.0))  # as the reference's x / sqrt(2) rounds it for a float32 x
 _KERNEL_CHUNK = 1 << 15  # elements: the dozen passes of a chunk stay in the core's L2 cache
 
 
@@ -202,34 +265,15 @@ def gelu_forward(x: np.ndarray):
     flat_x, flat_out, flat_cdf = x.reshape(-1), out.reshape(-1), cdf.reshape(-1)
     for lo in range(0, x.size, _KERNEL_CHUNK):
         part = slice(lo, lo + _KERNEL_CHUNK)
-        c = erf_float32(flat_x[part] / np.float32(layers._SQRT_2), flat_cdf[part])
+        c = erf_float32(flat_x[part] / _SQRT_2, flat_cdf[part])
         c += np.float32(1.0)
         c *= np.float32(0.5)  # cdf = (1 + erf(x / sqrt 2)) / 2, as the reference rounds it
         np.multiply(flat_x[part], c, out=flat_out[part])
     return out, (x, cdf)
 
 
+# The activations the parts' feed-forward blocks use instead of the model's (model.replica(activation_table=...)).
 FLOAT32_KERNELS = {"gelu": (gelu_forward, layers.gelu_backward)}
-
-
-class _PartKernels(dict):
-    """layers.ACTIVATIONS once the fast path is in use: the same table, except in a part's thread that set its own
-    kernels (_local.kernels), which then sees those. The reference reads ACTIVATIONS[name] and knows nothing of
-    threads; every other thread, and every plain call, gets exactly the reference's functions."""
-
-    _local = threading.local()
-
-    def __getitem__(self, name):
-        kernels = getattr(self._local, "kernels", None)
-        return kernels[name] if kernels and name in kernels else super().__getitem__(name)
-
-
-def use_part_kernels() -> type:
-    """Put the per-thread dispatch in front of layers.ACTIVATIONS (once; a DataParallel that asks for float32
-    kernels does it). Returns the class whose _local each part's thread sets."""
-    if not isinstance(layers.ACTIVATIONS, _PartKernels):
-        layers.ACTIVATIONS = _PartKernels(layers.ACTIVATIONS)
-    return _PartKernels
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,18 +352,27 @@ class DataParallel:
     the parts' threads).
     After a forward, model.dropout_masks holds the batch's keep-masks by site (as after model.forward);
     the caches live in the replicas, so model.attention_maps() and model.activations() need the plain path.
+
+    Threads: several runners may share one model and run in several threads at once; their additions into
+    model.grads take turns (one lock per model), so the result is the sum of all their batches' gradients.
+    One runner is one forward-then-backward sequence, like the model itself: use one per thread.
     """
 
     def __init__(self, model, n_parts: int | None = None, float32_kernels: bool = True):
-        if n_parts is not None and (isinstance(n_parts, bool) or not isinstance(n_parts, int) or n_parts < 1):
-            raise ValueError(f"n_parts must be a positive int, got {n_parts!r}")
+        if not isinstance(model, (Transformer, TransformerLM, EncoderModel)):
+            kinds = "a numpy_transformer Transformer, TransformerLM or EncoderModel"
+            raise TypeError(f"model must be {kinds}, got {type(model).__name__}")
+        if n_parts is not None:
+            if isinstance(n_parts, bool) or not isinstance(n_parts, (int, np.integer)):
+                raise TypeError(f"n_parts must be an int, got {type(n_parts).__name__} ({n_parts!r})")
+            if n_parts < 1:
+                raise ValueError(f"n_parts must be >= 1, got {n_parts}")
         self.model = model
-        self.n_parts = CORES if n_parts is None else n_parts
-        self.kernels = FLOAT32_KERNELS if float32_kernels else {}
-        if self.kernels:
-            use_part_kernels()
+        self.n_parts = CORES if n_parts is None else int(n_parts)
+        self.activation_table = {**model.activation_table, **FLOAT32_KERNELS} if float32_kernels else None
         self.replicas: list = []
         self.bounds: list = []
+        self.output_shape: tuple | None = None
 
     # -- the parts -------------------------------------------------------------------------
 
@@ -333,15 +386,10 @@ class DataParallel:
             batch_masks = _BatchMasks(batch_size)
         replicas = []
         for k, (lo, _) in enumerate(self.bounds):
-            replica = copy.copy(model)  # shares params (the same arrays), config, dtype, training
-            replica.grads, replica._zero = {}, set(model.params)  # every gradient zero, none allocated
-            replica._cache = None
+            dropout = None
             if drawing:
                 dropout = PartDropout(model.config.dropout_rates, np.random.default_rng(seeds[k]), batch_masks, lo)
-                replica._dropout = lambda masks, dropout=dropout: dropout
-            replicas.append(replica)
-        self.replicas = replicas
-        model._cache = None  # the caches are the replicas': a plain backward now would have nothing to read
+            replicas.append(model.replica(dropout=dropout, activation_table=self.activation_table))
         if drawing:
             model.dropout_masks = batch_masks.masks
         elif dropout_masks is not None and model.training and model.config.has_dropout:
@@ -351,46 +399,35 @@ class DataParallel:
         return replicas
 
     def _run(self, fn, args: list) -> list:
-        """fn(k, *args[k]) for every part k at once: part 0 on this thread, the others on the pool, each
-        with one BLAS thread. Returns the results in part order; the first error is raised once all
-        parts have finished."""
-
-        def part(k, *a):
-            _PartKernels._local.kernels = self.kernels  # this thread's activations (float32 GELU)
-            try:
-                return fn(k, *a)
-            finally:
-                _PartKernels._local.kernels = None
-
-        collecting = gc.isenabled()
-        gc.disable()  # the parts' caches are thousands of dicts and tuples: no cycle collection halfway
+        """fn(k, *args[k]) for every part k at once: part 0 on this thread, the others on the pool, all with
+        one BLAS thread. Returns the results in part order; the first error is raised once all parts have
+        finished."""
         with one_blas_thread():
-            futures = [pool().submit(part, k, *a) for k, a in enumerate(args) if k > 0]
+            futures = [pool().submit(fn, k, *a) for k, a in enumerate(args) if k > 0]
             try:
-                first = part(0, *args[0])
+                first = fn(0, *args[0])
             finally:
                 errors = [f.exception() for f in futures]  # wait for every part before leaving the BLAS limit
-                if collecting:
-                    gc.enable()
             for error in errors:
                 if error is not None:
                     raise error
         return [first] + [f.result() for f in futures]
 
-    def _sum_grads(self) -> None:
-        """Add the parts' gradients, in part order ((g_0 + g_1) + g_2 ...), into the first part's arrays (its
-        own, fresh from its backward), chunk by chunk on every core; then accumulate the sums into
-        model.grads as model.backward does (kept as they are after zero_grad(), added otherwise)."""
+    def _sum_grads(self, part_grads: list) -> None:
+        """Add the parts' gradients (one dict per part), in part order ((g_0 + g_1) + g_2 ...), into the first
+        part's arrays (its own, fresh from its backward), chunk by chunk on every core; then accumulate the sums
+        into model.grads as model.backward does, one runner at a time."""
         total = {}
         for name in self.model.params:
-            parts = [r.grads[name] for r in self.replicas if name not in r._zero]
+            parts = [grads[name] for grads in part_grads if name in grads]
             if parts:
                 first = parts[0] if parts[0].flags.c_contiguous else np.ascontiguousarray(parts[0])
                 total[name] = [first, *parts[1:]]
         for j in range(1, max((len(parts) for parts in total.values()), default=0)):
             pairs = [(parts[0].reshape(-1), parts[j].reshape(-1)) for parts in total.values() if len(parts) > j]
             map_chunks(_add_in_place, pairs)
-        self.model._accumulate({name: parts[0] for name, parts in total.items()})
+        with grads_lock(self.model):
+            self.model.accumulate_grads({name: parts[0] for name, parts in total.items()})
 
     def _split(self, arrays) -> list:
         return [tuple(_rows(x, lo, hi) for x in arrays) for lo, hi in self.bounds]
@@ -399,7 +436,8 @@ class DataParallel:
 
     def forward(self, *inputs, dropout_masks: dict | None = None) -> np.ndarray:
         """model.forward(*inputs) on the parts at once; the outputs of the parts, concatenated (B, ...)."""
-        inputs = _check_batch(inputs)
+        inputs = _check_inputs(self.model, inputs)
+        self.replicas, self.output_shape = [], None  # until this forward has succeeded
         replicas = self._replicas(len(inputs[0]), dropout_masks)
 
         masks = [None] * len(self.bounds)
@@ -409,21 +447,22 @@ class DataParallel:
         def part(k, *rows):
             return replicas[k].forward(*rows, dropout_masks=masks[k])
 
-        return np.concatenate(self._run(part, self._split(inputs)), axis=0)
+        outputs = np.concatenate(self._run(part, self._split(inputs)), axis=0)
+        self.replicas, self.output_shape = replicas, outputs.shape
+        return outputs
 
     def backward(self, doutputs: np.ndarray) -> None:
         """model.backward(doutputs) on the parts of the last forward: accumulates into model.grads."""
         if not self.replicas:
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
-        doutputs = np.asarray(doutputs)
-        if len(doutputs) != self.bounds[-1][1]:
-            raise ValueError(f"doutputs has {len(doutputs)} rows, the last forward had {self.bounds[-1][1]}")
+        name = "dhidden" if isinstance(self.model, EncoderModel) else "dlogits"
+        doutputs = check_float_array(name, doutputs, self.model.dtype, self.output_shape)
 
         def part(k, drows):
             self.replicas[k].backward(drows)
+            return self.replicas[k].grads
 
-        self._run(part, self._split([doutputs]))
-        self._sum_grads()
+        self._sum_grads(self._run(part, self._split([doutputs])))
 
     def forward_backward(self, inputs: tuple, targets, ignore_index: int = -100, label_smoothing: float = 0.0):
         """The whole batch's mean cross-entropy (as cross_entropy_forward of model.forward(*inputs)), with its
@@ -431,43 +470,72 @@ class DataParallel:
 
         Part k's loss is the mean over its n_k kept targets, so the batch's mean over all n of them is
         sum_k (n_k / n) loss_k, and part k's backward starts from dloss = n_k / n."""
-        inputs = _check_batch(tuple(inputs))
-        targets = np.asarray(targets)
-        if targets.shape[:1] != (len(inputs[0]),):
-            raise ValueError(f"targets must have the batch size {len(inputs[0])} first, got shape {targets.shape}")
+        inputs = _check_inputs(self.model, tuple(inputs))
+        targets = _check_targets(self.model, inputs, targets)
         replicas = self._replicas(len(inputs[0]), None)
+        self.replicas = []  # nothing to differentiate again: each replica (and its cache) goes with its part
         kept = [int((targets[lo:hi] != ignore_index).sum()) for lo, hi in self.bounds]
         n = sum(kept)
         if n == 0:
             raise ValueError(f"targets: every target equals ignore_index={ignore_index}; the mean loss is undefined")
 
         def part(k, part_targets, *rows):
-            replica = replicas[k]
+            replica, replicas[k] = replicas[k], None  # freed, activations and all, when the part returns
             outputs = replica.forward(*rows)
             if kept[k] == 0:  # nothing to learn from these rows: zero gradient, nothing added to the loss
                 replica.backward(np.zeros_like(outputs))
-                return 0.0
+                return 0.0, replica.grads
             loss, cache = cross_entropy_forward(outputs, part_targets, ignore_index, label_smoothing)
             replica.backward(cross_entropy_backward(cache, dloss=kept[k] / n))
-            replica._cache = None  # free the activations as soon as the part is done
-            return loss * (kept[k] / n)
+            return loss * (kept[k] / n), replica.grads
 
         args = [(t, *rows) for (t,), rows in zip(self._split([targets]), self._split(inputs), strict=True)]
-        losses = self._run(part, args)
-        self._sum_grads()
+        losses, part_grads = zip(*self._run(part, args), strict=True)
+        self._sum_grads(list(part_grads))
         return sum(losses[1:], losses[0])
+
+
+_GRADS_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_GRADS_LOCKS_LOCK = threading.Lock()
+
+
+def grads_lock(model) -> threading.Lock:
+    """The lock that runners on `model`, in any thread, hold while they add into model.grads."""
+    with _GRADS_LOCKS_LOCK:
+        return _GRADS_LOCKS.setdefault(model, threading.Lock())
 
 
 def _add_in_place(total: np.ndarray, other: np.ndarray) -> None:
     np.add(total, other, out=total)
 
 
-def _check_batch(inputs: tuple) -> tuple:
-    """The inputs as arrays (None stays None); every one must have the same batch size (axis 0)."""
+def _check_inputs(model, inputs: tuple) -> tuple:
+    """The inputs checked as model.forward checks them, on the whole batch (so that a message quotes the shapes
+    the caller gave, not a part's); the first must be batched (B, ...), and all share its batch size."""
+    cfg = model.config
     inputs = tuple(None if x is None else np.asarray(x) for x in inputs)
-    sizes = {len(x) for x in inputs if x is not None and x.ndim > 0}
-    if not inputs or inputs[0] is None or inputs[0].ndim == 0:
+    if not inputs or inputs[0] is None:
         raise ValueError("DataParallel needs batched inputs (B, ...), the first one an array")
+    if isinstance(model, Transformer):
+        names = (("src_ids", cfg.src_vocab_size), ("tgt_ids", cfg.tgt_vocab_size))
+    else:
+        names = (("ids", cfg.tgt_vocab_size if isinstance(model, TransformerLM) else cfg.src_vocab_size),)
+    checked = [check_ids(name, x, vocab, cfg.max_len) for (name, vocab), x in zip(names, inputs, strict=False)]
+    if isinstance(model, EncoderModel) and len(inputs) > 1:
+        checked.append(check_token_type_ids(inputs[1], checked[0], cfg.type_vocab_size))
+    inputs = (*checked, *inputs[len(checked) :])
+    sizes = {len(x) for x in inputs if x is not None and x.ndim > 0}
     if len(sizes) != 1:
         raise ValueError(f"the inputs must share one batch size (axis 0), got shapes {[np.shape(x) for x in inputs]}")
     return inputs
+
+
+def _check_targets(model, inputs: tuple, targets) -> np.ndarray:
+    """targets (B, T): integer class ids, one per output position (those of tgt_ids for a Transformer)."""
+    targets = np.asarray(targets)
+    if targets.dtype == np.bool_ or not np.issubdtype(targets.dtype, np.integer):
+        raise TypeError(f"targets must be an integer array of class ids, got dtype {targets.dtype}")
+    positions = inputs[1] if isinstance(model, Transformer) else inputs[0]
+    if targets.shape != positions.shape:
+        raise ValueError(f"targets must have shape {positions.shape} (one per output position), got {targets.shape}")
+    return targets

@@ -13,6 +13,9 @@ its cache holds. A variant of attention is a field of `ScoreMod`, not a change t
 - `causal`: query i sees keys :math:`j \le i`.
 - `window` (a sliding window, Mistral's): query i sees keys :math:`j > i - \mathrm{window}`, so with `causal`
   the last `window` positions, itself included.
+- `band` (a bidirectional window, ModernBERT's local attention): query i sees keys
+  :math:`\lvert i - j \rvert \le \mathrm{band}`, band positions on each side and itself (ModernBERT's
+  `local_attention // 2`).
 - `alibi_slopes` (BLOOM's ALiBi, Press et al. 2022): :math:`\mathrm{bias}_h(i, j) = -m_h \lvert i - j \rvert`,
   a penalty growing with the distance, one slope :math:`m_h` per head; no position table anywhere else.
   (Causal, :math:`j \le i`, it is :math:`-m_h (i - j)`.)
@@ -30,9 +33,9 @@ i and j are positions, not indices: `q_pos` (T_q,) and `k_pos` (T_k,) say where 
 sequence (0 .. T - 1 in training; the new positions and the cached ones in decoding), so the same function
 serves a block of the tiled pair and a step of decoding.
 
-The backward: ALiBi's bias is a constant (it has no parameter; T5's table gets dW above) and hidden entries get
-zero probability, so dS reaches q and k through the scale only: :math:`dQ = c\, dS\, K`,
-:math:`dK = c\, dS^\top Q`. Those lines live in the pairs that call `attention_scores`.
+The backward: ALiBi's bias is a constant (it has no parameter; T5's table gets dW above) and hidden entries (causal,
+the window, the band, padding) get zero probability, so dS reaches q and k through the scale only:
+:math:`dQ = c\, dS\, K`, :math:`dK = c\, dS^\top Q`. Those lines live in the pairs that call `attention_scores`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class ScoreMod:
     scale: float | None = None  # None: 1 / sqrt(Dh)
     causal: bool = False  # query i sees keys j <= i
     window: int | None = None  # query i sees keys j > i - window
+    band: int | None = None  # query i sees keys |i - j| <= band
     alibi_slopes: tuple | None = None  # (H,) slopes m_h: bias -m_h |i - j|
     relative: tuple | None = None  # (n_buckets, max_distance, bidirectional): T5's bias W[bucket(j - i), h]
 
@@ -61,7 +65,7 @@ class ScoreMod:
     @property
     def hides_positions(self) -> bool:
         """Whether some (query, key) pairs are hidden by their positions alone (causal or a window)."""
-        return self.causal or self.window is not None
+        return self.causal or self.window is not None or self.band is not None
 
 
 PLAIN = ScoreMod()
@@ -87,6 +91,8 @@ def position_mask(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray) -> np.nda
         allowed &= distance >= 0  # key j <= query i
     if mod.window is not None:
         allowed &= distance < mod.window  # key j > i - window
+    if mod.band is not None:
+        allowed &= np.abs(distance) <= mod.band  # |i - j| <= band, on either side
     return allowed
 
 
@@ -166,7 +172,9 @@ def attention_scores(
     Returns the scores (B, H, T_q, T_k) and the allowed mask (the caller's mask and the positions' rules
     combined, broadcastable to the scores), or None when everything is allowed.
     """
-    scores = q @ k.swapaxes(-1, -2)  # (B, H, T_q, T_k)
+    # Q K^T for every (b, h), as einsum: NumPy hands BLAS a batch laid out for it, where q @ k.swapaxes(-1, -2) gives
+    # it a transposed operand per pair, 10 to 40 times slower on a busy 2-core host (benchmarks/attention_products.py)
+    scores = np.einsum("bhqd,bhkd->bhqk", q, k, optimize=True)  # (B, H, T_q, T_k)
     scores *= mod.scale_for(q.shape[-1])  # in place: the (T_q, T_k) arrays are attention's largest
     bias = position_bias(mod, q_pos, k_pos, scores.dtype, table)
     if bias is not None:

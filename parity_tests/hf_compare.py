@@ -128,12 +128,14 @@ TINY["qwen2"] = {**TINY["llama"], "use_sliding_window": False}
 # BLOOM: 4 heads (their ALiBi slopes 2^-2 .. 2^-8 are exact in the float32 transformers builds them in)
 TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
 # Gemma 3: Llama's sizes (head_dim 8 = 32 / 4), an attention scale 12^-1/2 that is not 1/sqrt(head_dim), final
-# logits capped at 3 (the tiny model's logits reach past it, where tanh bends), every layer global; the local
-# variant has a window of 3 and its own rotary base. Its special ids are Gemma's: pad 0, eos 1, bos 2.
+# logits capped at 3 (the tiny model's logits reach past it, where tanh bends), a local layer (a window of 3, rotary
+# base 10000) then a global one (base 500), as Gemma's 5:1 pattern in two layers. Its special ids are Gemma's: pad 0,
+# eos 1, bos 2.
 TINY["gemma3_text"] = dict(
     vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
     intermediate_size=48, max_position_embeddings=32, query_pre_attn_scalar=12, final_logit_softcapping=3.0,
-    layer_types=["full_attention"] * 2, sliding_window=3, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    layer_types=["sliding_attention", "full_attention"], sliding_window=3, pad_token_id=0, eos_token_id=1,
+    bos_token_id=2,
     rope_parameters={
         "full_attention": {"rope_type": "default", "rope_theta": 500.0},
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
@@ -157,17 +159,36 @@ VARIANTS = {
         {"sliding_window": 5, "num_key_value_heads": 1, "tie_word_embeddings": True},
     ),
     "qwen2 qkv biases GQA 4/2": ("qwen2", {}),
+    "qwen2 head_dim=12 (not 32 / 4) GQA 4/2": ("qwen2", {"head_dim": 12}),
+    "qwen2 full then sliding layers (max_window_layers=1) window=3": (
+        "qwen2",
+        {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+    ),
+    "qwen2 layer_types sliding then full window=2 head_dim=6": (
+        "qwen2",
+        {
+            "use_sliding_window": True,
+            "sliding_window": 2,
+            "head_dim": 6,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+    ),
+    "llama head_dim=4 (not 32 / 4) MQA 4/1 tied": (
+        "llama",
+        {"head_dim": 4, "num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
     "bloom ALiBi 8 heads untied": ("bloom", {"n_head": 8, "hidden_size": 32, "tie_word_embeddings": False}),
-    "gemma3_text global GQA 4/2 tied scalar=12 softcap=3": ("gemma3_text", {}),
-    "gemma3_text local window=3 MQA 4/1 untied no softcap": (
+    "gemma3_text local then global window=3 GQA 4/2 tied scalar=12 softcap=3": ("gemma3_text", {}),
+    "gemma3_text global then local head_dim=12 MQA 4/1 untied no softcap": (
         "gemma3_text",
         {
-            "layer_types": ["sliding_attention"] * 2,
+            "layer_types": ["full_attention", "sliding_attention"],
+            "head_dim": 12,
             "num_key_value_heads": 1,
             "tie_word_embeddings": False,
             "final_logit_softcapping": None,
-            "query_pre_attn_scalar": 8,
+            "query_pre_attn_scalar": 12,
         },
     ),
 }
@@ -641,7 +662,8 @@ NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
 NATIVE["gemma3_text"] = dataclasses.replace(
     NATIVE["llama"], activation="gelu_tanh", norm="rms_offset", scale_embeddings=True, qk_norm=True,
     sandwich_norm=True, logit_softcap=3.0, attention_scale=12**-0.5, tie_embeddings=True, pad_id=0, eos_id=1, bos_id=2,
-    embedding_padding_idx=True,
+    embedding_padding_idx=True, head_dim=12, layer_types=("sliding_attention", "full_attention"), sliding_window=3,
+    rope_local_theta=10000.0,
 )  # fmt: skip
 NATIVE["bloom"] = TransformerConfig(
     src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, d_ff=64, n_encoder_layers=0, n_decoder_layers=2,

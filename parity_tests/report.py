@@ -63,7 +63,7 @@ def llama_config(config: TransformerConfig) -> TransformerConfig:
     feed-forward (SwiGLU), grouped-query attention (half as many K/V heads as query heads, or one: multi-query),
     no biases, no output bias and no padding token. A head size made even if it is not (rotary pairs)."""
     heads = config.n_heads
-    head_dim = config.head_dim + config.head_dim % 2
+    head_dim = config.d_head + config.d_head % 2
     return dataclasses.replace(
         config,
         d_model=heads * head_dim,

@@ -229,7 +229,7 @@ def test_cache_holds_the_kv_heads(config, lm, device):
     src = source(config, lm)
     B, S = src.shape
     n_rows, total = 3 * B, 9  # three beams per source
-    H_kv, Dh = config.kv_heads, config.head_dim
+    H_kv, Dh = config.kv_heads, config.d_head
     assert H_kv < config.n_heads
     ours = nd.new_cache(np_model, None if lm else src, n_rows, total)
     first = np.repeat(src[:, :2] if lm else np.full((B, 1), config.bos_id), 3, axis=0)  # (N, T_new)

@@ -477,7 +477,7 @@ def test_a_tie_the_family_cannot_undo_is_refused_naming_both_tensors():
     embeddings): a differing copy is refused, never skipped."""
     from dataclasses import replace
 
-    from numpy_transformer import hf_families
+    from transformer_spec import families as hf_families
 
     strict = replace(hf_families.BART, supports=hf_families.BART.supports | {"share_embeddings": True})
     config = strict.from_hf(build_seq2seq("bart", steps=0).config.to_dict())

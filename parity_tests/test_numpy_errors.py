@@ -559,8 +559,8 @@ def test_lm_dropout_masks_missing_a_site(rng):
 
 
 def test_mha_params_of_another_width(mha_params, rng):
-    x = rng.standard_normal((2, 3, 4))  # d_model 4, but the params are for d_model 8
-    with pytest.raises(ValueError, match=r"params\['q_proj.weight'\] has shape \(8, 8\), expected \(4, 4\)"):
+    x = rng.standard_normal((2, 3, 4))  # d_model 4, but the params read 8 features (2 heads of 4 from q_proj's rows)
+    with pytest.raises(ValueError, match=r"params\['q_proj.weight'\] has shape \(8, 8\), expected \(8, 4\)"):
         multi_head_attention_forward(mha_params, x, x, x, 2)
 
 

@@ -9,10 +9,13 @@ chunked, threaded step equals the plain element-wise update applied to whole ten
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import numpy as np
 import pytest
 import torch
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
 import numpy_transformer as nt
 import torch_transformer as tt
@@ -231,7 +234,7 @@ def test_edge_cases():
         runner.forward_backward(inputs, np.full_like(targets, CONFIG.pad_id), CONFIG.pad_id)
     with pytest.raises(ValueError, match="one batch size"):
         runner.forward(inputs[0], inputs[1][:1])
-    with pytest.raises(ValueError, match="batch size"):
+    with pytest.raises(ValueError, match=r"targets must have shape \(2, 7\)"):
         runner.forward_backward(inputs, targets[:1], CONFIG.pad_id)
     with pytest.raises(ValueError, match="before forward"):
         parallel.DataParallel(model).backward(np.zeros((2, 7, CONFIG.tgt_vocab_size)))
@@ -314,11 +317,9 @@ def test_gelu_model_in_float32(float32_kernels):
     plain.backward(dhidden)
     assert_close({"hidden": (hidden, plain_hidden)}, np.float32, "hidden")
     assert_close({k: (fast.grads[k], plain.grads[k]) for k in plain.grads}, np.float32, "gradients")
-    # the fast kernels were this call's only: every thread is back on the reference's functions
+    # the fast kernels were the replicas' only: the reference's table and the model's are as they were
     reference = (nt.layers.gelu_forward, nt.layers.gelu_backward)
-    assert nt.layers.ACTIVATIONS["gelu"] == reference
-    futures = [parallel.pool().submit(nt.layers.ACTIVATIONS.__getitem__, "gelu") for _ in range(4)]
-    assert all(f.result() == reference for f in futures)
+    assert nt.layers.ACTIVATIONS["gelu"] == reference and fast.activation_table is nt.layers.ACTIVATIONS
     assert "threading" not in vars(nt.layers)  # the reference knows nothing of threads
 
 
@@ -363,6 +364,9 @@ def test_the_fast_path_leaves_the_allocator_alone():
 from numpy_transformer import parallel
 calls = []
 parallel.keep_freed_memory = lambda: calls.append(1) or {}
+import gc
+import threading
+
 import numpy as np
 import numpy_transformer as nt
 import torch_transformer
@@ -407,20 +411,246 @@ def test_the_fast_path_counts_the_cores_a_cgroup_quota_allows(files, expected, m
     assert parallel.available_cores() == (8 if expected is None else expected)
 
 
-def test_part_threads_see_the_float32_gelu_and_no_other_thread_does():
-    """The dispatch lives in parallel.py: a part's thread that set its kernels reads the float32 GELU from
-    layers.ACTIVATIONS; the same lookup anywhere else gives the reference's pair."""
-    parallel.DataParallel(nt.EncoderModel(BERT, seed=2, dtype=np.float32), 2)  # installs the dispatch
-    table = nt.layers.ACTIVATIONS
-    assert isinstance(table, parallel._PartKernels)
+# ----------------------------------------------------------------------------------------------
+# Threads: two runners on one model, and BLAS's thread count after every way a call can end.
 
-    def in_a_part():
-        parallel._PartKernels._local.kernels = parallel.FLOAT32_KERNELS
+# Large enough that adding one gradient into another takes milliseconds with the GIL released.
+WIDE = nt.TransformerConfig(
+    tgt_vocab_size=4099, d_model=256, n_heads=4, d_ff=1024, n_decoder_layers=1, dropout=0.0, max_len=16
+)
+
+
+def accumulate_in_step(model, timeout: float = 0.2):
+    """Make `model` (not its replicas) meet the other thread before each accumulation into model.grads: both add
+    at the same moment unless something serialises them (then the first waits `timeout` and goes on alone)."""
+    arrived = [threading.Event(), threading.Event()]
+    who = threading.local()
+
+    class Meeting(type(model)):
+        def accumulate_grads(self, grads):
+            k = getattr(who, "k", None)
+            if self is model and k is not None:
+                arrived[k].set()
+                arrived[1 - k].wait(timeout)
+                arrived[k].clear()
+            super().accumulate_grads(grads)
+
+    model.__class__ = Meeting
+    return who
+
+
+def two_runners(model, work: list, concurrent: bool) -> dict:
+    """zero_grad, then work[0] and work[1] (lists of (ids, targets)) through two DataParallel objects on `model`,
+    at once in two threads or one after the other; model.grads afterwards."""
+    who = accumulate_in_step(model)
+    model.zero_grad()
+    errors = []
+
+    def worker(k):
+        who.k = k if concurrent else None
         try:
-            return table["gelu"], table["relu"]
-        finally:
-            parallel._PartKernels._local.kernels = None
+            runner = parallel.DataParallel(model, 2)
+            for ids, targets in work[k]:
+                runner.forward_backward((ids,), targets)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
 
-    gelu, relu = parallel.pool().submit(in_a_part).result()
-    assert gelu[0] is parallel.gelu_forward and relu == (nt.layers.relu_forward, nt.layers.relu_backward)
-    assert table["gelu"] == (nt.layers.gelu_forward, nt.layers.gelu_backward)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+        if not concurrent:
+            t.join()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    model.__class__ = type(model).__mro__[1]
+    return {k: g.copy() for k, g in model.grads.items()}
+
+
+def test_two_runners_on_one_model_from_two_threads_add_up():
+    """Two DataParallel objects on one model, each in its own thread, accumulating 5 batches each into model.grads:
+    the same gradients (up to the order of the sums) as the 10 batches one after the other."""
+    before = blas_threads()
+    rng = np.random.default_rng(0)
+    model = nt.TransformerLM(WIDE, seed=0).eval()
+    work = [[(rng.integers(3, 4099, (4, 12)), rng.integers(3, 4099, (4, 12))) for _ in range(5)] for _ in range(2)]
+    serial = two_runners(model, work, concurrent=False)
+    together = two_runners(model, work, concurrent=True)
+    assert all(np.any(g) for g in serial.values())
+    errors = {k: np.abs(together[k] - serial[k]).max() / np.abs(serial[k]).max() for k in serial}
+    assert max(errors.values()) <= 1e-12, {k: e for k, e in errors.items() if e > 1e-12}
+    assert blas_threads() == before  # the thread limits of the two calls overlap in time: restored at the end
+
+
+def test_blas_threads_are_restored_however_calls_nest_fail_or_overlap():
+    """BLAS's thread count (set to 3 here, a value of its own) is back after each pattern: a runner inside the
+    fast path's own limit, inside a caller's threadpoolctl limit, a part that raises, and two runners in two
+    threads whose limits overlap, the first in leaving before the second (the order that used to leave 1);
+    and the parts of runners in threads other than the one that set the count run on one BLAS thread."""
+    model = nt.TransformerLM(LLAMA, seed=0)
+    inputs, targets = make_batch(model, np.random.default_rng(0))
+    with threadpool_limits(limits=3, user_api="blas"):
+        assert set(blas_threads()) == {3}
+        with parallel.one_blas_thread():  # nested in the fast path's own limit
+            assert set(blas_threads()) == {1}
+            parallel.DataParallel(model, 2).forward_backward(inputs, targets, LLAMA.pad_id)
+            assert set(blas_threads()) == {1}
+        assert set(blas_threads()) == {3}
+        with threadpool_limits(limits=2, user_api="blas"):  # nested in a caller's limit
+            parallel.DataParallel(model, 2).forward(*inputs)
+            assert set(blas_threads()) == {2}
+        assert set(blas_threads()) == {3}
+        bad = inputs[0].copy()
+        bad[-1, 0] = -1  # in the second part
+        with pytest.raises(ValueError, match="ids"), parallel.one_blas_thread():  # a failing part, nested
+            parallel.DataParallel(model, 2).forward(bad)
+        assert set(blas_threads()) == {3}
+        overlapping_runners(model, inputs)  # from two threads other than the one that set 3
+        assert set(blas_threads()) == {3}
+    assert gc.isenabled()  # the cycle collector, paused while parts run, is back too
+
+
+def overlapping_runners(model, inputs, timeout: float = 5.0) -> None:
+    """Runner A enters the BLAS limit, then runner B (another thread); A leaves while B is still inside."""
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+    role = threading.local()
+    errors, inside = [], []
+
+    class Meeting(type(model)):
+        def forward(self, *args, **kwargs):  # part 0 runs on the runner's own thread
+            inside.append(blas_threads())
+            if getattr(role, "name", None) == "A":
+                a_inside.set()
+                b_inside.wait(timeout)
+            elif getattr(role, "name", None) == "B":
+                b_inside.set()
+                a_done.wait(timeout)
+            return super().forward(*args, **kwargs)
+
+    model.__class__ = Meeting
+
+    def runner(name):
+        role.name = name
+        try:
+            if name == "B":
+                a_inside.wait(timeout)
+            parallel.DataParallel(model, 2).forward(*inputs)
+        except Exception as error:
+            errors.append(error)
+        finally:
+            if name == "A":
+                a_done.set()
+
+    threads = [threading.Thread(target=runner, args=(name,)) for name in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    model.__class__ = Meeting.__mro__[1]
+    assert not errors, errors
+    assert a_inside.is_set() and b_inside.is_set() and a_done.is_set()
+    assert len(inside) == 4 and all(set(n) == {1} for n in inside), inside  # every part on one BLAS thread
+
+
+def test_arguments_are_checked_as_the_library_checks_them():
+    model = nt.Transformer(CONFIG, seed=1).eval()
+    runner = parallel.DataParallel(model, np.int64(2))  # NumPy integers are integers
+    assert runner.n_parts == 2 and type(runner.n_parts) is int
+    with pytest.raises(TypeError, match="model must be a numpy_transformer Transformer.*got str"):
+        parallel.DataParallel("x")
+    with pytest.raises(TypeError, match=r"n_parts must be an int, got float \(2.0\)"):
+        parallel.DataParallel(model, 2.0)
+    with pytest.raises(TypeError, match="n_parts must be an int, got bool"):
+        parallel.DataParallel(model, True)
+    with pytest.raises(ValueError, match="n_parts must be >= 1, got -1"):
+        parallel.DataParallel(model, np.int32(-1))
+    # shapes quoted as the caller gave them, not as a part has them
+    ids = np.full((3, CONFIG.max_len + 1), 3)
+    with pytest.raises(ValueError, match=r"src_ids has 13 positions.*shape \(3, 13\)"):
+        runner.forward(ids, ids[:, :5])
+    with pytest.raises(ValueError, match=r"tgt_ids must have shape \(B, T\), got shape \(3,\)"):
+        runner.forward(ids[:, :5], ids[:, 0])
+    with pytest.raises(ValueError, match=r"tgt_ids must hold ids in \[0, 19\), got values in \[3, 40\]"):
+        runner.forward(ids[:, :5], np.where(np.arange(3)[:, None] == 2, 40, ids[:, :4]))
+    src, tgt = ids[:, :5], ids[:, :4]
+    with pytest.raises(ValueError, match=r"targets must have shape \(3, 4\).*got \(3, 5\)"):
+        runner.forward_backward((src, tgt), src)
+    with pytest.raises(TypeError, match="targets must be an integer array"):
+        runner.forward_backward((src, tgt), tgt.astype(float))
+    logits = runner.forward(src, tgt)
+    with pytest.raises(ValueError, match=r"dlogits must have shape \(3, 4, 19\), got \(3, 4, 5\)"):
+        runner.backward(np.zeros((3, 4, 5)))
+    with pytest.raises(TypeError, match="dlogits must have dtype float64, got float32"):
+        runner.backward(np.zeros(logits.shape, np.float32))
+    with pytest.raises(TypeError, match="dlogits must be a numpy array, got list"):
+        runner.backward(logits.tolist())
+    encoder = nt.EncoderModel(BERT, seed=0)
+    with pytest.raises(ValueError, match=r"token_type_ids must have the shape of ids \(4, 6\), got \(4, 5\)"):
+        parallel.DataParallel(encoder, 2).forward(np.full((4, 6), 3), np.zeros((4, 5), int))
+
+
+def test_the_fast_path_changes_nothing_global_and_touches_nothing_private():
+    """Importing parallel and running float32 GELU parts leaves the reference's table as it was (the same dict,
+    the same entries); parallel.py reads private attributes of nothing but its own objects."""
+    import ast
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np
+import numpy_transformer as nt
+from numpy_transformer import layers
+table, entries = layers.ACTIVATIONS, dict(layers.ACTIVATIONS)
+from numpy_transformer import parallel
+assert layers.ACTIVATIONS is table and layers.ACTIVATIONS == entries
+config = nt.TransformerConfig(src_vocab_size=11, d_model=8, n_heads=2, d_ff=16, n_encoder_layers=1, max_len=8,
+                              activation="gelu")
+model = nt.EncoderModel(config, dtype=np.float32)
+out = parallel.DataParallel(model, 2).forward(np.full((4, 6), 3))
+assert layers.ACTIVATIONS is table and layers.ACTIVATIONS == entries and model.activation_table is table
+print("unchanged")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "unchanged"
+    tree = ast.parse(open(parallel.__file__).read())
+    private = [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
+    ]
+    assert not private, private
+    modules = {"layers", "np", "os", "gc", "math", "threading", "functools", "ctypes", "platform", "weakref"}
+    patched = [
+        f"line {node.lineno}: {ast.unparse(target)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in modules
+    ]
+    assert not patched, patched
+
+
+def test_a_replica_shares_the_params_and_owns_its_state():
+    model = nt.TransformerLM(LLAMA, seed=0).train()
+    ids, _ = make_batch(model, np.random.default_rng(0))
+    model.forward(*ids)
+    model.zero_grad()
+    table = {**nt.layers.ACTIVATIONS, "silu": (nt.layers.relu_forward, nt.layers.relu_backward)}
+    replica = model.replica(activation_table=table)
+    assert replica.params is model.params and replica.config is model.config and replica.training
+    assert replica.grads == {} and replica.dropout_masks == {} and replica.activation_table is table
+    with pytest.raises(ValueError, match="before forward"):  # the forward pass is the replica's now
+        model.backward(np.zeros((5, 7, LLAMA.tgt_vocab_size)))
+    logits = replica.eval().forward(*ids)
+    assert model.training and not replica.training  # the replica's mode is its own
+    plain = model.eval().forward(*ids)
+    assert np.abs(logits - plain).max() > 1e-3  # its table was used: ReLU gates instead of SiLU
+    dlogits = np.random.default_rng(1).standard_normal(logits.shape)
+    replica.backward(dlogits)
+    assert replica.grads.keys() == model.params.keys() and all(np.any(g) for g in replica.grads.values())
+    assert not any(np.any(g) for g in model.grads.values())  # the model's gradients are untouched
+    model.accumulate_grads(replica.grads)
+    assert all(model.grads[k] is g for k, g in replica.grads.items())  # the first contribution is kept

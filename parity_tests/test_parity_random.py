@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from numpy_transformer.config import DROPOUT_KINDS
 
 from numpy_transformer import TransformerConfig
-from numpy_transformer.config import DROPOUT_KINDS
 from parity_tests import components as C
 
 FAMILIES = ("Transformer", "TransformerLM", "EncoderModel")

@@ -102,7 +102,7 @@ def test_llama_row_config_is_valid_for_any_report_size(heads, d_model):
     when it is not), the K/V heads divide the query heads."""
     args = report.parse_args(["--heads", str(heads), "--d-model", str(d_model)])
     config = report.llama_config(report.build_config(args))
-    assert config.head_dim % 2 == 0 and config.n_heads == heads and heads % config.n_kv_heads == 0
+    assert config.d_head % 2 == 0 and config.n_heads == heads and heads % config.n_kv_heads == 0
     assert config.n_kv_heads < heads or heads == 1
     assert (config.norm, config.positional, config.activation) == ("rms", "rope", "silu")
     assert config.gated_ffn and not config.bias and not config.output_bias and config.norm_first

@@ -7,7 +7,7 @@ device in forward: `model.check_inputs` checks token ids on the CPU). Data-paral
 torchrun and DistributedDataParallel: `torch_transformer.distributed` (imported on its own).
 """
 
-from numpy_transformer.config import TransformerConfig
+from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
 from .decoding import beam_search, greedy_decode

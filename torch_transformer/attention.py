@@ -165,11 +165,13 @@ class MultiHeadAttention(nn.Module):
         window: int | None = None,
         alibi: bool = False,
         scale: float | None = None,
+        head_dim: int | None = None,
+        band: int | None = None,
         qk_norm_eps: float | None = None,
         qk_norm_kind: str = "rms",
     ):
         super().__init__()
-        if d_model % n_heads != 0:
+        if head_dim is None and d_model % n_heads != 0:
             raise ValueError(f"d_model must be divisible by n_heads: got d_model={d_model}, n_heads={n_heads}")
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads % n_kv_heads != 0:
@@ -178,14 +180,14 @@ class MultiHeadAttention(nn.Module):
             )
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim  # Dh (Qwen3, Gemma: not D / H)
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)  # on q . k (T5: 1)
-        kv_width = n_kv_heads * self.head_dim
+        width, kv_width = n_heads * self.head_dim, n_kv_heads * self.head_dim
         qkv_bias = bias if qkv_bias is None else qkv_bias  # Qwen2: biases on q, k, v but not on out_proj
-        self.q_proj = init_linear(nn.Linear(d_model, d_model, bias=qkv_bias))
+        self.q_proj = init_linear(nn.Linear(d_model, width, bias=qkv_bias))
         self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
-        self.out_proj = init_linear(nn.Linear(d_model, d_model, bias=bias))
+        self.out_proj = init_linear(nn.Linear(width, d_model, bias=bias))
         if qk_norm_eps is not None:  # Qwen3: RMSNorm of each head's queries and keys (over Dh), before RoPE
             self.q_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)  # Gemma's: kind "rms_offset"
             self.k_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)
@@ -193,6 +195,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
         self.window = window  # causal sliding window: query i sees keys j > i - window
+        self.band = band  # bidirectional window (ModernBERT's local layers): query i sees keys |i - j| <= band
         # ALiBi: one slope per head, the penalty per position of distance (a buffer: it moves with the module)
         self.register_buffer("alibi_slopes", alibi_slopes(n_heads) if alibi else None, persistent=False)
 
@@ -250,7 +253,7 @@ class MultiHeadAttention(nn.Module):
         context, probs = self.attend(
             q, k, v, attn_mask, need_weights, dropout_mask, is_causal, positions, position_bias
         )
-        context = context.transpose(1, 2).flatten(2)  # (B, T_q, D): the inverse of _split_heads
+        context = context.transpose(1, 2).flatten(2)  # (B, T_q, H*Dh): the inverse of _split_heads
         return self.out_proj(context), probs
 
     def attend(
@@ -272,7 +275,8 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
         explicit = need_weights or (dropout_mask is not None and self.training and self.dropout.p > 0)
-        rules = self.window is not None or self.alibi_slopes is not None or positions is not None
+        rules = self.window is not None or self.band is not None or self.alibi_slopes is not None
+        rules = rules or positions is not None
         fused_causal = is_causal and attn_mask is None and not explicit and not rules and position_bias is None
         bias = position_bias
         if rules:  # the score rules, from the positions: causal, the window, ALiBi's bias
@@ -318,7 +322,8 @@ class MultiHeadAttention(nn.Module):
         self, q: Tensor, k: Tensor, is_causal: bool, positions: tuple[Tensor, Tensor] | None
     ) -> tuple[Tensor | None, Tensor | None]:
         """What the positions do to the scores: the allowed mask (T_q, T_k) (causal: key j <= query i; a window:
-        j > i - window), and ALiBi's bias -m_h |i - j| (H, T_q, T_k) in q's dtype; None for what does not apply."""
+        j > i - window; a band: |i - j| <= band), and ALiBi's bias -m_h |i - j| (H, T_q, T_k) in q's dtype; None for
+        what does not apply."""
         if positions is None:
             positions = (torch.arange(q.shape[2], device=q.device), torch.arange(k.shape[2], device=q.device))
         q_pos, k_pos = positions
@@ -328,6 +333,9 @@ class MultiHeadAttention(nn.Module):
             allowed = distance >= 0
         if self.window is not None:
             inside = distance < self.window
+            allowed = inside if allowed is None else allowed & inside
+        if self.band is not None:
+            inside = distance.abs() <= self.band
             allowed = inside if allowed is None else allowed & inside
         bias = None
         if self.alibi_slopes is not None:

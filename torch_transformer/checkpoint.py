@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from numpy_transformer.config import (
+from transformer_spec.config import (
     check_checkpoint_fits,
     check_checkpoint_tensors,
     check_layer_count,

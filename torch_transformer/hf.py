@@ -5,10 +5,10 @@
     hf.save(model, "out/")
     theirs = hf.to_hf(model, {name: p.grad for name, p in model.named_parameters()})
 
-The tables that say which checkpoint tensor becomes which parameter are numpy_transformer.hf_families
-(data, shared by both sides); the files are read and checked by numpy_transformer.hf.read_checkpoint and written by
-its write_checkpoint (reading and checking a file is not math: both sides share it, so both refuse the same
-folders before building anything).
+The tables that say which checkpoint tensor becomes which parameter are transformer_spec.families
+(data, shared by both sides); the files are read and checked by transformer_spec.checkpoints.read_checkpoint and
+written by its write_checkpoint (reading and checking a file is not math: both sides share it, so both refuse the
+same folders before building anything). Nothing here imports numpy_transformer.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from numpy_transformer import hf as checkpoints
-from numpy_transformer.hf_families import family_for_model, read_layout, tied_copies, to_hf_tensors, write_layout
+from transformer_spec import checkpoints
+from transformer_spec.families import family_for_model, read_layout, tied_copies, to_hf_tensors, write_layout
+from transformer_spec.shapes import parameter_shapes
 
 from .model import EncoderModel, Transformer, TransformerLM
 
@@ -35,18 +36,26 @@ def load(
 ):
     """The model of a Hugging Face checkpoint directory, in `dtype` on `device`, in evaluation mode; see
     numpy_transformer.hf.load. The directory is read and checked by the same code as the NumPy side's
-    (numpy_transformer.hf.read_checkpoint: files, config values, memory, ties, every tensor's name, dtype and shape)
+    (transformer_spec.checkpoints.read_checkpoint: files, config values, memory, ties, every tensor's name, dtype
+    and shape)
     before the model is built; `max_bytes` bounds its parameters in `dtype`."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     itemsize = torch.empty((), dtype=dtype).element_size()
-    found = checkpoints.read_checkpoint(directory, dropout, max_bytes, bytes_per_parameter=itemsize)
+    found = checkpoints.read_checkpoint(directory, shapes, dropout, max_bytes, bytes_per_parameter=itemsize)
     model = CLASSES[found.family.model_class](found.config).to(device=device, dtype=dtype)
     state = {name: torch.from_numpy(np.array(array)) for name, array in found.state.items()}  # writable copies
     model.load_state_dict(state)  # copies (and casts) into the parameters; checks every shape
     model.hf_model_type, model.hf_config = found.family.model_type, found.hf_config
     model.generation_rules = found.generation_rules  # what generation_config.json asks of decoding
     return model.eval()  # as from_pretrained returns it: no dropout until model.train()
+
+
+def shapes(config, model_class: str) -> dict:
+    """The state-dict names and shapes of our `model_class` ("Transformer", "TransformerLM", "EncoderModel") built
+    from `config` (transformer_spec.checkpoints.Shapes), from the config alone: the torch models hold the same
+    parameters as the NumPy ones (the parity suite checks it)."""
+    return parameter_shapes(config, model_class == "TransformerLM", model_class == "EncoderModel")
 
 
 def save(model, directory, overwrite: bool = False) -> None:
@@ -73,11 +82,11 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
 
 
 def _from_hf_layout(t: Tensor, rule, name: str, n_heads: int) -> Tensor:
-    """Theirs -> ours (hf_families.read_layout, the interpreter both sides share)."""
+    """Theirs -> ours (transformer_spec.families.read_layout, the interpreter both sides share)."""
     return read_layout(t, rule, name, n_heads)
 
 
 def _to_hf_layout(ts: list[Tensor], rule, n_heads: int) -> Tensor:
-    """Ours -> theirs (hf_families.write_layout), contiguous."""
+    """Ours -> theirs (transformer_spec.families.write_layout), contiguous."""
     zeros = lambda shape, like: like.new_zeros(shape)  # noqa: E731
     return write_layout(ts, rule, n_heads, lambda parts, axis: torch.cat(parts, dim=axis), zeros).contiguous()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from numpy_transformer.config import TransformerConfig
+from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import (
@@ -44,16 +44,22 @@ class _Layer(nn.Module):
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
-    def _attention(config: TransformerConfig, causal: bool = False, cross: bool = False) -> MultiHeadAttention:
-        """Self-attention (causal in a decoder: only there a sliding window applies; ALiBi in every self-attention)
-        or cross-attention (no score rules)."""
+    def _attention(
+        config: TransformerConfig, causal: bool = False, cross: bool = False, layer: int = 0
+    ) -> MultiHeadAttention:
+        """Self-attention of layer `layer` (ALiBi in every one; its window, config.layer_window, causal in a decoder,
+        and in an encoder of layer_types a band |i - j| <= window // 2, ModernBERT's) or cross-attention (no score
+        rules)."""
         c = config
+        window = None if cross else c.layer_window(layer)
         return MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout_rates["attention"], c.n_kv_heads, c.bias,
             qkv_bias=c.has_qkv_bias,
-            window=c.sliding_window if causal else None,
+            window=window if causal else None,
+            band=window // 2 if window is not None and not causal and c.layer_types is not None else None,
             alibi=c.positional == "alibi" and not cross,
             scale=c.attention_scale,
+            head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
         )  # fmt: skip
@@ -73,10 +79,10 @@ class _Layer(nn.Module):
 class EncoderLayer(_Layer):
     """Self-attention then feed-forward, each in a residual sublayer. x (B, S, D) -> (B, S, D)."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, layer: int = 0):
         super().__init__()
         self.norm_first = config.norm_first
-        self.self_attn = self._attention(config)
+        self.self_attn = self._attention(config, layer=layer)
         self._sublayer("self_attn", config)
         self.ffn = self._feed_forward(config)
         self._sublayer("ffn", config)
@@ -109,10 +115,10 @@ class DecoderLayer(_Layer):
     """Masked self-attention, cross-attention to the encoder's output (left out in the LM), then
     feed-forward, each in a residual sublayer. x (B, T, D), memory (B, S, D) -> (B, T, D)."""
 
-    def __init__(self, config: TransformerConfig, cross_attention: bool = True):
+    def __init__(self, config: TransformerConfig, cross_attention: bool = True, layer: int = 0):
         super().__init__()
         self.norm_first = config.norm_first
-        self.self_attn = self._attention(config, causal=True)
+        self.self_attn = self._attention(config, causal=True, layer=layer)
         self._sublayer("self_attn", config)
         self.has_cross_attention = cross_attention
         if cross_attention:
@@ -191,7 +197,8 @@ class _Stack(nn.Module):
         if own_token_embedding:
             nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
         self.positional = config.positional
-        self.head_dim, self.rope_theta = config.head_dim, config.rope_theta
+        self.head_dim = config.d_head
+        self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
         self.learned_positions = config.positional == "learned"
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
@@ -255,21 +262,26 @@ class _Stack(nn.Module):
         q_pos, k_pos = torch.arange(start, end, device=x.device), torch.arange(end, device=x.device)
         return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
 
-    def rope(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
-        """The rotary (cos, sin) of positions start .. end - 1, each (T, Dh), or of each row's own `positions`
-        (B, T), each (B, 1, T, Dh), in x's dtype and on its device; None unless the positions are rotary."""
+    def ropes(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> list:
+        """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, Dh), or of each row's own
+        `positions` (B, T), each (B, 1, T, Dh), in x's dtype and on its device, at the layer's base (computed once
+        per base); Nones unless the positions are rotary."""
         if self.positional != "rope":
-            return None
-        if positions is not None:
-            return rope_cos_sin_at(positions, self.head_dim, self.rope_theta, x.dtype)
-        return rope_cos_sin(start, end, self.head_dim, self.rope_theta, x.dtype, x.device)
+            return [None] * len(self.rope_thetas)
+        tables = {}
+        for theta in set(self.rope_thetas):
+            if positions is not None:
+                tables[theta] = rope_cos_sin_at(positions, self.head_dim, theta, x.dtype)
+            else:
+                tables[theta] = rope_cos_sin(start, end, self.head_dim, theta, x.dtype, x.device)
+        return [tables[theta] for theta in self.rope_thetas]
 
 
 class Encoder(_Stack):
     """Source ids (B, S) -> memory (B, S, D)."""
 
     def __init__(self, config: TransformerConfig, own_token_embedding: bool = True):
-        layers = [EncoderLayer(config) for _ in range(config.n_encoder_layers)]
+        layers = [EncoderLayer(config, i) for i in range(config.n_encoder_layers)]
         super().__init__(config, config.src_vocab_size, layers, True, own_token_embedding)
 
     def forward(
@@ -285,10 +297,10 @@ class Encoder(_Stack):
         attention_mask (B, S) bool, True = a real token: the keys read, instead of those not holding pad_id."""
         self_mask = source_mask(ids, attention_mask, self.pad_id)  # (B, 1, 1, S), or None: nothing masked
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
-        rope = self.rope(0, ids.shape[1], x)
+        ropes = self.ropes(0, ids.shape[1], x)
         bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
-            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), rope, bias)
+            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), ropes[i], bias)
         return self.final_norm(x)
 
 
@@ -310,7 +322,7 @@ class Decoder(_Stack):
     """
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
-        layers = [DecoderLayer(config, cross_attention) for _ in range(config.n_decoder_layers)]
+        layers = [DecoderLayer(config, cross_attention, i) for i in range(config.n_decoder_layers)]
         super().__init__(config, config.tgt_vocab_size, layers)
         self.cross_attention = cross_attention
 
@@ -339,12 +351,12 @@ class Decoder(_Stack):
         if attention_mask is not None:
             positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(~attention_mask, 0)[:, start:]  # (B, T)
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), start=start, positions=positions)
-        rope = self.rope(start, end, x, positions)
+        ropes = self.ropes(start, end, x, positions)
         bias = self.position_bias(start, end, x, bidirectional=False)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
             masks = masks_under(dropout_masks, f"layers.{i}.")
             layer_caches = None if caches is None else caches[i]
-            x = layer(x, None, memory, memory_mask, need_weights, masks, rope, bias, layer_caches, attention_mask)
+            x = layer(x, None, memory, memory_mask, need_weights, masks, ropes[i], bias, layer_caches, attention_mask)
         return self.final_norm(x)
 
 

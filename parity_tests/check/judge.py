@@ -101,8 +101,8 @@ class Session:
         self.given = given
         self.thetas, self.rope_overwrite = [], {}
         if self.is_module and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
-            self.thetas = A.rope_thetas(user, self.cfg.head_dim)
-            self.rope_overwrite, base = A.rope_buffers(user, self.cfg.head_dim, self.thetas, self.notes)
+            self.thetas = A.rope_thetas(user, self.cfg.d_head)
+            self.rope_overwrite, base = A.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
             if base is not None:  # the base the module's own tables were built with: tried first
                 self.thetas = [base] + [t for t in self.thetas if t != base]
         rng = np.random.default_rng(seed)
@@ -216,10 +216,10 @@ def layouts(session, found, inferred: bool) -> list:
             layout["gate"] = f"{gate} (no name says which of the two D -> F linears is the gate: both tried)"
         out.append(layout)
     paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
-    if session.rope_options(session.stated()) and cfg.head_dim % 2 == 0 and paired:
+    if session.rope_options(session.stated()) and cfg.d_head % 2 == 0 and paired:
         for layout in list(out):
             layout["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
-            interleaved = MP.interleave_rope(layout["links"], cfg.head_dim)
+            interleaved = MP.interleave_rope(layout["links"], cfg.d_head)
             pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
             out.append(layout | {"links": interleaved, "rope_pairing": pairing})
     return out

@@ -77,7 +77,7 @@ def probe(level: str, cfg, rng, self_attention: bool = False, causal: bool = Fal
     has two sequences); the second sequence ends with two padding positions. A causal multi-head attention
     (`causal`, self-attention that masks the future, as Llama's) has no padding mask: its third sequence ends
     with one padding position, whose output is not compared (causality hides it from every other)."""
-    D, Dh, H = cfg.d_model, cfg.head_dim, cfg.n_heads
+    D, Dh, H = cfg.d_model, cfg.d_head, cfg.n_heads
     T_q, T_k = 5, 6
     p = Probe(self_attention=self_attention or causal, causal=causal)
     if level == "multi_head_attention" and causal:
@@ -153,7 +153,7 @@ def reference_shapes(level: str, cfg) -> dict:
     linear = {"weight": lambda o, i: (o, i), "bias": lambda o, i: (o,)}
     kinds = ("weight", "bias") if cfg.bias else ("weight",)  # a user without any bias: the reference has none
     if level == "multi_head_attention":
-        kv = cfg.kv_heads * cfg.head_dim  # the k and v projections' width (grouped-query attention: < D)
+        kv = cfg.kv_heads * cfg.d_head  # the k and v projections' width (grouped-query attention: < D)
         widths = {"q": D, "k": kv, "v": kv, "out": D}
         return {f"{p}_proj.{w}": linear[w](widths[p], D) for p in ("q", "k", "v", "out") for w in kinds}
     if level == "layer_norm":

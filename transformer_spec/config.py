@@ -1,6 +1,6 @@
 """The configuration shared by both implementations.
 
-`torch_transformer` imports this module (and nothing else from `numpy_transformer`), so one
+`numpy_transformer` and `torch_transformer` both import this module (it imports neither), so one
 config object describes one model on either side.
 """
 
@@ -16,6 +16,7 @@ NORMS = ("layer", "rms", "rms_offset")
 DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
 SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
+LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers' names for a layer's kind of self-attention
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class TransformerConfig:
     src_vocab_size: int = 32  # source token ids are in [0, src_vocab_size)
     tgt_vocab_size: int = 32  # target ids; also the LM's vocabulary
     d_model: int = 32  # width D of every residual stream
-    n_heads: int = 4  # H; each head has width Dh = d_model // n_heads
+    n_heads: int = 4  # H; each head has width Dh = head_dim, or d_model // n_heads when that is None
     d_ff: int = 64  # hidden width F of the position-wise feed-forward block
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
@@ -66,11 +67,22 @@ class TransformerConfig:
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
     qkv_bias: bool | None = None  # biases on the q, k, v projections (None: as `bias`); Qwen2: bias False, this True
     # causal self-attention sees only the last `sliding_window` keys: query i attends to keys i - window < j <= i
-    # (Mistral); None: every earlier key
+    # (Mistral); None: every earlier key. Without layer_types it applies to every decoder layer; with it, to the
+    # "sliding_attention" layers of either stack (in an encoder bidirectional: |i - j| <= window // 2, ModernBERT's)
     sliding_window: int | None = None
+    # each layer's self-attention, transformers' layer_types: "full_attention" or "sliding_attention" (the window
+    # above); one entry per layer of each stack the model has (a Transformer's two stacks share the list);
+    # None: every layer alike (the window, when set, on every decoder layer)
+    layer_types: tuple[str, ...] | None = None
+    # the rotary base of the "sliding_attention" layers (Gemma 3's rope_local_base_freq, ModernBERT's
+    # local_rope_theta); None: rope_theta, as the full layers
+    rope_local_theta: float | None = None
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
     attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
+    # Dh, each head's width, when it is not d_model // n_heads (Qwen3, Gemma): q_proj (H*Dh, D), k_proj and v_proj
+    # (H_kv*Dh, D), out_proj (D, H*Dh); None: d_model // n_heads. The resolved width is `d_head`.
+    head_dim: int | None = None
     output_scale: float = 1.0  # the final hidden states are multiplied by this before the output projection (T5's
     # tied head: d_model ** -0.5)
     output_bias: bool = True  # output_proj.bias (GPT-2 and Llama have none; Marian/BART's final_logits_bias)
@@ -100,10 +112,13 @@ class TransformerConfig:
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("n_encoder_layers", "n_decoder_layers", "type_vocab_size"):
             _check_int(name, getattr(self, name), minimum=0)
-        if self.d_model % self.n_heads != 0:
+        if self.head_dim is not None:
+            _check_int("head_dim", self.head_dim, minimum=1)
+        elif self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads: got d_model={self.d_model}, "
-                f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0)"
+                f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0), "
+                "or head_dim set"
             )
         for name in ("dropout", *(f"{kind}_dropout" for kind in DROPOUT_KINDS)):
             value = getattr(self, name)
@@ -120,10 +135,11 @@ class TransformerConfig:
         for name, allowed in (("norm", NORMS), ("sinusoid_layout", SINUSOID_LAYOUTS), ("attention", ATTENTIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.positional == "rope" and self.head_dim % 2 != 0:
+        if self.positional == "rope" and self.d_head % 2 != 0:
             raise ValueError(
-                f"positional='rope' rotates pairs of features, so the head size d_model / n_heads must be even: "
-                f"got {self.d_model} / {self.n_heads} = {self.head_dim}"
+                "positional='rope' rotates pairs of features, so the head size (head_dim, or d_model / n_heads) "
+                "must be even: got "
+                + (f"{self.d_model} / {self.n_heads} = {self.d_head}" if self.head_dim is None else f"{self.head_dim}")
             )
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
@@ -136,6 +152,13 @@ class TransformerConfig:
                 )
         if self.sliding_window is not None:
             _check_int("sliding_window", self.sliding_window, minimum=1)
+        self._check_layer_types()
+        if self.rope_local_theta is not None and (
+            isinstance(self.rope_local_theta, bool)
+            or not isinstance(self.rope_local_theta, (int, float))
+            or not self.rope_local_theta > 0
+        ):
+            raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
         _check_int("relative_buckets", self.relative_buckets, minimum=2)
         _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
         for name in ("attention_scale", "output_scale", "logit_softcap"):
@@ -195,10 +218,44 @@ class TransformerConfig:
                 "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
             )
 
+    def _check_layer_types(self) -> None:
+        if self.layer_types is None:
+            return
+        if isinstance(self.layer_types, list):  # a checkpoint's JSON metadata holds the tuple as a list
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
+        if not isinstance(self.layer_types, tuple):
+            raise TypeError(
+                f"layer_types must be a tuple of {LAYER_TYPES} or None, got {type(self.layer_types).__name__}"
+            )
+        wrong = [kind for kind in self.layer_types if kind not in LAYER_TYPES]
+        if wrong:
+            raise ValueError(f"layer_types must hold only {LAYER_TYPES}, got {wrong}")
+        for stack in ("n_encoder_layers", "n_decoder_layers"):
+            n_layers = getattr(self, stack)
+            if n_layers and len(self.layer_types) != n_layers:
+                raise ValueError(
+                    f"layer_types must list one kind per layer: got {len(self.layer_types)} kinds, {stack}={n_layers}"
+                )
+        if "sliding_attention" in self.layer_types and self.sliding_window is None:
+            raise ValueError("layer_types has 'sliding_attention' layers: sliding_window must be set, got None")
+
+    def layer_window(self, layer: int) -> int | None:
+        """The window of layer `layer`'s self-attention: sliding_window on a "sliding_attention" layer (on every
+        layer when layer_types is None), None on a "full_attention" one."""
+        if self.layer_types is not None and self.layer_types[layer] == "full_attention":
+            return None
+        return self.sliding_window
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """The rotary base of layer `layer`: rope_local_theta on a "sliding_attention" layer when set, else
+        rope_theta."""
+        local = self.layer_types is not None and self.layer_types[layer] == "sliding_attention"
+        return self.rope_local_theta if local and self.rope_local_theta is not None else self.rope_theta
+
     @property
-    def head_dim(self) -> int:
-        """Dh, the width of one attention head."""
-        return self.d_model // self.n_heads
+    def d_head(self) -> int:
+        """Dh, the width of one attention head: head_dim, or d_model // n_heads when that is None."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

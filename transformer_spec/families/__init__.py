@@ -1,0 +1,173 @@
+"""Hugging Face model families as data, one file per family: for each `model_type`, how its config.json translates
+to a `TransformerConfig` and back, and a table that maps every tensor of its checkpoint to one of our state-dict names
+(`core`: the Rule and Family types, the rule interpreter and the config checks every family shares). Both
+`numpy_transformer.hf` and `torch_transformer.hf` read these tables, so a new family is a new file here, not a new
+code path there: every module of this package but `core` is imported below, and the families it lists in `REGISTER`
+(and `REGISTER_BY_ARCHITECTURE`, a class of a family's model_type read differently) are registered, in module order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from .bert import BERT, BERT_DROPOUT
+from .bloom import BLOOM
+from .core import (
+    ACTIVATIONS_FROM_HF,
+    ANY,
+    FREE_FIELDS,
+    MAX_JSON_DEPTH,
+    NON_NEGATIVE_FLOATS,
+    NON_NEGATIVE_INTS,
+    OPTIONAL_POSITIVE_INTS,
+    POSITIVE_FLOATS,
+    POSITIVE_INTS,
+    RATES,
+    TOKEN_IDS,
+    Family,
+    Rule,
+    check_config_values,
+    check_supported,
+    dropout_from_hf,
+    dropout_to_hf,
+    end_token_ids,
+    expand,
+    full_name,
+    generation_rules_from_hf,
+    is_finite_number,
+    is_int,
+    is_skipped,
+    match,
+    parse_json_config,
+    read_generation_rules,
+    read_layout,
+    relative,
+    require,
+    resolve_ties,
+    tied_copies,
+    to_hf_tensors,
+    token_id,
+    write_layout,
+    writing_plan,
+)
+from .gpt2 import GPT2, GPT2_DROPOUT
+from .llama import LLAMA, LLAMA_DROPOUT, MISTRAL, QWEN2
+from .seq2seq import BART, MARIAN, SEQ2SEQ_DROPOUT
+from .t5 import T5, T5_ENCODER
+
+
+def registered() -> tuple[dict[str, Family], dict[str, Family]]:
+    """(model_type -> Family, architecture -> Family) of every family module of this package (each but `core`),
+    in the order of the modules' names. ValueError when two files register the same model_type or class."""
+    families, by_architecture = {}, {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        if info.name == "core":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for table, key, found in (
+            (families, "model_type", getattr(module, "REGISTER", ())),
+            (by_architecture, "architecture", getattr(module, "REGISTER_BY_ARCHITECTURE", ())),
+        ):
+            for family in found:
+                name = getattr(family, key)
+                if name in table:
+                    raise ValueError(f"{module.__name__} registers {key} {name!r}, which another family file has")
+                table[name] = family
+    return families, by_architecture
+
+
+FAMILIES, BY_ARCHITECTURE = registered()
+
+
+def family_of(model_type, architectures=None) -> Family:
+    """The family of a checkpoint: its model_type's, or (`architectures`, config.json's list) the family of a class
+    read differently (T5EncoderModel: an EncoderModel)."""
+    if model_type not in FAMILIES:
+        raise ValueError(f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
+    for name in architectures if isinstance(architectures, list) else []:
+        if name in BY_ARCHITECTURE and BY_ARCHITECTURE[name].model_type == model_type:
+            return BY_ARCHITECTURE[name]
+    return FAMILIES[model_type]
+
+
+def family_for_model(model) -> Family:
+    """The family a model can be written as: the one it was loaded from, else the first whose config
+    translation accepts its class and config. ValueError listing why each family does not fit."""
+    loaded = getattr(model, "hf_model_type", None)
+    if loaded is not None:
+        for family in BY_ARCHITECTURE.values():  # a class read differently (T5EncoderModel: an EncoderModel)
+            if family.model_type == loaded and family.model_class == type(model).__name__:
+                return family
+        return family_of(loaded)
+    reasons = []
+    for family in FAMILIES.values():
+        if type(model).__name__ != family.model_class:
+            reasons.append(f"{family.model_type}: a {family.model_class}, not a {type(model).__name__}")
+            continue
+        try:
+            family.config_json(model.config)
+        except ValueError as error:
+            reasons.append(f"{family.model_type}: {error}")
+            continue
+        return family
+    raise ValueError("no Hugging Face family fits this model: " + "; ".join(reasons))
+
+
+__all__ = [
+    "ACTIVATIONS_FROM_HF",
+    "ANY",
+    "BART",
+    "BERT",
+    "BERT_DROPOUT",
+    "BLOOM",
+    "BY_ARCHITECTURE",
+    "FAMILIES",
+    "registered",
+    "FREE_FIELDS",
+    "Family",
+    "GPT2",
+    "GPT2_DROPOUT",
+    "LLAMA",
+    "LLAMA_DROPOUT",
+    "MARIAN",
+    "MAX_JSON_DEPTH",
+    "MISTRAL",
+    "NON_NEGATIVE_FLOATS",
+    "NON_NEGATIVE_INTS",
+    "OPTIONAL_POSITIVE_INTS",
+    "POSITIVE_FLOATS",
+    "POSITIVE_INTS",
+    "QWEN2",
+    "RATES",
+    "Rule",
+    "SEQ2SEQ_DROPOUT",
+    "T5",
+    "T5_ENCODER",
+    "TOKEN_IDS",
+    "check_config_values",
+    "check_supported",
+    "dropout_from_hf",
+    "dropout_to_hf",
+    "end_token_ids",
+    "expand",
+    "family_for_model",
+    "family_of",
+    "full_name",
+    "generation_rules_from_hf",
+    "is_finite_number",
+    "is_int",
+    "is_skipped",
+    "match",
+    "parse_json_config",
+    "read_generation_rules",
+    "read_layout",
+    "relative",
+    "require",
+    "resolve_ties",
+    "tied_copies",
+    "to_hf_tensors",
+    "token_id",
+    "write_layout",
+    "writing_plan",
+]

@@ -1,0 +1,199 @@
+"""Llama (LlamaForCausalLM): pre-norm RMSNorm decoder, rotary positions, SwiGLU, grouped-query attention, no biases."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..config import LAYER_TYPES, TransformerConfig
+from .core import (
+    ACTIVATION_KEY,
+    ANY,
+    ConfigMap,
+    Key,
+    Rule,
+    activation_to_hf,
+    declared,
+    refuse,
+    special_token,
+)
+
+# config.json's dropout rates -> our sites (core.dropout_from_hf)
+LLAMA_DROPOUT = {"attention_dropout": (("attention",), 0.0)}
+
+
+def rope_theta(value, c: dict) -> float:
+    """RoPE's base from rope_parameters (newer transformers) or rope_theta; only plain RoPE is read (refused: a
+    rope_type or rope_scaling other than "default", such as Llama 3's "llama3" or "linear")."""
+    rope, scaling = value or {}, c.get("rope_scaling")
+    rope_type = rope.get("rope_type", (scaling or {}).get("rope_type", "default"))
+    if rope_type != "default":
+        refuse("rope_parameters.rope_type", rope_type, "only plain RoPE, 'default'")
+    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+        refuse("rope_scaling", scaling, "only plain RoPE: null or rope_type 'default'")
+    return float(rope.get("rope_theta", c.get("rope_theta", 10000.0)))
+
+
+def kv_heads(value, c: dict) -> int | None:
+    """num_key_value_heads -> n_kv_heads: None (every head its own keys and values) when it equals the heads."""
+    heads = c["num_attention_heads"]
+    return None if (value or heads) == heads else value
+
+
+def head_dim(value, c: dict) -> int | None:
+    """head_dim -> the config's head_dim: config.json's, when it differs from hidden_size / num_attention_heads
+    (Qwen3's); else None (the heads split d_model evenly)."""
+    if value is None or value * c["num_attention_heads"] == c["hidden_size"]:
+        return None
+    return int(value)  # a positive int: the value checks read it first
+
+
+def one_bias(value, c: dict) -> bool:
+    """attention_bias and mlp_bias must agree: this project's `bias` covers both."""
+    if bool(c.get("mlp_bias", False)) != bool(value):
+        refuse("mlp_bias", c.get("mlp_bias"), f"the value of attention_bias ({value!r}): one `bias` covers both")
+    return bool(value)
+
+
+LLAMA_CONFIG = ConfigMap(
+    model_type="llama",
+    keys=(
+        Key("vocab_size", ("tgt_vocab_size", "src_vocab_size")),
+        Key("hidden_size", "d_model"),
+        Key("num_attention_heads", "n_heads"),
+        Key("num_key_value_heads", "n_kv_heads", None, kv_heads, source="kv_heads"),
+        Key("head_dim", "head_dim", None, head_dim, source="d_head"),
+        Key("intermediate_size", "d_ff"),
+        Key("num_hidden_layers", "n_decoder_layers"),
+        Key("hidden_act", "activation", "silu", write=activation_to_hf, **ACTIVATION_KEY),
+        Key("max_position_embeddings", "max_len", 2048),
+        Key("rms_norm_eps", "layer_norm_eps", 1e-6),
+        Key("rope_theta", "rope_theta", 10000.0, lambda value, c: float(value)),
+        Key(
+            "rope_parameters",
+            "rope_theta",
+            None,
+            rope_theta,
+            lambda theta: {"rope_type": "default", "rope_theta": theta},
+        ),
+        Key("attention_bias", "bias", False, one_bias),
+        Key("mlp_bias", "bias", False, lambda value, c: bool(value)),
+        Key("tie_word_embeddings", "tie_embeddings", False),
+        Key("pad_token_id", "pad_id", None, special_token("pad_token_id")),
+        Key("bos_token_id", "bos_id", None, special_token("bos_token_id")),
+        Key("eos_token_id", "eos_id", None, special_token("eos_token_id")),
+        # embed_tokens: nn.Embedding(padding_idx=pad), so the pad row gets no gradient from lookups
+        Key("pad_token_id", "embedding_padding_idx", None, lambda value, c: value is not None, written=False),
+        Key("pretraining_tp", None, 1, allowed=(1,), written=False),
+    ),
+    dropout=LLAMA_DROPOUT,
+    supports={
+        "activation": ("silu", "relu", "gelu"),
+        "norm": "rms",
+        "norm_first": True,
+        "positional": "rope",
+        "rope_theta": ANY,
+        "gated_ffn": True,
+        "n_kv_heads": ANY,
+        "bias": ANY,
+        "qkv_bias": lambda c: (None, c.bias),
+        "tie_embeddings": ANY,
+        "scale_embeddings": False,
+        "output_bias": False,
+        "head_dim": ANY,
+    },  # fmt: skip
+    fixed={"n_encoder_layers": 0},
+)
+LLAMA_SUPPORTS = LLAMA_CONFIG.supports
+LLAMA = declared(
+    LLAMA_CONFIG,
+    model_class="TransformerLM",
+    architecture="LlamaForCausalLM",
+    prefixes=("model.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
+        Rule("decoder.layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
+        *(
+            Rule(
+                f"decoder.layers.{{i}}.self_attn.{p}_proj.{w}",
+                f"layers.{{i}}.self_attn.{p if p != 'out' else 'o'}_proj.{w}",
+            )
+            for p in ("q", "k", "v", "out")
+            for w in ("weight", "bias")
+        ),
+        Rule("decoder.layers.{i}.ffn_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
+        *(
+            Rule(f"decoder.layers.{{i}}.ffn.{ours}.{w}", f"layers.{{i}}.mlp.{theirs}.{w}")
+            for ours, theirs in (("gate", "gate_proj"), ("linear1", "up_proj"), ("linear2", "down_proj"))
+            for w in ("weight", "bias")
+        ),
+        Rule("decoder.final_norm.weight", "norm.weight"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(
+        r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq",  # a buffer of older checkpoints: recomputed
+        r"lm_head\.weight",  # when tied: a copy of embed_tokens.weight
+    ),
+    tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Mistral (MistralForCausalLM): Llama with a sliding window on its causal self-attention (query i sees the
+# keys i - window < j <= i), and no biases. Qwen2 (Qwen2ForCausalLM): Llama with biases on q, k and v but not
+# on the output projection nor the MLP. Both read and write Llama's table: only the config translation differs.
+
+
+MISTRAL_CONFIG = LLAMA_CONFIG.variant(
+    "mistral",
+    without=("attention_bias", "mlp_bias"),  # MistralConfig has neither: no biases anywhere
+    keys=(Key("sliding_window", "sliding_window", None, lambda value, c: None if value is None else int(value)),),
+    supports={"sliding_window": ANY, "bias": False, "qkv_bias": (None, False)},
+)
+QWEN2_CONFIG = LLAMA_CONFIG.variant(
+    "qwen2",
+    without=("attention_bias", "mlp_bias"),  # Qwen2Config: q, k, v biases always, nothing else
+    supports={"bias": False, "qkv_bias": True, "sliding_window": ANY, "layer_types": ANY},
+)
+
+
+def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
+    """Qwen2's map, then its windows: with use_sliding_window, the layers that layer_types names
+    "sliding_attention" (or, without layer_types, Qwen2Config's rule: the layers from max_window_layers on) see
+    the last sliding_window keys."""
+    config = QWEN2_CONFIG.from_hf(c, dropout)
+    if not c.get("use_sliding_window", False) or c.get("sliding_window") is None:
+        return config  # Qwen2Config: no window on any layer
+    kinds = c.get("layer_types")
+    if kinds is None:
+        first = c.get("max_window_layers", 28)
+        kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(c["num_hidden_layers"])]
+    if not isinstance(kinds, list):
+        refuse("layer_types", kinds, f"a list of {LAYER_TYPES}")
+    return replace(config, sliding_window=int(c["sliding_window"]), layer_types=tuple(kinds))
+
+
+def qwen2_to_hf(config: TransformerConfig) -> dict:
+    """Qwen2's map, then its windows (use_sliding_window, sliding_window, layer_types, max_window_layers)."""
+    out = QWEN2_CONFIG.to_hf(config)
+    if config.sliding_window is None:
+        return {**out, "use_sliding_window": False}
+    n_layers = config.n_decoder_layers
+    kinds = config.layer_types or ("sliding_attention",) * n_layers  # without layer_types: every layer slides
+    first = next((i for i, kind in enumerate(kinds) if kind == "sliding_attention"), n_layers)
+    return {
+        **out, "use_sliding_window": True, "sliding_window": config.sliding_window, "layer_types": list(kinds),
+        "max_window_layers": first,
+    }  # fmt: skip
+
+
+MISTRAL = replace(
+    LLAMA, model_type="mistral", architecture="MistralForCausalLM", from_hf=MISTRAL_CONFIG.from_hf,
+    to_hf=MISTRAL_CONFIG.to_hf, supports=MISTRAL_CONFIG.supports,
+)  # fmt: skip
+QWEN2 = replace(
+    LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf,
+    supports=QWEN2_CONFIG.supports,
+)  # fmt: skip
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (LLAMA, MISTRAL, QWEN2)
