@@ -133,11 +133,12 @@ result = check.module(Translator(), "transformer", n_heads=2)
 print(result.summary())  # print(result) adds the weight map and the error of every tensor
 
 # %% [markdown]
-# The report says what it found at every step: the conventions it used, the config it judged the model
-# as, how many of the comparisons (the output and every gradient, in float64 and float32) stayed within
-# their bars, the first submodule whose output left the bar, and the diagnosis: the reference with the
-# scores divided by `head_dim / 2` reproduces this model's output to float64 precision. (Here that number,
-# 4, is also sqrt(d_model), another common slip; the message names both.)
+# The report says what it found at every step: the conventions and the config it judged the model under (marked
+# "assumed": with a mistake inside, none reproduces the reference, so the closest is used), how many of the
+# comparisons (the output and every gradient, in float64 and float32) stayed within their bars, the first submodule
+# whose output left the bar, and the diagnosis: the reference with the scores divided by `head_dim / 2` reproduces
+# this model's output to float64 precision. (Here that number, 4, is also sqrt(d_model), another common slip; the
+# message names both.)
 
 # %%
 assert not result.passed

@@ -14,6 +14,7 @@ Use float64: in float32 the rounding error of f / h swamps the comparison.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,8 @@ class GradcheckResult:
 
     @property
     def worst(self) -> float:
-        return max(self.errors.values(), default=0.0)
+        errors = list(self.errors.values())
+        return math.nan if any(math.isnan(e) for e in errors) else max(errors, default=0.0)  # NaN is never a pass
 
     def __str__(self) -> str:
         width = max((len(k) for k in self.errors), default=4)
@@ -73,7 +75,8 @@ def gradcheck(
             flat[i] = old
             fd = (f_plus - f_minus) / (2 * eps)
             an = float(g.reshape(-1)[i])
-            worst = max(worst, abs(fd - an) / max(abs(fd), abs(an), floor))
+            error = abs(fd - an) / max(abs(fd), abs(an), floor)
+            worst = error if not error <= worst else worst  # a NaN (or inf) is kept: max(worst, nan) keeps worst
         errors[name], checked[name], max_abs[name] = worst, len(coords), float(np.abs(g).max(initial=0.0))
     return GradcheckResult(errors, checked, max_abs)
 

@@ -1,89 +1,86 @@
 """python -m parity_tests / transformer-parity: the parity report (see parity_tests/report.py), and three subcommands.
 
     transformer-parity [report options]                     the parity report, as always
-    transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--mapping FILE.json] [--json PATH]
+    transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--mapping FILE.json] [--call M:F]
+                             [--timeout SECONDS] [--json PATH]
     transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
     transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
                                                             grade workbooks (exit 1 when any exercise fails)
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
 module name or a path to a .py file, ATTR a module instance in it or a zero-argument factory (a class, a function).
-Exit status 0 when it passes, 1 when it does not, 2 for bad arguments.
+The user's code is loaded and run in a child process (parity_tests.sandbox) with a time limit (--timeout): exit
+status 0 when it passes, 1 when it does not, 2 for bad arguments or user code that could not run (an exception or
+sys.exit at import, in the factory or in forward, a crash, a hang), with a message saying what went wrong.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
 SUBCOMMANDS = ("check", "exercises", "grade")
 
 
-def load_target(spec: str):
-    """MODULE:ATTR -> the object: ATTR from the module (imported by name, or from a .py path), called when it is a
-    zero-argument factory rather than a torch module instance."""
-    from torch import nn
-
-    if ":" not in spec:
-        raise ValueError(f"expected MODULE:ATTR (as mypkg.models:MyModel or path/to/file.py:model), got {spec!r}")
-    name, attr = spec.rsplit(":", 1)
-    if name.endswith(".py") or "/" in name:
-        path = Path(name)
-        if not path.is_file():
-            raise ValueError(f"no such file: {name}")
-        loader = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(loader)
-        sys.path.insert(0, str(path.parent.resolve()))
-        try:
-            loader.loader.exec_module(module)
-        finally:
-            sys.path.pop(0)
-    else:
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own package, from where they stand
-        module = importlib.import_module(name)
-    if not hasattr(module, attr):
-        raise ValueError(f"{name} has no attribute {attr!r}")
-    target = getattr(module, attr)
-    return target if isinstance(target, nn.Module) else target()
-
-
 def check_main(argv) -> int:
-    from parity_tests import check
+    from parity_tests import sandbox
     from parity_tests.check.levels import REFERENCES
 
     parser = argparse.ArgumentParser(
         prog="transformer-parity check",
-        description="Judge your own torch module against the NumPy reference, and name the mistake when it has a name.",
+        description="Judge your own torch module against the NumPy reference, and name the mistake when it has a name. "
+        "Your code runs in a child process with a time limit: exit 0 passes, 1 fails, 2 bad arguments or code "
+        "that could not run.",
     )
     parser.add_argument("target", help="MODULE:ATTR, a module instance or a zero-argument factory")
     parser.add_argument("reference", choices=REFERENCES)
     parser.add_argument("--n-heads", type=int, default=None)
     parser.add_argument("--pad-id", type=int, default=None)
     parser.add_argument("--mapping", default=None, help="a JSON file: {user name: [reference name, layout note]}")
+    parser.add_argument("--call", default=None, help="MODULE:FUNC, call(module, src, tgt) or call(module, ids)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=sandbox.DEFAULT_TIMEOUT,
+        help=f"seconds the check may take before your code is stopped as hung (default {sandbox.DEFAULT_TIMEOUT:g})",
+    )
     parser.add_argument("--json", default=None, help="write the result as JSON to this path ('-': stdout)")
     args = parser.parse_args(argv)
+    for what, spec in (("target", args.target), ("--call", args.call)):
+        if spec is not None and ":" not in spec:
+            print(f"transformer-parity check: {what}: expected MODULE:ATTR (as mypkg.models:MyModel or "
+                  f"path/to/file.py:model), got {spec!r}", file=sys.stderr)  # fmt: skip
+            return 2
+    if not (0 < args.timeout < float("inf")):
+        print(f"transformer-parity check: --timeout: expected a positive number of seconds, got {args.timeout:g}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
-        target = load_target(args.target)
         mapping = json.loads(Path(args.mapping).read_text()) if args.mapping else None
-    except (ValueError, ImportError, OSError) as exc:
-        print(f"transformer-parity check: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:
+        print(f"transformer-parity check: --mapping {args.mapping}: {exc}", file=sys.stderr)
         return 2
     fields = {k: v for k, v in (("n_heads", args.n_heads), ("pad_id", args.pad_id)) if v is not None}
-    result = check.module(target, args.reference, mapping=mapping, **fields)
+    outcome = sandbox.call(
+        "parity_tests.check.cli:judge", args.target, args.reference, fields, mapping, args.call, timeout=args.timeout
+    )
+    if not outcome.ok or outcome.value["status"] != "judged":
+        reason = outcome.reason if not outcome.ok else outcome.value["reason"]
+        print(f"transformer-parity check: {args.target} could not be judged: {reason}", file=sys.stderr)
+        if outcome.output.strip():
+            print("its last output:\n" + outcome.output.rstrip(), file=sys.stderr)
+        return 2
+    verdict = outcome.value
     if args.json == "-":
-        json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
+        json.dump(verdict["result"], sys.stdout, indent=2, default=str)
         print()
     else:
-        print(result)
+        print(verdict["report"])
         if args.json:
-            Path(args.json).write_text(json.dumps(result.to_dict(), indent=2, default=str))
-    return 0 if result.passed else 1
+            Path(args.json).write_text(json.dumps(verdict["result"], indent=2, default=str))
+    return 0 if verdict["passed"] else 1
 
 
 def exercises_main(argv) -> int:

@@ -121,8 +121,8 @@ def test_transformers_llama_passes_as_a_user_model():
     assert (c.n_heads, c.n_kv_heads, c.rope_theta, c.d_ff, c.norm) == (4, 2, 500.0, 48, "rms")
     assert result.mapping["model.layers.0.mlp.up_proj.weight"][0] == "decoder.layers.0.ffn.linear1.weight"
     unpatched = check.module(model, "transformer_lm", dtypes=("float64",))  # its float32 islands, as they are
-    assert unpatched.first_divergence == "model.layers.0.input_layernorm", str(unpatched)
-    assert "float32 rounding" in unpatched.unexplained
+    assert unpatched.passed and unpatched.caveats[0][0] == "dtype.float32_island", str(unpatched)
+    assert "model.layers.0.input_layernorm" in unpatched.caveats[0][1]  # named where they are
 
 
 # -- the mistakes, each named where it is --------------------------------------------------------------------------

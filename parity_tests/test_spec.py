@@ -143,7 +143,8 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("gpt2", dict(activation_function="mish"), r"activation_function='mish' is not supported \(supported: 'relu'"),
         ("llama", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), r"rope_scaling=.*llama3.* is not "),
         ("llama", dict(pretraining_tp=2), r"pretraining_tp=2 is not supported \(supported: 1\)"),
-        ("qwen2", dict(use_sliding_window=True), r"use_sliding_window=True is not supported \(supported: False\)"),
+        ("qwen2", dict(use_sliding_window=True, sliding_window=4, layer_types="sliding_attention"),
+         r"layer_types='sliding_attention' is not supported \(supported: a list of"),
         ("bloom", dict(apply_residual_connection_post_layernorm=True), r"apply_residual_connection_post_layernorm"),
         ("bart", dict(decoder_attention_heads=4), r"decoder_attention_heads=4 is not supported \(supported: "
          r"encoder_attention_heads's value, 2"),

@@ -16,6 +16,7 @@ names or layout: each has its own parameter names, its own calling convention an
   cos/sin buffers built in float32 inside each attention, grouped-query `LlamaAttention` (wq, wk, wv, wo, causal
   inside), Meta's `SwiGLU` (w1 the gate, w3 the up, w2 the down), pre-norm, no biases; `interleaved=True` rotates
   Meta's pairs (2i, 2i + 1) instead of rotate_half's halves.
+- `MinGPTBlock`: minGPT's block, its MLP called through a lambda over the original submodules (style F).
 """
 
 from __future__ import annotations
@@ -588,6 +589,46 @@ def annotated_call(model, src, tgt, pad=0):
     T = tgt.shape[1]
     tgt_mask = (tgt != pad).unsqueeze(-2) & torch.tril(torch.ones(T, T, dtype=torch.bool, device=tgt.device))
     return F.log_softmax(model.generator(model(src, tgt, src_mask, tgt_mask)), dim=-1)
+
+
+# -- Style F: minGPT's block: a fused c_attn, a causal buffer named `bias`, the MLP run through a per-instance lambda --
+
+
+class MinGPTAttention(nn.Module):
+    def __init__(self, n_embd, n_head, block_size):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd)
+        self.attn_dropout, self.resid_dropout = nn.Dropout(0.1), nn.Dropout(0.1)
+        causal = torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size)
+        self.register_buffer("bias", causal)
+        self.n_head, self.n_embd = n_head, n_embd
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = self.attn_dropout(F.softmax(att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf")), dim=-1))
+        return self.resid_dropout(self.c_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C)))
+
+
+class MinGPTBlock(nn.Module):
+    """minGPT's Block: `self.mlpf` is a lambda over the original submodules, which a plain deep copy breaks."""
+
+    def __init__(self, n_embd=8, n_head=2, block_size=16):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
+        self.attn = MinGPTAttention(n_embd, n_head, block_size)
+        self.mlp = nn.ModuleDict(
+            dict(c_fc=nn.Linear(n_embd, 4 * n_embd), c_proj=nn.Linear(4 * n_embd, n_embd), act=nn.GELU(),
+                 dropout=nn.Dropout(0.1))
+        )  # fmt: skip
+        m = self.mlp
+        self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlpf(self.ln_2(x))
 
 
 # -- Style E: a Llama as a learner writes it: RMSNorm, RoPE inside attention, grouped-query attention, SwiGLU ------

@@ -14,7 +14,9 @@ The parts:
 - assign.py    the pieces dealt to the reference's units, and the config their shapes imply
 - calling.py   how the user's module is called: layout, argument order, masks in the user's own convention
 - levels.py    each reference level: parameter shapes, probe inputs, the reference's forward and backward
-- judge.py     check.module: convention and config detection, the float64 and float32 comparison
+- judge.py     check.module: convention and config detection, the float64 and float32 comparison, caveats
+- running.py   how the user's module is run: closure-keeping copies, float32 islands, its own head, positions
+- cli.py       `transformer-parity check`'s side in the sandboxed child: load the user's target, judge it
 - diagnose.py  probes (dropout in eval, overflow), the first divergent submodule, the catalogue's variants
 - variants.py  the reference with one known mistake put in (forward only, float64)
 - pairs.py     check.pair, and the pairs the exercise workbook (parity_tests.exercises) grades

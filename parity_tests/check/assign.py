@@ -333,19 +333,28 @@ def infer(level: str, found, module, given: dict) -> tuple:
     return cfg, [link for link in links if link.user != "(tied)"], zero, fixed
 
 
-def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
+def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
+    """How far sin or cos of `angles` (float64) may be from the same computed in float32: the argument itself is
+    rounded to float32 (a few units of 2^-24 relative, so ~1.5e-4 at position 5000), then the result (1e-6 floor)."""
+    return 1e-6 + 8 * np.finfo(np.float32).eps * np.abs(angles)
+
+
+def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
     """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
-    float64 table to overwrite it with}, the layout found), and adds a note for each."""
+    float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies), and adds
+    a note for each."""
     import torch
 
-    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
-    overwrite, layout = {}, None
+    tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
+    overwrite, layout, wrong = {}, None, False
     for t in fixed:
         value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
+        tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
         for name, table in sinusoid_tables(t.rows, t.width).items():
-            if np.abs(value - table).max() <= 1e-6:
+            if np.all(np.abs(value - table) <= tolerance):
                 overwrite[t.name] = table
                 if name == "wrong_frequencies":
+                    wrong = True
                     notes.append(
                         f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
                         "overwritten with that table in float64)"
@@ -357,7 +366,7 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None]:
                     "the float64 table for the float64 comparison"
                 )
                 break
-    return overwrite, layout
+    return overwrite, layout, wrong
 
 
 THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")
@@ -402,14 +411,65 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
     return tables
 
 
+def _float32_equal(value: np.ndarray, table: np.ndarray, kind: str, theta: float, Dh: int) -> bool:
+    """`value` (built in float32) equal to the float64 RoPE table `table` of rope_tables' `kind`: cos and sin to
+    float32 rounding of their angles (the largest, position x frequency, at each entry), the rest to 1e-6."""
+    if not kind.startswith(("cos", "sin")):
+        return np.allclose(value, table, rtol=1e-6, atol=1e-6)
+    angles = rope_tables(theta, Dh, table.shape[0])[kind.replace(kind.split(" ")[0], "angles", 1)]
+    return bool(np.all(np.abs(value - table) <= float32_angle_tolerance(angles)))
+
+
+def _tensors_kept(module):
+    """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
+    not convert), named by its dotted path."""
+    import torch
+
+    yield from module.named_buffers()
+    for path, mod in module.named_modules():
+        for attr, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                yield (f"{path}.{attr}" if path else attr), value
+
+
+def _complex_rope_table(table, Dh: int, thetas: list):
+    """(complex128 values, base) when `table` (complex, (T, Dh/2)) is torch.polar(1, m theta_j) to float32
+    rounding of its angles (Meta's precompute_freqs_cis), else None."""
+    import torch
+
+    value = torch.view_as_real(table.detach().cpu()).double().numpy()
+    value = value.reshape([s for s in value.shape[:-1] if s > 1] + [2])
+    if value.ndim != 3 or value.shape[1] != Dh // 2:
+        return None
+    for theta in thetas:
+        angles = rope_tables(theta, Dh, value.shape[0])["angles (T, Dh/2)"]
+        tolerance = float32_angle_tolerance(angles)
+        if np.all(np.abs(value[..., 0] - np.cos(angles)) <= tolerance) and np.all(
+            np.abs(value[..., 1] - np.sin(angles)) <= tolerance
+        ):
+            return np.exp(1j * angles), theta
+    return None
+
+
 def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, float | None]:
-    """The user's RoPE buffers built in float32 (inverse frequencies, cos and sin tables): each one equal to a
-    table of rope_tables to float32 precision is overwritten with its float64 values for the float64 comparison,
-    as fixed sinusoid tables are. Returns ({buffer name: float64 values}, the base they were built with)."""
+    """The user's RoPE tables built in float32 (inverse frequencies, cos and sin tables, Meta's complex rotations),
+    buffers or plain tensor attributes: each one equal to a table of rope_tables to float32 precision is
+    overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables are. Returns
+    ({name: float64 values}, the base they were built with)."""
     overwrite, base = {}, None
     if not isinstance(module, nn.Module) or Dh % 2:
         return overwrite, base
-    for name, buf in module.named_buffers():
+    for name, buf in _tensors_kept(module):
+        if buf.is_complex() and buf.numel() >= Dh // 2:
+            match = _complex_rope_table(buf, Dh, thetas)
+            if match is not None:
+                overwrite[name], theta = match
+                base = base or theta
+                notes.append(
+                    f"{name}: RoPE's complex rotations e^(i m theta_j) (base {theta:g}) to float32 precision; "
+                    "overwritten with the complex128 values for the float64 comparison"
+                )
+            continue
         if not buf.is_floating_point() or buf.numel() < Dh // 2:
             continue
         value = buf.detach().double().cpu().numpy()
@@ -418,7 +478,7 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, floa
         for theta in thetas:
             match = next(
                 (k for k, t in rope_tables(theta, Dh, max(rows, 1)).items() if t.shape == value.shape
-                 and np.allclose(value, t, rtol=1e-6, atol=1e-6)),
+                 and _float32_equal(value, t, k, theta, Dh)),
                 None,
             )  # fmt: skip
             if match is not None:

@@ -91,10 +91,17 @@ class Caller:
 
 
 def first_tensor(out):
-    """A module's output: the tensor itself, the first element of a tuple (nn.MultiheadAttention's), or the first
-    value of a mapping (transformers' ModelOutput: the logits, when no loss was asked for)."""
-    while isinstance(out, (tuple, list, Mapping)) and len(out):
-        out = next(iter(out.values())) if isinstance(out, Mapping) else out[0]
+    """A module's output: the tensor itself, the first tensor of a tuple (nn.MultiheadAttention's `(out, weights)`,
+    minGPT's `(logits, loss)` with loss None), or a mapping's "logits" (transformers' ModelOutput, a dict), else
+    its first value that is not None."""
+    while isinstance(out, (tuple, list, Mapping)):
+        if isinstance(out, Mapping):
+            values = [out["logits"]] if out.get("logits") is not None else [v for v in out.values() if v is not None]
+        else:
+            values = [v for v in out if v is not None]
+        if not values:
+            break
+        out = values[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"the module returned {type(out).__name__}, expected a tensor or a tuple starting with one")
     return out
@@ -215,6 +222,11 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
         if role is not None and role not in assigned.values():
             assigned[name] = role
     kinds = MASK_KINDS if mask in (None, "detect") else ((mask,) if mask != "none" else ())
+    # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
+    # an attention or a layer given none would only look like one that ignores its mask
+    optional = level in ("transformer", "transformer_lm", "encoder_model") and all(
+        p.default is not p.empty for p in params if p.name in assigned
+    )
     layouts = [batch_first] if batch_first is not None else [True, False]
     if level in ("scaled_dot_product_attention",):
         layouts = [True]  # (B, H, T, Dh) has no sequence-first form
@@ -230,6 +242,8 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
                 for shapes in _product(shape_lists):
                     masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
                     found.append(Caller(bf, order, masks, self_attention))
+            if optional and mask in (None, "detect"):  # left out, last
+                found.append(Caller(bf, order, {}, self_attention))
     if level == "multi_head_attention":
         found += _causal_callers(layouts, orders, mask_params, kinds if mask != "none" else ())
     return found

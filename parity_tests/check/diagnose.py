@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import torch
+from torch import nn
 
 from numpy_transformer import model as M
 
@@ -43,6 +44,8 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
 
 
 def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+    if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
+        return math.inf
     user, variant = _valid(user, valid), _valid(variant, valid)
     if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
         user, variant = _valid(user, ~empty), _valid(variant, ~empty)
@@ -66,6 +69,11 @@ def attention_variants(
     out.append(
         ("attention.heads_without_transpose", "heads split by a reshape without the transpose", {"transpose": False})
     )
+    for which, message in (
+        ("split", "heads split by a reshape without the transpose (merged back with it)"),
+        ("merge", "heads merged back by a reshape without the transpose (split with it)"),
+    ):
+        out.append(("attention.heads_without_transpose", message, {"transpose": which}))
     out.append(
         (
             "attention.softmax_wrong_axis",
@@ -88,7 +96,8 @@ def attention_variants(
                 {"mask_mode": "after_renorm"},
             )
         )
-        out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
+        if not causal:  # a causal attention that applies no mask is attention.not_causal (below)
+            out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
         if not causal:
             out.append(("attention.mask_inverted", "the mask's polarity is flipped", {"keep": ~keep}))
     if causal:
@@ -136,6 +145,16 @@ def rope_variants() -> list:
     )
     return [
         ("rope.applied_to_v", "the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
+        (
+            "rope.applied_to_v",
+            "the values rotated too (in pairs 2i, 2i + 1); RoPE rotates queries and keys only",
+            {"rope_v": "interleaved"},
+        ),  # a model in Meta's pairing: its v rows are not read in that order
+        (
+            "rope.applied_to_v",
+            "the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only",
+            {"rope_v": "half"},
+        ),
         ("rope.mixed_pairing", mixed, {"pairs": ("half", "interleaved")}),
         ("rope.mixed_pairing", mixed, {"pairs": ("interleaved", "half")}),
         ("rope.position_offset", "keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
@@ -310,7 +329,8 @@ def overflow_probe(session, caller, result) -> None:
 
 def _attention_calls_scaled(session, caller) -> list:
     """(user module path, output) of each attention submodule called again with its float inputs scaled by BIG."""
-    targets = {u: p for u, p in hook_targets(session.links).items() if unit_kind(session.links, u) == "attention"}
+    targets = hook_targets(session.links, _modules(session))
+    targets = {u: p for u, p in targets.items() if unit_kind(session.links, u) == "attention"}
     module = session.copy(np.float32)
     modules = dict(module.named_modules())
     captured, handles = {}, []
@@ -463,9 +483,15 @@ def _inside(path: str, owner: str) -> bool:
     return owner == "" or path == owner or path.startswith(owner + ".")
 
 
-def hook_targets(links) -> dict:
+def _modules(session) -> dict:
+    return dict(session.user.named_modules()) if session.is_module else {}
+
+
+def hook_targets(links, modules: dict | None = None) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
-    holding all its parameters and none of another unit's); units without one are left out."""
+    holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
+    the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
+    out. `modules`: the user's named modules, to tell containers."""
     paths = {}
     for link in links:
         for ref, _ in link.parts:
@@ -478,6 +504,8 @@ def hook_targets(links) -> dict:
     targets = {}
     for unit, own in paths.items():
         owner = _lca(sorted(own))
+        while owner and isinstance((modules or {}).get(owner), (nn.ModuleList, nn.ModuleDict)):
+            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
         others = [
             p
             for u, ps in paths.items()
@@ -554,7 +582,7 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
 
 def capture(session, caller) -> dict:
     """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out)."""
-    targets = hook_targets(session.links)
+    targets = hook_targets(session.links, _modules(session))
     module = session.copy(np.float64)
     modules = dict(module.named_modules())
     captured, handles = {}, []
@@ -615,7 +643,7 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
     if stage is None:
         return
     unit, kind, inputs, ref_out, valid, masks = stage
-    targets = hook_targets(session.links)
+    targets = hook_targets(session.links, _modules(session))
     if kind == "embedding":
         stack = unit.split(".")[0]
         where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
@@ -629,6 +657,12 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
             f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight")
         )
         found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
+        tables = [name.rsplit(".", 1)[0] for name in session.overwrite if "." in name]
+        for d in found:  # wrong frequencies sit in the module that keeps the fixed table, not the token table
+            if d.id == "positions.wrong_frequencies" and tables:
+                d.where = result.first_divergence = max(tables, key=lambda t: len(_lca([t, where])))
+            elif d.id.startswith("embedding.") and session.is_module:  # the scale: in the table's own wrapper
+                d.where = result.first_divergence = _scaling_module(session, where)
     else:
         where = targets[unit] or "(the module)"
         result.first_divergence = where
@@ -695,6 +729,25 @@ def latest_divergence(session, runnable: list) -> tuple:
             return caller, cfg
     session.use(tied[0][6])
     return tied[0][3], tied[0][4]
+
+
+def _scaling_module(session, path: str) -> str:
+    """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
+    table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
+    modules = dict(session.user.named_modules())
+    if path not in modules:
+        return path
+
+    def held(module) -> set:
+        return {id(t) for t in (*module.parameters(), *module.buffers())}
+
+    table = held(modules[path])
+    while "." in path:
+        parent = path.rsplit(".", 1)[0]
+        if isinstance(modules[parent], (nn.ModuleList, nn.ModuleDict, nn.Sequential)) or held(modules[parent]) != table:
+            break
+        path = parent
+    return path
 
 
 def _table_module(session, ref_name: str) -> str | None:

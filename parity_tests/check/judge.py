@@ -15,7 +15,6 @@ The steps, each a function below:
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 
@@ -31,6 +30,15 @@ from . import calling as C
 from . import levels as LV
 from . import mapping as MP
 from .report import Result, Row
+from .running import (
+    Float32Islands,
+    at_positions,
+    copy_module,
+    find_islands,
+    island_message,
+    output_head,
+    positions_held,
+)
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
@@ -84,7 +92,7 @@ class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
     def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
-        self.user, self.level, self.seed = user, level, seed
+        self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
         self.notes = []
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
@@ -94,10 +102,10 @@ class Session:
         self.norm_eps = {n.module: n.eps for n in found.norms}
         if mapping is not None:
             self.links, self.zero = links_from_table(mapping)
-        self.overwrite, layout = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None)
+        tables = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
+        self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
-        self.wrong_table = any("frequencies are all 1" in n for n in self.notes)
         self.given = given
         self.thetas, self.rope_overwrite = [], {}
         if self.is_module and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
@@ -116,6 +124,9 @@ class Session:
                 )
         self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
         self.copies = {}
+        self.positions = None  # the output positions the module returns (positions_held): None, every one
+        self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
+        self.head = output_head(user, self.links) if self.is_module and level in LV.MODELS else None
         self.layouts = layouts(self, found, mapping is None)
         self.layout = self.layouts[0]
 
@@ -133,12 +144,19 @@ class Session:
         if not self.is_module:
             return self.user
         if dtype not in self.copies:
-            module = copy.deepcopy(self.user).to(TORCH[dtype]).eval()
+            module = copy_module(self.user).to(TORCH[dtype]).eval()
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
             with torch.no_grad():
                 for name, table in (self.overwrite | self.rope_overwrite).items():
-                    tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                    if name in tensors:
+                        tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                    elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
+                        path, _, attr = name.rpartition(".")
+                        owner = module.get_submodule(path)
+                        old = getattr(owner, attr)
+                        wide = torch.complex128 if old.is_complex() else torch.float64
+                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device, wide))
             self.copies[dtype] = module
         return self.copies[dtype]
 
@@ -183,10 +201,17 @@ class Session:
         evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
         return rope + [{}] if evidence else [{}] + rope
 
-    def run_user(self, caller, dtype, grad=False, scale=1.0):
-        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients)."""
+    def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
+        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
+        module with float32 islands runs them in float64 (see Float32Islands) unless `as_written`."""
         p = self.probe(caller)
         module = self.copy(dtype)
+        if dtype == np.float64 and self.is_module and self.islands is None:
+            self.islands = []  # while they are being found
+            self.islands = find_islands(module, lambda: self.run_user(caller, dtype, as_written=True))
+        if dtype == np.float64 and self.islands and not as_written:
+            with Float32Islands(module, promote=True):
+                return self.run_user(caller, dtype, grad, scale, as_written=True)
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
         tensors = {}
         for name, value in p.floats.items():
@@ -195,7 +220,37 @@ class Session:
             tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
+            if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
+                out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
+
+
+TORCH_LAYERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.Transformer)
+
+
+def caveats(session, caller, cfg) -> list:
+    """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
+    polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
+    the paper's kind. The judge cannot tell the convention from the mistake; the user's callers can."""
+    out = []
+    stated = session.stated()
+    if session.mask_given in (None, "detect") and not isinstance(session.user, TORCH_LAYERS):
+        for name, (_, kind, shape) in caller.masks.items():
+            if kind == "bool_masked":
+                out.append((
+                    "attention.mask_inverted",
+                    f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
+                    "callers pass True = keep, this is attention.mask_inverted",
+                ))  # fmt: skip
+    if session.level in ("transformer", "encoder_model", "decoder") and not cfg.scale_embeddings:
+        if "scale_embeddings" not in stated:
+            out.append((
+                "embedding.missing_scale",
+                "passes with the token embeddings not multiplied by sqrt(d_model) (scale_embeddings=False, read "
+                "from the outputs); the paper's Transformer scales them: if yours means to, this is "
+                "embedding.missing_scale",
+            ))  # fmt: skip
+    return out
 
 
 def layouts(session, found, inferred: bool) -> list:
@@ -243,7 +298,7 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
     tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
     if not tables:
         return
-    model = copy.deepcopy(user).eval()
+    model = copy_module(user).eval()
     modules = dict(model.named_modules())
     fed, handles = {}, []
 
@@ -399,21 +454,23 @@ def choose(session: Session) -> tuple:
                 key = (caller.self_attention, caller.causal, i)
                 if key not in outs:
                     outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
-                ref = from_logits(outs[key], kind)
-                if out.shape != ref.shape:
+                index = positions_held(outs[key].shape, out.shape)
+                if index is False:
                     continue
+                ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
                 with np.errstate(all="ignore"):
-                    error = _error(np.nan_to_num(_valid(out, p.valid), nan=1e300), _valid(ref, p.valid))
+                    error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
                 if error <= MATCH:
+                    session.positions = index
                     return caller, cfg, kind, True
                 if best is None or error < best[0]:
-                    best = (error, caller, cfg, kind, layout)
+                    best = (error, caller, cfg, kind, layout, index)
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
             "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    _, caller, cfg, kind, layout = best  # nothing matches: the closest convention and config, to diagnose from
+    _, caller, cfg, kind, layout, session.positions = best  # nothing matches: the closest, to diagnose from
     session.use(layout)
     return caller, cfg, kind, False
 
@@ -421,21 +478,26 @@ def choose(session: Session) -> tuple:
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
     p = session.probe(caller)
-    out, tensors = session.run_user(caller, dtype, grad=True)
+    out, tensors = session.run_user(caller, dtype, grad=True, as_written=True)
     ref_out, backward = LV.run_reference(session.level, session.params, p, cfg, dtype)
     rng = np.random.default_rng(session.seed + 2)
-    dout = _valid(rng.standard_normal(ref_out.shape if kind == "logits" else tuple(out.shape)), p.valid)
+    index = positions_held(ref_out.shape, out.shape)
+    if index is False:
+        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
+    valid = at_positions(p.valid, index)
+    dout = _valid(rng.standard_normal(tuple(out.shape)), valid)
     params = dict(session.copy(dtype).named_parameters()) if session.is_module else {}
     for t in params.values():
         t.grad = None
-    if tuple(out.shape) != ref_out.shape:
-        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
     out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
-    dref_in, dref_params = backward(dlogits_from(dout, ref_out, kind).astype(dtype))
+    dref = np.zeros(ref_out.shape)  # the upstream gradient on every position: zero where the module gives none
+    dref[(slice(None), index if index is not None else slice(None))] = dout
+    dref_in, dref_params = backward(dlogits_from(dref, ref_out, kind).astype(dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
     user_params = MP.scatter(session.links, user_grads, session.shapes)
     name = "output" if kind == "logits" else f"output ({kind})"
-    pairs = {name: (_valid(out.detach().cpu().double().numpy(), p.valid), _valid(from_logits(ref_out, kind), p.valid))}
+    ref = at_positions(from_logits(ref_out, kind), index)
+    pairs = {name: (_valid(out.detach().cpu().double().numpy(), valid), _valid(ref, valid))}
     grads = {}
     for n, g in dref_in.items():
         if n in tensors and tensors[n].grad is not None:
@@ -445,10 +507,11 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
             continue
         grads[f"d {n}"] = (user_params.get(n, np.zeros_like(g)), g)
     label = np.dtype(dtype).name
-    rows = [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in relative_errors(pairs, dtype).items()]
+    bar = BAR[np.dtype(np.float32 if session.islands else dtype)]  # float32 islands: the float32 bar (see report)
+    rows = [Row(n, label, e, bar) for n, (_, e) in relative_errors(pairs, dtype).items()]
     for n, (_, e) in relative_errors(grads, dtype).items():  # a gradient zero on both sides cannot fail: said so
         zero = not np.any(grads[n][0]) and not np.any(grads[n][1])
-        rows.append(Row(n, label, e, BAR[np.dtype(dtype)], "all zero" if zero else ""))
+        rows.append(Row(n, label, e, bar, "all zero" if zero else ""))
     if grads and all(not np.any(a) for a, _ in grads.values()):
         rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
     return rows, out.detach().cpu().double().numpy(), p
@@ -496,6 +559,9 @@ def module(
             return _module(
                 user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
             )
+    except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
+        where = "its forward" if isinstance(user_module, nn.Module) else "the function"
+        return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
     finally:
         torch.set_num_threads(threads)
 
@@ -511,7 +577,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
         )
     caller, cfg, kind, matched = choose(session)
-    if not matched and reference in LV.LAYERS + LV.MODELS and session.is_module:
+    if not matched and level in LV.LAYERS + LV.MODELS and session.is_module:
         from .diagnose import latest_divergence
 
         caller, cfg = latest_divergence(session, session.runnable)
@@ -522,13 +588,20 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             f"(the fixed sinusoid table, {layout})",
             "equal to float32 precision; overwritten in float64",
         )
-    result.conventions = caller.conventions() | {"output": kind}
+    conventions = caller.conventions() | ({"output": kind} if level in LV.MODELS + (LV.STACKS,) else {})
+    if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
+        conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     for what in ("gate", "rope_pairing"):
         if what in session.layout and (what == "gate" or cfg.positional == "rope"):
-            result.conventions[what] = session.layout[what]
-    if not matched:
-        result.conventions["detected"] = "no convention reproduced the reference: judged under the closest"
+            conventions[what] = session.layout[what]
+    if matched:  # a run confirmed them: the user's output reproduced under them
+        result.conventions = conventions
+        result.caveats += caveats(session, caller, cfg)
+    else:  # nothing reproduced the reference: the closest, said as such
+        result.assumed, result.confirmed = conventions, False
     result.notes = list(session.notes)
+    if session.islands:
+        result.caveats.append(("dtype.float32_island", island_message(session.islands)))
     for dtype in dtypes:
         rows, _, _ = compare(session, caller, cfg, kind, np.dtype(dtype).type)
         result.rows += rows

@@ -220,7 +220,8 @@ def structure(module: nn.Module) -> Structure:
                 Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path, kind)
             )
         found.orphans += [f"{prefix}{n}" for n in shifts]
-        for name, buf in mod.named_buffers(recurse=False):
+        kept = [(n, t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
+        for name, buf in list(mod.named_buffers(recurse=False)) + kept:  # kept: d2l's `self.P`, a plain attribute
             if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
                 rows, width = [s for s in buf.shape if s > 1]
                 found.tables.append(Table(f"{prefix}{name}", rows, width, False, True, path, tuple(buf.shape)))

@@ -32,6 +32,7 @@ CATALOGUE = {
     "rope.applied_to_v": "the values rotated too: RoPE rotates queries and keys only",
     "gated_feed_forward.activation_on_up": "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
     "attention.kv_heads_tiled": "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
+    "dtype.float32_island": "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))",
     # A hand-written backward pass (check.pair), named per gradient by check/backward_mistakes.py:
     "softmax.missing_row_term": "dx = p * dp instead of p * (dp - rowsum(dp * p)): rows of dx must sum to zero",
     "layer_norm.missing_mean_term": "dx = r (g - x_hat mean(g x_hat)) without - mean(g): the path through the mean",
@@ -144,6 +145,10 @@ class Result:
     rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     unexplained: str | None = None
+    error: str | None = None  # the user's code could not run to a verdict (sys.exit in forward, ...): why
+    caveats: list = field(default_factory=list)  # (catalogue id, message): what a pass rests on or is judged by
+    assumed: dict = field(default_factory=dict)  # the closest conventions, when no run confirmed any
+    confirmed: bool = True  # the conventions and config reproduced the reference's output (a run confirmed them)
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (the CLI's --json)."""
@@ -158,6 +163,10 @@ class Result:
             "rows": [vars(r) | {"ok": r.ok} for r in self.rows],
             "notes": self.notes,
             "unexplained": self.unexplained,
+            "error": self.error,
+            "caveats": [list(c) for c in self.caveats],
+            "assumed": self.assumed,
+            "confirmed": self.confirmed,
         }
 
     def _table(self) -> list:
@@ -198,6 +207,11 @@ class Result:
         lines = [f"check against the reference {self.reference!r}: {'PASSED' if self.passed else 'FAILED'}"]
         if self.conventions:
             lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
+        if self.assumed:
+            lines.append(
+                "conventions assumed (none reproduced the reference; judged under the closest): "
+                + ", ".join(f"{k}={v}" for k, v in self.assumed.items())
+            )
         if self.config is not None:
             c = self.config
             fields = CONFIG_SHOWN.get(self.reference, CONFIG_SHOWN["model"])
@@ -206,7 +220,8 @@ class Result:
                 hidden = {"rope_theta"} | ({"positional"} if layer else set())
                 fields = [k for k in fields if k not in hidden]
             if fields:
-                lines.append("config: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
+                head = "config" if self.confirmed else "config assumed (the closest, not confirmed)"
+                lines.append(f"{head}: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
         if self.mapping:
             width = max(len(k) for k in self.mapping)
             lines.append("mapping (user parameter -> reference, layout); pass an edited copy back as mapping=:")
@@ -219,5 +234,8 @@ class Result:
             lines.append(f"diagnosis: {d}")
         if self.unexplained:
             lines.append(f"unexplained: {self.unexplained}")
+        if self.error:
+            lines.append(f"error: {self.error}")
+        lines += [f"caveat: {id_}: {message}" for id_, message in self.caveats]
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

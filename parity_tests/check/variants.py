@@ -100,18 +100,21 @@ def multi_head_attention(
     """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ...
     query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention),
     repeated for the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as
-    .repeat does (h % n_kv). theta: RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the
-    keys' positions shifted by `k_shift`, and the values rotated too with `rope_v`."""
+    .repeat does (h % n_kv). transpose: False for a split and a merge without the transpose, "split" or "merge"
+    for that one only. theta: RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the
+    keys' positions shifted by `k_shift`, and the values rotated too with `rope_v` (True: in the keys' pairing;
+    "half" or "interleaved": in that one, as the user's v rows are read as they are)."""
     n_kv = H if n_kv is None else n_kv
+    transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
     q = split(linear(query, params, "q_proj"), H, transpose)
     k = split(linear(key, params, "k_proj"), n_kv, transpose)
     v = split(linear(value, params, "v_proj"), n_kv, transpose)
     if theta is not None:
         q, k = rotate(q, theta, pairs[0]), rotate(k, theta, pairs[1], k_shift)
-        v = rotate(v, theta, pairs[1]) if rope_v else v
+        v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1]) if rope_v else v
     if n_kv != H:
         k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))
-    return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose), params, "out_proj")
+    return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose_back), params, "out_proj")
 
 
 def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False):

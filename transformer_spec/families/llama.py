@@ -149,50 +149,48 @@ MISTRAL_CONFIG = LLAMA_CONFIG.variant(
     keys=(Key("sliding_window", "sliding_window", None, lambda value, c: None if value is None else int(value)),),
     supports={"sliding_window": ANY, "bias": False, "qkv_bias": (None, False)},
 )
+def qwen2_window(value, c: dict) -> int | None:
+    """sliding_window -> the window: only when use_sliding_window (Qwen2Config: else no layer slides)."""
+    return int(value) if c.get("use_sliding_window", False) and value is not None else None
+
+
+def qwen2_layer_types(value, c: dict) -> tuple | None:
+    """layer_types -> each layer's kind, when a window is in use: as listed, or Qwen2Config's rule (the layers
+    from max_window_layers on slide); None without a window."""
+    if qwen2_window(c.get("sliding_window"), c) is None:
+        return None
+    if value is None:
+        first = c.get("max_window_layers", 28)
+        value = ["sliding_attention" if i >= first else "full_attention" for i in range(c["num_hidden_layers"])]
+    if not isinstance(value, list):
+        refuse("layer_types", value, f"a list of {LAYER_TYPES}")
+    return tuple(value)
+
+
+def first_sliding_layer(config: TransformerConfig) -> int:
+    """max_window_layers as Qwen2Config reads it: the first layer that slides (every layer, without layer_types)."""
+    kinds = config.layer_types or ("sliding_attention",) * config.n_decoder_layers
+    return next((i for i, kind in enumerate(kinds) if kind == "sliding_attention"), config.n_decoder_layers)
+
+
 QWEN2_CONFIG = LLAMA_CONFIG.variant(
     "qwen2",
     without=("attention_bias", "mlp_bias"),  # Qwen2Config: q, k, v biases always, nothing else
+    keys=(
+        Key("use_sliding_window", None, False, source=lambda config: config.sliding_window is not None),
+        Key("sliding_window", "sliding_window", None, qwen2_window),
+        Key("layer_types", "layer_types", None, qwen2_layer_types, lambda kinds: kinds and list(kinds)),
+        Key("max_window_layers", None, 28, source=first_sliding_layer),
+    ),
     supports={"bias": False, "qkv_bias": True, "sliding_window": ANY, "layer_types": ANY},
 )
-
-
-def qwen2_from_hf(c: dict, dropout: float | None = None) -> TransformerConfig:
-    """Qwen2's map, then its windows: with use_sliding_window, the layers that layer_types names
-    "sliding_attention" (or, without layer_types, Qwen2Config's rule: the layers from max_window_layers on) see
-    the last sliding_window keys."""
-    config = QWEN2_CONFIG.from_hf(c, dropout)
-    if not c.get("use_sliding_window", False) or c.get("sliding_window") is None:
-        return config  # Qwen2Config: no window on any layer
-    kinds = c.get("layer_types")
-    if kinds is None:
-        first = c.get("max_window_layers", 28)
-        kinds = ["sliding_attention" if i >= first else "full_attention" for i in range(c["num_hidden_layers"])]
-    if not isinstance(kinds, list):
-        refuse("layer_types", kinds, f"a list of {LAYER_TYPES}")
-    return replace(config, sliding_window=int(c["sliding_window"]), layer_types=tuple(kinds))
-
-
-def qwen2_to_hf(config: TransformerConfig) -> dict:
-    """Qwen2's map, then its windows (use_sliding_window, sliding_window, layer_types, max_window_layers)."""
-    out = QWEN2_CONFIG.to_hf(config)
-    if config.sliding_window is None:
-        return {**out, "use_sliding_window": False}
-    n_layers = config.n_decoder_layers
-    kinds = config.layer_types or ("sliding_attention",) * n_layers  # without layer_types: every layer slides
-    first = next((i for i, kind in enumerate(kinds) if kind == "sliding_attention"), n_layers)
-    return {
-        **out, "use_sliding_window": True, "sliding_window": config.sliding_window, "layer_types": list(kinds),
-        "max_window_layers": first,
-    }  # fmt: skip
-
-
 MISTRAL = replace(
     LLAMA, model_type="mistral", architecture="MistralForCausalLM", from_hf=MISTRAL_CONFIG.from_hf,
     to_hf=MISTRAL_CONFIG.to_hf, supports=MISTRAL_CONFIG.supports,
 )  # fmt: skip
 QWEN2 = replace(
-    LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=qwen2_from_hf, to_hf=qwen2_to_hf,
-    supports=QWEN2_CONFIG.supports,
+    LLAMA, model_type="qwen2", architecture="Qwen2ForCausalLM", from_hf=QWEN2_CONFIG.from_hf,
+    to_hf=QWEN2_CONFIG.to_hf, supports=QWEN2_CONFIG.supports,
 )  # fmt: skip
 
 # what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)

@@ -1,0 +1,128 @@
+"""`transformer-parity check`'s side in the child process: load the user's target and judge it there.
+
+The parent (parity_tests/__main__.py) runs `judge` through parity_tests.sandbox, so nothing the user's code does at
+import, in its factory or in its forward (sys.exit, os._exit, a crash, a hang, pages of output) reaches the command
+or passes for a verdict. `judge` returns a plain dict: either the verdict ({"status": "judged", ...}) or why the
+user's code could not be judged ({"status": "unrunnable", "reason": ...}), each reason saying what went wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+
+class Unrunnable(Exception):
+    """The user's code could not be loaded or run (not a failed comparison): the command exits 2."""
+
+
+class BadArgument(ValueError):
+    """A command-line argument that names nothing usable: the command exits 2."""
+
+
+def _exit_reason(exc: SystemExit) -> str:
+    return f"called sys.exit({exc.code!r})"
+
+
+def import_user_module(name: str):
+    """A module of the user's: a dotted name (importable from where the user stands) or a path to a .py file."""
+    if name.endswith(".py") or "/" in name:
+        path = Path(name)
+        if not path.is_file():
+            raise BadArgument(f"no such file: {name}")
+        loader = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[path.stem] = module  # as an import would: @dataclass (and pickle) look the module up there
+        sys.path.insert(0, str(path.parent.resolve()))
+        run = lambda: loader.loader.exec_module(module)  # noqa: E731
+    else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own package, from where they stand
+        module = None
+        run = lambda: importlib.import_module(name)  # noqa: E731
+    try:
+        loaded = run()
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise BadArgument(f"no module named {name!r} (from {os.getcwd()})") from None
+        raise Unrunnable(f"importing {name} raised ModuleNotFoundError: {exc}") from None
+    except SyntaxError as exc:
+        where = f"{exc.filename}, line {exc.lineno}"
+        raise Unrunnable(f"{name} does not compile: SyntaxError: {exc.msg} ({where})") from None
+    except SystemExit as exc:
+        raise Unrunnable(f"importing {name} {_exit_reason(exc)} instead of defining the module") from None
+    except Exception as exc:
+        raise Unrunnable(f"importing {name} raised {type(exc).__name__}: {exc}") from None
+    finally:
+        if module is not None:
+            sys.path.pop(0)
+    return module if module is not None else loaded
+
+
+def load_attribute(spec: str, what: str):
+    """MODULE:ATTR -> the attribute; `what` names the argument in messages."""
+    if not isinstance(spec, str) or ":" not in spec:
+        example = "as mypkg.models:MyModel or path/to/file.py:model"
+        raise BadArgument(f"{what}: expected MODULE:ATTR ({example}), got {spec!r}")
+    name, attr = spec.rsplit(":", 1)
+    module = import_user_module(name)
+    if not hasattr(module, attr):
+        raise BadArgument(f"{what}: {name} has no attribute {attr!r}")
+    return getattr(module, attr)
+
+
+def load_target(spec: str, reference: str | None = None):
+    """MODULE:ATTR -> the object to judge: a torch module instance, or what a zero-argument factory (a class, a
+    function) returns; for scaled_dot_product_attention a plain function is judged as it is."""
+    from torch import nn
+
+    target = load_attribute(spec, "target")
+    if isinstance(target, nn.Module):
+        return target
+    if reference == "scaled_dot_product_attention" and callable(target) and not isinstance(target, type):
+        return target
+    if not callable(target):
+        raise Unrunnable(
+            f"{spec} is of type {type(target).__name__}, neither a torch.nn.Module nor a zero-argument factory of one"
+        )
+    try:
+        made = target()
+    except SystemExit as exc:
+        raise Unrunnable(f"the factory {spec}() {_exit_reason(exc)} instead of returning a module") from None
+    except Exception as exc:
+        raise Unrunnable(f"the factory {spec}() raised {type(exc).__name__}: {exc}") from None
+    if not isinstance(made, nn.Module):
+        kind = type(made).__name__
+        raise Unrunnable(f"the factory {spec}() returned an object of type {kind}, not a torch.nn.Module")
+    return made
+
+
+def load_call(spec: str):
+    """--call MODULE:FUNC -> the function, used as check.module's call=."""
+    function = load_attribute(spec, "--call")
+    if not callable(function):
+        raise BadArgument(f"--call: {spec} is of type {type(function).__name__}, not a function")
+    return function
+
+
+def judge(target: str, reference: str, fields: dict, mapping: dict | None, call: str | None) -> dict:
+    """Load and judge, in this (child) process; see the module docstring for what comes back."""
+    from parity_tests import check
+
+    try:
+        module = load_target(target, reference)
+        function = load_call(call) if call is not None else None
+    except BadArgument as exc:
+        return {"status": "bad_argument", "reason": str(exc)}
+    except Unrunnable as exc:
+        return {"status": "unrunnable", "reason": str(exc)}
+    try:
+        result = check.module(module, reference, mapping=mapping, call=function, **fields)
+    except (TypeError, ValueError) as exc:
+        return {"status": "unrunnable", "reason": f"the judge could not run {target}: {exc}"}
+    status = "unrunnable" if result.error else "judged"
+    return {"status": status, "reason": result.error, "passed": result.passed, "report": str(result),
+            "result": result.to_dict()}  # fmt: skip

@@ -1,0 +1,158 @@
+"""How the judge runs the user's module: copies whose closures run the copy, the float32 islands a float64 copy
+computes in (found, and run in float64 for the search for a mistake), the model's own output head, and which of
+the reference's positions the module's output holds."""
+
+from __future__ import annotations
+
+import copy
+import types
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+def positions_held(ref_shape: tuple, shape: tuple):
+    """Which of the reference output's positions the user's output holds: every one (None), or only the last (a
+    slice, or -1 when that axis is dropped), as nanoGPT's `forward(idx)` returns `logits[:, [-1], :]` without
+    targets; False when the shapes do not correspond."""
+    shape = tuple(shape)
+    if shape == tuple(ref_shape):
+        return None
+    if len(ref_shape) == 3 and ref_shape[1] > 1:
+        B, _, V = ref_shape
+        if shape == (B, 1, V):
+            return slice(-1, None)
+        if shape == (B, V):
+            return -1
+    return False
+
+
+def at_positions(array, index):
+    """`array` (B, T, ...) at the positions `positions_held` found (None: all)."""
+    return array if index is None or array is None else array[:, index]
+
+
+DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+
+
+class Float32Islands(TorchDispatchMode):
+    """While the user's float64 copy runs: each conversion of a float64 tensor to float32 (x.float(), .to(torch.
+    float32), .type_as(a float32 tensor); complex128 to complex64 likewise) is recorded with the innermost of the
+    user's submodules running it (`seen`), and, with `promote`, made a float64 (complex128) copy instead, so the
+    island computes in float64 and a mistake inside it is matched as exactly as anywhere else."""
+
+    def __init__(self, module: nn.Module, promote: bool):
+        super().__init__()
+        self.promote, self.seen, self.stack = promote, [], []
+        self.paths = {id(m): path for path, m in module.named_modules()}
+
+    def __enter__(self):
+        def push(module, args):
+            if id(module) in self.paths:
+                self.stack.append(self.paths[id(module)])
+
+        def pop(module, args, output):
+            if id(module) in self.paths and self.stack:
+                self.stack.pop()
+
+        self.hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(push),
+            torch.nn.modules.module.register_module_forward_hook(pop, always_call=True),
+        ]
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for hook in self.hooks:
+            hook.remove()
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
+            if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
+                if self.stack:
+                    self.seen.append(self.stack[-1] or "(the module)")
+                if self.promote:
+                    kwargs = dict(kwargs, dtype=args[0].dtype)
+        return func(*args, **kwargs)
+
+
+def find_islands(module: nn.Module, run) -> list | None:
+    """The user's submodules (innermost, in the order they run) that convert float64 to float32 inside the float64
+    copy during `run()`; None when the run raises (a convention the module does not take: asked again later)."""
+    with Float32Islands(module, promote=False) as mode:
+        try:
+            with torch.no_grad():
+                run()
+        except Exception:
+            return None
+    return list(dict.fromkeys(mode.seen))
+
+
+def island_message(islands: list) -> str:
+    shown = ", ".join(islands[:4]) + (f" and {len(islands) - 4} more" if len(islands) > 4 else "")
+    return (
+        f"at {islands[0]}: computes in float32 inside the float64 model (a float64 tensor converted to float32, "
+        f"as x.float() does), in {shown}; the float64 comparison is judged on the float32 bar, and the search for "
+        "a mistake runs those conversions in float64"
+    )
+
+
+def output_head(user: nn.Module, links) -> str | None:
+    """The path of the user's submodule that holds the output projection (the Annotated Transformer's
+    `generator`, an `lm_head`), applied by the judge when the model's forward returns hidden states; None when
+    that projection is not a module of its own (a tied table, a bare parameter)."""
+    for link in links:
+        if any(name == "output_proj.weight" for name, _ in link.parts) and "." in link.user:
+            path = link.user.rsplit(".", 1)[0]
+            head = user.get_submodule(path)
+            if not isinstance(head, nn.Embedding) and type(head).forward is not nn.Module.forward:
+                return path
+    return None
+
+
+def copy_module(user: nn.Module) -> nn.Module:
+    """A deep copy of the user's module whose functions kept as attributes run the copy, not the original.
+
+    copy.deepcopy shares functions: minGPT's `self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))` would
+    still call the original (float32, the user's weights) from the copy. Each function attribute (alone or in a
+    list, tuple or dict) is rebuilt with its closure's cells pointing at the copies of what they held."""
+    memo = {}
+    module = copy.deepcopy(user, memo)
+    for sub in module.modules():
+        for name, value in list(vars(sub).items()):
+            rebound = _rebind(value, memo)
+            if rebound is not value:
+                vars(sub)[name] = rebound
+    return module
+
+
+def _rebind(value, memo: dict, depth: int = 0):
+    """`value` with every closure under it reading the deep copy's objects (memo: id(original) -> copy)."""
+    if depth > 4:
+        return value
+    if isinstance(value, (list, tuple)):
+        items = [_rebind(v, memo, depth + 1) for v in value]
+        changed = any(a is not b for a, b in zip(items, value, strict=True))
+        return type(value)(items) if changed else value
+    if isinstance(value, dict):
+        items = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    if not isinstance(value, types.FunctionType) or not value.__closure__:
+        return value
+    cells, changed = [], False
+    for cell in value.__closure__:
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell (a name not yet bound when the function was made)
+            cells.append(types.CellType())
+            continue
+        new = memo[id(held)] if id(held) in memo else _rebind(held, memo, depth + 1)
+        changed = changed or new is not held
+        cells.append(types.CellType(new))
+    if not changed:
+        return value
+    function = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, tuple(cells))
+    function.__kwdefaults__, function.__dict__ = value.__kwdefaults__, dict(value.__dict__)
+    return function

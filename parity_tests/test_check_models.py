@@ -1,0 +1,331 @@
+"""Whole models judged as their authors call them, with no glue beyond a factory: the output read from a
+`(logits, loss)` tuple or a dict, the last position only (nanoGPT's inference path), hidden states put through the
+model's own head (the Annotated Transformer's `generator`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from parity_tests import check
+from parity_tests import user_models as U
+
+
+class AuthorsOutput(nn.Module):
+    """A Llama-style LM returned the way published code returns it: `returns` says how."""
+
+    def __init__(self, returns: str, mistake=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.model = U.TutorialLlama(mistake=mistake)
+        self.returns = returns
+
+    def forward(self, idx, targets=None):
+        logits = self.model(idx)
+        loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        if self.returns == "last position":  # nanoGPT: forward(idx) without targets
+            return logits[:, [-1], :], loss
+        if self.returns == "last position, squeezed":
+            return logits[:, -1, :]
+        return {"loss": loss, "logits": logits}  # a dict with the loss first (None without targets)
+
+
+@pytest.mark.parametrize("returns", ["last position", "last position, squeezed", "dict"])
+def test_authors_output_is_read_and_compared(returns):
+    result = check.module(AuthorsOutput(returns), "transformer_lm")
+    assert result.passed, str(result)
+    gradients = [r for r in result.rows if r.name.startswith("d ")]
+    assert len(gradients) >= 10 and all(r.note != "all zero" for r in gradients), str(result)
+    assert ("positions" in result.conventions) == returns.startswith("last"), result.conventions
+
+
+def test_mistake_behind_the_last_position_is_named_where_it_is():
+    result = check.module(AuthorsOutput("last position", "attention.kv_heads_tiled"), "transformer_lm")
+    assert not result.passed
+    assert result.first_divergence == "model.layers.0.attention", str(result)
+    assert [d.id for d in result.diagnoses] == ["attention.kv_heads_tiled"], str(result)
+
+
+def test_hidden_states_go_through_the_models_own_generator():
+    """AnnotatedStyle's forward(src, tgt, src_mask, tgt_mask) returns the decoder's hidden states; its head is the
+    separate `generator`. No call= adapter: the judge builds the masks and applies the generator."""
+    result = check.module(U.AnnotatedStyle(), "transformer")
+    assert result.passed, str(result)
+    trap = check.module(U.AnnotatedStyle(mistake="std"), "transformer")
+    assert trap.first_divergence == "encoder.0.sublayer.0.norm", str(trap)
+    assert [d.id for d in trap.diagnoses] == ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"]
+
+
+# -- float32 inside a model is not a mistake -----------------------------------------------------------------------
+
+
+def test_long_float32_sinusoid_table_is_recognised_and_overwritten():
+    """The Annotated Transformer's max_len=5000 table built in float32 is 1.5e-4 from the float64 one at the last
+    positions (float32 rounding of the angle): the table, not a mistake."""
+    result = check.module(U.Positions(8, max_len=5000), "positional_encoding")
+    assert result.passed, str(result)
+    assert any("float32 precision" in note for note in result.notes), result.notes
+    wrong = check.module(U.Positions(8, max_len=5000, mistake="positions.wrong_frequencies"), "positional_encoding")
+    assert [d.id for d in wrong.diagnoses] == ["positions.wrong_frequencies"], str(wrong)
+
+
+class PlainAttributeTable(nn.Module):
+    """d2l's positional encoding: the float32 sinusoids kept as a plain tensor attribute `P`, not a buffer."""
+
+    def __init__(self, d_model=8, max_len=1000):
+        super().__init__()
+        self.P = torch.zeros((1, max_len, d_model))
+        X = torch.arange(max_len, dtype=torch.float32).reshape(-1, 1) / torch.pow(
+            10000, torch.arange(0, d_model, 2, dtype=torch.float32) / d_model
+        )
+        self.P[:, :, 0::2], self.P[:, :, 1::2] = torch.sin(X), torch.cos(X)
+
+    def forward(self, X):
+        return X + self.P[:, : X.shape[1], :].to(X.device)
+
+
+def test_sinusoid_table_kept_as_a_plain_attribute_is_recognised():
+    result = check.module(PlainAttributeTable(), "positional_encoding")
+    assert result.passed and any(n.startswith("P: the reference's") for n in result.notes), str(result)
+
+
+def test_long_float32_rope_tables_are_recognised_and_overwritten():
+    model = U.TutorialLlama()
+    for layer in model.layers:
+        layer.attention.rotary = U.Rotary(layer.attention.head_dim, max_len=4096)
+    result = check.module(model, "transformer_lm")
+    assert result.passed, str(result)
+    assert any("cos_cached: RoPE cos" in note for note in result.notes), result.notes
+
+
+class UpcastRMSNorm(U.RMSNorm):
+    """Meta's RMSNorm: normalises x.float(), then casts back (a float32 island inside a float64 model)."""
+
+    def forward(self, x):
+        return super().forward(x.float()).type_as(x)
+
+
+def _upcast_llama(mistake=None):
+    torch.manual_seed(0)
+    model = U.TutorialLlama(mistake=mistake)
+    for layer in model.layers:
+        layer.attention_norm, layer.ffn_norm = UpcastRMSNorm(16), UpcastRMSNorm(16)
+    return model
+
+
+def test_float32_island_is_named_at_its_submodule_and_judged_on_the_float32_bar():
+    result = check.module(_upcast_llama(), "transformer_lm")
+    assert result.passed, str(result)
+    (caveat,) = result.caveats
+    assert caveat[0] == "dtype.float32_island" and caveat[1].startswith("at layers.0.attention_norm:"), caveat
+    assert "layers.1.ffn_norm" in caveat[1] and "caveat: dtype.float32_island" in str(result)
+    assert {r.bar for r in result.rows} == {1e-5}, str(result)
+
+
+@pytest.mark.parametrize(
+    "mistake, where",
+    [("attention.kv_heads_tiled", "layers.0.attention"), ("rms_norm.eps_outside_sqrt", "layers.0.attention_norm")],
+)
+def test_mistake_inside_a_model_with_float32_islands_is_named(mistake, where):
+    model = _upcast_llama()
+    if mistake == "rms_norm.eps_outside_sqrt":
+        model.layers[0].attention_norm = UpcastRMSNorm(16, eps=1e-3, mistake=mistake)  # visible on the float32 bar
+    else:
+        model = _upcast_llama(mistake)
+    result = check.module(model, "transformer_lm")
+    assert not result.passed and result.first_divergence == where, str(result)
+    assert [d.id for d in result.diagnoses] == [mistake], str(result)
+
+
+# -- no mistake absorbed as a convention ---------------------------------------------------------------------------
+
+
+def test_pass_on_a_polarity_that_is_also_a_mistake_says_so():
+    inverted = check.module(U.Attention(8, 2, mistake="attention.mask_inverted"), "multi_head_attention")
+    assert inverted.passed, str(inverted)  # True = hidden is a convention too (torch's key_padding_mask)
+    ((id_, message),) = inverted.caveats
+    assert id_ == "attention.mask_inverted" and "if your callers pass True = keep" in message, message
+    assert "caveat: attention.mask_inverted: passes if True means hidden" in str(inverted)
+    assert check.module(U.Attention(8, 2), "multi_head_attention").caveats == []  # the reference's polarity
+
+
+def _unscaled_annotated():
+    model = U.AnnotatedStyle()
+    model.src_embed = U.Embedding(13, 16, mistake="embedding.missing_scale")
+    model.tgt_embed = U.Embedding(11, 16, mistake="embedding.missing_scale")
+    return model
+
+
+def test_pass_without_the_embedding_scale_says_so():
+    unscaled = check.module(_unscaled_annotated(), "transformer")
+    assert unscaled.passed and [c[0] for c in unscaled.caveats] == ["embedding.missing_scale"], str(unscaled)
+    assert check.module(U.AnnotatedStyle(), "transformer").caveats == []
+    stated = check.module(_unscaled_annotated(), "transformer", scale_embeddings=False)
+    assert stated.passed and stated.caveats == []  # the caller said so: nothing left to tell
+
+
+def test_conventions_hold_only_what_a_run_confirmed():
+    result = check.module(U.Attention(8, 2, mistake="attention.heads_without_transpose"), "multi_head_attention")
+    assert not result.passed and result.conventions == {} and not result.confirmed, str(result)
+    assert result.assumed["batch_first"] is True
+    assert "conventions assumed (none reproduced the reference" in str(result)
+    assert "config assumed (the closest, not confirmed)" in str(result)
+    assert "output" not in check.module(U.Attention(8, 2), "multi_head_attention").conventions  # not logits
+
+
+# -- the first divergence at the innermost submodule, whatever the call path ---------------------------------------
+
+
+class SlippedListAttention(U.ListAttention):
+    """The Annotated Transformer's attention (projections in a ModuleList `linears`) with one slip put in."""
+
+    def __init__(self, h, d_model, mistake):
+        super().__init__(h, d_model)
+        self.mistake = mistake
+
+    def forward(self, query, key, value, mask):
+        B = query.shape[0]
+        q, k, v = (
+            lin(x).view(B, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip(self.linears, (query, key, value), strict=False)
+        )
+        divisor = self.d_k if self.mistake == "attention.wrong_scale" else math.sqrt(self.d_k)
+        hidden = mask.unsqueeze(1) == (1 if self.mistake == "attention.mask_inverted" else 0)
+        scores = (q @ k.transpose(-2, -1) / divisor).masked_fill(hidden, -1e9)
+        x = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, -1, self.h * self.d_k)
+        return self.linears[3](x)
+
+
+@pytest.mark.parametrize("mistake", ["attention.wrong_scale", "attention.mask_inverted"])
+def test_attention_called_through_a_lambda_is_where_the_mistake_is_named(mistake):
+    """encoder.0's self-attention runs as `self.sublayer[0](x, lambda y: self.self_attn(y, y, y, mask))`; with the
+    author's own masks (annotated_call) an inverted polarity is the mistake itself, not a convention."""
+    torch.manual_seed(0)
+    model = U.AnnotatedStyle()
+    model.encoder[0].self_attn = SlippedListAttention(2, 16, mistake)
+    result = check.module(model, "transformer", call=U.annotated_call)
+    assert not result.passed and result.first_divergence == "encoder.0.self_attn", str(result)
+    assert [d.id for d in result.diagnoses] == [mistake], str(result)
+
+
+def test_wrong_frequencies_are_named_at_the_module_that_keeps_the_table():
+    model = U.AnnotatedStyle()
+    model.positions = U.Positions(16, mistake="positions.wrong_frequencies")
+    result = check.module(model, "transformer", call=U.annotated_call)
+    assert result.first_divergence == "positions" and [d.id for d in result.diagnoses] == [
+        "positions.wrong_frequencies"
+    ], str(result)
+
+
+def test_attention_with_no_mask_that_sees_the_future_is_not_causal_only():
+    """minGPT's block with its causal buffer all ones: no mask is passed in, so none is 'ignored'."""
+    block = U.MinGPTBlock()
+    block.attn.bias.fill_(1.0)
+    result = check.module(block, "decoder_only_layer", n_heads=2)
+    assert result.first_divergence == "attn" and [d.id for d in result.diagnoses] == ["attention.not_causal"], str(
+        result
+    )
+
+
+class HalfTransposed(U.Attention):
+    """The transpose left out of the split only, or of the merge only (`which`)."""
+
+    def __init__(self, which):
+        super().__init__(8, 2)
+        self.which = which
+
+    def split(self, x):
+        if self.which == "split":
+            return x.view(x.shape[0], self.n_heads, -1, self.head_dim)
+        return super().split(x)
+
+    def forward(self, query, key, value, mask=None):
+        if self.which == "split":
+            return super().forward(query, key, value, mask)
+        Q, K, V = self.split(self.fc_q(query)), self.split(self.fc_k(key)), self.split(self.fc_v(value))
+        scores = (Q @ K.transpose(-1, -2) / self.scale).masked_fill(mask == 0, -1e10)
+        return self.fc_o((scores.softmax(-1) @ V).reshape(query.shape[0], -1, self.hid_dim))  # no transpose back
+
+
+@pytest.mark.parametrize("which", ["split", "merge"])
+def test_heads_without_transpose_on_one_side_only_is_named(which):
+    result = check.module(HalfTransposed(which), "multi_head_attention")
+    assert not result.passed and [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)
+    assert which in result.diagnoses[0].message
+
+
+def test_encoder_reference_searches_the_first_divergence_like_any_model():
+    """check.module(..., "encoder") is the encoder_model level: the (caller, config) whose divergence comes latest is
+    kept, not the one whose output happens to be closest (here GELU, wrongly blaming layers.0's feed-forward)."""
+    model = U.Encoder()
+    model.layers[1].self_attention = U.Attention(8, 2, mistake="attention.heads_without_transpose")
+    result = check.module(model, "encoder")
+    assert result.first_divergence == "layers.1.self_attention", str(result)
+    assert [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)
+
+
+def test_values_rotated_in_metas_pairing_are_named():
+    """In a model rotating Meta's pairs (2i, 2i + 1), the q and k rows are read in that order; the v rows are not,
+    so values rotated too are rotated in pairs of the user's own layout."""
+    result = check.module(U.TutorialLlama(interleaved=True, mistake="rope.applied_to_v"), "transformer_lm")
+    assert result.first_divergence == "layers.0.attention", str(result)
+    assert [d.id for d in result.diagnoses] == ["rope.applied_to_v"], str(result)
+
+
+def test_embedding_scale_is_named_at_the_module_that_scales():
+    """The Annotated Transformer's Embeddings multiplies its nn.Embedding `lut` by sqrt(d_model): a scale mistake
+    sits in the wrapper, not in the table."""
+    model = U.AnnotatedStyle()
+    model.src_embed = U.Embedding(13, 16, mistake="embedding.double_scale")
+    result = check.module(model, "transformer", call=U.annotated_call)
+    assert result.first_divergence == "src_embed" and [d.where for d in result.diagnoses] == ["src_embed"], str(result)
+
+
+class OptionalPaddingMask(nn.Module):
+    """transformers' GPT-2 signature: forward(input_ids, attention_mask=None), the mask a (B, T) padding mask only."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.model = U.TutorialLlama()
+
+    def forward(self, input_ids, attention_mask=None):
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must be (B, T) like input_ids, got {tuple(attention_mask.shape)}")
+        return {"logits": self.model(input_ids)}
+
+
+def test_an_optional_mask_is_also_left_out():
+    result = check.module(OptionalPaddingMask(), "transformer_lm")
+    assert result.passed and result.conventions["mask"].startswith("none passed"), str(result)
+
+
+ATTENTION_IDS = [
+    "attention.wrong_scale",
+    "attention.no_max_subtraction",
+    "attention.mask_after_softmax",
+    "attention.mask_ignored",
+    "attention.mask_inverted",
+    "attention.padding_on_queries",
+    "attention.heads_without_transpose",
+    "attention.softmax_wrong_axis",
+    "dropout.active_in_eval",
+]
+
+
+@pytest.mark.parametrize("mistake", ATTENTION_IDS)
+def test_every_attention_mistake_is_named_inside_a_whole_model(mistake):
+    """Each id put into the second layer's attention of a whole encoder: named, and named there (the first
+    divergence too, except for what a probe finds: dropout, overflow). The polarity is stated for the inverted mask:
+    unstated, a flipped mask passes with its caveat (test_pass_on_a_polarity_that_is_also_a_mistake_says_so)."""
+    model = U.Encoder()
+    model.layers[1].self_attention = U.Attention(8, 2, mistake=mistake)
+    result = check.module(model, "encoder", mask="bool_keep" if mistake == "attention.mask_inverted" else None)
+    assert [(d.id, d.where) for d in result.diagnoses] == [(mistake, "layers.1.self_attention")], str(result)
+    probed = mistake in ("attention.no_max_subtraction", "dropout.active_in_eval")
+    assert result.first_divergence == (None if probed else "layers.1.self_attention"), str(result)
