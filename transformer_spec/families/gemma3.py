@@ -32,9 +32,10 @@ def rope_base(kind: str):
     layers' RoPE linearly: refused)."""
 
     def read(value, c: dict) -> float:
-        rope = (value or {}).get(kind) or {}
+        rope = dict((value or {}).get(kind) or {})
         scaling = c.get("rope_scaling") if kind == "full_attention" else None
-        rope_type = rope.get("rope_type", (scaling or {}).get("rope_type", (scaling or {}).get("type", "default")))
+        rope |= {"rope_type": scaling.get("rope_type", scaling.get("type"))} if scaling else {}  # as transformers
+        rope_type = rope.get("rope_type") or "default"  # merges rope_scaling into the global layers' parameters
         if rope_type != "default":
             refuse(f"rope_parameters.{kind}.rope_type", rope_type, "only plain RoPE, 'default'")
         base = rope.get("rope_theta", c.get(LEGACY_BASE_KEYS[kind], GEMMA3_BASES[kind]))
