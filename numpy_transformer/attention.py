@@ -141,27 +141,30 @@ def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.flo
 
 
 def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
-    r"""Rotate every pair :math:`(x_i, x_{i + d_h/2})` of x (B, H, T, Dh) by its angle :math:`m\, \theta_i` (the
-    tables cos and sin, (T, Dh/2), of rope_angles):
+    r"""Rotate every pair :math:`(x_i, x_{i + R/2})` of the first R features of x (B, H, T, Dh) by its angle
+    :math:`m\, \theta_i` (the tables cos and sin, (T, R/2), of rope_angles); R = Dh, or (partial rotary, GPT-NeoX)
+    fewer: the features from R on pass through unchanged. R is read from the tables' width:
 
     .. math::
 
-        y_i &= x_i \cos m\theta_i - x_{i + d_h/2} \sin m\theta_i, \\
-        y_{i + d_h/2} &= x_i \sin m\theta_i + x_{i + d_h/2} \cos m\theta_i
+        y_i &= x_i \cos m\theta_i - x_{i + R/2} \sin m\theta_i, \\
+        y_{i + R/2} &= x_i \sin m\theta_i + x_{i + R/2} \cos m\theta_i, \qquad y_{j \ge R} = x_j
     """
-    x1, x2 = np.split(x, 2, axis=-1)  # (B, H, T, Dh/2) each
-    out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)  # (B, H, T, Dh)
+    half = cos.shape[-1]  # R/2
+    x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]  # (B, H, T, R/2) x 2, (.., Dh - R)
+    out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], axis=-1)  # (B, H, T, Dh)
     return out, (cos, sin)
 
 
 def rope_backward(dout: np.ndarray, cache):
     r""":math:`y = R x` with R a rotation of each pair, so :math:`dx = R^\top dy`. A rotation is orthogonal: its
-    transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged):
+    transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged); the features
+    that pass through (partial rotary, j >= R) pass their gradient through:
 
     .. math::
 
-        dx_i &= dy_i \cos m\theta_i + dy_{i + d_h/2} \sin m\theta_i, \\
-        dx_{i + d_h/2} &= -dy_i \sin m\theta_i + dy_{i + d_h/2} \cos m\theta_i
+        dx_i &= dy_i \cos m\theta_i + dy_{i + R/2} \sin m\theta_i, \\
+        dx_{i + R/2} &= -dy_i \sin m\theta_i + dy_{i + R/2} \cos m\theta_i, \qquad dx_{j \ge R} = dy_j
     """
     cos, sin = cache
     dx, _ = rope_forward(dout, cos, -sin)
@@ -564,7 +567,8 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
 
 
 def _check_rope(rope, query, key, n_heads: int, Dh: int) -> None:
-    """rope, when given, must be (cos, sin), each (T, Dh/2) (or (B, 1, T, Dh/2)), in the inputs' dtype."""
+    """rope, when given, must be (cos, sin), each (T, Dh/2) (or (B, 1, T, Dh/2)), in the inputs' dtype; R/2 < Dh/2
+    for partial rotary (the first R features of each head turn)."""
     if rope is None:
         return
     B, T_q, T_k = query.shape[0], query.shape[1], key.shape[1]
@@ -578,11 +582,14 @@ def _check_rope(rope, query, key, n_heads: int, Dh: int) -> None:
         )
     if not isinstance(rope, (tuple, list)) or len(rope) != 2:
         raise TypeError(f"rope must be a (cos, sin) pair of arrays, got {type(rope).__name__}")
+    half = np.shape(rope[0])[-1] if np.ndim(rope[0]) else 0  # R/2: Dh/2, or fewer (partial rotary)
+    half = half if 0 < half <= Dh // 2 else Dh // 2
     for name, table in zip(("cos", "sin"), rope, strict=True):
-        if np.shape(table) not in ((T_q, Dh // 2), (B, 1, T_q, Dh // 2)):
+        if np.shape(table) not in ((T_q, half), (B, 1, T_q, half)):
             raise ValueError(
-                f"rope {name} must have shape (T, Dh/2) = {(T_q, Dh // 2)}, got {np.shape(table)} (or, each row "
-                f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, Dh // 2)})"
+                f"rope {name} must have shape (T, Dh/2) = {(T_q, half)}, got {np.shape(table)} (or, each row "
+                f"at its own positions, (B, 1, T, Dh/2) = {(B, 1, T_q, half)}; with partial rotary R/2 for Dh/2, "
+                "R < Dh the rotated features)"
             )
         if getattr(table, "dtype", None) != query.dtype:
             raise TypeError(

@@ -91,15 +91,16 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
 
 
 def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None, theta=None):
-    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, Dh/2), or of each row's own
-    `positions` (B, T) (a padded batch), each (B, 1, T, Dh/2), broadcast over the heads, at base `theta` (None:
-    config.rope_theta); None unless the config's positions are rotary."""
+    """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, R/2), or of each row's own
+    `positions` (B, T) (a padded batch), each (B, 1, T, R/2), broadcast over the heads, at base `theta` (None:
+    config.rope_theta); None unless the config's positions are rotary. R = config.rope_dim, the features of a head
+    RoPE turns (Dh, or fewer: partial rotary)."""
     if config.positional != "rope":
         return None
     theta = config.rope_theta if theta is None else theta
     if positions is None:
-        return rope_angles(np.arange(start, start + T), config.d_head, theta, dtype)
-    cos, sin = rope_angles(positions, config.d_head, theta, dtype)  # (B, T, Dh/2) each
+        return rope_angles(np.arange(start, start + T), config.rope_dim, theta, dtype)
+    cos, sin = rope_angles(positions, config.rope_dim, theta, dtype)  # (B, T, R/2) each
     return cos[:, None], sin[:, None]
 
 
@@ -465,6 +466,79 @@ def decoder_layer_backward(dout: np.ndarray, cache):
 
 
 # ----------------------------------------------------------------------------------------------
+# GPT-NeoX's parallel layer (config.parallel_residual): attention and feed-forward both read the layer's input, and
+# both outputs join the stream at once. Decoder-only, pre-norm.
+
+
+def parallel_layer_forward(
+    params: dict,
+    x: np.ndarray,
+    memory: np.ndarray | None,
+    config: TransformerConfig,
+    *,
+    self_mask: np.ndarray | None = None,
+    memory_mask: np.ndarray | None = None,
+    dropout: Dropout | None = None,
+    site: str = "decoder.layers.0",
+    activations: dict = ACTIVATIONS,
+    rope: tuple | None = None,
+    q_pos: np.ndarray | None = None,
+    caches: tuple | None = None,
+    bias_table: np.ndarray | None = None,
+    key_padding: np.ndarray | None = None,
+    layer: int = 0,
+):
+    """x (B, T, D) -> x + drop(SelfAttention(Norm1(x))) + drop(FeedForward(Norm2(x))) (B, T, D), Norm1 the
+    self_attn_norm, Norm2 the ffn_norm. The arguments are decoder_layer_forward's; there is no cross-attention
+    (memory must be None)."""
+    if memory is not None:
+        raise ValueError("parallel_residual is a decoder-only layer: it has no cross-attention (memory must be None)")
+    self_cache = None if caches is None else caches[0]
+    c = {}
+    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)  # Norm1(x)
+    y_attn, c["self_attn"] = attention_forward(
+        sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
+        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding, layer=layer,
+    )  # fmt: skip
+    g, c["ffn_in"] = sublayer_in(params, "ffn", x, config)  # Norm2(x): the layer's input, not x + attention
+    y_ffn, c["ffn"] = ffn_forward(sub(params, "ffn"), g, config, dropout, f"{site}.ffn", activations)
+    x_attn, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y_attn, config, dropout, site)
+    out, c["ffn_out"] = sublayer_out(params, "ffn", x_attn, y_ffn, config, dropout, site)
+    return out, c
+
+
+def parallel_layer_backward(dout: np.ndarray, cache):
+    r"""The layer's input x reaches its output three times: along the residual path, through attention and through
+    the feed-forward block, so the three gradients add (the sequential layer instead sends the feed-forward's
+    share through attention too):
+
+    .. math::
+
+        y = x + \mathrm{Attn}(N_1(x)) + \mathrm{FFN}(N_2(x)), \qquad
+        dx = dy + J_{N_1}^\top J_{\mathrm{Attn}}^\top dy + J_{N_2}^\top J_{\mathrm{FFN}}^\top dy
+
+    Returns dx (B, T, D), None (no memory) and the layer's grads dict."""
+    c = cache
+    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])  # dx = dout: the stream after attention
+    dg, ffn_grads = ffn_backward(dy, c["ffn"])
+    dx_ffn, ffn_in = residual_in_backward(dg, c["ffn_in"])  # through Norm2, to the layer's input
+    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
+    dh = dquery + dkey + dvalue  # h was the query, the key and the value
+    dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
+    dx = dx + dx_attn + dx_ffn  # residual path + path through attention + path through the feed-forward block
+    grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
+    return dx, None, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
+
+
+def decoder_layer(config: TransformerConfig):
+    """The (forward, backward) pair of the config's decoder layer: GPT-NeoX's parallel one, or the sequential one."""
+    if config.parallel_residual:
+        return parallel_layer_forward, parallel_layer_backward
+    return decoder_layer_forward, decoder_layer_backward
+
+
+# ----------------------------------------------------------------------------------------------
 # The stacks: embeddings, N layers, and (pre-norm only) a final norm.
 
 
@@ -569,9 +643,10 @@ def decoder_forward(
     x, embed_cache = embed_forward(params, tgt_ids, config, dropout, "decoder", start=start, positions=positions)
     ropes = rope_by_layer(config, config.n_decoder_layers, tgt_ids.shape[1], x.dtype, start, positions)
     q_pos = np.arange(start, start + tgt_ids.shape[1])
+    layer_forward, layer_backward = decoder_layer(config)
     hidden, layer_caches = [x], []
     for i in range(config.n_decoder_layers):
-        x, layer_cache = decoder_layer_forward(
+        x, layer_cache = layer_forward(
             sub(params, f"layers.{i}"), x, memory, config, memory_mask=memory_mask, dropout=dropout,
             activations=activations,
             site=f"decoder.layers.{i}", rope=ropes[i], q_pos=q_pos, caches=None if caches is None else caches[i],
@@ -587,6 +662,7 @@ def decoder_forward(
         "final_norm": norm_cache,
         "hidden": hidden,
         "memory_shape": None if memory is None else memory.shape,
+        "layer_backward": layer_backward,
     }
 
 
@@ -599,7 +675,7 @@ def decoder_backward(dout: np.ndarray, cache):
     if cache["memory_shape"] is not None:
         dmemory = np.zeros(cache["memory_shape"], dtype=dout.dtype)
     for i in reversed(range(len(cache["layers"]))):
-        dx, dmemory_i, layer_grads = decoder_layer_backward(dx, cache["layers"][i])
+        dx, dmemory_i, layer_grads = cache["layer_backward"](dx, cache["layers"][i])
         if dmemory_i is not None:
             dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
         add_table_share(grads, layer_grads)
@@ -659,6 +735,10 @@ class _Model:
         dtype = np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        if config.parallel_residual and not self.decoder_only:
+            raise ValueError(
+                f"parallel_residual=True is a decoder-only layer (TransformerLM), not a {type(self).__name__}"
+            )
         self.config = config
         self.dtype = dtype
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)

@@ -35,9 +35,12 @@ import transformers
 import transformers.utils.logging
 from transformers.models.bloom import modeling_bloom
 from transformers.models.gemma3 import modeling_gemma3
+from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
+from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
+from transformers.models.qwen3 import modeling_qwen3
 from transformers.models.t5 import modeling_t5
 
 import numpy_transformer as nt
@@ -52,7 +55,7 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "gemma3_text")
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3", "gpt_neox", "qwen3", "gemma3_text")
 CLASSES = {
     "bert": transformers.BertModel,
     "gpt2": transformers.GPT2LMHeadModel,
@@ -60,6 +63,9 @@ CLASSES = {
     "mistral": transformers.MistralForCausalLM,
     "qwen2": transformers.Qwen2ForCausalLM,
     "bloom": transformers.BloomForCausalLM,
+    "phi3": transformers.Phi3ForCausalLM,
+    "gpt_neox": transformers.GPTNeoXForCausalLM,
+    "qwen3": transformers.Qwen3ForCausalLM,
     "gemma3_text": transformers.Gemma3ForCausalLM,
 }
 CONFIGS = {
@@ -69,6 +75,9 @@ CONFIGS = {
     "mistral": transformers.MistralConfig,
     "qwen2": transformers.Qwen2Config,
     "bloom": transformers.BloomConfig,
+    "phi3": transformers.Phi3Config,
+    "gpt_neox": transformers.GPTNeoXConfig,
+    "qwen3": transformers.Qwen3Config,
     "gemma3_text": transformers.Gemma3TextConfig,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
@@ -76,6 +85,9 @@ LLAMA_LIKE = {
     "llama": (modeling_llama, "Llama"),
     "mistral": (modeling_mistral, "Mistral"),
     "qwen2": (modeling_qwen2, "Qwen2"),
+    "phi3": (modeling_phi3, "Phi3"),
+    "gpt_neox": (modeling_gpt_neox, "GPTNeoX"),  # LayerNorm, not RMSNorm: its rotary and softmax only
+    "qwen3": (modeling_qwen3, "Qwen3"),  # its q_norm and k_norm are Qwen3RMSNorm too
 }
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
@@ -127,6 +139,23 @@ TINY["mistral"] = {**TINY["llama"], "sliding_window": 3}
 TINY["qwen2"] = {**TINY["llama"], "use_sliding_window": False}
 # BLOOM: 4 heads (their ALiBi slopes 2^-2 .. 2^-8 are exact in the float32 transformers builds them in)
 TINY["bloom"] = dict(vocab_size=40, hidden_size=16, n_layer=2, n_head=4, bos_token_id=1, eos_token_id=2)
+# Phi-3: fused qkv_proj of GQA 4/2 (unequal q, k, v blocks) and gate_up_proj; pad 0 (its default, 32000, is outside
+# the tiny vocabulary). GPT-NeoX: head size 8, rotary_pct 0.5 (RoPE on 4 of 8 features), the parallel residual.
+TINY["phi3"] = {**TINY["llama"], "pad_token_id": 0}
+# Qwen3: head_dim written out (its default is 128): hidden_size / heads here, 16 in a variant.
+TINY["qwen3"] = {**TINY["llama"], "head_dim": 8, "rms_norm_eps": 1e-6}
+TINY["gpt_neox"] = dict(
+    vocab_size=40,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=32,
+    rotary_pct=0.5,
+    rotary_emb_base=500.0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 # Gemma 3: Llama's sizes (head_dim 8 = 32 / 4), an attention scale 12^-1/2 that is not 1/sqrt(head_dim), final
 # logits capped at 3 (the tiny model's logits reach past it, where tanh bends), a local layer (a window of 3, rotary
 # base 10000) then a global one (base 500), as Gemma's 5:1 pattern in two layers. Its special ids are Gemma's: pad 0,
@@ -179,6 +208,25 @@ VARIANTS = {
     ),
     "bloom ALiBi 4 heads tied": ("bloom", {}),
     "bloom ALiBi 8 heads untied": ("bloom", {"n_head": 8, "hidden_size": 32, "tie_word_embeddings": False}),
+    "phi3 fused qkv GQA 4/2 untied": ("phi3", {}),
+    "phi3 fused qkv MHA, partial rotary 0.5, window=3, tied": (
+        "phi3",
+        {"num_key_value_heads": 4, "partial_rotary_factor": 0.5, "sliding_window": 3, "tie_word_embeddings": True},
+    ),
+    "qwen3 q/k norm GQA 4/2 untied": ("qwen3", {}),
+    "qwen3 q/k norm MQA 4/1 tied theta=10000": (
+        "qwen3",
+        {"num_key_value_heads": 1, "tie_word_embeddings": True, "rope_theta": 10000.0},
+    ),
+    "qwen3 head_dim 16 (hidden 32, 4 heads), layers from 1 slide, window 3": (
+        "qwen3",
+        {"head_dim": 16, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+    ),
+    "gpt_neox parallel residual, rotary_pct 0.5": ("gpt_neox", {}),
+    "gpt_neox sequential, rotary_pct 0.25, tied": (
+        "gpt_neox",
+        {"use_parallel_residual": False, "rotary_pct": 0.25, "tie_word_embeddings": True},
+    ),
     "gemma3_text local then global window=3 GQA 4/2 tied scalar=12 softcap=3": ("gemma3_text", {}),
     "gemma3_text global then local head_dim=12 MQA 4/1 untied no softcap": (
         "gemma3_text",
@@ -253,6 +301,7 @@ def rotary_forward_float64(self, x, position_ids):
     config = self.config
     theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
     dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dim = int(dim * (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))  # Phi-3, NeoX
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim))  # (Dh/2,)
     freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, Dh/2)
     emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, Dh)
@@ -263,8 +312,9 @@ def rotary_forward_float64(self, x, position_ids):
 def eager_attention_forward_float64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     """modeling_llama.eager_attention_forward with its softmax in the input's dtype (the original computes it in
     float32): softmax(Q K^T * scaling + mask) V, with dropout on the probabilities."""
-    key_states = modeling_llama.repeat_kv(key, module.num_key_value_groups)
-    value_states = modeling_llama.repeat_kv(value, module.num_key_value_groups)
+    groups = getattr(module, "num_key_value_groups", 1)  # GPT-NeoX's attention has no grouped K/V heads
+    key_states = modeling_llama.repeat_kv(key, groups)
+    value_states = modeling_llama.repeat_kv(value, groups)
     attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
     if attention_mask is not None:
         attn_weights = attn_weights + attention_mask
@@ -278,15 +328,19 @@ def llama_in_float64(family: str = "llama"):
     """Within the block, transformers' Llama (or Mistral, Qwen2: the same code in their own modeling files)
     computes RMSNorm, the rotary cos/sin and (with eager attention) the softmax in float64."""
     m, name = LLAMA_LIKE[family]
-    norm, rotary = getattr(m, f"{name}RMSNorm"), getattr(m, f"{name}RotaryEmbedding")
-    saved = norm.forward, rotary.forward, m.eager_attention_forward
-    norm.forward = rms_norm_forward_float64
+    norm = getattr(m, f"{name}RMSNorm", None)  # GPT-NeoX: nn.LayerNorm, exact in float64
+    rotary = getattr(m, f"{name}RotaryEmbedding")
+    saved = None if norm is None else norm.forward, rotary.forward, m.eager_attention_forward
+    if norm is not None:
+        norm.forward = rms_norm_forward_float64
     rotary.forward = rotary_forward_float64
     m.eager_attention_forward = eager_attention_forward_float64
     try:
         yield
     finally:
-        norm.forward, rotary.forward, m.eager_attention_forward = saved
+        rotary.forward, m.eager_attention_forward = saved[1:]
+        if norm is not None:
+            norm.forward = saved[0]
 
 
 class _FunctionalSoftmaxInInputDtype:
@@ -659,6 +713,13 @@ NATIVE = {
 }  # fmt: skip
 NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)
 NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
+NATIVE["phi3"] = dataclasses.replace(NATIVE["llama"], pad_id=0, rotary_dim=4, sliding_window=5)
+NATIVE["qwen3"] = dataclasses.replace(NATIVE["llama"], qk_norm=True)
+NATIVE["gpt_neox"] = TransformerConfig(
+    src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=48, n_encoder_layers=0, n_decoder_layers=2,
+    activation="gelu", norm_first=True, positional="rope", rope_theta=500.0, rotary_dim=2, parallel_residual=True,
+    max_len=16, pad_id=None, scale_embeddings=False, output_bias=False,
+)  # fmt: skip
 NATIVE["gemma3_text"] = dataclasses.replace(
     NATIVE["llama"], activation="gelu_tanh", norm="rms_offset", scale_embeddings=True, qk_norm=True,
     sandwich_norm=True, logit_softcap=3.0, attention_scale=12**-0.5, tie_embeddings=True, pad_id=0, eos_id=1, bos_id=2,

@@ -134,6 +134,42 @@ LM_CONFIGS = {
         activation="gelu_tanh",
         tie_embeddings=True,
     ),
+    "GPT-NeoX-like: parallel residual, partial rotary 2 of 4, gelu, pad_id None": nt.TransformerConfig(
+        **SMALL,
+        norm_first=True,
+        parallel_residual=True,
+        positional="rope",
+        rotary_dim=2,
+        activation="gelu",
+        pad_id=None,
+        output_bias=False,
+    ),
+    "Qwen3-like: q/k norm before rope, rms gated silu GQA 4/2, no biases": nt.TransformerConfig(
+        **SMALL,
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        qk_norm=True,
+        activation="silu",
+        gated_ffn=True,
+        n_kv_heads=2,
+        bias=False,
+        output_bias=False,
+        layer_norm_eps=1e-6,
+    ),
+    "Phi-3-like: partial rotary 2 of 4, window 3, rms gated silu GQA 4/2, no biases": nt.TransformerConfig(
+        **SMALL,
+        norm_first=True,
+        norm="rms",
+        positional="rope",
+        rotary_dim=2,
+        sliding_window=3,
+        activation="silu",
+        gated_ffn=True,
+        n_kv_heads=2,
+        bias=False,
+        output_bias=False,
+    ),
     "Gemma-3-like: (1 + w) rms sandwich, q/k norms, GeGLU tanh, local/global kinds, head_dim, capped logits": (
         nt.TransformerConfig(
             **SMALL,
@@ -235,6 +271,39 @@ def test_llama_options_in_training_mode(family, dtype, device):
     else:
         result = C.compare_models(config, dtype, device, lm=family == "TransformerLM", train=True, scenario="padding")
     assert_parity(result, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_parallel_residual_in_training_mode(dtype, device):
+    """GPT-NeoX's parallel layer with dropout on every site (attention probabilities, both sublayers' outputs, the
+    embeddings, the feed-forward's hidden units): the same units dropped on both sides."""
+    config = nt.TransformerConfig(
+        **SMALL, dropout=0.2, norm_first=True, parallel_residual=True, positional="rope", rotary_dim=2
+    )
+    result = C.compare_models(config, dtype, device, lm=True, train=True, scenario="padding")
+    assert_parity(result, dtype)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(parallel_residual=True), "needs norm_first=True"),
+        (dict(positional="rope", rotary_dim=3), "must be even"),
+        (dict(positional="rope", rotary_dim=6), "at most the head size 4"),
+        (dict(positional="rope", rotary_dim=0), ">= 2"),
+    ],
+)
+def test_bad_parallel_residual_and_rotary_dim_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        nt.TransformerConfig(**SMALL, **fields)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("model", ["Transformer", "EncoderModel"])
+def test_parallel_residual_is_a_decoder_only_layer(model, side):
+    config = nt.TransformerConfig(**SMALL, norm_first=True, parallel_residual=True)
+    with pytest.raises(ValueError, match="parallel_residual=True is a decoder-only layer"):
+        getattr(nt if side == "numpy" else tt, model)(config)
 
 
 # ----------------------------------------------------------------------------------------------

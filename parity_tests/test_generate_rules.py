@@ -108,9 +108,15 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
 
 # The tiny tied BLOOM repeats its last token whatever the prompt; untied and wider its continuations vary.
 LEFT_PADDED = {
-    "gpt2": {}, "llama": {}, "mistral": {}, "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
+    "gpt2": {},
+    "llama": {},
+    "mistral": {},
+    "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
+    "phi3": {"partial_rotary_factor": 0.5},  # fused qkv GQA 4/2, partial rotary
+    "gpt_neox": {},  # parallel residual, rotary_pct 0.5
+    "qwen3": {"head_dim": 16},  # q/k norm before RoPE, heads of 16 features with a hidden size of 32
     "gemma3_text": {},  # a local layer (a window of 3) and a global one, the logits capped
-}  # fmt: skip
+}
 
 
 def left_padded_batch(vocab: int, seed: int = 0):

@@ -155,8 +155,12 @@ def first_new_token(continuation: np.ndarray, after: int = 2) -> int:
 
 # The tiny tied BLOOM repeats the prompt's last token forever (a tied head reads its own embedding back); untied
 # and a little wider, its continuations vary, which the early-eos check needs.
+# Phi-3 without its pad token, so that a finished row is filled with eos as the test expects of every family; Qwen3
+# with a head_dim of its own and a window of 3 (shorter than the prompt) on its second layer.
 GREEDY_OVERRIDES = {
     "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
+    "phi3": {"pad_token_id": None},
+    "qwen3": {"head_dim": 16, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
     # the tiny tied Gemma repeats a token too; without a pad token a finished row is filled with eos, as the test reads
     "gemma3_text": {"tie_word_embeddings": False, "pad_token_id": None},
 }
@@ -164,7 +168,9 @@ GREEDY_OVERRIDES = {
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "qwen2", "bloom", "gemma3_text"])
+@pytest.mark.parametrize(
+    "family", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "gemma3_text"]
+)
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
     drops keys from the first step on). Three checkpoints of the same weights: with eos 2 (Llama's first
@@ -296,11 +302,50 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
     assert not missing, f"{missing} not in: {error.value}"
 
 
+# Qwen3, Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
+REFUSED = {
+    "qwen3 attention_bias": ("qwen3", dict(attention_bias=True), ["attention_bias=True", "supported: False"]),
+    "phi3 longrope": (
+        "phi3",
+        dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4}),
+        ["longrope", "only plain RoPE"],
+    ),
+    "gpt_neox odd rotary features": (
+        "gpt_neox",
+        dict(rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.375}),
+        ["partial_rotary_factor=0.375", "of the 8 features"],
+    ),
+    "gpt_neox rotary fraction above 1 (rotary_pct of an older file)": (
+        "gpt_neox",
+        dict(rope_parameters=None, rotary_pct=1.5),
+        ["partial_rotary_factor=1.5", "(0, 1]"],
+    ),
+    "gpt_neox parallel residual not a bool": ("gpt_neox", dict(use_parallel_residual="yes"), ["use_parallel_residual"]),
+    "gpt_neox without attention biases": ("gpt_neox", dict(attention_bias=False), ["attention_bias=False"]),
+}
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_configs_the_new_families_cannot_express_are_refused(case, side, tmp_path):
+    family, fields, fragments = REFUSED[case]
+    H.build_tiny(family, tmp_path)
+    HF[side].load(tmp_path)  # intact, it loads
+    rewrite_config(tmp_path, **fields)
+    with pytest.raises(ValueError) as error:
+        HF[side].load(tmp_path)
+    missing = [f for f in fragments if f not in str(error.value)]
+    assert not missing, f"{missing} not in: {error.value}"
+
+
 # config.json's dropout fields -> our config's rates by site kind (embedding, attention, activation, residual)
 FAMILY_RATES = [
     ("bert", dict(hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2), (0.1, 0.2, 0.0, 0.1)),
     ("gpt2", dict(embd_pdrop=0.1, attn_pdrop=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),
     ("llama", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),
+    ("qwen3", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),
+    ("phi3", dict(resid_pdrop=0.1, attention_dropout=0.2), (0.0, 0.2, 0.0, 0.1)),  # embd_pdrop: no layer reads it
+    ("gpt_neox", dict(hidden_dropout=0.1, attention_dropout=0.2), (0.1, 0.2, 0.0, 0.1)),  # the parallel layer
 ]
 
 
@@ -318,7 +363,8 @@ def test_each_family_loads_its_own_dropout_rates_and_saves_them_back(family, fie
 
 @pytest.mark.parametrize(("family", "fields", "rates"), FAMILY_RATES, ids=[f for f, _, _ in FAMILY_RATES])
 def test_training_mode_with_the_checkpoints_own_rates_matches_transformers(family, fields, rates):
-    """BERT (0.1 hidden, 0.2 attention), GPT-2 (three rates) and Llama (attention 0.25) in training mode:
+    """BERT (0.1 hidden, 0.2 attention), GPT-2 (three rates), Llama and Qwen3 (attention 0.25), Phi-3 and GPT-NeoX
+    (residual 0.1, attention 0.2; NeoX's embeddings 0.1) in training mode:
     transformers' model replays our masks (the same units, each at the rate of its site), outputs and every
     gradient within the float64 bar."""
     result = H.compare_hf_training(family, np.float64, **fields)

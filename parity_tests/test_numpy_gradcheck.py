@@ -16,6 +16,7 @@ sampled (max_coords) to keep the file fast.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -460,6 +461,30 @@ def test_rope(start, theta):
     assert_passes(result, f"rope-{start}-{theta}")
 
 
+def test_qk_norm():
+    """Qwen3's RMSNorm of each head's vector (B, H, T, Dh), one weight (Dh,) for every head and position."""
+    rng = np.random.default_rng(25)
+    args = dict(x=rand(rng, 2, 3, 4, 6), weight=1.0 + 0.3 * rand(rng, 6), eps=1e-6)
+    result = check_pair(A.qk_norm_forward, A.qk_norm_backward, args, wrt=["x", "weight"], max_coords=None)
+    assert_passes(result, "qk_norm")
+
+
+@pytest.mark.parametrize("rotary_dim", [2, 4], ids=["R2of8", "R4of8"])
+def test_partial_rope(rotary_dim):
+    """GPT-NeoX's partial rotary: the tables cover the first R of 8 features; the rest pass through, and so does
+    their gradient (checked below to be dy itself)."""
+    rng = np.random.default_rng(24)
+    cos, sin = A.rope_angles(np.arange(3, 7), rotary_dim, 500.0)  # (T, R/2) = (4, R/2)
+    args = dict(x=rand(rng, 2, 3, 4, 8), cos=cos, sin=sin)
+    result = check_pair(A.rope_forward, A.rope_backward, args, wrt=["x"], max_coords=None)
+    assert_passes(result, f"partial-rope-{rotary_dim}")
+    y, cache = A.rope_forward(**args)
+    dy = rand(rng, *y.shape)
+    np.testing.assert_array_equal(y[..., rotary_dim:], args["x"][..., rotary_dim:])
+    np.testing.assert_array_equal(A.rope_backward(dy, cache)[..., rotary_dim:], dy[..., rotary_dim:])
+    assert not np.allclose(y[..., :rotary_dim], args["x"][..., :rotary_dim])  # the first R features turn
+
+
 @pytest.mark.parametrize("n_rep", [1, 2, 4])
 def test_repeat_kv(n_rep):
     rng = np.random.default_rng(24)
@@ -526,6 +551,20 @@ def test_grouped_query_attention(case):
         result = check_pair(A.multi_head_attention_forward, A.multi_head_attention_backward, args, wrt, max_coords=16)
     assert ("params.k_proj.bias" in result.errors) == bias
     assert_passes(result, f"gqa-{case}", rotated=("params.",) if use_rope else ())
+
+
+def test_attention_with_qk_norm():
+    """Qwen3's attention: each head's queries and keys RMS-normalised before RoPE (q_norm, k_norm in params),
+    grouped K/V heads, causal, a padded key."""
+    rng = np.random.default_rng(27)
+    params = gqa_params(rng, 16, 4, 2, bias=False)
+    params |= {"q_norm.weight": 1.0 + 0.3 * rand(rng, 4), "k_norm.weight": 1.0 + 0.3 * rand(rng, 4)}
+    x, mask = rand(rng, 2, 4, 16), padding(2, 4, {1: [2]})
+    rope = A.rope_angles(np.arange(4), 4, 10000.0)
+    args = dict(params=params, x=x, n_heads=4, n_kv_heads=2, rope=rope, is_causal=True, attn_mask=mask)
+    result = check_pair(gqa_self_attention_forward, self_attention_backward, args, wrt=["x", "params"], max_coords=16)
+    assert {"params.q_norm.weight", "params.k_norm.weight"} <= set(result.errors)
+    assert_passes(result, "attention-qk-norm", rotated=("params.",))
 
 
 def test_rotary_key_bias_has_a_gradient():
@@ -625,6 +664,46 @@ def test_encoder_layer(case):
         args["dropout"] = replayed(p, lambda d: M.encoder_layer_forward(params, x, mask, cfg, dropout=d, rope=rope))
     result = check_pair(M.encoder_layer_forward, M.encoder_layer_backward, args, wrt=["x", "params"], max_coords=16)
     assert_passes(result, f"encoder_layer-{case}", rotated_blocks(cfg))
+
+
+# GPT-NeoX's parallel layer, x + Attn(Norm1(x)) + FFN(Norm2(x)): pre-norm, decoder-only (no memory)
+PARALLEL_CASES = {
+    "layer-norm-gelu-rope-partial-R2": (dict(activation="gelu", positional="rope", rotary_dim=2, n_heads=2), 0.0),
+    "layer-norm-gelu-rope-dropout": (dict(activation="gelu", positional="rope"), 0.2),
+    "rms-silu-gated-GQA-2of4-no-bias": (
+        dict(norm="rms", activation="silu", gated_ffn=True, n_heads=4, n_kv_heads=2, positional="rope", bias=False),
+        0.0,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PARALLEL_CASES))
+def test_parallel_layer(case):
+    overrides, p = PARALLEL_CASES[case]
+    cfg = tiny_config(norm_first=True, parallel_residual=True, n_encoder_layers=0, **overrides)
+    rng = np.random.default_rng(33)
+    params = random_params(M.sub(parameter_shapes(cfg, decoder_only=True), "decoder.layers.0"), rng)
+    x = rand(rng, 2, 3, 8)
+    rope = M.rope_for(cfg, 3, np.float64)
+
+    def forward(params, x, dropout=None):
+        return M.parallel_layer_forward(params, x, None, cfg, dropout=dropout, rope=rope)
+
+    def backward(dout, cache):
+        dx, dmemory, grads = M.parallel_layer_backward(dout, cache)
+        assert dmemory is None
+        return dx, grads
+
+    args = dict(params=params, x=x)
+    if p:
+        args["dropout"] = replayed(p, lambda d: forward(params, x, d))
+    result = check_pair(forward, backward, args, wrt=["x", "params"], max_coords=16)
+    assert_passes(result, f"parallel_layer-{case}", rotated_blocks(cfg))
+    # the composition itself: the layer's output minus its input is the two sublayers' outputs, each on Norm(x)
+    sequential = dataclasses.replace(cfg, parallel_residual=False)
+    y_parallel, _ = forward(params, x)
+    y_sequential, _ = M.decoder_layer_forward(params, x, None, sequential, rope=rope)
+    assert not np.allclose(y_parallel, y_sequential)
 
 
 @pytest.mark.parametrize("with_memory", [True, False], ids=["memory", "no-memory"])
@@ -937,6 +1016,20 @@ LM_CASES = [
         ["_....", "....."],
         id="train-dropout-post-norm-rms-rope-MQA-gated-tied-with-biases",
     ),
+    pytest.param(
+        dict(
+            norm_first=True,
+            parallel_residual=True,
+            positional="rope",
+            rotary_dim=2,
+            activation="gelu",
+            n_decoder_layers=2,
+            pad_id=None,
+            output_bias=False,
+        ),
+        ["....", "...."],
+        id="GPT-NeoX-parallel-residual-partial-rotary-R2of4-gelu",
+    ),  # fmt: skip
 ]
 
 

@@ -47,6 +47,10 @@ def configurations(draw):
     )
     pad_id = draw(st.sampled_from([0, None]))
     norm_first = draw(st.booleans())
+    # partial rotary (GPT-NeoX, Phi-3): RoPE on the first rotary_dim features of each head (even); None: all of them
+    rotary_dim = draw(st.sampled_from([None, *range(2, head_dim + 1, 2)])) if positional == "rope" else None
+    # GPT-NeoX's parallel residual: a pre-norm layer of the decoder-only model
+    parallel_residual = family == "TransformerLM" and norm_first and draw(st.booleans())
     config = TransformerConfig(
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
@@ -60,12 +64,15 @@ def configurations(draw):
         activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
         norm_first=norm_first,
         norm=draw(st.sampled_from(["layer", "rms", "rms_offset"])),
-        sandwich_norm=norm_first and draw(st.booleans()),  # Gemma's second norm on each sublayer's output
-        # per-head q/k RMSNorm over at least 2 features (over one, x / sqrt(x^2 + eps) is a step of slope 1/sqrt(eps))
+        sandwich_norm=norm_first and not parallel_residual and draw(st.booleans()),  # Gemma's second norm
+        # Qwen3's and Gemma's per-head q/k RMSNorm, over at least 2 features (over one, x / sqrt(x^2 + eps) is a
+        # step of slope 1/sqrt(eps))
         qk_norm=head_dim >= 2 and draw(st.booleans()),
         logit_softcap=draw(st.sampled_from([None, None, 2.0])),
         positional=positional,
         rope_theta=draw(st.sampled_from([10000.0, 500000.0, 10.0])),
+        rotary_dim=rotary_dim,
+        parallel_residual=parallel_residual,
         sinusoid_layout=draw(st.sampled_from(["interleaved", "split"])),
         gated_ffn=draw(st.booleans()),
         n_kv_heads=n_kv_heads,

@@ -80,6 +80,12 @@ def tiny_config_json(model_type: str) -> dict:
                      max_position_embeddings=32, scale_embedding=True),
         "t5": dict(d_model=16, d_kv=8, d_ff=20, num_heads=2, num_layers=2, num_decoder_layers=1,
                    feed_forward_proj="gated-gelu", decoder_start_token_id=3),
+        "qwen3": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=20,
+                      num_hidden_layers=2, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+        "phi3": dict(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, intermediate_size=20,
+                     num_hidden_layers=2, partial_rotary_factor=0.5, sliding_window=5, resid_pdrop=0.1),
+        "gpt_neox": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2,
+                         rotary_pct=0.25, use_parallel_residual=False, hidden_dropout=0.1),
         # Gemma 3: six layers in its default 5:1 local/global pattern, head_dim 8 (not 16 / 4), a capped output
         "gemma3_text": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                             intermediate_size=20, num_hidden_layers=6, sliding_window=4, query_pre_attn_scalar=8,
@@ -104,7 +110,8 @@ def test_each_family_is_one_file_that_registers_it():
     assert {k: f for k, (_, f) in found.items()} == families.FAMILIES
     assert {k: file for k, (file, _) in found.items()} == {
         "bert": "bert", "gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama", "bloom": "bloom",
-        "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "gemma3_text": "gemma3",
+        "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "qwen3": "qwen3", "phi3": "phi3", "gpt_neox": "gpt_neox",
+        "gemma3_text": "gemma3",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

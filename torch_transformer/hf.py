@@ -81,9 +81,9 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     return to_hf_tensors(family_for_model(model), model.config, tensors, tensors, write, tied)
 
 
-def _from_hf_layout(t: Tensor, rule, name: str, n_heads: int) -> Tensor:
+def _from_hf_layout(t: Tensor, rule, name: str, n_heads: int, n_kv_heads: int | None = None) -> Tensor:
     """Theirs -> ours (transformer_spec.families.read_layout, the interpreter both sides share)."""
-    return read_layout(t, rule, name, n_heads)
+    return read_layout(t, rule, name, n_heads, n_kv_heads)
 
 
 def _to_hf_layout(ts: list[Tensor], rule, n_heads: int) -> Tensor:

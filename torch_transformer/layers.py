@@ -78,8 +78,10 @@ def rope_cos_sin_at(positions: Tensor, head_dim: int, theta: float, dtype: torch
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary position embedding of x (B, H, T, Dh) with cos, sin (T, Dh): x cos + rotate_half(x) sin."""
-    return x * cos + rotate_half(x) * sin
+    """Rotary position embedding of x (B, H, T, Dh) with cos, sin (T, R): x cos + rotate_half(x) sin on the first R
+    features (R = Dh, or fewer: partial rotary, GPT-NeoX), the rest unchanged."""
+    rotated, rest = x[..., : cos.shape[-1]], x[..., cos.shape[-1] :]
+    return torch.cat([rotated * cos + rotate_half(rotated) * sin, rest], dim=-1)
 
 
 def init_linear(linear: nn.Linear) -> nn.Linear:

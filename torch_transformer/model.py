@@ -81,6 +81,8 @@ class EncoderLayer(_Layer):
 
     def __init__(self, config: TransformerConfig, layer: int = 0):
         super().__init__()
+        if config.parallel_residual:
+            raise ValueError("parallel_residual=True is a decoder-only layer (TransformerLM), not an encoder's")
         self.norm_first = config.norm_first
         self.self_attn = self._attention(config, layer=layer)
         self._sublayer("self_attn", config)
@@ -117,7 +119,12 @@ class DecoderLayer(_Layer):
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True, layer: int = 0):
         super().__init__()
+        if config.parallel_residual and cross_attention:
+            raise ValueError(
+                "parallel_residual=True is a decoder-only layer (TransformerLM): it has no cross-attention"
+            )
         self.norm_first = config.norm_first
+        self.parallel_residual = config.parallel_residual  # GPT-NeoX: x + Attn(Norm1(x)) + FFN(Norm2(x))
         self.self_attn = self._attention(config, causal=True, layer=layer)
         self._sublayer("self_attn", config)
         self.has_cross_attention = cross_attention
@@ -163,6 +170,9 @@ class DecoderLayer(_Layer):
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
 
+        if self.parallel_residual:  # both sublayers read the layer's input; their outputs join the stream at once
+            y = self.self_attn_dropout(self_attention(self.self_attn_norm(x)), masks.get("self_attn_dropout"))
+            return x + y + self.ffn_dropout(feed_forward(self.ffn_norm(x)), masks.get("ffn_dropout"))
         x = self._residual("self_attn", x, self_attention, masks)
         if self.has_cross_attention:
             x = self._residual("cross_attn", x, cross_attention, masks)
@@ -197,7 +207,7 @@ class _Stack(nn.Module):
         if own_token_embedding:
             nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
         self.positional = config.positional
-        self.head_dim = config.d_head
+        self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
         self.learned_positions = config.positional == "learned"
         if self.learned_positions:
@@ -263,17 +273,17 @@ class _Stack(nn.Module):
         return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
 
     def ropes(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> list:
-        """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, Dh), or of each row's own
-        `positions` (B, T), each (B, 1, T, Dh), in x's dtype and on its device, at the layer's base (computed once
-        per base); Nones unless the positions are rotary."""
+        """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own
+        `positions` (B, T), each (B, 1, T, R) (R = config.rope_dim: Dh, or fewer with partial rotary), in x's dtype
+        and on its device, at the layer's base (computed once per base); Nones unless the positions are rotary."""
         if self.positional != "rope":
             return [None] * len(self.rope_thetas)
         tables = {}
         for theta in set(self.rope_thetas):
             if positions is not None:
-                tables[theta] = rope_cos_sin_at(positions, self.head_dim, theta, x.dtype)
+                tables[theta] = rope_cos_sin_at(positions, self.rope_dim, theta, x.dtype)
             else:
-                tables[theta] = rope_cos_sin(start, end, self.head_dim, theta, x.dtype, x.device)
+                tables[theta] = rope_cos_sin(start, end, self.rope_dim, theta, x.dtype, x.device)
         return [tables[theta] for theta in self.rope_thetas]
 
 

@@ -121,7 +121,7 @@ def read_checkpoint(
             problems.append(f"{tensor_file(directory, name)}: {name}: a scalar, expected a tensor for {rule.ours}")
             continue
         try:
-            array = from_hf_layout(tensors[name], rule, name, config.n_heads)
+            array = from_hf_layout(tensors[name], rule, name, config.n_heads, config.kv_heads)
         except ValueError as error:
             problems.append(f"{tensor_file(directory, name)}: {error}")
             continue
@@ -264,9 +264,9 @@ def generation_config(model) -> dict | None:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items() if v is not None}
 
 
-def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int) -> np.ndarray:
+def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int, n_kv_heads: int | None = None) -> np.ndarray:
     """Theirs -> ours (families.read_layout). Views where the layout allows, no copy."""
-    return read_layout(array, rule, name, n_heads)
+    return read_layout(array, rule, name, n_heads, n_kv_heads)
 
 
 # ----------------------------------------------------------------------------------------------

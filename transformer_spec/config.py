@@ -59,6 +59,12 @@ class TransformerConfig:
     # RMSNorm: the gain is 1 + weight); q_norm and k_norm (qk_norm) take the same kind
     norm: str = "layer"
     rope_theta: float = 10000.0  # rotary base, when positional == "rope"
+    # partial rotary (GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor): RoPE turns the first rotary_dim
+    # features of each head and passes the rest through; None: all Dh of them
+    rotary_dim: int | None = None
+    # GPT-NeoX's parallel residual (pre-norm, decoder): x + Attn(Norm1(x)) + FFN(Norm2(x)), both read the layer's
+    # input; False: the sequential x = x + Attn(Norm1(x)); x = x + FFN(Norm2(x))
+    parallel_residual: bool = False
     # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
     # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
     qk_norm: bool = False
@@ -141,6 +147,17 @@ class TransformerConfig:
                 "must be even: got "
                 + (f"{self.d_model} / {self.n_heads} = {self.d_head}" if self.head_dim is None else f"{self.head_dim}")
             )
+        if self.rotary_dim is not None:
+            _check_int("rotary_dim", self.rotary_dim, minimum=2)
+            if self.rotary_dim % 2 or self.rotary_dim > self.d_head:
+                raise ValueError(
+                    f"rotary_dim rotates pairs of a head's features: it must be even and at most the head size "
+                    f"{self.d_head}, got {self.rotary_dim}"
+                )
+        if self.parallel_residual and self.norm_first is not True:
+            raise ValueError(
+                f"parallel_residual=True is a pre-norm layer: it needs norm_first=True, got {self.norm_first!r}"
+            )
         if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
             raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
         if self.n_kv_heads is not None:
@@ -208,6 +225,7 @@ class TransformerConfig:
             "embedding_norm",
             "share_embeddings",
             "embedding_padding_idx",
+            "parallel_residual",
             "qk_norm",
             "sandwich_norm",
         ):
@@ -217,6 +235,8 @@ class TransformerConfig:
             raise ValueError(
                 "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
             )
+        if self.sandwich_norm and self.parallel_residual:
+            raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
 
     def _check_layer_types(self) -> None:
         if self.layer_types is None:
@@ -256,6 +276,11 @@ class TransformerConfig:
     def d_head(self) -> int:
         """Dh, the width of one attention head: head_dim, or d_model // n_heads when that is None."""
         return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def rope_dim(self) -> int:
+        """The features of each head that RoPE rotates: rotary_dim, or Dh when that is None."""
+        return self.d_head if self.rotary_dim is None else self.rotary_dim
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

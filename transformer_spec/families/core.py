@@ -43,6 +43,9 @@ class Rule:
     # with `part`: the parts interleave head by head (BLOOM's query_key_value: the first axis is (H, n, Dh), head
     # h's q, k, v rows side by side), instead of n consecutive blocks (GPT-2's c_attn)
     per_head: bool = False
+    # with `part` (k, 3): the fused q, k and v of grouped-query attention, H, H_kv and H_kv heads long (Phi-3's
+    # qkv_proj), instead of three equal slices
+    gqa: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class Family:
     # (config field, regex of a relative name): the field is set true when the checkpoint holds such a tensor (BERT's
     # pooler: BertModel has one unless built with add_pooling_layer=False, which config.json does not say)
     detected: tuple[tuple[str, str], ...] = ()
+    # (name in the files, the class's name): a tensor the files store under another name than the class's
+    # state_dict (transformers renames it on load and back on save: GPT-NeoX's embed_out); read as the class's name
+    renamed: tuple[tuple[str, str], ...] = ()
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -240,9 +246,10 @@ def expand(rules: tuple[Rule, ...], config: TransformerConfig) -> list[Rule]:
 # `zeros` each side passes in).
 
 
-def read_layout(array, rule: Rule, name: str, n_heads: int):
+def read_layout(array, rule: Rule, name: str, n_heads: int, n_kv_heads: int | None = None):
     """Theirs -> ours: drop `offset` rows, squeeze the leading axis (`row`), transpose (`conv1d`), take part k of n
-    of the first axis (n consecutive blocks, or `per_head`: within each of the n_heads heads' rows)."""
+    of the first axis (n consecutive blocks, or `per_head`: within each of the n_heads heads' rows, or `gqa`: q, k
+    and v blocks of n_heads, n_kv_heads and n_kv_heads heads)."""
     if rule.offset:
         array = array[rule.offset :]
     if rule.row:
@@ -254,11 +261,21 @@ def read_layout(array, rule: Rule, name: str, n_heads: int):
     if rule.part:
         k, n = rule.part
         groups = n_heads * n if rule.per_head else n
-        if array.shape[0] % groups:
+        if array.shape[0] % groups and not rule.gqa:
             raise ValueError(f"{name}: a fused tensor of {n} parts, but its shape {tuple(array.shape)} does not split")
         rest = tuple(array.shape[1:])
         if rule.per_head:  # (H * n * Dh, ...) -> (H, n, Dh, ...) -> part k of every head -> (H * Dh, ...)
             array = array.reshape(n_heads, n, -1, *rest)[:, k].reshape(-1, *rest)
+        elif rule.gqa:  # ((H + 2 H_kv) * Dh, ...): q's H * Dh rows, then k's and v's H_kv * Dh each
+            kv = n_heads if n_kv_heads is None else n_kv_heads
+            if array.shape[0] % (n_heads + 2 * kv):
+                raise ValueError(
+                    f"{name}: fused q, k, v of {n_heads} + 2 x {kv} heads, but its shape {tuple(array.shape)} "
+                    "does not split into them"
+                )
+            head = array.shape[0] // (n_heads + 2 * kv)
+            bounds = (0, n_heads * head, (n_heads + kv) * head, array.shape[0])
+            array = array[bounds[k] : bounds[k + 1]]
         else:
             size = array.shape[0] // n
             array = array[k * size : (k + 1) * size]
@@ -416,7 +433,7 @@ TOKEN_IDS = (  # null, an id, or (end tokens) a list of ids
     "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "forced_bos_token_id",
     "forced_eos_token_id",
 )  # fmt: skip
-POSITIVE_FLOATS = ("rope_theta",)
+POSITIVE_FLOATS = ("rope_theta", "rotary_emb_base")
 NON_NEGATIVE_FLOATS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
 RATES = (  # dropout probabilities in [0, 1]; null counts as 0
     "dropout", "attention_dropout", "activation_dropout", "hidden_dropout_prob", "attention_probs_dropout_prob",
@@ -531,11 +548,13 @@ def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
 
 
 def relative(family: Family, name: str) -> str:
-    """A checkpoint name without the base-model prefix it carries ("transformer.h.0..." -> "h.0...")."""
+    """A checkpoint name without the base-model prefix it carries ("transformer.h.0..." -> "h.0..."), under the
+    class's own name where the family's files use another (family.renamed: GPT-NeoX's embed_out -> lm_head)."""
     for prefix in family.prefixes:
         if prefix and name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
+            name = name[len(prefix) :]
+            break
+    return dict(family.renamed).get(name, name)
 
 
 def full_name(family: Family, rule: Rule) -> str:
