@@ -7,8 +7,8 @@ write ours back as one, and translate our gradients into the layout of the `tran
     hf.save(model, "out/")                                     # transformers' from_pretrained reads it
     theirs = hf.to_hf(model, model.grads)                      # our names -> the HF class's names and layouts
 
-Supported model types: "bert" (-> EncoderModel), "gpt2" and "llama" (-> TransformerLM), "marian" and
-"bart" (-> Transformer). What each
+Supported model types: "bert", "roberta", "xlm-roberta", "distilbert", "mpnet" (-> EncoderModel), "gpt2" and
+"llama" (-> TransformerLM), "marian" and "bart" (-> Transformer). What each
 checkpoint tensor becomes is a table in `transformer_spec.families`, and the files are read, checked and written by
 `transformer_spec.checkpoints` (both shared with torch_transformer.hf); this module builds the NumPy model and moves
 arrays. It needs the safetensors package (its NumPy API), not torch or transformers.

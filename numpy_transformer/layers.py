@@ -401,9 +401,10 @@ def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):
 # Layer norm over the last axis, as torch.nn.LayerNorm: biased variance, eps inside the root.
 
 
-def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float):
+def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
     r"""Layer norm over the last axis (D), with the row's mean :math:`\mu` and biased variance :math:`\sigma^2`, the
-    gain :math:`\gamma` = weight and the bias :math:`\beta` = bias:
+    gain :math:`\gamma` = weight and the bias :math:`\beta` = bias (None: no bias, ModernBERT's, as
+    nn.LayerNorm(bias=False)):
 
     .. math::
 
@@ -417,7 +418,8 @@ def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps:
     check_statistics("layer_norm", rstd, x.dtype)
     x_hat *= rstd  # (x - mean) * rstd, in place
     out = x_hat * weight
-    out += bias
+    if bias is not None:
+        out += bias
     return out, (x_hat, rstd, weight)
 
 
@@ -537,8 +539,8 @@ RMS_PAIRS = {
 
 
 def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
-    """LayerNorm (kind "layer"; params weight and bias), RMSNorm ("rms"; weight only) or Gemma's RMSNorm of gain
-    1 + weight ("rms_offset"; weight only) of x (..., D)."""
+    """LayerNorm (kind "layer"; params weight and bias, or weight only: config.norm_bias False), RMSNorm ("rms";
+    weight only) or Gemma's RMSNorm of gain 1 + weight ("rms_offset"; weight only) of x (..., D)."""
     if kind in RMS_PAIRS:
         if "bias" in params:
             raise ValueError(
@@ -546,20 +548,20 @@ def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
             )
         out, cache = RMS_PAIRS[kind][0](x, params["weight"], eps)
     elif kind == "layer":
-        out, cache = layer_norm_forward(x, params["weight"], params["bias"], eps)
+        out, cache = layer_norm_forward(x, params["weight"], params.get("bias"), eps)
     else:
         raise ValueError(f"norm kind must be 'layer', 'rms' or 'rms_offset', got {kind!r}")
-    return out, (kind, cache)
+    return out, (kind, cache, "bias" in params)
 
 
 def norm_backward(dout: np.ndarray, cache):
     """Backward of norm_forward: dx and the grads dict keyed like its params ("weight", and "bias")."""
-    kind, cache = cache
+    kind, cache, biased = cache
     if kind in RMS_PAIRS:
         dx, dweight = RMS_PAIRS[kind][1](dout, cache)
         return dx, {"weight": dweight}
     dx, dweight, dbias = layer_norm_backward(dout, cache)
-    return dx, {"weight": dweight, "bias": dbias}
+    return dx, {"weight": dweight, "bias": dbias} if biased else {"weight": dweight}
 
 
 # ----------------------------------------------------------------------------------------------

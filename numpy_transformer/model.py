@@ -55,7 +55,14 @@ from .layers import (
     tanh_forward,
 )
 from .scores import ScoreMod, alibi_slopes
-from .validation import check_attention_mask, check_float_array, check_ids, check_ndim, mask_positions
+from .validation import (
+    check_attention_mask,
+    check_float_array,
+    check_ids,
+    check_ndim,
+    mask_positions,
+    pad_offset_positions,
+)
 
 
 def sub(params: dict, prefix: str) -> dict:
@@ -172,7 +179,9 @@ def embed_forward(
         if positions is None:
             x, position_cache = add_positions_forward(x, table[start:] if start else table)
         else:  # every row its own positions: PE[positions], a lookup like the tokens'
-            pe, lookup_cache = embedding_forward(positions, table)  # (B, T, D)
+            # RoBERTa's pad tokens read row pad_id, which takes no gradient (nn.Embedding(padding_idx=pad_id))
+            pad = config.pad_id if config.positions_after_pad else None
+            pe, lookup_cache = embedding_forward(positions, table, 1.0, pad)  # (B, T, D)
             x, position_cache = x + pe, ("rows", lookup_cache)
     type_cache = None
     if "token_type_embedding.weight" in params:
@@ -180,13 +189,13 @@ def embed_forward(
             token_type_ids = np.zeros(ids.shape, dtype=np.int64)
         types, type_cache = embedding_forward(token_type_ids, params["token_type_embedding.weight"])  # (B, T, D)
         x += types
-    norm_cache = None
+    norm_cache, b = None, None
     if config.embedding_norm:
-        w, b = params["embedding_norm.weight"], params["embedding_norm.bias"]
+        w, b = params["embedding_norm.weight"], params.get("embedding_norm.bias")  # no bias: config.norm_bias False
         x, norm_cache = layer_norm_forward(x, w, b, config.layer_norm_eps)
     x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
     cache = {"tokens": token_cache, "positions": position_cache, "types": type_cache, "norm": norm_cache}
-    return x, cache | {"dropout": drop_cache, "learned": config.positional == "learned"}
+    return x, cache | {"dropout": drop_cache, "learned": config.positional == "learned", "norm_bias": b is not None}
 
 
 def embed_backward(dout: np.ndarray, cache) -> dict:
@@ -204,7 +213,9 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
     grads = {}
     dx = dropout_backward(dout, drop_cache)
     if norm_cache is not None:
-        dx, grads["embedding_norm.weight"], grads["embedding_norm.bias"] = layer_norm_backward(dx, norm_cache)
+        dx, grads["embedding_norm.weight"], dbias = layer_norm_backward(dx, norm_cache)
+        if cache["norm_bias"]:
+            grads["embedding_norm.bias"] = dbias
     if type_cache is not None:
         grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
     if position_cache is not None:
@@ -229,7 +240,7 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
     layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
     self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
     relative = None
-    if config.positional == "relative":  # T5: bidirectional buckets in the encoder, causal ones in the decoder
+    if config.has_relative_bias:  # T5, MPNet: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
     window = config.layer_window(layer)
     band = window // 2 if window is not None and not causal and config.layer_types is not None else None
@@ -292,9 +303,12 @@ def ffn_backward(dout: np.ndarray, cache):
     return backward(dout, cache)
 
 
-def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig):
+def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig, normed: bool = True):
     """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
-    norm's params are `{name}_norm.*`), x in post-norm."""
+    norm's params are `{name}_norm.*`), x in post-norm, and x where the layer has no such norm (normed False:
+    ModernBERT's first layer, config.first_attn_norm False)."""
+    if not normed:
+        return x, None  # residual_in_backward passes dh through
     norm = sub(params, f"{name}_norm")
     return residual_in_forward(x, norm, config.norm_first, config.layer_norm_eps, config.norm)
 
@@ -346,9 +360,10 @@ def encoder_layer_forward(
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
     bias_table: the stack's T5 relative position bias (n_buckets, H), or None; layer: the layer's index, whose
-    kind (config.layer_types) chooses its score rules."""
+    kind (config.layer_types) chooses its score rules (and layer 0 has no self-attention norm when
+    config.first_attn_norm is False: ModernBERT's)."""
     c = {}
-    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
+    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config, normed=layer > 0 or config.first_attn_norm)
     y, c["self_attn"] = attention_forward(
         sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table,
         layer=layer,
@@ -573,7 +588,8 @@ def encoder_forward(
     token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
     (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
-    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids)
+    positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
+    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
     ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
@@ -739,6 +755,9 @@ class _Model:
             raise ValueError(
                 f"parallel_residual=True is a decoder-only layer (TransformerLM), not a {type(self).__name__}"
             )
+        if config.positions_after_pad and not self.encoder_only:
+            kind = type(self).__name__
+            raise ValueError(f"positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a {kind}'s")
         self.config = config
         self.dtype = dtype
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
@@ -1064,6 +1083,7 @@ class EncoderModel(_Model):
         instead of config.pad_id."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
+        cfg.check_length("ids", ids.shape[1])
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._dropout(dropout_masks)
@@ -1107,6 +1127,28 @@ class EncoderModel(_Model):
         self._pool_cache = (hidden.shape, linear_cache, tanh_cache)
         return pooled
 
+    def mlm_logits(self, hidden: np.ndarray) -> np.ndarray:
+        """ModernBERT's masked-LM head (config.mlm_head; mlm_head_forward): hidden states (B, T, D), as forward
+        returns them -> logits (B, T, V). mlm_logits_backward gives its gradient."""
+        if not self.config.mlm_head:
+            raise ValueError("mlm_logits: this model has no masked-LM head (config.mlm_head=False)")
+        hidden = check_float_array("hidden", hidden, self.dtype)
+        check_ndim("hidden", hidden, 3, "(B, T, D)")
+        logits, cache = mlm_head_forward(self.params, hidden, self.config, self.activation_table)
+        self._mlm_cache = (logits.shape, cache)
+        return logits
+
+    def mlm_logits_backward(self, dlogits: np.ndarray) -> np.ndarray:
+        """Gradients of mlm_logits, given dlogits (B, T, V): accumulates the head's (and the tied token table's)
+        into self.grads and returns dhidden (B, T, D), to add to backward's."""
+        if getattr(self, "_mlm_cache", None) is None:
+            raise ValueError("mlm_logits_backward called before mlm_logits: there are no logits to differentiate")
+        shape, cache = self._mlm_cache
+        dlogits = check_float_array("dlogits", dlogits, self.dtype, shape)
+        dhidden, grads = mlm_head_backward(dlogits, cache)
+        self.accumulate_grads(grads)
+        return dhidden
+
     def pool_backward(self, dpooled: np.ndarray) -> np.ndarray:
         r"""Gradients of pool, given dpooled = :math:`\partial \mathcal{L} / \partial p` (B, D): accumulates dW and db
         into self.grads and returns dh (B, T, D), zero but at position 0 (add it to backward's dhidden):
@@ -1126,6 +1168,50 @@ class EncoderModel(_Model):
         dhidden = np.zeros(shape, dtype=self.dtype)
         dhidden[:, 0] = dfirst  # only the [CLS] position feeds the pooler
         return dhidden
+
+
+def mlm_head_forward(params: dict, h: np.ndarray, config: TransformerConfig, activations: dict = ACTIVATIONS):
+    r"""ModernBERT's masked-LM head (ModernBertForMaskedLM's head and decoder): hidden states h (B, T, D) ->
+    logits (B, T, V), through a dense layer, the activation, a LayerNorm, and the token table E (tied):
+
+    .. math::
+
+        z = h\, W^\top + b_W, \qquad a = \phi(z), \qquad n = \mathrm{LN}(a), \qquad
+        \mathrm{logits} = n\, E^\top + b
+
+    W = mlm_head.dense.weight (D, D) (b_W only with config.bias), LN = mlm_head.norm (no bias with
+    config.norm_bias False), E = encoder.token_embedding.weight (V, D), b = mlm_head.bias (V,) (config.output_bias);
+    :math:`\phi` is activations[config.activation]."""
+    act_forward, act_backward = activations[config.activation]
+    z, dense_cache = linear_forward(h, params["mlm_head.dense.weight"], params.get("mlm_head.dense.bias"))  # (B,T,D)
+    a, act_cache = act_forward(z)
+    norm_weight, norm_bias = params["mlm_head.norm.weight"], params.get("mlm_head.norm.bias")
+    n, norm_cache = layer_norm_forward(a, norm_weight, norm_bias, config.layer_norm_eps)  # (B, T, D)
+    logits, out_cache = linear_forward(n, params["encoder.token_embedding.weight"], params.get("mlm_head.bias"))
+    return logits, (dense_cache, act_backward, act_cache, norm_cache, norm_bias is not None, out_cache)
+
+
+def mlm_head_backward(dlogits: np.ndarray, cache):
+    r"""Backward of mlm_head_forward, its lines in reverse: dlogits (B, T, V) -> dh (B, T, D) and the grads (the
+    token table's share under encoder.token_embedding.weight, to add to the encoder's):
+
+    .. math::
+
+        dn = d\mathrm{logits}\, E, \quad dE = d\mathrm{logits}^\top n, \quad db = \textstyle\sum d\mathrm{logits},
+        \quad da = J_{\mathrm{LN}}^\top dn, \quad dz = \phi'(z) \odot da, \quad dh = dz\, W, \quad
+        dW = dz^\top h
+    """
+    dense_cache, act_backward, act_cache, norm_cache, norm_bias, out_cache = cache
+    dn, dtable, dbias = linear_backward(dlogits, out_cache)
+    da, dnorm_weight, dnorm_bias = layer_norm_backward(dn, norm_cache)
+    dz = act_backward(da, act_cache)
+    dh, ddense, ddense_bias = linear_backward(dz, dense_cache)
+    grads = {
+        "encoder.token_embedding.weight": dtable, "mlm_head.bias": dbias, "mlm_head.dense.weight": ddense,
+        "mlm_head.dense.bias": ddense_bias, "mlm_head.norm.weight": dnorm_weight,
+        "mlm_head.norm.bias": dnorm_bias if norm_bias else None,
+    }  # fmt: skip
+    return dh, {k: v for k, v in grads.items() if v is not None}
 
 
 def check_token_type_ids(token_type_ids, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:

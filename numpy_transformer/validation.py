@@ -54,6 +54,14 @@ def mask_positions(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, np.cumsum(mask, axis=1) - 1, 0)
 
 
+def pad_offset_positions(ids: np.ndarray, pad_id: int) -> np.ndarray:
+    """RoBERTa's positions (config.positions_after_pad), as transformers' create_position_ids_from_input_ids computes
+    them from the ids (B, T): pad_id + the count of real tokens up to and including each one, pad_id at a pad_id
+    token. int64 (B, T)."""
+    real = ids != pad_id
+    return np.where(real, np.cumsum(real, axis=1), 0) + pad_id
+
+
 def check_float_array(name: str, x, dtype=None, shape: tuple | None = None) -> np.ndarray:
     """Validate a floating-point array, optionally of an exact dtype and shape."""
     if not isinstance(x, np.ndarray):

@@ -55,9 +55,17 @@ from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3", "gpt_neox", "qwen3", "gemma3_text")
+FAMILIES = (
+    "bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3",
+    "gpt_neox", "qwen3", "gemma3_text",
+)  # fmt: skip
+ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 CLASSES = {
     "bert": transformers.BertModel,
+    "roberta": transformers.RobertaModel,
+    "xlm-roberta": transformers.XLMRobertaModel,
+    "distilbert": transformers.DistilBertModel,
+    "mpnet": transformers.MPNetModel,
     "gpt2": transformers.GPT2LMHeadModel,
     "llama": transformers.LlamaForCausalLM,
     "mistral": transformers.MistralForCausalLM,
@@ -70,6 +78,10 @@ CLASSES = {
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
+    "roberta": transformers.RobertaConfig,
+    "xlm-roberta": transformers.XLMRobertaConfig,
+    "distilbert": transformers.DistilBertConfig,
+    "mpnet": transformers.MPNetConfig,
     "gpt2": transformers.GPT2Config,
     "llama": transformers.LlamaConfig,
     "mistral": transformers.MistralConfig,
@@ -133,6 +145,19 @@ TINY = {
         eos_token_id=2,
     ),
 }
+# RoBERTa and XLM-RoBERTa: pad 1, positions from pad + 1 on (the table has pad + 1 more rows than the longest input),
+# one token type as the released checkpoints have; DistilBERT: no token types, its own field names.
+TINY["roberta"] = {**TINY["bert"], "max_position_embeddings": 18, "type_vocab_size": 1, "pad_token_id": 1,
+                   "bos_token_id": 0, "eos_token_id": 2}  # fmt: skip
+TINY["xlm-roberta"] = TINY["roberta"]
+TINY["distilbert"] = dict(
+    vocab_size=40, dim=16, n_layers=2, n_heads=4, hidden_dim=24, max_position_embeddings=16, pad_token_id=0,
+    dropout=0.0, attention_dropout=0.0,
+)  # fmt: skip
+# MPNet: RoBERTa's positions and T5's 32 bidirectional buckets (distances of 8 and more share logarithmic ones: the
+# 7-token inputs stay below them, test_hf_encoders runs longer ones), no token types
+TINY["mpnet"] = {**TINY["roberta"], "relative_attention_num_buckets": 32}
+del TINY["mpnet"]["type_vocab_size"]
 # Mistral: a window of 3 positions, shorter than every input (7 tokens), so it hides keys in every row after the
 # third; Qwen2: biases on q, k, v (drawn off zero by build_tiny) and none on o_proj or the MLP.
 TINY["mistral"] = {**TINY["llama"], "sliding_window": 3}
@@ -174,6 +199,10 @@ TINY["gemma3_text"] = dict(
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
     "bert": ("bert", {}),
+    "roberta": ("roberta", {}),
+    "xlm-roberta relu": ("xlm-roberta", {"hidden_act": "relu"}),
+    "distilbert": ("distilbert", {}),
+    "mpnet": ("mpnet", {}),
     "gpt2 tied": ("gpt2", {}),
     "gpt2 untied": ("gpt2", {"tie_word_embeddings": False}),
     "llama GQA 4/2 untied theta=500": ("llama", {}),
@@ -270,14 +299,20 @@ def build_tiny(family: str, directory, seed: int = 0, **overrides):
 
 
 def make_inputs(family: str, seed: int = 0, batch: int = 2, length: int = 7):
-    """ids (B, T) and BERT's token types (B, T) (None for the LMs). Ids avoid 0, 1, 2 (pad, bos, eos). For
-    BERT the last row is padded from the middle on, and the token types mark two segments."""
+    """ids (B, T) and BERT's token types (B, T) (None for the LMs, and for the encoders with fewer than two types).
+    Ids avoid 0, 1, 2 (pad, bos, eos). For the encoders the last row is padded from the middle on (RoBERTa's and
+    MPNet's first row on the left too: their positions count the real tokens), and the token types mark two segments."""
     rng = np.random.default_rng(seed + 7)
     vocab = TINY[family]["vocab_size"]
     ids = rng.integers(3, vocab, size=(batch, length))
-    if family != "bert":
+    if family not in ENCODERS:
         return ids, None
-    ids[-1, length // 2 + 1 :] = TINY["bert"]["pad_token_id"]
+    pad = TINY[family]["pad_token_id"]
+    ids[-1, length // 2 + 1 :] = pad
+    if family in ("roberta", "xlm-roberta", "mpnet") and batch > 1:
+        ids[0, :2] = pad
+    if TINY[family].get("type_vocab_size", 0) < 2:
+        return ids, None
     token_types = (np.arange(length) >= length // 2).astype(np.int64)[None].repeat(batch, axis=0)  # (B, T)
     return ids, token_types
 
@@ -453,14 +488,14 @@ def patch_for(family: str, dtype, llama_float64: bool = True):
 
 
 def transformers_forward(model, family: str, ids, token_types=None):
-    """transformers' output: BERT's last hidden states (B, T, D) with attention_mask = ids != pad_id,
+    """transformers' output: an encoder's last hidden states (B, T, D) with attention_mask = ids != pad_id,
     the LMs' logits (B, T, V) with the causal mask only."""
     device = next(model.parameters()).device
     ids_t = torch.from_numpy(ids).to(device)
-    if family == "bert":
-        types_t = None if token_types is None else torch.from_numpy(token_types).to(device)
+    if family in ENCODERS:
+        types = {} if token_types is None else {"token_type_ids": torch.from_numpy(token_types).to(device)}
         mask = (ids_t != model.config.pad_token_id).long()
-        return model(input_ids=ids_t, attention_mask=mask, token_type_ids=types_t).last_hidden_state
+        return model(input_ids=ids_t, attention_mask=mask, **types).last_hidden_state
     return model(input_ids=ids_t, use_cache=False).logits
 
 
@@ -488,7 +523,7 @@ def run_numpy(model, family: str, ids, token_types, upstream) -> tuple[np.ndarra
     """The same for a NumPy model; gradients translated with hf.to_hf (the tied alias left out, as
     named_parameters lists a tied weight once)."""
     model.eval().zero_grad()
-    out = model.forward(ids, token_types) if family == "bert" else model.forward(ids)
+    out = model.forward(ids, token_types) if family in ENCODERS else model.forward(ids)
     model.backward(upstream)
     grads = numpy_hf.to_hf(model, model.grads, tied=False)
     return out, {k: v for k, v in grads.items() if not k.startswith("pooler.")}  # BERT's pooler: not in this output
@@ -499,7 +534,7 @@ def run_torch(model, family: str, ids, token_types, upstream) -> tuple[np.ndarra
     model.eval().zero_grad(set_to_none=True)
     device = next(model.parameters()).device
     ids_t = torch.from_numpy(ids).to(device)
-    if family == "bert":
+    if family in ENCODERS:
         types_t = None if token_types is None else torch.from_numpy(token_types).to(device)
         out = model(ids_t, types_t)
     else:
@@ -553,13 +588,13 @@ def compare_hf(
         theirs_model = build_tiny(family, directory, seed, **overrides).to(device=device, dtype=TORCH_DTYPE[dtype])
         ours_model = load_ours(side, directory, dtype, device)
     ids, token_types = make_inputs(family, seed)
-    out_shape = (*ids.shape, theirs_model.config.hidden_size if family == "bert" else TINY[family]["vocab_size"])
+    out_shape = (*ids.shape, theirs_model.config.hidden_size if family in ENCODERS else TINY[family]["vocab_size"])
     upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
     with patch_for(family, dtype, llama_float64):
         theirs_out, theirs_grads = run_transformers(theirs_model, family, ids, token_types, upstream)
     run = run_numpy if side == "numpy" else run_torch
     ours_out, ours_grads = run(ours_model, family, ids, token_types, upstream)
-    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
+    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family in ENCODERS else "logits")
 
 
 @contextlib.contextmanager
@@ -604,15 +639,15 @@ def compare_hf_training(family: str, dtype=np.float64, seed: int = 0, **override
         theirs = CLASSES[family].from_pretrained(directory, attn_implementation="eager", dtype=TORCH_DTYPE[dtype])
         ours = numpy_hf.load(directory, dtype=dtype).train()
     ids, token_types = make_inputs(family, seed)
-    out_shape = (*ids.shape, theirs.config.hidden_size if family == "bert" else TINY[family]["vocab_size"])
+    out_shape = (*ids.shape, theirs.config.hidden_size if family in ENCODERS else TINY[family]["vocab_size"])
     upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
     ours.zero_grad()
-    ours_out = ours.forward(ids, token_types) if family == "bert" else ours.forward(ids)  # draws the masks
+    ours_out = ours.forward(ids, token_types) if family in ENCODERS else ours.forward(ids)  # draws the masks
     ours.backward(upstream)
     ours_grads = {k: v for k, v in numpy_hf.to_hf(ours, ours.grads, tied=False).items() if not k.startswith("pooler.")}
     with patch_for(family, dtype):
         theirs_out, theirs_grads = run_transformers(theirs, family, ids, token_types, upstream, replay=ours)
-    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family == "bert" else "logits")
+    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family in ENCODERS else "logits")
 
 
 def attention_spread(family: str, seed: int = 0, **overrides) -> float:
@@ -623,7 +658,7 @@ def attention_spread(family: str, seed: int = 0, **overrides) -> float:
         build_tiny(family, directory, seed, **overrides)
         model = numpy_hf.load(directory, dtype=np.float64).eval()
     ids, token_types = make_inputs(family, seed)
-    model.forward(ids, token_types) if family == "bert" else model.forward(ids)
+    model.forward(ids, token_types) if family in ENCODERS else model.forward(ids)
     gaps = []
     for probs in model.attention_maps().values():  # (B, H, T_q, T_k)
         allowed = probs > 0
@@ -683,13 +718,16 @@ def round_trip(ours_model, family: str, directory, seed: int = 0) -> tuple[Resul
         theirs = to_numpy(transformers_forward(theirs_model, family, ids, token_types))
     ours_model.eval()
     if is_numpy:
-        ours = ours_model.forward(ids, token_types) if family == "bert" else ours_model.forward(ids)
+        ours = ours_model.forward(ids, token_types) if family in ENCODERS else ours_model.forward(ids)
     else:
         with torch.no_grad():
             ids_t = torch.from_numpy(ids)
-            out = ours_model(ids_t, torch.from_numpy(token_types)) if family == "bert" else ours_model(ids_t)
+            if family in ENCODERS:
+                out = ours_model(ids_t, None if token_types is None else torch.from_numpy(token_types))
+            else:
+                out = ours_model(ids_t)
         ours = to_numpy(out)
-    return Result(outputs={"hidden" if family == "bert" else "logits": (ours, theirs)}), info
+    return Result(outputs={"hidden" if family in ENCODERS else "logits": (ours, theirs)}), info
 
 
 # Models of our own (not loaded from a checkpoint) that each family can express: hf.save must derive the
@@ -711,6 +749,14 @@ NATIVE = {
         pad_id=None, scale_embeddings=False, norm="rms", gated_ffn=True, n_kv_heads=2, bias=False, output_bias=False,
     ),
 }  # fmt: skip
+NATIVE["roberta"] = dataclasses.replace(
+    NATIVE["bert"], max_len=18, pad_id=1, bos_id=0, eos_id=2, type_vocab_size=1, positions_after_pad=True
+)
+NATIVE["xlm-roberta"] = dataclasses.replace(NATIVE["roberta"], activation="relu")
+NATIVE["distilbert"] = dataclasses.replace(NATIVE["bert"], type_vocab_size=0, bos_id=None, eos_id=None)
+NATIVE["mpnet"] = dataclasses.replace(NATIVE["roberta"], type_vocab_size=0, relative_bias=True)
+# The family hf.save writes a native model as is the first that can express it: these two say which they are
+NATIVE_MODEL_TYPE = {"xlm-roberta": "xlm-roberta", "distilbert": "distilbert"}
 NATIVE["mistral"] = dataclasses.replace(NATIVE["llama"], sliding_window=3)
 NATIVE["qwen2"] = dataclasses.replace(NATIVE["llama"], qkv_bias=True)
 NATIVE["phi3"] = dataclasses.replace(NATIVE["llama"], pad_id=0, rotary_dim=4, sliding_window=5)
@@ -739,16 +785,18 @@ def native_model(family: str, side: str, seed: int = 0):
     import numpy_transformer as nt
 
     config = NATIVE[family]
-    cls = nt.EncoderModel if family == "bert" else nt.TransformerLM
+    cls = nt.EncoderModel if family in ENCODERS else nt.TransformerLM
     model = cls(config, seed=seed, dtype=np.float64)
     rng = np.random.default_rng(seed + 11)
     for value in model.params.values():
         value += 0.2 * rng.standard_normal(value.shape)
-    if side == "numpy":
-        return model
-    twin = getattr(torch_transformer, cls.__name__)(config).double()
-    twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
-    return twin
+    if side == "torch":
+        twin = getattr(torch_transformer, cls.__name__)(config).double()
+        twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
+        model = twin
+    if family in NATIVE_MODEL_TYPE:
+        model.hf_model_type = NATIVE_MODEL_TYPE[family]
+    return model
 
 
 # ----------------------------------------------------------------------------------------------

@@ -135,8 +135,9 @@ def hf_rows(dtype, seed: int):
 
     rows = []
     names = (
-        "bert", "gpt2 tied", "llama GQA 4/2 untied theta=500", "llama MQA 4/1 tied theta=10000",
-        "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2", "bloom ALiBi 4 heads tied",
+        "bert", "roberta", "xlm-roberta relu", "distilbert", "mpnet", "gpt2 tied", "llama GQA 4/2 untied theta=500",
+        "llama MQA 4/1 tied theta=10000", "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2",
+        "bloom ALiBi 4 heads tied",
         "qwen3 q/k norm GQA 4/2 untied", "phi3 fused qkv GQA 4/2 untied", "gpt_neox parallel residual, rotary_pct 0.5",
         "gemma3_text local then global window=3 GQA 4/2 tied scalar=12 softcap=3",
     )  # fmt: skip
@@ -152,6 +153,11 @@ def hf_rows(dtype, seed: int):
             H.build_seq2seq(model_type, seed, steps=steps).save_pretrained(directory)
             result = H.compare_seq2seq(directory, model_type, dtype, "numpy", seed)
             rows.append((f"HF {title} (tiny, {kind})", result))
+    from parity_tests import modernbert_compare as MB  # its float64 patch: the rotary tables, rotation and softmax
+
+    modernbert = MB.compare_modernbert(dtype, "numpy", seed)
+    rows.append(("HF ModernBertModel (1 global + 2 local layers, tiny random)", modernbert))
+    rows.append(("HF ModernBertForMaskedLM (logits, tiny random)", MB.compare_modernbert_mlm(dtype, "numpy", seed)))
     rows.append(("all-MiniLM-L6-v2 (real weights) vs BertModel in float64", H.compare_minilm(dtype)))
     return rows
 

@@ -68,6 +68,17 @@ CONFIGS = {
     ),
     # BERT: token types, learned positions, embedding layer norm, gelu
     "bert": dict(type_vocab_size=3, positional="learned", embedding_norm=True, activation="gelu_tanh"),
+    # MPNet: RoBERTa's positions (counted from the ids) and T5's bucketed bias beside them
+    "mpnet": dict(
+        positional="learned",
+        positions_after_pad=True,
+        relative_bias=True,
+        relative_buckets=8,
+        relative_max_distance=6,
+        embedding_norm=True,
+        embedding_padding_idx=True,
+        activation="gelu",
+    ),
 }
 CASES = [
     ("Transformer", "paper"),
@@ -77,6 +88,7 @@ CASES = [
     ("TransformerLM", "llama"),
     ("EncoderModel", "bert"),
     ("EncoderModel", "llama"),
+    ("EncoderModel", "mpnet"),
 ]
 # Equality needs AOTAutograd's forward and backward graphs (seconds each): every option once, in each family.
 # (The LM's "paper" decoder is the Transformer's; the encoder's "llama" case is the inductor test's.)

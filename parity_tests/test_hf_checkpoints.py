@@ -118,7 +118,8 @@ def test_a_tied_copy_is_checked_not_skipped(untied, tmp_path):
     np.testing.assert_array_equal(model.params["output_proj.weight"], tensors["lm_head.weight"].numpy())
 
 
-DECODER_VARIANTS = ("bert", "gpt2 tied", "gpt2 untied", "llama GQA 4/2 untied theta=500",
+DECODER_VARIANTS = ("bert", "roberta", "xlm-roberta relu", "distilbert", "mpnet", "gpt2 tied", "gpt2 untied",
+                    "llama GQA 4/2 untied theta=500",
                     "llama MQA 4/1 tied theta=10000", "mistral window=3 GQA 4/2", "qwen2 qkv biases GQA 4/2",
                     "bloom ALiBi 4 heads tied", "bloom ALiBi 8 heads untied")  # fmt: skip
 SEQ2SEQ = ("marian", "bart", "t5", "t5 v1.1")

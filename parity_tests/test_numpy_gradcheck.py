@@ -1095,6 +1095,42 @@ def test_encoder_model(overrides, ids):
     assert_passes(result, f"encoder-{sorted(overrides.items())}", rotated_blocks(cfg))
 
 
+@pytest.mark.parametrize("relative_bias", [False, True], ids=["RoBERTa", "MPNet-with-T5-bias-8-buckets"])
+def test_encoder_model_with_roberta_positions(relative_bias):
+    """RoBERTa's positions (positions_after_pad): pad_id + the count of real tokens, rows padded on the left and
+    inside; MPNet's adds T5's bidirectional bias beside them (relative_bias; 8 buckets, a maximum distance of 6, so
+    that the 5 positions reach the logarithmic buckets). The table's pad_id row takes no gradient by convention
+    (nn.Embedding's padding_idx), not because the output ignores it: a pad token's own hidden state reads it. With
+    the upstream gradient zero at the pad tokens (whose rows nothing else reads: they are masked out as keys) that
+    convention is the true derivative, and finite differences check every parameter, the whole position table
+    included."""
+    cfg = tiny_config(positional="learned", positions_after_pad=True, embedding_norm=True, activation="gelu")
+    if relative_bias:
+        cfg = dataclasses.replace(cfg, relative_bias=True, relative_buckets=8, relative_max_distance=6)
+    rng = np.random.default_rng(53)
+    model = EncoderModel(cfg, seed=6).eval()
+    perturb(model, rng)
+    ids = make_ids(rng, ["__...", ".._..", "....."], cfg.src_vocab_size, cfg.pad_id)
+    upstream = rng.standard_normal((*ids.shape, cfg.d_model)) * (ids != cfg.pad_id)[..., None]  # (B, T, D)
+    model.zero_grad()
+    model.forward(ids)
+    model.backward(upstream)
+    grads = {k: g.copy() for k, g in model.grads.items()}
+    assert not grads["encoder.position_embedding.weight"][cfg.pad_id].any()
+    assert grads["encoder.position_embedding.weight"][cfg.pad_id + 1 : cfg.pad_id + 6].all()  # positions 1 .. 5 read
+
+    def fn():
+        return np.sum(model.forward(ids) * upstream)
+
+    result = gradcheck(fn, model.params, grads, max_coords=16, seed=8)
+    assert set(result.errors) == set(model.params)
+    assert ("encoder.relative_bias.weight" in model.params) == relative_bias
+    assert_passes(result, f"encoder-roberta-positions-relative-bias-{relative_bias}")
+    table = "encoder.position_embedding.weight"
+    whole = gradcheck(fn, {table: model.params[table]}, {table: grads[table]}, max_coords=None, seed=8)
+    assert whole.worst <= BAR, f"the whole position table: {whole}"
+
+
 # ----------------------------------------------------------------------------------------------
 # Gemma 3's new pairs: the RMSNorm of gain 1 + w, the sandwich residual, the final soft-capping, and q/k norms.
 

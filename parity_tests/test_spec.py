@@ -64,6 +64,11 @@ def tiny_config_json(model_type: str) -> dict:
 
     sizes = {
         "bert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2),
+        "roberta": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2,
+                        type_vocab_size=1),
+        "xlm-roberta": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2),
+        "distilbert": dict(dim=16, n_heads=2, hidden_dim=20, n_layers=2, dropout=0.2),
+        "mpnet": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2, pad_token_id=1),
         "gpt2": dict(n_embd=16, n_head=2, n_layer=2, n_positions=32, activation_function="relu"),
         "llama": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=20,
                       num_hidden_layers=2, rope_theta=500.0),
@@ -90,8 +95,10 @@ def tiny_config_json(model_type: str) -> dict:
         "gemma3_text": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                             intermediate_size=20, num_hidden_layers=6, sliding_window=4, query_pre_attn_scalar=8,
                             final_logit_softcapping=30.0),
+        "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
+                           local_attention=4, global_rope_theta=500.0, norm_bias=True),
     }  # fmt: skip
-    return transformers.AutoConfig.for_model(model_type, **TINY, **sizes[model_type]).to_dict()
+    return transformers.AutoConfig.for_model(model_type, **TINY | sizes[model_type]).to_dict()
 
 
 def test_each_family_is_one_file_that_registers_it():
@@ -110,8 +117,9 @@ def test_each_family_is_one_file_that_registers_it():
     assert {k: f for k, (_, f) in found.items()} == families.FAMILIES
     assert {k: file for k, (file, _) in found.items()} == {
         "bert": "bert", "gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama", "bloom": "bloom",
-        "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "qwen3": "qwen3", "phi3": "phi3", "gpt_neox": "gpt_neox",
-        "gemma3_text": "gemma3",
+        "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "roberta": "roberta", "xlm-roberta": "roberta",
+        "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
+        "gpt_neox": "gpt_neox", "gemma3_text": "gemma3",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

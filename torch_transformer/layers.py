@@ -110,11 +110,11 @@ def rms_norm(dim: int, eps: float, kind: str = "rms") -> nn.Module:
 
 
 def make_norm(config) -> nn.Module:
-    """The norm the config asks for: `nn.LayerNorm` (weight and bias), `nn.RMSNorm` (weight only) or Gemma's
-    OffsetRMSNorm (weight only, the gain 1 + weight)."""
+    """The norm the config asks for: `nn.LayerNorm` (weight and bias; weight only when config.norm_bias is False),
+    `nn.RMSNorm` (weight only) or Gemma's OffsetRMSNorm (weight only, the gain 1 + weight)."""
     if config.norm in ("rms", "rms_offset"):
         return rms_norm(config.d_model, config.layer_norm_eps, config.norm)
-    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.norm_bias)
 
 
 class Dropout(nn.Dropout):

@@ -17,6 +17,7 @@ from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import (
+    ACTIVATIONS,
     Dropout,
     FeedForward,
     init_linear,
@@ -36,9 +37,10 @@ class _Layer(nn.Module):
 
     norm_first: bool
 
-    def _sublayer(self, name: str, config: TransformerConfig) -> None:
-        """Add the residual sublayer `name`'s norm and output dropout."""
-        setattr(self, f"{name}_norm", make_norm(config))
+    def _sublayer(self, name: str, config: TransformerConfig, normed: bool = True) -> None:
+        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed`: no parameters) and output
+        dropout."""
+        setattr(self, f"{name}_norm", make_norm(config) if normed else nn.Identity())
         if config.sandwich_norm:  # Gemma: the sublayer's output normalised too, x + f(Norm(x)) -> x + Norm_post(...)
             setattr(self, f"{name}_post_norm", make_norm(config))
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
@@ -80,12 +82,14 @@ class EncoderLayer(_Layer):
     """Self-attention then feed-forward, each in a residual sublayer. x (B, S, D) -> (B, S, D)."""
 
     def __init__(self, config: TransformerConfig, layer: int = 0):
+        """layer: the index whose kind (config.layer_types) chooses the score rules; layer 0 has no self-attention
+        norm (nn.Identity) when config.first_attn_norm is False (ModernBERT's)."""
         super().__init__()
         if config.parallel_residual:
             raise ValueError("parallel_residual=True is a decoder-only layer (TransformerLM), not an encoder's")
         self.norm_first = config.norm_first
         self.self_attn = self._attention(config, layer=layer)
-        self._sublayer("self_attn", config)
+        self._sublayer("self_attn", config, normed=layer > 0 or config.first_attn_norm)
         self.ffn = self._feed_forward(config)
         self._sublayer("ffn", config)
 
@@ -210,6 +214,8 @@ class _Stack(nn.Module):
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
         self.learned_positions = config.positional == "learned"
+        # RoBERTa's positions (config.positions_after_pad): computed from the ids; row pad_id takes no gradient
+        self.positions_after_pad = config.pad_id if config.positions_after_pad else None
         if self.learned_positions:
             self.position_embedding = nn.Embedding(config.max_len, d)
             nn.init.normal_(self.position_embedding.weight, std=0.02)
@@ -218,11 +224,12 @@ class _Stack(nn.Module):
             self.token_type_embedding = nn.Embedding(config.type_vocab_size, d)
             nn.init.normal_(self.token_type_embedding.weight, std=0.02)
         # nn.Identity has no parameters: without the option there are no embedding_norm.* keys.
-        self.embedding_norm = nn.LayerNorm(d, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
+        norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)  # BERT's, BART's, ModernBERT's
+        self.embedding_norm = norm if config.embedding_norm else nn.Identity()
         self.embedding_dropout = Dropout(config.dropout_rates["embedding"])
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
-        if config.positional == "relative":
+        if config.has_relative_bias:  # T5's positional "relative", or MPNet's relative_bias
             c = config
             self.relative_bias = RelativePositionBias(c.relative_buckets, c.n_heads, c.relative_max_distance)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
@@ -249,7 +256,10 @@ class _Stack(nn.Module):
         end = start + ids.shape[1]
         if self.learned_positions:
             table = self.position_embedding.weight
-            x = x + (table[start:end] if positions is None else table[positions])  # (T, D) or (B, T, D)
+            if positions is None:
+                x = x + table[start:end]  # (T, D)
+            else:  # each row its own positions (a padded batch; RoBERTa's, whose pad row takes no gradient)
+                x = x + F.embedding(positions, table, self.positions_after_pad)  # (B, T, D)
         elif self.positional == "sinusoidal":
             # Computed on the fly in x's dtype: a float64 model gets a float64 table, and nothing
             # has to follow the model across devices.
@@ -306,7 +316,12 @@ class Encoder(_Stack):
         """token_type_ids (B, S) or None; token_embedding: the shared table, when the encoder has none;
         attention_mask (B, S) bool, True = a real token: the keys read, instead of those not holding pad_id."""
         self_mask = source_mask(ids, attention_mask, self.pad_id)  # (B, 1, 1, S), or None: nothing masked
-        x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), token_type_ids, token_embedding)
+        positions = None
+        if self.positions_after_pad is not None:  # RoBERTa: pad_id + the count of real tokens so far; pad_id at pads
+            real = ids != self.positions_after_pad
+            positions = torch.cumsum(real, dim=1) * real + self.positions_after_pad  # (B, S)
+        masks = (dropout_masks or {}).get("embedding_dropout")
+        x = self.embed(ids, masks, token_type_ids, token_embedding, positions=positions)
         ropes = self.ropes(0, ids.shape[1], x)
         bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
         for i, layer in enumerate(self.layers):
@@ -332,6 +347,8 @@ class Decoder(_Stack):
     """
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True):
+        if config.positions_after_pad:
+            raise ValueError("positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a decoder's")
         layers = [DecoderLayer(config, cross_attention, i) for i in range(config.n_decoder_layers)]
         super().__init__(config, config.tgt_vocab_size, layers)
         self.cross_attention = cross_attention
@@ -720,6 +737,24 @@ class EncoderModel(_Model):
         if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
             self.pooler = nn.Module()
             self.pooler.dense = init_linear(nn.Linear(config.d_model, config.d_model))
+        if config.mlm_head:  # ModernBERT's masked-LM head: mlm_logits(hidden)
+            d = config.d_model
+            self.mlm_head = nn.Module()
+            self.mlm_head.dense = init_linear(nn.Linear(d, d, bias=config.bias))
+            self.mlm_head.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
+            if config.output_bias:  # the tied decoder's bias
+                self.mlm_head.bias = nn.Parameter(torch.zeros(config.src_vocab_size))
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """ModernBERT's masked-LM head (config.mlm_head): hidden states (B, T, D) -> logits (B, T, V),
+        norm(act(dense(hidden))) through the token table (tied), plus the bias."""
+        if not self.config.mlm_head:
+            raise ValueError("mlm_logits: this model has no masked-LM head (config.mlm_head=False)")
+        if hidden.dim() != 3:
+            raise ValueError(f"hidden must have shape (B, T, D), got shape {tuple(hidden.shape)}")
+        head = self.mlm_head
+        n = head.norm(ACTIVATIONS[self.config.activation](head.dense(hidden)))  # (B, T, D)
+        return F.linear(n, self.encoder.token_embedding.weight, getattr(head, "bias", None))  # (B, T, V)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooler (config.pooler): hidden states (B, T, D) -> tanh(dense(hidden[:, 0])) (B, D)."""
@@ -760,4 +795,5 @@ class EncoderModel(_Model):
 
     def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None, values: bool | None) -> None:
         check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len, values)
+        self.config.check_length("ids", ids.shape[1])
         _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size, values)

@@ -106,6 +106,22 @@ class TransformerConfig:
     sandwich_norm: bool = False
     # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
     logit_softcap: float | None = None
+    # RoBERTa's learned positions (an encoder's): a real token sits at pad_id + the count of real (not pad_id) tokens
+    # up to and including it, a pad_id token at pad_id, whose row of the table takes no gradient (transformers'
+    # create_position_ids_from_input_ids); the longest input is then max_len - pad_id - 1 (`longest_input`). An
+    # EncoderModel's only (the Transformer and TransformerLM refuse it)
+    positions_after_pad: bool = False
+    # T5's bucketed bias on the self-attention scores ({stack}.relative_bias.weight, relative_buckets and
+    # relative_max_distance as for positional "relative") beside another positional: MPNet's learned positions and
+    # a bias table shared by every layer
+    relative_bias: bool = False
+    # EncoderModel: ModernBERT's masked-LM head, logits = LN(act(h W^T [+ b_W])) E^T [+ b] with E the token table
+    # (mlm_logits / mlm_logits_backward): mlm_head.dense.* (its bias: `bias`), mlm_head.norm.*, mlm_head.bias (V,)
+    # (output_bias)
+    mlm_head: bool = False
+    norm_bias: bool = True  # LayerNorms with a bias (False: weight only, every LayerNorm of the model: ModernBERT)
+    # the first encoder layer's self-attention norm (False: none, its input is the embeddings as they are: ModernBERT)
+    first_attn_norm: bool = True
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -188,6 +204,11 @@ class TransformerConfig:
             raise TypeError(f"pooler must be a bool, got {type(self.pooler).__name__}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
             raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
+        if self.first_attn_norm is False and not self.norm_first:
+            raise ValueError(
+                "first_attn_norm=False leaves out a pre-norm (the first encoder layer's self-attention norm): it "
+                "needs norm_first=True, got norm_first=False"
+            )
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one vocabulary: got src_vocab_size={self.src_vocab_size}, "
@@ -228,6 +249,11 @@ class TransformerConfig:
             "parallel_residual",
             "qk_norm",
             "sandwich_norm",
+            "positions_after_pad",
+            "relative_bias",
+            "norm_bias",
+            "first_attn_norm",
+            "mlm_head",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -237,6 +263,35 @@ class TransformerConfig:
             )
         if self.sandwich_norm and self.parallel_residual:
             raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
+
+        if self.positions_after_pad:
+            wrong = [] if self.positional == "learned" else [f"positional={self.positional!r} (needs 'learned')"]
+            if self.pad_id is None or self.pad_id + 1 >= self.max_len:
+                wrong.append(f"pad_id={self.pad_id!r} (needs a token id below max_len - 1 = {self.max_len - 1})")
+            if wrong:
+                raise ValueError(f"positions_after_pad (RoBERTa's encoder positions) needs: {', '.join(wrong)}")
+
+        if self.relative_bias and self.positional == "relative":
+            raise ValueError("relative_bias adds T5's bias beside another positional: positional='relative' has it")
+
+    @property
+    def has_relative_bias(self) -> bool:
+        """Whether the self-attentions read a stack's T5 bias table: positional "relative", or relative_bias."""
+        return self.positional == "relative" or self.relative_bias
+
+    @property
+    def longest_input(self) -> int:
+        """The longest sequence the position table covers: max_len, less the pad_id + 1 rows that RoBERTa's
+        positions skip (positions_after_pad)."""
+        return self.max_len - (self.pad_id + 1 if self.positions_after_pad else 0)
+
+    def check_length(self, name: str, length: int) -> None:
+        """ValueError when an input of `length` positions reads past the position table (longest_input)."""
+        if self.positions_after_pad and length > self.longest_input:
+            raise ValueError(
+                f"{name} has {length} positions, but RoBERTa's positions start after pad_id={self.pad_id}: the "
+                f"table of config.max_len={self.max_len} rows covers T <= {self.longest_input}"
+            )
 
     def _check_layer_types(self) -> None:
         if self.layer_types is None:

@@ -35,7 +35,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer":  # RMSNorm has no bias
+        if kind == "layer" and config.norm_bias:  # RMSNorm has no bias, nor ModernBERT's LayerNorm
             shapes[f"{prefix}.bias"] = (D,)
 
     def sublayer_norms(prefix):  # the sublayer's norm, and Gemma's second norm of its output (sandwich_norm)
@@ -49,7 +49,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             shapes[f"{name}.token_embedding.weight"] = (vocab, D)
         if config.positional == "learned":
             shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
-        if config.positional == "relative":  # T5: one bias table per stack, read by every self-attention
+        if config.has_relative_bias:  # T5, MPNet: one bias table per stack, read by every self-attention
             shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
         if name == "encoder" and config.type_vocab_size > 0:
             shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
@@ -58,7 +58,10 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for i in range(n_layers):
             layer = f"{name}.layers.{i}"
             attention(f"{layer}.self_attn")
-            sublayer_norms(f"{layer}.self_attn")
+            if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
+                norm(f"{layer}.self_attn_norm")
+            if config.sandwich_norm:  # Gemma's second norm, of the sublayer's output
+                norm(f"{layer}.self_attn_post_norm")
             if cross:
                 attention(f"{layer}.cross_attn")
                 sublayer_norms(f"{layer}.cross_attn")
@@ -75,6 +78,11 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     if encoder_only:
         if config.pooler:
             linear("pooler.dense", D, D, bias=True)
+        if config.mlm_head:  # ModernBERT's: dense, norm, and a bias on the tied decoder's logits
+            linear("mlm_head.dense", D, D)
+            norm("mlm_head.norm", "layer")
+            if config.output_bias:
+                shapes["mlm_head.bias"] = (config.src_vocab_size,)
         return shapes
     stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
     if not config.tie_embeddings:

@@ -97,7 +97,7 @@ def family_for_model(model) -> Family:
     loaded = getattr(model, "hf_model_type", None)
     if loaded is not None:
         for family in BY_ARCHITECTURE.values():  # a class read differently (T5EncoderModel: an EncoderModel)
-            if family.model_type == loaded and family.model_class == type(model).__name__:
+            if family.model_type == loaded and family.model_class == type(model).__name__ and fits(family, model):
                 return family
         return family_of(loaded)
     reasons = []
@@ -111,7 +111,19 @@ def family_for_model(model) -> Family:
             reasons.append(f"{family.model_type}: {error}")
             continue
         return family
+    for family in BY_ARCHITECTURE.values():  # a class of a family read differently (ModernBertForMaskedLM)
+        if family.model_class == type(model).__name__ and fits(family, model):
+            return family
     raise ValueError("no Hugging Face family fits this model: " + "; ".join(reasons))
+
+
+def fits(family: Family, model) -> bool:
+    """Whether a checkpoint of `family` can express the model's config (check_supported passes)."""
+    try:
+        check_supported(family, model.config)
+    except ValueError:
+        return False
+    return True
 
 
 __all__ = [

@@ -423,7 +423,7 @@ POSITIVE_INTS = (
     "intermediate_size", "d_ff", "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
     "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
     "max_position_embeddings", "n_positions", "d_kv", "relative_attention_num_buckets",
-    "relative_attention_max_distance", "seq_length",
+    "relative_attention_max_distance", "seq_length", "dim", "hidden_dim", "n_layers", "n_heads",
 )  # fmt: skip
 OPTIONAL_POSITIVE_INTS = (  # null means "as the family's default"
     "n_inner", "num_key_value_heads", "head_dim", "sliding_window", "num_decoder_layers", "decoder_vocab_size",
