@@ -13,7 +13,8 @@ layer index. Names of the base model (everything but the heads) are written with
 head class adds ("transformer.", "model."): a family lists the prefixes its checkpoints may carry.
 
 Reading a tensor: theirs -> drop `offset` leading rows -> squeeze a leading axis of 1 (`row`) ->
-transpose (`conv1d`) -> take slice `part` of the first axis (or, `per_head`, of each head's rows). Writing
+transpose (`conv1d`) -> take slice `part` of the first axis (or, `per_head`, of each head's rows; or, `gqa`, the
+q, k or v block of H, H_kv or H_kv heads). Writing
 undoes it in reverse. `read_layout` and `write_layout` below do it for NumPy arrays and torch tensors alike: the
 one interpreter of these tables, used by both sides.
 """
