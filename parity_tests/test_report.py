@@ -43,8 +43,9 @@ def test_report_passes_and_writes_json(tmp_path, capsys):
     assert all(r["fd_rel_error"] is not None and r["fd_rel_error"] <= C.FD_BAR for r in ours)
     hf = {r["component"] for r in data["records"] if is_hf(r)}
     for model in ("BertModel", "RobertaModel", "XLMRobertaModel", "DistilBertModel", "MPNetModel", "GPT2LMHeadModel",
-                  "LlamaForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM", "MarianMTModel",
-                  "BartForConditional", "MiniLM", "ModernBertModel", "ModernBertForMaskedLM"):  # fmt: skip
+                  "LlamaForCausalLM", "MarianMTModel", "BartForConditional", "MiniLM", "ModernBertModel",
+                  "ModernBertForMaskedLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM",
+                  "Gemma3ForCausalLM"):  # fmt: skip
         assert any(model in name for name in hf), f"no row against {model}"
     assert all(r["n_gradients"] > 10 for r in data["records"] if is_hf(r))
     assert "rows pass" in printed and "FAIL" not in printed
