@@ -260,9 +260,9 @@ def parallel_step_function(config, np_model, src, tgt_in, tgt_out, timings: dict
     if timings is not None:
         sum_grads = runner._sum_grads
 
-        def timed_sum():
+        def timed_sum(part_grads: list) -> None:
             start = time.perf_counter()
-            sum_grads()
+            sum_grads(part_grads)
             timings["sum of the parts' gradients"] = timings.get("sum of the parts' gradients", 0.0) + (
                 time.perf_counter() - start
             )

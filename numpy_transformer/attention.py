@@ -20,8 +20,8 @@ from .layers import (
     dropout_forward,
     linear_backward,
     linear_forward,
-    rms_norm_backward,
-    rms_norm_forward,
+    norm_backward,
+    norm_forward,
     softmax_backward,
     softmax_forward,
 )
@@ -205,20 +205,22 @@ MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weig
 # ----------------------------------------------------------------------------------------------
 # Qwen3's q_norm and k_norm: an RMSNorm over each head's Dh features of the queries and of the keys, after the
 # projections and before RoPE, with one weight (Dh,) shared by every head. Attention applies it when its params
-# hold q_norm.weight and k_norm.weight (config.qk_norm).
+# hold q_norm.weight and k_norm.weight (config.qk_norm). Gemma's are the same with the gain 1 + weight (kind
+# "rms_offset", as its other norms).
 
 QK_NORM_KEYS = ("q_norm.weight", "k_norm.weight")
 
 
-def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
+def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float, kind: str = "rms"):
     r"""RMSNorm of every head's vector: x (B, H, T, Dh), weight (Dh,) -> (B, H, T, Dh),
 
     .. math::
 
         y_{bht} = \frac{x_{bht}}{\sqrt{\mathrm{mean}_d\, x_{bhtd}^2 + \varepsilon}} \odot \gamma
 
-    the RMSNorm pair's math over the last axis, every (batch, head, position) a row."""
-    return rms_norm_forward(x, weight, eps)
+    the RMSNorm pair's math over the last axis, every (batch, head, position) a row; :math:`\gamma` = weight
+    (kind "rms", Qwen3) or 1 + weight (kind "rms_offset", Gemma)."""
+    return norm_forward({"weight": weight}, x, kind, eps)
 
 
 def qk_norm_backward(dout: np.ndarray, cache):
@@ -230,8 +232,9 @@ def qk_norm_backward(dout: np.ndarray, cache):
         dx_{bht} = r_{bht} \big(g_{bht} - \hat x_{bht}\, \mathrm{mean}_d(g_{bht} \odot \hat x_{bht})\big), \qquad
         d\gamma = \textstyle\sum_{b, h, t} dy_{bht} \odot \hat x_{bht}
 
-    Returns dx (B, H, T, Dh) and dweight (Dh,)."""
-    return rms_norm_backward(dout, cache)
+    Returns dx (B, H, T, Dh) and dweight (Dh,) (Gemma's w = gamma - 1 gets d gamma)."""
+    dx, grads = norm_backward(dout, cache)
+    return dx, grads["weight"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,6 +337,7 @@ def multi_head_attention_forward(
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
     qk_norm_eps: float = 1e-6,
+    qk_norm_kind: str = "rms",
 ):
     r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
     its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
@@ -361,7 +365,7 @@ def multi_head_attention_forward(
     ones included): padded keys are masked out (a left-padded batch; the key positions of a rolling cache are in
     no fixed order, so the mask is read at them after the cache update).
     With q_norm.weight and k_norm.weight (Dh,) in params (Qwen3), each head's queries and keys are RMS-normalised
-    (qk_norm_forward, eps qk_norm_eps) after the projections and before RoPE.
+    (qk_norm_forward, eps qk_norm_eps, kind qk_norm_kind) after the projections and before RoPE.
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -384,7 +388,7 @@ def multi_head_attention_forward(
     qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
     q_norm_cache = k_norm_cache = None
     if qk_norm:
-        q, q_norm_cache = qk_norm_forward(q, params["q_norm.weight"], qk_norm_eps)
+        q, q_norm_cache = qk_norm_forward(q, params["q_norm.weight"], qk_norm_eps, qk_norm_kind)
     k_cache = v_cache = None
     if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
         k, v, k_pos = kv_cache.keys, kv_cache.values, positions(kv_cache.keys.shape[2])  # the memory's, from step 1
@@ -393,7 +397,7 @@ def multi_head_attention_forward(
         v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
         k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
         if qk_norm:
-            k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps)
+            k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps, qk_norm_kind)
         k_pos = q_pos if kv_cache is not None or key is query else positions(key.shape[1])
     rope_cache = None
     if rope is not None:
@@ -509,7 +513,7 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
         )
     kv = width // n_heads * n_kv_heads  # H_kv * Dh
     expected = {"q_proj": (width, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, width)}
-    expected |= {"q_norm": (width // n_heads,), "k_norm": (width // n_heads,)}  # Qwen3: one weight (Dh,) per side
+    expected |= {"q_norm": (width // n_heads,), "k_norm": (width // n_heads,)}
     for k in weights + present + norms:
         shape = expected[k.split(".")[0]]
         shape = shape if k.endswith("weight") else shape[:1]

@@ -100,7 +100,7 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray, attention_mask
     cache.length += new_ids.shape[1]
     x = model.scale_output(x[:, -1])  # (N, D): only the last position predicts
     logits, _ = linear_forward(x, model.output_weight(), model.output_bias())  # (N, V)
-    return logits
+    return model.softcap(logits)[0]
 
 
 def reorder_cache(cache: DecoderCache, rows: np.ndarray) -> None:

@@ -505,29 +505,60 @@ def rms_norm_backward(dout: np.ndarray, cache):
     return dx, dweight
 
 
+def offset_rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
+    r"""Gemma's RMSNorm, whose parameter w is the gain's offset from one: the gain is :math:`\gamma = 1 + w`
+    (w = 0 is the identity gain; transformers computes it in float32, here in x's dtype),
+
+    .. math::
+
+        y = rac{x}{\sqrt{\mathrm{mean}(x^2) + arepsilon}} \odot (1 + w)
+    """
+    return rms_norm_forward(x, 1.0 + weight, eps)
+
+
+def offset_rms_norm_backward(dout: np.ndarray, cache):
+    r"""RMSNorm's gradients with :math:`\gamma = 1 + w`; :math:`\partial\gamma / \partial w = 1`, so w gets
+    :math:`d\gamma` unchanged. With :math:`g = dy \odot (1 + w)`:
+
+    .. math::
+
+        dw = 	extstyle\sum_{	ext{rows}} dy \odot \hat x, \qquad
+        dx = r ig(g - \hat x\, \mathrm{mean}(g \odot \hat x)ig)
+
+    Returns dx (..., D) and dweight (D,)."""
+    return rms_norm_backward(dout, cache)
+
+
 # ----------------------------------------------------------------------------------------------
-# The one place that chooses the normalisation: config.norm is "layer" or "rms".
+# The one place that chooses the normalisation: config.norm is "layer", "rms" or "rms_offset" (Gemma's 1 + w gain).
+
+RMS_PAIRS = {
+    "rms": (rms_norm_forward, rms_norm_backward),
+    "rms_offset": (offset_rms_norm_forward, offset_rms_norm_backward),
+}
 
 
 def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
-    """LayerNorm (kind "layer"; params weight and bias, or weight only: config.norm_bias False) or RMSNorm ("rms";
-    weight only) of x (..., D)."""
-    if kind == "rms":
+    """LayerNorm (kind "layer"; params weight and bias, or weight only: config.norm_bias False), RMSNorm ("rms";
+    weight only) or Gemma's RMSNorm of gain 1 + weight ("rms_offset"; weight only) of x (..., D)."""
+    if kind in RMS_PAIRS:
         if "bias" in params:
-            raise ValueError("norm_forward: RMSNorm has no bias, but params holds one (kind 'rms' takes weight only)")
-        out, cache = rms_norm_forward(x, params["weight"], eps)
+            raise ValueError(
+                f"norm_forward: RMSNorm has no bias, but params holds one (kind {kind!r} takes weight only)"
+            )
+        out, cache = RMS_PAIRS[kind][0](x, params["weight"], eps)
     elif kind == "layer":
         out, cache = layer_norm_forward(x, params["weight"], params.get("bias"), eps)
     else:
-        raise ValueError(f"norm kind must be 'layer' or 'rms', got {kind!r}")
+        raise ValueError(f"norm kind must be 'layer', 'rms' or 'rms_offset', got {kind!r}")
     return out, (kind, cache, "bias" in params)
 
 
 def norm_backward(dout: np.ndarray, cache):
     """Backward of norm_forward: dx and the grads dict keyed like its params ("weight", and "bias")."""
     kind, cache, biased = cache
-    if kind == "rms":
-        dx, dweight = rms_norm_backward(dout, cache)
+    if kind in RMS_PAIRS:
+        dx, dweight = RMS_PAIRS[kind][1](dout, cache)
         return dx, {"weight": dweight}
     dx, dweight, dbias = layer_norm_backward(dout, cache)
     return dx, {"weight": dweight, "bias": dbias} if biased else {"weight": dweight}
@@ -712,3 +743,52 @@ def residual_out_backward(dout: np.ndarray, cache):
     if norm_cache is not None:
         dout, norm_grads = norm_backward(dout, norm_cache)  # ds
     return dout, dropout_backward(dout, drop_cache), norm_grads
+
+
+def sandwich_out_forward(
+    x: np.ndarray, y: np.ndarray, post_norm: dict, eps: float, dropout: Dropout | None = None, site: str = "",
+    kind: str = "rms",
+):  # fmt: skip
+    r"""Gemma's sandwich: the sublayer's output y is normalised before it joins the residual stream x (both
+    (B, T, D)), :math:`\mathrm{out} = x + \mathrm{drop}\big(\mathrm{Norm_{post}}(y)\big)`; the pre-norm of the
+    sublayer's input is residual_in's. post_norm: the second norm's params."""
+    z, norm_cache = norm_forward(post_norm, y, kind, eps)  # (B, T, D)
+    z, drop_cache = dropout_site(dropout, site, z)
+    return x + z, (norm_cache, drop_cache)
+
+
+def sandwich_out_backward(dout: np.ndarray, cache):
+    r"""Backward of sandwich_out_forward: dx along the residual path, dy into the sublayer through the post-norm,
+    and the post-norm's grads. With :math:`z = \mathrm{Norm_{post}}(y)`:
+
+    .. math::
+
+        dx = d\mathrm{out}, \qquad dz = \mathrm{drop}^\top d\mathrm{out}, \qquad
+        dy = J_{\mathrm{Norm_{post}}}^\top dz
+    """
+    norm_cache, drop_cache = cache
+    dz = dropout_backward(dout, drop_cache)
+    dy, norm_grads = norm_backward(dz, norm_cache)
+    return dout, dy, norm_grads
+
+
+# ----------------------------------------------------------------------------------------------
+# Soft-capping (Gemma's final logits): a smooth clamp of every value into (-cap, cap).
+
+
+def softcap_forward(z: np.ndarray, cap: float):
+    r""":math:`y = c \tanh(z / c)`, elementwise, c = cap: about z where :math:`|z| \ll c`, never past
+    :math:`\pm c`. z (...) -> y (...)."""
+    t = np.tanh(z / cap)
+    return cap * t, t
+
+
+def softcap_backward(dout: np.ndarray, cache):
+    r"""The derivative of :math:`c \tanh(z / c)` is :math:`1 - \tanh^2(z / c)`, so with t = tanh(z / c):
+
+    .. math::
+
+        dz = dy \odot (1 - t^2)
+    """
+    t = cache
+    return dout * (1.0 - t * t)

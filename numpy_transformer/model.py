@@ -46,7 +46,11 @@ from .layers import (
     residual_in_forward,
     residual_out_backward,
     residual_out_forward,
+    sandwich_out_backward,
+    sandwich_out_forward,
     sinusoidal_table,
+    softcap_backward,
+    softcap_forward,
     tanh_backward,
     tanh_forward,
 )
@@ -273,7 +277,7 @@ def attention_forward(
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, qk_norm_eps=config.layer_norm_eps,
-        **decoding,
+        qk_norm_kind="rms_offset" if config.norm == "rms_offset" else "rms", **decoding,
     )  # fmt: skip
 
 
@@ -331,9 +335,23 @@ def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfi
 
 def sublayer_out(params: dict, name: str, x: np.ndarray, y: np.ndarray, config, dropout, site: str):
     """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
-    `{site}.{name}_dropout`)."""
-    norm, eps = sub(params, f"{name}_norm"), config.layer_norm_eps
-    return residual_out_forward(x, y, norm, config.norm_first, eps, dropout, f"{site}.{name}_dropout", config.norm)
+    `{site}.{name}_dropout`); with config.sandwich_norm (Gemma) x + drop(Norm_post(y)), its norm `{name}_post_norm`."""
+    eps, drop_site = config.layer_norm_eps, f"{site}.{name}_dropout"
+    if config.sandwich_norm:
+        post = sub(params, f"{name}_post_norm")
+        out, cache = sandwich_out_forward(x, y, post, eps, dropout, drop_site, config.norm)
+        return out, (f"{name}_post_norm", sandwich_out_backward, cache)
+    norm = sub(params, f"{name}_norm")
+    out, cache = residual_out_forward(x, y, norm, config.norm_first, eps, dropout, drop_site, config.norm)
+    return out, (f"{name}_norm", residual_out_backward, cache)
+
+
+def sublayer_out_backward(dout: np.ndarray, cache):
+    """Backward of sublayer_out: dx along the residual path, dy into the sublayer, and the grads of the norm it
+    holds (none in pre-norm; the post-norm's in the sandwich), named below the layer."""
+    name, backward, cache = cache
+    dx, dy, grads = backward(dout, cache)
+    return dx, dy, {f"{name}.{k}": v for k, v in grads.items()}
 
 
 def norm_grads(name: str, *parts: dict) -> dict:
@@ -387,16 +405,16 @@ def encoder_layer_backward(dout: np.ndarray, cache):
 
     Returns dx (B, T, D) and the layer's grads dict."""
     c = cache
-    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])
     dh, ffn_grads = ffn_backward(dy, c["ffn"])
     dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
-    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
     dx = dx + dx_attn  # residual path + path through self-attention
-    grads = norm_grads("ffn", ffn_in, ffn_out) | norm_grads("self_attn", attn_in, attn_out)
+    grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
     return dx, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
 
 
@@ -461,25 +479,25 @@ def decoder_layer_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray |
     the load-balancing loss sends to a mixture-of-experts layer's router logits, or None. Returns dx (B, T_tgt, D),
     dmemory (B, T_src, D) or None, and grads."""
     c = cache
-    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])
     dh, ffn_grads = ffn_backward(dy, c["ffn"], drouter_logits)
     dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
-    grads = norm_grads("ffn", ffn_in, ffn_out) | prefixed(ffn_grads, "ffn")
+    grads = norm_grads("ffn", ffn_in) | ffn_out | prefixed(ffn_grads, "ffn")
     dmemory = None
     if "cross_attn" in c:
-        dx, dy, cross_out = residual_out_backward(dx, c["cross_attn_out"])
+        dx, dy, cross_out = sublayer_out_backward(dx, c["cross_attn_out"])
         dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c["cross_attn"])
         dmemory = dkey + dvalue  # the memory was the key and the value
         dx_cross, cross_in = residual_in_backward(dh, c["cross_attn_in"])
         dx = dx + dx_cross  # residual path + path through cross-attention
-        grads |= norm_grads("cross_attn", cross_in, cross_out) | prefixed(cross_grads, "cross_attn")
-    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+        grads |= norm_grads("cross_attn", cross_in) | cross_out | prefixed(cross_grads, "cross_attn")
+    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
     dx = dx + dx_attn  # residual path + path through self-attention
-    grads |= norm_grads("self_attn", attn_in, attn_out) | prefixed(attn_grads, "self_attn")
+    grads |= norm_grads("self_attn", attn_in) | attn_out | prefixed(attn_grads, "self_attn")
     return dx, dmemory, grads
 
 
@@ -537,15 +555,15 @@ def parallel_layer_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray 
 
     drouter_logits: as decoder_layer_backward's. Returns dx (B, T, D), None (no memory) and the layer's grads dict."""
     c = cache
-    dx, dy, ffn_out = residual_out_backward(dout, c["ffn_out"])  # dx = dout: the stream after attention
+    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])  # dx = dout: the stream after attention
     dg, ffn_grads = ffn_backward(dy, c["ffn"], drouter_logits)
     dx_ffn, ffn_in = residual_in_backward(dg, c["ffn_in"])  # through Norm2, to the layer's input
-    dx, dy, attn_out = residual_out_backward(dx, c["self_attn_out"])
+    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
     dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
     dx = dx + dx_attn + dx_ffn  # residual path + path through attention + path through the feed-forward block
-    grads = norm_grads("ffn", ffn_in, ffn_out) | norm_grads("self_attn", attn_in, attn_out)
+    grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
     return dx, None, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
 
 
@@ -709,12 +727,13 @@ def decoder_backward(dout: np.ndarray, cache, drouter_logits: dict | None = None
 # checkpoint readers), and the initialisation.
 
 
-def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
+def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: bool = False) -> dict:
     r"""Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
 
     - linear weights: Xavier-uniform, :math:`\mathcal U(-a, a)` with :math:`a = \sqrt{6 / (\mathrm{fan_{in}} +
       \mathrm{fan_{out}})}`, as the paper's reference code (tensor2tensor) and nn.Transformer do; biases zero;
-    - layer norms: weight one, bias zero;
+    - layer norms: weight one, bias zero (with norm_gain_offset, Gemma's RMSNorms of gain 1 + weight: weight zero,
+      the same unit gain; BERT's embedding LayerNorm keeps one);
     - token embeddings: :math:`\mathcal N(0, 1/D)`, so that after the :math:`\sqrt{D}` scale they have unit
       variance, and so that a tied output projection starts with logits of order one;
     - learned positions and token types: :math:`\mathcal N(0, 0.02^2)`.
@@ -723,7 +742,8 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int) -> dict:
     params = {}
     for name, shape in shapes.items():
         if name.endswith("norm.weight"):
-            value = np.ones(shape)
+            offset = norm_gain_offset and not name.endswith("embedding_norm.weight")
+            value = np.zeros(shape) if offset else np.ones(shape)
         elif name.endswith(".bias"):
             value = np.zeros(shape)
         elif name.endswith("token_embedding.weight"):
@@ -764,7 +784,7 @@ class _Model:
         self.config = config
         self.dtype = dtype
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
-        self.params = init_params(shapes, seed, dtype, config.d_model)
+        self.params = init_params(shapes, seed, dtype, config.d_model, config.norm == "rms_offset")
         self.zero_grad()  # self.grads: name -> gradient array, like params
         self.training = True
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
@@ -871,14 +891,23 @@ class _Model:
         states)."""
         return x if self.config.output_scale == 1.0 else x * self.config.output_scale
 
+    def softcap(self, logits: np.ndarray):
+        """Gemma's final soft-capping, cap * tanh(logits / cap) with cap = config.logit_softcap (softcap_forward),
+        and its cache; the logits and None when the config sets no cap."""
+        if self.config.logit_softcap is None:
+            return logits, None
+        return softcap_forward(logits, self.config.logit_softcap)
+
     def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
         """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
         masks it used, and the caches the backward pass will read."""
         logits, out_cache = linear_forward(self.scale_output(x), self.output_weight(), self.output_bias())  # (B, T, V)
+        logits, cap_cache = self.softcap(logits)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = caches | {"output": out_cache, "decoder_out": x, "logits": logits, "logits_shape": logits.shape}
+        self._cache = caches | {"output": out_cache, "softcap": cap_cache, "decoder_out": x, "logits": logits}
+        self._cache["logits_shape"] = logits.shape
         self._aux_cache = None  # the load-balancing loss of this forward, once computed
         return logits
 
@@ -923,6 +952,8 @@ class _Model:
     def _output_backward(self, dlogits: np.ndarray):
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
         grads = {}
+        if self._cache["softcap"] is not None:
+            dlogits = softcap_backward(dlogits, self._cache["softcap"])
         dx, dweight, dbias = linear_backward(dlogits, self._cache["output"])
         dx = self.scale_output(dx)  # y = c x: dx = c dy
         if dbias is not None:

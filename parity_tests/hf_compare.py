@@ -34,6 +34,7 @@ import torch
 import transformers
 import transformers.utils.logging
 from transformers.models.bloom import modeling_bloom
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
@@ -58,7 +59,7 @@ transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing 
 
 FAMILIES = (
     "bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3",
-    "gpt_neox", "qwen3", "mixtral", "qwen3_moe",
+    "gpt_neox", "qwen3", "gemma3_text", "mixtral", "qwen3_moe",
 )  # fmt: skip
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 # mixtures of experts: their routers and load-balancing loss have float32 islands too
@@ -77,6 +78,7 @@ CLASSES = {
     "phi3": transformers.Phi3ForCausalLM,
     "gpt_neox": transformers.GPTNeoXForCausalLM,
     "qwen3": transformers.Qwen3ForCausalLM,
+    "gemma3_text": transformers.Gemma3ForCausalLM,
     "mixtral": transformers.MixtralForCausalLM,
     "qwen3_moe": transformers.Qwen3MoeForCausalLM,
 }
@@ -94,6 +96,7 @@ CONFIGS = {
     "phi3": transformers.Phi3Config,
     "gpt_neox": transformers.GPTNeoXConfig,
     "qwen3": transformers.Qwen3Config,
+    "gemma3_text": transformers.Gemma3TextConfig,
     "mixtral": transformers.MixtralConfig,
     "qwen3_moe": transformers.Qwen3MoeConfig,
 }
@@ -201,6 +204,20 @@ TINY["gpt_neox"] = dict(
     bos_token_id=1,
     eos_token_id=2,
 )
+# Gemma 3: Llama's sizes (head_dim 8 = 32 / 4), an attention scale 12^-1/2 that is not 1/sqrt(head_dim), final
+# logits capped at 3 (the tiny model's logits reach past it, where tanh bends), a local layer (a window of 3, rotary
+# base 10000) then a global one (base 500), as Gemma's 5:1 pattern in two layers. Its special ids are Gemma's: pad 0,
+# eos 1, bos 2.
+TINY["gemma3_text"] = dict(
+    vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    intermediate_size=48, max_position_embeddings=32, query_pre_attn_scalar=12, final_logit_softcapping=3.0,
+    layer_types=["sliding_attention", "full_attention"], sliding_window=3, pad_token_id=0, eos_token_id=1,
+    bos_token_id=2,
+    rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    },
+)  # fmt: skip
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -278,6 +295,18 @@ VARIANTS = {
     "gpt_neox sequential, rotary_pct 0.25, tied": (
         "gpt_neox",
         {"use_parallel_residual": False, "rotary_pct": 0.25, "tie_word_embeddings": True},
+    ),
+    "gemma3_text local then global window=3 GQA 4/2 tied scalar=12 softcap=3": ("gemma3_text", {}),
+    "gemma3_text global then local head_dim=12 MQA 4/1 untied no softcap": (
+        "gemma3_text",
+        {
+            "layer_types": ["full_attention", "sliding_attention"],
+            "head_dim": 12,
+            "num_key_value_heads": 1,
+            "tie_word_embeddings": False,
+            "final_logit_softcapping": None,
+            "query_pre_attn_scalar": 12,
+        },
     ),
 }
 
@@ -512,6 +541,52 @@ def moe_in_float64(family: str):
         module.load_balancing_loss_func = saved
 
 
+# Gemma 3's float32 islands: Gemma3RMSNorm computes in float32 (its input and 1 + w), Gemma3RotaryEmbedding makes
+# cos and sin in float32 (per layer kind), the scaled embedding multiplies by sqrt(hidden_size) kept in a float32
+# buffer, and eager attention takes its softmax in float32. The same math in the input's dtype:
+
+
+def gemma3_rms_norm_forward_float64(self, x):
+    """Gemma3RMSNorm.forward in x's own dtype: x / sqrt(mean(x^2) + eps) * (1 + w)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
+@torch.no_grad()
+def gemma3_rotary_forward_float64(self, x, position_ids, layer_type):
+    """Gemma3RotaryEmbedding.forward (default RoPE, the base of the layer kind) in float64."""
+    config = self.config
+    theta = config.rope_parameters[layer_type]["rope_theta"]
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim))  # (Dh/2,)
+    emb = (position_ids[..., None].to(torch.float64) * inv_freq).repeat(1, 1, 2)  # (B, T, Dh)
+    scaling = getattr(self, f"{layer_type}_attention_scaling")
+    return (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
+
+
+def gemma3_embedding_forward_float64(self, input_ids):
+    """Gemma3TextScaledWordEmbedding.forward with the Python float sqrt(hidden_size), not its float32 buffer."""
+    return torch.nn.Embedding.forward(self, input_ids) * self.scalar_embed_scale
+
+
+@contextlib.contextmanager
+def gemma3_in_float64():
+    """Within the block, transformers' Gemma 3 computes its norms, rotary tables, embedding scale and (eager)
+    softmax in float64."""
+    m = modeling_gemma3
+    classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
+    saved = [c.forward for c in classes], m.eager_attention_forward
+    patched = (gemma3_rms_norm_forward_float64, gemma3_rotary_forward_float64, gemma3_embedding_forward_float64)
+    for c, forward in zip(classes, patched, strict=True):
+        c.forward = forward
+    m.eager_attention_forward = eager_attention_forward_float64
+    try:
+        yield
+    finally:
+        for c, forward in zip(classes, saved[0], strict=True):
+            c.forward = forward
+        m.eager_attention_forward = saved[1]
+
+
 def patch_for(family: str, dtype, llama_float64: bool = True):
     """The float64 patch where it applies (a float64 Llama-like model, or BLOOM), else nothing."""
     if np.dtype(dtype) != np.float64:
@@ -522,6 +597,8 @@ def patch_for(family: str, dtype, llama_float64: bool = True):
         return llama_in_float64(family)
     if family == "bloom":
         return bloom_in_float64()
+    if family == "gemma3_text" and llama_float64:
+        return gemma3_in_float64()
     return contextlib.nullcontext()
 
 
@@ -811,6 +888,12 @@ NATIVE["gpt_neox"] = TransformerConfig(
     src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=48, n_encoder_layers=0, n_decoder_layers=2,
     activation="gelu", norm_first=True, positional="rope", rope_theta=500.0, rotary_dim=2, parallel_residual=True,
     max_len=16, pad_id=None, scale_embeddings=False, output_bias=False,
+)  # fmt: skip
+NATIVE["gemma3_text"] = dataclasses.replace(
+    NATIVE["llama"], activation="gelu_tanh", norm="rms_offset", scale_embeddings=True, qk_norm=True,
+    sandwich_norm=True, logit_softcap=3.0, attention_scale=12**-0.5, tie_embeddings=True, pad_id=0, eos_id=1, bos_id=2,
+    embedding_padding_idx=True, head_dim=12, layer_types=("sliding_attention", "full_attention"), sliding_window=3,
+    rope_local_theta=10000.0,
 )  # fmt: skip
 NATIVE["qwen3_moe"] = dataclasses.replace(
     NATIVE["qwen3"], n_decoder_layers=3, n_experts=4, top_k=2, d_expert=24, dense_layers=(1,), router_aux_loss_coef=0.02

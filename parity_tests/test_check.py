@@ -177,8 +177,43 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 38  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island
+    assert len(CATALOGUE) == 39  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island, q_k_swapped
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
+
+
+def test_every_registered_attention_mistake_has_a_variant_that_changes_the_output():
+    """The registry of mistakes (check/mistakes.py): each attention entry yields variants at some attention site
+    (padded, causal, rotary, grouped-query), and one of them computes something other than the reference (the
+    renormalised mask after the softmax equals it but at rows with no key left)."""
+    import numpy as np
+
+    from parity_tests.check import mistakes as MK
+    from parity_tests.check import variants as VR
+
+    rng = np.random.default_rng(0)
+    B, H, T, Dh = 2, 2, 4, 4
+    q, k, v = (rng.standard_normal((B, H, T, Dh)) for _ in range(3))
+    pad = np.ones((B, 1, 1, T), bool)
+    pad[1, ..., -1] = False
+    causal = np.tril(np.ones((T, T), bool))[None, None]
+    sites = [
+        MK.Site(H * Dh, Dh, pad),
+        MK.Site(H * Dh, Dh, causal, causal=True, pad=pad, swap=pad),
+        MK.Site(H * Dh, Dh, None, rope=True, gqa=True),
+    ]
+    for mistake in (m for m in MK.MISTAKES if m.unit == MK.ATTENTION):
+        found = [(s, knobs) for s in sites for _, knobs in mistake.variants(s)]
+        assert found, f"{mistake.id}: no variant at any site"
+        heads = [(s, dict(kn)) for s, kn in found if not set(kn) & {"transpose", "rope_v", "pairs", "k_shift", "tile"}]
+        if not heads:
+            continue  # knobs of the whole multi-head attention only: test_check_llama and the corpus name them
+        differences = []
+        for site, knobs in heads:
+            reference = VR.attention_heads(q, k, v, site.keep)
+            variant = VR.attention_heads(q, k, v, knobs.pop("keep", site.keep), **knobs)
+            assert np.isfinite(variant).all(), (mistake.id, knobs)
+            differences.append(np.abs(variant - reference).max())
+        assert max(differences) > 1e-6, mistake.id
 
 
 # -- layers and torch.nn ----------------------------------------------------------------------------------------

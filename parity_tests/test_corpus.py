@@ -26,16 +26,7 @@ CORPUS = ROOT / "parity_tests" / "corpus"
 
 # What the judge says today where it is wrong, quoted; keyed by "style.factory". Remove an entry when a fix of the
 # judge makes its case pass (strict xfail: the unexpected pass fails the run until then).
-HF_TYPES = (
-    "ValueError: eos_id must be a valid token id below tgt_vocab_size=2, got 2 (the token-type table read as the "
-    "vocabulary)"
-)
-TODAY = {
-    "hf_style.model": HF_TYPES,
-    "hf_style.mask_inverted": HF_TYPES,
-    "hf_style.wrong_scale": HF_TYPES,
-    "hf_style.unbiased_variance": HF_TYPES,
-}
+TODAY: dict[str, str] = {}
 
 
 def _case(name: str, *values):
@@ -114,6 +105,28 @@ def test_pass_under_a_convention_that_is_a_mistake_says_so(style, factory, call,
     assert result.passed, str(result)
     assert caveat in [c[0] for c in result.caveats], str(result)
     assert caveat in str(result)
+
+
+def test_bert_token_types_and_embedding_norm_are_judged_not_glued():
+    """BERT's token-type table is not read as a vocabulary, nor its embedding LayerNorm as a layer's: the judge
+    infers the reference's type_vocab_size and embedding_norm, maps the two, and compares their gradients."""
+    result = judge("hf_style", load("hf_style").model)
+    assert result.passed, str(result)
+    assert (result.config.type_vocab_size, result.config.embedding_norm) == (2, True)
+    assert result.config.tgt_vocab_size == result.config.src_vocab_size == 30
+    assert result.mapping["embeddings.token_type_embeddings.weight"][0] == "encoder.token_type_embedding.weight"
+    assert result.mapping["embeddings.LayerNorm.weight"][0] == "encoder.embedding_norm.weight"
+    rows = {r.name: r for r in result.rows if r.dtype == "float64"}
+    for name in ("d encoder.token_type_embedding.weight", "d encoder.embedding_norm.weight"):
+        assert rows[name].ok and rows[name].note != "all zero", str(result)
+
+
+def test_transformers_attention_mask_polarity_is_the_librarys():
+    """transformers documents attention_mask as 1 = attend: a model that hides the ones fails, named
+    attention.mask_inverted, instead of passing under "True means hidden" with a caveat."""
+    result = judge("hf_style", load("hf_style").mask_inverted)
+    assert not result.passed and not result.caveats, str(result)
+    assert result.diagnoses[0].id == "attention.mask_inverted", str(result)
 
 
 # -- the corpus itself, without the judge: every mistake is real and sits where the table says ---------------------

@@ -170,6 +170,28 @@ LM_CONFIGS = {
         bias=False,
         output_bias=False,
     ),
+    "Gemma-3-like: (1 + w) rms sandwich, q/k norms, GeGLU tanh, local/global kinds, head_dim, capped logits": (
+        nt.TransformerConfig(
+            **SMALL,
+            norm_first=True,
+            norm="rms_offset",
+            sandwich_norm=True,
+            qk_norm=True,
+            positional="rope",
+            activation="gelu_tanh",
+            gated_ffn=True,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+            tie_embeddings=True,
+            head_dim=6,
+            attention_scale=0.3,
+            logit_softcap=2.0,
+            sliding_window=2,
+            rope_local_theta=100.0,
+            layer_types=("sliding_attention", "full_attention"),
+        )  # fmt: skip
+    ),
 }
 
 

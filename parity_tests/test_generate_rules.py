@@ -115,6 +115,7 @@ LEFT_PADDED = {
     "phi3": {"partial_rotary_factor": 0.5},  # fused qkv GQA 4/2, partial rotary
     "gpt_neox": {},  # parallel residual, rotary_pct 0.5
     "qwen3": {"head_dim": 16},  # q/k norm before RoPE, heads of 16 features with a hidden size of 32
+    "gemma3_text": {},  # a local layer (a window of 3) and a global one, the logits capped
     "mixtral": {},  # a sparse mixture of experts
     "qwen3_moe": {},  # q/k norm, experts and a dense layer
 }

@@ -25,6 +25,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 
 import numpy_transformer as nt
@@ -98,6 +99,31 @@ def test_llama_patch_swaps_exactly_its_float32_islands_and_restores_them():
     assert (dict(vars(norm)), dict(vars(rotary)), dict(vars(modeling_llama))) == before
 
 
+@pytest.mark.parametrize("side", SIDES)
+def test_unpatched_float64_gemma3_is_float32_accurate(side):
+    """transformers' own float64 Gemma 3 (norms, cos/sin, the sqrt(hidden_size) buffer in float32) agrees with ours
+    to the float32 bar, and not to the float64 one: the reason the float64 comparison patches those pieces."""
+    result = H.compare_hf("gemma3_text", np.float64, side=side, llama_float64=False)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+def test_gemma3_patch_swaps_exactly_its_float32_islands_and_restores_them():
+    """Gemma3RMSNorm's, Gemma3RotaryEmbedding's and the scaled embedding's forward, and the eager attention (its
+    softmax): nothing else."""
+    m = modeling_gemma3
+    classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
+    before = [dict(vars(c)) for c in classes], dict(vars(m))
+    with H.gemma3_in_float64():
+        changed = [
+            k for c, saved in zip(classes, before[0], strict=True) for k, v in vars(c).items() if saved.get(k) is not v
+        ]
+        assert changed == ["forward"] * 3
+        assert [k for k, v in vars(m).items() if before[1].get(k) is not v] == ["eager_attention_forward"]
+        assert m.Gemma3RMSNorm.forward is H.gemma3_rms_norm_forward_float64
+    assert ([dict(vars(c)) for c in classes], dict(vars(m))) == before
+
+
 @pytest.mark.parametrize(("family", "overrides"), VARIANTS)
 def test_tiny_models_attend_unevenly(family, overrides):
     """With near-uniform attention a wrong mask or rotation would barely change the outputs: the tiny models'
@@ -135,13 +161,16 @@ GREEDY_OVERRIDES = {
     "bloom": {"hidden_size": 32, "tie_word_embeddings": False},
     "phi3": {"pad_token_id": None},
     "qwen3": {"head_dim": 16, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
+    # the tiny tied Gemma repeats a token too; without a pad token a finished row is filled with eos, as the test reads
+    "gemma3_text": {"tie_word_embeddings": False, "pad_token_id": None},
 }
 
 
 @pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(
-    "family", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "mixtral", "qwen3_moe"]
+    "family",
+    ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "gemma3_text", "mixtral", "qwen3_moe"],
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
@@ -533,15 +562,17 @@ def test_load_returns_evaluation_mode_as_from_pretrained_does(minilm, side):
 @pytest.mark.parametrize("family", H.FAMILIES)
 def test_a_field_no_family_declares_is_refused(family, tmp_path):
     """Each family lists the config fields it can express: a value outside that list (here an attention scale of
-    2, which no family has) is refused by name when saving, never written as a checkpoint that loads differently."""
+    2, which no family but Gemma has, and for Gemma an output scale of 2) is refused by name when saving, never
+    written as a checkpoint that loads differently."""
     import dataclasses
 
     from transformer_spec.families import FAMILIES, check_supported
 
     model = H.native_model(family, "numpy")
     check_supported(FAMILIES[family], model.config)  # the native model itself fits
-    model.config = dataclasses.replace(model.config, attention_scale=2.0)
-    with pytest.raises(ValueError, match=r"attention_scale=2\.0"):
+    field = "output_scale" if family == "gemma3_text" else "attention_scale"  # Gemma's query_pre_attn_scalar
+    model.config = dataclasses.replace(model.config, **{field: 2.0})
+    with pytest.raises(ValueError, match=rf"{field}=2\.0"):
         check_supported(FAMILIES[family], model.config)
     # a model that names its family (H.NATIVE_MODEL_TYPE) is refused by that family, the others by every family
     refusal = "cannot be written as" if family in H.NATIVE_MODEL_TYPE else "no Hugging Face family fits"

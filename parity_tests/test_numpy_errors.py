@@ -759,7 +759,7 @@ def test_config_rope_theta_not_positive(value):
 
 
 def test_config_unknown_norm():
-    with pytest.raises(ValueError, match=r"norm must be one of \('layer', 'rms'\), got 'batch'"):
+    with pytest.raises(ValueError, match=r"norm must be one of \('layer', 'rms', 'rms_offset'\), got 'batch'"):
         tiny_config(norm="batch")
 
 
@@ -776,14 +776,14 @@ def test_config_unknown_activation_lists_silu():
 
 def test_norm_forward_unknown_kind(rng):
     x = rng.standard_normal((2, 3, 8))
-    with pytest.raises(ValueError, match=r"norm kind must be 'layer' or 'rms', got 'batch'"):
+    with pytest.raises(ValueError, match=r"norm kind must be 'layer', 'rms' or 'rms_offset', got 'batch'"):
         L.norm_forward({"weight": np.ones(8), "bias": np.zeros(8)}, x, "batch", 1e-5)
 
 
 @pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
 def test_residual_with_an_unknown_norm_kind(rng, norm_first):
     x = rng.standard_normal((2, 3, 8))
-    with pytest.raises(ValueError, match=r"norm kind must be 'layer' or 'rms', got 'RMS'"):
+    with pytest.raises(ValueError, match=r"norm kind must be 'layer', 'rms' or 'rms_offset', got 'RMS'"):
         h, _ = L.residual_in_forward(x, {"weight": np.ones(8)}, norm_first, 1e-5, kind="RMS")
         L.residual_out_forward(x, h, {"weight": np.ones(8)}, norm_first, 1e-5, kind="RMS")
 

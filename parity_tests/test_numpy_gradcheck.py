@@ -1129,3 +1129,99 @@ def test_encoder_model_with_roberta_positions(relative_bias):
     table = "encoder.position_embedding.weight"
     whole = gradcheck(fn, {table: model.params[table]}, {table: grads[table]}, max_coords=None, seed=8)
     assert whole.worst <= BAR, f"the whole position table: {whole}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Gemma 3's new pairs: the RMSNorm of gain 1 + w, the sandwich residual, the final soft-capping, and q/k norms.
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.1])
+def test_offset_rms_norm(eps):
+    """Gemma's RMSNorm, gain 1 + w: w near 0 (its neutral value), off it so that a missing 1 would show."""
+    rng = np.random.default_rng(70)
+    args = dict(x=0.5 + 2.0 * rand(rng, 2, 3, 8), weight=0.3 * rand(rng, 8), eps=eps)
+    result = check_pair(
+        L.offset_rms_norm_forward, L.offset_rms_norm_backward, args, wrt=["x", "weight"], max_coords=None
+    )
+    assert_passes(result, f"offset_rms_norm-{eps}")
+
+
+def test_offset_rms_norm_is_rms_norm_of_gain_one_plus_w():
+    rng = np.random.default_rng(71)
+    x, w = rand(rng, 2, 3, 8), 0.3 * rand(rng, 8)
+    np.testing.assert_array_equal(L.offset_rms_norm_forward(x, w, 1e-6)[0], L.rms_norm_forward(x, 1.0 + w, 1e-6)[0])
+    assert not np.allclose(L.offset_rms_norm_forward(x, w, 1e-6)[0], L.rms_norm_forward(x, w, 1e-6)[0])
+
+
+@pytest.mark.parametrize("cap", [0.5, 30.0])
+def test_softcap(cap):
+    """cap * tanh(z / cap): values past the cap (cap 0.5) where the slope is far from one, and a cap far above them."""
+    rng = np.random.default_rng(72)
+    args = dict(z=2.0 * rand(rng, 2, 3, 5), cap=cap)
+    result = check_pair(L.softcap_forward, L.softcap_backward, args, wrt=["z"], max_coords=None)
+    assert_passes(result, f"softcap-{cap}")
+    assert np.abs(L.softcap_forward(args["z"], cap)[0]).max() < cap
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3], ids=["no-dropout", "dropout"])
+def test_sandwich_residual_around_feed_forward(dropout_p):
+    """x + drop(Norm_post(FFN(Norm(x)))): the pre-norm's and the post-norm's weights both get gradients."""
+    rng = np.random.default_rng(73)
+    ffn_params = random_params(M.sub(parameter_shapes(tiny_config()), "encoder.layers.0.ffn"), rng)
+
+    def forward(x, norm, post_norm, ffn_params, dropout=None):
+        h, in_cache = L.residual_in_forward(x, norm, True, 1e-6, "rms_offset")
+        y, ffn_cache = L.feed_forward_forward(ffn_params, h, "gelu_tanh", dropout)
+        out, out_cache = L.sandwich_out_forward(x, y, post_norm, 1e-6, dropout, "ffn_dropout", "rms_offset")
+        return out, (in_cache, ffn_cache, out_cache)
+
+    def backward(dout, cache):
+        in_cache, ffn_cache, out_cache = cache
+        dx, dy, post_grads = L.sandwich_out_backward(dout, out_cache)
+        dh, ffn_grads = L.feed_forward_backward(dy, ffn_cache)
+        dx_ffn, norm_grads = L.residual_in_backward(dh, in_cache)
+        return dx + dx_ffn, norm_grads, post_grads, ffn_grads
+
+    args = dict(x=rand(rng, 2, 3, 8), norm={"weight": 0.3 * rand(rng, 8)}, post_norm={"weight": 0.3 * rand(rng, 8)})
+    args["ffn_params"] = ffn_params
+    if dropout_p:
+        args["dropout"] = replayed(dropout_p, lambda d: forward(**(args | {"dropout": d})))
+    wrt = ["x", "norm", "post_norm", "ffn_params"]
+    result = check_pair(forward, backward, args, wrt=wrt, max_coords=None)
+    assert {"norm.weight", "post_norm.weight"} <= set(result.errors)
+    assert_passes(result, f"sandwich-{dropout_p}")
+
+
+@pytest.mark.parametrize("kind", ["rms", "rms_offset"])
+def test_qk_norm_kinds(kind):
+    """The RMSNorm of each head's vector (B, H, T, Dh), one weight (Dh,) for every head and position: Qwen3's
+    ("rms") and Gemma's, gain 1 + w ("rms_offset")."""
+    rng = np.random.default_rng(74)
+    args = dict(x=rand(rng, 2, 3, 4, 6), weight=0.3 * rand(rng, 6) + (kind == "rms"), eps=1e-6, kind=kind)
+    result = check_pair(A.qk_norm_forward, A.qk_norm_backward, args, wrt=["x", "weight"], max_coords=None)
+    assert_passes(result, f"qk_norm-{kind}")
+
+
+GEMMA = dict(
+    norm_first=True, norm="rms_offset", positional="rope", activation="gelu_tanh", gated_ffn=True, n_heads=4,
+    n_kv_heads=2, bias=False, output_bias=False, qk_norm=True, sandwich_norm=True, logit_softcap=2.0,
+    attention_scale=0.4, tie_embeddings=True, n_decoder_layers=2, pad_id=None,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2], ids=["eval", "train-dropout"])
+def test_gemma_lm(dropout):
+    """A whole Gemma-like LM: (1 + w) norms in the sandwich, q/k norms, GeGLU (tanh), scaled tied embeddings, its own
+    attention scale, the final soft-capping; every parameter checked."""
+    cfg = tiny_config(**GEMMA, dropout=dropout)
+    rng = np.random.default_rng(75)
+    model = TransformerLM(cfg, seed=4)
+    if dropout == 0.0:
+        model.eval()
+    perturb(model, rng)
+    result = check_model(
+        model, make_ids(rng, ["......", "......"], cfg.tgt_vocab_size, cfg.pad_id), seed=6, max_coords=16
+    )
+    assert set(result.errors) == set(model.params)
+    assert {k for k in model.params if "post_norm" in k or "q_norm" in k} <= set(result.errors)
+    assert_passes(result, f"gemma-lm-{dropout}", rotated_blocks(cfg))

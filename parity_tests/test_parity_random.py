@@ -63,12 +63,16 @@ def configurations(draw):
         **site_rates,
         activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
         norm_first=norm_first,
-        norm=draw(st.sampled_from(["layer", "rms"])),
+        norm=draw(st.sampled_from(["layer", "rms", "rms_offset"])),
+        sandwich_norm=norm_first and not parallel_residual and draw(st.booleans()),  # Gemma's second norm
+        # Qwen3's and Gemma's per-head q/k RMSNorm, over at least 2 features (over one, x / sqrt(x^2 + eps) is a
+        # step of slope 1/sqrt(eps))
+        qk_norm=head_dim >= 2 and draw(st.booleans()),
+        logit_softcap=draw(st.sampled_from([None, None, 2.0])),
         positional=positional,
         rope_theta=draw(st.sampled_from([10000.0, 500000.0, 10.0])),
         rotary_dim=rotary_dim,
         parallel_residual=parallel_residual,
-        qk_norm=draw(st.booleans()),  # Qwen3's RMSNorm of each head's queries and keys
         sinusoid_layout=draw(st.sampled_from(["interleaved", "split"])),
         gated_ffn=draw(st.booleans()),
         n_kv_heads=n_kv_heads,
@@ -178,6 +182,35 @@ ALWAYS = [
         [1, 1],
         [7, 7],
         13,
+    ),
+    (  # Gemma 3: (1 + w) RMSNorm in the sandwich, q/k norms, GeGLU (tanh), scaled tied embeddings, its own attention
+        # scale, soft-capped logits, a window; training mode, a padded row
+        TransformerConfig(
+            **SMALL,
+            norm_first=True,
+            norm="rms_offset",
+            sandwich_norm=True,
+            qk_norm=True,
+            positional="rope",
+            activation="gelu_tanh",
+            gated_ffn=True,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+            tie_embeddings=True,
+            attention_scale=0.3,
+            logit_softcap=2.0,
+            sliding_window=3,
+            dropout=0.2,
+        ),
+        "TransformerLM",
+        True,
+        2,
+        1,
+        7,
+        [1, 1],
+        [7, 4],
+        14,
     ),
 ]
 

@@ -46,7 +46,7 @@ def test_report_passes_and_writes_json(tmp_path, capsys):
         "BertModel", "RobertaModel", "XLMRobertaModel", "DistilBertModel", "MPNetModel", "GPT2LMHeadModel",
         "LlamaForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM", "MixtralForCausalLM",
         "Qwen3MoeForCausalLM", "MarianMTModel", "BartForConditional", "MiniLM", "ModernBertModel",
-        "ModernBertForMaskedLM",
+        "ModernBertForMaskedLM", "Gemma3ForCausalLM",
     ):  # fmt: skip
         assert any(model in name for name in hf), f"no row against {model}"
     assert all(r["n_gradients"] > 10 for r in data["records"] if is_hf(r))

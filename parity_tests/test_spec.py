@@ -97,6 +97,10 @@ def tiny_config_json(model_type: str) -> dict:
                      num_hidden_layers=2, partial_rotary_factor=0.5, sliding_window=5, resid_pdrop=0.1),
         "gpt_neox": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2,
                          rotary_pct=0.25, use_parallel_residual=False, hidden_dropout=0.1),
+        # Gemma 3: six layers in its default 5:1 local/global pattern, head_dim 8 (not 16 / 4), a capped output
+        "gemma3_text": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                            intermediate_size=20, num_hidden_layers=6, sliding_window=4, query_pre_attn_scalar=8,
+                            final_logit_softcapping=30.0),
         "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
                            local_attention=4, global_rope_theta=500.0, norm_bias=True),
     }  # fmt: skip
@@ -119,10 +123,10 @@ def test_each_family_is_one_file_that_registers_it():
     assert {k: f for k, (_, f) in found.items()} == families.FAMILIES
     assert {k: file for k, (file, _) in found.items()} == {
         "bert": "bert", "gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama", "bloom": "bloom",
-        "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "qwen3": "qwen3", "phi3": "phi3", "gpt_neox": "gpt_neox",
+        "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "roberta": "roberta", "xlm-roberta": "roberta",
+        "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
+        "gpt_neox": "gpt_neox", "gemma3_text": "gemma3",
         "mixtral": "mixtral", "qwen3_moe": "qwen3_moe",
-        "roberta": "roberta", "xlm-roberta": "roberta", "distilbert": "distilbert", "mpnet": "mpnet",
-        "modernbert": "modernbert",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 
@@ -167,6 +171,9 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("bart", dict(decoder_attention_heads=4), r"decoder_attention_heads=4 is not supported \(supported: "
          r"encoder_attention_heads's value, 2"),
         ("t5", dict(feed_forward_proj="gated-silu"), r"feed_forward_proj='gated-silu' is not supported"),
+        ("gemma3_text", dict(attn_logit_softcapping=50.0), r"attn_logit_softcapping=50.0 is not supported \(supported: "
+         r"None\)"),
+        ("gemma3_text", dict(rope_scaling={"rope_type": "linear", "factor": 8.0}), r"rope_type='linear' is not "),
     ]  # fmt: skip
     for model_type, edit, message in cases:
         with pytest.raises(ValueError, match=message):

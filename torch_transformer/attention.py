@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .layers import Dropout, apply_rope, init_linear
+from .layers import Dropout, apply_rope, init_linear, rms_norm
 
 
 def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
@@ -168,6 +168,7 @@ class MultiHeadAttention(nn.Module):
         head_dim: int | None = None,
         band: int | None = None,
         qk_norm_eps: float | None = None,
+        qk_norm_kind: str = "rms",
     ):
         super().__init__()
         if head_dim is None and d_model % n_heads != 0:
@@ -188,8 +189,8 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.out_proj = init_linear(nn.Linear(width, d_model, bias=bias))
         if qk_norm_eps is not None:  # Qwen3: RMSNorm of each head's queries and keys (over Dh), before RoPE
-            self.q_norm = nn.RMSNorm(self.head_dim, eps=qk_norm_eps)
-            self.k_norm = nn.RMSNorm(self.head_dim, eps=qk_norm_eps)
+            self.q_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)  # Gemma's: kind "rms_offset"
+            self.k_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)
         self.qk_norm = qk_norm_eps is not None
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward

@@ -92,11 +92,28 @@ def init_linear(linear: nn.Linear) -> nn.Linear:
     return linear
 
 
+class OffsetRMSNorm(nn.RMSNorm):
+    """Gemma's RMSNorm: the parameter `weight` is the gain's offset from one, y = rms_norm(x) * (1 + weight); it
+    starts at zero, the unit gain."""
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.zeros_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, 1.0 + self.weight, self.eps)
+
+
+def rms_norm(dim: int, eps: float, kind: str = "rms") -> nn.Module:
+    """An RMSNorm over the last `dim` features: `nn.RMSNorm` (kind "rms") or Gemma's OffsetRMSNorm ("rms_offset")."""
+    return OffsetRMSNorm(dim, eps=eps) if kind == "rms_offset" else nn.RMSNorm(dim, eps=eps)
+
+
 def make_norm(config) -> nn.Module:
-    """The norm the config asks for: `nn.LayerNorm` (weight and bias; weight only when config.norm_bias is False) or
-    `nn.RMSNorm` (weight only)."""
-    if config.norm == "rms":
-        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    """The norm the config asks for: `nn.LayerNorm` (weight and bias; weight only when config.norm_bias is False),
+    `nn.RMSNorm` (weight only) or Gemma's OffsetRMSNorm (weight only, the gain 1 + weight)."""
+    if config.norm in ("rms", "rms_offset"):
+        return rms_norm(config.d_model, config.layer_norm_eps, config.norm)
     return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.norm_bias)
 
 
@@ -177,13 +194,17 @@ def residual(
     dropout: Dropout,
     norm_first: bool,
     dropout_mask: Tensor | None = None,
+    post_norm: nn.Module | None = None,
 ) -> Tensor:
     """One residual sublayer around `sublayer` (attention or feed-forward), x (B, T, D) -> (B, T, D).
 
     post-norm (the paper, norm_first False): norm(x + dropout(sublayer(x)))
     pre-norm  (norm_first True):             x + dropout(sublayer(norm(x)))
+    sandwich  (Gemma, post_norm given):      x + dropout(post_norm(sublayer(norm(x))))
     with `norm` an `nn.LayerNorm` or an `nn.RMSNorm`.
     """
+    if post_norm is not None:
+        return x + dropout(post_norm(sublayer(norm(x))), dropout_mask)
     if norm_first:
         return x + dropout(sublayer(norm(x)), dropout_mask)
     return norm(x + dropout(sublayer(x), dropout_mask))

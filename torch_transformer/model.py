@@ -42,6 +42,8 @@ class _Layer(nn.Module):
         """Add the residual sublayer `name`'s norm (nn.Identity when not `normed`: no parameters) and output
         dropout."""
         setattr(self, f"{name}_norm", make_norm(config) if normed else nn.Identity())
+        if config.sandwich_norm:  # Gemma: the sublayer's output normalised too, x + f(Norm(x)) -> x + Norm_post(...)
+            setattr(self, f"{name}_post_norm", make_norm(config))
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
 
     @staticmethod
@@ -62,6 +64,7 @@ class _Layer(nn.Module):
             scale=c.attention_scale,
             head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
+            qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
         )  # fmt: skip
 
     @staticmethod
@@ -75,7 +78,8 @@ class _Layer(nn.Module):
 
     def _residual(self, name: str, x: Tensor, sublayer: Callable[[Tensor], Tensor], masks: Mapping) -> Tensor:
         norm, dropout = getattr(self, f"{name}_norm"), getattr(self, f"{name}_dropout")
-        return residual(x, sublayer, norm, dropout, self.norm_first, masks.get(f"{name}_dropout"))
+        post = getattr(self, f"{name}_post_norm", None)
+        return residual(x, sublayer, norm, dropout, self.norm_first, masks.get(f"{name}_dropout"), post)
 
 
 class EncoderLayer(_Layer):
@@ -536,7 +540,9 @@ class _Model(nn.Module):
         bias = None if self.output_proj is None else self.output_proj.bias
         if self.config.output_scale != 1.0:  # T5's tied head reads d_model^-0.5 times the hidden states
             x = x * self.config.output_scale
-        return F.linear(x, weight, bias)  # (..., V)
+        logits = F.linear(x, weight, bias)  # (..., V)
+        cap = self.config.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)  # Gemma's final soft-capping
 
     def _masks_in_use(
         self, dropout_masks: Mapping[str, Tensor] | None, expected: dict[str, tuple[int, ...]]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "relative")
-NORMS = ("layer", "rms")
+NORMS = ("layer", "rms", "rms_offset")
 DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
 SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
@@ -55,7 +55,9 @@ class TransformerConfig:
     tie_embeddings: bool = False  # output projection reuses decoder.token_embedding.weight
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model), as in the paper
     # -- after the paper ----------------------------------------------------------------------
-    norm: str = "layer"  # "layer" (LayerNorm) or "rms" (RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias)
+    # "layer" (LayerNorm), "rms" (RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias) or "rms_offset" (Gemma's
+    # RMSNorm: the gain is 1 + weight); q_norm and k_norm (qk_norm) take the same kind
+    norm: str = "layer"
     rope_theta: float = 10000.0  # rotary base, when positional == "rope"
     # partial rotary (GPT-NeoX's rotary_pct, Phi-3's partial_rotary_factor): RoPE turns the first rotary_dim
     # features of each head and passes the rest through; None: all Dh of them
@@ -99,6 +101,11 @@ class TransformerConfig:
     embedding_padding_idx: bool = False
     # EncoderModel: BERT's [CLS] pooler, pooled = tanh(h[:, 0] W^T + b) (pool / pool_backward), pooler.dense.*
     pooler: bool = False
+    # Gemma's sandwich (pre-norm only): each sublayer's output is normalised too before it joins the stream,
+    # x + Norm_post(f(Norm(x))), the second norm {name}_post_norm.* of the layer
+    sandwich_norm: bool = False
+    # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
+    logit_softcap: float | None = None
     # RoBERTa's learned positions (an encoder's): a real token sits at pad_id + the count of real (not pad_id) tokens
     # up to and including it, a pad_id token at pad_id, whose row of the table takes no gradient (transformers'
     # create_position_ids_from_input_ids); the longest input is then max_len - pad_id - 1 (`longest_input`). An
@@ -196,9 +203,9 @@ class TransformerConfig:
             raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
         _check_int("relative_buckets", self.relative_buckets, minimum=2)
         _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
-        for name in ("attention_scale", "output_scale"):
+        for name in ("attention_scale", "output_scale", "logit_softcap"):
             value = getattr(self, name)
-            if value is None and name == "attention_scale":
+            if value is None and name in ("attention_scale", "logit_softcap"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"{name} must be a positive float, got {value!r}")
@@ -251,6 +258,7 @@ class TransformerConfig:
             "embedding_padding_idx",
             "parallel_residual",
             "qk_norm",
+            "sandwich_norm",
             "positions_after_pad",
             "relative_bias",
             "norm_bias",
@@ -259,6 +267,12 @@ class TransformerConfig:
         ):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+        if self.sandwich_norm and not self.norm_first:
+            raise ValueError(
+                "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
+            )
+        if self.sandwich_norm and self.parallel_residual:
+            raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
 
         if self.positions_after_pad:
             wrong = [] if self.positional == "learned" else [f"positional={self.positional!r} (needs 'learned')"]

@@ -30,13 +30,18 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
         for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
             linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
         linear(f"{prefix}.out_proj", D, width)
-        if config.qk_norm:  # Qwen3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
+        if config.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
             shapes[f"{prefix}.q_norm.weight"] = shapes[f"{prefix}.k_norm.weight"] = (config.d_head,)
 
     def norm(prefix, kind=config.norm):
         shapes[f"{prefix}.weight"] = (D,)
         if kind == "layer" and config.norm_bias:  # RMSNorm has no bias, nor ModernBERT's LayerNorm
             shapes[f"{prefix}.bias"] = (D,)
+
+    def sublayer_norms(prefix):  # the sublayer's norm, and Gemma's second norm of its output (sandwich_norm)
+        norm(f"{prefix}_norm")
+        if config.sandwich_norm:
+            norm(f"{prefix}_post_norm")
 
     def stack(name, vocab, n_layers, cross):
         shared = name == "encoder" and config.share_embeddings and not encoder_only
@@ -55,9 +60,11 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
             attention(f"{layer}.self_attn")
             if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
                 norm(f"{layer}.self_attn_norm")
+            if config.sandwich_norm:  # Gemma's second norm, of the sublayer's output
+                norm(f"{layer}.self_attn_post_norm")
             if cross:
                 attention(f"{layer}.cross_attn")
-                norm(f"{layer}.cross_attn_norm")
+                sublayer_norms(f"{layer}.cross_attn")
             if name == "decoder" and config.is_moe_layer(i):  # router (E, D); experts' fused gate/up and down
                 E, F_e = config.n_experts, config.expert_width
                 shapes[f"{layer}.ffn.router.weight"] = (E, D)
@@ -68,7 +75,7 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
                     linear(f"{layer}.ffn.gate", F, D)
                 linear(f"{layer}.ffn.linear1", F, D)
                 linear(f"{layer}.ffn.linear2", D, F)
-            norm(f"{layer}.ffn_norm")
+            sublayer_norms(f"{layer}.ffn")
         if config.norm_first:
             norm(f"{name}.final_norm")
 

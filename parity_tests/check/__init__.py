@@ -13,6 +13,7 @@ The parts:
 - mapping.py   the user's parameters read as pieces (linears, fused projections, per-head slices, norms, tables)
 - assign.py    the pieces dealt to the reference's units, and the config their shapes imply
 - calling.py   how the user's module is called: layout, argument order, masks in the user's own convention
+- level_table.py  the registry of levels, one entry each: group, data inputs, a model's stacks, the config shown
 - levels.py    each reference level: parameter shapes, probe inputs, the reference's forward and backward
 - judge.py     check.module: convention and config detection, the float64 and float32 comparison, caveats
 - running.py   how the user's module is run: closure-keeping copies, float32 islands, its own head, positions
@@ -20,7 +21,8 @@ The parts:
 - diagnose.py  probes (dropout in eval, overflow), the first divergent submodule, the catalogue's variants
 - variants.py  the reference with one known mistake put in (forward only, float64)
 - pairs.py     check.pair, and the pairs the exercise workbook (parity_tests.exercises) grades
-- report.py    CATALOGUE, Diagnosis, Result and its printed report
+- mistakes.py  the registry of mistakes, one entry each: id, catalogue line, unit, variants (attention's)
+- report.py    CATALOGUE (read from mistakes.py), Diagnosis, Result and its printed report
 """
 
 from .judge import module

@@ -11,6 +11,7 @@ and the RoPE tables it built in float32 (rope_thetas, rope_buffers).
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 from torch import nn
@@ -18,6 +19,7 @@ from torch import nn
 from numpy_transformer import TransformerConfig
 
 from . import levels as LV
+from .level_table import STACKS_OF
 from .mapping import Link, attention_links
 from .variants import sinusoid_tables
 
@@ -119,6 +121,9 @@ def infer(level: str, found, module, given: dict) -> tuple:
     sizes["d_ff"] = F
     token_tables = [t for t in tables if not t.position and t.width == D]
     position_tables = [t for t in tables if t.position and t.width == D]
+    type_table = token_type_table(level, token_tables)
+    if type_table is not None:
+        token_tables.remove(type_table)
     links, zero, fixed = [], [], []
 
     # The output projection: a linear D -> V whose V is the (target) token table's rows.
@@ -170,6 +175,9 @@ def infer(level: str, found, module, given: dict) -> tuple:
         layer_norms = 2 * n_dec
     if level == "decoder":
         layer_norms = 3 * n_dec
+    embedding_norm = level == "encoder_model" and _embedding_norm(norms, layer_norms, token_tables)
+    if embedding_norm:
+        layer_norms += 1
     final = level in LV.MODELS and len(norms) > layer_norms
     base = dict(
         src_vocab_size=token_tables[0].rows if token_tables else 32,
@@ -186,6 +194,8 @@ def infer(level: str, found, module, given: dict) -> tuple:
         norm="rms" if rms or level == "rms_norm" else "layer",
         gated_ffn=gated is not None,
         n_kv_heads=kv // (D // H) if H and kv != D else None,
+        type_vocab_size=type_table.rows if type_table is not None else 0,
+        embedding_norm=embedding_norm,
     )
     if gated is not None:
         base["activation"] = "silu"
@@ -272,7 +282,7 @@ def infer(level: str, found, module, given: dict) -> tuple:
     elif level == LV.STACKS:
         count("norms", len(norms), 2 * n_enc + 3 * n_dec + 2)
         chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        for stack, n in (("encoder", n_enc), ("decoder", n_dec)):
+        for stack, n in zip(STACKS_OF[LV.STACKS], (n_enc, n_dec), strict=True):
             for i in range(n):
                 layer(f"{stack}.layers.{i}.", i, stack == "decoder", chunk_iter, norm_iter, ffn_iter)
             norm_link(next(norm_iter), f"{stack}.final_norm.")
@@ -283,17 +293,11 @@ def infer(level: str, found, module, given: dict) -> tuple:
         layer("", 0, decoder, iter(chunks), iter(norms), iter(ffn_pairs))
     elif level in LV.MODELS:
         chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        stacks = {
-            "transformer": ("encoder", "decoder"),
-            "transformer_lm": ("decoder",),
-            "encoder_model": ("encoder",),
-            "decoder": ("decoder",),
-        }
         token_iter = iter(token_tables)
         learned = iter([t for t in position_tables if t.trainable])
-        expected_norms = layer_norms + (len(stacks[level]) if cfg.norm_first else 0)
+        expected_norms = layer_norms + (len(STACKS_OF[level]) if cfg.norm_first else 0)
         count("norms", len(norms), expected_norms)
-        for stack in stacks[level]:
+        for stack in STACKS_OF[level]:
             if not (stack == "encoder" and cfg.share_embeddings):
                 table = next(token_iter, None)
                 if table is None:
@@ -301,6 +305,10 @@ def infer(level: str, found, module, given: dict) -> tuple:
                 links.append(Link(table.name, [(f"{stack}.token_embedding.weight", None)]))
             if cfg.positional == "learned":
                 links.append(Link(next(learned).name, [(f"{stack}.position_embedding.weight", None)]))
+            if stack == "encoder" and type_table is not None:
+                links.append(Link(type_table.name, [("encoder.token_type_embedding.weight", None)]))
+            if stack == "encoder" and embedding_norm:
+                norm_link(next(norm_iter), "encoder.embedding_norm.")
             n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
             for i in range(n):
                 layer(
@@ -331,6 +339,34 @@ def infer(level: str, found, module, given: dict) -> tuple:
                 links.append(Link("(tied)", [("decoder.token_embedding.weight", None)], note="tied output projection"))
     fixed = [t for t in position_tables if not t.trainable]
     return cfg, [link for link in links if link.user != "(tied)"], zero, fixed
+
+
+TYPE_WORDS = re.compile(r"(token_?type|segment|type_emb|tok_type|seg_emb)")
+
+
+def token_type_table(level: str, token_tables: list):
+    """BERT's token-type table among an encoder model's token tables: the one named for types or segments
+    (token_type_embeddings, segment_embedding), else, of two tables, the second when it has fewer rows than the
+    first (a handful of types against a vocabulary). None for other levels and for models without one."""
+    if level != "encoder_model" or len(token_tables) < 2:
+        return None
+    named = [t for t in token_tables if TYPE_WORDS.search(t.name.lower())]
+    if len(named) == 1:
+        return named[0]
+    if len(token_tables) == 2 and token_tables[1].rows < token_tables[0].rows:
+        return token_tables[1]
+    return None
+
+
+def _embedding_norm(norms: list, layer_norms: int, token_tables: list) -> bool:
+    """An encoder model's embedding norm (BERT's embeddings.LayerNorm): one norm more than its layers hold, the
+    first in registration order, kept beside the token table (the same parent module) or named for embeddings.
+    A pre-norm encoder's extra norm is its last (a final norm), which this does not take."""
+    if not norms or len(norms) not in (layer_norms + 1, layer_norms + 2) or norms[0].kind != "layer":
+        return False
+    parent = norms[0].module.rsplit(".", 1)[0] if "." in norms[0].module else ""
+    beside = any(t.module.rsplit(".", 1)[0] == parent for t in token_tables if "." in t.module)
+    return beside or "emb" in norms[0].module.lower()
 
 
 def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:

@@ -21,27 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from .level_table import DATA
+
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
 CAUSAL_SHAPES = ("(B, 1, T, T)", "(B, T, T)", "(T, T)")
-DATA = {
-    "scaled_dot_product_attention": ("q", "k", "v"),
-    "multi_head_attention": ("query", "key", "value"),
-    "layer_norm": ("x",),
-    "rms_norm": ("x",),
-    "feed_forward": ("x",),
-    "gated_feed_forward": ("x",),
-    "positional_encoding": ("x",),
-    "embedding": ("ids",),
-    "encoder_layer": ("x",),
-    "decoder_layer": ("x", "memory"),
-    "decoder_only_layer": ("x",),
-    "transformer": ("src", "tgt"),
-    "transformer_lm": ("ids",),
-    "encoder_model": ("ids",),
-    "transformer_stacks": ("src", "tgt"),
-    "decoder": ("tgt", "memory"),
-}
 SOURCE_WORDS = ("src", "source", "memory", "enc", "cross", "padding", "key_padding", "pad")
 TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
 
@@ -222,6 +206,8 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
         if role is not None and role not in assigned.values():
             assigned[name] = role
     kinds = MASK_KINDS if mask in (None, "detect") else ((mask,) if mask != "none" else ())
+    if mask in (None, "detect") and set(assigned) == {"attention_mask"} and _transformers_model(module):
+        kinds = HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
     optional = level in ("transformer", "transformer_lm", "encoder_model") and all(
@@ -247,6 +233,16 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     if level == "multi_head_attention":
         found += _causal_callers(layouts, orders, mask_params, kinds if mask != "none" else ())
     return found
+
+
+# transformers' `attention_mask` is documented as 1 for tokens to attend to, 0 for padding: a model that hides the
+# ones has its polarity inverted (attention.mask_inverted), not another convention.
+HF_MASK_KINDS = ("int_keep", "bool_keep")
+
+
+def _transformers_model(module) -> bool:
+    """A transformers PreTrainedModel (read from its classes' names: no import of transformers needed)."""
+    return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
 
 
 def _causal_callers(layouts, orders, mask_params, kinds) -> list:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -22,8 +23,10 @@ from numpy_transformer import model as M
 
 from . import calling as C
 from . import levels as LV
+from . import mistakes as MK
 from . import variants as VR
 from .judge import MATCH, _error, _valid
+from .level_table import STACKS_OF
 from .report import Diagnosis, Result
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
@@ -56,110 +59,11 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
 def attention_variants(
     D: int, Dh: int, keep, causal=False, pad=None, swap=None, self_attention=True, rope=False, gqa=False
 ) -> list:
-    """(id, message, knobs) for every catalogue mistake an attention can make, given its reference mask `keep`;
-    for a causal self-attention `pad` is its keys' padding (B, 1, 1, T) or None, `swap` the cross-attention's
-    mask (masks_swapped). `rope`: rotary positions' mistakes too; `gqa`: grouped-query attention's."""
-    out = rope_variants() if rope else []
-    if gqa:
-        message = "K/V heads repeated by tiling (.repeat: query head h reads K/V head h % n_kv), not repeat_interleave"
-        out.append(("attention.kv_heads_tiled", message, {"tile": True}))
-    for divisor, origin in VR.scale_divisors(D, Dh).items():
-        message = f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
-        out.append(("attention.wrong_scale", message, {"divisor": divisor}))
-    out.append(
-        ("attention.heads_without_transpose", "heads split by a reshape without the transpose", {"transpose": False})
-    )
-    for which, message in (
-        ("split", "heads split by a reshape without the transpose (merged back with it)"),
-        ("merge", "heads merged back by a reshape without the transpose (split with it)"),
-    ):
-        out.append(("attention.heads_without_transpose", message, {"transpose": which}))
-    out.append(
-        (
-            "attention.softmax_wrong_axis",
-            "softmax over the queries (dim=-2) instead of the keys",
-            {"axis": -2, "mask_mode": "fill"},
-        )
-    )
-    if keep is not None:
-        out.append(
-            (
-                "attention.mask_after_softmax",
-                "masked probabilities zeroed after the softmax (not renormalised)",
-                {"mask_mode": "after"},
-            )
-        )
-        out.append(
-            (
-                "attention.mask_after_softmax",
-                "masked probabilities zeroed after the softmax, then renormalised",
-                {"mask_mode": "after_renorm"},
-            )
-        )
-        if not causal:  # a causal attention that applies no mask is attention.not_causal (below)
-            out.append(("attention.mask_ignored", "the mask is passed in but never applied", {"mask_mode": "ignored"}))
-        if not causal:
-            out.append(("attention.mask_inverted", "the mask's polarity is flipped", {"keep": ~keep}))
-    if causal:
-        T = keep.shape[-1]
-        for pad_keep in [True] + ([] if pad is None else [pad]):  # the user may mask the target's padding too
-            not_causal = None if pad_keep is True else pad_keep
-            out.append(("attention.not_causal", "no causal mask: every query sees the future", {"keep": not_causal}))
-            hides = np.tril(np.ones((T, T), bool), -1)[None, None] & pad_keep
-            shows = np.tril(np.ones((T, T), bool), 1)[None, None] & pad_keep
-            out.append(
-                ("attention.causal_hides_diagonal", "causal mask j < i: a query cannot see itself", {"keep": hides})
-            )
-            out.append(
-                (
-                    "attention.causal_shows_next",
-                    "causal mask j <= i + 1: a query sees the next position",
-                    {"keep": shows},
-                )
-            )
-        if swap is not None and swap.shape[-1] == T:
-            out.append(
-                (
-                    "attention.masks_swapped",
-                    "self-attention got the source's padding mask (and cross-attention the causal one)",
-                    {"keep": swap},
-                )
-            )
-    elif self_attention and keep is not None and np.ndim(keep) == 4 and keep.shape[2] == 1:
-        on_queries = keep.transpose(0, 1, 3, 2)  # (B, 1, T, 1): rows of padded queries masked instead
-        out.append(
-            (
-                "attention.padding_on_queries",
-                "padding masks the queries' rows instead of the keys' columns",
-                {"keep": on_queries},
-            )
-        )
-    return out
-
-
-def rope_variants() -> list:
-    """(id, message, knobs) of the rotary positions' mistakes (variants.multi_head_attention's knobs)."""
-    # which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
-    mixed = (
-        "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
-    )
-    return [
-        ("rope.applied_to_v", "the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
-        (
-            "rope.applied_to_v",
-            "the values rotated too (in pairs 2i, 2i + 1); RoPE rotates queries and keys only",
-            {"rope_v": "interleaved"},
-        ),  # a model in Meta's pairing: its v rows are not read in that order
-        (
-            "rope.applied_to_v",
-            "the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only",
-            {"rope_v": "half"},
-        ),
-        ("rope.mixed_pairing", mixed, {"pairs": ("half", "interleaved")}),
-        ("rope.mixed_pairing", mixed, {"pairs": ("interleaved", "half")}),
-        ("rope.position_offset", "keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
-        ("rope.position_offset", "keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
-    ]
+    """(id, message, knobs) for every registered attention mistake (mistakes.MISTAKES) given its reference mask
+    `keep`; for a causal self-attention `pad` is its keys' padding (B, 1, 1, T) or None, `swap` the
+    cross-attention's mask (masks_swapped). `rope`: rotary positions' mistakes too; `gqa`: grouped-query
+    attention's."""
+    return MK.attention_variants(MK.Site(D, Dh, keep, causal, pad, swap, self_attention, rope, gqa))
 
 
 def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, **context) -> list:
@@ -514,7 +418,35 @@ def hook_targets(links, modules: dict | None = None) -> dict:
         ]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
+    for unit, path in _out_projections(links).items():
+        if unit not in targets and isinstance((modules or {}).get(path), nn.Linear):
+            targets[unit] = path  # its output is the attention's (BERT's attention.output.dense beside the norm)
     return targets
+
+
+def _out_projections(links) -> dict:
+    """attention unit -> the user's module path of its output projection."""
+    found = {}
+    for link in links:
+        for ref, _ in link.parts:
+            if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]:
+                found[unit_of(ref)[0]] = _module_path(link.user)
+    return found
+
+
+def attention_place(links, unit: str, target: str) -> str:
+    """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
+    could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
+    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
+    if _out_projections(links).get(unit) != target:
+        return target
+    inputs = {
+        _module_path(link.user)
+        for link in links
+        for ref, _ in link.parts
+        if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref
+    }
+    return _lca(sorted(inputs)) or target
 
 
 def model_stages(session, cfg, caller):
@@ -543,15 +475,13 @@ def model_stages(session, cfg, caller):
     else:
         _, backward = LV.run_reference(level, params, p, cfg, np.float64)
         acts = backward.model.activations()
-    stacks = {
-        "transformer": ("encoder", "decoder"),
-        "transformer_lm": ("decoder",),
-        "encoder_model": ("encoder",),
-        "decoder": ("decoder",),
-    }
-    for stack in stacks[level]:
+    for stack in STACKS_OF[level]:
         valid = p.src_keep if stack == "encoder" else p.tgt_keep
         ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+        if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
+            summed = M.embed_forward(M.sub(params, stack), ids, dataclasses.replace(cfg, embedding_norm=False))[0]
+            unit = f"{stack}.embedding_norm"
+            stages.append((unit, "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
         stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         decoder = stack == "decoder"
@@ -665,6 +595,8 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
                 d.where = result.first_divergence = _scaling_module(session, where)
     else:
         where = targets[unit] or "(the module)"
+        if kind == "attention":
+            where = attention_place(session.links, unit, where)
         result.first_divergence = where
         if kind == "attention":
             params = M.sub(session.params, unit) if unit else session.params

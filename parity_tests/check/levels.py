@@ -18,23 +18,15 @@ from numpy_transformer import layers as L
 from numpy_transformer import model as M
 
 from . import variants as V
+from .level_table import STACKS_OF, named
 
-COMPONENTS = (
-    "scaled_dot_product_attention",
-    "multi_head_attention",
-    "layer_norm",
-    "rms_norm",
-    "feed_forward",
-    "gated_feed_forward",
-    "positional_encoding",
-    "embedding",
-)
-LAYERS = ("encoder_layer", "decoder_layer", "decoder_only_layer")  # the last: a GPT or Llama block, no memory
-MODELS = ("transformer", "transformer_lm", "encoder_model", "decoder")  # "decoder": ids and a memory in
+COMPONENTS = named("component")
+LAYERS = named("layer")  # the last: a GPT or Llama block, no memory
+MODELS = named("model")  # "decoder": ids and a memory in
 REFERENCES = COMPONENTS + LAYERS + ("encoder",) + MODELS  # "encoder" is judged as "encoder_model" (the same math)
 # torch.nn.Transformer checked as "transformer": it has no embeddings and no output projection, and its encoder and
 # decoder always end in a layer norm; judged as the reference's two stacks on embeddings, each with its final norm.
-STACKS = "transformer_stacks"
+STACKS = named("stacks")[0]
 B = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails instead of broadcasting
 
 
@@ -186,7 +178,7 @@ def reference_shapes(level: str, cfg) -> dict:
         return nt.parameter_shapes(cfg, level == "transformer_lm", level == "encoder_model")
     if level == STACKS:
         shapes = {k: v for k, v in nt.parameter_shapes(cfg).items() if ".layers." in k}
-        for stack in ("encoder", "decoder"):
+        for stack in STACKS_OF[STACKS]:
             shapes |= {f"{stack}.final_norm.weight": (D,), f"{stack}.final_norm.bias": (D,)}
         return shapes
     return {}

@@ -28,16 +28,17 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
     return e / np.where(total == 0.0, 1.0, total)
 
 
-def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1):
+def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference.
 
     mask_mode: "before" (the reference: masked scores excluded from the softmax), "fill" (masked scores set to
     -1e9, as masked_fill does, then a softmax over `axis`), "after" (probabilities
     zeroed after it), "after_renorm" (zeroed, then each row divided by its new sum), "ignored" (no mask).
-    axis: -1 the reference (over keys), -2 a softmax over queries."""
+    axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk: scores K Q^T (self-attention: the
+    score matrix transposed)."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
-    scores = q @ k.swapaxes(-1, -2) / divisor  # (B, H, T_q, T_k)
+    scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
     if mask_mode == "before":
         probs = softmax(scores, keep, axis)
     elif mask_mode == "fill":  # masked_fill(-1e9) then a plain softmax: a wrong axis then sees the filled entries

@@ -168,6 +168,11 @@ class ScaledByHeadSize(CausalSelfAttention):
         return (q @ k.transpose(-2, -1)) * (1.0 / k.size(-1))  # divides by hs, not sqrt(hs)
 
 
+class QueriesAndKeysSwapped(CausalSelfAttention):
+    def scores(self, q, k):
+        return (k @ q.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # K Q^T: the score matrix transposed
+
+
 class NoCausalMask(CausalSelfAttention):
     def forward(self, x):
         B, T, C = x.size()
@@ -219,6 +224,10 @@ def wrong_scale() -> GPT:
     return _with_attention(ScaledByHeadSize, flash=False)
 
 
+def q_k_swapped() -> GPT:
+    return _with_attention(QueriesAndKeysSwapped, flash=False)
+
+
 def not_causal() -> GPT:
     return _with_attention(NoCausalMask)
 
@@ -267,6 +276,7 @@ MISTAKES = [
     (wrong_scale, "attention.wrong_scale", "transformer.h.0.attn"),
     (not_causal, "attention.not_causal", "transformer.h.0.attn"),
     (heads_without_transpose, "attention.heads_without_transpose", "transformer.h.0.attn"),
+    (q_k_swapped, "attention.q_k_swapped", "transformer.h.0.attn"),
     (unbiased_variance, "layer_norm.unbiased_variance", "transformer.h.0.ln_1"),
     (eps_outside_sqrt, "layer_norm.eps_outside_sqrt", "transformer.h.0.ln_1"),
 ]

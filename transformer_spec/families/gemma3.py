@@ -1,0 +1,188 @@
+"""Gemma 3, text only (Gemma3ForCausalLM, model_type gemma3_text): Llama's decoder with every RMSNorm of gain 1 + w
+(norm "rms_offset": the checkpoint's w is our weight, unchanged), a second norm on each sublayer's output (the
+sandwich: post_attention_layernorm, post_feedforward_layernorm), q/k norms per head, GeGLU with tanh GELU, embeddings
+times sqrt(hidden_size), the attention scale query_pre_attn_scalar^-1/2, the final logits soft-capped, and local
+layers (a sliding window, rope_local_base_freq) among global ones (rope_theta) by `layer_types`, 5:1 by default."""
+
+from __future__ import annotations
+
+from ..config import LAYER_TYPES, TransformerConfig
+from .core import ACTIVATIONS_FROM_HF, ANY, ConfigMap, Key, Rule, declared, is_finite_number, refuse, special_token
+from .llama import LLAMA_DROPOUT, head_dim, kv_heads
+
+GEMMA3_HEAD_DIM = 256  # Gemma3TextConfig's defaults, when config.json leaves a key out
+GEMMA3_BASES = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
+LEGACY_BASE_KEYS = {"full_attention": "rope_theta", "sliding_attention": "rope_local_base_freq"}
+
+
+def positive_or_none(name: str):
+    """The reader of an optional positive number (a soft cap): None, or the number as a float."""
+
+    def read(value, c: dict):
+        if value is not None and not (is_finite_number(value) and value > 0):
+            refuse(name, value, "a positive number or null")
+        return None if value is None else float(value)
+
+    return read
+
+
+def rope_base(kind: str):
+    """The reader of one layer kind's rotary base: rope_parameters[kind] (transformers 5), else the older
+    rope_theta / rope_local_base_freq, else Gemma's default; only plain RoPE (Gemma 3 4B and up scale the global
+    layers' RoPE linearly: refused)."""
+
+    def read(value, c: dict) -> float:
+        rope = dict((value or {}).get(kind) or {})
+        scaling = c.get("rope_scaling") if kind == "full_attention" else None
+        rope |= {"rope_type": scaling.get("rope_type", scaling.get("type"))} if scaling else {}  # as transformers
+        rope_type = rope.get("rope_type") or "default"  # merges rope_scaling into the global layers' parameters
+        if rope_type != "default":
+            refuse(f"rope_parameters.{kind}.rope_type", rope_type, "only plain RoPE, 'default'")
+        base = rope.get("rope_theta", c.get(LEGACY_BASE_KEYS[kind], GEMMA3_BASES[kind]))
+        if not (is_finite_number(base) and base > 0):
+            refuse(f"rope_parameters.{kind}.rope_theta", base, "a positive number")
+        return float(base)
+
+    return read
+
+
+def rope_parameters(config: TransformerConfig) -> dict:
+    """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset)."""
+    local = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
+    bases = {"full_attention": config.rope_theta, "sliding_attention": local}
+    return {kind: {"rope_type": "default", "rope_theta": base} for kind, base in bases.items()}
+
+
+def layer_types(value, c: dict) -> tuple:
+    """layer_types -> each layer's kind: as listed, or Gemma3TextConfig's rule (every sliding_window_pattern-th
+    layer global, the others local: 5:1)."""
+    if value is None:
+        every = c.get("sliding_window_pattern", 6)
+        value = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(c["num_hidden_layers"])]
+    if not isinstance(value, list):
+        refuse("layer_types", value, f"a list of {LAYER_TYPES}")
+    return tuple(value)
+
+
+def written_layer_types(config: TransformerConfig) -> list:
+    """Our layer_types as config.json lists them; without them, every layer is of one kind: local with a window."""
+    if config.layer_types is not None:
+        return list(config.layer_types)
+    return ["sliding_attention" if config.sliding_window is not None else "full_attention"] * config.n_decoder_layers
+
+
+def attention_scale(value, c: dict) -> float | None:
+    """query_pre_attn_scalar -> the factor on q . k, its inverse square root; None when that is 1/sqrt(head_dim)."""
+    if not (is_finite_number(value) and value > 0):
+        refuse("query_pre_attn_scalar", value, "a positive number")
+    return None if value == c.get("head_dim", GEMMA3_HEAD_DIM) else float(value) ** -0.5
+
+
+def query_pre_attn_scalar(config: TransformerConfig) -> int | float:
+    """The inverse of attention_scale: the scale's inverse square, an int where it is one (Gemma's 256)."""
+    scalar = config.d_head if config.attention_scale is None else config.attention_scale**-2
+    return round(scalar) if abs(scalar - round(scalar)) <= 1e-9 * scalar else scalar
+
+
+GEMMA3_CONFIG = ConfigMap(
+    model_type="gemma3_text",
+    keys=(
+        Key("vocab_size", ("tgt_vocab_size", "src_vocab_size")),
+        Key("hidden_size", "d_model"),
+        Key("num_attention_heads", "n_heads"),
+        Key("num_key_value_heads", "n_kv_heads", None, kv_heads, source="kv_heads"),
+        Key("head_dim", "head_dim", GEMMA3_HEAD_DIM, head_dim, source="d_head"),
+        Key("intermediate_size", "d_ff"),
+        Key("num_hidden_layers", "n_decoder_layers"),
+        Key(
+            "hidden_activation",
+            "activation",
+            "gelu_pytorch_tanh",
+            read=lambda value, c: ACTIVATIONS_FROM_HF[value],
+            allowed=tuple(ACTIVATIONS_FROM_HF),
+            write=lambda value: {"gelu_tanh": "gelu_pytorch_tanh"}.get(value, value),
+        ),  # fmt: skip
+        Key("max_position_embeddings", "max_len", 131_072),
+        Key("rms_norm_eps", "layer_norm_eps", 1e-6),
+        Key("rope_parameters", "rope_theta", None, rope_base("full_attention"), source=rope_parameters),
+        Key("rope_parameters", "rope_local_theta", None, rope_base("sliding_attention"), written=False),
+        Key("layer_types", "layer_types", None, layer_types, source=written_layer_types),
+        Key(
+            "sliding_window",
+            "sliding_window",
+            4096,
+            lambda value, c: None if value is None else int(value),
+            source=lambda config: config.max_len if config.sliding_window is None else config.sliding_window,
+        ),  # fmt: skip
+        Key("query_pre_attn_scalar", "attention_scale", GEMMA3_HEAD_DIM, attention_scale, source=query_pre_attn_scalar),
+        Key("final_logit_softcapping", "logit_softcap", None, positive_or_none("final_logit_softcapping")),
+        Key("attn_logit_softcapping", None, None, allowed=(None,)),
+        Key("attention_bias", None, False, allowed=(False,)),
+        Key("use_bidirectional_attention", None, False, allowed=(False, None)),
+        Key("tie_word_embeddings", "tie_embeddings", True),
+        Key("pad_token_id", "pad_id", 0, special_token("pad_token_id")),
+        Key("bos_token_id", "bos_id", 2, special_token("bos_token_id")),
+        Key("eos_token_id", "eos_id", 1, special_token("eos_token_id")),
+        # embed_tokens: nn.Embedding(padding_idx=pad), so the pad row gets no gradient from lookups
+        Key("pad_token_id", "embedding_padding_idx", 0, lambda value, c: value is not None, written=False),
+    ),
+    dropout=LLAMA_DROPOUT,
+    supports={
+        "activation": ("gelu_tanh", "gelu", "silu", "relu"),
+        "norm": "rms_offset",
+        "norm_first": True,
+        "positional": "rope",
+        "rope_theta": ANY,
+        "rope_local_theta": ANY,
+        "qk_norm": True,
+        "gated_ffn": True,
+        "n_kv_heads": ANY,
+        "bias": False,
+        "qkv_bias": (None, False),
+        "sliding_window": ANY,
+        "layer_types": ANY,
+        "attention_scale": ANY,
+        "head_dim": ANY,
+        "tie_embeddings": ANY,
+        "scale_embeddings": True,
+        "output_bias": False,
+        "sandwich_norm": True,
+        "logit_softcap": ANY,
+    },  # fmt: skip
+    fixed={"n_encoder_layers": 0},
+)
+
+GEMMA3_TEXT = declared(
+    GEMMA3_CONFIG,
+    model_class="TransformerLM",
+    architecture="Gemma3ForCausalLM",
+    prefixes=("model.", ""),
+    rules=(
+        Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
+        *(
+            Rule(f"decoder.layers.{{i}}.{ours}.weight", f"layers.{{i}}.{theirs}.weight")
+            for ours, theirs in (
+                ("self_attn_norm", "input_layernorm"),
+                ("self_attn.q_proj", "self_attn.q_proj"),
+                ("self_attn.k_proj", "self_attn.k_proj"),
+                ("self_attn.v_proj", "self_attn.v_proj"),
+                ("self_attn.out_proj", "self_attn.o_proj"),
+                ("self_attn.q_norm", "self_attn.q_norm"),
+                ("self_attn.k_norm", "self_attn.k_norm"),
+                ("self_attn_post_norm", "post_attention_layernorm"),
+                ("ffn_norm", "pre_feedforward_layernorm"),
+                ("ffn.gate", "mlp.gate_proj"),
+                ("ffn.linear1", "mlp.up_proj"),
+                ("ffn.linear2", "mlp.down_proj"),
+                ("ffn_post_norm", "post_feedforward_layernorm"),
+            )
+        ),
+        Rule("decoder.final_norm.weight", "norm.weight"),
+        Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied
+    ),
+    skipped=(r"lm_head\.weight",),  # when tied: a copy of embed_tokens.weight
+    tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
+)
+
+# what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
+REGISTER = (GEMMA3_TEXT,)
