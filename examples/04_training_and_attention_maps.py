@@ -120,14 +120,14 @@ print(f"{n_params:,} parameters in {len(model.params)} tensors")
 # ## The training loop
 #
 # Adam with $\beta_2 = 0.98$ and $\epsilon = 10^{-9}$, and the paper's learning-rate schedule
-# (section 5.3, in its own words: the step counts from 1, warmup is the number of warm-up steps, $a$ a
-# factor):
+# (section 5.3, in its own words: the step counts from 1, warmup is the number of warm-up steps,
+# factor a constant scale):
 #
-# $$\eta(\mathrm{step}) = a \cdot d_{model}^{-1/2} \cdot
+# $$\eta(\mathrm{step}) = \mathrm{factor} \cdot d_{model}^{-1/2} \cdot
 # \min\left(\mathrm{step}^{-1/2},\; \mathrm{step} \cdot \mathrm{warmup}^{-3/2}\right)$$
 #
 # a linear warm-up for $\mathrm{warmup}$ steps, then a decay with the inverse square root of the step; the two
-# branches meet at $\mathrm{step} = \mathrm{warmup}$, where the rate peaks at $a\, (d_{model} \cdot
+# branches meet at $\mathrm{step} = \mathrm{warmup}$, where the rate peaks at $\mathrm{factor}\, (d_{model} \cdot
 # \mathrm{warmup})^{-1/2}$. Label smoothing 0.1 (the paper's value; its gradient is derived in walkthrough
 # 03); padding positions of the target are ignored by the loss. Each line of the loop is one call.
 
@@ -358,8 +358,8 @@ assert np.all(np.triu(maps["decoder.layers.0.self_attn"][0], k=1) == 0.0)
 # Answers, worked and checked, are in `examples/answers/04_answers.py`.
 #
 # 1. **The schedule.** Show that the two branches of $\eta$ meet at $\mathrm{step} = \mathrm{warmup}$ and that the peak
-#    rate is $a\,(d_{model} \cdot \mathrm{warmup})^{-1/2}$; check it against `optim.noam_rate` for $d_{model} = 64$,
-#    $\mathrm{warmup} = 400$, $a = 0.5$.
+#    rate is $\mathrm{factor}\,(d_{model} \cdot \mathrm{warmup})^{-1/2}$; check it against `optim.noam_rate`
+#    for $d_{model} = 64$, $\mathrm{warmup} = 400$, $\mathrm{factor} = 0.5$.
 # 2. **Gradient clipping is a rescaling.** `optim.clip_grad_norm(grads, 1.0)` multiplies every gradient
 #    by $\min(1, 1 / \lVert g \rVert)$, where $\lVert g \rVert$ is the norm of all gradients together.
 #    Verify it on random gradients, and show that clipping does not change the gradients' direction.

@@ -38,7 +38,7 @@ rng = np.random.default_rng(0)
 # %% [markdown]
 # ### Exercise 1: RoPE in the RoFormer layout
 #
-# Pair $i$ is now $(x_{2i}, x_{2i+1})$, rotated by the angle $m\theta_i$ at position $m$:
+# Pair $i$ is now $(x_{2i}, x_{2i+1})$, rotated by the angle $t\theta_i$ at position $t$:
 # $y_{2i} = x_{2i} \cos - x_{2i+1} \sin$, $y_{2i+1} = x_{2i} \sin + x_{2i+1} \cos$. Each pair's Jacobian is a
 # $2 \times 2$ rotation $R$, whose transpose is the rotation by the opposite angle, so the backward is the
 # same code with $\sin \to -\sin$. The two layouts are the same rotations applied to differently ordered
@@ -48,7 +48,7 @@ rng = np.random.default_rng(0)
 # %%
 T, Dh = 5, 6
 theta = 10000.0 ** (-np.arange(0, Dh, 2) / Dh)  # (Dh/2,)
-angles = np.arange(T)[:, None] * theta[None, :]  # (T, Dh/2): position m times theta_i
+angles = np.arange(T)[:, None] * theta[None, :]  # (T, Dh/2): position t times theta_i
 cos, sin = np.cos(angles), np.sin(angles)
 
 
