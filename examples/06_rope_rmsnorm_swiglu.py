@@ -410,10 +410,11 @@ checks["SiLU"] = (lib_err, torch_err, fd.worst)
 #
 # Backward, the forward's lines in reverse:
 #
-# - $y = \tilde u W_2^\top$: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$ (`h`, `dh` in the code);
-# - $\tilde u = a \odot u$ with $a = \mathrm{silu}(g)$: the **product rule**, each factor gets $d\tilde u$ times
-#   the *other* factor: $du = d\tilde u \odot a$, $da = d\tilde u \odot u$;
-# - $a = \mathrm{silu}(g)$: $dg = da \odot \mathrm{silu}'(g)$;
+# - $y = \tilde u W_2^\top$: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$ (`ut`, `dut` in the code);
+# - $\tilde u = \phi(g) \odot u$ with $\phi = \mathrm{silu}$: the **product rule**, each factor gets $d\tilde u$
+#   times the *other* factor: $du = d\tilde u \odot \phi(g)$, $d\phi = d\tilde u \odot u$ ($d\phi$ the gradient
+#   of the activation's output, as in walkthrough 03);
+# - $\phi(g) = \mathrm{silu}(g)$: $dg = d\phi \odot \mathrm{silu}'(g)$;
 # - $u = x W_1^\top$ and $g = x W_g^\top$: $dW_1 = du^\top x$, $dW_g = dg^\top x$, and $x$ feeds *both*,
 #   so its gradient is the sum of the two paths: $dx = du\, W_1 + dg\, W_g$.
 
@@ -430,20 +431,20 @@ Wg, W1, W2 = params["gate.weight"], params["linear1.weight"], params["linear2.we
 gf = xf @ Wg.T  # (T, F)
 uf = xf @ W1.T  # (T, F)
 sg = 1.0 / (1.0 + np.exp(-gf))
-af = gf * sg  # silu(g)
-hf = af * uf  # (T, F)
-yf = hf @ W2.T  # (T, D)
-print("g =\n", gf, "\nu =\n", uf, "\nh = silu(g) * u =\n", hf, "\ny =\n", yf)
+phif = gf * sg  # silu(g)
+ut = phif * uf  # (T, F), u tilde
+yf = ut @ W2.T  # (T, D)
+print("g =\n", gf, "\nu =\n", uf, "\nu tilde = silu(g) * u =\n", ut, "\ny =\n", yf)
 
 dyf = np.round(rng.standard_normal(yf.shape), 1)  # (T, D)
-# y = h W2^T
-dhf = dyf @ W2  # (T, F)
-dW2 = dyf.T @ hf  # (D, F)
-# h = a * u: each factor gets dh times the other
-duf = dhf * af
-daf = dhf * uf
-# a = silu(g)
-dgf = daf * sg * (1.0 + gf * (1.0 - sg))
+# y = u_tilde W2^T
+dut = dyf @ W2  # (T, F)
+dW2 = dyf.T @ ut  # (D, F)
+# u_tilde = phi(g) * u: each factor gets dut times the other
+duf = dut * phif
+dphif = dut * uf
+# phi(g) = silu(g)
+dgf = dphif * sg * (1.0 + gf * (1.0 - sg))
 # u = x W1^T and g = x Wg^T: two paths into x
 dW1 = duf.T @ xf  # (F, D)
 dWg = dgf.T @ xf  # (F, D)
@@ -566,8 +567,8 @@ checks["grouped-query attention"] = (max_diff(dk_by_hand, dk_lib), torch_err, fd
 # - **RoPE**, $y = R(t)\, x$, each pair $(i, i + d_h/2)$ rotated by $t\theta_i$: $dx = R(t)^\top dy = R(-t)\, dy$,
 #   the inverse rotation ($\sin \to -\sin$), because a rotation is orthogonal.
 # - **SiLU**, $x\,\sigma(x)$: $dx = \sigma(x)\big(1 + x(1 - \sigma(x))\big)\, dy$.
-# - **SwiGLU**, $y = W_2(\mathrm{silu}(W_g x) \odot W_1 x)$: the product rule, $du = d\tilde u \odot a$ and
-#   $da = d\tilde u \odot u$; then $dx = du\, W_1 + dg\, W_g$, two paths meeting at $x$.
+# - **SwiGLU**, $y = W_2(\mathrm{silu}(W_g x) \odot W_1 x)$: the product rule, $du = d\tilde u \odot \phi(g)$
+#   and $d\phi = d\tilde u \odot u$; then $dx = du\, W_1 + dg\, W_g$, two paths meeting at $x$.
 # - **Grouped-query attention**, each K/V head repeated for $n_{rep}$ query heads: $dK_j$ and $dV_j$ are the
 #   sums over the query heads that read head $j$.
 #
