@@ -361,7 +361,8 @@ assert np.all(np.triu(maps["decoder.layers.0.self_attn"][0], k=1) == 0.0)
 #    rate is $\mathrm{factor}\,(d_{model} \cdot \mathrm{warmup})^{-1/2}$; check it against `optim.noam_rate`
 #    for $d_{model} = 64$, $\mathrm{warmup} = 400$, $\mathrm{factor} = 0.5$.
 # 2. **Gradient clipping is a rescaling.** `optim.clip_grad_norm(grads, 1.0)` multiplies every gradient
-#    by $\min(1, 1 / \lVert g \rVert)$, where $\lVert g \rVert$ is the norm of all gradients together.
+#    by $\min(1, 1 / \lVert \nabla\mathcal{L} \rVert)$, where $\lVert \nabla\mathcal{L} \rVert$ is the norm of all
+#    gradients together.
 #    Verify it on random gradients, and show that clipping does not change the gradients' direction.
 # 3. **Attention maps from the library.** Load the shipped checkpoint, run one number through it, and
 #    check that `model.attention_maps()["decoder.layers.1.cross_attn"]` rows sum to one and put zero

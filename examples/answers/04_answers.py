@@ -55,9 +55,10 @@ print("Exercise 1 checked")
 # %% [markdown]
 # ### Exercise 2: clipping rescales, it does not turn
 #
-# All gradients together form one long vector $g$ with norm $\lVert g \rVert$. Clipping multiplies every
-# tensor by the same number $\min(1, m / \lVert g \rVert)$ (up to the small $10^{-6}$ that guards against
-# dividing by zero), so the direction of $g$ is unchanged and its norm becomes $m$ when it was larger.
+# All gradients together form one long vector $\nabla\mathcal{L}$ with norm $\lVert \nabla\mathcal{L} \rVert$.
+# Clipping multiplies every tensor by the same number $\min(1, \mathrm{max\_norm} / \lVert \nabla\mathcal{L} \rVert)$
+# (up to the small $10^{-6}$ that guards against dividing by zero), so the direction of $\nabla\mathcal{L}$ is
+# unchanged and its norm becomes $\mathrm{max\_norm}$ when it was larger.
 
 # %%
 rng = np.random.default_rng(0)

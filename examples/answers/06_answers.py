@@ -108,9 +108,10 @@ print("Exercise 2 checked")
 # %% [markdown]
 # ### Exercise 3: GeGLU
 #
-# $g = x W_g^\top$, $u = x W_1^\top$, $a = \mathrm{GELU}(g)$, $h = a \odot u$, $y = h W_2^\top$. Backwards:
-# $dh = dy\, W_2$, $dW_2 = dy^\top h$; the product rule $da = dh \odot u$, $du = dh \odot a$; then
-# $dg = da \odot \mathrm{GELU}'(g)$ with $\mathrm{GELU}'(g) = \Phi(g) + g\, \Phi'(g)$ (walkthrough 03);
+# $g = x W_g^\top$, $u = x W_1^\top$, $\tilde u = \phi(g) \odot u$ with $\phi = \mathrm{GELU}$, $y = \tilde u W_2^\top$.
+# Backwards: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$; the product rule $d\phi = d\tilde u \odot u$,
+# $du = d\tilde u \odot \phi(g)$; then $dg = d\phi \odot \mathrm{GELU}'(g)$
+# with $\mathrm{GELU}'(g) = \Phi(g) + g\, \Phi'(g)$ (walkthrough 03);
 # $dW_1 = du^\top x$, $dW_g = dg^\top x$, and $x$ feeds both paths, $dx = du\, W_1 + dg\, W_g$.
 
 
@@ -118,17 +119,17 @@ print("Exercise 2 checked")
 def geglu_forward(x, W_g, W_1, W_2):
     g, u = x @ W_g.T, x @ W_1.T  # (N, F)
     cdf = 0.5 * (1.0 + erf(g / np.sqrt(2.0)))
-    a = g * cdf
-    h = a * u
-    return h @ W_2.T, (x, W_g, W_1, W_2, g, u, cdf, a, h)
+    phi = g * cdf
+    ut = phi * u  # u tilde
+    return ut @ W_2.T, (x, W_g, W_1, W_2, g, u, cdf, phi, ut)
 
 
 def geglu_backward(dy, cache):
-    x, W_g, W_1, W_2, g, u, cdf, a, h = cache
-    dh = dy @ W_2
-    da, du = dh * u, dh * a
-    dg = da * (cdf + g * np.exp(-0.5 * g * g) / np.sqrt(2.0 * np.pi))
-    return du @ W_1 + dg @ W_g, dg.T @ x, du.T @ x, dy.T @ h
+    x, W_g, W_1, W_2, g, u, cdf, phi, ut = cache
+    dut = dy @ W_2
+    dphi, du = dut * u, dut * phi
+    dg = dphi * (cdf + g * np.exp(-0.5 * g * g) / np.sqrt(2.0 * np.pi))
+    return du @ W_1 + dg @ W_g, dg.T @ x, du.T @ x, dy.T @ ut
 
 
 N, D, F_ = 3, 4, 6
