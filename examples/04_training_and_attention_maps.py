@@ -238,13 +238,13 @@ else:
 # Here is the real curve of the model whose maps we read.
 #
 # With label smoothing the loss cannot reach 0. The target of a row is
-# $q = (1 - \epsilon)\,\mathrm{onehot}(y) + \epsilon / V$ (walkthrough 03), and the loss
-# $-\sum_c q_c \log p_c$ is smallest when the model predicts $p = q$ exactly, where it equals the
-# entropy of $q$: the dotted line.
+# $q = (1 - \epsilon_{ls})\,\mathrm{onehot}(y) + \epsilon_{ls} / \lvert\mathcal V\rvert$ (walkthrough 03), and the
+# loss $-\sum_c q_c \log \mathrm{softmax}(z)_c$ of logits $z$ is smallest when $\mathrm{softmax}(z) = q$
+# exactly, where it equals the entropy of $q$: the dotted line.
 
 # %%
 if history is not None:
-    q = np.full(config.tgt_vocab_size, 0.1 / config.tgt_vocab_size)  # the smoothed target, epsilon = 0.1
+    q = np.full(config.tgt_vocab_size, 0.1 / config.tgt_vocab_size)  # the smoothed target, epsilon_ls = 0.1
     q[0] += 0.9  # the true word's share (which word it is does not change the entropy)
     floor = float(-(q * np.log(q)).sum())
     plotting.plot_loss_curve(
