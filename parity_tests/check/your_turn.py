@@ -1,4 +1,4 @@
-"""The walkthroughs' "your turn" cells: the learner's gradient against the walkthrough's own, tensor by tensor.
+"""The walkthroughs' "your turn" cells: the learner's gradient against the walkthrough's own, tensor by tensor::
 
     check = checker({"dS": dS}, reference="softmax", args={"x": S, "mask": mask}, dout=dP, wrt={"dS": "x"},
                     exercise="softmax")
