@@ -1,4 +1,6 @@
-"""The walkthroughs' "your turn" cells: the learner's gradient against the walkthrough's own, tensor by tensor::
+"""The walkthroughs' "your turn" cells: the learner's gradient against the walkthrough's own, tensor by tensor.
+
+In a walkthrough:
 
     check = checker({"dS": dS}, reference="softmax", args={"x": S, "mask": mask}, dout=dP, wrt={"dS": "x"},
                     exercise="softmax")
