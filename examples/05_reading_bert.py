@@ -542,8 +542,8 @@ print(f"walkthrough 05 ran in {time.perf_counter() - start:.1f} s")
 #   $x' = \mathrm{LayerNorm}(\tilde x + W_2\,\mathrm{GELU}(W_1 \tilde x + b_1) + b_2)$ with the exact (erf) GELU.
 # - **Sentence embedding**: the mean of the last hidden states over the real tokens, then normalised.
 # - **Similarity gradient**:
-#   $\partial \mathrm{sim} / \partial \bar x_1 = \bar x_2/(\lVert \bar x_1\rVert \lVert \bar x_2\rVert)
-#   - \mathrm{sim}\,\bar x_1/\lVert \bar x_1\rVert^2$,
+#   $\partial \mathrm{sim} / \partial \bar x_1 =
+#   \bar x_2/(\lVert \bar x_1\rVert \lVert \bar x_2\rVert) - \mathrm{sim}\,\bar x_1/\lVert \bar x_1\rVert^2$,
 #   then $1/n$ to each real token, then the six layers' backward and the embedding norm's.
 #
 # A pretrained checkpoint holds no magic: a config, a table of names, and arrays that the same forward

@@ -110,8 +110,8 @@ print("Exercise 2 checked")
 # $\tilde\sigma^2 = \sum x_c^2 / (D - 1)$ gives $dx_c \mathrel{+}= d\tilde\sigma\, x_c / ((D - 1)\, \tilde\sigma)$;
 # the mean path subtracts the row mean. The result:
 #
-# $$dx = \tilde r\,\big(d\hat x - \mathrm{mean}(d\hat x)\big)
-# - \frac{\tilde r^2\, (d\hat x \cdot x_c)}{(D-1)\, \tilde\sigma}\, x_c$$
+# $$dx = \tilde r\,\big(d\hat x - \mathrm{mean}(d\hat x)\big) -
+# \frac{\tilde r^2\, (d\hat x \cdot x_c)}{(D-1)\, \tilde\sigma}\, x_c$$
 #
 # (the last term has mean zero already). It differs from the boxed formula in two places: $D - 1$ where
 # the boxed one has $D$, and $\tilde r^2 / \tilde\sigma$ where it has $r^3 = r^2 \cdot r$ (the two agree only
