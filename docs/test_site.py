@@ -18,7 +18,7 @@ Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on 
   and image a page loaded).
 and the tutorials index links every walkthrough from its own text. Each check is a function of what the browser
 found on a page, and test_checks_catch_broken_pages runs each one on a small page broken on purpose.
-Screenshots of the home page, a walkthrough and a reference page go to docs/_build/screenshots/, and the
+Screenshots of the home page, walkthrough sections and a reference page go to docs/_build/screenshots/, and the
 counts (pages, images, formulas, links) to docs/_build/screenshots/checks.json.
 """
 
@@ -74,6 +74,10 @@ SHOTS = {
         "close-up-the-post-norm-residual-next-to-pre-norm",
     ),
     "walkthrough_04_cross_attention": ("tutorials/04_training_and_attention_maps.html", "reading-the-attention-maps"),
+    "walkthrough_04_loss_curve": (
+        "tutorials/04_training_and_attention_maps.html",
+        "the-shipped-checkpoint-s-loss-curve",
+    ),
     "reference": ("reference/api/numpy_transformer.loss.html", None),
 }
 SHOT_HEIGHT = 1800  # pixels of page below the section's top (the whole page, up to this, for a page's top)

@@ -460,7 +460,7 @@ print(
 # with $\mathcal{L} = \sum O \odot G$ for a random $G$. `check_pair` runs the forward function repeatedly on
 # perturbed copies, compares with what the backward function returned, and reports the worst
 # relative error $|fd - an| / \max(|fd|, |an|, 10^{-2})$ per input. Central differences are accurate
-# to about $h^2 \approx 10^{-10}$ here, so agreement to about $10^{-8}$ or better is what a correct
+# to about $\tau^2 \approx 10^{-10}$ here, so agreement to about $10^{-8}$ or better is what a correct
 # backward looks like; the project's bar is $10^{-6}$.
 
 # %%

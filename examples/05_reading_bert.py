@@ -318,10 +318,11 @@ print("wrote attention_heads.png")
 # ## A sentence-similarity score
 #
 # all-MiniLM-L6-v2 turns a sentence into one vector: the mean of the last hidden states over its real
-# tokens, $u = \frac{1}{n} \sum_{t \le n} x^{(6)}_t$. Two sentences are compared by the cosine of their
-# vectors,
+# tokens, $\bar x = \frac{1}{n} \sum_{t \le n} x^{(6)}_t$. Two sentences, with vectors $\bar x_1$ and $\bar x_2$,
+# are compared by the cosine of their vectors,
 #
-# $$\mathrm{sim} = \cos(u, w) = \frac{u \cdot w}{\lVert u \rVert\, \lVert w \rVert}.$$
+# $$\mathrm{sim} = \cos(\bar x_1, \bar x_2)
+# = \frac{\bar x_1 \cdot \bar x_2}{\lVert \bar x_1 \rVert\, \lVert \bar x_2 \rVert}.$$
 #
 # (`examples/sentence_similarity.py` does this for a handful of sentences and checks the embeddings
 # against sentence-transformers.) We put two sentences of different lengths into one batch. The shorter
@@ -353,8 +354,8 @@ def forward_pieces(ids, types):
 last, pair_embed_cache, pair_layer_caches = forward_pieces(pair_ids, pair_types)  # (2, T, D)
 n = real.sum(axis=1)  # real tokens per sentence
 pooled = (last * real[..., None]).sum(axis=1) / n[:, None]  # (2, D)
-u, w = pooled
-score = u @ w / (np.linalg.norm(u) * np.linalg.norm(w))
+xbar1, xbar2 = pooled  # (D,) each
+score = xbar1 @ xbar2 / (np.linalg.norm(xbar1) * np.linalg.norm(xbar2))
 for toks in pair_tokens:
     print(" ".join(toks))
 print(f"cosine similarity sim = {score:.6f}")
@@ -370,17 +371,17 @@ print(f"cosine similarity sim = {score:.6f}")
 #
 # We go backward one forward line at a time.
 #
-# **The cosine.** With $\mathrm{sim} = u \cdot w / (\lVert u \rVert \lVert w \rVert)$ and
-# $\partial \lVert u \rVert / \partial u = u / \lVert u \rVert$, the quotient rule gives
+# **The cosine.** With $\mathrm{sim} = \bar x_1 \cdot \bar x_2 / (\lVert \bar x_1 \rVert \lVert \bar x_2 \rVert)$ and
+# $\partial \lVert \bar x_1 \rVert / \partial \bar x_1 = \bar x_1 / \lVert \bar x_1 \rVert$, the quotient rule gives
 #
-# $$\frac{\partial \mathrm{sim}}{\partial u} = \frac{w}{\lVert u \rVert \lVert w \rVert}
-# - \mathrm{sim} \frac{u}{\lVert u \rVert^2},$$
+# $$\frac{\partial \mathrm{sim}}{\partial \bar x_1} = \frac{\bar x_2}{\lVert \bar x_1 \rVert \lVert \bar x_2 \rVert}
+# - \mathrm{sim} \frac{\bar x_1}{\lVert \bar x_1 \rVert^2},$$
 #
-# and the same with $u$ and $w$ swapped. The second term removes the part along $u$: lengthening $u$
-# does not change an angle.
+# and the same with $\bar x_1$ and $\bar x_2$ swapped. The second term removes the part along $\bar x_1$:
+# lengthening $\bar x_1$ does not change an angle.
 #
-# **The mean.** $u = \frac1n \sum_{t \le n} x_t$ hands $\frac1n \partial \mathrm{sim} / \partial u$ to each of the
-# $n$ real positions of the last hidden states, and zero to the padding.
+# **The mean.** $\bar x = \frac1n \sum_{t \le n} x_t$ hands $\frac1n \partial \mathrm{sim} / \partial \bar x$ to each
+# of the $n$ real positions of the last hidden states, and zero to the padding.
 #
 # **The encoder.** Then the six layers' backward passes in reverse order (`encoder_layer_backward`,
 # the layer's sublayers in reverse, each the forward's lines in reverse: walkthrough 03; BERT is post-norm,
@@ -390,12 +391,12 @@ print(f"cosine similarity sim = {score:.6f}")
 # (walkthrough 02), which gives $\partial \mathrm{sim} / \partial e$.
 
 # %%
-nu, nw = np.linalg.norm(u), np.linalg.norm(w)
-du = w / (nu * nw) - score * u / nu**2  # (D,)
-dw = u / (nu * nw) - score * w / nw**2
-assert abs(du @ u) <= 1e-12 and abs(dw @ w) <= 1e-12  # orthogonal to its own vector: an angle ignores length
+norm1, norm2 = np.linalg.norm(xbar1), np.linalg.norm(xbar2)
+dxbar1 = xbar2 / (norm1 * norm2) - score * xbar1 / norm1**2  # (D,)
+dxbar2 = xbar1 / (norm1 * norm2) - score * xbar2 / norm2**2
+assert abs(dxbar1 @ xbar1) <= 1e-12 and abs(dxbar2 @ xbar2) <= 1e-12  # each orthogonal to its own vector
 
-dlast = np.stack([du, dw])[:, None, :] * real[..., None] / n[:, None, None]  # (2, T, D): the mean, backward
+dlast = np.stack([dxbar1, dxbar2])[:, None, :] * real[..., None] / n[:, None, None]  # (2, T, D): the mean, backward
 dx = dlast
 for i in reversed(range(cfg.n_encoder_layers)):
     dx, _ = encoder_layer_backward(dx, pair_layer_caches[i])  # (2, T, D); the layer's grads are not needed here
@@ -541,7 +542,8 @@ print(f"walkthrough 05 ran in {time.perf_counter() - start:.1f} s")
 #   $x' = \mathrm{LayerNorm}(\tilde x + W_2\,\mathrm{GELU}(W_1 \tilde x + b_1) + b_2)$ with the exact (erf) GELU.
 # - **Sentence embedding**: the mean of the last hidden states over the real tokens, then normalised.
 # - **Similarity gradient**:
-#   $\partial \mathrm{sim} / \partial u = w/(\lVert u\rVert \lVert w\rVert) - \mathrm{sim}\,u/\lVert u\rVert^2$,
+#   $\partial \mathrm{sim} / \partial \bar x_1 =
+#   \bar x_2/(\lVert \bar x_1\rVert \lVert \bar x_2\rVert) - \mathrm{sim}\,\bar x_1/\lVert \bar x_1\rVert^2$,
 #   then $1/n$ to each real token, then the six layers' backward and the embedding norm's.
 #
 # A pretrained checkpoint holds no magic: a config, a table of names, and arrays that the same forward
@@ -553,11 +555,11 @@ print(f"walkthrough 05 ran in {time.perf_counter() - start:.1f} s")
 # Answers, worked and checked, are in `examples/answers/05_answers.py`. Check yours with
 # `numpy_transformer.gradcheck.check_pair` (or `check_model` for a whole model).
 #
-# 1. **The cosine, as a pair.** Write `cosine_forward(u, w)` and its backward from the formula above and
-#    check the pair. Show numerically that $\partial \mathrm{sim} / \partial u$ is orthogonal to $u$, and
-#    that scaling $u$ by 3 divides its gradient by 3.
+# 1. **The cosine, as a pair.** Write `cosine_forward(xbar1, xbar2)` and its backward from the formula above
+#    and check the pair. Show numerically that $\partial \mathrm{sim} / \partial \bar x_1$ is orthogonal to
+#    $\bar x_1$, and that scaling $\bar x_1$ by 3 divides its gradient by 3.
 # 2. **Mean pooling over real tokens.** Write `mean_pool_forward(x, real)` ($x$ of shape $(B, T, D)$, `real`
-#    a 0/1 array $(B, T)$) returning $u_b = \frac{1}{n_b} \sum_{t\ \mathrm{real}} x_{bt}$, and its backward. Check
+#    a 0/1 array $(B, T)$) returning $\bar x_b = \frac{1}{n_b} \sum_{t\ \mathrm{real}} x_{bt}$, and its backward. Check
 #    it, and show that padding positions receive exactly zero.
 # 3. **Three tables, one sum.** BERT's embedding is $e_t = W_{\text{word}}[\mathrm{id}_t] + W_{\text{pos}}[t] +
 #    W_{\text{type}}[\mathrm{type}_t]$: each position's $de_t$ is added into one row of each table. Build a tiny

@@ -15,9 +15,9 @@
 # # 6. RoPE, RMSNorm and SwiGLU backward by hand
 #
 # *Prerequisites:* walkthroughs 01, 01b and 02. *Time:* 45 minutes. The symbols are those of
-# [the notation table](../docs/notation.md); local names: $m$ is a row's mean square in the RMSNorm
-# section and a position in the RoPE sections, $w$ is RMSNorm's gain ($\gamma$ in the table), $g$ the
-# gated block's gate pre-activation.
+# [the notation table](../docs/notation.md); its symbols for this walkthrough's parts: $\nu$ is a row's mean square
+# (RMSNorm), $t$ and $t'$ the positions of a query and a key (RoPE), $g$ and $u$ the gated block's gate
+# and up projections (SwiGLU).
 #
 # Llama keeps the paper's layer (attention, then a feed-forward block, each around a residual
 # connection) and changes four of its parts:
@@ -86,28 +86,29 @@ def max_diff(a, b) -> float:
 # ## 1. RMSNorm
 #
 # Layer norm subtracts the mean and divides by the standard deviation. RMSNorm (Zhang and Sennrich,
-# 2019) skips the centring and divides by the root mean square; there is a gain $w$ and no bias:
+# 2019) skips the centring and divides by the root mean square; there is a gain $\gamma$ and no bias:
 #
-# $$r = \Big(\frac1D \sum_i x_i^2 + \varepsilon\Big)^{-1/2}, \qquad \hat x_i = x_i\, r, \qquad y_i = w_i\, \hat x_i.$$
+# $$r = \Big(\frac1D \sum_i x_i^2 + \varepsilon\Big)^{-1/2}, \qquad \hat x_i = x_i\, r,
+# \qquad y_i = \gamma_i\, \hat x_i.$$
 #
 # Cheaper (one statistic instead of two), and in practice as good. Two rows of width $D = 4$, Llama's
 # $\varepsilon = 10^{-6}$:
 
 # %%
 x = np.array([[1.0, -2.0, 3.0, 0.5], [0.2, 0.4, -0.1, 1.5]])  # (N, D) = (2, 4)
-w = np.array([1.0, 0.5, -1.5, 2.0])  # (D,)
+gamma = np.array([1.0, 0.5, -1.5, 2.0])  # (D,)
 eps = 1e-6
 N, D = x.shape
 
 ms = (x * x).mean(axis=-1, keepdims=True)  # (N, 1), the mean square
 r = 1.0 / np.sqrt(ms + eps)  # (N, 1)
 x_hat = x * r  # (N, D)
-y = x_hat * w  # (N, D)
+y = x_hat * gamma  # (N, D)
 print("r =", r.ravel())
 print("y =\n", y)
 
-y_lib, rms_cache = rms_norm_forward(x, w, eps)
-y_torch = F.rms_norm(torch.tensor(x), (D,), torch.tensor(w), eps).numpy()
+y_lib, rms_cache = rms_norm_forward(x, gamma, eps)
+y_torch = F.rms_norm(torch.tensor(x), (D,), torch.tensor(gamma), eps).numpy()
 print(f"max |by hand - library| = {max_diff(y, y_lib):.1e},  max |by hand - F.rms_norm| = {max_diff(y, y_torch):.1e}")
 assert max_diff(y, y_lib) <= 1e-15 and max_diff(y, y_torch) <= 1e-15
 
@@ -117,15 +118,15 @@ assert max_diff(y, y_lib) <= 1e-15 and max_diff(y, y_torch) <= 1e-15
 # With a random upstream gradient $dy$, from the last forward line to the first (each comment quotes the
 # line being inverted):
 #
-# - $y = w \odot \hat x$: $dw = \sum_{\text{rows}} dy \odot \hat x$ (the gain is shared by all rows), and
-#   $d\hat x = dy \odot w$;
+# - $y = \gamma \odot \hat x$: $d\gamma = \sum_{\text{rows}} dy \odot \hat x$ (the gain is shared by all rows), and
+#   $d\hat x = dy \odot \gamma$;
 # - $\hat x = x\, r$: the direct path $dx \mathrel{+}= d\hat x\, r$, and $r$, one number per row, collects
 #   $dr = \sum_i d\hat x_i\, x_i$;
-# - $r = (m + \varepsilon)^{-1/2}$, $m$ the mean square: $dm = -\tfrac12 r^3\, dr$;
-# - $m = \frac1D \sum_i x_i^2$: $dx \mathrel{+}= dm \cdot 2x / D$.
+# - $r = (\nu + \varepsilon)^{-1/2}$, $\nu$ the mean square: $d\nu = -\tfrac12 r^3\, dr$;
+# - $\nu = \frac1D \sum_i x_i^2$: $dx \mathrel{+}= d\nu \cdot 2x / D$.
 #
-# Substituting, $dm \cdot 2x/D = -r^3 x \sum_i d\hat x_i\, x_i / D = -r\, \hat x\, \mathrm{mean}(d\hat x \odot \hat x)$,
-# so
+# Substituting,
+# $d\nu \cdot 2x/D = -r^3 x \sum_i d\hat x_i\, x_i / D = -r\, \hat x\, \mathrm{mean}(d\hat x \odot \hat x)$, so
 #
 # $$\boxed{\,dx = r\,\big(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)\,}$$
 #
@@ -136,8 +137,8 @@ assert max_diff(y, y_lib) <= 1e-15 and max_diff(y, y_torch) <= 1e-15
 dy = np.round(rng.standard_normal((N, D)), 1)  # (N, D)
 print("dy =\n", dy)
 # y = x_hat * w
-dw = (dy * x_hat).sum(axis=0)  # (D,)
-dx_hat = dy * w  # (N, D)
+dgamma = (dy * x_hat).sum(axis=0)  # (D,)
+dx_hat = dy * gamma  # (N, D)
 # x_hat = x * r
 dx_staged = dx_hat * r  # the direct path
 dr = (dx_hat * x).sum(axis=-1, keepdims=True)  # (N, 1)
@@ -155,15 +156,15 @@ assert max_diff(dx_staged, dx_boxed) <= 1e-15
 # (`check_pair`, central step $10^{-5}$; the project's bar is $10^{-6}$):
 
 # %%
-dx_lib, dw_lib = rms_norm_backward(dy, rms_cache)
+dx_lib, dgamma_lib = rms_norm_backward(dy, rms_cache)
 x_t = torch.tensor(x, requires_grad=True)
-w_t = torch.tensor(w, requires_grad=True)
-F.rms_norm(x_t, (D,), w_t, eps).backward(torch.tensor(dy))
-fd = check_pair(rms_norm_forward, rms_norm_backward, dict(x=x.copy(), weight=w.copy(), eps=eps), ["x", "weight"],
+gamma_t = torch.tensor(gamma, requires_grad=True)
+F.rms_norm(x_t, (D,), gamma_t, eps).backward(torch.tensor(dy))
+fd = check_pair(rms_norm_forward, rms_norm_backward, dict(x=x.copy(), weight=gamma.copy(), eps=eps), ["x", "weight"],
                 max_coords=None)  # fmt: skip
 print(fd)
-lib_err = max(max_diff(dx_staged, dx_lib), max_diff(dw, dw_lib))
-torch_err = max(max_diff(dx_staged, x_t.grad.numpy()), max_diff(dw, w_t.grad.numpy()))
+lib_err = max(max_diff(dx_staged, dx_lib), max_diff(dgamma, dgamma_lib))
+torch_err = max(max_diff(dx_staged, x_t.grad.numpy()), max_diff(dgamma, gamma_t.grad.numpy()))
 print(f"max |by hand - library| = {lib_err:.1e},  max |by hand - torch| = {torch_err:.1e}")
 assert lib_err <= 1e-14 and torch_err <= 1e-14 and fd.worst <= 1e-6
 checks["RMSNorm"] = (lib_err, torch_err, fd.worst)
@@ -172,7 +173,7 @@ checks["RMSNorm"] = (lib_err, torch_err, fd.worst)
 # One more reading of the boxed formula. RMSNorm does not care how long $x$ is: $y(\lambda x) = y(x)$ for
 # any $\lambda > 0$ (up to $\varepsilon$). So moving $x$ along itself changes nothing, and the gradient has
 # no component along $x$:
-# $x \cdot dx = r\,(d\hat x \cdot x)(1 - r^2 m) = r\,(d\hat x \cdot x)\,\varepsilon / (m + \varepsilon)$,
+# $x \cdot dx = r\,(d\hat x \cdot x)(1 - r^2 \nu) = r\,(d\hat x \cdot x)\,\varepsilon / (\nu + \varepsilon)$,
 # zero but for $\varepsilon$. (Layer norm's gradient is likewise orthogonal to both $\mathbf 1$ and
 # $\hat x$.)
 
@@ -180,35 +181,35 @@ checks["RMSNorm"] = (lib_err, torch_err, fd.worst)
 along_x = (x * dx_staged).sum(axis=-1)
 predicted = r.ravel() * (dx_hat * x).sum(axis=-1) * eps / (ms.ravel() + eps)
 print("x . dx per row:                      ", "  ".join(f"{v: .3e}" for v in along_x))
-print("predicted r (dx_hat . x) eps / (m + eps):", "  ".join(f"{v: .3e}" for v in predicted))
+print("predicted r (dx_hat . x) eps / (ms + eps):", "  ".join(f"{v: .3e}" for v in predicted))
 assert max_diff(along_x, predicted) <= 1e-14
 
 # %% [markdown]
 # ## 2. Rotary position embeddings: a rotation of pairs
 #
-# RoPE (Su et al., 2021) leaves the token embeddings alone and encodes position $m$ inside attention, by
+# RoPE (Su et al., 2021) leaves the token embeddings alone and encodes position $t$ inside attention, by
 # rotating each query and key. A head's $d_h$ features are cut into $d_h / 2$ pairs, and pair $i$ is
-# rotated in its plane by the angle $m\, \theta_i$, with $\theta_i = \text{base}^{-2i/d_h}$ (base 10,000):
+# rotated in its plane by the angle $t\, \theta_i$, with $\theta_i = \text{base}^{-2i/d_h}$ (base 10,000):
 # fast rotations for the first pairs, slow ones for the last. Hugging Face's layout (ours) pairs feature
 # $i$ with feature $i + d_h/2$ (the "half-split" layout; the RoFormer paper pairs neighbours $2i, 2i+1$,
 # the same idea with the features permuted):
 #
 # $$\begin{pmatrix} y_i \\ y_{i + d_h/2} \end{pmatrix} =
-# \begin{pmatrix} \cos m\theta_i & -\sin m\theta_i \\ \sin m\theta_i & \cos m\theta_i \end{pmatrix}
+# \begin{pmatrix} \cos t\theta_i & -\sin t\theta_i \\ \sin t\theta_i & \cos t\theta_i \end{pmatrix}
 # \begin{pmatrix} x_i \\ x_{i + d_h/2} \end{pmatrix}.$$
 #
 # With $d_h = 4$ there are two pairs, (0, 2) and (1, 3), and $\theta = (1, 1/100)$. As one matrix for
-# position $m$, $y = R(m)\, x$:
+# position $t$, $y = R(t)\, x$:
 
 # %%
 Dh = 4
 theta = 10000.0 ** (-np.arange(0, Dh, 2) / Dh)  # (Dh/2,) = [1, 0.01]
 
 
-def rotation(m: float) -> np.ndarray:
-    """R(m), (Dh, Dh): pair (i, i + Dh/2) rotated by m * theta_i."""
+def rotation(t: float) -> np.ndarray:
+    """R(t), (Dh, Dh): pair (i, i + Dh/2) rotated by t * theta_i."""
     R, half = np.zeros((Dh, Dh)), Dh // 2
-    for i, angle in enumerate(m * theta):
+    for i, angle in enumerate(t * theta):
         c, s = np.cos(angle), np.sin(angle)
         R[i, i], R[i, i + half], R[i + half, i], R[i + half, i + half] = c, -s, s, c
     return R
@@ -218,8 +219,8 @@ print("theta =", theta)
 print("R(3) =\n", rotation(3))
 
 # %% [markdown]
-# Three positions of one head. `rope_angles` gives the library's tables, $\cos m\theta_i$ and
-# $\sin m\theta_i$ of shape $(T, d_h/2)$; `rope_forward` applies them to an array (B, H, T, Dh). PyTorch
+# Three positions of one head. `rope_angles` gives the library's tables, $\cos t\theta_i$ and
+# $\sin t\theta_i$ of shape $(T, d_h/2)$; `rope_forward` applies them to an array (B, H, T, Dh). PyTorch
 # has no built-in RoPE; Hugging Face writes it with a helper that swaps the halves,
 # `rotate_half(x) = cat(-x2, x1)`, and duplicated tables: $y = x \odot \cos + \mathrm{rotate\_half}(x)
 # \odot \sin$. We write that in torch, from its definition.
@@ -228,7 +229,7 @@ print("R(3) =\n", rotation(3))
 positions = np.array([1.0, 2.0, 7.0])
 xr = np.round(rng.standard_normal((len(positions), Dh)), 1)  # (T, Dh), one head's queries
 cos, sin = rope_angles(positions, Dh, 10000.0)  # (T, Dh/2) each
-y_by_hand = np.stack([rotation(m) @ xr[t] for t, m in enumerate(positions)])  # (T, Dh)
+y_by_hand = np.stack([rotation(t) @ xr[row] for row, t in enumerate(positions)])  # (T, Dh)
 y_lib, rope_cache = rope_forward(xr[None, None], cos, sin)  # (1, 1, T, Dh)
 
 
@@ -244,7 +245,7 @@ def torch_rope(v, cos, sin):
 
 xr_t = torch.tensor(xr, requires_grad=True)
 y_torch = torch_rope(xr_t, torch.tensor(cos), torch.tensor(sin))
-print("x =\n", xr, "\nR(m) x =\n", y_by_hand)
+print("x =\n", xr, "\nR(t) x =\n", y_by_hand)
 print(f"max |by hand - library| = {max_diff(y_by_hand, y_lib[0, 0]):.1e},  "
       f"max |by hand - torch rotate_half| = {max_diff(y_by_hand, y_torch.detach()):.1e}")  # fmt: skip
 print("lengths before and after:", np.linalg.norm(xr, axis=-1), np.linalg.norm(y_by_hand, axis=-1))
@@ -256,9 +257,9 @@ assert max_diff(y_by_hand, y_lib[0, 0]) <= 1e-15 and max_diff(y_by_hand, y_torch
 # $y = R\, x$ is linear, so $dx = R^\top dy$ (the rule for any matrix product, walkthrough 01). For a
 # rotation this is special: $R$ is *orthogonal*, $R^\top R = I$ (each column has length
 # $\cos^2 + \sin^2 = 1$, and the two columns of a pair are perpendicular), so its transpose is its
-# inverse, and the inverse of a rotation by $m\theta$ is the rotation by $-m\theta$:
+# inverse, and the inverse of a rotation by $t\theta$ is the rotation by $-t\theta$:
 #
-# $$dx = R(m)^\top dy = R(m)^{-1} dy = R(-m)\, dy.$$
+# $$dx = R(t)^\top dy = R(t)^{-1} dy = R(-t)\, dy.$$
 #
 # The backward of RoPE is RoPE with $\sin \to -\sin$. That is exactly `rope_backward`: it calls
 # `rope_forward(dout, cos, -sin)`. Rotating the gradient back is also why a rotation neither grows nor
@@ -270,8 +271,8 @@ print("R(7)^T R(7) =\n", R7.T @ R7)
 assert max_diff(R7.T @ R7, np.eye(Dh)) <= 1e-15 and max_diff(R7.T, rotation(-7)) <= 1e-15
 
 dyr = np.round(rng.standard_normal(xr.shape), 1)  # (T, Dh)
-dx_transpose = np.stack([rotation(m).T @ dyr[t] for t, m in enumerate(positions)])
-dx_inverse = np.stack([rotation(-m) @ dyr[t] for t, m in enumerate(positions)])
+dx_transpose = np.stack([rotation(t).T @ dyr[row] for row, t in enumerate(positions)])
+dx_inverse = np.stack([rotation(-t) @ dyr[row] for row, t in enumerate(positions)])
 dx_lib = rope_backward(dyr[None, None], rope_cache)[0, 0]
 y_torch.backward(torch.tensor(dyr))
 fd = check_pair(rope_forward, rope_backward, dict(x=xr[None, None].copy(), cos=cos, sin=sin), ["x"], max_coords=None)
@@ -279,7 +280,7 @@ print("dx = R^T dy =\n", dx_transpose)
 print(fd)
 lib_err = max(max_diff(dx_transpose, dx_lib), max_diff(dx_transpose, dx_inverse))
 torch_err = max_diff(dx_transpose, xr_t.grad.numpy())
-print(f"max |R^T dy - R(-m) dy or library| = {lib_err:.1e},  max |R^T dy - torch autograd| = {torch_err:.1e}")
+print(f"max |R^T dy - R(-t) dy or library| = {lib_err:.1e},  max |R^T dy - torch autograd| = {torch_err:.1e}")
 assert lib_err <= 1e-15 and torch_err <= 1e-15 and fd.worst <= 1e-6
 assert max_diff(np.linalg.norm(dx_lib, axis=-1), np.linalg.norm(dyr, axis=-1)) <= 1e-14
 checks["RoPE"] = (lib_err, torch_err, fd.worst)
@@ -287,72 +288,73 @@ checks["RoPE"] = (lib_err, torch_err, fd.worst)
 # %% [markdown]
 # ## 3. Why the scores depend only on the distance
 #
-# Attention compares a query at position $m$ with a key at position $n$ through their dot product. After
+# Attention compares a query at position $t$ with a key at position $t'$ through their dot product. After
 # rotation:
 #
-# $$\big(R(m)\, q\big) \cdot \big(R(n)\, k\big) = q^\top R(m)^\top R(n)\, k
-# = q^\top R(-m) R(n)\, k = q^\top R(n - m)\, k,$$
+# $$\big(R(t)\, q\big) \cdot \big(R(t')\, k\big) = q^\top R(t)^\top R(t')\, k
+# = q^\top R(-t) R(t')\, k = q^\top R(t' - t)\, k,$$
 #
 # because rotations of the same planes compose by adding their angles. The absolute positions cancel;
-# only the offset $n - m$ is left. Shift both positions by any $s$ and the score does not change. Below,
-# one query and one key ($d_h = 8$, four rotation speeds) at several pairs of positions, each shifted by
-# $s = 0, 1, 10, 100, 1000$: every row of the table is constant.
+# only the offset $t' - t$ is left. Shift both positions by the same amount and the score does not change.
+# Below, one query and one key ($d_h = 8$, four rotation speeds) at several pairs of positions, each shifted
+# by 0, 1, 10, 100 and 1000: every row of the table is constant.
 
 # %%
 Dh8 = 8
 q8, k8 = rng.standard_normal(Dh8), rng.standard_normal(Dh8)
 
 
-def rope_score(m, n, q=q8, k=k8):
-    """(R(m) q) . (R(n) k), with the library's rope_forward at positions m and n."""
-    cos, sin = rope_angles(np.array([m, n]), Dh8, 10000.0)
+def rope_score(t, t2, q=q8, k=k8):
+    """(R(t) q) . (R(t') k), with the library's rope_forward at positions t and t' (t2 in the code)."""
+    cos, sin = rope_angles(np.array([t, t2]), Dh8, 10000.0)
     rotated, _ = rope_forward(np.stack([q, k])[None, None], cos, sin)  # (1, 1, 2, Dh)
     return rotated[0, 0, 0] @ rotated[0, 0, 1]
 
 
 shifts = [0, 1, 10, 100, 1000]
-print(f"{'(m, n)':>9} {'n - m':>6} " + "".join(f"{f's = {s}':>10}" for s in shifts))
-for m, n in [(0, 0), (0, 1), (1, 0), (2, 5), (5, 2), (3, 12)]:
-    row = [rope_score(m + s, n + s) for s in shifts]
-    print(f"{f'({m}, {n})':>9} {n - m:>6} " + "".join(f"{v:10.6f}" for v in row))
+pair, offset = "(t, t')", "t' - t"
+print(f"{pair:>9} {offset:>6} " + "".join(f"{f'shift {shift}':>11}" for shift in shifts))
+for t, t2 in [(0, 0), (0, 1), (1, 0), (2, 5), (5, 2), (3, 12)]:
+    row = [rope_score(t + shift, t2 + shift) for shift in shifts]
+    print(f"{f'({t}, {t2})':>9} {t2 - t:>6} " + "".join(f"{v:11.6f}" for v in row))
     assert max(row) - min(row) <= 1e-12
 
 # %% [markdown]
-# The paper's positions do not have this property. There the sinusoid $p_m$ is *added* to the embedding,
-# and the score of $(x_q + p_m)$ against $(x_k + p_n)$ contains the cross terms $x_q \cdot p_n$ and
-# $p_m \cdot x_k$, which depend on $m$ and $n$ themselves, not on their difference:
+# The paper's positions do not have this property. There the sinusoid $p_t$ is *added* to the embedding,
+# and the score of $(x_q + p_t)$ against $(x_k + p_{t'})$ contains the cross terms $x_q \cdot p_{t'}$ and
+# $p_t \cdot x_k$, which depend on $t$ and $t'$ themselves, not on their difference:
 
 # %%
 table = sinusoidal_table(2000, Dh8)  # (max_len, Dh): the paper's sinusoids
 
 
-def additive_score(m, n, q=q8, k=k8):
-    return (q + table[m]) @ (k + table[n])
+def additive_score(t, t2, q=q8, k=k8):
+    return (q + table[t]) @ (k + table[t2])
 
 
-row = [additive_score(2 + s, 5 + s) for s in shifts]
-print("additive sinusoids, (m, n) = (2, 5): " + "".join(f"{v:10.6f}" for v in row))
+row = [additive_score(2 + shift, 5 + shift) for shift in shifts]
+print("additive sinusoids, (t, t') = (2, 5): " + "".join(f"{v:11.6f}" for v in row))
 assert max(row) - min(row) > 0.1
 
 # %% [markdown]
-# As pictures: the score of the query at every position $m$ against the key at every position $n$,
-# $0 \le m, n < 48$. With RoPE the matrix is constant along each diagonal ($n - m$ fixed), a Toeplitz
+# As pictures: the score of the query at every position $t$ against the key at every position $t'$,
+# $0 \le t, t' < 48$. With RoPE the matrix is constant along each diagonal ($t' - t$ fixed), a Toeplitz
 # matrix; with added sinusoids it is not. (In a trained model $q$ and $k$ also depend on the token, of
 # course; what RoPE guarantees is that position enters only as the offset.)
 
 # %%
 span = range(48)
-rope_matrix = np.array([[rope_score(m, n) for n in span] for m in span])
-additive_matrix = np.array([[additive_score(m, n) for n in span] for m in span])
+rope_matrix = np.array([[rope_score(t, t2) for t2 in span] for t in span])
+additive_matrix = np.array([[additive_score(t, t2) for t2 in span] for t in span])
 assert max_diff(np.diagonal(rope_matrix, 3), rope_matrix[0, 3]) <= 1e-12  # constant along a diagonal
 
 plt = plotting.plt
 fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-for ax, matrix, title in ((axes[0], rope_matrix, "rotary: (R(m) q) . (R(n) k)"),
-                          (axes[1], additive_matrix, "added sinusoids: (q + p_m) . (k + p_n)")):  # fmt: skip
+for ax, matrix, title in ((axes[0], rope_matrix, "rotary: (R(t) q) . (R(t') k)"),
+                          (axes[1], additive_matrix, "added sinusoids: (q + p_t) . (k + p_t')")):  # fmt: skip
     image = ax.imshow(matrix, cmap="coolwarm")
-    ax.set_xlabel("key position n")
-    ax.set_ylabel("query position m")
+    ax.set_xlabel("key position t'")
+    ax.set_ylabel("query position t")
     ax.set_title(title, fontsize=10)
     fig.colorbar(image, ax=ax, shrink=0.8)
 fig.tight_layout()
@@ -408,10 +410,11 @@ checks["SiLU"] = (lib_err, torch_err, fd.worst)
 #
 # Backward, the forward's lines in reverse:
 #
-# - $y = \tilde u W_2^\top$: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$ (`h`, `dh` in the code);
-# - $\tilde u = a \odot u$ with $a = \mathrm{silu}(g)$: the **product rule**, each factor gets $d\tilde u$ times
-#   the *other* factor: $du = d\tilde u \odot a$, $da = d\tilde u \odot u$;
-# - $a = \mathrm{silu}(g)$: $dg = da \odot \mathrm{silu}'(g)$;
+# - $y = \tilde u W_2^\top$: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$ (`ut`, `dut` in the code);
+# - $\tilde u = \phi(g) \odot u$ with $\phi = \mathrm{silu}$: the **product rule**, each factor gets $d\tilde u$
+#   times the *other* factor: $du = d\tilde u \odot \phi(g)$, $d\phi = d\tilde u \odot u$ ($d\phi$ the gradient
+#   of the activation's output, as in walkthrough 03);
+# - $\phi(g) = \mathrm{silu}(g)$: $dg = d\phi \odot \mathrm{silu}'(g)$;
 # - $u = x W_1^\top$ and $g = x W_g^\top$: $dW_1 = du^\top x$, $dW_g = dg^\top x$, and $x$ feeds *both*,
 #   so its gradient is the sum of the two paths: $dx = du\, W_1 + dg\, W_g$.
 
@@ -428,20 +431,20 @@ Wg, W1, W2 = params["gate.weight"], params["linear1.weight"], params["linear2.we
 gf = xf @ Wg.T  # (T, F)
 uf = xf @ W1.T  # (T, F)
 sg = 1.0 / (1.0 + np.exp(-gf))
-af = gf * sg  # silu(g)
-hf = af * uf  # (T, F)
-yf = hf @ W2.T  # (T, D)
-print("g =\n", gf, "\nu =\n", uf, "\nh = silu(g) * u =\n", hf, "\ny =\n", yf)
+phif = gf * sg  # silu(g)
+ut = phif * uf  # (T, F), u tilde
+yf = ut @ W2.T  # (T, D)
+print("g =\n", gf, "\nu =\n", uf, "\nu tilde = silu(g) * u =\n", ut, "\ny =\n", yf)
 
 dyf = np.round(rng.standard_normal(yf.shape), 1)  # (T, D)
-# y = h W2^T
-dhf = dyf @ W2  # (T, F)
-dW2 = dyf.T @ hf  # (D, F)
-# h = a * u: each factor gets dh times the other
-duf = dhf * af
-daf = dhf * uf
-# a = silu(g)
-dgf = daf * sg * (1.0 + gf * (1.0 - sg))
+# y = u_tilde W2^T
+dut = dyf @ W2  # (T, F)
+dW2 = dyf.T @ ut  # (D, F)
+# u_tilde = phi(g) * u: each factor gets dut times the other
+duf = dut * phif
+dphif = dut * uf
+# phi(g) = silu(g)
+dgf = dphif * sg * (1.0 + gf * (1.0 - sg))
 # u = x W1^T and g = x Wg^T: two paths into x
 dW1 = duf.T @ xf  # (F, D)
 dWg = dgf.T @ xf  # (F, D)
@@ -558,18 +561,18 @@ checks["grouped-query attention"] = (max_diff(dk_by_hand, dk_lib), torch_err, fd
 # %% [markdown]
 # ## Summary
 #
-# - **RMSNorm**, $y = w \odot x\, r$ with $r = (\mathrm{mean}(x^2) + \varepsilon)^{-1/2}$:
-#   $dx = r\,(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x))$ with $d\hat x = dy \odot w$, and
-#   $dw = \sum_{\text{rows}} dy \odot \hat x$.
-# - **RoPE**, $y = R(m)\, x$, each pair $(i, i + d_h/2)$ rotated by $m\theta_i$: $dx = R(m)^\top dy = R(-m)\, dy$,
+# - **RMSNorm**, $y = \gamma \odot x\, r$ with $r = (\mathrm{mean}(x^2) + \varepsilon)^{-1/2}$:
+#   $dx = r\,(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x))$ with $d\hat x = dy \odot \gamma$, and
+#   $d\gamma = \sum_{\text{rows}} dy \odot \hat x$.
+# - **RoPE**, $y = R(t)\, x$, each pair $(i, i + d_h/2)$ rotated by $t\theta_i$: $dx = R(t)^\top dy = R(-t)\, dy$,
 #   the inverse rotation ($\sin \to -\sin$), because a rotation is orthogonal.
 # - **SiLU**, $x\,\sigma(x)$: $dx = \sigma(x)\big(1 + x(1 - \sigma(x))\big)\, dy$.
-# - **SwiGLU**, $y = W_2(\mathrm{silu}(W_g x) \odot W_1 x)$: the product rule, $du = dh \odot a$ and
-#   $da = dh \odot u$; then $dx = du\, W_1 + dg\, W_g$, two paths meeting at $x$.
+# - **SwiGLU**, $y = W_2(\mathrm{silu}(W_g x) \odot W_1 x)$: the product rule, $du = d\tilde u \odot \phi(g)$
+#   and $d\phi = d\tilde u \odot u$; then $dx = du\, W_1 + dg\, W_g$, two paths meeting at $x$.
 # - **Grouped-query attention**, each K/V head repeated for $n_{rep}$ query heads: $dK_j$ and $dV_j$ are the
 #   sums over the query heads that read head $j$.
 #
-# And the property RoPE exists for: $(R(m) q) \cdot (R(n) k) = q^\top R(n - m)\, k$, a score that
+# And the property RoPE exists for: $(R(t) q) \cdot (R(t') k) = q^\top R(t' - t)\, k$, a score that
 # depends on the positions only through their distance. The checks, collected:
 
 # %%

@@ -204,10 +204,11 @@ checks["forward"] = (max_diff(y, y_lib), max_diff(y, y_t.detach()), max_diff(y, 
 # $$dg_{nj} = dy_n \cdot \mathrm{FFN}_{S_{nj}}(x_n), \qquad d\,\mathrm{FFN}_{S_{nj}}(x_n) = g_{nj}\, dy_n.$$
 #
 # Each expert's backward is then walkthrough 06's gated block, its two halves side by side in the fused
-# weight (with $h = \mathrm{silu}(a) \odot u$ and $d\mathrm{out}$ the expert's output gradient):
-# $dh = d\mathrm{out}\, W_d$, $dW_d = d\mathrm{out}^\top h$, $du = dh \odot \mathrm{silu}(a)$,
-# $da = dh \odot u \odot \mathrm{silu}'(a)$, $dW_{gu} = [\,da \,|\, du\,]^\top x$, $dx = [\,da \,|\, du\,]\, W_{gu}$.
-# A token feeds $k$ experts: its gradients from them add. An expert no token chose gets zero gradient.
+# weight (with $\tilde u = \mathrm{silu}(a) \odot u$ and $d\mathrm{out}$ the expert's output gradient):
+# $d\tilde u = d\mathrm{out}\, W_d$, $dW_d = d\mathrm{out}^\top \tilde u$, $du = d\tilde u \odot \mathrm{silu}(a)$,
+# $da = d\tilde u \odot u \odot \mathrm{silu}'(a)$, $dW_{gu} = [\,da \,|\, du\,]^\top x$,
+# $dx = [\,da \,|\, du\,]\, W_{gu}$. A token feeds $k$ experts: its gradients from them add. An expert no token
+# chose gets zero gradient.
 
 # %%
 dy = np.round(rng.standard_normal((N, D)), 1)  # (N, D)
@@ -292,8 +293,8 @@ assert np.count_nonzero(dz_raw) == N * E
 # %% [markdown]
 # ## 5. Finite differences and the step in top-k
 #
-# The check above perturbs every coordinate by $h = 10^{-5}$. That is only meaningful away from a *tie*: if a
-# token's $k$-th and $(k+1)$-th probabilities were within about $h$ of each other, the perturbation could swap
+# The check above perturbs every coordinate by $\tau = 10^{-5}$. That is only meaningful away from a *tie*: if a
+# token's $k$-th and $(k+1)$-th probabilities were within about $\tau$ of each other, the perturbation could swap
 # the two experts, and the finite difference would measure a jump, not a slope. So before trusting a
 # finite-difference check of a router, look at the smallest margin:
 

@@ -12,26 +12,50 @@ import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 
-def plot_loss_curve(steps, losses, path, val_steps=None, val_scores=None, title="training loss") -> None:
-    """Training loss per step (and a smoothed line); validation exact match on a second axis if given."""
+def plot_loss_curve(
+    steps,
+    losses,
+    path,
+    val_steps=None,
+    val_scores=None,
+    title="training loss",
+    val_losses=None,
+    label="loss",
+    floor=None,
+    smooth=True,
+) -> None:
+    """Training loss per step (and a smoothed line). At `val_steps`, either validation exact match
+    (`val_scores`, on a second axis) or validation loss (`val_losses`, on the loss's own axis).
+    `floor`: the lowest loss possible (with label smoothing, the smoothed target's entropy), a dotted line.
+    `smooth`: draw a long run's losses faint under their running mean (False: losses already averaged, drawn solid)."""
+    if val_scores is not None and val_losses is not None:
+        raise ValueError("pass val_scores (exact match) or val_losses (validation loss), not both")
+    if val_losses is not None and len(val_losses) != len(val_steps or []):
+        raise ValueError(f"val_losses has {len(val_losses)} points but val_steps has {len(val_steps or [])}")
     fig, ax = plt.subplots(figsize=(7, 4))
     short = len(losses) < 20  # a short run is drawn plainly, every step marked; a long one faint, under its mean
+    faint = smooth and not short
     ax.plot(
         steps,
         losses,
         "o-" if short else "-",
         color="tab:blue",
-        alpha=1.0 if short else 0.3,
+        alpha=0.3 if faint else 1.0,
         linewidth=0.8,
-        label="loss",
+        label=label,
     )
-    if len(losses) >= 20:
+    if faint:
         k = max(len(losses) // 50, 5)
         smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-        ax.plot(steps[k - 1 :], smooth, color="tab:blue", label=f"loss (mean of {k})")
+        ax.plot(steps[k - 1 :], smooth, color="tab:blue", label=f"{label} (running mean of {k})")
+    if val_losses:
+        ax.plot(val_steps, val_losses, "o-", color="tab:orange", label="validation loss (dropout off)")
+    if floor is not None:
+        ax.axhline(floor, color="gray", linestyle=":", label=f"lowest possible loss ({floor:.2f})")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (label-smoothed)")
-    low, high = float(np.min(losses)), float(np.max(losses))
+    everything = list(losses) + list(val_losses or []) + ([floor] if floor is not None else [])
+    low, high = float(np.min(everything)), float(np.max(everything))
     if low > 0 and high / low > 10:  # a long run: the loss falls over decades, read on a log scale in plain numbers
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -40,14 +64,14 @@ def plot_loss_curve(steps, losses, path, val_steps=None, val_scores=None, title=
     ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))  # steps are whole numbers, even for 15 of them
     ax.set_title(title)
     handles, labels = ax.get_legend_handles_labels()
-    if val_steps:
+    if val_steps and val_scores is not None:
         ax2 = ax.twinx()
         ax2.plot(val_steps, val_scores, "o-", color="tab:orange", label="validation exact match")
         ax2.set_ylabel("exact match")
         ax2.set_ylim(0, 1.02)
         h2, l2 = ax2.get_legend_handles_labels()
         handles, labels = handles + h2, labels + l2
-    ax.legend(handles, labels, loc="center right")
+    ax.legend(handles, labels, loc="center right" if val_scores is not None else "upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

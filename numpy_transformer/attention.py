@@ -127,13 +127,13 @@ def causal_mask(T_q: int, T_k: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------
 # Rotary position embedding (RoPE, Su et al.; Llama), in Hugging Face's half-split layout: feature i of
 # a head is paired with feature i + Dh/2, and the pair is rotated by the angle pos * theta^(-2i/Dh).
-# Applied to queries and keys, so the score q_m . k_n = q R(m)^T R(n) k = q R(n - m) k depends on the
+# Applied to queries and keys, so the score q_t . k_t' = q R(t)^T R(t') k = q R(t' - t) k depends on the
 # positions only through their distance.
 
 
 def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.float64):
-    r"""cos and sin of the angles :math:`m\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
-    argument `theta`), for every position m and :math:`i < d_h / 2`; each (T, Dh/2), or (B, T, Dh/2) for positions
+    r"""cos and sin of the angles :math:`t\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
+    argument `theta`), for every position t and :math:`i < d_h / 2`; each (T, Dh/2), or (B, T, Dh/2) for positions
     (B, T) (a padded batch, each row its own). Computed in float64, then cast."""
     inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
     angles = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq  # (T, Dh/2), or (B, T, Dh/2)
@@ -142,13 +142,13 @@ def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.flo
 
 def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
     r"""Rotate every pair :math:`(x_i, x_{i + R/2})` of the first R features of x (B, H, T, Dh) by its angle
-    :math:`m\, \theta_i` (the tables cos and sin, (T, R/2), of rope_angles); R = Dh, or (partial rotary, GPT-NeoX)
+    :math:`t\, \theta_i` (the tables cos and sin, (T, R/2), of rope_angles); R = Dh, or (partial rotary, GPT-NeoX)
     fewer: the features from R on pass through unchanged. R is read from the tables' width:
 
     .. math::
 
-        y_i &= x_i \cos m\theta_i - x_{i + R/2} \sin m\theta_i, \\
-        y_{i + R/2} &= x_i \sin m\theta_i + x_{i + R/2} \cos m\theta_i, \qquad y_{j \ge R} = x_j
+        y_i &= x_i \cos t\theta_i - x_{i + R/2} \sin t\theta_i, \\
+        y_{i + R/2} &= x_i \sin t\theta_i + x_{i + R/2} \cos t\theta_i, \qquad y_{j \ge R} = x_j
     """
     half = cos.shape[-1]  # R/2
     x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]  # (B, H, T, R/2) x 2, (.., Dh - R)
@@ -163,8 +163,8 @@ def rope_backward(dout: np.ndarray, cache):
 
     .. math::
 
-        dx_i &= dy_i \cos m\theta_i + dy_{i + R/2} \sin m\theta_i, \\
-        dx_{i + R/2} &= -dy_i \sin m\theta_i + dy_{i + R/2} \cos m\theta_i, \qquad dx_{j \ge R} = dy_j
+        dx_i &= dy_i \cos t\theta_i + dy_{i + R/2} \sin t\theta_i, \\
+        dx_{i + R/2} &= -dy_i \sin t\theta_i + dy_{i + R/2} \cos t\theta_i, \qquad dx_{j \ge R} = dy_j
     """
     cos, sin = cache
     dx, _ = rope_forward(dout, cos, -sin)

@@ -425,12 +425,12 @@ def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | Non
 
 def layer_norm_backward(dout: np.ndarray, cache):
     r"""Gradients of :math:`y = \hat x \odot \gamma + \beta`, :math:`\hat x = (x - \mu)\, r`,
-    :math:`r = (\sigma^2 + \varepsilon)^{-1/2}`; with :math:`g = dy \odot \gamma`:
+    :math:`r = (\sigma^2 + \varepsilon)^{-1/2}`; with :math:`d\hat x = dy \odot \gamma`:
 
     .. math::
 
         d\gamma = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad d\beta = \textstyle\sum_{\text{rows}} dy,
-        \qquad dx = r \big(g - \mathrm{mean}(g) - \hat x\, \mathrm{mean}(g \odot \hat x)\big)
+        \qquad dx = r \big(d\hat x - \mathrm{mean}(d\hat x) - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)
 
     Returns dx (..., D), dweight and dbias (D,); the means are over the last axis. The two subtracted terms are the
     paths through the mean and the variance.
@@ -442,12 +442,12 @@ def layer_norm_backward(dout: np.ndarray, cache):
     # `optimize` does not apply, and is 50x slower here)
     dweight = np.einsum("nd,nd->d", dout2d, x_hat2d)
     dbias = dout2d.sum(axis=0)
-    g = dout * weight
-    g_mean = g.mean(axis=-1, keepdims=True)  # (..., 1)
-    gx_mean = np.vecdot(g, x_hat)[..., None] / D  # mean(g * x_hat), (..., 1)
-    dx = x_hat * gx_mean
-    np.subtract(g, dx, out=dx)  # g - x_hat * mean(g x_hat), in place
-    dx -= g_mean
+    dx_hat = dout * weight
+    dx_hat_mean = dx_hat.mean(axis=-1, keepdims=True)  # (..., 1)
+    dx_hat_x_mean = np.vecdot(dx_hat, x_hat)[..., None] / D  # mean(dx_hat * x_hat), (..., 1)
+    dx = x_hat * dx_hat_x_mean
+    np.subtract(dx_hat, dx, out=dx)  # dx_hat - x_hat * mean(dx_hat x_hat), in place
+    dx -= dx_hat_mean
     dx *= rstd
     return dx, dweight, dbias
 
@@ -485,22 +485,22 @@ def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
 
 def rms_norm_backward(dout: np.ndarray, cache):
     r"""Gradients of :math:`y = \hat x \odot \gamma`, :math:`\hat x = x\, r`,
-    :math:`r = (\mathrm{mean}(x^2) + \varepsilon)^{-1/2}`; with :math:`g = dy \odot \gamma`:
+    :math:`r = (\nu + \varepsilon)^{-1/2}`, :math:`\nu = \mathrm{mean}(x^2)`; with :math:`d\hat x = dy \odot \gamma`:
 
     .. math::
 
         d\gamma = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad
-        dx = r \big(g - \hat x\, \mathrm{mean}(g \odot \hat x)\big)
+        dx = r \big(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)
 
     Returns dx (..., D) and dweight (D,). :math:`\partial r / \partial x_j = -r^3 x_j / D` gives the second term;
-    there is no mean to subtract, so layer norm's :math:`\mathrm{mean}(g)` term is absent.
+    there is no mean to subtract, so layer norm's :math:`\mathrm{mean}(d\hat x)` term is absent.
     """
     x_hat, rstd, weight = cache
     D = x_hat.shape[-1]
     dweight = np.einsum("nd,nd->d", dout.reshape(-1, D), x_hat.reshape(-1, D))  # as in layer_norm_backward
-    g = dout * weight
-    dx = x_hat * (np.vecdot(g, x_hat)[..., None] / D)
-    np.subtract(g, dx, out=dx)
+    dx_hat = dout * weight
+    dx = x_hat * (np.vecdot(dx_hat, x_hat)[..., None] / D)
+    np.subtract(dx_hat, dx, out=dx)
     dx *= rstd
     return dx, dweight
 
@@ -587,32 +587,32 @@ def feed_forward_forward(
     layer has biases. activations: name -> (forward, backward) of :math:`\phi`, ACTIVATIONS unless another table
     is passed."""
     act_forward, act_backward = activations[activation]
-    h, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
-    a, act_cache = act_forward(h)
-    a, drop_cache = dropout_site(dropout, f"{site}.dropout", a)
-    out, lin2_cache = linear_forward(a, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
+    a, lin1_cache = linear_forward(x, params["linear1.weight"], params.get("linear1.bias"))  # (B, T, F)
+    phi, act_cache = act_forward(a)
+    phi, drop_cache = dropout_site(dropout, f"{site}.dropout", phi)
+    out, lin2_cache = linear_forward(phi, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
     return out, (act_backward, lin1_cache, act_cache, drop_cache, lin2_cache)
 
 
 def feed_forward_backward(dout: np.ndarray, cache):
-    r"""Chain rule through :math:`y = \mathrm{drop}(a)\, W_2^\top + b_2`, :math:`a = \phi(h)`,
-    :math:`h = x W_1^\top + b_1`, one backward per forward line:
+    r"""Chain rule through :math:`y = \mathrm{drop}(\phi(a))\, W_2^\top + b_2`, :math:`a = x W_1^\top + b_1`,
+    one backward per forward line (:math:`d\phi` the gradient of the activation's output):
 
     .. math::
 
-        da &= \mathrm{drop}^\top(dy\, W_2), \qquad dW_2 = dy^\top \mathrm{drop}(a), \qquad
+        d\phi &= \mathrm{drop}^\top(dy\, W_2), \qquad dW_2 = dy^\top \mathrm{drop}(\phi(a)), \qquad
         db_2 = \textstyle\sum_{\text{rows}} dy, \\
-        dh &= \phi'(h) \odot da, \\
-        dx &= dh\, W_1, \qquad dW_1 = dh^\top x, \qquad db_1 = \textstyle\sum_{\text{rows}} dh
+        da &= \phi'(a) \odot d\phi, \\
+        dx &= da\, W_1, \qquad dW_1 = da^\top x, \qquad db_1 = \textstyle\sum_{\text{rows}} da
 
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
     act_backward, lin1_cache, act_cache, drop_cache, lin2_cache = cache
     grads = {}
-    da, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
-    da = dropout_backward(da, drop_cache)
-    dh = act_backward(da, act_cache)
-    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(dh, lin1_cache)  # (B, T, D)
+    dphi, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
+    dphi = dropout_backward(dphi, drop_cache)
+    da = act_backward(dphi, act_cache)
+    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(da, lin1_cache)  # (B, T, D)
     return dx, without_none(grads)
 
 
@@ -629,8 +629,8 @@ def gated_feed_forward_forward(
 
     .. math::
 
-        g = x W_g^\top + b_g, \qquad u = x W_1^\top + b_1, \qquad h = \phi(g) \odot u, \qquad
-        y = \mathrm{drop}(h)\, W_2^\top + b_2
+        g = x W_g^\top + b_g, \qquad u = x W_1^\top + b_1, \qquad \tilde u = \phi(g) \odot u, \qquad
+        y = \mathrm{drop}(\tilde u)\, W_2^\top + b_2
 
     x (B, T, D) -> (B, T, D); params: gate.weight (F, D), linear1.weight (F, D) (Llama's up_proj),
     linear2.weight (D, F) (down_proj), and their biases when the layer has them. activations: name -> (forward,
@@ -650,19 +650,22 @@ def gated_feed_forward_forward(
 
 
 def gated_feed_forward_backward(dout: np.ndarray, cache):
-    r"""Gradients of :math:`y = \mathrm{drop}(h)\, W_2^\top + b_2`, :math:`h = \phi(g) \odot u`,
-    :math:`g = x W_g^\top + b_g`, :math:`u = x W_1^\top + b_1`. The product rule gives each factor of h the
-    gradient dh times the other, and x feeds both the gate and the up projection, so the two paths add:
+    r"""Gradients of :math:`y = \mathrm{drop}(\tilde u)\, W_2^\top + b_2`, :math:`\tilde u = \phi(g) \odot u`,
+    :math:`g = x W_g^\top + b_g`, :math:`u = x W_1^\top + b_1`. The product rule gives each factor of
+    :math:`\tilde u` the gradient :math:`d\tilde u` times the other, and x feeds both the gate and the up
+    projection, so the two paths add:
 
     .. math::
 
-        dh &= \mathrm{drop}^\top(dy\, W_2), \qquad dW_2 = dy^\top \mathrm{drop}(h), \qquad
+        d\tilde u &= \mathrm{drop}^\top(dy\, W_2), \qquad dW_2 = dy^\top \mathrm{drop}(\tilde u), \qquad
         db_2 = \textstyle\sum_{\text{rows}} dy, \\
-        du &= dh \odot \phi(g), \qquad dW_1 = du^\top x, \qquad db_1 = \textstyle\sum_{\text{rows}} du, \\
-        dg &= \phi'(g) \odot dh \odot u, \qquad dW_g = dg^\top x, \qquad db_g = \textstyle\sum_{\text{rows}} dg, \\
+        du &= d\tilde u \odot \phi(g), \qquad dW_1 = du^\top x, \qquad db_1 = \textstyle\sum_{\text{rows}} du, \\
+        dg &= \phi'(g) \odot d\tilde u \odot u, \qquad dW_g = dg^\top x, \qquad
+        db_g = \textstyle\sum_{\text{rows}} dg, \\
         dx &= du\, W_1 + dg\, W_g
 
-    dh, du, dg (B, T, F). Returns dx (B, T, D) and the grads dict keyed like params.
+    dh (the code's name for :math:`d\tilde u`), du, dg (B, T, F). Returns dx (B, T, D) and the grads dict keyed
+    like params.
     """
     act_backward, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
     grads = {}

@@ -175,12 +175,12 @@ class AdamW(Adam):
 
 def clip_grad_norm(grads: dict, max_norm: float, eps: float = 1e-6) -> float:
     r"""Scale all gradients together so that their global L2 norm is at most `max_norm`, in place
-    (`torch.nn.utils.clip_grad_norm_`):
+    (`torch.nn.utils.clip_grad_norm_`), each parameter's gradient :math:`dW`:
 
     .. math::
 
-        \mathrm{total} = \sqrt{\textstyle\sum_{\text{tensors}} \lVert g \rVert^2}, \qquad
-        g \leftarrow g \cdot \min\!\Big(1, \frac{\mathrm{max\_norm}}{\mathrm{total} + 10^{-6}}\Big)
+        \mathrm{total} = \sqrt{\textstyle\sum_{\text{tensors}} \lVert dW \rVert^2}, \qquad
+        dW \leftarrow dW \cdot \min\!\Big(1, \frac{\mathrm{max\_norm}}{\mathrm{total} + 10^{-6}}\Big)
 
     Returns the total norm before clipping.
     """

@@ -4,11 +4,12 @@ encoder-decoder and the Llama-style LM), writes what it promises, and scores dec
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from examples import tasks, train_numbers  # noqa: E402
+from examples import plotting, tasks, train_numbers  # noqa: E402
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
@@ -134,3 +135,30 @@ def test_examples_is_not_an_installed_package():
     assert "examples" not in top_level and "numpy_transformer" in top_level
     checkout = Path(__file__).resolve().parents[1]
     assert Path(importlib.util.find_spec("examples").origin).resolve().is_relative_to(checkout)
+
+
+def test_shipped_checkpoint_carries_its_loss_history():
+    """Walkthrough 04 draws the shipped checkpoint's real loss curve from the history in its metadata."""
+    from numpy_transformer.checkpoint import read_checkpoint
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "data" / "numbers_small.safetensors"
+    made = read_checkpoint(path)[3]
+    history = json.loads(made["loss_history"])
+    steps = int(made["steps"])
+    assert history["steps"] == list(range(history["every"], steps + 1, history["every"]))
+    assert len(history["train_loss"]) == len(history["steps"]) and len(history["val_loss"]) == len(history["val_steps"])
+    assert len(history["val_steps"]) >= 3 and history["val_steps"][-1] == steps
+    train, val = np.array(history["train_loss"]), np.array(history["val_loss"])
+    assert np.isfinite(train).all() and np.isfinite(val).all()
+    assert train[-1] < train[0] / 3 and val[-1] < val[0]
+
+
+def test_plot_loss_curve_with_validation_losses(tmp_path):
+    steps, losses = list(range(1, 101)), list(np.linspace(5.0, 1.0, 100))
+    path = tmp_path / "curve.png"
+    plotting.plot_loss_curve(steps, losses, path, val_steps=[50, 100], val_losses=[2.0, 0.9], floor=0.8, smooth=False)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="val_losses has 1 points but val_steps has 2"):
+        plotting.plot_loss_curve(steps, losses, path, val_steps=[50, 100], val_losses=[2.0])
+    with pytest.raises(ValueError, match="not both"):
+        plotting.plot_loss_curve(steps, losses, path, val_steps=[50], val_scores=[0.5], val_losses=[2.0])

@@ -39,7 +39,8 @@ WORST: dict[str, float] = {}  # test node id -> worst relative error, for report
 
 def is_zero_in_exact_arithmetic(name: str, rotated: tuple = ()) -> bool:
     """The key bias shifts every score of a query row by the same q . b_K; softmax ignores it. Not so in
-    attention with rotary positions (names containing one of `rotated`): there R(n) b_K differs per key n."""
+    attention with rotary positions (names containing one of `rotated`): there R(t') b_K differs per key
+    position t'."""
     return name.endswith("k_proj.bias") and not any(block in name for block in rotated)
 
 
@@ -568,8 +569,9 @@ def test_attention_with_qk_norm():
 
 
 def test_rotary_key_bias_has_a_gradient():
-    """With rotary positions the key bias reaches the score of key n as q . R(n) b_K, which differs from key
-    to key: it is no longer a shift that softmax ignores, and its gradient is as large as its neighbours'."""
+    """With rotary positions the key bias reaches the score of the key at position t' as q . R(t') b_K, which
+    differs from key to key: it is no longer a shift that softmax ignores, and its gradient is as large as its
+    neighbours'."""
     rng = np.random.default_rng(26)
     params = gqa_params(rng, 16, 4, 2, bias=True)
     x = rand(rng, 2, 4, 16)

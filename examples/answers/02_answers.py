@@ -39,11 +39,12 @@ eps = 1e-5
 # %% [markdown]
 # ### Exercise 1: RMSNorm
 #
-# Forward lines: $m = \mathrm{mean}(x^2)$, $r = (m + \varepsilon)^{-1/2}$, $\hat x = x\, r$, $y = \gamma \odot \hat x$.
+# Forward lines: $\nu = \mathrm{mean}(x^2)$, $r = (\nu + \varepsilon)^{-1/2}$, $\hat x = x\, r$,
+# $y = \gamma \odot \hat x$.
 # Backwards: $d\gamma = \sum_{\text{rows}} dy \odot \hat x$ and $d\hat x = dy \odot \gamma$; then $\hat x = x\, r$
 # forks ($x$ directly, and through $r$): $dx \mathrel{+}= d\hat x\, r$ and $dr = \sum_i d\hat x_i x_i$;
-# $dm = -\tfrac12 r^3\, dr$; $m = \mathrm{mean}(x^2)$ gives $dx \mathrel{+}= dm \cdot 2x / D$. Substituting,
-# $dm \cdot 2x/D = -r^3 x\, (d\hat x \cdot x)/D = -r\, \hat x\, \mathrm{mean}(d\hat x \odot \hat x)$, so
+# $d\nu = -\tfrac12 r^3\, dr$; $\nu = \mathrm{mean}(x^2)$ gives $dx \mathrel{+}= d\nu \cdot 2x / D$. Substituting,
+# $d\nu \cdot 2x/D = -r^3 x\, (d\hat x \cdot x)/D = -r\, \hat x\, \mathrm{mean}(d\hat x \odot \hat x)$, so
 # $dx = r\,\big(d\hat x - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)$: layer norm's formula without
 # the $-\mathrm{mean}(d\hat x)$ term, since there is no mean to go back through.
 
@@ -103,16 +104,17 @@ print("Exercise 2 checked")
 # %% [markdown]
 # ### Exercise 3: the Annotated Transformer's LayerNorm, backwards
 #
-# $y = \gamma \odot x_c\, u + \beta$ with $x_c = x - \mu$, $\tilde\sigma = \sqrt{\sum x_c^2 / (D - 1)}$ and
-# $u = 1 / (\tilde\sigma + \varepsilon)$. The same staging: $d\hat x = dy \odot \gamma$;
-# $dx_c \mathrel{+}= d\hat x\, u$, $du = d\hat x \cdot x_c$; $d\tilde\sigma = -u^2\, du$;
+# $y = \gamma \odot x_c\, \tilde r + \beta$ with $x_c = x - \mu$, $\tilde\sigma = \sqrt{\sum x_c^2 / (D - 1)}$ and
+# $\tilde r = 1 / (\tilde\sigma + \varepsilon)$. The same staging: $d\hat x = dy \odot \gamma$;
+# $dx_c \mathrel{+}= d\hat x\, \tilde r$, $d\tilde r = d\hat x \cdot x_c$; $d\tilde\sigma = -\tilde r^2\, d\tilde r$;
 # $\tilde\sigma^2 = \sum x_c^2 / (D - 1)$ gives $dx_c \mathrel{+}= d\tilde\sigma\, x_c / ((D - 1)\, \tilde\sigma)$;
 # the mean path subtracts the row mean. The result:
 #
-# $$dx = u\,\big(d\hat x - \mathrm{mean}(d\hat x)\big) - \frac{u^2\, (d\hat x \cdot x_c)}{(D-1)\, \tilde\sigma}\, x_c$$
+# $$dx = \tilde r\,\big(d\hat x - \mathrm{mean}(d\hat x)\big) -
+# \frac{\tilde r^2\, (d\hat x \cdot x_c)}{(D-1)\, \tilde\sigma}\, x_c$$
 #
 # (the last term has mean zero already). It differs from the boxed formula in two places: $D - 1$ where
-# the boxed one has $D$, and $u^2 / \tilde\sigma$ where it has $r^3 = r^2 \cdot r$ (the two agree only
+# the boxed one has $D$, and $\tilde r^2 / \tilde\sigma$ where it has $r^3 = r^2 \cdot r$ (the two agree only
 # when $\varepsilon = 0$ and $D$ is large).
 
 
@@ -120,17 +122,17 @@ print("Exercise 2 checked")
 def annotated_forward(x, gamma, beta, eps=1e-6):
     xc = x - x.mean(axis=-1, keepdims=True)
     std = np.sqrt((xc * xc).sum(axis=-1, keepdims=True) / (x.shape[-1] - 1))  # unbiased
-    u = 1.0 / (std + eps)
-    x_hat = xc * u
-    return gamma * x_hat + beta, (xc, std, u, x_hat, gamma)
+    r_tilde = 1.0 / (std + eps)
+    x_hat = xc * r_tilde
+    return gamma * x_hat + beta, (xc, std, r_tilde, x_hat, gamma)
 
 
 def annotated_backward(dy, cache):
-    xc, std, u, x_hat, gamma = cache
+    xc, std, r_tilde, x_hat, gamma = cache
     D = xc.shape[-1]
     dx_hat = dy * gamma
-    dx = u * (dx_hat - dx_hat.mean(axis=-1, keepdims=True))
-    dx -= u * u * (dx_hat * xc).sum(axis=-1, keepdims=True) * xc / ((D - 1) * std)
+    dx = r_tilde * (dx_hat - dx_hat.mean(axis=-1, keepdims=True))
+    dx -= r_tilde * r_tilde * (dx_hat * xc).sum(axis=-1, keepdims=True) * xc / ((D - 1) * std)
     return dx, (dy * x_hat).sum(axis=0), dy.sum(axis=0)
 
 

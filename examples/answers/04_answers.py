@@ -35,17 +35,18 @@ np.set_printoptions(precision=3, suppress=True)
 # %% [markdown]
 # ### Exercise 1: where the schedule peaks
 #
-# $\eta(\mathrm{step}) = a\, d_{model}^{-1/2} \min(\mathrm{step}^{-1/2}, \mathrm{step} \cdot
+# $\eta(\mathrm{step}) = \mathrm{factor}\, d_{model}^{-1/2} \min(\mathrm{step}^{-1/2}, \mathrm{step} \cdot
 # \mathrm{warmup}^{-3/2})$. The first branch decreases, the second increases, so the minimum is the second
 # before they cross and the first after. They cross where $\mathrm{step}^{-1/2} = \mathrm{step} \cdot
 # \mathrm{warmup}^{-3/2}$, that is $\mathrm{step}^{3/2} = \mathrm{warmup}^{3/2}$, $\mathrm{step} =
-# \mathrm{warmup}$. There both equal $\mathrm{warmup}^{-1/2}$, so the peak is $\eta(\mathrm{warmup}) = a\,
-# d_{model}^{-1/2} \mathrm{warmup}^{-1/2} = a\, (d_{model} \cdot \mathrm{warmup})^{-1/2}$.
+# \mathrm{warmup}$. There both equal $\mathrm{warmup}^{-1/2}$, so the peak is
+# $\eta(\mathrm{warmup}) = \mathrm{factor}\, d_{model}^{-1/2} \mathrm{warmup}^{-1/2}
+# = \mathrm{factor}\, (d_{model} \cdot \mathrm{warmup})^{-1/2}$.
 
 # %%
-a, d_model, n_w = 0.5, 64, 400
-rates = np.array([optim.noam_rate(n, d_model, n_w, a) for n in range(1, 4001)])
-peak = a * (d_model * n_w) ** -0.5
+factor, d_model, n_w = 0.5, 64, 400
+rates = np.array([optim.noam_rate(n, d_model, n_w, factor) for n in range(1, 4001)])
+peak = factor * (d_model * n_w) ** -0.5
 print(f"peak {rates.max():.6e} at step {rates.argmax() + 1}; formula {peak:.6e}")
 assert rates.argmax() + 1 == n_w and abs(rates.max() - peak) <= 1e-15
 assert np.all(np.diff(rates[: n_w - 1]) > 0) and np.all(np.diff(rates[n_w - 1 :]) < 0)  # up, then down
@@ -54,9 +55,10 @@ print("Exercise 1 checked")
 # %% [markdown]
 # ### Exercise 2: clipping rescales, it does not turn
 #
-# All gradients together form one long vector $g$ with norm $\lVert g \rVert$. Clipping multiplies every
-# tensor by the same number $\min(1, m / \lVert g \rVert)$ (up to the small $10^{-6}$ that guards against
-# dividing by zero), so the direction of $g$ is unchanged and its norm becomes $m$ when it was larger.
+# All gradients together form one long vector $\nabla\mathcal{L}$ with norm $\lVert \nabla\mathcal{L} \rVert$.
+# Clipping multiplies every tensor by the same number $\min(1, \mathrm{max\_norm} / \lVert \nabla\mathcal{L} \rVert)$
+# (up to the small $10^{-6}$ that guards against dividing by zero), so the direction of $\nabla\mathcal{L}$ is
+# unchanged and its norm becomes $\mathrm{max\_norm}$ when it was larger.
 
 # %%
 rng = np.random.default_rng(0)

@@ -36,40 +36,43 @@ rng = np.random.default_rng(0)
 # %% [markdown]
 # ### Exercise 1: the cosine, as a pair
 #
-# $\mathrm{sim} = u \cdot w / (\lVert u \rVert \lVert w \rVert)$ is a scalar, so its backward scales the two
-# gradients by the scalar upstream gradient. $\partial \mathrm{sim} / \partial u \cdot u = \mathrm{sim} - \mathrm{sim}
-# = 0$: an angle does not change when $u$ lengthens. And since $\mathrm{sim}(3u, w) = \mathrm{sim}(u, w)$, the
-# chain rule gives $3\, \nabla_{3u} = \nabla_u$: the gradient at $3u$ is a third of the gradient at $u$.
+# $\mathrm{sim} = \bar x_1 \cdot \bar x_2 / (\lVert \bar x_1 \rVert \lVert \bar x_2 \rVert)$ is a scalar, so its
+# backward scales the two gradients by the scalar upstream gradient.
+# $\partial \mathrm{sim} / \partial \bar x_1 \cdot \bar x_1 = \mathrm{sim} - \mathrm{sim} = 0$: an angle does not
+# change when $\bar x_1$ lengthens. And since $\mathrm{sim}(3\bar x_1, \bar x_2) = \mathrm{sim}(\bar x_1, \bar x_2)$,
+# the chain rule gives $3\, \nabla_{3\bar x_1} = \nabla_{\bar x_1}$: the gradient at $3\bar x_1$ is a third of the
+# gradient at $\bar x_1$.
 
 
 # %%
-def cosine_forward(u, w):
-    nu, nw = np.linalg.norm(u), np.linalg.norm(w)
-    sim = u @ w / (nu * nw)
-    return sim, (u, w, nu, nw, sim)
+def cosine_forward(xbar1, xbar2):
+    norm1, norm2 = np.linalg.norm(xbar1), np.linalg.norm(xbar2)
+    sim = xbar1 @ xbar2 / (norm1 * norm2)
+    return sim, (xbar1, xbar2, norm1, norm2, sim)
 
 
 def cosine_backward(dsim, cache):
-    u, w, nu, nw, sim = cache
-    du = w / (nu * nw) - sim * u / nu**2
-    dw = u / (nu * nw) - sim * w / nw**2
-    return dsim * du, dsim * dw
+    xbar1, xbar2, norm1, norm2, sim = cache
+    dxbar1 = xbar2 / (norm1 * norm2) - sim * xbar1 / norm1**2
+    dxbar2 = xbar1 / (norm1 * norm2) - sim * xbar2 / norm2**2
+    return dsim * dxbar1, dsim * dxbar2
 
 
-u, w = rng.standard_normal(6), rng.standard_normal(6)
-result = check_pair(cosine_forward, cosine_backward, dict(u=u.copy(), w=w.copy()), wrt=["u", "w"], max_coords=None)
+xbar1, xbar2 = rng.standard_normal(6), rng.standard_normal(6)
+inputs = dict(xbar1=xbar1.copy(), xbar2=xbar2.copy())
+result = check_pair(cosine_forward, cosine_backward, inputs, wrt=["xbar1", "xbar2"], max_coords=None)
 print(result)
-du, _ = cosine_backward(1.0, cosine_forward(u, w)[1])
-du3, _ = cosine_backward(1.0, cosine_forward(3 * u, w)[1])
-print(f"du . u = {du @ u:.1e};  max |3 du(3u) - du(u)| = {np.abs(3 * du3 - du).max():.1e}")
-assert result.worst <= 1e-6 and abs(du @ u) <= 1e-14 and np.abs(3 * du3 - du).max() <= 1e-14
+d1, _ = cosine_backward(1.0, cosine_forward(xbar1, xbar2)[1])
+d3, _ = cosine_backward(1.0, cosine_forward(3 * xbar1, xbar2)[1])
+print(f"d1 . xbar1 = {d1 @ xbar1:.1e};  max |3 d(3 xbar1) - d(xbar1)| = {np.abs(3 * d3 - d1).max():.1e}")
+assert result.worst <= 1e-6 and abs(d1 @ xbar1) <= 1e-14 and np.abs(3 * d3 - d1).max() <= 1e-14
 print("Exercise 1 checked")
 
 # %% [markdown]
 # ### Exercise 2: mean pooling over real tokens
 #
-# $u_b = \frac{1}{n_b} \sum_t \mathrm{real}_{bt}\, x_{bt}$ with $n_b = \sum_t \mathrm{real}_{bt}$. Each real
-# $x_{bt}$ contributes $1/n_b$ of itself, so $dx_{bt} = \mathrm{real}_{bt}\, du_b / n_b$: the same vector at
+# $\bar x_b = \frac{1}{n_b} \sum_t \mathrm{real}_{bt}\, x_{bt}$ with $n_b = \sum_t \mathrm{real}_{bt}$. Each real
+# $x_{bt}$ contributes $1/n_b$ of itself, so $dx_{bt} = \mathrm{real}_{bt}\, d\bar x_b / n_b$: the same vector at
 # every real position, zero at the padding.
 
 
@@ -79,9 +82,9 @@ def mean_pool_forward(x, real):
     return (x * real[..., None]).sum(axis=1) / n, (real, n)  # (B, D)
 
 
-def mean_pool_backward(du, cache):
+def mean_pool_backward(dxbar, cache):
     real, n = cache
-    return real[..., None] * (du / n)[:, None, :]  # (B, T, D)
+    return real[..., None] * (dxbar / n)[:, None, :]  # (B, T, D)
 
 
 x = rng.standard_normal((2, 4, 3))

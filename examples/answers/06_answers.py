@@ -38,7 +38,7 @@ rng = np.random.default_rng(0)
 # %% [markdown]
 # ### Exercise 1: RoPE in the RoFormer layout
 #
-# Pair $i$ is now $(x_{2i}, x_{2i+1})$, rotated by the angle $m\theta_i$ at position $m$:
+# Pair $i$ is now $(x_{2i}, x_{2i+1})$, rotated by the angle $t\theta_i$ at position $t$:
 # $y_{2i} = x_{2i} \cos - x_{2i+1} \sin$, $y_{2i+1} = x_{2i} \sin + x_{2i+1} \cos$. Each pair's Jacobian is a
 # $2 \times 2$ rotation $R$, whose transpose is the rotation by the opposite angle, so the backward is the
 # same code with $\sin \to -\sin$. The two layouts are the same rotations applied to differently ordered
@@ -48,7 +48,7 @@ rng = np.random.default_rng(0)
 # %%
 T, Dh = 5, 6
 theta = 10000.0 ** (-np.arange(0, Dh, 2) / Dh)  # (Dh/2,)
-angles = np.arange(T)[:, None] * theta[None, :]  # (T, Dh/2): position m times theta_i
+angles = np.arange(T)[:, None] * theta[None, :]  # (T, Dh/2): position t times theta_i
 cos, sin = np.cos(angles), np.sin(angles)
 
 
@@ -108,9 +108,10 @@ print("Exercise 2 checked")
 # %% [markdown]
 # ### Exercise 3: GeGLU
 #
-# $g = x W_g^\top$, $u = x W_1^\top$, $a = \mathrm{GELU}(g)$, $h = a \odot u$, $y = h W_2^\top$. Backwards:
-# $dh = dy\, W_2$, $dW_2 = dy^\top h$; the product rule $da = dh \odot u$, $du = dh \odot a$; then
-# $dg = da \odot \mathrm{GELU}'(g)$ with $\mathrm{GELU}'(g) = \Phi(g) + g\, \Phi'(g)$ (walkthrough 03);
+# $g = x W_g^\top$, $u = x W_1^\top$, $\tilde u = \phi(g) \odot u$ with $\phi = \mathrm{GELU}$, $y = \tilde u W_2^\top$.
+# Backwards: $d\tilde u = dy\, W_2$, $dW_2 = dy^\top \tilde u$; the product rule $d\phi = d\tilde u \odot u$,
+# $du = d\tilde u \odot \phi(g)$; then $dg = d\phi \odot \mathrm{GELU}'(g)$
+# with $\mathrm{GELU}'(g) = \Phi(g) + g\, \Phi'(g)$ (walkthrough 03);
 # $dW_1 = du^\top x$, $dW_g = dg^\top x$, and $x$ feeds both paths, $dx = du\, W_1 + dg\, W_g$.
 
 
@@ -118,17 +119,17 @@ print("Exercise 2 checked")
 def geglu_forward(x, W_g, W_1, W_2):
     g, u = x @ W_g.T, x @ W_1.T  # (N, F)
     cdf = 0.5 * (1.0 + erf(g / np.sqrt(2.0)))
-    a = g * cdf
-    h = a * u
-    return h @ W_2.T, (x, W_g, W_1, W_2, g, u, cdf, a, h)
+    phi = g * cdf
+    ut = phi * u  # u tilde
+    return ut @ W_2.T, (x, W_g, W_1, W_2, g, u, cdf, phi, ut)
 
 
 def geglu_backward(dy, cache):
-    x, W_g, W_1, W_2, g, u, cdf, a, h = cache
-    dh = dy @ W_2
-    da, du = dh * u, dh * a
-    dg = da * (cdf + g * np.exp(-0.5 * g * g) / np.sqrt(2.0 * np.pi))
-    return du @ W_1 + dg @ W_g, dg.T @ x, du.T @ x, dy.T @ h
+    x, W_g, W_1, W_2, g, u, cdf, phi, ut = cache
+    dut = dy @ W_2
+    dphi, du = dut * u, dut * phi
+    dg = dphi * (cdf + g * np.exp(-0.5 * g * g) / np.sqrt(2.0 * np.pi))
+    return du @ W_1 + dg @ W_g, dg.T @ x, du.T @ x, dy.T @ ut
 
 
 N, D, F_ = 3, 4, 6

@@ -1,5 +1,7 @@
 """The walkthroughs' "your turn" cells: the learner's gradient against the walkthrough's own, tensor by tensor.
 
+In a walkthrough:
+
     check = checker({"dS": dS}, reference="softmax", args={"x": S, "mask": mask}, dout=dP, wrt={"dS": "x"},
                     exercise="softmax")
     check("dS", your_dS(dP, P))     # prints one line per tensor: right, wrong (and the mistake's name), not written
