@@ -446,7 +446,7 @@ compare("output_proj", dx, "decoder.final_norm.out", {"output_proj.weight": dW, 
 # Its backward is walkthrough 02's boxed formula.
 
 # %%
-_, final_norm_cache = dec_cache["final_norm"]  # ("layer", the layer norm's own cache)
+_, final_norm_cache, _ = dec_cache["final_norm"]  # ("layer", the layer norm's own cache, has a bias)
 dx, dw, db = layer_norm_backward(dx, final_norm_cache)
 compare(
     "decoder.final_norm", dx, "decoder.final_norm.in", {"decoder.final_norm.weight": dw, "decoder.final_norm.bias": db}

@@ -511,7 +511,7 @@ def offset_rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
 
     .. math::
 
-        y = rac{x}{\sqrt{\mathrm{mean}(x^2) + arepsilon}} \odot (1 + w)
+        y = \frac{x}{\sqrt{\mathrm{mean}(x^2) + \varepsilon}} \odot (1 + w)
     """
     return rms_norm_forward(x, 1.0 + weight, eps)
 
@@ -522,8 +522,8 @@ def offset_rms_norm_backward(dout: np.ndarray, cache):
 
     .. math::
 
-        dw = 	extstyle\sum_{	ext{rows}} dy \odot \hat x, \qquad
-        dx = r ig(g - \hat x\, \mathrm{mean}(g \odot \hat x)ig)
+        dw = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad
+        dx = r \big(g - \hat x\, \mathrm{mean}(g \odot \hat x)\big)
 
     Returns dx (..., D) and dweight (D,)."""
     return rms_norm_backward(dout, cache)
