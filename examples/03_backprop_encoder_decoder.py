@@ -773,7 +773,7 @@ compare("memory (sum over decoder layers)", dmemory, "encoder.final_norm.out")
 # the source padding mask), then the embedding table.
 
 # %%
-_, final_norm_cache = enc_cache["final_norm"]
+_, final_norm_cache, _ = enc_cache["final_norm"]
 dx, dw, db = layer_norm_backward(dmemory, final_norm_cache)
 compare(
     "encoder.final_norm", dx, "encoder.final_norm.in", {"encoder.final_norm.weight": dw, "encoder.final_norm.bias": db}

@@ -217,7 +217,9 @@ def test_numpy_matches_torch_with_the_aux_loss(changes, dtype):
     model = nt.TransformerLM(config, seed=0, dtype=dtype)
     rng = np.random.default_rng(0)
     for value in model.params.values():
-        value += (0.3 * rng.standard_normal(value.shape)).astype(dtype)
+        # weights moved off their initialisation so the routing differs between tokens; at 0.3 the post-norm tied
+        # case's float32 gradients reached 1.6e-5 from torch's under OpenBLAS's Sandybridge kernel (no FMA)
+        value += (0.2 * rng.standard_normal(value.shape)).astype(dtype)
     twin = tt.TransformerLM(config).to(C.TORCH_DTYPE[np.dtype(dtype)])
     twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
     ids, mask = left_padded_batch(20)
