@@ -147,8 +147,9 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 # the forward ran them: `self_attn_in` (what `residual_in_forward` kept: the layer norm's cache in
 # pre-norm, nothing in post-norm), `self_attn` (the sublayer's own: an `AttentionCache`, or the
 # feed-forward's), `self_attn_out` (what `residual_out_forward` kept: the dropout mask, and the norm's
-# cache in post-norm); likewise `cross_attn_*` and `ffn_*`. A norm's cache is `(kind, cache)`: the kind
-# (`"layer"` here; `"rms"` for RMSNorm) tells `norm_backward` which backward to run.
+# cache in post-norm, held with the norm's name and the backward to run); likewise `cross_attn_*` and `ffn_*`.
+# A norm's cache is `(kind, cache, has_bias)`: the kind (`"layer"` here; `"rms"` for RMSNorm) tells
+# `norm_backward` which backward to run.
 
 # %%
 params = np_model.params
@@ -495,12 +496,20 @@ print(inspect.getsource(decoder_layer_backward))
 dmemory = np.zeros_like(memory)  # (B, T_src, D): filled by every decoder layer's cross-attention
 upstream_of = {}  # the gradient entering each sublayer, kept for the close-up below
 
+def out_cache(layer: dict, sublayer: str):
+    """What residual_out_forward kept for `sublayer`: the layer holds it as (the norm's name, the backward the
+    model chose, the cache), the backward being residual_out_backward for the paper's residual."""
+    _, backward, cache = layer[f"{sublayer}_out"]
+    assert backward is residual_out_backward  # not Gemma's sandwich (sandwich_out_backward)
+    return cache
+
+
 for i in reversed(range(cfg.n_decoder_layers)):
     layer, p = dec_cache["layers"][i], f"decoder.layers.{i}"
 
     # feed-forward: x2 = x1 + ffn(LN(x1))
     upstream_of[f"{p}.ffn"] = dx
-    dx_residual, dy, norm_out = residual_out_backward(dx, layer["ffn_out"])
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "ffn"))
     dh, ffn_grads = ffn_backward(dy, layer["ffn"])
     dx_ffn, norm_in = residual_in_backward(dh, layer["ffn_in"])
     dx = dx_residual + dx_ffn  # the residual path and the path through the sublayer meet at x1
@@ -509,7 +518,7 @@ for i in reversed(range(cfg.n_decoder_layers)):
 
     # cross-attention: x1 = x0 + MHA(LN(x0), memory, memory)
     upstream_of[f"{p}.cross_attn"] = dx
-    dx_residual, dy, norm_out = residual_out_backward(dx, layer["cross_attn_out"])
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "cross_attn"))
     dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, layer["cross_attn"])
     dmemory_i = dkey + dvalue  # the memory was both the key and the value
     dmemory += dmemory_i  # every decoder layer reads the same memory: the shares add
@@ -522,7 +531,7 @@ for i in reversed(range(cfg.n_decoder_layers)):
 
     # self-attention: x0 = x + MHA(h, h, h), h = LN(x)
     upstream_of[f"{p}.self_attn"] = dx
-    dx_residual, dy, norm_out = residual_out_backward(dx, layer["self_attn_out"])
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "self_attn"))
     dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer["self_attn"])
     dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer["self_attn_in"])  # h played three roles
     dx = dx_residual + dx_self
@@ -782,14 +791,14 @@ compare(
 for i in reversed(range(cfg.n_encoder_layers)):
     layer, p = enc_cache["layers"][i], f"encoder.layers.{i}"
 
-    dx_residual, dy, norm_out = residual_out_backward(dx, layer["ffn_out"])
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "ffn"))
     dh, ffn_grads = ffn_backward(dy, layer["ffn"])
     dx_ffn, norm_in = residual_in_backward(dh, layer["ffn_in"])
     dx = dx_residual + dx_ffn
     step_grads = {f"{p}.ffn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
-    dx_residual, dy, norm_out = residual_out_backward(dx, layer["self_attn_out"])
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "self_attn"))
     dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer["self_attn"])
     dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer["self_attn_in"])
     dx = dx_residual + dx_self
