@@ -496,6 +496,7 @@ print(inspect.getsource(decoder_layer_backward))
 dmemory = np.zeros_like(memory)  # (B, T_src, D): filled by every decoder layer's cross-attention
 upstream_of = {}  # the gradient entering each sublayer, kept for the close-up below
 
+
 def out_cache(layer: dict, sublayer: str):
     """What residual_out_forward kept for `sublayer`: the layer holds it as (the norm's name, the backward the
     model chose, the cache), the backward being residual_out_backward for the paper's residual."""
