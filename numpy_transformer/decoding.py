@@ -180,7 +180,7 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
     - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0.
 
     ValueError when a row is left no token at all."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is None:
         scores, rules = without_pad(scores, model.config.pad_id), GenerationRules()  # a copy: written below
     else:
@@ -249,7 +249,7 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
 def after_eos(model) -> int:
     """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
     its first eos_token_id), or for a model of our own default_fill."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is not None and rules.fill_id is not None:
         return rules.fill_id
     return default_fill(model.config)
@@ -258,7 +258,7 @@ def after_eos(model) -> int:
 def beam_fill(model) -> int:
     """The id that pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
     `pad_token_id or eos_token_id`: eos for T5, whose pad id is 0), or for a model of our own default_fill."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is not None and rules.beam_fill_id is not None:
         return rules.beam_fill_id
     return default_fill(model.config)

@@ -187,7 +187,7 @@ def _allowed_scores(scores: Tensor, model: nn.Module, tokens: Tensor, last_step:
     processors apply them: the last token of each bad-words sequence in the rows ending with the rest of it;
     forced_bos_id at position 1 and forced_eos_id at the last step (every other token -inf, the forced one 0).
     tokens (N, t): the rows so far. ValueError when a row is left no token."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is None:
         scores = _without_pad(scores, model.config.pad_id)
         _check_something_allowed(scores, tokens.shape[1])
@@ -224,7 +224,7 @@ def _check_something_allowed(scores: Tensor, position: int) -> None:
 def _after_eos(model: nn.Module) -> int:
     """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
     its first eos_token_id), or for a model of our own _default_fill."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is not None and rules.fill_id is not None:
         return rules.fill_id
     return _default_fill(model.config)
@@ -233,7 +233,7 @@ def _after_eos(model: nn.Module) -> int:
 def _beam_fill(model: nn.Module) -> int:
     """What pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
     `pad_token_id or eos_token_id`), or for a model of our own _default_fill."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is not None and rules.beam_fill_id is not None:
         return rules.beam_fill_id
     return _default_fill(model.config)

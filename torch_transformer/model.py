@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_spec.config import TransformerConfig
+from transformer_spec.config import GenerationRules, TransformerConfig
 
 from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
 from .layers import (
@@ -517,11 +517,31 @@ def _check_token_type_ids(
 
 
 class _Model(nn.Module):
-    """What the three models share: the output projection (not in `EncoderModel`), the attention maps,
-    keep-mask checking, and a `load_state_dict` that names what does not fit."""
+    """What the three models share: the config, the output projection (not in `EncoderModel`), the attention
+    maps, keep-mask checking, a `load_state_dict` that names what does not fit, and what a checkpoint says of
+    the model (set by torch_transformer.hf.load; a model built here has the defaults):
+
+    - generation_rules: the GenerationRules of its generation_config.json, which decoding applies instead of
+      our own rule (pad is never generated); None: a model of our own;
+    - hf_model_type: the transformers model_type it was read as ("bert", "distilbert", ...), which `hf.save`
+      writes back; None: the family is found from the config;
+    - hf_config: its config.json, whose fields `hf.save` keeps; {}: none.
+    """
 
     config: TransformerConfig
     decoder: Decoder
+    generation_rules: GenerationRules | None
+    hf_model_type: str | None
+    hf_config: dict
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.generation_rules = None
+        self.hf_model_type = None
+        self.hf_config = {}
 
     def _build_output_proj(self) -> None:
         """output_proj: a Linear (untied), only a bias (tied, with config.output_bias), or nothing at all
@@ -622,10 +642,7 @@ class Transformer(_Model):
     """
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         # With shared embeddings the encoder has no table of its own: it reads decoder.token_embedding.
         self.encoder = Encoder(config, own_token_embedding=not config.share_embeddings)
         self.decoder = Decoder(config, cross_attention=True)
@@ -699,10 +716,7 @@ class TransformerLM(_Model):
     """
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.decoder = Decoder(config, cross_attention=False)
         self._build_output_proj()
 
@@ -749,10 +763,7 @@ class EncoderModel(_Model):
     """
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.encoder = Encoder(config)
         if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
             self.pooler = nn.Module()
