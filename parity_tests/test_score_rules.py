@@ -1,4 +1,4 @@
-"""The score rules (numpy_transformer/scores.py and torch_transformer's MultiHeadAttention.score_rules): a sliding
+"""The score rules (numpy_transformer/scores.py and torch_transformer/scores.py): a sliding
 window and ALiBi, in the plain pair, the tiled pair, cached decoding, and against each other.
 
 Each test can fail: the window test compares against a model that ignores the window, ALiBi against explicit
@@ -46,7 +46,7 @@ def test_alibi_slopes_follow_the_paper() -> None:
     assert alibi_slopes(4) == (2**-2, 2**-4, 2**-6, 2**-8)
     assert alibi_slopes(6) == (2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3)
     for n in (1, 3, 5, 6, 12, 16):
-        np.testing.assert_allclose(tt.attention.alibi_slopes(n).numpy(), np.array(alibi_slopes(n)), rtol=1e-15)
+        np.testing.assert_allclose(tt.scores.alibi_slopes(n), alibi_slopes(n), rtol=1e-15)
 
 
 def test_scores_follow_each_rule() -> None:
@@ -198,7 +198,7 @@ def test_t5_buckets_follow_the_definition() -> None:
     causal = relative_buckets((8, 6, False), q, k)[0]
     np.testing.assert_array_equal(causal[:11], [7, 7, 7, 7, 7, 6, 4, 3, 2, 1, 0])
     assert (causal[11:] == 0).all()
-    torch_buckets = tt.attention.RelativePositionBias(8, 2, 6).buckets(torch.tensor(q), torch.tensor(k), True)
+    torch_buckets = tt.scores.relative_buckets((8, 6, True), torch.tensor(q), torch.tensor(k))
     np.testing.assert_array_equal(torch_buckets[0].numpy(), got)
 
 
@@ -224,6 +224,6 @@ def test_rolling_cache_stays_the_windows_size_and_decodes_as_recomputation() -> 
         cache = tt.decoding.new_cache(torch_twin, None, 2, 40)
         tt.decoding.decoder_step(torch_twin, cache, torch_prompt)
     for self_cache, _ in cache.layers:
-        assert self_cache.keys.shape[2] == 4 and sorted(self_cache.slot_positions.tolist()) == [3, 4, 5, 6]
+        assert self_cache.keys.shape[2] == 4 and sorted(self_cache.positions.tolist()) == [3, 4, 5, 6]
     np.testing.assert_array_equal(tt.greedy_decode(torch_twin, torch_prompt, 12).numpy(), tokens)
     np.testing.assert_array_equal(tt.beam_search(torch_twin, torch_prompt, 3, 12).numpy(), beams)

@@ -66,7 +66,7 @@ def new_cache(model: nn.Module, src_ids: Tensor | None, n_rows: int, total_len: 
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
         (
-            KVCache(weight, n_rows, c.kv_heads, total_len, c.d_head, c.layer_window(i)),  # the layer's window
+            KVCache(n_rows, c.kv_heads, total_len, c.d_head, weight, c.layer_window(i)),  # the layer's window
             None if memory is None else MemoryCache(),
         )
         for i in range(len(model.decoder.layers))

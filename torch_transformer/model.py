@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from transformer_spec.config import GenerationRules, TransformerConfig
 
-from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
+from .attention import MultiHeadAttention, padding_mask
 from .layers import (
     ACTIVATIONS,
     Dropout,
@@ -50,11 +50,14 @@ class _Layer(nn.Module):
     def _attention(
         config: TransformerConfig, causal: bool = False, cross: bool = False, layer: int = 0
     ) -> MultiHeadAttention:
-        """Self-attention of layer `layer` (ALiBi in every one; its window, config.layer_window, causal in a decoder,
-        and in an encoder of layer_types a band |i - j| <= window // 2, ModernBERT's) or cross-attention (no score
-        rules)."""
+        """Self-attention of layer `layer` (ALiBi in every one; T5's bias, bidirectional in an encoder; its window,
+        config.layer_window, causal in a decoder, and in an encoder of layer_types a band |i - j| <= window // 2,
+        ModernBERT's) or cross-attention (no score rules): the score rules of numpy_transformer.model.score_mod."""
         c = config
         window = None if cross else c.layer_window(layer)
+        relative = None
+        if c.has_relative_bias and not cross:  # T5, MPNet: the stack's table, read at this layer's buckets
+            relative = (c.relative_buckets, c.relative_max_distance, not causal)
         return MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout_rates["attention"], c.n_kv_heads, c.bias,
             qkv_bias=c.has_qkv_bias,
@@ -65,6 +68,8 @@ class _Layer(nn.Module):
             head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
+            causal=causal and not cross,
+            relative=relative,
         )  # fmt: skip
 
     @staticmethod
@@ -104,15 +109,16 @@ class EncoderLayer(_Layer):
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
-        position_bias: Tensor | None = None,
+        bias_table: Tensor | None = None,
     ) -> Tensor:
         """x (B, S, D), self_mask broadcastable to (B, H, S, S) or None; dropout_masks keyed below this
-        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None; position_bias (H, S, S): T5's."""
+        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None; bias_table (n_buckets, H): the stack's
+        T5 table, or None."""
         masks = dropout_masks or {}
 
         def self_attention(h: Tensor) -> Tensor:
             keep = masks.get("self_attn.dropout")
-            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, position_bias=position_bias)[0]
+            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, bias_table=bias_table)[0]
 
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
@@ -151,23 +157,25 @@ class DecoderLayer(_Layer):
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
-        position_bias: Tensor | None = None,
+        bias_table: Tensor | None = None,
         caches: tuple | None = None,
         key_padding: Tensor | None = None,
+        q_pos: Tensor | None = None,
     ) -> Tensor:
         """x (B, T, D), memory (B, S, D), memory_mask broadcastable to (B, H, T, S); dropout_masks keyed
-        below this layer; rope the rotary (cos, sin) of x's positions, or None; position_bias (H, T, T_k): T5's.
-        Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more on top of that, None
-        nothing more. caches, in decoding: the layer's (KVCache, MemoryCache or None), read and extended by
-        attention. key_padding (B, P): a padded batch's real tokens by key position, or None."""
+        below this layer; rope the rotary (cos, sin) of x's positions, or None; bias_table (n_buckets, H): the
+        stack's T5 table, or None. Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more
+        on top of that, None nothing more. caches, in decoding: the layer's (KVCache, MemoryCache or None), read and
+        extended by attention, with q_pos (T,) x's positions. key_padding (B, P): a padded batch's real tokens by
+        key position, or None."""
         masks = dropout_masks or {}
         self_cache, memory_cache = (None, None) if caches is None else caches
 
         def self_attention(h: Tensor) -> Tensor:
             keep = masks.get("self_attn.dropout")
             return self.self_attn(
-                h, h, h, self_mask, need_weights, keep, rope, is_causal=True, position_bias=position_bias,
-                kv_cache=self_cache, key_padding=key_padding,
+                h, h, h, self_mask, need_weights, keep, rope, is_causal=True, bias_table=bias_table,
+                kv_cache=self_cache, key_padding=key_padding, q_pos=q_pos,
             )[0]  # fmt: skip
 
         def cross_attention(h: Tensor) -> Tensor:
@@ -185,6 +193,17 @@ class DecoderLayer(_Layer):
         if self.has_cross_attention:
             x = self._residual("cross_attn", x, cross_attention, masks)
         return self._residual("ffn", x, feed_forward, masks)  # (B, T, D)
+
+
+class RelativeBiasTable(nn.Module):
+    """T5's relative position bias W (n_buckets, H), one per stack (state-dict name `relative_bias.weight`): every
+    self-attention of the stack reads it at its own positions (scores.position_bias), and autograd sums the
+    gradient over them."""
+
+    def __init__(self, n_buckets: int, n_heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_buckets, n_heads))
+        nn.init.normal_(self.weight, std=0.02)
 
 
 class _Stack(nn.Module):
@@ -234,8 +253,7 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
         if config.has_relative_bias:  # T5's positional "relative", or MPNet's relative_bias
-            c = config
-            self.relative_bias = RelativePositionBias(c.relative_buckets, c.n_heads, c.relative_max_distance)
+            self.relative_bias = RelativeBiasTable(config.relative_buckets, config.n_heads)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
         self.final_norm = make_norm(config) if config.norm_first else nn.Identity()
 
@@ -278,13 +296,9 @@ class _Stack(nn.Module):
             x = x + self.token_type_embedding(token_type_ids.long())  # (B, T, D)
         return self.embedding_dropout(self.embedding_norm(x), dropout_mask)
 
-    def position_bias(self, start: int, end: int, x: Tensor, bidirectional: bool) -> Tensor | None:
-        """T5's bias (H, T, end) of the queries at start .. end - 1 over the keys at 0 .. end - 1; None unless the
-        positions are "relative"."""
-        if self.relative_bias is None:
-            return None
-        q_pos, k_pos = torch.arange(start, end, device=x.device), torch.arange(end, device=x.device)
-        return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
+    def bias_table(self) -> Tensor | None:
+        """T5's table (n_buckets, H), which every self-attention of the stack reads; None without one."""
+        return None if self.relative_bias is None else self.relative_bias.weight
 
     def ropes(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> list:
         """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own
@@ -327,9 +341,9 @@ class Encoder(_Stack):
         masks = (dropout_masks or {}).get("embedding_dropout")
         x = self.embed(ids, masks, token_type_ids, token_embedding, positions=positions)
         ropes = self.ropes(0, ids.shape[1], x)
-        bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
+        table = self.bias_table()  # T5: each layer's self-attention reads the bias at its positions
         for i, layer in enumerate(self.layers):
-            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), ropes[i], bias)
+            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), ropes[i], table)
         return self.final_norm(x)
 
 
@@ -383,11 +397,14 @@ class Decoder(_Stack):
             positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(~attention_mask, 0)[:, start:]  # (B, T)
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), start=start, positions=positions)
         ropes = self.ropes(start, end, x, positions)
-        bias = self.position_bias(start, end, x, bidirectional=False)  # computed once, read by every layer
+        table = self.bias_table()  # T5: each layer's self-attention reads the bias at its positions
+        q_pos = None if caches is None else torch.arange(start, end, device=x.device)  # (T,): the cache's slots
         for i, layer in enumerate(self.layers):
             masks = masks_under(dropout_masks, f"layers.{i}.")
             layer_caches = None if caches is None else caches[i]
-            x = layer(x, None, memory, memory_mask, need_weights, masks, ropes[i], bias, layer_caches, attention_mask)
+            x = layer(
+                x, None, memory, memory_mask, need_weights, masks, ropes[i], table, layer_caches, attention_mask, q_pos
+            )
         return self.final_norm(x)
 
 
