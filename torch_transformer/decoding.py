@@ -71,7 +71,7 @@ def new_cache(model: Model, src_ids: Tensor | None, n_rows: int, total_len: int,
     b * K .. b * K + K - 1 (K = n_rows // B), and the encoder runs here (src_mask (B, S): the real source tokens,
     or None: those not holding pad_id). It holds the config's K/V heads (n_kv_heads), not one per query head."""
     c = model.config
-    weight = model.decoder.token_embedding.weight
+    weight = model.decoder.token_table()
     memory, memory_mask = None, None
     if src_ids is not None and isinstance(model, Transformer):
         copies = n_rows // src_ids.shape[0]
@@ -354,7 +354,7 @@ def beam_search_scores(
         fill = beam_fill(model.generation_rules, cfg)
         tokens = prompt.new_full((B * K, T_p + max_len), fill)
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)  # (B*K, T_p)
-        dtype = model.decoder.token_embedding.weight.dtype
+        dtype = model.decoder.token_table().dtype
         cumulative = torch.full((B, K), float("-inf"), dtype=dtype, device=prompt.device)
         cumulative[:, 0] = 0.0  # the K beams start as copies of one prompt: only beam 0 may be extended at first
         n_best = max(2, 1 + len(cfg.eos_ids)) * K  # each beam may end with every eos id: K of these are not eos

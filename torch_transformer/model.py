@@ -7,7 +7,7 @@ State-dict names follow docs/conventions.md exactly; the NumPy reference uses th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -131,6 +131,12 @@ class DecoderLayer(_Layer):
     """Masked self-attention, cross-attention to the encoder's output (left out in the LM), then
     feed-forward, each in a residual sublayer. x (B, T, D), memory (B, S, D) -> (B, T, D)."""
 
+    # the sublayers' norms and dropouts, set by _sublayer under the state dict's names
+    self_attn_norm: nn.Module
+    self_attn_dropout: Dropout
+    ffn_norm: nn.Module
+    ffn_dropout: Dropout
+
     def __init__(self, config: TransformerConfig, cross_attention: bool = True, layer: int = 0):
         super().__init__()
         if config.parallel_residual and cross_attention:
@@ -218,7 +224,7 @@ class _Stack(nn.Module):
         self,
         config: TransformerConfig,
         vocab_size: int,
-        layers: list[nn.Module],
+        layers: Sequence[nn.Module],
         token_types: bool = False,
         own_token_embedding: bool = True,
     ):
@@ -230,9 +236,11 @@ class _Stack(nn.Module):
         self.sinusoid_layout = config.sinusoid_layout
         # padding_idx: lookups of pad_id pass no gradient to the table (config.embedding_padding_idx, Marian)
         padding_idx = config.pad_id if config.embedding_padding_idx else None
-        self.token_embedding = nn.Embedding(vocab_size, d, padding_idx) if own_token_embedding else None
+        self.token_embedding: nn.Embedding | None = None
         if own_token_embedding:
-            nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
+            table = nn.Embedding(vocab_size, d, padding_idx)
+            nn.init.normal_(table.weight, std=d**-0.5)
+            self.token_embedding = table
         self.positional = config.positional
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
@@ -271,8 +279,10 @@ class _Stack(nn.Module):
         token_type_ids None means type 0 everywhere (when the stack has token types); token_embedding
         is the table to read when the stack has none of its own; start > 0 embeds later positions
         (decoding one step at a time); positions (B, T): each row's own positions instead (a padded batch)."""
-        table = self.token_embedding if token_embedding is None else token_embedding
-        x = table(ids.long())  # (B, T, D)
+        tokens = self.token_embedding if token_embedding is None else token_embedding
+        if tokens is None:
+            raise ValueError("embed: this stack has no token table of its own: pass token_embedding, the shared one")
+        x = tokens(ids.long())  # (B, T, D)
         if self.scale_embeddings:
             x = x * math.sqrt(self.d_model)  # a Python float keeps x's dtype
         end = start + ids.shape[1]
@@ -295,6 +305,12 @@ class _Stack(nn.Module):
                 token_type_ids = torch.zeros_like(ids, dtype=torch.long)
             x = x + self.token_type_embedding(token_type_ids.long())  # (B, T, D)
         return self.embedding_dropout(self.embedding_norm(x), dropout_mask)
+
+    def token_table(self) -> Tensor:
+        """The stack's own token table (V, D); ValueError for a stack that reads a shared one."""
+        if self.token_embedding is None:
+            raise ValueError("this stack has no token table of its own (it reads the decoder's)")
+        return self.token_embedding.weight
 
     def bias_table(self) -> Tensor | None:
         """T5's table (n_buckets, H), which every self-attention of the stack reads; None without one."""
@@ -434,7 +450,7 @@ def dropout_site_shapes(
     rates = config.dropout_rates
 
     def stack(prefix: str, n_layers: int, length: int, memory_len: int | None) -> dict:
-        sites = [(f"{prefix}.embedding_dropout", "embedding", (b, length, d))]
+        sites: list[tuple[str, str, tuple[int, ...]]] = [(f"{prefix}.embedding_dropout", "embedding", (b, length, d))]
         for i in range(n_layers):
             layer = f"{prefix}.layers.{i}"
             sites += [(f"{layer}.self_attn.dropout", "attention", (b, h, length, length))]
@@ -447,7 +463,7 @@ def dropout_site_shapes(
             sites += [(f"{layer}.ffn_dropout", "residual", (b, length, d))]
         return {site: shape for site, kind, shape in sites if rates[kind] > 0}
 
-    sites = {}
+    sites: dict[str, tuple[int, ...]] = {}
     if src_len is not None:
         sites |= stack("encoder", config.n_encoder_layers, src_len, None)
     if tgt_len is not None:
@@ -550,6 +566,7 @@ class _Model(nn.Module):
     generation_rules: GenerationRules | None
     hf_model_type: str | None
     hf_config: dict
+    output_proj: nn.Linear | _OutputBias | None
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -573,7 +590,10 @@ class _Model(nn.Module):
 
     def output_logits(self, x: Tensor) -> Tensor:
         """The output projection: x (..., D) -> logits (..., V)."""
-        weight = self.decoder.token_embedding.weight if self.config.tie_embeddings else self.output_proj.weight
+        if isinstance(self.output_proj, nn.Linear):  # untied
+            weight = self.output_proj.weight
+        else:  # tied: the token table
+            weight = self.decoder.token_table()
         bias = None if self.output_proj is None else self.output_proj.bias
         if self.config.output_scale != 1.0:  # T5's tied head reads d_model^-0.5 times the hidden states
             x = x * self.config.output_scale
@@ -598,7 +618,7 @@ class _Model(nn.Module):
             raise ValueError(f"dropout_masks: unknown sites {unknown}; expected exactly {list(expected)}")
         return dropout_masks
 
-    def router_logits(self) -> tuple[Tensor, ...]:
+    def router_logits(self) -> tuple[Tensor | None, ...]:
         """The router logits (B * T, E) of every mixture-of-experts decoder layer in the last forward, in layer
         order, part of its graph (transformers' router_logits with output_router_logits=True); () for a dense model."""
         return tuple(layer.ffn.router_logits for layer in self.decoder.layers if isinstance(layer.ffn, MoeFeedForward))
@@ -609,9 +629,10 @@ class _Model(nn.Module):
         logits = self.router_logits()
         if not logits:
             raise ValueError("load_balancing_loss: this model has no mixture-of-experts layer (config.n_experts=0)")
-        if any(z is None for z in logits):
+        found = [z for z in logits if z is not None]
+        if len(found) < len(logits):
             raise ValueError("load_balancing_loss: no forward pass has been run yet")
-        return load_balancing_loss(logits, self.config.n_experts, self.config.top_k, attention_mask)
+        return load_balancing_loss(found, self.config.n_experts, self.config.top_k, attention_mask)
 
     def attention_maps(self) -> dict[str, Tensor]:
         """Attention probabilities (B, H, T_q, T_k), before dropout, of every attention module, keyed
@@ -771,6 +792,26 @@ class TransformerLM(_Model):
         check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len, values)
 
 
+class Pooler(nn.Module):
+    """BERT's pooler: dense (D, D), read at the [CLS] position, then tanh (EncoderModel.pool)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.dense = init_linear(nn.Linear(d_model, d_model))
+
+
+class MlmHead(nn.Module):
+    """ModernBERT's masked-LM head: norm(act(dense(hidden))), then the tied token table and (config.output_bias)
+    the decoder's bias (EncoderModel.mlm_logits)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        d = config.d_model
+        self.dense = init_linear(nn.Linear(d, d, bias=config.bias))
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
+        self.bias = nn.Parameter(torch.zeros(config.src_vocab_size)) if config.output_bias else None
+
+
 class EncoderModel(_Model):
     """Encoder-only (BERT-style) model: the encoder stack and nothing after it.
 
@@ -783,15 +824,9 @@ class EncoderModel(_Model):
         super().__init__(config)
         self.encoder = Encoder(config)
         if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
-            self.pooler = nn.Module()
-            self.pooler.dense = init_linear(nn.Linear(config.d_model, config.d_model))
+            self.pooler = Pooler(config.d_model)
         if config.mlm_head:  # ModernBERT's masked-LM head: mlm_logits(hidden)
-            d = config.d_model
-            self.mlm_head = nn.Module()
-            self.mlm_head.dense = init_linear(nn.Linear(d, d, bias=config.bias))
-            self.mlm_head.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
-            if config.output_bias:  # the tied decoder's bias
-                self.mlm_head.bias = nn.Parameter(torch.zeros(config.src_vocab_size))
+            self.mlm_head = MlmHead(config)
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """ModernBERT's masked-LM head (config.mlm_head): hidden states (B, T, D) -> logits (B, T, V),
@@ -802,7 +837,7 @@ class EncoderModel(_Model):
             raise ValueError(f"hidden must have shape (B, T, D), got shape {tuple(hidden.shape)}")
         head = self.mlm_head
         n = head.norm(ACTIVATIONS[self.config.activation](head.dense(hidden)))  # (B, T, D)
-        return F.linear(n, self.encoder.token_embedding.weight, getattr(head, "bias", None))  # (B, T, V)
+        return F.linear(n, self.encoder.token_table(), head.bias)  # (B, T, V)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooler (config.pooler): hidden states (B, T, D) -> tanh(dense(hidden[:, 0])) (B, D)."""
