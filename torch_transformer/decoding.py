@@ -4,8 +4,9 @@
     tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
 
 The same functions, arguments and rules as `numpy_transformer.decoding` (see its docstring and the
-beam-search notes below), written with PyTorch's own ops. `src_ids` is the source (B, S) or, for the LM,
-the prompt (B, T_p); the result is a long tensor on src_ids' device.
+beam-search notes below), under the same names, written with PyTorch's own ops; the bookkeeping that is not math
+(fill ids, forced tokens, finished hypotheses, argument checks) is one shared module, transformer_spec.generation.
+`src_ids` is the source (B, S) or, for the LM, the prompt (B, T_p); the result is a long tensor on src_ids' device.
 
 The cache (use_cache=True) lives in attention, as transformers' past_key_values does: a step is the model's own
 decoder on the new positions, and each self-attention writes their keys and values into its KVCache's
