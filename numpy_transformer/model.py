@@ -794,6 +794,9 @@ class _Model:
             raise ValueError(f"positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a {kind}'s")
         self.config = config
         self.dtype = dtype
+        self.generation_rules = None
+        self.hf_model_type = None
+        self.hf_config = {}
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
         self.params = init_params(shapes, seed, dtype, config.d_model, config.norm == "rms_offset")
         self.zero_grad()  # self.grads: name -> gradient array, like params
@@ -804,9 +807,6 @@ class _Model:
         self._own_dropout = None  # a replica's Dropout, drawn from instead of self.rng
         self._cache = None
         self._aux_cache = None  # the load-balancing loss of the last forward (load_balancing_loss)
-        self.generation_rules = None
-        self.hf_model_type = None
-        self.hf_config = {}
 
     # -- modes and gradients ---------------------------------------------------------------
 
