@@ -28,13 +28,24 @@ first step, then 1), T_max positions the cache holds, D d_model, H heads, Dh hea
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from transformer_spec.generation import (
+    after_eos,
+    beam_fill,
+    best_finished,
+    check_beam_arguments,
+    check_int,
+    check_rows_left_a_token,
+    collect_finished,
+    decoding_length,
+    forced_token,
+    update_stopped,
+)
+
 from .attention import KVCache, MemoryCache
-from .config import GenerationRules
 from .layers import linear_forward
 from .model import (
     Transformer,
@@ -159,11 +170,11 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
     (instead of the tokens not holding pad_id), or None."""
     src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
     mask, src_mask = None, None
-    if attention_mask is not None and isinstance(model, Transformer):
-        src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S)
-    elif attention_mask is not None:
+    if isinstance(model, Transformer):
+        src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
+    elif (given := check_attention_mask(attention_mask, prompt)) is not None:  # (B, T_p)
         mask = np.ones((prompt.shape[0] * n_copies, prompt.shape[1] + max_len), dtype=bool)  # (N, T_max)
-        mask[:, : prompt.shape[1]] = np.repeat(check_attention_mask(attention_mask, prompt), n_copies, axis=0)
+        mask[:, : prompt.shape[1]] = np.repeat(given, n_copies, axis=0)
     if use_cache:
         n_rows = prompt.shape[0] * n_copies
         return prompt, max_len, Incremental(model, src_ids, n_rows, prompt.shape[1] + max_len, mask, src_mask)
@@ -180,11 +191,12 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
     - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0.
 
     ValueError when a row is left no token at all."""
-    rules = getattr(model, "generation_rules", None)
+    rules = model.generation_rules
     if rules is None:
-        scores, rules = without_pad(scores, model.config.pad_id), GenerationRules()  # a copy: written below
-    else:
-        scores = scores.copy()
+        scores = without_pad(scores, model.config.pad_id)  # a copy
+        check_something_allowed(scores, tokens.shape[1])
+        return scores
+    scores = scores.copy()
     for words in rules.bad_words:
         *prefix, last = words
         if not prefix:
@@ -192,11 +204,7 @@ def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: boo
         elif tokens.shape[1] >= len(prefix):
             ends_with = (tokens[:, tokens.shape[1] - len(prefix) :] == np.array(prefix)).all(axis=1)  # (N,)
             scores[ends_with, last] = -np.inf
-    forced = None
-    if rules.forced_bos_id is not None and tokens.shape[1] == 1:
-        forced = rules.forced_bos_id
-    if rules.forced_eos_id is not None and last_step:
-        forced = rules.forced_eos_id
+    forced = forced_token(rules, tokens.shape[1], last_step)
     if forced is not None:
         scores[:] = -np.inf
         scores[:, forced] = 0.0
@@ -208,11 +216,7 @@ def check_something_allowed(scores: np.ndarray, position: int) -> None:
     """ValueError when the rules leave a row (N, V) no token at all: argmax would pick one of the banned ones, and a
     beam would have no continuation."""
     empty = np.isneginf(scores).all(axis=-1)  # (N,)
-    if empty.any():
-        raise ValueError(
-            f"decoding: every token is banned at position {position} for rows {np.flatnonzero(empty).tolist()} "
-            "(pad_id and the checkpoint's bad_words_ids cover the whole vocabulary): nothing may be generated"
-        )
+    check_rows_left_a_token(np.flatnonzero(empty).tolist(), position)
 
 
 def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
@@ -246,32 +250,6 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     return tokens
 
 
-def after_eos(model) -> int:
-    """The id that fills a row after its eos_id in greedy search: the checkpoint's (generate()'s pad_token_id, else
-    its first eos_token_id), or for a model of our own default_fill."""
-    rules = getattr(model, "generation_rules", None)
-    if rules is not None and rules.fill_id is not None:
-        return rules.fill_id
-    return default_fill(model.config)
-
-
-def beam_fill(model) -> int:
-    """The id that pads a finished hypothesis shorter than the best in beam search: the checkpoint's (generate()'s
-    `pad_token_id or eos_token_id`: eos for T5, whose pad id is 0), or for a model of our own default_fill."""
-    rules = getattr(model, "generation_rules", None)
-    if rules is not None and rules.beam_fill_id is not None:
-        return rules.beam_fill_id
-    return default_fill(model.config)
-
-
-def default_fill(cfg) -> int:
-    """pad_id, or the (first) eos_id itself when there is no padding token (as transformers' generate does). Without
-    an eos_id no row ends early, and the fill is never seen."""
-    if cfg.pad_id is not None:
-        return cfg.pad_id
-    return cfg.eos_ids[0] if cfg.eos_ids else 0
-
-
 def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
     """Which tokens end a sequence: any of config.eos_ids (several in Llama 3's configs); none without an eos_id."""
     return np.isin(tokens, cfg.eos_ids)
@@ -284,7 +262,8 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B, T_p + max_len), after_eos(model), dtype=np.int64)
+        fill = after_eos(model.generation_rules, cfg)
+        tokens = np.full((B, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = prompt
         done = np.zeros(B, dtype=bool)  # the row has produced eos_id
         step_logits = []
@@ -293,7 +272,7 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
             step_logits.append(logits)
             last_step = t == T_p + max_len - 1
             choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
-            tokens[:, t] = np.where(done, after_eos(model), choice)
+            tokens[:, t] = np.where(done, fill, choice)
             done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break
@@ -322,7 +301,8 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
 #     could still win);
 #   - "never": as False, but scoring the best live one at max_len when length_penalty > 0 (the exact bound).
 # The search stops when every element has stopped, or at max_len. The answer is the finished hypothesis
-# with the best normalised score, the earliest found among equals.
+# with the best normalised score, the earliest found among equals. The bookkeeping of finished hypotheses (collect,
+# stop, pick the best) is plain Python, shared with torch_transformer.decoding: transformer_spec.generation.
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -369,17 +349,15 @@ def beam_search_scores(
     attention_mask=None,
 ):  # fmt: skip
     """beam_search that also returns each element's best normalised score, a list of B floats."""
-    _check_int("beam_size", beam_size)
-    _check_length_penalty(length_penalty)
-    if early_stopping not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never' (as in transformers), got {early_stopping!r}")
+    check_beam_arguments(beam_size, length_penalty, early_stopping)
     check_model(model)
     with evaluating(model):
         K = beam_size
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
-        tokens = np.full((B * K, T_p + max_len), beam_fill(model), dtype=np.int64)
+        fill = beam_fill(model.generation_rules, cfg)
+        tokens = np.full((B * K, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
         cumulative = np.full((B, K), -np.inf, dtype=model.dtype)
@@ -387,8 +365,8 @@ def beam_search_scores(
         # Each beam may end with every eos id: of the best (1 + n_eos) K candidates (2K at least, as generate), K
         # are not eos.
         n_best = max(2, 1 + len(cfg.eos_ids)) * K
-        finished = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order found
-        stopped = np.zeros(B, dtype=bool)  # the element takes no more finished hypotheses
+        finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
+        stopped = [False] * B  # the element takes no more finished hypotheses
         for step in range(max_len):
             t = T_p + step
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
@@ -399,7 +377,8 @@ def beam_search_scores(
             ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
-            collect_finished(finished, stopped, score, rows, token, ends, tokens[:, T_p:t], step + 1, length_penalty)
+            candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
+            collect_finished(finished, stopped, *candidates, tokens[:, T_p:t].tolist(), step + 1, length_penalty)
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
@@ -409,46 +388,18 @@ def beam_search_scores(
             tokens = tokens[parents]  # each row takes its parent's prefix ...
             tokens[:, t] = np.take_along_axis(token, live, axis=1).reshape(B * K)  # ... and its new token
             decoder.reorder(parents)
-            stopped |= cannot_improve(finished, cumulative[:, 0], step + 1, max_len, length_penalty, K, early_stopping)
-            if stopped.all():
+            best_live = cumulative[:, 0].tolist()
+            update_stopped(stopped, finished, best_live, step + 1, max_len, length_penalty, K, early_stopping)
+            if all(stopped):
                 break
-    return best_hypotheses(prompt, finished, beam_fill(model))
-
-
-def collect_finished(finished, stopped, score, rows, token, ends, generated, length, length_penalty) -> None:
-    """Move the hypotheses that end at this step (`ends`, (B, K), among the first K ranks) into `finished`,
-    for the elements that still take them. score, rows, token (B, n_best); generated (N, length - 1) the
-    tokens each row generated so far. A score of -inf comes from a beam that never was (vocabulary
-    smaller than the beam) and is skipped."""
-    K = ends.shape[1]
-    ends = ends & np.isfinite(score[:, :K])
-    for b in np.flatnonzero(~stopped):
-        for r in np.flatnonzero(ends[b]):
-            hypothesis = np.append(generated[rows[b, r]], token[b, r])
-            finished[b].append((float(score[b, r]) / length**length_penalty, hypothesis))
-
-
-def cannot_improve(finished, best_live, length, max_len, length_penalty, K, early_stopping) -> np.ndarray:
-    """(B,) bool: the element stops taking finished hypotheses (see the rules above). best_live (B,) is the
-    cumulative log-probability of each element's best live hypothesis, of `length` generated tokens."""
-    out = np.zeros(len(finished), dtype=bool)
-    for b, found in enumerate(finished):
-        if len(found) < K:
-            continue  # fewer than K: it takes more
-        if early_stopping is True:
-            out[b] = True
-            continue
-        worst_of_best = sorted(score for score, _ in found)[-K]
-        at = max_len if early_stopping == "never" and length_penalty > 0 else length
-        out[b] = best_live[b] / at**length_penalty <= worst_of_best
-    return out
+    return best_hypotheses(prompt, finished, fill)
 
 
 def best_hypotheses(prompt, finished, fill_id):
     """The prompt followed by each element's best finished hypothesis, padded with fill_id to the longest:
     ids (B, T_p + L), and the scores."""
     B, T_p = prompt.shape
-    best = [max(found, key=lambda c: c[0]) for found in finished]  # max keeps the first of equal scores
+    best = best_finished(finished)
     out = np.full((B, T_p + max(len(h) for _, h in best)), fill_id, dtype=np.int64)
     out[:, :T_p] = prompt
     for b, (_, hypothesis) in enumerate(best):
@@ -481,7 +432,7 @@ def check_decoding_inputs(model, src_ids, max_len):
     and max_len (None becomes the most that fits in config.max_len positions)."""
     cfg = model.config
     if max_len is not None:
-        _check_int("max_len", max_len)
+        check_int("max_len", max_len)
     if isinstance(model, Transformer):
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
         if cfg.bos_id is None:
@@ -492,30 +443,5 @@ def check_decoding_inputs(model, src_ids, max_len):
     else:
         prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len).astype(np.int64)  # (B, T_p), any ids
         src_ids = None
-    if max_len is None:
-        max_len = max(cfg.max_len - prompt.shape[1], 1)  # a full table still gets the error below
-    _check_fits(max_len, prompt.shape[1], cfg.max_len, isinstance(model, TransformerLM))
+    max_len = decoding_length(max_len, prompt.shape[1], cfg.max_len, isinstance(model, TransformerLM))
     return src_ids, prompt, max_len
-
-
-def _check_fits(max_len: int, T_p: int, limit: int, lm: bool) -> None:
-    if T_p + max_len > limit:
-        taken = f"the {T_p}-token prompt" if lm else "bos"
-        raise ValueError(
-            f"max_len={max_len} generated tokens after {taken} need {T_p + max_len} positions, more than "
-            f"config.max_len={limit}: max_len must be at most {limit - T_p}"
-        )
-
-
-def _check_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def _check_length_penalty(value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"length_penalty must be a float, got {type(value).__name__} ({value!r})")
-    if not math.isfinite(value):
-        raise ValueError(f"length_penalty must be finite, got {value}")

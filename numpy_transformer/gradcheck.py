@@ -107,7 +107,8 @@ def check_pair(forward, backward, args: dict, wrt: list, *, seed: int = 0, **opt
     analytic = backward(dout, cache)
     if len(wrt) == 1:
         analytic = (analytic,)
-    inputs, grads = {}, {}
+    inputs: dict[str, np.ndarray] = {}  # name (a params dict's entries as "params.key") -> array
+    grads: dict[str, np.ndarray] = {}
     for name, g in zip(wrt, analytic, strict=True):
         _flatten(name, args[name], inputs)
         _flatten(name, g, grads)

@@ -85,7 +85,7 @@ def save(model, directory, overwrite: bool = False) -> None:
     is written to a temporary file beside it and renamed into place: a failed save leaves no temporary file, and
     the previous files until the new ones are complete. ValueError if no supported family can express the model."""
     family = family_for_model(model)
-    hf_config = dict(getattr(model, "hf_config", {}))
+    hf_config = dict(model.hf_config)
     hf_config |= family.config_json(model.config)
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": model.dtype.name}
     tensors = to_hf(model, model.params, tied=False)

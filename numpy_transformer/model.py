@@ -22,7 +22,7 @@ from .attention import (
     multi_head_attention_forward,
     rope_angles,
 )
-from .config import TransformerConfig
+from .config import GenerationRules, TransformerConfig
 from .layers import (
     ACTIVATIONS,
     Dropout,
@@ -763,10 +763,21 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: 
 
 
 class _Model:
-    """What the two models share: parameters, gradients, modes, state dicts, the output projection."""
+    """What the models share: parameters, gradients, modes, state dicts, the output projection, and what a
+    checkpoint says of the model (set by numpy_transformer.hf.load; a model built here has the defaults):
+
+    - generation_rules: the GenerationRules of its generation_config.json, which decoding applies instead of
+      our own rule (pad is never generated); None: a model of our own;
+    - hf_model_type: the transformers model_type it was read as ("bert", "distilbert", ...), which `hf.save`
+      writes back; None: the family is found from the config;
+    - hf_config: its config.json, whose fields `hf.save` keeps; {}: none.
+    """
 
     decoder_only = False
     encoder_only = False
+    generation_rules: GenerationRules | None
+    hf_model_type: str | None
+    hf_config: dict
 
     def __init__(self, config: TransformerConfig, seed: int = 0, dtype=np.float64):
         if not isinstance(config, TransformerConfig):
@@ -783,6 +794,9 @@ class _Model:
             raise ValueError(f"positions_after_pad (RoBERTa's positions) is an EncoderModel's, not a {kind}'s")
         self.config = config
         self.dtype = dtype
+        self.generation_rules = None
+        self.hf_model_type = None
+        self.hf_config = {}
         shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
         self.params = init_params(shapes, seed, dtype, config.d_model, config.norm == "rms_offset")
         self.zero_grad()  # self.grads: name -> gradient array, like params

@@ -138,16 +138,14 @@ ENCODERS["the same, flash"] = dataclasses.replace(
 
 
 def test_band_follows_its_definition_on_both_sides():
-    """ScoreMod(band=b): query i sees keys |i - j| <= b, on either side; torch's score_rules, the same."""
+    """ScoreMod(band=b): query i sees keys |i - j| <= b, on either side; torch's position_mask, the same."""
     q_pos, k_pos = np.arange(3, 8), np.arange(0, 10)
     _, allowed = attention_scores(np.zeros((1, 1, 5, 2)), np.zeros((1, 1, 10, 2)), ScoreMod(band=2), q_pos, k_pos)
     for a, i in enumerate(q_pos):
         for b, j in enumerate(k_pos):
             assert allowed[a, b] == (abs(i - j) <= 2)
     mha = tt.attention.MultiHeadAttention(8, 2, band=2)
-    theirs, _ = mha.score_rules(
-        torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 10, 4), False, (torch.arange(3, 8), torch.arange(10))
-    )
+    theirs = tt.scores.position_mask(mha.score_mod, torch.arange(3, 8), torch.arange(10))
     np.testing.assert_array_equal(theirs.numpy(), allowed)
 
 

@@ -1,4 +1,4 @@
-"""The score rules (numpy_transformer/scores.py and torch_transformer's MultiHeadAttention.score_rules): a sliding
+"""The score rules (numpy_transformer/scores.py and torch_transformer/scores.py): a sliding
 window and ALiBi, in the plain pair, the tiled pair, cached decoding, and against each other.
 
 Each test can fail: the window test compares against a model that ignores the window, ALiBi against explicit
@@ -46,7 +46,7 @@ def test_alibi_slopes_follow_the_paper() -> None:
     assert alibi_slopes(4) == (2**-2, 2**-4, 2**-6, 2**-8)
     assert alibi_slopes(6) == (2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3)
     for n in (1, 3, 5, 6, 12, 16):
-        np.testing.assert_allclose(tt.attention.alibi_slopes(n).numpy(), np.array(alibi_slopes(n)), rtol=1e-15)
+        np.testing.assert_allclose(tt.scores.alibi_slopes(n), alibi_slopes(n), rtol=1e-15)
 
 
 def test_scores_follow_each_rule() -> None:
@@ -198,7 +198,7 @@ def test_t5_buckets_follow_the_definition() -> None:
     causal = relative_buckets((8, 6, False), q, k)[0]
     np.testing.assert_array_equal(causal[:11], [7, 7, 7, 7, 7, 6, 4, 3, 2, 1, 0])
     assert (causal[11:] == 0).all()
-    torch_buckets = tt.attention.RelativePositionBias(8, 2, 6).buckets(torch.tensor(q), torch.tensor(k), True)
+    torch_buckets = tt.scores.relative_buckets((8, 6, True), torch.tensor(q), torch.tensor(k))
     np.testing.assert_array_equal(torch_buckets[0].numpy(), got)
 
 
@@ -224,6 +224,82 @@ def test_rolling_cache_stays_the_windows_size_and_decodes_as_recomputation() -> 
         cache = tt.decoding.new_cache(torch_twin, None, 2, 40)
         tt.decoding.decoder_step(torch_twin, cache, torch_prompt)
     for self_cache, _ in cache.layers:
-        assert self_cache.keys.shape[2] == 4 and sorted(self_cache.slot_positions.tolist()) == [3, 4, 5, 6]
+        assert self_cache.keys.shape[2] == 4 and sorted(self_cache.positions.tolist()) == [3, 4, 5, 6]
     np.testing.assert_array_equal(tt.greedy_decode(torch_twin, torch_prompt, 12).numpy(), tokens)
     np.testing.assert_array_equal(tt.beam_search(torch_twin, torch_prompt, 3, 12).numpy(), beams)
+
+
+def _assert_same_mod(theirs, ours) -> None:
+    """Two ScoreMods (torch's, NumPy's) of the same rules: equal fields, the ALiBi slopes to rounding (each side
+    computes them its own way)."""
+    a, b = dataclasses.asdict(theirs), dataclasses.asdict(ours)
+    slopes = a.pop("alibi_slopes"), b.pop("alibi_slopes")
+    assert a == b
+    assert (slopes[0] is None) == (slopes[1] is None)
+    if slopes[1] is not None:
+        np.testing.assert_allclose(slopes[0], slopes[1], rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["alibi + window 4", "t5 relative, no scale", "window 3, rope, GQA"])
+def test_each_torch_layer_holds_the_numpy_layers_score_mod(name) -> None:
+    """torch_transformer/scores.py's ScoreMod has the NumPy one's fields, and every torch self-attention holds the
+    rules numpy_transformer.model.score_mod gives that layer (causal in the decoder, bidirectional T5 buckets in
+    the encoder); cross-attention holds none but the scale."""
+    assert [f.name for f in dataclasses.fields(tt.scores.ScoreMod)] == [f.name for f in dataclasses.fields(ScoreMod)]
+    config = nt.TransformerConfig(**BASE, **RULES[name])
+    twin = tt.Transformer(config)
+    for i, layer in enumerate(twin.encoder.layers):
+        _assert_same_mod(layer.self_attn.score_mod, nt.model.score_mod(config, causal=False, layer=i))
+    for i, layer in enumerate(twin.decoder.layers):
+        _assert_same_mod(layer.self_attn.score_mod, nt.model.score_mod(config, causal=True, layer=i))
+        _assert_same_mod(layer.cross_attn.score_mod, ScoreMod(scale=config.attention_scale))
+
+
+MODS = {
+    "causal, window 3, ALiBi": dict(causal=True, window=3, alibi_slopes=alibi_slopes(4)),
+    "band 2, ALiBi of 3 heads": dict(band=2, alibi_slopes=alibi_slopes(3)),
+    "T5 decoder buckets": dict(causal=True, relative=(8, 6, False)),
+    "T5 encoder buckets": dict(relative=(8, 6, True)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODS))
+def test_torch_position_mask_and_bias_equal_numpys(name) -> None:
+    """The same rule through both scores.py files, by name: position_mask and position_bias at decoding-like
+    positions (queries 9 .. 13 over keys 0 .. 13), T5's read from one random table."""
+    q_pos, k_pos = positions(5, start=9), positions(14)
+    table = np.random.default_rng(3).standard_normal((8, 4))
+    ours_mod, theirs_mod = ScoreMod(**MODS[name]), tt.scores.ScoreMod(**MODS[name])
+    tq, tk = torch.from_numpy(q_pos), torch.from_numpy(k_pos)
+    allowed = nt.scores.position_mask(ours_mod, q_pos, k_pos)
+    theirs = tt.scores.position_mask(theirs_mod, tq, tk)
+    assert (allowed is None) == (theirs is None)
+    if allowed is not None:
+        assert not allowed.all() and allowed.any()  # the rule hides some pairs and shows others
+        np.testing.assert_array_equal(theirs.numpy(), allowed)
+    bias = nt.scores.position_bias(ours_mod, q_pos, k_pos, np.float64, table)
+    theirs_bias = tt.scores.position_bias(theirs_mod, tq, tk, torch.float64, torch.from_numpy(table))
+    assert bias is not None and np.abs(bias).max() > 0
+    np.testing.assert_allclose(theirs_bias.numpy(), bias, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_torch_kv_cache_updates_as_numpys(window) -> None:
+    """KVCache.update(k, v, k_pos) -> (keys, values, positions) on both sides, step by step: a 4-token prompt (longer
+    than the window), then single positions; a beam reorder in between."""
+    rng = np.random.default_rng(4)
+    ours = KVCache(2, 1, 9, 3, np.float64, window)
+    theirs = tt.attention.KVCache(2, 1, 9, 3, torch.zeros((), dtype=torch.float64), window)
+    start = 0
+    for step, T_new in enumerate([4, 1, 1, 1]):
+        k, v = rng.standard_normal((2, 1, T_new, 3)), rng.standard_normal((2, 1, T_new, 3))
+        k_pos = positions(T_new, start)
+        got = theirs.update(torch.from_numpy(k), torch.from_numpy(v), torch.from_numpy(k_pos))
+        for mine, other in zip(ours.update(k, v, k_pos), got, strict=True):
+            np.testing.assert_array_equal(other.numpy(), mine)
+        start += T_new
+        if step == 1:
+            ours.reorder(np.array([1, 1]))
+            theirs.reorder(torch.tensor([1, 1]))
+    assert ours.keys.shape[2] == (9 if window is None else 3)
+    np.testing.assert_array_equal(theirs.positions.numpy(), ours.positions)

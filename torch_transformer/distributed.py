@@ -117,8 +117,8 @@ def unwrap(model: nn.Module) -> nn.Module:
     while True:
         if isinstance(model, DistributedDataParallel):
             model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+        elif isinstance(inner := getattr(model, "_orig_mod", None), nn.Module):  # torch.compile's wrapper
+            model = inner
         else:
             return model
 

@@ -64,7 +64,7 @@ def save(model, directory, overwrite: bool = False) -> None:
     another checkpoint unless overwrite=True, no temporary file left by a failed save)."""
     family = family_for_model(model)
     dtype = next(model.parameters()).dtype
-    hf_config = dict(getattr(model, "hf_config", {}))
+    hf_config = dict(model.hf_config)
     hf_config |= family.config_json(model.config)
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": str(dtype)[6:]}
     tensors = to_hf(model, model.state_dict(), tied=False)

@@ -7,15 +7,15 @@ State-dict names follow docs/conventions.md exactly; the NumPy reference uses th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_spec.config import TransformerConfig
+from transformer_spec.config import GenerationRules, TransformerConfig
 
-from .attention import MultiHeadAttention, RelativePositionBias, padding_mask
+from .attention import MultiHeadAttention, padding_mask
 from .layers import (
     ACTIVATIONS,
     Dropout,
@@ -50,11 +50,14 @@ class _Layer(nn.Module):
     def _attention(
         config: TransformerConfig, causal: bool = False, cross: bool = False, layer: int = 0
     ) -> MultiHeadAttention:
-        """Self-attention of layer `layer` (ALiBi in every one; its window, config.layer_window, causal in a decoder,
-        and in an encoder of layer_types a band |i - j| <= window // 2, ModernBERT's) or cross-attention (no score
-        rules)."""
+        """Self-attention of layer `layer` (ALiBi in every one; T5's bias, bidirectional in an encoder; its window,
+        config.layer_window, causal in a decoder, and in an encoder of layer_types a band |i - j| <= window // 2,
+        ModernBERT's) or cross-attention (no score rules): the score rules of numpy_transformer.model.score_mod."""
         c = config
         window = None if cross else c.layer_window(layer)
+        relative = None
+        if c.has_relative_bias and not cross:  # T5, MPNet: the stack's table, read at this layer's buckets
+            relative = (c.relative_buckets, c.relative_max_distance, not causal)
         return MultiHeadAttention(
             c.d_model, c.n_heads, c.dropout_rates["attention"], c.n_kv_heads, c.bias,
             qkv_bias=c.has_qkv_bias,
@@ -65,6 +68,8 @@ class _Layer(nn.Module):
             head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
+            causal=causal and not cross,
+            relative=relative,
         )  # fmt: skip
 
     @staticmethod
@@ -104,15 +109,16 @@ class EncoderLayer(_Layer):
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
-        position_bias: Tensor | None = None,
+        bias_table: Tensor | None = None,
     ) -> Tensor:
         """x (B, S, D), self_mask broadcastable to (B, H, S, S) or None; dropout_masks keyed below this
-        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None; position_bias (H, S, S): T5's."""
+        layer; rope the rotary (cos, sin) of positions 0 .. S - 1, or None; bias_table (n_buckets, H): the stack's
+        T5 table, or None."""
         masks = dropout_masks or {}
 
         def self_attention(h: Tensor) -> Tensor:
             keep = masks.get("self_attn.dropout")
-            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, position_bias=position_bias)[0]
+            return self.self_attn(h, h, h, self_mask, need_weights, keep, rope, bias_table=bias_table)[0]
 
         def feed_forward(h: Tensor) -> Tensor:
             return self.ffn(h, masks.get("ffn.dropout"))
@@ -124,6 +130,12 @@ class EncoderLayer(_Layer):
 class DecoderLayer(_Layer):
     """Masked self-attention, cross-attention to the encoder's output (left out in the LM), then
     feed-forward, each in a residual sublayer. x (B, T, D), memory (B, S, D) -> (B, T, D)."""
+
+    # the sublayers' norms and dropouts, set by _sublayer under the state dict's names
+    self_attn_norm: nn.Module
+    self_attn_dropout: Dropout
+    ffn_norm: nn.Module
+    ffn_dropout: Dropout
 
     def __init__(self, config: TransformerConfig, cross_attention: bool = True, layer: int = 0):
         super().__init__()
@@ -151,23 +163,25 @@ class DecoderLayer(_Layer):
         need_weights: bool = False,
         dropout_masks: Mapping | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
-        position_bias: Tensor | None = None,
+        bias_table: Tensor | None = None,
         caches: tuple | None = None,
         key_padding: Tensor | None = None,
+        q_pos: Tensor | None = None,
     ) -> Tensor:
         """x (B, T, D), memory (B, S, D), memory_mask broadcastable to (B, H, T, S); dropout_masks keyed
-        below this layer; rope the rotary (cos, sin) of x's positions, or None; position_bias (H, T, T_k): T5's.
-        Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more on top of that, None
-        nothing more. caches, in decoding: the layer's (KVCache, MemoryCache or None), read and extended by
-        attention. key_padding (B, P): a padded batch's real tokens by key position, or None."""
+        below this layer; rope the rotary (cos, sin) of x's positions, or None; bias_table (n_buckets, H): the
+        stack's T5 table, or None. Self-attention is causal; self_mask (broadcastable to (B, H, T, T)) masks more
+        on top of that, None nothing more. caches, in decoding: the layer's (KVCache, MemoryCache or None), read and
+        extended by attention, with q_pos (T,) x's positions. key_padding (B, P): a padded batch's real tokens by
+        key position, or None."""
         masks = dropout_masks or {}
         self_cache, memory_cache = (None, None) if caches is None else caches
 
         def self_attention(h: Tensor) -> Tensor:
             keep = masks.get("self_attn.dropout")
             return self.self_attn(
-                h, h, h, self_mask, need_weights, keep, rope, is_causal=True, position_bias=position_bias,
-                kv_cache=self_cache, key_padding=key_padding,
+                h, h, h, self_mask, need_weights, keep, rope, is_causal=True, bias_table=bias_table,
+                kv_cache=self_cache, key_padding=key_padding, q_pos=q_pos,
             )[0]  # fmt: skip
 
         def cross_attention(h: Tensor) -> Tensor:
@@ -187,6 +201,17 @@ class DecoderLayer(_Layer):
         return self._residual("ffn", x, feed_forward, masks)  # (B, T, D)
 
 
+class RelativeBiasTable(nn.Module):
+    """T5's relative position bias W (n_buckets, H), one per stack (state-dict name `relative_bias.weight`): every
+    self-attention of the stack reads it at its own positions (scores.position_bias), and autograd sums the
+    gradient over them."""
+
+    def __init__(self, n_buckets: int, n_heads: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_buckets, n_heads))
+        nn.init.normal_(self.weight, std=0.02)
+
+
 class _Stack(nn.Module):
     """What the encoder and the decoder share: token and position embeddings (token types and an
     embedding norm when the config asks), a list of layers, and (pre-norm only) a final layer norm,
@@ -199,7 +224,7 @@ class _Stack(nn.Module):
         self,
         config: TransformerConfig,
         vocab_size: int,
-        layers: list[nn.Module],
+        layers: Sequence[nn.Module],
         token_types: bool = False,
         own_token_embedding: bool = True,
     ):
@@ -211,9 +236,11 @@ class _Stack(nn.Module):
         self.sinusoid_layout = config.sinusoid_layout
         # padding_idx: lookups of pad_id pass no gradient to the table (config.embedding_padding_idx, Marian)
         padding_idx = config.pad_id if config.embedding_padding_idx else None
-        self.token_embedding = nn.Embedding(vocab_size, d, padding_idx) if own_token_embedding else None
+        self.token_embedding: nn.Embedding | None = None
         if own_token_embedding:
-            nn.init.normal_(self.token_embedding.weight, std=d**-0.5)
+            table = nn.Embedding(vocab_size, d, padding_idx)
+            nn.init.normal_(table.weight, std=d**-0.5)
+            self.token_embedding = table
         self.positional = config.positional
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
@@ -234,8 +261,7 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
         if config.has_relative_bias:  # T5's positional "relative", or MPNet's relative_bias
-            c = config
-            self.relative_bias = RelativePositionBias(c.relative_buckets, c.n_heads, c.relative_max_distance)
+            self.relative_bias = RelativeBiasTable(config.relative_buckets, config.n_heads)
         # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
         self.final_norm = make_norm(config) if config.norm_first else nn.Identity()
 
@@ -253,8 +279,10 @@ class _Stack(nn.Module):
         token_type_ids None means type 0 everywhere (when the stack has token types); token_embedding
         is the table to read when the stack has none of its own; start > 0 embeds later positions
         (decoding one step at a time); positions (B, T): each row's own positions instead (a padded batch)."""
-        table = self.token_embedding if token_embedding is None else token_embedding
-        x = table(ids.long())  # (B, T, D)
+        tokens = self.token_embedding if token_embedding is None else token_embedding
+        if tokens is None:
+            raise ValueError("embed: this stack has no token table of its own: pass token_embedding, the shared one")
+        x = tokens(ids.long())  # (B, T, D)
         if self.scale_embeddings:
             x = x * math.sqrt(self.d_model)  # a Python float keeps x's dtype
         end = start + ids.shape[1]
@@ -278,13 +306,15 @@ class _Stack(nn.Module):
             x = x + self.token_type_embedding(token_type_ids.long())  # (B, T, D)
         return self.embedding_dropout(self.embedding_norm(x), dropout_mask)
 
-    def position_bias(self, start: int, end: int, x: Tensor, bidirectional: bool) -> Tensor | None:
-        """T5's bias (H, T, end) of the queries at start .. end - 1 over the keys at 0 .. end - 1; None unless the
-        positions are "relative"."""
-        if self.relative_bias is None:
-            return None
-        q_pos, k_pos = torch.arange(start, end, device=x.device), torch.arange(end, device=x.device)
-        return self.relative_bias(q_pos, k_pos, bidirectional).to(x.dtype)
+    def token_table(self) -> Tensor:
+        """The stack's own token table (V, D); ValueError for a stack that reads a shared one."""
+        if self.token_embedding is None:
+            raise ValueError("this stack has no token table of its own (it reads the decoder's)")
+        return self.token_embedding.weight
+
+    def bias_table(self) -> Tensor | None:
+        """T5's table (n_buckets, H), which every self-attention of the stack reads; None without one."""
+        return None if self.relative_bias is None else self.relative_bias.weight
 
     def ropes(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> list:
         """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own
@@ -327,9 +357,9 @@ class Encoder(_Stack):
         masks = (dropout_masks or {}).get("embedding_dropout")
         x = self.embed(ids, masks, token_type_ids, token_embedding, positions=positions)
         ropes = self.ropes(0, ids.shape[1], x)
-        bias = self.position_bias(0, ids.shape[1], x, bidirectional=True)  # computed once, read by every layer
+        table = self.bias_table()  # T5: each layer's self-attention reads the bias at its positions
         for i, layer in enumerate(self.layers):
-            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), ropes[i], bias)
+            x = layer(x, self_mask, need_weights, masks_under(dropout_masks, f"layers.{i}."), ropes[i], table)
         return self.final_norm(x)
 
 
@@ -383,11 +413,14 @@ class Decoder(_Stack):
             positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(~attention_mask, 0)[:, start:]  # (B, T)
         x = self.embed(ids, (dropout_masks or {}).get("embedding_dropout"), start=start, positions=positions)
         ropes = self.ropes(start, end, x, positions)
-        bias = self.position_bias(start, end, x, bidirectional=False)  # computed once, read by every layer
+        table = self.bias_table()  # T5: each layer's self-attention reads the bias at its positions
+        q_pos = None if caches is None else torch.arange(start, end, device=x.device)  # (T,): the cache's slots
         for i, layer in enumerate(self.layers):
             masks = masks_under(dropout_masks, f"layers.{i}.")
             layer_caches = None if caches is None else caches[i]
-            x = layer(x, None, memory, memory_mask, need_weights, masks, ropes[i], bias, layer_caches, attention_mask)
+            x = layer(
+                x, None, memory, memory_mask, need_weights, masks, ropes[i], table, layer_caches, attention_mask, q_pos
+            )
         return self.final_norm(x)
 
 
@@ -417,7 +450,7 @@ def dropout_site_shapes(
     rates = config.dropout_rates
 
     def stack(prefix: str, n_layers: int, length: int, memory_len: int | None) -> dict:
-        sites = [(f"{prefix}.embedding_dropout", "embedding", (b, length, d))]
+        sites: list[tuple[str, str, tuple[int, ...]]] = [(f"{prefix}.embedding_dropout", "embedding", (b, length, d))]
         for i in range(n_layers):
             layer = f"{prefix}.layers.{i}"
             sites += [(f"{layer}.self_attn.dropout", "attention", (b, h, length, length))]
@@ -430,7 +463,7 @@ def dropout_site_shapes(
             sites += [(f"{layer}.ffn_dropout", "residual", (b, length, d))]
         return {site: shape for site, kind, shape in sites if rates[kind] > 0}
 
-    sites = {}
+    sites: dict[str, tuple[int, ...]] = {}
     if src_len is not None:
         sites |= stack("encoder", config.n_encoder_layers, src_len, None)
     if tgt_len is not None:
@@ -517,11 +550,32 @@ def _check_token_type_ids(
 
 
 class _Model(nn.Module):
-    """What the three models share: the output projection (not in `EncoderModel`), the attention maps,
-    keep-mask checking, and a `load_state_dict` that names what does not fit."""
+    """What the three models share: the config, the output projection (not in `EncoderModel`), the attention
+    maps, keep-mask checking, a `load_state_dict` that names what does not fit, and what a checkpoint says of
+    the model (set by torch_transformer.hf.load; a model built here has the defaults):
+
+    - generation_rules: the GenerationRules of its generation_config.json, which decoding applies instead of
+      our own rule (pad is never generated); None: a model of our own;
+    - hf_model_type: the transformers model_type it was read as ("bert", "distilbert", ...), which `hf.save`
+      writes back; None: the family is found from the config;
+    - hf_config: its config.json, whose fields `hf.save` keeps; {}: none.
+    """
 
     config: TransformerConfig
     decoder: Decoder
+    generation_rules: GenerationRules | None
+    hf_model_type: str | None
+    hf_config: dict
+    output_proj: nn.Linear | _OutputBias | None
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        self.generation_rules = None
+        self.hf_model_type = None
+        self.hf_config = {}
 
     def _build_output_proj(self) -> None:
         """output_proj: a Linear (untied), only a bias (tied, with config.output_bias), or nothing at all
@@ -536,7 +590,10 @@ class _Model(nn.Module):
 
     def output_logits(self, x: Tensor) -> Tensor:
         """The output projection: x (..., D) -> logits (..., V)."""
-        weight = self.decoder.token_embedding.weight if self.config.tie_embeddings else self.output_proj.weight
+        if isinstance(self.output_proj, nn.Linear):  # untied
+            weight = self.output_proj.weight
+        else:  # tied: the token table
+            weight = self.decoder.token_table()
         bias = None if self.output_proj is None else self.output_proj.bias
         if self.config.output_scale != 1.0:  # T5's tied head reads d_model^-0.5 times the hidden states
             x = x * self.config.output_scale
@@ -561,7 +618,7 @@ class _Model(nn.Module):
             raise ValueError(f"dropout_masks: unknown sites {unknown}; expected exactly {list(expected)}")
         return dropout_masks
 
-    def router_logits(self) -> tuple[Tensor, ...]:
+    def router_logits(self) -> tuple[Tensor | None, ...]:
         """The router logits (B * T, E) of every mixture-of-experts decoder layer in the last forward, in layer
         order, part of its graph (transformers' router_logits with output_router_logits=True); () for a dense model."""
         return tuple(layer.ffn.router_logits for layer in self.decoder.layers if isinstance(layer.ffn, MoeFeedForward))
@@ -572,9 +629,10 @@ class _Model(nn.Module):
         logits = self.router_logits()
         if not logits:
             raise ValueError("load_balancing_loss: this model has no mixture-of-experts layer (config.n_experts=0)")
-        if any(z is None for z in logits):
+        found = [z for z in logits if z is not None]
+        if len(found) < len(logits):
             raise ValueError("load_balancing_loss: no forward pass has been run yet")
-        return load_balancing_loss(logits, self.config.n_experts, self.config.top_k, attention_mask)
+        return load_balancing_loss(found, self.config.n_experts, self.config.top_k, attention_mask)
 
     def attention_maps(self) -> dict[str, Tensor]:
         """Attention probabilities (B, H, T_q, T_k), before dropout, of every attention module, keyed
@@ -622,10 +680,7 @@ class Transformer(_Model):
     """
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         # With shared embeddings the encoder has no table of its own: it reads decoder.token_embedding.
         self.encoder = Encoder(config, own_token_embedding=not config.share_embeddings)
         self.decoder = Decoder(config, cross_attention=True)
@@ -699,10 +754,7 @@ class TransformerLM(_Model):
     """
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.decoder = Decoder(config, cross_attention=False)
         self._build_output_proj()
 
@@ -740,6 +792,26 @@ class TransformerLM(_Model):
         check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len, values)
 
 
+class Pooler(nn.Module):
+    """BERT's pooler: dense (D, D), read at the [CLS] position, then tanh (EncoderModel.pool)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.dense = init_linear(nn.Linear(d_model, d_model))
+
+
+class MlmHead(nn.Module):
+    """ModernBERT's masked-LM head: norm(act(dense(hidden))), then the tied token table and (config.output_bias)
+    the decoder's bias (EncoderModel.mlm_logits)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        d = config.d_model
+        self.dense = init_linear(nn.Linear(d, d, bias=config.bias))
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
+        self.bias = nn.Parameter(torch.zeros(config.src_vocab_size)) if config.output_bias else None
+
+
 class EncoderModel(_Model):
     """Encoder-only (BERT-style) model: the encoder stack and nothing after it.
 
@@ -749,21 +821,12 @@ class EncoderModel(_Model):
     """
 
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
-        self.config = config
+        super().__init__(config)
         self.encoder = Encoder(config)
         if config.pooler:  # BERT's [CLS] pooler: pool(hidden)
-            self.pooler = nn.Module()
-            self.pooler.dense = init_linear(nn.Linear(config.d_model, config.d_model))
+            self.pooler = Pooler(config.d_model)
         if config.mlm_head:  # ModernBERT's masked-LM head: mlm_logits(hidden)
-            d = config.d_model
-            self.mlm_head = nn.Module()
-            self.mlm_head.dense = init_linear(nn.Linear(d, d, bias=config.bias))
-            self.mlm_head.norm = nn.LayerNorm(d, eps=config.layer_norm_eps, bias=config.norm_bias)
-            if config.output_bias:  # the tied decoder's bias
-                self.mlm_head.bias = nn.Parameter(torch.zeros(config.src_vocab_size))
+            self.mlm_head = MlmHead(config)
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """ModernBERT's masked-LM head (config.mlm_head): hidden states (B, T, D) -> logits (B, T, V),
@@ -774,7 +837,7 @@ class EncoderModel(_Model):
             raise ValueError(f"hidden must have shape (B, T, D), got shape {tuple(hidden.shape)}")
         head = self.mlm_head
         n = head.norm(ACTIVATIONS[self.config.activation](head.dense(hidden)))  # (B, T, D)
-        return F.linear(n, self.encoder.token_embedding.weight, getattr(head, "bias", None))  # (B, T, V)
+        return F.linear(n, self.encoder.token_table(), head.bias)  # (B, T, V)
 
     def pool(self, hidden: Tensor) -> Tensor:
         """BERT's pooler (config.pooler): hidden states (B, T, D) -> tanh(dense(hidden[:, 0])) (B, D)."""
