@@ -289,13 +289,13 @@ def generation_config(model) -> dict | None:
     config = model.config
     if getattr(model, "encoder_only", False) or config.n_decoder_layers == 0:
         return None
-    rules = getattr(model, "generation_rules", None) or GenerationRules()
+    rules = model.generation_rules or GenerationRules()
     seq2seq = not getattr(model, "decoder_only", False)
     out = {"pad_token_id": config.pad_id, "eos_token_id": config.eos_id}
     if seq2seq:  # config.bos_id is the decoder's start token; config.json keeps the vocabulary's bos
         out |= {
             "decoder_start_token_id": config.bos_id,
-            "bos_token_id": getattr(model, "hf_config", {}).get("bos_token_id"),
+            "bos_token_id": model.hf_config.get("bos_token_id"),
         }
     else:
         out["bos_token_id"] = config.bos_id

@@ -95,7 +95,7 @@ def family_of(model_type, architectures=None) -> Family:
 def family_for_model(model) -> Family:
     """The family a model can be written as: the one it was loaded from, else the first whose config
     translation accepts its class and config. ValueError listing why each family does not fit."""
-    loaded = getattr(model, "hf_model_type", None)
+    loaded = model.hf_model_type
     if loaded is not None:
         for family in BY_ARCHITECTURE.values():  # a class read differently (T5EncoderModel: an EncoderModel)
             if family.model_type == loaded and family.model_class == type(model).__name__ and fits(family, model):
