@@ -401,7 +401,7 @@ dx = dlast
 for i in reversed(range(cfg.n_encoder_layers)):
     dx, _ = encoder_layer_backward(dx, pair_layer_caches[i])  # (2, T, D); the layer's grads are not needed here
 dx_embedding_output = dx  # dsim / dx, x = LayerNorm(e)
-norm_cache = pair_embed_cache["norm"]  # embed_forward's cache holds each piece's cache by name
+norm_cache = pair_embed_cache.norm  # embed_forward's cache (an EmbedCache) holds each piece's cache by name
 de, _, _ = layer_norm_backward(dx_embedding_output, norm_cache)  # (2, T, D): dsim / de
 saliency = np.linalg.norm(de, axis=-1) * real  # (2, T), zero at the padding
 print("dsim/de", de.shape, "; per-token norms:")

@@ -33,10 +33,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .layers import ACTIVATIONS, linear_backward, linear_forward, softmax_backward, softmax_forward
+from .layers import (
+    ACTIVATIONS,
+    LinearCache,
+    SoftmaxCache,
+    linear_backward,
+    linear_forward,
+    softmax_backward,
+    softmax_forward,
+)
 from .validation import check_float_array
 
 MOE_KEYS = ("gate.weight", "experts.gate_up_proj", "experts.down_proj")  # transformers' names below `mlp.`
@@ -172,7 +181,7 @@ def top_k_gates_backward(dgates: np.ndarray, cache: TopKGatesCache) -> np.ndarra
         np.put_along_axis(dlogits, cache.selected, dchosen, axis=-1)
         return dlogits
     np.put_along_axis(dlogits, cache.selected, dgates, axis=-1)  # dp: only the chosen probabilities were read
-    return softmax_backward(dlogits, cache.probs)
+    return softmax_backward(dlogits, SoftmaxCache(cache.probs))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,11 +193,11 @@ class ExpertCache:
     """What expert_backward needs, by name."""
 
     activation: str
-    gate_up: tuple  # linear cache of [a | u] = x W_gu^T
-    act: tuple  # the activation's cache of phi(a)
+    gate_up: LinearCache  # [a | u] = x W_gu^T
+    act: Any  # the activation's cache of phi(a)
     phi_a: np.ndarray  # phi(a), (n, F)
     up: np.ndarray  # u, (n, F)
-    down: tuple  # linear cache of y = h W_d^T
+    down: LinearCache  # y = h W_d^T
 
 
 def expert_forward(x: np.ndarray, gate_up_proj: np.ndarray, down_proj: np.ndarray, activation: str = "silu"):
@@ -325,7 +334,7 @@ class SparseMoeCache:
     """What sparse_moe_backward needs, by name; router_logits (N, E) is readable (the load-balancing loss's input)."""
 
     x_shape: tuple  # (..., D)
-    router: tuple  # linear cache of z = x W_r^T
+    router: LinearCache  # z = x W_r^T
     router_logits: np.ndarray  # z, (N, E)
     top_k: TopKGatesCache
     experts: ExpertsCache
@@ -489,4 +498,4 @@ def load_balancing_loss_backward(cache: LoadBalancingCache, dloss: float = 1.0) 
             f"cache must be the LoadBalancingCache of load_balancing_loss_forward, got {type(cache).__name__}"
         )
     dprobs = (float(dloss) * cache.num_experts) * (cache.row_weight[:, None] * cache.fraction_routed)  # (N, E)
-    return [softmax_backward(dprobs, p) for p in cache.probs]
+    return [softmax_backward(dprobs, SoftmaxCache(p)) for p in cache.probs]

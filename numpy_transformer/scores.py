@@ -140,7 +140,9 @@ def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype, ta
     return (-slopes * distance).astype(dtype)  # (H, T_q, T_k)
 
 
-def position_bias_backward(dscores: np.ndarray, mod: ScoreMod, q_pos, k_pos, table_shape: tuple) -> np.ndarray:
+def position_bias_backward(
+    dscores: np.ndarray, mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, table_shape: tuple
+) -> np.ndarray:
     r"""T5's table gradient (n_buckets, H) from dS (B, H, T_q, T_k), the scores' gradient (before any scale: the
     bias is added after it), summed over the batch and every (i, j) in bucket b:
 
@@ -148,6 +150,8 @@ def position_bias_backward(dscores: np.ndarray, mod: ScoreMod, q_pos, k_pos, tab
 
         dW_{b, h} = \sum_{\text{batch}} \; \sum_{(i, j):\ \mathrm{bucket}(j - i) = b} dS_{h, ij}
     """
+    if mod.relative is None:
+        raise ValueError("position_bias_backward: the ScoreMod reads no T5 table (mod.relative is None)")
     buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
     per_pair = dscores.sum(axis=0).reshape(dscores.shape[1], -1)  # (H, T_q * T_k): the batch shares the table
     dtable = np.zeros(table_shape, dtype=dscores.dtype)

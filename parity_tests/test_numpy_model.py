@@ -8,6 +8,7 @@ Every comparison can fail: upstream gradients are random draws from seeded gener
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import subprocess
@@ -76,7 +77,7 @@ def randomize(model, rng) -> None:
 
 
 def float_leaves(obj, path: str):
-    """(path, dtype) of every floating-point array or NumPy scalar inside nested dicts/lists/tuples."""
+    """(path, dtype) of every floating-point array or NumPy scalar inside nested dicts/lists/tuples/dataclasses."""
     if isinstance(obj, (np.ndarray, np.generic)):
         if np.issubdtype(obj.dtype, np.floating):
             yield path, obj.dtype
@@ -86,6 +87,9 @@ def float_leaves(obj, path: str):
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             yield from float_leaves(v, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a pair's cache: its fields
+        for f in dataclasses.fields(obj):
+            yield from float_leaves(getattr(obj, f.name), f"{path}.{f.name}")
 
 
 def assert_all_dtype(obj, dtype, path: str) -> None:
@@ -230,9 +234,10 @@ def test_fully_masked_row_in_scaled_dot_product_attention():
     dout = rng.standard_normal((2, 2, 3, 4))
     with np.errstate(all="raise", under="ignore"):
         out, cache = scaled_dot_product_attention_forward(q, k, v, mask)
-        dq, dk, dv = scaled_dot_product_attention_backward(dout, cache)
-        dscores = L.softmax_backward(rng.standard_normal((2, 2, 3, 5)), cache["softmax"])
-    probs = cache["probs"]
+        dq, dk, dv, dtable = scaled_dot_product_attention_backward(dout, cache)
+        dscores = L.softmax_backward(rng.standard_normal((2, 2, 3, 5)), cache.softmax)
+    assert dtable is None  # no T5 table was read
+    probs = cache.probs
     for row in [(1, 0, 2), (0, 0, 1), (0, 1, 1)]:
         assert np.all(probs[row] == 0.0)
         assert np.all(out[row] == 0.0)
@@ -244,7 +249,7 @@ def test_fully_masked_row_in_scaled_dot_product_attention():
     assert np.all(np.isfinite(out)) and np.all(np.isfinite(dq)) and np.all(np.isfinite(dk)) and np.all(np.isfinite(dv))
     # The dead rows pass nothing back: dK and dV equal those of the same dout with the dead rows zeroed.
     dead = ~live
-    _, dk2, dv2 = scaled_dot_product_attention_backward(np.where(dead[..., None], 0.0, dout), cache)
+    _, dk2, dv2, _ = scaled_dot_product_attention_backward(np.where(dead[..., None], 0.0, dout), cache)
     np.testing.assert_array_equal(dk, dk2)
     np.testing.assert_array_equal(dv, dv2)
     assert np.abs(dq[live]).max() > 0 and np.abs(dk).max() > 0
@@ -260,7 +265,7 @@ def test_fully_masked_row_in_multi_head_attention_is_the_output_bias():
         out, cache = multi_head_attention_forward(params, x, memory, memory, 2, mask)
         dquery, dkey, dvalue, grads = multi_head_attention_backward(rng.standard_normal(out.shape), cache)
     np.testing.assert_array_equal(out[1], np.broadcast_to(params["out_proj.bias"], (3, 8)))  # context is zero
-    assert np.all(cache.attn["probs"][1] == 0.0)
+    assert np.all(cache.attn.probs[1] == 0.0)
     assert np.all(dquery[1] == 0.0) and np.all(dkey[1] == 0.0) and np.all(dvalue[1] == 0.0)
     assert np.abs(dquery[0]).max() > 0 and np.abs(dkey[0]).max() > 0 and np.abs(dvalue[0]).max() > 0
     assert all(np.isfinite(g).all() for g in grads.values())

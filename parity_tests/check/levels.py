@@ -222,7 +222,7 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
         out, cache = nt.scaled_dot_product_attention_forward(f["q"], f["k"], f["v"], keep_mask(p, "src"))
 
         def backward(dout):
-            dq, dk, dv = nt.scaled_dot_product_attention_backward(dout, cache)
+            dq, dk, dv, _ = nt.scaled_dot_product_attention_backward(dout, cache)
             return {"q": dq, "k": dk, "v": dv}, {}
 
     elif level == "multi_head_attention":
