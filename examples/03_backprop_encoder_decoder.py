@@ -155,7 +155,7 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 # %%
 params = np_model.params
 memory, enc_cache = encoder_forward(sub(params, "encoder"), src, cfg)  # (B, T_src, D)
-x, dec_cache = decoder_forward(sub(params, "decoder"), tgt_in, memory, padding_mask(src, cfg.pad_id), cfg)
+x, dec_cache = decoder_forward(sub(params, "decoder"), tgt_in, memory, cfg, memory_mask=padding_mask(src, cfg.pad_id))
 logits, out_cache = linear_forward(x, params["output_proj.weight"], params["output_proj.bias"])  # (B, T_tgt, V)
 
 print("encoder cache:", [f.name for f in dataclasses.fields(enc_cache)], " layers:", len(enc_cache.layers))

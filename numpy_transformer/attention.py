@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from .flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .layers import (
@@ -153,7 +154,7 @@ def causal_mask(T_q: int, T_k: int) -> np.ndarray:
 
 
 def rope_angles(
-    positions: np.ndarray, head_dim: int, theta: float, dtype: np.typing.DTypeLike = np.float64
+    positions: np.ndarray, head_dim: int, theta: float, dtype: DTypeLike = np.float64
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""cos and sin of the angles :math:`t\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
     argument `theta`), for every position t and :math:`i < d_h / 2`; each (T, Dh/2), or (B, T, Dh/2) for positions
@@ -284,7 +285,9 @@ class KVCache:
     long the sequence grows. Each slot's position is kept beside it, and that is what the score rules read.
     """
 
-    def __init__(self, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int, dtype, window: int | None = None):
+    def __init__(
+        self, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int, dtype: DTypeLike, window: int | None = None
+    ) -> None:
         size = max_len if window is None else min(max_len, window)
         self.keys = np.zeros((n_rows, n_kv_heads, size, head_dim), dtype=dtype)  # (N, H_kv, T_max, Dh)
         self.values = np.zeros_like(self.keys)
@@ -292,7 +295,7 @@ class KVCache:
         self.window = window
         self.length = 0  # positions added so far
 
-    def update(self, k: np.ndarray, v: np.ndarray, k_pos: np.ndarray):
+    def update(self, k: np.ndarray, v: np.ndarray, k_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Add the new keys and values (N, H_kv, T_new, Dh) at positions k_pos (T_new,); return what attention
         reads now: every cached key and value (the new ones included) and their positions."""
         size, T_new = self.keys.shape[2], k.shape[2]
@@ -563,7 +566,7 @@ def _check_kernel(kernel: str, dropout: Dropout | None, site: str) -> float:
     return p
 
 
-def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype) -> int:
+def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype: DTypeLike) -> int:
     """Check the projections' names, shapes and dtypes; return Dh, the head width (q_proj's rows / n_heads)."""
     weights = [k for k in MHA_KEYS if k.endswith("weight")]
     biases = [k for k in MHA_KEYS if k.endswith("bias")]
@@ -658,7 +661,7 @@ def _check_attention_mask(attn_mask: np.ndarray | None, target: tuple[int, int, 
         raise ValueError(f"attn_mask of shape {attn_mask.shape} must broadcast to (B, H, T_q, T_k) = {target}")
 
 
-def _check_rope(rope, query, key, n_heads: int, Dh: int) -> None:
+def _check_rope(rope: object, query: np.ndarray, key: np.ndarray, n_heads: int, Dh: int) -> None:
     """rope, when given, must be (cos, sin), each (T, Dh/2) (or (B, 1, T, Dh/2)), in the inputs' dtype; R/2 < Dh/2
     for partial rotary (the first R features of each head turn)."""
     if rope is None:

@@ -229,7 +229,10 @@ def flash_attention_backward(
 # One block: its scores, its mask, and which blocks a causal pass visits.
 
 
-def _block_scores(q_i, k_j, mod: ScoreMod, q_pos, k_pos, mask_ij: np.ndarray | None, table=None) -> np.ndarray:
+def _block_scores(
+    q_i: np.ndarray, k_j: np.ndarray, mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray,
+    mask_ij: np.ndarray | None, table: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
     """S_ij (B, H, B_r, B_c) from scores.attention_scores (the plain pair's function, on one block), -inf where
     hidden. Both passes compute a block's scores here (the backward recomputes them), so the tests can count
     the blocks each pass visits."""
@@ -284,7 +287,7 @@ def _as_4d(mask: np.ndarray | None) -> np.ndarray | None:
 # Argument checks: every message names the argument, what it got and what was expected.
 
 
-def _check_positive_int(name: str, value) -> None:
+def _check_positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 

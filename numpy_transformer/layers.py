@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 from scipy.special import expit
 
 from .special import erf  # scipy's erf for float64; for float32 exact too, and faster where |x| > 0.5
@@ -137,7 +138,7 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
 
 
 def sinusoidal_table(
-    max_len: int, d_model: int, dtype: np.typing.DTypeLike = np.float64, layout: str = "interleaved"
+    max_len: int, d_model: int, dtype: DTypeLike = np.float64, layout: str = "interleaved"
 ) -> np.ndarray:
     r"""The paper's sinusoids, a table PE (max_len, D), with the frequencies :math:`w_i = 10000^{-2i/D}`:
 
@@ -537,7 +538,7 @@ def layer_norm_backward(dout: np.ndarray, cache: LayerNormCache) -> tuple[np.nda
     return dx, dweight, dbias
 
 
-def check_statistics(name: str, rstd: np.ndarray, dtype: np.typing.DTypeLike) -> None:
+def check_statistics(name: str, rstd: np.ndarray, dtype: DTypeLike) -> None:
     r"""A norm's :math:`r` per row, (..., 1) (:math:`1 / \sqrt{\sigma^2 + \varepsilon}`, or RMSNorm's
     :math:`1 / \sqrt{\mathrm{mean}(x^2) + \varepsilon}`): 0 when the squares overflowed the dtype
     (:math:`\lvert x \rvert` beyond about :math:`10^{19}` in float32), NaN when the input held NaN or inf. Either
@@ -812,7 +813,7 @@ def without_none(grads: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
 # residual_in makes f's input h, residual_out joins f's output y to the residual stream. Backwards, x gets
 # two gradients, one along the residual path (from residual_out_backward) and one through f (from
 # residual_in_backward), and the caller adds them. Norm is layer norm or RMSNorm (norm_forward), `norm`
-# its params ({"weight", "bias"} or {"weight"}).
+# its params ({"weight", "bias"} or {"weight"}), which come first, as every composite pair's params do.
 
 
 @dataclass(frozen=True, slots=True)
@@ -821,7 +822,7 @@ class ResidualInCache:
 
 
 def residual_in_forward(
-    x: np.ndarray, norm: dict, norm_first: bool, eps: float, kind: str = "layer"
+    norm: dict, x: np.ndarray, norm_first: bool, eps: float, kind: str = "layer"
 ) -> tuple[np.ndarray, ResidualInCache]:
     """The sublayer's input h (B, T, D): Norm(x) in pre-norm, x itself in post-norm."""
     if not norm_first:
@@ -845,9 +846,9 @@ class ResidualOutCache:
 
 
 def residual_out_forward(
+    norm: dict,
     x: np.ndarray,
     y: np.ndarray,
-    norm: dict,
     norm_first: bool,
     eps: float,
     dropout: Dropout | None = None,
@@ -888,7 +889,7 @@ class SandwichOutCache:
 
 
 def sandwich_out_forward(
-    x: np.ndarray, y: np.ndarray, post_norm: dict, eps: float, dropout: Dropout | None = None, site: str = "",
+    post_norm: dict, x: np.ndarray, y: np.ndarray, eps: float, dropout: Dropout | None = None, site: str = "",
     kind: str = "rms",
 ) -> tuple[np.ndarray, SandwichOutCache]:  # fmt: skip
     r"""Gemma's sandwich: the sublayer's output y is normalised before it joins the residual stream x (both

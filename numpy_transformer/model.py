@@ -17,8 +17,10 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Self
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from transformer_spec.shapes import parameter_shapes
 
@@ -128,7 +130,10 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
     return attention_mask[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None, theta=None):
+def rope_for(
+    config: TransformerConfig, T: int, dtype: DTypeLike, start: int = 0, positions: np.ndarray | None = None,
+    theta: float | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, R/2), or of each row's own
     `positions` (B, T) (a padded batch), each (B, 1, T, R/2), broadcast over the heads, at base `theta` (None:
     config.rope_theta); None unless the config's positions are rotary. R = config.rope_dim, the features of a head
@@ -142,7 +147,10 @@ def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions
     return cos[:, None], sin[:, None]
 
 
-def rope_by_layer(config: TransformerConfig, n_layers: int, T: int, dtype, start: int = 0, positions=None) -> list:
+def rope_by_layer(
+    config: TransformerConfig, n_layers: int, T: int, dtype: DTypeLike, start: int = 0,
+    positions: np.ndarray | None = None,
+) -> list[tuple[np.ndarray, np.ndarray] | None]:  # fmt: skip
     """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
     ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
     tables = {}
@@ -187,6 +195,7 @@ def embed_forward(
     config: TransformerConfig,
     dropout: Dropout | None = None,
     site: str = "encoder",
+    *,
     token_type_ids: np.ndarray | None = None,
     start: int = 0,
     positions: np.ndarray | None = None,
@@ -389,7 +398,7 @@ def moe_params(params: dict) -> dict:
 
 
 def sublayer_in(
-    params: dict, name: str, x: np.ndarray, config: TransformerConfig, normed: bool = True
+    params: dict, x: np.ndarray, config: TransformerConfig, name: str, normed: bool = True
 ) -> tuple[np.ndarray, ResidualInCache]:
     """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
     norm's params are `{name}_norm.*`), x in post-norm, and x where the layer has no such norm (normed False:
@@ -397,7 +406,7 @@ def sublayer_in(
     if not normed:
         return x, ResidualInCache(None)  # residual_in_backward passes dh through
     norm = sub(params, f"{name}_norm")
-    return residual_in_forward(x, norm, config.norm_first, config.layer_norm_eps, config.norm)
+    return residual_in_forward(norm, x, config.norm_first, config.layer_norm_eps, config.norm)
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +419,7 @@ class SublayerOutCache:
 
 
 def sublayer_out(
-    params: dict, name: str, x: np.ndarray, y: np.ndarray, config: TransformerConfig, dropout: Dropout | None,
+    params: dict, x: np.ndarray, y: np.ndarray, config: TransformerConfig, name: str, dropout: Dropout | None,
     site: str,
 ) -> tuple[np.ndarray, SublayerOutCache]:  # fmt: skip
     """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
@@ -418,10 +427,10 @@ def sublayer_out(
     eps, drop_site = config.layer_norm_eps, f"{site}.{name}_dropout"
     if config.sandwich_norm:
         post = sub(params, f"{name}_post_norm")
-        out, sandwich = sandwich_out_forward(x, y, post, eps, dropout, drop_site, config.norm)
+        out, sandwich = sandwich_out_forward(post, x, y, eps, dropout, drop_site, config.norm)
         return out, SublayerOutCache(f"{name}_post_norm", sandwich=sandwich)
     norm = sub(params, f"{name}_norm")
-    out, residual = residual_out_forward(x, y, norm, config.norm_first, eps, dropout, drop_site, config.norm)
+    out, residual = residual_out_forward(norm, x, y, config.norm_first, eps, dropout, drop_site, config.norm)
     return out, SublayerOutCache(f"{name}_norm", residual=residual)
 
 
@@ -466,9 +475,9 @@ class LayerCache:
 def encoder_layer_forward(
     params: dict,
     x: np.ndarray,
-    mask: np.ndarray | None,
     config: TransformerConfig,
     *,
+    mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "encoder.layers.0",
     rope: tuple | None = None,
@@ -481,15 +490,15 @@ def encoder_layer_forward(
     bias_table: the stack's T5 relative position bias (n_buckets, H), or None; layer: the layer's index, whose
     kind (config.layer_types) chooses its score rules (and layer 0 has no self-attention norm when
     config.first_attn_norm is False: ModernBERT's)."""
-    h, attn_in = sublayer_in(params, "self_attn", x, config, normed=layer > 0 or config.first_attn_norm)
+    h, attn_in = sublayer_in(params, x, config, "self_attn", normed=layer > 0 or config.first_attn_norm)
     y, attn = attention_forward(
         sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=False, layer=layer), cross=False,
         mask=mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, bias_table=bias_table,
     )  # fmt: skip
-    x, attn_out = sublayer_out(params, "self_attn", x, y, config, dropout, site)
-    h, ffn_in = sublayer_in(params, "ffn", x, config)
+    x, attn_out = sublayer_out(params, x, y, config, "self_attn", dropout, site)
+    h, ffn_in = sublayer_in(params, x, config, "ffn")
     y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
-    x, ffn_out = sublayer_out(params, "ffn", x, y, config, dropout, site)
+    x, ffn_out = sublayer_out(params, x, y, config, "ffn", dropout, site)
     return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out)
 
 
@@ -551,24 +560,24 @@ def decoder_layer_forward(
     chooses its self-attention's window.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
-    h, attn_in = sublayer_in(params, "self_attn", x, config)
+    h, attn_in = sublayer_in(params, x, config, "self_attn")
     y, attn = attention_forward(
         sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=True, layer=layer), cross=False,
         mask=self_mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, q_pos=q_pos, kv_cache=self_cache,
         bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
-    x, attn_out = sublayer_out(params, "self_attn", x, y, config, dropout, site)
+    x, attn_out = sublayer_out(params, x, y, config, "self_attn", dropout, site)
     cross_in = cross = cross_out = None
     if memory is not None:
-        h, cross_in = sublayer_in(params, "cross_attn", x, config)
+        h, cross_in = sublayer_in(params, x, config, "cross_attn")
         y, cross = attention_forward(
             sub(params, "cross_attn"), h, memory, config, mod=cross_score_mod(config), cross=True, mask=memory_mask,
             dropout=dropout, site=f"{site}.cross_attn", kv_cache=memory_cache,
         )  # fmt: skip
-        x, cross_out = sublayer_out(params, "cross_attn", x, y, config, dropout, site)
-    h, ffn_in = sublayer_in(params, "ffn", x, config)
+        x, cross_out = sublayer_out(params, x, y, config, "cross_attn", dropout, site)
+    h, ffn_in = sublayer_in(params, x, config, "ffn")
     y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
-    x, ffn_out = sublayer_out(params, "ffn", x, y, config, dropout, site)
+    x, ffn_out = sublayer_out(params, x, y, config, "ffn", dropout, site)
     return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out, cross_in, cross, cross_out)
 
 
@@ -631,16 +640,16 @@ def parallel_layer_forward(
     if memory is not None:
         raise ValueError("parallel_residual is a decoder-only layer: it has no cross-attention (memory must be None)")
     self_cache = None if caches is None else caches[0]
-    h, attn_in = sublayer_in(params, "self_attn", x, config)  # Norm1(x)
+    h, attn_in = sublayer_in(params, x, config, "self_attn")  # Norm1(x)
     y_attn, attn = attention_forward(
         sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=True, layer=layer), cross=False,
         mask=self_mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, q_pos=q_pos, kv_cache=self_cache,
         bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
-    g, ffn_in = sublayer_in(params, "ffn", x, config)  # Norm2(x): the layer's input, not x + attention
+    g, ffn_in = sublayer_in(params, x, config, "ffn")  # Norm2(x): the layer's input, not x + attention
     y_ffn, ffn = ffn_forward(sub(params, "ffn"), g, config, dropout, f"{site}.ffn", activations)
-    x_attn, attn_out = sublayer_out(params, "self_attn", x, y_attn, config, dropout, site)
-    out, ffn_out = sublayer_out(params, "ffn", x_attn, y_ffn, config, dropout, site)
+    x_attn, attn_out = sublayer_out(params, x, y_attn, config, "self_attn", dropout, site)
+    out, ffn_out = sublayer_out(params, x_attn, y_ffn, config, "ffn", dropout, site)
     return out, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out)
 
 
@@ -724,9 +733,9 @@ def encoder_forward(
     src_ids: np.ndarray,
     config: TransformerConfig,
     dropout: Dropout | None = None,
+    *,
     token_type_ids: np.ndarray | None = None,
     attention_mask: np.ndarray | None = None,
-    *,
     activations: dict[str, ActivationPair] = ACTIVATIONS,
 ) -> tuple[np.ndarray, EncoderStackCache]:
     """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
@@ -735,13 +744,15 @@ def encoder_forward(
     (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
-    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
+    x, embed_cache = embed_forward(
+        params, src_ids, config, dropout, "encoder", token_type_ids=token_type_ids, positions=positions
+    )  # (B, T_src, D)
     ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=ropes[i],
-            bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+            sub(params, f"layers.{i}"), x, config, mask=mask, dropout=dropout, site=f"encoder.layers.{i}",
+            rope=ropes[i], bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
             activations=activations, layer=i,  # its kind (config.layer_types) chooses its score rules
         )  # fmt: skip
         hidden.append(x)
@@ -778,10 +789,10 @@ def decoder_forward(
     params: dict,
     tgt_ids: np.ndarray,
     memory: np.ndarray | None,
-    memory_mask: np.ndarray | None,
     config: TransformerConfig,
     dropout: Dropout | None = None,
     *,
+    memory_mask: np.ndarray | None = None,
     activations: dict[str, ActivationPair] = ACTIVATIONS,
     caches: list | None = None,
     start: int = 0,
@@ -851,7 +862,7 @@ def decoder_backward(
 # checkpoint readers), and the initialisation.
 
 
-def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: bool = False) -> dict:
+def init_params(shapes: dict, seed: int, dtype: DTypeLike, d_model: int, norm_gain_offset: bool = False) -> dict:
     r"""Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
 
     - linear weights: Xavier-uniform, :math:`\mathcal U(-a, a)` with :math:`a = \sqrt{6 / (\mathrm{fan_{in}} +
@@ -914,7 +925,7 @@ class _Model:
     decoder_only = False
     encoder_only = False
 
-    def __init__(self, config: TransformerConfig, seed: int = 0, dtype=np.float64):
+    def __init__(self, config: TransformerConfig, seed: int = 0, dtype: DTypeLike = np.float64) -> None:
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         dtype = np.dtype(dtype)
@@ -944,11 +955,11 @@ class _Model:
 
     # -- modes and gradients ---------------------------------------------------------------
 
-    def train(self, mode: bool = True):
+    def train(self, mode: bool = True) -> Self:
         self.training = bool(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> Self:
         return self.train(False)
 
     def zero_grad(self) -> None:
@@ -984,7 +995,7 @@ class _Model:
             return self._own_dropout
         return Dropout(self.config.dropout_rates, rng=self.rng)
 
-    def replica(self, dropout: Dropout | None = None, activation_table: dict | None = None):
+    def replica(self, dropout: Dropout | None = None, activation_table: dict | None = None) -> Self:
         """A model for one part of a batch, to run in a thread of its own: the same params (the arrays themselves,
         so an optimizer's step is seen by both), config, dtype and mode; its own caches, dropout masks and grads.
         Its grads start empty: each backward adds what it computes (a name is absent until then).
@@ -1211,7 +1222,10 @@ class Transformer(_Model):
     masked out of the encoder and of cross-attention; the decoder's self-attention masks only the future.
     """
 
-    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
+    def forward(
+        self, src_ids: ArrayLike, tgt_ids: ArrayLike, dropout_masks: dict | None = None,
+        attention_mask: ArrayLike | None = None,
+    ) -> np.ndarray:  # fmt: skip
         """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
         self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given.
         attention_mask (B, T_src): 1/True = a real source token (transformers' meaning); given, it says which
@@ -1231,7 +1245,7 @@ class Transformer(_Model):
         )  # (B, T_src, D)
         memory_mask = source_mask(src_ids, mask, cfg.pad_id)  # (B, 1, 1, T_src), or None
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, memory_mask, cfg, dropout, activations=acts
+            sub(self.params, "decoder"), tgt_ids, memory, cfg, dropout, memory_mask=memory_mask, activations=acts
         )  # (B, T_tgt, D)
         return self._output_forward(x, dropout, enc_cache, dec_cache, memory)
 
@@ -1263,7 +1277,9 @@ class TransformerLM(_Model):
 
     decoder_only = True
 
-    def forward(self, ids, attention_mask=None, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(
+        self, ids: ArrayLike, attention_mask: ArrayLike | None = None, dropout_masks: dict | None = None
+    ) -> np.ndarray:
         """attention_mask: 1/True = a real token, 0/False = padding (transformers' meaning), for a left-padded
         batch: padded keys are masked out and positions count the real tokens (decoder_forward). The logits
         at padded positions are of no token (their rows attend to nothing)."""
@@ -1273,7 +1289,7 @@ class TransformerLM(_Model):
         dropout = self._dropout(dropout_masks)
         acts = self.activation_table
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask, activations=acts
+            sub(self.params, "decoder"), ids, None, cfg, dropout, attention_mask=mask, activations=acts
         )  # (B, T, D)
         return self._output_forward(x, dropout, None, dec_cache, None)
 
@@ -1307,7 +1323,10 @@ class EncoderModel(_Model):
 
     encoder_only = True
 
-    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
+    def forward(
+        self, ids: ArrayLike, token_type_ids: ArrayLike | None = None, dropout_masks: dict | None = None,
+        attention_mask: ArrayLike | None = None,
+    ) -> np.ndarray:  # fmt: skip
         """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
         instead of config.pad_id."""
         cfg = self.config
@@ -1318,7 +1337,13 @@ class EncoderModel(_Model):
         dropout = self._dropout(dropout_masks)
         acts = self.activation_table
         hidden, enc_cache = encoder_forward(
-            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask, activations=acts
+            self.encoder_params(),
+            ids,
+            cfg,
+            dropout,
+            token_type_ids=token_type_ids,
+            attention_mask=mask,
+            activations=acts,
         )  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
@@ -1454,7 +1479,7 @@ def mlm_head_backward(dlogits: np.ndarray, cache: MlmHeadCache) -> tuple[np.ndar
     return dh, {k: v for k, v in grads.items() if v is not None}
 
 
-def check_token_type_ids(token_type_ids, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:
+def check_token_type_ids(token_type_ids: ArrayLike | None, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:
     """Validate BERT's token types against ids (B, T): an integer array of the same shape, values in
     [0, type_vocab_size). None stays None (type 0 everywhere, when the model has token types)."""
     if token_type_ids is None:

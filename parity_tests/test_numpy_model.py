@@ -951,3 +951,37 @@ def test_imports_and_runs_without_torch():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ran without torch" in result.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The stacks' bookkeeping returns new dicts: nothing the caller passed in is changed.
+
+
+def test_table_share_and_final_norm_leave_their_arguments_alone():
+    from numpy_transformer import model as M
+
+    rng = np.random.default_rng(5)
+    share, earlier = rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
+    stack = {"relative_bias.weight": earlier.copy(), "layers.1.ffn.linear1.weight": rng.standard_normal((3, 3))}
+    layer = {"self_attn.relative_bias.weight": share, "ffn.linear1.weight": rng.standard_normal((3, 3))}
+    stack_before, layer_before = dict(stack), dict(layer)
+    merged = M.add_table_share(stack, layer, "layers.0")
+    assert stack == stack_before and layer == layer_before  # the same keys holding the same arrays
+    np.testing.assert_array_equal(stack["relative_bias.weight"], earlier)  # not added to in place
+    np.testing.assert_array_equal(merged["relative_bias.weight"], earlier + share)  # the shares add
+    assert "layers.0.self_attn.relative_bias.weight" not in merged  # the share moved to the stack's name
+    assert merged["layers.0.ffn.linear1.weight"] is layer["ffn.linear1.weight"]
+    # a stack without T5's table: the layer's grads under its prefix, nothing else
+    plain = M.add_table_share({}, {"ffn.linear1.weight": layer["ffn.linear1.weight"]}, "layers.2")
+    assert list(plain) == ["layers.2.ffn.linear1.weight"]
+
+    cfg = TransformerConfig(d_model=8, n_heads=2, d_ff=12, norm_first=True)
+    params = {"final_norm.weight": 1 + rng.standard_normal(8), "final_norm.bias": rng.standard_normal(8)}
+    x, dout = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 3, 8))
+    _, cache = M.final_norm_forward(params, x, cfg)
+    dx, grads = M.final_norm_backward(dout, cache)
+    assert sorted(grads) == ["final_norm.bias", "final_norm.weight"]
+    assert np.abs(dx).max() > 0 and all(np.abs(g).max() > 0 for g in grads.values())
+    post = dataclasses.replace(cfg, norm_first=False)
+    same, none = M.final_norm_backward(dout, M.final_norm_forward(params, x, post)[1])
+    assert same is dout and none == {}
