@@ -409,9 +409,9 @@ def multi_head_attention_forward(
     n_kv_heads: K/V heads (grouped-query attention; None = n_heads). rope: (cos, sin) of the positions,
     each (T, Dh/2), to rotate queries and keys with (self-attention, T_q = T_k = T).
     mod: the scores' rules (scores.ScoreMod: scale, causal, a sliding window, ALiBi); is_causal=True is torch's
-    name for mod.causal and only sets it. cross: the keys are another sequence's (cross-attention: at their own
-    positions 0 .. T_k - 1); self-attention's keys sit at the queries' positions. q_pos (T_q,) the queries'
-    positions (default 0 .. T_q - 1).
+    name for mod.causal and only sets it. q_pos (T_q,): the queries' positions (default 0 .. T_q - 1).
+    cross: the keys are another sequence's (cross-attention), at their own positions 0 .. T_k - 1; in
+    self-attention (cross False) they sit at the queries' positions q_pos (0 .. T_k - 1 when q_pos is not given).
     kv_cache: in decoding, a KVCache (self-attention: the new keys are added, attention reads all cached ones)
     or a MemoryCache (cross-attention: the memory's projections, computed once); the call is then forward-only.
     bias_table: T5's relative position bias (n_buckets, H), read when mod.relative says so; its gradient comes
@@ -433,8 +433,9 @@ def multi_head_attention_forward(
     _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads)
     head_dim = _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
     _check_rope(rope, query, key, n_heads, head_dim)
+    self_pos = None if cross else q_pos  # self-attention's keys sit at the queries' positions, when given
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
-    heads = _project(params, query, key, value, n_heads, n_kv_heads, q_pos, cross, kv_cache, rope, qk_norm_eps,
+    heads = _project(params, query, key, value, n_heads, n_kv_heads, self_pos, kv_cache, rope, qk_norm_eps,
                      qk_norm_kind)  # fmt: skip
     if key_padding is not None:
         real = key_padding[:, heads.k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
@@ -475,11 +476,11 @@ def multi_head_attention_forward(
 
 def _project(
     params: dict, query: np.ndarray, key: np.ndarray, value: np.ndarray, n_heads: int, n_kv_heads: int,
-    q_pos: np.ndarray, cross: bool, kv_cache: KVCache | MemoryCache | None, rope: tuple[np.ndarray, np.ndarray] | None,
+    k_pos: np.ndarray | None, kv_cache: KVCache | MemoryCache | None, rope: tuple[np.ndarray, np.ndarray] | None,
     qk_norm_eps: float, qk_norm_kind: str,
 ) -> _Projected:  # fmt: skip
     """The forward's first lines: Q, K, V split into heads (qk-normed, rotated), the decoding cache read and
-    extended, and the keys' positions: the queries' in self-attention, 0 .. T_k - 1 in cross-attention."""
+    extended, and the keys' positions: k_pos (self-attention's, the queries'), or 0 .. T_k - 1 when None."""
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, H*Dh)
     q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
     qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
@@ -494,7 +495,7 @@ def _project(
         k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
         if qk_norm:
             k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps, qk_norm_kind)
-    k_pos = positions(k.shape[2]) if cross else q_pos
+    k_pos = positions(k.shape[2]) if k_pos is None else k_pos
     rope_cache = None
     if rope is not None:
         q, rope_cache = rope_forward(q, *rope)

@@ -985,3 +985,28 @@ def test_table_share_and_final_norm_leave_their_arguments_alone():
     post = dataclasses.replace(cfg, norm_first=False)
     same, none = M.final_norm_backward(dout, M.final_norm_forward(params, x, post)[1])
     assert same is dout and none == {}
+
+
+def test_cross_flag_puts_the_keys_at_their_own_positions():
+    """cross=True: the keys sit at 0 .. T_k - 1 whatever the queries' positions; self-attention's keys sit at the
+    queries' positions. ALiBi reads the distance i - j, so it tells the two apart."""
+    from numpy_transformer.attention import causal_mask
+    from numpy_transformer.scores import ScoreMod
+
+    rng = np.random.default_rng(6)
+    params = {k: rng.standard_normal((8, 8) if k.endswith("weight") else (8,)) for k in MHA_KEYS}
+    x, memory = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 5, 8))
+    mod, later = ScoreMod(alibi_slopes=(0.5, 0.25)), np.arange(4, 7)
+    out, cache = multi_head_attention_forward(params, x, memory, memory, 2, mod=mod, cross=True, q_pos=later)
+    np.testing.assert_array_equal(cache.attn.k_pos, np.arange(5))
+    at_start, _ = multi_head_attention_forward(params, x, memory, memory, 2, mod=mod, cross=True)
+    assert np.abs(out - at_start).max() > 1e-3  # the queries moved away from the keys: the bias changed
+    shifted, cache = multi_head_attention_forward(params, x, x, x, 2, mod=mod, q_pos=later)
+    np.testing.assert_array_equal(cache.attn.k_pos, later)  # self-attention: the keys moved with the queries
+    unshifted, _ = multi_head_attention_forward(params, x, x, x, 2, mod=mod)
+    np.testing.assert_allclose(shifted, unshifted, rtol=0, atol=1e-12)  # the same distances, the same output
+    # torch's is_causal with T_q != T_k and no cross flag: keys at 0 .. T_k - 1, top-left aligned
+    causal, cache = multi_head_attention_forward(params, x, memory, memory, 2, is_causal=True)
+    hidden = ~causal_mask(3, 5)[0, 0]  # (T_q, T_k): query i sees keys j <= i
+    assert np.all(cache.attn.probs[:, :, hidden] == 0) and np.all(cache.attn.probs[:, :, ~hidden] > 0)
+    assert np.abs(causal).max() > 0
