@@ -435,8 +435,9 @@ def multi_head_attention_forward(
     _check_rope(rope, query, key, n_heads, head_dim)
     self_pos = None if cross else q_pos  # self-attention's keys sit at the queries' positions, when given
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
-    heads = _project(params, query, key, value, n_heads, n_kv_heads, self_pos, kv_cache, rope, qk_norm_eps,
-                     qk_norm_kind)  # fmt: skip
+    heads = _project(
+        params, query, key, value, n_heads, n_kv_heads, self_pos, kv_cache, rope, qk_norm_eps, qk_norm_kind
+    )  # (B, H, T_q, Dh) queries, (B, H_kv, T_k, Dh) keys and values
     if key_padding is not None:
         real = key_padding[:, heads.k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
         attn_mask = real if attn_mask is None else attn_mask & real
@@ -475,10 +476,18 @@ def multi_head_attention_forward(
 
 
 def _project(
-    params: dict, query: np.ndarray, key: np.ndarray, value: np.ndarray, n_heads: int, n_kv_heads: int,
-    k_pos: np.ndarray | None, kv_cache: KVCache | MemoryCache | None, rope: tuple[np.ndarray, np.ndarray] | None,
-    qk_norm_eps: float, qk_norm_kind: str,
-) -> _Projected:  # fmt: skip
+    params: dict,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    n_heads: int,
+    n_kv_heads: int,
+    k_pos: np.ndarray | None,
+    kv_cache: KVCache | MemoryCache | None,
+    rope: tuple[np.ndarray, np.ndarray] | None,
+    qk_norm_eps: float,
+    qk_norm_kind: str,
+) -> _Projected:
     """The forward's first lines: Q, K, V split into heads (qk-normed, rotated), the decoding cache read and
     extended, and the keys' positions: k_pos (self-attention's, the queries'), or 0 .. T_k - 1 when None."""
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, H*Dh)
@@ -608,9 +617,13 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
 
 
 def _check_attention_inputs(
-    query: np.ndarray, key: np.ndarray, value: np.ndarray, n_heads: int, attn_mask: np.ndarray | None,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    n_heads: int,
+    attn_mask: np.ndarray | None,
     n_kv_heads: int | None = None,
-) -> None:  # fmt: skip
+) -> None:
     _check_query_key_value(query, key, value)
     _check_head_counts(n_heads, n_kv_heads)
     _check_attention_mask(attn_mask, (query.shape[0], n_heads, query.shape[1], key.shape[1]))

@@ -230,9 +230,14 @@ def flash_attention_backward(
 
 
 def _block_scores(
-    q_i: np.ndarray, k_j: np.ndarray, mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray,
-    mask_ij: np.ndarray | None, table: np.ndarray | None = None,
-) -> np.ndarray:  # fmt: skip
+    q_i: np.ndarray,
+    k_j: np.ndarray,
+    mod: ScoreMod,
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    mask_ij: np.ndarray | None,
+    table: np.ndarray | None = None,
+) -> np.ndarray:
     """S_ij (B, H, B_r, B_c) from scores.attention_scores (the plain pair's function, on one block), -inf where
     hidden. Both passes compute a block's scores here (the backward recomputes them), so the tests can count
     the blocks each pass visits."""
@@ -293,9 +298,14 @@ def _check_positive_int(name: str, value: object) -> None:
 
 
 def _check_flash_inputs(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray | None, is_causal: bool, block_q: int,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None,
+    is_causal: bool,
+    block_q: int,
     block_k: int,
-) -> None:  # fmt: skip
+) -> None:
     _check_flash_qkv(q, k, v)
     if not isinstance(is_causal, (bool, np.bool_)):
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")

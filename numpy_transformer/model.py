@@ -131,9 +131,13 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
 
 
 def rope_for(
-    config: TransformerConfig, T: int, dtype: DTypeLike, start: int = 0, positions: np.ndarray | None = None,
+    config: TransformerConfig,
+    T: int,
+    dtype: DTypeLike,
+    start: int = 0,
+    positions: np.ndarray | None = None,
     theta: float | None = None,
-) -> tuple[np.ndarray, np.ndarray] | None:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, R/2), or of each row's own
     `positions` (B, T) (a padded batch), each (B, 1, T, R/2), broadcast over the heads, at base `theta` (None:
     config.rope_theta); None unless the config's positions are rotary. R = config.rope_dim, the features of a head
@@ -148,9 +152,13 @@ def rope_for(
 
 
 def rope_by_layer(
-    config: TransformerConfig, n_layers: int, T: int, dtype: DTypeLike, start: int = 0,
+    config: TransformerConfig,
+    n_layers: int,
+    T: int,
+    dtype: DTypeLike,
+    start: int = 0,
     positions: np.ndarray | None = None,
-) -> list[tuple[np.ndarray, np.ndarray] | None]:  # fmt: skip
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
     ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
     tables = {}
@@ -246,9 +254,17 @@ def embed_forward(
         w, b = params["embedding_norm.weight"], params.get("embedding_norm.bias")  # no bias: config.norm_bias False
         x, norm_cache = layer_norm_forward(x, w, b, config.layer_norm_eps)
     x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
-    learned = config.positional == "learned"
-    return x, EmbedCache(token_cache, position_cache, rows_cache, learned, type_cache, norm_cache, b is not None,
-                         drop_cache)  # fmt: skip
+    cache = EmbedCache(
+        tokens=token_cache,
+        positions=position_cache,
+        position_rows=rows_cache,
+        learned=config.positional == "learned",
+        types=type_cache,
+        norm=norm_cache,
+        norm_bias=b is not None,
+        dropout=drop_cache,
+    )
+    return x, cache
 
 
 def embed_backward(dout: np.ndarray, cache: EmbedCache) -> dict:
@@ -419,9 +435,14 @@ class SublayerOutCache:
 
 
 def sublayer_out(
-    params: dict, x: np.ndarray, y: np.ndarray, config: TransformerConfig, name: str, dropout: Dropout | None,
+    params: dict,
+    x: np.ndarray,
+    y: np.ndarray,
+    config: TransformerConfig,
+    name: str,
+    dropout: Dropout | None,
     site: str,
-) -> tuple[np.ndarray, SublayerOutCache]:  # fmt: skip
+) -> tuple[np.ndarray, SublayerOutCache]:
     """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
     `{site}.{name}_dropout`); with config.sandwich_norm (Gemma) x + drop(Norm_post(y)), its norm `{name}_post_norm`."""
     eps, drop_site = config.layer_norm_eps, f"{site}.{name}_dropout"
@@ -1058,9 +1079,13 @@ class _Model:
         return softcap_forward(logits, self.config.logit_softcap)
 
     def _output_forward(
-        self, x: np.ndarray, dropout: Dropout | None, encoder: EncoderStackCache | None, decoder: DecoderStackCache,
+        self,
+        x: np.ndarray,
+        dropout: Dropout | None,
+        encoder: EncoderStackCache | None,
+        decoder: DecoderStackCache,
         memory: np.ndarray | None,
-    ) -> np.ndarray:  # fmt: skip
+    ) -> np.ndarray:
         """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
         masks it used, and the caches the backward pass will read."""
         logits, out_cache = linear_forward(self.scale_output(x), self.output_weight(), self.output_bias())  # (B, T, V)
@@ -1223,9 +1248,12 @@ class Transformer(_Model):
     """
 
     def forward(
-        self, src_ids: ArrayLike, tgt_ids: ArrayLike, dropout_masks: dict | None = None,
+        self,
+        src_ids: ArrayLike,
+        tgt_ids: ArrayLike,
+        dropout_masks: dict | None = None,
         attention_mask: ArrayLike | None = None,
-    ) -> np.ndarray:  # fmt: skip
+    ) -> np.ndarray:
         """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
         self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given.
         attention_mask (B, T_src): 1/True = a real source token (transformers' meaning); given, it says which
@@ -1324,9 +1352,12 @@ class EncoderModel(_Model):
     encoder_only = True
 
     def forward(
-        self, ids: ArrayLike, token_type_ids: ArrayLike | None = None, dropout_masks: dict | None = None,
+        self,
+        ids: ArrayLike,
+        token_type_ids: ArrayLike | None = None,
+        dropout_masks: dict | None = None,
         attention_mask: ArrayLike | None = None,
-    ) -> np.ndarray:  # fmt: skip
+    ) -> np.ndarray:
         """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
         instead of config.pad_id."""
         cfg = self.config
