@@ -274,10 +274,10 @@ class ExpertsCache:
 
 def experts_forward(
     x: np.ndarray,
-    gate_up_proj: np.ndarray,
-    down_proj: np.ndarray,
     selected: np.ndarray,
     gates: np.ndarray,
+    gate_up_proj: np.ndarray,
+    down_proj: np.ndarray,
     activation: str = "silu",
 ) -> tuple[np.ndarray, ExpertsCache]:
     r"""Dispatch the rows of x (N, D) to their selected experts S (N, k) and combine the outputs with the gates
@@ -323,7 +323,8 @@ def experts_backward(dy: np.ndarray, cache: ExpertsCache) -> tuple[np.ndarray, n
         dx_n = \textstyle\sum_{j < k} J_{\mathrm{FFN}_{S_{nj}}}^\top\, g_{nj}\, dy_n
 
     x fans out to k experts, so its gradients add (the rule of every fork). An expert no row chose gets zero
-    gradient. Returns dx (N, D), dgate_up_proj (E, 2F, D), ddown_proj (E, D, F), dgates (N, k).
+    gradient. Returns, in the order of the forward's inputs (the choice S has none): dx (N, D), dgates (N, k),
+    dgate_up_proj (E, 2F, D), ddown_proj (E, D, F).
     """
     if not isinstance(cache, ExpertsCache):
         raise TypeError(f"cache must be the ExpertsCache of experts_forward, got {type(cache).__name__}")
@@ -341,7 +342,7 @@ def experts_backward(dy: np.ndarray, cache: ExpertsCache) -> tuple[np.ndarray, n
         dgates[rows, slots] = np.vecdot(dy_e, y_e)
         dx_e, dgate_up_proj[e], ddown_proj[e] = expert_backward(cache.gates[rows, slots, None] * dy_e, routed.cache)
         dx[rows] += dx_e  # x fans out to k experts: the gradients add
-    return dx, dgate_up_proj, ddown_proj, dgates
+    return dx, dgates, dgate_up_proj, ddown_proj
 
 
 # ----------------------------------------------------------------------------------------------
@@ -400,7 +401,7 @@ def sparse_moe_forward(
     logits, router_cache = linear_forward(x2d, params["gate.weight"], None)  # (N, E)
     (gates, selected), top_k_cache = top_k_gates_forward(logits, top_k, norm_topk_prob, selected)  # (N, k) each
     y, experts_cache = experts_forward(
-        x2d, params["experts.gate_up_proj"], params["experts.down_proj"], selected, gates, activation
+        x2d, selected, gates, params["experts.gate_up_proj"], params["experts.down_proj"], activation
     )  # (N, D)
     return y.reshape(x.shape), SparseMoeCache(x.shape, router_cache, logits, top_k_cache, experts_cache)
 
@@ -426,7 +427,7 @@ def sparse_moe_backward(
         raise ValueError(f"dout must have the output's shape {cache.x_shape}, got {dout.shape}")
     grads = {}
     dout2d = dout.reshape(-1, dout.shape[-1])  # (N, D)
-    dx, grads["experts.gate_up_proj"], grads["experts.down_proj"], dgates = experts_backward(dout2d, cache.experts)
+    dx, dgates, grads["experts.gate_up_proj"], grads["experts.down_proj"] = experts_backward(dout2d, cache.experts)
     dlogits = top_k_gates_backward(dgates, cache.top_k)  # (N, E)
     if drouter_logits is not None:
         check_float_array("drouter_logits", drouter_logits, dlogits.dtype, dlogits.shape)
