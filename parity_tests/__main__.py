@@ -106,8 +106,38 @@ def exercises_main(argv) -> int:
 
 
 def grade_main(argv) -> int:
-    from parity_tests.exercises import DEFAULT_TIMEOUT, PUBLIC_SEED, class_csv, grade, grade_class
-    from parity_tests.exercises.grading import BARS
+    from parity_tests.exercises import class_csv, grade, grade_class
+
+    parser = grade_parser()
+    args = parser.parse_args(argv)
+    check_grade_arguments(parser, args)
+    only = [n.strip() for n in args.only.split(",")] if args.only else None
+    try:
+        if args.class_root:
+            cards = grade_class(args.class_root, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)
+        else:
+            cards = {None: grade(args.directory, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)}
+    except ValueError as exc:
+        print(f"transformer-parity grade: {exc}", file=sys.stderr)
+        return 2
+    detail = cards[None] if args.directory else cards
+    if args.json == "-":
+        json.dump(detail, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print_scorecards(cards, args.seed)
+        if args.json:
+            Path(args.json).write_text(json.dumps(detail, indent=2, default=str))
+    if args.csv:
+        Path(args.csv).write_text(class_csv(cards))
+        if args.json != "-":
+            print(f"\nwrote {args.csv}")
+    return 0 if all(card["passed"] for card in cards.values()) else 1
+
+
+def grade_parser() -> argparse.ArgumentParser:
+    """transformer-parity grade's arguments."""
+    from parity_tests.exercises import DEFAULT_TIMEOUT, PUBLIC_SEED
 
     parser = argparse.ArgumentParser(
         prog="transformer-parity grade",
@@ -124,46 +154,35 @@ def grade_main(argv) -> int:
     parser.add_argument("--only", default=None, help="comma-separated exercises (default: every one handed in)")
     parser.add_argument("--jobs", type=int, default=1, help="exercises graded at a time (default 1)")
     parser.add_argument("--json", default=None, help="write the scorecard(s) as JSON to this path ('-': stdout)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_grade_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """One workbook or a class, --csv only for a class, a positive timeout: parser.error (exit 2) otherwise."""
     if (args.directory is None) == (args.class_root is None):
         parser.error("give either DIRECTORY or --class ROOT")
     if args.csv and not args.class_root:
         parser.error("--csv needs --class ROOT")
     if not args.timeout > 0:
         parser.error(f"--timeout: expected a positive number of seconds, got {args.timeout}")
-    only = [n.strip() for n in args.only.split(",")] if args.only else None
-    try:
-        if args.class_root:
-            cards = grade_class(args.class_root, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)
-        else:
-            cards = {None: grade(args.directory, seed=args.seed, timeout=args.timeout, only=only, jobs=args.jobs)}
-    except ValueError as exc:
-        print(f"transformer-parity grade: {exc}", file=sys.stderr)
-        return 2
-    detail = cards[None] if args.directory else cards
-    if args.json == "-":
-        json.dump(detail, sys.stdout, indent=2, default=str)
-        print()
-    else:
-        print(f"cases drawn from seed {args.seed}; {BARS}")
-        for student, card in cards.items():
-            if student is not None:
-                print(f"\n{student}: {card['points']} of {card['max_points']} points")
-            for name, entry in card["exercises"].items():
-                points = f"{entry['points']}/{entry['max_points']}"
-                print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {points:>5}  {entry['summary']}")
-            if student is None:
-                print(
-                    f"{card['passed_count']} of {len(card['exercises'])} passed, "
-                    f"{card['points']} of {card['max_points']} points"
-                )
-        if args.json:
-            Path(args.json).write_text(json.dumps(detail, indent=2, default=str))
-    if args.csv:
-        Path(args.csv).write_text(class_csv(cards))
-        if args.json != "-":
-            print(f"\nwrote {args.csv}")
-    return 0 if all(card["passed"] for card in cards.values()) else 1
+
+
+def print_scorecards(cards: dict, seed: int) -> None:
+    """Each exercise's verdict, points and summary; a class's per student, a workbook's with its total."""
+    from parity_tests.exercises.grading import BARS
+
+    print(f"cases drawn from seed {seed}; {BARS}")
+    for student, card in cards.items():
+        if student is not None:
+            print(f"\n{student}: {card['points']} of {card['max_points']} points")
+        for name, entry in card["exercises"].items():
+            points = f"{entry['points']}/{entry['max_points']}"
+            print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {points:>5}  {entry['summary']}")
+        if student is None:
+            print(
+                f"{card['passed_count']} of {len(card['exercises'])} passed, "
+                f"{card['points']} of {card['max_points']} points"
+            )
 
 
 def main(argv=None) -> int:

@@ -159,14 +159,10 @@ def flatten_into(name, value, out):
         out[name] = value
 
 
-def run_case(case: Case, device: str, seed: int = 0) -> Result:
-    """Run both sides with one random upstream gradient; return outputs and gradients by name."""
-    rng = np.random.default_rng(seed + 1000)
-    out, cache = case.forward(**case.args)
-    dout = rng.standard_normal(np.shape(out)).astype(np.asarray(out).dtype)
-    grads = case.backward(dout if np.ndim(out) else float(dout), cache)
-    if len(case.wrt) == 1:
-        grads = (grads,)
+def torch_arguments(case: Case, device: str) -> tuple[dict, dict]:
+    """(the case's arguments as tensors on `device`, the leaves whose gradients are compared by flat name): arrays
+    and dicts of arrays become tensors (integer ones long), those in case.wrt requiring grad when floating point;
+    anything else passes as it is."""
 
     def tensor(x, requires_grad):
         t = torch.from_numpy(np.ascontiguousarray(x)).to(device)
@@ -186,6 +182,19 @@ def run_case(case: Case, device: str, seed: int = 0) -> Result:
                 leaves[name] = targs[name]
         else:
             targs[name] = value
+    return targs, leaves
+
+
+def run_case(case: Case, device: str, seed: int = 0) -> Result:
+    """Run both sides with one random upstream gradient; return outputs and gradients by name."""
+    rng = np.random.default_rng(seed + 1000)
+    out, cache = case.forward(**case.args)
+    dout = rng.standard_normal(np.shape(out)).astype(np.asarray(out).dtype)
+    grads = case.backward(dout if np.ndim(out) else float(dout), cache)
+    if len(case.wrt) == 1:
+        grads = (grads,)
+
+    targs, leaves = torch_arguments(case, device)
     tout = case.torch_fn(**targs)
     tout.backward(torch.as_tensor(dout, device=device))
 

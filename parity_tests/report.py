@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.util
 import json
 import math
 import platform
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -164,51 +166,88 @@ def hf_rows(dtype, seed: int):
 
 
 def run(args) -> list[dict]:
+    """Every row of the report: per device and dtype, the components, torch.nn's own layers and the models; then
+    the Hugging Face comparisons (CPU only)."""
     config = build_config(args)
     devices = C.devices() if args.device == "all" else [args.device]
     dtypes = list(DTYPES) if args.dtype == "both" else [args.dtype]
+    fd = finite_differences(args.no_fd)
     records = []
-    fd_cache = {}
-
-    def fd(key, compute):
-        if args.no_fd:
-            return None
-        if key not in fd_cache:
-            fd_cache[key] = compute()
-        return fd_cache[key]
-
     for device in devices:
         for dtype_name in dtypes:
-            dtype = DTYPES[dtype_name]
-            for name in C.CASES:
-                result = C.run_case(C.make_case(name, dtype, args.seed), device, args.seed)
-                fd_err = fd(name, lambda name=name: C.fd_error(C.make_case(name, np.float64, args.seed), args.seed))
-                records.append(_record(name, dtype_name, device, result, fd_err))
-            for name, make in BUILTIN_CASES.items():  # the reference against torch.nn's own layers
-                result = C.run_case(make(np.dtype(dtype), np.random.default_rng(args.seed)), device, args.seed)
-                fd_err = fd(
-                    name, lambda make=make: C.fd_error(make(np.dtype(np.float64), np.random.default_rng(args.seed)))
-                )
-                records.append(_record(name, dtype_name, device, result, fd_err))
-            for name, family, train in model_rows(config, args.seed):
-                result = compare_family(row_config(config, name), family, dtype, device, args.seed, train)
-                fd_err = fd(
-                    name,
-                    lambda name=name, family=family, train=train: C.model_fd_error(
-                        row_config(config, name),
-                        lm=family == "TransformerLM",
-                        seed=args.seed,
-                        scenario="fully_masked",
-                        train=train,
-                        encoder=family == "EncoderModel",
-                    ),
-                )
-                records.append(_record(name, dtype_name, device, result, fd_err))
+            records += component_records(dtype_name, device, args.seed, fd)
+            records += model_records(config, dtype_name, device, args.seed, fd)
     if not args.no_hf and "cpu" in devices:
         for dtype_name in dtypes:
             for name, result in hf_rows(DTYPES[dtype_name], args.seed):
                 records.append(_record(name, dtype_name, "cpu", result, None))
     return records
+
+
+FiniteDifferences = Callable[[str, Callable[[], float]], float | None]  # (row name, compute) -> error or None
+
+
+def finite_differences(skip: bool) -> FiniteDifferences:
+    """fd(row name, compute) -> the row's finite-difference error, computed once per row (the float64 reference
+    does not depend on the dtype or device compared); None for every row when `skip` (--no-fd)."""
+    cache: dict[str, float] = {}
+
+    def fd(key: str, compute: Callable[[], float]) -> float | None:
+        if skip:
+            return None
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
+
+    return fd
+
+
+def component_records(dtype_name: str, device: str, seed: int, fd: FiniteDifferences) -> list[dict]:
+    """The pairs' rows (C.CASES), then the reference against torch.nn's own layers (BUILTIN_CASES)."""
+    dtype = DTYPES[dtype_name]
+    records = []
+    for name in C.CASES:
+        result = C.run_case(C.make_case(name, dtype, seed), device, seed)
+        fd_err = fd(name, functools.partial(case_fd_error, name, seed))
+        records.append(_record(name, dtype_name, device, result, fd_err))
+    for name, make in BUILTIN_CASES.items():
+        result = C.run_case(make(np.dtype(dtype), np.random.default_rng(seed)), device, seed)
+        fd_err = fd(name, functools.partial(builtin_fd_error, make, seed))
+        records.append(_record(name, dtype_name, device, result, fd_err))
+    return records
+
+
+def case_fd_error(name: str, seed: int) -> float:
+    """The finite-difference error of pair `name` (C.CASES) in float64."""
+    return C.fd_error(C.make_case(name, np.float64, seed), seed)
+
+
+def builtin_fd_error(make: Callable, seed: int) -> float:
+    """The finite-difference error of a case against torch.nn's layers (BUILTIN_CASES) in float64."""
+    return C.fd_error(make(np.dtype(np.float64), np.random.default_rng(seed)))
+
+
+def model_records(config, dtype_name: str, device: str, seed: int, fd: FiniteDifferences) -> list[dict]:
+    """The whole models' rows (model_rows): NumPy against torch, and the float64 model against finite
+    differences with a fully masked row."""
+    records = []
+    for name, family, train in model_rows(config, seed):
+        result = compare_family(row_config(config, name), family, DTYPES[dtype_name], device, seed, train)
+        fd_err = fd(name, functools.partial(model_fd_error, row_config(config, name), family, train, seed))
+        records.append(_record(name, dtype_name, device, result, fd_err))
+    return records
+
+
+def model_fd_error(config, family: str, train: bool, seed: int) -> float:
+    """The finite-difference error of a whole `family` model in float64, a fully masked row in its batch."""
+    return C.model_fd_error(
+        config,
+        lm=family == "TransformerLM",
+        seed=seed,
+        scenario="fully_masked",
+        train=train,
+        encoder=family == "EncoderModel",
+    )
 
 
 def _record(name, dtype_name, device, result, fd_err) -> dict:

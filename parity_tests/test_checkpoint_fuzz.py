@@ -133,64 +133,86 @@ def with_header(header, length: int | None = None, data: bytes = b"") -> bytes:
 @st.composite
 def mutated(draw, intact: Intact) -> bytes:
     """A damaged copy of an intact safetensors file."""
-    data, n = intact.data, intact.header_len
-    body = data[8 + n :]
     # the well-formed files that no longer fit ("resave", "metadata") reach the checks after safetensors' own
     kinds = ["truncate", "flip", "flip", "length", "grow", "entry", "entry", "metadata", "metadata"] + ["resave"] * 4
-    kind = draw(st.sampled_from(kinds))
-    if kind == "truncate":
-        return data[: draw(st.integers(0, len(data) - 1))]
-    if kind == "flip":  # half the positions in the length field and header, where a flip matters most
-        out = bytearray(data)
-        positions = st.one_of(st.integers(0, 7 + n), st.integers(0, len(data) - 1))
-        for position, bit in draw(st.lists(st.tuples(positions, st.integers(0, 7)), min_size=1, max_size=8)):
-            out[position] ^= 1 << bit
-        return bytes(out)
-    if kind == "length":  # the 8-byte header length: huge, past the end, a little off
-        value = draw(
-            st.one_of(st.sampled_from(BIG + [0, 1, 2]), st.integers(0, len(data) + 64), st.integers(n - 8, n + 8))
-        )
-        return with_header(data[8 : 8 + n], value, body)
-    if kind == "grow":  # bytes after the data, or a header padded far beyond what it needs
-        if draw(st.booleans()):
-            return data + draw(st.binary(min_size=1, max_size=64))
-        return with_header(data[8 : 8 + n] + b" " * draw(st.integers(1, 200_000)), None, body)
+    return MUTATIONS[draw(st.sampled_from(kinds))](draw, intact)
+
+
+def truncated(draw, intact: Intact) -> bytes:
+    """The file cut short anywhere."""
+    return intact.data[: draw(st.integers(0, len(intact.data) - 1))]
+
+
+def flipped(draw, intact: Intact) -> bytes:
+    """Up to 8 bits flipped, half the positions in the length field and header, where a flip matters most."""
+    data, n = intact.data, intact.header_len
+    out = bytearray(data)
+    positions = st.one_of(st.integers(0, 7 + n), st.integers(0, len(data) - 1))
+    for position, bit in draw(st.lists(st.tuples(positions, st.integers(0, 7)), min_size=1, max_size=8)):
+        out[position] ^= 1 << bit
+    return bytes(out)
+
+
+def relengthed(draw, intact: Intact) -> bytes:
+    """The 8-byte header length: huge, past the end, a little off."""
+    data, n = intact.data, intact.header_len
+    value = draw(st.one_of(st.sampled_from(BIG + [0, 1, 2]), st.integers(0, len(data) + 64), st.integers(n - 8, n + 8)))
+    return with_header(data[8 : 8 + n], value, data[8 + n :])
+
+
+def grown(draw, intact: Intact) -> bytes:
+    """Bytes after the data, or a header padded far beyond what it needs."""
+    data, n = intact.data, intact.header_len
+    if draw(st.booleans()):
+        return data + draw(st.binary(min_size=1, max_size=64))
+    return with_header(data[8 : 8 + n] + b" " * draw(st.integers(1, 200_000)), None, data[8 + n :])
+
+
+def entry_changed(draw, intact: Intact) -> bytes:
+    """One tensor's dtype, shape or offsets; or the entry gone, or replaced; or a tensor claiming a huge size, its
+    bytes nowhere."""
+    data, n = intact.data, intact.header_len
     header = json.loads(data[8 : 8 + n])
-    if kind == "entry":  # one tensor's dtype, shape or offsets; or the entry gone, or replaced
-        name = draw(st.sampled_from(intact.names))
-        field = draw(st.sampled_from(["dtype", "shape", "data_offsets", "remove", "replace", "add"]))
-        if field == "dtype":
-            header[name]["dtype"] = draw(st.one_of(st.sampled_from(DTYPES), json_values))
-        elif field == "shape":
-            header[name]["shape"] = draw(shapes)
-        elif field == "data_offsets":
-            header[name]["data_offsets"] = draw(st.one_of(st.lists(some_ints, min_size=2, max_size=2), json_values))
-        elif field == "remove":
-            del header[name]
-        elif field == "replace":
-            header[name] = draw(json_values)
-        else:  # a tensor claiming a huge size, its bytes nowhere
-            header["extra"] = {
-                "dtype": "F32",
-                "shape": draw(st.lists(some_ints, max_size=3)),
-                "data_offsets": [0, 2**40],
-            }
-        return with_header(header, data=body)
-    if kind == "metadata":
-        metadata = header.setdefault("__metadata__", {})
-        key = draw(st.sampled_from(["format", "model_class", "config", "config field", "extra", "remove", "replace"]))
-        if key == "config field" and "config" in metadata:
-            config = json.loads(metadata["config"])
-            config[draw(st.sampled_from(sorted(config) + ["unknown"]))] = draw(json_values)
-            metadata["config"] = json.dumps(config)
-        elif key == "remove":
-            del header["__metadata__"]
-        elif key == "replace":
-            header["__metadata__"] = draw(json_values)
-        else:
-            metadata[key] = draw(st.one_of(st.text(max_size=20), json_values.map(json.dumps), json_values))
-        return with_header(header, data=body)
-    # resave: a well-formed safetensors file whose tensors no longer fit the model
+    name = draw(st.sampled_from(intact.names))
+    field = draw(st.sampled_from(["dtype", "shape", "data_offsets", "remove", "replace", "add"]))
+    if field == "dtype":
+        header[name]["dtype"] = draw(st.one_of(st.sampled_from(DTYPES), json_values))
+    elif field == "shape":
+        header[name]["shape"] = draw(shapes)
+    elif field == "data_offsets":
+        header[name]["data_offsets"] = draw(st.one_of(st.lists(some_ints, min_size=2, max_size=2), json_values))
+    elif field == "remove":
+        del header[name]
+    elif field == "replace":
+        header[name] = draw(json_values)
+    else:
+        header["extra"] = {"dtype": "F32", "shape": draw(st.lists(some_ints, max_size=3)), "data_offsets": [0, 2**40]}
+    return with_header(header, data=data[8 + n :])
+
+
+def metadata_changed(draw, intact: Intact) -> bytes:
+    """The metadata's format, model class, config (whole, or one field), an extra key; or the metadata gone, or
+    replaced."""
+    data, n = intact.data, intact.header_len
+    header = json.loads(data[8 : 8 + n])
+    metadata = header.setdefault("__metadata__", {})
+    key = draw(st.sampled_from(["format", "model_class", "config", "config field", "extra", "remove", "replace"]))
+    if key == "config field" and "config" in metadata:
+        config = json.loads(metadata["config"])
+        config[draw(st.sampled_from(sorted(config) + ["unknown"]))] = draw(json_values)
+        metadata["config"] = json.dumps(config)
+    elif key == "remove":
+        del header["__metadata__"]
+    elif key == "replace":
+        header["__metadata__"] = draw(json_values)
+    else:
+        metadata[key] = draw(st.one_of(st.text(max_size=20), json_values.map(json.dumps), json_values))
+    return with_header(header, data=data[8 + n :])
+
+
+def resaved(draw, intact: Intact) -> bytes:
+    """A well-formed safetensors file whose tensors no longer fit the model: one dropped, added, retyped, reshaped
+    or resized, or all in float64."""
     tensors = dict(intact.tensors)
     name = draw(st.sampled_from(intact.names))
     change = draw(st.sampled_from(["drop", "add", "retype", "reshape", "resize", "all float64"]))
@@ -210,6 +232,17 @@ def mutated(draw, intact: Intact) -> bytes:
     else:
         tensors = {k: v.double() for k, v in tensors.items()}
     return save({k: v.contiguous() for k, v in tensors.items()}, metadata=intact.metadata)
+
+
+MUTATIONS = {
+    "truncate": truncated,
+    "flip": flipped,
+    "length": relengthed,
+    "grow": grown,
+    "entry": entry_changed,
+    "metadata": metadata_changed,
+    "resave": resaved,
+}
 
 
 @st.composite

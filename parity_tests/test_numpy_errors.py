@@ -747,12 +747,17 @@ def test_config_n_kv_heads_not_an_int():
         tiny_config(n_kv_heads=1.0)
 
 
+def test_config_parallel_residual_not_a_bool():
+    with pytest.raises(TypeError, match=r"parallel_residual must be a bool, got str"):
+        tiny_config(parallel_residual="rope")
+
+
 def test_config_rope_with_an_odd_head_size():
     with pytest.raises(ValueError, match=r"positional='rope'.*head size.*even.*12 / 4 = 3"):
         tiny_config(d_model=12, n_heads=4, positional="rope")
 
 
-@pytest.mark.parametrize("value", [0.0, -1.0, "10000", True])
+@pytest.mark.parametrize("value", [0.0, -1.0, "10000", True, float("nan")])
 def test_config_rope_theta_not_positive(value):
     with pytest.raises(ValueError, match=rf"rope_theta must be a positive float, got {esc(repr(value))}"):
         tiny_config(rope_theta=value)

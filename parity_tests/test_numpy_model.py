@@ -487,24 +487,11 @@ def test_tied_embeddings_add_both_paths():
 
 def expected_state_shapes(cfg: TransformerConfig, lm: bool) -> dict:
     """The list of docs/conventions.md, written out again here independently of numpy_transformer.parameter_shapes,
-    in the
-    order of the state dict. With the options after the paper: no norm biases with RMSNorm, no linear
+    in the order of the state dict. With the options after the paper: no norm biases with RMSNorm, no linear
     biases without `bias`, ffn.gate.* before linear1 when gated, k_proj/v_proj of width n_kv_heads * Dh,
     no position table with rotary positions, no output_proj.bias without `output_bias`."""
-    D, F = cfg.d_model, cfg.d_ff
-    kv = (cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads) * (D // cfg.n_heads)
+    D = cfg.d_model
     keys = {}
-
-    def linear(name, out_features, in_features):
-        keys[f"{name}.weight"] = (out_features, in_features)
-        if cfg.bias:
-            keys[f"{name}.bias"] = (out_features,)
-
-    def norm(name):
-        keys[f"{name}.weight"] = (D,)
-        if cfg.norm == "layer":
-            keys[f"{name}.bias"] = (D,)
-
     stacks = [("decoder", cfg.tgt_vocab_size, cfg.n_decoder_layers)]
     if not lm:
         stacks.insert(0, ("encoder", cfg.src_vocab_size, cfg.n_encoder_layers))
@@ -513,25 +500,46 @@ def expected_state_shapes(cfg: TransformerConfig, lm: bool) -> dict:
         if cfg.positional == "learned":
             keys[f"{stack}.position_embedding.weight"] = (cfg.max_len, D)
         for i in range(n_layers):
-            prefix = f"{stack}.layers.{i}"
-            blocks = ["self_attn"] + (["cross_attn"] if stack == "decoder" and not lm else [])
-            for block in blocks:
-                linear(f"{prefix}.{block}.q_proj", D, D)
-                linear(f"{prefix}.{block}.k_proj", kv, D)
-                linear(f"{prefix}.{block}.v_proj", kv, D)
-                linear(f"{prefix}.{block}.out_proj", D, D)
-                norm(f"{prefix}.{block}_norm")
-            if cfg.gated_ffn:
-                linear(f"{prefix}.ffn.gate", F, D)
-            linear(f"{prefix}.ffn.linear1", F, D)
-            linear(f"{prefix}.ffn.linear2", D, F)
-            norm(f"{prefix}.ffn_norm")
+            keys |= expected_layer_shapes(cfg, f"{stack}.layers.{i}", cross=stack == "decoder" and not lm)
         if cfg.norm_first:
-            norm(f"{stack}.final_norm")
+            keys |= expected_norm_shapes(cfg, f"{stack}.final_norm")
     if not cfg.tie_embeddings:
         keys["output_proj.weight"] = (cfg.tgt_vocab_size, D)
     if cfg.output_bias:
         keys["output_proj.bias"] = (cfg.tgt_vocab_size,)
+    return keys
+
+
+def expected_layer_shapes(cfg: TransformerConfig, prefix: str, cross: bool) -> dict:
+    """One layer's: self-attention (and cross-attention) projections each followed by its norm, then the
+    feed-forward (gate, linear1, linear2) and its norm."""
+    D, F = cfg.d_model, cfg.d_ff
+    kv = (cfg.n_heads if cfg.n_kv_heads is None else cfg.n_kv_heads) * (D // cfg.n_heads)
+    keys = {}
+    for block in ["self_attn"] + (["cross_attn"] if cross else []):
+        for proj, out_features in (("q_proj", D), ("k_proj", kv), ("v_proj", kv), ("out_proj", D)):
+            keys |= expected_linear_shapes(cfg, f"{prefix}.{block}.{proj}", out_features, D)
+        keys |= expected_norm_shapes(cfg, f"{prefix}.{block}_norm")
+    if cfg.gated_ffn:
+        keys |= expected_linear_shapes(cfg, f"{prefix}.ffn.gate", F, D)
+    keys |= expected_linear_shapes(cfg, f"{prefix}.ffn.linear1", F, D)
+    keys |= expected_linear_shapes(cfg, f"{prefix}.ffn.linear2", D, F)
+    return keys | expected_norm_shapes(cfg, f"{prefix}.ffn_norm")
+
+
+def expected_linear_shapes(cfg: TransformerConfig, name: str, out_features: int, in_features: int) -> dict:
+    """weight (out, in), and bias (out,) with `bias`."""
+    keys = {f"{name}.weight": (out_features, in_features)}
+    if cfg.bias:
+        keys[f"{name}.bias"] = (out_features,)
+    return keys
+
+
+def expected_norm_shapes(cfg: TransformerConfig, name: str) -> dict:
+    """weight (D,), and bias (D,) for a LayerNorm."""
+    keys = {f"{name}.weight": (cfg.d_model,)}
+    if cfg.norm == "layer":
+        keys[f"{name}.bias"] = (cfg.d_model,)
     return keys
 
 

@@ -106,51 +106,61 @@ def expected_state_dict_shapes(c: TransformerConfig, lm: bool) -> dict[str, tupl
     attention and feed-forward biases; a gated feed-forward adds ffn.gate.* before linear1; k_proj and
     v_proj are n_kv_heads * Dh wide; rotary positions store no table; `output_bias=False` drops
     output_proj.bias."""
-    d, f = c.d_model, c.d_ff
-    kv = (c.n_heads if c.n_kv_heads is None else c.n_kv_heads) * (d // c.n_heads)
-    shapes: dict[str, tuple[int, ...]] = {}
-
-    def linear(prefix: str, out_features: int, in_features: int) -> None:
-        shapes[f"{prefix}.weight"] = (out_features, in_features)
-        if c.bias:
-            shapes[f"{prefix}.bias"] = (out_features,)
-
-    def attention(prefix: str) -> None:
-        for proj, width in (("q_proj", d), ("k_proj", kv), ("v_proj", kv), ("out_proj", d)):
-            linear(f"{prefix}.{proj}", width, d)
-
-    def norm(prefix: str) -> None:
-        shapes[f"{prefix}.weight"] = (d,)
-        if c.norm == "layer":
-            shapes[f"{prefix}.bias"] = (d,)
-
-    def stack(name: str, vocab: int, n_layers: int, cross: bool) -> None:
-        shapes[f"{name}.token_embedding.weight"] = (vocab, d)
-        if c.positional == "learned":
-            shapes[f"{name}.position_embedding.weight"] = (c.max_len, d)
-        for i in range(n_layers):
-            layer = f"{name}.layers.{i}"
-            attention(f"{layer}.self_attn")
-            norm(f"{layer}.self_attn_norm")
-            if cross:
-                attention(f"{layer}.cross_attn")
-                norm(f"{layer}.cross_attn_norm")
-            if c.gated_ffn:
-                linear(f"{layer}.ffn.gate", f, d)
-            linear(f"{layer}.ffn.linear1", f, d)
-            linear(f"{layer}.ffn.linear2", d, f)
-            norm(f"{layer}.ffn_norm")
-        if c.norm_first:
-            norm(f"{name}.final_norm")
-
+    shapes = ExpectedStateDict(c)
     if not lm:
-        stack("encoder", c.src_vocab_size, c.n_encoder_layers, cross=False)
-    stack("decoder", c.tgt_vocab_size, c.n_decoder_layers, cross=not lm)
+        shapes.stack("encoder", c.src_vocab_size, c.n_encoder_layers, cross=False)
+    shapes.stack("decoder", c.tgt_vocab_size, c.n_decoder_layers, cross=not lm)
     if not c.tie_embeddings:
-        shapes["output_proj.weight"] = (c.tgt_vocab_size, d)
+        shapes.shapes["output_proj.weight"] = (c.tgt_vocab_size, c.d_model)
     if c.output_bias:
-        shapes["output_proj.bias"] = (c.tgt_vocab_size,)
-    return shapes
+        shapes.shapes["output_proj.bias"] = (c.tgt_vocab_size,)
+    return shapes.shapes
+
+
+class ExpectedStateDict:
+    """The expected state dict being written, name -> shape, one method per kind of module."""
+
+    def __init__(self, c: TransformerConfig) -> None:
+        self.c = c
+        self.shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(self, prefix: str, out_features: int, in_features: int) -> None:
+        self.shapes[f"{prefix}.weight"] = (out_features, in_features)
+        if self.c.bias:
+            self.shapes[f"{prefix}.bias"] = (out_features,)
+
+    def attention(self, prefix: str) -> None:
+        c, d = self.c, self.c.d_model
+        kv = (c.n_heads if c.n_kv_heads is None else c.n_kv_heads) * (d // c.n_heads)
+        for proj, width in (("q_proj", d), ("k_proj", kv), ("v_proj", kv), ("out_proj", d)):
+            self.linear(f"{prefix}.{proj}", width, d)
+
+    def norm(self, prefix: str) -> None:
+        self.shapes[f"{prefix}.weight"] = (self.c.d_model,)
+        if self.c.norm == "layer":
+            self.shapes[f"{prefix}.bias"] = (self.c.d_model,)
+
+    def layer(self, layer: str, cross: bool) -> None:
+        d, f = self.c.d_model, self.c.d_ff
+        self.attention(f"{layer}.self_attn")
+        self.norm(f"{layer}.self_attn_norm")
+        if cross:
+            self.attention(f"{layer}.cross_attn")
+            self.norm(f"{layer}.cross_attn_norm")
+        if self.c.gated_ffn:
+            self.linear(f"{layer}.ffn.gate", f, d)
+        self.linear(f"{layer}.ffn.linear1", f, d)
+        self.linear(f"{layer}.ffn.linear2", d, f)
+        self.norm(f"{layer}.ffn_norm")
+
+    def stack(self, name: str, vocab: int, n_layers: int, cross: bool) -> None:
+        self.shapes[f"{name}.token_embedding.weight"] = (vocab, self.c.d_model)
+        if self.c.positional == "learned":
+            self.shapes[f"{name}.position_embedding.weight"] = (self.c.max_len, self.c.d_model)
+        for i in range(n_layers):
+            self.layer(f"{name}.layers.{i}", cross)
+        if self.c.norm_first:
+            self.norm(f"{name}.final_norm")
 
 
 @pytest.mark.parametrize("lm", [False, True], ids=["Transformer", "TransformerLM"])

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from .config import GenerationRules, TransformerConfig, check_layer_count
 from .families import (
     FAMILIES,
     Family,
+    Rule,
     check_config_values,
     family_of,
     is_int,
@@ -84,21 +85,44 @@ def read_checkpoint(
     if not is_int(max_bytes) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive int (bytes), got {max_bytes!r}")
     directory = Path(directory)
-    hf_config = read_config(directory)
     config_path = directory / "config.json"
-    check_config_values(hf_config, config_path)
-    try:
-        family = family_of(hf_config.get("model_type"), hf_config.get("architectures"))
-        config = family.from_hf(hf_config, dropout)
-    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as error:
-        # a hostile config.json reaches the translation with any types: a missing field, a string for a size
-        problem = f"missing field {error}" if isinstance(error, KeyError) else f"{error}"
-        raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
+    hf_config, family, config = read_family_config(directory, dropout)
     config, generation_rules = read_generation_rules(directory, hf_config, config)
     model_class = family.model_class
     check_memory(config, shapes, model_class, bytes_per_parameter, max_bytes, config_path)  # before reading any tensor
     tensors = read_tensors(directory)
     check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
+    config, tensors = read_family_layout(directory, family, config, tensors)
+    expected = shapes(config, model_class)
+    try:
+        plan = match(family, config, tensors, expected)
+    except ValueError as error:
+        raise ValueError(f"{directory}: {base_model_note(hf_config)}{error}") from None
+    state = state_from_plan(directory, family, config, tensors, plan, expected)
+    return Checkpoint(family, config, hf_config, generation_rules, state)
+
+
+def read_family_config(directory: Path, dropout: float | None) -> tuple[dict, Family, TransformerConfig]:
+    """config.json as read (every number checked: families.check_config_values), the family it names, and its
+    translation to our config; a config.json that does not translate is a ValueError naming the file."""
+    hf_config = read_config(directory)
+    config_path = directory / "config.json"
+    check_config_values(hf_config, config_path)
+    try:
+        family = family_of(hf_config.get("model_type"), hf_config.get("architectures"))
+        return hf_config, family, family.from_hf(hf_config, dropout)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as error:
+        # a hostile config.json reaches the translation with any types: a missing field, a string for a size
+        problem = f"missing field {error}" if isinstance(error, KeyError) else f"{error}"
+        raise ValueError(f"{config_path}: cannot translate it ({problem})") from None
+
+
+def read_family_layout(
+    directory: Path, family: Family, config: TransformerConfig, tensors: dict
+) -> tuple[TransformerConfig, dict]:
+    """The tensors under the family's current names (an older layout converted), the tied names filled from
+    the tensors they share (families.resolve_ties), and the config with the ties and the parts the file holds
+    but config.json does not mention (BERT's pooler)."""
     if family.legacy is not None:  # an older layout of the family's files (Mixtral's experts one by one)
         try:
             tensors = family.legacy(tensors)
@@ -111,22 +135,25 @@ def read_checkpoint(
     tensors = tensors | {alias: tensors[source] for alias, source in fills.items()}
     for name, pattern in family.detected:  # parts the config does not mention, present in the file (BERT's pooler)
         if any(re.fullmatch(pattern, relative(family, tensor)) for tensor in tensors):
-            config = replace(config, **{name: True})
-    expected = shapes(config, model_class)
-    try:
-        plan = match(family, config, tensors, expected)
-    except ValueError as error:
-        raise ValueError(f"{directory}: {base_model_note(hf_config)}{error}") from None
+            present: dict[str, Any] = {name: True}
+            config = replace(config, **present)
+    return config, tensors
+
+
+def state_from_plan(
+    directory: Path,
+    family: Family,
+    config: TransformerConfig,
+    tensors: dict,
+    plan: list[tuple[Rule, str]],
+    expected: dict,
+) -> dict:
+    """Our state dict from the matched (rule, file tensor name) pairs, each tensor in our layout; ValueError
+    listing every tensor that is not floating point, is a scalar, or has the wrong shape."""
     state, problems = {}, []
     for rule, name in plan:
-        if not np.issubdtype(tensors[name].dtype, np.floating):
-            problems.append(f"{tensor_file(directory, name)}: {name}: dtype {tensors[name].dtype}, not floating point")
-            continue
-        if tensors[name].ndim == 0:  # every parameter has an axis; the layouts below index the first
-            problems.append(f"{tensor_file(directory, name)}: {name}: a scalar, expected a tensor for {rule.ours}")
-            continue
         try:
-            array = from_hf_layout(tensors[name], rule, name, config.n_heads, config.kv_heads)
+            array = tensor_in_our_layout(tensors[name], rule, name, config)
         except ValueError as error:
             problems.append(f"{tensor_file(directory, name)}: {error}")
             continue
@@ -140,7 +167,17 @@ def read_checkpoint(
         raise ValueError(
             f"{directory}: the checkpoint does not fit its config.json ({family.model_type}): " + "; ".join(problems)
         )
-    return Checkpoint(family, config, hf_config, generation_rules, state)
+    return state
+
+
+def tensor_in_our_layout(tensor: np.ndarray, rule: Rule, name: str, config: TransformerConfig) -> np.ndarray:
+    """A file's tensor `name` in our layout (from_hf_layout); ValueError (the message without the file) when it is
+    not floating point or is a scalar."""
+    if not np.issubdtype(tensor.dtype, np.floating):
+        raise ValueError(f"{name}: dtype {tensor.dtype}, not floating point")
+    if tensor.ndim == 0:  # every parameter has an axis; the layouts index the first
+        raise ValueError(f"{name}: a scalar, expected a tensor for {rule.ours}")
+    return from_hf_layout(tensor, rule, name, config.n_heads, config.kv_heads)
 
 
 def parameter_count(config: TransformerConfig, shapes: Shapes, model_class: str) -> int:
@@ -315,17 +352,17 @@ def read_tensors(directory: Path) -> dict:
             "checkpoints are read (convert a pytorch_model.bin with transformers' save_pretrained)"
         )
     weight_map = read_weight_map(index)
-    tensors = {}
+    tensors: dict[str, np.ndarray] = {}
     for shard in sorted(set(weight_map.values())):
         path = directory / shard
-        found = read_safetensors(path)
-        twice = sorted(found.keys() & tensors.keys())
+        in_shard = read_safetensors(path)
+        twice = sorted(in_shard.keys() & tensors.keys())
         if twice:
             raise ValueError(f"{path}: holds tensors another shard holds too: {twice}")
-        absent = sorted(name for name, where in weight_map.items() if where == shard and name not in found)
+        absent = sorted(name for name, where in weight_map.items() if where == shard and name not in in_shard)
         if absent:
             raise ValueError(f"{path}: lacks tensors {index.name} puts there: {absent}")
-        tensors |= found
+        tensors |= in_shard
     return tensors
 
 
@@ -396,6 +433,23 @@ def read_bfloat16(path: Path, name: str) -> np.ndarray:
     def bad(problem: str) -> ValueError:
         return ValueError(f"{path}: tensor {name!r}: {problem}")
 
+    header, header_size, size = read_header(path, bad)
+    data_size = size - 8 - header_size
+    shape, (start, end) = bfloat16_entry(header, name, data_size, bad)
+    count = math.prod(shape)
+    if end - start != 2 * count:
+        raise bad(f"data_offsets {[start, end]} span {end - start} bytes, shape {shape} in BF16 needs {2 * count}")
+    bits = np.fromfile(path, dtype="<u2", count=count, offset=8 + header_size + start)
+    if bits.size != count:
+        raise bad(f"the file ended after {bits.size} of {count} elements")
+    widened = bits.astype(np.uint32)
+    widened <<= 16  # in place: float32 bits, the low half zero
+    return widened.view(np.float32).reshape(shape)
+
+
+def read_header(path: Path, bad: Callable[[str], ValueError]) -> tuple[object, int, int]:
+    """(the JSON header, its length in bytes, the file's size) of the safetensors file `path`, the length checked
+    against the file before the header is read; `bad(problem)` makes the ValueError for a problem."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -410,6 +464,14 @@ def read_bfloat16(path: Path, name: str) -> np.ndarray:
         if str(error).startswith(f"{path}:"):
             raise
         raise bad(f"the header is not valid JSON ({type(error).__name__}: {error})") from None
+    return header, header_size, size
+
+
+def bfloat16_entry(
+    header: object, name: str, data_size: int, bad: Callable[[str], ValueError]
+) -> tuple[list[int], tuple[int, int]]:
+    """(shape, (start, end)) of tensor `name` in a safetensors header: a BF16 entry, a shape of non-negative ints,
+    byte offsets inside the `data_size` bytes of data; `bad(problem)` makes the ValueError otherwise."""
     entry = header.get(name) if isinstance(header, dict) else None
     if not isinstance(entry, dict):
         raise bad("not in the header")
@@ -421,15 +483,6 @@ def read_bfloat16(path: Path, name: str) -> np.ndarray:
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)):
         raise bad(f"data_offsets {offsets!r} is not a pair of ints")
     start, end = offsets
-    data_size = size - 8 - header_size
     if not 0 <= start <= end <= data_size:
         raise bad(f"data_offsets {offsets} lie outside the {data_size} bytes of data")
-    count = math.prod(shape)
-    if end - start != 2 * count:
-        raise bad(f"data_offsets {offsets} span {end - start} bytes, shape {shape} in BF16 needs {2 * count}")
-    bits = np.fromfile(path, dtype="<u2", count=count, offset=8 + header_size + start)
-    if bits.size != count:
-        raise bad(f"the file ended after {bits.size} of {count} elements")
-    widened = bits.astype(np.uint32)
-    widened <<= 16  # in place: float32 bits, the low half zero
-    return widened.view(np.float32).reshape(shape)
+    return shape, (start, end)

@@ -17,6 +17,26 @@ DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the conf
 SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers' names for a layer's kind of self-attention
+# the config's switches, each a bool (pooler and qkv_bias are checked on their own, qkv_bias may be None)
+BOOL_FIELDS = (
+    "norm_first",
+    "tie_embeddings",
+    "scale_embeddings",
+    "gated_ffn",
+    "bias",
+    "output_bias",
+    "embedding_norm",
+    "share_embeddings",
+    "embedding_padding_idx",
+    "parallel_residual",
+    "qk_norm",
+    "sandwich_norm",
+    "positions_after_pad",
+    "relative_bias",
+    "norm_bias",
+    "first_attn_norm",
+    "mlm_head",
+)
 
 
 @dataclass(frozen=True)
@@ -139,10 +159,33 @@ class TransformerConfig:
     residual_dropout: float | None = None  # on each sublayer's output, before it joins the residual stream
 
     def __post_init__(self) -> None:
+        """Validate every field, one group of fields at a time: TypeError for a wrong type, ValueError for a value
+        out of range or fields that contradict each other, each naming the field, what it got and what it needs."""
+        for check in (
+            self._check_sizes,
+            self._check_heads,
+            self._check_choices,
+            self._check_dropout_rates,
+            self._check_positions,
+            self._check_windows,
+            self._check_scales,
+            self._check_flags,
+            self._check_layer_layout,
+            self._check_embeddings,
+            self._check_experts,
+            self._check_special_tokens,
+        ):
+            check()
+
+    def _check_sizes(self) -> None:
+        """Vocabularies, widths and max_len: ints >= 1; layer counts and type_vocab_size: ints >= 0."""
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
             _check_int(name, getattr(self, name), minimum=1)
         for name in ("n_encoder_layers", "n_decoder_layers", "type_vocab_size"):
             _check_int(name, getattr(self, name), minimum=0)
+
+    def _check_heads(self) -> None:
+        """Dh: head_dim >= 1, or d_model divisible by n_heads; n_kv_heads divides n_heads."""
         if self.head_dim is not None:
             _check_int("head_dim", self.head_dim, minimum=1)
         elif self.d_model % self.n_heads != 0:
@@ -151,6 +194,28 @@ class TransformerConfig:
                 f"n_heads={self.n_heads} (d_model % n_heads = {self.d_model % self.n_heads}, expected 0), "
                 "or head_dim set"
             )
+        if self.n_kv_heads is not None:
+            _check_int("n_kv_heads", self.n_kv_heads, minimum=1)
+            if self.n_heads % self.n_kv_heads != 0:
+                raise ValueError(
+                    f"n_heads must be a multiple of n_kv_heads (each K/V head serves n_heads / n_kv_heads query "
+                    f"heads): got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+                )
+
+    def _check_choices(self) -> None:
+        """The fields that name a variant: one of the names this module lists."""
+        for name, allowed in (
+            ("activation", ACTIVATIONS),
+            ("positional", POSITIONALS),
+            ("norm", NORMS),
+            ("sinusoid_layout", SINUSOID_LAYOUTS),
+            ("attention", ATTENTIONS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+    def _check_dropout_rates(self) -> None:
+        """dropout and each site's rate (None: `dropout`) in [0, 1); flash attention has no attention dropout."""
         for name in ("dropout", *(f"{kind}_dropout" for kind in DROPOUT_KINDS)):
             value = getattr(self, name)
             if value is None and name != "dropout":
@@ -159,13 +224,15 @@ class TransformerConfig:
                 raise TypeError(f"{name} must be a float, got {type(value).__name__}")
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
-        if self.positional not in POSITIONALS:
-            raise ValueError(f"positional must be one of {POSITIONALS}, got {self.positional!r}")
-        for name, allowed in (("norm", NORMS), ("sinusoid_layout", SINUSOID_LAYOUTS), ("attention", ATTENTIONS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if self.attention == "flash" and self.dropout_rates["attention"] != 0.0:
+            raise ValueError(
+                "attention='flash' has no attention dropout: set attention_dropout=0.0 (or dropout=0.0), got "
+                f"{self.dropout_rates['attention']}"
+            )
+
+    def _check_positions(self) -> None:
+        """RoPE turns pairs of features (an even head, an even rotary_dim <= Dh) at a positive base; T5's buckets:
+        relative_buckets >= 2, relative_max_distance >= 1."""
         if self.positional == "rope" and self.d_head % 2 != 0:
             raise ValueError(
                 "positional='rope' rotates pairs of features, so the head size (head_dim, or d_model / n_heads) "
@@ -179,58 +246,78 @@ class TransformerConfig:
                     f"rotary_dim rotates pairs of a head's features: it must be even and at most the head size "
                     f"{self.d_head}, got {self.rotary_dim}"
                 )
-        if self.parallel_residual and self.norm_first is not True:
-            raise ValueError(
-                f"parallel_residual=True is a pre-norm layer: it needs norm_first=True, got {self.norm_first!r}"
-            )
-        if isinstance(self.rope_theta, bool) or not isinstance(self.rope_theta, (int, float)) or self.rope_theta <= 0:
+        if not _is_positive_float(self.rope_theta):
             raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
-        if self.n_kv_heads is not None:
-            _check_int("n_kv_heads", self.n_kv_heads, minimum=1)
-            if self.n_heads % self.n_kv_heads != 0:
-                raise ValueError(
-                    f"n_heads must be a multiple of n_kv_heads (each K/V head serves n_heads / n_kv_heads query "
-                    f"heads): got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
-                )
+        _check_int("relative_buckets", self.relative_buckets, minimum=2)
+        _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
+
+    def _check_windows(self) -> None:
+        """sliding_window >= 1 or None, layer_types (one kind per layer), rope_local_theta positive or None."""
         if self.sliding_window is not None:
             _check_int("sliding_window", self.sliding_window, minimum=1)
         self._check_layer_types()
-        if self.rope_local_theta is not None and (
-            isinstance(self.rope_local_theta, bool)
-            or not isinstance(self.rope_local_theta, (int, float))
-            or not self.rope_local_theta > 0
-        ):
+        if self.rope_local_theta is not None and not _is_positive_float(self.rope_local_theta):
             raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
-        _check_int("relative_buckets", self.relative_buckets, minimum=2)
-        _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
+
+    def _check_scales(self) -> None:
+        """The factors and the norm's epsilon: positive floats (attention_scale and logit_softcap may be None)."""
         for name in ("attention_scale", "output_scale", "logit_softcap"):
             value = getattr(self, name)
             if value is None and name in ("attention_scale", "logit_softcap"):
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            if not _is_positive_float(value):
                 raise ValueError(f"{name} must be a positive float, got {value!r}")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
+
+    def _check_flags(self) -> None:
+        """The switches: bools (qkv_bias: a bool or None)."""
         if not isinstance(self.pooler, bool):
             raise TypeError(f"pooler must be a bool, got {type(self.pooler).__name__}")
         if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
             raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
+        for name in BOOL_FIELDS:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
+
+    def _check_layer_layout(self) -> None:
+        """The pre-norm layouts (parallel residual, no first attention norm, Gemma's sandwich) need norm_first;
+        the sandwich and the parallel residual exclude each other."""
+        if self.parallel_residual and self.norm_first is not True:
+            raise ValueError(
+                f"parallel_residual=True is a pre-norm layer: it needs norm_first=True, got {self.norm_first!r}"
+            )
         if self.first_attn_norm is False and not self.norm_first:
             raise ValueError(
                 "first_attn_norm=False leaves out a pre-norm (the first encoder layer's self-attention norm): it "
                 "needs norm_first=True, got norm_first=False"
             )
+        if self.sandwich_norm and not self.norm_first:
+            raise ValueError(
+                "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
+            )
+        if self.sandwich_norm and self.parallel_residual:
+            raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
+
+    def _check_embeddings(self) -> None:
+        """One vocabulary for shared tables; RoBERTa's positions after pad_id need learned positions and room in
+        the table; relative_bias sits beside another positional."""
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings needs one vocabulary: got src_vocab_size={self.src_vocab_size}, "
                 f"tgt_vocab_size={self.tgt_vocab_size}"
             )
-        if self.attention == "flash" and self.dropout_rates["attention"] != 0.0:
-            raise ValueError(
-                "attention='flash' has no attention dropout: set attention_dropout=0.0 (or dropout=0.0), got "
-                f"{self.dropout_rates['attention']}"
-            )
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
-            raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
-        self._check_experts()
+        if self.positions_after_pad:
+            wrong = [] if self.positional == "learned" else [f"positional={self.positional!r} (needs 'learned')"]
+            if self.pad_id is None or self.pad_id + 1 >= self.max_len:
+                wrong.append(f"pad_id={self.pad_id!r} (needs a token id below max_len - 1 = {self.max_len - 1})")
+            if wrong:
+                raise ValueError(f"positions_after_pad (RoBERTa's encoder positions) needs: {', '.join(wrong)}")
+        if self.relative_bias and self.positional == "relative":
+            raise ValueError("relative_bias adds T5's bias beside another positional: positional='relative' has it")
+
+    def _check_special_tokens(self) -> None:
+        """pad_id, bos_id and each eos id: None, or a token id below both vocabularies; eos_id not ()."""
         if isinstance(self.eos_id, list):  # a checkpoint's JSON metadata holds the tuple as a list
             object.__setattr__(self, "eos_id", tuple(self.eos_id))
         if isinstance(self.eos_id, tuple) and not self.eos_id:
@@ -246,43 +333,6 @@ class TransformerConfig:
                     raise ValueError(
                         f"{name} must be a valid token id below {vocab}={getattr(self, vocab)}, got {value}"
                     )
-        for name in (
-            "norm_first",
-            "tie_embeddings",
-            "scale_embeddings",
-            "gated_ffn",
-            "bias",
-            "output_bias",
-            "embedding_norm",
-            "share_embeddings",
-            "embedding_padding_idx",
-            "parallel_residual",
-            "qk_norm",
-            "sandwich_norm",
-            "positions_after_pad",
-            "relative_bias",
-            "norm_bias",
-            "first_attn_norm",
-            "mlm_head",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
-        if self.sandwich_norm and not self.norm_first:
-            raise ValueError(
-                "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
-            )
-        if self.sandwich_norm and self.parallel_residual:
-            raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
-
-        if self.positions_after_pad:
-            wrong = [] if self.positional == "learned" else [f"positional={self.positional!r} (needs 'learned')"]
-            if self.pad_id is None or self.pad_id + 1 >= self.max_len:
-                wrong.append(f"pad_id={self.pad_id!r} (needs a token id below max_len - 1 = {self.max_len - 1})")
-            if wrong:
-                raise ValueError(f"positions_after_pad (RoBERTa's encoder positions) needs: {', '.join(wrong)}")
-
-        if self.relative_bias and self.positional == "relative":
-            raise ValueError("relative_bias adds T5's bias beside another positional: positional='relative' has it")
 
     def _check_experts(self) -> None:
         """The mixture-of-experts fields: E >= 0; with experts, 1 <= top_k <= E and dense_layers decoder layers."""
@@ -326,7 +376,9 @@ class TransformerConfig:
     def longest_input(self) -> int:
         """The longest sequence the position table covers: max_len, less the pad_id + 1 rows that RoBERTa's
         positions skip (positions_after_pad)."""
-        return self.max_len - (self.pad_id + 1 if self.positions_after_pad else 0)
+        if not self.positions_after_pad or self.pad_id is None:  # (a valid config with positions_after_pad has one)
+            return self.max_len
+        return self.max_len - (self.pad_id + 1)
 
     def check_length(self, name: str, length: int) -> None:
         """ValueError when an input of `length` positions reads past the position table (longest_input)."""
@@ -455,7 +507,12 @@ class GenerationRules:
                 _check_int("bad_words token", token, minimum=0)
 
 
-def _check_int(name: str, value, minimum: int) -> None:
+def _is_positive_float(value: object) -> bool:
+    """A number above zero (an int counts, a bool does not)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
     if value < minimum:

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from .config import TransformerConfig
 
+Shape = tuple[int, ...]
 
-def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False) -> dict:
+
+def parameter_shapes(
+    config: TransformerConfig, decoder_only: bool = False, encoder_only: bool = False
+) -> dict[str, Shape]:
     """Every state-dict name and its shape, in a fixed order: the Transformer's, the TransformerLM's
     (decoder_only: "decoder.*" and "output_proj.*") or the EncoderModel's (encoder_only: "encoder.*").
 
@@ -16,83 +20,124 @@ def parameter_shapes(config: TransformerConfig, decoder_only: bool = False, enco
     decoder.token_embedding.weight."""
     if decoder_only and encoder_only:
         raise ValueError("parameter_shapes: a model cannot be both decoder_only and encoder_only")
-    D, F = config.d_model, config.d_ff
-    kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
-    shapes = {}
-
-    def linear(prefix, out_features, in_features, bias=config.bias):
-        shapes[f"{prefix}.weight"] = (out_features, in_features)
-        if bias:
-            shapes[f"{prefix}.bias"] = (out_features,)
-
-    def attention(prefix):
-        width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
-        for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
-            linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
-        linear(f"{prefix}.out_proj", D, width)
-        if config.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
-            shapes[f"{prefix}.q_norm.weight"] = shapes[f"{prefix}.k_norm.weight"] = (config.d_head,)
-
-    def norm(prefix, kind=config.norm):
-        shapes[f"{prefix}.weight"] = (D,)
-        if kind == "layer" and config.norm_bias:  # RMSNorm has no bias, nor ModernBERT's LayerNorm
-            shapes[f"{prefix}.bias"] = (D,)
-
-    def sublayer_norms(prefix):  # the sublayer's norm, and Gemma's second norm of its output (sandwich_norm)
-        norm(f"{prefix}_norm")
-        if config.sandwich_norm:
-            norm(f"{prefix}_post_norm")
-
-    def stack(name, vocab, n_layers, cross):
-        shared = name == "encoder" and config.share_embeddings and not encoder_only
-        if not shared:
-            shapes[f"{name}.token_embedding.weight"] = (vocab, D)
-        if config.positional == "learned":
-            shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
-        if config.has_relative_bias:  # T5, MPNet: one bias table per stack, read by every self-attention
-            shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
-        if name == "encoder" and config.type_vocab_size > 0:
-            shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
-        if config.embedding_norm:
-            norm(f"{name}.embedding_norm", "layer")  # BERT's and BART's: always a LayerNorm
-        for i in range(n_layers):
-            layer = f"{name}.layers.{i}"
-            attention(f"{layer}.self_attn")
-            if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
-                norm(f"{layer}.self_attn_norm")
-            if config.sandwich_norm:  # Gemma's second norm, of the sublayer's output
-                norm(f"{layer}.self_attn_post_norm")
-            if cross:
-                attention(f"{layer}.cross_attn")
-                sublayer_norms(f"{layer}.cross_attn")
-            if name == "decoder" and config.is_moe_layer(i):  # router (E, D); experts' fused gate/up and down
-                E, F_e = config.n_experts, config.expert_width
-                shapes[f"{layer}.ffn.router.weight"] = (E, D)
-                shapes[f"{layer}.ffn.experts.gate_up_proj"] = (E, 2 * F_e, D)
-                shapes[f"{layer}.ffn.experts.down_proj"] = (E, D, F_e)
-            else:
-                if config.gated_ffn:
-                    linear(f"{layer}.ffn.gate", F, D)
-                linear(f"{layer}.ffn.linear1", F, D)
-                linear(f"{layer}.ffn.linear2", D, F)
-            sublayer_norms(f"{layer}.ffn")
-        if config.norm_first:
-            norm(f"{name}.final_norm")
-
+    shapes = _Shapes(config)
     if not decoder_only:
-        stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False)
+        own_table = not config.share_embeddings or encoder_only
+        shapes.stack("encoder", config.src_vocab_size, config.n_encoder_layers, cross=False, own_table=own_table)
     if encoder_only:
+        shapes.encoder_heads()
+        return shapes.shapes
+    shapes.stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
+    shapes.output_projection()
+    return shapes.shapes
+
+
+class _Shapes:
+    """The list being written, name -> shape in the order the models register their parameters, one method per
+    kind of block."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        self.config = config
+        self.shapes: dict[str, Shape] = {}
+
+    def linear(self, prefix: str, out_features: int, in_features: int, bias: bool | None = None) -> None:
+        """weight (out, in), and bias (out,) when `bias` (None: the config's)."""
+        self.shapes[f"{prefix}.weight"] = (out_features, in_features)
+        if self.config.bias if bias is None else bias:
+            self.shapes[f"{prefix}.bias"] = (out_features,)
+
+    def attention(self, prefix: str) -> None:
+        """q, k, v (grouped-query: H_kv * Dh wide) and out projections; Qwen3's and Gemma 3's q_norm and k_norm."""
+        config, D = self.config, self.config.d_model
+        width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
+        kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
+        for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
+            self.linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
+        self.linear(f"{prefix}.out_proj", D, width)
+        if config.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
+            self.shapes[f"{prefix}.q_norm.weight"] = self.shapes[f"{prefix}.k_norm.weight"] = (config.d_head,)
+
+    def norm(self, prefix: str, kind: str | None = None) -> None:
+        """weight (D,), and bias (D,) for a LayerNorm with norm_bias; `kind` None: the config's norm."""
+        D = self.config.d_model
+        self.shapes[f"{prefix}.weight"] = (D,)
+        if (kind or self.config.norm) == "layer" and self.config.norm_bias:  # RMSNorm has none, nor ModernBERT's
+            self.shapes[f"{prefix}.bias"] = (D,)
+
+    def sublayer_norms(self, prefix: str) -> None:
+        """The sublayer's norm, and Gemma's second norm of its output (sandwich_norm)."""
+        self.norm(f"{prefix}_norm")
+        if self.config.sandwich_norm:
+            self.norm(f"{prefix}_post_norm")
+
+    def embeddings(self, name: str, vocab: int, own_table: bool) -> None:
+        """A stack's tables before its layers: tokens (unless shared), learned positions, T5's bias, BERT's token
+        types (an encoder's), the embeddings' norm."""
+        config, D = self.config, self.config.d_model
+        if own_table:
+            self.shapes[f"{name}.token_embedding.weight"] = (vocab, D)
+        if config.positional == "learned":
+            self.shapes[f"{name}.position_embedding.weight"] = (config.max_len, D)
+        if config.has_relative_bias:  # T5, MPNet: one bias table per stack, read by every self-attention
+            self.shapes[f"{name}.relative_bias.weight"] = (config.relative_buckets, config.n_heads)
+        if name == "encoder" and config.type_vocab_size > 0:
+            self.shapes[f"{name}.token_type_embedding.weight"] = (config.type_vocab_size, D)
+        if config.embedding_norm:
+            self.norm(f"{name}.embedding_norm", "layer")  # BERT's and BART's: always a LayerNorm
+
+    def feed_forward(self, layer: str, moe: bool) -> None:
+        """A sparse MoE block (router (E, D); the experts' fused gate/up and down) or the dense (gated) one."""
+        config, D, F = self.config, self.config.d_model, self.config.d_ff
+        if moe:
+            E, F_e = config.n_experts, config.expert_width
+            self.shapes[f"{layer}.ffn.router.weight"] = (E, D)
+            self.shapes[f"{layer}.ffn.experts.gate_up_proj"] = (E, 2 * F_e, D)
+            self.shapes[f"{layer}.ffn.experts.down_proj"] = (E, D, F_e)
+            return
+        if config.gated_ffn:
+            self.linear(f"{layer}.ffn.gate", F, D)
+        self.linear(f"{layer}.ffn.linear1", F, D)
+        self.linear(f"{layer}.ffn.linear2", D, F)
+
+    def layer(self, name: str, i: int, cross: bool) -> None:
+        """Layer i of stack `name`: self-attention and its norms, cross-attention and its norms, the feed-forward
+        and its norms."""
+        config, layer = self.config, f"{name}.layers.{i}"
+        self.attention(f"{layer}.self_attn")
+        if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
+            self.norm(f"{layer}.self_attn_norm")
+        if config.sandwich_norm:  # Gemma's second norm, of the sublayer's output
+            self.norm(f"{layer}.self_attn_post_norm")
+        if cross:
+            self.attention(f"{layer}.cross_attn")
+            self.sublayer_norms(f"{layer}.cross_attn")
+        self.feed_forward(layer, moe=name == "decoder" and config.is_moe_layer(i))
+        self.sublayer_norms(f"{layer}.ffn")
+
+    def stack(self, name: str, vocab: int, n_layers: int, cross: bool, own_table: bool = True) -> None:
+        """An encoder or decoder stack: its embeddings, its layers, a pre-norm stack's final norm."""
+        self.embeddings(name, vocab, own_table)
+        for i in range(n_layers):
+            self.layer(name, i, cross)
+        if self.config.norm_first:
+            self.norm(f"{name}.final_norm")
+
+    def encoder_heads(self) -> None:
+        """An EncoderModel's heads: BERT's pooler; ModernBERT's masked-LM head (dense, norm, a bias on the tied
+        decoder's logits)."""
+        config, D = self.config, self.config.d_model
         if config.pooler:
-            linear("pooler.dense", D, D, bias=True)
-        if config.mlm_head:  # ModernBERT's: dense, norm, and a bias on the tied decoder's logits
-            linear("mlm_head.dense", D, D)
-            norm("mlm_head.norm", "layer")
+            self.linear("pooler.dense", D, D, bias=True)
+        if config.mlm_head:
+            self.linear("mlm_head.dense", D, D)
+            self.norm("mlm_head.norm", "layer")
             if config.output_bias:
-                shapes["mlm_head.bias"] = (config.src_vocab_size,)
-        return shapes
-    stack("decoder", config.tgt_vocab_size, config.n_decoder_layers, cross=not decoder_only)
-    if not config.tie_embeddings:
-        shapes["output_proj.weight"] = (config.tgt_vocab_size, D)
-    if config.output_bias:
-        shapes["output_proj.bias"] = (config.tgt_vocab_size,)
-    return shapes
+                self.shapes["mlm_head.bias"] = (config.src_vocab_size,)
+
+    def output_projection(self) -> None:
+        """output_proj.weight (V, D) unless tied to the decoder's table; its bias (V,) with output_bias."""
+        config = self.config
+        if not config.tie_embeddings:
+            self.shapes["output_proj.weight"] = (config.tgt_vocab_size, config.d_model)
+        if config.output_bias:
+            self.shapes["output_proj.bias"] = (config.tgt_vocab_size,)

@@ -60,7 +60,8 @@ from .t5 import T5, T5_ENCODER
 def registered() -> tuple[dict[str, Family], dict[str, Family]]:
     """(model_type -> Family, architecture -> Family) of every family module of this package (each but `core`),
     in the order of the modules' names. ValueError when two files register the same model_type or class."""
-    families, by_architecture = {}, {}
+    families: dict[str, Family] = {}
+    by_architecture: dict[str, Family] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
         if info.name == "core":
             continue

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, TypedDict
 
 from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig
 
@@ -324,7 +325,14 @@ ACTIVATIONS_FROM_HF = {
 
 
 # Converters for ConfigMap keys: (config.json's value, config.json) -> ours, and ours -> config.json's value.
-ACTIVATION_KEY = {"read": lambda value, c: ACTIVATIONS_FROM_HF[value], "allowed": tuple(ACTIVATIONS_FROM_HF)}
+class KeyReading(TypedDict):
+    """A Key's `read` and `allowed`, shared by the families' keys of one kind (Key(..., **ACTIVATION_KEY))."""
+
+    read: Callable
+    allowed: tuple
+
+
+ACTIVATION_KEY = KeyReading(read=lambda value, c: ACTIVATIONS_FROM_HF[value], allowed=tuple(ACTIVATIONS_FROM_HF))
 
 
 def activation_to_hf(value: str) -> str:
@@ -462,20 +470,38 @@ def check_config_values(c: dict, path) -> None:
     Infinity) or out of range, token ids that are not non-negative ints. Run before the config is translated, so
     that no size reaches an allocation and no NaN reaches the model."""
 
-    def bad(name: str, value, expected: str) -> ValueError:
+    def bad(name: str, value: object, expected: str) -> ValueError:
         return ValueError(f"{path}: {name}={value!r} ({type(value).__name__}): expected {expected}")
 
+    for check in (check_sizes, check_token_ids, check_floats, check_rates):
+        check(c, bad)
+
+
+Bad = Callable[[str, object, str], ValueError]  # (field, its value, what was expected) -> the error naming the file
+
+
+def check_sizes(c: dict, bad: Bad) -> None:
+    """Sizes: positive ints (the optional ones may be null), counts: non-negative ints."""
     for name in POSITIVE_INTS + OPTIONAL_POSITIVE_INTS + NON_NEGATIVE_INTS:
         if name not in c or (c[name] is None and name in OPTIONAL_POSITIVE_INTS):
             continue
         low = 0 if name in NON_NEGATIVE_INTS else 1
         if not is_int(c[name]) or c[name] < low:
             raise bad(name, c[name], "a positive integer" if low else "a non-negative integer")
+
+
+def check_token_ids(c: dict, bad: Bad) -> None:
+    """Special token ids: null, a non-negative int, or a list of them."""
     for name in TOKEN_IDS:
         value = c.get(name)
         for item in value if isinstance(value, list) else [value]:
             if item is not None and (not is_int(item) or item < 0):
                 raise bad(name, value, "null, a non-negative integer token id, or a list of them")
+
+
+def check_floats(c: dict, bad: Bad) -> None:
+    """Rotary bases (top level or in rope_parameters, an object): finite and positive; epsilons and coefficients:
+    finite and >= 0."""
     rope = c.get("rope_parameters")
     if rope is not None and not isinstance(rope, dict):
         raise bad("rope_parameters", rope, "an object")
@@ -486,6 +512,10 @@ def check_config_values(c: dict, path) -> None:
             raise bad(name, value, "a finite number")
         if value < 0 or (value == 0 and name.endswith(POSITIVE_FLOATS)):
             raise bad(name, value, "a positive number" if name.endswith(POSITIVE_FLOATS) else "a number >= 0")
+
+
+def check_rates(c: dict, bad: Bad) -> None:
+    """Dropout probabilities: null or a finite number in [0, 1]."""
     for name in RATES:
         value = c.get(name)
         if value is not None and not (is_finite_number(value) and 0 <= value <= 1):
@@ -542,12 +572,13 @@ def end_token_ids(c: dict, vocab: int) -> int | tuple[int, ...] | None:
     value = c.get("eos_token_id")
     if not isinstance(value, list):
         return token_id(c, "eos_token_id", vocab)
-    ids = tuple(token_id({"eos_token_id": v}, "eos_token_id", vocab) for v in value)
-    if None in ids:
+    ids = [token_id({"eos_token_id": v}, "eos_token_id", vocab) for v in value]
+    known = tuple(i for i in ids if i is not None)
+    if len(known) < len(ids):
         raise ValueError(f"config.json: eos_token_id={value} lists a null")
-    if not ids:
+    if not known:
         return None
-    return ids[0] if len(ids) == 1 else ids
+    return known[0] if len(known) == 1 else known
 
 
 # ----------------------------------------------------------------------------------------------
@@ -608,7 +639,9 @@ def resolve_ties(family: Family, config: TransformerConfig, checkpoint_names, eq
     maps a copy the file leaves out to the tensor it stands for (checkpoint names), for a tie that is undone.
     ValueError naming both tensors when the family cannot hold the untied tensors apart."""
     by_relative = {relative(family, name): name for name in checkpoint_names}
-    ties = {}  # field -> [(alias, source)] as relative names, in the table's order
+    # field -> [(alias, source)] as relative names, in the table's order (source None: the head's table, when the
+    # family reads no decoder table)
+    ties: dict[str, list[tuple[str, str | None]]] = {}
     for alias, source, name in family.tied:
         ties.setdefault(name, []).append((relative(family, alias), relative(family, source)))
     fills, differing = {}, {}
@@ -622,11 +655,12 @@ def resolve_ties(family: Family, config: TransformerConfig, checkpoint_names, eq
         present = [(a, s) for a, s in pairs if a in by_relative and s in by_relative]
         differ = [(a, s) for a, s in present if not equal(by_relative[a], by_relative[s])]
         if differ:
-            config = replace(config, **{name: False})
+            untied: dict[str, Any] = {name: False}
+            config = replace(config, **untied)
             differing[name] = differ
-            for alias, source in pairs:  # an absent copy is its source, as transformers ties it
-                if alias not in by_relative and source in by_relative:
-                    fills[alias] = by_relative[alias] = by_relative[source]
+            for copy, original in pairs:  # an absent copy is its source, as transformers ties it
+                if copy not in by_relative and original in by_relative:
+                    fills[copy] = by_relative[copy] = by_relative[original]
     if differing:
         try:
             check_supported(family, config)

@@ -149,6 +149,8 @@ MISTRAL_CONFIG = LLAMA_CONFIG.variant(
     keys=(Key("sliding_window", "sliding_window", None, lambda value, c: None if value is None else int(value)),),
     supports={"sliding_window": ANY, "bias": False, "qkv_bias": (None, False)},
 )
+
+
 def qwen2_window(value, c: dict) -> int | None:
     """sliding_window -> the window: only when use_sliding_window (Qwen2Config: else no layer slides)."""
     return int(value) if c.get("use_sliding_window", False) and value is not None else None

@@ -31,7 +31,8 @@ def fuse_experts(tensors: dict, block: str, gate: str, up: str, down: str) -> di
     mlp.experts.down_proj (E, D, F) = down_e stacked, as transformers 5 fuses them on loading. Other names pass.
     Mixtral: block_sparse_moe, w1, w3, w2; Qwen3-MoE: mlp, gate_proj, up_proj, down_proj."""
     pattern = re.compile(rf"(.*layers\.\d+\.){block}\.(?:experts\.(\d+)\.({gate}|{up}|{down})|gate)\.weight")
-    out, layers = {}, {}
+    out: dict = {}
+    layers: dict[str, dict[tuple[int, str], np.ndarray]] = {}  # a layer's prefix -> (expert, part) -> array
     for name, array in tensors.items():
         found = pattern.fullmatch(name)
         if found is None:

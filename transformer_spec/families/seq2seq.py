@@ -47,7 +47,7 @@ def seq2seq_config(model_type: str) -> ConfigMap:
     """The config map both families share; `model_type` picks the positions, the embedding norm and Marian's
     separate vocabularies."""
     marian = model_type == "marian"
-    keys = (
+    keys: tuple[Key, ...] = (
         Key("vocab_size", "src_vocab_size"),
         Key("vocab_size", "tgt_vocab_size", read=lambda value, c: target_vocabulary(c), written=False),
         Key("d_model", "d_model"),
@@ -81,7 +81,7 @@ def seq2seq_config(model_type: str) -> ConfigMap:
                 or config.src_vocab_size == config.tgt_vocab_size, read_too=False),
             Key("decoder_vocab_size", None, source="tgt_vocab_size", read_too=False),
         )  # fmt: skip
-    supports = {
+    supports: dict[str, object] = {
         "activation": ANY, "scale_embeddings": ANY, "tie_embeddings": ANY, "share_embeddings": ANY,
         "qkv_bias": (None, True),
     }  # fmt: skip
