@@ -28,14 +28,15 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from transformer_spec.checkpoints import read_tensor
-
-from .config import (
+from transformer_spec.config import (
+    TransformerConfig,
     check_checkpoint_fits,
     check_checkpoint_tensors,
     check_layer_count,
     checkpoint_metadata,
     parse_checkpoint_metadata,
 )
+
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 Model = Transformer | TransformerLM | EncoderModel
@@ -68,7 +69,7 @@ def save_checkpoint(path: str | os.PathLike, model: Model, metadata: dict | None
     )
 
 
-def read_checkpoint(path: str | os.PathLike) -> tuple[dict, object, str, dict]:
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict, TransformerConfig, str, dict]:
     """(state dict of arrays, config, model class name, extra metadata). A missing file raises
     FileNotFoundError; a truncated, corrupted or foreign file, or one whose tensors do not fit the model
     its metadata describes, raises ValueError saying which."""
@@ -111,8 +112,8 @@ def load_into(model: Model, path: str | os.PathLike) -> dict:
 
 
 def _read(
-    path: str | os.PathLike, fits: Callable[[object, str], object] | None = None
-) -> tuple[dict, object, str, dict]:
+    path: str | os.PathLike, fits: Callable[[TransformerConfig, str], object] | None = None
+) -> tuple[dict, TransformerConfig, str, dict]:
     """read_checkpoint; `fits(config, model_class)` may raise ValueError before any tensor data is read."""
     path = os.fspath(path)
     if not os.path.exists(path):

@@ -22,6 +22,7 @@ from typing import Self
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
+from transformer_spec.config import TransformerConfig
 from transformer_spec.shapes import parameter_shapes
 
 from .attention import (
@@ -33,7 +34,6 @@ from .attention import (
     multi_head_attention_forward,
     rope_angles,
 )
-from .config import TransformerConfig
 from .layers import (
     ACTIVATIONS,
     ActivationPair,
@@ -764,7 +764,9 @@ def encoder_forward(
     token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
     (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
-    positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
+    positions = None  # (B, T_src) RoBERTa's, or None (the config requires pad_id with positions_after_pad)
+    if config.positions_after_pad and config.pad_id is not None:
+        positions = pad_offset_positions(src_ids, config.pad_id)
     x, embed_cache = embed_forward(
         params, src_ids, config, dropout, "encoder", token_type_ids=token_type_ids, positions=positions
     )  # (B, T_src, D)
