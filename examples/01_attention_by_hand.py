@@ -157,9 +157,9 @@ print("O =\n", O)
 q4, k4, v4, mask4 = Q[None, None], K[None, None], V[None, None], mask[None, None]  # (1, 1, T, Dh)
 out_lib, cache = scaled_dot_product_attention_forward(q4, k4, v4, mask4)
 print("library O =\n", out_lib[0, 0])
-print("library P =\n", cache["probs"][0, 0])
+print("library P =\n", cache.probs[0, 0])
 assert np.abs(out_lib[0, 0] - O).max() <= 1e-12
-assert np.abs(cache["probs"][0, 0] - P).max() <= 1e-12
+assert np.abs(cache.probs[0, 0] - P).max() <= 1e-12
 
 # %% [markdown]
 # ## The backward pass
@@ -369,10 +369,11 @@ assert np.abs(scores_gradient(dO) - scores_gradient(dO, True)).max() > 1e-2
 # ## Step 9: the library's backward
 #
 # `scaled_dot_product_attention_backward(dout, cache)` implements steps 5 to 7, with the batch and
-# head axes in front. It returns the gradients in the order of the forward's inputs: $dQ, dK, dV$.
+# head axes in front. It returns the gradients in the order of the forward's inputs: $dQ, dK, dV$, and a fourth,
+# the gradient of T5's relative-position table when the scores read one (None here: always four values).
 
 # %%
-dq_lib, dk_lib, dv_lib = scaled_dot_product_attention_backward(dO[None, None], cache)
+dq_lib, dk_lib, dv_lib, _ = scaled_dot_product_attention_backward(dO[None, None], cache)
 for name, mine, lib in (("dQ", dQ, dq_lib), ("dK", dK, dk_lib), ("dV", dV, dv_lib)):
     diff = np.abs(mine - lib[0, 0]).max()
     print(f"{name}: max |by hand - library| = {diff:.1e}")
@@ -429,8 +430,8 @@ for name, mine in by_hand.items():
 # %%
 mask_empty = np.array([[True, True, False], [False, False, False]])  # query 1 may attend to nothing
 out_e, cache_e = scaled_dot_product_attention_forward(q4, k4, v4, mask_empty[None, None])
-dq_e, dk_e, dv_e = scaled_dot_product_attention_backward(dO[None, None], cache_e)
-print("P =\n", cache_e["probs"][0, 0])
+dq_e, dk_e, dv_e, _ = scaled_dot_product_attention_backward(dO[None, None], cache_e)
+print("P =\n", cache_e.probs[0, 0])
 print("O =\n", out_e[0, 0])
 print("dQ =\n", dq_e[0, 0])
 assert np.isfinite(out_e).all() and np.isfinite(dq_e).all() and np.isfinite(dk_e).all() and np.isfinite(dv_e).all()
@@ -438,7 +439,7 @@ assert (out_e[0, 0, 1] == 0).all() and (dq_e[0, 0, 1] == 0).all()
 
 # Query 0 alone: the same dK and dV.
 _, cache_0 = scaled_dot_product_attention_forward(q4[:, :, :1], k4, v4, mask_empty[None, None, :1])
-_, dk_0, dv_0 = scaled_dot_product_attention_backward(dO[None, None, :1], cache_0)
+_, dk_0, dv_0, _ = scaled_dot_product_attention_backward(dO[None, None, :1], cache_0)
 assert np.abs(dk_e - dk_0).max() <= 1e-15 and np.abs(dv_e - dv_0).max() <= 1e-15
 
 scores_empty = torch.tensor(S).masked_fill(~torch.tensor(mask_empty), float("-inf"))
@@ -466,7 +467,7 @@ print(
 # %%
 result = check_pair(
     scaled_dot_product_attention_forward,
-    scaled_dot_product_attention_backward,
+    lambda dout, cache: scaled_dot_product_attention_backward(dout, cache)[:3],  # dQ, dK, dV (no T5 table here)
     dict(q=q4.copy(), k=k4.copy(), v=v4.copy(), mask=mask4),
     wrt=["q", "k", "v"],
     max_coords=None,  # all 16 coordinates
@@ -504,7 +505,7 @@ def self_attention_forward(x, mask):
 
 
 def self_attention_backward(dout, cache):
-    dq, dk, dv = scaled_dot_product_attention_backward(dout, cache)
+    dq, dk, dv, _ = scaled_dot_product_attention_backward(dout, cache)
     return dq + dk + dv  # the three paths that fork from x meet again: their gradients add
 
 

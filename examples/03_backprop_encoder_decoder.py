@@ -44,6 +44,7 @@
 # below re-implements the model.
 
 # %%
+import dataclasses
 import inspect
 import os
 import sys
@@ -142,23 +143,23 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 #
 # `Transformer.forward` is three calls: the encoder, the decoder (which reads the encoder's output,
 # the *memory*, with the source's padding mask), and the output projection. We make the same three
-# calls ourselves, so that we hold the caches the backward pass will need. Each stack's cache has
-# one entry per layer under `"layers"`; each layer's cache has three entries per sublayer, in the order
-# the forward ran them: `self_attn_in` (what `residual_in_forward` kept: the layer norm's cache in
-# pre-norm, nothing in post-norm), `self_attn` (the sublayer's own: an `AttentionCache`, or the
-# feed-forward's), `self_attn_out` (what `residual_out_forward` kept: the dropout mask, and the norm's
-# cache in post-norm, held with the norm's name and the backward to run); likewise `cross_attn_*` and `ffn_*`.
-# A norm's cache is `(kind, cache, has_bias)`: the kind (`"layer"` here; `"rms"` for RMSNorm) tells
-# `norm_backward` which backward to run.
+# calls ourselves, so that we hold the caches the backward pass will need. Every cache is a small dataclass
+# whose fields are named as its backward reads them. A stack's cache holds one `LayerCache` per layer in
+# `.layers`; a layer's cache has three fields per sublayer, in the order the forward ran them: `self_attn_in`
+# (what `residual_in_forward` kept: the norm's cache in pre-norm, None in post-norm), `self_attn` (the
+# sublayer's own: an `AttentionCache`; `ffn` holds the feed-forward's), `self_attn_out` (a `SublayerOutCache`:
+# the norm's name and, in `.residual`, what `residual_out_forward` kept: the dropout mask, and the norm's cache
+# in post-norm); likewise `cross_attn_*` (None in a layer without cross-attention) and `ffn_*`. A norm's cache,
+# `NormCache`, holds the layer norm's cache in `.layer` (or RMSNorm's in `.rms`) and whether it has a bias.
 
 # %%
 params = np_model.params
 memory, enc_cache = encoder_forward(sub(params, "encoder"), src, cfg)  # (B, T_src, D)
-x, dec_cache = decoder_forward(sub(params, "decoder"), tgt_in, memory, padding_mask(src, cfg.pad_id), cfg)
+x, dec_cache = decoder_forward(sub(params, "decoder"), tgt_in, memory, cfg, memory_mask=padding_mask(src, cfg.pad_id))
 logits, out_cache = linear_forward(x, params["output_proj.weight"], params["output_proj.bias"])  # (B, T_tgt, V)
 
-print("encoder cache:", list(enc_cache), " layers:", len(enc_cache["layers"]))
-print("decoder layer cache:", list(dec_cache["layers"][0]))
+print("encoder cache:", [f.name for f in dataclasses.fields(enc_cache)], " layers:", len(enc_cache.layers))
+print("decoder layer cache:", [f.name for f in dataclasses.fields(dec_cache.layers[0])])
 assert np.array_equal(logits, np_model.forward(src, tgt_in))  # the same calls as the model's own forward
 
 # %% [markdown]
@@ -447,7 +448,7 @@ compare("output_proj", dx, "decoder.final_norm.out", {"output_proj.weight": dW, 
 # Its backward is walkthrough 02's boxed formula.
 
 # %%
-_, final_norm_cache, _ = dec_cache["final_norm"]  # ("layer", the layer norm's own cache, has a bias)
+final_norm_cache = dec_cache.final_norm.layer  # the NormCache's layer norm cache (this one has a bias)
 dx, dw, db = layer_norm_backward(dx, final_norm_cache)
 compare(
     "decoder.final_norm", dx, "decoder.final_norm.in", {"decoder.final_norm.weight": dw, "decoder.final_norm.bias": db}
@@ -497,22 +498,22 @@ dmemory = np.zeros_like(memory)  # (B, T_src, D): filled by every decoder layer'
 upstream_of = {}  # the gradient entering each sublayer, kept for the close-up below
 
 
-def out_cache(layer: dict, sublayer: str):
-    """What residual_out_forward kept for `sublayer`: the layer holds it as (the norm's name, the backward the
-    model chose, the cache), the backward being residual_out_backward for the paper's residual."""
-    _, backward, cache = layer[f"{sublayer}_out"]
-    assert backward is residual_out_backward  # not Gemma's sandwich (sandwich_out_backward)
+def out_cache(layer, sublayer: str):
+    """What residual_out_forward kept for `sublayer`: the layer's SublayerOutCache holds it in `.residual` (Gemma's
+    sandwich would fill `.sandwich` instead, for sandwich_out_backward)."""
+    cache = getattr(layer, f"{sublayer}_out").residual
+    assert cache is not None  # the paper's residual, not Gemma's sandwich
     return cache
 
 
 for i in reversed(range(cfg.n_decoder_layers)):
-    layer, p = dec_cache["layers"][i], f"decoder.layers.{i}"
+    layer, p = dec_cache.layers[i], f"decoder.layers.{i}"
 
     # feed-forward: x2 = x1 + ffn(LN(x1))
     upstream_of[f"{p}.ffn"] = dx
     dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "ffn"))
-    dh, ffn_grads = ffn_backward(dy, layer["ffn"])
-    dx_ffn, norm_in = residual_in_backward(dh, layer["ffn_in"])
+    dh, ffn_grads = ffn_backward(dy, layer.ffn)
+    dx_ffn, norm_in = residual_in_backward(dh, layer.ffn_in)
     dx = dx_residual + dx_ffn  # the residual path and the path through the sublayer meet at x1
     step_grads = {f"{p}.ffn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
@@ -520,10 +521,10 @@ for i in reversed(range(cfg.n_decoder_layers)):
     # cross-attention: x1 = x0 + MHA(LN(x0), memory, memory)
     upstream_of[f"{p}.cross_attn"] = dx
     dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "cross_attn"))
-    dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, layer["cross_attn"])
+    dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, layer.cross_attn)
     dmemory_i = dkey + dvalue  # the memory was both the key and the value
     dmemory += dmemory_i  # every decoder layer reads the same memory: the shares add
-    dx_cross, norm_in = residual_in_backward(dh, layer["cross_attn_in"])
+    dx_cross, norm_in = residual_in_backward(dh, layer.cross_attn_in)
     dx = dx_residual + dx_cross
     step_grads = {f"{p}.cross_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.cross_attn.{k}": v for k, v in cross_grads.items()}
@@ -533,8 +534,8 @@ for i in reversed(range(cfg.n_decoder_layers)):
     # self-attention: x0 = x + MHA(h, h, h), h = LN(x)
     upstream_of[f"{p}.self_attn"] = dx
     dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "self_attn"))
-    dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer["self_attn"])
-    dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer["self_attn_in"])  # h played three roles
+    dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer.self_attn)
+    dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer.self_attn_in)  # h played three roles
     dx = dx_residual + dx_self
     step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.self_attn.{k}": v for k, v in self_grads.items()}
@@ -551,7 +552,7 @@ for i in reversed(range(cfg.n_decoder_layers)):
 # lot; their sum is right.
 
 # %%
-mha_cache = dec_cache["layers"][0]["self_attn"]
+mha_cache = dec_cache.layers[0].self_attn
 dquery, dkey, dvalue, _ = multi_head_attention_backward(upstream_of["decoder.layers.0.self_attn"], mha_cache)
 dh_torch = captured["decoder.layers.0.self_attn.h"].grad.numpy()
 for name, candidate in (("dquery", dquery), ("dkey", dkey), ("dvalue", dvalue), ("sum", dquery + dkey + dvalue)):
@@ -764,7 +765,7 @@ for name, forward, formula in (
 # Token ids are integers, so there is no input gradient to compare at this step.
 
 # %%
-embed_grads = embed_backward(dx, dec_cache["embed"])
+embed_grads = embed_backward(dx, dec_cache.embed)
 compare("decoder.token_embedding", param_grads={f"decoder.{k}": v for k, v in embed_grads.items()})
 
 # %% [markdown]
@@ -783,31 +784,31 @@ compare("memory (sum over decoder layers)", dmemory, "encoder.final_norm.out")
 # the source padding mask), then the embedding table.
 
 # %%
-_, final_norm_cache, _ = enc_cache["final_norm"]
+final_norm_cache = enc_cache.final_norm.layer
 dx, dw, db = layer_norm_backward(dmemory, final_norm_cache)
 compare(
     "encoder.final_norm", dx, "encoder.final_norm.in", {"encoder.final_norm.weight": dw, "encoder.final_norm.bias": db}
 )
 
 for i in reversed(range(cfg.n_encoder_layers)):
-    layer, p = enc_cache["layers"][i], f"encoder.layers.{i}"
+    layer, p = enc_cache.layers[i], f"encoder.layers.{i}"
 
     dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "ffn"))
-    dh, ffn_grads = ffn_backward(dy, layer["ffn"])
-    dx_ffn, norm_in = residual_in_backward(dh, layer["ffn_in"])
+    dh, ffn_grads = ffn_backward(dy, layer.ffn)
+    dx_ffn, norm_in = residual_in_backward(dh, layer.ffn_in)
     dx = dx_residual + dx_ffn
     step_grads = {f"{p}.ffn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
     dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "self_attn"))
-    dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer["self_attn"])
-    dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer["self_attn_in"])
+    dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer.self_attn)
+    dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer.self_attn_in)
     dx = dx_residual + dx_self
     step_grads = {f"{p}.self_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.self_attn.{k}": v for k, v in self_grads.items()}
     compare(f"{p}.self_attn", dx, f"{p}.self_attn.in", step_grads)
 
-embed_grads = embed_backward(dx, enc_cache["embed"])
+embed_grads = embed_backward(dx, enc_cache.embed)
 compare("encoder.token_embedding", param_grads={f"encoder.{k}": v for k, v in embed_grads.items()})
 
 # %% [markdown]

@@ -266,7 +266,7 @@ x_lib, embed_cache = embed_forward(p, ids, cfg, token_type_ids=token_types)  # (
 mask = padding_mask(ids, cfg.pad_id)  # (B, 1, 1, T), True = may attend
 hidden = [x_lib]
 for i in range(cfg.n_encoder_layers):
-    x_lib, _ = encoder_layer_forward(sub(p, f"layers.{i}"), x_lib, mask, cfg)
+    x_lib, _ = encoder_layer_forward(sub(p, f"layers.{i}"), x_lib, cfg, mask=mask)
     hidden.append(x_lib)
 
 model.forward(ids, token_types)
@@ -346,7 +346,7 @@ def forward_pieces(ids, types):
     mask = padding_mask(ids, cfg.pad_id)  # (B, 1, 1, T)
     layer_caches = []
     for i in range(cfg.n_encoder_layers):
-        x, layer_cache = encoder_layer_forward(sub(p, f"layers.{i}"), x, mask, cfg)
+        x, layer_cache = encoder_layer_forward(sub(p, f"layers.{i}"), x, cfg, mask=mask)
         layer_caches.append(layer_cache)
     return x, embed_cache, layer_caches
 
@@ -401,7 +401,7 @@ dx = dlast
 for i in reversed(range(cfg.n_encoder_layers)):
     dx, _ = encoder_layer_backward(dx, pair_layer_caches[i])  # (2, T, D); the layer's grads are not needed here
 dx_embedding_output = dx  # dsim / dx, x = LayerNorm(e)
-norm_cache = pair_embed_cache["norm"]  # embed_forward's cache holds each piece's cache by name
+norm_cache = pair_embed_cache.norm  # embed_forward's cache (an EmbedCache) holds each piece's cache by name
 de, _, _ = layer_norm_backward(dx_embedding_output, norm_cache)  # (2, T, D): dsim / de
 saliency = np.linalg.norm(de, axis=-1) * real  # (2, T), zero at the padding
 print("dsim/de", de.shape, "; per-token norms:")
@@ -493,7 +493,7 @@ assert abs(score - score_t.item()) <= 1e-12
 def score_from_embedding_output(x0):
     mask = padding_mask(pair_ids, cfg.pad_id)
     for i in range(cfg.n_encoder_layers):
-        x0, _ = encoder_layer_forward(sub(p, f"layers.{i}"), x0, mask, cfg)
+        x0, _ = encoder_layer_forward(sub(p, f"layers.{i}"), x0, cfg, mask=mask)
     uu, ww = (x0 * real[..., None]).sum(axis=1) / n[:, None]
     return uu @ ww / (np.linalg.norm(uu) * np.linalg.norm(ww))
 

@@ -539,7 +539,7 @@ def gqa_forward(q, k, v):
 
 def gqa_backward(dout, cache):
     repeat_cache, attn_cache = cache
-    dq, dk_rep, dv_rep = scaled_dot_product_attention_backward(dout, attn_cache)  # (B, H, T, Dh) each
+    dq, dk_rep, dv_rep, _ = scaled_dot_product_attention_backward(dout, attn_cache)  # (B, H, T, Dh) each; no T5 table
     return dq, repeat_kv_backward(dk_rep, repeat_cache), repeat_kv_backward(dv_rep, repeat_cache)  # dK, dV summed
 
 

@@ -40,6 +40,7 @@
 # second or two, as a script (`python examples/07_flash_attention_backward.py`) or as a notebook.
 
 # %%
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -168,11 +169,12 @@ scale = 1.0 / math.sqrt(Dh)
 
 O, cache = flash_attention_forward(Q, K, V, block_q=B_r, block_k=B_c)
 O_plain, plain_cache = scaled_dot_product_attention_forward(Q, K, V)
-P_plain = plain_cache["probs"]  # (1, 1, T_q, T_k): what the tiled pair never builds
-lse = cache["lse"]  # (1, 1, T_q)
+P_plain = plain_cache.probs  # (1, 1, T_q, T_k): what the tiled pair never builds
+lse = cache.lse  # (1, 1, T_q)
 print("O (tiled) =\n", O[0, 0])
 print("lse =", lse[0, 0])
-print("arrays in the tiled cache:", {k: np.shape(x) for k, x in cache.items() if isinstance(x, np.ndarray)})
+fields = {f.name: getattr(cache, f.name) for f in dataclasses.fields(cache)}  # a FlashAttentionCache
+print("arrays in the tiled cache:", {k: np.shape(x) for k, x in fields.items() if isinstance(x, np.ndarray)})
 assert np.abs(O - O_plain).max() <= 1e-15
 assert np.abs(np.exp((Q @ K.swapaxes(-1, -2)) * scale - lse[..., None]) - P_plain).max() <= 1e-15
 
@@ -277,8 +279,8 @@ for j0 in range(0, T_k, B_c):  # outer loop: key blocks K_j, V_j
         dQ[..., ri, :] += scale * dS @ K[..., cj, :]  # step 5
         dK[..., cj, :] += scale * dS.swapaxes(-1, -2) @ Q[..., ri, :]
 
-dq_plain, dk_plain, dv_plain = scaled_dot_product_attention_backward(dO, plain_cache)
-dq_lib, dk_lib, dv_lib = flash_attention_backward(dO, cache)
+dq_plain, dk_plain, dv_plain, _ = scaled_dot_product_attention_backward(dO, plain_cache)  # 4th: T5's table's, None
+dq_lib, dk_lib, dv_lib, _ = flash_attention_backward(dO, cache)
 for name, mine, plain, lib in (
     ("dQ", dQ, dq_plain, dq_lib),
     ("dK", dK, dk_plain, dk_lib),
@@ -320,8 +322,8 @@ Qc, Kc, Vc, dOc = (rng.standard_normal((1, 2, T, 4)) for _ in range(4))
 Oc, cc = flash_attention_forward(Qc, Kc, Vc, is_causal=True, block_q=blk, block_k=blk)
 causal = np.tril(np.ones((T, T), dtype=bool))  # True = may attend: query r sees keys c <= r
 Oc_plain, cc_plain = scaled_dot_product_attention_forward(Qc, Kc, Vc, causal)
-grads = flash_attention_backward(dOc, cc)
-grads_plain = scaled_dot_product_attention_backward(dOc, cc_plain)
+grads = flash_attention_backward(dOc, cc)[:3]  # dq, dk, dv (the fourth, T5's table's, is None)
+grads_plain = scaled_dot_product_attention_backward(dOc, cc_plain)[:3]
 assert np.abs(Oc - Oc_plain).max() <= 1e-14
 assert all(np.abs(a - b).max() <= 1e-14 for a, b in zip(grads, grads_plain, strict=True))
 print("causal, tiled vs plain: output and gradients agree to 1e-14")

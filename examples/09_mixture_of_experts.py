@@ -318,7 +318,7 @@ for shift in (gap - 1e-3, gap + 1e-3):
     z_shift = z.copy()
     z_shift[n, loser] += shift
     (g_s, S_s), _ = moe.top_k_gates_forward(z_shift, k)
-    y_n[shift], _ = moe.experts_forward(x[n : n + 1], W_gu, W_d, S_s[n : n + 1], g_s[n : n + 1])
+    y_n[shift], _ = moe.experts_forward(x[n : n + 1], S_s[n : n + 1], g_s[n : n + 1], W_gu, W_d)
     print(f"logit + {shift:.4f}: token {n} runs experts {sorted(S_s[n].tolist())}, y_n = {y_n[shift][0]}")
 jump = max_diff(*y_n.values())
 print(f"a change of 2e-3 in one logit moves y_n by up to {jump:.3f}: a step, not a slope")

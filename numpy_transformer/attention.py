@@ -3,7 +3,12 @@
 Shape letters: B batch, H heads, T_q query positions, T_k key positions, D d_model, Dh = D / H (the head
 width :math:`d_h`). The formulas use the symbols of the notation table (docs/notation.md).
 Masks are boolean, broadcastable to (B, H, T_q, T_k), and True means "may attend" (the convention
-of torch.nn.functional.scaled_dot_product_attention).
+of torch.nn.functional.scaled_dot_product_attention). Causal attention is a score rule, ScoreMod(causal=True)
+(scores.py); `is_causal=True` on the public pairs is torch's spelling of the same rule and builds it, nothing more.
+
+Each pair's cache is a frozen dataclass named after it and read only by its backward (AttentionCache.attn.probs,
+the plain kernel's probabilities, is the one field meant for readers: plots and walkthroughs). Leaf pairs take
+their inputs, then their parameters; multi_head_attention_forward, a composite pair, takes its params dict first.
 """
 
 from __future__ import annotations
@@ -12,10 +17,15 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from .flash_attention import flash_attention_backward, flash_attention_forward
+from .flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .layers import (
     Dropout,
+    DropoutCache,
+    LinearCache,
+    NormCache,
+    SoftmaxCache,
     dropout_backward,
     dropout_forward,
     linear_backward,
@@ -27,6 +37,22 @@ from .layers import (
 )
 from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
 from .validation import check_float_array, check_ndim
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledDotProductAttentionCache:
+    q: np.ndarray  # (B, H, T_q, Dh)
+    k: np.ndarray  # (B, H, T_k, Dh)
+    v: np.ndarray  # (B, H, T_k, Dh)
+    scale: float  # c
+    mod: ScoreMod
+    q_pos: np.ndarray  # (T_q,)
+    k_pos: np.ndarray  # (T_k,)
+    table_shape: tuple[int, ...] | None  # T5's bias table's (n_buckets, H), when the scores read it
+    probs: np.ndarray  # P before dropout (B, H, T_q, T_k): readable, for plots
+    dropped: np.ndarray  # drop(P)
+    softmax: SoftmaxCache
+    dropout: DropoutCache
 
 
 def scaled_dot_product_attention_forward(
@@ -41,7 +67,7 @@ def scaled_dot_product_attention_forward(
     q_pos: np.ndarray | None = None,
     k_pos: np.ndarray | None = None,
     bias_table: np.ndarray | None = None,
-):
+) -> tuple[np.ndarray, ScaledDotProductAttentionCache]:
     r"""The paper's equation (1), with the scale :math:`c = 1 / \sqrt{d_h}` and dropout on the probabilities:
 
     .. math::
@@ -52,8 +78,8 @@ def scaled_dot_product_attention_forward(
     keep_mask (B, H, T_q, T_k) drops attention probabilities (inverted dropout, rate dropout_p).
     mod: what else the scores get (scores.ScoreMod: another scale, causal, a sliding window, ALiBi), at the
     positions q_pos (T_q,) and k_pos (T_k,) (default 0 .. T - 1 each). bias_table: T5's (n_buckets, H) relative
-    position bias, when mod.relative says so; the backward then returns its gradient too.
-    Returns out (B, H, T_q, Dh) and a cache whose "probs" are the probabilities before dropout.
+    position bias, when mod.relative says so; the backward then returns its gradient.
+    Returns out (B, H, T_q, Dh) and a cache whose `probs` are the probabilities before dropout.
     """
     q_pos = positions(q.shape[2]) if q_pos is None else q_pos
     k_pos = positions(k.shape[2]) if k_pos is None else k_pos
@@ -61,22 +87,16 @@ def scaled_dot_product_attention_forward(
     probs, softmax_cache = softmax_forward(scores, allowed)
     dropped, drop_cache = dropout_forward(probs, dropout_p, keep_mask)
     out = dropped @ v  # (B, H, T_q, Dh)
-    return out, {
-        "q": q,
-        "k": k,
-        "v": v,
-        "scale": mod.scale_for(q.shape[-1]),
-        "mod": mod,
-        "positions": (q_pos, k_pos),
-        "table_shape": None if bias_table is None else bias_table.shape,
-        "probs": probs,
-        "dropped": dropped,
-        "softmax": softmax_cache,
-        "dropout": drop_cache,
-    }
+    table_shape = None if bias_table is None else bias_table.shape
+    scale = mod.scale_for(q.shape[-1])
+    return out, ScaledDotProductAttentionCache(
+        q, k, v, scale, mod, q_pos, k_pos, table_shape, probs, dropped, softmax_cache, drop_cache
+    )
 
 
-def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
+def scaled_dot_product_attention_backward(
+    dout: np.ndarray, cache: ScaledDotProductAttentionCache
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     r"""Gradients of :math:`O = \mathrm{drop}(P)\, V`, :math:`P = \mathrm{softmax}(S)`,
     :math:`S = c\, Q K^\top + \mathrm{bias}` (:math:`c = 1 / \sqrt{d_h}` unless the ScoreMod says otherwise),
     given :math:`dO`; the softmax backward gives zero where masked:
@@ -90,20 +110,21 @@ def scaled_dot_product_attention_backward(dout: np.ndarray, cache):
     dQ (B, H, T_q, Dh), dK and dV (B, H, T_k, Dh). ALiBi's bias is a constant; when the forward took T5's
     bias table W (n_buckets, H), its gradient :math:`dW_{b, h}` is the sum of :math:`dS_{h, ij}` (before the
     scale: the bias is added after it) over the batch and the pairs (i, j) in bucket b
-    (scores.position_bias_backward), returned as a fourth gradient, after dV.
+    (scores.position_bias_backward), returned as the fourth gradient, after dV; without a table the fourth is
+    None. Always four values: dq, dk, dv, dtable.
     """
-    q, k, v, scale = cache["q"], cache["k"], cache["v"], cache["scale"]
-    dv = cache["dropped"].swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
+    q, k, v = cache.q, cache.k, cache.v
+    dv = cache.dropped.swapaxes(-1, -2) @ dout  # (B, H, T_k, Dh)
     dprobs = np.einsum("bhqd,bhkd->bhqk", dout, v, optimize=True)  # dO V^T (B, H, T_q, T_k): as the scores' Q K^T
-    dprobs = dropout_backward(dprobs, cache["dropout"])
-    dscores = softmax_backward(dprobs, cache["softmax"])
+    dprobs = dropout_backward(dprobs, cache.dropout)
+    dscores = softmax_backward(dprobs, cache.softmax)
     dtable = None
-    if cache["table_shape"] is not None:  # the bias was added after the scale: it gets dS itself
-        dtable = position_bias_backward(dscores, cache["mod"], *cache["positions"], cache["table_shape"])
-    dscores *= scale
+    if cache.table_shape is not None:  # the bias was added after the scale: it gets dS itself
+        dtable = position_bias_backward(dscores, cache.mod, cache.q_pos, cache.k_pos, cache.table_shape)
+    dscores *= cache.scale
     dq = dscores @ k  # (B, H, T_q, Dh)
     dk = dscores.swapaxes(-1, -2) @ q  # (B, H, T_k, Dh)
-    return (dq, dk, dv) if dtable is None else (dq, dk, dv, dtable)
+    return dq, dk, dv, dtable
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -120,7 +141,8 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 def causal_mask(T_q: int, T_k: int) -> np.ndarray:
     """Query i may attend to keys j <= i. (1, 1, T_q, T_k); for T_q != T_k aligned at the top left,
-    as is_causal in torch's scaled_dot_product_attention."""
+    as is_causal in torch's scaled_dot_product_attention. A helper for tests and walkthroughs that spell the causal
+    rule out as a mask: the library itself asks for causal attention with ScoreMod(causal=True)."""
     return np.tri(T_q, T_k, dtype=bool)[None, None]
 
 
@@ -131,7 +153,9 @@ def causal_mask(T_q: int, T_k: int) -> np.ndarray:
 # positions only through their distance.
 
 
-def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.float64):
+def rope_angles(
+    positions: np.ndarray, head_dim: int, theta: float, dtype: DTypeLike = np.float64
+) -> tuple[np.ndarray, np.ndarray]:
     r"""cos and sin of the angles :math:`t\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
     argument `theta`), for every position t and :math:`i < d_h / 2`; each (T, Dh/2), or (B, T, Dh/2) for positions
     (B, T) (a padded batch, each row its own). Computed in float64, then cast."""
@@ -140,7 +164,13 @@ def rope_angles(positions: np.ndarray, head_dim: int, theta: float, dtype=np.flo
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
-def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
+@dataclass(frozen=True, slots=True)
+class RopeCache:
+    cos: np.ndarray  # (T, R/2), or (B, 1, T, R/2)
+    sin: np.ndarray
+
+
+def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, RopeCache]:
     r"""Rotate every pair :math:`(x_i, x_{i + R/2})` of the first R features of x (B, H, T, Dh) by its angle
     :math:`t\, \theta_i` (the tables cos and sin, (T, R/2), of rope_angles); R = Dh, or (partial rotary, GPT-NeoX)
     fewer: the features from R on pass through unchanged. R is read from the tables' width:
@@ -153,10 +183,10 @@ def rope_forward(x: np.ndarray, cos: np.ndarray, sin: np.ndarray):
     half = cos.shape[-1]  # R/2
     x1, x2, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]  # (B, H, T, R/2) x 2, (.., Dh - R)
     out = np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], axis=-1)  # (B, H, T, Dh)
-    return out, (cos, sin)
+    return out, RopeCache(cos, sin)
 
 
-def rope_backward(dout: np.ndarray, cache):
+def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
     r""":math:`y = R x` with R a rotation of each pair, so :math:`dx = R^\top dy`. A rotation is orthogonal: its
     transpose is its inverse, the rotation by the opposite angle (sin -> -sin, cos unchanged); the features
     that pass through (partial rotary, j >= R) pass their gradient through:
@@ -166,8 +196,7 @@ def rope_backward(dout: np.ndarray, cache):
         dx_i &= dy_i \cos t\theta_i + dy_{i + R/2} \sin t\theta_i, \\
         dx_{i + R/2} &= -dy_i \sin t\theta_i + dy_{i + R/2} \cos t\theta_i, \qquad dx_{j \ge R} = dy_j
     """
-    cos, sin = cache
-    dx, _ = rope_forward(dout, cos, -sin)
+    dx, _ = rope_forward(dout, cache.cos, -cache.sin)
     return dx
 
 
@@ -176,15 +205,20 @@ def rope_backward(dout: np.ndarray, cache):
 # (query head h reads K/V head h // n_rep). Multi-query attention is n_kv_heads = 1.
 
 
-def repeat_kv_forward(x: np.ndarray, n_rep: int):
+@dataclass(frozen=True, slots=True)
+class RepeatKVCache:
+    n_rep: int  # query heads per K/V head
+
+
+def repeat_kv_forward(x: np.ndarray, n_rep: int) -> tuple[np.ndarray, RepeatKVCache]:
     r"""(B, H_kv, T, Dh) -> (B, H_kv * n_rep, T, Dh), each K/V head repeated for the n_rep query heads it serves:
     query head h reads K/V head :math:`\lfloor h / n_{\mathrm{rep}} \rfloor`."""
     if n_rep == 1:
-        return x, n_rep
-    return np.repeat(x, n_rep, axis=1), n_rep  # (B, H, T, Dh)
+        return x, RepeatKVCache(n_rep)
+    return np.repeat(x, n_rep, axis=1), RepeatKVCache(n_rep)  # (B, H, T, Dh)
 
 
-def repeat_kv_backward(dout: np.ndarray, cache):
+def repeat_kv_backward(dout: np.ndarray, cache: RepeatKVCache) -> np.ndarray:
     r"""A K/V head read by n_rep query heads receives the sum of their gradients, (B, H, T, Dh) ->
     (B, H_kv, T, Dh): for K/V head j,
 
@@ -192,7 +226,7 @@ def repeat_kv_backward(dout: np.ndarray, cache):
 
         dx_j = \sum_{r = 0}^{n_{\mathrm{rep}} - 1} dy_{j\, n_{\mathrm{rep}} + r}
     """
-    n_rep = cache
+    n_rep = cache.n_rep
     if n_rep == 1:
         return dout
     B, H, T, Dh = dout.shape
@@ -211,7 +245,7 @@ MHA_KEYS = tuple(f"{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weig
 QK_NORM_KEYS = ("q_norm.weight", "k_norm.weight")
 
 
-def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float, kind: str = "rms"):
+def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float, kind: str = "rms") -> tuple[np.ndarray, NormCache]:
     r"""RMSNorm of every head's vector: x (B, H, T, Dh), weight (Dh,) -> (B, H, T, Dh),
 
     .. math::
@@ -219,11 +253,11 @@ def qk_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float, kind: str = "
         y_{bht} = \frac{x_{bht}}{\sqrt{\mathrm{mean}_d\, x_{bhtd}^2 + \varepsilon}} \odot \gamma
 
     the RMSNorm pair's math over the last axis, every (batch, head, position) a row; :math:`\gamma` = weight
-    (kind "rms", Qwen3) or 1 + weight (kind "rms_offset", Gemma)."""
+    (kind "rms", Qwen3) or 1 + weight (kind "rms_offset", Gemma). Its cache is the norm pair's, NormCache."""
     return norm_forward({"weight": weight}, x, kind, eps)
 
 
-def qk_norm_backward(dout: np.ndarray, cache):
+def qk_norm_backward(dout: np.ndarray, cache: NormCache) -> tuple[np.ndarray, np.ndarray]:
     r"""With :math:`\hat x = x\, r`, :math:`g = dy \odot \gamma`: each head's vector is a row of its own, and
     the weight is shared by all of them, so its gradient sums over batch, heads and positions:
 
@@ -251,7 +285,9 @@ class KVCache:
     long the sequence grows. Each slot's position is kept beside it, and that is what the score rules read.
     """
 
-    def __init__(self, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int, dtype, window: int | None = None):
+    def __init__(
+        self, n_rows: int, n_kv_heads: int, max_len: int, head_dim: int, dtype: DTypeLike, window: int | None = None
+    ) -> None:
         size = max_len if window is None else min(max_len, window)
         self.keys = np.zeros((n_rows, n_kv_heads, size, head_dim), dtype=dtype)  # (N, H_kv, T_max, Dh)
         self.values = np.zeros_like(self.keys)
@@ -259,7 +295,7 @@ class KVCache:
         self.window = window
         self.length = 0  # positions added so far
 
-    def update(self, k: np.ndarray, v: np.ndarray, k_pos: np.ndarray):
+    def update(self, k: np.ndarray, v: np.ndarray, k_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Add the new keys and values (N, H_kv, T_new, Dh) at positions k_pos (T_new,); return what attention
         reads now: every cached key and value (the new ones included) and their positions."""
         size, T_new = self.keys.shape[2], k.shape[2]
@@ -292,29 +328,46 @@ class MemoryCache:
     """Cross-attention's keys and values of the encoder output: projected at the first step, read at every
     step after (the memory does not change while the decoder runs)."""
 
-    def __init__(self):
-        self.keys = self.values = None  # (N, H_kv, S, Dh)
+    def __init__(self) -> None:
+        self.keys: np.ndarray | None = None  # (N, H_kv, S, Dh)
+        self.values: np.ndarray | None = None
 
     def reorder(self, rows: np.ndarray) -> None:
         pass  # rows[n] is always a beam of the same source, and all beams of a source hold the same memory
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class AttentionCache:
     """What multi_head_attention_backward needs, by name."""
 
     n_heads: int
-    kernel: str  # "plain" or "flash": which pair's backward reads `attn`
-    q: tuple  # linear caches of the four projections
-    k: tuple
-    v: tuple
-    out: tuple
-    rope: tuple | None  # rotary (cos, sin), or None
-    repeat_kv: int  # query heads per K/V head
-    attn: dict  # the kernel pair's own cache; with the plain kernel attn["probs"] holds the probabilities
+    kernel: str  # "plain" or "flash": the pair that made `attn`, so the one whose backward reads it
+    q: LinearCache  # the four projections
+    k: LinearCache | None  # None when the keys and values came from a MemoryCache
+    v: LinearCache | None
+    out: LinearCache
+    rope: RopeCache | None  # rotary positions, or None
+    repeat_kv: RepeatKVCache  # query heads per K/V head
+    attn: ScaledDotProductAttentionCache | FlashAttentionCache  # the kernel's own; the plain one's .probs (plots)
     decoding: bool = False  # keys and values came from a decoding cache: a forward-only call
-    q_norm: tuple | None = None  # qk_norm_forward's caches of the queries and the keys (Qwen3), or None
-    k_norm: tuple | None = None
+    q_norm: NormCache | None = None  # qk_norm_forward's caches of the queries and the keys (Qwen3), or None
+    k_norm: NormCache | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Projected:
+    """The heads of one attention call, after the projections (and qk-norm, RoPE, the decoding cache)."""
+
+    q: np.ndarray  # (B, H, T_q, Dh)
+    k: np.ndarray  # (B, H_kv, T_k, Dh)
+    v: np.ndarray  # (B, H_kv, T_k, Dh)
+    k_pos: np.ndarray  # (T_k,)
+    q_cache: LinearCache
+    k_cache: LinearCache | None
+    v_cache: LinearCache | None
+    rope: RopeCache | None
+    q_norm: NormCache | None
+    k_norm: NormCache | None
 
 
 def multi_head_attention_forward(
@@ -328,17 +381,18 @@ def multi_head_attention_forward(
     site: str = "attn",
     *,
     n_kv_heads: int | None = None,
-    rope: tuple | None = None,
+    rope: tuple[np.ndarray, np.ndarray] | None = None,
     is_causal: bool = False,
     kernel: str = "plain",
     mod: ScoreMod = PLAIN,
+    cross: bool = False,
     q_pos: np.ndarray | None = None,
     kv_cache: KVCache | MemoryCache | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
     qk_norm_eps: float = 1e-6,
     qk_norm_kind: str = "rms",
-):
+) -> tuple[np.ndarray, AttentionCache]:
     r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
     its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
 
@@ -351,12 +405,13 @@ def multi_head_attention_forward(
     and their biases, or none of them (bias-free attention, as Llama's), or the q, k, v biases only (Qwen2's).
     Dh, the head width, is q_proj's rows / H: D / H unless the model says otherwise (Qwen3, Gemma).
     query (B, T_q, D), key and value (B, T_k, D); attn_mask broadcastable to (B, H, T_q, T_k),
-    True = may attend; is_causal adds the causal mask (query i sees keys j <= i). Self-attention passes
-    the same array as query, key and value.
+    True = may attend. Self-attention passes the same array as query, key and value.
     n_kv_heads: K/V heads (grouped-query attention; None = n_heads). rope: (cos, sin) of the positions,
     each (T, Dh/2), to rotate queries and keys with (self-attention, T_q = T_k = T).
-    mod: the scores' rules (scores.ScoreMod: scale, causal, a sliding window, ALiBi); q_pos (T_q,) the queries'
-    positions (default 0 .. T_q - 1; the keys of a self-attention sit at the same positions).
+    mod: the scores' rules (scores.ScoreMod: scale, causal, a sliding window, ALiBi); is_causal=True is torch's
+    name for mod.causal and only sets it. q_pos (T_q,): the queries' positions (default 0 .. T_q - 1).
+    cross: the keys are another sequence's (cross-attention), at their own positions 0 .. T_k - 1; in
+    self-attention (cross False) they sit at the queries' positions q_pos (0 .. T_k - 1 when q_pos is not given).
     kv_cache: in decoding, a KVCache (self-attention: the new keys are added, attention reads all cached ones)
     or a MemoryCache (cross-attention: the memory's projections, computed once); the call is then forward-only.
     bias_table: T5's relative position bias (n_buckets, H), read when mod.relative says so; its gradient comes
@@ -369,80 +424,102 @@ def multi_head_attention_forward(
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
-    Returns out (B, T_q, D) and an AttentionCache; with the plain kernel cache.attn["probs"] holds the
+    Returns out (B, T_q, D) and an AttentionCache; with the plain kernel cache.attn.probs holds the
     probabilities (B, H, T_q, T_k).
     """
-    if kernel not in ("plain", "flash"):
-        raise ValueError(f"kernel must be 'plain' or 'flash', got {kernel!r}")
-    p = 0.0 if dropout is None else dropout.rate(f"{site}.dropout")  # the attention probabilities' rate
-    if kernel == "flash" and p > 0:
-        raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={p}")
+    p = _check_kernel(kernel, dropout, site)  # the attention probabilities' dropout rate
+    mod = dataclasses.replace(mod, causal=True) if is_causal else mod  # torch's is_causal: the causal score rule
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-    mod = dataclasses.replace(mod, causal=True) if is_causal else mod
     _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads)
     head_dim = _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
     _check_rope(rope, query, key, n_heads, head_dim)
+    self_pos = None if cross else q_pos  # self-attention's keys sit at the queries' positions, when given
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
+    heads = _project(
+        params, query, key, value, n_heads, n_kv_heads, self_pos, kv_cache, rope, qk_norm_eps, qk_norm_kind
+    )  # (B, H, T_q, Dh) queries, (B, H_kv, T_k, Dh) keys and values
+    if key_padding is not None:
+        real = key_padding[:, heads.k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
+        attn_mask = real if attn_mask is None else attn_mask & real
+    k, repeat_cache = repeat_kv_forward(heads.k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
+    v, _ = repeat_kv_forward(heads.v, n_heads // n_kv_heads)
+    attn_cache: ScaledDotProductAttentionCache | FlashAttentionCache
+    if kernel == "flash" and kv_cache is None:  # the tiled kernel skips the blocks the score rules hide
+        context, attn_cache = flash_attention_forward(heads.q, k, v, attn_mask, mod=mod, bias_table=bias_table)
+        kernel_used = "flash"
+    else:
+        keep_mask = None
+        if dropout is not None and p > 0:
+            B, H, T_q, T_k = query.shape[0], n_heads, query.shape[1], k.shape[2]
+            keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
+        context, attn_cache = scaled_dot_product_attention_forward(
+            heads.q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=heads.k_pos, bias_table=bias_table
+        )  # (B, H, T_q, Dh)
+        kernel_used = "plain"
+    context = merge_heads(context)  # (B, T_q, H*Dh)
+    out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
+    cache = AttentionCache(
+        n_heads=n_heads,
+        kernel=kernel_used,
+        q=heads.q_cache,
+        k=heads.k_cache,
+        v=heads.v_cache,
+        out=out_cache,
+        rope=heads.rope,
+        repeat_kv=repeat_cache,
+        attn=attn_cache,
+        decoding=kv_cache is not None,
+        q_norm=heads.q_norm,
+        k_norm=heads.k_norm,
+    )
+    return out, cache
+
+
+def _project(
+    params: dict,
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    n_heads: int,
+    n_kv_heads: int,
+    k_pos: np.ndarray | None,
+    kv_cache: KVCache | MemoryCache | None,
+    rope: tuple[np.ndarray, np.ndarray] | None,
+    qk_norm_eps: float,
+    qk_norm_kind: str,
+) -> _Projected:
+    """The forward's first lines: Q, K, V split into heads (qk-normed, rotated), the decoding cache read and
+    extended, and the keys' positions: k_pos (self-attention's, the queries'), or 0 .. T_k - 1 when None."""
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, H*Dh)
     q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
     qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
-    q_norm_cache = k_norm_cache = None
+    q_norm_cache = k_norm_cache = k_cache = v_cache = None
     if qk_norm:
         q, q_norm_cache = qk_norm_forward(q, params["q_norm.weight"], qk_norm_eps, qk_norm_kind)
-    k_cache = v_cache = None
-    if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None:
-        k, v, k_pos = kv_cache.keys, kv_cache.values, positions(kv_cache.keys.shape[2])  # the memory's, from step 1
+    if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None and kv_cache.values is not None:
+        k, v = kv_cache.keys, kv_cache.values  # the memory's, projected at step 1
     else:
         k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
         v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
         k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
         if qk_norm:
             k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps, qk_norm_kind)
-        k_pos = q_pos if kv_cache is not None or key is query else positions(key.shape[1])
+    k_pos = positions(k.shape[2]) if k_pos is None else k_pos
     rope_cache = None
     if rope is not None:
         q, rope_cache = rope_forward(q, *rope)
-        if k_cache is not None:
+        if k_cache is not None:  # keys projected here, not read back from a MemoryCache
             k, _ = rope_forward(k, *rope)  # the same positions, so the same rotation (and the same backward)
     if isinstance(kv_cache, KVCache):
         k, v, k_pos = kv_cache.update(k, v, k_pos)  # (N, H_kv, T_cached, Dh): every position so far
     elif isinstance(kv_cache, MemoryCache):
         kv_cache.keys, kv_cache.values = k, v
-    if key_padding is not None:
-        real = key_padding[:, k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
-        attn_mask = real if attn_mask is None else attn_mask & real
-    k, repeat_cache = repeat_kv_forward(k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
-    v, _ = repeat_kv_forward(v, n_heads // n_kv_heads)
-    if kernel == "flash" and kv_cache is None:  # the tiled kernel skips the blocks the score rules hide
-        context, attn_cache = flash_attention_forward(q, k, v, attn_mask, mod=mod, bias_table=bias_table)
-    else:
-        keep_mask = None
-        if p > 0:
-            B, H, T_q, T_k = q.shape[0], n_heads, q.shape[2], k.shape[2]
-            keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
-        context, attn_cache = scaled_dot_product_attention_forward(
-            q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=k_pos, bias_table=bias_table
-        )  # (B, H, T_q, Dh)
-    context = merge_heads(context)  # (B, T_q, H*Dh)
-    out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
-    cache = AttentionCache(
-        n_heads=n_heads,
-        kernel="flash" if "lse" in attn_cache else "plain",
-        q=q_cache,
-        k=k_cache,
-        v=v_cache,
-        out=out_cache,
-        rope=rope_cache,
-        repeat_kv=repeat_cache,
-        attn=attn_cache,
-        decoding=kv_cache is not None,
-        q_norm=q_norm_cache,
-        k_norm=k_norm_cache,
-    )
-    return out, cache
+    return _Projected(q, k, v, k_pos, q_cache, k_cache, v_cache, rope_cache, q_norm_cache, k_norm_cache)
 
 
-def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
+def multi_head_attention_backward(
+    dout: np.ndarray, cache: AttentionCache
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     r"""The forward in reverse, given :math:`dY`: the output projection's backward (C the merged heads), each
     head's attention backward on :math:`dO_h = \mathrm{split}(dC)_h`, then the input projections' (the query's
     below; likewise for the key and the value):
@@ -464,30 +541,42 @@ def multi_head_attention_backward(dout: np.ndarray, cache: AttentionCache):
     """
     if not isinstance(cache, AttentionCache):
         raise TypeError(f"cache must be the AttentionCache of multi_head_attention_forward, got {type(cache).__name__}")
-    if cache.decoding:
+    if cache.decoding or cache.k is None or cache.v is None:
         raise ValueError("this forward read its keys from a decoding cache (kv_cache=...): it has no backward")
-    grads = {}
+    grads: dict[str, np.ndarray | None] = {}
     dcontext, grads["out_proj.weight"], grads["out_proj.bias"] = linear_backward(dout, cache.out)
-    attention_backward = flash_attention_backward if cache.kernel == "flash" else scaled_dot_product_attention_backward
-    dq, dk, dv, *dtable = attention_backward(split_heads(dcontext, cache.n_heads), cache.attn)
+    dcontext_heads = split_heads(dcontext, cache.n_heads)  # (B, H, T_q, Dh)
+    if isinstance(cache.attn, FlashAttentionCache):  # cache.kernel == "flash"
+        dq, dk, dv, dtable = flash_attention_backward(dcontext_heads, cache.attn)
+    else:
+        dq, dk, dv, dtable = scaled_dot_product_attention_backward(dcontext_heads, cache.attn)
     dk = repeat_kv_backward(dk, cache.repeat_kv)  # (B, H_kv, T_k, Dh)
     dv = repeat_kv_backward(dv, cache.repeat_kv)
     if cache.rope is not None:
         dq = rope_backward(dq, cache.rope)
         dk = rope_backward(dk, cache.rope)
-    if cache.q_norm is not None:  # Qwen3: through each head's RMSNorm of the queries and the keys
+    if cache.q_norm is not None and cache.k_norm is not None:  # Qwen3: through each head's RMSNorm of q and k
         dq, grads["q_norm.weight"] = qk_norm_backward(dq, cache.q_norm)
         dk, grads["k_norm.weight"] = qk_norm_backward(dk, cache.k_norm)
     dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache.q)
     dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache.k)
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
-    grads = {k: grads[k] for k in MHA_KEYS + QK_NORM_KEYS if grads.get(k) is not None}
-    if dtable:  # T5's bias table, read by this attention (and by the stack's other layers: the stack adds them)
-        grads["relative_bias.weight"] = dtable[0]
-    return dquery, dkey, dvalue, grads
+    grads["relative_bias.weight"] = dtable  # T5's table, read by every layer of the stack: the stack adds them
+    keys = MHA_KEYS + QK_NORM_KEYS + ("relative_bias.weight",)
+    return dquery, dkey, dvalue, {k: g for k in keys if (g := grads.get(k)) is not None}
 
 
-def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype) -> int:
+def _check_kernel(kernel: str, dropout: Dropout | None, site: str) -> float:
+    """kernel is "plain" or "flash", and the flash kernel has no dropout; returns the attention dropout's rate."""
+    if kernel not in ("plain", "flash"):
+        raise ValueError(f"kernel must be 'plain' or 'flash', got {kernel!r}")
+    p = 0.0 if dropout is None else dropout.rate(f"{site}.dropout")  # the attention probabilities' rate
+    if kernel == "flash" and p > 0:
+        raise ValueError(f"kernel='flash' has no attention dropout: pass dropout=None, got p={p}")
+    return p
+
+
+def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype: DTypeLike) -> int:
     """Check the projections' names, shapes and dtypes; return Dh, the head width (q_proj's rows / n_heads)."""
     weights = [k for k in MHA_KEYS if k.endswith("weight")]
     biases = [k for k in MHA_KEYS if k.endswith("bias")]
@@ -512,8 +601,8 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
             f"params['q_proj.weight'] has {width} rows (n_heads * head_dim), not divisible by n_heads={n_heads}"
         )
     kv = width // n_heads * n_kv_heads  # H_kv * Dh
-    expected = {"q_proj": (width, D), "k_proj": (kv, D), "v_proj": (kv, D), "out_proj": (D, width)}
-    expected |= {"q_norm": (width // n_heads,), "k_norm": (width // n_heads,)}
+    expected: dict[str, tuple[int, ...]] = {"q_proj": (width, D), "k_proj": (kv, D), "v_proj": (kv, D)}
+    expected |= {"out_proj": (D, width), "q_norm": (width // n_heads,), "k_norm": (width // n_heads,)}
     for k in weights + present + norms:
         shape = expected[k.split(".")[0]]
         shape = shape if k.endswith("weight") else shape[:1]
@@ -527,7 +616,20 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
     return width // n_heads
 
 
-def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=None) -> None:
+def _check_attention_inputs(
+    query: np.ndarray,
+    key: np.ndarray,
+    value: np.ndarray,
+    n_heads: int,
+    attn_mask: np.ndarray | None,
+    n_kv_heads: int | None = None,
+) -> None:
+    _check_query_key_value(query, key, value)
+    _check_head_counts(n_heads, n_kv_heads)
+    _check_attention_mask(attn_mask, (query.shape[0], n_heads, query.shape[1], key.shape[1]))
+
+
+def _check_query_key_value(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         check_float_array(name, x)
         check_ndim(name, x, 3, "(B, T, D)")
@@ -542,6 +644,9 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
         raise TypeError(f"query, key and value must share one dtype, got {query.dtype}, {key.dtype} and {value.dtype}")
     if key.shape[2] != D:
         raise ValueError(f"key must have d_model={D} features like query, got shape {key.shape}")
+
+
+def _check_head_counts(n_heads: int, n_kv_heads: int | None) -> None:
     if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
         raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
     if n_kv_heads is not None:
@@ -551,22 +656,26 @@ def _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads=No
             raise ValueError(
                 f"n_heads must be a multiple of n_kv_heads, got n_heads={n_heads}, n_kv_heads={n_kv_heads}"
             )
-    if attn_mask is not None:
-        attn_mask = np.asarray(attn_mask)
-        if attn_mask.dtype != np.bool_:
-            raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
-        target = (B, n_heads, T_q, key.shape[1])
-        try:
-            np.broadcast_shapes(attn_mask.shape, target)
-        except ValueError:
-            raise ValueError(
-                f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}"
-            ) from None
-        if attn_mask.ndim > 4 or np.broadcast_shapes(attn_mask.shape, target) != target:
-            raise ValueError(f"attn_mask of shape {attn_mask.shape} must broadcast to (B, H, T_q, T_k) = {target}")
 
 
-def _check_rope(rope, query, key, n_heads: int, Dh: int) -> None:
+def _check_attention_mask(attn_mask: np.ndarray | None, target: tuple[int, int, int, int]) -> None:
+    """attn_mask, when given, is a bool array broadcastable to target = (B, H, T_q, T_k)."""
+    if attn_mask is None:
+        return
+    attn_mask = np.asarray(attn_mask)
+    if attn_mask.dtype != np.bool_:
+        raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
+    try:
+        np.broadcast_shapes(attn_mask.shape, target)
+    except ValueError:
+        raise ValueError(
+            f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}"
+        ) from None
+    if attn_mask.ndim > 4 or np.broadcast_shapes(attn_mask.shape, target) != target:
+        raise ValueError(f"attn_mask of shape {attn_mask.shape} must broadcast to (B, H, T_q, T_k) = {target}")
+
+
+def _check_rope(rope: object, query: np.ndarray, key: np.ndarray, n_heads: int, Dh: int) -> None:
     """rope, when given, must be (cos, sin), each (T, Dh/2) (or (B, 1, T, Dh/2)), in the inputs' dtype; R/2 < Dh/2
     for partial rotary (the first R features of each head turn)."""
     if rope is None:

@@ -20,27 +20,36 @@ tensor data is read, and a model is built (load_checkpoint) or written (load_int
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from transformer_spec.checkpoints import read_tensor
-
-from .config import (
+from transformer_spec.config import (
+    TransformerConfig,
     check_checkpoint_fits,
     check_checkpoint_tensors,
     check_layer_count,
     checkpoint_metadata,
     parse_checkpoint_metadata,
 )
+
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
-CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
+Model = Transformer | TransformerLM | EncoderModel
+CLASSES: dict[str, type[Model]] = {
+    "Transformer": Transformer,
+    "TransformerLM": TransformerLM,
+    "EncoderModel": EncoderModel,
+}
 # Parameters are floating point. NumPy holds F16, F32 and F64; a BF16 tensor (a torch bfloat16 model's)
 # is widened exactly to float32.
 
 
-def _safetensors():
+def _safetensors() -> ModuleType:
     try:
         import safetensors.numpy
     except ImportError:  # pragma: no cover - depends on the environment
@@ -48,7 +57,7 @@ def _safetensors():
     return safetensors
 
 
-def save_checkpoint(path, model, metadata: dict | None = None) -> None:
+def save_checkpoint(path: str | os.PathLike, model: Model, metadata: dict | None = None) -> None:
     """Write every parameter (state-dict names, the model's dtype) and the config to `path`."""
     if not isinstance(model, (Transformer, TransformerLM, EncoderModel)):
         raise TypeError(
@@ -60,14 +69,14 @@ def save_checkpoint(path, model, metadata: dict | None = None) -> None:
     )
 
 
-def read_checkpoint(path) -> tuple[dict, object, str, dict]:
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict, TransformerConfig, str, dict]:
     """(state dict of arrays, config, model class name, extra metadata). A missing file raises
     FileNotFoundError; a truncated, corrupted or foreign file, or one whose tensors do not fit the model
     its metadata describes, raises ValueError saying which."""
     return _read(path)
 
 
-def load_checkpoint(path, dtype=None):
+def load_checkpoint(path: str | os.PathLike, dtype: DTypeLike | None = None) -> Model:
     """Rebuild the saved model: its class and config from the metadata, then its weights.
     dtype: np.float32 or np.float64; default, the dtype the weights were saved in."""
     path = os.fspath(path)
@@ -84,7 +93,7 @@ def load_checkpoint(path, dtype=None):
     return model
 
 
-def load_into(model, path) -> dict:
+def load_into(model: Model, path: str | os.PathLike) -> dict:
     """Load a checkpoint's weights into an existing model whose config must match the file's.
     Returns the extra metadata. When it raises, the model is as it was: nothing is written before
     the whole file has been read and checked."""
@@ -102,7 +111,9 @@ def load_into(model, path) -> dict:
 # the tensor data.
 
 
-def _read(path, fits=None) -> tuple[dict, object, str, dict]:
+def _read(
+    path: str | os.PathLike, fits: Callable[[TransformerConfig, str], object] | None = None
+) -> tuple[dict, TransformerConfig, str, dict]:
     """read_checkpoint; `fits(config, model_class)` may raise ValueError before any tensor data is read."""
     path = os.fspath(path)
     if not os.path.exists(path):

@@ -105,7 +105,7 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray, attention_mask
     Returns the logits of the last new position, (N, V): the distribution of the next token.
     """
     x, _ = decoder_forward(
-        cache.decoder_params, new_ids, cache.memory, cache.memory_mask, model.config,
+        cache.decoder_params, new_ids, cache.memory, model.config, memory_mask=cache.memory_mask,
         caches=cache.layers, start=cache.length, attention_mask=attention_mask,
     )  # fmt: skip
     cache.length += new_ids.shape[1]

@@ -33,11 +33,26 @@ the backward's :math:`e^{S - \mathrm{lse}}` is 0 for every key.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 
 from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
 from .validation import check_float_array, check_ndim
+
+
+@dataclass(frozen=True, slots=True)
+class FlashAttentionCache:
+    q: np.ndarray  # (B, H, T_q, Dh)
+    k: np.ndarray  # (B, H, T_k, Dh)
+    v: np.ndarray  # (B, H, T_k, Dh)
+    out: np.ndarray  # O (B, H, T_q, Dh)
+    lse: np.ndarray  # L, the row log-sum-exp (B, H, T_q); +inf for a row with nothing to attend to
+    attn_mask: np.ndarray | None  # as given: a padding mask (B, 1, 1, T_k) is small; causal builds none
+    mod: ScoreMod
+    bias_table: np.ndarray | None  # T5's (n_buckets, H), or None
+    block_q: int
+    block_k: int
 
 
 def flash_attention_forward(
@@ -51,16 +66,17 @@ def flash_attention_forward(
     *,
     mod: ScoreMod = PLAIN,
     bias_table: np.ndarray | None = None,
-):
+) -> tuple[np.ndarray, FlashAttentionCache]:
     r""":math:`O = \mathrm{softmax}(c\, Q K^\top)\, V`, :math:`c = 1 / \sqrt{d_h}`, one block of keys at a time
     (online softmax).
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh); attn_mask boolean, broadcastable to (B, H, T_q, T_k),
-    True = may attend; is_causal: query i sees keys j <= i (top-left aligned, as torch's is_causal),
-    and key blocks wholly above the diagonal are skipped, no (T_q, T_k) mask is built. mod: the scores' other
+    True = may attend; is_causal: torch's name for the causal score rule (mod.causal), which it only sets: query i
+    sees keys j <= i (top-left aligned), key blocks wholly above the diagonal are skipped, and no (T_q, T_k) mask
+    is built. mod: the scores' other
     rules (scores.ScoreMod: scale, a sliding window, whose blocks wholly outside the window are skipped too, ALiBi),
     applied block by block by the same function as the plain pair's. bias_table: T5's (n_buckets, H) relative
-    position bias, when mod.relative says so; the backward then returns its gradient too.
+    position bias, when mod.relative says so; the backward then returns its gradient.
     Returns out (B, H, T_q, Dh) and a cache holding q, k, v, out and the row log-sum-exp lse (B, H, T_q), besides
     the mask as given and the options (nothing computed here is of size (T_q, T_k)).
 
@@ -82,7 +98,7 @@ def flash_attention_forward(
     probability can be recomputed as :math:`P = e^{S - m} / \ell = e^{S - \mathrm{lse}}`.
     """
     _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k)
-    mod = dataclasses.replace(mod, causal=True) if is_causal else mod
+    mod = dataclasses.replace(mod, causal=True) if is_causal else mod  # torch's is_causal: the causal score rule
     B, H, T_q, Dh = q.shape
     T_k, Dv = k.shape[2], v.shape[3]
     q_pos, k_pos = positions(T_q), positions(T_k)
@@ -118,28 +134,18 @@ def flash_attention_forward(
         l_safe = np.where(empty, 1, l_i)
         out[:, :, i0:i1] = o_i / l_safe
         lse[:, :, i0:i1] = np.where(empty, np.inf, m_i + np.log(l_safe))[..., 0]
-    cache = {
-        "q": q,
-        "k": k,
-        "v": v,
-        "out": out,
-        "lse": lse,
-        "attn_mask": attn_mask,  # as given: a padding mask (B, 1, 1, T_k) is small; causal builds none
-        "mod": mod,
-        "bias_table": bias_table,
-        "block_q": block_q,
-        "block_k": block_k,
-    }
-    return out, cache
+    return out, FlashAttentionCache(q, k, v, out, lse, attn_mask, mod, bias_table, block_q, block_k)
 
 
-def flash_attention_backward(dout: np.ndarray, cache):
+def flash_attention_backward(
+    dout: np.ndarray, cache: FlashAttentionCache
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     r"""Gradients of :math:`O = P V`, :math:`P = \mathrm{softmax}(S)`, :math:`S = c\, Q K^\top`, recomputing P one
     block at a time.
 
-    dout (B, H, T_q, Dh) and the forward's cache -> dq (B, H, T_q, Dh), dk and dv (B, H, T_k, Dh), and, when the
-    forward took T5's bias table, its gradient dW (n_buckets, H) as a fourth (scores.position_bias_backward, from
-    each block's dS before the scale).
+    dout (B, H, T_q, Dh) and the forward's cache -> dq (B, H, T_q, Dh), dk and dv (B, H, T_k, Dh), and dtable:
+    when the forward took T5's bias table, its gradient dW (n_buckets, H) (scores.position_bias_backward, from
+    each block's dS before the scale), else None. Always four values.
 
     The plain backward (scaled_dot_product_attention_backward) is, entry by entry,
 
@@ -173,12 +179,12 @@ def flash_attention_backward(dout: np.ndarray, cache):
     :math:`dQ_i` collects a term from every key block.
     """
     _check_flash_backward(dout, cache)
-    q, k, v, out, lse = cache["q"], cache["k"], cache["v"], cache["out"], cache["lse"]
-    mod, block_q, block_k, table = cache["mod"], cache["block_q"], cache["block_k"], cache["bias_table"]
+    q, k, v, out, lse = cache.q, cache.k, cache.v, cache.out, cache.lse
+    mod, block_q, block_k, table = cache.mod, cache.block_q, cache.block_k, cache.bias_table
     T_q, T_k = q.shape[2], k.shape[2]
     scale = mod.scale_for(q.shape[-1])
     q_pos, k_pos = positions(T_q), positions(T_k)
-    mask = _as_4d(cache["attn_mask"])
+    mask = _as_4d(cache.attn_mask)
     # D = rowsum(dO * O), in place of rowsum(dP * P)
     D = np.vecdot(dout, out)[..., None]  # (B, H, T_q, 1)
     dq = np.zeros_like(q)  # (B, H, T_q, Dh): every key block adds to it
@@ -203,27 +209,35 @@ def flash_attention_backward(dout: np.ndarray, cache):
             # dV_j += P_ij^T dO_i
             dv_j += p_ij.swapaxes(-1, -2) @ do_i  # (B, H, B_c, Dh)
             # dP_ij = dO_i V_j^T
-            dp_ij = do_i @ v_j.swapaxes(-1, -2)  # (B, H, B_r, B_c)
+            dp_ij = np.einsum("bhqd,bhkd->bhqk", do_i, v_j, optimize=True)  # (B, H, B_r, B_c): as the plain pair
             # dS_ij = P_ij * (dP_ij - D_i), times s for the scale inside S
             dp_ij -= D[:, :, i0:i1]
             ds_ij = p_ij
             ds_ij *= dp_ij
             if dtable is not None:  # dW += dS_ij summed by bucket (the bias is added after the scale)
-                dtable += position_bias_backward(ds_ij, mod, q_pos[i0:i1], k_pos[j0:j1], table.shape)
+                dtable += position_bias_backward(ds_ij, mod, q_pos[i0:i1], k_pos[j0:j1], dtable.shape)
             ds_ij *= scale
             # dQ_i += dS_ij K_j;  dK_j += dS_ij^T Q_i
             dq[:, :, i0:i1] += ds_ij @ k_j  # (B, H, B_r, Dh)
             dk_j += ds_ij.swapaxes(-1, -2) @ q_i  # (B, H, B_c, Dh)
         dk[:, :, j0:j1] = dk_j
         dv[:, :, j0:j1] = dv_j
-    return (dq, dk, dv) if dtable is None else (dq, dk, dv, dtable)
+    return dq, dk, dv, dtable
 
 
 # ----------------------------------------------------------------------------------------------
 # One block: its scores, its mask, and which blocks a causal pass visits.
 
 
-def _block_scores(q_i, k_j, mod: ScoreMod, q_pos, k_pos, mask_ij: np.ndarray | None, table=None) -> np.ndarray:
+def _block_scores(
+    q_i: np.ndarray,
+    k_j: np.ndarray,
+    mod: ScoreMod,
+    q_pos: np.ndarray,
+    k_pos: np.ndarray,
+    mask_ij: np.ndarray | None,
+    table: np.ndarray | None = None,
+) -> np.ndarray:
     """S_ij (B, H, B_r, B_c) from scores.attention_scores (the plain pair's function, on one block), -inf where
     hidden. Both passes compute a block's scores here (the backward recomputes them), so the tests can count
     the blocks each pass visits."""
@@ -278,12 +292,29 @@ def _as_4d(mask: np.ndarray | None) -> np.ndarray | None:
 # Argument checks: every message names the argument, what it got and what was expected.
 
 
-def _check_positive_int(name: str, value) -> None:
+def _check_positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k) -> None:
+def _check_flash_inputs(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None,
+    is_causal: bool,
+    block_q: int,
+    block_k: int,
+) -> None:
+    _check_flash_qkv(q, k, v)
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    _check_positive_int("block_q", block_q)
+    _check_positive_int("block_k", block_k)
+    _check_flash_mask(attn_mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+
+
+def _check_flash_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_float_array(name, x)
         check_ndim(name, x, 4, "(B, H, T, Dh)")
@@ -298,25 +329,25 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, block_q, block_k) -> None
         raise ValueError(f"k must have q's head size Dh={Dh} >= 1, got q {q.shape} and k {k.shape}")
     if v.shape[2] != k.shape[2]:
         raise ValueError(f"k and v must have the same number of keys T_k, got k {k.shape} and v {v.shape}")
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
-    _check_positive_int("block_q", block_q)
-    _check_positive_int("block_k", block_k)
-    if attn_mask is not None:
-        attn_mask = np.asarray(attn_mask)
-        if attn_mask.dtype != np.bool_:
-            raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
-        target = (B, H, T_q, k.shape[2])
-        try:
-            fits = attn_mask.ndim <= 4 and np.broadcast_shapes(attn_mask.shape, target) == target
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}")
 
 
-def _check_flash_backward(dout, cache) -> None:
-    if not isinstance(cache, dict) or "lse" not in cache:
-        raise TypeError("cache must be the cache returned by flash_attention_forward (it holds the row log-sum-exp)")
-    out = cache["out"]
+def _check_flash_mask(attn_mask: np.ndarray | None, target: tuple[int, int, int, int]) -> None:
+    """attn_mask, when given, is a bool array broadcastable to target = (B, H, T_q, T_k)."""
+    if attn_mask is None:
+        return
+    attn_mask = np.asarray(attn_mask)
+    if attn_mask.dtype != np.bool_:
+        raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
+    try:
+        fits = attn_mask.ndim <= 4 and np.broadcast_shapes(attn_mask.shape, target) == target
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}")
+
+
+def _check_flash_backward(dout: np.ndarray, cache: FlashAttentionCache) -> None:
+    if not isinstance(cache, FlashAttentionCache):
+        raise TypeError(f"cache must be the FlashAttentionCache of flash_attention_forward, got {type(cache).__name__}")
+    out = cache.out
     check_float_array("dout", dout, dtype=out.dtype, shape=out.shape)

@@ -5,6 +5,11 @@ Every pair follows one shape:
     out, cache = thing_forward(x, ...)          # cache keeps exactly what the backward needs
     dx, ... = thing_backward(dout, cache)       # gradients in the order of the forward's inputs
 
+A pair's cache is a small frozen dataclass, `<Pair>Cache`, defined right above its forward, whose fields are
+named as the backward reads them; only the pair's own backward reads it. Leaf pairs take their inputs, then
+their parameters (`linear_forward(x, weight, bias)`); composite pairs take the params dict first, then their
+inputs, then the config or options (`feed_forward_forward(params, x, activation, ...)`).
+
 Shape letters: B batch, T sequence, D d_model, F d_ff, V vocabulary, N = B*T rows.
 Scalars are Python floats, so a float32 array stays float32 (NumPy 2 would promote
 `float32_array * np.float64(x)` to float64).
@@ -13,8 +18,12 @@ Scalars are Python floats, so a float32 array stays float32 (NumPy 2 would promo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 from scipy.special import expit
 
 from .special import erf  # scipy's erf for float64; for float32 exact too, and faster where |x| > 0.5
@@ -23,16 +32,23 @@ from .special import erf  # scipy's erf for float64; for float32 exact too, and 
 # Linear: y = x @ W.T + b, with W stored (out_features, in_features) as torch.nn.Linear stores it.
 
 
-def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None):
+@dataclass(frozen=True, slots=True)
+class LinearCache:
+    x: np.ndarray  # the input (..., in)
+    weight: np.ndarray  # W (out, in)
+    has_bias: bool
+
+
+def linear_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, LinearCache]:
     r""":math:`y = x W^\top + b`: x (..., in), weight (out, in), bias (out,) or None -> y (..., out)."""
     x2d = x.reshape(-1, x.shape[-1])  # (N, in): one large matrix product instead of a batch of small ones
     out = x2d @ weight.T  # (N, out)
     if bias is not None:
         out += bias
-    return out.reshape(*x.shape[:-1], weight.shape[0]), (x, weight, bias is not None)
+    return out.reshape(*x.shape[:-1], weight.shape[0]), LinearCache(x, weight, bias is not None)
 
 
-def linear_backward(dout: np.ndarray, cache):
+def linear_backward(dout: np.ndarray, cache: LinearCache) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     r"""Gradients of :math:`y = x W^\top + b`, every leading position a row (dW and db sum over them):
 
     .. math::
@@ -41,11 +57,10 @@ def linear_backward(dout: np.ndarray, cache):
 
     dx (..., in), dW (out, in), db (out,) or None when the forward had no bias.
     """
-    x, weight, has_bias = cache
     dout2d = dout.reshape(-1, dout.shape[-1])  # (N, out)
-    dx = (dout2d @ weight).reshape(x.shape)  # (..., in)
-    dweight = dout2d.T @ x.reshape(-1, x.shape[-1])  # (out, in)
-    dbias = dout2d.sum(axis=0) if has_bias else None
+    dx = (dout2d @ cache.weight).reshape(cache.x.shape)  # (..., in)
+    dweight = dout2d.T @ cache.x.reshape(-1, cache.x.shape[-1])  # (out, in)
+    dbias = dout2d.sum(axis=0) if cache.has_bias else None
     return dx, dweight, dbias
 
 
@@ -53,31 +68,46 @@ def linear_backward(dout: np.ndarray, cache):
 # tanh (BERT's pooler).
 
 
-def tanh_forward(x: np.ndarray):
-    r""":math:`y = \tanh(x)`, elementwise; the cache is y."""
+@dataclass(frozen=True, slots=True)
+class TanhCache:
+    out: np.ndarray  # y = tanh(x)
+
+
+def tanh_forward(x: np.ndarray) -> tuple[np.ndarray, TanhCache]:
+    r""":math:`y = \tanh(x)`, elementwise; the cache keeps y."""
     out = np.tanh(x)
-    return out, out
+    return out, TanhCache(out)
 
 
-def tanh_backward(dout: np.ndarray, cache):
+def tanh_backward(dout: np.ndarray, cache: TanhCache) -> np.ndarray:
     r"""Gradient of :math:`y = \tanh(x)`: :math:`dx = dy\,(1 - y^2)`, same shape as dy."""
-    return dout * (1 - cache * cache)
+    return dout * (1 - cache.out * cache.out)
 
 
 # ----------------------------------------------------------------------------------------------
 # Token embedding: a table lookup, optionally scaled by sqrt(D) as in the paper.
 
 
-def embedding_forward(ids: np.ndarray, weight: np.ndarray, scale: float = 1.0, padding_idx: int | None = None):
+@dataclass(frozen=True, slots=True)
+class EmbeddingCache:
+    ids: np.ndarray  # (B, T) the rows read
+    table_shape: tuple[int, ...]  # (V, D)
+    scale: float
+    padding_idx: int | None
+
+
+def embedding_forward(
+    ids: np.ndarray, weight: np.ndarray, scale: float = 1.0, padding_idx: int | None = None
+) -> tuple[np.ndarray, EmbeddingCache]:
     r"""ids (B, T) integers, the table E = weight (V, D) -> :math:`y = \mathrm{scale} \cdot E[\mathrm{ids}]`, (B, T, D).
     padding_idx: lookups of this id pass no gradient back (nn.Embedding's padding_idx); None: every id does."""
     out = weight[ids]  # (B, T, D)
     if scale != 1.0:
         out *= scale
-    return out, (ids, weight.shape, scale, padding_idx)
+    return out, EmbeddingCache(ids, weight.shape, scale, padding_idx)
 
 
-def embedding_backward(dout: np.ndarray, cache):
+def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     r"""Gradient of :math:`y_{bt} = \mathrm{scale} \cdot E[\mathrm{ids}_{bt}]` with respect to the table E, (V, D):
 
     .. math::
@@ -88,8 +118,8 @@ def embedding_backward(dout: np.ndarray, cache):
     lookups are treated as constants, as torch's nn.Embedding(padding_idx=...) does). The scatter-add is
     done by sorting the ids and summing runs of equal ids with np.add.reduceat (fast, no Python loop).
     """
-    ids, table_shape, scale, padding_idx = cache
-    flat_ids = ids.reshape(-1)
+    table_shape, scale, padding_idx = cache.table_shape, cache.scale, cache.padding_idx
+    flat_ids = cache.ids.reshape(-1)
     rows = dout.reshape(-1, table_shape[1])  # (N, D)
     order = np.argsort(flat_ids, kind="stable")
     sorted_ids = flat_ids[order]
@@ -107,7 +137,9 @@ def embedding_backward(dout: np.ndarray, cache):
 # Positions: the paper's sinusoids, or a learned table; either way added to the embeddings.
 
 
-def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64, layout: str = "interleaved") -> np.ndarray:
+def sinusoidal_table(
+    max_len: int, d_model: int, dtype: DTypeLike = np.float64, layout: str = "interleaved"
+) -> np.ndarray:
     r"""The paper's sinusoids, a table PE (max_len, D), with the frequencies :math:`w_i = 10000^{-2i/D}`:
 
     .. math::
@@ -134,13 +166,19 @@ def sinusoidal_table(max_len: int, d_model: int, dtype=np.float64, layout: str =
     return table.astype(dtype)
 
 
-def add_positions_forward(x: np.ndarray, table: np.ndarray):
+@dataclass(frozen=True, slots=True)
+class AddPositionsCache:
+    length: int  # T, the rows of the table read
+    table_shape: tuple[int, ...]  # (max_len, D)
+
+
+def add_positions_forward(x: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, AddPositionsCache]:
     r"""x (B, T, D), table PE (max_len, D) -> :math:`y = x + PE[{:}T]`."""
     T = x.shape[1]
-    return x + table[:T], (T, table.shape)
+    return x + table[:T], AddPositionsCache(T, table.shape)
 
 
-def add_positions_backward(dout: np.ndarray, cache):
+def add_positions_backward(dout: np.ndarray, cache: AddPositionsCache) -> tuple[np.ndarray, np.ndarray]:
     r"""Gradients of :math:`y = x + PE[{:}T]`: the sum passes dy to both, summed over the batch for the table
     (whose rows from T on were not read):
 
@@ -148,9 +186,8 @@ def add_positions_backward(dout: np.ndarray, cache):
 
         dx = dy, \qquad dPE[t] = \textstyle\sum_{\text{batch}} dy_t \ \ (t < T), \qquad dPE[t] = 0 \ \ (t \ge T)
     """
-    T, table_shape = cache
-    dtable = np.zeros(table_shape, dtype=dout.dtype)
-    dtable[:T] = dout.sum(axis=0)
+    dtable = np.zeros(cache.table_shape, dtype=dout.dtype)
+    dtable[: cache.length] = dout.sum(axis=0)
     return dout, dtable
 
 
@@ -158,7 +195,12 @@ def add_positions_backward(dout: np.ndarray, cache):
 # Softmax over the last axis, with an optional boolean mask (True = may attend).
 
 
-def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
+@dataclass(frozen=True, slots=True)
+class SoftmaxCache:
+    probs: np.ndarray  # p, the output
+
+
+def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, SoftmaxCache]:
     r"""Softmax over the last axis, masked entries excluded (the sums run over the allowed entries), shifted by
     the row's max m so that no exponential overflows:
 
@@ -183,10 +225,10 @@ def softmax_forward(x: np.ndarray, mask: np.ndarray | None = None):
     if not finite.all():
         total[total == 0.0] = 1.0  # 0 / 1 = 0 for the all-masked rows
     probs /= total
-    return probs, probs
+    return probs, SoftmaxCache(probs)
 
 
-def softmax_backward(dprobs: np.ndarray, cache):
+def softmax_backward(dprobs: np.ndarray, cache: SoftmaxCache) -> np.ndarray:
     r"""Gradient of :math:`p = \mathrm{softmax}(x)`:
 
     .. math::
@@ -195,7 +237,7 @@ def softmax_backward(dprobs: np.ndarray, cache):
 
     Masked entries have p = 0, so they (and all-masked rows) receive exactly zero gradient.
     """
-    probs = cache
+    probs = cache.probs
     row_dot = np.vecdot(dprobs, probs)[..., None]  # sum_j dp_j p_j, (..., 1)
     dx = dprobs - row_dot
     dx *= probs
@@ -206,15 +248,19 @@ def softmax_backward(dprobs: np.ndarray, cache):
 # Activations.
 
 
-def relu_forward(x: np.ndarray):
+@dataclass(frozen=True, slots=True)
+class ReluCache:
+    x: np.ndarray
+
+
+def relu_forward(x: np.ndarray) -> tuple[np.ndarray, ReluCache]:
     r""":math:`\mathrm{relu}(x) = \max(x, 0)`."""
-    return np.maximum(x, 0), x
+    return np.maximum(x, 0), ReluCache(x)
 
 
-def relu_backward(dout: np.ndarray, cache):
+def relu_backward(dout: np.ndarray, cache: ReluCache) -> np.ndarray:
     r""":math:`\mathrm{relu}'(x)` is 1 where :math:`x > 0`, else 0: :math:`dx = dy \odot [x > 0]`."""
-    x = cache
-    return dout * (x > 0)
+    return dout * (cache.x > 0)
 
 
 _SQRT_2 = math.sqrt(2.0)
@@ -223,7 +269,13 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_TANH_C = 0.044715
 
 
-def gelu_forward(x: np.ndarray):
+@dataclass(frozen=True, slots=True)
+class GeluCache:
+    x: np.ndarray
+    cdf: np.ndarray  # Phi(x)
+
+
+def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, GeluCache]:
     r"""Exact GELU, with :math:`\Phi` the standard normal distribution function (erf: special.erf, exact in
     float32 too):
 
@@ -232,19 +284,19 @@ def gelu_forward(x: np.ndarray):
         \mathrm{gelu}(x) = x\, \Phi(x), \qquad \Phi(x) = \tfrac12 \big(1 + \operatorname{erf}(x / \sqrt 2)\big)
     """
     cdf = 0.5 * (1.0 + erf(x / _SQRT_2))
-    return x * cdf, (x, cdf)
+    return x * cdf, GeluCache(x, cdf)
 
 
-def gelu_backward(dout: np.ndarray, cache):
+def gelu_backward(dout: np.ndarray, cache: GeluCache) -> np.ndarray:
     r"""The derivative of :math:`x\, \Phi(x)` (the product rule; :math:`\Phi'` is the standard normal density):
 
     .. math::
 
         dx = dy \odot \big(\Phi(x) + x\, \Phi'(x)\big), \qquad \Phi'(x) = e^{-x^2 / 2} / \sqrt{2 \pi}
     """
-    x, cdf = cache
+    x = cache.x
     pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
-    return dout * (cdf + x * pdf)
+    return dout * (cache.cdf + x * pdf)
 
 
 # Beyond |x| = 50, u > 4000 and tanh(u) is exactly +-1 in float32 and float64; clipping the cubic's argument
@@ -252,7 +304,14 @@ def gelu_backward(dout: np.ndarray, cache):
 _GELU_TANH_CLIP = 50.0
 
 
-def gelu_tanh_forward(x: np.ndarray):
+@dataclass(frozen=True, slots=True)
+class GeluTanhCache:
+    x: np.ndarray
+    x_clipped: np.ndarray  # x clipped to +-_GELU_TANH_CLIP, for the cubic
+    t: np.ndarray  # tanh(u)
+
+
+def gelu_tanh_forward(x: np.ndarray) -> tuple[np.ndarray, GeluTanhCache]:
     r"""Tanh-approximate GELU:
 
     .. math::
@@ -261,10 +320,10 @@ def gelu_tanh_forward(x: np.ndarray):
     """
     xc = np.clip(x, -_GELU_TANH_CLIP, _GELU_TANH_CLIP)  # the same tanh(u), without overflow
     t = np.tanh(_SQRT_2_OVER_PI * (xc + _GELU_TANH_C * xc**3))
-    return 0.5 * x * (1.0 + t), (x, xc, t)
+    return 0.5 * x * (1.0 + t), GeluTanhCache(x, xc, t)
 
 
-def gelu_tanh_backward(dout: np.ndarray, cache):
+def gelu_tanh_backward(dout: np.ndarray, cache: GeluTanhCache) -> np.ndarray:
     r"""The derivative of the tanh approximation, with :math:`t = \tanh(u)`:
 
     .. math::
@@ -272,30 +331,39 @@ def gelu_tanh_backward(dout: np.ndarray, cache):
         dx = dy \odot \Big(\tfrac12 (1 + t) + \tfrac12 x\, (1 - t^2) \sqrt{2/\pi}\, (1 + 3 \cdot 0.044715\, x^2)\Big)
 
     (Beyond the clip, :math:`1 - t^2` is exactly 0 and the second term vanishes.)"""
-    x, xc, t = cache
+    x, xc, t = cache.x, cache.x_clipped, cache.t
     du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_TANH_C * xc * xc)
     return dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)
 
 
-def silu_forward(x: np.ndarray):
+@dataclass(frozen=True, slots=True)
+class SiluCache:
+    x: np.ndarray
+    sigmoid: np.ndarray  # sigma(x)
+
+
+def silu_forward(x: np.ndarray) -> tuple[np.ndarray, SiluCache]:
     r"""SiLU (also "swish"), the activation of Llama's gated feed-forward, with the logistic sigmoid
     :math:`\sigma(x) = 1 / (1 + e^{-x})`: :math:`\mathrm{silu}(x) = x\, \sigma(x)`."""
     s = expit(x)  # sigmoid(x) = 1 / (1 + exp(-x)), without overflow for large |x|
-    return x * s, (x, s)
+    return x * s, SiluCache(x, s)
 
 
-def silu_backward(dout: np.ndarray, cache):
+def silu_backward(dout: np.ndarray, cache: SiluCache) -> np.ndarray:
     r"""The product rule and :math:`\sigma' = \sigma (1 - \sigma)`, with :math:`\sigma = \sigma(x)` the sigmoid:
 
     .. math::
 
         dx = dy \odot \big(\sigma + x\, \sigma (1 - \sigma)\big) = dy \odot \sigma \big(1 + x (1 - \sigma)\big)
     """
-    x, s = cache
+    x, s = cache.x, cache.sigmoid
     return dout * (s * (1.0 + x * (1.0 - s)))
 
 
-ACTIVATIONS = {
+# An activation's pair: forward x -> (y, cache), backward (dy, cache) -> dx.
+ActivationPair = tuple[Callable[[np.ndarray], tuple[np.ndarray, Any]], Callable[[np.ndarray, Any], np.ndarray]]
+
+ACTIVATIONS: dict[str, ActivationPair] = {
     "relu": (relu_forward, relu_backward),
     "gelu": (gelu_forward, gelu_backward),
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
@@ -309,24 +377,31 @@ ACTIVATIONS = {
 # another implementation be made to drop exactly the same units.
 
 
-def dropout_forward(x: np.ndarray, p: float = 0.0, keep_mask: np.ndarray | None = None):
+@dataclass(frozen=True, slots=True)
+class DropoutCache:
+    keep_mask: np.ndarray | None  # k; None: no dropout (evaluation, or p = 0)
+    scale: float  # 1 / (1 - p)
+
+
+def dropout_forward(
+    x: np.ndarray, p: float = 0.0, keep_mask: np.ndarray | None = None
+) -> tuple[np.ndarray, DropoutCache]:
     r""":math:`y = x \odot k / (1 - p_{drop})`, k the keep_mask; keep_mask None means no dropout (evaluation,
     or p = 0)."""
     if keep_mask is None:
-        return x, None
+        return x, DropoutCache(None, 1.0)
     scale = 1.0 / (1.0 - p)
     out = x * keep_mask
     out *= scale  # in place: one temporary instead of two
-    return out, (keep_mask, scale)
+    return out, DropoutCache(keep_mask, scale)
 
 
-def dropout_backward(dout: np.ndarray, cache):
+def dropout_backward(dout: np.ndarray, cache: DropoutCache) -> np.ndarray:
     r"""The same mask and scale: :math:`dx = dy \odot k / (1 - p_{drop})` (dy itself without dropout)."""
-    if cache is None:
+    if cache.keep_mask is None:
         return dout
-    keep_mask, scale = cache
-    dx = dout * keep_mask
-    dx *= scale
+    dx = dout * cache.keep_mask
+    dx *= cache.scale
     return dx
 
 
@@ -379,6 +454,8 @@ class Dropout:
                     f"got {mask.dtype} array of shape {mask.shape}"
                 )
             return mask
+        if self.rng is None:  # __init__ checked that one of masks and rng is given
+            raise ValueError(f"dropout: no mask for site {site!r} and no rng to draw one")
         mask = self.rng.random(shape, dtype=np.float32) >= self.rate(site)
         self.masks[site] = mask
         return mask
@@ -390,7 +467,7 @@ class Dropout:
             raise ValueError(f"dropout_masks: unknown sites {unknown}; this model's sites are {sorted(self.used)}")
 
 
-def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):
+def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray) -> tuple[np.ndarray, DropoutCache]:
     """Apply the dropout of `site` to x (identity when dropout is None); returns (out, cache)."""
     if dropout is None or dropout.rate(site) == 0.0:
         return dropout_forward(x)
@@ -401,7 +478,16 @@ def dropout_site(dropout: Dropout | None, site: str, x: np.ndarray):
 # Layer norm over the last axis, as torch.nn.LayerNorm: biased variance, eps inside the root.
 
 
-def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
+@dataclass(frozen=True, slots=True)
+class LayerNormCache:
+    x_hat: np.ndarray  # (x - mean) * rstd, (..., D)
+    rstd: np.ndarray  # r = 1 / sqrt(var + eps), (..., 1)
+    weight: np.ndarray  # gamma (D,)
+
+
+def layer_norm_forward(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float
+) -> tuple[np.ndarray, LayerNormCache]:
     r"""Layer norm over the last axis (D), with the row's mean :math:`\mu` and biased variance :math:`\sigma^2`, the
     gain :math:`\gamma` = weight and the bias :math:`\beta` = bias (None: no bias, ModernBERT's, as
     nn.LayerNorm(bias=False)):
@@ -420,10 +506,10 @@ def layer_norm_forward(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | Non
     out = x_hat * weight
     if bias is not None:
         out += bias
-    return out, (x_hat, rstd, weight)
+    return out, LayerNormCache(x_hat, rstd, weight)
 
 
-def layer_norm_backward(dout: np.ndarray, cache):
+def layer_norm_backward(dout: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Gradients of :math:`y = \hat x \odot \gamma + \beta`, :math:`\hat x = (x - \mu)\, r`,
     :math:`r = (\sigma^2 + \varepsilon)^{-1/2}`; with :math:`d\hat x = dy \odot \gamma`:
 
@@ -435,7 +521,7 @@ def layer_norm_backward(dout: np.ndarray, cache):
     Returns dx (..., D), dweight and dbias (D,); the means are over the last axis. The two subtracted terms are the
     paths through the mean and the variance.
     """
-    x_hat, rstd, weight = cache
+    x_hat, rstd, weight = cache.x_hat, cache.rstd, cache.weight
     D = x_hat.shape[-1]
     dout2d, x_hat2d = dout.reshape(-1, D), x_hat.reshape(-1, D)
     # sum over rows of dy * x_hat without an (N, D) temporary (a two-operand reduction: einsum's
@@ -452,7 +538,7 @@ def layer_norm_backward(dout: np.ndarray, cache):
     return dx, dweight, dbias
 
 
-def check_statistics(name: str, rstd: np.ndarray, dtype) -> None:
+def check_statistics(name: str, rstd: np.ndarray, dtype: DTypeLike) -> None:
     r"""A norm's :math:`r` per row, (..., 1) (:math:`1 / \sqrt{\sigma^2 + \varepsilon}`, or RMSNorm's
     :math:`1 / \sqrt{\mathrm{mean}(x^2) + \varepsilon}`): 0 when the squares overflowed the dtype
     (:math:`\lvert x \rvert` beyond about :math:`10^{19}` in float32), NaN when the input held NaN or inf. Either
@@ -469,7 +555,14 @@ def check_statistics(name: str, rstd: np.ndarray, dtype) -> None:
 # RMSNorm over the last axis (Llama): no centring and no bias, only the root mean square.
 
 
-def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
+@dataclass(frozen=True, slots=True)
+class RMSNormCache:
+    x_hat: np.ndarray  # x * rstd, (..., D)
+    rstd: np.ndarray  # r = 1 / sqrt(mean(x^2) + eps), (..., 1)
+    weight: np.ndarray  # the gain gamma (D,) (Gemma's: 1 + w)
+
+
+def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, RMSNormCache]:
     r"""RMSNorm over the last axis (D), with the gain :math:`\gamma` = weight:
 
     .. math::
@@ -480,10 +573,10 @@ def rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
         rstd = 1.0 / np.sqrt(np.vecdot(x, x)[..., None] / x.shape[-1] + eps)  # (..., 1)
     check_statistics("rms_norm", rstd, x.dtype)
     x_hat = x * rstd
-    return x_hat * weight, (x_hat, rstd, weight)
+    return x_hat * weight, RMSNormCache(x_hat, rstd, weight)
 
 
-def rms_norm_backward(dout: np.ndarray, cache):
+def rms_norm_backward(dout: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
     r"""Gradients of :math:`y = \hat x \odot \gamma`, :math:`\hat x = x\, r`,
     :math:`r = (\nu + \varepsilon)^{-1/2}`, :math:`\nu = \mathrm{mean}(x^2)`; with :math:`d\hat x = dy \odot \gamma`:
 
@@ -495,7 +588,7 @@ def rms_norm_backward(dout: np.ndarray, cache):
     Returns dx (..., D) and dweight (D,). :math:`\partial r / \partial x_j = -r^3 x_j / D` gives the second term;
     there is no mean to subtract, so layer norm's :math:`\mathrm{mean}(d\hat x)` term is absent.
     """
-    x_hat, rstd, weight = cache
+    x_hat, rstd, weight = cache.x_hat, cache.rstd, cache.weight
     D = x_hat.shape[-1]
     dweight = np.einsum("nd,nd->d", dout.reshape(-1, D), x_hat.reshape(-1, D))  # as in layer_norm_backward
     dx_hat = dout * weight
@@ -505,7 +598,7 @@ def rms_norm_backward(dout: np.ndarray, cache):
     return dx, dweight
 
 
-def offset_rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
+def offset_rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float) -> tuple[np.ndarray, RMSNormCache]:
     r"""Gemma's RMSNorm, whose parameter w is the gain's offset from one: the gain is :math:`\gamma = 1 + w`
     (w = 0 is the identity gain; transformers computes it in float32, here in x's dtype),
 
@@ -516,7 +609,7 @@ def offset_rms_norm_forward(x: np.ndarray, weight: np.ndarray, eps: float):
     return rms_norm_forward(x, 1.0 + weight, eps)
 
 
-def offset_rms_norm_backward(dout: np.ndarray, cache):
+def offset_rms_norm_backward(dout: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
     r"""RMSNorm's gradients with :math:`\gamma = 1 + w`; :math:`\partial\gamma / \partial w = 1`, so w gets
     :math:`d\gamma` unchanged. With :math:`g = dy \odot (1 + w)`:
 
@@ -525,7 +618,7 @@ def offset_rms_norm_backward(dout: np.ndarray, cache):
         dw = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad
         dx = r \big(g - \hat x\, \mathrm{mean}(g \odot \hat x)\big)
 
-    Returns dx (..., D) and dweight (D,)."""
+    Returns dx (..., D) and dweight (D,). The cache is RMSNorm's (its weight field holds the gain 1 + w)."""
     return rms_norm_backward(dout, cache)
 
 
@@ -538,7 +631,14 @@ RMS_PAIRS = {
 }
 
 
-def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
+@dataclass(frozen=True, slots=True)
+class NormCache:
+    layer: LayerNormCache | None  # kind "layer": the layer norm's cache, else None
+    rms: RMSNormCache | None  # kind "rms" or "rms_offset": RMSNorm's cache, else None
+    has_bias: bool  # the layer norm has a bias (params held "bias")
+
+
+def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float) -> tuple[np.ndarray, NormCache]:
     """LayerNorm (kind "layer"; params weight and bias, or weight only: config.norm_bias False), RMSNorm ("rms";
     weight only) or Gemma's RMSNorm of gain 1 + weight ("rms_offset"; weight only) of x (..., D)."""
     if kind in RMS_PAIRS:
@@ -546,27 +646,38 @@ def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float):
             raise ValueError(
                 f"norm_forward: RMSNorm has no bias, but params holds one (kind {kind!r} takes weight only)"
             )
-        out, cache = RMS_PAIRS[kind][0](x, params["weight"], eps)
-    elif kind == "layer":
-        out, cache = layer_norm_forward(x, params["weight"], params.get("bias"), eps)
-    else:
-        raise ValueError(f"norm kind must be 'layer', 'rms' or 'rms_offset', got {kind!r}")
-    return out, (kind, cache, "bias" in params)
+        out, rms_cache = RMS_PAIRS[kind][0](x, params["weight"], eps)
+        return out, NormCache(layer=None, rms=rms_cache, has_bias=False)
+    if kind == "layer":
+        bias = params.get("bias")
+        out, layer_cache = layer_norm_forward(x, params["weight"], bias, eps)
+        return out, NormCache(layer=layer_cache, rms=None, has_bias=bias is not None)
+    raise ValueError(f"norm kind must be 'layer', 'rms' or 'rms_offset', got {kind!r}")
 
 
-def norm_backward(dout: np.ndarray, cache):
-    """Backward of norm_forward: dx and the grads dict keyed like its params ("weight", and "bias")."""
-    kind, cache, biased = cache
-    if kind in RMS_PAIRS:
-        dx, dweight = RMS_PAIRS[kind][1](dout, cache)
+def norm_backward(dout: np.ndarray, cache: NormCache) -> tuple[np.ndarray, dict]:
+    """Backward of norm_forward: dx and the grads dict keyed like its params ("weight", and "bias"). Both RMS
+    kinds share RMSNorm's backward: w of the gain 1 + w gets d gamma unchanged."""
+    if cache.rms is not None:
+        dx, dweight = rms_norm_backward(dout, cache.rms)
         return dx, {"weight": dweight}
-    dx, dweight, dbias = layer_norm_backward(dout, cache)
-    return dx, {"weight": dweight, "bias": dbias} if biased else {"weight": dweight}
+    assert cache.layer is not None  # norm_forward sets exactly one of the two
+    dx, dweight, dbias = layer_norm_backward(dout, cache.layer)
+    return dx, {"weight": dweight, "bias": dbias} if cache.has_bias else {"weight": dweight}
 
 
 # ----------------------------------------------------------------------------------------------
 # Position-wise feed-forward block: linear2(dropout(act(linear1(x)))). The biases are optional
 # (absent from params when config.bias is False, as in Llama).
+
+
+@dataclass(frozen=True, slots=True)
+class FeedForwardCache:
+    activation_backward: Callable[[np.ndarray, Any], np.ndarray]  # phi's backward
+    linear1: LinearCache  # a = x W_1^T + b_1
+    activation: Any  # phi's own cache
+    dropout: DropoutCache
+    linear2: LinearCache  # y = drop(phi(a)) W_2^T + b_2
 
 
 def feed_forward_forward(
@@ -575,8 +686,8 @@ def feed_forward_forward(
     activation: str = "relu",
     dropout: Dropout | None = None,
     site: str = "ffn",
-    activations: dict = ACTIVATIONS,
-):
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+) -> tuple[np.ndarray, FeedForwardCache]:
     r"""x (B, T, D) -> (B, T, D), with the activation :math:`\phi`:
 
     .. math::
@@ -591,10 +702,10 @@ def feed_forward_forward(
     phi, act_cache = act_forward(a)
     phi, drop_cache = dropout_site(dropout, f"{site}.dropout", phi)
     out, lin2_cache = linear_forward(phi, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
-    return out, (act_backward, lin1_cache, act_cache, drop_cache, lin2_cache)
+    return out, FeedForwardCache(act_backward, lin1_cache, act_cache, drop_cache, lin2_cache)
 
 
-def feed_forward_backward(dout: np.ndarray, cache):
+def feed_forward_backward(dout: np.ndarray, cache: FeedForwardCache) -> tuple[np.ndarray, dict]:
     r"""Chain rule through :math:`y = \mathrm{drop}(\phi(a))\, W_2^\top + b_2`, :math:`a = x W_1^\top + b_1`,
     one backward per forward line (:math:`d\phi` the gradient of the activation's output):
 
@@ -607,13 +718,24 @@ def feed_forward_backward(dout: np.ndarray, cache):
 
     Returns dx (B, T, D) and the grads dict keyed like params.
     """
-    act_backward, lin1_cache, act_cache, drop_cache, lin2_cache = cache
-    grads = {}
-    dphi, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, lin2_cache)  # (B, T, F)
-    dphi = dropout_backward(dphi, drop_cache)
-    da = act_backward(dphi, act_cache)
-    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(da, lin1_cache)  # (B, T, D)
+    grads: dict[str, np.ndarray | None] = {}
+    dphi, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, cache.linear2)  # (B, T, F)
+    dphi = dropout_backward(dphi, cache.dropout)
+    da = cache.activation_backward(dphi, cache.activation)
+    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(da, cache.linear1)  # (B, T, D)
     return dx, without_none(grads)
+
+
+@dataclass(frozen=True, slots=True)
+class GatedFeedForwardCache:
+    activation_backward: Callable[[np.ndarray, Any], np.ndarray]  # phi's backward
+    gate: LinearCache  # g = x W_g^T + b_g
+    up: LinearCache  # u = x W_1^T + b_1
+    activation: Any  # phi's own cache
+    phi_g: np.ndarray  # phi(g) (B, T, F)
+    u: np.ndarray  # (B, T, F)
+    dropout: DropoutCache
+    down: LinearCache  # y = drop(phi(g) * u) W_2^T + b_2
 
 
 def gated_feed_forward_forward(
@@ -622,8 +744,8 @@ def gated_feed_forward_forward(
     activation: str = "silu",
     dropout: Dropout | None = None,
     site: str = "ffn",
-    activations: dict = ACTIVATIONS,
-):
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+) -> tuple[np.ndarray, GatedFeedForwardCache]:
     r"""The gated feed-forward block (Llama's SwiGLU when activation :math:`\phi` is "silu"): the gate
     :math:`\phi(g)` scales the up projection u feature by feature,
 
@@ -646,10 +768,10 @@ def gated_feed_forward_forward(
     h = a * u
     h, drop_cache = dropout_site(dropout, f"{site}.dropout", h)
     out, down_cache = linear_forward(h, params["linear2.weight"], params.get("linear2.bias"))  # (B, T, D)
-    return out, (act_backward, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache)
+    return out, GatedFeedForwardCache(act_backward, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache)
 
 
-def gated_feed_forward_backward(dout: np.ndarray, cache):
+def gated_feed_forward_backward(dout: np.ndarray, cache: GatedFeedForwardCache) -> tuple[np.ndarray, dict]:
     r"""Gradients of :math:`y = \mathrm{drop}(\tilde u)\, W_2^\top + b_2`, :math:`\tilde u = \phi(g) \odot u`,
     :math:`g = x W_g^\top + b_g`, :math:`u = x W_1^\top + b_1`. The product rule gives each factor of
     :math:`\tilde u` the gradient :math:`d\tilde u` times the other, and x feeds both the gate and the up
@@ -667,19 +789,18 @@ def gated_feed_forward_backward(dout: np.ndarray, cache):
     dh (the code's name for :math:`d\tilde u`), du, dg (B, T, F). Returns dx (B, T, D) and the grads dict keyed
     like params.
     """
-    act_backward, gate_cache, up_cache, act_cache, a, u, drop_cache, down_cache = cache
-    grads = {}
-    dh, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, down_cache)  # (B, T, F)
-    dh = dropout_backward(dh, drop_cache)
-    du = dh * a
-    dg = act_backward(dh * u, act_cache)
-    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(du, up_cache)  # (B, T, D)
-    dx_gate, grads["gate.weight"], grads["gate.bias"] = linear_backward(dg, gate_cache)
+    grads: dict[str, np.ndarray | None] = {}
+    dh, grads["linear2.weight"], grads["linear2.bias"] = linear_backward(dout, cache.down)  # (B, T, F)
+    dh = dropout_backward(dh, cache.dropout)
+    du = dh * cache.phi_g
+    dg = cache.activation_backward(dh * cache.u, cache.activation)
+    dx, grads["linear1.weight"], grads["linear1.bias"] = linear_backward(du, cache.up)  # (B, T, D)
+    dx_gate, grads["gate.weight"], grads["gate.bias"] = linear_backward(dg, cache.gate)
     dx += dx_gate  # the gate's path and the up projection's path meet at x
     return dx, without_none(grads)
 
 
-def without_none(grads: dict) -> dict:
+def without_none(grads: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
     """grads without the entries of biases the layer does not have (their backward returned None)."""
     return {k: v for k, v in grads.items() if v is not None}
 
@@ -692,45 +813,59 @@ def without_none(grads: dict) -> dict:
 # residual_in makes f's input h, residual_out joins f's output y to the residual stream. Backwards, x gets
 # two gradients, one along the residual path (from residual_out_backward) and one through f (from
 # residual_in_backward), and the caller adds them. Norm is layer norm or RMSNorm (norm_forward), `norm`
-# its params ({"weight", "bias"} or {"weight"}).
+# its params ({"weight", "bias"} or {"weight"}), which come first, as every composite pair's params do.
 
 
-def residual_in_forward(x: np.ndarray, norm: dict, norm_first: bool, eps: float, kind: str = "layer"):
+@dataclass(frozen=True, slots=True)
+class ResidualInCache:
+    norm: NormCache | None  # pre-norm: the norm's cache; post-norm (or no norm): None
+
+
+def residual_in_forward(
+    norm: dict, x: np.ndarray, norm_first: bool, eps: float, kind: str = "layer"
+) -> tuple[np.ndarray, ResidualInCache]:
     """The sublayer's input h (B, T, D): Norm(x) in pre-norm, x itself in post-norm."""
     if not norm_first:
-        return x, None
-    return norm_forward(norm, x, kind, eps)
+        return x, ResidualInCache(None)
+    h, norm_cache = norm_forward(norm, x, kind, eps)
+    return h, ResidualInCache(norm_cache)
 
 
-def residual_in_backward(dh: np.ndarray, cache):
+def residual_in_backward(dh: np.ndarray, cache: ResidualInCache) -> tuple[np.ndarray, dict]:
     r""":math:`dx = J_{\mathrm{Norm}}^\top dh` (the norm's backward) in pre-norm, :math:`dx = dh` in post-norm; with
     the norm's grads dict (empty in post-norm)."""
-    if cache is None:
+    if cache.norm is None:
         return dh, {}
-    return norm_backward(dh, cache)
+    return norm_backward(dh, cache.norm)
+
+
+@dataclass(frozen=True, slots=True)
+class ResidualOutCache:
+    norm: NormCache | None  # post-norm: the norm's cache; pre-norm: None (its norm is residual_in's)
+    dropout: DropoutCache
 
 
 def residual_out_forward(
+    norm: dict,
     x: np.ndarray,
     y: np.ndarray,
-    norm: dict,
     norm_first: bool,
     eps: float,
     dropout: Dropout | None = None,
     site: str = "",
     kind: str = "layer",
-):
+) -> tuple[np.ndarray, ResidualOutCache]:
     r"""The sublayer's output y joins the residual stream x (both (B, T, D)): :math:`x + \mathrm{drop}(y)` in
     pre-norm, :math:`\mathrm{Norm}\big(x + \mathrm{drop}(y)\big)` in post-norm."""
     y, drop_cache = dropout_site(dropout, site, y)
     s = x + y
     if norm_first:
-        return s, (None, drop_cache)
+        return s, ResidualOutCache(None, drop_cache)
     out, norm_cache = norm_forward(norm, s, kind, eps)
-    return out, (norm_cache, drop_cache)
+    return out, ResidualOutCache(norm_cache, drop_cache)
 
 
-def residual_out_backward(dout: np.ndarray, cache):
+def residual_out_backward(dout: np.ndarray, cache: ResidualOutCache) -> tuple[np.ndarray, np.ndarray, dict]:
     r"""Backward of residual_out_forward: dx along the residual path, dy into the sublayer, the norm's grads
     (an empty dict in pre-norm: its norm is residual_in's). With :math:`s = x + \mathrm{drop}(y)`:
 
@@ -741,26 +876,31 @@ def residual_out_backward(dout: np.ndarray, cache):
         \text{post-norm, } \mathrm{out} = \mathrm{Norm}(s)&: \qquad ds = J_{\mathrm{Norm}}^\top d\mathrm{out},
         \qquad dx = ds, \qquad dy = \mathrm{drop}^\top ds
     """
-    norm_cache, drop_cache = cache
-    norm_grads = {}
-    if norm_cache is not None:
-        dout, norm_grads = norm_backward(dout, norm_cache)  # ds
-    return dout, dropout_backward(dout, drop_cache), norm_grads
+    norm_grads: dict = {}
+    if cache.norm is not None:
+        dout, norm_grads = norm_backward(dout, cache.norm)  # ds
+    return dout, dropout_backward(dout, cache.dropout), norm_grads
+
+
+@dataclass(frozen=True, slots=True)
+class SandwichOutCache:
+    norm: NormCache  # the post-norm's cache, z = Norm_post(y)
+    dropout: DropoutCache
 
 
 def sandwich_out_forward(
-    x: np.ndarray, y: np.ndarray, post_norm: dict, eps: float, dropout: Dropout | None = None, site: str = "",
+    post_norm: dict, x: np.ndarray, y: np.ndarray, eps: float, dropout: Dropout | None = None, site: str = "",
     kind: str = "rms",
-):  # fmt: skip
+) -> tuple[np.ndarray, SandwichOutCache]:  # fmt: skip
     r"""Gemma's sandwich: the sublayer's output y is normalised before it joins the residual stream x (both
     (B, T, D)), :math:`\mathrm{out} = x + \mathrm{drop}\big(\mathrm{Norm_{post}}(y)\big)`; the pre-norm of the
     sublayer's input is residual_in's. post_norm: the second norm's params."""
     z, norm_cache = norm_forward(post_norm, y, kind, eps)  # (B, T, D)
     z, drop_cache = dropout_site(dropout, site, z)
-    return x + z, (norm_cache, drop_cache)
+    return x + z, SandwichOutCache(norm_cache, drop_cache)
 
 
-def sandwich_out_backward(dout: np.ndarray, cache):
+def sandwich_out_backward(dout: np.ndarray, cache: SandwichOutCache) -> tuple[np.ndarray, np.ndarray, dict]:
     r"""Backward of sandwich_out_forward: dx along the residual path, dy into the sublayer through the post-norm,
     and the post-norm's grads. With :math:`z = \mathrm{Norm_{post}}(y)`:
 
@@ -769,9 +909,8 @@ def sandwich_out_backward(dout: np.ndarray, cache):
         dx = d\mathrm{out}, \qquad dz = \mathrm{drop}^\top d\mathrm{out}, \qquad
         dy = J_{\mathrm{Norm_{post}}}^\top dz
     """
-    norm_cache, drop_cache = cache
-    dz = dropout_backward(dout, drop_cache)
-    dy, norm_grads = norm_backward(dz, norm_cache)
+    dz = dropout_backward(dout, cache.dropout)
+    dy, norm_grads = norm_backward(dz, cache.norm)
     return dout, dy, norm_grads
 
 
@@ -779,19 +918,24 @@ def sandwich_out_backward(dout: np.ndarray, cache):
 # Soft-capping (Gemma's final logits): a smooth clamp of every value into (-cap, cap).
 
 
-def softcap_forward(z: np.ndarray, cap: float):
+@dataclass(frozen=True, slots=True)
+class SoftcapCache:
+    t: np.ndarray  # tanh(z / cap)
+
+
+def softcap_forward(z: np.ndarray, cap: float) -> tuple[np.ndarray, SoftcapCache]:
     r""":math:`y = c \tanh(z / c)`, elementwise, c = cap: about z where :math:`|z| \ll c`, never past
     :math:`\pm c`. z (...) -> y (...)."""
     t = np.tanh(z / cap)
-    return cap * t, t
+    return cap * t, SoftcapCache(t)
 
 
-def softcap_backward(dout: np.ndarray, cache):
+def softcap_backward(dout: np.ndarray, cache: SoftcapCache) -> np.ndarray:
     r"""The derivative of :math:`c \tanh(z / c)` is :math:`1 - \tanh^2(z / c)`, so with t = tanh(z / c):
 
     .. math::
 
         dz = dy \odot (1 - t^2)
     """
-    t = cache
+    t = cache.t
     return dout * (1.0 - t * t)

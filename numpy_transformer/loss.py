@@ -24,6 +24,8 @@ Ignored rows are never read.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .validation import check_float_array
@@ -49,9 +51,19 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return shifted
 
 
+@dataclass(frozen=True, slots=True)
+class CrossEntropyCache:
+    logits_shape: tuple[int, ...]  # (N, V) or (B, T, V)
+    logp: np.ndarray  # log softmax of the kept rows, (n, V)
+    kept: np.ndarray  # (N,) bool: the rows whose target is not ignore_index
+    kept_targets: np.ndarray  # (n,) their targets
+    label_smoothing: float
+    n: int  # the kept rows
+
+
 def cross_entropy_forward(
     logits: np.ndarray, targets: np.ndarray, ignore_index: int = -100, label_smoothing: float = 0.0
-):
+) -> tuple[np.floating, CrossEntropyCache]:
     r"""logits (N, V) or (B, T, V), targets (N,) or (B, T) integers -> scalar mean loss, cache.
 
     .. math::
@@ -94,10 +106,10 @@ def cross_entropy_forward(
         smooth = -logp.mean(axis=-1)  # (n,) = -(1/V) sum_c log p_c
         loss += label_smoothing * smooth.sum()
     loss /= n
-    return loss, (logits.shape, logp, kept, flat[kept], label_smoothing, n)
+    return loss, CrossEntropyCache(logits.shape, logp, kept, flat[kept], label_smoothing, n)
 
 
-def cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
+def cross_entropy_backward(cache: CrossEntropyCache, dloss: float = 1.0) -> np.ndarray:
     r"""The gradient of the mean loss with respect to the logits, the same shape and dtype as the logits:
 
     .. math::
@@ -105,8 +117,10 @@ def cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
         dz_i = d\mathcal{L}\, \frac{\mathrm{softmax}(z_i) - q_i}{n}, \qquad
         q_i = (1 - \epsilon)\, \mathrm{onehot}(y_i) + \epsilon / V,
 
-    for kept rows, 0 for ignored rows."""
-    shape, logp, kept, kept_targets, label_smoothing, n = cache
+    for kept rows, 0 for ignored rows. (The cache comes first, as in every version of this function: the loss is
+    the end of the chain, and dloss defaults to 1.)"""
+    shape, logp, kept, kept_targets = cache.logits_shape, cache.logp, cache.kept, cache.kept_targets
+    label_smoothing, n = cache.label_smoothing, cache.n
     V = shape[-1]
     dkept = np.exp(logp)  # p, (n, V)
     dkept[np.arange(n), kept_targets] -= 1.0 - label_smoothing

@@ -1,8 +1,11 @@
 """Encoder and decoder layers, the stacks, and the three model objects, forward and backward.
 
 Composite pairs take a params dict keyed by the state-dict names below their prefix and return a
-grads dict with the same keys. `Transformer`, `TransformerLM` and `EncoderModel` are the only stateful
-objects: they hold `params` and `grads` keyed by the full state-dict names.
+grads dict with the same keys. Every composite forward takes params first, then the arrays it transforms, then
+the config, then its options; every backward takes (dout, cache) and returns a fixed number of values. Each pair's
+cache is a frozen dataclass named after it (EmbedCache, FfnCache, SublayerOutCache, LayerCache, EncoderStackCache,
+DecoderStackCache, ModelCache), read by its backward only. `Transformer`, `TransformerLM` and `EncoderModel`
+are the only stateful objects: they hold `params` and `grads` keyed by the full state-dict names.
 
 Shape letters: B batch, T_src / T_tgt sequence lengths, D d_model, H heads, V vocabulary.
 """
@@ -12,20 +15,42 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Self
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
+from transformer_spec.config import GenerationRules, TransformerConfig
 from transformer_spec.shapes import parameter_shapes
 
 from .attention import (
+    AttentionCache,
+    KVCache,
+    MemoryCache,
+    ScaledDotProductAttentionCache,
     multi_head_attention_backward,
     multi_head_attention_forward,
     rope_angles,
 )
-from .config import GenerationRules, TransformerConfig
 from .layers import (
     ACTIVATIONS,
+    ActivationPair,
+    AddPositionsCache,
     Dropout,
+    DropoutCache,
+    EmbeddingCache,
+    FeedForwardCache,
+    GatedFeedForwardCache,
+    LayerNormCache,
+    LinearCache,
+    NormCache,
+    ResidualInCache,
+    ResidualOutCache,
+    SandwichOutCache,
+    SoftcapCache,
+    TanhCache,
     add_positions_backward,
     add_positions_forward,
     dropout_backward,
@@ -54,7 +79,14 @@ from .layers import (
     tanh_backward,
     tanh_forward,
 )
-from .moe import load_balancing_loss_backward, load_balancing_loss_forward, sparse_moe_backward, sparse_moe_forward
+from .moe import (
+    LoadBalancingCache,
+    SparseMoeCache,
+    load_balancing_loss_backward,
+    load_balancing_loss_forward,
+    sparse_moe_backward,
+    sparse_moe_forward,
+)
 from .scores import ScoreMod, alibi_slopes
 from .validation import (
     check_attention_mask,
@@ -98,7 +130,14 @@ def source_mask(ids: np.ndarray, attention_mask: np.ndarray | None, pad_id: int 
     return attention_mask[:, None, None, :]
 
 
-def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions: np.ndarray | None = None, theta=None):
+def rope_for(
+    config: TransformerConfig,
+    T: int,
+    dtype: DTypeLike,
+    start: int = 0,
+    positions: np.ndarray | None = None,
+    theta: float | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, R/2), or of each row's own
     `positions` (B, T) (a padded batch), each (B, 1, T, R/2), broadcast over the heads, at base `theta` (None:
     config.rope_theta); None unless the config's positions are rotary. R = config.rope_dim, the features of a head
@@ -112,7 +151,14 @@ def rope_for(config: TransformerConfig, T: int, dtype, start: int = 0, positions
     return cos[:, None], sin[:, None]
 
 
-def rope_by_layer(config: TransformerConfig, n_layers: int, T: int, dtype, start: int = 0, positions=None) -> list:
+def rope_by_layer(
+    config: TransformerConfig,
+    n_layers: int,
+    T: int,
+    dtype: DTypeLike,
+    start: int = 0,
+    positions: np.ndarray | None = None,
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
     ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
     tables = {}
@@ -139,16 +185,29 @@ def sinusoid_rows(used: int, max_len: int) -> int:
     return min(max_len, 1 << max(used - 1, 0).bit_length())
 
 
+@dataclass(frozen=True, slots=True)
+class EmbedCache:
+    tokens: EmbeddingCache  # the token table's lookup
+    positions: AddPositionsCache | None  # PE[start : start + T] added (sinusoidal or learned), or None
+    position_rows: EmbeddingCache | None  # PE[positions], each row its own positions (a padded batch), or None
+    learned: bool  # the position table is a parameter (position_embedding.weight)
+    types: EmbeddingCache | None  # BERT's token types, or None
+    norm: LayerNormCache | None  # the embedding norm (BERT), or None
+    norm_bias: bool  # the embedding norm has a bias
+    dropout: DropoutCache
+
+
 def embed_forward(
     params: dict,
     ids: np.ndarray,
     config: TransformerConfig,
     dropout: Dropout | None = None,
     site: str = "encoder",
+    *,
     token_type_ids: np.ndarray | None = None,
     start: int = 0,
     positions: np.ndarray | None = None,
-):
+) -> tuple[np.ndarray, EmbedCache]:
     r"""ids (B, T) -> x (B, T, D): the token table E read at the ids, the positions PE of start .. start + T - 1
     and (BERT) the token types' table added, then the embedding norm (if any), then dropout:
 
@@ -169,7 +228,7 @@ def embed_forward(
     scale = math.sqrt(config.d_model) if config.scale_embeddings else 1.0
     padding_idx = config.pad_id if config.embedding_padding_idx else None  # lookups of pad: no gradient
     x, token_cache = embedding_forward(ids, embedding, scale, padding_idx)  # (B, T, D)
-    position_cache = None
+    position_cache = rows_cache = None
     if config.positional in ("sinusoidal", "learned"):  # rotary positions and ALiBi act inside attention, not here
         if config.positional == "learned":
             table = params["position_embedding.weight"]
@@ -182,8 +241,8 @@ def embed_forward(
         else:  # every row its own positions: PE[positions], a lookup like the tokens'
             # RoBERTa's pad tokens read row pad_id, which takes no gradient (nn.Embedding(padding_idx=pad_id))
             pad = config.pad_id if config.positions_after_pad else None
-            pe, lookup_cache = embedding_forward(positions, table, 1.0, pad)  # (B, T, D)
-            x, position_cache = x + pe, ("rows", lookup_cache)
+            pe, rows_cache = embedding_forward(positions, table, 1.0, pad)  # (B, T, D)
+            x = x + pe
     type_cache = None
     if "token_type_embedding.weight" in params:
         if token_type_ids is None:
@@ -191,15 +250,24 @@ def embed_forward(
         types, type_cache = embedding_forward(token_type_ids, params["token_type_embedding.weight"])  # (B, T, D)
         x += types
     norm_cache, b = None, None
-    if config.embedding_norm:
+    if config.embedding_norm:  # BERT's LayerNorm of the sum
         w, b = params["embedding_norm.weight"], params.get("embedding_norm.bias")  # no bias: config.norm_bias False
         x, norm_cache = layer_norm_forward(x, w, b, config.layer_norm_eps)
     x, drop_cache = dropout_site(dropout, f"{site}.embedding_dropout", x)
-    cache = {"tokens": token_cache, "positions": position_cache, "types": type_cache, "norm": norm_cache}
-    return x, cache | {"dropout": drop_cache, "learned": config.positional == "learned", "norm_bias": b is not None}
+    cache = EmbedCache(
+        tokens=token_cache,
+        positions=position_cache,
+        position_rows=rows_cache,
+        learned=config.positional == "learned",
+        types=type_cache,
+        norm=norm_cache,
+        norm_bias=b is not None,
+        dropout=drop_cache,
+    )
+    return x, cache
 
 
-def embed_backward(dout: np.ndarray, cache) -> dict:
+def embed_backward(dout: np.ndarray, cache: EmbedCache) -> dict:
     r"""Backward of the embedding, its forward lines in reverse: dropout, the embedding norm, then the
     sum x = tokens + positions + types, whose gradient dx reaches each of the three tables unchanged, added into
     the rows that were read (:math:`\sqrt{D}` when config.scale_embeddings; the padding_idx row gets none):
@@ -209,24 +277,22 @@ def embed_backward(dout: np.ndarray, cache) -> dict:
         dE[v] = \sqrt{D} \sum_{\mathrm{ids}_{bt} = v} dx_{bt}, \qquad dPE[t] = \sum_b dx_{bt}, \qquad
         dE_{\mathrm{type}}[v] = \sum_{\mathrm{types}_{bt} = v} dx_{bt}
     """
-    token_cache, position_cache, type_cache, norm_cache = (cache[k] for k in ("tokens", "positions", "types", "norm"))
-    drop_cache, learned = cache["dropout"], cache["learned"]
     grads = {}
-    dx = dropout_backward(dout, drop_cache)
-    if norm_cache is not None:
-        dx, grads["embedding_norm.weight"], dbias = layer_norm_backward(dx, norm_cache)
-        if cache["norm_bias"]:
+    dx = dropout_backward(dout, cache.dropout)
+    if cache.norm is not None:
+        dx, grads["embedding_norm.weight"], dbias = layer_norm_backward(dx, cache.norm)
+        if cache.norm_bias:
             grads["embedding_norm.bias"] = dbias
-    if type_cache is not None:
-        grads["token_type_embedding.weight"] = embedding_backward(dx, type_cache)
-    if position_cache is not None:
-        if position_cache[0] == "rows":  # x + PE[positions]: dPE[p] sums dx over the tokens at position p
-            dtable = embedding_backward(dx, position_cache[1])
-        else:
-            dx, dtable = add_positions_backward(dx, position_cache)
-        if learned:
-            grads["position_embedding.weight"] = dtable
-    grads["token_embedding.weight"] = embedding_backward(dx, token_cache)
+    if cache.types is not None:
+        grads["token_type_embedding.weight"] = embedding_backward(dx, cache.types)
+    dtable = None
+    if cache.position_rows is not None:  # x + PE[positions]: dPE[p] sums dx over the tokens at position p
+        dtable = embedding_backward(dx, cache.position_rows)
+    elif cache.positions is not None:  # x + PE[start : start + T]
+        dx, dtable = add_positions_backward(dx, cache.positions)
+    if cache.learned and dtable is not None:
+        grads["position_embedding.weight"] = dtable
+    grads["token_embedding.weight"] = embedding_backward(dx, cache.tokens)
     return grads
 
 
@@ -255,30 +321,49 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
     )
 
 
+def cross_score_mod(config: TransformerConfig) -> ScoreMod:
+    """Cross-attention's score rules: the config's scale and nothing else (no causality, window or bias)."""
+    return ScoreMod(scale=config.attention_scale)
+
+
 def attention_forward(
     params: dict,
     query: np.ndarray,
     memory: np.ndarray,
-    mask: np.ndarray | None,
     config: TransformerConfig,
-    dropout: Dropout | None,
-    site: str,
-    rope: tuple | None = None,
-    is_causal: bool = False,
-    layer: int = 0,
-    **decoding,
-):
+    *,
+    mod: ScoreMod,
+    cross: bool,
+    mask: np.ndarray | None = None,
+    dropout: Dropout | None = None,
+    site: str = "attn",
+    rope: tuple[np.ndarray, np.ndarray] | None = None,
+    q_pos: np.ndarray | None = None,
+    kv_cache: KVCache | MemoryCache | None = None,
+    bias_table: np.ndarray | None = None,
+    key_padding: np.ndarray | None = None,
+) -> tuple[np.ndarray, AttentionCache]:
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
-    query in self-attention), with config.n_kv_heads K/V heads, the config's score rules (score_mod: causal,
-    sliding window, ALiBi, T5's bias read from `decoding`'s bias_table) and, when given, rotary positions.
-    `decoding`: q_pos and kv_cache in decoding, bias_table (T5's table of the stack) for self-attention."""
-    cross = memory is not query and not is_causal
-    mod = ScoreMod(scale=config.attention_scale) if cross else score_mod(config, causal=is_causal, layer=layer)
+    query in self-attention), with config.n_kv_heads K/V heads and the score rules `mod` (score_mod for
+    self-attention: causal, sliding window, ALiBi, T5's bias; cross_score_mod for cross-attention). cross: the
+    memory is another sequence (cross-attention). rope: rotary (cos, sin), or None. Decoding: q_pos, the queries'
+    positions, and kv_cache; bias_table: T5's table of the stack (self-attention); key_padding (B, P): the real
+    tokens by key position."""
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
-        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, qk_norm_eps=config.layer_norm_eps,
-        qk_norm_kind="rms_offset" if config.norm == "rms_offset" else "rms", **decoding,
+        n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, cross=cross, q_pos=q_pos,
+        kv_cache=kv_cache, bias_table=bias_table, key_padding=key_padding, qk_norm_eps=config.layer_norm_eps,
+        qk_norm_kind="rms_offset" if config.norm == "rms_offset" else "rms",
     )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FfnCache:
+    """Exactly one field is set: the block the config chose."""
+
+    feed_forward: FeedForwardCache | None = None  # the paper's block
+    gated: GatedFeedForwardCache | None = None  # config.gated_ffn (Llama's SwiGLU)
+    moe: SparseMoeCache | None = None  # a mixture-of-experts layer (its params hold a router)
 
 
 def ffn_forward(
@@ -287,30 +372,35 @@ def ffn_forward(
     config: TransformerConfig,
     dropout: Dropout | None,
     site: str,
-    activations: dict = ACTIVATIONS,
-):
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+) -> tuple[np.ndarray, FfnCache]:
     r"""The feed-forward block the config asks for: the paper's :math:`\phi(x W_1^\top + b_1)\, W_2^\top + b_2`, or
     the gated :math:`\big(\phi(x W_g^\top + b_g) \odot (x W_1^\top + b_1)\big) W_2^\top + b_2` (config.gated_ffn,
     Llama's SwiGLU), or, when the layer's params hold a router (config.is_moe_layer), the sparse mixture of experts
     :math:`\sum_{j < k} g_j\, \mathrm{FFN}_{S_j}(x)` (moe.sparse_moe_forward; Mixtral, Qwen3-MoE).
     x (B, T, D) -> (B, T, D); :math:`\phi` is activations[config.activation] (the experts': layers.ACTIVATIONS')."""
     if "router.weight" in params:
-        out, cache = sparse_moe_forward(moe_params(params), x, config.top_k, config.norm_topk_prob, config.activation)
-        return out, ("moe", cache)
-    forward = gated_feed_forward_forward if config.gated_ffn else feed_forward_forward
-    out, cache = forward(params, x, config.activation, dropout, site, activations)
-    return out, (config.gated_ffn, cache)
+        out, moe = sparse_moe_forward(moe_params(params), x, config.top_k, config.norm_topk_prob, config.activation)
+        return out, FfnCache(moe=moe)
+    if config.gated_ffn:
+        out, gated = gated_feed_forward_forward(params, x, config.activation, dropout, site, activations)
+        return out, FfnCache(gated=gated)
+    out, plain = feed_forward_forward(params, x, config.activation, dropout, site, activations)
+    return out, FfnCache(feed_forward=plain)
 
 
-def ffn_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray | None = None):
+def ffn_backward(
+    dout: np.ndarray, cache: FfnCache, drouter_logits: np.ndarray | None = None
+) -> tuple[np.ndarray, dict]:
     """Backward of ffn_forward: dx (B, T, D) and the grads dict keyed like its params. drouter_logits (N, E): a
     mixture of experts' router logits' gradient from the load-balancing loss, added to the gates' (or None)."""
-    kind, cache = cache
-    if kind == "moe":
-        dx, grads = sparse_moe_backward(dout, cache, drouter_logits)
+    if cache.moe is not None:
+        dx, grads = sparse_moe_backward(dout, cache.moe, drouter_logits)
         return dx, {MOE_NAMES.get(k, k): v for k, v in grads.items()}
-    backward = gated_feed_forward_backward if kind else feed_forward_backward
-    return backward(dout, cache)
+    if cache.gated is not None:
+        return gated_feed_forward_backward(dout, cache.gated)
+    assert cache.feed_forward is not None  # ffn_forward sets exactly one field
+    return feed_forward_backward(dout, cache.feed_forward)
 
 
 MOE_NAMES = {"gate.weight": "router.weight"}  # moe.py's (transformers') name of the router -> ours below `ffn.`
@@ -323,40 +413,79 @@ def moe_params(params: dict) -> dict:
     return {ours.get(k, k): v for k, v in params.items()}
 
 
-def sublayer_in(params: dict, name: str, x: np.ndarray, config: TransformerConfig, normed: bool = True):
+def sublayer_in(
+    params: dict, x: np.ndarray, config: TransformerConfig, name: str, normed: bool = True
+) -> tuple[np.ndarray, ResidualInCache]:
     """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
     norm's params are `{name}_norm.*`), x in post-norm, and x where the layer has no such norm (normed False:
     ModernBERT's first layer, config.first_attn_norm False)."""
     if not normed:
-        return x, None  # residual_in_backward passes dh through
+        return x, ResidualInCache(None)  # residual_in_backward passes dh through
     norm = sub(params, f"{name}_norm")
-    return residual_in_forward(x, norm, config.norm_first, config.layer_norm_eps, config.norm)
+    return residual_in_forward(norm, x, config.norm_first, config.layer_norm_eps, config.norm)
 
 
-def sublayer_out(params: dict, name: str, x: np.ndarray, y: np.ndarray, config, dropout, site: str):
+@dataclass(frozen=True, slots=True)
+class SublayerOutCache:
+    """Exactly one of residual and sandwich is set."""
+
+    norm_name: str  # the norm it holds, below the layer: "{name}_norm" (post-norm), "{name}_post_norm" (sandwich)
+    residual: ResidualOutCache | None = None  # x + drop(y), then Norm in post-norm
+    sandwich: SandwichOutCache | None = None  # Gemma's x + drop(Norm_post(y))
+
+
+def sublayer_out(
+    params: dict,
+    x: np.ndarray,
+    y: np.ndarray,
+    config: TransformerConfig,
+    name: str,
+    dropout: Dropout | None,
+    site: str,
+) -> tuple[np.ndarray, SublayerOutCache]:
     """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
     `{site}.{name}_dropout`); with config.sandwich_norm (Gemma) x + drop(Norm_post(y)), its norm `{name}_post_norm`."""
     eps, drop_site = config.layer_norm_eps, f"{site}.{name}_dropout"
     if config.sandwich_norm:
         post = sub(params, f"{name}_post_norm")
-        out, cache = sandwich_out_forward(x, y, post, eps, dropout, drop_site, config.norm)
-        return out, (f"{name}_post_norm", sandwich_out_backward, cache)
+        out, sandwich = sandwich_out_forward(post, x, y, eps, dropout, drop_site, config.norm)
+        return out, SublayerOutCache(f"{name}_post_norm", sandwich=sandwich)
     norm = sub(params, f"{name}_norm")
-    out, cache = residual_out_forward(x, y, norm, config.norm_first, eps, dropout, drop_site, config.norm)
-    return out, (f"{name}_norm", residual_out_backward, cache)
+    out, residual = residual_out_forward(norm, x, y, config.norm_first, eps, dropout, drop_site, config.norm)
+    return out, SublayerOutCache(f"{name}_norm", residual=residual)
 
 
-def sublayer_out_backward(dout: np.ndarray, cache):
+def sublayer_out_backward(dout: np.ndarray, cache: SublayerOutCache) -> tuple[np.ndarray, np.ndarray, dict]:
     """Backward of sublayer_out: dx along the residual path, dy into the sublayer, and the grads of the norm it
     holds (none in pre-norm; the post-norm's in the sandwich), named below the layer."""
-    name, backward, cache = cache
-    dx, dy, grads = backward(dout, cache)
-    return dx, dy, {f"{name}.{k}": v for k, v in grads.items()}
+    if cache.sandwich is not None:
+        dx, dy, grads = sandwich_out_backward(dout, cache.sandwich)
+    else:
+        assert cache.residual is not None  # sublayer_out sets exactly one of the two
+        dx, dy, grads = residual_out_backward(dout, cache.residual)
+    return dx, dy, {f"{cache.norm_name}.{k}": v for k, v in grads.items()}
 
 
 def norm_grads(name: str, *parts: dict) -> dict:
     """The sublayer `name`'s norm grads (from residual_in or residual_out, whichever holds its norm), named."""
     return {f"{name}_norm.{k}": v for part in parts for k, v in part.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCache:
+    """One layer's caches, three per sublayer in the order the forward ran them (in: residual_in's, the sublayer's
+    own, out: sublayer_out's). The cross-attention sublayer's are None in a layer without one (the encoder's, the
+    decoder-only model's, GPT-NeoX's parallel layer)."""
+
+    self_attn_in: ResidualInCache
+    self_attn: AttentionCache
+    self_attn_out: SublayerOutCache
+    ffn_in: ResidualInCache
+    ffn: FfnCache
+    ffn_out: SublayerOutCache
+    cross_attn_in: ResidualInCache | None = None
+    cross_attn: AttentionCache | None = None
+    cross_attn_out: SublayerOutCache | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,35 +496,34 @@ def norm_grads(name: str, *parts: dict) -> dict:
 def encoder_layer_forward(
     params: dict,
     x: np.ndarray,
-    mask: np.ndarray | None,
     config: TransformerConfig,
     *,
+    mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "encoder.layers.0",
     rope: tuple | None = None,
     bias_table: np.ndarray | None = None,
-    activations: dict = ACTIVATIONS,
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
     layer: int = 0,
-):
+) -> tuple[np.ndarray, LayerCache]:
     """x (B, T, D) -> (B, T, D): x = Sublayer(x, SelfAttention); x = Sublayer(x, FeedForward).
     mask: padding, broadcastable to (B, H, T, T); rope: rotary (cos, sin) of positions 0 .. T - 1, or None;
     bias_table: the stack's T5 relative position bias (n_buckets, H), or None; layer: the layer's index, whose
     kind (config.layer_types) chooses its score rules (and layer 0 has no self-attention norm when
     config.first_attn_norm is False: ModernBERT's)."""
-    c = {}
-    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config, normed=layer > 0 or config.first_attn_norm)
-    y, c["self_attn"] = attention_forward(
-        sub(params, "self_attn"), h, h, mask, config, dropout, f"{site}.self_attn", rope, bias_table=bias_table,
-        layer=layer,
+    h, attn_in = sublayer_in(params, x, config, "self_attn", normed=layer > 0 or config.first_attn_norm)
+    y, attn = attention_forward(
+        sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=False, layer=layer), cross=False,
+        mask=mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, bias_table=bias_table,
     )  # fmt: skip
-    x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
-    h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
-    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
-    x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
-    return x, c
+    x, attn_out = sublayer_out(params, x, y, config, "self_attn", dropout, site)
+    h, ffn_in = sublayer_in(params, x, config, "ffn")
+    y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
+    x, ffn_out = sublayer_out(params, x, y, config, "ffn", dropout, site)
+    return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out)
 
 
-def encoder_layer_backward(dout: np.ndarray, cache):
+def encoder_layer_backward(dout: np.ndarray, cache: LayerCache) -> tuple[np.ndarray, dict]:
     r"""The forward in reverse. Each sublayer's x reaches its output twice, along the residual path and through the
     sublayer: the two gradients add. Self-attention read h as query, key and value: those three add too.
 
@@ -405,14 +533,14 @@ def encoder_layer_backward(dout: np.ndarray, cache):
 
     Returns dx (B, T, D) and the layer's grads dict."""
     c = cache
-    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])
-    dh, ffn_grads = ffn_backward(dy, c["ffn"])
-    dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c.ffn_out)
+    dh, ffn_grads = ffn_backward(dy, c.ffn)
+    dx_ffn, ffn_in = residual_in_backward(dh, c.ffn_in)
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
-    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
+    dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
-    dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
+    dx_attn, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_attn  # residual path + path through self-attention
     grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
     return dx, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
@@ -433,14 +561,14 @@ def decoder_layer_forward(
     memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
-    activations: dict = ACTIVATIONS,
-    rope: tuple | None = None,
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+    rope: tuple[np.ndarray, np.ndarray] | None = None,
     q_pos: np.ndarray | None = None,
-    caches: tuple | None = None,
+    caches: tuple[KVCache, MemoryCache | None] | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
     layer: int = 0,
-):
+) -> tuple[np.ndarray, LayerCache]:
     """x (B, T_tgt, D), memory (B, T_src, D) or None -> (B, T_tgt, D).
 
     Self-attention is causal (and rotary when rope is given); self_mask, broadcastable to
@@ -453,49 +581,52 @@ def decoder_layer_forward(
     chooses its self-attention's window.
     """
     self_cache, memory_cache = (None, None) if caches is None else caches
-    c = {}
-    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)
-    y, c["self_attn"] = attention_forward(
-        sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding, layer=layer,
+    h, attn_in = sublayer_in(params, x, config, "self_attn")
+    y, attn = attention_forward(
+        sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=True, layer=layer), cross=False,
+        mask=self_mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, q_pos=q_pos, kv_cache=self_cache,
+        bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
-    x, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y, config, dropout, site)
+    x, attn_out = sublayer_out(params, x, y, config, "self_attn", dropout, site)
+    cross_in = cross = cross_out = None
     if memory is not None:
-        h, c["cross_attn_in"] = sublayer_in(params, "cross_attn", x, config)
-        y, c["cross_attn"] = attention_forward(
-            sub(params, "cross_attn"), h, memory, memory_mask, config, dropout, f"{site}.cross_attn",
-            kv_cache=memory_cache,
+        h, cross_in = sublayer_in(params, x, config, "cross_attn")
+        y, cross = attention_forward(
+            sub(params, "cross_attn"), h, memory, config, mod=cross_score_mod(config), cross=True, mask=memory_mask,
+            dropout=dropout, site=f"{site}.cross_attn", kv_cache=memory_cache,
         )  # fmt: skip
-        x, c["cross_attn_out"] = sublayer_out(params, "cross_attn", x, y, config, dropout, site)
-    h, c["ffn_in"] = sublayer_in(params, "ffn", x, config)
-    y, c["ffn"] = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
-    x, c["ffn_out"] = sublayer_out(params, "ffn", x, y, config, dropout, site)
-    return x, c
+        x, cross_out = sublayer_out(params, x, y, config, "cross_attn", dropout, site)
+    h, ffn_in = sublayer_in(params, x, config, "ffn")
+    y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
+    x, ffn_out = sublayer_out(params, x, y, config, "ffn", dropout, site)
+    return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out, cross_in, cross, cross_out)
 
 
-def decoder_layer_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray | None = None):
+def decoder_layer_backward(
+    dout: np.ndarray, cache: LayerCache, drouter_logits: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None, dict]:
     r"""The forward in reverse (see encoder_layer_backward); cross-attention read the memory as key and value, so
     the memory's two gradients add, :math:`d\mathrm{memory} = dX_k + dX_v`. drouter_logits (N, E): the gradient
     the load-balancing loss sends to a mixture-of-experts layer's router logits, or None. Returns dx (B, T_tgt, D),
     dmemory (B, T_src, D) or None, and grads."""
     c = cache
-    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])
-    dh, ffn_grads = ffn_backward(dy, c["ffn"], drouter_logits)
-    dx_ffn, ffn_in = residual_in_backward(dh, c["ffn_in"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c.ffn_out)
+    dh, ffn_grads = ffn_backward(dy, c.ffn, drouter_logits)
+    dx_ffn, ffn_in = residual_in_backward(dh, c.ffn_in)
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
     grads = norm_grads("ffn", ffn_in) | ffn_out | prefixed(ffn_grads, "ffn")
     dmemory = None
-    if "cross_attn" in c:
-        dx, dy, cross_out = sublayer_out_backward(dx, c["cross_attn_out"])
-        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c["cross_attn"])
+    if c.cross_attn is not None and c.cross_attn_in is not None and c.cross_attn_out is not None:
+        dx, dy, cross_out = sublayer_out_backward(dx, c.cross_attn_out)
+        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c.cross_attn)
         dmemory = dkey + dvalue  # the memory was the key and the value
-        dx_cross, cross_in = residual_in_backward(dh, c["cross_attn_in"])
+        dx_cross, cross_in = residual_in_backward(dh, c.cross_attn_in)
         dx = dx + dx_cross  # residual path + path through cross-attention
         grads |= norm_grads("cross_attn", cross_in) | cross_out | prefixed(cross_grads, "cross_attn")
-    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
+    dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
-    dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
+    dx_attn, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_attn  # residual path + path through self-attention
     grads |= norm_grads("self_attn", attn_in) | attn_out | prefixed(attn_grads, "self_attn")
     return dx, dmemory, grads
@@ -516,34 +647,36 @@ def parallel_layer_forward(
     memory_mask: np.ndarray | None = None,
     dropout: Dropout | None = None,
     site: str = "decoder.layers.0",
-    activations: dict = ACTIVATIONS,
-    rope: tuple | None = None,
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+    rope: tuple[np.ndarray, np.ndarray] | None = None,
     q_pos: np.ndarray | None = None,
-    caches: tuple | None = None,
+    caches: tuple[KVCache, MemoryCache | None] | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
     layer: int = 0,
-):
+) -> tuple[np.ndarray, LayerCache]:
     """x (B, T, D) -> x + drop(SelfAttention(Norm1(x))) + drop(FeedForward(Norm2(x))) (B, T, D), Norm1 the
     self_attn_norm, Norm2 the ffn_norm. The arguments are decoder_layer_forward's; there is no cross-attention
     (memory must be None)."""
     if memory is not None:
         raise ValueError("parallel_residual is a decoder-only layer: it has no cross-attention (memory must be None)")
     self_cache = None if caches is None else caches[0]
-    c = {}
-    h, c["self_attn_in"] = sublayer_in(params, "self_attn", x, config)  # Norm1(x)
-    y_attn, c["self_attn"] = attention_forward(
-        sub(params, "self_attn"), h, h, self_mask, config, dropout, f"{site}.self_attn", rope, is_causal=True,
-        q_pos=q_pos, kv_cache=self_cache, bias_table=bias_table, key_padding=key_padding, layer=layer,
+    h, attn_in = sublayer_in(params, x, config, "self_attn")  # Norm1(x)
+    y_attn, attn = attention_forward(
+        sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=True, layer=layer), cross=False,
+        mask=self_mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, q_pos=q_pos, kv_cache=self_cache,
+        bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
-    g, c["ffn_in"] = sublayer_in(params, "ffn", x, config)  # Norm2(x): the layer's input, not x + attention
-    y_ffn, c["ffn"] = ffn_forward(sub(params, "ffn"), g, config, dropout, f"{site}.ffn", activations)
-    x_attn, c["self_attn_out"] = sublayer_out(params, "self_attn", x, y_attn, config, dropout, site)
-    out, c["ffn_out"] = sublayer_out(params, "ffn", x_attn, y_ffn, config, dropout, site)
-    return out, c
+    g, ffn_in = sublayer_in(params, x, config, "ffn")  # Norm2(x): the layer's input, not x + attention
+    y_ffn, ffn = ffn_forward(sub(params, "ffn"), g, config, dropout, f"{site}.ffn", activations)
+    x_attn, attn_out = sublayer_out(params, x, y_attn, config, "self_attn", dropout, site)
+    out, ffn_out = sublayer_out(params, x_attn, y_ffn, config, "ffn", dropout, site)
+    return out, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out)
 
 
-def parallel_layer_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray | None = None):
+def parallel_layer_backward(
+    dout: np.ndarray, cache: LayerCache, drouter_logits: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None, dict]:
     r"""The layer's input x reaches its output three times: along the residual path, through attention and through
     the feed-forward block, so the three gradients add (the sequential layer instead sends the feed-forward's
     share through attention too):
@@ -555,19 +688,23 @@ def parallel_layer_backward(dout: np.ndarray, cache, drouter_logits: np.ndarray 
 
     drouter_logits: as decoder_layer_backward's. Returns dx (B, T, D), None (no memory) and the layer's grads dict."""
     c = cache
-    dx, dy, ffn_out = sublayer_out_backward(dout, c["ffn_out"])  # dx = dout: the stream after attention
-    dg, ffn_grads = ffn_backward(dy, c["ffn"], drouter_logits)
-    dx_ffn, ffn_in = residual_in_backward(dg, c["ffn_in"])  # through Norm2, to the layer's input
-    dx, dy, attn_out = sublayer_out_backward(dx, c["self_attn_out"])
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c["self_attn"])
+    dx, dy, ffn_out = sublayer_out_backward(dout, c.ffn_out)  # dx = dout: the stream after attention
+    dg, ffn_grads = ffn_backward(dy, c.ffn, drouter_logits)
+    dx_ffn, ffn_in = residual_in_backward(dg, c.ffn_in)  # through Norm2, to the layer's input
+    dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
     dh = dquery + dkey + dvalue  # h was the query, the key and the value
-    dx_attn, attn_in = residual_in_backward(dh, c["self_attn_in"])
+    dx_attn, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_attn + dx_ffn  # residual path + path through attention + path through the feed-forward block
     grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
     return dx, None, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
 
 
-def decoder_layer(config: TransformerConfig):
+LayerForward = Callable[..., tuple[np.ndarray, LayerCache]]
+LayerBackward = Callable[[np.ndarray, LayerCache, "np.ndarray | None"], tuple[np.ndarray, "np.ndarray | None", dict]]
+
+
+def decoder_layer(config: TransformerConfig) -> tuple[LayerForward, LayerBackward]:
     """The (forward, backward) pair of the config's decoder layer: GPT-NeoX's parallel one, or the sequential one."""
     if config.parallel_residual:
         return parallel_layer_forward, parallel_layer_backward
@@ -578,20 +715,38 @@ def decoder_layer(config: TransformerConfig):
 # The stacks: embeddings, N layers, and (pre-norm only) a final norm.
 
 
-def final_norm_forward(params: dict, x: np.ndarray, config: TransformerConfig):
-    """Pre-norm layers leave their output un-normalised: the stack ends with final_norm. Post-norm: nothing."""
+def final_norm_forward(params: dict, x: np.ndarray, config: TransformerConfig) -> tuple[np.ndarray, NormCache | None]:
+    """Pre-norm layers leave their output un-normalised: the stack ends with final_norm. Post-norm: nothing (the
+    cache is None)."""
     if not config.norm_first:
         return x, None
     return norm_forward(sub(params, "final_norm"), x, config.norm, config.layer_norm_eps)
 
 
-def final_norm_backward(dout: np.ndarray, cache, grads: dict) -> np.ndarray:
-    """Backward of final_norm_forward; records final_norm.* in grads."""
+def final_norm_backward(dout: np.ndarray, cache: NormCache | None) -> tuple[np.ndarray, dict]:
+    """Backward of final_norm_forward: dx and the norm's grads, named final_norm.* (empty in post-norm)."""
     if cache is None:
-        return dout
+        return dout, {}
     dx, norm_grads = norm_backward(dout, cache)
-    grads |= prefixed(norm_grads, "final_norm")
-    return dx
+    return dx, prefixed(norm_grads, "final_norm")
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderStackCache:
+    embed: EmbedCache
+    layers: list[LayerCache]
+    final_norm: NormCache | None  # pre-norm: the final norm's cache; post-norm: None
+    hidden: list[np.ndarray]  # the embeddings and every layer's output, (B, T, D) each (model.activations)
+
+
+@dataclass(frozen=True, slots=True)
+class DecoderStackCache:
+    embed: EmbedCache
+    layers: list[LayerCache]
+    final_norm: NormCache | None
+    hidden: list[np.ndarray]
+    memory_shape: tuple[int, ...] | None  # the encoder output's (B, T_src, D), or None (no cross-attention)
+    layer_backward: LayerBackward  # the config's layer's backward (decoder_layer)
 
 
 def encoder_forward(
@@ -599,64 +754,73 @@ def encoder_forward(
     src_ids: np.ndarray,
     config: TransformerConfig,
     dropout: Dropout | None = None,
+    *,
     token_type_ids: np.ndarray | None = None,
     attention_mask: np.ndarray | None = None,
-    *,
-    activations: dict = ACTIVATIONS,
-):
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+) -> tuple[np.ndarray, EncoderStackCache]:
     """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
     T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
     token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
     (forward, backward))."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
-    positions = pad_offset_positions(src_ids, config.pad_id) if config.positions_after_pad else None  # (B, T_src)
-    x, embed_cache = embed_forward(params, src_ids, config, dropout, "encoder", token_type_ids, positions=positions)
+    positions = None  # (B, T_src) RoBERTa's, or None (the config requires pad_id with positions_after_pad)
+    if config.positions_after_pad and config.pad_id is not None:
+        positions = pad_offset_positions(src_ids, config.pad_id)
+    x, embed_cache = embed_forward(
+        params, src_ids, config, dropout, "encoder", token_type_ids=token_type_ids, positions=positions
+    )  # (B, T_src, D)
     ropes = rope_by_layer(config, config.n_encoder_layers, src_ids.shape[1], x.dtype)  # rotary (cos, sin), or None
     hidden, layer_caches = [x], []
     for i in range(config.n_encoder_layers):
         x, layer_cache = encoder_layer_forward(
-            sub(params, f"layers.{i}"), x, mask, config, dropout=dropout, site=f"encoder.layers.{i}", rope=ropes[i],
-            bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
+            sub(params, f"layers.{i}"), x, config, mask=mask, dropout=dropout, site=f"encoder.layers.{i}",
+            rope=ropes[i], bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
             activations=activations, layer=i,  # its kind (config.layer_types) chooses its score rules
         )  # fmt: skip
         hidden.append(x)
         layer_caches.append(layer_cache)
     x, norm_cache = final_norm_forward(params, x, config)
-    return x, {"embed": embed_cache, "layers": layer_caches, "final_norm": norm_cache, "hidden": hidden}
+    return x, EncoderStackCache(embed_cache, layer_caches, norm_cache, hidden)
 
 
-def add_table_share(grads: dict, layer_grads: dict) -> None:
-    """T5's relative bias table belongs to the stack and every layer's self-attention reads it: move a layer's
-    share of its gradient out of the layer's grads into the stack's, where the shares add."""
-    share = layer_grads.pop("self_attn.relative_bias.weight", None)
+TABLE_SHARE = "self_attn.relative_bias.weight"  # a layer's share of T5's table's gradient, below the layer
+
+
+def add_table_share(grads: dict, layer_grads: dict, prefix: str) -> dict:
+    """T5's relative bias table belongs to the stack and every layer's self-attention reads it: the stack's grads
+    (a new dict) with layer `prefix`'s grads added under its prefix, and the layer's share of the table's gradient
+    added to the stack's relative_bias.weight, where the shares add. Neither argument is changed."""
+    merged = grads | prefixed({k: v for k, v in layer_grads.items() if k != TABLE_SHARE}, prefix)
+    share = layer_grads.get(TABLE_SHARE)  # T5's layers return it; others have no share
     if share is not None:
-        grads["relative_bias.weight"] = grads.get("relative_bias.weight", 0) + share
+        total = grads.get("relative_bias.weight")
+        merged["relative_bias.weight"] = share if total is None else total + share
+    return merged
 
 
-def encoder_backward(dout: np.ndarray, cache) -> dict:
+def encoder_backward(dout: np.ndarray, cache: EncoderStackCache) -> dict:
     """dmemory (B, T_src, D) -> grads of every encoder parameter (keys below "encoder.")."""
-    grads = {}
-    dx = final_norm_backward(dout, cache["final_norm"], grads)
-    for i in reversed(range(len(cache["layers"]))):
-        dx, layer_grads = encoder_layer_backward(dx, cache["layers"][i])
-        add_table_share(grads, layer_grads)
-        grads |= prefixed(layer_grads, f"layers.{i}")
-    return grads | embed_backward(dx, cache["embed"])
+    dx, grads = final_norm_backward(dout, cache.final_norm)
+    for i in reversed(range(len(cache.layers))):
+        dx, layer_grads = encoder_layer_backward(dx, cache.layers[i])
+        grads = add_table_share(grads, layer_grads, f"layers.{i}")
+    return grads | embed_backward(dx, cache.embed)
 
 
 def decoder_forward(
     params: dict,
     tgt_ids: np.ndarray,
     memory: np.ndarray | None,
-    memory_mask: np.ndarray | None,
     config: TransformerConfig,
     dropout: Dropout | None = None,
     *,
-    activations: dict = ACTIVATIONS,
+    memory_mask: np.ndarray | None = None,
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
     caches: list | None = None,
     start: int = 0,
     attention_mask: np.ndarray | None = None,
-):
+) -> tuple[np.ndarray, DecoderStackCache]:
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
     Decoding runs this on the new positions only: tgt_ids are the tokens at positions start .. start + T_tgt - 1,
@@ -693,33 +857,27 @@ def decoder_forward(
         hidden.append(x)
         layer_caches.append(layer_cache)
     x, norm_cache = final_norm_forward(params, x, config)
-    return x, {
-        "embed": embed_cache,
-        "layers": layer_caches,
-        "final_norm": norm_cache,
-        "hidden": hidden,
-        "memory_shape": None if memory is None else memory.shape,
-        "layer_backward": layer_backward,
-    }
+    memory_shape = None if memory is None else memory.shape
+    return x, DecoderStackCache(embed_cache, layer_caches, norm_cache, hidden, memory_shape, layer_backward)
 
 
-def decoder_backward(dout: np.ndarray, cache, drouter_logits: dict | None = None):
+def decoder_backward(
+    dout: np.ndarray, cache: DecoderStackCache, drouter_logits: dict | None = None
+) -> tuple[np.ndarray | None, dict]:
     r"""dx (B, T_tgt, D) -> dmemory (B, T_src, D) or None, and grads (keys below "decoder."). Every layer's
     cross-attention reads the same memory: :math:`d\mathrm{memory} = \sum_{\text{layers}} d\mathrm{memory}_l`.
     drouter_logits: {layer index: (N, E)}, the load-balancing loss's gradient of the MoE layers' router logits."""
     drouter_logits = drouter_logits or {}
-    grads = {}
-    dx = final_norm_backward(dout, cache["final_norm"], grads)
+    dx, grads = final_norm_backward(dout, cache.final_norm)
     dmemory = None
-    if cache["memory_shape"] is not None:
-        dmemory = np.zeros(cache["memory_shape"], dtype=dout.dtype)
-    for i in reversed(range(len(cache["layers"]))):
-        dx, dmemory_i, layer_grads = cache["layer_backward"](dx, cache["layers"][i], drouter_logits.get(i))
-        if dmemory_i is not None:
+    if cache.memory_shape is not None:
+        dmemory = np.zeros(cache.memory_shape, dtype=dout.dtype)
+    for i in reversed(range(len(cache.layers))):
+        dx, dmemory_i, layer_grads = cache.layer_backward(dx, cache.layers[i], drouter_logits.get(i))
+        if dmemory is not None and dmemory_i is not None:
             dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
-        add_table_share(grads, layer_grads)
-        grads |= prefixed(layer_grads, f"layers.{i}")
-    return dmemory, grads | embed_backward(dx, cache["embed"])
+        grads = add_table_share(grads, layer_grads, f"layers.{i}")
+    return dmemory, grads | embed_backward(dx, cache.embed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -727,7 +885,7 @@ def decoder_backward(dout: np.ndarray, cache, drouter_logits: dict | None = None
 # checkpoint readers), and the initialisation.
 
 
-def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: bool = False) -> dict:
+def init_params(shapes: dict, seed: int, dtype: DTypeLike, d_model: int, norm_gain_offset: bool = False) -> dict:
     r"""Deterministic initialisation from `seed`, drawn in float64 and cast to `dtype`.
 
     - linear weights: Xavier-uniform, :math:`\mathcal U(-a, a)` with :math:`a = \sqrt{6 / (\mathrm{fan_{in}} +
@@ -762,6 +920,28 @@ def init_params(shapes: dict, seed: int, dtype, d_model: int, norm_gain_offset: 
 # The model objects.
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCache:
+    """A model's last forward pass: what its backward and its inspection methods read. A stack the model does
+    not have is None; so are the output projection's caches of an EncoderModel."""
+
+    encoder: EncoderStackCache | None = None
+    decoder: DecoderStackCache | None = None
+    encoder_out: np.ndarray | None = None  # the encoder's output (B, T_src, D): the memory, or the hidden states
+    decoder_out: np.ndarray | None = None  # the decoder's output (B, T_tgt, D), before the output projection
+    output: LinearCache | None = None  # the output projection
+    softcap: SoftcapCache | None = None  # Gemma's final soft-capping, or None
+    logits: np.ndarray | None = None  # (B, T_tgt, V)
+    out_shape: tuple[int, ...] = field(default=())  # the forward's output shape: the logits', or the hidden states'
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCache:
+    hidden_shape: tuple[int, ...]  # (B, T, D)
+    dense: LinearCache
+    tanh: TanhCache
+
+
 class _Model:
     """What the models share: parameters, gradients, modes, state dicts, the output projection, and what a
     checkpoint says of the model (set by numpy_transformer.hf.load; a model built here has the defaults):
@@ -779,7 +959,7 @@ class _Model:
     hf_model_type: str | None
     hf_config: dict
 
-    def __init__(self, config: TransformerConfig, seed: int = 0, dtype=np.float64):
+    def __init__(self, config: TransformerConfig, seed: int = 0, dtype: DTypeLike = np.float64) -> None:
         if not isinstance(config, TransformerConfig):
             raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         dtype = np.dtype(dtype)
@@ -804,17 +984,19 @@ class _Model:
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
         self.dropout_masks: dict = {}  # the keep-masks of the last forward pass, by site
         self.activation_table = ACTIVATIONS  # the feed-forward blocks' functions: name -> (forward, backward)
-        self._own_dropout = None  # a replica's Dropout, drawn from instead of self.rng
-        self._cache = None
-        self._aux_cache = None  # the load-balancing loss of the last forward (load_balancing_loss)
+        self._own_dropout: Dropout | None = None  # a replica's Dropout, drawn from instead of self.rng
+        self._cache: ModelCache | None = None
+        self._aux_cache: LoadBalancingCache | None = None  # the load-balancing loss of the last forward
+        self._pool_cache: PoolCache | None = None
+        self._mlm_cache: MlmHeadCache | None = None
 
     # -- modes and gradients ---------------------------------------------------------------
 
-    def train(self, mode: bool = True):
+    def train(self, mode: bool = True) -> Self:
         self.training = bool(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> Self:
         return self.train(False)
 
     def zero_grad(self) -> None:
@@ -850,7 +1032,7 @@ class _Model:
             return self._own_dropout
         return Dropout(self.config.dropout_rates, rng=self.rng)
 
-    def replica(self, dropout: Dropout | None = None, activation_table: dict | None = None):
+    def replica(self, dropout: Dropout | None = None, activation_table: dict | None = None) -> Self:
         """A model for one part of a batch, to run in a thread of its own: the same params (the arrays themselves,
         so an optimizer's step is seen by both), config, dtype and mode; its own caches, dropout masks and grads.
         Its grads start empty: each backward adds what it computes (a name is absent until then).
@@ -905,14 +1087,21 @@ class _Model:
         states)."""
         return x if self.config.output_scale == 1.0 else x * self.config.output_scale
 
-    def softcap(self, logits: np.ndarray):
+    def softcap(self, logits: np.ndarray) -> tuple[np.ndarray, SoftcapCache | None]:
         """Gemma's final soft-capping, cap * tanh(logits / cap) with cap = config.logit_softcap (softcap_forward),
         and its cache; the logits and None when the config sets no cap."""
         if self.config.logit_softcap is None:
             return logits, None
         return softcap_forward(logits, self.config.logit_softcap)
 
-    def _output_forward(self, x: np.ndarray, dropout: Dropout | None, caches: dict) -> np.ndarray:
+    def _output_forward(
+        self,
+        x: np.ndarray,
+        dropout: Dropout | None,
+        encoder: EncoderStackCache | None,
+        decoder: DecoderStackCache,
+        memory: np.ndarray | None,
+    ) -> np.ndarray:
         """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
         masks it used, and the caches the backward pass will read."""
         logits, out_cache = linear_forward(self.scale_output(x), self.output_weight(), self.output_bias())  # (B, T, V)
@@ -920,26 +1109,25 @@ class _Model:
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = caches | {"output": out_cache, "softcap": cap_cache, "decoder_out": x, "logits": logits}
-        self._cache["logits_shape"] = logits.shape
+        self._cache = ModelCache(encoder, decoder, memory, x, out_cache, cap_cache, logits, logits.shape)
         self._aux_cache = None  # the load-balancing loss of this forward, once computed
         return logits
 
     # -- mixture of experts: the router logits of the last forward pass and the load-balancing loss -----------------
 
-    def _moe_layers(self) -> list[tuple[int, object]]:
+    def _moe_layers(self) -> list[tuple[int, SparseMoeCache]]:
         """(index, SparseMoeCache) of each mixture-of-experts decoder layer of the last forward pass."""
-        if self._cache is None or "decoder" not in self._cache:
+        if self._cache is None or self._cache.decoder is None:
             raise ValueError("router_logits: no forward pass has been run yet")
-        layers = enumerate(layer["ffn"] for layer in self._cache["decoder"]["layers"])
-        return [(i, cache) for i, (kind, cache) in layers if kind == "moe"]
+        layers = enumerate(layer.ffn.moe for layer in self._cache.decoder.layers)
+        return [(i, moe) for i, moe in layers if moe is not None]
 
     def router_logits(self) -> list[np.ndarray]:
         """The router logits (N, E), N = B * T, of every mixture-of-experts layer in the last forward pass, in layer
         order (transformers' router_logits with output_router_logits=True); [] for a dense model."""
         return [cache.router_logits for _, cache in self._moe_layers()]
 
-    def load_balancing_loss(self, attention_mask=None) -> np.ndarray:
+    def load_balancing_loss(self, attention_mask: np.ndarray | None = None) -> np.ndarray:
         r"""The load-balancing loss of the last forward pass's router logits (moe.load_balancing_loss_forward, as
         transformers' aux_loss), its padding left out by attention_mask (B, T) when given:
         :math:`\mathcal L_{\text{aux}} = E \sum_e f_e P_e`. A training objective adds router_aux_loss_coef times it;
@@ -951,24 +1139,26 @@ class _Model:
         loss, self._aux_cache = load_balancing_loss_forward(logits, c.n_experts, c.top_k, attention_mask)
         return loss
 
-    def _router_grads(self, daux_loss) -> dict | None:
+    def _router_grads(self, daux_loss: float | None) -> dict | None:
         """{layer index: the load-balancing loss's gradient of its router logits (N, E)} for daux_loss (the
         loss's upstream gradient, a float), or None when daux_loss is None."""
         if daux_loss is None:
             return None
         if isinstance(daux_loss, bool) or not isinstance(daux_loss, (int, float, np.floating)):
             raise TypeError(f"daux_loss must be a float (the aux loss's weight in the objective), got {daux_loss!r}")
-        if getattr(self, "_aux_cache", None) is None:
+        if self._aux_cache is None:
             raise ValueError("backward: daux_loss given, but load_balancing_loss() was not called after the forward")
         drouter = load_balancing_loss_backward(self._aux_cache, float(daux_loss))
         return {i: d for (i, _), d in zip(self._moe_layers(), drouter, strict=True)}
 
-    def _output_backward(self, dlogits: np.ndarray):
+    def _output_backward(self, dlogits: np.ndarray) -> tuple[np.ndarray, dict]:
         """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
+        cache = self._last_forward()
         grads = {}
-        if self._cache["softcap"] is not None:
-            dlogits = softcap_backward(dlogits, self._cache["softcap"])
-        dx, dweight, dbias = linear_backward(dlogits, self._cache["output"])
+        if cache.softcap is not None:
+            dlogits = softcap_backward(dlogits, cache.softcap)
+        assert cache.output is not None  # a model with an output projection made this cache
+        dx, dweight, dbias = linear_backward(dlogits, cache.output)
         dx = self.scale_output(dx)  # y = c x: dx = c dy
         if dbias is not None:
             grads["output_proj.bias"] = dbias
@@ -978,10 +1168,14 @@ class _Model:
             grads["output_proj.weight"] = dweight
         return dx, grads
 
-    def _check_dlogits(self, dlogits) -> np.ndarray:
+    def _last_forward(self) -> ModelCache:
+        """The last forward pass's cache; ValueError when there is none."""
         if self._cache is None:
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
-        return check_float_array("dlogits", dlogits, self.dtype, self._cache["logits_shape"])
+        return self._cache
+
+    def _check_dlogits(self, dlogits: np.ndarray) -> np.ndarray:
+        return check_float_array("dlogits", dlogits, self.dtype, self._last_forward().out_shape)
 
     # -- state dicts -----------------------------------------------------------------------
 
@@ -1036,11 +1230,11 @@ class _Model:
         if self._cache is None:
             raise ValueError("attention_maps: no forward pass has been run yet")
         maps = {}
-        for stack in ("encoder", "decoder"):
-            for i, layer in enumerate(self._cache.get(stack, {}).get("layers", [])):
-                for kind in ("self_attn", "cross_attn"):
-                    if kind in layer:
-                        maps[f"{stack}.layers.{i}.{kind}"] = layer[kind].attn["probs"]
+        for name, stack in (("encoder", self._cache.encoder), ("decoder", self._cache.decoder)):
+            for i, layer in enumerate([] if stack is None else stack.layers):
+                for kind, attn in (("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)):
+                    if attn is not None and isinstance(attn.attn, ScaledDotProductAttentionCache):
+                        maps[f"{name}.layers.{i}.{kind}"] = attn.attn.probs
         return maps
 
     def activations(self) -> dict:
@@ -1048,16 +1242,16 @@ class _Model:
         "encoder" (the memory), likewise for the decoder, and "logits" (not in an EncoderModel)."""
         if self._cache is None:
             raise ValueError("activations: no forward pass has been run yet")
-        acts = {}
-        for stack in ("encoder", "decoder"):
-            if stack in self._cache:
-                hidden = self._cache[stack]["hidden"]
-                acts[f"{stack}.embedding"] = hidden[0]
-                for i, h in enumerate(hidden[1:]):
-                    acts[f"{stack}.layers.{i}"] = h
-                acts[stack] = self._cache[f"{stack}_out"]
-        if "logits" in self._cache:
-            acts["logits"] = self._cache["logits"]
+        c = self._cache
+        acts: dict[str, np.ndarray | None] = {}
+        for name, stack, out in (("encoder", c.encoder, c.encoder_out), ("decoder", c.decoder, c.decoder_out)):
+            if stack is not None:
+                acts[f"{name}.embedding"] = stack.hidden[0]
+                for i, h in enumerate(stack.hidden[1:]):
+                    acts[f"{name}.layers.{i}"] = h
+                acts[name] = out
+        if c.logits is not None:
+            acts["logits"] = c.logits
         return acts
 
 
@@ -1069,7 +1263,13 @@ class Transformer(_Model):
     masked out of the encoder and of cross-attention; the decoder's self-attention masks only the future.
     """
 
-    def forward(self, src_ids, tgt_ids, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
+    def forward(
+        self,
+        src_ids: ArrayLike,
+        tgt_ids: ArrayLike,
+        dropout_masks: dict | None = None,
+        attention_mask: ArrayLike | None = None,
+    ) -> np.ndarray:
         """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
         self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given.
         attention_mask (B, T_src): 1/True = a real source token (transformers' meaning); given, it says which
@@ -1089,9 +1289,9 @@ class Transformer(_Model):
         )  # (B, T_src, D)
         memory_mask = source_mask(src_ids, mask, cfg.pad_id)  # (B, 1, 1, T_src), or None
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, memory_mask, cfg, dropout, activations=acts
+            sub(self.params, "decoder"), tgt_ids, memory, cfg, dropout, memory_mask=memory_mask, activations=acts
         )  # (B, T_tgt, D)
-        return self._output_forward(x, dropout, {"encoder": enc_cache, "decoder": dec_cache, "encoder_out": memory})
+        return self._output_forward(x, dropout, enc_cache, dec_cache, memory)
 
     __call__ = forward
 
@@ -1102,8 +1302,11 @@ class Transformer(_Model):
         dlogits = self._check_dlogits(dlogits)
         drouter = self._router_grads(daux_loss)
         dx, grads = self._output_backward(dlogits)
-        dmemory, dec_grads = decoder_backward(dx, self._cache["decoder"], drouter)
-        enc_grads = encoder_backward(dmemory, self._cache["encoder"])
+        cache = self._last_forward()
+        assert cache.encoder is not None and cache.decoder is not None  # Transformer.forward made them both
+        dmemory, dec_grads = decoder_backward(dx, cache.decoder, drouter)
+        assert dmemory is not None  # the decoder's cross-attention read the memory
+        enc_grads = encoder_backward(dmemory, cache.encoder)
         self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
         self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
         self.accumulate_grads(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
@@ -1118,7 +1321,9 @@ class TransformerLM(_Model):
 
     decoder_only = True
 
-    def forward(self, ids, attention_mask=None, dropout_masks: dict | None = None) -> np.ndarray:
+    def forward(
+        self, ids: ArrayLike, attention_mask: ArrayLike | None = None, dropout_masks: dict | None = None
+    ) -> np.ndarray:
         """attention_mask: 1/True = a real token, 0/False = padding (transformers' meaning), for a left-padded
         batch: padded keys are masked out and positions count the real tokens (decoder_forward). The logits
         at padded positions are of no token (their rows attend to nothing)."""
@@ -1128,9 +1333,9 @@ class TransformerLM(_Model):
         dropout = self._dropout(dropout_masks)
         acts = self.activation_table
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), ids, None, None, cfg, dropout, attention_mask=mask, activations=acts
+            sub(self.params, "decoder"), ids, None, cfg, dropout, attention_mask=mask, activations=acts
         )  # (B, T, D)
-        return self._output_forward(x, dropout, {"decoder": dec_cache})
+        return self._output_forward(x, dropout, None, dec_cache, None)
 
     __call__ = forward
 
@@ -1142,7 +1347,9 @@ class TransformerLM(_Model):
         dlogits = self._check_dlogits(dlogits)
         drouter = self._router_grads(daux_loss)
         dx, grads = self._output_backward(dlogits)
-        _, dec_grads = decoder_backward(dx, self._cache["decoder"], drouter)
+        decoder = self._last_forward().decoder
+        assert decoder is not None  # TransformerLM.forward made it
+        _, dec_grads = decoder_backward(dx, decoder, drouter)
         self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
         self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
 
@@ -1160,7 +1367,13 @@ class EncoderModel(_Model):
 
     encoder_only = True
 
-    def forward(self, ids, token_type_ids=None, dropout_masks: dict | None = None, attention_mask=None) -> np.ndarray:
+    def forward(
+        self,
+        ids: ArrayLike,
+        token_type_ids: ArrayLike | None = None,
+        dropout_masks: dict | None = None,
+        attention_mask: ArrayLike | None = None,
+    ) -> np.ndarray:
         """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
         instead of config.pad_id."""
         cfg = self.config
@@ -1171,12 +1384,18 @@ class EncoderModel(_Model):
         dropout = self._dropout(dropout_masks)
         acts = self.activation_table
         hidden, enc_cache = encoder_forward(
-            self.encoder_params(), ids, cfg, dropout, token_type_ids, attention_mask=mask, activations=acts
+            self.encoder_params(),
+            ids,
+            cfg,
+            dropout,
+            token_type_ids=token_type_ids,
+            attention_mask=mask,
+            activations=acts,
         )  # (B, T, D)
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = {"encoder": enc_cache, "encoder_out": hidden, "hidden_shape": hidden.shape}
+        self._cache = ModelCache(encoder=enc_cache, encoder_out=hidden, out_shape=hidden.shape)
         return hidden
 
     __call__ = forward
@@ -1184,10 +1403,10 @@ class EncoderModel(_Model):
     def backward(self, dhidden: np.ndarray) -> None:
         r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dhidden =
         :math:`\partial \mathcal{L} / \partial x` of the hidden states x (B, T, D)."""
-        if self._cache is None:
-            raise ValueError("backward called before forward: there is no forward pass to differentiate")
-        dhidden = check_float_array("dhidden", dhidden, self.dtype, self._cache["hidden_shape"])
-        self.accumulate_grads(self._encoder_grads(encoder_backward(dhidden, self._cache["encoder"])))
+        cache = self._last_forward()
+        assert cache.encoder is not None  # EncoderModel.forward made it
+        dhidden = check_float_array("dhidden", dhidden, self.dtype, cache.out_shape)
+        self.accumulate_grads(self._encoder_grads(encoder_backward(dhidden, cache.encoder)))
 
     def pool(self, hidden: np.ndarray) -> np.ndarray:
         r"""BERT's pooler (config.pooler): hidden states h (B, T, D), as forward returns them -> pooled (B, D),
@@ -1206,7 +1425,7 @@ class EncoderModel(_Model):
             hidden[:, 0], self.params["pooler.dense.weight"], self.params["pooler.dense.bias"]
         )
         pooled, tanh_cache = tanh_forward(z)  # (B, D)
-        self._pool_cache = (hidden.shape, linear_cache, tanh_cache)
+        self._pool_cache = PoolCache(hidden.shape, linear_cache, tanh_cache)
         return pooled
 
     def mlm_logits(self, hidden: np.ndarray) -> np.ndarray:
@@ -1216,18 +1435,16 @@ class EncoderModel(_Model):
             raise ValueError("mlm_logits: this model has no masked-LM head (config.mlm_head=False)")
         hidden = check_float_array("hidden", hidden, self.dtype)
         check_ndim("hidden", hidden, 3, "(B, T, D)")
-        logits, cache = mlm_head_forward(self.params, hidden, self.config, self.activation_table)
-        self._mlm_cache = (logits.shape, cache)
+        logits, self._mlm_cache = mlm_head_forward(self.params, hidden, self.config, self.activation_table)
         return logits
 
     def mlm_logits_backward(self, dlogits: np.ndarray) -> np.ndarray:
         """Gradients of mlm_logits, given dlogits (B, T, V): accumulates the head's (and the tied token table's)
         into self.grads and returns dhidden (B, T, D), to add to backward's."""
-        if getattr(self, "_mlm_cache", None) is None:
+        if self._mlm_cache is None:
             raise ValueError("mlm_logits_backward called before mlm_logits: there are no logits to differentiate")
-        shape, cache = self._mlm_cache
-        dlogits = check_float_array("dlogits", dlogits, self.dtype, shape)
-        dhidden, grads = mlm_head_backward(dlogits, cache)
+        dlogits = check_float_array("dlogits", dlogits, self.dtype, self._mlm_cache.logits_shape)
+        dhidden, grads = mlm_head_backward(dlogits, self._mlm_cache)
         self.accumulate_grads(grads)
         return dhidden
 
@@ -1240,19 +1457,32 @@ class EncoderModel(_Model):
             dz = dp\,(1 - p^2), \qquad dW = dz^\top h_{:, 0}, \qquad db = \textstyle\sum_B dz, \qquad
             dh_{:, 0} = dz\, W
         """
-        if getattr(self, "_pool_cache", None) is None:
+        if self._pool_cache is None:
             raise ValueError("pool_backward called before pool: there is no pooled output to differentiate")
-        shape, linear_cache, tanh_cache = self._pool_cache
+        shape = self._pool_cache.hidden_shape
         dpooled = check_float_array("dpooled", dpooled, self.dtype, (shape[0], shape[2]))
-        dz = tanh_backward(dpooled, tanh_cache)  # (B, D)
-        dfirst, dweight, dbias = linear_backward(dz, linear_cache)
+        dz = tanh_backward(dpooled, self._pool_cache.tanh)  # (B, D)
+        dfirst, dweight, dbias = linear_backward(dz, self._pool_cache.dense)
         self.accumulate_grads({"pooler.dense.weight": dweight, "pooler.dense.bias": dbias})
         dhidden = np.zeros(shape, dtype=self.dtype)
         dhidden[:, 0] = dfirst  # only the [CLS] position feeds the pooler
         return dhidden
 
 
-def mlm_head_forward(params: dict, h: np.ndarray, config: TransformerConfig, activations: dict = ACTIVATIONS):
+@dataclass(frozen=True, slots=True)
+class MlmHeadCache:
+    dense: LinearCache  # z = h W^T + b_W
+    activation_backward: Callable[[np.ndarray, object], np.ndarray]  # phi's backward
+    activation: object  # phi's own cache
+    norm: LayerNormCache  # n = LN(a)
+    norm_bias: bool  # the LayerNorm has a bias
+    out: LinearCache  # logits = n E^T + b
+    logits_shape: tuple[int, ...]  # (B, T, V)
+
+
+def mlm_head_forward(
+    params: dict, h: np.ndarray, config: TransformerConfig, activations: dict[str, ActivationPair] = ACTIVATIONS
+) -> tuple[np.ndarray, MlmHeadCache]:
     r"""ModernBERT's masked-LM head (ModernBertForMaskedLM's head and decoder): hidden states h (B, T, D) ->
     logits (B, T, V), through a dense layer, the activation, a LayerNorm, and the token table E (tied):
 
@@ -1270,10 +1500,11 @@ def mlm_head_forward(params: dict, h: np.ndarray, config: TransformerConfig, act
     norm_weight, norm_bias = params["mlm_head.norm.weight"], params.get("mlm_head.norm.bias")
     n, norm_cache = layer_norm_forward(a, norm_weight, norm_bias, config.layer_norm_eps)  # (B, T, D)
     logits, out_cache = linear_forward(n, params["encoder.token_embedding.weight"], params.get("mlm_head.bias"))
-    return logits, (dense_cache, act_backward, act_cache, norm_cache, norm_bias is not None, out_cache)
+    has_bias = norm_bias is not None
+    return logits, MlmHeadCache(dense_cache, act_backward, act_cache, norm_cache, has_bias, out_cache, logits.shape)
 
 
-def mlm_head_backward(dlogits: np.ndarray, cache):
+def mlm_head_backward(dlogits: np.ndarray, cache: MlmHeadCache) -> tuple[np.ndarray, dict]:
     r"""Backward of mlm_head_forward, its lines in reverse: dlogits (B, T, V) -> dh (B, T, D) and the grads (the
     token table's share under encoder.token_embedding.weight, to add to the encoder's):
 
@@ -1283,20 +1514,19 @@ def mlm_head_backward(dlogits: np.ndarray, cache):
         \quad da = J_{\mathrm{LN}}^\top dn, \quad dz = \phi'(z) \odot da, \quad dh = dz\, W, \quad
         dW = dz^\top h
     """
-    dense_cache, act_backward, act_cache, norm_cache, norm_bias, out_cache = cache
-    dn, dtable, dbias = linear_backward(dlogits, out_cache)
-    da, dnorm_weight, dnorm_bias = layer_norm_backward(dn, norm_cache)
-    dz = act_backward(da, act_cache)
-    dh, ddense, ddense_bias = linear_backward(dz, dense_cache)
+    dn, dtable, dbias = linear_backward(dlogits, cache.out)
+    da, dnorm_weight, dnorm_bias = layer_norm_backward(dn, cache.norm)
+    dz = cache.activation_backward(da, cache.activation)
+    dh, ddense, ddense_bias = linear_backward(dz, cache.dense)
     grads = {
         "encoder.token_embedding.weight": dtable, "mlm_head.bias": dbias, "mlm_head.dense.weight": ddense,
         "mlm_head.dense.bias": ddense_bias, "mlm_head.norm.weight": dnorm_weight,
-        "mlm_head.norm.bias": dnorm_bias if norm_bias else None,
+        "mlm_head.norm.bias": dnorm_bias if cache.norm_bias else None,
     }  # fmt: skip
     return dh, {k: v for k, v in grads.items() if v is not None}
 
 
-def check_token_type_ids(token_type_ids, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:
+def check_token_type_ids(token_type_ids: ArrayLike | None, ids: np.ndarray, type_vocab_size: int) -> np.ndarray | None:
     """Validate BERT's token types against ids (B, T): an integer array of the same shape, values in
     [0, type_vocab_size). None stays None (type 0 everywhere, when the model has token types)."""
     if token_type_ids is None:

@@ -33,10 +33,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
-from .layers import ACTIVATIONS, linear_backward, linear_forward, softmax_backward, softmax_forward
+from .layers import (
+    ACTIVATIONS,
+    LinearCache,
+    SoftmaxCache,
+    linear_backward,
+    linear_forward,
+    softmax_backward,
+    softmax_forward,
+)
 from .validation import check_float_array
 
 MOE_KEYS = ("gate.weight", "experts.gate_up_proj", "experts.down_proj")  # transformers' names below `mlp.`
@@ -46,7 +56,7 @@ MOE_KEYS = ("gate.weight", "experts.gate_up_proj", "experts.down_proj")  # trans
 # Argument checks: each message names the argument, what it got and what was expected.
 
 
-def check_top_k(top_k, num_experts: int) -> int:
+def check_top_k(top_k: object, num_experts: int) -> int:
     """top_k must be an int in [1, num_experts]."""
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
         raise TypeError(f"top_k must be an int in [1, {num_experts}], got {top_k!r}")
@@ -55,7 +65,7 @@ def check_top_k(top_k, num_experts: int) -> int:
     return int(top_k)
 
 
-def check_selected(selected, n_rows: int, top_k: int, num_experts: int) -> np.ndarray:
+def check_selected(selected: object, n_rows: int, top_k: int, num_experts: int) -> np.ndarray:
     """selected: an integer array (N, k) of distinct expert indices per row, each in [0, E)."""
     selected = np.asarray(selected)
     if selected.dtype == np.bool_ or not np.issubdtype(selected.dtype, np.integer):
@@ -75,14 +85,16 @@ def check_selected(selected, n_rows: int, top_k: int, num_experts: int) -> np.nd
     return selected
 
 
-def check_activation(activation) -> str:
+def check_activation(activation: object) -> str:
     """activation must name one of layers.ACTIVATIONS (the experts' phi; Mixtral and Qwen3-MoE use "silu")."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     return activation
 
 
-def check_expert_weights(gate_up_proj, down_proj, d_model: int, dtype) -> tuple[int, int]:
+def check_expert_weights(
+    gate_up_proj: np.ndarray, down_proj: np.ndarray, d_model: int, dtype: DTypeLike
+) -> tuple[int, int]:
     """gate_up_proj (E, 2F, D) and down_proj (E, D, F) of x's dtype; returns (E, F)."""
     check_float_array("gate_up_proj", gate_up_proj, dtype)
     check_float_array("down_proj", down_proj, dtype)
@@ -104,7 +116,7 @@ def top_k_indices(probs: np.ndarray, top_k: int) -> np.ndarray:
     return np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]  # (N, k)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class TopKGatesCache:
     """What top_k_gates_backward needs, by name."""
 
@@ -114,7 +126,9 @@ class TopKGatesCache:
     norm_topk_prob: bool
 
 
-def top_k_gates_forward(logits: np.ndarray, top_k: int, norm_topk_prob: bool = True, selected=None):
+def top_k_gates_forward(
+    logits: np.ndarray, top_k: int, norm_topk_prob: bool = True, selected: np.ndarray | None = None
+) -> tuple[tuple[np.ndarray, np.ndarray], TopKGatesCache]:
     r"""Router logits z (N, E) -> the gates g (N, k) of the selected experts S (N, k), Mixtral's order:
 
     .. math::
@@ -172,26 +186,28 @@ def top_k_gates_backward(dgates: np.ndarray, cache: TopKGatesCache) -> np.ndarra
         np.put_along_axis(dlogits, cache.selected, dchosen, axis=-1)
         return dlogits
     np.put_along_axis(dlogits, cache.selected, dgates, axis=-1)  # dp: only the chosen probabilities were read
-    return softmax_backward(dlogits, cache.probs)
+    return softmax_backward(dlogits, SoftmaxCache(cache.probs))
 
 
 # ----------------------------------------------------------------------------------------------
 # One expert: a gated feed-forward block whose gate and up projections are one fused weight (2F, D).
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class ExpertCache:
     """What expert_backward needs, by name."""
 
     activation: str
-    gate_up: tuple  # linear cache of [a | u] = x W_gu^T
-    act: tuple  # the activation's cache of phi(a)
+    gate_up: LinearCache  # [a | u] = x W_gu^T
+    act: Any  # the activation's cache of phi(a)
     phi_a: np.ndarray  # phi(a), (n, F)
     up: np.ndarray  # u, (n, F)
-    down: tuple  # linear cache of y = h W_d^T
+    down: LinearCache  # y = h W_d^T
 
 
-def expert_forward(x: np.ndarray, gate_up_proj: np.ndarray, down_proj: np.ndarray, activation: str = "silu"):
+def expert_forward(
+    x: np.ndarray, gate_up_proj: np.ndarray, down_proj: np.ndarray, activation: str = "silu"
+) -> tuple[np.ndarray, ExpertCache]:
     r"""One expert on its rows x (n, D), with its fused gate/up weight :math:`W_{gu}` (2F, D) (the gate's F rows
     first, then the up projection's) and its down weight :math:`W_d` (D, F):
 
@@ -211,7 +227,7 @@ def expert_forward(x: np.ndarray, gate_up_proj: np.ndarray, down_proj: np.ndarra
     return y, ExpertCache(activation, gate_up_cache, act_cache, phi_a, u, down_cache)
 
 
-def expert_backward(dy: np.ndarray, cache: ExpertCache):
+def expert_backward(dy: np.ndarray, cache: ExpertCache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""The gated block's backward (walkthrough 06), the two halves of the fused weight side by side:
 
     .. math::
@@ -235,24 +251,35 @@ def expert_backward(dy: np.ndarray, cache: ExpertCache):
 # are added back into those rows.
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class RoutedExpert:
+    """One expert that received rows: expert ran on x[rows]; slots: which of each row's k choices it is."""
+
+    expert: int  # e
+    rows: np.ndarray  # (n_e,)
+    slots: np.ndarray  # (n_e,)
+    y: np.ndarray  # its output on those rows, (n_e, D)
+    cache: ExpertCache
+
+
+@dataclass(frozen=True, slots=True)
 class ExpertsCache:
     """What experts_backward needs, by name: one entry per expert that received rows."""
 
-    x_shape: tuple  # (N, D)
-    weight_shapes: tuple  # gate_up_proj's and down_proj's shapes
+    x_shape: tuple[int, ...]  # (N, D)
+    weight_shapes: tuple[tuple[int, ...], tuple[int, ...]]  # gate_up_proj's and down_proj's shapes
     gates: np.ndarray  # (N, k)
-    routed: list  # (e, rows, slots, y_e, ExpertCache): expert e ran on x[rows]; slots: which of the k choices
+    routed: list[RoutedExpert]
 
 
 def experts_forward(
     x: np.ndarray,
-    gate_up_proj: np.ndarray,
-    down_proj: np.ndarray,
     selected: np.ndarray,
     gates: np.ndarray,
+    gate_up_proj: np.ndarray,
+    down_proj: np.ndarray,
     activation: str = "silu",
-):
+) -> tuple[np.ndarray, ExpertsCache]:
     r"""Dispatch the rows of x (N, D) to their selected experts S (N, k) and combine the outputs with the gates
     g (N, k):
 
@@ -274,18 +301,18 @@ def experts_forward(
     selected = check_selected(selected, x.shape[0], gates.shape[1], E)
     activation = check_activation(activation)
     y = np.zeros_like(x)  # (N, D)
-    routed = []
+    routed: list[RoutedExpert] = []
     for e in range(E):
         rows, slots = np.nonzero(selected == e)  # the rows routed to e, and which of their k choices e is
         if rows.size == 0:
             continue
         y_e, cache_e = expert_forward(x[rows], gate_up_proj[e], down_proj[e], activation)  # (n_e, D)
         y[rows] += gates[rows, slots, None] * y_e  # a row chooses e at most once: no index repeats
-        routed.append((e, rows, slots, y_e, cache_e))
+        routed.append(RoutedExpert(e, rows, slots, y_e, cache_e))
     return y, ExpertsCache(x.shape, (gate_up_proj.shape, down_proj.shape), gates, routed)
 
 
-def experts_backward(dy: np.ndarray, cache: ExpertsCache):
+def experts_backward(dy: np.ndarray, cache: ExpertsCache) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     r"""Gradients of :math:`y_n = \sum_j g_{nj}\, y^{(S_{nj})}_n`, with :math:`y^{(e)} = \mathrm{FFN}_e(x)` on the rows
     routed to e. A gate scales its expert's output, so its gradient is the dot product of dy with that output; the
     expert itself receives dy scaled by the gate:
@@ -296,7 +323,8 @@ def experts_backward(dy: np.ndarray, cache: ExpertsCache):
         dx_n = \textstyle\sum_{j < k} J_{\mathrm{FFN}_{S_{nj}}}^\top\, g_{nj}\, dy_n
 
     x fans out to k experts, so its gradients add (the rule of every fork). An expert no row chose gets zero
-    gradient. Returns dx (N, D), dgate_up_proj (E, 2F, D), ddown_proj (E, D, F), dgates (N, k).
+    gradient. Returns, in the order of the forward's inputs (the choice S has none): dx (N, D), dgates (N, k),
+    dgate_up_proj (E, 2F, D), ddown_proj (E, D, F).
     """
     if not isinstance(cache, ExpertsCache):
         raise TypeError(f"cache must be the ExpertsCache of experts_forward, got {type(cache).__name__}")
@@ -307,31 +335,32 @@ def experts_backward(dy: np.ndarray, cache: ExpertsCache):
     dgate_up_proj = np.zeros(gate_up_shape, dtype=dy.dtype)  # (E, 2F, D)
     ddown_proj = np.zeros(down_shape, dtype=dy.dtype)  # (E, D, F)
     dgates = np.zeros_like(cache.gates)  # (N, k)
-    for e, rows, slots, y_e, cache_e in cache.routed:
+    for routed in cache.routed:
+        e, rows, slots, y_e = routed.expert, routed.rows, routed.slots, routed.y
         dy_e = dy[rows]  # (n_e, D)
         # y[rows] += gates[rows, slots] * y_e
         dgates[rows, slots] = np.vecdot(dy_e, y_e)
-        dx_e, dgate_up_proj[e], ddown_proj[e] = expert_backward(cache.gates[rows, slots, None] * dy_e, cache_e)
+        dx_e, dgate_up_proj[e], ddown_proj[e] = expert_backward(cache.gates[rows, slots, None] * dy_e, routed.cache)
         dx[rows] += dx_e  # x fans out to k experts: the gradients add
-    return dx, dgate_up_proj, ddown_proj, dgates
+    return dx, dgates, dgate_up_proj, ddown_proj
 
 
 # ----------------------------------------------------------------------------------------------
 # The block: router, top-k gates, experts. Params keyed by transformers' names below the block's prefix.
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class SparseMoeCache:
     """What sparse_moe_backward needs, by name; router_logits (N, E) is readable (the load-balancing loss's input)."""
 
-    x_shape: tuple  # (..., D)
-    router: tuple  # linear cache of z = x W_r^T
+    x_shape: tuple[int, ...]  # (..., D)
+    router: LinearCache  # z = x W_r^T
     router_logits: np.ndarray  # z, (N, E)
     top_k: TopKGatesCache
     experts: ExpertsCache
 
 
-def check_moe_params(params: dict, d_model: int, dtype) -> int:
+def check_moe_params(params: dict, d_model: int, dtype: DTypeLike) -> int:
     """params holds exactly MOE_KEYS, shaped (E, D), (E, 2F, D), (E, D, F), in x's dtype; returns E."""
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict keyed {list(MOE_KEYS)}, got {type(params).__name__}")
@@ -349,8 +378,8 @@ def sparse_moe_forward(
     top_k: int,
     norm_topk_prob: bool = True,
     activation: str = "silu",
-    selected=None,
-):
+    selected: np.ndarray | None = None,
+) -> tuple[np.ndarray, SparseMoeCache]:
     r"""The sparse mixture-of-experts block of Mixtral (norm_topk_prob True) and Qwen3-MoE, x (..., D) -> (..., D):
 
     .. math::
@@ -372,12 +401,14 @@ def sparse_moe_forward(
     logits, router_cache = linear_forward(x2d, params["gate.weight"], None)  # (N, E)
     (gates, selected), top_k_cache = top_k_gates_forward(logits, top_k, norm_topk_prob, selected)  # (N, k) each
     y, experts_cache = experts_forward(
-        x2d, params["experts.gate_up_proj"], params["experts.down_proj"], selected, gates, activation
+        x2d, selected, gates, params["experts.gate_up_proj"], params["experts.down_proj"], activation
     )  # (N, D)
     return y.reshape(x.shape), SparseMoeCache(x.shape, router_cache, logits, top_k_cache, experts_cache)
 
 
-def sparse_moe_backward(dout: np.ndarray, cache: SparseMoeCache, drouter_logits: np.ndarray | None = None):
+def sparse_moe_backward(
+    dout: np.ndarray, cache: SparseMoeCache, drouter_logits: np.ndarray | None = None
+) -> tuple[np.ndarray, dict]:
     r"""The block's forward in reverse. x feeds both the router and the experts, so its two gradients add; the
     router logits get the gates' gradient, plus drouter_logits (N, E) when they also fed a loss (the
     load-balancing loss):
@@ -396,7 +427,7 @@ def sparse_moe_backward(dout: np.ndarray, cache: SparseMoeCache, drouter_logits:
         raise ValueError(f"dout must have the output's shape {cache.x_shape}, got {dout.shape}")
     grads = {}
     dout2d = dout.reshape(-1, dout.shape[-1])  # (N, D)
-    dx, grads["experts.gate_up_proj"], grads["experts.down_proj"], dgates = experts_backward(dout2d, cache.experts)
+    dx, dgates, grads["experts.gate_up_proj"], grads["experts.down_proj"] = experts_backward(dout2d, cache.experts)
     dlogits = top_k_gates_backward(dgates, cache.top_k)  # (N, E)
     if drouter_logits is not None:
         check_float_array("drouter_logits", drouter_logits, dlogits.dtype, dlogits.shape)
@@ -410,7 +441,7 @@ def sparse_moe_backward(dout: np.ndarray, cache: SparseMoeCache, drouter_logits:
 # The load-balancing auxiliary loss (Switch Transformer, eqs. 4-6), as transformers' load_balancing_loss_func.
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class LoadBalancingCache:
     """What load_balancing_loss_backward needs, by name."""
 
@@ -420,7 +451,9 @@ class LoadBalancingCache:
     num_experts: int
 
 
-def load_balancing_loss_forward(router_logits: Sequence[np.ndarray], num_experts: int, top_k: int, attention_mask=None):
+def load_balancing_loss_forward(
+    router_logits: Sequence[np.ndarray], num_experts: int, top_k: int, attention_mask: np.ndarray | None = None
+) -> tuple[np.ndarray, LoadBalancingCache]:
     r"""The auxiliary loss that pushes the router to spread rows evenly, over the router logits of L layers (each
     (N, E), N = B * T), as transformers' ``load_balancing_loss_func``: with :math:`c_{lne} = 1` when expert e is
     among row n's top k in layer l, the mask :math:`m_n` (1 for a real token; all ones without attention_mask) and
@@ -489,4 +522,4 @@ def load_balancing_loss_backward(cache: LoadBalancingCache, dloss: float = 1.0) 
             f"cache must be the LoadBalancingCache of load_balancing_loss_forward, got {type(cache).__name__}"
         )
     dprobs = (float(dloss) * cache.num_experts) * (cache.row_weight[:, None] * cache.fraction_routed)  # (N, E)
-    return [softmax_backward(dprobs, p) for p in cache.probs]
+    return [softmax_backward(dprobs, SoftmaxCache(p)) for p in cache.probs]

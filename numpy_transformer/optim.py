@@ -16,6 +16,7 @@ Hyper-parameters are Python floats, so float32 parameters stay float32.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -96,10 +97,10 @@ class SGD(Optimizer):
         self.momentum, self.dampening = float(momentum), float(dampening)
         self.weight_decay, self.nesterov = float(weight_decay), nesterov
 
-    def init_state(self, p):
+    def init_state(self, p: np.ndarray) -> dict:
         return {"momentum_buffer": np.zeros_like(p)} if self.momentum else {}
 
-    def update(self, p, g, state):
+    def update(self, p: np.ndarray, g: np.ndarray, state: dict) -> None:
         if self.weight_decay:
             g = g + self.weight_decay * p
         if self.momentum:
@@ -135,10 +136,10 @@ class Adam(Optimizer):
         self.beta1, self.beta2 = float(betas[0]), float(betas[1])
         self.eps, self.weight_decay = float(eps), float(weight_decay)
 
-    def init_state(self, p):
+    def init_state(self, p: np.ndarray) -> dict:
         return {"exp_avg": np.zeros_like(p), "exp_avg_sq": np.zeros_like(p)}
 
-    def update(self, p, g, state):
+    def update(self, p: np.ndarray, g: np.ndarray, state: dict) -> None:
         if self.weight_decay and self.decoupled:
             p *= 1.0 - self.lr * self.weight_decay  # AdamW: decay the weights, not the gradient
         elif self.weight_decay:
@@ -208,7 +209,7 @@ def noam_rate(step: int, d_model: int, warmup: int, factor: float = 1.0) -> floa
 class LambdaLR:
     """`lr = base_lr * fn(n)` after n calls of `step()` (`torch.optim.lr_scheduler.LambdaLR`)."""
 
-    def __init__(self, optimizer: Optimizer, fn):
+    def __init__(self, optimizer: Optimizer, fn: Callable[[int], float]) -> None:
         self.optimizer, self.fn = optimizer, fn
         self.base_lr = optimizer.lr
         self.last_step = 0

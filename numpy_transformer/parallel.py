@@ -258,7 +258,7 @@ def erf_float32(x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 def gelu_forward(x: np.ndarray):
     """layers.gelu_forward, x * (1 + erf(x / sqrt 2)) / 2, with erf_float32 for a float32 x, in chunks that
-    stay in cache; the same returns (out, (x, cdf)), so layers.gelu_backward is its backward."""
+    stay in cache; the same returns (out, layers.GeluCache(x, cdf)), so layers.gelu_backward is its backward."""
     if x.dtype != np.float32:
         return layers.gelu_forward(x)
     out, cdf = np.empty_like(x), np.empty_like(x)
@@ -269,7 +269,7 @@ def gelu_forward(x: np.ndarray):
         c += np.float32(1.0)
         c *= np.float32(0.5)  # cdf = (1 + erf(x / sqrt 2)) / 2, as the reference rounds it
         np.multiply(flat_x[part], c, out=flat_out[part])
-    return out, (x, cdf)
+    return out, layers.GeluCache(x, cdf)
 
 
 # The activations the parts' feed-forward blocks use instead of the model's (model.replica(activation_table=...)).

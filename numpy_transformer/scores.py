@@ -44,6 +44,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,14 @@ def relative_buckets(relative: tuple, q_pos: np.ndarray, k_pos: np.ndarray) -> n
     return buckets + np.where(distance < exact, distance, np.minimum(large, n_buckets - 1))
 
 
-def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype, table=None) -> np.ndarray | None:
+def position_bias(
+    mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype: DTypeLike, table: np.ndarray | None = None
+) -> np.ndarray | None:
     r"""(H, T_q, T_k): the ALiBi bias :math:`-m_h \lvert i - j \rvert`, or T5's :math:`W_{\mathrm{bucket}(j - i),\, h}`;
     None when there is none."""
     if mod.relative is not None:
+        if table is None:
+            raise ValueError("position_bias: the ScoreMod asks for T5's relative bias (mod.relative), got table=None")
         buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
         return np.moveaxis(table[buckets], -1, 0).astype(dtype, copy=False)  # (H, T_q, T_k)
     if mod.alibi_slopes is None:
@@ -140,7 +145,9 @@ def position_bias(mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, dtype, ta
     return (-slopes * distance).astype(dtype)  # (H, T_q, T_k)
 
 
-def position_bias_backward(dscores: np.ndarray, mod: ScoreMod, q_pos, k_pos, table_shape: tuple) -> np.ndarray:
+def position_bias_backward(
+    dscores: np.ndarray, mod: ScoreMod, q_pos: np.ndarray, k_pos: np.ndarray, table_shape: tuple
+) -> np.ndarray:
     r"""T5's table gradient (n_buckets, H) from dS (B, H, T_q, T_k), the scores' gradient (before any scale: the
     bias is added after it), summed over the batch and every (i, j) in bucket b:
 
@@ -148,6 +155,8 @@ def position_bias_backward(dscores: np.ndarray, mod: ScoreMod, q_pos, k_pos, tab
 
         dW_{b, h} = \sum_{\text{batch}} \; \sum_{(i, j):\ \mathrm{bucket}(j - i) = b} dS_{h, ij}
     """
+    if mod.relative is None:
+        raise ValueError("position_bias_backward: the ScoreMod reads no T5 table (mod.relative is None)")
     buckets = relative_buckets(mod.relative, q_pos, k_pos)  # (T_q, T_k)
     per_pair = dscores.sum(axis=0).reshape(dscores.shape[1], -1)  # (H, T_q * T_k): the batch shares the table
     dtable = np.zeros(table_shape, dtype=dscores.dtype)
@@ -163,7 +172,7 @@ def attention_scores(
     k_pos: np.ndarray,
     mask: np.ndarray | None = None,
     table: np.ndarray | None = None,
-):
+) -> tuple[np.ndarray, np.ndarray | None]:
     r""":math:`S = c\, Q K^\top + \mathrm{bias}`, and where S may be read.
 
     q (B, H, T_q, Dh), k (B, H, T_k, Dh); q_pos (T_q,) and k_pos (T_k,) their positions; mask (the caller's:

@@ -7,9 +7,10 @@ where it is made instead of surfacing later as a broadcasting error or a NaN.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 
-def check_ids(name: str, ids, vocab_size: int, max_len: int | None = None) -> np.ndarray:
+def check_ids(name: str, ids: object, vocab_size: int, max_len: int | None = None) -> np.ndarray:
     """Validate a (B, T) array of token ids; return it as an integer ndarray."""
     if not isinstance(ids, np.ndarray):
         ids = np.asarray(ids)
@@ -30,7 +31,7 @@ def check_ids(name: str, ids, vocab_size: int, max_len: int | None = None) -> np
     return ids
 
 
-def check_attention_mask(attention_mask, ids: np.ndarray) -> np.ndarray | None:
+def check_attention_mask(attention_mask: object, ids: np.ndarray) -> np.ndarray | None:
     """Validate an attention mask for ids (B, T): the same shape, bool or integer 0/1, 1/True = a real token (the
     meaning of transformers' attention_mask); return it as bool, None when None. Every row needs a real token."""
     if attention_mask is None:
@@ -62,7 +63,7 @@ def pad_offset_positions(ids: np.ndarray, pad_id: int) -> np.ndarray:
     return np.where(real, np.cumsum(real, axis=1), 0) + pad_id
 
 
-def check_float_array(name: str, x, dtype=None, shape: tuple | None = None) -> np.ndarray:
+def check_float_array(name: str, x: object, dtype: DTypeLike | None = None, shape: tuple | None = None) -> np.ndarray:
     """Validate a floating-point array, optionally of an exact dtype and shape."""
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")

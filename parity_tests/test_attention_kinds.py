@@ -95,7 +95,7 @@ def test_default_scale_is_one_over_root_head_dim():
     k = (x @ params["k_proj.weight"].T).reshape(1, 4, H, Dh).transpose(0, 2, 1, 3)
     scores = q @ k.swapaxes(-1, -2) / np.sqrt(Dh)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
-    np.testing.assert_allclose(cache.attn["probs"], probs / probs.sum(-1, keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose(cache.attn.probs, probs / probs.sum(-1, keepdims=True), rtol=1e-12)
     dx, *_ = multi_head_attention_backward(rng.standard_normal((1, 4, D)), cache)
     assert dx.shape == x.shape and np.any(dx)
 

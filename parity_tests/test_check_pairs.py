@@ -47,7 +47,10 @@ def test_wrong_forward_is_named():
 
 
 def test_wrong_backward_says_which_gradient_and_by_how_much():
-    result = check.pair(L.layer_norm_forward, lambda d, c: (d * c[2], *L.layer_norm_backward(d, c)[1:]), "layer_norm")
+    def wrong(d, c):  # dx forgets the normalisation's paths
+        return (d * c.weight, *L.layer_norm_backward(d, c)[1:])
+
+    result = check.pair(L.layer_norm_forward, wrong, "layer_norm")
     assert not result.passed and result.diagnoses == []
     assert "dx:" in result.unexplained and "against finite differences" in result.unexplained
     assert "dweight" not in result.unexplained  # the other gradients are right

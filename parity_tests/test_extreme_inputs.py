@@ -235,7 +235,7 @@ def test_attention_with_scores_of_1e4_matches_torch(dtype, masked):
         *(a.astype(np.float64) for a in (q, k, v)),
     )
     assert_close(out, t_out, dtype, "out")
-    ours = dict(zip(("dq", "dk", "dv"), A.scaled_dot_product_attention_backward(dout, cache), strict=True))
+    ours = dict(zip(("dq", "dk", "dv"), A.scaled_dot_product_attention_backward(dout, cache)[:3], strict=True))
     assert_close(ours, dict(zip(("dq", "dk", "dv"), t_grads, strict=True)), dtype, "gradients")
     CASES_TESTED.append(f"attention 1e4 scores {dtype} masked={masked}")
 

@@ -5,6 +5,7 @@ the models built with attention="flash"; the benchmark's quick mode.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 import numpy_transformer as nt
 from numpy_transformer import flash_attention as fa
 from numpy_transformer.attention import (
+    ScaledDotProductAttentionCache,
     causal_mask,
     multi_head_attention_backward,
     multi_head_attention_forward,
@@ -112,19 +114,21 @@ def test_matches_the_plain_pair(scenario: str, dtype) -> None:
     dout = rng.standard_normal((B, H, T_q, Dh)).astype(dtype)
 
     out, cache = nt.flash_attention_forward(q, k, v, mask, is_causal, block_q, block_k)
-    dq, dk, dv = nt.flash_attention_backward(dout, cache)
+    dq, dk, dv, dtable = nt.flash_attention_backward(dout, cache)
     ref, ref_cache = scaled_dot_product_attention_forward(q, k, v, _plain_mask(mask, is_causal, T_q, T_k))
-    rdq, rdk, rdv = scaled_dot_product_attention_backward(dout, ref_cache)
+    rdq, rdk, rdv, rdtable = scaled_dot_product_attention_backward(dout, ref_cache)
+    assert dtable is None and rdtable is None  # no T5 table was read: the fourth gradient is None
 
-    for name, x in (("out", out), ("dq", dq), ("dk", dk), ("dv", dv), ("lse", cache["lse"])):
+    for name, x in (("out", out), ("dq", dq), ("dk", dk), ("dv", dv), ("lse", cache.lse)):
         assert x.dtype == np.dtype(dtype), f"{name} is {x.dtype}, expected {np.dtype(dtype)}"
     assert all(np.isfinite(x).all() for x in (out, dq, dk, dv))
     _assert_within({"out": (out, ref)}, dtype, PLAIN_BAR[np.dtype(dtype)])
     _assert_within({"dq": (dq, rdq), "dk": (dk, rdk), "dv": (dv, rdv)}, dtype, PLAIN_BAR[np.dtype(dtype)])
     assert all(np.abs(g).max() > 0 for g in (dq, dk, dv))
     # The cache keeps q, k, v, out and L (B, H, T_q), nothing of size (T_q, T_k).
-    assert cache["lse"].shape == (B, H, T_q)
-    assert not any(isinstance(x, np.ndarray) and x.shape[-2:] == (T_q, T_k) for x in cache.values() if x is not mask)
+    assert cache.lse.shape == (B, H, T_q)
+    fields = [getattr(cache, f.name) for f in dataclasses.fields(cache)]
+    assert not any(isinstance(x, np.ndarray) and x.shape[-2:] == (T_q, T_k) for x in fields if x is not mask)
 
 
 @pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
@@ -135,9 +139,9 @@ def test_fully_masked_rows_give_exact_zeros(is_causal: bool) -> None:
     mask = np.ones((B, 1, 1, T), dtype=bool)
     mask[1] = False  # every key of the second sequence is padding: all its rows attend to nothing
     out, cache = nt.flash_attention_forward(q, k, v, mask, is_causal, 4, 4)
-    dq, dk, dv = nt.flash_attention_backward(rng.standard_normal(out.shape), cache)
+    dq, dk, dv, _ = nt.flash_attention_backward(rng.standard_normal(out.shape), cache)
     assert (out[1] == 0).all() and (dq[1] == 0).all() and (dk[1] == 0).all() and (dv[1] == 0).all()
-    assert np.isfinite(cache["lse"][0]).all() and np.isinf(cache["lse"][1]).all()  # L = +inf marks an empty row
+    assert np.isfinite(cache.lse[0]).all() and np.isinf(cache.lse[1]).all()  # L = +inf marks an empty row
     assert np.abs(dq[0]).max() > 0
 
 
@@ -152,7 +156,7 @@ def test_finite_differences(is_causal: bool) -> None:
     mask[0, 1, 2] = False
     result = check_pair(
         nt.flash_attention_forward,
-        nt.flash_attention_backward,
+        lambda dout, cache: nt.flash_attention_backward(dout, cache)[:3],  # dtable: None, no T5 table
         dict(q=q, k=k, v=v, attn_mask=mask, is_causal=is_causal, block_q=2, block_k=3),
         wrt=["q", "k", "v"],
         max_coords=None,
@@ -178,7 +182,7 @@ def test_matches_torch_sdpa(device: str, dtype, T_q, T_k, kind, is_causal) -> No
     mask = _mask(kind, rng, B, H, T_q, T_k)
     dout = rng.standard_normal((B, H, T_q, Dh)).astype(dtype)
     out, cache = nt.flash_attention_forward(q, k, v, mask, is_causal, 16, 8)
-    dq, dk, dv = nt.flash_attention_backward(dout, cache)
+    dq, dk, dv, _ = nt.flash_attention_backward(dout, cache)
 
     tq, tk, tv = (torch.from_numpy(x).to(device).requires_grad_() for x in (q, k, v))
     if mask is None:
@@ -327,7 +331,7 @@ def test_multi_head_attention_kernels_agree(dtype) -> None:
             params, x, x, x, H, mask, n_kv_heads=H_kv, rope=rope, is_causal=True, kernel=kernel
         )
         results[kernel] = (out, *multi_head_attention_backward(dout, cache))
-        assert ("probs" in cache.attn) == (kernel == "plain")
+        assert cache.kernel == kernel and isinstance(cache.attn, ScaledDotProductAttentionCache) == (kernel == "plain")
     flash, plain = results["flash"], results["plain"]
     pairs = {name: (flash[i], plain[i]) for i, name in enumerate(["out", "dquery", "dkey", "dvalue"])}
     pairs |= {name: (flash[4][name], plain[4][name]) for name in plain[4]}

@@ -789,8 +789,8 @@ def test_norm_forward_unknown_kind(rng):
 def test_residual_with_an_unknown_norm_kind(rng, norm_first):
     x = rng.standard_normal((2, 3, 8))
     with pytest.raises(ValueError, match=r"norm kind must be 'layer', 'rms' or 'rms_offset', got 'RMS'"):
-        h, _ = L.residual_in_forward(x, {"weight": np.ones(8)}, norm_first, 1e-5, kind="RMS")
-        L.residual_out_forward(x, h, {"weight": np.ones(8)}, norm_first, 1e-5, kind="RMS")
+        h, _ = L.residual_in_forward({"weight": np.ones(8)}, x, norm_first, 1e-5, kind="RMS")
+        L.residual_out_forward({"weight": np.ones(8)}, x, h, norm_first, 1e-5, kind="RMS")
 
 
 def test_rms_norm_params_with_a_bias_are_rejected():

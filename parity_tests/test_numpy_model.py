@@ -8,6 +8,7 @@ Every comparison can fail: upstream gradients are random draws from seeded gener
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import subprocess
@@ -76,7 +77,7 @@ def randomize(model, rng) -> None:
 
 
 def float_leaves(obj, path: str):
-    """(path, dtype) of every floating-point array or NumPy scalar inside nested dicts/lists/tuples."""
+    """(path, dtype) of every floating-point array or NumPy scalar inside nested dicts/lists/tuples/dataclasses."""
     if isinstance(obj, (np.ndarray, np.generic)):
         if np.issubdtype(obj.dtype, np.floating):
             yield path, obj.dtype
@@ -86,6 +87,9 @@ def float_leaves(obj, path: str):
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             yield from float_leaves(v, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # a pair's cache: its fields
+        for f in dataclasses.fields(obj):
+            yield from float_leaves(getattr(obj, f.name), f"{path}.{f.name}")
 
 
 def assert_all_dtype(obj, dtype, path: str) -> None:
@@ -230,9 +234,10 @@ def test_fully_masked_row_in_scaled_dot_product_attention():
     dout = rng.standard_normal((2, 2, 3, 4))
     with np.errstate(all="raise", under="ignore"):
         out, cache = scaled_dot_product_attention_forward(q, k, v, mask)
-        dq, dk, dv = scaled_dot_product_attention_backward(dout, cache)
-        dscores = L.softmax_backward(rng.standard_normal((2, 2, 3, 5)), cache["softmax"])
-    probs = cache["probs"]
+        dq, dk, dv, dtable = scaled_dot_product_attention_backward(dout, cache)
+        dscores = L.softmax_backward(rng.standard_normal((2, 2, 3, 5)), cache.softmax)
+    assert dtable is None  # no T5 table was read
+    probs = cache.probs
     for row in [(1, 0, 2), (0, 0, 1), (0, 1, 1)]:
         assert np.all(probs[row] == 0.0)
         assert np.all(out[row] == 0.0)
@@ -244,7 +249,7 @@ def test_fully_masked_row_in_scaled_dot_product_attention():
     assert np.all(np.isfinite(out)) and np.all(np.isfinite(dq)) and np.all(np.isfinite(dk)) and np.all(np.isfinite(dv))
     # The dead rows pass nothing back: dK and dV equal those of the same dout with the dead rows zeroed.
     dead = ~live
-    _, dk2, dv2 = scaled_dot_product_attention_backward(np.where(dead[..., None], 0.0, dout), cache)
+    _, dk2, dv2, _ = scaled_dot_product_attention_backward(np.where(dead[..., None], 0.0, dout), cache)
     np.testing.assert_array_equal(dk, dk2)
     np.testing.assert_array_equal(dv, dv2)
     assert np.abs(dq[live]).max() > 0 and np.abs(dk).max() > 0
@@ -260,7 +265,7 @@ def test_fully_masked_row_in_multi_head_attention_is_the_output_bias():
         out, cache = multi_head_attention_forward(params, x, memory, memory, 2, mask)
         dquery, dkey, dvalue, grads = multi_head_attention_backward(rng.standard_normal(out.shape), cache)
     np.testing.assert_array_equal(out[1], np.broadcast_to(params["out_proj.bias"], (3, 8)))  # context is zero
-    assert np.all(cache.attn["probs"][1] == 0.0)
+    assert np.all(cache.attn.probs[1] == 0.0)
     assert np.all(dquery[1] == 0.0) and np.all(dkey[1] == 0.0) and np.all(dvalue[1] == 0.0)
     assert np.abs(dquery[0]).max() > 0 and np.abs(dkey[0]).max() > 0 and np.abs(dvalue[0]).max() > 0
     assert all(np.isfinite(g).all() for g in grads.values())
@@ -954,3 +959,62 @@ def test_imports_and_runs_without_torch():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ran without torch" in result.stdout
+
+
+# ----------------------------------------------------------------------------------------------
+# The stacks' bookkeeping returns new dicts: nothing the caller passed in is changed.
+
+
+def test_table_share_and_final_norm_leave_their_arguments_alone():
+    from numpy_transformer import model as M
+
+    rng = np.random.default_rng(5)
+    share, earlier = rng.standard_normal((4, 2)), rng.standard_normal((4, 2))
+    stack = {"relative_bias.weight": earlier.copy(), "layers.1.ffn.linear1.weight": rng.standard_normal((3, 3))}
+    layer = {"self_attn.relative_bias.weight": share, "ffn.linear1.weight": rng.standard_normal((3, 3))}
+    stack_before, layer_before = dict(stack), dict(layer)
+    merged = M.add_table_share(stack, layer, "layers.0")
+    assert stack == stack_before and layer == layer_before  # the same keys holding the same arrays
+    np.testing.assert_array_equal(stack["relative_bias.weight"], earlier)  # not added to in place
+    np.testing.assert_array_equal(merged["relative_bias.weight"], earlier + share)  # the shares add
+    assert "layers.0.self_attn.relative_bias.weight" not in merged  # the share moved to the stack's name
+    assert merged["layers.0.ffn.linear1.weight"] is layer["ffn.linear1.weight"]
+    # a stack without T5's table: the layer's grads under its prefix, nothing else
+    plain = M.add_table_share({}, {"ffn.linear1.weight": layer["ffn.linear1.weight"]}, "layers.2")
+    assert list(plain) == ["layers.2.ffn.linear1.weight"]
+
+    cfg = TransformerConfig(d_model=8, n_heads=2, d_ff=12, norm_first=True)
+    params = {"final_norm.weight": 1 + rng.standard_normal(8), "final_norm.bias": rng.standard_normal(8)}
+    x, dout = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 3, 8))
+    _, cache = M.final_norm_forward(params, x, cfg)
+    dx, grads = M.final_norm_backward(dout, cache)
+    assert sorted(grads) == ["final_norm.bias", "final_norm.weight"]
+    assert np.abs(dx).max() > 0 and all(np.abs(g).max() > 0 for g in grads.values())
+    post = dataclasses.replace(cfg, norm_first=False)
+    same, none = M.final_norm_backward(dout, M.final_norm_forward(params, x, post)[1])
+    assert same is dout and none == {}
+
+
+def test_cross_flag_puts_the_keys_at_their_own_positions():
+    """cross=True: the keys sit at 0 .. T_k - 1 whatever the queries' positions; self-attention's keys sit at the
+    queries' positions. ALiBi reads the distance i - j, so it tells the two apart."""
+    from numpy_transformer.attention import causal_mask
+    from numpy_transformer.scores import ScoreMod
+
+    rng = np.random.default_rng(6)
+    params = {k: rng.standard_normal((8, 8) if k.endswith("weight") else (8,)) for k in MHA_KEYS}
+    x, memory = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 5, 8))
+    mod, later = ScoreMod(alibi_slopes=(0.5, 0.25)), np.arange(4, 7)
+    out, cache = multi_head_attention_forward(params, x, memory, memory, 2, mod=mod, cross=True, q_pos=later)
+    np.testing.assert_array_equal(cache.attn.k_pos, np.arange(5))
+    at_start, _ = multi_head_attention_forward(params, x, memory, memory, 2, mod=mod, cross=True)
+    assert np.abs(out - at_start).max() > 1e-3  # the queries moved away from the keys: the bias changed
+    shifted, cache = multi_head_attention_forward(params, x, x, x, 2, mod=mod, q_pos=later)
+    np.testing.assert_array_equal(cache.attn.k_pos, later)  # self-attention: the keys moved with the queries
+    unshifted, _ = multi_head_attention_forward(params, x, x, x, 2, mod=mod)
+    np.testing.assert_allclose(shifted, unshifted, rtol=0, atol=1e-12)  # the same distances, the same output
+    # torch's is_causal with T_q != T_k and no cross flag: keys at 0 .. T_k - 1, top-left aligned
+    causal, cache = multi_head_attention_forward(params, x, memory, memory, 2, is_causal=True)
+    hidden = ~causal_mask(3, 5)[0, 0]  # (T_q, T_k): query i sees keys j <= i
+    assert np.all(cache.attn.probs[:, :, hidden] == 0) and np.all(cache.attn.probs[:, :, ~hidden] > 0)
+    assert np.abs(causal).max() > 0

@@ -334,7 +334,8 @@ def test_float32_erf_and_gelu():
     special = np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float32)
     np.testing.assert_array_equal(parallel.erf_float32(special, np.empty_like(special)), [np.nan, 1, -1, 0])
     x = np.random.default_rng(0).standard_normal((37, 3001)).astype(np.float32) * 4  # chunks, and a partial one
-    (out, (cached_x, cdf)), (ref, (_, ref_cdf)) = parallel.gelu_forward(x), nt.layers.gelu_forward(x)
+    (out, cache), (ref, ref_cache) = parallel.gelu_forward(x), nt.layers.gelu_forward(x)
+    cached_x, cdf, ref_cdf = cache.x, cache.cdf, ref_cache.cdf
     assert out.dtype == cdf.dtype == np.float32 and cached_x is x
     assert np.abs(cdf - ref_cdf).max() <= 2.1e-7 and np.abs(out - ref).max() <= 2.1e-7 * np.abs(x).max()
     x64 = x.astype(np.float64)  # float64 runs the reference itself

@@ -66,7 +66,7 @@ def test_builtin_mapping_catches_a_swapped_projection():
         params["self_attn.q_proj.weight"],
     )
     x = rng.standard_normal((BI.B, BI.T, BI.D))
-    ours, _ = M.encoder_layer_forward(params, x, None, config)
+    ours, _ = M.encoder_layer_forward(params, x, config)
     module = nn.TransformerEncoderLayer(BI.D, BI.H, BI.FF, dropout=0.0, batch_first=True).double()
     tensors = {k: torch.from_numpy(v) for k, v in swapped.items()}
     theirs = functional_call(module, BI.builtin_layer_params(tensors, cross=False), (torch.from_numpy(x),))

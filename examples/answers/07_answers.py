@@ -117,7 +117,7 @@ result = check_pair(tiled_forward, tiled_backward, dict(q=q.copy(), k=k.copy(), 
 print(result)
 O_plain, plain_cache = scaled_dot_product_attention_forward(q[None, None], k[None, None], v[None, None])
 dO = rng.standard_normal((7, 2))
-grads_plain = scaled_dot_product_attention_backward(dO[None, None], plain_cache)
+grads_plain = scaled_dot_product_attention_backward(dO[None, None], plain_cache)[:3]  # dq, dk, dv
 O, cache = tiled_forward(q, k, v)
 diff = max(np.abs(a - b[0, 0]).max() for a, b in zip(tiled_backward(dO, cache), grads_plain, strict=True))
 print(f"vs the plain pair: output {np.abs(O - O_plain[0, 0]).max():.1e}, gradients {diff:.1e}")

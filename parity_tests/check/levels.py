@@ -222,7 +222,7 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
         out, cache = nt.scaled_dot_product_attention_forward(f["q"], f["k"], f["v"], keep_mask(p, "src"))
 
         def backward(dout):
-            dq, dk, dv = nt.scaled_dot_product_attention_backward(dout, cache)
+            dq, dk, dv, _ = nt.scaled_dot_product_attention_backward(dout, cache)
             return {"q": dq, "k": dk, "v": dv}, {}
 
     elif level == "multi_head_attention":
@@ -288,7 +288,7 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
             return {}, {"token_embedding.weight": L.embedding_backward(dout, cache)}
 
     elif level == "encoder_layer":
-        out, cache = M.encoder_layer_forward(params, f["x"], keep_mask(p, "src"), cfg)
+        out, cache = M.encoder_layer_forward(params, f["x"], cfg, mask=keep_mask(p, "src"))
 
         def backward(dout):
             dx, grads = M.encoder_layer_backward(dout, cache)
@@ -312,7 +312,9 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
     elif level == STACKS:
         return _run_stacks(params, p, cfg)
     elif level == "decoder":
-        out, cache = M.decoder_forward(M.sub(params, "decoder"), p.ids["tgt"], f["memory"], keep_mask(p, "cross"), cfg)
+        out, cache = M.decoder_forward(
+            M.sub(params, "decoder"), p.ids["tgt"], f["memory"], cfg, memory_mask=keep_mask(p, "cross")
+        )
 
         def backward(dout):
             dmemory, grads = M.decoder_backward(dout, cache)
@@ -338,7 +340,7 @@ def _run_stacks(params: dict, p: Probe, cfg):
     mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
     x, encoder_caches = p.floats["src"], []
     for i in range(cfg.n_encoder_layers):
-        x, cache = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, mask, cfg)
+        x, cache = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, cfg, mask=mask)
         encoder_caches.append(cache)
     memory, memory_norm = L.layer_norm_forward(
         x, params["encoder.final_norm.weight"], params["encoder.final_norm.bias"], eps

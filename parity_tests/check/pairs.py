@@ -190,6 +190,7 @@ PAIRS = {
             "large scores": lambda r: dict(q=30 * _n(r, B, H, 4, 4), k=30 * _n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4)),
         },
         variants=_attention_variants,
+        call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv[, dtable])
     ),
     "multi_head_attention": Pair(
         A.multi_head_attention_forward,
