@@ -17,6 +17,8 @@ from transformer_spec import config
 # same module under its old name, registered before any module below imports it as `.config`.
 sys.modules[f"{__name__}.config"] = config
 
+from transformer_spec.config import TransformerConfig
+
 from . import gradcheck
 from .attention import (
     multi_head_attention_backward,
@@ -24,7 +26,6 @@ from .attention import (
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
-from .config import TransformerConfig
 from .decoding import beam_search, greedy_decode
 from .flash_attention import flash_attention_backward, flash_attention_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
