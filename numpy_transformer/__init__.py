@@ -14,7 +14,7 @@ import sys
 from transformer_spec import config
 
 # The config lives in transformer_spec (shared with torch_transformer, no math); numpy_transformer.config is the
-# same module under its old name, registered before any module below imports it as `.config`.
+# same module under its old name, kept for code that imports it from there.
 sys.modules[f"{__name__}.config"] = config
 
 from transformer_spec.config import TransformerConfig
