@@ -329,3 +329,43 @@ def test_every_attention_mistake_is_named_inside_a_whole_model(mistake):
     assert [(d.id, d.where) for d in result.diagnoses] == [(mistake, "layers.1.self_attention")], str(result)
     probed = mistake in ("attention.no_max_subtraction", "dropout.active_in_eval")
     assert result.first_divergence == (None if probed else "layers.1.self_attention"), str(result)
+
+
+# -- encoder_stack: layers on embeddings (nn.TransformerEncoder, the Annotated Transformer's Encoder(layer, N)) ----
+
+
+def torch_encoder(norm_first: bool) -> nn.TransformerEncoder:
+    """torch's own stack: post-norm without a final norm (the PyTorch tutorial's), or pre-norm with one."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    return nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(16) if norm_first else None, enable_nested_tensor=False)
+
+
+def annotated_encoder(attention=None) -> nn.Module:
+    """The Annotated Transformer's Encoder(layer, N): pre-norm sublayers called through lambdas, a final norm."""
+    from parity_tests.corpus import annotated as AT
+
+    torch.manual_seed(0)
+    heads = AT.MultiHeadedAttention(2, 16, 0.0, attention=attention or AT.attention)
+    return AT.Encoder(AT.EncoderLayer(16, heads, AT.PositionwiseFeedForward(16, 32, 0.0), 0.0), 2)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torchs_encoder_stack_passes_at_encoder_stack(norm_first):
+    result = check.module(torch_encoder(norm_first), "encoder_stack")
+    assert result.passed and result.config.n_encoder_layers == 2, str(result)
+    assert result.config.norm_first == norm_first, str(result)
+    assert ("encoder.final_norm.weight" in {ref for ref, _ in result.mapping.values()}) == norm_first
+    assert not result.caveats, str(result)  # torch's padding mask is documented: True = masked
+
+
+def test_annotated_encoder_passes_and_a_wrong_scale_inside_is_named_at_its_attention():
+    from parity_tests.corpus import annotated as AT
+
+    assert check.module(annotated_encoder(), "encoder_stack").passed
+    result = check.module(annotated_encoder(AT.attention_by_d_k), "encoder_stack")
+    assert not result.passed, str(result)
+    assert [(d.id, d.where) for d in result.diagnoses] == [("attention.wrong_scale", "layers.0.self_attn")], str(result)
+    assert result.first_divergence == "layers.0.self_attn"
+    failing = [r for r in result.rows if not r.ok]
+    assert failing and all(r.error > 1e-3 and not math.isnan(r.error) for r in failing), str(result)

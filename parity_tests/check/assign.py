@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
 from torch import nn
 
 from numpy_transformer import TransformerConfig
 
-from . import levels as LV
-from .level_table import STACKS_OF
+from .level_table import LEVELS
 from .mapping import Link, attention_links
 from .variants import sinusoid_tables
 
@@ -99,125 +99,192 @@ def _chunks(pieces: list, D: int, kv: int) -> list:
     return chunks
 
 
+@dataclass
+class Dealt:
+    """The user's pieces sorted for the reference's units: sizes (d_model D, heads H, d_ff F, the k/v width kv),
+    the attention pieces grouped per attention (chunks), the feed-forward blocks (gated: (gate, up, down) each),
+    the output projection, the tables and the norms, and the layer counts they imply."""
+
+    D: int | None
+    H: int | None
+    F: int
+    kv: int | None = None
+    attention: list = field(default_factory=list)
+    ffn: list = field(default_factory=list)
+    chunks: list = field(default_factory=list)
+    gated: list | None = None
+    ffn_pairs: list = field(default_factory=list)
+    out_piece: object = None
+    token_tables: list = field(default_factory=list)
+    position_tables: list = field(default_factory=list)
+    type_table: object = None
+    norms: list = field(default_factory=list)
+    n_enc: int = 0
+    n_dec: int = 0
+    layer_norms: int = 0
+    embedding_norm: bool = False
+
+
 def infer(level: str, found, module, given: dict) -> tuple:
     """(config, links, zero, tables) for the user's module at `level`; see the module docstring."""
-    cfg = given.get("config")
+    entry = LEVELS[level]
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
-    pieces, norms, tables = list(found.pieces), list(found.norms), list(found.tables)
+    dealt = _sizes(entry, found, module, given.get("config"), fields)
+    _tables(entry, found, dealt)
+    _pieces(entry, list(found.pieces), dealt)
+    _layers(entry, dealt)
+    cfg = _config(entry, found, dealt, given.get("config"), fields)
+    linker = Linker(entry, cfg, dealt)
+    LINKS[entry.unit or entry.group](linker, dealt, found)
+    fixed = [t for t in dealt.position_tables if not t.trainable]
+    return cfg, [link for link in linker.links if link.user != "(tied)"], linker.zero, fixed
+
+
+def _sizes(entry, found, module, cfg, fields: dict) -> Dealt:
+    """d_model, heads and d_ff: as given, else read from the shapes (d_model the most common input width, or a
+    norm's or a table's width; d_ff the other input width), heads from what the module states."""
+    pieces, norms, tables = found.pieces, found.norms, found.tables
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     if D is None and pieces and not norms:
         widths = [p.in_features for p in pieces]
         D = max(widths, key=widths.count)  # the most common input width (a gated block: gate and up read D)
     if D is None:
         D = norms[0].size if norms else (tables[0].width if tables else None)
-    if D is None and level != "scaled_dot_product_attention":
-        raise ValueError(f"cannot tell d_model from the module's parameters at level {level!r}: pass d_model=")
+    if D is None and entry.unit != "heads":
+        raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or find_heads(module)
-    if H is None and level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS:
-        raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {level!r})")
-    sizes = dict(d_model=D or 8, n_heads=H or 2)
+    if H is None and entry.heads:
+        raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {entry.name!r})")
     ffn_in = [p for p in pieces if p.in_features not in (D,)]
     F = ffn_in[0].in_features if ffn_in else 4 * (D or 8)
-    sizes["d_ff"] = F
-    token_tables = [t for t in tables if not t.position and t.width == D]
-    position_tables = [t for t in tables if t.position and t.width == D]
-    type_table = token_type_table(level, token_tables)
-    if type_table is not None:
-        token_tables.remove(type_table)
-    links, zero, fixed = [], [], []
+    return Dealt(D, H, F, norms=list(norms))
 
-    # The output projection: a linear D -> V whose V is the (target) token table's rows.
-    out_piece = None
-    if level in ("transformer", "transformer_lm") and token_tables:
-        V_tgt = token_tables[-1].rows
-        candidates = [p for p in pieces if p.in_features == D and p.out_features == V_tgt and p.out_features != F]
-        out_piece = candidates[-1] if candidates else None
-        if out_piece is not None:
-            pieces.remove(out_piece)
-    if level == "decoder" and token_tables:
-        extra = [p for p in pieces if p.in_features == D and p.out_features == token_tables[-1].rows]
-        if extra:
+
+def _tables(entry, found, dealt: Dealt) -> None:
+    """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
+    dealt.token_tables = [t for t in found.tables if not t.position and t.width == dealt.D]
+    dealt.position_tables = [t for t in found.tables if t.position and t.width == dealt.D]
+    dealt.type_table = token_type_table(entry, dealt.token_tables)
+    if dealt.type_table is not None:
+        dealt.token_tables.remove(dealt.type_table)
+
+
+def _pieces(entry, pieces: list, dealt: Dealt) -> None:
+    """The output projection (a linear D -> V, V the target token table's rows), the attention pieces (D -> not
+    d_ff) in chunks of one attention each, and the feed-forward pieces in blocks."""
+    D, F, H = dealt.D, dealt.F, dealt.H
+    if dealt.token_tables and entry.group == "model":
+        V = dealt.token_tables[-1].rows
+        heads = [p for p in pieces if p.in_features == D and p.out_features == V and p.out_features != F]
+        if heads and entry.output_head:
+            dealt.out_piece = heads[-1]
+            pieces.remove(dealt.out_piece)
+        elif heads and entry.cross:  # a decoder stack with an output projection
             raise ValueError(
-                f"the module has an output projection ({extra[-1].weight}); the reference 'decoder' is the stack "
+                f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the stack "
                 "before it: check the whole model as 'transformer', or pass call= returning the decoder's hidden states"
             )
-    attention = [p for p in pieces if p.in_features == D and p.out_features != F]
-    ffn = [p for p in pieces if p not in attention]
-    if level == "gated_feed_forward":
-        attention, ffn = [], pieces
-    kv = kv_width(attention, D, H) if H and D else D
-    chunks = _chunks(attention, D, kv) if level in ("multi_head_attention", LV.STACKS) + LV.LAYERS + LV.MODELS else []
-    gated = gated_groups(ffn, D, F)
-    if level == "gated_feed_forward" and gated is None:
+    dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
+    dealt.ffn = [p for p in pieces if p not in dealt.attention]
+    if entry.unit == "gated_feed_forward":
+        dealt.attention, dealt.ffn = [], pieces
+    dealt.kv = kv_width(dealt.attention, D, H) if H and D else D
+    dealt.chunks = _chunks(dealt.attention, D, dealt.kv) if entry.heads else []
+    dealt.gated = gated_groups(dealt.ffn, D, F)
+    if entry.unit == "gated_feed_forward" and dealt.gated is None:
         listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in pieces)
         raise ValueError(
             f"cannot read {listed} as a gated feed-forward block: expected two D -> F linears (gate and up) and "
             "one F -> D (down), D the input width; a two-linear block is checked as 'feed_forward'"
         )
-    ffn_pairs = gated if gated is not None else [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
-    has_bias = any(p.bias is not None for p in attention + ffn) if attention + ffn else True
+    ffn = dealt.ffn
+    dealt.ffn_pairs = dealt.gated if dealt.gated is not None else [ffn[i : i + 2] for i in range(0, len(ffn), 2)]
 
-    n_enc = n_dec = 0
-    if level in ("transformer", LV.STACKS):
-        n_dec = len(chunks) - len(ffn_pairs)
-        n_enc = len(ffn_pairs) - n_dec
-    elif level == "transformer_lm":
-        n_dec = len(chunks)
-    elif level == "decoder":
-        n_dec = len(chunks) // 2
-    elif level == "encoder_model":
-        n_enc = len(chunks)
-    elif level in LV.LAYERS:
-        n_enc = n_dec = 1
-    layer_norms = 2 * n_enc + 3 * n_dec if level in ("transformer",) else 2 * (n_enc or n_dec)
+
+def _layers(entry, dealt: Dealt) -> None:
+    """The encoder and decoder layers the attentions and blocks make, the norms inside them, and an encoder
+    model's embedding norm (BERT's)."""
+    dealt.n_enc, dealt.n_dec = entry.n_layers(len(dealt.chunks), len(dealt.ffn_pairs))
+    dealt.layer_norms = entry.layer_norm_count(dealt.n_enc, dealt.n_dec)
+    if entry.group == "model" and entry.encoder_only:
+        dealt.embedding_norm = _embedding_norm(dealt.norms, dealt.layer_norms, dealt.token_tables)
+        dealt.layer_norms += dealt.embedding_norm
+
+
+def _config(entry, found, dealt: Dealt, cfg, fields: dict):
+    """The config: the given one with the given fields, else the one the dealt pieces imply (with the fields)."""
+    known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
+    if cfg is not None:
+        return dataclasses.replace(cfg, **known)
+    norms, D, H = dealt.norms, dealt.D, dealt.H
     rms = bool(norms) and all(n.kind == "rms" for n in norms)
-    if level == "transformer_lm":
-        layer_norms = 2 * n_dec
-    if level == "decoder":
-        layer_norms = 3 * n_dec
-    embedding_norm = level == "encoder_model" and _embedding_norm(norms, layer_norms, token_tables)
-    if embedding_norm:
-        layer_norms += 1
-    final = level in LV.MODELS and len(norms) > layer_norms
+    token_tables, out_piece, kv = dealt.token_tables, dealt.out_piece, dealt.kv
+    pieces = dealt.attention + dealt.ffn
     base = dict(
         src_vocab_size=token_tables[0].rows if token_tables else 32,
         tgt_vocab_size=token_tables[-1].rows if token_tables else 32,
-        n_encoder_layers=n_enc,
-        n_decoder_layers=n_dec,
-        bias=bool(has_bias),
+        n_encoder_layers=dealt.n_enc,
+        n_decoder_layers=dealt.n_dec,
+        bias=any(p.bias is not None for p in pieces) if pieces else True,
         output_bias=out_piece is not None and out_piece.bias is not None or bool(found.orphans),
-        tie_embeddings=level in ("transformer", "transformer_lm") and out_piece is None,
-        share_embeddings=level == "transformer" and len(token_tables) == 1,
-        positional="learned" if any(t.trainable for t in position_tables) else "sinusoidal",
-        max_len=max((t.rows for t in position_tables), default=64),
+        tie_embeddings=entry.output_head and out_piece is None,
+        share_embeddings=entry.output_head and len(entry.stacks) == 2 and len(token_tables) == 1,
+        positional="learned" if any(t.trainable for t in dealt.position_tables) else "sinusoidal",
+        max_len=max((t.rows for t in dealt.position_tables), default=64),
         layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
-        norm="rms" if rms or level == "rms_norm" else "layer",
-        gated_ffn=gated is not None,
+        norm="rms" if rms or entry.unit == "rms_norm" else "layer",
+        gated_ffn=dealt.gated is not None,
         n_kv_heads=kv // (D // H) if H and kv != D else None,
-        type_vocab_size=type_table.rows if type_table is not None else 0,
-        embedding_norm=embedding_norm,
+        type_vocab_size=dealt.type_table.rows if dealt.type_table is not None else 0,
+        embedding_norm=dealt.embedding_norm,
+        d_model=D or 8,
+        n_heads=H or 2,
+        d_ff=dealt.F,
     )
-    if gated is not None:
+    if dealt.gated is not None:
         base["activation"] = "silu"
-    if final:
-        base["norm_first"] = True
-    base |= sizes
-    if cfg is not None:
-        cfg = dataclasses.replace(
-            cfg, **{k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
-        )
-    else:
-        known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
-        cfg = TransformerConfig(**(base | known))
+    if entry.final_norms == "pre-norm" and len(norms) > dealt.layer_norms:
+        base["norm_first"] = True  # a final norm: pre-norm layers
+    return TransformerConfig(**(base | known))
 
-    def norm_link(norm, prefix):
-        links.append(Link(norm.weight, [(f"{prefix}weight", None)]))
+
+class Linker:
+    """Links (mapping.Link) from the user's parameters to the reference's names, built unit by unit; `zero` the
+    reference biases the user's linears lack (held at zero)."""
+
+    def __init__(self, entry, cfg, dealt: Dealt):
+        self.entry, self.cfg, self.dealt = entry, cfg, dealt
+        self.links: list = []
+        self.zero: list = []
+
+    def count(self, what: str, got: int, expected: int) -> None:
+        if got != expected:
+            raise ValueError(
+                f"found {got} {what} in the module, the reference {self.entry.name!r} has {expected}; pass mapping="
+            )
+
+    def linear(self, piece, name: str, hold_missing_bias: bool = True) -> None:
+        """A linear's weight (as is or transposed) and bias; a missing bias held at zero where the reference has
+        one (`hold_missing_bias`)."""
+        note = "transposed" if piece.transposed else "as is"
+        self.links.append(Link(piece.weight, [(f"{name}.weight", None)], piece.transposed, note))
+        if piece.bias is not None:
+            self.links.append(Link(piece.bias, [(f"{name}.bias", None)]))
+        elif self.cfg.bias and hold_missing_bias:
+            self.zero.append(f"{name}.bias")
+
+    def norm(self, norm, prefix: str) -> None:
+        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)]))
         if norm.bias is not None:
-            links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
+            self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 
-    def ffn_link(pair, prefix):
-        if gated is not None:
-            names = ("gate", "linear1", "linear2")
+    def table(self, name: str, ref: str) -> None:
+        self.links.append(Link(name, [(ref, None)]))
+
+    def ffn(self, pair: list, prefix: str) -> None:
+        D, F = self.dealt.D, self.dealt.F
+        if self.dealt.gated is not None:
+            names: tuple = ("gate", "linear1", "linear2")
         elif len(pair) != 2 or pair[0].out_features != F or pair[1].in_features != F:
             raise ValueError(
                 f"cannot read {[p.weight for p in pair]} as a feed-forward block {D} -> {F} -> {D}; pass mapping="
@@ -225,130 +292,152 @@ def infer(level: str, found, module, given: dict) -> tuple:
         else:
             names = ("linear1", "linear2")
         for p, name in zip(pair, names, strict=True):
-            links.append(
-                Link(
-                    p.weight,
-                    [(f"{prefix}{name}.weight", None)],
-                    p.transposed,
-                    "transposed" if p.transposed else "as is",
-                )
-            )
-            if p.bias is not None:
-                links.append(Link(p.bias, [(f"{prefix}{name}.bias", None)]))
-            elif cfg.bias:
-                zero.append(f"{prefix}{name}.bias")
+            self.linear(p, f"{prefix}{name}")
 
-    def attn_link(chunk, prefix):
-        got, held = attention_links(chunk, prefix.rstrip("."), D, cfg.n_heads, cfg.bias, kv)
-        links.extend(got)
-        zero.extend(held)
+    def attention(self, chunk: list, prefix: str) -> None:
+        d = self.dealt
+        got, held = attention_links(chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv)
+        self.links.extend(got)
+        self.zero.extend(held)
 
-    def layer(prefix, i, decoder, chunk_iter, norm_iter, ffn_iter):
-        attn_link(next(chunk_iter), f"{prefix}self_attn.")
-        names = ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]
+    def layer(self, prefix: str, decoder: bool, chunks, norms, ffns) -> None:
+        """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the
+        user's registration order."""
+        self.attention(next(chunks), f"{prefix}self_attn.")
         if decoder:
-            attn_link(next(chunk_iter), f"{prefix}cross_attn.")
-        ffn_link(next(ffn_iter), f"{prefix}ffn.")
-        for name in names:
-            norm_link(next(norm_iter), f"{prefix}{name}.")
+            self.attention(next(chunks), f"{prefix}cross_attn.")
+        self.ffn(next(ffns), f"{prefix}ffn.")
+        for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
+            self.norm(next(norms), f"{prefix}{name}.")
 
-    def count(what, got, expected):
-        if got != expected:
-            raise ValueError(f"found {got} {what} in the module, the reference {level!r} has {expected}; pass mapping=")
+    def stack(self, stack: str, n: int, decoder: bool, chunks, norms, ffns) -> None:
+        for i in range(n):
+            self.layer(f"{stack}.layers.{i}.", decoder, chunks, norms, ffns)
 
-    if level == "multi_head_attention":
-        count("attentions", len(chunks), 1)
-        attn_link(chunks[0], "")
-    elif level in ("layer_norm", "rms_norm"):
-        count("norms", len(norms), 1)
-        norm_link(norms[0], "")
-    elif level == "feed_forward":
-        if gated is not None:
-            raise ValueError(
-                f"{[p.weight for p in pieces]} is a gated feed-forward block (gate, up and down); check it as "
-                "'gated_feed_forward'"
-            )
-        count("feed-forward pieces", len(ffn) + len(attention), 2)
-        ffn_link(sorted(pieces, key=lambda p: p.in_features != D), "")
-    elif level == "gated_feed_forward":
-        count("gated feed-forward blocks", len(gated), 1)
-        ffn_link(gated[0], "")
-    elif level == "embedding":
-        count("token tables", len(token_tables), 1)
-        links.append(Link(token_tables[0].name, [("token_embedding.weight", None)]))
-    elif level == "positional_encoding":
-        if cfg.positional == "learned":
-            links.append(Link(position_tables[0].name, [("position_embedding.weight", None)]))
-    elif level == LV.STACKS:
-        count("norms", len(norms), 2 * n_enc + 3 * n_dec + 2)
-        chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        for stack, n in zip(STACKS_OF[LV.STACKS], (n_enc, n_dec), strict=True):
-            for i in range(n):
-                layer(f"{stack}.layers.{i}.", i, stack == "decoder", chunk_iter, norm_iter, ffn_iter)
-            norm_link(next(norm_iter), f"{stack}.final_norm.")
-    elif level in LV.LAYERS:
-        decoder = level == "decoder_layer"
-        count("attentions", len(chunks), 2 if decoder else 1)
-        count("norms", len(norms), 3 if decoder else 2)
-        layer("", 0, decoder, iter(chunks), iter(norms), iter(ffn_pairs))
-    elif level in LV.MODELS:
-        chunk_iter, norm_iter, ffn_iter = iter(chunks), iter(norms), iter(ffn_pairs)
-        token_iter = iter(token_tables)
-        learned = iter([t for t in position_tables if t.trainable])
-        expected_norms = layer_norms + (len(STACKS_OF[level]) if cfg.norm_first else 0)
-        count("norms", len(norms), expected_norms)
-        for stack in STACKS_OF[level]:
-            if not (stack == "encoder" and cfg.share_embeddings):
-                table = next(token_iter, None)
-                if table is None:
-                    raise ValueError(f"no token table found for the {stack}; pass mapping=")
-                links.append(Link(table.name, [(f"{stack}.token_embedding.weight", None)]))
-            if cfg.positional == "learned":
-                links.append(Link(next(learned).name, [(f"{stack}.position_embedding.weight", None)]))
-            if stack == "encoder" and type_table is not None:
-                links.append(Link(type_table.name, [("encoder.token_type_embedding.weight", None)]))
-            if stack == "encoder" and embedding_norm:
-                norm_link(next(norm_iter), "encoder.embedding_norm.")
-            n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-            for i in range(n):
-                layer(
-                    f"{stack}.layers.{i}.",
-                    i,
-                    stack == "decoder" and level in ("transformer", "decoder"),
-                    chunk_iter,
-                    norm_iter,
-                    ffn_iter,
-                )
-            if cfg.norm_first:
-                norm_link(next(norm_iter), f"{stack}.final_norm.")
-        if level in ("transformer", "transformer_lm"):
-            if out_piece is not None:
-                links.append(
-                    Link(
-                        out_piece.weight,
-                        [("output_proj.weight", None)],
-                        out_piece.transposed,
-                        "transposed" if out_piece.transposed else "as is",
-                    )
-                )
-                if out_piece.bias is not None:
-                    links.append(Link(out_piece.bias, [("output_proj.bias", None)]))
-            elif found.orphans:
-                links.append(Link(found.orphans[0], [("output_proj.bias", None)]))
-            if cfg.tie_embeddings:
-                links.append(Link("(tied)", [("decoder.token_embedding.weight", None)], note="tied output projection"))
-    fixed = [t for t in position_tables if not t.trainable]
-    return cfg, [link for link in links if link.user != "(tied)"], zero, fixed
+
+# -- one linker per component's unit and per group: (linker, dealt, found) -> None --------------------------------
+
+
+def _link_attention(lk: Linker, d: Dealt, found) -> None:
+    lk.count("attentions", len(d.chunks), 1)
+    lk.attention(d.chunks[0], "")
+
+
+def _link_norm(lk: Linker, d: Dealt, found) -> None:
+    lk.count("norms", len(d.norms), 1)
+    lk.norm(d.norms[0], "")
+
+
+def _link_feed_forward(lk: Linker, d: Dealt, found) -> None:
+    pieces = d.attention + d.ffn
+    if d.gated is not None:
+        raise ValueError(
+            f"{[p.weight for p in found.pieces]} is a gated feed-forward block (gate, up and down); check it as "
+            "'gated_feed_forward'"
+        )
+    lk.count("feed-forward pieces", len(pieces), 2)
+    lk.ffn(sorted(found.pieces, key=lambda p: p.in_features != d.D), "")
+
+
+def _link_gated(lk: Linker, d: Dealt, found) -> None:
+    lk.count("gated feed-forward blocks", len(d.gated or []), 1)
+    lk.ffn(d.gated[0], "")  # type: ignore[index]  # counted above: one block
+
+
+def _link_embedding(lk: Linker, d: Dealt, found) -> None:
+    lk.count("token tables", len(d.token_tables), 1)
+    lk.table(d.token_tables[0].name, "token_embedding.weight")
+
+
+def _link_positions(lk: Linker, d: Dealt, found) -> None:
+    if lk.cfg.positional == "learned":
+        lk.table(d.position_tables[0].name, "position_embedding.weight")
+
+
+def _link_layer(lk: Linker, d: Dealt, found) -> None:
+    cross = lk.entry.cross
+    lk.count("attentions", len(d.chunks), 2 if cross else 1)
+    lk.count("norms", len(d.norms), 3 if cross else 2)
+    lk.layer("", cross, iter(d.chunks), iter(d.norms), iter(d.ffn_pairs))
+
+
+def _link_stacks(lk: Linker, d: Dealt, found) -> None:
+    """Layers on embeddings: each stack's layers, then its final norm (always, or when pre-norm)."""
+    finals = lk.entry.final_norms == "always" or lk.cfg.norm_first
+    lk.count("norms", len(d.norms), d.layer_norms + (len(lk.entry.stacks) if finals else 0))
+    chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
+    for stack in lk.entry.stacks:
+        n = d.n_enc if stack == "encoder" else d.n_dec
+        lk.stack(stack, n, stack == "decoder" and lk.entry.cross, chunks, norms, ffns)
+        if finals:
+            lk.norm(next(norms), f"{stack}.final_norm.")
+
+
+def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -> None:
+    """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
+    its learned positions, BERT's type table and embedding norm."""
+    cfg = lk.cfg
+    if not (stack == "encoder" and cfg.share_embeddings):
+        table = next(tokens, None)
+        if table is None:
+            raise ValueError(f"no token table found for the {stack}; pass mapping=")
+        lk.table(table.name, f"{stack}.token_embedding.weight")
+    if cfg.positional == "learned":
+        lk.table(next(learned).name, f"{stack}.position_embedding.weight")
+    if stack == "encoder" and d.type_table is not None:
+        lk.table(d.type_table.name, "encoder.token_type_embedding.weight")
+    if stack == "encoder" and d.embedding_norm:
+        lk.norm(next(norms), "encoder.embedding_norm.")
+
+
+def _link_output(lk: Linker, d: Dealt, found) -> None:
+    """The output projection: the user's linear, an output bias alone, or the tied token table."""
+    if d.out_piece is not None:
+        lk.linear(d.out_piece, "output_proj", hold_missing_bias=False)  # none: output_bias=False
+    elif found.orphans:
+        lk.table(found.orphans[0], "output_proj.bias")
+    if lk.cfg.tie_embeddings:
+        lk.links.append(Link("(tied)", [("decoder.token_embedding.weight", None)], note="tied output projection"))
+
+
+def _link_model(lk: Linker, d: Dealt, found) -> None:
+    cfg, entry = lk.cfg, lk.entry
+    chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
+    tokens, learned = iter(d.token_tables), iter([t for t in d.position_tables if t.trainable])
+    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if cfg.norm_first else 0))
+    for stack in entry.stacks:
+        _link_embeddings(lk, d, stack, tokens, learned, norms)
+        n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
+        lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
+        if cfg.norm_first:
+            lk.norm(next(norms), f"{stack}.final_norm.")
+    if entry.output_head:
+        _link_output(lk, d, found)
+
+
+LINKS = {
+    "heads": lambda lk, d, found: None,  # no parameters
+    "attention": _link_attention,
+    "layer_norm": _link_norm,
+    "rms_norm": _link_norm,
+    "feed_forward": _link_feed_forward,
+    "gated_feed_forward": _link_gated,
+    "embedding": _link_embedding,
+    "positions": _link_positions,
+    "layer": _link_layer,
+    "stacks": _link_stacks,
+    "model": _link_model,
+}
 
 
 TYPE_WORDS = re.compile(r"(token_?type|segment|type_emb|tok_type|seg_emb)")
 
 
-def token_type_table(level: str, token_tables: list):
+def token_type_table(entry, token_tables: list):
     """BERT's token-type table among an encoder model's token tables: the one named for types or segments
     (token_type_embeddings, segment_embedding), else, of two tables, the second when it has fewer rows than the
     first (a handful of types against a vocabulary). None for other levels and for models without one."""
-    if level != "encoder_model" or len(token_tables) < 2:
+    if entry.group != "model" or not entry.encoder_only or len(token_tables) < 2:
         return None
     named = [t for t in token_tables if TYPE_WORDS.search(t.name.lower())]
     if len(named) == 1:

@@ -82,7 +82,10 @@ def load_target(spec: str, reference: str | None = None):
     target = load_attribute(spec, "target")
     if isinstance(target, nn.Module):
         return target
-    if reference == "scaled_dot_product_attention" and callable(target) and not isinstance(target, type):
+    from .level_table import LEVELS
+
+    takes_function = reference in LEVELS and LEVELS[reference].takes_function
+    if takes_function and callable(target) and not isinstance(target, type):
         return target
     if not callable(target):
         raise Unrunnable(

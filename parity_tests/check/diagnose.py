@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -24,9 +23,9 @@ from numpy_transformer import model as M
 from . import calling as C
 from . import levels as LV
 from . import mistakes as MK
+from . import reference as R
 from . import variants as VR
 from .judge import MATCH, _error, _valid
-from .level_table import STACKS_OF
 from .report import Diagnosis, Result
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
@@ -208,12 +207,12 @@ def overflow_probe(session, caller, result) -> None:
     """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32.
     A component is called on scaled inputs; in a layer or a model each attention submodule is called again on
     its own inputs, scaled (masks, integer or of another width, are left as they are)."""
-    if session.level in ("scaled_dot_product_attention", "multi_head_attention"):
+    if session.entry.unit in ("heads", "attention"):
         with np.errstate(all="ignore"):
             out, _ = session.run_user(caller, np.float32, scale=BIG)
             before = int((~torch.isfinite(session.run_user(caller, np.float32)[0])).sum())
         calls = [("" if not session.is_module else "(the module)", out, before)]
-    elif session.level in LV.LAYERS + LV.MODELS and session.is_module:
+    elif session.entry.hooked and session.is_module:
         calls = _attention_calls_scaled(session, caller)
     else:
         return
@@ -299,58 +298,67 @@ def component_variants(session, caller, cfg, result) -> None:
     session.use(chosen)
 
 
+def _heads_variants(session, p, user, cfg) -> list:
+    f = p.floats
+    keep = LV.keep_mask(p, "src")
+    return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
+
+
+def _attention_variants(session, p, user, cfg) -> list:
+    q = p.floats["query"]
+    kv = q if p.self_attention else (p.floats["key"], p.floats["value"])
+    context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
+    keep = LV.keep_mask(p, "self" if p.causal else "src")
+    knobs = VR.rope_knobs(cfg)
+    return match_attention(user, session.params, q, kv, cfg.n_heads, keep, "", p.valid, **knobs, **context)
+
+
+def _layer_norm_variants(session, p, user, cfg) -> list:
+    eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
+    return match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, "")
+
+
+def _rms_norm_variants(session, p, user, cfg) -> list:
+    return match_rms_norm(user, p.floats["x"], session.params["weight"], cfg.layer_norm_eps, "")
+
+
+def _gated_variants(session, p, user, cfg) -> list:
+    return match_gated(user, p.floats["x"], session.params, cfg.activation, "")
+
+
+def _embedding_variants(session, p, user, cfg) -> list:
+    table = session.params["token_embedding.weight"]
+    return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
+
+
+def _positions_variants(session, p, user, cfg) -> list:
+    if cfg.positional == "learned":
+        return []
+    T = p.floats["x"].shape[1]
+    error = _match(user, p.floats["x"] + VR.wrong_frequency_table(cfg.max_len, cfg.d_model)[:T], None, None)
+    if error > MATCH:
+        return []
+    return [Diagnosis("positions.wrong_frequencies", "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", "", error)]
+
+
+# a component's catalogue variants, by its unit (level_table.Level.unit): (session, probe, user output, cfg) -> list
+COMPONENT_VARIANTS = {
+    "heads": _heads_variants,
+    "attention": _attention_variants,
+    "layer_norm": _layer_norm_variants,
+    "rms_norm": _rms_norm_variants,
+    "gated_feed_forward": _gated_variants,
+    "embedding": _embedding_variants,
+    "positions": _positions_variants,
+}
+
+
 def _component_variants(session, caller, cfg) -> list:
-    p = session.probe(caller)
-    level = session.level
+    match = COMPONENT_VARIANTS.get(session.entry.unit)
+    if match is None:
+        return []
     user, _ = session.run_user(caller, np.float64)
-    user = _np(user)
-    where = ""
-    if level == "scaled_dot_product_attention":
-        keep = LV.keep_mask(p, "src")
-        found = match_attention(
-            user, None, p.floats["q"], (p.floats["k"], p.floats["v"]), cfg.n_heads, keep, where, self_attention=False
-        )
-    elif level == "multi_head_attention":
-        q = p.floats["query"]
-        kv = q if p.self_attention else (p.floats["key"], p.floats["value"])
-        context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
-        keep = LV.keep_mask(p, "self" if p.causal else "src")
-        found = match_attention(
-            user, session.params, q, kv, cfg.n_heads, keep, where, p.valid, **VR.rope_knobs(cfg), **context
-        )
-    elif level == "layer_norm":
-        eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
-        found = match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, where)
-    elif level == "rms_norm":
-        found = match_rms_norm(user, p.floats["x"], session.params["weight"], cfg.layer_norm_eps, where)
-    elif level == "gated_feed_forward":
-        found = match_gated(user, p.floats["x"], session.params, cfg.activation, where)
-    elif level == "embedding":
-        found = match_embedding(
-            user,
-            p.ids["ids"],
-            session.params["token_embedding.weight"],
-            None,
-            cfg.d_model,
-            where,
-            scale_expected=cfg.scale_embeddings,
-        )
-    elif level == "positional_encoding" and cfg.positional != "learned":
-        T = p.floats["x"].shape[1]
-        wrong = p.floats["x"] + VR.wrong_frequency_table(cfg.max_len, cfg.d_model)[:T]
-        error = _match(user, wrong, None, None)
-        found = (
-            [
-                Diagnosis(
-                    "positions.wrong_frequencies", "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", where, error
-                )
-            ]
-            if error <= MATCH
-            else []
-        )
-    else:
-        found = []
-    return found
+    return match(session, session.probe(caller), _np(user), cfg)
 
 
 # -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
@@ -452,49 +460,60 @@ def attention_place(links, unit: str, target: str) -> str:
 def model_stages(session, cfg, caller):
     """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
     extra) with extra the masks the attention read."""
-    level, params = session.level, session.params
+    entry, params = session.entry, session.params
     p = session.probes[(False, False)]
     stages = []
-    if level in LV.LAYERS:
-        decoder = level in ("decoder_layer", "decoder_only_layer")  # a causal self-attention
+    if entry.group == "layer":
+        decoder = entry.causal  # a causal self-attention
         x, memory = p.floats["x"], p.floats.get("memory")
         self_keep = LV.keep_mask(p, "self") if decoder else LV.keep_mask(p, "src")
         trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)
         for unit, kind, inputs, out in trace:
             stages.append((unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)))
         return stages
-    if level == "decoder":  # no model object: the stack's activations composed from the reference's pairs
-        decoder_params = M.sub(params, "decoder")
-        x = M.embed_forward(decoder_params, p.ids["tgt"], cfg, None, "decoder")[0]
-        acts = {"decoder.embedding": x, "encoder": p.floats["memory"]}
-        for i in range(cfg.n_decoder_layers):
-            x = M.decoder_layer_forward(
-                M.sub(decoder_params, f"layers.{i}"), x, p.floats["memory"], cfg, memory_mask=_pad(p.src_keep)
-            )[0]
-            acts[f"decoder.layers.{i}"] = x
+    if entry.activations is not None:  # a stack composed from the reference's pairs
+        acts = entry.activations(params, p, cfg)
+    else:  # a whole model: its object's
+        acts = LV.run_reference(entry.name, params, p, cfg, np.float64)[1].model.activations()
+    for stack in entry.stacks:
+        stages += _stack_stages(entry, stack, p, params, cfg, acts)
+    return stages
+
+
+def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
+    """One stack's stages: its embeddings (a model's; BERT's embedding norm before them), then, layer by layer,
+    the units inside the layer and the layer's output. A stack of layers on embeddings starts from its input."""
+    stages: list = []
+    if entry.group == "model":
+        first = acts[f"{stack}.embedding"]
+        stages += _embedding_stages(stack, p, params, cfg, acts)
     else:
-        _, backward = LV.run_reference(level, params, p, cfg, np.float64)
-        acts = backward.model.activations()
-    for stack in STACKS_OF[level]:
-        valid = p.src_keep if stack == "encoder" else p.tgt_keep
-        ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
-        if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
-            summed = M.embed_forward(M.sub(params, stack), ids, dataclasses.replace(cfg, embedding_norm=False))[0]
-            unit = f"{stack}.embedding_norm"
-            stages.append((unit, "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
-        stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
-        n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-        decoder = stack == "decoder"
-        memory = acts.get("encoder") if level in ("transformer", "decoder") and decoder else None
-        for i in range(n):
-            x = acts[f"{stack}.embedding"] if i == 0 else acts[f"{stack}.layers.{i - 1}"]
-            layer = M.sub(params, f"{stack}.layers.{i}")
-            self_keep = np.tril(np.ones((x.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
-            trace = LV.layer_trace(layer, x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
-            for unit, kind, inputs, out in trace:
-                masks = _masks(unit, decoder, p)
-                stages.append((f"{stack}.layers.{i}.{unit}", kind, inputs, out, valid, masks))
-            stages.append((f"{stack}.layers.{i}", "layer", (x,), acts[f"{stack}.layers.{i}"], valid, None))
+        first = p.floats[entry.inputs[0]]
+    valid = p.src_keep if stack == "encoder" else p.tgt_keep
+    decoder = stack == "decoder"
+    memory = acts.get("encoder") if entry.cross and decoder else None
+    n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
+    for i in range(n):
+        x = first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
+        layer = M.sub(params, f"{stack}.layers.{i}")
+        self_keep = np.tril(np.ones((x.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
+        trace = LV.layer_trace(layer, x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
+        for unit, kind, inputs, out in trace:
+            masks = _masks(unit, decoder, p)
+            stages.append((f"{stack}.layers.{i}.{unit}", kind, inputs, out, valid, masks))
+        stages.append((f"{stack}.layers.{i}", "layer", (x,), acts[f"{stack}.layers.{i}"], valid, None))
+    return stages
+
+
+def _embedding_stages(stack: str, p, params: dict, cfg, acts: dict) -> list:
+    """A model stack's embedding stage, after BERT's embedding norm's."""
+    stages = []
+    valid = p.src_keep if stack == "encoder" else p.tgt_keep
+    ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+    if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
+        summed = R.summed_embeddings(M.sub(params, stack), ids, cfg)
+        stages.append((f"{stack}.embedding_norm", "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
+    stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
     return stages
 
 
@@ -697,7 +716,7 @@ def diagnose(session, caller, cfg, kind, result) -> None:
     failing = [r for r in result.rows if not r.ok]
     if not failing:
         return
-    if session.level in LV.LAYERS + LV.MODELS and session.is_module:
+    if session.entry.hooked and session.is_module:
         first_divergence(session, caller, cfg, result)
     else:
         component_variants(session, caller, cfg, result)

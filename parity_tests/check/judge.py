@@ -29,6 +29,7 @@ from . import assign as A
 from . import calling as C
 from . import levels as LV
 from . import mapping as MP
+from .level_table import LEVELS, standing_for
 from .report import Result, Row
 from .running import (
     Float32Islands,
@@ -93,10 +94,11 @@ class Session:
 
     def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
         self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
+        self.entry = entry = LEVELS[level]
         self.notes = []
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
-        if self.is_module and level in LV.MODELS:
+        if self.is_module and entry.group == "model":
             mark_positions_by_use(user, level, found, call)
         self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
         self.norm_eps = {n.module: n.eps for n in found.norms}
@@ -108,7 +110,7 @@ class Session:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
         self.given = given
         self.thetas, self.rope_overwrite = [], {}
-        if self.is_module and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
+        if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
             self.thetas = A.rope_thetas(user, self.cfg.d_head)
             self.rope_overwrite, base = A.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
             if base is not None:  # the base the module's own tables were built with: tried first
@@ -117,7 +119,7 @@ class Session:
         self.shapes = LV.reference_shapes(level, self.cfg)
         self.params = LV.init_reference(self.shapes, rng, self.zero)
         self.probes = {(False, False): LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
-        if level == "multi_head_attention":
+        if entry.self_attention_probes:
             for causal in (False, True):
                 self.probes[(True, causal)] = LV.probe(
                     level, self.cfg, np.random.default_rng(seed + 1), self_attention=True, causal=causal
@@ -126,7 +128,7 @@ class Session:
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
-        self.head = output_head(user, self.links) if self.is_module and level in LV.MODELS else None
+        self.head = output_head(user, self.links) if self.is_module and entry.group == "model" else None
         self.layouts = layouts(self, found, mapping is None)
         self.layout = self.layouts[0]
 
@@ -166,17 +168,18 @@ class Session:
         base = self.cfg
         options = [{}]
         given = self.stated()
-        if self.level in LV.LAYERS + LV.MODELS + (LV.STACKS,) and "norm_first" not in given:
-            norm_first = [base.norm_first] if self.level in LV.MODELS else [False, True]  # models: final norms tell
+        searches = self.entry.searches
+        if "norm_first" in searches and "norm_first" not in given:
+            final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
+            norm_first = [base.norm_first] if final_norms_tell else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
-        levels = ("feed_forward", "gated_feed_forward", LV.STACKS) + LV.LAYERS + LV.MODELS
-        if self.level in levels and "activation" not in given:
+        if "activation" in searches and "activation" not in given:
             activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
             options = [o | {"activation": a} for o in options for a in activations]
         rope = self.rope_options(given)
         if rope:
             options = [o | r for o in options for r in rope]
-        if self.level in LV.MODELS and "scale_embeddings" not in given:
+        if "scale_embeddings" in searches and "scale_embeddings" not in given:
             scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
             options = [o | {"scale_embeddings": s} for o in options for s in scales]
         return [dataclasses.replace(base, **o) for o in options]
@@ -188,9 +191,9 @@ class Session:
     def rope_options(self, given: dict) -> list:
         """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
         attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        if not self.thetas or self.level not in ("multi_head_attention", "decoder_only_layer") + LV.MODELS:
+        if not self.thetas or not self.entry.rope:
             return []
-        if self.level in LV.MODELS and (self.cfg.positional == "learned" or self.overwrite):
+        if self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite):
             return []  # a position table of its own: not rotary
         if given.get("positional") not in (None, "rope"):
             return []
@@ -225,7 +228,7 @@ class Session:
         return out, tensors
 
 
-TORCH_LAYERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.Transformer)
+TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # torch's own: masks documented
 
 
 def caveats(session, caller, cfg) -> list:
@@ -242,7 +245,7 @@ def caveats(session, caller, cfg) -> list:
                     f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
                     "callers pass True = keep, this is attention.mask_inverted",
                 ))  # fmt: skip
-    if session.level in ("transformer", "encoder_model", "decoder") and not cfg.scale_embeddings:
+    if session.entry.scale_caveat and not cfg.scale_embeddings:
         if "scale_embeddings" not in stated:
             out.append((
                 "embedding.missing_scale",
@@ -345,7 +348,7 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
     and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
     targets sees it only when a batch holds an empty source."""
-    if session.level not in ("multi_head_attention", "decoder_layer", "transformer", LV.STACKS):
+    if not session.entry.padded_source:
         return
     key = (caller.self_attention, caller.causal)
     p = dataclasses.replace(session.probes[key])
@@ -447,9 +450,9 @@ def choose(session: Session) -> tuple:
             if n == 0:
                 session.runnable.append(caller)
             p = session.probe(caller)
-            kind = output_kind(out) if session.level in ("transformer", "transformer_lm") else "logits"
+            kind = output_kind(out) if session.entry.output_head else "logits"
             for i, cfg in enumerate(configs):
-                if cfg.positional == "rope" and not p.self_attention and session.level == "multi_head_attention":
+                if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
                     continue  # rotary positions need one sequence
                 key = (caller.self_attention, caller.causal, i)
                 if key not in outs:
@@ -541,7 +544,7 @@ def module(
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
-        reference == "scaled_dot_product_attention" and callable(user_module)
+        LEVELS[standing_for(reference, user_module)].takes_function and callable(user_module)
     ):
         raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
     if mask not in (None, "detect", "none", *C.MASK_KINDS):
@@ -567,17 +570,16 @@ def module(
 
 
 def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
-    level = "encoder_model" if reference == "encoder" else reference  # the same math: ids -> the encoder's output
-    if isinstance(user_module, nn.Transformer) and reference == "transformer" and call is None:
-        level = LV.STACKS  # no embeddings, no output projection, a final norm on each stack: see levels.STACKS
+    # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
+    level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
     session = Session(user_module, level, given, mapping, call, batch_first, mask, seed)
-    if level == LV.STACKS:
+    if session.entry.stands_for is not None:
         session.notes.append(
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "
             "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
         )
     caller, cfg, kind, matched = choose(session)
-    if not matched and level in LV.LAYERS + LV.MODELS and session.is_module:
+    if not matched and session.entry.hooked and session.is_module:
         from .diagnose import latest_divergence
 
         caller, cfg = latest_divergence(session, session.runnable)
@@ -588,7 +590,8 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             f"(the fixed sinusoid table, {layout})",
             "equal to float32 precision; overwritten in float64",
         )
-    conventions = caller.conventions() | ({"output": kind} if level in LV.MODELS + (LV.STACKS,) else {})
+    output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
+    conventions = caller.conventions() | ({"output": kind} if output else {})
     if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     for what in ("gate", "rope_pairing"):

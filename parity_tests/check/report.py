@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .level_table import shown
+from .level_table import LEVELS, shown
 from .mistakes import MISTAKES
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
@@ -126,7 +126,8 @@ class Result:
             c = self.config
             fields = shown(self.reference)
             if c.positional != "rope":  # RoPE's fields only where it rotates; an attention has no other positions
-                layer = self.reference in ("multi_head_attention", "decoder_only_layer")
+                entry = LEVELS.get(self.reference)
+                layer = entry is not None and entry.rope and entry.group != "model"  # no position table
                 hidden = {"rope_theta"} | ({"positional"} if layer else set())
                 fields = [k for k in fields if k not in hidden]
             if fields:

@@ -1,0 +1,377 @@
+"""The reference at each level: its parameter names and shapes for a config, and its forward and hand-written
+backward on a probe. Every call the judge makes into numpy_transformer's level math is here, one runner per level
+(the registry, level_table.py, names each level's pair), so a change of numpy_transformer's signatures or caches
+is met in this one file.
+
+A runner is run(params, p, cfg, dtype) -> (out, backward), where backward(dout) -> (input gradients by name,
+parameter gradients by name); params and the probe's floats are already in `dtype`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+import numpy_transformer as nt
+from numpy_transformer import layers as L
+from numpy_transformer import model as M
+
+from .probes import Probe, keep_mask
+
+# -- parameter shapes: cfg -> {name: shape} -----------------------------------------------------------------------
+
+
+def _linear(out_features: int, in_features: int, cfg, prefix: str) -> dict:
+    """A linear's weight (out, in) and, unless the user's linears have none (cfg.bias False), its bias (out,)."""
+    shapes = {f"{prefix}.weight": (out_features, in_features)}
+    return shapes | ({f"{prefix}.bias": (out_features,)} if cfg.bias else {})
+
+
+def no_shapes(cfg) -> dict:
+    return {}
+
+
+def attention_shapes(cfg) -> dict:
+    D, kv = cfg.d_model, cfg.kv_heads * cfg.d_head  # the k and v width (grouped-query attention: < D)
+    widths = {"q": D, "k": kv, "v": kv, "out": D}
+    return {k: v for p in ("q", "k", "v", "out") for k, v in _linear(widths[p], D, cfg, f"{p}_proj").items()}
+
+
+def layer_norm_shapes(cfg) -> dict:
+    return {"weight": (cfg.d_model,), "bias": (cfg.d_model,)}
+
+
+def rms_norm_shapes(cfg) -> dict:
+    return {"weight": (cfg.d_model,)}
+
+
+def feed_forward_shapes(cfg) -> dict:
+    D, F = cfg.d_model, cfg.d_ff
+    return _linear(F, D, cfg, "linear1") | _linear(D, F, cfg, "linear2")
+
+
+def gated_feed_forward_shapes(cfg) -> dict:
+    D, F = cfg.d_model, cfg.d_ff
+    return _linear(F, D, cfg, "gate") | _linear(F, D, cfg, "linear1") | _linear(D, F, cfg, "linear2")
+
+
+def positions_shapes(cfg) -> dict:
+    return {"position_embedding.weight": (cfg.max_len, cfg.d_model)} if cfg.positional == "learned" else {}
+
+
+def embedding_shapes(cfg) -> dict:
+    return {"token_embedding.weight": (cfg.src_vocab_size, cfg.d_model)}
+
+
+def _below(shapes: dict, prefix: str) -> dict:
+    return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
+
+
+def encoder_layer_shapes(cfg) -> dict:
+    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
+    return _below(nt.parameter_shapes(one), "encoder.layers.0.")
+
+
+def decoder_layer_shapes(cfg) -> dict:
+    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
+    return _below(nt.parameter_shapes(one), "decoder.layers.0.")
+
+
+def decoder_only_layer_shapes(cfg) -> dict:
+    one = dataclasses.replace(cfg, n_decoder_layers=1)
+    return _below(nt.parameter_shapes(one, decoder_only=True), "decoder.layers.0.")
+
+
+def encoder_stack_shapes(cfg) -> dict:
+    """An encoder's layers and, pre-norm, its final norm: the encoder model without its embeddings."""
+    shapes = nt.parameter_shapes(cfg, False, True)  # (cfg, decoder_only, encoder_only)
+    return {k: v for k, v in shapes.items() if k.startswith(("encoder.layers.", "encoder.final_norm."))}
+
+
+def transformer_shapes(cfg) -> dict:
+    return nt.parameter_shapes(cfg)
+
+
+def transformer_lm_shapes(cfg) -> dict:
+    return nt.parameter_shapes(cfg, True)
+
+
+def encoder_model_shapes(cfg) -> dict:
+    return nt.parameter_shapes(cfg, False, True)
+
+
+def decoder_shapes(cfg) -> dict:
+    """The decoder stack of an encoder-decoder, before the output projection."""
+    shapes = nt.parameter_shapes(dataclasses.replace(cfg, tie_embeddings=True))
+    return {k: v for k, v in shapes.items() if k.startswith("decoder.")}
+
+
+def stacks_shapes(cfg) -> dict:
+    D = cfg.d_model
+    shapes = {k: v for k, v in nt.parameter_shapes(cfg).items() if ".layers." in k}
+    for stack in ("encoder", "decoder"):
+        shapes |= {f"{stack}.final_norm.weight": (D,), f"{stack}.final_norm.bias": (D,)}
+    return shapes
+
+
+# -- forward and backward: run(params, p, cfg, dtype) -> (out, backward) ------------------------------------------
+
+
+def run_heads(params: dict, p: Probe, cfg, dtype):
+    f = p.floats
+    out, cache = nt.scaled_dot_product_attention_forward(f["q"], f["k"], f["v"], keep_mask(p, "src"))
+
+    def backward(dout):
+        dq, dk, dv = nt.scaled_dot_product_attention_backward(dout, cache)
+        return {"q": dq, "k": dk, "v": dv}, {}
+
+    return out, backward
+
+
+def run_attention(params: dict, p: Probe, cfg, dtype):
+    q = p.floats["query"]
+    k, v = (q, q) if p.self_attention else (p.floats["key"], p.floats["value"])
+    rope = M.rope_for(cfg, q.shape[1], dtype)  # (cos, sin) with rotary positions, else None
+    if rope is not None and not p.self_attention:
+        raise ValueError("rotary positions need self-attention: one input, T_q = T_k")
+    mask = None if p.causal else keep_mask(p, "src")
+    out, cache = nt.multi_head_attention_forward(
+        params, q, k, v, cfg.n_heads, mask, n_kv_heads=cfg.n_kv_heads, rope=rope, is_causal=p.causal
+    )
+
+    def backward(dout):
+        dq, dk, dv, grads = nt.multi_head_attention_backward(dout, cache)
+        if p.self_attention:
+            return {"query": dq + dk + dv}, grads  # q = k = v: the three paths add
+        return {"query": dq, "key": dk, "value": dv}, grads
+
+    return out, backward
+
+
+def run_layer_norm(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.layer_norm_forward(p.floats["x"], params["weight"], params["bias"], cfg.layer_norm_eps)
+
+    def backward(dout):
+        dx, dw, db = L.layer_norm_backward(dout, cache)
+        return {"x": dx}, {"weight": dw, "bias": db}
+
+    return out, backward
+
+
+def run_rms_norm(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.rms_norm_forward(p.floats["x"], params["weight"], cfg.layer_norm_eps)
+
+    def backward(dout):
+        dx, dw = L.rms_norm_backward(dout, cache)
+        return {"x": dx}, {"weight": dw}
+
+    return out, backward
+
+
+def run_feed_forward(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.feed_forward_forward(params, p.floats["x"], cfg.activation)
+
+    def backward(dout):
+        dx, grads = L.feed_forward_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_gated_feed_forward(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation)
+
+    def backward(dout):
+        dx, grads = L.gated_feed_forward_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_positions(params: dict, p: Probe, cfg, dtype):
+    table = params.get("position_embedding.weight")
+    if table is None:
+        table = L.sinusoidal_table(cfg.max_len, cfg.d_model, dtype, cfg.sinusoid_layout)
+    out, cache = L.add_positions_forward(p.floats["x"], table)
+
+    def backward(dout):
+        dx, dtable = L.add_positions_backward(dout, cache)
+        return {"x": dx}, ({"position_embedding.weight": dtable} if params else {})
+
+    return out, backward
+
+
+def run_embedding(params: dict, p: Probe, cfg, dtype):
+    scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+    out, cache = L.embedding_forward(p.ids["ids"], params["token_embedding.weight"], scale)
+
+    def backward(dout):
+        return {}, {"token_embedding.weight": L.embedding_backward(dout, cache)}
+
+    return out, backward
+
+
+def run_encoder_layer(params: dict, p: Probe, cfg, dtype):
+    out, cache = M.encoder_layer_forward(params, p.floats["x"], keep_mask(p, "src"), cfg)
+
+    def backward(dout):
+        dx, grads = M.encoder_layer_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_decoder_only_layer(params: dict, p: Probe, cfg, dtype):
+    rope = M.rope_for(cfg, p.floats["x"].shape[1], dtype)  # rotary (cos, sin), or None
+    out, cache = M.decoder_layer_forward(params, p.floats["x"], None, cfg, rope=rope)
+
+    def backward(dout):
+        dx, _, grads = M.decoder_layer_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_decoder_layer(params: dict, p: Probe, cfg, dtype):
+    f = p.floats
+    out, cache = M.decoder_layer_forward(params, f["x"], f["memory"], cfg, memory_mask=keep_mask(p, "cross"))
+
+    def backward(dout):
+        dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
+        return {"x": dx, "memory": dmemory}, grads
+
+    return out, backward
+
+
+def encoder_layers_forward(params: dict, x, mask, cfg) -> tuple:
+    """An encoder's layers on x (B, T, D), then its final norm (pre-norm only): (out, caches)."""
+    caches = []
+    for i in range(cfg.n_encoder_layers):
+        x, cache = M.encoder_layer_forward(M.sub(params, f"layers.{i}"), x, mask, cfg)
+        caches.append(cache)
+    out, norm_cache = M.final_norm_forward(params, x, cfg)
+    return out, (caches, norm_cache)
+
+
+def encoder_layers_backward(dout, cache, cfg) -> tuple:
+    """Backward of encoder_layers_forward: (dx, parameter gradients by name)."""
+    caches, norm_cache = cache
+    grads: dict = {}
+    dx = M.final_norm_backward(dout, norm_cache, grads)
+    for i in reversed(range(cfg.n_encoder_layers)):
+        dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
+        grads |= M.prefixed(layer_grads, f"layers.{i}")
+    return dx, grads
+
+
+def run_encoder_stack(params: dict, p: Probe, cfg, dtype):
+    """x (B, T, D) through the encoder's layers and its final norm (pre-norm): nn.TransformerEncoder's, or the
+    Annotated Transformer's Encoder(layer, N)."""
+    out, cache = encoder_layers_forward(M.sub(params, "encoder"), p.floats["x"], keep_mask(p, "src"), cfg)
+
+    def backward(dout):
+        dx, grads = encoder_layers_backward(dout, cache, cfg)
+        return {"x": dx}, M.prefixed(grads, "encoder")
+
+    return out, backward
+
+
+def run_decoder(params: dict, p: Probe, cfg, dtype):
+    memory = p.floats["memory"]
+    out, cache = M.decoder_forward(M.sub(params, "decoder"), p.ids["tgt"], memory, keep_mask(p, "cross"), cfg)
+
+    def backward(dout):
+        dmemory, grads = M.decoder_backward(dout, cache)
+        return {"memory": dmemory}, M.prefixed(grads, "decoder")
+
+    return out, backward
+
+
+def encoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
+    """The encoder stack's activations (float64): {"encoder.layers.i": each layer's output}."""
+    acts, x, mask = {}, p.floats["x"], keep_mask(p, "src")
+    for i in range(cfg.n_encoder_layers):
+        x = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, mask, cfg)[0]
+        acts[f"encoder.layers.{i}"] = x
+    return acts
+
+
+def decoder_activations(params: dict, p: Probe, cfg) -> dict:
+    """The decoder stack's activations (float64), composed from the reference's pairs (there is no model object):
+    {"decoder.embedding": ..., "decoder.layers.i": ..., "encoder": the memory}."""
+    decoder_params, memory = M.sub(params, "decoder"), p.floats["memory"]
+    x = M.embed_forward(decoder_params, p.ids["tgt"], cfg, None, "decoder")[0]
+    acts = {"decoder.embedding": x, "encoder": memory}
+    cross = keep_mask(p, "cross")
+    for i in range(cfg.n_decoder_layers):
+        x = M.decoder_layer_forward(M.sub(decoder_params, f"layers.{i}"), x, memory, cfg, memory_mask=cross)[0]
+        acts[f"decoder.layers.{i}"] = x
+    return acts
+
+
+def summed_embeddings(params: dict, ids, cfg) -> np.ndarray:
+    """An encoder's token (+ position, + type) embeddings before BERT's embedding norm."""
+    return M.embed_forward(params, ids, dataclasses.replace(cfg, embedding_norm=False))[0]
+
+
+def model_runner(model_class, *inputs: str):
+    """The runner of a whole model (nt.Transformer, ...) called on the probe's ids `inputs`; its backward keeps
+    the model object (backward.model) for its activations."""
+
+    def run(params: dict, p: Probe, cfg, dtype):
+        model = model_class(cfg, dtype=dtype).eval()
+        model.load_state_dict(params)
+        out = model.forward(*(p.ids[n] for n in inputs))
+
+        def backward(dout):
+            model.zero_grad()
+            model.backward(dout)
+            return {}, dict(model.grads)
+
+        backward.model = model  # type: ignore[attr-defined]  # the activations, for the first divergence
+        return out, backward
+
+    return run
+
+
+run_transformer = model_runner(nt.Transformer, "src", "tgt")
+run_transformer_lm = model_runner(nt.TransformerLM, "ids")
+run_encoder_model = model_runner(nt.EncoderModel, "ids")
+
+
+def run_stacks(params: dict, p: Probe, cfg, dtype):
+    """torch.nn.Transformer's computation from the reference's pairs: encoder layers, a layer norm, decoder layers
+    (cross-attending to the normed memory, padding masked), a layer norm; and its backward, the same in reverse."""
+    mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
+    x, encoder_caches = p.floats["src"], []
+    for i in range(cfg.n_encoder_layers):
+        x, cache = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, mask, cfg)
+        encoder_caches.append(cache)
+    norm = M.sub(params, "encoder.final_norm")
+    memory, memory_norm = L.layer_norm_forward(x, norm["weight"], norm["bias"], eps)
+    y, decoder_caches = p.floats["tgt"], []
+    for i in range(cfg.n_decoder_layers):
+        y, cache = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), y, memory, cfg, memory_mask=mask)
+        decoder_caches.append(cache)
+    norm = M.sub(params, "decoder.final_norm")
+    out, out_norm = L.layer_norm_forward(y, norm["weight"], norm["bias"], eps)
+
+    def backward(dout):
+        grads = {}
+        dy, grads["decoder.final_norm.weight"], grads["decoder.final_norm.bias"] = L.layer_norm_backward(dout, out_norm)
+        dmemory = np.zeros_like(memory)
+        for i in reversed(range(cfg.n_decoder_layers)):
+            dy, dmemory_i, layer_grads = M.decoder_layer_backward(dy, decoder_caches[i])
+            dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
+            grads |= M.prefixed(layer_grads, f"decoder.layers.{i}")
+        dx, grads["encoder.final_norm.weight"], grads["encoder.final_norm.bias"] = L.layer_norm_backward(
+            dmemory, memory_norm
+        )
+        for i in reversed(range(cfg.n_encoder_layers)):
+            dx, layer_grads = M.encoder_layer_backward(dx, encoder_caches[i])
+            grads |= M.prefixed(layer_grads, f"encoder.layers.{i}")
+        return {"src": dx, "tgt": dy}, grads
+
+    return out, backward
