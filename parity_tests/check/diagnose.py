@@ -96,66 +96,62 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_k
     return next((tier for tier in tiers if tier), [])
 
 
+def _formatted(found: list, **context) -> list:
+    return [(vid, message.format(**context), knobs) for vid, message, knobs in found]
+
+
 def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
-    """The layer-norm variants that reproduce `user_out`: each mistake alone, then both together (the Annotated
-    Transformer's LayerNorm, x.std() + eps, makes both)."""
-    ids = list(VR.LAYER_NORM_VARIANTS)
-    for combination in [[i] for i in ids] + [ids]:
-        knobs = {k: v for i in combination for k, v in VR.LAYER_NORM_VARIANTS[i].items()}
+    """The layer-norm variants (mistakes.MISTAKES, unit "layer_norm") that reproduce `user_out`: each mistake
+    alone, then those that combine together (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
+    site = MK.Site(x.shape[-1], x.shape[-1])
+    alone = _formatted(MK.variants("layer_norm", site), eps=eps)
+    for combination in [[v] for v in alone] + [_formatted(MK.variants("layer_norm", site, combining=True), eps=eps)]:
+        knobs = {k: v for _, _, variant in combination for k, v in variant.items()}
         error = _match(user_out, VR.layer_norm(x, weight, bias, eps, **knobs), valid, None)
         if error <= MATCH:
-            return [Diagnosis(i, VR_MESSAGES[i] + f" (eps = {eps:g})", where, error) for i in combination]
+            return [Diagnosis(vid, message, where, error) for vid, message, _ in combination]
     return []
 
 
 def match_rms_norm(user_out, x, weight, eps, where, valid=None) -> list:
-    """The RMSNorm variants (variants.RMS_NORM_VARIANTS) that reproduce `user_out`."""
-    for vid, message, knobs in VR.RMS_NORM_VARIANTS:
+    """The RMSNorm variants (mistakes.MISTAKES, unit "rms_norm") that reproduce `user_out`."""
+    for vid, message, knobs in _formatted(MK.variants("rms_norm", MK.Site(x.shape[-1], x.shape[-1])), eps=eps):
         error = _match(user_out, VR.rms_norm(x, weight, eps, **knobs), valid, None)
         if error <= MATCH:
-            return [Diagnosis(vid, f"{message} (eps = {eps:g})", where, error)]
+            return [Diagnosis(vid, message, where, error)]
     return []
 
 
 def match_gated(user_out, x, params, activation, where, valid=None) -> list:
-    """The gated feed-forward's variant: the activation on the up projection instead of the gate."""
-    error = _match(user_out, VR.gated_feed_forward(params, x, activation, on_up=True), valid, None)
-    if error > MATCH:
-        return []
-    message = f"{activation} applied to the up projection, not the gate: down(gate(x) * {activation}(up(x)))"
-    return [Diagnosis("gated_feed_forward.activation_on_up", message, where, error)]
-
-
-VR_MESSAGES = {
-    "layer_norm.unbiased_variance": "the variance divides by n - 1 (torch's x.std()/x.var() default)",
-    "layer_norm.eps_outside_sqrt": "eps added to the standard deviation, outside the square root",
-}
+    """The gated feed-forward's variants (unit "gated_feed_forward"), e.g. the activation on the up projection."""
+    site = MK.Site(x.shape[-1], x.shape[-1])
+    for vid, message, knobs in _formatted(MK.variants("gated_feed_forward", site), activation=activation):
+        error = _match(user_out, VR.gated_feed_forward(params, x, activation, **knobs), valid, None)
+        if error <= MATCH:
+            return [Diagnosis(vid, message, where, error)]
+    return []
 
 
 def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_expected=True) -> list:
-    """Variants of the embedding sum scale * E[ids] + P[:T]: the scale missing or squared, the wrong frequencies."""
+    """Variants of the embedding sum scale * E[ids] + P[:T] (units "embedding" and "positions"): a wrong scale,
+    a wrong position table, or both."""
+    site = MK.Site(D, D)
+    scales = [("", "", math.sqrt(D) if scale_expected else 1.0)]
+    scales += [(vid, message, knobs["scale"]) for vid, message, knobs in MK.variants("embedding", site)]
+    tables = [("", "", positions)]
+    if positions is not None:
+        options = VR.sinusoid_tables(len(positions), D)
+        tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
     found = []
     T = ids.shape[1]
-    right = math.sqrt(D)
-    tables = {"": positions}
-    if positions is not None:
-        tables["positions.wrong_frequencies"] = VR.wrong_frequency_table(len(positions), D)
-    scales = {"": right if scale_expected else 1.0, "embedding.missing_scale": 1.0, "embedding.double_scale": D}
-    for sid, scale in scales.items():
-        for tid, pos in tables.items():
+    for sid, scale_message, scale in scales:
+        for tid, table_message, pos in tables:
             if not sid and not tid:
                 continue
-            x = scale * table[ids] + (0.0 if pos is None else pos[:T])
-            error = _match(user_x, x, valid, None)
+            error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[:T]), valid, None)
             if error <= MATCH:
-                for vid in (sid, tid):
-                    if vid:
-                        message = {
-                            "embedding.missing_scale": f"token embeddings not multiplied by sqrt(d_model) = {right:g}",
-                            "embedding.double_scale": f"token embeddings multiplied by d_model = {D} (sqrt twice)",
-                            "positions.wrong_frequencies": "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)",
-                        }[vid]
-                        found.append(Diagnosis(vid, message, where, error))
+                named = ((sid, scale_message), (tid, table_message))
+                found += [Diagnosis(vid, message, where, error) for vid, message in named if vid]
     return found
 
 
@@ -334,11 +330,13 @@ def _embedding_variants(session, p, user, cfg) -> list:
 def _positions_variants(session, p, user, cfg) -> list:
     if cfg.positional == "learned":
         return []
-    T = p.floats["x"].shape[1]
-    error = _match(user, p.floats["x"] + VR.wrong_frequency_table(cfg.max_len, cfg.d_model)[:T], None, None)
-    if error > MATCH:
-        return []
-    return [Diagnosis("positions.wrong_frequencies", "sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", "", error)]
+    x = p.floats["x"]
+    tables = VR.sinusoid_tables(cfg.max_len, cfg.d_model)
+    for vid, message, knobs in MK.variants("positions", MK.Site(cfg.d_model, cfg.d_head)):
+        error = _match(user, x + tables[knobs["table"]][: x.shape[1]], None, None)
+        if error <= MATCH:
+            return [Diagnosis(vid, message, "", error)]
+    return []
 
 
 # a component's catalogue variants, by its unit (level_table.Level.unit): (session, probe, user output, cfg) -> list

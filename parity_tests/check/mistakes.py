@@ -1,12 +1,18 @@
 """The registry of known mistakes: one entry each, so that a new id is one entry here.
 
 An entry gives the id (stable; report.CATALOGUE is read from here), the line of math the mistake changes, the
-unit it is looked for at ("attention": every level whose reference computes an attention, from
-scaled_dot_product_attention to the whole models, in check.module and check.pair; None: found another way, by
-its own matcher (norms, embeddings), by a probe (dropout, overflow) or in a hand-written backward,
-backward_mistakes.py), and for an attention mistake its variants: given the attention's Site, a list of
-(message, knobs), the knobs those of variants.multi_head_attention and variants.attention_heads. Attention
-entries are tried in the order they are listed here.
+unit it is looked for at, and how it is found there:
+
+- a forward unit ("attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions"): its
+  variants, given the unit's Site, a list of (message template, knobs); the knobs are those of the unit's
+  function in variants.py (multi_head_attention and attention_heads, layer_norm, rms_norm, gated_feed_forward,
+  and for the embeddings the scale and the position table), the template is formatted with what the matcher
+  knows there (eps, the activation). A unit's entries are tried in the order they are listed here; the levels
+  a mistake applies to are every level whose unit it is, and the layers and models that hold that unit
+  (`levels_of`);
+- "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
+  `pairs` the references it applies to (empty: every pair);
+- None: found by a probe (dropout, overflow, a float32 island).
 """
 
 from __future__ import annotations
@@ -42,8 +48,14 @@ class Site:
 class Mistake:
     id: str
     line: str  # the line of math it changes (the catalogue)
-    unit: str | None = None  # "attention", or None: found by its own matcher, a probe or the backward checks
-    variants: Callable[[Site], list] | None = None  # Site -> [(message, knobs)]
+    unit: str | None = None  # the unit it is looked for at (see the module docstring); None: by a probe
+    variants: Callable[[Site], list] | None = None  # Site -> [(message template, knobs)]
+    pairs: tuple = ()  # "backward": the check.pair references it applies to (empty: every one)
+    combines: bool = False  # also tried together with its unit's other combining mistakes (x.std() + eps)
+
+    def applies(self, unit: str, site: Site) -> list:
+        """[(message template, knobs)] of this mistake at a `unit` described by `site` (none elsewhere)."""
+        return self.variants(site) if self.unit == unit and self.variants is not None else []
 
 
 def _causal(site: Site, mask: Callable) -> list:
@@ -227,24 +239,89 @@ MISTAKES = (
             else []
         ),
     ),  # fmt: skip
-    # -- found by their own matchers, by probes, or in a hand-written backward ---------------------------------
-    Mistake("layer_norm.unbiased_variance", "var = sum((x - mean)^2) / (n - 1) instead of / n"),
-    Mistake("layer_norm.eps_outside_sqrt", "y = (x - mean) / (sqrt(var) + eps) instead of / sqrt(var + eps)"),
+    # -- norms: each alone, then a layer norm's together (the Annotated Transformer's x.std() + eps) -------------
+    Mistake(
+        "layer_norm.unbiased_variance",
+        "var = sum((x - mean)^2) / (n - 1) instead of / n",
+        "layer_norm",
+        lambda s: [
+            ("the variance divides by n - 1 (torch's x.std()/x.var() default) (eps = {eps:g})", {"unbiased": True})
+        ],
+        combines=True,
+    ),
+    Mistake(
+        "layer_norm.eps_outside_sqrt",
+        "y = (x - mean) / (sqrt(var) + eps) instead of / sqrt(var + eps)",
+        "layer_norm",
+        lambda s: [
+            ("eps added to the standard deviation, outside the square root (eps = {eps:g})", {"eps_outside": True})
+        ],
+        combines=True,
+    ),
+    Mistake(
+        "layer_norm.wrong_axis",
+        "mean and variance over the positions, the batch or everything instead of the features (dim=-1)",
+        "layer_norm",
+        lambda s: [
+            ("mean and variance taken over the positions, not the features (dim=-1) (eps = {eps:g})", {"axis": -2}),
+            ("mean and variance taken over the batch, not the features (dim=-1) (eps = {eps:g})", {"axis": 0}),
+            ("mean and variance taken over every element (no dim), not the features (eps = {eps:g})", {"axis": None}),
+        ],
+    ),
+    Mistake(
+        "rms_norm.eps_outside_sqrt",
+        "y = x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps)",
+        "rms_norm",
+        lambda s: [
+            ("eps added to the root mean square, outside the square root (eps = {eps:g})", {"eps_outside": True})
+        ],
+    ),
+    Mistake(
+        "rms_norm.wrong_axis",
+        "mean(x^2) over the positions, the batch or everything instead of the features (dim=-1)",
+        "rms_norm",
+        lambda s: [
+            ("the mean of x^2 taken over the positions, not the features (dim=-1) (eps = {eps:g})", {"axis": -2}),
+            ("the mean of x^2 taken over the batch, not the features (dim=-1) (eps = {eps:g})", {"axis": 0}),
+            ("the mean of x^2 taken over every element (no dim), not the features (eps = {eps:g})", {"axis": None}),
+        ],
+    ),
+    # -- feed-forward, embeddings, positions --------------------------------------------------------------------
+    Mistake(
+        "gated_feed_forward.activation_on_up",
+        "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
+        "gated_feed_forward",
+        lambda s: [
+            (
+                "{activation} applied to the up projection, not the gate: down(gate(x) * {activation}(up(x)))",
+                {"on_up": True},
+            )
+        ],
+    ),  # fmt: skip
+    Mistake(
+        "embedding.missing_scale",
+        "token embeddings not multiplied by sqrt(d_model)",
+        "embedding",
+        lambda s: [(f"token embeddings not multiplied by sqrt(d_model) = {math.sqrt(s.D):g}", {"scale": 1.0})],
+    ),
+    Mistake(
+        "embedding.double_scale",
+        "token embeddings multiplied by sqrt(d_model) twice (by d_model)",
+        "embedding",
+        lambda s: [(f"token embeddings multiplied by d_model = {s.D} (sqrt twice)", {"scale": float(s.D)})],
+    ),
+    Mistake(
+        "positions.wrong_frequencies",
+        "sinusoid frequencies not 1 / 10000^(2i/d)",
+        "positions",
+        lambda s: [("sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", {"table": "wrong_frequencies"})],
+    ),
+    # -- found by probes ------------------------------------------------------------------------------------------
     Mistake(
         "attention.no_max_subtraction",
         "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows",
     ),
     Mistake("dropout.active_in_eval", "dropout applied in evaluation mode: two calls on the same input differ"),
-    Mistake("positions.wrong_frequencies", "sinusoid frequencies not 1 / 10000^(2i/d)"),
-    Mistake("embedding.missing_scale", "token embeddings not multiplied by sqrt(d_model)"),
-    Mistake("embedding.double_scale", "token embeddings multiplied by sqrt(d_model) twice (by d_model)"),
-    Mistake("rms_norm.eps_outside_sqrt", "y = x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps)"),
-    Mistake(
-        "rms_norm.wrong_axis", "mean(x^2) over the positions, the batch or everything instead of the features (dim=-1)"
-    ),
-    Mistake(
-        "gated_feed_forward.activation_on_up", "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))"
-    ),
     Mistake(
         "dtype.float32_island", "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))"
     ),
@@ -286,6 +363,30 @@ if len(BY_ID) != len(MISTAKES):
     raise RuntimeError("a mistake id is registered twice")
 
 
+def variants(unit: str, site: Site, combining: bool = False) -> list:
+    """(id, message template, knobs) for every registered mistake's variants at a `unit` described by `site`, in
+    registry order; `combining`: only those that are also tried together."""
+    chosen = [m for m in MISTAKES if m.combines or not combining]
+    return [(m.id, message, knobs) for m in chosen for message, knobs in m.applies(unit, site)]
+
+
 def attention_variants(site: Site) -> list:
     """(id, message, knobs) for every registered attention mistake's variants at `site`, in registry order."""
-    return [(m.id, message, knobs) for m in MISTAKES if m.unit == ATTENTION for message, knobs in m.variants(site)]
+    return variants(ATTENTION, site)
+
+
+def levels_of(mistake: Mistake) -> tuple:
+    """The levels `mistake` is looked for at: a forward unit's own level (an attention's: scaled dot-product
+    attention too) and every layer, stack and model holding that unit (an embedding's or positions': models); a
+    backward mistake's pairs (every pair when none are named); a probe's: every level."""
+    from .level_table import LEVELS  # the levels' registry reads nothing from here: imported where needed
+
+    if mistake.unit == "backward":
+        from .pairs import PAIRS
+
+        return mistake.pairs or tuple(PAIRS)
+    units = ("attention", "heads") if mistake.unit == ATTENTION else (mistake.unit,)
+    holders = ("model",) if mistake.unit in ("embedding", "positions") else ("layer", "stacks", "model")
+    return tuple(
+        name for name, level in LEVELS.items() if mistake.unit is None or level.unit in units or level.group in holders
+    )

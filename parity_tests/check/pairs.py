@@ -26,6 +26,7 @@ from numpy_transformer import model as M
 from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
 from . import backward_mistakes as BM
+from . import mistakes as MK
 from . import variants as VR
 from .report import Diagnosis, Result, Row
 
@@ -65,10 +66,11 @@ def _softmax_variants(args):
 
 
 def _layer_norm_variants(args):
+    x, D = args["x"], args["x"].shape[-1]
     out = []
-    for vid, knobs in VR.LAYER_NORM_VARIANTS.items():
-        value = VR.layer_norm(args["x"], args["weight"], args["bias"], args["eps"], **knobs)
-        out.append((vid, f"{vid.split('.')[1].replace('_', ' ')} (eps = {args['eps']:g})", value))
+    for vid, message, knobs in MK.variants("layer_norm", MK.Site(D, D)):
+        value = VR.layer_norm(x, args["weight"], args["bias"], args["eps"], **knobs)
+        out.append((vid, message.format(eps=args["eps"]), value))
     return out
 
 
