@@ -216,8 +216,9 @@ def test_catalogue_has_every_design_id():
 
 def test_every_registered_mistake_says_where_it_is_looked_for():
     """The registry of mistakes: every forward unit's entry has variants at that unit, each with a message, and
-    applies to its unit's level and to the layers and models holding it; a backward entry names the pairs it
-    applies to; a probe's entry applies everywhere."""
+    applies to its unit's level and to the layers and models holding it; a backward entry has its tests, by stage,
+    and the pairs it applies to; a probe's entry applies everywhere."""
+    from parity_tests.check import backward_mistakes as BM
     from parity_tests.check import mistakes as MK
     from parity_tests.check.level_table import LEVELS
 
@@ -225,7 +226,10 @@ def test_every_registered_mistake_says_where_it_is_looked_for():
     for mistake in MK.MISTAKES:
         levels = MK.levels_of(mistake)
         assert levels and set(levels) <= set(LEVELS) | set(check.PAIRS), mistake.id
-        if mistake.unit in (None, "backward", MK.ATTENTION):
+        if mistake.unit == MK.BACKWARD:
+            assert mistake.tests and all(stage in ("shape",) + BM.STAGES for stage, _ in mistake.tests), mistake.id
+            continue
+        if mistake.unit in (None, MK.ATTENTION):
             continue
         found = mistake.applies(mistake.unit, site)
         assert found and all(message and knobs for message, knobs in found), mistake.id

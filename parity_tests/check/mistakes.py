@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import backward_mistakes as BM
 from . import variants as VR
 
 
@@ -52,6 +53,7 @@ class Mistake:
     variants: Callable[[Site], list] | None = None  # Site -> [(message template, knobs)]
     pairs: tuple = ()  # "backward": the check.pair references it applies to (empty: every one)
     combines: bool = False  # also tried together with its unit's other combining mistakes (x.std() + eps)
+    tests: tuple = ()  # "backward": (stage, test) pairs, test(backward_mistakes.Gradient) -> Diagnosis(es) or None
 
     def applies(self, unit: str, site: Site) -> list:
         """[(message template, knobs)] of this mistake at a `unit` described by `site` (none elsewhere)."""
@@ -94,6 +96,7 @@ def _padded_keys(site: Site) -> bool:
 
 
 ATTENTION = "attention"
+BACKWARD = "backward"
 MISTAKES = (
     # -- attention mistakes, in the order they are tried --------------------------------------------------------
     Mistake("rope.applied_to_v", "the values rotated too: RoPE rotates queries and keys only", ATTENTION, _rope_v),
@@ -325,37 +328,81 @@ MISTAKES = (
     Mistake(
         "dtype.float32_island", "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))"
     ),
-    # A hand-written backward pass (check.pair), named per gradient by backward_mistakes.py:
+    # -- a hand-written backward pass (check.pair): tests of one gradient (backward_mistakes.py), by stage ---------
     Mistake(
-        "softmax.missing_row_term", "dx = p * dp instead of p * (dp - rowsum(dp * p)): rows of dx must sum to zero"
+        "softmax.missing_row_term",
+        "dx = p * dp instead of p * (dp - rowsum(dp * p)): rows of dx must sum to zero",
+        BACKWARD,
+        pairs=("softmax", "scaled_dot_product_attention", "multi_head_attention"),
+        tests=(("structure", BM.softmax_row_term),),
     ),
     Mistake(
-        "layer_norm.missing_mean_term", "dx = r (g - x_hat mean(g x_hat)) without - mean(g): the path through the mean"
+        "layer_norm.missing_mean_term",
+        "dx = r (g - x_hat mean(g x_hat)) without - mean(g): the path through the mean",
+        BACKWARD,
+        pairs=("layer_norm",),
+        tests=(("structure", BM.layer_norm_terms),),  # one test tells the two terms apart
     ),
     Mistake(
         "layer_norm.missing_variance_term",
         "dx = r (g - mean(g)) without - x_hat mean(g x_hat): the path through the var",
+        BACKWARD,
+        pairs=("layer_norm",),
+        tests=(("structure", BM.layer_norm_terms),),
     ),
-    Mistake("embedding.repeated_ids", "dweight[ids] += dout (a repeated id counted once) instead of np.add.at"),
     Mistake(
-        "backward.scaled",
-        "a gradient off by a constant factor (a scale missing, doubled or inverted; a mean for a sum)",
+        "embedding.repeated_ids",
+        "dweight[ids] += dout (a repeated id counted once) instead of np.add.at",
+        BACKWARD,
+        pairs=("embedding",),
+        tests=(("structure", BM.embedding_repeats),),
     ),
-    Mistake("backward.sign_flipped", "a gradient with the wrong sign"),
-    Mistake("linear.weight_grad_transposed", "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)"),
+    Mistake("backward.sign_flipped", "a gradient with the wrong sign", BACKWARD, tests=(("sign", BM.sign_flipped),)),
+    Mistake(
+        "linear.weight_grad_transposed",
+        "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)",
+        BACKWARD,
+        tests=(("shape", BM.transposed_shape), ("transposed", BM.transposed_square)),
+    ),
     Mistake(
         "linear.bias_not_summed",
         "dbias = dout (or summed over some leading axes, or averaged) instead of summed over all",
+        BACKWARD,
+        tests=(("shape", BM.bias_not_summed_shape), ("factor", BM.bias_averaged)),
     ),
-    Mistake("dropout.mask_not_reapplied", "dx = dout / (1 - p) without the forward's keep mask"),
-    Mistake("dropout.not_rescaled", "dx = dout * mask without the 1 / (1 - p) the forward applied"),
+    Mistake(
+        "dropout.mask_not_reapplied",
+        "dx = dout / (1 - p) without the forward's keep mask",
+        BACKWARD,
+        pairs=("dropout",),
+        tests=(("structure", BM.dropout_mask),),
+    ),
+    Mistake(
+        "dropout.not_rescaled",
+        "dx = dout * mask without the 1 / (1 - p) the forward applied",
+        BACKWARD,
+        pairs=("dropout",),
+        tests=(("factor", BM.dropout_not_rescaled),),
+    ),
     Mistake(
         "attention.backward_missing_scale",
         "dq = dS K, dk = dS^T Q without the 1/sqrt(d_head) of S = Q K^T / sqrt(d_head)",
+        BACKWARD,
+        pairs=("scaled_dot_product_attention", "multi_head_attention"),
+        tests=(("factor", BM.attention_scale),),
     ),
     Mistake(
         "cross_entropy.wrong_denominator",
         "dlogits divided by the wrong count (all positions, the batch, or not at all)",
+        BACKWARD,
+        pairs=("cross_entropy",),
+        tests=(("factor", BM.cross_entropy_denominator),),
+    ),
+    Mistake(  # the last: a factor no entry above names
+        "backward.scaled",
+        "a gradient off by a constant factor (a scale missing, doubled or inverted; a mean for a sum)",
+        BACKWARD,
+        tests=(("factor", BM.scaled),),
     ),
 )
 BY_ID = {m.id: m for m in MISTAKES}
@@ -373,6 +420,15 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
 def attention_variants(site: Site) -> list:
     """(id, message, knobs) for every registered attention mistake's variants at `site`, in registry order."""
     return variants(ATTENTION, site)
+
+
+def backward_tests(reference: str, stage: str) -> list:
+    """The tests of a hand-written `reference` pair's gradient at `stage`, in registry order, each once."""
+    tests = []
+    for m in MISTAKES:
+        if m.unit == BACKWARD and (not m.pairs or reference in m.pairs):
+            tests += [test for at, test in m.tests if at == stage and test not in tests]
+    return tests
 
 
 def levels_of(mistake: Mistake) -> tuple:

@@ -4,26 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .diagnosis import Diagnosis
 from .level_table import LEVELS, shown
 from .mistakes import MISTAKES
+
+__all__ = ["CATALOGUE", "Diagnosis", "Result", "Row"]
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.
 CATALOGUE = {m.id: m.line for m in MISTAKES}
-
-
-@dataclass
-class Diagnosis:
-    """A known mistake that reproduces the user's output: its catalogue id, a readable message, the user's
-    submodule where it sits, and the relative error between the user's output and the variant (float64)."""
-
-    id: str
-    message: str
-    where: str
-    error: float
-
-    def __str__(self) -> str:
-        return f"{self.id} at {self.where or '(the module)'}: {self.message} (variant error {self.error:.1e})"
 
 
 @dataclass
