@@ -172,6 +172,23 @@ def test_map_is_reported_and_can_be_passed_back():
     assert check.module(torch.nn.MultiheadAttention(8, 2), "multi_head_attention", mapping=fused.mapping).passed
 
 
+def test_map_passed_back_is_read_from_its_data_not_its_printed_notes():
+    """The map is data (weight_map.MapEntry: the links it was printed from): passed back, or through the CLI's
+    JSON, it is read from that data, so blanked notes change nothing; a hand-written map is read from its notes."""
+    from parity_tests.check import weight_map as WM
+
+    module = torch.nn.MultiheadAttention(8, 2)
+    result = check.module(module, "multi_head_attention")
+    blank = {k: WM.MapEntry(v[0], "", v.link, v.kind) for k, v in result.mapping.items()}
+    assert check.module(module, "multi_head_attention", mapping=blank).passed
+    as_json = json.loads(json.dumps(result.to_dict()["mapping"]))
+    assert all(len(v) == 3 and "kind" in v[2] for v in as_json.values()), as_json
+    blank_json = {k: [v[0], "", v[2]] for k, v in as_json.items()}
+    assert check.module(module, "multi_head_attention", mapping=blank_json).passed
+    by_hand = {k: (v[0], v[1]) for k, v in result.mapping.items()}  # plain pairs, as a user would type them
+    assert check.module(module, "multi_head_attention", mapping=by_hand).passed
+
+
 def test_report_prints_every_section():
     result = check.module(U.Attention(8, 2, mistake="attention.wrong_scale"), "multi_head_attention")
     text = str(result)

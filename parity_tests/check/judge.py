@@ -29,6 +29,7 @@ from . import assign as A
 from . import calling as C
 from . import levels as LV
 from . import mapping as MP
+from . import weight_map as WM
 from .level_table import LEVELS, standing_for
 from .report import Result, Row
 from .running import (
@@ -103,7 +104,7 @@ class Session:
         self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         if mapping is not None:
-            self.links, self.zero = links_from_table(mapping)
+            self.links, self.zero = WM.links_from(mapping)
         tables = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
@@ -383,54 +384,6 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
         )
 
 
-def links_from_table(table: dict) -> tuple[list, list]:
-    """A user's mapping= (user name -> reference name, or (reference name, layout note) as the result prints it)
-    read back into links and zero-held biases."""
-    links, zero = [], []
-    for user, value in table.items():
-        ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
-        if ref.startswith("(the fixed"):  # a fixed table: found again from its values, not from the map
-            continue
-        if "held at zero" in note:
-            zero.append(ref)
-            continue
-        full, pairs = note, 0
-        if ", RoPE pairs interleaved (head size " in note:
-            note, _, size = note.partition(", RoPE pairs interleaved (head size ")
-            pairs = int(size.rstrip(")"))
-        transposed = "transposed" in note
-        if note.startswith("fused rows"):
-            prefix = ref.split("{")[0]
-            roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
-            kind = ref.rsplit(".", 1)[-1]
-            parts = [(f"{prefix}{r}_proj.{kind}", None) for r in roles]
-        elif note.startswith("rows"):
-            start, stop = note.split()[1].rstrip(",").split(":")
-            parts = [(ref, (int(start), int(stop)))]
-        else:
-            parts = [(ref, None)]
-        links.append(MP.Link(user, parts, transposed, full, pairs))
-    return links, zero
-
-
-def mapping_table(links: list, zero: list) -> dict:
-    """The map as the result shows it: user name -> (reference name(s), layout note)."""
-    table = {}
-    for link in links:
-        names = [n for n, _ in link.parts]
-        if len(names) > 1:
-            parts = names[0].split(".")
-            prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
-            roles = ",".join(n.split(".")[-2].removesuffix("_proj") for n in names)
-            ref = f"{prefix}{{{roles}}}_proj.{parts[-1]}"
-        else:
-            ref = names[0]
-        table[link.user] = (ref, link.note)
-    for name in zero:
-        table[f"(no parameter: {name})"] = (name, "held at zero: the user's linear has no bias; gradient not compared")
-    return table
-
-
 def choose(session: Session) -> tuple:
     """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
     when none does, the closest (smallest error) of those that run, and matched=False."""
@@ -583,13 +536,10 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
         from .diagnose import latest_divergence
 
         caller, cfg = latest_divergence(session, session.runnable)
-    result = Result(reference=reference, mapping=mapping_table(session.links, session.zero), config=cfg)
+    result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
     for name in session.overwrite:  # fixed tables are matched like weights, and said so
         layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
-        result.mapping[name] = (
-            f"(the fixed sinusoid table, {layout})",
-            "equal to float32 precision; overwritten in float64",
-        )
+        result.mapping[name] = WM.fixed_entry(layout)
     output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]

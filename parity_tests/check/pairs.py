@@ -302,6 +302,28 @@ def _grads(pair: Pair, backward, dout, cache) -> dict:
     return out
 
 
+@dataclass
+class Case:
+    """One case of one pair in one dtype, as _judge_case runs it: the reference pair (spec), the user's pair, the
+    case's name and inputs, and where what it finds goes (the result's rows and diagnoses, the backward mistakes
+    that reproduce one gradient here)."""
+
+    spec: Pair
+    reference: str
+    forward: object
+    backward: object
+    name: str
+    args: dict
+    dtype: np.dtype
+    seed: int
+    result: Result
+    matches: list  # (case, Diagnosis)
+
+    def row(self, tensor: str, error: float, bar: float, note: str = "", against: str = "the reference") -> Row:
+        name = f"{self.name}: {tensor}" + (" vs finite differences" if against == "finite differences" else "")
+        return Row(name, self.dtype.name, error, bar, note, self.name, tensor, against)
+
+
 def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), seed: int = 0) -> Result:
     """Judge a user's NumPy pair (forward, backward) against the reference pair `reference` (one of PAIRS) and
     against central differences of the user's own forward; see the module docstring. print(result) for the report."""
@@ -318,24 +340,36 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
         "bars": f"float64 {BAR[np.dtype('float64')]:.0e} against the reference and {FD_BAR:.0e} against finite "
         f"differences of your forward, float32 {BAR[np.dtype('float32')]:.0e} against the reference",
     }
-    matches = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
-    for case, make in spec.cases.items():
+    matches: list = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
+    for name, make in spec.cases.items():
         for dtype in dtypes:
-            rng = np.random.default_rng(seed)
-            args = _cast(make(rng), np.dtype(dtype))
-            try:
-                with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
-                    _judge_case(spec, reference, forward, backward, case, args, np.dtype(dtype), result, seed, matches)
-            except NotImplementedError as exc:
-                result.rows.append(Row(f"{case}: (not implemented)", np.dtype(dtype).name, math.inf, 0.0))
-                result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
-                result.passed = False
+            args = _cast(make(np.random.default_rng(seed)), np.dtype(dtype))
+            case = Case(spec, reference, forward, backward, name, args, np.dtype(dtype), seed, result, matches)
+            if not _run_case(case):
                 return result
-            except Exception as exc:  # the user's code failed: report it, the case fails
-                result.rows.append(
-                    Row(f"{case}: raised {type(exc).__name__}", np.dtype(dtype).name, math.inf, 0.0, str(exc)[:80])
-                )
-    failing_outputs = {r.name.split(":")[0] for r in result.rows if not r.ok and r.name.endswith(": output")}
+    _verdict(result, matches)
+    return result
+
+
+def _run_case(case: Case) -> bool:
+    """Judge one case; False when the user's pair is not implemented yet (the check stops there)."""
+    try:
+        with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
+            _judge_case(case)
+    except NotImplementedError as exc:
+        case.result.rows.append(case.row("(not implemented)", math.inf, 0.0))
+        case.result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
+        case.result.passed = False
+        return False
+    except Exception as exc:  # the user's code failed: report it, the case fails
+        case.result.rows.append(case.row(f"raised {type(exc).__name__}", math.inf, 0.0, str(exc)[:80]))
+    return True
+
+
+def _verdict(result: Result, matches: list) -> None:
+    """The diagnoses (an overflow only at large scores; the backward mistakes consistent over the cases) and the
+    verdict."""
+    failing_outputs = {r.case for r in result.rows if not r.ok and r.tensor == "output"}
     if failing_outputs == {"large scores"} and not result.diagnoses:  # right until the scores are large
         result.diagnoses.append(
             Diagnosis(
@@ -347,24 +381,22 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
             )
         )
     result.diagnoses += _consistent(matches, result.rows)
-    unique = {}
+    unique: dict = {}
     for d in result.diagnoses:
         unique.setdefault((d.id, d.where), d)
     result.diagnoses = list(unique.values())
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses
     if not result.passed and result.unexplained is None:
         result.unexplained = _worst_gradients(result.rows)
-    return result
 
 
 def _consistent(matches, rows) -> list:
     """The backward mistakes that reproduce a gradient in every float64 case where that gradient fails."""
-    failing = {}
+    failing: dict = {}
     for r in rows:
-        if r.dtype == "float64" and not r.ok and ": d" in r.name and not r.name.endswith("finite differences"):
-            case, tensor = r.name.split(": ", 1)
-            failing.setdefault(tensor, set()).add(case)
-    seen = {}
+        if r.dtype == "float64" and not r.ok and r.tensor.startswith("d") and r.against == "the reference":
+            failing.setdefault(r.tensor, set()).add(r.case)
+    seen: dict = {}
     for case, d in matches:
         seen.setdefault((d.id, d.where), (d, set()))[1].add(case)
     return [d for d, cases in seen.values() if cases >= failing.get(d.where, set())]
@@ -373,76 +405,86 @@ def _consistent(matches, rows) -> list:
 def _worst_gradients(rows) -> str:
     """Which gradient is wrong and by how much: each failing tensor's worst error (float64), against the reference
     and against finite differences of the user's own forward."""
-    worst = {}
+    worst: dict = {}
     for r in rows:
-        if r.ok or r.dtype != "float64" or ": " not in r.name:
+        if r.ok or r.dtype != "float64" or not r.case:
             continue
-        name = r.name.split(": ", 1)[1]
-        key = name.removesuffix(" vs finite differences")
-        kind = "finite differences" if name.endswith("finite differences") else "the reference"
-        seen = worst.setdefault(key, {}).get(kind, 0.0)
-        worst[key][kind] = r.error if not r.error <= seen else seen  # NaN kept: max(seen, nan) would drop it
+        seen = worst.setdefault(r.tensor, {}).get(r.against, 0.0)
+        worst[r.tensor][r.against] = r.error if not r.error <= seen else seen  # NaN kept: max(seen, nan) drops it
     parts = [f"{k}: " + ", ".join(f"{e:.2e} against {kind}" for kind, e in v.items()) for k, v in worst.items()]
     return "wrong: " + "; ".join(parts) if parts else "only float32 fails"
 
 
-def _judge_case(spec: Pair, reference, forward, backward, case, args, dtype, result, seed, matches) -> None:
-    rng = np.random.default_rng(seed + 1)
-    ref_out, ref_cache = spec.forward(**_copy(args))
+def _judge_case(case: Case) -> None:
+    """The user's output and gradients against the reference's; the known backward mistakes of each wrong gradient;
+    the forward's variants; the user's backward against central differences of the user's own forward."""
+    spec, bar = case.spec, BAR[case.dtype]
+    ref_out, ref_cache = spec.forward(**_copy(case.args))
     with np.errstate(all="ignore"):
-        out, cache = forward(**_copy(args))
+        out, cache = case.forward(**_copy(case.args))
     out = np.asarray(out)
     if out.shape != np.shape(ref_out):
         raise ValueError(f"forward returned shape {out.shape}, expected {np.shape(ref_out)}")
-    label = dtype.name
     if not np.all(np.isfinite(out)) and np.all(np.isfinite(ref_out)):
-        if case == "large scores":
-            result.diagnoses.append(
-                Diagnosis(
-                    "attention.no_max_subtraction",
-                    f"{case}: the forward overflows to inf/NaN; subtract each row's maximum before exp",
-                    "forward",
-                    math.inf,
-                )
-            )
-        result.rows.append(Row(f"{case}: output", label, math.inf, BAR[dtype], "inf/NaN"))
+        _overflowed(case)
         return
-    dout = rng.standard_normal(np.shape(ref_out)).astype(dtype)
+    dout = np.random.default_rng(case.seed + 1).standard_normal(np.shape(ref_out)).astype(case.dtype)
     dout = float(dout) if np.ndim(ref_out) == 0 else dout
-    ref_grads = _grads(spec, spec.backward, dout, ref_cache)
-    grads = _grads(spec, backward, dout, cache)
-    pairs = {f"{case}: output": (out, ref_out)}
-    misshapen = []
-    for name, g in ref_grads.items():
-        if g is None:
-            continue
-        if name not in grads or grads[name] is None:
-            raise ValueError(f"backward gave no gradient for {name}")
-        if np.shape(grads[name]) != np.shape(g):
-            found = BM.diagnose(reference, name, grads[name], g, args, dout)
-            if not found:
-                raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
-            matches += [(case, d) for d in found]
-            misshapen.append(Row(f"{case}: d{name}", label, math.inf, BAR[dtype], f"shape {np.shape(grads[name])}"))
-            continue
-        pairs[f"{case}: d{name}"] = (grads[name], g)
-    errors = relative_errors(pairs, dtype)
-    result.rows += [Row(n, label, e, BAR[dtype]) for n, (_, e) in errors.items()] + misshapen
-    if dtype == np.float64:  # each wrong gradient: is it a known mistake?
-        for name, g in ref_grads.items():
-            key = f"{case}: d{name}"
-            if key in errors and errors[key][1] > BAR[dtype]:
-                matches += [(case, d) for d in BM.diagnose(reference, name, grads[name], g, args, dout)]
+    ref_grads = {k: g for k, g in _grads(spec, spec.backward, dout, ref_cache).items() if g is not None}
+    grads = _grads(spec, case.backward, dout, cache)
+    misshapen = _misshapen(case, grads, ref_grads, dout)
+    compared = {"output": (out, ref_out)} | {f"d{n}": (grads[n], g) for n, g in ref_grads.items() if n not in misshapen}
+    errors = {k: e for k, (_, e) in relative_errors(compared, case.dtype).items()}
+    case.result.rows += [case.row(n, e, bar) for n, e in errors.items()] + list(misshapen.values())
+    if case.dtype != np.float64:
+        return
+    for name, g in ref_grads.items():  # each wrong gradient: is it a known mistake?
+        if errors.get(f"d{name}", 0.0) > bar:
+            case.matches += [(case.name, d) for d in BM.diagnose(case.reference, name, grads[name], g, case.args, dout)]
     if misshapen:
         return  # central differences need gradients of the inputs' shapes
-    if errors[f"{case}: output"][1] > BAR[dtype] and spec.variants is not None and dtype == np.float64:
-        for vid, message, variant in spec.variants(args):
-            if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
-                result.diagnoses.append(Diagnosis(vid, f"{case}: {message}", "forward", 0.0))
-    if dtype == np.float64:  # the user's backward against central differences of the user's own forward
-        call = spec.call_backward or (lambda b, d, c: b(d, c))
-        fd = gradcheck.check_pair(
-            forward, lambda d, c: call(backward, d, c), _copy(args), spec.wrt, seed=seed, max_coords=12
-        )
-        for name, error in fd.errors.items():
-            result.rows.append(Row(f"{case}: d{name} vs finite differences", label, error, FD_BAR))
+    if errors["output"] > bar and spec.variants is not None:
+        _forward_variants(case, out)
+    _finite_differences(case)
+
+
+def _overflowed(case: Case) -> None:
+    """An output of inf/NaN where the reference's is finite: at large scores, the missing max subtraction."""
+    if case.name == "large scores":
+        message = f"{case.name}: the forward overflows to inf/NaN; subtract each row's maximum before exp"
+        case.result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
+    case.result.rows.append(case.row("output", math.inf, BAR[case.dtype], "inf/NaN"))
+
+
+def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
+    """{input name: row} for each gradient of the wrong shape, which a known mistake must explain (else raises)."""
+    out = {}
+    for name, g in ref_grads.items():
+        if name not in grads or grads[name] is None:
+            raise ValueError(f"backward gave no gradient for {name}")
+        if np.shape(grads[name]) == np.shape(g):
+            continue
+        found = BM.diagnose(case.reference, name, grads[name], g, case.args, dout)
+        if not found:
+            raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
+        case.matches += [(case.name, d) for d in found]
+        out[name] = case.row(f"d{name}", math.inf, BAR[case.dtype], f"shape {np.shape(grads[name])}")
+    return out
+
+
+def _forward_variants(case: Case, out) -> None:
+    """The pair's forward variants (the catalogue's) that reproduce the user's output."""
+    for vid, message, variant in case.spec.variants(case.args):
+        if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
+            case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
+
+
+def _finite_differences(case: Case) -> None:
+    """The user's backward against central differences of the user's own forward (float64)."""
+    call = case.spec.call_backward or (lambda b, d, c: b(d, c))
+    fd = gradcheck.check_pair(
+        case.forward, lambda d, c: call(case.backward, d, c), _copy(case.args), case.spec.wrt, seed=case.seed,
+        max_coords=12,
+    )  # fmt: skip
+    for name, error in fd.errors.items():
+        case.result.rows.append(case.row(f"d{name}", error, FD_BAR, against="finite differences"))
