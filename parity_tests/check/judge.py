@@ -304,7 +304,7 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
         return
     model = copy_module(user).eval()
     modules = dict(model.named_modules())
-    fed, handles = {}, []
+    fed: dict = {}  # table path -> the ids it was first looked up with
 
     def record(path):
         def hook(module, args, output):
@@ -312,36 +312,49 @@ def mark_positions_by_use(user, level: str, found, call) -> None:
 
         return hook
 
-    for path in tables:
-        if isinstance(modules.get(path), nn.Embedding):
-            handles.append(modules[path].register_forward_hook(record(path)))
+    paths = [path for path in tables if isinstance(modules.get(path), nn.Embedding)]
+    handles = [modules[path].register_forward_hook(record(path)) for path in paths]
+    T = min(6, min(t.rows for t in found.tables))
+    try:
+        _run_once(model, level, _ids_probe(level, found, T), call)
+    finally:
+        for h in handles:
+            h.remove()
+    for path, ids in fed.items():
+        if _counts_positions(ids.detach().cpu().numpy(), T):
+            tables[path].position = True
+
+
+def _ids_probe(level: str, found, T: int) -> LV.Probe:
+    """Small ids for each of the level's inputs (a memory: floats), nothing padded."""
     rows = min(t.rows for t in found.tables)
-    T = min(6, rows)
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
     if "memory" in probe.ids:  # the decoder's memory is a float input
         probe.ids.pop("memory")
         probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
-    try:
-        for caller in C.callers(model, level, probe, call=call)[:4]:
-            weight = next(model.parameters())
-            tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-            tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
-            try:
-                with torch.no_grad():
-                    caller(model, tensors, probe, torch.float32)
-                break
-            except Exception:  # a convention the model does not take; the check proper reports it
-                continue
-    finally:
-        for h in handles:
-            h.remove()
-    for path, ids in fed.items():
-        values = ids.detach().cpu().numpy()
-        if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
-            tables[path].position = True
-        elif values.ndim == 2 and values.shape[0] == T and np.all(values == np.arange(T)[:, None]):
-            tables[path].position = True  # sequence-first positions
+    return probe
+
+
+def _run_once(model, level: str, probe, call) -> None:
+    """Call the model under the first of its likely conventions that runs (at most four tried)."""
+    for caller in C.callers(model, level, probe, call=call)[:4]:
+        weight = next(model.parameters())
+        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+        try:
+            with torch.no_grad():
+                caller(model, tensors, probe, torch.float32)
+            return
+        except Exception:  # a convention the model does not take; the check proper reports it
+            continue
+
+
+def _counts_positions(values: np.ndarray, T: int) -> bool:
+    """Ids 0, 1, ..., T - 1 along the positions, batch-first or sequence-first."""
+    if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
+        return True
+    return values.ndim == 2 and values.shape[0] == T and bool(np.all(values == np.arange(T)[:, None]))
 
 
 def fully_padded_source(session, caller, cfg, kind, result) -> None:
@@ -387,48 +400,73 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
 def choose(session: Session) -> tuple:
     """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
     when none does, the closest (smallest error) of those that run, and matched=False."""
-    outs = {}
-    best, errors = None, []
-    session.runnable = []
-    configs = session.config_candidates()
+    search = Search(session)
     for n, layout in enumerate(session.layouts):
         session.use(layout)
         for caller in session.callers:
-            try:
-                out, _ = session.run_user(caller, np.float64)
-            except Exception as exc:  # a convention the module does not take: try the next one
-                errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
-                continue
-            out = out.detach().cpu().numpy()
-            if n == 0:
-                session.runnable.append(caller)
-            p = session.probe(caller)
-            kind = output_kind(out) if session.entry.output_head else "logits"
-            for i, cfg in enumerate(configs):
-                if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
-                    continue  # rotary positions need one sequence
-                key = (caller.self_attention, caller.causal, i)
-                if key not in outs:
-                    outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
-                index = positions_held(outs[key].shape, out.shape)
-                if index is False:
-                    continue
-                ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
-                with np.errstate(all="ignore"):
-                    error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
-                if error <= MATCH:
-                    session.positions = index
-                    return caller, cfg, kind, True
-                if best is None or error < best[0]:
-                    best = (error, caller, cfg, kind, layout, index)
-    if best is None:
+            found = search.try_caller(caller, layout, first_layout=n == 0)
+            if found is not None:
+                return found
+    if search.best is None:
         raise ValueError(
-            f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
-            "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
+            f"the module could not be called as the reference {session.level!r} is; tried {len(search.errors)} "
+            "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(search.errors))[:4])
         )
-    _, caller, cfg, kind, layout, session.positions = best  # nothing matches: the closest, to diagnose from
+    _, caller, cfg, kind, layout, session.positions = search.best  # nothing matches: the closest, to diagnose from
     session.use(layout)
     return caller, cfg, kind, False
+
+
+class Search:
+    """choose's search: the reference's outputs by (probe, config), the closest miss so far, the errors raised."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.configs = session.config_candidates()
+        self.outs: dict = {}
+        self.best: tuple | None = None
+        self.errors: list = []
+        session.runnable = []
+
+    def try_caller(self, caller, layout, first_layout: bool):
+        """(caller, config, kind, True) when the module called by `caller` reproduces the reference under one
+        of the configs; else None (the closest kept in self.best)."""
+        session = self.session
+        try:
+            out, _ = session.run_user(caller, np.float64)
+        except Exception as exc:  # a convention the module does not take: try the next one
+            self.errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
+            return None
+        out = out.detach().cpu().numpy()
+        if first_layout:
+            session.runnable.append(caller)
+        p = session.probe(caller)
+        kind = output_kind(out) if session.entry.output_head else "logits"
+        for i, cfg in enumerate(self.configs):
+            if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
+                continue  # rotary positions need one sequence
+            found = self._try_config(caller, p, i, cfg, kind, out, layout)
+            if found is not None:
+                return found
+        return None
+
+    def _try_config(self, caller, p, i: int, cfg, kind: str, out, layout):
+        session = self.session
+        key = (caller.self_attention, caller.causal, i)
+        if key not in self.outs:
+            self.outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
+        index = positions_held(self.outs[key].shape, out.shape)
+        if index is False:
+            return None
+        ref, valid = at_positions(from_logits(self.outs[key], kind), index), at_positions(p.valid, index)
+        with np.errstate(all="ignore"):
+            error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
+        if error <= MATCH:
+            session.positions = index
+            return caller, cfg, kind, True
+        if self.best is None or error < self.best[0]:
+            self.best = (error, caller, cfg, kind, layout, index)
+        return None
 
 
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
@@ -533,7 +571,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
         )
     caller, cfg, kind, matched = choose(session)
     if not matched and session.entry.hooked and session.is_module:
-        from .diagnose import latest_divergence
+        from .divergence import latest_divergence
 
         caller, cfg = latest_divergence(session, session.runnable)
     result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)

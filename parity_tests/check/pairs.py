@@ -75,7 +75,7 @@ def _layer_norm_variants(args):
 
 
 def _attention_variants(args):
-    from .diagnose import attention_variants
+    from .matchers import attention_variants
 
     q, k, v, keep = args["q"], args["k"], args["v"], args.get("mask")
     out = []
@@ -88,7 +88,7 @@ def _attention_variants(args):
 
 
 def _mha_variants(args):
-    from .diagnose import attention_variants
+    from .matchers import attention_variants
 
     p, q, k, v, keep = args["params"], args["query"], args["key"], args["value"], args.get("attn_mask")
     H_ = args["n_heads"]
