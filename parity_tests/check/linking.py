@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .mapping import Link, attention_links
+from .mapping import Link
 
 
 @dataclass
@@ -216,3 +216,78 @@ LINKS = {
     "stacks": _link_stacks,
     "model": _link_model,
 }
+
+
+# -- one attention's pieces: fused, separate or per head ----------------------------------------------------------
+
+
+def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None):
+    """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
+    returns (links, zero-bias reference names). `kv`: the key and value projections' width (n_kv_heads * Dh with
+    grouped-query attention; None: D). Raises ValueError when the roles cannot be told apart."""
+    kv = D if kv is None else kv
+    names = {r: f"{prefix}.{r}_proj" if prefix else f"{r}_proj" for r in ("q", "k", "v", "out")}
+    shapes = [p.out_features for p in pieces]
+    if shapes in ([3 * D, D], [D + 2 * kv, D]):  # fused q, k, v (narrower k, v with grouped-query attention)
+        dealt = [(pieces[0], [(names[r], None) for r in "qkv"]), (pieces[1], [(names["out"], None)])]
+    elif shapes == [D, kv, kv, D]:
+        dealt = _separate(pieces, names)
+    elif sorted(shapes) == sorted([D // H] * (3 * H) + [D]) and H > 1:
+        dealt = _per_head(pieces, names, prefix, D, H)
+    else:
+        raise ValueError(
+            f"cannot read the pieces {[p.weight for p in pieces]} (rows {shapes}) as one attention of width {D} with "
+            f"{H} heads; expected q, k, v, out ({D}, {kv}, {kv}, {D}), a fused {D + 2 * kv} and an output {D}, or "
+            f"{3 * H} heads of {D // H} and an output; pass mapping= to map them"
+        )
+    links, zero = [], []
+    for piece, parts in dealt:
+        links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed,
+                          _layout_note(parts, piece.transposed)))  # fmt: skip
+        if piece.bias is not None:
+            links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
+        elif bias_names:
+            zero.extend(f"{n}.bias" for n, _ in parts if f"{n}.bias" not in zero)
+    return links, zero
+
+
+def _separate(pieces: list, names: dict) -> list:
+    """q, k, v and out as four pieces: by their names, else in registration order (the way tutorials write them)."""
+    roles = [p.role for p in pieces]
+    if sorted(roles) != sorted(["q", "k", "v", "out"]):
+        roles = ["q", "k", "v", "out"]
+    return [(p, [(names[r], None)]) for p, r in zip(pieces, roles, strict=True)]
+
+
+def _per_head(pieces: list, names: dict, prefix: str, D: int, H: int) -> list:
+    """One piece per head and role (told apart by name), each the rows of its head in the reference's projection,
+    and the output projection."""
+    Dh = D // H
+    heads = [p for p in pieces if p.out_features == Dh]
+    roles = [p.role for p in heads]
+    if sorted(roles) != sorted(["q", "k", "v"] * H):
+        raise ValueError(
+            f"the {H} heads' pieces of {prefix} cannot be told apart by name (q, k, v): "
+            + ", ".join(p.weight for p in heads)
+            + "; pass mapping= to say which is which"
+        )
+    count = dict.fromkeys("qkv", 0)
+    dealt = []
+    for p, r in zip(heads, roles, strict=True):
+        h = count[r]
+        count[r] += 1
+        dealt.append((p, [(names[r], (h * Dh, (h + 1) * Dh))]))
+    out = next(p for p in pieces if p.out_features == D)
+    return dealt + [(out, [(names["out"], None)])]
+
+
+def _layout_note(parts: list, transposed: bool) -> str:
+    """How the user's tensor holds the reference's: "as is", "rows a:b", "fused rows q, k, v", "..., transposed"."""
+    text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
+    if len(parts) > 1:
+        text = "fused rows " + ", ".join(n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts)
+    elif parts[0][1] is not None:
+        text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
+    if transposed:
+        return "transposed" if text == "as is" else text + ", transposed"
+    return text
