@@ -14,7 +14,7 @@ integers), "additive" (0 where allowed, -1e9 where masked, added to the scores).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,11 +39,11 @@ class Caller:
     masks: dict = field(default_factory=dict)  # parameter name -> (role "src"/"tgt", kind, shape)
     self_attention: bool = False
     extra: dict = field(default_factory=dict)  # fixed keyword arguments (need_weights=False, ...)
-    call: object = None  # a user's call= adapter
+    call: Callable | None = None  # a user's call= adapter
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
 
     def conventions(self) -> dict:
-        out = {"batch_first": self.batch_first}
+        out: dict = {"batch_first": self.batch_first}
         if self.masks:
             out["mask"] = "; ".join(f"{name}: {kind} {shape}" for name, (_, kind, shape) in self.masks.items())
         elif self.call is None:
@@ -294,7 +294,7 @@ def _product(lists):
     """Shape choices for several masks: each mask's shapes in order, the same position for all first."""
     if not lists:
         return [()]
-    combos = [()]
+    combos: list = [()]
     for options in lists:
         combos = [c + (o,) for c in combos for o in options]
     return sorted(combos, key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))

@@ -104,7 +104,8 @@ def _attention_calls_scaled(session, caller) -> list:
     targets = {u: p for u, p in targets.items() if unit_kind(session.links, u) == "attention"}
     module = session.copy(np.float32)
     modules = dict(module.named_modules())
-    captured, handles = {}, []
+    captured: dict = {}
+    handles = []
     for unit, path in targets.items():
         if path in modules and path:
             handles.append(

@@ -62,7 +62,7 @@ def hook_targets(links, modules: dict | None = None) -> dict:
     holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
     the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
     out. `modules`: the user's named modules, to tell containers."""
-    paths = {}
+    paths: dict = {}
     for link in links:
         for ref, _ in link.parts:
             unit, _ = unit_of(ref)
@@ -165,7 +165,7 @@ def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
 
 def _embedding_stages(stack: str, p, params: dict, cfg, acts: dict) -> list:
     """A model stack's embedding stage, after BERT's embedding norm's."""
-    stages = []
+    stages: list = []
     valid = p.src_keep if stack == "encoder" else p.tgt_keep
     ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
     if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
@@ -192,7 +192,8 @@ def capture(session, caller) -> dict:
     targets = hook_targets(session.links, _modules(session))
     module = session.copy(np.float64)
     modules = dict(module.named_modules())
-    captured, handles = {}, []
+    captured: dict = {}
+    handles = []
     for unit, path in targets.items():
         if path in modules:
             handles.append(
@@ -329,7 +330,7 @@ def latest_divergence(session, runnable: list) -> tuple:
     """Among (caller, config) pairs, the one whose first divergence comes latest (the mistake is in one place; the
     conventions and config are right everywhere before it); of those that tie, the first whose divergence a
     catalogue variant explains, else the one closest there. Returns (caller, config)."""
-    scored = []
+    scored: list = []
     for layout in session.layouts:  # the weight maps too: RoPE's pairing, gate and up
         session.use(layout)
         for caller in runnable:

@@ -225,7 +225,7 @@ class Search:
         return None
 
 
-def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
+def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, LV.Probe]:
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
     p = session.probe(caller)
     out, tensors = session.run_user(caller, dtype, grad=True, as_written=True)

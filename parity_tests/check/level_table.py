@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -106,8 +107,10 @@ MODEL_SHOWN = (
     "norm_first", "norm", "activation", "gated_ffn", "n_kv_heads", "positional", "rope_theta", "max_len",
     "scale_embeddings", "tie_embeddings", "share_embeddings", "bias", "output_bias", "layer_norm_eps", "pad_id",
 )  # fmt: skip
-LAYER = dict(heads=True, searches=("norm_first", "activation"))
-MODEL = dict(heads=True, rope=True, searches=("norm_first", "activation", "scale_embeddings"), final_norms="pre-norm")
+LAYER: dict[str, Any] = dict(heads=True, searches=("norm_first", "activation"))
+MODEL: dict[str, Any] = dict(
+    heads=True, rope=True, searches=("norm_first", "activation", "scale_embeddings"), final_norms="pre-norm"
+)
 
 LEVELS = {
     level.name: level

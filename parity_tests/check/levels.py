@@ -69,7 +69,7 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
     """The reference's intermediate activations inside one layer, in forward order, float64: a list of
     (unit, kind, inputs, output) with unit the name below the layer ("self_attn", "self_attn_norm", ...),
     kind "attention", "norm" or "ffn", and inputs what that unit read (for attention: query, key/value, mask)."""
-    trace = []
+    trace: list = []
     sublayers = [("self_attn", self_keep)] + ([("cross_attn", cross_keep)] if decoder and memory is not None else [])
     sublayers.append(("ffn", None))
     for name, keep in sublayers:

@@ -6,6 +6,7 @@ embeddings, a whole model), chosen by the level's entry in the registry (level_t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .mapping import Link
 
@@ -16,19 +17,19 @@ class Dealt:
     the attention pieces grouped per attention (chunks), the feed-forward blocks (gated: (gate, up, down) each),
     the output projection, the tables and the norms, and the layer counts they imply."""
 
-    D: int | None
-    H: int | None
+    D: Any  # int; None only where no attention or table is read (scaled dot-product attention)
+    H: Any  # int; None likewise
     F: int
-    kv: int | None = None
+    kv: Any = None
     attention: list = field(default_factory=list)
     ffn: list = field(default_factory=list)
     chunks: list = field(default_factory=list)
     gated: list | None = None
     ffn_pairs: list = field(default_factory=list)
-    out_piece: object = None
+    out_piece: Any = None
     token_tables: list = field(default_factory=list)
     position_tables: list = field(default_factory=list)
-    type_table: object = None
+    type_table: Any = None
     norms: list = field(default_factory=list)
     n_enc: int = 0
     n_dec: int = 0
@@ -240,7 +241,8 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool,
             f"{H} heads; expected q, k, v, out ({D}, {kv}, {kv}, {D}), a fused {D + 2 * kv} and an output {D}, or "
             f"{3 * H} heads of {D // H} and an output; pass mapping= to map them"
         )
-    links, zero = [], []
+    links: list = []
+    zero: list = []
     for piece, parts in dealt:
         links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed,
                           _layout_note(parts, piece.transposed)))  # fmt: skip

@@ -18,7 +18,9 @@ rows of each head are read in that pairing's order (`rope_pairs`, pair_order): t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -182,13 +184,13 @@ def _read_rms_norm(mod, path: str, prefix: str, found: Structure) -> None:
 
 
 def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
-    shape = tuple(mod.weight.shape)
+    rows, width = mod.weight.shape
     position = bool(POSITION_WORDS.search(path.lower()))
-    found.tables.append(Table(f"{prefix}weight", *shape, mod.weight.requires_grad, position, path, shape))
+    found.tables.append(Table(f"{prefix}weight", rows, width, mod.weight.requires_grad, position, path, (rows, width)))
 
 
 # torch's own modules, read by their class (the first that matches)
-BUILTIN_READERS = [
+BUILTIN_READERS: list[tuple[Any, Callable]] = [
     (nn.MultiheadAttention, _read_multihead),
     (nn.Linear, _read_linear),
     (nn.LayerNorm, _read_layer_norm),
@@ -207,7 +209,8 @@ def _raw_matrices(own: dict, path: str, prefix: str, found: Structure) -> set:
         full = f"{prefix}{name}"
         if POSITION_WORDS.search(full.lower()) or EMBEDDING_WORDS.search(full.lower()):
             position = bool(POSITION_WORDS.search(full.lower()))
-            found.tables.append(Table(full, *p.shape, p.requires_grad, position, path, tuple(p.shape)))
+            rows, width = p.shape
+            found.tables.append(Table(full, rows, width, p.requires_grad, position, path, (rows, width)))
             continue
         bias = _bias_partner(names, name)
         used |= {name} | ({bias} if bias is not None else set())
@@ -313,7 +316,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
 def scatter(links: list, grads: dict, shapes: dict) -> dict:
     """The user's gradients (user name -> array) put back into the reference's names and layout: each
     reference tensor's rows come from the user tensors linked to them (the inverse of `load`)."""
-    out = {}
+    out: dict = {}
     for link in links:
         if link.user not in grads:
             continue

@@ -54,7 +54,8 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_k
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
-    found, tiers = [], ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
+    found: list = []
+    tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1]
     gqa = n_kv is not None and n_kv != H
     for vid, message, knobs in attention_variants(D, D // H, keep, rope=theta is not None, gqa=gqa, **context):

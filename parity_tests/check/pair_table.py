@@ -8,6 +8,7 @@ Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,12 +30,12 @@ LARGE = 1e3  # "large scores": exp overflows without the max subtraction (float6
 class Pair:
     """One reference pair: its functions, the inputs differentiated, and its cases (name -> fn(rng) -> args)."""
 
-    forward: object
-    backward: object
+    forward: Callable
+    backward: Callable
     wrt: list
     cases: dict
-    call_backward: object = None  # how a backward is called: (backward, dout, cache) -> grads
-    variants: object = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
+    call_backward: Callable | None = None  # how a backward is called: (backward, dout, cache) -> grads
+    variants: Callable | None = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
     notes: dict = field(default_factory=dict)
 
 

@@ -40,7 +40,7 @@ def keep(T: int, pad_rows: tuple = (1,), n_pad: int = 2) -> np.ndarray:
     return kept
 
 
-def token_ids(rng, kept: np.ndarray, vocab: int, pad_id: int | None) -> np.ndarray:
+def token_ids(rng, kept, vocab: int, pad_id: int | None) -> np.ndarray:
     """Random ids (B, T) below `vocab`, pad_id at the padding positions and nowhere else."""
     low = 0 if pad_id is None else pad_id + 1
     ids = rng.integers(low, vocab, size=kept.shape)

@@ -6,6 +6,7 @@ weights, and the config candidates and weight maps (layouts) the judge searches 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,8 +29,9 @@ class Session:
 
     def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
         self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
+        self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
-        self.notes = []
+        self.notes: list = []
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
         if self.is_module and entry.group == "model":
@@ -43,7 +45,8 @@ class Session:
         if layout is not None:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
         self.given = given
-        self.thetas, self.rope_overwrite = [], {}
+        self.thetas: list = []
+        self.rope_overwrite: dict = {}
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
             self.thetas = TB.rope_thetas(user, self.cfg.d_head)
             self.rope_overwrite, base = TB.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
@@ -100,7 +103,7 @@ class Session:
         """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
         post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
         base = self.cfg
-        options = [{}]
+        options: list = [{}]
         given = self.stated()
         searches = self.entry.searches
         if "norm_first" in searches and "norm_first" not in given:
@@ -168,7 +171,7 @@ def layouts(session, found, inferred: bool) -> list:
     where rotary positions may be used, each of those with the q and k rows in RoPE's interleaved pairing (Meta's
     (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every
     head in another order). The check keeps the first under which the module agrees with the reference."""
-    out = [{"links": session.links}]
+    out: list[dict[str, Any]] = [{"links": session.links}]
     if not inferred or not session.is_module:
         return out
     cfg = session.cfg

@@ -136,7 +136,8 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, floa
     buffers or plain tensor attributes: each one equal to a table of rope_tables to float32 precision is
     overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables are. Returns
     ({name: float64 values}, the base they were built with)."""
-    overwrite, base = {}, None
+    overwrite: dict = {}
+    base = None
     if not isinstance(module, nn.Module) or Dh % 2:
         return overwrite, base
     for name, buf in _tensors_kept(module):
