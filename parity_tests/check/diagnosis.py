@@ -50,6 +50,12 @@ class Mistake:
     pairs: tuple = ()  # "backward": the check.pair references it applies to (empty: every one)
     combines: bool = False  # also tried together with its unit's other combining mistakes (x.std() + eps)
     tests: tuple = ()  # "backward": (stage, test) pairs, test(backward_mistakes.Gradient) -> Diagnosis(es) or None
+    plausible: Callable | None = None  # cfg -> whether the mistake is plausible for a model of that family: a pass
+    # under a convention that is also this mistake is caveated only where it is (None: everywhere)
+
+    def caveated(self, cfg) -> bool:
+        """Whether a pass under the convention that is also this mistake is caveated, for a model read as `cfg`."""
+        return self.plausible is None or bool(self.plausible(cfg))
 
     def applies(self, unit: str, site: Site) -> list:
         """[(message template, knobs)] of this mistake at a `unit` described by `site` (none elsewhere)."""

@@ -28,6 +28,7 @@ from parity_tests.components import BAR, relative_errors
 from . import calling as C
 from . import levels as LV
 from . import mapping as MP
+from . import mistakes as MK
 from . import weight_map as WM
 from .level_table import LEVELS, standing_for
 from .report import Result, Row
@@ -91,7 +92,8 @@ TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # tor
 def caveats(session, caller, cfg) -> list:
     """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
     polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
-    the paper's kind. The judge cannot tell the convention from the mistake; the user's callers can."""
+    the paper's kind (where the mistake is plausible: not BERT's family, mistakes.py). The judge cannot tell the
+    convention from the mistake; the user's callers can."""
     out = []
     stated = session.stated()
     if session.mask_given in (None, "detect") and not isinstance(session.user, TORCH_LAYERS):
@@ -102,7 +104,8 @@ def caveats(session, caller, cfg) -> list:
                     f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
                     "callers pass True = keep, this is attention.mask_inverted",
                 ))  # fmt: skip
-    if session.entry.scale_caveat and not cfg.scale_embeddings:
+    plausible = MK.BY_ID["embedding.missing_scale"].caveated(cfg)
+    if session.entry.scale_caveat and not cfg.scale_embeddings and plausible:
         if "scale_embeddings" not in stated:
             out.append((
                 "embedding.missing_scale",

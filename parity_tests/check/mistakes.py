@@ -93,6 +93,8 @@ MISTAKES = ATTENTION_MISTAKES + (
         "token embeddings not multiplied by sqrt(d_model)",
         "embedding",
         lambda s: [(f"token embeddings not multiplied by sqrt(d_model) = {math.sqrt(s.D):g}", {"scale": 1.0})],
+        # not in BERT's family (an embedding norm, a token-type table), which never scales: no scale is its own
+        plausible=lambda cfg: not (cfg.embedding_norm or cfg.type_vocab_size),
     ),
     Mistake(
         "embedding.double_scale",
