@@ -21,7 +21,7 @@ def _causal(site: Site, mask: Callable) -> list:
     may mask it (a causal attention's padding of the target)."""
     if not site.causal:
         return []
-    T = site.keep.shape[-1]
+    T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
     return [mask(T) & pad for pad in [True] + ([] if site.pad is None else [site.pad])]
 
 
@@ -45,6 +45,13 @@ def _rope_v(site: Site) -> list:
 
 # which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
 MIXED = "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
+
+
+def _masks_swapped(site: Site) -> list:
+    """A causal self-attention given the cross-attention's padding mask, where the two have the same keys."""
+    if not site.causal or site.swap is None or site.keep is None or site.swap.shape[-1] != site.keep.shape[-1]:
+        return []
+    return [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": site.swap})]
 
 
 def _padded_keys(site: Site) -> bool:
@@ -169,12 +176,8 @@ ATTENTION_MISTAKES = (
         "attention.masks_swapped",
         "the decoder's self-attention gets the source mask and cross-attention the target's",
         ATTENTION,
-        lambda s: (
-            [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": s.swap})]
-            if s.causal and s.swap is not None and s.swap.shape[-1] == s.keep.shape[-1]
-            else []
-        ),
-    ),  # fmt: skip
+        _masks_swapped,
+    ),
     Mistake(
         "attention.padding_on_queries",
         "padding masks query rows instead of key columns",

@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -29,11 +30,14 @@ def _exit_reason(exc: SystemExit) -> str:
 
 def import_user_module(name: str):
     """A module of the user's: a dotted name (importable from where the user stands) or a path to a .py file."""
+    run: Callable[[], object]
     if name.endswith(".py") or "/" in name:
         path = Path(name)
         if not path.is_file():
             raise BadArgument(f"no such file: {name}")
         loader = importlib.util.spec_from_file_location(path.stem, path)
+        if loader is None or loader.loader is None:
+            raise BadArgument(f"cannot load {name} as a Python module")
         module = importlib.util.module_from_spec(loader)
         sys.modules[path.stem] = module  # as an import would: @dataclass (and pickle) look the module up there
         sys.path.insert(0, str(path.parent.resolve()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .diagnosis import Diagnosis
 from .level_table import LEVELS, shown
@@ -42,7 +43,7 @@ class Result:
     first_divergence: str | None = None
     diagnoses: list = field(default_factory=list)
     mapping: dict = field(default_factory=dict)
-    config: object = None
+    config: Any = None  # the TransformerConfig judged under
     conventions: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -73,7 +74,8 @@ class Result:
 
     def _table(self) -> list:
         """One line per tensor: its relative error in each dtype compared, against that dtype's bar."""
-        by_name, dtypes = {}, []
+        by_name: dict = {}
+        dtypes: list = []
         for r in self.rows:
             by_name.setdefault(r.name, {})[r.dtype] = r
             if r.dtype not in dtypes:

@@ -178,7 +178,8 @@ def layouts(session, found, inferred: bool) -> list:
     gates = [link for link in session.links if link.parts[0][0].endswith(("gate.weight", "linear1.weight"))]
     if cfg.gated_ffn and not any(MP.role_of(link.user) in ("gate", "up") for link in gates):
         swapped = [_swap_gate(link) for link in session.links]
-        for layout in (out[0], {"links": swapped}):
+        exchanged: dict[str, Any] = {"links": swapped}
+        for layout in (out[0], exchanged):
             gate = next(link.user for link in layout["links"] if link.parts[0][0].endswith("gate.weight"))
             layout["gate"] = f"{gate} (no name says which of the two D -> F linears is the gate: both tried)"
         out.append(layout)

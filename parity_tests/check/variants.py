@@ -175,7 +175,7 @@ def scale_divisors(d_model: int, d_head: int) -> dict:
         (d_model, f"d_model = {d_model}: the model width, and no root"),
         (1.0, "1: no scaling at all"),
     ]
-    out = {}
+    out: dict = {}
     for value, origin in candidates:
         if math.isclose(value, math.sqrt(d_head)):
             continue

@@ -84,9 +84,9 @@ def source_problems(source: str, name: str) -> list:
     problems = []
     for node in ast.walk(tree):
         problems += _forbidden_name(node)
-        for module, member in _imported(node):
+        for line, module, member in _imported(node):
             if member is None or member not in chained.get(module, ()):
-                problems += _import_problem(node.lineno, module, member)
+                problems += _import_problem(line, module, member)
     return problems
 
 
@@ -100,12 +100,12 @@ def _forbidden_name(node) -> list:
 
 
 def _imported(node) -> list:
-    """(module, member or None) for each name an import statement brings in."""
+    """(line, module, member or None) for each name an import statement brings in."""
     if isinstance(node, ast.Import):
-        return [(alias.name, None) for alias in node.names]
+        return [(node.lineno, alias.name, None) for alias in node.names]
     if isinstance(node, ast.ImportFrom):
         module = "." * node.level + (node.module or "")
-        return [(module, alias.name) for alias in node.names]
+        return [(node.lineno, module, alias.name) for alias in node.names]
     return []
 
 
