@@ -398,3 +398,39 @@ def test_annotated_encoder_passes_and_a_wrong_scale_inside_is_named_at_its_atten
     assert result.first_divergence == "layers.0.self_attn"
     failing = [r for r in result.rows if not r.ok]
     assert failing and all(r.error > 1e-3 and not math.isnan(r.error) for r in failing), str(result)
+
+
+# -- decoder_stack: cross-attending layers on embeddings (nn.TransformerDecoder, Decoder(layer, N)) ----------------
+
+
+def torch_decoder(norm_first: bool) -> nn.TransformerDecoder:
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    return nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(16) if norm_first else None)
+
+
+def annotated_decoder(attention=None) -> nn.Module:
+    """The Annotated Transformer's Decoder(layer, N): self-, source- and feed-forward sublayers, a final norm."""
+    from parity_tests.corpus import annotated as AT
+
+    torch.manual_seed(0)
+    heads = [AT.MultiHeadedAttention(2, 16, 0.0, attention=attention or AT.attention) for _ in range(2)]
+    return AT.Decoder(AT.DecoderLayer(16, *heads, AT.PositionwiseFeedForward(16, 32, 0.0), 0.0), 2)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torchs_decoder_stack_passes_at_decoder_stack(norm_first):
+    result = check.module(torch_decoder(norm_first), "decoder_stack")
+    assert result.passed and result.config.n_decoder_layers == 2, str(result)
+    assert result.config.norm_first == norm_first and not result.caveats, str(result)
+    rows = {r.name: r for r in result.rows if r.dtype == "float64"}
+    assert rows["dmemory"].ok and rows["dmemory"].note != "all zero", str(result)  # the memory's gradient compared
+
+
+def test_annotated_decoder_passes_and_a_wrong_scale_inside_is_named_at_its_attention():
+    from parity_tests.corpus import annotated as AT
+
+    assert check.module(annotated_decoder(), "decoder_stack").passed
+    result = check.module(annotated_decoder(AT.attention_by_d_k), "decoder_stack")
+    assert not result.passed and result.first_divergence == "layers.0.self_attn", str(result)
+    assert [(d.id, d.where) for d in result.diagnoses] == [("attention.wrong_scale", "layers.0.self_attn")], str(result)

@@ -148,6 +148,9 @@ TORCH_BUILTINS = {
         nn.TransformerDecoderLayer, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
     ),
     "encoder_stack": (nn.TransformerEncoder, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
+    "decoder_stack": (
+        nn.TransformerDecoder, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
+    ),
 }  # fmt: skip
 
 
@@ -158,7 +161,7 @@ def torch_builtin_callers(module, level, probe) -> list | None:
     if builtin is None or not isinstance(module, builtin[0]):
         return None
     cls, data, masks, extra = builtin
-    owner = module.layers[0] if isinstance(module, nn.TransformerEncoder) else module
+    owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
     bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
     return [Caller(bf, data or DATA[level], dict(masks), extra=dict(extra or {}))]
 

@@ -190,6 +190,12 @@ LEVELS = {
             stacks=("encoder",), masks=("src",), heads=True, searches=("activation",), final_norms="pre-norm",
             shown=LAYER_SHOWN + ("n_encoder_layers",), activations=R.encoder_stack_activations,
         ),
+        Level(  # nn.TransformerDecoder, the Annotated Transformer's Decoder(layer, N): cross-attending layers
+            "decoder_stack", "stacks", ("x", "memory"), P.features_and_memory, R.decoder_stack_shapes,
+            R.run_decoder_stack, stacks=("decoder",), masks=("tgt", "src"), cross=True, heads=True,
+            searches=("activation",), final_norms="pre-norm", padded_source=True,
+            shown=LAYER_SHOWN + ("n_decoder_layers",), activations=R.decoder_stack_activations,
+        ),
     )
 }  # fmt: skip
 ALIASES = {"encoder": "encoder_model"}  # the same math: ids -> the encoder's output

@@ -90,6 +90,12 @@ def encoder_stack_shapes(cfg) -> dict:
     return {k: v for k, v in shapes.items() if k.startswith(("encoder.layers.", "encoder.final_norm."))}
 
 
+def decoder_stack_shapes(cfg) -> dict:
+    """A decoder's layers (each cross-attending to a memory) and, pre-norm, its final norm: no embeddings."""
+    shapes = nt.parameter_shapes(cfg)
+    return {k: v for k, v in shapes.items() if k.startswith(("decoder.layers.", "decoder.final_norm."))}
+
+
 def transformer_shapes(cfg) -> dict:
     return nt.parameter_shapes(cfg)
 
@@ -276,6 +282,40 @@ def run_encoder_stack(params: dict, p: Probe, cfg, dtype):
         return {"x": dx}, M.prefixed(grads, "encoder")
 
     return out, backward
+
+
+def run_decoder_stack(params: dict, p: Probe, cfg, dtype):
+    """x (B, T_q, D) through the decoder's layers, each cross-attending to the memory (B, T_k, D, its padding
+    masked), then its final norm (pre-norm): nn.TransformerDecoder's, or the Annotated Transformer's
+    Decoder(layer, N)."""
+    decoder, memory, cross = M.sub(params, "decoder"), p.floats["memory"], keep_mask(p, "cross")
+    x, caches = p.floats["x"], []
+    for i in range(cfg.n_decoder_layers):
+        x, cache = M.decoder_layer_forward(M.sub(decoder, f"layers.{i}"), x, memory, cfg, memory_mask=cross)
+        caches.append(cache)
+    out, norm_cache = M.final_norm_forward(decoder, x, cfg)
+
+    def backward(dout):
+        grads: dict = {}
+        dx = M.final_norm_backward(dout, norm_cache, grads)
+        dmemory = np.zeros_like(memory)
+        for i in reversed(range(cfg.n_decoder_layers)):
+            dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
+            dmemory += dmemory_i  # every layer reads the same memory: the gradients add
+            grads |= M.prefixed(layer_grads, f"layers.{i}")
+        return {"x": dx, "memory": dmemory}, M.prefixed(grads, "decoder")
+
+    return out, backward
+
+
+def decoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
+    """The decoder stack's activations (float64): {"decoder.layers.i": each layer's output, "encoder": memory}."""
+    memory, cross = p.floats["memory"], keep_mask(p, "cross")
+    acts, x = {"encoder": memory}, p.floats["x"]
+    for i in range(cfg.n_decoder_layers):
+        x = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), x, memory, cfg, memory_mask=cross)[0]
+        acts[f"decoder.layers.{i}"] = x
+    return acts
 
 
 def run_decoder(params: dict, p: Probe, cfg, dtype):
