@@ -251,35 +251,48 @@ def run_decoder_layer(params: dict, p: Probe, cfg, dtype):
     return out, backward
 
 
-def encoder_layers_forward(params: dict, x, mask, cfg) -> tuple:
-    """An encoder's layers on x (B, T, D), then its final norm (pre-norm only): (out, caches)."""
-    caches = []
-    for i in range(cfg.n_encoder_layers):
-        x, cache = M.encoder_layer_forward(M.sub(params, f"layers.{i}"), x, mask, cfg)
+def layers_forward(params: dict, x, cfg, mask=None, memory=None, cross=None) -> tuple:
+    """A stack's layers on x (B, T, D), `params` below the stack: encoder layers (self-attention masked by
+    `mask`), or, given a memory, decoder layers (causal self-attention, cross-attention masked by `cross`).
+    Returns (out, the layers' caches, each layer's output)."""
+    caches, outputs = [], []
+    for i in range(cfg.n_decoder_layers if memory is not None else cfg.n_encoder_layers):
+        layer = M.sub(params, f"layers.{i}")
+        if memory is None:
+            x, cache = M.encoder_layer_forward(layer, x, mask, cfg)
+        else:
+            x, cache = M.decoder_layer_forward(layer, x, memory, cfg, memory_mask=cross)
         caches.append(cache)
-    out, norm_cache = M.final_norm_forward(params, x, cfg)
-    return out, (caches, norm_cache)
+        outputs.append(x)
+    return x, caches, outputs
 
 
-def encoder_layers_backward(dout, cache, cfg) -> tuple:
-    """Backward of encoder_layers_forward: (dx, parameter gradients by name)."""
-    caches, norm_cache = cache
+def layers_backward(dx, caches: list, decoder: bool) -> tuple:
+    """Backward of layers_forward: (dx, dmemory (None for encoder layers), gradients below the stack). Every
+    decoder layer reads the same memory: their memory gradients add."""
     grads: dict = {}
-    dx = M.final_norm_backward(dout, norm_cache, grads)
-    for i in reversed(range(cfg.n_encoder_layers)):
-        dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
+    dmemory = None
+    for i in reversed(range(len(caches))):
+        if decoder:
+            dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
+            dmemory = dmemory_i if dmemory is None else dmemory + dmemory_i
+        else:
+            dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
         grads |= M.prefixed(layer_grads, f"layers.{i}")
-    return dx, grads
+    return dx, dmemory, grads
 
 
 def run_encoder_stack(params: dict, p: Probe, cfg, dtype):
     """x (B, T, D) through the encoder's layers and its final norm (pre-norm): nn.TransformerEncoder's, or the
     Annotated Transformer's Encoder(layer, N)."""
-    out, cache = encoder_layers_forward(M.sub(params, "encoder"), p.floats["x"], keep_mask(p, "src"), cfg)
+    encoder = M.sub(params, "encoder")
+    x, caches, _ = layers_forward(encoder, p.floats["x"], cfg, mask=keep_mask(p, "src"))
+    out, norm_cache = M.final_norm_forward(encoder, x, cfg)
 
     def backward(dout):
-        dx, grads = encoder_layers_backward(dout, cache, cfg)
-        return {"x": dx}, M.prefixed(grads, "encoder")
+        grads: dict = {}
+        dx, _, layer_grads = layers_backward(M.final_norm_backward(dout, norm_cache, grads), caches, False)
+        return {"x": dx}, M.prefixed(grads | layer_grads, "encoder")
 
     return out, backward
 
@@ -288,34 +301,29 @@ def run_decoder_stack(params: dict, p: Probe, cfg, dtype):
     """x (B, T_q, D) through the decoder's layers, each cross-attending to the memory (B, T_k, D, its padding
     masked), then its final norm (pre-norm): nn.TransformerDecoder's, or the Annotated Transformer's
     Decoder(layer, N)."""
-    decoder, memory, cross = M.sub(params, "decoder"), p.floats["memory"], keep_mask(p, "cross")
-    x, caches = p.floats["x"], []
-    for i in range(cfg.n_decoder_layers):
-        x, cache = M.decoder_layer_forward(M.sub(decoder, f"layers.{i}"), x, memory, cfg, memory_mask=cross)
-        caches.append(cache)
+    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
+    x, caches, _ = layers_forward(decoder, p.floats["x"], cfg, memory=memory, cross=keep_mask(p, "cross"))
     out, norm_cache = M.final_norm_forward(decoder, x, cfg)
 
     def backward(dout):
         grads: dict = {}
-        dx = M.final_norm_backward(dout, norm_cache, grads)
-        dmemory = np.zeros_like(memory)
-        for i in reversed(range(cfg.n_decoder_layers)):
-            dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
-            dmemory += dmemory_i  # every layer reads the same memory: the gradients add
-            grads |= M.prefixed(layer_grads, f"layers.{i}")
-        return {"x": dx, "memory": dmemory}, M.prefixed(grads, "decoder")
+        dx, dmemory, layer_grads = layers_backward(M.final_norm_backward(dout, norm_cache, grads), caches, True)
+        return {"x": dx, "memory": dmemory}, M.prefixed(grads | layer_grads, "decoder")
 
     return out, backward
+
+
+def encoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
+    """The encoder stack's activations (float64): {"encoder.layers.i": each layer's output}."""
+    outputs = layers_forward(M.sub(params, "encoder"), p.floats["x"], cfg, mask=keep_mask(p, "src"))[2]
+    return {f"encoder.layers.{i}": x for i, x in enumerate(outputs)}
 
 
 def decoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
     """The decoder stack's activations (float64): {"decoder.layers.i": each layer's output, "encoder": memory}."""
     memory, cross = p.floats["memory"], keep_mask(p, "cross")
-    acts, x = {"encoder": memory}, p.floats["x"]
-    for i in range(cfg.n_decoder_layers):
-        x = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), x, memory, cfg, memory_mask=cross)[0]
-        acts[f"decoder.layers.{i}"] = x
-    return acts
+    outputs = layers_forward(M.sub(params, "decoder"), p.floats["x"], cfg, memory=memory, cross=cross)[2]
+    return {"encoder": memory} | {f"decoder.layers.{i}": x for i, x in enumerate(outputs)}
 
 
 def run_decoder(params: dict, p: Probe, cfg, dtype):
@@ -329,26 +337,12 @@ def run_decoder(params: dict, p: Probe, cfg, dtype):
     return out, backward
 
 
-def encoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
-    """The encoder stack's activations (float64): {"encoder.layers.i": each layer's output}."""
-    acts, x, mask = {}, p.floats["x"], keep_mask(p, "src")
-    for i in range(cfg.n_encoder_layers):
-        x = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, mask, cfg)[0]
-        acts[f"encoder.layers.{i}"] = x
-    return acts
-
-
 def decoder_activations(params: dict, p: Probe, cfg) -> dict:
-    """The decoder stack's activations (float64), composed from the reference's pairs (there is no model object):
-    {"decoder.embedding": ..., "decoder.layers.i": ..., "encoder": the memory}."""
-    decoder_params, memory = M.sub(params, "decoder"), p.floats["memory"]
-    x = M.embed_forward(decoder_params, p.ids["tgt"], cfg, None, "decoder")[0]
-    acts = {"decoder.embedding": x, "encoder": memory}
-    cross = keep_mask(p, "cross")
-    for i in range(cfg.n_decoder_layers):
-        x = M.decoder_layer_forward(M.sub(decoder_params, f"layers.{i}"), x, memory, cfg, memory_mask=cross)[0]
-        acts[f"decoder.layers.{i}"] = x
-    return acts
+    """An encoder-decoder's decoder stack's activations (float64), composed from the reference's pairs."""
+    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
+    x = M.embed_forward(decoder, p.ids["tgt"], cfg, None, "decoder")[0]
+    outputs = layers_forward(decoder, x, cfg, memory=memory, cross=keep_mask(p, "cross"))[2]
+    return {"decoder.embedding": x, "encoder": memory} | {f"decoder.layers.{i}": y for i, y in enumerate(outputs)}
 
 
 def summed_embeddings(params: dict, ids, cfg) -> np.ndarray:
@@ -385,33 +379,22 @@ def run_stacks(params: dict, p: Probe, cfg, dtype):
     """torch.nn.Transformer's computation from the reference's pairs: encoder layers, a layer norm, decoder layers
     (cross-attending to the normed memory, padding masked), a layer norm; and its backward, the same in reverse."""
     mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
-    x, encoder_caches = p.floats["src"], []
-    for i in range(cfg.n_encoder_layers):
-        x, cache = M.encoder_layer_forward(M.sub(params, f"encoder.layers.{i}"), x, mask, cfg)
-        encoder_caches.append(cache)
-    norm = M.sub(params, "encoder.final_norm")
+    encoder, decoder = M.sub(params, "encoder"), M.sub(params, "decoder")
+    x, encoder_caches, _ = layers_forward(encoder, p.floats["src"], cfg, mask=mask)
+    norm = M.sub(encoder, "final_norm")
     memory, memory_norm = L.layer_norm_forward(x, norm["weight"], norm["bias"], eps)
-    y, decoder_caches = p.floats["tgt"], []
-    for i in range(cfg.n_decoder_layers):
-        y, cache = M.decoder_layer_forward(M.sub(params, f"decoder.layers.{i}"), y, memory, cfg, memory_mask=mask)
-        decoder_caches.append(cache)
-    norm = M.sub(params, "decoder.final_norm")
+    y, decoder_caches, _ = layers_forward(decoder, p.floats["tgt"], cfg, memory=memory, cross=mask)
+    norm = M.sub(decoder, "final_norm")
     out, out_norm = L.layer_norm_forward(y, norm["weight"], norm["bias"], eps)
 
     def backward(dout):
-        grads = {}
-        dy, grads["decoder.final_norm.weight"], grads["decoder.final_norm.bias"] = L.layer_norm_backward(dout, out_norm)
-        dmemory = np.zeros_like(memory)
-        for i in reversed(range(cfg.n_decoder_layers)):
-            dy, dmemory_i, layer_grads = M.decoder_layer_backward(dy, decoder_caches[i])
-            dmemory += dmemory_i  # every decoder layer reads the same memory: the gradients add
-            grads |= M.prefixed(layer_grads, f"decoder.layers.{i}")
-        dx, grads["encoder.final_norm.weight"], grads["encoder.final_norm.bias"] = L.layer_norm_backward(
-            dmemory, memory_norm
-        )
-        for i in reversed(range(cfg.n_encoder_layers)):
-            dx, layer_grads = M.encoder_layer_backward(dx, encoder_caches[i])
-            grads |= M.prefixed(layer_grads, f"encoder.layers.{i}")
-        return {"src": dx, "tgt": dy}, grads
+        dy, dweight, dbias = L.layer_norm_backward(dout, out_norm)
+        dy, dmemory, decoder_grads = layers_backward(dy, decoder_caches, True)
+        decoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
+        dmemory = np.zeros_like(memory) if dmemory is None else dmemory
+        dx, dweight, dbias = L.layer_norm_backward(dmemory, memory_norm)
+        dx, _, encoder_grads = layers_backward(dx, encoder_caches, False)
+        encoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
+        return {"src": dx, "tgt": dy}, M.prefixed(encoder_grads, "encoder") | M.prefixed(decoder_grads, "decoder")
 
     return out, backward
