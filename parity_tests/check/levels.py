@@ -12,6 +12,7 @@ import numpy as np
 
 from numpy_transformer import model as M
 
+from . import reference as R
 from . import variants as V
 from .level_table import ALIASES, LEVELS, named
 from .probes import B, Probe, keep_mask
@@ -82,7 +83,7 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
 
         def apply(h, name=name, keep=keep):
             if name == "ffn":
-                y = M.ffn_forward(M.sub(params, "ffn"), h, cfg, None, "ffn")[0]
+                y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
                 trace.append((name, "ffn", (h,), y))
                 return y
             kv = h if name == "self_attn" else memory

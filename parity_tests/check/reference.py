@@ -1,10 +1,7 @@
-"""The reference at each level: its parameter names and shapes for a config, and its forward and hand-written
-backward on a probe. Every call the judge makes into numpy_transformer's level math is here, one runner per level
-(the registry, level_table.py, names each level's pair), so a change of numpy_transformer's signatures or caches
-is met in this one file.
-
-A runner is run(params, p, cfg, dtype) -> (out, backward), where backward(dout) -> (input gradients by name,
-parameter gradients by name); params and the probe's floats are already in `dtype`.
+"""The reference at each level (level_table.py names each level's): its parameter shapes for a config, and a runner
+run(params, p, cfg, dtype) -> (out, backward), backward(dout) -> (input gradients, parameter gradients) by name, on
+a probe (params and floats already in `dtype`). Every call the judge makes into numpy_transformer's level math is
+here, so a change of numpy_transformer's signatures or caches is met in this one file.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ def _linear(out_features: int, in_features: int, cfg, prefix: str) -> dict:
     return shapes | ({f"{prefix}.bias": (out_features,)} if cfg.bias else {})
 
 
-def no_shapes(cfg) -> dict:
+def no_shapes(cfg) -> dict:  # scaled dot-product attention: no parameters
     return {}
 
 
@@ -126,8 +123,7 @@ def stacks_shapes(cfg) -> dict:
 
 
 def run_heads(params: dict, p: Probe, cfg, dtype):
-    f = p.floats
-    out, cache = nt.scaled_dot_product_attention_forward(f["q"], f["k"], f["v"], keep_mask(p, "src"))
+    out, cache = nt.scaled_dot_product_attention_forward(*(p.floats[n] for n in "qkv"), keep_mask(p, "src"))
 
     def backward(dout):
         dq, dk, dv = nt.scaled_dot_product_attention_backward(dout, cache)
@@ -241,8 +237,8 @@ def run_decoder_only_layer(params: dict, p: Probe, cfg, dtype):
 
 
 def run_decoder_layer(params: dict, p: Probe, cfg, dtype):
-    f = p.floats
-    out, cache = M.decoder_layer_forward(params, f["x"], f["memory"], cfg, memory_mask=keep_mask(p, "cross"))
+    x, memory = p.floats["x"], p.floats["memory"]
+    out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"))
 
     def backward(dout):
         dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
@@ -283,8 +279,7 @@ def layers_backward(dx, caches: list, decoder: bool) -> tuple:
 
 
 def run_encoder_stack(params: dict, p: Probe, cfg, dtype):
-    """x (B, T, D) through the encoder's layers and its final norm (pre-norm): nn.TransformerEncoder's, or the
-    Annotated Transformer's Encoder(layer, N)."""
+    """x (B, T, D) through the encoder's layers and final norm (pre-norm): nn.TransformerEncoder, Encoder(layer, N)."""
     encoder = M.sub(params, "encoder")
     x, caches, _ = layers_forward(encoder, p.floats["x"], cfg, mask=keep_mask(p, "src"))
     out, norm_cache = M.final_norm_forward(encoder, x, cfg)
@@ -343,6 +338,11 @@ def decoder_activations(params: dict, p: Probe, cfg) -> dict:
     x = M.embed_forward(decoder, p.ids["tgt"], cfg, None, "decoder")[0]
     outputs = layers_forward(decoder, x, cfg, memory=memory, cross=keep_mask(p, "cross"))[2]
     return {"decoder.embedding": x, "encoder": memory} | {f"decoder.layers.{i}": y for i, y in enumerate(outputs)}
+
+
+def feed_forward_output(params: dict, x, cfg) -> np.ndarray:
+    """A layer's feed-forward block (plain or gated, as cfg says) on x: its output only."""
+    return M.ffn_forward(params, x, cfg, None, "ffn")[0]
 
 
 def summed_embeddings(params: dict, ids, cfg) -> np.ndarray:
