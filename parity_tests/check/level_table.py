@@ -207,7 +207,6 @@ def named(group: str) -> tuple:
 
 
 DATA = {name: level.inputs for name, level in LEVELS.items()}
-STACKS_OF = {name: level.stacks for name, level in LEVELS.items() if level.stacks}
 
 
 def shown(reference: str) -> tuple:
