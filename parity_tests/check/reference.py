@@ -123,7 +123,8 @@ def stacks_shapes(cfg) -> dict:
 
 
 def run_heads(params: dict, p: Probe, cfg, dtype):
-    out, cache = nt.scaled_dot_product_attention_forward(*(p.floats[n] for n in "qkv"), keep_mask(p, "src"))
+    q, k, v, mask = p.floats["q"], p.floats["k"], p.floats["v"], keep_mask(p, "src")
+    out, cache = nt.scaled_dot_product_attention_forward(q, k, v, mask)
 
     def backward(dout):
         dq, dk, dv = nt.scaled_dot_product_attention_backward(dout, cache)
@@ -264,8 +265,7 @@ def layers_forward(params: dict, x, cfg, mask=None, memory=None, cross=None) -> 
 
 
 def layers_backward(dx, caches: list, decoder: bool) -> tuple:
-    """Backward of layers_forward: (dx, dmemory (None for encoder layers), gradients below the stack). Every
-    decoder layer reads the same memory: their memory gradients add."""
+    """Backward of layers_forward: (dx, dmemory (the decoder layers' add; None for encoder layers), grads)."""
     grads: dict = {}
     dmemory = None
     for i in reversed(range(len(caches))):
