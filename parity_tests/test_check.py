@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
 
 from parity_tests import check
 from parity_tests import user_models as U
@@ -86,6 +87,37 @@ def test_layer_norm_mistake_is_named(mistake):
     assert "eps = 1e-06" in result.diagnoses[0].message  # the user's own eps, read from the module
 
 
+class AxisLayerNorm(nn.Module):
+    """A layer norm whose statistics run over `dims` (the features, -1, is right; (B, T, D) code ported from
+    (T, D) code often keeps dim=0 or dim=1)."""
+
+    def __init__(self, features: int, dims):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(features)), nn.Parameter(torch.zeros(features))
+        self.dims, self.eps = dims, 1e-5
+
+    def forward(self, x):
+        mean = x.mean(self.dims, keepdim=True)
+        var = x.var(self.dims, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+@pytest.mark.parametrize("dims", [1, 0, (0, 1, 2)])
+def test_layer_norm_over_the_wrong_axis_is_named(dims):
+    torch.manual_seed(0)
+    result = check.module(AxisLayerNorm(8, dims), "layer_norm")
+    assert not result.passed and ids(result) == ["layer_norm.wrong_axis"], str(result)
+    assert check.module(AxisLayerNorm(8, -1), "layer_norm").passed
+
+
+def test_layer_norm_over_the_wrong_axis_is_named_inside_a_layer():
+    torch.manual_seed(0)
+    layer = U.EncoderLayer(8, 2, 16)
+    layer.ff_layer_norm = AxisLayerNorm(8, 1)
+    result = check.module(layer, "encoder_layer")
+    assert [(d.id, d.where) for d in result.diagnoses] == [("layer_norm.wrong_axis", "ff_layer_norm")], str(result)
+
+
 @pytest.mark.parametrize("mistake", ["embedding.missing_scale", "embedding.double_scale"])
 def test_embedding_mistake_is_named(mistake):
     result = check.module(U.Embedding(11, 8, mistake=mistake), "embedding")
@@ -140,6 +172,23 @@ def test_map_is_reported_and_can_be_passed_back():
     assert check.module(torch.nn.MultiheadAttention(8, 2), "multi_head_attention", mapping=fused.mapping).passed
 
 
+def test_map_passed_back_is_read_from_its_data_not_its_printed_notes():
+    """The map is data (weight_map.MapEntry: the links it was printed from): passed back, or through the CLI's
+    JSON, it is read from that data, so blanked notes change nothing; a hand-written map is read from its notes."""
+    from parity_tests.check import weight_map as WM
+
+    module = torch.nn.MultiheadAttention(8, 2)
+    result = check.module(module, "multi_head_attention")
+    blank = {k: WM.MapEntry(v[0], "", v.link, v.kind) for k, v in result.mapping.items()}
+    assert check.module(module, "multi_head_attention", mapping=blank).passed
+    as_json = json.loads(json.dumps(result.to_dict()["mapping"]))
+    assert all(len(v) == 3 and "kind" in v[2] for v in as_json.values()), as_json
+    blank_json = {k: [v[0], "", v[2]] for k, v in as_json.items()}
+    assert check.module(module, "multi_head_attention", mapping=blank_json).passed
+    by_hand = {k: (v[0], v[1]) for k, v in result.mapping.items()}  # plain pairs, as a user would type them
+    assert check.module(module, "multi_head_attention", mapping=by_hand).passed
+
+
 def test_report_prints_every_section():
     result = check.module(U.Attention(8, 2, mistake="attention.wrong_scale"), "multi_head_attention")
     text = str(result)
@@ -177,8 +226,32 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 39  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island, q_k_swapped
+    assert len(CATALOGUE) == 40  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
+    # q_k_swapped, layer_norm.wrong_axis
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
+
+
+def test_every_registered_mistake_says_where_it_is_looked_for():
+    """The registry of mistakes: every forward unit's entry has variants at that unit, each with a message, and
+    applies to its unit's level and to the layers and models holding it; a backward entry has its tests, by stage,
+    and the pairs it applies to; a probe's entry applies everywhere."""
+    from parity_tests.check import backward_mistakes as BM
+    from parity_tests.check import mistakes as MK
+    from parity_tests.check.level_table import LEVELS
+
+    site = MK.Site(8, 4)
+    for mistake in MK.MISTAKES:
+        levels = MK.levels_of(mistake)
+        assert levels and set(levels) <= set(LEVELS) | set(check.PAIRS), mistake.id
+        if mistake.unit == MK.BACKWARD:
+            assert mistake.tests and all(stage in ("shape",) + BM.STAGES for stage, _ in mistake.tests), mistake.id
+            continue
+        if mistake.unit in (None, MK.ATTENTION):
+            continue
+        found = mistake.applies(mistake.unit, site)
+        assert found and all(message and knobs for message, knobs in found), mistake.id
+        own = [name for name in levels if LEVELS[name].unit == mistake.unit]
+        assert own and "transformer" in levels, (mistake.id, levels)
 
 
 def test_every_registered_attention_mistake_has_a_variant_that_changes_the_output():

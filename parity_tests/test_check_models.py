@@ -142,6 +142,35 @@ def test_mistake_inside_a_model_with_float32_islands_is_named(mistake, where):
     assert [d.id for d in result.diagnoses] == [mistake], str(result)
 
 
+class NudgedRMSNorm(UpcastRMSNorm):
+    """An upcast RMSNorm whose output is off by a relative 1e-7: no catalogued mistake, below the float32 bar."""
+
+    def forward(self, x):
+        return super().forward(x) * (1 + 1e-7)
+
+
+def test_mistake_below_the_float32_bar_inside_a_float32_island_model_is_named():
+    """With float32 islands the model is judged on the float32 bar; eps outside the root at eps = 1e-6 changes the
+    output by less than that bar, so every row passes, yet with the islands run in float64 the module does not
+    reproduce the reference: searched there, the mistake is named and the check fails."""
+    model = _upcast_llama()
+    model.layers[0].attention_norm = UpcastRMSNorm(16, eps=1e-6, mistake="rms_norm.eps_outside_sqrt")
+    result = check.module(model, "transformer_lm")
+    assert all(r.ok for r in result.rows), str(result)  # below the float32 bar
+    assert not result.passed and result.first_divergence == "layers.0.attention_norm", str(result)
+    assert [d.id for d in result.diagnoses] == ["rms_norm.eps_outside_sqrt"], str(result)
+
+
+def test_difference_below_the_float32_bar_that_no_mistake_explains_is_said_not_hidden():
+    model = _upcast_llama()
+    model.layers[1].ffn_norm = NudgedRMSNorm(16)
+    result = check.module(model, "transformer_lm")
+    assert result.passed and not result.confirmed, str(result)
+    told = [message for id_, message in result.caveats if message.startswith("could not tell")]
+    assert len(told) == 1 and "layers.1.ffn_norm" in told[0], str(result)
+    assert "could not tell" in str(result)
+
+
 # -- no mistake absorbed as a convention ---------------------------------------------------------------------------
 
 
@@ -329,3 +358,79 @@ def test_every_attention_mistake_is_named_inside_a_whole_model(mistake):
     assert [(d.id, d.where) for d in result.diagnoses] == [(mistake, "layers.1.self_attention")], str(result)
     probed = mistake in ("attention.no_max_subtraction", "dropout.active_in_eval")
     assert result.first_divergence == (None if probed else "layers.1.self_attention"), str(result)
+
+
+# -- encoder_stack: layers on embeddings (nn.TransformerEncoder, the Annotated Transformer's Encoder(layer, N)) ----
+
+
+def torch_encoder(norm_first: bool) -> nn.TransformerEncoder:
+    """torch's own stack: post-norm without a final norm (the PyTorch tutorial's), or pre-norm with one."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    return nn.TransformerEncoder(layer, 2, norm=nn.LayerNorm(16) if norm_first else None, enable_nested_tensor=False)
+
+
+def annotated_encoder(attention=None) -> nn.Module:
+    """The Annotated Transformer's Encoder(layer, N): pre-norm sublayers called through lambdas, a final norm."""
+    from parity_tests.corpus import annotated as AT
+
+    torch.manual_seed(0)
+    heads = AT.MultiHeadedAttention(2, 16, 0.0, attention=attention or AT.attention)
+    return AT.Encoder(AT.EncoderLayer(16, heads, AT.PositionwiseFeedForward(16, 32, 0.0), 0.0), 2)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torchs_encoder_stack_passes_at_encoder_stack(norm_first):
+    result = check.module(torch_encoder(norm_first), "encoder_stack")
+    assert result.passed and result.config.n_encoder_layers == 2, str(result)
+    assert result.config.norm_first == norm_first, str(result)
+    assert ("encoder.final_norm.weight" in {ref for ref, _ in result.mapping.values()}) == norm_first
+    assert not result.caveats, str(result)  # torch's padding mask is documented: True = masked
+
+
+def test_annotated_encoder_passes_and_a_wrong_scale_inside_is_named_at_its_attention():
+    from parity_tests.corpus import annotated as AT
+
+    assert check.module(annotated_encoder(), "encoder_stack").passed
+    result = check.module(annotated_encoder(AT.attention_by_d_k), "encoder_stack")
+    assert not result.passed, str(result)
+    assert [(d.id, d.where) for d in result.diagnoses] == [("attention.wrong_scale", "layers.0.self_attn")], str(result)
+    assert result.first_divergence == "layers.0.self_attn"
+    failing = [r for r in result.rows if not r.ok]
+    assert failing and all(r.error > 1e-3 and not math.isnan(r.error) for r in failing), str(result)
+
+
+# -- decoder_stack: cross-attending layers on embeddings (nn.TransformerDecoder, Decoder(layer, N)) ----------------
+
+
+def torch_decoder(norm_first: bool) -> nn.TransformerDecoder:
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    return nn.TransformerDecoder(layer, 2, norm=nn.LayerNorm(16) if norm_first else None)
+
+
+def annotated_decoder(attention=None) -> nn.Module:
+    """The Annotated Transformer's Decoder(layer, N): self-, source- and feed-forward sublayers, a final norm."""
+    from parity_tests.corpus import annotated as AT
+
+    torch.manual_seed(0)
+    heads = [AT.MultiHeadedAttention(2, 16, 0.0, attention=attention or AT.attention) for _ in range(2)]
+    return AT.Decoder(AT.DecoderLayer(16, *heads, AT.PositionwiseFeedForward(16, 32, 0.0), 0.0), 2)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torchs_decoder_stack_passes_at_decoder_stack(norm_first):
+    result = check.module(torch_decoder(norm_first), "decoder_stack")
+    assert result.passed and result.config.n_decoder_layers == 2, str(result)
+    assert result.config.norm_first == norm_first and not result.caveats, str(result)
+    rows = {r.name: r for r in result.rows if r.dtype == "float64"}
+    assert rows["dmemory"].ok and rows["dmemory"].note != "all zero", str(result)  # the memory's gradient compared
+
+
+def test_annotated_decoder_passes_and_a_wrong_scale_inside_is_named_at_its_attention():
+    from parity_tests.corpus import annotated as AT
+
+    assert check.module(annotated_decoder(), "decoder_stack").passed
+    result = check.module(annotated_decoder(AT.attention_by_d_k), "decoder_stack")
+    assert not result.passed and result.first_divergence == "layers.0.self_attn", str(result)
+    assert [(d.id, d.where) for d in result.diagnoses] == [("attention.wrong_scale", "layers.0.self_attn")], str(result)

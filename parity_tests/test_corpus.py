@@ -121,6 +121,15 @@ def test_bert_token_types_and_embedding_norm_are_judged_not_glued():
         assert rows[name].ok and rows[name].note != "all zero", str(result)
 
 
+def test_bert_passes_without_the_papers_embedding_scale_caveat():
+    """BERT's family never scales its embeddings (it has an embedding norm and a token-type table): no scale is its
+    convention, not a plausible embedding.missing_scale, so its pass carries no such caveat; the paper's kind
+    still does (test_pass_under_a_convention_that_is_a_mistake_says_so)."""
+    result = judge("hf_style", load("hf_style").model)
+    assert result.passed and not result.config.scale_embeddings, str(result)
+    assert "embedding.missing_scale" not in [c[0] for c in result.caveats], str(result)
+
+
 def test_transformers_attention_mask_polarity_is_the_librarys():
     """transformers documents attention_mask as 1 = attend: a model that hides the ones fails, named
     attention.mask_inverted, instead of passing under "True means hidden" with a caveat."""

@@ -12,17 +12,32 @@ The parts:
 
 - mapping.py   the user's parameters read as pieces (linears, fused projections, per-head slices, norms, tables)
 - assign.py    the pieces dealt to the reference's units, and the config their shapes imply
+- linking.py   the links from the user's parameters to the reference's names, unit by unit, one linker per kind
+- tables.py    fixed tables built in float32 (sinusoids, RoPE's) recognised and overwritten in float64
+- weight_map.py  the weight map as the result gives it (data: the links it came from), and read back
 - calling.py   how the user's module is called: layout, argument order, masks in the user's own convention
-- level_table.py  the registry of levels, one entry each: group, data inputs, a model's stacks, the config shown
-- levels.py    each reference level: parameter shapes, probe inputs, the reference's forward and backward
+- level_table.py  the registry of levels, one entry each: its inputs, probe, shapes and runner, what is inferred
+               and probed there, its relation to other levels, the config shown
+- probes.py    each level's inputs: random, padded, batch-first, as the reference takes them
+- reference.py each level's parameter shapes and the reference's forward and backward (every call the judge makes
+               into numpy_transformer's level math)
+- levels.py    the registry read by name (probe, shapes, run), and the reference's activations inside a layer
+- session.py   one check's state: the module read, the reference's weights and probes, copies, candidates
 - judge.py     check.module: convention and config detection, the float64 and float32 comparison, caveats
 - running.py   how the user's module is run: closure-keeping copies, float32 islands, its own head, positions
 - cli.py       `transformer-parity check`'s side in the sandboxed child: load the user's target, judge it
-- diagnose.py  probes (dropout in eval, overflow), the first divergent submodule, the catalogue's variants
+- diagnose.py  probes (dropout in eval, overflow), then the first divergence or a component's variants
+- divergence.py  hooks on the user's submodules, the reference's stages, the first divergent submodule
+- matchers.py  the catalogue's variants run on a unit's inputs (attention, norms, gated feed-forward, embeddings)
 - variants.py  the reference with one known mistake put in (forward only, float64)
-- pairs.py     check.pair, and the pairs the exercise workbook (parity_tests.exercises) grades
-- mistakes.py  the registry of mistakes, one entry each: id, catalogue line, unit, variants (attention's)
-- report.py    CATALOGUE (read from mistakes.py), Diagnosis, Result and its printed report
+- pairs.py     check.pair: a user's NumPy pair against the reference's and finite differences, case by case
+- pair_table.py  the pairs check.pair judges and the exercise workbook (parity_tests.exercises) grades
+- mistakes.py  the registry of mistakes, one entry each: id, catalogue line, unit, variants and message templates
+               (a forward unit's), tests by stage and pairs (a backward's); levels_of says where each is looked for
+- attention_mistakes.py  the registry's attention mistakes, in the order they are tried
+- backward_mistakes.py  the tests of a hand-written backward's gradient the registry names
+- diagnosis.py Mistake, Site and Diagnosis: what the registry is made of, and a known mistake found
+- report.py    CATALOGUE (read from mistakes.py), Result and its printed report
 """
 
 from .judge import module

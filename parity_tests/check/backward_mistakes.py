@@ -2,16 +2,19 @@
 
 check.pair calls `diagnose(reference, tensor, got, expected, args, dout)` for each float64 gradient that misses
 its bar (or has the wrong shape): `got` is the user's gradient of input `tensor` ("x", "weight", "params.q_proj.bias"),
-`expected` the reference's, `args` the case's inputs and `dout` the upstream gradient. The tests, in order:
+`expected` the reference's, `args` the case's inputs and `dout` the upstream gradient. Each mistake is an entry
+of the registry (mistakes.py, unit "backward") naming its tests below by stage and the pairs it applies to; the
+stages, in order (the first that finds something answers):
 
-- the shape: a transposed weight gradient, or a bias gradient not summed over the leading axes;
-- the sign (got = -expected), a square weight's transpose;
-- a constant factor (got = c expected, c found by least squares), named by where such a factor comes from in that
-  pair: sqrt(d_head) in attention, the count of kept targets in cross-entropy, 1 - p in dropout, the number of
-  rows where a sum became a mean, ...;
-- the pair's own structure: softmax's error p_i times one number per row (the row term), layer norm's error a + b
-  x_hat per row (the mean and the variance terms), `dweight[ids] += dout` in an embedding, attention without the
-  softmax's row term, dropout without the mask.
+- "shape" (only when the shape is wrong): a transposed weight gradient, or a bias gradient not summed over the
+  leading axes;
+- "sign" (got = -expected) and "transposed" (a square weight's transpose);
+- "structure", the pair's own formula: softmax's error p_i times one number per row (the row term), layer norm's
+  error a + b x_hat per row (the mean and the variance terms), `dweight[ids] += dout` in an embedding, attention
+  without the softmax's row term, dropout without the mask;
+- "factor", a constant factor (got = c expected, c found by least squares), named by where such a factor comes
+  from in that pair: sqrt(d_head) in attention, the count of kept targets in cross-entropy, 1 - p in dropout, the
+  number of rows where a sum became a mean, ...; any other is backward.scaled (the last entry).
 
 A test matches when the user's gradient equals the mistake's within MATCH (relative to its largest value); the
 mistakes are exact formulas, so a match is ~1e-15 in float64 and a coincidence is not.
@@ -22,15 +25,45 @@ Shape letters: B batch, H heads, T_q / T_k positions, Dh head size, N rows (ever
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from numpy_transformer import layers as L
 
-from .report import Diagnosis
+from .diagnosis import Diagnosis
 
 FLOAT32_MATCH = 1e-4  # a float32 gradient summed in another order
 MATCH = 1e-7  # the catalogue's ids for these mistakes are in report.CATALOGUE, after the forward's
+STAGES = ("sign", "transposed", "structure", "factor")  # with the right shape; a wrong shape: "shape" only
+
+
+@dataclass
+class Gradient:
+    """One failing gradient as the tests read it: the pair (`reference`), the input (`tensor`), the user's and
+    the reference's values (float64), the case's inputs and upstream gradient, the tolerance of a match."""
+
+    reference: str
+    tensor: str
+    got: np.ndarray
+    expected: np.ndarray
+    args: dict
+    dout: np.ndarray
+    tol: float = MATCH
+
+    @property
+    def factor(self) -> float | None:
+        """c of got = c expected (least squares) when that holds everywhere and c is not 1 or 0, else None."""
+        norm = float((self.expected * self.expected).sum())
+        if norm == 0.0:
+            return None
+        c = float((self.got * self.expected).sum()) / norm
+        if _close(self.got, c * self.expected) > MATCH or abs(c - 1.0) < 1e-6 or c == 0.0:
+            return None
+        return c
+
+    def found(self, vid: str, message: str, error: float) -> Diagnosis:
+        return Diagnosis(vid, message, f"d{self.tensor}", error)
 
 
 def _close(a, b, floor: float = 0.0) -> float:
@@ -43,64 +76,77 @@ def _close(a, b, floor: float = 0.0) -> float:
     return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
 
 
-def _found(vid, tensor, message, error) -> Diagnosis:
-    return Diagnosis(vid, message, f"d{tensor}", error)
-
-
 def diagnose(reference, tensor, got, expected, args, dout) -> list:
     """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
-    when layer norm misses both of its terms)."""
+    when layer norm misses both of its terms): the registry's backward tests, stage by stage."""
+    from .mistakes import backward_tests  # the registry names the tests below
+
     single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    g = Gradient(reference, tensor, got, expected, args, dout, FLOAT32_MATCH if single else MATCH)
     if got.shape != expected.shape:  # judged in float32 too: a wrong shape is wrong in any dtype
-        found = _shape_mistake(tensor, got, expected, FLOAT32_MATCH if single else MATCH)
-        return [] if found is None else [found]
-    if not np.all(np.isfinite(got)):
+        stages: tuple = ("shape",)
+    elif not np.all(np.isfinite(got)):
         return []
-    for test in (_sign, _transposed, _pair_structure, _factor):
-        found = test(reference, tensor, got, expected, args, dout)
-        if found:
-            return found if isinstance(found, list) else [found]
+    else:
+        stages = STAGES
+    for stage in stages:
+        for test in backward_tests(reference, stage):
+            found = test(g)
+            if found:
+                return found if isinstance(found, list) else [found]
     return []
 
 
-def _shape_mistake(tensor, got, expected, tol):
-    if tensor.endswith("weight") and got.ndim == 2 and got.T.shape == expected.shape:
+# -- stage "shape" ----------------------------------------------------------------------------------------------
+
+
+def transposed_shape(g: Gradient):
+    """A weight's gradient of the transposed shape, equal to the transpose of the right one."""
+    got, expected = g.got, g.expected
+    if g.tensor.endswith("weight") and got.ndim == 2 and got.T.shape == expected.shape:
         error = _close(got.T, expected)
-        if error <= tol:
-            return _transposed_weight(tensor, got, expected, error)
-    n = expected.shape[-1] if expected.ndim == 1 else None
-    if tensor.endswith("bias") and n and got.ndim > 1 and got.shape[-1] == n:
-        # judged against the size of the terms summed: the key projection's bias has a gradient of zero (up to
-        # rounding), the sum of terms that cancel
-        error = _close(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0)))
-        if error <= tol:
-            return _found(
-                "linear.bias_not_summed",
-                tensor,
-                f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares "
-                f"the bias, so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)",
-                error,
-            )
+        if error <= g.tol:
+            return _transposed_weight(g, error)
     return None
 
 
-def _transposed_weight(tensor, got, expected, error):
-    return _found(
-        "linear.weight_grad_transposed",
-        tensor,
-        f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
-        f"{expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
+def bias_not_summed_shape(g: Gradient):
+    """A bias gradient that keeps leading axes: summed over them, the right one."""
+    got, expected = g.got, g.expected
+    n = expected.shape[-1] if expected.ndim == 1 else None
+    if not (g.tensor.endswith("bias") and n and got.ndim > 1 and got.shape[-1] == n):
+        return None
+    # judged against the size of the terms summed: the key projection's bias has a gradient of zero (up to
+    # rounding), the sum of terms that cancel
+    error = _close(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0)))
+    if error > g.tol:
+        return None
+    return g.found(
+        "linear.bias_not_summed",
+        f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares "
+        f"the bias, so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)",
         error,
     )
 
 
-def _sign(reference, tensor, got, expected, args, dout):
-    error = _close(-got, expected)
+def _transposed_weight(g: Gradient, error: float) -> Diagnosis:
+    return g.found(
+        "linear.weight_grad_transposed",
+        f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
+        f"{g.expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
+        error,
+    )
+
+
+# -- stages "sign" and "transposed" -----------------------------------------------------------------------------
+
+
+def sign_flipped(g: Gradient):
+    error = _close(-g.got, g.expected)
     if error <= MATCH:
-        return _found(
+        return g.found(
             "backward.sign_flipped",
-            tensor,
             "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent "
             "step's minus folded into the gradient)",
             error,
@@ -108,26 +154,59 @@ def _sign(reference, tensor, got, expected, args, dout):
     return None
 
 
-def _transposed(reference, tensor, got, expected, args, dout):
-    if tensor.endswith("weight") and got.ndim == 2 and got.shape[0] == got.shape[1]:
-        error = _close(got.T, expected)
+def transposed_square(g: Gradient):
+    """A square weight's gradient equal to the transpose of the right one."""
+    if g.tensor.endswith("weight") and g.got.ndim == 2 and g.got.shape[0] == g.got.shape[1]:
+        error = _close(g.got.T, g.expected)
         if error <= MATCH:
-            return _transposed_weight(tensor, got, expected, error)
+            return _transposed_weight(g, error)
     return None
 
 
-def _factor(reference, tensor, got, expected, args, dout):
-    norm = float((expected * expected).sum())
-    if norm == 0.0:
+# -- stage "factor": got = c expected, c named by where such a factor comes from in the pair -------------------------
+
+
+def _named_factor(g: Gradient, vid: str, known: list):
+    """A Diagnosis `vid` when got = c expected with c one of `known` [(value, where it comes from)]."""
+    c = g.factor
+    if c is None:
         return None
-    c = float((got * expected).sum()) / norm
-    error = _close(got, c * expected)
-    if error > MATCH or abs(c - 1.0) < 1e-6 or c == 0.0:
+    origin = next((origin for value, origin in known if abs(c / value - 1.0) < 1e-6), None)
+    if origin is None:
         return None
-    known = [(vid, origin) for value, vid, origin in _known_factors(reference, tensor, args, expected)
-             if abs(c / value - 1.0) < 1e-6]  # fmt: skip
-    vid, origin = known[0] if known else ("backward.scaled", "look for a scale applied twice, missing or inverted")
-    return _found(vid, tensor, f"{c:.6g} times the right gradient, everywhere: {origin}", error)
+    return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", _close(g.got, c * g.expected))
+
+
+def _d_head(args) -> int:
+    return args["q"].shape[-1] if "q" in args else args["query"].shape[-1] // args["n_heads"]
+
+
+def attention_scale(g: Gradient):
+    """dq, dk (and the q, k projections') off by sqrt(d_head): the scores' scale missing from their backward."""
+    if not (g.tensor in ("q", "k", "query", "key") or g.tensor.startswith(("params.q_proj", "params.k_proj"))):
+        return None
+    dh = _d_head(g.args)
+    missing = f"sqrt(d_head) = sqrt({dh}): the 1/sqrt(d_head) of the scores, S = Q K^T / sqrt(d_head), "
+    missing += "is missing from the backward of S (dq = dS K / sqrt(d_head), dk = dS^T Q / sqrt(d_head))"
+    return _named_factor(g, "attention.backward_missing_scale", [(math.sqrt(dh), missing)])
+
+
+def cross_entropy_denominator(g: Gradient):
+    keep = np.asarray(g.args["targets"]) != g.args.get("ignore_index", -100)
+    kept, positions, batch = int(keep.sum()), int(keep.size), int(keep.shape[0])
+    known = [
+        (kept / positions, f"{kept}/{positions}: divided by all {positions} positions, ignored ones included, "
+         f"instead of the {kept} targets kept"),
+        (float(kept), f"{kept}: not divided by the {kept} targets kept (the loss is their mean)"),
+        (kept / batch, f"{kept}/{batch}: divided by the batch size {batch} instead of the {kept} targets kept"),
+    ]  # fmt: skip
+    return _named_factor(g, "cross_entropy.wrong_denominator", known)
+
+
+def dropout_not_rescaled(g: Gradient):
+    keep = 1.0 - g.args["p"]
+    origin = f"1 - p = {keep:g}: the forward's 1/(1 - p) is missing: dx = dout * mask / (1 - p)"
+    return _named_factor(g, "dropout.not_rescaled", [(keep, origin)])
 
 
 def _rows(args, expected) -> int:
@@ -138,52 +217,36 @@ def _rows(args, expected) -> int:
     return int(np.prod(expected.shape[:-1])) or 1
 
 
-def _known_factors(reference, tensor, args, expected) -> list:
-    """(value, id, where such a factor comes from) for the constant factors this pair's gradients can be off by."""
-    out = []
-    if reference in ("scaled_dot_product_attention", "multi_head_attention"):
-        dh = args["q"].shape[-1] if "q" in args else args["query"].shape[-1] // args["n_heads"]
-        root = math.sqrt(dh)
-        if tensor in ("q", "k", "query", "key") or tensor.startswith(("params.q_proj", "params.k_proj")):
-            missing = f"sqrt(d_head) = sqrt({dh}): the 1/sqrt(d_head) of the scores, S = Q K^T / sqrt(d_head), "
-            missing += "is missing from the backward of S (dq = dS K / sqrt(d_head), dk = dS^T Q / sqrt(d_head))"
-            out.append((root, "attention.backward_missing_scale", missing))
-            out.append((1 / root, "backward.scaled", f"1/sqrt(d_head) = 1/sqrt({dh}): the scale applied twice"))
-        out.append((float(dh), "backward.scaled", f"d_head = {dh}: a scale of 1/d_head where 1/sqrt belongs"))
-    if reference == "cross_entropy":
-        keep = np.asarray(args["targets"]) != args.get("ignore_index", -100)
-        kept, positions, batch = int(keep.sum()), int(keep.size), int(keep.shape[0])
-        wrong = "cross_entropy.wrong_denominator"
-        out.append((kept / positions, wrong, f"{kept}/{positions}: divided by all {positions} positions, ignored ones "
-                    f"included, instead of the {kept} targets kept"))  # fmt: skip
-        out.append((float(kept), wrong, f"{kept}: not divided by the {kept} targets kept (the loss is their mean)"))
-        out.append((kept / batch, wrong, f"{kept}/{batch}: divided by the batch size {batch} instead of the {kept} "
-                    "targets kept"))  # fmt: skip
-    if reference == "dropout":
-        keep = 1.0 - args["p"]
-        out.append((keep, "dropout.not_rescaled", f"1 - p = {keep:g}: the forward's 1/(1 - p) is missing: "
-                    "dx = dout * mask / (1 - p)"))  # fmt: skip
-    n = _rows(args, expected)
-    if tensor.endswith("bias"):
-        out.append((1 / n, "linear.bias_not_summed", f"1/{n}: averaged over the {n} rows instead of summed"))
-    elif tensor.endswith("weight"):
-        out.append((1 / n, "backward.scaled", f"1/{n}: averaged over the {n} rows instead of summed"))
-    return out + [
-        (2.0, "backward.scaled", "a term counted twice, or a 1/2 forgotten"),
-        (0.5, "backward.scaled", "a 1/2 too many, or a term counted once that appears twice"),
-    ]
+def bias_averaged(g: Gradient):
+    if not g.tensor.endswith("bias"):
+        return None
+    n = _rows(g.args, g.expected)
+    return _named_factor(g, "linear.bias_not_summed", [(1 / n, f"1/{n}: averaged over the {n} rows instead of summed")])
 
 
-def _pair_structure(reference, tensor, got, expected, args, dout):
-    test = {
-        "softmax": _softmax_row_term,
-        "layer_norm": _layer_norm_terms,
-        "embedding": _embedding_repeats,
-        "scaled_dot_product_attention": _attention_row_term,
-        "multi_head_attention": _attention_row_term,
-        "dropout": _dropout_mask,
-    }.get(reference)
-    return None if test is None else test(reference, tensor, got, expected, args, dout)
+def scaled(g: Gradient):
+    """Any other constant factor, named where the pair explains it (a scale applied twice, a mean for a sum)."""
+    c = g.factor
+    if c is None:
+        return None
+    known = []
+    if g.reference in ("scaled_dot_product_attention", "multi_head_attention"):
+        dh = _d_head(g.args)
+        if g.tensor in ("q", "k", "query", "key") or g.tensor.startswith(("params.q_proj", "params.k_proj")):
+            known.append((1 / math.sqrt(dh), f"1/sqrt(d_head) = 1/sqrt({dh}): the scale applied twice"))
+        known.append((float(dh), f"d_head = {dh}: a scale of 1/d_head where 1/sqrt belongs"))
+    if g.tensor.endswith("weight"):
+        n = _rows(g.args, g.expected)
+        known.append((1 / n, f"1/{n}: averaged over the {n} rows instead of summed"))
+    known += [(2.0, "a term counted twice, or a 1/2 forgotten"),
+              (0.5, "a 1/2 too many, or a term counted once that appears twice")]  # fmt: skip
+    other = "look for a scale applied twice, missing or inverted"
+    origin = next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
+    message = f"{c:.6g} times the right gradient, everywhere: {origin}"
+    return g.found("backward.scaled", message, _close(g.got, c * g.expected))
+
+
+# -- stage "structure": the pair's own formula with one term missing -------------------------------------------------
 
 
 def _per_row_fit(err, basis) -> float:
@@ -197,26 +260,30 @@ def _per_row_fit(err, basis) -> float:
     return float(np.abs(residual).max(initial=0.0)) / scale if scale > 0 else math.inf
 
 
-def _softmax_row_term(reference, tensor, got, expected, args, dout):
-    p, _ = L.softmax_forward(args["x"], args.get("mask"))
-    error = _per_row_fit(got - expected, [p])
+def softmax_row_term(g: Gradient):
+    """softmax's dx off by p times one number per row; in attention, dS = P * dP (the row term missing)."""
+    if g.reference != "softmax":
+        return _attention_row_term(g)
+    p, _ = L.softmax_forward(g.args["x"], g.args.get("mask"))
+    error = _per_row_fit(g.got - g.expected, [p])
     if error > MATCH:
         return None
-    sums = float(np.abs(got.sum(axis=-1)).max())
-    return _found(
+    sums = float(np.abs(g.got.sum(axis=-1)).max())
+    return g.found(
         "softmax.missing_row_term",
-        tensor,
         "off by p times one number per row: the row term is missing or wrong, dx = p * (dout - sum(dout * p, "
         f"axis=-1, keepdims=True)), and every row of dx must sum to zero (yours sum to up to {sums:.2e})",
         error,
     )
 
 
-def _layer_norm_terms(reference, tensor, got, expected, args, dout):
-    if tensor != "x":
+def layer_norm_terms(g: Gradient):
+    """Layer norm's dx off by a + b x_hat per row: the mean term, the variance term, or both missing."""
+    if g.tensor != "x":
         return None
+    args = g.args
     x_hat = L.layer_norm_forward(args["x"], args["weight"], args["bias"], args["eps"])[1].x_hat
-    err = got - expected
+    err = g.got - g.expected
     error = _per_row_fit(err, [np.ones_like(x_hat), x_hat])
     if error > MATCH:
         return None
@@ -230,39 +297,37 @@ def _layer_norm_terms(reference, tensor, got, expected, args, dout):
         "dx must be orthogonal to x_hat)",
     }
     return [
-        _found(i, tensor, f"dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dout * weight: {terms[i]} "
-               "is missing or wrong", error)
+        g.found(i, f"dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dout * weight: {terms[i]} "
+                "is missing or wrong", error)
         for i in ids
     ]  # fmt: skip
 
 
-def _embedding_repeats(reference, tensor, got, expected, args, dout):
-    ids = np.asarray(args["ids"])
-    once = np.zeros(expected.shape)
-    once[ids] += dout  # a repeated id keeps one of its rows of dout: the mistake itself
-    error = _close(got, once)
+def embedding_repeats(g: Gradient):
+    ids = np.asarray(g.args["ids"])
+    once = np.zeros(g.expected.shape)
+    once[ids] += g.dout  # a repeated id keeps one of its rows of dout: the mistake itself
+    error = _close(g.got, once)
     if error > MATCH:
         return None
     values, counts = np.unique(ids, return_counts=True)
     repeated = ", ".join(f"{v} ({c}x)" for v, c in zip(values, counts, strict=True) if c > 1)
-    return _found(
+    return g.found(
         "embedding.repeated_ids",
-        tensor,
         f"dweight[ids] += dout counts a repeated id once (ids here: {repeated}): use np.add.at(dweight, ids, dout)",
         error,
     )
 
 
-def _attention_row_term(reference, tensor, got, expected, args, dout):
-    variant = _attention_grads(reference, args, dout, row_term=False)
-    if tensor not in variant:
+def _attention_row_term(g: Gradient):
+    variant = _attention_grads(g.reference, g.args, g.dout, row_term=False)
+    if g.tensor not in variant:
         return None
-    error = _close(got, variant[tensor])
+    error = _close(g.got, variant[g.tensor])
     if error > MATCH:
         return None
-    return _found(
+    return g.found(
         "softmax.missing_row_term",
-        tensor,
         "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
         "not P * dP (every row of dS must sum to zero)",
         error,
@@ -307,16 +372,17 @@ def _attention_grads(reference, args, dout, row_term) -> dict:
 _MHA_NAMES = (("query", "q"), ("key", "k"), ("value", "v"))
 
 
-def _dropout_mask(reference, tensor, got, expected, args, dout):
+def dropout_mask(g: Gradient):
+    """dx = dout times a constant: the forward's keep mask not applied."""
+    args, dout = g.args, g.dout
     norm = float((dout * dout).sum())
-    c = float((got * dout).sum()) / norm if norm else 0.0
-    error = _close(got, c * dout)
+    c = float((g.got * dout).sum()) / norm if norm else 0.0
+    error = _close(g.got, c * dout)
     if error > MATCH or not np.any(~args["keep_mask"]):
         return None
     scale = "" if abs(c * (1 - args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
-    return _found(
+    return g.found(
         "dropout.mask_not_reapplied",
-        tensor,
         "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "
         f"dx = dout * keep_mask / (1 - p){scale}",
         error,

@@ -14,14 +14,14 @@ integers), "additive" (0 where allowed, -1e9 where masked, added to the scores).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from torch import nn
 
-from .level_table import DATA
+from .level_table import DATA, LEVELS
 
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
@@ -39,11 +39,11 @@ class Caller:
     masks: dict = field(default_factory=dict)  # parameter name -> (role "src"/"tgt", kind, shape)
     self_attention: bool = False
     extra: dict = field(default_factory=dict)  # fixed keyword arguments (need_weights=False, ...)
-    call: object = None  # a user's call= adapter
+    call: Callable | None = None  # a user's call= adapter
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
 
     def conventions(self) -> dict:
-        out = {"batch_first": self.batch_first}
+        out: dict = {"batch_first": self.batch_first}
         if self.masks:
             out["mask"] = "; ".join(f"{name}: {kind} {shape}" for name, (_, kind, shape) in self.masks.items())
         elif self.call is None:
@@ -127,111 +127,143 @@ def _role(name: str, roles: list) -> str | None:
     return None
 
 
-def roles_of(level: str, probe) -> list:
+def roles_of(level: str, probe=None) -> list:
     """The masks the level's attentions read: "src" (padding of the keys) and/or "tgt" (causal)."""
-    if level in ("decoder_layer", "transformer", "decoder"):
-        return ["tgt", "src"]
-    if level in ("transformer_lm", "decoder_only_layer"):
-        return ["tgt"]
-    if level in ("scaled_dot_product_attention", "multi_head_attention", "encoder_layer", "encoder_model"):
-        return ["src"]
-    return []
+    return list(LEVELS[level].masks)
+
+
+PAD_KEYS = ("src", "bool_masked", "(B, T)")  # torch's key-padding masks: (B, T), True = masked
+CAUSAL = ("tgt", "bool_masked", "(T, T)")  # torch's causal masks: (T, T), True = masked
+# torch.nn's own modules, by the level they are checked at: (class, data inputs, masks by argument name, extra)
+TORCH_BUILTINS = {
+    "multi_head_attention": (nn.MultiheadAttention, None, {"key_padding_mask": PAD_KEYS}, {"need_weights": False}),
+    "transformer_stacks": (
+        nn.Transformer,
+        ("src", "tgt"),
+        {"tgt_mask": CAUSAL, "src_key_padding_mask": PAD_KEYS, "memory_key_padding_mask": PAD_KEYS},
+        None,
+    ),
+    "encoder_layer": (nn.TransformerEncoderLayer, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
+    "decoder_layer": (
+        nn.TransformerDecoderLayer, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
+    ),
+    "encoder_stack": (nn.TransformerEncoder, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
+    "decoder_stack": (
+        nn.TransformerDecoder, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
+    ),
+}  # fmt: skip
 
 
 def torch_builtin_callers(module, level, probe) -> list | None:
-    """The calls of torch.nn's own attention and layers: their key-padding masks are (B, T) with True = masked,
-    their causal masks (T, T) with True = masked; batch_first as the module says."""
-    attention = getattr(module, "self_attn", module)
-    bf = bool(getattr(attention, "batch_first", False))
-    if isinstance(module, nn.MultiheadAttention) and level == "multi_head_attention":
-        masks = {"key_padding_mask": ("src", "bool_masked", "(B, T)")}
-        return [Caller(bf, DATA[level], masks, extra={"need_weights": False})]
-    if isinstance(module, nn.Transformer) and level == "transformer_stacks":
-        bf = bool(module.batch_first)
-        masks = {
-            "tgt_mask": ("tgt", "bool_masked", "(T, T)"),
-            "src_key_padding_mask": ("src", "bool_masked", "(B, T)"),
-            "memory_key_padding_mask": ("src", "bool_masked", "(B, T)"),
-        }
-        return [Caller(bf, ("src", "tgt"), masks)]
-    if isinstance(module, nn.TransformerEncoderLayer) and level == "encoder_layer":
-        return [Caller(bf, ("x",), {"src_key_padding_mask": ("src", "bool_masked", "(B, T)")})]
-    if isinstance(module, nn.TransformerDecoderLayer) and level == "decoder_layer":
-        masks = {
-            "tgt_mask": ("tgt", "bool_masked", "(T, T)"),
-            "memory_key_padding_mask": ("src", "bool_masked", "(B, T)"),
-        }
-        return [Caller(bf, ("x", "memory"), masks)]
-    return None
+    """The calls of torch.nn's own attention, layers and stacks (TORCH_BUILTINS): their key-padding masks are
+    (B, T) with True = masked, their causal masks (T, T) with True = masked; batch_first as the module says."""
+    builtin = TORCH_BUILTINS.get(level)
+    if builtin is None or not isinstance(module, builtin[0]):
+        return None
+    cls, data, masks, extra = builtin
+    owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
+    bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
+    return [Caller(bf, data or DATA[level], dict(masks), extra=dict(extra or {}))]
 
 
-def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -> list:
-    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first."""
-    data = DATA[level]
-    if call is not None:
-        return [Caller(True, data, call=call)]
-    builtin = torch_builtin_callers(module, level, probe)
-    if builtin is not None:
-        return builtin
-    forward = module.forward if isinstance(module, nn.Module) else module
-    params = [
-        p
-        for p in inspect.signature(forward).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    mask_params = [p.name for p in params if "mask" in p.name.lower()]
-    data_params = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
-    if not data_params:  # every argument optional (transformers' forward(input_ids=None, ...)): the first ones
-        data_params = [p.name for p in params if "mask" not in p.name.lower()][: len(data)]
-    orders = []
-    if level == "multi_head_attention" and len(data_params) == 1:
-        orders.append(("query",))
-    elif len(data_params) >= len(data):
-        orders.append(data)
-        if len(data) == 3:
-            first = data_params[0].lower()
-            reverse = (data[2], data[1], data[0])
-            orders.insert(0 if first in ("value", "v", "values") else 1, reverse)
-        if level == "multi_head_attention":  # last resort: self-attention, the one input passed three times
-            orders.append(("query", "query", "query"))
-    else:
+@dataclass
+class Signature:
+    """The user's forward as the callers read it: its positional parameters, those named for masks, and the data
+    parameters (without defaults; or, when every one is optional, the first ones)."""
+
+    params: list
+    masks: list
+    data: list
+
+    @classmethod
+    def of(cls, module, n_data: int) -> Signature:
+        forward = module.forward if isinstance(module, nn.Module) else module
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
+        masks = [p.name for p in params if "mask" in p.name.lower()]
+        data = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
+        if not data:  # every argument optional (transformers' forward(input_ids=None, ...)): the first ones
+            data = [p.name for p in params if "mask" not in p.name.lower()][:n_data]
+        return cls(params, masks, data)
+
+
+def _orders(entry, level: str, data_params: list) -> list:
+    """The orders the reference's data inputs may be passed in: as the reference takes them, reversed when there
+    are three (value first where the module names it so), or, for an attention, one input (self-attention)."""
+    data = entry.inputs
+    if entry.self_attention_probes and len(data_params) == 1:
+        return [("query",)]
+    if len(data_params) < len(data):
         raise TypeError(
             f"the module's forward takes {data_params} (without defaults), but the reference {level!r} gives "
             f"{list(data)}: pass call=lambda module, ... to adapt it"
         )
-    roles = roles_of(level, probe)
-    assigned = {}
+    orders = [data]
+    if len(data) == 3:
+        reverse = (data[2], data[1], data[0])
+        orders.insert(0 if data_params[0].lower() in ("value", "v", "values") else 1, reverse)
+    if entry.self_attention_probes:  # last resort: self-attention, the one input passed three times
+        orders.append(("query", "query", "query"))
+    return orders
+
+
+def _assigned(mask_params: list, roles: list) -> dict:
+    """Each mask argument's role ("src", "tgt"), one argument per role."""
+    assigned: dict = {}
     for name in mask_params:
         role = _role(name, roles)
         if role is not None and role not in assigned.values():
             assigned[name] = role
-    kinds = MASK_KINDS if mask in (None, "detect") else ((mask,) if mask != "none" else ())
-    if mask in (None, "detect") and set(assigned) == {"attention_mask"} and _transformers_model(module):
-        kinds = HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
+    return assigned
+
+
+def _mask_kinds(mask, assigned: dict, module) -> tuple:
+    """The mask kinds tried: all (detected from the outputs), the one given, or none."""
+    if mask not in (None, "detect"):
+        return (mask,) if mask != "none" else ()
+    if set(assigned) == {"attention_mask"} and _transformers_model(module):
+        return HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
+    return MASK_KINDS
+
+
+def _masked_callers(bf, order, assigned: dict, kinds, optional: bool) -> list:
+    """The callers of one layout and order: every kind and shape of the masks, then (optional) none."""
+    self_attention = set(order) == {"query"}
+    if not assigned or not kinds:
+        return [Caller(bf, order, {}, self_attention)]
+    found = []
+    for kind in kinds:
+        shape_lists = [CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES for role in assigned.values()]
+        for shapes in _product(shape_lists):
+            masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
+            found.append(Caller(bf, order, masks, self_attention))
+    if optional:  # left out, last
+        found.append(Caller(bf, order, {}, self_attention))
+    return found
+
+
+def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -> list:
+    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first."""
+    entry = LEVELS[level]
+    if call is not None:
+        return [Caller(True, entry.inputs, call=call)]
+    builtin = torch_builtin_callers(module, level, probe)
+    if builtin is not None:
+        return builtin
+    sig = Signature.of(module, len(entry.inputs))
+    orders = _orders(entry, level, sig.data)
+    assigned = _assigned(sig.masks, roles_of(level))
+    kinds = _mask_kinds(mask, assigned, module)
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
-    optional = level in ("transformer", "transformer_lm", "encoder_model") and all(
-        p.default is not p.empty for p in params if p.name in assigned
-    )
+    optional = entry.builds_masks and all(p.default is not p.empty for p in sig.params if p.name in assigned)
+    optional = optional and mask in (None, "detect")
     layouts = [batch_first] if batch_first is not None else [True, False]
-    if level in ("scaled_dot_product_attention",):
+    if not entry.sequence_first:
         layouts = [True]  # (B, H, T, Dh) has no sequence-first form
-    found = []
-    for bf in layouts:
-        for order in orders:
-            self_attention = set(order) == {"query"}
-            if not assigned or mask == "none":
-                found.append(Caller(bf, order, {}, self_attention))
-                continue
-            for kind in kinds:
-                shape_lists = [CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES for role in assigned.values()]
-                for shapes in _product(shape_lists):
-                    masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
-                    found.append(Caller(bf, order, masks, self_attention))
-            if optional and mask in (None, "detect"):  # left out, last
-                found.append(Caller(bf, order, {}, self_attention))
-    if level == "multi_head_attention":
-        found += _causal_callers(layouts, orders, mask_params, kinds if mask != "none" else ())
+    found = [c for bf in layouts for order in orders for c in _masked_callers(bf, order, assigned, kinds, optional)]
+    if entry.self_attention_probes:
+        found += _causal_callers(layouts, orders, sig.masks, kinds if mask != "none" else ())
     return found
 
 
@@ -265,7 +297,7 @@ def _product(lists):
     """Shape choices for several masks: each mask's shapes in order, the same position for all first."""
     if not lists:
         return [()]
-    combos = [()]
+    combos: list = [()]
     for options in lists:
         combos = [c + (o,) for c in combos for o in options]
     return sorted(combos, key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))

@@ -29,20 +29,7 @@ def _exit_reason(exc: SystemExit) -> str:
 
 def import_user_module(name: str):
     """A module of the user's: a dotted name (importable from where the user stands) or a path to a .py file."""
-    if name.endswith(".py") or "/" in name:
-        path = Path(name)
-        if not path.is_file():
-            raise BadArgument(f"no such file: {name}")
-        loader = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[path.stem] = module  # as an import would: @dataclass (and pickle) look the module up there
-        sys.path.insert(0, str(path.parent.resolve()))
-        run = lambda: loader.loader.exec_module(module)  # noqa: E731
-    else:
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own package, from where they stand
-        module = None
-        run = lambda: importlib.import_module(name)  # noqa: E731
+    module, run = _importer(name)
     try:
         loaded = run()
     except ModuleNotFoundError as exc:
@@ -60,6 +47,26 @@ def import_user_module(name: str):
         if module is not None:
             sys.path.pop(0)
     return module if module is not None else loaded
+
+
+def _importer(name: str) -> tuple:
+    """(the module object to fill, or None, and the function that runs the import): a .py file is executed into a
+    module registered under its stem, with its folder on the path; a dotted name is imported from where the user
+    stands."""
+    if not (name.endswith(".py") or "/" in name):
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own package, from where they stand
+        return None, lambda: importlib.import_module(name)
+    path = Path(name)
+    if not path.is_file():
+        raise BadArgument(f"no such file: {name}")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise BadArgument(f"cannot load {name} as a Python module")
+    module, loader = importlib.util.module_from_spec(spec), spec.loader
+    sys.modules[path.stem] = module  # as an import would: @dataclass (and pickle) look the module up there
+    sys.path.insert(0, str(path.parent.resolve()))
+    return module, lambda: loader.exec_module(module)
 
 
 def load_attribute(spec: str, what: str):
@@ -82,7 +89,10 @@ def load_target(spec: str, reference: str | None = None):
     target = load_attribute(spec, "target")
     if isinstance(target, nn.Module):
         return target
-    if reference == "scaled_dot_product_attention" and callable(target) and not isinstance(target, type):
+    from .level_table import LEVELS
+
+    takes_function = reference in LEVELS and LEVELS[reference].takes_function
+    if takes_function and callable(target) and not isinstance(target, type):
         return target
     if not callable(target):
         raise Unrunnable(

@@ -25,24 +25,22 @@ from torch import nn
 from numpy_transformer import TransformerConfig
 from parity_tests.components import BAR, relative_errors
 
-from . import assign as A
 from . import calling as C
 from . import levels as LV
 from . import mapping as MP
+from . import mistakes as MK
+from . import weight_map as WM
+from .level_table import LEVELS, standing_for
 from .report import Result, Row
 from .running import (
-    Float32Islands,
     at_positions,
-    copy_module,
-    find_islands,
     island_message,
-    output_head,
     positions_held,
 )
+from .session import Session
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
-TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 
 
 def _valid(out: np.ndarray, valid) -> np.ndarray:
@@ -88,150 +86,14 @@ def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
     return p * (dout - (dout * p).sum(-1, keepdims=True))
 
 
-class Session:
-    """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
-
-    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
-        self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
-        self.notes = []
-        self.is_module = isinstance(user, nn.Module)
-        found = MP.structure(user) if self.is_module else MP.Structure()
-        if self.is_module and level in LV.MODELS:
-            mark_positions_by_use(user, level, found, call)
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
-        self.norm_eps = {n.module: n.eps for n in found.norms}
-        if mapping is not None:
-            self.links, self.zero = links_from_table(mapping)
-        tables = A.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
-        self.overwrite, layout, self.wrong_table = tables
-        if layout is not None:
-            self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
-        self.given = given
-        self.thetas, self.rope_overwrite = [], {}
-        if self.is_module and level in ("multi_head_attention",) + LV.LAYERS + LV.MODELS:
-            self.thetas = A.rope_thetas(user, self.cfg.d_head)
-            self.rope_overwrite, base = A.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
-            if base is not None:  # the base the module's own tables were built with: tried first
-                self.thetas = [base] + [t for t in self.thetas if t != base]
-        rng = np.random.default_rng(seed)
-        self.shapes = LV.reference_shapes(level, self.cfg)
-        self.params = LV.init_reference(self.shapes, rng, self.zero)
-        self.probes = {(False, False): LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
-        if level == "multi_head_attention":
-            for causal in (False, True):
-                self.probes[(True, causal)] = LV.probe(
-                    level, self.cfg, np.random.default_rng(seed + 1), self_attention=True, causal=causal
-                )
-        self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
-        self.copies = {}
-        self.positions = None  # the output positions the module returns (positions_held): None, every one
-        self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
-        self.head = output_head(user, self.links) if self.is_module and level in LV.MODELS else None
-        self.layouts = layouts(self, found, mapping is None)
-        self.layout = self.layouts[0]
-
-    def probe(self, caller) -> LV.Probe:
-        """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention."""
-        return self.probes[(caller.self_attention, caller.causal)]
-
-    def use(self, layout) -> None:
-        """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
-        if layout is not self.layout:
-            self.layout, self.links, self.copies = layout, layout["links"], {}
-
-    def copy(self, dtype):
-        """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
-        if not self.is_module:
-            return self.user
-        if dtype not in self.copies:
-            module = copy_module(self.user).to(TORCH[dtype]).eval()
-            MP.load(module, self.links, self.params, TORCH[dtype])
-            tensors = dict(module.named_buffers()) | dict(module.named_parameters())
-            with torch.no_grad():
-                for name, table in (self.overwrite | self.rope_overwrite).items():
-                    if name in tensors:
-                        tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
-                    elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
-                        path, _, attr = name.rpartition(".")
-                        owner = module.get_submodule(path)
-                        old = getattr(owner, attr)
-                        wide = torch.complex128 if old.is_complex() else torch.float64
-                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device, wide))
-            self.copies[dtype] = module
-        return self.copies[dtype]
-
-    def config_candidates(self) -> list:
-        """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
-        post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
-        base = self.cfg
-        options = [{}]
-        given = self.stated()
-        if self.level in LV.LAYERS + LV.MODELS + (LV.STACKS,) and "norm_first" not in given:
-            norm_first = [base.norm_first] if self.level in LV.MODELS else [False, True]  # models: final norms tell
-            options = [o | {"norm_first": v} for o in options for v in norm_first]
-        levels = ("feed_forward", "gated_feed_forward", LV.STACKS) + LV.LAYERS + LV.MODELS
-        if self.level in levels and "activation" not in given:
-            activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
-            options = [o | {"activation": a} for o in options for a in activations]
-        rope = self.rope_options(given)
-        if rope:
-            options = [o | r for o in options for r in rope]
-        if self.level in LV.MODELS and "scale_embeddings" not in given:
-            scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
-            options = [o | {"scale_embeddings": s} for o in options for s in scales]
-        return [dataclasses.replace(base, **o) for o in options]
-
-    def stated(self) -> dict:
-        """What the caller fixed: the keyword fields, and every field of a config= given."""
-        return self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
-
-    def rope_options(self, given: dict) -> list:
-        """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
-        attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        if not self.thetas or self.level not in ("multi_head_attention", "decoder_only_layer") + LV.MODELS:
-            return []
-        if self.level in LV.MODELS and (self.cfg.positional == "learned" or self.overwrite):
-            return []  # a position table of its own: not rotary
-        if given.get("positional") not in (None, "rope"):
-            return []
-        thetas = [given["rope_theta"]] if "rope_theta" in given else self.thetas
-        rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
-        if given.get("positional") == "rope":
-            return rope
-        evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
-        return rope + [{}] if evidence else [{}] + rope
-
-    def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
-        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
-        module with float32 islands runs them in float64 (see Float32Islands) unless `as_written`."""
-        p = self.probe(caller)
-        module = self.copy(dtype)
-        if dtype == np.float64 and self.is_module and self.islands is None:
-            self.islands = []  # while they are being found
-            self.islands = find_islands(module, lambda: self.run_user(caller, dtype, as_written=True))
-        if dtype == np.float64 and self.islands and not as_written:
-            with Float32Islands(module, promote=True):
-                return self.run_user(caller, dtype, grad, scale, as_written=True)
-        device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
-        tensors = {}
-        for name, value in p.floats.items():
-            tensors[name] = torch.tensor(value * scale, dtype=TORCH[dtype], device=device, requires_grad=grad)
-        for name, value in p.ids.items():
-            tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
-        with torch.set_grad_enabled(grad):
-            out = caller(module, tensors, p, TORCH[dtype])
-            if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
-                out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
-        return out, tensors
-
-
-TORCH_LAYERS = (nn.MultiheadAttention, nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.Transformer)
+TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # torch's own: masks documented
 
 
 def caveats(session, caller, cfg) -> list:
     """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
     polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
-    the paper's kind. The judge cannot tell the convention from the mistake; the user's callers can."""
+    the paper's kind (where the mistake is plausible: not BERT's family, mistakes.py). The judge cannot tell the
+    convention from the mistake; the user's callers can."""
     out = []
     stated = session.stated()
     if session.mask_given in (None, "detect") and not isinstance(session.user, TORCH_LAYERS):
@@ -242,7 +104,8 @@ def caveats(session, caller, cfg) -> list:
                     f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
                     "callers pass True = keep, this is attention.mask_inverted",
                 ))  # fmt: skip
-    if session.level in ("transformer", "encoder_model", "decoder") and not cfg.scale_embeddings:
+    plausible = MK.BY_ID["embedding.missing_scale"].caveated(cfg)
+    if session.entry.scale_caveat and not cfg.scale_embeddings and plausible:
         if "scale_embeddings" not in stated:
             out.append((
                 "embedding.missing_scale",
@@ -253,99 +116,12 @@ def caveats(session, caller, cfg) -> list:
     return out
 
 
-def layouts(session, found, inferred: bool) -> list:
-    """The weight maps the user's module may be judged under, each {"links": ..., and what it says}: the inferred
-    one; where no name says which of a gated block's two D -> F linears is the gate, the two exchanged; and,
-    where rotary positions may be used, each of those with the q and k rows in RoPE's interleaved pairing (Meta's
-    (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every
-    head in another order). The check keeps the first under which the module agrees with the reference."""
-    out = [{"links": session.links}]
-    if not inferred or not session.is_module:
-        return out
-    cfg = session.cfg
-    gates = [link for link in session.links if link.parts[0][0].endswith(("gate.weight", "linear1.weight"))]
-    if cfg.gated_ffn and not any(MP.role_of(link.user) in ("gate", "up") for link in gates):
-        swapped = [_swap_gate(link) for link in session.links]
-        for layout in (out[0], {"links": swapped}):
-            gate = next(link.user for link in layout["links"] if link.parts[0][0].endswith("gate.weight"))
-            layout["gate"] = f"{gate} (no name says which of the two D -> F linears is the gate: both tried)"
-        out.append(layout)
-    paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
-    if session.rope_options(session.stated()) and cfg.d_head % 2 == 0 and paired:
-        for layout in list(out):
-            layout["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
-            interleaved = MP.interleave_rope(layout["links"], cfg.d_head)
-            pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-            out.append(layout | {"links": interleaved, "rope_pairing": pairing})
-    return out
-
-
-def _swap_gate(link):
-    """A link with the gated block's gate and up projection (linear1) exchanged."""
-    other = {"gate": "linear1", "linear1": "gate"}
-    parts = []
-    for name, rows in link.parts:
-        head, unit, tail = name.rsplit(".", 2) if name.count(".") > 1 else ("", *name.split("."))
-        swapped = f"{other.get(unit, unit)}.{tail}"
-        parts.append((f"{head}.{swapped}" if head else swapped, rows))
-    return dataclasses.replace(link, parts=parts)
-
-
-def mark_positions_by_use(user, level: str, found, call) -> None:
-    """Tell position tables from token tables by what they are fed: run a copy of the user's model once on small
-    ids, with hooks on its nn.Embedding modules; a table looked up with 0, 1, ..., T - 1 along the positions is a
-    position table, whatever its name."""
-    tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
-    if not tables:
-        return
-    model = copy_module(user).eval()
-    modules = dict(model.named_modules())
-    fed, handles = {}, []
-
-    def record(path):
-        def hook(module, args, output):
-            fed.setdefault(path, args[0])  # returns None: the output is left as it is
-
-        return hook
-
-    for path in tables:
-        if isinstance(modules.get(path), nn.Embedding):
-            handles.append(modules[path].register_forward_hook(record(path)))
-    rows = min(t.rows for t in found.tables)
-    T = min(6, rows)
-    probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
-    probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
-    if "memory" in probe.ids:  # the decoder's memory is a float input
-        probe.ids.pop("memory")
-        probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
-    try:
-        for caller in C.callers(model, level, probe, call=call)[:4]:
-            weight = next(model.parameters())
-            tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-            tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
-            try:
-                with torch.no_grad():
-                    caller(model, tensors, probe, torch.float32)
-                break
-            except Exception:  # a convention the model does not take; the check proper reports it
-                continue
-    finally:
-        for h in handles:
-            h.remove()
-    for path, ids in fed.items():
-        values = ids.detach().cpu().numpy()
-        if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
-            tables[path].position = True
-        elif values.ndim == 2 and values.shape[0] == T and np.all(values == np.arange(T)[:, None]):
-            tables[path].position = True  # sequence-first positions
-
-
 def fully_padded_source(session, caller, cfg, kind, result) -> None:
     """The edge docs/conventions.md fixes and tutorials leave open: a source sequence that is all padding. The reference
     attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
     and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
     targets sees it only when a batch holds an empty source."""
-    if session.level not in ("multi_head_attention", "decoder_layer", "transformer", LV.STACKS):
+    if not session.entry.padded_source:
         return
     key = (caller.self_attention, caller.causal)
     p = dataclasses.replace(session.probes[key])
@@ -380,102 +156,79 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
         )
 
 
-def links_from_table(table: dict) -> tuple[list, list]:
-    """A user's mapping= (user name -> reference name, or (reference name, layout note) as the result prints it)
-    read back into links and zero-held biases."""
-    links, zero = [], []
-    for user, value in table.items():
-        ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
-        if ref.startswith("(the fixed"):  # a fixed table: found again from its values, not from the map
-            continue
-        if "held at zero" in note:
-            zero.append(ref)
-            continue
-        full, pairs = note, 0
-        if ", RoPE pairs interleaved (head size " in note:
-            note, _, size = note.partition(", RoPE pairs interleaved (head size ")
-            pairs = int(size.rstrip(")"))
-        transposed = "transposed" in note
-        if note.startswith("fused rows"):
-            prefix = ref.split("{")[0]
-            roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
-            kind = ref.rsplit(".", 1)[-1]
-            parts = [(f"{prefix}{r}_proj.{kind}", None) for r in roles]
-        elif note.startswith("rows"):
-            start, stop = note.split()[1].rstrip(",").split(":")
-            parts = [(ref, (int(start), int(stop)))]
-        else:
-            parts = [(ref, None)]
-        links.append(MP.Link(user, parts, transposed, full, pairs))
-    return links, zero
-
-
-def mapping_table(links: list, zero: list) -> dict:
-    """The map as the result shows it: user name -> (reference name(s), layout note)."""
-    table = {}
-    for link in links:
-        names = [n for n, _ in link.parts]
-        if len(names) > 1:
-            parts = names[0].split(".")
-            prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
-            roles = ",".join(n.split(".")[-2].removesuffix("_proj") for n in names)
-            ref = f"{prefix}{{{roles}}}_proj.{parts[-1]}"
-        else:
-            ref = names[0]
-        table[link.user] = (ref, link.note)
-    for name in zero:
-        table[f"(no parameter: {name})"] = (name, "held at zero: the user's linear has no bias; gradient not compared")
-    return table
-
-
 def choose(session: Session) -> tuple:
     """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
     when none does, the closest (smallest error) of those that run, and matched=False."""
-    outs = {}
-    best, errors = None, []
-    session.runnable = []
-    configs = session.config_candidates()
+    search = Search(session)
     for n, layout in enumerate(session.layouts):
         session.use(layout)
         for caller in session.callers:
-            try:
-                out, _ = session.run_user(caller, np.float64)
-            except Exception as exc:  # a convention the module does not take: try the next one
-                errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
-                continue
-            out = out.detach().cpu().numpy()
-            if n == 0:
-                session.runnable.append(caller)
-            p = session.probe(caller)
-            kind = output_kind(out) if session.level in ("transformer", "transformer_lm") else "logits"
-            for i, cfg in enumerate(configs):
-                if cfg.positional == "rope" and not p.self_attention and session.level == "multi_head_attention":
-                    continue  # rotary positions need one sequence
-                key = (caller.self_attention, caller.causal, i)
-                if key not in outs:
-                    outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
-                index = positions_held(outs[key].shape, out.shape)
-                if index is False:
-                    continue
-                ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
-                with np.errstate(all="ignore"):
-                    error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
-                if error <= MATCH:
-                    session.positions = index
-                    return caller, cfg, kind, True
-                if best is None or error < best[0]:
-                    best = (error, caller, cfg, kind, layout, index)
-    if best is None:
+            found = search.try_caller(caller, layout, first_layout=n == 0)
+            if found is not None:
+                return found
+    if search.best is None:
         raise ValueError(
-            f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} conventions, "
-            "the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
+            f"the module could not be called as the reference {session.level!r} is; tried {len(search.errors)} "
+            "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(search.errors))[:4])
         )
-    _, caller, cfg, kind, layout, session.positions = best  # nothing matches: the closest, to diagnose from
+    _, caller, cfg, kind, layout, session.positions = search.best  # nothing matches: the closest, to diagnose from
     session.use(layout)
     return caller, cfg, kind, False
 
 
-def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, dict]:
+class Search:
+    """choose's search: the reference's outputs by (probe, config), the closest miss so far, the errors raised."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.configs = session.config_candidates()
+        self.outs: dict = {}
+        self.best: tuple | None = None
+        self.errors: list = []
+        session.runnable = []
+
+    def try_caller(self, caller, layout, first_layout: bool):
+        """(caller, config, kind, True) when the module called by `caller` reproduces the reference under one
+        of the configs; else None (the closest kept in self.best)."""
+        session = self.session
+        try:
+            out, _ = session.run_user(caller, np.float64)
+        except Exception as exc:  # a convention the module does not take: try the next one
+            self.errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
+            return None
+        out = out.detach().cpu().numpy()
+        if first_layout:
+            session.runnable.append(caller)
+        p = session.probe(caller)
+        kind = output_kind(out) if session.entry.output_head else "logits"
+        for i, cfg in enumerate(self.configs):
+            if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
+                continue  # rotary positions need one sequence
+            found = self._try_config(caller, p, i, cfg, kind, out, layout)
+            if found is not None:
+                return found
+        return None
+
+    def _try_config(self, caller, p, i: int, cfg, kind: str, out, layout):
+        session = self.session
+        key = (caller.self_attention, caller.causal, i)
+        if key not in self.outs:
+            self.outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
+        index = positions_held(self.outs[key].shape, out.shape)
+        if index is False:
+            return None
+        ref, valid = at_positions(from_logits(self.outs[key], kind), index), at_positions(p.valid, index)
+        with np.errstate(all="ignore"):
+            error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
+        if error <= MATCH:
+            session.positions = index
+            return caller, cfg, kind, True
+        if self.best is None or error < self.best[0]:
+            self.best = (error, caller, cfg, kind, layout, index)
+        return None
+
+
+def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, LV.Probe]:
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
     p = session.probe(caller)
     out, tensors = session.run_user(caller, dtype, grad=True, as_written=True)
@@ -541,7 +294,7 @@ def module(
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
-        reference == "scaled_dot_product_attention" and callable(user_module)
+        LEVELS[standing_for(reference, user_module)].takes_function and callable(user_module)
     ):
         raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
     if mask not in (None, "detect", "none", *C.MASK_KINDS):
@@ -567,28 +320,25 @@ def module(
 
 
 def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
-    level = "encoder_model" if reference == "encoder" else reference  # the same math: ids -> the encoder's output
-    if isinstance(user_module, nn.Transformer) and reference == "transformer" and call is None:
-        level = LV.STACKS  # no embeddings, no output projection, a final norm on each stack: see levels.STACKS
+    # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
+    level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
     session = Session(user_module, level, given, mapping, call, batch_first, mask, seed)
-    if level == LV.STACKS:
+    if session.entry.stands_for is not None:
         session.notes.append(
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "
             "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
         )
     caller, cfg, kind, matched = choose(session)
-    if not matched and level in LV.LAYERS + LV.MODELS and session.is_module:
-        from .diagnose import latest_divergence
+    if not matched and session.entry.hooked and session.is_module:
+        from .divergence import latest_divergence
 
         caller, cfg = latest_divergence(session, session.runnable)
-    result = Result(reference=reference, mapping=mapping_table(session.links, session.zero), config=cfg)
+    result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
     for name in session.overwrite:  # fixed tables are matched like weights, and said so
         layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
-        result.mapping[name] = (
-            f"(the fixed sinusoid table, {layout})",
-            "equal to float32 precision; overwritten in float64",
-        )
-    conventions = caller.conventions() | ({"output": kind} if level in LV.MODELS + (LV.STACKS,) else {})
+        result.mapping[name] = WM.fixed_entry(layout)
+    output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
+    conventions = caller.conventions() | ({"output": kind} if output else {})
     if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     for what in ("gate", "rope_pairing"):

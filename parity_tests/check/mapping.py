@@ -3,11 +3,11 @@
 A user's module is read as a list of pieces in registration order: linear weights (nn.Linear's (out, in), a raw
 nn.Parameter's (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's
 c_attn), norms (a weight and a bias of width D), and tables (embeddings, learned or fixed positions). The pieces
-are dealt to the reference's units in order, each kind on its own: attentions take their q, k, v and output
-pieces (four D x D, one fused 3D x D and one D x D, or one Dh x D piece per head and role and a D x D), the
-feed-forward blocks their D -> F and F -> D pieces, the norms and tables theirs. Names help where shapes cannot
-tell (a piece named `fc_q` or `query` is the query projection); where neither can, the map is refused with the
-candidates listed, and a `mapping=` table settles it.
+are dealt to the reference's units in order (assign.py, linking.py), each kind on its own: attentions take their
+q, k, v and output pieces (four D x D, one fused 3D x D and one D x D, or one Dh x D piece per head and role and a
+D x D), the feed-forward blocks their D -> F and F -> D pieces, the norms and tables theirs. Names help where
+shapes cannot tell (a piece named `fc_q` or `query` is the query projection); where neither can, the map is
+refused with the candidates listed, and a `mapping=` table settles it.
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
@@ -18,7 +18,9 @@ rows of each head are read in that pairing's order (`rope_pairs`, pair_order): t
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,98 +136,113 @@ def _bias_partner(names: list, weight: str) -> str | None:
 
 
 def structure(module: nn.Module) -> Structure:
-    """Read the user's module as pieces, norms and tables, in registration order (see the module docstring)."""
+    """Read the user's module as pieces, norms and tables, in registration order (see the module docstring):
+    torch's own modules by their class (BUILTIN_READERS), any other by its own parameters and buffers."""
     found = Structure()
-    seen = {}  # id of a parameter already read -> its name: a tied output projection is the token table itself
+    seen: dict = {}  # id of a parameter already read -> its name: a tied output projection is the token table itself
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
         own = dict(mod.named_parameters(recurse=False))
         if _tied(mod, prefix, own, seen, found):
             continue
-        if isinstance(mod, nn.MultiheadAttention):
-            if mod.in_proj_weight is not None:
-                bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
-                D = mod.embed_dim
-                found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * D, D, False, path, "qkv"))
-            else:
-                for role in "qkv":
-                    w = getattr(mod, f"{role}_proj_weight")
-                    found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path, role))
+        reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), None)
+        if reader is not None:
+            reader(mod, path, prefix, found)
             continue
-        if isinstance(mod, nn.Linear):
-            bias = f"{prefix}bias" if mod.bias is not None else None
-            found.pieces.append(
-                Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path, role_of(path))
-            )
-            continue
-        if isinstance(mod, nn.LayerNorm):
-            if mod.weight is not None:
-                bias = f"{prefix}bias" if mod.bias is not None else None
-                found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
-            continue
-        if isinstance(mod, getattr(nn, "RMSNorm", ())):
-            if mod.weight is not None:  # eps None: torch takes the dtype's machine epsilon (float64's here)
-                eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
-                found.norms.append(Norm(f"{prefix}weight", None, mod.weight.shape[-1], eps, path, "rms"))
-            continue
-        if isinstance(mod, nn.Embedding):
-            found.tables.append(
-                Table(
-                    f"{prefix}weight",
-                    *mod.weight.shape,
-                    mod.weight.requires_grad,
-                    bool(POSITION_WORDS.search(path.lower())),
-                    path,
-                    tuple(mod.weight.shape),
-                )
-            )
-            continue
-        names = list(own)
-        used = set()
-        for name, p in own.items():
-            if p.ndim != 2 or name in used:
-                continue
-            full = f"{prefix}{name}"
-            if POSITION_WORDS.search(full.lower()) or EMBEDDING_WORDS.search(full.lower()):
-                found.tables.append(
-                    Table(
-                        full, *p.shape, p.requires_grad, bool(POSITION_WORDS.search(full.lower())), path, tuple(p.shape)
-                    )
-                )
-                continue
-            bias = _bias_partner(names, name)
-            used.add(name)
-            if bias is not None:
-                used.add(bias)
-            found.pieces.append(
-                Piece(
-                    full,
-                    f"{prefix}{bias}" if bias else None,
-                    p.shape[1],
-                    p.shape[0],
-                    True,
-                    path,
-                    role_of(full) or role_of(path),
-                )
-            )
-        ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
-        scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
-        shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
-        for w in scales:
-            b = next((s for s in shifts if own[s].shape == own[w].shape), None)
-            if b is not None:
-                shifts.remove(b)
-            kind = "layer" if b else "rms"  # a scale without a shift: RMSNorm (Llama's)
-            found.norms.append(
-                Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path, kind)
-            )
-        found.orphans += [f"{prefix}{n}" for n in shifts]
-        kept = [(n, t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
-        for name, buf in list(mod.named_buffers(recurse=False)) + kept:  # kept: d2l's `self.P`, a plain attribute
-            if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
-                rows, width = [s for s in buf.shape if s > 1]
-                found.tables.append(Table(f"{prefix}{name}", rows, width, False, True, path, tuple(buf.shape)))
+        used = _raw_matrices(own, path, prefix, found)
+        _raw_norms(mod, own, used, path, prefix, found)
+        _kept_tables(mod, path, prefix, found)
     return found
+
+
+def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: Structure) -> None:
+    if mod.in_proj_weight is not None:
+        bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
+        D = mod.embed_dim
+        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * D, D, False, path, "qkv"))
+        return
+    for role in "qkv":
+        w = getattr(mod, f"{role}_proj_weight")
+        found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path, role))
+
+
+def _read_linear(mod: nn.Linear, path: str, prefix: str, found: Structure) -> None:
+    bias = f"{prefix}bias" if mod.bias is not None else None
+    found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path, role_of(path)))
+
+
+def _read_layer_norm(mod: nn.LayerNorm, path: str, prefix: str, found: Structure) -> None:
+    if mod.weight is not None:
+        bias = f"{prefix}bias" if mod.bias is not None else None
+        found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
+
+
+def _read_rms_norm(mod, path: str, prefix: str, found: Structure) -> None:
+    if mod.weight is not None:  # eps None: torch takes the dtype's machine epsilon (float64's here)
+        eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
+        found.norms.append(Norm(f"{prefix}weight", None, mod.weight.shape[-1], eps, path, "rms"))
+
+
+def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
+    rows, width = mod.weight.shape
+    position = bool(POSITION_WORDS.search(path.lower()))
+    found.tables.append(Table(f"{prefix}weight", rows, width, mod.weight.requires_grad, position, path, (rows, width)))
+
+
+# torch's own modules, read by their class (the first that matches)
+BUILTIN_READERS: list[tuple[Any, Callable]] = [
+    (nn.MultiheadAttention, _read_multihead),
+    (nn.Linear, _read_linear),
+    (nn.LayerNorm, _read_layer_norm),
+    (getattr(nn, "RMSNorm", ()), _read_rms_norm),
+    (nn.Embedding, _read_embedding),
+]
+
+
+def _raw_matrices(own: dict, path: str, prefix: str, found: Structure) -> set:
+    """A module's own 2-D parameters: tables where named for positions or embeddings, else raw (in, out) linear
+    weights with the bias named after them. Returns the names used."""
+    names, used = list(own), set()
+    for name, p in own.items():
+        if p.ndim != 2 or name in used:
+            continue
+        full = f"{prefix}{name}"
+        if POSITION_WORDS.search(full.lower()) or EMBEDDING_WORDS.search(full.lower()):
+            position = bool(POSITION_WORDS.search(full.lower()))
+            rows, width = p.shape
+            found.tables.append(Table(full, rows, width, p.requires_grad, position, path, (rows, width)))
+            continue
+        bias = _bias_partner(names, name)
+        used |= {name} | ({bias} if bias is not None else set())
+        role = role_of(full) or role_of(path)
+        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True, path, role))
+    return used
+
+
+def _raw_norms(mod: nn.Module, own: dict, used: set, path: str, prefix: str, found: Structure) -> None:
+    """A module's own 1-D parameters: norms (a scale and a shift of one width; a scale alone: RMSNorm), and the
+    shifts left over (an output bias) as orphans."""
+    ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
+    scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
+    shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
+    for w in scales:
+        b = next((s for s in shifts if own[s].shape == own[w].shape), None)
+        if b is not None:
+            shifts.remove(b)
+        kind = "layer" if b else "rms"  # a scale without a shift: RMSNorm (Llama's)
+        found.norms.append(
+            Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path, kind)
+        )
+    found.orphans += [f"{prefix}{n}" for n in shifts]
+
+
+def _kept_tables(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
+    """Fixed tables: 2-D float buffers, and plain tensor attributes (d2l's `self.P`)."""
+    kept = [(n, t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
+    for name, buf in list(mod.named_buffers(recurse=False)) + kept:
+        if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
+            rows, width = [s for s in buf.shape if s > 1]
+            found.tables.append(Table(f"{prefix}{name}", rows, width, False, True, path, tuple(buf.shape)))
 
 
 def _tied(mod: nn.Module, prefix: str, own: dict, seen: dict, found: Structure) -> bool:
@@ -248,75 +265,6 @@ def _eps_of(mod: nn.Module) -> float | None:
         if isinstance(value, float):
             return value
     return None
-
-
-def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None):
-    """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
-    returns (links, zero-bias reference names). `kv`: the key and value projections' width (n_kv_heads * Dh with
-    grouped-query attention; None: D). Raises ValueError when the roles cannot be told apart."""
-    Dh = D // H
-    kv = D if kv is None else kv
-    shapes = [p.out_features for p in pieces]
-    links, zero = [], []
-
-    def bias_link(p, parts, name):
-        if p.bias is not None:
-            links.append(Link(p.bias, [(f"{n}.bias", rows) for n, rows in parts], False, note(parts, False)))
-        elif bias_names:
-            zero.extend(f"{n}.bias" for n, _ in parts if f"{n}.bias" not in zero)
-
-    def note(parts, transposed):
-        text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
-        if len(parts) > 1:
-            text = "fused rows " + ", ".join(n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts)
-        elif parts[0][1] is not None:
-            text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
-        if transposed:
-            return "transposed" if text == "as is" else text + ", transposed"
-        return text
-
-    def add(p, parts):
-        links.append(
-            Link(p.weight, [(f"{n}.weight", rows) for n, rows in parts], p.transposed, note(parts, p.transposed))
-        )
-        bias_link(p, parts, None)
-
-    names = {r: f"{prefix}.{r}_proj" if prefix else f"{r}_proj" for r in ("q", "k", "v", "out")}
-    if shapes == [3 * D, D]:
-        add(pieces[0], [(names[r], None) for r in "qkv"])
-        add(pieces[1], [(names["out"], None)])
-    elif kv < D and shapes == [D + 2 * kv, D]:  # fused q, k, v with grouped-query attention
-        add(pieces[0], [(names[r], None) for r in "qkv"])
-        add(pieces[1], [(names["out"], None)])
-    elif shapes == [D, kv, kv, D]:
-        roles = [p.role for p in pieces]
-        if sorted(roles) != sorted(["q", "k", "v", "out"]):
-            roles = ["q", "k", "v", "out"]  # registration order, the way tutorials write them
-        for p, r in zip(pieces, roles, strict=True):
-            add(p, [(names[r], None)])
-    elif sorted(shapes) == sorted([Dh] * (3 * H) + [D]) and H > 1:
-        heads = [p for p in pieces if p.out_features == Dh]
-        out = [p for p in pieces if p.out_features == D]
-        roles = [p.role for p in heads]
-        if sorted(roles) != sorted(["q", "k", "v"] * H):
-            raise ValueError(
-                f"the {H} heads' pieces of {prefix} cannot be told apart by name (q, k, v): "
-                + ", ".join(p.weight for p in heads)
-                + "; pass mapping= to say which is which"
-            )
-        count = dict.fromkeys("qkv", 0)
-        for p, r in zip(heads, roles, strict=True):
-            h = count[r]
-            count[r] += 1
-            add(p, [(names[r], (h * Dh, (h + 1) * Dh))])
-        add(out[0], [(names["out"], None)])
-    else:
-        raise ValueError(
-            f"cannot read the pieces {[p.weight for p in pieces]} (rows {shapes}) as one attention of width {D} with "
-            f"{H} heads; expected q, k, v, out ({D}, {kv}, {kv}, {D}), a fused {D + 2 * kv} and an output {D}, or "
-            f"{3 * H} heads of {Dh} and an output; pass mapping= to map them"
-        )
-    return links, zero
 
 
 def pair_order(n: int, Dh: int) -> np.ndarray:
@@ -368,7 +316,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
 def scatter(links: list, grads: dict, shapes: dict) -> dict:
     """The user's gradients (user name -> array) put back into the reference's names and layout: each
     reference tensor's rows come from the user tensors linked to them (the inverse of `load`)."""
-    out = {}
+    out: dict = {}
     for link in links:
         if link.user not in grads:
             continue

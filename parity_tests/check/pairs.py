@@ -14,263 +14,17 @@ Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from numpy_transformer import TransformerConfig, gradcheck
-from numpy_transformer import attention as A
-from numpy_transformer import layers as L
-from numpy_transformer import loss as LS
-from numpy_transformer import model as M
+from numpy_transformer import gradcheck
 from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
 from . import backward_mistakes as BM
-from . import variants as VR
+from .pair_table import LARGE, PAIRS, Pair
 from .report import Diagnosis, Result, Row
-
-B, H, D, F, V = 2, 2, 8, 12, 11
-LARGE = 1e3  # "large scores": exp overflows without the max subtraction (float64 at 709, float32 at 88)
-
-
-@dataclass
-class Pair:
-    """One reference pair: its functions, the inputs differentiated, and its cases (name -> fn(rng) -> args)."""
-
-    forward: object
-    backward: object
-    wrt: list
-    cases: dict
-    call_backward: object = None  # how a backward is called: (backward, dout, cache) -> grads
-    variants: object = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
-    notes: dict = field(default_factory=dict)
-
-
-def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
-    """(B, 1, T_q, T_k) True = may attend: the second sequence's last `pad` keys padded; optionally causal, and
-    optionally a fully masked query row (the first sequence's row 0)."""
-    keep = np.ones((B, 1, T_q, T_k), dtype=bool)
-    if causal:
-        keep &= np.tril(np.ones((T_q, T_k), dtype=bool))
-    keep[1, :, :, T_k - pad :] = False
-    keep[1, :, :, 0] = True
-    if full_row:
-        keep[0, :, 0, :] = False
-    return keep
-
-
-def _softmax_variants(args):
-    x, mask = args["x"], args.get("mask")
-    return [("attention.softmax_wrong_axis", "softmax over axis -2 instead of the last", VR.softmax(x, mask, -2))]
-
-
-def _layer_norm_variants(args):
-    out = []
-    for vid, knobs in VR.LAYER_NORM_VARIANTS.items():
-        value = VR.layer_norm(args["x"], args["weight"], args["bias"], args["eps"], **knobs)
-        out.append((vid, f"{vid.split('.')[1].replace('_', ' ')} (eps = {args['eps']:g})", value))
-    return out
-
-
-def _attention_variants(args):
-    from .diagnose import attention_variants
-
-    q, k, v, keep = args["q"], args["k"], args["v"], args.get("mask")
-    out = []
-    for vid, message, knobs in attention_variants(q.shape[-1] * H, q.shape[-1], keep, self_attention=False):
-        knobs = dict(knobs)
-        if "transpose" in knobs:
-            continue  # heads are already split in this pair
-        out.append((vid, message, VR.attention_heads(q, k, v, knobs.pop("keep", keep), **knobs)))
-    return out
-
-
-def _mha_variants(args):
-    from .diagnose import attention_variants
-
-    p, q, k, v, keep = args["params"], args["query"], args["key"], args["value"], args.get("attn_mask")
-    H_ = args["n_heads"]
-    out = []
-    for vid, message, knobs in attention_variants(q.shape[-1], q.shape[-1] // H_, keep, self_attention=False):
-        knobs = dict(knobs)
-        kk, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
-        heads = [VR.split(VR.linear(x, p, f"{n}_proj"), H_, transpose) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-        context = VR.merge(VR.attention_heads(*heads, kk, **knobs), transpose)
-        out.append((vid, message, VR.linear(context, p, "out_proj")))
-    return out
-
-
-def _linear_params(rng, prefix_dims: dict) -> dict:
-    params = {}
-    for name, (o, i) in prefix_dims.items():
-        params[f"{name}.weight"] = rng.standard_normal((o, i)) / math.sqrt(i)
-        params[f"{name}.bias"] = 0.3 * rng.standard_normal(o)
-    return params
-
-
-def _layer_params(rng) -> dict:
-    params = _linear_params(rng, {f"self_attn.{p}_proj": (D, D) for p in ("q", "k", "v", "out")})
-    params |= _linear_params(rng, {"ffn.linear1": (F, D), "ffn.linear2": (D, F)})
-    for norm in ("self_attn_norm", "ffn_norm"):
-        params[f"{norm}.weight"] = 1 + 0.2 * rng.standard_normal(D)
-        params[f"{norm}.bias"] = 0.2 * rng.standard_normal(D)
-    return params
-
-
-def _n(rng, *shape):
-    return rng.standard_normal(shape)
-
-
-PAIRS = {
-    "softmax": Pair(
-        L.softmax_forward,
-        L.softmax_backward,
-        ["x"],
-        {
-            "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
-            "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
-            "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
-            "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
-        },
-        variants=_softmax_variants,
-    ),
-    "linear": Pair(
-        L.linear_forward,
-        L.linear_backward,
-        ["x", "weight", "bias"],
-        {
-            "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
-            "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
-        },
-    ),
-    "layer_norm": Pair(
-        L.layer_norm_forward,
-        L.layer_norm_backward,
-        ["x", "weight", "bias"],
-        {
-            "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
-            "offset and scaled rows": lambda r: dict(
-                x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
-            ),
-        },
-        variants=_layer_norm_variants,
-    ),
-    "dropout": Pair(
-        L.dropout_forward,
-        L.dropout_backward,
-        ["x"],
-        {
-            "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
-            "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
-        },
-    ),
-    "embedding": Pair(
-        L.embedding_forward,
-        L.embedding_backward,
-        ["weight"],
-        {
-            "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
-            "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
-        },
-    ),
-    "scaled_dot_product_attention": Pair(
-        A.scaled_dot_product_attention_forward,
-        A.scaled_dot_product_attention_backward,
-        ["q", "k", "v"],
-        {
-            "padding, T_q = T_k": lambda r: dict(
-                q=_n(r, B, H, 5, 4), k=_n(r, B, H, 5, 4), v=_n(r, B, H, 5, 4), mask=_mask(5, 5, pad=2)
-            ),
-            "T_q != T_k, causal": lambda r: dict(
-                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 6, 4), v=_n(r, B, H, 6, 4), mask=_mask(4, 6, causal=True)
-            ),
-            "a fully masked row": lambda r: dict(
-                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)
-            ),
-            "large scores": lambda r: dict(q=30 * _n(r, B, H, 4, 4), k=30 * _n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4)),
-        },
-        variants=_attention_variants,
-        call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv[, dtable])
-    ),
-    "multi_head_attention": Pair(
-        A.multi_head_attention_forward,
-        A.multi_head_attention_backward,
-        ["query", "key", "value", "params"],
-        {
-            "cross-attention, T_q != T_k, padding": lambda r: dict(
-                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
-                query=_n(r, B, 4, D),
-                key=_n(r, B, 6, D),
-                value=_n(r, B, 6, D),
-                n_heads=H,
-                attn_mask=_mask(4, 6, pad=2),
-            ),
-            "a fully masked row": lambda r: dict(
-                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
-                query=_n(r, B, 5, D),
-                key=_n(r, B, 5, D),
-                value=_n(r, B, 5, D),
-                n_heads=H,
-                attn_mask=_mask(5, 5, full_row=True, causal=True),
-            ),
-        },
-        variants=_mha_variants,
-    ),
-    "feed_forward": Pair(
-        L.feed_forward_forward,
-        L.feed_forward_backward,
-        ["x", "params"],
-        {
-            f"{act}": (
-                lambda r, act=act: dict(
-                    params=_linear_params(r, {"linear1": (F, D), "linear2": (D, F)}), x=_n(r, B, 5, D), activation=act
-                )
-            )
-            for act in ("relu", "gelu")
-        },
-    ),
-    "cross_entropy": Pair(
-        LS.cross_entropy_forward,
-        LS.cross_entropy_backward,
-        ["logits"],
-        {
-            "ignored targets": lambda r: dict(logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100),
-            "label smoothing": lambda r: dict(
-                logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100, label_smoothing=0.1
-            ),
-        },
-        call_backward=lambda backward, dout, cache: backward(cache, dout),
-    ),
-    "encoder_layer": Pair(
-        M.encoder_layer_forward,
-        M.encoder_layer_backward,
-        ["x", "params"],
-        {
-            "post-norm, padding": lambda r: dict(
-                params=_layer_params(r),
-                x=_n(r, B, 5, D),
-                mask=_mask(1, 5, pad=2)[:, :, :1],
-                config=_layer_config(False),
-            ),
-            "pre-norm, gelu": lambda r: dict(
-                params=_layer_params(r),
-                x=_n(r, B, 6, D),
-                mask=_mask(1, 6, pad=1)[:, :, :1],
-                config=_layer_config(True, "gelu"),
-            ),
-        },
-    ),
-}
-
-
-def _targets(rng):
-    targets = rng.integers(0, V, size=(B, 5))
-    targets[1, -2:] = -100
-    return targets
-
-
-def _layer_config(norm_first, activation="relu"):
-    return TransformerConfig(d_model=D, n_heads=H, d_ff=F, norm_first=norm_first, activation=activation)
 
 
 def _cast(args, dtype):
@@ -295,10 +49,32 @@ def _grads(pair: Pair, backward, dout, cache) -> dict:
         grads = (grads,)
     if not isinstance(grads, (tuple, list)) or len(grads) != len(pair.wrt):
         raise TypeError(f"backward must return the gradients of {pair.wrt} in that order, got {type(grads).__name__}")
-    out = {}
+    out: dict = {}
     for name, g in zip(pair.wrt, grads, strict=True):
         flatten_into(name, g, out)
     return out
+
+
+@dataclass
+class Case:
+    """One case of one pair in one dtype, as _judge_case runs it: the reference pair (spec), the user's pair, the
+    case's name and inputs, and where what it finds goes (the result's rows and diagnoses, the backward mistakes
+    that reproduce one gradient here)."""
+
+    spec: Pair
+    reference: str
+    forward: Callable
+    backward: Callable
+    name: str
+    args: dict
+    dtype: np.dtype
+    seed: int
+    result: Result
+    matches: list  # (case, Diagnosis)
+
+    def row(self, tensor: str, error: float, bar: float, note: str = "", against: str = "the reference") -> Row:
+        name = f"{self.name}: {tensor}" + (" vs finite differences" if against == "finite differences" else "")
+        return Row(name, self.dtype.name, error, bar, note, self.name, tensor, against)
 
 
 def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), seed: int = 0) -> Result:
@@ -317,24 +93,36 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
         "bars": f"float64 {BAR[np.dtype('float64')]:.0e} against the reference and {FD_BAR:.0e} against finite "
         f"differences of your forward, float32 {BAR[np.dtype('float32')]:.0e} against the reference",
     }
-    matches = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
-    for case, make in spec.cases.items():
+    matches: list = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
+    for name, make in spec.cases.items():
         for dtype in dtypes:
-            rng = np.random.default_rng(seed)
-            args = _cast(make(rng), np.dtype(dtype))
-            try:
-                with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
-                    _judge_case(spec, reference, forward, backward, case, args, np.dtype(dtype), result, seed, matches)
-            except NotImplementedError as exc:
-                result.rows.append(Row(f"{case}: (not implemented)", np.dtype(dtype).name, math.inf, 0.0))
-                result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
-                result.passed = False
+            args = _cast(make(np.random.default_rng(seed)), np.dtype(dtype))
+            case = Case(spec, reference, forward, backward, name, args, np.dtype(dtype), seed, result, matches)
+            if not _run_case(case):
                 return result
-            except Exception as exc:  # the user's code failed: report it, the case fails
-                result.rows.append(
-                    Row(f"{case}: raised {type(exc).__name__}", np.dtype(dtype).name, math.inf, 0.0, str(exc)[:80])
-                )
-    failing_outputs = {r.name.split(":")[0] for r in result.rows if not r.ok and r.name.endswith(": output")}
+    _verdict(result, matches)
+    return result
+
+
+def _run_case(case: Case) -> bool:
+    """Judge one case; False when the user's pair is not implemented yet (the check stops there)."""
+    try:
+        with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
+            _judge_case(case)
+    except NotImplementedError as exc:
+        case.result.rows.append(case.row("(not implemented)", math.inf, 0.0))
+        case.result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
+        case.result.passed = False
+        return False
+    except Exception as exc:  # the user's code failed: report it, the case fails
+        case.result.rows.append(case.row(f"raised {type(exc).__name__}", math.inf, 0.0, str(exc)[:80]))
+    return True
+
+
+def _verdict(result: Result, matches: list) -> None:
+    """The diagnoses (an overflow only at large scores; the backward mistakes consistent over the cases) and the
+    verdict."""
+    failing_outputs = {r.case for r in result.rows if not r.ok and r.tensor == "output"}
     if failing_outputs == {"large scores"} and not result.diagnoses:  # right until the scores are large
         result.diagnoses.append(
             Diagnosis(
@@ -346,24 +134,22 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
             )
         )
     result.diagnoses += _consistent(matches, result.rows)
-    unique = {}
+    unique: dict = {}
     for d in result.diagnoses:
         unique.setdefault((d.id, d.where), d)
     result.diagnoses = list(unique.values())
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses
     if not result.passed and result.unexplained is None:
         result.unexplained = _worst_gradients(result.rows)
-    return result
 
 
 def _consistent(matches, rows) -> list:
     """The backward mistakes that reproduce a gradient in every float64 case where that gradient fails."""
-    failing = {}
+    failing: dict = {}
     for r in rows:
-        if r.dtype == "float64" and not r.ok and ": d" in r.name and not r.name.endswith("finite differences"):
-            case, tensor = r.name.split(": ", 1)
-            failing.setdefault(tensor, set()).add(case)
-    seen = {}
+        if r.dtype == "float64" and not r.ok and r.tensor.startswith("d") and r.against == "the reference":
+            failing.setdefault(r.tensor, set()).add(r.case)
+    seen: dict = {}
     for case, d in matches:
         seen.setdefault((d.id, d.where), (d, set()))[1].add(case)
     return [d for d, cases in seen.values() if cases >= failing.get(d.where, set())]
@@ -372,76 +158,88 @@ def _consistent(matches, rows) -> list:
 def _worst_gradients(rows) -> str:
     """Which gradient is wrong and by how much: each failing tensor's worst error (float64), against the reference
     and against finite differences of the user's own forward."""
-    worst = {}
+    worst: dict = {}
     for r in rows:
-        if r.ok or r.dtype != "float64" or ": " not in r.name:
+        if r.ok or r.dtype != "float64" or not r.case:
             continue
-        name = r.name.split(": ", 1)[1]
-        key = name.removesuffix(" vs finite differences")
-        kind = "finite differences" if name.endswith("finite differences") else "the reference"
-        seen = worst.setdefault(key, {}).get(kind, 0.0)
-        worst[key][kind] = r.error if not r.error <= seen else seen  # NaN kept: max(seen, nan) would drop it
+        seen = worst.setdefault(r.tensor, {}).get(r.against, 0.0)
+        worst[r.tensor][r.against] = r.error if not r.error <= seen else seen  # NaN kept: max(seen, nan) drops it
     parts = [f"{k}: " + ", ".join(f"{e:.2e} against {kind}" for kind, e in v.items()) for k, v in worst.items()]
     return "wrong: " + "; ".join(parts) if parts else "only float32 fails"
 
 
-def _judge_case(spec: Pair, reference, forward, backward, case, args, dtype, result, seed, matches) -> None:
-    rng = np.random.default_rng(seed + 1)
-    ref_out, ref_cache = spec.forward(**_copy(args))
+def _judge_case(case: Case) -> None:
+    """The user's output and gradients against the reference's; the known backward mistakes of each wrong gradient;
+    the forward's variants; the user's backward against central differences of the user's own forward."""
+    spec, bar = case.spec, BAR[case.dtype]
+    ref_out, ref_cache = spec.forward(**_copy(case.args))
     with np.errstate(all="ignore"):
-        out, cache = forward(**_copy(args))
+        out, cache = case.forward(**_copy(case.args))
     out = np.asarray(out)
     if out.shape != np.shape(ref_out):
         raise ValueError(f"forward returned shape {out.shape}, expected {np.shape(ref_out)}")
-    label = dtype.name
     if not np.all(np.isfinite(out)) and np.all(np.isfinite(ref_out)):
-        if case == "large scores":
-            result.diagnoses.append(
-                Diagnosis(
-                    "attention.no_max_subtraction",
-                    f"{case}: the forward overflows to inf/NaN; subtract each row's maximum before exp",
-                    "forward",
-                    math.inf,
-                )
-            )
-        result.rows.append(Row(f"{case}: output", label, math.inf, BAR[dtype], "inf/NaN"))
+        _overflowed(case)
         return
-    dout = rng.standard_normal(np.shape(ref_out)).astype(dtype)
+    dout = np.random.default_rng(case.seed + 1).standard_normal(np.shape(ref_out)).astype(case.dtype)
     dout = float(dout) if np.ndim(ref_out) == 0 else dout
-    ref_grads = _grads(spec, spec.backward, dout, ref_cache)
-    grads = _grads(spec, backward, dout, cache)
-    pairs = {f"{case}: output": (out, ref_out)}
-    misshapen = []
-    for name, g in ref_grads.items():
-        if g is None:
-            continue
-        if name not in grads or grads[name] is None:
-            raise ValueError(f"backward gave no gradient for {name}")
-        if np.shape(grads[name]) != np.shape(g):
-            found = BM.diagnose(reference, name, grads[name], g, args, dout)
-            if not found:
-                raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
-            matches += [(case, d) for d in found]
-            misshapen.append(Row(f"{case}: d{name}", label, math.inf, BAR[dtype], f"shape {np.shape(grads[name])}"))
-            continue
-        pairs[f"{case}: d{name}"] = (grads[name], g)
-    errors = relative_errors(pairs, dtype)
-    result.rows += [Row(n, label, e, BAR[dtype]) for n, (_, e) in errors.items()] + misshapen
-    if dtype == np.float64:  # each wrong gradient: is it a known mistake?
-        for name, g in ref_grads.items():
-            key = f"{case}: d{name}"
-            if key in errors and errors[key][1] > BAR[dtype]:
-                matches += [(case, d) for d in BM.diagnose(reference, name, grads[name], g, args, dout)]
+    ref_grads = {k: g for k, g in _grads(spec, spec.backward, dout, ref_cache).items() if g is not None}
+    grads = _grads(spec, case.backward, dout, cache)
+    misshapen = _misshapen(case, grads, ref_grads, dout)
+    compared = {"output": (out, ref_out)} | {f"d{n}": (grads[n], g) for n, g in ref_grads.items() if n not in misshapen}
+    errors = {k: e for k, (_, e) in relative_errors(compared, case.dtype).items()}
+    case.result.rows += [case.row(n, e, bar) for n, e in errors.items()] + list(misshapen.values())
+    if case.dtype != np.float64:
+        return
+    for name, g in ref_grads.items():  # each wrong gradient: is it a known mistake?
+        if errors.get(f"d{name}", 0.0) > bar:
+            case.matches += [(case.name, d) for d in BM.diagnose(case.reference, name, grads[name], g, case.args, dout)]
     if misshapen:
         return  # central differences need gradients of the inputs' shapes
-    if errors[f"{case}: output"][1] > BAR[dtype] and spec.variants is not None and dtype == np.float64:
-        for vid, message, variant in spec.variants(args):
-            if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
-                result.diagnoses.append(Diagnosis(vid, f"{case}: {message}", "forward", 0.0))
-    if dtype == np.float64:  # the user's backward against central differences of the user's own forward
-        call = spec.call_backward or (lambda b, d, c: b(d, c))
-        fd = gradcheck.check_pair(
-            forward, lambda d, c: call(backward, d, c), _copy(args), spec.wrt, seed=seed, max_coords=12
-        )
-        for name, error in fd.errors.items():
-            result.rows.append(Row(f"{case}: d{name} vs finite differences", label, error, FD_BAR))
+    if errors["output"] > bar:
+        _forward_variants(case, out)
+    _finite_differences(case)
+
+
+def _overflowed(case: Case) -> None:
+    """An output of inf/NaN where the reference's is finite: at large scores, the missing max subtraction."""
+    if case.name == "large scores":
+        message = f"{case.name}: the forward overflows to inf/NaN; subtract each row's maximum before exp"
+        case.result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
+    case.result.rows.append(case.row("output", math.inf, BAR[case.dtype], "inf/NaN"))
+
+
+def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
+    """{input name: row} for each gradient of the wrong shape, which a known mistake must explain (else raises)."""
+    out = {}
+    for name, g in ref_grads.items():
+        if name not in grads or grads[name] is None:
+            raise ValueError(f"backward gave no gradient for {name}")
+        if np.shape(grads[name]) == np.shape(g):
+            continue
+        found = BM.diagnose(case.reference, name, grads[name], g, case.args, dout)
+        if not found:
+            raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
+        case.matches += [(case.name, d) for d in found]
+        out[name] = case.row(f"d{name}", math.inf, BAR[case.dtype], f"shape {np.shape(grads[name])}")
+    return out
+
+
+def _forward_variants(case: Case, out) -> None:
+    """The pair's forward variants (the catalogue's) that reproduce the user's output."""
+    if case.spec.variants is None:
+        return
+    for vid, message, variant in case.spec.variants(case.args):
+        if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
+            case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
+
+
+def _finite_differences(case: Case) -> None:
+    """The user's backward against central differences of the user's own forward (float64)."""
+    call = case.spec.call_backward or (lambda b, d, c: b(d, c))
+    fd = gradcheck.check_pair(
+        case.forward, lambda d, c: call(case.backward, d, c), _copy(case.args), case.spec.wrt, seed=case.seed,
+        max_coords=12,
+    )  # fmt: skip
+    for name, error in fd.errors.items():
+        case.result.rows.append(case.row(f"d{name}", error, FD_BAR, against="finite differences"))

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from .level_table import shown
+from .diagnosis import Diagnosis
+from .level_table import LEVELS, shown
 from .mistakes import MISTAKES
+
+__all__ = ["CATALOGUE", "Diagnosis", "Result", "Row"]
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.
 CATALOGUE = {m.id: m.line for m in MISTAKES}
-
-
-@dataclass
-class Diagnosis:
-    """A known mistake that reproduces the user's output: its catalogue id, a readable message, the user's
-    submodule where it sits, and the relative error between the user's output and the variant (float64)."""
-
-    id: str
-    message: str
-    where: str
-    error: float
-
-    def __str__(self) -> str:
-        return f"{self.id} at {self.where or '(the module)'}: {self.message} (variant error {self.error:.1e})"
 
 
 @dataclass
@@ -35,6 +25,9 @@ class Row:
     error: float
     bar: float
     note: str = ""
+    case: str = ""  # check.pair's: the case, the tensor ("output", "dx", ...) and what it is compared against
+    tensor: str = ""
+    against: str = "the reference"  # or "finite differences" (of the user's own forward)
 
     @property
     def ok(self) -> bool:
@@ -50,7 +43,7 @@ class Result:
     first_divergence: str | None = None
     diagnoses: list = field(default_factory=list)
     mapping: dict = field(default_factory=dict)
-    config: object = None
+    config: Any = None  # the TransformerConfig judged under
     conventions: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -67,7 +60,7 @@ class Result:
             "passed": self.passed,
             "first_divergence": self.first_divergence,
             "diagnoses": [vars(d) for d in self.diagnoses],
-            "mapping": {k: list(v) for k, v in self.mapping.items()},
+            "mapping": {k: list(v) + ([v.data()] if hasattr(v, "data") else []) for k, v in self.mapping.items()},
             "config": None if self.config is None else dict(vars(self.config)),
             "conventions": self.conventions,
             "rows": [vars(r) | {"ok": r.ok} for r in self.rows],
@@ -81,7 +74,8 @@ class Result:
 
     def _table(self) -> list:
         """One line per tensor: its relative error in each dtype compared, against that dtype's bar."""
-        by_name, dtypes = {}, []
+        by_name: dict = {}
+        dtypes: list = []
         for r in self.rows:
             by_name.setdefault(r.name, {})[r.dtype] = r
             if r.dtype not in dtypes:
@@ -108,12 +102,15 @@ class Result:
     def summary(self) -> str:
         """The report without the map and the table: verdict, conventions, config, counts, divergence, diagnosis."""
         failed = [r for r in self.rows if not r.ok]
-        lines = [line for line in str(self).splitlines() if not line.startswith("  ")]
-        lines = [line for line in lines if not line.startswith("mapping (")]
-        lines.insert(1, f"{len(self.rows) - len(failed)} of {len(self.rows)} comparisons within their bars")
-        return "\n".join(lines)
+        head = self._head()
+        counts = f"{len(self.rows) - len(failed)} of {len(self.rows)} comparisons within their bars"
+        return "\n".join(head[:1] + [counts] + head[1:] + self._findings())
 
     def __str__(self) -> str:
+        return "\n".join(self._head() + self._map() + (self._table() if self.rows else []) + self._findings())
+
+    def _head(self) -> list:
+        """The verdict, the conventions (confirmed or assumed) and the config."""
         lines = [f"check against the reference {self.reference!r}: {'PASSED' if self.passed else 'FAILED'}"]
         if self.conventions:
             lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
@@ -122,30 +119,38 @@ class Result:
                 "conventions assumed (none reproduced the reference; judged under the closest): "
                 + ", ".join(f"{k}={v}" for k, v in self.assumed.items())
             )
-        if self.config is not None:
-            c = self.config
-            fields = shown(self.reference)
-            if c.positional != "rope":  # RoPE's fields only where it rotates; an attention has no other positions
-                layer = self.reference in ("multi_head_attention", "decoder_only_layer")
-                hidden = {"rope_theta"} | ({"positional"} if layer else set())
-                fields = [k for k in fields if k not in hidden]
-            if fields:
-                head = "config" if self.confirmed else "config assumed (the closest, not confirmed)"
-                lines.append(f"{head}: " + ", ".join(f"{k}={getattr(c, k)!r}" for k in fields))
-        if self.mapping:
-            width = max(len(k) for k in self.mapping)
-            lines.append("mapping (user parameter -> reference, layout); pass an edited copy back as mapping=:")
-            lines += [f"  {k:<{width}}  {ref}  ({note})" for k, (ref, note) in self.mapping.items()]
-        if self.rows:
-            lines += self._table()
-        if self.first_divergence is not None:
-            lines.append(f"first divergence: {self.first_divergence}")
-        for d in self.diagnoses:
-            lines.append(f"diagnosis: {d}")
-        if self.unexplained:
-            lines.append(f"unexplained: {self.unexplained}")
-        if self.error:
-            lines.append(f"error: {self.error}")
+        fields = self._config_fields()
+        if fields:
+            head = "config" if self.confirmed else "config assumed (the closest, not confirmed)"
+            lines.append(f"{head}: " + ", ".join(f"{k}={getattr(self.config, k)!r}" for k in fields))
+        return lines
+
+    def _config_fields(self) -> list:
+        """The config fields shown: the level's (level_table), RoPE's only where it rotates (an attention or a layer
+        has no other positions)."""
+        if self.config is None:
+            return []
+        fields = list(shown(self.reference))
+        if self.config.positional != "rope":
+            entry = LEVELS.get(self.reference)
+            layer = entry is not None and entry.rope and entry.group != "model"  # no position table
+            hidden = {"rope_theta"} | ({"positional"} if layer else set())
+            fields = [k for k in fields if k not in hidden]
+        return fields
+
+    def _map(self) -> list:
+        if not self.mapping:
+            return []
+        width = max(len(k) for k in self.mapping)
+        return ["mapping (user parameter -> reference, layout); pass an edited copy back as mapping=:"] + [
+            f"  {k:<{width}}  {ref}  ({note})" for k, (ref, note) in self.mapping.items()
+        ]
+
+    def _findings(self) -> list:
+        """The first divergence, the diagnoses, what is unexplained, an error, the caveats and the notes."""
+        lines = [] if self.first_divergence is None else [f"first divergence: {self.first_divergence}"]
+        lines += [f"diagnosis: {d}" for d in self.diagnoses]
+        lines += [f"unexplained: {self.unexplained}"] if self.unexplained else []
+        lines += [f"error: {self.error}"] if self.error else []
         lines += [f"caveat: {id_}: {message}" for id_, message in self.caveats]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return lines + [f"note: {n}" for n in self.notes]

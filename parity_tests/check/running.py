@@ -44,7 +44,9 @@ class Float32Islands(TorchDispatchMode):
 
     def __init__(self, module: nn.Module, promote: bool):
         super().__init__()
-        self.promote, self.seen, self.stack = promote, [], []
+        self.promote = promote
+        self.seen: list = []
+        self.stack: list = []
         self.paths = {id(m): path for path, m in module.named_modules()}
 
     def __enter__(self):
@@ -118,7 +120,7 @@ def copy_module(user: nn.Module) -> nn.Module:
     copy.deepcopy shares functions: minGPT's `self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))` would
     still call the original (float32, the user's weights) from the copy. Each function attribute (alone or in a
     list, tuple or dict) is rebuilt with its closure's cells pointing at the copies of what they held."""
-    memo = {}
+    memo: dict = {}
     module = copy.deepcopy(user, memo)
     for sub in module.modules():
         for name, value in list(vars(sub).items()):
@@ -137,8 +139,8 @@ def _rebind(value, memo: dict, depth: int = 0):
         changed = any(a is not b for a, b in zip(items, value, strict=True))
         return type(value)(items) if changed else value
     if isinstance(value, dict):
-        items = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
-        return items if any(items[k] is not v for k, v in value.items()) else value
+        entries = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
+        return entries if any(entries[k] is not v for k, v in value.items()) else value
     if not isinstance(value, types.FunctionType) or not value.__closure__:
         return value
     cells, changed = [], False

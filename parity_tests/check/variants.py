@@ -118,12 +118,13 @@ def multi_head_attention(
     return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose_back), params, "out_proj")
 
 
-def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False):
+def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False, axis=-1):
     """y = (x - mean) / sqrt(var + eps) * weight + bias; unbiased divides the variance by n - 1,
-    eps_outside computes (x - mean) / (sqrt(var) + eps)."""
-    n = x.shape[-1]
-    centred = x - x.mean(axis=-1, keepdims=True)
-    var = (centred**2).sum(axis=-1, keepdims=True) / (n - 1 if unbiased else n)
+    eps_outside computes (x - mean) / (sqrt(var) + eps), `axis` the axis (or axes) the mean and the variance run
+    over (the features, -1, in the reference)."""
+    n = x.size // np.mean(x, axis=axis, keepdims=True).size  # the count of the entries each statistic reads
+    centred = x - x.mean(axis=axis, keepdims=True)
+    var = (centred**2).sum(axis=axis, keepdims=True) / (n - 1 if unbiased else n)
     denominator = np.sqrt(var) + eps if eps_outside else np.sqrt(var + eps)
     return centred / denominator * weight + bias
 
@@ -135,14 +136,6 @@ def rms_norm(x, weight, eps, eps_outside=False, axis=-1):
     return x / (np.sqrt(square) + eps if eps_outside else np.sqrt(square + eps)) * weight
 
 
-RMS_NORM_VARIANTS = [  # (id, message, knobs)
-    ("rms_norm.eps_outside_sqrt", "eps added to the root mean square, outside the square root", dict(eps_outside=True)),
-    ("rms_norm.wrong_axis", "the mean of x^2 taken over the positions, not the features (dim=-1)", dict(axis=-2)),
-    ("rms_norm.wrong_axis", "the mean of x^2 taken over the batch, not the features (dim=-1)", dict(axis=0)),
-    ("rms_norm.wrong_axis", "the mean of x^2 taken over every element (no dim), not the features", dict(axis=None)),
-]
-
-
 def gated_feed_forward(params, x, activation="silu", on_up=False):
     """down(act(gate(x)) * up(x)) (the reference's gated block, linear1 the up projection); on_up puts the
     activation on the up projection instead: down(gate(x) * act(up(x)))."""
@@ -150,12 +143,6 @@ def gated_feed_forward(params, x, activation="silu", on_up=False):
     g, u = linear(x, params, "gate"), linear(x, params, "linear1")
     h = g * act(u)[0] if on_up else act(g)[0] * u
     return linear(h, params, "linear2")
-
-
-LAYER_NORM_VARIANTS = {
-    "layer_norm.unbiased_variance": dict(unbiased=True),
-    "layer_norm.eps_outside_sqrt": dict(eps_outside=True),
-}
 
 
 def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
@@ -188,7 +175,7 @@ def scale_divisors(d_model: int, d_head: int) -> dict:
         (d_model, f"d_model = {d_model}: the model width, and no root"),
         (1.0, "1: no scaling at all"),
     ]
-    out = {}
+    out: dict = {}
     for value, origin in candidates:
         if math.isclose(value, math.sqrt(d_head)):
             continue

@@ -83,35 +83,45 @@ def source_problems(source: str, name: str) -> list:
     chained = CHAINED.get(name, {})
     problems = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported = [(alias.name, None) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            module = "." * node.level + (node.module or "")
-            imported = [(module, alias.name) for alias in node.names]
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            problems.append(f"line {node.lineno} uses {node.id}, which a backward pass has no need of")
-            continue
-        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
-            problems.append(f"line {node.lineno} reads .{node.attr}, which a backward pass has no need of")
-            continue
-        else:
-            continue
-        for module, member in imported:
-            if member is not None and member in chained.get(module, ()):
-                continue
-            top = module.split(".")[0]
-            if top in REFERENCE_MODULES:
-                what = f"{module}.{member}" if member else module
-                problems.append(
-                    f"line {node.lineno} imports {what}: a submission may not use the reference, this package or "
-                    "torch (that would recompute the answer instead of deriving it)"
-                )
-            elif top not in ALLOWED_IMPORTS:
-                problems.append(
-                    f"line {node.lineno} imports {module or '.'}: a submission may import only "
-                    f"{', '.join(m for m in ALLOWED_IMPORTS if not m.startswith('_'))}"
-                )
+        problems += _forbidden_name(node)
+        for line, module, member in _imported(node):
+            if member is None or member not in chained.get(module, ()):
+                problems += _import_problem(line, module, member)
     return problems
+
+
+def _forbidden_name(node) -> list:
+    """A name or an attribute a backward pass has no need of (FORBIDDEN_NAMES)."""
+    if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+        return [f"line {node.lineno} uses {node.id}, which a backward pass has no need of"]
+    if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
+        return [f"line {node.lineno} reads .{node.attr}, which a backward pass has no need of"]
+    return []
+
+
+def _imported(node) -> list:
+    """(line, module, member or None) for each name an import statement brings in."""
+    if isinstance(node, ast.Import):
+        return [(node.lineno, alias.name, None) for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        module = "." * node.level + (node.module or "")
+        return [(node.lineno, module, alias.name) for alias in node.names]
+    return []
+
+
+def _import_problem(line: int, module: str, member: str | None) -> list:
+    """An import of the reference, this package or torch, or of a module outside ALLOWED_IMPORTS."""
+    top = module.split(".")[0]
+    if top in REFERENCE_MODULES:
+        what = f"{module}.{member}" if member else module
+        return [
+            f"line {line} imports {what}: a submission may not use the reference, this package or "
+            "torch (that would recompute the answer instead of deriving it)"
+        ]
+    if top not in ALLOWED_IMPORTS:
+        allowed = ", ".join(m for m in ALLOWED_IMPORTS if not m.startswith("_"))
+        return [f"line {line} imports {module or '.'}: a submission may import only {allowed}"]
+    return []
 
 
 class _Refuser(importlib.abc.MetaPathFinder):

@@ -1,0 +1,201 @@
+"""The attention mistakes of the registry (mistakes.py), in the order they are tried: each entry's variants, given
+the attention's Site, a list of (message, knobs), the knobs those of variants.multi_head_attention and
+variants.attention_heads. A new attention id is one entry here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from . import variants as VR
+from .diagnosis import Mistake, Site
+
+ATTENTION = "attention"
+
+
+def _causal(site: Site, mask: Callable) -> list:
+    """Variants of a causal self-attention's mask: mask(T) (1, 1, T, T), with the keys' padding too when the user
+    may mask it (a causal attention's padding of the target)."""
+    if not site.causal:
+        return []
+    T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
+    return [mask(T) & pad for pad in [True] + ([] if site.pad is None else [site.pad])]
+
+
+def _not_causal(site: Site) -> list:
+    if not site.causal:
+        return []
+    return [("no causal mask: every query sees the future", {"keep": keep})
+            for keep in [None] + ([] if site.pad is None else [site.pad])]  # fmt: skip
+
+
+def _rope_v(site: Site) -> list:
+    if not site.rope:
+        return []
+    return [
+        ("the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
+        # a model in Meta's pairing: its v rows are not read in that order
+        ("the values rotated too (in pairs 2i, 2i + 1); RoPE rotates queries and keys only", {"rope_v": "interleaved"}),
+        ("the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only", {"rope_v": "half"}),
+    ]
+
+
+# which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
+MIXED = "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
+
+
+def _masks_swapped(site: Site) -> list:
+    """A causal self-attention given the cross-attention's padding mask, where the two have the same keys."""
+    if not site.causal or site.swap is None or site.keep is None or site.swap.shape[-1] != site.keep.shape[-1]:
+        return []
+    return [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": site.swap})]
+
+
+def _padded_keys(site: Site) -> bool:
+    return site.keep is not None and np.ndim(site.keep) == 4 and site.keep.shape[2] == 1
+
+
+ATTENTION_MISTAKES = (
+    Mistake("rope.applied_to_v", "the values rotated too: RoPE rotates queries and keys only", ATTENTION, _rope_v),
+    Mistake(
+        "rope.mixed_pairing",
+        "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
+        ATTENTION,
+        lambda s: [(MIXED, {"pairs": p}) for p in (("half", "interleaved"), ("interleaved", "half"))] if s.rope else [],
+    ),
+    Mistake(
+        "rope.position_offset",
+        "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
+        ATTENTION,
+        lambda s: (
+            [
+                ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
+                ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
+            ]
+            if s.rope
+            else []
+        ),
+    ),  # fmt: skip
+    Mistake(
+        "attention.kv_heads_tiled",
+        "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
+        ATTENTION,
+        lambda s: (
+            [
+                (
+                    "K/V heads repeated by tiling (.repeat: query head h reads K/V head h % n_kv), "
+                    "not repeat_interleave",
+                    {"tile": True},
+                )
+            ]
+            if s.gqa
+            else []
+        ),
+    ),  # fmt: skip
+    Mistake(
+        "attention.wrong_scale",
+        "scores = Q K^T / c with c != sqrt(d_head)",
+        ATTENTION,
+        lambda s: [
+            (f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(s.Dh):.3g}", {"divisor": divisor})
+            for divisor, origin in VR.scale_divisors(s.D, s.Dh).items()
+        ],
+    ),
+    Mistake(
+        "attention.heads_without_transpose",
+        "(B, T, D).view(B, H, T, Dh) without the transpose: heads mix positions",
+        ATTENTION,
+        lambda s: [
+            ("heads split by a reshape without the transpose", {"transpose": False}),
+            ("heads split by a reshape without the transpose (merged back with it)", {"transpose": "split"}),
+            ("heads merged back by a reshape without the transpose (split with it)", {"transpose": "merge"}),
+        ],
+    ),
+    Mistake(
+        "attention.softmax_wrong_axis",
+        "softmax over queries (dim=-2) instead of keys (dim=-1)",
+        ATTENTION,
+        lambda s: [("softmax over the queries (dim=-2) instead of the keys", {"axis": -2, "mask_mode": "fill"})],
+    ),
+    Mistake(
+        "attention.mask_after_softmax",
+        "P = softmax(S) then P[masked] = 0, instead of S[masked] = -inf before softmax",
+        ATTENTION,
+        lambda s: (
+            [
+                ("masked probabilities zeroed after the softmax (not renormalised)", {"mask_mode": "after"}),
+                ("masked probabilities zeroed after the softmax, then renormalised", {"mask_mode": "after_renorm"}),
+            ]
+            if s.keep is not None
+            else []
+        ),
+    ),  # fmt: skip
+    Mistake(
+        "attention.mask_ignored",
+        "the mask is passed in but never applied: P = softmax(S) over every key",
+        ATTENTION,  # a causal attention that applies no mask is attention.not_causal
+        lambda s: (
+            [("the mask is passed in but never applied", {"mask_mode": "ignored"})]
+            if s.keep is not None and not s.causal
+            else []
+        ),
+    ),  # fmt: skip
+    Mistake(
+        "attention.mask_inverted",
+        "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
+        ATTENTION,
+        lambda s: (
+            [("the mask's polarity is flipped", {"keep": ~s.keep})] if s.keep is not None and not s.causal else []
+        ),
+    ),
+    Mistake(
+        "attention.not_causal", "the decoder's self-attention sees the future: no causal mask", ATTENTION, _not_causal
+    ),
+    Mistake(
+        "attention.causal_hides_diagonal",
+        "causal mask j < i instead of j <= i: a query cannot see its own position",
+        ATTENTION,
+        lambda s: [
+            ("causal mask j < i: a query cannot see itself", {"keep": keep})
+            for keep in _causal(s, lambda T: np.tril(np.ones((T, T), bool), -1)[None, None])
+        ],
+    ),  # fmt: skip
+    Mistake(
+        "attention.causal_shows_next",
+        "causal mask j <= i + 1 instead of j <= i: a query sees one future position",
+        ATTENTION,
+        lambda s: [
+            ("causal mask j <= i + 1: a query sees the next position", {"keep": keep})
+            for keep in _causal(s, lambda T: np.tril(np.ones((T, T), bool), 1)[None, None])
+        ],
+    ),  # fmt: skip
+    Mistake(
+        "attention.masks_swapped",
+        "the decoder's self-attention gets the source mask and cross-attention the target's",
+        ATTENTION,
+        _masks_swapped,
+    ),
+    Mistake(
+        "attention.padding_on_queries",
+        "padding masks query rows instead of key columns",
+        ATTENTION,  # (B, 1, T, 1): rows of padded queries masked instead
+        lambda s: (
+            [("padding masks the queries' rows instead of the keys' columns", {"keep": s.keep.transpose(0, 1, 3, 2)})]
+            if not s.causal and s.self_attention and _padded_keys(s)
+            else []
+        ),
+    ),  # fmt: skip
+    Mistake(
+        "attention.q_k_swapped",
+        "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
+        ATTENTION,
+        lambda s: (
+            [("scores computed as K Q^T: the query and key projections exchanged", {"swap_qk": True})]
+            if s.self_attention
+            else []
+        ),
+    ),  # fmt: skip
+)

@@ -1,0 +1,62 @@
+"""What the registry of mistakes (mistakes.py) is made of: a Mistake, the Site an attention's variants are made for,
+and a Diagnosis, a known mistake that reproduces what the user's code computes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Diagnosis:
+    """A known mistake that reproduces the user's output: its catalogue id, a readable message, the user's
+    submodule where it sits, and the relative error between the user's output and the variant (float64)."""
+
+    id: str
+    message: str
+    where: str
+    error: float
+
+    def __str__(self) -> str:
+        return f"{self.id} at {self.where or '(the module)'}: {self.message} (variant error {self.error:.1e})"
+
+
+@dataclass(frozen=True)
+class Site:
+    """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may
+    attend, broadcastable to (B, H, T_q, T_k), or None); for a causal self-attention (`causal`) its keys' padding
+    `pad` (B, 1, 1, T) or None and the cross-attention's mask `swap`; whether it is a self-attention, whether it
+    rotates queries and keys (`rope`) and has fewer K/V heads than query heads (`gqa`)."""
+
+    D: int
+    Dh: int
+    keep: np.ndarray | None = None
+    causal: bool = False
+    pad: np.ndarray | None = None
+    swap: np.ndarray | None = None
+    self_attention: bool = True
+    rope: bool = False
+    gqa: bool = False
+
+
+@dataclass(frozen=True)
+class Mistake:
+    id: str
+    line: str  # the line of math it changes (the catalogue)
+    unit: str | None = None  # the unit it is looked for at (see the module docstring); None: by a probe
+    variants: Callable[[Site], list] | None = None  # Site -> [(message template, knobs)]
+    pairs: tuple = ()  # "backward": the check.pair references it applies to (empty: every one)
+    combines: bool = False  # also tried together with its unit's other combining mistakes (x.std() + eps)
+    tests: tuple = ()  # "backward": (stage, test) pairs, test(backward_mistakes.Gradient) -> Diagnosis(es) or None
+    plausible: Callable | None = None  # cfg -> whether the mistake is plausible for a model of that family: a pass
+    # under a convention that is also this mistake is caveated only where it is (None: everywhere)
+
+    def caveated(self, cfg) -> bool:
+        """Whether a pass under the convention that is also this mistake is caveated, for a model read as `cfg`."""
+        return self.plausible is None or bool(self.plausible(cfg))
+
+    def applies(self, unit: str, site: Site) -> list:
+        """[(message template, knobs)] of this mistake at a `unit` described by `site` (none elsewhere)."""
+        return self.variants(site) if self.unit == unit and self.variants is not None else []

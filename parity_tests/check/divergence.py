@@ -1,0 +1,376 @@
+"""The first divergent submodule of a layer or a model, and the catalogue's variants there.
+
+Forward hooks on the user's submodules, each matched (through the weight map) to a unit of the reference (an
+attention, a norm, a feed-forward block, the embeddings); the reference's activations are computed unit by unit
+from the same inputs (its stages); the first unit whose output leaves the bar is the first divergence, and each
+catalogue variant (matchers.py) is run on the reference's inputs to that unit there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from torch import nn
+
+from numpy_transformer import model as M
+
+from . import levels as LV
+from . import reference as R
+from . import variants as VR
+from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
+from .report import Result
+
+# -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
+
+
+def unit_of(ref: str) -> tuple[str, str]:
+    """(unit prefix, kind) of a reference tensor name: attention, ffn, norm or table."""
+    base = ref.rsplit(".", 1)[0]
+    last = base.rsplit(".", 1)[-1]
+    if last in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        return base.rsplit(".", 1)[0] if "." in base else "", "attention"
+    if last in ("linear1", "linear2", "gate"):
+        return base.rsplit(".", 1)[0] if "." in base else "", "ffn"
+    if last.endswith("embedding"):
+        return base, "table"
+    return base, "norm"
+
+
+def _lca(paths: list) -> str:
+    split = [p.split(".") if p else [] for p in paths]
+    common = []
+    for parts in zip(*split, strict=False):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    return ".".join(common)
+
+
+def _module_path(user_name: str) -> str:
+    return user_name.rsplit(".", 1)[0] if "." in user_name else ""
+
+
+def _inside(path: str, owner: str) -> bool:
+    return owner == "" or path == owner or path.startswith(owner + ".")
+
+
+def _modules(session) -> dict:
+    return dict(session.user.named_modules()) if session.is_module else {}
+
+
+def hook_targets(links, modules: dict | None = None) -> dict:
+    """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
+    holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
+    the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
+    out. `modules`: the user's named modules, to tell containers."""
+    paths: dict = {}
+    for link in links:
+        for ref, _ in link.parts:
+            unit, _ = unit_of(ref)
+            paths.setdefault(unit, set()).add(_module_path(link.user))
+            parts = unit.split(".")
+            for i in range(len(parts)):
+                if parts[i] == "layers" and i + 1 < len(parts):
+                    paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
+    targets = {}
+    for unit, own in paths.items():
+        owner = _lca(sorted(own))
+        while owner and isinstance((modules or {}).get(owner), (nn.ModuleList, nn.ModuleDict)):
+            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+        others = [
+            p
+            for u, ps in paths.items()
+            if u != unit and not u.startswith(unit + ".") and not unit.startswith(u + ".")
+            for p in ps
+        ]
+        if not any(_inside(p, owner) for p in others):
+            targets[unit] = owner
+    for unit, path in _out_projections(links).items():
+        if unit not in targets and isinstance((modules or {}).get(path), nn.Linear):
+            targets[unit] = path  # its output is the attention's (BERT's attention.output.dense beside the norm)
+    return targets
+
+
+def _out_projections(links) -> dict:
+    """attention unit -> the user's module path of its output projection."""
+    found = {}
+    for link in links:
+        for ref, _ in link.parts:
+            if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]:
+                found[unit_of(ref)[0]] = _module_path(link.user)
+    return found
+
+
+def attention_place(links, unit: str, target: str) -> str:
+    """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
+    could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
+    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
+    if _out_projections(links).get(unit) != target:
+        return target
+    inputs = {
+        _module_path(link.user)
+        for link in links
+        for ref, _ in link.parts
+        if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref
+    }
+    return _lca(sorted(inputs)) or target
+
+
+def model_stages(session, cfg, caller):
+    """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
+    extra) with extra the masks the attention read."""
+    entry, params = session.entry, session.params
+    p = session.probes[(False, False)]
+    stages = []
+    if entry.group == "layer":
+        decoder = entry.causal  # a causal self-attention
+        x, memory = p.floats["x"], p.floats.get("memory")
+        self_keep = LV.keep_mask(p, "self") if decoder else LV.keep_mask(p, "src")
+        trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)
+        for unit, kind, inputs, out in trace:
+            stages.append((unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)))
+        return stages
+    if entry.activations is not None:  # a stack composed from the reference's pairs
+        acts = entry.activations(params, p, cfg)
+    else:  # a whole model: its object's
+        acts = LV.run_reference(entry.name, params, p, cfg, np.float64)[1].model.activations()
+    for stack in entry.stacks:
+        stages += _stack_stages(entry, stack, p, params, cfg, acts)
+    return stages
+
+
+def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
+    """One stack's stages: its embeddings (a model's; BERT's embedding norm before them), then, layer by layer,
+    the units inside the layer and the layer's output. A stack of layers on embeddings starts from its input."""
+    stages: list = []
+    if entry.group == "model":
+        first = acts[f"{stack}.embedding"]
+        stages += _embedding_stages(stack, p, params, cfg, acts)
+    else:
+        first = p.floats[entry.inputs[0]]
+    valid = p.src_keep if stack == "encoder" else p.tgt_keep
+    decoder = stack == "decoder"
+    memory = acts.get("encoder") if entry.cross and decoder else None
+    n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
+    for i in range(n):
+        x = first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
+        layer = M.sub(params, f"{stack}.layers.{i}")
+        self_keep = np.tril(np.ones((x.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
+        trace = LV.layer_trace(layer, x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
+        for unit, kind, inputs, out in trace:
+            masks = _masks(unit, decoder, p)
+            stages.append((f"{stack}.layers.{i}.{unit}", kind, inputs, out, valid, masks))
+        stages.append((f"{stack}.layers.{i}", "layer", (x,), acts[f"{stack}.layers.{i}"], valid, None))
+    return stages
+
+
+def _embedding_stages(stack: str, p, params: dict, cfg, acts: dict) -> list:
+    """A model stack's embedding stage, after BERT's embedding norm's."""
+    stages: list = []
+    valid = p.src_keep if stack == "encoder" else p.tgt_keep
+    ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+    if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
+        summed = R.summed_embeddings(M.sub(params, stack), ids, cfg)
+        stages.append((f"{stack}.embedding_norm", "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
+    stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
+    return stages
+
+
+def _pad(keep):
+    return None if keep is None else keep[:, None, None, :]
+
+
+def _masks(unit: str, decoder: bool, p) -> dict | None:
+    if not unit.endswith("attn"):
+        return None
+    if unit.endswith("self_attn") and decoder:
+        return {"causal": True, "pad": _pad(p.tgt_keep), "swap": _pad(p.src_keep)}
+    return {"self_attention": unit.endswith("self_attn")}
+
+
+def capture(session, caller) -> dict:
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out)."""
+    targets = hook_targets(session.links, _modules(session))
+    module = session.copy(np.float64)
+    modules = dict(module.named_modules())
+    captured: dict = {}
+    handles = []
+    for unit, path in targets.items():
+        if path in modules:
+            handles.append(
+                modules[path].register_forward_hook(
+                    lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o)) and None
+                )
+            )
+    try:
+        session.run_user(caller, np.float64)
+    finally:
+        for h in handles:
+            h.remove()
+    return captured
+
+
+def scan(session, caller, cfg, captured) -> tuple:
+    """(number of stages that agree before the first that diverges, that stage, the user's output there, error);
+    the stage is None when every hooked stage agrees."""
+    done = 0
+
+    def batch_first(t):
+        t = _np(t)
+        return t if caller.batch_first or t.ndim < 3 else t.transpose(1, 0, 2)
+
+    key = repr(cfg)
+    cache = session.__dict__.setdefault("stages", {})
+    if key not in cache:
+        cache[key] = model_stages(session, cfg, caller)
+    for stage in cache[key]:
+        unit, kind, inputs, ref_out, valid, masks = stage
+        if kind == "embedding":
+            layer0 = unit.split(".")[0] + ".layers.0"
+            args = captured.get(layer0, ((),))[0]
+            if not args:
+                continue
+            user = batch_first(args[0])
+        elif unit in captured:
+            user = batch_first(captured[unit][1])
+        else:
+            continue
+        if user.shape != ref_out.shape:
+            continue
+        with np.errstate(all="ignore"):
+            error = _match(user, ref_out, valid, None)
+        if error > 1e-10:
+            return done, stage, user, error
+        done += 1
+    return done, None, None, 0.0
+
+
+def first_divergence(session, caller, cfg, result, captured=None) -> None:
+    """The first reference stage whose user output leaves the bar (hooks), and the variants that explain it."""
+    captured = capture(session, caller) if captured is None else captured
+    _, stage, user_out, error = scan(session, caller, cfg, captured)
+    if stage is None:
+        return
+    unit = stage[0]
+    if stage[1] == "embedding":
+        where, found = _at_embedding(session, cfg, stage, user_out)
+    else:
+        where, found = _at_unit(session, cfg, stage, user_out)
+    result.first_divergence = where
+    for d in found:  # a mistake placed more precisely than its unit (the module that keeps or scales a table)
+        result.first_divergence = d.where
+    result.diagnoses += found
+    if not found:
+        result.unexplained = (
+            f"{where} (reference {unit or session.level}) diverges with relative error "
+            f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
+        )
+        if error < 1e-5:  # float32's rounding, in a float64 run
+            result.unexplained += (
+                "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
+                "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
+            )
+
+
+def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
+    """(where, diagnoses) at a stack's embeddings: the scale (named at the table's own wrapper) and the position
+    table (named at the module that keeps the fixed table)."""
+    unit, _, inputs, _, valid, _ = stage
+    stack = unit.split(".")[0]
+    where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
+    positions = None
+    if cfg.positional == "sinusoidal":
+        positions = VR.sinusoid_tables(cfg.max_len, cfg.d_model)[cfg.sinusoid_layout]
+    elif cfg.positional == "learned":
+        positions = session.params[f"{stack}.position_embedding.weight"]
+    table = session.params.get(f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight"))
+    found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
+    tables = [name.rsplit(".", 1)[0] for name in session.overwrite if "." in name]
+    for d in found:
+        if d.id == "positions.wrong_frequencies" and tables:
+            d.where = max(tables, key=lambda t: len(_lca([t, where])))
+        elif d.id.startswith("embedding.") and session.is_module:
+            d.where = _scaling_module(session, where)
+    return where, found
+
+
+def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
+    """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
+    variants of that unit run on the reference's inputs to it."""
+    unit, kind, inputs, _, valid, masks = stage
+    where = hook_targets(session.links, _modules(session))[unit] or "(the module)"
+    if kind == "attention":
+        where = attention_place(session.links, unit, where)
+        return where, _attention_there(session, cfg, stage, user_out, where)
+    eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
+    if kind == "norm" and cfg.norm == "rms":
+        return where, match_rms_norm(user_out, inputs[0], session.params[f"{unit}.weight"], eps, where, valid)
+    if kind == "norm":
+        weight, bias = session.params[f"{unit}.weight"], session.params.get(f"{unit}.bias", 0.0)
+        return where, match_norm(user_out, inputs[0], weight, bias, eps, where, valid)
+    if kind == "ffn" and cfg.gated_ffn:
+        return where, match_gated(user_out, inputs[0], M.sub(session.params, unit), cfg.activation, where, valid)
+    return where, []
+
+
+def _attention_there(session, cfg, stage, user_out, where: str) -> list:
+    """An attention's variants on its inputs: a decoder's self-attention with its causal and padding masks (maybe
+    swapped with the cross-attention's), RoPE's where it rotates."""
+    unit, _, (query, kv, keep), _, valid, masks = stage
+    params = M.sub(session.params, unit) if unit else session.params
+    context = masks or {}
+    if context.get("causal"):
+        options = dict(causal=True, pad=context["pad"], swap=context["swap"])
+    else:
+        options = dict(self_attention=context.get("self_attention", True))
+    rope = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn"))
+    return match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **rope, **options)
+
+
+def latest_divergence(session, runnable: list) -> tuple:
+    """Among (caller, config) pairs, the one whose first divergence comes latest (the mistake is in one place; the
+    conventions and config are right everywhere before it); of those that tie, the first whose divergence a
+    catalogue variant explains, else the one closest there. Returns (caller, config)."""
+    scored: list = []
+    for layout in session.layouts:  # the weight maps too: RoPE's pairing, gate and up
+        session.use(layout)
+        for caller in runnable:
+            captured = capture(session, caller)
+            for cfg in session.config_candidates():
+                done, _, _, error = scan(session, caller, cfg, captured)
+                scored.append((-done, error, len(scored), caller, cfg, captured, layout))
+    scored.sort(key=lambda s: s[:3])
+    tied = [s for s in scored if s[0] == scored[0][0]]
+    for _, _, _, caller, cfg, captured, layout in tied:
+        session.use(layout)
+        trial = Result(reference=session.level)
+        first_divergence(session, caller, cfg, trial, captured)
+        if trial.diagnoses:
+            return caller, cfg
+    session.use(tied[0][6])
+    return tied[0][3], tied[0][4]
+
+
+def _scaling_module(session, path: str) -> str:
+    """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
+    table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
+    modules = dict(session.user.named_modules())
+    if path not in modules:
+        return path
+
+    def held(module) -> set:
+        return {id(t) for t in (*module.parameters(), *module.buffers())}
+
+    table = held(modules[path])
+    while "." in path:
+        parent = path.rsplit(".", 1)[0]
+        if isinstance(modules[parent], (nn.ModuleList, nn.ModuleDict, nn.Sequential)) or held(modules[parent]) != table:
+            break
+        path = parent
+    return path
+
+
+def _table_module(session, ref_name: str) -> str | None:
+    for link in session.links:
+        if any(n == ref_name for n, _ in link.parts):
+            return _module_path(link.user) or link.user
+    return None

@@ -1,0 +1,140 @@
+"""The catalogue's variants run on a unit's inputs: the mistakes (mistakes.py) whose variant reproduces a user's
+output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed-forward or the embeddings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import calling as C
+from . import mistakes as MK
+from . import variants as VR
+from .judge import MATCH, _error, _valid
+from .report import Diagnosis
+
+
+def _np(t) -> np.ndarray:
+    return C.first_tensor(t).detach().cpu().double().numpy()
+
+
+def _rows_without_keys(keep, shape) -> np.ndarray | None:
+    """(B, T_q) True where a query row has no key left to attend to (the variant's output there is excluded: the
+    user's may be NaN (-inf fill) or uniform (-1e9 fill), either way not the reference's zeros)."""
+    if keep is None:
+        return None
+    B, T_q, T_k = shape
+    full = np.broadcast_to(keep, (np.broadcast_shapes(np.shape(keep), (B, 1, T_q, T_k))))
+    return ~full.any(-1).all(1)  # (B, T_q)
+
+
+def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+    if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
+        return math.inf
+    user, variant = _valid(user, valid), _valid(variant, valid)
+    if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
+        user, variant = _valid(user, ~empty), _valid(variant, ~empty)
+    user = np.nan_to_num(user, nan=1e300)
+    return _error(user, variant)
+
+
+def attention_variants(
+    D: int, Dh: int, keep, causal=False, pad=None, swap=None, self_attention=True, rope=False, gqa=False
+) -> list:
+    """(id, message, knobs) for every registered attention mistake (mistakes.MISTAKES) given its reference mask
+    `keep`; for a causal self-attention `pad` is its keys' padding (B, 1, 1, T) or None, `swap` the
+    cross-attention's mask (masks_swapped). `rope`: rotary positions' mistakes too; `gqa`: grouped-query
+    attention's."""
+    return MK.attention_variants(MK.Site(D, Dh, keep, causal, pad, swap, self_attention, rope, gqa))
+
+
+def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, **context) -> list:
+    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
+    value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
+    positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
+    ignored mask agree everywhere but there), and of those the ones that need no row left out."""
+    found: list = []
+    tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
+    D = query.shape[-1]
+    gqa = n_kv is not None and n_kv != H
+    for vid, message, knobs in attention_variants(D, D // H, keep, rope=theta is not None, gqa=gqa, **context):
+        knobs = dict(knobs)
+        k = knobs.pop("keep", keep)
+        transpose = knobs.pop("transpose", True)
+        if params is None:  # scaled dot-product attention on heads already split
+            variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
+            shape = (query.shape[0], query.shape[2], kv[0].shape[2])
+            empty = _rows_without_keys(k, shape)
+            if empty is not None:
+                empty = np.broadcast_to(empty[:, None, :, None], variant.shape).any(-1)[:, 0]
+            error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
+        else:
+            key, value = kv if isinstance(kv, tuple) else (kv, kv)
+            variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, n_kv, theta, **knobs)
+            empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
+            error = _match(user_out, variant, valid, empty)
+        if error <= MATCH and vid not in {d.id for d in found}:
+            found.append(Diagnosis(vid, message, where, error))
+            strict = _match(user_out, variant, None, None) <= MATCH
+            tiers[0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2].append(found[-1])
+    return next((tier for tier in tiers if tier), [])
+
+
+def _formatted(found: list, **context) -> list:
+    return [(vid, message.format(**context), knobs) for vid, message, knobs in found]
+
+
+def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
+    """The layer-norm variants (mistakes.MISTAKES, unit "layer_norm") that reproduce `user_out`: each mistake
+    alone, then those that combine together (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
+    site = MK.Site(x.shape[-1], x.shape[-1])
+    alone = _formatted(MK.variants("layer_norm", site), eps=eps)
+    for combination in [[v] for v in alone] + [_formatted(MK.variants("layer_norm", site, combining=True), eps=eps)]:
+        knobs = {k: v for _, _, variant in combination for k, v in variant.items()}
+        error = _match(user_out, VR.layer_norm(x, weight, bias, eps, **knobs), valid, None)
+        if error <= MATCH:
+            return [Diagnosis(vid, message, where, error) for vid, message, _ in combination]
+    return []
+
+
+def match_rms_norm(user_out, x, weight, eps, where, valid=None) -> list:
+    """The RMSNorm variants (mistakes.MISTAKES, unit "rms_norm") that reproduce `user_out`."""
+    for vid, message, knobs in _formatted(MK.variants("rms_norm", MK.Site(x.shape[-1], x.shape[-1])), eps=eps):
+        error = _match(user_out, VR.rms_norm(x, weight, eps, **knobs), valid, None)
+        if error <= MATCH:
+            return [Diagnosis(vid, message, where, error)]
+    return []
+
+
+def match_gated(user_out, x, params, activation, where, valid=None) -> list:
+    """The gated feed-forward's variants (unit "gated_feed_forward"), e.g. the activation on the up projection."""
+    site = MK.Site(x.shape[-1], x.shape[-1])
+    for vid, message, knobs in _formatted(MK.variants("gated_feed_forward", site), activation=activation):
+        error = _match(user_out, VR.gated_feed_forward(params, x, activation, **knobs), valid, None)
+        if error <= MATCH:
+            return [Diagnosis(vid, message, where, error)]
+    return []
+
+
+def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_expected=True) -> list:
+    """Variants of the embedding sum scale * E[ids] + P[:T] (units "embedding" and "positions"): a wrong scale,
+    a wrong position table, or both."""
+    site = MK.Site(D, D)
+    scales = [("", "", math.sqrt(D) if scale_expected else 1.0)]
+    scales += [(vid, message, knobs["scale"]) for vid, message, knobs in MK.variants("embedding", site)]
+    tables = [("", "", positions)]
+    if positions is not None:
+        options = VR.sinusoid_tables(len(positions), D)
+        tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
+    found = []
+    T = ids.shape[1]
+    for sid, scale_message, scale in scales:
+        for tid, table_message, pos in tables:
+            if not sid and not tid:
+                continue
+            error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[:T]), valid, None)
+            if error <= MATCH:
+                named = ((sid, scale_message), (tid, table_message))
+                found += [Diagnosis(vid, message, where, error) for vid, message in named if vid]
+    return found

@@ -1,0 +1,267 @@
+"""The pairs check.pair judges (and the exercise workbook grades): for each reference pair its forward and
+backward, the inputs it differentiates, its cases (shapes, padding, a fully masked row, T_q != T_k, large scores),
+how its backward is called, and the catalogue's variants of its forward (mistakes.py).
+
+Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F d_ff, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from numpy_transformer import TransformerConfig
+from numpy_transformer import attention as A
+from numpy_transformer import layers as L
+from numpy_transformer import loss as LS
+from numpy_transformer import model as M
+
+from . import mistakes as MK
+from . import variants as VR
+
+B, H, D, F, V = 2, 2, 8, 12, 11
+LARGE = 1e3  # "large scores": exp overflows without the max subtraction (float64 at 709, float32 at 88)
+
+
+@dataclass
+class Pair:
+    """One reference pair: its functions, the inputs differentiated, and its cases (name -> fn(rng) -> args)."""
+
+    forward: Callable
+    backward: Callable
+    wrt: list
+    cases: dict
+    call_backward: Callable | None = None  # how a backward is called: (backward, dout, cache) -> grads
+    variants: Callable | None = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
+    notes: dict = field(default_factory=dict)
+
+
+def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
+    """(B, 1, T_q, T_k) True = may attend: the second sequence's last `pad` keys padded; optionally causal, and
+    optionally a fully masked query row (the first sequence's row 0)."""
+    keep = np.ones((B, 1, T_q, T_k), dtype=bool)
+    if causal:
+        keep &= np.tril(np.ones((T_q, T_k), dtype=bool))
+    keep[1, :, :, T_k - pad :] = False
+    keep[1, :, :, 0] = True
+    if full_row:
+        keep[0, :, 0, :] = False
+    return keep
+
+
+def _softmax_variants(args):
+    x, mask = args["x"], args.get("mask")
+    return [("attention.softmax_wrong_axis", "softmax over axis -2 instead of the last", VR.softmax(x, mask, -2))]
+
+
+def _layer_norm_variants(args):
+    x, D = args["x"], args["x"].shape[-1]
+    out = []
+    for vid, message, knobs in MK.variants("layer_norm", MK.Site(D, D)):
+        value = VR.layer_norm(x, args["weight"], args["bias"], args["eps"], **knobs)
+        out.append((vid, message.format(eps=args["eps"]), value))
+    return out
+
+
+def _attention_variants(args):
+    from .matchers import attention_variants
+
+    q, k, v, keep = args["q"], args["k"], args["v"], args.get("mask")
+    out = []
+    for vid, message, knobs in attention_variants(q.shape[-1] * H, q.shape[-1], keep, self_attention=False):
+        knobs = dict(knobs)
+        if "transpose" in knobs:
+            continue  # heads are already split in this pair
+        out.append((vid, message, VR.attention_heads(q, k, v, knobs.pop("keep", keep), **knobs)))
+    return out
+
+
+def _mha_variants(args):
+    from .matchers import attention_variants
+
+    p, q, k, v, keep = args["params"], args["query"], args["key"], args["value"], args.get("attn_mask")
+    H_ = args["n_heads"]
+    out = []
+    for vid, message, knobs in attention_variants(q.shape[-1], q.shape[-1] // H_, keep, self_attention=False):
+        knobs = dict(knobs)
+        kk, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
+        heads = [VR.split(VR.linear(x, p, f"{n}_proj"), H_, transpose) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
+        context = VR.merge(VR.attention_heads(*heads, kk, **knobs), transpose)
+        out.append((vid, message, VR.linear(context, p, "out_proj")))
+    return out
+
+
+def _linear_params(rng, prefix_dims: dict) -> dict:
+    params = {}
+    for name, (o, i) in prefix_dims.items():
+        params[f"{name}.weight"] = rng.standard_normal((o, i)) / math.sqrt(i)
+        params[f"{name}.bias"] = 0.3 * rng.standard_normal(o)
+    return params
+
+
+def _layer_params(rng) -> dict:
+    params = _linear_params(rng, {f"self_attn.{p}_proj": (D, D) for p in ("q", "k", "v", "out")})
+    params |= _linear_params(rng, {"ffn.linear1": (F, D), "ffn.linear2": (D, F)})
+    for norm in ("self_attn_norm", "ffn_norm"):
+        params[f"{norm}.weight"] = 1 + 0.2 * rng.standard_normal(D)
+        params[f"{norm}.bias"] = 0.2 * rng.standard_normal(D)
+    return params
+
+
+def _n(rng, *shape):
+    return rng.standard_normal(shape)
+
+
+PAIRS = {
+    "softmax": Pair(
+        L.softmax_forward,
+        L.softmax_backward,
+        ["x"],
+        {
+            "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
+            "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
+            "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
+            "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
+        },
+        variants=_softmax_variants,
+    ),
+    "linear": Pair(
+        L.linear_forward,
+        L.linear_backward,
+        ["x", "weight", "bias"],
+        {
+            "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
+            "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
+        },
+    ),
+    "layer_norm": Pair(
+        L.layer_norm_forward,
+        L.layer_norm_backward,
+        ["x", "weight", "bias"],
+        {
+            "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
+            "offset and scaled rows": lambda r: dict(
+                x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
+            ),
+        },
+        variants=_layer_norm_variants,
+    ),
+    "dropout": Pair(
+        L.dropout_forward,
+        L.dropout_backward,
+        ["x"],
+        {
+            "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
+            "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
+        },
+    ),
+    "embedding": Pair(
+        L.embedding_forward,
+        L.embedding_backward,
+        ["weight"],
+        {
+            "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
+            "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
+        },
+    ),
+    "scaled_dot_product_attention": Pair(
+        A.scaled_dot_product_attention_forward,
+        A.scaled_dot_product_attention_backward,
+        ["q", "k", "v"],
+        {
+            "padding, T_q = T_k": lambda r: dict(
+                q=_n(r, B, H, 5, 4), k=_n(r, B, H, 5, 4), v=_n(r, B, H, 5, 4), mask=_mask(5, 5, pad=2)
+            ),
+            "T_q != T_k, causal": lambda r: dict(
+                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 6, 4), v=_n(r, B, H, 6, 4), mask=_mask(4, 6, causal=True)
+            ),
+            "a fully masked row": lambda r: dict(
+                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)
+            ),
+            "large scores": lambda r: dict(q=30 * _n(r, B, H, 4, 4), k=30 * _n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4)),
+        },
+        variants=_attention_variants,
+        call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv), not dtable
+    ),
+    "multi_head_attention": Pair(
+        A.multi_head_attention_forward,
+        A.multi_head_attention_backward,
+        ["query", "key", "value", "params"],
+        {
+            "cross-attention, T_q != T_k, padding": lambda r: dict(
+                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
+                query=_n(r, B, 4, D),
+                key=_n(r, B, 6, D),
+                value=_n(r, B, 6, D),
+                n_heads=H,
+                attn_mask=_mask(4, 6, pad=2),
+            ),
+            "a fully masked row": lambda r: dict(
+                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
+                query=_n(r, B, 5, D),
+                key=_n(r, B, 5, D),
+                value=_n(r, B, 5, D),
+                n_heads=H,
+                attn_mask=_mask(5, 5, full_row=True, causal=True),
+            ),
+        },
+        variants=_mha_variants,
+    ),
+    "feed_forward": Pair(
+        L.feed_forward_forward,
+        L.feed_forward_backward,
+        ["x", "params"],
+        {
+            f"{act}": (
+                lambda r, act=act: dict(
+                    params=_linear_params(r, {"linear1": (F, D), "linear2": (D, F)}), x=_n(r, B, 5, D), activation=act
+                )
+            )
+            for act in ("relu", "gelu")
+        },
+    ),
+    "cross_entropy": Pair(
+        LS.cross_entropy_forward,
+        LS.cross_entropy_backward,
+        ["logits"],
+        {
+            "ignored targets": lambda r: dict(logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100),
+            "label smoothing": lambda r: dict(
+                logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100, label_smoothing=0.1
+            ),
+        },
+        call_backward=lambda backward, dout, cache: backward(cache, dout),
+    ),
+    "encoder_layer": Pair(
+        M.encoder_layer_forward,
+        M.encoder_layer_backward,
+        ["x", "params"],
+        {
+            "post-norm, padding": lambda r: dict(
+                params=_layer_params(r),
+                x=_n(r, B, 5, D),
+                mask=_mask(1, 5, pad=2)[:, :, :1],
+                config=_layer_config(False),
+            ),
+            "pre-norm, gelu": lambda r: dict(
+                params=_layer_params(r),
+                x=_n(r, B, 6, D),
+                mask=_mask(1, 6, pad=1)[:, :, :1],
+                config=_layer_config(True, "gelu"),
+            ),
+        },
+    ),
+}
+
+
+def _targets(rng):
+    targets = rng.integers(0, V, size=(B, 5))
+    targets[1, -2:] = -100
+    return targets
+
+
+def _layer_config(norm_first, activation="relu"):
+    return TransformerConfig(d_model=D, n_heads=H, d_ff=F, norm_first=norm_first, activation=activation)

@@ -1,0 +1,164 @@
+"""The reference's inputs at each level: a probe of random inputs with padding, batch-first, as the reference takes
+them. Sizes are tiny (three sequences, 5 queries, 6 keys): a check runs in a second. The registry
+(level_table.py) names each level's builder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+B = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails instead of broadcasting
+T_Q, T_K = 5, 6  # query and key lengths: T_q != T_k where a level has two sequences
+
+
+@dataclass
+class Probe:
+    """The reference's inputs, batch-first. `floats` are differentiated (their gradients compared), `ids` are
+    token ids, `src_keep` / `tgt_keep` (B, T) say which positions are real (not padding), `causal` whether the
+    level's self-attention is causal. `valid` (B, T_out) are the output positions compared."""
+
+    floats: dict = field(default_factory=dict)
+    ids: dict = field(default_factory=dict)
+    src_keep: np.ndarray | None = None
+    tgt_keep: np.ndarray | None = None
+    causal: bool = False
+    valid: np.ndarray | None = None
+    self_attention: bool = False
+
+    def astype(self, dtype) -> Probe:
+        return dataclasses.replace(self, floats={k: v.astype(dtype) for k, v in self.floats.items()})
+
+
+def keep(T: int, pad_rows: tuple = (1,), n_pad: int = 2) -> np.ndarray:
+    """(B, T) True at real positions; the sequences in pad_rows end with n_pad padding positions."""
+    kept = np.ones((B, T), dtype=bool)
+    for b in pad_rows:
+        kept[b, T - n_pad :] = False
+    return kept
+
+
+def token_ids(rng, kept, vocab: int, pad_id: int | None) -> np.ndarray:
+    """Random ids (B, T) below `vocab`, pad_id at the padding positions and nowhere else."""
+    low = 0 if pad_id is None else pad_id + 1
+    ids = rng.integers(low, vocab, size=kept.shape)
+    if pad_id is not None:
+        ids[~kept] = pad_id
+    return ids
+
+
+def keep_mask(p: Probe, kind: str) -> np.ndarray | None:
+    """The reference's boolean mask (True = may attend) for one attention, broadcastable to (B, H, T_q, T_k):
+    kind "src" (padding of the keys), "self" (the decoder's: causal), "cross" (the source's padding)."""
+    if kind in ("src", "cross"):
+        return None if p.src_keep is None else p.src_keep[:, None, None, :]
+    if kind == "self":
+        T = p.tgt_keep.shape[1] if p.tgt_keep is not None else p.floats["x"].shape[1]
+        return np.tril(np.ones((T, T), dtype=bool))[None, None]  # query i sees keys j <= i
+    raise ValueError(f"kind must be 'src', 'self' or 'cross', got {kind!r}")
+
+
+# -- one builder per kind of input: (cfg, rng, self_attention, causal) -> Probe ----------------------------------
+
+
+def heads(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """q (B, H, T_q, Dh), k and v (B, H, T_k, Dh): heads already split; the keys padded."""
+    H, Dh = cfg.n_heads, cfg.d_head
+    shapes = {"q": (B, H, T_Q, Dh), "k": (B, H, T_K, Dh), "v": (B, H, T_K, Dh)}
+    return Probe(floats={n: rng.standard_normal(s) for n, s in shapes.items()}, src_keep=keep(T_K))
+
+
+def attention(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """query, key, value (B, T, D), or one input for a self-attention; the keys padded. A causal self-attention
+    (Llama's) has no padding mask: its third sequence ends with one padding position, whose output is not
+    compared (causality hides it from every other)."""
+    D = cfg.d_model
+    p = Probe(self_attention=self_attention or causal, causal=causal)
+    if causal:
+        p.floats = {"query": rng.standard_normal((B, T_K, D))}
+        p.tgt_keep = p.valid = keep(T_K, (2,), 1)
+    elif self_attention:
+        p.floats, p.src_keep = {"query": rng.standard_normal((B, T_K, D))}, keep(T_K)
+    else:
+        lengths = (("query", T_Q), ("key", T_K), ("value", T_K))
+        p.floats = {n: rng.standard_normal((B, T, D)) for n, T in lengths}
+        p.src_keep = keep(T_K)
+    return p
+
+
+def features(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """x (B, T, D): a position-wise component (a norm, a feed-forward, positions added)."""
+    return Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))})
+
+
+def padded_features(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """x (B, T, D) with the keys padded: an encoder layer or stack (bidirectional self-attention)."""
+    p = Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))}, src_keep=keep(T_K))
+    p.valid = p.src_keep
+    return p
+
+
+def causal_features(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """x (B, T, D) under a causal self-attention only: the last position of one sequence is padding."""
+    p = Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))}, causal=True)
+    p.tgt_keep = p.valid = keep(T_K, (2,), 1)
+    return p
+
+
+def features_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """x (B, T_q, D) and a padded memory (B, T_k, D): a decoder layer (causal self-, padded cross-attention)."""
+    D = cfg.d_model
+    p = Probe(floats={"x": rng.standard_normal((B, T_Q, D)), "memory": rng.standard_normal((B, T_K, D))})
+    p.src_keep, p.tgt_keep, p.causal = keep(T_K), keep(T_Q, (2,), 1), True
+    p.valid = p.tgt_keep
+    return p
+
+
+def source_and_target(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """src (B, T_k, D) and tgt (B, T_q, D) embeddings: torch.nn.Transformer's two stacks."""
+    D = cfg.d_model
+    p = Probe(floats={"src": rng.standard_normal((B, T_K, D)), "tgt": rng.standard_normal((B, T_Q, D))})
+    p.src_keep, p.tgt_keep, p.causal = keep(T_K), keep(T_Q, (2,), 1), True
+    p.valid = p.tgt_keep
+    return p
+
+
+def vocabulary(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """ids (B, T) over the whole (source) vocabulary: an embedding."""
+    return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(B, T_K))})
+
+
+def source_and_target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """src and tgt ids (B, T), padded: an encoder-decoder model."""
+    p = Probe(src_keep=keep(T_K), tgt_keep=keep(T_K, (2,), 1), causal=True)
+    src = token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)
+    p.ids = {"src": src, "tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
+    p.valid = p.tgt_keep
+    return p
+
+
+def target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """ids (B, T) under a causal self-attention: a language model (one padding position where it has a pad id)."""
+    p = Probe(tgt_keep=keep(T_K, (2,), 1 if cfg.pad_id is not None else 0), causal=True)
+    p.ids = {"ids": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
+    p.valid = p.tgt_keep
+    return p
+
+
+def target_ids_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """tgt ids (B, T_q) and a padded memory (B, T_k, D): an encoder-decoder's decoder stack."""
+    p = Probe(floats={"memory": rng.standard_normal((B, T_K, cfg.d_model))}, causal=True)
+    p.src_keep, p.tgt_keep = keep(T_K), keep(T_Q, (2,), 1)
+    p.ids = {"tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
+    p.valid = p.tgt_keep
+    return p
+
+
+def source_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
+    """ids (B, T), padded: an encoder model (bidirectional)."""
+    p = Probe(src_keep=keep(T_K))
+    p.ids = {"ids": token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)}
+    p.valid = p.src_keep
+    return p

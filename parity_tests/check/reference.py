@@ -1,0 +1,404 @@
+"""The reference at each level (level_table.py names each level's): its parameter shapes for a config, and a runner
+run(params, p, cfg, dtype) -> (out, backward), backward(dout) -> (input gradients, parameter gradients) by name, on
+a probe (params and floats already in `dtype`). Every call the judge makes into numpy_transformer's level math is
+here, so a change of numpy_transformer's signatures or caches is met in this one file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+import numpy_transformer as nt
+from numpy_transformer import layers as L
+from numpy_transformer import model as M
+from numpy_transformer.scores import ScoreMod
+
+from .probes import Probe, keep_mask
+
+# -- parameter shapes: cfg -> {name: shape} -----------------------------------------------------------------------
+
+
+def _linear(out_features: int, in_features: int, cfg, prefix: str) -> dict:
+    """A linear's weight (out, in) and, unless the user's linears have none (cfg.bias False), its bias (out,)."""
+    shapes = {f"{prefix}.weight": (out_features, in_features)}
+    return shapes | ({f"{prefix}.bias": (out_features,)} if cfg.bias else {})
+
+
+def no_shapes(cfg) -> dict:  # scaled dot-product attention: no parameters
+    return {}
+
+
+def attention_shapes(cfg) -> dict:
+    D, kv = cfg.d_model, cfg.kv_heads * cfg.d_head  # the k and v width (grouped-query attention: < D)
+    widths = {"q": D, "k": kv, "v": kv, "out": D}
+    return {k: v for p in ("q", "k", "v", "out") for k, v in _linear(widths[p], D, cfg, f"{p}_proj").items()}
+
+
+def layer_norm_shapes(cfg) -> dict:
+    return {"weight": (cfg.d_model,), "bias": (cfg.d_model,)}
+
+
+def rms_norm_shapes(cfg) -> dict:
+    return {"weight": (cfg.d_model,)}
+
+
+def feed_forward_shapes(cfg) -> dict:
+    D, F = cfg.d_model, cfg.d_ff
+    return _linear(F, D, cfg, "linear1") | _linear(D, F, cfg, "linear2")
+
+
+def gated_feed_forward_shapes(cfg) -> dict:
+    D, F = cfg.d_model, cfg.d_ff
+    return _linear(F, D, cfg, "gate") | _linear(F, D, cfg, "linear1") | _linear(D, F, cfg, "linear2")
+
+
+def positions_shapes(cfg) -> dict:
+    return {"position_embedding.weight": (cfg.max_len, cfg.d_model)} if cfg.positional == "learned" else {}
+
+
+def embedding_shapes(cfg) -> dict:
+    return {"token_embedding.weight": (cfg.src_vocab_size, cfg.d_model)}
+
+
+def _below(shapes: dict, prefix: str) -> dict:
+    return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
+
+
+def encoder_layer_shapes(cfg) -> dict:
+    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
+    return _below(nt.parameter_shapes(one), "encoder.layers.0.")
+
+
+def decoder_layer_shapes(cfg) -> dict:
+    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
+    return _below(nt.parameter_shapes(one), "decoder.layers.0.")
+
+
+def decoder_only_layer_shapes(cfg) -> dict:
+    one = dataclasses.replace(cfg, n_decoder_layers=1)
+    return _below(nt.parameter_shapes(one, decoder_only=True), "decoder.layers.0.")
+
+
+def encoder_stack_shapes(cfg) -> dict:
+    """An encoder's layers and, pre-norm, its final norm: the encoder model without its embeddings."""
+    shapes = nt.parameter_shapes(cfg, False, True)  # (cfg, decoder_only, encoder_only)
+    return {k: v for k, v in shapes.items() if k.startswith(("encoder.layers.", "encoder.final_norm."))}
+
+
+def decoder_stack_shapes(cfg) -> dict:
+    """A decoder's layers (each cross-attending to a memory) and, pre-norm, its final norm: no embeddings."""
+    shapes = nt.parameter_shapes(cfg)
+    return {k: v for k, v in shapes.items() if k.startswith(("decoder.layers.", "decoder.final_norm."))}
+
+
+def transformer_shapes(cfg) -> dict:
+    return nt.parameter_shapes(cfg)
+
+
+def transformer_lm_shapes(cfg) -> dict:
+    return nt.parameter_shapes(cfg, True)
+
+
+def encoder_model_shapes(cfg) -> dict:
+    return nt.parameter_shapes(cfg, False, True)
+
+
+def decoder_shapes(cfg) -> dict:
+    """The decoder stack of an encoder-decoder, before the output projection."""
+    shapes = nt.parameter_shapes(dataclasses.replace(cfg, tie_embeddings=True))
+    return {k: v for k, v in shapes.items() if k.startswith("decoder.")}
+
+
+def stacks_shapes(cfg) -> dict:
+    D = cfg.d_model
+    shapes = {k: v for k, v in nt.parameter_shapes(cfg).items() if ".layers." in k}
+    for stack in ("encoder", "decoder"):
+        shapes |= {f"{stack}.final_norm.weight": (D,), f"{stack}.final_norm.bias": (D,)}
+    return shapes
+
+
+# -- forward and backward: run(params, p, cfg, dtype) -> (out, backward) ------------------------------------------
+
+
+def run_heads(params: dict, p: Probe, cfg, dtype):
+    q, k, v, mask = p.floats["q"], p.floats["k"], p.floats["v"], keep_mask(p, "src")
+    out, cache = nt.scaled_dot_product_attention_forward(q, k, v, mask)
+
+    def backward(dout):
+        dq, dk, dv, _ = nt.scaled_dot_product_attention_backward(dout, cache)  # no T5 table: dtable None
+        return {"q": dq, "k": dk, "v": dv}, {}
+
+    return out, backward
+
+
+def run_attention(params: dict, p: Probe, cfg, dtype):
+    q = p.floats["query"]
+    k, v = (q, q) if p.self_attention else (p.floats["key"], p.floats["value"])
+    rope = M.rope_for(cfg, q.shape[1], dtype)  # (cos, sin) with rotary positions, else None
+    if rope is not None and not p.self_attention:
+        raise ValueError("rotary positions need self-attention: one input, T_q = T_k")
+    mask = None if p.causal else keep_mask(p, "src")
+    rules = ScoreMod(causal=p.causal)  # the score rules: causal or not
+    out, cache = nt.multi_head_attention_forward(
+        params, q, k, v, cfg.n_heads, mask, n_kv_heads=cfg.n_kv_heads, rope=rope, mod=rules, cross=not p.self_attention
+    )
+
+    def backward(dout):
+        dq, dk, dv, grads = nt.multi_head_attention_backward(dout, cache)
+        if p.self_attention:
+            return {"query": dq + dk + dv}, grads  # q = k = v: the three paths add
+        return {"query": dq, "key": dk, "value": dv}, grads
+
+    return out, backward
+
+
+def run_layer_norm(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.layer_norm_forward(p.floats["x"], params["weight"], params["bias"], cfg.layer_norm_eps)
+
+    def backward(dout):
+        dx, dw, db = L.layer_norm_backward(dout, cache)
+        return {"x": dx}, {"weight": dw, "bias": db}
+
+    return out, backward
+
+
+def run_rms_norm(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.rms_norm_forward(p.floats["x"], params["weight"], cfg.layer_norm_eps)
+
+    def backward(dout):
+        dx, dw = L.rms_norm_backward(dout, cache)
+        return {"x": dx}, {"weight": dw}
+
+    return out, backward
+
+
+def run_feed_forward(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.feed_forward_forward(params, p.floats["x"], cfg.activation)
+
+    def backward(dout):
+        dx, grads = L.feed_forward_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_gated_feed_forward(params: dict, p: Probe, cfg, dtype):
+    out, cache = L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation)
+
+    def backward(dout):
+        dx, grads = L.gated_feed_forward_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_positions(params: dict, p: Probe, cfg, dtype):
+    table = params.get("position_embedding.weight")
+    if table is None:
+        table = L.sinusoidal_table(cfg.max_len, cfg.d_model, dtype, cfg.sinusoid_layout)
+    out, cache = L.add_positions_forward(p.floats["x"], table)
+
+    def backward(dout):
+        dx, dtable = L.add_positions_backward(dout, cache)
+        return {"x": dx}, ({"position_embedding.weight": dtable} if params else {})
+
+    return out, backward
+
+
+def run_embedding(params: dict, p: Probe, cfg, dtype):
+    scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+    out, cache = L.embedding_forward(p.ids["ids"], params["token_embedding.weight"], scale)
+
+    def backward(dout):
+        return {}, {"token_embedding.weight": L.embedding_backward(dout, cache)}
+
+    return out, backward
+
+
+def run_encoder_layer(params: dict, p: Probe, cfg, dtype):
+    out, cache = M.encoder_layer_forward(params, p.floats["x"], cfg, mask=keep_mask(p, "src"))
+
+    def backward(dout):
+        dx, grads = M.encoder_layer_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_decoder_only_layer(params: dict, p: Probe, cfg, dtype):
+    rope = M.rope_for(cfg, p.floats["x"].shape[1], dtype)  # rotary (cos, sin), or None
+    out, cache = M.decoder_layer_forward(params, p.floats["x"], None, cfg, rope=rope)
+
+    def backward(dout):
+        dx, _, grads = M.decoder_layer_backward(dout, cache)
+        return {"x": dx}, grads
+
+    return out, backward
+
+
+def run_decoder_layer(params: dict, p: Probe, cfg, dtype):
+    x, memory = p.floats["x"], p.floats["memory"]
+    out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"))
+
+    def backward(dout):
+        dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
+        return {"x": dx, "memory": dmemory}, grads
+
+    return out, backward
+
+
+def layers_forward(params: dict, x, cfg, mask=None, memory=None, cross=None) -> tuple:
+    """A stack's layers on x (B, T, D), `params` below the stack: encoder layers (self-attention masked by
+    `mask`), or, given a memory, decoder layers (causal self-attention, cross-attention masked by `cross`).
+    Returns (out, the layers' caches, each layer's output)."""
+    caches, outputs = [], []
+    for i in range(cfg.n_decoder_layers if memory is not None else cfg.n_encoder_layers):
+        layer = M.sub(params, f"layers.{i}")
+        if memory is None:
+            x, cache = M.encoder_layer_forward(layer, x, cfg, mask=mask)
+        else:
+            x, cache = M.decoder_layer_forward(layer, x, memory, cfg, memory_mask=cross)
+        caches.append(cache)
+        outputs.append(x)
+    return x, caches, outputs
+
+
+def layers_backward(dx, caches: list, decoder: bool) -> tuple:
+    """Backward of layers_forward: (dx, dmemory (the decoder layers' add; None for encoder layers), grads)."""
+    grads: dict = {}
+    dmemory = None
+    for i in reversed(range(len(caches))):
+        if decoder:
+            dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
+            dmemory = dmemory_i if dmemory is None else dmemory + dmemory_i
+        else:
+            dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
+        grads |= M.prefixed(layer_grads, f"layers.{i}")
+    return dx, dmemory, grads
+
+
+def run_encoder_stack(params: dict, p: Probe, cfg, dtype):
+    """x (B, T, D) through the encoder's layers and final norm (pre-norm): nn.TransformerEncoder, Encoder(layer, N)."""
+    encoder = M.sub(params, "encoder")
+    x, caches, _ = layers_forward(encoder, p.floats["x"], cfg, mask=keep_mask(p, "src"))
+    out, norm_cache = M.final_norm_forward(encoder, x, cfg)
+
+    def backward(dout):
+        dh, grads = M.final_norm_backward(dout, norm_cache)
+        dx, _, layer_grads = layers_backward(dh, caches, False)
+        return {"x": dx}, M.prefixed(grads | layer_grads, "encoder")
+
+    return out, backward
+
+
+def run_decoder_stack(params: dict, p: Probe, cfg, dtype):
+    """x (B, T_q, D) through the decoder's layers, each cross-attending to the memory (B, T_k, D, its padding
+    masked), then its final norm (pre-norm): nn.TransformerDecoder's, or the Annotated Transformer's
+    Decoder(layer, N)."""
+    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
+    x, caches, _ = layers_forward(decoder, p.floats["x"], cfg, memory=memory, cross=keep_mask(p, "cross"))
+    out, norm_cache = M.final_norm_forward(decoder, x, cfg)
+
+    def backward(dout):
+        dh, grads = M.final_norm_backward(dout, norm_cache)
+        dx, dmemory, layer_grads = layers_backward(dh, caches, True)
+        return {"x": dx, "memory": dmemory}, M.prefixed(grads | layer_grads, "decoder")
+
+    return out, backward
+
+
+def encoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
+    """The encoder stack's activations (float64): {"encoder.layers.i": each layer's output}."""
+    outputs = layers_forward(M.sub(params, "encoder"), p.floats["x"], cfg, mask=keep_mask(p, "src"))[2]
+    return {f"encoder.layers.{i}": x for i, x in enumerate(outputs)}
+
+
+def decoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
+    """The decoder stack's activations (float64): {"decoder.layers.i": each layer's output, "encoder": memory}."""
+    memory, cross = p.floats["memory"], keep_mask(p, "cross")
+    outputs = layers_forward(M.sub(params, "decoder"), p.floats["x"], cfg, memory=memory, cross=cross)[2]
+    return {"encoder": memory} | {f"decoder.layers.{i}": x for i, x in enumerate(outputs)}
+
+
+def run_decoder(params: dict, p: Probe, cfg, dtype):
+    memory = p.floats["memory"]
+    out, cache = M.decoder_forward(
+        M.sub(params, "decoder"), p.ids["tgt"], memory, cfg, memory_mask=keep_mask(p, "cross")
+    )
+
+    def backward(dout):
+        dmemory, grads = M.decoder_backward(dout, cache)
+        return {"memory": dmemory}, M.prefixed(grads, "decoder")
+
+    return out, backward
+
+
+def decoder_activations(params: dict, p: Probe, cfg) -> dict:
+    """An encoder-decoder's decoder stack's activations (float64), composed from the reference's pairs."""
+    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
+    x = M.embed_forward(decoder, p.ids["tgt"], cfg, None, "decoder")[0]
+    outputs = layers_forward(decoder, x, cfg, memory=memory, cross=keep_mask(p, "cross"))[2]
+    return {"decoder.embedding": x, "encoder": memory} | {f"decoder.layers.{i}": y for i, y in enumerate(outputs)}
+
+
+def feed_forward_output(params: dict, x, cfg) -> np.ndarray:
+    """A layer's feed-forward block (plain or gated, as cfg says) on x: its output only."""
+    return M.ffn_forward(params, x, cfg, None, "ffn")[0]
+
+
+def summed_embeddings(params: dict, ids, cfg) -> np.ndarray:
+    """An encoder's token (+ position, + type) embeddings before BERT's embedding norm."""
+    return M.embed_forward(params, ids, dataclasses.replace(cfg, embedding_norm=False))[0]
+
+
+def model_runner(model_class, *inputs: str):
+    """The runner of a whole model (nt.Transformer, ...) called on the probe's ids `inputs`; its backward keeps
+    the model object (backward.model) for its activations."""
+
+    def run(params: dict, p: Probe, cfg, dtype):
+        model = model_class(cfg, dtype=dtype).eval()
+        model.load_state_dict(params)
+        out = model.forward(*(p.ids[n] for n in inputs))
+
+        def backward(dout):
+            model.zero_grad()
+            model.backward(dout)
+            return {}, dict(model.grads)
+
+        backward.model = model  # type: ignore[attr-defined]  # the activations, for the first divergence
+        return out, backward
+
+    return run
+
+
+run_transformer = model_runner(nt.Transformer, "src", "tgt")
+run_transformer_lm = model_runner(nt.TransformerLM, "ids")
+run_encoder_model = model_runner(nt.EncoderModel, "ids")
+
+
+def run_stacks(params: dict, p: Probe, cfg, dtype):
+    """torch.nn.Transformer's computation from the reference's pairs: encoder layers, a layer norm, decoder layers
+    (cross-attending to the normed memory, padding masked), a layer norm; and its backward, the same in reverse."""
+    mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
+    encoder, decoder = M.sub(params, "encoder"), M.sub(params, "decoder")
+    x, encoder_caches, _ = layers_forward(encoder, p.floats["src"], cfg, mask=mask)
+    norm = M.sub(encoder, "final_norm")
+    memory, memory_norm = L.layer_norm_forward(x, norm["weight"], norm["bias"], eps)
+    y, decoder_caches, _ = layers_forward(decoder, p.floats["tgt"], cfg, memory=memory, cross=mask)
+    norm = M.sub(decoder, "final_norm")
+    out, out_norm = L.layer_norm_forward(y, norm["weight"], norm["bias"], eps)
+
+    def backward(dout):
+        dy, dweight, dbias = L.layer_norm_backward(dout, out_norm)
+        dy, dmemory, decoder_grads = layers_backward(dy, decoder_caches, True)
+        decoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
+        dmemory = np.zeros_like(memory) if dmemory is None else dmemory
+        dx, dweight, dbias = L.layer_norm_backward(dmemory, memory_norm)
+        dx, _, encoder_grads = layers_backward(dx, encoder_caches, False)
+        encoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
+        return {"src": dx, "tgt": dy}, M.prefixed(encoder_grads, "encoder") | M.prefixed(decoder_grads, "decoder")
+
+    return out, backward

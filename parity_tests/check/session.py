@@ -1,0 +1,266 @@
+"""One check's state: the user's module read (structure, config, weight map, fixed tables), the reference's
+weights and probes, the ways of calling the module, its float64 and float32 copies holding the reference's
+weights, and the config candidates and weight maps (layouts) the judge searches (judge.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from . import assign as A
+from . import calling as C
+from . import levels as LV
+from . import mapping as MP
+from . import tables as TB
+from . import weight_map as WM
+from .level_table import LEVELS
+from .running import Float32Islands, copy_module, find_islands, output_head
+
+TORCH = {np.float64: torch.float64, np.float32: torch.float32}
+
+
+class Session:
+    """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
+
+    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
+        self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
+        self.runnable: list = []  # the callers under which the module runs (judge.choose)
+        self.entry = entry = LEVELS[level]
+        self.notes: list = []
+        self.is_module = isinstance(user, nn.Module)
+        found = MP.structure(user) if self.is_module else MP.Structure()
+        if self.is_module and entry.group == "model":
+            mark_positions_by_use(user, level, found, call)
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
+        self.norm_eps = {n.module: n.eps for n in found.norms}
+        if mapping is not None:
+            self.links, self.zero = WM.links_from(mapping)
+        tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
+        self.overwrite, layout, self.wrong_table = tables
+        if layout is not None:
+            self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
+        self.given = given
+        self.thetas: list = []
+        self.rope_overwrite: dict = {}
+        if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
+            self.thetas = TB.rope_thetas(user, self.cfg.d_head)
+            self.rope_overwrite, base = TB.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
+            if base is not None:  # the base the module's own tables were built with: tried first
+                self.thetas = [base] + [t for t in self.thetas if t != base]
+        rng = np.random.default_rng(seed)
+        self.shapes = LV.reference_shapes(level, self.cfg)
+        self.params = LV.init_reference(self.shapes, rng, self.zero)
+        self.probes = {(False, False): LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
+        if entry.self_attention_probes:
+            for causal in (False, True):
+                self.probes[(True, causal)] = LV.probe(
+                    level, self.cfg, np.random.default_rng(seed + 1), self_attention=True, causal=causal
+                )
+        self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
+        self.copies = {}
+        self.positions = None  # the output positions the module returns (positions_held): None, every one
+        self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
+        self.head = output_head(user, self.links) if self.is_module and entry.group == "model" else None
+        self.layouts = layouts(self, found, mapping is None)
+        self.layout = self.layouts[0]
+
+    def probe(self, caller) -> LV.Probe:
+        """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention."""
+        return self.probes[(caller.self_attention, caller.causal)]
+
+    def use(self, layout) -> None:
+        """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
+        if layout is not self.layout:
+            self.layout, self.links, self.copies = layout, layout["links"], {}
+
+    def copy(self, dtype):
+        """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
+        if not self.is_module:
+            return self.user
+        if dtype not in self.copies:
+            module = copy_module(self.user).to(TORCH[dtype]).eval()
+            MP.load(module, self.links, self.params, TORCH[dtype])
+            tensors = dict(module.named_buffers()) | dict(module.named_parameters())
+            with torch.no_grad():
+                for name, table in (self.overwrite | self.rope_overwrite).items():
+                    if name in tensors:
+                        tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                    elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
+                        path, _, attr = name.rpartition(".")
+                        owner = module.get_submodule(path)
+                        old = getattr(owner, attr)
+                        wide = torch.complex128 if old.is_complex() else torch.float64
+                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device, wide))
+            self.copies[dtype] = module
+        return self.copies[dtype]
+
+    def config_candidates(self) -> list:
+        """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
+        post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
+        base = self.cfg
+        options: list = [{}]
+        given = self.stated()
+        searches = self.entry.searches
+        if "norm_first" in searches and "norm_first" not in given:
+            final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
+            norm_first = [base.norm_first] if final_norms_tell else [False, True]
+            options = [o | {"norm_first": v} for o in options for v in norm_first]
+        if "activation" in searches and "activation" not in given:
+            activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
+            options = [o | {"activation": a} for o in options for a in activations]
+        rope = self.rope_options(given)
+        if rope:
+            options = [o | r for o in options for r in rope]
+        if "scale_embeddings" in searches and "scale_embeddings" not in given:
+            scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
+            options = [o | {"scale_embeddings": s} for o in options for s in scales]
+        return [dataclasses.replace(base, **o) for o in options]
+
+    def stated(self) -> dict:
+        """What the caller fixed: the keyword fields, and every field of a config= given."""
+        return self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
+
+    def rope_options(self, given: dict) -> list:
+        """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
+        attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
+        if not self.thetas or not self.entry.rope:
+            return []
+        if self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite):
+            return []  # a position table of its own: not rotary
+        if given.get("positional") not in (None, "rope"):
+            return []
+        thetas = [given["rope_theta"]] if "rope_theta" in given else self.thetas
+        rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
+        if given.get("positional") == "rope":
+            return rope
+        evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
+        return rope + [{}] if evidence else [{}] + rope
+
+    def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
+        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
+        module with float32 islands runs them in float64 (see Float32Islands) unless `as_written`."""
+        p = self.probe(caller)
+        module = self.copy(dtype)
+        if dtype == np.float64 and self.is_module and self.islands is None:
+            self.islands = []  # while they are being found
+            self.islands = find_islands(module, lambda: self.run_user(caller, dtype, as_written=True))
+        if dtype == np.float64 and self.islands and not as_written:
+            with Float32Islands(module, promote=True):
+                return self.run_user(caller, dtype, grad, scale, as_written=True)
+        device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
+        tensors = {}
+        for name, value in p.floats.items():
+            tensors[name] = torch.tensor(value * scale, dtype=TORCH[dtype], device=device, requires_grad=grad)
+        for name, value in p.ids.items():
+            tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
+        with torch.set_grad_enabled(grad):
+            out = caller(module, tensors, p, TORCH[dtype])
+            if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
+                out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
+        return out, tensors
+
+
+def layouts(session, found, inferred: bool) -> list:
+    """The weight maps the user's module may be judged under, each {"links": ..., and what it says}: the inferred
+    one; where no name says which of a gated block's two D -> F linears is the gate, the two exchanged; and,
+    where rotary positions may be used, each of those with the q and k rows in RoPE's interleaved pairing (Meta's
+    (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every
+    head in another order). The check keeps the first under which the module agrees with the reference."""
+    out: list[dict[str, Any]] = [{"links": session.links}]
+    if not inferred or not session.is_module:
+        return out
+    cfg = session.cfg
+    gates = [link for link in session.links if link.parts[0][0].endswith(("gate.weight", "linear1.weight"))]
+    if cfg.gated_ffn and not any(MP.role_of(link.user) in ("gate", "up") for link in gates):
+        swapped = [_swap_gate(link) for link in session.links]
+        exchanged: dict[str, Any] = {"links": swapped}
+        for layout in (out[0], exchanged):
+            gate = next(link.user for link in layout["links"] if link.parts[0][0].endswith("gate.weight"))
+            layout["gate"] = f"{gate} (no name says which of the two D -> F linears is the gate: both tried)"
+        out.append(layout)
+    paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
+    if session.rope_options(session.stated()) and cfg.d_head % 2 == 0 and paired:
+        for layout in list(out):
+            layout["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
+            interleaved = MP.interleave_rope(layout["links"], cfg.d_head)
+            pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
+            out.append(layout | {"links": interleaved, "rope_pairing": pairing})
+    return out
+
+
+def _swap_gate(link):
+    """A link with the gated block's gate and up projection (linear1) exchanged."""
+    other = {"gate": "linear1", "linear1": "gate"}
+    parts = []
+    for name, rows in link.parts:
+        head, unit, tail = name.rsplit(".", 2) if name.count(".") > 1 else ("", *name.split("."))
+        swapped = f"{other.get(unit, unit)}.{tail}"
+        parts.append((f"{head}.{swapped}" if head else swapped, rows))
+    return dataclasses.replace(link, parts=parts)
+
+
+def mark_positions_by_use(user, level: str, found, call) -> None:
+    """Tell position tables from token tables by what they are fed: run a copy of the user's model once on small
+    ids, with hooks on its nn.Embedding modules; a table looked up with 0, 1, ..., T - 1 along the positions is a
+    position table, whatever its name."""
+    tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
+    if not tables:
+        return
+    model = copy_module(user).eval()
+    modules = dict(model.named_modules())
+    fed: dict = {}  # table path -> the ids it was first looked up with
+
+    def record(path):
+        def hook(module, args, output):
+            fed.setdefault(path, args[0])  # returns None: the output is left as it is
+
+        return hook
+
+    paths = [path for path in tables if isinstance(modules.get(path), nn.Embedding)]
+    handles = [modules[path].register_forward_hook(record(path)) for path in paths]
+    T = min(6, min(t.rows for t in found.tables))
+    try:
+        _run_once(model, level, _ids_probe(level, found, T), call)
+    finally:
+        for h in handles:
+            h.remove()
+    for path, ids in fed.items():
+        if _counts_positions(ids.detach().cpu().numpy(), T):
+            tables[path].position = True
+
+
+def _ids_probe(level: str, found, T: int) -> LV.Probe:
+    """Small ids for each of the level's inputs (a memory: floats), nothing padded."""
+    rows = min(t.rows for t in found.tables)
+    probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
+    probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
+    if "memory" in probe.ids:  # the decoder's memory is a float input
+        probe.ids.pop("memory")
+        probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
+    return probe
+
+
+def _run_once(model, level: str, probe, call) -> None:
+    """Call the model under the first of its likely conventions that runs (at most four tried)."""
+    for caller in C.callers(model, level, probe, call=call)[:4]:
+        weight = next(model.parameters())
+        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+        try:
+            with torch.no_grad():
+                caller(model, tensors, probe, torch.float32)
+            return
+        except Exception:  # a convention the model does not take; the check proper reports it
+            continue
+
+
+def _counts_positions(values: np.ndarray, T: int) -> bool:
+    """Ids 0, 1, ..., T - 1 along the positions, batch-first or sequence-first."""
+    if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
+        return True
+    return values.ndim == 2 and values.shape[0] == T and bool(np.all(values == np.arange(T)[:, None]))

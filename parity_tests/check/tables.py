@@ -1,0 +1,172 @@
+"""The fixed tables a user's module builds in float32, read against the reference's and overwritten in float64:
+sinusoid position tables (either layout, or with the wrong frequencies), and RoPE's tables at the bases the
+module states (inverse frequencies, angles, cos and sin, Meta's complex rotations), buffers or plain tensor
+attributes. Each equal to the reference's to float32 precision (the rounding of its angles) is replaced by its
+float64 values for the float64 comparison, and a note says so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from torch import nn
+
+from .variants import sinusoid_tables
+
+
+def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
+    """How far sin or cos of `angles` (float64) may be from the same computed in float32: the argument itself is
+    rounded to float32 (a few units of 2^-24 relative, so ~1.5e-4 at position 5000), then the result (1e-6 floor)."""
+    return 1e-6 + 8 * np.finfo(np.float32).eps * np.abs(angles)
+
+
+def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
+    """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
+    float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies), and adds
+    a note for each."""
+    import torch
+
+    tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
+    overwrite, layout, wrong = {}, None, False
+    for t in fixed:
+        value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
+        tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
+        for name, table in sinusoid_tables(t.rows, t.width).items():
+            if np.all(np.abs(value - table) <= tolerance):
+                overwrite[t.name] = table
+                if name == "wrong_frequencies":
+                    wrong = True
+                    notes.append(
+                        f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
+                        "overwritten with that table in float64)"
+                    )
+                    break
+                layout = name
+                notes.append(
+                    f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
+                    "the float64 table for the float64 comparison"
+                )
+                break
+    return overwrite, layout, wrong
+
+
+THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")
+
+
+def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
+    """The RoPE base of an inverse-frequency vector theta^(-2i/Dh), i < Dh/2, rounded to an integer where it is
+    one to float32 precision (a float32 buffer)."""
+    if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1:
+        return None
+    theta = float(inv_freq[1] ** (-Dh / 2))
+    return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
+
+
+def rope_thetas(module, Dh: int) -> list:
+    """The RoPE bases the user's module states: a base attribute (theta, rope_theta, base, ...; transformers'
+    in .config), or an inverse-frequency buffer (inv_freq). 10000 (the paper's, Llama 2's) is always tried last."""
+    found = []
+    if isinstance(module, nn.Module):
+        for _, mod in module.named_modules():
+            config = getattr(mod, "config", None)
+            values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
+            values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
+            for name, buf in mod.named_buffers(recurse=False):
+                if "inv_freq" in name and buf.is_floating_point():
+                    values.append(_theta_from(buf.detach().double().cpu().numpy(), Dh))
+            found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
+    return list(dict.fromkeys(found + [10000.0]))
+
+
+def rope_tables(theta: float, Dh: int, T: int) -> dict:
+    """The tables a user's module may keep for RoPE at base theta, float64: the inverse frequencies (Dh/2,), and
+    for positions 0 .. T - 1 the angles, cos and sin, (T, Dh/2), or (T, Dh) repeated for the two halves
+    (Hugging Face's cat) or for the pairs (interleaved)."""
+    inv = theta ** (-np.arange(0, Dh, 2, dtype=np.float64) / Dh)
+    angles = np.arange(T, dtype=np.float64)[:, None] * inv
+    tables = {"inverse frequencies": inv}
+    for name, f in (("angles", angles), ("cos", np.cos(angles)), ("sin", np.sin(angles))):
+        tables[f"{name} (T, Dh/2)"] = f
+        tables[f"{name} (T, Dh), halves"] = np.concatenate([f, f], axis=-1)
+        tables[f"{name} (T, Dh), pairs"] = np.repeat(f, 2, axis=-1)
+    return tables
+
+
+def _float32_equal(value: np.ndarray, table: np.ndarray, kind: str, theta: float, Dh: int) -> bool:
+    """`value` (built in float32) equal to the float64 RoPE table `table` of rope_tables' `kind`: cos and sin to
+    float32 rounding of their angles (the largest, position x frequency, at each entry), the rest to 1e-6."""
+    if not kind.startswith(("cos", "sin")):
+        return np.allclose(value, table, rtol=1e-6, atol=1e-6)
+    angles = rope_tables(theta, Dh, table.shape[0])[kind.replace(kind.split(" ")[0], "angles", 1)]
+    return bool(np.all(np.abs(value - table) <= float32_angle_tolerance(angles)))
+
+
+def _tensors_kept(module):
+    """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
+    not convert), named by its dotted path."""
+    import torch
+
+    yield from module.named_buffers()
+    for path, mod in module.named_modules():
+        for attr, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                yield (f"{path}.{attr}" if path else attr), value
+
+
+def _complex_rope_table(table, Dh: int, thetas: list):
+    """(complex128 values, base) when `table` (complex, (T, Dh/2)) is torch.polar(1, m theta_j) to float32
+    rounding of its angles (Meta's precompute_freqs_cis), else None."""
+    import torch
+
+    value = torch.view_as_real(table.detach().cpu()).double().numpy()
+    value = value.reshape([s for s in value.shape[:-1] if s > 1] + [2])
+    if value.ndim != 3 or value.shape[1] != Dh // 2:
+        return None
+    for theta in thetas:
+        angles = rope_tables(theta, Dh, value.shape[0])["angles (T, Dh/2)"]
+        tolerance = float32_angle_tolerance(angles)
+        if np.all(np.abs(value[..., 0] - np.cos(angles)) <= tolerance) and np.all(
+            np.abs(value[..., 1] - np.sin(angles)) <= tolerance
+        ):
+            return np.exp(1j * angles), theta
+    return None
+
+
+def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, float | None]:
+    """The user's RoPE tables built in float32 (inverse frequencies, cos and sin tables, Meta's complex rotations),
+    buffers or plain tensor attributes: each one equal to a table of rope_tables to float32 precision is
+    overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables are. Returns
+    ({name: float64 values}, the base they were built with)."""
+    overwrite: dict = {}
+    base = None
+    if not isinstance(module, nn.Module) or Dh % 2:
+        return overwrite, base
+    for name, buf in _tensors_kept(module):
+        if buf.is_complex() and buf.numel() >= Dh // 2:
+            match = _complex_rope_table(buf, Dh, thetas)
+            if match is not None:
+                overwrite[name], theta = match
+                base = base or theta
+                notes.append(
+                    f"{name}: RoPE's complex rotations e^(i m theta_j) (base {theta:g}) to float32 precision; "
+                    "overwritten with the complex128 values for the float64 comparison"
+                )
+            continue
+        if not buf.is_floating_point() or buf.numel() < Dh // 2:
+            continue
+        value = buf.detach().double().cpu().numpy()
+        value = value.reshape([s for s in value.shape if s > 1] or [1])
+        rows = value.shape[0] if value.ndim == 2 else 0
+        for theta in thetas:
+            match = next(
+                (k for k, t in rope_tables(theta, Dh, max(rows, 1)).items() if t.shape == value.shape
+                 and _float32_equal(value, t, k, theta, Dh)),
+                None,
+            )  # fmt: skip
+            if match is not None:
+                overwrite[name], base = rope_tables(theta, Dh, max(rows, 1))[match], base or theta
+                notes.append(
+                    f"{name}: RoPE {match} (base {theta:g}) to float32 precision; overwritten with the float64 "
+                    "values for the float64 comparison"
+                )
+                break
+    return overwrite, base

@@ -1,0 +1,111 @@
+"""The weight map as the result gives it, and back: built once from the links (mapping.Link) as data.
+
+`result.mapping` is {user parameter: MapEntry}. A MapEntry prints and compares as the pair (reference name(s),
+layout note) and carries what it was made from: the Link, or that it is a reference bias held at zero (the
+user's linear has none) or a fixed table matched by its values. Passed back as `mapping=`, entries are read from
+that data; the CLI's JSON writes it as a third element ({"parts", "transposed", "rope_pairs"}). Only a map written
+or edited by hand, (reference name, layout note) pairs, is read from its notes, in the syntax the report prints.
+"""
+
+from __future__ import annotations
+
+from .mapping import Link
+
+HELD = "held at zero: the user's linear has no bias; gradient not compared"
+FIXED = "equal to float32 precision; overwritten in float64"
+
+
+class MapEntry(tuple):
+    """(reference name(s), layout note), with `link` (a Link, or None) and `kind`: "link", "zero" (a reference
+    bias held at zero) or "fixed" (a fixed table, found again from its values)."""
+
+    link: Link | None
+    kind: str
+
+    def __new__(cls, reference: str, note: str, link: Link | None = None, kind: str = "link"):
+        entry = super().__new__(cls, (reference, note))
+        entry.link, entry.kind = link, kind
+        return entry
+
+    def __getnewargs__(self):  # copies and pickles keep the data
+        return (self[0], self[1], self.link, self.kind)
+
+    def data(self) -> dict:
+        """The JSON form of what the entry was made from."""
+        if self.link is None:
+            return {"kind": self.kind}
+        parts = [[name, list(rows) if rows is not None else None] for name, rows in self.link.parts]
+        return {"kind": self.kind, "parts": parts, "transposed": self.link.transposed,
+                "rope_pairs": self.link.rope_pairs}  # fmt: skip
+
+
+def _reference_name(link: Link) -> str:
+    """One reference name, or a fused projection's as {q,k,v}_proj.weight."""
+    names = [n for n, _ in link.parts]
+    if len(names) == 1:
+        return names[0]
+    parts = names[0].split(".")
+    prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
+    roles = ",".join(n.split(".")[-2].removesuffix("_proj") for n in names)
+    return f"{prefix}{{{roles}}}_proj.{parts[-1]}"
+
+
+def table(links: list, zero: list) -> dict:
+    """The map as the result gives it: user name -> MapEntry."""
+    out = {link.user: MapEntry(_reference_name(link), link.note, link) for link in links}
+    for name in zero:
+        out[f"(no parameter: {name})"] = MapEntry(name, HELD, kind="zero")
+    return out
+
+
+def fixed_entry(layout: str) -> MapEntry:
+    return MapEntry(f"(the fixed sinusoid table, {layout})", FIXED, kind="fixed")
+
+
+def links_from(given: dict) -> tuple[list, list]:
+    """A user's mapping= read back into links and zero-held biases: from each entry's data (a MapEntry, or the
+    JSON's third element), else from a hand-written (reference name, layout note)."""
+    links, zero = [], []
+    for user, value in given.items():
+        kind, link = _from_data(user, value)
+        if kind == "zero":
+            zero.append(value[0])
+        elif kind == "link":
+            links.append(link if link is not None else _from_note(user, value))
+    return links, zero
+
+
+def _from_data(user: str, value) -> tuple[str, Link | None]:
+    """(kind, Link or None) from an entry's data; ("link", None) for a hand-written entry."""
+    if isinstance(value, MapEntry):
+        return value.kind, value.link
+    if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[2], dict):
+        data = value[2]
+        if "parts" not in data:
+            return data.get("kind", "link"), None
+        parts = [(name, tuple(rows) if rows is not None else None) for name, rows in data["parts"]]
+        return "link", Link(user, parts, bool(data["transposed"]), value[1], int(data.get("rope_pairs", 0)))
+    ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
+    if ref.startswith("(the fixed"):
+        return "fixed", None
+    return ("zero" if "held at zero" in note else "link"), None
+
+
+def _from_note(user: str, value) -> Link:
+    """A hand-written entry: reference name and layout note in the syntax the report prints ("as is",
+    "transposed", "rows a:b", "fused rows q, k, v", ", RoPE pairs interleaved (head size Dh)")."""
+    ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
+    full, pairs = note, 0
+    if ", RoPE pairs interleaved (head size " in note:
+        note, _, size = note.partition(", RoPE pairs interleaved (head size ")
+        pairs = int(size.rstrip(")"))
+    if note.startswith("fused rows"):
+        prefix, kind = ref.split("{")[0], ref.rsplit(".", 1)[-1]
+        roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
+        parts: list = [(f"{prefix}{r}_proj.{kind}", None) for r in roles]
+    elif note.startswith("rows"):
+        start, stop = note.split()[1].rstrip(",").split(":")
+        parts = [(ref, (int(start), int(stop)))]
+    else:
+        parts = [(ref, None)]
+    return Link(user, parts, "transposed" in note, full, pairs)
