@@ -38,7 +38,12 @@ def check_main(argv) -> int:
     parser.add_argument("reference", choices=REFERENCES)
     parser.add_argument("--n-heads", type=int, default=None)
     parser.add_argument("--pad-id", type=int, default=None)
-    parser.add_argument("--mapping", default=None, help="a JSON file: {user name: [reference name, layout note]}")
+    parser.add_argument(
+        "--mapping",
+        default=None,
+        help="a JSON file: {user name: [reference name, layout note]}, or with a third element (the link: parts, "
+        "transposed, rope_pairs) as --json writes it",
+    )
     parser.add_argument("--call", default=None, help="MODULE:FUNC, call(module, src, tgt) or call(module, ids)")
     parser.add_argument(
         "--timeout",
