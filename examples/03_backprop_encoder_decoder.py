@@ -148,9 +148,10 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 # `.layers`; a layer's cache has three fields per sublayer, in the order the forward ran them: `self_attn_in`
 # (what `residual_in_forward` kept: the norm's cache in pre-norm, None in post-norm), `self_attn` (the
 # sublayer's own: an `AttentionCache`; `ffn` holds the feed-forward's), `self_attn_out` (a `SublayerOutCache`:
-# the norm's name and, in `.residual`, what `residual_out_forward` kept: the dropout mask, and the norm's cache
-# in post-norm); likewise `cross_attn_*` (None in a layer without cross-attention) and `ffn_*`. A norm's cache,
-# `NormCache`, holds the layer norm's cache in `.layer` (or RMSNorm's in `.rms`) and whether it has a bias.
+# the way the output joined the stream, `.kind` "residual", the norm's name and, in `.join`, what
+# `residual_out_forward` kept: the dropout mask, and the norm's cache in post-norm); likewise `cross_attn_*` (None
+# in a layer without cross-attention) and `ffn_*`. A norm's cache, `NormCache`, names the norm it ran in `.kind`
+# ("layer" here, or "rms") and holds that norm's cache in `.norm`.
 
 # %%
 params = np_model.params
@@ -448,7 +449,7 @@ compare("output_proj", dx, "decoder.final_norm.out", {"output_proj.weight": dW, 
 # Its backward is walkthrough 02's boxed formula.
 
 # %%
-final_norm_cache = dec_cache.final_norm.layer  # the NormCache's layer norm cache (this one has a bias)
+final_norm_cache = dec_cache.final_norm.norm  # the NormCache's layer norm cache (kind "layer")
 dx, dw, db = layer_norm_backward(dx, final_norm_cache)
 compare(
     "decoder.final_norm", dx, "decoder.final_norm.in", {"decoder.final_norm.weight": dw, "decoder.final_norm.bias": db}
@@ -499,11 +500,11 @@ upstream_of = {}  # the gradient entering each sublayer, kept for the close-up b
 
 
 def out_cache(layer, sublayer: str):
-    """What residual_out_forward kept for `sublayer`: the layer's SublayerOutCache holds it in `.residual` (Gemma's
-    sandwich would fill `.sandwich` instead, for sandwich_out_backward)."""
-    cache = getattr(layer, f"{sublayer}_out").residual
-    assert cache is not None  # the paper's residual, not Gemma's sandwich
-    return cache
+    """What residual_out_forward kept for `sublayer`: the layer's SublayerOutCache holds it in `.join` (Gemma's
+    sandwich, kind "sandwich", would hold sandwich_out_forward's there instead, for sandwich_out_backward)."""
+    out = getattr(layer, f"{sublayer}_out")
+    assert out.kind == "residual"  # the paper's residual, not Gemma's sandwich
+    return out.join
 
 
 for i in reversed(range(cfg.n_decoder_layers)):
@@ -784,7 +785,7 @@ compare("memory (sum over decoder layers)", dmemory, "encoder.final_norm.out")
 # the source padding mask), then the embedding table.
 
 # %%
-final_norm_cache = enc_cache.final_norm.layer
+final_norm_cache = enc_cache.final_norm.norm
 dx, dw, db = layer_norm_backward(dmemory, final_norm_cache)
 compare(
     "encoder.final_norm", dx, "encoder.final_norm.in", {"encoder.final_norm.weight": dw, "encoder.final_norm.bias": db}
