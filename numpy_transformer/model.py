@@ -1577,7 +1577,9 @@ class EncoderModel(_Model[EncoderModelCache]):
         """Gradients of mlm_logits, given dlogits (B, T, V): accumulates the head's (and the tied token table's)
         into self.grads and returns dhidden (B, T, D), to add to backward's."""
         if self._mlm_cache is None:
-            raise ValueError("mlm_logits_backward called before mlm_logits: there are no logits to differentiate")
+            raise ValueError(
+                "mlm_logits_backward called before mlm_logits: no logits to differentiate (call mlm_logits first)"
+            )
         dlogits = check_float_array("dlogits", dlogits, self.dtype, self._mlm_cache.logits_shape)
         dhidden, grads = mlm_head_backward(dlogits, self._mlm_cache)
         self.accumulate_grads(grads)
@@ -1593,7 +1595,9 @@ class EncoderModel(_Model[EncoderModelCache]):
             dh_{:, 0} = dz\, W
         """
         if self._pool_cache is None:
-            raise ValueError("pool_backward called before pool: there is no pooled output to differentiate")
+            raise ValueError(
+                "pool_backward called before pool: there is no pooled output to differentiate (call pool first)"
+            )
         shape = self._pool_cache.hidden_shape
         dpooled = check_float_array("dpooled", dpooled, self.dtype, (shape[0], shape[2]))
         dz = tanh_backward(dpooled, self._pool_cache.tanh)  # (B, D)
