@@ -577,10 +577,19 @@ def norm_grads(name: str, *parts: dict) -> dict:
 
 
 @dataclass(frozen=True, slots=True)
+class CrossAttnCache:
+    """A decoder layer's cross-attention sublayer: its three caches, in the order the forward ran them."""
+
+    attn_in: ResidualInCache
+    attn: AttentionCache
+    attn_out: SublayerOutCache
+
+
+@dataclass(frozen=True, slots=True)
 class LayerCache:
     """One layer's caches, three per sublayer in the order the forward ran them (in: residual_in's, the sublayer's
-    own, out: sublayer_out's). The cross-attention sublayer's are None in a layer without one (the encoder's, the
-    decoder-only model's, GPT-NeoX's parallel layer)."""
+    own, out: sublayer_out's). cross: the cross-attention sublayer's, None in a layer without one (the encoder's,
+    the decoder-only model's, GPT-NeoX's parallel layer)."""
 
     self_attn_in: ResidualInCache
     self_attn: AttentionCache
@@ -588,9 +597,12 @@ class LayerCache:
     ffn_in: ResidualInCache
     ffn: FfnCache
     ffn_out: SublayerOutCache
-    cross_attn_in: ResidualInCache | None = None
-    cross_attn: AttentionCache | None = None
-    cross_attn_out: SublayerOutCache | None = None
+    cross: CrossAttnCache | None = None
+
+    def attentions(self) -> dict[str, AttentionCache]:
+        """The layer's attention caches by sublayer name: "self_attn", and "cross_attn" in a layer with one."""
+        cross = {} if self.cross is None else {"cross_attn": self.cross.attn}
+        return {"self_attn": self.self_attn} | cross
 
 
 # ----------------------------------------------------------------------------------------------
@@ -693,18 +705,19 @@ def decoder_layer_forward(
         bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
     x, attn_out = sublayer_out(params, x, y, config, "self_attn", dropout, site)
-    cross_in = cross = cross_out = None
+    cross = None
     if memory is not None:
         h, cross_in = sublayer_in(params, x, config, "cross_attn")
-        y, cross = attention_forward(
+        y, cross_attn = attention_forward(
             sub(params, "cross_attn"), h, memory, config, mod=cross_score_mod(config), cross=True, mask=memory_mask,
             dropout=dropout, site=f"{site}.cross_attn", kv_cache=memory_cache,
         )  # fmt: skip
         x, cross_out = sublayer_out(params, x, y, config, "cross_attn", dropout, site)
+        cross = CrossAttnCache(cross_in, cross_attn, cross_out)
     h, ffn_in = sublayer_in(params, x, config, "ffn")
     y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
     x, ffn_out = sublayer_out(params, x, y, config, "ffn", dropout, site)
-    return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out, cross_in, cross, cross_out)
+    return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out, cross)
 
 
 def decoder_layer_backward(
@@ -721,11 +734,11 @@ def decoder_layer_backward(
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
     grads = norm_grads("ffn", ffn_in) | ffn_out | prefixed(ffn_grads, "ffn")
     dmemory = None
-    if c.cross_attn is not None and c.cross_attn_in is not None and c.cross_attn_out is not None:
-        dx, dy, cross_out = sublayer_out_backward(dx, c.cross_attn_out)
-        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c.cross_attn)
+    if c.cross is not None:  # the layer read a memory
+        dx, dy, cross_out = sublayer_out_backward(dx, c.cross.attn_out)
+        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c.cross.attn)
         dmemory = dkey + dvalue  # the memory was the key and the value
-        dx_cross, cross_in = residual_in_backward(dh, c.cross_attn_in)
+        dx_cross, cross_in = residual_in_backward(dh, c.cross.attn_in)
         dx = dx + dx_cross  # residual path + path through cross-attention
         grads |= norm_grads("cross_attn", cross_in) | cross_out | prefixed(cross_grads, "cross_attn")
     dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
@@ -1373,8 +1386,8 @@ class _Model(Generic[CacheT]):
         maps = {}
         for name, (stack, _) in self._last_forward("attention_maps").stacks().items():
             for i, layer in enumerate(stack.layers):
-                for kind, attn in (("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)):
-                    if attn is not None and isinstance(attn.attn, ScaledDotProductAttentionCache):
+                for kind, attn in layer.attentions().items():
+                    if isinstance(attn.attn, ScaledDotProductAttentionCache):
                         maps[f"{name}.layers.{i}.{kind}"] = attn.attn.probs
         return maps
 
