@@ -148,9 +148,11 @@ src_t, tgt_in_t, tgt_out_t = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out
 # `.layers`; a layer's cache has three fields per sublayer, in the order the forward ran them: `self_attn_in`
 # (what `residual_in_forward` kept: the norm's cache in pre-norm, None in post-norm), `self_attn` (the
 # sublayer's own: an `AttentionCache`; `ffn` holds the feed-forward's), `self_attn_out` (a `SublayerOutCache`:
-# the norm's name and, in `.residual`, what `residual_out_forward` kept: the dropout mask, and the norm's cache
-# in post-norm); likewise `cross_attn_*` (None in a layer without cross-attention) and `ffn_*`. A norm's cache,
-# `NormCache`, holds the layer norm's cache in `.layer` (or RMSNorm's in `.rms`) and whether it has a bias.
+# the way the output joined the stream, `.kind` "residual", the norm's name and, in `.join`, what
+# `residual_out_forward` kept: the dropout mask, and the norm's cache in post-norm); likewise `ffn_*`, and `cross`
+# (None in a layer without cross-attention) holds the cross-attention sublayer's three as `attn_in`, `attn` and
+# `attn_out`. A norm's cache, `NormCache`, names the norm it ran in `.kind`
+# ("layer" here, or "rms") and holds that norm's cache in `.norm`.
 
 # %%
 params = np_model.params
@@ -448,7 +450,7 @@ compare("output_proj", dx, "decoder.final_norm.out", {"output_proj.weight": dW, 
 # Its backward is walkthrough 02's boxed formula.
 
 # %%
-final_norm_cache = dec_cache.final_norm.layer  # the NormCache's layer norm cache (this one has a bias)
+final_norm_cache = dec_cache.final_norm.norm  # the NormCache's layer norm cache (kind "layer")
 dx, dw, db = layer_norm_backward(dx, final_norm_cache)
 compare(
     "decoder.final_norm", dx, "decoder.final_norm.in", {"decoder.final_norm.weight": dw, "decoder.final_norm.bias": db}
@@ -498,12 +500,11 @@ dmemory = np.zeros_like(memory)  # (B, T_src, D): filled by every decoder layer'
 upstream_of = {}  # the gradient entering each sublayer, kept for the close-up below
 
 
-def out_cache(layer, sublayer: str):
-    """What residual_out_forward kept for `sublayer`: the layer's SublayerOutCache holds it in `.residual` (Gemma's
-    sandwich would fill `.sandwich` instead, for sandwich_out_backward)."""
-    cache = getattr(layer, f"{sublayer}_out").residual
-    assert cache is not None  # the paper's residual, not Gemma's sandwich
-    return cache
+def out_cache(out):
+    """What residual_out_forward kept for a sublayer: its SublayerOutCache `out` holds it in `.join` (Gemma's
+    sandwich, kind "sandwich", would hold sandwich_out_forward's there instead, for sandwich_out_backward)."""
+    assert out.kind == "residual"  # the paper's residual, not Gemma's sandwich
+    return out.join
 
 
 for i in reversed(range(cfg.n_decoder_layers)):
@@ -511,7 +512,7 @@ for i in reversed(range(cfg.n_decoder_layers)):
 
     # feed-forward: x2 = x1 + ffn(LN(x1))
     upstream_of[f"{p}.ffn"] = dx
-    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "ffn"))
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer.ffn_out))
     dh, ffn_grads = ffn_backward(dy, layer.ffn)
     dx_ffn, norm_in = residual_in_backward(dh, layer.ffn_in)
     dx = dx_residual + dx_ffn  # the residual path and the path through the sublayer meet at x1
@@ -520,11 +521,11 @@ for i in reversed(range(cfg.n_decoder_layers)):
 
     # cross-attention: x1 = x0 + MHA(LN(x0), memory, memory)
     upstream_of[f"{p}.cross_attn"] = dx
-    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "cross_attn"))
-    dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, layer.cross_attn)
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer.cross.attn_out))
+    dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, layer.cross.attn)
     dmemory_i = dkey + dvalue  # the memory was both the key and the value
     dmemory += dmemory_i  # every decoder layer reads the same memory: the shares add
-    dx_cross, norm_in = residual_in_backward(dh, layer.cross_attn_in)
+    dx_cross, norm_in = residual_in_backward(dh, layer.cross.attn_in)
     dx = dx_residual + dx_cross
     step_grads = {f"{p}.cross_attn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     step_grads |= {f"{p}.cross_attn.{k}": v for k, v in cross_grads.items()}
@@ -533,7 +534,7 @@ for i in reversed(range(cfg.n_decoder_layers)):
 
     # self-attention: x0 = x + MHA(h, h, h), h = LN(x)
     upstream_of[f"{p}.self_attn"] = dx
-    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "self_attn"))
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer.self_attn_out))
     dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer.self_attn)
     dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer.self_attn_in)  # h played three roles
     dx = dx_residual + dx_self
@@ -784,7 +785,7 @@ compare("memory (sum over decoder layers)", dmemory, "encoder.final_norm.out")
 # the source padding mask), then the embedding table.
 
 # %%
-final_norm_cache = enc_cache.final_norm.layer
+final_norm_cache = enc_cache.final_norm.norm
 dx, dw, db = layer_norm_backward(dmemory, final_norm_cache)
 compare(
     "encoder.final_norm", dx, "encoder.final_norm.in", {"encoder.final_norm.weight": dw, "encoder.final_norm.bias": db}
@@ -793,14 +794,14 @@ compare(
 for i in reversed(range(cfg.n_encoder_layers)):
     layer, p = enc_cache.layers[i], f"encoder.layers.{i}"
 
-    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "ffn"))
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer.ffn_out))
     dh, ffn_grads = ffn_backward(dy, layer.ffn)
     dx_ffn, norm_in = residual_in_backward(dh, layer.ffn_in)
     dx = dx_residual + dx_ffn
     step_grads = {f"{p}.ffn_norm.{k}": v for k, v in (norm_in | norm_out).items()}
     compare(f"{p}.ffn", dx, f"{p}.ffn.in", step_grads | {f"{p}.ffn.{k}": v for k, v in ffn_grads.items()})
 
-    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer, "self_attn"))
+    dx_residual, dy, norm_out = residual_out_backward(dx, out_cache(layer.self_attn_out))
     dquery, dkey, dvalue, self_grads = multi_head_attention_backward(dy, layer.self_attn)
     dx_self, norm_in = residual_in_backward(dquery + dkey + dvalue, layer.self_attn_in)
     dx = dx_residual + dx_self

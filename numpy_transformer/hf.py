@@ -24,7 +24,12 @@ from transformer_spec.families import Family, family_for_model, tied_copies, to_
 
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
-CLASSES = {"EncoderModel": EncoderModel, "TransformerLM": TransformerLM, "Transformer": Transformer}
+ModelClass = type[EncoderModel] | type[TransformerLM] | type[Transformer]
+CLASSES: dict[str, ModelClass] = {
+    "EncoderModel": EncoderModel,
+    "TransformerLM": TransformerLM,
+    "Transformer": Transformer,
+}
 
 
 def load(directory, dtype=np.float32, dropout: float | None = None, max_bytes: int = MAX_BYTES):

@@ -623,47 +623,82 @@ def offset_rms_norm_backward(dout: np.ndarray, cache: RMSNormCache) -> tuple[np.
 
 
 # ----------------------------------------------------------------------------------------------
-# The one place that chooses the normalisation: config.norm is "layer", "rms" or "rms_offset" (Gemma's 1 + w gain).
+# The norms as pairs on a params dict ({"weight", "bias"} or {"weight"}), grads dict keyed alike: what
+# norm_forward chooses between by config.norm.
 
-RMS_PAIRS = {
-    "rms": (rms_norm_forward, rms_norm_backward),
-    "rms_offset": (offset_rms_norm_forward, offset_rms_norm_backward),
+
+def layer_norm_params_forward(params: dict, x: np.ndarray, eps: float) -> tuple[np.ndarray, LayerNormCache]:
+    """layer_norm_forward on params weight and, when present, bias (config.norm_bias False: weight only)."""
+    return layer_norm_forward(x, params["weight"], params.get("bias"), eps)
+
+
+def layer_norm_params_backward(dout: np.ndarray, cache: LayerNormCache) -> tuple[np.ndarray, dict]:
+    """layer_norm_backward: dx and {"weight": dgamma, "bias": dbeta} (norm_backward drops a bias the params lack)."""
+    dx, dweight, dbias = layer_norm_backward(dout, cache)
+    return dx, {"weight": dweight, "bias": dbias}
+
+
+def rms_weight(params: dict, kind: str) -> np.ndarray:
+    """An RMSNorm's one parameter, params["weight"]; ValueError when params holds a bias as well."""
+    if "bias" in params:
+        raise ValueError(f"norm_forward: RMSNorm has no bias, but params holds one (kind {kind!r} takes weight only)")
+    return params["weight"]
+
+
+def rms_norm_params_forward(params: dict, x: np.ndarray, eps: float) -> tuple[np.ndarray, RMSNormCache]:
+    """rms_norm_forward on params weight (no bias)."""
+    return rms_norm_forward(x, rms_weight(params, "rms"), eps)
+
+
+def offset_rms_norm_params_forward(params: dict, x: np.ndarray, eps: float) -> tuple[np.ndarray, RMSNormCache]:
+    """offset_rms_norm_forward (gain 1 + weight) on params weight (no bias)."""
+    return offset_rms_norm_forward(x, rms_weight(params, "rms_offset"), eps)
+
+
+def rms_norm_params_backward(dout: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, dict]:
+    """rms_norm_backward (both RMS kinds: w of the gain 1 + w gets dgamma unchanged): dx and {"weight": dgamma}."""
+    dx, dweight = rms_norm_backward(dout, cache)
+    return dx, {"weight": dweight}
+
+
+# A norm's pair on a params dict: forward (params, x, eps) -> (y, cache), backward (dy, cache) -> (dx, grads).
+NormPair = tuple[
+    Callable[[dict, np.ndarray, float], tuple[np.ndarray, LayerNormCache | RMSNormCache]],
+    Callable[[np.ndarray, Any], tuple[np.ndarray, dict]],
+]
+
+# The one place that chooses the normalisation, read by norm_forward and norm_backward: config.norm is "layer",
+# "rms" or "rms_offset" (Gemma's 1 + w gain).
+NORM_PAIRS: dict[str, NormPair] = {
+    "layer": (layer_norm_params_forward, layer_norm_params_backward),
+    "rms": (rms_norm_params_forward, rms_norm_params_backward),
+    "rms_offset": (offset_rms_norm_params_forward, rms_norm_params_backward),
 }
 
 
 @dataclass(frozen=True, slots=True)
 class NormCache:
-    layer: LayerNormCache | None  # kind "layer": the layer norm's cache, else None
-    rms: RMSNormCache | None  # kind "rms" or "rms_offset": RMSNorm's cache, else None
-    has_bias: bool  # the layer norm has a bias (params held "bias")
+    kind: str  # the NORM_PAIRS entry norm_forward ran, whose backward norm_backward runs
+    norm: LayerNormCache | RMSNormCache  # that pair's cache
+    names: tuple[str, ...]  # the params it read ("weight", and "bias"): its grads are keyed alike
 
 
 def norm_forward(params: dict, x: np.ndarray, kind: str, eps: float) -> tuple[np.ndarray, NormCache]:
     """LayerNorm (kind "layer"; params weight and bias, or weight only: config.norm_bias False), RMSNorm ("rms";
-    weight only) or Gemma's RMSNorm of gain 1 + weight ("rms_offset"; weight only) of x (..., D)."""
-    if kind in RMS_PAIRS:
-        if "bias" in params:
-            raise ValueError(
-                f"norm_forward: RMSNorm has no bias, but params holds one (kind {kind!r} takes weight only)"
-            )
-        out, rms_cache = RMS_PAIRS[kind][0](x, params["weight"], eps)
-        return out, NormCache(layer=None, rms=rms_cache, has_bias=False)
-    if kind == "layer":
-        bias = params.get("bias")
-        out, layer_cache = layer_norm_forward(x, params["weight"], bias, eps)
-        return out, NormCache(layer=layer_cache, rms=None, has_bias=bias is not None)
-    raise ValueError(f"norm kind must be 'layer', 'rms' or 'rms_offset', got {kind!r}")
+    weight only) or Gemma's RMSNorm of gain 1 + weight ("rms_offset"; weight only) of x (..., D): NORM_PAIRS[kind]."""
+    if kind not in NORM_PAIRS:
+        raise ValueError(f"norm kind must be 'layer', 'rms' or 'rms_offset', got {kind!r}")
+    forward, _ = NORM_PAIRS[kind]
+    out, norm_cache = forward(params, x, eps)
+    return out, NormCache(kind, norm_cache, tuple(k for k in ("weight", "bias") if k in params))
 
 
 def norm_backward(dout: np.ndarray, cache: NormCache) -> tuple[np.ndarray, dict]:
-    """Backward of norm_forward: dx and the grads dict keyed like its params ("weight", and "bias"). Both RMS
-    kinds share RMSNorm's backward: w of the gain 1 + w gets d gamma unchanged."""
-    if cache.rms is not None:
-        dx, dweight = rms_norm_backward(dout, cache.rms)
-        return dx, {"weight": dweight}
-    assert cache.layer is not None  # norm_forward sets exactly one of the two
-    dx, dweight, dbias = layer_norm_backward(dout, cache.layer)
-    return dx, {"weight": dweight, "bias": dbias} if cache.has_bias else {"weight": dweight}
+    """Backward of norm_forward, the backward of the pair it ran: dx and the grads dict keyed like its params
+    ("weight", and "bias")."""
+    _, backward = NORM_PAIRS[cache.kind]
+    dx, grads = backward(dout, cache.norm)
+    return dx, {k: grads[k] for k in cache.names}
 
 
 # ----------------------------------------------------------------------------------------------

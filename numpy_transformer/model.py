@@ -4,8 +4,11 @@ Composite pairs take a params dict keyed by the state-dict names below their pre
 grads dict with the same keys. Every composite forward takes params first, then the arrays it transforms, then
 the config, then its options; every backward takes (dout, cache) and returns a fixed number of values. Each pair's
 cache is a frozen dataclass named after it (EmbedCache, FfnCache, SublayerOutCache, LayerCache, EncoderStackCache,
-DecoderStackCache, ModelCache), read by its backward only. `Transformer`, `TransformerLM` and `EncoderModel`
-are the only stateful objects: they hold `params` and `grads` keyed by the full state-dict names.
+DecoderStackCache, and one per model class: TransformerCache, LMCache, EncoderModelCache), read by its backward
+only. Where a pair chooses between pairs (the norm, the feed-forward block, the sublayer's join), one table beside
+them (NORM_PAIRS, FFN_PAIRS, JOIN_PAIRS) is read by its forward, and its backward reads the chosen entry back by the
+name the cache kept. `Transformer`, `TransformerLM` and `EncoderModel` are the only stateful objects: they hold
+`params` and `grads` keyed by the full state-dict names.
 
 Shape letters: B batch, T_src / T_tgt sequence lengths, D d_model, H heads, V vocabulary.
 """
@@ -16,8 +19,8 @@ import copy
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Self
+from dataclasses import dataclass
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
@@ -357,13 +360,112 @@ def attention_forward(
     )  # fmt: skip
 
 
+# The three feed-forward blocks on one signature, ffn_forward's (params, x, config, dropout, site, activations) and
+# ffn_backward's (dout, cache, drouter_logits): what FFN_PAIRS chooses between.
+
+
+def plain_ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict[str, ActivationPair],
+) -> tuple[np.ndarray, FeedForwardCache]:
+    """layers.feed_forward_forward with config.activation."""
+    return feed_forward_forward(params, x, config.activation, dropout, site, activations)
+
+
+def plain_ffn_backward(
+    dout: np.ndarray, cache: FeedForwardCache, drouter_logits: np.ndarray | None
+) -> tuple[np.ndarray, dict]:
+    """layers.feed_forward_backward (drouter_logits must be None: the block has no router)."""
+    check_no_router(drouter_logits)
+    return feed_forward_backward(dout, cache)
+
+
+def gated_ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict[str, ActivationPair],
+) -> tuple[np.ndarray, GatedFeedForwardCache]:
+    """layers.gated_feed_forward_forward with config.activation."""
+    return gated_feed_forward_forward(params, x, config.activation, dropout, site, activations)
+
+
+def gated_ffn_backward(
+    dout: np.ndarray, cache: GatedFeedForwardCache, drouter_logits: np.ndarray | None
+) -> tuple[np.ndarray, dict]:
+    """layers.gated_feed_forward_backward (drouter_logits must be None: the block has no router)."""
+    check_no_router(drouter_logits)
+    return gated_feed_forward_backward(dout, cache)
+
+
+def check_no_router(drouter_logits: np.ndarray | None) -> None:
+    """A dense block's backward takes no router gradient: ValueError when one is given."""
+    if drouter_logits is not None:
+        raise ValueError("ffn_backward: drouter_logits given for a dense feed-forward block, which has no router")
+
+
+MOE_NAMES = {"gate.weight": "router.weight"}  # moe.py's (transformers') name of the router -> ours below `ffn.`
+
+
+def moe_params(params: dict) -> dict:
+    """A layer's MoE params (below `ffn.`) under moe.py's names: our ffn.router.weight is transformers' mlp.gate.weight
+    (ours is not `gate`: a dense gated block's ffn.gate.weight is another tensor, and Qwen3-MoE mixes both kinds)."""
+    ours = {v: k for k, v in MOE_NAMES.items()}
+    return {ours.get(k, k): v for k, v in params.items()}
+
+
+def moe_ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict[str, ActivationPair],
+) -> tuple[np.ndarray, SparseMoeCache]:
+    """moe.sparse_moe_forward on ffn_forward's arguments (its experts use layers.ACTIVATIONS; no dropout)."""
+    return sparse_moe_forward(moe_params(params), x, config.top_k, config.norm_topk_prob, config.activation)
+
+
+def moe_ffn_backward(
+    dout: np.ndarray, cache: SparseMoeCache, drouter_logits: np.ndarray | None
+) -> tuple[np.ndarray, dict]:
+    """moe.sparse_moe_backward, its grads under our names (router.weight)."""
+    dx, grads = sparse_moe_backward(dout, cache, drouter_logits)
+    return dx, {MOE_NAMES.get(k, k): v for k, v in grads.items()}
+
+
+FfnCaches = FeedForwardCache | GatedFeedForwardCache | SparseMoeCache
+FfnPair = tuple[
+    Callable[[dict, np.ndarray, TransformerConfig, Dropout | None, str, dict], tuple[np.ndarray, FfnCaches]],
+    Callable[[np.ndarray, Any, np.ndarray | None], tuple[np.ndarray, dict]],
+]
+
+# The one place that chooses the feed-forward block, read by ffn_forward and ffn_backward: the paper's, the gated
+# one (config.gated_ffn) or a mixture of experts (the layer's params hold a router: config.is_moe_layer).
+FFN_PAIRS: dict[str, FfnPair] = {
+    "feed_forward": (plain_ffn_forward, plain_ffn_backward),
+    "gated": (gated_ffn_forward, gated_ffn_backward),
+    "moe": (moe_ffn_forward, moe_ffn_backward),
+}
+
+
+def ffn_kind(params: dict, config: TransformerConfig) -> str:
+    """The FFN_PAIRS entry of a layer: "moe" when its params hold a router, "gated" with config.gated_ffn."""
+    if "router.weight" in params:
+        return "moe"
+    return "gated" if config.gated_ffn else "feed_forward"
+
+
 @dataclass(frozen=True, slots=True)
 class FfnCache:
-    """Exactly one field is set: the block the config chose."""
-
-    feed_forward: FeedForwardCache | None = None  # the paper's block
-    gated: GatedFeedForwardCache | None = None  # config.gated_ffn (Llama's SwiGLU)
-    moe: SparseMoeCache | None = None  # a mixture-of-experts layer (its params hold a router)
+    kind: str  # the FFN_PAIRS entry ffn_forward ran, whose backward ffn_backward runs
+    block: FfnCaches  # that pair's cache
 
 
 def ffn_forward(
@@ -379,38 +481,20 @@ def ffn_forward(
     Llama's SwiGLU), or, when the layer's params hold a router (config.is_moe_layer), the sparse mixture of experts
     :math:`\sum_{j < k} g_j\, \mathrm{FFN}_{S_j}(x)` (moe.sparse_moe_forward; Mixtral, Qwen3-MoE).
     x (B, T, D) -> (B, T, D); :math:`\phi` is activations[config.activation] (the experts': layers.ACTIVATIONS')."""
-    if "router.weight" in params:
-        out, moe = sparse_moe_forward(moe_params(params), x, config.top_k, config.norm_topk_prob, config.activation)
-        return out, FfnCache(moe=moe)
-    if config.gated_ffn:
-        out, gated = gated_feed_forward_forward(params, x, config.activation, dropout, site, activations)
-        return out, FfnCache(gated=gated)
-    out, plain = feed_forward_forward(params, x, config.activation, dropout, site, activations)
-    return out, FfnCache(feed_forward=plain)
+    kind = ffn_kind(params, config)
+    forward, _ = FFN_PAIRS[kind]
+    out, block = forward(params, x, config, dropout, site, activations)
+    return out, FfnCache(kind, block)
 
 
 def ffn_backward(
     dout: np.ndarray, cache: FfnCache, drouter_logits: np.ndarray | None = None
 ) -> tuple[np.ndarray, dict]:
-    """Backward of ffn_forward: dx (B, T, D) and the grads dict keyed like its params. drouter_logits (N, E): a
-    mixture of experts' router logits' gradient from the load-balancing loss, added to the gates' (or None)."""
-    if cache.moe is not None:
-        dx, grads = sparse_moe_backward(dout, cache.moe, drouter_logits)
-        return dx, {MOE_NAMES.get(k, k): v for k, v in grads.items()}
-    if cache.gated is not None:
-        return gated_feed_forward_backward(dout, cache.gated)
-    assert cache.feed_forward is not None  # ffn_forward sets exactly one field
-    return feed_forward_backward(dout, cache.feed_forward)
-
-
-MOE_NAMES = {"gate.weight": "router.weight"}  # moe.py's (transformers') name of the router -> ours below `ffn.`
-
-
-def moe_params(params: dict) -> dict:
-    """A layer's MoE params (below `ffn.`) under moe.py's names: our ffn.router.weight is transformers' mlp.gate.weight
-    (ours is not `gate`: a dense gated block's ffn.gate.weight is another tensor, and Qwen3-MoE mixes both kinds)."""
-    ours = {v: k for k, v in MOE_NAMES.items()}
-    return {ours.get(k, k): v for k, v in params.items()}
+    """Backward of ffn_forward, the backward of the block it ran: dx (B, T, D) and the grads dict keyed like its
+    params. drouter_logits (N, E): a mixture of experts' router logits' gradient from the load-balancing loss,
+    added to the gates' (None for a dense block)."""
+    _, backward = FFN_PAIRS[cache.kind]
+    return backward(dout, cache.block, drouter_logits)
 
 
 def sublayer_in(
@@ -425,13 +509,40 @@ def sublayer_in(
     return residual_in_forward(norm, x, config.norm_first, config.layer_norm_eps, config.norm)
 
 
+def residual_join(
+    norm: dict, x: np.ndarray, y: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str
+) -> tuple[np.ndarray, ResidualOutCache]:
+    """layers.residual_out_forward: x + drop(y), then Norm in post-norm (norm: the sublayer's norm's params)."""
+    return residual_out_forward(norm, x, y, config.norm_first, config.layer_norm_eps, dropout, site, config.norm)
+
+
+def sandwich_join(
+    norm: dict, x: np.ndarray, y: np.ndarray, config: TransformerConfig, dropout: Dropout | None, site: str
+) -> tuple[np.ndarray, SandwichOutCache]:
+    """layers.sandwich_out_forward: x + drop(Norm_post(y)) (norm: the sublayer's post-norm's params)."""
+    return sandwich_out_forward(norm, x, y, config.layer_norm_eps, dropout, site, config.norm)
+
+
+JoinPair = tuple[
+    Callable[[dict, np.ndarray, np.ndarray, TransformerConfig, Dropout | None, str], tuple[np.ndarray, Any]],
+    Callable[[np.ndarray, Any], tuple[np.ndarray, np.ndarray, dict]],
+    str,
+]
+
+# The one place that chooses how a sublayer's output joins the stream, read by sublayer_out and its backward:
+# (forward, backward, the norm it holds below the layer, {} the sublayer's name). Gemma's sandwich with
+# config.sandwich_norm, else the residual (whose norm is the post-norm's, or in pre-norm unused).
+JOIN_PAIRS: dict[str, JoinPair] = {
+    "residual": (residual_join, residual_out_backward, "{}_norm"),
+    "sandwich": (sandwich_join, sandwich_out_backward, "{}_post_norm"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class SublayerOutCache:
-    """Exactly one of residual and sandwich is set."""
-
-    norm_name: str  # the norm it holds, below the layer: "{name}_norm" (post-norm), "{name}_post_norm" (sandwich)
-    residual: ResidualOutCache | None = None  # x + drop(y), then Norm in post-norm
-    sandwich: SandwichOutCache | None = None  # Gemma's x + drop(Norm_post(y))
+    kind: str  # the JOIN_PAIRS entry sublayer_out ran, whose backward sublayer_out_backward runs
+    norm_name: str  # the norm it holds, below the layer: "{name}_norm" (residual), "{name}_post_norm" (sandwich)
+    join: ResidualOutCache | SandwichOutCache  # that pair's cache
 
 
 def sublayer_out(
@@ -445,24 +556,18 @@ def sublayer_out(
 ) -> tuple[np.ndarray, SublayerOutCache]:
     """The sublayer `name`'s output y joined to the stream x: x + drop(y), then Norm in post-norm (dropout site
     `{site}.{name}_dropout`); with config.sandwich_norm (Gemma) x + drop(Norm_post(y)), its norm `{name}_post_norm`."""
-    eps, drop_site = config.layer_norm_eps, f"{site}.{name}_dropout"
-    if config.sandwich_norm:
-        post = sub(params, f"{name}_post_norm")
-        out, sandwich = sandwich_out_forward(post, x, y, eps, dropout, drop_site, config.norm)
-        return out, SublayerOutCache(f"{name}_post_norm", sandwich=sandwich)
-    norm = sub(params, f"{name}_norm")
-    out, residual = residual_out_forward(norm, x, y, config.norm_first, eps, dropout, drop_site, config.norm)
-    return out, SublayerOutCache(f"{name}_norm", residual=residual)
+    kind = "sandwich" if config.sandwich_norm else "residual"
+    forward, _, norm_name = JOIN_PAIRS[kind]
+    norm_name = norm_name.format(name)
+    out, join = forward(sub(params, norm_name), x, y, config, dropout, f"{site}.{name}_dropout")
+    return out, SublayerOutCache(kind, norm_name, join)
 
 
 def sublayer_out_backward(dout: np.ndarray, cache: SublayerOutCache) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Backward of sublayer_out: dx along the residual path, dy into the sublayer, and the grads of the norm it
-    holds (none in pre-norm; the post-norm's in the sandwich), named below the layer."""
-    if cache.sandwich is not None:
-        dx, dy, grads = sandwich_out_backward(dout, cache.sandwich)
-    else:
-        assert cache.residual is not None  # sublayer_out sets exactly one of the two
-        dx, dy, grads = residual_out_backward(dout, cache.residual)
+    """Backward of sublayer_out, the backward of the join it ran: dx along the residual path, dy into the sublayer,
+    and the grads of the norm it holds (none in pre-norm; the post-norm's in the sandwich), named below the layer."""
+    _, backward, _ = JOIN_PAIRS[cache.kind]
+    dx, dy, grads = backward(dout, cache.join)
     return dx, dy, {f"{cache.norm_name}.{k}": v for k, v in grads.items()}
 
 
@@ -472,10 +577,19 @@ def norm_grads(name: str, *parts: dict) -> dict:
 
 
 @dataclass(frozen=True, slots=True)
+class CrossAttnCache:
+    """A decoder layer's cross-attention sublayer: its three caches, in the order the forward ran them."""
+
+    attn_in: ResidualInCache
+    attn: AttentionCache
+    attn_out: SublayerOutCache
+
+
+@dataclass(frozen=True, slots=True)
 class LayerCache:
     """One layer's caches, three per sublayer in the order the forward ran them (in: residual_in's, the sublayer's
-    own, out: sublayer_out's). The cross-attention sublayer's are None in a layer without one (the encoder's, the
-    decoder-only model's, GPT-NeoX's parallel layer)."""
+    own, out: sublayer_out's). cross: the cross-attention sublayer's, None in a layer without one (the encoder's,
+    the decoder-only model's, GPT-NeoX's parallel layer)."""
 
     self_attn_in: ResidualInCache
     self_attn: AttentionCache
@@ -483,9 +597,12 @@ class LayerCache:
     ffn_in: ResidualInCache
     ffn: FfnCache
     ffn_out: SublayerOutCache
-    cross_attn_in: ResidualInCache | None = None
-    cross_attn: AttentionCache | None = None
-    cross_attn_out: SublayerOutCache | None = None
+    cross: CrossAttnCache | None = None
+
+    def attentions(self) -> dict[str, AttentionCache]:
+        """The layer's attention caches by sublayer name: "self_attn", and "cross_attn" in a layer with one."""
+        cross = {} if self.cross is None else {"cross_attn": self.cross.attn}
+        return {"self_attn": self.self_attn} | cross
 
 
 # ----------------------------------------------------------------------------------------------
@@ -588,18 +705,19 @@ def decoder_layer_forward(
         bias_table=bias_table, key_padding=key_padding,
     )  # fmt: skip
     x, attn_out = sublayer_out(params, x, y, config, "self_attn", dropout, site)
-    cross_in = cross = cross_out = None
+    cross = None
     if memory is not None:
         h, cross_in = sublayer_in(params, x, config, "cross_attn")
-        y, cross = attention_forward(
+        y, cross_attn = attention_forward(
             sub(params, "cross_attn"), h, memory, config, mod=cross_score_mod(config), cross=True, mask=memory_mask,
             dropout=dropout, site=f"{site}.cross_attn", kv_cache=memory_cache,
         )  # fmt: skip
         x, cross_out = sublayer_out(params, x, y, config, "cross_attn", dropout, site)
+        cross = CrossAttnCache(cross_in, cross_attn, cross_out)
     h, ffn_in = sublayer_in(params, x, config, "ffn")
     y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
     x, ffn_out = sublayer_out(params, x, y, config, "ffn", dropout, site)
-    return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out, cross_in, cross, cross_out)
+    return x, LayerCache(attn_in, attn, attn_out, ffn_in, ffn, ffn_out, cross)
 
 
 def decoder_layer_backward(
@@ -616,11 +734,11 @@ def decoder_layer_backward(
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
     grads = norm_grads("ffn", ffn_in) | ffn_out | prefixed(ffn_grads, "ffn")
     dmemory = None
-    if c.cross_attn is not None and c.cross_attn_in is not None and c.cross_attn_out is not None:
-        dx, dy, cross_out = sublayer_out_backward(dx, c.cross_attn_out)
-        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c.cross_attn)
+    if c.cross is not None:  # the layer read a memory
+        dx, dy, cross_out = sublayer_out_backward(dx, c.cross.attn_out)
+        dh, dkey, dvalue, cross_grads = multi_head_attention_backward(dy, c.cross.attn)
         dmemory = dkey + dvalue  # the memory was the key and the value
-        dx_cross, cross_in = residual_in_backward(dh, c.cross_attn_in)
+        dx_cross, cross_in = residual_in_backward(dh, c.cross.attn_in)
         dx = dx + dx_cross  # residual path + path through cross-attention
         grads |= norm_grads("cross_attn", cross_in) | cross_out | prefixed(cross_grads, "cross_attn")
     dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
@@ -920,19 +1038,66 @@ def init_params(shapes: dict, seed: int, dtype: DTypeLike, d_model: int, norm_ga
 # The model objects.
 
 
-@dataclass(frozen=True, slots=True)
-class ModelCache:
-    """A model's last forward pass: what its backward and its inspection methods read. A stack the model does
-    not have is None; so are the output projection's caches of an EncoderModel."""
+# What each model's forward keeps for its backward and its inspection methods (attention_maps, activations,
+# router_logits): one cache type per model class, every field set by that class's forward.
 
-    encoder: EncoderStackCache | None = None
-    decoder: DecoderStackCache | None = None
-    encoder_out: np.ndarray | None = None  # the encoder's output (B, T_src, D): the memory, or the hidden states
-    decoder_out: np.ndarray | None = None  # the decoder's output (B, T_tgt, D), before the output projection
-    output: LinearCache | None = None  # the output projection
-    softcap: SoftcapCache | None = None  # Gemma's final soft-capping, or None
-    logits: np.ndarray | None = None  # (B, T_tgt, V)
-    out_shape: tuple[int, ...] = field(default=())  # the forward's output shape: the logits', or the hidden states'
+
+@dataclass(frozen=True, slots=True)
+class HeadCache:
+    """The output projection, x (B, T, D) -> logits (B, T, V), of a model with one (Transformer, TransformerLM)."""
+
+    output: LinearCache  # z = (c x) W^T + b
+    softcap: SoftcapCache | None  # Gemma's final soft-capping, or None (config.logit_softcap None: no cap)
+    logits: np.ndarray  # (B, T, V)
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerCache:
+    encoder: EncoderStackCache
+    memory: np.ndarray  # the encoder's output (B, T_src, D)
+    decoder: DecoderStackCache
+    decoder_out: np.ndarray  # (B, T_tgt, D), before the output projection
+    head: HeadCache
+
+    def stacks(self) -> dict[str, tuple[EncoderStackCache | DecoderStackCache, np.ndarray]]:
+        """Each stack's cache and output, by name."""
+        return {"encoder": (self.encoder, self.memory), "decoder": (self.decoder, self.decoder_out)}
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The forward's outputs after the stacks: the logits."""
+        return {"logits": self.head.logits}
+
+
+@dataclass(frozen=True, slots=True)
+class LMCache:
+    decoder: DecoderStackCache
+    decoder_out: np.ndarray  # (B, T, D), before the output projection
+    head: HeadCache
+
+    def stacks(self) -> dict[str, tuple[EncoderStackCache | DecoderStackCache, np.ndarray]]:
+        """The decoder's cache and output."""
+        return {"decoder": (self.decoder, self.decoder_out)}
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The forward's outputs after the stack: the logits."""
+        return {"logits": self.head.logits}
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderModelCache:
+    encoder: EncoderStackCache
+    hidden: np.ndarray  # the encoder's output (B, T, D), the forward's
+
+    def stacks(self) -> dict[str, tuple[EncoderStackCache | DecoderStackCache, np.ndarray]]:
+        """The encoder's cache and output."""
+        return {"encoder": (self.encoder, self.hidden)}
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """Nothing after the stack: the hidden states are the forward's output."""
+        return {}
+
+
+CacheT = TypeVar("CacheT", bound="TransformerCache | LMCache | EncoderModelCache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -942,8 +1107,9 @@ class PoolCache:
     tanh: TanhCache
 
 
-class _Model:
-    """What the models share: parameters, gradients, modes, state dicts, the output projection, and what a
+class _Model(Generic[CacheT]):
+    """What the models share: parameters, gradients, modes, state dicts, the output projection, the last forward
+    pass's cache (of the type CacheT its class's forward makes, None before any forward), and what a
     checkpoint says of the model (set by numpy_transformer.hf.load; a model built here has the defaults):
 
     - generation_rules: the GenerationRules of its generation_config.json, which decoding applies instead of
@@ -985,7 +1151,7 @@ class _Model:
         self.dropout_masks: dict = {}  # the keep-masks of the last forward pass, by site
         self.activation_table = ACTIVATIONS  # the feed-forward blocks' functions: name -> (forward, backward)
         self._own_dropout: Dropout | None = None  # a replica's Dropout, drawn from instead of self.rng
-        self._cache: ModelCache | None = None
+        self._cache: CacheT | None = None
         self._aux_cache: LoadBalancingCache | None = None  # the load-balancing loss of the last forward
         self._pool_cache: PoolCache | None = None
         self._mlm_cache: MlmHeadCache | None = None
@@ -1094,33 +1260,28 @@ class _Model:
             return logits, None
         return softcap_forward(logits, self.config.logit_softcap)
 
-    def _output_forward(
-        self,
-        x: np.ndarray,
-        dropout: Dropout | None,
-        encoder: EncoderStackCache | None,
-        decoder: DecoderStackCache,
-        memory: np.ndarray | None,
-    ) -> np.ndarray:
-        """x (B, T, D) -> logits (B, T, V); then the bookkeeping of a finished forward pass: the dropout
-        masks it used, and the caches the backward pass will read."""
+    def _head_forward(self, x: np.ndarray) -> HeadCache:
+        """x (B, T, D) -> the output projection's cache, whose logits (B, T, V) the forward returns."""
         logits, out_cache = linear_forward(self.scale_output(x), self.output_weight(), self.output_bias())  # (B, T, V)
         logits, cap_cache = self.softcap(logits)
+        return HeadCache(out_cache, cap_cache, logits)
+
+    def _finish_forward(self, dropout: Dropout | None, cache: CacheT) -> None:
+        """The bookkeeping of a finished forward pass: the dropout masks it used, and the cache the backward pass
+        and the inspection methods will read."""
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = ModelCache(encoder, decoder, memory, x, out_cache, cap_cache, logits, logits.shape)
+        self._cache = cache
         self._aux_cache = None  # the load-balancing loss of this forward, once computed
-        return logits
 
     # -- mixture of experts: the router logits of the last forward pass and the load-balancing loss -----------------
 
     def _moe_layers(self) -> list[tuple[int, SparseMoeCache]]:
         """(index, SparseMoeCache) of each mixture-of-experts decoder layer of the last forward pass."""
-        if self._cache is None or self._cache.decoder is None:
-            raise ValueError("router_logits: no forward pass has been run yet")
-        layers = enumerate(layer.ffn.moe for layer in self._cache.decoder.layers)
-        return [(i, moe) for i, moe in layers if moe is not None]
+        stacks = self._last_forward("router_logits").stacks()
+        layers = enumerate(stacks["decoder"][0].layers if "decoder" in stacks else [])  # an encoder has no router
+        return [(i, layer.ffn.block) for i, layer in layers if isinstance(layer.ffn.block, SparseMoeCache)]
 
     def router_logits(self) -> list[np.ndarray]:
         """The router logits (N, E), N = B * T, of every mixture-of-experts layer in the last forward pass, in layer
@@ -1151,14 +1312,12 @@ class _Model:
         drouter = load_balancing_loss_backward(self._aux_cache, float(daux_loss))
         return {i: d for (i, _), d in zip(self._moe_layers(), drouter, strict=True)}
 
-    def _output_backward(self, dlogits: np.ndarray) -> tuple[np.ndarray, dict]:
-        """dlogits (B, T, V) -> dx (B, T, D); records the projection's grads in a dict."""
-        cache = self._last_forward()
+    def _head_backward(self, dlogits: np.ndarray, head: HeadCache) -> tuple[np.ndarray, dict]:
+        """dlogits (B, T, V) -> dx (B, T, D) and the projection's grads, in a dict."""
         grads = {}
-        if cache.softcap is not None:
-            dlogits = softcap_backward(dlogits, cache.softcap)
-        assert cache.output is not None  # a model with an output projection made this cache
-        dx, dweight, dbias = linear_backward(dlogits, cache.output)
+        if head.softcap is not None:
+            dlogits = softcap_backward(dlogits, head.softcap)
+        dx, dweight, dbias = linear_backward(dlogits, head.output)
         dx = self.scale_output(dx)  # y = c x: dx = c dy
         if dbias is not None:
             grads["output_proj.bias"] = dbias
@@ -1168,14 +1327,11 @@ class _Model:
             grads["output_proj.weight"] = dweight
         return dx, grads
 
-    def _last_forward(self) -> ModelCache:
-        """The last forward pass's cache; ValueError when there is none."""
+    def _last_forward(self, caller: str) -> CacheT:
+        """The last forward pass's cache; ValueError naming `caller` when there is none."""
         if self._cache is None:
-            raise ValueError("backward called before forward: there is no forward pass to differentiate")
+            raise ValueError(f"{caller} called before forward: no forward pass has been run yet (call forward first)")
         return self._cache
-
-    def _check_dlogits(self, dlogits: np.ndarray) -> np.ndarray:
-        return check_float_array("dlogits", dlogits, self.dtype, self._last_forward().out_shape)
 
     # -- state dicts -----------------------------------------------------------------------
 
@@ -1227,35 +1383,28 @@ class _Model:
                 "attention_maps: this model uses attention='flash', which never holds the (T_q, T_k) probabilities; "
                 "build it with attention='plain' (the same weights load into either) to read them"
             )
-        if self._cache is None:
-            raise ValueError("attention_maps: no forward pass has been run yet")
         maps = {}
-        for name, stack in (("encoder", self._cache.encoder), ("decoder", self._cache.decoder)):
-            for i, layer in enumerate([] if stack is None else stack.layers):
-                for kind, attn in (("self_attn", layer.self_attn), ("cross_attn", layer.cross_attn)):
-                    if attn is not None and isinstance(attn.attn, ScaledDotProductAttentionCache):
+        for name, (stack, _) in self._last_forward("attention_maps").stacks().items():
+            for i, layer in enumerate(stack.layers):
+                for kind, attn in layer.attentions().items():
+                    if isinstance(attn.attn, ScaledDotProductAttentionCache):
                         maps[f"{name}.layers.{i}.{kind}"] = attn.attn.probs
         return maps
 
     def activations(self) -> dict:
         """Hidden states of the last forward pass, keyed "encoder.embedding", "encoder.layers.0", ...,
         "encoder" (the memory), likewise for the decoder, and "logits" (not in an EncoderModel)."""
-        if self._cache is None:
-            raise ValueError("activations: no forward pass has been run yet")
-        c = self._cache
-        acts: dict[str, np.ndarray | None] = {}
-        for name, stack, out in (("encoder", c.encoder, c.encoder_out), ("decoder", c.decoder, c.decoder_out)):
-            if stack is not None:
-                acts[f"{name}.embedding"] = stack.hidden[0]
-                for i, h in enumerate(stack.hidden[1:]):
-                    acts[f"{name}.layers.{i}"] = h
-                acts[name] = out
-        if c.logits is not None:
-            acts["logits"] = c.logits
-        return acts
+        cache = self._last_forward("activations")
+        acts = {}
+        for name, (stack, out) in cache.stacks().items():
+            acts[f"{name}.embedding"] = stack.hidden[0]
+            for i, h in enumerate(stack.hidden[1:]):
+                acts[f"{name}.layers.{i}"] = h
+            acts[name] = out
+        return acts | cache.outputs()
 
 
-class Transformer(_Model):
+class Transformer(_Model[TransformerCache]):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     forward(src_ids (B, T_src), tgt_ids (B, T_tgt)) -> logits (B, T_tgt, V_tgt). tgt_ids are the
@@ -1291,7 +1440,9 @@ class Transformer(_Model):
         x, dec_cache = decoder_forward(
             sub(self.params, "decoder"), tgt_ids, memory, cfg, dropout, memory_mask=memory_mask, activations=acts
         )  # (B, T_tgt, D)
-        return self._output_forward(x, dropout, enc_cache, dec_cache, memory)
+        head = self._head_forward(x)
+        self._finish_forward(dropout, TransformerCache(enc_cache, memory, dec_cache, x, head))
+        return head.logits
 
     __call__ = forward
 
@@ -1299,20 +1450,20 @@ class Transformer(_Model):
         r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dlogits =
         :math:`\partial \mathcal{L} / \partial z` (B, T_tgt, V) and, for a mixture of experts whose objective adds
         the load-balancing loss (load_balancing_loss, called after forward), daux_loss, its weight there."""
-        dlogits = self._check_dlogits(dlogits)
+        cache = self._last_forward("backward")
+        dlogits = check_float_array("dlogits", dlogits, self.dtype, cache.head.logits.shape)
         drouter = self._router_grads(daux_loss)
-        dx, grads = self._output_backward(dlogits)
-        cache = self._last_forward()
-        assert cache.encoder is not None and cache.decoder is not None  # Transformer.forward made them both
+        dx, grads = self._head_backward(dlogits, cache.head)
         dmemory, dec_grads = decoder_backward(dx, cache.decoder, drouter)
-        assert dmemory is not None  # the decoder's cross-attention read the memory
+        if dmemory is None:  # decoder_forward was given the memory, so its backward returns the memory's gradient
+            raise RuntimeError("Transformer.backward: the decoder's backward returned no gradient for the memory")
         enc_grads = encoder_backward(dmemory, cache.encoder)
         self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
         self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the decoder's embedding lookup's share ...
         self.accumulate_grads(self._encoder_grads(enc_grads))  # ... plus, with shared embeddings, the encoder's
 
 
-class TransformerLM(_Model):
+class TransformerLM(_Model[LMCache]):
     """A decoder-only (GPT-style) language model: causal self-attention, no cross-attention.
 
     forward(ids (B, T), attention_mask (B, T) or None) -> logits (B, T, V_tgt). Uses config.tgt_vocab_size and
@@ -1335,7 +1486,9 @@ class TransformerLM(_Model):
         x, dec_cache = decoder_forward(
             sub(self.params, "decoder"), ids, None, cfg, dropout, attention_mask=mask, activations=acts
         )  # (B, T, D)
-        return self._output_forward(x, dropout, None, dec_cache, None)
+        head = self._head_forward(x)
+        self._finish_forward(dropout, LMCache(dec_cache, x, head))
+        return head.logits
 
     __call__ = forward
 
@@ -1344,17 +1497,16 @@ class TransformerLM(_Model):
         :math:`\partial \mathcal{L} / \partial z` (B, T, V) and, for a mixture of experts whose objective adds the
         load-balancing loss (load_balancing_loss, called after forward), daux_loss, its weight there
         (transformers' router_aux_loss_coef): :math:`\mathcal L + c\, \mathcal L_{\text{aux}}` has daux_loss = c."""
-        dlogits = self._check_dlogits(dlogits)
+        cache = self._last_forward("backward")
+        dlogits = check_float_array("dlogits", dlogits, self.dtype, cache.head.logits.shape)
         drouter = self._router_grads(daux_loss)
-        dx, grads = self._output_backward(dlogits)
-        decoder = self._last_forward().decoder
-        assert decoder is not None  # TransformerLM.forward made it
-        _, dec_grads = decoder_backward(dx, decoder, drouter)
+        dx, grads = self._head_backward(dlogits, cache.head)
+        _, dec_grads = decoder_backward(dx, cache.decoder, drouter)
         self.accumulate_grads(grads)  # with tied embeddings: the output projection's share of the table ...
         self.accumulate_grads(prefixed(dec_grads, "decoder"))  # ... plus the embedding lookup's share
 
 
-class EncoderModel(_Model):
+class EncoderModel(_Model[EncoderModelCache]):
     """An encoder-only (BERT-style) model: the encoder stack and nothing after it.
 
     forward(ids (B, T), token_type_ids (B, T) or None) -> hidden states (B, T, D), the encoder's output
@@ -1392,10 +1544,7 @@ class EncoderModel(_Model):
             attention_mask=mask,
             activations=acts,
         )  # (B, T, D)
-        if dropout is not None:
-            dropout.check_all_used()
-        self.dropout_masks = dropout.masks if dropout is not None else {}
-        self._cache = ModelCache(encoder=enc_cache, encoder_out=hidden, out_shape=hidden.shape)
+        self._finish_forward(dropout, EncoderModelCache(enc_cache, hidden))
         return hidden
 
     __call__ = forward
@@ -1403,9 +1552,8 @@ class EncoderModel(_Model):
     def backward(self, dhidden: np.ndarray) -> None:
         r"""Accumulate the gradient of the loss with respect to every parameter into self.grads, given dhidden =
         :math:`\partial \mathcal{L} / \partial x` of the hidden states x (B, T, D)."""
-        cache = self._last_forward()
-        assert cache.encoder is not None  # EncoderModel.forward made it
-        dhidden = check_float_array("dhidden", dhidden, self.dtype, cache.out_shape)
+        cache = self._last_forward("backward")
+        dhidden = check_float_array("dhidden", dhidden, self.dtype, cache.hidden.shape)
         self.accumulate_grads(self._encoder_grads(encoder_backward(dhidden, cache.encoder)))
 
     def pool(self, hidden: np.ndarray) -> np.ndarray:
@@ -1442,7 +1590,9 @@ class EncoderModel(_Model):
         """Gradients of mlm_logits, given dlogits (B, T, V): accumulates the head's (and the tied token table's)
         into self.grads and returns dhidden (B, T, D), to add to backward's."""
         if self._mlm_cache is None:
-            raise ValueError("mlm_logits_backward called before mlm_logits: there are no logits to differentiate")
+            raise ValueError(
+                "mlm_logits_backward called before mlm_logits: no logits to differentiate (call mlm_logits first)"
+            )
         dlogits = check_float_array("dlogits", dlogits, self.dtype, self._mlm_cache.logits_shape)
         dhidden, grads = mlm_head_backward(dlogits, self._mlm_cache)
         self.accumulate_grads(grads)
@@ -1458,7 +1608,9 @@ class EncoderModel(_Model):
             dh_{:, 0} = dz\, W
         """
         if self._pool_cache is None:
-            raise ValueError("pool_backward called before pool: there is no pooled output to differentiate")
+            raise ValueError(
+                "pool_backward called before pool: there is no pooled output to differentiate (call pool first)"
+            )
         shape = self._pool_cache.hidden_shape
         dpooled = check_float_array("dpooled", dpooled, self.dtype, (shape[0], shape[2]))
         dz = tanh_backward(dpooled, self._pool_cache.tanh)  # (B, D)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from numpy_transformer import (
+    EncoderModel,
     Transformer,
     TransformerConfig,
     TransformerLM,
@@ -20,6 +21,7 @@ from numpy_transformer import (
     multi_head_attention_forward,
 )
 from numpy_transformer import layers as L
+from numpy_transformer import model as M
 from numpy_transformer.attention import MHA_KEYS, rope_angles
 
 V_SRC, V_TGT, MAX_LEN = 11, 13, 6
@@ -272,6 +274,38 @@ def test_backward_before_forward(rng):
 def test_lm_backward_before_forward(rng):
     with pytest.raises(ValueError, match=r"backward called before forward"):
         TransformerLM(tiny_config()).backward(rng.standard_normal((2, 3, V_TGT)))
+
+
+@pytest.mark.parametrize("method", ["backward", "attention_maps", "activations", "router_logits"])
+@pytest.mark.parametrize("cls", [Transformer, TransformerLM, EncoderModel], ids=lambda c: c.__name__)
+def test_what_reads_the_forward_before_any_forward(cls, method, rng):
+    """Every method that reads the last forward pass says so, by name, before there is one."""
+    model = cls(tiny_config(), seed=0)
+    args = (rng.standard_normal((2, 3, 8)),) if method == "backward" else ()
+    with pytest.raises(ValueError, match=rf"{method} called before forward: .*\(call forward first\)"):
+        getattr(model, method)(*args)
+
+
+def test_each_model_keeps_its_own_cache(rng):
+    """Each model class's forward makes its own cache type; an EncoderModel has no router logits ([])."""
+    caches = {}
+    for cls, inputs in (
+        (Transformer, (ids(rng, 2, 3, V_SRC), ids(rng, 2, 3, V_TGT))),
+        (TransformerLM, (ids(rng, 2, 3, V_TGT),)),
+        (EncoderModel, (ids(rng, 2, 3, V_SRC),)),
+    ):
+        model = cls(tiny_config(), seed=0)
+        out = model.forward(*inputs)
+        caches[cls.__name__] = type(model._cache).__name__
+        assert ("logits" in model.activations()) == (cls is not EncoderModel)
+        assert model.router_logits() == []
+        model.backward(rng.standard_normal(out.shape))
+        assert any(np.abs(g).sum() > 0 for g in model.grads.values())
+    assert caches == {
+        "Transformer": "TransformerCache",
+        "TransformerLM": "LMCache",
+        "EncoderModel": "EncoderModelCache",
+    }
 
 
 def test_dlogits_of_wrong_shape(model, src, tgt, rng):
@@ -791,6 +825,31 @@ def test_residual_with_an_unknown_norm_kind(rng, norm_first):
     with pytest.raises(ValueError, match=r"norm kind must be 'layer', 'rms' or 'rms_offset', got 'RMS'"):
         h, _ = L.residual_in_forward({"weight": np.ones(8)}, x, norm_first, 1e-5, kind="RMS")
         L.residual_out_forward({"weight": np.ones(8)}, x, h, norm_first, 1e-5, kind="RMS")
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms", "rms_offset"])
+def test_norm_backward_runs_the_pair_its_forward_chose(kind, rng):
+    """norm_forward records the NORM_PAIRS entry it ran; norm_backward runs that entry's backward, whose grads
+    are keyed like the params the forward read."""
+    x, dout = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 3, 8))
+    params = {"weight": rng.standard_normal(8)} | ({"bias": rng.standard_normal(8)} if kind == "layer" else {})
+    out, cache = L.norm_forward(params, x, kind, 1e-5)
+    assert cache.kind == kind
+    expected, _ = L.NORM_PAIRS[kind][0](params, x, 1e-5)
+    np.testing.assert_array_equal(out, expected)
+    dx, grads = L.norm_backward(dout, cache)
+    assert set(grads) == set(params)
+    assert np.abs(dx).sum() > 0 and all(np.abs(g).sum() > 0 for g in grads.values())
+
+
+def test_dense_ffn_backward_refuses_router_gradients(rng):
+    cfg = tiny_config()
+    params = M.sub(Transformer(cfg, seed=0).params, "decoder.layers.0.ffn")
+    x = rng.standard_normal((2, 3, 8))
+    out, cache = M.ffn_forward(params, x, cfg, None, "ffn")
+    assert cache.kind == "feed_forward"
+    with pytest.raises(ValueError, match=r"drouter_logits given for a dense feed-forward block"):
+        M.ffn_backward(rng.standard_normal(out.shape), cache, rng.standard_normal((6, 4)))
 
 
 def test_rms_norm_params_with_a_bias_are_rejected():
