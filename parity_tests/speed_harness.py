@@ -34,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -144,7 +144,7 @@ def competing_process() -> Iterator[int]:
 # Timing
 
 
-def alternate(fns: dict[str, Callable[[], object]], reps: int) -> dict[str, float]:
+def alternate(fns: Mapping[str, Callable[[], object]], reps: int) -> dict[str, float]:
     """Median seconds of each contender over `reps` rounds; round r runs them in their order rotated by r, each
     call after SETTLE seconds of rest."""
     names = list(fns)
