@@ -294,12 +294,14 @@ def measure(runs: int = 3, reps: int = 3, with_bench: bool = True, competing: bo
     """Both quantities, `runs` runs each of this harness (medians of `reps`) and, with_bench, of bench.py's code,
     the two harnesses taking turns run by run so that a drift of the machine's speed reaches both.
 
-    Returns {"condition", "load_start", "load_end", "agreement": {quantity: {path: difference}},
+    Returns {"condition", "load_start", "load_end", "wall_seconds", "cpu_seconds" (this process's, every thread),
+    "agreement": {quantity: {path: difference}},
     "harness": {quantity: [{"seconds": medians, "ratios": {"plain", "fast"}} per run]},
     "bench": {quantity: [ratios per run]}}."""
     torch.set_num_threads(parallel.CORES)
     with parallel.blas_threads(parallel.CORES), competing_process() if competing else contextlib.nullcontext():
         result: dict = {"condition": "competing" if competing else "quiet", "load_start": load_average()}
+        wall, cpu = time.perf_counter(), time.process_time()
         contenders, result["agreement"] = {}, {}
         for quantity, make in (("minilm", minilm_contenders), ("step", step_contenders)):
             contenders[quantity], result["agreement"][quantity] = make()
@@ -315,6 +317,7 @@ def measure(runs: int = 3, reps: int = 3, with_bench: bool = True, competing: bo
                 if quantity in bench:
                     result["bench"][quantity].append(bench[quantity]())
         result["load_end"] = load_average()
+        result["wall_seconds"], result["cpu_seconds"] = time.perf_counter() - wall, time.process_time() - cpu
     return result
 
 
@@ -387,7 +390,10 @@ def host_lines(h: dict) -> list[str]:
 def condition_lines(result: dict) -> list[str]:
     lines = [
         f"{CONDITIONS[result['condition']]}: load average (1 min) {result['load_start']:.2f} at the start, "
-        f"{result['load_end']:.2f} at the end",
+        f"{result['load_end']:.2f} at the end"
+        + (
+            f"; {result['wall_seconds']:.0f} s, {result['cpu_seconds']:.0f} s of CPU" if "cpu_seconds" in result else ""
+        ),
         f"  {'':62}" + "".join(f"{f'run {i + 1}':>7}" for i in range(len(result["harness"]["minilm"]))) + "   range",
     ]
     for quantity in QUANTITIES:
