@@ -241,7 +241,8 @@ def step_contenders() -> tuple[dict[str, Callable[[], object]], dict[str, float]
 
     with torch.no_grad():
         torch_loss = float(tt.cross_entropy(model.eval()(t_src, t_in), t_out, config.pad_id, LABEL_SMOOTHING))
-    plain.eval(), fast.eval()
+    plain.eval()
+    fast.eval()
     logits = {"plain": plain.forward(src, tgt_in), "fast": runner.forward(src, tgt_in)}  # (B, T, vocab)
     losses = {
         name: nt.cross_entropy_forward(x, tgt_out, config.pad_id, LABEL_SMOOTHING)[0] for name, x in logits.items()
