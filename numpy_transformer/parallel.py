@@ -246,7 +246,7 @@ def blas_thread_counts() -> list[int]:
 
 
 @contextlib.contextmanager
-def blas_threads(n: int) -> Iterator[list[int]]:
+def blas_threads(n: int | np.integer) -> Iterator[list[int]]:
     """A context manager: inside it, BLAS calls outside the fast path's parts run on n threads (every BLAS library
     loaded); the earlier counts, which it yields, come back when it exits, however it exits. While parts run (in
     any thread) they keep their one thread each, and the new count applies once they finish. For a program's
@@ -406,7 +406,7 @@ class DataParallel:
     work, in their threads) and, after a call that adds gradients, "sum of the parts' gradients".
     """
 
-    def __init__(self, model, n_parts: int | None = None, float32_kernels: bool = True):
+    def __init__(self, model, n_parts: int | np.integer | None = None, float32_kernels: bool = True):
         if not isinstance(model, (Transformer, TransformerLM, EncoderModel)):
             kinds = "a numpy_transformer Transformer, TransformerLM or EncoderModel"
             raise TypeError(f"model must be {kinds}, got {type(model).__name__}")

@@ -209,7 +209,7 @@ def test_fast_masks_replay_into_torch():
     params = dict(torch_model.named_parameters())
     pairs = {"loss": (loss, t_loss.detach().numpy())}
     assert_close(pairs, np.float64, "loss")
-    grads = {k: (g, params[k].grad.numpy()) for k, g in model.grads.items()}
+    grads = {k: (g, params[k].grad.numpy()) for k, g in model.grads.items()}  # type: ignore[union-attr]  # all set by backward
     assert not C.failures(C.Result(grads=grads), np.float64)
 
 
@@ -426,7 +426,7 @@ def accumulate_in_step(model, timeout: float = 0.2):
     arrived = [threading.Event(), threading.Event()]
     who = threading.local()
 
-    class Meeting(type(model)):
+    class Meeting(type(model)):  # type: ignore[misc]  # the model's own class, whichever it is
         def accumulate_grads(self, grads):
             k = getattr(who, "k", None)
             if self is model and k is not None:
@@ -516,7 +516,7 @@ def overlapping_runners(model, inputs, timeout: float = 5.0) -> None:
     role = threading.local()
     errors, inside = [], []
 
-    class Meeting(type(model)):
+    class Meeting(type(model)):  # type: ignore[misc]  # the model's own class, whichever it is
         def forward(self, *args, **kwargs):  # part 0 runs on the runner's own thread
             inside.append(blas_threads())
             if getattr(role, "name", None) == "A":
@@ -559,7 +559,7 @@ def test_arguments_are_checked_as_the_library_checks_them():
     with pytest.raises(TypeError, match="model must be a numpy_transformer Transformer.*got str"):
         parallel.DataParallel("x")
     with pytest.raises(TypeError, match=r"n_parts must be an int, got float \(2.0\)"):
-        parallel.DataParallel(model, 2.0)
+        parallel.DataParallel(model, 2.0)  # type: ignore[arg-type]  # a float on purpose: refused
     with pytest.raises(TypeError, match="n_parts must be an int, got bool"):
         parallel.DataParallel(model, True)
     with pytest.raises(ValueError, match="n_parts must be >= 1, got -1"):
@@ -682,7 +682,7 @@ def test_blas_threads_sets_the_count_and_restores_it_however_it_exits():
             pass
         assert set(blas_threads()) == {3}
     for bad, error in ((0, ValueError), (True, TypeError), (2.0, TypeError), ("2", TypeError)):
-        with pytest.raises(error, match=r"n must be .*BLAS threads.*got"), parallel.blas_threads(bad):
+        with pytest.raises(error, match=r"n must be .*BLAS threads.*got"), parallel.blas_threads(bad):  # type: ignore[arg-type]  # wrong on purpose
             pass
 
 
