@@ -90,7 +90,7 @@ def milliseconds(fn) -> float:
 
 def measure(ways: dict, reps: int) -> dict:
     """name -> (median forward ms, median backward ms), the ways interleaved repetition by repetition."""
-    times = {name: ([], []) for name in ways}
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in ways}
     for _ in range(reps):
         for name, (forward, backward) in ways.items():
             times[name][0].append(milliseconds(forward))
@@ -110,7 +110,8 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args(argv)
-    ways = variants(operands(*args.shape, np.dtype(args.dtype)))
+    B, H, T, Dh = args.shape
+    ways = variants(operands(B, H, T, Dh, np.dtype(args.dtype)))
     check_agree(ways, 1e-4 if args.dtype == "float32" else 1e-10)
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, NumPy {np.__version__}, "
           f"shape {tuple(args.shape)} {args.dtype}; forward + backward, medians of {args.reps}, ms")  # fmt: skip

@@ -97,7 +97,7 @@ def step_products(config: nt.TransformerConfig, B: int, S: int, T: int) -> colle
     matrix-product one."""
     D, F, V, H = config.d_model, config.d_ff, config.tgt_vocab_size, config.n_heads
     Dh, BH = D // H, B * H
-    products = collections.Counter()
+    products: collections.Counter = collections.Counter()
 
     def linear(n, d_in, d_out, times=1):
         products[(1, n, d_in, d_out)] += times
@@ -202,7 +202,7 @@ def interleaved(fns: dict, reps: int, warmup: bool = True, pause: float = 0.3) -
     OpenBLAS threads busy-wait for a while after a parallel region), so neither run is charged for
     the other's idle threads on a machine with few cores.
     """
-    times = {name: [] for name in fns}
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(reps + warmup):
         for name, fn in fns.items():
             time.sleep(pause)
@@ -230,9 +230,16 @@ def batch(config, B, S, T, seed=0):
 
 def step_functions(config, np_model, torch_model, src, tgt_in, tgt_out):
     """One training step each: forward, label-smoothed loss, backward, Adam (train mode, dropout on)."""
-    np_opt = optim.Adam(np_model.params, lr=1e-4) if np_model is not None else None
-    torch_opt = torch.optim.Adam(torch_model.parameters(), lr=1e-4) if torch_model is not None else None
-    t_src, t_in, t_out = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+    return numpy_step_function(config, np_model, src, tgt_in, tgt_out), torch_step_function(
+        config, torch_model, src, tgt_in, tgt_out
+    )
+
+
+def numpy_step_function(config, np_model, src, tgt_in, tgt_out):
+    """A plain NumPy training step (None without a model)."""
+    if np_model is None:
+        return None
+    np_opt = optim.Adam(np_model.params, lr=1e-4)
 
     def numpy_step():
         logits = np_model.train().forward(src, tgt_in)
@@ -241,6 +248,16 @@ def step_functions(config, np_model, torch_model, src, tgt_in, tgt_out):
         np_model.backward(nt.cross_entropy_backward(cache))
         np_opt.step(np_model.grads)
 
+    return numpy_step
+
+
+def torch_step_function(config, torch_model, src, tgt_in, tgt_out):
+    """A torch_transformer training step (None without a model)."""
+    if torch_model is None:
+        return None
+    torch_opt = torch.optim.Adam(torch_model.parameters(), lr=1e-4)
+    t_src, t_in, t_out = (torch.from_numpy(a) for a in (src, tgt_in, tgt_out))
+
     def torch_step():
         torch_model.train()
         loss = tt.cross_entropy(torch_model(t_src, t_in), t_out, config.pad_id, 0.1)
@@ -248,7 +265,7 @@ def step_functions(config, np_model, torch_model, src, tgt_in, tgt_out):
         loss.backward()
         torch_opt.step()
 
-    return numpy_step, torch_step
+    return torch_step
 
 
 def parallel_step_function(config, np_model, src, tgt_in, tgt_out, timings: dict | None = None):
@@ -257,17 +274,10 @@ def parallel_step_function(config, np_model, src, tgt_in, tgt_out, timings: dict
     seconds of its phases are added there (parts, the sum of their gradients, the optimizer)."""
     opt = optim.Adam(np_model.params, lr=1e-4)
     runner = parallel.DataParallel(np_model)
-    if timings is not None:
-        sum_grads = runner._sum_grads
 
-        def timed_sum(part_grads: list) -> None:
-            start = time.perf_counter()
-            sum_grads(part_grads)
-            timings["sum of the parts' gradients"] = timings.get("sum of the parts' gradients", 0.0) + (
-                time.perf_counter() - start
-            )
-
-        runner._sum_grads = timed_sum
+    def add(phase: str, seconds: float) -> None:
+        if timings is not None:
+            timings[phase] = timings.get(phase, 0.0) + seconds
 
     def numpy_parallel_step():
         np_model.train().zero_grad()
@@ -275,11 +285,9 @@ def parallel_step_function(config, np_model, src, tgt_in, tgt_out, timings: dict
         runner.forward_backward((src, tgt_in), tgt_out, config.pad_id, 0.1)
         middle = time.perf_counter()
         opt.step(np_model.grads)
-        if timings is not None:
-            timings["parts: forward, loss, backward (+ sum)"] = timings.get(
-                "parts: forward, loss, backward (+ sum)", 0.0
-            ) + (middle - start)
-            timings["optimizer (Adam)"] = timings.get("optimizer (Adam)", 0.0) + (time.perf_counter() - middle)
+        add("parts: forward, loss, backward (+ sum)", middle - start)
+        add("sum of the parts' gradients", runner.phase_seconds["sum of the parts' gradients"])
+        add("optimizer (Adam)", time.perf_counter() - middle)
 
     return numpy_parallel_step
 
@@ -383,9 +391,10 @@ def numpy_time_breakdown(step) -> dict:
 
     profiler = cProfile.Profile()
     profiler.runcall(step)
-    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (cc, nc, tottime, cumtime, callers)
+    # (file, line, name) -> (cc, nc, tottime, cumtime, callers); typeshed's Stats leaves its table out
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in stats.values())
-    by_name = {}
+    by_name: dict[str, float] = {}
     for (filename, _, name), (_, _, _, cumtime, _) in stats.items():
         if "numpy_transformer" in filename:
             by_name[name] = by_name.get(name, 0.0) + cumtime
@@ -516,12 +525,13 @@ def cuda_builtin_comparison(config, p) -> dict | None:
     return interleaved(results, p["reps"])
 
 
-def torch_train_step(config, model, src, tgt_in, tgt_out, ctx=None):
+def torch_train_step(config, model, data: tuple, ctx=None):
     """A torch_transformer training step on this process's rows of the batch (all of them without ctx):
     forward, the whole batch's mean loss (distributed.cross_entropy_share), backward (DDP's all-reduce when
     the model is wrapped), Adam. `model` may be compiled or wrapped in DDP."""
     from torch_transformer import distributed
 
+    src, tgt_in, tgt_out = data  # (B, S), (B, T), (B, T)
     ctx = ctx or distributed.Context()
     rows = distributed.shard(len(src), ctx)
     n_targets = int((tgt_out != config.pad_id).sum())
@@ -545,7 +555,7 @@ def compiled_step(config, p, backend: str) -> dict:
     """Seconds per training step of torch_transformer, eager and torch.compile'd (same weights, same batch),
     on the CPU and on CUDA when present; with the seconds the first compiled step took (compilation)."""
     data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
-    results = {"backend": backend}
+    results: dict[str, object] = {"backend": backend}
     for device in ["cpu"] + (["cuda"] if torch.cuda.is_available() else []):
         torch.manual_seed(0)
         eager_model = tt.Transformer(config).to(device)
@@ -555,8 +565,8 @@ def compiled_step(config, p, backend: str) -> dict:
         from torch_transformer import distributed
 
         ctx = distributed.Context(device=torch.device(device))
-        eager = torch_train_step(config, eager_model, *data, ctx)
-        compiled = torch_train_step(config, torch.compile(compiled_model, backend=backend), *data, ctx)
+        eager = torch_train_step(config, eager_model, data, ctx)
+        compiled = torch_train_step(config, torch.compile(compiled_model, backend=backend), data, ctx)
         start = time.perf_counter()
         compiled()  # compiles forward and backward
         compile_seconds = time.perf_counter() - start
@@ -583,7 +593,7 @@ def _ddp_worker(rank: int, world_size: int, port: int, p: dict, out: str) -> Non
     config = make_config(p, max(p["src_len"], p["tgt_len"]))
     torch.manual_seed(0)
     model = distributed.wrap(tt.Transformer(config), ctx)
-    step = torch_train_step(config, model, *batch(config, p["batch"], p["src_len"], p["tgt_len"]), ctx)
+    step = torch_train_step(config, model, batch(config, p["batch"], p["src_len"], p["tgt_len"]), ctx)
     step()  # warm-up: DDP's buckets, Adam's state
     times = []
     for _ in range(p["reps"]):
@@ -620,7 +630,7 @@ def ddp_scaling(config, p, world_size: int = 2) -> dict:
     for n in sorted({1, threads}):
         torch.set_num_threads(n)
         torch.manual_seed(0)
-        step = torch_train_step(config, tt.Transformer(config), *data)
+        step = torch_train_step(config, tt.Transformer(config), data)
         one[n] = interleaved({"step": step}, p["reps"], pause=0.0)["step"]
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -639,8 +649,8 @@ def ddp_scaling(config, p, world_size: int = 2) -> dict:
     }
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--no-decode", action="store_true", help="skip the decoding timings")
@@ -655,17 +665,39 @@ def main(argv=None) -> dict:
         default=None,
         help="torch.compile backend of the compiled training step (default: inductor; aot_eager with --quick)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
     # The allocator's settings change every library's speed in the process (torch's too), so they are chosen
     # once, before anything runs, and the same for every implementation timed (the memory subprocesses too).
     allocator = parallel.keep_freed_memory() if args.keep_freed_memory else {}
     p = dict(QUICK if args.quick else BASE, keep_freed_memory=args.keep_freed_memory)
     torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota) ...
-    parallel._blas_controller().limit(limits=parallel.CORES, user_api="blas")  # ... for both libraries
+    with parallel.blas_threads(parallel.CORES):  # ... for both libraries
+        report = measure(p, args, allocator)
+    print_report(report, p, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return report
+
+
+def fast_step_phases(config, p, model, data) -> dict:
+    """Mean seconds per fast training step of its phases (parallel_step_function's timings), over p["reps"]."""
+    phases: dict[str, float] = {}
+    src, tgt_in, tgt_out = data
+    step = parallel_step_function(config, model, src, tgt_in, tgt_out, phases)
+    for _ in range(p["reps"]):
+        step()
+    return {k: v / p["reps"] for k, v in phases.items()}
+
+
+def measure(p: dict, args: argparse.Namespace, allocator: dict) -> dict:
+    """Every figure of the report, measured in this process (and the memory and DDP subprocesses)."""
     config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))
     np_model, torch_model = build_pair(config)
     src, tgt_in, tgt_out = batch(config, p["batch"], p["src_len"], p["tgt_len"])
-    n_tokens = p["batch"] * (p["src_len"] + p["tgt_len"])
 
     ceiling = matmul_ceiling(config, p["batch"], p["src_len"], p["tgt_len"], p["reps"])
     fwd = interleaved(
@@ -688,11 +720,7 @@ def main(argv=None) -> dict:
     ceiling = {k: max(v, again[k]) for k, v in ceiling.items()}
     flops = training_flops(config, p["batch"], p["src_len"], p["tgt_len"])
     breakdown = numpy_time_breakdown(step_functions(config, np_model, torch_model, src, tgt_in, tgt_out)[0])
-    phases = {}
-    timed_fast_step = parallel_step_function(config, fast_model, src, tgt_in, tgt_out, phases)
-    for _ in range(p["reps"]):
-        timed_fast_step()
-    phases = {k: v / p["reps"] for k, v in phases.items()}
+    phases = fast_step_phases(config, p, fast_model, (src, tgt_in, tgt_out))
     memory = {backend: peak_memory(backend, p) for backend in ("numpy", "numpy_parallel", "torch")}
     minilm = minilm_forward(p)
     decode = None if args.no_decode else decoding(config, np_model, torch_model, p)
@@ -700,8 +728,7 @@ def main(argv=None) -> dict:
     compile_backend = args.compile_backend or ("aot_eager" if args.quick else "inductor")
     compiled = compiled_step(config, p, compile_backend)
     ddp = ddp_scaling(config, p)
-
-    report = {
+    return {
         "config": config.to_dict(),
         "batch": p["batch"],
         "src_len": p["src_len"],
@@ -734,11 +761,23 @@ def main(argv=None) -> dict:
         "compiled_train_step_seconds": compiled,
         "ddp_train_step_seconds": ddp,
     }
-    m = report["machine"]
+
+
+def print_report(report: dict, p: dict, args: argparse.Namespace) -> None:
+    print_machine(report, p, args)
+    print_table(report)
+    print_minilm_and_profiles(report)
+    print_decoding(report["decode_seconds_per_token"], p)
+    print_torch_at_scale(report)
+
+
+def print_machine(report: dict, p: dict, args: argparse.Namespace) -> None:
+    config, m, ceiling = report["config"], report["machine"], report["matmul_ceiling_gflops"]
     blas = m["numpy_blas"][0] if m["numpy_blas"] else {}
+    n_tokens = p["batch"] * (p["src_len"] + p["tgt_len"])
     print(
-        f"config: d_model {config.d_model}, {config.n_heads} heads, d_ff {config.d_ff}, "
-        f"{config.n_encoder_layers}+{config.n_decoder_layers} layers, vocab {config.tgt_vocab_size}, "
+        f"config: d_model {config['d_model']}, {config['n_heads']} heads, d_ff {config['d_ff']}, "
+        f"{config['n_encoder_layers']}+{config['n_decoder_layers']} layers, vocab {config['tgt_vocab_size']}, "
         f"batch {p['batch']} x ({p['src_len']} src + {p['tgt_len']} tgt) = {n_tokens} tokens, float32"
     )
     print(
@@ -747,6 +786,7 @@ def main(argv=None) -> dict:
         f"({blas.get('architecture')} kernel, {blas.get('num_threads')} threads); torch {m['torch']} "
         f"({m['torch_threads']} threads); OPENBLAS_CORETYPE={m['OPENBLAS_CORETYPE']}"
     )
+    allocator = m["allocator"]
     print(
         "allocator, the same for every implementation timed: "
         + (
@@ -761,25 +801,37 @@ def main(argv=None) -> dict:
         f"numpy {ceiling['numpy']:.0f} GFLOP/s (all BLAS threads), numpy fast {ceiling['numpy_parallel']:.0f} "
         f"(a part per core, one BLAS thread each, the largest part alone), torch {ceiling['torch']:.0f}"
     )
+
+
+def table_row(label: str, figures: dict, fmt, ratio: bool = True) -> str:
+    """A line of the table: numpy, numpy fast and torch by `fmt`, then (ratio) numpy/torch and fast/torch."""
+    line = f"{label:28}{fmt(figures['numpy']):>10}{fmt(figures['numpy_parallel']):>12}{fmt(figures['torch']):>10}"
+    if ratio:
+        line += f"{figures['numpy'] / figures['torch']:13.2f}{figures['numpy_parallel'] / figures['torch']:12.2f}"
+    return line
+
+
+def print_table(report: dict) -> None:
+    def ms(v: float) -> str:
+        return f"{v * 1e3:.1f}"
+
     print("numpy: the plain reference path; numpy fast: numpy_transformer.parallel (one part of the batch per core)")
     print(f"{'':28}{'numpy':>10}{'numpy fast':>12}{'torch':>10}{'numpy/torch':>13}{'fast/torch':>12}")
-
-    def row(label, figures, fmt, ratio=True):
-        line = f"{label:28}{fmt(figures['numpy']):>10}{fmt(figures['numpy_parallel']):>12}{fmt(figures['torch']):>10}"
-        if ratio:
-            line += f"{figures['numpy'] / figures['torch']:13.2f}{figures['numpy_parallel'] / figures['torch']:12.2f}"
-        print(line)
-
-    row("forward (eval) ms", fwd, lambda v: f"{v * 1e3:.1f}")
-    row("training step ms", step, lambda v: f"{v * 1e3:.1f}")
-    g, frac = report["train_step_gflops"], report["train_step_fraction_of_ceiling"]
-    row("training step GFLOP/s", g, lambda v: f"{v:.0f}", ratio=False)
-    row("  fraction of ceiling", frac, lambda v: f"{v:.0%}", ratio=False)
+    print(table_row("forward (eval) ms", report["forward_seconds"], ms))
+    print(table_row("training step ms", report["train_step_seconds"], ms))
+    frac = report["train_step_fraction_of_ceiling"]
+    print(table_row("training step GFLOP/s", report["train_step_gflops"], lambda v: f"{v:.0f}", ratio=False))
+    print(table_row("  fraction of ceiling", frac, lambda v: f"{v:.0%}", ratio=False))
     over = [k for k, v in frac.items() if v > 1.05]
     if over:
         print(f"  (above 100% for {', '.join(over)}: the machine ran faster in the step than in the ceiling's run)")
-    print(f"{'':28}({flops / 1e9:.1f} GFLOP of matrix products per step)")
-    row("peak memory, training MiB", memory, lambda v: f"{v:.0f}")
+    print(f"{'':28}({report['train_step_gflop']:.1f} GFLOP of matrix products per step)")
+    print(table_row("peak memory, training MiB", report["peak_memory_mib"], lambda v: f"{v:.0f}"))
+
+
+def print_minilm_and_profiles(report: dict) -> None:
+    minilm, phases = report["minilm_forward_seconds"], report["numpy_parallel_step_phases_seconds"]
+    breakdown = report["numpy_step_breakdown_seconds"]
     print(
         f"all-MiniLM-L6-v2 forward, {minilm['batch']} x {minilm['tokens']} tokens "
         f"({minilm['padding_fraction']:.0%} padding), vs transformers BertModel: numpy {minilm['numpy'] * 1e3:.1f} ms, "
@@ -793,14 +845,24 @@ def main(argv=None) -> dict:
     for category, seconds in breakdown.items():
         if category != "total":
             print(f"  {category:46}{seconds * 1e3:8.1f} ms  {seconds / breakdown['total']:5.0%}")
-    if decode:
-        for lib in ("numpy", "torch"):
-            cached, full = decode[f"{lib} cached"], decode[f"{lib} recomputed"]
-            print(
-                f"decode {lib}, {p['decode_tokens']} tokens x batch {p['decode_batch']}: "
-                f"{cached * 1e3:.2f} ms/token cached, {full * 1e3:.2f} ms/token recomputed, "
-                f"cache speed-up {full / cached:.1f}x"
-            )
+
+
+def print_decoding(decode: dict | None, p: dict) -> None:
+    if not decode:
+        return
+    for lib in ("numpy", "torch"):
+        cached, full = decode[f"{lib} cached"], decode[f"{lib} recomputed"]
+        print(
+            f"decode {lib}, {p['decode_tokens']} tokens x batch {p['decode_batch']}: "
+            f"{cached * 1e3:.2f} ms/token cached, {full * 1e3:.2f} ms/token recomputed, "
+            f"cache speed-up {full / cached:.1f}x"
+        )
+
+
+def print_torch_at_scale(report: dict) -> None:
+    cuda, compiled, ddp = (
+        report[k] for k in ("cuda_train_step_seconds", "compiled_train_step_seconds", "ddp_train_step_seconds")
+    )
     if cuda:
         print("CUDA training step ms: " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in cuda.items()))
     for device in ("cpu", "cuda"):
@@ -818,9 +880,6 @@ def main(argv=None) -> dict:
         f"{ddp['speedup_vs_1_thread']:.2f}x vs 1 thread, {ddp['speedup_vs_all_threads']:.2f}x vs all threads; "
         f"a bare all-reduce of the {ddp['gradient_mib']:.1f} MiB of gradients {ddp['allreduce_seconds'] * 1e3:.1f} ms"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return report
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ model.dropout_masks for the whole batch, so torch (or the plain path) can replay
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
@@ -41,7 +42,9 @@ import math
 import os
 import platform
 import threading
+import time
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -213,6 +216,18 @@ class _PartsRunning:
                 if self._collecting:
                     gc.enable()
 
+    def swap_outside_counts(self, counts: list) -> list:
+        """Set the BLAS libraries' thread counts outside the parts (now, or, while parts run, when the last of them
+        leaves) and return the ones they replace."""
+        with self._lock:
+            if self._inside:
+                previous, self._saved = self._saved, list(counts)
+                return previous
+            previous = [get() for get, _ in blas_thread_setters()]
+            for (_, set_threads), n in zip(blas_thread_setters(), counts, strict=True):
+                set_threads(n)
+            return previous
+
 
 _PARTS_RUNNING = _PartsRunning()
 
@@ -222,6 +237,34 @@ def one_blas_thread() -> _PartsRunning:
     waits). It nests, and overlaps with itself in other threads: the settings from before the first entry come
     back when the last one leaves."""
     return _PARTS_RUNNING
+
+
+def blas_thread_counts() -> list[int]:
+    """The thread count of every BLAS library loaded (NumPy's first), as BLAS calls outside the fast path's parts
+    run them."""
+    return [get() for get, _ in blas_thread_setters()]
+
+
+@contextlib.contextmanager
+def blas_threads(n: int | np.integer) -> Iterator[list[int]]:
+    """A context manager: inside it, BLAS calls outside the fast path's parts run on n threads (every BLAS library
+    loaded); the earlier counts, which it yields, come back when it exits, however it exits. While parts run (in
+    any thread) they keep their one thread each, and the new count applies once they finish. For a program's
+    setup or a benchmark's, which gives NumPy and torch the same threads:
+
+        with parallel.blas_threads(parallel.CORES):
+            torch.set_num_threads(parallel.CORES)
+            ...
+    """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an int (BLAS threads), got {type(n).__name__} ({n!r})")
+    if n < 1:
+        raise ValueError(f"n must be >= 1 (BLAS threads), got {n}")
+    previous = _PARTS_RUNNING.swap_outside_counts([int(n)] * len(blas_thread_setters()))
+    try:
+        yield previous
+    finally:
+        _PARTS_RUNNING.swap_outside_counts(previous)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -304,6 +347,8 @@ class PartDropout(Dropout):
     uniforms are within 2^-24). Two 32-bit words come from each raw 64-bit output of the generator, instead of
     one float per call: about twice as fast."""
 
+    rng: np.random.Generator  # always given (Dropout's may be None)
+
     def __init__(self, p: float | dict, rng: np.random.Generator, batch_masks: _BatchMasks, lo: int):
         super().__init__(p, rng=rng)
         self.batch_masks, self.lo = batch_masks, lo
@@ -356,9 +401,12 @@ class DataParallel:
     Threads: several runners may share one model and run in several threads at once; their additions into
     model.grads take turns (one lock per model), so the result is the sum of all their batches' gradients.
     One runner is one forward-then-backward sequence, like the model itself: use one per thread.
+
+    phase_seconds: the seconds of the last call's phases, for a profile of the fast path: "parts" (the parts'
+    work, in their threads) and, after a call that adds gradients, "sum of the parts' gradients".
     """
 
-    def __init__(self, model, n_parts: int | None = None, float32_kernels: bool = True):
+    def __init__(self, model, n_parts: int | np.integer | None = None, float32_kernels: bool = True):
         if not isinstance(model, (Transformer, TransformerLM, EncoderModel)):
             kinds = "a numpy_transformer Transformer, TransformerLM or EncoderModel"
             raise TypeError(f"model must be {kinds}, got {type(model).__name__}")
@@ -373,6 +421,7 @@ class DataParallel:
         self.replicas: list = []
         self.bounds: list = []
         self.output_shape: tuple | None = None
+        self.phase_seconds: dict[str, float] = {}
 
     # -- the parts -------------------------------------------------------------------------
 
@@ -402,6 +451,7 @@ class DataParallel:
         """fn(k, *args[k]) for every part k at once: part 0 on this thread, the others on the pool, all with
         one BLAS thread. Returns the results in part order; the first error is raised once all parts have
         finished."""
+        start = time.perf_counter()
         with one_blas_thread():
             futures = [pool().submit(fn, k, *a) for k, a in enumerate(args) if k > 0]
             try:
@@ -411,12 +461,14 @@ class DataParallel:
             for error in errors:
                 if error is not None:
                     raise error
+        self.phase_seconds = {"parts": time.perf_counter() - start}  # a new call: its phases only
         return [first] + [f.result() for f in futures]
 
     def _sum_grads(self, part_grads: list) -> None:
         """Add the parts' gradients (one dict per part), in part order ((g_0 + g_1) + g_2 ...), into the first
         part's arrays (its own, fresh from its backward), chunk by chunk on every core; then accumulate the sums
         into model.grads as model.backward does, one runner at a time."""
+        start = time.perf_counter()
         total = {}
         for name in self.model.params:
             parts = [grads[name] for grads in part_grads if name in grads]
@@ -428,6 +480,7 @@ class DataParallel:
             map_chunks(_add_in_place, pairs)
         with grads_lock(self.model):
             self.model.accumulate_grads({name: parts[0] for name, parts in total.items()})
+        self.phase_seconds["sum of the parts' gradients"] = time.perf_counter() - start
 
     def _split(self, arrays) -> list:
         return [tuple(_rows(x, lo, hi) for x in arrays) for lo, hi in self.bounds]
@@ -440,7 +493,7 @@ class DataParallel:
         self.replicas, self.output_shape = [], None  # until this forward has succeeded
         replicas = self._replicas(len(inputs[0]), dropout_masks)
 
-        masks = [None] * len(self.bounds)
+        masks: list[dict | None] = [None] * len(self.bounds)
         if dropout_masks is not None:  # replay: each part reads its rows of the batch's masks
             masks = [{site: np.asarray(m)[lo:hi] for site, m in dropout_masks.items()} for lo, hi in self.bounds]
 
@@ -517,10 +570,10 @@ def _check_inputs(model, inputs: tuple) -> tuple:
     if not inputs or inputs[0] is None:
         raise ValueError("DataParallel needs batched inputs (B, ...), the first one an array")
     if isinstance(model, Transformer):
-        names = (("src_ids", cfg.src_vocab_size), ("tgt_ids", cfg.tgt_vocab_size))
+        names: tuple[tuple[str, int], ...] = (("src_ids", cfg.src_vocab_size), ("tgt_ids", cfg.tgt_vocab_size))
     else:
         names = (("ids", cfg.tgt_vocab_size if isinstance(model, TransformerLM) else cfg.src_vocab_size),)
-    checked = [check_ids(name, x, vocab, cfg.max_len) for (name, vocab), x in zip(names, inputs, strict=False)]
+    checked: list = [check_ids(name, x, vocab, cfg.max_len) for (name, vocab), x in zip(names, inputs, strict=False)]
     if isinstance(model, EncoderModel) and len(inputs) > 1:
         checked.append(check_token_type_ids(inputs[1], checked[0], cfg.type_vocab_size))
     inputs = (*checked, *inputs[len(checked) :])

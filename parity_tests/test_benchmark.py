@@ -56,3 +56,20 @@ def test_benchmark_quick_mode(tmp_path):
     ddp = report["ddp_train_step_seconds"]
     assert ddp["processes"] == 2 and ddp["ddp"] > 0 and ddp["one_process_1_thread"] > 0 and ddp["gradient_mib"] > 0
     assert "torch.compile" in printed and "DDP training step" in printed
+
+
+def test_the_benchmark_reads_nothing_private():
+    """bench.py uses the package's public API only: no attribute with a leading underscore read from anything
+    but torch (torch._dynamo.reset is torch's documented way to drop compiled graphs)."""
+    import ast
+
+    tree = ast.parse(BENCH.read_text())
+    private = [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id == "torch")
+    ]
+    assert not private, private

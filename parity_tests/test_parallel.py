@@ -209,7 +209,7 @@ def test_fast_masks_replay_into_torch():
     params = dict(torch_model.named_parameters())
     pairs = {"loss": (loss, t_loss.detach().numpy())}
     assert_close(pairs, np.float64, "loss")
-    grads = {k: (g, params[k].grad.numpy()) for k, g in model.grads.items()}
+    grads = {k: (g, params[k].grad.numpy()) for k, g in model.grads.items()}  # type: ignore[union-attr]  # all set by backward
     assert not C.failures(C.Result(grads=grads), np.float64)
 
 
@@ -427,7 +427,7 @@ def accumulate_in_step(model, timeout: float = 0.2):
     arrived = [threading.Event(), threading.Event()]
     who = threading.local()
 
-    class Meeting(type(model)):
+    class Meeting(type(model)):  # type: ignore[misc]  # the model's own class, whichever it is
         def accumulate_grads(self, grads):
             k = getattr(who, "k", None)
             if self is model and k is not None:
@@ -517,7 +517,7 @@ def overlapping_runners(model, inputs, timeout: float = 5.0) -> None:
     role = threading.local()
     errors, inside = [], []
 
-    class Meeting(type(model)):
+    class Meeting(type(model)):  # type: ignore[misc]  # the model's own class, whichever it is
         def forward(self, *args, **kwargs):  # part 0 runs on the runner's own thread
             inside.append(blas_threads())
             if getattr(role, "name", None) == "A":
@@ -560,7 +560,7 @@ def test_arguments_are_checked_as_the_library_checks_them():
     with pytest.raises(TypeError, match="model must be a numpy_transformer Transformer.*got str"):
         parallel.DataParallel("x")
     with pytest.raises(TypeError, match=r"n_parts must be an int, got float \(2.0\)"):
-        parallel.DataParallel(model, 2.0)
+        parallel.DataParallel(model, 2.0)  # type: ignore[arg-type]  # a float on purpose: refused
     with pytest.raises(TypeError, match="n_parts must be an int, got bool"):
         parallel.DataParallel(model, True)
     with pytest.raises(ValueError, match="n_parts must be >= 1, got -1"):
@@ -655,3 +655,44 @@ def test_a_replica_shares_the_params_and_owns_its_state():
     assert not any(np.any(g) for g in model.grads.values())  # the model's gradients are untouched
     model.accumulate_grads(replica.grads)
     assert all(model.grads[k] is g for k, g in replica.grads.items())  # the first contribution is kept
+
+
+def test_blas_threads_sets_the_count_and_restores_it_however_it_exits():
+    """parallel.blas_threads(n): n threads inside (what bench.py gives NumPy and torch alike), the earlier counts
+    yielded and back afterwards, after an error too; parts that run inside it keep one thread each, and a count set
+    while parts run (from another thread) applies once they finish. Bad counts are refused by name."""
+    model = nt.TransformerLM(LLAMA, seed=0)
+    inputs, targets = make_batch(model, np.random.default_rng(0))
+    with threadpool_limits(limits=3, user_api="blas"):
+        assert parallel.blas_thread_counts() == blas_threads()
+        with parallel.blas_threads(np.int64(2)) as previous:
+            assert previous == [3] * len(previous) and set(blas_threads()) == {2}
+            assert set(parallel.blas_thread_counts()) == {2}
+            parallel.DataParallel(model, 2).forward_backward(inputs, targets, LLAMA.pad_id)
+            assert set(blas_threads()) == {2}
+        assert set(blas_threads()) == {3}
+        with pytest.raises(RuntimeError, match="inside"), parallel.blas_threads(1):
+            raise RuntimeError("inside")
+        assert set(blas_threads()) == {3}
+        with parallel.one_blas_thread():  # parts running: the new count waits for them
+            with parallel.blas_threads(2):
+                assert set(blas_threads()) == {1}
+            assert set(blas_threads()) == {1}
+        assert set(blas_threads()) == {3}
+        with parallel.one_blas_thread(), parallel.blas_threads(2):
+            pass
+        assert set(blas_threads()) == {3}
+    for bad, error in ((0, ValueError), (True, TypeError), (2.0, TypeError), ("2", TypeError)):
+        with pytest.raises(error, match=r"n must be .*BLAS threads.*got"), parallel.blas_threads(bad):  # type: ignore[arg-type]  # wrong on purpose
+            pass
+
+
+def test_a_runner_reports_the_seconds_of_its_phases():
+    model = nt.TransformerLM(LLAMA, seed=0)
+    inputs, targets = make_batch(model, np.random.default_rng(0))
+    runner = parallel.DataParallel(model, 2)
+    runner.forward_backward(inputs, targets, LLAMA.pad_id)
+    assert set(runner.phase_seconds) == {"parts", "sum of the parts' gradients"}
+    assert all(0 < s < 60 for s in runner.phase_seconds.values())
+    runner.forward(*inputs)  # no gradients added: the parts' phase only, of this call
+    assert set(runner.phase_seconds) == {"parts"} and runner.phase_seconds["parts"] > 0
