@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, special_token
+from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, renamed, special_token
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf)
 BERT_DROPOUT = {
@@ -62,9 +62,10 @@ BERT = declared(
         Rule("encoder.token_type_embedding.weight", "embeddings.token_type_embeddings.weight"),
         Rule("encoder.embedding_norm.weight", "embeddings.LayerNorm.weight"),
         Rule("encoder.embedding_norm.bias", "embeddings.LayerNorm.bias"),
-        *(
-            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{BERT_LAYER}.{theirs}.{w}")
-            for ours, theirs in (
+        *renamed(
+            "encoder.layers.{i}",
+            BERT_LAYER,
+            (
                 ("self_attn.q_proj", "attention.self.query"),
                 ("self_attn.k_proj", "attention.self.key"),
                 ("self_attn.v_proj", "attention.self.value"),
@@ -73,8 +74,7 @@ BERT = declared(
                 ("ffn.linear1", "intermediate.dense"),
                 ("ffn.linear2", "output.dense"),
                 ("ffn_norm", "output.LayerNorm"),
-            )
-            for w in ("weight", "bias")
+            ),
         ),
         *(Rule(f"pooler.dense.{w}", f"pooler.dense.{w}", when=("pooler", True)) for w in ("weight", "bias")),
     ),

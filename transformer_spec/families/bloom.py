@@ -5,7 +5,7 @@ output projection tied to the embeddings.
 
 from __future__ import annotations
 
-from .core import ANY, ConfigMap, Key, Rule, declared, special_token
+from .core import ANY, ConfigMap, Key, Rule, declared, renamed, special_token
 
 BLOOM_DROPOUT = {"hidden_dropout": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}
 
@@ -70,16 +70,16 @@ BLOOM = declared(
             for k, p in enumerate("qkv")
             for w in ("weight", "bias")
         ),
-        *(
-            Rule(f"decoder.layers.{{i}}.{ours}.{w}", f"h.{{i}}.{theirs}.{w}")
-            for ours, theirs in (
+        *renamed(
+            "decoder.layers.{i}",
+            "h.{i}",
+            (
                 ("self_attn_norm", "input_layernorm"),
                 ("self_attn.out_proj", "self_attention.dense"),
                 ("ffn_norm", "post_attention_layernorm"),
                 ("ffn.linear1", "mlp.dense_h_to_4h"),
                 ("ffn.linear2", "mlp.dense_4h_to_h"),
-            )
-            for w in ("weight", "bias")
+            ),
         ),
         Rule("decoder.final_norm.weight", "ln_f.weight"),
         Rule("decoder.final_norm.bias", "ln_f.bias"),

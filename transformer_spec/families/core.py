@@ -200,6 +200,12 @@ class ConfigMap:
         )  # fmt: skip
 
 
+def renamed(ours: str, theirs: str, modules, params: tuple[str, ...] = ("weight", "bias")) -> tuple[Rule, ...]:
+    """One plain rule per (our module, their module) of `modules` and parameter of `params`: our
+    f"{ours}.{a}.{w}" is their f"{theirs}.{b}.{w}" ("{i}" in either prefix stands for the layer index)."""
+    return tuple(Rule(f"{ours}.{a}.{w}", f"{theirs}.{b}.{w}") for a, b in modules for w in params)
+
+
 def declared(config_map: ConfigMap, **family) -> Family:
     """The Family whose config translation is `config_map` in both directions (from_hf, to_hf and supports
     from the one declaration); `family`: the rest of Family's fields (tensor rules, prefixes, ties...)."""

@@ -6,7 +6,7 @@ different units (evaluation mode, and hf.load(dropout=0), are exact)."""
 
 from __future__ import annotations
 
-from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, special_token
+from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, renamed, special_token
 
 DISTILBERT_DROPOUT = {
     "dropout": (("embedding", "residual"), 0.1),  # see above: DistilBERT has none after its attention block
@@ -58,9 +58,10 @@ DISTILBERT = declared(
         Rule("encoder.position_embedding.weight", "embeddings.position_embeddings.weight"),
         Rule("encoder.embedding_norm.weight", "embeddings.LayerNorm.weight"),
         Rule("encoder.embedding_norm.bias", "embeddings.LayerNorm.bias"),
-        *(
-            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{DISTILBERT_LAYER}.{theirs}.{w}")
-            for ours, theirs in (
+        *renamed(
+            "encoder.layers.{i}",
+            DISTILBERT_LAYER,
+            (
                 ("self_attn.q_proj", "attention.q_lin"),
                 ("self_attn.k_proj", "attention.k_lin"),
                 ("self_attn.v_proj", "attention.v_lin"),
@@ -69,8 +70,7 @@ DISTILBERT = declared(
                 ("ffn.linear1", "ffn.lin1"),
                 ("ffn.linear2", "ffn.lin2"),
                 ("ffn_norm", "output_layer_norm"),
-            )
-            for w in ("weight", "bias")
+            ),
         ),
     ),
     skipped=(

@@ -7,7 +7,18 @@ layers (a sliding window, rope_local_base_freq) among global ones (rope_theta) b
 from __future__ import annotations
 
 from ..config import LAYER_TYPES, TransformerConfig
-from .core import ACTIVATIONS_FROM_HF, ANY, ConfigMap, Key, Rule, declared, is_finite_number, refuse, special_token
+from .core import (
+    ACTIVATIONS_FROM_HF,
+    ANY,
+    ConfigMap,
+    Key,
+    Rule,
+    declared,
+    is_finite_number,
+    refuse,
+    renamed,
+    special_token,
+)
 from .llama import LLAMA_DROPOUT, head_dim, kv_heads
 
 GEMMA3_HEAD_DIM = 256  # Gemma3TextConfig's defaults, when config.json leaves a key out
@@ -159,9 +170,10 @@ GEMMA3_TEXT = declared(
     prefixes=("model.", ""),
     rules=(
         Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
-        *(
-            Rule(f"decoder.layers.{{i}}.{ours}.weight", f"layers.{{i}}.{theirs}.weight")
-            for ours, theirs in (
+        *renamed(
+            "decoder.layers.{i}",
+            "layers.{i}",
+            (
                 ("self_attn_norm", "input_layernorm"),
                 ("self_attn.q_proj", "self_attn.q_proj"),
                 ("self_attn.k_proj", "self_attn.k_proj"),
@@ -175,7 +187,8 @@ GEMMA3_TEXT = declared(
                 ("ffn.linear1", "mlp.up_proj"),
                 ("ffn.linear2", "mlp.down_proj"),
                 ("ffn_post_norm", "post_feedforward_layernorm"),
-            )
+            ),
+            params=("weight",),
         ),
         Rule("decoder.final_norm.weight", "norm.weight"),
         Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied

@@ -6,7 +6,7 @@ by head [q_h, k_h, v_h] (BLOOM's layout), and an untied head its files call `emb
 
 from __future__ import annotations
 
-from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, refuse, special_token
+from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, refuse, renamed, special_token
 from .phi3 import rope_parameters, rotary_dim
 
 NEOX_DROPOUT = {"hidden_dropout": (("embedding", "residual"), 0.0), "attention_dropout": (("attention",), 0.0)}
@@ -85,16 +85,16 @@ GPT_NEOX = declared(
             for k, p in enumerate("qkv")
             for w in ("weight", "bias")
         ),
-        *(
-            Rule(f"decoder.layers.{{i}}.{ours}.{w}", f"layers.{{i}}.{theirs}.{w}")
-            for ours, theirs in (
+        *renamed(
+            "decoder.layers.{i}",
+            "layers.{i}",
+            (
                 ("self_attn_norm", "input_layernorm"),
                 ("self_attn.out_proj", "attention.dense"),
                 ("ffn_norm", "post_attention_layernorm"),
                 ("ffn.linear1", "mlp.dense_h_to_4h"),
                 ("ffn.linear2", "mlp.dense_4h_to_h"),
-            )
-            for w in ("weight", "bias")
+            ),
         ),
         Rule("decoder.final_norm.weight", "final_layer_norm.weight"),
         Rule("decoder.final_norm.bias", "final_layer_norm.bias"),

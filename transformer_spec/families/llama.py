@@ -14,6 +14,7 @@ from .core import (
     activation_to_hf,
     declared,
     refuse,
+    renamed,
     special_token,
 )
 
@@ -121,10 +122,10 @@ LLAMA = declared(
             for w in ("weight", "bias")
         ),
         Rule("decoder.layers.{i}.ffn_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
-        *(
-            Rule(f"decoder.layers.{{i}}.ffn.{ours}.{w}", f"layers.{{i}}.mlp.{theirs}.{w}")
-            for ours, theirs in (("gate", "gate_proj"), ("linear1", "up_proj"), ("linear2", "down_proj"))
-            for w in ("weight", "bias")
+        *renamed(
+            "decoder.layers.{i}.ffn",
+            "layers.{i}.mlp",
+            (("gate", "gate_proj"), ("linear1", "up_proj"), ("linear2", "down_proj")),
         ),
         Rule("decoder.final_norm.weight", "norm.weight"),
         Rule("output_proj.weight", "lm_head.weight", head=True),  # only when untied

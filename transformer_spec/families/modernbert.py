@@ -10,7 +10,7 @@ is our activated `ffn.gate`, its second our `ffn.linear1` (Llama's names: act(ga
 from __future__ import annotations
 
 from ..config import LAYER_TYPES, TransformerConfig
-from .core import ANY, ConfigMap, Key, Rule, declared, is_finite_number, is_int, refuse, special_token
+from .core import ANY, ConfigMap, Key, Rule, declared, is_finite_number, is_int, refuse, renamed, special_token
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf). Its attention_dropout drops the attention
 # probabilities and the attention's output but not the MLP's, which no site of ours expresses: refused unless 0.
@@ -159,15 +159,15 @@ MODERNBERT = declared(
             for k, p in enumerate("qkv")
             for w in ("weight", "bias")
         ),
-        *(
-            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{LAYER}.{theirs}.{w}")
-            for ours, theirs in (
+        *renamed(
+            "encoder.layers.{i}",
+            LAYER,
+            (
                 ("self_attn_norm", "attn_norm"),  # none on layer 0 (first_attn_norm False)
                 ("self_attn.out_proj", "attn.Wo"),
                 ("ffn_norm", "mlp_norm"),
                 ("ffn.linear2", "mlp.Wo"),
-            )
-            for w in ("weight", "bias")
+            ),
         ),
         *(  # Wi = [input; gate], act(input) * gate: ours act(gate) * linear1
             Rule(f"encoder.layers.{{i}}.ffn.{ours}.{w}", f"{LAYER}.mlp.Wi.{w}", part=(k, 2))

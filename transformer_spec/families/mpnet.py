@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .bert import BERT
-from .core import Key, Rule, declared
+from .core import Key, Rule, declared, renamed
 from .roberta import ROBERTA_CONFIG
 
 MPNET_PAD = 1  # MPNetEmbeddings.padding_idx
@@ -44,9 +44,10 @@ MPNET = declared(
         Rule("encoder.embedding_norm.weight", "embeddings.LayerNorm.weight"),
         Rule("encoder.embedding_norm.bias", "embeddings.LayerNorm.bias"),
         Rule("encoder.relative_bias.weight", "encoder.relative_attention_bias.weight"),
-        *(
-            Rule(f"encoder.layers.{{i}}.{ours}.{w}", f"{MPNET_LAYER}.{theirs}.{w}")
-            for ours, theirs in (
+        *renamed(
+            "encoder.layers.{i}",
+            MPNET_LAYER,
+            (
                 ("self_attn.q_proj", "attention.attn.q"),
                 ("self_attn.k_proj", "attention.attn.k"),
                 ("self_attn.v_proj", "attention.attn.v"),
@@ -55,8 +56,7 @@ MPNET = declared(
                 ("ffn.linear1", "intermediate.dense"),
                 ("ffn.linear2", "output.dense"),
                 ("ffn_norm", "output.LayerNorm"),
-            )
-            for w in ("weight", "bias")
+            ),
         ),
         *(r for r in BERT.rules if r.ours.startswith("pooler.")),
     ),
