@@ -36,7 +36,7 @@ from .layers import (
     softmax_forward,
 )
 from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
-from .validation import check_float_array, check_ndim
+from .validation import check_float_array, check_ndim, check_score_mask
 
 
 @dataclass(frozen=True, slots=True)
@@ -626,7 +626,7 @@ def _check_attention_inputs(
 ) -> None:
     _check_query_key_value(query, key, value)
     _check_head_counts(n_heads, n_kv_heads)
-    _check_attention_mask(attn_mask, (query.shape[0], n_heads, query.shape[1], key.shape[1]))
+    check_score_mask(attn_mask, (query.shape[0], n_heads, query.shape[1], key.shape[1]))
 
 
 def _check_query_key_value(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> None:
@@ -656,23 +656,6 @@ def _check_head_counts(n_heads: int, n_kv_heads: int | None) -> None:
             raise ValueError(
                 f"n_heads must be a multiple of n_kv_heads, got n_heads={n_heads}, n_kv_heads={n_kv_heads}"
             )
-
-
-def _check_attention_mask(attn_mask: np.ndarray | None, target: tuple[int, int, int, int]) -> None:
-    """attn_mask, when given, is a bool array broadcastable to target = (B, H, T_q, T_k)."""
-    if attn_mask is None:
-        return
-    attn_mask = np.asarray(attn_mask)
-    if attn_mask.dtype != np.bool_:
-        raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
-    try:
-        np.broadcast_shapes(attn_mask.shape, target)
-    except ValueError:
-        raise ValueError(
-            f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}"
-        ) from None
-    if attn_mask.ndim > 4 or np.broadcast_shapes(attn_mask.shape, target) != target:
-        raise ValueError(f"attn_mask of shape {attn_mask.shape} must broadcast to (B, H, T_q, T_k) = {target}")
 
 
 def _check_rope(rope: object, query: np.ndarray, key: np.ndarray, n_heads: int, Dh: int) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
-from .validation import check_float_array, check_ndim
+from .validation import check_float_array, check_ndim, check_score_mask
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,7 +311,7 @@ def _check_flash_inputs(
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     _check_positive_int("block_q", block_q)
     _check_positive_int("block_k", block_k)
-    _check_flash_mask(attn_mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+    check_score_mask(attn_mask, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
 
 
 def _check_flash_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -329,21 +329,6 @@ def _check_flash_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         raise ValueError(f"k must have q's head size Dh={Dh} >= 1, got q {q.shape} and k {k.shape}")
     if v.shape[2] != k.shape[2]:
         raise ValueError(f"k and v must have the same number of keys T_k, got k {k.shape} and v {v.shape}")
-
-
-def _check_flash_mask(attn_mask: np.ndarray | None, target: tuple[int, int, int, int]) -> None:
-    """attn_mask, when given, is a bool array broadcastable to target = (B, H, T_q, T_k)."""
-    if attn_mask is None:
-        return
-    attn_mask = np.asarray(attn_mask)
-    if attn_mask.dtype != np.bool_:
-        raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
-    try:
-        fits = attn_mask.ndim <= 4 and np.broadcast_shapes(attn_mask.shape, target) == target
-    except ValueError:
-        fits = False
-    if not fits:
-        raise ValueError(f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}")
 
 
 def _check_flash_backward(dout: np.ndarray, cache: FlashAttentionCache) -> None:

@@ -10,6 +10,22 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 
+def check_score_mask(attn_mask: object, target: tuple[int, int, int, int]) -> None:
+    """attn_mask, when given, is a bool array broadcastable to target = (B, H, T_q, T_k): the attention kernels'
+    (plain and tiled) mask argument."""
+    if attn_mask is None:
+        return
+    attn_mask = np.asarray(attn_mask)
+    if attn_mask.dtype != np.bool_:
+        raise TypeError(f"attn_mask must be a bool array (True = may attend), got dtype {attn_mask.dtype}")
+    try:
+        fits = attn_mask.ndim <= 4 and np.broadcast_shapes(attn_mask.shape, target) == target
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"attn_mask of shape {attn_mask.shape} does not broadcast to (B, H, T_q, T_k) = {target}")
+
+
 def check_ids(name: str, ids: object, vocab_size: int, max_len: int | None = None) -> np.ndarray:
     """Validate a (B, T) array of token ids; return it as an integer ndarray."""
     if not isinstance(ids, np.ndarray):
