@@ -21,6 +21,7 @@ from transformers.models.modernbert import modeling_modernbert as mb
 import torch_transformer.hf as torch_hf
 from numpy_transformer import hf as numpy_hf
 from parity_tests.components import TORCH_DTYPE, Result, to_numpy
+from parity_tests.hf_compare import eager_attention_forward_float64  # the eager softmax in float64, as for Llama
 
 STD = 0.3  # weights ~ N(0, 0.3^2), as hf_compare's tiny models
 # Tiny, but every feature present: 3 layers (layer 0 without an attention norm, global; layers 1 and 2 local), head
@@ -98,16 +99,6 @@ def apply_rotary_pos_emb_float64(q, k, cos, sin, unsqueeze_dim=1):
     """modeling_modernbert.apply_rotary_pos_emb in the inputs' dtype (the original rotates in float32)."""
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     return q * cos + mb.rotate_half(q) * sin, k * cos + mb.rotate_half(k) * sin
-
-
-def eager_attention_forward_float64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """modeling_modernbert.eager_attention_forward with its softmax in the input's dtype (the original: float32)."""
-    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        weights = weights + attention_mask
-    weights = torch.nn.functional.softmax(weights, dim=-1)
-    weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
 @contextlib.contextmanager
