@@ -5,7 +5,7 @@ output projection tied to the embeddings.
 
 from __future__ import annotations
 
-from .core import ANY, ConfigMap, Key, Rule, declared, renamed, special_token
+from .core import ANY, ConfigMap, Key, Rule, declared, fused_qkv, renamed, special_token
 
 BLOOM_DROPOUT = {"hidden_dropout": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}
 
@@ -60,16 +60,7 @@ BLOOM = declared(
         Rule("decoder.token_embedding.weight", "word_embeddings.weight"),
         Rule("decoder.embedding_norm.weight", "word_embeddings_layernorm.weight"),
         Rule("decoder.embedding_norm.bias", "word_embeddings_layernorm.bias"),
-        *(
-            Rule(
-                f"decoder.layers.{{i}}.self_attn.{p}_proj.{w}",
-                f"h.{{i}}.self_attention.query_key_value.{w}",
-                part=(k, 3),
-                per_head=True,
-            )
-            for k, p in enumerate("qkv")
-            for w in ("weight", "bias")
-        ),
+        *fused_qkv("decoder.layers.{i}.self_attn", "h.{i}.self_attention.query_key_value", per_head=True),
         *renamed(
             "decoder.layers.{i}",
             "h.{i}",

@@ -206,6 +206,17 @@ def renamed(ours: str, theirs: str, modules, params: tuple[str, ...] = ("weight"
     return tuple(Rule(f"{ours}.{a}.{w}", f"{theirs}.{b}.{w}") for a, b in modules for w in params)
 
 
+def fused_qkv(ours: str, theirs: str, params: tuple[str, ...] = ("weight", "bias"), **options: Any) -> tuple[Rule, ...]:
+    """The rules of a fused query-key-value projection: our f"{ours}.q_proj.{w}", k_proj and v_proj are parts 0, 1
+    and 2 of their f"{theirs}.{w}", for each parameter w of `params`; `options`: the Rule fields saying how the parts
+    lie (per_head, gqa, conv1d)."""
+    return tuple(
+        Rule(f"{ours}.{p}_proj.{w}", f"{theirs}.{w}", part=(k, 3), **options)
+        for k, p in enumerate("qkv")
+        for w in params
+    )
+
+
 def declared(config_map: ConfigMap, **family) -> Family:
     """The Family whose config translation is `config_map` in both directions (from_hf, to_hf and supports
     from the one declaration); `family`: the rest of Family's fields (tensor rules, prefixes, ties...)."""

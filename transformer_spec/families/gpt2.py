@@ -4,7 +4,7 @@ projection without a bias, no padding token.
 
 from __future__ import annotations
 
-from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, special_token
+from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, fused_qkv, special_token
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf)
 GPT2_DROPOUT = {
@@ -55,16 +55,8 @@ GPT2 = declared(
         Rule("decoder.position_embedding.weight", "wpe.weight"),
         Rule("decoder.layers.{i}.self_attn_norm.weight", "h.{i}.ln_1.weight"),
         Rule("decoder.layers.{i}.self_attn_norm.bias", "h.{i}.ln_1.bias"),
-        *(
-            Rule(
-                f"decoder.layers.{{i}}.self_attn.{p}_proj.weight", "h.{i}.attn.c_attn.weight", conv1d=True, part=(k, 3)
-            )
-            for k, p in enumerate("qkv")
-        ),
-        *(
-            Rule(f"decoder.layers.{{i}}.self_attn.{p}_proj.bias", "h.{i}.attn.c_attn.bias", part=(k, 3))
-            for k, p in enumerate("qkv")
-        ),
+        *fused_qkv("decoder.layers.{i}.self_attn", "h.{i}.attn.c_attn", ("weight",), conv1d=True),
+        *fused_qkv("decoder.layers.{i}.self_attn", "h.{i}.attn.c_attn", ("bias",)),
         Rule("decoder.layers.{i}.self_attn.out_proj.weight", "h.{i}.attn.c_proj.weight", conv1d=True),
         Rule("decoder.layers.{i}.self_attn.out_proj.bias", "h.{i}.attn.c_proj.bias"),
         Rule("decoder.layers.{i}.ffn_norm.weight", "h.{i}.ln_2.weight"),

@@ -6,7 +6,19 @@ by head [q_h, k_h, v_h] (BLOOM's layout), and an untied head its files call `emb
 
 from __future__ import annotations
 
-from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, refuse, renamed, special_token
+from .core import (
+    ACTIVATION_KEY,
+    ANY,
+    ConfigMap,
+    Key,
+    Rule,
+    activation_to_hf,
+    declared,
+    fused_qkv,
+    refuse,
+    renamed,
+    special_token,
+)
 from .phi3 import rope_parameters, rotary_dim
 
 NEOX_DROPOUT = {"hidden_dropout": (("embedding", "residual"), 0.0), "attention_dropout": (("attention",), 0.0)}
@@ -75,16 +87,7 @@ GPT_NEOX = declared(
     prefixes=("gpt_neox.", ""),
     rules=(
         Rule("decoder.token_embedding.weight", "embed_in.weight"),
-        *(
-            Rule(
-                f"decoder.layers.{{i}}.self_attn.{p}_proj.{w}",
-                f"layers.{{i}}.attention.query_key_value.{w}",
-                part=(k, 3),
-                per_head=True,
-            )
-            for k, p in enumerate("qkv")
-            for w in ("weight", "bias")
-        ),
+        *fused_qkv("decoder.layers.{i}.self_attn", "layers.{i}.attention.query_key_value", per_head=True),
         *renamed(
             "decoder.layers.{i}",
             "layers.{i}",

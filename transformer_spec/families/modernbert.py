@@ -10,7 +10,19 @@ is our activated `ffn.gate`, its second our `ffn.linear1` (Llama's names: act(ga
 from __future__ import annotations
 
 from ..config import LAYER_TYPES, TransformerConfig
-from .core import ANY, ConfigMap, Key, Rule, declared, is_finite_number, is_int, refuse, renamed, special_token
+from .core import (
+    ANY,
+    ConfigMap,
+    Key,
+    Rule,
+    declared,
+    fused_qkv,
+    is_finite_number,
+    is_int,
+    refuse,
+    renamed,
+    special_token,
+)
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf). Its attention_dropout drops the attention
 # probabilities and the attention's output but not the MLP's, which no site of ours expresses: refused unless 0.
@@ -154,11 +166,7 @@ MODERNBERT = declared(
     rules=(
         Rule("encoder.token_embedding.weight", "embeddings.tok_embeddings.weight"),
         *(Rule(f"encoder.embedding_norm.{w}", f"embeddings.norm.{w}") for w in ("weight", "bias")),
-        *(  # Wqkv = [q; k; v], each H * Dh rows
-            Rule(f"encoder.layers.{{i}}.self_attn.{p}_proj.{w}", f"{LAYER}.attn.Wqkv.{w}", part=(k, 3))
-            for k, p in enumerate("qkv")
-            for w in ("weight", "bias")
-        ),
+        *fused_qkv("encoder.layers.{i}.self_attn", f"{LAYER}.attn.Wqkv"),  # Wqkv = [q; k; v], each H * Dh rows
         *renamed(
             "encoder.layers.{i}",
             LAYER,

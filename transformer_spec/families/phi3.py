@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..config import TransformerConfig
-from .core import ANY, Key, Rule, declared, is_finite_number, refuse
+from .core import ANY, Key, Rule, declared, fused_qkv, is_finite_number, refuse
 from .llama import LLAMA_CONFIG
 
 PHI3_DROPOUT = {"resid_pdrop": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}  # embd_pdrop: unused
@@ -67,15 +67,7 @@ PHI3 = declared(
     rules=(
         Rule("decoder.token_embedding.weight", "embed_tokens.weight"),
         Rule("decoder.layers.{i}.self_attn_norm.weight", "layers.{i}.input_layernorm.weight"),
-        *(
-            Rule(
-                f"decoder.layers.{{i}}.self_attn.{p}_proj.weight",
-                "layers.{i}.self_attn.qkv_proj.weight",
-                part=(k, 3),
-                gqa=True,
-            )
-            for k, p in enumerate("qkv")
-        ),
+        *fused_qkv("decoder.layers.{i}.self_attn", "layers.{i}.self_attn.qkv_proj", ("weight",), gqa=True),
         Rule("decoder.layers.{i}.self_attn.out_proj.weight", "layers.{i}.self_attn.o_proj.weight"),
         Rule("decoder.layers.{i}.ffn_norm.weight", "layers.{i}.post_attention_layernorm.weight"),
         Rule("decoder.layers.{i}.ffn.gate.weight", "layers.{i}.mlp.gate_up_proj.weight", part=(0, 2)),
