@@ -363,6 +363,24 @@ def test_workbook_has_every_exercise_with_its_answer_folded(site) -> None:
             assert page["folded"] == 1, f"workbook/{number}_exercise_{n}: the answer is not folded"
 
 
+def test_workbook_answer_is_the_tested_one() -> None:
+    """The answer a workbook page shows (its <details> block) is, line for line, in the answers file the page names,
+    which the test suite runs: a shown answer cannot drift from the checked one (an API change included). Reads the
+    pages `bash docs/build` wrote under docs/workbook/."""
+    workbook = Path(__file__).resolve().parent / "workbook"
+    pages = sorted(workbook.glob("*_exercise_*.md"))
+    assert len(pages) >= 6, f"no workbook pages under {workbook}: run `bash docs/build` first"
+    for page in pages:
+        text = page.read_text()
+        named = re.findall(r"`examples/answers/([\w.]+)`", text)
+        shown = re.findall(r"<details>.*?```python\n(.*?)```", text, re.S)
+        assert named and shown, f"{page.name}: expected an answer block and the answers file it comes from"
+        answer_lines = set("".join((EXAMPLES / "answers" / name).read_text() for name in set(named)).splitlines())
+        for block in shown:
+            drifted = [line for line in block.splitlines() if line.strip() and line not in answer_lines]
+            assert not drifted, f"{page.name}: lines not in examples/answers/{named[0]}: {drifted[:3]}"
+
+
 def test_every_image_loads(site) -> None:
     broken = {
         name: [img["src"] for img in page["images"] if img["width"] == 0]
