@@ -1188,8 +1188,12 @@ class _Model(Generic[CacheT]):
             else:
                 self.grads[name] += g  # accumulate, as autograd does, until zero_grad()
 
-    def _dropout(self, dropout_masks: dict | None) -> Dropout | None:
-        """The dropout of this forward pass: None in eval mode or with p = 0 (masks are then ignored)."""
+    def _begin_forward(self, dropout_masks: dict | None) -> Dropout | None:
+        """Start a forward pass whose inputs are checked: drop the last pass's cache, so that its arrays are freed
+        before this pass allocates its own (the process reuses that memory instead of asking the kernel for fresh
+        pages, and holds one pass's activations instead of two), and so that a pass that fails leaves nothing stale
+        for backward. Returns the dropout of this pass: None in eval mode or with p = 0 (masks are then ignored)."""
+        self._cache, self._aux_cache = None, None
         if not self.training or not self.config.has_dropout:
             return None
         if dropout_masks is not None:
@@ -1431,7 +1435,7 @@ class Transformer(_Model[TransformerCache]):
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
             )
         mask = check_attention_mask(attention_mask, src_ids)  # (B, T_src) bool, or None
-        dropout = self._dropout(dropout_masks)
+        dropout = self._begin_forward(dropout_masks)
         acts = self.activation_table
         memory, enc_cache = encoder_forward(
             self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask, activations=acts
@@ -1481,7 +1485,7 @@ class TransformerLM(_Model[LMCache]):
         cfg = self.config
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
-        dropout = self._dropout(dropout_masks)
+        dropout = self._begin_forward(dropout_masks)
         acts = self.activation_table
         x, dec_cache = decoder_forward(
             sub(self.params, "decoder"), ids, None, cfg, dropout, attention_mask=mask, activations=acts
@@ -1533,7 +1537,7 @@ class EncoderModel(_Model[EncoderModelCache]):
         cfg.check_length("ids", ids.shape[1])
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
-        dropout = self._dropout(dropout_masks)
+        dropout = self._begin_forward(dropout_masks)
         acts = self.activation_table
         hidden, enc_cache = encoder_forward(
             self.encoder_params(),

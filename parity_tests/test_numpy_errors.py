@@ -572,6 +572,18 @@ def test_dropout_masks_wrong_shape(trained, src, tgt):
         model.forward(src, tgt, dropout_masks=masks)
 
 
+def test_a_failed_forward_leaves_nothing_for_backward(trained, src, tgt, rng):
+    """A forward pass drops the last pass's cache before it runs (its memory is reused): when it fails midway, backward
+    refuses, instead of differentiating the older pass's activations."""
+    model, masks = trained
+    model.backward(rng.standard_normal((*tgt.shape, V_TGT)))  # the good pass can be differentiated
+    masks["decoder.layers.0.ffn.dropout"] = np.ones((2, 3, 5), dtype=bool)  # found wrong late in the pass
+    with pytest.raises(ValueError, match=r"dropout_masks\['decoder.layers.0.ffn.dropout'\]"):
+        model.forward(src, tgt, dropout_masks=masks)
+    with pytest.raises(ValueError, match=r"backward called before forward"):
+        model.backward(rng.standard_normal((*tgt.shape, V_TGT)))
+
+
 def test_dropout_masks_wrong_dtype(trained, src, tgt):
     model, masks = trained
     masks["encoder.embedding_dropout"] = masks["encoder.embedding_dropout"].astype(np.float64)
