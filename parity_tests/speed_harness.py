@@ -291,7 +291,7 @@ def bench_contenders(bench: ModuleType, reps: int) -> dict[str, Callable[[], dic
 # A condition (quiet, or beside a competing process): three runs of each harness
 
 
-def measure(runs: int = 3, reps: int = 3, with_bench: bool = True, competing: bool = False) -> dict:
+def measure(runs: int = 3, reps: int = 5, with_bench: bool = True, competing: bool = False) -> dict:
     """Both quantities, `runs` runs each of this harness (medians of `reps`) and, with_bench, of bench.py's code,
     the two harnesses taking turns run by run so that a drift of the machine's speed reaches both.
 
@@ -421,7 +421,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--load", choices=("quiet", "competing", "both"), default="quiet")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=3, help="repetitions per run (each run's medians)")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per run (each run's medians)")
     parser.add_argument("--no-bench", action="store_true", help="this harness only, not bench.py's figures")
     parser.add_argument("--json", metavar="PATH")
     return parser.parse_args(argv)
