@@ -196,15 +196,20 @@ def cpu_model() -> str:
 
 
 def interleaved(fns: dict, reps: int, warmup: bool = True, pause: float = 0.3) -> dict:
-    """Median seconds of each function, run alternately (after one warm-up round, not counted).
+    """Median seconds of each function, run alternately (after one warm-up round, not counted), the order rotated
+    by one each round, so that no function always runs right after the same other one: what one leaves behind
+    (memory the allocator handed back to the kernel, which the next one faults in again; a cache it filled) would
+    otherwise be charged to the same neighbour every time.
 
     A pause before each run lets the other library's worker threads stop spinning (OpenMP and
     OpenBLAS threads busy-wait for a while after a parallel region), so neither run is charged for
     the other's idle threads on a machine with few cores.
     """
     times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     for r in range(reps + warmup):
-        for name, fn in fns.items():
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             time.sleep(pause)
             start = time.perf_counter()
             fn()
