@@ -73,3 +73,22 @@ def test_the_benchmark_reads_nothing_private():
         and not (isinstance(node.value, ast.Name) and node.value.id == "torch")
     ]
     assert not private, private
+
+
+def test_interleaved_rotates_the_order_and_skips_the_warm_up():
+    """bench.py's timing loop: a warm-up round in the given order (not timed), then each round rotated by one, so that
+    no contender always runs right after the same one; medians of the timed rounds."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("bench_under_test", BENCH)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    medians = bench.interleaved(fns, reps=3, pause=0.0)
+    assert calls == list("abc" + "bca" + "cab" + "abc")  # warm-up, then rounds 1, 2, 3
+    assert set(medians) == set("abc")
+    slow = bench.interleaved({"sleep": lambda: time.sleep(0.05), "none": lambda: None}, reps=2, pause=0.0)
+    assert slow["sleep"] >= 0.05 > slow["none"]
