@@ -61,17 +61,9 @@ def test_benchmark_quick_mode(tmp_path):
 def test_the_benchmark_reads_nothing_private():
     """bench.py uses the package's public API only: no attribute with a leading underscore read from anything
     but torch (torch._dynamo.reset is torch's documented way to drop compiled graphs)."""
-    import ast
+    from parity_tests._source_checks import private_attributes
 
-    tree = ast.parse(BENCH.read_text())
-    private = [
-        f"line {node.lineno}: {ast.unparse(node)}"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and node.attr.startswith("_")
-        and not node.attr.startswith("__")
-        and not (isinstance(node.value, ast.Name) and node.value.id == "torch")
-    ]
+    private = private_attributes(BENCH, owner="torch")
     assert not private, private
 
 

@@ -21,6 +21,7 @@ import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import optim, parallel
 from parity_tests import components as C
+from parity_tests._source_checks import private_attributes
 
 CONFIG = nt.TransformerConfig(
     src_vocab_size=17,
@@ -613,16 +614,9 @@ print("unchanged")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "unchanged"
-    tree = ast.parse(open(parallel.__file__).read())
-    private = [
-        f"line {node.lineno}: {ast.unparse(node)}"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and node.attr.startswith("_")
-        and not node.attr.startswith("__")
-        and not (isinstance(node.value, ast.Name) and node.value.id == "self")
-    ]
+    private = private_attributes(parallel.__file__, owner="self")
     assert not private, private
+    tree = ast.parse(open(parallel.__file__).read())
     modules = {"layers", "np", "os", "gc", "math", "threading", "functools", "ctypes", "platform", "weakref"}
     patched = [
         f"line {node.lineno}: {ast.unparse(target)}"
