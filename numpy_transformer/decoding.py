@@ -83,7 +83,9 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int, sr
     memory, memory_mask = None, None
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
-        memory, _ = encoder_forward(model.encoder_params(), src_ids, cfg, attention_mask=src_mask)  # (B, S, D)
+        memory, _ = encoder_forward(
+            model.encoder_params(), src_ids, cfg, attention_mask=src_mask, keep=False
+        )  # (B, S, D)
         memory = np.repeat(memory, n_copies, axis=0)  # (N, S, D): the beams of a source share its memory
         source_mask = model_source_mask(src_ids, src_mask, cfg.pad_id)  # (B, 1, 1, S), or None: nothing masked
         if source_mask is not None:
@@ -106,7 +108,7 @@ def decoder_step(model, cache: DecoderCache, new_ids: np.ndarray, attention_mask
     """
     x, _ = decoder_forward(
         cache.decoder_params, new_ids, cache.memory, model.config, memory_mask=cache.memory_mask,
-        caches=cache.layers, start=cache.length, attention_mask=attention_mask,
+        caches=cache.layers, start=cache.length, attention_mask=attention_mask, keep=False,
     )  # fmt: skip
     cache.length += new_ids.shape[1]
     x = model.scale_output(x[:, -1])  # (N, D): only the last position predicts
@@ -156,8 +158,8 @@ class Recompute:
         """tokens (N, T) -> logits of the next token (N, V)."""
         if self.src_ids is None:
             mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
-            return self.model.forward(tokens, attention_mask=mask)[:, -1]
-        return self.model.forward(self.src_ids, tokens, attention_mask=self.src_mask)[:, -1]
+            return self.model.forward(tokens, attention_mask=mask, keep_cache=False)[:, -1]
+        return self.model.forward(self.src_ids, tokens, attention_mask=self.src_mask, keep_cache=False)[:, -1]
 
     def reorder(self, rows: np.ndarray) -> None:
         pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids

@@ -876,11 +876,13 @@ def encoder_forward(
     token_type_ids: np.ndarray | None = None,
     attention_mask: np.ndarray | None = None,
     activations: dict[str, ActivationPair] = ACTIVATIONS,
-) -> tuple[np.ndarray, EncoderStackCache]:
+    keep: bool = True,
+) -> tuple[np.ndarray, EncoderStackCache | None]:
     """src_ids (B, T_src) -> memory (B, T_src, D). Padding keys (pad_id; or, when given, those attention_mask (B,
     T_src) marks False) are masked out. token_type_ids (B, T_src) or None (type 0) when params hold
     token_type_embedding.weight. activations: the feed-forward blocks' table of activation functions (name ->
-    (forward, backward))."""
+    (forward, backward)). keep=False: inference; no cache (None), and each layer's activations are freed before the
+    next layer allocates its own."""
     mask = source_mask(src_ids, attention_mask, config.pad_id)  # (B, 1, 1, T_src), or None: nothing masked
     positions = None  # (B, T_src) RoBERTa's, or None (the config requires pad_id with positions_after_pad)
     if config.positions_after_pad and config.pad_id is not None:
@@ -896,9 +898,13 @@ def encoder_forward(
             rope=ropes[i], bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
             activations=activations, layer=i,  # its kind (config.layer_types) chooses its score rules
         )  # fmt: skip
-        hidden.append(x)
-        layer_caches.append(layer_cache)
+        if keep:
+            hidden.append(x)
+            layer_caches.append(layer_cache)
+        del layer_cache  # unkept, this layer's activations go now, not when the next layer returns
     x, norm_cache = final_norm_forward(params, x, config)
+    if not keep:
+        return x, None
     return x, EncoderStackCache(embed_cache, layer_caches, norm_cache, hidden)
 
 
@@ -938,12 +944,14 @@ def decoder_forward(
     caches: list | None = None,
     start: int = 0,
     attention_mask: np.ndarray | None = None,
-) -> tuple[np.ndarray, DecoderStackCache]:
+    keep: bool = True,
+) -> tuple[np.ndarray, DecoderStackCache | None]:
     """tgt_ids (B, T_tgt), memory (B, T_src, D) or None -> x (B, T_tgt, D), before the output projection.
 
     Decoding runs this on the new positions only: tgt_ids are the tokens at positions start .. start + T_tgt - 1,
     and caches holds each layer's (KVCache, MemoryCache or None), read and extended by attention. activations: the
-    feed-forward blocks' table of activation functions (name -> (forward, backward)).
+    feed-forward blocks' table of activation functions (name -> (forward, backward)). keep=False: inference; no
+    cache (None), and each layer's activations are freed before the next layer allocates its own.
 
     Self-attention masks nothing but the future (causal), as Hugging Face's decoders do: the target's
     padding sits at the end, where causality already hides it from every real position, and the loss
@@ -972,9 +980,13 @@ def decoder_forward(
             bias_table=params.get("relative_bias.weight"),  # T5: one table for every layer of the stack
             key_padding=attention_mask, layer=i,  # its kind (config.layer_types) chooses its window
         )  # fmt: skip
-        hidden.append(x)
-        layer_caches.append(layer_cache)
+        if keep:
+            hidden.append(x)
+            layer_caches.append(layer_cache)
+        del layer_cache  # unkept, this layer's activations go now, not when the next layer returns
     x, norm_cache = final_norm_forward(params, x, config)
+    if not keep:
+        return x, None
     memory_shape = None if memory is None else memory.shape
     return x, DecoderStackCache(embed_cache, layer_caches, norm_cache, hidden, memory_shape, layer_backward)
 
@@ -1153,6 +1165,7 @@ class _Model(Generic[CacheT]):
         self._own_dropout: Dropout | None = None  # a replica's Dropout, drawn from instead of self.rng
         self._cache: CacheT | None = None
         self._held: CacheT | None = None  # in training mode, the last pass's cache while the next one runs
+        self._kept_nothing = False  # the last forward ran with keep_cache=False
         self._aux_cache: LoadBalancingCache | None = None  # the load-balancing loss of the last forward
         self._pool_cache: PoolCache | None = None
         self._mlm_cache: MlmHeadCache | None = None
@@ -1189,7 +1202,7 @@ class _Model(Generic[CacheT]):
             else:
                 self.grads[name] += g  # accumulate, as autograd does, until zero_grad()
 
-    def _begin_forward(self, dropout_masks: dict | None) -> Dropout | None:
+    def _begin_forward(self, dropout_masks: dict | None, keep_cache: bool) -> Dropout | None:
         """Start a forward pass whose inputs are checked. The last pass's cache is gone for backward and the inspection
         methods from here on, so a pass that fails leaves nothing stale to differentiate. When its arrays are freed
         is a matter of speed only, measured on a 2-core AMD EPYC under glibc's default allocator:
@@ -1201,8 +1214,11 @@ class _Model(Generic[CacheT]):
           it in again: 6,300 page faults a step instead of about 100 for a d_model 128 model on 64 x 24 tokens, and
           8-13% fewer steps a minute for examples/train_numbers.py).
         Returns the dropout of this pass: None in eval mode or with p = 0 (masks are then ignored)."""
+        if not isinstance(keep_cache, (bool, np.bool_)):
+            raise TypeError(f"keep_cache must be a bool, got {type(keep_cache).__name__} ({keep_cache!r})")
         self._held = self._cache if self.training else None  # freed when this pass finishes (or the next one does)
         self._cache = self._aux_cache = None
+        self._kept_nothing = False
         if not self.training or not self.config.has_dropout:
             return None
         if dropout_masks is not None:
@@ -1279,13 +1295,14 @@ class _Model(Generic[CacheT]):
         logits, cap_cache = self.softcap(logits)
         return HeadCache(out_cache, cap_cache, logits)
 
-    def _finish_forward(self, dropout: Dropout | None, cache: CacheT) -> None:
+    def _finish_forward(self, dropout: Dropout | None, cache: CacheT | None) -> None:
         """The bookkeeping of a finished forward pass: the dropout masks it used, and the cache the backward pass
-        and the inspection methods will read."""
+        and the inspection methods will read (None: a pass with keep_cache=False kept nothing)."""
         if dropout is not None:
             dropout.check_all_used()
         self.dropout_masks = dropout.masks if dropout is not None else {}
         self._cache, self._held = cache, None  # the last pass's arrays are freed here in training mode
+        self._kept_nothing = cache is None
         self._aux_cache = None  # the load-balancing loss of this forward, once computed
 
     # -- mixture of experts: the router logits of the last forward pass and the load-balancing loss -----------------
@@ -1342,6 +1359,11 @@ class _Model(Generic[CacheT]):
 
     def _last_forward(self, caller: str) -> CacheT:
         """The last forward pass's cache; ValueError naming `caller` when there is none."""
+        if self._cache is None and self._kept_nothing:
+            raise ValueError(
+                f"{caller} called after a forward with keep_cache=False, which kept nothing to read "
+                "(run forward with keep_cache=True first)"
+            )
         if self._cache is None:
             raise ValueError(f"{caller} called before forward: no forward pass has been run yet (call forward first)")
         return self._cache
@@ -1431,11 +1453,15 @@ class Transformer(_Model[TransformerCache]):
         tgt_ids: ArrayLike,
         dropout_masks: dict | None = None,
         attention_mask: ArrayLike | None = None,
+        *,
+        keep_cache: bool = True,
     ) -> np.ndarray:
         """In training mode with dropout > 0, keep-masks are drawn from self.rng (and kept in
         self.dropout_masks), or taken from `dropout_masks` (site name -> bool array) when given.
         attention_mask (B, T_src): 1/True = a real source token (transformers' meaning); given, it says which
-        source keys the encoder and cross-attention read, instead of config.pad_id."""
+        source keys the encoder and cross-attention read, instead of config.pad_id.
+        keep_cache=False: inference (torch.no_grad's counterpart): nothing is kept for backward or the inspection
+        methods, and each layer's activations are freed as soon as the next layer has its input."""
         cfg = self.config
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
         tgt_ids = check_ids("tgt_ids", tgt_ids, cfg.tgt_vocab_size, cfg.max_len)
@@ -1444,17 +1470,21 @@ class Transformer(_Model[TransformerCache]):
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
             )
         mask = check_attention_mask(attention_mask, src_ids)  # (B, T_src) bool, or None
-        dropout = self._begin_forward(dropout_masks)
+        dropout = self._begin_forward(dropout_masks, keep_cache)
         acts = self.activation_table
         memory, enc_cache = encoder_forward(
-            self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask, activations=acts
+            self.encoder_params(), src_ids, cfg, dropout, attention_mask=mask, activations=acts, keep=keep_cache
         )  # (B, T_src, D)
         memory_mask = source_mask(src_ids, mask, cfg.pad_id)  # (B, 1, 1, T_src), or None
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), tgt_ids, memory, cfg, dropout, memory_mask=memory_mask, activations=acts
-        )  # (B, T_tgt, D)
-        head = self._head_forward(x)
-        self._finish_forward(dropout, TransformerCache(enc_cache, memory, dec_cache, x, head))
+            sub(self.params, "decoder"), tgt_ids, memory, cfg, dropout, memory_mask=memory_mask, activations=acts,
+            keep=keep_cache,
+        )  # fmt: skip
+        head = self._head_forward(x)  # (B, T_tgt, V) logits
+        kept = None
+        if enc_cache is not None and dec_cache is not None:
+            kept = TransformerCache(enc_cache, memory, dec_cache, x, head)
+        self._finish_forward(dropout, kept)
         return head.logits
 
     __call__ = forward
@@ -1486,21 +1516,27 @@ class TransformerLM(_Model[LMCache]):
     decoder_only = True
 
     def forward(
-        self, ids: ArrayLike, attention_mask: ArrayLike | None = None, dropout_masks: dict | None = None
+        self,
+        ids: ArrayLike,
+        attention_mask: ArrayLike | None = None,
+        dropout_masks: dict | None = None,
+        *,
+        keep_cache: bool = True,
     ) -> np.ndarray:
         """attention_mask: 1/True = a real token, 0/False = padding (transformers' meaning), for a left-padded
         batch: padded keys are masked out and positions count the real tokens (decoder_forward). The logits
-        at padded positions are of no token (their rows attend to nothing)."""
+        at padded positions are of no token (their rows attend to nothing). keep_cache=False: inference, as
+        Transformer.forward's."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
-        dropout = self._begin_forward(dropout_masks)
+        dropout = self._begin_forward(dropout_masks, keep_cache)
         acts = self.activation_table
         x, dec_cache = decoder_forward(
-            sub(self.params, "decoder"), ids, None, cfg, dropout, attention_mask=mask, activations=acts
+            sub(self.params, "decoder"), ids, None, cfg, dropout, attention_mask=mask, activations=acts, keep=keep_cache
         )  # (B, T, D)
-        head = self._head_forward(x)
-        self._finish_forward(dropout, LMCache(dec_cache, x, head))
+        head = self._head_forward(x)  # (B, T, V) logits
+        self._finish_forward(dropout, None if dec_cache is None else LMCache(dec_cache, x, head))
         return head.logits
 
     __call__ = forward
@@ -1538,15 +1574,17 @@ class EncoderModel(_Model[EncoderModelCache]):
         token_type_ids: ArrayLike | None = None,
         dropout_masks: dict | None = None,
         attention_mask: ArrayLike | None = None,
+        *,
+        keep_cache: bool = True,
     ) -> np.ndarray:
         """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
-        instead of config.pad_id."""
+        instead of config.pad_id. keep_cache=False: inference, as Transformer.forward's."""
         cfg = self.config
         ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
         cfg.check_length("ids", ids.shape[1])
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
-        dropout = self._begin_forward(dropout_masks)
+        dropout = self._begin_forward(dropout_masks, keep_cache)
         acts = self.activation_table
         hidden, enc_cache = encoder_forward(
             self.encoder_params(),
@@ -1556,8 +1594,9 @@ class EncoderModel(_Model[EncoderModelCache]):
             token_type_ids=token_type_ids,
             attention_mask=mask,
             activations=acts,
+            keep=keep_cache,
         )  # (B, T, D)
-        self._finish_forward(dropout, EncoderModelCache(enc_cache, hidden))
+        self._finish_forward(dropout, None if enc_cache is None else EncoderModelCache(enc_cache, hidden))
         return hidden
 
     __call__ = forward

@@ -487,8 +487,11 @@ class DataParallel:
 
     # -- the public steps ------------------------------------------------------------------
 
-    def forward(self, *inputs, dropout_masks: dict | None = None) -> np.ndarray:
-        """model.forward(*inputs) on the parts at once; the outputs of the parts, concatenated (B, ...)."""
+    def forward(self, *inputs, dropout_masks: dict | None = None, keep_cache: bool = True) -> np.ndarray:
+        """model.forward(*inputs) on the parts at once; the outputs of the parts, concatenated (B, ...).
+        keep_cache=False: inference, as model.forward's (backward then has nothing to differentiate)."""
+        if not isinstance(keep_cache, (bool, np.bool_)):
+            raise TypeError(f"keep_cache must be a bool, got {type(keep_cache).__name__} ({keep_cache!r})")
         inputs = _check_inputs(self.model, inputs)
         self.replicas, self.output_shape = [], None  # until this forward has succeeded
         replicas = self._replicas(len(inputs[0]), dropout_masks)
@@ -498,10 +501,11 @@ class DataParallel:
             masks = [{site: np.asarray(m)[lo:hi] for site, m in dropout_masks.items()} for lo, hi in self.bounds]
 
         def part(k, *rows):
-            return replicas[k].forward(*rows, dropout_masks=masks[k])
+            return replicas[k].forward(*rows, dropout_masks=masks[k], keep_cache=keep_cache)
 
         outputs = np.concatenate(self._run(part, self._split(inputs)), axis=0)
-        self.replicas, self.output_shape = replicas, outputs.shape
+        if keep_cache:
+            self.replicas, self.output_shape = replicas, outputs.shape
         return outputs
 
     def backward(self, doutputs: np.ndarray) -> None:

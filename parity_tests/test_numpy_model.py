@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numpy_transformer import (
+    EncoderModel,
     Transformer,
     TransformerConfig,
     TransformerLM,
@@ -1018,3 +1019,69 @@ def test_cross_flag_puts_the_keys_at_their_own_positions():
     hidden = ~causal_mask(3, 5)[0, 0]  # (T_q, T_k): query i sees keys j <= i
     assert np.all(cache.attn.probs[:, :, hidden] == 0) and np.all(cache.attn.probs[:, :, ~hidden] > 0)
     assert np.abs(causal).max() > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference: forward(..., keep_cache=False) keeps nothing for backward, and frees each layer as it goes.
+
+
+def inference_case(kind: str, rng, **overrides):
+    """A small model of each kind with padding in its inputs, and its inputs."""
+    if kind == "encoder":
+        cfg = tiny_config(type_vocab_size=2, positional="learned", activation="gelu", **overrides)
+        return EncoderModel(cfg, seed=3), (make_ids(rng, ["....__", "......"], cfg.src_vocab_size),)
+    tgt = make_ids(rng, ["....", "...."], 13)
+    if kind == "lm":
+        return TransformerLM(tiny_config(**overrides), seed=3), (tgt,)
+    return Transformer(tiny_config(**overrides), seed=3), (make_ids(rng, ["...__", "....."], 11), tgt)
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train-dropout"])
+@pytest.mark.parametrize("kind", ["transformer", "lm", "encoder"])
+def test_inference_forward_gives_the_same_outputs_and_keeps_nothing(kind, training):
+    rng = np.random.default_rng(4)
+    model, inputs = inference_case(kind, rng, dropout=0.2)
+    model.train(training)
+    kept = model.forward(*inputs)
+    masks = model.dropout_masks  # replayed below; empty in evaluation mode
+    assert bool(masks) == training
+    unkept = model.forward(*inputs, dropout_masks=masks or None, keep_cache=False)
+    np.testing.assert_array_equal(unkept, kept)  # the same arithmetic, bit for bit
+    dout = rng.standard_normal(kept.shape)
+    for method, args in (("backward", (dout,)), ("attention_maps", ()), ("activations", ())):
+        with pytest.raises(ValueError, match=rf"{method} called after a forward with keep_cache=False"):
+            getattr(model, method)(*args)
+    model.forward(*inputs, dropout_masks=masks or None)  # a kept pass can be differentiated again
+    model.zero_grad()
+    model.backward(dout)
+    assert all(np.isfinite(g).all() for g in model.grads.values())
+    assert any(np.abs(g).max() > 0 for g in model.grads.values())
+
+
+@pytest.mark.parametrize("value", ["no", 0, None], ids=["str", "int", "None"])
+def test_keep_cache_must_be_a_bool(value):
+    model, inputs = inference_case("lm", np.random.default_rng(0))
+    with pytest.raises(TypeError, match=rf"keep_cache must be a bool, got {type(value).__name__}"):
+        model.forward(*inputs, keep_cache=value)
+
+
+def test_inference_holds_about_one_layer_of_activations():
+    """A kept pass holds every layer's activations until the next pass; an unkept one frees each layer's before the
+    next layer allocates its own, so its peak is a small part of a six-layer pass's (tracemalloc sees NumPy's
+    allocations)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    cfg = tiny_config(d_model=32, n_heads=4, d_ff=128, n_encoder_layers=6, max_len=64, src_vocab_size=50)
+    model = EncoderModel(cfg, seed=0).eval()
+    ids = rng.integers(3, 50, size=(16, 64))
+    peaks = {}
+    for keep in (True, False, True):
+        model.forward(ids[:1])  # drop the last pass's cache before measuring
+        tracemalloc.start()
+        try:
+            model.forward(ids, keep_cache=keep)
+            peaks[keep] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peaks[False] < peaks[True] / 3, peaks

@@ -163,6 +163,19 @@ def test_evaluation_forward_equals_the_plain_forward():
     assert_close({"logits": (fast, model.forward(*inputs))}, np.float64, "logits")
 
 
+def test_an_inference_forward_equals_the_plain_forward_and_keeps_nothing():
+    model = nt.Transformer(CONFIG, seed=5).eval()
+    inputs, _ = make_batch(model, np.random.default_rng(2), B=6)
+    runner = parallel.DataParallel(model, 3)
+    fast = runner.forward(*inputs, keep_cache=False)
+    assert_close({"logits": (fast, model.forward(*inputs))}, np.float64, "logits")
+    assert runner.replicas == []  # each part's activations went with its thread
+    with pytest.raises(ValueError, match="backward called before forward"):
+        runner.backward(np.ones_like(fast))
+    with pytest.raises(TypeError, match="keep_cache must be a bool, got str"):
+        runner.forward(*inputs, keep_cache="no")
+
+
 def train_fast(dtype, steps: int = 2) -> list[dict]:
     """Seeded model, `steps` fast Adam steps with dropout; loss, masks, gradients and params as bytes."""
     model = nt.Transformer(CONFIG, seed=3, dtype=dtype).train()
