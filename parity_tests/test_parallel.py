@@ -337,16 +337,17 @@ def test_gelu_model_in_float32(float32_kernels):
     assert "threading" not in vars(nt.layers)  # the reference knows nothing of threads
 
 
-def test_float32_erf_and_gelu():
-    from scipy.special import erf
+def test_float32_normal_cdf_and_gelu():
+    from scipy.special import ndtr
 
-    x = np.linspace(-8, 8, 2_000_001, dtype=np.float32)
-    ours = parallel.erf_float32(x, np.empty_like(x))
-    assert np.abs(ours - erf(x.astype(np.float64))).max() <= 4.1e-7
-    assert np.abs(ours).max() == 1.0 and ours[-1] == 1.0 and ours[0] == -1.0
-    np.testing.assert_array_equal(ours, -ours[::-1])  # odd
+    x = np.linspace(-9, 9, 2_000_001, dtype=np.float32)
+    ours = parallel.normal_cdf_float32(x, np.empty_like(x))
+    assert np.abs(ours - ndtr(x.astype(np.float64))).max() <= 1.5e-7
+    assert ours[0] < 1e-10 and ours[-1] == 1.0 and (np.diff(ours) >= 0).all()  # a distribution function
+    assert np.abs(ours + ours[::-1] - 1).max() <= 1.2e-7  # Phi(-x) = 1 - Phi(x)
     special = np.array([np.nan, np.inf, -np.inf, 0.0], dtype=np.float32)
-    np.testing.assert_array_equal(parallel.erf_float32(special, np.empty_like(special)), [np.nan, 1, -1, 0])
+    cdf = parallel.normal_cdf_float32(special, np.empty_like(special))
+    assert np.isnan(cdf[0]) and cdf[1] == 1.0 and 0.0 < cdf[2] < 1e-10 and cdf[3] == 0.5
     x = np.random.default_rng(0).standard_normal((37, 3001)).astype(np.float32) * 4  # chunks, and a partial one
     (out, cache), (ref, ref_cache) = parallel.gelu_forward(x), nt.layers.gelu_forward(x)
     cached_x, cdf, ref_cdf = cache.x, cache.cdf, ref_cache.cdf
