@@ -102,7 +102,7 @@ def mean_pool_and_normalise(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def embed(model, tokenizer, sentences) -> np.ndarray:
     """Sentence embeddings (B, D) in the model's dtype, every step after tokenisation in NumPy."""
     ids, token_types, mask, _ = tokenize(tokenizer, sentences, model.config.pad_id)
-    hidden = model.forward(ids, token_types)  # (B, T, D): the last hidden states
+    hidden = model.forward(ids, token_types, keep_cache=False)  # (B, T, D): the last hidden states (nothing kept)
     return mean_pool_and_normalise(hidden, mask)
 
 
