@@ -420,6 +420,7 @@ class DataParallel:
         self.bounds: list = []
         self.output_shape: tuple | None = None
         self.phase_seconds: dict[str, float] = {}
+        self._kept_nothing = False  # the last forward ran with keep_cache=False
 
     # -- the parts -------------------------------------------------------------------------
 
@@ -491,7 +492,7 @@ class DataParallel:
         if not isinstance(keep_cache, (bool, np.bool_)):
             raise TypeError(f"keep_cache must be a bool, got {type(keep_cache).__name__} ({keep_cache!r})")
         inputs = _check_inputs(self.model, inputs)
-        self.replicas, self.output_shape = [], None  # until this forward has succeeded
+        self.replicas, self.output_shape, self._kept_nothing = [], None, False  # until this forward has succeeded
         replicas = self._replicas(len(inputs[0]), dropout_masks)
 
         masks: list[dict | None] = [None] * len(self.bounds)
@@ -504,10 +505,13 @@ class DataParallel:
         outputs = np.concatenate(self._run(part, self._split(inputs)), axis=0)
         if keep_cache:
             self.replicas, self.output_shape = replicas, outputs.shape
+        self._kept_nothing = not keep_cache
         return outputs
 
     def backward(self, doutputs: np.ndarray) -> None:
         """model.backward(doutputs) on the parts of the last forward: accumulates into model.grads."""
+        if not self.replicas and self._kept_nothing:
+            raise ValueError("backward called after a forward with keep_cache=False: it kept nothing to differentiate")
         if not self.replicas:
             raise ValueError("backward called before forward: there is no forward pass to differentiate")
         name = "dhidden" if isinstance(self.model, EncoderModel) else "dlogits"
@@ -528,7 +532,7 @@ class DataParallel:
         inputs = _check_inputs(self.model, tuple(inputs))
         targets = _check_targets(self.model, inputs, targets)
         replicas = self._replicas(len(inputs[0]), None)
-        self.replicas = []  # nothing to differentiate again: each replica (and its cache) goes with its part
+        self.replicas, self._kept_nothing = [], False  # nothing to differentiate again: each replica goes with its part
         kept = [int((targets[lo:hi] != ignore_index).sum()) for lo, hi in self.bounds]
         n = sum(kept)
         if n == 0:
