@@ -93,6 +93,7 @@ from .moe import (
 from .scores import ScoreMod, alibi_slopes
 from .validation import (
     check_attention_mask,
+    check_bool,
     check_float_array,
     check_ids,
     check_ndim,
@@ -1214,8 +1215,7 @@ class _Model(Generic[CacheT]):
           it in again: 6,300 page faults a step instead of about 100 for a d_model 128 model on 64 x 24 tokens, and
           8-13% fewer steps a minute for examples/train_numbers.py).
         Returns the dropout of this pass: None in eval mode or with p = 0 (masks are then ignored)."""
-        if not isinstance(keep_cache, (bool, np.bool_)):
-            raise TypeError(f"keep_cache must be a bool, got {type(keep_cache).__name__} ({keep_cache!r})")
+        check_bool("keep_cache", keep_cache)
         self._held = self._cache if self.training else None  # freed when this pass finishes (or the next one does)
         self._cache = self._aux_cache = None
         self._kept_nothing = False

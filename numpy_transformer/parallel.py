@@ -54,7 +54,7 @@ from .layers import Dropout
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .model import EncoderModel, Transformer, TransformerLM, check_token_type_ids
 from .special import horner
-from .validation import check_float_array, check_ids
+from .validation import check_bool, check_float_array, check_ids
 
 
 def available_cores() -> int:
@@ -489,8 +489,7 @@ class DataParallel:
     def forward(self, *inputs, dropout_masks: dict | None = None, keep_cache: bool = True) -> np.ndarray:
         """model.forward(*inputs) on the parts at once; the outputs of the parts, concatenated (B, ...).
         keep_cache=False: inference, as model.forward's (backward then has nothing to differentiate)."""
-        if not isinstance(keep_cache, (bool, np.bool_)):
-            raise TypeError(f"keep_cache must be a bool, got {type(keep_cache).__name__} ({keep_cache!r})")
+        check_bool("keep_cache", keep_cache)
         inputs = _check_inputs(self.model, inputs)
         self.replicas, self.output_shape, self._kept_nothing = [], None, False  # until this forward has succeeded
         replicas = self._replicas(len(inputs[0]), dropout_masks)

@@ -92,6 +92,12 @@ def check_float_array(name: str, x: object, dtype: DTypeLike | None = None, shap
     return x
 
 
+def check_bool(name: str, value: object) -> None:
+    """A flag: a Python or NumPy bool (not 0/1, not None)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
+
+
 def check_ndim(name: str, x: np.ndarray, ndim: int, letters: str) -> None:
     """Check that x has `ndim` dimensions; `letters` spells the expected shape, e.g. "(B, T, D)"."""
     if x.ndim != ndim:
