@@ -57,7 +57,7 @@ def _check_timeout(timeout) -> float:
     return float(timeout)
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -110,7 +110,7 @@ def call(target: str, *args, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> Outc
     if answer.startswith(token.encode()):
         status, value, reason = pickle.loads(answer[len(token) :])
         return Outcome(status, value, reason, text)
-    return Outcome("crashed" if proc.returncode < 0 else "exited", reason=_describe_exit(proc.returncode), output=text)
+    return Outcome("crashed" if proc.returncode < 0 else "exited", reason=describe_exit(proc.returncode), output=text)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
