@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOU
     a submission may not do), `jobs` of them at a time, on the cases drawn from `seed` (PUBLIC_SEED: the cases
     the notebooks show). Returns the scorecard: {"passed": bool, "passed_count": n, "points": earned,
     "max_points": total, "seed", "exercises": {name: {"passed", "points", "max_points", "summary", "diagnoses",
-    "mistakes", "worst" (tensor -> worst error), "report", "output" (what the code printed)}}}."""
+    "mistakes", "worst" (tensor -> worst error), "report", "output" (what the code printed, each line "| ",
+    escaped), "seconds"}}, "isolation": "bubblewrap" or "none"}. Without bubblewrap it says once, on standard
+    error, what it cannot stop (parity_tests.exercises.isolation)."""
     root = Path(directory)
     if not root.is_dir():
         raise ValueError(f"directory: no such directory: {directory}")
@@ -109,8 +112,10 @@ def _scorecard(root: Path, names: list, seed: int, timeout: float, jobs: int) ->
 
 def _grade_one(path: Path, name: str, seed: int, timeout: float) -> dict:
     """One exercise's scorecard entry: refused from its source, or run in a child (grading.grade_file)."""
+    start = time.monotonic()
     entry = grade_file(path, name, seed, timeout=timeout)
-    return entry | {"points": POINTS[name] if entry["passed"] else 0, "max_points": POINTS[name]}
+    points = POINTS[name] if entry["passed"] else 0
+    return entry | {"points": points, "max_points": POINTS[name], "seconds": round(time.monotonic() - start, 2)}
 
 
 def grade_class(root, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOUT, only=None, jobs: int = 1) -> dict:

@@ -221,6 +221,8 @@ class Child:
 
     def _ended(self) -> SubmissionEnded:
         code = self.proc.wait(timeout=self._left())
+        if isolation.bwrap() is not None and code > 128:  # bubblewrap reports a signal as 128 + its number
+            code = 128 - code
         return SubmissionEnded(_describe_exit(code))
 
     def _write(self, data: bytes) -> None:
@@ -260,6 +262,8 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        if isolation.bwrap() is None:  # without a process namespace: what left the group, found by its folder
+            _kill_stragglers(str(self.folder))
         for stream in (self.proc.stdin,):
             try:
                 stream.close()
@@ -272,6 +276,17 @@ class Child:
         self.output.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         return shown
+
+
+def _kill_stragglers(folder: str) -> None:
+    """Kill every process whose command line names `folder` (the child's copies that left its process group,
+    unless they rewrote their command line; bubblewrap's process namespace needs no such search)."""
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if folder.encode() in entry.read_bytes():
+                os.kill(int(entry.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 def _checked(value, what: str, depth: int = 0):

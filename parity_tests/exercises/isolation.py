@@ -111,7 +111,7 @@ def site_folder(folder: Path, name: str) -> Path:
 
 def command(folder: Path, site: Path, submission: Path, name: str, fd: int, refused: str) -> list:
     """The child's command line: the runner under bwrap when it runs here, else a plain isolated Python."""
-    arguments = [name, str(fd), refused]
+    arguments = [name, str(fd), refused, folder.name]  # the folder's name: the child's processes findable by it
     if bwrap() is None:
         return [sys.executable, "-I", "-S", str(RUNNER), str(site), str(submission), *arguments]
     args = [bwrap(), "--unshare-all", "--new-session", "--die-with-parent", "--cap-drop", "ALL"]

@@ -189,8 +189,9 @@ def _reader(stream):
 
 
 def main(argv) -> None:
-    """The child's loop (see the module docstring). argv: SITE SUBMISSION NAME FD REFUSED (comma-separated)."""
-    site, submission, name, fd, refused_modules = argv
+    """The child's loop (see the module docstring). argv: SITE SUBMISSION NAME FD REFUSED (comma-separated) TAG
+    (the name of the grader's folder for this child, which only marks its processes)."""
+    site, submission, name, fd, refused_modules, _tag = argv
     answers = os.fdopen(int(fd), "wb", buffering=0)
     read = _reader(sys.stdin.buffer)
     sys.stdin = open(os.devnull)  # noqa: SIM115  the student's code reads nothing from the grader

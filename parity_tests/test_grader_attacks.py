@@ -1,0 +1,181 @@
+"""A determined class against the grader: every attack in parity_tests/attacks (one softmax each, with a wrong or
+absent answer) graded as one class through the CLI, beside three honest classmates, with bubblewrap and without.
+Each attack must earn nothing; the classmates keep their marks; every exercise ends within the time limit; nothing
+is left behind (no process, no file in the teacher's folder, the class folder unchanged, no temporary folder)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from parity_tests.__main__ import main
+from parity_tests.exercises import EXERCISES, isolation, write_workbook
+from parity_tests.workbook_answers import answer, mistake
+
+ATTACKS = sorted(Path(__file__).with_name("attacks").glob("*.py"))
+TIMEOUT = 8  # seconds per exercise: an honest softmax takes about one on a busy machine
+SLACK = 4  # seconds past the limit for starting and ending a child
+# What a determined student reaches without naming it: os, sys and __import__, through NumPy's modules.
+GADGETS = """
+G = getattr
+OS = G(G(G(np, "_core"), "_add_newdocs_scalars"), "o" + "s")
+SYS = G(OS, "s" + "ys")
+IMPORT = G(SYS.modules["builtins"], "__imp" + "ort__")
+
+"""
+HONEST = {"honest": 1, "victim": 1, "mistaken": 0}  # the classmates and their marks (victim: c02's, c03's target)
+NO_BWRAP = "bubblewrap (bwrap) is not installed here, or cannot create its namespaces"
+
+
+def needs_bwrap(path: Path) -> bool:
+    return "# needs: bwrap" in path.read_text()
+
+
+def submission(path: Path) -> str:
+    stub = EXERCISES["softmax"]
+    return stub[: stub.index("def backward(")] + GADGETS + path.read_text()
+
+
+def _fingerprint(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def _processes_named(tags) -> list:
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = entry.read_bytes()
+        except OSError:
+            continue
+        found += [entry.parent.name for tag in tags if tag.encode() in line]
+    return found
+
+
+def _run(root: Path, use_bwrap: bool) -> dict:
+    """Write the class, grade it through the CLI, and collect what the tests check."""
+    attacks = [a for a in ATTACKS if use_bwrap or not needs_bwrap(a)]
+    klass, teacher = root / "class", root / "teacher"
+    for student in [*HONEST, *(a.stem for a in attacks)]:
+        write_workbook(klass / student, ["softmax"])
+    for attack in attacks:
+        (klass / attack.stem / "softmax.py").write_text(submission(attack))
+    answer(klass / "honest", "softmax")
+    answer(klass / "victim", "softmax")
+    answer(klass / "mistaken", "softmax", mistake("softmax", "softmax.missing_row_term"))
+    teacher.mkdir()
+    before = _fingerprint(klass)
+    temporary = set(Path(tempfile.gettempdir()).glob("transformer-parity-*"))
+    folders: list = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording(*args, **kwargs):
+        folders.append(real_mkdtemp(*args, **kwargs))
+        return folders[-1]
+
+    argv = ["grade", "--class", str(klass), "--csv", "marks.csv", "--json", "marks.json", "--timeout", str(TIMEOUT)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(teacher)
+        mp.setattr(tempfile, "mkdtemp", recording)
+        if not use_bwrap:
+            mp.setattr(isolation, "bwrap", lambda: None)
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            with mp.context() as streams:
+                streams.setattr("sys.stdout", out)
+                streams.setattr("sys.stderr", err)
+                start = time.monotonic()
+                code = main(argv)
+                seconds = time.monotonic() - start
+            out.seek(0)
+            err.seek(0)
+            printed, warned = out.read(), err.read()
+        cards = json.loads((teacher / "marks.json").read_text())
+        csv = (teacher / "marks.csv").read_text()
+        (teacher / "marks.json").unlink()
+        (teacher / "marks.csv").unlink()
+    tags = [Path(f).name for f in folders]
+    for _ in range(20):  # a killed namespace's processes go within moments
+        if not _processes_named(tags):
+            break
+        time.sleep(0.1)
+    return {
+        "code": code,
+        "cards": cards,
+        "csv": csv,
+        "printed": printed,
+        "warned": warned,
+        "seconds": seconds,
+        "attacks": attacks,
+        "changed": before != _fingerprint(klass),
+        "teacher": sorted(p.name for p in teacher.iterdir()),
+        "temporary": sorted(str(p) for p in set(Path(tempfile.gettempdir()).glob("transformer-parity-*")) - temporary),
+        "processes": _processes_named(tags),
+    }
+
+
+@pytest.fixture(scope="module", params=["bwrap", "plain"])
+def graded(request, tmp_path_factory):
+    if request.param == "bwrap" and isolation.bwrap() is None:
+        pytest.skip(NO_BWRAP)
+    return request.param, _run(tmp_path_factory.mktemp(request.param), request.param == "bwrap")
+
+
+def test_no_attack_earns_a_mark(graded):
+    mode, run = graded
+    earned = {a.stem: run["cards"][a.stem]["points"] for a in run["attacks"]}
+    summaries = {a.stem: run["cards"][a.stem]["exercises"]["softmax"]["summary"] for a in run["attacks"]}
+    assert earned == dict.fromkeys(earned, 0), summaries
+    assert run["code"] == 1
+    if mode == "plain":  # the reading attacks are left out: only bubblewrap stops them (said once, below)
+        assert {a.stem for a in ATTACKS} - {a.stem for a in run["attacks"]} == {
+            a.stem for a in ATTACKS if needs_bwrap(a)
+        }
+
+
+def test_the_classmates_keep_their_marks(graded):
+    _, run = graded
+    assert {s: run["cards"][s]["points"] for s in HONEST} == HONEST
+    assert run["cards"]["mistaken"]["exercises"]["softmax"]["diagnoses"] == ["softmax.missing_row_term"]
+    rows = dict(line.split(",", 1) for line in run["csv"].splitlines()[1:])
+    assert rows["victim"] == "1,1,1" and rows["honest"] == "1,1,1" and rows["mistaken"] == "0,0,1"
+
+
+def test_every_exercise_ends_within_the_time_limit(graded):
+    _, run = graded
+    seconds = {s: card["exercises"]["softmax"]["seconds"] for s, card in run["cards"].items()}
+    assert max(seconds.values()) <= TIMEOUT + SLACK, seconds
+    assert (
+        run["cards"]["k08_hang"]["exercises"]["softmax"]["summary"]
+        == f"did not finish within {TIMEOUT} s (a hang?); stopped"
+    )
+    assert run["seconds"] <= sum(seconds.values()) + 10
+
+
+def test_nothing_is_left_behind(graded):
+    mode, run = graded
+    assert run["teacher"] == [] and not run["changed"] and run["temporary"] == []
+    assert run["processes"] == [], f"processes left running ({mode}): {run['processes']}"
+
+
+def test_the_screen_cannot_be_forged(graded):
+    _, run = graded
+    lines = run["printed"].splitlines()
+    passing = [line for line in lines if line.startswith("PASS")]
+    assert len(passing) == 2, passing  # honest's and victim's, nobody else's
+    forged = run["cards"]["e01_forged_line"]["exercises"]["softmax"]
+    assert not forged["passed"] and "\n" not in forged["summary"] and "\\nPASS" in forged["summary"]
+    shown = [card["exercises"]["softmax"]["output"] for card in run["cards"].values()]
+    assert all(re.fullmatch(r"(\| [^\n]*\n?)*", text) for text in shown), shown
+
+
+def test_the_warning_is_said_once_without_bubblewrap(graded):
+    mode, run = graded
+    assert run["warned"].count("bubblewrap (bwrap) is not available") == (mode == "plain")
+    assert {card["isolation"] for card in run["cards"].values()} == {"bubblewrap" if mode == "bwrap" else "none"}
