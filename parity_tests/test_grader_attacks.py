@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from parity_tests.__main__ import main
-from parity_tests.exercises import EXERCISES, isolation, write_workbook
+from parity_tests.exercises import EXERCISES, isolation, runner, write_workbook
 from parity_tests.workbook_answers import answer, mistake
 
 ATTACKS = sorted(Path(__file__).with_name("attacks").glob("*.py"))
@@ -31,10 +33,17 @@ IMPORT = G(SYS.modules["builtins"], "__imp" + "ort__")
 """
 HONEST = {"honest": 1, "victim": 1, "mistaken": 0}  # the classmates and their marks (victim: c02's, c03's target)
 NO_BWRAP = "bubblewrap (bwrap) is not installed here, or cannot create its namespaces"
+FILTERED = sys.platform.startswith("linux") and platform.machine() in runner.SYSCALLS  # the seccomp filter's
 
 
 def needs_bwrap(path: Path) -> bool:
     return "# needs: bwrap" in path.read_text()
+
+
+def can_run(path: Path, use_bwrap: bool) -> bool:
+    """Whether this attack is graded in this mode: the reading ones only under bubblewrap, the ones that signal the
+    grader only where the child's seccomp filter forbids it (else they would kill the test run)."""
+    return (use_bwrap or not needs_bwrap(path)) and (FILTERED or "# needs: seccomp" not in path.read_text())
 
 
 def submission(path: Path) -> str:
@@ -61,7 +70,7 @@ def _processes_named(tags) -> list:
 
 def _run(root: Path, use_bwrap: bool) -> dict:
     """Write the class, grade it through the CLI, and collect what the tests check."""
-    attacks = [a for a in ATTACKS if use_bwrap or not needs_bwrap(a)]
+    attacks = [a for a in ATTACKS if can_run(a, use_bwrap)]
     klass, teacher = root / "class", root / "teacher"
     for student in [*HONEST, *(a.stem for a in attacks)]:
         write_workbook(klass / student, ["softmax"])
@@ -135,7 +144,7 @@ def test_no_attack_earns_a_mark(graded):
     assert run["code"] == 1
     if mode == "plain":  # the reading attacks are left out: only bubblewrap stops them (said once, below)
         assert {a.stem for a in ATTACKS} - {a.stem for a in run["attacks"]} == {
-            a.stem for a in ATTACKS if needs_bwrap(a)
+            a.stem for a in ATTACKS if not can_run(a, False)
         }
 
 
@@ -178,4 +187,5 @@ def test_the_screen_cannot_be_forged(graded):
 def test_the_warning_is_said_once_without_bubblewrap(graded):
     mode, run = graded
     assert run["warned"].count("bubblewrap (bwrap) is not available") == (mode == "plain")
-    assert {card["isolation"] for card in run["cards"].values()} == {"bubblewrap" if mode == "bwrap" else "none"}
+    plain = "no new processes" if FILTERED else "none"
+    assert {card["isolation"] for card in run["cards"].values()} == {"bubblewrap" if mode == "bwrap" else plain}

@@ -64,8 +64,8 @@ def grade(directory, *, seed: int = PUBLIC_SEED, timeout: float = DEFAULT_TIMEOU
     the notebooks show). Returns the scorecard: {"passed": bool, "passed_count": n, "points": earned,
     "max_points": total, "seed", "exercises": {name: {"passed", "points", "max_points", "summary", "diagnoses",
     "mistakes", "worst" (tensor -> worst error), "report", "output" (what the code printed, each line "| ",
-    escaped), "seconds"}}, "isolation": "bubblewrap" or "none"}. Without bubblewrap it says once, on standard
-    error, what it cannot stop (parity_tests.exercises.isolation)."""
+    escaped), "seconds"}}, "isolation": "bubblewrap", "no new processes" or "none"}. Without bubblewrap it says
+    once, on standard error, what it cannot stop (parity_tests.exercises.isolation)."""
     root = Path(directory)
     if not root.is_dir():
         raise ValueError(f"directory: no such directory: {directory}")
@@ -91,8 +91,8 @@ def _check_arguments(seed, jobs, names) -> None:
 
 def _say_isolation() -> None:
     """Once per run (a workbook or a class): what the grader cannot stop without bubblewrap."""
-    if isolation.bwrap() is None:
-        print(f"transformer-parity grade: {isolation.WARNING}", file=sys.stderr)
+    if isolation.warning():
+        print(f"transformer-parity grade: {isolation.warning()}", file=sys.stderr)
 
 
 def _scorecard(root: Path, names: list, seed: int, timeout: float, jobs: int) -> dict:
@@ -105,7 +105,7 @@ def _scorecard(root: Path, names: list, seed: int, timeout: float, jobs: int) ->
         "points": sum(e["points"] for e in card.values()),
         "max_points": sum(e["max_points"] for e in card.values()),
         "seed": seed,
-        "isolation": "bubblewrap" if isolation.bwrap() else "none",
+        "isolation": isolation.level(),
         "exercises": card,
     }
 

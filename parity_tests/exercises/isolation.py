@@ -6,15 +6,17 @@ read-only in /grader (a copy of the student's file, nothing else of theirs or of
 temporary folder as its working folder, and nothing else: no network, no other process (its own process
 namespace, so that killing it at the time limit kills everything it started), no terminal session, no
 capabilities. Without bubblewrap the child is a plain process in a fresh working folder of its own, with the
-same resource limits, which cannot stop it from reading the user's files or starting processes (`WARNING`).
-Either way the limits are set in the child before it runs (`limits`): address space, processes, open files,
-file size and CPU time.
+same resource limits, which cannot stop it from reading or writing the user's files (`warning`). Either way the
+limits are set in the child before it runs (`limits`): address space, processes, open files, file size and CPU
+time; and on Linux (x86-64, arm64) the child forbids itself, before the student's code runs, to start a process
+or a program, or to signal or trace another (runner.no_new_processes, a seccomp filter).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -23,14 +25,9 @@ import sysconfig
 from functools import cache
 from pathlib import Path
 
-__all__ = ["WARNING", "bwrap", "command", "limits", "site_folder", "CHAINED_MODULES"]
+from . import runner
 
-WARNING = (
-    "bubblewrap (bwrap) is not available here, so each submission runs as a plain process of yours: it cannot "
-    "import the reference, and its verdict is out of its reach, but it can read any file you can (the reference's "
-    "source among them), start processes, and send signals. Grade an exam on a Linux machine with bubblewrap "
-    "installed (apt-get install bubblewrap); see the teaching how-to."
-)
+__all__ = ["warning", "level", "bwrap", "command", "limits", "site_folder", "CHAINED_MODULES"]
 ADDRESS_SPACE = 4 << 30  # bytes: NumPy and SciPy loaded, a few exercises' arrays; a 50 GB allocation fails
 PROCESSES = 64  # the kernel does not count a root user's processes against this limit (bubblewrap's namespace does)
 OPEN_FILES = 64
@@ -44,6 +41,29 @@ CHAINED_INIT = (
     "from .attention import multi_head_attention_backward, multi_head_attention_forward  # noqa: F401\n"
 )
 RUNNER = Path(__file__).with_name("runner.py")
+
+
+def level() -> str:
+    """How the child is isolated here: "bubblewrap", "no new processes" (the seccomp filter only) or "none"."""
+    if bwrap() is not None:
+        return "bubblewrap"
+    machine = platform.machine()
+    return "no new processes" if sys.platform.startswith("linux") and machine in runner.SYSCALLS else "none"
+
+
+def warning() -> str | None:
+    """What the grader cannot stop here, in a sentence for the teacher (None under bubblewrap)."""
+    if level() == "bubblewrap":
+        return None
+    cannot = "read any file you can (the reference's source among them) and write any file you can (a classmate's"
+    cannot += " copy among them)"
+    if level() == "none":
+        cannot += ", start processes and send signals"
+    return (
+        "bubblewrap (bwrap) is not available here, so each submission runs as a plain process of yours: its verdict"
+        f" is out of its reach, but it can {cannot}. Grade an exam on a Linux machine with bubblewrap installed"
+        " (apt-get install bubblewrap); see the teaching how-to."
+    )
 
 
 @cache
