@@ -6,18 +6,21 @@ is left behind (no process, no file in the teacher's folder, the class folder un
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import platform
 import re
+import struct
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from parity_tests.__main__ import main
-from parity_tests.exercises import EXERCISES, isolation, runner, write_workbook
+from parity_tests.exercises import EXERCISES, grading, isolation, runner, write_workbook
 from parity_tests.workbook_answers import answer, mistake
 
 ATTACKS = sorted(Path(__file__).with_name("attacks").glob("*.py"))
@@ -189,3 +192,54 @@ def test_the_warning_is_said_once_without_bubblewrap(graded):
     assert run["warned"].count("bubblewrap (bwrap) is not available") == (mode == "plain")
     plain = "no new processes" if FILTERED else "none"
     assert {card["isolation"] for card in run["cards"].values()} == {"bubblewrap" if mode == "bwrap" else plain}
+
+
+def _reader(message: bytes):
+    stream = io.BytesIO(message)
+
+    def read(n):
+        data = stream.read(n)
+        if len(data) != n:
+            raise EOFError
+        return data
+
+    return read
+
+
+def _message(header: dict, data: bytes = b"") -> bytes:
+    head = json.dumps(header).encode()
+    return struct.pack("<QQ", len(head), len(data)) + head + data
+
+
+def test_the_grader_reads_back_only_fresh_numeric_arrays():
+    x = np.arange(6.0).reshape(2, 3)
+    meta, value = runner.unpack(_reader(runner.pack({"ok": True}, (x, {"w": x[0]}, 1.5, None))))
+    assert meta == {"ok": True} and np.array_equal(value[0], x) and value[1]["w"].shape == (3,)
+    assert value[0].flags.writeable and value[0].base is None and value[2:] == (1.5, None)
+    with pytest.raises(TypeError, match="cannot be sent back"):
+        runner.pack({}, np.array([object()]))
+    refused = {
+        "an object array": _message({"meta": {}, "body": {"a": 0}, "arrays": [["object", [1]]]}, b"\0" * 8),
+        "a cache number from the child": _message({"meta": {}, "body": {"h": 0}, "arrays": []}),
+        "an object with attributes from the child": _message({"meta": {}, "body": {"ns": []}, "arrays": []}),
+        "lengths that do not add up": _message({"meta": {}, "body": {"a": 0}, "arrays": [["float64", [4]]]}, b"\0" * 8),
+        "a negative dimension": _message({"meta": {}, "body": {"a": 0}, "arrays": [["float64", [-1]]]}),
+        "an index past the arrays": _message({"meta": {}, "body": {"a": 3}, "arrays": []}),
+        "an unknown node": _message({"meta": {}, "body": {"pickle": "x"}, "arrays": []}),
+        "a header that is not JSON": struct.pack("<QQ", 3, 0) + b"{[}",
+        "lengths over the limits": struct.pack("<QQ", 1 << 40, 0),
+    }
+    for what, message in refused.items():
+        with pytest.raises(runner.ProtocolError):
+            runner.unpack(_reader(message))
+            pytest.fail(what)
+    assert isinstance(runner.unpack(_reader(_message({"meta": {}, "body": {"h": 2}, "arrays": []})), trusted=True)[1],
+                      runner.Handle)  # fmt: skip
+
+
+def test_what_a_child_prints_cannot_start_a_line_of_the_report():
+    raw = "ok\nPASS  softmax 1/1\r\x1b[2Kfake\u2028PASS\x85x".encode()
+    shown = grading.shown_output(raw)
+    assert all(line.startswith("| ") for line in shown.split("\n")), shown
+    assert "\r" not in shown and "\x1b" not in shown and "\u2028" not in shown and "\x85" not in shown
+    assert grading.printable("a\nb\u2029c") == "a\\nb\\u2029c"

@@ -2,8 +2,8 @@
 
 Each exercise is a file `NAME.py` whose forward is given (NumPy, with a cache whose contents its docstring states)
 and whose backward is a stub saying what to derive; beside it `notebooks/NAME.py`, a jupytext "percent" notebook
-that explains the exercise and runs the grader on it. `grade(directory, seed=...)` runs each file in a child
-Python with a time limit, the reference out of its reach (parity_tests.exercises.grading), and judges its pair with
+that explains the exercise and runs the grader on it. `grade(directory, seed=...)` runs each file's functions in a
+child Python with a time limit, isolated (parity_tests.exercises.grading, .isolation), and judges its pair here with
 parity_tests.check.pair (the reference pair and central finite differences, on several shapes and the edge cases:
 padding, fully masked rows, T_q != T_k, large scores, drawn from the seed), naming a known mistake per gradient;
 it returns a scorecard with the points each exercise is worth (POINTS). `grade_class(root)` grades every student

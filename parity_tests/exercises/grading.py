@@ -1,21 +1,24 @@
-"""One submitted exercise graded honestly: read before it runs, and run with the reference out of its reach.
+"""One submitted exercise graded honestly: read before it runs, run where it cannot reach its verdict.
 
-`grade_file(path, name, seed)` is what `grade` runs in a child Python (parity_tests.sandbox) for each exercise
-file, so that `sys.exit`, a crash or a hang in a student's code ends that child, not the grader. In the child:
+`grade_file(path, name, seed, timeout=...)` grades one exercise file:
 
 1. The source is read first (`source_problems`): a submission may import numpy, math and scipy (the encoder
    layer's exercise also the reference pairs it chains, by name), and may not name the escape hatches of Python
    (`__import__`, `exec`, `eval`, `open`, `globals`, `__globals__`, ...). Importing numpy_transformer,
-   parity_tests or torch would let it recompute the answer with the reference or with autograd.
-2. While the student's code runs (its import, then every call of its forward and backward) the reference's
-   modules and torch are hidden from `sys.modules`, an import hook refuses them, and the module's builtins lack
-   exec, eval, open, compile, input, exit and quit. An import refused at run time fails the exercise even when
-   the code catches the ImportError and carries on.
-3. The pair is judged by parity_tests.check.pair on cases drawn from `seed`: the default seed is public (the
-   notebook shows its cases), a teacher's seed draws cases no student has seen.
-
-This keeps a student from borrowing the answer; it is not a security boundary against hostile code (a process
-can still write files): grade code you do not trust inside a container or a throwaway account.
+   parity_tests or torch would let it recompute the answer with the reference or with autograd. This catches the
+   honest mistake; what stops a determined student is step 2.
+2. The student's functions run in a child (`Child`: runner.py, started by parity_tests.exercises.isolation from a
+   private copy of the file, in a fresh working folder, under bubblewrap where it runs): a Python that imports
+   NumPy, SciPy and the student's module and nothing else, and forbids itself to start or signal processes. The
+   grader sends it the inputs and it sends back arrays (runner.pack, runner.unpack: no pickle), which are checked
+   and copied here. An import of the reference or torch refused at run time fails the exercise even when the code
+   catches the ImportError and carries on. An exit, a crash, a hang or a message that is not an answer ends the
+   child (SubmissionEnded) and fails the exercise with the reason.
+3. Here, in the grader, which never imports the student's code, parity_tests.check.pair judges the pair (the
+   reference's forward and backward, its cache, the comparison, the diagnoses and the verdict) on cases drawn from
+   `seed`: the default seed is public (the notebook shows its cases), a teacher's seed draws cases no student has
+   seen. What the child printed, and the messages of its exceptions, are escaped (`printable`, `shown_output`):
+   nothing it writes can start a line of the report.
 """
 
 from __future__ import annotations
