@@ -176,23 +176,30 @@ class Child:
         self.folder = Path(tempfile.mkdtemp(prefix="transformer-parity-grade-"))
         self.refused: list = []
         self.output = tempfile.TemporaryFile()  # a file, not a pipe: nothing the child leaves running holds us
-        copy = self.folder / f"{name}.py"
-        shutil.copyfile(path, copy)
-        site = isolation.site_folder(self.folder, name)
         answers, self._answers_end = os.pipe()
         self.answers = answers
-        argv = isolation.command(self.folder, site, copy, name, self._answers_end, ",".join(REFERENCE_MODULES))
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=self.output,
-            stderr=subprocess.STDOUT,
-            pass_fds=(self._answers_end,),
-            cwd=self.folder,
-            env=CHILD_ENV,
-            start_new_session=True,
-            preexec_fn=isolation.limits(timeout),
-        )
+        try:
+            copy = self.folder / f"{name}.py"
+            shutil.copyfile(path, copy)
+            site = isolation.site_folder(self.folder, name)
+            argv = isolation.command(self.folder, site, copy, name, self._answers_end, ",".join(REFERENCE_MODULES))
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=self.output,
+                stderr=subprocess.STDOUT,
+                pass_fds=(self._answers_end,),
+                cwd=self.folder,
+                env=CHILD_ENV,
+                start_new_session=True,
+                preexec_fn=isolation.limits(timeout),
+            )
+        except BaseException:  # nothing of ours left behind when the child cannot even start
+            os.close(self._answers_end)
+            os.close(self.answers)
+            self.output.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
         os.close(self._answers_end)
         os.set_blocking(self.proc.stdin.fileno(), False)
 

@@ -29,7 +29,7 @@ from . import runner
 
 __all__ = ["warning", "level", "bwrap", "command", "limits", "site_folder", "CHAINED_MODULES"]
 ADDRESS_SPACE = 4 << 30  # bytes: NumPy and SciPy loaded, a few exercises' arrays; a 50 GB allocation fails
-PROCESSES = 64  # the kernel does not count a root user's processes against this limit (bubblewrap's namespace does)
+PROCESSES = 64  # more than the user runs already (the limit counts them all); a root user's are not counted
 OPEN_FILES = 64
 FILE_SIZE = 64 << 20  # bytes a file the child writes may reach (its private /tmp is in memory)
 PACKAGES = ("numpy", "scipy")  # what a submission may import besides the standard library
@@ -144,14 +144,26 @@ def command(folder: Path, site: Path, submission: Path, name: str, fd: int, refu
     return [*args, _real(sys.executable), "-I", "-S", "/grader/runner.py", "/site", f"/grader/{name}.py", *arguments]
 
 
+def _processes_of_this_user() -> int:
+    """How many processes this user runs now (Linux's /proc; 0 where there is none)."""
+    count = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            count += entry.stat().st_uid == os.getuid()
+        except OSError:
+            pass
+    return count
+
+
 def limits(cpu_seconds: float):
     """A preexec_fn setting the child's resource limits (see the module docstring)."""
     cpu = int(cpu_seconds) + 2
+    processes = PROCESSES + _processes_of_this_user()
 
     def apply() -> None:
         for limit, value in (
             (resource.RLIMIT_AS, ADDRESS_SPACE),
-            (resource.RLIMIT_NPROC, PROCESSES),
+            (resource.RLIMIT_NPROC, processes),
             (resource.RLIMIT_NOFILE, OPEN_FILES),
             (resource.RLIMIT_FSIZE, FILE_SIZE),
             (resource.RLIMIT_CPU, cpu),
