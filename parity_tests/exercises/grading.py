@@ -274,13 +274,11 @@ class Child:
         self.proc.wait()
         if isolation.bwrap() is None:  # without a process namespace: what left the group, found by its folder
             _kill_stragglers(str(self.folder))
-        for stream in (self.proc.stdin,):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        try:
+            self.proc.stdin.close()
+        except OSError:  # what was left unsent
+            pass
         os.close(self.answers)
-        self.output.seek(0)
         self.output.seek(max(0, os.fstat(self.output.fileno()).st_size - 4 * OUTPUT_TAIL))
         shown = shown_output(self.output.read(4 * OUTPUT_TAIL))
         self.output.close()
