@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from parity_tests.__main__ import main
-from parity_tests.exercises import EXERCISES, grading, isolation, runner, write_workbook
+from parity_tests.exercises import EXERCISES, grade, grading, isolation, runner, write_workbook
 from parity_tests.workbook_answers import answer, mistake
 
 ATTACKS = sorted(Path(__file__).with_name("attacks").glob("*.py"))
@@ -192,6 +192,19 @@ def test_the_warning_is_said_once_without_bubblewrap(graded):
     assert run["warned"].count("bubblewrap (bwrap) is not available") == (mode == "plain")
     plain = "no new processes" if FILTERED else "none"
     assert {card["isolation"] for card in run["cards"].values()} == {"bubblewrap" if mode == "bwrap" else plain}
+
+
+def test_the_reading_attacks_are_real_without_bubblewrap(tmp_path, monkeypatch):
+    """The control for the attacks only bubblewrap stops: without it, reading the grader's environment and the
+    answers from disk earns the mark (the once-per-run warning says so), so their 0 under bubblewrap means
+    something."""
+    monkeypatch.setattr(isolation, "bwrap", lambda: None)
+    monkeypatch.chdir(Path(__file__).parents[1])  # a teacher grading from the project's folder
+    for stem in ("b01_memmap_answers", "b03_ctypes_pyrun"):
+        write_workbook(tmp_path / stem, ["softmax"])
+        (tmp_path / stem / "softmax.py").write_text(submission(Path(__file__).with_name("attacks") / f"{stem}.py"))
+        card = grade(tmp_path / stem, timeout=TIMEOUT)
+        assert card["points"] == 1, card["exercises"]["softmax"]["summary"]
 
 
 def _reader(message: bytes):
