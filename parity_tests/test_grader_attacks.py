@@ -207,7 +207,7 @@ def test_the_reading_attacks_are_real_without_bubblewrap(tmp_path, monkeypatch):
     something."""
     monkeypatch.setattr(isolation, "bwrap", lambda: None)
     monkeypatch.chdir(Path(__file__).parents[1])  # a teacher grading from the project's folder
-    for stem in ("b01_memmap_answers", "b03_ctypes_pyrun"):
+    for stem in ("b01_memmap_answers", "b03_ctypes_pyrun", "b04_site_packages"):
         write_workbook(tmp_path / stem, ["softmax"])
         (tmp_path / stem / "softmax.py").write_text(submission(Path(__file__).with_name("attacks") / f"{stem}.py"))
         card = grade(tmp_path / stem, timeout=TIMEOUT)

@@ -19,6 +19,7 @@ import os
 import platform
 import resource
 import shutil
+import site as site_module
 import subprocess
 import sys
 import sysconfig
@@ -101,9 +102,9 @@ def _python_binds() -> list:
         shown.add(_real(Path(library) / sysconfig.get_config_var("LDLIBRARY")))
     for path in sorted(p for p in shown if not p.startswith("/usr/")):
         args += ["--ro-bind-try", path, path]
-    for key in ("purelib", "platlib"):
-        site = _real(paths[key])
-        if os.path.isdir(site) and any(site.startswith(p + "/") for p in shown):
+    bound = ["/usr", *shown]
+    for site in sorted({_real(p) for p in [paths["purelib"], paths["platlib"], *site_module.getsitepackages()]}):
+        if os.path.isdir(site) and any(site.startswith(p + "/") for p in bound):
             args += ["--tmpfs", site]  # the installed packages (the project, torch) out of sight
     return args
 
