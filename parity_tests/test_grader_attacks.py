@@ -12,6 +12,7 @@ import json
 import platform
 import re
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -263,3 +264,21 @@ def test_what_a_child_prints_cannot_start_a_line_of_the_report():
     assert all(line.startswith("| ") for line in shown.split("\n")), shown
     assert "\r" not in shown and "\x1b" not in shown and "\u2028" not in shown and "\x85" not in shown
     assert grading.printable("a\nb\u2029c") == "a\\nb\\u2029c"
+
+
+def test_without_bubblewrap_what_left_the_group_is_found_by_its_folder(tmp_path):
+    """The backstop behind the seccomp filter, without bubblewrap's process namespace: a process that left the
+    child's process group but still names the child's folder on its command line is killed at the end."""
+    folder = tmp_path / "transformer-parity-grade-test"
+    code = "import time; time.sleep(60)"  # in a session of its own (start_new_session)
+    daemon = subprocess.Popen([sys.executable, "-c", code, str(folder)], start_new_session=True)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path / "other")])
+    try:
+        time.sleep(0.3)
+        grading._kill_stragglers(str(folder))
+        assert daemon.wait(timeout=10) == -9
+        assert bystander.poll() is None  # only what names the folder
+    finally:
+        for process in (daemon, bystander):
+            process.kill()
+            process.wait()
