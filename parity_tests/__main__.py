@@ -174,7 +174,7 @@ def check_grade_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
 
 def print_scorecards(cards: dict, seed: int) -> None:
     """Each exercise's verdict, points and summary; a class's per student, a workbook's with its total."""
-    from parity_tests.exercises.grading import BARS
+    from parity_tests.exercises.grading import BARS, printable
 
     print(f"cases drawn from seed {seed}; {BARS}")
     for student, card in cards.items():
@@ -182,7 +182,7 @@ def print_scorecards(cards: dict, seed: int) -> None:
             print(f"\n{student}: {card['points']} of {card['max_points']} points")
         for name, entry in card["exercises"].items():
             points = f"{entry['points']}/{entry['max_points']}"
-            print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {points:>5}  {entry['summary']}")
+            print(f"{'PASS' if entry['passed'] else 'FAIL'}  {name:<30} {points:>5}  {printable(entry['summary'])}")
         if student is None:
             print(
                 f"{card['passed_count']} of {len(card['exercises'])} passed, "

@@ -57,7 +57,7 @@ def _check_timeout(timeout) -> float:
     return float(timeout)
 
 
-def _describe_exit(code: int) -> str:
+def describe_exit(code: int) -> str:
     if code < 0:
         try:
             name = signal.Signals(-code).name
@@ -82,10 +82,11 @@ def call(target: str, *args, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> Outc
     here = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([here, os.getcwd(), *[p for p in sys.path if p]]))
     env["PARITY_SANDBOX_FD"] = str(answer_file.fileno())
+    output_file = tempfile.TemporaryFile()  # a file, not a pipe: a process left holding it cannot keep us waiting
     proc = subprocess.Popen(
         [sys.executable, "-m", "parity_tests.sandbox"],
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        stdout=output_file,
         stderr=subprocess.STDOUT,
         pass_fds=(answer_file.fileno(),),
         env=env,
@@ -93,24 +94,25 @@ def call(target: str, *args, timeout: float = DEFAULT_TIMEOUT, **kwargs) -> Outc
     )
     try:
         try:
-            output, _ = proc.communicate(request, timeout=timeout)
+            proc.communicate(request, timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            output, _ = proc.communicate()
             timed_out = True
     finally:
         _kill_group(proc)
     with answer_file:
         answer_file.seek(0)
         answer = answer_file.read()
+    with output_file:
+        output_file.seek(max(0, os.fstat(output_file.fileno()).st_size - 4 * OUTPUT_TAIL))
+        output = output_file.read()
     text = output.decode(errors="replace")[-OUTPUT_TAIL:]
     if timed_out:
         return Outcome("timeout", reason=f"did not finish within {timeout:g} s (a hang?); stopped", output=text)
     if answer.startswith(token.encode()):
         status, value, reason = pickle.loads(answer[len(token) :])
         return Outcome(status, value, reason, text)
-    return Outcome("crashed" if proc.returncode < 0 else "exited", reason=_describe_exit(proc.returncode), output=text)
+    return Outcome("crashed" if proc.returncode < 0 else "exited", reason=describe_exit(proc.returncode), output=text)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,24 @@ def test_bad_time_limits_are_refused(timeout, error):
 def test_bad_target_is_refused():
     with pytest.raises(ValueError, match="target"):
         sandbox.call("no_colon_here", timeout=5)
+
+
+def daemon_then_return(pid_file):
+    if os.fork() == 0:  # a daemon in a session of its own, holding the output for 20 s
+        os.setsid()
+        Path(pid_file).write_text(str(os.getpid()))
+        time.sleep(20)
+        os._exit(0)
+    return "done"
+
+
+def test_a_daemon_holding_the_output_does_not_keep_the_caller_waiting(tmp_path):
+    start = time.monotonic()
+    outcome = sandbox.call(f"{HERE}:daemon_then_return", str(tmp_path / "pid"), timeout=60)
+    seconds = time.monotonic() - start
+    for _ in range(50):
+        if (tmp_path / "pid").exists() and (tmp_path / "pid").read_text():
+            break
+        time.sleep(0.1)
+    os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+    assert outcome.ok and outcome.value == "done" and seconds < 15, (outcome, seconds)

@@ -1,34 +1,45 @@
-"""One submitted exercise graded honestly: read before it runs, and run with the reference out of its reach.
+"""One submitted exercise graded honestly: read before it runs, run where it cannot reach its verdict.
 
-`grade_file(path, name, seed)` is what `grade` runs in a child Python (parity_tests.sandbox) for each exercise
-file, so that `sys.exit`, a crash or a hang in a student's code ends that child, not the grader. In the child:
+`grade_file(path, name, seed, timeout=...)` grades one exercise file:
 
 1. The source is read first (`source_problems`): a submission may import numpy, math and scipy (the encoder
    layer's exercise also the reference pairs it chains, by name), and may not name the escape hatches of Python
    (`__import__`, `exec`, `eval`, `open`, `globals`, `__globals__`, ...). Importing numpy_transformer,
-   parity_tests or torch would let it recompute the answer with the reference or with autograd.
-2. While the student's code runs (its import, then every call of its forward and backward) the reference's
-   modules and torch are hidden from `sys.modules`, an import hook refuses them, and the module's builtins lack
-   exec, eval, open, compile, input, exit and quit. An import refused at run time fails the exercise even when
-   the code catches the ImportError and carries on.
-3. The pair is judged by parity_tests.check.pair on cases drawn from `seed`: the default seed is public (the
-   notebook shows its cases), a teacher's seed draws cases no student has seen.
-
-This keeps a student from borrowing the answer; it is not a security boundary against hostile code (a process
-can still write files): grade code you do not trust inside a container or a throwaway account.
+   parity_tests or torch would let it recompute the answer with the reference or with autograd. This catches the
+   honest mistake; what stops a determined student is step 2.
+2. The student's functions run in a child (`Child`: runner.py, started by parity_tests.exercises.isolation from a
+   private copy of the file, in a fresh working folder, under bubblewrap where it runs): a Python that imports
+   NumPy, SciPy and the student's module and nothing else, and forbids itself to start or signal processes. The
+   grader sends it the inputs and it sends back arrays (runner.pack, runner.unpack: no pickle), which are checked
+   and copied here. An import of the reference or torch refused at run time fails the exercise even when the code
+   catches the ImportError and carries on. An exit, a crash, a hang or a message that is not an answer ends the
+   child (SubmissionEnded) and fails the exercise with the reason.
+3. Here, in the grader, which never imports the student's code, parity_tests.check.pair judges the pair (the
+   reference's forward and backward, its cache, the comparison, the diagnoses and the verdict) on cases drawn from
+   `seed`: the default seed is public (the notebook shows its cases), a teacher's seed draws cases no student has
+   seen. What the child printed, and the messages of its exceptions, are escaped (`printable`, `shown_output`):
+   nothing it writes can start a line of the report.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
-import importlib.abc
-import importlib.util
-import sys
-from contextlib import contextmanager
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["BARS", "REFERENCE_MODULES", "ALLOWED_IMPORTS", "source_problems", "grade_file"]
+import numpy as np
+
+from parity_tests.sandbox import describe_exit as _describe_exit
+
+from . import isolation, runner
+
+__all__ = ["BARS", "REFERENCE_MODULES", "ALLOWED_IMPORTS", "source_problems", "grade_file", "printable", "shown_output"]
 
 BARS = (
     "bars: float64 1e-10 against the reference and 1e-06 against finite differences of your forward, "
@@ -71,7 +82,11 @@ FORBIDDEN_NAMES = (
     "__loader__",
     "__spec__",
 )
-REMOVED_BUILTINS = ("exec", "eval", "compile", "open", "breakpoint", "input", "exit", "quit")
+OUTPUT_TAIL = 2000  # characters of the child's output kept for the teacher
+MAX_SOURCE = 1 << 20  # bytes an exercise file may have
+# The child's whole environment: one BLAS thread, nothing of the grader's (tokens, paths).
+CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
+CHILD_ENV |= {f"{lib}_NUM_THREADS": "1" for lib in ("OPENBLAS", "OMP", "MKL")}
 
 
 def source_problems(source: str, name: str) -> list:
@@ -124,62 +139,195 @@ def _import_problem(line: int, module: str, member: str | None) -> list:
     return []
 
 
-class _Refuser(importlib.abc.MetaPathFinder):
-    """An import hook that refuses the reference and torch, and remembers each refusal. (Other modules are refused
-    by reading the source only: numpy and scipy import what they need, ctypes and shutil among them, lazily.)"""
-
-    def __init__(self):
-        self.refused = []
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname.split(".")[0] in REFERENCE_MODULES:
-            self.refused.append(fullname)
-            raise ImportError(f"{fullname} may not be imported by a submission")
-        return None
+class SubmissionEnded(BaseException):
+    """The child exited, crashed, ran out of time or broke the protocol: the exercise fails with this reason.
+    (A BaseException, so that check.pair's handling of an exception raised by the student's code lets it by.)"""
 
 
-class Guard:
-    """Hides the reference from the student's code while it runs (see the module docstring)."""
+def printable(text: str) -> str:
+    """`text` with every character that is not printable (newlines, carriage returns, escapes, the Unicode line
+    separators) written as its escape: one line, which cannot start a line of the report."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
-    def __init__(self, name: str):
-        self.refuser = _Refuser()
-        self.facades = {}
-        for module, members in CHAINED.get(name, {}).items():  # only the named pairs, not the whole reference
-            real = importlib.import_module(module)
-            facade = type(sys)(module, f"the reference's {', '.join(members)}")
-            facade.__path__ = []  # a package still: its other submodules reach the import hook, which refuses them
-            for member in members:
-                setattr(facade, member, getattr(real, member))
-            self.facades[module] = facade
 
-    @contextmanager
-    def active(self):
-        hidden = {k: sys.modules.pop(k) for k in list(sys.modules) if k.split(".")[0] in REFERENCE_MODULES}
-        sys.modules.update(self.facades)
-        sys.meta_path.insert(0, self.refuser)
+def shown_output(raw: bytes, limit: int = OUTPUT_TAIL) -> str:
+    """The tail of what the child printed, each line prefixed "| " and escaped (printable)."""
+    text = raw.decode(errors="replace")[-limit:]
+    return "\n".join(f"| {printable(line)}" for line in text.splitlines())
+
+
+def _raised(kind, message) -> Exception:
+    """The student's exception, rebuilt here from its name and message (escaped): NotImplementedError stays itself
+    (the stub, "not implemented yet"); any other is an Exception of the same name."""
+    message = printable(str(message))
+    if kind == "NotImplementedError":
+        return NotImplementedError(message)
+    name = kind if isinstance(kind, str) and kind.isidentifier() and len(kind) <= 60 else "Exception"
+    return type(name, (Exception,), {"__module__": "submission"})(message)
+
+
+class Child:
+    """A student's submission running in the grader's child (runner.py, isolated by parity_tests.exercises.isolation)
+    from a private copy in a fresh working folder, reached only through `request`. All of it must be done by
+    `deadline` (time.monotonic()); `close` ends every process it started and removes the folder."""
+
+    def __init__(self, path: Path, name: str, timeout: float):
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout
+        self.folder = Path(tempfile.mkdtemp(prefix="transformer-parity-grade-"))
+        self.refused: list = []
+        self.output = tempfile.TemporaryFile()  # a file, not a pipe: nothing the child leaves running holds us
+        answers, self._answers_end = os.pipe()
+        self.answers = answers
         try:
-            yield
-        finally:
-            sys.meta_path.remove(self.refuser)
-            for k in [k for k in sys.modules if k.split(".")[0] in REFERENCE_MODULES]:
-                del sys.modules[k]  # whatever the student's code left there, facades included
-            sys.modules.update(hidden)
+            copy = self.folder / f"{name}.py"
+            shutil.copyfile(path, copy)
+            site = isolation.site_folder(self.folder, name)
+            argv = isolation.command(self.folder, site, copy, name, self._answers_end, ",".join(REFERENCE_MODULES))
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=self.output,
+                stderr=subprocess.STDOUT,
+                pass_fds=(self._answers_end,),
+                cwd=self.folder,
+                env=CHILD_ENV,
+                start_new_session=True,
+                preexec_fn=isolation.limits(timeout),
+            )
+        except BaseException:  # nothing of ours left behind when the child cannot even start
+            os.close(self._answers_end)
+            os.close(self.answers)
+            self.output.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+        os.close(self._answers_end)
+        os.set_blocking(self.proc.stdin.fileno(), False)
 
-    def wrap(self, function):
-        def guarded(*args, **kwargs):
-            with self.active():
-                return function(*args, **kwargs)
+    def request(self, op: str, *args, **kwargs):
+        """Ask the child to run `op` ("load", "forward" or "backward") on these arguments; (meta, value) of its
+        answer, checked. The student's exception is raised here as _raised builds it; anything else that goes
+        wrong raises SubmissionEnded."""
+        try:
+            self._write(runner.pack({"op": op}, {"args": list(args), "kwargs": kwargs}))
+            meta, value = runner.unpack(self._read)
+        except runner.ProtocolError as exc:
+            raise SubmissionEnded(f"sent back something that is not an answer: {printable(str(exc))}") from None
+        refused = meta.get("refused", [])
+        if isinstance(refused, list):
+            self.refused += [printable(str(r))[:200] for r in refused[:20]]
+        if "exit" in meta:
+            raise SubmissionEnded(printable(str(meta["exit"])))
+        if "error" in meta:
+            raise _raised(meta["error"], meta.get("message", ""))
+        if meta.get("ok") is not True:
+            raise SubmissionEnded("sent back something that is not an answer: no ok, error or exit")
+        return meta, value
 
-        return guarded
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SubmissionEnded(f"did not finish within {self.timeout:g} s (a hang?); stopped")
+        return left
+
+    def _ended(self) -> SubmissionEnded:
+        code = self.proc.wait(timeout=self._left())
+        if isolation.bwrap() is not None and code > 128:  # bubblewrap reports a signal as 128 + its number
+            code = 128 - code
+        return SubmissionEnded(_describe_exit(code))
+
+    def _write(self, data: bytes) -> None:
+        stdin = self.proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            _, ready, _ = select.select([], [stdin], [], min(self._left(), 0.5))
+            if self.proc.poll() is not None:
+                raise self._ended()
+            if ready:
+                try:
+                    view = view[os.write(stdin, view[: 1 << 16]) :]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:
+                    raise self._ended() from None
+
+    def _read(self, n: int) -> bytes:
+        chunks, got = [], 0
+        while got < n:
+            ready, _, _ = select.select([self.answers], [], [], min(self._left(), 0.5))
+            if not ready:
+                if self.proc.poll() is not None:
+                    raise self._ended()
+                continue
+            chunk = os.read(self.answers, min(n - got, 1 << 20))
+            if not chunk:
+                raise self._ended()
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> str:
+        """End the child and everything it started; its output, shown (shown_output)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if isolation.bwrap() is None:  # without a process namespace: what left the group, found by its folder
+            _kill_stragglers(str(self.folder))
+        try:
+            self.proc.stdin.close()
+        except OSError:  # what was left unsent
+            pass
+        os.close(self.answers)
+        self.output.seek(max(0, os.fstat(self.output.fileno()).st_size - 4 * OUTPUT_TAIL))
+        shown = shown_output(self.output.read(4 * OUTPUT_TAIL))
+        self.output.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return shown
 
 
-def _load(path: Path, guard: Guard):
-    spec = importlib.util.spec_from_file_location(f"submission_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    module.__dict__["__builtins__"] = {k: v for k, v in vars(builtins).items() if k not in REMOVED_BUILTINS}
-    with guard.active():
-        spec.loader.exec_module(module)
-    return module
+def _kill_stragglers(folder: str) -> None:
+    """Kill every process whose command line names `folder` (the child's copies that left its process group,
+    unless they rewrote their command line; bubblewrap's process namespace needs no such search)."""
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if folder.encode() in entry.read_bytes():
+                os.kill(int(entry.parent.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
+def _checked(value, what: str, depth: int = 0):
+    """What the student's function returned, as check.pair may take it: arrays of floating point numbers (or
+    Python numbers), in tuples and dicts; anything else raises TypeError naming it."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind != "f":
+            raise TypeError(f"{what} is an array of {value.dtype}; expected floating point numbers")
+        return value
+    if value is None or type(value) in (int, float):
+        return value
+    if isinstance(value, tuple) and depth == 0:
+        return tuple(_checked(v, f"{what}[{i}]", 1) for i, v in enumerate(value))
+    if isinstance(value, dict) and depth <= 1:
+        return {k: _checked(v, f"{what}[{k!r}]", 2) for k, v in value.items()}
+    raise TypeError(f"{what} is a {type(value).__name__}; expected arrays")
+
+
+def _proxies(child: Child):
+    """forward and backward as check.pair calls them, each a request to the child; a cache is the child's number."""
+
+    def forward(**args):
+        meta, out = child.request("forward", **args)
+        if type(meta.get("cache")) is not int:
+            raise SubmissionEnded("sent back something that is not an answer: a forward without its cache")
+        if isinstance(out, tuple | dict):
+            raise TypeError(f"forward's output is a {type(out).__name__}; expected an array")
+        return _checked(out, "forward's output"), runner.Handle(meta["cache"])
+
+    def backward(*args):
+        return _checked(child.request("backward", *args)[1], "backward's result")
+
+    return forward, backward
 
 
 def failed(summary: str, report: str = "") -> dict:
@@ -194,29 +342,41 @@ def _named(diagnoses) -> list:
     return [f"{vid} at {', '.join(w)}: {message}" for (vid, message), w in where.items()]
 
 
-def grade_file(path: str, name: str, seed: int = 0, check_source: bool = True) -> dict:
-    """Grade the exercise file `path` as exercise `name` on the cases of `seed` (see the module docstring).
-    Returns {"passed", "summary", "diagnoses" (catalogue ids), "mistakes" ({"id", "at" (the gradient), "message"}
-    each), "worst" (tensor -> worst error), "report"}.
-    `check_source=False` skips step 1 (the tests use it to reach the run-time guard)."""
+def grade_file(path, name: str, seed: int = 0, check_source: bool = True, timeout: float = 60.0) -> dict:
+    """Grade the exercise file `path` as exercise `name` on the cases of `seed` within `timeout` seconds (see the
+    module docstring). Returns {"passed", "summary", "diagnoses" (catalogue ids), "mistakes" ({"id", "at" (the
+    gradient), "message"} each), "worst" (tensor -> worst error), "report", "output" (what the code printed,
+    shown_output)}. `check_source=False` skips step 1 (the tests use it to reach the run-time refusal)."""
     from parity_tests import check
 
     path = Path(path)
-    if check_source:
-        problems = source_problems(path.read_text(), name)
-        if problems:
-            return failed("refused: " + "; ".join(problems))
-    guard = Guard(name)
+    if not path.is_file():
+        return failed("not handed in") | {"output": ""}
+    if path.stat().st_size > MAX_SOURCE:
+        return failed(f"is {path.stat().st_size} bytes; an exercise file is at most {MAX_SOURCE}") | {"output": ""}
+    if check_source and (problems := source_problems(path.read_text(errors="replace"), name)):
+        return failed("refused: " + "; ".join(problems)) | {"output": ""}
+    child = Child(path, name, timeout)
     try:
-        module = _load(path, guard)
-        forward, backward = module.forward, module.backward
+        entry = _judged(child, name, seed, check)
+    except SubmissionEnded as exc:
+        entry = failed(str(exc))
+    finally:
+        output = child.close()
+    if child.refused:
+        tried = ", ".join(dict.fromkeys(child.refused))
+        entry = failed(f"refused: tried to import {tried} while running (a submission may not)", entry["report"])
+    return entry | {"output": output}
+
+
+def _judged(child: Child, name: str, seed: int, check) -> dict:
+    """The child's pair judged by check.pair here, in the grader: the scorecard entry."""
+    try:
+        child.request("load")
     except Exception as exc:  # a file that does not even import: it fails, with the reason
         return failed(f"cannot be graded: {type(exc).__name__}: {exc}")
-    result = check.pair(guard.wrap(forward), guard.wrap(backward), name, seed=seed)
-    if guard.refuser.refused:
-        tried = ", ".join(dict.fromkeys(guard.refuser.refused))
-        return failed(f"refused: tried to import {tried} while running (a submission may not)", str(result))
-    worst = {}
+    result = check.pair(*_proxies(child), name, seed=seed)
+    worst: dict = {}
     for row in result.rows:
         tensor = row.name.split(": ", 1)[-1]
         worst[tensor] = max(worst.get(tensor, 0.0), row.error)
@@ -233,7 +393,7 @@ def grade_file(path: str, name: str, seed: int = 0, check_source: bool = True) -
         summary = "; ".join([*_named(result.diagnoses), *dict.fromkeys(raised), result.unexplained or ""]).strip("; ")
     return {
         "passed": result.passed,
-        "summary": summary,
+        "summary": printable(summary),
         "diagnoses": list(dict.fromkeys(d.id for d in result.diagnoses)),
         "mistakes": [{"id": d.id, "at": d.where, "message": d.message} for d in result.diagnoses],
         "worst": worst,

@@ -1,0 +1,4 @@
+# caught: an endless loop
+def backward(dout, cache):
+    while True:
+        pass
