@@ -124,7 +124,7 @@ def test_float32_island_is_named_at_its_submodule_and_judged_on_the_float32_bar(
     (caveat,) = result.caveats
     assert caveat[0] == "dtype.float32_island" and caveat[1].startswith("at layers.0.attention_norm:"), caveat
     assert "layers.1.ffn_norm" in caveat[1] and "caveat: dtype.float32_island" in str(result)
-    assert {r.bar for r in result.rows} == {1e-5}, str(result)
+    assert {r.bar for r in result.rows if r.dtype == "float64"} == {1e-5}, str(result)
 
 
 @pytest.mark.parametrize(

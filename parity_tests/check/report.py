@@ -28,6 +28,7 @@ class Row:
     case: str = ""  # check.pair's: the case, the tensor ("output", "dx", ...) and what it is compared against
     tensor: str = ""
     against: str = "the reference"  # or "finite differences" (of the user's own forward)
+    own: float | None = None  # check.module's float32: the reference's own float32 error, the bar's basis
 
     @property
     def ok(self) -> bool:
