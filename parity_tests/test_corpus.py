@@ -77,17 +77,32 @@ ISLANDS = [
     _case("llama.float32_island_named", "llama", "model", "layers.0.attention_norm"),
     # layer norms that upcast "for stability"
     _case("nanogpt.float32_island", "nanogpt", "float32_island", "transformer.h.0.ln_1"),
+    # a book's GPT: its GELU's constant torch.tensor(2.0 / torch.pi), made in float32 in forward
+    _case("llms_from_scratch.gelu_constant", "llms_from_scratch", "model", "trf_blocks.0.ff.layers.1"),
+    # its later chapters: the head run on x.to(cfg["dtype"]) (float32), an RMSNorm computing in float32
+    _case("llms_from_scratch.cast_head", "llms_from_scratch", "cast_head", "(the module)"),
+    _case("llms_from_scratch.rms_in_float32", "llms_from_scratch", "rms_in_float32", "trf_blocks.0.norm1"),
 ]
 
 
 @pytest.mark.parametrize(("style", "factory", "where"), ISLANDS)
 def test_float32_island_is_named_with_its_submodule(style, factory, where):
-    """A module that computes in float32 inside a float64 model is a float32 island: named with its submodule (the
-    first one the input meets), the model then judged on the float32 bar, which these pass."""
+    """A module that computes in float32 inside a float64 model is a float32 island: named with its op and its
+    submodule, and run in float64 for the float64 comparison, which these pass on the float64 bar."""
     result = judge(style, getattr(load(style), factory))
     lines = [line for line in str(result).splitlines() if ISLAND in line]
     assert any(where in line for line in lines), str(result)
     assert result.passed, str(result)
+    assert {r.bar for r in result.rows if r.dtype == "float64"} == {1e-10}, str(result)
+
+
+def test_rms_norm_eps_outside_the_root_inside_a_float32_norm_is_caught_in_float64():
+    """The later chapters' RMSNorm computes in float32; with eps (1e-6) outside the root the change is below what
+    float32 shows, but the norm runs in float64 for the float64 comparison: the check fails there and names it."""
+    result = judge("llms_from_scratch", load("llms_from_scratch").rms_eps_outside_sqrt_in_float32)
+    assert not result.passed, str(result)
+    assert any(not r.ok for r in result.rows if r.dtype == "float64"), str(result)
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("rms_norm.eps_outside_sqrt", "trf_blocks.0.norm1")
 
 
 CAVEATS = [
@@ -152,6 +167,7 @@ OUTPUTS = {
     "hf_style": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).last_hidden_state,
     "bentrevett": lambda m, src, tgt: m(src, tgt)[0],
     "hf_gpt": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).logits,
+    "llms_from_scratch": lambda m, src, tgt: m(tgt),
 }
 
 

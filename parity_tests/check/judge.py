@@ -243,7 +243,7 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs.
     In float32 each tensor's bar is derived from the reference's own float32 error on it (float32_bars)."""
     p = session.probe(caller)
-    out, tensors = session.run_user(caller, dtype, grad=True, as_written=True)
+    out, tensors = session.run_user(caller, dtype, grad=True)  # float64: its float32 islands run in float64
     run = LV.run_reference(session.level, session.params, p, cfg, dtype)
     rng = np.random.default_rng(session.seed + 2)
     index = positions_held(run[0].shape, out.shape)
@@ -270,8 +270,8 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
     if dtype == np.float32:
         own = reference_float32_errors(session, p, cfg, kind, index, dout, ref, [*pairs, *grads])
         bars = {n: float32_bar(e) for n, e in own.items()}
-    else:  # float32 islands: the float32 bar (see report)
-        own, bars = {}, dict.fromkeys([*pairs, *grads], BAR[np.dtype(np.float32 if session.islands else dtype)])
+    else:
+        own, bars = {}, dict.fromkeys([*pairs, *grads], BAR[np.dtype(dtype)])
     rows = [Row(n, label, e, bars[n], own=own.get(n)) for n, (_, e) in relative_errors(pairs, dtype).items()]
     for n, (_, e) in relative_errors(grads, dtype).items():  # a gradient zero on both sides cannot fail: said so
         zero = not np.any(grads[n][0]) and not np.any(grads[n][1])
@@ -296,6 +296,15 @@ def reference_tensors(run: tuple, p, kind, index, dout) -> dict:
     valid = at_positions(p.valid, index)
     tensors = {output_name(kind): _valid(at_positions(from_logits(ref_out, kind), index), valid)}
     return tensors | {f"d{n}": g for n, g in dref_in.items()} | {f"d {n}": g for n, g in dref_params.items()}
+
+
+def compare_each(session: Session, caller, cfg, kind, dtypes, result: Result) -> None:
+    """The rows of every dtype in `dtypes` into `result`, and the note on how the float32 bars were derived."""
+    for dtype in dtypes:
+        result.rows += compare(session, caller, cfg, kind, np.dtype(dtype).type)[0]
+    derived = [r for r in result.rows if r.own is not None]
+    if derived:
+        result.notes.append(float32_basis(derived))
 
 
 def reference_float32_errors(session: Session, p, cfg, kind, index, dout, ref32: dict, names: list) -> dict:
@@ -409,12 +418,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     result.notes = list(session.notes)
     if session.islands:
         result.caveats.append(("dtype.float32_island", island_message(session.islands)))
-    for dtype in dtypes:
-        rows, _, _ = compare(session, caller, cfg, kind, np.dtype(dtype).type)
-        result.rows += rows
-    derived = [r for r in result.rows if r.own is not None]
-    if derived:
-        result.notes.append(float32_basis(derived))
+    compare_each(session, caller, cfg, kind, dtypes, result)
     from .diagnose import diagnose
 
     diagnose(session, caller, cfg, kind, result)

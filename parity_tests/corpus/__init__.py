@@ -25,7 +25,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-STYLES = ("nanogpt", "mingpt", "annotated", "llama", "pytorch_tutorial", "d2l", "hf_style", "bentrevett", "hf_gpt")
+STYLES = (
+    "nanogpt",
+    "mingpt",
+    "annotated",
+    "llama",
+    "pytorch_tutorial",
+    "d2l",
+    "hf_style",
+    "bentrevett",
+    "hf_gpt",
+    "llms_from_scratch",
+)
 
 
 @dataclass(frozen=True)
