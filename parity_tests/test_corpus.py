@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from parity_tests import check
+from parity_tests.check.judge import FLOAT32_FLOOR, FLOAT32_RATIO
 from parity_tests.check.report import CATALOGUE
 from parity_tests.corpus import STYLES, clean, load, mistakes
 
@@ -51,6 +52,32 @@ def test_clean_model_passes(style, factory):
     assert result.passed, str(result)
     assert all(r.ok for r in result.rows) and len(result.rows) > 2  # the output and the gradients were compared
     assert any(r.name.startswith("d ") and r.note != "all zero" for r in result.rows)
+
+
+def test_float32_bars_are_derived_per_tensor_from_the_references_own_error():
+    """Each float32 row's bar is FLOAT32_RATIO x the reference's own float32 error on that tensor (its float32 run
+    against its float64 run), never below FLOAT32_FLOOR; the report says so; the d2l model passes on them."""
+    result = judge("d2l", load("d2l").model)
+    assert result.passed, str(result)
+    rows = [r for r in result.rows if r.dtype == "float32"]
+    assert all(r.own is not None and r.bar == max(FLOAT32_FLOOR, FLOAT32_RATIO * r.own) for r in rows), str(result)
+    assert len({r.bar for r in rows}) > 2 and max(r.bar for r in rows) > 4 * FLOAT32_FLOOR, str(result)
+    assert all(r.bar == 1e-10 for r in result.rows if r.dtype == "float64")
+    (note,) = [n for n in result.notes if n.startswith("float32 bars, per tensor")]
+    assert "the reference's own float32 error" in note and f"at least {FLOAT32_FLOOR:.1e}" in note, note
+    assert "float32 (bars 2e-06 to " in str(result) and "own" in result.to_dict()["rows"][-1]
+
+
+def test_a_change_only_float64_sees_still_fails_in_float64():
+    """The derived float32 bars change nothing in float64: the d2l model with one feed-forward's output off by a
+    relative 1e-9 (far below float32's precision) passes every float32 row and fails the float64 comparison, first
+    diverging at that feed-forward."""
+    model = load("d2l").model()
+    model.blks.block0.ffn.register_forward_hook(lambda module, args, out: out * (1 + 1e-9))
+    result = check.module(model, load("d2l").LEVEL, call=load("d2l").CALL)
+    assert not result.passed and result.first_divergence == "blks.block0.ffn", str(result)
+    assert all(r.ok for r in result.rows if r.dtype == "float32"), str(result)
+    assert not all(r.ok for r in result.rows if r.dtype == "float64"), str(result)
 
 
 # A float32 island is how a model computes, not the mistake under test: it is said in the report, and the mistake
