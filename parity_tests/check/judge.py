@@ -31,7 +31,7 @@ from . import mapping as MP
 from . import mistakes as MK
 from . import weight_map as WM
 from .level_table import LEVELS, standing_for
-from .report import Result, Row
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
 from .running import (
     at_positions,
     island_message,
@@ -40,17 +40,6 @@ from .running import (
 from .session import Session
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
-# check.module's float32 bar, per tensor: FLOAT32_RATIO times the reference's own float32 error on that tensor
-# (the reference run in float32 and in float64 on the same probe, weights and upstream gradient), never below
-# FLOAT32_FLOOR. The module's float32 tensor is compared with the reference's float32 one, each off the exact value
-# by its own rounding: about twice the reference's own error when both round alike; 4 leaves that a factor 2. The
-# floor, 16 float32 epsilons (1.9e-6), is for tensors the reference happens to round well: there the module's error
-# is not proportional to the reference's luck (summed in another order, over every token of the probe). Measured on
-# the corpus's clean models under each OpenBLAS kernel of an AVX-512 CPU (default, Haswell, SkylakeX, Sandybridge):
-# the module's float32 error at most 1.4 x the reference's own where the bar is that multiple (d2l's q/k weight
-# gradients, own errors 5e-6 to 1.3e-5), and at most 7.7e-7 where the floor holds (own errors ~2e-7).
-FLOAT32_RATIO = 4.0
-FLOAT32_FLOOR = 16 * float(np.finfo(np.float32).eps)
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
 
 
@@ -241,7 +230,7 @@ class Search:
 
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, LV.Probe]:
     """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs.
-    In float32 each tensor's bar is derived from the reference's own float32 error on it (float32_bars)."""
+    In float32 each tensor's bar is derived from the reference's own float32 error on it (report.float32_bar)."""
     p = session.probe(caller)
     out, tensors = session.run_user(caller, dtype, grad=True)  # float64: its float32 islands run in float64
     run = LV.run_reference(session.level, session.params, p, cfg, dtype)
@@ -329,11 +318,6 @@ def float32_basis(rows: list) -> str:
         return text + "; over their bars: " + ", ".join(f"{r.name} {r.error:.1e} > {r.bar:.1e}" for r in over[:4])
     closest = max(rows, key=lambda r: r.error / r.bar)
     return text + f"; the closest, {closest.name} at {closest.error:.1e} = {closest.error / closest.bar:.2f} of its bar"
-
-
-def float32_bar(own: float) -> float:
-    """A tensor's float32 bar from the reference's own float32 error on it (see FLOAT32_RATIO)."""
-    return max(FLOAT32_FLOOR, FLOAT32_RATIO * own)
 
 
 def module(
