@@ -34,6 +34,7 @@ from .level_table import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
 from .running import (
     at_positions,
+    holds_float32,
     island_message,
     positions_held,
 )
@@ -256,8 +257,8 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
         elif n.startswith("d ") and n[2:] not in session.zero and n[2:] in session.shapes:
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     label = np.dtype(dtype).name
-    if dtype == np.float32:
-        own = reference_float32_errors(session, p, cfg, kind, index, dout, ref, [*pairs, *grads])
+    if dtype == np.float32 or holds_float32(session.islands):  # a float32 tensor held: float64 can do no better
+        own = reference_float32_errors(session, p, cfg, kind, index, dout, [*pairs, *grads])
         bars = {n: float32_bar(e) for n, e in own.items()}
     else:
         own, bars = {}, dict.fromkeys([*pairs, *grads], BAR[np.dtype(dtype)])
@@ -291,16 +292,18 @@ def compare_each(session: Session, caller, cfg, kind, dtypes, result: Result) ->
     """The rows of every dtype in `dtypes` into `result`, and the note on how the float32 bars were derived."""
     for dtype in dtypes:
         result.rows += compare(session, caller, cfg, kind, np.dtype(dtype).type)[0]
-    derived = [r for r in result.rows if r.own is not None]
+    derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
     if derived:
         result.notes.append(float32_basis(derived))
 
 
-def reference_float32_errors(session: Session, p, cfg, kind, index, dout, ref32: dict, names: list) -> dict:
-    """name -> the reference's own float32 error on each of `names`: its float32 tensors `ref32` against the
-    same reference run in float64 on the same probe, weights and upstream gradient (the conventions' relative
-    error)."""
-    ref64 = reference_tensors(LV.run_reference(session.level, session.params, p, cfg, np.float64), p, kind, index, dout)
+def reference_float32_errors(session: Session, p, cfg, kind, index, dout, names: list) -> dict:
+    """name -> the reference's own float32 error on each of `names`: the reference run in float32 against itself
+    in float64 on the same probe, weights and upstream gradient (the conventions' relative error)."""
+    ref32, ref64 = (
+        reference_tensors(LV.run_reference(session.level, session.params, p, cfg, dtype), p, kind, index, dout)
+        for dtype in (np.float32, np.float64)
+    )
     return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in names}, np.float32).items()}
 
 

@@ -38,6 +38,8 @@ DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 WIDEN = {torch.float32: torch.float64, torch.complex64: torch.complex128}
 CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg['dtype']))"
 MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
+HELD_TAIL = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
+HELD = "{} " + HELD_TAIL
 SKIPPED = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)  # a copy into a float32 tensor: its own
 
 
@@ -82,7 +84,7 @@ class Float32Islands(TorchDispatchMode):
         torch.set_default_dtype(self.default)
         return super().__exit__(*exc)
 
-    def _record(self, op: str) -> None:
+    def _record(self, op: str | None) -> None:
         if self.stack:
             self.seen.append((self.stack[-1] or "(the module)", op))
 
@@ -90,13 +92,13 @@ class Float32Islands(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
             if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
-                self._record(CAST)
+                self._record(None)  # a cast
                 if self.promote:
                     kwargs = dict(kwargs, dtype=args[0].dtype)
         elif func not in SKIPPED:
             leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             if any(t.dtype in DOWNCAST for t in leaves) and any(t.dtype in WIDEN for t in leaves):
-                self._record(MIXED.format(f"torch.{func.overloadpacket.__name__}"))
+                self._record(f"torch.{func.overloadpacket.__name__}")
                 if self.promote:
                     args, kwargs = tree_map(_widen, (args, kwargs))
         return func(*args, **kwargs)
@@ -107,17 +109,30 @@ def _widen(value):
 
 
 def find_islands(module: nn.Module, run) -> list | None:
-    """The float32 islands of the user's float64 copy during `run()`: (submodule, op) for each op that computes in
-    float32 (see Float32Islands), the innermost submodule, in the order they run, each once; None when the run
-    raises (a convention the module does not take: asked again later). The run itself has its islands promoted,
-    so that a float32 cast that would make it fail (a float32 input to a float64 head) is found, not raised."""
-    with Float32Islands(module, promote=True, exact=False) as mode:
-        try:
-            with torch.no_grad():
-                run()
-        except Exception:
-            return None
-    return list(dict.fromkeys(mode.seen))
+    """The float32 islands of the user's float64 copy during `run()`: (submodule, what) for each op that computes
+    in float32 (see Float32Islands), the innermost submodule, in the order they run, each once; None when the run
+    raises (a convention the module does not take: asked again later). The run has its islands promoted, so that a
+    float32 cast that would make it fail (a float32 input to a float64 head) is found, not raised; where islands
+    are found it runs again as the float64 comparison will (forward's constants made in float64): a float32
+    operand still met then is a tensor the module holds, made in float32 before the check (HELD)."""
+    runs = []
+    for exact in (False, True):
+        with Float32Islands(module, promote=True, exact=exact) as mode:
+            try:
+                with torch.no_grad():
+                    run()
+            except Exception:
+                return None
+        runs.append(list(dict.fromkeys(mode.seen)))
+        if not runs[0]:
+            return []
+    held = {seen for seen in runs[1] if seen[1] is not None}
+    return [(path, CAST if op is None else (HELD if (path, op) in held else MIXED).format(op)) for path, op in runs[0]]
+
+
+def holds_float32(islands: list | None) -> bool:
+    """Whether any island is a float32 tensor the module holds (HELD): the float64 run cannot be exact there."""
+    return any(what.endswith(HELD_TAIL) for _, what in islands or [])
 
 
 def island_message(islands: list) -> str:
@@ -130,9 +145,14 @@ def island_message(islands: list) -> str:
         f"{op} in {', '.join(paths[:4])}" + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
         for op, paths in groups.items()
     ]
+    held = (
+        "; with a float32 tensor held, the float64 comparison is judged on the float32 bars"
+        if holds_float32(islands)
+        else ""
+    )
     return (
         f"at {islands[0][0]}: computes in float32 inside the float64 model: {'; '.join(parts)}; the float64 "
-        "comparison and the search for a mistake run those ops in float64 (the float32 comparison as written)"
+        f"comparison and the search for a mistake run those ops in float64 (the float32 comparison as written){held}"
     )
 
 

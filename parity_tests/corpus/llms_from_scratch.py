@@ -64,11 +64,23 @@ class GELU(nn.Module):
         return 0.5 * x * (1 + torch.tanh(torch.sqrt(torch.tensor(2.0 / torch.pi)) * (x + 0.044715 * torch.pow(x, 3))))
 
 
+class KeptConstantGELU(nn.Module):
+    """The same GELU with its constant made once, in __init__, as a plain tensor attribute (float32: .to() and
+    .double() leave it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.sqrt(torch.tensor(2.0 / torch.pi))
+
+    def forward(self, x):
+        return 0.5 * x * (1 + torch.tanh(self.c * (x + 0.044715 * torch.pow(x, 3))))
+
+
 class FeedForward(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, activation=GELU):
         super().__init__()
         self.layers = nn.Sequential(
-            nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), GELU(), nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"])
+            nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), activation(), nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"])
         )
 
     def forward(self, x):
@@ -185,7 +197,15 @@ def rms_in_float32() -> GPTModel:
     return model(norm=RMSNorm)
 
 
-ALSO_CLEAN = [cast_head, rms_in_float32]
+def kept_constant() -> GPTModel:
+    gpt = model()
+    for block in gpt.trf_blocks:
+        block.ff = FeedForward(GPT_CONFIG, activation=KeptConstantGELU)
+    gpt.load_state_dict(model().state_dict())
+    return gpt
+
+
+ALSO_CLEAN = [cast_head, rms_in_float32, kept_constant]
 
 
 # -- mistakes put in ----------------------------------------------------------------------------------------------
