@@ -1,7 +1,9 @@
 """python -m parity_tests / transformer-parity: the parity report (see parity_tests/report.py), and three subcommands.
 
     transformer-parity [report options]                     the parity report, as always
-    transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--mapping FILE.json] [--call M:F]
+    transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--rope-theta BASE]
+                             [--config-field NAME=VALUE ...] [--mapping FILE.json] [--call M:F]
+                             [--batch-first | --sequence-first] [--mask KIND] [--dtype D ...] [--seed N]
                              [--timeout SECONDS] [--json PATH]
     transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
     transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
@@ -26,6 +28,7 @@ SUBCOMMANDS = ("check", "exercises", "grade")
 
 def check_main(argv) -> int:
     from parity_tests import sandbox
+    from parity_tests.check.calling import MASK_KINDS
     from parity_tests.check.levels import REFERENCES
 
     parser = argparse.ArgumentParser(
@@ -38,6 +41,15 @@ def check_main(argv) -> int:
     parser.add_argument("reference", choices=REFERENCES)
     parser.add_argument("--n-heads", type=int, default=None)
     parser.add_argument("--pad-id", type=int, default=None)
+    parser.add_argument("--rope-theta", type=float, default=None, help="the rotary base (RoPE), as rope_theta=")
+    parser.add_argument(
+        "--config-field",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other config field check.module takes as a keyword (repeatable): positional=rope, "
+        "layer_norm_eps=1e-6, norm_first=true, n_kv_heads=2, pad_id=none",
+    )
     parser.add_argument(
         "--mapping",
         default=None,
@@ -45,6 +57,16 @@ def check_main(argv) -> int:
         "transposed, rope_pairs) as --json writes it",
     )
     parser.add_argument("--call", default=None, help="MODULE:FUNC, call(module, src, tgt) or call(module, ids)")
+    first = parser.add_mutually_exclusive_group()
+    first.add_argument("--batch-first", dest="batch_first", action="store_const", const=True, default=None)
+    first.add_argument("--sequence-first", dest="batch_first", action="store_const", const=False)
+    parser.add_argument(
+        "--mask", default=None, choices=(*MASK_KINDS, "none"), help="the mask convention, instead of detecting it"
+    )
+    parser.add_argument(
+        "--dtype", action="append", choices=("float64", "float32"), help="compare in this dtype only (repeatable)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the reference's weights and inputs")
     parser.add_argument(
         "--timeout",
         type=float,
@@ -67,10 +89,17 @@ def check_main(argv) -> int:
     except (ValueError, OSError) as exc:
         print(f"transformer-parity check: --mapping {args.mapping}: {exc}", file=sys.stderr)
         return 2
-    fields = {k: v for k, v in (("n_heads", args.n_heads), ("pad_id", args.pad_id)) if v is not None}
+    try:
+        fields = config_fields(args)
+    except ValueError as exc:
+        print(f"transformer-parity check: {exc}", file=sys.stderr)
+        return 2
+    options = {"batch_first": args.batch_first, "mask": args.mask, "dtypes": tuple(args.dtype or ()), "seed": args.seed}
+    options = {k: v for k, v in options.items() if v not in (None, ())}
     outcome = sandbox.call(
-        "parity_tests.check.cli:judge", args.target, args.reference, fields, mapping, args.call, timeout=args.timeout
-    )
+        "parity_tests.check.cli:judge", args.target, args.reference, fields, mapping, args.call, options,
+        timeout=args.timeout,
+    )  # fmt: skip
     if not outcome.ok or outcome.value["status"] != "judged":
         reason = outcome.reason if not outcome.ok else outcome.value["reason"]
         print(f"transformer-parity check: {args.target} could not be judged: {reason}", file=sys.stderr)
@@ -86,6 +115,45 @@ def check_main(argv) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(verdict["result"], indent=2, default=str))
     return 0 if verdict["passed"] else 1
+
+
+def config_fields(args) -> dict:
+    """check.module's config keywords from --n-heads, --pad-id, --rope-theta and each --config-field NAME=VALUE,
+    read before anything runs: a name that is not a config field, or a field given twice with two values, raises
+    ValueError. VALUE is read as Python writes it (1e6, 2, True, None, (1, 2)), true/false/none in lower case too,
+    and otherwise as a string (rope, rms)."""
+    from transformer_spec.config import TransformerConfig
+
+    known = set(TransformerConfig.__dataclass_fields__)
+    fields = {k: v for k, v in (("n_heads", args.n_heads), ("pad_id", args.pad_id), ("rope_theta", args.rope_theta))}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    for item in args.config_field:
+        name, equals, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not equals or not name:
+            raise ValueError(f"--config-field: expected NAME=VALUE (as rope_theta=1e6), got {item!r}")
+        if name not in known:
+            raise ValueError(
+                f"--config-field: {name!r} is not a config field; expected one of {', '.join(sorted(known))}"
+            )
+        value = _literal(text.strip())
+        if name in fields and fields[name] != value:
+            raise ValueError(f"--config-field: {name} given twice, as {fields[name]!r} and {value!r}")
+        fields[name] = value
+    return fields
+
+
+def _literal(text: str):
+    """A --config-field value: a Python literal, true/false/none in any case, else the text itself."""
+    import ast
+
+    words = {"true": True, "false": False, "none": None, "null": None}
+    if text.lower() in words:
+        return words[text.lower()]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 def exercises_main(argv) -> int:

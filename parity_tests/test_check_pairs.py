@@ -143,6 +143,52 @@ def test_check_command(tmp_path, capsys):
     assert main(["check", "parity_tests.user_models:nothing", "transformer"]) == 2
 
 
+ROPE_MILLION = """
+import torch
+from parity_tests.corpus.llama import ModelArgs, Transformer
+
+
+def model():
+    torch.manual_seed(0)
+    return Transformer(ModelArgs(rope_theta=1e6))  # a RoPE base of 1e6, as Qwen's
+"""
+
+
+def test_check_command_passes_the_config_options_through(tmp_path, capsys):
+    """--rope-theta, --config-field NAME=VALUE, --dtype and --seed reach check.module: a Llama whose RoPE base is
+    1e6 passes at --rope-theta 1e6 and fails at 1e4 (the base given is the one judged), compared in float64 only."""
+    path = tmp_path / "rope_million.py"
+    path.write_text(ROPE_MILLION)
+    out = tmp_path / "result.json"
+    args = ["check", f"{path}:model", "transformer_lm", "--dtype", "float64", "--seed", "1", "--json", str(out)]
+    assert main([*args, "--rope-theta", "1e6", "--config-field", "layer_norm_eps=1e-5"]) == 0, capsys.readouterr()
+    result = json.loads(out.read_text())
+    assert result["config"]["rope_theta"] == 1e6 and result["config"]["layer_norm_eps"] == 1e-5
+    assert {row["dtype"] for row in result["rows"]} == {"float64"}
+    assert main([*args, "--config-field", "rope_theta=10000"]) == 1
+    assert json.loads(out.read_text())["config"]["rope_theta"] == 1e4
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--config-field", "nope=1"], "'nope' is not a config field"),
+        (["--config-field", "rope_theta"], "expected NAME=VALUE"),
+        (["--rope-theta", "1e4", "--config-field", "rope_theta=1e6"], "rope_theta given twice"),
+        (["--mask", "sideways"], "invalid choice"),
+    ],
+)
+def test_check_command_refuses_a_bad_config_option_before_running_anything(extra, said, capsys):
+    """Refused with exit status 2 and the reason, before the target (which does not exist) is even imported."""
+    try:
+        status = main(["check", "no_such_module_at_all:model", "transformer_lm", *extra])
+    except SystemExit as exc:  # argparse's own refusals exit 2 themselves
+        status = exc.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert said in err and "no module named" not in err, err
+
+
 def test_no_subcommand_still_runs_the_parity_report(monkeypatch):
     seen = []
     monkeypatch.setattr("parity_tests.report.main", lambda argv: seen.append(argv) or 0)

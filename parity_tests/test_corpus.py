@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.check.report import CATALOGUE
+from parity_tests.check.report import CATALOGUE, FLOAT32_FLOOR, FLOAT32_RATIO
 from parity_tests.corpus import STYLES, clean, load, mistakes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +53,32 @@ def test_clean_model_passes(style, factory):
     assert any(r.name.startswith("d ") and r.note != "all zero" for r in result.rows)
 
 
+def test_float32_bars_are_derived_per_tensor_from_the_references_own_error():
+    """Each float32 row's bar is FLOAT32_RATIO x the reference's own float32 error on that tensor (its float32 run
+    against its float64 run), never below FLOAT32_FLOOR; the report says so; the d2l model passes on them."""
+    result = judge("d2l", load("d2l").model)
+    assert result.passed, str(result)
+    rows = [r for r in result.rows if r.dtype == "float32"]
+    assert all(r.own is not None and r.bar == max(FLOAT32_FLOOR, FLOAT32_RATIO * r.own) for r in rows), str(result)
+    assert len({r.bar for r in rows}) > 2 and max(r.bar for r in rows) > 4 * FLOAT32_FLOOR, str(result)
+    assert all(r.bar == 1e-10 for r in result.rows if r.dtype == "float64")
+    (note,) = [n for n in result.notes if n.startswith("float32 bars, per tensor")]
+    assert "the reference's own float32 error" in note and f"at least {FLOAT32_FLOOR:.1e}" in note, note
+    assert "float32 (bars 4e-06 to " in str(result) and "own" in result.to_dict()["rows"][-1]
+
+
+def test_a_change_only_float64_sees_still_fails_in_float64():
+    """The derived float32 bars change nothing in float64: the d2l model with one feed-forward's output off by a
+    relative 1e-9 (far below float32's precision) passes every float32 row and fails the float64 comparison, first
+    diverging at that feed-forward."""
+    model = load("d2l").model()
+    model.blks.block0.ffn.register_forward_hook(lambda module, args, out: out * (1 + 1e-9))
+    result = check.module(model, load("d2l").LEVEL, call=load("d2l").CALL)
+    assert not result.passed and result.first_divergence == "blks.block0.ffn", str(result)
+    assert all(r.ok for r in result.rows if r.dtype == "float32"), str(result)
+    assert not all(r.ok for r in result.rows if r.dtype == "float64"), str(result)
+
+
 # A float32 island is how a model computes, not the mistake under test: it is said in the report, and the mistake
 # must still come first among the other diagnoses.
 ISLAND = "dtype.float32_island"
@@ -77,17 +103,43 @@ ISLANDS = [
     _case("llama.float32_island_named", "llama", "model", "layers.0.attention_norm"),
     # layer norms that upcast "for stability"
     _case("nanogpt.float32_island", "nanogpt", "float32_island", "transformer.h.0.ln_1"),
+    # a book's GPT: its GELU's constant torch.tensor(2.0 / torch.pi), made in float32 in forward
+    _case("llms_from_scratch.gelu_constant", "llms_from_scratch", "model", "trf_blocks.0.ff.layers.1"),
+    # its later chapters: the head run on x.to(cfg["dtype"]) (float32), an RMSNorm computing in float32
+    _case("llms_from_scratch.cast_head", "llms_from_scratch", "cast_head", "(the module)"),
+    _case("llms_from_scratch.rms_in_float32", "llms_from_scratch", "rms_in_float32", "trf_blocks.0.norm1"),
 ]
+
+
+def test_a_float32_constant_the_module_holds_is_named_and_judged_on_the_float32_bars():
+    """The GELU's constant made in __init__ (a plain float32 attribute) was rounded before the check could widen
+    it: named as a tensor the module holds, and the float64 comparison judged on the float32 bars, which it passes
+    (on the float64 bar it failed at ~1e-8, 'unexplained')."""
+    result = judge("llms_from_scratch", load("llms_from_scratch").kept_constant)
+    assert result.passed, str(result)
+    (caveat,) = [message for id_, message in result.caveats if id_ == ISLAND]
+    assert caveat.startswith("at trf_blocks.0.ff.layers.1:") and "the module holds" in caveat, caveat
+    assert all(r.own is not None and r.bar >= FLOAT32_FLOOR for r in result.rows), str(result)
 
 
 @pytest.mark.parametrize(("style", "factory", "where"), ISLANDS)
 def test_float32_island_is_named_with_its_submodule(style, factory, where):
-    """A module that computes in float32 inside a float64 model is a float32 island: named with its submodule (the
-    first one the input meets), the model then judged on the float32 bar, which these pass."""
+    """A module that computes in float32 inside a float64 model is a float32 island: named with its op and its
+    submodule, and run in float64 for the float64 comparison, which these pass on the float64 bar."""
     result = judge(style, getattr(load(style), factory))
     lines = [line for line in str(result).splitlines() if ISLAND in line]
     assert any(where in line for line in lines), str(result)
     assert result.passed, str(result)
+    assert {r.bar for r in result.rows if r.dtype == "float64"} == {1e-10}, str(result)
+
+
+def test_rms_norm_eps_outside_the_root_inside_a_float32_norm_is_caught_in_float64():
+    """The later chapters' RMSNorm computes in float32; with eps (1e-6) outside the root the change is below what
+    float32 shows, but the norm runs in float64 for the float64 comparison: the check fails there and names it."""
+    result = judge("llms_from_scratch", load("llms_from_scratch").rms_eps_outside_sqrt_in_float32)
+    assert not result.passed, str(result)
+    assert any(not r.ok for r in result.rows if r.dtype == "float64"), str(result)
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("rms_norm.eps_outside_sqrt", "trf_blocks.0.norm1")
 
 
 CAVEATS = [
@@ -152,6 +204,7 @@ OUTPUTS = {
     "hf_style": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).last_hidden_state,
     "bentrevett": lambda m, src, tgt: m(src, tgt)[0],
     "hf_gpt": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).logits,
+    "llms_from_scratch": lambda m, src, tgt: m(tgt),
 }
 
 

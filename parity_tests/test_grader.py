@@ -12,6 +12,7 @@ import pytest
 
 from parity_tests import check
 from parity_tests.__main__ import main
+from parity_tests.check.report import FLOAT32_FLOOR, FLOAT32_RATIO
 from parity_tests.exercises import POINTS, class_csv, grade, grade_class, write_workbook
 from parity_tests.exercises.grading import BARS, grade_file, source_problems
 from parity_tests.workbook_answers import MISTAKES, answer, mistake
@@ -61,7 +62,8 @@ def test_the_bars_stated_are_the_bars_applied():
 
     assert f"float64 {BAR[np.dtype('float64')]:.0e} against the reference" in BARS
     assert f"{FD_BAR:.0e} against finite differences" in BARS
-    assert f"float32 {BAR[np.dtype('float32')]:.0e} against the reference" in BARS
+    assert f"float32 against the reference {FLOAT32_RATIO:g} x the reference's own float32 error" in BARS
+    assert f"at least {FLOAT32_FLOOR:.1e}" in BARS
 
 
 def test_a_teachers_seed_draws_cases_the_notebook_does_not_show():
@@ -222,10 +224,17 @@ def test_each_backward_mistake_is_named_at_the_gradient_it_breaks(tmp_path, name
     assert "raised" not in entry["summary"], entry["summary"]  # a wrong shape is named, not an exception
 
 
-def test_a_pair_report_states_both_float64_bars():
+def test_a_pair_report_states_both_float64_bars_and_the_derived_float32_ones():
+    """float64: the reference's bar and finite differences'; float32: per tensor, FLOAT32_RATIO x the reference
+    pair's own float32 error (its float32 run against its float64 run on the same inputs), at least the floor."""
     spec = check.PAIRS["linear"]
-    text = str(check.pair(spec.forward, spec.backward, "linear"))
-    assert "float64 (bar 1e-10 / 1e-06)" in text and "float32 (bar 1e-05)" in text
+    result = check.pair(spec.forward, spec.backward, "linear")
+    text = str(result)
+    assert "float64 (bar 1e-10 / 1e-06)" in text and "float32 (bar" in text
+    assert "reference's own float32 error" in result.conventions["bars"]
+    rows = [r for r in result.rows if r.dtype == "float32"]
+    assert rows and all(r.own is not None and r.bar == max(FLOAT32_FLOOR, FLOAT32_RATIO * r.own) for r in rows)
+    assert any(r.own > 0 for r in rows)  # the reference's float32 run does differ from its float64 one
 
 
 def test_an_unknown_wrong_shape_says_what_was_expected(tmp_path):

@@ -118,8 +118,11 @@ def load_call(spec: str):
     return function
 
 
-def judge(target: str, reference: str, fields: dict, mapping: dict | None, call: str | None) -> dict:
-    """Load and judge, in this (child) process; see the module docstring for what comes back."""
+def judge(
+    target: str, reference: str, fields: dict, mapping: dict | None, call: str | None, options: dict | None = None
+) -> dict:
+    """Load and judge, in this (child) process; see the module docstring for what comes back. `options`: check.module's
+    batch_first, mask, dtypes and seed, where the command gave them."""
     from parity_tests import check
 
     try:
@@ -130,7 +133,7 @@ def judge(target: str, reference: str, fields: dict, mapping: dict | None, call:
     except Unrunnable as exc:
         return {"status": "unrunnable", "reason": str(exc)}
     try:
-        result = check.module(module, reference, mapping=mapping, call=function, **fields)
+        result = check.module(module, reference, mapping=mapping, call=function, **(options or {}), **fields)
     except (TypeError, ValueError) as exc:
         return {"status": "unrunnable", "reason": f"the judge could not run {target}: {exc}"}
     status = "unrunnable" if result.error else "judged"

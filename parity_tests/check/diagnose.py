@@ -22,7 +22,7 @@ from . import variants as VR
 from .divergence import _modules, first_divergence, hook_targets, unit_of
 from .judge import MATCH, _error
 from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
-from .report import Diagnosis, Result
+from .report import Diagnosis
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
 
@@ -239,8 +239,6 @@ def diagnose(session, caller, cfg, kind, result) -> None:
     overflow_probe(session, caller, result)
     failing = [r for r in result.rows if not r.ok]
     if not failing:
-        if session.islands and not result.confirmed and session.entry.hooked:
-            below_the_float32_bar(session, caller, cfg, result)
         return
     if session.entry.hooked and session.is_module:
         first_divergence(session, caller, cfg, result)
@@ -252,25 +250,3 @@ def diagnose(session, caller, cfg, kind, result) -> None:
                 f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); not expressible by the "
                 "config and no catalogue variant reproduces the output"
             )
-
-
-def below_the_float32_bar(session, caller, cfg, result) -> None:
-    """A model with float32 islands passes on the float32 bar, but with its islands run in float64 it did not
-    reproduce the reference (no convention was confirmed): a difference smaller than that bar. Searched like any
-    divergence: a catalogue mistake found there is named (and the check fails); else the report says what it
-    could not tell."""
-    trial = Result(reference=result.reference)
-    first_divergence(session, caller, cfg, trial)
-    if trial.diagnoses:
-        result.first_divergence, result.diagnoses = trial.first_divergence, result.diagnoses + trial.diagnoses
-        result.notes.append(
-            "found with the float32 islands run in float64: the mistake's effect is below the float32 bar the "
-            "comparison is judged on"
-        )
-    elif trial.first_divergence is not None:
-        result.caveats.append((
-            "dtype.float32_island",
-            f"could not tell: with its float32 islands run in float64 the module still differs from the reference "
-            f"from {trial.first_divergence} on ({trial.unexplained}); a difference below the float32 bar passes that "
-            "bar, whether it is a mistake or not",
-        ))  # fmt: skip

@@ -31,9 +31,10 @@ from . import mapping as MP
 from . import mistakes as MK
 from . import weight_map as WM
 from .level_table import LEVELS, standing_for
-from .report import Result, Row
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
 from .running import (
     at_positions,
+    holds_float32,
     island_message,
     positions_held,
 )
@@ -229,45 +230,97 @@ class Search:
 
 
 def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, LV.Probe]:
-    """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs."""
+    """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs.
+    In float32 each tensor's bar is derived from the reference's own float32 error on it (report.float32_bar)."""
     p = session.probe(caller)
-    out, tensors = session.run_user(caller, dtype, grad=True, as_written=True)
-    ref_out, backward = LV.run_reference(session.level, session.params, p, cfg, dtype)
+    out, tensors = session.run_user(caller, dtype, grad=True)  # float64: its float32 islands run in float64
+    run = LV.run_reference(session.level, session.params, p, cfg, dtype)
     rng = np.random.default_rng(session.seed + 2)
-    index = positions_held(ref_out.shape, out.shape)
+    index = positions_held(run[0].shape, out.shape)
     if index is False:
-        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {ref_out.shape}")
+        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {run[0].shape}")
     valid = at_positions(p.valid, index)
     dout = _valid(rng.standard_normal(tuple(out.shape)), valid)
     params = dict(session.copy(dtype).named_parameters()) if session.is_module else {}
     for t in params.values():
         t.grad = None
     out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
-    dref = np.zeros(ref_out.shape)  # the upstream gradient on every position: zero where the module gives none
-    dref[(slice(None), index if index is not None else slice(None))] = dout
-    dref_in, dref_params = backward(dlogits_from(dref, ref_out, kind).astype(dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
     user_params = MP.scatter(session.links, user_grads, session.shapes)
-    name = "output" if kind == "logits" else f"output ({kind})"
-    ref = at_positions(from_logits(ref_out, kind), index)
-    pairs = {name: (_valid(out.detach().cpu().double().numpy(), valid), _valid(ref, valid))}
+    name = output_name(kind)
+    ref = reference_tensors(run, p, kind, index, dout)
+    pairs = {name: (_valid(out.detach().cpu().double().numpy(), valid), ref[name])}
     grads = {}
-    for n, g in dref_in.items():
-        if n in tensors and tensors[n].grad is not None:
-            grads[f"d{n}"] = (tensors[n].grad.double().cpu().numpy(), g)
-    for n, g in dref_params.items():
-        if n in session.zero or n not in session.shapes:
-            continue
-        grads[f"d {n}"] = (user_params.get(n, np.zeros_like(g)), g)
+    for n, g in ref.items():
+        if n.startswith("d") and n[1:] in tensors and tensors[n[1:]].grad is not None:
+            grads[n] = (tensors[n[1:]].grad.double().cpu().numpy(), g)
+        elif n.startswith("d ") and n[2:] not in session.zero and n[2:] in session.shapes:
+            grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     label = np.dtype(dtype).name
-    bar = BAR[np.dtype(np.float32 if session.islands else dtype)]  # float32 islands: the float32 bar (see report)
-    rows = [Row(n, label, e, bar) for n, (_, e) in relative_errors(pairs, dtype).items()]
+    if dtype == np.float32 or holds_float32(session.islands):  # a float32 tensor held: float64 can do no better
+        own = reference_float32_errors(session, p, cfg, kind, index, dout, [*pairs, *grads])
+        bars = {n: float32_bar(e) for n, e in own.items()}
+    else:
+        own, bars = {}, dict.fromkeys([*pairs, *grads], BAR[np.dtype(dtype)])
+    rows = [Row(n, label, e, bars[n], own=own.get(n)) for n, (_, e) in relative_errors(pairs, dtype).items()]
     for n, (_, e) in relative_errors(grads, dtype).items():  # a gradient zero on both sides cannot fail: said so
         zero = not np.any(grads[n][0]) and not np.any(grads[n][1])
-        rows.append(Row(n, label, e, bar, "all zero" if zero else ""))
+        rows.append(Row(n, label, e, bars[n], "all zero" if zero else "", own=own.get(n)))
     if grads and all(not np.any(a) for a, _ in grads.values()):
         rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
     return rows, out.detach().cpu().double().numpy(), p
+
+
+def output_name(kind: str) -> str:
+    return "output" if kind == "logits" else f"output ({kind})"
+
+
+def reference_tensors(run: tuple, p, kind, index, dout) -> dict:
+    """The reference's output (output_name), input gradients ("dquery", ...) and parameter gradients ("d name") from
+    `run` (run_reference's (out, backward) on probe `p`), for the upstream gradient `dout` on the positions the
+    module's output holds."""
+    ref_out, backward = run
+    dref = np.zeros(ref_out.shape)  # the upstream gradient on every position: zero where the module gives none
+    dref[(slice(None), index if index is not None else slice(None))] = dout
+    dref_in, dref_params = backward(dlogits_from(dref, ref_out, kind).astype(ref_out.dtype))
+    valid = at_positions(p.valid, index)
+    tensors = {output_name(kind): _valid(at_positions(from_logits(ref_out, kind), index), valid)}
+    return tensors | {f"d{n}": g for n, g in dref_in.items()} | {f"d {n}": g for n, g in dref_params.items()}
+
+
+def compare_each(session: Session, caller, cfg, kind, dtypes, result: Result) -> None:
+    """The rows of every dtype in `dtypes` into `result`, and the note on how the float32 bars were derived."""
+    for dtype in dtypes:
+        result.rows += compare(session, caller, cfg, kind, np.dtype(dtype).type)[0]
+    derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
+    if derived:
+        result.notes.append(float32_basis(derived))
+
+
+def reference_float32_errors(session: Session, p, cfg, kind, index, dout, names: list) -> dict:
+    """name -> the reference's own float32 error on each of `names`: the reference run in float32 against itself
+    in float64 on the same probe, weights and upstream gradient (the conventions' relative error)."""
+    ref32, ref64 = (
+        reference_tensors(LV.run_reference(session.level, session.params, p, cfg, dtype), p, kind, index, dout)
+        for dtype in (np.float32, np.float64)
+    )
+    return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in names}, np.float32).items()}
+
+
+def float32_basis(rows: list) -> str:
+    """The report's line on how the float32 bars were derived, with their range and the closest call."""
+    own, epsilons = [r.own for r in rows], FLOAT32_FLOOR / float(np.finfo(np.float32).eps)
+    text = (
+        f"float32 bars, per tensor: {FLOAT32_RATIO:g} x the reference's own float32 error on that tensor (the "
+        f"reference run in float32 against itself in float64, same inputs, weights and upstream gradient: "
+        f"{min(own):.1e} to {max(own):.1e} here), at least {FLOAT32_FLOOR:.1e} ({epsilons:g} float32 epsilons): "
+        f"bars {min(r.bar for r in rows):.1e} to {max(r.bar for r in rows):.1e}"
+    )
+    over = [r for r in rows if not r.ok]
+    if over:
+        return text + "; over their bars: " + ", ".join(f"{r.name} {r.error:.1e} > {r.bar:.1e}" for r in over[:4])
+    closest = max(rows, key=lambda r: r.error / r.bar)
+    return text + f"; the closest, {closest.name} at {closest.error:.1e} = {closest.error / closest.bar:.2f} of its bar"
 
 
 def module(
@@ -352,9 +405,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     result.notes = list(session.notes)
     if session.islands:
         result.caveats.append(("dtype.float32_island", island_message(session.islands)))
-    for dtype in dtypes:
-        rows, _, _ = compare(session, caller, cfg, kind, np.dtype(dtype).type)
-        result.rows += rows
+    compare_each(session, caller, cfg, kind, dtypes, result)
     from .diagnose import diagnose
 
     diagnose(session, caller, cfg, kind, result)

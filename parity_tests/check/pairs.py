@@ -24,7 +24,7 @@ from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
 from . import backward_mistakes as BM
 from .pair_table import LARGE, PAIRS, Pair
-from .report import Diagnosis, Result, Row
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row, float32_bar
 
 
 def _cast(args, dtype):
@@ -72,9 +72,9 @@ class Case:
     result: Result
     matches: list  # (case, Diagnosis)
 
-    def row(self, tensor: str, error: float, bar: float, note: str = "", against: str = "the reference") -> Row:
+    def row(self, tensor: str, error: float, bar: float, note="", against="the reference", own=None) -> Row:
         name = f"{self.name}: {tensor}" + (" vs finite differences" if against == "finite differences" else "")
-        return Row(name, self.dtype.name, error, bar, note, self.name, tensor, against)
+        return Row(name, self.dtype.name, error, bar, note, self.name, tensor, against, own)
 
 
 def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), seed: int = 0) -> Result:
@@ -91,7 +91,9 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
     result.conventions = {
         "protocol": "out, cache = forward(**args); grads = backward(dout, cache)",
         "bars": f"float64 {BAR[np.dtype('float64')]:.0e} against the reference and {FD_BAR:.0e} against finite "
-        f"differences of your forward, float32 {BAR[np.dtype('float32')]:.0e} against the reference",
+        f"differences of your forward; float32 against the reference, per tensor {FLOAT32_RATIO:g} x the "
+        f"reference's own float32 error there (its float32 run against its float64 run on the same inputs), at "
+        f"least {FLOAT32_FLOOR:.1e}",
     }
     matches: list = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
     for name, make in spec.cases.items():
@@ -188,7 +190,9 @@ def _judge_case(case: Case) -> None:
     misshapen = _misshapen(case, grads, ref_grads, dout)
     compared = {"output": (out, ref_out)} | {f"d{n}": (grads[n], g) for n, g in ref_grads.items() if n not in misshapen}
     errors = {k: e for k, (_, e) in relative_errors(compared, case.dtype).items()}
-    case.result.rows += [case.row(n, e, bar) for n, e in errors.items()] + list(misshapen.values())
+    own = _own_float32_errors(case, dout, ref_out, ref_grads, errors) if case.dtype == np.float32 else {}
+    bars = {n: float32_bar(own[n]) if n in own else bar for n in errors}
+    case.result.rows += [case.row(n, e, bars[n], own=own.get(n)) for n, e in errors.items()] + list(misshapen.values())
     if case.dtype != np.float64:
         return
     for name, g in ref_grads.items():  # each wrong gradient: is it a known mistake?
@@ -199,6 +203,17 @@ def _judge_case(case: Case) -> None:
     if errors["output"] > bar:
         _forward_variants(case, out)
     _finite_differences(case)
+
+
+def _own_float32_errors(case: Case, dout, ref_out, ref_grads: dict, names) -> dict:
+    """name -> the reference pair's own float32 error on each compared tensor: its float32 output and gradients
+    against the same pair run in float64 on the same (float32) inputs and upstream gradient."""
+    spec, args = case.spec, _cast(case.args, np.dtype(np.float64))
+    out64, cache64 = spec.forward(**_copy(args))
+    dout64 = float(dout) if np.ndim(ref_out) == 0 else np.asarray(dout, dtype=np.float64)
+    grads64 = _grads(spec, spec.backward, dout64, cache64)
+    pairs = {"output": (ref_out, out64)} | {f"d{n}": (g, grads64[n]) for n, g in ref_grads.items() if f"d{n}" in names}
+    return {n: e for n, (_, e) in relative_errors(pairs, np.float32).items()}
 
 
 def _overflowed(case: Case) -> None:

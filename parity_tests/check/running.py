@@ -10,6 +10,7 @@ import types
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
 
 
 def positions_held(ref_shape: tuple, shape: tuple):
@@ -34,17 +35,27 @@ def at_positions(array, index):
 
 
 DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+WIDEN = {torch.float32: torch.float64, torch.complex64: torch.complex128}
+CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg['dtype']))"
+MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
+HELD_TAIL = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
+HELD = "{} " + HELD_TAIL
+SKIPPED = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)  # a copy into a float32 tensor: its own
 
 
 class Float32Islands(TorchDispatchMode):
-    """While the user's float64 copy runs: each conversion of a float64 tensor to float32 (x.float(), .to(torch.
-    float32), .type_as(a float32 tensor); complex128 to complex64 likewise) is recorded with the innermost of the
-    user's submodules running it (`seen`), and, with `promote`, made a float64 (complex128) copy instead, so the
-    island computes in float64 and a mistake inside it is matched as exactly as anywhere else."""
+    """While the user's float64 copy runs: each op that computes in float32 there is recorded, with the innermost
+    of the user's submodules running it, as (submodule, op) in `seen`: a conversion of a float64 tensor to float32
+    (x.float(), .to(torch.float32), .type_as(a float32 tensor); complex128 to complex64 likewise), and an op that
+    mixes a float64 operand with a float32 one (a constant made in float32 inside the forward, as
+    torch.tensor(2.0 / torch.pi) is, or a float32 table). With `promote`, each such conversion is made a float64
+    (complex128) copy instead, each float32 operand of such an op is widened, and (with `exact`) torch's default
+    dtype is float64 while it runs, so that the constants made in forward are made in float64: the island computes
+    in float64 and a mistake inside it is matched as exactly as anywhere else."""
 
-    def __init__(self, module: nn.Module, promote: bool):
+    def __init__(self, module: nn.Module, promote: bool, exact: bool = True):
         super().__init__()
-        self.promote = promote
+        self.promote, self.exact = promote, exact and promote
         self.seen: list = []
         self.stack: list = []
         self.paths = {id(m): path for path, m in module.named_modules()}
@@ -62,42 +73,86 @@ class Float32Islands(TorchDispatchMode):
             torch.nn.modules.module.register_module_forward_pre_hook(push),
             torch.nn.modules.module.register_module_forward_hook(pop, always_call=True),
         ]
+        self.default = torch.get_default_dtype()
+        if self.exact:
+            torch.set_default_dtype(torch.float64)
         return super().__enter__()
 
     def __exit__(self, *exc):
         for hook in self.hooks:
             hook.remove()
+        torch.set_default_dtype(self.default)
         return super().__exit__(*exc)
+
+    def _record(self, op: str | None) -> None:
+        if self.stack:
+            self.seen.append((self.stack[-1] or "(the module)", op))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
             if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
-                if self.stack:
-                    self.seen.append(self.stack[-1] or "(the module)")
+                self._record(None)  # a cast
                 if self.promote:
                     kwargs = dict(kwargs, dtype=args[0].dtype)
+        elif func not in SKIPPED:
+            leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            if any(t.dtype in DOWNCAST for t in leaves) and any(t.dtype in WIDEN for t in leaves):
+                self._record(f"torch.{func.overloadpacket.__name__}")
+                if self.promote:
+                    args, kwargs = tree_map(_widen, (args, kwargs))
         return func(*args, **kwargs)
 
 
+def _widen(value):
+    return value.to(WIDEN[value.dtype]) if isinstance(value, torch.Tensor) and value.dtype in WIDEN else value
+
+
 def find_islands(module: nn.Module, run) -> list | None:
-    """The user's submodules (innermost, in the order they run) that convert float64 to float32 inside the float64
-    copy during `run()`; None when the run raises (a convention the module does not take: asked again later)."""
-    with Float32Islands(module, promote=False) as mode:
-        try:
-            with torch.no_grad():
-                run()
-        except Exception:
-            return None
-    return list(dict.fromkeys(mode.seen))
+    """The float32 islands of the user's float64 copy during `run()`: (submodule, what) for each op that computes
+    in float32 (see Float32Islands), the innermost submodule, in the order they run, each once; None when the run
+    raises (a convention the module does not take: asked again later). The run has its islands promoted, so that a
+    float32 cast that would make it fail (a float32 input to a float64 head) is found, not raised; where islands
+    are found it runs again as the float64 comparison will (forward's constants made in float64): a float32
+    operand still met then is a tensor the module holds, made in float32 before the check (HELD)."""
+    runs = []
+    for exact in (False, True):
+        with Float32Islands(module, promote=True, exact=exact) as mode:
+            try:
+                with torch.no_grad():
+                    run()
+            except Exception:
+                return None
+        runs.append(list(dict.fromkeys(mode.seen)))
+        if not runs[0]:
+            return []
+    held = {seen for seen in runs[1] if seen[1] is not None}
+    return [(path, CAST if op is None else (HELD if (path, op) in held else MIXED).format(op)) for path, op in runs[0]]
+
+
+def holds_float32(islands: list | None) -> bool:
+    """Whether any island is a float32 tensor the module holds (HELD): the float64 run cannot be exact there."""
+    return any(what.endswith(HELD_TAIL) for _, what in islands or [])
 
 
 def island_message(islands: list) -> str:
-    shown = ", ".join(islands[:4]) + (f" and {len(islands) - 4} more" if len(islands) > 4 else "")
+    """The caveat on a module's float32 islands ((submodule, op) each): where the first is, and each kind of op
+    with the submodules it runs in."""
+    groups: dict = {}
+    for path, op in islands:
+        groups.setdefault(op, []).append(path)
+    parts = [
+        f"{op} in {', '.join(paths[:4])}" + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        for op, paths in groups.items()
+    ]
+    held = (
+        "; with a float32 tensor held, the float64 comparison is judged on the float32 bars"
+        if holds_float32(islands)
+        else ""
+    )
     return (
-        f"at {islands[0]}: computes in float32 inside the float64 model (a float64 tensor converted to float32, "
-        f"as x.float() does), in {shown}; the float64 comparison is judged on the float32 bar, and the search for "
-        "a mistake runs those conversions in float64"
+        f"at {islands[0][0]}: computes in float32 inside the float64 model: {'; '.join(parts)}; the float64 "
+        f"comparison and the search for a mistake run those ops in float64 (the float32 comparison as written){held}"
     )
 
 

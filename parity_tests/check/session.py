@@ -49,6 +49,8 @@ class Session:
         self.rope_overwrite: dict = {}
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
             self.thetas = TB.rope_thetas(user, self.cfg.d_head)
+            if "rope_theta" in given:  # the caller's base: the module's tables are read (and overwritten) at it too
+                self.thetas = [float(given["rope_theta"])] + [t for t in self.thetas if t != given["rope_theta"]]
             self.rope_overwrite, base = TB.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
             if base is not None:  # the base the module's own tables were built with: tried first
                 self.thetas = [base] + [t for t in self.thetas if t != base]

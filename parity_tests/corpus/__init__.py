@@ -2,8 +2,9 @@
 
 Each file is one style (nanoGPT, minGPT, the Annotated Transformer, a Llama-style single file, PyTorch's
 nn.TransformerEncoder tutorial, d2l, Hugging Face-style BERT and GPT-2 returning ModelOutputs, a bentrevett-style
-seq2seq), written here from what those styles look like, not copied. A file reads like a user's own (it imports
-torch, and transformers for the Hugging Face styles; never the judge), and gives
+seq2seq, a "large language model from scratch" book's GPT), written here from what those styles look like, not
+copied. A file reads like a user's own (it imports torch, and transformers for the Hugging Face styles; never the
+judge), and gives
 
 - `model()`: a zero-argument factory for the clean model (tiny sizes, seeded);
 - `LEVEL`: the reference it is judged as, `check.module(model(), LEVEL, call=CALL)` with nothing else;
@@ -25,7 +26,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-STYLES = ("nanogpt", "mingpt", "annotated", "llama", "pytorch_tutorial", "d2l", "hf_style", "bentrevett", "hf_gpt")
+STYLES = (
+    "nanogpt",
+    "mingpt",
+    "annotated",
+    "llama",
+    "pytorch_tutorial",
+    "d2l",
+    "hf_style",
+    "bentrevett",
+    "hf_gpt",
+    "llms_from_scratch",
+)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ with `repeat_kv`, a SwiGLU feed-forward with w1 (gate), w3 (up) and w2 (down), n
 causal mask built in `Transformer.forward`. (No KV cache and no inference_mode: the training-time forward.)
 
 The `.float()` upcasts and the complex64 rotary product make a float32 island inside a float64 model: the judge is
-to name it (dtype.float32_island) and judge the model on the float32 bar."""
+to name it (dtype.float32_island) and run it in float64 for the float64 comparison."""
 
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ def eps_outside_sqrt() -> GPT:
 
 def float32_island() -> GPT:
     """Not in MISTAKES: the layer norms compute in float32 whatever the model's dtype. Named (dtype.float32_island,
-    at the first of them), then judged on the float32 bar, which it passes."""
+    at the first of them), then run in float64 for the float64 comparison, which it passes."""
     gpt = model()
     for block in gpt.transformer.h:
         block.ln_1 = Float32LayerNorm(gpt.config.n_embd, bias=True)
