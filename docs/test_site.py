@@ -64,6 +64,11 @@ RAW_TEX = re.compile(r"\$\$|\$[^$\s][^$\n]*\$|\\[A-Za-z]{2,}|\\[(\[]|:math:|\.\.
 # The build machine: an absolute path into its temporary, home or work folders, or an object's default repr.
 MACHINE_PATH = re.compile(r"(?<![\w.:/~-])/(?:tmp|root|home|work)/[^\s'\"),]*")
 OBJECT_REPR = re.compile(r"<[^<>\n]* at 0x[0-9a-fA-F]+>")
+# A Markdown table's rule line ("|---|---|", "| :--- | ---: |") left in a paragraph
+TABLE_RULE = re.compile(r"\|\s*:?-{3,}:?\s*\|")
+# Link text that is nothing but a file of the repository: a path with a folder ("docs/conventions.md",
+# "`examples/01_attention_by_hand.py`") or a page's or notebook's file name ("notation.md")
+PATH_TEXT = re.compile(r"\W*(?:[\w.-]+/[\w/.-]*\.(?:md|py|json|ipynb|toml|txt|html)|[\w-]+\.(?:md|ipynb))\W*")
 TUTORIALS_INDEX = "tutorials/index.html"
 # Screenshots: the page, and the id of the section to start from (None: the top); taken at every width.
 SHOTS = {
@@ -121,6 +126,12 @@ const done = arguments[arguments.length - 1];
       .map(a => a.href),
     requests: performance.getEntriesByType("resource").map(e => e.name),
     ids: Array.from(document.querySelectorAll("[id], a[name]")).map(e => e.id || e.getAttribute("name")),
+    // paragraphs of the main column outside source, with their text line by line (a table split by a blank line
+    // leaves its rows as a paragraph of pipes)
+    paragraphs: Array.from(main.querySelectorAll("p")).filter(p => !p.closest(SOURCE))
+      .map(p => p.textContent.trim()).filter(t => t.includes("|")),
+    linkTexts: Array.from(document.querySelectorAll("a[href]"))
+      .map(a => ({text: a.textContent.trim(), href: a.getAttribute("href")})),
   });
 })();
 """
@@ -163,7 +174,24 @@ const walk = e => {
   }
 };
 walk(main);
-return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math.round(edge), wide: wide.slice(0, 5)};
+// What is wider than its own box, and whether that box scrolls (overflow-x auto or scroll, on it or on the
+// nearest ancestor whose overflow is not visible) or clips it (hidden, clip) or lets it spill out (visible).
+const scrollsIn = e => {
+  for (; e && e !== main.parentElement; e = e.parentElement) {
+    const overflow = getComputedStyle(e).overflowX;
+    if (overflow !== "visible") return overflow === "auto" || overflow === "scroll";
+  }
+  return false;
+};
+const formulas = Array.from(main.querySelectorAll('mjx-container[display="true"]'))
+  .filter(m => m.scrollWidth > m.parentElement.clientWidth + 1 || m.scrollWidth > m.clientWidth + 1)
+  .map(m => ({width: m.scrollWidth, room: Math.min(m.clientWidth, m.parentElement.clientWidth), scrolls: scrollsIn(m),
+              text: (m.querySelector("mjx-assistive-mml") || m).textContent.trim().slice(0, 60)}));
+const code = Array.from(main.querySelectorAll("pre")).filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => ({width: p.scrollWidth, room: p.clientWidth, scrolls: scrollsIn(p),
+              line: p.textContent.split("\\n").reduce((a, b) => b.length > a.length ? b : a, "").trim().slice(0, 60)}));
+return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math.round(edge), wide: wide.slice(0, 5),
+        formulas: formulas, code: code};
 """
 )
 
@@ -188,6 +216,52 @@ def overflow_faults(page: dict) -> list[str]:
             faults.append(f"at {width} px the page scrolls sideways ({found['scrollWidth']} px wide)")
         faults += [f"at {width} px past the column's edge ({found['edge']} px): {e}" for e in found["wide"]]
     return faults
+
+
+def formula_faults(page: dict) -> list[str]:
+    """A display formula wider than its column: at 1280 px at all (a laptop shows every equation whole, the
+    learner never has to find a hidden scroll bar), at a phone's width unless it scrolls in its own box."""
+    faults = []
+    for width, found in page["overflow"].items():
+        for f in found["formulas"]:
+            if int(width) == WIDTHS[0] or not f["scrolls"]:
+                how = "scrolls in its box" if f["scrolls"] else "cut off"
+                faults.append(f"at {width} px a formula {f['width']} px wide in {f['room']} px ({how}): {f['text']}")
+    return faults
+
+
+def code_faults(page: dict) -> list[str]:
+    """A code line wider than its cell: at 1280 px at all (the site wraps long lines there; a scroll bar at the
+    bottom of a long cell is one the reader does not see), at a phone's width unless the cell scrolls."""
+    faults = []
+    for width, found in page["overflow"].items():
+        for c in found["code"]:
+            if int(width) == WIDTHS[0] or not c["scrolls"]:
+                how = "scrolls in its cell" if c["scrolls"] else "cut off"
+                faults.append(f"at {width} px a code line {c['width']} px wide in {c['room']} px ({how}): {c['line']}")
+    return faults
+
+
+def table_faults(page: dict) -> list[str]:
+    """A paragraph that is the row of a table left as text: a Markdown table split by a blank line (its last rows
+    then read "| a | b |"), or a table's rule line."""
+    faults = []
+    for text in page["paragraphs"]:
+        for line in text.splitlines():
+            line = line.strip()
+            row = line.startswith("|") and line.endswith("|") and line.count("|") >= 3
+            if row or TABLE_RULE.search(line):
+                faults.append(f"a table row shown as text: {line[:80]}")
+    return faults
+
+
+def path_link_faults(page: dict) -> list[str]:
+    """A link whose text is a file's path ("docs/conventions.md"): a reader wants the page's title."""
+    return [
+        f"link text is a file path: {link['text']!r} -> {link['href']}"
+        for link in page["linkTexts"]
+        if PATH_TEXT.fullmatch(link["text"])
+    ]
 
 
 def leak_faults(page: dict) -> list[str]:
@@ -337,6 +411,26 @@ def test_no_page_scrolls_sideways(site) -> None:
     assert not faults, "too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
 
 
+def test_formulas_fit_their_column(site) -> None:
+    faults = {name: formula_faults(page) for name, page in site["pages"].items() if formula_faults(page)}
+    assert not faults, "formulas too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
+def test_code_fits_its_cell(site) -> None:
+    faults = {name: code_faults(page) for name, page in site["pages"].items() if code_faults(page)}
+    assert not faults, "code lines too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
+def test_no_table_row_shown_as_text(site) -> None:
+    faults = {name: table_faults(page) for name, page in site["pages"].items() if table_faults(page)}
+    assert not faults, "tables broken into text:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
+def test_no_link_reads_as_a_file_path(site) -> None:
+    faults = {name: path_link_faults(page) for name, page in site["pages"].items() if path_link_faults(page)}
+    assert not faults, "links that read as paths:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
 def test_nothing_of_the_build_machine_shows(site) -> None:
     faults = {name: leak_faults(page) for name, page in site["pages"].items() if leak_faults(page)}
     assert not faults, "machine paths or object reprs:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
@@ -441,14 +535,19 @@ PAGE = """<!doctype html><html><head><meta charset="utf-8">
 <script>window.MathJax = {tex: {inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]]}};</script>
 <script defer src="mathjax/tex-chtml-full.js"></script>
 <style>body { margin: 0; } article { max-width: 700px; margin: 0 auto; }
-.scroll, pre, .math { overflow-x: auto; }</style>
+.scroll, pre, .math { overflow-x: auto; }
+@media (min-width: 48em) { pre { white-space: pre-wrap; overflow-wrap: anywhere; } }</style>
 </head><body><article><h1>A page</h1><p>Softmax: \\(p_i = e^{s_i} / \\sum_j e^{s_j}\\).</p>
 <div class="scroll"><pre>a code line far wider than the column {wide}</pre></div>
 <div class="math">\\[ J = \\mathrm{diag}(\\gamma)\\, r \\big(I - \\tfrac1D \\mathbf{1}\\mathbf{1}^\\top\\big)
 {long} \\]</div>
+<p>|x| is the absolute value; see <a href="clean.html">the conventions</a> and <code>docs/conventions.md</code>.</p>
 {fault}</article></body></html>"""
-LONG = " + ".join(f"x_{i}" for i in range(80))  # an equation wider than the column: it scrolls in its box
-BROKEN = {  # the fault, and the check that must catch it
+# An equation that fits the column at 1280 px and scrolls in its box at 390 px; a code line that wraps at 1280 px
+# and scrolls in its cell at 390 px (as the site's pages do).
+LONG = " + ".join(f"x_{i}" for i in range(8))
+WIDE_FORMULA = r"\[ " + " + ".join(f"y_{i}" for i in range(80)) + r" \]"
+BROKEN = {  # the fault, and the check (or checks) that must catch it
     "mathjax_error": (r"<p>\(a & b\)</p>", math_faults),
     "undefined_command": (r"<p>\(\tfracc1D x\)</p>", math_faults),
     "unbalanced_braces": (r"<p>\(\frac{1}{\)</p>", math_faults),
@@ -459,14 +558,26 @@ BROKEN = {  # the fault, and the check that must catch it
     "past_the_column": ('<div style="width: 900px">wider than the column, not the window</div>', overflow_faults),
     "machine_path": ('<div class="cell_output"><pre>saved /tmp/tmpk2x9/attention.png</pre></div>', leak_faults),
     "home_path": ("<p>see /root/.cache/walkthrough/out.png</p>", leak_faults),
-    "long_equation": (r"<p>\[ " + " + ".join(f"y_{i}" for i in range(80)) + r" \]</p>", overflow_faults),
+    "long_equation": (f"<p>{WIDE_FORMULA}</p>", (overflow_faults, formula_faults)),
+    "scrolling_formula": (f'<div class="math">{WIDE_FORMULA}</div>', formula_faults),  # at 1280 px
+    "clipped_formula": (f'<div style="overflow: hidden">{WIDE_FORMULA}</div>', formula_faults),
+    "scrolling_code": ('<pre style="white-space: pre">' + "x = 1  # " * 40 + "</pre>", code_faults),  # at 1280 px
+    "clipped_code": ('<pre style="white-space: pre; overflow: hidden">' + "x = 1  # " * 40 + "</pre>", code_faults),
+    "spilling_code": (
+        '<pre style="white-space: pre; overflow: visible">' + "x = 1  # " * 40 + "</pre>",
+        (overflow_faults, code_faults),
+    ),
+    "table_row_as_text": ("<p>| x used by several paths | dx = the sum of the J^T dy |</p>", table_faults),
+    "table_rule_as_text": ("<p>| forward | backward |\n| --- | --- |</p>", table_faults),
+    "path_as_link_text": ('<p>as stated in <a href="clean.html">docs/conventions.md</a></p>', path_link_faults),
+    "file_as_link_text": ('<p>the <a href="clean.html">notation.md</a> table</p>', path_link_faults),
     "unwrapped_line": ('<p style="white-space: nowrap">' + "a line that never wraps " * 30 + "</p>", overflow_faults),
     "object_repr": (
         '<div class="cell_output"><pre>&lt;numpy_transformer.model.Transformer at 0x7f3a2c1d9e50&gt;</pre></div>',
         leak_faults,
     ),
 }
-CHECKS = (math_faults, overflow_faults, leak_faults)
+CHECKS = (math_faults, overflow_faults, leak_faults, formula_faults, code_faults, table_faults, path_link_faults)
 
 
 def test_checks_catch_broken_pages(tmp_path) -> None:
@@ -492,15 +603,22 @@ def test_checks_catch_broken_pages(tmp_path) -> None:
         for check in CHECKS:
             assert check(clean) == [], (check.__name__, check(clean))
         broken = {}
-        for name, (_, catcher) in BROKEN.items():
+        for name, (_, catchers) in BROKEN.items():
+            catchers = catchers if isinstance(catchers, tuple) else (catchers,)
             broken[name] = visit(driver, base + f"{name}.html")
-            assert catcher(broken[name]), f"{catcher.__name__} missed the fault of {name}.html"
-            for check in CHECKS:  # and only the check it is meant for fires
-                assert check is catcher or check(broken[name]) == [], (name, check.__name__, check(broken[name]))
+            for catcher in catchers:
+                assert catcher(broken[name]), f"{catcher.__name__} missed the fault of {name}.html"
+            for check in CHECKS:  # and only the checks it is meant for fire
+                assert check in catchers or check(broken[name]) == [], (name, check.__name__, check(broken[name]))
         index = visit(driver, base + TUTORIALS_INDEX)
         assert walkthroughs_not_listed(index, base, stems) == [stems[2]]  # listed in the toctree only
     for name in ("mathjax_error", "undefined_command"):  # typeset, but as an error
         assert broken[name]["mathjaxErrors"] and broken[name]["formulas"] == 3, name
     assert broken["long_equation"]["formulas"] == 3  # typeset, and wider than the column without a box of its own
+    for name in ("scrolling_formula", "scrolling_code"):  # fine on a phone, where they scroll in their own box
+        assert all("at 1280 px" in fault for fault in formula_faults(broken[name]) + code_faults(broken[name])), name
+    for name in ("clipped_formula", "clipped_code", "spilling_code"):  # cut off (or spilling out) at both widths
+        faults = formula_faults(broken[name]) + code_faults(broken[name])
+        assert any("at 390 px" in fault for fault in faults) and any("at 1280 px" in fault for fault in faults), name
     assert all("at 390 px" in fault for fault in overflow_faults(broken["wide_at_390"]))  # fits at 1280 px
     assert any("scrolls sideways" in fault for fault in overflow_faults(broken["wide_at_1280"]))

@@ -193,24 +193,24 @@ nodes = {
     "enc_n": (5.7, 2.0, "final\nnorm"),
     "emb_t": (0.0, 0.0, "target ids:\nembedding\n+ positions"),
     "dec0": (1.9, 0.0, "decoder\nlayer 0"),
-    "dec1": (3.8, 0.0, "decoder\nlayer 1"),
-    "dec_n": (5.7, 0.0, "final\nnorm"),
-    "proj": (7.4, 0.0, "output\nprojection"),
-    "L": (8.9, 0.0, "$\\mathcal{L}$\n(cross-\nentropy)"),
+    "dec1": (4.6, 0.0, "decoder\nlayer 1"),
+    "dec_n": (6.3, 0.0, "final\nnorm"),
+    "proj": (7.9, 0.0, "output\nprojection"),
+    "L": (9.5, 0.0, "$\\mathcal{L}$\n(cross-\nentropy)"),
 }
 edges = [
     ("emb_s", "enc0", "x", f"({B}, {T_src}, {D})"),
     ("enc0", "enc1", "x", f"({B}, {T_src}, {D})"),
     ("enc1", "enc_n", "x", f"({B}, {T_src}, {D})"),
-    ("enc_n", "dec0", "\\mathrm{memory}", f"({B}, {T_src}, {D})"),
-    ("enc_n", "dec1", "\\mathrm{memory}", f"({B}, {T_src}, {D})"),
+    ("enc_n", "dec0", "\\mathrm{memory}", f"({B}, {T_src}, {D})", 0.6, -1),  # its labels clear of the other edge's
+    ("enc_n", "dec1", "\\mathrm{memory}", f"({B}, {T_src}, {D})", 0.6),
     ("emb_t", "dec0", "x", f"({B}, {T_tgt}, {D})"),
     ("dec0", "dec1", "x", f"({B}, {T_tgt}, {D})"),
     ("dec1", "dec_n", "x", f"({B}, {T_tgt}, {D})"),
     ("dec_n", "proj", "x", f"({B}, {T_tgt}, {D})"),
     ("proj", "L", "z", f"({B}, {T_tgt}, {cfg.tgt_vocab_size})"),
 ]
-plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "the encoder-decoder", size=(7.3, 3.8))
+plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "the encoder-decoder", size=(8.4, 3.8))
 
 # %% [markdown]
 # ## Watching gradients inside the PyTorch model
