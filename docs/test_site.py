@@ -9,6 +9,11 @@ Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on 
   what the source says);
 - no sideways scrolling: at 1280 px and at a phone's 390 px the page is no wider than the window (a long
   equation, a code block or a table may scroll inside its own box);
+- formulas and code that fit: at 1280 px no display formula is wider than its column and no code line wider than
+  its cell (the site wraps code there; a scroll bar at the bottom of a long cell is one the reader never sees); at
+  390 px a wider one scrolls in its own box, never cut off (overflow hidden) or spilling out;
+- no table row left as text (a paragraph "| a | b |" or "| --- |": a Markdown table split by a blank line);
+- no link whose text is a file path ("docs/conventions.md") where the reader wants the page's title;
 - nothing of the build machine in the page's text, outputs included: no absolute path into /tmp, /root,
   /home or /work, and no object repr (`<... at 0x7f...>`);
 - every image loaded (`naturalWidth > 0`);

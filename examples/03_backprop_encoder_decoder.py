@@ -290,7 +290,7 @@ assert np.abs(logits - logits_t.detach().numpy()).max() <= 1e-12
 #
 # For every step: the largest absolute difference of the input's gradient, and of each parameter
 # gradient, from PyTorch's. The pass/fail number is the project's error
-# ([docs/conventions.md](../docs/conventions.md)),
+# ([the conventions' error measure](../docs/conventions.md)),
 # $\max|a - b| / \max(\max|b|,\ 10^{-3}\, \mathrm{top})$, where $\mathrm{top}$ is the largest gradient
 # entry of the whole model. The floor $10^{-3}\, \mathrm{top}$ matters for gradients that are zero in
 # exact arithmetic, which we will meet. The bar is $10^{-10}$; float64 rounding gives about $10^{-14}$.
@@ -846,7 +846,7 @@ for name in sorted(k for k in grads if k.endswith("k_proj.bias")):
     assert ours <= 1e-13 * s_scale and theirs <= 1e-13 * s_scale
 
 # %% [markdown]
-# This is why the project ([docs/conventions.md](../docs/conventions.md)) judges an error against
+# This is why the project ([its conventions](../docs/conventions.md)) judges an error against
 # $\max(\max|b|, 10^{-3}\, \mathrm{top})$ and not against $\max|b|$ alone: the relative error of one
 # rounding noise against another is of order one, and would fail a correct implementation. With the floor,
 # the key bias's difference is measured against the size of its neighbours' gradients, where it belongs.

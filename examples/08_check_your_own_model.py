@@ -199,11 +199,12 @@ class Translator1(Translator):
 
 
 class Norm(nn.Module):
-    """Layer norm written from its formula: (x - mean) / sqrt(var + eps), then a scale and a shift."""
+    """Layer norm from its formula: (x - mean) / sqrt(var + eps), scaled and shifted."""
 
     def __init__(self, d, eps=1e-5):
         super().__init__()
-        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d)), eps
+        self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+        self.eps = eps
 
     def forward(self, x):
         mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True)
@@ -216,7 +217,8 @@ class Translator2(Translator):
     def __init__(self, **sizes):
         super().__init__(**sizes)
         for block in [*self.readers, *self.writers]:
-            block.attend_norm, block.mlp_norm = self.norm(self.d_model), self.norm(self.d_model)
+            block.attend_norm = self.norm(self.d_model)
+            block.mlp_norm = self.norm(self.d_model)
             if block.cross is not None:
                 block.cross_norm = self.norm(self.d_model)
 

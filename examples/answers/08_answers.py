@@ -75,7 +75,8 @@ print("exercise 1 checked: tril(1) named attention.causal_shows_next at writers.
 # %%
 class FixedNorm(Norm):
     def forward(self, x):
-        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)  # divided by n
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)  # divided by n, not n - 1
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
 
