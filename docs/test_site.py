@@ -194,7 +194,7 @@ const formulas = Array.from(main.querySelectorAll('mjx-container[display="true"]
               text: (m.querySelector("mjx-assistive-mml") || m).textContent.trim().slice(0, 60)}));
 const code = Array.from(main.querySelectorAll("pre")).filter(p => p.scrollWidth > p.clientWidth + 1)
   .map(p => ({width: p.scrollWidth, room: p.clientWidth, scrolls: scrollsIn(p),
-              line: p.textContent.split("\\n").reduce((a, b) => b.length > a.length ? b : a, "").trim().slice(0, 60)}));
+              text: p.textContent.split("\\n").reduce((a, b) => b.length > a.length ? b : a, "").trim().slice(0, 60)}));
 return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math.round(edge), wide: wide.slice(0, 5),
         formulas: formulas, code: code};
 """
@@ -223,28 +223,28 @@ def overflow_faults(page: dict) -> list[str]:
     return faults
 
 
+def too_wide(page: dict, kind: str, what: str, box: str) -> list[str]:
+    """The elements of one kind (the OVERFLOW script's "formulas" or "code") wider than their box: at 1280 px
+    any, at a phone's width those whose box does not scroll (cut off, or spilling out)."""
+    faults = []
+    for width, found in page["overflow"].items():
+        for e in found[kind]:
+            if int(width) == WIDTHS[0] or not e["scrolls"]:
+                how = f"scrolls in its {box}" if e["scrolls"] else "cut off"
+                faults.append(f"at {width} px {what} {e['width']} px wide in {e['room']} px ({how}): {e['text']}")
+    return faults
+
+
 def formula_faults(page: dict) -> list[str]:
     """A display formula wider than its column: at 1280 px at all (a laptop shows every equation whole, the
     learner never has to find a hidden scroll bar), at a phone's width unless it scrolls in its own box."""
-    faults = []
-    for width, found in page["overflow"].items():
-        for f in found["formulas"]:
-            if int(width) == WIDTHS[0] or not f["scrolls"]:
-                how = "scrolls in its box" if f["scrolls"] else "cut off"
-                faults.append(f"at {width} px a formula {f['width']} px wide in {f['room']} px ({how}): {f['text']}")
-    return faults
+    return too_wide(page, "formulas", "a formula", "box")
 
 
 def code_faults(page: dict) -> list[str]:
     """A code line wider than its cell: at 1280 px at all (the site wraps long lines there; a scroll bar at the
     bottom of a long cell is one the reader does not see), at a phone's width unless the cell scrolls."""
-    faults = []
-    for width, found in page["overflow"].items():
-        for c in found["code"]:
-            if int(width) == WIDTHS[0] or not c["scrolls"]:
-                how = "scrolls in its cell" if c["scrolls"] else "cut off"
-                faults.append(f"at {width} px a code line {c['width']} px wide in {c['room']} px ({how}): {c['line']}")
-    return faults
+    return too_wide(page, "code", "a code line", "cell")
 
 
 def table_faults(page: dict) -> list[str]:
@@ -390,6 +390,12 @@ def walkthrough_stems() -> list[str]:
     return stems
 
 
+def assert_clean(site, check, what: str) -> None:
+    """The check finds nothing on any page; else the faults it found, page by page."""
+    faults = {name: check(page) for name, page in site["pages"].items() if check(page)}
+    assert not faults, f"{what}:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
 # --- The built site ----------------------------------------------------------------------------------------------
 
 
@@ -405,40 +411,30 @@ def test_site_has_every_section(site) -> None:
 
 
 def test_math_is_rendered_on_every_page(site) -> None:
-    faults = {name: math_faults(page) for name, page in site["pages"].items() if math_faults(page)}
-    assert not faults, "raw TeX (or a MathJax error):\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+    assert_clean(site, math_faults, "raw TeX (or a MathJax error)")
     assert site["counts"]["formulas"] > 100  # the derivations, the walkthroughs and the docstrings typeset
     assert site["pages"]["explanation/derivations.html"]["formulas"] > 20
 
 
 def test_no_page_scrolls_sideways(site) -> None:
-    faults = {name: overflow_faults(page) for name, page in site["pages"].items() if overflow_faults(page)}
-    assert not faults, "too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+    assert_clean(site, overflow_faults, "too wide")
 
 
-def test_formulas_fit_their_column(site) -> None:
-    faults = {name: formula_faults(page) for name, page in site["pages"].items() if formula_faults(page)}
-    assert not faults, "formulas too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+LEARNERS_PATH = {  # what a learner reading the pages found, each kind checked on every page
+    "formulas_fit_their_column": (formula_faults, "formulas too wide"),
+    "code_fits_its_cell": (code_faults, "code lines too wide"),
+    "no_table_row_shown_as_text": (table_faults, "tables broken into text"),
+    "no_link_reads_as_a_file_path": (path_link_faults, "links that read as paths"),
+}
 
 
-def test_code_fits_its_cell(site) -> None:
-    faults = {name: code_faults(page) for name, page in site["pages"].items() if code_faults(page)}
-    assert not faults, "code lines too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
-
-
-def test_no_table_row_shown_as_text(site) -> None:
-    faults = {name: table_faults(page) for name, page in site["pages"].items() if table_faults(page)}
-    assert not faults, "tables broken into text:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
-
-
-def test_no_link_reads_as_a_file_path(site) -> None:
-    faults = {name: path_link_faults(page) for name, page in site["pages"].items() if path_link_faults(page)}
-    assert not faults, "links that read as paths:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+@pytest.mark.parametrize("kind", LEARNERS_PATH)
+def test_learners_path(site, kind: str) -> None:
+    assert_clean(site, *LEARNERS_PATH[kind])
 
 
 def test_nothing_of_the_build_machine_shows(site) -> None:
-    faults = {name: leak_faults(page) for name, page in site["pages"].items() if leak_faults(page)}
-    assert not faults, "machine paths or object reprs:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+    assert_clean(site, leak_faults, "machine paths or object reprs")
 
 
 def test_tutorials_index_lists_every_walkthrough(site) -> None:
