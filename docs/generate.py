@@ -172,6 +172,9 @@ def write_workbook() -> int:
         if not items or not answer_file.is_file():
             continue
         worked = answers(answer_file)
+        # what the walkthrough's exercises are checked with: the judge for a torch model, else finite differences
+        judged = "check.module" in script.read_text().partition("\n# ## Exercises\n")[2]
+        checker = "the judge, `parity_tests.check.module`" if judged else "`numpy_transformer.gradcheck.check_pair`"
         title = re.sub(r"^[\w.]+\. ", "", jupytext.read(script).cells[0].source.splitlines()[0].lstrip("# ").strip())
         for n, text in sorted(items.items()):
             name = f"{number}_exercise_{n}"
@@ -182,7 +185,7 @@ def write_workbook() -> int:
                 f"# {number}.{n} {heading}\n\n"
                 f"Exercise {n} of walkthrough {number}, [{title}](../tutorials/{script.stem}.ipynb):\n\n"
                 f"{text}\n\n"
-                "Try it first; check your answer with `numpy_transformer.gradcheck.check_pair`.\n\n"
+                f"Try it first; check your answer with {checker}.\n\n"
                 "<details>\n<summary>The worked answer (click to open)</summary>\n\n"
                 f"{answer}\n\n"
                 f"The whole file, which the test suite runs and checks: `examples/answers/{answer_file.name}`.\n\n"

@@ -9,6 +9,11 @@ Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on 
   what the source says);
 - no sideways scrolling: at 1280 px and at a phone's 390 px the page is no wider than the window (a long
   equation, a code block or a table may scroll inside its own box);
+- formulas and code that fit: at 1280 px no display formula is wider than its column and no code line wider than
+  its cell (the site wraps code there; a scroll bar at the bottom of a long cell is one the reader never sees); at
+  390 px a wider one scrolls in its own box, never cut off (overflow hidden) or spilling out;
+- no table row left as text (a paragraph "| a | b |" or "| --- |": a Markdown table split by a blank line);
+- no link whose text is a file path ("docs/conventions.md") where the reader wants the page's title;
 - nothing of the build machine in the page's text, outputs included: no absolute path into /tmp, /root,
   /home or /work, and no object repr (`<... at 0x7f...>`);
 - every image loaded (`naturalWidth > 0`);
@@ -64,6 +69,11 @@ RAW_TEX = re.compile(r"\$\$|\$[^$\s][^$\n]*\$|\\[A-Za-z]{2,}|\\[(\[]|:math:|\.\.
 # The build machine: an absolute path into its temporary, home or work folders, or an object's default repr.
 MACHINE_PATH = re.compile(r"(?<![\w.:/~-])/(?:tmp|root|home|work)/[^\s'\"),]*")
 OBJECT_REPR = re.compile(r"<[^<>\n]* at 0x[0-9a-fA-F]+>")
+# A Markdown table's rule line ("|---|---|", "| :--- | ---: |") left in a paragraph
+TABLE_RULE = re.compile(r"\|\s*:?-{3,}:?\s*\|")
+# Link text that is nothing but a file of the repository: a path with a folder ("docs/conventions.md",
+# "`examples/01_attention_by_hand.py`") or a page's or notebook's file name ("notation.md")
+PATH_TEXT = re.compile(r"\W*(?:[\w.-]+/[\w/.-]*\.(?:md|py|json|ipynb|toml|txt|html)|[\w-]+\.(?:md|ipynb))\W*")
 TUTORIALS_INDEX = "tutorials/index.html"
 # Screenshots: the page, and the id of the section to start from (None: the top); taken at every width.
 SHOTS = {
@@ -121,6 +131,12 @@ const done = arguments[arguments.length - 1];
       .map(a => a.href),
     requests: performance.getEntriesByType("resource").map(e => e.name),
     ids: Array.from(document.querySelectorAll("[id], a[name]")).map(e => e.id || e.getAttribute("name")),
+    // paragraphs of the main column outside source, with their text line by line (a table split by a blank line
+    // leaves its rows as a paragraph of pipes)
+    paragraphs: Array.from(main.querySelectorAll("p")).filter(p => !p.closest(SOURCE))
+      .map(p => p.textContent.trim()).filter(t => t.includes("|")),
+    linkTexts: Array.from(document.querySelectorAll("a[href]"))
+      .map(a => ({text: a.textContent.trim(), href: a.getAttribute("href")})),
   });
 })();
 """
@@ -163,7 +179,24 @@ const walk = e => {
   }
 };
 walk(main);
-return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math.round(edge), wide: wide.slice(0, 5)};
+// What is wider than its own box, and whether that box scrolls (overflow-x auto or scroll, on it or on the
+// nearest ancestor whose overflow is not visible) or clips it (hidden, clip) or lets it spill out (visible).
+const scrollsIn = e => {
+  for (; e && e !== main.parentElement; e = e.parentElement) {
+    const overflow = getComputedStyle(e).overflowX;
+    if (overflow !== "visible") return overflow === "auto" || overflow === "scroll";
+  }
+  return false;
+};
+const formulas = Array.from(main.querySelectorAll('mjx-container[display="true"]'))
+  .filter(m => m.scrollWidth > m.parentElement.clientWidth + 1 || m.scrollWidth > m.clientWidth + 1)
+  .map(m => ({width: m.scrollWidth, room: Math.min(m.clientWidth, m.parentElement.clientWidth), scrolls: scrollsIn(m),
+              text: (m.querySelector("mjx-assistive-mml") || m).textContent.trim().slice(0, 60)}));
+const code = Array.from(main.querySelectorAll("pre")).filter(p => p.scrollWidth > p.clientWidth + 1)
+  .map(p => ({width: p.scrollWidth, room: p.clientWidth, scrolls: scrollsIn(p),
+              text: p.textContent.split("\\n").reduce((a, b) => b.length > a.length ? b : a, "").trim().slice(0, 60)}));
+return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math.round(edge), wide: wide.slice(0, 5),
+        formulas: formulas, code: code};
 """
 )
 
@@ -188,6 +221,52 @@ def overflow_faults(page: dict) -> list[str]:
             faults.append(f"at {width} px the page scrolls sideways ({found['scrollWidth']} px wide)")
         faults += [f"at {width} px past the column's edge ({found['edge']} px): {e}" for e in found["wide"]]
     return faults
+
+
+def too_wide(page: dict, kind: str, what: str, box: str) -> list[str]:
+    """The elements of one kind (the OVERFLOW script's "formulas" or "code") wider than their box: at 1280 px
+    any, at a phone's width those whose box does not scroll (cut off, or spilling out)."""
+    faults = []
+    for width, found in page["overflow"].items():
+        for e in found[kind]:
+            if int(width) == WIDTHS[0] or not e["scrolls"]:
+                how = f"scrolls in its {box}" if e["scrolls"] else "cut off"
+                faults.append(f"at {width} px {what} {e['width']} px wide in {e['room']} px ({how}): {e['text']}")
+    return faults
+
+
+def formula_faults(page: dict) -> list[str]:
+    """A display formula wider than its column: at 1280 px at all (a laptop shows every equation whole, the
+    learner never has to find a hidden scroll bar), at a phone's width unless it scrolls in its own box."""
+    return too_wide(page, "formulas", "a formula", "box")
+
+
+def code_faults(page: dict) -> list[str]:
+    """A code line wider than its cell: at 1280 px at all (the site wraps long lines there; a scroll bar at the
+    bottom of a long cell is one the reader does not see), at a phone's width unless the cell scrolls."""
+    return too_wide(page, "code", "a code line", "cell")
+
+
+def table_faults(page: dict) -> list[str]:
+    """A paragraph that is the row of a table left as text: a Markdown table split by a blank line (its last rows
+    then read "| a | b |"), or a table's rule line."""
+    faults = []
+    for text in page["paragraphs"]:
+        for line in text.splitlines():
+            line = line.strip()
+            row = line.startswith("|") and line.endswith("|") and line.count("|") >= 3
+            if row or TABLE_RULE.search(line):
+                faults.append(f"a table row shown as text: {line[:80]}")
+    return faults
+
+
+def path_link_faults(page: dict) -> list[str]:
+    """A link whose text is a file's path ("docs/conventions.md"): a reader wants the page's title."""
+    return [
+        f"link text is a file path: {link['text']!r} -> {link['href']}"
+        for link in page["linkTexts"]
+        if PATH_TEXT.fullmatch(link["text"])
+    ]
 
 
 def leak_faults(page: dict) -> list[str]:
@@ -311,6 +390,12 @@ def walkthrough_stems() -> list[str]:
     return stems
 
 
+def assert_clean(site, check, what: str) -> None:
+    """The check finds nothing on any page; else the faults it found, page by page."""
+    faults = {name: check(page) for name, page in site["pages"].items() if check(page)}
+    assert not faults, f"{what}:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+
+
 # --- The built site ----------------------------------------------------------------------------------------------
 
 
@@ -326,20 +411,30 @@ def test_site_has_every_section(site) -> None:
 
 
 def test_math_is_rendered_on_every_page(site) -> None:
-    faults = {name: math_faults(page) for name, page in site["pages"].items() if math_faults(page)}
-    assert not faults, "raw TeX (or a MathJax error):\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+    assert_clean(site, math_faults, "raw TeX (or a MathJax error)")
     assert site["counts"]["formulas"] > 100  # the derivations, the walkthroughs and the docstrings typeset
     assert site["pages"]["explanation/derivations.html"]["formulas"] > 20
 
 
 def test_no_page_scrolls_sideways(site) -> None:
-    faults = {name: overflow_faults(page) for name, page in site["pages"].items() if overflow_faults(page)}
-    assert not faults, "too wide:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+    assert_clean(site, overflow_faults, "too wide")
+
+
+LEARNERS_PATH = {  # what a learner reading the pages found, each kind checked on every page
+    "formulas_fit_their_column": (formula_faults, "formulas too wide"),
+    "code_fits_its_cell": (code_faults, "code lines too wide"),
+    "no_table_row_shown_as_text": (table_faults, "tables broken into text"),
+    "no_link_reads_as_a_file_path": (path_link_faults, "links that read as paths"),
+}
+
+
+@pytest.mark.parametrize("kind", LEARNERS_PATH)
+def test_learners_path(site, kind: str) -> None:
+    assert_clean(site, *LEARNERS_PATH[kind])
 
 
 def test_nothing_of_the_build_machine_shows(site) -> None:
-    faults = {name: leak_faults(page) for name, page in site["pages"].items() if leak_faults(page)}
-    assert not faults, "machine paths or object reprs:\n" + json.dumps(faults, indent=1, ensure_ascii=False)
+    assert_clean(site, leak_faults, "machine paths or object reprs")
 
 
 def test_tutorials_index_lists_every_walkthrough(site) -> None:
@@ -441,14 +536,19 @@ PAGE = """<!doctype html><html><head><meta charset="utf-8">
 <script>window.MathJax = {tex: {inlineMath: [["\\\\(", "\\\\)"]], displayMath: [["\\\\[", "\\\\]"]]}};</script>
 <script defer src="mathjax/tex-chtml-full.js"></script>
 <style>body { margin: 0; } article { max-width: 700px; margin: 0 auto; }
-.scroll, pre, .math { overflow-x: auto; }</style>
+.scroll, pre, .math { overflow-x: auto; }
+@media (min-width: 48em) { pre { white-space: pre-wrap; overflow-wrap: anywhere; } }</style>
 </head><body><article><h1>A page</h1><p>Softmax: \\(p_i = e^{s_i} / \\sum_j e^{s_j}\\).</p>
 <div class="scroll"><pre>a code line far wider than the column {wide}</pre></div>
 <div class="math">\\[ J = \\mathrm{diag}(\\gamma)\\, r \\big(I - \\tfrac1D \\mathbf{1}\\mathbf{1}^\\top\\big)
 {long} \\]</div>
+<p>|x| is the absolute value; see <a href="clean.html">the conventions</a> and <code>docs/conventions.md</code>.</p>
 {fault}</article></body></html>"""
-LONG = " + ".join(f"x_{i}" for i in range(80))  # an equation wider than the column: it scrolls in its box
-BROKEN = {  # the fault, and the check that must catch it
+# An equation that fits the column at 1280 px and scrolls in its box at 390 px; a code line that wraps at 1280 px
+# and scrolls in its cell at 390 px (as the site's pages do).
+LONG = " + ".join(f"x_{i}" for i in range(8))
+WIDE_FORMULA = r"\[ " + " + ".join(f"y_{i}" for i in range(80)) + r" \]"
+BROKEN = {  # the fault, and the check (or checks) that must catch it
     "mathjax_error": (r"<p>\(a & b\)</p>", math_faults),
     "undefined_command": (r"<p>\(\tfracc1D x\)</p>", math_faults),
     "unbalanced_braces": (r"<p>\(\frac{1}{\)</p>", math_faults),
@@ -459,14 +559,26 @@ BROKEN = {  # the fault, and the check that must catch it
     "past_the_column": ('<div style="width: 900px">wider than the column, not the window</div>', overflow_faults),
     "machine_path": ('<div class="cell_output"><pre>saved /tmp/tmpk2x9/attention.png</pre></div>', leak_faults),
     "home_path": ("<p>see /root/.cache/walkthrough/out.png</p>", leak_faults),
-    "long_equation": (r"<p>\[ " + " + ".join(f"y_{i}" for i in range(80)) + r" \]</p>", overflow_faults),
+    "long_equation": (f"<p>{WIDE_FORMULA}</p>", (overflow_faults, formula_faults)),
+    "scrolling_formula": (f'<div class="math">{WIDE_FORMULA}</div>', formula_faults),  # at 1280 px
+    "clipped_formula": (f'<div style="overflow: hidden">{WIDE_FORMULA}</div>', formula_faults),
+    "scrolling_code": ('<pre style="white-space: pre">' + "x = 1  # " * 40 + "</pre>", code_faults),  # at 1280 px
+    "clipped_code": ('<pre style="white-space: pre; overflow: hidden">' + "x = 1  # " * 40 + "</pre>", code_faults),
+    "spilling_code": (
+        '<pre style="white-space: pre; overflow: visible">' + "x = 1  # " * 40 + "</pre>",
+        (overflow_faults, code_faults),
+    ),
+    "table_row_as_text": ("<p>| x used by several paths | dx = the sum of the J^T dy |</p>", table_faults),
+    "table_rule_as_text": ("<p>| forward | backward |\n| --- | --- |</p>", table_faults),
+    "path_as_link_text": ('<p>as stated in <a href="clean.html">docs/conventions.md</a></p>', path_link_faults),
+    "file_as_link_text": ('<p>the <a href="clean.html">notation.md</a> table</p>', path_link_faults),
     "unwrapped_line": ('<p style="white-space: nowrap">' + "a line that never wraps " * 30 + "</p>", overflow_faults),
     "object_repr": (
         '<div class="cell_output"><pre>&lt;numpy_transformer.model.Transformer at 0x7f3a2c1d9e50&gt;</pre></div>',
         leak_faults,
     ),
 }
-CHECKS = (math_faults, overflow_faults, leak_faults)
+CHECKS = (math_faults, overflow_faults, leak_faults, formula_faults, code_faults, table_faults, path_link_faults)
 
 
 def test_checks_catch_broken_pages(tmp_path) -> None:
@@ -492,15 +604,22 @@ def test_checks_catch_broken_pages(tmp_path) -> None:
         for check in CHECKS:
             assert check(clean) == [], (check.__name__, check(clean))
         broken = {}
-        for name, (_, catcher) in BROKEN.items():
+        for name, (_, catchers) in BROKEN.items():
+            catchers = catchers if isinstance(catchers, tuple) else (catchers,)
             broken[name] = visit(driver, base + f"{name}.html")
-            assert catcher(broken[name]), f"{catcher.__name__} missed the fault of {name}.html"
-            for check in CHECKS:  # and only the check it is meant for fires
-                assert check is catcher or check(broken[name]) == [], (name, check.__name__, check(broken[name]))
+            for catcher in catchers:
+                assert catcher(broken[name]), f"{catcher.__name__} missed the fault of {name}.html"
+            for check in CHECKS:  # and only the checks it is meant for fire
+                assert check in catchers or check(broken[name]) == [], (name, check.__name__, check(broken[name]))
         index = visit(driver, base + TUTORIALS_INDEX)
         assert walkthroughs_not_listed(index, base, stems) == [stems[2]]  # listed in the toctree only
     for name in ("mathjax_error", "undefined_command"):  # typeset, but as an error
         assert broken[name]["mathjaxErrors"] and broken[name]["formulas"] == 3, name
     assert broken["long_equation"]["formulas"] == 3  # typeset, and wider than the column without a box of its own
+    for name in ("scrolling_formula", "scrolling_code"):  # fine on a phone, where they scroll in their own box
+        assert all("at 1280 px" in fault for fault in formula_faults(broken[name]) + code_faults(broken[name])), name
+    for name in ("clipped_formula", "clipped_code", "spilling_code"):  # cut off (or spilling out) at both widths
+        faults = formula_faults(broken[name]) + code_faults(broken[name])
+        assert any("at 390 px" in fault for fault in faults) and any("at 1280 px" in fault for fault in faults), name
     assert all("at 390 px" in fault for fault in overflow_faults(broken["wide_at_390"]))  # fits at 1280 px
     assert any("scrolls sideways" in fault for fault in overflow_faults(broken["wide_at_1280"]))

@@ -74,8 +74,9 @@ print("Q =\n", Q, "\nK =\n", K, "\nV =\n", V)
 # %% [markdown]
 # ## Step 1: scores
 #
-# $$S = \frac{Q K^\top}{\sqrt{d_h}}, \qquad s_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_h}}$$
+# $$S = \frac{Q K^\top}{\sqrt{d_h}} = c\, Q K^\top, \qquad s_{ij} = c\, q_i \cdot k_j, \qquad c = \frac{1}{\sqrt{d_h}}$$
 #
+# The scale $c$ (`scale` in the code) comes back in the backward pass (step 7).
 # Entry $(i, j)$ says how well query $i$ matches key $j$. Why divide by $\sqrt{d_h}$? If the
 # components of $q$ and $k$ are independent with unit variance, $q \cdot k$ is a sum of $d_h$ such
 # products and has variance $d_h$. Without the scale, wide heads would produce large scores, the
@@ -105,7 +106,7 @@ print("S with masked entries at -inf =\n", S_masked)
 # What if a row is masked *entirely*: a query that may attend to nothing (a padded query whose keys
 # are all padding, say)? A softmax over an empty set is $0 / 0$: the textbook formula gives NaN, and
 # a NaN in one row of one batch poisons the loss and every gradient after it. This project's
-# convention ([docs/conventions.md](../docs/conventions.md)) is that such a row gets **all-zero
+# convention ([the conventions](../docs/conventions.md)) is that such a row gets **all-zero
 # probabilities**, so its attention output is zero and no gradient flows back through its scores.
 
 # %%
@@ -310,7 +311,7 @@ assert not check("dS", P * dP)
 # %% [markdown]
 # ## Step 7: through $S = Q K^\top / \sqrt{d_h}$
 #
-# With $c = 1/\sqrt{d_h}$, $S_{ij} = c \sum_d Q_{id} K_{jd}$, so
+# With the scale $c = 1/\sqrt{d_h}$ of step 1, $S_{ij} = c \sum_d Q_{id} K_{jd}$, so
 #
 # $$dQ = c\, dS\, K, \qquad dK = c\, dS^\top Q.$$
 #
@@ -525,8 +526,7 @@ assert fork.worst <= 1e-6 and only_q.worst > 1e-2
 # | $S = c\, Q K^\top$, $c = 1/\sqrt{d_h}$ | $dQ = c\, dS\, K$, $dK = c\, dS^\top Q$ |
 # | $P = \mathrm{softmax}(S)$, masked entries $\to 0$ | $dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))$ |
 # | $O = P V$ | $dP = dO\, V^\top$, $dV = P^\top dO$ |
-#
-# | $x$ used by several paths | $dx = \sum_{j'} J_{f_{j'}}^\top dy_{j'}$ |
+# | $x$ used by several paths (step 13) | $dx = \sum_{j'} J_{f_{j'}}^\top dy_{j'}$ |
 #
 # Multi-head attention (`multi_head_attention_forward`) wraps this in four linear layers and a
 # reshape into heads. Next, walkthrough 01b (`examples/01b_multi_head_attention_by_hand.py`) follows the

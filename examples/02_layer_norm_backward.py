@@ -50,9 +50,10 @@ np.set_printoptions(precision=4, suppress=True)
 # For each row $x \in \mathbb{R}^D$ (one position of one sequence), with a learned gain $\gamma$ and
 # bias $\beta$ (the state-dict's `weight` and `bias`):
 #
-# $$\mu = \frac{1}{D}\sum_i x_i, \qquad \sigma^2 = \frac{1}{D}\sum_i (x_i - \mu)^2, \qquad
-# r = \frac{1}{\sqrt{\sigma^2 + \varepsilon}}, \qquad \hat x_i = (x_i - \mu)\, r, \qquad
-# y_i = \gamma_i \hat x_i + \beta_i.$$
+# $$\begin{gathered}
+# \mu = \frac{1}{D}\sum_i x_i, \qquad \sigma^2 = \frac{1}{D}\sum_i (x_i - \mu)^2, \qquad
+# r = \frac{1}{\sqrt{\sigma^2 + \varepsilon}}, \\ \hat x_i = (x_i - \mu)\, r, \qquad
+# y_i = \gamma_i \hat x_i + \beta_i.\end{gathered}$$
 #
 # Two details decide whether we match `torch.nn.LayerNorm` to the last digit: the variance is the
 # *biased* one (divide by $D$, not $D - 1$), and $\varepsilon$ sits *inside* the square root. We keep
@@ -210,9 +211,10 @@ assert not check("dx", rstd * (dx_hat - x_hat * (dx_hat * x_hat).mean(axis=-1, k
 # $\partial \sigma^2/\partial x_j = \frac2D \sum_{j'} x_{c,j'}(\delta_{j'j} - \frac1D) = \frac2D x_{c,j}$
 # (the $\sum_{j'} x_{c,j'}$ term is zero); hence $\partial r/\partial x_j = -r^3 x_{c,j}/D$ and
 #
-# $$J_{ij} = \frac{\partial \hat x_i}{\partial x_j} = r\Big(\delta_{ij} - \frac1D - \frac{\hat x_i\,\hat x_j}{D}\Big),
-# \qquad \frac{\partial y_i}{\partial x_j} = \gamma_i J_{ij}, \qquad
-# dx_j = \sum_i dy_i\, \gamma_i\, J_{ij}, \text{ i.e. } dx = J^\top (\gamma \odot dy).$$
+# $$\begin{gathered}
+# J_{ij} = \frac{\partial \hat x_i}{\partial x_j} = r\Big(\delta_{ij} - \frac1D
+# - \frac{\hat x_i\,\hat x_j}{D}\Big), \qquad \frac{\partial y_i}{\partial x_j} = \gamma_i J_{ij}, \\
+# dx_j = \sum_i dy_i\, \gamma_i\, J_{ij}, \text{ i.e. } dx = J^\top (\gamma \odot dy).\end{gathered}$$
 #
 # (The transposed Jacobian times the upstream gradient, as every backward pass computes: walkthrough 01,
 # step 6.)

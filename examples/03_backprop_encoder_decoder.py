@@ -193,24 +193,24 @@ nodes = {
     "enc_n": (5.7, 2.0, "final\nnorm"),
     "emb_t": (0.0, 0.0, "target ids:\nembedding\n+ positions"),
     "dec0": (1.9, 0.0, "decoder\nlayer 0"),
-    "dec1": (3.8, 0.0, "decoder\nlayer 1"),
-    "dec_n": (5.7, 0.0, "final\nnorm"),
-    "proj": (7.4, 0.0, "output\nprojection"),
-    "L": (8.9, 0.0, "$\\mathcal{L}$\n(cross-\nentropy)"),
+    "dec1": (4.6, 0.0, "decoder\nlayer 1"),
+    "dec_n": (6.3, 0.0, "final\nnorm"),
+    "proj": (7.9, 0.0, "output\nprojection"),
+    "L": (9.5, 0.0, "$\\mathcal{L}$\n(cross-\nentropy)"),
 }
 edges = [
     ("emb_s", "enc0", "x", f"({B}, {T_src}, {D})"),
     ("enc0", "enc1", "x", f"({B}, {T_src}, {D})"),
     ("enc1", "enc_n", "x", f"({B}, {T_src}, {D})"),
-    ("enc_n", "dec0", "\\mathrm{memory}", f"({B}, {T_src}, {D})"),
-    ("enc_n", "dec1", "\\mathrm{memory}", f"({B}, {T_src}, {D})"),
+    ("enc_n", "dec0", "\\mathrm{memory}", f"({B}, {T_src}, {D})", 0.6, -1),  # its labels clear of the other edge's
+    ("enc_n", "dec1", "\\mathrm{memory}", f"({B}, {T_src}, {D})", 0.6),
     ("emb_t", "dec0", "x", f"({B}, {T_tgt}, {D})"),
     ("dec0", "dec1", "x", f"({B}, {T_tgt}, {D})"),
     ("dec1", "dec_n", "x", f"({B}, {T_tgt}, {D})"),
     ("dec_n", "proj", "x", f"({B}, {T_tgt}, {D})"),
     ("proj", "L", "z", f"({B}, {T_tgt}, {cfg.tgt_vocab_size})"),
 ]
-plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "the encoder-decoder", size=(7.3, 3.8))
+plotting.plot_computation_graph(nodes, edges, OUT / "graph.png", "the encoder-decoder", size=(8.4, 3.8))
 
 # %% [markdown]
 # ## Watching gradients inside the PyTorch model
@@ -290,7 +290,7 @@ assert np.abs(logits - logits_t.detach().numpy()).max() <= 1e-12
 #
 # For every step: the largest absolute difference of the input's gradient, and of each parameter
 # gradient, from PyTorch's. The pass/fail number is the project's error
-# ([docs/conventions.md](../docs/conventions.md)),
+# ([the conventions' error measure](../docs/conventions.md)),
 # $\max|a - b| / \max(\max|b|,\ 10^{-3}\, \mathrm{top})$, where $\mathrm{top}$ is the largest gradient
 # entry of the whole model. The floor $10^{-3}\, \mathrm{top}$ matters for gradients that are zero in
 # exact arithmetic, which we will meet. The bar is $10^{-10}$; float64 rounding gives about $10^{-14}$.
@@ -846,7 +846,7 @@ for name in sorted(k for k in grads if k.endswith("k_proj.bias")):
     assert ours <= 1e-13 * s_scale and theirs <= 1e-13 * s_scale
 
 # %% [markdown]
-# This is why the project ([docs/conventions.md](../docs/conventions.md)) judges an error against
+# This is why the project ([its conventions](../docs/conventions.md)) judges an error against
 # $\max(\max|b|, 10^{-3}\, \mathrm{top})$ and not against $\max|b|$ alone: the relative error of one
 # rounding noise against another is of order one, and would fail a correct implementation. With the floor,
 # the key bias's difference is measured against the size of its neighbours' gradients, where it belongs.

@@ -184,8 +184,9 @@ print(f"with nn.LayerNorm's default eps = 1e-5 instead: error {error(x_default_e
 # and values ($y = x W^\top + b$, each (B, T, D)), split the 384 features into 12 heads of 32, attend in
 # every head at once, merge the heads back and project:
 #
-# $$\mathrm{head}_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_h}}\right) V_h, \qquad
-# \mathrm{MultiHead}(x) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_H)\, W_O^\top + b_O.$$
+# $$\begin{gathered}
+# \mathrm{head}_h = \mathrm{softmax}\!\left(\frac{Q_h K_h^\top}{\sqrt{d_h}}\right) V_h, \\
+# \mathrm{MultiHead}(x) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_H)\, W_O^\top + b_O.\end{gathered}$$
 #
 # One sentence has no padding, so nothing is masked here; in a padded batch the keys holding `[PAD]`
 # would be (the gradient section below has one).
@@ -233,8 +234,9 @@ print("h", h.shape)
 # Two linear layers with a GELU between them, widening to $d_{ff} = 1536$ and back, then add and norm
 # again:
 #
-# $$f = W_2\, \mathrm{GELU}(W_1 \tilde x + b_1) + b_2, \qquad x^{(1)} = \mathrm{LayerNorm}(\tilde x + f),
-# \qquad \mathrm{GELU}(z) = \tfrac12 z \left(1 + \mathrm{erf}(z / \sqrt 2)\right).$$
+# $$\begin{gathered}
+# f = W_2\, \mathrm{GELU}(W_1 \tilde x + b_1) + b_2, \qquad x^{(1)} = \mathrm{LayerNorm}(\tilde x + f),
+# \\ \mathrm{GELU}(z) = \tfrac12 z \left(1 + \mathrm{erf}(z / \sqrt 2)\right).\end{gathered}$$
 #
 # BERT's `"gelu"` is the exact, erf form; GPT-2's is the tanh approximation. Mixing them up costs about
 # $10^{-4}$ after one layer (printed below): invisible in a demo, a million times the bar of a float64
@@ -441,7 +443,7 @@ assert table_error <= 1e-12
 # `F.cosine_similarity` in torch; then `score.backward()`. A forward hook keeps the word embeddings'
 # output $W_{\text{word}}[\mathrm{id}_t]$ and asks for its gradient; `hidden_states[0]` (the embedding
 # output) and the word-embedding table get theirs too. The error is the project's
-# ([docs/conventions.md](../docs/conventions.md)), $\max|a - b| / \max(\max|b|, 10^{-3}\, \mathrm{top})$, with
+# ([the conventions](../docs/conventions.md)), $\max|a - b| / \max(\max|b|, 10^{-3}\, \mathrm{top})$, with
 # $\mathrm{top}$ the largest gradient of the comparison; the bar in float64 is $10^{-10}$.
 
 # %%

@@ -81,9 +81,10 @@ print("o =", o_plain)
 # the largest score seen so far $m$, the sum $\ell$ of $e^{s - m}$ over the keys seen so far, and the
 # unnormalised output $o = \sum e^{s - m} v$ over them. A new block $j$ with scores $s^{(j)}$ updates them:
 #
-# $$m^{(j)} = \max\big(m^{(j-1)}, \max s^{(j)}\big), \qquad
-# \ell^{(j)} = e^{m^{(j-1)} - m^{(j)}}\, \ell^{(j-1)} + \sum e^{s^{(j)} - m^{(j)}}, \qquad
-# o^{(j)} = e^{m^{(j-1)} - m^{(j)}}\, o^{(j-1)} + \sum e^{s^{(j)} - m^{(j)}} v.$$
+# $$\begin{gathered}
+# m^{(j)} = \max\big(m^{(j-1)}, \max s^{(j)}\big), \qquad
+# \ell^{(j)} = e^{m^{(j-1)} - m^{(j)}}\, \ell^{(j-1)} + \sum e^{s^{(j)} - m^{(j)}}, \\
+# o^{(j)} = e^{m^{(j-1)} - m^{(j)}}\, o^{(j-1)} + \sum e^{s^{(j)} - m^{(j)}} v.\end{gathered}$$
 #
 # The factor $\alpha = e^{m^{(j-1)} - m^{(j)}} \le 1$ is the whole trick. Everything summed so far was
 # measured against the old maximum; when the maximum grows, multiplying by $\alpha$ re-measures it
@@ -183,8 +184,9 @@ assert np.abs(np.exp((Q @ K.swapaxes(-1, -2)) * scale - lse[..., None]) - P_plai
 #
 # From walkthrough 01, with $c = 1/\sqrt{d_h}$:
 #
-# $$dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big),
-# \qquad dQ = c\, dS\, K, \qquad dK = c\, dS^\top Q.$$
+# $$\begin{gathered}
+# dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big),
+# \\ dQ = c\, dS\, K, \qquad dK = c\, dS^\top Q.\end{gathered}$$
 #
 # Every entry of $dS$ is local to its block except one: the row term $\mathrm{rowsum}(dP \odot P)$ sums
 # over all keys of a row. But

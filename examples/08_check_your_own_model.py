@@ -14,7 +14,8 @@
 # %% [markdown]
 # # 8. Check your own Transformer
 #
-# *Prerequisites:* none beyond having written (or copied) a Transformer in PyTorch. *Time:* 10 minutes.
+# *Prerequisites:* none beyond having written (or copied) a Transformer in PyTorch. *Time:* 10 minutes, and 30
+# for the exercises.
 #
 # Most people learn the Transformer by writing one: following a tutorial, a course lab, a blog post. The
 # model trains, the loss goes down, and nothing says whether it is the model of the paper or a slightly
@@ -105,10 +106,12 @@ class Translator(nn.Module):
     def embed(self, ids, table, positions):
         return table(ids) * math.sqrt(self.d_model) + positions(torch.arange(ids.shape[1], device=ids.device))
 
+    def causal(self, T, device):
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (T, T): True where j <= i
+
     def forward(self, source, target):
         source_keep = (source != self.pad)[:, None, :]  # (B, 1, T_src): padding keys masked
-        T = target.shape[1]
-        future = torch.tril(torch.ones(T, T, dtype=torch.bool, device=target.device))  # (T, T): causal
+        future = self.causal(target.shape[1], target.device)  # (T, T)
         x = self.embed(source, self.words_in, self.where)
         for block in self.readers:
             x = block(x, source_keep)
@@ -181,3 +184,61 @@ assert worst < 1e-12
 print(len(check.CATALOGUE), "mistakes in the catalogue:")
 for mistake, line in check.CATALOGUE.items():
     print(f"  {mistake:<36} {line}")
+
+# %% [markdown]
+# ## Planted mistakes
+#
+# Three variants of the model, each with something changed, the way a tutorial's model might differ from the
+# paper's. Each trains, and each one's loss goes down. The exercises below ask the judge what is wrong with them.
+
+
+# %%
+class Translator1(Translator):
+    def causal(self, T, device):
+        return torch.ones(T, T, dtype=torch.bool, device=device).tril(1)
+
+
+class Norm(nn.Module):
+    """Layer norm from its formula: (x - mean) / sqrt(var + eps), scaled and shifted."""
+
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+        self.eps = eps
+
+    def forward(self, x):
+        mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+class Translator2(Translator):
+    norm = Norm  # in place of nn.LayerNorm, in every block
+
+    def __init__(self, **sizes):
+        super().__init__(**sizes)
+        for block in [*self.readers, *self.writers]:
+            block.attend_norm = self.norm(self.d_model)
+            block.mlp_norm = self.norm(self.d_model)
+            if block.cross is not None:
+                block.cross_norm = self.norm(self.d_model)
+
+
+class Translator3(Translator):
+    def embed(self, ids, table, positions):
+        return table(ids) + positions(torch.arange(ids.shape[1], device=ids.device))
+
+
+# %% [markdown]
+# ## Exercises
+#
+# Answers, worked and checked, are in `examples/answers/08_answers.py`. Check yours with the judge,
+# `check.module(model, "transformer", n_heads=2)`, as the walkthrough does.
+#
+# 1. **A decoder that learns too fast.** Judge `Translator1()` (planted mistakes, above). Which submodule
+#    diverges first, and which mistake does the judge name? Fix `Translator1.causal` until the judge passes.
+#    Why would this model's training loss fall faster than the walkthrough's, and its translations still be bad?
+# 2. **A layer norm written by hand.** Judge `Translator2()`: its `Norm` follows the formula, and still the
+#    judge finds the first divergence in a norm. Name the mistake, fix `Norm` in a subclass (set `norm` on a
+#    subclass of `Translator2`), and check again. By what factor is this norm's output off, with 16 features?
+# 3. **Passed, with a caveat.** Judge `Translator3()`: it passes. Read the whole summary: what does the caveat
+#    say, and is this the paper's model? Make it the paper's model and check that the caveat is gone.

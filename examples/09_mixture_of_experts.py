@@ -23,8 +23,9 @@
 # Mixtral and Qwen3-MoE keep Llama's layer and replace its feed-forward block by $E$ of them, the *experts*.
 # Each token runs through only $k$ of them (Mixtral: 2 of 8), chosen for that token by a *router*:
 #
-# $$z = x W_r^\top, \qquad p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \qquad
-# g_j = \frac{p_{S_j}}{\sum_{i<k} p_{S_i}}, \qquad y = \sum_{j<k} g_j\, \mathrm{FFN}_{S_j}(x).$$
+# $$\begin{gathered}
+# z = x W_r^\top, \qquad p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \\
+# g_j = \frac{p_{S_j}}{\sum_{i<k} p_{S_i}}, \qquad y = \sum_{j<k} g_j\, \mathrm{FFN}_{S_j}(x).\end{gathered}$$
 #
 # The model holds $E$ times the feed-forward weights but spends the arithmetic of $k$. Three things are new
 # for the backward pass: the gates, which the router's logits reach through a softmax and a renormalisation;

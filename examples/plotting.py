@@ -204,10 +204,14 @@ def plot_matrices(matrices: dict, path, title: str, row_labels=None, col_labels=
 
 def plot_computation_graph(nodes: dict, edges: list, path, title: str, size=(7.3, 3.6)) -> None:
     """A computation graph, forward and backward: nodes name -> (x, y, text), edges (source, target, value,
-    shape), the value's name written as TeX (`X_{kv}`). Each edge is drawn twice: the forward arrow in
-    black, labelled with the value and its shape, and beside it the backward arrow in red, target to
-    source, labelled with the value's gradient (the same shape). Where one value feeds several edges,
-    their gradients add at the source. An edge whose value is "" (integer ids) has no backward arrow."""
+    shape), or (source, target, value, shape, at) or (source, target, value, shape, at, side), the value's name
+    written as TeX (`X_{kv}`). Each edge is drawn twice: the forward arrow in black, labelled with the value and
+    its shape, and beside it the backward arrow in red, target to source, labelled with the value's gradient (the
+    same shape). The labels sit at the fraction `at` of the way from source to target (0.5 unless given), the
+    forward one on the left of the forward direction (`side` 1, the default) or on its right (-1), the backward
+    one opposite. Where one value feeds several edges,
+    their gradients add at the source. An edge whose value is "" (integer ids) has no backward arrow.
+    Raises ValueError, naming them, when two labels overlap or a label covers a node: move the nodes or `at`."""
     fig, ax = plt.subplots(figsize=size, layout="constrained")
     xs, ys = [x for x, _, _ in nodes.values()], [y for _, y, _ in nodes.values()]
     ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
@@ -227,7 +231,14 @@ def plot_computation_graph(nodes: dict, edges: list, path, title: str, size=(7.3
         for name, (x, y, text) in nodes.items()
     }
     fig.canvas.draw()  # lay the boxes out, so that the arrows can stop at their edges
-    for source, target, value, shape in edges:
+    labels = {}  # what each label says -> its text artist
+    lines = {}  # each arrow -> its two ends (data coordinates)
+    for source, target, value, shape, *where in edges:
+        if len(where) > 2:
+            raise ValueError(
+                f"edge {source}->{target}: expected (source, target, value, shape[, at[, side]]), "
+                f"got {len(where) + 4} items"
+            )
         (x0, y0, _), (x1, y1, _) = nodes[source], nodes[target]
         dx, dy = x1 - x0, y1 - y0
         length = math.hypot(dx, dy)
@@ -237,6 +248,7 @@ def plot_computation_graph(nodes: dict, edges: list, path, title: str, size=(7.3
             arrows.append(((x1 - nx, y1 - ny), (x0 - nx, y0 - ny), "tab:red", "--"))
         for start, end, color, style in arrows:
             first, second = (source, target) if color == "black" else (target, source)
+            lines[f"arrow {first}->{second}"] = (start, end)
             ax.annotate(
                 "",
                 end,
@@ -252,11 +264,65 @@ def plot_computation_graph(nodes: dict, edges: list, path, title: str, size=(7.3
                     patchB=boxes[second].get_bbox_patch(),
                 ),
             )
-        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+        t, side = (list(where) + [0.5, 1][len(where) :])[:2]
+        mx, my = x0 + t * dx, y0 + t * dy
         label = f"${value}$\n{shape}" if value else shape
-        ax.text(mx + 4 * nx, my + 4 * ny, label, ha="center", va="center", fontsize=8, linespacing=1.0)
+        edge = f"{source}->{target}"
+        # each label on its arrow's outer side, anchored by the corner nearest the arrow: it never covers it
+        labels[f"{edge} {label!r}"] = ax.text(
+            mx + 2 * side * nx,
+            my + 2 * side * ny,
+            label,
+            fontsize=8,
+            linespacing=1.0,
+            **away_from_arrow(side * nx, side * ny),
+        )
         if value:
-            ax.text(mx - 3 * nx, my - 3 * ny, f"$d{value}$", ha="center", va="center", fontsize=8, color="tab:red")
+            labels[f"{edge} d{value}"] = ax.text(
+                mx - 2 * side * nx,
+                my - 2 * side * ny,
+                f"$d{value}$",
+                fontsize=8,
+                color="tab:red",
+                **away_from_arrow(-side * nx, -side * ny),
+            )
     ax.set_title(title + "\nblack: forward, value and shape; red, dashed: backward, its gradient", fontsize=10)
+    patches = {f"node {name}": box.get_bbox_patch() for name, box in boxes.items()}
+    clashes = overlapping_labels(fig, labels, patches, lines, ax.transData)
+    if clashes:
+        plt.close(fig)
+        raise ValueError(f"plot_computation_graph({title!r}): labels overlap: {'; '.join(clashes)}")
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def away_from_arrow(nx: float, ny: float) -> dict:
+    """The text alignment that puts a label on the side (nx, ny) points to: its corner (or edge) nearest the
+    arrow at the anchor, the rest of it away from the arrow."""
+    ha = "right" if nx < -0.01 else "left" if nx > 0.01 else "center"
+    va = "bottom" if ny > 0.01 else "top" if ny < -0.01 else "center"
+    return {"ha": ha, "va": va}
+
+
+def overlapping_labels(fig, labels: dict, boxes: dict, lines: dict, transform) -> list[str]:
+    """What a label (name -> text artist) overlaps: another label, a box (name -> patch) or an arrow crossing it
+    (name -> its two ends, in the coordinates `transform` maps to the display's), as "label / what" strings;
+    empty when the figure reads cleanly."""
+    fig.canvas.draw()  # the layout final: the extents and the transform as drawn
+    renderer = fig.canvas.get_renderer()
+    # a text's extent has a pixel or two of air around its glyphs: a label may come that close to a box
+    extents = {name: text.get_window_extent(renderer).expanded(1, 1).padded(-2) for name, text in labels.items()}
+    found = []
+    names = list(extents)
+    for i, a in enumerate(names):
+        found += [f"{a} / {b}" for b in names[i + 1 :] if extents[a].overlaps(extents[b])]
+        found += [f"{a} / {b}" for b, patch in boxes.items() if extents[a].overlaps(patch.get_window_extent(renderer))]
+        for b, ends in lines.items():  # the arrow's points, a pixel apart, inside the label's extent
+            start, end = transform.transform(ends)
+            points = start + np.linspace(0, 1, int(np.hypot(*(end - start))) + 2)[:, None] * (end - start)
+            box = extents[a]
+            if (
+                (points[:, 0] > box.x0) & (points[:, 0] < box.x1) & (points[:, 1] > box.y0) & (points[:, 1] < box.y1)
+            ).any():
+                found.append(f"{a} / {b}")
+    return found

@@ -515,8 +515,10 @@ def layer_norm_backward(dout: np.ndarray, cache: LayerNormCache) -> tuple[np.nda
 
     .. math::
 
-        d\gamma = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad d\beta = \textstyle\sum_{\text{rows}} dy,
-        \qquad dx = r \big(d\hat x - \mathrm{mean}(d\hat x) - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)
+        \begin{gathered}
+        d\gamma = \textstyle\sum_{\text{rows}} dy \odot \hat x, \qquad d\beta = \textstyle\sum_{\text{rows}} dy, \\
+        dx = r \big(d\hat x - \mathrm{mean}(d\hat x) - \hat x\, \mathrm{mean}(d\hat x \odot \hat x)\big)
+        \end{gathered}
 
     Returns dx (..., D), dweight and dbias (D,); the means are over the last axis. The two subtracted terms are the
     paths through the mean and the variance.

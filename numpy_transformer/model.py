@@ -1714,9 +1714,10 @@ def mlm_head_backward(dlogits: np.ndarray, cache: MlmHeadCache) -> tuple[np.ndar
 
     .. math::
 
+        \begin{gathered}
         dn = d\mathrm{logits}\, E, \quad dE = d\mathrm{logits}^\top n, \quad db = \textstyle\sum d\mathrm{logits},
-        \quad da = J_{\mathrm{LN}}^\top dn, \quad dz = \phi'(z) \odot da, \quad dh = dz\, W, \quad
-        dW = dz^\top h
+        \\ da = J_{\mathrm{LN}}^\top dn, \quad dz = \phi'(z) \odot da, \quad dh = dz\, W, \quad dW = dz^\top h
+        \end{gathered}
     """
     dn, dtable, dbias = linear_backward(dlogits, cache.out)
     da, dnorm_weight, dnorm_bias = layer_norm_backward(dn, cache.norm)

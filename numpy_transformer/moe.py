@@ -5,8 +5,10 @@ run on that row, and their outputs are summed, weighted by gates:
 
 .. math::
 
-    z = x W_r^\top, \qquad p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \qquad
+    \begin{gathered}
+    z = x W_r^\top, \qquad p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \\
     g_j = \frac{p_{S_j}}{\sum_{i < k} p_{S_i}}, \qquad y = \sum_{j < k} g_j\, \mathrm{FFN}_{S_j}(x)
+    \end{gathered}
 
 (Mixtral's order: softmax, then top-k, then renormalise; Qwen3-MoE renormalises only when `norm_topk_prob`, else
 :math:`g_j = p_{S_j}`.) Each expert is a gated feed-forward block (SwiGLU with SiLU) whose gate and up projections
@@ -133,8 +135,10 @@ def top_k_gates_forward(
 
     .. math::
 
-        p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \qquad
+        \begin{gathered}
+        p = \mathrm{softmax}(z), \qquad S = \mathrm{topk}(p, k), \\
         g_j = \frac{p_{S_j}}{\sum_{i < k} p_{S_i}} \ (\mathrm{norm\_topk\_prob}), \quad \text{else } g_j = p_{S_j}
+        \end{gathered}
 
     S holds the k largest probabilities of each row, largest first (ties: the lower index first), unless
     `selected` (N, k) gives the choice to replay. Returns (gates, selected) and a TopKGatesCache.
@@ -232,8 +236,11 @@ def expert_backward(dy: np.ndarray, cache: ExpertCache) -> tuple[np.ndarray, np.
 
     .. math::
 
-        dh = dy\, W_d, \qquad dW_d = dy^\top h, \qquad du = dh \odot \phi(a), \qquad da = \phi'(a) \odot dh \odot u,
-        \qquad dW_{gu} = [\,da \;|\; du\,]^\top x, \qquad dx = [\,da \;|\; du\,]\, W_{gu}
+        \begin{gathered}
+        dh = dy\, W_d, \qquad dW_d = dy^\top h, \\
+        du = dh \odot \phi(a), \qquad da = \phi'(a) \odot dh \odot u, \\
+        dW_{gu} = [\,da \;|\; du\,]^\top x, \qquad dx = [\,da \;|\; du\,]\, W_{gu}
+        \end{gathered}
 
     Returns dx (n, D), dgate_up_proj (2F, D), ddown_proj (D, F).
     """
@@ -415,9 +422,11 @@ def sparse_moe_backward(
 
     .. math::
 
-        dx^{\text{experts}}, dW_{gu}, dW_d, dg = \mathrm{experts\_backward}(dy), \qquad
+        \begin{gathered}
+        dx^{\text{experts}}, dW_{gu}, dW_d, dg = \mathrm{experts\_backward}(dy), \\
         dz = \mathrm{top\_k\_gates\_backward}(dg) + dz^{\text{aux}}, \\
         dW_r = dz^\top x, \qquad dx = dx^{\text{experts}} + dz\, W_r
+        \end{gathered}
 
     dout (..., D). Returns dx (..., D) and the grads dict keyed like params.
     """

@@ -164,3 +164,18 @@ def test_plot_loss_curve_with_validation_losses(tmp_path):
         plotting.plot_loss_curve(steps, losses, path, val_steps=[50, 100], val_losses=[2.0])
     with pytest.raises(ValueError, match="not both"):
         plotting.plot_loss_curve(steps, losses, path, val_steps=[50], val_scores=[0.5], val_losses=[2.0])
+
+
+def test_computation_graph_refuses_overlapping_labels(tmp_path):
+    """Two arrows leaving one node at a narrow angle put their labels on each other (walkthrough 01b's graph had
+    it): the graph names the clash instead of saving the figure; labels placed apart draw cleanly."""
+    nodes = {"X": (0.0, 0.6, "$X$"), "A": (1.6, 1.2, "A"), "B": (1.6, 0.0, "B")}
+    crowded = [("X", "A", "X", "(3, 4)"), ("X", "B", "X", "(3, 4)")]
+    path = tmp_path / "graph.png"
+    with pytest.raises(ValueError, match=r"labels overlap: X->A dX / X->B"):
+        plotting.plot_computation_graph(nodes, crowded, path, "crowded", size=(3.0, 2.0))
+    assert not path.exists()
+    nodes = {"X": (0.0, 1.0, "$X$"), "A": (1.6, 1.0, "A"), "B": (3.2, 1.0, "B")}
+    apart = [("X", "A", "X", "(3, 4)"), ("A", "B", "A", "(3, 4)", 0.6)]
+    plotting.plot_computation_graph(nodes, apart, path, "apart", size=(4.0, 2.0))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
