@@ -1,6 +1,6 @@
 """Write the docs' generated inputs before Sphinx runs (called by `bash docs/build`).
 
-- docs/tutorials/NN_*.ipynb: every walkthrough examples/0*.py (jupytext "percent" scripts), in name order
+- docs/tutorials/NN_*.ipynb: every walkthrough examples/NN*.py (jupytext "percent" scripts), in name order
   (the learning path), converted to a notebook that MyST-NB then executes. Hidden cells are added: one at
   the top that selects the quick mode and an empty folder for the figures, and runs from the checkout's root
   with `__file__` set as a script would, and one after each code cell that shows the figures that cell
@@ -62,7 +62,7 @@ def _docs_show_new_figures(_seen=set()):
 
 def walkthroughs() -> list[Path]:
     """The walkthroughs, in the order of the learning path (their names sort that way: 01, 01b, 02, ...)."""
-    return sorted(ROOT.glob("examples/0*.py"))
+    return sorted(ROOT.glob("examples/[0-9][0-9]*.py"))
 
 
 LINK = re.compile(r"\]\((?!https?:|#|/)([^)\s]+)\)")
