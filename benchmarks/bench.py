@@ -663,7 +663,7 @@ def ddp_scaling(config, p, world_size: int = 2) -> dict:
     }
 
 
-LLM = dict(hidden=1024, layers=24, heads=16, kv_heads=2, intermediate=2816, vocab=151936, prompt=16, tokens=48,
+LLM = dict(hidden=1024, layers=24, heads=16, kv_heads=2, intermediate=2816, vocab=151936, prompt=16, tokens=32,
            batches=(1, 8), reps=3)  # fmt: skip
 LLM_QUICK = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=96, vocab=500, prompt=5, tokens=6,
                  batches=(1, 2), reps=1)  # fmt: skip
@@ -778,6 +778,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--llm-decode", action="store_true", help="measure only the LLM decoding speed (a ~0.4B Qwen2-shaped model)"
     )
+    parser.add_argument("--llm-tokens", type=int, default=None, help="with --llm-decode: tokens generated per run")
     parser.add_argument(
         "--keep-freed-memory",
         action="store_true",
@@ -801,7 +802,8 @@ def main(argv=None) -> dict:
     torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota) ...
     with parallel.blas_threads(parallel.CORES):  # ... for both libraries
         if args.llm_decode:
-            report = llm_decoding(LLM_QUICK if args.quick else LLM)
+            q = LLM_QUICK if args.quick else LLM
+            report = llm_decoding(q | ({"tokens": args.llm_tokens} if args.llm_tokens else {}))
         else:
             report = measure(p, args, allocator)
     if args.llm_decode:

@@ -470,6 +470,30 @@ def flash_markdown(record: dict) -> str:
     return out + table(header, rows, nowrap=True) + "\n" + figure + "\n"
 
 
+def llm_decode_markdown(record: dict) -> str:
+    """bench.py --llm-decode's JSON as a table: tokens/s of greedy decoding against generate(), and the fraction of
+    the memory-bandwidth ceiling, per batch size."""
+    d = record["data"]
+    m = d["model"]
+    out = recorded_line(record)
+    out += (
+        f"A Qwen2-shaped model of {d['parameters'] / 1e6:.0f}M parameters (hidden {m['hidden']}, {m['layers']} "
+        f"layers, {m['heads']} query and {m['kv_heads']} key/value heads, vocabulary {m['vocab']:,}, tied), float32, "
+        f"random weights; prompt {m['prompt']} tokens, {m['tokens']} generated, greedy, the KV cache on both sides. "
+        f"Ceiling: the weights and the cache read once a token, at a matrix-vector product's "
+        f"{d['matvec_gb_per_second']:.1f} GB/s.\n\n"
+    )
+    rows = []
+    for key, r in d.items():
+        if key.startswith("batch "):
+            tps, frac = r["tokens_per_second"], r["fraction_of_bandwidth_ceiling"]
+            speed = [f"{tps['numpy']:.1f}", f"{tps['generate']:.1f}", f"{r['speedup_over_generate']:.2f}x"]
+            rows.append([key.removeprefix("batch "), *speed, f"{frac['numpy']:.0%}", f"{frac['generate']:.0%}"])
+    header = ["batch", "numpy tokens/s", "generate() tokens/s", "numpy / generate()", "numpy, of ceiling",
+              "generate(), of ceiling"]  # fmt: skip
+    return out + table(header, rows, nowrap=True)
+
+
 def training_markdown(records: dict[str, dict]) -> str:
     """train_numbers.py's metrics.json files as one table, and a loss curve per run."""
     sys.path.insert(0, str(ROOT))
@@ -539,6 +563,9 @@ def main(argv: list[str] | None = None) -> None:
     (GENERATED / "flash_attention.md").write_text(
         flash_markdown(json.loads((DATA / "flash_attention.json").read_text()))
     )
+    llm = DATA / "llm_decode.json"
+    llm_table = llm_decode_markdown(json.loads(llm.read_text())) if llm.is_file() else "*Not recorded yet.*\n"
+    (GENERATED / "llm_decode.md").write_text(llm_table)
     training = {
         p.stem.removeprefix("training_"): json.loads(p.read_text()) for p in sorted(DATA.glob("training_*.json"))
     }
