@@ -743,6 +743,7 @@ def llm_decoding(q: dict) -> dict:
             "fraction_of_bandwidth_ceiling": {k: per_token * n / v / rate for k, v in seconds.items()},
             "same_tokens": int((outputs["numpy"] == outputs["generate"]).all(axis=1).sum()),
         }
+        print(f"batch {B}: {results[f'batch {B}']['tokens_per_second']}", flush=True)  # progress of a long run
     return {
         "model": {k: v for k, v in q.items() if k not in ("batches", "reps")},
         "parameters": params,
