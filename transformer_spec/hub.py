@@ -35,7 +35,7 @@ def is_hub_id(name) -> bool:
     """True when `name` is a string of the form "org/name" that is not an existing folder (a folder always wins)."""
     if not isinstance(name, str) or Path(name).expanduser().exists():
         return False
-    return HUB_ID.fullmatch(name) is not None and not name.endswith((".", "..")) and ".." not in name
+    return HUB_ID.fullmatch(name) is not None and not name.endswith(".") and ".." not in name
 
 
 def checkpoint_folder(name_or_path, files: tuple[str, ...] = WEIGHT_FILES + TOKENIZER_FILES) -> Path:
