@@ -3,6 +3,7 @@
     python benchmarks/bench.py                 # the base configuration, a few minutes
     python benchmarks/bench.py --quick         # a small configuration, seconds (the test suite runs this)
     python benchmarks/bench.py --json out.json
+    python benchmarks/bench.py --llm-decode --json out.json    # only the LLM decoding speed below, a few minutes
 
 Both models get the same weights and the same threads, float32. Timings interleave the two
 implementations repetition by repetition and report medians. The achieved GFLOP/s of a training
@@ -15,6 +16,13 @@ which only checks that the path runs: its timings are eager kernels), on the CPU
 and a data-parallel step, DistributedDataParallel over gloo with 2 processes of one thread, each on half of
 the batch, against one process on the whole batch with one thread and with every core (the fair comparison:
 same cores, threads vs processes).
+
+LLM decoding (--llm-decode, measured on its own): tokens/s of greedy decoding with the KV cache of a ~0.4B
+Qwen2-shaped float32 model (random weights, built with transformers' Qwen2Config and loaded with hf.load), at batch 1
+and 8, against transformers' generate() on the same weights in the same process, interleaved; and as a fraction of
+the memory-bandwidth ceiling: a decoding step reads every weight and the whole KV cache once, so its rate is bounded
+by those bytes over the bytes/s of a large matrix-vector product (measured here, on a matrix the size of the
+output layer).
 """
 
 from __future__ import annotations
@@ -655,11 +663,123 @@ def ddp_scaling(config, p, world_size: int = 2) -> dict:
     }
 
 
+LLM = dict(hidden=1024, layers=24, heads=16, kv_heads=2, intermediate=2816, vocab=151936, prompt=16, tokens=32,
+           batches=(1, 8), reps=3)  # fmt: skip
+LLM_QUICK = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=96, vocab=500, prompt=5, tokens=6,
+                 batches=(1, 2), reps=1)  # fmt: skip
+
+
+def qwen2_checkpoint(q: dict, directory) -> object:
+    """A Qwen2-shaped transformers model of the sizes in `q` (LLM), random weights (transformers' init), float32,
+    tied embeddings as Qwen2.5-0.5B's; no eos (every row decodes to the full length). Written to `directory`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        hidden_size=q["hidden"], num_hidden_layers=q["layers"], num_attention_heads=q["heads"],
+        num_key_value_heads=q["kv_heads"], intermediate_size=q["intermediate"], vocab_size=q["vocab"],
+        max_position_embeddings=q["prompt"] + q["tokens"] + 8, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None, use_sliding_window=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).float().eval()
+    model.save_pretrained(directory)
+    return model
+
+
+def matvec_bytes_per_second(rows: int, cols: int, reps: int = 5) -> float:
+    """The memory-bandwidth ceiling of a decoding step: bytes/s of W @ x for a float32 W (rows, cols) far larger
+    than the caches (the output layer's size), the best of `reps` runs of NumPy's BLAS."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((rows, cols), dtype=np.float32)
+    x = rng.standard_normal(cols, dtype=np.float32)
+    best = float("inf")
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        weight @ x
+        best = min(best, time.perf_counter() - start)
+    return weight.nbytes / best
+
+
+def decode_bytes(q: dict, params: int, batch: int) -> float:
+    """Bytes a decoding run reads per generated token: every weight once a step (the embedding table through the
+    tied output layer), and the KV cache of every layer, as long as it is at that step (averaged over the run)."""
+    head_dim = q["hidden"] // q["heads"]
+    mean_length = q["prompt"] + (q["tokens"] - 1) / 2  # keys and values cached when a step runs, on average
+    cache = 2 * q["layers"] * q["kv_heads"] * head_dim * mean_length * batch
+    return 4.0 * (params + cache)
+
+
+def llm_decoding(q: dict) -> dict:
+    """Greedy decoding of a Qwen2-shaped model (`q`: LLM or LLM_QUICK) with the KV cache: numpy_transformer's
+    greedy_decode against transformers' generate() on the same weights, interleaved, for each batch size; tokens/s
+    (batch x generated tokens / seconds, the prompt's step included) and the fraction of the bandwidth ceiling."""
+    from numpy_transformer import hf
+
+    with tempfile.TemporaryDirectory() as directory:
+        theirs = qwen2_checkpoint(q, directory)
+        ours = hf.load(directory, dtype=np.float32)
+    params = sum(p.numel() for p in theirs.parameters())  # the tied table once
+    rate = matvec_bytes_per_second(q["vocab"], q["hidden"])
+    n = q["tokens"]
+    results = {}
+    for B in q["batches"]:
+        prompt = np.random.default_rng(B).integers(0, q["vocab"], (B, q["prompt"]))
+        t_prompt = torch.from_numpy(prompt)
+        outputs = {}
+
+        def run_ours(prompt=prompt, outputs=outputs):
+            outputs["numpy"] = nt.greedy_decode(ours, prompt, n)
+
+        def run_theirs(t_prompt=t_prompt, outputs=outputs):
+            with torch.no_grad():
+                out = theirs.generate(t_prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+            outputs["generate"] = out.numpy()
+
+        seconds = interleaved({"numpy": run_ours, "generate": run_theirs}, q["reps"])
+        per_token = decode_bytes(q, params, B)
+        results[f"batch {B}"] = {
+            "tokens_per_second": {k: B * n / v for k, v in seconds.items()},
+            "speedup_over_generate": seconds["generate"] / seconds["numpy"],
+            "fraction_of_bandwidth_ceiling": {k: per_token * n / v / rate for k, v in seconds.items()},
+            "same_tokens": int((outputs["numpy"] == outputs["generate"]).all(axis=1).sum()),
+        }
+        print(f"batch {B}: {results[f'batch {B}']['tokens_per_second']}", flush=True)  # progress of a long run
+    return {
+        "model": {k: v for k, v in q.items() if k not in ("batches", "reps")},
+        "parameters": params,
+        "matvec_gb_per_second": rate / 1e9,
+        "bytes_per_token_batch_1": decode_bytes(q, params, 1),
+        "machine": {"cpu_model": cpu_model(), "cpus": parallel.CORES, "load_average": os.getloadavg()},
+        **results,
+    }
+
+
+def print_llm_decoding(report: dict) -> None:
+    m = report["model"]
+    print(
+        f"LLM decoding, Qwen2-shaped {report['parameters'] / 1e6:.0f}M float32 (hidden {m['hidden']}, {m['layers']} "
+        f"layers, {m['heads']}/{m['kv_heads']} heads), prompt {m['prompt']}, {m['tokens']} new tokens; "
+        f"matrix-vector product {report['matvec_gb_per_second']:.1f} GB/s"
+    )
+    for key, r in report.items():
+        if key.startswith("batch "):
+            tps, frac = r["tokens_per_second"], r["fraction_of_bandwidth_ceiling"]
+            print(
+                f"  {key}: numpy {tps['numpy']:.1f} tokens/s, generate() {tps['generate']:.1f} tokens/s "
+                f"({r['speedup_over_generate']:.2f}x); of the bandwidth ceiling: numpy {frac['numpy']:.0%}, "
+                f"generate() {frac['generate']:.0%}; rows with the same tokens: {r['same_tokens']}"
+            )
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="PATH")
     parser.add_argument("--no-decode", action="store_true", help="skip the decoding timings")
+    parser.add_argument(
+        "--llm-decode", action="store_true", help="measure only the LLM decoding speed (a ~0.4B Qwen2-shaped model)"
+    )
+    parser.add_argument("--llm-tokens", type=int, default=None, help="with --llm-decode: tokens generated per run")
     parser.add_argument(
         "--keep-freed-memory",
         action="store_true",
@@ -682,8 +802,15 @@ def main(argv=None) -> dict:
     p = dict(QUICK if args.quick else BASE, keep_freed_memory=args.keep_freed_memory)
     torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota) ...
     with parallel.blas_threads(parallel.CORES):  # ... for both libraries
-        report = measure(p, args, allocator)
-    print_report(report, p, args)
+        if args.llm_decode:
+            q = LLM_QUICK if args.quick else LLM
+            report = llm_decoding(q | ({"tokens": args.llm_tokens} if args.llm_tokens else {}))
+        else:
+            report = measure(p, args, allocator)
+    if args.llm_decode:
+        print_llm_decoding(report)
+    else:
+        print_report(report, p, args)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return report

@@ -1,6 +1,6 @@
 """Write the docs' generated inputs before Sphinx runs (called by `bash docs/build`).
 
-- docs/tutorials/NN_*.ipynb: every walkthrough examples/0*.py (jupytext "percent" scripts), in name order
+- docs/tutorials/NN_*.ipynb: every walkthrough examples/NN*.py (jupytext "percent" scripts), in name order
   (the learning path), converted to a notebook that MyST-NB then executes. Hidden cells are added: one at
   the top that selects the quick mode and an empty folder for the figures, and runs from the checkout's root
   with `__file__` set as a script would, and one after each code cell that shows the figures that cell
@@ -62,7 +62,7 @@ def _docs_show_new_figures(_seen=set()):
 
 def walkthroughs() -> list[Path]:
     """The walkthroughs, in the order of the learning path (their names sort that way: 01, 01b, 02, ...)."""
-    return sorted(ROOT.glob("examples/0*.py"))
+    return sorted(ROOT.glob("examples/[0-9][0-9]*.py"))
 
 
 LINK = re.compile(r"\]\((?!https?:|#|/)([^)\s]+)\)")
@@ -473,6 +473,30 @@ def flash_markdown(record: dict) -> str:
     return out + table(header, rows, nowrap=True) + "\n" + figure + "\n"
 
 
+def llm_decode_markdown(record: dict) -> str:
+    """bench.py --llm-decode's JSON as a table: tokens/s of greedy decoding against generate(), and the fraction of
+    the memory-bandwidth ceiling, per batch size."""
+    d = record["data"]
+    m = d["model"]
+    out = recorded_line(record)
+    out += (
+        f"A Qwen2-shaped model of {d['parameters'] / 1e6:.0f}M parameters (hidden {m['hidden']}, {m['layers']} "
+        f"layers, {m['heads']} query and {m['kv_heads']} key/value heads, vocabulary {m['vocab']:,}, tied), float32, "
+        f"random weights; prompt {m['prompt']} tokens, {m['tokens']} generated, greedy, the KV cache on both sides. "
+        f"Ceiling: the weights and the cache read once a token, at a matrix-vector product's "
+        f"{d['matvec_gb_per_second']:.1f} GB/s.\n\n"
+    )
+    rows = []
+    for key, r in d.items():
+        if key.startswith("batch "):
+            tps, frac = r["tokens_per_second"], r["fraction_of_bandwidth_ceiling"]
+            speed = [f"{tps['numpy']:.1f}", f"{tps['generate']:.1f}", f"{r['speedup_over_generate']:.2f}x"]
+            rows.append([key.removeprefix("batch "), *speed, f"{frac['numpy']:.0%}", f"{frac['generate']:.0%}"])
+    header = ["batch", "numpy tokens/s", "generate() tokens/s", "numpy / generate()", "numpy, of ceiling",
+              "generate(), of ceiling"]  # fmt: skip
+    return out + table(header, rows, nowrap=True)
+
+
 def training_markdown(records: dict[str, dict]) -> str:
     """train_numbers.py's metrics.json files as one table, and a loss curve per run."""
     sys.path.insert(0, str(ROOT))
@@ -542,6 +566,9 @@ def main(argv: list[str] | None = None) -> None:
     (GENERATED / "flash_attention.md").write_text(
         flash_markdown(json.loads((DATA / "flash_attention.json").read_text()))
     )
+    llm = DATA / "llm_decode.json"
+    llm_table = llm_decode_markdown(json.loads(llm.read_text())) if llm.is_file() else "*Not recorded yet.*\n"
+    (GENERATED / "llm_decode.md").write_text(llm_table)
     training = {
         p.stem.removeprefix("training_"): json.loads(p.read_text()) for p in sorted(DATA.glob("training_*.json"))
     }

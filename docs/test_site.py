@@ -385,7 +385,7 @@ def site():
 
 
 def walkthrough_stems() -> list[str]:
-    stems = sorted(p.stem for p in EXAMPLES.glob("0*.py"))
+    stems = sorted(p.stem for p in EXAMPLES.glob("[0-9][0-9]*.py"))
     assert stems, f"no walkthroughs found in {EXAMPLES}"
     return stems
 

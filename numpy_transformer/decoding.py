@@ -234,7 +234,9 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 # Greedy search.
 
 
-def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None) -> np.ndarray:
+def greedy_decode(
+    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, on_token=None
+) -> np.ndarray:
     """Take the most likely token at every step (the lowest id among equals; never pad_id in a model of our own, what
     the checkpoint's rules allow in a loaded one: see the module docstring).
 
@@ -244,11 +246,12 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
     left-padded prompt (positions count the real tokens; padded keys are never attended to), a Transformer's
     (B, S) for its source (the source keys read, instead of those not holding pad_id).
+    on_token: None, or a callable given each step's tokens (B,) as they are chosen (streaming text).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
     has produced eos_id.
     """
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask)
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, on_token)
     return tokens
 
 
@@ -257,7 +260,7 @@ def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
     return np.isin(tokens, cfg.eos_ids)
 
 
-def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None):
+def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, on_token=None):
     """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
     check_model(model)
     with evaluating(model):
@@ -275,6 +278,8 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
             last_step = t == T_p + max_len - 1
             choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
             tokens[:, t] = np.where(done, fill, choice)
+            if on_token is not None:
+                on_token(tokens[:, t].copy())
             done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break

@@ -8,12 +8,20 @@
     transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
     transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
                                                             grade workbooks (exit 1 when any exercise fails)
+    transformer-parity generate MODEL PROMPT [--max-new-tokens N] [--chat] [--system TEXT] [--torch]
+                             [--device DEV] [--dtype float32|float64]
+                                                            text from a checkpoint folder or Hub id, streamed
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
 module name or a path to a .py file, ATTR a module instance in it or a zero-argument factory (a class, a function).
 The user's code is loaded and run in a child process (parity_tests.sandbox) with a time limit (--timeout): exit
 status 0 when it passes, 1 when it does not, 2 for bad arguments or user code that could not run (an exception or
 sys.exit at import, in the factory or in forward, a crash, a hang), with a message saying what went wrong.
+
+`generate` loads MODEL (a checkpoint folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct: that needs the `hub`
+extra) with numpy_transformer.hf (torch_transformer.hf with --torch), and prints the text it writes after PROMPT
+as it comes, decoded under the checkpoint's generation rules; --chat sends PROMPT as a user message through the
+checkpoint's chat template (--system adds a system message). Exit 2 when the model or the prompt cannot be used.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import json
 import sys
 from pathlib import Path
 
-SUBCOMMANDS = ("check", "exercises", "grade")
+SUBCOMMANDS = ("check", "exercises", "grade", "generate")
 
 
 def check_main(argv) -> int:
@@ -258,10 +266,62 @@ def print_scorecards(cards: dict, seed: int) -> None:
             )
 
 
+def generate_parser() -> argparse.ArgumentParser:
+    """transformer-parity generate's arguments."""
+    parser = argparse.ArgumentParser(
+        prog="transformer-parity generate",
+        description="Load a checkpoint (a folder, or a Hub id with the hub extra) and print the text it writes after "
+        "the prompt, token by token, decoded under the checkpoint's generation rules.",
+    )
+    parser.add_argument("model", help="a checkpoint folder, or a Hugging Face Hub id (org/name)")
+    parser.add_argument("prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="the most tokens to generate (default 64)")
+    parser.add_argument("--chat", action="store_true", help="send the prompt as a user message (the chat template)")
+    parser.add_argument("--system", default=None, help="with --chat: a system message before the prompt")
+    parser.add_argument("--torch", action="store_true", help="decode with torch_transformer instead of NumPy")
+    parser.add_argument("--device", default="cpu", help="with --torch: the device (default cpu)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    return parser
+
+
+def generate_main(argv) -> int:
+    parser = generate_parser()
+    args = parser.parse_args(argv)
+    if args.max_new_tokens < 1:
+        parser.error(f"--max-new-tokens: expected a positive number, got {args.max_new_tokens}")
+    if args.system is not None and not args.chat:
+        parser.error("--system needs --chat")
+    prompt = args.prompt
+    if args.chat:
+        prompt = [{"role": "system", "content": args.system}] * (args.system is not None)
+        prompt += [{"role": "user", "content": args.prompt}]
+    try:
+        if args.torch:
+            import torch
+
+            from torch_transformer import hf
+            from torch_transformer.text import generate_text, load_tokenizer
+
+            model = hf.load(args.model, dtype=getattr(torch, args.dtype), device=args.device)
+        else:
+            from numpy_transformer import hf
+            from numpy_transformer.text import generate_text, load_tokenizer
+
+            model = hf.load(args.model, dtype=args.dtype)
+        tokenizer = load_tokenizer(args.model)
+        generate_text(model, tokenizer, prompt, args.max_new_tokens, stream=lambda s: print(s, end="", flush=True))
+    except (ValueError, TypeError) as exc:
+        print(f"transformer-parity generate: {exc}", file=sys.stderr)
+        return 2
+    print()
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in SUBCOMMANDS:
-        return {"check": check_main, "exercises": exercises_main, "grade": grade_main}[argv[0]](argv[1:])
+        commands = {"check": check_main, "exercises": exercises_main, "grade": grade_main, "generate": generate_main}
+        return commands[argv[0]](argv[1:])
     from parity_tests.report import main as report_main
 
     return report_main(argv)

@@ -67,16 +67,40 @@ def test_the_benchmark_reads_nothing_private():
     assert not private, private
 
 
-def test_interleaved_rotates_the_order_and_skips_the_warm_up():
-    """bench.py's timing loop: a warm-up round in the given order (not timed), then each round rotated by one, so that
-    no contender always runs right after the same one; medians of the timed rounds."""
+def load_bench():
+    """benchmarks/bench.py as a module (it is a script, not part of the package)."""
     import importlib.util
-    import time
 
     spec = importlib.util.spec_from_file_location("bench_under_test", BENCH)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_llm_decoding_on_a_tiny_qwen2(capsys):
+    """bench.py --llm-decode's measurement on a tiny Qwen2 (LLM_QUICK): tokens/s of both contenders at each batch
+    size, the same greedy tokens (float32, a tiny model: no near ties), fractions of a measured bandwidth ceiling."""
+    bench = load_bench()
+    report = bench.llm_decoding(bench.LLM_QUICK)
+    q = bench.LLM_QUICK
+    assert report["parameters"] > 0 and report["matvec_gb_per_second"] > 0
+    assert report["bytes_per_token_batch_1"] > 4 * report["parameters"]  # the weights, and the cache besides
+    for B in q["batches"]:
+        r = report[f"batch {B}"]
+        assert r["tokens_per_second"]["numpy"] > 0 and r["tokens_per_second"]["generate"] > 0
+        assert 0 < r["fraction_of_bandwidth_ceiling"]["numpy"] and r["speedup_over_generate"] > 0
+        assert r["same_tokens"] == B
+    bench.print_llm_decoding(report)
+    assert "of the bandwidth ceiling" in capsys.readouterr().out
+
+
+def test_interleaved_rotates_the_order_and_skips_the_warm_up():
+    """bench.py's timing loop: a warm-up round in the given order (not timed), then each round rotated by one, so that
+    no contender always runs right after the same one; medians of the timed rounds."""
+    import time
+
+    bench = load_bench()
     calls: list[str] = []
     fns = {name: (lambda name=name: calls.append(name)) for name in "abc"}
     medians = bench.interleaved(fns, reps=3, pause=0.0)

@@ -26,6 +26,7 @@ WALKTHROUGHS = [
     "07_flash_attention_backward.py",
     "08_check_your_own_model.py",
     "09_mixture_of_experts.py",
+    "10_modern_llm.py",  # a tiny random Llama 3.2 built offline, against transformers and the library
 ]
 ANSWERS = EXAMPLES / "answers"
 

@@ -250,6 +250,7 @@ def greedy_decode(
     use_cache: bool = True,
     compiled: bool = False,
     attention_mask: Tensor | None = None,
+    on_token=None,
 ) -> Tensor:
     """The most likely token at every step (lowest id among equals; never pad_id in a model of our own, what the
     checkpoint's rules allow in a loaded one: see numpy_transformer.decoding).
@@ -259,8 +260,9 @@ def greedy_decode(
     produced eos_id. compiled: run the cached step through torch.compile (see the module docstring).
     attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
     left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
+    on_token: None, or a callable given each step's tokens (B,) as they are chosen (streaming text).
     """
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, on_token)[0]
 
 
 def greedy_search(
@@ -270,6 +272,7 @@ def greedy_search(
     use_cache: bool = True,
     compiled: bool = False,
     attention_mask: Tensor | None = None,
+    on_token=None,
 ) -> tuple[Tensor, Tensor]:
     """greedy_decode, and the logits it chose from, (B, steps, V)."""
     check_model(model)
@@ -288,6 +291,8 @@ def greedy_search(
             last_step = t == T_p + max_len - 1
             choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(dim=-1)  # (B,) the first maximum
             tokens[:, t] = choice.masked_fill(done, fill)
+            if on_token is not None:
+                on_token(tokens[:, t].clone())
             done |= is_eos(tokens[:, t], cfg)
             if bool(done.all()):
                 break

@@ -35,6 +35,7 @@ from .families import (
     relative,
     resolve_ties,
 )
+from .hub import checkpoint_folder
 
 SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
 
@@ -84,7 +85,7 @@ def read_checkpoint(
     check_dropout_argument(dropout)
     if not is_int(max_bytes) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive int (bytes), got {max_bytes!r}")
-    directory = Path(directory)
+    directory = checkpoint_folder(directory)  # a folder, or a Hub id's snapshot (fetched with huggingface_hub)
     config_path = directory / "config.json"
     hf_config, family, config = read_family_config(directory, dropout)
     config, generation_rules = read_generation_rules(directory, hf_config, config)
