@@ -26,7 +26,30 @@ CORPUS = ROOT / "parity_tests" / "corpus"
 
 # What the judge says today where it is wrong, quoted; keyed by "style.factory". Remove an entry when a fix of the
 # judge makes its case pass (strict xfail: the unexpected pass fails the run until then).
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    "book_gpt.model": "fails at trf_blocks.0.att (W_key, W_value, W_query dealt in registration order)",
+    "book_gpt.wrong_scale": "no diagnosis (the projections dealt in registration order)",
+    "book_gpt.unbiased_variance": "no diagnosis, fails at trf_blocks.0.att",
+    "lecture_gpt.model": "the number of heads cannot be read from the module: pass n_heads=",
+    "lecture_gpt.eps_outside_sqrt": "the number of heads cannot be read from the module: pass n_heads=",
+    "lecture_gpt.unbiased_variance": "the number of heads cannot be read from the module: pass n_heads=",
+    "qwen3.model": "found 9 norms in the module, the reference 'transformer_lm' has 1; pass mapping=",
+    "qwen3.wrong_scale": "found 9 norms in the module, the reference 'transformer_lm' has 1; pass mapping=",
+    "qwen3.not_causal": "found 9 norms in the module, the reference 'transformer_lm' has 1; pass mapping=",
+    "jadore.model": "could not be called: KeyError: 'decoder.trg_word_emb.weight'",
+    "jadore.conv_feed_forward": "n_encoder_layers must be >= 0, got -6",
+    "jadore.wrong_scale": "could not be called: KeyError: 'decoder.trg_word_emb.weight'",
+    "jadore.padding_on_queries": "could not be called: KeyError: 'decoder.trg_word_emb.weight'",
+    "word_language_model.model": "fails at encoder.layers.0.norm1 (judged pre-norm)",
+    "word_language_model.causal_shows_next": "no diagnosis, fails at encoder.layers.0.norm1",
+    "word_language_model.missing_scale": "no diagnosis, fails at encoder.layers.0.norm1",
+    "hf_marian.model": "AttributeError: 'torch.Size' object has no attribute 'detach' (session.py)",
+    "hf_marian.wrong_scale": "AttributeError: 'torch.Size' object has no attribute 'detach' (session.py)",
+    "hf_marian.missing_scale": "AttributeError: 'torch.Size' object has no attribute 'detach' (session.py)",
+    "hf_bart.model": "could not be called: KeyError: 'model.encoder.embed_tokens.weight'",
+    "hf_bart.wrong_scale": "could not be called: KeyError: 'model.encoder.embed_tokens.weight'",
+    "hf_bart.unbiased_variance": "could not be called: KeyError: 'model.encoder.embed_tokens.weight'",
+}
 
 
 def _case(name: str, *values):
@@ -152,6 +175,13 @@ OUTPUTS = {
     "hf_style": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).last_hidden_state,
     "bentrevett": lambda m, src, tgt: m(src, tgt)[0],
     "hf_gpt": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).logits,
+    "book_gpt": lambda m, src, tgt: m(tgt),
+    "lecture_gpt": lambda m, src, tgt: m(tgt)[0],
+    "qwen3": lambda m, src, tgt: m(tgt),
+    "jadore": lambda m, src, tgt: m(src, tgt),  # (B * T, V)
+    "word_language_model": lambda m, src, tgt: m(tgt.t()).transpose(0, 1),  # sequence-first
+    "hf_marian": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
+    "hf_bart": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
 }
 
 

@@ -25,7 +25,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-STYLES = ("nanogpt", "mingpt", "annotated", "llama", "pytorch_tutorial", "d2l", "hf_style", "bentrevett", "hf_gpt")
+STYLES = (
+    "nanogpt",
+    "mingpt",
+    "annotated",
+    "llama",
+    "pytorch_tutorial",
+    "d2l",
+    "hf_style",
+    "bentrevett",
+    "hf_gpt",
+    "book_gpt",
+    "lecture_gpt",
+    "qwen3",
+    "jadore",
+    "word_language_model",
+    "hf_marian",
+    "hf_bart",
+)
 
 
 @dataclass(frozen=True)
