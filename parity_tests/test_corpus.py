@@ -27,12 +27,6 @@ CORPUS = ROOT / "parity_tests" / "corpus"
 # What the judge says today where it is wrong, quoted; keyed by "style.factory". Remove an entry when a fix of the
 # judge makes its case pass (strict xfail: the unexpected pass fails the run until then).
 TODAY: dict[str, str] = {
-    "book_gpt.model": "fails at trf_blocks.0.att (W_key, W_value, W_query dealt in registration order)",
-    "book_gpt.wrong_scale": "no diagnosis (the projections dealt in registration order)",
-    "book_gpt.unbiased_variance": "no diagnosis, fails at trf_blocks.0.att",
-    "lecture_gpt.model": "the number of heads cannot be read from the module: pass n_heads=",
-    "lecture_gpt.eps_outside_sqrt": "the number of heads cannot be read from the module: pass n_heads=",
-    "lecture_gpt.unbiased_variance": "the number of heads cannot be read from the module: pass n_heads=",
     "qwen3.model": "found 9 norms in the module, the reference 'transformer_lm' has 1; pass mapping=",
     "qwen3.wrong_scale": "found 9 norms in the module, the reference 'transformer_lm' has 1; pass mapping=",
     "qwen3.not_causal": "found 9 norms in the module, the reference 'transformer_lm' has 1; pass mapping=",

@@ -123,12 +123,29 @@ def _sizes(entry, found, module, cfg, fields: dict) -> Dealt:
         D = norms[0].size if norms else (tables[0].width if tables else None)
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
-    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or find_heads(module)
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or _flow_heads(found.flow, D) or find_heads(module)
     if H is None and entry.heads:
         raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {entry.name!r})")
     ffn_in = [p for p in pieces if p.in_features not in (D,)]
     F = ffn_in[0].in_features if ffn_in else 4 * (D or 8)
-    return Dealt(D, H, F, norms=list(norms))
+    return Dealt(D, H, F, norms=list(norms), flow=found.flow, qk_norms=found.qk_norms)
+
+
+def _flow_heads(flow, D) -> int | None:
+    """The head count the recorded forward shows: the query's head axis, else d_model over the head width."""
+    if flow is None:
+        return None
+    if flow.heads:
+        return flow.heads
+    return D // flow.head_dim if D and flow.head_dim and D % flow.head_dim == 0 else None
+
+
+ATTENTION_ROLES = ("q", "k", "v", "out", "qkv")
+
+
+def flow_read(pieces: list, flow) -> bool:
+    """True when the recorded forward gave every piece a role (attention or feed-forward)."""
+    return flow is not None and bool(pieces) and all(p.weight in flow.roles for p in pieces)
 
 
 def _tables(entry, found, dealt: Dealt) -> None:
@@ -155,7 +172,10 @@ def _pieces(entry, pieces: list, dealt: Dealt) -> None:
                 f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the stack "
                 "before it: check the whole model as 'transformer', or pass call= returning the decoder's hidden states"
             )
-    dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
+    if flow_read(pieces, found_flow := dealt.flow):  # the recorded forward says which projections attend
+        dealt.attention = [p for p in pieces if found_flow.roles.get(p.weight) in ATTENTION_ROLES]
+    else:
+        dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     dealt.ffn = [p for p in pieces if p not in dealt.attention]
     if entry.unit == "gated_feed_forward":
         dealt.attention, dealt.ffn = [], pieces
@@ -206,6 +226,7 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=dealt.gated is not None,
         n_kv_heads=kv // (D // H) if H and kv != D else None,
+        qk_norm=bool(found.qk_norms),
         type_vocab_size=dealt.type_table.rows if dealt.type_table is not None else 0,
         embedding_norm=dealt.embedding_norm,
         d_model=D or 8,

@@ -35,6 +35,8 @@ class Dealt:
     n_dec: int = 0
     layer_norms: int = 0
     embedding_norm: bool = False
+    flow: Any = None  # dataflow.Flow, or None
+    qk_norms: dict = field(default_factory=dict)  # q or k weight name -> its per-head Norm
 
 
 class Linker:
@@ -88,6 +90,11 @@ class Linker:
         got, held = attention_links(chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv)
         self.links.extend(got)
         self.zero.extend(held)
+        for link in got:  # Qwen3's per-head q and k norms, after their projections
+            norm = d.qk_norms.get(link.user)
+            if norm is not None:
+                role = link.parts[0][0].rsplit(".", 2)[-2][0]  # q_proj -> q, k_proj -> k
+                self.norm(norm, f"{prefix}{role}_norm.")
 
     def layer(self, prefix: str, decoder: bool, chunks, norms, ffns) -> None:
         """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the

@@ -14,6 +14,7 @@ from torch import nn
 
 from . import assign as A
 from . import calling as C
+from . import dataflow as DF
 from . import levels as LV
 from . import mapping as MP
 from . import tables as TB
@@ -35,7 +36,7 @@ class Session:
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
         if self.is_module and entry.group == "model":
-            mark_positions_by_use(user, level, found, call)
+            found = MP.structure(user, read_flow(user, level, found, call))
         self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         if mapping is not None:
@@ -204,34 +205,22 @@ def _swap_gate(link):
     return dataclasses.replace(link, parts=parts)
 
 
-def mark_positions_by_use(user, level: str, found, call) -> None:
-    """Tell position tables from token tables by what they are fed: run a copy of the user's model once on small
-    ids, with hooks on its nn.Embedding modules; a table looked up with 0, 1, ..., T - 1 along the positions is a
-    position table, whatever its name."""
-    tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
-    if not tables:
-        return
+def read_flow(user, level: str, found, call):
+    """The user's forward recorded once (dataflow.record) on small ids, on a copy, under the first of its likely
+    conventions that runs; its Flow, or None where the model could not be called so (the check proper then says
+    why)."""
+    if not found.tables:
+        return None
     model = copy_module(user).eval()
-    modules = dict(model.named_modules())
-    fed: dict = {}  # table path -> the ids it was first looked up with
-
-    def record(path):
-        def hook(module, args, output):
-            fed.setdefault(path, args[0])  # returns None: the output is left as it is
-
-        return hook
-
-    paths = [path for path in tables if isinstance(modules.get(path), nn.Embedding)]
-    handles = [modules[path].register_forward_hook(record(path)) for path in paths]
     T = min(6, min(t.rows for t in found.tables))
-    try:
-        _run_once(model, level, _ids_probe(level, found, T), call)
-    finally:
-        for h in handles:
-            h.remove()
-    for path, ids in fed.items():
-        if _counts_positions(ids.detach().cpu().numpy(), T):
-            tables[path].position = True
+    probe = _ids_probe(level, found, T)
+    ran = []
+
+    def run():
+        ran.append(_run_once(model, level, probe, call))
+
+    nodes = DF.record(run, model)
+    return DF.read(nodes) if ran and ran[0] else None
 
 
 def _ids_probe(level: str, found, T: int) -> LV.Probe:
@@ -245,22 +234,16 @@ def _ids_probe(level: str, found, T: int) -> LV.Probe:
     return probe
 
 
-def _run_once(model, level: str, probe, call) -> None:
-    """Call the model under the first of its likely conventions that runs (at most four tried)."""
+def _run_once(model, level: str, probe, call) -> bool:
+    """Call the model under the first of its likely conventions that runs (at most four tried); True when one
+    ran. Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the ops."""
     for caller in C.callers(model, level, probe, call=call)[:4]:
         weight = next(model.parameters())
         tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
         tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
         try:
-            with torch.no_grad():
-                caller(model, tensors, probe, torch.float32)
-            return
+            caller(model, tensors, probe, torch.float32)
+            return True
         except Exception:  # a convention the model does not take; the check proper reports it
             continue
-
-
-def _counts_positions(values: np.ndarray, T: int) -> bool:
-    """Ids 0, 1, ..., T - 1 along the positions, batch-first or sequence-first."""
-    if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
-        return True
-    return values.ndim == 2 and values.shape[0] == T and bool(np.all(values == np.arange(T)[:, None]))
+    return False
