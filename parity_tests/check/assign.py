@@ -200,6 +200,29 @@ def _layers(entry, dealt: Dealt) -> None:
     if entry.group == "model" and entry.encoder_only:
         dealt.embedding_norm = _embedding_norm(dealt.norms, dealt.layer_norms, dealt.token_tables)
         dealt.layer_norms += dealt.embedding_norm
+    elif (
+        entry.group == "model" and dealt.flow is not None and len(dealt.norms) == dealt.layer_norms + len(entry.stacks)
+    ):
+        _extra_norms(entry, dealt)
+
+
+def _extra_norms(entry, dealt: Dealt) -> None:
+    """One norm per stack beyond its layers': final norms (pre-norm layers) or, read from the flow, norms of the
+    embeddings (post-norm layers whose extra norms read only lookups: BART's layernorm_embedding). Post-norm
+    layers followed by a final norm are refused: the reference has no such layout."""
+    if dealt.flow.norm_first is not False:
+        return
+    first = [n for n in dealt.norms if not dealt.flow.computed_from_projections(n.weight)]
+    if len(first) == len(entry.stacks):
+        dealt.embedding_norm = True
+        dealt.layer_norms += len(entry.stacks)
+        return
+    extra = [n.module for n in dealt.norms if n not in first][-1]
+    raise ValueError(
+        f"post-norm layers (each sublayer's sum normalised: Norm(x + f(x))) followed by a final norm ({extra}): "
+        "the reference has a final norm only after pre-norm layers; the model cannot be judged as "
+        f"{entry.name!r} (nn.TransformerEncoder(norm=...) on post-norm layers normalises twice)"
+    )
 
 
 def _config(entry, found, dealt: Dealt, cfg, fields: dict):
@@ -237,6 +260,8 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
         base["activation"] = "silu"
     if entry.final_norms == "pre-norm" and len(norms) > dealt.layer_norms:
         base["norm_first"] = True  # a final norm: pre-norm layers
+    if dealt.flow is not None and dealt.flow.norm_first is not None:
+        base["norm_first"] = dealt.flow.norm_first
     return TransformerConfig(**(base | known))
 
 

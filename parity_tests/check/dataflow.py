@@ -39,6 +39,7 @@ PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsu
 SOFTMAX = {"softmax", "_softmax"}
 ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu"}
 SDPA = "scaled_dot_product_attention"
+ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 
 
 @dataclass(eq=False)
@@ -82,6 +83,8 @@ class _Recorder(TorchFunctionMode):
         if not outs or not parents and getattr(func, "__name__", "") not in ("arange",):
             return out
         name = getattr(func, "__name__", str(func))
+        if name in VIEWS and all(any(o is a for a in flat) for o in outs):
+            return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
         extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape), ndim=outs[0].ndim)
         node.extra = extra
@@ -210,6 +213,7 @@ class Attention:
     norms: dict  # 1-D parameter name -> "q" or "k"
     head_dim: int
     heads: int | None  # the query's head axis where it has one
+    out_node: Node | None = None  # the output projection's op
 
 
 @dataclass
@@ -231,6 +235,32 @@ class Flow:
     @property
     def head_dim(self) -> int | None:
         return next((a.head_dim for a in self.attentions), None)
+
+    @property
+    def norm_first(self) -> bool | None:
+        """Pre-norm (True) or post-norm (False), read where the first attention's output joins the stream: the
+        sum is read by the next residual sum too (pre-norm, x + f(Norm(x))), or only by the norm's own ops
+        (post-norm, Norm(x + f(x))); None where no attention was read."""
+        out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
+        if out is None:
+            return None
+        todo, seen = list(out.children), set()
+        while todo:
+            node = todo.pop(0)
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op in ADDS and len(node.parents) >= 2:
+                return len({child.module for child in node.children}) > 1
+            if node.op not in PRODUCTS:
+                todo.extend(node.children)
+        return None
+
+    def computed_from_projections(self, param: str) -> bool:
+        """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
+        only from lookups and tables (an embedding norm's)."""
+        index = self.order.get(param)
+        return index is not None and bool(_back(self.nodes[index])[0])
 
 
 def read(nodes: list) -> Flow:
@@ -284,10 +314,11 @@ def _attention(node: Node) -> Attention | None:
     else:
         return None
     (qw, qs, _), (kw, ks, _), (vw, _, _) = _back(q), _back(k), _back(v)
-    out = [w for w in map(projection, _forward(after)) if w is not None]
+    outs = [n for n in _forward(after) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
-    return Attention(node.module, qw, kw, vw, out[:1], norms, q.shape[-1] if q.shape else 0, heads)
+    out = [projection(n) for n in outs]
+    return Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
 
 
 def _reaches(src: Node, dst: Node) -> bool:

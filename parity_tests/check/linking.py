@@ -182,8 +182,8 @@ def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -
         lk.table(next(learned).name, f"{stack}.position_embedding.weight")
     if stack == "encoder" and d.type_table is not None:
         lk.table(d.type_table.name, "encoder.token_type_embedding.weight")
-    if stack == "encoder" and d.embedding_norm:
-        lk.norm(next(norms), "encoder.embedding_norm.")
+    if d.embedding_norm:
+        lk.norm(next(norms), f"{stack}.embedding_norm.")
 
 
 def _link_output(lk: Linker, d: Dealt, found) -> None:

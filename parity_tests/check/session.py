@@ -37,6 +37,7 @@ class Session:
         found = MP.structure(user) if self.is_module else MP.Structure()
         if self.is_module and entry.group == "model":
             found = MP.structure(user, read_flow(user, level, found, call))
+        self.flow = found.flow
         self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         if mapping is not None:
@@ -109,7 +110,8 @@ class Session:
         searches = self.entry.searches
         if "norm_first" in searches and "norm_first" not in given:
             final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
-            norm_first = [base.norm_first] if final_norms_tell else [False, True]
+            flow_tells = self.flow is not None and self.flow.norm_first is not None  # where the sums are normed
+            norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
         if "activation" in searches and "activation" not in given:
             activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
@@ -120,6 +122,9 @@ class Session:
         if "scale_embeddings" in searches and "scale_embeddings" not in given:
             scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
             options = [o | {"scale_embeddings": s} for o in options for s in scales]
+        if self.entry.output_head and base.tie_embeddings and "output_scale" not in given:
+            # the paper's sharing may scale the tied logits by d_model^-0.5 instead of the embeddings by sqrt(d)
+            options = options + [o | {"output_scale": base.d_model**-0.5} for o in options]
         return [dataclasses.replace(base, **o) for o in options]
 
     def stated(self) -> dict:
@@ -161,6 +166,9 @@ class Session:
             tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
+            ids = p.ids.get("tgt", p.ids.get("ids"))
+            if self.entry.output_head and out.ndim == 2 and ids is not None and out.shape[0] == ids.size > len(ids):
+                out = out.reshape(*ids.shape, -1)  # logits flattened to (B * T, V), as a loss takes them
             if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
                 out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
