@@ -39,6 +39,7 @@ PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsu
 SOFTMAX = {"softmax", "_softmax"}
 ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu"}
 SDPA = "scaled_dot_product_attention"
+MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.MultiheadAttention, one op
 ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 
 
@@ -148,7 +149,7 @@ def _back(start: Node) -> tuple[list, list, bool]:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        w = projection(node)
+        w = projection(node) or (_mha_weights(node) or [None])[-1]
         if w is not None:
             weights.append(w)
             continue
@@ -294,8 +295,19 @@ def _uses(flow: Flow) -> None:
                 flow.positions.add(table)
 
 
+def _mha_weights(node: Node) -> list:
+    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight)."""
+    return [w for w in map(weight_of, node.parents) if w is not None] if node.op in MHA else []
+
+
 def _attention(node: Node) -> Attention | None:
-    """The attention whose softmax (or scaled_dot_product_attention) `node` is; None for any other node."""
+    """The attention whose softmax (or scaled_dot_product_attention, or nn.MultiheadAttention's op) `node` is;
+    None for any other node."""
+    weights = _mha_weights(node)
+    if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
+        *qkv, out = weights
+        q, k, v = qkv * 3 if len(qkv) == 1 else qkv
+        return Attention(node.module, [q], [k], [v], [out], {}, 0, None, node)
     if node.op == SDPA and len(node.parents) >= 3:
         q, k, v = node.parents[:3]
         after = node

@@ -114,7 +114,9 @@ class Session:
             norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
         if "activation" in searches and "activation" not in given:
-            activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
+            activations = (
+                ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh", "silu")
+            )
             options = [o | {"activation": a} for o in options for a in activations]
         rope = self.rope_options(given)
         if rope:
@@ -243,9 +245,9 @@ def _ids_probe(level: str, found, T: int) -> LV.Probe:
 
 
 def _run_once(model, level: str, probe, call) -> bool:
-    """Call the model under the first of its likely conventions that runs (at most four tried); True when one
+    """Call the model under the first of its likely conventions that runs (at most 16 tried); True when one
     ran. Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the ops."""
-    for caller in C.callers(model, level, probe, call=call)[:4]:
+    for caller in C.callers(model, level, probe, call=call)[:16]:
         weight = next(model.parameters())
         tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
         tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
