@@ -96,18 +96,27 @@ def _chunks(pieces: list, D: int, kv: int) -> list:
     return chunks
 
 
-def infer(level: str, found, module, given: dict) -> tuple:
-    """(config, links, zero, tables) for the user's module at `level`; see the module docstring."""
+def infer(level: str, found, module, given: dict, mapped: tuple | None = None) -> tuple:
+    """(config, links, zero, tables) for the user's module at `level`; see the module docstring. `mapped`: the
+    (links, zero) of a caller's mapping=, which replace the dealt ones; the layers are then counted from it where
+    the pieces cannot be dealt."""
     entry = LEVELS[level]
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
     dealt = _sizes(entry, found, module, given.get("config"), fields)
     _tables(entry, found, dealt)
-    _pieces(entry, list(found.pieces), dealt)
-    _layers(entry, dealt)
+    try:
+        _pieces(entry, list(found.pieces), dealt)
+        _layers(entry, dealt)
+    except ValueError:
+        if mapped is None:
+            raise
+        _counted(entry, dealt, mapped[0])  # the caller's map says where each parameter goes: the layers from it
     cfg = _config(entry, found, dealt, given.get("config"), fields)
+    fixed = [t for t in dealt.position_tables if not t.trainable]
+    if mapped is not None:  # read before anything dealt could refuse: the caller's map is the map
+        return cfg, *mapped, fixed
     linker = Linker(entry, cfg, dealt)
     LINKS[entry.unit or entry.group](linker, dealt, found)
-    fixed = [t for t in dealt.position_tables if not t.trainable]
     return cfg, [link for link in linker.links if link.user != "(tied)"], linker.zero, fixed
 
 
@@ -223,6 +232,16 @@ def _extra_norms(entry, dealt: Dealt) -> None:
         "the reference has a final norm only after pre-norm layers; the model cannot be judged as "
         f"{entry.name!r} (nn.TransformerEncoder(norm=...) on post-norm layers normalises twice)"
     )
+
+
+def _counted(entry, dealt: Dealt, links: list) -> None:
+    """The layers a caller's map names ({stack}.layers.N....), their norms, and a gated block where it names one."""
+    names = [n for link in links for n, _ in link.parts]
+    for stack in ("encoder", "decoder"):
+        layers = {int(m.group(1)) for n in names if (m := re.match(rf"{stack}\.layers\.(\d+)\.", n))}
+        setattr(dealt, "n_enc" if stack == "encoder" else "n_dec", max(layers, default=-1) + 1)
+    dealt.layer_norms = entry.layer_norm_count(dealt.n_enc, dealt.n_dec)
+    dealt.gated = [] if any(".gate." in n or n.startswith("gate.") for n in names) else None
 
 
 def _config(entry, found, dealt: Dealt, cfg, fields: dict):

@@ -99,16 +99,27 @@ class Linker:
     def layer(self, prefix: str, decoder: bool, chunks, norms, ffns) -> None:
         """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the
         user's registration order."""
-        self.attention(next(chunks), f"{prefix}self_attn.")
+        self.attention(take(chunks, "attention", f"{prefix}self_attn"), f"{prefix}self_attn.")
         if decoder:
-            self.attention(next(chunks), f"{prefix}cross_attn.")
-        self.ffn(next(ffns), f"{prefix}ffn.")
+            self.attention(take(chunks, "attention", f"{prefix}cross_attn"), f"{prefix}cross_attn.")
+        self.ffn(take(ffns, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
-            self.norm(next(norms), f"{prefix}{name}.")
+            self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
     def stack(self, stack: str, n: int, decoder: bool, chunks, norms, ffns) -> None:
         for i in range(n):
             self.layer(f"{stack}.layers.{i}.", decoder, chunks, norms, ffns)
+
+
+def take(pieces, what: str, where: str):
+    """The next of the user's pieces for the reference's `where`; a ValueError saying so when none is left."""
+    piece = next(pieces, None)
+    if piece is None:
+        raise ValueError(
+            f"no {what} of the module is left for the reference's {where}: the recorded forward and the shapes "
+            "give fewer than the layers need; pass mapping="
+        )
+    return piece
 
 
 # -- one linker per component's unit and per group: (linker, dealt, found) -> None --------------------------------
@@ -166,7 +177,7 @@ def _link_stacks(lk: Linker, d: Dealt, found) -> None:
         n = d.n_enc if stack == "encoder" else d.n_dec
         lk.stack(stack, n, stack == "decoder" and lk.entry.cross, chunks, norms, ffns)
         if finals:
-            lk.norm(next(norms), f"{stack}.final_norm.")
+            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
 
 
 def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -> None:
@@ -179,11 +190,11 @@ def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -
             raise ValueError(f"no token table found for the {stack}; pass mapping=")
         lk.table(table.name, f"{stack}.token_embedding.weight")
     if cfg.positional == "learned":
-        lk.table(next(learned).name, f"{stack}.position_embedding.weight")
+        lk.table(take(learned, "learned position table", stack).name, f"{stack}.position_embedding.weight")
     if stack == "encoder" and d.type_table is not None:
         lk.table(d.type_table.name, "encoder.token_type_embedding.weight")
     if d.embedding_norm:
-        lk.norm(next(norms), f"{stack}.embedding_norm.")
+        lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
 
 def _link_output(lk: Linker, d: Dealt, found) -> None:
@@ -206,7 +217,7 @@ def _link_model(lk: Linker, d: Dealt, found) -> None:
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
         if cfg.norm_first:
-            lk.norm(next(norms), f"{stack}.final_norm.")
+            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head:
         _link_output(lk, d, found)
 

@@ -6,6 +6,8 @@ weights, and the config candidates and weight maps (layouts) the judge searches 
 from __future__ import annotations
 
 import dataclasses
+import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,7 +30,22 @@ TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
-    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
+    def __init__(self, user, level, *args):
+        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError
+        saying where it stopped, never a bare exception of the judge's own code (a StopIteration of a dealer run
+        dry reads as if the user's code raised it)."""
+        try:
+            self._read(user, level, *args)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            raise ValueError(
+                f"the judge could not read the module as {level!r}: {type(exc).__name__} {exc} in its reading of "
+                f"the pieces ({Path(frame.filename).name}, {frame.name}); pass mapping= (the weight map) to settle it"
+            ) from exc
+
+    def _read(self, user, level, given, mapping, call, batch_first, mask, seed):
         self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
         self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
@@ -38,10 +55,9 @@ class Session:
         if self.is_module and entry.group == "model":
             found = MP.structure(user, read_flow(user, level, found, call))
         self.flow = found.flow
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
+        mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
-        if mapping is not None:
-            self.links, self.zero = WM.links_from(mapping)
         tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
