@@ -161,7 +161,10 @@ def _tables(entry, found, dealt: Dealt) -> None:
     """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
     dealt.token_tables = [t for t in found.tables if not t.position and t.width == dealt.D]
     dealt.position_tables = [t for t in found.tables if t.position and t.width == dealt.D]
-    dealt.type_table = token_type_table(entry, dealt.token_tables)
+    if entry.group == "model" and entry.encoder_only and dealt.flow is not None:
+        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
+        types = [t for t in dealt.token_tables if t.name in dealt.flow.constant_lookups]
+        dealt.type_table = types[0] if len(types) == 1 and len(dealt.token_tables) > 1 else None
     if dealt.type_table is not None:
         dealt.token_tables.remove(dealt.type_table)
 
@@ -206,25 +209,20 @@ def _layers(entry, dealt: Dealt) -> None:
     model's embedding norm (BERT's)."""
     dealt.n_enc, dealt.n_dec = entry.n_layers(len(dealt.chunks), len(dealt.ffn_pairs))
     dealt.layer_norms = entry.layer_norm_count(dealt.n_enc, dealt.n_dec)
-    if entry.group == "model" and entry.encoder_only:
-        dealt.embedding_norm = _embedding_norm(dealt.norms, dealt.layer_norms, dealt.token_tables)
-        dealt.layer_norms += dealt.embedding_norm
-    elif (
-        entry.group == "model" and dealt.flow is not None and len(dealt.norms) == dealt.layer_norms + len(entry.stacks)
-    ):
+    if entry.group == "model" and dealt.flow is not None and len(dealt.norms) > dealt.layer_norms:
         _extra_norms(entry, dealt)
 
 
 def _extra_norms(entry, dealt: Dealt) -> None:
-    """One norm per stack beyond its layers': final norms (pre-norm layers) or, read from the flow, norms of the
-    embeddings (post-norm layers whose extra norms read only lookups: BART's layernorm_embedding). Post-norm
-    layers followed by a final norm are refused: the reference has no such layout."""
-    if dealt.flow.norm_first is not False:
-        return
-    first = [n for n in dealt.norms if not dealt.flow.computed_from_projections(n.weight)]
-    if len(first) == len(entry.stacks):
-        dealt.embedding_norm = True
-        dealt.layer_norms += len(entry.stacks)
+    """Norms beyond the layers', read from the flow: norms of the embeddings (those that read only lookups, less
+    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding) and final norms (the
+    rest, after pre-norm layers). Post-norm layers followed by a final norm are refused: the reference has no
+    such layout."""
+    flow, stacks = dealt.flow, len(entry.stacks)
+    first = [n for n in dealt.norms if not flow.computed_from_projections(n.weight)]
+    dealt.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
+    dealt.layer_norms += stacks * dealt.embedding_norm
+    if flow.norm_first is not False or len(dealt.norms) == dealt.layer_norms:
         return
     extra = [n.module for n in dealt.norms if n not in first][-1]
     raise ValueError(
@@ -282,31 +280,3 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
     if dealt.flow is not None and dealt.flow.norm_first is not None:
         base["norm_first"] = dealt.flow.norm_first
     return TransformerConfig(**(base | known))
-
-
-TYPE_WORDS = re.compile(r"(token_?type|segment|type_emb|tok_type|seg_emb)")
-
-
-def token_type_table(entry, token_tables: list):
-    """BERT's token-type table among an encoder model's token tables: the one named for types or segments
-    (token_type_embeddings, segment_embedding), else, of two tables, the second when it has fewer rows than the
-    first (a handful of types against a vocabulary). None for other levels and for models without one."""
-    if entry.group != "model" or not entry.encoder_only or len(token_tables) < 2:
-        return None
-    named = [t for t in token_tables if TYPE_WORDS.search(t.name.lower())]
-    if len(named) == 1:
-        return named[0]
-    if len(token_tables) == 2 and token_tables[1].rows < token_tables[0].rows:
-        return token_tables[1]
-    return None
-
-
-def _embedding_norm(norms: list, layer_norms: int, token_tables: list) -> bool:
-    """An encoder model's embedding norm (BERT's embeddings.LayerNorm): one norm more than its layers hold, the
-    first in registration order, kept beside the token table (the same parent module) or named for embeddings.
-    A pre-norm encoder's extra norm is its last (a final norm), which this does not take."""
-    if not norms or len(norms) not in (layer_norms + 1, layer_norms + 2) or norms[0].kind != "layer":
-        return False
-    parent = norms[0].module.rsplit(".", 1)[0] if "." in norms[0].module else ""
-    beside = any(t.module.rsplit(".", 1)[0] == parent for t in token_tables if "." in t.module)
-    return beside or "emb" in norms[0].module.lower()

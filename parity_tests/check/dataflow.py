@@ -227,6 +227,7 @@ class Flow:
     attentions: list = field(default_factory=list)
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> (q or k, the attention's module)
     positions: set = field(default_factory=set)  # tables looked up with 0, 1, ..., T - 1
+    constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
 
     @property
     def heads(self) -> int | None:
@@ -293,6 +294,8 @@ def _uses(flow: Flow) -> None:
             table = weight_of(node.parents[-1])
             if table is not None and _counts_positions(node.value):
                 flow.positions.add(table)
+            elif table is not None and node.value.size > 1 and np.all(node.value == node.value.flat[0]):
+                flow.constant_lookups.add(table)
 
 
 def _mha_weights(node: Node) -> list:

@@ -232,26 +232,29 @@ def _swap_gate(link):
 
 
 def read_flow(user, level: str, found, call):
-    """The user's forward recorded once (dataflow.record) on small ids, on a copy, under the first of its likely
-    conventions that runs; its Flow, or None where the model could not be called so (the check proper then says
-    why)."""
+    """The user's forward recorded (dataflow.record) on small ids, on a copy, under the first of its likely
+    conventions that runs (at most 16 tried; a has_mask flag is not a mask); its Flow, or None where the model
+    could not be called so (the check proper then says why). Gradients stay on: torch's fused inference paths
+    (nn.TransformerEncoderLayer's) would hide the ops."""
     if not found.tables:
         return None
     model = copy_module(user).eval()
-    T = min(6, min(t.rows for t in found.tables))
-    probe = _ids_probe(level, found, T)
-    ran = []
-
-    def run():
-        ran.append(_run_once(model, level, probe, call))
-
-    nodes = DF.record(run, model)
-    return DF.read(nodes) if ran and ran[0] else None
+    probe = _ids_probe(level, found, min(6, _rows(found)))
+    weight = next(model.parameters())
+    tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+    tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+    for caller in C.callers(model, level, probe, call=call)[:16]:
+        try:  # only a run that completes is read: a convention the model does not take leaves half a graph
+            nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, torch.float32), model)
+        except Exception:  # a convention the model does not take; the check proper reports it
+            continue
+        return DF.read(nodes)
+    return None
 
 
 def _ids_probe(level: str, found, T: int) -> LV.Probe:
     """Small ids for each of the level's inputs (a memory: floats), nothing padded."""
-    rows = min(t.rows for t in found.tables)
+    rows = _rows(found)
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
     if "memory" in probe.ids:  # the decoder's memory is a float input
@@ -260,16 +263,6 @@ def _ids_probe(level: str, found, T: int) -> LV.Probe:
     return probe
 
 
-def _run_once(model, level: str, probe, call) -> bool:
-    """Call the model under the first of its likely conventions that runs (at most 16 tried); True when one
-    ran. Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the ops."""
-    for caller in C.callers(model, level, probe, call=call)[:16]:
-        weight = next(model.parameters())
-        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
-        try:
-            caller(model, tensors, probe, torch.float32)
-            return True
-        except Exception:  # a convention the model does not take; the check proper reports it
-            continue
-    return False
+def _rows(found) -> int:
+    """The rows of the smallest table beyond a handful (BERT's two token types are not the vocabulary)."""
+    return min((t.rows for t in found.tables if t.rows > 4), default=min(t.rows for t in found.tables))
