@@ -96,13 +96,15 @@ def _chunks(pieces: list, D: int, kv: int) -> list:
     return chunks
 
 
-def infer(level: str, found, module, given: dict, mapped: tuple | None = None) -> tuple:
+def infer(level: str, found, module, given: dict, mapped: tuple | None = None, provisional: bool = False) -> tuple:
     """(config, links, zero, tables) for the user's module at `level`; see the module docstring. `mapped`: the
     (links, zero) of a caller's mapping=, which replace the dealt ones; the layers are then counted from it where
-    the pieces cannot be dealt."""
+    the pieces cannot be dealt. `provisional`: a first reading of a layer or component, only to size the probe
+    its forward is recorded on (linking._separate)."""
     entry = LEVELS[level]
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
     dealt = _sizes(entry, found, module, given.get("config"), fields)
+    dealt.provisional = provisional
     _tables(entry, found, dealt)
     try:
         _pieces(entry, list(found.pieces), dealt)

@@ -36,7 +36,7 @@ VIEWS = {
     "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type",
 }  # fmt: skip
 PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
-SOFTMAX = {"softmax", "_softmax"}
+SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
 ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu"}
 SDPA = "scaled_dot_product_attention"
 MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.MultiheadAttention, one op
@@ -252,7 +252,7 @@ class Flow:
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if node.op in ADDS and len(node.parents) >= 2:
+            if node.op in ADDS:
                 return len({child.module for child in node.children}) > 1
             if node.op not in PRODUCTS:
                 todo.extend(node.children)

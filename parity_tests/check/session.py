@@ -56,7 +56,12 @@ class Session:
             found = MP.structure(user, read_flow(user, level, found, call))
         self.flow = found.flow
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped)
+        first = self.is_module and found.flow is None and entry.heads and mapped is None  # a layer, an attention
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped, provisional=first)
+        if first:  # its forward recorded on the probe the first reading sizes, then read again from the flow
+            self.flow = read_component_flow(user, level, self.cfg, batch_first, mask, call, seed)
+            found = MP.structure(user, self.flow) if self.flow is not None else found
+            self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables
@@ -247,6 +252,25 @@ def read_flow(user, level: str, found, call):
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
             nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, torch.float32), model)
         except Exception:  # a convention the model does not take; the check proper reports it
+            continue
+        return DF.read(nodes)
+    return None
+
+
+def read_component_flow(user, level: str, cfg, batch_first, mask, call, seed: int):
+    """A layer's or an attention's forward recorded on the level's own probe (its float inputs) under the first
+    convention that runs; its Flow, or None."""
+    model = copy_module(user).eval()
+    probe = LV.probe(level, cfg, np.random.default_rng(seed + 1))
+    weight = next(model.parameters(), None)
+    if weight is None:
+        return None
+    tensors = {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+    tensors |= {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+    for caller in C.callers(model, level, probe, batch_first, mask, call)[:16]:
+        try:
+            nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, weight.dtype), model)
+        except Exception:  # a convention the module does not take; the check proper reports it
             continue
         return DF.read(nodes)
     return None
