@@ -533,3 +533,16 @@ def test_what_the_judge_cannot_read_is_refused_saying_where():
 
     with pytest.raises(ValueError, match=r"no feed-forward block .* decoder\.layers\.0\.ffn.*pass mapping="):
         check.module(NoFeedForward(), "transformer_lm", n_heads=1)
+
+
+def test_roles_come_from_the_computation_not_the_registration_order():
+    """An attention registering W_key, W_value, W_query (a book's style), alone and in its block: the query is
+    the projection whose product the softmax reads as rows, whatever was registered first."""
+    from parity_tests.corpus import book_gpt as BG
+
+    attention = check.module(BG.MultiHeadAttention(16, 16, 16, 0.0, 2), "multi_head_attention", n_heads=2)
+    assert attention.passed, str(attention)
+    assert attention.mapping["W_query.weight"][0] == "q_proj.weight", str(attention)
+    block = check.module(BG.TransformerBlock(BG.GPT_CONFIG), "decoder_only_layer", n_heads=2)
+    assert block.passed, str(block)
+    assert block.mapping["att.W_key.weight"][0] == "self_attn.k_proj.weight", str(block)
