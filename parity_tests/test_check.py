@@ -440,6 +440,35 @@ def test_heads_that_cannot_be_told_apart_are_refused_with_the_candidates():
         check.module(Anonymous(), "multi_head_attention", n_heads=2)
 
 
+def test_a_given_mapping_is_read_before_the_pieces_are_dealt():
+    """Where the judge cannot deal the pieces itself, mapping= settles it: read first, never refused by the
+    dealing it replaces."""
+
+    class Anonymous(torch.nn.Module):  # two heads of 4, their q, k, v as parts 0-5 (q0, q1, k0, k1, v0, v1)
+        def __init__(self):
+            super().__init__()
+            self.parts = torch.nn.ModuleList(torch.nn.Linear(8, 4) for _ in range(6))
+            self.mix = torch.nn.Linear(8, 8)
+
+        def forward(self, query, key, value, mask=None):
+            B, T, _ = query.shape
+            q, k, v = (torch.stack([self.parts[2 * r + h](x) for h in range(2)], 1) for r, x in
+                       enumerate((query, key, value)))  # fmt: skip
+            scores = q @ k.transpose(-2, -1) / 2.0
+            if mask is not None:
+                scores = scores.masked_fill(mask == 0, -1e9)
+            out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, 8)
+            return self.mix(out)
+
+    rows = {0: ("q", "0:4"), 1: ("q", "4:8"), 2: ("k", "0:4"), 3: ("k", "4:8"), 4: ("v", "0:4"), 5: ("v", "4:8")}
+    mapping = {
+        f"parts.{i}.{t}": (f"{r}_proj.{t}", f"rows {span}") for i, (r, span) in rows.items() for t in ("weight", "bias")
+    }
+    mapping |= {"mix.weight": ("out_proj.weight", "as is"), "mix.bias": ("out_proj.bias", "as is")}
+    result = check.module(Anonymous(), "multi_head_attention", n_heads=2, mapping=mapping)
+    assert result.passed, str(result)
+
+
 def test_one_dtype_only():
     result = check.module(U.Attention(8, 2), "multi_head_attention", dtypes=("float64",))
     assert result.passed and {r.dtype for r in result.rows} == {"float64"}
@@ -483,3 +512,37 @@ def test_annotated_style_model_with_a_call_adapter():
     trap = check.module(U.AnnotatedStyle(mistake="std"), "transformer", call=U.annotated_call)
     assert trap.first_divergence == "encoder.0.sublayer.0.norm", str(trap)
     assert ids(trap) == ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"]
+
+
+def test_what_the_judge_cannot_read_is_refused_saying_where():
+    """A layer without a feed-forward block: no bare StopIteration from the judge's dealing, a ValueError naming
+    the reference unit it stopped at and what it expected there."""
+
+    class NoFeedForward(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 8)
+            self.q, self.k, self.v, self.o = (torch.nn.Linear(8, 8) for _ in range(4))
+            self.n1, self.n2 = torch.nn.LayerNorm(8), torch.nn.LayerNorm(8)
+            self.head = torch.nn.Linear(8, 10)
+
+        def forward(self, ids):
+            x = self.emb(ids)
+            a = torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2), -1) @ self.v(x)
+            return self.head(self.n2(self.n1(x + self.o(a))))
+
+    with pytest.raises(ValueError, match=r"no feed-forward block .* decoder\.layers\.0\.ffn.*pass mapping="):
+        check.module(NoFeedForward(), "transformer_lm", n_heads=1)
+
+
+def test_roles_come_from_the_computation_not_the_registration_order():
+    """An attention registering W_key, W_value, W_query (a book's style), alone and in its block: the query is
+    the projection whose product the softmax reads as rows, whatever was registered first."""
+    from parity_tests.corpus import book_gpt as BG
+
+    attention = check.module(BG.MultiHeadAttention(16, 16, 16, 0.0, 2), "multi_head_attention", n_heads=2)
+    assert attention.passed, str(attention)
+    assert attention.mapping["W_query.weight"][0] == "q_proj.weight", str(attention)
+    block = check.module(BG.TransformerBlock(BG.GPT_CONFIG), "decoder_only_layer", n_heads=2)
+    assert block.passed, str(block)
+    assert block.mapping["att.W_key.weight"][0] == "self_attn.k_proj.weight", str(block)

@@ -26,7 +26,17 @@ CORPUS = ROOT / "parity_tests" / "corpus"
 
 # What the judge says today where it is wrong, quoted; keyed by "style.factory". Remove an entry when a fix of the
 # judge makes its case pass (strict xfail: the unexpected pass fails the run until then).
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    "jadore.wrong_scale": "right submodule, no id: the attention module holds its residual and norm",
+    "jadore.padding_on_queries": "right submodule, no id: the attention module holds its residual and norm",
+    "word_language_model.model": "refused: post-norm layers and a final norm (no such reference layout)",
+    "word_language_model.causal_shows_next": "refused: post-norm layers and a final norm (no such reference layout)",
+    "word_language_model.missing_scale": "refused: post-norm layers and a final norm (no such reference layout)",
+    "hf_marian.missing_scale": "no id; diverges at model.shared (the encoder scales a shared table)",
+    "hf_bart.model": "fails at model.encoder.layernorm_embedding: positions at offset 2 not read",
+    "hf_bart.wrong_scale": "fails at model.encoder.layernorm_embedding: positions at offset 2 not read",
+    "hf_bart.unbiased_variance": "fails at model.encoder.layernorm_embedding: positions at offset 2 not read",
+}
 
 
 def _case(name: str, *values):
@@ -205,6 +215,13 @@ OUTPUTS = {
     "bentrevett": lambda m, src, tgt: m(src, tgt)[0],
     "hf_gpt": lambda m, src, tgt: m(tgt, attention_mask=(tgt != 0).long()).logits,
     "llms_from_scratch": lambda m, src, tgt: m(tgt),
+    "book_gpt": lambda m, src, tgt: m(tgt),
+    "lecture_gpt": lambda m, src, tgt: m(tgt)[0],
+    "qwen3": lambda m, src, tgt: m(tgt),
+    "jadore": lambda m, src, tgt: m(src, tgt),  # (B * T, V)
+    "word_language_model": lambda m, src, tgt: m(tgt.t()).transpose(0, 1),  # sequence-first
+    "hf_marian": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
+    "hf_bart": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
 }
 
 

@@ -10,8 +10,12 @@ Llama-style modules (RMSNorm, rotary positions, grouped-query attention, SwiGLU)
 inferred. docs/howto/check_your_model.md is the contract (names, result fields, catalogue ids).
 The parts:
 
-- mapping.py   the user's parameters read as pieces (linears, fused projections, per-head slices, norms, tables)
-- assign.py    the pieces dealt to the reference's units, and the config their shapes imply
+- dataflow.py  the user's forward recorded once (an op recorder and module hooks): every role read from the
+               dataflow (Q, K, V and output projections around a softmax, feed-forwards around an activation,
+               per-head q/k norms, pre- or post-norm, embedding norms, position and token-type lookups, ties)
+- mapping.py   the user's parameters read as pieces (linears, 1x1 convolutions, fused projections, per-head
+               slices, norms, tables), their roles and order (first use) taken from the recorded flow
+- assign.py    the pieces grouped into the reference's units, and the config their shapes and the flow imply
 - linking.py   the links from the user's parameters to the reference's names, unit by unit, one linker per kind
 - tables.py    fixed tables built in float32 (sinusoids, RoPE's) recognised and overwritten in float64
 - weight_map.py  the weight map as the result gives it (data: the links it came from), and read back

@@ -96,18 +96,29 @@ def _chunks(pieces: list, D: int, kv: int) -> list:
     return chunks
 
 
-def infer(level: str, found, module, given: dict) -> tuple:
-    """(config, links, zero, tables) for the user's module at `level`; see the module docstring."""
+def infer(level: str, found, module, given: dict, mapped: tuple | None = None, provisional: bool = False) -> tuple:
+    """(config, links, zero, tables) for the user's module at `level`; see the module docstring. `mapped`: the
+    (links, zero) of a caller's mapping=, which replace the dealt ones; the layers are then counted from it where
+    the pieces cannot be dealt. `provisional`: a first reading of a layer or component, only to size the probe
+    its forward is recorded on (linking._separate)."""
     entry = LEVELS[level]
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
     dealt = _sizes(entry, found, module, given.get("config"), fields)
+    dealt.provisional = provisional
     _tables(entry, found, dealt)
-    _pieces(entry, list(found.pieces), dealt)
-    _layers(entry, dealt)
+    try:
+        _pieces(entry, list(found.pieces), dealt)
+        _layers(entry, dealt)
+    except ValueError:
+        if mapped is None:
+            raise
+        _counted(entry, dealt, mapped[0])  # the caller's map says where each parameter goes: the layers from it
     cfg = _config(entry, found, dealt, given.get("config"), fields)
+    fixed = [t for t in dealt.position_tables if not t.trainable]
+    if mapped is not None:  # read before anything dealt could refuse: the caller's map is the map
+        return cfg, *mapped, fixed
     linker = Linker(entry, cfg, dealt)
     LINKS[entry.unit or entry.group](linker, dealt, found)
-    fixed = [t for t in dealt.position_tables if not t.trainable]
     return cfg, [link for link in linker.links if link.user != "(tied)"], linker.zero, fixed
 
 
@@ -123,19 +134,39 @@ def _sizes(entry, found, module, cfg, fields: dict) -> Dealt:
         D = norms[0].size if norms else (tables[0].width if tables else None)
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
-    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or find_heads(module)
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or _flow_heads(found.flow, D) or find_heads(module)
     if H is None and entry.heads:
         raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {entry.name!r})")
     ffn_in = [p for p in pieces if p.in_features not in (D,)]
     F = ffn_in[0].in_features if ffn_in else 4 * (D or 8)
-    return Dealt(D, H, F, norms=list(norms))
+    return Dealt(D, H, F, norms=list(norms), flow=found.flow, qk_norms=found.qk_norms)
+
+
+def _flow_heads(flow, D) -> int | None:
+    """The head count the recorded forward shows: the query's head axis, else d_model over the head width."""
+    if flow is None:
+        return None
+    if flow.heads:
+        return flow.heads
+    return D // flow.head_dim if D and flow.head_dim and D % flow.head_dim == 0 else None
+
+
+ATTENTION_ROLES = ("q", "k", "v", "out", "qkv")
+
+
+def flow_read(pieces: list, flow) -> bool:
+    """True when the recorded forward gave every piece a role (attention or feed-forward)."""
+    return flow is not None and bool(pieces) and all(p.weight in flow.roles for p in pieces)
 
 
 def _tables(entry, found, dealt: Dealt) -> None:
     """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
     dealt.token_tables = [t for t in found.tables if not t.position and t.width == dealt.D]
     dealt.position_tables = [t for t in found.tables if t.position and t.width == dealt.D]
-    dealt.type_table = token_type_table(entry, dealt.token_tables)
+    if entry.group == "model" and entry.encoder_only and dealt.flow is not None:
+        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
+        types = [t for t in dealt.token_tables if t.name in dealt.flow.constant_lookups]
+        dealt.type_table = types[0] if len(types) == 1 and len(dealt.token_tables) > 1 else None
     if dealt.type_table is not None:
         dealt.token_tables.remove(dealt.type_table)
 
@@ -155,7 +186,10 @@ def _pieces(entry, pieces: list, dealt: Dealt) -> None:
                 f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the stack "
                 "before it: check the whole model as 'transformer', or pass call= returning the decoder's hidden states"
             )
-    dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
+    if flow_read(pieces, found_flow := dealt.flow):  # the recorded forward says which projections attend
+        dealt.attention = [p for p in pieces if found_flow.roles.get(p.weight) in ATTENTION_ROLES]
+    else:
+        dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     dealt.ffn = [p for p in pieces if p not in dealt.attention]
     if entry.unit == "gated_feed_forward":
         dealt.attention, dealt.ffn = [], pieces
@@ -177,9 +211,37 @@ def _layers(entry, dealt: Dealt) -> None:
     model's embedding norm (BERT's)."""
     dealt.n_enc, dealt.n_dec = entry.n_layers(len(dealt.chunks), len(dealt.ffn_pairs))
     dealt.layer_norms = entry.layer_norm_count(dealt.n_enc, dealt.n_dec)
-    if entry.group == "model" and entry.encoder_only:
-        dealt.embedding_norm = _embedding_norm(dealt.norms, dealt.layer_norms, dealt.token_tables)
-        dealt.layer_norms += dealt.embedding_norm
+    if entry.group == "model" and dealt.flow is not None and len(dealt.norms) > dealt.layer_norms:
+        _extra_norms(entry, dealt)
+
+
+def _extra_norms(entry, dealt: Dealt) -> None:
+    """Norms beyond the layers', read from the flow: norms of the embeddings (those that read only lookups, less
+    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding) and final norms (the
+    rest, after pre-norm layers). Post-norm layers followed by a final norm are refused: the reference has no
+    such layout."""
+    flow, stacks = dealt.flow, len(entry.stacks)
+    first = [n for n in dealt.norms if not flow.computed_from_projections(n.weight)]
+    dealt.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
+    dealt.layer_norms += stacks * dealt.embedding_norm
+    if flow.norm_first is not False or len(dealt.norms) == dealt.layer_norms:
+        return
+    extra = [n.module for n in dealt.norms if n not in first][-1]
+    raise ValueError(
+        f"post-norm layers (each sublayer's sum normalised: Norm(x + f(x))) followed by a final norm ({extra}): "
+        "the reference has a final norm only after pre-norm layers; the model cannot be judged as "
+        f"{entry.name!r} (nn.TransformerEncoder(norm=...) on post-norm layers normalises twice)"
+    )
+
+
+def _counted(entry, dealt: Dealt, links: list) -> None:
+    """The layers a caller's map names ({stack}.layers.N....), their norms, and a gated block where it names one."""
+    names = [n for link in links for n, _ in link.parts]
+    for stack in ("encoder", "decoder"):
+        layers = {int(m.group(1)) for n in names if (m := re.match(rf"{stack}\.layers\.(\d+)\.", n))}
+        setattr(dealt, "n_enc" if stack == "encoder" else "n_dec", max(layers, default=-1) + 1)
+    dealt.layer_norms = entry.layer_norm_count(dealt.n_enc, dealt.n_dec)
+    dealt.gated = [] if any(".gate." in n or n.startswith("gate.") for n in names) else None
 
 
 def _config(entry, found, dealt: Dealt, cfg, fields: dict):
@@ -206,6 +268,7 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=dealt.gated is not None,
         n_kv_heads=kv // (D // H) if H and kv != D else None,
+        qk_norm=bool(found.qk_norms),
         type_vocab_size=dealt.type_table.rows if dealt.type_table is not None else 0,
         embedding_norm=dealt.embedding_norm,
         d_model=D or 8,
@@ -216,32 +279,6 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
         base["activation"] = "silu"
     if entry.final_norms == "pre-norm" and len(norms) > dealt.layer_norms:
         base["norm_first"] = True  # a final norm: pre-norm layers
+    if dealt.flow is not None and dealt.flow.norm_first is not None:
+        base["norm_first"] = dealt.flow.norm_first
     return TransformerConfig(**(base | known))
-
-
-TYPE_WORDS = re.compile(r"(token_?type|segment|type_emb|tok_type|seg_emb)")
-
-
-def token_type_table(entry, token_tables: list):
-    """BERT's token-type table among an encoder model's token tables: the one named for types or segments
-    (token_type_embeddings, segment_embedding), else, of two tables, the second when it has fewer rows than the
-    first (a handful of types against a vocabulary). None for other levels and for models without one."""
-    if entry.group != "model" or not entry.encoder_only or len(token_tables) < 2:
-        return None
-    named = [t for t in token_tables if TYPE_WORDS.search(t.name.lower())]
-    if len(named) == 1:
-        return named[0]
-    if len(token_tables) == 2 and token_tables[1].rows < token_tables[0].rows:
-        return token_tables[1]
-    return None
-
-
-def _embedding_norm(norms: list, layer_norms: int, token_tables: list) -> bool:
-    """An encoder model's embedding norm (BERT's embeddings.LayerNorm): one norm more than its layers hold, the
-    first in registration order, kept beside the token table (the same parent module) or named for embeddings.
-    A pre-norm encoder's extra norm is its last (a final norm), which this does not take."""
-    if not norms or len(norms) not in (layer_norms + 1, layer_norms + 2) or norms[0].kind != "layer":
-        return False
-    parent = norms[0].module.rsplit(".", 1)[0] if "." in norms[0].module else ""
-    beside = any(t.module.rsplit(".", 1)[0] == parent for t in token_tables if "." in t.module)
-    return beside or "emb" in norms[0].module.lower()

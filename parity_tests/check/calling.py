@@ -41,6 +41,7 @@ class Caller:
     extra: dict = field(default_factory=dict)  # fixed keyword arguments (need_weights=False, ...)
     call: Callable | None = None  # a user's call= adapter
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
+    keywords: tuple = ()  # the data passed by these names (a mask parameter sits between them: transformers')
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -68,8 +69,12 @@ class Caller:
             return first_tensor(out)
         args = [tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order]
         kwargs = dict(self.extra)
+        device = args[0].device
+        if self.keywords:
+            kwargs |= dict(zip(self.keywords, args, strict=False))
+            args = args[len(self.keywords) :]
         for name, (role, kind, shape) in self.masks.items():
-            kwargs[name] = user_mask(probe, role, kind, shape, dtype, args[0].device)
+            kwargs[name] = user_mask(probe, role, kind, shape, dtype, device)
         out = first_tensor(module(*args, **kwargs))
         return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
 
@@ -253,6 +258,10 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     sig = Signature.of(module, len(entry.inputs))
     orders = _orders(entry, level, sig.data)
     assigned = _assigned(sig.masks, roles_of(level))
+    if _transformers_model(module) and "decoder_attention_mask" in sig.masks:
+        # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
+        # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared)
+        assigned = {"attention_mask": "src"} if "attention_mask" in sig.masks else {}
     kinds = _mask_kinds(mask, assigned, module)
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
@@ -264,6 +273,11 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     found = [c for bf in layouts for order in orders for c in _masked_callers(bf, order, assigned, kinds, optional)]
     if entry.self_attention_probes:
         found += _causal_callers(layouts, orders, sig.masks, kinds if mask != "none" else ())
+    positional = [p.name for p in sig.params]
+    for caller in found:  # forward(input_ids, attention_mask, decoder_input_ids, ...): the data by name
+        n = len(caller.order)
+        if positional[:n] != sig.data[:n] and len(sig.data) >= n:
+            caller.keywords = tuple(sig.data[:n])
     return found
 
 

@@ -168,8 +168,11 @@ def _embedding_stages(stack: str, p, params: dict, cfg, acts: dict) -> list:
     stages: list = []
     valid = p.src_keep if stack == "encoder" else p.tgt_keep
     ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
-    if stack == "encoder" and cfg.embedding_norm:  # BERT's: the summed embeddings normed, before the layers
-        summed = R.summed_embeddings(M.sub(params, stack), ids, cfg)
+    if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
+        own = M.sub(params, stack)
+        if "token_embedding.weight" not in own:  # the encoder reads the decoder's table (share_embeddings)
+            own["token_embedding.weight"] = params["decoder.token_embedding.weight"]
+        summed = R.summed_embeddings(own, ids, cfg)
         stages.append((f"{stack}.embedding_norm", "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
     stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
     return stages

@@ -35,6 +35,9 @@ class Dealt:
     n_dec: int = 0
     layer_norms: int = 0
     embedding_norm: bool = False
+    flow: Any = None  # dataflow.Flow, or None
+    provisional: bool = False  # a first reading, only to size the probe the forward is recorded on
+    qk_norms: dict = field(default_factory=dict)  # q or k weight name -> its per-head Norm
 
 
 class Linker:
@@ -85,23 +88,41 @@ class Linker:
 
     def attention(self, chunk: list, prefix: str) -> None:
         d = self.dealt
-        got, held = attention_links(chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv)
+        got, held = attention_links(
+            chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv, d.provisional
+        )
         self.links.extend(got)
         self.zero.extend(held)
+        for link in got:  # Qwen3's per-head q and k norms, after their projections
+            norm = d.qk_norms.get(link.user)
+            if norm is not None:
+                role = link.parts[0][0].rsplit(".", 2)[-2][0]  # q_proj -> q, k_proj -> k
+                self.norm(norm, f"{prefix}{role}_norm.")
 
     def layer(self, prefix: str, decoder: bool, chunks, norms, ffns) -> None:
         """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the
         user's registration order."""
-        self.attention(next(chunks), f"{prefix}self_attn.")
+        self.attention(take(chunks, "attention", f"{prefix}self_attn"), f"{prefix}self_attn.")
         if decoder:
-            self.attention(next(chunks), f"{prefix}cross_attn.")
-        self.ffn(next(ffns), f"{prefix}ffn.")
+            self.attention(take(chunks, "attention", f"{prefix}cross_attn"), f"{prefix}cross_attn.")
+        self.ffn(take(ffns, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
-            self.norm(next(norms), f"{prefix}{name}.")
+            self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
     def stack(self, stack: str, n: int, decoder: bool, chunks, norms, ffns) -> None:
         for i in range(n):
             self.layer(f"{stack}.layers.{i}.", decoder, chunks, norms, ffns)
+
+
+def take(pieces, what: str, where: str):
+    """The next of the user's pieces for the reference's `where`; a ValueError saying so when none is left."""
+    piece = next(pieces, None)
+    if piece is None:
+        raise ValueError(
+            f"no {what} of the module is left for the reference's {where}: the recorded forward and the shapes "
+            "give fewer than the layers need; pass mapping="
+        )
+    return piece
 
 
 # -- one linker per component's unit and per group: (linker, dealt, found) -> None --------------------------------
@@ -159,7 +180,7 @@ def _link_stacks(lk: Linker, d: Dealt, found) -> None:
         n = d.n_enc if stack == "encoder" else d.n_dec
         lk.stack(stack, n, stack == "decoder" and lk.entry.cross, chunks, norms, ffns)
         if finals:
-            lk.norm(next(norms), f"{stack}.final_norm.")
+            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
 
 
 def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -> None:
@@ -172,11 +193,11 @@ def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -
             raise ValueError(f"no token table found for the {stack}; pass mapping=")
         lk.table(table.name, f"{stack}.token_embedding.weight")
     if cfg.positional == "learned":
-        lk.table(next(learned).name, f"{stack}.position_embedding.weight")
+        lk.table(take(learned, "learned position table", stack).name, f"{stack}.position_embedding.weight")
     if stack == "encoder" and d.type_table is not None:
         lk.table(d.type_table.name, "encoder.token_type_embedding.weight")
-    if stack == "encoder" and d.embedding_norm:
-        lk.norm(next(norms), "encoder.embedding_norm.")
+    if d.embedding_norm:
+        lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
 
 def _link_output(lk: Linker, d: Dealt, found) -> None:
@@ -199,7 +220,7 @@ def _link_model(lk: Linker, d: Dealt, found) -> None:
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
         if cfg.norm_first:
-            lk.norm(next(norms), f"{stack}.final_norm.")
+            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head:
         _link_output(lk, d, found)
 
@@ -222,7 +243,9 @@ LINKS = {
 # -- one attention's pieces: fused, separate or per head ----------------------------------------------------------
 
 
-def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None):
+def attention_links(
+    pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None, provisional: bool = False
+):
     """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
     returns (links, zero-bias reference names). `kv`: the key and value projections' width (n_kv_heads * Dh with
     grouped-query attention; None: D). Raises ValueError when the roles cannot be told apart."""
@@ -232,7 +255,7 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool,
     if shapes in ([3 * D, D], [D + 2 * kv, D]):  # fused q, k, v (narrower k, v with grouped-query attention)
         dealt = [(pieces[0], [(names[r], None) for r in "qkv"]), (pieces[1], [(names["out"], None)])]
     elif shapes == [D, kv, kv, D]:
-        dealt = _separate(pieces, names)
+        dealt = _separate(pieces, names, provisional)
     elif sorted(shapes) == sorted([D // H] * (3 * H) + [D]) and H > 1:
         dealt = _per_head(pieces, names, prefix, D, H)
     else:
@@ -253,11 +276,22 @@ def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool,
     return links, zero
 
 
-def _separate(pieces: list, names: dict) -> list:
-    """q, k, v and out as four pieces: by their names, else in registration order (the way tutorials write them)."""
+def _separate(pieces: list, names: dict, provisional: bool = False) -> list:
+    """q, k, v and out as four pieces, by the roles the recorded forward (or, where it could not run, their
+    names) gave them, one left unnamed taking the role left; never by the order they were registered in, but
+    for the `provisional` reading that only sizes the probe the forward is then recorded on."""
     roles = [p.role for p in pieces]
-    if sorted(roles) != sorted(["q", "k", "v", "out"]):
+    left = sorted({"q", "k", "v", "out"} - set(roles))
+    if len(left) == 1 and roles.count("") == 1:
+        roles[roles.index("")] = left[0]
+    if provisional and sorted(roles) != sorted(["q", "k", "v", "out"]):
         roles = ["q", "k", "v", "out"]
+    if sorted(roles) != sorted(["q", "k", "v", "out"]):
+        listed = ", ".join(f"{p.weight} ({p.role or 'no role read'})" for p in pieces)
+        raise ValueError(
+            f"cannot tell the query, key, value and output projections apart among {listed}: no softmax read "
+            "their products in the recorded forward and no name says; pass mapping="
+        )
     return [(p, [(names[r], None)]) for p, r in zip(pieces, roles, strict=True)]
 
 

@@ -1,13 +1,13 @@
 """From a user's parameters to the reference's state dict: found by structure and shape, stated as data.
 
-A user's module is read as a list of pieces in registration order: linear weights (nn.Linear's (out, in), a raw
-nn.Parameter's (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's
-c_attn), norms (a weight and a bias of width D), and tables (embeddings, learned or fixed positions). The pieces
-are dealt to the reference's units in order (assign.py, linking.py), each kind on its own: attentions take their
-q, k, v and output pieces (four D x D, one fused 3D x D and one D x D, or one Dh x D piece per head and role and a
-D x D), the feed-forward blocks their D -> F and F -> D pieces, the norms and tables theirs. Names help where
-shapes cannot tell (a piece named `fc_q` or `query` is the query projection); where neither can, the map is
-refused with the candidates listed, and a `mapping=` table settles it.
+A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
+(in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a
+weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and their order
+(first use: norms in the order they are applied) come from the recorded forward (dataflow.py), names only where
+it could not run; the pieces are then grouped into the reference's units in that order (assign.py, linking.py):
+attentions their q, k, v and output pieces (separate, fused, or one per head and role), the feed-forward blocks
+theirs, the norms and tables theirs. Where neither the flow nor a name tells a role, the map is refused with the
+candidates listed, and a `mapping=` table settles it.
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
@@ -67,6 +67,8 @@ class Structure:
     norms: list = field(default_factory=list)
     tables: list = field(default_factory=list)
     orphans: list = field(default_factory=list)  # 1-D parameters that fit nothing above (an output bias)
+    qk_norms: dict = field(default_factory=dict)  # q or k projection's weight name -> its per-head Norm (Qwen3)
+    flow: Any = None  # dataflow.Flow: what the recorded forward said, or None where it could not run
 
 
 @dataclass
@@ -135,9 +137,66 @@ def _bias_partner(names: list, weight: str) -> str | None:
     return None
 
 
-def structure(module: nn.Module) -> Structure:
-    """Read the user's module as pieces, norms and tables, in registration order (see the module docstring):
-    torch's own modules by their class (BUILTIN_READERS), any other by its own parameters and buffers."""
+def structure(module: nn.Module, flow=None) -> Structure:
+    """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
+    class (BUILTIN_READERS), any other by its own parameters and buffers; then, where the forward was recorded
+    (`flow`, dataflow.Flow), every role the flow read overrides a name's, and everything is put in the order it is
+    first used (norms in the order they are applied), per-head q/k norms set apart."""
+    found = _read(module)
+    _canonical(module, found)
+    if flow is not None:
+        _apply_flow(found, flow)
+    return found
+
+
+def _canonical(module: nn.Module, found: Structure) -> None:
+    """Every name as named_parameters() gives it (a tied table read under each module that holds it is one table,
+    named where it was first registered)."""
+    first: dict = {}
+    alias = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        alias[name] = first.setdefault(id(p), name)
+    for piece in found.pieces:
+        piece.weight, piece.bias = (
+            alias.get(piece.weight, piece.weight),
+            piece.bias and alias.get(piece.bias, piece.bias),
+        )
+    for norm in found.norms:
+        norm.weight, norm.bias = alias.get(norm.weight, norm.weight), norm.bias and alias.get(norm.bias, norm.bias)
+    tables: dict = {}
+    for t in found.tables:
+        t.name = alias.get(t.name, t.name)
+        tables.setdefault(t.name, t)
+    found.tables = list(tables.values())
+
+
+def _apply_flow(found: Structure, flow) -> None:
+    """Roles and order from the recorded forward (dataflow.Flow)."""
+    for piece in found.pieces:
+        role = flow.roles.get(piece.weight, piece.role)
+        # a gated block's gate is the projection the activation reads, unless names say gate and up (Meta's w1
+        # and w3, gate_proj and up_proj): the activation on the one named up is then the catalogued mistake
+        if piece.role not in ("gate", "up") or role not in ("gate", "up"):
+            piece.role = {"ffn_in": "", "ffn_out": ""}.get(role, role)
+    last = len(flow.nodes)
+    found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
+    found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
+    found.tables.sort(key=lambda t: flow.order.get(t.name, last))
+    for t in found.tables:
+        t.position = t.position or t.name in flow.positions
+    projections = {}  # an attention's module -> its q and k weights
+    for a in flow.attentions:
+        projections[a.module] = {"q": a.q[:1], "k": a.k[:1]}
+    for norm in list(found.norms):
+        if norm.weight in flow.qk_norms:
+            role, module = flow.qk_norms[norm.weight]
+            for weight in projections.get(module, {}).get(role, []):
+                found.qk_norms[weight] = norm
+            found.norms.remove(norm)
+    found.flow = flow
+
+
+def _read(module: nn.Module) -> Structure:
     found = Structure()
     seen: dict = {}  # id of a parameter already read -> its name: a tied output projection is the token table itself
     for path, mod in module.named_modules():
@@ -183,6 +242,17 @@ def _read_rms_norm(mod, path: str, prefix: str, found: Structure) -> None:
         found.norms.append(Norm(f"{prefix}weight", None, mod.weight.shape[-1], eps, path, "rms"))
 
 
+def _read_conv1x1(mod: nn.Conv1d, path: str, prefix: str, found: Structure) -> None:
+    """A 1x1 nn.Conv1d: a linear over the channels, its weight (out, in, 1)."""
+    if mod.kernel_size != (1,) or mod.groups != 1:
+        raise ValueError(
+            f"{path} is an nn.Conv1d of kernel {mod.kernel_size[0]} (groups {mod.groups}): the judge reads a "
+            "convolution only as a position-wise linear (kernel 1, one group)"
+        )
+    bias = f"{prefix}bias" if mod.bias is not None else None
+    found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_channels, mod.in_channels, False, path, role_of(path)))
+
+
 def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
     rows, width = mod.weight.shape
     position = bool(POSITION_WORDS.search(path.lower()))
@@ -196,6 +266,7 @@ BUILTIN_READERS: list[tuple[Any, Callable]] = [
     (nn.LayerNorm, _read_layer_norm),
     (getattr(nn, "RMSNorm", ()), _read_rms_norm),
     (nn.Embedding, _read_embedding),
+    (nn.Conv1d, _read_conv1x1),
 ]
 
 
@@ -304,7 +375,7 @@ def interleave_rope(links: list, Dh: int) -> list:
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     """Copy the reference's tensors into the user's parameters and buffers, as the links say."""
-    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
             value = gather(link.parts, reference, link.rope_pairs)
@@ -321,6 +392,8 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
         if link.user not in grads:
             continue
         g = grads[link.user]
+        if g.ndim > 2 and g.shape[2:] == (1,) * (g.ndim - 2):  # a 1x1 convolution's (out, in, 1)
+            g = g.reshape(g.shape[:2])
         g = g.reshape(-1, *g.shape[-1:]) if g.ndim > 2 else g
         g = g.T if link.transposed else g
         start = 0

@@ -49,7 +49,9 @@ def attention_variants(
     return MK.attention_variants(MK.Site(D, Dh, keep, causal, pad, swap, self_attention, rope, gqa))
 
 
-def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, **context) -> list:
+def match_attention(
+    user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, **context
+) -> list:
     """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
@@ -71,7 +73,9 @@ def match_attention(user_out, params, query, kv, H, keep, where, valid=None, n_k
             error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         else:
             key, value = kv if isinstance(kv, tuple) else (kv, kv)
-            variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, n_kv, theta, **knobs)
+            variant = VR.multi_head_attention(
+                params, query, key, value, H, k, transpose, n_kv, theta, qk_eps=qk_eps, **knobs
+            )
             empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
             error = _match(user_out, variant, valid, empty)
         if error <= MATCH and vid not in {d.id for d in found}:

@@ -6,6 +6,8 @@ weights, and the config candidates and weight maps (layouts) the judge searches 
 from __future__ import annotations
 
 import dataclasses
+import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ from torch import nn
 
 from . import assign as A
 from . import calling as C
+from . import dataflow as DF
 from . import levels as LV
 from . import mapping as MP
 from . import tables as TB
@@ -27,7 +30,22 @@ TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
-    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
+    def __init__(self, user, level, *args):
+        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError
+        saying where it stopped, never a bare exception of the judge's own code (a StopIteration of a dealer run
+        dry reads as if the user's code raised it)."""
+        try:
+            self._read(user, level, *args)
+        except (ValueError, TypeError):
+            raise
+        except Exception as exc:
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            raise ValueError(
+                f"the judge could not read the module as {level!r}: {type(exc).__name__} {exc} in its reading of "
+                f"the pieces ({Path(frame.filename).name}, {frame.name}); pass mapping= (the weight map) to settle it"
+            ) from exc
+
+    def _read(self, user, level, given, mapping, call, batch_first, mask, seed):
         self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
         self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
@@ -35,11 +53,16 @@ class Session:
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
         if self.is_module and entry.group == "model":
-            mark_positions_by_use(user, level, found, call)
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given)
+            found = MP.structure(user, read_flow(user, level, found, call))
+        self.flow = found.flow
+        mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
+        first = self.is_module and found.flow is None and entry.heads and mapped is None  # a layer, an attention
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped, provisional=first)
+        if first:  # its forward recorded on the probe the first reading sizes, then read again from the flow
+            self.flow = read_component_flow(user, level, self.cfg, batch_first, mask, call, seed)
+            found = MP.structure(user, self.flow) if self.flow is not None else found
+            self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
-        if mapping is not None:
-            self.links, self.zero = WM.links_from(mapping)
         tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
@@ -110,10 +133,13 @@ class Session:
         searches = self.entry.searches
         if "norm_first" in searches and "norm_first" not in given:
             final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
-            norm_first = [base.norm_first] if final_norms_tell else [False, True]
+            flow_tells = self.flow is not None and self.flow.norm_first is not None  # where the sums are normed
+            norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
         if "activation" in searches and "activation" not in given:
-            activations = ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh")
+            activations = (
+                ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh", "silu")
+            )
             options = [o | {"activation": a} for o in options for a in activations]
         rope = self.rope_options(given)
         if rope:
@@ -121,6 +147,9 @@ class Session:
         if "scale_embeddings" in searches and "scale_embeddings" not in given:
             scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
             options = [o | {"scale_embeddings": s} for o in options for s in scales]
+        if self.entry.output_head and base.tie_embeddings and "output_scale" not in given:
+            # the paper's sharing may scale the tied logits by d_model^-0.5 instead of the embeddings by sqrt(d)
+            options = options + [o | {"output_scale": base.d_model**-0.5} for o in options]
         return [dataclasses.replace(base, **o) for o in options]
 
     def stated(self) -> dict:
@@ -162,6 +191,9 @@ class Session:
             tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
+            ids = p.ids.get("tgt", p.ids.get("ids"))
+            if self.entry.output_head and out.ndim == 2 and ids is not None and out.shape[0] == ids.size > len(ids):
+                out = out.reshape(*ids.shape, -1)  # logits flattened to (B * T, V), as a loss takes them
             if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
                 out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
@@ -206,39 +238,49 @@ def _swap_gate(link):
     return dataclasses.replace(link, parts=parts)
 
 
-def mark_positions_by_use(user, level: str, found, call) -> None:
-    """Tell position tables from token tables by what they are fed: run a copy of the user's model once on small
-    ids, with hooks on its nn.Embedding modules; a table looked up with 0, 1, ..., T - 1 along the positions is a
-    position table, whatever its name."""
-    tables = {t.module: t for t in found.tables if t.name.endswith("weight")}
-    if not tables:
-        return
+def read_flow(user, level: str, found, call):
+    """The user's forward recorded (dataflow.record) on small ids, on a copy, under the first of its likely
+    conventions that runs (at most 16 tried; a has_mask flag is not a mask); its Flow, or None where the model
+    could not be called so (the check proper then says why). Gradients stay on: torch's fused inference paths
+    (nn.TransformerEncoderLayer's) would hide the ops."""
+    if not found.tables:
+        return None
     model = copy_module(user).eval()
-    modules = dict(model.named_modules())
-    fed: dict = {}  # table path -> the ids it was first looked up with
+    probe = _ids_probe(level, found, min(6, _rows(found)))
+    weight = next(model.parameters())
+    tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+    tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+    for caller in C.callers(model, level, probe, call=call)[:16]:
+        try:  # only a run that completes is read: a convention the model does not take leaves half a graph
+            nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, torch.float32), model)
+        except Exception:  # a convention the model does not take; the check proper reports it
+            continue
+        return DF.read(nodes)
+    return None
 
-    def record(path):
-        def hook(module, args, output):
-            fed.setdefault(path, args[0])  # returns None: the output is left as it is
 
-        return hook
-
-    paths = [path for path in tables if isinstance(modules.get(path), nn.Embedding)]
-    handles = [modules[path].register_forward_hook(record(path)) for path in paths]
-    T = min(6, min(t.rows for t in found.tables))
-    try:
-        _run_once(model, level, _ids_probe(level, found, T), call)
-    finally:
-        for h in handles:
-            h.remove()
-    for path, ids in fed.items():
-        if _counts_positions(ids.detach().cpu().numpy(), T):
-            tables[path].position = True
+def read_component_flow(user, level: str, cfg, batch_first, mask, call, seed: int):
+    """A layer's or an attention's forward recorded on the level's own probe (its float inputs) under the first
+    convention that runs; its Flow, or None."""
+    model = copy_module(user).eval()
+    probe = LV.probe(level, cfg, np.random.default_rng(seed + 1))
+    weight = next(model.parameters(), None)
+    if weight is None:
+        return None
+    tensors = {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+    tensors |= {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+    for caller in C.callers(model, level, probe, batch_first, mask, call)[:16]:
+        try:
+            nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, weight.dtype), model)
+        except Exception:  # a convention the module does not take; the check proper reports it
+            continue
+        return DF.read(nodes)
+    return None
 
 
 def _ids_probe(level: str, found, T: int) -> LV.Probe:
     """Small ids for each of the level's inputs (a memory: floats), nothing padded."""
-    rows = min(t.rows for t in found.tables)
+    rows = _rows(found)
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
     if "memory" in probe.ids:  # the decoder's memory is a float input
@@ -247,22 +289,6 @@ def _ids_probe(level: str, found, T: int) -> LV.Probe:
     return probe
 
 
-def _run_once(model, level: str, probe, call) -> None:
-    """Call the model under the first of its likely conventions that runs (at most four tried)."""
-    for caller in C.callers(model, level, probe, call=call)[:4]:
-        weight = next(model.parameters())
-        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
-        try:
-            with torch.no_grad():
-                caller(model, tensors, probe, torch.float32)
-            return
-        except Exception:  # a convention the model does not take; the check proper reports it
-            continue
-
-
-def _counts_positions(values: np.ndarray, T: int) -> bool:
-    """Ids 0, 1, ..., T - 1 along the positions, batch-first or sequence-first."""
-    if values.ndim >= 1 and values.shape[-1] == T and np.all(values == np.arange(T)):
-        return True
-    return values.ndim == 2 and values.shape[0] == T and bool(np.all(values == np.arange(T)[:, None]))
+def _rows(found) -> int:
+    """The rows of the smallest table beyond a handful (BERT's two token types are not the vocabulary)."""
+    return min((t.rows for t in found.tables if t.rows > 4), default=min(t.rows for t in found.tables))

@@ -74,7 +74,32 @@ def rope_thetas(module, Dh: int) -> list:
                 if "inv_freq" in name and buf.is_floating_point():
                     values.append(_theta_from(buf.detach().double().cpu().numpy(), Dh))
             found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
+        found += [t for t in (_theta_of_table(buf, Dh) for _, buf in _tensors_kept(module)) if t is not None]
     return list(dict.fromkeys(found + [10000.0]))
+
+
+def _theta_of_table(table, Dh: int) -> float | None:
+    """The base of a RoPE table the module keeps, read from its values: a sin table (T, Dh/2) or (T, Dh) (halves
+    or pairs), or Meta's complex e^(i m theta_j), whose row of position 1 holds the inverse frequencies'
+    sines. None for any other tensor."""
+    import torch
+
+    if Dh < 4 or Dh % 2 or table.numel() < 3 * Dh // 2:
+        return None
+    if table.is_complex():
+        table = torch.view_as_real(table.detach().cpu())[..., 1]
+    elif not table.is_floating_point():
+        return None
+    value = table.detach().double().cpu().numpy()
+    value = value.reshape([s for s in value.shape if s > 1] or [1])
+    if value.ndim != 2 or value.shape[1] not in (Dh // 2, Dh) or value.shape[0] < 3 or np.abs(value[0]).max() > 0:
+        return None
+    for sines in (value[1][: Dh // 2], value[1][::2]):  # (T, Dh/2) or halves; pairs
+        freq = np.arcsin(np.clip(sines[: Dh // 2], -1, 1))  # position 1's angles: the inverse frequencies
+        theta = _theta_from(freq, Dh) if abs(freq[0] - 1) < 1e-6 and np.all(np.diff(freq) < 0) else None
+        if theta is not None and np.allclose(theta ** (-np.arange(0, Dh, 2) / Dh), freq, rtol=1e-5, atol=1e-7):
+            return theta
+    return None
 
 
 def rope_tables(theta: float, Dh: int, T: int) -> dict:

@@ -91,12 +91,16 @@ def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -
 
 def rope_knobs(cfg, rotary: bool = True) -> dict:
     """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where it rotates."""
-    return {"n_kv": cfg.n_kv_heads, "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None}
+    return {
+        "n_kv": cfg.n_kv_heads,
+        "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None,
+        "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
+    }
 
 
 def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
-    rope_v=False, k_shift=0, tile=False, **knobs,
+    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, **knobs,
 ):  # fmt: skip
     """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ...
     query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention),
@@ -104,12 +108,15 @@ def multi_head_attention(
     .repeat does (h % n_kv). transpose: False for a split and a merge without the transpose, "split" or "merge"
     for that one only. theta: RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the
     keys' positions shifted by `k_shift`, and the values rotated too with `rope_v` (True: in the keys' pairing;
-    "half" or "interleaved": in that one, as the user's v rows are read as they are)."""
+    "half" or "interleaved": in that one, as the user's v rows are read as they are). Where params hold
+    q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first."""
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
     q = split(linear(query, params, "q_proj"), H, transpose)
     k = split(linear(key, params, "k_proj"), n_kv, transpose)
     v = split(linear(value, params, "v_proj"), n_kv, transpose)
+    if "q_norm.weight" in params:
+        q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
     if theta is not None:
         q, k = rotate(q, theta, pairs[0]), rotate(k, theta, pairs[1], k_shift)
         v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1]) if rope_v else v

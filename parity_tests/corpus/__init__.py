@@ -37,6 +37,13 @@ STYLES = (
     "bentrevett",
     "hf_gpt",
     "llms_from_scratch",
+    "book_gpt",
+    "lecture_gpt",
+    "qwen3",
+    "jadore",
+    "word_language_model",
+    "hf_marian",
+    "hf_bart",
 )
 
 

@@ -1,0 +1,396 @@
+"""The user's forward run once under an op recorder: which parameter plays which role, read from the dataflow.
+
+`record(run, module)` runs `run()` (the user's model called once on small inputs) under a TorchFunctionMode that
+sees every torch call with its tensor arguments, and forward pre-hooks that say which submodule runs it. Every
+tensor made is a Node whose parents are the Nodes of its tensor arguments; a parameter is a leaf named by its
+(first registered) name, whatever view of it (.t(), .T, .to(), a reshape) an op reads. What `Flow` reads from it:
+
+- a projection is a product (linear, matmul, einsum, conv1d, addmm, ...) that reads a parameter of 2 or more axes;
+- attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
+  operands (the rows of the scores the query's), V the other operand of the product the probabilities feed
+  (scaled_dot_product_attention names the three), each traced back through reshapes, rotations and norms to the
+  projections that made it; the output projection is the first one the product's result reaches; a norm's
+  1-D parameter met between a projection and the scores is a per-head q/k norm;
+- a feed-forward is a projection whose input comes from other projections only through element-wise ops: one of
+  them, a plain block (in, out); two, a gated block, the gate the one an activation reads on the way;
+- order: the place of each parameter's first use (norms in the order they are applied, whatever their
+  definition order); positions: the tables looked up with 0, 1, ..., T - 1.
+
+Registration order decides nothing here; the names only label what the flow found.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
+
+# ops through which a tensor is the same numbers seen another way (a parameter read as a projection's weight)
+VIEWS = {
+    "t", "transpose", "permute", "view", "reshape", "contiguous", "to", "type_as", "float", "double", "half",
+    "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type",
+}  # fmt: skip
+PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
+SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
+ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu"}
+SDPA = "scaled_dot_product_attention"
+MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.MultiheadAttention, one op
+ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
+
+
+@dataclass(eq=False)
+class Node:
+    index: int
+    op: str
+    module: str
+    parents: list
+    shape: tuple = ()
+    param: str | None = None  # a parameter's (or buffer's) name: a leaf
+    ndim: int = 0
+    extra: str = ""  # an einsum's equation
+    children: list = field(default_factory=list)
+    value: object = None  # an embedding lookup's ids (numpy)
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, names: dict):
+        super().__init__()
+        self.names = names  # id(tensor) -> parameter or buffer name
+        self.nodes: list[Node] = []
+        self.of: dict = {}  # id(tensor) -> Node
+        self.keep: list = []  # the tensors seen, kept alive so that their ids stay theirs
+        self.path: list[str] = [""]
+
+    def node(self, t: torch.Tensor) -> Node | None:
+        found = self.of.get(id(t))
+        if found is None and id(t) in self.names:
+            found = Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)], t.ndim)
+            self.nodes.append(found)
+            self.of[id(t)] = found
+            self.keep.append(t)
+        return found
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        flat, _ = tree_flatten((args, kwargs))
+        parents = [n for n in (self.node(a) for a in flat if isinstance(a, torch.Tensor)) if n is not None]
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        if not outs or not parents and getattr(func, "__name__", "") not in ("arange",):
+            return out
+        name = getattr(func, "__name__", str(func))
+        if name in VIEWS and all(any(o is a for a in flat) for o in outs):
+            return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
+        extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
+        node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape), ndim=outs[0].ndim)
+        node.extra = extra
+        if name == "embedding" and isinstance(args[0], torch.Tensor):
+            node.value = args[0].detach().cpu().numpy()
+        self.nodes.append(node)
+        for p in parents:
+            p.children.append(node)
+        for o in outs:
+            self.of[id(o)] = node
+            self.keep.append(o)
+        return out
+
+
+def record(run, module: nn.Module) -> list:
+    """The Nodes of one call of `run()` (which calls `module`), in the order they ran."""
+    names: dict = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), name)
+    for name, b in module.named_buffers(remove_duplicate=False):
+        names.setdefault(id(b), name)
+    rec = _Recorder(names)
+    handles = []
+
+    def leave(mod, args, out) -> None:
+        rec.path.pop()
+
+    for path, mod in module.named_modules():
+        handles.append(mod.register_forward_pre_hook(lambda m, a, p=path: rec.path.append(p)))
+        handles.append(mod.register_forward_hook(leave))
+    try:
+        with rec:
+            run()
+    finally:
+        for h in handles:
+            h.remove()
+    return rec.nodes
+
+
+def weight_of(node: Node) -> str | None:
+    """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
+    while node.param is None and node.op in VIEWS and len(node.parents) == 1:
+        node = node.parents[0]
+    return node.param if node.param is not None and node.ndim >= 2 else None
+
+
+def projection(node: Node) -> str | None:
+    """The weight a product reads (a projection), else None."""
+    if node.op not in PRODUCTS:
+        return None
+    return next((w for w in map(weight_of, node.parents) if w is not None), None)
+
+
+def _back(start: Node) -> tuple[list, list, bool]:
+    """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
+    met, the 1-D parameters met on the way (norm scales), whether an activation was crossed)."""
+    weights, scales, crossed = [], [], False
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        w = projection(node) or (_mha_weights(node) or [None])[-1]
+        if w is not None:
+            weights.append(w)
+            continue
+        if node.op in PRODUCTS or node.op in SOFTMAX or node.op == SDPA or node.op == "embedding":
+            continue
+        if node.param is not None:
+            if node.ndim == 1:
+                scales.append(node.param)
+            continue
+        crossed = crossed or node.op in ACTIVATIONS
+        todo.extend(node.parents)
+    return weights, scales, crossed
+
+
+def _forward(start: Node) -> list:
+    """From `start` forward through element-wise ops and views to the nearest products (Nodes)."""
+    found, seen, todo = [], set(), list(start.children)
+    while todo:
+        node = todo.pop(0)
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op in PRODUCTS or node.op == SDPA:
+            found.append(node)
+            continue
+        todo.extend(node.children)
+    return found
+
+
+def _back_to_product(start: Node) -> Node | None:
+    """The nearest product without parameters behind `start` (the scores behind a softmax)."""
+    seen, todo = set(), [start]
+    while todo:
+        node = todo.pop(0)
+        if id(node) in seen or node.param is not None:
+            continue
+        seen.add(id(node))
+        if node.op in PRODUCTS:
+            return None if projection(node) else node
+        todo.extend(node.parents)
+    return None
+
+
+def _query_first(product: Node) -> list:
+    """A scores product's two operands, the query's first (an einsum's: the one holding the rows' index)."""
+    a, b = [p for p in product.parents if p.param is None][:2] if len(product.parents) >= 2 else (None, None)
+    match = re.fullmatch(r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*", product.extra or "")
+    if match and len(match.group(3)) >= 2 and match.group(3)[-2] in match.group(2):
+        return [b, a]
+    return [a, b]
+
+
+@dataclass
+class Attention:
+    """One attention read from the flow: its projections' weights per role, the q/k norms, the head width."""
+
+    module: str
+    q: list
+    k: list
+    v: list
+    out: list
+    norms: dict  # 1-D parameter name -> "q" or "k"
+    head_dim: int
+    heads: int | None  # the query's head axis where it has one
+    out_node: Node | None = None  # the output projection's op
+
+
+@dataclass
+class Flow:
+    """What the recorded forward says: roles, first uses, attentions, feed-forward blocks, position lookups."""
+
+    nodes: list
+    order: dict = field(default_factory=dict)  # parameter name -> the index of its first use
+    roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
+    attentions: list = field(default_factory=list)
+    qk_norms: dict = field(default_factory=dict)  # norm scale name -> (q or k, the attention's module)
+    positions: set = field(default_factory=set)  # tables looked up with 0, 1, ..., T - 1
+    constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
+
+    @property
+    def heads(self) -> int | None:
+        """The head count the first attention's query shows (its head axis), or None."""
+        return next((a.heads for a in self.attentions if a.heads), None)
+
+    @property
+    def head_dim(self) -> int | None:
+        return next((a.head_dim for a in self.attentions), None)
+
+    @property
+    def norm_first(self) -> bool | None:
+        """Pre-norm (True) or post-norm (False), read where the first attention's output joins the stream: the
+        sum is read by the next residual sum too (pre-norm, x + f(Norm(x))), or only by the norm's own ops
+        (post-norm, Norm(x + f(x))); None where no attention was read."""
+        out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
+        if out is None:
+            return None
+        todo, seen = list(out.children), set()
+        while todo:
+            node = todo.pop(0)
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op in ADDS:
+                return len({child.module for child in node.children}) > 1
+            if node.op not in PRODUCTS:
+                todo.extend(node.children)
+        return None
+
+    def computed_from_projections(self, param: str) -> bool:
+        """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
+        only from lookups and tables (an embedding norm's)."""
+        index = self.order.get(param)
+        return index is not None and bool(_back(self.nodes[index])[0])
+
+
+def read(nodes: list) -> Flow:
+    """The Flow of recorded Nodes (see the module docstring)."""
+    flow = Flow(nodes)
+    _uses(flow)
+    flow.attentions = [a for a in map(_attention, nodes) if a is not None]
+    for a in flow.attentions:
+        for role in ("q", "k", "v", "out"):
+            for w in getattr(a, role):
+                fused = sum(w in getattr(a, r) for r in "qkv") > 1
+                flow.roles.setdefault(w, "qkv" if fused else role)
+        for scale, role in a.norms.items():
+            flow.qk_norms[scale] = (role, a.module)
+    _feed_forwards(flow)
+    return flow
+
+
+def _uses(flow: Flow) -> None:
+    """Each parameter's first use (through views), and the tables looked up with positions."""
+    for node in flow.nodes:
+        for parent in node.parents:
+            root = parent
+            while root.param is None and root.op in VIEWS and len(root.parents) == 1:
+                root = root.parents[0]
+            if root.param is not None:
+                flow.order.setdefault(root.param, node.index)
+        if node.op == "embedding" and node.value is not None and node.parents:
+            table = weight_of(node.parents[-1])
+            if table is not None and _counts_positions(node.value):
+                flow.positions.add(table)
+            elif table is not None and node.value.size > 1 and np.all(node.value == node.value.flat[0]):
+                flow.constant_lookups.add(table)
+
+
+def _mha_weights(node: Node) -> list:
+    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight)."""
+    return [w for w in map(weight_of, node.parents) if w is not None] if node.op in MHA else []
+
+
+def _attention(node: Node) -> Attention | None:
+    """The attention whose softmax (or scaled_dot_product_attention, or nn.MultiheadAttention's op) `node` is;
+    None for any other node."""
+    weights = _mha_weights(node)
+    if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
+        *qkv, out = weights
+        q, k, v = qkv * 3 if len(qkv) == 1 else qkv
+        return Attention(node.module, [q], [k], [v], [out], {}, 0, None, node)
+    if node.op == SDPA and len(node.parents) >= 3:
+        q, k, v = node.parents[:3]
+        after = node
+    elif node.op in SOFTMAX and node.parents:
+        scores = _back_to_product(node.parents[0])
+        if scores is None:
+            return None
+        q, k = _query_first(scores)
+        products = _forward(node)
+        if q is None or k is None or not products:
+            return None
+        after = products[0]
+        v = next((p for p in after.parents if p.param is None and not _reaches(node, p)), None)
+        if v is None:
+            return None
+    else:
+        return None
+    (qw, qs, _), (kw, ks, _), (vw, _, _) = _back(q), _back(k), _back(v)
+    outs = [n for n in _forward(after) if projection(n) is not None][:1]
+    norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
+    heads = q.shape[-3] if len(q.shape) >= 4 else None
+    out = [projection(n) for n in outs]
+    return Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+
+
+def _reaches(src: Node, dst: Node) -> bool:
+    """`dst` computed from `src` through element-wise ops (the probabilities, dropped out or masked)."""
+    seen, todo = set(), [dst]
+    while todo:
+        node = todo.pop()
+        if node is src:
+            return True
+        if id(node) in seen or node.op in PRODUCTS or node.param is not None:
+            continue
+        seen.add(id(node))
+        todo.extend(node.parents)
+    return False
+
+
+def _feed_forwards(flow: Flow) -> None:
+    """Every projection outside the attentions whose input comes from one or two other projections: a plain
+    block (ffn_in, ffn_out) or a gated one (gate, up, down), the gate the one an activation reads."""
+    for node in flow.nodes:
+        w = projection(node)
+        if w is None or w in flow.roles:
+            continue
+        operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
+        if operand is None:
+            continue
+        ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
+        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out":
+            flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
+        elif len(ins) == 2:
+            gated = [i for i in ins if _activation_between(node, i)]
+            if len(gated) == 1:
+                up = next(i for i in ins if i != gated[0])
+                flow.roles |= {gated[0]: "gate", up: "up", w: "down"}
+
+
+def _activation_between(product: Node, weight: str) -> bool:
+    """An activation on the way back from `product`'s input to the projection of `weight`."""
+    todo = [(p, False) for p in product.parents if p.param is None and weight_of(p) is None]
+    seen: set = set()
+    while todo:
+        node, crossed = todo.pop()
+        if projection(node) == weight:
+            if crossed:
+                return True
+            continue
+        if (id(node), crossed) in seen or node.op in PRODUCTS or node.param is not None:
+            continue
+        seen.add((id(node), crossed))
+        todo.extend((p, crossed or node.op in ACTIVATIONS) for p in node.parents)
+    return False
+
+
+def _counts_positions(values: np.ndarray) -> bool:
+    """Ids 0, 1, ..., T - 1 along the positions, batch-first or sequence-first (T > 2)."""
+    v = values.reshape([s for s in values.shape if s > 1] or [1])
+    T = v.shape[-1]
+    if T > 2 and np.all(v == np.arange(T)):
+        return True
+    return v.ndim == 2 and v.shape[0] > 2 and bool(np.all(v == np.arange(v.shape[0])[:, None]))
