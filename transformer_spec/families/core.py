@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig
+from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig, short_repr
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,12 @@ def refuse(name: str, value, supported) -> None:
     supported (a tuple of values, or a phrase)."""
     if isinstance(supported, tuple):
         supported = " or ".join(repr(v) for v in supported)
-    raise ValueError(f"config.json: {name}={value!r} is not supported (supported: {supported})")
+    raise ValueError(f"config.json: {name}={short_repr(value, 120)} is not supported (supported: {supported})")
 
 
 REQUIRED = object()  # a Key's default when config.json must hold the key
+OMITTED = object()  # what a Key's writer returns for a key this config.json goes without (rope_parameters beside
+# a rope_scaling)
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,9 @@ class ConfigMap:
                 out[key.theirs] = key.default
                 continue
             value = source(config) if callable(source) else getattr(config, source)
-            out[key.theirs] = value if key.write is None else key.write(value)
+            value = value if key.write is None else key.write(value)
+            if value is not OMITTED:
+                out[key.theirs] = value
         return out | dropout_to_hf(config, self.model_type, self.dropout)
 
     def variant(self, model_type: str, without=(), keys=(), supports=None, fixed=None, unwritten=()) -> ConfigMap:
