@@ -339,6 +339,8 @@ ACTIVATIONS_FROM_HF = {
     "relu": "relu",
     "gelu": "gelu",  # exact, erf
     "gelu_new": "gelu_tanh",  # GPT-2's tanh approximation
+    # the same tanh approximation, sqrt(2/pi) written 0.7978845608 (3.6e-12 relative from it): written back gelu_new
+    "gelu_fast": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "silu": "silu",
     "swish": "silu",  # Marian's opus-mt checkpoints
@@ -354,6 +356,14 @@ class KeyReading(TypedDict):
 
 
 ACTIVATION_KEY = KeyReading(read=lambda value, c: ACTIVATIONS_FROM_HF[value], allowed=tuple(ACTIVATIONS_FROM_HF))
+
+
+def pretraining_tp(value, c: dict) -> None:
+    """pretraining_tp (Llama's, BLOOM's): the tensor-parallel slices a checkpoint was trained with. transformers
+    computes the same model for any value (BLOOM slices its linears only with slow_but_exact, summing the same
+    products in another order; Llama's modeling never reads it): a positive int is read, and written back as 1."""
+    if value is not None and not (is_int(value) and value >= 1):
+        refuse("pretraining_tp", value, "a positive integer")
 
 
 def activation_to_hf(value: str) -> str:

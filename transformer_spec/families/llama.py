@@ -14,6 +14,7 @@ from .core import (
     Rule,
     activation_to_hf,
     declared,
+    pretraining_tp,
     refuse,
     renamed,
     special_token,
@@ -98,7 +99,7 @@ LLAMA_CONFIG = ConfigMap(
         Key("eos_token_id", "eos_id", None, special_token("eos_token_id")),
         # embed_tokens: nn.Embedding(padding_idx=pad), so the pad row gets no gradient from lookups
         Key("pad_token_id", "embedding_padding_idx", None, lambda value, c: value is not None, written=False),
-        Key("pretraining_tp", None, 1, allowed=(1,), written=False),
+        Key("pretraining_tp", None, 1, read=pretraining_tp, written=False),
     ),
     dropout=LLAMA_DROPOUT,
     supports={
