@@ -33,7 +33,9 @@ def assert_exact(result) -> None:
 def test_t5_with_heads_narrower_than_d_model(side):
     """flan-t5-small: 6 heads of d_kv 64 in a d_model of 512 (384 != 512). Here 4 heads of 6 in 32."""
     with tempfile.TemporaryDirectory() as directory:
-        H.build_seq2seq("t5 v1.1", steps=5, d_kv=6).save_pretrained(directory)
+        torch.manual_seed(0)  # untrained: T5's own initialisation
+        config = transformers.T5Config(**(H.T5_TINY | H.T5_VARIANTS["t5 v1.1"] | {"d_kv": 6}))
+        transformers.T5ForConditionalGeneration(config).save_pretrained(directory)
         model = numpy_hf.load(directory)
         assert model.config.head_dim == 6 and model.config.d_model == 32
         assert_exact(H.compare_seq2seq(directory, "t5 v1.1", np.float64, side))
@@ -94,3 +96,17 @@ def test_qwen3_moe_slides_every_layer(side):
     slide none of these 3: logits off by about 1 relative)."""
     result = H.compare_hf("qwen3_moe", np.float64, side, use_sliding_window=True, sliding_window=3, length=9)
     assert_exact(result)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bart_base_model_loads_into_the_generation_class(side):
+    """bart-base's files are BartModel's (no final_logits_bias): loaded as BartForConditionalGeneration, as
+    transformers' from_pretrained loads them (final_logits_bias zeros, lm_head the tied token table), said in a
+    warning naming what was created; then equal to that class in float64."""
+    with tempfile.TemporaryDirectory() as directory:
+        H.build_seq2seq("bart", steps=0).model.save_pretrained(directory)
+        assert json.loads((Path(directory) / "config.json").read_text())["architectures"] == ["BartModel"]
+        with pytest.warns(UserWarning, match=r"BartModel checkpoint .*\['final_logits_bias'\] created as zeros"):
+            model = numpy_hf.load(directory)
+        assert not np.any(model.params["output_proj.bias"])
+        assert_exact(H.compare_seq2seq(directory, "bart", np.float64, side))

@@ -55,7 +55,9 @@ CASES = {
         "rope_parameters", 12,
     ),
     "qwen2 yarn (type, untruncated)": (
-        "qwen2", {"max_position_embeddings": 2048, "rope_scaling": {**YARN, "truncate": False}}, "rope_scaling", 12,
+        "qwen2", {"max_position_embeddings": 2048, "rope_scaling": {
+            "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "truncate": False,
+        }}, "rope_scaling", 12,
     ),
     "qwen3 yarn": ("qwen3", {"max_position_embeddings": 2048, "rope_scaling": YARN}, "rope_scaling", 12),
     "mistral dynamic 3, T 20 > max 16": (
@@ -144,7 +146,8 @@ def compare_scaled(case: str, side: str, seed: int = 0):
 @pytest.mark.parametrize("case", CASES)
 def test_scaled_rope_matches_transformers(case, side):
     result, ours = compare_scaled(case, side)
-    assert ours.config.rope_scaling.rope_type == CASES[case][1]["rope_scaling"]["rope_type"]
+    rope = CASES[case][1]["rope_scaling"]
+    assert ours.config.rope_scaling.rope_type == rope.get("rope_type", rope.get("type"))
     assert not C.failures(result, np.float64), C.failures(result, np.float64)
     out_diff, out_rel, grad_diff, grad_rel = C.worst(result, np.float64)
     assert out_rel <= 1e-12 and grad_rel <= 1e-10, (out_rel, grad_rel)
