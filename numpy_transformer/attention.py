@@ -181,16 +181,20 @@ def rope_angles(
 # rope_frequencies. Each takes the plain frequencies base^(-2i/R) (R/2,) and returns (frequencies, attention factor).
 
 
-def linear_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len: int) -> tuple[np.ndarray, float]:
+def linear_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
     """Position interpolation: every frequency / factor (position t turns as t / factor did)."""
-    return inv_freq / s.factor, 1.0
+    return inv_freq / s.length_factor(max_len), 1.0
 
 
-def dynamic_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len: int) -> tuple[np.ndarray, float]:
+def dynamic_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
     """Dynamic NTK: past max_len positions (L = seq_len) the base grows to
     base (factor L / max_len - (factor - 1))^(R / (R - 2)); up to max_len, plain RoPE."""
-    length = max(seq_len, max_len)
-    base = theta * (s.factor * length / max_len - (s.factor - 1)) ** (dim / (dim - 2))
+    length, factor = max(seq_len, max_len), s.length_factor(max_len)
+    base = theta * (factor * length / max_len - (factor - 1)) ** (dim / (dim - 2))
     return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim), 1.0
 
 
@@ -199,7 +203,9 @@ def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def yarn_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len: int) -> tuple[np.ndarray, float]:
+def yarn_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
     r"""YaRN: frequency i is :math:`(1 - e_i)\, \theta_i / f + e_i\, \theta_i`, :math:`e_i = 1 - \mathrm{ramp}(i)`
     with the ramp 0 below the dimension turning beta_fast times over the original length and 1 above the one turning
     beta_slow times (floored and ceiled unless truncate is False); cos and sin times attention_factor."""
@@ -207,8 +213,9 @@ def yarn_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len
     attention = s.attention_factor
     if attention is None:
         attention = yarn_mscale(factor)
-        if s.mscale and s.mscale_all_dim:
-            attention = yarn_mscale(factor, s.mscale) / yarn_mscale(factor, s.mscale_all_dim)
+        mscale, mscale_all_dim = s.mscale, s.mscale_all_dim
+        if mscale and mscale_all_dim:
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
 
     def turning_dim(rotations: float) -> float:  # the dimension that turns `rotations` times over `original`
         return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
@@ -223,28 +230,32 @@ def yarn_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len
     return inv_freq / factor * (1 - kept) + inv_freq * kept, float(attention)
 
 
-def longrope_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len: int) -> tuple[np.ndarray, float]:
+def longrope_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
     """LongRoPE: frequency i / short_factor[i], or / long_factor[i] when the sequence is longer than the original
     length; cos and sin times attention_factor (default sqrt(1 + ln f / ln original), 1 when f <= 1)."""
     original, factor = s.original_length(max_len), s.length_factor(max_len)
     attention = s.attention_factor
     if attention is None:
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
-    divisors = s.long_factor if seq_len > original else s.short_factor
+    divisors = (s.long_factor if seq_len > original else s.short_factor) or ()  # (R/2,), validated
     return inv_freq / np.asarray(divisors, dtype=np.float64), float(attention)
 
 
-def llama3_frequencies(inv_freq, theta, dim, s: RopeScaling, max_len: int, seq_len: int) -> tuple[np.ndarray, float]:
+def llama3_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
     """Llama 3.1: wavelengths 2 pi / theta_i longer than original / low_freq_factor divided by factor, shorter than
     original / high_freq_factor kept, between them a blend by s = (original / wavelength - low) / (high - low):
     (1 - s) theta_i / factor + s theta_i."""
-    original = s.original_length(max_len)
+    original, factor = s.original_length(max_len), s.length_factor(max_len)
+    low, high = s.low_freq_factor or 1.0, s.high_freq_factor or 4.0  # (both validated present)
     wavelength = 2 * math.pi / inv_freq  # (R/2,)
-    long_waves = wavelength > original / s.low_freq_factor
-    short_waves = wavelength < original / s.high_freq_factor
-    smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-    blended = (1 - smooth) * inv_freq / s.factor + smooth * inv_freq
-    return np.where(long_waves, inv_freq / s.factor, np.where(short_waves, inv_freq, blended)), 1.0
+    long_waves, short_waves = wavelength > original / low, wavelength < original / high
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return np.where(long_waves, inv_freq / factor, np.where(short_waves, inv_freq, blended)), 1.0
 
 
 SCALED_FREQUENCIES = {

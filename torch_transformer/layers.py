@@ -117,13 +117,13 @@ def rope_inv_freq(
         return (theta * (f * length / max_len - (f - 1)) ** (dim / (dim - 2))) ** -exponents, 1.0
     if kind == "llama3":
         wavelength = 2 * math.pi / inv_freq
-        low, high = scaling.low_freq_factor, scaling.high_freq_factor
+        low, high = scaling.low_freq_factor or 1.0, scaling.high_freq_factor or 4.0  # (both validated present)
         smooth = (original / wavelength - low) / (high - low)
         blend = torch.lerp(inv_freq / f, inv_freq, smooth)
         blend = torch.where(wavelength < original / high, inv_freq, blend)
         return torch.where(wavelength > original / low, inv_freq / f, blend), 1.0
     if kind == "longrope":
-        factors = scaling.long_factor if seq_len > original else scaling.short_factor
+        factors = (scaling.long_factor if seq_len > original else scaling.short_factor) or ()
         attention = scaling.attention_factor
         if attention is None:
             attention = math.sqrt(1 + math.log(f) / math.log(original)) if f > 1 else 1.0
@@ -142,8 +142,8 @@ def yarn_inv_freq(
 
     attention = scaling.attention_factor
     if attention is None:
-        use_both = scaling.mscale and scaling.mscale_all_dim
-        attention = mscale(scaling.mscale) / mscale(scaling.mscale_all_dim) if use_both else mscale(1.0)
+        m, m_all = scaling.mscale, scaling.mscale_all_dim
+        attention = mscale(m) / mscale(m_all) if m and m_all else mscale(1.0)
     rotations = torch.tensor([scaling.beta_fast or 32, scaling.beta_slow or 1], dtype=torch.float64)
     ends = dim * torch.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
     if scaling.truncate is not False:

@@ -499,8 +499,8 @@ class TransformerConfig:
         or with dynamic NTK RoPE (made to run past max_position_embeddings) max_len x factor, the context its factor
         stretches the base for."""
         scaling = self.rope_scaling
-        if scaling is not None and scaling.rope_type == "dynamic" and scaling.factor > 1:
-            return int(self.max_len * scaling.factor)
+        if scaling is not None and scaling.rope_type == "dynamic" and scaling.length_factor(self.max_len) > 1:
+            return int(self.max_len * scaling.length_factor(self.max_len))
         return self.max_len
 
     def cache_outgrown(self, cached: int, total: int) -> bool:

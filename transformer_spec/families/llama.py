@@ -37,7 +37,7 @@ def rope_scaling(value, c: dict) -> RopeScaling | None:
     return read_scaling(*reversed(effective_rope(c)))
 
 
-def rope_parameters_json(config: TransformerConfig) -> dict:
+def rope_parameters_json(config: TransformerConfig) -> dict | object:
     """rope_parameters for config.json: the base, and the scaling when it was read from there (not written beside a
     rope_scaling, which transformers would read instead)."""
     scaling = config.rope_scaling
@@ -48,7 +48,7 @@ def rope_parameters_json(config: TransformerConfig) -> dict:
     return scaling_to_hf(scaling) | {"rope_theta": config.rope_theta}
 
 
-def rope_scaling_json(config: TransformerConfig) -> dict:
+def rope_scaling_json(config: TransformerConfig) -> dict | object:
     """rope_scaling for config.json, when the scaling was read from there."""
     scaling = config.rope_scaling
     return scaling_to_hf(scaling) if scaling is not None and scaling.written_as == "rope_scaling" else OMITTED

@@ -44,7 +44,7 @@ def partial_rotary_factor(config: TransformerConfig) -> float:
     return factor
 
 
-def rope_parameters(config: TransformerConfig) -> dict:
+def rope_parameters(config: TransformerConfig) -> dict | object:
     """rope_parameters for config.json: the base, the fraction of each head RoPE turns and the scaling when it was
     read from there; not written beside a rope_scaling (which transformers would read instead)."""
     scaling = config.rope_scaling
@@ -72,7 +72,7 @@ def phi3_scaling(value, c: dict) -> RopeScaling | None:
     return read_scaling(rope, where, ("longrope",), aliases, original_max_position_embeddings=original)
 
 
-def phi3_scaling_json(config: TransformerConfig) -> dict:
+def phi3_scaling_json(config: TransformerConfig) -> dict | object:
     """rope_scaling for config.json (without the original length, written at the top level), when read from there."""
     scaling = config.rope_scaling
     if scaling is None or scaling.written_as != "rope_scaling":
