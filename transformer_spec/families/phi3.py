@@ -100,7 +100,7 @@ PHI3_CONFIG = replace(
         unwritten=("rope_parameters",),  # Llama's reading of the base stays; written below with the fraction
         keys=(
             Key("rope_scaling", "rope_scaling", None, phi3_scaling, source=phi3_scaling_json),
-            Key("partial_rotary_factor", None, None, written=True, read_too=False, source=top_level_fraction),
+            Key("partial_rotary_factor", None, None, read_too=False, source=top_level_fraction),
             Key("original_max_position_embeddings", None, None, read_too=False, source=original_length),
             Key(
                 "rope_parameters", "rotary_dim", None, rotary_dim("partial_rotary_factor", 1.0), source=rope_parameters
