@@ -363,6 +363,44 @@ plt.close(fig)
 print("wrote rope_scores.png")
 
 # %% [markdown]
+# ### Scaled RoPE: longer contexts by changing the frequencies
+#
+# A model trained on sequences of $L$ positions has never seen the angles $t\,\theta_i$ for $t \ge L$. The
+# checkpoints that read longer texts change the frequencies $\theta_i$ (and some the size of cos and sin), never
+# the rotation itself: the backward above stays the transpose. `config.rope_scaling` (a `RopeScaling`, read from
+# config.json's `rope_scaling` or `rope_parameters`) picks one of transformers' kinds, computed in one place,
+# `rope_frequencies`:
+#
+# - **linear** (gemma-3's global layers, factor 8): every $\theta_i / f$: position $t$ turns as $t / f$ did;
+# - **dynamic** (NTK): up to `max_position_embeddings` nothing changes; past it the base grows with the length
+#   $T$, $b\,(fT/L - (f - 1))^{R/(R-2)}$, so the slow pairs slow down most;
+# - **llama3** (Llama 3.1, 3.2): fast pairs (wavelength below $L/4$) kept, slow ones (above $L$) divided by $f$,
+#   a smooth blend between: local order stays sharp, long range is squeezed;
+# - **yarn** (Qwen2.5, Qwen3): the same idea with a linear ramp over the dimensions, and cos and sin times an
+#   attention factor $0.1 \ln f + 1$, which multiplies every score by its square (a sharper softmax);
+# - **longrope** (Phi-3.5, Phi-4-mini): a divisor per pair, one list for sequences within the original length and
+#   another past it (chosen by the sequence's length), and an attention factor $\sqrt{1 + \ln f / \ln L}$.
+#
+# The frequencies of a head of 8 (four pairs) at base 500 under each kind, for a 20-position sequence of a
+# model whose original length is 16:
+
+# %%
+from numpy_transformer.attention import rope_frequencies  # noqa: E402
+from transformer_spec.config import RopeScaling  # noqa: E402
+
+kinds = {
+    "plain": None,
+    "linear 4": RopeScaling("linear", factor=4.0),
+    "dynamic 2": RopeScaling("dynamic", factor=2.0),
+    "llama3 8": RopeScaling("llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0),
+    "yarn 4": RopeScaling("yarn", factor=4.0),
+    "longrope": RopeScaling("longrope", short_factor=(1.0, 1.2, 1.5, 2.0), long_factor=(1.0, 2.0, 4.0, 8.0)),
+}
+for name, scaling in kinds.items():
+    inv_freq, factor = rope_frequencies(8, 500.0, scaling, max_len=16, seq_len=20)
+    print(f"{name:>10}: theta_i = {np.array2string(inv_freq, precision=4)}, cos/sin x {factor:.4f}")
+
+# %% [markdown]
 # ## 4. SiLU
 #
 # SwiGLU's activation is SiLU (also called swish), $\mathrm{silu}(x) = x\, \sigma(x)$ with the logistic

@@ -14,10 +14,13 @@ their inputs, then their parameters; multi_head_attention_forward, a composite p
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import DTypeLike
+
+from transformer_spec.config import RopeScaling
 
 from .flash_attention import FlashAttentionCache, flash_attention_backward, flash_attention_forward
 from .layers import (
@@ -154,14 +157,126 @@ def causal_mask(T_q: int, T_k: int) -> np.ndarray:
 
 
 def rope_angles(
-    positions: np.ndarray, head_dim: int, theta: float, dtype: DTypeLike = np.float64
+    positions: np.ndarray,
+    head_dim: int,
+    theta: float,
+    dtype: DTypeLike = np.float64,
+    scaling: RopeScaling | None = None,
+    max_len: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""cos and sin of the angles :math:`t\, \theta_i`, :math:`\theta_i = \mathrm{base}^{-2i/d_h}` (base: the
     argument `theta`), for every position t and :math:`i < d_h / 2`; each (T, Dh/2), or (B, T, Dh/2) for positions
-    (B, T) (a padded batch, each row its own). Computed in float64, then cast."""
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (Dh/2,)
-    angles = np.asarray(positions, dtype=np.float64)[..., None] * inv_freq  # (T, Dh/2), or (B, T, Dh/2)
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    (B, T) (a padded batch, each row its own). With `scaling` (a scaled RoPE, rope_frequencies), the frequencies of
+    a sequence reaching the largest of `positions` and cos and sin times the scaling's attention factor; max_len:
+    the model's max_position_embeddings. Computed in float64, then cast."""
+    positions = np.asarray(positions, dtype=np.float64)
+    seq_len = int(positions.max()) + 1 if positions.size else 0  # the length dynamic and longrope choose by
+    inv_freq, factor = rope_frequencies(head_dim, theta, scaling, max_len, seq_len)  # (Dh/2,), a float
+    angles = positions[..., None] * inv_freq  # (T, Dh/2), or (B, T, Dh/2)
+    return (factor * np.cos(angles)).astype(dtype), (factor * np.sin(angles)).astype(dtype)
+
+
+# Scaled RoPE: each kind changes the inverse frequencies (and yarn and longrope the size of cos and sin); the
+# rotation itself, and so its backward (the transpose), stays as it is. One function per kind, chosen in
+# rope_frequencies. Each takes the plain frequencies base^(-2i/R) (R/2,) and returns (frequencies, attention factor).
+
+
+def linear_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
+    """Position interpolation: every frequency / factor (position t turns as t / factor did)."""
+    return inv_freq / s.length_factor(max_len), 1.0
+
+
+def dynamic_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
+    """Dynamic NTK: past max_len positions (L = seq_len) the base grows to
+    base (factor L / max_len - (factor - 1))^(R / (R - 2)); up to max_len, plain RoPE."""
+    length, factor = max(seq_len, max_len), s.length_factor(max_len)
+    base = theta * (factor * length / max_len - (factor - 1)) ** (dim / (dim - 2))
+    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim), 1.0
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's 0.1 mscale ln(scale) + 1 (1 for scale <= 1)."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def yarn_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
+    r"""YaRN: frequency i is :math:`(1 - e_i)\, \theta_i / f + e_i\, \theta_i`, :math:`e_i = 1 - \mathrm{ramp}(i)`
+    with the ramp 0 below the dimension turning beta_fast times over the original length and 1 above the one turning
+    beta_slow times (floored and ceiled unless truncate is False); cos and sin times attention_factor."""
+    factor, original = s.length_factor(max_len), s.original_length(max_len)
+    attention = s.attention_factor
+    if attention is None:
+        attention = yarn_mscale(factor)
+        mscale, mscale_all_dim = s.mscale, s.mscale_all_dim
+        if mscale and mscale_all_dim:
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+
+    def turning_dim(rotations: float) -> float:  # the dimension that turns `rotations` times over `original`
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = turning_dim(s.beta_fast or 32), turning_dim(s.beta_slow or 1)
+    if s.truncate is not False:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    high = high + 0.001 if low == high else high  # a ramp of width 0 would divide by zero
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)  # (R/2,)
+    kept = 1.0 - ramp  # the share of the original frequency (extrapolated), the rest interpolated
+    return inv_freq / factor * (1 - kept) + inv_freq * kept, float(attention)
+
+
+def longrope_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
+    """LongRoPE: frequency i / short_factor[i], or / long_factor[i] when the sequence is longer than the original
+    length; cos and sin times attention_factor (default sqrt(1 + ln f / ln original), 1 when f <= 1)."""
+    original, factor = s.original_length(max_len), s.length_factor(max_len)
+    attention = s.attention_factor
+    if attention is None:
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    divisors = (s.long_factor if seq_len > original else s.short_factor) or ()  # (R/2,), validated
+    return inv_freq / np.asarray(divisors, dtype=np.float64), float(attention)
+
+
+def llama3_frequencies(
+    inv_freq: np.ndarray, theta: float, dim: int, s: RopeScaling, max_len: int, seq_len: int
+) -> tuple[np.ndarray, float]:
+    """Llama 3.1: wavelengths 2 pi / theta_i longer than original / low_freq_factor divided by factor, shorter than
+    original / high_freq_factor kept, between them a blend by s = (original / wavelength - low) / (high - low):
+    (1 - s) theta_i / factor + s theta_i."""
+    original, factor = s.original_length(max_len), s.length_factor(max_len)
+    low, high = s.low_freq_factor or 1.0, s.high_freq_factor or 4.0  # (both validated present)
+    wavelength = 2 * math.pi / inv_freq  # (R/2,)
+    long_waves, short_waves = wavelength > original / low, wavelength < original / high
+    smooth = (original / wavelength - low) / (high - low)
+    blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return np.where(long_waves, inv_freq / factor, np.where(short_waves, inv_freq, blended)), 1.0
+
+
+SCALED_FREQUENCIES = {
+    "linear": linear_frequencies,
+    "dynamic": dynamic_frequencies,
+    "yarn": yarn_frequencies,
+    "longrope": longrope_frequencies,
+    "llama3": llama3_frequencies,
+}
+
+
+def rope_frequencies(
+    dim: int, theta: float, scaling: RopeScaling | None = None, max_len: int = 0, seq_len: int = 0
+) -> tuple[np.ndarray, float]:
+    """The inverse frequencies (R/2,) float64 of a RoPE turning R = dim features at base theta, and the factor on
+    cos and sin: base^(-2i/R) and 1 for plain RoPE, else as the scaling's kind computes them (SCALED_FREQUENCIES)
+    for a sequence of seq_len positions in a model of max_len (max_position_embeddings)."""
+    inv_freq = theta ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)  # (R/2,)
+    if scaling is None:
+        return inv_freq, 1.0
+    return SCALED_FREQUENCIES[scaling.rope_type](inv_freq, theta, dim, scaling, max_len, seq_len)
 
 
 @dataclass(frozen=True, slots=True)

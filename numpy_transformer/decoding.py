@@ -133,11 +133,15 @@ class Incremental:
 
     def __init__(self, model, src_ids, n_rows: int, total_len: int, mask=None, src_mask=None):
         self.model = model
-        self.cache = new_cache(model, src_ids, n_rows, total_len, src_mask)
+        self.fresh_cache = lambda: new_cache(model, src_ids, n_rows, total_len, src_mask)
+        self.cache = self.fresh_cache()
         self.mask = mask
 
     def next_logits(self, tokens: np.ndarray) -> np.ndarray:
-        """tokens (N, T), the whole prefix -> logits of the next token (N, V)."""
+        """tokens (N, T), the whole prefix -> logits of the next token (N, V). A cache its RoPE outgrows (LongRoPE
+        past the original length, config.cache_outgrown) is made again from the whole prefix, as Phi-3's generate()."""
+        if self.model.config.cache_outgrown(self.cache.length, tokens.shape[1]):
+            self.cache = self.fresh_cache()
         mask = None if self.mask is None else self.mask[:, : tokens.shape[1]]
         return decoder_step(self.model, self.cache, tokens[:, self.cache.length :], mask)
 
@@ -441,14 +445,16 @@ def check_decoding_inputs(model, src_ids, max_len):
     if max_len is not None:
         check_int("max_len", max_len)
     if isinstance(model, Transformer):
-        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
+        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
         if cfg.bos_id is None:
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
         prompt = np.full((src_ids.shape[0], 1), cfg.bos_id, dtype=np.int64)  # (B, 1)
     else:
-        prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len).astype(np.int64)  # (B, T_p), any ids
+        prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit).astype(
+            np.int64
+        )  # (B, T_p), any ids
         src_ids = None
-    max_len = decoding_length(max_len, prompt.shape[1], cfg.max_len, isinstance(model, TransformerLM))
+    max_len = decoding_length(max_len, prompt.shape[1], cfg.position_limit, isinstance(model, TransformerLM))
     return src_ids, prompt, max_len

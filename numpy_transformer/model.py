@@ -140,19 +140,20 @@ def rope_for(
     dtype: DTypeLike,
     start: int = 0,
     positions: np.ndarray | None = None,
-    theta: float | None = None,
+    layer: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """The rotary (cos, sin) tables of positions start .. start + T - 1, each (T, R/2), or of each row's own
-    `positions` (B, T) (a padded batch), each (B, 1, T, R/2), broadcast over the heads, at base `theta` (None:
-    config.rope_theta); None unless the config's positions are rotary. R = config.rope_dim, the features of a head
-    RoPE turns (Dh, or fewer: partial rotary)."""
+    `positions` (B, T) (a padded batch), each (B, 1, T, R/2), broadcast over the heads, of layer `layer` (its base,
+    config.layer_rope_theta, and its scaling, config.layer_rope_scaling; None: rope_theta and rope_scaling); None
+    unless the config's positions are rotary. R = config.rope_dim, the features of a head RoPE turns (Dh, or fewer:
+    partial rotary)."""
     if config.positional != "rope":
         return None
-    theta = config.rope_theta if theta is None else theta
-    if positions is None:
-        return rope_angles(np.arange(start, start + T), config.rope_dim, theta, dtype)
-    cos, sin = rope_angles(positions, config.rope_dim, theta, dtype)  # (B, T, R/2) each
-    return cos[:, None], sin[:, None]
+    theta = config.rope_theta if layer is None else config.layer_rope_theta(layer)
+    scaling = config.rope_scaling if layer is None else config.layer_rope_scaling(layer)
+    where = np.arange(start, start + T) if positions is None else positions
+    cos, sin = rope_angles(where, config.rope_dim, theta, dtype, scaling, config.max_len)  # (T or B, T, R/2) each
+    return (cos, sin) if positions is None else (cos[:, None], sin[:, None])
 
 
 def rope_by_layer(
@@ -163,12 +164,15 @@ def rope_by_layer(
     start: int = 0,
     positions: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray] | None]:
-    """Each layer's rotary tables (rope_for), at its kind's base (config.layer_rope_theta: Gemma 3's and
-    ModernBERT's sliding layers have their own), computed once per base; Nones unless the positions are rotary."""
-    tables = {}
-    for theta in {config.layer_rope_theta(i) for i in range(n_layers)}:
-        tables[theta] = rope_for(config, T, dtype, start, positions, theta)
-    return [tables[config.layer_rope_theta(i)] for i in range(n_layers)]
+    """Each layer's rotary tables (rope_for), at its kind's base and scaling (config.layer_rope_theta and
+    layer_rope_scaling: Gemma 3's and ModernBERT's sliding layers have their own base, unscaled), computed once per
+    kind; Nones unless the positions are rotary."""
+    tables: dict = {}
+    kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(n_layers)]
+    for i, kind in enumerate(kinds):
+        if kind not in tables:
+            tables[kind] = rope_for(config, T, dtype, start, positions, layer=i)
+    return [tables[kind] for kind in kinds]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1463,8 +1467,8 @@ class Transformer(_Model[TransformerCache]):
         keep_cache=False: inference (torch.no_grad's counterpart): nothing is kept for backward or the inspection
         methods, and each layer's activations are freed as soon as the next layer has its input."""
         cfg = self.config
-        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
-        tgt_ids = check_ids("tgt_ids", tgt_ids, cfg.tgt_vocab_size, cfg.max_len)
+        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
+        tgt_ids = check_ids("tgt_ids", tgt_ids, cfg.tgt_vocab_size, cfg.position_limit)
         if src_ids.shape[0] != tgt_ids.shape[0]:
             raise ValueError(
                 f"src_ids and tgt_ids must have the same batch size, got {src_ids.shape[0]} and {tgt_ids.shape[0]}"
@@ -1528,7 +1532,7 @@ class TransformerLM(_Model[LMCache]):
         at padded positions are of no token (their rows attend to nothing). keep_cache=False: inference, as
         Transformer.forward's."""
         cfg = self.config
-        ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.max_len)
+        ids = check_ids("ids", ids, cfg.tgt_vocab_size, cfg.position_limit)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None
         dropout = self._begin_forward(dropout_masks, keep_cache)
         acts = self.activation_table
@@ -1580,7 +1584,7 @@ class EncoderModel(_Model[EncoderModelCache]):
         """attention_mask (B, T): 1/True = a real token (transformers' meaning); given, it says which keys are read,
         instead of config.pad_id. keep_cache=False: inference, as Transformer.forward's."""
         cfg = self.config
-        ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.max_len)
+        ids = check_ids("ids", ids, cfg.src_vocab_size, cfg.position_limit)
         cfg.check_length("ids", ids.shape[1])
         token_type_ids = check_token_type_ids(token_type_ids, ids, cfg.type_vocab_size)
         mask = check_attention_mask(attention_mask, ids)  # (B, T) bool, or None

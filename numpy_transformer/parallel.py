@@ -578,7 +578,9 @@ def _check_inputs(model, inputs: tuple) -> tuple:
         names: tuple[tuple[str, int], ...] = (("src_ids", cfg.src_vocab_size), ("tgt_ids", cfg.tgt_vocab_size))
     else:
         names = (("ids", cfg.tgt_vocab_size if isinstance(model, TransformerLM) else cfg.src_vocab_size),)
-    checked: list = [check_ids(name, x, vocab, cfg.max_len) for (name, vocab), x in zip(names, inputs, strict=False)]
+    checked: list = [
+        check_ids(name, x, vocab, cfg.position_limit) for (name, vocab), x in zip(names, inputs, strict=False)
+    ]
     if isinstance(model, EncoderModel) and len(inputs) > 1:
         checked.append(check_token_type_ids(inputs[1], checked[0], cfg.type_vocab_size))
     inputs = (*checked, *inputs[len(checked) :])

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import transformers
 import transformers.utils.logging
+from transformers import modeling_rope_utils
 from transformers.models.bloom import modeling_bloom
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.gpt_neox import modeling_gpt_neox
@@ -374,20 +375,88 @@ def rms_norm_forward_float64(self, hidden_states):
     return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
 
 
+class _TorchInFloat64:
+    """torch, except that torch.float and torch.float32 are float64: transformers' RoPE initialisers
+    (modeling_rope_utils: linear, dynamic, yarn, longrope, llama3) name their dtype so, and under this compute their
+    own formulas in float64."""
+
+    float = float32 = torch.float64
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def _to_float64(self, memory_format=torch.preserve_format):
+    return self.to(torch.float64, memory_format=memory_format)
+
+
+@contextlib.contextmanager
+def rope_inits_in_float64():
+    """Within the block, transformers' RoPE initialisers (ROPE_INIT_FUNCTIONS, and dynamic_rope_update's updates)
+    compute in float64: their named float32 dtypes, Tensor.float() (LongRoPE's exponents) and the default dtype
+    (dynamic NTK's factor * seq_len, a float times an integer tensor)."""
+    saved = modeling_rope_utils.torch, torch.get_default_dtype(), torch.Tensor.float
+    modeling_rope_utils.torch = _TorchInFloat64()
+    torch.set_default_dtype(torch.float64)
+    torch.Tensor.float = _to_float64
+    try:
+        yield
+    finally:
+        modeling_rope_utils.torch = saved[0]
+        torch.set_default_dtype(saved[1])
+        torch.Tensor.float = saved[2]
+
+
+def rope_tables_in_float64(module, device) -> None:
+    """Once per rotary module: its inverse frequencies (inv_freq, original_inv_freq; per layer kind with a prefix,
+    Gemma 3's) and attention factor, made again in float64 by the module's own initialiser (the default RoPE's
+    theta^(-2i/R) written here: the modeling files' own default names torch's float32 directly)."""
+    if getattr(module, "_tables_in_float64", False):
+        return
+    kinds = [None] if isinstance(module.rope_type, str) else list(module.rope_type)
+    config = module.config
+    for kind in kinds:
+        rope_type = module.rope_type if kind is None else module.rope_type[kind]
+        params = config.rope_parameters if kind is None else config.rope_parameters[kind]
+        prefix = "" if kind is None else f"{kind}_"
+        if rope_type == "default":
+            dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+            dim = int(dim * params.get("partial_rotary_factor", 1.0))  # Phi-3, GPT-NeoX
+            inv_freq = 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+            factor = 1.0
+        else:
+            with rope_inits_in_float64():
+                kwargs = {} if kind is None else {"layer_type": kind}
+                inv_freq, factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS[rope_type](config, device, **kwargs)
+        setattr(module, f"{prefix}inv_freq", inv_freq.to(device))
+        setattr(module, f"{prefix}original_inv_freq", inv_freq.clone().to(device))
+        setattr(module, f"{prefix}attention_scaling", factor)
+    module._tables_in_float64 = True
+
+
+def _rotary_tables_float64(self, x, position_ids, layer_type=None):
+    """cos and sin of position * inv_freq (the module's, kept float64), repeated for rotate_half's two halves,
+    times the attention factor, cast to x's dtype (the modeling files' forward, in float64)."""
+    prefix = "" if layer_type is None else f"{layer_type}_"
+    inv_freq = getattr(self, f"{prefix}inv_freq").to(torch.float64)  # (R/2,)
+    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, R/2)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, R)
+    scale = getattr(self, f"{prefix}attention_scaling")
+    return (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)
+
+
+_rotary_tables_float64_dynamic = modeling_rope_utils.dynamic_rope_update(_rotary_tables_float64)
+
+
 @torch.no_grad()
-def rotary_forward_float64(self, x, position_ids):
-    """LlamaRotaryEmbedding.forward (default RoPE) in float64: the inverse frequencies theta^(-2i/Dh) are
-    recomputed in float64 (the module's buffer was made in float32), then cos and sin of pos * inv_freq,
-    repeated for the two halves (rotate_half's layout), cast to x's dtype."""
-    config = self.config
-    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta") or config.rope_theta
-    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    dim = int(dim * (getattr(config, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))  # Phi-3, NeoX
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim))  # (Dh/2,)
-    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, Dh/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, Dh)
-    cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
-    return cos.to(dtype=x.dtype), sin.to(dtype=x.dtype)
+def rotary_forward_float64(self, x, position_ids, layer_type=None):
+    """A transformers rotary embedding's forward (Llama's and its kin's; Gemma 3's, per layer kind) in float64: the
+    tables made again in float64 (rope_tables_in_float64), then transformers' own dynamic_rope_update (dynamic NTK's
+    growth with the length, longrope's short or long factors) with its initialisers in float64, and cos and sin."""
+    rope_tables_in_float64(self, x.device)
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    with rope_inits_in_float64():
+        return _rotary_tables_float64_dynamic(self, x, position_ids, **kwargs)
 
 
 def eager_attention_forward_float64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
@@ -551,18 +620,6 @@ def gemma3_rms_norm_forward_float64(self, x):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
 
 
-@torch.no_grad()
-def gemma3_rotary_forward_float64(self, x, position_ids, layer_type):
-    """Gemma3RotaryEmbedding.forward (default RoPE, the base of the layer kind) in float64."""
-    config = self.config
-    theta = config.rope_parameters[layer_type]["rope_theta"]
-    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim))  # (Dh/2,)
-    emb = (position_ids[..., None].to(torch.float64) * inv_freq).repeat(1, 1, 2)  # (B, T, Dh)
-    scaling = getattr(self, f"{layer_type}_attention_scaling")
-    return (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
-
-
 def gemma3_embedding_forward_float64(self, input_ids):
     """Gemma3TextScaledWordEmbedding.forward with the Python float sqrt(hidden_size), not its float32 buffer."""
     return torch.nn.Embedding.forward(self, input_ids) * self.scalar_embed_scale
@@ -575,7 +632,7 @@ def gemma3_in_float64():
     m = modeling_gemma3
     classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
     saved = [c.forward for c in classes], m.eager_attention_forward
-    patched = (gemma3_rms_norm_forward_float64, gemma3_rotary_forward_float64, gemma3_embedding_forward_float64)
+    patched = (gemma3_rms_norm_forward_float64, rotary_forward_float64, gemma3_embedding_forward_float64)
     for c, forward in zip(classes, patched, strict=True):
         c.forward = forward
     m.eager_attention_forward = eager_attention_forward_float64
@@ -692,9 +749,11 @@ def compare_hf(
     seed: int = 0,
     llama_float64: bool = True,
     device: str = "cpu",
+    length: int = 7,
     **overrides,
 ) -> Result:
-    """Our model (NumPy or torch side, `dtype`) against the transformers model of a tiny random checkpoint.
+    """Our model (NumPy or torch side, `dtype`) against the transformers model of a tiny random checkpoint, on
+    inputs of `length` positions.
 
     Both models hold the same values: the checkpoint is float32 and each side widens it to `dtype`. The
     objective is sum(output * R) with R random, so the upstream gradient is never degenerate. Outputs:
@@ -706,7 +765,7 @@ def compare_hf(
     with tempfile.TemporaryDirectory() as directory:
         theirs_model = build_tiny(family, directory, seed, **overrides).to(device=device, dtype=TORCH_DTYPE[dtype])
         ours_model = load_ours(side, directory, dtype, device)
-    ids, token_types = make_inputs(family, seed)
+    ids, token_types = make_inputs(family, seed, length=length)
     out_shape = (*ids.shape, theirs_model.config.hidden_size if family in ENCODERS else TINY[family]["vocab_size"])
     upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
     with patch_for(family, dtype, llama_float64):

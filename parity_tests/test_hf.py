@@ -306,10 +306,15 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
 # Qwen3, Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
 REFUSED = {
     "qwen3 attention_bias": ("qwen3", dict(attention_bias=True), ["attention_bias=True", "supported: False"]),
-    "phi3 longrope": (
+    "phi3 longrope without its long factors (transformers cannot build it either)": (
         "phi3",
         dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4}),
-        ["longrope", "only plain RoPE"],
+        ["rope_parameters", "'longrope' needs ['long_factor']"],
+    ),
+    "phi3 linear (Phi3Config validates default or longrope)": (
+        "phi3",
+        dict(rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+        ["rope_parameters.rope_type='linear'", "'longrope' or 'default'"],
     ),
     "gpt_neox odd rotary features": (
         "gpt_neox",

@@ -452,8 +452,8 @@ def base_checkpoint(kind: str, directory) -> None:
 
 
 @pytest.mark.parametrize("side", ["numpy", "torch"])
-@pytest.mark.parametrize("kind", ["LlamaModel", "BartModel"])
-def test_a_base_model_without_a_head_is_refused_as_such(kind, side, tmp_path):
+@pytest.mark.parametrize("kind", ["LlamaModel"])  # its untied lm_head, transformers draws at random (BartModel loads:
+def test_a_base_model_without_a_head_is_refused_as_such(kind, side, tmp_path):  # test_hf_options)
     base_checkpoint(kind, tmp_path)
     with pytest.raises(ValueError, match=rf"this is a base model without a head \({kind}\)"):
         load(side, tmp_path)

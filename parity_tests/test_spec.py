@@ -163,8 +163,11 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("bert", dict(position_embedding_type="relative_key"), r"position_embedding_type='relative_key' is not "
          r"supported \(supported: 'absolute'\)"),
         ("gpt2", dict(activation_function="mish"), r"activation_function='mish' is not supported \(supported: 'relu'"),
-        ("llama", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), r"rope_scaling=.*llama3.* is not "),
-        ("llama", dict(pretraining_tp=2), r"pretraining_tp=2 is not supported \(supported: 1\)"),
+        ("llama", dict(rope_scaling={"type": "ntk", "factor": 8.0}), r"rope_scaling.type='ntk' is not supported "
+         r"\(supported: 'linear' or 'dynamic'"),
+        ("llama", dict(rope_scaling={"rope_type": "llama3", "factor": 8.0}), r"rope_scaling: .*'llama3' needs "
+         r"\['low_freq_factor', 'high_freq_factor'\]"),
+        ("llama", dict(pretraining_tp=0), r"pretraining_tp=0 is not supported \(supported: a positive integer\)"),
         ("qwen2", dict(use_sliding_window=True, sliding_window=4, layer_types="sliding_attention"),
          r"layer_types='sliding_attention' is not supported \(supported: a list of"),
         ("bloom", dict(apply_residual_connection_post_layernorm=True), r"apply_residual_connection_post_layernorm"),
@@ -173,7 +176,8 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("t5", dict(feed_forward_proj="gated-silu"), r"feed_forward_proj='gated-silu' is not supported"),
         ("gemma3_text", dict(attn_logit_softcapping=50.0), r"attn_logit_softcapping=50.0 is not supported \(supported: "
          r"None\)"),
-        ("gemma3_text", dict(rope_scaling={"rope_type": "linear", "factor": 8.0}), r"rope_type='linear' is not "),
+        ("gemma3_text", dict(rope_parameters={"sliding_attention": {"rope_type": "linear", "factor": 8.0}}),
+         r"rope_parameters.sliding_attention.rope_type='linear' is not supported \(supported: 'default'\)"),
     ]  # fmt: skip
     for model_type, edit, message in cases:
         with pytest.raises(ValueError, match=message):

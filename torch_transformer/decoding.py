@@ -126,12 +126,16 @@ class Incremental:
         self, model: Model, src_ids, n_rows: int, total_len: int, compiled: bool = False, mask=None, src_mask=None
     ):
         self.model = model
-        self.cache = new_cache(model, src_ids, n_rows, total_len, src_mask)
+        self.fresh_cache = lambda: new_cache(model, src_ids, n_rows, total_len, src_mask)
+        self.cache = self.fresh_cache()
         self.step = compiled_decoder_step() if compiled else decoder_step
         self.mask = mask  # (N, T_max) the real tokens, or None
 
     def next_logits(self, tokens: Tensor) -> Tensor:
-        """tokens (N, T), the whole prefix -> logits (N, V) of the next token."""
+        """tokens (N, T), the whole prefix -> logits (N, V) of the next token. A cache its RoPE outgrows (LongRoPE
+        past the original length, config.cache_outgrown) is made again from the whole prefix, as Phi-3's generate()."""
+        if self.model.config.cache_outgrown(self.cache.length, tokens.shape[1]):
+            self.cache = self.fresh_cache()
         new = tokens[:, self.cache.length :]
         if self.mask is None:
             return self.step(self.model, self.cache, new)
@@ -435,7 +439,7 @@ def check_decoding_inputs(model: Model, src_ids: Tensor, max_len: int | None) ->
         check_int("max_len", max_len)
     source: Tensor | None = None
     if isinstance(model, Transformer):
-        check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.max_len)
+        check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
         if cfg.bos_id is None:
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
@@ -443,7 +447,7 @@ def check_decoding_inputs(model: Model, src_ids: Tensor, max_len: int | None) ->
         source = src_ids
         prompt = torch.full((src_ids.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
     else:
-        check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.max_len)
+        check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit)
         prompt = src_ids.long()  # (B, T_p): any ids, as given
-    max_len = decoding_length(max_len, prompt.shape[1], cfg.max_len, isinstance(model, TransformerLM))
+    max_len = decoding_length(max_len, prompt.shape[1], cfg.position_limit, isinstance(model, TransformerLM))
     return source, prompt, max_len

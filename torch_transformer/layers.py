@@ -7,11 +7,14 @@ Shape letters: B batch, H heads, T sequence, D d_model, Dh head size, F d_ff.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transformer_spec.config import RopeScaling
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "relu": F.relu,
@@ -59,22 +62,96 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def rope_cos_sin(
-    start: int, end: int, head_dim: int, theta: float, dtype: torch.dtype, device: torch.device | str | None
+    start: int,
+    end: int,
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+    scaling: RopeScaling | None = None,
+    max_len: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """cos and sin of the rotary angles of positions start .. end - 1, each (T, Dh): the angle of feature i
-    and of feature i + Dh/2 is pos * theta**(-2i / Dh). Computed in float64, then cast to `dtype`."""
-    return rope_cos_sin_at(torch.arange(start, end, device=device), head_dim, theta, dtype)
+    and of feature i + Dh/2 is pos * theta**(-2i / Dh) (or its scaled frequency, rope_inv_freq). Computed in
+    float64, then cast to `dtype`."""
+    positions = torch.arange(start, end, device=device)
+    return rope_cos_sin_at(positions, head_dim, theta, dtype, scaling, max_len)
 
 
-def rope_cos_sin_at(positions: Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def rope_cos_sin_at(
+    positions: Tensor,
+    head_dim: int,
+    theta: float,
+    dtype: torch.dtype,
+    scaling: RopeScaling | None = None,
+    max_len: int = 0,
+) -> tuple[Tensor, Tensor]:
     """cos and sin of the rotary angles of `positions` (T,) or (B, T) (each row its own, a padded batch), each
-    (T, Dh) or (B, 1, T, Dh) (broadcast over the heads). Computed in float64, then cast to `dtype`."""
-    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=positions.device) / head_dim)
+    (T, Dh) or (B, 1, T, Dh) (broadcast over the heads), times the scaling's attention factor (rope_inv_freq: the
+    frequencies of a sequence reaching the largest position). Computed in float64, then cast to `dtype`."""
+    seq_len = int(positions.max()) + 1 if positions.numel() else 0
+    inv_freq, factor = rope_inv_freq(head_dim, theta, scaling, max_len, seq_len, positions.device)
     angles = positions.to(torch.float64)[..., None] * inv_freq  # (..., T, Dh/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, Dh): the same angle for i and i + Dh/2
     if positions.dim() == 2:
         angles = angles[:, None]  # (B, 1, T, Dh)
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return (angles.cos() * factor).to(dtype), (angles.sin() * factor).to(dtype)
+
+
+def rope_inv_freq(
+    dim: int, theta: float, scaling: RopeScaling | None, max_len: int, seq_len: int, device=None
+) -> tuple[Tensor, float]:
+    """The inverse frequencies (dim/2,) float64 of RoPE at base theta, and the factor on cos and sin: plain
+    theta**(-2i/dim) and 1, or scaled as transformers' kinds scale them (RopeScaling: linear, dynamic NTK, YaRN,
+    LongRoPE, Llama 3) for a sequence of seq_len positions in a model of max_len positions."""
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim
+    inv_freq = theta**-exponents
+    if scaling is None:
+        return inv_freq, 1.0
+    kind, f = scaling.rope_type, scaling.length_factor(max_len)
+    original = scaling.original_length(max_len)
+    if kind == "linear":
+        return inv_freq / f, 1.0
+    if kind == "dynamic":  # NTK: the base grows with the length past max_len
+        length = max(seq_len, max_len)
+        return (theta * (f * length / max_len - (f - 1)) ** (dim / (dim - 2))) ** -exponents, 1.0
+    if kind == "llama3":
+        wavelength = 2 * math.pi / inv_freq
+        low, high = scaling.low_freq_factor or 1.0, scaling.high_freq_factor or 4.0  # (both validated present)
+        smooth = (original / wavelength - low) / (high - low)
+        blend = torch.lerp(inv_freq / f, inv_freq, smooth)
+        blend = torch.where(wavelength < original / high, inv_freq, blend)
+        return torch.where(wavelength > original / low, inv_freq / f, blend), 1.0
+    if kind == "longrope":
+        factors = (scaling.long_factor if seq_len > original else scaling.short_factor) or ()
+        attention = scaling.attention_factor
+        if attention is None:
+            attention = math.sqrt(1 + math.log(f) / math.log(original)) if f > 1 else 1.0
+        return inv_freq / torch.tensor(factors, dtype=torch.float64, device=device), attention
+    return yarn_inv_freq(inv_freq, dim, theta, scaling, f, original)
+
+
+def yarn_inv_freq(
+    inv_freq: Tensor, dim: int, theta: float, scaling: RopeScaling, f: float, original: int
+) -> tuple[Tensor, float]:
+    """YaRN: the frequencies interpolated (/ f) below a linear ramp between the dimensions turning beta_fast and
+    beta_slow times over the original length, kept above it; the attention factor from mscale."""
+
+    def mscale(m: float) -> float:
+        return 0.1 * m * math.log(f) + 1.0 if f > 1 else 1.0
+
+    attention = scaling.attention_factor
+    if attention is None:
+        m, m_all = scaling.mscale, scaling.mscale_all_dim
+        attention = mscale(m) / mscale(m_all) if m and m_all else mscale(1.0)
+    rotations = torch.tensor([scaling.beta_fast or 32, scaling.beta_slow or 1], dtype=torch.float64)
+    ends = dim * torch.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+    if scaling.truncate is not False:
+        ends = torch.stack([ends[0].floor(), ends[1].ceil()])
+    low, high = max(ends[0].item(), 0), min(ends[1].item(), dim - 1)
+    high = high + 0.001 if low == high else high
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64, device=inv_freq.device) - low) / (high - low)).clamp(0, 1)
+    return torch.lerp(inv_freq, inv_freq / f, ramp), float(attention)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -243,7 +243,9 @@ class _Stack(nn.Module):
             self.token_embedding = table
         self.positional = config.positional
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
-        self.rope_thetas = [config.layer_rope_theta(i) for i in range(len(layers))]  # each layer's rotary base
+        # each layer's rotary base and scaling (Gemma 3's local layers: a base of their own, unscaled)
+        self.rope_kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(len(layers))]
+        self.max_len = config.max_len  # max_position_embeddings: dynamic NTK scales past it
         self.learned_positions = config.positional == "learned"
         # RoBERTa's positions (config.positions_after_pad): computed from the ids; row pad_id takes no gradient
         self.positions_after_pad = config.pad_id if config.positions_after_pad else None
@@ -319,16 +321,18 @@ class _Stack(nn.Module):
     def ropes(self, start: int, end: int, x: Tensor, positions: Tensor | None = None) -> list:
         """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own
         `positions` (B, T), each (B, 1, T, R) (R = config.rope_dim: Dh, or fewer with partial rotary), in x's dtype
-        and on its device, at the layer's base (computed once per base); Nones unless the positions are rotary."""
+        and on its device, at the layer's base and scaling (computed once per kind); Nones unless the positions are
+        rotary."""
         if self.positional != "rope":
-            return [None] * len(self.rope_thetas)
+            return [None] * len(self.rope_kinds)
         tables = {}
-        for theta in set(self.rope_thetas):
+        for theta, scaling in set(self.rope_kinds):
             if positions is not None:
-                tables[theta] = rope_cos_sin_at(positions, self.rope_dim, theta, x.dtype)
+                table = rope_cos_sin_at(positions, self.rope_dim, theta, x.dtype, scaling, self.max_len)
             else:
-                tables[theta] = rope_cos_sin(start, end, self.rope_dim, theta, x.dtype, x.device)
-        return [tables[theta] for theta in self.rope_thetas]
+                table = rope_cos_sin(start, end, self.rope_dim, theta, x.dtype, x.device, scaling, self.max_len)
+            tables[theta, scaling] = table
+        return [tables[kind] for kind in self.rope_kinds]
 
 
 class Encoder(_Stack):
@@ -738,8 +742,8 @@ class Transformer(_Model):
 
     def _check_inputs(self, src_ids: Tensor, tgt_ids: Tensor, values: bool | None) -> None:
         c = self.config
-        check_ids("src_ids", src_ids, c.src_vocab_size, c.max_len, values)
-        check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.max_len, values)
+        check_ids("src_ids", src_ids, c.src_vocab_size, c.position_limit, values)
+        check_ids("tgt_ids", tgt_ids, c.tgt_vocab_size, c.position_limit, values)
         if src_ids.shape[0] != tgt_ids.shape[0]:
             raise ValueError(
                 f"src_ids and tgt_ids must have the same batch size B, got {src_ids.shape[0]} "
@@ -789,7 +793,7 @@ class TransformerLM(_Model):
         self._check_inputs(ids, values=True)
 
     def _check_inputs(self, ids: Tensor, values: bool | None) -> None:
-        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.max_len, values)
+        check_ids("ids", ids, self.config.tgt_vocab_size, self.config.position_limit, values)
 
 
 class Pooler(nn.Module):
@@ -877,6 +881,6 @@ class EncoderModel(_Model):
         self._check_inputs(ids, token_type_ids, values=True)
 
     def _check_inputs(self, ids: Tensor, token_type_ids: Tensor | None, values: bool | None) -> None:
-        check_ids("ids", ids, self.config.src_vocab_size, self.config.max_len, values)
+        check_ids("ids", ids, self.config.src_vocab_size, self.config.position_limit, values)
         self.config.check_length("ids", ids.shape[1])
         _check_token_type_ids(token_type_ids, ids, self.config.type_vocab_size, values)

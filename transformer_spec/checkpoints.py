@@ -13,6 +13,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -94,6 +95,7 @@ def read_checkpoint(
     tensors = read_tensors(directory)
     check_layer_count(config, len(tensors), config_path)  # before expanding the names of the layers it claims
     config, tensors = read_family_layout(directory, family, config, tensors)
+    tensors = with_base_model_head(directory, family, config, hf_config, tensors)
     expected = shapes(config, model_class)
     try:
         plan = match(family, config, tensors, expected)
@@ -215,6 +217,33 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return bool(np.array_equal(a, b, equal_nan=np.issubdtype(a.dtype, np.floating)))
+
+
+# Head tensors a base checkpoint lacks that transformers' head class creates the same way every time, when it loads
+# those weights (BartForConditionalGeneration.from_pretrained of bart-base's BartModel): name -> how (zeros). A tied
+# lm_head needs nothing (it is the token table); an untied one would be random: still refused (base_model_note).
+BASE_MODEL_FILLS = {"final_logits_bias": "zeros"}
+
+
+def with_base_model_head(directory: Path, family: Family, config: TransformerConfig, hf_config: dict, tensors: dict):
+    """The tensors of a base-model checkpoint (architectures: BartModel, MarianModel) with the head tensors
+    transformers' head class creates on loading it (BASE_MODEL_FILLS: final_logits_bias, zeros), each said in a
+    warning naming it; any other checkpoint's tensors as they are."""
+    architectures = hf_config.get("architectures")
+    if not (isinstance(architectures, list) and any(a in BASE_CLASSES for a in architectures)):
+        return tensors
+    added = {}
+    for rule in family.rules:
+        if rule.head and rule.theirs in BASE_MODEL_FILLS and rule.theirs not in tensors:
+            shape = (1, config.tgt_vocab_size) if rule.row else (config.tgt_vocab_size,)
+            added[rule.theirs] = np.zeros(shape, dtype=np.float32)
+    if added:
+        warnings.warn(
+            f"{directory}: a {architectures[0]} checkpoint (no head) loaded as {family.architecture}, as transformers "
+            f"loads it: {sorted(added)} created as zeros",
+            stacklevel=4,
+        )
+    return tensors | added
 
 
 def base_model_note(hf_config: dict) -> str:

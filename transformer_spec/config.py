@@ -17,6 +17,7 @@ DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the conf
 SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers' names for a layer's kind of self-attention
+ROPE_TYPES = ("linear", "dynamic", "yarn", "longrope", "llama3")  # RopeScaling.rope_type: transformers' scaled kinds
 # the config's switches, each a bool (pooler and qkv_bias are checked on their own, qkv_bias may be None)
 BOOL_FIELDS = (
     "norm_first",
@@ -37,6 +38,93 @@ BOOL_FIELDS = (
     "first_attn_norm",
     "mlm_head",
 )
+
+
+# the fields each kind of RopeScaling needs (yarn's factor may be left out: max_len / original)
+ROPE_NEEDS = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": (),
+    "longrope": ("short_factor", "long_factor"),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A scaled RoPE, transformers' `rope_scaling` / `rope_parameters` (its names): what changes in the inverse
+    frequencies :math:`\\theta_i = \\mathrm{base}^{-2i/R}` and the factor on cos and sin. None in a field: absent from
+    config.json (transformers' default then applies: original_max_position_embeddings None is max_len).
+
+    - "linear": every frequency divided by `factor` (positions squeezed: t / factor);
+    - "dynamic": NTK-aware: for a sequence of T > max_len positions the base grows to
+      base (factor T / max_len - (factor - 1))^(R / (R - 2)); unchanged up to max_len;
+    - "yarn": low frequencies divided by `factor`, high ones kept, a linear ramp between (beta_fast, beta_slow
+      rotations over original_max_position_embeddings); cos and sin times attention_factor (by default
+      0.1 ln(factor) + 1, or the ratio of the mscale and mscale_all_dim versions);
+    - "longrope": frequency i divided by short_factor[i], or long_factor[i] for a sequence longer than
+      original_max_position_embeddings; cos and sin times attention_factor (by default
+      sqrt(1 + ln(factor) / ln(original)), factor max_len / original when absent);
+    - "llama3": wavelengths above original / low_freq_factor divided by `factor`, below original / high_freq_factor
+      kept, a smooth blend between.
+
+    `written_as` ("rope_scaling" or "rope_parameters") and `type_key` ("rope_type" or the older "type") say how
+    config.json spelled it, so that a checkpoint is written back as it was read."""
+
+    rope_type: str
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float | None = None  # llama3
+    high_freq_factor: float | None = None  # llama3
+    beta_fast: float | None = None  # yarn (None: 32)
+    beta_slow: float | None = None  # yarn (None: 1)
+    mscale: float | None = None  # yarn
+    mscale_all_dim: float | None = None  # yarn
+    truncate: bool | None = None  # yarn: floor/ceil the ramp's ends (None: True)
+    attention_factor: float | None = None  # yarn, longrope: the factor on cos and sin (None: derived, above)
+    short_factor: tuple[float, ...] | None = None  # longrope: one divisor per frequency (R/2 of them)
+    long_factor: tuple[float, ...] | None = None
+    written_as: str = "rope_parameters"
+    type_key: str = "rope_type"
+
+    def __post_init__(self) -> None:
+        """The kind known, each field it needs present, every factor positive, the spelling one of config.json's."""
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"rope_scaling.rope_type must be one of {ROPE_TYPES}, got {self.rope_type!r}")
+        for name in ("short_factor", "long_factor"):
+            if isinstance(getattr(self, name), list):  # a checkpoint's JSON metadata holds the tuple as a list
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        missing = [name for name in ROPE_NEEDS[self.rope_type] if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"rope_scaling of rope_type {self.rope_type!r} needs {missing}")
+        self._check_values()
+        for name, allowed in (("written_as", ("rope_scaling", "rope_parameters")), ("type_key", ("rope_type", "type"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"rope_scaling.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+
+    def _check_values(self) -> None:
+        for name in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor"):
+            value = getattr(self, name)
+            if value is not None and not _is_positive_float(value):
+                raise ValueError(f"rope_scaling.{name} must be a positive float, got {value!r}")
+        for name in ("short_factor", "long_factor"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, tuple) or not all(map(_is_positive_float, value))):
+                raise ValueError(f"rope_scaling.{name} must be a tuple of positive floats, got {short_repr(value)}")
+        if self.original_max_position_embeddings is not None:
+            _check_int("rope_scaling.original_max_position_embeddings", self.original_max_position_embeddings, 1)
+        if self.rope_type == "llama3" and self.high_freq_factor == self.low_freq_factor:
+            raise ValueError(
+                f"rope_scaling: llama3 needs high_freq_factor != low_freq_factor, both {self.low_freq_factor}"
+            )
+
+    def original_length(self, max_len: int) -> int:
+        """original_max_position_embeddings, or max_len (max_position_embeddings) when absent, as transformers."""
+        return max_len if self.original_max_position_embeddings is None else self.original_max_position_embeddings
+
+    def length_factor(self, max_len: int) -> float:
+        """`factor`, or (yarn, longrope without one) max_len / original_max_position_embeddings."""
+        return max_len / self.original_length(max_len) if self.factor is None else self.factor
 
 
 @dataclass(frozen=True)
@@ -103,6 +191,9 @@ class TransformerConfig:
     # the rotary base of the "sliding_attention" layers (Gemma 3's rope_local_base_freq, ModernBERT's
     # local_rope_theta); None: rope_theta, as the full layers
     rope_local_theta: float | None = None
+    # a scaled RoPE (RopeScaling: transformers' linear, dynamic, yarn, longrope, llama3), on every layer that reads
+    # rope_theta (not on the layers with a base of their own, rope_local_theta: Gemma 3's local layers); None: plain
+    rope_scaling: RopeScaling | None = None
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
     attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
@@ -248,8 +339,30 @@ class TransformerConfig:
                 )
         if not _is_positive_float(self.rope_theta):
             raise ValueError(f"rope_theta must be a positive float, got {self.rope_theta!r}")
+        self._check_rope_scaling()
         _check_int("relative_buckets", self.relative_buckets, minimum=2)
         _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
+
+    def _check_rope_scaling(self) -> None:
+        """rope_scaling: None or a RopeScaling (a dict, from a checkpoint's JSON metadata, is read as one) on rotary
+        positions; longrope's factors: one per frequency, R/2."""
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+        if self.rope_scaling is None:
+            return
+        if not isinstance(self.rope_scaling, RopeScaling):
+            raise TypeError(f"rope_scaling must be a RopeScaling or None, got {type(self.rope_scaling).__name__}")
+        if self.positional != "rope":
+            raise ValueError(
+                f"rope_scaling scales rotary positions: it needs positional='rope', got {self.positional!r}"
+            )
+        for name in ("short_factor", "long_factor"):
+            value = getattr(self.rope_scaling, name)
+            if value is not None and len(value) != self.rope_dim // 2:
+                raise ValueError(
+                    f"rope_scaling.{name} needs one factor per rotary frequency, rope_dim / 2 = {self.rope_dim // 2}, "
+                    f"got {len(value)}"
+                )
 
     def _check_windows(self) -> None:
         """sliding_window >= 1 or None, layer_types (one kind per layer), rope_local_theta positive or None."""
@@ -380,6 +493,26 @@ class TransformerConfig:
             return self.max_len
         return self.max_len - (self.pad_id + 1)
 
+    @property
+    def position_limit(self) -> int:
+        """The longest sequence a model of this config reads (inputs, and prompt plus generated tokens): max_len,
+        or with dynamic NTK RoPE (made to run past max_position_embeddings) max_len x factor, the context its factor
+        stretches the base for."""
+        scaling = self.rope_scaling
+        if scaling is not None and scaling.rope_type == "dynamic" and scaling.length_factor(self.max_len) > 1:
+            return int(self.max_len * scaling.length_factor(self.max_len))
+        return self.max_len
+
+    def cache_outgrown(self, cached: int, total: int) -> bool:
+        """Whether a decoding cache of `cached` positions must be made again for a sequence of `total`: LongRoPE's
+        rotations switch to the long factors for the whole sequence once it passes the original length, so every
+        cached key and value (of every layer) computed with the short ones is stale. Phi-3's generate() recomputes
+        its cache at that step (`cached` <= original < `total`); dynamic NTK's cache, as transformers', is kept."""
+        scaling = self.rope_scaling
+        if scaling is None or scaling.rope_type != "longrope" or cached == 0:
+            return False
+        return cached <= scaling.original_length(self.max_len) < total
+
     def check_length(self, name: str, length: int) -> None:
         """ValueError when an input of `length` positions reads past the position table (longest_input)."""
         if self.positions_after_pad and length > self.longest_input:
@@ -421,6 +554,12 @@ class TransformerConfig:
         rope_theta."""
         local = self.layer_types is not None and self.layer_types[layer] == "sliding_attention"
         return self.rope_local_theta if local and self.rope_local_theta is not None else self.rope_theta
+
+    def layer_rope_scaling(self, layer: int) -> RopeScaling | None:
+        """The RoPE scaling of layer `layer`: rope_scaling, except on a layer with a base of its own
+        (rope_local_theta: Gemma 3's local layers keep plain RoPE)."""
+        local = self.layer_types is not None and self.layer_types[layer] == "sliding_attention"
+        return None if local and self.rope_local_theta is not None else self.rope_scaling
 
     @property
     def d_head(self) -> int:
@@ -510,6 +649,16 @@ class GenerationRules:
 def _is_positive_float(value: object) -> bool:
     """A number above zero (an int counts, a bool does not)."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and value > 0
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """repr(value), cut to about `limit` characters (longrope's factor lists run to dozens of numbers), saying how
+    many values a cut list held."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    count = f", {len(value)} values" if isinstance(value, (list, tuple, dict)) else ""
+    return f"{text[: limit - 20]}...{count}"
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:

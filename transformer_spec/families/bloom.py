@@ -5,7 +5,7 @@ output projection tied to the embeddings.
 
 from __future__ import annotations
 
-from .core import ANY, ConfigMap, Key, Rule, declared, fused_qkv, renamed, special_token
+from .core import ANY, ConfigMap, Key, Rule, declared, fused_qkv, pretraining_tp, renamed, special_token
 
 BLOOM_DROPOUT = {"hidden_dropout": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}
 
@@ -29,7 +29,7 @@ BLOOM_CONFIG = ConfigMap(
         # ALiBi has no table: the longest sequence decoding may run
         Key("seq_length", "max_len", None, lambda value, c: value or 2048),
         Key("apply_residual_connection_post_layernorm", None, False, allowed=(False,)),
-        Key("pretraining_tp", None, 1, allowed=(1,)),
+        Key("pretraining_tp", None, 1, read=pretraining_tp),
         Key("tie_word_embeddings", "tie_embeddings", True),
         Key("pad_token_id", "pad_id", None, special_token("pad_token_id")),
         Key("bos_token_id", "bos_id", None, special_token("bos_token_id")),

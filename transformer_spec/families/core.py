@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig
+from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig, short_repr
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,12 @@ def refuse(name: str, value, supported) -> None:
     supported (a tuple of values, or a phrase)."""
     if isinstance(supported, tuple):
         supported = " or ".join(repr(v) for v in supported)
-    raise ValueError(f"config.json: {name}={value!r} is not supported (supported: {supported})")
+    raise ValueError(f"config.json: {name}={short_repr(value, 120)} is not supported (supported: {supported})")
 
 
 REQUIRED = object()  # a Key's default when config.json must hold the key
+OMITTED = object()  # what a Key's writer returns for a key this config.json goes without (rope_parameters beside
+# a rope_scaling)
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,9 @@ class ConfigMap:
                 out[key.theirs] = key.default
                 continue
             value = source(config) if callable(source) else getattr(config, source)
-            out[key.theirs] = value if key.write is None else key.write(value)
+            value = value if key.write is None else key.write(value)
+            if value is not OMITTED:
+                out[key.theirs] = value
         return out | dropout_to_hf(config, self.model_type, self.dropout)
 
     def variant(self, model_type: str, without=(), keys=(), supports=None, fixed=None, unwritten=()) -> ConfigMap:
@@ -335,6 +339,8 @@ ACTIVATIONS_FROM_HF = {
     "relu": "relu",
     "gelu": "gelu",  # exact, erf
     "gelu_new": "gelu_tanh",  # GPT-2's tanh approximation
+    # the same tanh approximation, sqrt(2/pi) written 0.7978845608 (3.6e-12 relative from it): written back gelu_new
+    "gelu_fast": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
     "silu": "silu",
     "swish": "silu",  # Marian's opus-mt checkpoints
@@ -350,6 +356,14 @@ class KeyReading(TypedDict):
 
 
 ACTIVATION_KEY = KeyReading(read=lambda value, c: ACTIVATIONS_FROM_HF[value], allowed=tuple(ACTIVATIONS_FROM_HF))
+
+
+def pretraining_tp(value, c: dict) -> None:
+    """pretraining_tp (Llama's, BLOOM's): the tensor-parallel slices a checkpoint was trained with. transformers
+    computes the same model for any value (BLOOM slices its linears only with slow_but_exact, summing the same
+    products in another order; Llama's modeling never reads it): a positive int is read, and written back as 1."""
+    if value is not None and not (is_int(value) and value >= 1):
+        refuse("pretraining_tp", value, "a positive integer")
 
 
 def activation_to_hf(value: str) -> str:

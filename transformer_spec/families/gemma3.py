@@ -6,7 +6,7 @@ layers (a sliding window, rope_local_base_freq) among global ones (rope_theta) b
 
 from __future__ import annotations
 
-from ..config import LAYER_TYPES, TransformerConfig
+from ..config import LAYER_TYPES, RopeScaling, TransformerConfig
 from .core import (
     ACTIVATIONS_FROM_HF,
     ANY,
@@ -19,7 +19,8 @@ from .core import (
     renamed,
     special_token,
 )
-from .llama import LLAMA_DROPOUT, head_dim, kv_heads
+from .llama import LLAMA_DROPOUT, head_dim, kv_heads, rope_scaling_json
+from .rope import read_scaling, scaling_to_hf
 
 GEMMA3_HEAD_DIM = 256  # Gemma3TextConfig's defaults, when config.json leaves a key out
 GEMMA3_BASES = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
@@ -37,31 +38,49 @@ def positive_or_none(name: str):
     return read
 
 
+def kind_rope(c: dict, kind: str) -> tuple[str, dict]:
+    """(where config.json holds it, the RoPE object) of one layer kind: rope_parameters[kind] (transformers 5), into
+    which, for the global layers, transformers merges a top-level rope_scaling (Gemma 3 4B and up: linear, factor 8)."""
+    rope = dict((c.get("rope_parameters") or {}).get(kind) or {})
+    scaling = c.get("rope_scaling") if kind == "full_attention" else None
+    if scaling:
+        if not isinstance(scaling, dict):
+            refuse("rope_scaling", scaling, "an object or null")
+        return "rope_scaling", rope | scaling
+    return f"rope_parameters.{kind}", rope
+
+
 def rope_base(kind: str):
-    """The reader of one layer kind's rotary base: rope_parameters[kind] (transformers 5), else the older
-    rope_theta / rope_local_base_freq, else Gemma's default; only plain RoPE (Gemma 3 4B and up scale the global
-    layers' RoPE linearly: refused)."""
+    """The reader of one layer kind's rotary base: its RoPE object's (kind_rope), else the older rope_theta /
+    rope_local_base_freq, else Gemma's default. The local layers' RoPE must be plain (as every Gemma 3's)."""
 
     def read(value, c: dict) -> float:
-        rope = dict((value or {}).get(kind) or {})
-        scaling = c.get("rope_scaling") if kind == "full_attention" else None
-        rope |= {"rope_type": scaling.get("rope_type", scaling.get("type"))} if scaling else {}  # as transformers
-        rope_type = rope.get("rope_type") or "default"  # merges rope_scaling into the global layers' parameters
-        if rope_type != "default":
-            refuse(f"rope_parameters.{kind}.rope_type", rope_type, "only plain RoPE, 'default'")
+        where, rope = kind_rope(c, kind)
+        if kind == "sliding_attention":
+            read_scaling(rope, where, kinds=())  # refuses any scaled kind, naming the key
         base = rope.get("rope_theta", c.get(LEGACY_BASE_KEYS[kind], GEMMA3_BASES[kind]))
         if not (is_finite_number(base) and base > 0):
-            refuse(f"rope_parameters.{kind}.rope_theta", base, "a positive number")
+            refuse(f"{where}.rope_theta", base, "a positive number")
         return float(base)
 
     return read
 
 
+def global_scaling(value, c: dict) -> RopeScaling | None:
+    """The global layers' scaled RoPE (the local ones keep plain RoPE at their own base)."""
+    return read_scaling(*reversed(kind_rope(c, "full_attention")))
+
+
 def rope_parameters(config: TransformerConfig) -> dict:
-    """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset)."""
+    """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset), the
+    global layers' scaling with them when it was read from there."""
     local = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
     bases = {"full_attention": config.rope_theta, "sliding_attention": local}
-    return {kind: {"rope_type": "default", "rope_theta": base} for kind, base in bases.items()}
+    out = {kind: {"rope_type": "default", "rope_theta": base} for kind, base in bases.items()}
+    scaling = config.rope_scaling
+    if scaling is not None and scaling.written_as == "rope_parameters":
+        out["full_attention"] = scaling_to_hf(scaling) | {"rope_theta": config.rope_theta}
+    return out
 
 
 def layer_types(value, c: dict) -> tuple:
@@ -117,6 +136,7 @@ GEMMA3_CONFIG = ConfigMap(
         Key("rms_norm_eps", "layer_norm_eps", 1e-6),
         Key("rope_parameters", "rope_theta", None, rope_base("full_attention"), source=rope_parameters),
         Key("rope_parameters", "rope_local_theta", None, rope_base("sliding_attention"), written=False),
+        Key("rope_scaling", "rope_scaling", None, global_scaling, source=rope_scaling_json),
         Key("layer_types", "layer_types", None, layer_types, source=written_layer_types),
         Key(
             "sliding_window",
@@ -145,6 +165,7 @@ GEMMA3_CONFIG = ConfigMap(
         "positional": "rope",
         "rope_theta": ANY,
         "rope_local_theta": ANY,
+        "rope_scaling": ANY,
         "qk_norm": True,
         "gated_ffn": True,
         "n_kv_heads": ANY,

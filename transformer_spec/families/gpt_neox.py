@@ -20,15 +20,16 @@ from .core import (
     special_token,
 )
 from .phi3 import rope_parameters, rotary_dim
+from .rope import effective_rope, read_scaling
 
 NEOX_DROPOUT = {"hidden_dropout": (("embedding", "residual"), 0.0), "attention_dropout": (("attention",), 0.0)}
 
 
 def rope_theta(value, c: dict) -> float:
-    """RoPE's base from rope_parameters, else the older rotary_emb_base; only plain RoPE is read."""
-    rope = value or {}
-    if rope.get("rope_type", "default") != "default" or c.get("rope_scaling"):
-        refuse("rope_parameters", value, "only plain RoPE, rope_type 'default', without rope_scaling")
+    """RoPE's base from the RoPE object transformers reads (rope_scaling, else rope_parameters), else the older
+    rotary_emb_base; only plain RoPE is read (a scaled kind is refused, naming the key as the file spells it)."""
+    where, rope = effective_rope(c)
+    read_scaling(rope, where, kinds=())
     return float(rope.get("rope_theta", c.get("rotary_emb_base", 10000.0)))
 
 

@@ -4,34 +4,54 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..config import LAYER_TYPES, TransformerConfig
+from ..config import LAYER_TYPES, RopeScaling, TransformerConfig
 from .core import (
     ACTIVATION_KEY,
     ANY,
+    OMITTED,
     ConfigMap,
     Key,
     Rule,
     activation_to_hf,
     declared,
+    pretraining_tp,
     refuse,
     renamed,
     special_token,
 )
+from .rope import effective_rope, read_scaling, rope_theta_of, scaling_to_hf
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf)
 LLAMA_DROPOUT = {"attention_dropout": (("attention",), 0.0)}
 
 
 def rope_theta(value, c: dict) -> float:
-    """RoPE's base from rope_parameters (newer transformers) or rope_theta; only plain RoPE is read (refused: a
-    rope_type or rope_scaling other than "default", such as Llama 3's "llama3" or "linear")."""
-    rope, scaling = value or {}, c.get("rope_scaling")
-    rope_type = rope.get("rope_type", (scaling or {}).get("rope_type", "default"))
-    if rope_type != "default":
-        refuse("rope_parameters.rope_type", rope_type, "only plain RoPE, 'default'")
-    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
-        refuse("rope_scaling", scaling, "only plain RoPE: null or rope_type 'default'")
-    return float(rope.get("rope_theta", c.get("rope_theta", 10000.0)))
+    """RoPE's base from the RoPE object transformers reads (rope_scaling when the file has one, else
+    rope_parameters), else the top-level rope_theta."""
+    return rope_theta_of(c)
+
+
+def rope_scaling(value, c: dict) -> RopeScaling | None:
+    """The scaled RoPE of config.json (rope_scaling, else rope_parameters): linear, dynamic, yarn, longrope or
+    llama3; None for plain RoPE."""
+    return read_scaling(*reversed(effective_rope(c)))
+
+
+def rope_parameters_json(config: TransformerConfig) -> dict | object:
+    """rope_parameters for config.json: the base, and the scaling when it was read from there (not written beside a
+    rope_scaling, which transformers would read instead)."""
+    scaling = config.rope_scaling
+    if scaling is None:
+        return {"rope_type": "default", "rope_theta": config.rope_theta}
+    if scaling.written_as == "rope_scaling":
+        return OMITTED
+    return scaling_to_hf(scaling) | {"rope_theta": config.rope_theta}
+
+
+def rope_scaling_json(config: TransformerConfig) -> dict | object:
+    """rope_scaling for config.json, when the scaling was read from there."""
+    scaling = config.rope_scaling
+    return scaling_to_hf(scaling) if scaling is not None and scaling.written_as == "rope_scaling" else OMITTED
 
 
 def kv_heads(value, c: dict) -> int | None:
@@ -69,13 +89,8 @@ LLAMA_CONFIG = ConfigMap(
         Key("max_position_embeddings", "max_len", 2048),
         Key("rms_norm_eps", "layer_norm_eps", 1e-6),
         Key("rope_theta", "rope_theta", 10000.0, lambda value, c: float(value)),
-        Key(
-            "rope_parameters",
-            "rope_theta",
-            None,
-            rope_theta,
-            lambda theta: {"rope_type": "default", "rope_theta": theta},
-        ),
+        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json),
+        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
         Key("attention_bias", "bias", False, one_bias),
         Key("mlp_bias", "bias", False, lambda value, c: bool(value)),
         Key("tie_word_embeddings", "tie_embeddings", False),
@@ -84,7 +99,7 @@ LLAMA_CONFIG = ConfigMap(
         Key("eos_token_id", "eos_id", None, special_token("eos_token_id")),
         # embed_tokens: nn.Embedding(padding_idx=pad), so the pad row gets no gradient from lookups
         Key("pad_token_id", "embedding_padding_idx", None, lambda value, c: value is not None, written=False),
-        Key("pretraining_tp", None, 1, allowed=(1,), written=False),
+        Key("pretraining_tp", None, 1, read=pretraining_tp, written=False),
     ),
     dropout=LLAMA_DROPOUT,
     supports={
@@ -93,6 +108,7 @@ LLAMA_CONFIG = ConfigMap(
         "norm_first": True,
         "positional": "rope",
         "rope_theta": ANY,
+        "rope_scaling": ANY,
         "gated_ffn": True,
         "n_kv_heads": ANY,
         "bias": ANY,

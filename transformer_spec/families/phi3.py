@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..config import TransformerConfig
-from .core import ANY, Key, Rule, declared, fused_qkv, is_finite_number, refuse
+from ..config import RopeScaling, TransformerConfig
+from .core import ANY, OMITTED, Key, Rule, declared, fused_qkv, is_finite_number, refuse
 from .llama import LLAMA_CONFIG
+from .rope import effective_rope, read_scaling, scaling_to_hf
 
 PHI3_DROPOUT = {"resid_pdrop": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}  # embd_pdrop: unused
 
@@ -20,7 +21,7 @@ def rotary_dim(legacy: str, default: float):
     it; None when it is the whole head. Refused: a fraction outside (0, 1], an odd number of features."""
 
     def read(value, c: dict) -> int | None:
-        factor = (value or {}).get("partial_rotary_factor", c.get(legacy, default))
+        factor = effective_rope(c)[1].get("partial_rotary_factor", c.get(legacy, default))
         if not is_finite_number(factor) or not 0 < factor <= 1:
             refuse("partial_rotary_factor", factor, "a number in (0, 1]")
         head = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
@@ -34,27 +35,86 @@ def rotary_dim(legacy: str, default: float):
     return read
 
 
-def rope_parameters(config: TransformerConfig) -> dict:
-    """rope_parameters for config.json: the base, and the fraction of each head RoPE turns (checked to give back
-    rotary_dim under transformers' int(head_dim * fraction))."""
+def partial_rotary_factor(config: TransformerConfig) -> float:
+    """The fraction of each head RoPE turns, checked to give back rotary_dim under transformers' int(head_dim *
+    fraction)."""
     factor = config.rope_dim / config.d_head
     if int(config.d_head * factor) != config.rope_dim:
         raise ValueError(f"rotary_dim={config.rotary_dim} of head size {config.d_head} has no exact fraction")
-    return {"rope_type": "default", "rope_theta": config.rope_theta, "partial_rotary_factor": factor}
+    return factor
+
+
+def rope_parameters(config: TransformerConfig) -> dict | object:
+    """rope_parameters for config.json: the base, the fraction of each head RoPE turns and the scaling when it was
+    read from there; not written beside a rope_scaling (which transformers would read instead)."""
+    scaling = config.rope_scaling
+    if scaling is not None and scaling.written_as == "rope_scaling":
+        return OMITTED
+    plain = {"rope_type": "default"} if scaling is None else scaling_to_hf(scaling, PHI3_OWN_KEYS)
+    return plain | {"rope_theta": config.rope_theta, "partial_rotary_factor": partial_rotary_factor(config)}
+
+
+# Phi-3 keeps the original length at the top level (Phi3Config's original_max_position_embeddings, 4096 by default),
+# and transformers reads it there before the one in the RoPE object; an older file's kind "su" (or "yarn") is longrope.
+PHI3_OWN_KEYS = ("original_max_position_embeddings",)
+PHI3_ORIGINAL = 4096
+
+
+def is_longrope(scaling: RopeScaling | None) -> bool:
+    return scaling is None or scaling.rope_type == "longrope"
+
+
+def phi3_scaling(value, c: dict) -> RopeScaling | None:
+    """Phi-3's scaled RoPE: longrope only (as Phi3Config validates), its original length from the top level."""
+    where, rope = effective_rope(c)
+    original = c.get("original_max_position_embeddings", PHI3_ORIGINAL)
+    aliases = {"su": "longrope", "yarn": "longrope"}
+    return read_scaling(rope, where, ("longrope",), aliases, original_max_position_embeddings=original)
+
+
+def phi3_scaling_json(config: TransformerConfig) -> dict | object:
+    """rope_scaling for config.json (without the original length, written at the top level), when read from there."""
+    scaling = config.rope_scaling
+    if scaling is None or scaling.written_as != "rope_scaling":
+        return OMITTED
+    return scaling_to_hf(scaling, PHI3_OWN_KEYS)
+
+
+def top_level_fraction(config: TransformerConfig):
+    """partial_rotary_factor at the top level, beside a rope_scaling (transformers then reads it there), when RoPE
+    turns part of each head."""
+    scaling = config.rope_scaling
+    beside = scaling is not None and scaling.written_as == "rope_scaling" and config.rotary_dim is not None
+    return partial_rotary_factor(config) if beside else OMITTED
+
+
+def original_length(config: TransformerConfig):
+    """original_max_position_embeddings at the top level, with a scaling."""
+    return OMITTED if config.rope_scaling is None else config.rope_scaling.original_length(config.max_len)
 
 
 PHI3_CONFIG = replace(
     LLAMA_CONFIG.variant(
         "phi3",
-        without=("attention_bias", "mlp_bias", "head_dim"),  # Phi3Config: no biases, no head_dim
+        without=("attention_bias", "mlp_bias", "head_dim", "rope_scaling"),  # Phi3Config: no biases, no head_dim
         unwritten=("rope_parameters",),  # Llama's reading of the base stays; written below with the fraction
         keys=(
+            Key("rope_scaling", "rope_scaling", None, phi3_scaling, source=phi3_scaling_json),
+            Key("partial_rotary_factor", None, None, read_too=False, source=top_level_fraction),
+            Key("original_max_position_embeddings", None, None, read_too=False, source=original_length),
             Key(
                 "rope_parameters", "rotary_dim", None, rotary_dim("partial_rotary_factor", 1.0), source=rope_parameters
             ),
             Key("sliding_window", "sliding_window", None, lambda value, c: None if value is None else int(value)),
         ),
-        supports={"bias": False, "qkv_bias": (None, False), "sliding_window": ANY, "rotary_dim": ANY, "head_dim": None},
+        supports={
+            "bias": False,
+            "qkv_bias": (None, False),
+            "sliding_window": ANY,
+            "rotary_dim": ANY,
+            "head_dim": None,
+            "rope_scaling": lambda c: (c.rope_scaling,) if is_longrope(c.rope_scaling) else (None,),
+        },  # fmt: skip
     ),
     dropout=PHI3_DROPOUT,
 )

@@ -2,7 +2,8 @@
 renormalised only when norm_topk_prob, experts of their own width (moe_intermediate_size), and dense layers between the
 sparse ones: layer i is sparse unless mlp_only_layers lists it or (i + 1) % decoder_sparse_step != 0 (ours:
 dense_layers; a dense layer's MLP is Qwen3's, intermediate_size wide). The files hold each expert's gate_proj, up_proj
-and down_proj under mlp.experts.{e}: fused on loading (mixtral.fuse_experts)."""
+and down_proj under mlp.experts.{e}: fused on loading (mixtral.fuse_experts). With use_sliding_window, every layer
+slides (Qwen3MoeConfig has no max_window_layers)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def dense_layers(value, c: dict) -> tuple:
 
 QWEN3_MOE_CONFIG = QWEN3_CONFIG.variant(
     "qwen3_moe",
+    # Qwen3MoeConfig has neither layer_types nor max_window_layers: with use_sliding_window every layer slides
+    # (transformers 5's Qwen3MoeAttention reads config.sliding_window in every layer), not Qwen2's rule
+    without=("layer_types", "max_window_layers"),
     keys=(
         Key("num_local_experts", "n_experts", 128, n_experts),
         Key("num_experts_per_tok", "top_k", 8),
@@ -44,7 +48,7 @@ QWEN3_MOE_CONFIG = QWEN3_CONFIG.variant(
         Key("decoder_sparse_step", None, 1),  # written as 1: dense_layers lists every dense layer
         Key("router_aux_loss_coef", "router_aux_loss_coef", 0.001, lambda value, c: float(value)),
     ),
-    supports=MOE_SUPPORTS | {"norm_topk_prob": ANY, "d_expert": ANY, "dense_layers": ANY},
+    supports=MOE_SUPPORTS | {"norm_topk_prob": ANY, "d_expert": ANY, "dense_layers": ANY, "layer_types": None},
 )
 QWEN3_MOE = replace(
     QWEN3, model_type="qwen3_moe", architecture="Qwen3MoeForCausalLM", rules=QWEN3.rules + MOE_RULES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .core import ANY, ConfigMap, Key, Rule, declared, refuse, special_token, token_id
+from .core import ANY, ConfigMap, Key, Rule, declared, is_int, refuse, special_token, token_id
 
 T5_DROPOUT = {"dropout_rate": (("embedding", "attention", "activation", "residual"), 0.1)}
 T5_ACTIVATIONS = {"relu": ("relu", False), "gated-gelu": ("gelu_tanh", True), "gated-relu": ("relu", True)}
@@ -25,11 +25,15 @@ def feed_forward_proj(config) -> str:
     return proj
 
 
-def d_kv(value, c: dict) -> None:
-    """d_kv (null or absent: d_model / num_heads) must split d_model evenly."""
+def d_kv(value, c: dict) -> int | None:
+    """d_kv -> head_dim: None when it is d_model / num_heads (or null, absent); else its own width, as flan-t5-small's
+    6 heads of 64 in a d_model of 512 (q, k, v project to heads x d_kv, o back to d_model)."""
     heads = c["num_heads"]
-    if c.get("d_kv", c["d_model"] // heads) * heads != c["d_model"]:
-        refuse("d_kv", c.get("d_kv"), f"d_model / num_heads = {c['d_model']} / {heads}: heads split d_model evenly")
+    if value is None or value * heads == c["d_model"]:
+        return None
+    if not (is_int(value) and value >= 1):
+        refuse("d_kv", value, "a positive integer")
+    return int(value)
 
 
 def output_scale(value, c: dict) -> float:
@@ -54,7 +58,7 @@ T5_CONFIG = ConfigMap(
     keys=(
         Key("vocab_size", ("tgt_vocab_size", "src_vocab_size")),
         Key("d_model", "d_model"),
-        Key("d_kv", None, None, d_kv, source="d_head"),
+        Key("d_kv", "head_dim", None, d_kv, source="d_head"),
         Key("d_ff", "d_ff"),
         Key("num_heads", "n_heads"),
         Key("num_layers", "n_encoder_layers"),
@@ -98,6 +102,7 @@ T5_CONFIG = ConfigMap(
         "scale_embeddings": False,
         "share_embeddings": ANY,
         "tie_embeddings": ANY,
+        "head_dim": ANY,
     },  # fmt: skip
     fixed={"tie_embeddings": True, "share_embeddings": True},
 )

@@ -1,0 +1,368 @@
+"""Scaled RoPE (linear, dynamic NTK, YaRN, LongRoPE, Llama 3) against transformers' own classes: tiny random
+checkpoints of the families that ship each kind, both sides, float64, outputs and every gradient (a random upstream
+gradient), at lengths on both sides of the one the kind switches at; the inverse frequencies of real-shaped configs
+against transformers' own initialisers; greedy decoding against generate() across the switch; config.json read and
+written back as the file spells it."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from transformers import modeling_rope_utils
+
+import torch_transformer.hf as torch_hf
+from numpy_transformer import hf as numpy_hf
+from numpy_transformer.attention import rope_frequencies
+from numpy_transformer.decoding import greedy_decode as numpy_greedy
+from parity_tests import components as C
+from parity_tests import hf_compare as H
+from torch_transformer.decoding import greedy_decode as torch_greedy
+from torch_transformer.layers import rope_inv_freq
+from transformer_spec.config import RopeScaling
+from transformer_spec.families import FAMILIES
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+LLAMA3 = {
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}  # fmt: skip  # head 8 at base 500: wavelengths 6.3 (kept), 30 (blended), 140 and 660 (divided by 8)
+LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.3, 1.7, 2.2], "long_factor": [1.5, 3.0, 6.0, 11.0]}
+# (family, transformers config overrides (the RoPE as config.json spells it), where config.json holds it, length)
+CASES = {
+    "llama llama3": ("llama", {"rope_scaling": LLAMA3}, "rope_scaling", 12),
+    "llama llama3 in rope_parameters": ("llama", {"rope_scaling": LLAMA3}, "rope_parameters", 12),
+    "llama linear 4": ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}, "rope_scaling", 12),
+    "llama dynamic 2, T 20 > max 16": (
+        "llama", {"max_position_embeddings": 16, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        "rope_scaling", 20,
+    ),
+    "llama dynamic 2, T 12 <= max 16": (
+        "llama", {"max_position_embeddings": 16, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
+        "rope_scaling", 12,
+    ),
+    "llama yarn mscale 0.707 / 1": (
+        "llama", {"max_position_embeddings": 2048, "rope_scaling": YARN | {"mscale": 0.707, "mscale_all_dim": 1.0}},
+        "rope_parameters", 12,
+    ),
+    "qwen2 yarn (type, untruncated)": (
+        "qwen2", {"max_position_embeddings": 2048, "rope_scaling": {
+            "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "truncate": False,
+        }}, "rope_scaling", 12,
+    ),
+    "qwen3 yarn": ("qwen3", {"max_position_embeddings": 2048, "rope_scaling": YARN}, "rope_scaling", 12),
+    "mistral dynamic 3, T 20 > max 16": (
+        "mistral", {"max_position_embeddings": 16, "rope_scaling": {"rope_type": "dynamic", "factor": 3.0}},
+        "rope_scaling", 20,
+    ),
+    "phi3 longrope, T 20 > original 16": (
+        "phi3", {"original_max_position_embeddings": 16, "rope_scaling": LONGROPE}, "rope_scaling", 20,
+    ),
+    "phi3 longrope, T 12 <= original 16": (
+        "phi3", {"original_max_position_embeddings": 16, "rope_scaling": LONGROPE}, "rope_scaling", 12,
+    ),
+    "phi3 longrope partial rotary 0.5, T 20": (
+        "phi3",
+        {
+            "original_max_position_embeddings": 16, "partial_rotary_factor": 0.5,
+            "rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.5], "long_factor": [2.0, 7.0]},
+        },
+        "rope_scaling", 20,
+    ),
+    "gemma3 linear 8 on the global layers": (
+        "gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling", 12,
+    ),
+    "gemma3 linear 8 in rope_parameters": (
+        "gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_parameters", 12,
+    ),
+}  # fmt: skip
+SIDES = ("numpy", "torch")
+
+
+def spell(directory, family: str, rope: dict, written_as: str) -> dict:
+    """Rewrite the saved config.json's RoPE as a released file spells it: `rope_scaling` (an older "type" kept
+    where the case uses one) with rope_theta (and Gemma 3's rope_local_base_freq, Phi-3's partial_rotary_factor) at
+    the top level, no rope_parameters; or in rope_parameters (as transformers 5 saves it). Returns config.json."""
+    path = Path(directory) / "config.json"
+    c = json.loads(path.read_text())
+    params = c.pop("rope_parameters")
+    if written_as == "rope_scaling":
+        if family == "gemma3_text":
+            c["rope_theta"] = params["full_attention"]["rope_theta"]
+            c["rope_local_base_freq"] = params["sliding_attention"]["rope_theta"]
+        else:
+            c["rope_theta"] = params["rope_theta"]
+            if params.get("partial_rotary_factor", 1.0) != 1.0:
+                c["partial_rotary_factor"] = params["partial_rotary_factor"]
+        c["rope_scaling"] = rope
+    else:
+        c["rope_parameters"] = params
+    path.write_text(json.dumps(c))
+    return c
+
+
+def fresh(family: str, overrides: dict) -> dict:
+    """A deep copy of a case's overrides, with Gemma 3's nested rope_parameters copied too: transformers' configs
+    write into the RoPE objects they are given (setdefault, update), which must not reach the shared tables."""
+    own = copy.deepcopy(overrides)
+    if "rope_parameters" in H.TINY[family]:
+        own.setdefault("rope_parameters", copy.deepcopy(H.TINY[family]["rope_parameters"]))
+    return own
+
+
+def build(family: str, directory, overrides: dict, written_as: str, seed: int = 0) -> dict:
+    """The tiny checkpoint of a case in `directory`, its config.json spelled as the case says; returns config.json."""
+    H.build_tiny(family, directory, seed, **fresh(family, overrides))
+    return spell(directory, family, copy.deepcopy(overrides["rope_scaling"]), written_as)
+
+
+def compare_scaled(case: str, side: str, seed: int = 0):
+    """(Result, our model) of a case: the checkpoint rewritten as the case spells it, read by both transformers (its
+    class, float64, the float32 islands patched) and us."""
+    family, overrides, written_as, length = CASES[case]
+    with tempfile.TemporaryDirectory() as directory:
+        build(family, directory, overrides, written_as, seed)
+        theirs = H.CLASSES[family].from_pretrained(directory, dtype=torch.float64).eval()
+        ours = H.load_ours(side, directory, np.float64)
+    ids, _ = H.make_inputs(family, seed, length=length)
+    upstream = np.random.default_rng(seed + 1000).standard_normal((*ids.shape, H.TINY[family]["vocab_size"]))
+    with H.patch_for(family, np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, family, ids, None, upstream)
+    run = H.run_numpy if side == "numpy" else H.run_torch
+    ours_out, ours_grads = run(ours, family, ids, None, upstream)
+    return H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits"), ours
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", CASES)
+def test_scaled_rope_matches_transformers(case, side):
+    result, ours = compare_scaled(case, side)
+    rope = CASES[case][1]["rope_scaling"]
+    assert ours.config.rope_scaling.rope_type == rope.get("rope_type", rope.get("type"))
+    assert not C.failures(result, np.float64), C.failures(result, np.float64)
+    out_diff, out_rel, grad_diff, grad_rel = C.worst(result, np.float64)
+    assert out_rel <= 1e-12 and grad_rel <= 1e-10, (out_rel, grad_rel)
+    assert len(result.grads) > 10 and all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+
+
+@pytest.mark.parametrize(
+    "case", ["llama llama3", "phi3 longrope, T 20 > original 16", "llama dynamic 2, T 20 > max 16"]
+)
+def test_the_scaling_changes_the_outputs(case):
+    """The scaled model against the same checkpoint with plain RoPE: the comparison above could not pass with the
+    scaling ignored."""
+    family, overrides, _, length = CASES[case]
+    with tempfile.TemporaryDirectory() as directory:
+        build(family, directory, overrides, "rope_scaling")
+        scaled = numpy_hf.load(directory, dtype=np.float64)
+    plain = type(scaled)(dataclasses.replace(scaled.config, rope_scaling=None, max_len=length))  # room for T
+    plain.load_state_dict(scaled.state_dict())
+    ids, _ = H.make_inputs(family, 0, length=length)
+    assert np.abs(scaled.forward(ids) - plain.forward(ids)).max() > 1e-3
+
+
+# ----------------------------------------------------------------------------------------------
+# Real-shaped RoPE configs: our inverse frequencies and attention factor (both sides) against transformers' own
+# initialiser, run in float64 (H.rope_inits_in_float64) and as shipped (float32).
+
+PHI35_SHORT = [1.0, 1.02, 1.03, 1.05, 1.05, 1.07, 1.1, 1.13, 1.18, 1.25, 1.3, 1.4] * 4  # 48 values, Phi-3.5's shape
+PHI35_LONG = [1.08, 1.11, 1.14, 1.34, 1.59, 1.6, 1.62, 2.62, 3.23, 3.24, 3.25, 3.29] * 4
+REAL = {  # name: (config class, config kwargs, sequence lengths)
+    "Llama-3.2-1B llama3 32": (
+        transformers.LlamaConfig,
+        dict(
+            hidden_size=2048, num_attention_heads=32, head_dim=64, max_position_embeddings=131072,
+            rope_theta=500000.0, rope_scaling={
+                "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        ),
+        (8,),
+    ),
+    "Qwen2.5-7B yarn 4": (
+        transformers.Qwen2Config,
+        dict(
+            hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+            rope_theta=1000000.0,
+            rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+        ),
+        (8,),
+    ),
+    "Phi-3.5-mini longrope": (
+        transformers.Phi3Config,
+        dict(
+            hidden_size=3072, num_attention_heads=32, max_position_embeddings=131072,
+            original_max_position_embeddings=4096, rope_theta=10000.0,
+            rope_scaling={"type": "longrope", "short_factor": PHI35_SHORT, "long_factor": PHI35_LONG},
+        ),
+        (4096, 4097),
+    ),
+    "gemma-3-4b linear 8 (global)": (
+        transformers.LlamaConfig,  # Gemma 3's global layers: head 256, base 1e6, linear 8, as a flat config
+        dict(hidden_size=2560, num_attention_heads=8, head_dim=256, rope_theta=1000000.0,
+             rope_scaling={"rope_type": "linear", "factor": 8.0}),
+        (8,),
+    ),
+    "vicuna-16k-like dynamic 4": (
+        transformers.LlamaConfig,
+        dict(hidden_size=4096, num_attention_heads=32, max_position_embeddings=4096, rope_theta=10000.0,
+             rope_scaling={"rope_type": "dynamic", "factor": 4.0}),
+        (4096, 9000),
+    ),
+}  # fmt: skip
+
+
+def real_scaling(config) -> tuple[RopeScaling, int, float, int]:
+    """Our RopeScaling (through the family's reader), max_len, base and rotary width of a transformers config."""
+    ours = FAMILIES[config.model_type].from_hf(config.to_dict())  # transformers 5 writes rope_parameters
+    return ours.rope_scaling, ours.max_len, ours.rope_theta, ours.rope_dim
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_real_shaped_frequencies_match_transformers(name):
+    config_class, kwargs, lengths = REAL[name]
+    config = config_class(**kwargs)
+    scaling, max_len, theta, dim = real_scaling(config)
+    kind = config.rope_parameters["rope_type"]
+    for seq_len in lengths:
+        with H.rope_inits_in_float64():
+            theirs, theirs_factor = modeling_rope_utils.ROPE_INIT_FUNCTIONS[kind](config, "cpu", seq_len=seq_len)
+        shipped, _ = modeling_rope_utils.ROPE_INIT_FUNCTIONS[kind](config, "cpu", seq_len=seq_len)  # float32
+        ours, factor = rope_frequencies(dim, theta, scaling, max_len, seq_len)
+        ours_t, factor_t = rope_inv_freq(dim, theta, scaling, max_len, seq_len)
+        assert theirs.dtype == torch.float64 and ours.shape == tuple(theirs.shape) == (dim // 2,)
+        for mine, their_factor in ((ours, theirs_factor), (ours_t.numpy(), factor_t)):
+            assert np.abs(mine / theirs.numpy() - 1).max() <= 1e-14
+            assert their_factor == pytest.approx(factor, rel=1e-15)
+        assert np.abs(ours / shipped.double().numpy() - 1).max() <= 1e-6  # the float32 tables, within float32
+        if kind in ("longrope", "dynamic") and seq_len > lengths[0]:
+            assert np.abs(ours / rope_frequencies(dim, theta, scaling, max_len, lengths[0])[0] - 1).max() > 1e-3
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy decoding against generate(): the KV cache keeps each key rotated as it was when cached (transformers' too),
+# and Phi-3 recomputes its cache when the sequence first outgrows the original length (its
+# prepare_inputs_for_generation): our steps must equal its tokens across that switch.
+
+DECODES = {
+    "llama llama3": ("llama", {"rope_scaling": LLAMA3}, 6, 14),
+    "llama dynamic over max 16": (
+        "llama", {"max_position_embeddings": 16, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, 10, 14,
+    ),
+    "phi3 longrope over original 16": (
+        "phi3", {"original_max_position_embeddings": 16, "rope_scaling": LONGROPE}, 10, 14,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", DECODES)
+def test_greedy_matches_generate_across_the_switch(case, side):
+    family, overrides, prompt_len, new = DECODES[case]
+    with tempfile.TemporaryDirectory() as directory:
+        build(family, directory, overrides, "rope_scaling")
+        theirs = H.CLASSES[family].from_pretrained(directory, dtype=torch.float64).eval()
+        ours = H.load_ours(side, directory, np.float64)
+    ids, _ = H.make_inputs(family, 3, batch=1, length=prompt_len)
+    with H.patch_for(family, np.float64), torch.no_grad():
+        expected = theirs.generate(
+            torch.from_numpy(ids), max_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0
+        ).numpy()
+    assert expected.shape[1] == prompt_len + new
+    if side == "numpy":
+        got = numpy_greedy(ours, ids, new)
+    else:
+        got = torch_greedy(ours, torch.from_numpy(ids), new).numpy()
+    # ours stops at the config's eos (id 2), generate() was told not to: the tokens up to there, past the switch
+    assert got.shape[1] == expected.shape[1] or got[0, -1] == 2
+    assert got.shape[1] > H.TINY[family]["max_position_embeddings"] // 2 + 1
+    np.testing.assert_array_equal(got, expected[:, : got.shape[1]])
+
+
+# ----------------------------------------------------------------------------------------------
+# config.json written back as read.
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if "T 12" not in c])
+def test_round_trip_keeps_the_spelling(case):
+    family, overrides, written_as, _ = CASES[case]
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+        original = build(family, first, overrides, written_as)
+        model = numpy_hf.load(first, dtype=np.float64)
+        numpy_hf.save(model, second, overwrite=True)
+        written = json.loads((Path(second) / "config.json").read_text())
+        again = numpy_hf.load(second, dtype=np.float64)
+        theirs = transformers.AutoConfig.from_pretrained(second)
+        before = transformers.AutoConfig.from_pretrained(first)
+    assert again.config == model.config
+    if written_as == "rope_scaling":  # Gemma 3's bases go in rope_parameters, as hf.save always writes them
+        assert written["rope_scaling"] == original["rope_scaling"]
+        assert family == "gemma3_text" or "rope_parameters" not in written
+    else:
+        assert "rope_scaling" not in written and written["rope_parameters"] == original["rope_parameters"]
+    assert theirs.rope_parameters == before.rope_parameters
+
+
+def test_torch_side_writes_the_same_config_json():
+    family, overrides, written_as, _ = CASES["phi3 longrope partial rotary 0.5, T 20"]
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+        build(family, first, overrides, written_as)
+        numpy_hf.save(numpy_hf.load(first), a, overwrite=True)
+        torch_hf.save(torch_hf.load(first), b, overwrite=True)
+        assert json.loads((Path(a) / "config.json").read_text()) == json.loads((Path(b) / "config.json").read_text())
+
+
+# ----------------------------------------------------------------------------------------------
+# Refusals: the key as the file spells it, long values shortened.
+
+
+def refusal(family: str, **changes) -> str:
+    with tempfile.TemporaryDirectory() as directory:
+        H.build_tiny(family, directory, 0)
+        path = Path(directory) / "config.json"
+        c = json.loads(path.read_text())
+        for key, value in changes.items():
+            if value is None:
+                c.pop(key, None)
+            else:
+                c[key] = value
+        path.write_text(json.dumps(c))
+        with pytest.raises(ValueError) as error:
+            numpy_hf.load(directory)
+    return str(error.value)
+
+
+def test_unknown_kind_is_refused_under_the_files_key():
+    message = refusal("llama", rope_scaling={"type": "ntk-by-parts", "factor": 2.0})
+    assert "rope_scaling.type='ntk-by-parts'" in message and "rope_parameters" not in message
+    message = refusal("llama", rope_parameters={"rope_type": "proportional", "factor": 2.0, "rope_theta": 500.0})
+    assert "rope_parameters.rope_type='proportional'" in message
+
+
+def test_phi3_refuses_other_kinds_and_shortens_the_lists():
+    message = refusal("phi3", rope_scaling={"type": "linear", "factor": 2.0})
+    assert "rope_scaling.type='linear'" in message
+    message = refusal(
+        "phi3",
+        rope_scaling={"type": "longrope", "short_factor": PHI35_SHORT, "long_factor": PHI35_LONG, "x": PHI35_LONG},
+    )
+    assert "rope_scaling.x" in message and "48 values" in message and len(message) < 400
+    message = refusal("phi3", rope_scaling={"type": "longrope", "short_factor": PHI35_SHORT, "long_factor": PHI35_LONG})
+    assert "short_factor needs one factor per rotary frequency" in message and len(message) < 400
+
+
+def test_gpt_neox_and_gemma3_local_refusals_name_their_key():
+    assert "rope_scaling.rope_type='linear'" in refusal("gpt_neox", rope_scaling={"rope_type": "linear", "factor": 2.0})
+    local = {"full_attention": {"rope_type": "default", "rope_theta": 500.0}}
+    local["sliding_attention"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
+    message = refusal("gemma3_text", rope_parameters=local)
+    assert "rope_parameters.sliding_attention.rope_type='linear'" in message

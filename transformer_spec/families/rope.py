@@ -1,0 +1,71 @@
+"""Scaled RoPE in config.json, read and written as the file spells it: transformers reads `rope_scaling` when the file
+has one (an object, not null), else `rope_parameters`; the kind under `rope_type`, or the older `type`. Each family's
+table calls these (Llama and its kin, Phi-3, Gemma 3's global layers); the math is numpy_transformer's and
+torch_transformer's (RopeScaling in transformer_spec.config says what each kind changes)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from ..config import ROPE_TYPES, RopeScaling
+from .core import is_finite_number, refuse
+
+# RopeScaling's fields that config.json spells the same (transformers' names), in the order they are written
+SCALING_KEYS = tuple(f.name for f in fields(RopeScaling) if f.name not in ("rope_type", "written_as", "type_key"))
+# keys of the same object that other fields read (the base, partial rotary) or that name the kind
+OTHER_KEYS = ("rope_theta", "partial_rotary_factor", "rope_type", "type")
+
+
+def effective_rope(c: dict) -> tuple[str, dict]:
+    """(the key, its object) transformers reads RoPE from: rope_scaling when the file holds a non-empty one (it then
+    replaces rope_parameters), else rope_parameters (an empty object when neither)."""
+    scaling = c.get("rope_scaling")
+    if scaling:
+        if not isinstance(scaling, dict):
+            refuse("rope_scaling", scaling, "an object or null")
+        return "rope_scaling", scaling
+    return "rope_parameters", c.get("rope_parameters") or {}
+
+
+def rope_theta_of(c: dict, default: float = 10000.0) -> float:
+    """The base of the RoPE object transformers reads (effective_rope), else the top-level rope_theta."""
+    where, rope = effective_rope(c)
+    base = rope.get("rope_theta", c.get("rope_theta", default))
+    if not (is_finite_number(base) and base > 0):
+        refuse(f"{where}.rope_theta", base, "a positive number")
+    return float(base)
+
+
+def read_scaling(
+    rope: dict, where: str, kinds: tuple[str, ...] = ROPE_TYPES, aliases: dict | None = None, **overrides
+) -> RopeScaling | None:
+    """The RopeScaling of config.json's RoPE object `rope` found under the key `where` (said in every refusal, as the
+    file spells it): None for plain RoPE ("default"); refused: a kind outside `kinds` (after `aliases`, Phi-3's "su"
+    for "longrope"), a key no kind reads, a value out of range (long lists shortened). `overrides`: values another
+    key of the file sets (Phi-3's top-level original_max_position_embeddings)."""
+    type_key = "type" if "type" in rope and "rope_type" not in rope else "rope_type"
+    kind = rope.get(type_key, "default")
+    kind = (aliases or {}).get(kind, kind)
+    if kind == "default":
+        return None
+    if kind not in kinds:
+        refuse(f"{where}.{type_key}", kind, (*kinds, "default"))
+    unknown = sorted(set(rope) - set(SCALING_KEYS) - set(OTHER_KEYS))
+    if unknown:
+        refuse(f"{where}.{unknown[0]}", rope[unknown[0]], f"no such key in a {kind} scaling")
+    values = {name: tuple(v) if isinstance(v, list) else v for name, v in rope.items() if name in SCALING_KEYS}
+    try:
+        return RopeScaling(kind, **values | overrides, written_as=where.split(".")[0], type_key=type_key)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"config.json: {where}: {error}") from None
+
+
+def scaling_to_hf(scaling: RopeScaling, without: tuple[str, ...] = ()) -> dict:
+    """config.json's object for `scaling`: its kind under the key it was read from, and the fields it had (lists for
+    longrope's factors), less `without`."""
+    out: dict = {scaling.type_key: scaling.rope_type}
+    for name in SCALING_KEYS:
+        value = getattr(scaling, name)
+        if value is not None and name not in without:
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
