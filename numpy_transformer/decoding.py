@@ -28,11 +28,17 @@ first step, then 1), T_max positions the cache holds, D d_model, H heads, Dh hea
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
+    BEAM,
+    GENERATE_SETTINGS,
+    PROCESSORS,
+    SAMPLING,
     after_eos,
     beam_fill,
     best_finished,
@@ -41,10 +47,15 @@ from transformer_spec.generation import (
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
+    decoding_rules,
     forced_token,
+    generate_strategy,
+    minimum_length,
+    new_tokens,
     update_stopped,
 )
 
+from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
 from .layers import linear_forward
 from .model import (
@@ -183,35 +194,65 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
     return prompt, max_len, Recompute(model, src_ids, n_copies, mask, src_mask)
 
 
-def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
-    """A copy of the next-token scores (N, V) (logits in greedy search, log-probabilities in beam search) with what
-    may not come next at -inf. A model of our own: pad_id never (without_pad). A checkpoint's model: its
-    GenerationRules (from its generation_config.json) and nothing else, in the order transformers' logits processors
-    apply them. tokens (N, t): the rows so far.
-
-    - bad_words: a banned sequence's last token, in the rows that end with the rest of it;
-    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0.
+def allowed_scores(scores: np.ndarray, model, rules: GenerationRules, step: Step) -> np.ndarray:
+    """A copy of the next-token scores (N, V) (logits in greedy search and sampling, log-probabilities in beam search)
+    after the logits processors, in transformers' order: a model of our own first bans pad_id (without_pad); then
+    repetition_penalty, no_repeat_ngram, bad_words, min_length (min_new_tokens counted from the prompt), the forced
+    tokens (forced_bos_id at position 1, forced_eos_id at the last step). A model read from a checkpoint applies its
+    GenerationRules (from its generation_config.json, the caller's settings over them) and nothing else.
 
     ValueError when a row is left no token at all."""
-    rules = model.generation_rules
-    if rules is None:
+    tokens = step.tokens
+    if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)  # a copy
-        check_something_allowed(scores, tokens.shape[1])
-        return scores
-    scores = scores.copy()
-    for words in rules.bad_words:
-        *prefix, last = words
-        if not prefix:
-            scores[:, last] = -np.inf
-        elif tokens.shape[1] >= len(prefix):
-            ends_with = (tokens[:, tokens.shape[1] - len(prefix) :] == np.array(prefix)).all(axis=1)  # (N,)
-            scores[ends_with, last] = -np.inf
-    forced = forced_token(rules, tokens.shape[1], last_step)
+    if rules.repetition_penalty != 1.0:
+        scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
+    if rules.no_repeat_ngram_size > 0:
+        scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
+    if rules.bad_words:
+        scores = lp.bad_words(scores, tokens, rules.bad_words)
+    if model.config.eos_ids:
+        scores = lp.min_length(scores, tokens.shape[1], minimum_length(rules, step.prompt_length), model.config.eos_ids)
+    forced = forced_token(rules, tokens.shape[1], step.last)
     if forced is not None:
-        scores[:] = -np.inf
-        scores[:, forced] = 0.0
+        scores = lp.forced_token(scores, forced)
     check_something_allowed(scores, tokens.shape[1])
     return scores
+
+
+def warped_probabilities(scores: np.ndarray, rules: GenerationRules, min_tokens_to_keep: int = 1) -> np.ndarray:
+    """Sampling's distribution (N, V) from processed scores: the warpers in transformers' order (temperature, top_k,
+    top_p, min_p, each only when it changes something, as generate() builds them), then the softmax."""
+    if rules.temperature != 1.0:
+        scores = lp.temperature(scores, rules.temperature)
+    if rules.top_k:  # None or 0: off
+        scores = lp.top_k(scores, rules.top_k, min_tokens_to_keep)
+    if rules.top_p < 1.0:
+        scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
+    if rules.min_p is not None:
+        scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
+    return lp.softmax(scores)
+
+
+@dataclass
+class Step:
+    """What the logits processors read besides the scores: the rows so far, tokens (N, t); the decoder input's
+    length T_p (the prompt, or the start token); start (N,), the first position repetition_penalty counts (after a
+    left-padded prompt's pads) or None; whether this is the last step."""
+
+    tokens: np.ndarray
+    prompt_length: int
+    start: np.ndarray | None
+    last: bool
+
+
+def penalty_start(model, attention_mask, n_copies: int) -> np.ndarray | None:
+    """Where repetition_penalty starts counting in each of the N rows: after a decoder-only prompt's left padding
+    (the first real token of attention_mask, as generate() takes it), None: everywhere (no mask, or an
+    encoder-decoder, whose decoder ids have none)."""
+    if attention_mask is None or isinstance(model, Transformer):
+        return None
+    return np.repeat(np.argmax(np.asarray(attention_mask) != 0, axis=1), n_copies)  # (N,)
 
 
 def check_something_allowed(scores: np.ndarray, position: int) -> None:
@@ -234,9 +275,11 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 # Greedy search.
 
 
-def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None) -> np.ndarray:
-    """Take the most likely token at every step (the lowest id among equals; never pad_id in a model of our own, what
-    the checkpoint's rules allow in a loaded one: see the module docstring).
+def greedy_decode(
+    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, **settings
+) -> np.ndarray:
+    """Take the most likely token at every step (the lowest id among equals), after the logits processors (see
+    allowed_scores: never pad_id in a model of our own; a loaded one's generation_config.json rules).
 
     model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
     max_len: the most tokens to generate (None: as many as config.max_len positions allow).
@@ -244,12 +287,71 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
     left-padded prompt (positions count the real tokens; padded keys are never attended to), a Transformer's
     (B, S) for its source (the source keys read, instead of those not holding pad_id).
+    settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens, over the checkpoint's (None:
+    the checkpoint's; a model of our own: transformers' defaults, which change nothing).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
     has produced eos_id.
     """
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask)
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules)
     return tokens
+
+
+def sample(
+    model, src_ids, max_len: int, rng=None, use_cache: bool = True, attention_mask=None, **settings
+) -> np.ndarray:
+    """Draw every token from the distribution softmax(warped scores), as generate(do_sample=True) does: the logits
+    processors of greedy_decode, then temperature, top_k, top_p and min_p (warped_probabilities).
+
+    rng: a np.random.Generator (drawn from; a run is reproduced by a generator seeded alike), an int seed, or None
+    (a fresh, unseeded generator). settings: those of greedy_decode and temperature, top_k, top_p, min_p, over the
+    checkpoint's (None: the checkpoint's; top_k 0 and min_p 0 turn them off; a model of our own starts from
+    transformers' defaults: temperature 1, top_k 50, top_p 1). Other arguments and the result as greedy_decode.
+    """
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng))
+    return tokens
+
+
+def as_generator(rng) -> np.random.Generator:
+    """rng as a np.random.Generator: itself, one seeded with an int, or a fresh one for None."""
+    if rng is None or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool)):
+        return np.random.default_rng(rng)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {type(rng).__name__}")
+    return rng
+
+
+def model_rules(model) -> GenerationRules | None:
+    """The model's generation rules (None for a model of our own), after checking it is a model that decodes."""
+    check_model(model)
+    return model.generation_rules
+
+
+def generate(
+    model, src_ids, max_new_tokens: int | None = None, attention_mask=None, rng=None, use_cache: bool = True,
+    **settings,
+) -> np.ndarray:  # fmt: skip
+    """Decode as transformers' generate() does under the checkpoint's generation_config.json, the caller's settings
+    over it: sampling when do_sample (sample), beam search when num_beams > 1 (beam_search), else greedy search.
+
+    max_new_tokens: None: the rules' max_new_tokens, else their max_length minus the decoder input (the prompt, or
+    the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
+    those of sample (None: the checkpoint's). rng as in sample. ValueError for do_sample with num_beams > 1.
+    """
+    rules = decoding_rules(model_rules(model), settings, GENERATE_SETTINGS, "generate")
+    T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
+    max_len = new_tokens(max_new_tokens, rules, T_p)
+    strategy = generate_strategy(rules)
+    if strategy == "beam":
+        out, _ = beam_search_scores(
+            model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,
+            attention_mask, rules,
+        )  # fmt: skip
+        return out
+    generator = as_generator(rng) if strategy == "sample" else None
+    return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator)[0]
 
 
 def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
@@ -257,14 +359,17 @@ def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
     return np.isin(tokens, cfg.eos_ids)
 
 
-def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None):
-    """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
+def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, rules=None, rng=None):
+    """greedy_decode (rng None) or sample (rng a Generator) under `rules` (None: the model's), which also returns
+    the logits it chose from, (B, steps, V), for the tests."""
     check_model(model)
+    rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
         fill = after_eos(model.generation_rules, cfg)
+        start = penalty_start(model, attention_mask, 1)
         tokens = np.full((B, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = prompt
         done = np.zeros(B, dtype=bool)  # the row has produced eos_id
@@ -272,8 +377,11 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
-            last_step = t == T_p + max_len - 1
-            choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
+            scores = allowed_scores(logits, model, rules, Step(tokens[:, :t], T_p, start, t == T_p + max_len - 1))
+            if rng is None:
+                choice = scores.argmax(axis=-1)  # (B,) the first maximum
+            else:
+                choice = lp.draw(warped_probabilities(scores, rules), rng)  # (B,)
             tokens[:, t] = np.where(done, fill, choice)
             done |= is_eos(tokens[:, t], cfg)
             if done.all():
@@ -325,32 +433,43 @@ def best_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int):
 def beam_search(
     model,
     src_ids,
-    beam_size: int = 4,
+    beam_size: int | None = None,
     max_len: int | None = None,
-    length_penalty: float = 1.0,
+    length_penalty: float | None = None,
     use_cache: bool = True,
-    early_stopping: bool | str = False,
+    early_stopping: bool | str | None = None,
     attention_mask=None,
+    **settings,
 ) -> np.ndarray:
     """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
 
-    Arguments and result as greedy_decode; max_len None generates up to config.max_len positions.
+    Arguments and result as greedy_decode (settings too: the logits processors, applied to the log-probabilities);
+    max_len None generates up to config.max_len positions.
+    beam_size: None: the checkpoint's num_beams when it asks for beams, else 4.
     length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
-    favours longer outputs). early_stopping: True, False or "never", as transformers' generate.
+    favours longer outputs); None: the checkpoint's (1.0 without one). early_stopping: True, False or "never", as
+    transformers' generate; None: the checkpoint's (False without one).
     attention_mask: a left-padded prompt's real tokens, as in greedy_decode.
     Returns int64 ids (B, T_p + L), the best hypothesis of each element, L the longest of them.
     """
     tokens, _ = beam_search_scores(
-        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask, None, **settings
     )
     return tokens
 
 
 def beam_search_scores(
-    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False,
-    attention_mask=None,
+    model, src_ids, beam_size=None, max_len=None, length_penalty=None, use_cache=True, early_stopping=None,
+    attention_mask=None, rules=None, **settings,
 ):  # fmt: skip
-    """beam_search that also returns each element's best normalised score, a list of B floats."""
+    """beam_search that also returns each element's best normalised score, a list of B floats. rules: the rules to
+    decode under (generate's), instead of the model's with `settings` over them."""
+    if rules is None:
+        given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+    if beam_size is None:
+        beam_size = rules.num_beams if rules.num_beams > 1 else 4
+    length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
     check_beam_arguments(beam_size, length_penalty, early_stopping)
     check_model(model)
     with evaluating(model):
@@ -369,10 +488,11 @@ def beam_search_scores(
         n_best = max(2, 1 + len(cfg.eos_ids)) * K
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
+        start = penalty_start(model, attention_mask, K)
         for step in range(max_len):
             t = T_p + step
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
-            log_probs = allowed_scores(log_probs, model, tokens[:, :t], step == max_len - 1)
+            log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
             score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
             rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig
+from ..generation import GENERATION_KEYS, generation_settings
 
 
 @dataclass(frozen=True)
@@ -554,6 +555,8 @@ def read_generation_rules(directory, hf_config: dict, config: TransformerConfig)
         generation = parse_json_config(raw, path)
     try:
         rules = generation_rules_from_hf(generation, config.tgt_vocab_size)
+        known = generation if path.is_file() else {k: v for k, v in generation.items() if k in GENERATION_KEYS}
+        rules = replace(rules, **generation_settings(known, path if path.is_file() else "config.json"))
         start = token_id(generation, "decoder_start_token_id", config.tgt_vocab_size)
         end = end_token_ids(generation, config.tgt_vocab_size)
     except (ValueError, TypeError) as error:
