@@ -275,9 +275,7 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 # Greedy search.
 
 
-def greedy_decode(
-    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, **settings
-) -> np.ndarray:
+def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, **settings) -> np.ndarray:
     """Take the most likely token at every step (the lowest id among equals), after the logits processors (see
     allowed_scores: never pad_id in a model of our own; a loaded one's generation_config.json rules).
 

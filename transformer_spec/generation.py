@@ -299,7 +299,7 @@ def new_tokens(max_new_tokens: int | None, rules: GenerationRules, T_p: int) -> 
 
 
 def generate_strategy(rules: GenerationRules) -> str:
-    """"greedy", "sample" or "beam", as generate() chooses from do_sample and num_beams. ValueError for sampling
+    """ "greedy", "sample" or "beam", as generate() chooses from do_sample and num_beams. ValueError for sampling
     with several beams (transformers' beam-search multinomial sampling), which this library does not do."""
     if rules.do_sample and rules.num_beams > 1:
         raise ValueError(
