@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .config import GenerationRules, TransformerConfig, check_layer_count
-from .generation import APPLIED
 from .families import (
     FAMILIES,
     Family,
@@ -36,6 +35,7 @@ from .families import (
     relative,
     resolve_ties,
 )
+from .generation import APPLIED
 
 SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
 
@@ -286,7 +286,8 @@ def write_checkpoint(directory, hf_config: dict, generation: dict | None, tensor
 def generation_config(model) -> dict | None:
     """generation_config.json for a model that generates (a Transformer or TransformerLM; None for an encoder):
     its special ids and the generation rules it decodes with (model.generation_rules: forced tokens, bad words,
-    the fill of finished beams, the decoding settings that differ from transformers' defaults), so that a checkpoint loaded, saved and loaded again decodes the same."""
+    the fill of finished beams, the decoding settings that differ from transformers' defaults), so that a
+    checkpoint loaded, saved and loaded again decodes the same."""
     config = model.config
     if getattr(model, "encoder_only", False) or config.n_decoder_layers == 0:
         return None
