@@ -1,8 +1,10 @@
-"""Decoding: greedy search and beam search, with a key/value cache so that each step runs one position.
+"""Decoding: greedy search, beam search and sampling, with a key/value cache so that each step runs one position.
 
     tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
     tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
     tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
+    tokens = sample(lm, prompt, 20, np.random.default_rng(0), temperature=0.7, top_p=0.9)
+    tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
 it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
@@ -12,7 +14,9 @@ pad_id is None).
 Which tokens may come next. A model of our own never generates pad_id (in the output it means "after eos"). A model
 read from a Hugging Face checkpoint (hf.load) decodes under that checkpoint's rules and nothing else
 (`model.generation_rules`, from its generation_config.json): the pad id is banned only when bad_words_ids lists it,
-and what follows an end token is generate()'s fill, as transformers' generate() does.
+and what follows an end token is generate()'s fill, as transformers' generate() does. Its settings
+(repetition_penalty, no_repeat_ngram_size, min_length, sampling's warpers, num_beams, ...) apply unless the caller
+passes its own, by the same names (allowed_scores, warped_probabilities; logits_processors has each formula).
 
 Why a cache. The decoder is causal: the hidden states of position i depend on positions <= i only, so
 the keys and values that every earlier position computed are still right when position t is added.
@@ -40,6 +44,7 @@ from transformer_spec.generation import (
     PROCESSORS,
     SAMPLING,
     after_eos,
+    bad_words_applied,
     beam_fill,
     best_finished,
     check_beam_arguments,
@@ -209,8 +214,8 @@ def allowed_scores(scores: np.ndarray, model, rules: GenerationRules, step: Step
         scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
     if rules.no_repeat_ngram_size > 0:
         scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
-    if rules.bad_words:
-        scores = lp.bad_words(scores, tokens, rules.bad_words)
+    if words := bad_words_applied(rules.bad_words, model.config.eos_ids):
+        scores = lp.bad_words(scores, tokens, words)
     if model.config.eos_ids:
         scores = lp.min_length(scores, tokens.shape[1], minimum_length(rules, step.prompt_length), model.config.eos_ids)
     forced = forced_token(rules, tokens.shape[1], step.last)
@@ -314,8 +319,10 @@ def sample(
 
 def as_generator(rng) -> np.random.Generator:
     """rng as a np.random.Generator: itself, one seeded with an int, or a fresh one for None."""
-    if rng is None or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool)):
-        return np.random.default_rng(rng)
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {type(rng).__name__}")
     return rng

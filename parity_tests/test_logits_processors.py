@@ -15,6 +15,7 @@ Tiny random models written with save_pretrained in the test; nothing is download
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -395,3 +396,31 @@ def test_a_save_keeps_the_decoding_settings(side, qwen2_sampling, tmp_path):
     assert again.generation_rules == model.generation_rules
     theirs = GenerationConfig.from_pretrained(tmp_path)
     assert (theirs.do_sample, theirs.temperature, theirs.top_k, theirs.min_new_tokens) == (True, 0.7, 12, 3)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_bad_word_that_is_the_end_token_alone_is_not_applied(side, qwen2_sampling):
+    """bad_words_ids listing the end token alone: generate()'s NoBadWordsLogitsProcessor drops that entry (a row can
+    still end), the others apply; so do ours."""
+    directory, theirs_model = qwen2_sampling
+    model = H.load_ours(side, directory, np.float64)
+    (eos,) = model.config.eos_ids
+    rules = dataclasses.replace(
+        model.generation_rules,
+        bad_words=((eos,), (4,)),
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        min_new_tokens=None,
+    )
+    scores, tokens, _ = random_scores(2, N=3, V=model.config.tgt_vocab_size, t=9)
+    scores[:, eos] = 1.0
+    if side == "numpy":
+        ours = nd.allowed_scores(scores, model, rules, nd.Step(tokens, 9, None, False))
+    else:
+        step = td.Step(torch.from_numpy(tokens), 9, None, False)
+        ours = td.allowed_scores(torch.from_numpy(scores), model, rules, step).numpy()
+    theirs = L.NoBadWordsLogitsProcessor([[eos], [4]], eos_token_id=eos)(
+        torch.from_numpy(tokens), torch.from_numpy(scores)
+    )
+    np.testing.assert_array_equal(ours, theirs.numpy())
+    assert np.isfinite(ours[:, eos]).all() and np.isneginf(ours[:, 4]).all()

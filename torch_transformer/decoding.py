@@ -1,7 +1,9 @@
-"""Greedy search and beam search for `Transformer` and `TransformerLM`, with a key/value cache.
+"""Greedy search, beam search and sampling for `Transformer` and `TransformerLM`, with a key/value cache.
 
     tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
     tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
+    tokens = sample(lm, prompt, 20, torch.Generator().manual_seed(0), top_p=0.9)   # torch.multinomial draws
+    tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
 
 The same functions, arguments and rules as `numpy_transformer.decoding` (see its docstring and the
 beam-search notes below), under the same names, written with PyTorch's own ops; the bookkeeping that is not math
@@ -41,6 +43,7 @@ from transformer_spec.generation import (
     PROCESSORS,
     SAMPLING,
     after_eos,
+    bad_words_applied,
     beam_fill,
     best_finished,
     check_beam_arguments,
@@ -213,8 +216,8 @@ def allowed_scores(scores: Tensor, model: Model, rules: GenerationRules, step: S
         scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
     if rules.no_repeat_ngram_size > 0:
         scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
-    if rules.bad_words:
-        scores = lp.bad_words(scores, tokens, rules.bad_words)
+    if words := bad_words_applied(rules.bad_words, model.config.eos_ids):
+        scores = lp.bad_words(scores, tokens, words)
     if model.config.eos_ids:
         scores = lp.min_length(scores, tokens.shape[1], minimum_length(rules, step.prompt_length), model.config.eos_ids)
     forced = forced_token(rules, tokens.shape[1], step.last)
@@ -395,7 +398,7 @@ def greedy_search(
             if rng is None:
                 choice = scores.argmax(dim=-1)  # (B,) the first maximum
             else:
-                generator = None if rng is True else rng
+                generator = rng if isinstance(rng, torch.Generator) else None  # True: the global one
                 choice = torch.multinomial(warped_probabilities(scores, rules), 1, generator=generator)[:, 0]
             tokens[:, t] = choice.masked_fill(done, fill)
             done |= is_eos(tokens[:, t], cfg)

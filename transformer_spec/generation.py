@@ -313,3 +313,9 @@ def generate_strategy(rules: GenerationRules) -> str:
 
 GENERATE_SETTINGS = PROCESSORS + SAMPLING + BEAM + ("do_sample", "num_beams")
 GENERATION_KEYS = frozenset(APPLIED) | frozenset(NOT_APPLIED)  # config.json's keys that are generation settings
+
+
+def bad_words_applied(words: tuple, eos_ids: tuple) -> tuple:
+    """The bad-words sequences generate() applies: all but those that are one end token alone (transformers'
+    NoBadWordsLogitsProcessor drops them, so that a row can still end)."""
+    return tuple(w for w in words if not (len(w) == 1 and w[0] in eos_ids))

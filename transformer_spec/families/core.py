@@ -402,7 +402,7 @@ def dropout_to_hf(config: TransformerConfig, model_type: str, fields: dict) -> d
 def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
     """GenerationRules from generation_config.json (or config.json's fields of the same names, as transformers
     reads them when that file is absent): forced_bos_token_id, forced_eos_token_id, bad_words_ids."""
-    forced = {}
+    forced: dict[str, Any] = {}
     for name, ours in (("forced_bos_token_id", "forced_bos_id"), ("forced_eos_token_id", "forced_eos_id")):
         value = generation.get(name)
         if isinstance(value, list):
