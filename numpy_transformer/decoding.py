@@ -40,7 +40,6 @@ import numpy as np
 from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
     BEAM,
-    GENERATE_SETTINGS,
     PROCESSORS,
     SAMPLING,
     after_eos,
@@ -54,9 +53,8 @@ from transformer_spec.generation import (
     decoding_length,
     decoding_rules,
     forced_token,
-    generate_strategy,
+    generate_plan,
     minimum_length,
-    new_tokens,
     update_stopped,
 )
 
@@ -345,10 +343,8 @@ def generate(
     the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
     those of sample (None: the checkpoint's). rng as in sample. ValueError for do_sample with num_beams > 1.
     """
-    rules = decoding_rules(model_rules(model), settings, GENERATE_SETTINGS, "generate")
     T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
-    max_len = new_tokens(max_new_tokens, rules, T_p)
-    strategy = generate_strategy(rules)
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
     if strategy == "beam":
         out, _ = beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,

@@ -39,7 +39,6 @@ from torch import Tensor, nn
 from transformer_spec.config import GenerationRules, TransformerConfig
 from transformer_spec.generation import (
     BEAM,
-    GENERATE_SETTINGS,
     PROCESSORS,
     SAMPLING,
     after_eos,
@@ -53,9 +52,8 @@ from transformer_spec.generation import (
     decoding_length,
     decoding_rules,
     forced_token,
-    generate_strategy,
+    generate_plan,
     minimum_length,
-    new_tokens,
     update_stopped,
 )
 
@@ -354,10 +352,8 @@ def generate(
     """As transformers' generate() under the checkpoint's generation_config.json, the caller's settings over it:
     sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
     has the full description). rng as in sample."""
-    rules = decoding_rules(model_rules(model), settings, GENERATE_SETTINGS, "generate")
     T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
-    max_len = new_tokens(max_new_tokens, rules, T_p)
-    strategy = generate_strategy(rules)
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
     if strategy == "beam":
         return beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, compiled,

@@ -319,3 +319,12 @@ def bad_words_applied(words: tuple, eos_ids: tuple) -> tuple:
     """The bad-words sequences generate() applies: all but those that are one end token alone (transformers'
     NoBadWordsLogitsProcessor drops them, so that a row can still end)."""
     return tuple(w for w in words if not (len(w) == 1 and w[0] in eos_ids))
+
+
+def generate_plan(
+    rules: GenerationRules | None, settings: dict, T_p: int, max_new_tokens: int | None
+) -> tuple[GenerationRules, int, str]:
+    """What generate() does: (the rules, the caller's settings over the checkpoint's; the tokens to generate after
+    a decoder input of T_p positions (new_tokens); "greedy", "sample" or "beam" (generate_strategy))."""
+    rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate")
+    return rules, new_tokens(max_new_tokens, rules, T_p), generate_strategy(rules)
