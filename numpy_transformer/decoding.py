@@ -48,6 +48,7 @@ from transformer_spec.generation import (
     best_finished,
     check_beam_arguments,
     check_int,
+    check_no_streamer,
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
@@ -300,7 +301,7 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
 
 
 def sample(
-    model, src_ids, max_len: int, rng=None, use_cache: bool = True, attention_mask=None, **settings
+    model, src_ids, max_len: int, rng=None, use_cache: bool = True, attention_mask=None, streamer=None, **settings
 ) -> np.ndarray:
     """Draw every token from the distribution softmax(warped scores), as generate(do_sample=True) does: the logits
     processors of greedy_decode, then temperature, top_k, top_p and min_p (warped_probabilities).
@@ -308,10 +309,11 @@ def sample(
     rng: a np.random.Generator (drawn from; a run is reproduced by a generator seeded alike), an int seed, or None
     (a fresh, unseeded generator). settings: those of greedy_decode and temperature, top_k, top_p, min_p, over the
     checkpoint's (None: the checkpoint's; top_k 0 and min_p 0 turn them off; a model of our own starts from
-    transformers' defaults: temperature 1, top_k 50, top_p 1). Other arguments and the result as greedy_decode.
+    transformers' defaults: temperature 1, top_k 50, top_p 1). streamer: None, or a callable given each step's
+    tokens (B,) as they are chosen (int64; a finished row's fill). Other arguments and the result as greedy_decode.
     """
     rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng))
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng), streamer)
     return tokens
 
 
@@ -334,25 +336,27 @@ def model_rules(model) -> GenerationRules | None:
 
 def generate(
     model, src_ids, max_new_tokens: int | None = None, attention_mask=None, rng=None, use_cache: bool = True,
-    **settings,
+    streamer=None, **settings,
 ) -> np.ndarray:  # fmt: skip
     """Decode as transformers' generate() does under the checkpoint's generation_config.json, the caller's settings
     over it: sampling when do_sample (sample), beam search when num_beams > 1 (beam_search), else greedy search.
 
     max_new_tokens: None: the rules' max_new_tokens, else their max_length minus the decoder input (the prompt, or
     the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
-    those of sample (None: the checkpoint's). rng as in sample. ValueError for do_sample with num_beams > 1.
+    those of sample (None: the checkpoint's). rng and streamer as in sample (beam search streams nothing: a
+    streamer with num_beams > 1 is a ValueError, as in transformers). ValueError for do_sample with num_beams > 1.
     """
     T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
     rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
     if strategy == "beam":
+        check_no_streamer(streamer)
         out, _ = beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,
             attention_mask, rules,
         )  # fmt: skip
         return out
     generator = as_generator(rng) if strategy == "sample" else None
-    return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator, streamer)[0]
 
 
 def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
@@ -360,9 +364,11 @@ def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
     return np.isin(tokens, cfg.eos_ids)
 
 
-def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, rules=None, rng=None):
+def greedy_search(
+    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, rules=None, rng=None, streamer=None
+):  # fmt: skip
     """greedy_decode (rng None) or sample (rng a Generator) under `rules` (None: the model's), which also returns
-    the logits it chose from, (B, steps, V), for the tests."""
+    the logits it chose from, (B, steps, V), for the tests. streamer: called with each step's tokens (B,)."""
     check_model(model)
     rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
@@ -384,6 +390,8 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
             else:
                 choice = lp.draw(warped_probabilities(scores, rules), rng)  # (B,)
             tokens[:, t] = np.where(done, fill, choice)
+            if streamer is not None:
+                streamer(tokens[:, t].copy())
             done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break

@@ -424,3 +424,18 @@ def test_a_bad_word_that_is_the_end_token_alone_is_not_applied(side, qwen2_sampl
     )
     np.testing.assert_array_equal(ours, theirs.numpy())
     assert np.isfinite(ours[:, eos]).all() and np.isneginf(ours[:, 4]).all()
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_streamer_gets_each_token_as_it_comes(side, qwen2_sampling):
+    """generate(..., streamer=f): f gets each step's tokens (B,), which together are the continuation it returns;
+    beam search cannot stream: a ValueError naming streamer."""
+    model = H.load_ours(side, qwen2_sampling[0], np.float64)
+    lib = nt if side == "numpy" else tt
+    prompts = PROMPTS if side == "numpy" else torch.from_numpy(PROMPTS)
+    steps: list = []
+    out = np.asarray(lib.generate(model, prompts, 6, rng=1, streamer=lambda tokens: steps.append(np.asarray(tokens))))
+    assert len(steps) == out.shape[1] - PROMPTS.shape[1] and all(s.shape == (2,) for s in steps)
+    np.testing.assert_array_equal(np.stack(steps, axis=1), out[:, PROMPTS.shape[1] :])
+    with pytest.raises(ValueError, match="streamer: beam search"):
+        lib.generate(model, prompts, 6, do_sample=False, num_beams=2, streamer=print)

@@ -47,6 +47,7 @@ from transformer_spec.generation import (
     best_finished,
     check_beam_arguments,
     check_int,
+    check_no_streamer,
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
@@ -310,15 +311,17 @@ def sample(
     use_cache: bool = True,
     compiled: bool = False,
     attention_mask: Tensor | None = None,
+    streamer=None,
     **settings,
 ) -> Tensor:
     """Each token drawn with torch.multinomial from softmax of the processed and warped scores, as
     generate(do_sample=True) draws it. rng: a torch.Generator (on the model's device), an int seed, or None (torch's
     global generator, as generate() uses: torch.manual_seed(s) then sample reproduces generate()'s draws).
-    settings: greedy_decode's and temperature, top_k, top_p, min_p (None: the checkpoint's)."""
+    settings: greedy_decode's and temperature, top_k, top_p, min_p (None: the checkpoint's). streamer: None, or a
+    callable given each step's tokens (B,) as they are chosen (a long tensor; a finished row's fill)."""
     rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
     generator = as_generator(rng, src_ids)
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
 
 
 def as_generator(rng, src_ids) -> torch.Generator | bool:
@@ -347,20 +350,22 @@ def generate(
     rng: torch.Generator | int | None = None,
     use_cache: bool = True,
     compiled: bool = False,
+    streamer=None,
     **settings,
 ) -> Tensor:
     """As transformers' generate() under the checkpoint's generation_config.json, the caller's settings over it:
     sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
-    has the full description). rng as in sample."""
+    has the full description). rng and streamer as in sample (a streamer with beams: ValueError)."""
     T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
     rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
     if strategy == "beam":
+        check_no_streamer(streamer)
         return beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, compiled,
             rules.early_stopping, attention_mask, rules,
         )[0]  # fmt: skip
     generator = as_generator(rng, src_ids) if strategy == "sample" else None
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator)[0]
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
 
 
 def greedy_search(
@@ -372,6 +377,7 @@ def greedy_search(
     attention_mask: Tensor | None = None,
     rules: GenerationRules | None = None,
     rng: torch.Generator | bool | None = None,
+    streamer=None,
 ) -> tuple[Tensor, Tensor]:
     """greedy_decode (rng None) or sample (rng a Generator, or True: the global one) under rules (None: the
     model's), and the logits it chose from, (B, steps, V)."""
@@ -397,6 +403,8 @@ def greedy_search(
                 generator = rng if isinstance(rng, torch.Generator) else None  # True: the global one
                 choice = torch.multinomial(warped_probabilities(scores, rules), 1, generator=generator)[:, 0]
             tokens[:, t] = choice.masked_fill(done, fill)
+            if streamer is not None:
+                streamer(tokens[:, t].clone())
             done |= is_eos(tokens[:, t], cfg)
             if bool(done.all()):
                 break

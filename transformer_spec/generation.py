@@ -328,3 +328,10 @@ def generate_plan(
     a decoder input of T_p positions (new_tokens); "greedy", "sample" or "beam" (generate_strategy))."""
     rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate")
     return rules, new_tokens(max_new_tokens, rules, T_p), generate_strategy(rules)
+
+
+def check_no_streamer(streamer) -> None:
+    """ValueError when a streamer is given to beam search, which has no token to stream before it ends (transformers
+    refuses it too)."""
+    if streamer is not None:
+        raise ValueError("streamer: beam search (num_beams > 1) cannot stream tokens as they come; pass num_beams=1")
