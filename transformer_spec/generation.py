@@ -227,16 +227,22 @@ def short(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def as_floats(settings: dict) -> dict:
+    """settings with the float settings given as ints (`"repetition_penalty": 1`) made floats, as transformers
+    reads them."""
+    floats = ("repetition_penalty", "temperature", "top_p", "min_p", "length_penalty")
+    return {
+        k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in settings.items()
+    }
+
+
 def generation_settings(generation: dict, where) -> dict:
     """The settings of generation_config.json (or config.json's keys of the same names, transformers' fallback)
     that decoding applies, as GenerationRules fields (numbers as the file has them; a null: the default). Every
     other key that would change generate()'s tokens (one of NOT_APPLIED away from its inert value, or a key this
     library does not know that is not null or false) is named in one UserWarning: decoding here will not do it."""
-    settings = {name: generation[name] for name in APPLIED if generation.get(name) is not None}
-    for name in ("repetition_penalty", "temperature", "top_p", "min_p", "length_penalty"):
-        value = settings.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            settings[name] = float(value)
+    settings = as_floats({name: generation[name] for name in APPLIED if generation.get(name) is not None})
     ignored = [
         f"{name}={short(value)}"
         for name, value in generation.items()
@@ -264,10 +270,7 @@ def decoding_rules(rules: GenerationRules | None, settings: dict, allowed: tuple
             where = "not applied by this library" if name in NOT_APPLIED else f"not a setting of {caller}"
             raise ValueError(f"{caller}: {name}={short(settings[name])} is {where} (it takes {', '.join(allowed)})")
         raise TypeError(f"{caller}() got an unexpected keyword argument {name!r} (it takes {', '.join(allowed)})")
-    given = {name: value for name, value in settings.items() if value is not None}
-    for name in ("repetition_penalty", "temperature", "top_p", "min_p", "length_penalty"):
-        if isinstance(given.get(name), int) and not isinstance(given[name], bool):
-            given[name] = float(given[name])
+    given = as_floats({name: value for name, value in settings.items() if value is not None})
     try:
         return dataclasses.replace(rules or GenerationRules(), **given)
     except (TypeError, ValueError) as error:
