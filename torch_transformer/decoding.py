@@ -217,8 +217,9 @@ def allowed_scores(scores: Tensor, model: Model, rules: GenerationRules, step: S
         scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
     if words := bad_words_applied(rules.bad_words, model.config.eos_ids):
         scores = lp.bad_words(scores, tokens, words)
-    if model.config.eos_ids:
-        scores = lp.min_length(scores, tokens.shape[1], minimum_length(rules, step.prompt_length), model.config.eos_ids)
+    minimum = minimum_length(rules, step.prompt_length)
+    if model.config.eos_ids and tokens.shape[1] < minimum:
+        scores = lp.min_length(scores, tokens.shape[1], minimum, model.config.eos_ids)
     forced = forced_token(rules, tokens.shape[1], step.last)
     if forced is not None:
         scores = lp.forced_token(scores, forced)
