@@ -42,8 +42,8 @@ from transformer_spec.generation import (
     BEAM,
     PROCESSORS,
     SAMPLING,
+    Step,
     after_eos,
-    bad_words_applied,
     beam_fill,
     best_finished,
     check_beam_arguments,
@@ -53,9 +53,9 @@ from transformer_spec.generation import (
     collect_finished,
     decoding_length,
     decoding_rules,
-    forced_token,
     generate_plan,
-    minimum_length,
+    process_scores,
+    sampling_probabilities,
     update_stopped,
 )
 
@@ -199,56 +199,25 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
 
 
 def allowed_scores(scores: np.ndarray, model, rules: GenerationRules, step: Step) -> np.ndarray:
-    """A copy of the next-token scores (N, V) (logits in greedy search and sampling, log-probabilities in beam search)
-    after the logits processors, in transformers' order: a model of our own first bans pad_id (without_pad); then
-    repetition_penalty, no_repeat_ngram, bad_words, min_length (min_new_tokens counted from the prompt), the forced
-    tokens (forced_bos_id at position 1, forced_eos_id at the last step). A model read from a checkpoint applies its
-    GenerationRules (from its generation_config.json, the caller's settings over them) and nothing else.
+    """The next-token scores (N, V) (logits in greedy search and sampling, log-probabilities in beam search) after
+    the logits processors, in transformers' order (transformer_spec.generation.process_scores; each formula in
+    logits_processors): a model of our own first bans pad_id (without_pad); then repetition_penalty,
+    no_repeat_ngram, bad_words, min_length, the forced tokens (forced_bos_id at position 1, forced_eos_id at the
+    last step). A model read from a checkpoint applies its GenerationRules (from its generation_config.json, the
+    caller's settings over them) and nothing else. The caller's array is never changed.
 
     ValueError when a row is left no token at all."""
-    tokens = step.tokens
     if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)  # a copy
-    if rules.repetition_penalty != 1.0:
-        scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
-    if rules.no_repeat_ngram_size > 0:
-        scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
-    if words := bad_words_applied(rules.bad_words, model.config.eos_ids):
-        scores = lp.bad_words(scores, tokens, words)
-    minimum = minimum_length(rules, step.prompt_length)
-    if model.config.eos_ids and tokens.shape[1] < minimum:
-        scores = lp.min_length(scores, tokens.shape[1], minimum, model.config.eos_ids)
-    forced = forced_token(rules, tokens.shape[1], step.last)
-    if forced is not None:
-        scores = lp.forced_token(scores, forced)
-    check_something_allowed(scores, tokens.shape[1])
+    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    check_something_allowed(scores, step.tokens.shape[1])
     return scores
 
 
 def warped_probabilities(scores: np.ndarray, rules: GenerationRules, min_tokens_to_keep: int = 1) -> np.ndarray:
-    """Sampling's distribution (N, V) from processed scores: the warpers in transformers' order (temperature, top_k,
-    top_p, min_p, each only when it changes something, as generate() builds them), then the softmax."""
-    if rules.temperature != 1.0:
-        scores = lp.temperature(scores, rules.temperature)
-    if rules.top_k:  # None or 0: off
-        scores = lp.top_k(scores, rules.top_k, min_tokens_to_keep)
-    if rules.top_p < 1.0:
-        scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
-    if rules.min_p is not None:
-        scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
-    return lp.softmax(scores)
-
-
-@dataclass
-class Step:
-    """What the logits processors read besides the scores: the rows so far, tokens (N, t); the decoder input's
-    length T_p (the prompt, or the start token); start (N,), the first position repetition_penalty counts (after a
-    left-padded prompt's pads) or None; whether this is the last step."""
-
-    tokens: np.ndarray
-    prompt_length: int
-    start: np.ndarray | None
-    last: bool
+    """Sampling's distribution (N, V) from processed scores: temperature, top_k, top_p, min_p (each when it changes
+    something, as generate() builds them), then the softmax (transformer_spec.generation.sampling_probabilities)."""
+    return sampling_probabilities(lp, scores, rules, min_tokens_to_keep)
 
 
 def penalty_start(model, attention_mask, n_copies: int) -> np.ndarray | None:

@@ -41,8 +41,8 @@ from transformer_spec.generation import (
     BEAM,
     PROCESSORS,
     SAMPLING,
+    Step,
     after_eos,
-    bad_words_applied,
     beam_fill,
     best_finished,
     check_beam_arguments,
@@ -52,9 +52,9 @@ from transformer_spec.generation import (
     collect_finished,
     decoding_length,
     decoding_rules,
-    forced_token,
     generate_plan,
-    minimum_length,
+    process_scores,
+    sampling_probabilities,
     update_stopped,
 )
 
@@ -208,47 +208,16 @@ def allowed_scores(scores: Tensor, model: Model, rules: GenerationRules, step: S
     """scores (N, V) after the logits processors, in transformers' order (see numpy_transformer.decoding): a model
     of our own first bans pad (without_pad); then repetition_penalty, no_repeat_ngram, bad_words, min_length, the
     forced tokens. ValueError when a row is left no token."""
-    tokens = step.tokens
     if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)
-    if rules.repetition_penalty != 1.0:
-        scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
-    if rules.no_repeat_ngram_size > 0:
-        scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
-    if words := bad_words_applied(rules.bad_words, model.config.eos_ids):
-        scores = lp.bad_words(scores, tokens, words)
-    minimum = minimum_length(rules, step.prompt_length)
-    if model.config.eos_ids and tokens.shape[1] < minimum:
-        scores = lp.min_length(scores, tokens.shape[1], minimum, model.config.eos_ids)
-    forced = forced_token(rules, tokens.shape[1], step.last)
-    if forced is not None:
-        scores = lp.forced_token(scores, forced)
-    check_something_allowed(scores, tokens.shape[1])
+    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    check_something_allowed(scores, step.tokens.shape[1])
     return scores
 
 
 def warped_probabilities(scores: Tensor, rules: GenerationRules, min_tokens_to_keep: int = 1) -> Tensor:
     """Sampling's distribution (N, V): temperature, top_k, top_p, min_p (each when it changes something), softmax."""
-    if rules.temperature != 1.0:
-        scores = lp.temperature(scores, rules.temperature)
-    if rules.top_k:
-        scores = lp.top_k(scores, rules.top_k, min_tokens_to_keep)
-    if rules.top_p < 1.0:
-        scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
-    if rules.min_p is not None:
-        scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
-    return torch.softmax(scores, dim=-1)
-
-
-@dataclass
-class Step:
-    """The rows so far (N, t), the decoder input's length T_p, where repetition_penalty starts counting (N,) or
-    None, and whether this is the last step."""
-
-    tokens: Tensor
-    prompt_length: int
-    start: Tensor | None
-    last: bool
+    return sampling_probabilities(lp, scores, rules, min_tokens_to_keep)
 
 
 def penalty_start(model: Model, attention_mask: Tensor | None, n_copies: int) -> Tensor | None:

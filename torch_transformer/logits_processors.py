@@ -105,3 +105,8 @@ def min_p(scores: Tensor, p: float, min_tokens_to_keep: int = 1) -> Tensor:
     best = torch.topk(probs, min(min_tokens_to_keep, scores.shape[-1]), dim=-1).indices
     drop = drop.scatter(-1, best, False)
     return scores.masked_fill(drop, NEG_INF)
+
+
+def softmax(scores: Tensor) -> Tensor:
+    """softmax over the last axis; -inf scores get probability 0."""
+    return torch.softmax(scores, dim=-1)

@@ -19,6 +19,8 @@ import dataclasses
 import math
 import numbers
 import warnings
+from dataclasses import dataclass
+from typing import Any
 
 from .config import GenerationRules, TransformerConfig
 
@@ -338,3 +340,55 @@ def check_no_streamer(streamer) -> None:
     refuses it too)."""
     if streamer is not None:
         raise ValueError("streamer: beam search (num_beams > 1) cannot stream tokens as they come; pass num_beams=1")
+
+
+# ----------------------------------------------------------------------------------------------
+# The order generate() applies the logits processors in (its _get_logits_processor), written once; each side passes
+# its own module of processors (numpy_transformer.logits_processors, torch_transformer.logits_processors).
+
+
+@dataclass
+class Step:
+    """What the logits processors read besides the scores: the rows so far, tokens (N, t) (the side's array); the
+    decoder input's length T_p (the prompt, or the start token); start (N,), the first position repetition_penalty
+    counts (after a left-padded prompt's pads), or None; whether this is the last step."""
+
+    tokens: Any
+    prompt_length: int
+    start: Any
+    last: bool
+
+
+def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tuple):
+    """scores (N, V) after the processors the rules ask for, in generate()'s order: repetition_penalty,
+    no_repeat_ngram, bad_words (but an end token alone), min_length (min_new_tokens counted from the prompt), the
+    forced tokens. `lp`: the side's logits_processors module."""
+    tokens = step.tokens
+    if rules.repetition_penalty != 1.0:
+        scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
+    if rules.no_repeat_ngram_size > 0:
+        scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
+    if words := bad_words_applied(rules.bad_words, eos_ids):
+        scores = lp.bad_words(scores, tokens, words)
+    minimum = minimum_length(rules, step.prompt_length)
+    if eos_ids and tokens.shape[1] < minimum:
+        scores = lp.min_length(scores, tokens.shape[1], minimum, eos_ids)
+    forced = forced_token(rules, tokens.shape[1], step.last)
+    if forced is not None:
+        scores = lp.forced_token(scores, forced)
+    return scores
+
+
+def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):
+    """Sampling's distribution (N, V) from processed scores: the warpers in generate()'s order (temperature, top_k,
+    top_p, min_p, each only where it changes something, as generate() builds them), then the softmax. `lp`: the
+    side's logits_processors module."""
+    if rules.temperature != 1.0:
+        scores = lp.temperature(scores, rules.temperature)
+    if rules.top_k:  # None or 0: off
+        scores = lp.top_k(scores, rules.top_k, min_tokens_to_keep)
+    if rules.top_p < 1.0:
+        scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
+    if rules.min_p is not None:
+        scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
+    return lp.softmax(scores)
