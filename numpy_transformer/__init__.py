@@ -26,7 +26,7 @@ from .attention import (
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
-from .decoding import beam_search, greedy_decode
+from .decoding import beam_search, generate, greedy_decode, sample
 from .flash_attention import flash_attention_backward, flash_attention_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
@@ -57,5 +57,7 @@ __all__ = [
     "load_balancing_loss_backward",
     "greedy_decode",
     "beam_search",
+    "sample",
+    "generate",
     "gradcheck",
 ]

@@ -1,8 +1,10 @@
-"""Decoding: greedy search and beam search, with a key/value cache so that each step runs one position.
+"""Decoding: greedy search, beam search and sampling, with a key/value cache so that each step runs one position.
 
     tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
     tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
     tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
+    tokens = sample(lm, prompt, 20, np.random.default_rng(0), temperature=0.7, top_p=0.9)
+    tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
 it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
@@ -12,7 +14,9 @@ pad_id is None).
 Which tokens may come next. A model of our own never generates pad_id (in the output it means "after eos"). A model
 read from a Hugging Face checkpoint (hf.load) decodes under that checkpoint's rules and nothing else
 (`model.generation_rules`, from its generation_config.json): the pad id is banned only when bad_words_ids lists it,
-and what follows an end token is generate()'s fill, as transformers' generate() does.
+and what follows an end token is generate()'s fill, as transformers' generate() does. Its settings
+(repetition_penalty, no_repeat_ngram_size, min_length, sampling's warpers, num_beams, ...) apply unless the caller
+passes its own, by the same names (allowed_scores, warped_probabilities; logits_processors has each formula).
 
 Why a cache. The decoder is causal: the hidden states of position i depend on positions <= i only, so
 the keys and values that every earlier position computed are still right when position t is added.
@@ -28,23 +32,34 @@ first step, then 1), T_max positions the cache holds, D d_model, H heads, Dh hea
 from __future__ import annotations
 
 import contextlib
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
+from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
+    BEAM,
+    PROCESSORS,
+    SAMPLING,
+    Step,
     after_eos,
     beam_fill,
     best_finished,
     check_beam_arguments,
     check_int,
+    check_no_streamer,
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
-    forced_token,
+    decoding_rules,
+    generate_plan,
+    process_scores,
+    sampling_probabilities,
     update_stopped,
 )
 
+from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
 from .layers import linear_forward
 from .model import (
@@ -187,35 +202,35 @@ def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache
     return prompt, max_len, Recompute(model, src_ids, n_copies, mask, src_mask)
 
 
-def allowed_scores(scores: np.ndarray, model, tokens: np.ndarray, last_step: bool) -> np.ndarray:
-    """A copy of the next-token scores (N, V) (logits in greedy search, log-probabilities in beam search) with what
-    may not come next at -inf. A model of our own: pad_id never (without_pad). A checkpoint's model: its
-    GenerationRules (from its generation_config.json) and nothing else, in the order transformers' logits processors
-    apply them. tokens (N, t): the rows so far.
-
-    - bad_words: a banned sequence's last token, in the rows that end with the rest of it;
-    - forced_bos_id at position 1, forced_eos_id at the last step: every other token -inf, the forced one 0.
+def allowed_scores(scores: np.ndarray, model, rules: GenerationRules, step: Step) -> np.ndarray:
+    """The next-token scores (N, V) (logits in greedy search and sampling, log-probabilities in beam search) after
+    the logits processors, in transformers' order (transformer_spec.generation.process_scores; each formula in
+    logits_processors): a model of our own first bans pad_id (without_pad); then repetition_penalty,
+    no_repeat_ngram, bad_words, min_length, the forced tokens (forced_bos_id at position 1, forced_eos_id at the
+    last step). A model read from a checkpoint applies its GenerationRules (from its generation_config.json, the
+    caller's settings over them) and nothing else. The caller's array is never changed.
 
     ValueError when a row is left no token at all."""
-    rules = model.generation_rules
-    if rules is None:
+    if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)  # a copy
-        check_something_allowed(scores, tokens.shape[1])
-        return scores
-    scores = scores.copy()
-    for words in rules.bad_words:
-        *prefix, last = words
-        if not prefix:
-            scores[:, last] = -np.inf
-        elif tokens.shape[1] >= len(prefix):
-            ends_with = (tokens[:, tokens.shape[1] - len(prefix) :] == np.array(prefix)).all(axis=1)  # (N,)
-            scores[ends_with, last] = -np.inf
-    forced = forced_token(rules, tokens.shape[1], last_step)
-    if forced is not None:
-        scores[:] = -np.inf
-        scores[:, forced] = 0.0
-    check_something_allowed(scores, tokens.shape[1])
+    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    check_something_allowed(scores, step.tokens.shape[1])
     return scores
+
+
+def warped_probabilities(scores: np.ndarray, rules: GenerationRules, min_tokens_to_keep: int = 1) -> np.ndarray:
+    """Sampling's distribution (N, V) from processed scores: temperature, top_k, top_p, min_p (each when it changes
+    something, as generate() builds them), then the softmax (transformer_spec.generation.sampling_probabilities)."""
+    return sampling_probabilities(lp, scores, rules, min_tokens_to_keep)
+
+
+def penalty_start(model, attention_mask, n_copies: int) -> np.ndarray | None:
+    """Where repetition_penalty starts counting in each of the N rows: after a decoder-only prompt's left padding
+    (the first real token of attention_mask, as generate() takes it), None: everywhere (no mask, or an
+    encoder-decoder, whose decoder ids have none)."""
+    if attention_mask is None or isinstance(model, Transformer):
+        return None
+    return np.repeat(np.argmax(np.asarray(attention_mask) != 0, axis=1), n_copies)  # (N,)
 
 
 def check_something_allowed(scores: np.ndarray, position: int) -> None:
@@ -238,11 +253,9 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 # Greedy search.
 
 
-def greedy_decode(
-    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, on_token=None
-) -> np.ndarray:
-    """Take the most likely token at every step (the lowest id among equals; never pad_id in a model of our own, what
-    the checkpoint's rules allow in a loaded one: see the module docstring).
+def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, **settings) -> np.ndarray:
+    """Take the most likely token at every step (the lowest id among equals), after the logits processors (see
+    allowed_scores: never pad_id in a model of our own; a loaded one's generation_config.json rules).
 
     model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
     max_len: the most tokens to generate (None: as many as config.max_len positions allow).
@@ -250,13 +263,74 @@ def greedy_decode(
     attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
     left-padded prompt (positions count the real tokens; padded keys are never attended to), a Transformer's
     (B, S) for its source (the source keys read, instead of those not holding pad_id).
-    on_token: None, or a callable given each step's tokens (B,) as they are chosen (streaming text).
+    settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens, over the checkpoint's (None:
+    the checkpoint's; a model of our own: transformers' defaults, which change nothing).
     Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
     has produced eos_id.
     """
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, on_token)
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules)
     return tokens
+
+
+def sample(
+    model, src_ids, max_len: int, rng=None, use_cache: bool = True, attention_mask=None, streamer=None, **settings
+) -> np.ndarray:
+    """Draw every token from the distribution softmax(warped scores), as generate(do_sample=True) does: the logits
+    processors of greedy_decode, then temperature, top_k, top_p and min_p (warped_probabilities).
+
+    rng: a np.random.Generator (drawn from; a run is reproduced by a generator seeded alike), an int seed, or None
+    (a fresh, unseeded generator). settings: those of greedy_decode and temperature, top_k, top_p, min_p, over the
+    checkpoint's (None: the checkpoint's; top_k 0 and min_p 0 turn them off; a model of our own starts from
+    transformers' defaults: temperature 1, top_k 50, top_p 1). streamer: None, or a callable given each step's
+    tokens (B,) as they are chosen (int64; a finished row's fill). Other arguments and the result as greedy_decode.
+    """
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng), streamer)
+    return tokens
+
+
+def as_generator(rng) -> np.random.Generator:
+    """rng as a np.random.Generator: itself, one seeded with an int, or a fresh one for None."""
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator, an int seed or None, got {type(rng).__name__}")
+    return rng
+
+
+def model_rules(model) -> GenerationRules | None:
+    """The model's generation rules (None for a model of our own), after checking it is a model that decodes."""
+    check_model(model)
+    return model.generation_rules
+
+
+def generate(
+    model, src_ids, max_new_tokens: int | None = None, attention_mask=None, rng=None, use_cache: bool = True,
+    streamer=None, **settings,
+) -> np.ndarray:  # fmt: skip
+    """Decode as transformers' generate() does under the checkpoint's generation_config.json, the caller's settings
+    over it: sampling when do_sample (sample), beam search when num_beams > 1 (beam_search), else greedy search.
+
+    max_new_tokens: None: the rules' max_new_tokens, else their max_length minus the decoder input (the prompt, or
+    the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
+    those of sample (None: the checkpoint's). rng and streamer as in sample (beam search streams nothing: a
+    streamer with num_beams > 1 is a ValueError, as in transformers). ValueError for do_sample with num_beams > 1.
+    """
+    T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
+    if strategy == "beam":
+        check_no_streamer(streamer)
+        out, _ = beam_search_scores(
+            model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,
+            attention_mask, rules,
+        )  # fmt: skip
+        return out
+    generator = as_generator(rng) if strategy == "sample" else None
+    return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator, streamer)[0]
 
 
 def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
@@ -264,14 +338,19 @@ def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
     return np.isin(tokens, cfg.eos_ids)
 
 
-def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, on_token=None):
-    """greedy_decode that also returns the logits it chose from, (B, steps, V), for the tests."""
+def greedy_search(
+    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, rules=None, rng=None, streamer=None
+):  # fmt: skip
+    """greedy_decode (rng None) or sample (rng a Generator) under `rules` (None: the model's), which also returns
+    the logits it chose from, (B, steps, V), for the tests. streamer: called with each step's tokens (B,)."""
     check_model(model)
+    rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
         B, T_p = prompt.shape
         fill = after_eos(model.generation_rules, cfg)
+        start = penalty_start(model, attention_mask, 1)
         tokens = np.full((B, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = prompt
         done = np.zeros(B, dtype=bool)  # the row has produced eos_id
@@ -279,11 +358,14 @@ def greedy_search(model, src_ids, max_len: int, use_cache: bool = True, attentio
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
-            last_step = t == T_p + max_len - 1
-            choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(axis=-1)  # (B,) the first maximum
+            scores = allowed_scores(logits, model, rules, Step(tokens[:, :t], T_p, start, t == T_p + max_len - 1))
+            if rng is None:
+                choice = scores.argmax(axis=-1)  # (B,) the first maximum
+            else:
+                choice = lp.draw(warped_probabilities(scores, rules), rng)  # (B,)
             tokens[:, t] = np.where(done, fill, choice)
-            if on_token is not None:
-                on_token(tokens[:, t].copy())
+            if streamer is not None:
+                streamer(tokens[:, t].copy())
             done |= is_eos(tokens[:, t], cfg)
             if done.all():
                 break
@@ -334,32 +416,43 @@ def best_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int):
 def beam_search(
     model,
     src_ids,
-    beam_size: int = 4,
+    beam_size: int | None = None,
     max_len: int | None = None,
-    length_penalty: float = 1.0,
+    length_penalty: float | None = None,
     use_cache: bool = True,
-    early_stopping: bool | str = False,
+    early_stopping: bool | str | None = None,
     attention_mask=None,
+    **settings,
 ) -> np.ndarray:
     """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
 
-    Arguments and result as greedy_decode; max_len None generates up to config.max_len positions.
+    Arguments and result as greedy_decode (settings too: the logits processors, applied to the log-probabilities);
+    max_len None generates up to config.max_len positions.
+    beam_size: None: the checkpoint's num_beams when it asks for beams, else 4.
     length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
-    favours longer outputs). early_stopping: True, False or "never", as transformers' generate.
+    favours longer outputs); None: the checkpoint's (1.0 without one). early_stopping: True, False or "never", as
+    transformers' generate; None: the checkpoint's (False without one).
     attention_mask: a left-padded prompt's real tokens, as in greedy_decode.
     Returns int64 ids (B, T_p + L), the best hypothesis of each element, L the longest of them.
     """
     tokens, _ = beam_search_scores(
-        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask, None, **settings
     )
     return tokens
 
 
 def beam_search_scores(
-    model, src_ids, beam_size=4, max_len=None, length_penalty=1.0, use_cache=True, early_stopping=False,
-    attention_mask=None,
+    model, src_ids, beam_size=None, max_len=None, length_penalty=None, use_cache=True, early_stopping=None,
+    attention_mask=None, rules=None, **settings,
 ):  # fmt: skip
-    """beam_search that also returns each element's best normalised score, a list of B floats."""
+    """beam_search that also returns each element's best normalised score, a list of B floats. rules: the rules to
+    decode under (generate's), instead of the model's with `settings` over them."""
+    if rules is None:
+        given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+    if beam_size is None:
+        beam_size = rules.num_beams if rules.num_beams > 1 else 4
+    length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
     check_beam_arguments(beam_size, length_penalty, early_stopping)
     check_model(model)
     with evaluating(model):
@@ -378,10 +471,11 @@ def beam_search_scores(
         n_best = max(2, 1 + len(cfg.eos_ids)) * K
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
+        start = penalty_start(model, attention_mask, K)
         for step in range(max_len):
             t = T_p + step
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
-            log_probs = allowed_scores(log_probs, model, tokens[:, :t], step == max_len - 1)
+            log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
             score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
             rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues

@@ -9,7 +9,8 @@
     transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
                                                             grade workbooks (exit 1 when any exercise fails)
     transformer-parity generate MODEL PROMPT [--max-new-tokens N] [--chat] [--system TEXT] [--torch]
-                             [--device DEV] [--dtype float32|float64]
+                             [--device DEV] [--dtype float32|float64] [--greedy] [--seed N] [--temperature T]
+                             [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--num-beams N] ...
                                                             text from a checkpoint folder or Hub id, streamed
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
@@ -21,7 +22,8 @@ sys.exit at import, in the factory or in forward, a crash, a hang), with a messa
 `generate` loads MODEL (a checkpoint folder, or a Hub id such as Qwen/Qwen2.5-0.5B-Instruct: that needs the `hub`
 extra) with numpy_transformer.hf (torch_transformer.hf with --torch), and prints the text it writes after PROMPT
 as it comes, decoded under the checkpoint's generation rules; --chat sends PROMPT as a user message through the
-checkpoint's chat template (--system adds a system message). Exit 2 when the model or the prompt cannot be used.
+checkpoint's chat template (--system adds a system message); the decoding flags override the checkpoint's settings
+(--greedy turns its sampling off, --seed makes a sampled run repeatable). Exit 2 when the model or the prompt cannot be used.
 """
 
 from __future__ import annotations
@@ -281,7 +283,33 @@ def generate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--torch", action="store_true", help="decode with torch_transformer instead of NumPy")
     parser.add_argument("--device", default="cpu", help="with --torch: the device (default cpu)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    settings = parser.add_argument_group(
+        "decoding settings", "each over the checkpoint's generation_config.json (left out: the checkpoint's)"
+    )
+    settings.add_argument("--greedy", action="store_true", help="greedy search even where the checkpoint samples")
+    settings.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: unseeded)")
+    for flag, kind in (
+        ("--temperature", float),
+        ("--top-k", int),
+        ("--top-p", float),
+        ("--min-p", float),
+        ("--repetition-penalty", float),
+        ("--no-repeat-ngram-size", int),
+        ("--num-beams", int),
+    ):
+        settings.add_argument(flag, type=kind, default=None)
     return parser
+
+
+def decoding_settings(args) -> dict:
+    """The decoding settings the command line gives (only those given: the rest stay the checkpoint's)."""
+    names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "no_repeat_ngram_size", "num_beams")
+    settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if args.greedy:
+        settings["do_sample"] = False
+    if args.seed is not None:
+        settings["rng"] = args.seed
+    return settings
 
 
 def generate_main(argv) -> int:
@@ -309,7 +337,8 @@ def generate_main(argv) -> int:
 
             model = hf.load(args.model, dtype=args.dtype)
         tokenizer = load_tokenizer(args.model)
-        generate_text(model, tokenizer, prompt, args.max_new_tokens, stream=lambda s: print(s, end="", flush=True))
+        stream = lambda s: print(s, end="", flush=True)  # noqa: E731
+        generate_text(model, tokenizer, prompt, args.max_new_tokens, stream=stream, **decoding_settings(args))
     except (ValueError, TypeError) as exc:
         print(f"transformer-parity generate: {exc}", file=sys.stderr)
         return 2

@@ -218,12 +218,15 @@ def tiny_lm(side: str, **fields):
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 @pytest.mark.parametrize("side", SIDES)
 def test_every_token_banned_is_a_value_error(side, search):
-    """bad_words_ids covering the whole vocabulary, or (a model of our own, which never generates pad) a
+    """bad_words_ids covering the whole vocabulary but the end token, which min_length bans (bad_words_ids cannot
+    ban an end token alone: generate() drops that entry), or (a model of our own, which never generates pad) a
     vocabulary of the pad id alone: a ValueError naming the position, where greedy search emitted the pad id and
     beam search raised "max() arg is an empty sequence"."""
     prompt = np.array([[5, 6, 7], [8, 9, 10]])
     lm = tiny_lm(side)
-    lm.generation_rules = GenerationRules(bad_words=tuple((t,) for t in range(32)))
+    (eos,) = lm.config.eos_ids
+    lm.generation_rules = GenerationRules(bad_words=tuple((t,) for t in range(32)), min_length=10)
+    assert (eos,) in lm.generation_rules.bad_words  # dropped, as generate() drops it: min_length bans eos
     only_pad = tiny_lm(side, src_vocab_size=1, tgt_vocab_size=1, bos_id=None, eos_id=None)
     for model, ids in ((lm, prompt), (only_pad, np.zeros((2, 3), dtype=np.int64))):
         with pytest.raises(ValueError, match=r"every token is banned at position 3 for rows \[0, 1[],]"):

@@ -10,7 +10,7 @@ torchrun and DistributedDataParallel: `torch_transformer.distributed` (imported 
 from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
-from .decoding import beam_search, greedy_decode
+from .decoding import beam_search, generate, greedy_decode, sample
 from .layers import Dropout, FeedForward, sinusoidal_table
 from .loss import cross_entropy
 from .model import (
@@ -48,4 +48,6 @@ __all__ = [
     "causal_mask",
     "greedy_decode",
     "beam_search",
+    "sample",
+    "generate",
 ]

@@ -1,7 +1,9 @@
-"""Greedy search and beam search for `Transformer` and `TransformerLM`, with a key/value cache.
+"""Greedy search, beam search and sampling for `Transformer` and `TransformerLM`, with a key/value cache.
 
     tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
     tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
+    tokens = sample(lm, prompt, 20, torch.Generator().manual_seed(0), top_p=0.9)   # torch.multinomial draws
+    tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
 
 The same functions, arguments and rules as `numpy_transformer.decoding` (see its docstring and the
 beam-search notes below), under the same names, written with PyTorch's own ops; the bookkeeping that is not math
@@ -34,20 +36,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_spec.config import TransformerConfig
+from transformer_spec.config import GenerationRules, TransformerConfig
 from transformer_spec.generation import (
+    BEAM,
+    PROCESSORS,
+    SAMPLING,
+    Step,
     after_eos,
     beam_fill,
     best_finished,
     check_beam_arguments,
     check_int,
+    check_no_streamer,
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
-    forced_token,
+    decoding_rules,
+    generate_plan,
+    process_scores,
+    sampling_probabilities,
     update_stopped,
 )
 
+from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
 from .model import Transformer, TransformerLM, check_attention_mask, check_ids
 from .model import source_mask as model_source_mask
@@ -197,31 +208,27 @@ def start_decoding(
     return prompt, max_len, Recompute(model, source, n_copies, mask, src_mask)
 
 
-def allowed_scores(scores: Tensor, model: Model, tokens: Tensor, last_step: bool) -> Tensor:
-    """scores (N, V) with what may not come next at -inf. A model of our own: pad never (without_pad). A
-    checkpoint's model: its GenerationRules (read from its generation_config.json by hf.load) and nothing else, as
-    transformers' logits processors apply them: the last token of each bad-words sequence in the rows ending with
-    the rest of it; forced_bos_id at position 1 and forced_eos_id at the last step (every other token -inf, the
-    forced one 0). tokens (N, t): the rows so far. ValueError when a row is left no token."""
-    rules = model.generation_rules
-    if rules is None:
+def allowed_scores(scores: Tensor, model: Model, rules: GenerationRules, step: Step) -> Tensor:
+    """scores (N, V) after the logits processors, in transformers' order (see numpy_transformer.decoding): a model
+    of our own first bans pad (without_pad); then repetition_penalty, no_repeat_ngram, bad_words, min_length, the
+    forced tokens. ValueError when a row is left no token."""
+    if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)
-        check_something_allowed(scores, tokens.shape[1])
-        return scores
-    scores = scores.clone()
-    for words in rules.bad_words:
-        *prefix, last = words
-        if not prefix:
-            scores[:, last] = float("-inf")
-        elif tokens.shape[1] >= len(prefix):
-            ends_with = (tokens[:, tokens.shape[1] - len(prefix) :] == tokens.new_tensor(prefix)).all(dim=1)  # (N,)
-            scores[ends_with, last] = float("-inf")
-    forced = forced_token(rules, tokens.shape[1], last_step)
-    if forced is not None:
-        scores = torch.full_like(scores, float("-inf"))
-        scores[:, forced] = 0.0
-    check_something_allowed(scores, tokens.shape[1])
+    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    check_something_allowed(scores, step.tokens.shape[1])
     return scores
+
+
+def warped_probabilities(scores: Tensor, rules: GenerationRules, min_tokens_to_keep: int = 1) -> Tensor:
+    """Sampling's distribution (N, V): temperature, top_k, top_p, min_p (each when it changes something), softmax."""
+    return sampling_probabilities(lp, scores, rules, min_tokens_to_keep)
+
+
+def penalty_start(model: Model, attention_mask: Tensor | None, n_copies: int) -> Tensor | None:
+    """The first real token of a decoder-only prompt's attention_mask, per row (N,); None: count every position."""
+    if attention_mask is None or isinstance(model, Transformer):
+        return None
+    return (attention_mask != 0).int().argmax(dim=1).repeat_interleave(n_copies)
 
 
 def check_something_allowed(scores: Tensor, position: int) -> None:
@@ -254,19 +261,85 @@ def greedy_decode(
     use_cache: bool = True,
     compiled: bool = False,
     attention_mask: Tensor | None = None,
-    on_token=None,
+    **settings,
 ) -> Tensor:
-    """The most likely token at every step (lowest id among equals; never pad_id in a model of our own, what the
-    checkpoint's rules allow in a loaded one: see numpy_transformer.decoding).
+    """The most likely token at every step (lowest id among equals) after the logits processors (never pad_id in a
+    model of our own; a loaded one's generation_config.json rules: see numpy_transformer.decoding).
 
     Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
     tokens, pad_id after a row's eos_id (a loaded checkpoint: generate()'s fill); stops once every row has
     produced eos_id. compiled: run the cached step through torch.compile (see the module docstring).
     attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
     left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
-    on_token: None, or a callable given each step's tokens (B,) as they are chosen (streaming text).
+    settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens (None: the checkpoint's).
     """
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, on_token)[0]
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules)[0]
+
+
+def sample(
+    model: Model,
+    src_ids: Tensor,
+    max_len: int,
+    rng: torch.Generator | int | None = None,
+    use_cache: bool = True,
+    compiled: bool = False,
+    attention_mask: Tensor | None = None,
+    streamer=None,
+    **settings,
+) -> Tensor:
+    """Each token drawn with torch.multinomial from softmax of the processed and warped scores, as
+    generate(do_sample=True) draws it. rng: a torch.Generator (on the model's device), an int seed, or None (torch's
+    global generator, as generate() uses: torch.manual_seed(s) then sample reproduces generate()'s draws).
+    settings: greedy_decode's and temperature, top_k, top_p, min_p (None: the checkpoint's). streamer: None, or a
+    callable given each step's tokens (B,) as they are chosen (a long tensor; a finished row's fill)."""
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    generator = as_generator(rng, src_ids)
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
+
+
+def as_generator(rng, src_ids) -> torch.Generator | bool:
+    """rng as a torch.Generator (an int seeds a new one on src_ids' device); True for None: the global one."""
+    if rng is None:
+        return True
+    if isinstance(rng, int) and not isinstance(rng, bool):
+        device = src_ids.device if isinstance(src_ids, Tensor) else "cpu"
+        return torch.Generator(device=device).manual_seed(rng)
+    if not isinstance(rng, torch.Generator):
+        raise TypeError(f"rng must be a torch.Generator, an int seed or None, got {type(rng).__name__}")
+    return rng
+
+
+def model_rules(model) -> GenerationRules | None:
+    """The model's generation rules (None for a model of our own), after checking it decodes."""
+    check_model(model)
+    return model.generation_rules
+
+
+def generate(
+    model: Model,
+    src_ids: Tensor,
+    max_new_tokens: int | None = None,
+    attention_mask: Tensor | None = None,
+    rng: torch.Generator | int | None = None,
+    use_cache: bool = True,
+    compiled: bool = False,
+    streamer=None,
+    **settings,
+) -> Tensor:
+    """As transformers' generate() under the checkpoint's generation_config.json, the caller's settings over it:
+    sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
+    has the full description). rng and streamer as in sample (a streamer with beams: ValueError)."""
+    T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
+    if strategy == "beam":
+        check_no_streamer(streamer)
+        return beam_search_scores(
+            model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, compiled,
+            rules.early_stopping, attention_mask, rules,
+        )[0]  # fmt: skip
+    generator = as_generator(rng, src_ids) if strategy == "sample" else None
+    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
 
 
 def greedy_search(
@@ -276,15 +349,20 @@ def greedy_search(
     use_cache: bool = True,
     compiled: bool = False,
     attention_mask: Tensor | None = None,
-    on_token=None,
+    rules: GenerationRules | None = None,
+    rng: torch.Generator | bool | None = None,
+    streamer=None,
 ) -> tuple[Tensor, Tensor]:
-    """greedy_decode, and the logits it chose from, (B, steps, V)."""
+    """greedy_decode (rng None) or sample (rng a Generator, or True: the global one) under rules (None: the
+    model's), and the logits it chose from, (B, steps, V)."""
     check_model(model)
+    rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, compiled)
         cfg = model.config
         B, T_p = prompt.shape
         fill = after_eos(model.generation_rules, cfg)
+        start = penalty_start(model, attention_mask, 1)
         tokens = prompt.new_full((B, T_p + max_len), fill)
         tokens[:, :T_p] = prompt
         done = torch.zeros(B, dtype=torch.bool, device=prompt.device)  # the row has produced eos_id
@@ -292,11 +370,15 @@ def greedy_search(
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
-            last_step = t == T_p + max_len - 1
-            choice = allowed_scores(logits, model, tokens[:, :t], last_step).argmax(dim=-1)  # (B,) the first maximum
+            scores = allowed_scores(logits, model, rules, Step(tokens[:, :t], T_p, start, t == T_p + max_len - 1))
+            if rng is None:
+                choice = scores.argmax(dim=-1)  # (B,) the first maximum
+            else:
+                generator = rng if isinstance(rng, torch.Generator) else None  # True: the global one
+                choice = torch.multinomial(warped_probabilities(scores, rules), 1, generator=generator)[:, 0]
             tokens[:, t] = choice.masked_fill(done, fill)
-            if on_token is not None:
-                on_token(tokens[:, t].clone())
+            if streamer is not None:
+                streamer(tokens[:, t].clone())
             done |= is_eos(tokens[:, t], cfg)
             if bool(done.all()):
                 break
@@ -304,13 +386,7 @@ def greedy_search(
 
 
 # ----------------------------------------------------------------------------------------------
-# Beam search: the rules of numpy_transformer.decoding (those of transformers' generate), with torch's ops.
-#   score of a continuation = cumulative log-prob + log_softmax(logits)[token], banned tokens at -inf;
-#   per element, rank the K * V continuations by (-score, beam, token) (stable sort, flat index
-#   beam * V + token) and keep the (1 + n_eos) K best (2K at least); eos within the first K ranks finishes
-#   a hypothesis with score / (generated tokens incl. eos) ** length_penalty (at max_len, all of the first K
-#   ranks finish); the first K non-eos ones stay live. The finished hypotheses' bookkeeping (collect, stop, pick
-#   the best) is transformer_spec.generation's, shared with the NumPy side.
+# Beam search (rules and notes: numpy_transformer.decoding).
 
 
 def best_candidates(cumulative: Tensor, log_probs: Tensor, n_best: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -326,34 +402,46 @@ def best_candidates(cumulative: Tensor, log_probs: Tensor, n_best: int) -> tuple
 def beam_search(
     model: Model,
     src_ids: Tensor,
-    beam_size: int = 4,
+    beam_size: int | None = None,
     max_len: int | None = None,
-    length_penalty: float = 1.0,
+    length_penalty: float | None = None,
     use_cache: bool = True,
     compiled: bool = False,
-    early_stopping: bool | str = False,
+    early_stopping: bool | str | None = None,
     attention_mask: Tensor | None = None,
+    **settings,
 ) -> Tensor:
     """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + L) as greedy_decode, L the
-    longest best hypothesis; max_len None: as many as config.max_len allows; compiled and attention_mask as in
-    greedy_decode; early_stopping True, False or "never", as transformers' generate."""
+    longest best hypothesis; max_len None: as many as config.max_len allows; compiled, attention_mask and settings
+    (the logits processors) as in greedy_decode; early_stopping True, False or "never", as transformers' generate.
+    beam_size, length_penalty, early_stopping None: the checkpoint's (num_beams when above 1, else 4; 1.0; False)."""
     return beam_search_scores(
-        model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping, attention_mask
-    )[0]
+        model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping, attention_mask,
+        None, **settings,
+    )[0]  # fmt: skip
 
 
 def beam_search_scores(
     model: Model,
     src_ids: Tensor,
-    beam_size: int = 4,
+    beam_size: int | None = None,
     max_len: int | None = None,
-    length_penalty: float = 1.0,
+    length_penalty: float | None = None,
     use_cache: bool = True,
     compiled: bool = False,
-    early_stopping: bool | str = False,
+    early_stopping: bool | str | None = None,
     attention_mask: Tensor | None = None,
+    rules: GenerationRules | None = None,
+    **settings,
 ) -> tuple[Tensor, list[float]]:
-    """beam_search, and each element's best normalised score (a list of B floats)."""
+    """beam_search, and each element's best normalised score (a list of B floats). rules: decode under these
+    (generate's) instead of the model's with `settings` over them."""
+    if rules is None:
+        given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+    if beam_size is None:
+        beam_size = rules.num_beams if rules.num_beams > 1 else 4
+    length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
     check_beam_arguments(beam_size, length_penalty, early_stopping)
     check_model(model)
     with evaluating(model):
@@ -370,10 +458,11 @@ def beam_search_scores(
         n_best = max(2, 1 + len(cfg.eos_ids)) * K  # each beam may end with every eos id: K of these are not eos
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
+        start = penalty_start(model, attention_mask, K)
         for step in range(max_len):
             t = T_p + step
             log_probs = F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1)  # (N, V)
-            log_probs = allowed_scores(log_probs, model, tokens[:, :t], step == max_len - 1)
+            log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
             score, beam, token = best_candidates(cumulative, log_probs.view(B, K, -1), n_best)  # (B, n_best) each
             rows = torch.arange(B, device=prompt.device)[:, None] * K + beam  # (B, n_best): the row each continues
             ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis

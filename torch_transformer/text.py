@@ -14,14 +14,17 @@ import torch
 from transformer_spec import text
 from transformer_spec.text import Tokenizer, load_tokenizer
 
-from .decoding import greedy_decode
+from .decoding import generate
 
 
 def decode_prompt(model, ids: list[int], max_new_tokens: int, on_token, **decoding_kwargs) -> None:
-    """One prompt's ids through greedy decoding with the KV cache, each chosen token passed to on_token(int)."""
+    """One prompt's ids through decoding.generate (see numpy_transformer.text.decode_prompt)."""
     device = next(model.parameters()).device
     prompt = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T_p)
-    greedy_decode(model, prompt, max_new_tokens, on_token=lambda new: on_token(int(new[0])), **decoding_kwargs)
+    streamer = text.token_streamer(model, on_token, decoding_kwargs)
+    out = generate(model, prompt, max_new_tokens, streamer=streamer, **decoding_kwargs)
+    if streamer is None:
+        text.replay(out[0, len(ids) :].tolist(), model.config.eos_ids, on_token)
 
 
 def generate_text(model, tokenizer: Tokenizer, prompt, max_new_tokens: int = 64, stream=None, **decoding_kwargs) -> str:

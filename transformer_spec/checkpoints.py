@@ -37,6 +37,7 @@ from .families import (
     resolve_ties,
 )
 from .hub import checkpoint_folder
+from .generation import APPLIED
 
 SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
 
@@ -315,7 +316,8 @@ def write_checkpoint(directory, hf_config: dict, generation: dict | None, tensor
 def generation_config(model) -> dict | None:
     """generation_config.json for a model that generates (a Transformer or TransformerLM; None for an encoder):
     its special ids and the generation rules it decodes with (model.generation_rules: forced tokens, bad words,
-    the fill of finished beams), so that a checkpoint loaded, saved and loaded again decodes the same."""
+    the fill of finished beams, the decoding settings that differ from transformers' defaults), so that a
+    checkpoint loaded, saved and loaded again decodes the same."""
     config = model.config
     if getattr(model, "encoder_only", False) or config.n_decoder_layers == 0:
         return None
@@ -337,6 +339,10 @@ def generation_config(model) -> dict | None:
         out["forced_eos_token_id"] = rules.forced_eos_id
     if rules.bad_words:
         out["bad_words_ids"] = [list(words) for words in rules.bad_words]
+    defaults = GenerationRules()
+    for name in APPLIED:  # the decoding settings, where they differ from transformers' defaults
+        if getattr(rules, name) != getattr(defaults, name):
+            out[name] = getattr(rules, name)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items() if v is not None}
 
 

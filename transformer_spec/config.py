@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
@@ -614,14 +615,22 @@ class TransformerConfig:
 @dataclass(frozen=True)
 class GenerationRules:
     """What a checkpoint's generation_config.json asks of decoding (stopping at eos aside). hf.load reads them; a
-    model of our own has none, and decoding it keeps its own rule instead: pad is never generated. A model with
-    rules bans only what they ban (the pad id too, only when bad_words_ids lists it), as generate() does. Applied as
-    transformers' logits processors apply them, at the same steps:
+    model of our own has none, and decoding it keeps its own rule instead: pad is never generated (its settings are
+    then transformers' defaults, the values below). A model with rules bans only what they ban (the pad id too, only
+    when bad_words_ids lists it), as generate() does. Applied as transformers' logits processors apply them, at the
+    same steps and in the same order (numpy_transformer.logits_processors states each formula):
 
-    - forced_bos_id: the token at position 1 (the first generated token of an encoder-decoder; mBART's language);
-    - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's);
+    - repetition_penalty: the scores of tokens already in the row divided by it (multiplied when negative);
+    - no_repeat_ngram_size: a token that would repeat an n-gram already in the row is banned;
     - bad_words: token sequences never to complete: a sequence's last token is banned wherever the tokens before
       it end the row (a one-token sequence is banned everywhere);
+    - min_length / min_new_tokens: the end tokens banned while the row (decoder ids: prompt, or start token, and
+      what was generated) is shorter than min_length, or fewer than min_new_tokens were generated;
+    - forced_bos_id: the token at position 1 (the first generated token of an encoder-decoder; mBART's language);
+    - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's);
+    - do_sample, temperature, top_k, top_p, min_p: sampling and its warpers (top_k 0 or None: off; min_p None: off);
+    - num_beams, length_penalty, early_stopping: what beam search and generate() use unless the caller says;
+    - max_length (None: not in the file, generate()'s 20 new tokens) and max_new_tokens: generate()'s length;
     - beam_fill_id: what pads a finished beam-search hypothesis shorter than the best: generate()'s
       `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search;
     - fill_id: what follows a row's end token in greedy search: generate()'s pad_token_id, or its first
@@ -633,6 +642,20 @@ class GenerationRules:
     bad_words: tuple = ()  # tuple of tuples of ids
     beam_fill_id: int | None = None
     fill_id: int | None = None
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+    min_length: int = 0
+    min_new_tokens: int | None = None
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_k: int | None = 50
+    top_p: float = 1.0
+    min_p: float | None = None
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: bool | str = False
+    max_length: int | None = None
+    max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id", "fill_id"):
@@ -644,6 +667,38 @@ class GenerationRules:
                 raise ValueError(f"bad_words must be non-empty tuples of token ids, got {words!r}")
             for token in words:
                 _check_int("bad_words token", token, minimum=0)
+        self._check_settings()
+
+    def _check_settings(self) -> None:
+        """The decoding settings: ints and floats in transformers' ranges."""
+        for name, minimum in (("no_repeat_ngram_size", 0), ("min_length", 0), ("num_beams", 1)):
+            _check_int(name, getattr(self, name), minimum)
+        for name, minimum in (("min_new_tokens", 0), ("top_k", 0), ("max_length", 1), ("max_new_tokens", 1)):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum)
+        self._check_floats()
+
+    def _check_floats(self) -> None:
+        if not (_is_positive_float(self.repetition_penalty) and math.isfinite(self.repetition_penalty)):
+            raise ValueError(f"repetition_penalty must be a finite number > 0, got {self.repetition_penalty!r}")
+        if not (_is_positive_float(self.temperature) or self.temperature == 0) or not math.isfinite(self.temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")  # 0: not sampling
+        for name in ("top_p", "min_p"):
+            value = getattr(self, name)
+            if value is None and name == "min_p":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        if isinstance(self.length_penalty, bool) or not isinstance(self.length_penalty, (int, float)):
+            raise TypeError(
+                f"length_penalty must be a float, got {type(self.length_penalty).__name__} ({self.length_penalty!r})"
+            )
+        if not math.isfinite(self.length_penalty):
+            raise ValueError(f"length_penalty must be finite, got {self.length_penalty}")
+        if self.early_stopping not in (True, False, "never") or not isinstance(self.early_stopping, (bool, str)):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {self.early_stopping!r}")
+        if not isinstance(self.do_sample, bool):
+            raise TypeError(f"do_sample must be True or False, got {self.do_sample!r}")
 
 
 def _is_positive_float(value: object) -> bool:

@@ -5,15 +5,22 @@ floats and lists. Each side computes its scores with its own library and hands t
 - which token a checkpoint's rules force at a step (`forced_token`), and the error when a row is left no token;
 - beam search's finished hypotheses: which are collected (`collect_finished`), when an element stops taking them
   (`cannot_improve`, `update_stopped`), and which one wins (`best_finished`);
-- the arguments' checks (`check_int`, `check_beam_arguments`, `decoding_length`).
+- the arguments' checks (`check_int`, `check_beam_arguments`, `decoding_length`);
+- a checkpoint's generation_config.json: which settings decoding applies, which cannot change the tokens, and which
+  it does not apply (`generation_settings`, warned about by name), and the caller's settings over the checkpoint's
+  (`decoding_rules`, `generate_strategy`, `new_tokens`).
 
 The rules are transformers' generate()'s; numpy_transformer/decoding.py states them in full above beam_search.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+import warnings
+from dataclasses import dataclass
+from typing import Any
 
 from .config import GenerationRules, TransformerConfig
 
@@ -176,3 +183,212 @@ def decoding_length(max_len: int | None, T_p: int, limit: int, lm: bool) -> int:
             f"config.max_len={limit}: max_len must be at most {limit - T_p}"
         )
     return max_len
+
+
+# ----------------------------------------------------------------------------------------------
+# generation_config.json's settings (transformers 5's names) and the caller's.
+
+# Read into GenerationRules and applied, with transformers' defaults (a missing key or null: the default). The ids
+# (bos, eos, pad, decoder start, forced bos / eos, bad_words_ids) are read with the config (families.core).
+APPLIED = {
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
+    "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None,
+    "num_beams": 1, "length_penalty": 1.0, "early_stopping": False, "max_length": None, "max_new_tokens": None,
+}  # fmt: skip
+IDS = (
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
+    "forced_eos_token_id", "bad_words_ids",
+)  # fmt: skip
+# Never change which tokens come out (outputs asked for, caches, compilation, assisted decoding's own knobs).
+INERT = (
+    "transformers_version", "_from_model_config", "use_cache", "output_attentions", "output_hidden_states",
+    "output_scores", "output_logits", "return_dict_in_generate", "cache_implementation", "cache_config",
+    "compile_config", "disable_compile", "max_cache_len", "prefill_chunk_size", "low_memory", "is_assistant",
+    "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold",
+    "assistant_lookbehind", "target_lookbehind", "max_matching_ngram_size", "trust_remote_code",
+)  # fmt: skip
+# Not applied here; at these values (or null) generate() does not apply them either. Any other value is warned about
+# by name when a checkpoint is read, and refused when a caller passes it.
+NOT_APPLIED = {
+    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None, "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0, "num_beam_groups": 1, "diversity_penalty": 0.0, "num_return_sequences": 1,
+    "remove_invalid_values": False, "renormalize_logits": False, "exponential_decay_length_penalty": None,
+    "suppress_tokens": None, "begin_suppress_tokens": None, "sequence_bias": None, "guidance_scale": 1.0,
+    "constraints": None, "force_words_ids": None, "penalty_alpha": None, "dola_layers": None,
+    "watermarking_config": None, "stop_strings": None, "max_time": None, "token_healing": False,
+    "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "use_mtp": False,
+}  # fmt: skip
+SAMPLING = ("temperature", "top_k", "top_p", "min_p")
+PROCESSORS = ("repetition_penalty", "no_repeat_ngram_size", "min_length", "min_new_tokens")
+BEAM = ("length_penalty", "early_stopping")
+
+
+def short(value, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def as_floats(settings: dict) -> dict:
+    """settings with the float settings given as ints (`"repetition_penalty": 1`) made floats, as transformers
+    reads them."""
+    floats = ("repetition_penalty", "temperature", "top_p", "min_p", "length_penalty")
+    return {
+        k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in settings.items()
+    }
+
+
+def generation_settings(generation: dict, where) -> dict:
+    """The settings of generation_config.json (or config.json's keys of the same names, transformers' fallback)
+    that decoding applies, as GenerationRules fields (numbers as the file has them; a null: the default). Every
+    other key that would change generate()'s tokens (one of NOT_APPLIED away from its inert value, or a key this
+    library does not know that is not null or false) is named in one UserWarning: decoding here will not do it."""
+    settings = as_floats({name: generation[name] for name in APPLIED if generation.get(name) is not None})
+    ignored = [
+        f"{name}={short(value)}"
+        for name, value in generation.items()
+        if name not in APPLIED and name not in IDS and name not in INERT
+        and value not in (None, False, [], {}) and (name not in NOT_APPLIED or value != NOT_APPLIED[name])
+    ]  # fmt: skip
+    if ignored:
+        warnings.warn(
+            f"{where}: settings this library does not apply, so decoding will differ from transformers' "
+            f"generate() where they matter: {', '.join(ignored)}",
+            UserWarning,
+            stacklevel=3,
+        )
+    return settings
+
+
+def decoding_rules(rules: GenerationRules | None, settings: dict, allowed: tuple, caller: str) -> GenerationRules:
+    """The rules a decoding call applies: the checkpoint's (a model of our own: transformers' defaults) with the
+    caller's settings over them (a setting None: the checkpoint's). TypeError naming a setting `caller` does not
+    take; ValueError naming a transformers setting this library does not apply."""
+    for name in settings:
+        if name in allowed:
+            continue
+        if name in NOT_APPLIED or name in APPLIED:
+            where = "not applied by this library" if name in NOT_APPLIED else f"not a setting of {caller}"
+            raise ValueError(f"{caller}: {name}={short(settings[name])} is {where} (it takes {', '.join(allowed)})")
+        raise TypeError(f"{caller}() got an unexpected keyword argument {name!r} (it takes {', '.join(allowed)})")
+    given = as_floats({name: value for name, value in settings.items() if value is not None})
+    try:
+        return dataclasses.replace(rules or GenerationRules(), **given)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{caller}: {error}") from None
+
+
+def minimum_length(rules: GenerationRules, T_p: int) -> int:
+    """The decoder length (prompt, or start token, and generated tokens) below which the end tokens are banned:
+    min_new_tokens + T_p when min_new_tokens is set (it takes precedence, as in generate()), else min_length."""
+    return rules.min_length if rules.min_new_tokens is None else rules.min_new_tokens + T_p
+
+
+def new_tokens(max_new_tokens: int | None, rules: GenerationRules, T_p: int) -> int:
+    """How many tokens generate() makes after a decoder input of T_p positions: max_new_tokens, else the rules'
+    max_new_tokens, else their max_length - T_p, else 20 (transformers' default)."""
+    if max_new_tokens is not None:
+        check_int("max_new_tokens", max_new_tokens)
+        return max_new_tokens
+    if rules.max_new_tokens is not None:
+        return rules.max_new_tokens
+    if rules.max_length is not None:
+        if rules.max_length <= T_p:
+            raise ValueError(
+                f"max_length={rules.max_length} (the generation config's) leaves no room after {T_p} positions: "
+                "pass max_new_tokens"
+            )
+        return rules.max_length - T_p
+    return 20
+
+
+def generate_strategy(rules: GenerationRules) -> str:
+    """ "greedy", "sample" or "beam", as generate() chooses from do_sample and num_beams. ValueError for sampling
+    with several beams (transformers' beam-search multinomial sampling), which this library does not do."""
+    if rules.do_sample and rules.num_beams > 1:
+        raise ValueError(
+            f"do_sample=True with num_beams={rules.num_beams} (beam-search multinomial sampling) is not applied by "
+            "this library: pass do_sample=False or num_beams=1"
+        )
+    if rules.do_sample:
+        return "sample"
+    return "beam" if rules.num_beams > 1 else "greedy"
+
+
+GENERATE_SETTINGS = PROCESSORS + SAMPLING + BEAM + ("do_sample", "num_beams")
+GENERATION_KEYS = frozenset(APPLIED) | frozenset(NOT_APPLIED)  # config.json's keys that are generation settings
+
+
+def bad_words_applied(words: tuple, eos_ids: tuple) -> tuple:
+    """The bad-words sequences generate() applies: all but those that are one end token alone (transformers'
+    NoBadWordsLogitsProcessor drops them, so that a row can still end)."""
+    return tuple(w for w in words if not (len(w) == 1 and w[0] in eos_ids))
+
+
+def generate_plan(
+    rules: GenerationRules | None, settings: dict, T_p: int, max_new_tokens: int | None
+) -> tuple[GenerationRules, int, str]:
+    """What generate() does: (the rules, the caller's settings over the checkpoint's; the tokens to generate after
+    a decoder input of T_p positions (new_tokens); "greedy", "sample" or "beam" (generate_strategy))."""
+    rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate")
+    return rules, new_tokens(max_new_tokens, rules, T_p), generate_strategy(rules)
+
+
+def check_no_streamer(streamer) -> None:
+    """ValueError when a streamer is given to beam search, which has no token to stream before it ends (transformers
+    refuses it too)."""
+    if streamer is not None:
+        raise ValueError("streamer: beam search (num_beams > 1) cannot stream tokens as they come; pass num_beams=1")
+
+
+# ----------------------------------------------------------------------------------------------
+# The order generate() applies the logits processors in (its _get_logits_processor), written once; each side passes
+# its own module of processors (numpy_transformer.logits_processors, torch_transformer.logits_processors).
+
+
+@dataclass
+class Step:
+    """What the logits processors read besides the scores: the rows so far, tokens (N, t) (the side's array); the
+    decoder input's length T_p (the prompt, or the start token); start (N,), the first position repetition_penalty
+    counts (after a left-padded prompt's pads), or None; whether this is the last step."""
+
+    tokens: Any
+    prompt_length: int
+    start: Any
+    last: bool
+
+
+def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tuple):
+    """scores (N, V) after the processors the rules ask for, in generate()'s order: repetition_penalty,
+    no_repeat_ngram, bad_words (but an end token alone), min_length (min_new_tokens counted from the prompt), the
+    forced tokens. `lp`: the side's logits_processors module."""
+    tokens = step.tokens
+    if rules.repetition_penalty != 1.0:
+        scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
+    if rules.no_repeat_ngram_size > 0:
+        scores = lp.no_repeat_ngram(scores, tokens, rules.no_repeat_ngram_size)
+    if words := bad_words_applied(rules.bad_words, eos_ids):
+        scores = lp.bad_words(scores, tokens, words)
+    minimum = minimum_length(rules, step.prompt_length)
+    if eos_ids and tokens.shape[1] < minimum:
+        scores = lp.min_length(scores, tokens.shape[1], minimum, eos_ids)
+    forced = forced_token(rules, tokens.shape[1], step.last)
+    if forced is not None:
+        scores = lp.forced_token(scores, forced)
+    return scores
+
+
+def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):
+    """Sampling's distribution (N, V) from processed scores: the warpers in generate()'s order (temperature, top_k,
+    top_p, min_p, each only where it changes something, as generate() builds them), then the softmax. `lp`: the
+    side's logits_processors module."""
+    if rules.temperature != 1.0:
+        scores = lp.temperature(scores, rules.temperature)
+    if rules.top_k:  # None or 0: off
+        scores = lp.top_k(scores, rules.top_k, min_tokens_to_keep)
+    if rules.top_p < 1.0:
+        scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
+    if rules.min_p is not None:
+        scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
+    return lp.softmax(scores)

@@ -193,6 +193,27 @@ class TextStream:
 Decode = Callable[..., None]
 
 
+def token_streamer(model, on_token, decoding_kwargs: dict):
+    """The streamer a side's generate() is given for one prompt: each step's tokens (1,) passed on as an int; None
+    when decoding will be a beam search (num_beams > 1, the caller's or else the checkpoint's), which chooses its
+    tokens only at the end (generate() refuses a streamer there, as transformers' does)."""
+    beams = decoding_kwargs.get("num_beams")
+    if beams is None:
+        beams = getattr(model.generation_rules, "num_beams", None) or 1
+    if beams > 1:
+        return None
+    return lambda new: on_token(int(new[0]))
+
+
+def replay(tokens: list, eos_ids, on_token) -> None:
+    """A beam search's generated tokens passed to on_token one by one, up to and including the first end token (what
+    follows it is fill)."""
+    for token in tokens:
+        on_token(int(token))
+        if token in eos_ids:
+            return
+
+
 def generate_text(
     model, tokenizer: Tokenizer, prompt, decode: Decode, max_new_tokens: int, stream=None, **decoding_kwargs
 ) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ..config import DROPOUT_KINDS, GenerationRules, TransformerConfig, short_repr
+from ..generation import GENERATION_KEYS, generation_settings
 
 
 @dataclass(frozen=True)
@@ -415,7 +416,7 @@ def dropout_to_hf(config: TransformerConfig, model_type: str, fields: dict) -> d
 def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
     """GenerationRules from generation_config.json (or config.json's fields of the same names, as transformers
     reads them when that file is absent): forced_bos_token_id, forced_eos_token_id, bad_words_ids."""
-    forced = {}
+    forced: dict[str, Any] = {}
     for name, ours in (("forced_bos_token_id", "forced_bos_id"), ("forced_eos_token_id", "forced_eos_id")):
         value = generation.get(name)
         if isinstance(value, list):
@@ -568,6 +569,8 @@ def read_generation_rules(directory, hf_config: dict, config: TransformerConfig)
         generation = parse_json_config(raw, path)
     try:
         rules = generation_rules_from_hf(generation, config.tgt_vocab_size)
+        known = generation if path.is_file() else {k: v for k, v in generation.items() if k in GENERATION_KEYS}
+        rules = replace(rules, **generation_settings(known, path if path.is_file() else "config.json"))
         start = token_id(generation, "decoder_start_token_id", config.tgt_vocab_size)
         end = end_token_ids(generation, config.tgt_vocab_size)
     except (ValueError, TypeError) as error:
