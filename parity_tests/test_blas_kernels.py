@@ -171,9 +171,12 @@ import json
 import torch
 from parity_tests import check
 from parity_tests.corpus import STYLES, clean, load
+from parity_tests.test_corpus import TODAY
 out = {}
 for style in STYLES:
     for factory in clean(style):
+        if style + "." + factory.__name__ in TODAY:
+            continue  # known not to pass yet: test_corpus.py holds it as a strict xfail
         torch.manual_seed(0)
         result = check.module(factory(), load(style).LEVEL, call=load(style).CALL)
         rows = [r for r in result.rows if r.dtype == "float32"]
