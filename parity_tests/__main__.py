@@ -23,7 +23,8 @@ sys.exit at import, in the factory or in forward, a crash, a hang), with a messa
 extra) with numpy_transformer.hf (torch_transformer.hf with --torch), and prints the text it writes after PROMPT
 as it comes, decoded under the checkpoint's generation rules; --chat sends PROMPT as a user message through the
 checkpoint's chat template (--system adds a system message); the decoding flags override the checkpoint's settings
-(--greedy turns its sampling off, --seed makes a sampled run repeatable). Exit 2 when the model or the prompt cannot be used.
+(--greedy turns its sampling off, --seed makes a sampled run repeatable). Exit 2 when the model or the prompt cannot
+be used.
 """
 
 from __future__ import annotations

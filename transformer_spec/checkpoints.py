@@ -36,8 +36,8 @@ from .families import (
     relative,
     resolve_ties,
 )
-from .hub import checkpoint_folder
 from .generation import APPLIED
+from .hub import checkpoint_folder
 
 SUPPORTED = f"supported model types: {', '.join(sorted(FAMILIES))}"
 
