@@ -9,8 +9,9 @@
     transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
                                                             grade workbooks (exit 1 when any exercise fails)
     transformer-parity generate MODEL PROMPT [--max-new-tokens N] [--chat] [--system TEXT] [--torch]
-                             [--device DEV] [--dtype float32|float64] [--greedy] [--seed N] [--temperature T]
-                             [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--num-beams N] ...
+                             [--device DEV] [--dtype float32|float64] [--greedy | --sample] [--seed N]
+                             [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
+                             [--num-beams N] ...
                                                             text from a checkpoint folder or Hub id, streamed
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
@@ -23,8 +24,8 @@ sys.exit at import, in the factory or in forward, a crash, a hang), with a messa
 extra) with numpy_transformer.hf (torch_transformer.hf with --torch), and prints the text it writes after PROMPT
 as it comes, decoded under the checkpoint's generation rules; --chat sends PROMPT as a user message through the
 checkpoint's chat template (--system adds a system message); the decoding flags override the checkpoint's settings
-(--greedy turns its sampling off, --seed makes a sampled run repeatable). Exit 2 when the model or the prompt cannot
-be used.
+(--greedy turns its sampling off, --sample on, --seed makes a sampled run repeatable). Exit 2 when the model or the
+prompt cannot be used.
 """
 
 from __future__ import annotations
@@ -287,7 +288,9 @@ def generate_parser() -> argparse.ArgumentParser:
     settings = parser.add_argument_group(
         "decoding settings", "each over the checkpoint's generation_config.json (left out: the checkpoint's)"
     )
-    settings.add_argument("--greedy", action="store_true", help="greedy search even where the checkpoint samples")
+    choice = settings.add_mutually_exclusive_group()
+    choice.add_argument("--greedy", action="store_true", help="greedy search even where the checkpoint samples")
+    choice.add_argument("--sample", action="store_true", help="sample even where the checkpoint decodes greedily")
     settings.add_argument("--seed", type=int, default=None, help="seed of the sampling (default: unseeded)")
     for flag, kind in (
         ("--temperature", float),
@@ -306,8 +309,8 @@ def decoding_settings(args) -> dict:
     """The decoding settings the command line gives (only those given: the rest stay the checkpoint's)."""
     names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "no_repeat_ngram_size", "num_beams")
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
-    if args.greedy:
-        settings["do_sample"] = False
+    if args.greedy or args.sample:
+        settings["do_sample"] = args.sample
     if args.seed is not None:
         settings["rng"] = args.seed
     return settings

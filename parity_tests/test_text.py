@@ -198,3 +198,57 @@ def test_generate_text_refuses_bad_arguments(checkpoints):
         generate_text(model, tokenizer.backend, "hi")
     with pytest.raises(ValueError, match="the prompt encodes to no tokens"):
         generate_text(model, tokenizer, "")
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_generate_text_beam_search_equals_transformers(checkpoints, side):
+    """num_beams > 1: the winning hypothesis's text, as tokenizer.decode(generate(num_beams=3)), passed to the stream
+    once beam search has chosen it (generate() streams nothing from a beam search)."""
+    folder, theirs = checkpoints["llama"]
+    tokenizer = load_tokenizer(folder)
+    ids = tokenizer.prompt_ids("The cat sat on")
+    out = theirs.generate(torch.tensor([ids]), max_new_tokens=STEPS, do_sample=False, num_beams=3)
+    expected = tokenizer.decode(out[0, len(ids) :].tolist())
+    assert expected != tokenizer.decode(their_new_tokens(theirs, ids))  # beam search chose other tokens than greedy
+    model, generate = load_side(side, folder)
+    pieces: list[str] = []
+    text = generate(model, tokenizer, "The cat sat on", max_new_tokens=STEPS, stream=pieces.append, num_beams=3)
+    assert text == expected == "".join(pieces)
+
+
+def test_generate_text_samples_reproducibly(checkpoints):
+    """do_sample with a seed: the same text for the same seed, the tokens of decoding.generate under that seed, and
+    other text for other seeds (a sampler that ignored its rng, or fell back to greedy, fails)."""
+    from numpy_transformer.decoding import generate as np_generate
+
+    folder, theirs = checkpoints["qwen2"]
+    tokenizer, model = load_tokenizer(folder), hf.load(folder, dtype=np.float64)
+    ids = tokenizer.prompt_ids("The cat sat on")
+    settings = dict(do_sample=True, temperature=1.5, top_k=0)
+    texts = [generate_text(model, tokenizer, "The cat sat on", STEPS, rng=seed, **settings) for seed in (7, 7, 8, 9)]
+    assert texts[0] == texts[1]
+    tokens = np_generate(model, np.array([ids]), STEPS, rng=7, **settings)[0, len(ids) :].tolist()
+    assert texts[0] == tokenizer.decode(tokens)
+    greedy = tokenizer.decode(their_new_tokens(theirs, ids))
+    assert len({*texts[1:], greedy}) == 4
+
+
+def test_cli_generate_decoding_flags(checkpoints, tmp_path):
+    """--sample, --greedy, --seed and the warpers reach decoding: a seeded sampled run repeats, another seed differs,
+    --greedy gives greedy decoding's text; a bad value exits 2 naming the setting."""
+    folder, _ = checkpoints["qwen2"]
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+    def run(*flags):
+        command = [sys.executable, "-m", "parity_tests", "generate", str(folder), "The cat sat on",
+                   "--max-new-tokens", "10", "--dtype", "float64", *flags]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    sampled = [run("--sample", "--temperature", "1.5", "--top-k", "0", "--seed", str(seed)) for seed in (3, 3, 4)]
+    assert all(r.returncode == 0 for r in sampled), sampled[0].stderr[-3000:]
+    assert sampled[0].stdout == sampled[1].stdout != sampled[2].stdout
+    expected = generate_text(hf.load(folder, dtype=np.float64), load_tokenizer(folder), "The cat sat on", 10)
+    greedy = run("--greedy", "--temperature", "1.5")
+    assert greedy.returncode == 0 and greedy.stdout == expected + "\n"
+    bad = run("--sample", "--top-p", "2.0", "--seed", "1")
+    assert bad.returncode == 2 and "top_p" in bad.stderr
