@@ -41,7 +41,6 @@
 import importlib.util
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -304,30 +303,18 @@ print("the same 6 tokens as transformers' generate(); last logits, cached vs rec
 assert checks["cached step vs recomputed"] < 1e-12
 
 # %% [markdown]
-# The same with the library, `numpy_transformer`: `hf.load` reads the folder into a `TransformerLM` and
-# `greedy_decode` runs the same loop with a preallocated cache (`numpy_transformer.attention.KVCache`). So that this
-# walkthrough does not depend on which RoPE scalings a given version of the library reads, we compare on a copy of
-# the checkpoint with plain RoPE, the by-hand forward run with $\theta$ instead of $\theta'$.
+# The same with the library, `numpy_transformer`: `hf.load` reads the folder, `rope_scaling` included, into a
+# `TransformerLM` (its config's `rope_scaling` holds the llama3 rule, and the library computes $\theta'$ itself), and
+# `greedy_decode` runs the same loop with a preallocated cache (`numpy_transformer.attention.KVCache`).
 
 # %%
-plain = OUT / "tiny_llama32_plain_rope"
-shutil.copytree(folder, plain, dirs_exist_ok=True)
-(plain / "config.json").write_text(json.dumps(config | {"rope_parameters": {"rope_type": "default",
-                                                                              "rope_theta": 500000.0},
-                                                        "max_position_embeddings": 256}))  # fmt: skip
-ours = hf.load(plain, dtype=np.float64)
-by_hand = forward(ids, theta, {})
-checks["logits vs numpy_transformer (plain RoPE)"] = max_diff(by_hand, ours.forward(ids[None])[0])
+ours = hf.load(folder, dtype=np.float64)
+print(ours.config.rope_scaling)
+checks["logits vs numpy_transformer"] = max_diff(forward(ids, theta_scaled, {}), ours.forward(ids[None])[0])
 library_tokens = nt.greedy_decode(ours, ids[None], 6)[0, len(ids) :]
-cache = {}
-step_logits, hand_tokens = forward(ids, theta, cache)[-1], []
-for _ in range(6):
-    hand_tokens.append(int(step_logits.argmax()))
-    step_logits = forward(np.array(hand_tokens[-1:]), theta, cache)[-1]
-assert hand_tokens == library_tokens.tolist()
-print("numpy_transformer: logits within", checks["logits vs numpy_transformer (plain RoPE)"], "; the same tokens",
-      hand_tokens)  # fmt: skip
-assert checks["logits vs numpy_transformer (plain RoPE)"] < 1e-10
+assert generated == library_tokens.tolist()
+print("numpy_transformer: logits within", checks["logits vs numpy_transformer"], "; the same tokens", generated)
+assert checks["logits vs numpy_transformer"] < 1e-10
 
 # %% [markdown]
 # ## 6. Sampling: temperature and top-p
@@ -381,6 +368,21 @@ print("seed 1:", repr(tokenizer.decode(other)))
 assert first == again
 
 # %% [markdown]
+# The library applies the same warpers (each a small function in `numpy_transformer.logits_processors`, checked
+# against transformers' own) in `nt.sample`, and `nt.generate` reads `do_sample`, `temperature` and `top_p` from the
+# checkpoint's generation_config.json as `generate()` does. Its distribution at the first step is ours:
+
+# %%
+from numpy_transformer.decoding import warped_probabilities  # noqa: E402
+from transformer_spec.config import GenerationRules  # noqa: E402
+
+rules = GenerationRules(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+checks["top-p distribution vs numpy_transformer"] = max_diff(q, warped_probabilities(z[None], rules)[0])
+library_sample = nt.sample(ours, ids[None], 8, rng=0, temperature=temperature, top_p=top_p, top_k=0)
+print("numpy_transformer.sample, seed 0:", repr(tokenizer.decode(library_sample[0, len(ids) :].tolist())))
+assert checks["top-p distribution vs numpy_transformer"] < 1e-12
+
+# %% [markdown]
 # ## 7. Chat: the template, and text as it comes
 #
 # A chat model reads a conversation written in its own format: the chat template of tokenizer_config.json (a Jinja
@@ -407,8 +409,7 @@ assert "".join(streamed) == text
 # transformer-parity generate meta-llama/Llama-3.2-1B "The three parts of a Transformer layer are"
 # ```
 #
-# (Llama 3.2 is a gated repository: accept its licence on the Hub and log in with `hf auth login` first; reading
-# its `llama3` RoPE scaling needs a version of this library that computes it.) In Python:
+# (Llama 3.2 is a gated repository: accept its licence on the Hub and log in with `hf auth login` first.) In Python:
 #
 # ```python
 # from numpy_transformer import hf
