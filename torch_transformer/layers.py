@@ -89,7 +89,9 @@ def rope_cos_sin_at(
     """cos and sin of the rotary angles of `positions` (T,) or (B, T) (each row its own, a padded batch), each
     (T, Dh) or (B, 1, T, Dh) (broadcast over the heads), times the scaling's attention factor (rope_inv_freq: the
     frequencies of a sequence reaching the largest position). Computed in float64, then cast to `dtype`."""
-    seq_len = int(positions.max()) + 1 if positions.numel() else 0
+    seq_len = 0  # read only where the frequencies depend on it: a host read breaks torch.compile's graph
+    if scaling is not None and scaling.depends_on_length and positions.numel():
+        seq_len = int(positions.max()) + 1
     inv_freq, factor = rope_inv_freq(head_dim, theta, scaling, max_len, seq_len, positions.device)
     angles = positions.to(torch.float64)[..., None] * inv_freq  # (..., T, Dh/2)
     angles = torch.cat([angles, angles], dim=-1)  # (..., T, Dh): the same angle for i and i + Dh/2

@@ -119,6 +119,12 @@ class RopeScaling:
                 f"rope_scaling: llama3 needs high_freq_factor != low_freq_factor, both {self.low_freq_factor}"
             )
 
+    @property
+    def depends_on_length(self) -> bool:
+        """Whether the frequencies depend on the sequence's length (dynamic NTK, LongRoPE's two factor lists): only
+        then must the length be known where they are computed (torch reads it from the positions, on the host)."""
+        return self.rope_type in ("dynamic", "longrope")
+
     def original_length(self, max_len: int) -> int:
         """original_max_position_embeddings, or max_len (max_position_embeddings) when absent, as transformers."""
         return max_len if self.original_max_position_embeddings is None else self.original_max_position_embeddings
