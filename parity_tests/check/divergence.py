@@ -9,7 +9,9 @@ catalogue variant (matchers.py) is run on the reference's inputs to that unit th
 from __future__ import annotations
 
 import numpy as np
+import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from numpy_transformer import model as M
 
@@ -191,7 +193,9 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
 
 
 def capture(session, caller) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out)."""
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
+    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
+    output projection's result, is kept as the module returned it)."""
     targets = hook_targets(session.links, _modules(session))
     module = session.copy(np.float64)
     modules = dict(module.named_modules())
@@ -201,7 +205,7 @@ def capture(session, caller) -> dict:
         if path in modules:
             handles.append(
                 modules[path].register_forward_hook(
-                    lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o)) and None
+                    lambda m, a, o, unit=unit: captured.setdefault(unit, (_copied(a), _copied(o))) and None
                 )
             )
     try:
@@ -210,6 +214,11 @@ def capture(session, caller) -> dict:
         for h in handles:
             h.remove()
     return captured
+
+
+def _copied(value):
+    """A hooked module's arguments or output with each tensor cloned."""
+    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
 
 
 def scan(session, caller, cfg, captured) -> tuple:
