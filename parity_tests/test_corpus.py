@@ -26,9 +26,7 @@ CORPUS = ROOT / "parity_tests" / "corpus"
 
 # What the judge says today where it is wrong, quoted; keyed by "style.factory". Remove an entry when a fix of the
 # judge makes its case pass (strict xfail: the unexpected pass fails the run until then).
-TODAY: dict[str, str] = {
-    "hf_marian.missing_scale": "no id; diverges at model.shared (the encoder scales a shared table)",
-}
+TODAY: dict[str, str] = {}
 
 
 def _case(name: str, *values):

@@ -8,6 +8,8 @@ catalogue variant (matchers.py) is run on the reference's inputs to that unit th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -18,8 +20,9 @@ from numpy_transformer import model as M
 from . import levels as LV
 from . import reference as R
 from . import variants as VR
+from .judge import MATCH
 from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
-from .report import Result
+from .report import Diagnosis, Result
 
 # -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
 
@@ -45,6 +48,13 @@ def _lca(paths: list) -> str:
             break
         common.append(parts[0])
     return ".".join(common)
+
+
+def _called(owner: str, modules: dict) -> str:
+    """`owner`, or the nearest module above it that runs (a ModuleList or ModuleDict is never called)."""
+    while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict)):
+        owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+    return owner
 
 
 def _module_path(user_name: str) -> str:
@@ -75,9 +85,7 @@ def hook_targets(links, modules: dict | None = None) -> dict:
                     paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
     targets = {}
     for unit, own in paths.items():
-        owner = _lca(sorted(own))
-        while owner and isinstance((modules or {}).get(owner), (nn.ModuleList, nn.ModuleDict)):
-            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+        owner = _called(_lca(sorted(own)), modules or {})
         others = [
             p
             for u, ps in paths.items()
@@ -302,7 +310,24 @@ def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
         elif d.id.startswith("embedding.") and session.is_module:
             d.where = _scaling_module(session, where)
+    if not found and stack == "decoder" and not cfg.scale_embeddings and "encoder" in session.entry.stacks:
+        found = _encoder_unscaled(session, cfg, stage, user_out, table, positions)
     return where, found
+
+
+def _encoder_unscaled(session, cfg, stage, user_out, table, positions) -> list:
+    """The decoder scales its embeddings by sqrt(d_model) where the encoder, judged first and agreeing without a
+    scale, does not (Marian's encoder with embed_scale 1 on a shared table): embedding.missing_scale, named at the
+    module holding the encoder."""
+    _, _, (ids, *_), _, valid, _ = stage
+    scaled = math.sqrt(cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
+    error = _match(user_out, scaled, valid, None)
+    if error > MATCH:
+        return []
+    encoder = [_module_path(link.user) for link in session.links if link.parts[0][0].startswith("encoder.")]
+    message = "the encoder's token embeddings are not multiplied by sqrt(d_model); the decoder's are"
+    where = _called(_lca(encoder), _modules(session)) or "the encoder's embeddings"
+    return [Diagnosis("embedding.missing_scale", message, where, error)]
 
 
 def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
