@@ -173,6 +173,31 @@ def test_bert_token_types_and_embedding_norm_are_judged_not_glued():
         assert rows[name].ok and rows[name].note != "all zero", str(result)
 
 
+def test_bart_positions_at_an_offset_and_its_pad_id_are_read_not_glued():
+    """BART looks its learned positions up at ids 2, ..., T + 1 and pads with id 1 (its tables' padding_idx): the
+    judge reads the offset from the recorded lookup (the table linked after 2 unread rows, max_len the rows less
+    2) and pad_id from padding_idx; the map as it prints, written back by hand as mapping=, passes too."""
+    result = judge("hf_bart", load("hf_bart").model)
+    assert result.passed, str(result)
+    assert (result.config.pad_id, result.config.max_len) == (1, 32), str(result)
+    assert result.mapping["model.encoder.embed_positions.weight"] == (
+        "encoder.position_embedding.weight",
+        "after 2 unread rows",
+    )
+    by_hand = {user: tuple(entry) for user, entry in result.mapping.items()}  # (reference, note) pairs, as printed
+    again = check.module(load("hf_bart").model(), "transformer", config=result.config, mapping=by_hand)
+    assert again.passed, str(again)
+
+
+def test_post_norm_layers_with_a_final_norm_are_judged_as_such():
+    """pytorch/examples' nn.Transformer subclass: post-norm encoder layers, then the encoder's final LayerNorm
+    (`encoder.norm`): judged with final_norm=True, that norm mapped to the reference's final norm."""
+    result = judge("word_language_model", load("word_language_model").model)
+    assert result.passed, str(result)
+    assert (result.config.norm_first, result.config.has_final_norm) == (False, True), str(result)
+    assert result.mapping["encoder.norm.weight"][0] == "decoder.final_norm.weight"
+
+
 def test_bert_passes_without_the_papers_embedding_scale_caveat():
     """BERT's family never scales its embeddings (it has an embedding norm and a token-type table): no scale is its
     convention, not a plausible embedding.missing_scale, so its pass carries no such caveat; the paper's kind
