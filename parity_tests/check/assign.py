@@ -52,9 +52,9 @@ def kv_width(pieces: list, D: int, H: int) -> int:
 
 def gated_groups(ffn: list, D: int, F: int) -> list | None:
     """The gated feed-forward blocks' pieces, (gate, up, down) per block, when there are two D -> F linears for
-    each F -> D one (Llama's SwiGLU), dealt three at a time in registration order; None for plain blocks. The
-    down projection is the F -> D one; gate and up are told apart by name (gate/up, Meta's w1/w3), else taken
-    in order (gate first), and the check tries the other order too (session.layouts)."""
+    each F -> D one (Llama's SwiGLU), dealt three at a time in the order of first use; None for plain blocks. The
+    down projection is the F -> D one; gate and up by their roles: the recorded forward's (the gate the one the
+    activation reads) unless names say (gate/up, Meta's w1/w3); in order (gate first) only where neither tells."""
     ups = [p for p in ffn if p.in_features == D and p.out_features == F]
     downs = [p for p in ffn if p.in_features == F]
     if not downs or len(ups) != 2 * len(downs) or len(ffn) != 3 * len(downs):
