@@ -839,15 +839,15 @@ def decoder_layer(config: TransformerConfig) -> tuple[LayerForward, LayerBackwar
 
 
 def final_norm_forward(params: dict, x: np.ndarray, config: TransformerConfig) -> tuple[np.ndarray, NormCache | None]:
-    """Pre-norm layers leave their output un-normalised: the stack ends with final_norm. Post-norm: nothing (the
-    cache is None)."""
-    if not config.norm_first:
+    """Pre-norm layers leave their output un-normalised: the stack ends with final_norm (config.has_final_norm:
+    norm_first, unless final_norm says otherwise). Without one: nothing (the cache is None)."""
+    if not config.has_final_norm:
         return x, None
     return norm_forward(sub(params, "final_norm"), x, config.norm, config.layer_norm_eps)
 
 
 def final_norm_backward(dout: np.ndarray, cache: NormCache | None) -> tuple[np.ndarray, dict]:
-    """Backward of final_norm_forward: dx and the norm's grads, named final_norm.* (empty in post-norm)."""
+    """Backward of final_norm_forward: dx and the norm's grads, named final_norm.* (empty without one)."""
     if cache is None:
         return dout, {}
     dx, norm_grads = norm_backward(dout, cache)
@@ -858,7 +858,7 @@ def final_norm_backward(dout: np.ndarray, cache: NormCache | None) -> tuple[np.n
 class EncoderStackCache:
     embed: EmbedCache
     layers: list[LayerCache]
-    final_norm: NormCache | None  # pre-norm: the final norm's cache; post-norm: None
+    final_norm: NormCache | None  # the final norm's cache; None without one
     hidden: list[np.ndarray]  # the embeddings and every layer's output, (B, T, D) each (model.activations)
 
 
@@ -1563,7 +1563,7 @@ class EncoderModel(_Model[EncoderModelCache]):
     """An encoder-only (BERT-style) model: the encoder stack and nothing after it.
 
     forward(ids (B, T), token_type_ids (B, T) or None) -> hidden states (B, T, D), the encoder's output
-    (after final_norm when norm_first). Uses config.src_vocab_size and n_encoder_layers; parameters are
+    (after final_norm when config.has_final_norm). Uses config.src_vocab_size and n_encoder_layers; parameters are
     the "encoder.*" entries of the state dict. Keys holding pad_id are masked out of attention, as
     BERT's attention mask does; token_type_ids default to zeros (needs config.type_vocab_size > 0).
     With config.pooler, BERT's pooler too (pooler.dense.*): pool(hidden) -> (B, D), pool_backward(dpooled) -> the

@@ -26,17 +26,7 @@ CORPUS = ROOT / "parity_tests" / "corpus"
 
 # What the judge says today where it is wrong, quoted; keyed by "style.factory". Remove an entry when a fix of the
 # judge makes its case pass (strict xfail: the unexpected pass fails the run until then).
-TODAY: dict[str, str] = {
-    "jadore.wrong_scale": "right submodule, no id: the attention module holds its residual and norm",
-    "jadore.padding_on_queries": "right submodule, no id: the attention module holds its residual and norm",
-    "word_language_model.model": "refused: post-norm layers and a final norm (no such reference layout)",
-    "word_language_model.causal_shows_next": "refused: post-norm layers and a final norm (no such reference layout)",
-    "word_language_model.missing_scale": "refused: post-norm layers and a final norm (no such reference layout)",
-    "hf_marian.missing_scale": "no id; diverges at model.shared (the encoder scales a shared table)",
-    "hf_bart.model": "fails at model.encoder.layernorm_embedding: positions at offset 2 not read",
-    "hf_bart.wrong_scale": "fails at model.encoder.layernorm_embedding: positions at offset 2 not read",
-    "hf_bart.unbiased_variance": "fails at model.encoder.layernorm_embedding: positions at offset 2 not read",
-}
+TODAY: dict[str, str] = {}
 
 
 def _case(name: str, *values):
@@ -181,6 +171,31 @@ def test_bert_token_types_and_embedding_norm_are_judged_not_glued():
     rows = {r.name: r for r in result.rows if r.dtype == "float64"}
     for name in ("d encoder.token_type_embedding.weight", "d encoder.embedding_norm.weight"):
         assert rows[name].ok and rows[name].note != "all zero", str(result)
+
+
+def test_bart_positions_at_an_offset_and_its_pad_id_are_read_not_glued():
+    """BART looks its learned positions up at ids 2, ..., T + 1 and pads with id 1 (its tables' padding_idx): the
+    judge reads the offset from the recorded lookup (the table linked after 2 unread rows, max_len the rows less
+    2) and pad_id from padding_idx; the map as it prints, written back by hand as mapping=, passes too."""
+    result = judge("hf_bart", load("hf_bart").model)
+    assert result.passed, str(result)
+    assert (result.config.pad_id, result.config.max_len) == (1, 32), str(result)
+    assert result.mapping["model.encoder.embed_positions.weight"] == (
+        "encoder.position_embedding.weight",
+        "after 2 unread rows",
+    )
+    by_hand = {user: tuple(entry) for user, entry in result.mapping.items()}  # (reference, note) pairs, as printed
+    again = check.module(load("hf_bart").model(), "transformer", config=result.config, mapping=by_hand)
+    assert again.passed, str(again)
+
+
+def test_post_norm_layers_with_a_final_norm_are_judged_as_such():
+    """pytorch/examples' nn.Transformer subclass: post-norm encoder layers, then the encoder's final LayerNorm
+    (`encoder.norm`): judged with final_norm=True, that norm mapped to the reference's final norm."""
+    result = judge("word_language_model", load("word_language_model").model)
+    assert result.passed, str(result)
+    assert (result.config.norm_first, result.config.has_final_norm) == (False, True), str(result)
+    assert result.mapping["encoder.norm.weight"][0] == "decoder.final_norm.weight"
 
 
 def test_bert_passes_without_the_papers_embedding_scale_caveat():

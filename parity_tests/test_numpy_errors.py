@@ -222,6 +222,17 @@ def test_config_non_bool_flag(field):
         tiny_config(**{field: 1})
 
 
+def test_config_final_norm():
+    """final_norm: None follows norm_first; True / False say it outright; anything else is refused."""
+    assert [tiny_config(norm_first=first).has_final_norm for first in (False, True)] == [False, True]
+    assert (
+        tiny_config(final_norm=True).has_final_norm
+        and not tiny_config(norm_first=True, final_norm=False).has_final_norm
+    )
+    with pytest.raises(TypeError, match=r"final_norm must be a bool or None, got int"):
+        tiny_config(final_norm=1)
+
+
 def test_config_pad_id_not_below_src_vocab():
     with pytest.raises(ValueError, match=r"pad_id.*src_vocab_size=11, got 11"):
         tiny_config(pad_id=V_SRC)

@@ -1078,6 +1078,7 @@ ENCODER_CASES = [
         [".....", "..___"],
         id="rope-rms-GQA-2of4-gated-silu-no-bias",
     ),
+    pytest.param(dict(final_norm=True), ["......", "....__"], id="post-norm-with-final-norm"),
 ]
 
 

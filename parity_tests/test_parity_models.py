@@ -37,6 +37,8 @@ CONFIGS = {
     "pre-norm relu sinusoidal tied one head": TransformerConfig(
         **{**SMALL, "n_heads": 1}, norm_first=True, tie_embeddings=True
     ),
+    # nn.TransformerEncoder(post-norm layers, norm=LayerNorm): a final norm after post-norm layers
+    "post-norm relu sinusoidal final norm": TransformerConfig(**SMALL, final_norm=True),
 }
 DTYPES = [pytest.param(np.float64, id="float64"), pytest.param(np.float32, id="float32")]
 

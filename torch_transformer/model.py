@@ -264,8 +264,8 @@ class _Stack(nn.Module):
         self.relative_bias = None  # T5: one bias table for every self-attention of the stack
         if config.has_relative_bias:  # T5's positional "relative", or MPNet's relative_bias
             self.relative_bias = RelativeBiasTable(config.relative_buckets, config.n_heads)
-        # nn.Identity has no parameters, so post-norm models have no final_norm.* keys.
-        self.final_norm = make_norm(config) if config.norm_first else nn.Identity()
+        # nn.Identity has no parameters, so a stack without a final norm has no final_norm.* keys.
+        self.final_norm = make_norm(config) if config.has_final_norm else nn.Identity()
 
     def embed(
         self,
@@ -821,7 +821,7 @@ class EncoderModel(_Model):
 
     Reads `src_vocab_size` and `n_encoder_layers` from the config; state-dict keys are "encoder.*".
     forward: ids (B, T), token_type_ids (B, T) or None (type 0) -> hidden states (B, T, D), after
-    final_norm when norm_first. Keys holding pad_id are masked out, as BERT's attention mask does.
+    final_norm when config.has_final_norm. Keys holding pad_id are masked out, as BERT's attention mask does.
     """
 
     def __init__(self, config: TransformerConfig):

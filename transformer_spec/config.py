@@ -156,6 +156,10 @@ class TransformerConfig:
     dropout: float = 0.0  # the one-number shorthand: the rate of every dropout site below left at None
     activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh" or "silu" (x * sigmoid(x))
     norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
+    # a norm after each stack's last layer, {stack}.final_norm.*: None: as norm_first (pre-norm stacks end with one,
+    # post-norm ones do not); True / False: said outright (nn.TransformerEncoder(norm=LayerNorm) over post-norm
+    # layers has one). Read through `has_final_norm`
+    final_norm: bool | None = None
     # "sinusoidal" (the paper), "learned", "rope" (rotary, in attention), "alibi" (a per-head linear bias on
     # the scores, BLOOM's) or "relative" (T5's learned bias per bucket of distance, one table per stack,
     # {stack}.relative_bias.weight (relative_buckets, H)); the last three add no position table to the embeddings
@@ -391,11 +395,12 @@ class TransformerConfig:
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
 
     def _check_flags(self) -> None:
-        """The switches: bools (qkv_bias: a bool or None)."""
+        """The switches: bools (qkv_bias and final_norm: a bool or None)."""
         if not isinstance(self.pooler, bool):
             raise TypeError(f"pooler must be a bool, got {type(self.pooler).__name__}")
-        if self.qkv_bias is not None and not isinstance(self.qkv_bias, bool):
-            raise TypeError(f"qkv_bias must be a bool or None, got {type(self.qkv_bias).__name__}")
+        for name in ("qkv_bias", "final_norm"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool or None, got {type(getattr(self, name)).__name__}")
         for name in BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {type(getattr(self, name)).__name__}")
@@ -589,6 +594,11 @@ class TransformerConfig:
     def kv_heads(self) -> int:
         """The number of K/V heads: n_kv_heads, or n_heads when that is None (plain multi-head attention)."""
         return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether each stack ends with a norm ({stack}.final_norm.*): final_norm, or norm_first when that is None."""
+        return self.norm_first if self.final_norm is None else self.final_norm
 
     @property
     def has_qkv_bias(self) -> bool:

@@ -115,11 +115,11 @@ class _Shapes:
         self.sublayer_norms(f"{layer}.ffn")
 
     def stack(self, name: str, vocab: int, n_layers: int, cross: bool, own_table: bool = True) -> None:
-        """An encoder or decoder stack: its embeddings, its layers, a pre-norm stack's final norm."""
+        """An encoder or decoder stack: its embeddings, its layers, its final norm (config.has_final_norm)."""
         self.embeddings(name, vocab, own_table)
         for i in range(n_layers):
             self.layer(name, i, cross)
-        if self.config.norm_first:
+        if self.config.has_final_norm:
             self.norm(f"{name}.final_norm")
 
     def encoder_heads(self) -> None:

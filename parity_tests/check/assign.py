@@ -52,9 +52,9 @@ def kv_width(pieces: list, D: int, H: int) -> int:
 
 def gated_groups(ffn: list, D: int, F: int) -> list | None:
     """The gated feed-forward blocks' pieces, (gate, up, down) per block, when there are two D -> F linears for
-    each F -> D one (Llama's SwiGLU), dealt three at a time in registration order; None for plain blocks. The
-    down projection is the F -> D one; gate and up are told apart by name (gate/up, Meta's w1/w3), else taken
-    in order (gate first), and the check tries the other order too (session.layouts)."""
+    each F -> D one (Llama's SwiGLU), dealt three at a time in the order of first use; None for plain blocks. The
+    down projection is the F -> D one; gate and up by their roles: the recorded forward's (the gate the one the
+    activation reads) unless names say (gate/up, Meta's w1/w3); in order (gate first) only where neither tells."""
     ups = [p for p in ffn if p.in_features == D and p.out_features == F]
     downs = [p for p in ffn if p.in_features == F]
     if not downs or len(ups) != 2 * len(downs) or len(ffn) != 3 * len(downs):
@@ -217,21 +217,12 @@ def _layers(entry, dealt: Dealt) -> None:
 
 def _extra_norms(entry, dealt: Dealt) -> None:
     """Norms beyond the layers', read from the flow: norms of the embeddings (those that read only lookups, less
-    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding) and final norms (the
-    rest, after pre-norm layers). Post-norm layers followed by a final norm are refused: the reference has no
-    such layout."""
+    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final
+    norms, after pre- or post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)."""
     flow, stacks = dealt.flow, len(entry.stacks)
     first = [n for n in dealt.norms if not flow.computed_from_projections(n.weight)]
     dealt.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
     dealt.layer_norms += stacks * dealt.embedding_norm
-    if flow.norm_first is not False or len(dealt.norms) == dealt.layer_norms:
-        return
-    extra = [n.module for n in dealt.norms if n not in first][-1]
-    raise ValueError(
-        f"post-norm layers (each sublayer's sum normalised: Norm(x + f(x))) followed by a final norm ({extra}): "
-        "the reference has a final norm only after pre-norm layers; the model cannot be judged as "
-        f"{entry.name!r} (nn.TransformerEncoder(norm=...) on post-norm layers normalises twice)"
-    )
 
 
 def _counted(entry, dealt: Dealt, links: list) -> None:
@@ -263,7 +254,7 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
         tie_embeddings=entry.output_head and out_piece is None,
         share_embeddings=entry.output_head and len(entry.stacks) == 2 and len(token_tables) == 1,
         positional="learned" if any(t.trainable for t in dealt.position_tables) else "sinusoidal",
-        max_len=max((t.rows for t in dealt.position_tables), default=64),
+        max_len=max((t.rows - t.offset for t in dealt.position_tables), default=64),
         layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=dealt.gated is not None,
@@ -277,8 +268,14 @@ def _config(entry, found, dealt: Dealt, cfg, fields: dict):
     )
     if dealt.gated is not None:
         base["activation"] = "silu"
-    if entry.final_norms == "pre-norm" and len(norms) > dealt.layer_norms:
-        base["norm_first"] = True  # a final norm: pre-norm layers
-    if dealt.flow is not None and dealt.flow.norm_first is not None:
+    pads = {t.padding_idx for t in token_tables if t.padding_idx is not None}
+    if len(pads) == 1:  # the pad id the model's tables say (BART's 1)
+        base["pad_id"] = pads.pop()
+    finals = len(norms) > dealt.layer_norms  # norms after the last layer
+    if dealt.flow is not None and dealt.flow.norm_first is not None:  # where the flow applies the layers' norms
         base["norm_first"] = dealt.flow.norm_first
+        if entry.final_norms == "pre-norm" and finals != base["norm_first"]:
+            base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
+    elif entry.final_norms == "pre-norm" and finals:
+        base["norm_first"] = True  # a final norm: pre-norm layers
     return TransformerConfig(**(base | known))

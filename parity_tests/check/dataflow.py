@@ -14,7 +14,8 @@ tensor made is a Node whose parents are the Nodes of its tensor arguments; a par
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops: one of
   them, a plain block (in, out); two, a gated block, the gate the one an activation reads on the way;
 - order: the place of each parameter's first use (norms in the order they are applied, whatever their
-  definition order); positions: the tables looked up with 0, 1, ..., T - 1.
+  definition order); positions: the tables looked up with 0, 1, ..., T - 1, or with those plus a constant
+  offset (BART's learned positions start at row 2).
 
 Registration order decides nothing here; the names only label what the flow found.
 """
@@ -226,7 +227,7 @@ class Flow:
     roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
     attentions: list = field(default_factory=list)
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> (q or k, the attention's module)
-    positions: set = field(default_factory=set)  # tables looked up with 0, 1, ..., T - 1
+    positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
 
     @property
@@ -292,8 +293,9 @@ def _uses(flow: Flow) -> None:
                 flow.order.setdefault(root.param, node.index)
         if node.op == "embedding" and node.value is not None and node.parents:
             table = weight_of(node.parents[-1])
-            if table is not None and _counts_positions(node.value):
-                flow.positions.add(table)
+            offset = _position_offset(node.value)
+            if table is not None and offset is not None:
+                flow.positions.setdefault(table, offset)
             elif table is not None and node.value.size > 1 and np.all(node.value == node.value.flat[0]):
                 flow.constant_lookups.add(table)
 
@@ -387,10 +389,12 @@ def _activation_between(product: Node, weight: str) -> bool:
     return False
 
 
-def _counts_positions(values: np.ndarray) -> bool:
-    """Ids 0, 1, ..., T - 1 along the positions, batch-first or sequence-first (T > 2)."""
+def _position_offset(values: np.ndarray) -> int | None:
+    """c where the ids are c, c + 1, ..., c + T - 1 along the positions, batch-first or sequence-first (T > 2, c
+    >= 0: 0 for most tables, 2 for BART's); None for any other ids."""
     v = values.reshape([s for s in values.shape if s > 1] or [1])
-    T = v.shape[-1]
-    if T > 2 and np.all(v == np.arange(T)):
-        return True
-    return v.ndim == 2 and v.shape[0] > 2 and bool(np.all(v == np.arange(v.shape[0])[:, None]))
+    if v.shape[-1] > 2 and v.min() >= 0 and np.all(v == np.arange(v.shape[-1]) + v.flat[0]):
+        return int(v.flat[0])
+    if v.ndim == 2 and v.shape[0] > 2 and v.min() >= 0 and np.all(v == np.arange(v.shape[0])[:, None] + v.flat[0]):
+        return int(v.flat[0])
+    return None

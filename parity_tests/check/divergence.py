@@ -8,16 +8,21 @@ catalogue variant (matchers.py) is run on the reference's inputs to that unit th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from numpy_transformer import model as M
 
 from . import levels as LV
 from . import reference as R
 from . import variants as VR
+from .judge import MATCH
 from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
-from .report import Result
+from .report import Diagnosis, Result
 
 # -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
 
@@ -43,6 +48,13 @@ def _lca(paths: list) -> str:
             break
         common.append(parts[0])
     return ".".join(common)
+
+
+def _called(owner: str, modules: dict) -> str:
+    """`owner`, or the nearest module above it that runs (a ModuleList or ModuleDict is never called)."""
+    while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict)):
+        owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+    return owner
 
 
 def _module_path(user_name: str) -> str:
@@ -73,9 +85,7 @@ def hook_targets(links, modules: dict | None = None) -> dict:
                     paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
     targets = {}
     for unit, own in paths.items():
-        owner = _lca(sorted(own))
-        while owner and isinstance((modules or {}).get(owner), (nn.ModuleList, nn.ModuleDict)):
-            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+        owner = _called(_lca(sorted(own)), modules or {})
         others = [
             p
             for u, ps in paths.items()
@@ -191,7 +201,9 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
 
 
 def capture(session, caller) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out)."""
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
+    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
+    output projection's result, is kept as the module returned it)."""
     targets = hook_targets(session.links, _modules(session))
     module = session.copy(np.float64)
     modules = dict(module.named_modules())
@@ -201,7 +213,7 @@ def capture(session, caller) -> dict:
         if path in modules:
             handles.append(
                 modules[path].register_forward_hook(
-                    lambda m, a, o, unit=unit: captured.setdefault(unit, (a, o)) and None
+                    lambda m, a, o, unit=unit: captured.setdefault(unit, (_copied(a), _copied(o))) and None
                 )
             )
     try:
@@ -210,6 +222,11 @@ def capture(session, caller) -> dict:
         for h in handles:
             h.remove()
     return captured
+
+
+def _copied(value):
+    """A hooked module's arguments or output with each tensor cloned."""
+    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
 
 
 def scan(session, caller, cfg, captured) -> tuple:
@@ -293,7 +310,24 @@ def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
         elif d.id.startswith("embedding.") and session.is_module:
             d.where = _scaling_module(session, where)
+    if not found and stack == "decoder" and not cfg.scale_embeddings and "encoder" in session.entry.stacks:
+        found = _encoder_unscaled(session, cfg, stage, user_out, table, positions)
     return where, found
+
+
+def _encoder_unscaled(session, cfg, stage, user_out, table, positions) -> list:
+    """The decoder scales its embeddings by sqrt(d_model) where the encoder, judged first and agreeing without a
+    scale, does not (Marian's encoder with embed_scale 1 on a shared table): embedding.missing_scale, named at the
+    module holding the encoder."""
+    _, _, (ids, *_), _, valid, _ = stage
+    scaled = math.sqrt(cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
+    error = _match(user_out, scaled, valid, None)
+    if error > MATCH:
+        return []
+    encoder = [_module_path(link.user) for link in session.links if link.parts[0][0].startswith("encoder.")]
+    message = "the encoder's token embeddings are not multiplied by sqrt(d_model); the decoder's are"
+    where = _called(_lca(encoder), _modules(session)) or "the encoder's embeddings"
+    return [Diagnosis("embedding.missing_scale", message, where, error)]
 
 
 def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:

@@ -394,9 +394,8 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
-    for what in ("gate", "rope_pairing"):
-        if what in session.layout and (what == "gate" or cfg.positional == "rope"):
-            conventions[what] = session.layout[what]
+    if "rope_pairing" in session.layout and cfg.positional == "rope":
+        conventions["rope_pairing"] = session.layout["rope_pairing"]
     if matched:  # a run confirmed them: the user's output reproduced under them
         result.conventions = conventions
         result.caveats += caveats(session, caller, cfg)

@@ -13,8 +13,9 @@ never the level's name:
   "src" padding and/or "tgt" causal), `cross` (its decoder layers cross-attend to a memory), `causal` (a layer's
   self-attention masks the future), `heads` (it computes multi-head attentions from projections), `rope` (rotary
   positions may be tried), `searches` (what the shapes cannot tell and the outputs decide), `output_head` (an
-  output projection to logits), `final_norms` ("always", or "pre-norm": only when the layers are pre-norm, as
-  the reference's stacks), `stacks` (a model's stacks in forward order, the prefixes of its parameters);
+  output projection to logits), `final_norms` ("always", or "pre-norm": as the reference's stacks, after
+  pre-norm layers, unless the flow shows otherwise: config.final_norm), `stacks` (a model's stacks in forward
+  order, the prefixes of its parameters);
 - its relation to other levels: `stands_for` (a level judged in the place of another for a module of torch's
   own, torch.nn.Transformer for "transformer") and ALIASES (another name for the same math);
 - `shown`: the config fields the report shows (None: a model's, MODEL_SHOWN); `activations`: the reference's
@@ -54,7 +55,7 @@ class Level:
     rope: bool = False  # rotary positions may be tried
     searches: tuple = ()  # config fields the outputs decide: "norm_first", "activation", "scale_embeddings"
     output_head: bool = False  # an output projection to logits (the output may be logits, log-probs or probs)
-    final_norms: str = ""  # "always", "pre-norm" (a final norm when the layers are pre-norm), "" (none)
+    final_norms: str = ""  # "always", "pre-norm" (when the layers are pre-norm, or as the flow shows), "" (none)
     self_attention_probes: bool = False  # also probed as a self-attention, causal or not (an attention's)
     padded_source: bool = False  # a cross-attention on a padded source: the fully padded source is probed
     scale_caveat: bool = False  # a model of the paper's kind: no embedding scale is caveated as a mistake

@@ -70,8 +70,10 @@ class Linker:
         if norm.bias is not None:
             self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 
-    def table(self, name: str, ref: str) -> None:
-        self.links.append(Link(name, [(ref, None)]))
+    def table(self, name: str, ref: str, offset: int = 0) -> None:
+        """A table as is, or after `offset` rows the model never reads (BART's positions)."""
+        note = f"after {offset} unread rows" if offset else "as is"
+        self.links.append(Link(name, [(ref, None)], note=note, offset=offset))
 
     def ffn(self, pair: list, prefix: str) -> None:
         D, F = self.dealt.D, self.dealt.F
@@ -161,7 +163,7 @@ def _link_embedding(lk: Linker, d: Dealt, found) -> None:
 
 def _link_positions(lk: Linker, d: Dealt, found) -> None:
     if lk.cfg.positional == "learned":
-        lk.table(d.position_tables[0].name, "position_embedding.weight")
+        lk.table(d.position_tables[0].name, "position_embedding.weight", d.position_tables[0].offset)
 
 
 def _link_layer(lk: Linker, d: Dealt, found) -> None:
@@ -172,8 +174,8 @@ def _link_layer(lk: Linker, d: Dealt, found) -> None:
 
 
 def _link_stacks(lk: Linker, d: Dealt, found) -> None:
-    """Layers on embeddings: each stack's layers, then its final norm (always, or when pre-norm)."""
-    finals = lk.entry.final_norms == "always" or lk.cfg.norm_first
+    """Layers on embeddings: each stack's layers, then its final norm (always, or config.has_final_norm)."""
+    finals = lk.entry.final_norms == "always" or lk.cfg.has_final_norm
     lk.count("norms", len(d.norms), d.layer_norms + (len(lk.entry.stacks) if finals else 0))
     chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
     for stack in lk.entry.stacks:
@@ -193,7 +195,8 @@ def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -
             raise ValueError(f"no token table found for the {stack}; pass mapping=")
         lk.table(table.name, f"{stack}.token_embedding.weight")
     if cfg.positional == "learned":
-        lk.table(take(learned, "learned position table", stack).name, f"{stack}.position_embedding.weight")
+        table = take(learned, "learned position table", stack)
+        lk.table(table.name, f"{stack}.position_embedding.weight", table.offset)
     if stack == "encoder" and d.type_table is not None:
         lk.table(d.type_table.name, "encoder.token_type_embedding.weight")
     if d.embedding_norm:
@@ -214,12 +217,12 @@ def _link_model(lk: Linker, d: Dealt, found) -> None:
     cfg, entry = lk.cfg, lk.entry
     chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
     tokens, learned = iter(d.token_tables), iter([t for t in d.position_tables if t.trainable])
-    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if cfg.norm_first else 0))
+    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if cfg.has_final_norm else 0))
     for stack in entry.stacks:
         _link_embeddings(lk, d, stack, tokens, learned, norms)
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
-        if cfg.norm_first:
+        if cfg.has_final_norm:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head:
         _link_output(lk, d, found)

@@ -59,6 +59,8 @@ class Table:
     position: bool  # its name says positions (pos, pe, wpe, position)
     module: str
     shape: tuple = ()
+    offset: int = 0  # positions: the row position 0 reads (BART's 2; the rows before it never read)
+    padding_idx: int | None = None  # nn.Embedding's padding_idx: the pad id the model says
 
 
 @dataclass
@@ -73,13 +75,15 @@ class Structure:
 
 @dataclass
 class Link:
-    """user tensor = transpose?(concat_i(reference[parts[i]][rows[i]])): see the module docstring."""
+    """user tensor = transpose?(concat_i(reference[parts[i]][rows[i]])), after `offset` rows the reference never
+    reads (BART's learned positions start at row 2: zeros on loading, their gradient not compared)."""
 
     user: str
     parts: list  # [(reference name, (start, stop) or None)]
     transposed: bool = False
     note: str = "as is"
     rope_pairs: int = 0  # head size Dh when the user's q/k rows pair RoPE features (2i, 2i + 1), not (i, i + Dh/2)
+    offset: int = 0
 
 
 ROLE_WORDS = {
@@ -184,6 +188,7 @@ def _apply_flow(found: Structure, flow) -> None:
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
     for t in found.tables:
         t.position = t.position or t.name in flow.positions
+        t.offset = flow.positions.get(t.name, 0)
     projections = {}  # an attention's module -> its q and k weights
     for a in flow.attentions:
         projections[a.module] = {"q": a.q[:1], "k": a.k[:1]}
@@ -256,7 +261,9 @@ def _read_conv1x1(mod: nn.Conv1d, path: str, prefix: str, found: Structure) -> N
 def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
     rows, width = mod.weight.shape
     position = bool(POSITION_WORDS.search(path.lower()))
-    found.tables.append(Table(f"{prefix}weight", rows, width, mod.weight.requires_grad, position, path, (rows, width)))
+    table = Table(f"{prefix}weight", rows, width, mod.weight.requires_grad, position, path, (rows, width))
+    table.padding_idx = mod.padding_idx
+    found.tables.append(table)
 
 
 # torch's own modules, read by their class (the first that matches)
@@ -353,13 +360,14 @@ def rope_paired(name: str, Dh: int) -> bool:
     return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
 
 
-def gather(parts: list, reference: dict, rope_pairs: int = 0) -> np.ndarray:
-    """The user's tensor (before any transpose) from the reference tensors its link names."""
+def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0) -> np.ndarray:
+    """The user's tensor (before any transpose) from the reference tensors its link names, after `offset` rows of
+    zeros."""
     blocks = []
     for n, rows in parts:
         block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
         blocks.append(block[pair_order(len(block), rope_pairs)] if rope_paired(n, rope_pairs) else block)
-    return np.concatenate(blocks)
+    return np.concatenate([np.zeros((offset, *blocks[0].shape[1:]), blocks[0].dtype), *blocks])
 
 
 def interleave_rope(links: list, Dh: int) -> list:
@@ -378,7 +386,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value = gather(link.parts, reference, link.rope_pairs)
+            value = gather(link.parts, reference, link.rope_pairs, link.offset)
             target = tensors[link.user]
             value = value.T if link.transposed else value
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
@@ -396,7 +404,7 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
             g = g.reshape(g.shape[:2])
         g = g.reshape(-1, *g.shape[-1:]) if g.ndim > 2 else g
         g = g.T if link.transposed else g
-        start = 0
+        start = link.offset
         for name, rows in link.parts:
             n = (rows[1] - rows[0]) if rows is not None else shapes[name][0]
             block = out.setdefault(name, np.zeros(shapes[name]))

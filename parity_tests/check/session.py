@@ -56,7 +56,8 @@ class Session:
             found = MP.structure(user, read_flow(user, level, found, call))
         self.flow = found.flow
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        first = self.is_module and found.flow is None and entry.heads and mapped is None  # a layer, an attention
+        recorded = entry.heads or entry.unit == "gated_feed_forward"  # a layer, an attention, a gated block
+        first = self.is_module and found.flow is None and mapped is None and recorded
         self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped, provisional=first)
         if first:  # its forward recorded on the probe the first reading sizes, then read again from the flow
             self.flow = read_component_flow(user, level, self.cfg, batch_first, mask, call, seed)
@@ -201,22 +202,13 @@ class Session:
 
 def layouts(session, found, inferred: bool) -> list:
     """The weight maps the user's module may be judged under, each {"links": ..., and what it says}: the inferred
-    one; where no name says which of a gated block's two D -> F linears is the gate, the two exchanged; and,
-    where rotary positions may be used, each of those with the q and k rows in RoPE's interleaved pairing (Meta's
-    (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every
-    head in another order). The check keeps the first under which the module agrees with the reference."""
+    one and, where rotary positions may be used, the same with the q and k rows in RoPE's interleaved pairing
+    (Meta's (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of
+    every head in another order). The check keeps the first under which the module agrees with the reference."""
     out: list[dict[str, Any]] = [{"links": session.links}]
     if not inferred or not session.is_module:
         return out
     cfg = session.cfg
-    gates = [link for link in session.links if link.parts[0][0].endswith(("gate.weight", "linear1.weight"))]
-    if cfg.gated_ffn and not any(MP.role_of(link.user) in ("gate", "up") for link in gates):
-        swapped = [_swap_gate(link) for link in session.links]
-        exchanged: dict[str, Any] = {"links": swapped}
-        for layout in (out[0], exchanged):
-            gate = next(link.user for link in layout["links"] if link.parts[0][0].endswith("gate.weight"))
-            layout["gate"] = f"{gate} (no name says which of the two D -> F linears is the gate: both tried)"
-        out.append(layout)
     paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
     if session.rope_options(session.stated()) and cfg.d_head % 2 == 0 and paired:
         for layout in list(out):
@@ -225,17 +217,6 @@ def layouts(session, found, inferred: bool) -> list:
             pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
             out.append(layout | {"links": interleaved, "rope_pairing": pairing})
     return out
-
-
-def _swap_gate(link):
-    """A link with the gated block's gate and up projection (linear1) exchanged."""
-    other = {"gate": "linear1", "linear1": "gate"}
-    parts = []
-    for name, rows in link.parts:
-        head, unit, tail = name.rsplit(".", 2) if name.count(".") > 1 else ("", *name.split("."))
-        swapped = f"{other.get(unit, unit)}.{tail}"
-        parts.append((f"{head}.{swapped}" if head else swapped, rows))
-    return dataclasses.replace(link, parts=parts)
 
 
 def read_flow(user, level: str, found, call):

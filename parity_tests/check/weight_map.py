@@ -36,7 +36,7 @@ class MapEntry(tuple):
             return {"kind": self.kind}
         parts = [[name, list(rows) if rows is not None else None] for name, rows in self.link.parts]
         return {"kind": self.kind, "parts": parts, "transposed": self.link.transposed,
-                "rope_pairs": self.link.rope_pairs}  # fmt: skip
+                "rope_pairs": self.link.rope_pairs, "offset": self.link.offset}  # fmt: skip
 
 
 def _reference_name(link: Link) -> str:
@@ -84,7 +84,8 @@ def _from_data(user: str, value) -> tuple[str, Link | None]:
         if "parts" not in data:
             return data.get("kind", "link"), None
         parts = [(name, tuple(rows) if rows is not None else None) for name, rows in data["parts"]]
-        return "link", Link(user, parts, bool(data["transposed"]), value[1], int(data.get("rope_pairs", 0)))
+        pairs, offset = int(data.get("rope_pairs", 0)), int(data.get("offset", 0))
+        return "link", Link(user, parts, bool(data["transposed"]), value[1], pairs, offset)
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
     if ref.startswith("(the fixed"):
         return "fixed", None
@@ -93,9 +94,12 @@ def _from_data(user: str, value) -> tuple[str, Link | None]:
 
 def _from_note(user: str, value) -> Link:
     """A hand-written entry: reference name and layout note in the syntax the report prints ("as is",
-    "transposed", "rows a:b", "fused rows q, k, v", ", RoPE pairs interleaved (head size Dh)")."""
+    "transposed", "rows a:b", "fused rows q, k, v", ", RoPE pairs interleaved (head size Dh)", "after N unread
+    rows")."""
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
-    full, pairs = note, 0
+    full, pairs, offset = note, 0, 0
+    if note.startswith("after ") and note.endswith(" unread rows"):
+        offset = int(note.split()[1])
     if ", RoPE pairs interleaved (head size " in note:
         note, _, size = note.partition(", RoPE pairs interleaved (head size ")
         pairs = int(size.rstrip(")"))
@@ -108,4 +112,4 @@ def _from_note(user: str, value) -> Link:
         parts = [(ref, (int(start), int(stop)))]
     else:
         parts = [(ref, None)]
-    return Link(user, parts, "transposed" in note, full, pairs)
+    return Link(user, parts, "transposed" in note, full, pairs, offset)
