@@ -213,10 +213,13 @@ PACKAGES = {
 
 
 def modules(package: str) -> list[str]:
-    """The package and its public modules (no tests, no private modules), found on disk, so a new one is listed."""
+    """The package and its public modules (no tests, no private modules, nothing in a folder that is not a package:
+    the grader's attack submissions), found on disk, so a new one is listed."""
     folder = ROOT / package
     names = [package]
     for path in sorted(folder.rglob("*.py")):
+        if not (path.parent / "__init__.py").exists():
+            continue
         parts = path.relative_to(ROOT).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]

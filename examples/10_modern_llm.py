@@ -124,8 +124,11 @@ assert tokenizer.decode(ids) == sentence
 #
 # $$\theta_i' = \begin{cases} \theta_i & \lambda_i < L / \mathrm{high} \quad\text{(fast: unchanged)}\\
 # \theta_i / s & \lambda_i > L / \mathrm{low} \quad\text{(slow: divided by the factor } s = 32)\\
-# (1 - m)\, \theta_i / s + m\, \theta_i, \quad m = \dfrac{L/\lambda_i - \mathrm{low}}{\mathrm{high} - \mathrm{low}} &
-# \text{otherwise (a smooth blend)} \end{cases}$$
+# (1 - m)\, \theta_i / s + m\, \theta_i & \text{otherwise (a smooth blend)} \end{cases}$$
+#
+# where the blend's weight $m$ grows from 0 to 1 across the band between the two thresholds:
+#
+# $$m = \frac{L/\lambda_i - \mathrm{low}}{\mathrm{high} - \mathrm{low}}$$
 #
 # Nothing else in the model changes: the rotation, its backward, the attention are those of plain RoPE, with
 # $\theta'$ in place of $\theta$. (The other kinds `transformers` ships change other things: `linear` divides every

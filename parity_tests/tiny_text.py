@@ -1,8 +1,10 @@
 """A tiny tokenizer and language model for the text tests and walkthrough 10, built offline in a second.
 
-    tokenizer_folder(directory)               # tokenizer.json (a byte-level BPE trained here on SENTENCES) and
-                                              # tokenizer_config.json with a ChatML chat template (Qwen's layout)
-    tiny_lm(directory, "qwen2", seed=0)       # a tiny random Qwen2 / Llama written with save_pretrained beside it
+    tokenizer_folder(directory)          # tokenizer.json and tokenizer_config.json (ChatML template)
+    tiny_lm(directory, "qwen2", seed=0)  # a tiny random Qwen2 / Llama written with save_pretrained beside it
+
+tokenizer.json holds a byte-level BPE trained here on SENTENCES; tokenizer_config.json a ChatML chat template, as
+Qwen's checkpoints lay it out.
 
 The BPE starts from the 256 byte symbols (so it encodes any text) and learns merges up to VOCAB_SIZE ids; its
 special tokens are SPECIAL (ids 0, 1, 2): END ends a turn and a text, so it is the model's eos.

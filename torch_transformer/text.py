@@ -33,4 +33,4 @@ def generate_text(model, tokenizer: Tokenizer, prompt, max_new_tokens: int = 64,
         return text.generate_text(model, tokenizer, prompt, decode_prompt, max_new_tokens, stream, **decoding_kwargs)
 
 
-__all__ = ["generate_text", "load_tokenizer", "Tokenizer"]
+__all__ = ["generate_text", "load_tokenizer"]  # Tokenizer: the same class as numpy_transformer.text's, documented there
