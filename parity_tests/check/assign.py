@@ -96,15 +96,23 @@ def _chunks(pieces: list, D: int, kv: int) -> list:
     return chunks
 
 
-def infer(level: str, found, module, given: dict, mapped: tuple | None = None, provisional: bool = False) -> tuple:
-    """(config, links, zero, tables) for the user's module at `level`; see the module docstring. `mapped`: the
-    (links, zero) of a caller's mapping=, which replace the dealt ones; the layers are then counted from it where
-    the pieces cannot be dealt. `provisional`: a first reading of a layer or component, only to size the probe
-    its forward is recorded on (linking._separate)."""
+def sized_config(level: str, found, module, given: dict):
+    """The config the shapes alone give (nothing dealt): what sizes the probe a component's forward is recorded
+    on before its roles are read from it."""
     entry = LEVELS[level]
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
     dealt = _sizes(entry, found, module, given.get("config"), fields)
-    dealt.provisional = provisional
+    _tables(entry, found, dealt)
+    return _config(entry, found, dealt, given.get("config"), fields)
+
+
+def infer(level: str, found, module, given: dict, mapped: tuple | None = None) -> tuple:
+    """(config, links, zero, tables) for the user's module at `level`; see the module docstring. `mapped`: the
+    (links, zero) of a caller's mapping=, which replace the dealt ones; the layers are then counted from it where
+    the pieces cannot be dealt."""
+    entry = LEVELS[level]
+    fields = {k: v for k, v in given.items() if k != "config" and v is not None}
+    dealt = _sizes(entry, found, module, given.get("config"), fields)
     _tables(entry, found, dealt)
     try:
         _pieces(entry, list(found.pieces), dealt)
@@ -139,7 +147,7 @@ def _sizes(entry, found, module, cfg, fields: dict) -> Dealt:
         raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {entry.name!r})")
     ffn_in = [p for p in pieces if p.in_features not in (D,)]
     F = ffn_in[0].in_features if ffn_in else 4 * (D or 8)
-    return Dealt(D, H, F, norms=list(norms), flow=found.flow, qk_norms=found.qk_norms)
+    return Dealt(D, H, F, D, norms=list(norms), flow=found.flow, qk_norms=found.qk_norms)
 
 
 def _flow_heads(flow, D) -> int | None:

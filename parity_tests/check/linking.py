@@ -36,7 +36,6 @@ class Dealt:
     layer_norms: int = 0
     embedding_norm: bool = False
     flow: Any = None  # dataflow.Flow, or None
-    provisional: bool = False  # a first reading, only to size the probe the forward is recorded on
     qk_norms: dict = field(default_factory=dict)  # q or k weight name -> its per-head Norm
 
 
@@ -90,9 +89,7 @@ class Linker:
 
     def attention(self, chunk: list, prefix: str) -> None:
         d = self.dealt
-        got, held = attention_links(
-            chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv, d.provisional
-        )
+        got, held = attention_links(chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv)
         self.links.extend(got)
         self.zero.extend(held)
         for link in got:  # Qwen3's per-head q and k norms, after their projections
@@ -246,9 +243,7 @@ LINKS = {
 # -- one attention's pieces: fused, separate or per head ----------------------------------------------------------
 
 
-def attention_links(
-    pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None, provisional: bool = False
-):
+def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None):
     """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
     returns (links, zero-bias reference names). `kv`: the key and value projections' width (n_kv_heads * Dh with
     grouped-query attention; None: D). Raises ValueError when the roles cannot be told apart."""
@@ -258,7 +253,7 @@ def attention_links(
     if shapes in ([3 * D, D], [D + 2 * kv, D]):  # fused q, k, v (narrower k, v with grouped-query attention)
         dealt = [(pieces[0], [(names[r], None) for r in "qkv"]), (pieces[1], [(names["out"], None)])]
     elif shapes == [D, kv, kv, D]:
-        dealt = _separate(pieces, names, provisional)
+        dealt = _separate(pieces, names)
     elif sorted(shapes) == sorted([D // H] * (3 * H) + [D]) and H > 1:
         dealt = _per_head(pieces, names, prefix, D, H)
     else:
@@ -279,16 +274,13 @@ def attention_links(
     return links, zero
 
 
-def _separate(pieces: list, names: dict, provisional: bool = False) -> list:
+def _separate(pieces: list, names: dict) -> list:
     """q, k, v and out as four pieces, by the roles the recorded forward (or, where it could not run, their
-    names) gave them, one left unnamed taking the role left; never by the order they were registered in, but
-    for the `provisional` reading that only sizes the probe the forward is then recorded on."""
+    names) gave them, one left unnamed taking the role left; never by the order they were registered in."""
     roles = [p.role for p in pieces]
     left = sorted({"q", "k", "v", "out"} - set(roles))
     if len(left) == 1 and roles.count("") == 1:
         roles[roles.index("")] = left[0]
-    if provisional and sorted(roles) != sorted(["q", "k", "v", "out"]):
-        roles = ["q", "k", "v", "out"]
     if sorted(roles) != sorted(["q", "k", "v", "out"]):
         listed = ", ".join(f"{p.weight} ({p.role or 'no role read'})" for p in pieces)
         raise ValueError(
