@@ -55,7 +55,7 @@ class Node:
     ndim: int = 0
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding lookup's ids (numpy)
+    value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count
 
 
 class _Recorder(TorchFunctionMode):
@@ -92,6 +92,8 @@ class _Recorder(TorchFunctionMode):
         node.extra = extra
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
+        elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
+            node.value = args[4]
         self.nodes.append(node)
         for p in parents:
             p.children.append(node)
@@ -312,7 +314,7 @@ def _attention(node: Node) -> Attention | None:
     if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
         *qkv, out = weights
         q, k, v = qkv * 3 if len(qkv) == 1 else qkv
-        return Attention(node.module, [q], [k], [v], [out], {}, 0, None, node)
+        return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value, node)  # type: ignore[arg-type]
     if node.op == SDPA and len(node.parents) >= 3:
         q, k, v = node.parents[:3]
         after = node

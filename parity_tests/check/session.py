@@ -56,12 +56,12 @@ class Session:
             found = MP.structure(user, read_flow(user, level, _ids_probe(level, found), 16, call=call))
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
         recorded = entry.heads or entry.unit == "gated_feed_forward"  # a layer, an attention, a gated block
-        if self.is_module and found.flow is None and mapped is None and recorded:  # its sizes give its probe
-            probe = LV.probe(level, A.sized_config(level, found, user, given), np.random.default_rng(seed + 1))
+        if self.is_module and found.flow is None and recorded:  # its sizes give its probe
+            probe = LV.probe(level, A.sized_config(level, found, given), np.random.default_rng(seed + 1))
             flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
             found = MP.structure(user, flow) if flow is not None else found
         self.flow = found.flow
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped)
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables
