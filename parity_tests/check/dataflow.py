@@ -349,19 +349,9 @@ def _feed_forwards(flow: Flow) -> None:
 
 def _activation_between(product: Node, weight: str) -> bool:
     """An activation on the way back from `product`'s input to the projection of `weight`."""
-    todo = [(p, False) for p in product.parents if p.param is None and weight_of(p) is None]
-    seen: set = set()
-    while todo:
-        node, crossed = todo.pop()
-        if projection(node) == weight:
-            if crossed:
-                return True
-            continue
-        if (id(node), crossed) in seen or node.op in PRODUCTS or node.param is not None:
-            continue
-        seen.add((id(node), crossed))
-        todo.extend((p, crossed or node.op in ACTIVATIONS) for p in node.parents)
-    return False
+    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
+    activations = [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
+    return any(projection(n) == weight for n in _walk(activations, _behind))
 
 
 def _position_offset(values: np.ndarray) -> int | None:

@@ -170,18 +170,6 @@ def _link_layer(lk: Linker, d: Dealt, found) -> None:
     lk.layer("", cross, iter(d.chunks), iter(d.norms), iter(d.ffn_pairs))
 
 
-def _link_stacks(lk: Linker, d: Dealt, found) -> None:
-    """Layers on embeddings: each stack's layers, then its final norm (always, or config.has_final_norm)."""
-    finals = lk.entry.final_norms == "always" or lk.cfg.has_final_norm
-    lk.count("norms", len(d.norms), d.layer_norms + (len(lk.entry.stacks) if finals else 0))
-    chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
-    for stack in lk.entry.stacks:
-        n = d.n_enc if stack == "encoder" else d.n_dec
-        lk.stack(stack, n, stack == "decoder" and lk.entry.cross, chunks, norms, ffns)
-        if finals:
-            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
-
-
 def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -> None:
     """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
     its learned positions, BERT's type table and embedding norm."""
@@ -210,16 +198,20 @@ def _link_output(lk: Linker, d: Dealt, found) -> None:
         lk.links.append(Link("(tied)", [("decoder.token_embedding.weight", None)], note="tied output projection"))
 
 
-def _link_model(lk: Linker, d: Dealt, found) -> None:
+def _link_stacks(lk: Linker, d: Dealt, found) -> None:
+    """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
+    config.has_final_norm), then a model's output projection."""
     cfg, entry = lk.cfg, lk.entry
+    finals = entry.final_norms == "always" or cfg.has_final_norm
     chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
     tokens, learned = iter(d.token_tables), iter([t for t in d.position_tables if t.trainable])
-    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if cfg.has_final_norm else 0))
+    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if finals else 0))
     for stack in entry.stacks:
-        _link_embeddings(lk, d, stack, tokens, learned, norms)
+        if entry.group == "model":
+            _link_embeddings(lk, d, stack, tokens, learned, norms)
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
-        if cfg.has_final_norm:
+        if finals:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head:
         _link_output(lk, d, found)
@@ -236,7 +228,7 @@ LINKS = {
     "positions": _link_positions,
     "layer": _link_layer,
     "stacks": _link_stacks,
-    "model": _link_model,
+    "model": _link_stacks,
 }
 
 
