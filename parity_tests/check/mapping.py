@@ -37,7 +37,7 @@ class Piece:
     in_features: int
     transposed: bool  # stored (in, out), applied as x @ W
     module: str  # the path of the module that owns it
-    role: str = ""  # "" or a role its name gives: q, k, v, out, qkv
+    role: str = ""  # the role the recorded forward read (q, k, v, out, qkv, gate, up, down), else its name's or ""
 
 
 @dataclass
@@ -90,33 +90,9 @@ ROLE_WORDS = {
     "q": {"q", "query", "queries", "wq", "fc_q", "q_proj", "q_lin", "to_q", "w_q", "linear_q", "q_linear"},
     "k": {"k", "key", "keys", "wk", "fc_k", "k_proj", "k_lin", "to_k", "w_k", "linear_k", "k_linear"},
     "v": {"v", "value", "values", "wv", "fc_v", "v_proj", "v_lin", "to_v", "w_v", "linear_v", "v_linear"},
-    "out": {
-        "o",
-        "out",
-        "wo",
-        "fc_o",
-        "fc",
-        "out_proj",
-        "o_proj",
-        "proj",
-        "c_proj",
-        "to_out",
-        "w_o",
-        "dense",
-        "output",
-        "fc_out",
-        "linear_out",
-        "out_lin",
-        "o_linear",
-        "out_linear",
-        "project",
-        "projection",
-    },
-    "qkv": {"qkv", "c_attn", "in_proj", "to_qkv", "w_qkv", "qkv_proj", "in_proj_weight"},
-    # the gated feed-forward's three linears (Hugging Face's names, Meta's w1 / w3 / w2)
+    # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3); its down is the F -> D one
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
-    "down": {"down", "down_proj", "w2", "w_down", "wd", "fc_down", "down_linear", "linear_down"},
 }
 POSITION_WORDS = re.compile(r"(^|[_.])(pos|pe|wpe|position|positions|positional|pos_embedding|pos_emb|pos_enc)($|[_.])")
 EMBEDDING_WORDS = re.compile(r"(emb|embed|embedding|wte|tok|token|lut)")
