@@ -221,7 +221,7 @@ class Flow:
     order: dict = field(default_factory=dict)  # parameter name -> the index of its first use
     roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
     attentions: list = field(default_factory=list)
-    qk_norms: dict = field(default_factory=dict)  # norm scale name -> (q or k, the attention's module)
+    qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
 
@@ -264,7 +264,7 @@ def read(nodes: list) -> Flow:
                 fused = sum(w in getattr(a, r) for r in "qkv") > 1
                 flow.roles.setdefault(w, "qkv" if fused else role)
         for scale, role in a.norms.items():
-            flow.qk_norms[scale] = (role, a.module)
+            flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
     return flow
 

@@ -165,15 +165,9 @@ def _apply_flow(found: Structure, flow) -> None:
     for t in found.tables:
         t.position = t.position or t.name in flow.positions
         t.offset = flow.positions.get(t.name, 0)
-    projections = {}  # an attention's module -> its q and k weights
-    for a in flow.attentions:
-        projections[a.module] = {"q": a.q[:1], "k": a.k[:1]}
-    for norm in list(found.norms):
-        if norm.weight in flow.qk_norms:
-            role, module = flow.qk_norms[norm.weight]
-            for weight in projections.get(module, {}).get(role, []):
-                found.qk_norms[weight] = norm
-            found.norms.remove(norm)
+    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
+        found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+        found.norms.remove(norm)
     found.flow = flow
 
 
