@@ -200,32 +200,24 @@ def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: S
         found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path, role))
 
 
-def _read_linear(mod: nn.Linear, path: str, prefix: str, found: Structure) -> None:
-    bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path, role_of(path)))
-
-
-def _read_layer_norm(mod: nn.LayerNorm, path: str, prefix: str, found: Structure) -> None:
-    if mod.weight is not None:
-        bias = f"{prefix}bias" if mod.bias is not None else None
-        found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
-
-
-def _read_rms_norm(mod, path: str, prefix: str, found: Structure) -> None:
-    if mod.weight is not None:  # eps None: torch takes the dtype's machine epsilon (float64's here)
-        eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
-        found.norms.append(Norm(f"{prefix}weight", None, mod.weight.shape[-1], eps, path, "rms"))
-
-
-def _read_conv1x1(mod: nn.Conv1d, path: str, prefix: str, found: Structure) -> None:
-    """A 1x1 nn.Conv1d: a linear over the channels, its weight (out, in, 1)."""
-    if mod.kernel_size != (1,) or mod.groups != 1:
+def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
+    """nn.Linear, or a 1x1 nn.Conv1d: a linear over the channels, its weight (out, in, 1)."""
+    if isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):
         raise ValueError(
             f"{path} is an nn.Conv1d of kernel {mod.kernel_size[0]} (groups {mod.groups}): the judge reads a "
             "convolution only as a position-wise linear (kernel 1, one group)"
         )
     bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_channels, mod.in_channels, False, path, role_of(path)))
+    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False, path, role_of(path)))
+
+
+def _read_norm(mod, path: str, prefix: str, found: Structure) -> None:
+    """nn.LayerNorm, or nn.RMSNorm (eps None: torch takes the dtype's machine epsilon, float64's here)."""
+    if mod.weight is not None:
+        eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
+        bias = f"{prefix}bias" if getattr(mod, "bias", None) is not None else None
+        kind = "layer" if isinstance(mod, nn.LayerNorm) else "rms"
+        found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], eps, path, kind))
 
 
 def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
@@ -240,10 +232,10 @@ def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure)
 BUILTIN_READERS: list[tuple[Any, Callable]] = [
     (nn.MultiheadAttention, _read_multihead),
     (nn.Linear, _read_linear),
-    (nn.LayerNorm, _read_layer_norm),
-    (getattr(nn, "RMSNorm", ()), _read_rms_norm),
+    (nn.LayerNorm, _read_norm),
+    (getattr(nn, "RMSNorm", ()), _read_norm),
     (nn.Embedding, _read_embedding),
-    (nn.Conv1d, _read_conv1x1),
+    (nn.Conv1d, _read_linear),
 ]
 
 
