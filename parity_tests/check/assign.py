@@ -1,11 +1,12 @@
 """Dealing the user's pieces to the reference's units, and the config their shapes imply.
 
 `infer(level, structure, given)` returns the config the user's module is judged as (its sizes read from the
-shapes, the rest from `given` or the reference's defaults) and the links (mapping.Link) from every user parameter to
-the reference's tensors. Reference biases the user's linears lack are returned as `zero`: held at zero, their
-gradients not compared. Llama's parts are read here too: grouped-query attention from the k/v width (kv_width),
-SwiGLU's gate, up and down (gated_groups), RMSNorm from a norm without a shift. The links are made unit by unit by
-the level's linker (linking.py); the tables built in float32 are read in tables.py.
+shapes, its heads from the recorded forward, the rest from `given` or the reference's defaults) and the links
+(mapping.Link) from every user parameter to the reference's tensors. Reference biases the user's linears lack are
+returned as `zero`: held at zero, their gradients not compared. Llama's parts are read here too: grouped-query
+attention from the k/v width (kv_width), SwiGLU's gate, up and down (gated_groups), RMSNorm from a norm without a
+shift. The links are made unit by unit by the level's linker (linking.py); the tables built in float32 are read
+in tables.py.
 """
 
 from __future__ import annotations
@@ -147,11 +148,6 @@ def _flow_heads(flow, D) -> int | None:
 ATTENTION_ROLES = ("q", "k", "v", "out", "qkv")
 
 
-def flow_read(pieces: list, flow) -> bool:
-    """True when the recorded forward gave every piece a role (attention or feed-forward)."""
-    return flow is not None and bool(pieces) and all(p.weight in flow.roles for p in pieces)
-
-
 def _tables(entry, found, dealt: Dealt) -> None:
     """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
     dealt.token_tables = [t for t in found.tables if not t.position and t.width == dealt.D]
@@ -179,8 +175,9 @@ def _pieces(entry, pieces: list, dealt: Dealt) -> None:
                 f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the stack "
                 "before it: check the whole model as 'transformer', or pass call= returning the decoder's hidden states"
             )
-    if flow_read(pieces, found_flow := dealt.flow):  # the recorded forward says which projections attend
-        dealt.attention = [p for p in pieces if found_flow.roles.get(p.weight) in ATTENTION_ROLES]
+    roles = dealt.flow.roles if dealt.flow is not None else {}
+    if pieces and all(p.weight in roles for p in pieces):  # the recorded forward says which projections attend
+        dealt.attention = [p for p in pieces if roles[p.weight] in ATTENTION_ROLES]
     else:
         dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     dealt.ffn = [p for p in pieces if p not in dealt.attention]

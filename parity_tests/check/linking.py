@@ -108,10 +108,6 @@ class Linker:
         for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
             self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
-    def stack(self, stack: str, n: int, decoder: bool, chunks, norms, ffns) -> None:
-        for i in range(n):
-            self.layer(f"{stack}.layers.{i}.", decoder, chunks, norms, ffns)
-
 
 def take(pieces, what: str, where: str):
     """The next of the user's pieces for the reference's `where`; a ValueError saying so when none is left."""
@@ -210,7 +206,8 @@ def _link_stacks(lk: Linker, d: Dealt, found) -> None:
         if entry.group == "model":
             _link_embeddings(lk, d, stack, tokens, learned, norms)
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-        lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
+        for i in range(n):
+            lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross, chunks, norms, ffns)
         if finals:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head:

@@ -3,11 +3,11 @@
 A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
 (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a
 weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and their order
-(first use: norms in the order they are applied) come from the recorded forward (dataflow.py), names only where
-it could not run; the pieces are then grouped into the reference's units in that order (assign.py, linking.py):
-attentions their q, k, v and output pieces (separate, fused, or one per head and role), the feed-forward blocks
-theirs, the norms and tables theirs. Where neither the flow nor a name tells a role, the map is refused with the
-candidates listed, and a `mapping=` table settles it.
+(first use: norms in the order they are applied) come from the recorded forward (dataflow.py), the names of q, k,
+v, gate and up only where it read no role; the pieces are then grouped into the reference's units in that order
+(assign.py, linking.py): attentions their q, k, v and output pieces (separate, fused, or one per head and role),
+the feed-forward blocks theirs, the norms and tables theirs. Where neither the flow nor a name tells a role, the
+map is refused with the candidates listed, and a `mapping=` table settles it.
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
