@@ -1,11 +1,12 @@
 """Dealing the user's pieces to the reference's units, and the config their shapes imply.
 
-`infer(level, structure, module, given)` returns the config the user's module is judged as (its sizes read from the
-shapes, the rest from `given` or the reference's defaults) and the links (mapping.Link) from every user parameter to
-the reference's tensors. Reference biases the user's linears lack are returned as `zero`: held at zero, their
-gradients not compared. Llama's parts are read here too: grouped-query attention from the k/v width (kv_width),
-SwiGLU's gate, up and down (gated_groups), RMSNorm from a norm without a shift. The links are made unit by unit by
-the level's linker (linking.py); the tables built in float32 are read in tables.py.
+`infer(level, structure, given)` returns the config the user's module is judged as (its sizes read from the
+shapes, its heads from the recorded forward, the rest from `given` or the reference's defaults) and the links
+(mapping.Link) from every user parameter to the reference's tensors. Reference biases the user's linears lack are
+returned as `zero`: held at zero, their gradients not compared. Llama's parts are read here too: grouped-query
+attention from the k/v width (kv_width), SwiGLU's gate, up and down (gated_groups), RMSNorm from a norm without a
+shift. The links are made unit by unit by the level's linker (linking.py); the tables built in float32 are read
+in tables.py.
 """
 
 from __future__ import annotations
@@ -13,27 +14,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from torch import nn
-
 from numpy_transformer import TransformerConfig
 
 from .level_table import LEVELS
 from .linking import LINKS, Dealt, Linker
-
-HEAD_ATTRS = ("num_heads", "n_heads", "n_head", "nhead", "heads", "h", "num_attention_heads")
-
-
-def find_heads(module) -> int | None:
-    """A head count the user's module states (nn.MultiheadAttention's num_heads, a tutorial's n_heads, ...)."""
-    if not isinstance(module, nn.Module):
-        return None
-    for _, mod in module.named_modules():
-        for owner in (mod, getattr(mod, "config", None)):  # transformers' modules keep theirs in .config
-            for attr in HEAD_ATTRS:
-                value = getattr(owner, attr, None)
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                    return value
-    return None
 
 
 def kv_width(pieces: list, D: int, H: int) -> int:
@@ -96,15 +80,23 @@ def _chunks(pieces: list, D: int, kv: int) -> list:
     return chunks
 
 
-def infer(level: str, found, module, given: dict, mapped: tuple | None = None, provisional: bool = False) -> tuple:
+def sized_config(level: str, found, given: dict):
+    """The config the shapes alone give (nothing dealt): what sizes the probe a component's forward is recorded
+    on before its roles are read from it (one head where none is given: the probe does not depend on it)."""
+    entry = LEVELS[level]
+    fields = {"n_heads": 1} | {k: v for k, v in given.items() if k != "config" and v is not None}
+    dealt = _sizes(entry, found, given.get("config"), fields)
+    _tables(entry, found, dealt)
+    return _config(entry, found, dealt, given.get("config"), fields)
+
+
+def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     """(config, links, zero, tables) for the user's module at `level`; see the module docstring. `mapped`: the
     (links, zero) of a caller's mapping=, which replace the dealt ones; the layers are then counted from it where
-    the pieces cannot be dealt. `provisional`: a first reading of a layer or component, only to size the probe
-    its forward is recorded on (linking._separate)."""
+    the pieces cannot be dealt."""
     entry = LEVELS[level]
     fields = {k: v for k, v in given.items() if k != "config" and v is not None}
-    dealt = _sizes(entry, found, module, given.get("config"), fields)
-    dealt.provisional = provisional
+    dealt = _sizes(entry, found, given.get("config"), fields)
     _tables(entry, found, dealt)
     try:
         _pieces(entry, list(found.pieces), dealt)
@@ -122,9 +114,9 @@ def infer(level: str, found, module, given: dict, mapped: tuple | None = None, p
     return cfg, [link for link in linker.links if link.user != "(tied)"], linker.zero, fixed
 
 
-def _sizes(entry, found, module, cfg, fields: dict) -> Dealt:
+def _sizes(entry, found, cfg, fields: dict) -> Dealt:
     """d_model, heads and d_ff: as given, else read from the shapes (d_model the most common input width, or a
-    norm's or a table's width; d_ff the other input width), heads from what the module states."""
+    norm's or a table's width; d_ff the other input width), heads from the recorded forward (dataflow.Flow)."""
     pieces, norms, tables = found.pieces, found.norms, found.tables
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     if D is None and pieces and not norms:
@@ -134,12 +126,14 @@ def _sizes(entry, found, module, cfg, fields: dict) -> Dealt:
         D = norms[0].size if norms else (tables[0].width if tables else None)
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
-    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or _flow_heads(found.flow, D) or find_heads(module)
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or _flow_heads(found.flow, D)
     if H is None and entry.heads:
-        raise ValueError(f"the number of heads cannot be read from the module: pass n_heads= (level {entry.name!r})")
+        raise ValueError(
+            f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
+        )
     ffn_in = [p for p in pieces if p.in_features not in (D,)]
     F = ffn_in[0].in_features if ffn_in else 4 * (D or 8)
-    return Dealt(D, H, F, norms=list(norms), flow=found.flow, qk_norms=found.qk_norms)
+    return Dealt(D, H, F, D, norms=list(norms), flow=found.flow, qk_norms=found.qk_norms)
 
 
 def _flow_heads(flow, D) -> int | None:
@@ -152,11 +146,6 @@ def _flow_heads(flow, D) -> int | None:
 
 
 ATTENTION_ROLES = ("q", "k", "v", "out", "qkv")
-
-
-def flow_read(pieces: list, flow) -> bool:
-    """True when the recorded forward gave every piece a role (attention or feed-forward)."""
-    return flow is not None and bool(pieces) and all(p.weight in flow.roles for p in pieces)
 
 
 def _tables(entry, found, dealt: Dealt) -> None:
@@ -186,8 +175,9 @@ def _pieces(entry, pieces: list, dealt: Dealt) -> None:
                 f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the stack "
                 "before it: check the whole model as 'transformer', or pass call= returning the decoder's hidden states"
             )
-    if flow_read(pieces, found_flow := dealt.flow):  # the recorded forward says which projections attend
-        dealt.attention = [p for p in pieces if found_flow.roles.get(p.weight) in ATTENTION_ROLES]
+    roles = dealt.flow.roles if dealt.flow is not None else {}
+    if pieces and all(p.weight in roles for p in pieces):  # the recorded forward says which projections attend
+        dealt.attention = [p for p in pieces if roles[p.weight] in ATTENTION_ROLES]
     else:
         dealt.attention = [p for p in pieces if p.in_features == D and p.out_features != F]
     dealt.ffn = [p for p in pieces if p not in dealt.attention]

@@ -23,6 +23,7 @@ Registration order decides nothing here; the names only label what the flow foun
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,7 @@ class Node:
     ndim: int = 0
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding lookup's ids (numpy)
+    value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count
 
 
 class _Recorder(TorchFunctionMode):
@@ -92,6 +93,8 @@ class _Recorder(TorchFunctionMode):
         node.extra = extra
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
+        elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
+            node.value = args[4]
         self.nodes.append(node)
         for p in parents:
             p.children.append(node)
@@ -126,11 +129,17 @@ def record(run, module: nn.Module) -> list:
     return rec.nodes
 
 
-def weight_of(node: Node) -> str | None:
-    """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
+def _root(node: Node) -> Node:
+    """`node` seen through views: the parameter it is, else the first node that computes."""
     while node.param is None and node.op in VIEWS and len(node.parents) == 1:
         node = node.parents[0]
-    return node.param if node.param is not None and node.ndim >= 2 else None
+    return node
+
+
+def weight_of(node: Node) -> str | None:
+    """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
+    root = _root(node)
+    return root.param if root.param is not None and root.ndim >= 2 else None
 
 
 def projection(node: Node) -> str | None:
@@ -140,58 +149,44 @@ def projection(node: Node) -> str | None:
     return next((w for w in map(weight_of, node.parents) if w is not None), None)
 
 
-def _back(start: Node) -> tuple[list, list, bool]:
-    """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
-    met, the 1-D parameters met on the way (norm scales), whether an activation was crossed)."""
-    weights, scales, crossed = [], [], False
-    seen, todo = set(), [start]
+def _walk(starts: list, onward) -> Iterator[Node]:
+    """Each node reached from `starts` once, breadth first; `onward(node)`: the nodes to go on to from it."""
+    seen, todo = set(), list(starts)
     while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        w = projection(node) or (_mha_weights(node) or [None])[-1]
-        if w is not None:
-            weights.append(w)
-            continue
-        if node.op in PRODUCTS or node.op in SOFTMAX or node.op == SDPA or node.op == "embedding":
-            continue
-        if node.param is not None:
-            if node.ndim == 1:
-                scales.append(node.param)
-            continue
-        crossed = crossed or node.op in ACTIVATIONS
-        todo.extend(node.parents)
-    return weights, scales, crossed
+        node = todo.pop(0)
+        if id(node) not in seen:
+            seen.add(id(node))
+            yield node
+            todo.extend(onward(node))
+
+
+def _product(node: Node) -> bool:
+    return node.op in PRODUCTS or node.op == SDPA
+
+
+def _behind(node: Node) -> list:
+    """Back from `node` through anything but a product or a parameter."""
+    return [] if node.op in PRODUCTS or node.param is not None else node.parents
+
+
+def _back(start: Node) -> tuple[list, list]:
+    """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
+    met, the 1-D parameters met on the way (norm scales))."""
+    ends = SOFTMAX | MHA | {SDPA, "embedding"}
+    met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) else _behind(n)))
+    weights = [w for w in (projection(n) or (_mha_weights(n) or [None])[-1] for n in met) if w is not None]
+    return weights, [n.param for n in met if n.param is not None and n.ndim == 1]
 
 
 def _forward(start: Node) -> list:
     """From `start` forward through element-wise ops and views to the nearest products (Nodes)."""
-    found, seen, todo = [], set(), list(start.children)
-    while todo:
-        node = todo.pop(0)
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if node.op in PRODUCTS or node.op == SDPA:
-            found.append(node)
-            continue
-        todo.extend(node.children)
-    return found
+    return [n for n in _walk(start.children, lambda n: [] if _product(n) else n.children) if _product(n)]
 
 
 def _back_to_product(start: Node) -> Node | None:
     """The nearest product without parameters behind `start` (the scores behind a softmax)."""
-    seen, todo = set(), [start]
-    while todo:
-        node = todo.pop(0)
-        if id(node) in seen or node.param is not None:
-            continue
-        seen.add(id(node))
-        if node.op in PRODUCTS:
-            return None if projection(node) else node
-        todo.extend(node.parents)
-    return None
+    node = next((n for n in _walk([start], _behind) if n.op in PRODUCTS), None)
+    return None if node is None or projection(node) else node
 
 
 def _query_first(product: Node) -> list:
@@ -226,7 +221,7 @@ class Flow:
     order: dict = field(default_factory=dict)  # parameter name -> the index of its first use
     roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
     attentions: list = field(default_factory=list)
-    qk_norms: dict = field(default_factory=dict)  # norm scale name -> (q or k, the attention's module)
+    qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
 
@@ -247,17 +242,9 @@ class Flow:
         out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
         if out is None:
             return None
-        todo, seen = list(out.children), set()
-        while todo:
-            node = todo.pop(0)
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if node.op in ADDS:
-                return len({child.module for child in node.children}) > 1
-            if node.op not in PRODUCTS:
-                todo.extend(node.children)
-        return None
+        ahead = _walk(out.children, lambda n: [] if n.op in ADDS or n.op in PRODUCTS else n.children)
+        add = next((n for n in ahead if n.op in ADDS), None)
+        return None if add is None else len({child.module for child in add.children}) > 1
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
@@ -277,7 +264,7 @@ def read(nodes: list) -> Flow:
                 fused = sum(w in getattr(a, r) for r in "qkv") > 1
                 flow.roles.setdefault(w, "qkv" if fused else role)
         for scale, role in a.norms.items():
-            flow.qk_norms[scale] = (role, a.module)
+            flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
     return flow
 
@@ -285,10 +272,7 @@ def read(nodes: list) -> Flow:
 def _uses(flow: Flow) -> None:
     """Each parameter's first use (through views), and the tables looked up with positions."""
     for node in flow.nodes:
-        for parent in node.parents:
-            root = parent
-            while root.param is None and root.op in VIEWS and len(root.parents) == 1:
-                root = root.parents[0]
+        for root in map(_root, node.parents):
             if root.param is not None:
                 flow.order.setdefault(root.param, node.index)
         if node.op == "embedding" and node.value is not None and node.parents:
@@ -312,7 +296,7 @@ def _attention(node: Node) -> Attention | None:
     if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
         *qkv, out = weights
         q, k, v = qkv * 3 if len(qkv) == 1 else qkv
-        return Attention(node.module, [q], [k], [v], [out], {}, 0, None, node)
+        return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value, node)  # type: ignore[arg-type]
     if node.op == SDPA and len(node.parents) >= 3:
         q, k, v = node.parents[:3]
         after = node
@@ -330,7 +314,7 @@ def _attention(node: Node) -> Attention | None:
             return None
     else:
         return None
-    (qw, qs, _), (kw, ks, _), (vw, _, _) = _back(q), _back(k), _back(v)
+    (qw, qs), (kw, ks), (vw, _) = _back(q), _back(k), _back(v)
     outs = [n for n in _forward(after) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
@@ -340,16 +324,7 @@ def _attention(node: Node) -> Attention | None:
 
 def _reaches(src: Node, dst: Node) -> bool:
     """`dst` computed from `src` through element-wise ops (the probabilities, dropped out or masked)."""
-    seen, todo = set(), [dst]
-    while todo:
-        node = todo.pop()
-        if node is src:
-            return True
-        if id(node) in seen or node.op in PRODUCTS or node.param is not None:
-            continue
-        seen.add(id(node))
-        todo.extend(node.parents)
-    return False
+    return any(node is src for node in _walk([dst], _behind))
 
 
 def _feed_forwards(flow: Flow) -> None:
@@ -374,19 +349,9 @@ def _feed_forwards(flow: Flow) -> None:
 
 def _activation_between(product: Node, weight: str) -> bool:
     """An activation on the way back from `product`'s input to the projection of `weight`."""
-    todo = [(p, False) for p in product.parents if p.param is None and weight_of(p) is None]
-    seen: set = set()
-    while todo:
-        node, crossed = todo.pop()
-        if projection(node) == weight:
-            if crossed:
-                return True
-            continue
-        if (id(node), crossed) in seen or node.op in PRODUCTS or node.param is not None:
-            continue
-        seen.add((id(node), crossed))
-        todo.extend((p, crossed or node.op in ACTIVATIONS) for p in node.parents)
-    return False
+    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
+    activations = [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
+    return any(projection(n) == weight for n in _walk(activations, _behind))
 
 
 def _position_offset(values: np.ndarray) -> int | None:

@@ -36,7 +36,6 @@ class Dealt:
     layer_norms: int = 0
     embedding_norm: bool = False
     flow: Any = None  # dataflow.Flow, or None
-    provisional: bool = False  # a first reading, only to size the probe the forward is recorded on
     qk_norms: dict = field(default_factory=dict)  # q or k weight name -> its per-head Norm
 
 
@@ -90,9 +89,7 @@ class Linker:
 
     def attention(self, chunk: list, prefix: str) -> None:
         d = self.dealt
-        got, held = attention_links(
-            chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv, d.provisional
-        )
+        got, held = attention_links(chunk, prefix.rstrip("."), d.D, self.cfg.n_heads, self.cfg.bias, d.kv)
         self.links.extend(got)
         self.zero.extend(held)
         for link in got:  # Qwen3's per-head q and k norms, after their projections
@@ -110,10 +107,6 @@ class Linker:
         self.ffn(take(ffns, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
             self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
-
-    def stack(self, stack: str, n: int, decoder: bool, chunks, norms, ffns) -> None:
-        for i in range(n):
-            self.layer(f"{stack}.layers.{i}.", decoder, chunks, norms, ffns)
 
 
 def take(pieces, what: str, where: str):
@@ -173,18 +166,6 @@ def _link_layer(lk: Linker, d: Dealt, found) -> None:
     lk.layer("", cross, iter(d.chunks), iter(d.norms), iter(d.ffn_pairs))
 
 
-def _link_stacks(lk: Linker, d: Dealt, found) -> None:
-    """Layers on embeddings: each stack's layers, then its final norm (always, or config.has_final_norm)."""
-    finals = lk.entry.final_norms == "always" or lk.cfg.has_final_norm
-    lk.count("norms", len(d.norms), d.layer_norms + (len(lk.entry.stacks) if finals else 0))
-    chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
-    for stack in lk.entry.stacks:
-        n = d.n_enc if stack == "encoder" else d.n_dec
-        lk.stack(stack, n, stack == "decoder" and lk.entry.cross, chunks, norms, ffns)
-        if finals:
-            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
-
-
 def _link_embeddings(lk: Linker, d: Dealt, stack: str, tokens, learned, norms) -> None:
     """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
     its learned positions, BERT's type table and embedding norm."""
@@ -213,16 +194,21 @@ def _link_output(lk: Linker, d: Dealt, found) -> None:
         lk.links.append(Link("(tied)", [("decoder.token_embedding.weight", None)], note="tied output projection"))
 
 
-def _link_model(lk: Linker, d: Dealt, found) -> None:
+def _link_stacks(lk: Linker, d: Dealt, found) -> None:
+    """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
+    config.has_final_norm), then a model's output projection."""
     cfg, entry = lk.cfg, lk.entry
+    finals = entry.final_norms == "always" or cfg.has_final_norm
     chunks, norms, ffns = iter(d.chunks), iter(d.norms), iter(d.ffn_pairs)
     tokens, learned = iter(d.token_tables), iter([t for t in d.position_tables if t.trainable])
-    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if cfg.has_final_norm else 0))
+    lk.count("norms", len(d.norms), d.layer_norms + (len(entry.stacks) if finals else 0))
     for stack in entry.stacks:
-        _link_embeddings(lk, d, stack, tokens, learned, norms)
+        if entry.group == "model":
+            _link_embeddings(lk, d, stack, tokens, learned, norms)
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-        lk.stack(stack, n, stack == "decoder" and entry.cross, chunks, norms, ffns)
-        if cfg.has_final_norm:
+        for i in range(n):
+            lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross, chunks, norms, ffns)
+        if finals:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head:
         _link_output(lk, d, found)
@@ -239,16 +225,14 @@ LINKS = {
     "positions": _link_positions,
     "layer": _link_layer,
     "stacks": _link_stacks,
-    "model": _link_model,
+    "model": _link_stacks,
 }
 
 
 # -- one attention's pieces: fused, separate or per head ----------------------------------------------------------
 
 
-def attention_links(
-    pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None, provisional: bool = False
-):
+def attention_links(pieces: list, prefix: str, D: int, H: int, bias_names: bool, kv: int | None = None):
     """The links of one attention's pieces (registration order) to the reference's `prefix`.{q,k,v,out}_proj;
     returns (links, zero-bias reference names). `kv`: the key and value projections' width (n_kv_heads * Dh with
     grouped-query attention; None: D). Raises ValueError when the roles cannot be told apart."""
@@ -258,7 +242,7 @@ def attention_links(
     if shapes in ([3 * D, D], [D + 2 * kv, D]):  # fused q, k, v (narrower k, v with grouped-query attention)
         dealt = [(pieces[0], [(names[r], None) for r in "qkv"]), (pieces[1], [(names["out"], None)])]
     elif shapes == [D, kv, kv, D]:
-        dealt = _separate(pieces, names, provisional)
+        dealt = _separate(pieces, names)
     elif sorted(shapes) == sorted([D // H] * (3 * H) + [D]) and H > 1:
         dealt = _per_head(pieces, names, prefix, D, H)
     else:
@@ -279,16 +263,13 @@ def attention_links(
     return links, zero
 
 
-def _separate(pieces: list, names: dict, provisional: bool = False) -> list:
+def _separate(pieces: list, names: dict) -> list:
     """q, k, v and out as four pieces, by the roles the recorded forward (or, where it could not run, their
-    names) gave them, one left unnamed taking the role left; never by the order they were registered in, but
-    for the `provisional` reading that only sizes the probe the forward is then recorded on."""
+    names) gave them, one left unnamed taking the role left; never by the order they were registered in."""
     roles = [p.role for p in pieces]
     left = sorted({"q", "k", "v", "out"} - set(roles))
     if len(left) == 1 and roles.count("") == 1:
         roles[roles.index("")] = left[0]
-    if provisional and sorted(roles) != sorted(["q", "k", "v", "out"]):
-        roles = ["q", "k", "v", "out"]
     if sorted(roles) != sorted(["q", "k", "v", "out"]):
         listed = ", ".join(f"{p.weight} ({p.role or 'no role read'})" for p in pieces)
         raise ValueError(

@@ -3,11 +3,11 @@
 A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
 (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a
 weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and their order
-(first use: norms in the order they are applied) come from the recorded forward (dataflow.py), names only where
-it could not run; the pieces are then grouped into the reference's units in that order (assign.py, linking.py):
-attentions their q, k, v and output pieces (separate, fused, or one per head and role), the feed-forward blocks
-theirs, the norms and tables theirs. Where neither the flow nor a name tells a role, the map is refused with the
-candidates listed, and a `mapping=` table settles it.
+(first use: norms in the order they are applied) come from the recorded forward (dataflow.py), the names of q, k,
+v, gate and up only where it read no role; the pieces are then grouped into the reference's units in that order
+(assign.py, linking.py): attentions their q, k, v and output pieces (separate, fused, or one per head and role),
+the feed-forward blocks theirs, the norms and tables theirs. Where neither the flow nor a name tells a role, the
+map is refused with the candidates listed, and a `mapping=` table settles it.
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
@@ -37,7 +37,7 @@ class Piece:
     in_features: int
     transposed: bool  # stored (in, out), applied as x @ W
     module: str  # the path of the module that owns it
-    role: str = ""  # "" or a role its name gives: q, k, v, out, qkv
+    role: str = ""  # the role the recorded forward read (q, k, v, out, qkv, gate, up, down), else its name's or ""
 
 
 @dataclass
@@ -90,33 +90,9 @@ ROLE_WORDS = {
     "q": {"q", "query", "queries", "wq", "fc_q", "q_proj", "q_lin", "to_q", "w_q", "linear_q", "q_linear"},
     "k": {"k", "key", "keys", "wk", "fc_k", "k_proj", "k_lin", "to_k", "w_k", "linear_k", "k_linear"},
     "v": {"v", "value", "values", "wv", "fc_v", "v_proj", "v_lin", "to_v", "w_v", "linear_v", "v_linear"},
-    "out": {
-        "o",
-        "out",
-        "wo",
-        "fc_o",
-        "fc",
-        "out_proj",
-        "o_proj",
-        "proj",
-        "c_proj",
-        "to_out",
-        "w_o",
-        "dense",
-        "output",
-        "fc_out",
-        "linear_out",
-        "out_lin",
-        "o_linear",
-        "out_linear",
-        "project",
-        "projection",
-    },
-    "qkv": {"qkv", "c_attn", "in_proj", "to_qkv", "w_qkv", "qkv_proj", "in_proj_weight"},
-    # the gated feed-forward's three linears (Hugging Face's names, Meta's w1 / w3 / w2)
+    # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3); its down is the F -> D one
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
-    "down": {"down", "down_proj", "w2", "w_down", "wd", "fc_down", "down_linear", "linear_down"},
 }
 POSITION_WORDS = re.compile(r"(^|[_.])(pos|pe|wpe|position|positions|positional|pos_embedding|pos_emb|pos_enc)($|[_.])")
 EMBEDDING_WORDS = re.compile(r"(emb|embed|embedding|wte|tok|token|lut)")
@@ -189,15 +165,9 @@ def _apply_flow(found: Structure, flow) -> None:
     for t in found.tables:
         t.position = t.position or t.name in flow.positions
         t.offset = flow.positions.get(t.name, 0)
-    projections = {}  # an attention's module -> its q and k weights
-    for a in flow.attentions:
-        projections[a.module] = {"q": a.q[:1], "k": a.k[:1]}
-    for norm in list(found.norms):
-        if norm.weight in flow.qk_norms:
-            role, module = flow.qk_norms[norm.weight]
-            for weight in projections.get(module, {}).get(role, []):
-                found.qk_norms[weight] = norm
-            found.norms.remove(norm)
+    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
+        found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+        found.norms.remove(norm)
     found.flow = flow
 
 
@@ -230,32 +200,24 @@ def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: S
         found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path, role))
 
 
-def _read_linear(mod: nn.Linear, path: str, prefix: str, found: Structure) -> None:
-    bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_features, mod.in_features, False, path, role_of(path)))
-
-
-def _read_layer_norm(mod: nn.LayerNorm, path: str, prefix: str, found: Structure) -> None:
-    if mod.weight is not None:
-        bias = f"{prefix}bias" if mod.bias is not None else None
-        found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], mod.eps, path))
-
-
-def _read_rms_norm(mod, path: str, prefix: str, found: Structure) -> None:
-    if mod.weight is not None:  # eps None: torch takes the dtype's machine epsilon (float64's here)
-        eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
-        found.norms.append(Norm(f"{prefix}weight", None, mod.weight.shape[-1], eps, path, "rms"))
-
-
-def _read_conv1x1(mod: nn.Conv1d, path: str, prefix: str, found: Structure) -> None:
-    """A 1x1 nn.Conv1d: a linear over the channels, its weight (out, in, 1)."""
-    if mod.kernel_size != (1,) or mod.groups != 1:
+def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
+    """nn.Linear, or a 1x1 nn.Conv1d: a linear over the channels, its weight (out, in, 1)."""
+    if isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):
         raise ValueError(
             f"{path} is an nn.Conv1d of kernel {mod.kernel_size[0]} (groups {mod.groups}): the judge reads a "
             "convolution only as a position-wise linear (kernel 1, one group)"
         )
     bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, mod.out_channels, mod.in_channels, False, path, role_of(path)))
+    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False, path, role_of(path)))
+
+
+def _read_norm(mod, path: str, prefix: str, found: Structure) -> None:
+    """nn.LayerNorm, or nn.RMSNorm (eps None: torch takes the dtype's machine epsilon, float64's here)."""
+    if mod.weight is not None:
+        eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
+        bias = f"{prefix}bias" if getattr(mod, "bias", None) is not None else None
+        kind = "layer" if isinstance(mod, nn.LayerNorm) else "rms"
+        found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], eps, path, kind))
 
 
 def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
@@ -270,10 +232,10 @@ def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure)
 BUILTIN_READERS: list[tuple[Any, Callable]] = [
     (nn.MultiheadAttention, _read_multihead),
     (nn.Linear, _read_linear),
-    (nn.LayerNorm, _read_layer_norm),
-    (getattr(nn, "RMSNorm", ()), _read_rms_norm),
+    (nn.LayerNorm, _read_norm),
+    (getattr(nn, "RMSNorm", ()), _read_norm),
     (nn.Embedding, _read_embedding),
-    (nn.Conv1d, _read_conv1x1),
+    (nn.Conv1d, _read_linear),
 ]
 
 

@@ -52,17 +52,16 @@ class Session:
         self.notes: list = []
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
-        if self.is_module and entry.group == "model":
-            found = MP.structure(user, read_flow(user, level, found, call))
-        self.flow = found.flow
+        if self.is_module and entry.group == "model" and found.tables:  # at most 16 conventions (a has_mask flag)
+            found = MP.structure(user, read_flow(user, level, _ids_probe(level, found), 16, call=call))
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
         recorded = entry.heads or entry.unit == "gated_feed_forward"  # a layer, an attention, a gated block
-        first = self.is_module and found.flow is None and mapped is None and recorded
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped, provisional=first)
-        if first:  # its forward recorded on the probe the first reading sizes, then read again from the flow
-            self.flow = read_component_flow(user, level, self.cfg, batch_first, mask, call, seed)
-            found = MP.structure(user, self.flow) if self.flow is not None else found
-            self.cfg, self.links, self.zero, fixed = A.infer(level, found, user, given, mapped)
+        if self.is_module and found.flow is None and recorded:  # its sizes give its probe
+            probe = LV.probe(level, A.sized_config(level, found, given), np.random.default_rng(seed + 1))
+            flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
+            found = MP.structure(user, flow) if flow is not None else found
+        self.flow = found.flow
+        self.cfg, self.links, self.zero, fixed = A.infer(level, found, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables
@@ -219,39 +218,22 @@ def layouts(session, found, inferred: bool) -> list:
     return out
 
 
-def read_flow(user, level: str, found, call):
-    """The user's forward recorded (dataflow.record) on small ids, on a copy, under the first of its likely
-    conventions that runs (at most 16 tried; a has_mask flag is not a mask); its Flow, or None where the model
-    could not be called so (the check proper then says why). Gradients stay on: torch's fused inference paths
-    (nn.TransformerEncoderLayer's) would hide the ops."""
-    if not found.tables:
-        return None
+def read_flow(user, level: str, probe, limit: int | None = None, **conventions):
+    """The user's forward recorded (dataflow.record) on `probe`, on a copy, under the first of its conventions
+    (calling.callers, at most `limit` tried) that runs; its Flow, or None where none runs (the check proper then
+    says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the ops."""
     model = copy_module(user).eval()
-    probe = _ids_probe(level, found, min(6, _rows(found)))
-    weight = next(model.parameters())
-    tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-    tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
-    for caller in C.callers(model, level, probe, call=call)[:16]:
-        try:  # only a run that completes is read: a convention the model does not take leaves half a graph
-            nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, torch.float32), model)
-        except Exception:  # a convention the model does not take; the check proper reports it
-            continue
-        return DF.read(nodes)
-    return None
-
-
-def read_component_flow(user, level: str, cfg, batch_first, mask, call, seed: int):
-    """A layer's or an attention's forward recorded on the level's own probe (its float inputs) under the first
-    convention that runs; its Flow, or None."""
-    model = copy_module(user).eval()
-    probe = LV.probe(level, cfg, np.random.default_rng(seed + 1))
     weight = next(model.parameters(), None)
     if weight is None:
         return None
-    tensors = {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
-    tensors |= {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-    for caller in C.callers(model, level, probe, batch_first, mask, call)[:16]:
-        try:
+    tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+    tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+    try:
+        callers = C.callers(model, level, probe, **conventions)[:limit]
+    except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
+        return None
+    for caller in callers:
+        try:  # only a run that completes is read: a convention the model does not take leaves half a graph
             nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, weight.dtype), model)
         except Exception:  # a convention the module does not take; the check proper reports it
             continue
@@ -259,9 +241,11 @@ def read_component_flow(user, level: str, cfg, batch_first, mask, call, seed: in
     return None
 
 
-def _ids_probe(level: str, found, T: int) -> LV.Probe:
-    """Small ids for each of the level's inputs (a memory: floats), nothing padded."""
+def _ids_probe(level: str, found) -> LV.Probe:
+    """A model's probe: small ids (T at most 6) for each of the level's inputs (a memory: floats), nothing
+    padded."""
     rows = _rows(found)
+    T = min(6, rows)
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
     if "memory" in probe.ids:  # the decoder's memory is a float input
