@@ -21,8 +21,8 @@ LLM decoding (--llm-decode, measured on its own): tokens/s of greedy decoding wi
 Qwen2-shaped float32 model (random weights, built with transformers' Qwen2Config and loaded with hf.load), at batch 1
 and 8, against transformers' generate() on the same weights in the same process, interleaved; and as a fraction of
 the memory-bandwidth ceiling: a decoding step reads every weight and the whole KV cache once, so its rate is bounded
-by those bytes over the bytes/s of a large matrix-vector product (measured here, on a matrix the size of the
-output layer).
+by those bytes over the bytes/s of matrix-vector products (measured here, on the model's own weight matrices, each
+once, interleaved with the decoding runs and taken as their median, so that both see the same machine).
 """
 
 from __future__ import annotations
@@ -686,18 +686,17 @@ def qwen2_checkpoint(q: dict, directory) -> object:
     return model
 
 
-def matvec_bytes_per_second(rows: int, cols: int, reps: int = 5) -> float:
-    """The memory-bandwidth ceiling of a decoding step: bytes/s of W @ x for a float32 W (rows, cols) far larger
-    than the caches (the output layer's size), the best of `reps` runs of NumPy's BLAS."""
-    rng = np.random.default_rng(0)
-    weight = rng.standard_normal((rows, cols), dtype=np.float32)
-    x = rng.standard_normal(cols, dtype=np.float32)
-    best = float("inf")
-    for _ in range(reps + 1):
-        start = time.perf_counter()
-        weight @ x
-        best = min(best, time.perf_counter() - start)
-    return weight.nbytes / best
+def weight_sweep(params: dict) -> tuple:
+    """The memory-bandwidth ceiling's measurement: (a function multiplying every weight matrix of `params` once by a
+    vector, as a decoding step at batch 1 reads them; the bytes it reads). Timed beside the decoding runs."""
+    matrices = [w for w in params.values() if w.ndim == 2]
+    vectors = {n: np.ones(n, dtype=np.float32) for n in {w.shape[1] for w in matrices}}
+
+    def sweep():
+        for w in matrices:
+            w @ vectors[w.shape[1]]
+
+    return sweep, float(sum(w.nbytes for w in matrices))
 
 
 def decode_bytes(q: dict, params: int, batch: int) -> float:
@@ -719,7 +718,7 @@ def llm_decoding(q: dict) -> dict:
         theirs = qwen2_checkpoint(q, directory)
         ours = hf.load(directory, dtype=np.float32)
     params = sum(p.numel() for p in theirs.parameters())  # the tied table once
-    rate = matvec_bytes_per_second(q["vocab"], q["hidden"])
+    sweep, swept = weight_sweep(ours.params)
     n = q["tokens"]
     results = {}
     for B in q["batches"]:
@@ -735,9 +734,11 @@ def llm_decoding(q: dict) -> dict:
                 out = theirs.generate(t_prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False)
             outputs["generate"] = out.numpy()
 
-        seconds = interleaved({"numpy": run_ours, "generate": run_theirs}, q["reps"])
+        seconds = interleaved({"numpy": run_ours, "generate": run_theirs, "ceiling": sweep}, q["reps"])
+        rate = swept / seconds.pop("ceiling")  # bytes/s of the matrix-vector products, measured beside the runs
         per_token = decode_bytes(q, params, B)
         results[f"batch {B}"] = {
+            "matvec_gb_per_second": rate / 1e9,
             "tokens_per_second": {k: B * n / v for k, v in seconds.items()},
             "speedup_over_generate": seconds["generate"] / seconds["numpy"],
             "fraction_of_bandwidth_ceiling": {k: per_token * n / v / rate for k, v in seconds.items()},
@@ -747,7 +748,6 @@ def llm_decoding(q: dict) -> dict:
     return {
         "model": {k: v for k, v in q.items() if k not in ("batches", "reps")},
         "parameters": params,
-        "matvec_gb_per_second": rate / 1e9,
         "bytes_per_token_batch_1": decode_bytes(q, params, 1),
         "machine": {"cpu_model": cpu_model(), "cpus": parallel.CORES, "load_average": os.getloadavg()},
         **results,
@@ -758,8 +758,7 @@ def print_llm_decoding(report: dict) -> None:
     m = report["model"]
     print(
         f"LLM decoding, Qwen2-shaped {report['parameters'] / 1e6:.0f}M float32 (hidden {m['hidden']}, {m['layers']} "
-        f"layers, {m['heads']}/{m['kv_heads']} heads), prompt {m['prompt']}, {m['tokens']} new tokens; "
-        f"matrix-vector product {report['matvec_gb_per_second']:.1f} GB/s"
+        f"layers, {m['heads']}/{m['kv_heads']} heads), prompt {m['prompt']}, {m['tokens']} new tokens"
     )
     for key, r in report.items():
         if key.startswith("batch "):
@@ -767,7 +766,8 @@ def print_llm_decoding(report: dict) -> None:
             print(
                 f"  {key}: numpy {tps['numpy']:.1f} tokens/s, generate() {tps['generate']:.1f} tokens/s "
                 f"({r['speedup_over_generate']:.2f}x); of the bandwidth ceiling: numpy {frac['numpy']:.0%}, "
-                f"generate() {frac['generate']:.0%}; rows with the same tokens: {r['same_tokens']}"
+                f"generate() {frac['generate']:.0%} (its weights' matrix-vector products at "
+                f"{r['matvec_gb_per_second']:.1f} GB/s); rows with the same tokens: {r['same_tokens']}"
             )
 
 

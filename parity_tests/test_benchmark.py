@@ -84,12 +84,13 @@ def test_llm_decoding_on_a_tiny_qwen2(capsys):
     bench = load_bench()
     report = bench.llm_decoding(bench.LLM_QUICK)
     q = bench.LLM_QUICK
-    assert report["parameters"] > 0 and report["matvec_gb_per_second"] > 0
+    assert report["parameters"] > 0
     assert report["bytes_per_token_batch_1"] > 4 * report["parameters"]  # the weights, and the cache besides
     for B in q["batches"]:
         r = report[f"batch {B}"]
         assert r["tokens_per_second"]["numpy"] > 0 and r["tokens_per_second"]["generate"] > 0
         assert 0 < r["fraction_of_bandwidth_ceiling"]["numpy"] and r["speedup_over_generate"] > 0
+        assert r["matvec_gb_per_second"] > 0
         assert r["same_tokens"] == B
     bench.print_llm_decoding(report)
     assert "of the bandwidth ceiling" in capsys.readouterr().out
