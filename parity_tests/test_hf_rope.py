@@ -37,6 +37,11 @@ LLAMA3 = {
     "original_max_position_embeddings": 64,
 }  # fmt: skip  # head 8 at base 500: wavelengths 6.3 (kept), 30 (blended), 140 and 660 (divided by 8)
 LONGROPE = {"rope_type": "longrope", "short_factor": [1.0, 1.3, 1.7, 2.2], "long_factor": [1.5, 3.0, 6.0, 11.0]}
+# GPT-NeoX at its default partial rotary 0.25 of a head of 32: RoPE on 8 features, 4 frequencies (LLAMA3's and
+# LONGROPE's), the other 24 unturned
+NEOX = {"hidden_size": 64, "num_attention_heads": 2, "rotary_pct": 0.25}
+NEOX_DYNAMIC = NEOX | {"max_position_embeddings": 16, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}
+NEOX_LONGROPE = NEOX | {"rope_scaling": LONGROPE | {"original_max_position_embeddings": 16}}
 # (family, transformers config overrides (the RoPE as config.json spells it), where config.json holds it, length)
 CASES = {
     "llama llama3": ("llama", {"rope_scaling": LLAMA3}, "rope_scaling", 12),
@@ -78,6 +83,13 @@ CASES = {
         },
         "rope_scaling", 20,
     ),
+    "gpt_neox linear 4": ("gpt_neox", NEOX | {"rope_scaling": {"type": "linear", "factor": 4.0}}, "rope_scaling", 12),
+    "gpt_neox dynamic 2, T 20 > max 16": ("gpt_neox", NEOX_DYNAMIC, "rope_parameters", 20),
+    "gpt_neox dynamic 2, T 12 <= max 16": ("gpt_neox", NEOX_DYNAMIC, "rope_scaling", 12),
+    "gpt_neox yarn": ("gpt_neox", NEOX | {"max_position_embeddings": 2048, "rope_scaling": YARN}, "rope_scaling", 12),
+    "gpt_neox longrope, T 20 > original 16": ("gpt_neox", NEOX_LONGROPE, "rope_scaling", 20),
+    "gpt_neox longrope, T 12 <= original 16": ("gpt_neox", NEOX_LONGROPE, "rope_parameters", 12),
+    "gpt_neox llama3": ("gpt_neox", NEOX | {"rope_scaling": LLAMA3}, "rope_parameters", 12),
     "gemma3 linear 8 on the global layers": (
         "gemma3_text", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope_scaling", 12,
     ),
@@ -91,7 +103,8 @@ SIDES = ("numpy", "torch")
 def spell(directory, family: str, rope: dict, written_as: str) -> dict:
     """Rewrite the saved config.json's RoPE as a released file spells it: `rope_scaling` (an older "type" kept
     where the case uses one) with rope_theta (and Gemma 3's rope_local_base_freq, Phi-3's partial_rotary_factor) at
-    the top level, no rope_parameters; or in rope_parameters (as transformers 5 saves it). Returns config.json."""
+    the top level (GPT-NeoX's rotary_emb_base and rotary_pct), no rope_parameters; or in rope_parameters (as
+    transformers 5 saves it). Returns config.json."""
     path = Path(directory) / "config.json"
     c = json.loads(path.read_text())
     params = c.pop("rope_parameters")
@@ -99,6 +112,8 @@ def spell(directory, family: str, rope: dict, written_as: str) -> dict:
         if family == "gemma3_text":
             c["rope_theta"] = params["full_attention"]["rope_theta"]
             c["rope_local_base_freq"] = params["sliding_attention"]["rope_theta"]
+        elif family == "gpt_neox":
+            c["rotary_emb_base"], c["rotary_pct"] = params["rope_theta"], params["partial_rotary_factor"]
         else:
             c["rope_theta"] = params["rope_theta"]
             if params.get("partial_rotary_factor", 1.0) != 1.0:
@@ -155,7 +170,15 @@ def test_scaled_rope_matches_transformers(case, side):
 
 
 @pytest.mark.parametrize(
-    "case", ["llama llama3", "phi3 longrope, T 20 > original 16", "llama dynamic 2, T 20 > max 16"]
+    "case",
+    [
+        "llama llama3",
+        "phi3 longrope, T 20 > original 16",
+        "llama dynamic 2, T 20 > max 16",
+        "gpt_neox llama3",
+        "gpt_neox longrope, T 20 > original 16",
+        "gpt_neox dynamic 2, T 20 > max 16",
+    ],
 )
 def test_the_scaling_changes_the_outputs(case):
     """The scaled model against the same checkpoint with plain RoPE: the comparison above could not pass with the
@@ -261,6 +284,12 @@ DECODES = {
     "phi3 longrope over original 16": (
         "phi3", {"original_max_position_embeddings": 16, "rope_scaling": LONGROPE}, 10, 14,
     ),
+    "llama longrope over original 16 (its cache kept)": (
+        "llama", {"rope_scaling": LONGROPE | {"original_max_position_embeddings": 16}}, 10, 14,
+    ),
+    "gpt_neox dynamic over max 16": ("gpt_neox", NEOX_DYNAMIC, 10, 14),
+    "gpt_neox longrope over original 16 (its cache kept)": ("gpt_neox", NEOX_LONGROPE, 10, 14),
+    "gpt_neox yarn": ("gpt_neox", NEOX | {"max_position_embeddings": 2048, "rope_scaling": YARN}, 6, 14),
 }  # fmt: skip
 
 
@@ -361,7 +390,11 @@ def test_phi3_refuses_other_kinds_and_shortens_the_lists():
 
 
 def test_gpt_neox_and_gemma3_local_refusals_name_their_key():
-    assert "rope_scaling.rope_type='linear'" in refusal("gpt_neox", rope_scaling={"rope_type": "linear", "factor": 2.0})
+    message = refusal("gpt_neox", rope_scaling={"type": "ntk-by-parts", "factor": 2.0})
+    assert "rope_scaling.type='ntk-by-parts'" in message and "rope_parameters" not in message
+    longrope = {"rope_type": "longrope", "short_factor": PHI35_SHORT, "long_factor": [1.0]}
+    message = refusal("gpt_neox", rope_scaling=longrope)
+    assert "short_factor needs one factor per rotary frequency" in message and len(message) < 400
     local = {"full_attention": {"rope_type": "default", "rope_theta": 500.0}}
     local["sliding_attention"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
     message = refusal("gemma3_text", rope_parameters=local)

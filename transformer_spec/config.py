@@ -70,7 +70,10 @@ class RopeScaling:
       kept, a smooth blend between.
 
     `written_as` ("rope_scaling" or "rope_parameters") and `type_key` ("rope_type" or the older "type") say how
-    config.json spelled it, so that a checkpoint is written back as it was read."""
+    config.json spelled it, so that a checkpoint is written back as it was read. `remake_cache` (longrope): whether
+    decoding makes its cache again at the step the sequence first outgrows the original length (Phi-3's generate(),
+    and the default: the cache then equals a full forward), or keeps the keys cached with the short factors (the
+    generic generate() of every other family: Llama's, GPT-NeoX's)."""
 
     rope_type: str
     factor: float | None = None
@@ -87,6 +90,7 @@ class RopeScaling:
     long_factor: tuple[float, ...] | None = None
     written_as: str = "rope_parameters"
     type_key: str = "rope_type"
+    remake_cache: bool = True
 
     def __post_init__(self) -> None:
         """The kind known, each field it needs present, every factor positive, the spelling one of config.json's."""
@@ -99,6 +103,8 @@ class RopeScaling:
         if missing:
             raise ValueError(f"rope_scaling of rope_type {self.rope_type!r} needs {missing}")
         self._check_values()
+        if not isinstance(self.remake_cache, bool):
+            raise TypeError(f"rope_scaling.remake_cache must be True or False, got {self.remake_cache!r}")
         for name, allowed in (("written_as", ("rope_scaling", "rope_parameters")), ("type_key", ("rope_type", "type"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"rope_scaling.{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -519,9 +525,10 @@ class TransformerConfig:
         """Whether a decoding cache of `cached` positions must be made again for a sequence of `total`: LongRoPE's
         rotations switch to the long factors for the whole sequence once it passes the original length, so every
         cached key and value (of every layer) computed with the short ones is stale. Phi-3's generate() recomputes
-        its cache at that step (`cached` <= original < `total`); dynamic NTK's cache, as transformers', is kept."""
+        its cache at that step (`cached` <= original < `total`), the other families' generate() keeps it
+        (RopeScaling.remake_cache); dynamic NTK's cache, as transformers', is kept."""
         scaling = self.rope_scaling
-        if scaling is None or scaling.rope_type != "longrope" or cached == 0:
+        if scaling is None or scaling.rope_type != "longrope" or not scaling.remake_cache or cached == 0:
             return False
         return cached <= scaling.original_length(self.max_len) < total
 

@@ -1,14 +1,18 @@
 """GPT-NeoX (GPTNeoXForCausalLM; Pythia): pre-norm LayerNorm decoder, biases everywhere, the parallel residual
 (config.parallel_residual: attention and MLP both read the layer's input, x + Attn(LN1(x)) + MLP(LN2(x))), partial
-rotary (`rotary_pct`: RoPE on the first fraction of each head's features), a fused `query_key_value` laid out head
-by head [q_h, k_h, v_h] (BLOOM's layout), and an untied head its files call `embed_out`.
+rotary (`rotary_pct`: RoPE on the first fraction of each head's features), scaled RoPE of every kind transformers
+computes (`rope_scaling` / `rope_parameters`: linear, dynamic, yarn, longrope, llama3, on the turned features), a
+fused `query_key_value` laid out head by head [q_h, k_h, v_h] (BLOOM's layout), and an untied head its files call
+`embed_out`.
 """
 
 from __future__ import annotations
 
+from ..config import TransformerConfig
 from .core import (
     ACTIVATION_KEY,
     ANY,
+    OMITTED,
     ConfigMap,
     Key,
     Rule,
@@ -19,18 +23,34 @@ from .core import (
     renamed,
     special_token,
 )
-from .phi3 import rope_parameters, rotary_dim
-from .rope import effective_rope, read_scaling
+from .llama import rope_scaling, rope_scaling_json
+from .phi3 import partial_rotary_factor, rope_parameters, rotary_dim
+from .rope import effective_rope
 
 NEOX_DROPOUT = {"hidden_dropout": (("embedding", "residual"), 0.0), "attention_dropout": (("attention",), 0.0)}
 
 
 def rope_theta(value, c: dict) -> float:
     """RoPE's base from the RoPE object transformers reads (rope_scaling, else rope_parameters), else the older
-    rotary_emb_base; only plain RoPE is read (a scaled kind is refused, naming the key as the file spells it)."""
-    where, rope = effective_rope(c)
-    read_scaling(rope, where, kinds=())
-    return float(rope.get("rope_theta", c.get("rotary_emb_base", 10000.0)))
+    rotary_emb_base (GPTNeoXConfig sets it there before a top-level rope_theta could count)."""
+    return float(effective_rope(c)[1].get("rope_theta", c.get("rotary_emb_base", 10000.0)))
+
+
+def neox_rope_parameters(config: TransformerConfig) -> dict | object:
+    """rope_parameters for config.json (Phi-3's, the scaling's original length kept in it); beside a rope_scaling,
+    the base and the fraction go in rotary_emb_base and rotary_pct instead."""
+    return rope_parameters(config, without=())
+
+
+def beside_rope_scaling(value):
+    """The writer of GPT-NeoX's older top-level keys (rotary_emb_base, rotary_pct): `value` of the config, beside
+    a rope_scaling only."""
+
+    def write(config: TransformerConfig):
+        scaling = config.rope_scaling
+        return value(config) if scaling is not None and scaling.written_as == "rope_scaling" else OMITTED
+
+    return write
 
 
 def strict_bool(name: str):
@@ -56,7 +76,10 @@ GPT_NEOX_CONFIG = ConfigMap(
         Key("max_position_embeddings", "max_len", 2048),
         Key("layer_norm_eps", "layer_norm_eps", 1e-5),
         Key("rope_parameters", "rope_theta", None, rope_theta, written=False),
-        Key("rope_parameters", "rotary_dim", None, rotary_dim("rotary_pct", 0.25), source=rope_parameters),
+        Key("rope_parameters", "rotary_dim", None, rotary_dim("rotary_pct", 0.25), source=neox_rope_parameters),
+        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
+        Key("rotary_emb_base", None, None, read_too=False, source=beside_rope_scaling(lambda c: c.rope_theta)),
+        Key("rotary_pct", None, None, read_too=False, source=beside_rope_scaling(partial_rotary_factor)),
         Key("use_parallel_residual", "parallel_residual", True, strict_bool("use_parallel_residual")),
         # biases on the attention's and the MLP's linears alike: `bias` covers both, so False is refused
         Key("attention_bias", None, True, allowed=(True,)),
@@ -72,6 +95,7 @@ GPT_NEOX_CONFIG = ConfigMap(
         "positional": "rope",
         "rope_theta": ANY,
         "rotary_dim": ANY,
+        "rope_scaling": ANY,
         "parallel_residual": ANY,
         "tie_embeddings": ANY,
         "scale_embeddings": False,

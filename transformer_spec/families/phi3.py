@@ -44,20 +44,21 @@ def partial_rotary_factor(config: TransformerConfig) -> float:
     return factor
 
 
-def rope_parameters(config: TransformerConfig) -> dict | object:
-    """rope_parameters for config.json: the base, the fraction of each head RoPE turns and the scaling when it was
-    read from there; not written beside a rope_scaling (which transformers would read instead)."""
-    scaling = config.rope_scaling
-    if scaling is not None and scaling.written_as == "rope_scaling":
-        return OMITTED
-    plain = {"rope_type": "default"} if scaling is None else scaling_to_hf(scaling, PHI3_OWN_KEYS)
-    return plain | {"rope_theta": config.rope_theta, "partial_rotary_factor": partial_rotary_factor(config)}
-
-
 # Phi-3 keeps the original length at the top level (Phi3Config's original_max_position_embeddings, 4096 by default),
 # and transformers reads it there before the one in the RoPE object; an older file's kind "su" (or "yarn") is longrope.
 PHI3_OWN_KEYS = ("original_max_position_embeddings",)
 PHI3_ORIGINAL = 4096
+
+
+def rope_parameters(config: TransformerConfig, without: tuple[str, ...] = PHI3_OWN_KEYS) -> dict | object:
+    """rope_parameters for config.json: the base, the fraction of each head RoPE turns and the scaling when it was
+    read from there (less `without`: Phi-3's original length, written at the top level); not written beside a
+    rope_scaling (which transformers would read instead)."""
+    scaling = config.rope_scaling
+    if scaling is not None and scaling.written_as == "rope_scaling":
+        return OMITTED
+    plain = {"rope_type": "default"} if scaling is None else scaling_to_hf(scaling, without)
+    return plain | {"rope_theta": config.rope_theta, "partial_rotary_factor": partial_rotary_factor(config)}
 
 
 def is_longrope(scaling: RopeScaling | None) -> bool:
@@ -65,11 +66,12 @@ def is_longrope(scaling: RopeScaling | None) -> bool:
 
 
 def phi3_scaling(value, c: dict) -> RopeScaling | None:
-    """Phi-3's scaled RoPE: longrope only (as Phi3Config validates), its original length from the top level."""
+    """Phi-3's scaled RoPE: longrope only (as Phi3Config validates), its original length from the top level, its
+    cache made again past that length (as Phi-3's generate())."""
     where, rope = effective_rope(c)
     original = c.get("original_max_position_embeddings", PHI3_ORIGINAL)
     aliases = {"su": "longrope", "yarn": "longrope"}
-    return read_scaling(rope, where, ("longrope",), aliases, original_max_position_embeddings=original)
+    return read_scaling(rope, where, ("longrope",), aliases, True, original_max_position_embeddings=original)
 
 
 def phi3_scaling_json(config: TransformerConfig) -> dict | object:

@@ -11,7 +11,8 @@ from ..config import ROPE_TYPES, RopeScaling
 from .core import is_finite_number, refuse
 
 # RopeScaling's fields that config.json spells the same (transformers' names), in the order they are written
-SCALING_KEYS = tuple(f.name for f in fields(RopeScaling) if f.name not in ("rope_type", "written_as", "type_key"))
+NOT_IN_FILE = ("rope_type", "written_as", "type_key", "remake_cache")
+SCALING_KEYS = tuple(f.name for f in fields(RopeScaling) if f.name not in NOT_IN_FILE)
 # keys of the same object that other fields read (the base, partial rotary) or that name the kind
 OTHER_KEYS = ("rope_theta", "partial_rotary_factor", "rope_type", "type")
 
@@ -37,12 +38,18 @@ def rope_theta_of(c: dict, default: float = 10000.0) -> float:
 
 
 def read_scaling(
-    rope: dict, where: str, kinds: tuple[str, ...] = ROPE_TYPES, aliases: dict | None = None, **overrides
+    rope: dict,
+    where: str,
+    kinds: tuple[str, ...] = ROPE_TYPES,
+    aliases: dict | None = None,
+    remake_cache: bool = False,
+    **overrides,
 ) -> RopeScaling | None:
     """The RopeScaling of config.json's RoPE object `rope` found under the key `where` (said in every refusal, as the
     file spells it): None for plain RoPE ("default"); refused: a kind outside `kinds` (after `aliases`, Phi-3's "su"
-    for "longrope"), a key no kind reads, a value out of range (long lists shortened). `overrides`: values another
-    key of the file sets (Phi-3's top-level original_max_position_embeddings)."""
+    for "longrope"), a key no kind reads, a value out of range (long lists shortened). `remake_cache`: the family's
+    generate() makes a LongRoPE cache again past the original length (Phi-3's; the others' keep it). `overrides`:
+    values another key of the file sets (Phi-3's top-level original_max_position_embeddings)."""
     type_key = "type" if "type" in rope and "rope_type" not in rope else "rope_type"
     kind = rope.get(type_key, "default")
     kind = (aliases or {}).get(kind, kind)
@@ -55,7 +62,8 @@ def read_scaling(
         refuse(f"{where}.{unknown[0]}", rope[unknown[0]], f"no such key in a {kind} scaling")
     values = {name: tuple(v) if isinstance(v, list) else v for name, v in rope.items() if name in SCALING_KEYS}
     try:
-        return RopeScaling(kind, **values | overrides, written_as=where.split(".")[0], type_key=type_key)
+        spelling = {"written_as": where.split(".")[0], "type_key": type_key}
+        return RopeScaling(kind, **values | overrides | spelling, remake_cache=remake_cache)
     except (ValueError, TypeError) as error:
         raise ValueError(f"config.json: {where}: {error}") from None
 
