@@ -165,7 +165,7 @@ def rope_by_layer(
     positions: np.ndarray | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Each layer's rotary tables (rope_for), at its kind's base and scaling (config.layer_rope_theta and
-    layer_rope_scaling: Gemma 3's and ModernBERT's sliding layers have their own base, unscaled), computed once per
+    layer_rope_scaling: Gemma 3's and ModernBERT's sliding layers have their own base and scaling), computed once per
     kind; Nones unless the positions are rotary."""
     tables: dict = {}
     kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(n_layers)]

@@ -21,7 +21,7 @@ from transformers.models.modernbert import modeling_modernbert as mb
 import torch_transformer.hf as torch_hf
 from numpy_transformer import hf as numpy_hf
 from parity_tests.components import TORCH_DTYPE, Result, to_numpy
-from parity_tests.hf_compare import eager_attention_forward_float64  # the eager softmax in float64, as for Llama
+from parity_tests.hf_compare import eager_attention_forward_float64, rotary_forward_float64  # as Llama's, Gemma 3's
 
 STD = 0.3  # weights ~ N(0, 0.3^2), as hf_compare's tiny models
 # Tiny, but every feature present: 3 layers (layer 0 without an attention norm, global; layers 1 and 2 local), head
@@ -81,18 +81,6 @@ def make_inputs(seed: int = 0, batch: int = 2, length: int = 9):
 
 # ----------------------------------------------------------------------------------------------
 # The float64 patch: the same math as modeling_modernbert's, without the casts to float32.
-
-
-@torch.no_grad()
-def rotary_forward_float64(self, x, position_ids, layer_type):
-    """ModernBertRotaryEmbedding.forward (default RoPE) in float64: theta^(-2i/Dh) recomputed in float64 from the
-    layer kind's rope_theta, cos and sin of pos * inv_freq repeated for the two halves, cast to x's dtype."""
-    theta = self.config.rope_parameters[layer_type]["rope_theta"]
-    dim = self.config.hidden_size // self.config.num_attention_heads
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim))  # (Dh/2,)
-    freqs = position_ids[..., None].to(torch.float64) * inv_freq  # (B, T, Dh/2)
-    emb = torch.cat((freqs, freqs), dim=-1)  # (B, T, Dh)
-    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
 def apply_rotary_pos_emb_float64(q, k, cos, sin, unsqueeze_dim=1):

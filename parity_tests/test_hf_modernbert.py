@@ -235,7 +235,10 @@ def test_masked_lm_checkpoint_loads_its_base(tmp_path):
         (dict(attention_bias=True, mlp_bias=False), r"mlp_bias=False .* the value of attention_bias \(True\)"),
         (dict(attention_dropout=0.1), "attention_dropout=0.1 is not supported"),
         (dict(layer_types=["full_attention"] * 2), "a list of 3 kinds, one per layer"),
-        (dict(rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0}}), "only plain RoPE"),
+        (
+            dict(rope_parameters={"full_attention": {"rope_type": "proportional", "factor": 2.0}}),
+            "rope_parameters.full_attention.rope_type='proportional'",
+        ),
     ],
 )
 def test_configs_it_cannot_express_are_refused(overrides, message, tmp_path):

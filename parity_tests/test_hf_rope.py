@@ -24,6 +24,7 @@ from numpy_transformer.attention import rope_frequencies
 from numpy_transformer.decoding import greedy_decode as numpy_greedy
 from parity_tests import components as C
 from parity_tests import hf_compare as H
+from parity_tests import modernbert_compare as M
 from torch_transformer.decoding import greedy_decode as torch_greedy
 from torch_transformer.layers import rope_inv_freq
 from transformer_spec.config import RopeScaling
@@ -399,3 +400,100 @@ def test_gpt_neox_and_gemma3_local_refusals_name_their_key():
     local["sliding_attention"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
     message = refusal("gemma3_text", rope_parameters=local)
     assert "rope_parameters.sliding_attention.rope_type='linear'" in message
+
+
+# ----------------------------------------------------------------------------------------------
+# ModernBERT: ModernBertRotaryEmbedding initialises each layer kind from its own RoPE object (rope_parameters[kind]),
+# a top-level rope_scaling merged into both: every kind computed per kind, the global and local bases kept. Its tiny
+# checkpoint (modernbert_compare: head 8, four frequencies, a global then two local layers) at 9 tokens.
+
+MB_LOCAL_LONGROPE = {"rope_type": "longrope", "original_max_position_embeddings": 8, "rope_theta": 50.0}
+MB_CASES = {  # name: (ModernBertConfig overrides, where config.json holds the scaling)
+    "modernbert linear 4 on both kinds": ({"rope_scaling": {"rope_type": "linear", "factor": 4.0}}, "rope_scaling"),
+    "modernbert dynamic 2 on both kinds, T 9 > max 8": (
+        {"max_position_embeddings": 8, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling",
+    ),
+    "modernbert yarn on the global layers": (
+        {"rope_parameters": {
+            "full_attention": YARN | {"original_max_position_embeddings": 16, "rope_theta": 500.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 50.0},
+        }}, "rope_parameters",
+    ),
+    "modernbert llama3 global, longrope local, T 9 > original 8": (
+        {"rope_parameters": {
+            "full_attention": LLAMA3 | {"original_max_position_embeddings": 8, "rope_theta": 500.0},
+            "sliding_attention": LONGROPE | MB_LOCAL_LONGROPE,
+        }}, "rope_parameters",
+    ),
+}  # fmt: skip
+
+
+def build_modernbert(directory, case: str) -> dict:
+    """The tiny ModernBERT checkpoint of a case, config.json's scaling as a top-level rope_scaling (each kind's
+    rope_parameters then plain, at its base) or per kind in rope_parameters (as transformers 5 saves it)."""
+    overrides, written_as = MB_CASES[case]
+    M.build_tiny(directory, **copy.deepcopy(overrides))
+    path = Path(directory) / "config.json"
+    c = json.loads(path.read_text())
+    if written_as == "rope_scaling":
+        c["rope_scaling"] = copy.deepcopy(overrides["rope_scaling"])
+        bases = {"full_attention": M.TINY["global_rope_theta"], "sliding_attention": M.TINY["local_rope_theta"]}
+        c["rope_parameters"] = {kind: {"rope_type": "default", "rope_theta": base} for kind, base in bases.items()}
+    path.write_text(json.dumps(c))
+    return c
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", MB_CASES)
+def test_modernbert_scaled_rope_matches_transformers(case, side):
+    with tempfile.TemporaryDirectory() as directory:
+        build_modernbert(directory, case)
+        theirs = transformers.ModernBertModel.from_pretrained(
+            directory, dtype=torch.float64, attn_implementation="eager"
+        )
+        ours = M.load_ours(side, directory, np.float64)
+    assert (ours.config.rope_scaling, ours.config.rope_local_scaling) != (None, None)
+    ids, mask = M.make_inputs(0)
+    upstream = np.random.default_rng(1000).standard_normal((*ids.shape, M.TINY["hidden_size"]))
+    with M.modernbert_in_float64():
+        theirs_out, theirs_grads = M.run_transformers(theirs.eval(), ids, mask, upstream)
+    ours_out, ours_grads = M.run_ours(ours, side, ids, mask, upstream)
+    result = H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden")
+    assert not C.failures(result, np.float64), C.failures(result, np.float64)
+    out_diff, out_rel, grad_diff, grad_rel = C.worst(result, np.float64)
+    assert out_rel <= 1e-12 and grad_rel <= 1e-10, (out_rel, grad_rel)
+    assert len(result.grads) > 10 and all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+    if side == "numpy":  # the comparison above could not pass with the scaling ignored
+        plain = dataclasses.replace(ours.config, rope_scaling=None, rope_local_scaling=None, max_len=32)  # room for T
+        unscaled = type(ours)(plain)
+        unscaled.load_state_dict(ours.state_dict())
+        assert np.abs(unscaled.forward(ids, attention_mask=mask) - ours_out).max() > 1e-3
+
+
+@pytest.mark.parametrize("case", MB_CASES)
+def test_modernbert_round_trip_keeps_the_spelling(case):
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+        original = build_modernbert(first, case)
+        model = numpy_hf.load(first, dtype=np.float64)
+        numpy_hf.save(model, second, overwrite=True)
+        written = json.loads((Path(second) / "config.json").read_text())
+        again = numpy_hf.load(second, dtype=np.float64)
+        theirs = transformers.AutoConfig.from_pretrained(second)
+        before = transformers.AutoConfig.from_pretrained(first)
+    assert again.config == model.config
+    assert written.get("rope_scaling") == original.get("rope_scaling")
+    assert written["rope_parameters"] == original["rope_parameters"]
+    assert theirs.rope_parameters == before.rope_parameters
+
+
+def test_modernbert_reads_an_older_type_key_as_transformers_does():
+    """ModernBertConfig merges a top-level rope_scaling into each kind's {"rope_type": "default", ...}: an older
+    "type" key then leaves rope_type "default", and transformers computes plain RoPE; so do we."""
+    with tempfile.TemporaryDirectory() as directory:
+        M.build_tiny(directory)
+        path = Path(directory) / "config.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"rope_scaling": {"type": "linear", "factor": 4.0}}))
+        theirs = transformers.AutoConfig.from_pretrained(directory)
+        ours = numpy_hf.load(directory)
+    assert {params["rope_type"] for params in theirs.rope_parameters.values()} == {"default"}
+    assert ours.config.rope_scaling is None and ours.config.rope_local_scaling is None

@@ -243,7 +243,7 @@ class _Stack(nn.Module):
             self.token_embedding = table
         self.positional = config.positional
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
-        # each layer's rotary base and scaling (Gemma 3's local layers: a base of their own, unscaled)
+        # each layer's rotary base and scaling (Gemma 3's, ModernBERT's local layers: a base and scaling of their own)
         self.rope_kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(len(layers))]
         self.max_len = config.max_len  # max_position_embeddings: dynamic NTK scales past it
         self.learned_positions = config.positional == "learned"

@@ -211,6 +211,9 @@ class TransformerConfig:
     # a scaled RoPE (RopeScaling: transformers' linear, dynamic, yarn, longrope, llama3), on every layer that reads
     # rope_theta (not on the layers with a base of their own, rope_local_theta: Gemma 3's local layers); None: plain
     rope_scaling: RopeScaling | None = None
+    # the scaled RoPE of the layers with a base of their own (rope_local_theta: ModernBERT's local layers, which
+    # transformers scales as it scales the global ones); None: plain
+    rope_local_scaling: RopeScaling | None = None
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
     attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
@@ -361,25 +364,33 @@ class TransformerConfig:
         _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
 
     def _check_rope_scaling(self) -> None:
-        """rope_scaling: None or a RopeScaling (a dict, from a checkpoint's JSON metadata, is read as one) on rotary
-        positions; longrope's factors: one per frequency, R/2."""
-        if isinstance(self.rope_scaling, dict):
-            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
-        if self.rope_scaling is None:
-            return
-        if not isinstance(self.rope_scaling, RopeScaling):
-            raise TypeError(f"rope_scaling must be a RopeScaling or None, got {type(self.rope_scaling).__name__}")
-        if self.positional != "rope":
-            raise ValueError(
-                f"rope_scaling scales rotary positions: it needs positional='rope', got {self.positional!r}"
-            )
-        for name in ("short_factor", "long_factor"):
-            value = getattr(self.rope_scaling, name)
-            if value is not None and len(value) != self.rope_dim // 2:
+        """rope_scaling and rope_local_scaling: None or a RopeScaling (a dict, from a checkpoint's JSON metadata, is
+        read as one) on rotary positions; longrope's factors: one per frequency, R/2; rope_local_scaling only on
+        layers with a base of their own (rope_local_theta)."""
+        for field_name in ("rope_scaling", "rope_local_scaling"):
+            scaling = getattr(self, field_name)
+            if isinstance(scaling, dict):
+                scaling = RopeScaling(**scaling)
+                object.__setattr__(self, field_name, scaling)
+            if scaling is None:
+                continue
+            if not isinstance(scaling, RopeScaling):
+                raise TypeError(f"{field_name} must be a RopeScaling or None, got {type(scaling).__name__}")
+            if self.positional != "rope":
                 raise ValueError(
-                    f"rope_scaling.{name} needs one factor per rotary frequency, rope_dim / 2 = {self.rope_dim // 2}, "
-                    f"got {len(value)}"
+                    f"{field_name} scales rotary positions: it needs positional='rope', got {self.positional!r}"
                 )
+            for name in ("short_factor", "long_factor"):
+                value = getattr(scaling, name)
+                if value is not None and len(value) != self.rope_dim // 2:
+                    raise ValueError(
+                        f"{field_name}.{name} needs one factor per rotary frequency, rope_dim / 2 = "
+                        f"{self.rope_dim // 2}, got {len(value)}"
+                    )
+        if self.rope_local_scaling is not None and self.rope_local_theta is None:
+            raise ValueError(
+                "rope_local_scaling scales the layers with a base of their own: it needs rope_local_theta, got None"
+            )
 
     def _check_windows(self) -> None:
         """sliding_window >= 1 or None, layer_types (one kind per layer), rope_local_theta positive or None."""
@@ -576,9 +587,9 @@ class TransformerConfig:
 
     def layer_rope_scaling(self, layer: int) -> RopeScaling | None:
         """The RoPE scaling of layer `layer`: rope_scaling, except on a layer with a base of its own
-        (rope_local_theta: Gemma 3's local layers keep plain RoPE)."""
+        (rope_local_theta), which has rope_local_scaling (Gemma 3's local layers: None, plain RoPE)."""
         local = self.layer_types is not None and self.layer_types[layer] == "sliding_attention"
-        return None if local and self.rope_local_theta is not None else self.rope_scaling
+        return self.rope_local_scaling if local and self.rope_local_theta is not None else self.rope_scaling
 
     @property
     def d_head(self) -> int:

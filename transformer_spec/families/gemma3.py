@@ -20,7 +20,7 @@ from .core import (
     special_token,
 )
 from .llama import LLAMA_DROPOUT, head_dim, kv_heads, rope_scaling_json
-from .rope import read_scaling, scaling_to_hf
+from .rope import kind_rope, read_scaling, scaling_to_hf
 
 GEMMA3_HEAD_DIM = 256  # Gemma3TextConfig's defaults, when config.json leaves a key out
 GEMMA3_BASES = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
@@ -36,18 +36,6 @@ def positive_or_none(name: str):
         return None if value is None else float(value)
 
     return read
-
-
-def kind_rope(c: dict, kind: str) -> tuple[str, dict]:
-    """(where config.json holds it, the RoPE object) of one layer kind: rope_parameters[kind] (transformers 5), into
-    which, for the global layers, transformers merges a top-level rope_scaling (Gemma 3 4B and up: linear, factor 8)."""
-    rope = dict((c.get("rope_parameters") or {}).get(kind) or {})
-    scaling = c.get("rope_scaling") if kind == "full_attention" else None
-    if scaling:
-        if not isinstance(scaling, dict):
-            refuse("rope_scaling", scaling, "an object or null")
-        return "rope_scaling", rope | scaling
-    return f"rope_parameters.{kind}", rope
 
 
 def rope_base(kind: str):

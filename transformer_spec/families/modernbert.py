@@ -1,6 +1,7 @@
 """ModernBERT (ModernBertModel; ModernBertForMaskedLM's base): a pre-norm encoder with rotary positions, every
 global_attn_every_n_layers-th layer global and the others a bidirectional local band (keys |i - j| <=
-local_attention // 2) with a rotary base of their own, a fused Wqkv, GeGLU from a fused Wi, LayerNorms without
+local_attention // 2) with a rotary base of their own, scaled RoPE of any kind transformers computes (per layer
+kind: rope_parameters[kind], or a rope_scaling on both), a fused Wqkv, GeGLU from a fused Wi, LayerNorms without
 biases (norm_bias), no linear biases, no attention norm on the first layer, a norm on the token embeddings (no
 positions) and a final norm.
 
@@ -9,9 +10,10 @@ is our activated `ffn.gate`, its second our `ffn.linear1` (Llama's names: act(ga
 
 from __future__ import annotations
 
-from ..config import LAYER_TYPES, TransformerConfig
+from ..config import LAYER_TYPES, RopeScaling, TransformerConfig
 from .core import (
     ANY,
+    OMITTED,
     ConfigMap,
     Key,
     Rule,
@@ -23,6 +25,7 @@ from .core import (
     renamed,
     special_token,
 )
+from .rope import kind_rope, read_scaling, scaling_to_hf
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf). Its attention_dropout drops the attention
 # probabilities and the attention's output but not the MLP's, which no site of ours expresses: refused unless 0.
@@ -57,22 +60,39 @@ def has_local_layers(c: dict) -> bool:
 
 
 def theta(c: dict, kind: str) -> float:
-    """The rotary base of `kind`'s layers: rope_parameters[kind]["rope_theta"], or the key older files hold
-    (global_rope_theta, local_rope_theta), or ModernBertConfig's default (THETA); only plain RoPE is read."""
+    """The rotary base of `kind`'s layers: its RoPE object's (rope_parameters[kind], a top-level rope_scaling merged
+    in: kind_rope), or the key older files hold (global_rope_theta, local_rope_theta), or ModernBertConfig's default
+    (THETA)."""
     old_key, default = THETA[kind]
-    params = ((c.get("rope_parameters") or {}).get(kind)) or {}
-    if params.get("rope_type", "default") != "default":
-        refuse(f"rope_parameters.{kind}.rope_type", params["rope_type"], "only plain RoPE, 'default'")
-    value = params.get("rope_theta", c.get(old_key, default))
+    where, rope = kind_rope(c, kind, LAYER_TYPES)
+    value = rope.get("rope_theta", c.get(old_key, default))
     if not is_finite_number(value) or value <= 0:
-        refuse(f"the {kind} rope_theta", value, "a positive number")
+        refuse(f"{where}.rope_theta", value, "a positive number")
     return float(value)
 
 
+def scaling(c: dict, kind: str) -> RopeScaling | None:
+    """The scaled RoPE of `kind`'s layers (any kind transformers computes: ModernBertRotaryEmbedding initialises
+    each layer kind from its own RoPE object, a top-level rope_scaling merged into both); None: plain."""
+    where, rope = kind_rope(c, kind, LAYER_TYPES)
+    return read_scaling(rope, where)
+
+
+def own_local_rope(c: dict) -> bool:
+    """Whether the local layers' RoPE differs from the global ones' (base or scaling): then it is a config field of
+    its own (rope_local_theta, rope_local_scaling)."""
+    kinds = ("full_attention", "sliding_attention")
+    return has_local_layers(c) and len({(theta(c, kind), scaling(c, kind)) for kind in kinds}) == 2
+
+
 def local_theta(value, c: dict) -> float | None:
-    """The local layers' base (rope_local_theta): None without local layers, or when it is the global one."""
-    local = theta(c, "sliding_attention")
-    return local if has_local_layers(c) and local != theta(c, "full_attention") else None
+    """The local layers' base (rope_local_theta): None without local layers, or when their RoPE is the global one."""
+    return theta(c, "sliding_attention") if own_local_rope(c) else None
+
+
+def local_scaling(value, c: dict) -> RopeScaling | None:
+    """The local layers' scaled RoPE (rope_local_scaling), when their RoPE is their own (local_theta)."""
+    return scaling(c, "sliding_attention") if own_local_rope(c) else None
 
 
 def local_window(value, c: dict) -> int | None:
@@ -85,12 +105,40 @@ def local_window(value, c: dict) -> int | None:
     return value
 
 
+def local_rope(config: TransformerConfig) -> tuple[float, RopeScaling | None]:
+    """The local layers' (base, scaling): their own, or the global layers' when rope_local_theta is None."""
+    if config.rope_local_theta is None:
+        return config.rope_theta, config.rope_scaling
+    return config.rope_local_theta, config.rope_local_scaling
+
+
+def top_level_scaling(config: TransformerConfig) -> RopeScaling | None:
+    """The scaling written as a top-level rope_scaling (which transformers merges into both kinds): the global one,
+    when it was read from there and the local layers share it."""
+    global_scaling = config.rope_scaling
+    if global_scaling is None or global_scaling.written_as != "rope_scaling":
+        return None
+    return global_scaling if local_rope(config)[1] == global_scaling else None
+
+
 def rope_parameters(config: TransformerConfig) -> dict:
-    """Each kind's base, as ModernBertConfig writes them."""
+    """Each kind's base, as ModernBertConfig writes them, with its scaling unless that goes in rope_scaling."""
+    top = top_level_scaling(config)
+
+    def kind(base: float, kind_scaling: RopeScaling | None) -> dict:
+        if kind_scaling is None or top is not None:  # plain, or scaled by the top-level rope_scaling
+            return {"rope_type": "default", "rope_theta": base}
+        return scaling_to_hf(kind_scaling) | {"rope_theta": base}
+
     return {
-        "full_attention": {"rope_type": "default", "rope_theta": config.rope_theta},
-        "sliding_attention": {"rope_type": "default", "rope_theta": config.rope_local_theta or config.rope_theta},
+        "full_attention": kind(config.rope_theta, config.rope_scaling),
+        "sliding_attention": kind(*local_rope(config)),
     }
+
+
+def rope_scaling_json(config: TransformerConfig) -> dict | object:
+    top = top_level_scaling(config)
+    return OMITTED if top is None else scaling_to_hf(top)
 
 
 MODERNBERT_CONFIG = ConfigMap(
@@ -131,6 +179,14 @@ MODERNBERT_CONFIG = ConfigMap(
         Key("local_attention", "sliding_window", 128, local_window, source=lambda config: config.sliding_window or 128),
         Key("rope_parameters", "rope_theta", None, lambda value, c: theta(c, "full_attention"), source=rope_parameters),
         Key("rope_parameters", "rope_local_theta", None, local_theta, written=False),
+        Key(
+            "rope_scaling",
+            "rope_scaling",
+            None,
+            lambda value, c: scaling(c, "full_attention"),
+            source=rope_scaling_json,
+        ),
+        Key("rope_parameters", "rope_local_scaling", None, local_scaling, written=False),
         # tok_embeddings: nn.Embedding(padding_idx=pad), so the pad row gets no gradient from lookups
         Key("pad_token_id", "embedding_padding_idx", None, lambda value, c: value is not None, written=False),
     ),
@@ -149,6 +205,8 @@ MODERNBERT_CONFIG = ConfigMap(
         "layer_types": ANY,
         "sliding_window": lambda c: ANY if c.layer_types is not None else None,  # read only by local layers
         "rope_local_theta": ANY,
+        "rope_scaling": ANY,
+        "rope_local_scaling": ANY,
         "tie_embeddings": ANY,
         "share_embeddings": ANY,
         "output_bias": ANY,

@@ -28,6 +28,19 @@ def effective_rope(c: dict) -> tuple[str, dict]:
     return "rope_parameters", c.get("rope_parameters") or {}
 
 
+def kind_rope(c: dict, kind: str, merged: tuple[str, ...] = ("full_attention",)) -> tuple[str, dict]:
+    """(where config.json holds it, the RoPE object) of one layer kind: rope_parameters[kind] (transformers 5), into
+    which, for the kinds in `merged`, transformers merges a top-level rope_scaling (Gemma 3 4B and up: linear, factor
+    8, on the global layers; ModernBERT's on both kinds)."""
+    rope = dict((c.get("rope_parameters") or {}).get(kind) or {})
+    scaling = c.get("rope_scaling") if kind in merged else None
+    if scaling:
+        if not isinstance(scaling, dict):
+            refuse("rope_scaling", scaling, "an object or null")
+        return "rope_scaling", rope | scaling
+    return f"rope_parameters.{kind}", rope
+
+
 def rope_theta_of(c: dict, default: float = 10000.0) -> float:
     """The base of the RoPE object transformers reads (effective_rope), else the top-level rope_theta."""
     where, rope = effective_rope(c)
