@@ -322,24 +322,28 @@ def test_greedy_matches_generate_across_the_switch(case, side):
 # config.json written back as read.
 
 
+def round_trip(make) -> tuple[dict, dict]:
+    """config.json as `make(directory)` builds it, and as hf.save writes it back after hf.load; asserted on the
+    way: the config read again equals the first, and transformers reads the same RoPE from both files."""
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+        original = make(first)
+        model = numpy_hf.load(first, dtype=np.float64)
+        numpy_hf.save(model, second, overwrite=True)
+        assert numpy_hf.load(second, dtype=np.float64).config == model.config
+        before, after = (transformers.AutoConfig.from_pretrained(d).rope_parameters for d in (first, second))
+        assert after == before
+        return original, json.loads((Path(second) / "config.json").read_text())
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if "T 12" not in c])
 def test_round_trip_keeps_the_spelling(case):
     family, overrides, written_as, _ = CASES[case]
-    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
-        original = build(family, first, overrides, written_as)
-        model = numpy_hf.load(first, dtype=np.float64)
-        numpy_hf.save(model, second, overwrite=True)
-        written = json.loads((Path(second) / "config.json").read_text())
-        again = numpy_hf.load(second, dtype=np.float64)
-        theirs = transformers.AutoConfig.from_pretrained(second)
-        before = transformers.AutoConfig.from_pretrained(first)
-    assert again.config == model.config
+    original, written = round_trip(lambda directory: build(family, directory, overrides, written_as))
     if written_as == "rope_scaling":  # Gemma 3's bases go in rope_parameters, as hf.save always writes them
         assert written["rope_scaling"] == original["rope_scaling"]
         assert family == "gemma3_text" or "rope_parameters" not in written
     else:
         assert "rope_scaling" not in written and written["rope_parameters"] == original["rope_parameters"]
-    assert theirs.rope_parameters == before.rope_parameters
 
 
 def test_torch_side_writes_the_same_config_json():
@@ -472,18 +476,9 @@ def test_modernbert_scaled_rope_matches_transformers(case, side):
 
 @pytest.mark.parametrize("case", MB_CASES)
 def test_modernbert_round_trip_keeps_the_spelling(case):
-    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
-        original = build_modernbert(first, case)
-        model = numpy_hf.load(first, dtype=np.float64)
-        numpy_hf.save(model, second, overwrite=True)
-        written = json.loads((Path(second) / "config.json").read_text())
-        again = numpy_hf.load(second, dtype=np.float64)
-        theirs = transformers.AutoConfig.from_pretrained(second)
-        before = transformers.AutoConfig.from_pretrained(first)
-    assert again.config == model.config
+    original, written = round_trip(lambda directory: build_modernbert(directory, case))
     assert written.get("rope_scaling") == original.get("rope_scaling")
     assert written["rope_parameters"] == original["rope_parameters"]
-    assert theirs.rope_parameters == before.rope_parameters
 
 
 def test_modernbert_reads_an_older_type_key_as_transformers_does():
