@@ -481,13 +481,19 @@ def test_modernbert_round_trip_keeps_the_spelling(case):
     assert written["rope_parameters"] == original["rope_parameters"]
 
 
-def test_modernbert_reads_an_older_type_key_as_transformers_does():
-    """ModernBertConfig merges a top-level rope_scaling into each kind's {"rope_type": "default", ...}: an older
-    "type" key then leaves rope_type "default", and transformers computes plain RoPE; so do we."""
+@pytest.mark.parametrize("family", ["modernbert", "gemma3_text"])
+@pytest.mark.parametrize("with_parameters", [True, False])
+def test_an_older_type_key_is_read_as_transformers_does(family, with_parameters):
+    """ModernBertConfig and Gemma3TextConfig merge a top-level rope_scaling into each kind's (ModernBERT) or the
+    global kind's (Gemma 3) {"rope_type": "default", ...}: an older "type" key then leaves rope_type "default" (with
+    rope_parameters in the file or without), and transformers computes plain RoPE; so do we."""
     with tempfile.TemporaryDirectory() as directory:
-        M.build_tiny(directory)
+        M.build_tiny(directory) if family == "modernbert" else H.build_tiny(family, directory)
         path = Path(directory) / "config.json"
-        path.write_text(json.dumps(json.loads(path.read_text()) | {"rope_scaling": {"type": "linear", "factor": 4.0}}))
+        c = json.loads(path.read_text()) | {"rope_scaling": {"type": "linear", "factor": 4.0}}
+        if not with_parameters:
+            del c["rope_parameters"]
+        path.write_text(json.dumps(c))
         theirs = transformers.AutoConfig.from_pretrained(directory)
         ours = numpy_hf.load(directory)
     assert {params["rope_type"] for params in theirs.rope_parameters.values()} == {"default"}

@@ -31,8 +31,9 @@ def effective_rope(c: dict) -> tuple[str, dict]:
 def kind_rope(c: dict, kind: str, merged: tuple[str, ...] = ("full_attention",)) -> tuple[str, dict]:
     """(where config.json holds it, the RoPE object) of one layer kind: rope_parameters[kind] (transformers 5), into
     which, for the kinds in `merged`, transformers merges a top-level rope_scaling (Gemma 3 4B and up: linear, factor
-    8, on the global layers; ModernBERT's on both kinds)."""
-    rope = dict((c.get("rope_parameters") or {}).get(kind) or {})
+    8, on the global layers; ModernBERT's on both kinds). Without rope_parameters[kind] the object transformers
+    merges into is {"rope_type": "default"}: a rope_scaling spelled with the older "type" then stays plain RoPE."""
+    rope = dict((c.get("rope_parameters") or {}).get(kind) or {"rope_type": "default"})
     scaling = c.get("rope_scaling") if kind in merged else None
     if scaling:
         if not isinstance(scaling, dict):
