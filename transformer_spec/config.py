@@ -73,7 +73,7 @@ class RopeScaling:
     config.json spelled it, so that a checkpoint is written back as it was read. `remake_cache` (longrope): whether
     decoding makes its cache again at the step the sequence first outgrows the original length (Phi-3's generate(),
     and the default: the cache then equals a full forward), or keeps the keys cached with the short factors (the
-    generic generate() of every other family: Llama's, GPT-NeoX's)."""
+    generic generate() of every other family: Llama's, GPT-NeoX's); always True for the other kinds."""
 
     rope_type: str
     factor: float | None = None
@@ -105,6 +105,8 @@ class RopeScaling:
         self._check_values()
         if not isinstance(self.remake_cache, bool):
             raise TypeError(f"rope_scaling.remake_cache must be True or False, got {self.remake_cache!r}")
+        if self.rope_type != "longrope":  # no cache to remake: one value, so that equal scalings compare equal
+            object.__setattr__(self, "remake_cache", True)
         for name, allowed in (("written_as", ("rope_scaling", "rope_parameters")), ("type_key", ("rope_type", "type"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"rope_scaling.{name} must be one of {allowed}, got {getattr(self, name)!r}")
