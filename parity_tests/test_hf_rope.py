@@ -401,9 +401,69 @@ def test_gpt_neox_and_gemma3_local_refusals_name_their_key():
     message = refusal("gpt_neox", rope_scaling=longrope)
     assert "short_factor needs one factor per rotary frequency" in message and len(message) < 400
     local = {"full_attention": {"rope_type": "default", "rope_theta": 500.0}}
-    local["sliding_attention"] = {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}
+    local["sliding_attention"] = {"rope_type": "ntk-by-parts", "factor": 2.0, "rope_theta": 1e4}
     message = refusal("gemma3_text", rope_parameters=local)
-    assert "rope_parameters.sliding_attention.rope_type='linear'" in message
+    assert "rope_parameters.sliding_attention.rope_type='ntk-by-parts'" in message
+
+
+# ----------------------------------------------------------------------------------------------
+# Gemma 3's local layers: Gemma3RotaryEmbedding initialises each layer kind from its own RoPE object, so a scaled
+# rope_parameters.sliding_attention is computed (at the local base), beside the global kind's own.
+
+GEMMA_LOCAL = {  # name: (rope_parameters, tokens)
+    "gemma3 linear 2 on the local layers": (
+        {"full_attention": {"rope_type": "default", "rope_theta": 500.0},
+         "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}, 12,
+    ),
+    "gemma3 linear 8 global, yarn local": (
+        {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 500.0},
+         "sliding_attention": YARN | {"original_max_position_embeddings": 16, "rope_theta": 10000.0}}, 12,
+    ),
+    "gemma3 dynamic 2 local, T 20 > max 16": (
+        {"full_attention": {"rope_type": "default", "rope_theta": 500.0},
+         "sliding_attention": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 100.0}}, 20,
+    ),
+}  # fmt: skip
+
+
+def build_gemma_local(directory, case: str) -> dict:
+    params, length = GEMMA_LOCAL[case]
+    H.build_tiny("gemma3_text", directory, 0, rope_parameters=copy.deepcopy(params), max_position_embeddings=16)
+    return json.loads((Path(directory) / "config.json").read_text())
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", GEMMA_LOCAL)
+def test_gemma3_scaled_local_layers_match_transformers(case, side):
+    params, length = GEMMA_LOCAL[case]
+    with tempfile.TemporaryDirectory() as directory:
+        build_gemma_local(directory, case)
+        theirs = H.CLASSES["gemma3_text"].from_pretrained(directory, dtype=torch.float64).eval()
+        ours = H.load_ours(side, directory, np.float64)
+    local = params["sliding_attention"]
+    assert ours.config.rope_local_scaling.rope_type == local["rope_type"]
+    assert ours.config.rope_local_theta == local["rope_theta"]
+    ids, _ = H.make_inputs("gemma3_text", 0, length=length)
+    upstream = np.random.default_rng(1000).standard_normal((*ids.shape, H.TINY["gemma3_text"]["vocab_size"]))
+    with H.patch_for("gemma3_text", np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, "gemma3_text", ids, None, upstream)
+    run = H.run_numpy if side == "numpy" else H.run_torch
+    ours_out, ours_grads = run(ours, "gemma3_text", ids, None, upstream)
+    result = H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits")
+    assert not C.failures(result, np.float64), C.failures(result, np.float64)
+    out_diff, out_rel, grad_diff, grad_rel = C.worst(result, np.float64)
+    assert out_rel <= 1e-12 and grad_rel <= 1e-10, (out_rel, grad_rel)
+    assert len(result.grads) > 10 and all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+    if side == "numpy":  # the comparison above could not pass with the local scaling ignored
+        plain = type(ours)(dataclasses.replace(ours.config, rope_local_scaling=None, max_len=32))
+        plain.load_state_dict(ours.state_dict())
+        assert np.abs(plain.forward(ids) - ours_out).max() > 1e-3
+
+
+@pytest.mark.parametrize("case", GEMMA_LOCAL)
+def test_gemma3_local_scaling_round_trip_keeps_the_spelling(case):
+    original, written = round_trip(lambda directory: build_gemma_local(directory, case))
+    assert written["rope_parameters"] == original["rope_parameters"]
 
 
 # ----------------------------------------------------------------------------------------------

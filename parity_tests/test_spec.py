@@ -176,8 +176,8 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("t5", dict(feed_forward_proj="gated-silu"), r"feed_forward_proj='gated-silu' is not supported"),
         ("gemma3_text", dict(attn_logit_softcapping=50.0), r"attn_logit_softcapping=50.0 is not supported \(supported: "
          r"None\)"),
-        ("gemma3_text", dict(rope_parameters={"sliding_attention": {"rope_type": "linear", "factor": 8.0}}),
-         r"rope_parameters.sliding_attention.rope_type='linear' is not supported \(supported: 'default'\)"),
+        ("gemma3_text", dict(rope_parameters={"sliding_attention": {"rope_type": "ntk", "factor": 8.0}}),
+         r"rope_parameters.sliding_attention.rope_type='ntk' is not supported \(supported: 'linear' or "),
     ]  # fmt: skip
     for model_type, edit, message in cases:
         with pytest.raises(ValueError, match=message):

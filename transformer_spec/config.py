@@ -213,8 +213,8 @@ class TransformerConfig:
     # a scaled RoPE (RopeScaling: transformers' linear, dynamic, yarn, longrope, llama3), on every layer that reads
     # rope_theta (not on the layers with a base of their own, rope_local_theta: Gemma 3's local layers); None: plain
     rope_scaling: RopeScaling | None = None
-    # the scaled RoPE of the layers with a base of their own (rope_local_theta: ModernBERT's local layers, which
-    # transformers scales as it scales the global ones); None: plain
+    # the scaled RoPE of the layers with a base of their own (rope_local_theta: Gemma 3's and ModernBERT's local
+    # layers, which transformers scales from their own RoPE object); None: plain
     rope_local_scaling: RopeScaling | None = None
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
@@ -527,12 +527,11 @@ class TransformerConfig:
     @property
     def position_limit(self) -> int:
         """The longest sequence a model of this config reads (inputs, and prompt plus generated tokens): max_len,
-        or with dynamic NTK RoPE (made to run past max_position_embeddings) max_len x factor, the context its factor
-        stretches the base for."""
-        scaling = self.rope_scaling
-        if scaling is not None and scaling.rope_type == "dynamic" and scaling.length_factor(self.max_len) > 1:
-            return int(self.max_len * scaling.length_factor(self.max_len))
-        return self.max_len
+        or with dynamic NTK RoPE (made to run past max_position_embeddings) on any layer kind, max_len x its factor,
+        the context the factor stretches the base for (the larger, when both kinds have one)."""
+        scalings = (self.rope_scaling, self.rope_local_scaling if self.rope_local_theta is not None else None)
+        factors = [s.length_factor(self.max_len) for s in scalings if s is not None and s.rope_type == "dynamic"]
+        return int(self.max_len * max(factors)) if factors and max(factors) > 1 else self.max_len
 
     def cache_outgrown(self, cached: int, total: int) -> bool:
         """Whether a decoding cache of `cached` positions must be made again for a sequence of `total`: LongRoPE's
@@ -589,7 +588,7 @@ class TransformerConfig:
 
     def layer_rope_scaling(self, layer: int) -> RopeScaling | None:
         """The RoPE scaling of layer `layer`: rope_scaling, except on a layer with a base of its own
-        (rope_local_theta), which has rope_local_scaling (Gemma 3's local layers: None, plain RoPE)."""
+        (rope_local_theta), which has rope_local_scaling (Gemma 3's and ModernBERT's local layers)."""
         local = self.layer_types is not None and self.layer_types[layer] == "sliding_attention"
         return self.rope_local_scaling if local and self.rope_local_theta is not None else self.rope_scaling
 

@@ -40,12 +40,10 @@ def positive_or_none(name: str):
 
 def rope_base(kind: str):
     """The reader of one layer kind's rotary base: its RoPE object's (kind_rope), else the older rope_theta /
-    rope_local_base_freq, else Gemma's default. The local layers' RoPE must be plain (as every Gemma 3's)."""
+    rope_local_base_freq, else Gemma's default."""
 
     def read(value, c: dict) -> float:
         where, rope = kind_rope(c, kind)
-        if kind == "sliding_attention":
-            read_scaling(rope, where, kinds=())  # refuses any scaled kind, naming the key
         base = rope.get("rope_theta", c.get(LEGACY_BASE_KEYS[kind], GEMMA3_BASES[kind]))
         if not (is_finite_number(base) and base > 0):
             refuse(f"{where}.rope_theta", base, "a positive number")
@@ -55,19 +53,29 @@ def rope_base(kind: str):
 
 
 def global_scaling(value, c: dict) -> RopeScaling | None:
-    """The global layers' scaled RoPE (the local ones keep plain RoPE at their own base)."""
+    """The global layers' scaled RoPE (a top-level rope_scaling merged into theirs, as Gemma 3 4B and up ship it)."""
     return read_scaling(*reversed(kind_rope(c, "full_attention")))
 
 
+def local_scaling(value, c: dict) -> RopeScaling | None:
+    """The local layers' scaled RoPE, from rope_parameters.sliding_attention only (transformers' Gemma3RotaryEmbedding
+    initialises each kind from its own object; a top-level rope_scaling reaches the global kind alone)."""
+    return read_scaling(*reversed(kind_rope(c, "sliding_attention")))
+
+
 def rope_parameters(config: TransformerConfig) -> dict:
-    """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset), the
-    global layers' scaling with them when it was read from there."""
-    local = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
-    bases = {"full_attention": config.rope_theta, "sliding_attention": local}
-    out = {kind: {"rope_type": "default", "rope_theta": base} for kind, base in bases.items()}
-    scaling = config.rope_scaling
-    if scaling is not None and scaling.written_as == "rope_parameters":
-        out["full_attention"] = scaling_to_hf(scaling) | {"rope_theta": config.rope_theta}
+    """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset), each
+    kind's scaling with its base when it was read from there (the local layers' always is)."""
+    if config.rope_local_theta is None:
+        local = (config.rope_theta, config.rope_scaling)
+    else:
+        local = (config.rope_local_theta, config.rope_local_scaling)
+    kinds = {"full_attention": (config.rope_theta, config.rope_scaling), "sliding_attention": local}
+    out = {}
+    for kind, (base, scaling) in kinds.items():
+        out[kind] = {"rope_type": "default", "rope_theta": base}
+        if scaling is not None and scaling.written_as == "rope_parameters":
+            out[kind] = scaling_to_hf(scaling) | {"rope_theta": base}
     return out
 
 
@@ -125,6 +133,7 @@ GEMMA3_CONFIG = ConfigMap(
         Key("rope_parameters", "rope_theta", None, rope_base("full_attention"), source=rope_parameters),
         Key("rope_parameters", "rope_local_theta", None, rope_base("sliding_attention"), written=False),
         Key("rope_scaling", "rope_scaling", None, global_scaling, source=rope_scaling_json),
+        Key("rope_parameters", "rope_local_scaling", None, local_scaling, written=False),
         Key("layer_types", "layer_types", None, layer_types, source=written_layer_types),
         Key(
             "sliding_window",
@@ -154,6 +163,7 @@ GEMMA3_CONFIG = ConfigMap(
         "rope_theta": ANY,
         "rope_local_theta": ANY,
         "rope_scaling": ANY,
+        "rope_local_scaling": ANY,
         "qk_norm": True,
         "gated_ffn": True,
         "n_kv_heads": ANY,
