@@ -20,7 +20,7 @@ from .core import (
     special_token,
 )
 from .llama import LLAMA_DROPOUT, head_dim, kv_heads, rope_scaling_json
-from .rope import kind_rope, read_scaling, scaling_to_hf
+from .rope import kind_rope, local_rope, read_scaling, scaling_to_hf
 
 GEMMA3_HEAD_DIM = 256  # Gemma3TextConfig's defaults, when config.json leaves a key out
 GEMMA3_BASES = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
@@ -66,11 +66,7 @@ def local_scaling(value, c: dict) -> RopeScaling | None:
 def rope_parameters(config: TransformerConfig) -> dict:
     """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset), each
     kind's scaling with its base when it was read from there (the local layers' always is)."""
-    if config.rope_local_theta is None:
-        local = (config.rope_theta, config.rope_scaling)
-    else:
-        local = (config.rope_local_theta, config.rope_local_scaling)
-    kinds = {"full_attention": (config.rope_theta, config.rope_scaling), "sliding_attention": local}
+    kinds = {"full_attention": (config.rope_theta, config.rope_scaling), "sliding_attention": local_rope(config)}
     out = {}
     for kind, (base, scaling) in kinds.items():
         out[kind] = {"rope_type": "default", "rope_theta": base}

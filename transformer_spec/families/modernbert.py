@@ -25,7 +25,7 @@ from .core import (
     renamed,
     special_token,
 )
-from .rope import kind_rope, read_scaling, scaling_to_hf
+from .rope import kind_rope, local_rope, read_scaling, scaling_to_hf
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf). Its attention_dropout drops the attention
 # probabilities and the attention's output but not the MLP's, which no site of ours expresses: refused unless 0.
@@ -103,13 +103,6 @@ def local_window(value, c: dict) -> int | None:
     if not is_int(value) or value < 1:
         refuse("local_attention", value, "a positive integer")
     return value
-
-
-def local_rope(config: TransformerConfig) -> tuple[float, RopeScaling | None]:
-    """The local layers' (base, scaling): their own, or the global layers' when rope_local_theta is None."""
-    if config.rope_local_theta is None:
-        return config.rope_theta, config.rope_scaling
-    return config.rope_local_theta, config.rope_local_scaling
 
 
 def top_level_scaling(config: TransformerConfig) -> RopeScaling | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from ..config import ROPE_TYPES, RopeScaling
+from ..config import ROPE_TYPES, RopeScaling, TransformerConfig
 from .core import is_finite_number, refuse
 
 # RopeScaling's fields that config.json spells the same (transformers' names), in the order they are written
@@ -80,6 +80,14 @@ def read_scaling(
         return RopeScaling(kind, **values | overrides | spelling, remake_cache=remake_cache)
     except (ValueError, TypeError) as error:
         raise ValueError(f"config.json: {where}: {error}") from None
+
+
+def local_rope(config: TransformerConfig) -> tuple[float, RopeScaling | None]:
+    """The local layers' (base, scaling), Gemma 3's and ModernBERT's: their own, or the global layers' when
+    rope_local_theta is None."""
+    if config.rope_local_theta is None:
+        return config.rope_theta, config.rope_scaling
+    return config.rope_local_theta, config.rope_local_scaling
 
 
 def scaling_to_hf(scaling: RopeScaling, without: tuple[str, ...] = ()) -> dict:
