@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from transformer_spec import checkpoints
-from transformer_spec.families import family_for_model, read_layout, tied_copies, to_hf_tensors, write_layout
+from transformer_spec.families import family_for_model, tied_copies, to_hf_tensors, write_layout
 from transformer_spec.shapes import parameter_shapes
 
 from .model import EncoderModel, Transformer, TransformerLM
@@ -79,11 +79,6 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     n_heads = model.config.n_heads
     write = lambda ts, rule: _to_hf_layout(ts, rule, n_heads)  # noqa: E731
     return to_hf_tensors(family_for_model(model), model.config, tensors, tensors, write, tied)
-
-
-def _from_hf_layout(t: Tensor, rule, name: str, n_heads: int, n_kv_heads: int | None = None) -> Tensor:
-    """Theirs -> ours (transformer_spec.families.read_layout, the interpreter both sides share)."""
-    return read_layout(t, rule, name, n_heads, n_kv_heads)
 
 
 def _to_hf_layout(ts: list[Tensor], rule, n_heads: int) -> Tensor:
