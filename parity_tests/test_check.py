@@ -436,7 +436,7 @@ def test_heads_that_cannot_be_told_apart_are_refused_with_the_candidates():
             self.parts = torch.nn.ModuleList(torch.nn.Linear(8, 4) for _ in range(6))
             self.mix = torch.nn.Linear(8, 8)
 
-    with pytest.raises(ValueError, match=r"cannot be told apart by name.*parts\.0\.weight.*pass mapping="):
+    with pytest.raises(ValueError, match=r"forward could not be recorded.*parts\.0\.weight \(8 -> 4\).*mapping="):
         check.module(Anonymous(), "multi_head_attention", n_heads=2)
 
 

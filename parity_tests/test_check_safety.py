@@ -120,7 +120,10 @@ def test_nan_gradient_is_never_a_pass_in_gradcheck_and_check_pair():
     assert "0.00e+00" not in result.unexplained and "nan against finite differences" in result.unexplained
 
 
-def test_module_that_returns_its_query_is_judged_not_an_internal_error():
+def test_module_that_computes_no_attention_is_refused_saying_so_not_an_internal_error():
+    """Projections named q_proj ... out_proj that the forward never uses: roles come from the computation, which
+    holds no attention, and the refusal says so."""
+
     class ReturnsQuery(nn.Module):
         def __init__(self):
             super().__init__()
@@ -129,8 +132,8 @@ def test_module_that_returns_its_query_is_judged_not_an_internal_error():
         def forward(self, query, key, value, mask=None):
             return query
 
-    result = check.module(ReturnsQuery(), "multi_head_attention", n_heads=2)
-    assert not result.passed and result.unexplained, str(result)
+    with pytest.raises(ValueError, match=r"found 0 attentions in the module, .* a softmax reading a product of"):
+        check.module(ReturnsQuery(), "multi_head_attention", n_heads=2)
 
 
 def test_a_lambda_over_the_modules_own_submodules_runs_the_judged_copy():

@@ -13,10 +13,10 @@ The parts:
 - dataflow.py  the user's forward recorded once (an op recorder and module hooks): every role read from the
                dataflow (Q, K, V and output projections around a softmax, feed-forwards around an activation,
                per-head q/k norms, pre- or post-norm, embedding norms, position and token-type lookups, ties)
-- mapping.py   the user's parameters read as pieces (linears, 1x1 convolutions, fused projections, per-head
-               slices, norms, tables), their roles and order (first use) taken from the recorded flow
-- assign.py    the pieces grouped into the reference's units, and the config their shapes and the flow imply
-- linking.py   the links from the user's parameters to the reference's names, unit by unit, one linker per kind
+- mapping.py   the user's parameters read as pieces (linears, 1x1 convolutions, fused projections, norms,
+               tables), put in the order the recorded flow first uses them; the Link a weight map is made of
+- units.py     the reference's units the flow read (attentions, feed-forward blocks, layers, norms, tables), the
+               config they imply and the links from the user's parameters to the reference's names
 - tables.py    fixed tables built in float32 (sinusoids, RoPE's) recognised and overwritten in float64
 - weight_map.py  the weight map as the result gives it (data: the links it came from), and read back
 - calling.py   how the user's module is called: layout, argument order, masks in the user's own convention

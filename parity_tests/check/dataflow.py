@@ -11,6 +11,8 @@ tensor made is a Node whose parents are the Nodes of its tensor arguments; a par
   (scaled_dot_product_attention names the three), each traced back through reshapes, rotations and norms to the
   projections that made it; the output projection is the first one the product's result reaches; a norm's
   1-D parameter met between a projection and the scores is a per-head q/k norm;
+  attentions whose probabilities reach one output projection through one op are one attention's heads (a
+  module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops: one of
   them, a plain block (in, out); two, a gated block, the gate the one an activation reads on the way;
 - order: the place of each parameter's first use (norms in the order they are applied, whatever their
@@ -35,7 +37,8 @@ from torch.utils._pytree import tree_flatten
 # ops through which a tensor is the same numbers seen another way (a parameter read as a projection's weight)
 VIEWS = {
     "t", "transpose", "permute", "view", "reshape", "contiguous", "to", "type_as", "float", "double", "half",
-    "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type",
+    "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type", "chunk",
+    "split", "unbind", "narrow",
 }  # fmt: skip
 PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
 SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
@@ -220,7 +223,8 @@ class Flow:
     nodes: list
     order: dict = field(default_factory=dict)  # parameter name -> the index of its first use
     roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
-    attentions: list = field(default_factory=list)
+    attentions: list = field(default_factory=list)  # in the order they run
+    blocks: list = field(default_factory=list)  # feed-forward blocks as they run: [in, out] or [gate, up, down]
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
@@ -257,7 +261,7 @@ def read(nodes: list) -> Flow:
     """The Flow of recorded Nodes (see the module docstring)."""
     flow = Flow(nodes)
     _uses(flow)
-    flow.attentions = [a for a in map(_attention, nodes) if a is not None]
+    flow.attentions = _heads_merged([a for a in map(_attention, nodes) if a is not None])
     for a in flow.attentions:
         for role in ("q", "k", "v", "out"):
             for w in getattr(a, role):
@@ -267,6 +271,23 @@ def read(nodes: list) -> Flow:
             flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
     return flow
+
+
+def _heads_merged(attentions: list) -> list:
+    """One Attention per output projection op: a module per head (each its own softmax) merged, heads in the order
+    they ran; a softmax seen twice, once."""
+    merged: list = []
+    for a in attentions:
+        last = merged[-1] if merged else None
+        if last is not None and a.out_node is not None and a.out_node is last.out_node:
+            if set(a.q) <= set(last.q):  # the same scores read twice (a softmax by hand: exp(s) / exp(s).sum())
+                continue
+            last.q, last.k, last.v = last.q + a.q, last.k + a.k, last.v + a.v
+            last.norms |= a.norms
+            last.heads = len(last.q)
+        else:
+            merged.append(a)
+    return merged
 
 
 def _uses(flow: Flow) -> None:
@@ -340,11 +361,13 @@ def _feed_forwards(flow: Flow) -> None:
         ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out":
             flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
+            flow.blocks.append([ins[0], w])
         elif len(ins) == 2:
             gated = [i for i in ins if _activation_between(node, i)]
             if len(gated) == 1:
                 up = next(i for i in ins if i != gated[0])
                 flow.roles |= {gated[0]: "gate", up: "up", w: "down"}
+                flow.blocks.append([gated[0], up, w])
 
 
 def _activation_between(product: Node, weight: str) -> bool:

@@ -1,7 +1,7 @@
 """check.module: a user's torch module judged by the NumPy reference, with the mistake named when it has a name.
 
 The steps, each a function below:
-1. read the module's structure and infer the config and the weight map (assign.infer);
+1. record the module's forward, read its units and infer the config and the weight map (units.infer);
 2. load the reference's random weights into copies of the user's module (float64 and float32; the user's own
    module is never touched);
 3. find the calling convention (calling.callers) and the config candidates (pre/post-norm, activation, embedding

@@ -8,7 +8,7 @@ never the level's name:
   inputs, probes.py) and `inputs` (their names, in the order the reference takes them, the order a caller passes
   them to the user's module);
 - what is inferred and probed there: `group` ("component", "layer", "model", "stacks": how the user's parameters
-  are dealt, assign.py, and whether submodules are hooked for the first divergence, diagnose.py), `unit` (a
+  are read, units.py, and whether submodules are hooked for the first divergence, diagnose.py), `unit` (a
   component's kind of math: its weight map and its catalogue variants), `masks` (the masks its attentions read,
   "src" padding and/or "tgt" causal), `cross` (its decoder layers cross-attend to a memory), `causal` (a layer's
   self-attention masks the future), `heads` (it computes multi-head attentions from projections), `rope` (rotary

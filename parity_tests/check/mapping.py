@@ -2,12 +2,9 @@
 
 A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
 (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a
-weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and their order
-(first use: norms in the order they are applied) come from the recorded forward (dataflow.py), the names of q, k,
-v, gate and up only where it read no role; the pieces are then grouped into the reference's units in that order
-(assign.py, linking.py): attentions their q, k, v and output pieces (separate, fused, or one per head and role),
-the feed-forward blocks theirs, the norms and tables theirs. Where neither the flow nor a name tells a role, the
-map is refused with the candidates listed, and a `mapping=` table settles it.
+weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and order come
+from the recorded forward (dataflow.py: norms in the order they are applied), and units.py groups them into the
+reference's units; a name only breaks the one tie the computation leaves (a gated block's gate and up).
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
@@ -37,7 +34,6 @@ class Piece:
     in_features: int
     transposed: bool  # stored (in, out), applied as x @ W
     module: str  # the path of the module that owns it
-    role: str = ""  # the role the recorded forward read (q, k, v, out, qkv, gate, up, down), else its name's or ""
 
 
 @dataclass
@@ -86,11 +82,7 @@ class Link:
     offset: int = 0
 
 
-ROLE_WORDS = {
-    "q": {"q", "query", "queries", "wq", "fc_q", "q_proj", "q_lin", "to_q", "w_q", "linear_q", "q_linear"},
-    "k": {"k", "key", "keys", "wk", "fc_k", "k_proj", "k_lin", "to_k", "w_k", "linear_k", "k_linear"},
-    "v": {"v", "value", "values", "wv", "fc_v", "v_proj", "v_lin", "to_v", "w_v", "linear_v", "v_linear"},
-    # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3); its down is the F -> D one
+ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
 }
@@ -120,8 +112,8 @@ def _bias_partner(names: list, weight: str) -> str | None:
 def structure(module: nn.Module, flow=None) -> Structure:
     """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
     class (BUILTIN_READERS), any other by its own parameters and buffers; then, where the forward was recorded
-    (`flow`, dataflow.Flow), every role the flow read overrides a name's, and everything is put in the order it is
-    first used (norms in the order they are applied), per-head q/k norms set apart."""
+    (`flow`, dataflow.Flow), everything is put in the order it is first used (norms in the order they are
+    applied), per-head q/k norms set apart."""
     found = _read(module)
     _canonical(module, found)
     if flow is not None:
@@ -151,13 +143,7 @@ def _canonical(module: nn.Module, found: Structure) -> None:
 
 
 def _apply_flow(found: Structure, flow) -> None:
-    """Roles and order from the recorded forward (dataflow.Flow)."""
-    for piece in found.pieces:
-        role = flow.roles.get(piece.weight, piece.role)
-        # a gated block's gate is the projection the activation reads, unless names say gate and up (Meta's w1
-        # and w3, gate_proj and up_proj): the activation on the one named up is then the catalogued mistake
-        if piece.role not in ("gate", "up") or role not in ("gate", "up"):
-            piece.role = {"ffn_in": "", "ffn_out": ""}.get(role, role)
+    """Order, positions and per-head norms from the recorded forward (dataflow.Flow)."""
     last = len(flow.nodes)
     found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
     found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
@@ -193,11 +179,11 @@ def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: S
     if mod.in_proj_weight is not None:
         bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
         D = mod.embed_dim
-        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * D, D, False, path, "qkv"))
+        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * D, D, False, path))
         return
     for role in "qkv":
         w = getattr(mod, f"{role}_proj_weight")
-        found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path, role))
+        found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path))
 
 
 def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
@@ -208,7 +194,7 @@ def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
             "convolution only as a position-wise linear (kernel 1, one group)"
         )
     bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False, path, role_of(path)))
+    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False, path))
 
 
 def _read_norm(mod, path: str, prefix: str, found: Structure) -> None:
@@ -254,8 +240,7 @@ def _raw_matrices(own: dict, path: str, prefix: str, found: Structure) -> set:
             continue
         bias = _bias_partner(names, name)
         used |= {name} | ({bias} if bias is not None else set())
-        role = role_of(full) or role_of(path)
-        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True, path, role))
+        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True, path))
     return used
 
 

@@ -14,12 +14,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import assign as A
 from . import calling as C
 from . import dataflow as DF
 from . import levels as LV
 from . import mapping as MP
 from . import tables as TB
+from . import units as U
 from . import weight_map as WM
 from .level_table import LEVELS
 from .running import Float32Islands, copy_module, find_islands, output_head
@@ -55,13 +55,13 @@ class Session:
         if self.is_module and entry.group == "model" and found.tables:  # at most 16 conventions (a has_mask flag)
             found = MP.structure(user, read_flow(user, level, _ids_probe(level, found), 16, call=call))
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        recorded = entry.heads or entry.unit == "gated_feed_forward"  # a layer, an attention, a gated block
+        recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")  # roles read from the flow
         if self.is_module and found.flow is None and recorded:  # its sizes give its probe
-            probe = LV.probe(level, A.sized_config(level, found, given), np.random.default_rng(seed + 1))
+            probe = LV.probe(level, U.sized_config(level, found, given), np.random.default_rng(seed + 1))
             flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
             found = MP.structure(user, flow) if flow is not None else found
         self.flow = found.flow
-        self.cfg, self.links, self.zero, fixed = A.infer(level, found, given, mapped)
+        self.cfg, self.links, self.zero, fixed = U.infer(level, found, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
         tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
         self.overwrite, layout, self.wrong_table = tables

@@ -1,0 +1,474 @@
+"""The user's module read as the reference's units, and the config they imply.
+
+`infer(level, found, given)` returns the config the user's module is judged as and the links (mapping.Link) from
+every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow):
+each attention its query, key, value and output projections (separate, fused, or one per head), each
+feed-forward block the projections around its activation, the layers in the order their attentions and blocks
+run, the norms in the order they are applied; the sizes from the shapes (d_model, d_ff, the k/v width of
+grouped-query attention), the heads from the query's head axis. Reference biases the user's linears lack are
+returned as `zero`: held at zero, their gradients not compared. The tables built in float32 are read in
+tables.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from numpy_transformer import TransformerConfig
+
+from .level_table import LEVELS
+from .mapping import Link, role_of
+
+
+@dataclass
+class Units:
+    """The user's pieces as the reference's units: sizes (d_model D, heads H, d_ff F, the k/v width kv), the
+    attentions ({"q", "k", "v", "out": [Piece]}) and feed-forward blocks ([(gate,) in, out]) in the order they
+    run, the output projection, the tables and the norms, and the layer counts they imply."""
+
+    D: Any  # int; None only where no attention or table is read (scaled dot-product attention)
+    H: Any
+    F: int
+    kv: Any = None
+    attentions: list = field(default_factory=list)
+    blocks: list = field(default_factory=list)
+    gated: bool = False
+    out_piece: Any = None
+    token_tables: list = field(default_factory=list)
+    position_tables: list = field(default_factory=list)
+    type_table: Any = None
+    norms: list = field(default_factory=list)
+    n_enc: int = 0
+    n_dec: int = 0
+    layer_norms: int = 0
+    embedding_norm: bool = False
+    flow: Any = None  # dataflow.Flow, or None
+    qk_norms: dict = field(default_factory=dict)  # q or k weight name -> its per-head Norm
+
+
+def sized_config(level: str, found, given: dict):
+    """The config the shapes alone give: what sizes the probe a forward is recorded on before its roles are read
+    from it (one head where none is given: the probe does not depend on it)."""
+    entry = LEVELS[level]
+    fields = {"n_heads": 1} | {k: v for k, v in given.items() if k != "config" and v is not None}
+    units = _sizes(entry, found, given.get("config"), fields)
+    _tables(entry, found, units)
+    return _config(entry, found, units, given.get("config"), fields)
+
+
+def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
+    """(config, links, zero, fixed tables) for the user's module at `level`; see the module docstring. `mapped`:
+    the (links, zero) of a caller's mapping=, which replace the inferred ones; the layers are then counted from it
+    where the units cannot be read."""
+    entry = LEVELS[level]
+    fields = {k: v for k, v in given.items() if k != "config" and v is not None}
+    units = _sizes(entry, found, given.get("config"), fields)
+    _tables(entry, found, units)
+    try:
+        _units(entry, found, units)
+    except ValueError:
+        if mapped is None:
+            raise
+        _counted(entry, units, mapped[0])  # the caller's map says where each parameter goes: the layers from it
+    cfg = _config(entry, found, units, given.get("config"), fields)
+    fixed = [t for t in units.position_tables if not t.trainable]
+    if mapped is not None:  # the caller's map is the map
+        return cfg, *mapped, fixed
+    linker = Linker(entry, cfg, units)
+    LINKS[entry.unit or entry.group](linker, units, found)
+    return cfg, linker.links, linker.zero, fixed
+
+
+def _sizes(entry, found, cfg, fields: dict) -> Units:
+    """d_model, heads and d_ff: as given, else read from the shapes (d_model the most common input width, or a
+    norm's or a table's width; d_ff the input width of the first block's last projection), heads from the flow."""
+    pieces, norms, tables, flow = found.pieces, found.norms, found.tables, found.flow
+    D = fields.get("d_model") or (cfg.d_model if cfg else None)
+    if D is None and pieces and not norms:
+        widths = [p.in_features for p in pieces]
+        D = max(widths, key=widths.count)  # the most common input width (a gated block: gate and up read D)
+    if D is None:
+        D = norms[0].size if norms else (tables[0].width if tables else None)
+    if D is None and entry.unit != "heads":
+        raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or _flow_heads(flow, D)
+    if H is None and entry.heads:
+        raise ValueError(
+            f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
+        )
+    by = {p.weight: p for p in pieces}
+    F = by[flow.blocks[0][-1]].in_features if flow is not None and flow.blocks else 4 * (D or 8)
+    return Units(D, H, F, D, norms=list(norms), flow=flow, qk_norms=found.qk_norms)
+
+
+def _flow_heads(flow, D) -> int | None:
+    """The head count the recorded forward shows: the query's head axis, else d_model over the head width."""
+    if flow is None:
+        return None
+    if flow.heads:
+        return flow.heads
+    return D // flow.head_dim if D and flow.head_dim and D % flow.head_dim == 0 else None
+
+
+def _tables(entry, found, units: Units) -> None:
+    """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
+    units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
+    units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
+    if entry.group == "model" and entry.encoder_only and units.flow is not None:
+        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
+        types = [t for t in units.token_tables if t.name in units.flow.constant_lookups]
+        units.type_table = types[0] if len(types) == 1 and len(units.token_tables) > 1 else None
+    if units.type_table is not None:
+        units.token_tables.remove(units.type_table)
+
+
+def _units(entry, found, units: Units) -> None:
+    """The attentions and feed-forward blocks the flow read, the output projection (a linear D -> V, V the
+    target token table's rows, that neither of them holds), and the layers they make."""
+    flow, by = units.flow, {p.weight: p for p in found.pieces}
+    needs_flow = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")
+    if flow is None and needs_flow and found.pieces:
+        listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in found.pieces)
+        raise ValueError(
+            f"the module's forward could not be recorded on the inputs of {entry.name!r}, so the roles of its "
+            f"projections cannot be read from the computation: {listed}; pass call= (how to call it) or "
+            "mapping= (the weight map)"
+        )
+    if flow is not None:
+        units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ("q", "k", "v", "out")}
+                            for a in flow.attentions]  # fmt: skip
+        units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+    units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
+    for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
+        if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
+            block[:2] = block[1::-1]
+    if units.attentions and units.D:
+        first = units.attentions[0]
+        units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
+    used = {p.weight for a in units.attentions for r in a.values() for p in r}
+    used |= {p.weight for b in units.blocks for p in b}
+    if units.token_tables and entry.group == "model":
+        V = units.token_tables[-1].rows
+        heads = [p for p in found.pieces if p.weight not in used and (p.in_features, p.out_features) == (units.D, V)]
+        if heads and entry.output_head:
+            units.out_piece = heads[-1]
+        elif heads and entry.cross:  # a decoder stack with an output projection
+            raise ValueError(
+                f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the "
+                "stack before it: check the whole model as 'transformer', or pass call= returning the decoder's "
+                "hidden states"
+            )
+    units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
+    units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec)
+    if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
+        _extra_norms(entry, units)
+
+
+def _pieces(by: dict, weights: list, where: str) -> list:
+    """The pieces of the recorded weights; a ValueError naming the one not read as a linear."""
+    missing = [w for w in weights if w not in by]
+    if missing:
+        raise ValueError(
+            f"{missing[0]} acts as a projection in {where or 'the module'} but is not a linear weight the judge "
+            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping="
+        )
+    return [by[w] for w in weights]
+
+
+def _extra_norms(entry, units: Units) -> None:
+    """Norms beyond the layers', read from the flow: norms of the embeddings (those that read only lookups, less
+    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final
+    norms, after pre- or post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)."""
+    flow, stacks = units.flow, len(entry.stacks)
+    first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
+    units.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
+    units.layer_norms += stacks * units.embedding_norm
+
+
+def _counted(entry, units: Units, links: list) -> None:
+    """The layers a caller's map names ({stack}.layers.N....), their norms, and a gated block where it names one."""
+    names = [n for link in links for n, _ in link.parts]
+    for stack in ("encoder", "decoder"):
+        layers = {int(m.group(1)) for n in names if (m := re.match(rf"{stack}\.layers\.(\d+)\.", n))}
+        setattr(units, "n_enc" if stack == "encoder" else "n_dec", max(layers, default=-1) + 1)
+    units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec)
+    units.gated = any(".gate." in n or n.startswith("gate.") for n in names)
+
+
+def _config(entry, found, units: Units, cfg, fields: dict):
+    """The config: the given one with the given fields, else the one the units imply (with the fields)."""
+    known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
+    if cfg is not None:
+        return dataclasses.replace(cfg, **known)
+    norms, D, H, kv = units.norms, units.D, units.H, units.kv
+    rms = bool(norms) and all(n.kind == "rms" for n in norms)
+    token_tables, out_piece = units.token_tables, units.out_piece
+    pieces = [p for a in units.attentions for r in a.values() for p in r] + [p for b in units.blocks for p in b]
+    base = dict(
+        src_vocab_size=token_tables[0].rows if token_tables else 32,
+        tgt_vocab_size=token_tables[-1].rows if token_tables else 32,
+        n_encoder_layers=units.n_enc,
+        n_decoder_layers=units.n_dec,
+        bias=any(p.bias is not None for p in pieces) if pieces else True,
+        output_bias=out_piece is not None and out_piece.bias is not None or bool(found.orphans),
+        tie_embeddings=entry.output_head and out_piece is None,
+        share_embeddings=entry.output_head and len(entry.stacks) == 2 and len(token_tables) == 1,
+        positional="learned" if any(t.trainable for t in units.position_tables) else "sinusoidal",
+        max_len=max((t.rows - t.offset for t in units.position_tables), default=64),
+        layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
+        norm="rms" if rms or entry.unit == "rms_norm" else "layer",
+        gated_ffn=units.gated,
+        n_kv_heads=kv // (D // H) if H and kv and kv != D else None,
+        qk_norm=bool(found.qk_norms),
+        type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
+        embedding_norm=units.embedding_norm,
+        d_model=D or 8,
+        n_heads=H or 2,
+        d_ff=units.F,
+    )
+    if units.gated:
+        base["activation"] = "silu"
+    pads = {t.padding_idx for t in token_tables if t.padding_idx is not None}
+    if len(pads) == 1:  # the pad id the model's tables say (BART's 1)
+        base["pad_id"] = pads.pop()
+    finals = len(norms) > units.layer_norms  # norms after the last layer
+    if units.flow is not None and units.flow.norm_first is not None:  # where the flow applies the layers' norms
+        base["norm_first"] = units.flow.norm_first
+        if entry.final_norms == "pre-norm" and finals != base["norm_first"]:
+            base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
+    elif entry.final_norms == "pre-norm" and finals:
+        base["norm_first"] = True  # a final norm: pre-norm layers
+    return TransformerConfig(**(base | known))
+
+
+# -- one attention's rows: separate, fused (q, k, v or k, v) or one piece per head --------------------------------
+
+
+def _qkv(attention: dict) -> list:
+    """The attention's q, k and v pieces, each once (a fused one holds several roles)."""
+    return list({id(p): p for r in "qkv" for p in attention[r]}.values())
+
+
+def _rows(attention: dict, piece, D: int) -> dict:
+    """{role: rows} of `piece` in `attention`: a query piece holds D / (its pieces) rows; the rest of a fused
+    piece is split evenly between the key and value it holds (narrower with grouped-query attention)."""
+    roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
+    q = D // len(attention["q"]) if "q" in roles else 0
+    kv = [r for r in roles if r != "q"]
+    rest = piece.out_features - q
+    rows = {r: q if r == "q" else rest // len(kv) for r in roles}
+    if rest < 0 or kv and (rest % len(kv) or rest == 0) or sum(rows.values()) != piece.out_features:
+        raise ValueError(
+            f"cannot read {piece.weight} ({piece.out_features} rows) as the {', '.join(roles)} projection(s) of "
+            f"an attention of width {D} ({len(attention['q'])} query piece(s)); pass mapping="
+        )
+    return rows
+
+
+def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[list, list]:
+    """The links of one attention's pieces to the reference's `prefix`{q,k,v,out}_proj, and the reference biases
+    held at zero. A piece holding several roles is their rows stacked (q, k, v); one of several pieces of a
+    role (one per head) is its rows of the reference's projection."""
+    names = {r: f"{prefix}{r}_proj" for r in ("q", "k", "v", "out")}
+    dealt = []
+    for piece in _qkv(attention):
+        parts = []
+        for r, n in _rows(attention, piece, D).items():
+            i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
+            parts.append((names[r], (i * n, (i + 1) * n) if many else None))
+        dealt.append((piece, parts))
+    if len(attention["out"]) != 1:
+        raise ValueError(
+            f"expected one output projection after the attention of {[p.weight for p in _qkv(attention)]}, the "
+            f"flow shows {len(attention['out'])}; pass mapping="
+        )
+    dealt.append((attention["out"][0], [(names["out"], None)]))
+    links: list = []
+    zero: list = []
+    for piece, parts in dealt:
+        links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed,
+                          _layout_note(parts, piece.transposed)))  # fmt: skip
+        if piece.bias is not None:
+            links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
+        elif bias:
+            zero.extend(f"{n}.bias" for n, _ in parts if f"{n}.bias" not in zero)
+    return links, zero
+
+
+def _layout_note(parts: list, transposed: bool) -> str:
+    """How the user's tensor holds the reference's: "as is", "rows a:b", "fused rows q, k, v", "..., transposed"."""
+    text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
+    if len(parts) > 1:
+        text = "fused rows " + ", ".join(n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts)
+    elif parts[0][1] is not None:
+        text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
+    if transposed:
+        return "transposed" if text == "as is" else text + ", transposed"
+    return text
+
+
+# -- the links, unit by unit: one linker per component's unit and per group of levels ----------------------------
+
+
+class Linker:
+    """Links (mapping.Link) from the user's parameters to the reference's names, built unit by unit; `zero` the
+    reference biases the user's linears lack (held at zero)."""
+
+    def __init__(self, entry, cfg, units: Units):
+        self.entry, self.cfg, self.units = entry, cfg, units
+        self.links: list = []
+        self.zero: list = []
+
+    def count(self, what: str, got: int, expected: int) -> None:
+        if got != expected:
+            how = " (an attention: a softmax reading a product of projections)" * (what == "attentions")
+            raise ValueError(
+                f"found {got} {what} in the module, the reference {self.entry.name!r} has {expected}{how}; "
+                "pass mapping="
+            )
+
+    def linear(self, piece, name: str, hold_missing_bias: bool = True) -> None:
+        """A linear's weight (as is or transposed) and bias; a missing bias held at zero where the reference has
+        one (`hold_missing_bias`)."""
+        note = "transposed" if piece.transposed else "as is"
+        self.links.append(Link(piece.weight, [(f"{name}.weight", None)], piece.transposed, note))
+        if piece.bias is not None:
+            self.links.append(Link(piece.bias, [(f"{name}.bias", None)]))
+        elif self.cfg.bias and hold_missing_bias:
+            self.zero.append(f"{name}.bias")
+
+    def norm(self, norm, prefix: str) -> None:
+        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)]))
+        if norm.bias is not None:
+            self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
+
+    def table(self, name: str, ref: str, offset: int = 0) -> None:
+        """A table as is, or after `offset` rows the model never reads (BART's positions)."""
+        note = f"after {offset} unread rows" if offset else "as is"
+        self.links.append(Link(name, [(ref, None)], note=note, offset=offset))
+
+    def ffn(self, block: list, prefix: str) -> None:
+        names = ("gate", "linear1", "linear2") if len(block) == 3 else ("linear1", "linear2")
+        for p, name in zip(block, names, strict=True):
+            self.linear(p, f"{prefix}{name}")
+
+    def attention(self, attention: dict, prefix: str) -> None:
+        got, held = attention_links(attention, prefix, self.units.D, self.cfg.bias)
+        self.links.extend(got)
+        self.zero.extend(held)
+        for role in "qk":  # Qwen3's per-head q and k norms, after their projections
+            norm = self.units.qk_norms.get(attention[role][0].weight)
+            if norm is not None:
+                self.norm(norm, f"{prefix}{role}_norm.")
+
+    def layer(self, prefix: str, decoder: bool, attentions, norms, blocks) -> None:
+        """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the order
+        the forward runs and applies them."""
+        self.attention(take(attentions, "attention", f"{prefix}self_attn"), f"{prefix}self_attn.")
+        if decoder:
+            self.attention(take(attentions, "attention", f"{prefix}cross_attn"), f"{prefix}cross_attn.")
+        self.ffn(take(blocks, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
+        for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
+            self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
+
+
+def take(pieces, what: str, where: str):
+    """The next of the user's units for the reference's `where`; a ValueError saying so when none is left."""
+    piece = next(pieces, None)
+    if piece is None:
+        raise ValueError(
+            f"no {what} of the module is left for the reference's {where}: the recorded forward gives fewer than "
+            "the layers need; pass mapping="
+        )
+    return piece
+
+
+def _link_attention(lk: Linker, u: Units, found) -> None:
+    lk.count("attentions", len(u.attentions), 1)
+    lk.attention(u.attentions[0], "")
+
+
+def _link_norm(lk: Linker, u: Units, found) -> None:
+    lk.count("norms", len(u.norms), 1)
+    lk.norm(u.norms[0], "")
+
+
+def _link_feed_forward(lk: Linker, u: Units, found, gated: bool = False) -> None:
+    if u.blocks and u.gated != gated:
+        listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in u.blocks[0])
+        right = "gated_feed_forward" if u.gated else "feed_forward"
+        raise ValueError(f"{listed} is a {'gated ' * u.gated}feed-forward block: check it as {right!r}")
+    lk.count("gated feed-forward blocks" if gated else "feed-forward blocks", len(u.blocks), 1)
+    lk.ffn(u.blocks[0], "")
+
+
+def _link_embedding(lk: Linker, u: Units, found) -> None:
+    lk.count("token tables", len(u.token_tables), 1)
+    lk.table(u.token_tables[0].name, "token_embedding.weight")
+
+
+def _link_positions(lk: Linker, u: Units, found) -> None:
+    if lk.cfg.positional == "learned":
+        lk.table(u.position_tables[0].name, "position_embedding.weight", u.position_tables[0].offset)
+
+
+def _link_layer(lk: Linker, u: Units, found) -> None:
+    cross = lk.entry.cross
+    lk.count("attentions", len(u.attentions), 2 if cross else 1)
+    lk.count("norms", len(u.norms), 3 if cross else 2)
+    lk.layer("", cross, iter(u.attentions), iter(u.norms), iter(u.blocks))
+
+
+def _link_embeddings(lk: Linker, u: Units, stack: str, tokens, learned, norms) -> None:
+    """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
+    its learned positions, BERT's type table and embedding norm."""
+    if not (stack == "encoder" and lk.cfg.share_embeddings):
+        lk.table(take(tokens, "token table", stack).name, f"{stack}.token_embedding.weight")
+    if lk.cfg.positional == "learned":
+        table = take(learned, "learned position table", stack)
+        lk.table(table.name, f"{stack}.position_embedding.weight", table.offset)
+    if stack == "encoder" and u.type_table is not None:
+        lk.table(u.type_table.name, "encoder.token_type_embedding.weight")
+    if u.embedding_norm:
+        lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
+
+
+def _link_stacks(lk: Linker, u: Units, found) -> None:
+    """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
+    config.has_final_norm), then a model's output projection: the user's linear, an output bias alone, or the
+    tied token table."""
+    cfg, entry = lk.cfg, lk.entry
+    finals = entry.final_norms == "always" or cfg.has_final_norm
+    attentions, norms, blocks = iter(u.attentions), iter(u.norms), iter(u.blocks)
+    tokens, learned = iter(u.token_tables), iter([t for t in u.position_tables if t.trainable])
+    lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
+    for stack in entry.stacks:
+        if entry.group == "model":
+            _link_embeddings(lk, u, stack, tokens, learned, norms)
+        n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
+        for i in range(n):
+            lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross, attentions, norms, blocks)
+        if finals:
+            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
+    if entry.output_head and u.out_piece is not None:
+        lk.linear(u.out_piece, "output_proj", hold_missing_bias=False)  # none: output_bias=False
+    elif entry.output_head and found.orphans:
+        lk.table(found.orphans[0], "output_proj.bias")
+
+
+LINKS = {
+    "heads": lambda lk, u, found: None,  # no parameters
+    "attention": _link_attention,
+    "layer_norm": _link_norm,
+    "rms_norm": _link_norm,
+    "feed_forward": _link_feed_forward,
+    "gated_feed_forward": lambda lk, u, found: _link_feed_forward(lk, u, found, gated=True),
+    "embedding": _link_embedding,
+    "positions": _link_positions,
+    "layer": _link_layer,
+    "stacks": _link_stacks,
+    "model": _link_stacks,
+}
