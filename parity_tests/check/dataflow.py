@@ -14,7 +14,8 @@ tensor made is a Node whose parents are the Nodes of its tensor arguments; a par
   attentions whose probabilities reach one output projection through one op are one attention's heads (a
   module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops: one of
-  them, a plain block (in, out); two, a gated block, the gate the one an activation reads on the way;
+  them, a plain block (in, out), or a gated one whose gate and up are one projection twice as wide, split (Phi-3's
+  gate_up_proj); two, a gated block, the gate the one an activation reads on the way;
 - order: the place of each parameter's first use (norms in the order they are applied, whatever their
   definition order); positions: the tables looked up with 0, 1, ..., T - 1, or with those plus a constant
   offset (BART's learned positions start at row 2).
@@ -46,6 +47,7 @@ ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "re
 SDPA = "scaled_dot_product_attention"
 MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.MultiheadAttention, one op
 ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
+SPLITS = {"chunk", "split", "unbind"}
 
 
 @dataclass(eq=False)
@@ -59,7 +61,8 @@ class Node:
     ndim: int = 0
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count
+    value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count; a
+    # chunk's or split's part: its index
 
 
 class _Recorder(TorchFunctionMode):
@@ -101,8 +104,12 @@ class _Recorder(TorchFunctionMode):
         self.nodes.append(node)
         for p in parents:
             p.children.append(node)
-        for o in outs:
-            self.of[id(o)] = node
+        for i, o in enumerate(outs):  # the parts of a chunk or split, each its own node: which part is read
+            part = Node(len(self.nodes), name, node.module, [node], tuple(o.shape), ndim=o.ndim, value=i)
+            if name in SPLITS and len(outs) > 1:
+                self.nodes.append(part)
+                node.children.append(part)
+            self.of[id(o)] = part if name in SPLITS and len(outs) > 1 else node
             self.keep.append(o)
         return out
 
@@ -225,6 +232,7 @@ class Flow:
     roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
     attentions: list = field(default_factory=list)  # in the order they run
     blocks: list = field(default_factory=list)  # feed-forward blocks as they run: [in, out] or [gate, up, down]
+    up_first: set = field(default_factory=set)  # fused gate-and-up projections whose first part is the up
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
@@ -361,7 +369,11 @@ def _feed_forwards(flow: Flow) -> None:
         ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out":
             flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
-            flow.blocks.append([ins[0], w])
+            width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])
+            fused = width == 2 * operand.shape[-1] and _activation_between(node, ins[0])  # Phi-3's gate_up_proj
+            flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
+            if fused and _gate_part(node) == 1:
+                flow.up_first.add(ins[0])
         elif len(ins) == 2:
             gated = [i for i in ins if _activation_between(node, i)]
             if len(gated) == 1:
@@ -375,6 +387,17 @@ def _activation_between(product: Node, weight: str) -> bool:
     operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
     activations = [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
     return any(projection(n) == weight for n in _walk(activations, _behind))
+
+
+def _gate_part(product: Node) -> int:
+    """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
+    or split on the way back from it (0, the gate first, where none says)."""
+    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
+    for act in (n for n in _walk(operands, _behind) if n.op in ACTIVATIONS):
+        part = next((n.value for n in _walk([act], _behind) if n.op in SPLITS and isinstance(n.value, int)), None)
+        if part is not None:
+            return part
+    return 0
 
 
 def _position_offset(values: np.ndarray) -> int | None:

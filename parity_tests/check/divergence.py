@@ -129,7 +129,7 @@ def model_stages(session, cfg, caller):
     """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
     extra) with extra the masks the attention read."""
     entry, params = session.entry, session.params
-    p = session.probes[(False, False)]
+    p = session.probe(caller)
     stages = []
     if entry.group == "layer":
         decoder = entry.causal  # a causal self-attention
@@ -238,7 +238,7 @@ def scan(session, caller, cfg, captured) -> tuple:
         t = _np(t)
         return t if caller.batch_first or t.ndim < 3 else t.transpose(1, 0, 2)
 
-    key = repr(cfg)
+    key = (repr(cfg), id(session.probe(caller)))
     cache = session.__dict__.setdefault("stages", {})
     if key not in cache:
         cache[key] = model_stages(session, cfg, caller)

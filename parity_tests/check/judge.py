@@ -125,6 +125,8 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     if not session.entry.padded_source:
         return
     key = (caller.self_attention, caller.causal)
+    if session.probe(caller) is not session.probes[key]:  # judged without padding: the module takes no mask
+        return
     p = dataclasses.replace(session.probes[key])
     if p.src_keep is None or p.self_attention:
         return
@@ -392,6 +394,8 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
         result.mapping[name] = WM.fixed_entry(layout)
     output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
+    if session.probe(caller) is not session.probes[(caller.self_attention, caller.causal)]:  # Session.probe
+        conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
     if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     if "rope_pairing" in session.layout and cfg.positional == "rope":

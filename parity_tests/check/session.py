@@ -53,11 +53,17 @@ class Session:
         self.is_module = isinstance(user, nn.Module)
         found = MP.structure(user) if self.is_module else MP.Structure()
         if self.is_module and entry.group == "model" and found.tables:  # at most 16 conventions (a has_mask flag)
-            found = MP.structure(user, read_flow(user, level, _ids_probe(level, found), 16, call=call))
+            ids = _ids_probe(level, found)
+            found = MP.structure(user, read_flow(user, level, lambda caller: ids, 16, call=call))
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
         recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")  # roles read from the flow
         if self.is_module and found.flow is None and recorded:  # its sizes give its probe
-            probe = LV.probe(level, U.sized_config(level, found, given), np.random.default_rng(seed + 1))
+            sized = U.sized_config(level, found, given)
+
+            def probe(caller):  # self-attention callers: one sequence
+                rng = np.random.default_rng(seed + 1)
+                return LV.probe(level, sized, rng, self_attention=caller.self_attention, causal=caller.causal)
+
             flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
             found = MP.structure(user, flow) if flow is not None else found
         self.flow = found.flow
@@ -95,8 +101,17 @@ class Session:
         self.layout = self.layouts[0]
 
     def probe(self, caller) -> LV.Probe:
-        """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention."""
-        return self.probes[(caller.self_attention, caller.causal)]
+        """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention; without the
+        keys' padding where the caller passes no mask to a layer or component (nothing it is given could hide it:
+        a vision block, an attention without a mask argument). A model builds its masks from the ids' padding."""
+        key = (caller.self_attention, caller.causal)
+        if caller.masks or caller.call is not None or self.entry.group == "model" or self.probes[key].src_keep is None:
+            return self.probes[key]
+        if key + ("unpadded",) not in self.probes:
+            p = self.probes[key]
+            valid = None if p.valid is p.src_keep else p.valid
+            self.probes[key + ("unpadded",)] = dataclasses.replace(p, src_keep=None, valid=valid)
+        return self.probes[key + ("unpadded",)]
 
     def use(self, layout) -> None:
         """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
@@ -218,23 +233,25 @@ def layouts(session, found, inferred: bool) -> list:
     return out
 
 
-def read_flow(user, level: str, probe, limit: int | None = None, **conventions):
-    """The user's forward recorded (dataflow.record) on `probe`, on a copy, under the first of its conventions
-    (calling.callers, at most `limit` tried) that runs; its Flow, or None where none runs (the check proper then
-    says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the ops."""
+def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
+    """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
+    at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper
+    then says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the
+    ops."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
         return None
-    tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-    tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
     try:
-        callers = C.callers(model, level, probe, **conventions)[:limit]
+        callers = C.callers(model, level, None, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
         return None
     for caller in callers:
+        probe = probe_of(caller)
+        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
+        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
-            nodes = DF.record(lambda caller=caller: caller(model, tensors, probe, weight.dtype), model)
+            nodes = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
         except Exception:  # a convention the module does not take; the check proper reports it
             continue
         return DF.read(nodes)

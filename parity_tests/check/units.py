@@ -351,7 +351,18 @@ class Linker:
         self.links.append(Link(name, [(ref, None)], note=note, offset=offset))
 
     def ffn(self, block: list, prefix: str) -> None:
-        names = ("gate", "linear1", "linear2") if len(block) == 3 else ("linear1", "linear2")
+        """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
+        order the flow read (the gate the part the activation reads)."""
+        if len(block) == 3 and block[0] is block[1]:
+            halves = ["linear1", "gate"] if block[0].weight in self.units.flow.up_first else ["gate", "linear1"]
+            parts = [f"{prefix}{h}" for h in halves]
+            note = _layout_note([(p, None) for p in parts], block[0].transposed)
+            self.links.append(Link(block[0].weight, [(f"{p}.weight", None) for p in parts], block[0].transposed, note))
+            if block[0].bias is not None:
+                self.links.append(Link(block[0].bias, [(f"{p}.bias", None) for p in parts], note=note))
+            self.zero += [f"{p}.bias" for p in parts if block[0].bias is None and self.cfg.bias]
+            block = block[2:]
+        names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
             self.linear(p, f"{prefix}{name}")
 

@@ -46,8 +46,9 @@ def _reference_name(link: Link) -> str:
         return names[0]
     parts = names[0].split(".")
     prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
-    roles = ",".join(n.split(".")[-2].removesuffix("_proj") for n in names)
-    return f"{prefix}{{{roles}}}_proj.{parts[-1]}"
+    stems = [n.split(".")[-2] for n in names]
+    suffix = "_proj" if all(s.endswith("_proj") for s in stems) else ""  # {q,k,v}_proj; a block's {gate,linear1}
+    return f"{prefix}{{{','.join(s.removesuffix(suffix) for s in stems)}}}{suffix}.{parts[-1]}"
 
 
 def table(links: list, zero: list) -> dict:
@@ -106,7 +107,8 @@ def _from_note(user: str, value) -> Link:
     if note.startswith("fused rows"):
         prefix, kind = ref.split("{")[0], ref.rsplit(".", 1)[-1]
         roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
-        parts: list = [(f"{prefix}{r}_proj.{kind}", None) for r in roles]
+        suffix = "_proj" if "}_proj." in ref else ""
+        parts: list = [(f"{prefix}{r}{suffix}.{kind}", None) for r in roles]
     elif note.startswith("rows"):
         start, stop = note.split()[1].rstrip(",").split(":")
         parts = [(ref, (int(start), int(stop)))]
