@@ -18,7 +18,7 @@ tensor made is a Node whose parents are the Nodes of its tensor arguments; a par
   gate_up_proj); two, a gated block, the gate the one an activation reads on the way;
 - order: the place of each parameter's first use (norms in the order they are applied, whatever their
   definition order); positions: the tables looked up with 0, 1, ..., T - 1, or with those plus a constant
-  offset (BART's learned positions start at row 2).
+  offset (BART's learned positions start at row 2); a scale first read as 1 + weight (Gemma's norms).
 
 Registration order decides nothing here; the names only label what the flow found.
 """
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 # ops through which a tensor is the same numbers seen another way (a parameter read as a projection's weight)
 VIEWS = {
@@ -63,6 +63,8 @@ class Node:
     children: list = field(default_factory=list)
     value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count; a
     # chunk's or split's part: its index
+    call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
+    tid: int = 0  # the id of the tensor it made
 
 
 class _Recorder(TorchFunctionMode):
@@ -96,16 +98,21 @@ class _Recorder(TorchFunctionMode):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
         extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape), ndim=outs[0].ndim)
-        node.extra = extra
+        node.extra, node.tid = extra, id(outs[0]) if len(outs) == 1 or name not in SPLITS else id(out)
+        self.keep.append(out)
+        if name in VIEWS:
+            node.call = (func, args, kwargs)
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
             node.value = args[4]
+        elif name in ADDS and len(parents) == 1:  # a number added: Gemma's 1 + weight
+            node.value = next((a for a in args if isinstance(a, (int, float))), None)
         self.nodes.append(node)
         for p in parents:
             p.children.append(node)
         for i, o in enumerate(outs):  # the parts of a chunk or split, each its own node: which part is read
-            part = Node(len(self.nodes), name, node.module, [node], tuple(o.shape), ndim=o.ndim, value=i)
+            part = Node(len(self.nodes), name, node.module, [node], tuple(o.shape), ndim=o.ndim, value=i, tid=id(o))
             if name in SPLITS and len(outs) > 1:
                 self.nodes.append(part)
                 node.children.append(part)
@@ -221,6 +228,8 @@ class Attention:
     head_dim: int
     heads: int | None  # the query's head axis where it has one
     out_node: Node | None = None  # the output projection's op
+    columns: dict = field(default_factory=dict)  # a fused projection's weight -> {role: the output features it
+    # gives that role, in the role's (head, feature) order}
 
 
 @dataclass
@@ -233,6 +242,7 @@ class Flow:
     attentions: list = field(default_factory=list)  # in the order they run
     blocks: list = field(default_factory=list)  # feed-forward blocks as they run: [in, out] or [gate, up, down]
     up_first: set = field(default_factory=set)  # fused gate-and-up projections whose first part is the up
+    plus_one: set = field(default_factory=set)  # 1-D parameters read as 1 + weight (Gemma's norm scales)
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
@@ -256,7 +266,10 @@ class Flow:
             return None
         ahead = _walk(out.children, lambda n: [] if n.op in ADDS or n.op in PRODUCTS else n.children)
         add = next((n for n in ahead if n.op in ADDS), None)
-        return None if add is None else len({child.module for child in add.children}) > 1
+        if add is None:
+            return None
+        readers = _walk(add.children, lambda n: n.children if n.op in VIEWS else [])  # OPT reshapes it first
+        return len({n.module for n in readers if n.op not in VIEWS}) > 1
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
@@ -302,8 +315,10 @@ def _uses(flow: Flow) -> None:
     """Each parameter's first use (through views), and the tables looked up with positions."""
     for node in flow.nodes:
         for root in map(_root, node.parents):
-            if root.param is not None:
-                flow.order.setdefault(root.param, node.index)
+            if root.param is not None and root.param not in flow.order:
+                flow.order[root.param] = node.index
+                if node.op in ADDS and node.value == 1 and root.ndim == 1:
+                    flow.plus_one.add(root.param)
         if node.op == "embedding" and node.value is not None and node.parents:
             table = weight_of(node.parents[-1])
             offset = _position_offset(node.value)
@@ -348,7 +363,53 @@ def _attention(node: Node) -> Attention | None:
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
-    return Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
+        found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
+    return found
+
+
+def columns_held(weight: str, operands: dict) -> dict:
+    """{role: the output features of `weight`'s projection that role's operand holds, in its (head, feature)
+    order}: the views and splits between the projection and each operand (view(B, T, H, 3 Dh), chunk, ...)
+    replayed on the features' indices, read at the first token. GPT-NeoX's per-head q, k, v rows and the usual
+    q | k | v blocks alike. A role whose operand is not reached through views alone is left out."""
+    product = next((n for op in operands.values() for n in _walk([op], _behind) if projection(n) == weight), None)
+    if product is None or not product.shape:
+        return {}
+    C, tokens = product.shape[-1], int(np.prod(product.shape[:-1]))
+    index = torch.arange(C).repeat(tokens).reshape(product.shape)
+    first = (torch.arange(tokens) == 0).repeat_interleave(C).reshape(product.shape)
+    replayed = {product.tid: (index, first)}
+    done = {id(product)}
+    for node in _walk(product.children, lambda n: n.children if n.op in VIEWS else []):
+        parent = node.parents[0]
+        if node.op not in VIEWS or parent.tid not in replayed or id(node) in done:
+            continue
+        try:
+            if node.call is None:  # a part of a chunk or split: its parent replayed gave the parts
+                replayed[node.tid] = tuple(t[node.value] for t in replayed[parent.tid])
+            else:
+                replayed[node.tid] = tuple(_replay(node, replayed, i) for i in range(2))
+        except Exception:  # a view that does not replay on indices: the usual layout is kept
+            continue
+        done.add(id(node))
+    met = {r: {id(n): n for n in _walk([op], _behind) if n.tid in replayed} for r, op in operands.items()}
+    out = {}
+    for role, nodes in met.items():  # the role's own tensor: the earliest met by it alone (a split's part)
+        own = [n for key, n in nodes.items() if all(key not in met[r] for r in met if r != role)]
+        index, first = replayed[min(own, key=lambda n: n.index).tid] if own else (None, None)
+        if isinstance(index, torch.Tensor):
+            out[role] = list(dict.fromkeys(index[first].tolist()))  # expanded k/v heads: each once
+    return out
+
+
+def _replay(node: Node, replayed: dict, i: int):
+    """`node`'s view applied to the i-th replayed tensor (indices, or the first-token flags) of its inputs."""
+    func, args, kwargs = node.call  # type: ignore[misc]
+    swap = {tid: tensors[i] for tid, tensors in replayed.items() if isinstance(tensors[i], torch.Tensor)}
+    args, kwargs = tree_map(lambda a: swap.get(id(a), a) if isinstance(a, torch.Tensor) else a, (args, kwargs))
+    return func(*args, **kwargs)
 
 
 def _reaches(src: Node, dst: Node) -> bool:

@@ -44,6 +44,7 @@ class Norm:
     eps: float | None
     module: str
     kind: str = "layer"  # "layer" (a weight and a bias, or nn.LayerNorm) or "rms" (a weight alone, or nn.RMSNorm)
+    plus_one: bool = False  # it scales by 1 + weight (Gemma's)
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Link:
     note: str = "as is"
     rope_pairs: int = 0  # head size Dh when the user's q/k rows pair RoPE features (2i, 2i + 1), not (i, i + Dh/2)
     offset: int = 0
+    minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -148,6 +150,8 @@ def _apply_flow(found: Structure, flow) -> None:
     found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
     found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
+    for norm in found.norms:
+        norm.plus_one = norm.weight in flow.plus_one
     for t in found.tables:
         t.position = t.position or t.name in flow.positions
         t.offset = flow.positions.get(t.name, 0)
@@ -333,7 +337,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value = gather(link.parts, reference, link.rope_pairs, link.offset)
+            value = gather(link.parts, reference, link.rope_pairs, link.offset) - link.minus_one
             target = tensors[link.user]
             value = value.T if link.transposed else value
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))

@@ -22,6 +22,8 @@ from numpy_transformer import TransformerConfig
 from .level_table import LEVELS
 from .mapping import Link, role_of
 
+ROLES = ("q", "k", "v", "out")
+
 
 @dataclass
 class Units:
@@ -138,7 +140,7 @@ def _units(entry, found, units: Units) -> None:
             "mapping= (the weight map)"
         )
     if flow is not None:
-        units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ("q", "k", "v", "out")}
+        units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
                             for a in flow.attentions]  # fmt: skip
         units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
@@ -148,7 +150,7 @@ def _units(entry, found, units: Units) -> None:
     if units.attentions and units.D:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
-    used = {p.weight for a in units.attentions for r in a.values() for p in r}
+    used = {p.weight for a in units.attentions for r in ROLES for p in a[r]}
     used |= {p.weight for b in units.blocks for p in b}
     if units.token_tables and entry.group == "model":
         V = units.token_tables[-1].rows
@@ -206,7 +208,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     norms, D, H, kv = units.norms, units.D, units.H, units.kv
     rms = bool(norms) and all(n.kind == "rms" for n in norms)
     token_tables, out_piece = units.token_tables, units.out_piece
-    pieces = [p for a in units.attentions for r in a.values() for p in r] + [p for b in units.blocks for p in b]
+    pieces = [p for a in units.attentions for r in ROLES for p in a[r]] + [p for b in units.blocks for p in b]
     base = dict(
         src_vocab_size=token_tables[0].rows if token_tables else 32,
         tgt_vocab_size=token_tables[-1].rows if token_tables else 32,
@@ -253,9 +255,13 @@ def _qkv(attention: dict) -> list:
 
 
 def _rows(attention: dict, piece, D: int) -> dict:
-    """{role: rows} of `piece` in `attention`: a query piece holds D / (its pieces) rows; the rest of a fused
-    piece is split evenly between the key and value it holds (narrower with grouped-query attention)."""
+    """{role: rows} of `piece` in `attention`: those the flow saw each role take of a fused piece, else a query
+    piece holds D / (its pieces) rows and the rest of a fused piece is split evenly between the key and value it
+    holds (narrower with grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
+    held = attention["columns"].get(piece.weight, {})
+    if set(held) == set(roles) and sum(map(len, held.values())) == piece.out_features:
+        return {r: len(held[r]) for r in roles}
     q = D // len(attention["q"]) if "q" in roles else 0
     kv = [r for r in roles if r != "q"]
     rest = piece.out_features - q
@@ -279,7 +285,11 @@ def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[l
         for r, n in _rows(attention, piece, D).items():
             i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
             parts.append((names[r], (i * n, (i + 1) * n) if many else None))
-        dealt.append((piece, parts))
+        held = attention["columns"].get(piece.weight, {})
+        runs = _runs(held, names, piece.out_features) if set(held) == set(_rows(attention, piece, D)) else []
+        # head by head (GPT-NeoX's layout) as the flow read it; whole blocks as q | k | v, the order checkpoints
+        # of fused projections keep (another order is attention.q_k_swapped)
+        dealt.append((piece, runs if len(runs) > 3 else parts))
     if len(attention["out"]) != 1:
         raise ValueError(
             f"expected one output projection after the attention of {[p.weight for p in _qkv(attention)]}, the "
@@ -298,11 +308,26 @@ def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[l
     return links, zero
 
 
+def _runs(held: dict, names: dict, rows: int) -> list:
+    """A fused piece's parts from the output features each role holds (dataflow.columns_held): its rows in order,
+    runs of one role's consecutive rows merged (q | k | v: three parts; GPT-NeoX's: three per head)."""
+    parts: list = []
+    for _, r, j in sorted((c, r, j) for r, cols in held.items() for j, c in enumerate(cols))[:rows]:  # row c
+        if parts and parts[-1][0] == names[r] and parts[-1][1][1] == j:
+            parts[-1] = (names[r], (parts[-1][1][0], j + 1))
+        else:
+            parts.append((names[r], (j, j + 1)))
+    return parts
+
+
 def _layout_note(parts: list, transposed: bool) -> str:
     """How the user's tensor holds the reference's: "as is", "rows a:b", "fused rows q, k, v", "..., transposed"."""
     text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
-    if len(parts) > 1:
-        text = "fused rows " + ", ".join(n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts)
+    roles = [n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts]
+    if len(parts) > 3 and roles == roles[:3] * (len(parts) // 3):  # GPT-NeoX's: q, k, v rows of each head
+        text = f"fused rows {', '.join(roles[:3])}, head by head"
+    elif len(parts) > 1:
+        text = "fused rows " + ", ".join(roles)
     elif parts[0][1] is not None:
         text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
     if transposed:
@@ -341,7 +366,9 @@ class Linker:
             self.zero.append(f"{name}.bias")
 
     def norm(self, norm, prefix: str) -> None:
-        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)]))
+        """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift."""
+        note = "minus 1 (scaled by 1 + weight)" if norm.plus_one else "as is"
+        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)], note=note, minus_one=norm.plus_one))
         if norm.bias is not None:
             self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 

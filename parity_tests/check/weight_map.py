@@ -36,7 +36,8 @@ class MapEntry(tuple):
             return {"kind": self.kind}
         parts = [[name, list(rows) if rows is not None else None] for name, rows in self.link.parts]
         return {"kind": self.kind, "parts": parts, "transposed": self.link.transposed,
-                "rope_pairs": self.link.rope_pairs, "offset": self.link.offset}  # fmt: skip
+                "rope_pairs": self.link.rope_pairs, "offset": self.link.offset,
+                "minus_one": self.link.minus_one}  # fmt: skip
 
 
 def _reference_name(link: Link) -> str:
@@ -86,7 +87,8 @@ def _from_data(user: str, value) -> tuple[str, Link | None]:
             return data.get("kind", "link"), None
         parts = [(name, tuple(rows) if rows is not None else None) for name, rows in data["parts"]]
         pairs, offset = int(data.get("rope_pairs", 0)), int(data.get("offset", 0))
-        return "link", Link(user, parts, bool(data["transposed"]), value[1], pairs, offset)
+        minus_one = bool(data.get("minus_one", False))
+        return "link", Link(user, parts, bool(data["transposed"]), value[1], pairs, offset, minus_one)
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
     if ref.startswith("(the fixed"):
         return "fixed", None
@@ -96,7 +98,7 @@ def _from_data(user: str, value) -> tuple[str, Link | None]:
 def _from_note(user: str, value) -> Link:
     """A hand-written entry: reference name and layout note in the syntax the report prints ("as is",
     "transposed", "rows a:b", "fused rows q, k, v", ", RoPE pairs interleaved (head size Dh)", "after N unread
-    rows")."""
+    rows", "minus 1 (scaled by 1 + weight)")."""
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
     full, pairs, offset = note, 0, 0
     if note.startswith("after ") and note.endswith(" unread rows"):
@@ -114,4 +116,4 @@ def _from_note(user: str, value) -> Link:
         parts = [(ref, (int(start), int(stop)))]
     else:
         parts = [(ref, None)]
-    return Link(user, parts, "transposed" in note, full, pairs, offset)
+    return Link(user, parts, "transposed" in note, full, pairs, offset, note.startswith("minus 1"))
