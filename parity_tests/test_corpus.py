@@ -238,6 +238,7 @@ OUTPUTS = {
     "hf_marian": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
     "hf_bart": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
     "timm_vit": lambda m, src, tgt: m(_patches(3)),  # the patch tokens (B, N, D) its blocks see; no padding
+    "phi3": lambda m, src, tgt: m(tgt),
 }
 
 

@@ -45,6 +45,7 @@ STYLES = (
     "hf_marian",
     "hf_bart",
     "timm_vit",
+    "phi3",
 )
 
 
