@@ -1,5 +1,6 @@
 """timm style: the transformer part of a Vision Transformer. `Attention` with one fused `qkv` projection reshaped
-to (3, B, heads, N, head_dim) and unbound, the queries scaled by `head_dim ** -0.5` before the product, `proj`;
+to (3, B, heads, N, head_dim) and unbound, the queries scaled by `head_dim ** -0.5` before the product (or, with
+`fused_attn`, torch's `scaled_dot_product_attention`), `proj`;
 `Mlp` of `fc1`, `act` (nn.GELU) and `fc2`; pre-norm `Block`s (`norm1`, `attn`, `norm2`, `mlp`, LayerNorm eps
 1e-6); the model holds `blocks` (an nn.Sequential) and a final `norm`, and its `forward(x)` takes the patch tokens
 (B, N, D) that a ViT's patch embedding hands its blocks. No mask anywhere: every patch sees every patch."""
@@ -8,6 +9,7 @@ from functools import partial
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 LEVEL = "encoder_stack"
 CALL = None
@@ -20,6 +22,7 @@ class Attention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
+        self.fused_attn = False
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -29,11 +32,14 @@ class Attention(nn.Module):
         B, N, C = x.shape
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # (B, num_heads, N, head_dim) each
-        q = q * self.scale
-        attn = q @ k.transpose(-2, -1)
-        attn = attn.softmax(dim=-1)
-        attn = self.attn_drop(attn)
-        x = attn @ v
+        if self.fused_attn:
+            x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0)
+        else:
+            q = q * self.scale
+            attn = q @ k.transpose(-2, -1)
+            attn = attn.softmax(dim=-1)
+            attn = self.attn_drop(attn)
+            x = attn @ v
         x = x.transpose(1, 2).reshape(B, N, C)
         x = self.proj(x)
         return self.proj_drop(x)
@@ -89,6 +95,16 @@ class VisionTransformerBlocks(nn.Module):
 def model() -> VisionTransformerBlocks:
     torch.manual_seed(0)
     return VisionTransformerBlocks()
+
+
+def fused_attn() -> VisionTransformerBlocks:
+    vit = model()
+    for block in vit.blocks:
+        block.attn.fused_attn = True  # what timm does where torch has scaled_dot_product_attention
+    return vit
+
+
+ALSO_CLEAN = [fused_attn]
 
 
 # --- mistakes put in on purpose ---------------------------------------------------------------------------------
