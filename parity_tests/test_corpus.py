@@ -237,6 +237,8 @@ OUTPUTS = {
     "word_language_model": lambda m, src, tgt: m(tgt.t()).transpose(0, 1),  # sequence-first
     "hf_marian": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
     "hf_bart": lambda m, src, tgt: m(src, attention_mask=(src != 0).long(), decoder_input_ids=tgt).logits,
+    "timm_vit": lambda m, src, tgt: m(_patches(3)),  # the patch tokens (B, N, D) its blocks see; no padding
+    "phi3": lambda m, src, tgt: m(tgt),
 }
 
 
@@ -244,6 +246,10 @@ def _ids(seed: int) -> torch.Tensor:
     ids = torch.randint(1, 20, (2, 6), generator=torch.Generator().manual_seed(seed))
     ids[1, -2:] = 0
     return ids
+
+
+def _patches(seed: int) -> torch.Tensor:
+    return torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 @pytest.mark.parametrize("mistake", [pytest.param(m, id=m.name) for s in STYLES for m in mistakes(s)])

@@ -2,9 +2,9 @@
 
 Each file is one style (nanoGPT, minGPT, the Annotated Transformer, a Llama-style single file, PyTorch's
 nn.TransformerEncoder tutorial, d2l, Hugging Face-style BERT and GPT-2 returning ModelOutputs, a bentrevett-style
-seq2seq, a "large language model from scratch" book's GPT), written here from what those styles look like, not
-copied. A file reads like a user's own (it imports torch, and transformers for the Hugging Face styles; never the
-judge), and gives
+seq2seq, a "large language model from scratch" book's GPT, a timm Vision Transformer's blocks, a Phi-3 with fused
+projections), written here from what those styles look like, not copied. A file reads like a user's own (it
+imports torch, and transformers for the Hugging Face styles; never the judge), and gives
 
 - `model()`: a zero-argument factory for the clean model (tiny sizes, seeded);
 - `LEVEL`: the reference it is judged as, `check.module(model(), LEVEL, call=CALL)` with nothing else;
@@ -44,6 +44,8 @@ STYLES = (
     "word_language_model",
     "hf_marian",
     "hf_bart",
+    "timm_vit",
+    "phi3",
 )
 
 
