@@ -435,3 +435,72 @@ def test_annotated_decoder_passes_and_a_wrong_scale_inside_is_named_at_its_atten
     result = check.module(annotated_decoder(AT.attention_by_d_k), "decoder_stack")
     assert not result.passed and result.first_divergence == "layers.0.self_attn", str(result)
     assert [(d.id, d.where) for d in result.diagnoses] == [("attention.wrong_scale", "layers.0.self_attn")], str(result)
+
+
+# -- transformers' own models as a user's: layouts read from the computation, no glue -----------------------------
+
+SMALL = dict(hidden_size=16, num_attention_heads=4, num_hidden_layers=2, vocab_size=40, max_position_embeddings=64)
+
+
+def _transformers_model(name: str):
+    """A tiny random transformers model of `name`, (model, level, {user parameter: the layout note expected})."""
+    import transformers as T
+
+    torch.manual_seed(0)
+    layer = "model.layers.0."
+    cases = {
+        "gpt_neox": (  # query_key_value's rows are q, k, v of each head in turn
+            T.GPTNeoXForCausalLM, T.GPTNeoXConfig(**SMALL, intermediate_size=24, rotary_pct=1.0,
+                                                 use_parallel_residual=False), "transformer_lm",
+            {"gpt_neox.layers.0.attention.query_key_value.weight": "fused rows q, k, v, head by head"},
+        ),
+        "gemma": (  # RMSNorm scales by 1 + weight
+            T.GemmaForCausalLM, T.GemmaConfig(**SMALL, intermediate_size=24, num_key_value_heads=2, head_dim=4),
+            "transformer_lm", {f"{layer}input_layernorm.weight": "minus 1 (scaled by 1 + weight)"},
+        ),
+        "phi3": (  # one qkv_proj (grouped-query) and one gate_up_proj, split in the forward
+            T.Phi3ForCausalLM, T.Phi3Config(**SMALL, intermediate_size=24, num_key_value_heads=2, pad_token_id=0),
+            "transformer_lm", {f"{layer}self_attn.qkv_proj.weight": "fused rows q, k, v",
+                               f"{layer}mlp.gate_up_proj.weight": "fused rows gate, linear1"},
+        ),
+        "opt": (  # the residual sum reshaped before the next norm reads it: pre-norm all the same
+            T.OPTForCausalLM, T.OPTConfig(**SMALL, ffn_dim=24, word_embed_proj_dim=16), "transformer_lm",
+            {"model.decoder.embed_positions.weight": "after 2 unread rows"},
+        ),
+        "falcon": (  # the projections add their own bias after the product; one K/V head
+            T.FalconForCausalLM, T.FalconConfig(**{k: v for k, v in SMALL.items() if "position" not in k},
+                                                new_decoder_architecture=False, parallel_attn=False, alibi=False,
+                                                bias=True),
+            "transformer_lm", {"transformer.h.0.self_attention.query_key_value.weight": "fused rows q, k, v"},
+        ),
+        "roberta": (  # positions numbered from the ids that are not padding, from row 2
+            T.RobertaModel, T.RobertaConfig(**SMALL, intermediate_size=24, pad_token_id=1), "encoder",
+            {"embeddings.position_embeddings.weight": "after 2 unread rows"},
+        ),
+    }  # fmt: skip
+    cls, config, level, notes = cases[name]
+    return cls(config).eval(), level, notes
+
+
+@pytest.mark.parametrize("name", ["gpt_neox", "gemma", "phi3", "opt", "falcon", "roberta"])
+def test_transformers_models_pass_with_their_own_layouts_read(name, monkeypatch):
+    """Each was judged a divergence before its layout was read from the computation: GPT-NeoX's per-head fused
+    rows, Gemma's 1 + weight norms, OPT's reshaped residual, Falcon's bias added after the product, RoBERTa's
+    positions after the padding id."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model, level, notes = _transformers_model(name)
+    result = check.module(model, level)
+    assert result.passed and result.confirmed, str(result)
+    for user, note in notes.items():
+        assert result.mapping[user][1] == note, str(result)
+
+
+def test_a_mistake_in_a_per_head_fused_layout_is_still_named():
+    """The layout read (GPT-NeoX's q, k, v rows head by head) does not absorb a mistake: the scores scaled by
+    1 / sqrt(d_model) instead of 1 / sqrt(head size) are named at the attention."""
+    model, level, _ = _transformers_model("gpt_neox")
+    for layer in model.gpt_neox.layers:
+        layer.attention.scaling = 16**-0.5
+    result = check.module(model, level)
+    assert not result.passed and [d.id for d in result.diagnoses][:1] == ["attention.wrong_scale"], str(result)
+    assert result.first_divergence == "gpt_neox.layers.0.attention", str(result)

@@ -264,8 +264,12 @@ class Flow:
         out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
         if out is None:
             return None
-        ahead = _walk(out.children, lambda n: [] if n.op in ADDS or n.op in PRODUCTS else n.children)
-        add = next((n for n in ahead if n.op in ADDS), None)
+
+        def residual(n: Node) -> bool:  # a sum of two computed tensors, not a projection's bias added (Falcon's)
+            return n.op in ADDS and all(_root(p).param is None for p in n.parents)
+
+        ahead = _walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children)
+        add = next((n for n in ahead if residual(n)), None)
         if add is None:
             return None
         readers = _walk(add.children, lambda n: n.children if n.op in VIEWS else [])  # OPT reshapes it first

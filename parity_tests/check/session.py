@@ -260,11 +260,13 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
 
 def _ids_probe(level: str, found) -> LV.Probe:
     """A model's probe: small ids (T at most 6) for each of the level's inputs (a memory: floats), nothing
-    padded."""
+    padded: no id is a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
     rows = _rows(found)
     T = min(6, rows)
+    low = max([t.padding_idx + 1 for t in found.tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
-    probe.ids = {n: np.random.default_rng(0).integers(1, max(rows, 2), size=(LV.B, T)) for n in C.DATA[level]}
+    ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(LV.B, T))
+    probe.ids = dict.fromkeys(C.DATA[level], ids)
     if "memory" in probe.ids:  # the decoder's memory is a float input
         probe.ids.pop("memory")
         probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
