@@ -478,15 +478,40 @@ def _transformers_model(name: str):
             {"embeddings.position_embeddings.weight": "after 2 unread rows"},
         ),
     }  # fmt: skip
+    seq2seq = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                   encoder_ffn_dim=24, decoder_ffn_dim=24, vocab_size=40, max_position_embeddings=64)  # fmt: skip
+    plain = {  # read as they are, nothing in the map to check
+        "llama": (T.LlamaForCausalLM, T.LlamaConfig(**SMALL, intermediate_size=24, num_key_value_heads=2),
+                  "transformer_lm"),
+        "mistral": (T.MistralForCausalLM, T.MistralConfig(**SMALL, intermediate_size=24, num_key_value_heads=2),
+                    "transformer_lm"),
+        "qwen2": (T.Qwen2ForCausalLM, T.Qwen2Config(**SMALL, intermediate_size=24, num_key_value_heads=2),
+                  "transformer_lm"),
+        "qwen3": (T.Qwen3ForCausalLM, T.Qwen3Config(**SMALL, intermediate_size=24, num_key_value_heads=2, head_dim=4),
+                  "transformer_lm"),
+        "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(n_embd=16, n_head=4, n_layer=2, vocab_size=40, n_positions=64),
+                 "transformer_lm"),
+        "bert": (T.BertModel, T.BertConfig(**SMALL, intermediate_size=24), "encoder"),
+        "distilbert": (T.DistilBertModel, T.DistilBertConfig(dim=16, n_heads=4, n_layers=2, hidden_dim=24,
+                                                             vocab_size=40, max_position_embeddings=64), "encoder"),
+        "electra": (T.ElectraModel, T.ElectraConfig(**SMALL, intermediate_size=24, embedding_size=16), "encoder"),
+        "mbart": (T.MBartForConditionalGeneration, T.MBartConfig(**seq2seq), "transformer"),
+        "pegasus": (T.PegasusForConditionalGeneration, T.PegasusConfig(**seq2seq), "transformer"),
+    }  # fmt: skip
+    cases |= {k: (*v, {}) for k, v in plain.items()}
     cls, config, level, notes = cases[name]
     return cls(config).eval(), level, notes
 
 
-@pytest.mark.parametrize("name", ["gpt_neox", "gemma", "phi3", "opt", "falcon", "roberta"])
+TRANSFORMERS_MODELS = ["gpt_neox", "gemma", "phi3", "opt", "falcon", "roberta", "llama", "mistral", "qwen2", "qwen3",
+                       "gpt2", "bert", "distilbert", "electra", "mbart", "pegasus"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS_MODELS)
 def test_transformers_models_pass_with_their_own_layouts_read(name, monkeypatch):
-    """Each was judged a divergence before its layout was read from the computation: GPT-NeoX's per-head fused
-    rows, Gemma's 1 + weight norms, OPT's reshaped residual, Falcon's bias added after the product, RoBERTa's
-    positions after the padding id."""
+    """The first six were judged a divergence before their layouts were read from the computation: GPT-NeoX's
+    per-head fused rows, Gemma's 1 + weight norms, OPT's reshaped residual, Falcon's bias added after the product,
+    RoBERTa's positions after the padding id; the rest as the howto lists them."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     model, level, notes = _transformers_model(name)
     result = check.module(model, level)
