@@ -529,3 +529,24 @@ def test_a_mistake_in_a_per_head_fused_layout_is_still_named():
     result = check.module(model, level)
     assert not result.passed and [d.id for d in result.diagnoses][:1] == ["attention.wrong_scale"], str(result)
     assert result.first_divergence == "gpt_neox.layers.0.attention", str(result)
+
+
+@pytest.mark.parametrize(
+    "name, model",
+    [
+        ("gpt_neox", lambda T: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**SMALL, intermediate_size=24))),  # Pythia's
+        (
+            "gptj",
+            lambda T: T.GPTJForCausalLM(T.GPTJConfig(n_embd=16, n_head=4, n_layer=2, vocab_size=40, rotary_dim=4)),
+        ),
+    ],
+)
+def test_a_parallel_block_is_refused_as_math_the_reference_does_not_have(name, model, monkeypatch):
+    """Attention and feed-forward reading the same input, their outputs summed (GPT-NeoX's default
+    use_parallel_residual, GPT-J): refused saying so, not judged as a divergence with no name."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"does not read the attention's output.*a parallel block"):
+        check.module(model(T).eval(), "transformer_lm")

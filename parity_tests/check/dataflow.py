@@ -275,6 +275,18 @@ class Flow:
         readers = _walk(add.children, lambda n: n.children if n.op in VIEWS else [])  # OPT reshapes it first
         return len({n.module for n in readers if n.op not in VIEWS}) > 1
 
+    @property
+    def parallel(self) -> bool:
+        """The first feed-forward block does not read the first attention's output: both read the layer's input and
+        their outputs are summed (GPT-J's, Phi-2's, GPT-NeoX's use_parallel_residual)."""
+        out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
+        block = next((n for n in self.nodes if self.blocks and projection(n) == self.blocks[0][0]), None)
+        if out is None or block is None:
+            return False
+        if block.index < out.index:  # the block ran before the attention's output existed
+            return True
+        return all(n is not block for n in _walk([out], lambda n: n.children if n.index < block.index else []))
+
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
         only from lookups and tables (an embedding norm's)."""

@@ -130,23 +130,16 @@ def _tables(entry, found, units: Units) -> None:
 def _units(entry, found, units: Units) -> None:
     """The attentions and feed-forward blocks the flow read, the output projection (a linear D -> V, V the
     target token table's rows, that neither of them holds), and the layers they make."""
-    flow, by = units.flow, {p.weight: p for p in found.pieces}
-    needs_flow = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")
-    if flow is None and needs_flow and found.pieces:
+    flow = units.flow
+    if flow is not None:
+        _from_flow(entry, found, units)
+    elif found.pieces and (entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")):
         listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in found.pieces)
         raise ValueError(
             f"the module's forward could not be recorded on the inputs of {entry.name!r}, so the roles of its "
             f"projections cannot be read from the computation: {listed}; pass call= (how to call it) or "
             "mapping= (the weight map)"
         )
-    if flow is not None:
-        units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
-                            for a in flow.attentions]  # fmt: skip
-        units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
-    units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
-    for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
-        if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
-            block[:2] = block[1::-1]
     if units.attentions and units.D:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
@@ -167,6 +160,25 @@ def _units(entry, found, units: Units) -> None:
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
         _extra_norms(entry, units)
+
+
+def _from_flow(entry, found, units: Units) -> None:
+    """The attentions and blocks of the flow as pieces; a parallel block refused; names settle a gate and up."""
+    flow, by = units.flow, {p.weight: p for p in found.pieces}
+    units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
+                        for a in flow.attentions]  # fmt: skip
+    units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+    if entry.group != "component" and flow.parallel:
+        raise ValueError(
+            f"the feed-forward block {flow.blocks[0][0].rsplit('.', 2)[0]} does not read the attention's output: "
+            "both read the layer's input and their outputs are summed (a parallel block, as GPT-J, Phi-2 and "
+            f"GPT-NeoX's use_parallel_residual compute it); the reference {entry.name!r} runs them one after the "
+            "other, so this is math it does not have"
+        )
+    units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
+    for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
+        if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
+            block[:2] = block[1::-1]
 
 
 def _pieces(by: dict, weights: list, where: str) -> list:
