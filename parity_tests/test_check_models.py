@@ -550,3 +550,15 @@ def test_a_parallel_block_is_refused_as_math_the_reference_does_not_have(name, m
     torch.manual_seed(0)
     with pytest.raises(ValueError, match=r"does not read the attention's output.*a parallel block"):
         check.module(model(T).eval(), "transformer_lm")
+
+
+def test_layers_that_share_their_weights_are_refused_saying_so(monkeypatch):
+    """ALBERT runs one layer's weights at every depth; its embedding mapping (a projection on the residual stream)
+    is not taken for a feed-forward block."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    albert = T.AlbertModel(T.AlbertConfig(**SMALL, intermediate_size=24, embedding_size=16)).eval()
+    with pytest.raises(ValueError, match=r"runs again with the same weights .* ALBERT"):
+        check.module(albert, "encoder")

@@ -13,8 +13,9 @@ tensor made is a Node whose parents are the Nodes of its tensor arguments; a par
   1-D parameter met between a projection and the scores is a per-head q/k norm;
   attentions whose probabilities reach one output projection through one op are one attention's heads (a
   module per head);
-- a feed-forward is a projection whose input comes from other projections only through element-wise ops: one of
-  them, a plain block (in, out), or a gated one whose gate and up are one projection twice as wide, split (Phi-3's
+- a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
+  activation among them (not a projection on the residual stream, ALBERT's embedding mapping): one of them, a plain
+  block (in, out), or a gated one whose gate and up are one projection twice as wide, split (Phi-3's
   gate_up_proj); two, a gated block, the gate the one an activation reads on the way;
 - order: the place of each parameter's first use (norms in the order they are applied, whatever their
   definition order); positions: the tables looked up with 0, 1, ..., T - 1, or with those plus a constant
@@ -43,7 +44,10 @@ VIEWS = {
 }  # fmt: skip
 PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
 SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
-ACTIVATIONS = {"relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu"}
+ACTIVATIONS = {
+    "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu", "clamp",
+    "clamp_min", "hardtanh",
+}  # fmt: skip
 SDPA = "scaled_dot_product_attention"
 MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.MultiheadAttention, one op
 ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
@@ -207,8 +211,10 @@ def _back_to_product(start: Node) -> Node | None:
 
 
 def _query_first(product: Node) -> list:
-    """A scores product's two operands, the query's first (an einsum's: the one holding the rows' index)."""
-    a, b = [p for p in product.parents if p.param is None][:2] if len(product.parents) >= 2 else (None, None)
+    """A scores product's two operands, the query's first (an einsum's: the one holding the rows' index; a
+    baddbmm's the two after the tensor it adds, BLOOM's ALiBi)."""
+    operands = [p for p in product.parents if p.param is None][int(product.op in ("baddbmm", "addmm")) :]
+    a, b = operands[:2] if len(operands) >= 2 else (None, None)
     match = re.fullmatch(r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*", product.extra or "")
     if match and len(match.group(3)) >= 2 and match.group(3)[-2] in match.group(2):
         return [b, a]
@@ -444,10 +450,10 @@ def _feed_forwards(flow: Flow) -> None:
         if operand is None:
             continue
         ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
-        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out":
+        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and _activation_between(node, ins[0]):
             flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
             width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])
-            fused = width == 2 * operand.shape[-1] and _activation_between(node, ins[0])  # Phi-3's gate_up_proj
+            fused = width == 2 * operand.shape[-1]  # Phi-3's gate_up_proj
             flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])

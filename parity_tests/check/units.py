@@ -168,6 +168,12 @@ def _from_flow(entry, found, units: Units) -> None:
     units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
                         for a in flow.attentions]  # fmt: skip
     units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+    shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
+    if shared:
+        raise ValueError(
+            f"the attention {shared[0]} runs again with the same weights (layers that share their parameters, as "
+            f"ALBERT's): the reference {entry.name!r} gives each layer its own, so this is math it does not have"
+        )
     if entry.group != "component" and flow.parallel:
         raise ValueError(
             f"the feed-forward block {flow.blocks[0][0].rsplit('.', 2)[0]} does not read the attention's output: "

@@ -47,7 +47,7 @@ def _reference_name(link: Link) -> str:
         return names[0]
     parts = names[0].split(".")
     prefix = ".".join(parts[:-2]) + "." if len(parts) > 2 else ""
-    stems = [n.split(".")[-2] for n in names]
+    stems = list(dict.fromkeys(n.split(".")[-2] for n in names))  # head by head: each role once
     suffix = "_proj" if all(s.endswith("_proj") for s in stems) else ""  # {q,k,v}_proj; a block's {gate,linear1}
     return f"{prefix}{{{','.join(s.removesuffix(suffix) for s in stems)}}}{suffix}.{parts[-1]}"
 
@@ -106,6 +106,11 @@ def _from_note(user: str, value) -> Link:
     if ", RoPE pairs interleaved (head size " in note:
         note, _, size = note.partition(", RoPE pairs interleaved (head size ")
         pairs = int(size.rstrip(")"))
+    if "head by head" in note:
+        raise ValueError(
+            f"mapping[{user!r}]: a head-by-head layout ({note!r}) is read back from the entry's data only: pass the "
+            "result's mapping entry itself, or the JSON's third element, not the printed note"
+        )
     if note.startswith("fused rows"):
         prefix, kind = ref.split("{")[0], ref.rsplit(".", 1)[-1]
         roles = [r.strip() for r in note.removeprefix("fused rows").split(",") if r.strip() != "transposed"]
