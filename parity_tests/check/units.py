@@ -322,7 +322,7 @@ def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[l
         if piece.bias is not None:
             links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
         elif bias:
-            zero.extend(f"{n}.bias" for n, _ in parts if f"{n}.bias" not in zero)
+            zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in zero]
     return links, zero
 
 
