@@ -78,6 +78,9 @@ class Phi3Attention(nn.Module):
     def attend(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    def repeat_kv(self, t):  # each K/V head shared by num_key_value_groups query heads
+        return t.repeat_interleave(self.num_key_value_groups, dim=1)
+
     def forward(self, hidden_states):
         bsz, q_len, _ = hidden_states.shape
         qkv = self.qkv_proj(hidden_states)
@@ -90,8 +93,7 @@ class Phi3Attention(nn.Module):
         cos, sin = self.rotary(v)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(self.num_key_value_groups, dim=1)  # (bsz, num_heads, q_len, head_dim)
-        v = v.repeat_interleave(self.num_key_value_groups, dim=1)
+        k, v = self.repeat_kv(k), self.repeat_kv(v)  # (bsz, num_heads, q_len, head_dim)
         attn_output = self.attend(q, k, v)
         attn_output = attn_output.transpose(1, 2).reshape(bsz, q_len, -1)
         return self.o_proj(attn_output)
@@ -193,20 +195,8 @@ def wrong_scale() -> Phi3ForCausalLM:
 
 
 class TiledKV(Phi3Attention):
-    def forward(self, hidden_states):
-        bsz, q_len, _ = hidden_states.shape
-        kv_size = self.num_key_value_heads * self.head_dim
-        q, k, v = self.qkv_proj(hidden_states).split([self.num_heads * self.head_dim, kv_size, kv_size], dim=-1)
-        q = q.view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-        k = k.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        v = v.view(bsz, q_len, self.num_key_value_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self.rotary(v)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat(1, self.num_key_value_groups, 1, 1)  # kv heads 0, 1, 0, 1 instead of 0, 0, 1, 1
-        v = v.repeat(1, self.num_key_value_groups, 1, 1)
-        attn_output = self.attend(q, k, v).transpose(1, 2).reshape(bsz, q_len, -1)
-        return self.o_proj(attn_output)
+    def repeat_kv(self, t):
+        return t.repeat(1, self.num_key_value_groups, 1, 1)  # kv heads 0, 1, 0, 1 instead of 0, 0, 1, 1
 
 
 def kv_heads_tiled() -> Phi3ForCausalLM:
