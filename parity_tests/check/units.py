@@ -294,8 +294,9 @@ def _rows(attention: dict, piece, D: int) -> dict:
 
 def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[list, list]:
     """The links of one attention's pieces to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`,
-    and the reference biases held at zero. A piece holding several roles is their rows stacked (q, k, v); one of several pieces of a
-    role (one per head) is its rows of the reference's projection."""
+    and the reference biases held at zero. A piece holding several roles is their rows stacked (q, k, v, or head
+    by head as the flow read it); one of several pieces of a role (one per head) is its rows of the reference's
+    projection."""
     names = {r: f"{prefix}{r}_proj" for r in ("q", "k", "v", "out")}
     dealt = []
     for piece in _qkv(attention):
