@@ -562,3 +562,24 @@ def test_layers_that_share_their_weights_are_refused_saying_so(monkeypatch):
     albert = T.AlbertModel(T.AlbertConfig(**SMALL, intermediate_size=24, embedding_size=16)).eval()
     with pytest.raises(ValueError, match=r"runs again with the same weights .* ALBERT"):
         check.module(albert, "encoder")
+
+
+@pytest.mark.parametrize(
+    "model, said",
+    [
+        (lambda T: T.MixtralForCausalLM(T.MixtralConfig(**SMALL, intermediate_size=24, num_key_value_heads=2,
+                                                        num_local_experts=4, num_experts_per_tok=2)),
+         r"model\.layers\.0\.mlp\.gate computes a router's top-k choice of experts"),
+        (lambda T: T.OlmoForCausalLM(T.OlmoConfig(**SMALL, intermediate_size=24, num_key_value_heads=2)),
+         r"model\.layers\.0\.input_layernorm computes a layer norm without a scale or a shift"),
+    ],
+)  # fmt: skip
+def test_ops_the_reference_never_computes_are_refused_naming_the_module(model, said, monkeypatch):
+    """A mixture of experts (its router's top-k) and a norm without weights: refused where they run, not by a count
+    of norms or feed-forward blocks."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=said + ".*math it does not have"):
+        check.module(model(T).eval(), "transformer_lm")

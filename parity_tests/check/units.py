@@ -23,6 +23,10 @@ from .level_table import LEVELS
 from .mapping import Link, role_of
 
 ROLES = ("q", "k", "v", "out")
+UNLIKE = {  # ops the reference's layers never compute (read with nothing beside their input) -> what they are
+    "topk": "a router's top-k choice of experts (a mixture of experts, as Mixtral's)",
+    "layer_norm": "a layer norm without a scale or a shift (OLMo's)",  # where the module holds no norm weights
+}
 
 
 @dataclass
@@ -168,6 +172,13 @@ def _from_flow(entry, found, units: Units) -> None:
     units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
                         for a in flow.attentions]  # fmt: skip
     units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+    for node in flow.nodes:
+        what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
+        if what and not (node.op == "layer_norm" and found.norms):  # a bare F.layer_norm scaled by hand is a norm
+            raise ValueError(
+                f"{node.module or 'the module'} computes {what}: the reference {entry.name!r} has none, so this is "
+                "math it does not have"
+            )
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         raise ValueError(
