@@ -102,8 +102,10 @@ class _Recorder(TorchFunctionMode):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
         extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape), ndim=outs[0].ndim)
-        node.extra, node.tid = extra, id(outs[0]) if len(outs) == 1 or name not in SPLITS else id(out)
-        self.keep.append(out)
+        parts = name in SPLITS and len(outs) > 1  # the parts of a chunk or split, each its own node
+        node.extra, node.tid = extra, id(out) if parts else id(outs[0])  # a split's: its tuple's (kept below)
+        if parts:
+            self.keep.append(out)
         if name in VIEWS:
             node.call = (func, args, kwargs)
         if name == "embedding" and isinstance(args[0], torch.Tensor):
@@ -115,14 +117,16 @@ class _Recorder(TorchFunctionMode):
         self.nodes.append(node)
         for p in parents:
             p.children.append(node)
-        for i, o in enumerate(outs):  # the parts of a chunk or split, each its own node: which part is read
-            part = Node(len(self.nodes), name, node.module, [node], tuple(o.shape), ndim=o.ndim, value=i, tid=id(o))
-            if name in SPLITS and len(outs) > 1:
-                self.nodes.append(part)
-                node.children.append(part)
-            self.of[id(o)] = part if name in SPLITS and len(outs) > 1 else node
+        for i, o in enumerate(outs):
+            self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
             self.keep.append(o)
         return out
+
+    def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
+        part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), ndim=o.ndim, value=i, tid=id(o))
+        self.nodes.append(part)
+        node.children.append(part)
+        return part
 
 
 def record(run, module: nn.Module) -> list:
@@ -263,11 +267,16 @@ class Flow:
         return next((a.head_dim for a in self.attentions), None)
 
     @property
+    def _first_out(self) -> Node | None:
+        """The first attention's output projection op."""
+        return next((a.out_node for a in self.attentions if a.out_node is not None), None)
+
+    @property
     def norm_first(self) -> bool | None:
         """Pre-norm (True) or post-norm (False), read where the first attention's output joins the stream: the
         sum is read by the next residual sum too (pre-norm, x + f(Norm(x))), or only by the norm's own ops
         (post-norm, Norm(x + f(x))); None where no attention was read."""
-        out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
+        out = self._first_out
         if out is None:
             return None
 
@@ -285,8 +294,8 @@ class Flow:
     def parallel(self) -> bool:
         """The first feed-forward block does not read the first attention's output: both read the layer's input and
         their outputs are summed (GPT-J's, Phi-2's, GPT-NeoX's use_parallel_residual)."""
-        out = next((a.out_node for a in self.attentions if a.out_node is not None), None)
-        block = next((n for n in self.nodes if self.blocks and projection(n) == self.blocks[0][0]), None)
+        out = self._first_out
+        block = next((n for n in self.nodes if projection(n) == self.blocks[0][0]), None) if self.blocks else None
         if out is None or block is None:
             return False
         if block.index < out.index:  # the block ran before the attention's output existed
@@ -403,10 +412,9 @@ def columns_held(weight: str, operands: dict) -> dict:
     index = torch.arange(C).repeat(tokens).reshape(product.shape)
     first = (torch.arange(tokens) == 0).repeat_interleave(C).reshape(product.shape)
     replayed = {product.tid: (index, first)}
-    done = {id(product)}
     for node in _walk(product.children, lambda n: n.children if n.op in VIEWS else []):
         parent = node.parents[0]
-        if node.op not in VIEWS or parent.tid not in replayed or id(node) in done:
+        if node.op not in VIEWS or parent.tid not in replayed:
             continue
         try:
             if node.call is None:  # a part of a chunk or split: its parent replayed gave the parts
@@ -415,7 +423,6 @@ def columns_held(weight: str, operands: dict) -> dict:
                 replayed[node.tid] = tuple(_replay(node, replayed, i) for i in range(2))
         except Exception:  # a view that does not replay on indices: the usual layout is kept
             continue
-        done.add(id(node))
     met = {r: {id(n): n for n in _walk([op], _behind) if n.tid in replayed} for r, op in operands.items()}
     out = {}
     for role, nodes in met.items():  # the role's own tensor: the earliest met by it alone (a split's part)

@@ -311,12 +311,12 @@ def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[l
     names = {r: f"{prefix}{r}_proj" for r in ("q", "k", "v", "out")}
     dealt = []
     for piece in _qkv(attention):
-        parts = []
-        for r, n in _rows(attention, piece, D).items():
+        parts, rows = [], _rows(attention, piece, D)
+        for r, n in rows.items():
             i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
             parts.append((names[r], (i * n, (i + 1) * n) if many else None))
         held = attention["columns"].get(piece.weight, {})
-        runs = _runs(held, names, piece.out_features) if set(held) == set(_rows(attention, piece, D)) else []
+        runs = _runs(held, names, piece.out_features) if set(held) == set(rows) else []
         # head by head (GPT-NeoX's layout) as the flow read it; whole blocks as q | k | v, the order checkpoints
         # of fused projections keep (another order is attention.q_k_swapped)
         dealt.append((piece, runs if len(runs) > 3 else parts))
@@ -329,13 +329,22 @@ def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[l
     links: list = []
     zero: list = []
     for piece, parts in dealt:
-        links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed,
-                          _layout_note(parts, piece.transposed)))  # fmt: skip
-        if piece.bias is not None:
-            links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
-        elif bias:
-            zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in zero]
+        got, held = piece_links(piece, parts, bias)
+        links += got
+        zero += [b for b in held if b not in zero]
     return links, zero
+
+
+def piece_links(piece, parts: list, hold_bias: bool) -> tuple[list, list]:
+    """The links of one user piece holding the reference's `parts` ((name, rows or None), stacked in that order),
+    its weight and bias; and the reference biases held at zero where it has none (`hold_bias`: the reference
+    has biases there)."""
+    note = _layout_note(parts, piece.transposed)
+    links = [Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, note)]
+    if piece.bias is not None:
+        links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
+    held = list(dict.fromkeys(f"{n}.bias" for n, _ in parts)) if piece.bias is None and hold_bias else []
+    return links, held
 
 
 def _runs(held: dict, names: dict, rows: int) -> list:
@@ -388,12 +397,12 @@ class Linker:
     def linear(self, piece, name: str, hold_missing_bias: bool = True) -> None:
         """A linear's weight (as is or transposed) and bias; a missing bias held at zero where the reference has
         one (`hold_missing_bias`)."""
-        note = "transposed" if piece.transposed else "as is"
-        self.links.append(Link(piece.weight, [(f"{name}.weight", None)], piece.transposed, note))
-        if piece.bias is not None:
-            self.links.append(Link(piece.bias, [(f"{name}.bias", None)]))
-        elif self.cfg.bias and hold_missing_bias:
-            self.zero.append(f"{name}.bias")
+        self.add(piece_links(piece, [(name, None)], self.cfg.bias and hold_missing_bias))
+
+    def add(self, links_and_held: tuple) -> None:
+        links, held = links_and_held
+        self.links += links
+        self.zero += held
 
     def norm(self, norm, prefix: str) -> None:
         """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift."""
@@ -412,21 +421,14 @@ class Linker:
         order the flow read (the gate the part the activation reads)."""
         if len(block) == 3 and block[0] is block[1]:
             halves = ["linear1", "gate"] if block[0].weight in self.units.flow.up_first else ["gate", "linear1"]
-            parts = [f"{prefix}{h}" for h in halves]
-            note = _layout_note([(p, None) for p in parts], block[0].transposed)
-            self.links.append(Link(block[0].weight, [(f"{p}.weight", None) for p in parts], block[0].transposed, note))
-            if block[0].bias is not None:
-                self.links.append(Link(block[0].bias, [(f"{p}.bias", None) for p in parts], note=note))
-            self.zero += [f"{p}.bias" for p in parts if block[0].bias is None and self.cfg.bias]
+            self.add(piece_links(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias))
             block = block[2:]
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
             self.linear(p, f"{prefix}{name}")
 
     def attention(self, attention: dict, prefix: str) -> None:
-        got, held = attention_links(attention, prefix, self.units.D, self.cfg.bias)
-        self.links.extend(got)
-        self.zero.extend(held)
+        self.add(attention_links(attention, prefix, self.units.D, self.cfg.bias))
         for role in "qk":  # Qwen3's per-head q and k norms, after their projections
             norm = self.units.qk_norms.get(attention[role][0].weight)
             if norm is not None:
