@@ -17,11 +17,10 @@ import torch
 
 from . import calling as C
 from . import levels as LV
-from . import mistakes as MK
 from . import variants as VR
-from .divergence import _modules, first_divergence, hook_targets, unit_of
-from .judge import MATCH, _error
-from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
+from .divergence import first_divergence, hook_targets, run_hooked, unit_of
+from .judge import _error
+from .matchers import _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
@@ -60,14 +59,8 @@ def dropout_probe(session, caller, result) -> bool:
             where = name or where
             break
     error = _error(_np(first), _np(second))
-    result.diagnoses.append(
-        Diagnosis(
-            "dropout.active_in_eval",
-            f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)",
-            where,
-            error,
-        )
-    )
+    message = f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)"
+    result.diagnoses.append(Diagnosis("dropout.active_in_eval", message, where, error))
     return True
 
 
@@ -85,39 +78,21 @@ def overflow_probe(session, caller, result) -> None:
     else:
         return
     for where, out, before in calls:
-        if (~torch.isfinite(out)).sum() > before:
-            result.diagnoses.append(
-                Diagnosis(
-                    "attention.no_max_subtraction",
-                    f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum()) - before} more "
-                    "inf/NaN in float32; the reference's softmax (row maximum subtracted) stays finite",
-                    where,
-                    math.inf,
-                )
+        more = int((~torch.isfinite(out)).sum()) - before
+        if more > 0:
+            message = (
+                f"with scores of ~{BIG**2:.0e} the output holds {more} more inf/NaN in float32; the reference's "
+                "softmax (row maximum subtracted) stays finite"
             )
+            result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, where, math.inf))
             return
 
 
 def _attention_calls_scaled(session, caller) -> list:
     """(user module path, output) of each attention submodule called again with its float inputs scaled by BIG."""
-    targets = hook_targets(session.links, _modules(session))
-    targets = {u: p for u, p in targets.items() if unit_kind(session.links, u) == "attention"}
-    module = session.copy(np.float32)
-    modules = dict(module.named_modules())
-    captured: dict = {}
-    handles = []
-    for unit, path in targets.items():
-        if path in modules and path:
-            handles.append(
-                modules[path].register_forward_hook(
-                    lambda m, a, k, o, unit=unit: captured.setdefault(unit, (m, a, k)) and None, with_kwargs=True
-                )
-            )
-    try:
-        session.run_user(caller, np.float32)
-    finally:
-        for h in handles:
-            h.remove()
+    attention = {unit_of(ref)[0] for link in session.links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
+    targets = {u: path for u, path in hook_targets(session).items() if u in attention and path}
+    captured = run_hooked(session, caller, np.float32, targets, lambda m, a, k, o: (m, a, k))
     D = session.cfg.d_model
 
     def scaled(t):
@@ -135,14 +110,6 @@ def _attention_calls_scaled(session, caller) -> list:
                 continue
             out.append((targets[unit], C.first_tensor(y), before))
     return out
-
-
-def unit_kind(links, unit: str) -> str | None:
-    for link in links:
-        for ref, _ in link.parts:
-            if unit_of(ref)[0] == unit:
-                return unit_of(ref)[1]
-    return None
 
 
 def component_variants(session, caller, cfg, result) -> None:
@@ -182,17 +149,13 @@ def _attention_variants(session, p, user, cfg) -> list:
     return match_attention(user, session.params, q, kv, cfg.n_heads, keep, "", p.valid, **knobs, **context)
 
 
-def _layer_norm_variants(session, p, user, cfg) -> list:
-    eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
-    return match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, "")
-
-
-def _rms_norm_variants(session, p, user, cfg) -> list:
-    return match_rms_norm(user, p.floats["x"], session.params["weight"], cfg.layer_norm_eps, "")
-
-
-def _gated_variants(session, p, user, cfg) -> list:
-    return match_gated(user, p.floats["x"], session.params, cfg.activation, "")
+def _unit_variants(session, p, user, cfg) -> list:
+    """A norm's, a gated feed-forward's or a fixed position table's variants (a layer norm's eps its module's)."""
+    unit = session.entry.unit
+    if unit == "positions" and cfg.positional == "learned":
+        return []
+    own = next(iter(session.norm_eps.values()), None) if unit == "layer_norm" else None
+    return match_unit(unit, user, p.floats["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
 
 
 def _embedding_variants(session, p, user, cfg) -> list:
@@ -200,27 +163,15 @@ def _embedding_variants(session, p, user, cfg) -> list:
     return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
 
 
-def _positions_variants(session, p, user, cfg) -> list:
-    if cfg.positional == "learned":
-        return []
-    x = p.floats["x"]
-    tables = VR.sinusoid_tables(cfg.max_len, cfg.d_model)
-    for vid, message, knobs in MK.variants("positions", MK.Site(cfg.d_model, cfg.d_head)):
-        error = _match(user, x + tables[knobs["table"]][: x.shape[1]], None, None)
-        if error <= MATCH:
-            return [Diagnosis(vid, message, "", error)]
-    return []
-
-
 # a component's catalogue variants, by its unit (level_table.Level.unit): (session, probe, user output, cfg) -> list
 COMPONENT_VARIANTS = {
     "heads": _heads_variants,
     "attention": _attention_variants,
-    "layer_norm": _layer_norm_variants,
-    "rms_norm": _rms_norm_variants,
-    "gated_feed_forward": _gated_variants,
+    "layer_norm": _unit_variants,
+    "rms_norm": _unit_variants,
+    "gated_feed_forward": _unit_variants,
     "embedding": _embedding_variants,
-    "positions": _positions_variants,
+    "positions": _unit_variants,
 }
 
 

@@ -9,6 +9,7 @@ catalogue variant (matchers.py) is run on the reference's inputs to that unit th
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from . import levels as LV
 from . import reference as R
 from . import variants as VR
 from .judge import MATCH
-from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
+from .matchers import _match, _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis, Result
 
 # -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
@@ -31,29 +32,22 @@ def unit_of(ref: str) -> tuple[str, str]:
     """(unit prefix, kind) of a reference tensor name: attention, ffn, norm or table."""
     base = ref.rsplit(".", 1)[0]
     last = base.rsplit(".", 1)[-1]
-    if last in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        return base.rsplit(".", 1)[0] if "." in base else "", "attention"
-    if last in ("linear1", "linear2", "gate"):
-        return base.rsplit(".", 1)[0] if "." in base else "", "ffn"
+    if last in ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate"):
+        return _module_path(base), "ffn" if last in ("linear1", "linear2", "gate") else "attention"
     if last.endswith("embedding"):
         return base, "table"
     return base, "norm"
 
 
 def _lca(paths: list) -> str:
-    split = [p.split(".") if p else [] for p in paths]
-    common = []
-    for parts in zip(*split, strict=False):
-        if len(set(parts)) != 1:
-            break
-        common.append(parts[0])
-    return ".".join(common)
+    """The deepest module path holding all of `paths` (commonprefix compares the lists of names item by item)."""
+    return ".".join(os.path.commonprefix([p.split(".") if p else [] for p in paths]))
 
 
 def _called(owner: str, modules: dict) -> str:
     """`owner`, or the nearest module above it that runs (a ModuleList or ModuleDict is never called)."""
     while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict)):
-        owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+        owner = _module_path(owner)
     return owner
 
 
@@ -69,11 +63,12 @@ def _modules(session) -> dict:
     return dict(session.user.named_modules()) if session.is_module else {}
 
 
-def hook_targets(links, modules: dict | None = None) -> dict:
+def hook_targets(session) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
     holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
     the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
-    out. `modules`: the user's named modules, to tell containers."""
+    out."""
+    links, modules = session.links, _modules(session)
     paths: dict = {}
     for link in links:
         for ref, _ in link.parts:
@@ -85,7 +80,7 @@ def hook_targets(links, modules: dict | None = None) -> dict:
                     paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
     targets = {}
     for unit, own in paths.items():
-        owner = _called(_lca(sorted(own)), modules or {})
+        owner = _called(_lca(sorted(own)), modules)
         others = [
             p
             for u, ps in paths.items()
@@ -95,7 +90,7 @@ def hook_targets(links, modules: dict | None = None) -> dict:
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
     for unit, path in _out_projections(links).items():
-        if unit not in targets and isinstance((modules or {}).get(path), nn.Linear):
+        if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path  # its output is the attention's (BERT's attention.output.dense beside the norm)
     return targets
 
@@ -152,12 +147,17 @@ def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
     """One stack's stages: its embeddings (a model's; BERT's embedding norm before them), then, layer by layer,
     the units inside the layer and the layer's output. A stack of layers on embeddings starts from its input."""
     stages: list = []
-    if entry.group == "model":
-        first = acts[f"{stack}.embedding"]
-        stages += _embedding_stages(stack, p, params, cfg, acts)
-    else:
-        first = p.floats[entry.inputs[0]]
     valid = p.src_keep if stack == "encoder" else p.tgt_keep
+    first = acts[f"{stack}.embedding"] if entry.group == "model" else p.floats[entry.inputs[0]]
+    if entry.group == "model":
+        ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+        if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
+            own = M.sub(params, stack)
+            if "token_embedding.weight" not in own:  # the encoder reads the decoder's table (share_embeddings)
+                own["token_embedding.weight"] = params["decoder.token_embedding.weight"]
+            summed = R.summed_embeddings(own, ids, cfg)
+            stages.append((f"{stack}.embedding_norm", "norm", (summed,), first, valid, None))
+        stages.append((f"{stack}.embedding", "embedding", (ids, stack), first, valid, None))
     decoder = stack == "decoder"
     memory = acts.get("encoder") if entry.cross and decoder else None
     n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
@@ -173,21 +173,6 @@ def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
     return stages
 
 
-def _embedding_stages(stack: str, p, params: dict, cfg, acts: dict) -> list:
-    """A model stack's embedding stage, after BERT's embedding norm's."""
-    stages: list = []
-    valid = p.src_keep if stack == "encoder" else p.tgt_keep
-    ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
-    if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
-        own = M.sub(params, stack)
-        if "token_embedding.weight" not in own:  # the encoder reads the decoder's table (share_embeddings)
-            own["token_embedding.weight"] = params["decoder.token_embedding.weight"]
-        summed = R.summed_embeddings(own, ids, cfg)
-        stages.append((f"{stack}.embedding_norm", "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
-    stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
-    return stages
-
-
 def _pad(keep):
     return None if keep is None else keep[:, None, None, :]
 
@@ -200,28 +185,31 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
     return {"self_attention": unit.endswith("self_attn")}
 
 
-def capture(session, caller) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
-    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
-    output projection's result, is kept as the module returned it)."""
-    targets = hook_targets(session.links, _modules(session))
-    module = session.copy(np.float64)
-    modules = dict(module.named_modules())
+def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
+    """Run the user's copy in `dtype` once with a forward hook on each of `targets` (unit -> module path); unit ->
+    record(module, args, kwargs, output) at the module's first call."""
+    modules = dict(session.copy(dtype).named_modules())
     captured: dict = {}
-    handles = []
-    for unit, path in targets.items():
-        if path in modules:
-            handles.append(
-                modules[path].register_forward_hook(
-                    lambda m, a, o, unit=unit: captured.setdefault(unit, (_copied(a), _copied(o))) and None
-                )
-            )
+    handles = [
+        modules[path].register_forward_hook(
+            lambda m, a, k, o, unit=unit: captured.setdefault(unit, record(m, a, k, o)) and None, with_kwargs=True
+        )
+        for unit, path in targets.items()
+        if path in modules
+    ]
     try:
-        session.run_user(caller, np.float64)
+        session.run_user(caller, dtype)
     finally:
         for h in handles:
             h.remove()
     return captured
+
+
+def capture(session, caller) -> dict:
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
+    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
+    output projection's result, is kept as the module returned it)."""
+    return run_hooked(session, caller, np.float64, hook_targets(session), lambda m, a, k, o: (_copied(a), _copied(o)))
 
 
 def _copied(value):
@@ -275,9 +263,8 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
         where, found = _at_embedding(session, cfg, stage, user_out)
     else:
         where, found = _at_unit(session, cfg, stage, user_out)
-    result.first_divergence = where
-    for d in found:  # a mistake placed more precisely than its unit (the module that keeps or scales a table)
-        result.first_divergence = d.where
+    # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
+    result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
     if not found:
         result.unexplained = (
@@ -334,19 +321,15 @@ def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
     variants of that unit run on the reference's inputs to it."""
     unit, kind, inputs, _, valid, masks = stage
-    where = hook_targets(session.links, _modules(session))[unit] or "(the module)"
+    where = hook_targets(session)[unit] or "(the module)"
     if kind == "attention":
         where = attention_place(session.links, unit, where)
         return where, _attention_there(session, cfg, stage, user_out, where)
+    if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
+        return where, []
+    name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
-    if kind == "norm" and cfg.norm == "rms":
-        return where, match_rms_norm(user_out, inputs[0], session.params[f"{unit}.weight"], eps, where, valid)
-    if kind == "norm":
-        weight, bias = session.params[f"{unit}.weight"], session.params.get(f"{unit}.bias", 0.0)
-        return where, match_norm(user_out, inputs[0], weight, bias, eps, where, valid)
-    if kind == "ffn" and cfg.gated_ffn:
-        return where, match_gated(user_out, inputs[0], M.sub(session.params, unit), cfg.activation, where, valid)
-    return where, []
+    return where, match_unit(name, user_out, inputs[0], M.sub(session.params, unit), eps, cfg.activation, where, valid)
 
 
 def _attention_there(session, cfg, stage, user_out, where: str) -> list:
@@ -390,7 +373,7 @@ def latest_divergence(session, runnable: list) -> tuple:
 def _scaling_module(session, path: str) -> str:
     """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
     table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
-    modules = dict(session.user.named_modules())
+    modules = _modules(session)
     if path not in modules:
         return path
 
@@ -407,7 +390,5 @@ def _scaling_module(session, path: str) -> str:
 
 
 def _table_module(session, ref_name: str) -> str | None:
-    for link in session.links:
-        if any(n == ref_name for n, _ in link.parts):
-            return _module_path(link.user) or link.user
-    return None
+    holding = (link.user for link in session.links if any(n == ref_name for n, _ in link.parts))
+    return next((_module_path(user) or user for user in holding), None)

@@ -24,7 +24,7 @@ from . import backward_mistakes as BM
 from .attention_mistakes import ATTENTION, ATTENTION_MISTAKES
 from .diagnosis import Mistake, Site
 
-__all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "variants", "attention_variants"]
+__all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "variants"]
 
 
 BACKWARD = "backward"
@@ -204,11 +204,6 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
     registry order; `combining`: only those that are also tried together."""
     chosen = [m for m in MISTAKES if m.combines or not combining]
     return [(m.id, message, knobs) for m in chosen for message, knobs in m.applies(unit, site)]
-
-
-def attention_variants(site: Site) -> list:
-    """(id, message, knobs) for every registered attention mistake's variants at `site`, in registry order."""
-    return variants(ATTENTION, site)
 
 
 def backward_tests(reference: str, stage: str) -> list:

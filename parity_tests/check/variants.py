@@ -56,17 +56,13 @@ def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, sw
 def split(x: np.ndarray, H: int, transpose: bool = True) -> np.ndarray:
     """(B, T, D) -> (B, H, T, Dh): the reference transposes; without it, a plain reshape mixes positions."""
     B, T, D = x.shape
-    if transpose:
-        return x.reshape(B, T, H, D // H).transpose(0, 2, 1, 3)
-    return x.reshape(B, H, T, D // H)
+    return x.reshape(B, T, H, D // H).transpose(0, 2, 1, 3) if transpose else x.reshape(B, H, T, D // H)
 
 
 def merge(x: np.ndarray, transpose: bool = True) -> np.ndarray:
     """(B, H, T, Dh) -> (B, T, D), the inverse of split with the same `transpose`."""
     B, H, T, Dh = x.shape
-    if transpose:
-        return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
-    return x.reshape(B, T, H * Dh)
+    return (x.transpose(0, 2, 1, 3) if transpose else x).reshape(B, T, H * Dh)
 
 
 def linear(x, params, name):
@@ -155,11 +151,8 @@ def gated_feed_forward(params, x, activation="silu", on_up=False):
 def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
     """The sinusoid table with every frequency 1 (`2 * i // d_model` is 0 for every i < d_model / 2, so
     10000 ** 0 = 1): PE[pos, 2i] = sin(pos), PE[pos, 2i+1] = cos(pos)."""
-    pos = np.arange(max_len, dtype=np.float64)[:, None]
-    table = np.empty((max_len, d_model))
-    table[:, 0::2] = np.sin(pos)
-    table[:, 1::2] = np.cos(pos)[:, : d_model // 2]
-    return table
+    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
+    return np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))  # (max_len, d_model)
 
 
 def sinusoid_tables(max_len: int, d_model: int) -> dict:
