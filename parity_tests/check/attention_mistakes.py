@@ -49,8 +49,12 @@ def _masks_swapped(site: Site) -> list:
     return [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": site.swap})]
 
 
-def _padded_keys(site: Site) -> bool:
-    return site.keep is not None and np.ndim(site.keep) == 4 and site.keep.shape[2] == 1
+def _padding_on_queries(site: Site) -> list:
+    """A self-attention's padding of its keys (B, 1, 1, T) put on its queries' rows instead (B, 1, T, 1)."""
+    keep = site.keep
+    if site.causal or not site.self_attention or keep is None or np.ndim(keep) != 4 or keep.shape[2] != 1:
+        return []
+    return [("padding masks the queries' rows instead of the keys' columns", {"keep": keep.transpose(0, 1, 3, 2)})]
 
 
 ATTENTION_MISTAKES = (
@@ -176,13 +180,9 @@ ATTENTION_MISTAKES = (
     Mistake(
         "attention.padding_on_queries",
         "padding masks query rows instead of key columns",
-        ATTENTION,  # (B, 1, T, 1): rows of padded queries masked instead
-        lambda s: (
-            [("padding masks the queries' rows instead of the keys' columns", {"keep": s.keep.transpose(0, 1, 3, 2)})]
-            if not s.causal and s.self_attention and _padded_keys(s)
-            else []
-        ),
-    ),  # fmt: skip
+        ATTENTION,
+        _padding_on_queries,
+    ),
     Mistake(
         "attention.q_k_swapped",
         "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",

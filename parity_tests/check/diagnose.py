@@ -1,11 +1,7 @@
-"""Naming the mistake: probes a plain comparison cannot see, the first divergent submodule, and the variants.
-
-- Dropout in evaluation mode: two calls on the same input differ.
-- No max subtraction: queries and keys scaled up until the scores reach ~1e3; the reference's softmax stays finite,
-  exp(scores) overflows.
-- For a layer or a model: the first divergent submodule, and the variants there (divergence.py).
-- For a component: each catalogue variant (matchers.py) run on the component's own probe; one that reproduces the
-  user's output to float64 precision (judge.MATCH) is a diagnosis.
+"""Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
+subtraction), then for a layer or a model the first divergent submodule and the variants there (divergence.py),
+for a component each catalogue variant (matchers.py) run on its own probe; one that reproduces the user's output
+to float64 precision (judge.MATCH) is a diagnosis.
 """
 
 from __future__ import annotations
@@ -134,53 +130,31 @@ def component_variants(session, caller, cfg, result) -> None:
     session.use(chosen)
 
 
-def _heads_variants(session, p, user, cfg) -> list:
-    f = p.floats
-    keep = LV.keep_mask(p, "src")
-    return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
-
-
-def _attention_variants(session, p, user, cfg) -> list:
-    q = p.floats["query"]
-    kv = q if p.self_attention else (p.floats["key"], p.floats["value"])
-    context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
-    keep = LV.keep_mask(p, "self" if p.causal else "src")
-    knobs = VR.rope_knobs(cfg)
-    return match_attention(user, session.params, q, kv, cfg.n_heads, keep, "", p.valid, **knobs, **context)
-
-
-def _unit_variants(session, p, user, cfg) -> list:
-    """A norm's, a gated feed-forward's or a fixed position table's variants (a layer norm's eps its module's)."""
-    unit = session.entry.unit
-    if unit == "positions" and cfg.positional == "learned":
-        return []
-    own = next(iter(session.norm_eps.values()), None) if unit == "layer_norm" else None
-    return match_unit(unit, user, p.floats["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
-
-
-def _embedding_variants(session, p, user, cfg) -> list:
-    table = session.params["token_embedding.weight"]
-    return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
-
-
-# a component's catalogue variants, by its unit (level_table.Level.unit): (session, probe, user output, cfg) -> list
-COMPONENT_VARIANTS = {
-    "heads": _heads_variants,
-    "attention": _attention_variants,
-    "layer_norm": _unit_variants,
-    "rms_norm": _unit_variants,
-    "gated_feed_forward": _unit_variants,
-    "embedding": _embedding_variants,
-    "positions": _unit_variants,
-}
+# the units of the components that have catalogue variants (level_table.Level.unit)
+VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions")
 
 
 def _component_variants(session, caller, cfg) -> list:
-    match = COMPONENT_VARIANTS.get(session.entry.unit)
-    if match is None:
+    """A component's catalogue variants on its probe, by its unit: an attention's (its heads already split or not),
+    an embedding's, a norm's (a layer norm's eps its module's), a gated feed-forward's or a fixed position table's."""
+    unit, p = session.entry.unit, session.probe(caller)
+    if unit not in VARIANT_UNITS or (unit == "positions" and cfg.positional == "learned"):
         return []
-    user, _ = session.run_user(caller, np.float64)
-    return match(session, session.probe(caller), _np(user), cfg)
+    user, f = _np(session.run_user(caller, np.float64)[0]), p.floats
+    if unit == "heads":
+        keep = LV.keep_mask(p, "src")
+        return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
+    if unit == "attention":
+        kv = f["query"] if p.self_attention else (f["key"], f["value"])
+        context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
+        keep = LV.keep_mask(p, "self" if p.causal else "src")
+        knobs = VR.rope_knobs(cfg) | context
+        return match_attention(user, session.params, f["query"], kv, cfg.n_heads, keep, "", p.valid, **knobs)
+    if unit == "embedding":
+        table = session.params["token_embedding.weight"]
+        return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
+    own = next(iter(session.norm_eps.values()), None) if unit == "layer_norm" else None
+    return match_unit(unit, user, f["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
 
 
 def diagnose(session, caller, cfg, kind, result) -> None:

@@ -64,29 +64,21 @@ def _modules(session) -> dict:
 
 
 def hook_targets(session) -> dict:
-    """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
-    holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
-    the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
-    out."""
+    """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
+    have one: the deepest module holding all its parameters and none of another unit's, and one that runs (a
+    ModuleList or ModuleDict, such as the Annotated Transformer's `linears`, is never called: its owner is taken)."""
     links, modules = session.links, _modules(session)
     paths: dict = {}
     for link in links:
         for ref, _ in link.parts:
-            unit, _ = unit_of(ref)
-            paths.setdefault(unit, set()).add(_module_path(link.user))
-            parts = unit.split(".")
-            for i in range(len(parts)):
-                if parts[i] == "layers" and i + 1 < len(parts):
-                    paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
+            parts = unit_of(ref)[0].split(".")
+            layers = [".".join(parts[: i + 2]) for i, part in enumerate(parts[:-1]) if part == "layers"]
+            for unit in [".".join(parts), *layers]:  # the unit, and the layers holding it
+                paths.setdefault(unit, set()).add(_module_path(link.user))
     targets = {}
     for unit, own in paths.items():
         owner = _called(_lca(sorted(own)), modules)
-        others = [
-            p
-            for u, ps in paths.items()
-            if u != unit and not u.startswith(unit + ".") and not unit.startswith(u + ".")
-            for p in ps
-        ]
+        others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
     for unit, path in _out_projections(links).items():
@@ -97,12 +89,8 @@ def hook_targets(session) -> dict:
 
 def _out_projections(links) -> dict:
     """attention unit -> the user's module path of its output projection."""
-    found = {}
-    for link in links:
-        for ref, _ in link.parts:
-            if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]:
-                found[unit_of(ref)[0]] = _module_path(link.user)
-    return found
+    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
+    return {unit_of(ref)[0]: _module_path(user) for ref, user in refs if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]}
 
 
 def attention_place(links, unit: str, target: str) -> str:
@@ -111,13 +99,9 @@ def attention_place(links, unit: str, target: str) -> str:
     dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
     if _out_projections(links).get(unit) != target:
         return target
-    inputs = {
-        _module_path(link.user)
-        for link in links
-        for ref, _ in link.parts
-        if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref
-    }
-    return _lca(sorted(inputs)) or target
+    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
+    qkv = [_module_path(user) for ref, user in refs if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref]
+    return _lca(qkv) or target
 
 
 def model_stages(session, cfg, caller):
@@ -125,22 +109,16 @@ def model_stages(session, cfg, caller):
     extra) with extra the masks the attention read."""
     entry, params = session.entry, session.params
     p = session.probe(caller)
-    stages = []
     if entry.group == "layer":
-        decoder = entry.causal  # a causal self-attention
-        x, memory = p.floats["x"], p.floats.get("memory")
-        self_keep = LV.keep_mask(p, "self") if decoder else LV.keep_mask(p, "src")
+        decoder, x, memory = entry.causal, p.floats["x"], p.floats.get("memory")  # decoder: a causal self-attention
+        self_keep = LV.keep_mask(p, "self" if decoder else "src")
         trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)
-        for unit, kind, inputs, out in trace:
-            stages.append((unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)))
-        return stages
+        return [(unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)) for unit, kind, inputs, out in trace]
     if entry.activations is not None:  # a stack composed from the reference's pairs
         acts = entry.activations(params, p, cfg)
     else:  # a whole model: its object's
         acts = LV.run_reference(entry.name, params, p, cfg, np.float64)[1].model.activations()
-    for stack in entry.stacks:
-        stages += _stack_stages(entry, stack, p, params, cfg, acts)
-    return stages
+    return [stage for stack in entry.stacks for stage in _stack_stages(entry, stack, p, params, cfg, acts)]
 
 
 def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
@@ -160,16 +138,13 @@ def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
         stages.append((f"{stack}.embedding", "embedding", (ids, stack), first, valid, None))
     decoder = stack == "decoder"
     memory = acts.get("encoder") if entry.cross and decoder else None
-    n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-    for i in range(n):
-        x = first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
-        layer = M.sub(params, f"{stack}.layers.{i}")
-        self_keep = np.tril(np.ones((x.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
-        trace = LV.layer_trace(layer, x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
+    self_keep = np.tril(np.ones((first.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
+    for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
+        name, x = f"{stack}.layers.{i}", first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
+        trace = LV.layer_trace(M.sub(params, name), x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
         for unit, kind, inputs, out in trace:
-            masks = _masks(unit, decoder, p)
-            stages.append((f"{stack}.layers.{i}.{unit}", kind, inputs, out, valid, masks))
-        stages.append((f"{stack}.layers.{i}", "layer", (x,), acts[f"{stack}.layers.{i}"], valid, None))
+            stages.append((f"{name}.{unit}", kind, inputs, out, valid, _masks(unit, decoder, p)))
+        stages.append((name, "layer", (x,), acts[name], valid, None))
     return stages
 
 
@@ -231,18 +206,13 @@ def scan(session, caller, cfg, captured) -> tuple:
     if key not in cache:
         cache[key] = model_stages(session, cfg, caller)
     for stage in cache[key]:
-        unit, kind, inputs, ref_out, valid, masks = stage
-        if kind == "embedding":
-            layer0 = unit.split(".")[0] + ".layers.0"
-            args = captured.get(layer0, ((),))[0]
-            if not args:
-                continue
-            user = batch_first(args[0])
-        elif unit in captured:
-            user = batch_first(captured[unit][1])
+        unit, kind, _, ref_out, valid, _ = stage
+        if kind == "embedding":  # the user's embeddings: its first layer's input
+            hooked = captured.get(unit.split(".")[0] + ".layers.0", ((),))[0][:1]
         else:
-            continue
-        if user.shape != ref_out.shape:
+            hooked = (captured[unit][1],) if unit in captured else ()
+        user = batch_first(hooked[0]) if hooked else None
+        if user is None or user.shape != ref_out.shape:
             continue
         with np.errstate(all="ignore"):
             error = _match(user, ref_out, valid, None)
@@ -258,17 +228,13 @@ def first_divergence(session, caller, cfg, result, captured=None) -> None:
     _, stage, user_out, error = scan(session, caller, cfg, captured)
     if stage is None:
         return
-    unit = stage[0]
-    if stage[1] == "embedding":
-        where, found = _at_embedding(session, cfg, stage, user_out)
-    else:
-        where, found = _at_unit(session, cfg, stage, user_out)
+    where, found = (_at_embedding if stage[1] == "embedding" else _at_unit)(session, cfg, stage, user_out)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
     if not found:
         result.unexplained = (
-            f"{where} (reference {unit or session.level}) diverges with relative error "
+            f"{where} (reference {stage[0] or session.level}) diverges with relative error "
             f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
         if error < 1e-5:  # float32's rounding, in a float64 run
@@ -319,31 +285,21 @@ def _encoder_unscaled(session, cfg, stage, user_out, table, positions) -> list:
 
 def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
-    variants of that unit run on the reference's inputs to it."""
+    variants of that unit run on the reference's inputs to it (an attention's with the masks it read: a decoder's
+    self-attention its causal and padding masks, maybe swapped with the cross-attention's; RoPE's where it rotates)."""
     unit, kind, inputs, _, valid, masks = stage
     where = hook_targets(session)[unit] or "(the module)"
+    params = M.sub(session.params, unit)
     if kind == "attention":
         where = attention_place(session.links, unit, where)
-        return where, _attention_there(session, cfg, stage, user_out, where)
+        query, kv, keep = inputs
+        knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn")) | masks
+        return where, match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **knobs)
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return where, []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
-    return where, match_unit(name, user_out, inputs[0], M.sub(session.params, unit), eps, cfg.activation, where, valid)
-
-
-def _attention_there(session, cfg, stage, user_out, where: str) -> list:
-    """An attention's variants on its inputs: a decoder's self-attention with its causal and padding masks (maybe
-    swapped with the cross-attention's), RoPE's where it rotates."""
-    unit, _, (query, kv, keep), _, valid, masks = stage
-    params = M.sub(session.params, unit) if unit else session.params
-    context = masks or {}
-    if context.get("causal"):
-        options = dict(causal=True, pad=context["pad"], swap=context["swap"])
-    else:
-        options = dict(self_attention=context.get("self_attention", True))
-    rope = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn"))
-    return match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **rope, **options)
+    return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
 
 
 def latest_divergence(session, runnable: list) -> tuple:

@@ -4,6 +4,7 @@ output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -46,7 +47,6 @@ def match_attention(
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
-    found: list = []
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1]
     site = MK.Site(D, D // H, keep, rope=theta is not None, gqa=n_kv is not None and n_kv != H, **context)
@@ -65,10 +65,10 @@ def match_attention(
             )
             empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
             error = _match(user_out, variant, valid, empty)
-        if error <= MATCH and vid not in {d.id for d in found}:
-            found.append(Diagnosis(vid, message, where, error))
+        if error <= MATCH and vid not in {d.id for tier in tiers for d in tier}:
             strict = _match(user_out, variant, None, None) <= MATCH
-            tiers[0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2].append(found[-1])
+            tier = 0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2
+            tiers[tier].append(Diagnosis(vid, message, where, error))
     return next((tier for tier in tiers if tier), [])
 
 
@@ -77,8 +77,7 @@ def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str
     own: weight and bias, or gate, linear1 and linear2) that reproduce `user_out` on its input `x`: each mistake
     alone, then those that combine (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
-    alone = [[variant] for variant in MK.variants(unit, site)]
-    for combination in alone + [MK.variants(unit, site, combining=True)]:
+    for combination in [[v] for v in MK.variants(unit, site)] + [MK.variants(unit, site, combining=True)]:
         knobs = {k: v for _, _, variant in combination for k, v in variant.items()}
         if not knobs:
             continue
@@ -107,13 +106,9 @@ def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_e
         options = VR.sinusoid_tables(len(positions), D)
         tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
     found = []
-    T = ids.shape[1]
-    for sid, scale_message, scale in scales:
-        for tid, table_message, pos in tables:
-            if not sid and not tid:
-                continue
-            error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[:T]), valid, None)
-            if error <= MATCH:
-                named = ((sid, scale_message), (tid, table_message))
-                found += [Diagnosis(vid, message, where, error) for vid, message in named if vid]
+    for (sid, scale_message, scale), (tid, table_message, pos) in itertools.product(scales, tables):
+        error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[: ids.shape[1]]), valid, None)
+        if (sid or tid) and error <= MATCH:
+            named = ((sid, scale_message), (tid, table_message))
+            found += [Diagnosis(vid, message, where, error) for vid, message in named if vid]
     return found

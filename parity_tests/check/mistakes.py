@@ -5,12 +5,9 @@ unit it is looked for at, and how it is found there:
 
 - a forward unit ("attention", whose entries are in attention_mistakes.py, "layer_norm", "rms_norm",
   "gated_feed_forward", "embedding", "positions"): its variants, given the unit's Site (diagnosis.py), a list of
-  (message template, knobs); the knobs are those of the unit's
-  function in variants.py (multi_head_attention and attention_heads, layer_norm, rms_norm, gated_feed_forward,
-  and for the embeddings the scale and the position table), the template is formatted with what the matcher
-  knows there (eps, the activation). A unit's entries are tried in the order they are listed here; the levels
-  a mistake applies to are every level whose unit it is, and the layers and models that hold that unit
-  (`levels_of`);
+  (message template, knobs), the knobs those of the unit's function in variants.py (for the embeddings the scale
+  and the position table), the template formatted with what the matcher knows there (eps, the activation). A
+  unit's entries are tried in registry order; `levels_of` says where each is looked for;
 - "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
   `pairs` the references it applies to (empty: every pair);
 - None: found by a probe (dropout, overflow, a float32 island).

@@ -2,8 +2,7 @@
 
 A diagnosis is a variant that reproduces the user's output to float64 precision. Each function below is the
 reference's math (docs/explanation/derivations.md) with one knob that a catalogue mistake turns; at its default
-every knob gives the
-reference itself, which the tests check against the reference pairs.
+every knob gives the reference itself, which the tests check against the reference pairs.
 
 Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H.
 """
@@ -30,11 +29,10 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 
 def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
-    keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference.
-
-    mask_mode: "before" (the reference: masked scores excluded from the softmax), "fill" (masked scores set to
-    -1e9, as masked_fill does, then a softmax over `axis`), "after" (probabilities
-    zeroed after it), "after_renorm" (zeroed, then each row divided by its new sum), "ignored" (no mask).
+    keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
+    (the reference: masked scores excluded from the softmax), "fill" (masked scores set to -1e9, as masked_fill
+    does, then a softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each
+    row divided by its new sum), "ignored" (no mask).
     axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk: scores K Q^T (self-attention: the
     score matrix transposed)."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
@@ -177,11 +175,7 @@ def scale_divisors(d_model: int, d_head: int) -> dict:
     ]
     out: dict = {}
     for value, origin in candidates:
-        if math.isclose(value, math.sqrt(d_head)):
-            continue
-        same = next((v for v in out if math.isclose(value, v)), None)
-        if same is None:
-            out[value] = origin
-        else:
-            out[same] += f"; or {origin}"
+        same = next((v for v in out if math.isclose(value, v)), value)  # the first value listed that is this one
+        if not math.isclose(value, math.sqrt(d_head)):
+            out[same] = f"{out[same]}; or {origin}" if same in out else origin
     return out
