@@ -1,7 +1,5 @@
-"""The attention mistakes of the registry (mistakes.py), in the order they are tried: each entry's variants, given
-the attention's Site, a list of (message, knobs), the knobs those of variants.multi_head_attention and
-variants.attention_heads. A new attention id is one entry here.
-"""
+"""The attention mistakes of the registry (mistakes.py), in the order they are tried; their knobs are those of
+variants.multi_head_attention and variants.attention_heads. A new attention id is one entry here."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
 subtraction), then for a layer or a model the first divergent submodule and the variants there (divergence.py),
 for a component each catalogue variant (matchers.py) run on its own probe; one that reproduces the user's output
-to float64 precision (judge.MATCH) is a diagnosis.
-"""
+to float64 precision (judge.MATCH) is a diagnosis."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import torch
 from . import calling as C
 from . import levels as LV
 from . import variants as VR
-from .divergence import first_divergence, hook_targets, run_hooked, unit_of
+from .divergence import capture, first_divergence, hook_targets, run_hooked, unit_of
 from .judge import _error
 from .matchers import _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis
@@ -25,10 +24,9 @@ BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's
 def dropout_probe(session, caller, result) -> bool:
     """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the user's submodule
     whose inputs agree between the two calls and whose output does not (the one that draws the randomness)."""
-    module = session.copy(np.float64)
     records, handles = [], []
     if session.is_module:
-        for name, mod in module.named_modules():
+        for name, mod in session.copy(np.float64).named_modules():
             handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, a, o))))
     try:
         with torch.random.fork_rng():  # the caller's random state is left as it was
@@ -49,11 +47,9 @@ def dropout_probe(session, caller, result) -> bool:
 
     if same(first, second):
         return False
-    where = "(the module)" if session.is_module else ""
-    for (name, a1, o1), (_, a2, o2) in zip(records[:n], records[n:], strict=False):
-        if (not a1 or same(a1, a2)) and not same(o1, o2):
-            where = name or where
-            break
+    pairs = zip(records[:n], records[n:], strict=False)
+    drawn = (name for (name, a1, o1), (_, a2, o2) in pairs if (not a1 or same(a1, a2)) and not same(o1, o2))
+    where = next(drawn, "") or ("(the module)" if session.is_module else "")
     error = _error(_np(first), _np(second))
     message = f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)"
     result.diagnoses.append(Diagnosis("dropout.active_in_eval", message, where, error))
@@ -166,7 +162,7 @@ def diagnose(session, caller, cfg, kind, result) -> None:
     if not failing:
         return
     if session.entry.hooked and session.is_module:
-        first_divergence(session, caller, cfg, result)
+        first_divergence(session, caller, cfg, result, capture(session, caller))
     else:
         component_variants(session, caller, cfg, result)
         if not result.diagnoses:

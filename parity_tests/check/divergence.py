@@ -3,8 +3,7 @@
 Forward hooks on the user's submodules, each matched (through the weight map) to a unit of the reference (an
 attention, a norm, a feed-forward block, the embeddings); the reference's activations are computed unit by unit
 from the same inputs (its stages); the first unit whose output leaves the bar is the first divergence, and each
-catalogue variant (matchers.py) is run on the reference's inputs to that unit there.
-"""
+catalogue variant (matchers.py) is run on the reference's inputs to that unit there."""
 
 from __future__ import annotations
 
@@ -25,8 +24,6 @@ from .judge import MATCH
 from .matchers import _match, _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis, Result
 
-# -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
-
 
 def unit_of(ref: str) -> tuple[str, str]:
     """(unit prefix, kind) of a reference tensor name: attention, ffn, norm or table."""
@@ -34,9 +31,7 @@ def unit_of(ref: str) -> tuple[str, str]:
     last = base.rsplit(".", 1)[-1]
     if last in ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate"):
         return _module_path(base), "ffn" if last in ("linear1", "linear2", "gate") else "attention"
-    if last.endswith("embedding"):
-        return base, "table"
-    return base, "norm"
+    return base, "table" if last.endswith("embedding") else "norm"
 
 
 def _lca(paths: list) -> str:
@@ -105,8 +100,7 @@ def attention_place(links, unit: str, target: str) -> str:
 
 
 def model_stages(session, cfg, caller):
-    """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
-    extra) with extra the masks the attention read."""
+    """The reference's stages in forward order for a layer or a model: (unit, kind, inputs, output, valid, masks)."""
     entry, params = session.entry, session.params
     p = session.probe(caller)
     if entry.group == "layer":
@@ -130,9 +124,8 @@ def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
     if entry.group == "model":
         ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
         if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
-            own = M.sub(params, stack)
-            if "token_embedding.weight" not in own:  # the encoder reads the decoder's table (share_embeddings)
-                own["token_embedding.weight"] = params["decoder.token_embedding.weight"]
+            # an encoder without its own table reads the decoder's (share_embeddings)
+            own = {"token_embedding.weight": params.get("decoder.token_embedding.weight")} | M.sub(params, stack)
             summed = R.summed_embeddings(own, ids, cfg)
             stages.append((f"{stack}.embedding_norm", "norm", (summed,), first, valid, None))
         stages.append((f"{stack}.embedding", "embedding", (ids, stack), first, valid, None))
@@ -165,13 +158,11 @@ def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
     record(module, args, kwargs, output) at the module's first call."""
     modules = dict(session.copy(dtype).named_modules())
     captured: dict = {}
-    handles = [
-        modules[path].register_forward_hook(
-            lambda m, a, k, o, unit=unit: captured.setdefault(unit, record(m, a, k, o)) and None, with_kwargs=True
-        )
-        for unit, path in targets.items()
-        if path in modules
-    ]
+
+    def hook(unit):  # returns None: the module's output is left as it is
+        return lambda m, a, k, o: captured.setdefault(unit, record(m, a, k, o)) and None
+
+    handles = [modules[p].register_forward_hook(hook(u), with_kwargs=True) for u, p in targets.items() if p in modules]
     try:
         session.run_user(caller, dtype)
     finally:
@@ -184,12 +175,11 @@ def capture(session, caller) -> dict:
     """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
     copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
     output projection's result, is kept as the module returned it)."""
-    return run_hooked(session, caller, np.float64, hook_targets(session), lambda m, a, k, o: (_copied(a), _copied(o)))
 
+    def copied(module, args, kwargs, out) -> tuple:
+        return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, (args, out))
 
-def _copied(value):
-    """A hooked module's arguments or output with each tensor cloned."""
-    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
+    return run_hooked(session, caller, np.float64, hook_targets(session), copied)
 
 
 def scan(session, caller, cfg, captured) -> tuple:
@@ -222,9 +212,8 @@ def scan(session, caller, cfg, captured) -> tuple:
     return done, None, None, 0.0
 
 
-def first_divergence(session, caller, cfg, result, captured=None) -> None:
-    """The first reference stage whose user output leaves the bar (hooks), and the variants that explain it."""
-    captured = capture(session, caller) if captured is None else captured
+def first_divergence(session, caller, cfg, result, captured: dict) -> None:
+    """The first reference stage whose user output (`captured`) leaves the bar, and the variants that explain it."""
     _, stage, user_out, error = scan(session, caller, cfg, captured)
     if stage is None:
         return

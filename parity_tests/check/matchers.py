@@ -1,6 +1,5 @@
 """The catalogue's variants run on a unit's inputs: the mistakes (mistakes.py) whose variant reproduces a user's
-output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed-forward or the embeddings.
-"""
+output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed-forward or the embeddings."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
     if keep is None:
         return None
     B, T_q, T_k = shape
-    full = np.broadcast_to(keep, (np.broadcast_shapes(np.shape(keep), (B, 1, T_q, T_k))))
-    return ~full.any(-1).all(1)  # (B, T_q)
+    return ~(keep | np.zeros((B, 1, T_q, T_k), bool)).any(-1).all(1)  # keep broadcast to (B, ., T_q, T_k)
 
 
 def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:

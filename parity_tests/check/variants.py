@@ -4,8 +4,7 @@ A diagnosis is a variant that reproduces the user's output to float64 precision.
 reference's math (docs/explanation/derivations.md) with one knob that a catalogue mistake turns; at its default
 every knob gives the reference itself, which the tests check against the reference pairs.
 
-Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H.
-"""
+Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H."""
 
 from __future__ import annotations
 
@@ -64,9 +63,7 @@ def merge(x: np.ndarray, transpose: bool = True) -> np.ndarray:
 
 
 def linear(x, params, name):
-    out = x @ params[f"{name}.weight"].T
-    bias = params.get(f"{name}.bias")
-    return out if bias is None else out + bias
+    return x @ params[f"{name}.weight"].T + params.get(f"{name}.bias", 0.0)
 
 
 def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -> np.ndarray:
@@ -120,9 +117,8 @@ def multi_head_attention(
 
 
 def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False, axis=-1):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias; unbiased divides the variance by n - 1,
-    eps_outside computes (x - mean) / (sqrt(var) + eps), `axis` the axis (or axes) the mean and the variance run
-    over (the features, -1, in the reference)."""
+    """y = (x - mean) / sqrt(var + eps) * weight + bias; unbiased divides the variance by n - 1, eps_outside
+    computes (x - mean) / (sqrt(var) + eps), `axis` the axes of the statistics (the features, -1, in the reference)."""
     n = x.size // np.mean(x, axis=axis, keepdims=True).size  # the count of the entries each statistic reads
     centred = x - x.mean(axis=axis, keepdims=True)
     var = (centred**2).sum(axis=axis, keepdims=True) / (n - 1 if unbiased else n)
@@ -155,11 +151,8 @@ def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
 
 def sinusoid_tables(max_len: int, d_model: int) -> dict:
     """The fixed tables a user's module may hold: the reference's two layouts and the wrong-frequency one."""
-    return {
-        "interleaved": sinusoidal_table(max_len, d_model, np.float64, "interleaved"),
-        "split": sinusoidal_table(max_len, d_model, np.float64, "split"),
-        "wrong_frequencies": wrong_frequency_table(max_len, d_model),
-    }
+    tables = {layout: sinusoidal_table(max_len, d_model, np.float64, layout) for layout in ("interleaved", "split")}
+    return tables | {"wrong_frequencies": wrong_frequency_table(max_len, d_model)}
 
 
 def scale_divisors(d_model: int, d_head: int) -> dict:
