@@ -1,7 +1,5 @@
-"""The attention mistakes of the registry (mistakes.py), in the order they are tried: each entry's variants, given
-the attention's Site, a list of (message, knobs), the knobs those of variants.multi_head_attention and
-variants.attention_heads. A new attention id is one entry here.
-"""
+"""The attention mistakes of the registry (mistakes.py), in the order they are tried; their knobs are those of
+variants.multi_head_attention and variants.attention_heads. A new attention id is one entry here."""
 
 from __future__ import annotations
 
@@ -16,31 +14,26 @@ from .diagnosis import Mistake, Site
 ATTENTION = "attention"
 
 
-def _causal(site: Site, mask: Callable) -> list:
-    """Variants of a causal self-attention's mask: mask(T) (1, 1, T, T), with the keys' padding too when the user
-    may mask it (a causal attention's padding of the target)."""
-    if not site.causal:
-        return []
-    T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
-    return [mask(T) & pad for pad in [True] + ([] if site.pad is None else [site.pad])]
+def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
+    """A causal self-attention's variants: its mask tril(diagonal) (1, 1, T, T), or none (diagonal None), with the
+    keys' padding too where the user may mask it (a causal attention's padding of the target)."""
+
+    def variants(site: Site) -> list:
+        if not site.causal:
+            return []
+        pads = [] if site.pad is None else [site.pad]
+        if diagonal is None:
+            return [(message, {"keep": keep}) for keep in [None, *pads]]
+        T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
+        mask = np.tril(np.ones((T, T), bool), diagonal)[None, None]
+        return [(message, {"keep": mask & pad}) for pad in [True, *pads]]
+
+    return variants
 
 
-def _not_causal(site: Site) -> list:
-    if not site.causal:
-        return []
-    return [("no causal mask: every query sees the future", {"keep": keep})
-            for keep in [None] + ([] if site.pad is None else [site.pad])]  # fmt: skip
-
-
-def _rope_v(site: Site) -> list:
-    if not site.rope:
-        return []
-    return [
-        ("the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
-        # a model in Meta's pairing: its v rows are not read in that order
-        ("the values rotated too (in pairs 2i, 2i + 1); RoPE rotates queries and keys only", {"rope_v": "interleaved"}),
-        ("the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only", {"rope_v": "half"}),
-    ]
+def _only(holds: Callable[[Site], bool], *variants: tuple) -> Callable[[Site], list]:
+    """Variants that do not depend on the site, at a site where `holds` (none elsewhere)."""
+    return lambda s: [(message, dict(knobs)) for message, knobs in variants] if holds(s) else []
 
 
 # which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
@@ -54,12 +47,30 @@ def _masks_swapped(site: Site) -> list:
     return [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": site.swap})]
 
 
-def _padded_keys(site: Site) -> bool:
-    return site.keep is not None and np.ndim(site.keep) == 4 and site.keep.shape[2] == 1
+def _padding_on_queries(site: Site) -> list:
+    """A self-attention's padding of its keys (B, 1, 1, T) put on its queries' rows instead (B, 1, T, 1)."""
+    keep = site.keep
+    if site.causal or not site.self_attention or keep is None or np.ndim(keep) != 4 or keep.shape[2] != 1:
+        return []
+    return [("padding masks the queries' rows instead of the keys' columns", {"keep": keep.transpose(0, 1, 3, 2)})]
 
 
 ATTENTION_MISTAKES = (
-    Mistake("rope.applied_to_v", "the values rotated too: RoPE rotates queries and keys only", ATTENTION, _rope_v),
+    Mistake(
+        "rope.applied_to_v",
+        "the values rotated too: RoPE rotates queries and keys only",
+        ATTENTION,
+        _only(
+            lambda s: s.rope,
+            ("the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
+            # a model in Meta's pairing: its v rows are not read in that order
+            (
+                "the values rotated too (in pairs 2i, 2i + 1); RoPE rotates queries and keys only",
+                {"rope_v": "interleaved"},
+            ),
+            ("the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only", {"rope_v": "half"}),
+        ),
+    ),
     Mistake(
         "rope.mixed_pairing",
         "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
@@ -70,31 +81,24 @@ ATTENTION_MISTAKES = (
         "rope.position_offset",
         "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
         ATTENTION,
-        lambda s: (
-            [
-                ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
-                ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
-            ]
-            if s.rope
-            else []
+        _only(
+            lambda s: s.rope,
+            ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
+            ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
         ),
-    ),  # fmt: skip
+    ),
     Mistake(
         "attention.kv_heads_tiled",
         "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
         ATTENTION,
-        lambda s: (
-            [
-                (
-                    "K/V heads repeated by tiling (.repeat: query head h reads K/V head h % n_kv), "
-                    "not repeat_interleave",
-                    {"tile": True},
-                )
-            ]
-            if s.gqa
-            else []
+        _only(
+            lambda s: s.gqa,
+            (
+                "K/V heads repeated by tiling (.repeat: query head h reads K/V head h % n_kv), not repeat_interleave",
+                {"tile": True},
+            ),
         ),
-    ),  # fmt: skip
+    ),
     Mistake(
         "attention.wrong_scale",
         "scores = Q K^T / c with c != sqrt(d_head)",
@@ -124,25 +128,21 @@ ATTENTION_MISTAKES = (
         "attention.mask_after_softmax",
         "P = softmax(S) then P[masked] = 0, instead of S[masked] = -inf before softmax",
         ATTENTION,
-        lambda s: (
-            [
-                ("masked probabilities zeroed after the softmax (not renormalised)", {"mask_mode": "after"}),
-                ("masked probabilities zeroed after the softmax, then renormalised", {"mask_mode": "after_renorm"}),
-            ]
-            if s.keep is not None
-            else []
+        _only(
+            lambda s: s.keep is not None,
+            ("masked probabilities zeroed after the softmax (not renormalised)", {"mask_mode": "after"}),
+            ("masked probabilities zeroed after the softmax, then renormalised", {"mask_mode": "after_renorm"}),
         ),
-    ),  # fmt: skip
+    ),
     Mistake(
         "attention.mask_ignored",
         "the mask is passed in but never applied: P = softmax(S) over every key",
         ATTENTION,  # a causal attention that applies no mask is attention.not_causal
-        lambda s: (
-            [("the mask is passed in but never applied", {"mask_mode": "ignored"})]
-            if s.keep is not None and not s.causal
-            else []
+        _only(
+            lambda s: s.keep is not None and not s.causal,
+            ("the mask is passed in but never applied", {"mask_mode": "ignored"}),
         ),
-    ),  # fmt: skip
+    ),
     Mistake(
         "attention.mask_inverted",
         "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
@@ -152,26 +152,23 @@ ATTENTION_MISTAKES = (
         ),
     ),
     Mistake(
-        "attention.not_causal", "the decoder's self-attention sees the future: no causal mask", ATTENTION, _not_causal
+        "attention.not_causal",
+        "the decoder's self-attention sees the future: no causal mask",
+        ATTENTION,
+        _causal("no causal mask: every query sees the future", None),
     ),
     Mistake(
         "attention.causal_hides_diagonal",
         "causal mask j < i instead of j <= i: a query cannot see its own position",
         ATTENTION,
-        lambda s: [
-            ("causal mask j < i: a query cannot see itself", {"keep": keep})
-            for keep in _causal(s, lambda T: np.tril(np.ones((T, T), bool), -1)[None, None])
-        ],
-    ),  # fmt: skip
+        _causal("causal mask j < i: a query cannot see itself", -1),
+    ),
     Mistake(
         "attention.causal_shows_next",
         "causal mask j <= i + 1 instead of j <= i: a query sees one future position",
         ATTENTION,
-        lambda s: [
-            ("causal mask j <= i + 1: a query sees the next position", {"keep": keep})
-            for keep in _causal(s, lambda T: np.tril(np.ones((T, T), bool), 1)[None, None])
-        ],
-    ),  # fmt: skip
+        _causal("causal mask j <= i + 1: a query sees the next position", 1),
+    ),
     Mistake(
         "attention.masks_swapped",
         "the decoder's self-attention gets the source mask and cross-attention the target's",
@@ -181,21 +178,16 @@ ATTENTION_MISTAKES = (
     Mistake(
         "attention.padding_on_queries",
         "padding masks query rows instead of key columns",
-        ATTENTION,  # (B, 1, T, 1): rows of padded queries masked instead
-        lambda s: (
-            [("padding masks the queries' rows instead of the keys' columns", {"keep": s.keep.transpose(0, 1, 3, 2)})]
-            if not s.causal and s.self_attention and _padded_keys(s)
-            else []
-        ),
-    ),  # fmt: skip
+        ATTENTION,
+        _padding_on_queries,
+    ),
     Mistake(
         "attention.q_k_swapped",
         "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
         ATTENTION,
-        lambda s: (
-            [("scores computed as K Q^T: the query and key projections exchanged", {"swap_qk": True})]
-            if s.self_attention
-            else []
+        _only(
+            lambda s: s.self_attention,
+            ("scores computed as K Q^T: the query and key projections exchanged", {"swap_qk": True}),
         ),
-    ),  # fmt: skip
+    ),
 )

@@ -1,12 +1,7 @@
-"""Naming the mistake: probes a plain comparison cannot see, the first divergent submodule, and the variants.
-
-- Dropout in evaluation mode: two calls on the same input differ.
-- No max subtraction: queries and keys scaled up until the scores reach ~1e3; the reference's softmax stays finite,
-  exp(scores) overflows.
-- For a layer or a model: the first divergent submodule, and the variants there (divergence.py).
-- For a component: each catalogue variant (matchers.py) run on the component's own probe; one that reproduces the
-  user's output to float64 precision (judge.MATCH) is a diagnosis.
-"""
+"""Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
+subtraction), then for a layer or a model the first divergent submodule and the variants there (divergence.py),
+for a component each catalogue variant (matchers.py) run on its own probe; one that reproduces the user's output
+to float64 precision (judge.MATCH) is a diagnosis."""
 
 from __future__ import annotations
 
@@ -17,11 +12,10 @@ import torch
 
 from . import calling as C
 from . import levels as LV
-from . import mistakes as MK
 from . import variants as VR
-from .divergence import _modules, first_divergence, hook_targets, unit_of
-from .judge import MATCH, _error
-from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
+from .divergence import capture, first_divergence, hook_targets, run_hooked, unit_of
+from .judge import _error
+from .matchers import _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis
 
 BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
@@ -30,10 +24,9 @@ BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's
 def dropout_probe(session, caller, result) -> bool:
     """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the user's submodule
     whose inputs agree between the two calls and whose output does not (the one that draws the randomness)."""
-    module = session.copy(np.float64)
     records, handles = [], []
     if session.is_module:
-        for name, mod in module.named_modules():
+        for name, mod in session.copy(np.float64).named_modules():
             handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, a, o))))
     try:
         with torch.random.fork_rng():  # the caller's random state is left as it was
@@ -54,20 +47,12 @@ def dropout_probe(session, caller, result) -> bool:
 
     if same(first, second):
         return False
-    where = "(the module)" if session.is_module else ""
-    for (name, a1, o1), (_, a2, o2) in zip(records[:n], records[n:], strict=False):
-        if (not a1 or same(a1, a2)) and not same(o1, o2):
-            where = name or where
-            break
+    pairs = zip(records[:n], records[n:], strict=False)
+    drawn = (name for (name, a1, o1), (_, a2, o2) in pairs if (not a1 or same(a1, a2)) and not same(o1, o2))
+    where = next(drawn, "") or ("(the module)" if session.is_module else "")
     error = _error(_np(first), _np(second))
-    result.diagnoses.append(
-        Diagnosis(
-            "dropout.active_in_eval",
-            f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)",
-            where,
-            error,
-        )
-    )
+    message = f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)"
+    result.diagnoses.append(Diagnosis("dropout.active_in_eval", message, where, error))
     return True
 
 
@@ -85,39 +70,21 @@ def overflow_probe(session, caller, result) -> None:
     else:
         return
     for where, out, before in calls:
-        if (~torch.isfinite(out)).sum() > before:
-            result.diagnoses.append(
-                Diagnosis(
-                    "attention.no_max_subtraction",
-                    f"with scores of ~{BIG**2:.0e} the output holds {int((~torch.isfinite(out)).sum()) - before} more "
-                    "inf/NaN in float32; the reference's softmax (row maximum subtracted) stays finite",
-                    where,
-                    math.inf,
-                )
+        more = int((~torch.isfinite(out)).sum()) - before
+        if more > 0:
+            message = (
+                f"with scores of ~{BIG**2:.0e} the output holds {more} more inf/NaN in float32; the reference's "
+                "softmax (row maximum subtracted) stays finite"
             )
+            result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, where, math.inf))
             return
 
 
 def _attention_calls_scaled(session, caller) -> list:
     """(user module path, output) of each attention submodule called again with its float inputs scaled by BIG."""
-    targets = hook_targets(session.links, _modules(session))
-    targets = {u: p for u, p in targets.items() if unit_kind(session.links, u) == "attention"}
-    module = session.copy(np.float32)
-    modules = dict(module.named_modules())
-    captured: dict = {}
-    handles = []
-    for unit, path in targets.items():
-        if path in modules and path:
-            handles.append(
-                modules[path].register_forward_hook(
-                    lambda m, a, k, o, unit=unit: captured.setdefault(unit, (m, a, k)) and None, with_kwargs=True
-                )
-            )
-    try:
-        session.run_user(caller, np.float32)
-    finally:
-        for h in handles:
-            h.remove()
+    attention = {unit_of(ref)[0] for link in session.links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
+    targets = {u: path for u, path in hook_targets(session).items() if u in attention and path}
+    captured = run_hooked(session, caller, np.float32, targets, lambda m, a, k, o: (m, a, k))
     D = session.cfg.d_model
 
     def scaled(t):
@@ -135,14 +102,6 @@ def _attention_calls_scaled(session, caller) -> list:
                 continue
             out.append((targets[unit], C.first_tensor(y), before))
     return out
-
-
-def unit_kind(links, unit: str) -> str | None:
-    for link in links:
-        for ref, _ in link.parts:
-            if unit_of(ref)[0] == unit:
-                return unit_of(ref)[1]
-    return None
 
 
 def component_variants(session, caller, cfg, result) -> None:
@@ -167,69 +126,31 @@ def component_variants(session, caller, cfg, result) -> None:
     session.use(chosen)
 
 
-def _heads_variants(session, p, user, cfg) -> list:
-    f = p.floats
-    keep = LV.keep_mask(p, "src")
-    return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
-
-
-def _attention_variants(session, p, user, cfg) -> list:
-    q = p.floats["query"]
-    kv = q if p.self_attention else (p.floats["key"], p.floats["value"])
-    context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
-    keep = LV.keep_mask(p, "self" if p.causal else "src")
-    knobs = VR.rope_knobs(cfg)
-    return match_attention(user, session.params, q, kv, cfg.n_heads, keep, "", p.valid, **knobs, **context)
-
-
-def _layer_norm_variants(session, p, user, cfg) -> list:
-    eps = next(iter(session.norm_eps.values()), None) or cfg.layer_norm_eps
-    return match_norm(user, p.floats["x"], session.params["weight"], session.params["bias"], eps, "")
-
-
-def _rms_norm_variants(session, p, user, cfg) -> list:
-    return match_rms_norm(user, p.floats["x"], session.params["weight"], cfg.layer_norm_eps, "")
-
-
-def _gated_variants(session, p, user, cfg) -> list:
-    return match_gated(user, p.floats["x"], session.params, cfg.activation, "")
-
-
-def _embedding_variants(session, p, user, cfg) -> list:
-    table = session.params["token_embedding.weight"]
-    return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
-
-
-def _positions_variants(session, p, user, cfg) -> list:
-    if cfg.positional == "learned":
-        return []
-    x = p.floats["x"]
-    tables = VR.sinusoid_tables(cfg.max_len, cfg.d_model)
-    for vid, message, knobs in MK.variants("positions", MK.Site(cfg.d_model, cfg.d_head)):
-        error = _match(user, x + tables[knobs["table"]][: x.shape[1]], None, None)
-        if error <= MATCH:
-            return [Diagnosis(vid, message, "", error)]
-    return []
-
-
-# a component's catalogue variants, by its unit (level_table.Level.unit): (session, probe, user output, cfg) -> list
-COMPONENT_VARIANTS = {
-    "heads": _heads_variants,
-    "attention": _attention_variants,
-    "layer_norm": _layer_norm_variants,
-    "rms_norm": _rms_norm_variants,
-    "gated_feed_forward": _gated_variants,
-    "embedding": _embedding_variants,
-    "positions": _positions_variants,
-}
+# the units of the components that have catalogue variants (level_table.Level.unit)
+VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions")
 
 
 def _component_variants(session, caller, cfg) -> list:
-    match = COMPONENT_VARIANTS.get(session.entry.unit)
-    if match is None:
+    """A component's catalogue variants on its probe, by its unit: an attention's (its heads already split or not),
+    an embedding's, a norm's (a layer norm's eps its module's), a gated feed-forward's or a fixed position table's."""
+    unit, p = session.entry.unit, session.probe(caller)
+    if unit not in VARIANT_UNITS or (unit == "positions" and cfg.positional == "learned"):
         return []
-    user, _ = session.run_user(caller, np.float64)
-    return match(session, session.probe(caller), _np(user), cfg)
+    user, f = _np(session.run_user(caller, np.float64)[0]), p.floats
+    if unit == "heads":
+        keep = LV.keep_mask(p, "src")
+        return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
+    if unit == "attention":
+        kv = f["query"] if p.self_attention else (f["key"], f["value"])
+        context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
+        keep = LV.keep_mask(p, "self" if p.causal else "src")
+        knobs = VR.rope_knobs(cfg) | context
+        return match_attention(user, session.params, f["query"], kv, cfg.n_heads, keep, "", p.valid, **knobs)
+    if unit == "embedding":
+        table = session.params["token_embedding.weight"]
+        return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
+    own = next(iter(session.norm_eps.values()), None) if unit == "layer_norm" else None
+    return match_unit(unit, user, f["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
 
 
 def diagnose(session, caller, cfg, kind, result) -> None:
@@ -241,7 +162,7 @@ def diagnose(session, caller, cfg, kind, result) -> None:
     if not failing:
         return
     if session.entry.hooked and session.is_module:
-        first_divergence(session, caller, cfg, result)
+        first_divergence(session, caller, cfg, result, capture(session, caller))
     else:
         component_variants(session, caller, cfg, result)
         if not result.diagnoses:

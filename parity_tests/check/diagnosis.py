@@ -50,8 +50,7 @@ class Mistake:
     pairs: tuple = ()  # "backward": the check.pair references it applies to (empty: every one)
     combines: bool = False  # also tried together with its unit's other combining mistakes (x.std() + eps)
     tests: tuple = ()  # "backward": (stage, test) pairs, test(backward_mistakes.Gradient) -> Diagnosis(es) or None
-    plausible: Callable | None = None  # cfg -> whether the mistake is plausible for a model of that family: a pass
-    # under a convention that is also this mistake is caveated only where it is (None: everywhere)
+    plausible: Callable | None = None  # cfg -> whether it is plausible for a model of that family (None: always)
 
     def caveated(self, cfg) -> bool:
         """Whether a pass under the convention that is also this mistake is caveated, for a model read as `cfg`."""

@@ -3,12 +3,12 @@
 Forward hooks on the user's submodules, each matched (through the weight map) to a unit of the reference (an
 attention, a norm, a feed-forward block, the embeddings); the reference's activations are computed unit by unit
 from the same inputs (its stages); the first unit whose output leaves the bar is the first divergence, and each
-catalogue variant (matchers.py) is run on the reference's inputs to that unit there.
-"""
+catalogue variant (matchers.py) is run on the reference's inputs to that unit there."""
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -21,39 +21,28 @@ from . import levels as LV
 from . import reference as R
 from . import variants as VR
 from .judge import MATCH
-from .matchers import _match, _np, match_attention, match_embedding, match_gated, match_norm, match_rms_norm
+from .matchers import _match, _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis, Result
-
-# -- layers and models: hooks, the first divergence, and the variants there -------------------------------------
 
 
 def unit_of(ref: str) -> tuple[str, str]:
     """(unit prefix, kind) of a reference tensor name: attention, ffn, norm or table."""
     base = ref.rsplit(".", 1)[0]
     last = base.rsplit(".", 1)[-1]
-    if last in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        return base.rsplit(".", 1)[0] if "." in base else "", "attention"
-    if last in ("linear1", "linear2", "gate"):
-        return base.rsplit(".", 1)[0] if "." in base else "", "ffn"
-    if last.endswith("embedding"):
-        return base, "table"
-    return base, "norm"
+    if last in ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate"):
+        return _module_path(base), "ffn" if last in ("linear1", "linear2", "gate") else "attention"
+    return base, "table" if last.endswith("embedding") else "norm"
 
 
 def _lca(paths: list) -> str:
-    split = [p.split(".") if p else [] for p in paths]
-    common = []
-    for parts in zip(*split, strict=False):
-        if len(set(parts)) != 1:
-            break
-        common.append(parts[0])
-    return ".".join(common)
+    """The deepest module path holding all of `paths` (commonprefix compares the lists of names item by item)."""
+    return ".".join(os.path.commonprefix([p.split(".") if p else [] for p in paths]))
 
 
 def _called(owner: str, modules: dict) -> str:
     """`owner`, or the nearest module above it that runs (a ModuleList or ModuleDict is never called)."""
     while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict)):
-        owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+        owner = _module_path(owner)
     return owner
 
 
@@ -69,45 +58,34 @@ def _modules(session) -> dict:
     return dict(session.user.named_modules()) if session.is_module else {}
 
 
-def hook_targets(links, modules: dict | None = None) -> dict:
-    """reference unit (or layer) prefix -> the user's module path that computes exactly it (the deepest module
-    holding all its parameters and none of another unit's, and one that runs: a ModuleList or ModuleDict, such as
-    the Annotated Transformer's `linears`, is never called, so its owner is taken); units without one are left
-    out. `modules`: the user's named modules, to tell containers."""
+def hook_targets(session) -> dict:
+    """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
+    have one: the deepest module holding all its parameters and none of another unit's, and one that runs (a
+    ModuleList or ModuleDict, such as the Annotated Transformer's `linears`, is never called: its owner is taken)."""
+    links, modules = session.links, _modules(session)
     paths: dict = {}
     for link in links:
         for ref, _ in link.parts:
-            unit, _ = unit_of(ref)
-            paths.setdefault(unit, set()).add(_module_path(link.user))
-            parts = unit.split(".")
-            for i in range(len(parts)):
-                if parts[i] == "layers" and i + 1 < len(parts):
-                    paths.setdefault(".".join(parts[: i + 2]), set()).add(_module_path(link.user))
+            parts = unit_of(ref)[0].split(".")
+            layers = [".".join(parts[: i + 2]) for i, part in enumerate(parts[:-1]) if part == "layers"]
+            for unit in [".".join(parts), *layers]:  # the unit, and the layers holding it
+                paths.setdefault(unit, set()).add(_module_path(link.user))
     targets = {}
     for unit, own in paths.items():
-        owner = _called(_lca(sorted(own)), modules or {})
-        others = [
-            p
-            for u, ps in paths.items()
-            if u != unit and not u.startswith(unit + ".") and not unit.startswith(u + ".")
-            for p in ps
-        ]
+        owner = _called(_lca(sorted(own)), modules)
+        others = [p for u, ps in paths.items() if not _inside(u, unit) and not _inside(unit, u) for p in ps]
         if not any(_inside(p, owner) for p in others):
             targets[unit] = owner
     for unit, path in _out_projections(links).items():
-        if unit not in targets and isinstance((modules or {}).get(path), nn.Linear):
+        if unit not in targets and isinstance(modules.get(path), nn.Linear):
             targets[unit] = path  # its output is the attention's (BERT's attention.output.dense beside the norm)
     return targets
 
 
 def _out_projections(links) -> dict:
     """attention unit -> the user's module path of its output projection."""
-    found = {}
-    for link in links:
-        for ref, _ in link.parts:
-            if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]:
-                found[unit_of(ref)[0]] = _module_path(link.user)
-    return found
+    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
+    return {unit_of(ref)[0]: _module_path(user) for ref, user in refs if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]}
 
 
 def attention_place(links, unit: str, target: str) -> str:
@@ -116,75 +94,50 @@ def attention_place(links, unit: str, target: str) -> str:
     dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
     if _out_projections(links).get(unit) != target:
         return target
-    inputs = {
-        _module_path(link.user)
-        for link in links
-        for ref, _ in link.parts
-        if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref
-    }
-    return _lca(sorted(inputs)) or target
+    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
+    qkv = [_module_path(user) for ref, user in refs if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref]
+    return _lca(qkv) or target
 
 
 def model_stages(session, cfg, caller):
-    """The reference's stages in forward order for a layer or a model: (unit prefix, kind, inputs, output, valid,
-    extra) with extra the masks the attention read."""
+    """The reference's stages in forward order for a layer or a model: (unit, kind, inputs, output, valid, masks)."""
     entry, params = session.entry, session.params
     p = session.probe(caller)
-    stages = []
     if entry.group == "layer":
-        decoder = entry.causal  # a causal self-attention
-        x, memory = p.floats["x"], p.floats.get("memory")
-        self_keep = LV.keep_mask(p, "self") if decoder else LV.keep_mask(p, "src")
+        decoder, x, memory = entry.causal, p.floats["x"], p.floats.get("memory")  # decoder: a causal self-attention
+        self_keep = LV.keep_mask(p, "self" if decoder else "src")
         trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)
-        for unit, kind, inputs, out in trace:
-            stages.append((unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)))
-        return stages
+        return [(unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)) for unit, kind, inputs, out in trace]
     if entry.activations is not None:  # a stack composed from the reference's pairs
         acts = entry.activations(params, p, cfg)
     else:  # a whole model: its object's
         acts = LV.run_reference(entry.name, params, p, cfg, np.float64)[1].model.activations()
-    for stack in entry.stacks:
-        stages += _stack_stages(entry, stack, p, params, cfg, acts)
-    return stages
+    return [stage for stack in entry.stacks for stage in _stack_stages(entry, stack, p, params, cfg, acts)]
 
 
 def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
     """One stack's stages: its embeddings (a model's; BERT's embedding norm before them), then, layer by layer,
     the units inside the layer and the layer's output. A stack of layers on embeddings starts from its input."""
     stages: list = []
-    if entry.group == "model":
-        first = acts[f"{stack}.embedding"]
-        stages += _embedding_stages(stack, p, params, cfg, acts)
-    else:
-        first = p.floats[entry.inputs[0]]
     valid = p.src_keep if stack == "encoder" else p.tgt_keep
+    first = acts[f"{stack}.embedding"] if entry.group == "model" else p.floats[entry.inputs[0]]
+    if entry.group == "model":
+        ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+        if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
+            # an encoder without its own table reads the decoder's (share_embeddings)
+            own = {"token_embedding.weight": params.get("decoder.token_embedding.weight")} | M.sub(params, stack)
+            summed = R.summed_embeddings(own, ids, cfg)
+            stages.append((f"{stack}.embedding_norm", "norm", (summed,), first, valid, None))
+        stages.append((f"{stack}.embedding", "embedding", (ids, stack), first, valid, None))
     decoder = stack == "decoder"
     memory = acts.get("encoder") if entry.cross and decoder else None
-    n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-    for i in range(n):
-        x = first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
-        layer = M.sub(params, f"{stack}.layers.{i}")
-        self_keep = np.tril(np.ones((x.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
-        trace = LV.layer_trace(layer, x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
+    self_keep = np.tril(np.ones((first.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
+    for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
+        name, x = f"{stack}.layers.{i}", first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
+        trace = LV.layer_trace(M.sub(params, name), x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
         for unit, kind, inputs, out in trace:
-            masks = _masks(unit, decoder, p)
-            stages.append((f"{stack}.layers.{i}.{unit}", kind, inputs, out, valid, masks))
-        stages.append((f"{stack}.layers.{i}", "layer", (x,), acts[f"{stack}.layers.{i}"], valid, None))
-    return stages
-
-
-def _embedding_stages(stack: str, p, params: dict, cfg, acts: dict) -> list:
-    """A model stack's embedding stage, after BERT's embedding norm's."""
-    stages: list = []
-    valid = p.src_keep if stack == "encoder" else p.tgt_keep
-    ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
-    if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
-        own = M.sub(params, stack)
-        if "token_embedding.weight" not in own:  # the encoder reads the decoder's table (share_embeddings)
-            own["token_embedding.weight"] = params["decoder.token_embedding.weight"]
-        summed = R.summed_embeddings(own, ids, cfg)
-        stages.append((f"{stack}.embedding_norm", "norm", (summed,), acts[f"{stack}.embedding"], valid, None))
-    stages.append((f"{stack}.embedding", "embedding", (ids, stack), acts[f"{stack}.embedding"], valid, None))
+            stages.append((f"{name}.{unit}", kind, inputs, out, valid, _masks(unit, decoder, p)))
+        stages.append((name, "layer", (x,), acts[name], valid, None))
     return stages
 
 
@@ -200,33 +153,33 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
     return {"self_attention": unit.endswith("self_attn")}
 
 
-def capture(session, caller) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
-    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
-    output projection's result, is kept as the module returned it)."""
-    targets = hook_targets(session.links, _modules(session))
-    module = session.copy(np.float64)
-    modules = dict(module.named_modules())
+def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
+    """Run the user's copy in `dtype` once with a forward hook on each of `targets` (unit -> module path); unit ->
+    record(module, args, kwargs, output) at the module's first call."""
+    modules = dict(session.copy(dtype).named_modules())
     captured: dict = {}
-    handles = []
-    for unit, path in targets.items():
-        if path in modules:
-            handles.append(
-                modules[path].register_forward_hook(
-                    lambda m, a, o, unit=unit: captured.setdefault(unit, (_copied(a), _copied(o))) and None
-                )
-            )
+
+    def hook(unit):  # returns None: the module's output is left as it is
+        return lambda m, a, k, o: captured.setdefault(unit, record(m, a, k, o)) and None
+
+    handles = [modules[p].register_forward_hook(hook(u), with_kwargs=True) for u, p in targets.items() if p in modules]
     try:
-        session.run_user(caller, np.float64)
+        session.run_user(caller, dtype)
     finally:
         for h in handles:
             h.remove()
     return captured
 
 
-def _copied(value):
-    """A hooked module's arguments or output with each tensor cloned."""
-    return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, value)
+def capture(session, caller) -> dict:
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
+    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
+    output projection's result, is kept as the module returned it)."""
+
+    def copied(module, args, kwargs, out) -> tuple:
+        return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, (args, out))
+
+    return run_hooked(session, caller, np.float64, hook_targets(session), copied)
 
 
 def scan(session, caller, cfg, captured) -> tuple:
@@ -243,18 +196,13 @@ def scan(session, caller, cfg, captured) -> tuple:
     if key not in cache:
         cache[key] = model_stages(session, cfg, caller)
     for stage in cache[key]:
-        unit, kind, inputs, ref_out, valid, masks = stage
-        if kind == "embedding":
-            layer0 = unit.split(".")[0] + ".layers.0"
-            args = captured.get(layer0, ((),))[0]
-            if not args:
-                continue
-            user = batch_first(args[0])
-        elif unit in captured:
-            user = batch_first(captured[unit][1])
+        unit, kind, _, ref_out, valid, _ = stage
+        if kind == "embedding":  # the user's embeddings: its first layer's input
+            hooked = captured.get(unit.split(".")[0] + ".layers.0", ((),))[0][:1]
         else:
-            continue
-        if user.shape != ref_out.shape:
+            hooked = (captured[unit][1],) if unit in captured else ()
+        user = batch_first(hooked[0]) if hooked else None
+        if user is None or user.shape != ref_out.shape:
             continue
         with np.errstate(all="ignore"):
             error = _match(user, ref_out, valid, None)
@@ -264,24 +212,18 @@ def scan(session, caller, cfg, captured) -> tuple:
     return done, None, None, 0.0
 
 
-def first_divergence(session, caller, cfg, result, captured=None) -> None:
-    """The first reference stage whose user output leaves the bar (hooks), and the variants that explain it."""
-    captured = capture(session, caller) if captured is None else captured
+def first_divergence(session, caller, cfg, result, captured: dict) -> None:
+    """The first reference stage whose user output (`captured`) leaves the bar, and the variants that explain it."""
     _, stage, user_out, error = scan(session, caller, cfg, captured)
     if stage is None:
         return
-    unit = stage[0]
-    if stage[1] == "embedding":
-        where, found = _at_embedding(session, cfg, stage, user_out)
-    else:
-        where, found = _at_unit(session, cfg, stage, user_out)
-    result.first_divergence = where
-    for d in found:  # a mistake placed more precisely than its unit (the module that keeps or scales a table)
-        result.first_divergence = d.where
+    where, found = (_at_embedding if stage[1] == "embedding" else _at_unit)(session, cfg, stage, user_out)
+    # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
+    result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
     if not found:
         result.unexplained = (
-            f"{where} (reference {unit or session.level}) diverges with relative error "
+            f"{where} (reference {stage[0] or session.level}) diverges with relative error "
             f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
         if error < 1e-5:  # float32's rounding, in a float64 run
@@ -332,35 +274,21 @@ def _encoder_unscaled(session, cfg, stage, user_out, table, positions) -> list:
 
 def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
-    variants of that unit run on the reference's inputs to it."""
+    variants of that unit run on the reference's inputs to it (an attention's with the masks it read: a decoder's
+    self-attention its causal and padding masks, maybe swapped with the cross-attention's; RoPE's where it rotates)."""
     unit, kind, inputs, _, valid, masks = stage
-    where = hook_targets(session.links, _modules(session))[unit] or "(the module)"
+    where = hook_targets(session)[unit] or "(the module)"
+    params = M.sub(session.params, unit)
     if kind == "attention":
         where = attention_place(session.links, unit, where)
-        return where, _attention_there(session, cfg, stage, user_out, where)
+        query, kv, keep = inputs
+        knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn")) | masks
+        return where, match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **knobs)
+    if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
+        return where, []
+    name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
-    if kind == "norm" and cfg.norm == "rms":
-        return where, match_rms_norm(user_out, inputs[0], session.params[f"{unit}.weight"], eps, where, valid)
-    if kind == "norm":
-        weight, bias = session.params[f"{unit}.weight"], session.params.get(f"{unit}.bias", 0.0)
-        return where, match_norm(user_out, inputs[0], weight, bias, eps, where, valid)
-    if kind == "ffn" and cfg.gated_ffn:
-        return where, match_gated(user_out, inputs[0], M.sub(session.params, unit), cfg.activation, where, valid)
-    return where, []
-
-
-def _attention_there(session, cfg, stage, user_out, where: str) -> list:
-    """An attention's variants on its inputs: a decoder's self-attention with its causal and padding masks (maybe
-    swapped with the cross-attention's), RoPE's where it rotates."""
-    unit, _, (query, kv, keep), _, valid, masks = stage
-    params = M.sub(session.params, unit) if unit else session.params
-    context = masks or {}
-    if context.get("causal"):
-        options = dict(causal=True, pad=context["pad"], swap=context["swap"])
-    else:
-        options = dict(self_attention=context.get("self_attention", True))
-    rope = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn"))
-    return match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **rope, **options)
+    return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
 
 
 def latest_divergence(session, runnable: list) -> tuple:
@@ -390,7 +318,7 @@ def latest_divergence(session, runnable: list) -> tuple:
 def _scaling_module(session, path: str) -> str:
     """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
     table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
-    modules = dict(session.user.named_modules())
+    modules = _modules(session)
     if path not in modules:
         return path
 
@@ -407,7 +335,5 @@ def _scaling_module(session, path: str) -> str:
 
 
 def _table_module(session, ref_name: str) -> str | None:
-    for link in session.links:
-        if any(n == ref_name for n, _ in link.parts):
-            return _module_path(link.user) or link.user
-    return None
+    holding = (link.user for link in session.links if any(n == ref_name for n, _ in link.parts))
+    return next((_module_path(user) or user for user in holding), None)

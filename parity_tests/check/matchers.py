@@ -1,9 +1,9 @@
 """The catalogue's variants run on a unit's inputs: the mistakes (mistakes.py) whose variant reproduces a user's
-output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed-forward or the embeddings.
-"""
+output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed-forward or the embeddings."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -25,8 +25,7 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
     if keep is None:
         return None
     B, T_q, T_k = shape
-    full = np.broadcast_to(keep, (np.broadcast_shapes(np.shape(keep), (B, 1, T_q, T_k))))
-    return ~full.any(-1).all(1)  # (B, T_q)
+    return ~(keep | np.zeros((B, 1, T_q, T_k), bool)).any(-1).all(1)  # keep broadcast to (B, ., T_q, T_k)
 
 
 def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
@@ -39,16 +38,6 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
     return _error(user, variant)
 
 
-def attention_variants(
-    D: int, Dh: int, keep, causal=False, pad=None, swap=None, self_attention=True, rope=False, gqa=False
-) -> list:
-    """(id, message, knobs) for every registered attention mistake (mistakes.MISTAKES) given its reference mask
-    `keep`; for a causal self-attention `pad` is its keys' padding (B, 1, 1, T) or None, `swap` the
-    cross-attention's mask (masks_swapped). `rope`: rotary positions' mistakes too; `gqa`: grouped-query
-    attention's."""
-    return MK.attention_variants(MK.Site(D, Dh, keep, causal, pad, swap, self_attention, rope, gqa))
-
-
 def match_attention(
     user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, **context
 ) -> list:
@@ -56,20 +45,16 @@ def match_attention(
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
-    found: list = []
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1]
-    gqa = n_kv is not None and n_kv != H
-    for vid, message, knobs in attention_variants(D, D // H, keep, rope=theta is not None, gqa=gqa, **context):
+    site = MK.Site(D, D // H, keep, rope=theta is not None, gqa=n_kv is not None and n_kv != H, **context)
+    for vid, message, knobs in MK.variants(MK.ATTENTION, site):
         knobs = dict(knobs)
         k = knobs.pop("keep", keep)
         transpose = knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
-            shape = (query.shape[0], query.shape[2], kv[0].shape[2])
-            empty = _rows_without_keys(k, shape)
-            if empty is not None:
-                empty = np.broadcast_to(empty[:, None, :, None], variant.shape).any(-1)[:, 0]
+            empty = _rows_without_keys(k, (query.shape[0], query.shape[2], kv[0].shape[2]))
             error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         else:
             key, value = kv if isinstance(kv, tuple) else (kv, kv)
@@ -78,46 +63,33 @@ def match_attention(
             )
             empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
             error = _match(user_out, variant, valid, empty)
-        if error <= MATCH and vid not in {d.id for d in found}:
-            found.append(Diagnosis(vid, message, where, error))
+        if error <= MATCH and vid not in {d.id for tier in tiers for d in tier}:
             strict = _match(user_out, variant, None, None) <= MATCH
-            tiers[0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2].append(found[-1])
+            tier = 0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2
+            tiers[tier].append(Diagnosis(vid, message, where, error))
     return next((tier for tier in tiers if tier), [])
 
 
-def _formatted(found: list, **context) -> list:
-    return [(vid, message.format(**context), knobs) for vid, message, knobs in found]
-
-
-def match_norm(user_out, x, weight, bias, eps, where, valid=None) -> list:
-    """The layer-norm variants (mistakes.MISTAKES, unit "layer_norm") that reproduce `user_out`: each mistake
-    alone, then those that combine together (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
+def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str, where: str, valid=None) -> list:
+    """The variants of a norm, a gated feed-forward or a position table (`unit`, mistakes.MISTAKES; `params` its
+    own: weight and bias, or gate, linear1 and linear2) that reproduce `user_out` on its input `x`: each mistake
+    alone, then those that combine (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
-    alone = _formatted(MK.variants("layer_norm", site), eps=eps)
-    for combination in [[v] for v in alone] + [_formatted(MK.variants("layer_norm", site, combining=True), eps=eps)]:
+    for combination in [[v] for v in MK.variants(unit, site)] + [MK.variants(unit, site, combining=True)]:
         knobs = {k: v for _, _, variant in combination for k, v in variant.items()}
-        error = _match(user_out, VR.layer_norm(x, weight, bias, eps, **knobs), valid, None)
+        if not knobs:
+            continue
+        if unit == "layer_norm":
+            out = VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs)
+        elif unit == "rms_norm":
+            out = VR.rms_norm(x, params["weight"], eps, **knobs)
+        elif unit == "gated_feed_forward":
+            out = VR.gated_feed_forward(params, x, activation, **knobs)
+        else:  # positions: x + a sinusoid table (its rows do not depend on its length)
+            out = x + VR.sinusoid_tables(x.shape[1], x.shape[-1])[knobs["table"]]
+        error = _match(user_out, out, valid, None)
         if error <= MATCH:
-            return [Diagnosis(vid, message, where, error) for vid, message, _ in combination]
-    return []
-
-
-def match_rms_norm(user_out, x, weight, eps, where, valid=None) -> list:
-    """The RMSNorm variants (mistakes.MISTAKES, unit "rms_norm") that reproduce `user_out`."""
-    for vid, message, knobs in _formatted(MK.variants("rms_norm", MK.Site(x.shape[-1], x.shape[-1])), eps=eps):
-        error = _match(user_out, VR.rms_norm(x, weight, eps, **knobs), valid, None)
-        if error <= MATCH:
-            return [Diagnosis(vid, message, where, error)]
-    return []
-
-
-def match_gated(user_out, x, params, activation, where, valid=None) -> list:
-    """The gated feed-forward's variants (unit "gated_feed_forward"), e.g. the activation on the up projection."""
-    site = MK.Site(x.shape[-1], x.shape[-1])
-    for vid, message, knobs in _formatted(MK.variants("gated_feed_forward", site), activation=activation):
-        error = _match(user_out, VR.gated_feed_forward(params, x, activation, **knobs), valid, None)
-        if error <= MATCH:
-            return [Diagnosis(vid, message, where, error)]
+            return [Diagnosis(i, m.format(eps=eps, activation=activation), where, error) for i, m, _ in combination]
     return []
 
 
@@ -132,13 +104,9 @@ def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_e
         options = VR.sinusoid_tables(len(positions), D)
         tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
     found = []
-    T = ids.shape[1]
-    for sid, scale_message, scale in scales:
-        for tid, table_message, pos in tables:
-            if not sid and not tid:
-                continue
-            error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[:T]), valid, None)
-            if error <= MATCH:
-                named = ((sid, scale_message), (tid, table_message))
-                found += [Diagnosis(vid, message, where, error) for vid, message in named if vid]
+    for (sid, scale_message, scale), (tid, table_message, pos) in itertools.product(scales, tables):
+        error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[: ids.shape[1]]), valid, None)
+        if (sid or tid) and error <= MATCH:
+            named = ((sid, scale_message), (tid, table_message))
+            found += [Diagnosis(vid, message, where, error) for vid, message in named if vid]
     return found

@@ -5,16 +5,12 @@ unit it is looked for at, and how it is found there:
 
 - a forward unit ("attention", whose entries are in attention_mistakes.py, "layer_norm", "rms_norm",
   "gated_feed_forward", "embedding", "positions"): its variants, given the unit's Site (diagnosis.py), a list of
-  (message template, knobs); the knobs are those of the unit's
-  function in variants.py (multi_head_attention and attention_heads, layer_norm, rms_norm, gated_feed_forward,
-  and for the embeddings the scale and the position table), the template is formatted with what the matcher
-  knows there (eps, the activation). A unit's entries are tried in the order they are listed here; the levels
-  a mistake applies to are every level whose unit it is, and the layers and models that hold that unit
-  (`levels_of`);
+  (message template, knobs), the knobs those of the unit's function in variants.py (for the embeddings the scale
+  and the position table), the template formatted with what the matcher knows there (eps, the activation). A
+  unit's entries are tried in registry order; `levels_of` says where each is looked for;
 - "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
   `pairs` the references it applies to (empty: every pair);
-- None: found by a probe (dropout, overflow, a float32 island).
-"""
+- None: found by a probe (dropout, overflow, a float32 island)."""
 
 from __future__ import annotations
 
@@ -24,10 +20,17 @@ from . import backward_mistakes as BM
 from .attention_mistakes import ATTENTION, ATTENTION_MISTAKES
 from .diagnosis import Mistake, Site
 
-__all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "variants", "attention_variants"]
+__all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "variants"]
 
 
 BACKWARD = "backward"
+
+
+def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> Mistake:
+    """A hand-written backward's mistake: its tests of one gradient, (stage, test), and the pairs it applies to."""
+    return Mistake(mistake_id, line, BACKWARD, pairs=pairs, tests=tests)
+
+
 MISTAKES = ATTENTION_MISTAKES + (
     # -- norms: each alone, then a layer norm's together (the Annotated Transformer's x.std() + eps) -------------
     Mistake(
@@ -118,80 +121,71 @@ MISTAKES = ATTENTION_MISTAKES + (
         "dtype.float32_island", "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))"
     ),
     # -- a hand-written backward pass (check.pair): tests of one gradient (backward_mistakes.py), by stage ---------
-    Mistake(
+    _backward(
         "softmax.missing_row_term",
         "dx = p * dp instead of p * (dp - rowsum(dp * p)): rows of dx must sum to zero",
-        BACKWARD,
+        ("structure", BM.softmax_row_term),
         pairs=("softmax", "scaled_dot_product_attention", "multi_head_attention"),
-        tests=(("structure", BM.softmax_row_term),),
     ),
-    Mistake(
+    _backward(
         "layer_norm.missing_mean_term",
         "dx = r (g - x_hat mean(g x_hat)) without - mean(g): the path through the mean",
-        BACKWARD,
+        ("structure", BM.layer_norm_terms),  # one test tells the two terms apart
         pairs=("layer_norm",),
-        tests=(("structure", BM.layer_norm_terms),),  # one test tells the two terms apart
     ),
-    Mistake(
+    _backward(
         "layer_norm.missing_variance_term",
         "dx = r (g - mean(g)) without - x_hat mean(g x_hat): the path through the var",
-        BACKWARD,
+        ("structure", BM.layer_norm_terms),
         pairs=("layer_norm",),
-        tests=(("structure", BM.layer_norm_terms),),
     ),
-    Mistake(
+    _backward(
         "embedding.repeated_ids",
         "dweight[ids] += dout (a repeated id counted once) instead of np.add.at",
-        BACKWARD,
+        ("structure", BM.embedding_repeats),
         pairs=("embedding",),
-        tests=(("structure", BM.embedding_repeats),),
     ),
-    Mistake("backward.sign_flipped", "a gradient with the wrong sign", BACKWARD, tests=(("sign", BM.sign_flipped),)),
-    Mistake(
+    _backward("backward.sign_flipped", "a gradient with the wrong sign", ("sign", BM.sign_flipped)),
+    _backward(
         "linear.weight_grad_transposed",
         "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)",
-        BACKWARD,
-        tests=(("shape", BM.transposed_shape), ("transposed", BM.transposed_square)),
+        ("shape", BM.transposed_shape),
+        ("transposed", BM.transposed_square),
     ),
-    Mistake(
+    _backward(
         "linear.bias_not_summed",
         "dbias = dout (or summed over some leading axes, or averaged) instead of summed over all",
-        BACKWARD,
-        tests=(("shape", BM.bias_not_summed_shape), ("factor", BM.bias_averaged)),
+        ("shape", BM.bias_not_summed_shape),
+        ("factor", BM.bias_averaged),
     ),
-    Mistake(
+    _backward(
         "dropout.mask_not_reapplied",
         "dx = dout / (1 - p) without the forward's keep mask",
-        BACKWARD,
+        ("structure", BM.dropout_mask),
         pairs=("dropout",),
-        tests=(("structure", BM.dropout_mask),),
     ),
-    Mistake(
+    _backward(
         "dropout.not_rescaled",
         "dx = dout * mask without the 1 / (1 - p) the forward applied",
-        BACKWARD,
+        ("factor", BM.dropout_not_rescaled),
         pairs=("dropout",),
-        tests=(("factor", BM.dropout_not_rescaled),),
     ),
-    Mistake(
+    _backward(
         "attention.backward_missing_scale",
         "dq = dS K, dk = dS^T Q without the 1/sqrt(d_head) of S = Q K^T / sqrt(d_head)",
-        BACKWARD,
+        ("factor", BM.attention_scale),
         pairs=("scaled_dot_product_attention", "multi_head_attention"),
-        tests=(("factor", BM.attention_scale),),
     ),
-    Mistake(
+    _backward(
         "cross_entropy.wrong_denominator",
         "dlogits divided by the wrong count (all positions, the batch, or not at all)",
-        BACKWARD,
+        ("factor", BM.cross_entropy_denominator),
         pairs=("cross_entropy",),
-        tests=(("factor", BM.cross_entropy_denominator),),
     ),
-    Mistake(  # the last: a factor no entry above names
+    _backward(  # the last: a factor no entry above names
         "backward.scaled",
         "a gradient off by a constant factor (a scale missing, doubled or inverted; a mean for a sum)",
-        BACKWARD,
-        tests=(("factor", BM.scaled),),
+        ("factor", BM.scaled),
     ),
 )
 BY_ID = {m.id: m for m in MISTAKES}
@@ -204,11 +198,6 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
     registry order; `combining`: only those that are also tried together."""
     chosen = [m for m in MISTAKES if m.combines or not combining]
     return [(m.id, message, knobs) for m in chosen for message, knobs in m.applies(unit, site)]
-
-
-def attention_variants(site: Site) -> list:
-    """(id, message, knobs) for every registered attention mistake's variants at `site`, in registry order."""
-    return variants(ATTENTION, site)
 
 
 def backward_tests(reference: str, stage: str) -> list:

@@ -67,11 +67,10 @@ def _layer_norm_variants(args):
 
 
 def _attention_variants(args):
-    from .matchers import attention_variants
-
     q, k, v, keep = args["q"], args["k"], args["v"], args.get("mask")
     out = []
-    for vid, message, knobs in attention_variants(q.shape[-1] * H, q.shape[-1], keep, self_attention=False):
+    site = MK.Site(q.shape[-1] * H, q.shape[-1], keep, self_attention=False)
+    for vid, message, knobs in MK.variants(MK.ATTENTION, site):
         knobs = dict(knobs)
         if "transpose" in knobs:
             continue  # heads are already split in this pair
@@ -80,12 +79,11 @@ def _attention_variants(args):
 
 
 def _mha_variants(args):
-    from .matchers import attention_variants
-
     p, q, k, v, keep = args["params"], args["query"], args["key"], args["value"], args.get("attn_mask")
     H_ = args["n_heads"]
     out = []
-    for vid, message, knobs in attention_variants(q.shape[-1], q.shape[-1] // H_, keep, self_attention=False):
+    site = MK.Site(q.shape[-1], q.shape[-1] // H_, keep, self_attention=False)
+    for vid, message, knobs in MK.variants(MK.ATTENTION, site):
         knobs = dict(knobs)
         kk, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
         heads = [VR.split(VR.linear(x, p, f"{n}_proj"), H_, transpose) for x, n in ((q, "q"), (k, "k"), (v, "v"))]

@@ -2,11 +2,9 @@
 
 A diagnosis is a variant that reproduces the user's output to float64 precision. Each function below is the
 reference's math (docs/explanation/derivations.md) with one knob that a catalogue mistake turns; at its default
-every knob gives the
-reference itself, which the tests check against the reference pairs.
+every knob gives the reference itself, which the tests check against the reference pairs.
 
-Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H.
-"""
+Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H."""
 
 from __future__ import annotations
 
@@ -30,11 +28,10 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 
 def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
-    keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference.
-
-    mask_mode: "before" (the reference: masked scores excluded from the softmax), "fill" (masked scores set to
-    -1e9, as masked_fill does, then a softmax over `axis`), "after" (probabilities
-    zeroed after it), "after_renorm" (zeroed, then each row divided by its new sum), "ignored" (no mask).
+    keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
+    (the reference: masked scores excluded from the softmax), "fill" (masked scores set to -1e9, as masked_fill
+    does, then a softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each
+    row divided by its new sum), "ignored" (no mask).
     axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk: scores K Q^T (self-attention: the
     score matrix transposed)."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
@@ -56,23 +53,17 @@ def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, sw
 def split(x: np.ndarray, H: int, transpose: bool = True) -> np.ndarray:
     """(B, T, D) -> (B, H, T, Dh): the reference transposes; without it, a plain reshape mixes positions."""
     B, T, D = x.shape
-    if transpose:
-        return x.reshape(B, T, H, D // H).transpose(0, 2, 1, 3)
-    return x.reshape(B, H, T, D // H)
+    return x.reshape(B, T, H, D // H).transpose(0, 2, 1, 3) if transpose else x.reshape(B, H, T, D // H)
 
 
 def merge(x: np.ndarray, transpose: bool = True) -> np.ndarray:
     """(B, H, T, Dh) -> (B, T, D), the inverse of split with the same `transpose`."""
     B, H, T, Dh = x.shape
-    if transpose:
-        return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
-    return x.reshape(B, T, H * Dh)
+    return (x.transpose(0, 2, 1, 3) if transpose else x).reshape(B, T, H * Dh)
 
 
 def linear(x, params, name):
-    out = x @ params[f"{name}.weight"].T
-    bias = params.get(f"{name}.bias")
-    return out if bias is None else out + bias
+    return x @ params[f"{name}.weight"].T + params.get(f"{name}.bias", 0.0)
 
 
 def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -> np.ndarray:
@@ -126,9 +117,8 @@ def multi_head_attention(
 
 
 def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False, axis=-1):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias; unbiased divides the variance by n - 1,
-    eps_outside computes (x - mean) / (sqrt(var) + eps), `axis` the axis (or axes) the mean and the variance run
-    over (the features, -1, in the reference)."""
+    """y = (x - mean) / sqrt(var + eps) * weight + bias; unbiased divides the variance by n - 1, eps_outside
+    computes (x - mean) / (sqrt(var) + eps), `axis` the axes of the statistics (the features, -1, in the reference)."""
     n = x.size // np.mean(x, axis=axis, keepdims=True).size  # the count of the entries each statistic reads
     centred = x - x.mean(axis=axis, keepdims=True)
     var = (centred**2).sum(axis=axis, keepdims=True) / (n - 1 if unbiased else n)
@@ -155,20 +145,14 @@ def gated_feed_forward(params, x, activation="silu", on_up=False):
 def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
     """The sinusoid table with every frequency 1 (`2 * i // d_model` is 0 for every i < d_model / 2, so
     10000 ** 0 = 1): PE[pos, 2i] = sin(pos), PE[pos, 2i+1] = cos(pos)."""
-    pos = np.arange(max_len, dtype=np.float64)[:, None]
-    table = np.empty((max_len, d_model))
-    table[:, 0::2] = np.sin(pos)
-    table[:, 1::2] = np.cos(pos)[:, : d_model // 2]
-    return table
+    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
+    return np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))  # (max_len, d_model)
 
 
 def sinusoid_tables(max_len: int, d_model: int) -> dict:
     """The fixed tables a user's module may hold: the reference's two layouts and the wrong-frequency one."""
-    return {
-        "interleaved": sinusoidal_table(max_len, d_model, np.float64, "interleaved"),
-        "split": sinusoidal_table(max_len, d_model, np.float64, "split"),
-        "wrong_frequencies": wrong_frequency_table(max_len, d_model),
-    }
+    tables = {layout: sinusoidal_table(max_len, d_model, np.float64, layout) for layout in ("interleaved", "split")}
+    return tables | {"wrong_frequencies": wrong_frequency_table(max_len, d_model)}
 
 
 def scale_divisors(d_model: int, d_head: int) -> dict:
@@ -184,11 +168,7 @@ def scale_divisors(d_model: int, d_head: int) -> dict:
     ]
     out: dict = {}
     for value, origin in candidates:
-        if math.isclose(value, math.sqrt(d_head)):
-            continue
-        same = next((v for v in out if math.isclose(value, v)), None)
-        if same is None:
-            out[value] = origin
-        else:
-            out[same] += f"; or {origin}"
+        same = next((v for v in out if math.isclose(value, v)), value)  # the first value listed that is this one
+        if not math.isclose(value, math.sqrt(d_head)):
+            out[same] = f"{out[same]}; or {origin}" if same in out else origin
     return out
