@@ -132,14 +132,12 @@ class _Recorder(TorchFunctionMode):
 def record(run, module: nn.Module) -> list:
     """The Nodes of one call of `run()` (which calls `module`), in the order they ran."""
     names: dict = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), name)
-    for name, b in module.named_buffers(remove_duplicate=False):
-        names.setdefault(id(b), name)
+    for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        names.setdefault(id(t), name)
     rec = _Recorder(names)
     handles = []
 
-    def leave(mod, args, out) -> None:
+    def leave(mod, args, out) -> None:  # returns None: the module's output stays its own
         rec.path.pop()
 
     for path, mod in module.named_modules():
@@ -472,18 +470,21 @@ def _feed_forwards(flow: Flow) -> None:
                 flow.blocks.append([gated[0], up, w])
 
 
+def _activations(product: Node) -> list:
+    """The activations on the way back from `product`'s computed operands (not a parameter or a view of one)."""
+    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
+    return [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
+
+
 def _activation_between(product: Node, weight: str) -> bool:
     """An activation on the way back from `product`'s input to the projection of `weight`."""
-    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
-    activations = [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
-    return any(projection(n) == weight for n in _walk(activations, _behind))
+    return any(projection(n) == weight for n in _walk(_activations(product), _behind))
 
 
 def _gate_part(product: Node) -> int:
     """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
     or split on the way back from it (0, the gate first, where none says)."""
-    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
-    for act in (n for n in _walk(operands, _behind) if n.op in ACTIVATIONS):
+    for act in _activations(product):
         part = next((n.value for n in _walk([act], _behind) if n.op in SPLITS and isinstance(n.value, int)), None)
         if part is not None:
             return part
@@ -494,8 +495,7 @@ def _position_offset(values: np.ndarray) -> int | None:
     """c where the ids are c, c + 1, ..., c + T - 1 along the positions, batch-first or sequence-first (T > 2, c
     >= 0: 0 for most tables, 2 for BART's); None for any other ids."""
     v = values.reshape([s for s in values.shape if s > 1] or [1])
-    if v.shape[-1] > 2 and v.min() >= 0 and np.all(v == np.arange(v.shape[-1]) + v.flat[0]):
-        return int(v.flat[0])
-    if v.ndim == 2 and v.shape[0] > 2 and v.min() >= 0 and np.all(v == np.arange(v.shape[0])[:, None] + v.flat[0]):
-        return int(v.flat[0])
+    for w in (v, v.T) if v.ndim == 2 else (v,):  # positions along the last axis, or along the first
+        if w.shape[-1] > 2 and w.min() >= 0 and np.all(w == np.arange(w.shape[-1]) + w.flat[0]):
+            return int(w.flat[0])
     return None
