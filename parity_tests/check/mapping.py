@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -110,20 +110,14 @@ def _bias_partner(names: list, weight: str) -> str | None:
 
 def structure(module: nn.Module, flow=None) -> Structure:
     """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
-    class (BUILTIN_READERS), any other by its own parameters and buffers; then, where the forward was recorded
-    (`flow`, dataflow.Flow), everything is put in the order it is first used (norms in the order they are
-    applied), per-head q/k norms set apart."""
+    class (BUILTIN_READERS), any other by its own tensors (_read_own); then, where the forward was recorded (`flow`,
+    dataflow.Flow), everything is put in the order it is first used (norms in the order they are applied), per-head
+    q/k norms set apart."""
     found = Structure()
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
-        reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), None)
-        if reader is not None:
-            reader(mod, path, prefix, found)
-            continue
-        own = dict(mod.named_parameters(recurse=False))
-        used = _raw_matrices(own, prefix, found)
-        _raw_norms(mod, own, used, path, prefix, found)
-        _kept_tables(mod, prefix, found)
+        reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), _read_own)
+        reader(mod, path, prefix, found)
     _untied(module, found)
     if flow is not None:
         _apply_flow(found, flow)
@@ -213,9 +207,12 @@ BUILTIN_READERS: list[tuple[Any, Callable]] = [
 ]
 
 
-def _raw_matrices(own: dict, prefix: str, found: Structure) -> set:
-    """A module's own 2-D parameters: tables where named for positions or embeddings, else raw (in, out) linear
-    weights with the bias named after them. Returns the names used."""
+def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
+    """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
+    raw (in, out) linear weights with the bias named after them. 1-D parameters left: norms (a scale and a shift of
+    one width; a scale alone: RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float
+    buffers, and plain tensor attributes (d2l's `self.P`)."""
+    own = dict(mod.named_parameters(recurse=False))
     names, used = list(own), set()
     for name, p in own.items():
         if p.ndim != 2 or name in used:
@@ -228,12 +225,6 @@ def _raw_matrices(own: dict, prefix: str, found: Structure) -> set:
         bias = _bias_partner(names, name)
         used |= {name} | ({bias} if bias is not None else set())
         found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True))
-    return used
-
-
-def _raw_norms(mod: nn.Module, own: dict, used: set, path: str, prefix: str, found: Structure) -> None:
-    """A module's own 1-D parameters: norms (a scale and a shift of one width; a scale alone: RMSNorm), and the
-    shifts left over (an output bias) as orphans."""
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
     scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
     shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
@@ -246,10 +237,6 @@ def _raw_norms(mod: nn.Module, own: dict, used: set, path: str, prefix: str, fou
         kind = "layer" if b else "rms"  # a scale without a shift: RMSNorm (Llama's)
         found.norms.append(Norm(f"{prefix}{w}", b and f"{prefix}{b}", own[w].shape[0], eps, path, kind))
     found.orphans += [f"{prefix}{n}" for n in shifts]
-
-
-def _kept_tables(mod: nn.Module, prefix: str, found: Structure) -> None:
-    """Fixed tables: 2-D float buffers, and plain tensor attributes (d2l's `self.P`)."""
     kept = [(n, t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
     for name, buf in list(mod.named_buffers(recurse=False)) + kept:
         if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
@@ -284,13 +271,12 @@ def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0) -
 
 def interleave_rope(links: list, Dh: int) -> list:
     """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
-    out = []
-    for link in links:
-        if any(rope_paired(n, Dh) for n, _ in link.parts):
-            note = f"{link.note}, RoPE pairs interleaved (head size {Dh})"
-            link = Link(link.user, link.parts, link.transposed, note, Dh)
-        out.append(link)
-    return out
+    note = f", RoPE pairs interleaved (head size {Dh})"
+    paired = [any(rope_paired(n, Dh) for n, _ in link.parts) for link in links]
+    return [
+        replace(link, note=link.note + note, rope_pairs=Dh) if p else link
+        for link, p in zip(links, paired, strict=True)
+    ]
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:

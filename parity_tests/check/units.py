@@ -91,8 +91,7 @@ def _sized(level: str, found, given: dict, default: dict) -> tuple:
 
 def _sizes(entry, found, cfg, fields: dict) -> Units:
     """d_model, heads and d_ff: as given, else read from the shapes (d_model the most common input width, or a
-    norm's or a table's width; d_ff the input width of the first block's last projection), heads from the flow
-    (the query's head axis, else d_model over the head width)."""
+    norm's or a table's width; d_ff the input width of the first block's last projection), heads from the flow."""
     pieces, norms, tables, flow = found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     if D is None and pieces and not norms:
@@ -104,8 +103,7 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None)
     if H is None and flow is not None:
-        Dh = flow.head_dim
-        H = flow.heads or (D // Dh if D and Dh and D % Dh == 0 else None)
+        H = flow.heads(D)
     if H is None and entry.heads:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
@@ -121,9 +119,9 @@ def _tables(entry, found, units: Units) -> None:
     if entry.group == "model" and entry.encoder_only and found.flow is not None:
         # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
         types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
-        units.type_table = types[0] if len(types) == 1 and len(units.token_tables) > 1 else None
-    if units.type_table is not None:
-        units.token_tables.remove(units.type_table)
+        if len(types) == 1 and len(units.token_tables) > 1:
+            units.type_table = types[0]
+            units.token_tables.remove(types[0])
 
 
 def _units(entry, found, units: Units) -> None:
@@ -158,7 +156,13 @@ def _units(entry, found, units: Units) -> None:
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
-        _extra_norms(entry, flow, units)
+        # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
+        # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
+        # post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)
+        stacks = len(entry.stacks)
+        first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
+        units.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
+        units.layer_norms += stacks * units.embedding_norm
 
 
 def _from_flow(entry, found, units: Units) -> None:
@@ -202,16 +206,6 @@ def _pieces(by: dict, weights: list, where: str) -> list:
             "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping="
         )
     return [by[w] for w in weights]
-
-
-def _extra_norms(entry, flow, units: Units) -> None:
-    """Norms beyond the layers', read from the flow: norms of the embeddings (those that read only lookups, less
-    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final
-    norms, after pre- or post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)."""
-    stacks = len(entry.stacks)
-    first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
-    units.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
-    units.layer_norms += stacks * units.embedding_norm
 
 
 def _counted(entry, units: Units, links: list) -> None:
