@@ -62,8 +62,7 @@ class Node:
     ndim: int = 0
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count; a
-    # chunk's or split's part: its index
+    value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
     tid: int = 0  # the id of the tensor it made
 
@@ -220,8 +219,7 @@ class Attention:
     head_dim: int
     heads: int | None  # the query's head axis where it has one
     out_node: Node | None = None  # the output projection's op
-    columns: dict = field(default_factory=dict)  # a fused projection's weight -> {role: the output features it
-    # gives that role, in the role's (head, feature) order}
+    columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
 
 
 @dataclass
