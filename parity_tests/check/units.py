@@ -140,8 +140,7 @@ def _units(entry, found, units: Units) -> None:
     if units.attentions and units.D:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
-    used = {p.weight for a in units.attentions for r in ROLES for p in a[r]}
-    used |= {p.weight for b in units.blocks for p in b}
+    used = set(flow.roles) if flow is not None else set()  # the attentions' and blocks' weights
     if units.token_tables and entry.group == "model":
         V = units.token_tables[-1].rows
         heads = [p for p in found.pieces if p.weight not in used and (p.in_features, p.out_features) == (units.D, V)]
@@ -407,9 +406,8 @@ class Linker:
     def layer(self, prefix: str, decoder: bool, attentions, norms, blocks) -> None:
         """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the order
         the forward runs and applies them."""
-        self.attention(take(attentions, "attention", f"{prefix}self_attn"), f"{prefix}self_attn.")
-        if decoder:
-            self.attention(take(attentions, "attention", f"{prefix}cross_attn"), f"{prefix}cross_attn.")
+        for name in ["self_attn"] + ["cross_attn"] * decoder:
+            self.attention(take(attentions, "attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(take(blocks, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
             self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
