@@ -1,25 +1,22 @@
 """The user's forward run once under an op recorder: which parameter plays which role, read from the dataflow.
 
 `record(run, module)` runs `run()` (the user's model called once on small inputs) under a TorchFunctionMode that
-sees every torch call with its tensor arguments, and forward pre-hooks that say which submodule runs it. Every
-tensor made is a Node whose parents are the Nodes of its tensor arguments; a parameter is a leaf named by its
-(first registered) name, whatever view of it (.t(), .T, .to(), a reshape) an op reads. What `Flow` reads from it:
+sees every torch call, and forward hooks that say which submodule runs it. Every tensor made is a Node whose
+parents are the Nodes of its tensor arguments; a parameter is a leaf named by its (first registered) name, whatever
+view of it (.t(), .to(), a reshape) an op reads. What `Flow` reads from it:
 
 - a projection is a product (linear, matmul, einsum, conv1d, addmm, ...) that reads a parameter of 2 or more axes;
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
-  operands (the rows of the scores the query's), V the other operand of the product the probabilities feed
-  (scaled_dot_product_attention names the three), each traced back through reshapes, rotations and norms to the
-  projections that made it; the output projection is the first one the product's result reaches; a norm's
-  1-D parameter met between a projection and the scores is a per-head q/k norm;
-  attentions whose probabilities reach one output projection through one op are one attention's heads (a
-  module per head);
+  operands, V the other operand of the product the probabilities feed (scaled_dot_product_attention names the
+  three), each traced back through reshapes, rotations and norms to its projections (a norm's 1-D parameter met on
+  the way: a per-head q/k norm); the output projection is the first one the result reaches; attentions whose
+  probabilities reach one output projection through one op are one attention's heads (a module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
-  activation among them (not a projection on the residual stream, ALBERT's embedding mapping): one of them, a plain
-  block (in, out), or a gated one whose gate and up are one projection twice as wide, split (Phi-3's
-  gate_up_proj); two, a gated block, the gate the one an activation reads on the way;
-- order: the place of each parameter's first use (norms in the order they are applied, whatever their
-  definition order); positions: the tables looked up with 0, 1, ..., T - 1, or with those plus a constant
-  offset (BART's learned positions start at row 2); a scale first read as 1 + weight (Gemma's norms).
+  activation among them (not ALBERT's embedding mapping on the residual stream): from one, a plain block, or a
+  gated one whose gate and up are one projection split (Phi-3's gate_up_proj); from two, a gated block, the gate
+  the one an activation reads;
+- order: each parameter's first use (norms in the order they are applied); positions: the tables looked up with
+  c, c + 1, ..., c + T - 1 (c = 2: BART's learned positions); a scale first read as 1 + weight (Gemma's norms).
 
 Registration order decides nothing here; the names only label what the flow found.
 """
@@ -65,8 +62,7 @@ class Node:
     ndim: int = 0
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding lookup's ids (numpy); nn.MultiheadAttention's op: its head count; a
-    # chunk's or split's part: its index
+    value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
     tid: int = 0  # the id of the tensor it made
 
@@ -100,14 +96,12 @@ class _Recorder(TorchFunctionMode):
         name = getattr(func, "__name__", str(func))
         if name in VIEWS and all(any(o is a for a in flat) for o in outs):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
-        extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape), ndim=outs[0].ndim)
         parts = name in SPLITS and len(outs) > 1  # the parts of a chunk or split, each its own node
-        node.extra, node.tid = extra, id(out) if parts else id(outs[0])  # a split's: its tuple's (kept below)
-        if parts:
-            self.keep.append(out)
-        if name in VIEWS:
-            node.call = (func, args, kwargs)
+        node.tid = id(out) if parts else id(outs[0])  # a split's: its tuple's (kept alive below)
+        node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
+        node.call = (func, args, kwargs) if name in VIEWS else None
+        self.keep.append(out)
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
@@ -132,14 +126,12 @@ class _Recorder(TorchFunctionMode):
 def record(run, module: nn.Module) -> list:
     """The Nodes of one call of `run()` (which calls `module`), in the order they ran."""
     names: dict = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), name)
-    for name, b in module.named_buffers(remove_duplicate=False):
-        names.setdefault(id(b), name)
+    for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        names.setdefault(id(t), name)
     rec = _Recorder(names)
     handles = []
 
-    def leave(mod, args, out) -> None:
+    def leave(mod, args, out) -> None:  # returns None: the module's output stays its own
         rec.path.pop()
 
     for path, mod in module.named_modules():
@@ -169,9 +161,7 @@ def weight_of(node: Node) -> str | None:
 
 def projection(node: Node) -> str | None:
     """The weight a product reads (a projection), else None."""
-    if node.op not in PRODUCTS:
-        return None
-    return next((w for w in map(weight_of, node.parents) if w is not None), None)
+    return next((w for w in map(weight_of, node.parents) if w is not None), None) if node.op in PRODUCTS else None
 
 
 def _walk(starts: list, onward) -> Iterator[Node]:
@@ -183,10 +173,6 @@ def _walk(starts: list, onward) -> Iterator[Node]:
             seen.add(id(node))
             yield node
             todo.extend(onward(node))
-
-
-def _product(node: Node) -> bool:
-    return node.op in PRODUCTS or node.op == SDPA
 
 
 def _behind(node: Node) -> list:
@@ -205,13 +191,8 @@ def _back(start: Node) -> tuple[list, list]:
 
 def _forward(start: Node) -> list:
     """From `start` forward through element-wise ops and views to the nearest products (Nodes)."""
-    return [n for n in _walk(start.children, lambda n: [] if _product(n) else n.children) if _product(n)]
-
-
-def _back_to_product(start: Node) -> Node | None:
-    """The nearest product without parameters behind `start` (the scores behind a softmax)."""
-    node = next((n for n in _walk([start], _behind) if n.op in PRODUCTS), None)
-    return None if node is None or projection(node) else node
+    stops = PRODUCTS | {SDPA}
+    return [n for n in _walk(start.children, lambda n: [] if n.op in stops else n.children) if n.op in stops]
 
 
 def _query_first(product: Node) -> list:
@@ -238,8 +219,7 @@ class Attention:
     head_dim: int
     heads: int | None  # the query's head axis where it has one
     out_node: Node | None = None  # the output projection's op
-    columns: dict = field(default_factory=dict)  # a fused projection's weight -> {role: the output features it
-    # gives that role, in the role's (head, feature) order}
+    columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
 
 
 @dataclass
@@ -248,7 +228,7 @@ class Flow:
 
     nodes: list
     order: dict = field(default_factory=dict)  # parameter name -> the index of its first use
-    roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, qkv, gate, up, down, ffn_in, ffn_out
+    roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, gate, up, down, ffn_in, ffn_out
     attentions: list = field(default_factory=list)  # in the order they run
     blocks: list = field(default_factory=list)  # feed-forward blocks as they run: [in, out] or [gate, up, down]
     up_first: set = field(default_factory=set)  # fused gate-and-up projections whose first part is the up
@@ -257,14 +237,12 @@ class Flow:
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
 
-    @property
-    def heads(self) -> int | None:
-        """The head count the first attention's query shows (its head axis), or None."""
-        return next((a.heads for a in self.attentions if a.heads), None)
-
-    @property
-    def head_dim(self) -> int | None:
-        return next((a.head_dim for a in self.attentions), None)
+    def heads(self, D: int | None) -> int | None:
+        """The head count the first attention's query shows (its head axis), else d_model `D` over its head width;
+        None where neither is read."""
+        heads = next((a.heads for a in self.attentions if a.heads), None)
+        Dh = next((a.head_dim for a in self.attentions), None)
+        return heads or (D // Dh if D and Dh and D % Dh == 0 else None)
 
     @property
     def _first_out(self) -> Node | None:
@@ -315,10 +293,8 @@ def read(nodes: list) -> Flow:
     _uses(flow)
     flow.attentions = _heads_merged([a for a in map(_attention, nodes) if a is not None])
     for a in flow.attentions:
-        for role in ("q", "k", "v", "out"):
-            for w in getattr(a, role):
-                fused = sum(w in getattr(a, r) for r in "qkv") > 1
-                flow.roles.setdefault(w, "qkv" if fused else role)
+        for role in ("q", "k", "v", "out"):  # a fused projection: its first role
+            flow.roles |= {w: role for w in getattr(a, role) if w not in flow.roles}
         for scale, role in a.norms.items():
             flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
@@ -376,15 +352,17 @@ def _attention(node: Node) -> Attention | None:
         q, k, v = node.parents[:3]
         after = node
     elif node.op in SOFTMAX and node.parents:
-        scores = _back_to_product(node.parents[0])
-        if scores is None:
+        # the scores: the nearest product behind the softmax, one without parameters
+        scores = next((n for n in _walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
+        if scores is None or projection(scores):
             return None
         q, k = _query_first(scores)
         products = _forward(node)
         if q is None or k is None or not products:
             return None
         after = products[0]
-        v = next((p for p in after.parents if p.param is None and not _reaches(node, p)), None)
+        # v: the operand not computed from the probabilities (dropped out or masked) through element-wise ops
+        v = next((p for p in after.parents if p.param is None and node not in _walk([p], _behind)), None)
         if v is None:
             return None
     else:
@@ -441,11 +419,6 @@ def _replay(node: Node, replayed: dict, i: int):
     return func(*args, **kwargs)
 
 
-def _reaches(src: Node, dst: Node) -> bool:
-    """`dst` computed from `src` through element-wise ops (the probabilities, dropped out or masked)."""
-    return any(node is src for node in _walk([dst], _behind))
-
-
 def _feed_forwards(flow: Flow) -> None:
     """Every projection outside the attentions whose input comes from one or two other projections: a plain
     block (ffn_in, ffn_out) or a gated one (gate, up, down), the gate the one an activation reads."""
@@ -472,18 +445,21 @@ def _feed_forwards(flow: Flow) -> None:
                 flow.blocks.append([gated[0], up, w])
 
 
+def _activations(product: Node) -> list:
+    """The activations on the way back from `product`'s computed operands (not a parameter or a view of one)."""
+    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
+    return [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
+
+
 def _activation_between(product: Node, weight: str) -> bool:
     """An activation on the way back from `product`'s input to the projection of `weight`."""
-    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
-    activations = [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
-    return any(projection(n) == weight for n in _walk(activations, _behind))
+    return any(projection(n) == weight for n in _walk(_activations(product), _behind))
 
 
 def _gate_part(product: Node) -> int:
     """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
     or split on the way back from it (0, the gate first, where none says)."""
-    operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
-    for act in (n for n in _walk(operands, _behind) if n.op in ACTIVATIONS):
+    for act in _activations(product):
         part = next((n.value for n in _walk([act], _behind) if n.op in SPLITS and isinstance(n.value, int)), None)
         if part is not None:
             return part
@@ -494,8 +470,7 @@ def _position_offset(values: np.ndarray) -> int | None:
     """c where the ids are c, c + 1, ..., c + T - 1 along the positions, batch-first or sequence-first (T > 2, c
     >= 0: 0 for most tables, 2 for BART's); None for any other ids."""
     v = values.reshape([s for s in values.shape if s > 1] or [1])
-    if v.shape[-1] > 2 and v.min() >= 0 and np.all(v == np.arange(v.shape[-1]) + v.flat[0]):
-        return int(v.flat[0])
-    if v.ndim == 2 and v.shape[0] > 2 and v.min() >= 0 and np.all(v == np.arange(v.shape[0])[:, None] + v.flat[0]):
-        return int(v.flat[0])
+    for w in (v, v.T) if v.ndim == 2 else (v,):  # positions along the last axis, or along the first
+        if w.shape[-1] > 2 and w.min() >= 0 and np.all(w == np.arange(w.shape[-1]) + w.flat[0]):
+            return int(w.flat[0])
     return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,6 @@ class Piece:
     out_features: int
     in_features: int
     transposed: bool  # stored (in, out), applied as x @ W
-    module: str  # the path of the module that owns it
 
 
 @dataclass
@@ -53,9 +52,7 @@ class Table:
     rows: int
     width: int
     trainable: bool
-    position: bool  # its name says positions (pos, pe, wpe, position)
-    module: str
-    shape: tuple = ()
+    position: bool  # its name says positions (pos, pe, wpe, position), or the flow looked it up with positions
     offset: int = 0  # positions: the row position 0 reads (BART's 2; the rows before it never read)
     padding_idx: int | None = None  # nn.Embedding's padding_idx: the pad id the model says
 
@@ -113,35 +110,37 @@ def _bias_partner(names: list, weight: str) -> str | None:
 
 def structure(module: nn.Module, flow=None) -> Structure:
     """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
-    class (BUILTIN_READERS), any other by its own parameters and buffers; then, where the forward was recorded
-    (`flow`, dataflow.Flow), everything is put in the order it is first used (norms in the order they are
-    applied), per-head q/k norms set apart."""
-    found = _read(module)
-    _canonical(module, found)
+    class (BUILTIN_READERS), any other by its own tensors (_read_own); then, where the forward was recorded (`flow`,
+    dataflow.Flow), everything is put in the order it is first used (norms in the order they are applied), per-head
+    q/k norms set apart."""
+    found = Structure()
+    for path, mod in module.named_modules():
+        prefix = f"{path}." if path else ""
+        reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), _read_own)
+        reader(mod, path, prefix, found)
+    _untied(module, found)
     if flow is not None:
         _apply_flow(found, flow)
     return found
 
 
-def _canonical(module: nn.Module, found: Structure) -> None:
-    """Every name as named_parameters() gives it (a tied table read under each module that holds it is one table,
-    named where it was first registered)."""
+def _untied(module: nn.Module, found: Structure) -> None:
+    """Every name as named_parameters() gives it, a tied tensor under the name it was first registered: a table
+    held by several modules is one table, and a linear tied to a table (an output projection tied to the token
+    table: the table stands for both) or to a linear read before it is not read again."""
     first: dict = {}
-    alias = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        alias[name] = first.setdefault(id(p), name)
-    for piece in found.pieces:
-        piece.weight, piece.bias = (
-            alias.get(piece.weight, piece.weight),
-            piece.bias and alias.get(piece.bias, piece.bias),
-        )
-    for norm in found.norms:
-        norm.weight, norm.bias = alias.get(norm.weight, norm.weight), norm.bias and alias.get(norm.bias, norm.bias)
+    alias = {name: first.setdefault(id(p), name) for name, p in module.named_parameters(remove_duplicate=False)}
+    for item in found.pieces + found.norms:
+        item.weight, item.bias = alias.get(item.weight, item.weight), item.bias and alias.get(item.bias, item.bias)
     tables: dict = {}
     for t in found.tables:
         t.name = alias.get(t.name, t.name)
         tables.setdefault(t.name, t)
-    found.tables = list(tables.values())
+    pieces: dict = {}
+    for piece in found.pieces:
+        if piece.weight not in tables:
+            pieces.setdefault(piece.weight, piece)
+    found.tables, found.pieces = list(tables.values()), list(pieces.values())
 
 
 def _apply_flow(found: Structure, flow) -> None:
@@ -161,33 +160,14 @@ def _apply_flow(found: Structure, flow) -> None:
     found.flow = flow
 
 
-def _read(module: nn.Module) -> Structure:
-    found = Structure()
-    seen: dict = {}  # id of a parameter already read -> its name: a tied output projection is the token table itself
-    for path, mod in module.named_modules():
-        prefix = f"{path}." if path else ""
-        own = dict(mod.named_parameters(recurse=False))
-        if _tied(mod, prefix, own, seen, found):
-            continue
-        reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), None)
-        if reader is not None:
-            reader(mod, path, prefix, found)
-            continue
-        used = _raw_matrices(own, path, prefix, found)
-        _raw_norms(mod, own, used, path, prefix, found)
-        _kept_tables(mod, path, prefix, found)
-    return found
-
-
 def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: Structure) -> None:
     if mod.in_proj_weight is not None:
         bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
-        D = mod.embed_dim
-        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * D, D, False, path))
+        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * mod.embed_dim, mod.embed_dim, False))
         return
     for role in "qkv":
         w = getattr(mod, f"{role}_proj_weight")
-        found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False, path))
+        found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False))
 
 
 def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
@@ -198,7 +178,7 @@ def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
             "convolution only as a position-wise linear (kernel 1, one group)"
         )
     bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False, path))
+    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False))
 
 
 def _read_norm(mod, path: str, prefix: str, found: Structure) -> None:
@@ -211,11 +191,9 @@ def _read_norm(mod, path: str, prefix: str, found: Structure) -> None:
 
 
 def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
-    rows, width = mod.weight.shape
     position = bool(POSITION_WORDS.search(path.lower()))
-    table = Table(f"{prefix}weight", rows, width, mod.weight.requires_grad, position, path, (rows, width))
-    table.padding_idx = mod.padding_idx
-    found.tables.append(table)
+    found.tables.append(Table(f"{prefix}weight", *mod.weight.shape, mod.weight.requires_grad, position))
+    found.tables[-1].padding_idx = mod.padding_idx
 
 
 # torch's own modules, read by their class (the first that matches)
@@ -229,71 +207,41 @@ BUILTIN_READERS: list[tuple[Any, Callable]] = [
 ]
 
 
-def _raw_matrices(own: dict, path: str, prefix: str, found: Structure) -> set:
-    """A module's own 2-D parameters: tables where named for positions or embeddings, else raw (in, out) linear
-    weights with the bias named after them. Returns the names used."""
+def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
+    """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
+    raw (in, out) linear weights with the bias named after them. 1-D parameters left: norms (a scale and a shift of
+    one width; a scale alone: RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float
+    buffers, and plain tensor attributes (d2l's `self.P`)."""
+    own = dict(mod.named_parameters(recurse=False))
     names, used = list(own), set()
     for name, p in own.items():
         if p.ndim != 2 or name in used:
             continue
         full = f"{prefix}{name}"
-        if POSITION_WORDS.search(full.lower()) or EMBEDDING_WORDS.search(full.lower()):
-            position = bool(POSITION_WORDS.search(full.lower()))
-            rows, width = p.shape
-            found.tables.append(Table(full, rows, width, p.requires_grad, position, path, (rows, width)))
+        position = bool(POSITION_WORDS.search(full.lower()))
+        if position or EMBEDDING_WORDS.search(full.lower()):
+            found.tables.append(Table(full, *p.shape, p.requires_grad, position))
             continue
         bias = _bias_partner(names, name)
         used |= {name} | ({bias} if bias is not None else set())
-        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True, path))
-    return used
-
-
-def _raw_norms(mod: nn.Module, own: dict, used: set, path: str, prefix: str, found: Structure) -> None:
-    """A module's own 1-D parameters: norms (a scale and a shift of one width; a scale alone: RMSNorm), and the
-    shifts left over (an output bias) as orphans."""
+        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True))
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
     scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
     shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
+    values = (getattr(mod, attr, None) for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"))
+    eps = next((v for v in values if isinstance(v, float)), None)  # the module's own eps, where it names one
     for w in scales:
         b = next((s for s in shifts if own[s].shape == own[w].shape), None)
         if b is not None:
             shifts.remove(b)
         kind = "layer" if b else "rms"  # a scale without a shift: RMSNorm (Llama's)
-        found.norms.append(
-            Norm(f"{prefix}{w}", f"{prefix}{b}" if b else None, own[w].shape[0], _eps_of(mod), path, kind)
-        )
+        found.norms.append(Norm(f"{prefix}{w}", b and f"{prefix}{b}", own[w].shape[0], eps, path, kind))
     found.orphans += [f"{prefix}{n}" for n in shifts]
-
-
-def _kept_tables(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
-    """Fixed tables: 2-D float buffers, and plain tensor attributes (d2l's `self.P`)."""
     kept = [(n, t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
     for name, buf in list(mod.named_buffers(recurse=False)) + kept:
         if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
             rows, width = [s for s in buf.shape if s > 1]
-            found.tables.append(Table(f"{prefix}{name}", rows, width, False, True, path, tuple(buf.shape)))
-
-
-def _tied(mod: nn.Module, prefix: str, own: dict, seen: dict, found: Structure) -> bool:
-    """Record `mod`'s parameters as read; True when `mod` is a linear whose weight was read already (an output
-    projection tied to the token table: the table stands for both). A table tied to a linear read before it
-    replaces that linear's piece."""
-    weight = own.get("weight")
-    tied = weight is not None and id(weight) in seen
-    if tied and isinstance(mod, nn.Embedding):
-        found.pieces = [p for p in found.pieces if p.weight != seen[id(weight)]]
-        tied = False
-    for name, p in own.items():
-        seen.setdefault(id(p), f"{prefix}{name}")
-    return tied and isinstance(mod, nn.Linear)
-
-
-def _eps_of(mod: nn.Module) -> float | None:
-    for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"):
-        value = getattr(mod, attr, None)
-        if isinstance(value, float):
-            return value
-    return None
+            found.tables.append(Table(f"{prefix}{name}", rows, width, False, True))
 
 
 def pair_order(n: int, Dh: int) -> np.ndarray:
@@ -323,13 +271,12 @@ def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0) -
 
 def interleave_rope(links: list, Dh: int) -> list:
     """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
-    out = []
-    for link in links:
-        if any(rope_paired(n, Dh) for n, _ in link.parts):
-            note = f"{link.note}, RoPE pairs interleaved (head size {Dh})"
-            link = Link(link.user, link.parts, link.transposed, note, Dh)
-        out.append(link)
-    return out
+    note = f", RoPE pairs interleaved (head size {Dh})"
+    paired = [any(rope_paired(n, Dh) for n, _ in link.parts) for link in links]
+    return [
+        replace(link, note=link.note + note, rope_pairs=Dh) if p else link
+        for link, p in zip(links, paired, strict=True)
+    ]
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
@@ -362,9 +309,7 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
             part = g[start : start + n]
             if rope_paired(name, link.rope_pairs):  # back from the user's pairing: reference rows[order] = user rows
                 part = part[np.argsort(pair_order(n, link.rope_pairs))]
-            if rows is None:
-                block[...] = part.reshape(shapes[name])
-            else:
-                block[rows[0] : rows[1]] = part
+            target = slice(None) if rows is None else slice(*rows)
+            block[target] = part.reshape(block[target].shape)
             start += n
     return out

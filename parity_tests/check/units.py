@@ -51,17 +51,12 @@ class Units:
     n_dec: int = 0
     layer_norms: int = 0
     embedding_norm: bool = False
-    flow: Any = None  # dataflow.Flow, or None
-    qk_norms: dict = field(default_factory=dict)  # q or k weight name -> its per-head Norm
 
 
 def sized_config(level: str, found, given: dict):
     """The config the shapes alone give: what sizes the probe a forward is recorded on before its roles are read
     from it (one head where none is given: the probe does not depend on it)."""
-    entry = LEVELS[level]
-    fields = {"n_heads": 1} | {k: v for k, v in given.items() if k != "config" and v is not None}
-    units = _sizes(entry, found, given.get("config"), fields)
-    _tables(entry, found, units)
+    entry, units, fields = _sized(level, found, given, {"n_heads": 1})
     return _config(entry, found, units, given.get("config"), fields)
 
 
@@ -69,10 +64,7 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     """(config, links, zero, fixed tables) for the user's module at `level`; see the module docstring. `mapped`:
     the (links, zero) of a caller's mapping=, which replace the inferred ones; the layers are then counted from it
     where the units cannot be read."""
-    entry = LEVELS[level]
-    fields = {k: v for k, v in given.items() if k != "config" and v is not None}
-    units = _sizes(entry, found, given.get("config"), fields)
-    _tables(entry, found, units)
+    entry, units, fields = _sized(level, found, given, {})
     try:
         _units(entry, found, units)
     except ValueError:
@@ -83,9 +75,18 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     fixed = [t for t in units.position_tables if not t.trainable]
     if mapped is not None:  # the caller's map is the map
         return cfg, *mapped, fixed
-    linker = Linker(entry, cfg, units)
-    LINKS[entry.unit or entry.group](linker, units, found)
+    linker = Linker(entry, cfg, units, found)
+    _link(linker, units, found)
     return cfg, linker.links, linker.zero, fixed
+
+
+def _sized(level: str, found, given: dict, default: dict) -> tuple:
+    """(entry, units with their sizes and tables, the fields given over `default`)."""
+    entry = LEVELS[level]
+    fields = default | {k: v for k, v in given.items() if k != "config" and v is not None}
+    units = _sizes(entry, found, given.get("config"), fields)
+    _tables(entry, found, units)
+    return entry, units, fields
 
 
 def _sizes(entry, found, cfg, fields: dict) -> Units:
@@ -100,41 +101,33 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
         D = norms[0].size if norms else (tables[0].width if tables else None)
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
-    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or _flow_heads(flow, D)
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None)
+    if H is None and flow is not None:
+        H = flow.heads(D)
     if H is None and entry.heads:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
-    by = {p.weight: p for p in pieces}
-    F = by[flow.blocks[0][-1]].in_features if flow is not None and flow.blocks else 4 * (D or 8)
-    return Units(D, H, F, D, norms=list(norms), flow=flow, qk_norms=found.qk_norms)
-
-
-def _flow_heads(flow, D) -> int | None:
-    """The head count the recorded forward shows: the query's head axis, else d_model over the head width."""
-    if flow is None:
-        return None
-    if flow.heads:
-        return flow.heads
-    return D // flow.head_dim if D and flow.head_dim and D % flow.head_dim == 0 else None
+    F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * (D or 8)
+    return Units(D, H, F, D, norms=list(norms))
 
 
 def _tables(entry, found, units: Units) -> None:
     """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
     units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
     units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
-    if entry.group == "model" and entry.encoder_only and units.flow is not None:
+    if entry.group == "model" and entry.encoder_only and found.flow is not None:
         # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
-        types = [t for t in units.token_tables if t.name in units.flow.constant_lookups]
-        units.type_table = types[0] if len(types) == 1 and len(units.token_tables) > 1 else None
-    if units.type_table is not None:
-        units.token_tables.remove(units.type_table)
+        types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
+        if len(types) == 1 and len(units.token_tables) > 1:
+            units.type_table = types[0]
+            units.token_tables.remove(types[0])
 
 
 def _units(entry, found, units: Units) -> None:
     """The attentions and feed-forward blocks the flow read, the output projection (a linear D -> V, V the
     target token table's rows, that neither of them holds), and the layers they make."""
-    flow = units.flow
+    flow = found.flow
     if flow is not None:
         _from_flow(entry, found, units)
     elif found.pieces and (entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")):
@@ -147,8 +140,7 @@ def _units(entry, found, units: Units) -> None:
     if units.attentions and units.D:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
-    used = {p.weight for a in units.attentions for r in ROLES for p in a[r]}
-    used |= {p.weight for b in units.blocks for p in b}
+    used = set(flow.roles) if flow is not None else set()  # the attentions' and blocks' weights
     if units.token_tables and entry.group == "model":
         V = units.token_tables[-1].rows
         heads = [p for p in found.pieces if p.weight not in used and (p.in_features, p.out_features) == (units.D, V)]
@@ -163,12 +155,18 @@ def _units(entry, found, units: Units) -> None:
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
-        _extra_norms(entry, units)
+        # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
+        # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
+        # post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)
+        stacks = len(entry.stacks)
+        first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
+        units.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
+        units.layer_norms += stacks * units.embedding_norm
 
 
 def _from_flow(entry, found, units: Units) -> None:
     """The attentions and blocks of the flow as pieces; a parallel block refused; names settle a gate and up."""
-    flow, by = units.flow, {p.weight: p for p in found.pieces}
+    flow, by = found.flow, {p.weight: p for p in found.pieces}
     units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
                         for a in flow.attentions]  # fmt: skip
     units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
@@ -207,16 +205,6 @@ def _pieces(by: dict, weights: list, where: str) -> list:
             "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping="
         )
     return [by[w] for w in weights]
-
-
-def _extra_norms(entry, units: Units) -> None:
-    """Norms beyond the layers', read from the flow: norms of the embeddings (those that read only lookups, less
-    a pre-norm first layer's own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final
-    norms, after pre- or post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)."""
-    flow, stacks = units.flow, len(entry.stacks)
-    first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
-    units.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
-    units.layer_norms += stacks * units.embedding_norm
 
 
 def _counted(entry, units: Units, links: list) -> None:
@@ -266,8 +254,8 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     if len(pads) == 1:  # the pad id the model's tables say (BART's 1)
         base["pad_id"] = pads.pop()
     finals = len(norms) > units.layer_norms  # norms after the last layer
-    if units.flow is not None and units.flow.norm_first is not None:  # where the flow applies the layers' norms
-        base["norm_first"] = units.flow.norm_first
+    if found.flow is not None and found.flow.norm_first is not None:  # where the flow applies the layers' norms
+        base["norm_first"] = found.flow.norm_first
         if entry.final_norms == "pre-norm" and finals != base["norm_first"]:
             base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
     elif entry.final_norms == "pre-norm" and finals:
@@ -301,50 +289,6 @@ def _rows(attention: dict, piece, D: int) -> dict:
             f"an attention of width {D} ({len(attention['q'])} query piece(s)); pass mapping="
         )
     return rows
-
-
-def attention_links(attention: dict, prefix: str, D: int, bias: bool) -> tuple[list, list]:
-    """The links of one attention's pieces to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`,
-    and the reference biases held at zero. A piece holding several roles is their rows stacked (q, k, v, or head
-    by head as the flow read it); one of several pieces of a role (one per head) is its rows of the reference's
-    projection."""
-    names = {r: f"{prefix}{r}_proj" for r in ("q", "k", "v", "out")}
-    dealt = []
-    for piece in _qkv(attention):
-        parts, rows = [], _rows(attention, piece, D)
-        for r, n in rows.items():
-            i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
-            parts.append((names[r], (i * n, (i + 1) * n) if many else None))
-        held = attention["columns"].get(piece.weight, {})
-        runs = _runs(held, names, piece.out_features) if set(held) == set(rows) else []
-        # head by head (GPT-NeoX's layout) as the flow read it; whole blocks as q | k | v, the order checkpoints
-        # of fused projections keep (another order is attention.q_k_swapped)
-        dealt.append((piece, runs if len(runs) > 3 else parts))
-    if len(attention["out"]) != 1:
-        raise ValueError(
-            f"expected one output projection after the attention of {[p.weight for p in _qkv(attention)]}, the "
-            f"flow shows {len(attention['out'])}; pass mapping="
-        )
-    dealt.append((attention["out"][0], [(names["out"], None)]))
-    links: list = []
-    zero: list = []
-    for piece, parts in dealt:
-        got, held = piece_links(piece, parts, bias)
-        links += got
-        zero += [b for b in held if b not in zero]
-    return links, zero
-
-
-def piece_links(piece, parts: list, hold_bias: bool) -> tuple[list, list]:
-    """The links of one user piece holding the reference's `parts` ((name, rows or None), stacked in that order),
-    its weight and bias; and the reference biases held at zero where it has none (`hold_bias`: the reference
-    has biases there)."""
-    note = _layout_note(parts, piece.transposed)
-    links = [Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, note)]
-    if piece.bias is not None:
-        links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
-    held = list(dict.fromkeys(f"{n}.bias" for n, _ in parts)) if piece.bias is None and hold_bias else []
-    return links, held
 
 
 def _runs(held: dict, names: dict, rows: int) -> list:
@@ -381,8 +325,8 @@ class Linker:
     """Links (mapping.Link) from the user's parameters to the reference's names, built unit by unit; `zero` the
     reference biases the user's linears lack (held at zero)."""
 
-    def __init__(self, entry, cfg, units: Units):
-        self.entry, self.cfg, self.units = entry, cfg, units
+    def __init__(self, entry, cfg, units: Units, found):
+        self.entry, self.cfg, self.units, self.found = entry, cfg, units, found
         self.links: list = []
         self.zero: list = []
 
@@ -394,15 +338,20 @@ class Linker:
                 "pass mapping="
             )
 
+    def piece(self, piece, parts: list, hold_bias: bool) -> None:
+        """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
+        and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
+        note = _layout_note(parts, piece.transposed)
+        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, note))
+        if piece.bias is not None:
+            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
+        elif hold_bias:  # held once, however many pieces (one per head) lack it
+            self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
+
     def linear(self, piece, name: str, hold_missing_bias: bool = True) -> None:
         """A linear's weight (as is or transposed) and bias; a missing bias held at zero where the reference has
         one (`hold_missing_bias`)."""
-        self.add(piece_links(piece, [(name, None)], self.cfg.bias and hold_missing_bias))
-
-    def add(self, links_and_held: tuple) -> None:
-        links, held = links_and_held
-        self.links += links
-        self.zero += held
+        self.piece(piece, [(name, None)], self.cfg.bias and hold_missing_bias)
 
     def norm(self, norm, prefix: str) -> None:
         """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift."""
@@ -420,26 +369,45 @@ class Linker:
         """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
         order the flow read (the gate the part the activation reads)."""
         if len(block) == 3 and block[0] is block[1]:
-            halves = ["linear1", "gate"] if block[0].weight in self.units.flow.up_first else ["gate", "linear1"]
-            self.add(piece_links(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias))
+            halves = ["linear1", "gate"] if block[0].weight in self.found.flow.up_first else ["gate", "linear1"]
+            self.piece(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)
             block = block[2:]
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
             self.linear(p, f"{prefix}{name}")
 
     def attention(self, attention: dict, prefix: str) -> None:
-        self.add(attention_links(attention, prefix, self.units.D, self.cfg.bias))
-        for role in "qk":  # Qwen3's per-head q and k norms, after their projections
-            norm = self.units.qk_norms.get(attention[role][0].weight)
+        """One attention's pieces linked to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`, then
+        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked (q, k, v, or head
+        by head as the flow read it); one of several pieces of a role (one per head) is its rows of the reference's
+        projection."""
+        names = {r: f"{prefix}{r}_proj" for r in ROLES}
+        for piece in _qkv(attention):
+            parts, rows = [], _rows(attention, piece, self.units.D)
+            for r, n in rows.items():
+                i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
+                parts.append((names[r], (i * n, (i + 1) * n) if many else None))
+            held = attention["columns"].get(piece.weight, {})
+            runs = _runs(held, names, piece.out_features) if set(held) == set(rows) else []
+            # head by head (GPT-NeoX's layout) as the flow read it; whole blocks as q | k | v, the order checkpoints
+            # of fused projections keep (another order is attention.q_k_swapped)
+            self.piece(piece, runs if len(runs) > 3 else parts, self.cfg.bias)
+        if len(attention["out"]) != 1:
+            raise ValueError(
+                f"expected one output projection after the attention of {[p.weight for p in _qkv(attention)]}, "
+                f"the flow shows {len(attention['out'])}; pass mapping="
+            )
+        self.piece(attention["out"][0], [(names["out"], None)], self.cfg.bias)
+        for role in "qk":
+            norm = self.found.qk_norms.get(attention[role][0].weight)
             if norm is not None:
                 self.norm(norm, f"{prefix}{role}_norm.")
 
     def layer(self, prefix: str, decoder: bool, attentions, norms, blocks) -> None:
         """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the order
         the forward runs and applies them."""
-        self.attention(take(attentions, "attention", f"{prefix}self_attn"), f"{prefix}self_attn.")
-        if decoder:
-            self.attention(take(attentions, "attention", f"{prefix}cross_attn"), f"{prefix}cross_attn.")
+        for name in ["self_attn"] + ["cross_attn"] * decoder:
+            self.attention(take(attentions, "attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(take(blocks, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
             self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
@@ -456,40 +424,35 @@ def take(pieces, what: str, where: str):
     return piece
 
 
-def _link_attention(lk: Linker, u: Units, found) -> None:
-    lk.count("attentions", len(u.attentions), 1)
-    lk.attention(u.attentions[0], "")
-
-
-def _link_norm(lk: Linker, u: Units, found) -> None:
-    lk.count("norms", len(u.norms), 1)
-    lk.norm(u.norms[0], "")
-
-
-def _link_feed_forward(lk: Linker, u: Units, found, gated: bool = False) -> None:
-    if u.blocks and u.gated != gated:
-        listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in u.blocks[0])
-        right = "gated_feed_forward" if u.gated else "feed_forward"
-        raise ValueError(f"{listed} is a {'gated ' * u.gated}feed-forward block: check it as {right!r}")
-    lk.count("gated feed-forward blocks" if gated else "feed-forward blocks", len(u.blocks), 1)
-    lk.ffn(u.blocks[0], "")
-
-
-def _link_embedding(lk: Linker, u: Units, found) -> None:
-    lk.count("token tables", len(u.token_tables), 1)
-    lk.table(u.token_tables[0].name, "token_embedding.weight")
-
-
-def _link_positions(lk: Linker, u: Units, found) -> None:
-    if lk.cfg.positional == "learned":
+def _link(lk: Linker, u: Units, found) -> None:
+    """The links of the level's unit: a component's one unit (scaled dot-product attention has no parameters), one
+    layer, or layers on embeddings and whole models (_link_stacks)."""
+    unit, cross = lk.entry.unit or lk.entry.group, lk.entry.cross
+    if unit == "attention":
+        lk.count("attentions", len(u.attentions), 1)
+        lk.attention(u.attentions[0], "")
+    elif unit in ("layer_norm", "rms_norm"):
+        lk.count("norms", len(u.norms), 1)
+        lk.norm(u.norms[0], "")
+    elif unit in ("feed_forward", "gated_feed_forward"):
+        gated = unit == "gated_feed_forward"
+        if u.blocks and u.gated != gated:
+            listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in u.blocks[0])
+            right = "gated_feed_forward" if u.gated else "feed_forward"
+            raise ValueError(f"{listed} is a {'gated ' * u.gated}feed-forward block: check it as {right!r}")
+        lk.count("gated feed-forward blocks" if gated else "feed-forward blocks", len(u.blocks), 1)
+        lk.ffn(u.blocks[0], "")
+    elif unit == "embedding":
+        lk.count("token tables", len(u.token_tables), 1)
+        lk.table(u.token_tables[0].name, "token_embedding.weight")
+    elif unit == "positions" and lk.cfg.positional == "learned":
         lk.table(u.position_tables[0].name, "position_embedding.weight", u.position_tables[0].offset)
-
-
-def _link_layer(lk: Linker, u: Units, found) -> None:
-    cross = lk.entry.cross
-    lk.count("attentions", len(u.attentions), 2 if cross else 1)
-    lk.count("norms", len(u.norms), 3 if cross else 2)
-    lk.layer("", cross, iter(u.attentions), iter(u.norms), iter(u.blocks))
+    elif unit == "layer":
+        lk.count("attentions", len(u.attentions), 2 if cross else 1)
+        lk.count("norms", len(u.norms), 3 if cross else 2)
+        lk.layer("", cross, iter(u.attentions), iter(u.norms), iter(u.blocks))
+    elif unit in ("stacks", "model"):
+        _link_stacks(lk, u, found)
 
 
 def _link_embeddings(lk: Linker, u: Units, stack: str, tokens, learned, norms) -> None:
@@ -527,18 +490,3 @@ def _link_stacks(lk: Linker, u: Units, found) -> None:
         lk.linear(u.out_piece, "output_proj", hold_missing_bias=False)  # none: output_bias=False
     elif entry.output_head and found.orphans:
         lk.table(found.orphans[0], "output_proj.bias")
-
-
-LINKS = {
-    "heads": lambda lk, u, found: None,  # no parameters
-    "attention": _link_attention,
-    "layer_norm": _link_norm,
-    "rms_norm": _link_norm,
-    "feed_forward": _link_feed_forward,
-    "gated_feed_forward": lambda lk, u, found: _link_feed_forward(lk, u, found, gated=True),
-    "embedding": _link_embedding,
-    "positions": _link_positions,
-    "layer": _link_layer,
-    "stacks": _link_stacks,
-    "model": _link_stacks,
-}
