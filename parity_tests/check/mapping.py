@@ -4,7 +4,9 @@ A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 
 (in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a
 weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and order come
 from the recorded forward (dataflow.py: norms in the order they are applied), and units.py groups them into the
-reference's units; a name only breaks the one tie the computation leaves (a gated block's gate and up).
+reference's units. Among the roles a name only breaks the one tie the computation leaves (a gated block's gate
+and up); what a module's own raw parameters are (a 2-D table or a linear, a norm's scale or shift, a bias) is read
+from their names, as is a position table the forward only slices.
 
 A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
 along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
