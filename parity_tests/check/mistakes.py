@@ -151,7 +151,7 @@ MISTAKES = ATTENTION_MISTAKES + (
         "linear.weight_grad_transposed",
         "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)",
         BACKWARD,
-        tests=(("shape", BM.transposed_shape), ("transposed", BM.transposed_square)),
+        tests=(("shape", BM.transposed_weight), ("transposed", BM.transposed_weight)),
     ),
     Mistake(
         "linear.bias_not_summed",
