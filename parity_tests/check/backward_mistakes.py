@@ -4,17 +4,10 @@ check.pair calls `diagnose(reference, tensor, got, expected, args, dout)` for ea
 its bar (or has the wrong shape): `got` is the user's gradient of input `tensor` ("x", "weight", "params.q_proj.bias"),
 `expected` the reference's, `args` the case's inputs and `dout` the upstream gradient. Each mistake is an entry
 of the registry (mistakes.py, unit "backward") naming its tests below by stage and the pairs it applies to; the
-stages, in order (the first that finds something answers):
-
-- "shape" (only when the shape is wrong): a transposed weight gradient, or a bias gradient not summed over the
-  leading axes;
-- "sign" (got = -expected) and "transposed" (a square weight's transpose);
-- "structure", the pair's own formula: softmax's error p_i times one number per row (the row term), layer norm's
-  error a + b x_hat per row (the mean and the variance terms), `dweight[ids] += dout` in an embedding, attention
-  without the softmax's row term, dropout without the mask;
-- "factor", a constant factor (got = c expected, c found by least squares), named by where such a factor comes
-  from in that pair: sqrt(d_head) in attention, the count of kept targets in cross-entropy, 1 - p in dropout, the
-  number of rows where a sum became a mean, ...; any other is backward.scaled (the last entry).
+stages, in order (the first that finds something answers): "shape" (only when the shape is wrong), "sign",
+"transposed" (a square weight's transpose), "structure" (the pair's own formula with one term missing) and
+"factor" (got = c expected, c found by least squares and named by where such a factor comes from in that pair;
+any other is backward.scaled, the last entry).
 
 A test matches when the user's gradient equals the mistake's within MATCH (relative to its largest value); the
 mistakes are exact formulas, so a match is ~1e-15 in float64 and a coincidence is not.
@@ -73,10 +66,8 @@ def _ratio(got, basis) -> float | None:
 
 
 def _close(a, b, floor: float = 0.0) -> float:
-    """max |a - b| relative to max(max |b|, floor); inf where that is zero and a differs from b."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape:
-        return math.inf
+    """max |a - b| relative to max(max |b|, floor) (a and b float64 arrays of one shape); inf where that is zero
+    and a differs from b."""
     scale = max(float(np.abs(b).max(initial=0.0)), floor)
     diff = float(np.abs(a - b).max(initial=0.0))
     return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
@@ -259,23 +250,20 @@ def layer_norm_terms(g: Gradient):
         return None
     args = g.args
     x_hat = L.layer_norm_forward(args["x"], args["weight"], args["bias"], args["eps"])[1].x_hat
-    err = g.got - g.expected
-    error = _per_row_fit(err, [np.ones_like(x_hat), x_hat])
+    err, ones = g.got - g.expected, np.ones_like(x_hat)
+    error = _per_row_fit(err, [ones, x_hat])
     if error > MATCH:
         return None
-    mean_off = _per_row_fit(err, [np.ones_like(x_hat)]) <= MATCH
-    var_off = _per_row_fit(err, [x_hat]) <= MATCH
-    ids = ["layer_norm.missing_mean_term"] if mean_off else ["layer_norm.missing_variance_term"] if var_off else []
-    ids = ids or ["layer_norm.missing_mean_term", "layer_norm.missing_variance_term"]
     terms = {
         "layer_norm.missing_mean_term": "- mean(g), the path through the mean (each row of dx must sum to zero)",
         "layer_norm.missing_variance_term": "- x_hat * mean(g * x_hat), the path through the variance (each row of "
         "dx must be orthogonal to x_hat)",
     }
+    alone = [i for i, basis in zip(terms, (ones, x_hat), strict=True) if _per_row_fit(err, [basis]) <= MATCH]
     return [
         g.found(i, f"dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dout * weight: {terms[i]} "
                 "is missing or wrong", error)
-        for i in ids
+        for i in alone[:1] or terms  # one term missing alone, else both
     ]  # fmt: skip
 
 
