@@ -229,8 +229,16 @@ def _per_row_fit(err, basis) -> float:
 
 def softmax_row_term(g: Gradient):
     """softmax's dx off by p times one number per row; in attention, dS = P * dP (the row term missing)."""
-    if g.reference != "softmax":
-        return _attention_row_term(g)
+    if g.reference != "softmax":  # attention: dS = P * dP, the pair's gradients by input name
+        variant = _attention_without_row_term(g.reference, g.args, g.dout)
+        if g.tensor not in variant:
+            return None
+        return g.found(
+            "softmax.missing_row_term",
+            "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
+            "not P * dP (every row of dS must sum to zero)",
+            _close(g.got, variant[g.tensor]),
+        )
     p, _ = L.softmax_forward(g.args["x"], g.args.get("mask"))
     sums = float(np.abs(g.got.sum(axis=-1)).max())
     return g.found(
@@ -274,18 +282,6 @@ def embedding_repeats(g: Gradient):
         "embedding.repeated_ids",
         f"dweight[ids] += dout counts a repeated id once (ids here: {repeated}): use np.add.at(dweight, ids, dout)",
         _close(g.got, once),
-    )
-
-
-def _attention_row_term(g: Gradient):
-    variant = _attention_without_row_term(g.reference, g.args, g.dout)
-    if g.tensor not in variant:
-        return None
-    return g.found(
-        "softmax.missing_row_term",
-        "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
-        "not P * dP (every row of dS must sum to zero)",
-        _close(g.got, variant[g.tensor]),
     )
 
 

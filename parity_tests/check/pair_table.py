@@ -57,12 +57,9 @@ def _softmax_variants(args):
 
 
 def _layer_norm_variants(args):
-    x, D = args["x"], args["x"].shape[-1]
-    out = []
-    for vid, message, knobs in MK.variants("layer_norm", MK.Site(D, D)):
-        value = VR.layer_norm(x, args["weight"], args["bias"], args["eps"], **knobs)
-        out.append((vid, message.format(eps=args["eps"]), value))
-    return out
+    x, weight, bias, eps = args["x"], args["weight"], args["bias"], args["eps"]
+    found = MK.variants("layer_norm", MK.Site(x.shape[-1], x.shape[-1]))
+    return [(vid, text.format(eps=eps), VR.layer_norm(x, weight, bias, eps, **knobs)) for vid, text, knobs in found]
 
 
 def _attention_variants(args):

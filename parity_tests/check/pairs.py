@@ -194,10 +194,8 @@ def _judge_case(case: Case) -> None:
 def _own_float32_errors(case: Case, dout, ref_out, ref_grads: dict, names) -> dict:
     """name -> the reference pair's own float32 error on each compared tensor: its float32 output and gradients
     against the same pair run in float64 on the same (float32) inputs and upstream gradient."""
-    spec = case.spec
-    out64, cache64 = spec.forward(**_fresh(case.args, np.float64))
-    dout64 = float(dout) if np.ndim(ref_out) == 0 else np.asarray(dout, dtype=np.float64)
-    grads64 = _grads(spec, spec.backward, dout64, cache64)
+    out64, cache64 = case.spec.forward(**_fresh(case.args, np.float64))
+    grads64 = _grads(case.spec, case.spec.backward, _fresh(dout, np.float64), cache64)
     pairs = {"output": (ref_out, out64)} | {f"d{n}": (g, grads64[n]) for n, g in ref_grads.items() if f"d{n}" in names}
     return {n: e for n, (_, e) in relative_errors(pairs, np.float32).items()}
 
