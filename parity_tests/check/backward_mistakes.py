@@ -140,10 +140,8 @@ def _named_factor(g: Gradient, vid: str, known: list, other: str | None = None):
     """A Diagnosis `vid` when got = c expected with c one of `known` [(value, where it comes from)], or any c
     when `other` says where to look."""
     c = g.factor
-    if c is None:
-        return None
-    origin = next((origin for value, origin in known if abs(c / value - 1.0) < 1e-6), other)
-    if origin is None:
+    origin = None if c is None else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
+    if c is None or origin is None:
         return None
     return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", _close(g.got, c * g.expected))
 

@@ -41,8 +41,7 @@ def checker(ours: dict, *, reference=None, args=None, dout=None, wrt=None, exerc
         values = [yours] if len(names) == 1 else (list(yours) if yours is not None else [None] * len(names))
         verdicts = [_verdict(n, v, ours[n], reference, args, dout, (wrt or {}).get(n, n)) for n, v in zip(
             names, values, strict=True)]  # fmt: skip
-        for line, _ in verdicts:
-            print(line)
+        print("\n".join(line for line, _ in verdicts))
         if exercise:
             print(f"Further: the workbook's `{exercise}` exercise (transformer-parity exercises DIR --only {exercise})")
         return all(ok for _, ok in verdicts)
