@@ -4,17 +4,10 @@ check.pair calls `diagnose(reference, tensor, got, expected, args, dout)` for ea
 its bar (or has the wrong shape): `got` is the user's gradient of input `tensor` ("x", "weight", "params.q_proj.bias"),
 `expected` the reference's, `args` the case's inputs and `dout` the upstream gradient. Each mistake is an entry
 of the registry (mistakes.py, unit "backward") naming its tests below by stage and the pairs it applies to; the
-stages, in order (the first that finds something answers):
-
-- "shape" (only when the shape is wrong): a transposed weight gradient, or a bias gradient not summed over the
-  leading axes;
-- "sign" (got = -expected) and "transposed" (a square weight's transpose);
-- "structure", the pair's own formula: softmax's error p_i times one number per row (the row term), layer norm's
-  error a + b x_hat per row (the mean and the variance terms), `dweight[ids] += dout` in an embedding, attention
-  without the softmax's row term, dropout without the mask;
-- "factor", a constant factor (got = c expected, c found by least squares), named by where such a factor comes
-  from in that pair: sqrt(d_head) in attention, the count of kept targets in cross-entropy, 1 - p in dropout, the
-  number of rows where a sum became a mean, ...; any other is backward.scaled (the last entry).
+stages, in order (the first that finds something answers): "shape" (only when the shape is wrong), "sign",
+"transposed" (a square weight's transpose), "structure" (the pair's own formula with one term missing) and
+"factor" (got = c expected, c found by least squares and named by where such a factor comes from in that pair;
+any other is backward.scaled, the last entry).
 
 A test matches when the user's gradient equals the mistake's within MATCH (relative to its largest value); the
 mistakes are exact formulas, so a match is ~1e-15 in float64 and a coincidence is not.
@@ -31,6 +24,7 @@ import numpy as np
 
 from numpy_transformer import layers as L
 
+from . import variants as VR
 from .diagnosis import Diagnosis
 
 FLOAT32_MATCH = 1e-4  # a float32 gradient summed in another order
@@ -41,7 +35,8 @@ STAGES = ("sign", "transposed", "structure", "factor")  # with the right shape; 
 @dataclass
 class Gradient:
     """One failing gradient as the tests read it: the pair (`reference`), the input (`tensor`), the user's and
-    the reference's values (float64), the case's inputs and upstream gradient, the tolerance of a match."""
+    the reference's values (float64), the case's inputs and upstream gradient, the tolerance of a match (FLOAT32_MATCH
+    for a float32 gradient of the wrong shape, else MATCH)."""
 
     reference: str
     tensor: str
@@ -49,28 +44,30 @@ class Gradient:
     expected: np.ndarray
     args: dict
     dout: np.ndarray
-    tol: float = MATCH
+    tol: float
 
     @property
     def factor(self) -> float | None:
         """c of got = c expected (least squares) when that holds everywhere and c is not 1 or 0, else None."""
-        norm = float((self.expected * self.expected).sum())
-        if norm == 0.0:
-            return None
-        c = float((self.got * self.expected).sum()) / norm
-        if _close(self.got, c * self.expected) > MATCH or abs(c - 1.0) < 1e-6 or c == 0.0:
+        c = _ratio(self.got, self.expected)
+        if c is None or _close(self.got, c * self.expected) > self.tol or abs(c - 1.0) < 1e-6 or c == 0.0:
             return None
         return c
 
-    def found(self, vid: str, message: str, error: float) -> Diagnosis:
-        return Diagnosis(vid, message, f"d{self.tensor}", error)
+    def found(self, vid: str, message: str, error: float) -> Diagnosis | None:
+        """The Diagnosis `vid` when `error` (the user's gradient against the mistake's) is a match, else None."""
+        return Diagnosis(vid, message, f"d{self.tensor}", error) if error <= self.tol else None
+
+
+def _ratio(got, basis) -> float | None:
+    """c minimising |got - c basis| (None when basis is zero)."""
+    norm = float((basis * basis).sum())
+    return float((got * basis).sum()) / norm if norm else None
 
 
 def _close(a, b, floor: float = 0.0) -> float:
-    """max |a - b| relative to max(max |b|, floor); inf where that is zero and a differs from b."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if a.shape != b.shape:
-        return math.inf
+    """max |a - b| relative to max(max |b|, floor) (a and b float64 arrays of one shape); inf where that is zero
+    and a differs from b."""
     scale = max(float(np.abs(b).max(initial=0.0)), floor)
     diff = float(np.abs(a - b).max(initial=0.0))
     return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
@@ -83,14 +80,12 @@ def diagnose(reference, tensor, got, expected, args, dout) -> list:
 
     single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    g = Gradient(reference, tensor, got, expected, args, dout, FLOAT32_MATCH if single else MATCH)
-    if got.shape != expected.shape:  # judged in float32 too: a wrong shape is wrong in any dtype
-        stages: tuple = ("shape",)
-    elif not np.all(np.isfinite(got)):
+    shaped = got.shape == expected.shape
+    if shaped and not np.all(np.isfinite(got)):
         return []
-    else:
-        stages = STAGES
-    for stage in stages:
+    tol = MATCH if shaped or not single else FLOAT32_MATCH  # a wrong shape is judged in float32 too
+    g = Gradient(reference, tensor, got, expected, args, dout, tol)
+    for stage in STAGES if shaped else ("shape",):
         for test in backward_tests(reference, stage):
             found = test(g)
             if found:
@@ -98,17 +93,19 @@ def diagnose(reference, tensor, got, expected, args, dout) -> list:
     return []
 
 
-# -- stage "shape" ----------------------------------------------------------------------------------------------
+# -- stage "shape", and "transposed" and "sign" with the right shape --------------------------------------------
 
 
-def transposed_shape(g: Gradient):
-    """A weight's gradient of the transposed shape, equal to the transpose of the right one."""
-    got, expected = g.got, g.expected
-    if g.tensor.endswith("weight") and got.ndim == 2 and got.T.shape == expected.shape:
-        error = _close(got.T, expected)
-        if error <= g.tol:
-            return _transposed_weight(g, error)
-    return None
+def transposed_weight(g: Gradient):
+    """A weight's gradient equal to the transpose of the right one (of the transposed shape, or square)."""
+    if not (g.tensor.endswith("weight") and g.got.ndim == 2 and g.got.T.shape == g.expected.shape):
+        return None
+    return g.found(
+        "linear.weight_grad_transposed",
+        f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
+        f"{g.expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
+        _close(g.got.T, g.expected),
+    )
 
 
 def bias_not_summed_shape(g: Gradient):
@@ -119,60 +116,32 @@ def bias_not_summed_shape(g: Gradient):
         return None
     # judged against the size of the terms summed: the key projection's bias has a gradient of zero (up to
     # rounding), the sum of terms that cancel
-    error = _close(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0)))
-    if error > g.tol:
-        return None
     return g.found(
         "linear.bias_not_summed",
         f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares "
         f"the bias, so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)",
-        error,
+        _close(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0))),
     )
-
-
-def _transposed_weight(g: Gradient, error: float) -> Diagnosis:
-    return g.found(
-        "linear.weight_grad_transposed",
-        f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
-        f"{g.expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
-        error,
-    )
-
-
-# -- stages "sign" and "transposed" -----------------------------------------------------------------------------
 
 
 def sign_flipped(g: Gradient):
-    error = _close(-g.got, g.expected)
-    if error <= MATCH:
-        return g.found(
-            "backward.sign_flipped",
-            "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent "
-            "step's minus folded into the gradient)",
-            error,
-        )
-    return None
-
-
-def transposed_square(g: Gradient):
-    """A square weight's gradient equal to the transpose of the right one."""
-    if g.tensor.endswith("weight") and g.got.ndim == 2 and g.got.shape[0] == g.got.shape[1]:
-        error = _close(g.got.T, g.expected)
-        if error <= MATCH:
-            return _transposed_weight(g, error)
-    return None
+    return g.found(
+        "backward.sign_flipped",
+        "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent "
+        "step's minus folded into the gradient)",
+        _close(-g.got, g.expected),
+    )
 
 
 # -- stage "factor": got = c expected, c named by where such a factor comes from in the pair -------------------------
 
 
-def _named_factor(g: Gradient, vid: str, known: list):
-    """A Diagnosis `vid` when got = c expected with c one of `known` [(value, where it comes from)]."""
+def _named_factor(g: Gradient, vid: str, known: list, other: str | None = None):
+    """A Diagnosis `vid` when got = c expected with c one of `known` [(value, where it comes from)], or any c
+    when `other` says where to look."""
     c = g.factor
-    if c is None:
-        return None
-    origin = next((origin for value, origin in known if abs(c / value - 1.0) < 1e-6), None)
-    if origin is None:
+    origin = None if c is None else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
+    if c is None or origin is None:
         return None
     return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", _close(g.got, c * g.expected))
 
@@ -181,9 +150,15 @@ def _d_head(args) -> int:
     return args["q"].shape[-1] if "q" in args else args["query"].shape[-1] // args["n_heads"]
 
 
+def _of_scores(tensor: str) -> bool:
+    """Whether `tensor` is a gradient that passes through the scores' scale: the queries', the keys' and their
+    projections'."""
+    return tensor in ("q", "k", "query", "key") or tensor.startswith(("params.q_proj", "params.k_proj"))
+
+
 def attention_scale(g: Gradient):
     """dq, dk (and the q, k projections') off by sqrt(d_head): the scores' scale missing from their backward."""
-    if not (g.tensor in ("q", "k", "query", "key") or g.tensor.startswith(("params.q_proj", "params.k_proj"))):
+    if not _of_scores(g.tensor):
         return None
     dh = _d_head(g.args)
     missing = f"sqrt(d_head) = sqrt({dh}): the 1/sqrt(d_head) of the scores, S = Q K^T / sqrt(d_head), "
@@ -209,41 +184,31 @@ def dropout_not_rescaled(g: Gradient):
     return _named_factor(g, "dropout.not_rescaled", [(keep, origin)])
 
 
-def _rows(args, expected) -> int:
-    """N, the rows a parameter's gradient sums over: every leading axis of the input."""
-    for name in ("x", "query", "logits"):
-        if name in args:
-            return int(np.prod(np.shape(args[name])[:-1]))
-    return int(np.prod(expected.shape[:-1])) or 1
+def _averaged(g: Gradient) -> tuple:
+    """(1/N, where it comes from): a parameter's gradient averaged over the N rows it sums over (every leading
+    axis of the input)."""
+    name = next((name for name in ("x", "query", "logits") if name in g.args), None)
+    n = int(np.prod(np.shape(g.args[name])[:-1])) if name else int(np.prod(g.expected.shape[:-1])) or 1
+    return 1 / n, f"1/{n}: averaged over the {n} rows instead of summed"
 
 
 def bias_averaged(g: Gradient):
-    if not g.tensor.endswith("bias"):
-        return None
-    n = _rows(g.args, g.expected)
-    return _named_factor(g, "linear.bias_not_summed", [(1 / n, f"1/{n}: averaged over the {n} rows instead of summed")])
+    return _named_factor(g, "linear.bias_not_summed", [_averaged(g)]) if g.tensor.endswith("bias") else None
 
 
 def scaled(g: Gradient):
     """Any other constant factor, named where the pair explains it (a scale applied twice, a mean for a sum)."""
-    c = g.factor
-    if c is None:
-        return None
     known = []
     if g.reference in ("scaled_dot_product_attention", "multi_head_attention"):
         dh = _d_head(g.args)
-        if g.tensor in ("q", "k", "query", "key") or g.tensor.startswith(("params.q_proj", "params.k_proj")):
+        if _of_scores(g.tensor):
             known.append((1 / math.sqrt(dh), f"1/sqrt(d_head) = 1/sqrt({dh}): the scale applied twice"))
         known.append((float(dh), f"d_head = {dh}: a scale of 1/d_head where 1/sqrt belongs"))
     if g.tensor.endswith("weight"):
-        n = _rows(g.args, g.expected)
-        known.append((1 / n, f"1/{n}: averaged over the {n} rows instead of summed"))
+        known.append(_averaged(g))
     known += [(2.0, "a term counted twice, or a 1/2 forgotten"),
               (0.5, "a 1/2 too many, or a term counted once that appears twice")]  # fmt: skip
-    other = "look for a scale applied twice, missing or inverted"
-    origin = next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
-    message = f"{c:.6g} times the right gradient, everywhere: {origin}"
-    return g.found("backward.scaled", message, _close(g.got, c * g.expected))
+    return _named_factor(g, "backward.scaled", known, "look for a scale applied twice, missing or inverted")
 
 
 # -- stage "structure": the pair's own formula with one term missing -------------------------------------------------
@@ -262,18 +227,23 @@ def _per_row_fit(err, basis) -> float:
 
 def softmax_row_term(g: Gradient):
     """softmax's dx off by p times one number per row; in attention, dS = P * dP (the row term missing)."""
-    if g.reference != "softmax":
-        return _attention_row_term(g)
+    if g.reference != "softmax":  # attention: dS = P * dP, the pair's gradients by input name
+        variant = _attention_without_row_term(g.reference, g.args, g.dout)
+        if g.tensor not in variant:
+            return None
+        return g.found(
+            "softmax.missing_row_term",
+            "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
+            "not P * dP (every row of dS must sum to zero)",
+            _close(g.got, variant[g.tensor]),
+        )
     p, _ = L.softmax_forward(g.args["x"], g.args.get("mask"))
-    error = _per_row_fit(g.got - g.expected, [p])
-    if error > MATCH:
-        return None
     sums = float(np.abs(g.got.sum(axis=-1)).max())
     return g.found(
         "softmax.missing_row_term",
         "off by p times one number per row: the row term is missing or wrong, dx = p * (dout - sum(dout * p, "
         f"axis=-1, keepdims=True)), and every row of dx must sum to zero (yours sum to up to {sums:.2e})",
-        error,
+        _per_row_fit(g.got - g.expected, [p]),
     )
 
 
@@ -283,23 +253,20 @@ def layer_norm_terms(g: Gradient):
         return None
     args = g.args
     x_hat = L.layer_norm_forward(args["x"], args["weight"], args["bias"], args["eps"])[1].x_hat
-    err = g.got - g.expected
-    error = _per_row_fit(err, [np.ones_like(x_hat), x_hat])
+    err, ones = g.got - g.expected, np.ones_like(x_hat)
+    error = _per_row_fit(err, [ones, x_hat])
     if error > MATCH:
         return None
-    mean_off = _per_row_fit(err, [np.ones_like(x_hat)]) <= MATCH
-    var_off = _per_row_fit(err, [x_hat]) <= MATCH
-    ids = ["layer_norm.missing_mean_term"] if mean_off else ["layer_norm.missing_variance_term"] if var_off else []
-    ids = ids or ["layer_norm.missing_mean_term", "layer_norm.missing_variance_term"]
     terms = {
         "layer_norm.missing_mean_term": "- mean(g), the path through the mean (each row of dx must sum to zero)",
         "layer_norm.missing_variance_term": "- x_hat * mean(g * x_hat), the path through the variance (each row of "
         "dx must be orthogonal to x_hat)",
     }
+    alone = [i for i, basis in zip(terms, (ones, x_hat), strict=True) if _per_row_fit(err, [basis]) <= MATCH]
     return [
         g.found(i, f"dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dout * weight: {terms[i]} "
                 "is missing or wrong", error)
-        for i in ids
+        for i in alone[:1] or terms  # one term missing alone, else both
     ]  # fmt: skip
 
 
@@ -307,83 +274,51 @@ def embedding_repeats(g: Gradient):
     ids = np.asarray(g.args["ids"])
     once = np.zeros(g.expected.shape)
     once[ids] += g.dout  # a repeated id keeps one of its rows of dout: the mistake itself
-    error = _close(g.got, once)
-    if error > MATCH:
-        return None
     values, counts = np.unique(ids, return_counts=True)
     repeated = ", ".join(f"{v} ({c}x)" for v, c in zip(values, counts, strict=True) if c > 1)
     return g.found(
         "embedding.repeated_ids",
         f"dweight[ids] += dout counts a repeated id once (ids here: {repeated}): use np.add.at(dweight, ids, dout)",
-        error,
+        _close(g.got, once),
     )
 
 
-def _attention_row_term(g: Gradient):
-    variant = _attention_grads(g.reference, g.args, g.dout, row_term=False)
-    if g.tensor not in variant:
-        return None
-    error = _close(g.got, variant[g.tensor])
-    if error > MATCH:
-        return None
-    return g.found(
-        "softmax.missing_row_term",
-        "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
-        "not P * dP (every row of dS must sum to zero)",
-        error,
-    )
-
-
-def _attention_core(q, k, v, mask, do, row_term):
+def _attention_core(q, k, v, mask, do):
     scale = 1.0 / math.sqrt(q.shape[-1])
     p, _ = L.softmax_forward(q @ np.swapaxes(k, -1, -2) * scale, mask)  # (B, H, T_q, T_k)
     dv = np.swapaxes(p, -1, -2) @ do
-    dp = do @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) if row_term else p * dp
-    ds = ds * scale
+    ds = p * (do @ np.swapaxes(v, -1, -2)) * scale  # the mistake: dS = P * dP
     return ds @ k, np.swapaxes(ds, -1, -2) @ q, dv
 
 
-def _attention_grads(reference, args, dout, row_term) -> dict:
-    """The pair's gradients, by input name, with or without the softmax's row term."""
+def _attention_without_row_term(reference, args, dout) -> dict:
+    """The pair's gradients, by input name, with the softmax's backward missing its row term."""
     if reference == "scaled_dot_product_attention":
-        dq, dk, dv = _attention_core(args["q"], args["k"], args["v"], args.get("mask"), dout, row_term)
+        dq, dk, dv = _attention_core(args["q"], args["k"], args["v"], args.get("mask"), dout)
         return {"q": dq, "k": dk, "v": dv}
-    p, H = args["params"], args["n_heads"]
-    B, T_q, D = args["query"].shape
-
-    def split(x):  # (B, T, D) -> (B, H, T, Dh)
-        return x.reshape(B, x.shape[1], H, D // H).transpose(0, 2, 1, 3)
-
-    def merge(x):  # (B, H, T, Dh) -> (B, T, D)
-        return x.transpose(0, 2, 1, 3).reshape(B, x.shape[2], D)
-
-    heads = [split(args[n] @ p[f"{s}_proj.weight"].T + p[f"{s}_proj.bias"]) for n, s in _MHA_NAMES]
-    dheads = _attention_core(*heads, args.get("attn_mask"), split(dout @ p["out_proj.weight"]), row_term)
+    p, H, D = args["params"], args["n_heads"], args["query"].shape[-1]
+    names = (("query", "q"), ("key", "k"), ("value", "v"))
+    heads = [VR.split(VR.linear(args[name], p, f"{short}_proj"), H) for name, short in names]  # (B, H, T, Dh)
+    dheads = _attention_core(*heads, args.get("attn_mask"), VR.split(dout @ p["out_proj.weight"], H))
     grads = {}
-    for (name, short), dh in zip(_MHA_NAMES, dheads, strict=True):
-        d = merge(dh)
+    for (name, short), dh in zip(names, dheads, strict=True):
+        d = VR.merge(dh)  # (B, T, D)
         grads[name] = d @ p[f"{short}_proj.weight"]
         grads[f"params.{short}_proj.weight"] = d.reshape(-1, D).T @ args[name].reshape(-1, D)
         grads[f"params.{short}_proj.bias"] = d.reshape(-1, D).sum(axis=0)
     return grads
 
 
-_MHA_NAMES = (("query", "q"), ("key", "k"), ("value", "v"))
-
-
 def dropout_mask(g: Gradient):
     """dx = dout times a constant: the forward's keep mask not applied."""
-    args, dout = g.args, g.dout
-    norm = float((dout * dout).sum())
-    c = float((g.got * dout).sum()) / norm if norm else 0.0
-    error = _close(g.got, c * dout)
-    if error > MATCH or not np.any(~args["keep_mask"]):
+    args = g.args
+    c = _ratio(g.got, g.dout) or 0.0
+    if not np.any(~args["keep_mask"]):
         return None
     scale = "" if abs(c * (1 - args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
     return g.found(
         "dropout.mask_not_reapplied",
         "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "
         f"dx = dout * keep_mask / (1 - p){scale}",
-        error,
+        _close(g.got, c * g.dout),
     )

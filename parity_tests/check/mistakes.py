@@ -149,8 +149,8 @@ MISTAKES = ATTENTION_MISTAKES + (
     _backward(
         "linear.weight_grad_transposed",
         "dweight = x^T dout (D_in, D_out) instead of dout^T x (D_out, D_in)",
-        ("shape", BM.transposed_shape),
-        ("transposed", BM.transposed_square),
+        ("shape", BM.transposed_weight),
+        ("transposed", BM.transposed_weight),
     ),
     _backward(
         "linear.bias_not_summed",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,7 +36,6 @@ class Pair:
     cases: dict
     call_backward: Callable | None = None  # how a backward is called: (backward, dout, cache) -> grads
     variants: Callable | None = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
-    notes: dict = field(default_factory=dict)
 
 
 def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
@@ -58,37 +57,26 @@ def _softmax_variants(args):
 
 
 def _layer_norm_variants(args):
-    x, D = args["x"], args["x"].shape[-1]
-    out = []
-    for vid, message, knobs in MK.variants("layer_norm", MK.Site(D, D)):
-        value = VR.layer_norm(x, args["weight"], args["bias"], args["eps"], **knobs)
-        out.append((vid, message.format(eps=args["eps"]), value))
-    return out
+    x, weight, bias, eps = args["x"], args["weight"], args["bias"], args["eps"]
+    found = MK.variants("layer_norm", MK.Site(x.shape[-1], x.shape[-1]))
+    return [(vid, text.format(eps=eps), VR.layer_norm(x, weight, bias, eps, **knobs)) for vid, text, knobs in found]
 
 
 def _attention_variants(args):
-    q, k, v, keep = args["q"], args["k"], args["v"], args.get("mask")
+    """The catalogue's attention variants, on heads already split (scaled_dot_product_attention, where no
+    transpose can be missing) or through multi_head_attention's projections."""
+    split = "q" in args
+    q, keep = (args["q"], args.get("mask")) if split else (args["query"], args.get("attn_mask"))
+    D, heads = (q.shape[-1] * H, H) if split else (q.shape[-1], args["n_heads"])
     out = []
-    site = MK.Site(q.shape[-1] * H, q.shape[-1], keep, self_attention=False)
-    for vid, message, knobs in MK.variants(MK.ATTENTION, site):
+    for vid, message, knobs in MK.variants(MK.ATTENTION, MK.Site(D, D // heads, keep, self_attention=False)):
         knobs = dict(knobs)
-        if "transpose" in knobs:
-            continue  # heads are already split in this pair
-        out.append((vid, message, VR.attention_heads(q, k, v, knobs.pop("keep", keep), **knobs)))
-    return out
-
-
-def _mha_variants(args):
-    p, q, k, v, keep = args["params"], args["query"], args["key"], args["value"], args.get("attn_mask")
-    H_ = args["n_heads"]
-    out = []
-    site = MK.Site(q.shape[-1], q.shape[-1] // H_, keep, self_attention=False)
-    for vid, message, knobs in MK.variants(MK.ATTENTION, site):
-        knobs = dict(knobs)
-        kk, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
-        heads = [VR.split(VR.linear(x, p, f"{n}_proj"), H_, transpose) for x, n in ((q, "q"), (k, "k"), (v, "v"))]
-        context = VR.merge(VR.attention_heads(*heads, kk, **knobs), transpose)
-        out.append((vid, message, VR.linear(context, p, "out_proj")))
+        kk = knobs.pop("keep", keep)
+        if not split:
+            variant = VR.multi_head_attention(args["params"], q, args["key"], args["value"], heads, kk, **knobs)
+            out.append((vid, message, variant))
+        elif "transpose" not in knobs:
+            out.append((vid, message, VR.attention_heads(q, args["k"], args["v"], kk, **knobs)))
     return out
 
 
@@ -100,13 +88,42 @@ def _linear_params(rng, prefix_dims: dict) -> dict:
     return params
 
 
-def _layer_params(rng) -> dict:
-    params = _linear_params(rng, {f"self_attn.{p}_proj": (D, D) for p in ("q", "k", "v", "out")})
-    params |= _linear_params(rng, {"ffn.linear1": (F, D), "ffn.linear2": (D, F)})
+def _attention_params(rng, prefix="") -> dict:
+    return _linear_params(rng, {f"{prefix}{p}_proj": (D, D) for p in ("q", "k", "v", "out")})
+
+
+def _heads(rng, T_q, T_k, scale=1, **mask) -> dict:
+    """scaled_dot_product_attention's arguments: q (B, H, T_q, Dh) and k (B, H, T_k, Dh) times `scale`, v."""
+    return dict(q=scale * _n(rng, B, H, T_q, 4), k=scale * _n(rng, B, H, T_k, 4), v=_n(rng, B, H, T_k, 4), **mask)
+
+
+def _mha(rng, T_q, T_k, attn_mask) -> dict:
+    """multi_head_attention's arguments: queries (B, T_q, D), keys and values (B, T_k, D), H heads."""
+    params = _attention_params(rng)
+    query, key, value = _n(rng, B, T_q, D), _n(rng, B, T_k, D), _n(rng, B, T_k, D)
+    return dict(params=params, query=query, key=key, value=value, n_heads=H, attn_mask=attn_mask)
+
+
+def _encoder_layer(rng, T, pad, norm_first, activation="relu") -> dict:
+    """encoder_layer's arguments: x (B, T, D), the second sequence's last `pad` positions padded."""
+    params = _attention_params(rng, "self_attn.") | _linear_params(rng, {"ffn.linear1": (F, D), "ffn.linear2": (D, F)})
     for norm in ("self_attn_norm", "ffn_norm"):
         params[f"{norm}.weight"] = 1 + 0.2 * rng.standard_normal(D)
         params[f"{norm}.bias"] = 0.2 * rng.standard_normal(D)
-    return params
+    config = TransformerConfig(d_model=D, n_heads=H, d_ff=F, norm_first=norm_first, activation=activation)
+    return dict(params=params, x=_n(rng, B, T, D), mask=_mask(1, T, pad=pad)[:, :, :1], config=config)
+
+
+def _feed_forward(rng, activation) -> dict:
+    params = _linear_params(rng, {"linear1": (F, D), "linear2": (D, F)})
+    return dict(params=params, x=_n(rng, B, 5, D), activation=activation)
+
+
+def _cross_entropy(rng, **options) -> dict:
+    """cross_entropy's arguments: logits (B, T, V) and targets, the second sequence's last two ignored."""
+    logits, targets = 2 * _n(rng, B, 5, V), rng.integers(0, V, size=(B, 5))
+    targets[1, -2:] = -100
+    return dict(logits=logits, targets=targets, ignore_index=-100, **options)
 
 
 def _n(rng, *shape):
@@ -170,16 +187,10 @@ PAIRS = {
         A.scaled_dot_product_attention_backward,
         ["q", "k", "v"],
         {
-            "padding, T_q = T_k": lambda r: dict(
-                q=_n(r, B, H, 5, 4), k=_n(r, B, H, 5, 4), v=_n(r, B, H, 5, 4), mask=_mask(5, 5, pad=2)
-            ),
-            "T_q != T_k, causal": lambda r: dict(
-                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 6, 4), v=_n(r, B, H, 6, 4), mask=_mask(4, 6, causal=True)
-            ),
-            "a fully masked row": lambda r: dict(
-                q=_n(r, B, H, 4, 4), k=_n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)
-            ),
-            "large scores": lambda r: dict(q=30 * _n(r, B, H, 4, 4), k=30 * _n(r, B, H, 4, 4), v=_n(r, B, H, 4, 4)),
+            "padding, T_q = T_k": lambda r: _heads(r, 5, 5, mask=_mask(5, 5, pad=2)),
+            "T_q != T_k, causal": lambda r: _heads(r, 4, 6, mask=_mask(4, 6, causal=True)),
+            "a fully masked row": lambda r: _heads(r, 4, 4, mask=_mask(4, 4, full_row=True)),
+            "large scores": lambda r: _heads(r, 4, 4, scale=30),
         },
         variants=_attention_variants,
         call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv), not dtable
@@ -189,36 +200,18 @@ PAIRS = {
         A.multi_head_attention_backward,
         ["query", "key", "value", "params"],
         {
-            "cross-attention, T_q != T_k, padding": lambda r: dict(
-                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
-                query=_n(r, B, 4, D),
-                key=_n(r, B, 6, D),
-                value=_n(r, B, 6, D),
-                n_heads=H,
-                attn_mask=_mask(4, 6, pad=2),
-            ),
-            "a fully masked row": lambda r: dict(
-                params=_linear_params(r, {f"{p}_proj": (D, D) for p in ("q", "k", "v", "out")}),
-                query=_n(r, B, 5, D),
-                key=_n(r, B, 5, D),
-                value=_n(r, B, 5, D),
-                n_heads=H,
-                attn_mask=_mask(5, 5, full_row=True, causal=True),
-            ),
+            "cross-attention, T_q != T_k, padding": lambda r: _mha(r, 4, 6, _mask(4, 6, pad=2)),
+            "a fully masked row": lambda r: _mha(r, 5, 5, _mask(5, 5, full_row=True, causal=True)),
         },
-        variants=_mha_variants,
+        variants=_attention_variants,
     ),
     "feed_forward": Pair(
         L.feed_forward_forward,
         L.feed_forward_backward,
         ["x", "params"],
         {
-            f"{act}": (
-                lambda r, act=act: dict(
-                    params=_linear_params(r, {"linear1": (F, D), "linear2": (D, F)}), x=_n(r, B, 5, D), activation=act
-                )
-            )
-            for act in ("relu", "gelu")
+            "relu": lambda r: _feed_forward(r, "relu"),
+            "gelu": lambda r: _feed_forward(r, "gelu"),
         },
     ),
     "cross_entropy": Pair(
@@ -226,10 +219,8 @@ PAIRS = {
         LS.cross_entropy_backward,
         ["logits"],
         {
-            "ignored targets": lambda r: dict(logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100),
-            "label smoothing": lambda r: dict(
-                logits=2 * _n(r, B, 5, V), targets=_targets(r), ignore_index=-100, label_smoothing=0.1
-            ),
+            "ignored targets": lambda r: _cross_entropy(r),
+            "label smoothing": lambda r: _cross_entropy(r, label_smoothing=0.1),
         },
         call_backward=lambda backward, dout, cache: backward(cache, dout),
     ),
@@ -238,28 +229,8 @@ PAIRS = {
         M.encoder_layer_backward,
         ["x", "params"],
         {
-            "post-norm, padding": lambda r: dict(
-                params=_layer_params(r),
-                x=_n(r, B, 5, D),
-                mask=_mask(1, 5, pad=2)[:, :, :1],
-                config=_layer_config(False),
-            ),
-            "pre-norm, gelu": lambda r: dict(
-                params=_layer_params(r),
-                x=_n(r, B, 6, D),
-                mask=_mask(1, 6, pad=1)[:, :, :1],
-                config=_layer_config(True, "gelu"),
-            ),
+            "post-norm, padding": lambda r: _encoder_layer(r, 5, 2, False),
+            "pre-norm, gelu": lambda r: _encoder_layer(r, 6, 1, True, "gelu"),
         },
     ),
 }
-
-
-def _targets(rng):
-    targets = rng.integers(0, V, size=(B, 5))
-    targets[1, -2:] = -100
-    return targets
-
-
-def _layer_config(norm_first, activation="relu"):
-    return TransformerConfig(d_model=D, n_heads=H, d_ff=F, norm_first=norm_first, activation=activation)

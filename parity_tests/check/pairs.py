@@ -27,19 +27,14 @@ from .pair_table import LARGE, PAIRS, Pair
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row, float32_bar
 
 
-def _cast(args, dtype):
-    def one(v):
-        if isinstance(v, dict):
-            return {k: one(x) for k, x in v.items()}
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-            return v.astype(dtype)
-        return v
-
-    return {k: one(v) for k, v in args.items()}
-
-
-def _copy(args):
-    return {k: ({a: b.copy() for a, b in v.items()} if isinstance(v, dict) else v) for k, v in args.items()}
+def _fresh(value, dtype):
+    """A copy of a case's arguments (a forward may write to them) with every floating array, also a params dict's,
+    in `dtype`."""
+    if isinstance(value, dict):
+        return {k: _fresh(v, dtype) for k, v in value.items()}
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return value.astype(dtype)
+    return value
 
 
 def _grads(pair: Pair, backward, dout, cache) -> dict:
@@ -62,7 +57,6 @@ class Case:
     that reproduce one gradient here)."""
 
     spec: Pair
-    reference: str
     forward: Callable
     backward: Callable
     name: str
@@ -75,6 +69,12 @@ class Case:
     def row(self, tensor: str, error: float, bar: float, note="", against="the reference", own=None) -> Row:
         name = f"{self.name}: {tensor}" + (" vs finite differences" if against == "finite differences" else "")
         return Row(name, self.dtype.name, error, bar, note, self.name, tensor, against, own)
+
+    def diagnose(self, name: str, got, expected, dout) -> list:
+        """The known backward mistakes that reproduce the user's gradient `got` of input `name`, noted in matches."""
+        found = BM.diagnose(self.result.reference, name, got, expected, self.args, dout)
+        self.matches += [(self.name, d) for d in found]
+        return found
 
 
 def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), seed: int = 0) -> Result:
@@ -97,28 +97,21 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
     }
     matches: list = []  # (case, Diagnosis): a known backward mistake that reproduces one gradient in one case
     for name, make in spec.cases.items():
-        for dtype in dtypes:
-            args = _cast(make(np.random.default_rng(seed)), np.dtype(dtype))
-            case = Case(spec, reference, forward, backward, name, args, np.dtype(dtype), seed, result, matches)
-            if not _run_case(case):
+        for dtype in map(np.dtype, dtypes):
+            args = _fresh(make(np.random.default_rng(seed)), dtype)
+            case = Case(spec, forward, backward, name, args, dtype, seed, result, matches)
+            try:
+                with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
+                    _judge_case(case)
+            except NotImplementedError as exc:  # the check stops there
+                result.rows.append(case.row("(not implemented)", math.inf, 0.0))
+                result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
+                result.passed = False
                 return result
+            except Exception as exc:  # the user's code failed: report it, the case fails
+                result.rows.append(case.row(f"raised {type(exc).__name__}", math.inf, 0.0, str(exc)[:80]))
     _verdict(result, matches)
     return result
-
-
-def _run_case(case: Case) -> bool:
-    """Judge one case; False when the user's pair is not implemented yet (the check stops there)."""
-    try:
-        with np.errstate(all="ignore"):  # a user's overflow is reported, not warned about
-            _judge_case(case)
-    except NotImplementedError as exc:
-        case.result.rows.append(case.row("(not implemented)", math.inf, 0.0))
-        case.result.unexplained = f"not implemented yet: {exc}" if str(exc) else "not implemented yet"
-        case.result.passed = False
-        return False
-    except Exception as exc:  # the user's code failed: report it, the case fails
-        case.result.rows.append(case.row(f"raised {type(exc).__name__}", math.inf, 0.0, str(exc)[:80]))
-    return True
 
 
 def _verdict(result: Result, matches: list) -> None:
@@ -126,15 +119,9 @@ def _verdict(result: Result, matches: list) -> None:
     verdict."""
     failing_outputs = {r.case for r in result.rows if not r.ok and r.tensor == "output"}
     if failing_outputs == {"large scores"} and not result.diagnoses:  # right until the scores are large
-        result.diagnoses.append(
-            Diagnosis(
-                "attention.no_max_subtraction",
-                "right on ordinary inputs, wrong at scores of "
-                f"~{LARGE:g}: exp overflows without subtracting each row's maximum",
-                "forward",
-                math.inf,
-            )
-        )
+        message = f"right on ordinary inputs, wrong at scores of ~{LARGE:g}: exp overflows without subtracting each "
+        message += "row's maximum"
+        result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
     result.diagnoses += _consistent(matches, result.rows)
     unique: dict = {}
     for d in result.diagnoses:
@@ -174,9 +161,8 @@ def _judge_case(case: Case) -> None:
     """The user's output and gradients against the reference's; the known backward mistakes of each wrong gradient;
     the forward's variants; the user's backward against central differences of the user's own forward."""
     spec, bar = case.spec, BAR[case.dtype]
-    ref_out, ref_cache = spec.forward(**_copy(case.args))
-    with np.errstate(all="ignore"):
-        out, cache = case.forward(**_copy(case.args))
+    ref_out, ref_cache = spec.forward(**_fresh(case.args, case.dtype))
+    out, cache = case.forward(**_fresh(case.args, case.dtype))
     out = np.asarray(out)
     if out.shape != np.shape(ref_out):
         raise ValueError(f"forward returned shape {out.shape}, expected {np.shape(ref_out)}")
@@ -185,7 +171,7 @@ def _judge_case(case: Case) -> None:
         return
     dout = np.random.default_rng(case.seed + 1).standard_normal(np.shape(ref_out)).astype(case.dtype)
     dout = float(dout) if np.ndim(ref_out) == 0 else dout
-    ref_grads = {k: g for k, g in _grads(spec, spec.backward, dout, ref_cache).items() if g is not None}
+    ref_grads = _grads(spec, spec.backward, dout, ref_cache)
     grads = _grads(spec, case.backward, dout, cache)
     misshapen = _misshapen(case, grads, ref_grads, dout)
     compared = {"output": (out, ref_out)} | {f"d{n}": (grads[n], g) for n, g in ref_grads.items() if n not in misshapen}
@@ -197,10 +183,10 @@ def _judge_case(case: Case) -> None:
         return
     for name, g in ref_grads.items():  # each wrong gradient: is it a known mistake?
         if errors.get(f"d{name}", 0.0) > bar:
-            case.matches += [(case.name, d) for d in BM.diagnose(case.reference, name, grads[name], g, case.args, dout)]
+            case.diagnose(name, grads[name], g, dout)
     if misshapen:
         return  # central differences need gradients of the inputs' shapes
-    if errors["output"] > bar:
+    if errors["output"] > bar and spec.variants:
         _forward_variants(case, out)
     _finite_differences(case)
 
@@ -208,10 +194,8 @@ def _judge_case(case: Case) -> None:
 def _own_float32_errors(case: Case, dout, ref_out, ref_grads: dict, names) -> dict:
     """name -> the reference pair's own float32 error on each compared tensor: its float32 output and gradients
     against the same pair run in float64 on the same (float32) inputs and upstream gradient."""
-    spec, args = case.spec, _cast(case.args, np.dtype(np.float64))
-    out64, cache64 = spec.forward(**_copy(args))
-    dout64 = float(dout) if np.ndim(ref_out) == 0 else np.asarray(dout, dtype=np.float64)
-    grads64 = _grads(spec, spec.backward, dout64, cache64)
+    out64, cache64 = case.spec.forward(**_fresh(case.args, np.float64))
+    grads64 = _grads(case.spec, case.spec.backward, _fresh(dout, np.float64), cache64)
     pairs = {"output": (ref_out, out64)} | {f"d{n}": (g, grads64[n]) for n, g in ref_grads.items() if f"d{n}" in names}
     return {n: e for n, (_, e) in relative_errors(pairs, np.float32).items()}
 
@@ -232,18 +216,14 @@ def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
             raise ValueError(f"backward gave no gradient for {name}")
         if np.shape(grads[name]) == np.shape(g):
             continue
-        found = BM.diagnose(case.reference, name, grads[name], g, case.args, dout)
-        if not found:
+        if not case.diagnose(name, grads[name], g, dout):
             raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
-        case.matches += [(case.name, d) for d in found]
         out[name] = case.row(f"d{name}", math.inf, BAR[case.dtype], f"shape {np.shape(grads[name])}")
     return out
 
 
 def _forward_variants(case: Case, out) -> None:
     """The pair's forward variants (the catalogue's) that reproduce the user's output."""
-    if case.spec.variants is None:
-        return
     for vid, message, variant in case.spec.variants(case.args):
         if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
             case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
@@ -253,8 +233,8 @@ def _finite_differences(case: Case) -> None:
     """The user's backward against central differences of the user's own forward (float64)."""
     call = case.spec.call_backward or (lambda b, d, c: b(d, c))
     fd = gradcheck.check_pair(
-        case.forward, lambda d, c: call(case.backward, d, c), _copy(case.args), case.spec.wrt, seed=case.seed,
-        max_coords=12,
+        case.forward, lambda d, c: call(case.backward, d, c), _fresh(case.args, case.dtype), case.spec.wrt,
+        seed=case.seed, max_coords=12,
     )  # fmt: skip
     for name, error in fd.errors.items():
         case.result.rows.append(case.row(f"d{name}", error, FD_BAR, against="finite differences"))

@@ -14,8 +14,6 @@ named: the missing row term, a transposed weight gradient, a constant factor and
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import backward_mistakes as BM
@@ -37,15 +35,13 @@ def checker(ours: dict, *, reference=None, args=None, dout=None, wrt=None, exerc
         unknown = [n for n in names if n not in ours]
         if unknown:
             raise ValueError(f"name: {unknown} not among the walkthrough's gradients {list(ours)}")
-        if yours is not None and len(names) > 1:
-            if not isinstance(yours, (tuple, list)) or len(yours) != len(names):
-                print(f"{name}: expected {len(names)} arrays ({name}), got {type(yours).__name__}")
-                return False
+        if yours is not None and len(names) > 1 and (not isinstance(yours, (tuple, list)) or len(yours) != len(names)):
+            print(f"{name}: expected {len(names)} arrays ({name}), got {type(yours).__name__}")
+            return False
         values = [yours] if len(names) == 1 else (list(yours) if yours is not None else [None] * len(names))
         verdicts = [_verdict(n, v, ours[n], reference, args, dout, (wrt or {}).get(n, n)) for n, v in zip(
             names, values, strict=True)]  # fmt: skip
-        for line, _ in verdicts:
-            print(line)
+        print("\n".join(line for line, _ in verdicts))
         if exercise:
             print(f"Further: the workbook's `{exercise}` exercise (transformer-parity exercises DIR --only {exercise})")
         return all(ok for _, ok in verdicts)
@@ -61,9 +57,7 @@ def _verdict(name, yours, ours, reference, args, dout, tensor) -> tuple:
     named = "; ".join(f"{d.id}: {d.message}" for d in found)
     if got.shape != want.shape:
         return f"{name}: wrong, shape {got.shape} instead of {want.shape}" + (f": {named}" if named else ""), False
-    diff = float(np.abs(got - want).max(initial=0.0))
-    scale = float(np.abs(want).max(initial=0.0))
-    error = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+    error = BM._close(got, want)
     if error <= BAR:
         return f"{name}: right (relative error {error:.1e})", True
     what = named or "not a mistake the catalogue knows: compare your lines with the derivation, term by term"
