@@ -1,7 +1,6 @@
-"""The levels a user's module is judged at, read through the registry (level_table.py): the reference's parameter
-shapes for a config, a probe (random inputs with padding, batch-first, as the reference takes them), the
-reference's forward and hand-written backward on that probe, and the intermediate activations inside a layer that
-the user's submodules are matched against. Sizes are tiny: a check runs in a second.
+"""The levels a user's module is judged at, read through the registry (level_table.py): the reference's random
+weights, its forward and hand-written backward on a probe (probes.py), and the intermediate activations inside a
+layer that the user's submodules are matched against.
 """
 
 from __future__ import annotations
@@ -17,29 +16,11 @@ from . import variants as V
 from .level_table import ALIASES, LEVELS, named
 from .probes import B, Probe, keep_mask
 
-__all__ = ["B", "Probe", "keep_mask", "REFERENCES", "probe", "reference_shapes", "run_reference", "init_reference"]
+__all__ = ["B", "Probe", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace"]
 
 COMPONENTS = named("component")
-LAYERS = named("layer")
-MODELS = named("model")
-# the levels a user names (torch.nn.Transformer's stacks are judged in place of "transformer", not named)
-REFERENCES = (
-    COMPONENTS
-    + LAYERS
-    + tuple(ALIASES)
-    + MODELS
-    + tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)
-)
-
-
-def probe(level: str, cfg, rng, self_attention: bool = False, causal: bool = False) -> Probe:
-    """Random reference inputs for `level` (float64); see probes.py for each level's."""
-    return LEVELS[level].probe(cfg, rng, self_attention, causal)
-
-
-def reference_shapes(level: str, cfg) -> dict:
-    """The reference's parameter names and shapes at `level` (a component's names are those below its prefix)."""
-    return LEVELS[level].shapes(cfg)
+REFERENCES = COMPONENTS + named("layer") + tuple(ALIASES) + named("model")  # the levels a user names, and the stacks
+REFERENCES += tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)  # but torch.nn.Transformer's
 
 
 def run_reference(level: str, params: dict, p: Probe, cfg, dtype):

@@ -62,7 +62,7 @@ class Session:
 
             def probe(caller):  # self-attention callers: one sequence
                 rng = np.random.default_rng(seed + 1)
-                return LV.probe(level, sized, rng, self_attention=caller.self_attention, causal=caller.causal)
+                return entry.probe(sized, rng, caller.self_attention, caller.causal)
 
             flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
             found = MP.structure(user, flow) if flow is not None else found
@@ -84,14 +84,10 @@ class Session:
             if base is not None:  # the base the module's own tables were built with: tried first
                 self.thetas = [base] + [t for t in self.thetas if t != base]
         rng = np.random.default_rng(seed)
-        self.shapes = LV.reference_shapes(level, self.cfg)
+        self.shapes = entry.shapes(self.cfg)
         self.params = LV.init_reference(self.shapes, rng, self.zero)
-        self.probes = {(False, False): LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
-        if entry.self_attention_probes:
-            for causal in (False, True):
-                self.probes[(True, causal)] = LV.probe(
-                    level, self.cfg, np.random.default_rng(seed + 1), self_attention=True, causal=causal
-                )
+        kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
+        self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
         self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
