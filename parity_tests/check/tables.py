@@ -1,9 +1,6 @@
-"""The fixed tables a user's module builds in float32, read against the reference's and overwritten in float64:
-sinusoid position tables (either layout, or with the wrong frequencies), and RoPE's tables at the bases the
-module states (inverse frequencies, angles, cos and sin, Meta's complex rotations), buffers or plain tensor
-attributes. Each equal to the reference's to float32 precision (the rounding of its angles) is replaced by its
-float64 values for the float64 comparison, and a note says so.
-"""
+"""The fixed tables a user's module builds in float32 (sinusoid position tables, RoPE's), read against the
+reference's: each equal to it to float32 precision (the rounding of its angles) is overwritten with its float64
+values for the float64 comparison, and a note says so."""
 
 from __future__ import annotations
 
@@ -45,23 +42,22 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bo
     for t in fixed:
         value = _squeezed(tensors[t.name]).reshape(t.rows, t.width)
         tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
-        for name, table in sinusoid_tables(t.rows, t.width).items():
-            if not _within(value, table, tolerance):
-                continue
-            overwrite[t.name] = table
-            if name == "wrong_frequencies":
-                wrong = True
-                notes.append(
-                    f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
-                    "overwritten with that table in float64)"
-                )
-                break
+        tables = sinusoid_tables(t.rows, t.width)
+        name = next((n for n, table in tables.items() if _within(value, table, tolerance)), None)
+        if name == "wrong_frequencies":
+            wrong = True
+            notes.append(
+                f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
+                "overwritten with that table in float64)"
+            )
+        elif name is not None:
             layout = name
             notes.append(
                 f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
                 "the float64 table for the float64 comparison"
             )
-            break
+        if name is not None:
+            overwrite[t.name] = tables[name]
     return overwrite, layout, wrong
 
 
@@ -77,10 +73,11 @@ def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
     return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
 
 
-def rope_thetas(module, Dh: int) -> list:
-    """The RoPE bases the user's module states: a base attribute (theta, rope_theta, base, ...; transformers'
-    in .config), or an inverse-frequency buffer (inv_freq). 10000 (the paper's, Llama 2's) is always tried last."""
-    found = []
+def rope_thetas(module, Dh: int, first: float | None = None) -> list:
+    """The RoPE bases to try: `first` (the caller's), the bases the user's module states (a base attribute: theta,
+    rope_theta, base, ...; transformers' in .config; or an inverse-frequency buffer, inv_freq), and last 10000 (the
+    paper's, Llama 2's)."""
+    found = [] if first is None else [float(first)]
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)
         values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
@@ -141,15 +138,15 @@ def _tensors_kept(module):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
-def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, float | None]:
+def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list]:
     """The user's RoPE tables built in float32 (inverse frequencies, cos and sin tables, Meta's complex rotations),
-    buffers or plain tensor attributes: each one equal to a table of rope_tables to float32 precision is
-    overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables are. Returns
-    ({name: float64 values}, the base they were built with)."""
+    buffers or plain tensor attributes, read at each base of `thetas`: each one equal to a table of rope_tables to
+    float32 precision is overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables
+    are. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
     overwrite: dict = {}
-    base = None
+    bases: list = []
     if Dh % 2:
-        return overwrite, base
+        return overwrite, thetas
     for name, buf in _tensors_kept(module):
         if not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
             continue
@@ -158,10 +155,11 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, floa
             tables = rope_tables(theta, Dh, value.shape[0] if value.ndim >= 2 else 1).items()
             match = next(((what, table) for what, (table, tol) in tables if _within(value, table, tol)), None)
             if match is not None:
-                (what, overwrite[name]), base = match, base or theta
+                what, overwrite[name] = match
+                bases.append(theta)
                 notes.append(
                     f"{name}: {what} (base {theta:g}) to float32 precision; overwritten with the "
                     f"{overwrite[name].dtype} values for the float64 comparison"
                 )
                 break
-    return overwrite, base
+    return overwrite, list(dict.fromkeys(bases[:1] + thetas))
