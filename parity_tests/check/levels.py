@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from numpy_transformer import layers as L
 from numpy_transformer import model as M
 
 from . import reference as R
@@ -18,9 +19,9 @@ from .probes import B, Probe, keep_mask
 
 __all__ = ["B", "Probe", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace"]
 
-COMPONENTS = named("component")
-REFERENCES = COMPONENTS + named("layer") + tuple(ALIASES) + named("model")  # the levels a user names, and the stacks
-REFERENCES += tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)  # but torch.nn.Transformer's
+# the levels a user names: every one but the stacks judged in another's place (torch.nn.Transformer's)
+REFERENCES = named("component") + named("layer") + tuple(ALIASES) + named("model")
+REFERENCES += tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)
 
 
 def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
@@ -56,29 +57,20 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
     sublayers.append(("ffn", None))
     for name, keep in sublayers:
         weights = M.sub(params, f"{name}_norm")
-
-        def norm(y, weights=weights):
-            if cfg.norm == "rms":
-                return V.rms_norm(y, weights["weight"], cfg.layer_norm_eps)
-            return V.layer_norm(y, weights["weight"], weights["bias"], cfg.layer_norm_eps)
-
-        def apply(h, name=name, keep=keep):
-            if name == "ffn":
-                y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
-                trace.append((name, "ffn", (h,), y))
-                return y
+        h = L.norm_forward(weights, x, cfg.norm, cfg.layer_norm_eps)[0] if cfg.norm_first else x  # the unit's input
+        if name == "ffn":
+            y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
+            unit = (name, "ffn", (h,), y)
+        else:
             kv = h if name == "self_attn" else memory
             rope = V.rope_knobs(cfg, rotary=name == "self_attn")
             y = V.multi_head_attention(M.sub(params, name), h, kv, kv, cfg.n_heads, keep, **rope)
-            trace.append((name, "attention", (h, kv, keep), y))
-            return y
-
+            unit = (name, "attention", (h, kv, keep), y)
         if cfg.norm_first:
-            h = norm(x)
-            trace.append((f"{name}_norm", "norm", (x,), h))
-            x = x + apply(h)
+            trace += [(f"{name}_norm", "norm", (x,), h), unit]
+            x = x + y
         else:
-            s = x + apply(x)
-            x = norm(s)
-            trace.append((f"{name}_norm", "norm", (s,), x))
+            s = x + y
+            x = L.norm_forward(weights, s, cfg.norm, cfg.layer_norm_eps)[0]
+            trace += [unit, (f"{name}_norm", "norm", (s,), x)]
     return trace
