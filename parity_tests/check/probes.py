@@ -32,11 +32,10 @@ class Probe:
         return dataclasses.replace(self, floats={k: v.astype(dtype) for k, v in self.floats.items()})
 
 
-def keep(T: int, pad_rows: tuple = (1,), n_pad: int = 2) -> np.ndarray:
-    """(B, T) True at real positions; the sequences in pad_rows end with n_pad padding positions."""
+def keep(T: int, row: int = 1, n_pad: int = 2) -> np.ndarray:
+    """(B, T) True at real positions; the sequence `row` ends with n_pad padding positions."""
     kept = np.ones((B, T), dtype=bool)
-    for b in pad_rows:
-        kept[b, T - n_pad :] = False
+    kept[row, T - n_pad :] = False
     return kept
 
 
@@ -91,7 +90,7 @@ def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1) -> 
     under a causal self-attention whose third sequence ends with `n_pad` padding positions. The output positions
     compared are the queries' real ones (the keys' where there is no causal self-attention)."""
     p = Probe(floats=floats, src_keep=keep(T_K) if src else None, causal=tgt is not None)
-    p.tgt_keep = keep(tgt, (2,), n_pad) if tgt is not None else None
+    p.tgt_keep = keep(tgt, 2, n_pad) if tgt is not None else None
     p.valid = p.tgt_keep if p.causal else p.src_keep
     return p
 
