@@ -79,7 +79,7 @@ class Session:
         self.thetas: list = []
         self.rope_overwrite: dict = {}
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
-            thetas = TB.rope_thetas(user, self.cfg.d_head, given.get("rope_theta"))  # the caller's first
+            thetas = TB.rope_thetas(user, self.cfg.d_head, given.get("rope_theta"))  # the caller's base first
             self.rope_overwrite, self.thetas = TB.rope_buffers(user, self.cfg.d_head, thetas, self.notes)
         self.shapes = entry.shapes(self.cfg)
         self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
