@@ -51,24 +51,15 @@ class Float32Islands(TorchDispatchMode):
 
     def __init__(self, module: nn.Module, exact: bool = True):
         super().__init__()
-        self.exact = exact
+        self.module, self.exact = module, exact
         self.seen: list = []
-        self.stack: list = []
-        self.paths = {id(m): path for path, m in module.named_modules()}
+        self.stack: list = []  # the paths of the user's submodules running, the innermost last
 
     def __enter__(self):
-        def push(module, args):
-            if id(module) in self.paths:
-                self.stack.append(self.paths[id(module)])
-
-        def pop(module, args, output):
-            if id(module) in self.paths and self.stack:
-                self.stack.pop()
-
-        self.hooks = [
-            torch.nn.modules.module.register_module_forward_pre_hook(push),
-            torch.nn.modules.module.register_module_forward_hook(pop, always_call=True),
-        ]
+        self.hooks = []
+        for path, mod in self.module.named_modules():
+            self.hooks.append(mod.register_forward_pre_hook(lambda m, a, p=path: self.stack.append(p)))
+            self.hooks.append(mod.register_forward_hook(self._leave, always_call=True))
         self.default = torch.get_default_dtype()
         if self.exact:
             torch.set_default_dtype(torch.float64)
@@ -79,6 +70,10 @@ class Float32Islands(TorchDispatchMode):
             hook.remove()
         torch.set_default_dtype(self.default)
         return super().__exit__(*exc)
+
+    def _leave(self, module, args, output) -> None:  # a forward hook: returns None, the output unchanged
+        if self.stack:
+            self.stack.pop()
 
     def _record(self, op: str | None) -> None:
         if self.stack:
