@@ -63,8 +63,7 @@ class Session:
             sized = U.sized_config(level, found, given)
 
             def probe(caller):  # self-attention callers: one sequence
-                rng = np.random.default_rng(seed + 1)
-                return entry.probe(sized, rng, caller.self_attention, caller.causal)
+                return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal)
 
             flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
             found = MP.structure(user, flow) if flow is not None else found
