@@ -174,8 +174,7 @@ def _rebind(value, memo: dict, depth: int = 0):
         return value
     if isinstance(value, (list, tuple)):
         items = [_rebind(v, memo, depth + 1) for v in value]
-        changed = any(a is not b for a, b in zip(items, value, strict=True))
-        return type(value)(items) if changed else value
+        return type(value)(items) if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if isinstance(value, dict):
         entries = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
         return entries if any(entries[k] is not v for k, v in value.items()) else value

@@ -161,11 +161,8 @@ class Session:
     def rope_options(self, given: dict) -> list:
         """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
         attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        if not self.thetas or not self.entry.rope:
-            return []
-        if self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite):
-            return []  # a position table of its own: not rotary
-        if given.get("positional") not in (None, "rope"):
+        own_table = self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite)  # not rotary
+        if not self.thetas or not self.entry.rope or own_table or given.get("positional") not in (None, "rope"):
             return []
         thetas = [given["rope_theta"]] if "rope_theta" in given else self.thetas
         rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
