@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .level_table import DATA, LEVELS
+from .level_table import LEVELS
 
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
@@ -168,7 +168,7 @@ def torch_builtin_callers(module, level, probe) -> list | None:
     cls, data, masks, extra = builtin
     owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
     bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
-    return [Caller(bf, data or DATA[level], dict(masks), extra=dict(extra or {}))]
+    return [Caller(bf, data or LEVELS[level].inputs, dict(masks), extra=dict(extra or {}))]
 
 
 @dataclass

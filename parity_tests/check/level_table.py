@@ -1,27 +1,7 @@
-"""The registry of levels a user's module is judged at: one entry each, named once here.
-
-An entry says everything the judge needs to know about a level; the judge's modules read the entry's fields,
-never the level's name:
-
-- what the reference computes there: `shapes(cfg)` (its parameter names and shapes), `run(params, probe, cfg,
-  dtype)` (its forward and hand-written backward, reference.py), `probe(cfg, rng, self_attention, causal)` (its
-  inputs, probes.py) and `inputs` (their names, in the order the reference takes them, the order a caller passes
-  them to the user's module);
-- what is inferred and probed there: `group` ("component", "layer", "model", "stacks": how the user's parameters
-  are read, units.py, and whether submodules are hooked for the first divergence, diagnose.py), `unit` (a
-  component's kind of math: its weight map and its catalogue variants), `masks` (the masks its attentions read,
-  "src" padding and/or "tgt" causal), `cross` (its decoder layers cross-attend to a memory), `causal` (a layer's
-  self-attention masks the future), `heads` (it computes multi-head attentions from projections), `rope` (rotary
-  positions may be tried), `searches` (what the shapes cannot tell and the outputs decide), `output_head` (an
-  output projection to logits), `final_norms` ("always", or "pre-norm": as the reference's stacks, after
-  pre-norm layers, unless the flow shows otherwise: config.final_norm), `stacks` (a model's stacks in forward
-  order, the prefixes of its parameters);
-- its relation to other levels: `stands_for` (a level judged in the place of another for a module of torch's
-  own, torch.nn.Transformer for "transformer") and ALIASES (another name for the same math);
-- `shown`: the config fields the report shows (None: a model's, MODEL_SHOWN); `activations`: the reference's
-  activations stage by stage where its runner keeps no model object (a stack composed from the pairs).
-
-A new level is one entry here (and, for a new kind of math, its runner in reference.py).
+"""The registry of levels a user's module is judged at: one entry each, named once here. An entry (Level, whose
+fields say what each means) holds everything the judge needs to know about a level: what the reference computes
+there, what is inferred and probed, and its relation to other levels; the judge's modules read the entry's fields,
+never the level's name. A new level is one entry here (and, for a new kind of math, its runner in reference.py).
 """
 
 from __future__ import annotations
@@ -46,7 +26,7 @@ class Level:
     run: Callable  # (params, probe, cfg, dtype) -> (out, backward)
     unit: str | None = None  # a component's math: "heads", "attention", "layer_norm", "rms_norm", "feed_forward",
     # "gated_feed_forward", "positions", "embedding"; None for layers, stacks and models (dealt layer by layer)
-    stacks: tuple = ()  # a model's stacks, in forward order
+    stacks: tuple = ()  # a model's stacks, in forward order (its parameters' prefixes)
     shown: tuple | None = None  # the config fields the report shows; None: a model's (MODEL_SHOWN)
     masks: tuple = ()  # the masks its attentions read: "src" (padding of the keys), "tgt" (causal)
     cross: bool = False  # its decoder layers cross-attend to a memory
@@ -85,12 +65,10 @@ class Level:
         encoder layer has one of each, a decoder layer two attentions (cross: self and cross) and one block."""
         if self.group == "layer":
             return 1, 1
-        per_decoder = 2 if self.cross else 1
-        if self.stacks == ("encoder", "decoder"):
-            n_dec = (n_attentions - n_ffns) // (per_decoder - 1) if per_decoder > 1 else 0
-            return n_ffns - n_dec, n_dec
+        if self.stacks == ("encoder", "decoder"):  # its decoder layers cross-attend: one attention more each
+            return 2 * n_ffns - n_attentions, n_attentions - n_ffns
         if self.stacks == ("decoder",):
-            return 0, n_attentions // per_decoder
+            return 0, n_attentions // (2 if self.cross else 1)
         return (n_attentions, 0) if self.encoder_only else (0, 0)
 
     def layer_norm_count(self, n_enc: int, n_dec: int) -> int:
@@ -205,9 +183,6 @@ ALIASES = {"encoder": "encoder_model"}  # the same math: ids -> the encoder's ou
 def named(group: str) -> tuple:
     """The levels of `group`, in registry order."""
     return tuple(name for name, level in LEVELS.items() if level.group == group)
-
-
-DATA = {name: level.inputs for name, level in LEVELS.items()}
 
 
 def shown(reference: str) -> tuple:

@@ -1,7 +1,6 @@
-"""The levels a user's module is judged at, read through the registry (level_table.py): the reference's parameter
-shapes for a config, a probe (random inputs with padding, batch-first, as the reference takes them), the
-reference's forward and hand-written backward on that probe, and the intermediate activations inside a layer that
-the user's submodules are matched against. Sizes are tiny: a check runs in a second.
+"""The levels a user's module is judged at, read through the registry (level_table.py): the reference's random
+weights, its forward and hand-written backward on a probe (probes.py), and the intermediate activations inside a
+layer that the user's submodules are matched against.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ import math
 
 import numpy as np
 
+from numpy_transformer import layers as L
 from numpy_transformer import model as M
 
 from . import reference as R
@@ -17,29 +17,11 @@ from . import variants as V
 from .level_table import ALIASES, LEVELS, named
 from .probes import B, Probe, keep_mask
 
-__all__ = ["B", "Probe", "keep_mask", "REFERENCES", "probe", "reference_shapes", "run_reference", "init_reference"]
+__all__ = ["B", "Probe", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace"]
 
-COMPONENTS = named("component")
-LAYERS = named("layer")
-MODELS = named("model")
-# the levels a user names (torch.nn.Transformer's stacks are judged in place of "transformer", not named)
-REFERENCES = (
-    COMPONENTS
-    + LAYERS
-    + tuple(ALIASES)
-    + MODELS
-    + tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)
-)
-
-
-def probe(level: str, cfg, rng, self_attention: bool = False, causal: bool = False) -> Probe:
-    """Random reference inputs for `level` (float64); see probes.py for each level's."""
-    return LEVELS[level].probe(cfg, rng, self_attention, causal)
-
-
-def reference_shapes(level: str, cfg) -> dict:
-    """The reference's parameter names and shapes at `level` (a component's names are those below its prefix)."""
-    return LEVELS[level].shapes(cfg)
+# the levels a user names: every one but the stacks judged in another's place (torch.nn.Transformer's)
+REFERENCES = named("component") + named("layer") + tuple(ALIASES) + named("model")
+REFERENCES += tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)
 
 
 def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
@@ -75,29 +57,20 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
     sublayers.append(("ffn", None))
     for name, keep in sublayers:
         weights = M.sub(params, f"{name}_norm")
-
-        def norm(y, weights=weights):
-            if cfg.norm == "rms":
-                return V.rms_norm(y, weights["weight"], cfg.layer_norm_eps)
-            return V.layer_norm(y, weights["weight"], weights["bias"], cfg.layer_norm_eps)
-
-        def apply(h, name=name, keep=keep):
-            if name == "ffn":
-                y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
-                trace.append((name, "ffn", (h,), y))
-                return y
+        h = L.norm_forward(weights, x, cfg.norm, cfg.layer_norm_eps)[0] if cfg.norm_first else x  # the unit's input
+        if name == "ffn":
+            y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
+            unit = (name, "ffn", (h,), y)
+        else:
             kv = h if name == "self_attn" else memory
             rope = V.rope_knobs(cfg, rotary=name == "self_attn")
             y = V.multi_head_attention(M.sub(params, name), h, kv, kv, cfg.n_heads, keep, **rope)
-            trace.append((name, "attention", (h, kv, keep), y))
-            return y
-
+            unit = (name, "attention", (h, kv, keep), y)
         if cfg.norm_first:
-            h = norm(x)
-            trace.append((f"{name}_norm", "norm", (x,), h))
-            x = x + apply(h)
+            trace += [(f"{name}_norm", "norm", (x,), h), unit]
+            x = x + y
         else:
-            s = x + apply(x)
-            x = norm(s)
-            trace.append((f"{name}_norm", "norm", (s,), x))
+            s = x + y
+            x = L.norm_forward(weights, s, cfg.norm, cfg.layer_norm_eps)[0]
+            trace += [unit, (f"{name}_norm", "norm", (s,), x)]
     return trace

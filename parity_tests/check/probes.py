@@ -32,11 +32,10 @@ class Probe:
         return dataclasses.replace(self, floats={k: v.astype(dtype) for k, v in self.floats.items()})
 
 
-def keep(T: int, pad_rows: tuple = (1,), n_pad: int = 2) -> np.ndarray:
-    """(B, T) True at real positions; the sequences in pad_rows end with n_pad padding positions."""
+def keep(T: int, row: int = 1, n_pad: int = 2) -> np.ndarray:
+    """(B, T) True at real positions; the sequence `row` ends with n_pad padding positions."""
     kept = np.ones((B, T), dtype=bool)
-    for b in pad_rows:
-        kept[b, T - n_pad :] = False
+    kept[row, T - n_pad :] = False
     return kept
 
 
@@ -75,16 +74,24 @@ def attention(cfg, rng, self_attention=False, causal=False) -> Probe:
     (Llama's) has no padding mask: its third sequence ends with one padding position, whose output is not
     compared (causality hides it from every other)."""
     D = cfg.d_model
-    p = Probe(self_attention=self_attention or causal, causal=causal)
     if causal:
-        p.floats = {"query": rng.standard_normal((B, T_K, D))}
-        p.tgt_keep = p.valid = keep(T_K, (2,), 1)
+        p = _padded({"query": rng.standard_normal((B, T_K, D))}, src=False, tgt=T_K)
     elif self_attention:
-        p.floats, p.src_keep = {"query": rng.standard_normal((B, T_K, D))}, keep(T_K)
+        p = Probe(floats={"query": rng.standard_normal((B, T_K, D))}, src_keep=keep(T_K))
     else:
         lengths = (("query", T_Q), ("key", T_K), ("value", T_K))
-        p.floats = {n: rng.standard_normal((B, T, D)) for n, T in lengths}
-        p.src_keep = keep(T_K)
+        p = Probe(floats={n: rng.standard_normal((B, T, D)) for n, T in lengths}, src_keep=keep(T_K))
+    p.self_attention = self_attention or causal
+    return p
+
+
+def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1) -> Probe:
+    """A probe of `floats` whose keys (T_K) are padded where `src`, and where `tgt` (the queries' length) is given,
+    under a causal self-attention whose third sequence ends with `n_pad` padding positions. The output positions
+    compared are the queries' real ones (the keys' where there is no causal self-attention)."""
+    p = Probe(floats=floats, src_keep=keep(T_K) if src else None, causal=tgt is not None)
+    p.tgt_keep = keep(tgt, 2, n_pad) if tgt is not None else None
+    p.valid = p.tgt_keep if p.causal else p.src_keep
     return p
 
 
@@ -95,34 +102,24 @@ def features(cfg, rng, self_attention=False, causal=False) -> Probe:
 
 def padded_features(cfg, rng, self_attention=False, causal=False) -> Probe:
     """x (B, T, D) with the keys padded: an encoder layer or stack (bidirectional self-attention)."""
-    p = Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))}, src_keep=keep(T_K))
-    p.valid = p.src_keep
-    return p
+    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=True)
 
 
 def causal_features(cfg, rng, self_attention=False, causal=False) -> Probe:
     """x (B, T, D) under a causal self-attention only: the last position of one sequence is padding."""
-    p = Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))}, causal=True)
-    p.tgt_keep = p.valid = keep(T_K, (2,), 1)
-    return p
+    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=False, tgt=T_K)
 
 
 def features_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe:
     """x (B, T_q, D) and a padded memory (B, T_k, D): a decoder layer (causal self-, padded cross-attention)."""
     D = cfg.d_model
-    p = Probe(floats={"x": rng.standard_normal((B, T_Q, D)), "memory": rng.standard_normal((B, T_K, D))})
-    p.src_keep, p.tgt_keep, p.causal = keep(T_K), keep(T_Q, (2,), 1), True
-    p.valid = p.tgt_keep
-    return p
+    return _padded({"x": rng.standard_normal((B, T_Q, D)), "memory": rng.standard_normal((B, T_K, D))}, True, T_Q)
 
 
 def source_and_target(cfg, rng, self_attention=False, causal=False) -> Probe:
     """src (B, T_k, D) and tgt (B, T_q, D) embeddings: torch.nn.Transformer's two stacks."""
     D = cfg.d_model
-    p = Probe(floats={"src": rng.standard_normal((B, T_K, D)), "tgt": rng.standard_normal((B, T_Q, D))})
-    p.src_keep, p.tgt_keep, p.causal = keep(T_K), keep(T_Q, (2,), 1), True
-    p.valid = p.tgt_keep
-    return p
+    return _padded({"src": rng.standard_normal((B, T_K, D)), "tgt": rng.standard_normal((B, T_Q, D))}, True, T_Q)
 
 
 def vocabulary(cfg, rng, self_attention=False, causal=False) -> Probe:
@@ -132,33 +129,28 @@ def vocabulary(cfg, rng, self_attention=False, causal=False) -> Probe:
 
 def source_and_target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
     """src and tgt ids (B, T), padded: an encoder-decoder model."""
-    p = Probe(src_keep=keep(T_K), tgt_keep=keep(T_K, (2,), 1), causal=True)
+    p = _padded({}, src=True, tgt=T_K)
     src = token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)
     p.ids = {"src": src, "tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
-    p.valid = p.tgt_keep
     return p
 
 
 def target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
     """ids (B, T) under a causal self-attention: a language model (one padding position where it has a pad id)."""
-    p = Probe(tgt_keep=keep(T_K, (2,), 1 if cfg.pad_id is not None else 0), causal=True)
+    p = _padded({}, src=False, tgt=T_K, n_pad=1 if cfg.pad_id is not None else 0)
     p.ids = {"ids": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
-    p.valid = p.tgt_keep
     return p
 
 
 def target_ids_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe:
     """tgt ids (B, T_q) and a padded memory (B, T_k, D): an encoder-decoder's decoder stack."""
-    p = Probe(floats={"memory": rng.standard_normal((B, T_K, cfg.d_model))}, causal=True)
-    p.src_keep, p.tgt_keep = keep(T_K), keep(T_Q, (2,), 1)
+    p = _padded({"memory": rng.standard_normal((B, T_K, cfg.d_model))}, src=True, tgt=T_Q)
     p.ids = {"tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
-    p.valid = p.tgt_keep
     return p
 
 
 def source_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
     """ids (B, T), padded: an encoder model (bidirectional)."""
-    p = Probe(src_keep=keep(T_K))
+    p = _padded({}, src=True)
     p.ids = {"ids": token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)}
-    p.valid = p.src_keep
     return p

@@ -17,16 +17,12 @@ def positions_held(ref_shape: tuple, shape: tuple):
     """Which of the reference output's positions the user's output holds: every one (None), or only the last (a
     slice, or -1 when that axis is dropped), as nanoGPT's `forward(idx)` returns `logits[:, [-1], :]` without
     targets; False when the shapes do not correspond."""
-    shape = tuple(shape)
-    if shape == tuple(ref_shape):
+    if tuple(shape) == tuple(ref_shape):
         return None
-    if len(ref_shape) == 3 and ref_shape[1] > 1:
-        B, _, V = ref_shape
-        if shape == (B, 1, V):
-            return slice(-1, None)
-        if shape == (B, V):
-            return -1
-    return False
+    if len(ref_shape) != 3 or ref_shape[1] < 2:
+        return False
+    B, _, V = ref_shape
+    return {(B, 1, V): slice(-1, None), (B, V): -1}.get(tuple(shape), False)
 
 
 def at_positions(array, index):
@@ -48,31 +44,22 @@ class Float32Islands(TorchDispatchMode):
     of the user's submodules running it, as (submodule, op) in `seen`: a conversion of a float64 tensor to float32
     (x.float(), .to(torch.float32), .type_as(a float32 tensor); complex128 to complex64 likewise), and an op that
     mixes a float64 operand with a float32 one (a constant made in float32 inside the forward, as
-    torch.tensor(2.0 / torch.pi) is, or a float32 table). With `promote`, each such conversion is made a float64
-    (complex128) copy instead, each float32 operand of such an op is widened, and (with `exact`) torch's default
-    dtype is float64 while it runs, so that the constants made in forward are made in float64: the island computes
-    in float64 and a mistake inside it is matched as exactly as anywhere else."""
+    torch.tensor(2.0 / torch.pi) is, or a float32 table). Each such conversion is made a float64 (complex128) copy
+    instead, each float32 operand of such an op is widened, and (with `exact`) torch's default dtype is float64
+    while it runs, so that the constants made in forward are made in float64: the island computes in float64 and a
+    mistake inside it is matched as exactly as anywhere else."""
 
-    def __init__(self, module: nn.Module, promote: bool, exact: bool = True):
+    def __init__(self, module: nn.Module, exact: bool = True):
         super().__init__()
-        self.promote, self.exact = promote, exact and promote
+        self.module, self.exact = module, exact
         self.seen: list = []
-        self.stack: list = []
-        self.paths = {id(m): path for path, m in module.named_modules()}
+        self.stack: list = []  # the paths of the user's submodules running, the innermost last
 
     def __enter__(self):
-        def push(module, args):
-            if id(module) in self.paths:
-                self.stack.append(self.paths[id(module)])
-
-        def pop(module, args, output):
-            if id(module) in self.paths and self.stack:
-                self.stack.pop()
-
-        self.hooks = [
-            torch.nn.modules.module.register_module_forward_pre_hook(push),
-            torch.nn.modules.module.register_module_forward_hook(pop, always_call=True),
-        ]
+        self.hooks = []
+        for path, mod in self.module.named_modules():
+            self.hooks.append(mod.register_forward_pre_hook(lambda m, a, p=path: self.stack.append(p)))
+            self.hooks.append(mod.register_forward_hook(self._leave, always_call=True))
         self.default = torch.get_default_dtype()
         if self.exact:
             torch.set_default_dtype(torch.float64)
@@ -84,6 +71,10 @@ class Float32Islands(TorchDispatchMode):
         torch.set_default_dtype(self.default)
         return super().__exit__(*exc)
 
+    def _leave(self, module, args, output) -> None:  # a forward hook: returns None, the output unchanged
+        if self.stack:
+            self.stack.pop()
+
     def _record(self, op: str | None) -> None:
         if self.stack:
             self.seen.append((self.stack[-1] or "(the module)", op))
@@ -92,15 +83,13 @@ class Float32Islands(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
             if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
-                self._record(None)  # a cast
-                if self.promote:
-                    kwargs = dict(kwargs, dtype=args[0].dtype)
+                self._record(None)  # a cast, made a copy in the wider dtype
+                kwargs = dict(kwargs, dtype=args[0].dtype)
         elif func not in SKIPPED:
             leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
             if any(t.dtype in DOWNCAST for t in leaves) and any(t.dtype in WIDEN for t in leaves):
                 self._record(f"torch.{func.overloadpacket.__name__}")
-                if self.promote:
-                    args, kwargs = tree_map(_widen, (args, kwargs))
+                args, kwargs = tree_map(_widen, (args, kwargs))
         return func(*args, **kwargs)
 
 
@@ -117,12 +106,11 @@ def find_islands(module: nn.Module, run) -> list | None:
     operand still met then is a tensor the module holds, made in float32 before the check (HELD)."""
     runs = []
     for exact in (False, True):
-        with Float32Islands(module, promote=True, exact=exact) as mode:
-            try:
-                with torch.no_grad():
-                    run()
-            except Exception:
-                return None
+        try:
+            with Float32Islands(module, exact=exact) as mode, torch.no_grad():
+                run()
+        except Exception:
+            return None
         runs.append(list(dict.fromkeys(mode.seen)))
         if not runs[0]:
             return []
@@ -145,14 +133,11 @@ def island_message(islands: list) -> str:
         f"{op} in {', '.join(paths[:4])}" + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
         for op, paths in groups.items()
     ]
-    held = (
-        "; with a float32 tensor held, the float64 comparison is judged on the float32 bars"
-        if holds_float32(islands)
-        else ""
-    )
+    held = "; with a float32 tensor held, the float64 comparison is judged on the float32 bars"
     return (
         f"at {islands[0][0]}: computes in float32 inside the float64 model: {'; '.join(parts)}; the float64 "
-        f"comparison and the search for a mistake run those ops in float64 (the float32 comparison as written){held}"
+        "comparison and the search for a mistake run those ops in float64 (the float32 comparison as written)"
+        + (held if holds_float32(islands) else "")
     )
 
 
@@ -179,9 +164,7 @@ def copy_module(user: nn.Module) -> nn.Module:
     module = copy.deepcopy(user, memo)
     for sub in module.modules():
         for name, value in list(vars(sub).items()):
-            rebound = _rebind(value, memo)
-            if rebound is not value:
-                vars(sub)[name] = rebound
+            vars(sub)[name] = _rebind(value, memo)  # the same object where nothing under it changed
     return module
 
 
@@ -191,8 +174,7 @@ def _rebind(value, memo: dict, depth: int = 0):
         return value
     if isinstance(value, (list, tuple)):
         items = [_rebind(v, memo, depth + 1) for v in value]
-        changed = any(a is not b for a, b in zip(items, value, strict=True))
-        return type(value)(items) if changed else value
+        return type(value)(items) if any(a is not b for a, b in zip(items, value, strict=True)) else value
     if isinstance(value, dict):
         entries = {k: _rebind(v, memo, depth + 1) for k, v in value.items()}
         return entries if any(entries[k] is not v for k, v in value.items()) else value

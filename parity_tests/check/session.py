@@ -25,6 +25,8 @@ from .level_table import LEVELS
 from .running import Float32Islands, copy_module, find_islands, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
+# the activations searched, in order, for a gated feed-forward (SwiGLU's silu first) and for a plain one
+ACTIVATIONS = {True: ("silu", "gelu", "gelu_tanh", "relu"), False: ("relu", "gelu", "gelu_tanh", "silu")}
 
 
 class Session:
@@ -61,8 +63,7 @@ class Session:
             sized = U.sized_config(level, found, given)
 
             def probe(caller):  # self-attention callers: one sequence
-                rng = np.random.default_rng(seed + 1)
-                return LV.probe(level, sized, rng, self_attention=caller.self_attention, causal=caller.causal)
+                return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal)
 
             flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
             found = MP.structure(user, flow) if flow is not None else found
@@ -77,27 +78,18 @@ class Session:
         self.thetas: list = []
         self.rope_overwrite: dict = {}
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
-            self.thetas = TB.rope_thetas(user, self.cfg.d_head)
-            if "rope_theta" in given:  # the caller's base: the module's tables are read (and overwritten) at it too
-                self.thetas = [float(given["rope_theta"])] + [t for t in self.thetas if t != given["rope_theta"]]
-            self.rope_overwrite, base = TB.rope_buffers(user, self.cfg.d_head, self.thetas, self.notes)
-            if base is not None:  # the base the module's own tables were built with: tried first
-                self.thetas = [base] + [t for t in self.thetas if t != base]
-        rng = np.random.default_rng(seed)
-        self.shapes = LV.reference_shapes(level, self.cfg)
-        self.params = LV.init_reference(self.shapes, rng, self.zero)
-        self.probes = {(False, False): LV.probe(level, self.cfg, np.random.default_rng(seed + 1))}
-        if entry.self_attention_probes:
-            for causal in (False, True):
-                self.probes[(True, causal)] = LV.probe(
-                    level, self.cfg, np.random.default_rng(seed + 1), self_attention=True, causal=causal
-                )
+            thetas = TB.rope_thetas(user, self.cfg.d_head, given.get("rope_theta"))  # the caller's base first
+            self.rope_overwrite, self.thetas = TB.rope_buffers(user, self.cfg.d_head, thetas, self.notes)
+        self.shapes = entry.shapes(self.cfg)
+        self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
+        kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
+        self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
         self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
         self.head = output_head(user, self.links) if self.is_module and entry.group == "model" else None
-        self.layouts = layouts(self, found, mapping is None)
+        self.layouts = layouts(self, mapping is None)
         self.layout = self.layouts[0]
 
     def probe(self, caller) -> LV.Probe:
@@ -133,9 +125,8 @@ class Session:
                     elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
                         path, _, attr = name.rpartition(".")
                         owner = module.get_submodule(path)
-                        old = getattr(owner, attr)
-                        wide = torch.complex128 if old.is_complex() else torch.float64
-                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device, wide))
+                        old = getattr(owner, attr)  # the table is float64 or complex128 already
+                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
             self.copies[dtype] = module
         return self.copies[dtype]
 
@@ -152,13 +143,9 @@ class Session:
             norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
         if "activation" in searches and "activation" not in given:
-            activations = (
-                ("silu", "gelu", "gelu_tanh", "relu") if base.gated_ffn else ("relu", "gelu", "gelu_tanh", "silu")
-            )
-            options = [o | {"activation": a} for o in options for a in activations]
+            options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
         rope = self.rope_options(given)
-        if rope:
-            options = [o | r for o in options for r in rope]
+        options = [o | r for o in options for r in rope or [{}]]
         if "scale_embeddings" in searches and "scale_embeddings" not in given:
             scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
             options = [o | {"scale_embeddings": s} for o in options for s in scales]
@@ -174,11 +161,8 @@ class Session:
     def rope_options(self, given: dict) -> list:
         """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
         attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        if not self.thetas or not self.entry.rope:
-            return []
-        if self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite):
-            return []  # a position table of its own: not rotary
-        if given.get("positional") not in (None, "rope"):
+        own_table = self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite)  # not rotary
+        if not self.thetas or not self.entry.rope or own_table or given.get("positional") not in (None, "rope"):
             return []
         thetas = [given["rope_theta"]] if "rope_theta" in given else self.thetas
         rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
@@ -196,7 +180,7 @@ class Session:
             self.islands = []  # while they are being found
             self.islands = find_islands(module, lambda: self.run_user(caller, dtype, as_written=True))
         if dtype == np.float64 and self.islands and not as_written:
-            with Float32Islands(module, promote=True):
+            with Float32Islands(module):
                 return self.run_user(caller, dtype, grad, scale, as_written=True)
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
         tensors = {}
@@ -214,23 +198,19 @@ class Session:
         return out, tensors
 
 
-def layouts(session, found, inferred: bool) -> list:
+def layouts(session, inferred: bool) -> list:
     """The weight maps the user's module may be judged under, each {"links": ..., and what it says}: the inferred
     one and, where rotary positions may be used, the same with the q and k rows in RoPE's interleaved pairing
     (Meta's (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of
     every head in another order). The check keeps the first under which the module agrees with the reference."""
-    out: list[dict[str, Any]] = [{"links": session.links}]
-    if not inferred or not session.is_module:
-        return out
-    cfg = session.cfg
+    inferred_map: dict[str, Any] = {"links": session.links}
+    Dh = session.cfg.d_head
     paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
-    if session.rope_options(session.stated()) and cfg.d_head % 2 == 0 and paired:
-        for layout in list(out):
-            layout["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
-            interleaved = MP.interleave_rope(layout["links"], cfg.d_head)
-            pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-            out.append(layout | {"links": interleaved, "rope_pairing": pairing})
-    return out
+    if not inferred or not session.is_module or not session.rope_options(session.stated()) or Dh % 2 or not paired:
+        return [inferred_map]
+    inferred_map["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
+    pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
+    return [inferred_map, inferred_map | {"links": MP.interleave_rope(session.links, Dh), "rope_pairing": pairing}]
 
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
@@ -261,18 +241,13 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
 def _ids_probe(level: str, found) -> LV.Probe:
     """A model's probe: small ids (T at most 6) for each of the level's inputs (a memory: floats), nothing
     padded: no id is a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
-    rows = _rows(found)
-    T = min(6, rows)
+    rows = min((t.rows for t in found.tables if t.rows > 4), default=min(t.rows for t in found.tables))
+    T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
     low = max([t.padding_idx + 1 for t in found.tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(LV.B, T))
-    probe.ids = dict.fromkeys(C.DATA[level], ids)
+    probe.ids = dict.fromkeys(LEVELS[level].inputs, ids)
     if "memory" in probe.ids:  # the decoder's memory is a float input
         probe.ids.pop("memory")
         probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
     return probe
-
-
-def _rows(found) -> int:
-    """The rows of the smallest table beyond a handful (BERT's two token types are not the vocabulary)."""
-    return min((t.rows for t in found.tables if t.rows > 4), default=min(t.rows for t in found.tables))

@@ -1,9 +1,6 @@
-"""The fixed tables a user's module builds in float32, read against the reference's and overwritten in float64:
-sinusoid position tables (either layout, or with the wrong frequencies), and RoPE's tables at the bases the
-module states (inverse frequencies, angles, cos and sin, Meta's complex rotations), buffers or plain tensor
-attributes. Each equal to the reference's to float32 precision (the rounding of its angles) is replaced by its
-float64 values for the float64 comparison, and a note says so.
-"""
+"""The fixed tables a user's module builds in float32 (sinusoid position tables, RoPE's), read against the
+reference's: each equal to it to float32 precision (the rounding of its angles) is overwritten with its float64
+values for the float64 comparison, and a note says so."""
 
 from __future__ import annotations
 
@@ -19,33 +16,48 @@ def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
     return 1e-6 + 8 * np.finfo(np.float32).eps * np.abs(angles)
 
 
+def _within(value: np.ndarray, table: np.ndarray, tolerance) -> bool:
+    """`value` (built in float32) equal to the float64 (or complex128) `table` to `tolerance`, entry by entry, real
+    and imaginary parts alike; a real value never equals a complex table, nor the other way round."""
+    if value.shape != table.shape or np.iscomplexobj(value) != np.iscomplexobj(table):
+        return False
+    error = np.maximum(np.abs(value.real - table.real), np.abs(value.imag - table.imag))
+    return bool(np.all(error <= tolerance))
+
+
+def _squeezed(tensor) -> np.ndarray:
+    """`tensor` in float64 (complex128), its axes of size 1 dropped."""
+    import torch
+
+    value = tensor.detach().cpu().to(torch.complex128 if tensor.is_complex() else torch.float64).numpy()
+    return value.reshape([s for s in value.shape if s > 1] or [1])
+
+
 def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
     """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
     float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies), and adds
     a note for each."""
-    import torch
-
     tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
     overwrite, layout, wrong = {}, None, False
     for t in fixed:
-        value = tensors[t.name].detach().to(torch.float64).cpu().numpy().reshape(t.rows, t.width)
+        value = _squeezed(tensors[t.name]).reshape(t.rows, t.width)
         tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
-        for name, table in sinusoid_tables(t.rows, t.width).items():
-            if np.all(np.abs(value - table) <= tolerance):
-                overwrite[t.name] = table
-                if name == "wrong_frequencies":
-                    wrong = True
-                    notes.append(
-                        f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
-                        "overwritten with that table in float64)"
-                    )
-                    break
-                layout = name
-                notes.append(
-                    f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
-                    "the float64 table for the float64 comparison"
-                )
-                break
+        tables = sinusoid_tables(t.rows, t.width)
+        name = next((n for n, table in tables.items() if _within(value, table, tolerance)), None)
+        if name == "wrong_frequencies":
+            wrong = True
+            notes.append(
+                f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
+                "overwritten with that table in float64)"
+            )
+        elif name is not None:
+            layout = name
+            notes.append(
+                f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
+                "the float64 table for the float64 comparison"
+            )
+        if name is not None:
+            overwrite[t.name] = tables[name]
     return overwrite, layout, wrong
 
 
@@ -61,20 +73,20 @@ def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
     return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
 
 
-def rope_thetas(module, Dh: int) -> list:
-    """The RoPE bases the user's module states: a base attribute (theta, rope_theta, base, ...; transformers'
-    in .config), or an inverse-frequency buffer (inv_freq). 10000 (the paper's, Llama 2's) is always tried last."""
-    found = []
-    if isinstance(module, nn.Module):
-        for _, mod in module.named_modules():
-            config = getattr(mod, "config", None)
-            values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
-            values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
-            for name, buf in mod.named_buffers(recurse=False):
-                if "inv_freq" in name and buf.is_floating_point():
-                    values.append(_theta_from(buf.detach().double().cpu().numpy(), Dh))
-            found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
-        found += [t for t in (_theta_of_table(buf, Dh) for _, buf in _tensors_kept(module)) if t is not None]
+def rope_thetas(module, Dh: int, first: float | None = None) -> list:
+    """The RoPE bases to try: `first` (the caller's), the bases the user's module states (a base attribute: theta,
+    rope_theta, base, ...; transformers' in .config; or an inverse-frequency buffer, inv_freq), and last 10000 (the
+    paper's, Llama 2's)."""
+    found = [] if first is None else [float(first)]
+    for _, mod in module.named_modules():
+        config = getattr(mod, "config", None)
+        values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
+        values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
+        for name, buf in mod.named_buffers(recurse=False):
+            if "inv_freq" in name and buf.is_floating_point():
+                values.append(_theta_from(buf.detach().double().cpu().numpy(), Dh))
+        found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
+    found += [t for t in (_theta_of_table(buf, Dh) for _, buf in _tensors_kept(module)) if t is not None]
     return list(dict.fromkeys(found + [10000.0]))
 
 
@@ -82,16 +94,9 @@ def _theta_of_table(table, Dh: int) -> float | None:
     """The base of a RoPE table the module keeps, read from its values: a sin table (T, Dh/2) or (T, Dh) (halves
     or pairs), or Meta's complex e^(i m theta_j), whose row of position 1 holds the inverse frequencies'
     sines. None for any other tensor."""
-    import torch
-
-    if Dh < 4 or Dh % 2 or table.numel() < 3 * Dh // 2:
+    if Dh < 4 or Dh % 2 or table.numel() < 3 * Dh // 2 or not (table.is_complex() or table.is_floating_point()):
         return None
-    if table.is_complex():
-        table = torch.view_as_real(table.detach().cpu())[..., 1]
-    elif not table.is_floating_point():
-        return None
-    value = table.detach().double().cpu().numpy()
-    value = value.reshape([s for s in value.shape if s > 1] or [1])
+    value = _squeezed(table).imag if table.is_complex() else _squeezed(table)
     if value.ndim != 2 or value.shape[1] not in (Dh // 2, Dh) or value.shape[0] < 3 or np.abs(value[0]).max() > 0:
         return None
     for sines in (value[1][: Dh // 2], value[1][::2]):  # (T, Dh/2) or halves; pairs
@@ -103,26 +108,22 @@ def _theta_of_table(table, Dh: int) -> float | None:
 
 
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
-    """The tables a user's module may keep for RoPE at base theta, float64: the inverse frequencies (Dh/2,), and
-    for positions 0 .. T - 1 the angles, cos and sin, (T, Dh/2), or (T, Dh) repeated for the two halves
-    (Hugging Face's cat) or for the pairs (interleaved)."""
+    """The tables a user's module may keep for RoPE at base theta, each {what: (float64 table, how far one built in
+    float32 may be from it)}: the inverse frequencies (Dh/2,), and for positions 0 .. T - 1 the angles, cos and sin,
+    (T, Dh/2), or (T, Dh) repeated for the two halves (Hugging Face's cat) or for the pairs (interleaved), and Meta's
+    complex rotations e^(i m theta_j) (T, Dh/2), complex128. cos and sin (and the rotations) are as far as the
+    float32 rounding of their angles (position x frequency) takes them, the rest 1e-6 relative and absolute."""
     inv = theta ** (-np.arange(0, Dh, 2, dtype=np.float64) / Dh)
     angles = np.arange(T, dtype=np.float64)[:, None] * inv
-    tables = {"inverse frequencies": inv}
+    rounding = float32_angle_tolerance(angles)
+    tables = {"RoPE inverse frequencies": (inv, 1e-6 + 1e-6 * inv)}
     for name, f in (("angles", angles), ("cos", np.cos(angles)), ("sin", np.sin(angles))):
-        tables[f"{name} (T, Dh/2)"] = f
-        tables[f"{name} (T, Dh), halves"] = np.concatenate([f, f], axis=-1)
-        tables[f"{name} (T, Dh), pairs"] = np.repeat(f, 2, axis=-1)
+        tol = 1e-6 + 1e-6 * angles if name == "angles" else rounding
+        tables[f"RoPE {name} (T, Dh/2)"] = f, tol
+        tables[f"RoPE {name} (T, Dh), halves"] = np.concatenate([f, f], axis=-1), np.concatenate([tol, tol], axis=-1)
+        tables[f"RoPE {name} (T, Dh), pairs"] = np.repeat(f, 2, axis=-1), np.repeat(tol, 2, axis=-1)
+    tables["RoPE's complex rotations e^(i m theta_j)"] = np.exp(1j * angles), rounding
     return tables
-
-
-def _float32_equal(value: np.ndarray, table: np.ndarray, kind: str, theta: float, Dh: int) -> bool:
-    """`value` (built in float32) equal to the float64 RoPE table `table` of rope_tables' `kind`: cos and sin to
-    float32 rounding of their angles (the largest, position x frequency, at each entry), the rest to 1e-6."""
-    if not kind.startswith(("cos", "sin")):
-        return np.allclose(value, table, rtol=1e-6, atol=1e-6)
-    angles = rope_tables(theta, Dh, table.shape[0])[kind.replace(kind.split(" ")[0], "angles", 1)]
-    return bool(np.all(np.abs(value - table) <= float32_angle_tolerance(angles)))
 
 
 def _tensors_kept(module):
@@ -137,61 +138,28 @@ def _tensors_kept(module):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
-def _complex_rope_table(table, Dh: int, thetas: list):
-    """(complex128 values, base) when `table` (complex, (T, Dh/2)) is torch.polar(1, m theta_j) to float32
-    rounding of its angles (Meta's precompute_freqs_cis), else None."""
-    import torch
-
-    value = torch.view_as_real(table.detach().cpu()).double().numpy()
-    value = value.reshape([s for s in value.shape[:-1] if s > 1] + [2])
-    if value.ndim != 3 or value.shape[1] != Dh // 2:
-        return None
-    for theta in thetas:
-        angles = rope_tables(theta, Dh, value.shape[0])["angles (T, Dh/2)"]
-        tolerance = float32_angle_tolerance(angles)
-        if np.all(np.abs(value[..., 0] - np.cos(angles)) <= tolerance) and np.all(
-            np.abs(value[..., 1] - np.sin(angles)) <= tolerance
-        ):
-            return np.exp(1j * angles), theta
-    return None
-
-
-def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, float | None]:
+def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list]:
     """The user's RoPE tables built in float32 (inverse frequencies, cos and sin tables, Meta's complex rotations),
-    buffers or plain tensor attributes: each one equal to a table of rope_tables to float32 precision is
-    overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables are. Returns
-    ({name: float64 values}, the base they were built with)."""
+    buffers or plain tensor attributes, read at each base of `thetas`: each one equal to a table of rope_tables to
+    float32 precision is overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables
+    are. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
     overwrite: dict = {}
-    base = None
-    if not isinstance(module, nn.Module) or Dh % 2:
-        return overwrite, base
+    bases: list = []
+    if Dh % 2:
+        return overwrite, thetas
     for name, buf in _tensors_kept(module):
-        if buf.is_complex() and buf.numel() >= Dh // 2:
-            match = _complex_rope_table(buf, Dh, thetas)
-            if match is not None:
-                overwrite[name], theta = match
-                base = base or theta
-                notes.append(
-                    f"{name}: RoPE's complex rotations e^(i m theta_j) (base {theta:g}) to float32 precision; "
-                    "overwritten with the complex128 values for the float64 comparison"
-                )
+        if not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
             continue
-        if not buf.is_floating_point() or buf.numel() < Dh // 2:
-            continue
-        value = buf.detach().double().cpu().numpy()
-        value = value.reshape([s for s in value.shape if s > 1] or [1])
-        rows = value.shape[0] if value.ndim == 2 else 0
+        value = _squeezed(buf)
         for theta in thetas:
-            match = next(
-                (k for k, t in rope_tables(theta, Dh, max(rows, 1)).items() if t.shape == value.shape
-                 and _float32_equal(value, t, k, theta, Dh)),
-                None,
-            )  # fmt: skip
+            tables = rope_tables(theta, Dh, value.shape[0] if value.ndim >= 2 else 1).items()
+            match = next(((what, table) for what, (table, tol) in tables if _within(value, table, tol)), None)
             if match is not None:
-                overwrite[name], base = rope_tables(theta, Dh, max(rows, 1))[match], base or theta
+                what, overwrite[name] = match
+                bases.append(theta)
                 notes.append(
-                    f"{name}: RoPE {match} (base {theta:g}) to float32 precision; overwritten with the float64 "
-                    "values for the float64 comparison"
+                    f"{name}: {what} (base {theta:g}) to float32 precision; overwritten with the "
+                    f"{overwrite[name].dtype} values for the float64 comparison"
                 )
                 break
-    return overwrite, base
+    return overwrite, list(dict.fromkeys(bases[:1] + thetas))
