@@ -218,3 +218,29 @@ def test_cli_imports_a_module_from_the_current_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert main(["check", "mymodels_cwd:layer", "encoder_layer", "--n-heads", "2"]) == 0
+
+
+def test_multi_head_attention_pair_with_heads_split_without_the_transpose_is_named():
+    """Heads split by a reshape alone, merged back with the transpose: the catalogue's variant of the
+    multi_head_attention pair reproduces it (it came out equal to the reference before, and went unnamed)."""
+    from numpy_transformer import attention as A
+
+    def forward(params, query, key, value, n_heads, attn_mask=None):
+        B, T, D = query.shape
+
+        def heads(x, name):  # (B, T, D) -> (B, H, T, Dh) by a reshape alone: each head mixes positions
+            y = x @ params[f"{name}_proj.weight"].T + params[f"{name}_proj.bias"]
+            return y.reshape(y.shape[0], n_heads, y.shape[1], D // n_heads)
+
+        q, k, v = heads(query, "q"), heads(key, "k"), heads(value, "v")
+        scores = q @ k.swapaxes(-1, -2) / np.sqrt(D // n_heads)
+        if attn_mask is not None:
+            scores = np.where(attn_mask, scores, -1e9)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        context = (p / p.sum(-1, keepdims=True) @ v).transpose(0, 2, 1, 3).reshape(B, T, D)  # with the transpose
+        cache = A.multi_head_attention_forward(params, query, key, value, n_heads, attn_mask)[1]  # the backward's
+        return context @ params["out_proj.weight"].T + params["out_proj.bias"], cache
+
+    result = check.pair(forward, A.multi_head_attention_backward, "multi_head_attention")
+    assert not result.passed
+    assert [d.id for d in result.diagnoses] == ["attention.heads_without_transpose"], str(result)
