@@ -10,21 +10,15 @@ Llama-style modules (RMSNorm, rotary positions, grouped-query attention, SwiGLU)
 inferred. docs/howto/check_your_model.md is the contract (names, result fields, catalogue ids).
 The parts:
 
-- dataflow.py  the user's forward recorded once (an op recorder and module hooks): every role read from the
-               dataflow (Q, K, V and output projections around a softmax, feed-forwards around an activation,
-               per-head q/k norms, pre- or post-norm, embedding norms, position and token-type lookups, ties)
-- mapping.py   the user's parameters read as pieces (linears, 1x1 convolutions, fused projections, norms,
-               tables), put in the order the recorded flow first uses them; the Link a weight map is made of
-- units.py     the reference's units the flow read (attentions, feed-forward blocks, layers, norms, tables), the
-               config they imply and the links from the user's parameters to the reference's names
+- dataflow.py  the user's forward recorded once (op recorder, module hooks): every role read from the dataflow
+- mapping.py   the user's parameters read as pieces, in the order the flow uses them; the Link a weight map is made of
+- units.py     the reference's units the flow read, the config they imply, the links to the reference's names
 - tables.py    fixed tables built in float32 (sinusoids, RoPE's) recognised and overwritten in float64
 - weight_map.py  the weight map as the result gives it (data: the links it came from), and read back
 - calling.py   how the user's module is called: layout, argument order, masks in the user's own convention
-- level_table.py  the registry of levels, one entry each: its inputs, probe, shapes and runner, what is inferred
-               and probed there, its relation to other levels, the config shown
+- level_table.py  the registry of levels, one entry each: inputs, probe, shapes, runner, what is inferred and shown
 - probes.py    each level's inputs: random, padded, batch-first, as the reference takes them
-- reference.py each level's parameter shapes and the reference's forward and backward (every call the judge makes
-               into numpy_transformer's level math)
+- reference.py each level's parameter shapes, forward and backward: every call into numpy_transformer's level math
 - levels.py    the registry read by name (probe, shapes, run), and the reference's activations inside a layer
 - session.py   one check's state: the module read, the reference's weights and probes, copies, candidates
 - judge.py     check.module: convention and config detection, the float64 and float32 comparison, caveats
@@ -36,8 +30,7 @@ The parts:
 - variants.py  the reference with one known mistake put in (forward only, float64)
 - pairs.py     check.pair: a user's NumPy pair against the reference's and finite differences, case by case
 - pair_table.py  the pairs check.pair judges and the exercise workbook (parity_tests.exercises) grades
-- mistakes.py  the registry of mistakes, one entry each: id, catalogue line, unit, variants and message templates
-               (a forward unit's), tests by stage and pairs (a backward's); levels_of says where each is looked for
+- mistakes.py  the registry of mistakes, one entry each (id, line, unit, variants, tests); levels_of: where looked for
 - attention_mistakes.py  the registry's attention mistakes, in the order they are tried
 - backward_mistakes.py  the tests of a hand-written backward's gradient the registry names
 - diagnosis.py Mistake, Site and Diagnosis: what the registry is made of, and a known mistake found
