@@ -183,8 +183,7 @@ def _orders(entry, level: str, data_params: list) -> list:
 
 
 def _assigned(mask_params: list, roles: list) -> dict:
-    """Each mask argument's role ("src", "tgt"), one argument per role: the level's only one, else read from the
-    argument's name."""
+    """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name."""
     assigned: dict = {}
     for name in mask_params:
         if len(roles) == 1:
