@@ -118,24 +118,20 @@ def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
 
 PAD_KEYS = ("src", "bool_masked", "(B, T)")  # torch's key-padding masks: (B, T), True = masked
 CAUSAL = ("tgt", "bool_masked", "(T, T)")  # torch's causal masks: (T, T), True = masked
-# torch.nn's own modules, by the level they are checked at: (class, data inputs, masks by argument name, extra)
+# torch.nn's own modules, by the level they are checked at (their data inputs: the level's, in its order):
+# (class, masks by argument name, fixed keyword arguments)
 TORCH_BUILTINS = {
-    "multi_head_attention": (nn.MultiheadAttention, None, {"key_padding_mask": PAD_KEYS}, {"need_weights": False}),
+    "multi_head_attention": (nn.MultiheadAttention, {"key_padding_mask": PAD_KEYS}, {"need_weights": False}),
     "transformer_stacks": (
         nn.Transformer,
-        ("src", "tgt"),
         {"tgt_mask": CAUSAL, "src_key_padding_mask": PAD_KEYS, "memory_key_padding_mask": PAD_KEYS},
-        None,
+        {},
     ),
-    "encoder_layer": (nn.TransformerEncoderLayer, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
-    "decoder_layer": (
-        nn.TransformerDecoderLayer, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
-    ),
-    "encoder_stack": (nn.TransformerEncoder, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
-    "decoder_stack": (
-        nn.TransformerDecoder, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
-    ),
-}  # fmt: skip
+    "encoder_layer": (nn.TransformerEncoderLayer, {"src_key_padding_mask": PAD_KEYS}, {}),
+    "decoder_layer": (nn.TransformerDecoderLayer, {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, {}),
+    "encoder_stack": (nn.TransformerEncoder, {"src_key_padding_mask": PAD_KEYS}, {}),
+    "decoder_stack": (nn.TransformerDecoder, {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, {}),
+}
 
 
 def torch_builtin_callers(module, level) -> list | None:
@@ -143,10 +139,10 @@ def torch_builtin_callers(module, level) -> list | None:
     builtin = TORCH_BUILTINS.get(level)
     if builtin is None or not isinstance(module, builtin[0]):
         return None
-    _, data, masks, extra = builtin
+    _, masks, extra = builtin
     owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
     bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
-    return [Caller(bf, data or DATA[level], dict(masks), extra=dict(extra or {}))]
+    return [Caller(bf, DATA[level], dict(masks), extra=dict(extra))]
 
 
 def _signature(module, n_data: int) -> tuple:
