@@ -257,7 +257,7 @@ def _stack_layers(params: dict, p: Probe, cfg, stack: str) -> tuple:
     return layers_forward(below, x, cfg, memory=p.floats["memory"], cross=keep_mask(p, "cross"))
 
 
-def _run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
+def run_single_stack(params: dict, p: Probe, cfg, dtype, stack: str):
     """x (B, T, D) through `stack`'s layers and final norm (pre-norm): nn.TransformerEncoder's, nn.TransformerDecoder's
     or the Annotated Transformer's Encoder(layer, N) and Decoder(layer, N), a decoder's layers each cross-attending to
     the memory (B, T_k, D, its padding masked)."""
@@ -273,17 +273,17 @@ def _run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
     return out, backward
 
 
-def _stack_activations(params: dict, p: Probe, cfg, stack: str) -> dict:
+def stack_activations(params: dict, p: Probe, cfg, stack: str) -> dict:
     """A stack's activations (float64): {"stack.layers.i": each layer's output}, and a decoder's memory ("encoder")."""
     outputs = _stack_layers(params, p, cfg, stack)[2]
     memory = {"encoder": p.floats["memory"]} if stack == "decoder" else {}
     return memory | {f"{stack}.layers.{i}": x for i, x in enumerate(outputs)}
 
 
-run_encoder_stack = functools.partial(_run_stack, stack="encoder")
-run_decoder_stack = functools.partial(_run_stack, stack="decoder")
-encoder_stack_activations = functools.partial(_stack_activations, stack="encoder")
-decoder_stack_activations = functools.partial(_stack_activations, stack="decoder")
+run_encoder_stack = functools.partial(run_single_stack, stack="encoder")
+run_decoder_stack = functools.partial(run_single_stack, stack="decoder")
+encoder_stack_activations = functools.partial(stack_activations, stack="encoder")
+decoder_stack_activations = functools.partial(stack_activations, stack="decoder")
 
 
 def run_decoder(params: dict, p: Probe, cfg, dtype):
