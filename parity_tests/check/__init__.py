@@ -8,40 +8,23 @@
 Llama-style modules (RMSNorm, rotary positions, grouped-query attention, SwiGLU) are judged as "transformer_lm",
 "decoder_only_layer", "multi_head_attention", "rms_norm" and "gated_feed_forward", their config and RoPE pairing
 inferred. docs/howto/check_your_model.md is the contract (names, result fields, catalogue ids).
-The parts:
+The parts, by stage (each module's docstring says more):
 
-- dataflow.py  the user's forward recorded once (an op recorder and module hooks): every role read from the
-               dataflow (Q, K, V and output projections around a softmax, feed-forwards around an activation,
-               per-head q/k norms, pre- or post-norm, embedding norms, position and token-type lookups, ties)
-- mapping.py   the user's parameters read as pieces (linears, 1x1 convolutions, fused projections, norms,
-               tables), put in the order the recorded flow first uses them; the Link a weight map is made of
-- units.py     the reference's units the flow read (attentions, feed-forward blocks, layers, norms, tables), the
-               config they imply and the links from the user's parameters to the reference's names
-- tables.py    fixed tables built in float32 (sinusoids, RoPE's) recognised and overwritten in float64
-- weight_map.py  the weight map as the result gives it (data: the links it came from), and read back
-- calling.py   how the user's module is called: layout, argument order, masks in the user's own convention
-- level_table.py  the registry of levels, one entry each: its inputs, probe, shapes and runner, what is inferred
-               and probed there, its relation to other levels, the config shown
-- probes.py    each level's inputs: random, padded, batch-first, as the reference takes them
-- reference.py each level's parameter shapes and the reference's forward and backward (every call the judge makes
-               into numpy_transformer's level math)
-- levels.py    the registry read by name (probe, shapes, run), and the reference's activations inside a layer
-- session.py   one check's state: the module read, the reference's weights and probes, copies, candidates
-- judge.py     check.module: convention and config detection, the float64 and float32 comparison, caveats
-- running.py   how the user's module is run: closure-keeping copies, float32 islands, its own head, positions
-- cli.py       `transformer-parity check`'s side in the sandboxed child: load the user's target, judge it
-- diagnose.py  probes (dropout in eval, overflow), then the first divergence or a component's variants
-- divergence.py  hooks on the user's submodules, the reference's stages, the first divergent submodule
-- matchers.py  the catalogue's variants run on a unit's inputs (attention, norms, gated feed-forward, embeddings)
-- variants.py  the reference with one known mistake put in (forward only, float64)
-- pairs.py     check.pair: a user's NumPy pair against the reference's and finite differences, case by case
-- pair_table.py  the pairs check.pair judges and the exercise workbook (parity_tests.exercises) grades
-- mistakes.py  the registry of mistakes, one entry each: id, catalogue line, unit, variants and message templates
-               (a forward unit's), tests by stage and pairs (a backward's); levels_of says where each is looked for
-- attention_mistakes.py  the registry's attention mistakes, in the order they are tried
-- backward_mistakes.py  the tests of a hand-written backward's gradient the registry names
-- diagnosis.py Mistake, Site and Diagnosis: what the registry is made of, and a known mistake found
-- report.py    CATALOGUE (read from mistakes.py), Result and its printed report
+- reading the module: dataflow.py (its forward recorded once: each parameter's role from the dataflow), mapping.py
+  (its parameters as pieces; the Link a weight map is made of), units.py (the reference's units the flow read, the
+  config they imply), tables.py (fixed float32 tables overwritten in float64), weight_map.py (the map as given)
+- the reference: level_table.py (the registry of levels, one entry each), levels.py (read by name; activations
+  inside a layer), probes.py (each level's inputs), reference.py (each level's shapes, forward and backward: every
+  call into numpy_transformer's level math)
+- judging: session.py (one check's state), calling.py (how the module is called: layout, order, masks), running.py
+  (how it is run: copies, float32 islands, its own head, positions), judge.py (check.module: conventions, config,
+  the float64 and float32 comparison, caveats), cli.py (`transformer-parity check`'s sandboxed child)
+- naming the mistake: diagnose.py (probes, then the first divergence or the variants), divergence.py (hooks, the
+  first divergent submodule), matchers.py (the catalogue's variants on a unit's inputs), variants.py (the reference
+  with one mistake put in), mistakes.py, attention_mistakes.py, backward_mistakes.py, diagnosis.py (the registry)
+- check.pair: pairs.py (a NumPy pair against the reference's and finite differences), pair_table.py (the pairs it
+  judges and the workbook grades), your_turn.py (the walkthroughs' "your turn" cells)
+- report.py: CATALOGUE (read from mistakes.py), Result and its printed report
 """
 
 from .judge import module

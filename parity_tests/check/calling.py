@@ -26,7 +26,6 @@ from .level_table import LEVELS
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
 CAUSAL_SHAPES = ("(B, 1, T, T)", "(B, T, T)", "(T, T)")
-SOURCE_WORDS = ("src", "source", "memory", "enc", "cross", "padding", "key_padding", "pad")
 TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
 
 
@@ -61,12 +60,8 @@ class Caller:
 
     def __call__(self, module, tensors: dict, probe, dtype):
         """Run the module on `tensors` (name -> batch-first tensor); return its output batch-first."""
-        if self.call is not None:
-            if "src" in tensors:
-                out = self.call(module, tensors["src"], tensors["tgt"])
-            else:
-                out = self.call(module, *[tensors[n] for n in self.order])
-            return first_tensor(out)
+        if self.call is not None:  # the data in the reference's order: call(module, src, tgt), call(module, ids), ...
+            return first_tensor(self.call(module, *[tensors[n] for n in self.order]))
         args = [tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order]
         kwargs = dict(self.extra)
         device = args[0].device
@@ -121,75 +116,46 @@ def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
     return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, -1e9)
 
 
-def _role(name: str, roles: list) -> str | None:
-    lower = name.lower()
-    if len(roles) == 1:
-        return roles[0]
-    if any(w in lower for w in ("src_mask", "source", "memory", "enc", "cross", "src")):
-        return "src"
-    if any(w in lower for w in TARGET_WORDS):
-        return "tgt"
-    return None
-
-
-def roles_of(level: str, probe=None) -> list:
-    """The masks the level's attentions read: "src" (padding of the keys) and/or "tgt" (causal)."""
-    return list(LEVELS[level].masks)
-
-
 PAD_KEYS = ("src", "bool_masked", "(B, T)")  # torch's key-padding masks: (B, T), True = masked
 CAUSAL = ("tgt", "bool_masked", "(T, T)")  # torch's causal masks: (T, T), True = masked
-# torch.nn's own modules, by the level they are checked at: (class, data inputs, masks by argument name, extra)
+# torch.nn's own modules, by the level they are checked at (their data inputs: the level's, in its order):
+# (class, masks by argument name, fixed keyword arguments)
 TORCH_BUILTINS = {
-    "multi_head_attention": (nn.MultiheadAttention, None, {"key_padding_mask": PAD_KEYS}, {"need_weights": False}),
+    "multi_head_attention": (nn.MultiheadAttention, {"key_padding_mask": PAD_KEYS}, {"need_weights": False}),
     "transformer_stacks": (
         nn.Transformer,
-        ("src", "tgt"),
         {"tgt_mask": CAUSAL, "src_key_padding_mask": PAD_KEYS, "memory_key_padding_mask": PAD_KEYS},
-        None,
+        {},
     ),
-    "encoder_layer": (nn.TransformerEncoderLayer, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
-    "decoder_layer": (
-        nn.TransformerDecoderLayer, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
-    ),
-    "encoder_stack": (nn.TransformerEncoder, ("x",), {"src_key_padding_mask": PAD_KEYS}, None),
-    "decoder_stack": (
-        nn.TransformerDecoder, ("x", "memory"), {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, None
-    ),
-}  # fmt: skip
+    "encoder_layer": (nn.TransformerEncoderLayer, {"src_key_padding_mask": PAD_KEYS}, {}),
+    "decoder_layer": (nn.TransformerDecoderLayer, {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, {}),
+    "encoder_stack": (nn.TransformerEncoder, {"src_key_padding_mask": PAD_KEYS}, {}),
+    "decoder_stack": (nn.TransformerDecoder, {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, {}),
+}
 
 
-def torch_builtin_callers(module, level, probe) -> list | None:
-    """The calls of torch.nn's own attention, layers and stacks (TORCH_BUILTINS): their key-padding masks are
-    (B, T) with True = masked, their causal masks (T, T) with True = masked; batch_first as the module says."""
+def torch_builtin_callers(module, level) -> list | None:
+    """The call of torch.nn's own attention, layer or stack (TORCH_BUILTINS), batch_first as the module says."""
     builtin = TORCH_BUILTINS.get(level)
     if builtin is None or not isinstance(module, builtin[0]):
         return None
-    cls, data, masks, extra = builtin
+    _, masks, extra = builtin
     owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
     bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
-    return [Caller(bf, data or LEVELS[level].inputs, dict(masks), extra=dict(extra or {}))]
+    return [Caller(bf, LEVELS[level].inputs, dict(masks), extra=dict(extra))]
 
 
-@dataclass
-class Signature:
-    """The user's forward as the callers read it: its positional parameters, those named for masks, and the data
-    parameters (without defaults; or, when every one is optional, the first ones)."""
-
-    params: list
-    masks: list
-    data: list
-
-    @classmethod
-    def of(cls, module, n_data: int) -> Signature:
-        forward = module.forward if isinstance(module, nn.Module) else module
-        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
-        masks = [p.name for p in params if "mask" in p.name.lower()]
-        data = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
-        if not data:  # every argument optional (transformers' forward(input_ids=None, ...)): the first ones
-            data = [p.name for p in params if "mask" not in p.name.lower()][:n_data]
-        return cls(params, masks, data)
+def _signature(module, n_data: int) -> tuple:
+    """The user's forward as the callers read it: (its positional parameters, the names of those named for masks,
+    the names of the data parameters: without defaults; or, when every one is optional, the first n_data)."""
+    forward = module.forward if isinstance(module, nn.Module) else module
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
+    masks = [p.name for p in params if "mask" in p.name.lower()]
+    data = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
+    if not data:  # every argument optional (transformers' forward(input_ids=None, ...)): the first ones
+        data = [p.name for p in params if "mask" not in p.name.lower()][:n_data]
+    return params, masks, data
 
 
 def _orders(entry, level: str, data_params: list) -> list:
@@ -213,11 +179,18 @@ def _orders(entry, level: str, data_params: list) -> list:
 
 
 def _assigned(mask_params: list, roles: list) -> dict:
-    """Each mask argument's role ("src", "tgt"), one argument per role."""
+    """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name."""
     assigned: dict = {}
     for name in mask_params:
-        role = _role(name, roles)
-        if role is not None and role not in assigned.values():
+        if len(roles) == 1:
+            role = roles[0]
+        elif any(w in name.lower() for w in ("source", "memory", "enc", "cross", "src")):
+            role = "src"
+        elif any(w in name.lower() for w in TARGET_WORDS):
+            role = "tgt"
+        else:
+            continue
+        if role not in assigned.values():
             assigned[name] = role
     return assigned
 
@@ -231,19 +204,20 @@ def _mask_kinds(mask, assigned: dict, module) -> tuple:
     return MASK_KINDS
 
 
-def _masked_callers(bf, order, assigned: dict, kinds, optional: bool) -> list:
-    """The callers of one layout and order: every kind and shape of the masks, then (optional) none."""
+def _masked_callers(bf, order, assigned: dict, kinds, optional: bool, causal: bool = False) -> list:
+    """The callers of one layout and order: every kind and shape of the masks, then (optional) none. causal: a
+    self-attention that masks the future (Llama's, GPT's), given the causal mask where it takes one."""
     self_attention = set(order) == {"query"}
     if not assigned or not kinds:
-        return [Caller(bf, order, {}, self_attention)]
+        return [Caller(bf, order, {}, self_attention, causal=causal)]
     found = []
     for kind in kinds:
         shape_lists = [CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES for role in assigned.values()]
         for shapes in _product(shape_lists):
             masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
-            found.append(Caller(bf, order, masks, self_attention))
+            found.append(Caller(bf, order, masks, self_attention, causal=causal))
     if optional:  # left out, last
-        found.append(Caller(bf, order, {}, self_attention))
+        found.append(Caller(bf, order, {}, self_attention, causal=causal))
     return found
 
 
@@ -252,32 +226,34 @@ def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -
     entry = LEVELS[level]
     if call is not None:
         return [Caller(True, entry.inputs, call=call)]
-    builtin = torch_builtin_callers(module, level, probe)
+    builtin = torch_builtin_callers(module, level)
     if builtin is not None:
         return builtin
-    sig = Signature.of(module, len(entry.inputs))
-    orders = _orders(entry, level, sig.data)
-    assigned = _assigned(sig.masks, roles_of(level))
-    if _transformers_model(module) and "decoder_attention_mask" in sig.masks:
+    params, mask_params, data = _signature(module, len(entry.inputs))
+    orders = _orders(entry, level, data)
+    assigned = _assigned(mask_params, list(entry.masks))
+    if _transformers_model(module) and "decoder_attention_mask" in mask_params:
         # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
         # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared)
-        assigned = {"attention_mask": "src"} if "attention_mask" in sig.masks else {}
+        assigned = {"attention_mask": "src"} if "attention_mask" in mask_params else {}
     kinds = _mask_kinds(mask, assigned, module)
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
-    optional = entry.builds_masks and all(p.default is not p.empty for p in sig.params if p.name in assigned)
+    optional = entry.builds_masks and all(p.default is not p.empty for p in params if p.name in assigned)
     optional = optional and mask in (None, "detect")
     layouts = [batch_first] if batch_first is not None else [True, False]
     if not entry.sequence_first:
         layouts = [True]  # (B, H, T, Dh) has no sequence-first form
     found = [c for bf in layouts for order in orders for c in _masked_callers(bf, order, assigned, kinds, optional)]
-    if entry.self_attention_probes:
-        found += _causal_callers(layouts, orders, sig.masks, kinds if mask != "none" else ())
-    positional = [p.name for p in sig.params]
+    if entry.self_attention_probes:  # the one input and, where the module takes a mask, the causal mask (its first)
+        causal = {mask_params[0]: "tgt"} if mask_params else {}
+        single = [order for order in orders if set(order) == {"query"}]
+        found += [c for bf in layouts for o in single for c in _masked_callers(bf, o, causal, kinds, False, True)]
+    positional = [p.name for p in params]
     for caller in found:  # forward(input_ids, attention_mask, decoder_input_ids, ...): the data by name
         n = len(caller.order)
-        if positional[:n] != sig.data[:n] and len(sig.data) >= n:
-            caller.keywords = tuple(sig.data[:n])
+        if positional[:n] != data[:n] and len(data) >= n:
+            caller.keywords = tuple(data[:n])
     return found
 
 
@@ -291,26 +267,8 @@ def _transformers_model(module) -> bool:
     return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
 
 
-def _causal_callers(layouts, orders, mask_params, kinds) -> list:
-    """Self-attention that masks the future (Llama's, GPT's): the module given one input and, where it takes a
-    mask, the causal mask in each kind and shape; else none (the module builds it)."""
-    found = []
-    for bf in layouts:
-        for order in orders:
-            if set(order) != {"query"}:
-                continue
-            if not mask_params or not kinds:
-                found.append(Caller(bf, order, {}, True, causal=True))
-            for kind in kinds if mask_params else ():
-                for shape in CAUSAL_SHAPES:
-                    found.append(Caller(bf, order, {mask_params[0]: ("tgt", kind, shape)}, True, causal=True))
-    return found
-
-
 def _product(lists):
-    """Shape choices for several masks: each mask's shapes in order, the same position for all first."""
-    if not lists:
-        return [()]
+    """Shape choices for several masks (one at least): each mask's shapes in order, the same position for all first."""
     combos: list = [()]
     for options in lists:
         combos = [c + (o,) for c in combos for o in options]

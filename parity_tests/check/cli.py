@@ -23,10 +23,6 @@ class BadArgument(ValueError):
     """A command-line argument that names nothing usable: the command exits 2."""
 
 
-def _exit_reason(exc: SystemExit) -> str:
-    return f"called sys.exit({exc.code!r})"
-
-
 def import_user_module(name: str):
     """A module of the user's: a dotted name (importable from where the user stands) or a path to a .py file."""
     module, run = _importer(name)
@@ -40,7 +36,7 @@ def import_user_module(name: str):
         where = f"{exc.filename}, line {exc.lineno}"
         raise Unrunnable(f"{name} does not compile: SyntaxError: {exc.msg} ({where})") from None
     except SystemExit as exc:
-        raise Unrunnable(f"importing {name} {_exit_reason(exc)} instead of defining the module") from None
+        raise Unrunnable(f"importing {name} called sys.exit({exc.code!r}) instead of defining the module") from None
     except Exception as exc:
         raise Unrunnable(f"importing {name} raised {type(exc).__name__}: {exc}") from None
     finally:
@@ -101,21 +97,13 @@ def load_target(spec: str, reference: str | None = None):
     try:
         made = target()
     except SystemExit as exc:
-        raise Unrunnable(f"the factory {spec}() {_exit_reason(exc)} instead of returning a module") from None
+        raise Unrunnable(f"the factory {spec}() called sys.exit({exc.code!r}) instead of returning a module") from None
     except Exception as exc:
         raise Unrunnable(f"the factory {spec}() raised {type(exc).__name__}: {exc}") from None
     if not isinstance(made, nn.Module):
         kind = type(made).__name__
         raise Unrunnable(f"the factory {spec}() returned an object of type {kind}, not a torch.nn.Module")
     return made
-
-
-def load_call(spec: str):
-    """--call MODULE:FUNC -> the function, used as check.module's call=."""
-    function = load_attribute(spec, "--call")
-    if not callable(function):
-        raise BadArgument(f"--call: {spec} is of type {type(function).__name__}, not a function")
-    return function
 
 
 def judge(
@@ -127,7 +115,9 @@ def judge(
 
     try:
         module = load_target(target, reference)
-        function = load_call(call) if call is not None else None
+        function = load_attribute(call, "--call") if call is not None else None  # check.module's call=
+        if call is not None and not callable(function):
+            raise BadArgument(f"--call: {call} is of type {type(function).__name__}, not a function")
     except BadArgument as exc:
         return {"status": "bad_argument", "reason": str(exc)}
     except Unrunnable as exc:

@@ -32,12 +32,7 @@ from . import mistakes as MK
 from . import weight_map as WM
 from .level_table import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
-from .running import (
-    at_positions,
-    holds_float32,
-    island_message,
-    positions_held,
-)
+from .running import at_positions, holds_float32, island_message, positions_held
 from .session import Session
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
@@ -96,7 +91,6 @@ def caveats(session, caller, cfg) -> list:
     the paper's kind (where the mistake is plausible: not BERT's family, mistakes.py). The judge cannot tell the
     convention from the mistake; the user's callers can."""
     out = []
-    stated = session.stated()
     if session.mask_given in (None, "detect") and not isinstance(session.user, TORCH_LAYERS):
         for name, (_, kind, shape) in caller.masks.items():
             if kind == "bool_masked":
@@ -105,15 +99,14 @@ def caveats(session, caller, cfg) -> list:
                     f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
                     "callers pass True = keep, this is attention.mask_inverted",
                 ))  # fmt: skip
-    plausible = MK.BY_ID["embedding.missing_scale"].caveated(cfg)
-    if session.entry.scale_caveat and not cfg.scale_embeddings and plausible:
-        if "scale_embeddings" not in stated:
-            out.append((
-                "embedding.missing_scale",
-                "passes with the token embeddings not multiplied by sqrt(d_model) (scale_embeddings=False, read "
-                "from the outputs); the paper's Transformer scales them: if yours means to, this is "
-                "embedding.missing_scale",
-            ))  # fmt: skip
+    scaled = cfg.scale_embeddings or "scale_embeddings" in session.stated()  # read so, or stated
+    if session.entry.scale_caveat and not scaled and MK.BY_ID["embedding.missing_scale"].caveated(cfg):
+        out.append((
+            "embedding.missing_scale",
+            "passes with the token embeddings not multiplied by sqrt(d_model) (scale_embeddings=False, read "
+            "from the outputs); the paper's Transformer scales them: if yours means to, this is "
+            "embedding.missing_scale",
+        ))  # fmt: skip
     return out
 
 
@@ -125,16 +118,13 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     if not session.entry.padded_source:
         return
     key = (caller.self_attention, caller.causal)
-    if session.probe(caller) is not session.probes[key]:  # judged without padding: the module takes no mask
-        return
-    p = dataclasses.replace(session.probes[key])
-    if p.src_keep is None or p.self_attention:
-        return
-    p.src_keep = p.src_keep.copy()
+    saved = session.probes[key]
+    if session.probe(caller) is not saved or saved.src_keep is None or saved.self_attention:
+        return  # judged without padding (the module takes no mask), or no source to pad
+    p = dataclasses.replace(saved, src_keep=saved.src_keep.copy())
     p.src_keep[0] = False  # the first sequence: padding only
     if "src" in p.ids:
         p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
-    saved = session.probes[key]
     session.probes[key] = p
     try:
         out, _ = session.run_user(caller, np.float64)
@@ -144,8 +134,7 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
         return
     finally:
         session.probes[key] = saved
-    out = out.detach().cpu().numpy()
-    row = _valid(out, p.valid)[:1], _valid(ref, p.valid)[:1]
+    row = _valid(out.detach().cpu().numpy(), p.valid)[:1], _valid(ref, p.valid)[:1]
     if np.isnan(row[0]).any():
         result.notes.append(
             "a fully padded source sequence gives NaN in the module's output (a -inf fill: softmax of "
@@ -162,87 +151,68 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
 def choose(session: Session) -> tuple:
     """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
     when none does, the closest (smallest error) of those that run, and matched=False."""
-    search = Search(session)
+    configs, errors = session.config_candidates(), []
+    outs: dict = {}  # the reference's outputs, by (probe, config)
+    best: tuple | None = None  # the closest miss: (error, caller, config, kind, layout, positions)
     for n, layout in enumerate(session.layouts):
         session.use(layout)
         for caller in session.callers:
-            found = search.try_caller(caller, layout, first_layout=n == 0)
-            if found is not None:
-                return found
-    if search.best is None:
+            try:
+                out, _ = session.run_user(caller, np.float64)
+            except Exception as exc:  # a convention the module does not take: try the next one
+                errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
+                continue
+            out = out.detach().cpu().numpy()
+            if n == 0:
+                session.runnable.append(caller)
+            kind = output_kind(out) if session.entry.output_head else "logits"
+            for error, cfg, index in _errors(session, configs, outs, caller, out, kind):
+                if error <= MATCH:
+                    session.positions = index
+                    return caller, cfg, kind, True
+                if best is None or error < best[0]:
+                    best = (error, caller, cfg, kind, layout, index)
+    if best is None:
         raise ValueError(
-            f"the module could not be called as the reference {session.level!r} is; tried {len(search.errors)} "
-            "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(search.errors))[:4])
+            f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} "
+            "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    _, caller, cfg, kind, layout, session.positions = search.best  # nothing matches: the closest, to diagnose from
+    _, caller, cfg, kind, layout, session.positions = best  # nothing matches: the closest, to diagnose from
     session.use(layout)
     return caller, cfg, kind, False
 
 
-class Search:
-    """choose's search: the reference's outputs by (probe, config), the closest miss so far, the errors raised."""
-
-    def __init__(self, session: Session):
-        self.session = session
-        self.configs = session.config_candidates()
-        self.outs: dict = {}
-        self.best: tuple | None = None
-        self.errors: list = []
-        session.runnable = []
-
-    def try_caller(self, caller, layout, first_layout: bool):
-        """(caller, config, kind, True) when the module called by `caller` reproduces the reference under one
-        of the configs; else None (the closest kept in self.best)."""
-        session = self.session
-        try:
-            out, _ = session.run_user(caller, np.float64)
-        except Exception as exc:  # a convention the module does not take: try the next one
-            self.errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
-            return None
-        out = out.detach().cpu().numpy()
-        if first_layout:
-            session.runnable.append(caller)
-        p = session.probe(caller)
-        kind = output_kind(out) if session.entry.output_head else "logits"
-        for i, cfg in enumerate(self.configs):
-            if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
-                continue  # rotary positions need one sequence
-            found = self._try_config(caller, p, i, cfg, kind, out, layout)
-            if found is not None:
-                return found
-        return None
-
-    def _try_config(self, caller, p, i: int, cfg, kind: str, out, layout):
-        session = self.session
+def _errors(session: Session, configs: list, outs: dict, caller, out: np.ndarray, kind: str):
+    """Yields (error, config, positions held) of the user's float64 output `out` against the reference's under each
+    config that applies, computing the reference's outputs (kept in `outs`) as they are needed."""
+    p = session.probe(caller)
+    for i, cfg in enumerate(configs):
+        if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
+            continue  # rotary positions need one sequence
         key = (caller.self_attention, caller.causal, i)
-        if key not in self.outs:
-            self.outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
-        index = positions_held(self.outs[key].shape, out.shape)
+        if key not in outs:
+            outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
+        index = positions_held(outs[key].shape, out.shape)
         if index is False:
-            return None
-        ref, valid = at_positions(from_logits(self.outs[key], kind), index), at_positions(p.valid, index)
+            continue
+        ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
         with np.errstate(all="ignore"):
             error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
-        if error <= MATCH:
-            session.positions = index
-            return caller, cfg, kind, True
-        if self.best is None or error < self.best[0]:
-            self.best = (error, caller, cfg, kind, layout, index)
-        return None
+        yield error, cfg, index
 
 
-def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarray, LV.Probe]:
-    """Rows for the output and every gradient in `dtype`; also the user's output and the reference's inputs.
-    In float32 each tensor's bar is derived from the reference's own float32 error on it (report.float32_bar)."""
+def compare(session: Session, caller, cfg, kind, dtype) -> list:
+    """Rows for the output and every gradient in `dtype`. In float32 (or with a float32 island) each tensor's bar is
+    derived from the reference's own float32 error on it: the reference run in float32 against itself in float64
+    on the same probe, weights and upstream gradient (report.float32_bar)."""
     p = session.probe(caller)
     out, tensors = session.run_user(caller, dtype, grad=True)  # float64: its float32 islands run in float64
     run = LV.run_reference(session.level, session.params, p, cfg, dtype)
-    rng = np.random.default_rng(session.seed + 2)
     index = positions_held(run[0].shape, out.shape)
     if index is False:
         raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {run[0].shape}")
     valid = at_positions(p.valid, index)
-    dout = _valid(rng.standard_normal(tuple(out.shape)), valid)
+    dout = _valid(np.random.default_rng(session.seed + 2).standard_normal(tuple(out.shape)), valid)
     params = dict(session.copy(dtype).named_parameters()) if session.is_module else {}
     for t in params.values():
         t.grad = None
@@ -260,7 +230,12 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     label = np.dtype(dtype).name
     if dtype == np.float32 or holds_float32(session.islands):  # a float32 tensor held: float64 can do no better
-        own = reference_float32_errors(session, p, cfg, kind, index, dout, [*pairs, *grads])
+        ref32, ref64 = (
+            reference_tensors(LV.run_reference(session.level, session.params, p, cfg, d), p, kind, index, dout)
+            for d in (np.float32, np.float64)
+        )
+        ours = {n: (ref32[n], ref64[n]) for n in [*pairs, *grads]}
+        own = {n: e for n, (_, e) in relative_errors(ours, np.float32).items()}
         bars = {n: float32_bar(e) for n, e in own.items()}
     else:
         own, bars = {}, dict.fromkeys([*pairs, *grads], BAR[np.dtype(dtype)])
@@ -270,7 +245,7 @@ def compare(session: Session, caller, cfg, kind, dtype) -> tuple[list, np.ndarra
         rows.append(Row(n, label, e, bars[n], "all zero" if zero else "", own=own.get(n)))
     if grads and all(not np.any(a) for a, _ in grads.values()):
         rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
-    return rows, out.detach().cpu().double().numpy(), p
+    return rows
 
 
 def output_name(kind: str) -> str:
@@ -293,20 +268,10 @@ def reference_tensors(run: tuple, p, kind, index, dout) -> dict:
 def compare_each(session: Session, caller, cfg, kind, dtypes, result: Result) -> None:
     """The rows of every dtype in `dtypes` into `result`, and the note on how the float32 bars were derived."""
     for dtype in dtypes:
-        result.rows += compare(session, caller, cfg, kind, np.dtype(dtype).type)[0]
+        result.rows += compare(session, caller, cfg, kind, np.dtype(dtype).type)
     derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
     if derived:
         result.notes.append(float32_basis(derived))
-
-
-def reference_float32_errors(session: Session, p, cfg, kind, index, dout, names: list) -> dict:
-    """name -> the reference's own float32 error on each of `names`: the reference run in float32 against itself
-    in float64 on the same probe, weights and upstream gradient (the conventions' relative error)."""
-    ref32, ref64 = (
-        reference_tensors(LV.run_reference(session.level, session.params, p, cfg, dtype), p, kind, index, dout)
-        for dtype in (np.float32, np.float64)
-    )
-    return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in names}, np.float32).items()}
 
 
 def float32_basis(rows: list) -> str:
@@ -354,8 +319,7 @@ def module(
         raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
     if mask not in (None, "detect", "none", *C.MASK_KINDS):
         raise ValueError(f"mask must be one of {C.MASK_KINDS + ('none',)} or None (detect), got {mask!r}")
-    bad = [d for d in dtypes if d not in ("float64", "float32")]
-    if bad or not dtypes:
+    if not dtypes or not all(d in ("float64", "float32") for d in dtypes):
         raise ValueError(f"dtypes must name float64 and/or float32, got {dtypes!r}")
     unknown = [k for k in fields if k not in _CONFIG_FIELDS]
     if unknown:

@@ -7,6 +7,7 @@ here, so a change of numpy_transformer's signatures or caches is met in this one
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -84,7 +85,7 @@ def decoder_only_layer_shapes(cfg) -> dict:
 
 def encoder_stack_shapes(cfg) -> dict:
     """An encoder's layers and, pre-norm, its final norm: the encoder model without its embeddings."""
-    shapes = nt.parameter_shapes(cfg, False, True)  # (cfg, decoder_only, encoder_only)
+    shapes = nt.parameter_shapes(cfg, encoder_only=True)
     return {k: v for k, v in shapes.items() if k.startswith(("encoder.layers.", "encoder.final_norm."))}
 
 
@@ -94,16 +95,9 @@ def decoder_stack_shapes(cfg) -> dict:
     return {k: v for k, v in shapes.items() if k.startswith(("decoder.layers.", "decoder.final_norm."))}
 
 
-def transformer_shapes(cfg) -> dict:
-    return nt.parameter_shapes(cfg)
-
-
-def transformer_lm_shapes(cfg) -> dict:
-    return nt.parameter_shapes(cfg, True)
-
-
-def encoder_model_shapes(cfg) -> dict:
-    return nt.parameter_shapes(cfg, False, True)
+transformer_shapes = nt.parameter_shapes
+transformer_lm_shapes = functools.partial(nt.parameter_shapes, decoder_only=True)
+encoder_model_shapes = functools.partial(nt.parameter_shapes, encoder_only=True)
 
 
 def decoder_shapes(cfg) -> dict:
@@ -123,15 +117,24 @@ def stacks_shapes(cfg) -> dict:
 # -- forward and backward: run(params, p, cfg, dtype) -> (out, backward) ------------------------------------------
 
 
+def _named(pair_backward, cache, inputs: tuple, weights: tuple | None = None):
+    """backward(dout) -> ({input: gradient}, {parameter: gradient}) for a pair whose backward(dout, cache) returns
+    the gradients of `inputs` in order (None: one the level does not take), then the parameters': one array for
+    each name in `weights`, or (weights None) their dict."""
+
+    def backward(dout):
+        grads = pair_backward(dout, cache)
+        dinputs = {n: g for n, g in zip(inputs, grads, strict=False) if n is not None}
+        rest = grads[len(inputs) :]
+        return dinputs, rest[0] if weights is None else dict(zip(weights, rest, strict=True))
+
+    return backward
+
+
 def run_heads(params: dict, p: Probe, cfg, dtype):
     q, k, v, mask = p.floats["q"], p.floats["k"], p.floats["v"], keep_mask(p, "src")
     out, cache = nt.scaled_dot_product_attention_forward(q, k, v, mask)
-
-    def backward(dout):
-        dq, dk, dv, _ = nt.scaled_dot_product_attention_backward(dout, cache)  # no T5 table: dtable None
-        return {"q": dq, "k": dk, "v": dv}, {}
-
-    return out, backward
+    return out, _named(nt.scaled_dot_product_attention_backward, cache, ("q", "k", "v", None), ())  # no T5 table
 
 
 def run_attention(params: dict, p: Probe, cfg, dtype):
@@ -157,42 +160,22 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
 
 def run_layer_norm(params: dict, p: Probe, cfg, dtype):
     out, cache = L.layer_norm_forward(p.floats["x"], params["weight"], params["bias"], cfg.layer_norm_eps)
-
-    def backward(dout):
-        dx, dw, db = L.layer_norm_backward(dout, cache)
-        return {"x": dx}, {"weight": dw, "bias": db}
-
-    return out, backward
+    return out, _named(L.layer_norm_backward, cache, ("x",), ("weight", "bias"))
 
 
 def run_rms_norm(params: dict, p: Probe, cfg, dtype):
     out, cache = L.rms_norm_forward(p.floats["x"], params["weight"], cfg.layer_norm_eps)
-
-    def backward(dout):
-        dx, dw = L.rms_norm_backward(dout, cache)
-        return {"x": dx}, {"weight": dw}
-
-    return out, backward
+    return out, _named(L.rms_norm_backward, cache, ("x",), ("weight",))
 
 
 def run_feed_forward(params: dict, p: Probe, cfg, dtype):
     out, cache = L.feed_forward_forward(params, p.floats["x"], cfg.activation)
-
-    def backward(dout):
-        dx, grads = L.feed_forward_backward(dout, cache)
-        return {"x": dx}, grads
-
-    return out, backward
+    return out, _named(L.feed_forward_backward, cache, ("x",))
 
 
 def run_gated_feed_forward(params: dict, p: Probe, cfg, dtype):
     out, cache = L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation)
-
-    def backward(dout):
-        dx, grads = L.gated_feed_forward_backward(dout, cache)
-        return {"x": dx}, grads
-
-    return out, backward
+    return out, _named(L.gated_feed_forward_backward, cache, ("x",))
 
 
 def run_positions(params: dict, p: Probe, cfg, dtype):
@@ -220,34 +203,19 @@ def run_embedding(params: dict, p: Probe, cfg, dtype):
 
 def run_encoder_layer(params: dict, p: Probe, cfg, dtype):
     out, cache = M.encoder_layer_forward(params, p.floats["x"], cfg, mask=keep_mask(p, "src"))
-
-    def backward(dout):
-        dx, grads = M.encoder_layer_backward(dout, cache)
-        return {"x": dx}, grads
-
-    return out, backward
+    return out, _named(M.encoder_layer_backward, cache, ("x",))
 
 
 def run_decoder_only_layer(params: dict, p: Probe, cfg, dtype):
     rope = M.rope_for(cfg, p.floats["x"].shape[1], dtype)  # rotary (cos, sin), or None
     out, cache = M.decoder_layer_forward(params, p.floats["x"], None, cfg, rope=rope)
-
-    def backward(dout):
-        dx, _, grads = M.decoder_layer_backward(dout, cache)
-        return {"x": dx}, grads
-
-    return out, backward
+    return out, _named(M.decoder_layer_backward, cache, ("x", None))  # no memory
 
 
 def run_decoder_layer(params: dict, p: Probe, cfg, dtype):
     x, memory = p.floats["x"], p.floats["memory"]
     out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"))
-
-    def backward(dout):
-        dx, dmemory, grads = M.decoder_layer_backward(dout, cache)
-        return {"x": dx, "memory": dmemory}, grads
-
-    return out, backward
+    return out, _named(M.decoder_layer_backward, cache, ("x", "memory"))
 
 
 def layers_forward(params: dict, x, cfg, mask=None, memory=None, cross=None) -> tuple:
@@ -280,54 +248,47 @@ def layers_backward(dx, caches: list, decoder: bool) -> tuple:
     return dx, dmemory, grads
 
 
-def run_encoder_stack(params: dict, p: Probe, cfg, dtype):
-    """x (B, T, D) through the encoder's layers and final norm (pre-norm): nn.TransformerEncoder, Encoder(layer, N)."""
-    encoder = M.sub(params, "encoder")
-    x, caches, _ = layers_forward(encoder, p.floats["x"], cfg, mask=keep_mask(p, "src"))
-    out, norm_cache = M.final_norm_forward(encoder, x, cfg)
+def _stack_layers(params: dict, p: Probe, cfg, stack: str) -> tuple:
+    """layers_forward of `stack` ("encoder" or "decoder", `params` holding it) on the probe's x: an encoder's
+    self-attention masked by the padding, a decoder's layers cross-attending to the probe's memory."""
+    below, x = M.sub(params, stack), p.floats["x"]
+    if stack == "encoder":
+        return layers_forward(below, x, cfg, mask=keep_mask(p, "src"))
+    return layers_forward(below, x, cfg, memory=p.floats["memory"], cross=keep_mask(p, "cross"))
+
+
+def run_single_stack(params: dict, p: Probe, cfg, dtype, stack: str):
+    """x (B, T, D) through `stack`'s layers and final norm (pre-norm): nn.TransformerEncoder's, nn.TransformerDecoder's
+    or the Annotated Transformer's Encoder(layer, N) and Decoder(layer, N), a decoder's layers each cross-attending to
+    the memory (B, T_k, D, its padding masked)."""
+    x, caches, _ = _stack_layers(params, p, cfg, stack)
+    out, norm_cache = M.final_norm_forward(M.sub(params, stack), x, cfg)
 
     def backward(dout):
         dh, grads = M.final_norm_backward(dout, norm_cache)
-        dx, _, layer_grads = layers_backward(dh, caches, False)
-        return {"x": dx}, M.prefixed(grads | layer_grads, "encoder")
+        dx, dmemory, layer_grads = layers_backward(dh, caches, stack == "decoder")
+        dinputs = {"x": dx} if stack == "encoder" else {"x": dx, "memory": dmemory}
+        return dinputs, M.prefixed(grads | layer_grads, stack)
 
     return out, backward
 
 
-def run_decoder_stack(params: dict, p: Probe, cfg, dtype):
-    """x (B, T_q, D) through the decoder's layers, each cross-attending to the memory (B, T_k, D, its padding
-    masked), then its final norm (pre-norm): nn.TransformerDecoder's, or the Annotated Transformer's
-    Decoder(layer, N)."""
-    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
-    x, caches, _ = layers_forward(decoder, p.floats["x"], cfg, memory=memory, cross=keep_mask(p, "cross"))
-    out, norm_cache = M.final_norm_forward(decoder, x, cfg)
-
-    def backward(dout):
-        dh, grads = M.final_norm_backward(dout, norm_cache)
-        dx, dmemory, layer_grads = layers_backward(dh, caches, True)
-        return {"x": dx, "memory": dmemory}, M.prefixed(grads | layer_grads, "decoder")
-
-    return out, backward
+def stack_activations(params: dict, p: Probe, cfg, stack: str) -> dict:
+    """A stack's activations (float64): {"stack.layers.i": each layer's output}, and a decoder's memory ("encoder")."""
+    outputs = _stack_layers(params, p, cfg, stack)[2]
+    memory = {"encoder": p.floats["memory"]} if stack == "decoder" else {}
+    return memory | {f"{stack}.layers.{i}": x for i, x in enumerate(outputs)}
 
 
-def encoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
-    """The encoder stack's activations (float64): {"encoder.layers.i": each layer's output}."""
-    outputs = layers_forward(M.sub(params, "encoder"), p.floats["x"], cfg, mask=keep_mask(p, "src"))[2]
-    return {f"encoder.layers.{i}": x for i, x in enumerate(outputs)}
-
-
-def decoder_stack_activations(params: dict, p: Probe, cfg) -> dict:
-    """The decoder stack's activations (float64): {"decoder.layers.i": each layer's output, "encoder": memory}."""
-    memory, cross = p.floats["memory"], keep_mask(p, "cross")
-    outputs = layers_forward(M.sub(params, "decoder"), p.floats["x"], cfg, memory=memory, cross=cross)[2]
-    return {"encoder": memory} | {f"decoder.layers.{i}": x for i, x in enumerate(outputs)}
+run_encoder_stack = functools.partial(run_single_stack, stack="encoder")
+run_decoder_stack = functools.partial(run_single_stack, stack="decoder")
+encoder_stack_activations = functools.partial(stack_activations, stack="encoder")
+decoder_stack_activations = functools.partial(stack_activations, stack="decoder")
 
 
 def run_decoder(params: dict, p: Probe, cfg, dtype):
-    memory = p.floats["memory"]
-    out, cache = M.decoder_forward(
-        M.sub(params, "decoder"), p.ids["tgt"], memory, cfg, memory_mask=keep_mask(p, "cross")
-    )
+    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
+    out, cache = M.decoder_forward(decoder, p.ids["tgt"], memory, cfg, memory_mask=keep_mask(p, "cross"))
 
     def backward(dout):
         dmemory, grads = M.decoder_backward(dout, cache)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,32 +78,21 @@ class Result:
     confirmed: bool = True  # the conventions and config reproduced the reference's output (a run confirmed them)
 
     def to_dict(self) -> dict:
-        """A JSON-ready summary (the CLI's --json)."""
-        return {
-            "reference": self.reference,
-            "passed": self.passed,
-            "first_divergence": self.first_divergence,
+        """A JSON-ready summary (the CLI's --json): every field, in order, as plain data."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {
             "diagnoses": [vars(d) for d in self.diagnoses],
             "mapping": {k: list(v) + ([v.data()] if hasattr(v, "data") else []) for k, v in self.mapping.items()},
             "config": None if self.config is None else dict(vars(self.config)),
-            "conventions": self.conventions,
             "rows": [vars(r) | {"ok": r.ok} for r in self.rows],
-            "notes": self.notes,
-            "unexplained": self.unexplained,
-            "error": self.error,
             "caveats": [list(c) for c in self.caveats],
-            "assumed": self.assumed,
-            "confirmed": self.confirmed,
         }
 
     def _table(self) -> list:
         """One line per tensor: its relative error in each dtype compared, against that dtype's bar."""
         by_name: dict = {}
-        dtypes: list = []
         for r in self.rows:
             by_name.setdefault(r.name, {})[r.dtype] = r
-            if r.dtype not in dtypes:
-                dtypes.append(r.dtype)
+        dtypes = list(dict.fromkeys(r.dtype for r in self.rows))
         width = max(len(n) for n in by_name)
         head = "".join(f"  {d + ' (' + self._bars(d) + ')':>20}" for d in dtypes)
         lines = [f"  {'tensor':<{width}}{head}"]
@@ -124,9 +114,8 @@ class Result:
 
     def summary(self) -> str:
         """The report without the map and the table: verdict, conventions, config, counts, divergence, diagnosis."""
-        failed = [r for r in self.rows if not r.ok]
         head = self._head()
-        counts = f"{len(self.rows) - len(failed)} of {len(self.rows)} comparisons within their bars"
+        counts = f"{sum(r.ok for r in self.rows)} of {len(self.rows)} comparisons within their bars"
         return "\n".join(head[:1] + [counts] + head[1:] + self._findings())
 
     def __str__(self) -> str:
