@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,7 +60,6 @@ class Node:
     parents: list
     shape: tuple = ()
     param: str | None = None  # a parameter's (or buffer's) name: a leaf
-    ndim: int = 0
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
     value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index
@@ -79,7 +79,7 @@ class _Recorder(TorchFunctionMode):
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
         if found is None and id(t) in self.names:
-            found = Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)], t.ndim)
+            found = Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)])
             self.nodes.append(found)
             self.of[id(t)] = found
             self.keep.append(t)
@@ -96,12 +96,12 @@ class _Recorder(TorchFunctionMode):
         name = getattr(func, "__name__", str(func))
         if name in VIEWS and all(any(o is a for a in flat) for o in outs):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
-        node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape), ndim=outs[0].ndim)
+        node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape))
         parts = name in SPLITS and len(outs) > 1  # the parts of a chunk or split, each its own node
         node.tid = id(out) if parts else id(outs[0])  # a split's: its tuple's (kept alive below)
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node.call = (func, args, kwargs) if name in VIEWS else None
-        self.keep.append(out)
+        self.keep.append(out)  # and the tensors it holds
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
@@ -113,11 +113,10 @@ class _Recorder(TorchFunctionMode):
             p.children.append(node)
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
-            self.keep.append(o)
         return out
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
-        part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), ndim=o.ndim, value=i, tid=id(o))
+        part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o))
         self.nodes.append(part)
         node.children.append(part)
         return part
@@ -129,21 +128,29 @@ def record(run, module: nn.Module) -> list:
     for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
         names.setdefault(id(t), name)
     rec = _Recorder(names)
-    handles = []
 
-    def leave(mod, args, out) -> None:  # returns None: the module's output stays its own
+    def leave(*_) -> None:
         rec.path.pop()
 
-    for path, mod in module.named_modules():
-        handles.append(mod.register_forward_pre_hook(lambda m, a, p=path: rec.path.append(p)))
-        handles.append(mod.register_forward_hook(leave))
+    with hooked(module.named_modules(), leave, rec.path.append), rec:
+        run()
+    return rec.nodes
+
+
+@contextmanager
+def hooked(modules, after, before=None) -> Iterator[None]:
+    """While inside, for each (key, module) of `modules`: `before(key)` before each call of the module and
+    `after(key, module, args, kwargs, output)` after it; both must return None (the module's output stays its own)."""
+    handles = []
+    for key, mod in modules:
+        if before is not None:
+            handles.append(mod.register_forward_pre_hook(lambda m, a, key=key: before(key)))
+        handles.append(mod.register_forward_hook(lambda m, a, k, o, key=key: after(key, m, a, k, o), with_kwargs=True))
     try:
-        with rec:
-            run()
+        yield
     finally:
         for h in handles:
             h.remove()
-    return rec.nodes
 
 
 def _root(node: Node) -> Node:
@@ -156,7 +163,7 @@ def _root(node: Node) -> Node:
 def weight_of(node: Node) -> str | None:
     """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
     root = _root(node)
-    return root.param if root.param is not None and root.ndim >= 2 else None
+    return root.param if root.param is not None and len(root.shape) >= 2 else None
 
 
 def projection(node: Node) -> str | None:
@@ -186,7 +193,7 @@ def _back(start: Node) -> tuple[list, list]:
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
     met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) else _behind(n)))
     weights = [w for w in (projection(n) or (_mha_weights(n) or [None])[-1] for n in met) if w is not None]
-    return weights, [n.param for n in met if n.param is not None and n.ndim == 1]
+    return weights, [n.param for n in met if n.param is not None and len(n.shape) == 1]
 
 
 def _forward(start: Node) -> list:
@@ -324,7 +331,7 @@ def _uses(flow: Flow) -> None:
         for root in map(_root, node.parents):
             if root.param is not None and root.param not in flow.order:
                 flow.order[root.param] = node.index
-                if node.op in ADDS and node.value == 1 and root.ndim == 1:
+                if node.op in ADDS and node.value == 1 and len(root.shape) == 1:
                     flow.plus_one.add(root.param)
         if node.op == "embedding" and node.value is not None and node.parents:
             table = weight_of(node.parents[-1])
@@ -459,11 +466,8 @@ def _activation_between(product: Node, weight: str) -> bool:
 def _gate_part(product: Node) -> int:
     """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
     or split on the way back from it (0, the gate first, where none says)."""
-    for act in _activations(product):
-        part = next((n.value for n in _walk([act], _behind) if n.op in SPLITS and isinstance(n.value, int)), None)
-        if part is not None:
-            return part
-    return 0
+    walks = (_walk([act], _behind) for act in _activations(product))
+    return next((n.value for walk in walks for n in walk if n.op in SPLITS and isinstance(n.value, int)), 0)
 
 
 def _position_offset(values: np.ndarray) -> int | None:

@@ -13,6 +13,7 @@ import torch
 from . import calling as C
 from . import levels as LV
 from . import variants as VR
+from .dataflow import hooked
 from .divergence import capture, first_divergence, hook_targets, run_hooked, unit_of
 from .judge import _error
 from .matchers import _np, match_attention, match_embedding, match_unit
@@ -24,20 +25,14 @@ BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's
 def dropout_probe(session, caller, result) -> bool:
     """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the user's submodule
     whose inputs agree between the two calls and whose output does not (the one that draws the randomness)."""
-    records, handles = [], []
-    if session.is_module:
-        for name, mod in session.copy(np.float64).named_modules():
-            handles.append(mod.register_forward_hook(lambda m, a, o, name=name: records.append((name, a, o))))
-    try:
-        with torch.random.fork_rng():  # the caller's random state is left as it was
-            torch.manual_seed(0)
-            first, _ = session.run_user(caller, np.float64)
-            n = len(records)
-            torch.manual_seed(1)
-            second, _ = session.run_user(caller, np.float64)
-    finally:
-        for h in handles:
-            h.remove()
+    records: list = []
+    modules = session.copy(np.float64).named_modules() if session.is_module else []
+    with hooked(modules, lambda name, m, a, k, o: records.append((name, a, o))), torch.random.fork_rng():
+        torch.manual_seed(0)  # the caller's random state is left as it was (fork_rng)
+        first, _ = session.run_user(caller, np.float64)
+        n = len(records)
+        torch.manual_seed(1)
+        second, _ = session.run_user(caller, np.float64)
 
     def same(a, b) -> bool:
         try:
@@ -62,15 +57,14 @@ def overflow_probe(session, caller, result) -> None:
     its own inputs, scaled (masks, integer or of another width, are left as they are)."""
     if session.entry.unit in ("heads", "attention"):
         with np.errstate(all="ignore"):
-            out, _ = session.run_user(caller, np.float32, scale=BIG)
-            before = int((~torch.isfinite(session.run_user(caller, np.float32)[0])).sum())
-        calls = [("" if not session.is_module else "(the module)", out, before)]
+            out, plain = (session.run_user(caller, np.float32, scale=s)[0] for s in (BIG, 1.0))
+        calls = [("(the module)" if session.is_module else "", out, plain)]
     elif session.entry.hooked and session.is_module:
         calls = _attention_calls_scaled(session, caller)
     else:
         return
-    for where, out, before in calls:
-        more = int((~torch.isfinite(out)).sum()) - before
+    for where, out, plain in calls:
+        more = int((~torch.isfinite(out)).sum()) - int((~torch.isfinite(plain)).sum())
         if more > 0:
             message = (
                 f"with scores of ~{BIG**2:.0e} the output holds {more} more inf/NaN in float32; the reference's "
@@ -81,7 +75,8 @@ def overflow_probe(session, caller, result) -> None:
 
 
 def _attention_calls_scaled(session, caller) -> list:
-    """(user module path, output) of each attention submodule called again with its float inputs scaled by BIG."""
+    """(user module path, output, output unscaled) of each attention submodule called again with its float inputs
+    scaled by BIG, and as they were."""
     attention = {unit_of(ref)[0] for link in session.links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
     targets = {u: path for u, path in hook_targets(session).items() if u in attention and path}
     captured = run_hooked(session, caller, np.float32, targets, lambda m, a, k, o: (m, a, k))
@@ -97,10 +92,9 @@ def _attention_calls_scaled(session, caller) -> list:
         for unit, (mod, args, kwargs) in captured.items():
             try:
                 y = mod(*[scaled(a) for a in args], **{k: scaled(v) for k, v in kwargs.items()})
-                before = int((~torch.isfinite(C.first_tensor(mod(*args, **kwargs)))).sum())
+                out.append((targets[unit], C.first_tensor(y), C.first_tensor(mod(*args, **kwargs))))
             except Exception:  # an attention that cannot run again on its own inputs (a decoding cache it extends)
                 continue
-            out.append((targets[unit], C.first_tensor(y), before))
     return out
 
 

@@ -20,6 +20,7 @@ from numpy_transformer import model as M
 from . import levels as LV
 from . import reference as R
 from . import variants as VR
+from .dataflow import hooked
 from .judge import MATCH
 from .matchers import _match, _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis, Result
@@ -159,15 +160,12 @@ def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
     modules = dict(session.copy(dtype).named_modules())
     captured: dict = {}
 
-    def hook(unit):  # returns None: the module's output is left as it is
-        return lambda m, a, k, o: captured.setdefault(unit, record(m, a, k, o)) and None
+    def first(unit, *call) -> None:
+        if unit not in captured:
+            captured[unit] = record(*call)
 
-    handles = [modules[p].register_forward_hook(hook(u), with_kwargs=True) for u, p in targets.items() if p in modules]
-    try:
+    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], first):
         session.run_user(caller, dtype)
-    finally:
-        for h in handles:
-            h.remove()
     return captured
 
 
@@ -186,11 +184,6 @@ def scan(session, caller, cfg, captured) -> tuple:
     """(number of stages that agree before the first that diverges, that stage, the user's output there, error);
     the stage is None when every hooked stage agrees."""
     done = 0
-
-    def batch_first(t):
-        t = _np(t)
-        return t if caller.batch_first or t.ndim < 3 else t.transpose(1, 0, 2)
-
     key = (repr(cfg), id(session.probe(caller)))
     cache = session.__dict__.setdefault("stages", {})
     if key not in cache:
@@ -201,7 +194,9 @@ def scan(session, caller, cfg, captured) -> tuple:
             hooked = captured.get(unit.split(".")[0] + ".layers.0", ((),))[0][:1]
         else:
             hooked = (captured[unit][1],) if unit in captured else ()
-        user = batch_first(hooked[0]) if hooked else None
+        user = _np(hooked[0]) if hooked else None
+        if user is not None and not caller.batch_first and user.ndim >= 3:
+            user = user.transpose(1, 0, 2)
         if user is None or user.shape != ref_out.shape:
             continue
         with np.errstate(all="ignore"):
@@ -238,13 +233,15 @@ def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
     table (named at the module that keeps the fixed table)."""
     unit, _, inputs, _, valid, _ = stage
     stack = unit.split(".")[0]
-    where = _table_module(session, f"{stack}.token_embedding.weight") or f"the {stack}'s embeddings"
+    token = f"{stack}.token_embedding.weight"
+    holding = (_module_path(link.user) or link.user for link in session.links if token in dict(link.parts))
+    where = next(holding, f"the {stack}'s embeddings")
     positions = None
     if cfg.positional == "sinusoidal":
         positions = VR.sinusoid_tables(cfg.max_len, cfg.d_model)[cfg.sinusoid_layout]
     elif cfg.positional == "learned":
         positions = session.params[f"{stack}.position_embedding.weight"]
-    table = session.params.get(f"{stack}.token_embedding.weight", session.params.get("decoder.token_embedding.weight"))
+    table = session.params.get(token, session.params.get("decoder.token_embedding.weight"))
     found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
     tables = [name.rsplit(".", 1)[0] for name in session.overwrite if "." in name]
     for d in found:
@@ -332,8 +329,3 @@ def _scaling_module(session, path: str) -> str:
             break
         path = parent
     return path
-
-
-def _table_module(session, ref_name: str) -> str | None:
-    holding = (link.user for link in session.links if any(n == ref_name for n, _ in link.parts))
-    return next((_module_path(user) or user for user in holding), None)
