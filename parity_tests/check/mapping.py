@@ -77,10 +77,28 @@ class Link:
     user: str
     parts: list  # [(reference name, (start, stop) or None)]
     transposed: bool = False
-    note: str = "as is"
     rope_pairs: int = 0  # head size Dh when the user's q/k rows pair RoPE features (2i, 2i + 1), not (i, i + Dh/2)
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
+
+    @property
+    def note(self) -> str:
+        """The layout as the report prints it (weight_map reads it back): "as is", "rows a:b", "fused rows q, k, v"
+        (", head by head": GPT-NeoX's q, k, v rows of each head), "after N unread rows", "minus 1 (...)", then
+        ", transposed" and ", RoPE pairs interleaved (head size Dh)"."""
+        roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in self.parts if "." in n]
+        if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):
+            text = f"fused rows {', '.join(roles[:3])}, head by head"
+        elif len(roles) > 1:
+            text = "fused rows " + ", ".join(roles)
+        elif self.parts[0][1] is not None:
+            text = "rows {}:{}".format(*self.parts[0][1])
+        elif self.offset:
+            text = f"after {self.offset} unread rows"
+        else:
+            text = "minus 1 (scaled by 1 + weight)" if self.minus_one else ""
+        text = ", ".join(t for t in (text, "transposed" * self.transposed) if t) or "as is"
+        return text + (f", RoPE pairs interleaved (head size {self.rope_pairs})" if self.rope_pairs else "")
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -273,12 +291,7 @@ def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0) -
 
 def interleave_rope(links: list, Dh: int) -> list:
     """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
-    note = f", RoPE pairs interleaved (head size {Dh})"
-    paired = [any(rope_paired(n, Dh) for n, _ in link.parts) for link in links]
-    return [
-        replace(link, note=link.note + note, rope_pairs=Dh) if p else link
-        for link, p in zip(links, paired, strict=True)
-    ]
+    return [replace(link, rope_pairs=Dh) if any(rope_paired(n, Dh) for n, _ in link.parts) else link for link in links]
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:

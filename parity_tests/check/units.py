@@ -303,21 +303,6 @@ def _runs(held: dict, names: dict, rows: int) -> list:
     return parts
 
 
-def _layout_note(parts: list, transposed: bool) -> str:
-    """How the user's tensor holds the reference's: "as is", "rows a:b", "fused rows q, k, v", "..., transposed"."""
-    text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
-    roles = [n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts]
-    if len(parts) > 3 and roles == roles[:3] * (len(parts) // 3):  # GPT-NeoX's: q, k, v rows of each head
-        text = f"fused rows {', '.join(roles[:3])}, head by head"
-    elif len(parts) > 1:
-        text = "fused rows " + ", ".join(roles)
-    elif parts[0][1] is not None:
-        text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
-    if transposed:
-        return "transposed" if text == "as is" else text + ", transposed"
-    return text
-
-
 # -- the links, unit by unit: one linker per component's unit and per group of levels ----------------------------
 
 
@@ -341,29 +326,21 @@ class Linker:
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
-        note = _layout_note(parts, piece.transposed)
-        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, note))
+        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
         if piece.bias is not None:
-            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
+            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
 
-    def linear(self, piece, name: str, hold_missing_bias: bool = True) -> None:
-        """A linear's weight (as is or transposed) and bias; a missing bias held at zero where the reference has
-        one (`hold_missing_bias`)."""
-        self.piece(piece, [(name, None)], self.cfg.bias and hold_missing_bias)
-
     def norm(self, norm, prefix: str) -> None:
         """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift."""
-        note = "minus 1 (scaled by 1 + weight)" if norm.plus_one else "as is"
-        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)], note=note, minus_one=norm.plus_one))
+        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)], minus_one=norm.plus_one))
         if norm.bias is not None:
             self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 
     def table(self, name: str, ref: str, offset: int = 0) -> None:
         """A table as is, or after `offset` rows the model never reads (BART's positions)."""
-        note = f"after {offset} unread rows" if offset else "as is"
-        self.links.append(Link(name, [(ref, None)], note=note, offset=offset))
+        self.links.append(Link(name, [(ref, None)], offset=offset))
 
     def ffn(self, block: list, prefix: str) -> None:
         """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
@@ -374,7 +351,7 @@ class Linker:
             block = block[2:]
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
-            self.linear(p, f"{prefix}{name}")
+            self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
 
     def attention(self, attention: dict, prefix: str) -> None:
         """One attention's pieces linked to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`, then
@@ -487,6 +464,6 @@ def _link_stacks(lk: Linker, u: Units, found) -> None:
         if finals:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head and u.out_piece is not None:
-        lk.linear(u.out_piece, "output_proj", hold_missing_bias=False)  # none: output_bias=False
+        lk.piece(u.out_piece, [("output_proj", None)], False)  # none: output_bias=False
     elif entry.output_head and found.orphans:
         lk.table(found.orphans[0], "output_proj.bias")
