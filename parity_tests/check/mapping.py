@@ -113,11 +113,8 @@ def role_of(name: str) -> str:
     """The role a parameter's or module's name gives (its last word before .weight), or ""."""
     parts = [p for p in name.lower().split(".") if p not in ("weight", "bias") and not p.isdigit()]
     last = parts[-1] if parts else ""
-    last = re.sub(r"_?(weight|w|b|bias)$", "", last) or last
-    for role, words in ROLE_WORDS.items():
-        if last in words or parts and parts[-1] in words:
-            return role
-    return ""
+    stem = re.sub(r"_?(weight|w|b|bias)$", "", last) or last
+    return next((role for role, words in ROLE_WORDS.items() if {last, stem} & words), "")
 
 
 def _bias_partner(names: list, weight: str) -> str | None:
@@ -140,7 +137,19 @@ def structure(module: nn.Module, flow=None) -> Structure:
         reader(mod, path, prefix, found)
     _untied(module, found)
     if flow is not None:
-        _apply_flow(found, flow)
+        last = len(flow.nodes)
+        found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
+        found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
+        found.tables.sort(key=lambda t: flow.order.get(t.name, last))
+        for norm in found.norms:
+            norm.plus_one = norm.weight in flow.plus_one
+        for t in found.tables:
+            t.position = t.position or t.name in flow.positions
+            t.offset = flow.positions.get(t.name, 0)
+        for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
+            found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+            found.norms.remove(norm)
+        found.flow = flow
     return found
 
 
@@ -161,23 +170,6 @@ def _untied(module: nn.Module, found: Structure) -> None:
         if piece.weight not in tables:
             pieces.setdefault(piece.weight, piece)
     found.tables, found.pieces = list(tables.values()), list(pieces.values())
-
-
-def _apply_flow(found: Structure, flow) -> None:
-    """Order, positions and per-head norms from the recorded forward (dataflow.Flow)."""
-    last = len(flow.nodes)
-    found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
-    found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
-    found.tables.sort(key=lambda t: flow.order.get(t.name, last))
-    for norm in found.norms:
-        norm.plus_one = norm.weight in flow.plus_one
-    for t in found.tables:
-        t.position = t.position or t.name in flow.positions
-        t.offset = flow.positions.get(t.name, 0)
-    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
-        found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
-        found.norms.remove(norm)
-    found.flow = flow
 
 
 def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: Structure) -> None:
@@ -313,9 +305,8 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
         if link.user not in grads:
             continue
         g = grads[link.user]
-        if g.ndim > 2 and g.shape[2:] == (1,) * (g.ndim - 2):  # a 1x1 convolution's (out, in, 1)
-            g = g.reshape(g.shape[:2])
-        g = g.reshape(-1, *g.shape[-1:]) if g.ndim > 2 else g
+        if g.ndim > 2:  # a 1x1 convolution's (out, in, 1), else rows stacked: (..., in) -> (rows, in)
+            g = g.reshape(g.shape[:2]) if g.shape[2:] == (1,) * (g.ndim - 2) else g.reshape(-1, g.shape[-1])
         g = g.T if link.transposed else g
         start = link.offset
         for name, rows in link.parts:

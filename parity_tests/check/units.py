@@ -1,13 +1,11 @@
 """The user's module read as the reference's units, and the config they imply.
 
 `infer(level, found, given)` returns the config the user's module is judged as and the links (mapping.Link) from
-every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow):
-each attention its query, key, value and output projections (separate, fused, or one per head), each
-feed-forward block the projections around its activation, the layers in the order their attentions and blocks
-run, the norms in the order they are applied; the sizes from the shapes (d_model, d_ff, the k/v width of
-grouped-query attention), the heads from the query's head axis. Reference biases the user's linears lack are
-returned as `zero`: held at zero, their gradients not compared. The tables built in float32 are read in
-tables.py.
+every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow): each
+attention's query, key, value and output projections (separate, fused, or one per head), each feed-forward block's
+projections around its activation, the layers and norms in the order they run; the sizes from the shapes, the heads
+from the query's head axis. Reference biases the user's linears lack are returned as `zero`: held at zero, their
+gradients not compared. The tables built in float32 are read in tables.py.
 """
 
 from __future__ import annotations
@@ -76,16 +74,24 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     if mapped is not None:  # the caller's map is the map
         return cfg, *mapped, fixed
     linker = Linker(entry, cfg, units, found)
-    _link(linker, units, found)
+    _link(linker)
     return cfg, linker.links, linker.zero, fixed
 
 
 def _sized(level: str, found, given: dict, default: dict) -> tuple:
-    """(entry, units with their sizes and tables, the fields given over `default`)."""
+    """(entry, units with their sizes and tables, the fields given over `default`): token and position tables of
+    width d_model, and BERT's token-type table among the token tables."""
     entry = LEVELS[level]
     fields = default | {k: v for k, v in given.items() if k != "config" and v is not None}
     units = _sizes(entry, found, given.get("config"), fields)
-    _tables(entry, found, units)
+    units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
+    units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
+    if entry.group == "model" and entry.encoder_only and found.flow is not None:
+        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
+        types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
+        if len(types) == 1 and len(units.token_tables) > 1:
+            units.type_table = types[0]
+            units.token_tables.remove(types[0])
     return entry, units, fields
 
 
@@ -110,18 +116,6 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
         )
     F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * (D or 8)
     return Units(D, H, F, D, norms=list(norms))
-
-
-def _tables(entry, found, units: Units) -> None:
-    """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
-    units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
-    units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
-    if entry.group == "model" and entry.encoder_only and found.flow is not None:
-        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
-        types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
-        if len(types) == 1 and len(units.token_tables) > 1:
-            units.type_table = types[0]
-            units.token_tables.remove(types[0])
 
 
 def _units(entry, found, units: Units) -> None:
@@ -401,10 +395,10 @@ def take(pieces, what: str, where: str):
     return piece
 
 
-def _link(lk: Linker, u: Units, found) -> None:
+def _link(lk: Linker) -> None:
     """The links of the level's unit: a component's one unit (scaled dot-product attention has no parameters), one
     layer, or layers on embeddings and whole models (_link_stacks)."""
-    unit, cross = lk.entry.unit or lk.entry.group, lk.entry.cross
+    u, unit, cross = lk.units, lk.entry.unit or lk.entry.group, lk.entry.cross
     if unit == "attention":
         lk.count("attentions", len(u.attentions), 1)
         lk.attention(u.attentions[0], "")
@@ -429,10 +423,10 @@ def _link(lk: Linker, u: Units, found) -> None:
         lk.count("norms", len(u.norms), 3 if cross else 2)
         lk.layer("", cross, iter(u.attentions), iter(u.norms), iter(u.blocks))
     elif unit in ("stacks", "model"):
-        _link_stacks(lk, u, found)
+        _link_stacks(lk)
 
 
-def _link_embeddings(lk: Linker, u: Units, stack: str, tokens, learned, norms) -> None:
+def _link_embeddings(lk: Linker, stack: str, tokens, learned, norms) -> None:
     """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
     its learned positions, BERT's type table and embedding norm."""
     if not (stack == "encoder" and lk.cfg.share_embeddings):
@@ -440,24 +434,24 @@ def _link_embeddings(lk: Linker, u: Units, stack: str, tokens, learned, norms) -
     if lk.cfg.positional == "learned":
         table = take(learned, "learned position table", stack)
         lk.table(table.name, f"{stack}.position_embedding.weight", table.offset)
-    if stack == "encoder" and u.type_table is not None:
-        lk.table(u.type_table.name, "encoder.token_type_embedding.weight")
-    if u.embedding_norm:
+    if stack == "encoder" and lk.units.type_table is not None:
+        lk.table(lk.units.type_table.name, "encoder.token_type_embedding.weight")
+    if lk.units.embedding_norm:
         lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
 
-def _link_stacks(lk: Linker, u: Units, found) -> None:
+def _link_stacks(lk: Linker) -> None:
     """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
     config.has_final_norm), then a model's output projection: the user's linear, an output bias alone, or the
     tied token table."""
-    cfg, entry = lk.cfg, lk.entry
+    cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
     attentions, norms, blocks = iter(u.attentions), iter(u.norms), iter(u.blocks)
     tokens, learned = iter(u.token_tables), iter([t for t in u.position_tables if t.trainable])
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
     for stack in entry.stacks:
         if entry.group == "model":
-            _link_embeddings(lk, u, stack, tokens, learned, norms)
+            _link_embeddings(lk, stack, tokens, learned, norms)
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         for i in range(n):
             lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross, attentions, norms, blocks)
@@ -465,5 +459,5 @@ def _link_stacks(lk: Linker, u: Units, found) -> None:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head and u.out_piece is not None:
         lk.piece(u.out_piece, [("output_proj", None)], False)  # none: output_bias=False
-    elif entry.output_head and found.orphans:
-        lk.table(found.orphans[0], "output_proj.bias")
+    elif entry.output_head and lk.found.orphans:
+        lk.table(lk.found.orphans[0], "output_proj.bias")
