@@ -8,10 +8,9 @@ reference's units. Among the roles a name only breaks the one tie the computatio
 and up); what a module's own raw parameters are (a 2-D table or a linear, a norm's scale or shift, a bias) is read
 from their names, as is a position table the forward only slices.
 
-A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
-along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
-transposed raw weight, a fused projection and a per-head slice. With RoPE in interleaved pairs (Meta's), the q and k
-rows of each head are read in that pairing's order (`rope_pairs`, pair_order): the same rotation, features relabelled.
+A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection and a per-head
+slice. With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in that pairing's order
+(`rope_pairs`, pair_order): the same rotation, features relabelled.
 """
 
 from __future__ import annotations
@@ -83,11 +82,10 @@ class Link:
 
     @property
     def note(self) -> str:
-        """The layout as the report prints it (weight_map reads it back): "as is", "rows a:b", "fused rows q, k, v"
-        (", head by head": GPT-NeoX's q, k, v rows of each head), "after N unread rows", "minus 1 (...)", then
-        ", transposed" and ", RoPE pairs interleaved (head size Dh)"."""
+        """The layout as the report prints it and weight_map reads back: "as is", "rows a:b", "fused rows q, k, v",
+        "after N unread rows", "minus 1 (...)"; then ", transposed", ", RoPE pairs interleaved (head size Dh)"."""
         roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in self.parts if "." in n]
-        if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):
+        if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
             text = f"fused rows {', '.join(roles[:3])}, head by head"
         elif len(roles) > 1:
             text = "fused rows " + ", ".join(roles)

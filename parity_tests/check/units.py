@@ -349,9 +349,9 @@ class Linker:
 
     def attention(self, attention: dict, prefix: str) -> None:
         """One attention's pieces linked to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`, then
-        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked (q, k, v, or head
-        by head as the flow read it); one of several pieces of a role (one per head) is its rows of the reference's
-        projection."""
+        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked: q | k | v (the
+        order checkpoints keep; another is attention.q_k_swapped), or head by head as the flow read it (GPT-NeoX's);
+        one of several pieces of a role (one per head) is its rows of the reference's projection."""
         names = {r: f"{prefix}{r}_proj" for r in ROLES}
         for piece in _qkv(attention):
             parts, rows = [], _rows(attention, piece, self.units.D)
@@ -360,8 +360,6 @@ class Linker:
                 parts.append((names[r], (i * n, (i + 1) * n) if many else None))
             held = attention["columns"].get(piece.weight, {})
             runs = _runs(held, names, piece.out_features) if set(held) == set(rows) else []
-            # head by head (GPT-NeoX's layout) as the flow read it; whole blocks as q | k | v, the order checkpoints
-            # of fused projections keep (another order is attention.q_k_swapped)
             self.piece(piece, runs if len(runs) > 3 else parts, self.cfg.bias)
         if len(attention["out"]) != 1:
             raise ValueError(

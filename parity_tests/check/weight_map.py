@@ -9,6 +9,8 @@ or edited by hand, (reference name, layout note) pairs, is read from its notes, 
 
 from __future__ import annotations
 
+import dataclasses
+
 from .mapping import Link
 
 HELD = "held at zero: the user's linear has no bias; gradient not compared"
@@ -32,12 +34,8 @@ class MapEntry(tuple):
 
     def data(self) -> dict:
         """The JSON form of what the entry was made from."""
-        if self.link is None:
-            return {"kind": self.kind}
-        parts = [[name, list(rows) if rows is not None else None] for name, rows in self.link.parts]
-        return {"kind": self.kind, "parts": parts, "transposed": self.link.transposed,
-                "rope_pairs": self.link.rope_pairs, "offset": self.link.offset,
-                "minus_one": self.link.minus_one}  # fmt: skip
+        link = dataclasses.asdict(self.link) if self.link is not None else {}
+        return {"kind": self.kind} | {k: v for k, v in link.items() if k != "user"}
 
 
 def _reference_name(link: Link) -> str:
