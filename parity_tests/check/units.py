@@ -332,9 +332,9 @@ class Linker:
         if norm.bias is not None:
             self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 
-    def table(self, name: str, ref: str, offset: int = 0) -> None:
-        """A table as is, or after `offset` rows the model never reads (BART's positions)."""
-        self.links.append(Link(name, [(ref, None)], offset=offset))
+    def table(self, table, ref: str) -> None:
+        """A table (mapping.Table) as is, or after its `offset` rows the model never reads (BART's positions)."""
+        self.links.append(Link(table.name, [(ref, None)], offset=table.offset))
 
     def ffn(self, block: list, prefix: str) -> None:
         """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
@@ -413,9 +413,9 @@ def _link(lk: Linker) -> None:
         lk.ffn(u.blocks[0], "")
     elif unit == "embedding":
         lk.count("token tables", len(u.token_tables), 1)
-        lk.table(u.token_tables[0].name, "token_embedding.weight")
+        lk.table(u.token_tables[0], "token_embedding.weight")
     elif unit == "positions" and lk.cfg.positional == "learned":
-        lk.table(u.position_tables[0].name, "position_embedding.weight", u.position_tables[0].offset)
+        lk.table(u.position_tables[0], "position_embedding.weight")
     elif unit == "layer":
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
         lk.count("norms", len(u.norms), 3 if cross else 2)
@@ -428,12 +428,11 @@ def _link_embeddings(lk: Linker, stack: str, tokens, learned, norms) -> None:
     """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
     its learned positions, BERT's type table and embedding norm."""
     if not (stack == "encoder" and lk.cfg.share_embeddings):
-        lk.table(take(tokens, "token table", stack).name, f"{stack}.token_embedding.weight")
+        lk.table(take(tokens, "token table", stack), f"{stack}.token_embedding.weight")
     if lk.cfg.positional == "learned":
-        table = take(learned, "learned position table", stack)
-        lk.table(table.name, f"{stack}.position_embedding.weight", table.offset)
+        lk.table(take(learned, "learned position table", stack), f"{stack}.position_embedding.weight")
     if stack == "encoder" and lk.units.type_table is not None:
-        lk.table(lk.units.type_table.name, "encoder.token_type_embedding.weight")
+        lk.table(lk.units.type_table, "encoder.token_type_embedding.weight")
     if lk.units.embedding_norm:
         lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
@@ -458,4 +457,4 @@ def _link_stacks(lk: Linker) -> None:
     if entry.output_head and u.out_piece is not None:
         lk.piece(u.out_piece, [("output_proj", None)], False)  # none: output_bias=False
     elif entry.output_head and lk.found.orphans:
-        lk.table(lk.found.orphans[0], "output_proj.bias")
+        lk.links.append(Link(lk.found.orphans[0], [("output_proj.bias", None)]))
