@@ -18,8 +18,7 @@ FIXED = "equal to float32 precision; overwritten in float64"
 
 
 class MapEntry(tuple):
-    """(reference name(s), layout note), with `link` (a Link, or None) and `kind`: "link", "zero" (a reference
-    bias held at zero) or "fixed" (a fixed table, found again from its values)."""
+    """(reference name(s), layout note), with `link` (a Link, or None) and `kind`: "link", "zero" or "fixed"."""
 
     link: Link | None
     kind: str
