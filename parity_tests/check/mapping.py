@@ -8,10 +8,9 @@ reference's units. Among the roles a name only breaks the one tie the computatio
 and up); what a module's own raw parameters are (a 2-D table or a linear, a norm's scale or shift, a bias) is read
 from their names, as is a position table the forward only slices.
 
-A map entry is a `Link`: the user's tensor is the rows `rows` of each reference tensor in `parts`, stacked
-along the first axis, then transposed when the user stores (in, out). That one rule covers a plain linear, a
-transposed raw weight, a fused projection and a per-head slice. With RoPE in interleaved pairs (Meta's), the q and k
-rows of each head are read in that pairing's order (`rope_pairs`, pair_order): the same rotation, features relabelled.
+A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection and a per-head
+slice. With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in that pairing's order
+(`rope_pairs`, pair_order): the same rotation, features relabelled.
 """
 
 from __future__ import annotations
@@ -77,10 +76,27 @@ class Link:
     user: str
     parts: list  # [(reference name, (start, stop) or None)]
     transposed: bool = False
-    note: str = "as is"
     rope_pairs: int = 0  # head size Dh when the user's q/k rows pair RoPE features (2i, 2i + 1), not (i, i + Dh/2)
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
+
+    @property
+    def note(self) -> str:
+        """The layout as the report prints it and weight_map reads back: "as is", "rows a:b", "fused rows q, k, v",
+        "after N unread rows", "minus 1 (...)"; then ", transposed", ", RoPE pairs interleaved (head size Dh)"."""
+        roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in self.parts if "." in n]
+        if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
+            text = f"fused rows {', '.join(roles[:3])}, head by head"
+        elif len(roles) > 1:
+            text = "fused rows " + ", ".join(roles)
+        elif self.parts[0][1] is not None:
+            text = "rows {}:{}".format(*self.parts[0][1])
+        elif self.offset:
+            text = f"after {self.offset} unread rows"
+        else:
+            text = "minus 1 (scaled by 1 + weight)" if self.minus_one else ""
+        text = ", ".join(t for t in (text, "transposed" * self.transposed) if t) or "as is"
+        return text + (f", RoPE pairs interleaved (head size {self.rope_pairs})" if self.rope_pairs else "")
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -95,11 +111,8 @@ def role_of(name: str) -> str:
     """The role a parameter's or module's name gives (its last word before .weight), or ""."""
     parts = [p for p in name.lower().split(".") if p not in ("weight", "bias") and not p.isdigit()]
     last = parts[-1] if parts else ""
-    last = re.sub(r"_?(weight|w|b|bias)$", "", last) or last
-    for role, words in ROLE_WORDS.items():
-        if last in words or parts and parts[-1] in words:
-            return role
-    return ""
+    stem = re.sub(r"_?(weight|w|b|bias)$", "", last) or last
+    return next((role for role, words in ROLE_WORDS.items() if {last, stem} & words), "")
 
 
 def _bias_partner(names: list, weight: str) -> str | None:
@@ -122,7 +135,19 @@ def structure(module: nn.Module, flow=None) -> Structure:
         reader(mod, path, prefix, found)
     _untied(module, found)
     if flow is not None:
-        _apply_flow(found, flow)
+        last = len(flow.nodes)
+        found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
+        found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
+        found.tables.sort(key=lambda t: flow.order.get(t.name, last))
+        for norm in found.norms:
+            norm.plus_one = norm.weight in flow.plus_one
+        for t in found.tables:
+            t.position = t.position or t.name in flow.positions
+            t.offset = flow.positions.get(t.name, 0)
+        for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
+            found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+            found.norms.remove(norm)
+        found.flow = flow
     return found
 
 
@@ -143,23 +168,6 @@ def _untied(module: nn.Module, found: Structure) -> None:
         if piece.weight not in tables:
             pieces.setdefault(piece.weight, piece)
     found.tables, found.pieces = list(tables.values()), list(pieces.values())
-
-
-def _apply_flow(found: Structure, flow) -> None:
-    """Order, positions and per-head norms from the recorded forward (dataflow.Flow)."""
-    last = len(flow.nodes)
-    found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
-    found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
-    found.tables.sort(key=lambda t: flow.order.get(t.name, last))
-    for norm in found.norms:
-        norm.plus_one = norm.weight in flow.plus_one
-    for t in found.tables:
-        t.position = t.position or t.name in flow.positions
-        t.offset = flow.positions.get(t.name, 0)
-    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
-        found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
-        found.norms.remove(norm)
-    found.flow = flow
 
 
 def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: Structure) -> None:
@@ -273,12 +281,7 @@ def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0) -
 
 def interleave_rope(links: list, Dh: int) -> list:
     """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
-    note = f", RoPE pairs interleaved (head size {Dh})"
-    paired = [any(rope_paired(n, Dh) for n, _ in link.parts) for link in links]
-    return [
-        replace(link, note=link.note + note, rope_pairs=Dh) if p else link
-        for link, p in zip(links, paired, strict=True)
-    ]
+    return [replace(link, rope_pairs=Dh) if any(rope_paired(n, Dh) for n, _ in link.parts) else link for link in links]
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
@@ -300,9 +303,8 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
         if link.user not in grads:
             continue
         g = grads[link.user]
-        if g.ndim > 2 and g.shape[2:] == (1,) * (g.ndim - 2):  # a 1x1 convolution's (out, in, 1)
-            g = g.reshape(g.shape[:2])
-        g = g.reshape(-1, *g.shape[-1:]) if g.ndim > 2 else g
+        if g.ndim > 2:  # a 1x1 convolution's (out, in, 1), else rows stacked: (..., in) -> (rows, in)
+            g = g.reshape(g.shape[:2]) if g.shape[2:] == (1,) * (g.ndim - 2) else g.reshape(-1, g.shape[-1])
         g = g.T if link.transposed else g
         start = link.offset
         for name, rows in link.parts:

@@ -1,13 +1,11 @@
 """The user's module read as the reference's units, and the config they imply.
 
 `infer(level, found, given)` returns the config the user's module is judged as and the links (mapping.Link) from
-every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow):
-each attention its query, key, value and output projections (separate, fused, or one per head), each
-feed-forward block the projections around its activation, the layers in the order their attentions and blocks
-run, the norms in the order they are applied; the sizes from the shapes (d_model, d_ff, the k/v width of
-grouped-query attention), the heads from the query's head axis. Reference biases the user's linears lack are
-returned as `zero`: held at zero, their gradients not compared. The tables built in float32 are read in
-tables.py.
+every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow): each
+attention's query, key, value and output projections (separate, fused, or one per head), each feed-forward block's
+projections around its activation, the layers and norms in the order they run; the sizes from the shapes, the heads
+from the query's head axis. Reference biases the user's linears lack are returned as `zero`: held at zero, their
+gradients not compared. The tables built in float32 are read in tables.py.
 """
 
 from __future__ import annotations
@@ -76,16 +74,24 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     if mapped is not None:  # the caller's map is the map
         return cfg, *mapped, fixed
     linker = Linker(entry, cfg, units, found)
-    _link(linker, units, found)
+    _link(linker)
     return cfg, linker.links, linker.zero, fixed
 
 
 def _sized(level: str, found, given: dict, default: dict) -> tuple:
-    """(entry, units with their sizes and tables, the fields given over `default`)."""
+    """(entry, units with their sizes and tables, the fields given over `default`): token and position tables of
+    width d_model, and BERT's token-type table among the token tables."""
     entry = LEVELS[level]
     fields = default | {k: v for k, v in given.items() if k != "config" and v is not None}
     units = _sizes(entry, found, given.get("config"), fields)
-    _tables(entry, found, units)
+    units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
+    units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
+    if entry.group == "model" and entry.encoder_only and found.flow is not None:
+        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
+        types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
+        if len(types) == 1 and len(units.token_tables) > 1:
+            units.type_table = types[0]
+            units.token_tables.remove(types[0])
     return entry, units, fields
 
 
@@ -110,18 +116,6 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
         )
     F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * (D or 8)
     return Units(D, H, F, D, norms=list(norms))
-
-
-def _tables(entry, found, units: Units) -> None:
-    """Token and position tables of width d_model, and BERT's token-type table among the token tables."""
-    units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
-    units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
-    if entry.group == "model" and entry.encoder_only and found.flow is not None:
-        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
-        types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
-        if len(types) == 1 and len(units.token_tables) > 1:
-            units.type_table = types[0]
-            units.token_tables.remove(types[0])
 
 
 def _units(entry, found, units: Units) -> None:
@@ -303,21 +297,6 @@ def _runs(held: dict, names: dict, rows: int) -> list:
     return parts
 
 
-def _layout_note(parts: list, transposed: bool) -> str:
-    """How the user's tensor holds the reference's: "as is", "rows a:b", "fused rows q, k, v", "..., transposed"."""
-    text = "as is" if len(parts) == 1 and parts[0][1] is None else ""
-    roles = [n.rsplit(".", 1)[-1].removesuffix("_proj") for n, _ in parts]
-    if len(parts) > 3 and roles == roles[:3] * (len(parts) // 3):  # GPT-NeoX's: q, k, v rows of each head
-        text = f"fused rows {', '.join(roles[:3])}, head by head"
-    elif len(parts) > 1:
-        text = "fused rows " + ", ".join(roles)
-    elif parts[0][1] is not None:
-        text = f"rows {parts[0][1][0]}:{parts[0][1][1]}"
-    if transposed:
-        return "transposed" if text == "as is" else text + ", transposed"
-    return text
-
-
 # -- the links, unit by unit: one linker per component's unit and per group of levels ----------------------------
 
 
@@ -341,29 +320,21 @@ class Linker:
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
-        note = _layout_note(parts, piece.transposed)
-        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, note))
+        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
         if piece.bias is not None:
-            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts], False, _layout_note(parts, False)))
+            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
 
-    def linear(self, piece, name: str, hold_missing_bias: bool = True) -> None:
-        """A linear's weight (as is or transposed) and bias; a missing bias held at zero where the reference has
-        one (`hold_missing_bias`)."""
-        self.piece(piece, [(name, None)], self.cfg.bias and hold_missing_bias)
-
     def norm(self, norm, prefix: str) -> None:
         """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift."""
-        note = "minus 1 (scaled by 1 + weight)" if norm.plus_one else "as is"
-        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)], note=note, minus_one=norm.plus_one))
+        self.links.append(Link(norm.weight, [(f"{prefix}weight", None)], minus_one=norm.plus_one))
         if norm.bias is not None:
             self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
 
-    def table(self, name: str, ref: str, offset: int = 0) -> None:
-        """A table as is, or after `offset` rows the model never reads (BART's positions)."""
-        note = f"after {offset} unread rows" if offset else "as is"
-        self.links.append(Link(name, [(ref, None)], note=note, offset=offset))
+    def table(self, table, ref: str) -> None:
+        """A table (mapping.Table) as is, or after its `offset` rows the model never reads (BART's positions)."""
+        self.links.append(Link(table.name, [(ref, None)], offset=table.offset))
 
     def ffn(self, block: list, prefix: str) -> None:
         """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
@@ -374,13 +345,13 @@ class Linker:
             block = block[2:]
         names = ("gate", "linear1", "linear2")[-len(block) :]
         for p, name in zip(block, names, strict=True):
-            self.linear(p, f"{prefix}{name}")
+            self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
 
     def attention(self, attention: dict, prefix: str) -> None:
         """One attention's pieces linked to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`, then
-        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked (q, k, v, or head
-        by head as the flow read it); one of several pieces of a role (one per head) is its rows of the reference's
-        projection."""
+        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked: q | k | v (the
+        order checkpoints keep; another is attention.q_k_swapped), or head by head as the flow read it (GPT-NeoX's);
+        one of several pieces of a role (one per head) is its rows of the reference's projection."""
         names = {r: f"{prefix}{r}_proj" for r in ROLES}
         for piece in _qkv(attention):
             parts, rows = [], _rows(attention, piece, self.units.D)
@@ -389,8 +360,6 @@ class Linker:
                 parts.append((names[r], (i * n, (i + 1) * n) if many else None))
             held = attention["columns"].get(piece.weight, {})
             runs = _runs(held, names, piece.out_features) if set(held) == set(rows) else []
-            # head by head (GPT-NeoX's layout) as the flow read it; whole blocks as q | k | v, the order checkpoints
-            # of fused projections keep (another order is attention.q_k_swapped)
             self.piece(piece, runs if len(runs) > 3 else parts, self.cfg.bias)
         if len(attention["out"]) != 1:
             raise ValueError(
@@ -424,10 +393,10 @@ def take(pieces, what: str, where: str):
     return piece
 
 
-def _link(lk: Linker, u: Units, found) -> None:
+def _link(lk: Linker) -> None:
     """The links of the level's unit: a component's one unit (scaled dot-product attention has no parameters), one
     layer, or layers on embeddings and whole models (_link_stacks)."""
-    unit, cross = lk.entry.unit or lk.entry.group, lk.entry.cross
+    u, unit, cross = lk.units, lk.entry.unit or lk.entry.group, lk.entry.cross
     if unit == "attention":
         lk.count("attentions", len(u.attentions), 1)
         lk.attention(u.attentions[0], "")
@@ -444,49 +413,48 @@ def _link(lk: Linker, u: Units, found) -> None:
         lk.ffn(u.blocks[0], "")
     elif unit == "embedding":
         lk.count("token tables", len(u.token_tables), 1)
-        lk.table(u.token_tables[0].name, "token_embedding.weight")
+        lk.table(u.token_tables[0], "token_embedding.weight")
     elif unit == "positions" and lk.cfg.positional == "learned":
-        lk.table(u.position_tables[0].name, "position_embedding.weight", u.position_tables[0].offset)
+        lk.table(u.position_tables[0], "position_embedding.weight")
     elif unit == "layer":
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
         lk.count("norms", len(u.norms), 3 if cross else 2)
         lk.layer("", cross, iter(u.attentions), iter(u.norms), iter(u.blocks))
     elif unit in ("stacks", "model"):
-        _link_stacks(lk, u, found)
+        _link_stacks(lk)
 
 
-def _link_embeddings(lk: Linker, u: Units, stack: str, tokens, learned, norms) -> None:
+def _link_embeddings(lk: Linker, stack: str, tokens, learned, norms) -> None:
     """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
     its learned positions, BERT's type table and embedding norm."""
     if not (stack == "encoder" and lk.cfg.share_embeddings):
-        lk.table(take(tokens, "token table", stack).name, f"{stack}.token_embedding.weight")
+        lk.table(take(tokens, "token table", stack), f"{stack}.token_embedding.weight")
     if lk.cfg.positional == "learned":
-        table = take(learned, "learned position table", stack)
-        lk.table(table.name, f"{stack}.position_embedding.weight", table.offset)
-    if stack == "encoder" and u.type_table is not None:
-        lk.table(u.type_table.name, "encoder.token_type_embedding.weight")
-    if u.embedding_norm:
+        lk.table(take(learned, "learned position table", stack), f"{stack}.position_embedding.weight")
+    if stack == "encoder" and lk.units.type_table is not None:
+        lk.table(lk.units.type_table, "encoder.token_type_embedding.weight")
+    if lk.units.embedding_norm:
         lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
 
-def _link_stacks(lk: Linker, u: Units, found) -> None:
+def _link_stacks(lk: Linker) -> None:
     """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
     config.has_final_norm), then a model's output projection: the user's linear, an output bias alone, or the
     tied token table."""
-    cfg, entry = lk.cfg, lk.entry
+    cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
     attentions, norms, blocks = iter(u.attentions), iter(u.norms), iter(u.blocks)
     tokens, learned = iter(u.token_tables), iter([t for t in u.position_tables if t.trainable])
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
     for stack in entry.stacks:
         if entry.group == "model":
-            _link_embeddings(lk, u, stack, tokens, learned, norms)
+            _link_embeddings(lk, stack, tokens, learned, norms)
         n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
         for i in range(n):
             lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross, attentions, norms, blocks)
         if finals:
             lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head and u.out_piece is not None:
-        lk.linear(u.out_piece, "output_proj", hold_missing_bias=False)  # none: output_bias=False
-    elif entry.output_head and found.orphans:
-        lk.table(found.orphans[0], "output_proj.bias")
+        lk.piece(u.out_piece, [("output_proj", None)], False)  # none: output_bias=False
+    elif entry.output_head and lk.found.orphans:
+        lk.links.append(Link(lk.found.orphans[0], [("output_proj.bias", None)]))

@@ -9,6 +9,8 @@ or edited by hand, (reference name, layout note) pairs, is read from its notes, 
 
 from __future__ import annotations
 
+import dataclasses
+
 from .mapping import Link
 
 HELD = "held at zero: the user's linear has no bias; gradient not compared"
@@ -16,8 +18,7 @@ FIXED = "equal to float32 precision; overwritten in float64"
 
 
 class MapEntry(tuple):
-    """(reference name(s), layout note), with `link` (a Link, or None) and `kind`: "link", "zero" (a reference
-    bias held at zero) or "fixed" (a fixed table, found again from its values)."""
+    """(reference name(s), layout note), with `link` (a Link, or None) and `kind`: "link", "zero" or "fixed"."""
 
     link: Link | None
     kind: str
@@ -32,12 +33,8 @@ class MapEntry(tuple):
 
     def data(self) -> dict:
         """The JSON form of what the entry was made from."""
-        if self.link is None:
-            return {"kind": self.kind}
-        parts = [[name, list(rows) if rows is not None else None] for name, rows in self.link.parts]
-        return {"kind": self.kind, "parts": parts, "transposed": self.link.transposed,
-                "rope_pairs": self.link.rope_pairs, "offset": self.link.offset,
-                "minus_one": self.link.minus_one}  # fmt: skip
+        link = dataclasses.asdict(self.link) if self.link is not None else {}
+        return {"kind": self.kind} | {k: v for k, v in link.items() if k != "user"}
 
 
 def _reference_name(link: Link) -> str:
@@ -69,16 +66,16 @@ def links_from(given: dict) -> tuple[list, list]:
     JSON's third element), else from a hand-written (reference name, layout note)."""
     links, zero = [], []
     for user, value in given.items():
-        kind, link = _from_data(user, value)
+        kind, link = _read(user, value)
         if kind == "zero":
             zero.append(value[0])
         elif kind == "link":
-            links.append(link if link is not None else _from_note(user, value))
+            links.append(link)
     return links, zero
 
 
-def _from_data(user: str, value) -> tuple[str, Link | None]:
-    """(kind, Link or None) from an entry's data; ("link", None) for a hand-written entry."""
+def _read(user: str, value) -> tuple[str, Link | None]:
+    """(kind, the Link of a "link") from an entry's data, else from its note."""
     if isinstance(value, MapEntry):
         return value.kind, value.link
     if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[2], dict):
@@ -87,20 +84,16 @@ def _from_data(user: str, value) -> tuple[str, Link | None]:
             return data.get("kind", "link"), None
         parts = [(name, tuple(rows) if rows is not None else None) for name, rows in data["parts"]]
         pairs, offset = int(data.get("rope_pairs", 0)), int(data.get("offset", 0))
-        minus_one = bool(data.get("minus_one", False))
-        return "link", Link(user, parts, bool(data["transposed"]), value[1], pairs, offset, minus_one)
+        return "link", Link(user, parts, bool(data["transposed"]), pairs, offset, bool(data.get("minus_one", False)))
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
     if ref.startswith("(the fixed"):
         return "fixed", None
-    return ("zero" if "held at zero" in note else "link"), None
+    return ("zero", None) if "held at zero" in note else ("link", _from_note(user, ref, note))
 
 
-def _from_note(user: str, value) -> Link:
-    """A hand-written entry: reference name and layout note in the syntax the report prints ("as is",
-    "transposed", "rows a:b", "fused rows q, k, v", ", RoPE pairs interleaved (head size Dh)", "after N unread
-    rows", "minus 1 (scaled by 1 + weight)")."""
-    ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
-    full, pairs, offset = note, 0, 0
+def _from_note(user: str, ref: str, note: str) -> Link:
+    """A hand-written entry: reference name and layout note in the syntax the report prints (Link.note)."""
+    pairs, offset = 0, 0
     if note.startswith("after ") and note.endswith(" unread rows"):
         offset = int(note.split()[1])
     if ", RoPE pairs interleaved (head size " in note:
@@ -121,4 +114,4 @@ def _from_note(user: str, value) -> Link:
         parts = [(ref, (int(start), int(stop)))]
     else:
         parts = [(ref, None)]
-    return Link(user, parts, "transposed" in note, full, pairs, offset, note.startswith("minus 1"))
+    return Link(user, parts, "transposed" in note, pairs, offset, note.startswith("minus 1"))
