@@ -46,14 +46,6 @@ class Gradient:
     dout: np.ndarray
     tol: float
 
-    @property
-    def factor(self) -> float | None:
-        """c of got = c expected (least squares) when that holds everywhere and c is not 1 or 0, else None."""
-        c = _ratio(self.got, self.expected)
-        if c is None or _close(self.got, c * self.expected) > self.tol or abs(c - 1.0) < 1e-6 or c == 0.0:
-            return None
-        return c
-
     def found(self, vid: str, message: str, error: float) -> Diagnosis | None:
         """The Diagnosis `vid` when `error` (the user's gradient against the mistake's) is a match, else None."""
         return Diagnosis(vid, message, f"d{self.tensor}", error) if error <= self.tol else None
@@ -137,11 +129,11 @@ def sign_flipped(g: Gradient):
 
 
 def _named_factor(g: Gradient, vid: str, known: list, other: str | None = None):
-    """A Diagnosis `vid` when got = c expected with c one of `known` [(value, where it comes from)], or any c
-    when `other` says where to look."""
-    c = g.factor
-    origin = None if c is None else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
-    if c is None or origin is None:
+    """A Diagnosis `vid` when got = c expected everywhere (c by least squares, not 1 or 0) with c one of `known`
+    [(value, where it comes from)], or any c when `other` says where to look."""
+    c = _ratio(g.got, g.expected)
+    origin = None if c in (None, 0.0) else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
+    if c is None or origin is None or abs(c - 1.0) < 1e-6:
         return None
     return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", _close(g.got, c * g.expected))
 
@@ -294,8 +286,7 @@ def _attention_core(q, k, v, mask, do):
 def _attention_without_row_term(reference, args, dout) -> dict:
     """The pair's gradients, by input name, with the softmax's backward missing its row term."""
     if reference == "scaled_dot_product_attention":
-        dq, dk, dv = _attention_core(args["q"], args["k"], args["v"], args.get("mask"), dout)
-        return {"q": dq, "k": dk, "v": dv}
+        return dict(zip("qkv", _attention_core(args["q"], args["k"], args["v"], args.get("mask"), dout), strict=True))
     p, H, D = args["params"], args["n_heads"], args["query"].shape[-1]
     names = (("query", "q"), ("key", "k"), ("value", "v"))
     heads = [VR.split(VR.linear(args[name], p, f"{short}_proj"), H) for name, short in names]  # (B, H, T, Dh)
@@ -311,11 +302,10 @@ def _attention_without_row_term(reference, args, dout) -> dict:
 
 def dropout_mask(g: Gradient):
     """dx = dout times a constant: the forward's keep mask not applied."""
-    args = g.args
-    c = _ratio(g.got, g.dout) or 0.0
-    if not np.any(~args["keep_mask"]):
+    if np.all(g.args["keep_mask"]):
         return None
-    scale = "" if abs(c * (1 - args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
+    c = _ratio(g.got, g.dout) or 0.0
+    scale = "" if abs(c * (1 - g.args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
     return g.found(
         "dropout.mask_not_reapplied",
         "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "

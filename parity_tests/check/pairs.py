@@ -186,8 +186,10 @@ def _judge_case(case: Case) -> None:
             case.diagnose(name, grads[name], g, dout)
     if misshapen:
         return  # central differences need gradients of the inputs' shapes
-    if errors["output"] > bar and spec.variants:
-        _forward_variants(case, out)
+    if errors["output"] > bar and spec.variants:  # the catalogue's forward variants that reproduce the output
+        for vid, message, variant in spec.variants(case.args):
+            if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
+                case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
     _finite_differences(case)
 
 
@@ -220,13 +222,6 @@ def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
             raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
         out[name] = case.row(f"d{name}", math.inf, BAR[case.dtype], f"shape {np.shape(grads[name])}")
     return out
-
-
-def _forward_variants(case: Case, out) -> None:
-    """The pair's forward variants (the catalogue's) that reproduce the user's output."""
-    for vid, message, variant in case.spec.variants(case.args):
-        if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
-            case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
 
 
 def _finite_differences(case: Case) -> None:
