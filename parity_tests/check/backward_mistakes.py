@@ -34,9 +34,8 @@ STAGES = ("sign", "transposed", "structure", "factor")  # with the right shape; 
 
 @dataclass
 class Gradient:
-    """One failing gradient as the tests read it: the pair (`reference`), the input (`tensor`), the user's and
-    the reference's values (float64), the case's inputs and upstream gradient, the tolerance of a match (FLOAT32_MATCH
-    for a float32 gradient of the wrong shape, else MATCH)."""
+    """One failing gradient as the tests read it: diagnose's arguments (got and expected in float64) and the
+    tolerance of a match (FLOAT32_MATCH for a float32 gradient of the wrong shape, else MATCH)."""
 
     reference: str
     tensor: str
