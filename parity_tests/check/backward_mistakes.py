@@ -142,8 +142,7 @@ def _d_head(args) -> int:
 
 
 def _of_scores(tensor: str) -> bool:
-    """Whether `tensor` is a gradient that passes through the scores' scale: the queries', the keys' and their
-    projections'."""
+    """Whether `tensor`'s gradient passes through the scores' scale: the queries', the keys', their projections'."""
     return tensor in ("q", "k", "query", "key") or tensor.startswith(("params.q_proj", "params.k_proj"))
 
 
@@ -242,8 +241,7 @@ def layer_norm_terms(g: Gradient):
     """Layer norm's dx off by a + b x_hat per row: the mean term, the variance term, or both missing."""
     if g.tensor != "x":
         return None
-    args = g.args
-    x_hat = L.layer_norm_forward(args["x"], args["weight"], args["bias"], args["eps"])[1].x_hat
+    x_hat = L.layer_norm_forward(**g.args)[1].x_hat  # args: the pair's inputs, x, weight, bias, eps
     err, ones = g.got - g.expected, np.ones_like(x_hat)
     error = _per_row_fit(err, [ones, x_hat])
     if error > MATCH:
