@@ -34,9 +34,8 @@ STAGES = ("sign", "transposed", "structure", "factor")  # with the right shape; 
 
 @dataclass
 class Gradient:
-    """One failing gradient as the tests read it: the pair (`reference`), the input (`tensor`), the user's and
-    the reference's values (float64), the case's inputs and upstream gradient, the tolerance of a match (FLOAT32_MATCH
-    for a float32 gradient of the wrong shape, else MATCH)."""
+    """One failing gradient as the tests read it: diagnose's arguments (got and expected in float64) and the
+    tolerance of a match (FLOAT32_MATCH for a float32 gradient of the wrong shape, else MATCH)."""
 
     reference: str
     tensor: str
@@ -45,14 +44,6 @@ class Gradient:
     args: dict
     dout: np.ndarray
     tol: float
-
-    @property
-    def factor(self) -> float | None:
-        """c of got = c expected (least squares) when that holds everywhere and c is not 1 or 0, else None."""
-        c = _ratio(self.got, self.expected)
-        if c is None or _close(self.got, c * self.expected) > self.tol or abs(c - 1.0) < 1e-6 or c == 0.0:
-            return None
-        return c
 
     def found(self, vid: str, message: str, error: float) -> Diagnosis | None:
         """The Diagnosis `vid` when `error` (the user's gradient against the mistake's) is a match, else None."""
@@ -137,11 +128,11 @@ def sign_flipped(g: Gradient):
 
 
 def _named_factor(g: Gradient, vid: str, known: list, other: str | None = None):
-    """A Diagnosis `vid` when got = c expected with c one of `known` [(value, where it comes from)], or any c
-    when `other` says where to look."""
-    c = g.factor
-    origin = None if c is None else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
-    if c is None or origin is None:
+    """A Diagnosis `vid` when got = c expected everywhere (c by least squares, not 1 or 0) with c one of `known`
+    [(value, where it comes from)], or any c when `other` says where to look."""
+    c = _ratio(g.got, g.expected)
+    origin = None if c in (None, 0.0) else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
+    if c is None or origin is None or abs(c - 1.0) < 1e-6:
         return None
     return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", _close(g.got, c * g.expected))
 
@@ -151,8 +142,7 @@ def _d_head(args) -> int:
 
 
 def _of_scores(tensor: str) -> bool:
-    """Whether `tensor` is a gradient that passes through the scores' scale: the queries', the keys' and their
-    projections'."""
+    """Whether `tensor`'s gradient passes through the scores' scale: the queries', the keys', their projections'."""
     return tensor in ("q", "k", "query", "key") or tensor.startswith(("params.q_proj", "params.k_proj"))
 
 
@@ -251,8 +241,7 @@ def layer_norm_terms(g: Gradient):
     """Layer norm's dx off by a + b x_hat per row: the mean term, the variance term, or both missing."""
     if g.tensor != "x":
         return None
-    args = g.args
-    x_hat = L.layer_norm_forward(args["x"], args["weight"], args["bias"], args["eps"])[1].x_hat
+    x_hat = L.layer_norm_forward(**g.args)[1].x_hat  # args: the pair's inputs, x, weight, bias, eps
     err, ones = g.got - g.expected, np.ones_like(x_hat)
     error = _per_row_fit(err, [ones, x_hat])
     if error > MATCH:
@@ -294,8 +283,7 @@ def _attention_core(q, k, v, mask, do):
 def _attention_without_row_term(reference, args, dout) -> dict:
     """The pair's gradients, by input name, with the softmax's backward missing its row term."""
     if reference == "scaled_dot_product_attention":
-        dq, dk, dv = _attention_core(args["q"], args["k"], args["v"], args.get("mask"), dout)
-        return {"q": dq, "k": dk, "v": dv}
+        return dict(zip("qkv", _attention_core(args["q"], args["k"], args["v"], args.get("mask"), dout), strict=True))
     p, H, D = args["params"], args["n_heads"], args["query"].shape[-1]
     names = (("query", "q"), ("key", "k"), ("value", "v"))
     heads = [VR.split(VR.linear(args[name], p, f"{short}_proj"), H) for name, short in names]  # (B, H, T, Dh)
@@ -311,11 +299,10 @@ def _attention_without_row_term(reference, args, dout) -> dict:
 
 def dropout_mask(g: Gradient):
     """dx = dout times a constant: the forward's keep mask not applied."""
-    args = g.args
-    c = _ratio(g.got, g.dout) or 0.0
-    if not np.any(~args["keep_mask"]):
+    if np.all(g.args["keep_mask"]):
         return None
-    scale = "" if abs(c * (1 - args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
+    c = _ratio(g.got, g.dout) or 0.0
+    scale = "" if abs(c * (1 - g.args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
     return g.found(
         "dropout.mask_not_reapplied",
         "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "

@@ -202,11 +202,8 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
 
 def backward_tests(reference: str, stage: str) -> list:
     """The tests of a hand-written `reference` pair's gradient at `stage`, in registry order, each once."""
-    tests = []
-    for m in MISTAKES:
-        if m.unit == BACKWARD and (not m.pairs or reference in m.pairs):
-            tests += [test for at, test in m.tests if at == stage and test not in tests]
-    return tests
+    mine = [m for m in MISTAKES if m.unit == BACKWARD and (not m.pairs or reference in m.pairs)]
+    return list(dict.fromkeys(test for m in mine for at, test in m.tests if at == stage))
 
 
 def levels_of(mistake: Mistake) -> tuple:
@@ -215,7 +212,7 @@ def levels_of(mistake: Mistake) -> tuple:
     backward mistake's pairs (every pair when none are named); a probe's: every level."""
     from .level_table import LEVELS  # the levels' registry reads nothing from here: imported where needed
 
-    if mistake.unit == "backward":
+    if mistake.unit == BACKWARD:
         from .pairs import PAIRS
 
         return mistake.pairs or tuple(PAIRS)

@@ -1,6 +1,5 @@
-"""The pairs check.pair judges (and the exercise workbook grades): for each reference pair its forward and
-backward, the inputs it differentiates, its cases (shapes, padding, a fully masked row, T_q != T_k, large scores),
-how its backward is called, and the catalogue's variants of its forward (mistakes.py).
+"""The pairs check.pair judges and the exercise workbook grades: each reference pair's forward and backward, the
+inputs it differentiates, its cases, how its backward is called, and its forward's variants (mistakes.py).
 
 Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F d_ff, V vocabulary.
 """

@@ -7,8 +7,6 @@ when there is one; a composite's params dict gets a grads dict). cross_entropy's
 row, T_q != T_k, large scores) in float64 and float32; each output and gradient is compared with the reference's,
 and the user's backward with central differences of the user's own forward (so a wrong gradient of a right forward
 and a right gradient of a wrong forward are told apart).
-
-Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F d_ff, V vocabulary.
 """
 
 from __future__ import annotations
@@ -52,9 +50,8 @@ def _grads(pair: Pair, backward, dout, cache) -> dict:
 
 @dataclass
 class Case:
-    """One case of one pair in one dtype, as _judge_case runs it: the reference pair (spec), the user's pair, the
-    case's name and inputs, and where what it finds goes (the result's rows and diagnoses, the backward mistakes
-    that reproduce one gradient here)."""
+    """One case of one pair in one dtype: the reference pair (spec), the user's, the case's inputs, and where what
+    _judge_case finds goes (the result; matches: the backward mistakes that reproduce a gradient here)."""
 
     spec: Pair
     forward: Callable
@@ -186,8 +183,10 @@ def _judge_case(case: Case) -> None:
             case.diagnose(name, grads[name], g, dout)
     if misshapen:
         return  # central differences need gradients of the inputs' shapes
-    if errors["output"] > bar and spec.variants:
-        _forward_variants(case, out)
+    if errors["output"] > bar and spec.variants:  # the catalogue's forward variants that reproduce the output
+        for vid, message, variant in spec.variants(case.args):
+            if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
+                case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
     _finite_differences(case)
 
 
@@ -220,13 +219,6 @@ def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
             raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
         out[name] = case.row(f"d{name}", math.inf, BAR[case.dtype], f"shape {np.shape(grads[name])}")
     return out
-
-
-def _forward_variants(case: Case, out) -> None:
-    """The pair's forward variants (the catalogue's) that reproduce the user's output."""
-    for vid, message, variant in case.spec.variants(case.args):
-        if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
-            case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
 
 
 def _finite_differences(case: Case) -> None:
