@@ -71,9 +71,7 @@ def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -
     rotate_half: feature i with i + Dh/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
     T, Dh = x.shape[-2:]
     cos, sin = rope_angles(np.arange(shift, shift + T), Dh, theta)  # (T, Dh/2)
-    first, second = (
-        (slice(None, Dh // 2), slice(Dh // 2, None)) if pairing == "half" else (slice(0, None, 2), slice(1, None, 2))
-    )
+    first, second = (slice(0, Dh // 2), slice(Dh // 2, Dh)) if pairing == "half" else (slice(0, Dh, 2), slice(1, Dh, 2))
     x1, x2 = x[..., first], x[..., second]
     out = np.empty_like(x)
     out[..., first], out[..., second] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
@@ -142,17 +140,12 @@ def gated_feed_forward(params, x, activation="silu", on_up=False):
     return linear(h, params, "linear2")
 
 
-def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
-    """The sinusoid table with every frequency 1 (`2 * i // d_model` is 0 for every i < d_model / 2, so
-    10000 ** 0 = 1): PE[pos, 2i] = sin(pos), PE[pos, 2i+1] = cos(pos)."""
-    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
-    return np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))  # (max_len, d_model)
-
-
 def sinusoid_tables(max_len: int, d_model: int) -> dict:
-    """The fixed tables a user's module may hold: the reference's two layouts and the wrong-frequency one."""
+    """The fixed tables a user's module may hold: the reference's two layouts, and the one with every frequency 1
+    (`2 * i // d_model` is 0 for every i < d_model / 2, so 10000 ** 0 = 1): PE[pos, 2i] = sin(pos), cos at 2i+1."""
     tables = {layout: sinusoidal_table(max_len, d_model, np.float64, layout) for layout in ("interleaved", "split")}
-    return tables | {"wrong_frequencies": wrong_frequency_table(max_len, d_model)}
+    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
+    return tables | {"wrong_frequencies": np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))}
 
 
 def scale_divisors(d_model: int, d_head: int) -> dict:
