@@ -5,7 +5,7 @@ values for the float64 comparison, and a note says so."""
 from __future__ import annotations
 
 import numpy as np
-from torch import nn
+import torch
 
 from .variants import sinusoid_tables
 
@@ -27,8 +27,6 @@ def _within(value: np.ndarray, table: np.ndarray, tolerance) -> bool:
 
 def _squeezed(tensor) -> np.ndarray:
     """`tensor` in float64 (complex128), its axes of size 1 dropped."""
-    import torch
-
     value = tensor.detach().cpu().to(torch.complex128 if tensor.is_complex() else torch.float64).numpy()
     return value.reshape([s for s in value.shape if s > 1] or [1])
 
@@ -129,12 +127,10 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
     not convert), named by its dotted path."""
-    import torch
-
     yield from module.named_buffers()
     for path, mod in module.named_modules():
         for attr, value in vars(mod).items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
