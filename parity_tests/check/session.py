@@ -33,9 +33,8 @@ class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
     def __init__(self, user, level, *args):
-        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError
-        saying where it stopped, never a bare exception of the judge's own code (a StopIteration of a dealer run
-        dry reads as if the user's code raised it)."""
+        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError saying
+        where it stopped, never a bare exception of the judge's own code (a StopIteration would read as the user's)."""
         try:
             self._read(user, level, *args)
         except (ValueError, TypeError):
@@ -48,7 +47,7 @@ class Session:
             ) from exc
 
     def _read(self, user, level, given, mapping, call, batch_first, mask, seed):
-        self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
+        self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
         self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
         self.notes: list = []
@@ -74,7 +73,6 @@ class Session:
         self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
-        self.given = given
         self.thetas: list = []
         self.rope_overwrite: dict = {}
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
@@ -99,11 +97,9 @@ class Session:
         key = (caller.self_attention, caller.causal)
         if caller.masks or caller.call is not None or self.entry.group == "model" or self.probes[key].src_keep is None:
             return self.probes[key]
-        if key + ("unpadded",) not in self.probes:
-            p = self.probes[key]
-            valid = None if p.valid is p.src_keep else p.valid
-            self.probes[key + ("unpadded",)] = dataclasses.replace(p, src_keep=None, valid=valid)
-        return self.probes[key + ("unpadded",)]
+        p = self.probes[key]
+        unpadded = dataclasses.replace(p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid)
+        return self.probes.setdefault(key + ("unpadded",), unpadded)
 
     def use(self, layout) -> None:
         """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
@@ -183,11 +179,7 @@ class Session:
             with Float32Islands(module):
                 return self.run_user(caller, dtype, grad, scale, as_written=True)
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
-        tensors = {}
-        for name, value in p.floats.items():
-            tensors[name] = torch.tensor(value * scale, dtype=TORCH[dtype], device=device, requires_grad=grad)
-        for name, value in p.ids.items():
-            tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
+        tensors = as_tensors(p, TORCH[dtype], device, grad, scale)
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
             ids = p.ids.get("tgt", p.ids.get("ids"))
@@ -228,14 +220,19 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         return None
     for caller in callers:
         probe = probe_of(caller)
-        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+        tensors = as_tensors(probe, weight.dtype, weight.device)
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
             nodes = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
         except Exception:  # a convention the module does not take; the check proper reports it
             continue
         return DF.read(nodes)
     return None
+
+
+def as_tensors(p: LV.Probe, dtype, device, grad: bool = False, scale: float = 1.0) -> dict:
+    """The probe's inputs as tensors on `device`: its floats (times `scale`) in `dtype`, its ids as longs."""
+    floats = {n: torch.tensor(v * scale, dtype=dtype, device=device, requires_grad=grad) for n, v in p.floats.items()}
+    return floats | {n: torch.tensor(v, dtype=torch.long, device=device) for n, v in p.ids.items()}
 
 
 def _ids_probe(level: str, found) -> LV.Probe:
