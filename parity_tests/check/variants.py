@@ -1,10 +1,7 @@
-"""The reference with one known mistake put in: forward passes only, in NumPy, float64.
-
-A diagnosis is a variant that reproduces the user's output to float64 precision. Each function below is the
-reference's math (docs/explanation/derivations.md) with one knob that a catalogue mistake turns; at its default
-every knob gives the reference itself, which the tests check against the reference pairs.
-
-Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H."""
+"""The reference with one known mistake put in: forward passes only, in NumPy, float64. Each function is the
+reference's math (docs/explanation/derivations.md) with knobs that catalogue mistakes turn; at its defaults every
+knob gives the reference itself, which the tests check against the reference pairs. Shape letters: B batch,
+H heads, T_q / T_k query and key positions, D d_model, Dh = D / H."""
 
 from __future__ import annotations
 
