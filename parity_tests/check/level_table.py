@@ -1,8 +1,6 @@
-"""The registry of levels a user's module is judged at: one entry each, named once here. An entry (Level, whose
-fields say what each means) holds everything the judge needs to know about a level: what the reference computes
-there, what is inferred and probed, and its relation to other levels; the judge's modules read the entry's fields,
-never the level's name. A new level is one entry here (and, for a new kind of math, its runner in reference.py).
-"""
+"""The registry of levels a user's module is judged at, one entry (Level) each: what the reference computes there,
+what is inferred and probed, its relation to other levels. The judge's modules read the entry's fields, never the
+level's name: a new level is one entry here (and, for a new kind of math, its runner in reference.py)."""
 
 from __future__ import annotations
 
