@@ -1,7 +1,6 @@
-"""One check's state: the user's module read (structure, config, weight map, fixed tables), the reference's
-weights and probes, the ways of calling the module, its float64 and float32 copies holding the reference's
-weights, and the config candidates and weight maps (layouts) the judge searches (judge.py).
-"""
+"""One check's state: the user's module read (structure, config, weight map, fixed tables), the reference's weights
+and probes, the ways of calling the module, its float64 and float32 copies holding those weights, and the config
+candidates and weight maps (layouts) the judge searches (judge.py)."""
 
 from __future__ import annotations
 
@@ -207,9 +206,8 @@ def layouts(session, inferred: bool) -> list:
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
     """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
-    at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper
-    then says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the
-    ops."""
+    at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper then
+    says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) hide the ops."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
@@ -244,7 +242,6 @@ def _ids_probe(level: str, found) -> LV.Probe:
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(LV.B, T))
     probe.ids = dict.fromkeys(LEVELS[level].inputs, ids)
-    if "memory" in probe.ids:  # the decoder's memory is a float input
-        probe.ids.pop("memory")
+    if probe.ids.pop("memory", None) is not None:  # the decoder's memory is a float input
         probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
     return probe
