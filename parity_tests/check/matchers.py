@@ -34,8 +34,7 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
     user, variant = _valid(user, valid), _valid(variant, valid)
     if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
         user, variant = _valid(user, ~empty), _valid(variant, ~empty)
-    user = np.nan_to_num(user, nan=1e300)
-    return _error(user, variant)
+    return _error(np.nan_to_num(user, nan=1e300), variant)
 
 
 def match_attention(
