@@ -135,10 +135,9 @@ def _tensors_kept(module):
 
 
 def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list]:
-    """The user's RoPE tables built in float32 (inverse frequencies, cos and sin tables, Meta's complex rotations),
-    buffers or plain tensor attributes, read at each base of `thetas`: each one equal to a table of rope_tables to
-    float32 precision is overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables
-    are. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
+    """The user's RoPE tables built in float32 (buffers or plain tensor attributes) read at each base of `thetas`:
+    each equal to one of rope_tables to float32 precision is overwritten with its float64 values for the float64
+    comparison. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
     overwrite: dict = {}
     bases: list = []
     if Dh % 2:

@@ -26,11 +26,10 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
-    (the reference: masked scores excluded from the softmax), "fill" (masked scores set to -1e9, as masked_fill
-    does, then a softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each
-    row divided by its new sum), "ignored" (no mask).
-    axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk: scores K Q^T (self-attention: the
-    score matrix transposed)."""
+    (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
+    softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each row divided by
+    its new sum), "ignored" (no mask). axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk:
+    scores K Q^T (a self-attention's score matrix transposed)."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
     if mask_mode == "before":
@@ -88,13 +87,12 @@ def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
     rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, **knobs,
 ):  # fmt: skip
-    """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ...
-    query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention),
-    repeated for the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as
-    .repeat does (h % n_kv). transpose: False for a split and a merge without the transpose, "split" or "merge"
-    for that one only. theta: RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the
-    keys' positions shifted by `k_shift`, and the values rotated too with `rope_v` (True: in the keys' pairing;
-    "half" or "interleaved": in that one, as the user's v rows are read as they are). Where params hold
+    """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ... query
+    (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention), repeated for
+    the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as .repeat does (h % n_kv).
+    transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only. theta:
+    RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`,
+    the values rotated too with `rope_v` (True: in the keys' pairing; "half" or "interleaved": in that one). With
     q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first."""
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
