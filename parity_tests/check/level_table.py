@@ -40,13 +40,11 @@ class Level:
     stands_for: tuple | None = None  # (level, torch class): judged in place of that level for that torch module
     takes_function: bool = False  # the user may give a plain function, not a module
     sequence_first: bool = True  # the user's module may take sequence-first inputs (T, B, D)
-    activations: Callable | None = None  # (params, probe, cfg) -> the reference's activations by stage, where the
-    # runner keeps no model object (whose .activations() a whole model's first divergence reads)
+    activations: Callable | None = None  # (params, probe, cfg) -> the reference's stages, for a runner with no model
 
     @property
     def hooked(self) -> bool:
-        """A layer, a model or a stack with its activations: its submodules are hooked and compared with the
-        reference's stages."""
+        """A layer, a model or a stack with activations: its submodules are hooked, compared with the reference's."""
         return self.group in ("layer", "model") or self.activations is not None
 
     @property
