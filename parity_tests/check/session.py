@@ -107,9 +107,7 @@ class Session:
 
     def copy(self, dtype):
         """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
-        if not self.is_module:
-            return self.user
-        if dtype not in self.copies:
+        if self.is_module and dtype not in self.copies:
             module = copy_module(self.user).to(TORCH[dtype]).eval()
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
@@ -123,7 +121,7 @@ class Session:
                         old = getattr(owner, attr)  # the table is float64 or complex128 already
                         setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
             self.copies[dtype] = module
-        return self.copies[dtype]
+        return self.copies.get(dtype, self.user)  # a plain function: itself
 
     def config_candidates(self) -> list:
         """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
@@ -131,17 +129,16 @@ class Session:
         base = self.cfg
         options: list = [{}]
         given = self.stated()
-        searches = self.entry.searches
-        if "norm_first" in searches and "norm_first" not in given:
+        if "norm_first" in self.entry.searches and "norm_first" not in given:
             final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
             flow_tells = self.flow is not None and self.flow.norm_first is not None  # where the sums are normed
             norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
-        if "activation" in searches and "activation" not in given:
+        if "activation" in self.entry.searches and "activation" not in given:
             options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
         rope = self.rope_options(given)
         options = [o | r for o in options for r in rope or [{}]]
-        if "scale_embeddings" in searches and "scale_embeddings" not in given:
+        if "scale_embeddings" in self.entry.searches and "scale_embeddings" not in given:
             scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
             options = [o | {"scale_embeddings": s} for o in options for s in scales]
         if self.entry.output_head and base.tie_embeddings and "output_scale" not in given:
@@ -163,8 +160,7 @@ class Session:
         rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
         if given.get("positional") == "rope":
             return rope
-        evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
-        return rope + [{}] if evidence else [{}] + rope
+        return rope + [{}] if self.rope_overwrite or len(self.thetas) > 1 else [{}] + rope
 
     def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
         """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
