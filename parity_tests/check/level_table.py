@@ -1,8 +1,6 @@
-"""The registry of levels a user's module is judged at: one entry each, named once here. An entry (Level, whose
-fields say what each means) holds everything the judge needs to know about a level: what the reference computes
-there, what is inferred and probed, and its relation to other levels; the judge's modules read the entry's fields,
-never the level's name. A new level is one entry here (and, for a new kind of math, its runner in reference.py).
-"""
+"""The registry of levels a user's module is judged at, one entry (Level) each: what the reference computes there,
+what is inferred and probed, its relation to other levels. The judge's modules read the entry's fields, never the
+level's name: a new level is one entry here (and, for a new kind of math, its runner in reference.py)."""
 
 from __future__ import annotations
 
@@ -42,13 +40,11 @@ class Level:
     stands_for: tuple | None = None  # (level, torch class): judged in place of that level for that torch module
     takes_function: bool = False  # the user may give a plain function, not a module
     sequence_first: bool = True  # the user's module may take sequence-first inputs (T, B, D)
-    activations: Callable | None = None  # (params, probe, cfg) -> the reference's activations by stage, where the
-    # runner keeps no model object (whose .activations() a whole model's first divergence reads)
+    activations: Callable | None = None  # (params, probe, cfg) -> the reference's stages, for a runner with no model
 
     @property
     def hooked(self) -> bool:
-        """A layer, a model or a stack with its activations: its submodules are hooked and compared with the
-        reference's stages."""
+        """A layer, a model or a stack with activations: its submodules are hooked, compared with the reference's."""
         return self.group in ("layer", "model") or self.activations is not None
 
     @property

@@ -1,7 +1,6 @@
 """The levels a user's module is judged at, read through the registry (level_table.py): the reference's random
 weights, its forward and hand-written backward on a probe (probes.py), and the intermediate activations inside a
-layer that the user's submodules are matched against.
-"""
+layer that the user's submodules are matched against."""
 
 from __future__ import annotations
 

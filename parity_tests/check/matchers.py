@@ -20,12 +20,9 @@ def _np(t) -> np.ndarray:
 
 
 def _rows_without_keys(keep, shape) -> np.ndarray | None:
-    """(B, T_q) True where a query row has no key left to attend to (the variant's output there is excluded: the
-    user's may be NaN (-inf fill) or uniform (-1e9 fill), either way not the reference's zeros)."""
-    if keep is None:
-        return None
-    B, T_q, T_k = shape
-    return ~(keep | np.zeros((B, 1, T_q, T_k), bool)).any(-1).all(1)  # keep broadcast to (B, ., T_q, T_k)
+    """(B, T_q) True where a query row has no key left in `keep` broadcast to `shape` (B, 1, T_q, T_k): the variant's
+    output there is excluded (the user's may be NaN (-inf fill) or uniform (-1e9 fill), not the reference's zeros)."""
+    return None if keep is None else ~(keep | np.zeros(shape, bool)).any(-1).all(1)
 
 
 def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
@@ -34,8 +31,7 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
     user, variant = _valid(user, valid), _valid(variant, valid)
     if empty is not None and user.ndim >= 2 and user.shape[:2] == empty.shape:
         user, variant = _valid(user, ~empty), _valid(variant, ~empty)
-    user = np.nan_to_num(user, nan=1e300)
-    return _error(user, variant)
+    return _error(np.nan_to_num(user, nan=1e300), variant)
 
 
 def match_attention(
@@ -54,14 +50,14 @@ def match_attention(
         transpose = knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
-            empty = _rows_without_keys(k, (query.shape[0], query.shape[2], kv[0].shape[2]))
+            empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[2], kv[0].shape[2]))
             error = _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         else:
             key, value = kv if isinstance(kv, tuple) else (kv, kv)
             variant = VR.multi_head_attention(
                 params, query, key, value, H, k, transpose, n_kv, theta, qk_eps=qk_eps, **knobs
             )
-            empty = _rows_without_keys(k, (query.shape[0], query.shape[1], key.shape[1]))
+            empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[1], key.shape[1]))
             error = _match(user_out, variant, valid, empty)
         if error <= MATCH and vid not in {d.id for tier in tiers for d in tier}:
             strict = _match(user_out, variant, None, None) <= MATCH

@@ -40,13 +40,11 @@ SKIPPED = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)  # a c
 
 
 class Float32Islands(TorchDispatchMode):
-    """While the user's float64 copy runs: each op that computes in float32 there is recorded, with the innermost
-    of the user's submodules running it, as (submodule, op) in `seen`: a conversion of a float64 tensor to float32
-    (x.float(), .to(torch.float32), .type_as(a float32 tensor); complex128 to complex64 likewise), and an op that
-    mixes a float64 operand with a float32 one (a constant made in float32 inside the forward, as
-    torch.tensor(2.0 / torch.pi) is, or a float32 table). Each such conversion is made a float64 (complex128) copy
-    instead, each float32 operand of such an op is widened, and (with `exact`) torch's default dtype is float64
-    while it runs, so that the constants made in forward are made in float64: the island computes in float64 and a
+    """While the user's float64 copy runs, each op computing in float32 is recorded in `seen` as (the innermost
+    user submodule running it, op): a cast of a float64 tensor to float32 (x.float(), .to(torch.float32), .type_as;
+    complex128 to complex64 likewise), made a float64 copy instead, and an op mixing a float64 operand with a
+    float32 one (a constant or table made in float32), its float32 operands widened. With `exact`, torch's default
+    dtype is float64 meanwhile, so constants made in forward are float64: the island computes in float64 and a
     mistake inside it is matched as exactly as anywhere else."""
 
     def __init__(self, module: nn.Module, exact: bool = True):
@@ -98,12 +96,11 @@ def _widen(value):
 
 
 def find_islands(module: nn.Module, run) -> list | None:
-    """The float32 islands of the user's float64 copy during `run()`: (submodule, what) for each op that computes
-    in float32 (see Float32Islands), the innermost submodule, in the order they run, each once; None when the run
-    raises (a convention the module does not take: asked again later). The run has its islands promoted, so that a
-    float32 cast that would make it fail (a float32 input to a float64 head) is found, not raised; where islands
-    are found it runs again as the float64 comparison will (forward's constants made in float64): a float32
-    operand still met then is a tensor the module holds, made in float32 before the check (HELD)."""
+    """The float32 islands of the user's float64 copy during `run()`: (innermost submodule, what) for each op that
+    computes in float32 (Float32Islands), in running order, each once; None when the run raises (a convention the
+    module does not take: asked again later). The run widens them (a float32 cast that would fail it is found, not
+    raised); where there are some, a second run is as the float64 comparison's (forward's constants in float64): a
+    float32 operand still met then is a tensor the module holds, made in float32 before the check (HELD)."""
     runs = []
     for exact in (False, True):
         try:

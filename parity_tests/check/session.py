@@ -1,7 +1,6 @@
-"""One check's state: the user's module read (structure, config, weight map, fixed tables), the reference's
-weights and probes, the ways of calling the module, its float64 and float32 copies holding the reference's
-weights, and the config candidates and weight maps (layouts) the judge searches (judge.py).
-"""
+"""One check's state: the user's module read (structure, config, weight map, fixed tables), the reference's weights
+and probes, the ways of calling the module, its float64 and float32 copies holding those weights, and the config
+candidates and weight maps (layouts) the judge searches (judge.py)."""
 
 from __future__ import annotations
 
@@ -33,9 +32,8 @@ class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
     def __init__(self, user, level, *args):
-        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError
-        saying where it stopped, never a bare exception of the judge's own code (a StopIteration of a dealer run
-        dry reads as if the user's code raised it)."""
+        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError saying
+        where it stopped, never a bare exception of the judge's own code (a StopIteration would read as the user's)."""
         try:
             self._read(user, level, *args)
         except (ValueError, TypeError):
@@ -48,7 +46,7 @@ class Session:
             ) from exc
 
     def _read(self, user, level, given, mapping, call, batch_first, mask, seed):
-        self.user, self.level, self.seed, self.mask_given = user, level, seed, mask
+        self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
         self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
         self.notes: list = []
@@ -74,7 +72,6 @@ class Session:
         self.overwrite, layout, self.wrong_table = tables
         if layout is not None:
             self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
-        self.given = given
         self.thetas: list = []
         self.rope_overwrite: dict = {}
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
@@ -99,11 +96,9 @@ class Session:
         key = (caller.self_attention, caller.causal)
         if caller.masks or caller.call is not None or self.entry.group == "model" or self.probes[key].src_keep is None:
             return self.probes[key]
-        if key + ("unpadded",) not in self.probes:
-            p = self.probes[key]
-            valid = None if p.valid is p.src_keep else p.valid
-            self.probes[key + ("unpadded",)] = dataclasses.replace(p, src_keep=None, valid=valid)
-        return self.probes[key + ("unpadded",)]
+        p = self.probes[key]
+        unpadded = dataclasses.replace(p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid)
+        return self.probes.setdefault(key + ("unpadded",), unpadded)
 
     def use(self, layout) -> None:
         """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
@@ -112,9 +107,7 @@ class Session:
 
     def copy(self, dtype):
         """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
-        if not self.is_module:
-            return self.user
-        if dtype not in self.copies:
+        if self.is_module and dtype not in self.copies:
             module = copy_module(self.user).to(TORCH[dtype]).eval()
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
@@ -128,7 +121,7 @@ class Session:
                         old = getattr(owner, attr)  # the table is float64 or complex128 already
                         setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
             self.copies[dtype] = module
-        return self.copies[dtype]
+        return self.copies.get(dtype, self.user)  # a plain function: itself
 
     def config_candidates(self) -> list:
         """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
@@ -136,17 +129,16 @@ class Session:
         base = self.cfg
         options: list = [{}]
         given = self.stated()
-        searches = self.entry.searches
-        if "norm_first" in searches and "norm_first" not in given:
+        if "norm_first" in self.entry.searches and "norm_first" not in given:
             final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
             flow_tells = self.flow is not None and self.flow.norm_first is not None  # where the sums are normed
             norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
             options = [o | {"norm_first": v} for o in options for v in norm_first]
-        if "activation" in searches and "activation" not in given:
+        if "activation" in self.entry.searches and "activation" not in given:
             options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
         rope = self.rope_options(given)
         options = [o | r for o in options for r in rope or [{}]]
-        if "scale_embeddings" in searches and "scale_embeddings" not in given:
+        if "scale_embeddings" in self.entry.searches and "scale_embeddings" not in given:
             scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
             options = [o | {"scale_embeddings": s} for o in options for s in scales]
         if self.entry.output_head and base.tie_embeddings and "output_scale" not in given:
@@ -168,8 +160,7 @@ class Session:
         rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
         if given.get("positional") == "rope":
             return rope
-        evidence = bool(self.rope_overwrite) or len(self.thetas) > 1
-        return rope + [{}] if evidence else [{}] + rope
+        return rope + [{}] if self.rope_overwrite or len(self.thetas) > 1 else [{}] + rope
 
     def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
         """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
@@ -183,11 +174,7 @@ class Session:
             with Float32Islands(module):
                 return self.run_user(caller, dtype, grad, scale, as_written=True)
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
-        tensors = {}
-        for name, value in p.floats.items():
-            tensors[name] = torch.tensor(value * scale, dtype=TORCH[dtype], device=device, requires_grad=grad)
-        for name, value in p.ids.items():
-            tensors[name] = torch.tensor(value, dtype=torch.long, device=device)
+        tensors = as_tensors(p, TORCH[dtype], device, grad, scale)
         with torch.set_grad_enabled(grad):
             out = caller(module, tensors, p, TORCH[dtype])
             ids = p.ids.get("tgt", p.ids.get("ids"))
@@ -215,9 +202,8 @@ def layouts(session, inferred: bool) -> list:
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
     """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
-    at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper
-    then says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) would hide the
-    ops."""
+    at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper then
+    says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) hide the ops."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
@@ -228,14 +214,19 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         return None
     for caller in callers:
         probe = probe_of(caller)
-        tensors = {n: torch.tensor(v, device=weight.device) for n, v in probe.ids.items()}
-        tensors |= {n: torch.tensor(v, dtype=weight.dtype, device=weight.device) for n, v in probe.floats.items()}
+        tensors = as_tensors(probe, weight.dtype, weight.device)
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
             nodes = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
         except Exception:  # a convention the module does not take; the check proper reports it
             continue
         return DF.read(nodes)
     return None
+
+
+def as_tensors(p: LV.Probe, dtype, device, grad: bool = False, scale: float = 1.0) -> dict:
+    """The probe's inputs as tensors on `device`: its floats (times `scale`) in `dtype`, its ids as longs."""
+    floats = {n: torch.tensor(v * scale, dtype=dtype, device=device, requires_grad=grad) for n, v in p.floats.items()}
+    return floats | {n: torch.tensor(v, dtype=torch.long, device=device) for n, v in p.ids.items()}
 
 
 def _ids_probe(level: str, found) -> LV.Probe:
@@ -247,7 +238,6 @@ def _ids_probe(level: str, found) -> LV.Probe:
     probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
     ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(LV.B, T))
     probe.ids = dict.fromkeys(LEVELS[level].inputs, ids)
-    if "memory" in probe.ids:  # the decoder's memory is a float input
-        probe.ids.pop("memory")
+    if probe.ids.pop("memory", None) is not None:  # the decoder's memory is a float input
         probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
     return probe

@@ -5,7 +5,7 @@ values for the float64 comparison, and a note says so."""
 from __future__ import annotations
 
 import numpy as np
-from torch import nn
+import torch
 
 from .variants import sinusoid_tables
 
@@ -27,8 +27,6 @@ def _within(value: np.ndarray, table: np.ndarray, tolerance) -> bool:
 
 def _squeezed(tensor) -> np.ndarray:
     """`tensor` in float64 (complex128), its axes of size 1 dropped."""
-    import torch
-
     value = tensor.detach().cpu().to(torch.complex128 if tensor.is_complex() else torch.float64).numpy()
     return value.reshape([s for s in value.shape if s > 1] or [1])
 
@@ -129,20 +127,17 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
     not convert), named by its dotted path."""
-    import torch
-
     yield from module.named_buffers()
     for path, mod in module.named_modules():
         for attr, value in vars(mod).items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
 def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list]:
-    """The user's RoPE tables built in float32 (inverse frequencies, cos and sin tables, Meta's complex rotations),
-    buffers or plain tensor attributes, read at each base of `thetas`: each one equal to a table of rope_tables to
-    float32 precision is overwritten with its float64 values for the float64 comparison, as fixed sinusoid tables
-    are. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
+    """The user's RoPE tables built in float32 (buffers or plain tensor attributes) read at each base of `thetas`:
+    each equal to one of rope_tables to float32 precision is overwritten with its float64 values for the float64
+    comparison. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
     overwrite: dict = {}
     bases: list = []
     if Dh % 2:

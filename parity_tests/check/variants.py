@@ -1,10 +1,7 @@
-"""The reference with one known mistake put in: forward passes only, in NumPy, float64.
-
-A diagnosis is a variant that reproduces the user's output to float64 precision. Each function below is the
-reference's math (docs/explanation/derivations.md) with one knob that a catalogue mistake turns; at its default
-every knob gives the reference itself, which the tests check against the reference pairs.
-
-Shape letters: B batch, H heads, T_q / T_k query and key positions, D d_model, Dh = D / H."""
+"""The reference with one known mistake put in: forward passes only, in NumPy, float64. Each function is the
+reference's math (docs/explanation/derivations.md) with knobs that catalogue mistakes turn; at its defaults every
+knob gives the reference itself, which the tests check against the reference pairs. Shape letters: B batch,
+H heads, T_q / T_k query and key positions, D d_model, Dh = D / H."""
 
 from __future__ import annotations
 
@@ -29,11 +26,10 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
-    (the reference: masked scores excluded from the softmax), "fill" (masked scores set to -1e9, as masked_fill
-    does, then a softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each
-    row divided by its new sum), "ignored" (no mask).
-    axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk: scores K Q^T (self-attention: the
-    score matrix transposed)."""
+    (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
+    softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each row divided by
+    its new sum), "ignored" (no mask). axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk:
+    scores K Q^T (a self-attention's score matrix transposed)."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
     if mask_mode == "before":
@@ -71,9 +67,7 @@ def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -
     rotate_half: feature i with i + Dh/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
     T, Dh = x.shape[-2:]
     cos, sin = rope_angles(np.arange(shift, shift + T), Dh, theta)  # (T, Dh/2)
-    first, second = (
-        (slice(None, Dh // 2), slice(Dh // 2, None)) if pairing == "half" else (slice(0, None, 2), slice(1, None, 2))
-    )
+    first, second = (slice(0, Dh // 2), slice(Dh // 2, Dh)) if pairing == "half" else (slice(0, Dh, 2), slice(1, Dh, 2))
     x1, x2 = x[..., first], x[..., second]
     out = np.empty_like(x)
     out[..., first], out[..., second] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
@@ -93,13 +87,12 @@ def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
     rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, **knobs,
 ):  # fmt: skip
-    """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ...
-    query (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention),
-    repeated for the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as
-    .repeat does (h % n_kv). transpose: False for a split and a merge without the transpose, "split" or "merge"
-    for that one only. theta: RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the
-    keys' positions shifted by `k_shift`, and the values rotated too with `rope_v` (True: in the keys' pairing;
-    "half" or "interleaved": in that one, as the user's v rows are read as they are). Where params hold
+    """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ... query
+    (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention), repeated for
+    the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as .repeat does (h % n_kv).
+    transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only. theta:
+    RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`,
+    the values rotated too with `rope_v` (True: in the keys' pairing; "half" or "interleaved": in that one). With
     q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first."""
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
@@ -142,17 +135,12 @@ def gated_feed_forward(params, x, activation="silu", on_up=False):
     return linear(h, params, "linear2")
 
 
-def wrong_frequency_table(max_len: int, d_model: int) -> np.ndarray:
-    """The sinusoid table with every frequency 1 (`2 * i // d_model` is 0 for every i < d_model / 2, so
-    10000 ** 0 = 1): PE[pos, 2i] = sin(pos), PE[pos, 2i+1] = cos(pos)."""
-    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
-    return np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))  # (max_len, d_model)
-
-
 def sinusoid_tables(max_len: int, d_model: int) -> dict:
-    """The fixed tables a user's module may hold: the reference's two layouts and the wrong-frequency one."""
+    """The fixed tables a user's module may hold: the reference's two layouts, and the one with every frequency 1
+    (`2 * i // d_model` is 0 for every i < d_model / 2, so 10000 ** 0 = 1): PE[pos, 2i] = sin(pos), cos at 2i+1."""
     tables = {layout: sinusoidal_table(max_len, d_model, np.float64, layout) for layout in ("interleaved", "split")}
-    return tables | {"wrong_frequencies": wrong_frequency_table(max_len, d_model)}
+    pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
+    return tables | {"wrong_frequencies": np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))}
 
 
 def scale_divisors(d_model: int, d_head: int) -> dict:
