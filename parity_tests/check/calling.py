@@ -221,7 +221,7 @@ def _masked_callers(bf, order, assigned: dict, kinds, optional: bool, causal: bo
     return found
 
 
-def callers(module, level: str, probe, batch_first=None, mask=None, call=None) -> list:
+def callers(module, level: str, batch_first=None, mask=None, call=None) -> list:
     """Every candidate way of calling `module` at `level` (see the module docstring), most likely first."""
     entry = LEVELS[level]
     if call is not None:

@@ -81,7 +81,7 @@ class Session:
         self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
         self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
-        self.callers = C.callers(user, level, self.probes[(False, False)], batch_first, mask, call)
+        self.callers = C.callers(user, level, batch_first, mask, call)
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
@@ -209,7 +209,7 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
     if weight is None:
         return None
     try:
-        callers = C.callers(model, level, None, **conventions)[:limit]
+        callers = C.callers(model, level, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
         return None
     for caller in callers:
