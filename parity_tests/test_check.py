@@ -9,6 +9,8 @@ pass with no diagnosis and no map given.
 from __future__ import annotations
 
 import json
+import math
+import re
 import warnings
 
 import pytest
@@ -71,6 +73,19 @@ def test_scaled_dot_product_attention_function_mistake_is_named(mistake):
     result = check.module(attention, "scaled_dot_product_attention", mask="int_keep", n_heads=2)
     assert not result.passed
     assert ids(result)[0] == mistake, str(result)
+
+
+def test_scaled_dot_product_attention_wrong_scale_names_the_head_size():
+    """Heads already split (B, H, T, Dh): the sizes named are the probe's own (Dh the last axis, d_model = H Dh)."""
+
+    def attention(q, k, v, mask=None):
+        return U.attention_function(q, k, v, mask, "attention.wrong_scale")  # divides by d_k, not its root
+
+    (diagnosis,) = check.module(attention, "scaled_dot_product_attention", mask="int_keep", n_heads=2).diagnoses
+    found = re.search(r"divided by d_head = (\d+): the root is missing", diagnosis.message)
+    assert found, diagnosis.message
+    Dh = int(found.group(1))
+    assert f"expected sqrt(d_head) = {math.sqrt(Dh):.3g}" in diagnosis.message, diagnosis.message
 
 
 def test_wrong_scale_names_the_precedence_trap():

@@ -42,7 +42,7 @@ def match_attention(
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
-    D = query.shape[-1]
+    D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
     site = MK.Site(D, D // H, keep, rope=theta is not None, gqa=n_kv is not None and n_kv != H, **context)
     for vid, message, knobs in MK.variants(MK.ATTENTION, site):
         knobs = dict(knobs)
