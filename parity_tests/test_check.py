@@ -204,6 +204,26 @@ def test_map_passed_back_is_read_from_its_data_not_its_printed_notes():
     assert check.module(module, "multi_head_attention", mapping=by_hand).passed
 
 
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        ({"in_proj_weight": ("{q,k,v}_proj.weight", "fused rows q, k, v (by hand)")}, "names 'v \\(by hand\\)_proj"),
+        ({"in_proj_weight": ("q_proj.wieght", "as is")}, "names 'q_proj.wieght', which the reference"),
+        ({"in_proj_weight": ("q_proj.weight", "as is")}, r"hold 64 numbers, the module's 'in_proj_weight' \(24, 8\)"),
+        ({"in_proj_weight": ("q_proj.weight", "rows 4:12")}, "rows 4:12 of 'q_proj.weight'"),
+        ({"in_proj_wieght": ("q_proj.weight", "as is")}, "no parameter or buffer of that name"),
+        ({"(no parameter: x)": ("x.bias", "held at zero")}, "holds 'x.bias' at zero, which the reference"),
+    ],
+)
+def test_a_given_map_naming_what_is_not_there_is_refused_naming_the_entry(edit, said):
+    """A hand-written map's typo (a reference name, a user name, rows, a size) is refused naming the entry,
+    before anything runs (it failed as a KeyError or a reshape inside "could not be called" before)."""
+    module = torch.nn.MultiheadAttention(8, 2)
+    given = {k: tuple(v) for k, v in check.module(module, "multi_head_attention").mapping.items()} | edit
+    with pytest.raises(ValueError, match=said):
+        check.module(module, "multi_head_attention", mapping=given)
+
+
 def test_report_prints_every_section():
     result = check.module(U.Attention(8, 2, mistake="attention.wrong_scale"), "multi_head_attention")
     text = str(result)
