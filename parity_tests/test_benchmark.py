@@ -1,5 +1,6 @@
-"""The benchmark keeps working: its quick mode runs and reports every figure the README quotes.
-(The full benchmark is a command, not a test: python benchmarks/bench.py.)"""
+"""The benchmark keeps working: its quick mode runs and reports every figure the README quotes. Marked slow (about
+40 s on 2 cores, the default run's longest test): python -m pytest parity_tests/test_benchmark.py -m slow. (The full
+benchmark is a command, not a test: python benchmarks/bench.py.)"""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 
 
+@pytest.mark.slow
 def test_benchmark_quick_mode(tmp_path):
     out = tmp_path / "bench.json"
     run = subprocess.run([sys.executable, str(BENCH), "--quick", "--json", str(out)], capture_output=True, text=True)
