@@ -16,7 +16,7 @@ from . import variants as V
 from .level_table import ALIASES, LEVELS, named
 from .probes import B, Probe, keep_mask
 
-__all__ = ["B", "Probe", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace"]
+__all__ = ["B", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace"]
 
 # the levels a user names: every one but the stacks judged in another's place (torch.nn.Transformer's)
 REFERENCES = named("component") + named("layer") + tuple(ALIASES) + named("model")
