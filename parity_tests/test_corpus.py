@@ -20,6 +20,7 @@ import torch
 from parity_tests import check
 from parity_tests.check.report import CATALOGUE, FLOAT32_FLOOR, FLOAT32_RATIO
 from parity_tests.corpus import STYLES, clean, load, mistakes
+from parity_tests.corpus import book_gpt as BG
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "parity_tests" / "corpus"
@@ -171,6 +172,60 @@ def test_bert_token_types_and_embedding_norm_are_judged_not_glued():
     rows = {r.name: r for r in result.rows if r.dtype == "float64"}
     for name in ("d encoder.token_type_embedding.weight", "d encoder.embedding_norm.weight"):
         assert rows[name].ok and rows[name].note != "all zero", str(result)
+
+
+class _RawPositions(BG.GPTModel):
+    """The book's GPT with its learned positions a raw nn.Parameter named with no table word, sliced: where[:T]."""
+
+    def __init__(self):
+        super().__init__(BG.GPT_CONFIG)
+        self.where = torch.nn.Parameter(self.pos_emb.weight.detach().clone())
+        del self.pos_emb
+
+    def forward(self, in_idx):
+        x = self.drop_emb(self.tok_emb(in_idx) + self.where[: in_idx.shape[1]])
+        return self.out_head(self.final_norm(self.trf_blocks(x)))
+
+
+class _RawTokens(BG.GPTModel):
+    """The book's GPT with its token table a raw nn.Parameter named with no table word, indexed: lookup[ids]."""
+
+    def __init__(self):
+        super().__init__(BG.GPT_CONFIG)
+        self.lookup = torch.nn.Parameter(self.tok_emb.weight.detach().clone())
+        del self.tok_emb
+
+    def forward(self, in_idx):
+        x = self.drop_emb(self.lookup[in_idx] + self.pos_emb(torch.arange(in_idx.shape[1], device=in_idx.device)))
+        return self.out_head(self.final_norm(self.trf_blocks(x)))
+
+
+@pytest.mark.parametrize(
+    "cls, broken, mistake, where",
+    [
+        (_RawPositions, None, None, None),
+        (_RawPositions, BG.ScaledByWidth, "attention.wrong_scale", "trf_blocks.0.att"),
+        (_RawPositions, BG.UnbiasedLayerNorm, "layer_norm.unbiased_variance", "trf_blocks.1.norm2"),
+        (_RawTokens, None, None, None),
+        (_RawTokens, BG.ScaledByWidth, "attention.wrong_scale", "trf_blocks.0.att"),
+        (_RawTokens, BG.UnbiasedLayerNorm, "layer_norm.unbiased_variance", "trf_blocks.1.norm2"),
+    ],
+)
+def test_raw_parameter_tables_are_read_from_their_lookups_not_their_names(cls, broken, mistake, where):
+    """A table held as a raw parameter whose name says nothing (`where`, `lookup`) is a table because the forward
+    reads its rows (P[:T], P[ids]) and no product reads it as a weight. Names decided before: `where` was read as a
+    linear weight (a false divergence at tok_emb) and `lookup` left no token table (refused)."""
+    model = cls()
+    if broken is not None:
+        model.get_submodule(where).__class__ = broken
+    result = check.module(model, BG.LEVEL)
+    if mistake is None:
+        assert result.passed, str(result)
+        name, table = ("where", "position") if cls is _RawPositions else ("lookup", "token")
+        assert result.mapping[name][0] == f"decoder.{table}_embedding.weight", str(result)
+    else:
+        named = result.diagnoses[0]
+        assert not result.passed and (named.id, named.where) == (mistake, where), str(result)
 
 
 def test_bart_positions_at_an_offset_and_its_pad_id_are_read_not_glued():

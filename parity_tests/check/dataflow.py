@@ -104,6 +104,8 @@ class _Recorder(TorchFunctionMode):
         self.keep.append(out)  # and the tensors it holds
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
+        elif name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
+            node.value = _rows_read(args[1])
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
             node.value = args[4]
         elif name in ADDS and len(parents) == 1:  # a number added: Gemma's 1 + weight
@@ -243,6 +245,7 @@ class Flow:
     qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
+    lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
 
     def heads(self, D: int | None) -> int | None:
         """The head count the first attention's query shows (its head axis), else d_model `D` over its head width;
@@ -326,20 +329,40 @@ def _heads_merged(attentions: list) -> list:
 
 
 def _uses(flow: Flow) -> None:
-    """Each parameter's first use (through views), and the tables looked up with positions."""
+    """Each parameter's first use (through views), and the tables looked up: with positions, with one id, or (a raw
+    parameter indexed, P[ids] or P[:T], and no product's weight) with any ids."""
+    indexed = set()
     for node in flow.nodes:
         for root in map(_root, node.parents):
             if root.param is not None and root.param not in flow.order:
                 flow.order[root.param] = node.index
                 if node.op in ADDS and node.value == 1 and len(root.shape) == 1:
                     flow.plus_one.add(root.param)
-        if node.op == "embedding" and node.value is not None and node.parents:
-            table = weight_of(node.parents[-1])
+        table = None
+        if node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents:
+            table = weight_of(node.parents[0 if node.op == "__getitem__" else -1])
+        if table is not None:
+            indexed |= {table} if node.op == "__getitem__" else set()
             offset = _position_offset(node.value)
-            if table is not None and offset is not None:
+            if offset is not None:
                 flow.positions.setdefault(table, offset)
-            elif table is not None and node.value.size > 1 and np.all(node.value == node.value.flat[0]):
+            elif node.value.size > 1 and np.all(node.value == node.value.flat[0]):
                 flow.constant_lookups.add(table)
+    weights = {projection(n) for n in flow.nodes}  # an indexed weight (a fused one's rows) is no table
+    for table in indexed & weights:
+        flow.positions.pop(table, None)
+        flow.constant_lookups.discard(table)
+    flow.lookups = indexed - weights
+
+
+def _rows_read(index) -> np.ndarray | None:
+    """The rows of a parameter an index reads whole: ids (an integer tensor), or 0 .. T - 1 for [:T] (a slice of
+    the first axis); None for any other index."""
+    if isinstance(index, torch.Tensor) and not index.is_floating_point() and index.dtype != torch.bool:
+        return index.detach().cpu().numpy()
+    if isinstance(index, slice) and index.step in (None, 1) and isinstance(index.stop, int):
+        return np.arange(index.start or 0, index.stop)
+    return None
 
 
 def _mha_weights(node: Node) -> list:

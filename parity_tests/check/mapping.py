@@ -5,8 +5,9 @@ A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 
 weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and order come
 from the recorded forward (dataflow.py: norms in the order they are applied), and units.py groups them into the
 reference's units. Among the roles a name only breaks the one tie the computation leaves (a gated block's gate
-and up); what a module's own raw parameters are (a 2-D table or a linear, a norm's scale or shift, a bias) is read
-from their names, as is a position table the forward only slices.
+and up). A raw 2-D parameter the forward indexes by rows (P[ids], P[:T]) and no product reads is a table whatever
+its name; before the forward is recorded, and for a raw 1-D parameter (a norm's scale or shift, a bias), the
+kind is read from the name.
 
 A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection and a per-head
 slice. With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in that pairing's order
@@ -135,6 +136,10 @@ def structure(module: nn.Module, flow=None) -> Structure:
         reader(mod, path, prefix, found)
     _untied(module, found)
     if flow is not None:
+        for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
+            found.pieces.remove(piece)
+            trainable = module.get_parameter(piece.weight).requires_grad
+            found.tables.append(Table(piece.weight, piece.in_features, piece.out_features, trainable, False))
         last = len(flow.nodes)
         found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
         found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
