@@ -3,11 +3,12 @@
 OpenBLAS picks a matrix-product kernel for the CPU it finds; OPENBLAS_CORETYPE forces another (an older one on
 a newer CPU). Kernels sum in different orders and with or without fused multiply-adds, so float32 results differ
 from one to the next in their last bits, and a real model's float32 gradients by up to ~2e-5. A float32 bar that
-one kernel meets and another misses would pass here and fail on a user's machine; so the parity report and every
-float32 test run again here, in subprocesses, under OPENBLAS_CORETYPE unset, Haswell, SkylakeX and Sandybridge:
-the ones this CPU can run (an AVX-512 kernel needs an AVX-512 CPU), each kernel once (unset is one of the others on
-most CPUs), and the float32 tests not again under the kernel this run itself uses. With a BLAS other than OpenBLAS,
-the variable means nothing and only the default kernel is run.
+one kernel meets and another misses would pass here and fail on a user's machine; so the parity report, the judge
+on the clean corpus and (under -m slow) every float32 test run again here, in subprocesses, under
+OPENBLAS_CORETYPE unset, Haswell, SkylakeX and Sandybridge: the ones this CPU can run (an AVX-512 kernel needs an
+AVX-512 CPU), each kernel once (unset is one of the others on most CPUs), and the float32 tests not again under the
+kernel this run itself uses. With a BLAS other than OpenBLAS, the variable means nothing and only the default
+kernel is run.
 """
 
 from __future__ import annotations
@@ -136,10 +137,13 @@ def test_parity_report_passes_in_reduced_precision_under_kernel(kernel, tmp_path
     assert max(r["grad_rel_error"] for r in records if r["reference_float32"] is None) <= C.BAR[np.dtype(np.float32)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", distinct_kernels(including_this_process=False))
 def test_every_reduced_precision_test_passes_under_kernel(kernel):
     """Every test with float32 in its name (NumPy vs torch, vs torch.nn, vs transformers, the tiled attention,
-    the fast path, extreme inputs), run again under this kernel."""
+    the fast path, extreme inputs), run again under this kernel. Marked slow (35-40 s a kernel on 2 cores, which
+    took the default run past 10 minutes); the parity report and the judge's clean corpus run under every kernel
+    in the default run."""
     run = subprocess.run(
         [
             sys.executable,
