@@ -78,10 +78,10 @@ class Session:
             thetas = TB.rope_thetas(user, self.cfg.d_head, given.get("rope_theta"))  # the caller's base first
             self.rope_overwrite, self.thetas = TB.rope_buffers(user, self.cfg.d_head, thetas, self.notes)
         self.shapes = entry.shapes(self.cfg)
+        self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
         if mapped is not None and self.is_module:  # a given map: every name it holds exists, every size agrees
             tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
-            WM.refuse_unknown(self.links, self.zero, self.shapes, tensors, level)
-        self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
+            WM.refuse_unknown(self.links, self.zero, self.params, tensors, level)
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
         self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
         self.callers = C.callers(user, level, batch_first, mask, call)

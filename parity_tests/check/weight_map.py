@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
-from .mapping import Link
+from .mapping import Link, gather
 
 HELD = "held at zero: the user's linear has no bias; gradient not compared"
 FIXED = "equal to float32 precision; overwritten in float64"
@@ -119,29 +117,30 @@ def _from_note(user: str, ref: str, note: str) -> Link:
     return Link(user, parts, "transposed" in note, pairs, offset, note.startswith("minus 1"))
 
 
-def refuse_unknown(links: list, zero: list, shapes: dict, tensors: dict, level: str) -> None:
+def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, level: str) -> None:
     """A ValueError naming the first entry of a given map that names a tensor the module or the reference (as
-    configured) lacks, rows past a reference tensor's end, or a user tensor of another size than its parts."""
-    names = ", ".join(list(shapes)[:6]) + (", ..." if len(shapes) > 6 else "")
+    configured: `reference`, its tensors by name) lacks, rows past a reference tensor's end, or a user tensor of
+    another size than the reference's it is gathered from (mapping.gather, as loading it does)."""
+    names = ", ".join(list(reference)[:6]) + (", ..." if len(reference) > 6 else "")
     for link in links:
         if link.user not in tensors:
             raise ValueError(f"mapping[{link.user!r}]: the module has no parameter or buffer of that name")
         for name, rows in link.parts:
-            if name not in shapes:
+            if name not in reference:
                 raise ValueError(
                     f"mapping[{link.user!r}] names {name!r}, which the reference {level!r} does not have as "
                     f"configured here ({names})"
                 )
-            if rows is not None and not 0 <= rows[0] < rows[1] <= shapes[name][0]:
-                raise ValueError(f"mapping[{link.user!r}]: rows {rows[0]}:{rows[1]} of {name!r} {shapes[name]}")
-        size = sum(
-            (shapes[n][0] if r is None else r[1] - r[0]) * int(np.prod(shapes[n][1:])) for n, r in link.parts
-        ) + link.offset * int(np.prod(shapes[link.parts[0][0]][1:]))
+            if rows is not None and not 0 <= rows[0] < rows[1] <= len(reference[name]):
+                raise ValueError(
+                    f"mapping[{link.user!r}]: rows {rows[0]}:{rows[1]} of {name!r}, which has {len(reference[name])}"
+                )
+        size = gather(link.parts, reference, link.rope_pairs, link.offset).size
         if size != tensors[link.user].numel():
             raise ValueError(
                 f"mapping[{link.user!r}]: {[n for n, _ in link.parts]} hold {size} numbers, the module's "
                 f"{link.user!r} {tuple(tensors[link.user].shape)} holds {tensors[link.user].numel()}"
             )
     for name in zero:
-        if name not in shapes:
+        if name not in reference:
             raise ValueError(f"mapping holds {name!r} at zero, which the reference {level!r} does not have ({names})")
