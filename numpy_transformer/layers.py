@@ -85,6 +85,42 @@ def tanh_backward(dout: np.ndarray, cache: TanhCache) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
+# L2 normalisation of the last axis (torch.nn.functional.normalize(x, p=2, dim=-1)): sentence embeddings, cosines.
+
+
+@dataclass(frozen=True, slots=True)
+class L2NormalizeCache:
+    out: np.ndarray  # y = x / max(|x|, eps), (..., D)
+    norm: np.ndarray  # max(|x|, eps), (..., 1)
+    clamped: np.ndarray  # (..., 1) bool: |x| <= eps, where the divisor is the constant eps
+
+
+def l2_normalize_forward(x: np.ndarray, eps: float = 1e-12) -> tuple[np.ndarray, L2NormalizeCache]:
+    r""":math:`y = x / \max(\lVert x \rVert_2, \epsilon)` along the last axis, as `F.normalize` computes it:
+    x (..., D) -> y (..., D), unit rows (a row shorter than eps is divided by eps instead)."""
+    length = np.sqrt((x * x).sum(axis=-1, keepdims=True))  # (..., 1)
+    clamped = length <= eps
+    norm = np.maximum(length, x.dtype.type(eps))
+    out = x / norm
+    return out, L2NormalizeCache(out, norm, clamped)
+
+
+def l2_normalize_backward(dout: np.ndarray, cache: L2NormalizeCache) -> np.ndarray:
+    r"""Gradient of :math:`y = x / \lVert x \rVert`: the part of dy along y is removed, the rest divided by the length,
+
+    .. math::
+
+        dx = \frac{dy - y\, (y \cdot dy)}{\lVert x \rVert}
+
+    and :math:`dx = dy / \epsilon` for a row whose length is at most eps (there the divisor is a constant).
+    dy (..., D) -> dx (..., D)."""
+    y = cache.out
+    along = (y * dout).sum(axis=-1, keepdims=True)  # (..., 1): y . dy
+    dx = np.where(cache.clamped, dout, dout - y * along) / cache.norm
+    return dx
+
+
+# ----------------------------------------------------------------------------------------------
 # Token embedding: a table lookup, optionally scaled by sqrt(D) as in the paper.
 
 

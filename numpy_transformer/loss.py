@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .layers import L2NormalizeCache, l2_normalize_backward, l2_normalize_forward
 from .validation import check_float_array
 
 
@@ -131,3 +132,65 @@ def cross_entropy_backward(cache: CrossEntropyCache, dloss: float = 1.0) -> np.n
     dlogits = np.zeros((kept.shape[0], V), dtype=logp.dtype)
     dlogits[kept] = dkept
     return dlogits.reshape(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# MultipleNegativesRankingLoss (sentence-transformers): the in-batch softmax over scaled cosine similarities.
+
+
+@dataclass(frozen=True, slots=True)
+class MultipleNegativesRankingCache:
+    anchors: L2NormalizeCache  # a_hat = a / |a|, (N, D)
+    positives: L2NormalizeCache  # p_hat = p / |p|, (N, D)
+    probs: np.ndarray  # softmax of each row of the scores S, (N, N)
+    scale: float
+
+
+def multiple_negatives_ranking_loss_forward(
+    anchors: np.ndarray, positives: np.ndarray, scale: float = 20.0
+) -> tuple[np.floating, MultipleNegativesRankingCache]:
+    r"""anchors (N, D), positives (N, D) -> scalar loss, cache: sentence-transformers' MultipleNegativesRankingLoss
+    (its defaults: cosine similarity, query_to_doc only). Each anchor's positive is the row of the same index, and
+    every other positive of the batch is one of its negatives:
+
+    .. math::
+
+        S_{ij} = s\, \frac{a_i \cdot p_j}{\lVert a_i \rVert\, \lVert p_j \rVert}, \qquad
+        \mathcal{L} = \frac{1}{N} \sum_i \Big( \log \sum_j e^{S_{ij}} - S_{ii} \Big)
+
+    the cross-entropy of each row of S against the diagonal, with s the scale (20: a temperature of 0.05)."""
+    check_float_array("anchors", anchors)
+    check_float_array("positives", positives, anchors.dtype, anchors.shape)
+    if anchors.ndim != 2 or anchors.shape[0] < 1:
+        raise ValueError(f"anchors must have shape (N, D) with N >= 1, got shape {anchors.shape}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale must be a positive float, got {scale!r}")
+    a_hat, a_cache = l2_normalize_forward(anchors)  # (N, D)
+    p_hat, p_cache = l2_normalize_forward(positives)  # (N, D)
+    scores = (a_hat @ p_hat.T) * anchors.dtype.type(scale)  # (N, N)
+    logp = log_softmax(scores)  # (N, N)
+    n = anchors.shape[0]
+    loss = -logp[np.arange(n), np.arange(n)].mean()
+    return loss, MultipleNegativesRankingCache(a_cache, p_cache, np.exp(logp), float(scale))
+
+
+def multiple_negatives_ranking_loss_backward(
+    cache: MultipleNegativesRankingCache, dloss: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Gradients of the loss with respect to the anchors and the positives, (N, D) each. With P the row softmax of
+    S, I the identity and :math:`\hat a, \hat p` the unit rows:
+
+    .. math::
+
+        dS = \frac{P - I}{N}, \qquad d\hat a = s\, dS\, \hat p, \qquad d\hat p = s\, dS^\top \hat a,
+
+    then each through its normalisation, :math:`da_i = (d\hat a_i - \hat a_i (\hat a_i \cdot d\hat a_i)) /
+    \lVert a_i \rVert` (l2_normalize_backward), and the same for the positives."""
+    a_hat, p_hat = cache.anchors.out, cache.positives.out
+    n = a_hat.shape[0]
+    dscores = cache.probs.copy()  # (N, N)
+    dscores[np.arange(n), np.arange(n)] -= 1.0
+    dscores *= a_hat.dtype.type(float(dloss) * cache.scale / n)  # s (P - I) / N, the scale folded in
+    da_hat = dscores @ p_hat  # (N, D)
+    dp_hat = dscores.T @ a_hat  # (N, D)
+    return l2_normalize_backward(da_hat, cache.anchors), l2_normalize_backward(dp_hat, cache.positives)

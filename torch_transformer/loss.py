@@ -5,6 +5,7 @@ Shape letters: B batch, T sequence, V vocabulary.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -33,3 +34,13 @@ def cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100, lab
         ignore_index=ignore_index,
         label_smoothing=label_smoothing,
     )
+
+
+def multiple_negatives_ranking_loss(anchors: Tensor, positives: Tensor, scale: float = 20.0) -> Tensor:
+    r"""sentence-transformers' MultipleNegativesRankingLoss on embeddings (N, D) each: the cross-entropy of each row
+    of :math:`S = s \cos(a_i, p_j)` against the diagonal (each anchor's own positive; the others are its negatives)."""
+    if anchors.dim() != 2 or positives.shape != anchors.shape:
+        raise ValueError(f"anchors and positives must both have shape (N, D), got {tuple(anchors.shape)} and "
+                         f"{tuple(positives.shape)}")  # fmt: skip
+    scores = F.normalize(anchors, dim=-1) @ F.normalize(positives, dim=-1).T * scale  # (N, N)
+    return F.cross_entropy(scores, torch.arange(len(anchors), device=anchors.device))
