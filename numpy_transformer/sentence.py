@@ -246,7 +246,8 @@ class SentenceModel:
     """A sentence-transformers model in NumPy: `encoder` (an EncoderModel), then `modules` (the folder's Pooling,
     Dense and Normalize specs, in order); `tokenizer` the folder's (transformer_spec.sentence.SentenceTokenizer).
 
-    params: the encoder's parameters under its names ("encoder.layers.0...") and each Dense layer's as
+    params: the encoder's parameters under its names ("encoder.layers.0...", BERT's pooler left out: the embedding
+    never reads it) and each Dense layer's as
     sentence-transformers' state dict names them ("2.linear.weight"): the arrays themselves, so an optimizer
     stepping params steps the model. grads: the same keys, filled by backward (added up until zero_grad)."""
 
@@ -277,7 +278,10 @@ class SentenceModel:
                     dense_params[f"{module.name}.{key}"] = np.ascontiguousarray(array, dtype=self.dtype)
         self.dimension = width  # D of the embeddings
         self.dense_params = dense_params
-        self.params = {**encoder.params, **dense_params}
+        # BERT's pooler (pooler.*, kept by hf.load) is not read by the sentence embedding: it is no parameter here,
+        # as sentence-transformers' optimizer skips it (its gradient stays None there).
+        encoder_params = {k: v for k, v in encoder.params.items() if not k.startswith("pooler.")}
+        self.params = {**encoder_params, **dense_params}
         self.dense_grads: dict[str, np.ndarray] = {}
         self._cache: SentenceCache | None = None
         self.zero_grad()
@@ -285,7 +289,7 @@ class SentenceModel:
     @property
     def grads(self) -> dict:
         """name -> gradient, the keys of params (the encoder's gradients and the Dense layers')."""
-        return {**self.encoder.grads, **self.dense_grads}
+        return {**{k: g for k, g in self.encoder.grads.items() if k in self.params}, **self.dense_grads}
 
     def zero_grad(self) -> None:
         self.encoder.zero_grad()
