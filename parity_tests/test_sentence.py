@@ -80,9 +80,10 @@ def write_tokenizer(folder: Path, kind: str) -> int:
     tokenizer = Tokenizer(models.WordPiece(vocab, unk_token=unk))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    ends = [(cls, vocab[cls]), (sep, vocab[sep])]
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1", special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])]
-    )  # fmt: skip
+        single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B:1 {sep}:1", special_tokens=ends
+    )
     tokenizer.decoder = decoders.WordPiece()
     tokenizer.add_special_tokens([AddedToken(token, special=True) for token in special])
     folder.mkdir(parents=True, exist_ok=True)
@@ -305,7 +306,9 @@ def test_multiple_negatives_ranking_loss_equals_sentence_transformers():
 
     backward = lambda dloss, c: multiple_negatives_ranking_loss_backward(c, dloss)  # noqa: E731
     args = dict(anchors=anchors.copy(), positives=positives.copy(), scale=20.0)
-    result = check_pair(multiple_negatives_ranking_loss_forward, backward, args, ["anchors", "positives"], max_coords=None)
+    result = check_pair(
+        multiple_negatives_ranking_loss_forward, backward, args, ["anchors", "positives"], max_coords=None
+    )
     assert result.worst <= 1e-6, str(result)
     loss32, _ = multiple_negatives_ranking_loss_forward(anchors.astype(np.float32), positives.astype(np.float32))
     assert loss32.dtype == np.float32
