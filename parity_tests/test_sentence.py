@@ -67,13 +67,15 @@ def error(ours, theirs, scale=None) -> float:
 # Tiny folders, written by sentence-transformers itself.
 
 
+MPNET_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # the ids MPNet's tokenizer gives them (pad 1)
+
+
 def write_tokenizer(folder: Path, kind: str) -> int:
     """A WordPiece tokenizer.json over WORDS with BERT's ([CLS] ... [SEP]) or MPNet's (<s> ... </s>) special
     tokens; returns the vocabulary size."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] if kind == "bert" else ["<s>", "<pad>", "</s>", "<unk>",
-                                                                                     "<mask>"]  # fmt: skip
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] if kind == "bert" else MPNET_SPECIAL
     cls, sep = (special[2], special[3]) if kind == "bert" else (special[0], special[2])
     pad, unk = (special[0], special[1]) if kind == "bert" else (special[1], special[3])
     vocab = {token: i for i, token in enumerate(special + list(".,:|!?") + WORDS)}
