@@ -425,7 +425,7 @@ def test_contrastive_finetune_steps_equal_sentence_transformers_tiny(gemma_shape
     ours, theirs, model, reference = finetune_both(folder, steps=3, lr=3e-3)
     assert ours[-1] < ours[0] - 0.01  # it learns
     for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        assert abs(a - b) <= 1e-10 * max(abs(b), 1.0), (step, a, b)
+        assert abs(a - b) <= 1e-10 * abs(b), (step, a, b)
     errors = weight_errors(model, reference)
     assert max(errors.values()) <= 1e-10, max(errors.items(), key=lambda kv: kv[1])
 
@@ -465,19 +465,27 @@ def test_minilm_float32_encode_is_as_close_to_float64_as_sentence_transformers_o
     assert error(ours32, theirs32) <= 3 * their_float32_error
 
 
+# One subject for every pair: all-MiniLM-L6-v2 finds the in-batch negatives close (a first loss of 0.14, where four
+# pairs on unrelated subjects start at 2e-6 and teach nothing).
+MINILM_ANCHORS = ["A man is playing a guitar.", "A man is playing a violin.", "A woman is playing a guitar.",
+                  "A man is playing the piano.", "A child is playing a guitar."]  # fmt: skip
+MINILM_POSITIVES = ["Someone plays the guitar.", "Someone plays the violin.", "A lady strums a guitar.",
+                    "Someone plays the piano.", "A kid strums a guitar."]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_contrastive_finetune_steps_equal_sentence_transformers_minilm():
-    """Three AdamW steps of MultipleNegativesRankingLoss on the real all-MiniLM-L6-v2 in float64 (about 10 s)."""
-    anchors = ["A man is playing a guitar.", "The cat sleeps on the windowsill.", "Share prices fell today.", "Hi!"]
-    positives = ["Someone strums a guitar.", "A kitten naps by the window.", "The stock market dropped.", "Hello!"]
+    """Three AdamW steps (lr 2e-5) of MultipleNegativesRankingLoss on the real all-MiniLM-L6-v2 in float64, after its
+    float64 embeddings are checked against sentence-transformers' (about 20 s on 2 busy cores)."""
+    anchors, positives = MINILM_ANCHORS, MINILM_POSITIVES
     path = minilm_path()
     embeddings = sentence.load(path, dtype=np.float64).encode(MINILM_TEXTS, batch_size=4)
     expected = SentenceTransformer(str(path), device="cpu").double().encode(MINILM_TEXTS, batch_size=4)
     assert error(embeddings, expected) <= 1e-12
-    ours, theirs, model, reference = finetune_both(path, steps=3, lr=1e-4, anchors=anchors, positives=positives)
+    ours, theirs, model, reference = finetune_both(path, steps=3, lr=2e-5, anchors=anchors, positives=positives)
+    assert ours[0] > 0.1 and ours[-1] < ours[0]  # a batch it has to learn
     for step, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        assert abs(a - b) <= 1e-10 * max(abs(b), 1.0), (step, a, b)
-    assert ours[-1] < ours[0]
+        assert abs(a - b) <= 1e-10 * abs(b), (step, a, b)
     errors = weight_errors(model, reference)
     assert max(errors.values()) <= 1e-10, max(errors.items(), key=lambda kv: kv[1])
 

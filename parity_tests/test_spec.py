@@ -24,7 +24,9 @@ def imported_after(statement: str) -> set[str]:
 
 def test_torch_side_imports_no_numpy_math():
     """import torch_transformer (and its hf module) imports transformer_spec, never numpy_transformer nor SciPy."""
-    found = imported_after("import torch_transformer, torch_transformer.hf, torch_transformer.checkpoint")
+    found = imported_after(
+        "import torch_transformer, torch_transformer.hf, torch_transformer.checkpoint, torch_transformer.sentence"
+    )
     assert "torch_transformer" in found and "transformer_spec" in found
     assert "numpy_transformer" not in found
     assert "scipy" not in found
@@ -32,7 +34,9 @@ def test_torch_side_imports_no_numpy_math():
 
 def test_spec_imports_neither_side():
     """transformer_spec and its checkpoint files import neither implementation, nor torch or SciPy."""
-    found = imported_after("import transformer_spec, transformer_spec.checkpoints, transformer_spec.families")
+    found = imported_after(
+        "import transformer_spec, transformer_spec.checkpoints, transformer_spec.families, transformer_spec.sentence"
+    )
     assert "transformer_spec" in found
     assert not found & {"numpy_transformer", "torch_transformer", "torch", "scipy"}
 
