@@ -238,6 +238,10 @@ def test_pooling_pair_equals_sentence_transformers_and_finite_differences(left, 
     )
     assert error(ours_torch.numpy(), theirs.detach().numpy()) <= 1e-14
 
+    pooled32, cache32 = sentence.pooling_forward(hidden.astype(np.float32), mask, modes, prompt_length)
+    assert pooled32.dtype == np.float32  # dtype in = dtype out, both ways
+    assert sentence.pooling_backward(upstream.astype(np.float32), cache32).dtype == np.float32
+
     args = dict(hidden=hidden.copy(), attention_mask=mask, modes=modes, prompt_length=prompt_length)
     result = check_pair(sentence.pooling_forward, sentence.pooling_backward, args, wrt=["hidden"], max_coords=None)
     assert result.worst <= 1e-6, str(result)
@@ -268,6 +272,11 @@ def test_dense_pair_equals_sentence_transformers_and_finite_differences(activati
     assert sorted(grads) == sorted(params)
     for name, p in module.named_parameters():
         assert error(grads[name], p.grad.numpy()) <= 1e-13 and np.abs(grads[name]).max() > 0, name
+
+    params32 = {k: v.astype(np.float32) for k, v in params.items()}
+    y32, cache32 = sentence.dense_forward(x.astype(np.float32), params32, activation, residual)
+    dx32, grads32 = sentence.dense_backward(upstream.astype(np.float32), cache32)
+    assert y32.dtype == dx32.dtype == np.float32 and all(g.dtype == np.float32 for g in grads32.values())
 
     args = dict(x=x.copy(), params={k: v.copy() for k, v in params.items()}, activation=activation,
                 use_residual=residual)  # fmt: skip
