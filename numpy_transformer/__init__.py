@@ -28,7 +28,12 @@ from .attention import (
 )
 from .decoding import beam_search, generate, greedy_decode, sample
 from .flash_attention import flash_attention_backward, flash_attention_forward
-from .loss import cross_entropy_backward, cross_entropy_forward
+from .loss import (
+    cross_entropy_backward,
+    cross_entropy_forward,
+    multiple_negatives_ranking_loss_backward,
+    multiple_negatives_ranking_loss_forward,
+)
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 from .moe import (
     load_balancing_loss_backward,
@@ -51,6 +56,8 @@ __all__ = [
     "flash_attention_backward",
     "cross_entropy_forward",
     "cross_entropy_backward",
+    "multiple_negatives_ranking_loss_forward",
+    "multiple_negatives_ranking_loss_backward",
     "sparse_moe_forward",
     "sparse_moe_backward",
     "load_balancing_loss_forward",

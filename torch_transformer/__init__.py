@@ -12,7 +12,7 @@ from transformer_spec.config import TransformerConfig
 from .attention import MultiHeadAttention, causal_mask, padding_mask
 from .decoding import beam_search, generate, greedy_decode, sample
 from .layers import Dropout, FeedForward, sinusoidal_table
-from .loss import cross_entropy
+from .loss import cross_entropy, multiple_negatives_ranking_loss
 from .model import (
     Decoder,
     DecoderLayer,
@@ -38,6 +38,7 @@ __all__ = [
     "FeedForward",
     "Dropout",
     "cross_entropy",
+    "multiple_negatives_ranking_loss",
     "SparseMoeBlock",
     "TopKRouter",
     "Experts",
