@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from examples import plotting, tasks  # noqa: E402
 from numpy_transformer import TransformerConfig  # noqa: E402
+from transformer_spec import training  # noqa: E402
 
 # Each model's defaults (a flag given on the command line wins): sizes and optimisation that reach the
 # target (>= 0.95 test exact match) well inside the time budget on 2 CPU cores.
@@ -516,8 +517,14 @@ class Progress:
     def resume(cls, args, backend, rng: np.random.Generator) -> Progress:
         """Load --resume's checkpoint into the backend and `rng` (the data generator as the interrupted epoch
         began: that epoch's batches are drawn again, and the ones trained on already passed over)."""
-        trainer = backend.load_state(resume_folder(args.resume), {"data": rng})
-        check_same_run(trainer["run"], run_flags(args), args.resume)
+        folder = training.locate(resume_folder(args.resume))
+        try:  # the flags first: a checkpoint of other settings is refused before anything is loaded
+            saved = json.loads((folder / training.TRAINER_FILE).read_text())["run"]
+        except (OSError, ValueError, KeyError, TypeError):
+            saved = None  # a torn trainer.json: load_state says what is wrong with it
+        if saved is not None:
+            check_same_run(saved, run_flags(args), args.resume)
+        trainer = backend.load_state(folder, {"data": rng})
         progress = cls()
         progress.step, progress.tokens, progress.history = trainer["step"], trainer["tokens"], trainer["history"]
         progress.epoch, progress.batches = trainer["data"]["epoch"], trainer["data"]["batches"]

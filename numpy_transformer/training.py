@@ -71,8 +71,13 @@ def load_training_checkpoint(
         raise ValueError(f"{where}: trainer.json has no state for the random generators {missing}")
     if (schedule is None) != (trainer.get("schedule") is None):
         raise ValueError(f"{where}: saved {'with' if trainer.get('schedule') else 'without'} a schedule; pass the same")
-    load_into(model, model_path)
-    optimizer.load_state_dict(state)
+    previous = optimizer.state_dict()
+    optimizer.load_state_dict(state)  # checks everything before it changes anything
+    try:
+        load_into(model, model_path)  # likewise
+    except BaseException:
+        optimizer.load_state_dict(previous)
+        raise
     if schedule is not None:
         schedule.load_state_dict(trainer["schedule"])
     for name, generator in generators.items():

@@ -259,6 +259,18 @@ def tear(folder: Path, how: str) -> None:
         other, other_opt, _ = trained(5, _wider())
         save_training_checkpoint(folder.parent / "other", other, other_opt, 1)
         shutil.copy(folder.parent / "other" / "model.safetensors", folder / "model.safetensors")
+    elif how == "optimizer settings":
+        trainer = json.loads((folder / "trainer.json").read_text())
+        trainer["param_groups"][0]["amsgrad"] = True
+        (folder / "trainer.json").write_text(json.dumps(trainer))
+    elif how == "mis-shaped weights":  # the config fits, a tensor does not: found once the optimizer is loaded
+        from safetensors import safe_open
+        from safetensors.numpy import save_file
+
+        with safe_open(folder / "model.safetensors", "numpy") as f:
+            tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+        tensors[sorted(k for k in tensors if k.endswith(".bias"))[0]] = np.ones(99)
+        save_file(tensors, folder / "model.safetensors", metadata=metadata)
     elif how == "foreign optimizer":
         other, other_opt, _ = trained(5, _wider())
         save_training_checkpoint(folder.parent / "other", other, other_opt, 1)
@@ -279,6 +291,8 @@ TORN = {
     "truncated arrays": "not a readable safetensors file",
     "foreign model": "config differs from the model's: d_ff",
     "foreign optimizer": r"optimizer.safetensors: does not fit the parameters|shape \(24,\)",
+    "optimizer settings": "amsgrad=True",
+    "mis-shaped weights": r"mis-shaped tensors .*bias: got \(99,\)",
 }
 
 
@@ -433,6 +447,17 @@ def test_train_numbers_killed_and_resumed(backend, tmp_path):
         killed = run_script(flags + ["--out", str(out)], kill=(how, at))
         assert killed.returncode == -sig, (point, killed.returncode, killed.stderr[-2000:])
         assert not (out / "metrics.json").exists()
+        left_behind = sorted(p.name.split("-")[0] for p in out.glob(".training_state*"))
+        assert (
+            left_behind
+            == {  # where the kill landed: what the folder shows
+                "sigterm-after-step": [],
+                "sigkill-in-save": [".training_state.tmp"],
+                "sigkill-between-renames": [".training_state.old", ".training_state.tmp"],
+            }[how]
+        ), (point, left_behind)
+        previous = training.locate(out / "training_state")
+        assert json.loads((previous / "trainer.json").read_text())["step"] == left
         resumed = run_script(flags + ["--out", str(out), "--resume", str(out)])
         assert resumed.returncode == 0, (point, resumed.stderr[-3000:])
         assert f"resumed from step {left} " in resumed.stdout, resumed.stdout

@@ -12,6 +12,7 @@ NumPy generators passed (such as the one that shuffles the data), with whatever 
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -98,13 +99,18 @@ def load_training_checkpoint(
     if (schedule is None) != (trainer.get("schedule") is None):
         raise ValueError(f"{where}: saved {'with' if trainer.get('schedule') else 'without'} a schedule; pass the same")
     cpu_state = _rng_tensor(rng["torch"], f"{where}: rng 'torch'")
-    load_into(model, model_path)
-    optimizer.load_state_dict(
+    previous = copy.deepcopy(optimizer.state_dict())  # state_dict() holds the live tensors
+    optimizer.load_state_dict(  # checks the groups before it changes anything
         {
             "state": {i: {k: torch.from_numpy(np.array(v)) for k, v in s.items()} for i, s in state["state"].items()},
             "param_groups": state["param_groups"],
         }
     )
+    try:
+        load_into(model, model_path)  # checks the file against the model before it writes a parameter
+    except BaseException:
+        optimizer.load_state_dict(previous)
+        raise
     if schedule is not None:
         schedule.load_state_dict(trainer["schedule"])
     torch.set_rng_state(cpu_state)
