@@ -197,7 +197,7 @@ def run_steps(backend_name: str, out: Path, max_steps: int, resume: Path | None 
     weights = backend.model.state_dict()
     return (
         history["loss"],
-        {k: np.array(v.detach() if isinstance(v, torch.Tensor) else v) for k, v in weights.items()},
+        {k: v.detach().numpy().copy() if isinstance(v, torch.Tensor) else v for k, v in weights.items()},
         lines,
     )
 
