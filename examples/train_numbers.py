@@ -8,11 +8,19 @@ eighty-four point three zero" (the task of the UPC "Build your own Transformer" 
     python examples/train_numbers.py --backend torch --precision bf16 --compile    # bfloat16 autocast, compiled
     torchrun --nproc-per-node 2 examples/train_numbers.py --backend torch          # data parallel (DDP), 2 processes
     torchrun --nproc-per-node 4 examples/train_numbers.py --backend torch --device cuda   # 4 GPUs, NCCL
+    python examples/train_numbers.py --resume runs/numbers/training_state   # continue an interrupted run
 
 Source: characters (digits, ",", "."); target: English words. The numbers of the test split never
 appear in training. After training, the test split is translated with greedy decoding and scored.
 Writes into --out: metrics.json, checkpoint.safetensors (the config and vocabularies in its
 metadata), loss_curve.png and attention_*.png (every attention module of one test example).
+
+Every --save-every steps, and at the end of training, it writes a training checkpoint to --out/training_state
+(numpy_transformer.training / torch_transformer.training: the weights, the optimizer's moments and step, the
+schedule's position, the random generators' states, where the data stream was, the loss history). A run
+killed at any moment and started again with --resume DIR (that folder, or the --out folder holding it) and the
+same flags takes the same steps as the run never stopped, every loss and the final weights bit for bit;
+--max-steps (and --minutes) may be raised to train on.
 
 Two models (--model): `transformer`, the paper's encoder-decoder (characters into the encoder, words
 out of the decoder), and `llama`, a decoder-only TransformerLM built as Llama is (RMSNorm before each
@@ -31,6 +39,7 @@ micro-batches whose gradients add up locally (DDP's no_sync) before one all-redu
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -44,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from examples import plotting, tasks  # noqa: E402
 from numpy_transformer import TransformerConfig  # noqa: E402
+from transformer_spec import training  # noqa: E402
 
 # Each model's defaults (a flag given on the command line wins): sizes and optimisation that reach the
 # target (>= 0.95 test exact match) well inside the time budget on 2 CPU cores.
@@ -79,7 +89,7 @@ def parse_args(argv=None):
     )
     p.add_argument("--out", default="runs/numbers")
     p.add_argument("--minutes", type=float, default=12.0, help="training time budget")
-    p.add_argument("--max-steps", type=int, default=20_000)
+    p.add_argument("--max-steps", type=int, help="default 20,000 (30 with --quick)")
     p.add_argument("--n-train", type=int, default=60_000)
     p.add_argument("--n-val", type=int, default=500)
     p.add_argument("--n-test", type=int, default=2_000)
@@ -99,7 +109,16 @@ def parse_args(argv=None):
     p.add_argument("--eval-every", type=int, default=500, help="steps between validation checks")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a tiny run that finishes in seconds")
+    p.add_argument(
+        "--save-every",
+        type=int,
+        help="steps between training checkpoints in --out/training_state (default 500; 0: none, the default with "
+        "--quick and under torchrun)",
+    )
+    p.add_argument("--resume", help="continue from a training checkpoint: its folder, or the --out folder holding it")
     args = p.parse_args(argv)
+    if args.save_every is not None and args.save_every < 0:
+        p.error(f"--save-every must be >= 0, got {args.save_every}")
     if args.backend == "numpy" and (args.precision != "fp32" or args.compile or args.accumulate != 1):
         p.error("--precision bf16, --compile and --accumulate are options of the torch backend")
     if args.accumulate < 1:
@@ -108,9 +127,22 @@ def parse_args(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.quick:
-        args.minutes, args.max_steps, args.n_train, args.n_val, args.n_test = 0.5, 30, 400, 20, 40
+        args.minutes, args.n_train, args.n_val, args.n_test = 0.5, 400, 20, 40
         args.d_model, args.d_ff, args.layers, args.eval_every, args.warmup = 32, 64, 1, 15, 10
+    if args.max_steps is None:
+        args.max_steps = 30 if args.quick else 20_000
+    if args.save_every is None:  # none under torchrun: a training checkpoint holds one process's random state
+        args.save_every = 0 if args.quick or int(os.environ.get("WORLD_SIZE", "1")) > 1 else 500
     return args
+
+
+# What a resumed run must share with the run it continues: every flag that changes the steps taken. The others
+# (where files go, how long to train, how often to evaluate or save, the device) may change between the two.
+FREE_FLAGS = ("out", "minutes", "max_steps", "eval_every", "save_every", "resume", "quick", "device", "compile")
+
+
+def run_flags(args) -> dict:
+    return {k: v for k, v in sorted(vars(args).items()) if k not in FREE_FLAGS}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -161,6 +193,18 @@ class NumpyBackend:
         from numpy_transformer.checkpoint import save_checkpoint
 
         save_checkpoint(path, self.model, metadata)
+
+    def save_state(self, directory, step: int, generators: dict, extra: dict, metadata: dict) -> None:
+        from numpy_transformer.training import save_training_checkpoint
+
+        save_training_checkpoint(
+            directory, self.model, self.optimizer, step, self.schedule, generators, extra, metadata
+        )
+
+    def load_state(self, directory, generators: dict) -> dict:
+        from numpy_transformer.training import load_training_checkpoint
+
+        return load_training_checkpoint(directory, self.model, self.optimizer, self.schedule, generators)
 
 
 class TorchBackend:
@@ -249,6 +293,18 @@ class TorchBackend:
         from torch_transformer.checkpoint import save_checkpoint
 
         save_checkpoint(path, self.model, metadata)
+
+    def save_state(self, directory, step: int, generators: dict, extra: dict, metadata: dict) -> None:
+        from torch_transformer.training import save_training_checkpoint
+
+        save_training_checkpoint(
+            directory, self.model, self.optimizer, step, self.schedule, generators, extra, metadata
+        )
+
+    def load_state(self, directory, generators: dict) -> dict:
+        from torch_transformer.training import load_training_checkpoint
+
+        return load_training_checkpoint(directory, self.model, self.optimizer, self.schedule, generators)
 
 
 def _parts(n: int, k: int) -> list[slice]:
@@ -417,6 +473,125 @@ def main(argv=None) -> dict:
     return metrics
 
 
+def resume_folder(path) -> Path:
+    """--resume's folder: a training checkpoint, or an --out folder holding one in training_state/."""
+    path = Path(path)
+    nested = path / "training_state"
+    return (
+        nested
+        if not (path / "trainer.json").exists()
+        and (nested.exists() or nested.parent.joinpath(".training_state.old").exists())
+        else path
+    )
+
+
+def check_same_run(saved: dict, flags: dict, where) -> None:
+    """ValueError unless the flags that decide the steps are the checkpoint's (FREE_FLAGS may differ)."""
+    differences = [
+        f"--{k.replace('_', '-')} {saved.get(k)!r} there, {flags[k]!r} here" for k in flags if saved.get(k) != flags[k]
+    ]
+    if differences:
+        raise ValueError(f"{where}: the checkpoint's run had other settings: {'; '.join(differences)}")
+
+
+class Progress:
+    """Where training is: what a training checkpoint holds beside the model, optimizer and generators."""
+
+    def __init__(self) -> None:
+        self.step = self.tokens = 0
+        self.epoch = 0  # epochs of the training split finished
+        self.batches = 0  # batches of this epoch drawn (trained on, or passed over as too short)
+        self.seconds = 0.0  # training time before this process started (a resumed run's budget counts it)
+        self.history: dict = {"step": [], "loss": [], "val_step": [], "val_exact_match": []}
+
+    def to_dict(self, args, seconds: float) -> dict:
+        return {
+            "run": run_flags(args),
+            "data": {"epoch": self.epoch, "batches": self.batches},
+            "tokens": self.tokens,
+            "train_seconds": seconds,
+            "history": self.history,
+        }
+
+    @classmethod
+    def resume(cls, args, backend, rng: np.random.Generator) -> Progress:
+        """Load --resume's checkpoint into the backend and `rng` (the data generator as the interrupted epoch
+        began: that epoch's batches are drawn again, and the ones trained on already passed over)."""
+        folder = training.locate(resume_folder(args.resume))
+        try:  # the flags first: a checkpoint of other settings is refused before anything is loaded
+            saved = json.loads((folder / training.TRAINER_FILE).read_text())["run"]
+        except (OSError, ValueError, KeyError, TypeError):
+            saved = None  # a torn trainer.json: load_state says what is wrong with it
+        if saved is not None:
+            check_same_run(saved, run_flags(args), args.resume)
+        trainer = backend.load_state(folder, {"data": rng})
+        progress = cls()
+        progress.step, progress.tokens, progress.history = trainer["step"], trainer["tokens"], trainer["history"]
+        progress.epoch, progress.batches = trainer["data"]["epoch"], trainer["data"]["batches"]
+        progress.seconds = trainer["train_seconds"]
+        return progress
+
+
+def train_steps(args, ctx, backend, data, splits, log) -> tuple[int, int, dict, float]:
+    """The training loop, from the start or from --resume's checkpoint, saving one every --save-every steps and
+    after the last. Returns (steps, tokens, history, training seconds)."""
+    main_process = ctx is None or ctx.is_main
+    rng = np.random.default_rng(args.seed)  # the same in every process: the same global batches
+    progress = Progress()
+    if args.resume:
+        progress = Progress.resume(args, backend, rng)
+        log(f"resumed from step {progress.step} ({args.resume})")
+    history = progress.history
+    start = time.perf_counter() - progress.seconds
+    budget = args.minutes * 60
+    rows_needed = getattr(backend, "rows_needed", lambda: 1)()
+    quiet = None if main_process else True  # tqdm: None shows the bar on a terminal only
+    bar = tqdm(
+        total=args.max_steps, initial=progress.step, desc="training", unit="step", mininterval=1.0, disable=quiet
+    )
+    out_of_time = progress.step >= args.max_steps
+    while progress.step < args.max_steps and not out_of_time:
+        epoch_rng = copy.deepcopy(rng)  # the data generator as this epoch begins: what a checkpoint stores
+        skip, progress.batches = progress.batches, 0
+        for batch in tasks.batches(splits.train, args.batch_size, rng):
+            progress.batches += 1
+            if progress.batches <= skip or len(batch) < rows_needed:
+                # trained on before the checkpoint this run resumed from; or a chunk's last, short batch, too
+                # few rows for every process (and micro-batch)
+                continue
+            inputs, targets = data.batch(batch)
+            loss = backend.train_step(inputs, targets)
+            progress.step += 1
+            step = progress.step
+            progress.tokens += sum(int((ids != backend.pad_id).sum()) for ids in inputs)  # positions the model ran
+            history["step"].append(step)
+            history["loss"].append(loss)
+            elapsed = time.perf_counter() - start
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{progress.tokens / elapsed:,.0f}", lr=f"{backend.lr():.2e}")
+            if step % args.eval_every == 0 and main_process:
+                val_em, _ = evaluate(backend, data, splits.val)
+                history["val_step"].append(step)
+                history["val_exact_match"].append(val_em)
+                bar.write(f"step {step}: loss {loss:.3f}, validation exact match {val_em:.3f}")
+            # every process stops at the same step: rank 0's clock (and anyone's) decides for all
+            out_of_time = time.perf_counter() - start >= budget
+            if ctx is not None:
+                out_of_time = ctx.any(out_of_time)
+            if args.save_every and (step % args.save_every == 0 or step >= args.max_steps or out_of_time):
+                # also after the last step, so that a finished run can train on
+                metadata = {**data.checkpoint_metadata(), "steps": step}
+                extra = progress.to_dict(args, time.perf_counter() - start)
+                backend.save_state(Path(args.out) / "training_state", step, {"data": epoch_rng}, extra, metadata)
+            if step >= args.max_steps or out_of_time:
+                break
+        else:
+            progress.epoch += 1
+            progress.batches = 0
+    bar.close()
+    return progress.step, progress.tokens, history, time.perf_counter() - start
+
+
 def train(args, ctx) -> dict:
     """Training, evaluation and the files; under torchrun rank 0 alone evaluates and writes, and the other
     processes return {} after the last step."""
@@ -428,9 +603,11 @@ def train(args, ctx) -> dict:
     splits = tasks.make_numbers_dataset(args.n_train, args.n_val, args.n_test, max_value=args.max_value, seed=args.seed)
     data = LanguageModelData(splits) if args.model == "llama" else EncoderDecoderData(splits)
     config = data.config(args)
-    pad_id = config.pad_id
     backend = NumpyBackend(config, args) if args.backend == "numpy" else TorchBackend(config, args, ctx)
     log = print if main_process else (lambda *a, **k: None)
+    if world_size > 1 and (args.resume or args.save_every):
+        # each process has its own dropout generator; a training checkpoint holds one process's
+        raise SystemExit("--resume and --save-every train in one process: pass --save-every 0 under torchrun")
     log(
         f"numbers to words: {len(splits.train)} train / {len(splits.val)} val / {len(splits.test)} test, "
         f"model {args.model}, {data.description}, backend {backend.name}, "
@@ -438,40 +615,7 @@ def train(args, ctx) -> dict:
         + (f", {world_size} processes x {args.batch_size // world_size} rows" if world_size > 1 else "")
     )
 
-    rng = np.random.default_rng(args.seed)  # the same in every process: the same global batches
-    history = {"step": [], "loss": [], "val_step": [], "val_exact_match": []}
-    step, tokens, start = 0, 0, time.perf_counter()
-    budget = args.minutes * 60
-    rows_needed = getattr(backend, "rows_needed", lambda: 1)()
-    quiet = None if main_process else True  # tqdm: None shows the bar on a terminal only
-    bar = tqdm(total=args.max_steps, desc="training", unit="step", mininterval=1.0, disable=quiet)
-    out_of_time = False
-    while step < args.max_steps and not out_of_time:
-        for batch in tasks.batches(splits.train, args.batch_size, rng):
-            if len(batch) < rows_needed:
-                continue  # a chunk's last, short batch: too few rows for every process (and micro-batch)
-            inputs, targets = data.batch(batch)
-            loss = backend.train_step(inputs, targets)
-            step += 1
-            tokens += sum(int((ids != pad_id).sum()) for ids in inputs)  # positions the model ran
-            history["step"].append(step)
-            history["loss"].append(loss)
-            elapsed = time.perf_counter() - start
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens / elapsed:,.0f}", lr=f"{backend.lr():.2e}")
-            if step % args.eval_every == 0 and main_process:
-                val_em, _ = evaluate(backend, data, splits.val)
-                history["val_step"].append(step)
-                history["val_exact_match"].append(val_em)
-                bar.write(f"step {step}: loss {loss:.3f}, validation exact match {val_em:.3f}")
-            # every process stops at the same step: rank 0's clock (and anyone's) decides for all
-            out_of_time = time.perf_counter() - start >= budget
-            if ctx is not None:
-                out_of_time = ctx.any(out_of_time)
-            if step >= args.max_steps or out_of_time:
-                break
-    bar.close()
-    train_seconds = time.perf_counter() - start
+    step, tokens, history, train_seconds = train_steps(args, ctx, backend, data, splits, log)
     if not main_process:
         return {}
 
