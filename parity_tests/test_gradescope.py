@@ -22,7 +22,7 @@ import pytest
 
 from parity_tests.__main__ import main
 from parity_tests.exercises import EXERCISES, POINTS, isolation, write_workbook
-from parity_tests.exercises.gradescope import VISIBILITIES, find_submission
+from parity_tests.exercises.gradescope import VISIBILITIES, find_submission, notebook_source
 from parity_tests.test_grader import RECOMPUTE, replace_stub
 from parity_tests.test_grader_attacks import ATTACKS, GADGETS, can_run, submission
 from parity_tests.workbook_answers import answer, mistake
@@ -195,10 +195,48 @@ def test_the_exercise_file_is_found_where_a_student_puts_it(tmp_path):
     assert find_submission(tmp_path, "softmax") == tmp_path / "z" / "softmax.py"  # a link is not followed
 
 
+def as_notebook(exercise: Path) -> Path:
+    """The student's exercise file written as a Jupyter notebook beside it (and the file removed): a markdown
+    cell, IPython magic, the file's code, a self-check cell importing this package, a shell command."""
+
+    def cell(kind: str, text: str) -> dict:
+        return {"cell_type": kind, "metadata": {}, "source": text.splitlines(keepends=True)} | (
+            {"outputs": [], "execution_count": None} if kind == "code" else {}
+        )
+
+    cells = [
+        cell("markdown", "# My softmax\n$dx = p (dout - \\sum dout\\, p)$"),
+        cell("code", "%matplotlib inline\nimport numpy as np"),
+        cell("code", "from __future__ import annotations"),  # not the first line: moved there
+        cell("code", exercise.read_text()),
+        cell("code", "from parity_tests import check\nprint(check.pair(forward, backward, 'softmax'))"),
+        cell("code", "!touch pwned\nopen('pwned', 'w')"),
+    ]
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = exercise.with_suffix(".ipynb")
+    path.write_text(json.dumps(notebook))
+    exercise.unlink()
+    return path
+
+
+def test_a_notebook_yields_its_definitions_and_nothing_else(tmp_path):
+    write_workbook(tmp_path, ["softmax"])
+    answer(tmp_path, "softmax")
+    path = as_notebook(tmp_path / "softmax.py")
+    assert find_submission(tmp_path, "softmax") == path
+    source = notebook_source(path)
+    assert "def backward(dout, cache):" in source and "import numpy as np" in source
+    for left_out in ("parity_tests", "print(", "pwned", "matplotlib"):
+        assert left_out not in source, left_out
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    assert notebook_source(tmp_path / "broken.ipynb") == "raise SyntaxError('not a Jupyter notebook')\n"
+
+
 @pytest.mark.slow
 def test_the_four_student_class(tmp_path):
-    """The whole workbook, one Gradescope run per student: ada right everywhere (16 of 16), bob with layer norm's
-    mean term missing (14), cy recomputing each answer with the reference (0), dee handing in the stubs (0)."""
+    """The whole workbook, one Gradescope run per student: ada right everywhere (16 of 16; her softmax written in
+    a Jupyter notebook), bob with layer norm's mean term missing (14), cy recomputing each answer with the
+    reference (0), dee handing in the stubs (0)."""
     names = list(EXERCISES)
     zipped = bundle(tmp_path, names)
     scores = {}
@@ -206,11 +244,11 @@ def test_the_four_student_class(tmp_path):
         root = unpacked(zipped, tmp_path / student)
         folder = root / "submission"
         write_workbook(folder, names)
-        if student in ("ada", "bob"):
-            for name in names:
-                answer(folder, name)
-        if student == "bob":
-            answer(folder, "layer_norm", mistake("layer_norm", "layer_norm.missing_mean_term"))
+        for name in names if student in ("ada", "bob") else ():
+            wrong = student == "bob" and name == "layer_norm"
+            answer(folder, name, mistake(name, "layer_norm.missing_mean_term") if wrong else None)
+        if student == "ada":
+            as_notebook(folder / "softmax.py")
         if student == "cy":
             for name in names:
                 text = (folder / f"{name}.py").read_text()

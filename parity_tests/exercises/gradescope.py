@@ -10,19 +10,21 @@ Gradescope builds an Ubuntu image from the zip (it runs `setup.sh` there once, w
 - `run_autograder`: `python -m parity_tests.exercises.gradescope`, which is `run` below;
 - `config.json`: what the teacher chose: the exercises, the seed, the time limit, the visibility settings.
 
-`run(root)` finds each exercise file (`NAME.py`, the shallowest one outside a `notebooks` folder) in
-root/submission, copies it into a private folder, grades it with parity_tests.exercises.grade on the teacher's
-seed (each exercise in its own child process, under bubblewrap where it runs) and writes root/results/results.json
-in Gradescope's format: one test per exercise worth its points (all or none, as `grade` gives them), its output the
-summary, each named mistake with its formula and what the student's code printed; then one test per case group
-of that exercise (the shapes and edge cases check.pair draws: padding, a fully masked row, ...), worth nothing,
-passed or failed, saying which tensor missed its bar. The root is /autograder unless AUTOGRADER_ROOT names another
+`run(root)` finds each exercise file (`NAME.py`, the shallowest one outside a `notebooks` folder; else a Jupyter
+notebook `NAME.ipynb`, of which only the definitions are kept: `notebook_source`) in root/submission, copies it
+into a private folder, grades it with parity_tests.exercises.grade on the teacher's seed (each exercise in its own
+child process, under bubblewrap where it runs) and writes root/results/results.json in Gradescope's format: one
+test per exercise worth its points (all or none, as `grade` gives them), its output the summary (each named mistake
+with its formula) and what the student's code printed; then one test per case group of that exercise (the shapes
+and edge cases check.pair draws: padding, a fully masked row, ...), worth nothing, passed or failed, saying which
+tensor missed its bar. The root is /autograder unless AUTOGRADER_ROOT names another
 folder laid out the same way (how the bundle is tried on one's own machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -35,12 +37,13 @@ from pathlib import Path
 from . import DEFAULT_TIMEOUT, EXERCISES, grade
 from .grading import BARS
 
-__all__ = ["VISIBILITIES", "write_bundle", "run", "results", "find_submission"]
+__all__ = ["VISIBILITIES", "write_bundle", "run", "results", "find_submission", "notebook_source"]
 
 VISIBILITIES = ("hidden", "after_due_date", "after_published", "visible")  # Gradescope's
 PACKAGES = ("numpy_transformer", "torch_transformer", "transformer_spec", "parity_tests")
 SOURCE = "transformer-parity"  # the project's source, in the zip
 SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+MAX_NOTEBOOK = 32 << 20  # bytes of a notebook read (its outputs, figures included)
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, while it builds the autograder's image (the zip's contents in
@@ -137,13 +140,51 @@ def write_bundle(
 
 def find_submission(folder: Path, name: str) -> Path | None:
     """The student's `name`.py in `folder` (a zip Gradescope unpacked may nest it): the shallowest one outside a
-    `notebooks` folder (the workbook's notebooks share the exercises' names); links are not followed."""
-    found = []
+    `notebooks` folder (the workbook's notebooks share the exercises' names), else the shallowest `name`.ipynb
+    (a Jupyter notebook holding the answer: notebook_source); links are not followed."""
+    found: dict = {".py": [], ".ipynb": []}
     for where, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d != "notebooks" and not d.startswith("."))
-        if f"{name}.py" in files and not os.path.islink(os.path.join(where, f"{name}.py")):
-            found.append(Path(where) / f"{name}.py")
-    return min(found, key=lambda p: (len(p.relative_to(folder).parts), str(p)), default=None)
+        for suffix, paths in found.items():
+            if f"{name}{suffix}" in files and not os.path.islink(os.path.join(where, f"{name}{suffix}")):
+                paths.append(Path(where) / f"{name}{suffix}")
+    return min(found[".py"] or found[".ipynb"], key=lambda p: (len(p.relative_to(folder).parts), str(p)), default=None)
+
+
+KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+
+
+def notebook_source(path: Path) -> str:
+    """The exercise a student wrote in a Jupyter notebook, as the module the grader grades: of its code cells only
+    the definitions (imports, functions, classes, assignments), in order; nothing else of the notebook runs (its
+    calls and prints, IPython's % and ! lines, a cell that does not parse, the import of this package a self-check
+    cell makes). What is kept is then checked and run as an exercise file is."""
+    if path.stat().st_size > MAX_NOTEBOOK:
+        return f"raise SyntaxError('a notebook of {path.stat().st_size} bytes; at most {MAX_NOTEBOOK} are read')\n"
+    try:
+        cells = json.loads(path.read_text(errors="replace"))["cells"]
+    except (ValueError, KeyError, TypeError):
+        return "raise SyntaxError('not a Jupyter notebook')\n"
+    kept = []
+    for cell in cells if isinstance(cells, list) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else str(source)
+        lines = [line for line in text.splitlines() if not line.lstrip().startswith(("%", "!"))]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            continue
+        kept += [node for node in tree.body if isinstance(node, KEPT) and not _imports_this_package(node)]
+    kept.sort(key=lambda node: not (isinstance(node, ast.ImportFrom) and node.module == "__future__"))  # first
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n"
+
+
+def _imports_this_package(node) -> bool:
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] == "parity_tests" for alias in node.names)
+    return isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "parity_tests"
 
 
 def _exercise_test(number: int, name: str, entry: dict, visibility: str) -> dict:
@@ -220,6 +261,8 @@ def run(root) -> dict:
             found = find_submission(root / "submission", name)
             if found is None:
                 missing.append(name)
+            elif found.suffix == ".ipynb":
+                (Path(folder) / f"{name}.py").write_text(notebook_source(found))
             else:
                 shutil.copyfile(found, Path(folder) / f"{name}.py")
         card = grade(folder, seed=config["seed"], timeout=config["timeout"], only=names)
