@@ -3,7 +3,9 @@
 Run after `bash docs/build`:  python -m pytest docs/test_site.py
 
 Every HTML page of docs/_build/html/ is served on 127.0.0.1 and loaded once; on each the checks are:
-- math rendered: MathJax finished without an error node, and no TeX is left as text outside math and source
+- math rendered: MathJax loaded and finished typesetting (waited for: its deferred script may run after the page's
+  load on a busy machine; a page whose MathJax never loads or never finishes within MATH_WAIT fails, saying which),
+  without an error node, and no TeX is left as text outside math and source
   (`$...$`, `$$`, a TeX command such as `\\tfrac` or `\\mathrm`, `\\(`, `\\[`, `:math:`, `.. math::`; notebook
   cells and their outputs, Python, shell and text blocks and inline code show source, where those strings are
   what the source says);
@@ -90,6 +92,7 @@ SHOTS = {
     ),
     "reference": ("reference/api/numpy_transformer.loss.html", None),
 }
+MATH_WAIT = 30.0  # seconds MathJax has to load and typeset a page (a few tenths on a quiet machine); then it fails
 SHOT_HEIGHT = 1800  # pixels of page below the section's top (the whole page, up to this, for a page's top)
 
 # Runs in the page once it has loaded: waits for MathJax and every image, then reports what it found.
@@ -99,9 +102,34 @@ SOURCE = ", ".join(
 )
 INSPECT = f"const SOURCE = {json.dumps(SOURCE)};" + (
     """
+const WAIT = arguments[0];  // milliseconds MathJax has to load and typeset the page
 const done = arguments[arguments.length - 1];
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+// "none" (the page loads no MathJax), "typeset", or why MathJax did not finish. A page with math sets its config
+// (window.MathJax) or names the script; the script is deferred and may not have run when this starts, so wait
+// for MathJax.startup.promise to exist, then for it to resolve: typesetting chains onto it, so wait until it
+// stops changing.
+const mathjax = async () => {
+  if (window.MathJax === undefined && !document.querySelector('script[src*="mathjax" i]')) { return "none"; }
+  const deadline = performance.now() + WAIT;
+  const late = () => `MathJax did not finish within ${WAIT / 1000} s`;
+  while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
+    if (performance.now() > deadline) { return `${late()}: it never loaded (no MathJax.startup.promise)`; }
+    await sleep(50);
+  }
+  let promise;
+  do {
+    promise = MathJax.startup.promise;
+    const ended = await Promise.race([
+      promise.then(() => "typeset", e => `MathJax failed: ${e && e.message || e}`),
+      sleep(Math.max(0, deadline - performance.now())).then(() => `${late()}: its startup promise never resolved`),
+    ]);
+    if (ended !== "typeset") { return ended; }
+  } while (promise !== MathJax.startup.promise);
+  return "typeset";
+};
 (async () => {
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const math = await mathjax();
   const images = Array.from(document.images);
   await Promise.all(images.map(img => {
     img.loading = "eager";
@@ -117,6 +145,7 @@ const done = arguments[arguments.length - 1];
   hidden.remove();
   const main = document.querySelector("article") || document.body;
   done({
+    mathjax: math,
     text: text,
     allText: document.body.innerText,
     formulas: document.querySelectorAll("mjx-container").length,
@@ -205,8 +234,10 @@ return {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, edge: Math
 
 
 def math_faults(page: dict) -> list[str]:
-    """MathJax's error nodes, and TeX left as text outside math and source."""
-    faults = [f"MathJax error: {message or '(no message)'}" for message in page["mathjaxErrors"]]
+    """MathJax not finished (never loaded, failed, or out of time), its error nodes, and TeX left as text outside
+    math and source."""
+    faults = [] if page["mathjax"] in ("none", "typeset") else [page["mathjax"]]
+    faults += [f"MathJax error: {message or '(no message)'}" for message in page["mathjaxErrors"]]
     for match in RAW_TEX.finditer(page["text"]):
         context = page["text"][max(match.start() - 30, 0) : match.end() + 30].replace("\n", " ")
         faults.append(f"TeX left as text: {match.group()!r} in ...{context}...")
@@ -345,12 +376,12 @@ def screenshot(driver, path: Path, section: str | None) -> None:
     path.write_bytes(base64.b64decode(shot["data"]))
 
 
-def visit(driver, url: str, shots: dict[str, str | None] | None = None) -> dict:
-    """Load one page at the first width, inspect it, then measure its overflow at every width (and take the
-    screenshots asked for: name -> section, at each width)."""
+def visit(driver, url: str, shots: dict[str, str | None] | None = None, math_wait: float = MATH_WAIT) -> dict:
+    """Load one page at the first width, inspect it once MathJax has typeset it (within `math_wait` seconds), then
+    measure its overflow at every width (and take the screenshots asked for: name -> section, at each width)."""
     set_width(driver, WIDTHS[0])
     driver.get(url)
-    found = driver.execute_async_script(INSPECT)
+    found = driver.execute_async_script(INSPECT, round(math_wait * 1000))
     found["console"] = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     found["overflow"] = {}
     for width in WIDTHS:
@@ -578,12 +609,17 @@ BROKEN = {  # the fault, and the check (or checks) that must catch it
         leak_faults,
     ),
 }
+SCRIPT = '<script defer src="mathjax/tex-chtml-full.js"></script>'
+# The race a busy machine runs into, made certain: MathJax's script runs well after the page has loaded.
+LATE = '<script>setTimeout(() => { const s = document.createElement("script"); s.src = "mathjax/tex-chtml-full.js";'
+LATE += " document.head.appendChild(s); }, 1500);</script>"
 CHECKS = (math_faults, overflow_faults, leak_faults, formula_faults, code_faults, table_faults, path_link_faults)
 
 
 def test_checks_catch_broken_pages(tmp_path) -> None:
     """Each check passes a clean page (whose long equation and code line scroll in their own boxes) and fails
-    the page broken on purpose for it; the index check names the walkthrough an index leaves out."""
+    the page broken on purpose for it; the index check names the walkthrough an index leaves out. A page whose
+    MathJax runs late is typeset before it is read; one whose MathJax never loads fails, saying so."""
     if not (MATHJAX / "tex-chtml-full.js").is_file():
         pytest.fail(f"MathJax is not installed in {MATHJAX}: run `npm ci --prefix docs`")
     (tmp_path / "mathjax").mkdir()
@@ -591,6 +627,8 @@ def test_checks_catch_broken_pages(tmp_path) -> None:
     shutil.copytree(MATHJAX / "output", tmp_path / "mathjax" / "output")
     page = PAGE.replace("{wide}", "x" * 300).replace("{long}", LONG)
     (tmp_path / "clean.html").write_text(page.replace("{fault}", ""))
+    (tmp_path / "late.html").write_text(page.replace("{fault}", "").replace(SCRIPT, LATE))
+    (tmp_path / "never.html").write_text(page.replace("{fault}", "").replace(SCRIPT, SCRIPT.replace("tex-", "no-")))
     for name, (fault, _) in BROKEN.items():
         (tmp_path / f"{name}.html").write_text(page.replace("{fault}", fault))
     stems = ["01_attention_by_hand", "01b_multi_head_attention_by_hand", "08_check_your_own_model"]
@@ -611,8 +649,12 @@ def test_checks_catch_broken_pages(tmp_path) -> None:
                 assert catcher(broken[name]), f"{catcher.__name__} missed the fault of {name}.html"
             for check in CHECKS:  # and only the checks it is meant for fire
                 assert check in catchers or check(broken[name]) == [], (name, check.__name__, check(broken[name]))
+        late = visit(driver, base + "late.html")
+        never = visit(driver, base + "never.html", math_wait=2)
         index = visit(driver, base + TUTORIALS_INDEX)
         assert walkthroughs_not_listed(index, base, stems) == [stems[2]]  # listed in the toctree only
+    assert late["mathjax"] == "typeset" and late["formulas"] == 2 and math_faults(late) == [], math_faults(late)
+    assert math_faults(never)[0] == "MathJax did not finish within 2 s: it never loaded (no MathJax.startup.promise)"
     for name in ("mathjax_error", "undefined_command"):  # typeset, but as an error
         assert broken[name]["mathjaxErrors"] and broken[name]["formulas"] == 3, name
     assert broken["long_equation"]["formulas"] == 3  # typeset, and wider than the column without a box of its own

@@ -6,6 +6,8 @@
                              [--batch-first | --sequence-first] [--mask KIND] [--dtype D ...] [--seed N]
                              [--timeout SECONDS] [--json PATH]
     transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
+    transformer-parity exercises --gradescope OUT.zip --seed N [--only NAMES] [--timeout S] [--visibility V]
+                             [--stdout-visibility V]        the Gradescope autograder that grades it
     transformer-parity grade DIR | --class ROOT [--csv FILE] [--seed N] [--timeout S] [--json PATH]
                                                             grade workbooks (exit 1 when any exercise fails)
     transformer-parity generate MODEL PROMPT [--max-new-tokens N] [--chat] [--system TEXT] [--torch]
@@ -169,17 +171,18 @@ def _literal(text: str):
 
 
 def exercises_main(argv) -> int:
-    from parity_tests.exercises import EXERCISES, write_workbook
+    from parity_tests.exercises import write_workbook
 
-    parser = argparse.ArgumentParser(
-        prog="transformer-parity exercises",
-        description="Write a workbook of backward passes to derive: one file per exercise, each with its notebook.",
-    )
-    parser.add_argument("directory")
-    parser.add_argument("--only", default=None, help=f"comma-separated names among: {', '.join(EXERCISES)}")
+    parser = exercises_parser()
     args = parser.parse_args(argv)
+    if (args.directory is None) == (args.gradescope is None):
+        parser.error("give either DIRECTORY (the workbook) or --gradescope OUT.zip (the autograder)")
+    if args.gradescope and args.seed is None:
+        parser.error("--gradescope needs --seed N: the course's own seed (0 draws the notebooks' public cases)")
     only = [n.strip() for n in args.only.split(",")] if args.only else None
     try:
+        if args.gradescope:
+            return write_gradescope(args, only)
         written = write_workbook(args.directory, only)
     except ValueError as exc:
         print(f"transformer-parity exercises: {exc}", file=sys.stderr)
@@ -187,6 +190,44 @@ def exercises_main(argv) -> int:
     root = Path(args.directory)
     print(f"wrote {len(written)} files to {root}: " + ", ".join(str(p.relative_to(root)) for p in written))
     print(f"grade them with: transformer-parity grade {args.directory}")
+    return 0
+
+
+def exercises_parser() -> argparse.ArgumentParser:
+    """transformer-parity exercises' arguments."""
+    from parity_tests.exercises import DEFAULT_TIMEOUT, EXERCISES
+    from parity_tests.exercises.gradescope import VISIBILITIES
+
+    parser = argparse.ArgumentParser(
+        prog="transformer-parity exercises",
+        description="Write a workbook of backward passes to derive (one file per exercise, each with its "
+        "notebook), or the Gradescope autograder that grades it (--gradescope).",
+    )
+    parser.add_argument("directory", nargs="?")
+    parser.add_argument("--only", default=None, help=f"comma-separated names among: {', '.join(EXERCISES)}")
+    bundle = parser.add_argument_group("the Gradescope autograder")
+    bundle.add_argument("--gradescope", metavar="OUT.zip", default=None, help="write the autograder's zip here")
+    bundle.add_argument("--seed", type=int, default=None, help="the course's seed, which draws the graded cases")
+    bundle.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per exercise")
+    bundle.add_argument("--visibility", choices=VISIBILITIES, default="visible", help="of the tests and the result")
+    bundle.add_argument(
+        "--stdout-visibility", choices=VISIBILITIES, default="hidden", help="of the grader's log (default hidden)"
+    )
+    return parser
+
+
+def write_gradescope(args: argparse.Namespace, only) -> int:
+    from parity_tests.exercises.gradescope import write_bundle
+
+    path = write_bundle(
+        args.gradescope,
+        seed=args.seed,
+        only=only,
+        timeout=args.timeout,
+        visibility=args.visibility,
+        stdout_visibility=args.stdout_visibility,
+    )
+    print(f"wrote {path}: upload it as the assignment's autograder (Gradescope: Configure Autograder, zip file)")
     return 0
 
 

@@ -332,7 +332,27 @@ def _proxies(child: Child):
 
 
 def failed(summary: str, report: str = "") -> dict:
-    return {"passed": False, "summary": summary, "diagnoses": [], "mistakes": [], "worst": {}, "report": report}
+    return {
+        "passed": False,
+        "summary": summary,
+        "diagnoses": [],
+        "mistakes": [],
+        "worst": {},
+        "cases": {},
+        "report": report,
+    }
+
+
+def _cases(rows) -> dict:
+    """Each case of check.pair's, in its order: {"passed", "failed" (what missed its bar, one line each)}."""
+    cases: dict = {}
+    for row in rows:
+        case = cases.setdefault(row.case or row.name.split(": ", 1)[0], {"passed": True, "failed": []})
+        if not row.ok:
+            case["passed"] = False
+            what = f"{row.tensor or row.name} ({row.dtype}, against {row.against})"
+            case["failed"].append(f"{what}: {row.error:.2e}, bar {row.bar:.1e}")
+    return cases
 
 
 def _named(diagnoses) -> list:
@@ -346,7 +366,8 @@ def _named(diagnoses) -> list:
 def grade_file(path, name: str, seed: int = 0, check_source: bool = True, timeout: float = 60.0) -> dict:
     """Grade the exercise file `path` as exercise `name` on the cases of `seed` within `timeout` seconds (see the
     module docstring). Returns {"passed", "summary", "diagnoses" (catalogue ids), "mistakes" ({"id", "at" (the
-    gradient), "message"} each), "worst" (tensor -> worst error), "report", "output" (what the code printed,
+    gradient), "message"} each), "worst" (tensor -> worst error), "cases" (case -> {"passed", "failed": what
+    missed its bar}; empty when nothing ran), "report", "output" (what the code printed,
     shown_output)}. `check_source=False` skips step 1 (the tests use it to reach the run-time refusal)."""
     from parity_tests import check
 
@@ -398,5 +419,6 @@ def _judged(child: Child, name: str, seed: int, check) -> dict:
         "diagnoses": list(dict.fromkeys(d.id for d in result.diagnoses)),
         "mistakes": [{"id": d.id, "at": d.where, "message": d.message} for d in result.diagnoses],
         "worst": worst,
+        "cases": _cases(result.rows),
         "report": str(result),
     }
