@@ -110,3 +110,54 @@ def test_bart_base_model_loads_into_the_generation_class(side):
             model = numpy_hf.load(directory)
         assert not np.any(model.params["output_proj.bias"])
         assert_exact(H.compare_seq2seq(directory, "bart", np.float64, side))
+
+
+# ----------------------------------------------------------------------------------------------
+# Released configs once refused: Llama's mlp_bias apart from attention_bias (Llama-architecture conversions of other
+# families: biases on q, k, v and o, none in the MLP), GPT-2's scale_attn_by_inverse_layer_idx and
+# reorder_and_upcast_attn (the Stanford CRFM GPT-2 runs) and scale_attn_weights false.
+
+OPTIONS = {  # name: (family, transformers config overrides)
+    "llama attention_bias without mlp_bias": ("llama", {"attention_bias": True, "mlp_bias": False}),
+    "llama mlp_bias without attention_bias": ("llama", {"attention_bias": False, "mlp_bias": True}),
+    "gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn": (
+        "gpt2", {"scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
+    ),
+    "gpt2 scale_attn_weights false, by inverse layer": (
+        "gpt2", {"scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": True},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", OPTIONS)
+def test_released_options_match_transformers(case, side):
+    family, overrides = OPTIONS[case]
+    assert_exact(H.compare_hf(family, np.float64, side, **overrides))
+
+
+@pytest.mark.parametrize("case", OPTIONS)
+def test_released_options_change_the_model_and_are_written_back(case, tmp_path):
+    """Each option changes the outputs (the comparison above could not pass with it ignored) and hf.save writes
+    config.json's keys back as read; the biases are where transformers has them."""
+    family, overrides = OPTIONS[case]
+    H.build_tiny(family, tmp_path / "a", **overrides)
+    model = numpy_hf.load(tmp_path / "a")
+    numpy_hf.save(model, tmp_path / "b")
+    written = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert {key: written.get(key) for key in overrides} == overrides
+    assert numpy_hf.load(tmp_path / "b").config == model.config
+    H.build_tiny(family, tmp_path / "plain")
+    plain = numpy_hf.load(tmp_path / "plain")
+    ids, _ = H.make_inputs(family)
+    if family == "llama":  # the plain model has no biases: the bias-free parameters in common, the others zero
+        mine = {name: value for name, value in model.params.items() if not name.endswith(".bias")}
+        biased = {"q_proj", "k_proj", "v_proj", "out_proj"} if overrides["attention_bias"] else {"gate", "linear1"}
+        assert {name.split(".")[-2] for name in model.params if name.endswith(".bias")} == biased | (
+            set() if overrides["attention_bias"] else {"linear2"}
+        )
+        model.load_state_dict(mine | {n: 0.5 * np.ones_like(v) for n, v in model.params.items() if n not in mine})
+        plain.load_state_dict(mine)
+    else:
+        plain.load_state_dict(model.state_dict())
+    assert np.abs(model.forward(ids) - plain.forward(ids)).max() > 1e-3

@@ -359,6 +359,12 @@ class KeyReading(TypedDict):
 ACTIVATION_KEY = KeyReading(read=lambda value, c: ACTIVATIONS_FROM_HF[value], allowed=tuple(ACTIVATIONS_FROM_HF))
 
 
+def mlp_bias(value, c: dict) -> bool | None:
+    """mlp_bias -> ffn_bias: None where it agrees with attention_bias (one `bias` covers both), else its own value
+    (attention_bias true and mlp_bias false: Llama conversions of other families)."""
+    return None if bool(value) == bool(c.get("attention_bias", False)) else bool(value)
+
+
 def pretraining_tp(value, c: dict) -> None:
     """pretraining_tp (Llama's, BLOOM's): the tensor-parallel slices a checkpoint was trained with. transformers
     computes the same model for any value (BLOOM slices its linears only with slow_but_exact, summing the same
