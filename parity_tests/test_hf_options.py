@@ -1,8 +1,10 @@
 """Options transformers computes that the loaders once refused, each loaded and compared against transformers' own class
 in float64 (outputs and every gradient): T5's d_kv with d_kv x heads != d_model (flan-t5-small's layout), BLOOM's and
 Llama's pretraining_tp, the gelu_fast activation, a base model's weights in the generation class (BART), Qwen3-MoE's
-sliding window (every layer, as transformers 5), and every family's window rule against transformers' per-layer
-attention."""
+sliding window (every layer, as transformers 5), every family's window rule against transformers' per-layer
+attention, Llama's and ModernBERT's mlp_bias apart from attention_bias, GPT-2's scale_attn_by_inverse_layer_idx,
+reorder_and_upcast_attn and scale_attn_weights, and EmbeddingGemma (Gemma3TextModel with bidirectional attention) as
+an EncoderModel."""
 
 from __future__ import annotations
 
