@@ -268,3 +268,12 @@ def test_embedding_gemma_band_and_bidirection_matter(tmp_path):
     upstream = np.zeros((*ids.shape, H.TINY["gemma3_text"]["hidden_size"]))
     causal_out, _ = run_embedding_gemma(causal.eval(), "transformers", ids, mask, upstream)
     assert np.abs(causal_out[real] - out).max() > 1e-3
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_gpt2_scaled_by_inverse_layer_decodes_as_generate(side, tmp_path):
+    """Cached greedy decoding reads each layer's own scale too: equal to generate()."""
+    prompts = np.random.default_rng(3).integers(3, H.TINY["gpt2"]["vocab_size"], size=(2, 5))
+    overrides = OPTIONS["gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn"][1]
+    ours, theirs = H.greedy_pair("gpt2", side, prompts, 8, tmp_path, **overrides)
+    np.testing.assert_array_equal(ours, theirs)
