@@ -125,6 +125,7 @@ def test_bart_base_model_loads_into_the_generation_class(side):
 OPTIONS = {  # name: (family, transformers config overrides)
     "llama attention_bias without mlp_bias": ("llama", {"attention_bias": True, "mlp_bias": False}),
     "llama mlp_bias without attention_bias": ("llama", {"attention_bias": False, "mlp_bias": True}),
+    "qwen3 attention_bias (its MLP has none)": ("qwen3", {"attention_bias": True}),
     "gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn": (
         "gpt2", {"scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
     ),
@@ -155,12 +156,11 @@ def test_released_options_change_the_model_and_are_written_back(case, tmp_path):
     H.build_tiny(family, tmp_path / "plain")
     plain = numpy_hf.load(tmp_path / "plain")
     ids, _ = H.make_inputs(family)
-    if family == "llama":  # the plain model has no biases: the bias-free parameters in common, the others zero
+    if family in ("llama", "qwen3"):  # the plain model has no biases: those in common, the others 0.5
         mine = {name: value for name, value in model.params.items() if not name.endswith(".bias")}
-        biased = {"q_proj", "k_proj", "v_proj", "out_proj"} if overrides["attention_bias"] else {"gate", "linear1"}
-        assert {name.split(".")[-2] for name in model.params if name.endswith(".bias")} == biased | (
-            set() if overrides["attention_bias"] else {"linear2"}
-        )
+        attention = {"q_proj", "k_proj", "v_proj", "out_proj"}
+        biased = attention if overrides["attention_bias"] else {"gate", "linear1", "linear2"}
+        assert {name.split(".")[-2] for name in model.params if name.endswith(".bias")} == biased
         model.load_state_dict(mine | {n: 0.5 * np.ones_like(v) for n, v in model.params.items() if n not in mine})
         plain.load_state_dict(mine)
     else:
