@@ -320,7 +320,7 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
     window = config.layer_window(layer)
     band = window // 2 if window is not None and not causal and config.layer_types is not None else None
     return ScoreMod(
-        scale=config.attention_scale,
+        scale=config.layer_attention_scale(layer),
         causal=causal,
         window=window if causal else None,
         band=band,

@@ -408,17 +408,26 @@ def rope_inits_in_float64():
 
 
 def rope_tables_in_float64(module, device) -> None:
-    """Once per rotary module: its inverse frequencies (inv_freq, original_inv_freq; per layer kind with a prefix,
-    Gemma 3's) and attention factor, made again in float64 by the module's own initialiser (the default RoPE's
-    theta^(-2i/R) written here: the modeling files' own default names torch's float32 directly)."""
-    if getattr(module, "_tables_in_float64", False):
-        return
+    """The rotary module's tables as its initialiser makes them, in float64, in the state of a fresh module: its
+    inverse frequencies (inv_freq, original_inv_freq; per layer kind with a prefix, Gemma 3's) and attention factor
+    made again (the default RoPE's theta^(-2i/R) written here: the modeling files' own default names torch's float32
+    directly), LongRoPE's long frequencies dropped (dynamic_rope_update makes them again, in float64 under
+    rope_inits_in_float64) and dynamic NTK's cached length back at max_position_embeddings.
+
+    Made again whenever the module's tables are not the ones made here: on the first call, and after a cast
+    (`.float()`, `.double()`, `.to()`), which replaces the buffers. A module that ran as shipped first (float32) keeps
+    the long frequencies it made then, a plain attribute no cast reaches: read as they were, they put float32's
+    rounding into every position past the original length (1e-6 in a float64 Phi-3's logits), and nothing before."""
     kinds = [None] if isinstance(module.rope_type, str) else list(module.rope_type)
+    prefixes = ["" if kind is None else f"{kind}_" for kind in kinds]
+    made = getattr(module, "_tables_in_float64", None)
+    current = [getattr(module, f"{prefix}original_inv_freq") for prefix in prefixes]
+    if made is not None and all(now is then for now, then in zip(current, made, strict=True)):
+        return
     config = module.config
-    for kind in kinds:
+    for kind, prefix in zip(kinds, prefixes, strict=True):
         rope_type = module.rope_type if kind is None else module.rope_type[kind]
         params = config.rope_parameters if kind is None else config.rope_parameters[kind]
-        prefix = "" if kind is None else f"{kind}_"
         if rope_type == "default":
             dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
             dim = int(dim * params.get("partial_rotary_factor", 1.0))  # Phi-3, GPT-NeoX
@@ -431,7 +440,10 @@ def rope_tables_in_float64(module, device) -> None:
         setattr(module, f"{prefix}inv_freq", inv_freq.to(device))
         setattr(module, f"{prefix}original_inv_freq", inv_freq.clone().to(device))
         setattr(module, f"{prefix}attention_scaling", factor)
-    module._tables_in_float64 = True
+        setattr(module, f"{prefix}long_inv_freq", None)  # LongRoPE's, made again at the first long call
+        if hasattr(module, f"{prefix}max_seq_len_cached"):  # dynamic NTK's grown length, back with its frequencies
+            setattr(module, f"{prefix}max_seq_len_cached", module.original_max_seq_len)
+    module._tables_in_float64 = [getattr(module, f"{p}original_inv_freq") for p in prefixes]
 
 
 def _rotary_tables_float64(self, x, position_ids, layer_type=None):

@@ -12,6 +12,8 @@ padding rules real checkpoints need (pad_id None; a decoder that masks only the 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -683,3 +685,17 @@ def test_encoder_model_checkpoints_load_into_either_side(tmp_path):
         np.testing.assert_array_equal(back.params[k], v)
     with pytest.raises(ValueError, match="holds a EncoderModel, cannot load into a Transformer"):
         ncp.load_into(nt.Transformer(config), tmp_path / "np.safetensors")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scale_by_layer_and_ffn_bias_match(dtype, device):
+    """attention_scale_by_layer (each stack's self-attention of layer i scaled by 1 / (i + 1), cross-attention not)
+    and ffn_bias apart from bias (the attention's biases, none in the feed-forward), both sides alike; neither is
+    ignored (each changes the outputs)."""
+    config = nt.TransformerConfig(**SMALL, norm_first=True, attention_scale_by_layer=True, ffn_bias=False)
+    assert "encoder.layers.0.ffn.linear1.bias" not in parameter_shapes(config)
+    assert "encoder.layers.0.self_attn.out_proj.bias" in parameter_shapes(config)
+    result = C.compare_models(config, dtype, device, scenario="padding")
+    assert_parity(result, dtype)
+    plain = C.compare_models(dataclasses.replace(config, attention_scale_by_layer=False), dtype, device)
+    assert np.abs(result.outputs["logits"][0] - plain.outputs["logits"][0]).max() > 1e-3

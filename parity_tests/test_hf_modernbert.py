@@ -139,6 +139,7 @@ VARIANTS = {
         attention_bias=True, mlp_bias=True, norm_bias=True, hidden_activation="gelu_pytorch_tanh"
     ),
     "every layer global": dict(global_attn_every_n_layers=1),
+    "attention biases, none in the MLP": dict(attention_bias=True, mlp_bias=False),
 }
 
 
@@ -232,7 +233,6 @@ def test_masked_lm_checkpoint_loads_its_base(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (dict(attention_bias=True, mlp_bias=False), r"mlp_bias=False .* the value of attention_bias \(True\)"),
         (dict(attention_dropout=0.1), "attention_dropout=0.1 is not supported"),
         (dict(layer_types=["full_attention"] * 2), "a list of 3 kinds, one per layer"),
         (

@@ -1,11 +1,14 @@
 """Options transformers computes that the loaders once refused, each loaded and compared against transformers' own class
 in float64 (outputs and every gradient): T5's d_kv with d_kv x heads != d_model (flan-t5-small's layout), BLOOM's and
 Llama's pretraining_tp, the gelu_fast activation, a base model's weights in the generation class (BART), Qwen3-MoE's
-sliding window (every layer, as transformers 5), and every family's window rule against transformers' per-layer
-attention."""
+sliding window (every layer, as transformers 5), every family's window rule against transformers' per-layer
+attention, Llama's and ModernBERT's mlp_bias apart from attention_bias, GPT-2's scale_attn_by_inverse_layer_idx,
+reorder_and_upcast_attn and scale_attn_weights, and EmbeddingGemma (Gemma3TextModel with bidirectional attention) as
+an EncoderModel."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -15,6 +18,8 @@ import pytest
 import torch
 import transformers
 
+import numpy_transformer as nt
+import torch_transformer.hf as torch_hf
 from numpy_transformer import hf as numpy_hf
 from parity_tests import components as C
 from parity_tests import hf_compare as H
@@ -110,3 +115,165 @@ def test_bart_base_model_loads_into_the_generation_class(side):
             model = numpy_hf.load(directory)
         assert not np.any(model.params["output_proj.bias"])
         assert_exact(H.compare_seq2seq(directory, "bart", np.float64, side))
+
+
+# ----------------------------------------------------------------------------------------------
+# Released configs once refused: Llama's mlp_bias apart from attention_bias (Llama-architecture conversions of other
+# families: biases on q, k, v and o, none in the MLP), GPT-2's scale_attn_by_inverse_layer_idx and
+# reorder_and_upcast_attn (the Stanford CRFM GPT-2 runs) and scale_attn_weights false.
+
+OPTIONS = {  # name: (family, transformers config overrides)
+    "llama attention_bias without mlp_bias": ("llama", {"attention_bias": True, "mlp_bias": False}),
+    "llama mlp_bias without attention_bias": ("llama", {"attention_bias": False, "mlp_bias": True}),
+    "qwen3 attention_bias (its MLP has none)": ("qwen3", {"attention_bias": True}),
+    "gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn": (
+        "gpt2", {"scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
+    ),
+    "gpt2 scale_attn_weights false, by inverse layer": (
+        "gpt2", {"scale_attn_weights": False, "scale_attn_by_inverse_layer_idx": True},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", OPTIONS)
+def test_released_options_match_transformers(case, side):
+    family, overrides = OPTIONS[case]
+    assert_exact(H.compare_hf(family, np.float64, side, **overrides))
+
+
+@pytest.mark.parametrize("case", OPTIONS)
+def test_released_options_change_the_model_and_are_written_back(case, tmp_path):
+    """Each option changes the outputs (the comparison above could not pass with it ignored) and hf.save writes
+    config.json's keys back as read; the biases are where transformers has them."""
+    family, overrides = OPTIONS[case]
+    H.build_tiny(family, tmp_path / "a", **overrides)
+    model = numpy_hf.load(tmp_path / "a")
+    numpy_hf.save(model, tmp_path / "b")
+    written = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert {key: written.get(key) for key in overrides} == overrides
+    assert numpy_hf.load(tmp_path / "b").config == model.config
+    H.build_tiny(family, tmp_path / "plain")
+    plain = numpy_hf.load(tmp_path / "plain")
+    ids, _ = H.make_inputs(family)
+    if family in ("llama", "qwen3"):  # the plain model has no biases: those in common, the others 0.5
+        mine = {name: value for name, value in model.params.items() if not name.endswith(".bias")}
+        attention = {"q_proj", "k_proj", "v_proj", "out_proj"}
+        biased = attention if overrides["attention_bias"] else {"gate", "linear1", "linear2"}
+        assert {name.split(".")[-2] for name in model.params if name.endswith(".bias")} == biased
+        model.load_state_dict(mine | {n: 0.5 * np.ones_like(v) for n, v in model.params.items() if n not in mine})
+        plain.load_state_dict(mine)
+    else:
+        plain.load_state_dict(model.state_dict())
+    assert np.abs(model.forward(ids) - plain.forward(ids)).max() > 1e-3
+
+
+# ----------------------------------------------------------------------------------------------
+# EmbeddingGemma: Gemma3TextModel with use_bidirectional_attention, an EncoderModel. Three layers (local, global,
+# local), a window of 4 in the file (transformers keeps 4 // 2 + 1 = 3: |i - j| < 3 on the local layers), 9 tokens,
+# a row padded on the right from position 6 (its real queries' band reaches the padding).
+
+EMBEDDING_GEMMA = {
+    "use_bidirectional_attention": True, "sliding_window": 4, "num_hidden_layers": 3,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention"], "final_logit_softcapping": None,
+}  # fmt: skip
+
+
+def build_embedding_gemma(directory) -> None:
+    """A tiny random Gemma3TextModel with bidirectional attention (weights redrawn as H.build_tiny draws them)."""
+    torch.manual_seed(0)
+    config = H.tiny_config("gemma3_text", **EMBEDDING_GEMMA)
+    model = transformers.Gemma3TextModel(config).float().eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            noise = torch.randn(p.shape, generator=generator, dtype=torch.float32)
+            p.copy_(0.2 * noise if p.ndim == 1 else H.STD * noise)  # norm weights: the gain is 1 + w
+    model.save_pretrained(directory)
+
+
+def embedding_gemma_inputs():
+    ids = np.random.default_rng(7).integers(3, H.TINY["gemma3_text"]["vocab_size"], size=(2, 9))
+    mask = np.ones_like(ids)
+    mask[1, 6:] = 0
+    return np.where(mask == 1, ids, 0), mask
+
+
+def run_embedding_gemma(model, side: str, ids, mask, upstream) -> tuple[np.ndarray, dict]:
+    """Hidden states (B, T, D) and every parameter's gradient of sum(hidden * upstream), by transformers' names:
+    transformers' Gemma3TextModel (side "transformers", its float32 islands in float64) or ours."""
+    if side == "transformers":
+        model.zero_grad(set_to_none=True)
+        with H.gemma3_in_float64():
+            out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
+            (out * torch.from_numpy(upstream)).sum().backward()
+        return H.to_numpy(out), {name: H.to_numpy(p.grad) for name, p in model.named_parameters()}
+    if side == "numpy":
+        model.eval().zero_grad()
+        out = model.forward(ids, attention_mask=mask)
+        model.backward(upstream)
+        return out, numpy_hf.to_hf(model, model.grads, tied=False)
+    model.eval().zero_grad(set_to_none=True)
+    out = model(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    (out * torch.from_numpy(upstream)).sum().backward()
+    grads = torch_hf.to_hf(model, {name: p.grad for name, p in model.named_parameters()}, tied=False)
+    return H.to_numpy(out), {name: H.to_numpy(g) for name, g in grads.items()}
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_embedding_gemma_matches_transformers(side, tmp_path):
+    """Loaded as an EncoderModel; its hidden states at the real positions and every gradient within 1e-10 of
+    Gemma3TextModel's (float64, eager attention); hf.save writes a folder transformers reads back as the same model."""
+    build_embedding_gemma(tmp_path / "a")
+    theirs = transformers.Gemma3TextModel.from_pretrained(
+        tmp_path / "a", dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    ours = H.load_ours(side, tmp_path / "a", np.float64)
+    assert type(ours).__name__ == "EncoderModel" and ours.config.sliding_window == 4
+    ids, mask = embedding_gemma_inputs()
+    upstream = np.random.default_rng(1).standard_normal((*ids.shape, H.TINY["gemma3_text"]["hidden_size"]))
+    upstream *= mask[..., None]  # padded positions: no token's hidden state
+    theirs_out, theirs_grads = run_embedding_gemma(theirs, "transformers", ids, mask, upstream)
+    ours_out, ours_grads = run_embedding_gemma(ours, side, ids, mask, upstream)
+    real = mask.astype(bool)
+    result = H.pair(ours_out[real], theirs_out[real], ours_grads, theirs_grads, "hidden")
+    assert_exact(result)
+    _, out_rel, _, grad_rel = C.worst(result, np.float64)
+    assert out_rel <= 1e-12 and grad_rel <= 1e-10, (out_rel, grad_rel)
+    (numpy_hf if side == "numpy" else torch_hf).save(ours, tmp_path / "b")
+    written = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert written["architectures"] == ["Gemma3TextModel"] and written["use_bidirectional_attention"] is True
+    again = transformers.Gemma3TextModel.from_pretrained(
+        tmp_path / "b", dtype=torch.float64, attn_implementation="eager"
+    ).eval()
+    assert again.config.sliding_window == theirs.config.sliding_window
+    assert np.array_equal(run_embedding_gemma(again, "transformers", ids, mask, upstream)[0], theirs_out)
+
+
+def test_embedding_gemma_band_and_bidirection_matter(tmp_path):
+    """The comparison above could not pass with the local layers' band ignored (every layer global) or read as the
+    window itself (|i - j| < 4), nor against the same checkpoint run causally (use_bidirectional_attention false)."""
+    build_embedding_gemma(tmp_path)
+    ours = numpy_hf.load(tmp_path, dtype=np.float64)
+    ids, mask = embedding_gemma_inputs()
+    real = mask.astype(bool)
+    out = ours.forward(ids, attention_mask=mask)[real]
+    for window, kinds in ((None, None), (7, ours.config.layer_types)):  # 7 // 2 = 3: |i - j| <= 3
+        other = nt.EncoderModel(dataclasses.replace(ours.config, sliding_window=window, layer_types=kinds))
+        other.load_state_dict(ours.state_dict())
+        assert np.abs(other.forward(ids, attention_mask=mask)[real] - out).max() > 1e-3
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"use_bidirectional_attention": False}))
+    causal = transformers.Gemma3TextModel.from_pretrained(tmp_path, dtype=torch.float64, attn_implementation="eager")
+    upstream = np.zeros((*ids.shape, H.TINY["gemma3_text"]["hidden_size"]))
+    causal_out, _ = run_embedding_gemma(causal.eval(), "transformers", ids, mask, upstream)
+    assert np.abs(causal_out[real] - out).max() > 1e-3
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_gpt2_scaled_by_inverse_layer_decodes_as_generate(side, tmp_path):
+    """Cached greedy decoding reads each layer's own scale too: equal to generate()."""
+    prompts = np.random.default_rng(3).integers(3, H.TINY["gpt2"]["vocab_size"], size=(2, 5))
+    overrides = OPTIONS["gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn"][1]
+    ours, theirs = H.greedy_pair("gpt2", side, prompts, 8, tmp_path, **overrides)
+    np.testing.assert_array_equal(ours, theirs)

@@ -22,10 +22,12 @@ import torch_transformer.hf as torch_hf
 from numpy_transformer import hf as numpy_hf
 from numpy_transformer.attention import rope_frequencies
 from numpy_transformer.decoding import greedy_decode as numpy_greedy
+from numpy_transformer.decoding import greedy_search as numpy_search
 from parity_tests import components as C
 from parity_tests import hf_compare as H
 from parity_tests import modernbert_compare as M
 from torch_transformer.decoding import greedy_decode as torch_greedy
+from torch_transformer.decoding import greedy_search as torch_search
 from torch_transformer.layers import rope_inv_freq
 from transformer_spec.config import RopeScaling
 from transformer_spec.families import FAMILIES
@@ -316,6 +318,84 @@ def test_greedy_matches_generate_across_the_switch(case, side):
     assert got.shape[1] == expected.shape[1] or got[0, -1] == 2
     assert got.shape[1] > H.TINY[family]["max_position_embeddings"] // 2 + 1
     np.testing.assert_array_equal(got, expected[:, : got.shape[1]])
+
+
+# ----------------------------------------------------------------------------------------------
+# A Phi-3-mini-128k-shaped checkpoint (max_position_embeddings 131072, rope_scaling {"type": "longrope"}, the original
+# length at the top level, here shrunk to 8, a window far past it), its transformers model run as shipped (float32)
+# before the float64 comparison, as a user's script runs it: LongRoPE's long frequencies, which transformers makes at
+# the first long call and keeps on the module, are then float32's until H.rope_tables_in_float64 drops them. Before
+# it did, every comparison past the original length read them: 14 tokens differed by 5e-7 in the logits and 2.5e-6
+# in every gradient, 9 tokens by 1e-6, 8 by 5e-15. Compared: the 14 tokens, a left-padded batch of them, and greedy
+# decoding from 8 tokens across the switch, its tokens and each step's logits (float64, read off the model's forward
+# inside generate(); generate's own output_logits are cast to float32).
+
+PHI3_128K = {
+    "max_position_embeddings": 131072, "original_max_position_embeddings": 8, "sliding_window": 262144,
+    "tie_word_embeddings": False,
+    "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.01, 1.02, 1.05],
+                     "long_factor": [1.0700000524520874, 1.1200000047683716, 3.25, 9.8]},
+}  # fmt: skip
+
+
+def phi3_128k(directory, side: str, ids: np.ndarray):
+    """(transformers' Phi3ForCausalLM run once as shipped on `ids`, then cast to float64; ours) of the checkpoint."""
+    build("phi3", directory, PHI3_128K, "rope_scaling")
+    theirs = H.CLASSES["phi3"].from_pretrained(directory, dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs(torch.from_numpy(ids))  # float32: transformers keeps the long frequencies it makes here
+    return theirs.double(), H.load_ours(side, directory, np.float64)
+
+
+def relative(ours, theirs) -> float:
+    return float(np.abs(ours - theirs).max() / np.abs(theirs).max())
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_phi3_128k_past_the_original_length_matches_transformers(side, tmp_path):
+    from parity_tests.test_generate_rules import ours_padded_forward, theirs_padded_forward
+
+    ids, _ = H.make_inputs("phi3", 0, length=14)
+    theirs, ours = phi3_128k(tmp_path, side, ids)
+    assert ours.config.rope_scaling.original_length(ours.config.max_len) == 8
+    upstream = np.random.default_rng(1000).standard_normal((*ids.shape, H.TINY["phi3"]["vocab_size"]))
+    with H.patch_for("phi3", np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, "phi3", ids, None, upstream)
+    ours_out, ours_grads = (H.run_numpy if side == "numpy" else H.run_torch)(ours, "phi3", ids, None, upstream)
+    result = H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits")
+    _, out_rel, _, grad_rel = C.worst(result, np.float64)
+    assert out_rel <= 1e-12 and grad_rel <= 1e-10, (out_rel, grad_rel)
+    assert len(result.grads) > 10 and all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+
+    mask = np.ones_like(ids)
+    mask[1, :4] = 0  # row 1: 10 real tokens, past the original length too
+    padded = np.where(mask == 1, ids, 0)
+    upstream = upstream * mask[..., None]
+    theirs_out, theirs_grads = theirs_padded_forward(theirs, "phi3", padded, mask, upstream)
+    ours_out, ours_grads = ours_padded_forward(ours, side, padded, mask, upstream)
+    real = mask.astype(bool)
+    assert relative(ours_out[real], theirs_out[real]) <= 1e-12
+    for name, theirs_grad in theirs_grads.items():
+        assert np.any(theirs_grad) and relative(ours_grads[name], theirs_grad) <= 1e-10, name
+
+    steps: list = []  # each forward's last logits in generate(), float64
+    hook = theirs.register_forward_hook(lambda module, args, out: steps.append(H.to_numpy(out.logits[:, -1])))
+    prompt = ids[:1, :8]
+    with H.patch_for("phi3", np.float64), torch.no_grad():
+        expected = theirs.generate(
+            torch.from_numpy(prompt), max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0
+        ).numpy()
+    hook.remove()
+    ours.generation_rules = None  # as generate() was told: no end token
+    ours.config = dataclasses.replace(ours.config, eos_id=None)
+    if side == "numpy":
+        tokens, logits = numpy_search(ours, prompt, 6)
+    else:
+        tokens, logits = (H.to_numpy(t) for t in torch_search(ours, torch.from_numpy(prompt), 6))
+    np.testing.assert_array_equal(tokens, expected)
+    assert len(steps) == logits.shape[1] == 6
+    for step, theirs_logits in enumerate(steps):  # steps 1..5 are past the original length
+        assert relative(logits[:, step], theirs_logits) <= 1e-12, step
 
 
 # ----------------------------------------------------------------------------------------------

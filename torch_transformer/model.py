@@ -64,7 +64,7 @@ class _Layer(nn.Module):
             window=window if causal else None,
             band=window // 2 if window is not None and not causal and c.layer_types is not None else None,
             alibi=c.positional == "alibi" and not cross,
-            scale=c.attention_scale,
+            scale=c.attention_scale if cross else c.layer_attention_scale(layer),
             head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
@@ -79,7 +79,7 @@ class _Layer(nn.Module):
         if moe:
             return MoeFeedForward(c.d_model, c.expert_width, c.n_experts, c.top_k, c.norm_topk_prob, c.activation)
         rate = c.dropout_rates["activation"]
-        return FeedForward(c.d_model, c.d_ff, c.activation, rate, gated=c.gated_ffn, bias=c.bias)
+        return FeedForward(c.d_model, c.d_ff, c.activation, rate, gated=c.gated_ffn, bias=c.has_ffn_bias)
 
     def _residual(self, name: str, x: Tensor, sublayer: Callable[[Tensor], Tensor], masks: Mapping) -> Tensor:
         norm, dropout = getattr(self, f"{name}_norm"), getattr(self, f"{name}_dropout")

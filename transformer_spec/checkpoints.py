@@ -113,7 +113,7 @@ def read_family_config(directory: Path, dropout: float | None) -> tuple[dict, Fa
     config_path = directory / "config.json"
     check_config_values(hf_config, config_path)
     try:
-        family = family_of(hf_config.get("model_type"), hf_config.get("architectures"))
+        family = family_of(hf_config.get("model_type"), hf_config.get("architectures"), hf_config)
         return hf_config, family, family.from_hf(hf_config, dropout)
     except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as error:
         # a hostile config.json reaches the translation with any types: a missing field, a string for a size

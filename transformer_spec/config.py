@@ -38,6 +38,7 @@ BOOL_FIELDS = (
     "norm_bias",
     "first_attn_norm",
     "mlm_head",
+    "attention_scale_by_layer",
 )
 
 
@@ -199,6 +200,9 @@ class TransformerConfig:
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
     qkv_bias: bool | None = None  # biases on the q, k, v projections (None: as `bias`); Qwen2: bias False, this True
+    # biases on the feed-forward's linears (None: as `bias`): Llama's mlp_bias apart from its attention_bias (Llama
+    # conversions of other families: attention_bias true, mlp_bias false), Qwen3's attention_bias (no MLP bias)
+    ffn_bias: bool | None = None
     # causal self-attention sees only the last `sliding_window` keys: query i attends to keys i - window < j <= i
     # (Mistral); None: every earlier key. Without layer_types it applies to every decoder layer; with it, to the
     # "sliding_attention" layers of either stack (in an encoder bidirectional: |i - j| <= window // 2, ModernBERT's)
@@ -219,6 +223,9 @@ class TransformerConfig:
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
     attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
+    # layer i's factor on q . k is attention_scale / (i + 1) (GPT-2's scale_attn_by_inverse_layer_idx, the Stanford
+    # CRFM runs), in every self-attention of either stack
+    attention_scale_by_layer: bool = False
     # Dh, each head's width, when it is not d_model // n_heads (Qwen3, Gemma): q_proj (H*Dh, D), k_proj and v_proj
     # (H_kv*Dh, D), out_proj (D, H*Dh); None: d_model // n_heads. The resolved width is `d_head`.
     head_dim: int | None = None
@@ -417,7 +424,7 @@ class TransformerConfig:
         """The switches: bools (qkv_bias and final_norm: a bool or None)."""
         if not isinstance(self.pooler, bool):
             raise TypeError(f"pooler must be a bool, got {type(self.pooler).__name__}")
-        for name in ("qkv_bias", "final_norm"):
+        for name in ("qkv_bias", "ffn_bias", "final_norm"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool or None, got {type(getattr(self, name)).__name__}")
         for name in BOOL_FIELDS:
@@ -623,6 +630,19 @@ class TransformerConfig:
     def has_qkv_bias(self) -> bool:
         """Whether the q, k and v projections have biases: qkv_bias, or `bias` when that is None."""
         return self.bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_ffn_bias(self) -> bool:
+        """Whether the feed-forward's linears have biases: ffn_bias, or `bias` when that is None."""
+        return self.bias if self.ffn_bias is None else self.ffn_bias
+
+    def layer_attention_scale(self, layer: int) -> float | None:
+        """The factor on q . k of layer `layer`'s self-attention: attention_scale (None: 1 / sqrt(d_head)), divided
+        by layer + 1 with attention_scale_by_layer (GPT-2's scale_attn_by_inverse_layer_idx)."""
+        if not self.attention_scale_by_layer:
+            return self.attention_scale
+        scale = self.d_head**-0.5 if self.attention_scale is None else self.attention_scale
+        return scale / float(layer + 1)
 
     @property
     def dropout_rates(self) -> dict:

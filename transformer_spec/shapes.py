@@ -94,10 +94,11 @@ class _Shapes:
             self.shapes[f"{layer}.ffn.experts.gate_up_proj"] = (E, 2 * F_e, D)
             self.shapes[f"{layer}.ffn.experts.down_proj"] = (E, D, F_e)
             return
+        bias = config.has_ffn_bias
         if config.gated_ffn:
-            self.linear(f"{layer}.ffn.gate", F, D)
-        self.linear(f"{layer}.ffn.linear1", F, D)
-        self.linear(f"{layer}.ffn.linear2", D, F)
+            self.linear(f"{layer}.ffn.gate", F, D, bias)
+        self.linear(f"{layer}.ffn.linear1", F, D, bias)
+        self.linear(f"{layer}.ffn.linear2", D, F, bias)
 
     def layer(self, name: str, i: int, cross: bool) -> None:
         """Layer i of stack `name`: self-attention and its norms, cross-attention and its norms, the feed-forward

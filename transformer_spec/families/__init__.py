@@ -81,14 +81,20 @@ def registered() -> tuple[dict[str, Family], dict[str, Family]]:
 FAMILIES, BY_ARCHITECTURE = registered()
 
 
-def family_of(model_type, architectures=None) -> Family:
-    """The family of a checkpoint: its model_type's, or (`architectures`, config.json's list) the family of a class
-    read differently (T5EncoderModel: an EncoderModel)."""
+def family_of(model_type, architectures=None, c: dict | None = None) -> Family:
+    """The family of a checkpoint: its model_type's, or the family of a class read differently, found by `c`'s flag
+    (config.json: Family.flag true, EmbeddingGemma's use_bidirectional_attention) or by `architectures` (config.json's
+    list: T5EncoderModel, an EncoderModel; a family with a flag only when the flag is true)."""
     if model_type not in FAMILIES:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
+    flags = c if isinstance(c, dict) else {}
+    for family in BY_ARCHITECTURE.values():
+        if family.model_type == model_type and family.flag is not None and flags.get(family.flag) is True:
+            return family
     for name in architectures if isinstance(architectures, list) else []:
-        if name in BY_ARCHITECTURE and BY_ARCHITECTURE[name].model_type == model_type:
-            return BY_ARCHITECTURE[name]
+        found = BY_ARCHITECTURE.get(name) if isinstance(name, str) else None
+        if found is not None and found.model_type == model_type and found.flag is None:
+            return found
     return FAMILIES[model_type]
 
 

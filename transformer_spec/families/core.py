@@ -78,6 +78,10 @@ class Family:
     # (name in the files, the class's name): a tensor the files store under another name than the class's
     # state_dict (transformers renames it on load and back on save: GPT-NeoX's embed_out); read as the class's name
     renamed: tuple[tuple[str, str], ...] = ()
+    # a config.json key whose true value makes a checkpoint of this model_type this family's, whatever its
+    # architectures say (Gemma 3's use_bidirectional_attention: EmbeddingGemma, an EncoderModel); None: chosen by
+    # architecture alone
+    flag: str | None = None
 
     def config_json(self, config: TransformerConfig) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
@@ -357,6 +361,12 @@ class KeyReading(TypedDict):
 
 
 ACTIVATION_KEY = KeyReading(read=lambda value, c: ACTIVATIONS_FROM_HF[value], allowed=tuple(ACTIVATIONS_FROM_HF))
+
+
+def mlp_bias(value, c: dict) -> bool | None:
+    """mlp_bias -> ffn_bias: None where it agrees with attention_bias (one `bias` covers both), else its own value
+    (attention_bias true and mlp_bias false: Llama conversions of other families)."""
+    return None if bool(value) == bool(c.get("attention_bias", False)) else bool(value)
 
 
 def pretraining_tp(value, c: dict) -> None:

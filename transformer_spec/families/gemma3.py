@@ -6,6 +6,8 @@ layers (a sliding window, rope_local_base_freq) among global ones (rope_theta) b
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..config import LAYER_TYPES, RopeScaling, TransformerConfig
 from .core import (
     ACTIVATIONS_FROM_HF,
@@ -212,5 +214,42 @@ GEMMA3_TEXT = declared(
     tied=(("lm_head.weight", "model.embed_tokens.weight", "tie_embeddings"),),
 )
 
+
+# EmbeddingGemma: Gemma3TextModel with use_bidirectional_attention, Gemma 3 as an encoder (hidden states after the
+# final norm), read as an EncoderModel. transformers' global layers then see every key (its causal mask OR true),
+# its local ones a band: Gemma3TextConfig keeps sliding_window // 2 + 1 of the file's window W and the mask is
+# |i - j| < that, so |i - j| <= W // 2, our encoder band of a window W (config.layer_window, score_mod). The file's W
+# is read and written as it is (transformers writes back 2 (W // 2), the same band).
+
+GEMMA3_ENCODER_CONFIG = replace(
+    GEMMA3_CONFIG.variant(
+        "gemma3_text",
+        without=("use_bidirectional_attention", "num_hidden_layers"),
+        keys=(
+            Key("num_hidden_layers", "n_encoder_layers"),
+            Key("use_bidirectional_attention", None, True, allowed=(True,)),
+        ),
+        supports={"tie_embeddings": ANY},  # no output projection: the key is kept for writing back
+    ),
+    fixed={"n_decoder_layers": 0},
+)
+
+
+GEMMA3_ENCODER = declared(
+    GEMMA3_ENCODER_CONFIG,
+    model_class="EncoderModel",
+    architecture="Gemma3TextModel",
+    prefixes=("", "model."),
+    rules=tuple(
+        replace(rule, ours="encoder." + rule.ours.removeprefix("decoder."))
+        for rule in GEMMA3_TEXT.rules
+        if rule.ours.startswith("decoder.")
+    ),
+    skipped=(),
+    flag="use_bidirectional_attention",
+)
+
 # what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
 REGISTER = (GEMMA3_TEXT,)
+# a class of the model_type read differently: told apart by config.json's use_bidirectional_attention (Family.flag)
+REGISTER_BY_ARCHITECTURE = (GEMMA3_ENCODER,)

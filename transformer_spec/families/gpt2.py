@@ -12,6 +12,11 @@ GPT2_DROPOUT = {
 }  # fmt: skip
 
 
+def scale_attn_weights(value, c: dict) -> float | None:
+    """scale_attn_weights -> attention_scale: None (1 / sqrt(d_head)) when true, 1 (no scaling) when false."""
+    return None if value else 1.0
+
+
 GPT2_CONFIG = ConfigMap(
     model_type="gpt2",
     keys=(
@@ -27,8 +32,12 @@ GPT2_CONFIG = ConfigMap(
         Key("pad_token_id", "pad_id", None, special_token("pad_token_id")),
         Key("bos_token_id", "bos_id", None, special_token("bos_token_id")),
         Key("eos_token_id", "eos_id", None, special_token("eos_token_id")),
-        Key("scale_attn_by_inverse_layer_idx", None, False, allowed=(False,), written=False),
-        Key("scale_attn_weights", None, True, allowed=(True,), written=False),
+        # the Stanford CRFM runs: layer i's scores also divided by i + 1; and computed in float32 with the scale
+        # folded into the product (transformers' eager attention only: the same product, a float32 island of
+        # mixed precision that a float64 or float32 model computes alike), read and kept as the file has it
+        Key("scale_attn_by_inverse_layer_idx", "attention_scale_by_layer", False, lambda value, c: bool(value)),
+        Key("reorder_and_upcast_attn", None, False, allowed=(False, True), written=False),
+        Key("scale_attn_weights", "attention_scale", True, scale_attn_weights, lambda scale: scale is None),
         Key("add_cross_attention", None, False, allowed=(False,), written=False),
     ),
     dropout=GPT2_DROPOUT,
@@ -40,6 +49,8 @@ GPT2_CONFIG = ConfigMap(
         "tie_embeddings": ANY,
         "output_bias": False,
         "qkv_bias": (None, True),
+        "attention_scale": (None, 1.0),
+        "attention_scale_by_layer": ANY,
     },  # fmt: skip
     fixed={"n_encoder_layers": 0},
 )

@@ -14,6 +14,7 @@ from .core import (
     Rule,
     activation_to_hf,
     declared,
+    mlp_bias,
     pretraining_tp,
     refuse,
     renamed,
@@ -68,13 +69,6 @@ def head_dim(value, c: dict) -> int | None:
     return int(value)  # a positive int: the value checks read it first
 
 
-def one_bias(value, c: dict) -> bool:
-    """attention_bias and mlp_bias must agree: this project's `bias` covers both."""
-    if bool(c.get("mlp_bias", False)) != bool(value):
-        refuse("mlp_bias", c.get("mlp_bias"), f"the value of attention_bias ({value!r}): one `bias` covers both")
-    return bool(value)
-
-
 LLAMA_CONFIG = ConfigMap(
     model_type="llama",
     keys=(
@@ -91,8 +85,8 @@ LLAMA_CONFIG = ConfigMap(
         Key("rope_theta", "rope_theta", 10000.0, lambda value, c: float(value)),
         Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json),
         Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
-        Key("attention_bias", "bias", False, one_bias),
-        Key("mlp_bias", "bias", False, lambda value, c: bool(value)),
+        Key("attention_bias", "bias", False, lambda value, c: bool(value)),
+        Key("mlp_bias", "ffn_bias", False, mlp_bias, source="has_ffn_bias"),
         Key("tie_word_embeddings", "tie_embeddings", False),
         Key("pad_token_id", "pad_id", None, special_token("pad_token_id")),
         Key("bos_token_id", "bos_id", None, special_token("bos_token_id")),
@@ -113,6 +107,7 @@ LLAMA_CONFIG = ConfigMap(
         "n_kv_heads": ANY,
         "bias": ANY,
         "qkv_bias": lambda c: (None, c.bias),
+        "ffn_bias": ANY,
         "tie_embeddings": ANY,
         "scale_embeddings": False,
         "output_bias": False,
@@ -164,7 +159,7 @@ MISTRAL_CONFIG = LLAMA_CONFIG.variant(
     "mistral",
     without=("attention_bias", "mlp_bias"),  # MistralConfig has neither: no biases anywhere
     keys=(Key("sliding_window", "sliding_window", None, lambda value, c: None if value is None else int(value)),),
-    supports={"sliding_window": ANY, "bias": False, "qkv_bias": (None, False)},
+    supports={"sliding_window": ANY, "bias": False, "qkv_bias": (None, False), "ffn_bias": None},
 )
 
 
@@ -201,7 +196,7 @@ QWEN2_CONFIG = LLAMA_CONFIG.variant(
         Key("layer_types", "layer_types", None, qwen2_layer_types, lambda kinds: kinds and list(kinds)),
         Key("max_window_layers", None, 28, source=first_sliding_layer),
     ),
-    supports={"bias": False, "qkv_bias": True, "sliding_window": ANY, "layer_types": ANY},
+    supports={"bias": False, "qkv_bias": True, "ffn_bias": None, "sliding_window": ANY, "layer_types": ANY},
 )
 MISTRAL = replace(
     LLAMA, model_type="mistral", architecture="MistralForCausalLM", from_hf=MISTRAL_CONFIG.from_hf,

@@ -21,6 +21,7 @@ from .core import (
     fused_qkv,
     is_finite_number,
     is_int,
+    mlp_bias,
     refuse,
     renamed,
     special_token,
@@ -32,13 +33,6 @@ from .rope import kind_rope, local_rope, read_scaling, scaling_to_hf
 MODERNBERT_DROPOUT = {"embedding_dropout": (("embedding",), 0.0), "mlp_dropout": (("activation",), 0.0)}
 # each kind of layer's rotary base: rope_parameters[kind]["rope_theta"], or the key older files hold, or the default
 THETA = {"full_attention": ("global_rope_theta", 160_000.0), "sliding_attention": ("local_rope_theta", 10_000.0)}
-
-
-def one_bias(value, c: dict) -> bool:
-    """attention_bias (Wqkv, Wo) and mlp_bias (Wi, Wo) must agree: this project's `bias` covers both."""
-    if bool(c.get("mlp_bias", False)) != bool(value):
-        refuse("mlp_bias", c.get("mlp_bias"), f"the value of attention_bias ({value!r}): one `bias` covers both")
-    return bool(value)
 
 
 def layer_kinds(value, c: dict) -> tuple[str, ...]:
@@ -153,8 +147,8 @@ MODERNBERT_CONFIG = ConfigMap(
         Key("max_position_embeddings", "max_len", 8192),
         Key("norm_eps", "layer_norm_eps", 1e-5),
         Key("norm_bias", "norm_bias", False, lambda value, c: bool(value)),
-        Key("attention_bias", "bias", False, one_bias),
-        Key("mlp_bias", "bias", False, lambda value, c: bool(value)),
+        Key("attention_bias", "bias", False, lambda value, c: bool(value)),
+        Key("mlp_bias", "ffn_bias", False, mlp_bias, source="has_ffn_bias"),
         Key("attention_dropout", None, 0.0, allowed=(0, 0.0, None)),
         Key("pad_token_id", "pad_id", None, special_token("pad_token_id")),
         Key("bos_token_id", "bos_id", None, special_token("bos_token_id")),
@@ -192,6 +186,7 @@ MODERNBERT_CONFIG = ConfigMap(
         "scale_embeddings": False,
         "gated_ffn": True,
         "bias": ANY,
+        "ffn_bias": ANY,
         "embedding_norm": True,
         "norm_bias": ANY,
         "first_attn_norm": False,

@@ -112,6 +112,7 @@ PHI3_CONFIG = replace(
         supports={
             "bias": False,
             "qkv_bias": (None, False),
+            "ffn_bias": None,
             "sliding_window": ANY,
             "rotary_dim": ANY,
             "head_dim": None,

@@ -7,14 +7,28 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .core import Key, Rule
+from .core import ANY, Key, Rule
 from .llama import LLAMA, QWEN2_CONFIG
+
+
+def no_mlp_bias(value, c: dict) -> bool | None:
+    """attention_bias -> ffn_bias: Qwen3's MLP has no biases, so False beside biases on q, k, v and o (else None)."""
+    return False if value else None
+
 
 QWEN3_CONFIG = QWEN2_CONFIG.variant(
     "qwen3",
-    # biases on q, k, v and o but none on the MLP: no config of this project has that, so only False is read
-    keys=(Key("attention_bias", None, False, allowed=(False,)),),
-    supports={"bias": False, "qkv_bias": (None, False), "qk_norm": True},
+    # attention_bias: biases on q, k, v and o, none on the MLP (ffn_bias False)
+    keys=(
+        Key("attention_bias", "bias", False, lambda value, c: bool(value)),
+        Key("attention_bias", "ffn_bias", False, no_mlp_bias, written=False),
+    ),
+    supports={
+        "bias": ANY,
+        "qkv_bias": lambda c: (None, c.bias),
+        "ffn_bias": lambda c: (False,) if c.bias else (None, False),
+        "qk_norm": True,
+    },
 )
 QWEN3 = replace(
     LLAMA,

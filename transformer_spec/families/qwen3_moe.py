@@ -38,8 +38,9 @@ QWEN3_MOE_CONFIG = QWEN3_CONFIG.variant(
     "qwen3_moe",
     # Qwen3MoeConfig has neither layer_types nor max_window_layers: with use_sliding_window every layer slides
     # (transformers 5's Qwen3MoeAttention reads config.sliding_window in every layer), not Qwen2's rule
-    without=("layer_types", "max_window_layers"),
+    without=("layer_types", "max_window_layers", "attention_bias"),
     keys=(
+        Key("attention_bias", None, False, allowed=(False,)),  # biases beside the experts: not tested, refused
         Key("num_local_experts", "n_experts", 128, n_experts),
         Key("num_experts_per_tok", "top_k", 8),
         Key("norm_topk_prob", "norm_topk_prob", False, lambda value, c: bool(value)),
@@ -48,7 +49,9 @@ QWEN3_MOE_CONFIG = QWEN3_CONFIG.variant(
         Key("decoder_sparse_step", None, 1),  # written as 1: dense_layers lists every dense layer
         Key("router_aux_loss_coef", "router_aux_loss_coef", 0.001, lambda value, c: float(value)),
     ),
-    supports=MOE_SUPPORTS | {"norm_topk_prob": ANY, "d_expert": ANY, "dense_layers": ANY, "layer_types": None},
+    supports=MOE_SUPPORTS
+    | {"bias": False, "qkv_bias": (None, False), "ffn_bias": None}
+    | {"norm_topk_prob": ANY, "d_expert": ANY, "dense_layers": ANY, "layer_types": None},
 )
 QWEN3_MOE = replace(
     QWEN3, model_type="qwen3_moe", architecture="Qwen3MoeForCausalLM", rules=QWEN3.rules + MOE_RULES,
