@@ -6,9 +6,9 @@ all-MiniLM-L6-v2; every piece's backward (pooling under a mask, Dense, L2 normal
 by finite differences and against autograd through sentence-transformers' own modules; and a contrastive fine-tune,
 step by step, against SentenceTransformer + MultipleNegativesRankingLoss + torch.optim.AdamW.
 
-EmbeddingGemma's own backbone (Gemma 3, bidirectional) is not built here: its folders' pipeline is, around a BERT or
-MPNet encoder. Float64 bars: the error measure of DESIGN.md (max |a - b| over max(max |b|, 1e-3 s)), 1e-12 for
-encode, 1e-10 for gradients and optimizer steps.
+EmbeddingGemma's pipeline is built around a tiny MPNet and around its own backbone, a bidirectional Gemma 3
+(Gemma3TextModel with use_bidirectional_attention, its local layers a band of the window). Float64 bars: the error
+measure of DESIGN.md (max |a - b| over max(max |b|, 1e-3 s)), 1e-12 for encode, 1e-10 for gradients and optimizer steps.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from numpy_transformer.gradcheck import check_pair
 from numpy_transformer.layers import l2_normalize_backward, l2_normalize_forward
 from numpy_transformer.loss import multiple_negatives_ranking_loss_backward, multiple_negatives_ranking_loss_forward
 from numpy_transformer.optim import AdamW
+from parity_tests import hf_compare as H
 from torch_transformer import hf as torch_hf
 from torch_transformer import sentence as torch_sentence
 from torch_transformer.loss import multiple_negatives_ranking_loss
@@ -99,13 +100,21 @@ def write_tokenizer(folder: Path, kind: str) -> int:
 
 
 def backbone(folder: Path, kind: str) -> Path:
-    """A tiny random BertModel or MPNetModel with its tokenizer, written with save_pretrained."""
-    vocab_size = write_tokenizer(folder, kind)
+    """A tiny random BertModel, MPNetModel or bidirectional Gemma3TextModel (EmbeddingGemma's backbone: a sliding
+    layer whose window of 6 is shorter than the texts, then a global one) with its tokenizer, written with
+    save_pretrained."""
+    vocab_size = write_tokenizer(folder, "bert" if kind == "gemma" else kind)
     sizes = dict(vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=32, max_position_embeddings=40)  # fmt: skip
     torch.manual_seed(0)
     if kind == "bert":
         model = transformers.BertModel(transformers.BertConfig(**sizes, type_vocab_size=2, pad_token_id=0))
+    elif kind == "gemma":
+        config = transformers.Gemma3TextConfig(
+            **sizes, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8, sliding_window=6,
+            layer_types=["sliding_attention", "full_attention"], use_bidirectional_attention=True, pad_token_id=0,
+        )  # fmt: skip
+        model = transformers.Gemma3TextModel(config)
     else:
         config = transformers.MPNetConfig(**sizes, pad_token_id=1, relative_attention_num_buckets=32)
         model = transformers.MPNetModel(config)
@@ -129,7 +138,7 @@ def st_model(backbone_folder: Path, pooling, dense=(), normalize=True, prompts=N
 @pytest.fixture(scope="module")
 def backbones(tmp_path_factory):
     root = tmp_path_factory.mktemp("sentence_backbones")
-    return {kind: backbone(root / kind, kind) for kind in ("bert", "mpnet")}
+    return {kind: backbone(root / kind, kind) for kind in ("bert", "mpnet", "gemma")}
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +177,17 @@ def test_tokenizer_truncates_pads_and_measures_the_prompt_as_sentence_transforme
     np.testing.assert_array_equal(batch.attention_mask, features["attention_mask"].numpy())
     assert batch.ids.shape[1] == MAX_SEQ_LENGTH  # the long text is cut
     assert batch.prompt_length == features["prompt_length"] == 6  # <s> search result | query : (not </s>)
+
+
+def test_embeddinggemma_with_its_own_backbone_encodes_as_sentence_transformers(backbones, tmp_path):
+    """EmbeddingGemma's pipeline around a bidirectional Gemma 3: the whole folder as sentence-transformers reads it."""
+    dense = [(16, 24, nn.Identity(), False, False), (24, 12, nn.Identity(), False, False)]
+    model = st_model(backbones["gemma"], dict(pooling_mode="mean", include_prompt=False), dense, prompts=PROMPTS)
+    model.save(str(tmp_path))
+    with H.gemma3_in_float64():  # transformers' Gemma 3 computes its rotary tables in float32 otherwise (1e-7)
+        errors = encode_errors(tmp_path, model.double(), (None, "query"))
+    for name, (numpy_error, torch_error) in errors.items():
+        assert numpy_error <= 1e-12 and torch_error <= 1e-12, (name, numpy_error, torch_error)
 
 
 def test_embeddinggemma_shaped_folder_encodes_as_sentence_transformers(gemma_shaped):
