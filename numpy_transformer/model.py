@@ -313,7 +313,8 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
     """The scores' rules of layer `layer`'s self-attention, from the config: a decoder's is causal; a sliding layer's
     window (config.layer_window) is causal in a decoder (keys i - window < j <= i) and, in an encoder of
     layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
-    self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
+    self-attention; T5's buckets are bidirectional in an encoder; Gemma 2's soft cap (attn_softcap) squashes every
+    score. Cross-attention gets none of these but the cap."""
     relative = None
     if config.has_relative_bias:  # T5, MPNet: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
@@ -326,12 +327,14 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
         band=band,
         alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
         relative=relative,
+        softcap=config.attn_softcap,
     )
 
 
 def cross_score_mod(config: TransformerConfig) -> ScoreMod:
-    """Cross-attention's score rules: the config's scale and nothing else (no causality, window or bias)."""
-    return ScoreMod(scale=config.attention_scale)
+    """Cross-attention's score rules: the config's scale and soft cap, nothing else (no causality, window or
+    bias)."""
+    return ScoreMod(scale=config.attention_scale, softcap=config.attn_softcap)
 
 
 def attention_forward(

@@ -79,6 +79,7 @@ def test_every_family_slides_the_layers_transformers_slides():
         "qwen3": {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
         "qwen3_moe": {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
         "gemma3_text": {},
+        "gemma2": {"num_hidden_layers": 4},
     }
     for family, overrides in cases.items():
         config = H.tiny_config(family, **overrides)

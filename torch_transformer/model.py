@@ -70,6 +70,7 @@ class _Layer(nn.Module):
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
             causal=causal and not cross,
             relative=relative,
+            softcap=c.attn_softcap,
         )  # fmt: skip
 
     @staticmethod

@@ -239,6 +239,9 @@ class TransformerConfig:
     sandwich_norm: bool = False
     # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
     logit_softcap: float | None = None
+    # Gemma 2's attention soft-capping: every attention score s = c q.k (+ bias) becomes cap * tanh(s / cap) before
+    # the mask and the softmax (transformers' attn_logit_softcapping); None: the plain scores
+    attn_softcap: float | None = None
     # RoBERTa's learned positions (an encoder's): a real token sits at pad_id + the count of real (not pad_id) tokens
     # up to and including it, a pad_id token at pad_id, whose row of the table takes no gradient (transformers'
     # create_position_ids_from_input_ids); the longest input is then max_len - pad_id - 1 (`longest_input`). An
@@ -403,13 +406,15 @@ class TransformerConfig:
             raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
 
     def _check_scales(self) -> None:
-        """The factors and the norm's epsilon: positive floats (attention_scale and logit_softcap may be None)."""
-        for name in ("attention_scale", "output_scale", "logit_softcap"):
+        """The factors and the norm's epsilon: positive floats (attention_scale and the soft caps may be None)."""
+        for name in ("attention_scale", "output_scale", "logit_softcap", "attn_softcap"):
             value = getattr(self, name)
-            if value is None and name in ("attention_scale", "logit_softcap"):
+            if value is None and name in ("attention_scale", "logit_softcap", "attn_softcap"):
                 continue
             if not _is_positive_float(value):
                 raise ValueError(f"{name} must be a positive float, got {value!r}")
+            if name.endswith("softcap") and not math.isfinite(value):  # cap * tanh(s / cap) is NaN for an inf cap
+                raise ValueError(f"{name} must be a finite positive float, got {value!r}")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
 
