@@ -192,6 +192,27 @@ LM_CONFIGS = {
             layer_types=("sliding_attention", "full_attention"),
         )  # fmt: skip
     ),
+    "Gemma-2-like: (1 + w) rms sandwich, scores capped 0.8, logits capped 2, local then global, head_dim 6": (
+        nt.TransformerConfig(
+            **SMALL,
+            norm_first=True,
+            norm="rms_offset",
+            sandwich_norm=True,
+            positional="rope",
+            activation="gelu_tanh",
+            gated_ffn=True,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+            tie_embeddings=True,
+            head_dim=6,
+            attention_scale=0.5,
+            attn_softcap=0.8,
+            logit_softcap=2.0,
+            sliding_window=2,
+            layer_types=("sliding_attention", "full_attention"),
+        )  # fmt: skip
+    ),
 }
 
 
@@ -270,6 +291,16 @@ def test_llama_options_in_training_mode(family, dtype, device):
         result = C.compare_encoder_models(config, dtype, device, train=True, scenario="padding")
     else:
         result = C.compare_models(config, dtype, device, lm=family == "TransformerLM", train=True, scenario="padding")
+    assert_parity(result, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("lm", [True, False], ids=["TransformerLM", "Transformer"])
+def test_capped_scores_in_training_mode(lm, dtype, device):
+    """Gemma 2's soft cap on every attention's scores (self- and, in a Transformer, cross-attention) with dropout on
+    the probabilities: torch's explicit path (SDPA has no cap) drops the units the NumPy side dropped."""
+    config = nt.TransformerConfig(**SMALL, dropout=0.2, norm_first=True, attn_softcap=0.7, attention_scale=0.9)
+    result = C.compare_models(config, dtype, device, lm=lm, train=True, scenario="padding")
     assert_parity(result, dtype)
 
 
