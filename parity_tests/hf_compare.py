@@ -41,6 +41,7 @@ from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.mixtral import modeling_mixtral
+from transformers.models.phi import modeling_phi
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
@@ -61,7 +62,7 @@ transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing 
 
 FAMILIES = (
     "bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3",
-    "gpt_neox", "qwen3", "gemma3_text", "gemma2", "mixtral", "qwen3_moe",
+    "gpt_neox", "qwen3", "gemma3_text", "gemma2", "phi", "mixtral", "qwen3_moe",
 )  # fmt: skip
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 # mixtures of experts: their routers and load-balancing loss have float32 islands too
@@ -82,6 +83,7 @@ CLASSES = {
     "qwen3": transformers.Qwen3ForCausalLM,
     "gemma3_text": transformers.Gemma3ForCausalLM,
     "gemma2": transformers.Gemma2ForCausalLM,
+    "phi": transformers.PhiForCausalLM,
     "mixtral": transformers.MixtralForCausalLM,
     "qwen3_moe": transformers.Qwen3MoeForCausalLM,
 }
@@ -101,6 +103,7 @@ CONFIGS = {
     "qwen3": transformers.Qwen3Config,
     "gemma3_text": transformers.Gemma3TextConfig,
     "gemma2": transformers.Gemma2Config,
+    "phi": transformers.PhiConfig,
     "mixtral": transformers.MixtralConfig,
     "qwen3_moe": transformers.Qwen3MoeConfig,
 }
@@ -111,6 +114,7 @@ LLAMA_LIKE = {
     "qwen2": (modeling_qwen2, "Qwen2"),
     "phi3": (modeling_phi3, "Phi3"),
     "gpt_neox": (modeling_gpt_neox, "GPTNeoX"),  # LayerNorm, not RMSNorm: its rotary and softmax only
+    "phi": (modeling_phi, "Phi"),  # LayerNorm too
     "qwen3": (modeling_qwen3, "Qwen3"),  # its q_norm and k_norm are Qwen3RMSNorm too
     "mixtral": (modeling_mixtral, "Mixtral"),
     "qwen3_moe": (modeling_qwen3_moe, "Qwen3Moe"),
@@ -240,6 +244,15 @@ GEMMA2_9B = {
     "hidden_size": 28, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 112,
     "query_pre_attn_scalar": 7,
 }  # fmt: skip
+# Phi-2's shape shrunk: heads of 10 features (80 in phi-2: 2560 / 32) of which partial_rotary_factor 0.4 turn 4 (32
+# there), multi-head attention, intermediate 4 x hidden, gelu_new, biases everywhere, untied lm_head with its bias, no
+# pad token; its special ids here bos 1, eos 2 (50256 both in the released file)
+TINY["phi"] = dict(
+    vocab_size=40, hidden_size=40, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+    intermediate_size=160, max_position_embeddings=32, partial_rotary_factor=0.4, rope_theta=10000.0,
+    hidden_act="gelu_new", layer_norm_eps=1e-5, tie_word_embeddings=False, qk_layernorm=False, bos_token_id=1,
+    eos_token_id=2, pad_token_id=None, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+)  # fmt: skip
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -341,10 +354,22 @@ VARIANTS = {
             "tie_word_embeddings": False,
         },
     ),  # fmt: skip
+    "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied": ("phi", {}),
+    "phi GQA 4/2, rotary 0.5 (6 of 12), theta 500, tied head keeps its bias": (
+        "phi",
+        {
+            "hidden_size": 48,
+            "num_key_value_heads": 2,
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 500.0,
+            "tie_word_embeddings": True,
+        },
+    ),  # fmt: skip
 }
 # The newer families' one variant the default run compares (its budget): their other variants are marked slow
 FAST_VARIANTS = {
     "gemma2": "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied",
+    "phi": "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
 }
 
 
@@ -1040,6 +1065,10 @@ NATIVE["gemma3_text"] = dataclasses.replace(
 NATIVE["gemma2"] = dataclasses.replace(
     NATIVE["gemma3_text"], qk_norm=False, attn_softcap=2.0, rope_local_theta=None, tie_embeddings=False,
     layer_types=("sliding_attention", "full_attention"),
+)  # fmt: skip
+NATIVE["phi"] = dataclasses.replace(
+    NATIVE["gpt_neox"], shared_norm=True, activation="gelu_tanh", output_bias=True, bos_id=1, eos_id=2, rotary_dim=4,
+    d_model=40, d_ff=160,
 )  # fmt: skip
 NATIVE["qwen3_moe"] = dataclasses.replace(
     NATIVE["qwen3"], n_decoder_layers=3, n_experts=4, top_k=2, d_expert=24, dense_layers=(1,), router_aux_loss_coef=0.02

@@ -176,8 +176,9 @@ GREEDY_OVERRIDES = {
     "family",
     [
         *("gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "gemma3_text", "mixtral"),
-        # Gemma 2 decodes greedily and by beams as generate() in the default run: test_generate_rules's left-padded case
-        *("qwen3_moe", pytest.param("gemma2", marks=pytest.mark.slow)),
+        # Gemma 2 and Phi-2 decode greedily and by beams as generate() in the default run: test_generate_rules's
+        # left-padded case
+        *("qwen3_moe", pytest.param("gemma2", marks=pytest.mark.slow), pytest.param("phi", marks=pytest.mark.slow)),
     ],
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):

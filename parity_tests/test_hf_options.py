@@ -175,3 +175,58 @@ def test_gemma2_soft_caps_bend_the_tiny_model(tmp_path):
         uncapped = nt.TransformerLM(dataclasses.replace(ours.config, **{cap: None}), dtype=np.float64).eval()
         uncapped.load_state_dict(ours.state_dict())
         assert np.abs(uncapped.forward(ids) - reference).max() > 0.05 * np.abs(reference).max(), cap
+
+
+# phi-2's config.json as released (transformers 4.37's keys: a top-level rope_theta and partial_rotary_factor,
+# resid_pdrop 0.1), its sizes shrunk as hf_compare's tiny phi-2 shape (heads of 10 features, 4 of them turned); the
+# keys transformers' Phi does not compute with are listed, every other key is read by the family's map
+PHI2_RELEASED = {
+    "_name_or_path": "microsoft/phi-2", "architectures": ["PhiForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 2, "hidden_act": "gelu_new", "hidden_size": 40,
+    "initializer_range": 0.02, "intermediate_size": 160, "layer_norm_eps": 1e-05, "max_position_embeddings": 32,
+    "model_type": "phi", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 4,
+    "partial_rotary_factor": 0.4, "qk_layernorm": False, "resid_pdrop": 0.1, "rope_scaling": None,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.37.0",
+    "use_cache": True, "vocab_size": 40,
+}  # fmt: skip
+PHI_NOT_COMPUTED = {
+    "_name_or_path", "architectures", "model_type", "initializer_range", "torch_dtype", "transformers_version",
+    "use_cache",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_phi2_released_config_json_reads_whole(side, tmp_path):
+    """A checkpoint whose config.json is phi-2's as released (shrunk): every key it sets is read by the phi map (or
+    computed by no layer of transformers' class); in evaluation mode the model equals transformers' in float64,
+    outputs and every gradient, and its dropout rates are the file's."""
+    from transformer_spec.families.phi import PHI_CONFIG
+
+    # partial_rotary_factor at the top level: read by the rope_parameters key's reader (transformers moves it there)
+    read = {key.theirs for key in PHI_CONFIG.keys} | set(PHI_CONFIG.dropout) | {"partial_rotary_factor"}
+    assert set(PHI2_RELEASED) - read == PHI_NOT_COMPUTED
+    H.build_tiny("phi", tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(PHI2_RELEASED))
+    theirs = H.CLASSES["phi"].from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ours = H.load_ours(side, tmp_path, np.float64)
+    assert ours.config.rotary_dim == 4 and ours.config.shared_norm and ours.config.residual_dropout == 0.1
+    ids, _ = H.make_inputs("phi")
+    upstream = np.random.default_rng(6).standard_normal((*ids.shape, 40))
+    with H.patch_for("phi", np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, "phi", ids, None, upstream)
+    ours_out, ours_grads = (H.run_numpy if side == "numpy" else H.run_torch)(ours, "phi", ids, None, upstream)
+    assert_exact(H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits"))
+
+
+@pytest.mark.parametrize(
+    ("family", "rates"),
+    [
+        ("phi", {"resid_pdrop": 0.2, "embd_pdrop": 0.1, "attention_dropout": 0.1}),
+        ("gemma2", {"attention_dropout": 0.2}),
+    ],
+)
+def test_phi_and_gemma2_in_training_mode(family, rates):
+    """With the checkpoint's dropout rates, in training mode: transformers' model drops the units our NumPy model
+    dropped (Phi-2: after the embeddings, on each branch's output, on the probabilities; Gemma 2: on the soft-capped
+    probabilities), and outputs and every gradient agree in float64."""
+    assert_exact(H.compare_hf_training(family, np.float64, **rates))

@@ -1300,3 +1300,44 @@ def test_gemma2_lm(attention):
     )
     assert set(result.errors) == set(model.params)
     assert_passes(result, f"gemma2-lm-{attention}", rotated_blocks(cfg))
+
+
+# Phi-2's parallel block of one norm, x + Attn(N(x)) + FFN(N(x)): the norm's backward runs once on both branches' sum
+PARALLEL_BLOCK_CASES = {
+    "phi-layer-norm-gelu_tanh-partial-R2-biases": (dict(activation="gelu_tanh", rotary_dim=2, n_heads=2), 0.0),
+    "dropout-GQA-2of4": (dict(activation="gelu_tanh", n_heads=4, n_kv_heads=2), 0.2),
+}
+
+
+@pytest.mark.parametrize("case", list(PARALLEL_BLOCK_CASES))
+def test_parallel_block(case):
+    overrides, p = PARALLEL_BLOCK_CASES[case]
+    cfg = tiny_config(
+        norm_first=True, parallel_residual=True, shared_norm=True, positional="rope", n_encoder_layers=0, **overrides
+    )
+    rng = np.random.default_rng(34)
+    params = random_params(M.sub(parameter_shapes(cfg, decoder_only=True), "decoder.layers.0"), rng)
+    assert not any(name.startswith("ffn_norm") for name in params)  # one norm: self_attn_norm
+    x = rand(rng, 2, 3, 8)
+    rope = M.rope_for(cfg, 3, np.float64)
+
+    def forward(params, x, dropout=None):
+        return M.parallel_block_forward(params, x, None, cfg, dropout=dropout, rope=rope)
+
+    def backward(dout, cache):
+        dx, dmemory, grads = M.parallel_block_backward(dout, cache)
+        assert dmemory is None
+        return dx, grads
+
+    args = dict(params=params, x=x)
+    if p:
+        args["dropout"] = replayed(p, lambda d: forward(params, x, d))
+    result = check_pair(forward, backward, args, wrt=["x", "params"], max_coords=16)
+    assert {"params.self_attn_norm.weight", "params.self_attn_norm.bias"} <= set(result.errors)
+    assert_passes(result, f"parallel_block-{case}", rotated_blocks(cfg))
+    # the composition: GPT-NeoX's layer with both norms equal to the one norm computes the same
+    two_norms = dataclasses.replace(cfg, shared_norm=False)
+    with_ffn_norm = params | {k.replace("self_attn_norm", "ffn_norm"): v for k, v in params.items() if "_norm" in k}
+    y_block, _ = forward(params, x)
+    y_neox, _ = M.parallel_layer_forward(with_ffn_norm, x, None, two_norms, rope=rope)
+    np.testing.assert_allclose(y_block, y_neox, rtol=0, atol=1e-14)

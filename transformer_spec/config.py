@@ -31,6 +31,7 @@ BOOL_FIELDS = (
     "share_embeddings",
     "embedding_padding_idx",
     "parallel_residual",
+    "shared_norm",
     "qk_norm",
     "sandwich_norm",
     "positions_after_pad",
@@ -192,6 +193,9 @@ class TransformerConfig:
     # GPT-NeoX's parallel residual (pre-norm, decoder): x + Attn(Norm1(x)) + FFN(Norm2(x)), both read the layer's
     # input; False: the sequential x = x + Attn(Norm1(x)); x = x + FFN(Norm2(x))
     parallel_residual: bool = False
+    # Phi-2's parallel block (GPT-J's, Falcon's): with parallel_residual, the feed-forward reads the attention's norm,
+    # x + Attn(Norm(x)) + FFN(Norm(x)): one norm a layer (self_attn_norm), no ffn_norm
+    shared_norm: bool = False
     # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
     # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
     qk_norm: bool = False
@@ -444,6 +448,11 @@ class TransformerConfig:
         if self.sandwich_norm and not self.norm_first:
             raise ValueError(
                 "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
+            )
+        if self.shared_norm and not self.parallel_residual:
+            raise ValueError(
+                "shared_norm=True is the parallel block's one norm (Phi-2's): it needs parallel_residual=True, got "
+                "False"
             )
         if self.sandwich_norm and self.parallel_residual:
             raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
