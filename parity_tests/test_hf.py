@@ -364,6 +364,8 @@ FAMILY_RATES = [
     ("phi3", dict(resid_pdrop=0.1, attention_dropout=0.2), (0.0, 0.2, 0.0, 0.1)),  # embd_pdrop: no layer reads it
     ("gpt_neox", dict(hidden_dropout=0.1, attention_dropout=0.2), (0.1, 0.2, 0.0, 0.1)),  # the parallel layer
     ("mixtral", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # the experts have no dropout site
+    ("gemma2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # dropout on the soft-capped probabilities
+    ("phi", dict(embd_pdrop=0.1, attention_dropout=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),  # both branches
 ]
 
 

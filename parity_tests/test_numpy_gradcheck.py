@@ -1286,7 +1286,8 @@ def test_attention_with_capped_scores(kernel):
     assert np.abs(plain - uncapped).max() > 0.05  # the cap bends these scores
 
 
-@pytest.mark.parametrize("attention", ["plain", pytest.param("flash", marks=pytest.mark.slow)])  # 3 s: the pair above
+@pytest.mark.slow  # 2-3 s each: the default run checks the cap's pair and both kernels with it (above)
+@pytest.mark.parametrize("attention", ["plain", "flash"])
 def test_gemma2_lm(attention):
     """A whole Gemma 2-like LM: Gemma's (1 + w) sandwich without q/k norms, every attention score capped (0.8), the
     final logits capped (2), a local layer (window 2) then a global one; every parameter checked."""
