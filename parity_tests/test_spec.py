@@ -189,7 +189,8 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("phi", dict(qk_layernorm=True), r"qk_layernorm=True is not supported \(supported: False\)"),
         ("phi", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
          r"rope_parameters.rope_type='linear' is not supported \(supported: 'default'\)"),
-        ("phi", dict(partial_rotary_factor=0.3, rope_parameters=None), r"partial_rotary_factor=0.3 is not supported"),
+        ("phi", dict(partial_rotary_factor=0.4, rope_parameters=None), r"partial_rotary_factor=0.4 is not supported "
+         r"\(supported: a fraction turning an even number >= 2 of the 8 features\)"),
         ("gemma3_text", dict(rope_parameters={"sliding_attention": {"rope_type": "ntk", "factor": 8.0}}),
          r"rope_parameters.sliding_attention.rope_type='ntk' is not supported \(supported: 'linear' or "),
     ]  # fmt: skip
