@@ -25,6 +25,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 
@@ -124,6 +125,30 @@ def test_gemma3_patch_swaps_exactly_its_float32_islands_and_restores_them():
         assert changed == ["forward"] * 3
         assert [k for k, v in vars(m).items() if before[1].get(k) is not v] == ["eager_attention_forward"]
         assert m.Gemma3RMSNorm.forward is H.gemma3_rms_norm_forward_float64
+    assert ([dict(vars(c)) for c in classes], dict(vars(m))) == before
+
+
+def test_unpatched_float64_gemma2_is_float32_accurate():
+    """transformers' own float64 Gemma 2 (its norms, cos/sin, the sqrt(hidden_size) buffer and the capped softmax in
+    float32) agrees with ours to the float32 bar, and not to the float64 one: why its float64 comparison is patched."""
+    result = H.compare_hf("gemma2", np.float64, side="numpy", llama_float64=False)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+def test_gemma2_patch_swaps_exactly_its_float32_islands_and_restores_them():
+    """Gemma2RMSNorm's, Gemma2RotaryEmbedding's and the scaled embedding's forward, and the eager attention (its
+    capped softmax): nothing else."""
+    m = modeling_gemma2
+    classes = (m.Gemma2RMSNorm, m.Gemma2RotaryEmbedding, m.Gemma2TextScaledWordEmbedding)
+    before = [dict(vars(c)) for c in classes], dict(vars(m))
+    with H.gemma2_in_float64():
+        changed = [
+            k for c, saved in zip(classes, before[0], strict=True) for k, v in vars(c).items() if saved.get(k) is not v
+        ]
+        assert changed == ["forward"] * 3
+        assert [k for k, v in vars(m).items() if before[1].get(k) is not v] == ["eager_attention_forward"]
+        assert m.eager_attention_forward is H.eager_attention_forward_softcap_float64
     assert ([dict(vars(c)) for c in classes], dict(vars(m))) == before
 
 
