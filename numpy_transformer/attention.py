@@ -37,7 +37,15 @@ from .layers import (
     softmax_backward,
     softmax_forward,
 )
-from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
+from .scores import (
+    PLAIN,
+    ScoreCapCache,
+    ScoreMod,
+    attention_scores,
+    position_bias_backward,
+    positions,
+    score_cap_backward,
+)
 from .validation import check_float_array, check_ndim, check_score_mask
 
 if TYPE_CHECKING:  # an annotation only: the grader's child runs these pairs with nothing but NumPy beside them
@@ -58,6 +66,7 @@ class ScaledDotProductAttentionCache:
     dropped: np.ndarray  # drop(P)
     softmax: SoftmaxCache
     dropout: DropoutCache
+    cap: ScoreCapCache | None = None  # the soft-capped scores (mod.softcap, Gemma 2), or None
 
 
 def scaled_dot_product_attention_forward(
@@ -89,13 +98,14 @@ def scaled_dot_product_attention_forward(
     q_pos = positions(q.shape[2]) if q_pos is None else q_pos
     k_pos = positions(k.shape[2]) if k_pos is None else k_pos
     scores, allowed = attention_scores(q, k, mod, q_pos, k_pos, mask, bias_table)  # (B, H, T_q, T_k)
+    cap = None if mod.softcap is None else ScoreCapCache(scores, float(mod.softcap))  # softmax leaves S' as it is
     probs, softmax_cache = softmax_forward(scores, allowed)
     dropped, drop_cache = dropout_forward(probs, dropout_p, keep_mask)
     out = dropped @ v  # (B, H, T_q, Dh)
     table_shape = None if bias_table is None else bias_table.shape
     scale = mod.scale_for(q.shape[-1])
     return out, ScaledDotProductAttentionCache(
-        q, k, v, scale, mod, q_pos, k_pos, table_shape, probs, dropped, softmax_cache, drop_cache
+        q, k, v, scale, mod, q_pos, k_pos, table_shape, probs, dropped, softmax_cache, drop_cache, cap
     )
 
 
@@ -112,6 +122,9 @@ def scaled_dot_product_attention_backward(
         dS &= P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big), \\
         dQ &= c\, dS\, K, \qquad dK = c\, dS^\top Q
 
+    With a soft cap (mod.softcap, :math:`S' = \mathrm{cap} \tanh(S / \mathrm{cap})` read by the softmax), the
+    softmax's gradient is :math:`dS'`, and :math:`dS = dS' \odot (1 - (S' / \mathrm{cap})^2)`
+    (scores.score_cap_backward) before the lines below it.
     dQ (B, H, T_q, Dh), dK and dV (B, H, T_k, Dh). ALiBi's bias is a constant; when the forward took T5's
     bias table W (n_buckets, H), its gradient :math:`dW_{b, h}` is the sum of :math:`dS_{h, ij}` (before the
     scale: the bias is added after it) over the batch and the pairs (i, j) in bucket b
@@ -123,6 +136,8 @@ def scaled_dot_product_attention_backward(
     dprobs = np.einsum("bhqd,bhkd->bhqk", dout, v, optimize=True)  # dO V^T (B, H, T_q, T_k): as the scores' Q K^T
     dprobs = dropout_backward(dprobs, cache.dropout)
     dscores = softmax_backward(dprobs, cache.softmax)
+    if cache.cap is not None:  # back through S' = cap tanh(S / cap)
+        dscores = score_cap_backward(dscores, cache.cap)
     dtable = None
     if cache.table_shape is not None:  # the bias was added after the scale: it gets dS itself
         dtable = position_bias_backward(dscores, cache.mod, cache.q_pos, cache.k_pos, cache.table_shape)

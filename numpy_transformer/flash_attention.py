@@ -37,7 +37,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .scores import PLAIN, ScoreMod, attention_scores, position_bias_backward, positions
+from .scores import (
+    PLAIN,
+    ScoreCapCache,
+    ScoreMod,
+    attention_scores,
+    position_bias_backward,
+    positions,
+    score_cap_backward,
+)
 from .validation import check_float_array, check_ndim, check_score_mask
 
 
@@ -176,7 +184,9 @@ def flash_attention_backward(
         &dQ_i \mathrel{+}= c\, dS_{ij} K_j, \qquad dK_j \mathrel{+}= c\, dS_{ij}^\top Q_i
 
     The outer loop runs over key blocks, so that :math:`dK_j` and :math:`dV_j` are finished when it moves on;
-    :math:`dQ_i` collects a term from every key block.
+    :math:`dQ_i` collects a term from every key block. With a soft cap (mod.softcap, Gemma 2) the recomputed
+    :math:`S_{ij}` are the capped scores :math:`S'_{ij}`, and each block's :math:`dS_{ij}` goes back through the cap,
+    :math:`\odot (1 - (S'_{ij} / \mathrm{cap})^2)` (scores.score_cap_backward), before the bias table and the scale.
     """
     _check_flash_backward(dout, cache)
     q, k, v, out, lse = cache.q, cache.k, cache.v, cache.out, cache.lse
@@ -202,6 +212,8 @@ def flash_attention_backward(
             # S_ij = s Q_i K_j^T (+ bias), recomputed exactly as the forward computed it
             mask_ij = _block_mask(mask, i0, i1, j0, j1)
             s_ij = _block_scores(q_i, k_j, mod, q_pos[i0:i1], k_pos[j0:j1], mask_ij, table)
+            # a soft cap (Gemma 2): S_ij is the capped S'_ij, kept for its backward (1 - (S'/cap)^2)
+            cap = None if mod.softcap is None else ScoreCapCache(s_ij.copy(), float(mod.softcap))
             # P_ij = exp(S_ij - L_i)
             p_ij = s_ij
             p_ij -= lse[:, :, i0:i1, None]
@@ -214,6 +226,8 @@ def flash_attention_backward(
             dp_ij -= D[:, :, i0:i1]
             ds_ij = p_ij
             ds_ij *= dp_ij
+            if cap is not None:  # dS_ij = dS'_ij (1 - (S'_ij / cap)^2)
+                ds_ij = score_cap_backward(ds_ij, cap)
             if dtable is not None:  # dW += dS_ij summed by bucket (the bias is added after the scale)
                 dtable += position_bias_backward(ds_ij, mod, q_pos[i0:i1], k_pos[j0:j1], dtable.shape)
             ds_ij *= scale

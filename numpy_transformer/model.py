@@ -313,7 +313,8 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
     """The scores' rules of layer `layer`'s self-attention, from the config: a decoder's is causal; a sliding layer's
     window (config.layer_window) is causal in a decoder (keys i - window < j <= i) and, in an encoder of
     layer_types, a band |i - j| <= window // 2 (ModernBERT's local layers); ALiBi (positional "alibi") biases every
-    self-attention; T5's buckets are bidirectional in an encoder. Cross-attention gets none of these."""
+    self-attention; T5's buckets are bidirectional in an encoder; Gemma 2's soft cap (attn_softcap) squashes every
+    score. Cross-attention gets none of these but the cap."""
     relative = None
     if config.has_relative_bias:  # T5, MPNet: bidirectional buckets in the encoder, causal ones in the decoder
         relative = (config.relative_buckets, config.relative_max_distance, not causal)
@@ -326,12 +327,14 @@ def score_mod(config: TransformerConfig, causal: bool, layer: int = 0) -> ScoreM
         band=band,
         alibi_slopes=alibi_slopes(config.n_heads) if config.positional == "alibi" else None,
         relative=relative,
+        softcap=config.attn_softcap,
     )
 
 
 def cross_score_mod(config: TransformerConfig) -> ScoreMod:
-    """Cross-attention's score rules: the config's scale and nothing else (no causality, window or bias)."""
-    return ScoreMod(scale=config.attention_scale)
+    """Cross-attention's score rules: the config's scale and soft cap, nothing else (no causality, window or
+    bias)."""
+    return ScoreMod(scale=config.attention_scale, softcap=config.attn_softcap)
 
 
 def attention_forward(
@@ -823,12 +826,79 @@ def parallel_layer_backward(
     return dx, None, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
 
 
+# Phi-2's parallel block (config.shared_norm, with parallel_residual; GPT-J's and Falcon's layout): one norm, whose
+# output both attention and the feed-forward read.
+
+
+def parallel_block_forward(
+    params: dict,
+    x: np.ndarray,
+    memory: np.ndarray | None,
+    config: TransformerConfig,
+    *,
+    self_mask: np.ndarray | None = None,
+    memory_mask: np.ndarray | None = None,
+    dropout: Dropout | None = None,
+    site: str = "decoder.layers.0",
+    activations: dict[str, ActivationPair] = ACTIVATIONS,
+    rope: tuple[np.ndarray, np.ndarray] | None = None,
+    q_pos: np.ndarray | None = None,
+    caches: tuple[KVCache, MemoryCache | None] | None = None,
+    bias_table: np.ndarray | None = None,
+    key_padding: np.ndarray | None = None,
+    layer: int = 0,
+) -> tuple[np.ndarray, LayerCache]:
+    """x (B, T, D) -> x + drop(SelfAttention(h)) + drop(FeedForward(h)) (B, T, D), h = Norm(x) the layer's one norm
+    (self_attn_norm). The arguments are decoder_layer_forward's; there is no cross-attention (memory must be None).
+    The cache's ffn_in is empty: the feed-forward's input is the attention's."""
+    if memory is not None:
+        raise ValueError("parallel_residual is a decoder-only layer: it has no cross-attention (memory must be None)")
+    self_cache = None if caches is None else caches[0]
+    h, attn_in = sublayer_in(params, x, config, "self_attn")  # Norm(x), read by both branches
+    y_attn, attn = attention_forward(
+        sub(params, "self_attn"), h, h, config, mod=score_mod(config, causal=True, layer=layer), cross=False,
+        mask=self_mask, dropout=dropout, site=f"{site}.self_attn", rope=rope, q_pos=q_pos, kv_cache=self_cache,
+        bias_table=bias_table, key_padding=key_padding,
+    )  # fmt: skip
+    y_ffn, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
+    x_attn, attn_out = sublayer_out(params, x, y_attn, config, "self_attn", dropout, site)
+    out, ffn_out = sublayer_out(params, x_attn, y_ffn, config, "ffn", dropout, site)
+    return out, LayerCache(attn_in, attn, attn_out, ResidualInCache(None), ffn, ffn_out)
+
+
+def parallel_block_backward(
+    dout: np.ndarray, cache: LayerCache, drouter_logits: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None, dict]:
+    r"""The norm's output h feeds attention (as its query, key and value) and the feed-forward block, so its gradient
+    is the sum of theirs, and the norm's backward runs once on that sum; the residual path adds dy:
+
+    .. math::
+
+        y = x + \mathrm{Attn}(h) + \mathrm{FFN}(h), \quad h = N(x), \qquad
+        dh = J_{\mathrm{Attn}}^\top dy + J_{\mathrm{FFN}}^\top dy, \qquad dx = dy + J_N^\top dh
+
+    drouter_logits: as decoder_layer_backward's. Returns dx (B, T, D), None (no memory) and the layer's grads dict."""
+    c = cache
+    dx, dy, ffn_out = sublayer_out_backward(dout, c.ffn_out)  # dx = dout: the stream after attention
+    dh_ffn, ffn_grads = ffn_backward(dy, c.ffn, drouter_logits)
+    dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
+    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
+    dh = dquery + dkey + dvalue + dh_ffn  # h was the query, the key, the value and the feed-forward's input
+    dx_norm, attn_in = residual_in_backward(dh, c.self_attn_in)
+    dx = dx + dx_norm  # residual path + path through the norm (both branches)
+    grads = ffn_out | norm_grads("self_attn", attn_in) | attn_out
+    return dx, None, grads | prefixed(ffn_grads, "ffn") | prefixed(attn_grads, "self_attn")
+
+
 LayerForward = Callable[..., tuple[np.ndarray, LayerCache]]
 LayerBackward = Callable[[np.ndarray, LayerCache, "np.ndarray | None"], tuple[np.ndarray, "np.ndarray | None", dict]]
 
 
 def decoder_layer(config: TransformerConfig) -> tuple[LayerForward, LayerBackward]:
-    """The (forward, backward) pair of the config's decoder layer: GPT-NeoX's parallel one, or the sequential one."""
+    """The (forward, backward) pair of the config's decoder layer: Phi-2's parallel block of one norm, GPT-NeoX's
+    parallel layer of two, or the sequential one."""
+    if config.parallel_residual and config.shared_norm:
+        return parallel_block_forward, parallel_block_backward
     if config.parallel_residual:
         return parallel_layer_forward, parallel_layer_backward
     return decoder_layer_forward, decoder_layer_backward

@@ -29,13 +29,18 @@ its cache holds. A variant of attention is a field of `ScoreMod`, not a change t
 
       dW_{b, h} = \sum_{\text{batch}} \; \sum_{(i, j):\ \mathrm{bucket}(j - i) = b} dS_{h, ij}
 
+- `softcap` (Gemma 2's attn_logit_softcapping): the score, bias included, is squashed into (-cap, cap),
+  :math:`s \leftarrow \mathrm{cap} \tanh(s / \mathrm{cap})`, before the mask and the softmax read it
+  (score_cap_forward / score_cap_backward).
+
 i and j are positions, not indices: `q_pos` (T_q,) and `k_pos` (T_k,) say where each query and key sits in the
 sequence (0 .. T - 1 in training; the new positions and the cached ones in decoding), so the same function
 serves a block of the tiled pair and a step of decoding.
 
 The backward: ALiBi's bias is a constant (it has no parameter; T5's table gets dW above) and hidden entries (causal,
 the window, the band, padding) get zero probability, so dS reaches q and k through the scale only:
-:math:`dQ = c\, dS\, K`, :math:`dK = c\, dS^\top Q`. Those lines live in the pairs that call `attention_scores`.
+:math:`dQ = c\, dS\, K`, :math:`dK = c\, dS^\top Q`; with a soft cap, dS first goes back through the cap
+(score_cap_backward: times :math:`1 - \tanh^2`). Those lines live in the pairs that call `attention_scores`.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class ScoreMod:
     band: int | None = None  # query i sees keys |i - j| <= band
     alibi_slopes: tuple | None = None  # (H,) slopes m_h: bias -m_h |i - j|
     relative: tuple | None = None  # (n_buckets, max_distance, bidirectional): T5's bias W[bucket(j - i), h]
+    softcap: float | None = None  # s -> softcap * tanh(s / softcap), after the scale and the bias (Gemma 2)
 
     def scale_for(self, head_dim: int) -> float:
         r"""The factor :math:`c` on :math:`q \cdot k`: `scale`, or :math:`1 / \sqrt{d_h}`. A Python float, so
@@ -173,7 +179,8 @@ def attention_scores(
     mask: np.ndarray | None = None,
     table: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    r""":math:`S = c\, Q K^\top + \mathrm{bias}`, and where S may be read.
+    r""":math:`S = c\, Q K^\top + \mathrm{bias}` (then :math:`\mathrm{cap} \tanh(S / \mathrm{cap})` with
+    mod.softcap), and where S may be read.
 
     q (B, H, T_q, Dh), k (B, H, T_k, Dh); q_pos (T_q,) and k_pos (T_k,) their positions; mask (the caller's:
     padding, ...) broadcastable to (B, H, T_q, T_k), True = may attend, or None. table: T5's (n_buckets, H) bias
@@ -188,10 +195,50 @@ def attention_scores(
     bias = position_bias(mod, q_pos, k_pos, scores.dtype, table)
     if bias is not None:
         scores += bias  # (H, T_q, T_k) broadcast over the batch
+    if mod.softcap is not None:
+        scores, _ = score_cap_forward(scores, mod.softcap)  # in place, (B, H, T_q, T_k)
     allowed = position_mask(mod, q_pos, k_pos)
     if mask is not None:
         allowed = mask if allowed is None else mask & allowed
     return scores, allowed
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreCapCache:
+    capped: np.ndarray  # the capped scores S' (B, H, T_q, T_k); -inf where a tiled pass hid an entry
+    cap: float
+
+
+def score_cap_forward(scores: np.ndarray, cap: float) -> tuple[np.ndarray, ScoreCapCache]:
+    r"""Gemma 2's soft cap of the attention scores, elementwise and in place (scores (B, H, T_q, T_k) are
+    attention's largest array; the capped ones replace them):
+
+    .. math::
+
+        S' = \mathrm{cap} \tanh(S / \mathrm{cap})
+
+    about S where :math:`|S| \ll \mathrm{cap}`, never past :math:`\pm \mathrm{cap}`. The cache holds S' itself:
+    :math:`\tanh(S / \mathrm{cap}) = S' / \mathrm{cap}` is all the backward needs."""
+    scores /= cap
+    np.tanh(scores, out=scores)
+    scores *= cap
+    return scores, ScoreCapCache(scores, float(cap))
+
+
+def score_cap_backward(dcapped: np.ndarray, cache: ScoreCapCache) -> np.ndarray:
+    r"""The derivative of :math:`\mathrm{cap} \tanh(S / \mathrm{cap})` is :math:`1 - \tanh^2(S / \mathrm{cap})`, and
+    :math:`\tanh(S / \mathrm{cap}) = S' / \mathrm{cap}`, so from the capped scores alone:
+
+    .. math::
+
+        dS = dS' \odot \big(1 - (S' / \mathrm{cap})^2\big)
+
+    dcapped and the cache's S' (B, H, T_q, T_k) -> dS. An entry the tiled pair hid (S' = -inf, probability 0, so
+    dS' = 0 there) passes 0, not 0 * inf."""
+    t = cache.capped / cache.cap  # tanh(S / cap)
+    if not np.isfinite(t).all():
+        t = np.where(np.isinf(t), 0.0, t).astype(t.dtype, copy=False)
+    return dcapped * (1.0 - t * t)
 
 
 def positions(length: int, start: int = 0) -> np.ndarray:

@@ -35,11 +35,13 @@ import transformers
 import transformers.utils.logging
 from transformers import modeling_rope_utils
 from transformers.models.bloom import modeling_bloom
+from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.mixtral import modeling_mixtral
+from transformers.models.phi import modeling_phi
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
@@ -60,7 +62,7 @@ transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing 
 
 FAMILIES = (
     "bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3",
-    "gpt_neox", "qwen3", "gemma3_text", "mixtral", "qwen3_moe",
+    "gpt_neox", "qwen3", "gemma3_text", "gemma2", "phi", "mixtral", "qwen3_moe",
 )  # fmt: skip
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 # mixtures of experts: their routers and load-balancing loss have float32 islands too
@@ -80,6 +82,8 @@ CLASSES = {
     "gpt_neox": transformers.GPTNeoXForCausalLM,
     "qwen3": transformers.Qwen3ForCausalLM,
     "gemma3_text": transformers.Gemma3ForCausalLM,
+    "gemma2": transformers.Gemma2ForCausalLM,
+    "phi": transformers.PhiForCausalLM,
     "mixtral": transformers.MixtralForCausalLM,
     "qwen3_moe": transformers.Qwen3MoeForCausalLM,
 }
@@ -98,6 +102,8 @@ CONFIGS = {
     "gpt_neox": transformers.GPTNeoXConfig,
     "qwen3": transformers.Qwen3Config,
     "gemma3_text": transformers.Gemma3TextConfig,
+    "gemma2": transformers.Gemma2Config,
+    "phi": transformers.PhiConfig,
     "mixtral": transformers.MixtralConfig,
     "qwen3_moe": transformers.Qwen3MoeConfig,
 }
@@ -108,6 +114,7 @@ LLAMA_LIKE = {
     "qwen2": (modeling_qwen2, "Qwen2"),
     "phi3": (modeling_phi3, "Phi3"),
     "gpt_neox": (modeling_gpt_neox, "GPTNeoX"),  # LayerNorm, not RMSNorm: its rotary and softmax only
+    "phi": (modeling_phi, "Phi"),  # LayerNorm too
     "qwen3": (modeling_qwen3, "Qwen3"),  # its q_norm and k_norm are Qwen3RMSNorm too
     "mixtral": (modeling_mixtral, "Mixtral"),
     "qwen3_moe": (modeling_qwen3_moe, "Qwen3Moe"),
@@ -219,6 +226,33 @@ TINY["gemma3_text"] = dict(
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
     },
 )  # fmt: skip
+# Gemma 2, gemma-2-2b's shape shrunk: 8 heads and 4 K/V heads, head_dim 8 where hidden_size / heads is 9 (the
+# released 256 where 2304 / 8 = 288), query_pre_attn_scalar equal to head_dim (256 there), intermediate 4 x hidden,
+# gelu_pytorch_tanh, tied; a local layer then a global one (Gemma2Config's default pattern) with a window of 3
+# (4096 there: here shorter than the inputs, so it hides keys). Every score capped at 2 and the final logits at 3
+# (50 and 30 in the released files, where the tiny model's values would not reach the bend of tanh; the released
+# caps are a variant). Gemma's special ids: pad 0, eos 1, bos 2.
+TINY["gemma2"] = dict(
+    vocab_size=40, hidden_size=72, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4, head_dim=8,
+    intermediate_size=288, max_position_embeddings=32, query_pre_attn_scalar=8, attn_logit_softcapping=2.0,
+    final_logit_softcapping=3.0, sliding_window=3, hidden_activation="gelu_pytorch_tanh", rope_theta=10000.0,
+    rms_norm_eps=1e-6, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+)  # fmt: skip
+# gemma-2-9b's ratios: 16 heads to 8 K/V heads (here 4 to 2), head_dim 256 where hidden_size / heads is 224 (here 8
+# and 7), query_pre_attn_scalar 224 / 256 of head_dim (here 7: a scale that is not head_dim^-1/2)
+GEMMA2_9B = {
+    "hidden_size": 28, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 112,
+    "query_pre_attn_scalar": 7,
+}  # fmt: skip
+# Phi-2's shape shrunk: heads of 10 features (80 in phi-2: 2560 / 32) of which partial_rotary_factor 0.4 turn 4 (32
+# there), multi-head attention, intermediate 4 x hidden, gelu_new, biases everywhere, untied lm_head with its bias, no
+# pad token; its special ids here bos 1, eos 2 (50256 both in the released file)
+TINY["phi"] = dict(
+    vocab_size=40, hidden_size=40, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+    intermediate_size=160, max_position_embeddings=32, partial_rotary_factor=0.4, rope_theta=10000.0,
+    hidden_act="gelu_new", layer_norm_eps=1e-5, tie_word_embeddings=False, qk_layernorm=False, bos_token_id=1,
+    eos_token_id=2, pad_token_id=None, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
+)  # fmt: skip
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -309,7 +343,43 @@ VARIANTS = {
             "query_pre_attn_scalar": 12,
         },
     ),
+    "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied": ("gemma2", {}),
+    "gemma2 9b shape: GQA 4/2, head_dim 8 (not 28 / 4), scalar 7, released caps 50 and 30, 3 layers, untied": (
+        "gemma2",
+        GEMMA2_9B
+        | {
+            "attn_logit_softcapping": 50.0,
+            "final_logit_softcapping": 30.0,
+            "num_hidden_layers": 3,
+            "tie_word_embeddings": False,
+        },
+    ),  # fmt: skip
+    "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied": ("phi", {}),
+    "phi GQA 4/2, rotary 0.5 (6 of 12), theta 500, tied head keeps its bias": (
+        "phi",
+        {
+            "hidden_size": 48,
+            "num_key_value_heads": 2,
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 500.0,
+            "tie_word_embeddings": True,
+        },
+    ),  # fmt: skip
 }
+# The newer families' one variant the default run compares (its budget): their other variants are marked slow
+FAST_VARIANTS = {
+    "gemma2": "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied",
+    "phi": "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
+}
+
+
+def slow_unless_fast(family: str, name: str) -> tuple:
+    """pytest marks of a variant's case: slow for a family of FAST_VARIANTS, unless `name` is its fast variant."""
+    import pytest
+
+    if family not in FAST_VARIANTS or name == FAST_VARIANTS[family]:
+        return ()
+    return (pytest.mark.slow,)
 
 
 def loading_options(family: str) -> dict:
@@ -656,6 +726,42 @@ def gemma3_in_float64():
         m.eager_attention_forward = saved[1]
 
 
+def eager_attention_forward_softcap_float64(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs
+):
+    """modeling_gemma2.eager_attention_forward with its softmax in the input's dtype (the original computes it in
+    float32): softmax(cap tanh(Q K^T * scaling / cap) + mask) V, with dropout on the probabilities."""
+    key_states = modeling_llama.repeat_kv(key, module.num_key_value_groups)
+    value_states = modeling_llama.repeat_kv(value, module.num_key_value_groups)
+    attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+    if softcap is not None:
+        attn_weights = torch.tanh(attn_weights / softcap) * softcap
+    if attention_mask is not None:
+        attn_weights = attn_weights + attention_mask
+    attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
+    attn_weights = torch.nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+    return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous(), attn_weights
+
+
+@contextlib.contextmanager
+def gemma2_in_float64():
+    """Within the block, transformers' Gemma 2 computes its norms, rotary tables, embedding scale and (eager,
+    soft-capped) softmax in float64: Gemma 3's islands, in Gemma 2's modeling file."""
+    m = modeling_gemma2
+    classes = (m.Gemma2RMSNorm, m.Gemma2RotaryEmbedding, m.Gemma2TextScaledWordEmbedding)
+    saved = [c.forward for c in classes], m.eager_attention_forward
+    patched = (gemma3_rms_norm_forward_float64, rotary_forward_float64, gemma3_embedding_forward_float64)
+    for c, forward in zip(classes, patched, strict=True):
+        c.forward = forward
+    m.eager_attention_forward = eager_attention_forward_softcap_float64
+    try:
+        yield
+    finally:
+        for c, forward in zip(classes, saved[0], strict=True):
+            c.forward = forward
+        m.eager_attention_forward = saved[1]
+
+
 def patch_for(family: str, dtype, llama_float64: bool = True):
     """The float64 patch where it applies (a float64 Llama-like model, or BLOOM), else nothing."""
     if np.dtype(dtype) != np.float64:
@@ -668,6 +774,8 @@ def patch_for(family: str, dtype, llama_float64: bool = True):
         return bloom_in_float64()
     if family == "gemma3_text" and llama_float64:
         return gemma3_in_float64()
+    if family == "gemma2" and llama_float64:
+        return gemma2_in_float64()
     return contextlib.nullcontext()
 
 
@@ -965,6 +1073,14 @@ NATIVE["gemma3_text"] = dataclasses.replace(
     sandwich_norm=True, logit_softcap=3.0, attention_scale=12**-0.5, tie_embeddings=True, pad_id=0, eos_id=1, bos_id=2,
     embedding_padding_idx=True, head_dim=12, layer_types=("sliding_attention", "full_attention"), sliding_window=3,
     rope_local_theta=10000.0,
+)  # fmt: skip
+NATIVE["gemma2"] = dataclasses.replace(
+    NATIVE["gemma3_text"], qk_norm=False, attn_softcap=2.0, rope_local_theta=None, tie_embeddings=False,
+    layer_types=("sliding_attention", "full_attention"),
+)  # fmt: skip
+NATIVE["phi"] = dataclasses.replace(
+    NATIVE["gpt_neox"], shared_norm=True, activation="gelu_tanh", output_bias=True, bos_id=1, eos_id=2, rotary_dim=4,
+    d_model=40, d_ff=160,
 )  # fmt: skip
 NATIVE["qwen3_moe"] = dataclasses.replace(
     NATIVE["qwen3"], n_decoder_layers=3, n_experts=4, top_k=2, d_expert=24, dense_layers=(1,), router_aux_loss_coef=0.02

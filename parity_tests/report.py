@@ -127,10 +127,10 @@ def compare_family(config, family: str, dtype, device: str, seed: int, train: bo
 
 def hf_rows(dtype, seed: int):
     """(component name, Result) of the NumPy models against transformers' classes, on the CPU: the float64
-    Llama, Mistral, Qwen2, Qwen3, Phi-3, GPT-NeoX and Mixtral with exactly their float32 RMSNorm, rotary and softmax
-    pieces in float64 (Gemma 3 with its norms, rotary tables and embedding scale; Mixtral and Qwen3-MoE with their
-    router softmax), BLOOM with its softmax in float64, T5 with its norm's mean square in float64, the float64 Marian
-    with float64 sinusoids (parity_tests/hf_compare.py says why)."""
+    Llama, Mistral, Qwen2, Qwen3, Phi-2, Phi-3, GPT-NeoX and Mixtral with exactly their float32 RMSNorm, rotary and
+    softmax pieces in float64 (Gemma 3 and Gemma 2 with their norms, rotary tables and embedding scale; Mixtral and
+    Qwen3-MoE with their router softmax), BLOOM with its softmax in float64, T5 with its norm's mean square in float64,
+    the float64 Marian with float64 sinusoids (parity_tests/hf_compare.py says why)."""
     import tempfile
 
     from parity_tests import hf_compare as H
@@ -142,6 +142,8 @@ def hf_rows(dtype, seed: int):
         "bloom ALiBi 4 heads tied",
         "qwen3 q/k norm GQA 4/2 untied", "phi3 fused qkv GQA 4/2 untied", "gpt_neox parallel residual, rotary_pct 0.5",
         "gemma3_text local then global window=3 GQA 4/2 tied scalar=12 softcap=3",
+        "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied",
+        "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
         "mixtral 4 experts top-2 window=3 GQA 4/2", "qwen3_moe top-2 of 4 renormalised, dense layer 1",
     )  # fmt: skip
     for name in names:

@@ -194,6 +194,39 @@ LM_CONFIGS = {
             layer_types=("sliding_attention", "full_attention"),
         )  # fmt: skip
     ),
+    "Phi-2-like: parallel block of one norm, partial rotary 2 of 4, gelu_tanh, biases, pad_id None": (
+        nt.TransformerConfig(
+            **SMALL,
+            norm_first=True,
+            parallel_residual=True,
+            shared_norm=True,
+            positional="rope",
+            rotary_dim=2,
+            activation="gelu_tanh",
+            pad_id=None,
+        )  # fmt: skip
+    ),
+    "Gemma-2-like: (1 + w) rms sandwich, scores capped 0.8, logits capped 2, local then global, head_dim 6": (
+        nt.TransformerConfig(
+            **SMALL,
+            norm_first=True,
+            norm="rms_offset",
+            sandwich_norm=True,
+            positional="rope",
+            activation="gelu_tanh",
+            gated_ffn=True,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+            tie_embeddings=True,
+            head_dim=6,
+            attention_scale=0.5,
+            attn_softcap=0.8,
+            logit_softcap=2.0,
+            sliding_window=2,
+            layer_types=("sliding_attention", "full_attention"),
+        )  # fmt: skip
+    ),
 }
 
 
@@ -276,12 +309,24 @@ def test_llama_options_in_training_mode(family, dtype, device):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_parallel_residual_in_training_mode(dtype, device):
-    """GPT-NeoX's parallel layer with dropout on every site (attention probabilities, both sublayers' outputs, the
-    embeddings, the feed-forward's hidden units): the same units dropped on both sides."""
+@pytest.mark.parametrize("lm", [True, False], ids=["TransformerLM", "Transformer"])
+def test_capped_scores_in_training_mode(lm, dtype, device):
+    """Gemma 2's soft cap on every attention's scores (self- and, in a Transformer, cross-attention) with dropout on
+    the probabilities: torch's explicit path (SDPA has no cap) drops the units the NumPy side dropped."""
+    config = nt.TransformerConfig(**SMALL, dropout=0.2, norm_first=True, attn_softcap=0.7, attention_scale=0.9)
+    result = C.compare_models(config, dtype, device, lm=lm, train=True, scenario="padding")
+    assert_parity(result, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shared_norm", [False, True], ids=["GPT-NeoX", "Phi-2"])
+def test_parallel_residual_in_training_mode(shared_norm, dtype, device):
+    """GPT-NeoX's parallel layer (and Phi-2's block of one norm) with dropout on every site (attention probabilities,
+    both sublayers' outputs, the embeddings, the feed-forward's hidden units): the same units dropped on both sides."""
     config = nt.TransformerConfig(
-        **SMALL, dropout=0.2, norm_first=True, parallel_residual=True, positional="rope", rotary_dim=2
-    )
+        **SMALL, dropout=0.2, norm_first=True, parallel_residual=True, positional="rope", rotary_dim=2,
+        shared_norm=shared_norm,
+    )  # fmt: skip
     result = C.compare_models(config, dtype, device, lm=True, train=True, scenario="padding")
     assert_parity(result, dtype)
 
@@ -293,6 +338,7 @@ def test_parallel_residual_in_training_mode(dtype, device):
         (dict(positional="rope", rotary_dim=3), "must be even"),
         (dict(positional="rope", rotary_dim=6), "at most the head size 4"),
         (dict(positional="rope", rotary_dim=0), ">= 2"),
+        (dict(shared_norm=True, norm_first=True), "shared_norm=True is the parallel block's one norm"),
     ],
 )
 def test_bad_parallel_residual_and_rotary_dim_are_refused(fields, message):

@@ -118,6 +118,8 @@ LEFT_PADDED = {
     "gemma3_text": {},  # a local layer (a window of 3) and a global one, the logits capped
     "mixtral": {},  # a sparse mixture of experts
     "qwen3_moe": {},  # q/k norm, experts and a dense layer
+    "gemma2": {"tie_word_embeddings": False},  # scores and logits soft-capped, a local layer and a global one
+    "phi": {},  # the parallel block of one norm, partial rotary 0.4
 }
 
 

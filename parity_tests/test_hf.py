@@ -25,6 +25,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.llama import modeling_llama
 
@@ -37,7 +38,10 @@ from parity_tests import hf_compare as H
 
 DTYPES = [pytest.param(np.float64, id="float64"), pytest.param(np.float32, id="float32")]
 SIDES = ["numpy", "torch"]
-VARIANTS = [pytest.param(family, overrides, id=name) for name, (family, overrides) in H.VARIANTS.items()]
+VARIANTS = [
+    pytest.param(family, overrides, id=name, marks=H.slow_unless_fast(family, name))
+    for name, (family, overrides) in H.VARIANTS.items()
+]
 LLAMAS = [pytest.param(overrides, id=name) for name, (family, overrides) in H.VARIANTS.items() if family == "llama"]
 HF = {"numpy": numpy_hf, "torch": torch_hf}
 
@@ -124,6 +128,30 @@ def test_gemma3_patch_swaps_exactly_its_float32_islands_and_restores_them():
     assert ([dict(vars(c)) for c in classes], dict(vars(m))) == before
 
 
+def test_unpatched_float64_gemma2_is_float32_accurate():
+    """transformers' own float64 Gemma 2 (its norms, cos/sin, the sqrt(hidden_size) buffer and the capped softmax in
+    float32) agrees with ours to the float32 bar, and not to the float64 one: why its float64 comparison is patched."""
+    result = H.compare_hf("gemma2", np.float64, side="numpy", llama_float64=False)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+def test_gemma2_patch_swaps_exactly_its_float32_islands_and_restores_them():
+    """Gemma2RMSNorm's, Gemma2RotaryEmbedding's and the scaled embedding's forward, and the eager attention (its
+    capped softmax): nothing else."""
+    m = modeling_gemma2
+    classes = (m.Gemma2RMSNorm, m.Gemma2RotaryEmbedding, m.Gemma2TextScaledWordEmbedding)
+    before = [dict(vars(c)) for c in classes], dict(vars(m))
+    with H.gemma2_in_float64():
+        changed = [
+            k for c, saved in zip(classes, before[0], strict=True) for k, v in vars(c).items() if saved.get(k) is not v
+        ]
+        assert changed == ["forward"] * 3
+        assert [k for k, v in vars(m).items() if before[1].get(k) is not v] == ["eager_attention_forward"]
+        assert m.eager_attention_forward is H.eager_attention_forward_softcap_float64
+    assert ([dict(vars(c)) for c in classes], dict(vars(m))) == before
+
+
 @pytest.mark.parametrize(("family", "overrides"), VARIANTS)
 def test_tiny_models_attend_unevenly(family, overrides):
     """With near-uniform attention a wrong mask or rotation would barely change the outputs: the tiny models'
@@ -163,6 +191,7 @@ GREEDY_OVERRIDES = {
     "qwen3": {"head_dim": 16, "use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
     # the tiny tied Gemma repeats a token too; without a pad token a finished row is filled with eos, as the test reads
     "gemma3_text": {"tie_word_embeddings": False, "pad_token_id": None},
+    "gemma2": {"tie_word_embeddings": False, "pad_token_id": None},
 }
 
 
@@ -170,7 +199,12 @@ GREEDY_OVERRIDES = {
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(
     "family",
-    ["gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "gemma3_text", "mixtral", "qwen3_moe"],
+    [
+        *("gpt2", "llama", "mistral", "qwen2", "qwen3", "bloom", "phi3", "gpt_neox", "gemma3_text", "mixtral"),
+        # Gemma 2 and Phi-2 decode greedily and by beams as generate() in the default run: test_generate_rules's
+        # left-padded case
+        *("qwen3_moe", pytest.param("gemma2", marks=pytest.mark.slow), pytest.param("phi", marks=pytest.mark.slow)),
+    ],
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
     """Prompts that do not start with bos (Mistral's window of 3 is shorter than the prompt, so the rolling cache
@@ -356,6 +390,8 @@ FAMILY_RATES = [
     ("phi3", dict(resid_pdrop=0.1, attention_dropout=0.2), (0.0, 0.2, 0.0, 0.1)),  # embd_pdrop: no layer reads it
     ("gpt_neox", dict(hidden_dropout=0.1, attention_dropout=0.2), (0.1, 0.2, 0.0, 0.1)),  # the parallel layer
     ("mixtral", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # the experts have no dropout site
+    ("gemma2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # dropout on the soft-capped probabilities
+    ("phi", dict(embd_pdrop=0.1, attention_dropout=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),  # both branches
 ]
 
 
@@ -576,7 +612,7 @@ def test_a_field_no_family_declares_is_refused(family, tmp_path):
 
     model = H.native_model(family, "numpy")
     check_supported(FAMILIES[family], model.config)  # the native model itself fits
-    field = "output_scale" if family == "gemma3_text" else "attention_scale"  # Gemma's query_pre_attn_scalar
+    field = "output_scale" if family.startswith("gemma") else "attention_scale"  # Gemma's query_pre_attn_scalar
     model.config = dataclasses.replace(model.config, **{field: 2.0})
     with pytest.raises(ValueError, match=rf"{field}=2\.0"):
         check_supported(FAMILIES[family], model.config)

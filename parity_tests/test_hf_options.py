@@ -84,6 +84,7 @@ def test_every_family_slides_the_layers_transformers_slides():
         "qwen3": {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
         "qwen3_moe": {"use_sliding_window": True, "sliding_window": 3, "max_window_layers": 1},
         "gemma3_text": {},
+        "gemma2": {"num_hidden_layers": 4},
     }
     for family, overrides in cases.items():
         config = H.tiny_config(family, **overrides)
@@ -277,3 +278,108 @@ def test_gpt2_scaled_by_inverse_layer_decodes_as_generate(side, tmp_path):
     overrides = OPTIONS["gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn"][1]
     ours, theirs = H.greedy_pair("gpt2", side, prompts, 8, tmp_path, **overrides)
     np.testing.assert_array_equal(ours, theirs)
+
+
+# gemma-2-2b's config.json as released (transformers 4.42's keys: a top-level rope_theta, hidden_act beside
+# hidden_activation, cache_implementation), its sizes shrunk as hf_compare's tiny gemma-2-2b shape; the keys
+# transformers' Gemma2 does not compute with are listed, every other key is read by the family's map
+GEMMA2_2B_RELEASED = {
+    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
+    "final_logit_softcapping": 30.0, "head_dim": 8, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 72, "initializer_range": 0.02, "intermediate_size": 288,
+    "max_position_embeddings": 32, "model_type": "gemma2", "num_attention_heads": 8, "num_hidden_layers": 2,
+    "num_key_value_heads": 4, "pad_token_id": 0, "query_pre_attn_scalar": 8, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0, "sliding_window": 3, "torch_dtype": "float32", "transformers_version": "4.42.4",
+    "use_cache": True, "vocab_size": 40,
+}  # fmt: skip
+NOT_COMPUTED = {  # by transformers' Gemma2ForCausalLM (hidden_act: it reads hidden_activation)
+    "architectures", "model_type", "cache_implementation", "hidden_act", "initializer_range", "torch_dtype",
+    "transformers_version", "use_cache",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_gemma2_released_config_json_reads_whole(side, tmp_path):
+    """A checkpoint whose config.json is gemma-2-2b's as released (shrunk): every key it sets is either read by the
+    gemma2 map or one transformers does not compute with; the model equals transformers' in float64, outputs and
+    every gradient, with both released soft caps (50, 30) and the window of 3 in force."""
+    from transformer_spec.families.gemma2 import GEMMA2_CONFIG
+
+    read = {key.theirs for key in GEMMA2_CONFIG.keys} | set(GEMMA2_CONFIG.dropout)
+    assert set(GEMMA2_2B_RELEASED) - read == NOT_COMPUTED
+    H.build_tiny(
+        "gemma2", tmp_path, **{k: GEMMA2_2B_RELEASED[k] for k in ("attn_logit_softcapping", "final_logit_softcapping")}
+    )
+    (tmp_path / "config.json").write_text(json.dumps(GEMMA2_2B_RELEASED))
+    theirs = H.CLASSES["gemma2"].from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ours = H.load_ours(side, tmp_path, np.float64)
+    assert (ours.config.attn_softcap, ours.config.logit_softcap, ours.config.sliding_window) == (50.0, 30.0, 3)
+    assert ours.config.layer_types == ("sliding_attention", "full_attention") and ours.config.attention_scale is None
+    ids, _ = H.make_inputs("gemma2")
+    upstream = np.random.default_rng(5).standard_normal((*ids.shape, 40))
+    with H.patch_for("gemma2", np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, "gemma2", ids, None, upstream)
+    ours_out, ours_grads = (H.run_numpy if side == "numpy" else H.run_torch)(ours, "gemma2", ids, None, upstream)
+    assert_exact(H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits"))
+
+
+def test_gemma2_soft_caps_bend_the_tiny_model(tmp_path):
+    """The tiny gemma2 checkpoint's caps (scores 2, logits 3) are reached: without either one, our logits leave
+    transformers' by far more than the float64 bar, so the comparisons above would see a cap computed wrongly."""
+    import dataclasses
+
+    import numpy_transformer as nt
+
+    H.build_tiny("gemma2", tmp_path)
+    theirs = H.CLASSES["gemma2"].from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ours = numpy_hf.load(tmp_path, dtype=np.float64).eval()
+    ids, _ = H.make_inputs("gemma2")
+    with H.patch_for("gemma2", np.float64), torch.no_grad():
+        reference = H.transformers_forward(theirs, "gemma2", ids).numpy()
+    assert np.abs(ours.forward(ids) - reference).max() < 1e-12 * np.abs(reference).max()
+    for cap in ("attn_softcap", "logit_softcap"):
+        uncapped = nt.TransformerLM(dataclasses.replace(ours.config, **{cap: None}), dtype=np.float64).eval()
+        uncapped.load_state_dict(ours.state_dict())
+        assert np.abs(uncapped.forward(ids) - reference).max() > 0.05 * np.abs(reference).max(), cap
+
+
+# phi-2's config.json as released (transformers 4.37's keys: a top-level rope_theta and partial_rotary_factor,
+# resid_pdrop 0.1), its sizes shrunk as hf_compare's tiny phi-2 shape (heads of 10 features, 4 of them turned); the
+# keys transformers' Phi does not compute with are listed, every other key is read by the family's map
+PHI2_RELEASED = {
+    "_name_or_path": "microsoft/phi-2", "architectures": ["PhiForCausalLM"], "attention_dropout": 0.0,
+    "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 2, "hidden_act": "gelu_new", "hidden_size": 40,
+    "initializer_range": 0.02, "intermediate_size": 160, "layer_norm_eps": 1e-05, "max_position_embeddings": 32,
+    "model_type": "phi", "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 4,
+    "partial_rotary_factor": 0.4, "qk_layernorm": False, "resid_pdrop": 0.1, "rope_scaling": None,
+    "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.37.0",
+    "use_cache": True, "vocab_size": 40,
+}  # fmt: skip
+PHI_NOT_COMPUTED = {
+    "_name_or_path", "architectures", "model_type", "initializer_range", "torch_dtype", "transformers_version",
+    "use_cache",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_phi2_released_config_json_reads_whole(side, tmp_path):
+    """A checkpoint whose config.json is phi-2's as released (shrunk): every key it sets is read by the phi map (or
+    computed by no layer of transformers' class); in evaluation mode the model equals transformers' in float64,
+    outputs and every gradient, and its dropout rates are the file's."""
+    from transformer_spec.families.phi import PHI_CONFIG
+
+    # partial_rotary_factor at the top level: read by the rope_parameters key's reader (transformers moves it there)
+    read = {key.theirs for key in PHI_CONFIG.keys} | set(PHI_CONFIG.dropout) | {"partial_rotary_factor"}
+    assert set(PHI2_RELEASED) - read == PHI_NOT_COMPUTED
+    H.build_tiny("phi", tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(PHI2_RELEASED))
+    theirs = H.CLASSES["phi"].from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ours = H.load_ours(side, tmp_path, np.float64)
+    assert ours.config.rotary_dim == 4 and ours.config.shared_norm and ours.config.residual_dropout == 0.1
+    ids, _ = H.make_inputs("phi")
+    upstream = np.random.default_rng(6).standard_normal((*ids.shape, 40))
+    with H.patch_for("phi", np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, "phi", ids, None, upstream)
+    ours_out, ours_grads = (H.run_numpy if side == "numpy" else H.run_torch)(ours, "phi", ids, None, upstream)
+    assert_exact(H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits"))

@@ -1230,3 +1230,115 @@ def test_gemma_lm(dropout):
     assert set(result.errors) == set(model.params)
     assert {k for k in model.params if "post_norm" in k or "q_norm" in k} <= set(result.errors)
     assert_passes(result, f"gemma-lm-{dropout}", rotated_blocks(cfg))
+
+
+# ----------------------------------------------------------------------------------------------
+# Gemma 2's new pair: the soft cap of the attention scores (scores.score_cap_*), alone, inside the plain and the tiled
+# attention pairs, and in a whole Gemma 2 LM.
+
+
+@pytest.mark.parametrize("cap", [0.5, 50.0])
+def test_score_cap(cap):
+    """cap * tanh(S / cap) of scores (B, H, T_q, T_k): scores past the cap (0.5), where the slope is far from one, and
+    the released cap (50) far above them. The forward works in place: each call gets its own copy."""
+    from numpy_transformer import scores as S
+
+    rng = np.random.default_rng(76)
+    args = dict(scores=2.0 * rand(rng, 2, 3, 4, 5), cap=cap)
+    result = check_pair(
+        lambda scores, cap: S.score_cap_forward(scores.copy(), cap), S.score_cap_backward, args, wrt=["scores"],
+        max_coords=None,
+    )  # fmt: skip
+    assert_passes(result, f"score-cap-{cap}")
+    assert np.abs(S.score_cap_forward(args["scores"].copy(), cap)[0]).max() < cap
+
+
+@pytest.mark.parametrize("kernel", ["plain", "flash"])
+def test_attention_with_capped_scores(kernel):
+    """The plain and the tiled pair with Gemma 2's cap, a causal sliding window and padding, every score past the
+    bend of tanh (cap 0.7); the tiled pair in blocks of 2, so that hidden entries (-inf) pass the cap's backward."""
+    from numpy_transformer.scores import ScoreMod
+
+    rng = np.random.default_rng(77)
+    B, H, T, Dh = 2, 2, 5, 4
+    mask = np.ones((B, 1, 1, T), dtype=bool)
+    mask[1, ..., :2] = False  # a left-padded row
+    mod = ScoreMod(scale=0.9, causal=True, window=3, softcap=0.7)
+    args = dict(q=2.0 * rand(rng, B, H, T, Dh), k=2.0 * rand(rng, B, H, T, Dh), v=rand(rng, B, H, T, Dh), mask=mask)
+    if kernel == "plain":
+        forward = functools.partial(A.scaled_dot_product_attention_forward, mod=mod)
+        backward = A.scaled_dot_product_attention_backward
+    else:
+        forward = functools.partial(A.flash_attention_forward, mod=mod, block_q=2, block_k=2)
+        backward = A.flash_attention_backward
+    result = check_pair(
+        lambda q, k, v, mask: forward(q, k, v, mask),
+        lambda dout, cache: backward(dout, cache)[:3],
+        args,
+        wrt=["q", "k", "v"],
+        max_coords=None,
+    )
+    assert_passes(result, f"capped-attention-{kernel}")
+    plain = A.scaled_dot_product_attention_forward(args["q"], args["k"], args["v"], mask, mod=mod)[0]
+    uncapped = A.scaled_dot_product_attention_forward(
+        args["q"], args["k"], args["v"], mask, mod=dataclasses.replace(mod, softcap=None)
+    )[0]
+    assert np.abs(plain - uncapped).max() > 0.05  # the cap bends these scores
+
+
+@pytest.mark.slow  # 2-3 s each: the default run checks the cap's pair and both kernels with it (above)
+@pytest.mark.parametrize("attention", ["plain", "flash"])
+def test_gemma2_lm(attention):
+    """A whole Gemma 2-like LM: Gemma's (1 + w) sandwich without q/k norms, every attention score capped (0.8), the
+    final logits capped (2), a local layer (window 2) then a global one; every parameter checked."""
+    fields = GEMMA | dict(qk_norm=False, attn_softcap=0.8, layer_types=("sliding_attention", "full_attention"))
+    cfg = tiny_config(**fields, n_encoder_layers=0, sliding_window=2, attention=attention)
+    rng = np.random.default_rng(78)
+    model = TransformerLM(cfg, seed=5).eval()
+    perturb(model, rng)
+    result = check_model(
+        model, make_ids(rng, ["......", "......"], cfg.tgt_vocab_size, cfg.pad_id), seed=7, max_coords=16
+    )
+    assert set(result.errors) == set(model.params)
+    assert_passes(result, f"gemma2-lm-{attention}", rotated_blocks(cfg))
+
+
+# Phi-2's parallel block of one norm, x + Attn(N(x)) + FFN(N(x)): the norm's backward runs once on both branches' sum
+PARALLEL_BLOCK_CASES = {
+    "phi-layer-norm-gelu_tanh-partial-R2-biases": (dict(activation="gelu_tanh", rotary_dim=2, n_heads=2), 0.0),
+    "dropout-GQA-2of4": (dict(activation="gelu_tanh", n_heads=4, n_kv_heads=2), 0.2),
+}
+
+
+@pytest.mark.parametrize("case", list(PARALLEL_BLOCK_CASES))
+def test_parallel_block(case):
+    overrides, p = PARALLEL_BLOCK_CASES[case]
+    cfg = tiny_config(
+        norm_first=True, parallel_residual=True, shared_norm=True, positional="rope", n_encoder_layers=0, **overrides
+    )
+    rng = np.random.default_rng(34)
+    params = random_params(M.sub(parameter_shapes(cfg, decoder_only=True), "decoder.layers.0"), rng)
+    assert not any(name.startswith("ffn_norm") for name in params)  # one norm: self_attn_norm
+    x = rand(rng, 2, 3, 8)
+    rope = M.rope_for(cfg, 3, np.float64)
+
+    def forward(params, x, dropout=None):
+        return M.parallel_block_forward(params, x, None, cfg, dropout=dropout, rope=rope)
+
+    def backward(dout, cache):
+        dx, dmemory, grads = M.parallel_block_backward(dout, cache)
+        assert dmemory is None
+        return dx, grads
+
+    args = dict(params=params, x=x)
+    if p:
+        args["dropout"] = replayed(p, lambda d: forward(params, x, d))
+    result = check_pair(forward, backward, args, wrt=["x", "params"], max_coords=16)
+    assert {"params.self_attn_norm.weight", "params.self_attn_norm.bias"} <= set(result.errors)
+    assert_passes(result, f"parallel_block-{case}", rotated_blocks(cfg))
+    # the composition: GPT-NeoX's layer with both norms equal to the one norm computes the same
+    two_norms = dataclasses.replace(cfg, shared_norm=False)
+    with_ffn_norm = params | {k.replace("self_attn_norm", "ffn_norm"): v for k, v in params.items() if "_norm" in k}
+    y_block, _ = forward(params, x)
+    y_neox, _ = M.parallel_layer_forward(with_ffn_norm, x, None, two_norms, rope=rope)
+    np.testing.assert_allclose(y_block, y_neox, rtol=0, atol=1e-14)

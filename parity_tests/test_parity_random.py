@@ -73,10 +73,12 @@ def configurations(draw):
         # step of slope 1/sqrt(eps))
         qk_norm=head_dim >= 2 and draw(st.booleans()),
         logit_softcap=draw(st.sampled_from([None, None, 2.0])),
+        attn_softcap=draw(st.sampled_from([None, None, 1.5])),  # Gemma 2's cap of every attention score
         positional=positional,
         rope_theta=draw(st.sampled_from([10000.0, 500000.0, 10.0])),
         rotary_dim=rotary_dim,
         parallel_residual=parallel_residual,
+        shared_norm=parallel_residual and draw(st.booleans()),  # Phi-2's parallel block of one norm
         sinusoid_layout=draw(st.sampled_from(["interleaved", "split"])),
         gated_ffn=draw(st.booleans()),
         n_kv_heads=n_kv_heads,

@@ -105,6 +105,12 @@ def tiny_config_json(model_type: str) -> dict:
         "gemma3_text": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                             intermediate_size=20, num_hidden_layers=6, sliding_window=4, query_pre_attn_scalar=8,
                             final_logit_softcapping=30.0),
+        # Gemma 2: four layers in its default local/global alternation, head_dim 8 (not 16 / 4), both caps
+        "gemma2": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=20,
+                       num_hidden_layers=4, sliding_window=4, query_pre_attn_scalar=8, attn_logit_softcapping=50.0,
+                       final_logit_softcapping=30.0),
+        "phi": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2,
+                    partial_rotary_factor=0.25, resid_pdrop=0.1, embd_pdrop=0.2),
         "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
                            local_attention=4, global_rope_theta=500.0, norm_bias=True),
     }  # fmt: skip
@@ -129,7 +135,7 @@ def test_each_family_is_one_file_that_registers_it():
         "bert": "bert", "gpt2": "gpt2", "llama": "llama", "mistral": "llama", "qwen2": "llama", "bloom": "bloom",
         "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "roberta": "roberta", "xlm-roberta": "roberta",
         "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
-        "gpt_neox": "gpt_neox", "gemma3_text": "gemma3",
+        "gpt_neox": "gpt_neox", "gemma3_text": "gemma3", "gemma2": "gemma2", "phi": "phi",
         "mixtral": "mixtral", "qwen3_moe": "qwen3_moe",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
@@ -180,6 +186,15 @@ def test_a_config_a_family_cannot_read_is_refused_naming_the_key_the_value_and_w
         ("t5", dict(feed_forward_proj="gated-silu"), r"feed_forward_proj='gated-silu' is not supported"),
         ("gemma3_text", dict(attn_logit_softcapping=50.0), r"attn_logit_softcapping=50.0 is not supported \(supported: "
          r"None\)"),
+        ("gemma2", dict(attn_logit_softcapping=-1.0), r"attn_logit_softcapping=-1.0 is not supported \(supported: a "
+         r"positive number or null\)"),
+        ("gemma2", dict(use_bidirectional_attention=True), r"use_bidirectional_attention=True is not supported"),
+        ("gemma2", dict(attention_bias=True), r"attention_bias=True is not supported \(supported: False\)"),
+        ("phi", dict(qk_layernorm=True), r"qk_layernorm=True is not supported \(supported: False\)"),
+        ("phi", dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}),
+         r"rope_parameters.rope_type='linear' is not supported \(supported: 'default'\)"),
+        ("phi", dict(partial_rotary_factor=0.4, rope_parameters=None), r"partial_rotary_factor=0.4 is not supported "
+         r"\(supported: a fraction turning an even number >= 2 of the 8 features\)"),
         ("gemma3_text", dict(rope_parameters={"sliding_attention": {"rope_type": "ntk", "factor": 8.0}}),
          r"rope_parameters.sliding_attention.rope_type='ntk' is not supported \(supported: 'linear' or "),
     ]  # fmt: skip

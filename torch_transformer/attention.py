@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .layers import Dropout, apply_rope, init_linear, rms_norm
-from .scores import PLAIN, ScoreMod, alibi_slopes, position_bias, position_mask, positions
+from .scores import PLAIN, ScoreMod, alibi_slopes, position_bias, position_mask, positions, soft_cap
 
 
 def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
@@ -32,10 +32,10 @@ def causal_mask(length: int, device: torch.device, key_length: int | None = None
 
 
 def only_causal(mod: ScoreMod) -> bool:
-    """Whether the score rules are causality and nothing else (no window, band or bias): SDPA's is_causal then
-    applies them without a mask tensor."""
+    """Whether the score rules are causality and nothing else (no window, band, bias or soft cap): SDPA's is_causal
+    then applies them without a mask tensor."""
     no_window = mod.window is None and mod.band is None
-    return mod.causal and no_window and mod.alibi_slopes is None and mod.relative is None
+    return mod.causal and no_window and mod.alibi_slopes is None and mod.relative is None and mod.softcap is None
 
 
 class KVCache:
@@ -119,8 +119,9 @@ class MultiHeadAttention(nn.Module):
     output is `out_proj.bias`) and no gradient reaches its scores.
 
     Two paths compute the same thing: the fused `F.scaled_dot_product_attention` by default, and an
-    explicit softmax when the probabilities are wanted (`need_weights`) or the dropout units are
-    given (`dropout_mask`). With `need_weights` the probabilities before dropout are also kept, as
+    explicit softmax when the probabilities are wanted (`need_weights`), the dropout units are
+    given (`dropout_mask`), or the scores are soft-capped (`softcap`, Gemma 2's cap * tanh(s / cap): SDPA has no
+    step between the scores and the softmax). With `need_weights` the probabilities before dropout are also kept, as
     `attn_probs` (detached), for plotting.
     """
 
@@ -142,6 +143,7 @@ class MultiHeadAttention(nn.Module):
         qk_norm_kind: str = "rms",
         causal: bool = False,
         relative: tuple | None = None,
+        softcap: float | None = None,
     ):
         super().__init__()
         if head_dim is None and d_model % n_heads != 0:
@@ -167,7 +169,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
         slopes = alibi_slopes(n_heads) if alibi else None  # ALiBi: one slope per head
-        self.score_mod = ScoreMod(scale, causal, window, band, slopes, relative)
+        self.score_mod = ScoreMod(scale, causal, window, band, slopes, relative, softcap)
         self.causal_score_mod = dataclasses.replace(self.score_mod, causal=True)  # forward(is_causal=True)
 
     @property
@@ -273,6 +275,7 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
         explicit = need_weights or (dropout_mask is not None and self.training and self.dropout.p > 0)
+        explicit = explicit or mod.softcap is not None  # SDPA cannot cap the scores
         if only_causal(mod) and attn_mask is None and not explicit and q_pos is None and k_pos is None:
             # no mask tensor: the kernel applies causality itself (top-left aligned)
             return self._fused(q, k, v, None, None, None, is_causal=True, scale=mod.scale_for(self.head_dim)), None
@@ -352,10 +355,12 @@ class MultiHeadAttention(nn.Module):
         bias: Tensor | None = None,
         mod: ScoreMod = PLAIN,
     ) -> tuple[Tensor, Tensor]:
-        """softmax(c q k^T + bias) v, spelled out; returns context (B, H, T_q, Dh) and probs."""
+        """softmax(c q k^T + bias) v (the scores soft-capped first when mod.softcap is set), spelled out; returns
+        context (B, H, T_q, Dh) and probs."""
         scores = q @ k.transpose(-2, -1) * mod.scale_for(self.head_dim)  # (B, H, T_q, T_k)
         if bias is not None:
             scores = scores + bias
+        scores = soft_cap(scores, mod.softcap)
         if attn_mask is not None:
             # -inf exists in every float dtype (bf16 included) and gives exactly zero probability.
             scores = scores.masked_fill(~attn_mask, float("-inf"))

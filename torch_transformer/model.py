@@ -70,6 +70,7 @@ class _Layer(nn.Module):
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
             causal=causal and not cross,
             relative=relative,
+            softcap=c.attn_softcap,
         )  # fmt: skip
 
     @staticmethod
@@ -152,7 +153,8 @@ class DecoderLayer(_Layer):
             self.cross_attn = self._attention(config, cross=True)
             self._sublayer("cross_attn", config)
         self.ffn = self._feed_forward(config, config.is_moe_layer(layer))
-        self._sublayer("ffn", config)
+        self._sublayer("ffn", config, normed=not config.shared_norm)  # Phi-2: the feed-forward reads self_attn_norm
+        self.shared_norm = config.shared_norm
 
     def forward(
         self,
@@ -193,8 +195,10 @@ class DecoderLayer(_Layer):
             return self.ffn(h, masks.get("ffn.dropout"))
 
         if self.parallel_residual:  # both sublayers read the layer's input; their outputs join the stream at once
-            y = self.self_attn_dropout(self_attention(self.self_attn_norm(x)), masks.get("self_attn_dropout"))
-            return x + y + self.ffn_dropout(feed_forward(self.ffn_norm(x)), masks.get("ffn_dropout"))
+            h = self.self_attn_norm(x)
+            y = self.self_attn_dropout(self_attention(h), masks.get("self_attn_dropout"))
+            g = h if self.shared_norm else self.ffn_norm(x)  # Phi-2: one norm for both (ffn_norm is nn.Identity)
+            return x + y + self.ffn_dropout(feed_forward(g), masks.get("ffn_dropout"))
         x = self._residual("self_attn", x, self_attention, masks)
         if self.has_cross_attention:
             x = self._residual("cross_attn", x, cross_attention, masks)

@@ -13,7 +13,9 @@ In head h, query i and key j (positions, not indices),
 - `band` (ModernBERT's local attention): query i sees keys :math:`\lvert i - j \rvert \le \mathrm{band}`;
 - `alibi_slopes` (BLOOM's ALiBi): :math:`\mathrm{bias}_h(i, j) = -m_h \lvert i - j \rvert`;
 - `relative` (T5's bias): :math:`\mathrm{bias}_h(i, j) = W_{\mathrm{bucket}(j - i),\, h}`, W the stack's learned
-  (n_buckets, H) table, read by every self-attention of the stack (autograd sums its gradient over them).
+  (n_buckets, H) table, read by every self-attention of the stack (autograd sums its gradient over them);
+- `softcap` (Gemma 2's attn_logit_softcapping): :math:`s \leftarrow \mathrm{cap} \tanh(s / \mathrm{cap})` after
+  the scale and the bias, before the mask (`soft_cap`; SDPA has no such step, so attention then spells it out).
 
 `MultiHeadAttention` holds a `ScoreMod` and hands its mask and bias to `F.scaled_dot_product_attention`; decoding
 passes the positions of the new queries and of the cached keys, so a step reads the same rules as training.
@@ -38,6 +40,7 @@ class ScoreMod:
     band: int | None = None  # query i sees keys |i - j| <= band
     alibi_slopes: tuple | None = None  # (H,) slopes m_h: bias -m_h |i - j|
     relative: tuple | None = None  # (n_buckets, max_distance, bidirectional): T5's bias W[bucket(j - i), h]
+    softcap: float | None = None  # s -> softcap * tanh(s / softcap), after the scale and the bias (Gemma 2)
 
     def scale_for(self, head_dim: int) -> float:
         r"""The factor :math:`c` on :math:`q \cdot k`: `scale`, or :math:`1 / \sqrt{d_h}`."""
@@ -118,6 +121,12 @@ def position_bias(
     distance = (q_pos[:, None] - k_pos[None, :]).abs().to(torch.float64)  # (T_q, T_k)
     slopes = torch.tensor(mod.alibi_slopes, dtype=torch.float64, device=q_pos.device)[:, None, None]  # (H, 1, 1)
     return (-slopes * distance).to(dtype)  # (H, T_q, T_k)
+
+
+def soft_cap(scores: Tensor, cap: float | None) -> Tensor:
+    r""":math:`\mathrm{cap} \tanh(S / \mathrm{cap})` of the scores (B, H, T_q, T_k) (Gemma 2's attention soft cap); the
+    scores unchanged when cap is None."""
+    return scores if cap is None else torch.tanh(scores / cap) * cap
 
 
 def positions(length: int, start: int = 0, device: torch.device | None = None) -> Tensor:

@@ -31,6 +31,7 @@ BOOL_FIELDS = (
     "share_embeddings",
     "embedding_padding_idx",
     "parallel_residual",
+    "shared_norm",
     "qk_norm",
     "sandwich_norm",
     "positions_after_pad",
@@ -193,6 +194,9 @@ class TransformerConfig:
     # GPT-NeoX's parallel residual (pre-norm, decoder): x + Attn(Norm1(x)) + FFN(Norm2(x)), both read the layer's
     # input; False: the sequential x = x + Attn(Norm1(x)); x = x + FFN(Norm2(x))
     parallel_residual: bool = False
+    # Phi-2's parallel block (GPT-J's, Falcon's): with parallel_residual, the feed-forward reads the attention's norm,
+    # x + Attn(Norm(x)) + FFN(Norm(x)): one norm a layer (self_attn_norm), no ffn_norm
+    shared_norm: bool = False
     # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
     # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
     qk_norm: bool = False
@@ -246,6 +250,9 @@ class TransformerConfig:
     sandwich_norm: bool = False
     # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
     logit_softcap: float | None = None
+    # Gemma 2's attention soft-capping: every attention score s = c q.k (+ bias) becomes cap * tanh(s / cap) before
+    # the mask and the softmax (transformers' attn_logit_softcapping); None: the plain scores
+    attn_softcap: float | None = None
     # RoBERTa's learned positions (an encoder's): a real token sits at pad_id + the count of real (not pad_id) tokens
     # up to and including it, a pad_id token at pad_id, whose row of the table takes no gradient (transformers'
     # create_position_ids_from_input_ids); the longest input is then max_len - pad_id - 1 (`longest_input`). An
@@ -410,13 +417,15 @@ class TransformerConfig:
             raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
 
     def _check_scales(self) -> None:
-        """The factors and the norm's epsilon: positive floats (attention_scale and logit_softcap may be None)."""
-        for name in ("attention_scale", "output_scale", "logit_softcap"):
+        """The factors and the norm's epsilon: positive floats (attention_scale and the soft caps may be None)."""
+        for name in ("attention_scale", "output_scale", "logit_softcap", "attn_softcap"):
             value = getattr(self, name)
-            if value is None and name in ("attention_scale", "logit_softcap"):
+            if value is None and name in ("attention_scale", "logit_softcap", "attn_softcap"):
                 continue
             if not _is_positive_float(value):
                 raise ValueError(f"{name} must be a positive float, got {value!r}")
+            if name.endswith("softcap") and not math.isfinite(value):  # cap * tanh(s / cap) is NaN for an inf cap
+                raise ValueError(f"{name} must be a finite positive float, got {value!r}")
         if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
             raise ValueError(f"layer_norm_eps must be a positive float, got {self.layer_norm_eps!r}")
 
@@ -446,6 +455,11 @@ class TransformerConfig:
         if self.sandwich_norm and not self.norm_first:
             raise ValueError(
                 "sandwich_norm=True needs norm_first=True (Gemma's pre- and post-norm), got norm_first=False"
+            )
+        if self.shared_norm and not self.parallel_residual:
+            raise ValueError(
+                "shared_norm=True is the parallel block's one norm (Phi-2's): it needs parallel_residual=True, got "
+                "False"
             )
         if self.sandwich_norm and self.parallel_residual:
             raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")

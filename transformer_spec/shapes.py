@@ -113,7 +113,8 @@ class _Shapes:
             self.attention(f"{layer}.cross_attn")
             self.sublayer_norms(f"{layer}.cross_attn")
         self.feed_forward(layer, moe=name == "decoder" and config.is_moe_layer(i))
-        self.sublayer_norms(f"{layer}.ffn")
+        if not config.shared_norm:  # Phi-2's parallel block: the feed-forward reads the attention's norm
+            self.sublayer_norms(f"{layer}.ffn")
 
     def stack(self, name: str, vocab: int, n_layers: int, cross: bool, own_table: bool = True) -> None:
         """An encoder or decoder stack: its embeddings, its layers, its final norm (config.has_final_norm)."""
