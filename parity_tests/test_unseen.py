@@ -17,32 +17,22 @@ from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    "inference_llama": "RuntimeError: element 0 of tensors does not require grad (the forward under inference_mode)",
-    "inference_llama.kv_heads_tiled": "RuntimeError: element 0 of tensors does not require grad",
-    "table_attention": "ValueError: the module's forward could not be recorded (its tables are arguments)",
-    "table_lm.partial_rotary": "fails at 4e-2 at blocks.0.attn, not expressible by the config",
-    "offset_rms_norm": "fails: dx diverges at 1.0, not expressible",
-    "offset_rms_norm.eps_outside_sqrt": "fails with no id: dx diverges at 1.0",
-    "frozen_gated_mlp": "ValueError: forward could not be recorded: gate_proj.weight (64 -> 32), read transposed",
-    "gemma_lm": "ValueError: could not be called: cannot reshape array of size 1024 into shape (64,32)",
-    "gemma_lm.activation_on_up": "ValueError: could not be called (the frozen custom Linear read transposed)",
-    "gemma_lm.rms_eps_outside_sqrt": "ValueError: could not be called (the frozen custom Linear read transposed)",
-    "seq2seq": "attention.mask_ignored at encoder.0.attn: padded probes although pad_id=None",
-    "seq2seq.tied_three_ways": "attention.mask_ignored at encoder.0.attn: padded probes although pad_id=None",
-    "seq2seq.wrong_frequencies": "no id: src_embed diverges at 4.5e-2, not expressible",
-    "seq2seq.not_causal": "attention.mask_ignored at encoder.0.attn",
-    "seq2seq.causal_inverted": "attention.mask_ignored at encoder.0.attn",
+    "seq2seq.tied_three_ways": "(the module): output diverges at 9e-3 in float32, no catalogue variant reproduces it",
+    "seq2seq.causal_inverted": "unexplained at decoder.0.self_attn (1.03): the future shown and the past hidden",
     "any_mask_causal": "fails at 1.55 at qkv with no id (a padding mask passed, read as causal)",
-    "relu_squared": "no id: d linear1.weight diverges (the reference's tensor named, not the user's op)",
-    "quick_gelu": "no id: dx diverges at 2.3e-2",
-    "weightless_norms": "ValueError: found 0 norms in the module",
-    "previous_token_gate": "ValueError: the feed-forward block smear_gate does not read the attention's output",
 }
+
+
+# Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
+SLOW = {
+    "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
+    "gemma_lm.rms_eps_outside_sqrt", "seq2seq.tied_three_ways", "seq2seq.causal_inverted", "any_mask_causal",
+}  # fmt: skip
 
 
 def _case(name, *values):
     marks = [pytest.mark.xfail(strict=True, reason=TODAY[name])] if name in TODAY else []
-    return pytest.param(*values, id=name, marks=marks)
+    return pytest.param(*values, id=name, marks=marks + ([pytest.mark.slow] if name in SLOW else []))
 
 
 @pytest.mark.parametrize(("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES])

@@ -266,8 +266,8 @@ def sinusoids(n: int, d: int, step: int = 2) -> torch.Tensor:
     """The paper's table, in float32 (as most code builds it)."""
     position = torch.arange(n, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d))
-    if step != 2:  # every pair at the frequency of 10000^(-i/d) (the i of the pair, not 2i): a wrong table
-        freq = torch.exp(torch.arange(0, d // 2, dtype=torch.float32) * (-math.log(10000.0) / d))
+    if step != 2:  # 10000 ** -(2 * i // d): an integer division, every frequency 1
+        freq = 10000.0 ** -(2 * torch.arange(0, d // 2) // d).float()
     table = torch.zeros(n, d)
     table[:, 0::2], table[:, 1::2] = torch.sin(position * freq), torch.cos(position * freq)
     return table
@@ -337,7 +337,7 @@ class Seq2Seq(nn.Module):
         if self.causal == "none":
             return torch.zeros(T, T)
         if self.causal == "inverted":
-            return torch.full((T, T), float("-inf")).tril(-1)
+            return torch.full((T, T), float("-inf")).tril(-1)  # triu and tril swapped: the past hidden
         return hidden
 
     def forward(self, src, tgt):
@@ -544,7 +544,7 @@ CASES = [
         seq2seq_wrong_frequencies,
         "transformer",
         {"pad_id": None},
-        ("mistake", "positions.wrong_frequencies", ""),
+        ("mistake", "positions.wrong_frequencies", "(the module)"),
     ),
     (
         "seq2seq.not_causal",
@@ -564,5 +564,5 @@ CASES = [
     ("relu_squared", relu_squared_mlp, "feed_forward", {}, ("no pair", "", "relu(x)^2")),
     ("quick_gelu", quick_gelu_mlp, "feed_forward", {}, ("no pair", "1", "x * sigmoid(1.702 x)")),
     ("weightless_norms", weightless_norm_lm, "transformer_lm", {}, ("no pair", "", "without a weight")),
-    ("previous_token_gate", smear_gate_lm, "transformer_lm", {}, ("no pair", "", "previous position")),
+    ("previous_token_gate", smear_gate_lm, "transformer_lm", {}, ("no pair", "smear_gate", "previous position")),
 ]
