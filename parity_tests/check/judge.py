@@ -105,8 +105,8 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
     and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
     targets sees it only when a batch holds an empty source."""
-    if not session.entry.padded_source:
-        return
+    if not session.entry.padded_source or cfg.pad_id is None and session.entry.group == "model":
+        return  # no padding token: no padded sentence
     key = (caller.self_attention, caller.causal)
     saved = session.probes[key]
     if session.probe(caller) is not saved or saved.src_keep is None or saved.self_attention:

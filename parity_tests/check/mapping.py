@@ -178,6 +178,8 @@ def _untied(module: nn.Module, found: Structure) -> None:
     for piece in found.pieces:
         if piece.weight not in tables:
             pieces.setdefault(piece.weight, piece)
+        elif piece.bias is not None:  # a head tied to the token table with a bias of its own: an output bias
+            found.orphans.append(piece.bias)
     found.tables, found.pieces = list(tables.values()), list(pieces.values())
 
 
