@@ -64,26 +64,6 @@ def _close(a, b, floor: float = 0.0) -> float:
     return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
 
 
-def diagnose(reference, tensor, got, expected, args, dout) -> list:
-    """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
-    when layer norm misses both of its terms): the registry's backward tests, stage by stage."""
-    from .mistakes import backward_tests  # the registry names the tests below
-
-    single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
-    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    shaped = got.shape == expected.shape
-    if shaped and not np.all(np.isfinite(got)):
-        return []
-    tol = MATCH if shaped or not single else FLOAT32_MATCH  # a wrong shape is judged in float32 too
-    g = Gradient(reference, tensor, got, expected, args, dout, tol)
-    for stage in STAGES if shaped else ("shape",):
-        for test in backward_tests(reference, stage):
-            found = test(g)
-            if found:
-                return found if isinstance(found, list) else [found]
-    return []
-
-
 # -- stage "shape", and "transposed" and "sign" with the right shape --------------------------------------------
 
 

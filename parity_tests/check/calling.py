@@ -225,7 +225,10 @@ def callers(module, level: str, batch_first=None, mask=None, call=None) -> list:
     """Every candidate way of calling `module` at `level` (see the module docstring), most likely first."""
     entry = LEVELS[level]
     if call is not None:
-        return [Caller(True, entry.inputs, call=call)]
+        found = [Caller(True, entry.inputs, call=call)]
+        if entry.self_attention_probes:  # call(module, x): one input, bidirectional or causal
+            found += [Caller(True, ("query",), {}, True, call=call, causal=c) for c in (False, True)]
+        return found
     builtin = torch_builtin_callers(module, level)
     if builtin is not None:
         return builtin

@@ -75,6 +75,7 @@ class _Recorder(TorchFunctionMode):
         self.of: dict = {}  # id(tensor) -> Node
         self.keep: list = []  # the tensors seen, kept alive so that their ids stay theirs
         self.path: list[str] = [""]
+        self.values: dict | None = None  # node index -> the tensor it made, where asked for (unsupported.py)
 
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
@@ -111,6 +112,8 @@ class _Recorder(TorchFunctionMode):
         elif name in ADDS and len(parents) == 1:  # a number added: Gemma's 1 + weight
             node.value = next((a for a in args if isinstance(a, (int, float))), None)
         self.nodes.append(node)
+        if self.values is not None:
+            self.values[node.index] = outs[0]
         for p in parents:
             p.children.append(node)
         for i, o in enumerate(outs):

@@ -1,7 +1,7 @@
 """Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
 subtraction), then for a layer or a model the first divergent submodule and the variants there (divergence.py),
 for a component each catalogue variant (matchers.py) run on its own probe; one that reproduces the user's output
-to float64 precision (judge.MATCH) is a diagnosis."""
+to float64 precision (diagnosis.MATCH) is a diagnosis."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from . import calling as C
 from . import levels as LV
 from . import variants as VR
 from .dataflow import hooked
+from .diagnosis import _error
 from .divergence import capture, first_divergence, hook_targets, run_hooked, unit_of
-from .judge import _error
 from .matchers import _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis
 

@@ -1,5 +1,6 @@
 """What the registry of mistakes (mistakes.py) is made of: a Mistake, the Site an attention's variants are made for,
-and a Diagnosis, a known mistake that reproduces what the user's code computes."""
+and a Diagnosis, a known mistake that reproduces what the user's code computes; MATCH and the error measure a
+diagnosis is judged by."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from parity_tests.components import relative_errors
+
+MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
 
 
 @dataclass
@@ -59,3 +64,14 @@ class Mistake:
     def applies(self, unit: str, site: Site) -> list:
         """[(message template, knobs)] of this mistake at a `unit` described by `site` (none elsewhere)."""
         return self.variants(site) if self.unit == unit and self.variants is not None else []
+
+
+def _valid(out: np.ndarray, valid) -> np.ndarray:
+    """out with the positions a loss ignores (padded targets) set to zero."""
+    if valid is None or out.ndim < 2 or out.shape[:2] != valid.shape:
+        return out
+    return np.where(valid.reshape(valid.shape + (1,) * (out.ndim - 2)), out, 0.0)
+
+
+def _error(a, b) -> float:
+    return relative_errors({"x": (a, b)}, np.float64)["x"][1]

@@ -21,7 +21,7 @@ from . import levels as LV
 from . import reference as R
 from . import variants as VR
 from .dataflow import hooked
-from .judge import MATCH
+from .diagnosis import MATCH
 from .matchers import _match, _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis, Result
 
@@ -243,7 +243,7 @@ def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
         positions = session.params[f"{stack}.position_embedding.weight"]
     table = session.params.get(token, session.params.get("decoder.token_embedding.weight"))
     found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
-    tables = [name.rsplit(".", 1)[0] for name in session.overwrite if "." in name]
+    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in session.overwrite]
     for d in found:
         if d.id == "positions.wrong_frequencies" and tables:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))

@@ -29,25 +29,15 @@ from . import calling as C
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
+from . import unsupported as US
 from . import weight_map as WM
+from .diagnosis import MATCH, _error, _valid
 from .level_table import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
-from .running import at_positions, holds_float32, island_message, positions_held
+from .running import at_positions, holds_float32, inference_mode_lifted, island_message, positions_held
 from .session import Session
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
-MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
-
-
-def _valid(out: np.ndarray, valid) -> np.ndarray:
-    """out with the positions a loss ignores (padded targets) set to zero."""
-    if valid is None or out.ndim < 2 or out.shape[:2] != valid.shape:
-        return out
-    return np.where(valid.reshape(valid.shape + (1,) * (out.ndim - 2)), out, 0.0)
-
-
-def _error(a, b) -> float:
-    return relative_errors({"x": (a, b)}, np.float64)["x"][1]
 
 
 def output_kind(out: np.ndarray) -> str:
@@ -115,8 +105,8 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
     and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
     targets sees it only when a batch holds an empty source."""
-    if not session.entry.padded_source:
-        return
+    if not session.entry.padded_source or cfg.pad_id is None and session.entry.group == "model":
+        return  # no padding token: no padded sentence
     key = (caller.self_attention, caller.causal)
     saved = session.probes[key]
     if session.probe(caller) is not saved or saved.src_keep is None or saved.self_attention:
@@ -327,15 +317,48 @@ def module(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
     try:
-        with torch.random.fork_rng():  # whatever the user's module draws, the caller's random state is left as it was
+        with torch.random.fork_rng(), inference_mode_lifted():  # the caller's random state is left as it was
             return _module(
                 user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
             )
     except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
+    except Exception as exc:  # never an exception out of the judge: math it has no pair for, else what is missing
+        return could_not_judge(user_module, reference, call, exc)
     finally:
         torch.set_num_threads(threads)
+
+
+def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result:
+    """The answer where the judge stopped on `exc`: "differs at ...: ..., which the reference has no pair for"
+    where a plain call of the module shows math the reference lacks (unsupported.py), else "could not judge:
+    <what stopped it>; pass <the argument that settles it>"."""
+    result = Result(reference=reference)
+    if isinstance(user_module, nn.Module):  # a plain call may show it
+        run = US.plain_call(user_module, standing_for(reference, None), call)
+        result.unsupported = US.explain(*run) if run is not None else None
+    if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
+        result.unsupported = exc.answer
+    if result.unsupported is None:
+        said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
+        settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
+        result.error = f"could not judge: {said}{settles}"
+    return result
+
+
+def said_why(session: Session, caller, result: Result) -> None:
+    """A failure no catalogued mistake explains: the user's op the reference has no pair for where the forward shows
+    one (unsupported.py), else what diverges and where; never a failure with nothing said."""
+    failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
+    if not failed or result.diagnoses:
+        return
+    if session.is_module:
+        result.unsupported = US.explain(session.copy(np.float64), lambda: session.run_user(caller, np.float64))
+    if not (result.unsupported or result.unexplained):
+        worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
+        said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
+        result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"
 
 
 def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
@@ -376,6 +399,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     from .diagnose import diagnose
 
     diagnose(session, caller, cfg, kind, result)
+    said_why(session, caller, result)
     fully_padded_source(session, caller, cfg, kind, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
     return result

@@ -16,6 +16,7 @@ slice. With RoPE in interleaved pairs (Meta's), the q and k rows of each head ar
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -24,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from . import dataflow as DF
 
 
 @dataclass
@@ -136,6 +139,9 @@ def structure(module: nn.Module, flow=None) -> Structure:
         reader(mod, path, prefix, found)
     _untied(module, found)
     if flow is not None:
+        as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+        for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
+            piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
         for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
             found.pieces.remove(piece)
             trainable = module.get_parameter(piece.weight).requires_grad
@@ -172,6 +178,8 @@ def _untied(module: nn.Module, found: Structure) -> None:
     for piece in found.pieces:
         if piece.weight not in tables:
             pieces.setdefault(piece.weight, piece)
+        elif piece.bias is not None:  # a head tied to the token table with a bias of its own: an output bias
+            found.orphans.append(piece.bias)
     found.tables, found.pieces = list(tables.values()), list(pieces.values())
 
 
@@ -222,6 +230,16 @@ BUILTIN_READERS: list[tuple[Any, Callable]] = [
 ]
 
 
+def _linear_of_own(mod: nn.Module, name: str) -> bool:
+    """Whether `mod`'s forward applies its parameter `name` as F.linear's weight (stored (out, in)), as a custom
+    Linear class does: read from its source; the recorded flow settles it after (structure)."""
+    try:
+        source = inspect.getsource(type(mod).forward)
+    except (OSError, TypeError):
+        return False
+    return re.search(rf"\blinear\(\s*[^,()]+,\s*self\.{re.escape(name)}\b", source) is not None
+
+
 def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
     """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
     raw (in, out) linear weights with the bias named after them. 1-D parameters left: norms (a scale and a shift of
@@ -239,7 +257,9 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
             continue
         bias = _bias_partner(names, name)
         used |= {name} | ({bias} if bias is not None else set())
-        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, p.shape[1], p.shape[0], True))
+        as_linear = _linear_of_own(mod, name)  # F.linear(x, self.weight): stored (out, in), as nn.Linear's
+        shape = p.shape if as_linear else p.shape[::-1]
+        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear))
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
     scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
     shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]

@@ -1,5 +1,5 @@
 """The catalogue's variants run on a unit's inputs: the mistakes (mistakes.py) whose variant reproduces a user's
-output to float64 precision (judge.MATCH), at an attention, a norm, a gated feed-forward or the embeddings."""
+output to float64 precision (diagnosis.MATCH), at an attention, a norm, a gated feed-forward or the embeddings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from . import calling as C
 from . import mistakes as MK
 from . import variants as VR
-from .judge import MATCH, _error, _valid
+from .diagnosis import MATCH, _error, _valid
 from .report import Diagnosis
 
 

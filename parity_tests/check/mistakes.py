@@ -7,7 +7,7 @@ unit it is looked for at, and how it is found there:
   "gated_feed_forward", "embedding", "positions"): its variants, given the unit's Site (diagnosis.py), a list of
   (message template, knobs), the knobs those of the unit's function in variants.py (for the embeddings the scale
   and the position table), the template formatted with what the matcher knows there (eps, the activation). A
-  unit's entries are tried in registry order; `levels_of` says where each is looked for;
+  unit's entries are tried in registry order; `report.levels_of` says where each is looked for;
 - "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
   `pairs` the references it applies to (empty: every pair);
 - None: found by a probe (dropout, overflow, a float32 island)."""
@@ -15,6 +15,8 @@ unit it is looked for at, and how it is found there:
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from . import backward_mistakes as BM
 from .attention_mistakes import ATTENTION, ATTENTION_MISTAKES
@@ -206,18 +208,19 @@ def backward_tests(reference: str, stage: str) -> list:
     return list(dict.fromkeys(test for m in mine for at, test in m.tests if at == stage))
 
 
-def levels_of(mistake: Mistake) -> tuple:
-    """The levels `mistake` is looked for at: a forward unit's own level (an attention's: scaled dot-product
-    attention too) and every layer, stack and model holding that unit (an embedding's or positions': models); a
-    backward mistake's pairs (every pair when none are named); a probe's: every level."""
-    from .level_table import LEVELS  # the levels' registry reads nothing from here: imported where needed
-
-    if mistake.unit == BACKWARD:
-        from .pairs import PAIRS
-
-        return mistake.pairs or tuple(PAIRS)
-    units = ("attention", "heads") if mistake.unit == ATTENTION else (mistake.unit,)
-    holders = ("model",) if mistake.unit in ("embedding", "positions") else ("layer", "stacks", "model")
-    return tuple(
-        name for name, level in LEVELS.items() if mistake.unit is None or level.unit in units or level.group in holders
-    )
+def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
+    """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
+    when layer norm misses both of its terms): the registry's backward tests, stage by stage."""
+    single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    shaped = got.shape == expected.shape
+    if shaped and not np.all(np.isfinite(got)):
+        return []
+    tol = BM.MATCH if shaped or not single else BM.FLOAT32_MATCH  # a wrong shape is judged in float32 too
+    g = BM.Gradient(reference, tensor, got, expected, args, dout, tol)
+    for stage in BM.STAGES if shaped else ("shape",):
+        for test in backward_tests(reference, stage):
+            found = test(g)
+            if found:
+                return found if isinstance(found, list) else [found]
+    return []

@@ -20,7 +20,7 @@ import numpy as np
 from numpy_transformer import gradcheck
 from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
-from . import backward_mistakes as BM
+from . import mistakes as MK
 from .pair_table import LARGE, PAIRS, Pair
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row, float32_bar
 
@@ -69,7 +69,7 @@ class Case:
 
     def diagnose(self, name: str, got, expected, dout) -> list:
         """The known backward mistakes that reproduce the user's gradient `got` of input `name`, noted in matches."""
-        found = BM.diagnose(self.result.reference, name, got, expected, self.args, dout)
+        found = MK.diagnose_backward(self.result.reference, name, got, expected, self.args, dout)
         self.matches += [(self.name, d) for d in found]
         return found
 

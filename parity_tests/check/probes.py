@@ -126,8 +126,10 @@ def vocabulary(cfg, rng, self_attention=False, causal=False) -> Probe:
 
 
 def source_and_target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
-    """src and tgt ids (B, T), padded: an encoder-decoder model."""
-    p = _padded({}, src=True, tgt=T_K)
+    """src and tgt ids (B, T), padded where the model has a pad id: an encoder-decoder model."""
+    p = _padded({}, src=True, tgt=T_K, n_pad=1 if cfg.pad_id is not None else 0)
+    if cfg.pad_id is None:  # no padding token: every sentence real to its end
+        p.src_keep[:] = True
     src = token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)
     p.ids = {"src": src, "tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
     return p
@@ -148,7 +150,9 @@ def target_ids_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe
 
 
 def source_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
-    """ids (B, T), padded: an encoder model (bidirectional)."""
+    """ids (B, T), padded where the model has a pad id: an encoder model (bidirectional)."""
     p = _padded({}, src=True)
+    if cfg.pad_id is None:
+        p.src_keep[:] = True
     p.ids = {"ids": token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)}
     return p

@@ -8,11 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from . import mistakes as MK
 from .diagnosis import Diagnosis
 from .level_table import LEVELS, shown
 from .mistakes import MISTAKES
+from .pair_table import PAIRS
 
-__all__ = ["CATALOGUE", "Diagnosis", "Result", "Row"]
+__all__ = ["CATALOGUE", "Diagnosis", "Result", "Row", "levels_of"]
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.
@@ -72,6 +74,8 @@ class Result:
     rows: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     unexplained: str | None = None
+    # "differs at <submodule>: <the user's op> computes <what>, which the reference has no pair for"
+    unsupported: str | None = None
     error: str | None = None  # the user's code could not run to a verdict (sys.exit in forward, ...): why
     caveats: list = field(default_factory=list)  # (catalogue id, message): what a pass rests on or is judged by
     assumed: dict = field(default_factory=dict)  # the closest conventions, when no run confirmed any
@@ -162,7 +166,21 @@ class Result:
         """The first divergence, the diagnoses, what is unexplained, an error, the caveats and the notes."""
         lines = [] if self.first_divergence is None else [f"first divergence: {self.first_divergence}"]
         lines += [f"diagnosis: {d}" for d in self.diagnoses]
-        lines += [f"unexplained: {self.unexplained}"] if self.unexplained else []
+        lines += [f"unexplained: {self.unexplained}"] if self.unexplained and not self.unsupported else []
+        lines += [self.unsupported] if self.unsupported else []
         lines += [f"error: {self.error}"] if self.error else []
         lines += [f"caveat: {id_}: {message}" for id_, message in self.caveats]
         return lines + [f"note: {n}" for n in self.notes]
+
+
+def levels_of(mistake: MK.Mistake) -> tuple:
+    """The levels `mistake` is looked for at: a forward unit's own level (an attention's: scaled dot-product
+    attention too) and every layer, stack and model holding that unit (an embedding's or positions': models); a
+    backward mistake's pairs (every pair when none are named); a probe's: every level."""
+    if mistake.unit == MK.BACKWARD:
+        return mistake.pairs or tuple(PAIRS)
+    units = ("attention", "heads") if mistake.unit == MK.ATTENTION else (mistake.unit,)
+    holders = ("model",) if mistake.unit in ("embedding", "positions") else ("layer", "stacks", "model")
+    return tuple(
+        name for name, level in LEVELS.items() if mistake.unit is None or level.unit in units or level.group in holders
+    )

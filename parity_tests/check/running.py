@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -192,3 +194,17 @@ def _rebind(value, memo: dict, depth: int = 0):
     function = types.FunctionType(value.__code__, value.__globals__, value.__name__, value.__defaults__, tuple(cells))
     function.__kwdefaults__, function.__dict__ = value.__kwdefaults__, dict(value.__dict__)
     return function
+
+
+@contextmanager
+def inference_mode_lifted() -> Iterator[None]:
+    """torch.inference_mode (a `with` block or Meta's `@torch.inference_mode()` on forward) made a no-op while
+    inside: the user's forward then records gradients, which the check compares. The judge uses none itself."""
+    mode = torch.autograd.grad_mode.inference_mode
+    saved = mode.__enter__, mode.__exit__
+    mode.__enter__ = lambda self: None  # type: ignore[method-assign, assignment]
+    mode.__exit__ = lambda self, *exc: None  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        mode.__enter__, mode.__exit__ = saved  # type: ignore[method-assign]

@@ -5,8 +5,6 @@ candidates and weight maps (layouts) the judge searches (judge.py)."""
 from __future__ import annotations
 
 import dataclasses
-import traceback
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,21 +29,9 @@ ACTIVATIONS = {True: ("silu", "gelu", "gelu_tanh", "relu"), False: ("relu", "gel
 class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
-    def __init__(self, user, level, *args):
-        """The module read (its roles, config and map). What the judge cannot read is refused as a ValueError saying
-        where it stopped, never a bare exception of the judge's own code (a StopIteration would read as the user's)."""
-        try:
-            self._read(user, level, *args)
-        except (ValueError, TypeError):
-            raise
-        except Exception as exc:
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            raise ValueError(
-                f"the judge could not read the module as {level!r}: {type(exc).__name__} {exc} in its reading of "
-                f"the pieces ({Path(frame.filename).name}, {frame.name}); pass mapping= (the weight map) to settle it"
-            ) from exc
-
-    def _read(self, user, level, given, mapping, call, batch_first, mask, seed):
+    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
+        """The module read (its roles, config and map). What the judge cannot read raises, and check.module
+        answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as Result.unsupported."""
         self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
         self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
@@ -56,7 +42,7 @@ class Session:
             ids = _ids_probe(level, found)
             found = MP.structure(user, read_flow(user, level, lambda caller: ids, 16, call=call))
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")  # roles read from the flow
+        recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
         if self.is_module and found.flow is None and recorded:  # its sizes give its probe
             sized = U.sized_config(level, found, given)
 
@@ -77,6 +63,9 @@ class Session:
         if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
             thetas = TB.rope_thetas(user, self.cfg.d_head, given.get("rope_theta"))  # the caller's base first
             self.rope_overwrite, self.thetas = TB.rope_buffers(user, self.cfg.d_head, thetas, self.notes)
+            rotary = TB.rotary_dim(user, self.cfg.d_head)  # partial rotary: read from the inverse frequencies
+            if rotary is not None and "rotary_dim" not in self.stated():
+                self.cfg = dataclasses.replace(self.cfg, rotary_dim=rotary)
         self.shapes = entry.shapes(self.cfg)
         self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
         if mapped is not None and self.is_module:  # a given map: every name it holds exists, every size agrees
@@ -112,6 +101,8 @@ class Session:
         """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
         if self.is_module and dtype not in self.copies:
             module = copy_module(self.user).to(TORCH[dtype]).eval()
+            for t in module.parameters():  # frozen ones too (loaded for inference): every gradient is compared
+                t.requires_grad_(True)
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
             with torch.no_grad():

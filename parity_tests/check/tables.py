@@ -82,10 +82,21 @@ def rope_thetas(module, Dh: int, first: float | None = None) -> list:
         values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
         for name, buf in mod.named_buffers(recurse=False):
             if "inv_freq" in name and buf.is_floating_point():
-                values.append(_theta_from(buf.detach().double().cpu().numpy(), Dh))
+                values.append(_theta_from(buf.detach().double().cpu().numpy(), 2 * buf.numel()))
         found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
     found += [t for t in (_theta_of_table(buf, Dh) for _, buf in _tensors_kept(module)) if t is not None]
     return list(dict.fromkeys(found + [10000.0]))
+
+
+def rotary_dim(module, Dh: int) -> int | None:
+    """The features of each head RoPE turns where fewer than all of them (GPT-NeoX's rotary_pct): twice the length
+    of an inverse-frequency buffer (inv_freq) shorter than Dh / 2; None where none is."""
+    lengths = {
+        buf.numel()
+        for name, buf in module.named_buffers()
+        if "inv_freq" in name.rsplit(".", 1)[-1] and buf.ndim == 1 and buf.is_floating_point()
+    }
+    return 2 * lengths.pop() if len(lengths) == 1 and 0 < 2 * next(iter(lengths)) < Dh else None
 
 
 def _theta_of_table(table, Dh: int) -> float | None:

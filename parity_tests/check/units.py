@@ -19,6 +19,7 @@ from numpy_transformer import TransformerConfig
 
 from .level_table import LEVELS
 from .mapping import Link, role_of
+from .unsupported import NoPair
 
 ROLES = ("q", "k", "v", "out")
 UNLIKE = {  # ops the reference's layers never compute (read with nothing beside their input) -> what they are
@@ -82,7 +83,7 @@ def _sized(level: str, found, given: dict, default: dict) -> tuple:
     """(entry, units with their sizes and tables, the fields given over `default`): token and position tables of
     width d_model, and BERT's token-type table among the token tables."""
     entry = LEVELS[level]
-    fields = default | {k: v for k, v in given.items() if k != "config" and v is not None}
+    fields = default | {k: v for k, v in given.items() if k != "config" and (v is not None or k == "pad_id")}
     units = _sizes(entry, found, given.get("config"), fields)
     units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
     units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
@@ -167,23 +168,17 @@ def _from_flow(entry, found, units: Units) -> None:
     for node in flow.nodes:
         what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
         if what and not (node.op == "layer_norm" and found.norms):  # a bare F.layer_norm scaled by hand is a norm
-            raise ValueError(
-                f"{node.module or 'the module'} computes {what}: the reference {entry.name!r} has none, so this is "
-                "math it does not have"
-            )
+            raise NoPair(node.module or "(the module)", f"{node.op} computes {what}", entry.name)
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
-        raise ValueError(
-            f"the attention {shared[0]} runs again with the same weights (layers that share their parameters, as "
-            f"ALBERT's): the reference {entry.name!r} gives each layer its own, so this is math it does not have"
-        )
+        what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
+        raise NoPair(shared[0], what, entry.name)
     if entry.group != "component" and flow.parallel:
-        raise ValueError(
-            f"the feed-forward block {flow.blocks[0][0].rsplit('.', 2)[0]} does not read the attention's output: "
-            "both read the layer's input and their outputs are summed (a parallel block, as GPT-J, Phi-2 and "
-            f"GPT-NeoX's use_parallel_residual compute it); the reference {entry.name!r} runs them one after the "
-            "other, so this is math it does not have"
+        what = (
+            "the feed-forward block does not read the attention's output: both read the layer's input and their "
+            "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
         )
+        raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import backward_mistakes as BM
+from . import mistakes as MK
 
 __all__ = ["checker"]
 
@@ -53,7 +54,7 @@ def _verdict(name, yours, ours, reference, args, dout, tensor) -> tuple:
     if yours is None:
         return f"{name}: not written yet (your function returns None)", False
     got, want = np.asarray(yours, dtype=np.float64), np.asarray(ours, dtype=np.float64)
-    found = BM.diagnose(reference, tensor, got, want, args or {}, dout) if reference else []
+    found = MK.diagnose_backward(reference, tensor, got, want, args or {}, dout) if reference else []
     named = "; ".join(f"{d.id}: {d.message}" for d in found)
     if got.shape != want.shape:
         return f"{name}: wrong, shape {got.shape} instead of {want.shape}" + (f": {named}" if named else ""), False

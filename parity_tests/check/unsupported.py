@@ -1,0 +1,193 @@
+"""Math the reference has no pair for, named in the user's terms: "differs at <submodule>: <op> computes <what>,
+which the reference has no pair for" (Result.unsupported).
+
+The user's forward is recorded once (dataflow's recorder, each op's output kept) and read for what no reference
+level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), a gate that mixes the
+previous position into each one (x[:, 1:] + g * x[:, :-1]), and a feed-forward activation that is an element-wise
+function of the first projection's output but none of the reference's (ReLU squared, QuickGELU's x * sigmoid(1.702 x),
+...), told apart by its values."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from . import dataflow as DF
+
+NO_PAIR = "which the reference has no pair for"
+
+
+class NoPair(ValueError):
+    """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
+    `what` it computes; check.module answers it as Result.unsupported."""
+
+    def __init__(self, where: str, what: str, level: str):
+        super().__init__(f"{where} computes {what}: the reference {level!r} has none, so this is math it does not have")
+        self.where, self.what = where, what
+
+    @property
+    def answer(self) -> str:
+        return f"differs at {self.where or '(the module)'}: {self.what}, {NO_PAIR}"
+
+
+NORMS = {"rms_norm", "layer_norm", "group_norm"}
+
+# element-wise activations, in the user's terms: (what it computes, the function, whether the reference has it)
+ACTIVATIONS = (
+    ("relu(x)", F.relu, True),
+    ("gelu(x) (erf)", F.gelu, True),
+    ("gelu(x) (tanh approximation)", lambda x: F.gelu(x, approximate="tanh"), True),
+    ("silu(x) = x * sigmoid(x)", F.silu, True),
+    ("relu(x)^2 (ReLU squared)", lambda x: F.relu(x) ** 2, False),
+    ("x * sigmoid(1.702 x) (QuickGELU)", lambda x: x * torch.sigmoid(1.702 * x), False),
+    ("tanh(x)", torch.tanh, False),
+    ("sigmoid(x)", torch.sigmoid, False),
+    ("leaky_relu(x, 0.01)", F.leaky_relu, False),
+    ("elu(x)", F.elu, False),
+    ("softplus(x)", F.softplus, False),
+    ("mish(x)", F.mish, False),
+    ("x (no activation)", lambda x: x, False),
+)
+
+
+def explain(module, run) -> str | None:
+    """The answer "differs at ...: ..., which the reference has no pair for" for `module` called by `run()`, or None
+    where the forward computes nothing this module names (or cannot run)."""
+    names: dict = {}
+    for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        names.setdefault(id(t), name)
+    rec = DF._Recorder(names)
+    rec.values = {}
+
+    def leave(*_) -> None:
+        rec.path.pop()
+
+    try:
+        with DF.hooked(module.named_modules(), leave, rec.path.append), rec, torch.no_grad():
+            run()
+    except Exception:
+        return None
+    for find in (_weightless_norm, _previous_token_gate, _activation):
+        found = find(rec)
+        if found is not None:
+            where, what = found
+            return f"differs at {where or '(the module)'}: {what}, {NO_PAIR}"
+    return None
+
+
+def _weightless_norm(rec) -> tuple | None:
+    for node in rec.nodes:
+        scaled = any(DF._root(p).param is not None for c in node.children for p in c.parents)  # by hand after
+        if node.op in NORMS and not scaled and not any(DF._root(p).param is not None for p in node.parents):
+            return node.module, f"{node.op}(x) normalises without a weight (no learned scale)"
+    return None
+
+
+def _shifted(node) -> bool:
+    """x[:, :-1] of a computed (B, T, ...) tensor: the previous positions."""
+    if node.op != "__getitem__" or node.call is None or DF._root(node).param is not None:
+        return False
+    index = node.call[1][1] if len(node.call[1]) > 1 else None
+    return isinstance(index, tuple) and len(index) > 1 and isinstance(index[1], slice) and index[1].stop == -1
+
+
+def _previous_token_gate(rec) -> tuple | None:
+    for node in rec.nodes:
+        if node.op not in ("mul", "__mul__", "__rmul__") or len(node.parents) != 2:
+            continue
+        if not any(_shifted(p) for p in node.parents):
+            continue
+        gate = next((p for p in node.parents if not _shifted(p)), None)
+        weight = _read_weight(gate)
+        where = weight.rsplit(".", 1)[0] if weight and "." in weight else (gate.module if gate else node.module)
+        return where, "a gate mixes the previous position into each one (x[t] + g(x[t]) * x[t - 1])"
+    return None
+
+
+def _read_weight(node, depth: int = 6) -> str | None:
+    """The parameter of the first product `node` is computed from (through element-wise ops), if any."""
+    for _ in range(depth):
+        if node is None:
+            return None
+        if node.op in DF.PRODUCTS:
+            return next((DF.weight_of(p) for p in node.parents if DF.weight_of(p)), None)
+        node = node.parents[0] if node.parents else None
+    return None
+
+
+def _activation(rec) -> tuple | None:
+    """A product whose input is an element-wise function of another product's output (same shape), told apart
+    by its values: (where it is computed, what it computes) where the reference has no such function."""
+    products = [n for n in rec.nodes if n.op in DF.PRODUCTS and any(DF.weight_of(p) for p in n.parents)]
+    for second in products:
+        x = next((p for p in second.parents if DF.weight_of(p) is None), None)
+        if x is None or x.index not in rec.values:
+            continue
+        for first in products:
+            if first.index >= x.index or first.index not in rec.values:
+                continue
+            h, a = rec.values[first.index], rec.values[x.index]
+            if h.shape != a.shape or not _only_from(first, x):
+                continue
+            h, a = h.detach().double(), a.detach().double()
+            scale = max(float(a.abs().max()), 1e-12)
+            fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
+            if fits and fits[0][1]:
+                continue  # one the reference has
+            what = fits[0][0] if fits else _unknown(h, a)
+            return x.module, f"the activation computes {what}"
+    return None
+
+
+# ops computed value by value (an activation written out by hand is made of these), and the views between them
+ELEMENTWISE = DF.ACTIVATIONS | {
+    "mul", "__mul__", "__rmul__", "add", "__add__", "__radd__", "sub", "__sub__", "__rsub__", "div", "__truediv__",
+    "pow", "__pow__", "square", "neg", "__neg__", "exp", "where", "abs", "to", "type_as", "float", "double",
+    "contiguous", "__get__",
+}  # fmt: skip
+
+
+def _only_from(first, node, depth: int = 16) -> bool:
+    """Whether `node` is computed from `first` alone, value by value (element-wise ops and constants)."""
+    if node is first:
+        return True
+    if depth == 0 or node.op not in ELEMENTWISE or not node.parents:
+        return False
+    return all(_only_from(first, p, depth - 1) for p in node.parents)
+
+
+def _unknown(h, a) -> str:
+    i = int(h.flatten().abs().argmin())
+    j = int((h.flatten() - 1.0).abs().argmin())
+    hi, ai, hj, aj = (float(t.flatten()[k]) for t, k in ((h, i), (a, i), (h, j), (a, j)))
+    shown = ", ".join(f"f({x:.2f}) = {y:.3g}" for x, y in ((hi, ai), (hj, aj)) if math.isfinite(y))
+    return f"an element-wise function none of the reference's activations is ({shown})"
+
+
+def plain_call(user, level: str, call=None):
+    """A run of `user` (a float64 copy) on the simplest inputs its level takes (ids below its smallest vocabulary,
+    or x of its width), for explain where the judge could not read it; None where no such call can be made."""
+    from torch import nn
+
+    from .level_table import LEVELS
+    from .running import copy_module
+
+    try:
+        module = copy_module(user).double().eval()
+    except Exception:
+        return None
+    inputs = LEVELS[level].inputs
+    generator = torch.Generator().manual_seed(0)
+    if inputs[0] in ("ids", "src", "tgt"):
+        vocab = min((m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)), default=None)
+        if vocab is None:
+            return None
+        ids = [torch.randint(1, vocab, (2, 6), generator=generator) for _ in inputs]
+        return module, (lambda: call(module, *ids)) if call is not None else (lambda: module(*ids))
+    widths = [p.shape[-1] for p in module.parameters() if p.ndim >= 1]
+    if not widths or inputs != ("x",):
+        return None
+    x = torch.randn(2, 6, widths[0], generator=generator, dtype=torch.float64)
+    return module, lambda: module(x)
