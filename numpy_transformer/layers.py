@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 from scipy.special import expit
 
-from .special import erf  # scipy's erf for float64; for float32 exact too, and faster where |x| > 0.5
+from .special import erf  # scipy's erf for float64; for float32 within one unit in the last place, and faster
 
 # ----------------------------------------------------------------------------------------------
 # Linear: y = x @ W.T + b, with W stored (out_features, in_features) as torch.nn.Linear stores it.
@@ -276,8 +276,8 @@ class GeluCache:
 
 
 def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, GeluCache]:
-    r"""Exact GELU, with :math:`\Phi` the standard normal distribution function (erf: special.erf, exact in
-    float32 too):
+    r"""Exact GELU, with :math:`\Phi` the standard normal distribution function (erf: special.erf, within one
+    unit in the last place in float32):
 
     .. math::
 
