@@ -283,7 +283,9 @@ def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, GeluCache]:
 
         \mathrm{gelu}(x) = x\, \Phi(x), \qquad \Phi(x) = \tfrac12 \big(1 + \operatorname{erf}(x / \sqrt 2)\big)
     """
-    cdf = 0.5 * (1.0 + erf(x / _SQRT_2))
+    cdf = erf(x / _SQRT_2)
+    cdf += 1.0  # in place: these are (N, d_ff) arrays, the feed-forward's largest
+    cdf *= 0.5
     return x * cdf, GeluCache(x, cdf)
 
 
@@ -295,8 +297,14 @@ def gelu_backward(dout: np.ndarray, cache: GeluCache) -> np.ndarray:
         dx = dy \odot \big(\Phi(x) + x\, \Phi'(x)\big), \qquad \Phi'(x) = e^{-x^2 / 2} / \sqrt{2 \pi}
     """
     x = cache.x
-    pdf = _INV_SQRT_2PI * np.exp(-0.5 * x * x)
-    return dout * (cache.cdf + x * pdf)
+    dx = x * x  # one new array, updated in place from here on
+    dx *= -0.5
+    np.exp(dx, out=dx)
+    dx *= _INV_SQRT_2PI  # Phi'(x)
+    dx *= x
+    dx += cache.cdf  # Phi(x) + x Phi'(x)
+    dx *= dout
+    return dx
 
 
 # Beyond |x| = 50, u > 4000 and tanh(u) is exactly +-1 in float32 and float64; clipping the cubic's argument
@@ -357,7 +365,12 @@ def silu_backward(dout: np.ndarray, cache: SiluCache) -> np.ndarray:
         dx = dy \odot \big(\sigma + x\, \sigma (1 - \sigma)\big) = dy \odot \sigma \big(1 + x (1 - \sigma)\big)
     """
     x, s = cache.x, cache.sigmoid
-    return dout * (s * (1.0 + x * (1.0 - s)))
+    dx = 1.0 - s  # one new array, updated in place from here on
+    dx *= x
+    dx += 1.0
+    dx *= s  # sigma (1 + x (1 - sigma))
+    dx *= dout
+    return dx
 
 
 # An activation's pair: forward x -> (y, cache), backward (dy, cache) -> dx.
