@@ -4,6 +4,7 @@
     python benchmarks/bench.py --quick         # a small configuration, seconds (the test suite runs this)
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --llm-decode --json out.json    # only the LLM decoding speed below, a few minutes
+    python benchmarks/bench.py --ops --json out.json           # only the per-op table (benchmarks/ops_table.py)
 
 Both models get the same weights and the same threads, float32. Timings interleave the two
 implementations repetition by repetition and report medians. The achieved GFLOP/s of a training
@@ -49,6 +50,9 @@ from threadpoolctl import threadpool_info  # noqa: E402
 import numpy_transformer as nt  # noqa: E402
 import torch_transformer as tt  # noqa: E402
 from numpy_transformer import optim, parallel  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import ops_table  # noqa: E402  (benchmarks/ops_table.py, beside this file)
 
 BASE = dict(
     d_model=512,
@@ -779,6 +783,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--llm-decode", action="store_true", help="measure only the LLM decoding speed (a ~0.4B Qwen2-shaped model)"
     )
+    parser.add_argument(
+        "--ops",
+        action="store_true",
+        help="measure only the per-op table: each op, NumPy vs torch (benchmarks/ops_table.py)",
+    )
     parser.add_argument("--llm-tokens", type=int, default=None, help="with --llm-decode: tokens generated per run")
     parser.add_argument(
         "--keep-freed-memory",
@@ -805,15 +814,39 @@ def main(argv=None) -> dict:
         if args.llm_decode:
             q = LLM_QUICK if args.quick else LLM
             report = llm_decoding(q | ({"tokens": args.llm_tokens} if args.llm_tokens else {}))
+        elif args.ops:
+            report = ops_report(p, args)
         else:
             report = measure(p, args, allocator)
     if args.llm_decode:
         print_llm_decoding(report)
+    elif args.ops:
+        ops_table.print_ops(report)
     else:
         print_report(report, p, args)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return report
+
+
+def ops_report(p: dict, args: argparse.Namespace) -> dict:
+    """The per-op table (benchmarks/ops_table.py) and the machine it ran on: CPU, NumPy's BLAS and the kernel in effect,
+    torch's BLAS, both libraries' threads."""
+    machine = {
+        "cpu": cpu_model(),
+        "host": socket.gethostname(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        **blas_report(),
+        "numpy_blas_kernel": next((lib["architecture"] for lib in blas_report()["numpy_blas"]), None),
+        "numpy_threads": parallel.blas_thread_counts(),
+    }
+    print(
+        f"CPU: {machine['cpu']}; NumPy BLAS kernel: {machine['numpy_blas_kernel']}; threads: numpy "
+        f"{machine['numpy_threads']}, torch {machine['torch_threads']}"
+    )
+    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3)
+    return {"machine": {**machine, "torch_blas": table.pop("torch_blas")}, **table}
 
 
 def fast_step_phases(config, p, model, data) -> dict:

@@ -503,6 +503,26 @@ def llm_decode_markdown(record: dict) -> str:
     return out + table(header, rows, nowrap=True)
 
 
+def ops_markdown(record: dict) -> str:
+    """bench.py --ops's JSON as a table: each op, forward and backward, NumPy's time against torch's and the ratio,
+    with the CPU, NumPy's BLAS kernel and torch's BLAS."""
+    d = record["data"]
+    m = d["machine"]
+    out = recorded_line(record)
+    out += (
+        f"CPU {m['cpu']}; NumPy's BLAS kernel {m['numpy_blas_kernel']}, torch's BLAS {m['torch_blas']}; threads: "
+        f"NumPy's BLAS {m['numpy_threads'][0]}, torch {m['torch_threads']}; load average "
+        f"{d['load_average'][0]:.1f} before and {d['load_average'][1]:.1f} after. Float32, the medians of "
+        "interleaved runs.\n\n"
+    )
+    rows = [
+        [r["op"], r["pass"], r["shape"], f"{r['numpy'] * 1e3:,.2f}", f"{r['torch'] * 1e3:,.2f}",
+         f"{r['ratio_numpy_over_torch']:.2f}"]
+        for r in d["ops"]
+    ]  # fmt: skip
+    return out + table(["op", "pass", "shape", "NumPy ms", "torch ms", "NumPy / torch"], rows, nowrap=True)
+
+
 def training_markdown(records: dict[str, dict]) -> str:
     """train_numbers.py's metrics.json files as one table, and a loss curve per run."""
     sys.path.insert(0, str(ROOT))
@@ -575,6 +595,10 @@ def main(argv: list[str] | None = None) -> None:
     llm = DATA / "llm_decode.json"
     llm_table = llm_decode_markdown(json.loads(llm.read_text())) if llm.is_file() else "*Not recorded yet.*\n"
     (GENERATED / "llm_decode.md").write_text(llm_table)
+    ops = DATA / "ops.json"
+    (GENERATED / "ops.md").write_text(
+        ops_markdown(json.loads(ops.read_text())) if ops.is_file() else "*Not recorded yet.*\n"
+    )
     training = {
         p.stem.removeprefix("training_"): json.loads(p.read_text()) for p in sorted(DATA.glob("training_*.json"))
     }

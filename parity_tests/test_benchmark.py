@@ -113,3 +113,24 @@ def test_interleaved_rotates_the_order_and_skips_the_warm_up():
     assert set(medians) == set("abc")
     slow = bench.interleaved({"sleep": lambda: time.sleep(0.05), "none": lambda: None}, reps=2, pause=0.0)
     assert slow["sleep"] >= 0.05 > slow["none"]
+
+
+def test_ops_table_pairs_compute_the_same_thing():
+    """bench.py --ops times NumPy's function against torch's op: on the quick shapes, every forward pair gives the
+    same numbers (float32, loosely: the table is about time), every backward runs, and torch's BLAS is named."""
+    import numpy as np
+
+    bench = load_bench()
+    ops_table = bench.ops_table
+    pairs = ops_table.op_pairs(ops_table.QUICK, ops_table.QUICK_DECODE, np.random.default_rng(0))
+    assert {op for op, *_ in pairs} >= {"linear", "gelu (exact)", "softmax", "layer norm", "rms norm", "rope"}
+    for op, pass_, shape, np_fn, torch_fn in pairs:
+        ours, theirs = np_fn(), torch_fn()
+        if pass_ == "forward":
+            ours = ours[0] if isinstance(ours, tuple) else ours
+            theirs = theirs.detach().numpy()
+            assert ours.shape == theirs.shape, (op, shape)
+            assert np.abs(ours - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
+        else:
+            assert all(np.isfinite(t.numpy()).all() for t in theirs), (op, shape)
+    assert ops_table.torch_blas() != "unknown"
