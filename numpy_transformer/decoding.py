@@ -53,6 +53,7 @@ from transformer_spec.generation import (
     collect_finished,
     decoding_length,
     decoding_rules,
+    end_ids,
     generate_plan,
     process_scores,
     sampling_probabilities,
@@ -213,7 +214,7 @@ def allowed_scores(scores: np.ndarray, model, rules: GenerationRules, step: Step
     ValueError when a row is left no token at all."""
     if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)  # a copy
-    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    scores = process_scores(lp, scores, rules, step, end_ids(rules, model.config))
     check_something_allowed(scores, step.tokens.shape[1])
     return scores
 
@@ -269,7 +270,7 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
     has produced eos_id.
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode", model.config)
     tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules)
     return tokens
 
@@ -286,7 +287,7 @@ def sample(
     transformers' defaults: temperature 1, top_k 50, top_p 1). streamer: None, or a callable given each step's
     tokens (B,) as they are chosen (int64; a finished row's fill). Other arguments and the result as greedy_decode.
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample", model.config)
     tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng), streamer)
     return tokens
 
@@ -321,7 +322,7 @@ def generate(
     streamer with num_beams > 1 is a ValueError, as in transformers). ValueError for do_sample with num_beams > 1.
     """
     T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
-    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
     if strategy == "beam":
         check_no_streamer(streamer)
         out, _ = beam_search_scores(
@@ -333,9 +334,10 @@ def generate(
     return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator, streamer)[0]
 
 
-def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
-    """Which tokens end a sequence: any of config.eos_ids (several in Llama 3's configs); none without an eos_id."""
-    return np.isin(tokens, cfg.eos_ids)
+def is_eos(tokens: np.ndarray, eos: tuple) -> np.ndarray:
+    """Which tokens end a sequence: any of `eos` (end_ids: the caller's eos_token_id, else config.eos_ids, several
+    in Llama 3's configs); none when it is empty."""
+    return np.isin(tokens, eos)
 
 
 def greedy_search(
@@ -348,8 +350,9 @@ def greedy_search(
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = after_eos(model.generation_rules, cfg)
+        fill = after_eos(rules, cfg)
         start = penalty_start(model, attention_mask, 1)
         tokens = np.full((B, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = prompt
@@ -366,7 +369,7 @@ def greedy_search(
             tokens[:, t] = np.where(done, fill, choice)
             if streamer is not None:
                 streamer(tokens[:, t].copy())
-            done |= is_eos(tokens[:, t], cfg)
+            done |= is_eos(tokens[:, t], eos)
             if done.all():
                 break
     return tokens[:, : t + 1], np.stack(step_logits, axis=1)
@@ -449,7 +452,7 @@ def beam_search_scores(
     decode under (generate's), instead of the model's with `settings` over them."""
     if rules is None:
         given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
-        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
     if beam_size is None:
         beam_size = rules.num_beams if rules.num_beams > 1 else 4
     length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
@@ -459,8 +462,9 @@ def beam_search_scores(
         K = beam_size
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = beam_fill(model.generation_rules, cfg)
+        fill = beam_fill(rules, cfg)
         tokens = np.full((B * K, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
@@ -468,7 +472,7 @@ def beam_search_scores(
         cumulative[:, 0] = 0.0
         # Each beam may end with every eos id: of the best (1 + n_eos) K candidates (2K at least, as generate), K
         # are not eos.
-        n_best = max(2, 1 + len(cfg.eos_ids)) * K
+        n_best = max(2, 1 + len(eos)) * K
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
         start = penalty_start(model, attention_mask, K)
@@ -479,7 +483,7 @@ def beam_search_scores(
             log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
             score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
             rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues
-            ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
+            ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
             candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
@@ -487,7 +491,7 @@ def beam_search_scores(
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = np.argsort(is_eos(token, cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            live = np.argsort(is_eos(token, eos), axis=1, kind="stable")[:, :K]  # (B, K) ranks
             cumulative = np.take_along_axis(score, live, axis=1)  # (B, K), best first
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...

@@ -70,11 +70,11 @@ def min_length(scores: np.ndarray, length: int, minimum: int, eos_ids) -> np.nda
     return out
 
 
-def forced_token(scores: np.ndarray, token: int) -> np.ndarray:
+def forced_token(scores: np.ndarray, token: int | tuple) -> np.ndarray:
     """Only `token` may come: every other score -inf, its own 0. ForcedBOSTokenLogitsProcessor (at position 1),
     ForcedEOSTokenLogitsProcessor (at the last step)."""
     out = np.full_like(scores, -np.inf)
-    out[:, token] = 0.0
+    out[:, list(token) if isinstance(token, tuple) else token] = 0.0  # several forced end tokens: each at 0
     return out
 
 

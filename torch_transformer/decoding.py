@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_spec.config import GenerationRules, TransformerConfig
+from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
     BEAM,
     PROCESSORS,
@@ -52,6 +52,7 @@ from transformer_spec.generation import (
     collect_finished,
     decoding_length,
     decoding_rules,
+    end_ids,
     generate_plan,
     process_scores,
     sampling_probabilities,
@@ -214,7 +215,7 @@ def allowed_scores(scores: Tensor, model: Model, rules: GenerationRules, step: S
     forced tokens. ValueError when a row is left no token."""
     if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)
-    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    scores = process_scores(lp, scores, rules, step, end_ids(rules, model.config))
     check_something_allowed(scores, step.tokens.shape[1])
     return scores
 
@@ -245,9 +246,10 @@ def without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
     return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
 
 
-def is_eos(tokens: Tensor, cfg: TransformerConfig) -> Tensor:
-    """Which tokens end a sequence: any of config.eos_ids; none when the vocabulary has no eos."""
-    return torch.isin(tokens, tokens.new_tensor(cfg.eos_ids, dtype=torch.long))
+def is_eos(tokens: Tensor, eos: tuple) -> Tensor:
+    """Which tokens end a sequence: any of `eos` (end_ids: the caller's eos_token_id, else config.eos_ids); none
+    when it is empty."""
+    return torch.isin(tokens, tokens.new_tensor(eos, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,7 +275,7 @@ def greedy_decode(
     left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
     settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens (None: the checkpoint's).
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode", model.config)
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules)[0]
 
 
@@ -293,7 +295,7 @@ def sample(
     global generator, as generate() uses: torch.manual_seed(s) then sample reproduces generate()'s draws).
     settings: greedy_decode's and temperature, top_k, top_p, min_p (None: the checkpoint's). streamer: None, or a
     callable given each step's tokens (B,) as they are chosen (a long tensor; a finished row's fill)."""
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample", model.config)
     generator = as_generator(rng, src_ids)
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
 
@@ -331,7 +333,7 @@ def generate(
     sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
     has the full description). rng and streamer as in sample (a streamer with beams: ValueError)."""
     T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
-    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
     if strategy == "beam":
         check_no_streamer(streamer)
         return beam_search_scores(
@@ -360,8 +362,9 @@ def greedy_search(
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, compiled)
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = after_eos(model.generation_rules, cfg)
+        fill = after_eos(rules, cfg)
         start = penalty_start(model, attention_mask, 1)
         tokens = prompt.new_full((B, T_p + max_len), fill)
         tokens[:, :T_p] = prompt
@@ -379,7 +382,7 @@ def greedy_search(
             tokens[:, t] = choice.masked_fill(done, fill)
             if streamer is not None:
                 streamer(tokens[:, t].clone())
-            done |= is_eos(tokens[:, t], cfg)
+            done |= is_eos(tokens[:, t], eos)
             if bool(done.all()):
                 break
     return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
@@ -438,7 +441,7 @@ def beam_search_scores(
     (generate's) instead of the model's with `settings` over them."""
     if rules is None:
         given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
-        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
     if beam_size is None:
         beam_size = rules.num_beams if rules.num_beams > 1 else 4
     length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
@@ -448,14 +451,15 @@ def beam_search_scores(
         K = beam_size
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, compiled)
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = beam_fill(model.generation_rules, cfg)
+        fill = beam_fill(rules, cfg)
         tokens = prompt.new_full((B * K, T_p + max_len), fill)
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)  # (B*K, T_p)
         dtype = model.decoder.token_table().dtype
         cumulative = torch.full((B, K), float("-inf"), dtype=dtype, device=prompt.device)
         cumulative[:, 0] = 0.0  # the K beams start as copies of one prompt: only beam 0 may be extended at first
-        n_best = max(2, 1 + len(cfg.eos_ids)) * K  # each beam may end with every eos id: K of these are not eos
+        n_best = max(2, 1 + len(eos)) * K  # each beam may end with every eos id: K of these are not eos
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
         start = penalty_start(model, attention_mask, K)
@@ -465,7 +469,7 @@ def beam_search_scores(
             log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
             score, beam, token = best_candidates(cumulative, log_probs.view(B, K, -1), n_best)  # (B, n_best) each
             rows = torch.arange(B, device=prompt.device)[:, None] * K + beam  # (B, n_best): the row each continues
-            ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
+            ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends = torch.ones_like(ends)  # the last step: every one of the first K ranks ends, eos or not
             candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
@@ -473,7 +477,7 @@ def beam_search_scores(
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = torch.sort(is_eos(token, cfg).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (B, K) ranks
+            live = torch.sort(is_eos(token, eos).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (B, K) ranks
             cumulative = score.gather(1, live)  # (B, K), best first
             parents = rows.gather(1, live).flatten()  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
