@@ -5,6 +5,8 @@
     tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
     tokens = sample(lm, prompt, 20, np.random.default_rng(0), temperature=0.7, top_p=0.9)
     tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
+    tokens = generate(lm, prompt, 20, eos_token_id=[2, 7], bad_words_ids=[[5]], min_new_tokens=4)  # its arguments
+    tokens = generate(lm, prompt, 20, rng=0, do_sample=True, num_beams=4)   # beam sampling
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
 it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
@@ -45,6 +47,7 @@ from transformer_spec.generation import (
     Step,
     after_eos,
     beam_fill,
+    beam_sample_keep,
     best_finished,
     check_beam_arguments,
     check_int,
@@ -58,6 +61,7 @@ from transformer_spec.generation import (
     process_scores,
     sampling_probabilities,
     update_stopped,
+    warped_scores,
 )
 
 from . import logits_processors as lp
@@ -319,15 +323,16 @@ def generate(
     max_new_tokens: None: the rules' max_new_tokens, else their max_length minus the decoder input (the prompt, or
     the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
     those of sample (None: the checkpoint's). rng and streamer as in sample (beam search streams nothing: a
-    streamer with num_beams > 1 is a ValueError, as in transformers). ValueError for do_sample with num_beams > 1.
+    streamer with num_beams > 1 is a ValueError, as in transformers). do_sample with num_beams > 1 samples the
+    beams' candidates (beam_search_scores with an rng).
     """
     T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
     rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
-    if strategy == "beam":
+    if strategy in ("beam", "beam_sample"):
         check_no_streamer(streamer)
         out, _ = beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,
-            attention_mask, rules,
+            attention_mask, rules, rng=as_generator(rng) if strategy == "beam_sample" else None,
         )  # fmt: skip
         return out
     generator = as_generator(rng) if strategy == "sample" else None
@@ -416,6 +421,28 @@ def best_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int):
     return np.take_along_axis(scores, order, axis=1), order // V, order % V
 
 
+def candidate_probabilities(cumulative: np.ndarray, log_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Beam sampling's law over an element's continuations: the scores s = cumulative (B, K) + warped log_probs
+    (B, K, V), flat (B, K * V) (index beam * V + token), and softmax(s) over each row."""
+    B, K, V = log_probs.shape
+    scores = (cumulative[:, :, None] + log_probs).reshape(B, K * V)
+    return scores, lp.softmax(scores)
+
+
+def sampled_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int, rng: np.random.Generator):
+    """Beam-search sampling's candidates (transformers' beam-search multinomial sampling): n_best continuations of
+    every element drawn without replacement from softmax over its K*V continuation scores (cumulative (B, K) plus
+    the warped log_probs (B, K, V)), then ranked by score (ties: the earlier drawn). (score, beam, token), each
+    (B, n_best), as best_candidates."""
+    V = log_probs.shape[-1]
+    scores, probs = candidate_probabilities(cumulative, log_probs)  # (B, K * V) each
+    drawn = lp.draw_distinct(probs, n_best, rng)  # (B, n_best) flat indices
+    drawn_scores = np.take_along_axis(scores, drawn, axis=1)
+    order = np.argsort(-drawn_scores, axis=1, kind="stable")  # (B, n_best), best first
+    flat = np.take_along_axis(drawn, order, axis=1)
+    return np.take_along_axis(drawn_scores, order, axis=1), flat // V, flat % V
+
+
 def beam_search(
     model,
     src_ids,
@@ -446,10 +473,12 @@ def beam_search(
 
 def beam_search_scores(
     model, src_ids, beam_size=None, max_len=None, length_penalty=None, use_cache=True, early_stopping=None,
-    attention_mask=None, rules=None, **settings,
+    attention_mask=None, rules=None, rng=None, **settings,
 ):  # fmt: skip
     """beam_search that also returns each element's best normalised score, a list of B floats. rules: the rules to
-    decode under (generate's), instead of the model's with `settings` over them."""
+    decode under (generate's), instead of the model's with `settings` over them. rng: None, or a Generator: beam
+    sampling (generate(do_sample=True, num_beams=K)): the warpers on the processed log-probabilities (keeping
+    beam_sample_keep tokens at least), and the candidates drawn (sampled_candidates) instead of the best taken."""
     if rules is None:
         given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
         rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
@@ -480,8 +509,11 @@ def beam_search_scores(
             t = T_p + step
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
             log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
-            log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
-            score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
+            if rng is None:
+                score, beam, token = best_candidates(cumulative, log_probs.reshape(B, K, -1), n_best)  # (B, n_best)
+            else:
+                log_probs = warped_scores(lp, log_probs, rules, beam_sample_keep(eos)).reshape(B, K, -1)  # (B, K, V)
+                score, beam, token = sampled_candidates(cumulative, log_probs, n_best, rng)  # (B, n_best) each
             rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues
             ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:

@@ -148,3 +148,103 @@ def test_a_model_of_our_own_takes_the_token_arguments(side):
     assert stop not in banned[:, 2:]
     beams = np.asarray(lib.beam_search(model, ids, 2, 6, forced_eos_token_id=[5, 6]))
     assert beams[0, -1] in (5, 6) or beams.shape[1] < 8
+
+
+# ----------------------------------------------------------------------------------------------
+# Beam-search sampling: do_sample with num_beams > 1, as transformers 5 computes it (its _get_top_k_continuations:
+# torch.multinomial without replacement of (1 + n_eos) K continuations from softmax of the cumulative scores plus
+# the processed and warped log-probabilities, then sorted by score).
+
+BEAM_SAMPLING = dict(do_sample=True, num_beams=3, temperature=0.8, top_k=12, top_p=0.95)
+
+
+def test_torch_beam_sampling_draws_what_generate_draws(checkpoint, tmp_path):
+    """Under one torch.manual_seed, our torch generate(do_sample=True, num_beams=3) equals transformers' token for
+    token (float32 on both sides: generate()'s beam search computes its scores in float32), for 4 seeds, and the
+    seeds give different outputs (it sampled)."""
+    model, folder = checkpoint
+    theirs_model = H.build_tiny("gpt2", tmp_path)  # float32
+    mine = H.load_ours("torch", tmp_path, np.float32)
+    prompts = torch.from_numpy(PROMPTS)
+    outputs = set()
+    for seed in (0, 1, 2, 3):
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            expected = theirs_model.generate(
+                prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=8, **BEAM_SAMPLING
+            )
+            torch.manual_seed(seed)
+            got = tt.generate(mine, prompts, max_new_tokens=8, **BEAM_SAMPLING)
+        np.testing.assert_array_equal(got.numpy(), expected.numpy())
+        outputs.add(tuple(got.flatten().tolist()))
+    assert len(outputs) > 1
+
+
+def test_beam_sampling_candidate_probabilities_equal_transformers():
+    """The NumPy side's law over an element's K*V continuations (softmax of the cumulative scores plus the warped
+    log-probabilities) equals the one transformers' warpers (min_tokens_to_keep 2, as generate() sets it with
+    beams and one end token) and softmax give, float64, within 1e-12."""
+    from transformers.generation import logits_process as P
+
+    from numpy_transformer.decoding import candidate_probabilities, log_softmax
+    from transformer_spec.config import GenerationRules
+    from transformer_spec.generation import warped_scores
+
+    rng = np.random.default_rng(0)
+    B, K, V = 2, 3, 40
+    log_probs = log_softmax(rng.normal(size=(B * K, V)) * 2)
+    cumulative = np.sort(-rng.exponential(size=(B, K)) * 3, axis=1)[:, ::-1].copy()
+    rules = GenerationRules(do_sample=True, num_beams=K, temperature=0.8, top_k=12, top_p=0.9, min_p=0.02)
+    ours = candidate_probabilities(
+        cumulative, warped_scores(nt.logits_processors, log_probs, rules, 2).reshape(B, K, V)
+    )
+    warped = torch.from_numpy(log_probs)
+    warpers = [P.TemperatureLogitsWarper(0.8), P.TopKLogitsWarper(12, min_tokens_to_keep=2)]
+    warpers += [P.TopPLogitsWarper(0.9, min_tokens_to_keep=2), P.MinPLogitsWarper(0.02, min_tokens_to_keep=2)]
+    for warper in warpers:
+        warped = warper(None, warped)
+    scores = (warped.view(B, K, V) + torch.from_numpy(cumulative)[:, :, None]).reshape(B, K * V)
+    theirs = torch.softmax(scores, dim=-1).numpy()
+    assert np.isfinite(theirs).all() and (theirs == 0).any() and (theirs > 0).sum() > 2 * K * B
+    assert np.abs(ours[1] - theirs).max() / np.abs(theirs).max() < 1e-12
+    np.testing.assert_array_equal(ours[1] == 0, theirs == 0)
+
+
+def test_draws_without_replacement_follow_sequential_drawing():
+    """lp.draw_distinct's first two draws of 4 distinct from p (V = 6) against the law of drawing one by one without
+    replacement, P(i then j) = p_i p_j / (1 - p_i): each of the 30 pairs within 5 standard deviations over 20000
+    rows (and torch.multinomial's, the law generate() draws from, likewise)."""
+    p = np.array([0.4, 0.25, 0.15, 0.1, 0.07, 0.03])
+    n = 20000
+    law = p[:, None] * p[None, :] / (1 - p[:, None])
+    np.fill_diagonal(law, 0.0)
+    drawn = {
+        "numpy": nt.logits_processors.draw_distinct(np.tile(p, (n, 1)), 4, np.random.default_rng(1)),
+        "torch": torch.multinomial(torch.from_numpy(np.tile(p, (n, 1))), 4, generator=torch.Generator().manual_seed(1)),
+    }
+    for side, rows in drawn.items():
+        rows = np.asarray(rows)
+        assert (np.sort(rows, axis=1)[:, 1:] != np.sort(rows, axis=1)[:, :-1]).all(), side  # distinct
+        counts = np.zeros((6, 6))
+        np.add.at(counts, (rows[:, 0], rows[:, 1]), 1)
+        assert (np.abs(counts - n * law) <= 5 * np.sqrt(n * law * (1 - law)) + 1e-9).all(), (side, counts / n - law)
+
+
+def test_numpy_beam_sampling_has_the_torch_sides_law(checkpoint):
+    """One new token by beam sampling (3 beams) from 1500 copies of a prompt, float64: the NumPy side's token
+    frequencies and the torch side's (which draws what generate() draws) agree within 5 standard deviations of
+    their difference; seeds reproduce on the NumPy side."""
+    _, folder = checkpoint
+    n = 1500
+    prompts = np.repeat(PROMPTS[:1], n, axis=0)
+    settings = BEAM_SAMPLING | dict(temperature=1.5, top_k=0, top_p=1.0)
+    mine_np = H.load_ours("numpy", folder, np.float64)
+    first = nt.generate(mine_np, prompts, max_new_tokens=1, rng=5, **settings)[:, -1]
+    again = nt.generate(mine_np, prompts[:50], max_new_tokens=1, rng=5, **settings)[:, -1]
+    np.testing.assert_array_equal(again, nt.generate(mine_np, prompts[:50], max_new_tokens=1, rng=5, **settings)[:, -1])
+    mine_t = H.load_ours("torch", folder, np.float64)
+    second = tt.generate(mine_t, torch.from_numpy(prompts), max_new_tokens=1, rng=5, **settings)[:, -1].numpy()
+    f, g = np.bincount(first, minlength=40) / n, np.bincount(second, minlength=40) / n
+    assert (f > 0).sum() > 3  # it sampled several tokens
+    spread = np.sqrt((f * (1 - f) + g * (1 - g)) / n) + 1 / n
+    assert (np.abs(f - g) <= 5 * spread).all(), (f, g)

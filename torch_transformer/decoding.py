@@ -44,6 +44,7 @@ from transformer_spec.generation import (
     Step,
     after_eos,
     beam_fill,
+    beam_sample_keep,
     best_finished,
     check_beam_arguments,
     check_int,
@@ -57,6 +58,7 @@ from transformer_spec.generation import (
     process_scores,
     sampling_probabilities,
     update_stopped,
+    warped_scores,
 )
 
 from . import logits_processors as lp
@@ -331,14 +333,16 @@ def generate(
 ) -> Tensor:
     """As transformers' generate() under the checkpoint's generation_config.json, the caller's settings over it:
     sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
-    has the full description). rng and streamer as in sample (a streamer with beams: ValueError)."""
+    has the full description). rng and streamer as in sample (a streamer with beams: ValueError); do_sample with
+    num_beams > 1 samples the beams' candidates as generate() does (sampled_candidates)."""
     T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
     rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
-    if strategy == "beam":
+    if strategy in ("beam", "beam_sample"):
         check_no_streamer(streamer)
         return beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, compiled,
             rules.early_stopping, attention_mask, rules,
+            rng=as_generator(rng, src_ids) if strategy == "beam_sample" else None,
         )[0]  # fmt: skip
     generator = as_generator(rng, src_ids) if strategy == "sample" else None
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
@@ -402,6 +406,22 @@ def best_candidates(cumulative: Tensor, log_probs: Tensor, n_best: int) -> tuple
     return top[:, :n_best], order // V, order % V
 
 
+def sampled_candidates(
+    cumulative: Tensor, log_probs: Tensor, n_best: int, rng: torch.Generator | bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Beam-search sampling's candidates, as generate(do_sample=True, num_beams=K) draws them: n_best of the K*V
+    continuations of every element drawn with torch.multinomial (without replacement) from softmax of their
+    scores (cumulative (B, K) plus the warped log_probs (B, K, V)), then sorted by score, best first, with
+    torch.sort as generate() sorts them. rng: a torch.Generator, or True: the global one. As best_candidates."""
+    B, K, V = log_probs.shape
+    scores = (cumulative[:, :, None] + log_probs).reshape(B, K * V)  # flat index beam * V + token
+    generator = rng if isinstance(rng, torch.Generator) else None
+    drawn = torch.multinomial(torch.softmax(scores, dim=-1), n_best, generator=generator)  # (B, n_best)
+    top, order = scores.gather(1, drawn).sort(dim=-1, descending=True)
+    flat = drawn.gather(1, order)
+    return top, flat // V, flat % V
+
+
 def beam_search(
     model: Model,
     src_ids: Tensor,
@@ -435,10 +455,13 @@ def beam_search_scores(
     early_stopping: bool | str | None = None,
     attention_mask: Tensor | None = None,
     rules: GenerationRules | None = None,
+    rng: torch.Generator | bool | None = None,
     **settings,
 ) -> tuple[Tensor, list[float]]:
     """beam_search, and each element's best normalised score (a list of B floats). rules: decode under these
-    (generate's) instead of the model's with `settings` over them."""
+    (generate's) instead of the model's with `settings` over them. rng: None, or a torch.Generator (True: the
+    global one): beam sampling, the warpers on the processed log-probabilities and the candidates drawn
+    (sampled_candidates)."""
     if rules is None:
         given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
         rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
@@ -467,7 +490,11 @@ def beam_search_scores(
             t = T_p + step
             log_probs = F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1)  # (N, V)
             log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
-            score, beam, token = best_candidates(cumulative, log_probs.view(B, K, -1), n_best)  # (B, n_best) each
+            if rng is None:
+                score, beam, token = best_candidates(cumulative, log_probs.view(B, K, -1), n_best)  # (B, n_best)
+            else:
+                log_probs = warped_scores(lp, log_probs, rules, beam_sample_keep(eos)).view(B, K, -1)  # (B, K, V)
+                score, beam, token = sampled_candidates(cumulative, log_probs, n_best, rng)  # (B, n_best) each
             rows = torch.arange(B, device=prompt.device)[:, None] * K + beam  # (B, n_best): the row each continues
             ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:

@@ -380,13 +380,10 @@ def new_tokens(max_new_tokens: int | None, rules: GenerationRules, T_p: int) -> 
 
 
 def generate_strategy(rules: GenerationRules) -> str:
-    """ "greedy", "sample" or "beam", as generate() chooses from do_sample and num_beams. ValueError for sampling
-    with several beams (transformers' beam-search multinomial sampling), which this library does not do."""
+    """ "greedy", "sample", "beam" or "beam_sample" (do_sample with num_beams > 1: transformers' beam-search
+    multinomial sampling), as generate() chooses from do_sample and num_beams."""
     if rules.do_sample and rules.num_beams > 1:
-        raise ValueError(
-            f"do_sample=True with num_beams={rules.num_beams} (beam-search multinomial sampling) is not applied by "
-            "this library: pass do_sample=False or num_beams=1"
-        )
+        return "beam_sample"
     if rules.do_sample:
         return "sample"
     return "beam" if rules.num_beams > 1 else "greedy"
@@ -460,9 +457,20 @@ def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tupl
 
 
 def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):
-    """Sampling's distribution (N, V) from processed scores: the warpers in generate()'s order (temperature, top_k,
-    top_p, min_p, each only where it changes something, as generate() builds them), then the softmax. `lp`: the
-    side's logits_processors module."""
+    """Sampling's distribution (N, V) from processed scores: the warpers (warped_scores), then the softmax. `lp`:
+    the side's logits_processors module."""
+    return lp.softmax(warped_scores(lp, scores, rules, min_tokens_to_keep))
+
+
+def beam_sample_keep(eos_ids: tuple) -> int:
+    """The tokens each warper keeps at least in beam-search sampling: one more than the end tokens (2 without
+    one), so that a beam can always go on without ending (generate()'s min_tokens_to_keep with beams)."""
+    return len(eos_ids) + 1 if eos_ids else 2
+
+
+def warped_scores(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):
+    """Processed scores (N, V) after the warpers in generate()'s order (temperature, top_k, top_p, min_p, each only
+    where it changes something, as generate() builds them). `lp`: the side's logits_processors module."""
     if rules.temperature != 1.0:
         scores = lp.temperature(scores, rules.temperature)
     if rules.top_k:  # None or 0: off
@@ -471,4 +479,4 @@ def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_kee
         scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
     if rules.min_p is not None:
         scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
-    return lp.softmax(scores)
+    return scores
