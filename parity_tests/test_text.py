@@ -257,7 +257,8 @@ def test_cli_generate_decoding_flags(checkpoints, tmp_path):
 def test_cli_generate_min_new_tokens_and_end_tokens(checkpoints, capsys):
     """--eos-token-id, --min-new-tokens and --bad-words-ids reach generate() (run in process: no interpreter start):
     the first token the model writes made the end token stops the text at once; --min-new-tokens 6 bans it for six
-    tokens, giving transformers' generate(eos_token_id=, min_new_tokens=) text; --bad-words-ids bans a token."""
+    tokens, giving transformers' generate(eos_token_id=, min_new_tokens=) text; with --num-beams 2 a beam ends at the
+    caller's end token as in generate(num_beams=2, eos_token_id=); --bad-words-ids bans a token."""
     from parity_tests.__main__ import generate_main
 
     folder, theirs = checkpoints["qwen2"]
@@ -275,6 +276,11 @@ def test_cli_generate_min_new_tokens_and_end_tokens(checkpoints, capsys):
     expected = out[0, len(ids) :].tolist()
     assert len(expected) >= 6 and first not in expected[:5]
     assert run("--eos-token-id", str(first), "--min-new-tokens", "6") == tokenizer.decode(expected) + "\n"
+    second = their_new_tokens(theirs, ids)[1]
+    out = theirs.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, num_beams=2, eos_token_id=second)
+    assert out.shape[1] < len(ids) + 8  # a beam ended at the caller's end token
+    beams = run("--eos-token-id", str(second), "--num-beams", "2")
+    assert beams == tokenizer.decode(out[0, len(ids) :].tolist()) + "\n"
     out = theirs.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, bad_words_ids=[[first]])
     banned = out[0, len(ids) :].tolist()
     assert first not in banned and run("--bad-words-ids", str(first)) == tokenizer.decode(banned) + "\n"
