@@ -84,6 +84,18 @@ def test_token_arguments_decode_as_generate(side, checkpoint):
 
 
 @pytest.mark.parametrize("side", SIDES)
+def test_max_length_as_generate_takes_it(side, checkpoint):
+    """max_length (prompt included) as an argument: generate(max_length=7) after 4 prompt tokens makes 3, and
+    max_new_tokens wins when both are given, as in generate()."""
+    model, folder = checkpoint
+    mine = H.load_ours(side, folder, np.float64)
+    for kwargs in ({"max_length": 7}, {"max_length": 7, "max_new_tokens": 5}):
+        expected = theirs(model, PROMPTS, **kwargs)
+        np.testing.assert_array_equal(ours(side, mine, PROMPTS, **kwargs), expected)
+    assert theirs(model, PROMPTS, max_length=7).shape[1] == 7
+
+
+@pytest.mark.parametrize("side", SIDES)
 def test_forced_bos_token_id_after_a_one_token_prompt(side, checkpoint):
     """forced_bos_token_id forces the token at position 1 (after a one-token prompt), as generate() does."""
     model, folder = checkpoint

@@ -389,7 +389,7 @@ def generate_strategy(rules: GenerationRules) -> str:
     return "beam" if rules.num_beams > 1 else "greedy"
 
 
-GENERATE_SETTINGS = PROCESSORS + SAMPLING + BEAM + ("do_sample", "num_beams")
+GENERATE_SETTINGS = PROCESSORS + SAMPLING + BEAM + ("do_sample", "num_beams", "max_length")
 GENERATION_KEYS = frozenset(APPLIED) | frozenset(NOT_APPLIED)  # config.json's keys that are generation settings
 
 
