@@ -18,7 +18,9 @@ import transformers
 
 import numpy_transformer as nt
 import torch_transformer as tt
+from numpy_transformer import hf as numpy_hf
 from parity_tests import hf_compare as H
+from torch_transformer import hf as torch_hf
 
 transformers.logging.set_verbosity_error()
 
@@ -121,6 +123,9 @@ def test_a_forced_eos_list_in_generation_config_and_arguments_over_it(side, chec
         expected = theirs(reference, PROMPTS, max_new_tokens=6, **kwargs)
         np.testing.assert_array_equal(ours(side, mine, PROMPTS, max_new_tokens=6, **kwargs), expected)
     assert (theirs(reference, PROMPTS, max_new_tokens=6)[:, -1] == 3).all()  # the lower id of the tie at 0
+    (numpy_hf if side == "numpy" else torch_hf).save(mine, tmp_path / "saved")  # written back as a list
+    assert json.loads((tmp_path / "saved" / "generation_config.json").read_text())["forced_eos_token_id"] == [7, 3]
+    assert H.load_ours(side, tmp_path / "saved", np.float64).generation_rules.forced_eos_id == (7, 3)
 
 
 @pytest.mark.parametrize(
