@@ -189,12 +189,14 @@ class Recompute:
         pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids
 
 
-def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None):
+def start_decoding(
+    model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None, start_id=None
+):  # fmt: skip
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
     allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
     real tokens of a left-padded prompt (the LM's; every generated token is real), or of a Transformer's source
     (instead of the tokens not holding pad_id), or None."""
-    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -353,7 +355,7 @@ def greedy_search(
     check_model(model)
     rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, rules.start_id)
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -489,7 +491,7 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id)
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -568,19 +570,21 @@ def evaluating(model):
         model.train(was_training)
 
 
-def check_decoding_inputs(model, src_ids, max_len):
+def check_decoding_inputs(model, src_ids, max_len, start_id=None):
     """Validate like model.forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p)
-    and max_len (None becomes the most that fits in config.max_len positions)."""
+    and max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first
+    decoder token (the caller's decoder_start_token_id); None: config.bos_id."""
     cfg = model.config
     if max_len is not None:
         check_int("max_len", max_len)
     if isinstance(model, Transformer):
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
-        if cfg.bos_id is None:
+        start = cfg.bos_id if start_id is None else start_id
+        if start is None:
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
-        prompt = np.full((src_ids.shape[0], 1), cfg.bos_id, dtype=np.int64)  # (B, 1)
+        prompt = np.full((src_ids.shape[0], 1), start, dtype=np.int64)  # (B, 1)
     else:
         prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit).astype(
             np.int64

@@ -265,3 +265,19 @@ def test_numpy_beam_sampling_has_the_torch_sides_law(checkpoint):
     assert (f > 0).sum() > 3  # it sampled several tokens
     spread = np.sqrt((f * (1 - f) + g * (1 - g)) / n) + 1 / n
     assert (np.abs(f - g) <= 5 * spread).all(), (f, g)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_decoder_start_and_forced_bos_of_an_encoder_decoder(side, tmp_path):
+    """A tiny BART: decoder_start_token_id (the first decoder token) and forced_bos_token_id as arguments, greedy
+    and with 2 beams, equal to generate()'s tokens."""
+    H.build_seq2seq("bart", steps=0).save_pretrained(tmp_path)  # untrained: random weights
+    model = H.seq2seq_reference(tmp_path, "bart", np.float64)
+    mine = H.load_ours(side, tmp_path, np.float64)
+    src = PROMPTS % model.config.vocab_size
+    for kwargs in ({"decoder_start_token_id": 9}, {"decoder_start_token_id": 9, "forced_bos_token_id": 11}):
+        for num_beams in (1, 2):
+            expected = theirs(model, src, max_new_tokens=5, num_beams=num_beams, **kwargs)
+            got = ours(side, mine, src, max_new_tokens=5, num_beams=num_beams, **kwargs)
+            np.testing.assert_array_equal(got, expected)
+            assert (got[:, 0] == 9).all()

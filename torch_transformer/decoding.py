@@ -188,12 +188,14 @@ def start_decoding(
     use_cache: bool,
     attention_mask: Tensor | None = None,
     compiled: bool = False,
+    start_id: int | None = None,
 ) -> tuple[Tensor, int, Incremental | Recompute]:
     """Check the arguments; return the prompt (B, T_p), max_len and the source of next-token logits for
     N = B * n_copies rows. attention_mask: a left-padded prompt's real tokens (B, T_p) (the LM's; every generated
     token is real, and the beams of one prompt share its mask, so reordering them leaves it as it is), or a
-    Transformer's source's (B, S), or None. compiled: the cached step under torch.compile (needs use_cache)."""
-    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    Transformer's source's (B, S), or None. compiled: the cached step under torch.compile (needs use_cache).
+    start_id: a Transformer's first decoder token (None: config.bos_id)."""
+    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -364,7 +366,9 @@ def greedy_search(
     check_model(model)
     rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, compiled)
+        prompt, max_len, decoder = start_decoding(
+            model, src_ids, max_len, 1, use_cache, attention_mask, compiled, rules.start_id
+        )
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -472,7 +476,9 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, compiled)
+        prompt, max_len, decoder = start_decoding(
+            model, src_ids, max_len, K, use_cache, attention_mask, compiled, rules.start_id
+        )
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -551,21 +557,25 @@ def evaluating(model: nn.Module):
             module.training = mode
 
 
-def check_decoding_inputs(model: Model, src_ids: Tensor, max_len: int | None) -> tuple[Tensor | None, Tensor, int]:
+def check_decoding_inputs(
+    model: Model, src_ids: Tensor, max_len: int | None, start_id: int | None = None
+) -> tuple[Tensor | None, Tensor, int]:
     """Validate as the model's forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p) and
-    max_len (None becomes the most that fits in config.max_len positions)."""
+    max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first decoder
+    token (the caller's decoder_start_token_id); None: config.bos_id."""
     cfg = model.config
     if max_len is not None:
         check_int("max_len", max_len)
     source: Tensor | None = None
     if isinstance(model, Transformer):
         check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
-        if cfg.bos_id is None:
+        start = cfg.bos_id if start_id is None else start_id
+        if start is None:
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
         source = src_ids
-        prompt = torch.full((src_ids.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
+        prompt = torch.full((src_ids.shape[0], 1), start, dtype=torch.long, device=src_ids.device)  # (B, 1)
     else:
         check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit)
         prompt = src_ids.long()  # (B, T_p): any ids, as given

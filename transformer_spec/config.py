@@ -667,6 +667,7 @@ class GenerationRules:
     - eos_ids: the end tokens decoding stops at and min_length bans (the caller's eos_token_id); None: the config's;
     - pad_id: generation_config.json's pad_token_id (what fill_id and beam_fill_id come from, kept so that a caller's
       eos_token_id can remake them as generate() does); None: none in the file;
+    - start_id: the caller's decoder_start_token_id, an encoder-decoder's first decoder token; None: config.bos_id;
     - do_sample, temperature, top_k, top_p, min_p: sampling and its warpers (top_k 0 or None: off; min_p None: off);
     - num_beams, length_penalty, early_stopping: what beam search and generate() use unless the caller says;
     - max_length (None: not in the file, generate()'s 20 new tokens) and max_new_tokens: generate()'s length;
@@ -681,6 +682,7 @@ class GenerationRules:
     bad_words: tuple = ()  # tuple of tuples of ids
     eos_ids: tuple | None = None  # tuple of ids
     pad_id: int | None = None
+    start_id: int | None = None
     beam_fill_id: int | None = None
     fill_id: int | None = None
     repetition_penalty: float = 1.0
@@ -699,7 +701,7 @@ class GenerationRules:
     max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("forced_bos_id", "beam_fill_id", "fill_id", "pad_id"):
+        for name in ("forced_bos_id", "beam_fill_id", "fill_id", "pad_id", "start_id"):
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value, minimum=0)

@@ -230,7 +230,10 @@ NOT_APPLIED = {
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")
 # The token ids generate() takes as arguments (transformers' names), over the checkpoint's: they go to the logits
 # processors (bad words, forced tokens, min_length's end tokens), to stopping (eos) and to the fill after an end.
-TOKEN_SETTINGS = ("bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "eos_token_id", "pad_token_id")
+TOKEN_SETTINGS = (
+    "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "eos_token_id", "pad_token_id",
+    "decoder_start_token_id",
+)  # fmt: skip
 PROCESSORS = ("repetition_penalty", "no_repeat_ngram_size", "min_length", "min_new_tokens") + TOKEN_SETTINGS
 BEAM = ("length_penalty", "early_stopping")
 
@@ -318,6 +321,8 @@ def token_settings(ids: dict, rules: GenerationRules | None, config: Transformer
         out["eos_ids"] = id_list("eos_token_id", ids["eos_token_id"], vocab)
     if "pad_token_id" in ids:
         out["pad_id"] = one_id("pad_token_id", ids["pad_token_id"], vocab)
+    if "decoder_start_token_id" in ids:  # an encoder-decoder's first decoder token (a decoder-only model: unused)
+        out["start_id"] = one_id("decoder_start_token_id", ids["decoder_start_token_id"], vocab)
     if "eos_token_id" in ids or "pad_token_id" in ids:
         out |= remade_fills(out, rules, config)
     return out
