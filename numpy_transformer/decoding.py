@@ -5,6 +5,8 @@
     tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
     tokens = sample(lm, prompt, 20, np.random.default_rng(0), temperature=0.7, top_p=0.9)
     tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
+    tokens = generate(lm, prompt, 20, eos_token_id=[2, 7], bad_words_ids=[[5]], min_new_tokens=4)  # its arguments
+    tokens = generate(lm, prompt, 20, rng=0, do_sample=True, num_beams=4)   # beam sampling
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
 it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
@@ -45,6 +47,7 @@ from transformer_spec.generation import (
     Step,
     after_eos,
     beam_fill,
+    beam_sample_keep,
     best_finished,
     check_beam_arguments,
     check_int,
@@ -53,10 +56,12 @@ from transformer_spec.generation import (
     collect_finished,
     decoding_length,
     decoding_rules,
+    end_ids,
     generate_plan,
     process_scores,
     sampling_probabilities,
     update_stopped,
+    warped_scores,
 )
 
 from . import logits_processors as lp
@@ -184,12 +189,14 @@ class Recompute:
         pass  # the prefix is all there is, and the caller reorders it; the beams of a source share src_ids
 
 
-def start_decoding(model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None):
+def start_decoding(
+    model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None, start_id=None
+):  # fmt: skip
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
     allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
     real tokens of a left-padded prompt (the LM's; every generated token is real), or of a Transformer's source
     (instead of the tokens not holding pad_id), or None."""
-    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -213,7 +220,7 @@ def allowed_scores(scores: np.ndarray, model, rules: GenerationRules, step: Step
     ValueError when a row is left no token at all."""
     if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)  # a copy
-    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    scores = process_scores(lp, scores, rules, step, end_ids(rules, model.config))
     check_something_allowed(scores, step.tokens.shape[1])
     return scores
 
@@ -269,7 +276,7 @@ def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attentio
     tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
     has produced eos_id.
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode", model.config)
     tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules)
     return tokens
 
@@ -286,7 +293,7 @@ def sample(
     transformers' defaults: temperature 1, top_k 50, top_p 1). streamer: None, or a callable given each step's
     tokens (B,) as they are chosen (int64; a finished row's fill). Other arguments and the result as greedy_decode.
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample", model.config)
     tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng), streamer)
     return tokens
 
@@ -318,24 +325,26 @@ def generate(
     max_new_tokens: None: the rules' max_new_tokens, else their max_length minus the decoder input (the prompt, or
     the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
     those of sample (None: the checkpoint's). rng and streamer as in sample (beam search streams nothing: a
-    streamer with num_beams > 1 is a ValueError, as in transformers). ValueError for do_sample with num_beams > 1.
+    streamer with num_beams > 1 is a ValueError, as in transformers). do_sample with num_beams > 1 samples the
+    beams' candidates (beam_search_scores with an rng).
     """
     T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
-    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
-    if strategy == "beam":
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
+    if strategy in ("beam", "beam_sample"):
         check_no_streamer(streamer)
         out, _ = beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,
-            attention_mask, rules,
+            attention_mask, rules, rng=as_generator(rng) if strategy == "beam_sample" else None,
         )  # fmt: skip
         return out
     generator = as_generator(rng) if strategy == "sample" else None
     return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator, streamer)[0]
 
 
-def is_eos(tokens: np.ndarray, cfg) -> np.ndarray:
-    """Which tokens end a sequence: any of config.eos_ids (several in Llama 3's configs); none without an eos_id."""
-    return np.isin(tokens, cfg.eos_ids)
+def is_eos(tokens: np.ndarray, eos: tuple) -> np.ndarray:
+    """Which tokens end a sequence: any of `eos` (end_ids: the caller's eos_token_id, else config.eos_ids, several
+    in Llama 3's configs); none when it is empty."""
+    return np.isin(tokens, eos)
 
 
 def greedy_search(
@@ -346,10 +355,11 @@ def greedy_search(
     check_model(model)
     rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, rules.start_id)
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = after_eos(model.generation_rules, cfg)
+        fill = after_eos(rules, cfg)
         start = penalty_start(model, attention_mask, 1)
         tokens = np.full((B, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = prompt
@@ -366,7 +376,7 @@ def greedy_search(
             tokens[:, t] = np.where(done, fill, choice)
             if streamer is not None:
                 streamer(tokens[:, t].copy())
-            done |= is_eos(tokens[:, t], cfg)
+            done |= is_eos(tokens[:, t], eos)
             if done.all():
                 break
     return tokens[:, : t + 1], np.stack(step_logits, axis=1)
@@ -413,6 +423,28 @@ def best_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int):
     return np.take_along_axis(scores, order, axis=1), order // V, order % V
 
 
+def candidate_probabilities(cumulative: np.ndarray, log_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Beam sampling's law over an element's continuations: the scores s = cumulative (B, K) + warped log_probs
+    (B, K, V), flat (B, K * V) (index beam * V + token), and softmax(s) over each row."""
+    B, K, V = log_probs.shape
+    scores = (cumulative[:, :, None] + log_probs).reshape(B, K * V)
+    return scores, lp.softmax(scores)
+
+
+def sampled_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: int, rng: np.random.Generator):
+    """Beam-search sampling's candidates (transformers' beam-search multinomial sampling): n_best continuations of
+    every element drawn without replacement from softmax over its K*V continuation scores (cumulative (B, K) plus
+    the warped log_probs (B, K, V)), then ranked by score (ties: the earlier drawn). (score, beam, token), each
+    (B, n_best), as best_candidates."""
+    V = log_probs.shape[-1]
+    scores, probs = candidate_probabilities(cumulative, log_probs)  # (B, K * V) each
+    drawn = lp.draw_distinct(probs, n_best, rng)  # (B, n_best) flat indices
+    drawn_scores = np.take_along_axis(scores, drawn, axis=1)
+    order = np.argsort(-drawn_scores, axis=1, kind="stable")  # (B, n_best), best first
+    flat = np.take_along_axis(drawn, order, axis=1)
+    return np.take_along_axis(drawn_scores, order, axis=1), flat // V, flat % V
+
+
 def beam_search(
     model,
     src_ids,
@@ -443,13 +475,15 @@ def beam_search(
 
 def beam_search_scores(
     model, src_ids, beam_size=None, max_len=None, length_penalty=None, use_cache=True, early_stopping=None,
-    attention_mask=None, rules=None, **settings,
+    attention_mask=None, rules=None, rng=None, **settings,
 ):  # fmt: skip
     """beam_search that also returns each element's best normalised score, a list of B floats. rules: the rules to
-    decode under (generate's), instead of the model's with `settings` over them."""
+    decode under (generate's), instead of the model's with `settings` over them. rng: None, or a Generator: beam
+    sampling (generate(do_sample=True, num_beams=K)): the warpers on the processed log-probabilities (keeping
+    beam_sample_keep tokens at least), and the candidates drawn (sampled_candidates) instead of the best taken."""
     if rules is None:
         given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
-        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
     if beam_size is None:
         beam_size = rules.num_beams if rules.num_beams > 1 else 4
     length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
@@ -457,10 +491,11 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask)
+        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id)
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = beam_fill(model.generation_rules, cfg)
+        fill = beam_fill(rules, cfg)
         tokens = np.full((B * K, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = np.repeat(prompt, K, axis=0)  # (B*K, T_p)
         # The K beams start as copies of one prompt: only beam 0 may be extended at the first step.
@@ -468,7 +503,7 @@ def beam_search_scores(
         cumulative[:, 0] = 0.0
         # Each beam may end with every eos id: of the best (1 + n_eos) K candidates (2K at least, as generate), K
         # are not eos.
-        n_best = max(2, 1 + len(cfg.eos_ids)) * K
+        n_best = max(2, 1 + len(eos)) * K
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
         start = penalty_start(model, attention_mask, K)
@@ -476,10 +511,13 @@ def beam_search_scores(
             t = T_p + step
             log_probs = log_softmax(decoder.next_logits(tokens[:, :t]))  # (N, V)
             log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
-            log_probs = log_probs.reshape(B, K, -1)  # (B, K, V)
-            score, beam, token = best_candidates(cumulative, log_probs, n_best)  # (B, n_best) each
+            if rng is None:
+                score, beam, token = best_candidates(cumulative, log_probs.reshape(B, K, -1), n_best)  # (B, n_best)
+            else:
+                log_probs = warped_scores(lp, log_probs, rules, beam_sample_keep(eos)).reshape(B, K, -1)  # (B, K, V)
+                score, beam, token = sampled_candidates(cumulative, log_probs, n_best, rng)  # (B, n_best) each
             rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues
-            ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
+            ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
             candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
@@ -487,7 +525,7 @@ def beam_search_scores(
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = np.argsort(is_eos(token, cfg), axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            live = np.argsort(is_eos(token, eos), axis=1, kind="stable")[:, :K]  # (B, K) ranks
             cumulative = np.take_along_axis(score, live, axis=1)  # (B, K), best first
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
@@ -532,19 +570,21 @@ def evaluating(model):
         model.train(was_training)
 
 
-def check_decoding_inputs(model, src_ids, max_len):
+def check_decoding_inputs(model, src_ids, max_len, start_id=None):
     """Validate like model.forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p)
-    and max_len (None becomes the most that fits in config.max_len positions)."""
+    and max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first
+    decoder token (the caller's decoder_start_token_id); None: config.bos_id."""
     cfg = model.config
     if max_len is not None:
         check_int("max_len", max_len)
     if isinstance(model, Transformer):
         src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
-        if cfg.bos_id is None:
+        start = cfg.bos_id if start_id is None else start_id
+        if start is None:
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
-        prompt = np.full((src_ids.shape[0], 1), cfg.bos_id, dtype=np.int64)  # (B, 1)
+        prompt = np.full((src_ids.shape[0], 1), start, dtype=np.int64)  # (B, 1)
     else:
         prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit).astype(
             np.int64

@@ -70,11 +70,11 @@ def min_length(scores: np.ndarray, length: int, minimum: int, eos_ids) -> np.nda
     return out
 
 
-def forced_token(scores: np.ndarray, token: int) -> np.ndarray:
+def forced_token(scores: np.ndarray, token: int | tuple) -> np.ndarray:
     """Only `token` may come: every other score -inf, its own 0. ForcedBOSTokenLogitsProcessor (at position 1),
     ForcedEOSTokenLogitsProcessor (at the last step)."""
     out = np.full_like(scores, -np.inf)
-    out[:, token] = 0.0
+    out[:, list(token) if isinstance(token, tuple) else token] = 0.0  # several forced end tokens: each at 0
     return out
 
 
@@ -137,3 +137,13 @@ def draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     chosen = (cumulative <= u).sum(axis=-1)  # (N,) entries at or below u precede the chosen one
     last_possible = probs.shape[-1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=-1)  # rounding cannot go past it
     return np.minimum(chosen, last_possible).astype(np.int64)
+
+
+def draw_distinct(probs: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n distinct tokens per row from probs (N, V), as n draws without replacement (each from the probabilities of
+    the tokens not drawn yet, renormalised), by the exponential race: with E_v independent Exp(1) draws, the n
+    largest p_v / E_v (the first n arrivals of races of rates p_v). Returns int64 ids (N, n), in arrival order.
+    The order of a row's sample has the law of sequential drawing; torch.multinomial(replacement=False) draws the
+    same law (the same race, on torch's generator)."""
+    keys = probs / rng.exponential(size=probs.shape)  # (N, V); probability 0: key 0, after every possible token
+    return np.argsort(-keys, axis=-1, kind="stable")[:, :n].astype(np.int64)

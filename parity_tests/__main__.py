@@ -13,7 +13,8 @@
     transformer-parity generate MODEL PROMPT [--max-new-tokens N] [--chat] [--system TEXT] [--torch]
                              [--device DEV] [--dtype float32|float64] [--greedy | --sample] [--seed N]
                              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
-                             [--num-beams N] ...
+                             [--num-beams N] [--min-new-tokens N] [--length-penalty L] [--eos-token-id ID...]
+                             [--bad-words-ids ID...] ...
                                                             text from a checkpoint folder or Hub id, streamed
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
@@ -341,14 +342,26 @@ def generate_parser() -> argparse.ArgumentParser:
         ("--repetition-penalty", float),
         ("--no-repeat-ngram-size", int),
         ("--num-beams", int),
+        ("--min-new-tokens", int),
+        ("--length-penalty", float),
     ):
         settings.add_argument(flag, type=kind, default=None)
+    settings.add_argument(
+        "--eos-token-id", type=int, nargs="+", default=None, metavar="ID", help="the end token(s), as eos_token_id="
+    )
+    settings.add_argument(
+        "--bad-words-ids", type=int, nargs="+", action="append", default=None, metavar="ID",
+        help="a token sequence never to complete (repeat the flag for several), as bad_words_ids=",
+    )  # fmt: skip
     return parser
 
 
 def decoding_settings(args) -> dict:
     """The decoding settings the command line gives (only those given: the rest stay the checkpoint's)."""
-    names = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "no_repeat_ngram_size", "num_beams")
+    names = (
+        "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "no_repeat_ngram_size", "num_beams",
+        "min_new_tokens", "length_penalty", "eos_token_id", "bad_words_ids",
+    )  # fmt: skip
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.greedy or args.sample:
         settings["do_sample"] = args.sample

@@ -368,8 +368,8 @@ def test_unapplied_settings_are_warned_about_by_name(tmp_path):
 @pytest.mark.parametrize("side", SIDES)
 def test_settings_not_applied_are_refused_by_name(side, qwen2_sampling):
     """A caller's transformers setting that is not applied: ValueError naming it; a setting the entry does not take:
-    TypeError naming it; sampling with beams (beam-search multinomial sampling): ValueError naming both; a bad value:
-    the error names the setting."""
+    TypeError naming it; a bad value: the error names the setting. (Sampling with beams is computed now:
+    test_generate_arguments.)"""
     model = H.load_ours(side, qwen2_sampling[0], np.float64)
     lib = nt if side == "numpy" else tt
     ids = PROMPTS if side == "numpy" else torch.from_numpy(PROMPTS)
@@ -379,8 +379,6 @@ def test_settings_not_applied_are_refused_by_name(side, qwen2_sampling):
         lib.greedy_decode(model, ids, 4, temperature=0.5)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'topk'"):
         lib.sample(model, ids, 4, 0, topk=3)
-    with pytest.raises(ValueError, match=r"do_sample=True with num_beams=2"):
-        lib.generate(model, ids, 4, num_beams=2)
     with pytest.raises(ValueError, match=r"sample: top_p must be a number in \[0, 1\], got 1\.5"):
         lib.sample(model, ids, 4, 0, top_p=1.5)
     with pytest.raises(ValueError, match=r"temperature must be > 0 when sampling, got 0\.0"):

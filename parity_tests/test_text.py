@@ -252,3 +252,35 @@ def test_cli_generate_decoding_flags(checkpoints, tmp_path):
     assert greedy.returncode == 0 and greedy.stdout == expected + "\n"
     bad = run("--sample", "--top-p", "2.0", "--seed", "1")
     assert bad.returncode == 2 and "top_p" in bad.stderr
+
+
+def test_cli_generate_min_new_tokens_and_end_tokens(checkpoints, capsys):
+    """--eos-token-id, --min-new-tokens and --bad-words-ids reach generate() (run in process: no interpreter start):
+    the first token the model writes made the end token stops the text at once; --min-new-tokens 6 bans it for six
+    tokens, giving transformers' generate(eos_token_id=, min_new_tokens=) text; with --num-beams 2 a beam ends at the
+    caller's end token as in generate(num_beams=2, eos_token_id=); --bad-words-ids bans a token."""
+    from parity_tests.__main__ import generate_main
+
+    folder, theirs = checkpoints["qwen2"]
+    tokenizer = load_tokenizer(folder)
+    ids = tokenizer.prompt_ids("The cat sat on")
+    first = their_new_tokens(theirs, ids)[0]
+
+    def run(*flags) -> str:
+        argv = [str(folder), "The cat sat on", "--max-new-tokens", "8", "--dtype", "float64", *flags]
+        assert generate_main(argv) == 0
+        return capsys.readouterr().out
+
+    assert run("--eos-token-id", str(first)) == tokenizer.decode([first]) + "\n"
+    out = theirs.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, eos_token_id=first, min_new_tokens=6)
+    expected = out[0, len(ids) :].tolist()
+    assert len(expected) >= 6 and first not in expected[:5]
+    assert run("--eos-token-id", str(first), "--min-new-tokens", "6") == tokenizer.decode(expected) + "\n"
+    second = their_new_tokens(theirs, ids)[1]
+    out = theirs.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, num_beams=2, eos_token_id=second)
+    assert out.shape[1] < len(ids) + 8  # a beam ended at the caller's end token
+    beams = run("--eos-token-id", str(second), "--num-beams", "2")
+    assert beams == tokenizer.decode(out[0, len(ids) :].tolist()) + "\n"
+    out = theirs.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False, bad_words_ids=[[first]])
+    banned = out[0, len(ids) :].tolist()
+    assert first not in banned and run("--bad-words-ids", str(first)) == tokenizer.decode(banned) + "\n"

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_spec.config import GenerationRules, TransformerConfig
+from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
     BEAM,
     PROCESSORS,
@@ -44,6 +44,7 @@ from transformer_spec.generation import (
     Step,
     after_eos,
     beam_fill,
+    beam_sample_keep,
     best_finished,
     check_beam_arguments,
     check_int,
@@ -52,10 +53,12 @@ from transformer_spec.generation import (
     collect_finished,
     decoding_length,
     decoding_rules,
+    end_ids,
     generate_plan,
     process_scores,
     sampling_probabilities,
     update_stopped,
+    warped_scores,
 )
 
 from . import logits_processors as lp
@@ -185,12 +188,14 @@ def start_decoding(
     use_cache: bool,
     attention_mask: Tensor | None = None,
     compiled: bool = False,
+    start_id: int | None = None,
 ) -> tuple[Tensor, int, Incremental | Recompute]:
     """Check the arguments; return the prompt (B, T_p), max_len and the source of next-token logits for
     N = B * n_copies rows. attention_mask: a left-padded prompt's real tokens (B, T_p) (the LM's; every generated
     token is real, and the beams of one prompt share its mask, so reordering them leaves it as it is), or a
-    Transformer's source's (B, S), or None. compiled: the cached step under torch.compile (needs use_cache)."""
-    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len)
+    Transformer's source's (B, S), or None. compiled: the cached step under torch.compile (needs use_cache).
+    start_id: a Transformer's first decoder token (None: config.bos_id)."""
+    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -214,7 +219,7 @@ def allowed_scores(scores: Tensor, model: Model, rules: GenerationRules, step: S
     forced tokens. ValueError when a row is left no token."""
     if model.generation_rules is None:
         scores = without_pad(scores, model.config.pad_id)
-    scores = process_scores(lp, scores, rules, step, model.config.eos_ids)
+    scores = process_scores(lp, scores, rules, step, end_ids(rules, model.config))
     check_something_allowed(scores, step.tokens.shape[1])
     return scores
 
@@ -245,9 +250,10 @@ def without_pad(scores: Tensor, pad_id: int | None) -> Tensor:
     return scores.index_fill(-1, torch.tensor([pad_id], device=scores.device), float("-inf"))
 
 
-def is_eos(tokens: Tensor, cfg: TransformerConfig) -> Tensor:
-    """Which tokens end a sequence: any of config.eos_ids; none when the vocabulary has no eos."""
-    return torch.isin(tokens, tokens.new_tensor(cfg.eos_ids, dtype=torch.long))
+def is_eos(tokens: Tensor, eos: tuple) -> Tensor:
+    """Which tokens end a sequence: any of `eos` (end_ids: the caller's eos_token_id, else config.eos_ids); none
+    when it is empty."""
+    return torch.isin(tokens, tokens.new_tensor(eos, dtype=torch.long))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,7 +279,7 @@ def greedy_decode(
     left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
     settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens (None: the checkpoint's).
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode", model.config)
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules)[0]
 
 
@@ -293,7 +299,7 @@ def sample(
     global generator, as generate() uses: torch.manual_seed(s) then sample reproduces generate()'s draws).
     settings: greedy_decode's and temperature, top_k, top_p, min_p (None: the checkpoint's). streamer: None, or a
     callable given each step's tokens (B,) as they are chosen (a long tensor; a finished row's fill)."""
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample")
+    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample", model.config)
     generator = as_generator(rng, src_ids)
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
 
@@ -329,14 +335,16 @@ def generate(
 ) -> Tensor:
     """As transformers' generate() under the checkpoint's generation_config.json, the caller's settings over it:
     sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
-    has the full description). rng and streamer as in sample (a streamer with beams: ValueError)."""
+    has the full description). rng and streamer as in sample (a streamer with beams: ValueError); do_sample with
+    num_beams > 1 samples the beams' candidates as generate() does (sampled_candidates)."""
     T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
-    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens)
-    if strategy == "beam":
+    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
+    if strategy in ("beam", "beam_sample"):
         check_no_streamer(streamer)
         return beam_search_scores(
             model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, compiled,
             rules.early_stopping, attention_mask, rules,
+            rng=as_generator(rng, src_ids) if strategy == "beam_sample" else None,
         )[0]  # fmt: skip
     generator = as_generator(rng, src_ids) if strategy == "sample" else None
     return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
@@ -358,10 +366,13 @@ def greedy_search(
     check_model(model)
     rules = rules or model.generation_rules or GenerationRules()
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, compiled)
+        prompt, max_len, decoder = start_decoding(
+            model, src_ids, max_len, 1, use_cache, attention_mask, compiled, rules.start_id
+        )
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = after_eos(model.generation_rules, cfg)
+        fill = after_eos(rules, cfg)
         start = penalty_start(model, attention_mask, 1)
         tokens = prompt.new_full((B, T_p + max_len), fill)
         tokens[:, :T_p] = prompt
@@ -379,7 +390,7 @@ def greedy_search(
             tokens[:, t] = choice.masked_fill(done, fill)
             if streamer is not None:
                 streamer(tokens[:, t].clone())
-            done |= is_eos(tokens[:, t], cfg)
+            done |= is_eos(tokens[:, t], eos)
             if bool(done.all()):
                 break
     return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
@@ -397,6 +408,22 @@ def best_candidates(cumulative: Tensor, log_probs: Tensor, n_best: int) -> tuple
     top, order = torch.sort(scores, dim=1, descending=True, stable=True)
     order = order[:, :n_best]  # (B, n_best)
     return top[:, :n_best], order // V, order % V
+
+
+def sampled_candidates(
+    cumulative: Tensor, log_probs: Tensor, n_best: int, rng: torch.Generator | bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Beam-search sampling's candidates, as generate(do_sample=True, num_beams=K) draws them: n_best of the K*V
+    continuations of every element drawn with torch.multinomial (without replacement) from softmax of their
+    scores (cumulative (B, K) plus the warped log_probs (B, K, V)), then sorted by score, best first, with
+    torch.sort as generate() sorts them. rng: a torch.Generator, or True: the global one. As best_candidates."""
+    B, K, V = log_probs.shape
+    scores = (cumulative[:, :, None] + log_probs).reshape(B, K * V)  # flat index beam * V + token
+    generator = rng if isinstance(rng, torch.Generator) else None
+    drawn = torch.multinomial(torch.softmax(scores, dim=-1), n_best, generator=generator)  # (B, n_best)
+    top, order = scores.gather(1, drawn).sort(dim=-1, descending=True)
+    flat = drawn.gather(1, order)
+    return top, flat // V, flat % V
 
 
 def beam_search(
@@ -432,13 +459,16 @@ def beam_search_scores(
     early_stopping: bool | str | None = None,
     attention_mask: Tensor | None = None,
     rules: GenerationRules | None = None,
+    rng: torch.Generator | bool | None = None,
     **settings,
 ) -> tuple[Tensor, list[float]]:
     """beam_search, and each element's best normalised score (a list of B floats). rules: decode under these
-    (generate's) instead of the model's with `settings` over them."""
+    (generate's) instead of the model's with `settings` over them. rng: None, or a torch.Generator (True: the
+    global one): beam sampling, the warpers on the processed log-probabilities and the candidates drawn
+    (sampled_candidates)."""
     if rules is None:
         given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
-        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search")
+        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
     if beam_size is None:
         beam_size = rules.num_beams if rules.num_beams > 1 else 4
     length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
@@ -446,16 +476,19 @@ def beam_search_scores(
     check_model(model)
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, compiled)
+        prompt, max_len, decoder = start_decoding(
+            model, src_ids, max_len, K, use_cache, attention_mask, compiled, rules.start_id
+        )
         cfg = model.config
+        eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
-        fill = beam_fill(model.generation_rules, cfg)
+        fill = beam_fill(rules, cfg)
         tokens = prompt.new_full((B * K, T_p + max_len), fill)
         tokens[:, :T_p] = prompt.repeat_interleave(K, dim=0)  # (B*K, T_p)
         dtype = model.decoder.token_table().dtype
         cumulative = torch.full((B, K), float("-inf"), dtype=dtype, device=prompt.device)
         cumulative[:, 0] = 0.0  # the K beams start as copies of one prompt: only beam 0 may be extended at first
-        n_best = max(2, 1 + len(cfg.eos_ids)) * K  # each beam may end with every eos id: K of these are not eos
+        n_best = max(2, 1 + len(eos)) * K  # each beam may end with every eos id: K of these are not eos
         finished: list[list] = [[] for _ in range(B)]  # per element: (normalised score, generated tokens), in order
         stopped = [False] * B  # the element takes no more finished hypotheses
         start = penalty_start(model, attention_mask, K)
@@ -463,9 +496,13 @@ def beam_search_scores(
             t = T_p + step
             log_probs = F.log_softmax(decoder.next_logits(tokens[:, :t]), dim=-1)  # (N, V)
             log_probs = allowed_scores(log_probs, model, rules, Step(tokens[:, :t], T_p, start, step == max_len - 1))
-            score, beam, token = best_candidates(cumulative, log_probs.view(B, K, -1), n_best)  # (B, n_best) each
+            if rng is None:
+                score, beam, token = best_candidates(cumulative, log_probs.view(B, K, -1), n_best)  # (B, n_best)
+            else:
+                log_probs = warped_scores(lp, log_probs, rules, beam_sample_keep(eos)).view(B, K, -1)  # (B, K, V)
+                score, beam, token = sampled_candidates(cumulative, log_probs, n_best, rng)  # (B, n_best) each
             rows = torch.arange(B, device=prompt.device)[:, None] * K + beam  # (B, n_best): the row each continues
-            ends = is_eos(token[:, :K], cfg)  # (B, K): the first K ranks that end a hypothesis
+            ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends = torch.ones_like(ends)  # the last step: every one of the first K ranks ends, eos or not
             candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
@@ -473,7 +510,7 @@ def beam_search_scores(
             if step == max_len - 1:
                 break
             # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = torch.sort(is_eos(token, cfg).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (B, K) ranks
+            live = torch.sort(is_eos(token, eos).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (B, K) ranks
             cumulative = score.gather(1, live)  # (B, K), best first
             parents = rows.gather(1, live).flatten()  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
@@ -520,21 +557,25 @@ def evaluating(model: nn.Module):
             module.training = mode
 
 
-def check_decoding_inputs(model: Model, src_ids: Tensor, max_len: int | None) -> tuple[Tensor | None, Tensor, int]:
+def check_decoding_inputs(
+    model: Model, src_ids: Tensor, max_len: int | None, start_id: int | None = None
+) -> tuple[Tensor | None, Tensor, int]:
     """Validate as the model's forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p) and
-    max_len (None becomes the most that fits in config.max_len positions)."""
+    max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first decoder
+    token (the caller's decoder_start_token_id); None: config.bos_id."""
     cfg = model.config
     if max_len is not None:
         check_int("max_len", max_len)
     source: Tensor | None = None
     if isinstance(model, Transformer):
         check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
-        if cfg.bos_id is None:
+        start = cfg.bos_id if start_id is None else start_id
+        if start is None:
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
         source = src_ids
-        prompt = torch.full((src_ids.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)  # (B, 1)
+        prompt = torch.full((src_ids.shape[0], 1), start, dtype=torch.long, device=src_ids.device)  # (B, 1)
     else:
         check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit)
         prompt = src_ids.long()  # (B, T_p): any ids, as given

@@ -61,10 +61,10 @@ def min_length(scores: Tensor, length: int, minimum: int, eos_ids) -> Tensor:
     return scores.index_fill(-1, torch.tensor(list(eos_ids), device=scores.device), NEG_INF)
 
 
-def forced_token(scores: Tensor, token: int) -> Tensor:
+def forced_token(scores: Tensor, token: int | tuple) -> Tensor:
     """Every score -inf but `token`'s, 0. ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor."""
     out = torch.full_like(scores, NEG_INF)
-    out[:, token] = 0.0
+    out[:, list(token) if isinstance(token, tuple) else token] = 0.0  # several forced end tokens: each at 0
     return out
 
 

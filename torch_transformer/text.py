@@ -24,7 +24,7 @@ def decode_prompt(model, ids: list[int], max_new_tokens: int, on_token, **decodi
     streamer = text.token_streamer(model, on_token, decoding_kwargs)
     out = generate(model, prompt, max_new_tokens, streamer=streamer, **decoding_kwargs)
     if streamer is None:
-        text.replay(out[0, len(ids) :].tolist(), model.config.eos_ids, on_token)
+        text.replay(out[0, len(ids) :].tolist(), text.end_tokens(model, decoding_kwargs), on_token)
 
 
 def generate_text(model, tokenizer: Tokenizer, prompt, max_new_tokens: int = 64, stream=None, **decoding_kwargs) -> str:

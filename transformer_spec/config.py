@@ -696,7 +696,12 @@ class GenerationRules:
     - min_length / min_new_tokens: the end tokens banned while the row (decoder ids: prompt, or start token, and
       what was generated) is shorter than min_length, or fewer than min_new_tokens were generated;
     - forced_bos_id: the token at position 1 (the first generated token of an encoder-decoder; mBART's language);
-    - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's);
+    - forced_eos_id: the token at the last step, when a row gets there without eos (Marian's, BART's); a tuple of
+      ids (generation_config.json's list, or the caller's): each of them left at 0, every other token -inf;
+    - eos_ids: the end tokens decoding stops at and min_length bans (the caller's eos_token_id); None: the config's;
+    - pad_id: generation_config.json's pad_token_id (what fill_id and beam_fill_id come from, kept so that a caller's
+      eos_token_id can remake them as generate() does); None: none in the file;
+    - start_id: the caller's decoder_start_token_id, an encoder-decoder's first decoder token; None: config.bos_id;
     - do_sample, temperature, top_k, top_p, min_p: sampling and its warpers (top_k 0 or None: off; min_p None: off);
     - num_beams, length_penalty, early_stopping: what beam search and generate() use unless the caller says;
     - max_length (None: not in the file, generate()'s 20 new tokens) and max_new_tokens: generate()'s length;
@@ -707,8 +712,11 @@ class GenerationRules:
     """
 
     forced_bos_id: int | None = None
-    forced_eos_id: int | None = None
+    forced_eos_id: int | tuple | None = None  # an id, or a tuple of ids
     bad_words: tuple = ()  # tuple of tuples of ids
+    eos_ids: tuple | None = None  # tuple of ids
+    pad_id: int | None = None
+    start_id: int | None = None
     beam_fill_id: int | None = None
     fill_id: int | None = None
     repetition_penalty: float = 1.0
@@ -727,10 +735,16 @@ class GenerationRules:
     max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("forced_bos_id", "forced_eos_id", "beam_fill_id", "fill_id"):
+        for name in ("forced_bos_id", "beam_fill_id", "fill_id", "pad_id", "start_id"):
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value, minimum=0)
+        for name in ("forced_eos_id", "eos_ids"):
+            value = getattr(self, name)
+            if isinstance(value, tuple) and not value:
+                raise ValueError(f"{name} must be an id or a non-empty tuple of ids, got ()")
+            for token in value if isinstance(value, tuple) else () if value is None else (value,):
+                _check_int(name, token, minimum=0)
         for words in self.bad_words:
             if not isinstance(words, tuple) or not words:
                 raise ValueError(f"bad_words must be non-empty tuples of token ids, got {words!r}")

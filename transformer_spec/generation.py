@@ -56,10 +56,19 @@ def beam_fill(rules: GenerationRules | None, config: TransformerConfig) -> int:
     return default_fill(config)
 
 
-def forced_token(rules: GenerationRules, position: int, last_step: bool) -> int | None:
+def end_ids(rules: GenerationRules | None, config: TransformerConfig) -> tuple:
+    """The end tokens a decoding call stops at (and min_length bans): the caller's eos_token_id, else the config's
+    eos_ids (a loaded checkpoint's: its generation_config.json's)."""
+    if rules is not None and rules.eos_ids is not None:
+        return rules.eos_ids
+    return config.eos_ids
+
+
+def forced_token(rules: GenerationRules, position: int, last_step: bool) -> int | tuple | None:
     """The token the rules force at `position` (the length of the rows so far): forced_bos_id at position 1,
-    forced_eos_id at the last step (it wins when both apply); None: none."""
-    forced = rules.forced_bos_id if position == 1 else None
+    forced_eos_id (an id or a tuple of ids, all left possible) at the last step (it wins when both apply); None:
+    none."""
+    forced: int | tuple | None = rules.forced_bos_id if position == 1 else None
     if last_step and rules.forced_eos_id is not None:
         forced = rules.forced_eos_id
     return forced
@@ -219,7 +228,13 @@ NOT_APPLIED = {
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "use_mtp": False,
 }  # fmt: skip
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")
-PROCESSORS = ("repetition_penalty", "no_repeat_ngram_size", "min_length", "min_new_tokens")
+# The token ids generate() takes as arguments (transformers' names), over the checkpoint's: they go to the logits
+# processors (bad words, forced tokens, min_length's end tokens), to stopping (eos) and to the fill after an end.
+TOKEN_SETTINGS = (
+    "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "eos_token_id", "pad_token_id",
+    "decoder_start_token_id",
+)  # fmt: skip
+PROCESSORS = ("repetition_penalty", "no_repeat_ngram_size", "min_length", "min_new_tokens") + TOKEN_SETTINGS
 BEAM = ("length_penalty", "early_stopping")
 
 
@@ -261,10 +276,13 @@ def generation_settings(generation: dict, where) -> dict:
     return settings
 
 
-def decoding_rules(rules: GenerationRules | None, settings: dict, allowed: tuple, caller: str) -> GenerationRules:
+def decoding_rules(
+    rules: GenerationRules | None, settings: dict, allowed: tuple, caller: str, config: TransformerConfig | None = None
+) -> GenerationRules:
     """The rules a decoding call applies: the checkpoint's (a model of our own: transformers' defaults) with the
-    caller's settings over them (a setting None: the checkpoint's). TypeError naming a setting `caller` does not
-    take; ValueError naming a transformers setting this library does not apply."""
+    caller's settings over them (a setting None: the checkpoint's; the token ids of TOKEN_SETTINGS under
+    transformers' names, checked against config's vocabulary, see token_settings). TypeError naming a setting
+    `caller` does not take; ValueError naming a transformers setting this library does not apply."""
     for name in settings:
         if name in allowed:
             continue
@@ -273,10 +291,73 @@ def decoding_rules(rules: GenerationRules | None, settings: dict, allowed: tuple
             raise ValueError(f"{caller}: {name}={short(settings[name])} is {where} (it takes {', '.join(allowed)})")
         raise TypeError(f"{caller}() got an unexpected keyword argument {name!r} (it takes {', '.join(allowed)})")
     given = as_floats({name: value for name, value in settings.items() if value is not None})
+    ids = {name: given.pop(name) for name in TOKEN_SETTINGS if name in given}
     try:
+        if ids:
+            given |= token_settings(ids, rules, config)
         return dataclasses.replace(rules or GenerationRules(), **given)
     except (TypeError, ValueError) as error:
         raise type(error)(f"{caller}: {error}") from None
+
+
+def token_settings(ids: dict, rules: GenerationRules | None, config: TransformerConfig | None) -> dict:
+    """The caller's token ids (transformers' names: bad_words_ids a list of non-empty lists of ids; forced_bos_token_id
+    an id; forced_eos_token_id and eos_token_id an id or a list of ids; pad_token_id an id) as GenerationRules
+    fields, each checked against config's vocabulary (TypeError / ValueError naming the argument). A new
+    eos_token_id or pad_token_id remakes the fills (remade_fills)."""
+    vocab = config.tgt_vocab_size if config is not None else None
+    out: dict = {}
+    if "bad_words_ids" in ids:
+        words = ids["bad_words_ids"]
+        if not isinstance(words, (list, tuple)) or not all(isinstance(w, (list, tuple)) and w for w in words):
+            raise ValueError(f"bad_words_ids must be a list of non-empty lists of token ids, got {short(words)}")
+        out["bad_words"] = tuple(tuple(one_id("bad_words_ids", t, vocab) for t in w) for w in words)
+    if "forced_bos_token_id" in ids:
+        out["forced_bos_id"] = one_id("forced_bos_token_id", ids["forced_bos_token_id"], vocab)
+    if "forced_eos_token_id" in ids:
+        forced = id_list("forced_eos_token_id", ids["forced_eos_token_id"], vocab)
+        out["forced_eos_id"] = forced[0] if len(forced) == 1 else forced
+    if "eos_token_id" in ids:
+        out["eos_ids"] = id_list("eos_token_id", ids["eos_token_id"], vocab)
+    if "pad_token_id" in ids:
+        out["pad_id"] = one_id("pad_token_id", ids["pad_token_id"], vocab)
+    if "decoder_start_token_id" in ids:  # an encoder-decoder's first decoder token (a decoder-only model: unused)
+        out["start_id"] = one_id("decoder_start_token_id", ids["decoder_start_token_id"], vocab)
+    if "eos_token_id" in ids or "pad_token_id" in ids:
+        out |= remade_fills(out, rules, config)
+    return out
+
+
+def one_id(name: str, value, vocab: int | None) -> int:
+    """value as a token id: TypeError unless an int (not a bool), ValueError outside the vocabulary."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a token id (an int), got {type(value).__name__} ({short(value)})")
+    value = int(value)
+    if value < 0 or (vocab is not None and value >= vocab):
+        raise ValueError(f"{name}={value} is not a token id of a vocabulary of {vocab}")
+    return value
+
+
+def id_list(name: str, value, vocab: int | None) -> tuple:
+    """An id or a non-empty list of ids as a tuple of ids (one_id's checks on each)."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError(f"{name} must be an id or a non-empty list of ids, got {short(value)}")
+        return tuple(one_id(name, v, vocab) for v in value)
+    return (one_id(name, value, vocab),)
+
+
+def remade_fills(given: dict, rules: GenerationRules | None, config: TransformerConfig | None) -> dict:
+    """fill_id and beam_fill_id under the caller's pad_id / eos_ids (in `given`) as generate() makes them: the pad
+    id, else the first end token, after a row's end; `pad_token_id or eos_token_id` in a short beam hypothesis. A
+    model of our own (rules None): its pad id, else the first end token, in both (default_fill)."""
+    own = rules is None
+    pad = given.get("pad_id", config.pad_id if own and config is not None else rules.pad_id if rules else None)
+    eos = given.get("eos_ids") or (rules.eos_ids if rules and rules.eos_ids else None)
+    eos = eos or (config.eos_ids if config is not None else ())
+    first = eos[0] if eos else None
+    fill = pad if pad is not None else first
+    return {"fill_id": fill, "beam_fill_id": fill if own else (pad or first)}
 
 
 def minimum_length(rules: GenerationRules, T_p: int) -> int:
@@ -304,19 +385,16 @@ def new_tokens(max_new_tokens: int | None, rules: GenerationRules, T_p: int) -> 
 
 
 def generate_strategy(rules: GenerationRules) -> str:
-    """ "greedy", "sample" or "beam", as generate() chooses from do_sample and num_beams. ValueError for sampling
-    with several beams (transformers' beam-search multinomial sampling), which this library does not do."""
+    """ "greedy", "sample", "beam" or "beam_sample" (do_sample with num_beams > 1: transformers' beam-search
+    multinomial sampling), as generate() chooses from do_sample and num_beams."""
     if rules.do_sample and rules.num_beams > 1:
-        raise ValueError(
-            f"do_sample=True with num_beams={rules.num_beams} (beam-search multinomial sampling) is not applied by "
-            "this library: pass do_sample=False or num_beams=1"
-        )
+        return "beam_sample"
     if rules.do_sample:
         return "sample"
     return "beam" if rules.num_beams > 1 else "greedy"
 
 
-GENERATE_SETTINGS = PROCESSORS + SAMPLING + BEAM + ("do_sample", "num_beams")
+GENERATE_SETTINGS = PROCESSORS + SAMPLING + BEAM + ("do_sample", "num_beams", "max_length")
 GENERATION_KEYS = frozenset(APPLIED) | frozenset(NOT_APPLIED)  # config.json's keys that are generation settings
 
 
@@ -327,11 +405,15 @@ def bad_words_applied(words: tuple, eos_ids: tuple) -> tuple:
 
 
 def generate_plan(
-    rules: GenerationRules | None, settings: dict, T_p: int, max_new_tokens: int | None
+    rules: GenerationRules | None,
+    settings: dict,
+    T_p: int,
+    max_new_tokens: int | None,
+    config: TransformerConfig | None = None,
 ) -> tuple[GenerationRules, int, str]:
     """What generate() does: (the rules, the caller's settings over the checkpoint's; the tokens to generate after
     a decoder input of T_p positions (new_tokens); "greedy", "sample" or "beam" (generate_strategy))."""
-    rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate")
+    rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate", config)
     return rules, new_tokens(max_new_tokens, rules, T_p), generate_strategy(rules)
 
 
@@ -359,7 +441,7 @@ class Step:
     last: bool
 
 
-def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tuple):
+def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tuple):  # eos_ids: end_ids's
     """scores (N, V) after the processors the rules ask for, in generate()'s order: repetition_penalty,
     no_repeat_ngram, bad_words (but an end token alone), min_length (min_new_tokens counted from the prompt), the
     forced tokens. `lp`: the side's logits_processors module."""
@@ -380,9 +462,20 @@ def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tupl
 
 
 def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):
-    """Sampling's distribution (N, V) from processed scores: the warpers in generate()'s order (temperature, top_k,
-    top_p, min_p, each only where it changes something, as generate() builds them), then the softmax. `lp`: the
-    side's logits_processors module."""
+    """Sampling's distribution (N, V) from processed scores: the warpers (warped_scores), then the softmax. `lp`:
+    the side's logits_processors module."""
+    return lp.softmax(warped_scores(lp, scores, rules, min_tokens_to_keep))
+
+
+def beam_sample_keep(eos_ids: tuple) -> int:
+    """The tokens each warper keeps at least in beam-search sampling: one more than the end tokens (2 without
+    one), so that a beam can always go on without ending (generate()'s min_tokens_to_keep with beams)."""
+    return len(eos_ids) + 1 if eos_ids else 2
+
+
+def warped_scores(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):
+    """Processed scores (N, V) after the warpers in generate()'s order (temperature, top_k, top_p, min_p, each only
+    where it changes something, as generate() builds them). `lp`: the side's logits_processors module."""
     if rules.temperature != 1.0:
         scores = lp.temperature(scores, rules.temperature)
     if rules.top_k:  # None or 0: off
@@ -391,4 +484,4 @@ def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_kee
         scores = lp.top_p(scores, rules.top_p, min_tokens_to_keep)
     if rules.min_p is not None:
         scores = lp.min_p(scores, rules.min_p, min_tokens_to_keep)
-    return lp.softmax(scores)
+    return scores

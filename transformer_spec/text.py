@@ -205,6 +205,15 @@ def token_streamer(model, on_token, decoding_kwargs: dict):
     return lambda new: on_token(int(new[0]))
 
 
+def end_tokens(model, decoding_kwargs: dict) -> tuple:
+    """The end tokens of one decoding call: the caller's eos_token_id (an id or a list) when given, else the
+    model's config.eos_ids."""
+    given = decoding_kwargs.get("eos_token_id")
+    if given is None:
+        return model.config.eos_ids
+    return tuple(given) if isinstance(given, (list, tuple)) else (given,)
+
+
 def replay(tokens: list, eos_ids, on_token) -> None:
     """A beam search's generated tokens passed to on_token one by one, up to and including the first end token (what
     follows it is fill)."""

@@ -429,6 +429,10 @@ def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
     forced: dict[str, Any] = {}
     for name, ours in (("forced_bos_token_id", "forced_bos_id"), ("forced_eos_token_id", "forced_eos_id")):
         value = generation.get(name)
+        if isinstance(value, list) and name == "forced_eos_token_id" and len(value) > 1:
+            # several forced end tokens (transformers' ForcedEOSTokenLogitsProcessor takes a list): each stays possible
+            forced[ours] = tuple(token_id({name: v}, name, vocab) for v in value)
+            continue
         if isinstance(value, list):
             if len(value) != 1:
                 raise ValueError(f"{name}={value}: one forced token is supported")
@@ -444,7 +448,7 @@ def generation_rules_from_hf(generation: dict, vocab: int) -> GenerationRules:
     fill = pad or eos  # generate()'s fill of finished beams: `pad_token_id or eos_token_id`, eos when pad is 0
     after_eos = eos if pad is None else pad  # greedy search's: pad_token_id, else the first eos_token_id
     return GenerationRules(
-        **forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill, fill_id=after_eos
+        **forced, bad_words=tuple(tuple(w) for w in words), beam_fill_id=fill, fill_id=after_eos, pad_id=pad
     )  # fmt: skip
 
 
