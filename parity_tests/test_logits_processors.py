@@ -80,7 +80,6 @@ def theirs_processed(name: str, scores, tokens, start):
     """transformers' LogitsProcessor for `name`, on the same scores."""
     eos = torch.tensor([3, 5])
     processors = {
-        "repetition_penalty": L.RepetitionPenaltyLogitsProcessor(1.3, prompt_ignore_length=torch.from_numpy(start)),
         "no_repeat_ngram_2": L.NoRepeatNGramLogitsProcessor(2),
         "no_repeat_ngram_3": L.NoRepeatNGramLogitsProcessor(3),
         "bad_words": L.NoBadWordsLogitsProcessor([[4], [int(tokens[0, -1]), 7], [1, 2, 3]], eos_token_id=36),
@@ -94,6 +93,17 @@ def theirs_processed(name: str, scores, tokens, start):
         "min_p": L.MinPLogitsWarper(0.05),
         "min_p_keep": L.MinPLogitsWarper(0.5, min_tokens_to_keep=4),
     }
+    if name == "repetition_penalty":
+        # row by row, each with its own start: an int prompt_ignore_length is what every release in the tested
+        # range takes (a tensor of starts, one a row, came later)
+        return np.concatenate(
+            [
+                L.RepetitionPenaltyLogitsProcessor(1.3, prompt_ignore_length=int(start[i]))(
+                    torch.from_numpy(tokens[i : i + 1]), torch.from_numpy(scores[i : i + 1]).clone()
+                ).numpy()
+                for i in range(len(scores))
+            ]
+        )
     return processors[name](torch.from_numpy(tokens), torch.from_numpy(scores).clone()).numpy()
 
 
