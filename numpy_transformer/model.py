@@ -365,6 +365,7 @@ def attention_forward(
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, cross=cross, q_pos=q_pos,
         kv_cache=kv_cache, bias_table=bias_table, key_padding=key_padding, qk_norm_eps=config.layer_norm_eps,
         qk_norm_kind="rms_offset" if config.norm == "rms_offset" else "rms",
+        qk_norm_projection=config.qk_norm_projection,
     )  # fmt: skip
 
 
@@ -510,8 +511,9 @@ def sublayer_in(
 ) -> tuple[np.ndarray, ResidualInCache]:
     """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
     norm's params are `{name}_norm.*`), x in post-norm, and x where the layer has no such norm (normed False:
-    ModernBERT's first layer, config.first_attn_norm False)."""
-    if not normed:
+    ModernBERT's first layer, config.first_attn_norm False; every sublayer without config.input_norm: OLMo 2's,
+    whose sublayers read the stream itself and normalise only their outputs, sublayer_out's sandwich)."""
+    if not normed or not config.input_norm:
         return x, ResidualInCache(None)  # residual_in_backward passes dh through
     norm = sub(params, f"{name}_norm")
     return residual_in_forward(norm, x, config.norm_first, config.layer_norm_eps, config.norm)

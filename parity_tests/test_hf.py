@@ -192,6 +192,7 @@ GREEDY_OVERRIDES = {
     # the tiny tied Gemma repeats a token too; without a pad token a finished row is filled with eos, as the test reads
     "gemma3_text": {"tie_word_embeddings": False, "pad_token_id": None},
     "gemma2": {"tie_word_embeddings": False, "pad_token_id": None},
+    "olmo2": {"pad_token_id": None},  # a finished row filled with eos, as the test reads
 }
 
 
@@ -204,6 +205,7 @@ GREEDY_OVERRIDES = {
         # Gemma 2 and Phi-2 decode greedily and by beams as generate() in the default run: test_generate_rules's
         # left-padded case
         *("qwen3_moe", pytest.param("gemma2", marks=pytest.mark.slow), pytest.param("phi", marks=pytest.mark.slow)),
+        pytest.param("olmo2", marks=pytest.mark.slow),  # likewise
     ],
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):

@@ -39,9 +39,9 @@ class _Layer(nn.Module):
     norm_first: bool
 
     def _sublayer(self, name: str, config: TransformerConfig, normed: bool = True) -> None:
-        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed`: no parameters) and output
-        dropout."""
-        setattr(self, f"{name}_norm", make_norm(config) if normed else nn.Identity())
+        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed` or without config.input_norm,
+        OLMo 2's: no parameters) and output dropout."""
+        setattr(self, f"{name}_norm", make_norm(config) if normed and config.input_norm else nn.Identity())
         if config.sandwich_norm:  # Gemma: the sublayer's output normalised too, x + f(Norm(x)) -> x + Norm_post(...)
             setattr(self, f"{name}_post_norm", make_norm(config))
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
@@ -68,6 +68,7 @@ class _Layer(nn.Module):
             head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
+            qk_norm_projection=c.qk_norm_projection,
             causal=causal and not cross,
             relative=relative,
             softcap=c.attn_softcap,

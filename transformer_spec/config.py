@@ -34,6 +34,8 @@ BOOL_FIELDS = (
     "shared_norm",
     "qk_norm",
     "sandwich_norm",
+    "input_norm",
+    "qk_norm_projection",
     "positions_after_pad",
     "relative_bias",
     "norm_bias",
@@ -200,6 +202,9 @@ class TransformerConfig:
     # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
     # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
     qk_norm: bool = False
+    # OLMo 2's q_norm and k_norm (with qk_norm): one RMSNorm over each whole projection, before the head split and
+    # RoPE: {attn}.q_norm.weight (H*Dh,), {attn}.k_norm.weight (H_kv*Dh,); False: per head, weight (Dh,)
+    qk_norm_projection: bool = False
     gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
@@ -248,6 +253,9 @@ class TransformerConfig:
     # Gemma's sandwich (pre-norm only): each sublayer's output is normalised too before it joins the stream,
     # x + Norm_post(f(Norm(x))), the second norm {name}_post_norm.* of the layer
     sandwich_norm: bool = False
+    # the norm before each sublayer ({name}_norm); False (OLMo 2's, with sandwich_norm): the sublayers read the stream
+    # itself and only their outputs are normalised, x + Norm_post(f(x)): no {name}_norm, only {name}_post_norm
+    input_norm: bool = True
     # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
     logit_softcap: float | None = None
     # Gemma 2's attention soft-capping: every attention score s = c q.k (+ bias) becomes cap * tanh(s / cap) before
@@ -461,6 +469,13 @@ class TransformerConfig:
                 "shared_norm=True is the parallel block's one norm (Phi-2's): it needs parallel_residual=True, got "
                 "False"
             )
+        if not self.input_norm and not self.sandwich_norm:
+            raise ValueError(
+                "input_norm=False leaves each sublayer only the norm of its output (OLMo 2's): it needs "
+                "sandwich_norm=True, got sandwich_norm=False"
+            )
+        if self.qk_norm_projection and not self.qk_norm:
+            raise ValueError("qk_norm_projection=True says how the q/k norms read: it needs qk_norm=True, got False")
         if self.sandwich_norm and self.parallel_residual:
             raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
 
