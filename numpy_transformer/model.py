@@ -166,13 +166,14 @@ def rope_by_layer(
 ) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Each layer's rotary tables (rope_for), at its kind's base and scaling (config.layer_rope_theta and
     layer_rope_scaling: Gemma 3's and ModernBERT's sliding layers have their own base and scaling), computed once per
-    kind; Nones unless the positions are rotary."""
+    kind; Nones unless the positions are rotary, and None for a layer without positions (config.layer_uses_rope
+    False: SmolLM3's NoPE layers, whose attention then rotates nothing)."""
     tables: dict = {}
     kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(n_layers)]
     for i, kind in enumerate(kinds):
         if kind not in tables:
             tables[kind] = rope_for(config, T, dtype, start, positions, layer=i)
-    return [tables[kind] for kind in kinds]
+    return [tables[kind] if config.layer_uses_rope(i) else None for i, kind in enumerate(kinds)]  # NoPE: None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -250,6 +250,7 @@ class _Stack(nn.Module):
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         # each layer's rotary base and scaling (Gemma 3's, ModernBERT's local layers: a base and scaling of their own)
         self.rope_kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(len(layers))]
+        self.rope_layers = [config.layer_uses_rope(i) for i in range(len(layers))]  # SmolLM3's NoPE layers: False
         self.max_len = config.max_len  # max_position_embeddings: dynamic NTK scales past it
         self.learned_positions = config.positional == "learned"
         # RoBERTa's positions (config.positions_after_pad): computed from the ids; row pad_id takes no gradient
@@ -327,7 +328,7 @@ class _Stack(nn.Module):
         """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own
         `positions` (B, T), each (B, 1, T, R) (R = config.rope_dim: Dh, or fewer with partial rotary), in x's dtype
         and on its device, at the layer's base and scaling (computed once per kind); Nones unless the positions are
-        rotary."""
+        rotary, and None for a layer without positions (SmolLM3's NoPE layers, config.layer_uses_rope False)."""
         if self.positional != "rope":
             return [None] * len(self.rope_kinds)
         tables = {}
@@ -337,7 +338,7 @@ class _Stack(nn.Module):
             else:
                 table = rope_cos_sin(start, end, self.rope_dim, theta, x.dtype, x.device, scaling, self.max_len)
             tables[theta, scaling] = table
-        return [tables[kind] for kind in self.rope_kinds]
+        return [tables[kind] if uses else None for kind, uses in zip(self.rope_kinds, self.rope_layers, strict=True)]
 
 
 class Encoder(_Stack):

@@ -220,6 +220,10 @@ class TransformerConfig:
     # above); one entry per layer of each stack the model has (a Transformer's two stacks share the list);
     # None: every layer alike (the window, when set, on every decoder layer)
     layer_types: tuple[str, ...] | None = None
+    # each decoder layer's positions, SmolLM3's no_rope_layers: True, the layer turns its queries and keys by RoPE;
+    # False, the layer has no positions at all (NoPE: causal attention alone orders it); None: every layer rotary.
+    # Read through `layer_uses_rope`; only beside positional "rope"
+    rope_layers: tuple[bool, ...] | None = None
     # the rotary base of the "sliding_attention" layers (Gemma 3's rope_local_base_freq, ModernBERT's
     # local_rope_theta); None: rope_theta, as the full layers
     rope_local_theta: float | None = None
@@ -421,6 +425,7 @@ class TransformerConfig:
         if self.sliding_window is not None:
             _check_int("sliding_window", self.sliding_window, minimum=1)
         self._check_layer_types()
+        self._check_rope_layers()
         if self.rope_local_theta is not None and not _is_positive_float(self.rope_local_theta):
             raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
 
@@ -588,6 +593,26 @@ class TransformerConfig:
                 f"table of config.max_len={self.max_len} rows covers T <= {self.longest_input}"
             )
 
+    def _check_rope_layers(self) -> None:
+        if self.rope_layers is None:
+            return
+        if isinstance(self.rope_layers, list):  # a checkpoint's JSON metadata holds the tuple as a list
+            object.__setattr__(self, "rope_layers", tuple(self.rope_layers))
+        if not isinstance(self.rope_layers, tuple) or not all(isinstance(v, bool) for v in self.rope_layers):
+            raise TypeError(
+                f"rope_layers must be a tuple of bools (one per decoder layer) or None, got {self.rope_layers!r}"
+            )
+        if len(self.rope_layers) != self.n_decoder_layers or self.n_encoder_layers:
+            raise ValueError(
+                "rope_layers must list one entry per decoder layer of a decoder-only model: got "
+                f"{len(self.rope_layers)} entries, n_decoder_layers={self.n_decoder_layers}, "
+                f"n_encoder_layers={self.n_encoder_layers}"
+            )
+        if self.positional != "rope":
+            raise ValueError(
+                f"rope_layers says which layers are rotary: it needs positional='rope', got {self.positional!r}"
+            )
+
     def _check_layer_types(self) -> None:
         if self.layer_types is None:
             return
@@ -615,6 +640,11 @@ class TransformerConfig:
         if self.layer_types is not None and self.layer_types[layer] == "full_attention":
             return None
         return self.sliding_window
+
+    def layer_uses_rope(self, layer: int) -> bool:
+        """Whether layer `layer` turns its queries and keys by RoPE: rope_layers' entry (SmolLM3's NoPE layers say
+        False), True when that is None."""
+        return self.rope_layers is None or self.rope_layers[layer]
 
     def layer_rope_theta(self, layer: int) -> float:
         """The rotary base of layer `layer`: rope_local_theta on a "sliding_attention" layer when set, else
