@@ -222,6 +222,7 @@ class TransformerConfig:
     layer_types: tuple[str, ...] | None = None
     # each decoder layer's positions, SmolLM3's no_rope_layers: True, the layer turns its queries and keys by RoPE;
     # False, the layer has no positions at all (NoPE: causal attention alone orders it); None: every layer rotary.
+    # One entry per layer of each stack the model has (a Transformer's two stacks share the list, as layer_types).
     # Read through `layer_uses_rope`; only beside positional "rope"
     rope_layers: tuple[bool, ...] | None = None
     # the rotary base of the "sliding_attention" layers (Gemma 3's rope_local_base_freq, ModernBERT's
@@ -599,15 +600,13 @@ class TransformerConfig:
         if isinstance(self.rope_layers, list):  # a checkpoint's JSON metadata holds the tuple as a list
             object.__setattr__(self, "rope_layers", tuple(self.rope_layers))
         if not isinstance(self.rope_layers, tuple) or not all(isinstance(v, bool) for v in self.rope_layers):
-            raise TypeError(
-                f"rope_layers must be a tuple of bools (one per decoder layer) or None, got {self.rope_layers!r}"
-            )
-        if len(self.rope_layers) != self.n_decoder_layers or self.n_encoder_layers:
-            raise ValueError(
-                "rope_layers must list one entry per decoder layer of a decoder-only model: got "
-                f"{len(self.rope_layers)} entries, n_decoder_layers={self.n_decoder_layers}, "
-                f"n_encoder_layers={self.n_encoder_layers}"
-            )
+            raise TypeError(f"rope_layers must be a tuple of bools (one per layer) or None, got {self.rope_layers!r}")
+        for stack in ("n_encoder_layers", "n_decoder_layers"):
+            n_layers = getattr(self, stack)
+            if n_layers and len(self.rope_layers) != n_layers:
+                raise ValueError(
+                    f"rope_layers must list one entry per layer: got {len(self.rope_layers)}, {stack}={n_layers}"
+                )
         if self.positional != "rope":
             raise ValueError(
                 f"rope_layers says which layers are rotary: it needs positional='rope', got {self.positional!r}"
