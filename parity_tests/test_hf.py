@@ -396,6 +396,8 @@ FAMILY_RATES = [
     ("mixtral", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # the experts have no dropout site
     ("gemma2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # dropout on the soft-capped probabilities
     ("phi", dict(embd_pdrop=0.1, attention_dropout=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),  # both branches
+    ("olmo2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # under the q/k norms over the projections
+    ("smollm3", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # on the NoPE layer's probabilities too
 ]
 
 
