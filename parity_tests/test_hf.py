@@ -104,6 +104,16 @@ def test_llama_patch_swaps_exactly_its_float32_islands_and_restores_them():
 
 
 @pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", ["olmo2", "smollm3"])
+def test_unpatched_float64_olmo2_and_smollm3_are_float32_accurate(family, side):
+    """transformers' own float64 OLMo 2 and SmolLM3 (Llama's float32 islands in their modeling files: RMSNorm, cos/sin,
+    the softmax) agree with ours to the float32 bar, not the float64 one: why their float64 comparison is patched."""
+    result = H.compare_hf(family, np.float64, side=side, llama_float64=False)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+@pytest.mark.parametrize("side", SIDES)
 def test_unpatched_float64_gemma3_is_float32_accurate(side):
     """transformers' own float64 Gemma 3 (norms, cos/sin, the sqrt(hidden_size) buffer in float32) agrees with ours
     to the float32 bar, and not to the float64 one: the reason the float64 comparison patches those pieces."""
