@@ -403,6 +403,40 @@ def qk_norm_backward(dout: np.ndarray, cache: NormCache) -> tuple[np.ndarray, np
     return dx, grads["weight"]
 
 
+# OLMo 2's q_norm and k_norm: one RMSNorm over the whole projection, (B, T, H*Dh) with weight (H*Dh,), before the
+# head split (config.qk_norm_projection): a single root mean square over every head of a position, so the heads'
+# gradients are coupled through it, unlike the per-head norm above.
+
+
+def qk_projection_norm_forward(
+    x: np.ndarray, weight: np.ndarray, eps: float, kind: str = "rms"
+) -> tuple[np.ndarray, NormCache]:
+    r"""RMSNorm of a whole projection: x (B, T, W), W = H*Dh (H_kv*Dh for the keys), weight (W,) -> (B, T, W),
+
+    .. math::
+
+        y_{bt} = \frac{x_{bt}}{\sqrt{\mathrm{mean}_{j < W}\, x_{btj}^2 + \varepsilon}} \odot \gamma
+
+    one root mean square per (batch, position) over all the heads' features together; :math:`\gamma` = weight (kind
+    "rms", OLMo 2's). The cache is the norm pair's, NormCache."""
+    return norm_forward({"weight": weight}, x, kind, eps)
+
+
+def qk_projection_norm_backward(dout: np.ndarray, cache: NormCache) -> tuple[np.ndarray, np.ndarray]:
+    r"""With :math:`r_{bt} = (\mathrm{mean}_j x_{btj}^2 + \varepsilon)^{-1/2}`, :math:`\hat x = x\, r` and
+    :math:`g = dy \odot \gamma`: :math:`\partial r / \partial x_{btj} = -r^3 x_{btj} / W`, so every feature's
+    gradient carries the whole row's :math:`\sum_j g_j \hat x_j` (all heads, not its own head's only):
+
+    .. math::
+
+        dx_{bt} = r_{bt} \big(g_{bt} - \hat x_{bt}\, \mathrm{mean}_{j < W}(g_{btj}\, \hat x_{btj})\big), \qquad
+        d\gamma = \textstyle\sum_{b, t} dy_{bt} \odot \hat x_{bt}
+
+    Returns dx (B, T, W) and dweight (W,)."""
+    dx, grads = norm_backward(dout, cache)
+    return dx, grads["weight"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Decoding caches, updated inside attention (as transformers' past_key_values.update is): a step runs only
 # the new positions, and attention reads the keys and values of every earlier one from here.
@@ -484,6 +518,7 @@ class AttentionCache:
     decoding: bool = False  # keys and values came from a decoding cache: a forward-only call
     q_norm: NormCache | None = None  # qk_norm_forward's caches of the queries and the keys (Qwen3), or None
     k_norm: NormCache | None = None
+    qk_norm_projection: bool = False  # the norms were over each whole projection (OLMo 2), before the head split
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,6 +559,7 @@ def multi_head_attention_forward(
     key_padding: np.ndarray | None = None,
     qk_norm_eps: float = 1e-6,
     qk_norm_kind: str = "rms",
+    qk_norm_projection: bool = False,
 ) -> tuple[np.ndarray, AttentionCache]:
     r"""Multi-head attention of the inputs query, key and value (:math:`X_q, X_k, X_v`): each head h attends with
     its own block of :math:`d_h` columns of the projections, then the output projection mixes the heads:
@@ -552,7 +588,9 @@ def multi_head_attention_forward(
     ones included): padded keys are masked out (a left-padded batch; the key positions of a rolling cache are in
     no fixed order, so the mask is read at them after the cache update).
     With q_norm.weight and k_norm.weight (Dh,) in params (Qwen3), each head's queries and keys are RMS-normalised
-    (qk_norm_forward, eps qk_norm_eps, kind qk_norm_kind) after the projections and before RoPE.
+    (qk_norm_forward, eps qk_norm_eps, kind qk_norm_kind) after the projections and before RoPE; with
+    qk_norm_projection (OLMo 2) the weights are (H*Dh,) and (H_kv*Dh,) and each whole projection is normalised before
+    the head split (qk_projection_norm_forward).
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -563,13 +601,14 @@ def multi_head_attention_forward(
     mod = dataclasses.replace(mod, causal=True) if is_causal else mod  # torch's is_causal: the causal score rule
     n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
     _check_attention_inputs(query, key, value, n_heads, attn_mask, n_kv_heads)
-    head_dim = _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype)
+    head_dim = _check_attention_params(params, query.shape[-1], n_heads, n_kv_heads, query.dtype, qk_norm_projection)
     _check_rope(rope, query, key, n_heads, head_dim)
     self_pos = None if cross else q_pos  # self-attention's keys sit at the queries' positions, when given
     q_pos = positions(query.shape[1]) if q_pos is None else q_pos
     heads = _project(
-        params, query, key, value, n_heads, n_kv_heads, self_pos, kv_cache, rope, qk_norm_eps, qk_norm_kind
-    )  # (B, H, T_q, Dh) queries, (B, H_kv, T_k, Dh) keys and values
+        params, query, key, value, n_heads, n_kv_heads, self_pos, kv_cache, rope, qk_norm_eps, qk_norm_kind,
+        qk_norm_projection,
+    )  # fmt: skip  # (B, H, T_q, Dh) queries, (B, H_kv, T_k, Dh) keys and values
     if key_padding is not None:
         real = key_padding[:, heads.k_pos][:, None, None, :]  # (B, 1, 1, T_k): the keys that are real tokens
         attn_mask = real if attn_mask is None else attn_mask & real
@@ -603,6 +642,7 @@ def multi_head_attention_forward(
         decoding=kv_cache is not None,
         q_norm=heads.q_norm,
         k_norm=heads.k_norm,
+        qk_norm_projection=qk_norm_projection,
     )
     return out, cache
 
@@ -619,22 +659,27 @@ def _project(
     rope: tuple[np.ndarray, np.ndarray] | None,
     qk_norm_eps: float,
     qk_norm_kind: str,
+    qk_norm_projection: bool = False,
 ) -> _Projected:
     """The forward's first lines: Q, K, V split into heads (qk-normed, rotated), the decoding cache read and
     extended, and the keys' positions: k_pos (self-attention's, the queries'), or 0 .. T_k - 1 when None."""
     q, q_cache = linear_forward(query, params["q_proj.weight"], params.get("q_proj.bias"))  # (B, T_q, H*Dh)
-    q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
     qk_norm = "q_norm.weight" in params  # Qwen3: RMSNorm of each head's queries and keys, before RoPE
     q_norm_cache = k_norm_cache = k_cache = v_cache = None
-    if qk_norm:
+    if qk_norm and qk_norm_projection:  # OLMo 2: of the whole projection, before the split
+        q, q_norm_cache = qk_projection_norm_forward(q, params["q_norm.weight"], qk_norm_eps, qk_norm_kind)
+    q = split_heads(q, n_heads)  # (B, H, T_q, Dh)
+    if qk_norm and not qk_norm_projection:
         q, q_norm_cache = qk_norm_forward(q, params["q_norm.weight"], qk_norm_eps, qk_norm_kind)
     if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None and kv_cache.values is not None:
         k, v = kv_cache.keys, kv_cache.values  # the memory's, projected at step 1
     else:
         k, k_cache = linear_forward(key, params["k_proj.weight"], params.get("k_proj.bias"))  # (B, T_k, H_kv*Dh)
         v, v_cache = linear_forward(value, params["v_proj.weight"], params.get("v_proj.bias"))  # (B, T_k, H_kv*Dh)
+        if qk_norm and qk_norm_projection:
+            k, k_norm_cache = qk_projection_norm_forward(k, params["k_norm.weight"], qk_norm_eps, qk_norm_kind)
         k, v = split_heads(k, n_kv_heads), split_heads(v, n_kv_heads)  # (B, H_kv, T_k, Dh)
-        if qk_norm:
+        if qk_norm and not qk_norm_projection:
             k, k_norm_cache = qk_norm_forward(k, params["k_norm.weight"], qk_norm_eps, qk_norm_kind)
     k_pos = positions(k.shape[2]) if k_pos is None else k_pos
     rope_cache = None
@@ -687,11 +732,16 @@ def multi_head_attention_backward(
     if cache.rope is not None:
         dq = rope_backward(dq, cache.rope)
         dk = rope_backward(dk, cache.rope)
-    if cache.q_norm is not None and cache.k_norm is not None:  # Qwen3: through each head's RMSNorm of q and k
+    if cache.q_norm is not None and cache.k_norm is not None and not cache.qk_norm_projection:
+        # Qwen3: through each head's RMSNorm of q and k
         dq, grads["q_norm.weight"] = qk_norm_backward(dq, cache.q_norm)
         dk, grads["k_norm.weight"] = qk_norm_backward(dk, cache.k_norm)
-    dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(merge_heads(dq), cache.q)
-    dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(merge_heads(dk), cache.k)
+    dq, dk = merge_heads(dq), merge_heads(dk)  # (B, T_q, H*Dh), (B, T_k, H_kv*Dh)
+    if cache.q_norm is not None and cache.k_norm is not None and cache.qk_norm_projection:  # OLMo 2: whole projection
+        dq, grads["q_norm.weight"] = qk_projection_norm_backward(dq, cache.q_norm)
+        dk, grads["k_norm.weight"] = qk_projection_norm_backward(dk, cache.k_norm)
+    dquery, grads["q_proj.weight"], grads["q_proj.bias"] = linear_backward(dq, cache.q)
+    dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(dk, cache.k)
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
     grads["relative_bias.weight"] = dtable  # T5's table, read by every layer of the stack: the stack adds them
     keys = MHA_KEYS + QK_NORM_KEYS + ("relative_bias.weight",)
@@ -708,8 +758,11 @@ def _check_kernel(kernel: str, dropout: Dropout | None, site: str) -> float:
     return p
 
 
-def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int, dtype: DTypeLike) -> int:
-    """Check the projections' names, shapes and dtypes; return Dh, the head width (q_proj's rows / n_heads)."""
+def _check_attention_params(
+    params: dict, D: int, n_heads: int, n_kv_heads: int, dtype: DTypeLike, qk_norm_projection: bool = False
+) -> int:
+    """Check the projections' names, shapes and dtypes (the q/k norms' per head, or with qk_norm_projection over
+    each whole projection); return Dh, the head width (q_proj's rows / n_heads)."""
     weights = [k for k in MHA_KEYS if k.endswith("weight")]
     biases = [k for k in MHA_KEYS if k.endswith("bias")]
     missing = [k for k in weights if k not in params]
@@ -735,6 +788,8 @@ def _check_attention_params(params: dict, D: int, n_heads: int, n_kv_heads: int,
     kv = width // n_heads * n_kv_heads  # H_kv * Dh
     expected: dict[str, tuple[int, ...]] = {"q_proj": (width, D), "k_proj": (kv, D), "v_proj": (kv, D)}
     expected |= {"out_proj": (D, width), "q_norm": (width // n_heads,), "k_norm": (width // n_heads,)}
+    if qk_norm_projection:  # OLMo 2: over the whole projections
+        expected |= {"q_norm": (width,), "k_norm": (kv,)}
     for k in weights + present + norms:
         shape = expected[k.split(".")[0]]
         shape = shape if k.endswith("weight") else shape[:1]

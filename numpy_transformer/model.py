@@ -166,13 +166,14 @@ def rope_by_layer(
 ) -> list[tuple[np.ndarray, np.ndarray] | None]:
     """Each layer's rotary tables (rope_for), at its kind's base and scaling (config.layer_rope_theta and
     layer_rope_scaling: Gemma 3's and ModernBERT's sliding layers have their own base and scaling), computed once per
-    kind; Nones unless the positions are rotary."""
+    kind; Nones unless the positions are rotary, and None for a layer without positions (config.layer_uses_rope
+    False: SmolLM3's NoPE layers, whose attention then rotates nothing)."""
     tables: dict = {}
     kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(n_layers)]
     for i, kind in enumerate(kinds):
         if kind not in tables:
             tables[kind] = rope_for(config, T, dtype, start, positions, layer=i)
-    return [tables[kind] for kind in kinds]
+    return [tables[kind] if config.layer_uses_rope(i) else None for i, kind in enumerate(kinds)]  # NoPE: None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -365,6 +366,7 @@ def attention_forward(
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, cross=cross, q_pos=q_pos,
         kv_cache=kv_cache, bias_table=bias_table, key_padding=key_padding, qk_norm_eps=config.layer_norm_eps,
         qk_norm_kind="rms_offset" if config.norm == "rms_offset" else "rms",
+        qk_norm_projection=config.qk_norm_projection,
     )  # fmt: skip
 
 
@@ -510,8 +512,9 @@ def sublayer_in(
 ) -> tuple[np.ndarray, ResidualInCache]:
     """The input of the residual sublayer `name` ("self_attn", "cross_attn", "ffn"): Norm(x) in pre-norm (its
     norm's params are `{name}_norm.*`), x in post-norm, and x where the layer has no such norm (normed False:
-    ModernBERT's first layer, config.first_attn_norm False)."""
-    if not normed:
+    ModernBERT's first layer, config.first_attn_norm False; every sublayer without config.input_norm: OLMo 2's,
+    whose sublayers read the stream itself and normalise only their outputs, sublayer_out's sandwich)."""
+    if not normed or not config.input_norm:
         return x, ResidualInCache(None)  # residual_in_backward passes dh through
     norm = sub(params, f"{name}_norm")
     return residual_in_forward(norm, x, config.norm_first, config.layer_norm_eps, config.norm)

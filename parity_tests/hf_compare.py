@@ -41,11 +41,13 @@ from transformers.models.gpt_neox import modeling_gpt_neox
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.mixtral import modeling_mixtral
+from transformers.models.olmo2 import modeling_olmo2
 from transformers.models.phi import modeling_phi
 from transformers.models.phi3 import modeling_phi3
 from transformers.models.qwen2 import modeling_qwen2
 from transformers.models.qwen3 import modeling_qwen3
 from transformers.models.qwen3_moe import modeling_qwen3_moe
+from transformers.models.smollm3 import modeling_smollm3
 from transformers.models.t5 import modeling_t5
 
 import numpy_transformer as nt
@@ -62,7 +64,7 @@ transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing 
 
 FAMILIES = (
     "bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3",
-    "gpt_neox", "qwen3", "gemma3_text", "gemma2", "phi", "mixtral", "qwen3_moe",
+    "gpt_neox", "qwen3", "gemma3_text", "gemma2", "phi", "mixtral", "qwen3_moe", "olmo2", "smollm3",
 )  # fmt: skip
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 # mixtures of experts: their routers and load-balancing loss have float32 islands too
@@ -86,6 +88,8 @@ CLASSES = {
     "phi": transformers.PhiForCausalLM,
     "mixtral": transformers.MixtralForCausalLM,
     "qwen3_moe": transformers.Qwen3MoeForCausalLM,
+    "olmo2": transformers.Olmo2ForCausalLM,
+    "smollm3": transformers.SmolLM3ForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -106,6 +110,8 @@ CONFIGS = {
     "phi": transformers.PhiConfig,
     "mixtral": transformers.MixtralConfig,
     "qwen3_moe": transformers.Qwen3MoeConfig,
+    "olmo2": transformers.Olmo2Config,
+    "smollm3": transformers.SmolLM3Config,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
@@ -118,6 +124,8 @@ LLAMA_LIKE = {
     "qwen3": (modeling_qwen3, "Qwen3"),  # its q_norm and k_norm are Qwen3RMSNorm too
     "mixtral": (modeling_mixtral, "Mixtral"),
     "qwen3_moe": (modeling_qwen3_moe, "Qwen3Moe"),
+    "olmo2": (modeling_olmo2, "Olmo2"),  # its post-sublayer norms and q/k norms are Olmo2RMSNorm too
+    "smollm3": (modeling_smollm3, "SmolLM3"),
 }
 
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
@@ -253,6 +261,24 @@ TINY["phi"] = dict(
     hidden_act="gelu_new", layer_norm_eps=1e-5, tie_word_embeddings=False, qk_layernorm=False, bos_token_id=1,
     eos_token_id=2, pad_token_id=None, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0,
 )  # fmt: skip
+# OLMo-2-0425-1B's shape shrunk: multi-head attention (16 of 16 there, 4 of 4 here), intermediate 4 x hidden, eps 1e-6,
+# rope_theta 500000, untied, no biases; its options kept (norms of the sublayers' outputs only, q/k norms over the
+# whole projections). Special ids 0, 1, 2 here (pad 100277, eos 100257 in the released file)
+TINY["olmo2"] = dict(
+    vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+    intermediate_size=128, max_position_embeddings=32, rope_theta=500000.0, rms_norm_eps=1e-6, hidden_act="silu",
+    attention_bias=False, tie_word_embeddings=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    attention_dropout=0.0,
+)  # fmt: skip
+# SmolLM3-3B's shape shrunk: GQA 4:1 (16 / 4 there, 4 / 1 here), intermediate 5.375 x hidden (11008 / 2048), rope_theta
+# 5e6, tied, no biases; its layers without positions kept: no_rope_layer_interval 4 over 4 layers (36 there), so layer
+# 3 is NoPE as every 4th layer there. Special ids 0, 1, 2 here (pad 128004, eos 128012 in the released file)
+TINY["smollm3"] = dict(
+    vocab_size=40, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1,
+    intermediate_size=172, max_position_embeddings=32, rope_theta=5000000.0, rms_norm_eps=1e-6, hidden_act="silu",
+    attention_bias=False, mlp_bias=False, tie_word_embeddings=True, no_rope_layer_interval=4, use_sliding_window=False,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0,
+)  # fmt: skip
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -365,11 +391,29 @@ VARIANTS = {
             "tie_word_embeddings": True,
         },
     ),  # fmt: skip
+    "olmo2 1b shape: post-sublayer norms, q/k norms over the projections, MHA 4/4, theta 5e5, untied": ("olmo2", {}),
+    "olmo2 GQA 4/2, attention_bias, tied, 3 layers": (
+        "olmo2",
+        {"num_key_value_heads": 2, "attention_bias": True, "tie_word_embeddings": True, "num_hidden_layers": 3},
+    ),
+    "smollm3 3b shape: NoPE every 4th layer (layer 3 of 4), GQA 4/1, theta 5e6, tied": ("smollm3", {}),
+    "smollm3 no_rope_layers [0, 1, 1] listed, GQA 4/2, theta 500, untied": (
+        "smollm3",
+        {
+            "num_hidden_layers": 3,
+            "no_rope_layers": [0, 1, 1],
+            "num_key_value_heads": 2,
+            "rope_theta": 500.0,
+            "tie_word_embeddings": False,
+        },
+    ),  # fmt: skip
 }
 # The newer families' one variant the default run compares (its budget): their other variants are marked slow
 FAST_VARIANTS = {
     "gemma2": "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied",
     "phi": "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
+    "olmo2": "olmo2 1b shape: post-sublayer norms, q/k norms over the projections, MHA 4/4, theta 5e5, untied",
+    "smollm3": "smollm3 3b shape: NoPE every 4th layer (layer 3 of 4), GQA 4/1, theta 5e6, tied",
 }
 
 
@@ -1082,6 +1126,13 @@ NATIVE["phi"] = dataclasses.replace(
     NATIVE["gpt_neox"], shared_norm=True, activation="gelu_tanh", output_bias=True, bos_id=1, eos_id=2, rotary_dim=4,
     d_model=40, d_ff=160,
 )  # fmt: skip
+NATIVE["olmo2"] = dataclasses.replace(
+    NATIVE["llama"], qk_norm=True, qk_norm_projection=True, sandwich_norm=True, input_norm=False, pad_id=0,
+    embedding_padding_idx=True,
+)  # fmt: skip
+NATIVE["smollm3"] = dataclasses.replace(
+    NATIVE["llama"], n_decoder_layers=3, rope_layers=(True, False, True), tie_embeddings=True
+)
 NATIVE["qwen3_moe"] = dataclasses.replace(
     NATIVE["qwen3"], n_decoder_layers=3, n_experts=4, top_k=2, d_expert=24, dense_layers=(1,), router_aux_loss_coef=0.02
 )

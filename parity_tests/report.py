@@ -145,6 +145,8 @@ def hf_rows(dtype, seed: int):
         "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied",
         "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
         "mixtral 4 experts top-2 window=3 GQA 4/2", "qwen3_moe top-2 of 4 renormalised, dense layer 1",
+        "olmo2 1b shape: post-sublayer norms, q/k norms over the projections, MHA 4/4, theta 5e5, untied",
+        "smollm3 3b shape: NoPE every 4th layer (layer 3 of 4), GQA 4/1, theta 5e6, tied",
     )  # fmt: skip
     for name in names:
         family, overrides = H.VARIANTS[name]

@@ -227,6 +227,38 @@ LM_CONFIGS = {
             layer_types=("sliding_attention", "full_attention"),
         )  # fmt: skip
     ),
+    "OLMo-2-like: rms norms of the sublayers' outputs only, q/k norms over the projections, GQA 4/2, untied": (
+        nt.TransformerConfig(
+            **SMALL | dict(n_heads=4),
+            norm_first=True,
+            norm="rms",
+            sandwich_norm=True,
+            input_norm=False,
+            qk_norm=True,
+            qk_norm_projection=True,
+            positional="rope",
+            activation="silu",
+            gated_ffn=True,
+            n_kv_heads=2,
+            bias=False,
+            output_bias=False,
+        )  # fmt: skip
+    ),
+    "SmolLM3-like: NoPE first layer then a rotary one, GQA 4/1, tied": (
+        nt.TransformerConfig(
+            **SMALL | dict(n_heads=4),
+            norm_first=True,
+            norm="rms",
+            positional="rope",
+            rope_layers=(False, True),
+            activation="silu",
+            gated_ffn=True,
+            n_kv_heads=1,
+            bias=False,
+            output_bias=False,
+            tie_embeddings=True,
+        )  # fmt: skip
+    ),
 }
 
 
@@ -339,6 +371,10 @@ def test_parallel_residual_in_training_mode(shared_norm, dtype, device):
         (dict(positional="rope", rotary_dim=6), "at most the head size 4"),
         (dict(positional="rope", rotary_dim=0), ">= 2"),
         (dict(shared_norm=True, norm_first=True), "shared_norm=True is the parallel block's one norm"),
+        (dict(input_norm=False, norm_first=True), "input_norm=False .* needs sandwich_norm=True"),
+        (dict(qk_norm_projection=True), "qk_norm_projection=True .* needs qk_norm=True"),
+        (dict(positional="rope", rope_layers=(True,)), "rope_layers must list one entry per layer"),
+        (dict(rope_layers=(True, False)), "needs positional='rope'"),
     ],
 )
 def test_bad_parallel_residual_and_rotary_dim_are_refused(fields, message):

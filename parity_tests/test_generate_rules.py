@@ -120,6 +120,8 @@ LEFT_PADDED = {
     "qwen3_moe": {},  # q/k norm, experts and a dense layer
     "gemma2": {"tie_word_embeddings": False},  # scores and logits soft-capped, a local layer and a global one
     "phi": {},  # the parallel block of one norm, partial rotary 0.4
+    "olmo2": {},  # norms of the sublayers' outputs only, q/k norms over the whole projections
+    "smollm3": {"tie_word_embeddings": False},  # layer 3 of 4 without positions (NoPE)
 }
 
 

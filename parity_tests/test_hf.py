@@ -104,6 +104,16 @@ def test_llama_patch_swaps_exactly_its_float32_islands_and_restores_them():
 
 
 @pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", ["olmo2", "smollm3"])
+def test_unpatched_float64_olmo2_and_smollm3_are_float32_accurate(family, side):
+    """transformers' own float64 OLMo 2 and SmolLM3 (Llama's float32 islands in their modeling files: RMSNorm, cos/sin,
+    the softmax) agree with ours to the float32 bar, not the float64 one: why their float64 comparison is patched."""
+    result = H.compare_hf(family, np.float64, side=side, llama_float64=False)
+    assert_within(result, 1e-5)
+    assert C.worst(result, np.float64)[1] > 1e-10, "the unpatched model is float64-exact: the patch can go"
+
+
+@pytest.mark.parametrize("side", SIDES)
 def test_unpatched_float64_gemma3_is_float32_accurate(side):
     """transformers' own float64 Gemma 3 (norms, cos/sin, the sqrt(hidden_size) buffer in float32) agrees with ours
     to the float32 bar, and not to the float64 one: the reason the float64 comparison patches those pieces."""
@@ -192,6 +202,8 @@ GREEDY_OVERRIDES = {
     # the tiny tied Gemma repeats a token too; without a pad token a finished row is filled with eos, as the test reads
     "gemma3_text": {"tie_word_embeddings": False, "pad_token_id": None},
     "gemma2": {"tie_word_embeddings": False, "pad_token_id": None},
+    "olmo2": {"pad_token_id": None},  # a finished row filled with eos, as the test reads
+    "smollm3": {"pad_token_id": None, "tie_word_embeddings": False},
 }
 
 
@@ -204,6 +216,8 @@ GREEDY_OVERRIDES = {
         # Gemma 2 and Phi-2 decode greedily and by beams as generate() in the default run: test_generate_rules's
         # left-padded case
         *("qwen3_moe", pytest.param("gemma2", marks=pytest.mark.slow), pytest.param("phi", marks=pytest.mark.slow)),
+        pytest.param("olmo2", marks=pytest.mark.slow),  # likewise
+        pytest.param("smollm3", marks=pytest.mark.slow),
     ],
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
@@ -392,6 +406,8 @@ FAMILY_RATES = [
     ("mixtral", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # the experts have no dropout site
     ("gemma2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # dropout on the soft-capped probabilities
     ("phi", dict(embd_pdrop=0.1, attention_dropout=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),  # both branches
+    ("olmo2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # under the q/k norms over the projections
+    ("smollm3", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # on the NoPE layer's probabilities too
 ]
 
 

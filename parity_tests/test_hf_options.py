@@ -383,3 +383,90 @@ def test_phi2_released_config_json_reads_whole(side, tmp_path):
         theirs_out, theirs_grads = H.run_transformers(theirs, "phi", ids, None, upstream)
     ours_out, ours_grads = (H.run_numpy if side == "numpy" else H.run_torch)(ours, "phi", ids, None, upstream)
     assert_exact(H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits"))
+
+
+# OLMo-2-0425-1B's and SmolLM3-3B's config.json as released (their keys and option values as written by the
+# transformers of their release: OLMo 2 16 of 16 heads, rope_theta 500000, eps 1e-6, untied; SmolLM3 GQA 16 / 4, a
+# NoPE layer every 4th of 36 listed in no_rope_layers, rope_theta 5e6, tied, pretraining_tp 2, max_window_layers
+# beside use_sliding_window false), their sizes shrunk as hf_compare's tiny shapes (SmolLM3: 4 layers, the 4th NoPE)
+OLMO2_1B_RELEASED = {
+    "architectures": ["Olmo2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 128,
+    "max_position_embeddings": 32, "model_type": "olmo2", "num_attention_heads": 4, "num_hidden_layers": 2,
+    "num_key_value_heads": 4, "pad_token_id": 0, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 500000,
+    "tie_word_embeddings": False, "torch_dtype": "float32", "transformers_version": "4.52.0.dev0", "use_cache": True,
+    "vocab_size": 40,
+}  # fmt: skip
+SMOLLM3_3B_RELEASED = {
+    "architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 172,
+    "max_position_embeddings": 32, "max_window_layers": 28, "mlp_bias": False, "model_type": "smollm3",
+    "no_rope_layer_interval": 4, "no_rope_layers": [1, 1, 1, 0], "num_attention_heads": 4, "num_hidden_layers": 4,
+    "num_key_value_heads": 1, "pad_token_id": 0, "pretraining_tp": 2, "rms_norm_eps": 1e-06, "rope_scaling": None,
+    "rope_theta": 5000000.0, "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "transformers_version": "4.54.0.dev0", "use_cache": False, "use_sliding_window": False, "vocab_size": 40,
+}  # fmt: skip
+RELEASED_NOT_COMPUTED = {  # keys transformers' classes do not compute with
+    "architectures", "model_type", "initializer_range", "torch_dtype", "transformers_version", "use_cache",
+}  # fmt: skip
+RELEASED_2026 = {"olmo2": OLMO2_1B_RELEASED, "smollm3": SMOLLM3_3B_RELEASED}
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("family", list(RELEASED_2026))
+def test_olmo2_and_smollm3_released_config_json_reads_whole(family, side, tmp_path):
+    """A checkpoint whose config.json is OLMo-2-0425-1B's or SmolLM3-3B's as released (shrunk): every key it sets is
+    read by the family's map (or computed by no layer of transformers' class); the model equals transformers' in
+    float64, outputs and every gradient (random upstream gradients)."""
+    from transformer_spec.families.olmo2 import OLMO2_CONFIG
+    from transformer_spec.families.smollm3 import SMOLLM3_CONFIG
+
+    released = RELEASED_2026[family]
+    config_map = {"olmo2": OLMO2_CONFIG, "smollm3": SMOLLM3_CONFIG}[family]
+    read = {key.theirs for key in config_map.keys} | set(config_map.dropout)
+    assert set(released) - read == RELEASED_NOT_COMPUTED
+    H.build_tiny(family, tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(released))
+    theirs = H.CLASSES[family].from_pretrained(tmp_path, dtype=torch.float64).eval()
+    ours = H.load_ours(side, tmp_path, np.float64)
+    if family == "smollm3":
+        assert ours.config.rope_layers == (True, True, True, False) and ours.config.tie_embeddings
+    else:
+        assert ours.config.qk_norm_projection and not ours.config.input_norm and ours.config.sandwich_norm
+    ids, _ = H.make_inputs(family)
+    upstream = np.random.default_rng(7).standard_normal((*ids.shape, 40))
+    with H.patch_for(family, np.float64):
+        theirs_out, theirs_grads = H.run_transformers(theirs, family, ids, None, upstream)
+    ours_out, ours_grads = (H.run_numpy if side == "numpy" else H.run_torch)(ours, family, ids, None, upstream)
+    assert_exact(H.pair(ours_out, theirs_out, ours_grads, theirs_grads, "logits"))
+
+
+def test_smollm3_nope_layer_bends_the_tiny_model(tmp_path):
+    """The tiny SmolLM3's NoPE layer matters: turning it by RoPE too moves our logits far past the float64 bar, so
+    the comparisons above would see a NoPE layer that rotated."""
+    H.build_tiny("smollm3", tmp_path)
+    ours = numpy_hf.load(tmp_path, dtype=np.float64).eval()
+    assert ours.config.rope_layers == (True, True, True, False)
+    ids, _ = H.make_inputs("smollm3")
+    reference = ours.forward(ids)
+    rotary = nt.TransformerLM(dataclasses.replace(ours.config, rope_layers=None), dtype=np.float64).eval()
+    rotary.load_state_dict(ours.state_dict())
+    assert np.abs(rotary.forward(ids) - reference).max() > 0.01 * np.abs(reference).max()
+
+
+@pytest.mark.parametrize(
+    ("family", "change", "named"),
+    [
+        ("smollm3", {"use_sliding_window": True, "sliding_window": 3}, "use_sliding_window"),
+        ("smollm3", {"no_rope_layers": [1, 0]}, "no_rope_layers"),
+        ("smollm3", {"no_rope_layers": [1, 1, 2, 0]}, "no_rope_layers"),
+        ("smollm3", {"layer_types": ["full_attention"] * 3 + ["sliding_attention"]}, "layer_types"),
+        ("smollm3", {"head_dim": 16}, "head_dim"),
+        ("olmo2", {"head_dim": 16}, "head_dim"),
+        ("olmo2", {"hidden_act": "tanh"}, "hidden_act"),
+    ],
+)
+def test_olmo2_and_smollm3_refuse_what_they_do_not_compute(family, change, named):
+    """A released config.json's value that is not computed here is refused by name, not ignored."""
+    with pytest.raises(ValueError, match=named):
+        FAMILIES[family].from_hf(RELEASED_2026[family] | change)

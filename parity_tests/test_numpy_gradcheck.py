@@ -1342,3 +1342,56 @@ def test_parallel_block(case):
     y_block, _ = forward(params, x)
     y_neox, _ = M.parallel_layer_forward(with_ffn_norm, x, None, two_norms, rope=rope)
     np.testing.assert_allclose(y_block, y_neox, rtol=0, atol=1e-14)
+
+
+# ----------------------------------------------------------------------------------------------
+# OLMo 2's new pair: the RMSNorm of a whole q or k projection (B, T, H*Dh), one root mean square across the heads; and
+# a whole OLMo 2-like LM (norms of the sublayers' outputs only) and a SmolLM3-like one (a layer without positions).
+
+
+def test_qk_projection_norm():
+    """x (B, T, H*Dh) = (2, 3, 12) (three heads of 4): every feature's gradient reads the whole row's sum."""
+    rng = np.random.default_rng(81)
+    args = dict(x=rand(rng, 2, 3, 12), weight=0.3 * rand(rng, 12) + 1.0, eps=1e-6)
+    result = check_pair(A.qk_projection_norm_forward, A.qk_projection_norm_backward, args, wrt=["x", "weight"])
+    assert_passes(result, "qk_projection_norm")
+
+
+OLMO2 = dict(
+    norm_first=True, norm="rms", positional="rope", activation="silu", gated_ffn=True, n_heads=4, n_kv_heads=2,
+    bias=False, output_bias=False, qk_norm=True, qk_norm_projection=True, sandwich_norm=True, input_norm=False,
+    n_encoder_layers=0, n_decoder_layers=2, pad_id=None, scale_embeddings=False,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param(OLMO2, id="olmo2-post-norms-projection-qk-norms"),
+        pytest.param(
+            {
+                k: v
+                for k, v in OLMO2.items()
+                if k not in ("qk_norm", "qk_norm_projection", "sandwich_norm", "input_norm")
+            }
+            | dict(n_decoder_layers=3, rope_layers=(True, False, True)),
+            id="smollm3-nope-middle-layer",
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
+def test_olmo2_and_smollm3_lm(overrides):
+    """A whole OLMo 2-like LM (no pre-norms: x + Norm_post(f(x)); q/k norms over the projections) and a SmolLM3-like
+    one (its middle layer without RoPE); every parameter checked."""
+    cfg = tiny_config(**overrides)
+    rng = np.random.default_rng(82)
+    model = TransformerLM(cfg, seed=8).eval()
+    perturb(model, rng)
+    if cfg.input_norm is False:
+        assert not any(k.endswith(("self_attn_norm.weight", "ffn_norm.weight")) for k in model.params)
+        assert model.params["decoder.layers.0.self_attn.q_norm.weight"].shape == (cfg.n_heads * cfg.d_head,)
+    result = check_model(
+        model, make_ids(rng, ["......", "......"], cfg.tgt_vocab_size, cfg.pad_id), seed=9, max_coords=16
+    )
+    assert set(result.errors) == set(model.params)
+    assert_passes(result, "olmo2-smollm3-lm", rotated_blocks(cfg))

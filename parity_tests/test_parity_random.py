@@ -52,26 +52,39 @@ def configurations(draw):
     # GPT-NeoX's parallel residual: a pre-norm layer of the decoder-only model
     parallel_residual = family == "TransformerLM" and norm_first and draw(st.booleans())
     d_ff = draw(st.integers(1, 24))
+    n_encoder_layers, n_decoder_layers = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    # Gemma's second norm, after the sublayer: not over a narrow feed-forward, whose output spans d_ff directions only
+    # (one, for d_ff = 1: one direction scaled by one number, normalised to a step of slope 1/sqrt(eps)); its float32
+    # rounding then grows past the bar on both sides (1.5e-5 seen at d_ff = 2)
+    sandwich_norm = norm_first and not parallel_residual and d_ff >= 8 and draw(st.booleans())
+    # Qwen3's and Gemma's per-head q/k RMSNorm, over at least 2 features (over one, x / sqrt(x^2 + eps) is a step of
+    # slope 1/sqrt(eps))
+    qk_norm = head_dim >= 2 and draw(st.booleans())
+    # SmolLM3's layers without positions: one list for both stacks, so only where they are as deep
+    same_depth = n_encoder_layers == n_decoder_layers
+    rope_layers = (
+        tuple(draw(st.lists(st.booleans(), min_size=n_decoder_layers, max_size=n_decoder_layers)))
+        if positional == "rope" and same_depth and draw(st.booleans())
+        else None
+    )
     config = TransformerConfig(
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
         d_model=n_heads * head_dim,
         n_heads=n_heads,
         d_ff=d_ff,
-        n_encoder_layers=draw(st.integers(1, 2)),
-        n_decoder_layers=draw(st.integers(1, 2)),
+        n_encoder_layers=n_encoder_layers,
+        n_decoder_layers=n_decoder_layers,
         dropout=dropout,
         **site_rates,
         activation=draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"])),
         norm_first=norm_first,
         norm=draw(st.sampled_from(["layer", "rms", "rms_offset"])),
-        # Gemma's second norm, after the sublayer: not over a narrow feed-forward, whose output spans d_ff
-        # directions only (one, for d_ff = 1: one direction scaled by one number, normalised to a step of slope
-        # 1/sqrt(eps)); its float32 rounding then grows past the bar on both sides (1.5e-5 seen at d_ff = 2)
-        sandwich_norm=norm_first and not parallel_residual and d_ff >= 8 and draw(st.booleans()),
-        # Qwen3's and Gemma's per-head q/k RMSNorm, over at least 2 features (over one, x / sqrt(x^2 + eps) is a
-        # step of slope 1/sqrt(eps))
-        qk_norm=head_dim >= 2 and draw(st.booleans()),
+        sandwich_norm=sandwich_norm,
+        input_norm=not (sandwich_norm and draw(st.booleans())),  # OLMo 2: only the norms of the sublayers' outputs
+        qk_norm=qk_norm,
+        qk_norm_projection=qk_norm and draw(st.booleans()),  # OLMo 2's q/k norms over each whole projection
+        rope_layers=rope_layers,
         logit_softcap=draw(st.sampled_from([None, None, 2.0])),
         attn_softcap=draw(st.sampled_from([None, None, 1.5])),  # Gemma 2's cap of every attention score
         positional=positional,

@@ -111,6 +111,10 @@ def tiny_config_json(model_type: str) -> dict:
                        final_logit_softcapping=30.0),
         "phi": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=2,
                     partial_rotary_factor=0.25, resid_pdrop=0.1, embd_pdrop=0.2),
+        "smollm3": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=20,
+                        num_hidden_layers=4, no_rope_layer_interval=2, tie_word_embeddings=False),
+        "olmo2": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=20,
+                      num_hidden_layers=2, attention_bias=True, attention_dropout=0.1),
         "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
                            local_attention=4, global_rope_theta=500.0, norm_bias=True),
     }  # fmt: skip
@@ -136,7 +140,8 @@ def test_each_family_is_one_file_that_registers_it():
         "marian": "seq2seq", "bart": "seq2seq", "t5": "t5", "roberta": "roberta", "xlm-roberta": "roberta",
         "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
         "gpt_neox": "gpt_neox", "gemma3_text": "gemma3", "gemma2": "gemma2", "phi": "phi",
-        "mixtral": "mixtral", "qwen3_moe": "qwen3_moe",
+        "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "olmo2": "olmo2",
+        "smollm3": "smollm3",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

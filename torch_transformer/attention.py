@@ -141,6 +141,7 @@ class MultiHeadAttention(nn.Module):
         band: int | None = None,
         qk_norm_eps: float | None = None,
         qk_norm_kind: str = "rms",
+        qk_norm_projection: bool = False,
         causal: bool = False,
         relative: tuple | None = None,
         softcap: float | None = None,
@@ -162,10 +163,13 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.v_proj = init_linear(nn.Linear(d_model, kv_width, bias=qkv_bias))
         self.out_proj = init_linear(nn.Linear(width, d_model, bias=bias))
+        # OLMo 2 (qk_norm_projection): over each whole projection (H*Dh, H_kv*Dh), before the head split
+        q_width, k_width = (width, kv_width) if qk_norm_projection else (self.head_dim, self.head_dim)
         if qk_norm_eps is not None:  # Qwen3: RMSNorm of each head's queries and keys (over Dh), before RoPE
-            self.q_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)  # Gemma's: kind "rms_offset"
-            self.k_norm = rms_norm(self.head_dim, qk_norm_eps, qk_norm_kind)
+            self.q_norm = rms_norm(q_width, qk_norm_eps, qk_norm_kind)  # Gemma's: kind "rms_offset"
+            self.k_norm = rms_norm(k_width, qk_norm_eps, qk_norm_kind)
         self.qk_norm = qk_norm_eps is not None
+        self.qk_norm_projection = qk_norm_projection and self.qk_norm
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
         slopes = alibi_slopes(n_heads) if alibi else None  # ALiBi: one slope per head
@@ -244,14 +248,20 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """The heads: q (B, H, T_q, Dh), k and v (B, H_kv, T_k, Dh) (a MemoryCache's after the first step), each
         head's queries and keys RMS-normalised when the module has qk norms (Qwen3)."""
-        q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T_q, Dh)
-        if self.qk_norm:
+        q = self.q_proj(query)  # (B, T_q, H*Dh)
+        if self.qk_norm_projection:  # OLMo 2: one norm over every head's features
+            q = self.q_norm(q)
+        q = self._split_heads(q, self.n_heads)  # (B, H, T_q, Dh)
+        if self.qk_norm and not self.qk_norm_projection:
             q = self.q_norm(q)
         if isinstance(kv_cache, MemoryCache) and kv_cache.keys is not None and kv_cache.values is not None:
             return q, kv_cache.keys, kv_cache.values  # the memory's, projected at the first step
-        k = self._split_heads(self.k_proj(key), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
+        k = self.k_proj(key)  # (B, T_k, H_kv*Dh)
+        if self.qk_norm_projection:
+            k = self.k_norm(k)
+        k = self._split_heads(k, self.n_kv_heads)  # (B, H_kv, T_k, Dh)
         v = self._split_heads(self.v_proj(value), self.n_kv_heads)  # (B, H_kv, T_k, Dh)
-        if self.qk_norm:
+        if self.qk_norm and not self.qk_norm_projection:
             k = self.k_norm(k)
         return q, k, v
 

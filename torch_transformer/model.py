@@ -39,9 +39,9 @@ class _Layer(nn.Module):
     norm_first: bool
 
     def _sublayer(self, name: str, config: TransformerConfig, normed: bool = True) -> None:
-        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed`: no parameters) and output
-        dropout."""
-        setattr(self, f"{name}_norm", make_norm(config) if normed else nn.Identity())
+        """Add the residual sublayer `name`'s norm (nn.Identity when not `normed` or without config.input_norm,
+        OLMo 2's: no parameters) and output dropout."""
+        setattr(self, f"{name}_norm", make_norm(config) if normed and config.input_norm else nn.Identity())
         if config.sandwich_norm:  # Gemma: the sublayer's output normalised too, x + f(Norm(x)) -> x + Norm_post(...)
             setattr(self, f"{name}_post_norm", make_norm(config))
         setattr(self, f"{name}_dropout", Dropout(config.dropout_rates["residual"]))
@@ -68,6 +68,7 @@ class _Layer(nn.Module):
             head_dim=c.d_head,
             qk_norm_eps=c.layer_norm_eps if c.qk_norm else None,
             qk_norm_kind="rms_offset" if c.norm == "rms_offset" else "rms",
+            qk_norm_projection=c.qk_norm_projection,
             causal=causal and not cross,
             relative=relative,
             softcap=c.attn_softcap,
@@ -249,6 +250,7 @@ class _Stack(nn.Module):
         self.rope_dim = config.rope_dim  # the features of each head RoPE turns: Dh, or fewer (partial rotary)
         # each layer's rotary base and scaling (Gemma 3's, ModernBERT's local layers: a base and scaling of their own)
         self.rope_kinds = [(config.layer_rope_theta(i), config.layer_rope_scaling(i)) for i in range(len(layers))]
+        self.rope_layers = [config.layer_uses_rope(i) for i in range(len(layers))]  # SmolLM3's NoPE layers: False
         self.max_len = config.max_len  # max_position_embeddings: dynamic NTK scales past it
         self.learned_positions = config.positional == "learned"
         # RoBERTa's positions (config.positions_after_pad): computed from the ids; row pad_id takes no gradient
@@ -326,7 +328,7 @@ class _Stack(nn.Module):
         """Each layer's rotary (cos, sin) of positions start .. end - 1, each (T, R), or of each row's own
         `positions` (B, T), each (B, 1, T, R) (R = config.rope_dim: Dh, or fewer with partial rotary), in x's dtype
         and on its device, at the layer's base and scaling (computed once per kind); Nones unless the positions are
-        rotary."""
+        rotary, and None for a layer without positions (SmolLM3's NoPE layers, config.layer_uses_rope False)."""
         if self.positional != "rope":
             return [None] * len(self.rope_kinds)
         tables = {}
@@ -336,7 +338,7 @@ class _Stack(nn.Module):
             else:
                 table = rope_cos_sin(start, end, self.rope_dim, theta, x.dtype, x.device, scaling, self.max_len)
             tables[theta, scaling] = table
-        return [tables[kind] for kind in self.rope_kinds]
+        return [tables[kind] if uses else None for kind, uses in zip(self.rope_kinds, self.rope_layers, strict=True)]
 
 
 class Encoder(_Stack):

@@ -190,9 +190,14 @@ def parameter_count(config: TransformerConfig, shapes: Shapes, model_class: str)
     mixture of experts' dense layers (config.dense_layers) each differ from a sparse one by a constant: a fourth."""
 
     def count(n_encoder: int, n_decoder: int, dense: tuple = ()) -> int:
-        # layer_types=None: the layer kinds have no parameters, and one list cannot fit every count
+        # layer_types=None, rope_layers=None: the layer kinds have no parameters, and one list cannot fit every count
         small = replace(
-            config, n_encoder_layers=n_encoder, n_decoder_layers=n_decoder, layer_types=None, dense_layers=dense
+            config,
+            n_encoder_layers=n_encoder,
+            n_decoder_layers=n_decoder,
+            layer_types=None,
+            rope_layers=None,
+            dense_layers=dense,
         )
         return sum(math.prod(shape) for shape in shapes(small, model_class).values())
 

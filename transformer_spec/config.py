@@ -34,6 +34,8 @@ BOOL_FIELDS = (
     "shared_norm",
     "qk_norm",
     "sandwich_norm",
+    "input_norm",
+    "qk_norm_projection",
     "positions_after_pad",
     "relative_bias",
     "norm_bias",
@@ -200,6 +202,9 @@ class TransformerConfig:
     # Qwen3's q_norm and k_norm: RMSNorm (eps layer_norm_eps, weight (Dh,) shared by the heads) of each head's
     # queries and keys, before RoPE: {attn}.q_norm.weight, {attn}.k_norm.weight in every attention block
     qk_norm: bool = False
+    # OLMo 2's q_norm and k_norm (with qk_norm): one RMSNorm over each whole projection, before the head split and
+    # RoPE: {attn}.q_norm.weight (H*Dh,), {attn}.k_norm.weight (H_kv*Dh,); False: per head, weight (Dh,)
+    qk_norm_projection: bool = False
     gated_ffn: bool = False  # y = linear2(act(gate(x)) * linear1(x)), as Llama's SwiGLU
     n_kv_heads: int | None = None  # grouped-query attention: K/V heads, each serving n_heads / n_kv_heads
     bias: bool = True  # biases in the attention and feed-forward linears (Llama has none)
@@ -215,6 +220,11 @@ class TransformerConfig:
     # above); one entry per layer of each stack the model has (a Transformer's two stacks share the list);
     # None: every layer alike (the window, when set, on every decoder layer)
     layer_types: tuple[str, ...] | None = None
+    # each decoder layer's positions, SmolLM3's no_rope_layers: True, the layer turns its queries and keys by RoPE;
+    # False, the layer has no positions at all (NoPE: causal attention alone orders it); None: every layer rotary.
+    # One entry per layer of each stack the model has (a Transformer's two stacks share the list, as layer_types).
+    # Read through `layer_uses_rope`; only beside positional "rope"
+    rope_layers: tuple[bool, ...] | None = None
     # the rotary base of the "sliding_attention" layers (Gemma 3's rope_local_base_freq, ModernBERT's
     # local_rope_theta); None: rope_theta, as the full layers
     rope_local_theta: float | None = None
@@ -248,6 +258,9 @@ class TransformerConfig:
     # Gemma's sandwich (pre-norm only): each sublayer's output is normalised too before it joins the stream,
     # x + Norm_post(f(Norm(x))), the second norm {name}_post_norm.* of the layer
     sandwich_norm: bool = False
+    # the norm before each sublayer ({name}_norm); False (OLMo 2's, with sandwich_norm): the sublayers read the stream
+    # itself and only their outputs are normalised, x + Norm_post(f(x)): no {name}_norm, only {name}_post_norm
+    input_norm: bool = True
     # Gemma's final logit soft-capping: logits = cap * tanh(z / cap) of the projection's z; None: the plain z
     logit_softcap: float | None = None
     # Gemma 2's attention soft-capping: every attention score s = c q.k (+ bias) becomes cap * tanh(s / cap) before
@@ -413,6 +426,7 @@ class TransformerConfig:
         if self.sliding_window is not None:
             _check_int("sliding_window", self.sliding_window, minimum=1)
         self._check_layer_types()
+        self._check_rope_layers()
         if self.rope_local_theta is not None and not _is_positive_float(self.rope_local_theta):
             raise ValueError(f"rope_local_theta must be a positive float or None, got {self.rope_local_theta!r}")
 
@@ -461,6 +475,13 @@ class TransformerConfig:
                 "shared_norm=True is the parallel block's one norm (Phi-2's): it needs parallel_residual=True, got "
                 "False"
             )
+        if not self.input_norm and not self.sandwich_norm:
+            raise ValueError(
+                "input_norm=False leaves each sublayer only the norm of its output (OLMo 2's): it needs "
+                "sandwich_norm=True, got sandwich_norm=False"
+            )
+        if self.qk_norm_projection and not self.qk_norm:
+            raise ValueError("qk_norm_projection=True says how the q/k norms read: it needs qk_norm=True, got False")
         if self.sandwich_norm and self.parallel_residual:
             raise ValueError("sandwich_norm=True and parallel_residual=True: no layer has both; set one of them False")
 
@@ -573,6 +594,24 @@ class TransformerConfig:
                 f"table of config.max_len={self.max_len} rows covers T <= {self.longest_input}"
             )
 
+    def _check_rope_layers(self) -> None:
+        if self.rope_layers is None:
+            return
+        if isinstance(self.rope_layers, list):  # a checkpoint's JSON metadata holds the tuple as a list
+            object.__setattr__(self, "rope_layers", tuple(self.rope_layers))
+        if not isinstance(self.rope_layers, tuple) or not all(isinstance(v, bool) for v in self.rope_layers):
+            raise TypeError(f"rope_layers must be a tuple of bools (one per layer) or None, got {self.rope_layers!r}")
+        for stack in ("n_encoder_layers", "n_decoder_layers"):
+            n_layers = getattr(self, stack)
+            if n_layers and len(self.rope_layers) != n_layers:
+                raise ValueError(
+                    f"rope_layers must list one entry per layer: got {len(self.rope_layers)}, {stack}={n_layers}"
+                )
+        if self.positional != "rope":
+            raise ValueError(
+                f"rope_layers says which layers are rotary: it needs positional='rope', got {self.positional!r}"
+            )
+
     def _check_layer_types(self) -> None:
         if self.layer_types is None:
             return
@@ -600,6 +639,11 @@ class TransformerConfig:
         if self.layer_types is not None and self.layer_types[layer] == "full_attention":
             return None
         return self.sliding_window
+
+    def layer_uses_rope(self, layer: int) -> bool:
+        """Whether layer `layer` turns its queries and keys by RoPE: rope_layers' entry (SmolLM3's NoPE layers say
+        False), True when that is None."""
+        return self.rope_layers is None or self.rope_layers[layer]
 
     def layer_rope_theta(self, layer: int) -> float:
         """The rotary base of layer `layer`: rope_local_theta on a "sliding_attention" layer when set, else

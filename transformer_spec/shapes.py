@@ -54,7 +54,9 @@ class _Shapes:
         for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
             self.linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
         self.linear(f"{prefix}.out_proj", D, width)
-        if config.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
+        if config.qk_norm_projection:  # OLMo 2: RMSNorm of each whole projection, before the head split
+            self.shapes[f"{prefix}.q_norm.weight"], self.shapes[f"{prefix}.k_norm.weight"] = (width,), (kv,)
+        elif config.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
             self.shapes[f"{prefix}.q_norm.weight"] = self.shapes[f"{prefix}.k_norm.weight"] = (config.d_head,)
 
     def norm(self, prefix: str, kind: str | None = None) -> None:
@@ -65,8 +67,10 @@ class _Shapes:
             self.shapes[f"{prefix}.bias"] = (D,)
 
     def sublayer_norms(self, prefix: str) -> None:
-        """The sublayer's norm, and Gemma's second norm of its output (sandwich_norm)."""
-        self.norm(f"{prefix}_norm")
+        """The sublayer's norm (none without input_norm: OLMo 2's), and Gemma's second norm of its output
+        (sandwich_norm)."""
+        if self.config.input_norm:
+            self.norm(f"{prefix}_norm")
         if self.config.sandwich_norm:
             self.norm(f"{prefix}_post_norm")
 
@@ -105,7 +109,7 @@ class _Shapes:
         and its norms."""
         config, layer = self.config, f"{name}.layers.{i}"
         self.attention(f"{layer}.self_attn")
-        if i > 0 or config.first_attn_norm or name != "encoder":  # ModernBERT's first layer has none
+        if config.input_norm and (i > 0 or config.first_attn_norm or name != "encoder"):  # ModernBERT's first: none
             self.norm(f"{layer}.self_attn_norm")
         if config.sandwich_norm:  # Gemma's second norm, of the sublayer's output
             self.norm(f"{layer}.self_attn_post_norm")
