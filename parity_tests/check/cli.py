@@ -106,6 +106,17 @@ def load_target(spec: str, reference: str | None = None):
     return made
 
 
+def example_call(spec: str) -> tuple:
+    """--example MODULE:FUNC: FUNC() called here (the child process), its (args, kwargs) returned."""
+    function = load_attribute(spec, "--example")
+    if not callable(function):
+        raise BadArgument(f"--example: {spec} is of type {type(function).__name__}, not a function")
+    try:
+        return function()
+    except Exception as exc:
+        raise Unrunnable(f"--example: {spec}() raised {type(exc).__name__}: {exc}") from None
+
+
 def judge(
     target: str, reference: str, fields: dict, mapping: dict | None, call: str | None, options: dict | None = None
 ) -> dict:
@@ -118,12 +129,15 @@ def judge(
         function = load_attribute(call, "--call") if call is not None else None  # check.module's call=
         if call is not None and not callable(function):
             raise BadArgument(f"--call: {call} is of type {type(function).__name__}, not a function")
+        options = dict(options or {})
+        if options.get("example") is not None:  # check.module's example=: FUNC() -> (args, kwargs)
+            options["example"] = example_call(options["example"])
     except BadArgument as exc:
         return {"status": "bad_argument", "reason": str(exc)}
     except Unrunnable as exc:
         return {"status": "unrunnable", "reason": str(exc)}
     try:
-        result = check.module(module, reference, mapping=mapping, call=function, **(options or {}), **fields)
+        result = check.module(module, reference, mapping=mapping, call=function, **options, **fields)
     except (TypeError, ValueError) as exc:
         return {"status": "unrunnable", "reason": f"the judge could not run {target}: {exc}"}
     status = "unrunnable" if result.error else "judged"
