@@ -84,3 +84,16 @@ def test_cli_example_flag(capsys):
     assert main([*base, "--example", "parity_tests.corpus.unseen:any_mask_causal_example"]) == 0, capsys.readouterr()
     assert "call=as the example calls it" in capsys.readouterr().out
     assert main(base) == 1
+
+
+def sdpa(q, k, v, mask=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_a_function_is_judged_at_the_example_lengths_and_an_example_without_inputs_is_said():
+    q, k = torch.randn(2, 2, 4, 8), torch.randn(2, 2, 5, 8)
+    keep = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    result = check.module(sdpa, "scaled_dot_product_attention", example=((q, k, k), {"mask": keep}))
+    assert result.passed and result.conventions["mask"] == "mask: bool_keep (B, 1, 1, T)", str(result)
+    said = check.module(sdpa, "scaled_dot_product_attention", example=((1,), {}))
+    assert not said.passed and said.error.startswith("could not judge: the example passes no tensor"), said.error

@@ -51,15 +51,21 @@ def _data(slots: list, level: str) -> list:
     floats = [s for s in tensors if s[2].is_floating_point()]
     first = floats[0] if floats else next((s for s in tensors if not s[2].dtype.is_floating_point), None)
     if first is None:
-        raise TypeError(f"the example passes no tensor the reference {level!r} could take as {list(entry.inputs)}")
+        raise TypeError(
+            f"the example passes no tensor the reference {level!r} could take as {list(entry.inputs)}; pass "
+            "example=(args, kwargs) whose first tensors are those inputs"
+        )
     if first[2].is_floating_point():
         alike = [s for s in floats if s[2].ndim == first[2].ndim and s[2].shape[-1] == first[2].shape[-1]]
     else:
         alike = [s for s in tensors if s[2].dtype == first[2].dtype and s[2].ndim == first[2].ndim]
+    if "memory" in entry.inputs and len(alike) < len(entry.inputs):  # ids and a memory (a decoder): in their order
+        alike = tensors
     data = alike[: len(entry.inputs)]
     if len(data) < len(entry.inputs) and not (entry.self_attention_probes and len(data) == 1):
         raise TypeError(
-            f"the example passes {len(data)} input tensor(s); the reference {level!r} takes {list(entry.inputs)}"
+            f"the example passes {len(data)} input tensor(s); the reference {level!r} takes {list(entry.inputs)}; pass "
+            "example=(args, kwargs) whose first tensors are those inputs"
         )
     return data
 
@@ -174,30 +180,18 @@ def thetas(example) -> list:
 
 
 @contextlib.contextmanager
-def sizes(level: str, example, batch_first=None):
+def sizes(module, level: str, example, batch_first=None):
     """The probe's sizes taken from the example for the duration: its lengths (three positions at least: the probe
-    pads two) and batch size (three at least); the defaults where the example gives none."""
+    pads two; the first input's as the queries', the last's as the keys') and batch size (three at least)."""
     saved = PR.B, PR.T_Q, PR.T_K, LV.B
     try:
-        try:
-            data = _data(_slots_plain(example), level)
-        except TypeError:
-            data = []
-        names = [n for _, n, _ in data]
-        axis = 0 if batch_first is False else 1
-        lengths = {n: int(v.shape[axis]) for _, n, v in data if v.ndim >= 2}
-        if lengths and min(lengths.values()) >= 3:
-            values = [lengths[n] for n in names if n in lengths]
-            PR.T_Q, PR.T_K = values[0], values[-1]
-            if len(set(values)) > 1 and LEVELS[level].inputs[0] in ("src",):
-                PR.T_Q, PR.T_K = values[-1], values[0]
-            batch = int(data[0][2].shape[1 - axis])
-            PR.B = LV.B = max(3, batch)
+        data = [v for _, _, v in _data(_slots(module, example), level)]
+        axis = [0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1 for v in data]
+        lengths = [int(v.shape[a]) for v, a in zip(data, axis, strict=True)]
+        if min(lengths) >= 3:
+            first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys
+            PR.T_Q, PR.T_K = lengths[first], lengths[last]
+            PR.B = LV.B = max(3, int(data[0].shape[1 if batch_first is False else 0]))
         yield
     finally:
         PR.B, PR.T_Q, PR.T_K, LV.B = saved
-
-
-def _slots_plain(example) -> list:
-    args, kwargs = example
-    return [(i, f"argument {i}", v) for i, v in enumerate(args)] + [(k, k, v) for k, v in kwargs.items()]

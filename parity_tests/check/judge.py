@@ -328,7 +328,7 @@ def module(
     try:
         given = fields | {"config": config}
         level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-        sizes = EX.sizes(level, example, batch_first) if example is not None else contextlib.nullcontext()
+        sizes = EX.sizes(user_module, level, example, batch_first) if example is not None else contextlib.nullcontext()
         with torch.random.fork_rng(), inference_mode_lifted(), sizes:  # the caller's random state is left as it was
             return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
     except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
