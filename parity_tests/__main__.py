@@ -2,7 +2,7 @@
 
     transformer-parity [report options]                     the parity report, as always
     transformer-parity check MODULE:ATTR REFERENCE [--n-heads N] [--pad-id ID] [--rope-theta BASE]
-                             [--config-field NAME=VALUE ...] [--mapping FILE.json] [--call M:F]
+                             [--config-field NAME=VALUE ...] [--mapping FILE.json] [--call M:F] [--example M:F]
                              [--batch-first | --sequence-first] [--mask KIND] [--dtype D ...] [--seed N]
                              [--timeout SECONDS] [--json PATH]
     transformer-parity exercises DIR [--only NAMES]         write a backward-pass workbook
@@ -72,6 +72,9 @@ def check_main(argv) -> int:
         "transposed, rope_pairs) as --json writes it",
     )
     parser.add_argument("--call", default=None, help="MODULE:FUNC, call(module, src, tgt) or call(module, ids)")
+    parser.add_argument(
+        "--example", default=None, help="MODULE:FUNC returning (args, kwargs): one real call of the part, as example="
+    )
     first = parser.add_mutually_exclusive_group()
     first.add_argument("--batch-first", dest="batch_first", action="store_const", const=True, default=None)
     first.add_argument("--sequence-first", dest="batch_first", action="store_const", const=False)
@@ -90,7 +93,7 @@ def check_main(argv) -> int:
     )
     parser.add_argument("--json", default=None, help="write the result as JSON to this path ('-': stdout)")
     args = parser.parse_args(argv)
-    for what, spec in (("target", args.target), ("--call", args.call)):
+    for what, spec in (("target", args.target), ("--call", args.call), ("--example", args.example)):
         if spec is not None and ":" not in spec:
             print(f"transformer-parity check: {what}: expected MODULE:ATTR (as mypkg.models:MyModel or "
                   f"path/to/file.py:model), got {spec!r}", file=sys.stderr)  # fmt: skip
@@ -110,6 +113,7 @@ def check_main(argv) -> int:
         print(f"transformer-parity check: {exc}", file=sys.stderr)
         return 2
     options = {"batch_first": args.batch_first, "mask": args.mask, "dtypes": tuple(args.dtype or ()), "seed": args.seed}
+    options["example"] = args.example  # MODULE:FUNC, called in the child process
     options = {k: v for k, v in options.items() if v not in (None, ())}
     outcome = sandbox.call(
         "parity_tests.check.cli:judge", args.target, args.reference, fields, mapping, args.call, options,

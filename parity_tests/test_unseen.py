@@ -18,7 +18,6 @@ from parity_tests.corpus.unseen import CASES
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
     "seq2seq.causal_inverted": "unexplained at decoder.0.self_attn (1.03): the future shown and the past hidden",
-    "any_mask_causal": "fails at 1.55 at qkv with no id (a padding mask passed, read as causal)",
 }
 
 

@@ -41,6 +41,7 @@ class Caller:
     call: Callable | None = None  # a user's call= adapter
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
     keywords: tuple = ()  # the data passed by these names (a mask parameter sits between them: transformers')
+    template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example.py)
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -56,6 +57,8 @@ class Caller:
             out["attention"] = "self-attention: one input (query = key = value)"
         if self.call is not None:
             out["call"] = "the call= adapter"
+        if self.template is not None:
+            out["call"] = "as the example calls it"
         return out
 
     def __call__(self, module, tensors: dict, probe, dtype):
@@ -65,6 +68,17 @@ class Caller:
         args = [tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order]
         kwargs = dict(self.extra)
         device = args[0].device
+        if self.template is not None:  # as the example calls it: its data, its masks, the rest as given (or made)
+            values = {"data": lambda n: args[self.order.index(n)], "fixed": lambda v: v}
+            values |= {
+                "mask": lambda n: user_mask(probe, *self.masks[n], dtype, device),
+                "made": lambda f: f(dtype, device),
+            }
+            args_t, kwargs_t = self.template
+            out = first_tensor(
+                module(*[values[k](v) for k, v in args_t], **{n: values[k](v) for n, (k, v) in kwargs_t.items()})
+            )
+            return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
         if self.keywords:
             kwargs |= dict(zip(self.keywords, args, strict=False))
             args = args[len(self.keywords) :]
@@ -221,9 +235,14 @@ def _masked_callers(bf, order, assigned: dict, kinds, optional: bool, causal: bo
     return found
 
 
-def callers(module, level: str, batch_first=None, mask=None, call=None) -> list:
-    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first."""
+def callers(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
+    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first; as
+    `example` calls it where one is given (example.py)."""
     entry = LEVELS[level]
+    if example is not None:
+        from .example import callers as example_callers
+
+        return example_callers(module, level, example, batch_first)
     if call is not None:
         found = [Caller(True, entry.inputs, call=call)]
         if entry.self_attention_probes:  # call(module, x): one input, bidirectional or causal

@@ -94,16 +94,29 @@ def load_target(spec: str, reference: str | None = None):
         raise Unrunnable(
             f"{spec} is of type {type(target).__name__}, neither a torch.nn.Module nor a zero-argument factory of one"
         )
-    try:
-        made = target()
-    except SystemExit as exc:
-        raise Unrunnable(f"the factory {spec}() called sys.exit({exc.code!r}) instead of returning a module") from None
-    except Exception as exc:
-        raise Unrunnable(f"the factory {spec}() raised {type(exc).__name__}: {exc}") from None
+    made = run_user(target, f"the factory {spec}()", "returning a module")
     if not isinstance(made, nn.Module):
         kind = type(made).__name__
         raise Unrunnable(f"the factory {spec}() returned an object of type {kind}, not a torch.nn.Module")
     return made
+
+
+def example_call(spec: str) -> tuple:
+    """--example MODULE:FUNC: FUNC() called here (the child process), its (args, kwargs) returned."""
+    function = load_attribute(spec, "--example")
+    if not callable(function):
+        raise BadArgument(f"--example: {spec} is of type {type(function).__name__}, not a function")
+    return run_user(function, f"--example: {spec}()", "returning (args, kwargs)")
+
+
+def run_user(function, what: str, instead: str):
+    """function() of the user's; what it raises, or a sys.exit, as Unrunnable saying `what` did it."""
+    try:
+        return function()
+    except SystemExit as exc:
+        raise Unrunnable(f"{what} called sys.exit({exc.code!r}) instead of {instead}") from None
+    except Exception as exc:
+        raise Unrunnable(f"{what} raised {type(exc).__name__}: {exc}") from None
 
 
 def judge(
@@ -118,12 +131,15 @@ def judge(
         function = load_attribute(call, "--call") if call is not None else None  # check.module's call=
         if call is not None and not callable(function):
             raise BadArgument(f"--call: {call} is of type {type(function).__name__}, not a function")
+        options = dict(options or {})
+        if options.get("example") is not None:  # check.module's example=: FUNC() -> (args, kwargs)
+            options["example"] = example_call(options["example"])
     except BadArgument as exc:
         return {"status": "bad_argument", "reason": str(exc)}
     except Unrunnable as exc:
         return {"status": "unrunnable", "reason": str(exc)}
     try:
-        result = check.module(module, reference, mapping=mapping, call=function, **(options or {}), **fields)
+        result = check.module(module, reference, mapping=mapping, call=function, **options, **fields)
     except (TypeError, ValueError) as exc:
         return {"status": "unrunnable", "reason": f"the judge could not run {target}: {exc}"}
     status = "unrunnable" if result.error else "judged"

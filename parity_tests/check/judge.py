@@ -15,6 +15,7 @@ The steps, each a function below:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -26,6 +27,7 @@ from numpy_transformer import TransformerConfig
 from parity_tests.components import BAR, relative_errors
 
 from . import calling as C
+from . import example as EX
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
@@ -291,6 +293,7 @@ def module(
     mask: str | None = None,
     dtypes=("float64", "float32"),
     seed: int = 0,
+    example: tuple | None = None,
     **fields,
 ) -> Result:
     """Judge `user_module` (a torch.nn.Module, or a function for scaled_dot_product_attention) against the
@@ -300,7 +303,9 @@ def module(
     tell. mapping: the printed map (user name -> reference name, or (name, layout note)) to use instead of the
     inferred one. call: call(module, src, tgt) or call(module, ids) (batch-first long tensors) -> output.
     batch_first, mask ("bool_keep", "bool_masked", "int_keep", "additive", "none"): fixed instead of detected.
-    dtypes: which of float64 and float32 to compare. Never modifies user_module (it works on copies)."""
+    dtypes: which of float64 and float32 to compare. example: (args, kwargs), one real call of the part: the judge
+    calls it as that call does (its inputs, masks and extra arguments), at its sizes (example.py). Never modifies
+    user_module (it works on copies)."""
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
@@ -311,16 +316,21 @@ def module(
         raise ValueError(f"mask must be one of {C.MASK_KINDS + ('none',)} or None (detect), got {mask!r}")
     if not dtypes or not all(d in ("float64", "float32") for d in dtypes):
         raise ValueError(f"dtypes must name float64 and/or float32, got {dtypes!r}")
+    if example is not None:
+        EX.validate(example)
+        if call is not None:
+            raise TypeError("pass example= (one real call) or call= (an adapter), not both")
     unknown = [k for k in fields if k not in _CONFIG_FIELDS]
     if unknown:
         raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
     try:
-        with torch.random.fork_rng(), inference_mode_lifted():  # the caller's random state is left as it was
-            return _module(
-                user_module, reference, fields | {"config": config}, mapping, call, batch_first, mask, dtypes, seed
-            )
+        given = fields | {"config": config}
+        level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
+        sizes = EX.sizes(user_module, level, example, batch_first) if example is not None else contextlib.nullcontext()
+        with torch.random.fork_rng(), inference_mode_lifted(), sizes:  # the caller's random state is left as it was
+            return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
     except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
@@ -361,10 +371,12 @@ def said_why(session: Session, caller, result: Result) -> None:
         result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"
 
 
-def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed) -> Result:
+def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example) -> Result:
     # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
     level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-    session = Session(user_module, level, given, mapping, call, batch_first, mask, seed)
+    if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
+        given = given | dict(zip(["rope_theta"], EX.thetas(example), strict=False))
+    session = Session(user_module, level, given, mapping, call, batch_first, mask, seed, example)
     if session.entry.stands_for is not None:
         session.notes.append(
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "

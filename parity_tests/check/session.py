@@ -29,7 +29,7 @@ ACTIVATIONS = {True: ("silu", "gelu", "gelu_tanh", "relu"), False: ("relu", "gel
 class Session:
     """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
 
-    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed):
+    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed, example=None):
         """The module read (its roles, config and map). What the judge cannot read raises, and check.module
         answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as Result.unsupported."""
         self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
@@ -49,7 +49,7 @@ class Session:
             def probe(caller):  # self-attention callers: one sequence
                 return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal)
 
-            flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call)
+            flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call, example=example)
             found = MP.structure(user, flow) if flow is not None else found
         self.flow = found.flow
         self.cfg, self.links, self.zero, fixed = U.infer(level, found, given, mapped)
@@ -73,7 +73,7 @@ class Session:
             WM.refuse_unknown(self.links, self.zero, self.params, tensors, level)
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
         self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
-        self.callers = C.callers(user, level, batch_first, mask, call)
+        self.callers = C.callers(user, level, batch_first, mask, call, example)
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)

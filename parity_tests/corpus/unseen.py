@@ -157,6 +157,14 @@ def _table_call(module, x):
     return module(x, angles.cos(), angles.sin(), torch.ones(T, T, dtype=torch.bool).tril())
 
 
+def table_attention_example() -> tuple:
+    """One real call of the attention, as its block makes it (float32 tables, a boolean causal mask): example=."""
+    T = 7
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), 1.0 / 10000.0 ** (torch.arange(0, HD, 2) / HD))
+    angles = torch.cat((angles, angles), dim=-1)
+    return (torch.randn(2, T, D), angles.cos(), angles.sin(), torch.ones(T, T, dtype=torch.bool).tril()), {}
+
+
 def partial_rotary_lm() -> TableLM:
     return table_lm(rotary=HD // 4)
 
@@ -395,6 +403,11 @@ def any_mask_causal() -> AnyMaskCausal:
     return AnyMaskCausal()
 
 
+def any_mask_causal_example() -> tuple:
+    """The block as its own encoder calls it: no mask (example=)."""
+    return (torch.randn(2, 7, D, generator=torch.Generator().manual_seed(0)),), {}
+
+
 # -- math the reference has no pair for --------------------------------------------------------------------------
 
 
@@ -560,7 +573,7 @@ CASES = [
         {"pad_id": None},
         ("mistake", "attention.mask_inverted", "decoder.0.self_attn"),
     ),
-    ("any_mask_causal", any_mask_causal, "encoder_layer", {"n_heads": H}, "pass"),
+    ("any_mask_causal", any_mask_causal, "encoder_layer", {"n_heads": H, "example": any_mask_causal_example()}, "pass"),
     ("relu_squared", relu_squared_mlp, "feed_forward", {}, ("no pair", "", "relu(x)^2")),
     ("quick_gelu", quick_gelu_mlp, "feed_forward", {}, ("no pair", "1", "x * sigmoid(1.702 x)")),
     ("weightless_norms", weightless_norm_lm, "transformer_lm", {}, ("no pair", "", "without a weight")),
