@@ -128,6 +128,12 @@ LLAMA_LIKE = {
     "smollm3": (modeling_smollm3, "SmolLM3"),
 }
 
+# Gemma 2's default attention differs between the releases of the tested range: transformers 5.20 runs sdpa, which
+# leaves the attention scores uncapped (attn_logit_softcapping is read by its eager attention only), where 5.25
+# declares sdpa unsupported and runs the eager attention, capped. The capped model is Gemma 2's (and ours): every
+# comparison runs transformers' eager attention, on every release.
+modeling_gemma2.Gemma2PreTrainedModel._supports_sdpa = False
+
 # Tiny, but every feature the tables map is present: 2 layers, several heads, BERT's two token types,
 # Llama's grouped K/V heads and a rotary base other than the default. Ids 0, 1, 2 are special
 # (pad, bos, eos); the inputs never use them. Dropout is 0 unless a test sets the family's rates: the comparisons
@@ -554,7 +560,8 @@ def rope_tables_in_float64(module, device) -> None:
         setattr(module, f"{prefix}inv_freq", inv_freq.to(device))
         setattr(module, f"{prefix}original_inv_freq", inv_freq.clone().to(device))
         setattr(module, f"{prefix}attention_scaling", factor)
-        setattr(module, f"{prefix}long_inv_freq", None)  # LongRoPE's, made again at the first long call
+        if hasattr(module, f"{prefix}long_inv_freq"):  # LongRoPE's, made again at the first long call (removed,
+            delattr(module, f"{prefix}long_inv_freq")  # not set to None: 5.20 reads one that exists as made)
         if hasattr(module, f"{prefix}max_seq_len_cached"):  # dynamic NTK's grown length, back with its frequencies
             setattr(module, f"{prefix}max_seq_len_cached", module.original_max_seq_len)
     module._tables_in_float64 = [getattr(module, f"{p}original_inv_freq") for p in prefixes]

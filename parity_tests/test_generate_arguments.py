@@ -9,6 +9,7 @@ One tiny random GPT-2 (float64), written with save_pretrained in the test; nothi
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
@@ -175,10 +176,34 @@ def test_a_model_of_our_own_takes_the_token_arguments(side):
 BEAM_SAMPLING = dict(do_sample=True, num_beams=3, temperature=0.8, top_k=12, top_p=0.95)
 
 
-def test_torch_beam_sampling_draws_what_generate_draws(checkpoint, tmp_path):
+# transformers 5.24 began ranking the sampled candidates by score (`_get_top_k_continuations`); 5.20 to 5.23 keep them
+# in the order multinomial drew them, so the beams, and with them every later draw under the seed, come out in another
+# order there: the same draws, another bookkeeping. Ours ranks them, as 5.24 and later do; under the older releases the
+# test ranks transformers' drawn candidates the same way (their scores, sequences and beam indices reordered together).
+SORTS_SAMPLED_BEAMS = "topk_log_probs.sort(" in inspect.getsource(
+    transformers.generation.utils.GenerationMixin._get_top_k_continuations
+)
+
+
+def ranked_by_score(continuations):
+    """transformers' _get_top_k_continuations with its candidates then ranked by score, as 5.24's ranks them (a
+    top-k's are already in that order)."""
+
+    def ranked(self, *args, **kwargs):
+        scores, sequences, beam_indices = continuations(self, *args, **kwargs)  # (B, K), (B, K, L), (B, K, L')
+        scores, order = scores.sort(dim=-1, descending=True)
+        return scores, *(t.gather(1, order[..., None].expand_as(t)) for t in (sequences, beam_indices))
+
+    return ranked
+
+
+def test_torch_beam_sampling_draws_what_generate_draws(checkpoint, tmp_path, monkeypatch):
     """Under one torch.manual_seed, our torch generate(do_sample=True, num_beams=3) equals transformers' token for
     token (float32 on both sides: generate()'s beam search computes its scores in float32), for 4 seeds, and the
     seeds give different outputs (it sampled)."""
+    if not SORTS_SAMPLED_BEAMS:
+        mixin = transformers.generation.utils.GenerationMixin
+        monkeypatch.setattr(mixin, "_get_top_k_continuations", ranked_by_score(mixin._get_top_k_continuations))
     model, folder = checkpoint
     theirs_model = H.build_tiny("gpt2", tmp_path)  # float32
     mine = H.load_ours("torch", tmp_path, np.float32)
