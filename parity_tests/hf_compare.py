@@ -25,6 +25,7 @@ swaps eager_attention_forward for a version with the softmax in the input's dtyp
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import tempfile
@@ -931,19 +932,31 @@ def compare_hf(
     BERT's last hidden states (every position, the padded ones included: their queries still attend to the
     real keys, on both sides), the LMs' logits. Gradients: every parameter, by the transformers name.
     llama_float64: run a float64 Llama with the float64 RMSNorm and rotary patch (see the module docstring).
+
+    In float32 the reference is transformers in float64 (patched as above) and the result carries transformers' own
+    float32 error on each tensor (Result.reference_float32, its float32 run against its float64 run on the same
+    inputs), so each tensor's bar follows what float32 can do there (components.bars), on any CPU and BLAS kernel.
     """
     dtype = np.dtype(dtype)
     with tempfile.TemporaryDirectory() as directory:
         theirs_model = build_tiny(family, directory, seed, **overrides).to(device=device, dtype=TORCH_DTYPE[dtype])
+        theirs64 = copy.deepcopy(theirs_model).double() if dtype == np.float32 else None
         ours_model = load_ours(side, directory, dtype, device)
     ids, token_types = make_inputs(family, seed, length=length)
     out_shape = (*ids.shape, theirs_model.config.hidden_size if family in ENCODERS else TINY[family]["vocab_size"])
-    upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape).astype(dtype)
+    upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape)
     with patch_for(family, dtype, llama_float64):
-        theirs_out, theirs_grads = run_transformers(theirs_model, family, ids, token_types, upstream)
+        theirs_out, theirs_grads = run_transformers(theirs_model, family, ids, token_types, upstream.astype(dtype))
     run = run_numpy if side == "numpy" else run_torch
-    ours_out, ours_grads = run(ours_model, family, ids, token_types, upstream)
-    return pair(ours_out, theirs_out, ours_grads, theirs_grads, "hidden" if family in ENCODERS else "logits")
+    ours_out, ours_grads = run(ours_model, family, ids, token_types, upstream.astype(dtype))
+    kind = "hidden" if family in ENCODERS else "logits"
+    if theirs64 is None:
+        return pair(ours_out, theirs_out, ours_grads, theirs_grads, kind)
+    with patch_for(family, np.float64, llama_float64):
+        out64, grads64 = run_transformers(theirs64, family, ids, token_types, upstream)
+    result = pair(ours_out, out64, ours_grads, grads64, kind)
+    result.reference_float32 = self_errors(pair(theirs_out, out64, theirs_grads, grads64, kind))
+    return result
 
 
 @contextlib.contextmanager

@@ -142,7 +142,7 @@ def hf_rows(dtype, seed: int):
         "bloom ALiBi 4 heads tied",
         "qwen3 q/k norm GQA 4/2 untied", "phi3 fused qkv GQA 4/2 untied", "gpt_neox parallel residual, rotary_pct 0.5",
         "gemma3_text local then global window=3 GQA 4/2 tied scalar=12 softcap=3",
-        "gemma2 2b shape: GQA 8/4, head_dim 8 (not 72 / 8), scores capped 2, logits 3, window 3, tied",
+        "gemma2 9b shape: GQA 4/2, head_dim 8 (not 28 / 4), scalar 7, released caps 50 and 30, 3 layers, untied",
         "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
         "mixtral 4 experts top-2 window=3 GQA 4/2", "qwen3_moe top-2 of 4 renormalised, dense layer 1",
         "olmo2 1b shape: post-sublayer norms, q/k norms over the projections, MHA 4/4, theta 5e5, untied",
