@@ -235,14 +235,10 @@ def _masked_callers(bf, order, assigned: dict, kinds, optional: bool, causal: bo
     return found
 
 
-def callers(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
-    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first; as
-    `example` calls it where one is given (example.py)."""
+def callers(module, level: str, batch_first=None, mask=None, call=None) -> list:
+    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first (an example
+    call given: example.callers instead)."""
     entry = LEVELS[level]
-    if example is not None:
-        from .example import callers as example_callers
-
-        return example_callers(module, level, example, batch_first)
     if call is not None:
         found = [Caller(True, entry.inputs, call=call)]
         if entry.self_attention_probes:  # call(module, x): one input, bidirectional or causal

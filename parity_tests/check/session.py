@@ -13,6 +13,7 @@ from torch import nn
 
 from . import calling as C
 from . import dataflow as DF
+from . import example as EX
 from . import levels as LV
 from . import mapping as MP
 from . import tables as TB
@@ -73,7 +74,7 @@ class Session:
             WM.refuse_unknown(self.links, self.zero, self.params, tensors, level)
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
         self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
-        self.callers = C.callers(user, level, batch_first, mask, call, example)
+        self.callers = callers_of(user, level, batch_first, mask, call, example)
         self.copies = {}
         self.positions = None  # the output positions the module returns (positions_held): None, every one
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
@@ -194,6 +195,14 @@ def layouts(session, inferred: bool) -> list:
     return [inferred_map, inferred_map | {"links": MP.interleave_rope(session.links, Dh), "rope_pairing": pairing}]
 
 
+def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
+    """The candidate calls of `module` at `level`: as the example calls it where one is given (example.callers),
+    else calling.callers."""
+    if example is not None:
+        return EX.callers(module, level, example, batch_first)
+    return C.callers(module, level, batch_first, mask, call)
+
+
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
     """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
     at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper then
@@ -203,7 +212,7 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
     if weight is None:
         return None
     try:
-        callers = C.callers(model, level, **conventions)[:limit]
+        callers = callers_of(model, level, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
         return None
     for caller in callers:
