@@ -877,7 +877,8 @@ def parallel_block_backward(
 
     .. math::
 
-        y = x + \mathrm{Attn}(h) + \mathrm{FFN}(h), \quad h = N(x), \qquad
+        y = x + \mathrm{Attn}(h) + \mathrm{FFN}(h), \quad h = N(x)
+
         dh = J_{\mathrm{Attn}}^\top dy + J_{\mathrm{FFN}}^\top dy, \qquad dx = dy + J_N^\top dh
 
     drouter_logits: as decoder_layer_backward's. Returns dx (B, T, D), None (no memory) and the layer's grads dict."""

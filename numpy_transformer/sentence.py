@@ -137,7 +137,8 @@ def pooling_backward(dpooled: np.ndarray, cache: PoolingCache) -> np.ndarray:
 
     .. math::
 
-        dh_{bt} \mathrel{+}= w_{bt}\, de_b \quad \text{(weighted sums)}, \qquad
+        dh_{bt} \mathrel{+}= w_{bt}\, de_b \quad \text{(weighted sums)}
+
         dh_{b, \tau(b, d), d} \mathrel{+}= de_{bd} \quad \text{(max, } \tau \text{ the position it took)}
     """
     B, T, D = cache.hidden_shape

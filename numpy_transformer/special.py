@@ -11,8 +11,10 @@ float64. For float32 arrays this module evaluates it a cache-sized piece at a ti
 
 .. math::
 
-    \operatorname{erf}(x) \approx x + x\, R(x^2) \quad (|x| \le 0.8,\ \text{in float32}), \qquad
-    \operatorname{erf}(x) \approx x\, \frac{P(x^2)}{Q(x^2)} \quad (0.8 < |x| \le 3.94,\ \text{in float64}), \qquad
+    \operatorname{erf}(x) \approx x + x\, R(x^2) \quad (|x| \le 0.8,\ \text{in float32})
+
+    \operatorname{erf}(x) \approx x\, \frac{P(x^2)}{Q(x^2)} \quad (0.8 < |x| \le 3.94,\ \text{in float64})
+
     \operatorname{erf}(x) = \pm 1 \text{ beyond},
 
 with :math:`R` of degree 6 and :math:`P`, :math:`Q` of degree 5 (fits of ours: weighted minimax). Below 0.8 the
