@@ -760,22 +760,26 @@ def gemma3_embedding_forward_float64(self, input_ids):
 
 
 @contextlib.contextmanager
-def gemma3_in_float64():
-    """Within the block, transformers' Gemma 3 computes its norms, rotary tables, embedding scale and (eager)
-    softmax in float64."""
-    m = modeling_gemma3
-    classes = (m.Gemma3RMSNorm, m.Gemma3RotaryEmbedding, m.Gemma3TextScaledWordEmbedding)
+def gemma_in_float64(m, prefix: str, attention):
+    """Within the block, transformers' Gemma (modeling file `m`, classes named `prefix`...: Gemma 3's or Gemma 2's)
+    computes its norms, rotary tables, embedding scale and (eager) softmax, `attention`, in float64."""
+    classes = tuple(getattr(m, prefix + name) for name in ("RMSNorm", "RotaryEmbedding", "TextScaledWordEmbedding"))
     saved = [c.forward for c in classes], m.eager_attention_forward
     patched = (gemma3_rms_norm_forward_float64, rotary_forward_float64, gemma3_embedding_forward_float64)
     for c, forward in zip(classes, patched, strict=True):
         c.forward = forward
-    m.eager_attention_forward = eager_attention_forward_float64
+    m.eager_attention_forward = attention
     try:
         yield
     finally:
         for c, forward in zip(classes, saved[0], strict=True):
             c.forward = forward
         m.eager_attention_forward = saved[1]
+
+
+def gemma3_in_float64():
+    """gemma_in_float64 for Gemma 3: its norms, rotary tables, embedding scale and eager softmax in float64."""
+    return gemma_in_float64(modeling_gemma3, "Gemma3", eager_attention_forward_float64)
 
 
 def eager_attention_forward_softcap_float64(
@@ -795,23 +799,9 @@ def eager_attention_forward_softcap_float64(
     return torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous(), attn_weights
 
 
-@contextlib.contextmanager
 def gemma2_in_float64():
-    """Within the block, transformers' Gemma 2 computes its norms, rotary tables, embedding scale and (eager,
-    soft-capped) softmax in float64: Gemma 3's islands, in Gemma 2's modeling file."""
-    m = modeling_gemma2
-    classes = (m.Gemma2RMSNorm, m.Gemma2RotaryEmbedding, m.Gemma2TextScaledWordEmbedding)
-    saved = [c.forward for c in classes], m.eager_attention_forward
-    patched = (gemma3_rms_norm_forward_float64, rotary_forward_float64, gemma3_embedding_forward_float64)
-    for c, forward in zip(classes, patched, strict=True):
-        c.forward = forward
-    m.eager_attention_forward = eager_attention_forward_softcap_float64
-    try:
-        yield
-    finally:
-        for c, forward in zip(classes, saved[0], strict=True):
-            c.forward = forward
-        m.eager_attention_forward = saved[1]
+    """gemma_in_float64 for Gemma 2: Gemma 3's islands in Gemma 2's modeling file, its softmax soft-capped."""
+    return gemma_in_float64(modeling_gemma2, "Gemma2", eager_attention_forward_softcap_float64)
 
 
 def patch_for(family: str, dtype, llama_float64: bool = True):
