@@ -452,7 +452,8 @@ def test_one_scaling_two_spellings_each_written_as_read():
 
 def test_a_scaling_changed_after_loading_goes_where_transformers_reads_it(tmp_path):
     """A model loaded from a rope_scaling file, its scaling replaced: hf.save writes the new one in rope_scaling (the
-    key transformers reads first, which the file's old value would otherwise hold), and transformers reads it."""
+    key transformers reads first, which the file's old value would otherwise hold), and transformers reads it; its
+    scaling taken off: rope_scaling null."""
     build("llama", tmp_path / "a", {"rope_scaling": LLAMA3}, "rope_scaling")
     model = numpy_hf.load(tmp_path / "a", dtype=np.float64)
     dynamic = RopeScaling("dynamic", factor=3.0)
@@ -460,6 +461,10 @@ def test_a_scaling_changed_after_loading_goes_where_transformers_reads_it(tmp_pa
     numpy_hf.save(model, tmp_path / "b")
     assert transformers.AutoConfig.from_pretrained(tmp_path / "b").rope_parameters["rope_type"] == "dynamic"
     assert numpy_hf.load(tmp_path / "b").config.rope_scaling == dynamic
+    model.config = dataclasses.replace(model.config, rope_scaling=None)  # taken off: null, not the file's llama3
+    numpy_hf.save(model, tmp_path / "c")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "c").rope_parameters["rope_type"] == "default"
+    assert numpy_hf.load(tmp_path / "c").config.rope_scaling is None
 
 
 def test_whether_decoding_remakes_a_longrope_cache_is_the_familys():

@@ -90,8 +90,10 @@ def rope_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object
     """The global layers' scaling as a top-level rope_scaling, where config.json as read held it there; its kind
     under rope_type (transformers merges the object into {"rope_type": "default", ...}: an older "type" would leave
     the layers plain)."""
-    scaling = config.rope_scaling
-    return OMITTED if scaling is None or not in_rope_scaling(as_read) else scaling_to_hf(scaling)
+    if not in_rope_scaling(as_read):
+        return OMITTED
+    scaling = config.rope_scaling  # None: taken off after loading (or an older "type", read as plain RoPE): null
+    return None if scaling is None else scaling_to_hf(scaling)
 
 
 def layer_types(value, c: dict) -> tuple:

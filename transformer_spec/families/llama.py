@@ -58,11 +58,12 @@ def rope_parameters_json(config: TransformerConfig, as_read: dict) -> dict | obj
 
 
 def rope_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object:
-    """rope_scaling for config.json, when config.json as read held the scaling there (its kind under the file's key)."""
-    scaling = config.rope_scaling
-    if scaling is None or not in_rope_scaling(as_read):
+    """rope_scaling for config.json, when config.json as read held the scaling there (its kind under the file's key);
+    null there when the scaling was taken off after loading (hf.save starts from the file as read)."""
+    if not in_rope_scaling(as_read):
         return OMITTED
-    return scaling_to_hf(scaling, kind_key=type_key(as_read))
+    scaling = config.rope_scaling
+    return None if scaling is None else scaling_to_hf(scaling, kind_key=type_key(as_read))
 
 
 def kv_heads(value, c: dict) -> int | None:

@@ -86,10 +86,10 @@ def remade_cache(value, c: dict) -> bool:
 def phi3_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object:
     """rope_scaling for config.json (without the original length, written at the top level), when config.json as read
     held the scaling there."""
-    scaling = config.rope_scaling
-    if scaling is None or not in_rope_scaling(as_read):
+    if not in_rope_scaling(as_read):
         return OMITTED
-    return scaling_to_hf(scaling, PHI3_OWN_KEYS, type_key(as_read))
+    scaling = config.rope_scaling  # None: taken off after loading, null in the file
+    return None if scaling is None else scaling_to_hf(scaling, PHI3_OWN_KEYS, type_key(as_read))
 
 
 def top_level_fraction(config: TransformerConfig, as_read: dict):
