@@ -91,7 +91,7 @@ def save(model, directory, overwrite: bool = False) -> None:
     the previous files until the new ones are complete. ValueError if no supported family can express the model."""
     family = family_for_model(model)
     hf_config = dict(model.hf_config)
-    hf_config |= family.config_json(model.config)
+    hf_config |= family.config_json(model.config, model.hf_config)  # RoPE spelled as the file it was read from
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": model.dtype.name}
     tensors = to_hf(model, model.params, tied=False)
     tensors |= tied_copies(family, model.config, tensors, hf_config)

@@ -351,10 +351,8 @@ def test_broken_checkpoints_raise_value_error_naming_the_problem(broken, side, t
     assert not missing, f"{missing} not in: {error.value}"
 
 
-# Qwen3, Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
+# Phi-3 and GPT-NeoX configs this project cannot run as transformers would: refused, naming the field.
 REFUSED = {
-    # (Qwen3's attention_bias loads: test_hf_options; beside Qwen3-MoE's experts it is not tested, so refused)
-    "qwen3_moe attention_bias": ("qwen3_moe", dict(attention_bias=True), ["attention_bias=True", "supported: False"]),
     "phi3 longrope without its long factors (transformers cannot build it either)": (
         "phi3",
         dict(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4}),

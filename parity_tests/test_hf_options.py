@@ -2,9 +2,9 @@
 in float64 (outputs and every gradient): T5's d_kv with d_kv x heads != d_model (flan-t5-small's layout), BLOOM's and
 Llama's pretraining_tp, the gelu_fast activation, a base model's weights in the generation class (BART), Qwen3-MoE's
 sliding window (every layer, as transformers 5), every family's window rule against transformers' per-layer
-attention, Llama's and ModernBERT's mlp_bias apart from attention_bias, GPT-2's scale_attn_by_inverse_layer_idx,
-reorder_and_upcast_attn and scale_attn_weights, and EmbeddingGemma (Gemma3TextModel with bidirectional attention) as
-an EncoderModel."""
+attention, Llama's and ModernBERT's mlp_bias apart from attention_bias, Qwen3-MoE's attention_bias, GPT-2's
+scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn and scale_attn_weights, and EmbeddingGemma (Gemma3TextModel
+with bidirectional attention) as an EncoderModel."""
 
 from __future__ import annotations
 
@@ -127,6 +127,7 @@ OPTIONS = {  # name: (family, transformers config overrides)
     "llama attention_bias without mlp_bias": ("llama", {"attention_bias": True, "mlp_bias": False}),
     "llama mlp_bias without attention_bias": ("llama", {"attention_bias": False, "mlp_bias": True}),
     "qwen3 attention_bias (its MLP has none)": ("qwen3", {"attention_bias": True}),
+    "qwen3_moe attention_bias (its router, experts and dense MLP have none)": ("qwen3_moe", {"attention_bias": True}),
     "gpt2 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn": (
         "gpt2", {"scale_attn_by_inverse_layer_idx": True, "reorder_and_upcast_attn": True},
     ),
@@ -157,7 +158,7 @@ def test_released_options_change_the_model_and_are_written_back(case, tmp_path):
     H.build_tiny(family, tmp_path / "plain")
     plain = numpy_hf.load(tmp_path / "plain")
     ids, _ = H.make_inputs(family)
-    if family in ("llama", "qwen3"):  # the plain model has no biases: those in common, the others 0.5
+    if family in ("llama", "qwen3", "qwen3_moe"):  # the plain model has no biases: those in common, the others 0.5
         mine = {name: value for name, value in model.params.items() if not name.endswith(".bias")}
         attention = {"q_proj", "k_proj", "v_proj", "out_proj"}
         biased = attention if overrides["attention_bias"] else {"gate", "linear1", "linear2"}

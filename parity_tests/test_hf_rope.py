@@ -29,7 +29,7 @@ from parity_tests import modernbert_compare as M
 from torch_transformer.decoding import greedy_decode as torch_greedy
 from torch_transformer.decoding import greedy_search as torch_search
 from torch_transformer.layers import rope_inv_freq
-from transformer_spec.config import RopeScaling
+from transformer_spec.config import RopeScaling, TransformerConfig
 from transformer_spec.families import FAMILIES
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -424,6 +424,71 @@ def test_round_trip_keeps_the_spelling(case):
         assert family == "gemma3_text" or "rope_parameters" not in written
     else:
         assert "rope_scaling" not in written and written["rope_parameters"] == original["rope_parameters"]
+
+
+# RopeScaling holds the math only: the spelling is the file's (transformer_spec.families.rope), and whether decoding
+# makes a LongRoPE cache again is the family's (TransformerConfig.rope_cache_remade, read by its family file).
+LLAMA_JSON = {
+    "model_type": "llama", "vocab_size": 40, "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 48,
+    "num_hidden_layers": 2, "max_position_embeddings": 32,
+}  # fmt: skip
+
+
+def test_one_scaling_two_spellings_each_written_as_read():
+    llama = FAMILIES["llama"]
+    older = LLAMA_JSON | {"rope_theta": 500.0, "rope_scaling": {"type": "linear", "factor": 4.0}}
+    newer = LLAMA_JSON | {"rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}}
+    config = llama.from_hf(older)
+    assert config == llama.from_hf(newer) and config.rope_scaling == RopeScaling("linear", factor=4.0)
+    assert {f.name for f in dataclasses.fields(RopeScaling)} >= {"rope_type", "factor"}
+    assert not {"written_as", "type_key", "remake_cache"} & {f.name for f in dataclasses.fields(RopeScaling)}
+    written = llama.config_json(config, older)
+    assert written["rope_scaling"] == {"type": "linear", "factor": 4.0} and "rope_parameters" not in written
+    for as_read in (newer, None):  # a model of our own: as transformers 5 writes it
+        written = llama.config_json(config, as_read)
+        assert "rope_scaling" not in written
+        assert written["rope_parameters"] == {"rope_type": "linear", "factor": 4.0, "rope_theta": 500.0}
+
+
+def test_a_scaling_changed_after_loading_goes_where_transformers_reads_it(tmp_path):
+    """A model loaded from a rope_scaling file, its scaling replaced: hf.save writes the new one in rope_scaling (the
+    key transformers reads first, which the file's old value would otherwise hold), and transformers reads it; its
+    scaling taken off: rope_scaling null."""
+    build("llama", tmp_path / "a", {"rope_scaling": LLAMA3}, "rope_scaling")
+    model = numpy_hf.load(tmp_path / "a", dtype=np.float64)
+    dynamic = RopeScaling("dynamic", factor=3.0)
+    model.config = dataclasses.replace(model.config, rope_scaling=dynamic)
+    numpy_hf.save(model, tmp_path / "b")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "b").rope_parameters["rope_type"] == "dynamic"
+    assert numpy_hf.load(tmp_path / "b").config.rope_scaling == dynamic
+    model.config = dataclasses.replace(model.config, rope_scaling=None)  # taken off: null, not the file's llama3
+    numpy_hf.save(model, tmp_path / "c")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "c").rope_parameters["rope_type"] == "default"
+    assert numpy_hf.load(tmp_path / "c").config.rope_scaling is None
+
+
+def test_whether_decoding_remakes_a_longrope_cache_is_the_familys():
+    """Phi-3's family file says its generate() makes the cache again past the original length; Llama's (and GPT-NeoX's,
+    Gemma 3's) keeps it; with any other RoPE there is nothing to remake (the default, a model of our own's: remade,
+    the cache then equals a full forward). An older checkpoint's metadata, which held the flag and the spelling in
+    RopeScaling (remake_cache, written_as, type_key), reads as the same config."""
+    longrope = {"rope_scaling": LONGROPE | {"original_max_position_embeddings": 16}}
+    llama = FAMILIES["llama"].from_hf(LLAMA_JSON | longrope)
+    phi3 = FAMILIES["phi3"].from_hf(LLAMA_JSON | {"original_max_position_embeddings": 16, "rope_scaling": LONGROPE})
+    assert llama.rope_scaling == phi3.rope_scaling and (llama.rope_cache_remade, phi3.rope_cache_remade) == (
+        False,
+        True,
+    )
+    assert FAMILIES["llama"].from_hf(LLAMA_JSON).rope_cache_remade
+    assert (phi3.cache_outgrown(16, 17), llama.cache_outgrown(16, 17), phi3.cache_outgrown(15, 16)) == (
+        True,
+        False,
+        False,
+    )
+    legacy = llama.to_dict()
+    del legacy["rope_cache_remade"]
+    legacy["rope_scaling"] |= {"written_as": "rope_scaling", "type_key": "rope_type", "remake_cache": False}
+    assert TransformerConfig.from_dict(legacy) == llama
 
 
 def test_torch_side_writes_the_same_config_json():

@@ -65,7 +65,7 @@ def save(model, directory, overwrite: bool = False) -> None:
     family = family_for_model(model)
     dtype = next(model.parameters()).dtype
     hf_config = dict(model.hf_config)
-    hf_config |= family.config_json(model.config)
+    hf_config |= family.config_json(model.config, model.hf_config)  # RoPE spelled as the file it was read from
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": str(dtype)[6:]}
     tensors = to_hf(model, model.state_dict(), tied=False)
     tensors |= tied_copies(family, model.config, tensors, hf_config)

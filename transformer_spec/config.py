@@ -42,6 +42,7 @@ BOOL_FIELDS = (
     "first_attn_norm",
     "mlm_head",
     "attention_scale_by_layer",
+    "rope_cache_remade",
 )
 
 
@@ -57,9 +58,12 @@ ROPE_NEEDS = {
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """A scaled RoPE, transformers' `rope_scaling` / `rope_parameters` (its names): what changes in the inverse
-    frequencies :math:`\\theta_i = \\mathrm{base}^{-2i/R}` and the factor on cos and sin. None in a field: absent from
-    config.json (transformers' default then applies: original_max_position_embeddings None is max_len).
+    """A scaled RoPE: what changes in the inverse frequencies :math:`\\theta_i = \\mathrm{base}^{-2i/R}` and the
+    factor on cos and sin (the fields are transformers' names for them). None in a field: transformers' default
+    applies (original_max_position_embeddings None is max_len). The math only: how a config.json spells it
+    (`rope_scaling` or `rope_parameters`, `rope_type` or the older `type`, Phi-3's "su") is read and written by the
+    families (transformer_spec.families.rope), and whether decoding makes a LongRoPE cache again is the model's
+    (TransformerConfig.rope_cache_remade).
 
     - "linear": every frequency divided by `factor` (positions squeezed: t / factor);
     - "dynamic": NTK-aware: for a sequence of T > max_len positions the base grows to
@@ -71,13 +75,7 @@ class RopeScaling:
       original_max_position_embeddings; cos and sin times attention_factor (by default
       sqrt(1 + ln(factor) / ln(original)), factor max_len / original when absent);
     - "llama3": wavelengths above original / low_freq_factor divided by `factor`, below original / high_freq_factor
-      kept, a smooth blend between.
-
-    `written_as` ("rope_scaling" or "rope_parameters") and `type_key` ("rope_type" or the older "type") say how
-    config.json spelled it, so that a checkpoint is written back as it was read. `remake_cache` (longrope): whether
-    decoding makes its cache again at the step the sequence first outgrows the original length (Phi-3's generate(),
-    and the default: the cache then equals a full forward), or keeps the keys cached with the short factors (the
-    generic generate() of every other family: Llama's, GPT-NeoX's); always True for the other kinds."""
+      kept, a smooth blend between."""
 
     rope_type: str
     factor: float | None = None
@@ -92,12 +90,9 @@ class RopeScaling:
     attention_factor: float | None = None  # yarn, longrope: the factor on cos and sin (None: derived, above)
     short_factor: tuple[float, ...] | None = None  # longrope: one divisor per frequency (R/2 of them)
     long_factor: tuple[float, ...] | None = None
-    written_as: str = "rope_parameters"
-    type_key: str = "rope_type"
-    remake_cache: bool = True
 
     def __post_init__(self) -> None:
-        """The kind known, each field it needs present, every factor positive, the spelling one of config.json's."""
+        """The kind known, each field it needs present, every factor positive."""
         if self.rope_type not in ROPE_TYPES:
             raise ValueError(f"rope_scaling.rope_type must be one of {ROPE_TYPES}, got {self.rope_type!r}")
         for name in ("short_factor", "long_factor"):
@@ -107,13 +102,6 @@ class RopeScaling:
         if missing:
             raise ValueError(f"rope_scaling of rope_type {self.rope_type!r} needs {missing}")
         self._check_values()
-        if not isinstance(self.remake_cache, bool):
-            raise TypeError(f"rope_scaling.remake_cache must be True or False, got {self.remake_cache!r}")
-        if self.rope_type != "longrope":  # no cache to remake: one value, so that equal scalings compare equal
-            object.__setattr__(self, "remake_cache", True)
-        for name, allowed in (("written_as", ("rope_scaling", "rope_parameters")), ("type_key", ("rope_type", "type"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"rope_scaling.{name} must be one of {allowed}, got {getattr(self, name)!r}")
 
     def _check_values(self) -> None:
         for name in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor"):
@@ -234,6 +222,11 @@ class TransformerConfig:
     # the scaled RoPE of the layers with a base of their own (rope_local_theta: Gemma 3's and ModernBERT's local
     # layers, which transformers scales from their own RoPE object); None: plain
     rope_local_scaling: RopeScaling | None = None
+    # decoding beside a LongRoPE rope_scaling, at the step the sequence first outgrows original_max_position_embeddings
+    # (every cached key was turned with the short factors): True, the cache is made again from the whole prefix
+    # (Phi-3's generate(), and the default: the cache then equals a full forward); False, it is kept (transformers'
+    # generic generate(): the Llama, GPT-NeoX and Gemma 3 families read False from a LongRoPE file). See cache_outgrown
+    rope_cache_remade: bool = True
     relative_buckets: int = 32  # positional "relative": buckets of distance (half per direction in an encoder)
     relative_max_distance: int = 128  # positional "relative": distances from here on share the last bucket
     attention_scale: float | None = None  # the factor on q . k: None is 1 / sqrt(d_head); T5 uses 1.0
@@ -392,6 +385,14 @@ class TransformerConfig:
         _check_int("relative_buckets", self.relative_buckets, minimum=2)
         _check_int("relative_max_distance", self.relative_max_distance, minimum=1)
 
+    def _without_legacy_spelling(self, field_name: str, scaling: dict) -> dict:
+        """A checkpoint's JSON metadata written before RopeScaling held the math only: its config.json spelling
+        (written_as, type_key) dropped, its remake_cache moved to rope_cache_remade (the global scaling's)."""
+        own = {name: value for name, value in scaling.items() if name not in ("written_as", "type_key", "remake_cache")}
+        if field_name == "rope_scaling" and scaling.get("remake_cache") is False:
+            object.__setattr__(self, "rope_cache_remade", False)
+        return own
+
     def _check_rope_scaling(self) -> None:
         """rope_scaling and rope_local_scaling: None or a RopeScaling (a dict, from a checkpoint's JSON metadata, is
         read as one) on rotary positions; longrope's factors: one per frequency, R/2; rope_local_scaling only on
@@ -399,7 +400,7 @@ class TransformerConfig:
         for field_name in ("rope_scaling", "rope_local_scaling"):
             scaling = getattr(self, field_name)
             if isinstance(scaling, dict):
-                scaling = RopeScaling(**scaling)
+                scaling = RopeScaling(**self._without_legacy_spelling(field_name, scaling))
                 object.__setattr__(self, field_name, scaling)
             if scaling is None:
                 continue
@@ -580,9 +581,9 @@ class TransformerConfig:
         rotations switch to the long factors for the whole sequence once it passes the original length, so every
         cached key and value (of every layer) computed with the short ones is stale. Phi-3's generate() recomputes
         its cache at that step (`cached` <= original < `total`), the other families' generate() keeps it
-        (RopeScaling.remake_cache); dynamic NTK's cache, as transformers', is kept."""
+        (rope_cache_remade); dynamic NTK's cache, as transformers', is kept."""
         scaling = self.rope_scaling
-        if scaling is None or scaling.rope_type != "longrope" or not scaling.remake_cache or cached == 0:
+        if scaling is None or scaling.rope_type != "longrope" or not self.rope_cache_remade or cached == 0:
             return False
         return cached <= scaling.original_length(self.max_len) < total
 

@@ -60,7 +60,8 @@ class Family:
     rules: tuple[Rule, ...]
     skipped: tuple[str, ...]  # regexes (relative names) of tensors that are not parameters of our model
     from_hf: Callable[..., TransformerConfig]  # (config.json, dropout=None) -> TransformerConfig
-    to_hf: Callable[[TransformerConfig], dict]  # TransformerConfig -> config.json fields (ValueError if impossible)
+    # (TransformerConfig, config.json as read: {} for a model of our own) -> config.json fields (ValueError: impossible)
+    to_hf: Callable[..., dict]
     # (alias, source, config field): when the field is true (tie_embeddings, share_embeddings), the HF class's
     # state_dict also holds `alias`, the same tensor as `source` (full names). hf.load compares an alias the file
     # holds with its source (resolve_ties); hf.save writes aliases only where the model undoes a tie (tied_copies)
@@ -83,20 +84,23 @@ class Family:
     # architecture alone
     flag: str | None = None
 
-    def config_json(self, config: TransformerConfig) -> dict:
-        """config.json's fields for `config` (to_hf), after checking that the family supports every field."""
+    def config_json(self, config: TransformerConfig, as_read: dict | None = None) -> dict:
+        """config.json's fields for `config` (to_hf), after checking that the family supports every field; spelled
+        as `as_read` (the config.json the model was loaded from, if any) spelled them (a scaled RoPE's key)."""
         check_supported(self, config)
-        return self.to_hf(config)
+        return self.to_hf(config, as_read or {})
 
 
 ANY = "any value"  # in a family's `supports`: the field may take every value the config allows
 # Fields every family expresses in its config.json (sizes, special ids, dropout rates: dropout_to_hf checks them per
-# family), or that are not part of a checkpoint (the attention kernel, padding_idx's gradient rule).
+# family), or that are not part of a checkpoint (the attention kernel, padding_idx's gradient rule, whether decoding
+# makes a LongRoPE cache again: what the family's generate() does, set on reading).
 FREE_FIELDS = frozenset(
     {
         "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers",
         "max_len", "layer_norm_eps", "pad_id", "bos_id", "eos_id", "dropout", "embedding_dropout",
         "attention_dropout", "activation_dropout", "residual_dropout", "attention", "embedding_padding_idx",
+        "rope_cache_remade",
     }
 )  # fmt: skip
 
@@ -136,6 +140,9 @@ class Key:
     # what is written, when not the first of ours: a config attribute (Llama's kv_heads) or a function of the config
     source: str | Callable | None = None
     read_too: bool = True  # False: a key only written (Marian's forced_eos_token_id, a copy of eos_token_id)
+    # True: `source` is called as source(config, as_read), config.json as read ({} for a model of our own), to write
+    # the key as that file spelled it (a scaled RoPE in rope_scaling or rope_parameters, its kind under "type")
+    spelled: bool = False
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -177,8 +184,9 @@ class ConfigMap:
             values |= dict.fromkeys(key.fields, value)
         return TransformerConfig(**values | self.fixed, **dropout_from_hf(c, self.dropout, dropout))
 
-    def to_hf(self, config: TransformerConfig) -> dict:
-        """TransformerConfig -> config.json's fields (Family.to_hf; Family.config_json checks `supports` first)."""
+    def to_hf(self, config: TransformerConfig, as_read: dict | None = None) -> dict:
+        """TransformerConfig -> config.json's fields (Family.to_hf; Family.config_json checks `supports` first),
+        the spelled keys as `as_read` (config.json as read) spelled them."""
         require(config, self.model_type, **{name: needs(config) for name, needs in self.tied.items()})
         out = {}
         for key in self.keys:
@@ -188,7 +196,10 @@ class ConfigMap:
             if source is None:
                 out[key.theirs] = key.default
                 continue
-            value = source(config) if callable(source) else getattr(config, source)
+            if callable(source):
+                value = source(config, as_read or {}) if key.spelled else source(config)
+            else:
+                value = getattr(config, source)
             value = value if key.write is None else key.write(value)
             if value is not OMITTED:
                 out[key.theirs] = value

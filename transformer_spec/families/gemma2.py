@@ -44,8 +44,8 @@ GEMMA2_CONFIG = GEMMA3_CONFIG.variant(
         Key("max_position_embeddings", "max_len", 8192),
         # one RoPE for every layer, Llama's keys: a top-level rope_theta (the released files'), rope_parameters
         Key("rope_theta", "rope_theta", 10000.0, lambda value, c: float(value), written=False),
-        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json),
-        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
+        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json, spelled=True),
+        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json, spelled=True),
         Key("layer_types", "layer_types", None, layer_types, source=written_layer_types),
         Key(
             "final_logit_softcapping",

@@ -12,6 +12,7 @@ from ..config import LAYER_TYPES, RopeScaling, TransformerConfig
 from .core import (
     ACTIVATIONS_FROM_HF,
     ANY,
+    OMITTED,
     ConfigMap,
     Key,
     Rule,
@@ -21,8 +22,8 @@ from .core import (
     renamed,
     special_token,
 )
-from .llama import LLAMA_DROPOUT, head_dim, kv_heads, rope_scaling_json
-from .rope import kind_rope, local_rope, read_scaling, scaling_to_hf
+from .llama import LLAMA_DROPOUT, head_dim, kv_heads
+from .rope import in_rope_scaling, kind_rope, local_rope, read_scaling, scaling_to_hf
 
 GEMMA3_HEAD_DIM = 256  # Gemma3TextConfig's defaults, when config.json leaves a key out
 GEMMA3_BASES = {"full_attention": 1_000_000.0, "sliding_attention": 10_000.0}
@@ -65,16 +66,34 @@ def local_scaling(value, c: dict) -> RopeScaling | None:
     return read_scaling(*reversed(kind_rope(c, "sliding_attention")))
 
 
-def rope_parameters(config: TransformerConfig) -> dict:
+def kept_longrope_cache(value, c: dict) -> bool:
+    """rope_cache_remade: False beside a global LongRoPE scaling (Gemma 3's generate(), transformers' generic one,
+    keeps the keys it cached with the short factors), else True (nothing to remake)."""
+    scaling = global_scaling(value, c)
+    return scaling is None or scaling.rope_type != "longrope"
+
+
+def rope_parameters(config: TransformerConfig, as_read: dict) -> dict:
     """Both kinds' rotary bases, as config.json's rope_parameters (the local one is the global one when unset), each
-    kind's scaling with its base when it was read from there (the local layers' always is)."""
+    kind's scaling with its base unless it goes in a top-level rope_scaling (the global one, where config.json as read
+    held it there; the local layers' never does)."""
     kinds = {"full_attention": (config.rope_theta, config.rope_scaling), "sliding_attention": local_rope(config)}
     out = {}
     for kind, (base, scaling) in kinds.items():
         out[kind] = {"rope_type": "default", "rope_theta": base}
-        if scaling is not None and scaling.written_as == "rope_parameters":
+        if scaling is not None and not (kind == "full_attention" and in_rope_scaling(as_read)):
             out[kind] = scaling_to_hf(scaling) | {"rope_theta": base}
     return out
+
+
+def rope_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object:
+    """The global layers' scaling as a top-level rope_scaling, where config.json as read held it there; its kind
+    under rope_type (transformers merges the object into {"rope_type": "default", ...}: an older "type" would leave
+    the layers plain)."""
+    if not in_rope_scaling(as_read):
+        return OMITTED
+    scaling = config.rope_scaling  # None: taken off after loading (or an older "type", read as plain RoPE): null
+    return None if scaling is None else scaling_to_hf(scaling)
 
 
 def layer_types(value, c: dict) -> tuple:
@@ -128,9 +147,10 @@ GEMMA3_CONFIG = ConfigMap(
         ),  # fmt: skip
         Key("max_position_embeddings", "max_len", 131_072),
         Key("rms_norm_eps", "layer_norm_eps", 1e-6),
-        Key("rope_parameters", "rope_theta", None, rope_base("full_attention"), source=rope_parameters),
+        Key("rope_parameters", "rope_theta", None, rope_base("full_attention"), source=rope_parameters, spelled=True),
         Key("rope_parameters", "rope_local_theta", None, rope_base("sliding_attention"), written=False),
-        Key("rope_scaling", "rope_scaling", None, global_scaling, source=rope_scaling_json),
+        Key("rope_scaling", "rope_scaling", None, global_scaling, source=rope_scaling_json, spelled=True),
+        Key("rope_scaling", "rope_cache_remade", None, kept_longrope_cache, written=False),
         Key("rope_parameters", "rope_local_scaling", None, local_scaling, written=False),
         Key("layer_types", "layer_types", None, layer_types, source=written_layer_types),
         Key(

@@ -23,9 +23,9 @@ from .core import (
     renamed,
     special_token,
 )
-from .llama import rope_scaling, rope_scaling_json
+from .llama import kept_longrope_cache, rope_scaling, rope_scaling_json
 from .phi3 import partial_rotary_factor, rope_parameters, rotary_dim
-from .rope import effective_rope
+from .rope import effective_rope, in_rope_scaling
 
 NEOX_DROPOUT = {"hidden_dropout": (("embedding", "residual"), 0.0), "attention_dropout": (("attention",), 0.0)}
 
@@ -36,19 +36,18 @@ def rope_theta(value, c: dict) -> float:
     return float(effective_rope(c)[1].get("rope_theta", c.get("rotary_emb_base", 10000.0)))
 
 
-def neox_rope_parameters(config: TransformerConfig) -> dict | object:
+def neox_rope_parameters(config: TransformerConfig, as_read: dict) -> dict | object:
     """rope_parameters for config.json (Phi-3's, the scaling's original length kept in it); beside a rope_scaling,
     the base and the fraction go in rotary_emb_base and rotary_pct instead."""
-    return rope_parameters(config, without=())
+    return rope_parameters(config, as_read, without=())
 
 
 def beside_rope_scaling(value):
     """The writer of GPT-NeoX's older top-level keys (rotary_emb_base, rotary_pct): `value` of the config, beside
-    a rope_scaling only."""
+    a rope_scaling only (where config.json as read held the scaling)."""
 
-    def write(config: TransformerConfig):
-        scaling = config.rope_scaling
-        return value(config) if scaling is not None and scaling.written_as == "rope_scaling" else OMITTED
+    def write(config: TransformerConfig, as_read: dict):
+        return value(config) if config.rope_scaling is not None and in_rope_scaling(as_read) else OMITTED
 
     return write
 
@@ -76,10 +75,20 @@ GPT_NEOX_CONFIG = ConfigMap(
         Key("max_position_embeddings", "max_len", 2048),
         Key("layer_norm_eps", "layer_norm_eps", 1e-5),
         Key("rope_parameters", "rope_theta", None, rope_theta, written=False),
-        Key("rope_parameters", "rotary_dim", None, rotary_dim("rotary_pct", 0.25), source=neox_rope_parameters),
-        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
-        Key("rotary_emb_base", None, None, read_too=False, source=beside_rope_scaling(lambda c: c.rope_theta)),
-        Key("rotary_pct", None, None, read_too=False, source=beside_rope_scaling(partial_rotary_factor)),
+        Key(
+            "rope_parameters",
+            "rotary_dim",
+            None,
+            rotary_dim("rotary_pct", 0.25),
+            source=neox_rope_parameters,
+            spelled=True,
+        ),
+        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json, spelled=True),
+        Key("rope_scaling", "rope_cache_remade", None, kept_longrope_cache, written=False),
+        *(
+            Key(key, None, None, read_too=False, source=beside_rope_scaling(value), spelled=True)
+            for key, value in (("rotary_emb_base", lambda c: c.rope_theta), ("rotary_pct", partial_rotary_factor))
+        ),
         Key("use_parallel_residual", "parallel_residual", True, strict_bool("use_parallel_residual")),
         # biases on the attention's and the MLP's linears alike: `bias` covers both, so False is refused
         Key("attention_bias", None, True, allowed=(True,)),

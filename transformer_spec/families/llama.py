@@ -20,7 +20,7 @@ from .core import (
     renamed,
     special_token,
 )
-from .rope import effective_rope, read_scaling, rope_theta_of, scaling_to_hf
+from .rope import effective_rope, in_rope_scaling, read_scaling, rope_theta_of, scaling_to_hf, type_key
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf)
 LLAMA_DROPOUT = {"attention_dropout": (("attention",), 0.0)}
@@ -38,21 +38,32 @@ def rope_scaling(value, c: dict) -> RopeScaling | None:
     return read_scaling(*reversed(effective_rope(c)))
 
 
-def rope_parameters_json(config: TransformerConfig) -> dict | object:
-    """rope_parameters for config.json: the base, and the scaling when it was read from there (not written beside a
-    rope_scaling, which transformers would read instead)."""
+def kept_longrope_cache(value, c: dict) -> bool:
+    """rope_cache_remade: False beside a LongRoPE scaling (transformers' generic generate(), every family's but
+    Phi-3's, keeps the keys it cached with the short factors past the original length), else True (nothing to
+    remake)."""
+    scaling = rope_scaling(value, c)
+    return scaling is None or scaling.rope_type != "longrope"
+
+
+def rope_parameters_json(config: TransformerConfig, as_read: dict) -> dict | object:
+    """rope_parameters for config.json: the base, and the scaling unless config.json as read held it in a
+    rope_scaling (not written beside one, which transformers would read instead)."""
     scaling = config.rope_scaling
     if scaling is None:
         return {"rope_type": "default", "rope_theta": config.rope_theta}
-    if scaling.written_as == "rope_scaling":
+    if in_rope_scaling(as_read):
         return OMITTED
-    return scaling_to_hf(scaling) | {"rope_theta": config.rope_theta}
+    return scaling_to_hf(scaling, kind_key=type_key(as_read)) | {"rope_theta": config.rope_theta}
 
 
-def rope_scaling_json(config: TransformerConfig) -> dict | object:
-    """rope_scaling for config.json, when the scaling was read from there."""
+def rope_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object:
+    """rope_scaling for config.json, when config.json as read held the scaling there (its kind under the file's key);
+    null there when the scaling was taken off after loading (hf.save starts from the file as read)."""
+    if not in_rope_scaling(as_read):
+        return OMITTED
     scaling = config.rope_scaling
-    return scaling_to_hf(scaling) if scaling is not None and scaling.written_as == "rope_scaling" else OMITTED
+    return None if scaling is None else scaling_to_hf(scaling, kind_key=type_key(as_read))
 
 
 def kv_heads(value, c: dict) -> int | None:
@@ -83,8 +94,9 @@ LLAMA_CONFIG = ConfigMap(
         Key("max_position_embeddings", "max_len", 2048),
         Key("rms_norm_eps", "layer_norm_eps", 1e-6),
         Key("rope_theta", "rope_theta", 10000.0, lambda value, c: float(value)),
-        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json),
-        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
+        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json, spelled=True),
+        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json, spelled=True),
+        Key("rope_scaling", "rope_cache_remade", None, kept_longrope_cache, written=False),
         Key("attention_bias", "bias", False, lambda value, c: bool(value)),
         Key("mlp_bias", "ffn_bias", False, mlp_bias, source="has_ffn_bias"),
         Key("tie_word_embeddings", "tie_embeddings", False),

@@ -26,7 +26,7 @@ from .core import (
     renamed,
     special_token,
 )
-from .rope import kind_rope, local_rope, read_scaling, scaling_to_hf
+from .rope import in_rope_scaling, kind_rope, local_rope, read_scaling, scaling_to_hf
 
 # config.json's dropout rates -> our sites (core.dropout_from_hf). Its attention_dropout drops the attention
 # probabilities and the attention's output but not the MLP's, which no site of ours expresses: refused unless 0.
@@ -99,18 +99,18 @@ def local_window(value, c: dict) -> int | None:
     return value
 
 
-def top_level_scaling(config: TransformerConfig) -> RopeScaling | None:
+def top_level_scaling(config: TransformerConfig, as_read: dict) -> RopeScaling | None:
     """The scaling written as a top-level rope_scaling (which transformers merges into both kinds): the global one,
-    when it was read from there and the local layers share it."""
+    where config.json as read held it there and the local layers share it."""
     global_scaling = config.rope_scaling
-    if global_scaling is None or global_scaling.written_as != "rope_scaling":
+    if global_scaling is None or not in_rope_scaling(as_read):
         return None
     return global_scaling if local_rope(config)[1] == global_scaling else None
 
 
-def rope_parameters(config: TransformerConfig) -> dict:
+def rope_parameters(config: TransformerConfig, as_read: dict) -> dict:
     """Each kind's base, as ModernBertConfig writes them, with its scaling unless that goes in rope_scaling."""
-    top = top_level_scaling(config)
+    top = top_level_scaling(config, as_read)
 
     def kind(base: float, kind_scaling: RopeScaling | None) -> dict:
         if kind_scaling is None or top is not None:  # plain, or scaled by the top-level rope_scaling
@@ -123,8 +123,8 @@ def rope_parameters(config: TransformerConfig) -> dict:
     }
 
 
-def rope_scaling_json(config: TransformerConfig) -> dict | object:
-    top = top_level_scaling(config)
+def rope_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object:
+    top = top_level_scaling(config, as_read)
     return OMITTED if top is None else scaling_to_hf(top)
 
 
@@ -164,7 +164,14 @@ MODERNBERT_CONFIG = ConfigMap(
             source=lambda config: config.layer_types or ("full_attention",) * config.n_encoder_layers,
         ),
         Key("local_attention", "sliding_window", 128, local_window, source=lambda config: config.sliding_window or 128),
-        Key("rope_parameters", "rope_theta", None, lambda value, c: theta(c, "full_attention"), source=rope_parameters),
+        Key(
+            "rope_parameters",
+            "rope_theta",
+            None,
+            lambda value, c: theta(c, "full_attention"),
+            source=rope_parameters,
+            spelled=True,
+        ),
         Key("rope_parameters", "rope_local_theta", None, local_theta, written=False),
         Key(
             "rope_scaling",
@@ -172,6 +179,7 @@ MODERNBERT_CONFIG = ConfigMap(
             None,
             lambda value, c: scaling(c, "full_attention"),
             source=rope_scaling_json,
+            spelled=True,
         ),
         Key("rope_parameters", "rope_local_scaling", None, local_scaling, written=False),
         # tok_embeddings: nn.Embedding(padding_idx=pad), so the pad row gets no gradient from lookups

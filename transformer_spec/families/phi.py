@@ -44,7 +44,14 @@ PHI_CONFIG = ConfigMap(
         # one RoPE: a top-level rope_theta and partial_rotary_factor (the released files'), or rope_parameters
         Key("rope_theta", "rope_theta", 10000.0, lambda value, c: float(value), written=False),
         Key("rope_parameters", "rope_theta", None, plain_rope_theta, written=False),
-        Key("rope_parameters", "rotary_dim", None, rotary_dim("partial_rotary_factor", 0.5), source=rope_parameters),
+        Key(
+            "rope_parameters",
+            "rotary_dim",
+            None,
+            rotary_dim("partial_rotary_factor", 0.5),
+            source=rope_parameters,
+            spelled=True,
+        ),
         Key("rope_scaling", None, None, allowed=(None,), written=False),  # a scaled RoPE beside partial rotary
         Key("qk_layernorm", None, False, allowed=(False,)),  # LayerNorms of each head's q and k: not computed here
         Key("head_dim", None, None, allowed=(None,), written=False),  # PhiConfig has none: hidden_size / heads

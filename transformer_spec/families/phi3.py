@@ -10,7 +10,7 @@ from dataclasses import replace
 from ..config import RopeScaling, TransformerConfig
 from .core import ANY, OMITTED, Key, Rule, declared, fused_qkv, is_finite_number, refuse
 from .llama import LLAMA_CONFIG
-from .rope import effective_rope, read_scaling, scaling_to_hf
+from .rope import effective_rope, in_rope_scaling, read_scaling, scaling_to_hf, type_key
 
 PHI3_DROPOUT = {"resid_pdrop": (("residual",), 0.0), "attention_dropout": (("attention",), 0.0)}  # embd_pdrop: unused
 
@@ -50,14 +50,16 @@ PHI3_OWN_KEYS = ("original_max_position_embeddings",)
 PHI3_ORIGINAL = 4096
 
 
-def rope_parameters(config: TransformerConfig, without: tuple[str, ...] = PHI3_OWN_KEYS) -> dict | object:
-    """rope_parameters for config.json: the base, the fraction of each head RoPE turns and the scaling when it was
-    read from there (less `without`: Phi-3's original length, written at the top level); not written beside a
-    rope_scaling (which transformers would read instead)."""
+def rope_parameters(
+    config: TransformerConfig, as_read: dict, without: tuple[str, ...] = PHI3_OWN_KEYS
+) -> dict | object:
+    """rope_parameters for config.json: the base, the fraction of each head RoPE turns and the scaling unless
+    config.json as read held it in a rope_scaling (less `without`: Phi-3's original length, written at the top
+    level); not written beside a rope_scaling (which transformers would read instead)."""
     scaling = config.rope_scaling
-    if scaling is not None and scaling.written_as == "rope_scaling":
+    if scaling is not None and in_rope_scaling(as_read):
         return OMITTED
-    plain = {"rope_type": "default"} if scaling is None else scaling_to_hf(scaling, without)
+    plain = {"rope_type": "default"} if scaling is None else scaling_to_hf(scaling, without, type_key(as_read))
     return plain | {"rope_theta": config.rope_theta, "partial_rotary_factor": partial_rotary_factor(config)}
 
 
@@ -66,27 +68,34 @@ def is_longrope(scaling: RopeScaling | None) -> bool:
 
 
 def phi3_scaling(value, c: dict) -> RopeScaling | None:
-    """Phi-3's scaled RoPE: longrope only (as Phi3Config validates), its original length from the top level, its
-    cache made again past that length (as Phi-3's generate())."""
+    """Phi-3's scaled RoPE: longrope only (as Phi3Config validates), its original length from the top level."""
     where, rope = effective_rope(c)
     original = c.get("original_max_position_embeddings", PHI3_ORIGINAL)
     aliases = {"su": "longrope", "yarn": "longrope"}
-    return read_scaling(rope, where, ("longrope",), aliases, True, original_max_position_embeddings=original)
+    return read_scaling(rope, where, ("longrope",), aliases, original_max_position_embeddings=original)
 
 
-def phi3_scaling_json(config: TransformerConfig) -> dict | object:
-    """rope_scaling for config.json (without the original length, written at the top level), when read from there."""
-    scaling = config.rope_scaling
-    if scaling is None or scaling.written_as != "rope_scaling":
+def remade_cache(value, c: dict) -> bool:
+    """rope_cache_remade: Phi-3's generate() (its prepare_inputs_for_generation) makes the cache again, from the whole
+    sequence, at the step the sequence first outgrows original_max_position_embeddings, where LongRoPE switches every
+    position to the long factors (the generic generate() of the other families keeps the keys cached with the short
+    ones)."""
+    return True
+
+
+def phi3_scaling_json(config: TransformerConfig, as_read: dict) -> dict | object:
+    """rope_scaling for config.json (without the original length, written at the top level), when config.json as read
+    held the scaling there."""
+    if not in_rope_scaling(as_read):
         return OMITTED
-    return scaling_to_hf(scaling, PHI3_OWN_KEYS)
+    scaling = config.rope_scaling  # None: taken off after loading, null in the file
+    return None if scaling is None else scaling_to_hf(scaling, PHI3_OWN_KEYS, type_key(as_read))
 
 
-def top_level_fraction(config: TransformerConfig):
+def top_level_fraction(config: TransformerConfig, as_read: dict):
     """partial_rotary_factor at the top level, beside a rope_scaling (transformers then reads it there), when RoPE
     turns part of each head."""
-    scaling = config.rope_scaling
-    beside = scaling is not None and scaling.written_as == "rope_scaling" and config.rotary_dim is not None
+    beside = config.rope_scaling is not None and in_rope_scaling(as_read) and config.rotary_dim is not None
     return partial_rotary_factor(config) if beside else OMITTED
 
 
@@ -101,11 +110,17 @@ PHI3_CONFIG = replace(
         without=("attention_bias", "mlp_bias", "head_dim", "rope_scaling"),  # Phi3Config: no biases, no head_dim
         unwritten=("rope_parameters",),  # Llama's reading of the base stays; written below with the fraction
         keys=(
-            Key("rope_scaling", "rope_scaling", None, phi3_scaling, source=phi3_scaling_json),
-            Key("partial_rotary_factor", None, None, read_too=False, source=top_level_fraction),
+            Key("rope_scaling", "rope_scaling", None, phi3_scaling, source=phi3_scaling_json, spelled=True),
+            Key("rope_scaling", "rope_cache_remade", None, remade_cache, written=False),
+            Key("partial_rotary_factor", None, None, read_too=False, source=top_level_fraction, spelled=True),
             Key("original_max_position_embeddings", None, None, read_too=False, source=original_length),
             Key(
-                "rope_parameters", "rotary_dim", None, rotary_dim("partial_rotary_factor", 1.0), source=rope_parameters
+                "rope_parameters",
+                "rotary_dim",
+                None,
+                rotary_dim("partial_rotary_factor", 1.0),
+                source=rope_parameters,
+                spelled=True,
             ),
             Key("sliding_window", "sliding_window", None, lambda value, c: None if value is None else int(value)),
         ),

@@ -3,7 +3,8 @@ renormalised only when norm_topk_prob, experts of their own width (moe_intermedi
 sparse ones: layer i is sparse unless mlp_only_layers lists it or (i + 1) % decoder_sparse_step != 0 (ours:
 dense_layers; a dense layer's MLP is Qwen3's, intermediate_size wide). The files hold each expert's gate_proj, up_proj
 and down_proj under mlp.experts.{e}: fused on loading (mixtral.fuse_experts). With use_sliding_window, every layer
-slides (Qwen3MoeConfig has no max_window_layers)."""
+slides (Qwen3MoeConfig has no max_window_layers). attention_bias: biases on q, k, v and o (Qwen3's), none on the
+router, the experts or a dense layer's MLP."""
 
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ QWEN3_MOE_CONFIG = QWEN3_CONFIG.variant(
     "qwen3_moe",
     # Qwen3MoeConfig has neither layer_types nor max_window_layers: with use_sliding_window every layer slides
     # (transformers 5's Qwen3MoeAttention reads config.sliding_window in every layer), not Qwen2's rule
-    without=("layer_types", "max_window_layers", "attention_bias"),
+    # (attention_bias: Qwen3's reading, biases on q, k, v and o; the dense MLP, the router and the experts have none)
+    without=("layer_types", "max_window_layers"),
     keys=(
-        Key("attention_bias", None, False, allowed=(False,)),  # biases beside the experts: not tested, refused
         Key("num_local_experts", "n_experts", 128, n_experts),
         Key("num_experts_per_tok", "top_k", 8),
         Key("norm_topk_prob", "norm_topk_prob", False, lambda value, c: bool(value)),
@@ -50,7 +51,7 @@ QWEN3_MOE_CONFIG = QWEN3_CONFIG.variant(
         Key("router_aux_loss_coef", "router_aux_loss_coef", 0.001, lambda value, c: float(value)),
     ),
     supports=MOE_SUPPORTS
-    | {"bias": False, "qkv_bias": (None, False), "ffn_bias": None}
+    | {"ffn_bias": lambda c: (False,) if c.bias else (None, False)}
     | {"norm_topk_prob": ANY, "d_expert": ANY, "dense_layers": ANY, "layer_types": None},
 )
 QWEN3_MOE = replace(
