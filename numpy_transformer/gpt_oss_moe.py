@@ -6,7 +6,7 @@ softmax: equal to Mixtral's softmax, top-k, renormalise, since the shared denomi
 
 .. math::
 
-    z = x W_r^\top + b_r, \qquad S = \mathrm{topk}(z, k), \qquad g_j = \frac{e^{z_{S_j}}}{\sum_{i < k} e^{z_{S_i}}}
+    z = x W_r^\top + b_r, \quad S = \mathrm{topk}(z, k), \quad g_j = \frac{e^{z_{S_j}}}{\sum_{i < k} e^{z_{S_i}}}
 
 Each expert's weights are stored (in, out), with biases, the gate and up columns of gate_up_proj interleaved (gate
 in the even columns, up in the odd ones), and its activation is a clamped SwiGLU with a sigmoid gain
@@ -16,7 +16,7 @@ in the even columns, up in the odd ones), and its activation is a clamped SwiGLU
 
     \begin{gathered}
     h = x\, W_{gu}[e] + b_{gu}[e], \qquad a = \min(h_{:, 0::2}, L), \qquad u = \mathrm{clip}(h_{:, 1::2}, -L, L), \\
-    \mathrm{FFN}_e(x) = \big((u + 1) \odot a\, \sigma(\alpha a)\big)\, W_d[e] + b_d[e], \qquad
+    \mathrm{FFN}_e(x) = \big((u + 1) \odot a\, \sigma(\alpha a)\big)\, W_d[e] + b_d[e], \\
     y = \textstyle\sum_{j < k} g_j\, \mathrm{FFN}_{S_j}(x)
     \end{gathered}
 
@@ -149,7 +149,7 @@ def clamped_swiglu_backward(dy: np.ndarray, cache: ClampedSwigluCache) -> np.nda
     .. math::
 
         \begin{gathered}
-        d\mathrm{up} = dy \odot \mathrm{glu} \odot [\lvert \mathrm{up} \rvert \le L], \qquad
+        d\mathrm{up} = dy \odot \mathrm{glu} \odot [\lvert \mathrm{up} \rvert \le L], \\
         d\mathrm{gate} = dy \odot (u + 1) \odot \sigma(\alpha a) \big(1 + \alpha a (1 - \sigma(\alpha a))\big)
         \odot [\mathrm{gate} \le L]
         \end{gathered}
@@ -253,14 +253,15 @@ def gpt_oss_moe_forward(
 def gpt_oss_moe_backward(
     dout: np.ndarray, cache: GptOssMoeCache, drouter_logits: np.ndarray | None = None
 ) -> tuple[np.ndarray, dict]:
-    r"""The block in reverse, dout (..., D). Per expert e and its rows (:math:`dy^{(e)} = g\, dy`, the gate's share):
+    r"""The block in reverse, dout (..., D). Per expert e and its rows (:math:`dy^{(e)} = g\, dy`, the gate's share;
+    hid the clamped SwiGLU's output):
 
     .. math::
 
         \begin{gathered}
-        dg_{nj} = dy_n \cdot \mathrm{FFN}_{S_{nj}}(x_n), \qquad
+        dg_{nj} = dy_n \cdot \mathrm{FFN}_{S_{nj}}(x_n), \\
         dW_d[e] = \mathrm{hid}^\top dy^{(e)}, \quad db_d[e] = \textstyle\sum_{\text{rows}} dy^{(e)}, \\
-        dh = \mathrm{clamped\_swiglu\_backward}(dy^{(e)} W_d[e]^\top), \qquad
+        dh = \mathrm{clamped\_swiglu\_backward}(dy^{(e)} W_d[e]^\top), \\
         dW_{gu}[e] = x^\top dh, \quad db_{gu}[e] = \textstyle\sum_{\text{rows}} dh, \\
         dx \mathrel{+}= dh\, W_{gu}[e]^\top
         \end{gathered}

@@ -8,9 +8,11 @@ when every key is hidden):
 
 .. math::
 
+    \begin{gathered}
     m_i = \max\big(s_h, \max_j S_{ij}\big), \qquad
-    P_{ij} = \frac{e^{S_{ij} - m_i}}{e^{s_h - m_i} + \sum_{j'} e^{S_{ij'} - m_i}}, \qquad
+    P_{ij} = \frac{e^{S_{ij} - m_i}}{e^{s_h - m_i} + \sum_{j'} e^{S_{ij'} - m_i}}, \\
     P^{\mathrm{sink}}_i = 1 - \textstyle\sum_j P_{ij}
+    \end{gathered}
 
 The sums run over the keys query i may read (hidden ones have :math:`P_{ij} = 0`). The attention is then
 :math:`O = \mathrm{drop}(P)\, V` as without the sink (sink_attention_forward).
@@ -20,8 +22,10 @@ upstream gradient is :math:`[dP \,|\, 0]` (nothing downstream reads the sink's s
 
 .. math::
 
-    r_i = \textstyle\sum_j dP_{ij} P_{ij}, \qquad dS_{ij} = P_{ij} (dP_{ij} - r_i), \qquad
+    \begin{gathered}
+    r_i = \textstyle\sum_j dP_{ij} P_{ij}, \qquad dS_{ij} = P_{ij} (dP_{ij} - r_i), \\
     ds_h = \textstyle\sum_{b, i} P^{\mathrm{sink}}_{bhi} (0 - r_{bhi}) = -\sum_{b, i} P^{\mathrm{sink}}_{bhi}\, r_{bhi}
+    \end{gathered}
 
 (sink_softmax_backward). Shape letters: B batch, H heads, T_q queries, T_k keys, Dh a head's width.
 """
@@ -85,8 +89,10 @@ def sink_softmax_backward(dprobs: np.ndarray, cache: SinkSoftmaxCache) -> tuple[
 
     .. math::
 
-        r_i = \textstyle\sum_j dP_{ij} P_{ij}, \qquad dS_{ij} = P_{ij} (dP_{ij} - r_i), \qquad
+        \begin{gathered}
+        r_i = \textstyle\sum_j dP_{ij} P_{ij}, \qquad dS_{ij} = P_{ij} (dP_{ij} - r_i), \\
         ds_h = -\textstyle\sum_{b, i} P^{\mathrm{sink}}_{bhi}\, r_{bhi}
+        \end{gathered}
 
     dprobs (B, H, T_q, T_k). Returns dscores (B, H, T_q, T_k) (zero where hidden: P = 0 there) and dsinks (H,)."""
     if not isinstance(cache, SinkSoftmaxCache):
@@ -134,7 +140,7 @@ def sink_attention_forward(
 
     .. math::
 
-        S = c\, Q K^\top (+ \mathrm{bias}), \qquad P = \mathrm{sink\_softmax}(S, s), \qquad O = \mathrm{drop}(P)\, V
+        S = c\, Q K^\top (+ \mathrm{bias}), \quad P = \mathrm{sink\_softmax}(S, s), \quad O = \mathrm{drop}(P)\, V
 
     q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), sinks (H,); the other arguments as
     attention.scaled_dot_product_attention_forward's (mask, dropout, the score rules `mod` at q_pos and k_pos, T5's
@@ -161,8 +167,10 @@ def sink_attention_backward(
 
     .. math::
 
-        dV = \mathrm{drop}(P)^\top dO, \quad dP = \mathrm{drop}^\top(dO\, V^\top), \quad
-        (dS, ds) = \mathrm{sink\_softmax\_backward}(dP), \quad dQ = c\, dS\, K, \quad dK = c\, dS^\top Q
+        \begin{gathered}
+        dV = \mathrm{drop}(P)^\top dO, \qquad dP = \mathrm{drop}^\top(dO\, V^\top), \\
+        (dS, ds) = \mathrm{sink\_softmax\_backward}(dP), \qquad dQ = c\, dS\, K, \qquad dK = c\, dS^\top Q
+        \end{gathered}
 
     (dS back through a soft cap first, when the scores had one). Returns dq, dk, dv, dtable (T5's table's gradient,
     or None) and dsinks (H,)."""

@@ -369,7 +369,8 @@ class MultiHeadAttention(nn.Module):
         bias: Tensor | None = None,
         mod: ScoreMod = PLAIN,
     ) -> tuple[Tensor, Tensor]:
-        """softmax(c q k^T + bias) v (the scores soft-capped first when mod.softcap is set), spelled out; returns
+        """softmax(c q k^T + bias) v (the scores soft-capped first when mod.softcap is set; with sinks, GPT-OSS's,
+        each head's sink logit one more column of the softmax, its share dropped after it), spelled out; returns
         context (B, H, T_q, Dh) and probs."""
         scores = q @ k.transpose(-2, -1) * mod.scale_for(self.head_dim)  # (B, H, T_q, T_k)
         if bias is not None:
