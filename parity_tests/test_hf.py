@@ -410,6 +410,7 @@ FAMILY_RATES = [
     ("phi", dict(embd_pdrop=0.1, attention_dropout=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),  # both branches
     ("olmo2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # under the q/k norms over the projections
     ("smollm3", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # on the NoPE layer's probabilities too
+    ("gpt_oss", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # on the keys' shares, the sink's dropped first
 ]
 
 
