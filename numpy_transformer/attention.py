@@ -46,6 +46,7 @@ from .scores import (
     positions,
     score_cap_backward,
 )
+from .sinks import SinkAttentionCache, sink_attention_backward, sink_attention_forward
 from .validation import check_float_array, check_ndim, check_score_mask
 
 if TYPE_CHECKING:  # an annotation only: the grader's child runs these pairs with nothing but NumPy beside them
@@ -514,7 +515,8 @@ class AttentionCache:
     out: LinearCache
     rope: RopeCache | None  # rotary positions, or None
     repeat_kv: RepeatKVCache  # query heads per K/V head
-    attn: ScaledDotProductAttentionCache | FlashAttentionCache  # the kernel's own; the plain one's .probs (plots)
+    # the kernel's own; the plain one's .probs (plots); with sinks in params (GPT-OSS), sinks.sink_attention_forward's
+    attn: ScaledDotProductAttentionCache | FlashAttentionCache | SinkAttentionCache
     decoding: bool = False  # keys and values came from a decoding cache: a forward-only call
     q_norm: NormCache | None = None  # qk_norm_forward's caches of the queries and the keys (Qwen3), or None
     k_norm: NormCache | None = None
@@ -591,6 +593,8 @@ def multi_head_attention_forward(
     (qk_norm_forward, eps qk_norm_eps, kind qk_norm_kind) after the projections and before RoPE; with
     qk_norm_projection (OLMo 2) the weights are (H*Dh,) and (H_kv*Dh,) and each whole projection is normalised before
     the head split (qk_projection_norm_forward).
+    With sinks (H,) in params (GPT-OSS's attention sinks), each head's softmax has its sink logit in the denominator
+    (sinks.sink_attention_forward; the plain kernel only); its gradient comes back as "sinks".
     `dropout` (when given) drops attention probabilities at site f"{site}.dropout".
     kernel: "plain" (scaled_dot_product_attention_*, which holds the (B, H, T_q, T_k) probabilities) or
     "flash" (flash_attention_*, tiled: no (T_q, T_k) array, so no probabilities to read, and no dropout).
@@ -614,7 +618,10 @@ def multi_head_attention_forward(
         attn_mask = real if attn_mask is None else attn_mask & real
     k, repeat_cache = repeat_kv_forward(heads.k, n_heads // n_kv_heads)  # (B, H, T_k, Dh)
     v, _ = repeat_kv_forward(heads.v, n_heads // n_kv_heads)
-    attn_cache: ScaledDotProductAttentionCache | FlashAttentionCache
+    attn_cache: ScaledDotProductAttentionCache | FlashAttentionCache | SinkAttentionCache
+    sinks = params.get("sinks")
+    if sinks is not None and kernel == "flash":
+        raise ValueError("params holds sinks (GPT-OSS's attention sinks): kernel='flash' has none, use kernel='plain'")
     if kernel == "flash" and kv_cache is None:  # the tiled kernel skips the blocks the score rules hide
         context, attn_cache = flash_attention_forward(heads.q, k, v, attn_mask, mod=mod, bias_table=bias_table)
         kernel_used = "flash"
@@ -623,9 +630,16 @@ def multi_head_attention_forward(
         if dropout is not None and p > 0:
             B, H, T_q, T_k = query.shape[0], n_heads, query.shape[1], k.shape[2]
             keep_mask = dropout.keep_mask(f"{site}.dropout", (B, H, T_q, T_k))
-        context, attn_cache = scaled_dot_product_attention_forward(
-            heads.q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=heads.k_pos, bias_table=bias_table
-        )  # (B, H, T_q, Dh)
+        if sinks is not None:  # GPT-OSS: a sink logit per head in every softmax's denominator
+            check_float_array("params['sinks']", sinks, query.dtype, (n_heads,))
+            context, attn_cache = sink_attention_forward(
+                heads.q, k, v, sinks, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=heads.k_pos,
+                bias_table=bias_table,
+            )  # fmt: skip  # (B, H, T_q, Dh)
+        else:
+            context, attn_cache = scaled_dot_product_attention_forward(
+                heads.q, k, v, attn_mask, p, keep_mask, mod=mod, q_pos=q_pos, k_pos=heads.k_pos, bias_table=bias_table
+            )  # (B, H, T_q, Dh)
         kernel_used = "plain"
     context = merge_heads(context)  # (B, T_q, H*Dh)
     out, out_cache = linear_forward(context, params["out_proj.weight"], params.get("out_proj.bias"))
@@ -725,6 +739,8 @@ def multi_head_attention_backward(
     dcontext_heads = split_heads(dcontext, cache.n_heads)  # (B, H, T_q, Dh)
     if isinstance(cache.attn, FlashAttentionCache):  # cache.kernel == "flash"
         dq, dk, dv, dtable = flash_attention_backward(dcontext_heads, cache.attn)
+    elif isinstance(cache.attn, SinkAttentionCache):  # GPT-OSS: the sinks get their gradient too
+        dq, dk, dv, dtable, grads["sinks"] = sink_attention_backward(dcontext_heads, cache.attn)
     else:
         dq, dk, dv, dtable = scaled_dot_product_attention_backward(dcontext_heads, cache.attn)
     dk = repeat_kv_backward(dk, cache.repeat_kv)  # (B, H_kv, T_k, Dh)
@@ -744,7 +760,7 @@ def multi_head_attention_backward(
     dkey, grads["k_proj.weight"], grads["k_proj.bias"] = linear_backward(dk, cache.k)
     dvalue, grads["v_proj.weight"], grads["v_proj.bias"] = linear_backward(merge_heads(dv), cache.v)
     grads["relative_bias.weight"] = dtable  # T5's table, read by every layer of the stack: the stack adds them
-    keys = MHA_KEYS + QK_NORM_KEYS + ("relative_bias.weight",)
+    keys = MHA_KEYS + QK_NORM_KEYS + ("sinks", "relative_bias.weight")
     return dquery, dkey, dvalue, {k: g for k in keys if (g := grads.get(k)) is not None}
 
 

@@ -37,6 +37,7 @@ from .attention import (
     multi_head_attention_forward,
     rope_angles,
 )
+from .gpt_oss_moe import GptOssMoeCache, gpt_oss_moe_backward, gpt_oss_moe_forward
 from .layers import (
     ACTIVATIONS,
     ActivationPair,
@@ -91,6 +92,7 @@ from .moe import (
     sparse_moe_forward,
 )
 from .scores import ScoreMod, alibi_slopes
+from .sinks import SinkAttentionCache
 from .validation import (
     check_attention_mask,
     check_bool,
@@ -450,7 +452,27 @@ def moe_ffn_backward(
     return dx, {MOE_NAMES.get(k, k): v for k, v in grads.items()}
 
 
-FfnCaches = FeedForwardCache | GatedFeedForwardCache | SparseMoeCache
+def gpt_oss_ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict[str, ActivationPair],
+) -> tuple[np.ndarray, GptOssMoeCache]:
+    """gpt_oss_moe.gpt_oss_moe_forward on ffn_forward's arguments (config.expert_kind "gpt_oss": the experts' own
+    clamped SwiGLU, swiglu_limit and swiglu_alpha; no dropout)."""
+    return gpt_oss_moe_forward(params, x, config.top_k, config.swiglu_limit, config.swiglu_alpha)
+
+
+def gpt_oss_ffn_backward(
+    dout: np.ndarray, cache: GptOssMoeCache, drouter_logits: np.ndarray | None
+) -> tuple[np.ndarray, dict]:
+    """gpt_oss_moe.gpt_oss_moe_backward (its grads already under our names below `ffn.`)."""
+    return gpt_oss_moe_backward(dout, cache, drouter_logits)
+
+
+FfnCaches = FeedForwardCache | GatedFeedForwardCache | SparseMoeCache | GptOssMoeCache
 FfnPair = tuple[
     Callable[[dict, np.ndarray, TransformerConfig, Dropout | None, str, dict], tuple[np.ndarray, FfnCaches]],
     Callable[[np.ndarray, Any, np.ndarray | None], tuple[np.ndarray, dict]],
@@ -462,11 +484,15 @@ FFN_PAIRS: dict[str, FfnPair] = {
     "feed_forward": (plain_ffn_forward, plain_ffn_backward),
     "gated": (gated_ffn_forward, gated_ffn_backward),
     "moe": (moe_ffn_forward, moe_ffn_backward),
+    "gpt_oss_moe": (gpt_oss_ffn_forward, gpt_oss_ffn_backward),
 }
 
 
 def ffn_kind(params: dict, config: TransformerConfig) -> str:
-    """The FFN_PAIRS entry of a layer: "moe" when its params hold a router, "gated" with config.gated_ffn."""
+    """The FFN_PAIRS entry of a layer: "gpt_oss_moe" when its router has a bias (GPT-OSS's), "moe" when its params
+    hold a router, "gated" with config.gated_ffn."""
+    if "router.bias" in params:
+        return "gpt_oss_moe"
     if "router.weight" in params:
         return "moe"
     return "gated" if config.gated_ffn else "feed_forward"
@@ -1111,7 +1137,7 @@ def init_params(shapes: dict, seed: int, dtype: DTypeLike, d_model: int, norm_ga
         if name.endswith("norm.weight"):
             offset = norm_gain_offset and not name.endswith("embedding_norm.weight")
             value = np.zeros(shape) if offset else np.ones(shape)
-        elif name.endswith(".bias"):
+        elif name.endswith((".bias", "_proj_bias", ".sinks")):  # GPT-OSS's experts' biases and attention sinks
             value = np.zeros(shape)
         elif name.endswith("token_embedding.weight"):
             value = rng.normal(0.0, d_model**-0.5, size=shape)
@@ -1385,11 +1411,12 @@ class _Model(Generic[CacheT]):
 
     # -- mixture of experts: the router logits of the last forward pass and the load-balancing loss -----------------
 
-    def _moe_layers(self) -> list[tuple[int, SparseMoeCache]]:
+    def _moe_layers(self) -> list[tuple[int, SparseMoeCache | GptOssMoeCache]]:
         """(index, SparseMoeCache) of each mixture-of-experts decoder layer of the last forward pass."""
         stacks = self._last_forward("router_logits").stacks()
         layers = enumerate(stacks["decoder"][0].layers if "decoder" in stacks else [])  # an encoder has no router
-        return [(i, layer.ffn.block) for i, layer in layers if isinstance(layer.ffn.block, SparseMoeCache)]
+        moe_caches = (SparseMoeCache, GptOssMoeCache)
+        return [(i, layer.ffn.block) for i, layer in layers if isinstance(layer.ffn.block, moe_caches)]
 
     def router_logits(self) -> list[np.ndarray]:
         """The router logits (N, E), N = B * T, of every mixture-of-experts layer in the last forward pass, in layer
@@ -1500,7 +1527,7 @@ class _Model(Generic[CacheT]):
         for name, (stack, _) in self._last_forward("attention_maps").stacks().items():
             for i, layer in enumerate(stack.layers):
                 for kind, attn in layer.attentions().items():
-                    if isinstance(attn.attn, ScaledDotProductAttentionCache):
+                    if isinstance(attn.attn, (ScaledDotProductAttentionCache, SinkAttentionCache)):  # sinks: GPT-OSS
                         maps[f"{name}.layers.{i}.{kind}"] = attn.attn.probs
         return maps
 

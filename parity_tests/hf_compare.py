@@ -39,6 +39,7 @@ from transformers.models.bloom import modeling_bloom
 from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.gpt_neox import modeling_gpt_neox
+from transformers.models.gpt_oss import modeling_gpt_oss
 from transformers.models.llama import modeling_llama
 from transformers.models.mistral import modeling_mistral
 from transformers.models.mixtral import modeling_mixtral
@@ -60,12 +61,14 @@ from numpy_transformer import hf as numpy_hf
 from numpy_transformer.decoding import greedy_decode as numpy_greedy_decode
 from numpy_transformer.layers import dropout_kind, sinusoidal_table
 from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
+from transformer_spec.config import RopeScaling
 
 transformers.utils.logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bars
 
 FAMILIES = (
     "bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "gpt2", "llama", "mistral", "qwen2", "bloom", "phi3",
     "gpt_neox", "qwen3", "gemma3_text", "gemma2", "phi", "mixtral", "qwen3_moe", "olmo2", "smollm3",
+    "gpt_oss",
 )  # fmt: skip
 ENCODERS = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet")  # outputs: hidden states (B, T, D), not logits
 # mixtures of experts: their routers and load-balancing loss have float32 islands too
@@ -91,6 +94,7 @@ CLASSES = {
     "qwen3_moe": transformers.Qwen3MoeForCausalLM,
     "olmo2": transformers.Olmo2ForCausalLM,
     "smollm3": transformers.SmolLM3ForCausalLM,
+    "gpt_oss": transformers.GptOssForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -113,6 +117,7 @@ CONFIGS = {
     "qwen3_moe": transformers.Qwen3MoeConfig,
     "olmo2": transformers.Olmo2Config,
     "smollm3": transformers.SmolLM3Config,
+    "gpt_oss": transformers.GptOssConfig,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
@@ -286,6 +291,25 @@ TINY["smollm3"] = dict(
     attention_bias=False, mlp_bias=False, tie_word_embeddings=True, no_rope_layer_interval=4, use_sliding_window=False,
     pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0,
 )  # fmt: skip
+# gpt-oss-20b's shape shrunk: 8 heads to 2 K/V heads (64 to 8 there), head_dim 8 where hidden_size / heads is 4.5
+# (64 where 2880 / 64 is 45), intermediate_size equal to hidden_size (2880 both there), biases on the attention, a
+# sink logit per head, 8 experts of which 4 run per token (32 and 4 there), a sliding layer then a full one
+# (GptOssConfig's rule: layers 0, 2, ... slide) with a window of 3 (128 there: here shorter than the inputs, so it hides
+# keys), YaRN as released (factor 32 over 4096 positions, beta_fast 32, beta_slow 1, truncate false, theta 150000: with
+# head_dim 8 its ramp runs between frequencies 1 and 2.2, so truncate false changes the middle one), eps 1e-5, untied,
+# router_aux_loss_coef 0.9. The clamp swiglu_limit 1.5 (7 there, where the tiny model's gate and up values would not
+# reach it; the released limit is a variant), alpha 1.702. Special ids here pad 0, eos 2 (199999 and 200002 there).
+TINY["gpt_oss"] = dict(
+    vocab_size=40, hidden_size=36, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=8,
+    intermediate_size=36, num_local_experts=8, num_experts_per_tok=4, max_position_embeddings=131072, sliding_window=3,
+    rope_parameters={
+        "rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+        "original_max_position_embeddings": 4096, "rope_theta": 150000.0,
+    },
+    rms_norm_eps=1e-5, attention_bias=True, tie_word_embeddings=False, router_aux_loss_coef=0.9, swiglu_limit=1.5,
+    swiglu_alpha=1.702, pad_token_id=0, eos_token_id=2, bos_token_id=None, attention_dropout=0.0,
+    experts_implementation="eager",
+)  # fmt: skip
 
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
@@ -404,6 +428,18 @@ VARIANTS = {
         {"num_key_value_heads": 2, "attention_bias": True, "tie_word_embeddings": True, "num_hidden_layers": 3},
     ),
     "smollm3 3b shape: NoPE every 4th layer (layer 3 of 4), GQA 4/1, theta 5e6, tied": ("smollm3", {}),
+    "gpt_oss 20b shape: sinks, GQA 8/2, head_dim 8, 4 of 8 experts, clamp 1.5, YaRN, window 3": ("gpt_oss", {}),
+    "gpt_oss released clamp 7, full then sliding layers, 3 of 5 experts, MQA 8/1, no attention biases": (
+        "gpt_oss",
+        {
+            "swiglu_limit": 7.0,
+            "layer_types": ["full_attention", "sliding_attention"],
+            "num_local_experts": 5,
+            "num_experts_per_tok": 3,
+            "num_key_value_heads": 1,
+            "attention_bias": False,
+        },
+    ),  # fmt: skip
     "smollm3 no_rope_layers [0, 1, 1] listed, GQA 4/2, theta 500, untied": (
         "smollm3",
         {
@@ -421,6 +457,7 @@ FAST_VARIANTS = {
     "phi": "phi phi-2 shape: parallel block of one norm, rotary 4 of 10 (0.4), MHA, biases, untied",
     "olmo2": "olmo2 1b shape: post-sublayer norms, q/k norms over the projections, MHA 4/4, theta 5e5, untied",
     "smollm3": "smollm3 3b shape: NoPE every 4th layer (layer 3 of 4), GQA 4/1, theta 5e6, tied",
+    "gpt_oss": "gpt_oss 20b shape: sinks, GQA 8/2, head_dim 8, 4 of 8 experts, clamp 1.5, YaRN, window 3",
 }
 
 
@@ -436,7 +473,7 @@ def slow_unless_fast(family: str, name: str) -> tuple:
 def loading_options(family: str) -> dict:
     """from_pretrained's options for a family: a mixture of experts runs its plain loop over the experts ("eager"; the
     default grouped kernel takes no float64)."""
-    return {"experts_implementation": "eager"} if family in MOE_FAMILIES else {}
+    return {"experts_implementation": "eager"} if family in (*MOE_FAMILIES, "gpt_oss") else {}
 
 
 def tiny_config(family: str, **overrides):
@@ -804,6 +841,29 @@ def gemma2_in_float64():
     return gemma_in_float64(modeling_gemma2, "Gemma2", eager_attention_forward_softcap_float64)
 
 
+@torch.no_grad()
+def gpt_oss_rotary_forward_float64(self, x, position_ids):
+    """GptOssRotaryEmbedding.forward in float64: its tables made again in float64 (rope_tables_in_float64: YaRN's
+    initialiser in float64), cos and sin of position * inv_freq times the attention factor, each (B, T, Dh/2) (GPT-OSS
+    rotates the two halves with tables of half the head, not rotate_half's repeated ones)."""
+    rope_tables_in_float64(self, x.device)
+    freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(torch.float64)  # (B, T, Dh/2)
+    return (freqs.cos() * self.attention_scaling).to(x.dtype), (freqs.sin() * self.attention_scaling).to(x.dtype)
+
+
+@contextlib.contextmanager
+def gpt_oss_in_float64():
+    """Within the block, transformers' GPT-OSS computes its RMSNorm and its rotary tables in float64 (its two float32
+    islands: its eager attention, with the sinks, and its router softmax keep their input's dtype)."""
+    m = modeling_gpt_oss
+    saved = m.GptOssRMSNorm.forward, m.GptOssRotaryEmbedding.forward
+    m.GptOssRMSNorm.forward, m.GptOssRotaryEmbedding.forward = rms_norm_forward_float64, gpt_oss_rotary_forward_float64
+    try:
+        yield
+    finally:
+        m.GptOssRMSNorm.forward, m.GptOssRotaryEmbedding.forward = saved
+
+
 def patch_for(family: str, dtype, llama_float64: bool = True):
     """The float64 patch where it applies (a float64 Llama-like model, or BLOOM), else nothing."""
     if np.dtype(dtype) != np.float64:
@@ -818,6 +878,8 @@ def patch_for(family: str, dtype, llama_float64: bool = True):
         return gemma3_in_float64()
     if family == "gemma2" and llama_float64:
         return gemma2_in_float64()
+    if family == "gpt_oss" and llama_float64:
+        return gpt_oss_in_float64()
     return contextlib.nullcontext()
 
 
@@ -1149,6 +1211,12 @@ NATIVE["qwen3_moe"] = dataclasses.replace(
 NATIVE["mixtral"] = dataclasses.replace(
     NATIVE["llama"], sliding_window=3, n_experts=4, top_k=2, router_aux_loss_coef=0.02
 )
+NATIVE["gpt_oss"] = dataclasses.replace(
+    NATIVE["llama"], bias=True, head_dim=8, n_heads=8, n_kv_heads=2, d_model=36, d_ff=36, n_experts=6, top_k=2,
+    expert_kind="gpt_oss", attn_sinks=True, swiglu_limit=1.5, layer_types=("sliding_attention", "full_attention"),
+    sliding_window=3, router_aux_loss_coef=0.9, pad_id=0, eos_id=2, bos_id=None, layer_norm_eps=1e-5,
+    rope_scaling=RopeScaling("yarn", factor=8.0, original_max_position_embeddings=4, truncate=False),
+)  # fmt: skip
 NATIVE["bloom"] = TransformerConfig(
     src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=4, d_ff=64, n_encoder_layers=0, n_decoder_layers=2,
     activation="gelu_tanh", norm_first=True, positional="alibi", max_len=16, pad_id=None, tie_embeddings=True,

@@ -129,8 +129,9 @@ def hf_rows(dtype, seed: int):
     """(component name, Result) of the NumPy models against transformers' classes, on the CPU: the float64
     Llama, Mistral, Qwen2, Qwen3, Phi-2, Phi-3, GPT-NeoX and Mixtral with exactly their float32 RMSNorm, rotary and
     softmax pieces in float64 (Gemma 3 and Gemma 2 with their norms, rotary tables and embedding scale; Mixtral and
-    Qwen3-MoE with their router softmax), BLOOM with its softmax in float64, T5 with its norm's mean square in float64,
-    the float64 Marian with float64 sinusoids (parity_tests/hf_compare.py says why)."""
+    Qwen3-MoE with their router softmax; GPT-OSS with its norms and rotary tables), BLOOM with its softmax in float64,
+    T5 with its norm's mean square in float64, the float64 Marian with float64 sinusoids (parity_tests/hf_compare.py
+    says why)."""
     import tempfile
 
     from parity_tests import hf_compare as H
@@ -147,6 +148,7 @@ def hf_rows(dtype, seed: int):
         "mixtral 4 experts top-2 window=3 GQA 4/2", "qwen3_moe top-2 of 4 renormalised, dense layer 1",
         "olmo2 1b shape: post-sublayer norms, q/k norms over the projections, MHA 4/4, theta 5e5, untied",
         "smollm3 3b shape: NoPE every 4th layer (layer 3 of 4), GQA 4/1, theta 5e6, tied",
+        "gpt_oss 20b shape: sinks, GQA 8/2, head_dim 8, 4 of 8 experts, clamp 1.5, YaRN, window 3",
     )  # fmt: skip
     for name in names:
         family, overrides = H.VARIANTS[name]

@@ -122,6 +122,7 @@ LEFT_PADDED = {
     "phi": {},  # the parallel block of one norm, partial rotary 0.4
     "olmo2": {},  # norms of the sublayers' outputs only, q/k norms over the whole projections
     "smollm3": {"tie_word_embeddings": False},  # layer 3 of 4 without positions (NoPE)
+    "gpt_oss": {},  # attention sinks, a sliding layer and a full one, YaRN, GPT-OSS's experts
 }
 
 

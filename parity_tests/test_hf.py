@@ -204,6 +204,7 @@ GREEDY_OVERRIDES = {
     "gemma2": {"tie_word_embeddings": False, "pad_token_id": None},
     "olmo2": {"pad_token_id": None},  # a finished row filled with eos, as the test reads
     "smollm3": {"pad_token_id": None, "tie_word_embeddings": False},
+    "gpt_oss": {"pad_token_id": None},  # a finished row filled with eos, as the test reads
 }
 
 
@@ -218,6 +219,7 @@ GREEDY_OVERRIDES = {
         *("qwen3_moe", pytest.param("gemma2", marks=pytest.mark.slow), pytest.param("phi", marks=pytest.mark.slow)),
         pytest.param("olmo2", marks=pytest.mark.slow),  # likewise
         pytest.param("smollm3", marks=pytest.mark.slow),
+        pytest.param("gpt_oss", marks=pytest.mark.slow),  # likewise
     ],
 )
 def test_greedy_decode_equals_generate(family, side, batch, tmp_path):
@@ -406,6 +408,7 @@ FAMILY_RATES = [
     ("phi", dict(embd_pdrop=0.1, attention_dropout=0.2, resid_pdrop=0.3), (0.1, 0.2, 0.0, 0.3)),  # both branches
     ("olmo2", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # under the q/k norms over the projections
     ("smollm3", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # on the NoPE layer's probabilities too
+    ("gpt_oss", dict(attention_dropout=0.25), (0.0, 0.25, 0.0, 0.0)),  # on the keys' shares, the sink's dropped first
 ]
 
 

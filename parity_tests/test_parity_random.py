@@ -67,6 +67,7 @@ def configurations(draw):
         if positional == "rope" and same_depth and draw(st.booleans())
         else None
     )
+    attention = "flash" if dropout == 0 and draw(st.integers(0, 3)) == 0 else "plain"  # tiled: no attention dropout
     config = TransformerConfig(
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
@@ -104,7 +105,9 @@ def configurations(draw):
         embedding_norm=draw(st.booleans()),
         pad_id=pad_id,
         embedding_padding_idx=pad_id is not None and draw(st.booleans()),
-        attention="flash" if dropout == 0 and draw(st.integers(0, 3)) == 0 else "plain",  # tiled: no attention dropout
+        attention=attention,
+        # GPT-OSS's attention sinks, in every attention (self and cross); the plain kernel only
+        attn_sinks=attention == "plain" and draw(st.sampled_from([False, False, True])),
         max_len=8,
     )
     # training mode (with dropout: both sides drop the units the NumPy model drew)

@@ -117,6 +117,9 @@ def tiny_config_json(model_type: str) -> dict:
                       num_hidden_layers=2, attention_bias=True, attention_dropout=0.1),
         "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
                            local_attention=4, global_rope_theta=500.0, norm_bias=True),
+        # GPT-OSS: GptOssConfig's own defaults for the rest (its YaRN, its layer alternation, sinks, biased experts)
+        "gpt_oss": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=20,
+                        num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=2, sliding_window=4),
     }  # fmt: skip
     return transformers.AutoConfig.for_model(model_type, **TINY | sizes[model_type]).to_dict()
 
@@ -141,7 +144,7 @@ def test_each_family_is_one_file_that_registers_it():
         "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
         "gpt_neox": "gpt_neox", "gemma3_text": "gemma3", "gemma2": "gemma2", "phi": "phi",
         "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "olmo2": "olmo2",
-        "smollm3": "smollm3",
+        "smollm3": "smollm3", "gpt_oss": "gpt_oss",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

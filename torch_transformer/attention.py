@@ -145,6 +145,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         relative: tuple | None = None,
         softcap: float | None = None,
+        sinks: bool = False,
     ):
         super().__init__()
         if head_dim is None and d_model % n_heads != 0:
@@ -170,6 +171,8 @@ class MultiHeadAttention(nn.Module):
             self.k_norm = rms_norm(k_width, qk_norm_eps, qk_norm_kind)
         self.qk_norm = qk_norm_eps is not None
         self.qk_norm_projection = qk_norm_projection and self.qk_norm
+        # GPT-OSS's attention sinks: a learned logit per head in every softmax's denominator (sinks=True)
+        self.sinks = nn.Parameter(torch.zeros(n_heads)) if sinks else None
         self.dropout = Dropout(dropout)  # on the attention probabilities
         self.attn_probs: Tensor | None = None  # (B, H, T_q, T_k), from the last need_weights forward
         slopes = alibi_slopes(n_heads) if alibi else None  # ALiBi: one slope per head
@@ -286,6 +289,7 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(f"attn_mask must be a boolean tensor (True = may attend), got {attn_mask.dtype}")
         explicit = need_weights or (dropout_mask is not None and self.training and self.dropout.p > 0)
         explicit = explicit or mod.softcap is not None  # SDPA cannot cap the scores
+        explicit = explicit or self.sinks is not None  # nor add a sink to the softmax's denominator
         if only_causal(mod) and attn_mask is None and not explicit and q_pos is None and k_pos is None:
             # no mask tensor: the kernel applies causality itself (top-left aligned)
             return self._fused(q, k, v, None, None, None, is_causal=True, scale=mod.scale_for(self.head_dim)), None
@@ -365,7 +369,8 @@ class MultiHeadAttention(nn.Module):
         bias: Tensor | None = None,
         mod: ScoreMod = PLAIN,
     ) -> tuple[Tensor, Tensor]:
-        """softmax(c q k^T + bias) v (the scores soft-capped first when mod.softcap is set), spelled out; returns
+        """softmax(c q k^T + bias) v (the scores soft-capped first when mod.softcap is set; with sinks, GPT-OSS's,
+        each head's sink logit one more column of the softmax, its share dropped after it), spelled out; returns
         context (B, H, T_q, Dh) and probs."""
         scores = q @ k.transpose(-2, -1) * mod.scale_for(self.head_dim)  # (B, H, T_q, T_k)
         if bias is not None:
@@ -374,7 +379,11 @@ class MultiHeadAttention(nn.Module):
         if attn_mask is not None:
             # -inf exists in every float dtype (bf16 included) and gives exactly zero probability.
             scores = scores.masked_fill(~attn_mask, float("-inf"))
-        probs = F.softmax(scores, dim=-1)  # (B, H, T_q, T_k)
+        if self.sinks is None:
+            probs = F.softmax(scores, dim=-1)  # (B, H, T_q, T_k)
+        else:  # GPT-OSS: the head's sink logit joins the softmax as one more column, whose share is then dropped
+            sink = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)  # (B, H, T_q, 1)
+            probs = F.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, H, T_q, T_k)
         if has_key is not None:
             probs = probs.masked_fill(~has_key, 0.0)  # fully masked rows: zero, and zero gradient
         context = self.dropout(probs, dropout_mask) @ v  # (B, H, T_q, Dh)

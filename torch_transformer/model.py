@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from transformer_spec.config import GenerationRules, TransformerConfig
 
 from .attention import MultiHeadAttention, padding_mask
+from .gpt_oss_moe import GptOssFeedForward
 from .layers import (
     ACTIVATIONS,
     Dropout,
@@ -72,12 +73,16 @@ class _Layer(nn.Module):
             causal=causal and not cross,
             relative=relative,
             softcap=c.attn_softcap,
+            sinks=c.attn_sinks,
         )  # fmt: skip
 
     @staticmethod
-    def _feed_forward(config: TransformerConfig, moe: bool = False) -> FeedForward | MoeFeedForward:
-        """The dense (or gated) feed-forward block, or (moe: config.is_moe_layer) a sparse mixture of experts."""
+    def _feed_forward(config: TransformerConfig, moe: bool = False) -> FeedForward | MoeFeedForward | GptOssFeedForward:
+        """The dense (or gated) feed-forward block, or (moe: config.is_moe_layer) a sparse mixture of experts
+        (GPT-OSS's with config.expert_kind "gpt_oss")."""
         c = config
+        if moe and c.expert_kind == "gpt_oss":
+            return GptOssFeedForward(c.d_model, c.expert_width, c.n_experts, c.top_k, c.swiglu_limit, c.swiglu_alpha)
         if moe:
             return MoeFeedForward(c.d_model, c.expert_width, c.n_experts, c.top_k, c.norm_topk_prob, c.activation)
         rate = c.dropout_rates["activation"]
@@ -631,7 +636,8 @@ class _Model(nn.Module):
     def router_logits(self) -> tuple[Tensor | None, ...]:
         """The router logits (B * T, E) of every mixture-of-experts decoder layer in the last forward, in layer
         order, part of its graph (transformers' router_logits with output_router_logits=True); () for a dense model."""
-        return tuple(layer.ffn.router_logits for layer in self.decoder.layers if isinstance(layer.ffn, MoeFeedForward))
+        moe = (MoeFeedForward, GptOssFeedForward)
+        return tuple(layer.ffn.router_logits for layer in self.decoder.layers if isinstance(layer.ffn, moe))
 
     def load_balancing_loss(self, attention_mask: Tensor | None = None) -> Tensor:
         """The load-balancing loss of the last forward's router logits (transformers' aux_loss), padding left out by

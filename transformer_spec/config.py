@@ -19,6 +19,8 @@ SINUSOID_LAYOUTS = ("interleaved", "split")
 ATTENTIONS = ("plain", "flash")
 LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers' names for a layer's kind of self-attention
 ROPE_TYPES = ("linear", "dynamic", "yarn", "longrope", "llama3")  # RopeScaling.rope_type: transformers' scaled kinds
+# TransformerConfig.expert_kind: Mixtral's SwiGLU experts and softmax-then-top-k router, or GPT-OSS's (see the field)
+EXPERT_KINDS = ("swiglu", "gpt_oss")
 # the config's switches, each a bool (pooler and qkv_bias are checked on their own, qkv_bias may be None)
 BOOL_FIELDS = (
     "norm_first",
@@ -43,6 +45,7 @@ BOOL_FIELDS = (
     "mlm_head",
     "attention_scale_by_layer",
     "rope_cache_remade",
+    "attn_sinks",
 )
 
 
@@ -284,6 +287,17 @@ class TransformerConfig:
     d_expert: int | None = None  # F_e, an expert's hidden width; None: d_ff
     dense_layers: tuple[int, ...] = ()  # decoder layers that keep the dense feed-forward (Qwen3-MoE's mlp_only_layers)
     router_aux_loss_coef: float = 0.0  # the checkpoint's weight of the load-balancing loss (read by the training loop)
+    # the experts' and router's kind: "swiglu" (Mixtral's, above) or "gpt_oss" (GPT-OSS's: a router with a bias whose
+    # top-k logits are softmaxed, experts with biases, their gate and up columns interleaved in gate_up_proj (E, D, 2F)
+    # and a clamped SwiGLU (up + 1) * g sigmoid(alpha g), g = min(gate, limit), up clamped to [-limit, limit];
+    # ffn.router.{weight,bias}, ffn.experts.{gate_up_proj,gate_up_proj_bias,down_proj,down_proj_bias};
+    # numpy_transformer.gpt_oss_moe)
+    expert_kind: str = "swiglu"
+    swiglu_limit: float = 7.0  # "gpt_oss" experts: the clamp of the gate (above) and the up projection (both sides)
+    swiglu_alpha: float = 1.702  # "gpt_oss" experts: the sigmoid's gain
+    # GPT-OSS's attention sinks: each attention has a learned logit per head ({attn}.sinks (H,)) that joins every
+    # softmax's denominator, taking probability mass but adding no value (numpy_transformer.sinks)
+    attn_sinks: bool = False
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -306,6 +320,7 @@ class TransformerConfig:
             self._check_layer_layout,
             self._check_embeddings,
             self._check_experts,
+            self._check_gpt_oss,
             self._check_special_tokens,
         ):
             check()
@@ -544,6 +559,18 @@ class TransformerConfig:
             return
         if self.top_k > self.n_experts:  # the experts have no dropout site: activation dropout skips their layers
             raise ValueError(f"top_k must be in [1, n_experts={self.n_experts}], got {self.top_k}")
+
+    def _check_gpt_oss(self) -> None:
+        """GPT-OSS's fields: expert_kind one of EXPERT_KINDS, the clamp and gain positive finite floats; sinks only
+        with the plain attention kernel (the tiled one has no sink)."""
+        if self.expert_kind not in EXPERT_KINDS:
+            raise ValueError(f"expert_kind must be one of {EXPERT_KINDS}, got {self.expert_kind!r}")
+        for name in ("swiglu_limit", "swiglu_alpha"):
+            value = getattr(self, name)
+            if not _is_positive_float(value) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite positive float, got {value!r}")
+        if self.attn_sinks and self.attention == "flash":
+            raise ValueError("attn_sinks=True needs attention='plain': the tiled kernel has no sink, got 'flash'")
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer i's feed-forward block is a sparse mixture of experts."""

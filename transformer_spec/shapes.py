@@ -47,10 +47,13 @@ class _Shapes:
             self.shapes[f"{prefix}.bias"] = (out_features,)
 
     def attention(self, prefix: str) -> None:
-        """q, k, v (grouped-query: H_kv * Dh wide) and out projections; Qwen3's and Gemma 3's q_norm and k_norm."""
+        """GPT-OSS's sinks; q, k, v (grouped-query: H_kv * Dh wide) and out projections; Qwen3's and Gemma 3's q_norm
+        and k_norm."""
         config, D = self.config, self.config.d_model
         width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
         kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
+        if config.attn_sinks:  # GPT-OSS: one sink logit per head (a module's own parameter: listed before its children)
+            self.shapes[f"{prefix}.sinks"] = (config.n_heads,)
         for proj, out_features in (("q_proj", width), ("k_proj", kv), ("v_proj", kv)):
             self.linear(f"{prefix}.{proj}", out_features, D, bias=config.has_qkv_bias)
         self.linear(f"{prefix}.out_proj", D, width)
@@ -92,6 +95,14 @@ class _Shapes:
     def feed_forward(self, layer: str, moe: bool) -> None:
         """A sparse MoE block (router (E, D); the experts' fused gate/up and down) or the dense (gated) one."""
         config, D, F = self.config, self.config.d_model, self.config.d_ff
+        if moe and config.expert_kind == "gpt_oss":  # a router with a bias; experts (E, in, out) with biases
+            E, F_e = config.n_experts, config.expert_width
+            self.shapes[f"{layer}.ffn.router.weight"], self.shapes[f"{layer}.ffn.router.bias"] = (E, D), (E,)
+            self.shapes[f"{layer}.ffn.experts.gate_up_proj"] = (E, D, 2 * F_e)  # gate and up columns interleaved
+            self.shapes[f"{layer}.ffn.experts.gate_up_proj_bias"] = (E, 2 * F_e)
+            self.shapes[f"{layer}.ffn.experts.down_proj"] = (E, F_e, D)
+            self.shapes[f"{layer}.ffn.experts.down_proj_bias"] = (E, D)
+            return
         if moe:
             E, F_e = config.n_experts, config.expert_width
             self.shapes[f"{layer}.ffn.router.weight"] = (E, D)

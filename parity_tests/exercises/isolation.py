@@ -36,7 +36,7 @@ FILE_SIZE = 64 << 20  # bytes a file the child writes may reach (its private /tm
 PACKAGES = ("numpy", "scipy")  # what a submission may import besides the standard library
 # The encoder layer's exercise chains the reference's pairs: these modules of numpy_transformer, which import
 # nothing of the project outside themselves, are copied beside the submission, and nothing else of it.
-CHAINED_MODULES = ("layers", "attention", "flash_attention", "scores", "validation", "special")
+CHAINED_MODULES = ("layers", "attention", "flash_attention", "scores", "sinks", "validation", "special")
 CHAINED_INIT = (
     '"""The reference pairs an encoder layer chains, and only those."""\n\n'
     "from .attention import multi_head_attention_backward, multi_head_attention_forward  # noqa: F401\n"
