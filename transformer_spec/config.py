@@ -297,6 +297,9 @@ class TransformerConfig:
     attention_dropout: float | None = None  # on the attention probabilities
     activation_dropout: float | None = None  # on the feed-forward's hidden activation
     residual_dropout: float | None = None  # on each sublayer's output, before it joins the residual stream
+    # -- Whisper's audio front end (numpy_transformer.audio.SpeechTransformer; 0: none, the token table) -----------
+    n_mels: int = 0  # mel bins of the input features (B, n_mels, 2 * source_positions): conv1's input channels
+    source_positions: int = 0  # the encoder's positions (max_source_positions), its sinusoid table's rows
 
     def __post_init__(self) -> None:
         """Validate every field, one group of fields at a time: TypeError for a wrong type, ValueError for a value
