@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from transformer_spec.config import TransformerConfig
-from transformer_spec.shapes import parameter_shapes
+from transformer_spec.shapes import SPEECH_POSITION_TABLE, speech_parameter_shapes
 
 from .layers import (
     ACTIVATIONS,
@@ -253,21 +253,7 @@ def audio_encoder_backward(dout: np.ndarray, cache: EncoderStackCache) -> dict:
 # ----------------------------------------------------------------------------------------------
 # The model.
 
-POSITION_TABLE = "encoder.position_table"  # Whisper's encoder.embed_positions.weight: fixed, not a parameter
-
-
-def speech_parameter_shapes(config: TransformerConfig) -> dict:
-    """The SpeechTransformer's parameters, name -> shape: the Transformer's (pre-norm, learned decoder positions)
-    without the encoder's token and position tables and without any key bias, with the two convolutions first."""
-    check_speech_config(config)
-    D, M = config.d_model, config.n_mels
-    shapes: dict = {"encoder.conv1.weight": (D, M, 3), "encoder.conv1.bias": (D,)}
-    shapes |= {"encoder.conv2.weight": (D, D, 3), "encoder.conv2.bias": (D,)}
-    for name, shape in parameter_shapes(config).items():
-        if name.startswith(("encoder.token_embedding.", "encoder.position_embedding.")) or name.endswith("k_proj.bias"):
-            continue
-        shapes[name] = shape
-    return shapes
+POSITION_TABLE = SPEECH_POSITION_TABLE  # Whisper's encoder.embed_positions.weight: fixed, not a parameter
 
 
 def check_speech_config(config: TransformerConfig) -> None:
@@ -297,7 +283,7 @@ class SpeechTransformer(Transformer):
         check_speech_config(config)
         super().__init__(config, seed, dtype)
         D = config.d_model
-        self.params = init_params(speech_parameter_shapes(config), seed, self.dtype, D)
+        self.params = init_params(speech_parameter_shapes(config), seed, self.dtype, D)  # the Transformer's, rebuilt
         rng = np.random.default_rng([seed, 2])
         for name, fan_in in (("encoder.conv1.weight", config.n_mels * 3), ("encoder.conv2.weight", D * 3)):
             bound = 1.0 / math.sqrt(fan_in)  # torch's Conv1d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
@@ -419,6 +405,5 @@ __all__ = [
     "audio_encoder_forward",
     "conv1d_backward",
     "conv1d_forward",
-    "speech_parameter_shapes",
     "whisper_sinusoids",
 ]

@@ -59,6 +59,8 @@ class AudioEncoder(nn.Module):
     """input_features (B, M, N) -> memory (B, S, D): conv1 and conv2 (stride 2), each followed by exact GELU, the
     frames turned into positions, the fixed sinusoids added, the encoder layers (no mask), the final LayerNorm."""
 
+    position_table: Tensor  # (S, D), a buffer
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         D = config.d_model
