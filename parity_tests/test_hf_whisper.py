@@ -68,16 +68,18 @@ def features(batch: int = 2, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((batch, 80, 16))  # (B, n_mels, 2 * max_source_positions)
 
 
-@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("side", ["numpy", "torch", "torch-cuda"])
 def test_whisper_equals_transformers_in_float64(checkpoint, side):
+    if side == "torch-cuda" and not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
     result = compare_whisper(checkpoint, side)
     assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())  # no gradient vacuously zero
     assert not C.failures(result, np.float64)
 
 
 def compare_whisper(checkpoint, side: str) -> C.Result:
-    """Logits and every parameter gradient, ours (hf.load on `side`) vs transformers', in float64, one random
-    upstream gradient of the logits."""
+    """Logits and every parameter gradient, ours (hf.load on `side`: "numpy", "torch" or "torch-cuda", the torch model
+    on the GPU) vs transformers' on the CPU, in float64, one random upstream gradient of the logits."""
     rng = np.random.default_rng(1)
     x = features()
     tgt = np.array([[111, 5, 110, 7, 9, 3], [111, 110, 2, 8, 64, 110]])  # pad (= eos) read as a token
@@ -92,10 +94,11 @@ def compare_whisper(checkpoint, side: str) -> C.Result:
         ours.backward(R)
         grads = np_hf.to_hf(ours, ours.grads)
     else:
-        ours = torch_hf.load(checkpoint, dtype=torch.float64)
+        device = "cuda" if side == "torch-cuda" else "cpu"
+        ours = torch_hf.load(checkpoint, dtype=torch.float64, device=device)
         assert isinstance(ours, torch_audio.SpeechTransformer)
-        t_logits = ours(torch.from_numpy(x), torch.from_numpy(tgt))
-        (t_logits * torch.from_numpy(R)).sum().backward()
+        t_logits = ours(torch.from_numpy(x).to(device), torch.from_numpy(tgt).to(device))
+        (t_logits * torch.from_numpy(R).to(device)).sum().backward()
         logits = C.to_numpy(t_logits)
         grads = torch_hf.to_hf(ours, {n: p.grad for n, p in ours.named_parameters()})
     result = C.Result()
