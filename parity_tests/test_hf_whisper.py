@@ -238,3 +238,38 @@ def test_speech_transformer_config_needs_are_named():
     with pytest.raises(ValueError, match="n_mels"):
         audio.SpeechTransformer(nt.TransformerConfig(norm_first=True, positional="learned"))
     assert tt.Transformer is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_whisper_tiny_full_shape_equals_transformers_in_float64(tmp_path, side):
+    """whisper-tiny's own sizes (WhisperConfig's defaults: d_model 384, 4 + 4 layers, 6 heads, 1536 hidden, 80 mel
+    bins, 1500 encoder positions from 3000 frames, 448 decoder positions, 51865 tokens), random weights."""
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(begin_suppress_tokens=None, suppress_tokens=None)
+    transformers.WhisperForConditionalGeneration(config).eval().save_pretrained(tmp_path)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 80, 3000))
+    tgt = np.array([[50258, 50259, 50359, 50363, 400, 50257]])
+    R = rng.standard_normal((*tgt.shape, 51865))
+    theirs = reference(tmp_path)
+    out = theirs(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt)).logits
+    (out * torch.from_numpy(R)).sum().backward()
+    if side == "numpy":
+        ours = np_hf.load(tmp_path, dtype=np.float64)
+        logits = ours.forward(x, tgt)
+        ours.backward(R)
+        grads = np_hf.to_hf(ours, ours.grads)
+    else:
+        t_ours = torch_hf.load(tmp_path, dtype=torch.float64)
+        t_logits = t_ours(torch.from_numpy(x), torch.from_numpy(tgt))
+        (t_logits * torch.from_numpy(R)).sum().backward()
+        logits = C.to_numpy(t_logits)
+        grads = torch_hf.to_hf(t_ours, {n: p.grad for n, p in t_ours.named_parameters()})
+    result = C.Result()
+    result.outputs["logits"] = (logits, C.to_numpy(out))
+    for name, p in theirs.named_parameters():
+        if name != "model.encoder.embed_positions.weight":  # fixed sinusoids (see compare_whisper)
+            result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
+    assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+    assert not C.failures(result, np.float64), C.worst(result, np.float64)
