@@ -273,3 +273,47 @@ def test_whisper_tiny_full_shape_equals_transformers_in_float64(tmp_path, side):
             result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
     assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
     assert not C.failures(result, np.float64), C.worst(result, np.float64)
+
+
+# openai/whisper-tiny's config.json as released (its keys and option values; sizes and token ids shrunk to the tiny
+# model above: d_model 384 -> 24, 4 + 4 layers -> 2 + 2, 1500 / 448 positions -> 8 / 24, 51865 tokens -> 120, the
+# special ids 50257 -> 110, 50258 -> 111, the forced language / task / no-timestamps ids -> 112, 113, 114)
+WHISPER_TINY_RELEASED = {
+    "_name_or_path": "openai/whisper-tiny", "activation_dropout": 0.0, "activation_function": "gelu",
+    "apply_spec_augment": False, "architectures": ["WhisperForConditionalGeneration"], "attention_dropout": 0.0,
+    "begin_suppress_tokens": [100, 110], "bos_token_id": 110, "classifier_proj_size": 256, "d_model": 24,
+    "decoder_attention_heads": 6, "decoder_ffn_dim": 48, "decoder_layerdrop": 0.0, "decoder_layers": 2,
+    "decoder_start_token_id": 111, "dropout": 0.0, "encoder_attention_heads": 6, "encoder_ffn_dim": 48,
+    "encoder_layerdrop": 0.0, "encoder_layers": 2, "eos_token_id": 110,
+    "forced_decoder_ids": [[1, 112], [2, 113], [3, 114]], "init_std": 0.02, "is_encoder_decoder": True,
+    "mask_feature_length": 10, "mask_feature_min_masks": 0, "mask_feature_prob": 0.0, "mask_time_length": 10,
+    "mask_time_min_masks": 2, "mask_time_prob": 0.05, "max_length": 24, "max_source_positions": 8,
+    "max_target_positions": 24, "median_filter_width": 7, "model_type": "whisper", "num_hidden_layers": 2,
+    "num_mel_bins": 80, "pad_token_id": 110, "scale_embedding": False, "suppress_tokens": [1, 2, 7],
+    "torch_dtype": "float32", "transformers_version": "4.27.0.dev0", "use_cache": True,
+    "use_weighted_layer_sum": False, "vocab_size": 120,
+}  # fmt: skip
+# keys no layer of WhisperForConditionalGeneration computes with (initialisation, SpecAugment's settings while
+# apply_spec_augment is false, the audio classifier's, word timestamps', bookkeeping) and generation settings
+# (forced_decoder_ids, suppress_tokens, begin_suppress_tokens, max_length: decoding's, warned about when read)
+WHISPER_NOT_COMPUTED = {
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "transformers_version", "use_cache", "init_std",
+    "num_hidden_layers", "bos_token_id", "classifier_proj_size", "median_filter_width", "mask_feature_length",
+    "mask_feature_min_masks", "mask_feature_prob", "mask_time_length", "mask_time_min_masks", "mask_time_prob",
+    "forced_decoder_ids", "suppress_tokens", "begin_suppress_tokens", "max_length",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_whisper_tiny_released_config_json_reads_whole(checkpoint, side, tmp_path):
+    """Every key whisper-tiny's config.json sets is read by the family's map or computed by no layer of transformers'
+    class; a checkpoint carrying it equals transformers' in float64, outputs and every gradient."""
+    from transformer_spec.families.whisper import WHISPER_CONFIG
+
+    read = {key.theirs for key in WHISPER_CONFIG.keys} | set(WHISPER_CONFIG.dropout)
+    assert set(WHISPER_TINY_RELEASED) - read == WHISPER_NOT_COMPUTED
+    (tmp_path / "model.safetensors").write_bytes((checkpoint / "model.safetensors").read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps(WHISPER_TINY_RELEASED))
+    with pytest.warns(UserWarning, match=r"does not apply.*begin_suppress_tokens=\[100, 110\], suppress_tokens"):
+        result = compare_whisper(tmp_path, side)
+    assert not C.failures(result, np.float64)
