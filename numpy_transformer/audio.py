@@ -109,8 +109,10 @@ def conv1d_backward(dout: np.ndarray, cache: Conv1dCache) -> tuple[np.ndarray, n
 
     .. math::
 
-        dW_{\mathrm{flat}} = dY^T X_{\mathrm{cols}}, \qquad db = \sum_{b,t} dY_{b,:,t}, \qquad
-        dX_{\mathrm{cols}} = dY\, W_{\mathrm{flat}}, \qquad
+        dW_{\mathrm{flat}} = dY^T X_{\mathrm{cols}}, \qquad db = \sum_{b,t} dY_{b,:,t}
+
+        dX_{\mathrm{cols}} = dY\, W_{\mathrm{flat}}
+
         dx^{p}_{b,c,j} = \sum_{t s + k = j} dX_{\mathrm{cols}\, b,t,(c,k)}
 
     and dx is dx^p without its padding."""
@@ -138,8 +140,9 @@ def whisper_sinusoids(length: int, channels: int, dtype: DTypeLike = np.float64)
 
     .. math::
 
-        PE[t, i] = \sin(t\, \omega_i), \quad PE[t, D/2 + i] = \cos(t\, \omega_i), \qquad
-        \omega_i = \exp\!\big(-i \log(10000) / (D/2 - 1)\big), \quad i = 0 .. D/2 - 1
+        PE[t, i] = \sin(t\, \omega_i), \qquad PE[t, D/2 + i] = \cos(t\, \omega_i)
+
+        \omega_i = \exp\!\big(-i \log(10000) / (D/2 - 1)\big), \qquad i = 0 .. D/2 - 1
     """
     if channels % 2 or channels < 4:
         raise ValueError(f"whisper_sinusoids: channels must be even and at least 4, got {channels}")
@@ -189,10 +192,13 @@ def audio_embed_backward(dout: np.ndarray, cache: AudioEmbedCache) -> dict:
 
     .. math::
 
-        dh_2 = (d\,\mathrm{drop})^T, \quad dz_2 = \mathrm{gelu}'(z_2) \odot dh_2, \quad
-        dh_1 = \mathrm{conv}_2^T(dz_2), \quad dz_1 = \mathrm{gelu}'(z_1) \odot dh_1
+        dh_2 = (d\,\mathrm{drop})^T, \qquad dz_2 = \mathrm{gelu}'(z_2) \odot dh_2
 
-    The features' own gradient (conv1's dx) is not needed by the model and is dropped."""
+        dh_1 = \mathrm{conv}_2^T(dz_2), \qquad dz_1 = \mathrm{gelu}'(z_1) \odot dh_1
+
+    with :math:`z_1 = \mathrm{conv}_1(f)`, :math:`z_2 = \mathrm{conv}_2(\mathrm{gelu}(z_1))` and
+    :math:`\mathrm{conv}^T` conv1d_backward's input gradient. The features' own gradient (conv1's) is not needed by
+    the model and is dropped."""
     c = cache
     dx = dropout_backward(dout, c.dropout)
     dh = np.ascontiguousarray(dx.transpose(0, 2, 1))  # (B, D, S): x = h^T + PE
