@@ -4,7 +4,9 @@ A tiny model of openai/whisper-tiny's shape (pre-norm, 6 heads, exact GELU, 80 m
 eos and a separate decoder start token), shrunk: d_model 24, 2 + 2 layers, 8 encoder positions (16 frames), 24
 decoder positions, 120 tokens. Built and saved here with save_pretrained, loaded with our hf.load on both sides.
 Required: float64 logits and every parameter gradient within 1e-10 of transformers' (a random upstream gradient;
-gradients not all zero); greedy and beam search equal to generate() on input_features.
+gradients not all zero), in evaluation mode on both sides and in training mode on the NumPy side (transformers
+replaying our dropout masks); greedy and beam search equal to generate() on input_features. Slow: the same at
+whisper-tiny's full sizes.
 
 generate() for Whisper is WhisperGenerationMixin's: on these 16-frame (short-form) features, with no language, task
 or timestamp settings in the generation config, it starts from decoder_start_token_id and returns the tokens after
@@ -313,3 +315,34 @@ def test_whisper_tiny_released_config_json_reads_whole(checkpoint, side, tmp_pat
     with pytest.warns(UserWarning, match=r"does not apply.*begin_suppress_tokens=\[100, 110\], suppress_tokens"):
         result = compare_whisper(tmp_path, side)
     assert not C.failures(result, np.float64)
+
+
+def test_whisper_in_training_mode_drops_the_units_transformers_drops(tmp_path):
+    """The NumPy model in training mode with the checkpoint's dropout rates (0.1 after the embeddings and on each
+    sublayer's output, 0.2 on the attention probabilities, 0.3 on the feed-forward's hidden units); transformers'
+    model (eager attention) replays our keep-masks (hf_compare.replayed_dropout, each checked for its shape and
+    rate): logits and every gradient equal in float64."""
+    from parity_tests.hf_compare import replayed_dropout
+
+    build_whisper(tmp_path, dropout=0.1, attention_dropout=0.2, activation_dropout=0.3)
+    rng = np.random.default_rng(4)
+    x, tgt = features(), np.array([[111, 5, 6, 7], [111, 8, 9, 10]])
+    R = rng.standard_normal((*tgt.shape, 120))
+    ours = np_hf.load(tmp_path, dtype=np.float64).train()
+    logits = ours.forward(x, tgt)
+    ours.backward(R)
+    grads = np_hf.to_hf(ours, ours.grads)
+    theirs = transformers.WhisperForConditionalGeneration.from_pretrained(
+        tmp_path, dtype=torch.float64, attn_implementation="eager"
+    ).train()
+    with replayed_dropout(ours):
+        out = theirs(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt)).logits
+    (out * torch.from_numpy(R)).sum().backward()
+    result = C.Result()
+    result.outputs["logits"] = (logits, C.to_numpy(out))
+    for name, p in theirs.named_parameters():
+        if name != "model.encoder.embed_positions.weight":  # fixed sinusoids (see compare_whisper)
+            result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
+    assert len(ours.dropout_masks) == 1 + 2 * 4 + 1 + 2 * 6  # embeddings; per encoder / decoder layer
+    assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+    assert not C.failures(result, np.float64), C.worst(result, np.float64)
