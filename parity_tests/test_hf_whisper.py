@@ -25,12 +25,13 @@ import torch
 import transformers
 
 import numpy_transformer as nt
-import torch_transformer as tt
 from numpy_transformer import audio, gradcheck
+from numpy_transformer import checkpoint as np_checkpoint
 from numpy_transformer import decoding as np_decoding
 from numpy_transformer import hf as np_hf
 from parity_tests import components as C
 from torch_transformer import audio as torch_audio
+from torch_transformer import checkpoint as torch_checkpoint
 from torch_transformer import decoding as torch_decoding
 from torch_transformer import hf as torch_hf
 
@@ -235,7 +236,8 @@ def test_speech_transformer_config_needs_are_named():
             build(config)
     with pytest.raises(ValueError, match="n_mels"):
         audio.SpeechTransformer(nt.TransformerConfig(norm_first=True, positional="learned"))
-    assert tt.Transformer is not None
+    with pytest.raises(ValueError, match="source_positions"):
+        torch_audio.SpeechTransformer(nt.TransformerConfig(n_mels=8, norm_first=True, positional="learned"))
 
 
 @pytest.mark.slow
@@ -346,3 +348,20 @@ def test_whisper_in_training_mode_drops_the_units_transformers_drops(tmp_path):
     assert len(ours.dropout_masks) == 1 + 2 * 4 + 1 + 2 * 6  # embeddings; per encoder / decoder layer
     assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
     assert not C.failures(result, np.float64), C.worst(result, np.float64)
+
+
+def test_speech_transformer_checkpoints_of_our_own_cross_sides(checkpoint, tmp_path):
+    """save_checkpoint / load_checkpoint (our safetensors format, the position table included) round trips, NumPy to
+    torch and back, with the same logits."""
+    ours = np_hf.load(checkpoint, dtype=np.float64)
+    x, tgt = features(), np.array([[111, 4, 5], [111, 6, 7]])
+    expected = ours.forward(x, tgt)
+    np_checkpoint.save_checkpoint(tmp_path / "numpy.safetensors", ours)
+    t_model = torch_checkpoint.load_checkpoint(tmp_path / "numpy.safetensors")
+    assert isinstance(t_model, torch_audio.SpeechTransformer)
+    t_logits = C.to_numpy(t_model(torch.from_numpy(x), torch.from_numpy(tgt)))
+    torch_checkpoint.save_checkpoint(tmp_path / "torch.safetensors", t_model)
+    again = np_checkpoint.load_checkpoint(tmp_path / "torch.safetensors")
+    assert isinstance(again, audio.SpeechTransformer)
+    for logits in (t_logits, again.forward(x, tgt)):
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-12)

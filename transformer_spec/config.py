@@ -858,7 +858,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 # model in either implementation. Both packages' checkpoint modules use these two functions.
 
 CHECKPOINT_FORMAT = "transformer-parity/1"
-MODEL_CLASSES = ("Transformer", "TransformerLM", "EncoderModel")
+MODEL_CLASSES = ("Transformer", "TransformerLM", "EncoderModel", "SpeechTransformer")
 
 
 def checkpoint_metadata(config: TransformerConfig, model_class: str, extra: dict | None = None) -> dict:
