@@ -26,6 +26,7 @@ from .attention import (
     scaled_dot_product_attention_backward,
     scaled_dot_product_attention_forward,
 )
+from .audio import SpeechTransformer
 from .decoding import beam_search, generate, greedy_decode, sample
 from .flash_attention import flash_attention_backward, flash_attention_forward
 from .loss import (
@@ -47,6 +48,7 @@ __all__ = [
     "Transformer",
     "TransformerLM",
     "EncoderModel",
+    "SpeechTransformer",
     "parameter_shapes",
     "multi_head_attention_forward",
     "multi_head_attention_backward",

@@ -785,11 +785,12 @@ def _check_attention_params(
     if missing:
         raise ValueError(f"params is missing {missing}; expected the keys {weights}")
     present = [k for k in biases if k in params]
-    if present not in ([], biases, biases[:3]):
+    no_key_bias = [k for k in biases if not k.startswith("k_proj")]  # Whisper's: every bias but the key's
+    if present not in ([], biases, biases[:3], no_key_bias):
         absent = [k for k in biases if k not in params]
         raise ValueError(
             f"params has the biases {present} but not {absent}: give all four biases, none (bias-free attention), "
-            "or those of q_proj, k_proj and v_proj only (Qwen2's)"
+            "those of q_proj, k_proj and v_proj only (Qwen2's), or all but k_proj's (Whisper's)"
         )
     norms = [k for k in QK_NORM_KEYS if k in params]
     if norms not in ([], list(QK_NORM_KEYS)):

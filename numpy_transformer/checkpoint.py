@@ -36,7 +36,9 @@ from transformer_spec.config import (
     checkpoint_metadata,
     parse_checkpoint_metadata,
 )
+from transformer_spec.shapes import speech_parameter_shapes
 
+from .audio import SpeechTransformer
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 Model = Transformer | TransformerLM | EncoderModel
@@ -44,6 +46,7 @@ CLASSES: dict[str, type[Model]] = {
     "Transformer": Transformer,
     "TransformerLM": TransformerLM,
     "EncoderModel": EncoderModel,
+    "SpeechTransformer": SpeechTransformer,
 }
 # Parameters are floating point. NumPy holds F16, F32 and F64; a BF16 tensor (a torch bfloat16 model's)
 # is widened exactly to float32.
@@ -63,7 +66,8 @@ def save_checkpoint(path: str | os.PathLike, model: Model, metadata: dict | None
         raise TypeError(
             f"model must be a numpy_transformer Transformer, TransformerLM or EncoderModel, got {type(model).__name__}"
         )
-    state = {k: np.ascontiguousarray(v) for k, v in model.params.items()}
+    tensors = model.params | getattr(model, "buffers", {})  # Whisper's fixed position table too
+    state = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
     _safetensors().numpy.save_file(
         state, os.fspath(path), metadata=checkpoint_metadata(model.config, type(model).__name__, metadata)
     )
@@ -131,6 +135,8 @@ def _read(
         check_layer_count(config, len(header), path)  # before listing the parameter names the config implies
         cls = CLASSES[model_class]
         expected = parameter_shapes(config, cls.decoder_only, cls.encoder_only)
+        if model_class == "SpeechTransformer":  # its parameters and its fixed position table
+            expected = speech_parameter_shapes(config, buffers=True)
         check_checkpoint_tensors(header, expected, model_class, path)
         state = {name: read_tensor(f, Path(path), name, dtype) for name, (dtype, _) in header.items()}
     return state, config, model_class, extra

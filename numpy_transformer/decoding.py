@@ -103,11 +103,15 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int, sr
     memory, memory_mask = None, None
     if src_ids is not None:
         n_copies = n_rows // src_ids.shape[0]
-        memory, _ = encoder_forward(
-            model.encoder_params(), src_ids, cfg, attention_mask=src_mask, keep=False
-        )  # (B, S, D)
+        encode_source = getattr(model, "encode_source", None)  # a SpeechTransformer's: its audio encoder, no mask
+        if encode_source is not None:
+            memory, source_mask = encode_source(src_ids, src_mask)  # (B, S, D), None
+        else:
+            memory, _ = encoder_forward(
+                model.encoder_params(), src_ids, cfg, attention_mask=src_mask, keep=False
+            )  # (B, S, D)
+            source_mask = model_source_mask(src_ids, src_mask, cfg.pad_id)  # (B, 1, 1, S), or None: nothing masked
         memory = np.repeat(memory, n_copies, axis=0)  # (N, S, D): the beams of a source share its memory
-        source_mask = model_source_mask(src_ids, src_mask, cfg.pad_id)  # (B, 1, 1, S), or None: nothing masked
         if source_mask is not None:
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
     layers = [
@@ -578,7 +582,11 @@ def check_decoding_inputs(model, src_ids, max_len, start_id=None):
     if max_len is not None:
         check_int("max_len", max_len)
     if isinstance(model, Transformer):
-        src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
+        check_source = getattr(model, "check_source", None)  # a SpeechTransformer's: input features, not ids
+        if check_source is not None:
+            src_ids = check_source(src_ids)
+        else:
+            src_ids = check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
         start = cfg.bos_id if start_id is None else start_id
         if start is None:
             raise ValueError(

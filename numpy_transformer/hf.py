@@ -21,7 +21,9 @@ import numpy as np
 from transformer_spec import checkpoints
 from transformer_spec.checkpoints import MAX_BYTES, Checkpoint, generation_config, read_bfloat16
 from transformer_spec.families import Family, family_for_model, tied_copies, to_hf_tensors, write_layout
+from transformer_spec.shapes import speech_parameter_shapes
 
+from .audio import SpeechTransformer
 from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
 
 ModelClass = type[EncoderModel] | type[TransformerLM] | type[Transformer]
@@ -29,6 +31,7 @@ CLASSES: dict[str, ModelClass] = {
     "EncoderModel": EncoderModel,
     "TransformerLM": TransformerLM,
     "Transformer": Transformer,
+    "SpeechTransformer": SpeechTransformer,
 }
 
 
@@ -62,6 +65,8 @@ def load(directory, dtype=np.float32, dropout: float | None = None, max_bytes: i
 def shapes(config, model_class: str) -> dict:
     """The state-dict names and shapes of our NumPy `model_class` ("Transformer", "TransformerLM",
     "EncoderModel") built from `config` (transformer_spec.checkpoints.Shapes), nothing allocated."""
+    if model_class == "SpeechTransformer":  # Whisper: its fixed position table is read too
+        return speech_parameter_shapes(config, buffers=True)
     cls = CLASSES[model_class]
     return parameter_shapes(config, cls.decoder_only, cls.encoder_only)
 
@@ -93,7 +98,7 @@ def save(model, directory, overwrite: bool = False) -> None:
     hf_config = dict(model.hf_config)
     hf_config |= family.config_json(model.config, model.hf_config)  # RoPE spelled as the file it was read from
     hf_config |= {"model_type": family.model_type, "architectures": [family.architecture], "dtype": model.dtype.name}
-    tensors = to_hf(model, model.params, tied=False)
+    tensors = to_hf(model, model.params | getattr(model, "buffers", {}), tied=False)  # Whisper's fixed table too
     tensors |= tied_copies(family, model.config, tensors, hf_config)
     from safetensors.numpy import save_file  # looked up at each save (a test replaces it to fail a write)
 
@@ -108,7 +113,8 @@ def to_hf(model, tensors: dict, tied: bool = True) -> dict:
     `tied` includes it, the same array. Returns contiguous arrays."""
     n_heads = model.config.n_heads
     write = lambda arrays, rule: to_hf_layout(arrays, rule, n_heads)  # noqa: E731
-    return to_hf_tensors(family_for_model(model), model.config, tensors, model.params, write, tied)
+    names = model.params | {k: v for k, v in getattr(model, "buffers", {}).items() if k in tensors}  # Whisper's table
+    return to_hf_tensors(family_for_model(model), model.config, tensors, names, write, tied)
 
 
 def to_hf_layout(arrays: list, rule, n_heads: int) -> np.ndarray:

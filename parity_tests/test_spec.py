@@ -120,6 +120,9 @@ def tiny_config_json(model_type: str) -> dict:
         # GPT-OSS: GptOssConfig's own defaults for the rest (its YaRN, its layer alternation, sinks, biased experts)
         "gpt_oss": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=20,
                         num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=2, sliding_window=4),
+        "whisper": dict(d_model=16, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=20,
+                        decoder_ffn_dim=20, encoder_layers=2, decoder_layers=1, num_mel_bins=8,
+                        max_source_positions=6, max_target_positions=24, decoder_start_token_id=3, dropout=0.1),
     }  # fmt: skip
     return transformers.AutoConfig.for_model(model_type, **TINY | sizes[model_type]).to_dict()
 
@@ -144,7 +147,7 @@ def test_each_family_is_one_file_that_registers_it():
         "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
         "gpt_neox": "gpt_neox", "gemma3_text": "gemma3", "gemma2": "gemma2", "phi": "phi",
         "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "olmo2": "olmo2",
-        "smollm3": "smollm3", "gpt_oss": "gpt_oss",
+        "smollm3": "smollm3", "gpt_oss": "gpt_oss", "whisper": "whisper",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

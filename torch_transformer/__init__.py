@@ -10,6 +10,7 @@ torchrun and DistributedDataParallel: `torch_transformer.distributed` (imported 
 from transformer_spec.config import TransformerConfig
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
+from .audio import SpeechTransformer
 from .decoding import beam_search, generate, greedy_decode, sample
 from .layers import Dropout, FeedForward, sinusoidal_table
 from .loss import cross_entropy, multiple_negatives_ranking_loss
@@ -30,6 +31,7 @@ __all__ = [
     "Transformer",
     "TransformerLM",
     "EncoderModel",
+    "SpeechTransformer",
     "Encoder",
     "Decoder",
     "EncoderLayer",

@@ -25,9 +25,15 @@ from transformer_spec.config import (
     parse_checkpoint_metadata,
 )
 
+from .audio import SpeechTransformer
 from .model import EncoderModel, Transformer, TransformerLM
 
-CLASSES = {"Transformer": Transformer, "TransformerLM": TransformerLM, "EncoderModel": EncoderModel}
+CLASSES = {
+    "Transformer": Transformer,
+    "TransformerLM": TransformerLM,
+    "EncoderModel": EncoderModel,
+    "SpeechTransformer": SpeechTransformer,
+}
 
 
 def save_checkpoint(path, model: Transformer | TransformerLM | EncoderModel, metadata: dict | None = None) -> None:

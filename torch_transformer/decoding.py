@@ -90,8 +90,13 @@ def new_cache(model: Model, src_ids: Tensor | None, n_rows: int, total_len: int,
     memory, memory_mask = None, None
     if src_ids is not None and isinstance(model, Transformer):
         copies = n_rows // src_ids.shape[0]
-        memory = model.encode(src_ids, attention_mask=src_mask).repeat_interleave(copies, dim=0)  # (N, S, D)
-        source_mask = model_source_mask(src_ids, src_mask, c.pad_id)  # (B, 1, 1, S), or None: nothing masked
+        encode_source = getattr(model, "encode_source", None)  # a SpeechTransformer's: its audio encoder, no mask
+        if encode_source is not None:
+            memory, source_mask = encode_source(src_ids, src_mask)  # (B, S, D), None
+        else:
+            memory = model.encode(src_ids, attention_mask=src_mask)  # (B, S, D)
+            source_mask = model_source_mask(src_ids, src_mask, c.pad_id)  # (B, 1, 1, S), or None: nothing masked
+        memory = memory.repeat_interleave(copies, dim=0)  # (N, S, D)
         if source_mask is not None:
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
@@ -568,7 +573,11 @@ def check_decoding_inputs(
         check_int("max_len", max_len)
     source: Tensor | None = None
     if isinstance(model, Transformer):
-        check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
+        check_source = getattr(model, "check_source", None)  # a SpeechTransformer's: input features, not ids
+        if check_source is not None:
+            check_source(src_ids)
+        else:
+            check_ids("src_ids", src_ids, cfg.src_vocab_size, cfg.position_limit)
         start = cfg.bos_id if start_id is None else start_id
         if start is None:
             raise ValueError(

@@ -304,6 +304,9 @@ class TransformerConfig:
     attention_dropout: float | None = None  # on the attention probabilities
     activation_dropout: float | None = None  # on the feed-forward's hidden activation
     residual_dropout: float | None = None  # on each sublayer's output, before it joins the residual stream
+    # -- Whisper's audio front end (numpy_transformer.audio.SpeechTransformer; 0: none, the token table) -----------
+    n_mels: int = 0  # mel bins of the input features (B, n_mels, 2 * source_positions): conv1's input channels
+    source_positions: int = 0  # the encoder's positions (max_source_positions), its sinusoid table's rows
 
     def __post_init__(self) -> None:
         """Validate every field, one group of fields at a time: TypeError for a wrong type, ValueError for a value
@@ -883,7 +886,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 # model in either implementation. Both packages' checkpoint modules use these two functions.
 
 CHECKPOINT_FORMAT = "transformer-parity/1"
-MODEL_CLASSES = ("Transformer", "TransformerLM", "EncoderModel")
+MODEL_CLASSES = ("Transformer", "TransformerLM", "EncoderModel", "SpeechTransformer")
 
 
 def checkpoint_metadata(config: TransformerConfig, model_class: str, extra: dict | None = None) -> dict:

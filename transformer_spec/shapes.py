@@ -158,3 +158,22 @@ class _Shapes:
             self.shapes["output_proj.weight"] = (config.tgt_vocab_size, config.d_model)
         if config.output_bias:
             self.shapes["output_proj.bias"] = (config.tgt_vocab_size,)
+
+
+SPEECH_POSITION_TABLE = "encoder.position_table"  # Whisper's encoder.embed_positions.weight: fixed, a buffer
+
+
+def speech_parameter_shapes(config: TransformerConfig, buffers: bool = False) -> dict[str, Shape]:
+    """The SpeechTransformer's (Whisper's) names and shapes: the two convolutions of its audio front end first, then
+    the Transformer's (pre-norm, learned decoder positions) without the encoder's token and position tables and
+    without any key bias. buffers: also its fixed position table (S, D), which checkpoints hold."""
+    D, M = config.d_model, config.n_mels
+    shapes: dict[str, Shape] = {"encoder.conv1.weight": (D, M, 3), "encoder.conv1.bias": (D,)}
+    shapes |= {"encoder.conv2.weight": (D, D, 3), "encoder.conv2.bias": (D,)}
+    if buffers:
+        shapes[SPEECH_POSITION_TABLE] = (config.source_positions, D)
+    for name, shape in parameter_shapes(config).items():
+        if name.startswith(("encoder.token_embedding.", "encoder.position_embedding.")) or name.endswith("k_proj.bias"):
+            continue
+        shapes[name] = shape
+    return shapes

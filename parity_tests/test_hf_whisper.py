@@ -1,0 +1,367 @@
+"""Whisper (WhisperForConditionalGeneration) against transformers, and its audio front end by finite differences.
+
+A tiny model of openai/whisper-tiny's shape (pre-norm, 6 heads, exact GELU, 80 mel bins, tied proj_out, pad = bos =
+eos and a separate decoder start token), shrunk: d_model 24, 2 + 2 layers, 8 encoder positions (16 frames), 24
+decoder positions, 120 tokens. Built and saved here with save_pretrained, loaded with our hf.load on both sides.
+Required: float64 logits and every parameter gradient within 1e-10 of transformers' (a random upstream gradient;
+gradients not all zero), in evaluation mode on both sides and in training mode on the NumPy side (transformers
+replaying our dropout masks); greedy and beam search equal to generate() on input_features. Slow: the same at
+whisper-tiny's full sizes.
+
+generate() for Whisper is WhisperGenerationMixin's: on these 16-frame (short-form) features, with no language, task
+or timestamp settings in the generation config, it starts from decoder_start_token_id and returns the tokens after
+it; our decoders return the start token first. Its Whisper-only extras (forced language and task tokens, timestamps,
+language detection, suppress_tokens / begin_suppress_tokens) are not computed here: loading a checkpoint whose
+generation_config.json sets them warns by name.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import numpy_transformer as nt
+from numpy_transformer import audio, gradcheck
+from numpy_transformer import checkpoint as np_checkpoint
+from numpy_transformer import decoding as np_decoding
+from numpy_transformer import hf as np_hf
+from parity_tests import components as C
+from torch_transformer import audio as torch_audio
+from torch_transformer import checkpoint as torch_checkpoint
+from torch_transformer import decoding as torch_decoding
+from torch_transformer import hf as torch_hf
+
+transformers.logging.set_verbosity_error()
+
+# whisper-tiny's config.json, its sizes shrunk (d_model 384, 4 + 4 layers, 1500 / 448 positions, 51865 tokens there)
+WHISPER_TINY_SHRUNK = dict(
+    vocab_size=120, num_mel_bins=80, d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=6,
+    decoder_attention_heads=6, encoder_ffn_dim=48, decoder_ffn_dim=48, max_source_positions=8,
+    max_target_positions=24, pad_token_id=110, bos_token_id=110, eos_token_id=110, decoder_start_token_id=111,
+    activation_function="gelu", scale_embedding=False, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    encoder_layerdrop=0.0, decoder_layerdrop=0.0, apply_spec_augment=False, use_cache=True, tie_word_embeddings=True,
+    begin_suppress_tokens=None, suppress_tokens=None,
+    init_std=0.3,  # initialisation only: weights spread enough that greedy and beam search take varied paths
+)  # fmt: skip
+
+
+def build_whisper(directory, **overrides) -> None:
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(**WHISPER_TINY_SHRUNK | overrides)
+    transformers.WhisperForConditionalGeneration(config).eval().save_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("whisper")
+    build_whisper(directory)
+    return directory
+
+
+def reference(directory) -> transformers.WhisperForConditionalGeneration:
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(directory, dtype=torch.float64)
+    return model.eval()
+
+
+def features(batch: int = 2, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, 80, 16))  # (B, n_mels, 2 * max_source_positions)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch", "torch-cuda"])
+def test_whisper_equals_transformers_in_float64(checkpoint, side):
+    if side == "torch-cuda" and not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
+    result = compare_whisper(checkpoint, side)
+    assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())  # no gradient vacuously zero
+    assert not C.failures(result, np.float64)
+
+
+def compare_whisper(checkpoint, side: str) -> C.Result:
+    """Logits and every parameter gradient, ours (hf.load on `side`: "numpy", "torch" or "torch-cuda", the torch model
+    on the GPU) vs transformers' on the CPU, in float64, one random upstream gradient of the logits."""
+    rng = np.random.default_rng(1)
+    x = features()
+    tgt = np.array([[111, 5, 110, 7, 9, 3], [111, 110, 2, 8, 64, 110]])  # pad (= eos) read as a token
+    R = rng.standard_normal((*tgt.shape, 120))  # the upstream gradient of the logits
+    theirs = reference(checkpoint)
+    out = theirs(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt)).logits
+    (out * torch.from_numpy(R)).sum().backward()
+    if side == "numpy":
+        ours = np_hf.load(checkpoint, dtype=np.float64)
+        assert isinstance(ours, audio.SpeechTransformer)
+        logits = ours.forward(x, tgt)
+        ours.backward(R)
+        grads = np_hf.to_hf(ours, ours.grads)
+    else:
+        device = "cuda" if side == "torch-cuda" else "cpu"
+        ours = torch_hf.load(checkpoint, dtype=torch.float64, device=device)
+        assert isinstance(ours, torch_audio.SpeechTransformer)
+        t_logits = ours(torch.from_numpy(x).to(device), torch.from_numpy(tgt).to(device))
+        (t_logits * torch.from_numpy(R).to(device)).sum().backward()
+        logits = C.to_numpy(t_logits)
+        grads = torch_hf.to_hf(ours, {n: p.grad for n, p in ours.named_parameters()})
+    result = C.Result()
+    result.outputs["logits"] = (logits, C.to_numpy(out))
+    for name, p in theirs.named_parameters():
+        if name == "model.encoder.embed_positions.weight":
+            # fixed sinusoids: a buffer here. WhisperEncoder freezes them (requires_grad_(False)), but a model from
+            # from_pretrained (transformers 5) holds them trainable again; they are not compared as a gradient
+            continue
+        assert p.grad is not None, name
+        result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
+    assert len(result.grads) == len(ours_parameters(ours))  # every parameter of ours compared
+    return result
+
+
+def ours_parameters(model) -> list:
+    if isinstance(model, torch.nn.Module):
+        return list(model.parameters())
+    return [torch.from_numpy(v) for v in model.params.values()]
+
+
+def test_whisper_decoding_equals_generate(checkpoint):
+    """Greedy (cached and recomputed) and beam search, both sides, equal to generate() on input_features."""
+    x = features(batch=3, seed=2)
+    theirs = reference(checkpoint)
+    t_x = torch.from_numpy(x)
+    greedy = theirs.generate(input_features=t_x, max_new_tokens=10, do_sample=False, num_beams=1).numpy()
+    beam = theirs.generate(input_features=t_x, max_new_tokens=10, do_sample=False, num_beams=3).numpy()
+    ours_np = np_hf.load(checkpoint, dtype=np.float64)
+    ours_torch = torch_hf.load(checkpoint, dtype=torch.float64)
+    found = {
+        "numpy greedy": np_decoding.greedy_decode(ours_np, x, max_len=10),
+        "numpy greedy, no cache": np_decoding.greedy_decode(ours_np, x, max_len=10, use_cache=False),
+        "torch greedy": torch_decoding.greedy_decode(ours_torch, t_x, max_len=10).numpy(),
+    }
+    for name, tokens in found.items():
+        assert (tokens[:, 0] == 111).all(), name  # the decoder start token first; generate() returns what follows
+        np.testing.assert_array_equal(tokens[:, 1:], greedy, err_msg=name)
+    assert len({tuple(row) for row in greedy}) > 1  # the rows took different paths: the comparison means something
+    for name, tokens in {
+        "numpy beam": np_decoding.beam_search(ours_np, x, beam_size=3, max_len=10),
+        "torch beam": torch_decoding.beam_search(ours_torch, t_x, beam_size=3, max_len=10).numpy(),
+    }.items():
+        np.testing.assert_array_equal(tokens[:, 1:], beam, err_msg=name)
+
+
+def test_whisper_saves_load_in_transformers(checkpoint, tmp_path):
+    x, tgt = features(), np.array([[111, 4, 5], [111, 6, 7]])
+    expected = reference(checkpoint)(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt))
+    np_hf.save(np_hf.load(checkpoint, dtype=np.float64), tmp_path / "numpy")
+    torch_hf.save(torch_hf.load(checkpoint, dtype=torch.float64), tmp_path / "torch")
+    for side in ("numpy", "torch"):
+        again = reference(tmp_path / side)(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt))
+        np.testing.assert_allclose(C.to_numpy(again.logits), C.to_numpy(expected.logits), rtol=0, atol=1e-12)
+    # a model of our own (float64 sinusoids) writes its table: transformers reads exactly the values we use
+    config = np_hf.load(checkpoint, dtype=np.float64).config
+    own = audio.SpeechTransformer(config, seed=3)
+    np_hf.save(own, tmp_path / "own")
+    loaded = reference(tmp_path / "own")
+    np.testing.assert_array_equal(
+        C.to_numpy(loaded.model.encoder.embed_positions.weight), own.buffers[audio.POSITION_TABLE]
+    )
+    mine = own.forward(x, tgt)
+    theirs = loaded(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt)).logits
+    ((_, error),) = C.relative_errors({"logits": (mine, C.to_numpy(theirs))}, np.float64).values()
+    assert error <= 1e-10
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("scale_embedding", True), ("apply_spec_augment", True), ("encoder_layerdrop", 0.1), ("decoder_layerdrop", 0.1)],
+)
+def test_whisper_options_not_computed_are_refused_by_name(checkpoint, tmp_path, key, value):
+    directory = tmp_path / "changed"
+    directory.mkdir()
+    for name in ("model.safetensors", "generation_config.json"):
+        (directory / name).write_bytes((checkpoint / name).read_bytes())
+    config = json.loads((checkpoint / "config.json").read_text()) | {key: value}
+    (directory / "config.json").write_text(json.dumps(config))
+    for load in (np_hf.load, torch_hf.load):
+        with pytest.raises(ValueError, match=key):
+            load(directory)
+
+
+def test_whisper_input_features_are_checked(checkpoint):
+    ours = np_hf.load(checkpoint, dtype=np.float64)
+    tgt = np.array([[111, 4]])
+    with pytest.raises(ValueError, match="input_features must have shape \\(B, 80, 16\\)"):
+        ours.forward(np.zeros((1, 80, 15)), tgt)  # transformers' WhisperEncoder refuses it too
+    with pytest.raises(TypeError, match="input_features"):
+        ours.forward(np.zeros((1, 80, 16), dtype=np.int64), tgt)
+    t_ours = torch_hf.load(checkpoint, dtype=torch.float64)
+    with pytest.raises(ValueError, match="input_features must have shape"):
+        t_ours(torch.zeros(1, 80, 15, dtype=torch.float64), torch.tensor(tgt))
+
+
+def test_conv1d_pair_and_front_end_by_finite_differences():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 7))
+    for stride in (1, 2):
+        args = dict(x=x, weight=rng.standard_normal((4, 3, 3)), bias=rng.standard_normal(4), stride=stride, padding=1)
+        fd = gradcheck.check_pair(audio.conv1d_forward, audio.conv1d_backward, args, ["x", "weight", "bias"])
+        assert fd.worst <= 1e-6, str(fd)
+        y, _ = audio.conv1d_forward(**args)
+        t_args = {k: torch.from_numpy(v) for k, v in args.items() if isinstance(v, np.ndarray)}
+        expected = torch.nn.functional.conv1d(t_args["x"], t_args["weight"], t_args["bias"], stride=stride, padding=1)
+        np.testing.assert_allclose(y, expected.numpy(), rtol=0, atol=1e-13)
+    params = {
+        "conv1.weight": rng.standard_normal((6, 3, 3)),
+        "conv1.bias": rng.standard_normal(6),
+        "conv2.weight": rng.standard_normal((6, 6, 3)),
+        "conv2.bias": rng.standard_normal(6),
+    }
+    table = audio.whisper_sinusoids(4, 6)
+    args = dict(params=params, features=rng.standard_normal((2, 3, 8)), table=table)
+    fd = gradcheck.check_pair(audio.audio_embed_forward, audio.audio_embed_backward, args, ["params"])
+    assert fd.worst <= 1e-6, str(fd)
+
+
+def test_whisper_sinusoids_are_transformers_table():
+    from transformers.models.whisper.modeling_whisper import sinusoids
+
+    theirs = sinusoids(12, 24).numpy()  # computed in float32 there
+    for ours in (audio.whisper_sinusoids(12, 24), torch_audio.whisper_sinusoids(12, 24).numpy()):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6)
+
+
+def test_speech_transformer_config_needs_are_named():
+    config = nt.TransformerConfig(n_mels=8, source_positions=4, norm_first=True, positional="sinusoidal")
+    for build in (audio.SpeechTransformer, torch_audio.SpeechTransformer):
+        with pytest.raises(ValueError, match="positional"):
+            build(config)
+    with pytest.raises(ValueError, match="n_mels"):
+        audio.SpeechTransformer(nt.TransformerConfig(norm_first=True, positional="learned"))
+    with pytest.raises(ValueError, match="source_positions"):
+        torch_audio.SpeechTransformer(nt.TransformerConfig(n_mels=8, norm_first=True, positional="learned"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_whisper_tiny_full_shape_equals_transformers_in_float64(tmp_path, side):
+    """whisper-tiny's own sizes (WhisperConfig's defaults: d_model 384, 4 + 4 layers, 6 heads, 1536 hidden, 80 mel
+    bins, 1500 encoder positions from 3000 frames, 448 decoder positions, 51865 tokens), random weights."""
+    torch.manual_seed(0)
+    config = transformers.WhisperConfig(begin_suppress_tokens=None, suppress_tokens=None)
+    transformers.WhisperForConditionalGeneration(config).eval().save_pretrained(tmp_path)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 80, 3000))
+    tgt = np.array([[50258, 50259, 50359, 50363, 400, 50257]])
+    R = rng.standard_normal((*tgt.shape, 51865))
+    theirs = reference(tmp_path)
+    out = theirs(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt)).logits
+    (out * torch.from_numpy(R)).sum().backward()
+    if side == "numpy":
+        ours = np_hf.load(tmp_path, dtype=np.float64)
+        logits = ours.forward(x, tgt)
+        ours.backward(R)
+        grads = np_hf.to_hf(ours, ours.grads)
+    else:
+        t_ours = torch_hf.load(tmp_path, dtype=torch.float64)
+        t_logits = t_ours(torch.from_numpy(x), torch.from_numpy(tgt))
+        (t_logits * torch.from_numpy(R)).sum().backward()
+        logits = C.to_numpy(t_logits)
+        grads = torch_hf.to_hf(t_ours, {n: p.grad for n, p in t_ours.named_parameters()})
+    result = C.Result()
+    result.outputs["logits"] = (logits, C.to_numpy(out))
+    for name, p in theirs.named_parameters():
+        if name != "model.encoder.embed_positions.weight":  # fixed sinusoids (see compare_whisper)
+            result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
+    assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+    assert not C.failures(result, np.float64), C.worst(result, np.float64)
+
+
+# openai/whisper-tiny's config.json as released (its keys and option values; sizes and token ids shrunk to the tiny
+# model above: d_model 384 -> 24, 4 + 4 layers -> 2 + 2, 1500 / 448 positions -> 8 / 24, 51865 tokens -> 120, the
+# special ids 50257 -> 110, 50258 -> 111, the forced language / task / no-timestamps ids -> 112, 113, 114)
+WHISPER_TINY_RELEASED = {
+    "_name_or_path": "openai/whisper-tiny", "activation_dropout": 0.0, "activation_function": "gelu",
+    "apply_spec_augment": False, "architectures": ["WhisperForConditionalGeneration"], "attention_dropout": 0.0,
+    "begin_suppress_tokens": [100, 110], "bos_token_id": 110, "classifier_proj_size": 256, "d_model": 24,
+    "decoder_attention_heads": 6, "decoder_ffn_dim": 48, "decoder_layerdrop": 0.0, "decoder_layers": 2,
+    "decoder_start_token_id": 111, "dropout": 0.0, "encoder_attention_heads": 6, "encoder_ffn_dim": 48,
+    "encoder_layerdrop": 0.0, "encoder_layers": 2, "eos_token_id": 110,
+    "forced_decoder_ids": [[1, 112], [2, 113], [3, 114]], "init_std": 0.02, "is_encoder_decoder": True,
+    "mask_feature_length": 10, "mask_feature_min_masks": 0, "mask_feature_prob": 0.0, "mask_time_length": 10,
+    "mask_time_min_masks": 2, "mask_time_prob": 0.05, "max_length": 24, "max_source_positions": 8,
+    "max_target_positions": 24, "median_filter_width": 7, "model_type": "whisper", "num_hidden_layers": 2,
+    "num_mel_bins": 80, "pad_token_id": 110, "scale_embedding": False, "suppress_tokens": [1, 2, 7],
+    "torch_dtype": "float32", "transformers_version": "4.27.0.dev0", "use_cache": True,
+    "use_weighted_layer_sum": False, "vocab_size": 120,
+}  # fmt: skip
+# keys no layer of WhisperForConditionalGeneration computes with (initialisation, SpecAugment's settings while
+# apply_spec_augment is false, the audio classifier's, word timestamps', bookkeeping) and generation settings
+# (forced_decoder_ids, suppress_tokens, begin_suppress_tokens, max_length: decoding's, warned about when read)
+WHISPER_NOT_COMPUTED = {
+    "_name_or_path", "architectures", "model_type", "torch_dtype", "transformers_version", "use_cache", "init_std",
+    "num_hidden_layers", "bos_token_id", "classifier_proj_size", "median_filter_width", "mask_feature_length",
+    "mask_feature_min_masks", "mask_feature_prob", "mask_time_length", "mask_time_min_masks", "mask_time_prob",
+    "forced_decoder_ids", "suppress_tokens", "begin_suppress_tokens", "max_length",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_whisper_tiny_released_config_json_reads_whole(checkpoint, side, tmp_path):
+    """Every key whisper-tiny's config.json sets is read by the family's map or computed by no layer of transformers'
+    class; a checkpoint carrying it equals transformers' in float64, outputs and every gradient."""
+    from transformer_spec.families.whisper import WHISPER_CONFIG
+
+    read = {key.theirs for key in WHISPER_CONFIG.keys} | set(WHISPER_CONFIG.dropout)
+    assert set(WHISPER_TINY_RELEASED) - read == WHISPER_NOT_COMPUTED
+    (tmp_path / "model.safetensors").write_bytes((checkpoint / "model.safetensors").read_bytes())
+    (tmp_path / "config.json").write_text(json.dumps(WHISPER_TINY_RELEASED))
+    with pytest.warns(UserWarning, match=r"does not apply.*begin_suppress_tokens=\[100, 110\], suppress_tokens"):
+        result = compare_whisper(tmp_path, side)
+    assert not C.failures(result, np.float64)
+
+
+def test_whisper_in_training_mode_drops_the_units_transformers_drops(tmp_path):
+    """The NumPy model in training mode with the checkpoint's dropout rates (0.1 after the embeddings and on each
+    sublayer's output, 0.2 on the attention probabilities, 0.3 on the feed-forward's hidden units); transformers'
+    model (eager attention) replays our keep-masks (hf_compare.replayed_dropout, each checked for its shape and
+    rate): logits and every gradient equal in float64."""
+    from parity_tests.hf_compare import replayed_dropout
+
+    build_whisper(tmp_path, dropout=0.1, attention_dropout=0.2, activation_dropout=0.3)
+    rng = np.random.default_rng(4)
+    x, tgt = features(), np.array([[111, 5, 6, 7], [111, 8, 9, 10]])
+    R = rng.standard_normal((*tgt.shape, 120))
+    ours = np_hf.load(tmp_path, dtype=np.float64).train()
+    logits = ours.forward(x, tgt)
+    ours.backward(R)
+    grads = np_hf.to_hf(ours, ours.grads)
+    theirs = transformers.WhisperForConditionalGeneration.from_pretrained(
+        tmp_path, dtype=torch.float64, attn_implementation="eager"
+    ).train()
+    with replayed_dropout(ours):
+        out = theirs(input_features=torch.from_numpy(x), decoder_input_ids=torch.from_numpy(tgt)).logits
+    (out * torch.from_numpy(R)).sum().backward()
+    result = C.Result()
+    result.outputs["logits"] = (logits, C.to_numpy(out))
+    for name, p in theirs.named_parameters():
+        if name != "model.encoder.embed_positions.weight":  # fixed sinusoids (see compare_whisper)
+            result.grads[name] = (C.to_numpy(torch.as_tensor(grads[name])), C.to_numpy(p.grad))
+    assert len(ours.dropout_masks) == 1 + 2 * 4 + 1 + 2 * 6  # embeddings; per encoder / decoder layer
+    assert all(np.any(ours_grad) for ours_grad, _ in result.grads.values())
+    assert not C.failures(result, np.float64), C.worst(result, np.float64)
+
+
+def test_speech_transformer_checkpoints_of_our_own_cross_sides(checkpoint, tmp_path):
+    """save_checkpoint / load_checkpoint (our safetensors format, the position table included) round trips, NumPy to
+    torch and back, with the same logits."""
+    ours = np_hf.load(checkpoint, dtype=np.float64)
+    x, tgt = features(), np.array([[111, 4, 5], [111, 6, 7]])
+    expected = ours.forward(x, tgt)
+    np_checkpoint.save_checkpoint(tmp_path / "numpy.safetensors", ours)
+    t_model = torch_checkpoint.load_checkpoint(tmp_path / "numpy.safetensors")
+    assert isinstance(t_model, torch_audio.SpeechTransformer)
+    t_logits = C.to_numpy(t_model(torch.from_numpy(x), torch.from_numpy(tgt)))
+    torch_checkpoint.save_checkpoint(tmp_path / "torch.safetensors", t_model)
+    again = np_checkpoint.load_checkpoint(tmp_path / "torch.safetensors")
+    assert isinstance(again, audio.SpeechTransformer)
+    for logits in (t_logits, again.forward(x, tgt)):
+        np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-12)
