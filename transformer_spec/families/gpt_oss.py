@@ -105,8 +105,8 @@ GPT_OSS_CONFIG = LLAMA_CONFIG.variant(
         # the experts' clamped SwiGLU reads no activation: transformers keeps hidden_act unread, so do we (silu only)
         Key("hidden_act", None, "silu", allowed=("silu",)),
         Key("rope_theta", "rope_theta", GPT_OSS_THETA, lambda value, c: float(value), written=False),
-        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json),
-        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json),
+        Key("rope_parameters", "rope_theta", None, rope_theta, source=rope_parameters_json, spelled=True),
+        Key("rope_scaling", "rope_scaling", None, rope_scaling, source=rope_scaling_json, spelled=True),
         Key("sliding_window", "sliding_window", 128, sliding_window),
         Key("layer_types", "layer_types", None, layer_types, source=written_layer_types),
         Key("num_local_experts", "n_experts", 128),
