@@ -314,7 +314,7 @@ assert checks["cached step vs recomputed"] < 1e-12
 ours = hf.load(folder, dtype=np.float64)
 print(ours.config.rope_scaling)
 checks["logits vs numpy_transformer"] = max_diff(forward(ids, theta_scaled, {}), ours.forward(ids[None])[0])
-library_tokens = nt.greedy_decode(ours, ids[None], 6)[0, len(ids) :]
+library_tokens = nt.generate(ours, ids[None], max_new_tokens=6)[0, len(ids) :]
 assert generated == library_tokens.tolist()
 print("numpy_transformer: logits within", checks["logits vs numpy_transformer"], "; the same tokens", generated)
 assert checks["logits vs numpy_transformer"] < 1e-10
@@ -381,7 +381,9 @@ from transformer_spec.config import GenerationRules  # noqa: E402
 
 rules = GenerationRules(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
 checks["top-p distribution vs numpy_transformer"] = max_diff(q, warped_probabilities(z[None], rules)[0])
-library_sample = nt.sample(ours, ids[None], 8, rng=0, temperature=temperature, top_p=top_p, top_k=0)
+library_sample = nt.generate(
+    ours, ids[None], max_new_tokens=8, do_sample=True, rng=0, temperature=temperature, top_p=top_p, top_k=0
+)
 print("numpy_transformer.sample, seed 0:", repr(tokenizer.decode(library_sample[0, len(ids) :].tolist())))
 assert checks["top-p distribution vs numpy_transformer"] < 1e-12
 

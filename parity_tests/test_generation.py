@@ -77,19 +77,19 @@ def test_when_an_element_stops(early_stopping, best_live, expected) -> None:
 def test_decoding_length_fills_the_table_or_refuses() -> None:
     assert decoding_length(None, 3, 12, lm=True) == 9
     assert decoding_length(4, 1, 12, lm=False) == 4
-    with pytest.raises(ValueError, match=r"max_len=10 generated tokens after the 3-token prompt need 13 positions"):
+    with pytest.raises(ValueError, match=r"max_new_tokens=10 generated tokens after the 3-token prompt need 13"):
         decoding_length(10, 3, 12, lm=True)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        (dict(beam_size=0), ValueError, r"beam_size must be >= 1, got 0"),
-        (dict(beam_size=2.0), TypeError, r"beam_size must be an int, got float"),
+        (dict(num_beams=0), ValueError, r"num_beams must be >= 1, got 0"),
+        (dict(num_beams=2.0), TypeError, r"num_beams must be an int, got float"),
         (dict(length_penalty="1"), TypeError, r"length_penalty must be a float, got str"),
         (dict(length_penalty=float("nan")), ValueError, r"length_penalty must be finite, got nan"),
         (dict(early_stopping="sometimes"), ValueError, r"early_stopping must be True, False or 'never'"),
-        (dict(max_len=0), ValueError, r"max_len must be >= 1, got 0"),
+        (dict(max_new_tokens=0), ValueError, r"max_new_tokens must be >= 1, got 0"),
     ],
 )
 def test_both_sides_refuse_the_same_beam_arguments(kwargs, error, message) -> None:
@@ -97,6 +97,6 @@ def test_both_sides_refuse_the_same_beam_arguments(kwargs, error, message) -> No
     ours, theirs = nt.Transformer(config), tt.Transformer(config)
     src = np.array([[3, 4, 5]])
     with pytest.raises(error, match=message):
-        nt.beam_search(ours, src, **{"max_len": 3, **kwargs})
+        nt.generate(ours, src, **{"num_beams": 4, "max_new_tokens": 3, **kwargs})
     with pytest.raises(error, match=message):
-        tt.beam_search(theirs, torch.from_numpy(src), **{"max_len": 3, **kwargs})
+        tt.generate(theirs, torch.from_numpy(src), **{"num_beams": 4, "max_new_tokens": 3, **kwargs})

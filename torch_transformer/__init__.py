@@ -8,9 +8,10 @@ torchrun and DistributedDataParallel: `torch_transformer.distributed` (imported 
 """
 
 from transformer_spec.config import TransformerConfig
+from transformer_spec.generation import GenerationConfig
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
-from .decoding import beam_search, generate, greedy_decode, sample
+from .decoding import generate
 from .layers import Dropout, FeedForward, sinusoidal_table
 from .loss import cross_entropy, multiple_negatives_ranking_loss
 from .model import (
@@ -47,8 +48,6 @@ __all__ = [
     "dropout_site_shapes",
     "padding_mask",
     "causal_mask",
-    "greedy_decode",
-    "beam_search",
-    "sample",
     "generate",
+    "GenerationConfig",
 ]
