@@ -183,3 +183,32 @@ def test_stop_strings_refused_where_not_applied(side, gpt2):
         GenerationConfig(stop_strings=5)
     with pytest.raises(TypeError, match="tokenizer must be"):
         lib.generate(mine, ids, stop_strings="a", tokenizer=object())
+
+
+def test_cli_generate_stop(gpt2, capsys):
+    """`transformer-parity generate FOLDER PROMPT --stop TEXT` (run in process) prints the text transformers'
+    generate(stop_strings=[TEXT]) writes: it ends where the stop string is complete, shorter than without it."""
+    from parity_tests.__main__ import generate_main
+
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    theirs_tokenizer.save_pretrained(folder)
+    prompt = "stop at"
+    ids = torch.tensor([ours_tokenizer.encode(prompt)])
+
+    def theirs_text(**kwargs) -> str:
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=8, do_sample=False, tokenizer=theirs_tokenizer, **kwargs)
+        return ours_tokenizer.decode(out[0, ids.shape[1] :].tolist())
+
+    def run(*flags) -> str:
+        argv = [str(folder), prompt, "--max-new-tokens", "8", "--dtype", "float64", "--greedy", *flags]
+        assert generate_main(argv) == 0
+        return capsys.readouterr().out
+
+    plain = theirs_text()
+    assert run() == plain + "\n"
+    stop = plain[13:15]  # " stop stoptiontion...": "nt" over the fourth and fifth tokens
+    expected = theirs_text(stop_strings=[stop])
+    assert stop in expected and 13 < len(expected) < len(plain), (plain, stop, expected)  # the token holding "t"
+    assert run("--stop", stop) == expected + "\n"
+    assert run("--stop", "never written", "--stop", stop) == expected + "\n"
