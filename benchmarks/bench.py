@@ -714,7 +714,7 @@ def decode_bytes(q: dict, params: int, batch: int) -> float:
 
 def llm_decoding(q: dict) -> dict:
     """Greedy decoding of a Qwen2-shaped model (`q`: LLM or LLM_QUICK) with the KV cache: numpy_transformer's
-    greedy_decode against transformers' generate() on the same weights, interleaved, for each batch size; tokens/s
+    greedy generate() against transformers' generate() on the same weights, interleaved, for each batch size; tokens/s
     (batch x generated tokens / seconds, the prompt's step included) and the fraction of the bandwidth ceiling."""
     from numpy_transformer import hf
 

@@ -275,7 +275,7 @@ if history is not None:
 # ## Translating numbers it has never seen
 #
 # Greedy decoding: start from `<bos>`, run the model, append the most likely word, repeat until
-# `<eos>`. `greedy_decode` keeps each layer's keys and values of past positions (the KV cache), so
+# `<eos>`. `nt.generate` keeps each layer's keys and values of past positions (the KV cache), so
 # every step runs the decoder on one new position only.
 
 # %%

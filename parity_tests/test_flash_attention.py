@@ -431,7 +431,7 @@ def test_flash_model_has_no_attention_maps() -> None:
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv cache", "recomputed"])
 def test_decoding_with_a_flash_config(use_cache: bool) -> None:
-    """greedy_decode works with a flash model and gives the plain model's tokens. With the KV cache, decoding
+    """generate works with a flash model and gives the plain model's tokens. With the KV cache, decoding
     attends with the plain pair (one new query over t cached keys: a (1, t) row, nothing to tile); without it,
     every step runs model.forward, through the tiled pair."""
     fields = dict(positional="rope", n_kv_heads=2, pad_id=None, max_len=32)

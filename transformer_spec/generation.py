@@ -8,9 +8,12 @@ floats and lists. Each side computes its scores with its own library and hands t
 - the arguments' checks (`check_int`, `check_beam_arguments`, `decoding_length`);
 - a checkpoint's generation_config.json: which settings decoding applies, which cannot change the tokens, and which
   it does not apply (`generation_settings`, warned about by name), and the caller's settings over the checkpoint's
-  (`decoding_rules`, `generate_strategy`, `new_tokens`).
+  (`decoding_rules`, `generate_strategy`, `new_tokens`);
+- generate()'s one way in: `GenerationConfig` (every setting, typed and frozen, transformers' names), `generate_plan`
+  (the checkpoint's rules, the config's set fields over them, the arguments over both; which search; stop strings)
+  and `GenerateOutput` (return_dict_in_generate).
 
-The rules are transformers' generate()'s; numpy_transformer/decoding.py states them in full above beam_search.
+The rules are transformers' generate()'s; numpy_transformer/decoding.py states them in full above _beam_search.
 """
 
 from __future__ import annotations
