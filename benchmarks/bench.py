@@ -336,10 +336,10 @@ def decoding(config, np_model, torch_model, p) -> dict:
     src = batch(config, B, p["src_len"], 1, seed=1)[0]
     t_src = torch.from_numpy(src)
     fns = {
-        "numpy cached": lambda: nt.greedy_decode(np_model, src, n, use_cache=True),
-        "numpy recomputed": lambda: nt.greedy_decode(np_model, src, n, use_cache=False),
-        "torch cached": lambda: tt.greedy_decode(torch_model, t_src, n, use_cache=True),
-        "torch recomputed": lambda: tt.greedy_decode(torch_model, t_src, n, use_cache=False),
+        "numpy cached": lambda: nt.generate(np_model, src, max_new_tokens=n, use_cache=True),
+        "numpy recomputed": lambda: nt.generate(np_model, src, max_new_tokens=n, use_cache=False),
+        "torch cached": lambda: tt.generate(torch_model, t_src, max_new_tokens=n, use_cache=True),
+        "torch recomputed": lambda: tt.generate(torch_model, t_src, max_new_tokens=n, use_cache=False),
     }
     # the models are warm from the training steps; one round of each is enough at 256 tokens
     return {name: seconds / n for name, seconds in interleaved(fns, 1 if n > 64 else 2, warmup=False).items()}
@@ -714,7 +714,7 @@ def decode_bytes(q: dict, params: int, batch: int) -> float:
 
 def llm_decoding(q: dict) -> dict:
     """Greedy decoding of a Qwen2-shaped model (`q`: LLM or LLM_QUICK) with the KV cache: numpy_transformer's
-    greedy_decode against transformers' generate() on the same weights, interleaved, for each batch size; tokens/s
+    greedy generate() against transformers' generate() on the same weights, interleaved, for each batch size; tokens/s
     (batch x generated tokens / seconds, the prompt's step included) and the fraction of the bandwidth ceiling."""
     from numpy_transformer import hf
 
@@ -731,7 +731,7 @@ def llm_decoding(q: dict) -> dict:
         outputs = {}
 
         def run_ours(prompt=prompt, outputs=outputs):
-            outputs["numpy"] = nt.greedy_decode(ours, prompt, n)
+            outputs["numpy"] = nt.generate(ours, prompt, max_new_tokens=n)
 
         def run_theirs(t_prompt=t_prompt, outputs=outputs):
             with torch.no_grad():

@@ -275,12 +275,12 @@ if history is not None:
 # ## Translating numbers it has never seen
 #
 # Greedy decoding: start from `<bos>`, run the model, append the most likely word, repeat until
-# `<eos>`. `greedy_decode` keeps each layer's keys and values of past positions (the KV cache), so
+# `<eos>`. `nt.generate` keeps each layer's keys and values of past positions (the KV cache), so
 # every step runs the decoder on one new position only.
 
 # %%
 src_ids, _, tgt_out = tasks.encode_batch(splits.test[:n_test], src_vocab, tgt_vocab)
-pred = nt.greedy_decode(model.eval(), src_ids, max_len=T)
+pred = nt.generate(model.eval(), src_ids, max_new_tokens=T)
 for (source, target), row in list(zip(splits.test[:n_test], pred, strict=True))[:6]:
     guess = " ".join(tgt_vocab.decode(row))
     print(f"{source:>12}  ->  {guess}{'' if guess == target else '   (expected: ' + target + ')'}")
@@ -315,7 +315,7 @@ if QUICK and TRAINED:
 example = [max(splits.test[:50], key=lambda pair: len(pair[0]))]
 source = example[0][0]
 src_ids, _, _ = tasks.encode_batch(example, src_vocab, tgt_vocab)
-words = tgt_vocab.decode(nt.greedy_decode(model, src_ids, max_len=T)[0])
+words = tgt_vocab.decode(nt.generate(model, src_ids, max_new_tokens=T)[0])
 tgt_in = np.array([[tgt_vocab.bos_id] + tgt_vocab.encode(words, add_eos=False)])
 model.eval().forward(src_ids, tgt_in)
 maps = model.attention_maps()

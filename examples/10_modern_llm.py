@@ -308,13 +308,13 @@ assert checks["cached step vs recomputed"] < 1e-12
 # %% [markdown]
 # The same with the library, `numpy_transformer`: `hf.load` reads the folder, `rope_scaling` included, into a
 # `TransformerLM` (its config's `rope_scaling` holds the llama3 rule, and the library computes $\theta'$ itself), and
-# `greedy_decode` runs the same loop with a preallocated cache (`numpy_transformer.attention.KVCache`).
+# `nt.generate` runs the same loop with a preallocated cache (`numpy_transformer.attention.KVCache`).
 
 # %%
 ours = hf.load(folder, dtype=np.float64)
 print(ours.config.rope_scaling)
 checks["logits vs numpy_transformer"] = max_diff(forward(ids, theta_scaled, {}), ours.forward(ids[None])[0])
-library_tokens = nt.greedy_decode(ours, ids[None], 6)[0, len(ids) :]
+library_tokens = nt.generate(ours, ids[None], max_new_tokens=6, do_sample=False)[0, len(ids) :]
 assert generated == library_tokens.tolist()
 print("numpy_transformer: logits within", checks["logits vs numpy_transformer"], "; the same tokens", generated)
 assert checks["logits vs numpy_transformer"] < 1e-10
@@ -372,8 +372,8 @@ assert first == again
 
 # %% [markdown]
 # The library applies the same warpers (each a small function in `numpy_transformer.logits_processors`, checked
-# against transformers' own) in `nt.sample`, and `nt.generate` reads `do_sample`, `temperature` and `top_p` from the
-# checkpoint's generation_config.json as `generate()` does. Its distribution at the first step is ours:
+# against transformers' own) in `nt.generate(..., do_sample=True)`, which reads `do_sample`, `temperature` and
+# `top_p` from the checkpoint's generation_config.json as `generate()` does. Its distribution at the first step is ours:
 
 # %%
 from numpy_transformer.decoding import warped_probabilities  # noqa: E402
@@ -381,8 +381,10 @@ from transformer_spec.config import GenerationRules  # noqa: E402
 
 rules = GenerationRules(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
 checks["top-p distribution vs numpy_transformer"] = max_diff(q, warped_probabilities(z[None], rules)[0])
-library_sample = nt.sample(ours, ids[None], 8, rng=0, temperature=temperature, top_p=top_p, top_k=0)
-print("numpy_transformer.sample, seed 0:", repr(tokenizer.decode(library_sample[0, len(ids) :].tolist())))
+library_sample = nt.generate(
+    ours, ids[None], max_new_tokens=8, do_sample=True, rng=0, temperature=temperature, top_p=top_p, top_k=0
+)
+print("nt.generate(do_sample=True), seed 0:", repr(tokenizer.decode(library_sample[0, len(ids) :].tolist())))
 assert checks["top-p distribution vs numpy_transformer"] < 1e-12
 
 # %% [markdown]

@@ -626,7 +626,7 @@ def _until_eos(ids: np.ndarray, eos_id: int) -> list[int]:
 def exact_match(pred_ids: np.ndarray, tgt_out: np.ndarray, vocab: Vocab) -> float:
     """Fraction of sequences whose prediction equals the reference exactly.
 
-    `pred_ids` (B, T_pred) is what `greedy_decode` / `beam_search` return: `<bos>` first (stripped
+    `pred_ids` (B, T_pred) is what `generate` returns (greedy or beam search): `<bos>` first (stripped
     here), then tokens, maybe `<eos>` and padding. `tgt_out` (B, T) is `encode_batch`'s target.
     Both are cut at their first `<eos>` and compared as token lists. The comparison is stricter than
     `Vocab.decode` (which drops `<pad>`/`<bos>` for display): a `<pad>` or `<bos>` the model emits

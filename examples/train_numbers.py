@@ -183,7 +183,7 @@ class NumpyBackend:
 
     def decode(self, src_ids, max_len: int) -> np.ndarray:
         """Greedy decoding of the source (Transformer) or from the prompt (LM), with the KV cache."""
-        return self.nt.greedy_decode(self.model.eval(), src_ids, max_len)
+        return self.nt.generate(self.model.eval(), src_ids, max_new_tokens=max_len)
 
     def attention_maps(self, inputs: tuple) -> dict:
         self.model.eval().forward(*inputs)
@@ -282,7 +282,7 @@ class TorchBackend:
 
     def decode(self, src_ids, max_len: int) -> np.ndarray:
         (src,) = self._tensors(src_ids)  # the plain model: decoding is rank 0's, never collective
-        return self.tt.greedy_decode(self.model.eval(), src, max_len).cpu().numpy()
+        return self.tt.generate(self.model.eval(), src, max_new_tokens=max_len).cpu().numpy()
 
     def attention_maps(self, inputs: tuple) -> dict:
         with self.torch.no_grad():

@@ -18,6 +18,7 @@ from transformer_spec import config
 sys.modules[f"{__name__}.config"] = config
 
 from transformer_spec.config import TransformerConfig
+from transformer_spec.generation import GenerationConfig
 
 from . import gradcheck
 from .attention import (
@@ -27,7 +28,7 @@ from .attention import (
     scaled_dot_product_attention_forward,
 )
 from .audio import SpeechTransformer
-from .decoding import beam_search, generate, greedy_decode, sample
+from .decoding import generate
 from .flash_attention import flash_attention_backward, flash_attention_forward
 from .loss import (
     cross_entropy_backward,
@@ -64,9 +65,7 @@ __all__ = [
     "sparse_moe_backward",
     "load_balancing_loss_forward",
     "load_balancing_loss_backward",
-    "greedy_decode",
-    "beam_search",
-    "sample",
     "generate",
+    "GenerationConfig",
     "gradcheck",
 ]

@@ -279,7 +279,7 @@ def check_speech_config(config: TransformerConfig) -> None:
 class SpeechTransformer(Transformer):
     """Whisper's encoder-decoder: forward(input_features (B, M, N), tgt_ids (B, T)) -> logits (B, T, V_tgt), with
     N = 2 * config.source_positions frames (as transformers' WhisperEncoder requires). The decoder is the
-    Transformer's; greedy_decode and beam_search take the features in place of src_ids.
+    Transformer's; generate() takes the features in place of src_ids.
 
     The encoder's position table (Whisper's embed_positions, fixed) is held in `buffers` under POSITION_TABLE,
     not in params: it has no gradient and no optimizer touches it. state_dict() includes it, and load_state_dict

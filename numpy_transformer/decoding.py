@@ -1,17 +1,29 @@
-"""Decoding: greedy search, beam search and sampling, with a key/value cache so that each step runs one position.
+"""Decoding: greedy search, sampling, beam search and beam sampling behind one generate(), with a key/value cache so
+that each step runs one position.
 
-    tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
-    tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
-    tokens = greedy_decode(lm, prompt, max_len=20)                     # (B, T_p + steps), prompt first
-    tokens = sample(lm, prompt, 20, np.random.default_rng(0), temperature=0.7, top_p=0.9)
-    tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
-    tokens = generate(lm, prompt, 20, eos_token_id=[2, 7], bad_words_ids=[[5]], min_new_tokens=4)  # its arguments
-    tokens = generate(lm, prompt, 20, rng=0, do_sample=True, num_beams=4)   # beam sampling
+    tokens = generate(model, src_ids, max_new_tokens=20)                       # (B, 1 + steps), the start token first
+    tokens = generate(lm, prompt, max_new_tokens=20)                           # (B, T_p + steps), the prompt first
+    tokens = generate(lm, prompt, max_new_tokens=20, num_beams=4)              # beam search
+    tokens = generate(lm, prompt, do_sample=True, temperature=0.7, top_p=0.9, rng=0)   # sampling
+    tokens = generate(lm, prompt, eos_token_id=[2, 7], bad_words_ids=[[5]], min_new_tokens=4)
+    tokens = generate(lm, prompt, do_sample=True, num_beams=4, rng=0)          # beam sampling
+    config = GenerationConfig(max_new_tokens=20, repetition_penalty=1.2)     # typed and frozen, transformers' names
+    tokens = generate(lm, prompt, config, top_k=5)                             # an argument over the config
+    tokens = generate(lm, prompt, stop_strings=["\n"], tokenizer=tokenizer)   # a row stops after a newline
+    out = generate(lm, prompt, return_dict_in_generate=True)                   # out.sequences, out.logits
+
+generate(model, src_ids, generation_config=None, *, attention_mask, rng, use_cache, streamer, tokenizer,
+return_dict_in_generate, **settings): everything after the ids and the config is a keyword. The settings, under
+transformers' names (GenerationConfig lists them), take precedence over generation_config's set fields, which take
+precedence over the checkpoint's generation_config.json, as in transformers. The searches are private
+(`_greedy_search`, `_sample`, `_beam_search`, `_beam_sample`), chosen in one place (generate, from do_sample and
+num_beams).
 
 `src_ids` is the source (B, S) of a `Transformer`, or the prompt (B, T_p) of a `TransformerLM` (any ids:
-it need not start with bos_id). `max_len` counts generated tokens. Decoding stops once every sequence
-has produced eos_id (any of them, when it is a tuple); the positions after a sequence's eos hold pad_id (eos_id when
-pad_id is None).
+it need not start with bos_id). max_new_tokens counts generated tokens (None: the config's, else max_length minus
+the prompt, else 20, as generate()). Decoding stops once every sequence has produced an end token (eos_token_id,
+any of them when it is a list) or a stop string; the positions after it hold the fill (pad_id, eos_id when pad_id
+is None).
 
 Which tokens may come next. A model of our own never generates pad_id (in the output it means "after eos"). A model
 read from a Hugging Face checkpoint (hf.load) decodes under that checkpoint's rules and nothing else
@@ -35,15 +47,15 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
-    BEAM,
-    PROCESSORS,
-    SAMPLING,
+    GenerateOutput,
+    GenerationConfig,
     Step,
     after_eos,
     beam_fill,
@@ -55,7 +67,6 @@ from transformer_spec.generation import (
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
-    decoding_rules,
     end_ids,
     generate_plan,
     process_scores,
@@ -63,6 +74,7 @@ from transformer_spec.generation import (
     update_stopped,
     warped_scores,
 )
+from transformer_spec.stop_strings import StopStrings
 
 from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
@@ -261,45 +273,53 @@ def without_pad(scores: np.ndarray, pad_id: int | None) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# Greedy search.
+# The one way in: generate(), which picks one of the four searches below.
 
 
-def greedy_decode(model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, **settings) -> np.ndarray:
-    """Take the most likely token at every step (the lowest id among equals), after the logits processors (see
-    allowed_scores: never pad_id in a model of our own; a loaded one's generation_config.json rules).
+def generate(
+    model, src_ids, generation_config: GenerationConfig | None = None, *, attention_mask=None, rng=None,
+    use_cache: bool = True, streamer=None, tokenizer=None, return_dict_in_generate: bool = False, **kwargs,
+):  # fmt: skip
+    """Decode as transformers' generate() does: the checkpoint's generation_config.json (model.generation_rules; a
+    model of our own: transformers' defaults, and pad_id never generated), generation_config's set fields over it,
+    the keyword arguments over both (GenerationConfig lists them, under transformers' names; one that is None: not
+    given). do_sample and num_beams pick the search, here and nowhere else: greedy search, sampling, beam search or
+    beam sampling (SEARCHES).
 
-    model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt).
-    max_len: the most tokens to generate (None: as many as config.max_len positions allow).
-    use_cache False recomputes the whole prefix with model.forward at every step (slow; for checking).
-    attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
-    left-padded prompt (positions count the real tokens; padded keys are never attended to), a Transformer's
-    (B, S) for its source (the source keys read, instead of those not holding pad_id).
-    settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens, over the checkpoint's (None:
-    the checkpoint's; a model of our own: transformers' defaults, which change nothing).
-    Returns int64 ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens; after a row's eos_id, pad_id (a loaded checkpoint: generate()'s fill). Steps stop early once every row
-    has produced eos_id.
+    model: Transformer (src_ids (B, S), the source) or TransformerLM (src_ids (B, T_p), the prompt; any ids).
+    attention_mask, 1/True = a real token, as generate() takes it: a TransformerLM's (B, T_p) for a left-padded
+    prompt (positions count the real tokens; padded keys are never attended to), a Transformer's (B, S) for its
+    source (instead of the tokens not holding pad_id).
+    rng: sampling's np.random.Generator (a run is reproduced by a generator seeded alike), an int seed, or None (a
+    fresh, unseeded one). use_cache False recomputes the whole prefix with model.forward at every step (slow; for
+    checking). streamer: None, or a callable given each step's tokens (B,) as they are chosen (int64; a finished
+    row's fill); with num_beams > 1 a ValueError, as in transformers. tokenizer: the model's (text.Tokenizer or a
+    transformers one), which stop_strings needs.
+    Returns int64 ids (B, T_p + steps): the start token (Transformer) or the prompt (LM), then the generated tokens;
+    after a row's end token (or stop string), generate()'s fill (pad_id, else the first end token). Stops early
+    once every row has ended. return_dict_in_generate: a GenerateOutput instead (with each step's logits, or the
+    beams' scores).
     """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode", model.config)
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules)
-    return tokens
+    T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
+    plan = generate_plan(model_rules(model), generation_config, kwargs, T_p, model.config, tokenizer)
+    if plan.strategy in ("beam", "beam_sample"):
+        check_no_streamer(streamer)
+    generator = as_generator(rng) if plan.strategy in ("sample", "beam_sample") else None
+    options = Options(use_cache, attention_mask, generator, streamer, plan.stop)
+    out = SEARCHES[plan.strategy](model, src_ids, plan.max_len, plan.rules, options)
+    return out if return_dict_in_generate else out.sequences
 
 
-def sample(
-    model, src_ids, max_len: int, rng=None, use_cache: bool = True, attention_mask=None, streamer=None, **settings
-) -> np.ndarray:
-    """Draw every token from the distribution softmax(warped scores), as generate(do_sample=True) does: the logits
-    processors of greedy_decode, then temperature, top_k, top_p and min_p (warped_probabilities).
+@dataclass
+class Options:
+    """How a search runs besides its rules: use_cache, the attention mask, the random Generator (sampling's; None
+    otherwise), the streamer and the stop strings (StopStrings or None)."""
 
-    rng: a np.random.Generator (drawn from; a run is reproduced by a generator seeded alike), an int seed, or None
-    (a fresh, unseeded generator). settings: those of greedy_decode and temperature, top_k, top_p, min_p, over the
-    checkpoint's (None: the checkpoint's; top_k 0 and min_p 0 turn them off; a model of our own starts from
-    transformers' defaults: temperature 1, top_k 50, top_p 1). streamer: None, or a callable given each step's
-    tokens (B,) as they are chosen (int64; a finished row's fill). Other arguments and the result as greedy_decode.
-    """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample", model.config)
-    tokens, _ = greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, as_generator(rng), streamer)
-    return tokens
+    use_cache: bool = True
+    attention_mask: np.ndarray | None = None
+    rng: np.random.Generator | None = None
+    streamer: Callable | None = None
+    stop: StopStrings | None = None
 
 
 def as_generator(rng) -> np.random.Generator:
@@ -319,47 +339,39 @@ def model_rules(model) -> GenerationRules | None:
     return model.generation_rules
 
 
-def generate(
-    model, src_ids, max_new_tokens: int | None = None, attention_mask=None, rng=None, use_cache: bool = True,
-    streamer=None, **settings,
-) -> np.ndarray:  # fmt: skip
-    """Decode as transformers' generate() does under the checkpoint's generation_config.json, the caller's settings
-    over it: sampling when do_sample (sample), beam search when num_beams > 1 (beam_search), else greedy search.
-
-    max_new_tokens: None: the rules' max_new_tokens, else their max_length minus the decoder input (the prompt, or
-    the start token), else 20, as generate(). settings: do_sample, num_beams, length_penalty, early_stopping and
-    those of sample (None: the checkpoint's). rng and streamer as in sample (beam search streams nothing: a
-    streamer with num_beams > 1 is a ValueError, as in transformers). do_sample with num_beams > 1 samples the
-    beams' candidates (beam_search_scores with an rng).
-    """
-    T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
-    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
-    if strategy in ("beam", "beam_sample"):
-        check_no_streamer(streamer)
-        out, _ = beam_search_scores(
-            model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, rules.early_stopping,
-            attention_mask, rules, rng=as_generator(rng) if strategy == "beam_sample" else None,
-        )  # fmt: skip
-        return out
-    generator = as_generator(rng) if strategy == "sample" else None
-    return greedy_search(model, src_ids, max_len, use_cache, attention_mask, rules, generator, streamer)[0]
-
-
 def is_eos(tokens: np.ndarray, eos: tuple) -> np.ndarray:
     """Which tokens end a sequence: any of `eos` (end_ids: the caller's eos_token_id, else config.eos_ids, several
     in Llama 3's configs); none when it is empty."""
     return np.isin(tokens, eos)
 
 
-def greedy_search(
-    model, src_ids, max_len: int, use_cache: bool = True, attention_mask=None, rules=None, rng=None, streamer=None
-):  # fmt: skip
-    """greedy_decode (rng None) or sample (rng a Generator) under `rules` (None: the model's), which also returns
-    the logits it chose from, (B, steps, V), for the tests. streamer: called with each step's tokens (B,)."""
-    check_model(model)
-    rules = rules or model.generation_rules or GenerationRules()
+# ----------------------------------------------------------------------------------------------
+# Greedy search and sampling: one token per row per step, the most likely one (the lowest id among equals) or one
+# drawn from softmax(warped scores), after the logits processors (allowed_scores).
+
+
+def _greedy_search(model, src_ids, max_len: int, rules: GenerationRules, options: Options) -> GenerateOutput:
+    """generate(do_sample=False, num_beams=1)."""
+    return _token_by_token(model, src_ids, max_len, rules, options, lambda scores: scores.argmax(axis=-1))
+
+
+def _sample(model, src_ids, max_len: int, rules: GenerationRules, options: Options) -> GenerateOutput:
+    """generate(do_sample=True, num_beams=1): temperature, top_k, top_p, min_p (warped_probabilities), then a draw
+    from options.rng."""
+    rng = options.rng or as_generator(None)
+    return _token_by_token(
+        model, src_ids, max_len, rules, options, lambda scores: lp.draw(warped_probabilities(scores, rules), rng)
+    )
+
+
+def _token_by_token(model, src_ids, max_len: int, rules: GenerationRules, options: Options, choose) -> GenerateOutput:
+    """Greedy search or sampling (`choose`: allowed scores (B, V) -> tokens (B,)), with the logits each step chose
+    from, (B, steps, V)."""
+    attention_mask = options.attention_mask
     with evaluating(model):
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, 1, use_cache, attention_mask, rules.start_id)
+        prompt, max_len, decoder = start_decoding(
+            model, src_ids, max_len, 1, options.use_cache, attention_mask, rules.start_id
+        )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -367,23 +379,21 @@ def greedy_search(
         start = penalty_start(model, attention_mask, 1)
         tokens = np.full((B, T_p + max_len), fill, dtype=np.int64)
         tokens[:, :T_p] = prompt
-        done = np.zeros(B, dtype=bool)  # the row has produced eos_id
+        done = np.zeros(B, dtype=bool)  # the row has produced eos_id (or a stop string)
         step_logits = []
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
             scores = allowed_scores(logits, model, rules, Step(tokens[:, :t], T_p, start, t == T_p + max_len - 1))
-            if rng is None:
-                choice = scores.argmax(axis=-1)  # (B,) the first maximum
-            else:
-                choice = lp.draw(warped_probabilities(scores, rules), rng)  # (B,)
-            tokens[:, t] = np.where(done, fill, choice)
-            if streamer is not None:
-                streamer(tokens[:, t].copy())
+            tokens[:, t] = np.where(done, fill, choose(scores))
+            if options.streamer is not None:
+                options.streamer(tokens[:, t].copy())
             done |= is_eos(tokens[:, t], eos)
+            if options.stop is not None:
+                done |= np.array(options.stop.hits(tokens[:, : t + 1].tolist()))
             if done.all():
                 break
-    return tokens[:, : t + 1], np.stack(step_logits, axis=1)
+    return GenerateOutput(tokens[:, : t + 1], logits=np.stack(step_logits, axis=1))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -449,50 +459,23 @@ def sampled_candidates(cumulative: np.ndarray, log_probs: np.ndarray, n_best: in
     return np.take_along_axis(drawn_scores, order, axis=1), flat // V, flat % V
 
 
-def beam_search(
-    model,
-    src_ids,
-    beam_size: int | None = None,
-    max_len: int | None = None,
-    length_penalty: float | None = None,
-    use_cache: bool = True,
-    early_stopping: bool | str | None = None,
-    attention_mask=None,
-    **settings,
-) -> np.ndarray:
-    """Keep the beam_size most likely hypotheses at every step (the rules are above this function).
-
-    Arguments and result as greedy_decode (settings too: the logits processors, applied to the log-probabilities);
-    max_len None generates up to config.max_len positions.
-    beam_size: None: the checkpoint's num_beams when it asks for beams, else 4.
-    length_penalty: exponent of the length that divides a hypothesis' log-probability (0: none; larger
-    favours longer outputs); None: the checkpoint's (1.0 without one). early_stopping: True, False or "never", as
-    transformers' generate; None: the checkpoint's (False without one).
-    attention_mask: a left-padded prompt's real tokens, as in greedy_decode.
-    Returns int64 ids (B, T_p + L), the best hypothesis of each element, L the longest of them.
-    """
-    tokens, _ = beam_search_scores(
-        model, src_ids, beam_size, max_len, length_penalty, use_cache, early_stopping, attention_mask, None, **settings
-    )
-    return tokens
+def _beam_search(model, src_ids, max_len: int, rules: GenerationRules, options: Options) -> GenerateOutput:
+    """generate(num_beams=K): keep the K most likely hypotheses at every step (the rules are above)."""
+    return _beams(model, src_ids, max_len, rules, options, rng=None)
 
 
-def beam_search_scores(
-    model, src_ids, beam_size=None, max_len=None, length_penalty=None, use_cache=True, early_stopping=None,
-    attention_mask=None, rules=None, rng=None, **settings,
-):  # fmt: skip
-    """beam_search that also returns each element's best normalised score, a list of B floats. rules: the rules to
-    decode under (generate's), instead of the model's with `settings` over them. rng: None, or a Generator: beam
-    sampling (generate(do_sample=True, num_beams=K)): the warpers on the processed log-probabilities (keeping
+def _beam_sample(model, src_ids, max_len: int, rules: GenerationRules, options: Options) -> GenerateOutput:
+    """generate(do_sample=True, num_beams=K): the warpers on the processed log-probabilities (keeping
     beam_sample_keep tokens at least), and the candidates drawn (sampled_candidates) instead of the best taken."""
-    if rules is None:
-        given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
-        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
-    if beam_size is None:
-        beam_size = rules.num_beams if rules.num_beams > 1 else 4
-    length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
+    return _beams(model, src_ids, max_len, rules, options, rng=options.rng)
+
+
+def _beams(model, src_ids, max_len: int, rules: GenerationRules, options: Options, rng) -> GenerateOutput:
+    """Beam search (rng None) or beam sampling (rng a Generator) under `rules`; the ids (B, T_p + L), the best
+    hypothesis of each element (L the longest of them), and each element's best normalised score."""
+    beam_size, length_penalty, early_stopping = rules.num_beams, rules.length_penalty, rules.early_stopping
     check_beam_arguments(beam_size, length_penalty, early_stopping)
-    check_model(model)
+    use_cache, attention_mask = options.use_cache, options.attention_mask
     with evaluating(model):
         K = beam_size
         prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id)
@@ -539,7 +522,11 @@ def beam_search_scores(
             update_stopped(stopped, finished, best_live, step + 1, max_len, length_penalty, K, early_stopping)
             if all(stopped):
                 break
-    return best_hypotheses(prompt, finished, fill)
+    sequences, scores = best_hypotheses(prompt, finished, fill)
+    return GenerateOutput(sequences, sequences_scores=scores)
+
+
+SEARCHES = {"greedy": _greedy_search, "sample": _sample, "beam": _beam_search, "beam_sample": _beam_sample}
 
 
 def best_hypotheses(prompt, finished, fill_id):
@@ -580,7 +567,7 @@ def check_decoding_inputs(model, src_ids, max_len, start_id=None):
     decoder token (the caller's decoder_start_token_id); None: config.bos_id."""
     cfg = model.config
     if max_len is not None:
-        check_int("max_len", max_len)
+        check_int("max_new_tokens", max_len)
     if isinstance(model, Transformer):
         check_source = getattr(model, "check_source", None)  # a SpeechTransformer's: input features, not ids
         if check_source is not None:

@@ -27,7 +27,7 @@ def decode_prompt(model, ids: list[int], max_new_tokens: int, on_token, **decodi
     beam search, the winning hypothesis's tokens once it is known."""
     prompt = np.array([ids], dtype=np.int64)  # (1, T_p)
     streamer = text.token_streamer(model, on_token, decoding_kwargs)
-    out = generate(model, prompt, max_new_tokens, streamer=streamer, **decoding_kwargs)
+    out = generate(model, prompt, max_new_tokens=max_new_tokens, streamer=streamer, **decoding_kwargs)
     if streamer is None:
         text.replay(out[0, len(ids) :].tolist(), text.end_tokens(model, decoding_kwargs), on_token)
 

@@ -14,7 +14,7 @@
                              [--device DEV] [--dtype float32|float64] [--greedy | --sample] [--seed N]
                              [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R]
                              [--num-beams N] [--min-new-tokens N] [--length-penalty L] [--eos-token-id ID...]
-                             [--bad-words-ids ID...] ...
+                             [--bad-words-ids ID...] [--stop TEXT] ...
                                                             text from a checkpoint folder or Hub id, streamed
 
 `check` judges a user's torch module against the NumPy reference (parity_tests.check.module): MODULE is a dotted
@@ -357,6 +357,11 @@ def generate_parser() -> argparse.ArgumentParser:
         "--bad-words-ids", type=int, nargs="+", action="append", default=None, metavar="ID",
         help="a token sequence never to complete (repeat the flag for several), as bad_words_ids=",
     )  # fmt: skip
+    settings.add_argument(
+        "--stop", action="append", default=None, metavar="TEXT",
+        help="stop once the text ends with TEXT (repeat the flag for several; in bash $'\\n' is a newline), as "
+        "stop_strings=",
+    )  # fmt: skip
     return parser
 
 
@@ -369,6 +374,8 @@ def decoding_settings(args) -> dict:
     settings = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if args.greedy or args.sample:
         settings["do_sample"] = args.sample
+    if args.stop is not None:
+        settings["stop_strings"] = args.stop
     if args.seed is not None:
         settings["rng"] = args.seed
     return settings

@@ -58,7 +58,6 @@ import torch_transformer as tt
 import torch_transformer.hf as torch_hf
 from numpy_transformer import TransformerConfig
 from numpy_transformer import hf as numpy_hf
-from numpy_transformer.decoding import greedy_decode as numpy_greedy_decode
 from numpy_transformer.layers import dropout_kind, sinusoidal_table
 from parity_tests.components import TORCH_DTYPE, Result, self_errors, to_numpy
 from transformer_spec.config import RopeScaling
@@ -1091,7 +1090,7 @@ def attention_spread(family: str, seed: int = 0, **overrides) -> float:
 def greedy_pair(
     family: str, side: str, prompts: np.ndarray, max_new_tokens: int, directory, seed: int = 0, **overrides
 ):
-    """(ours, theirs): greedy continuations of `prompts` (B, T_p) by our greedy_decode (NumPy or torch side)
+    """(ours, theirs): greedy continuations of `prompts` (B, T_p) by our generate() (NumPy or torch side)
     and by transformers' generate (do_sample=False, one beam), in float64 (with the Llama patch).
 
     generate is told what our decoding does: stop at eos_token_id, and after a row's eos fill pad_id, or
@@ -1112,9 +1111,11 @@ def greedy_pair(
             pad_token_id=config.pad_id if config.pad_id is not None else (config.eos_ids or (None,))[0],
         )
     if side == "numpy":
-        ours = numpy_greedy_decode(ours_model, prompts, max_new_tokens)
+        ours = nt.generate(ours_model, prompts, max_new_tokens=max_new_tokens)
     else:
-        ours = to_numpy(torch_transformer.greedy_decode(ours_model, torch.from_numpy(prompts), max_new_tokens))
+        ours = to_numpy(
+            torch_transformer.generate(ours_model, torch.from_numpy(prompts), max_new_tokens=max_new_tokens)
+        )
     return np.asarray(ours), to_numpy(theirs)
 
 

@@ -243,19 +243,23 @@ def test_decoding_with_layer_windows_is_recomputation_on_both_sides():
     prompt = np.random.default_rng(9).integers(3, 17, (2, 6))
     cache = nd.new_cache(model, None, 2, 30)
     assert [self_cache.keys.shape[2] for self_cache, _ in cache.layers] == [3, 30, 3]
-    tokens, logits = nd.greedy_search(model, prompt, 12)
-    again, relogits = nd.greedy_search(model, prompt, 12, use_cache=False)
+    out = nd.generate(model, prompt, max_new_tokens=12, return_dict_in_generate=True)
+    tokens, logits = out.sequences, out.logits
+    out = nd.generate(model, prompt, max_new_tokens=12, use_cache=False, return_dict_in_generate=True)
+    again, relogits = out.sequences, out.logits
     np.testing.assert_array_equal(tokens, again)
     np.testing.assert_allclose(logits, relogits, rtol=0, atol=1e-12)
-    beams = nd.beam_search(model, prompt, beam_size=3, max_len=12)
-    np.testing.assert_array_equal(beams, nd.beam_search(model, prompt, beam_size=3, max_len=12, use_cache=False))
+    beams = nd.generate(model, prompt, num_beams=3, max_new_tokens=12)
+    np.testing.assert_array_equal(beams, nd.generate(model, prompt, num_beams=3, max_new_tokens=12, use_cache=False))
     twin = tt.TransformerLM(config).double()
     twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
     with torch.no_grad():
         torch_cache = tt.decoding.new_cache(twin, None, 2, 30)
     assert [self_cache.keys.shape[2] for self_cache, _ in torch_cache.layers] == [3, 30, 3]
-    np.testing.assert_array_equal(tt.greedy_decode(twin, torch.from_numpy(prompt), 12).numpy(), tokens)
-    np.testing.assert_array_equal(tt.beam_search(twin, torch.from_numpy(prompt), 3, 12).numpy(), beams)
+    np.testing.assert_array_equal(tt.generate(twin, torch.from_numpy(prompt), max_new_tokens=12).numpy(), tokens)
+    np.testing.assert_array_equal(
+        tt.generate(twin, torch.from_numpy(prompt), num_beams=3, max_new_tokens=12).numpy(), beams
+    )
 
 
 def test_layer_types_bad_values_are_named():

@@ -348,9 +348,14 @@ def test_decoding_with_the_cache_compiles(family, config_name, monkeypatch):
     step = torch.compile(decoding.decoder_step, fullgraph=True, dynamic=True, backend=counter)
     monkeypatch.setattr(decoding, "_compiled_step", step)
     torch._dynamo.reset()
-    assert torch.equal(tt.greedy_decode(model, prompt, 6, compiled=True), tt.greedy_decode(model, prompt, 6))
+    assert torch.equal(
+        tt.generate(model, prompt, max_new_tokens=6, compiled=True), tt.generate(model, prompt, max_new_tokens=6)
+    )
     if family == "Transformer":  # (the LM's beam search runs the same step)
-        assert torch.equal(tt.beam_search(model, prompt, 3, 6, compiled=True), tt.beam_search(model, prompt, 3, 6))
+        assert torch.equal(
+            tt.generate(model, prompt, num_beams=3, max_new_tokens=6, compiled=True),
+            tt.generate(model, prompt, num_beams=3, max_new_tokens=6),
+        )
     assert counter.frame_count <= 6
     with pytest.raises(ValueError, match="use_cache=True"):
-        tt.greedy_decode(model, prompt, 6, use_cache=False, compiled=True)
+        tt.generate(model, prompt, max_new_tokens=6, use_cache=False, compiled=True)

@@ -175,8 +175,10 @@ def one_torch_thread():
 def test_numpy_cached_steps_match_forward(config, lm):
     model = numpy_model(config, lm)
     src = source(config, lm)
-    tokens, logits = nd.greedy_search(model, src, MAX_NEW, use_cache=True)
-    again, recomputed = nd.greedy_search(model, src, MAX_NEW, use_cache=False)
+    out = nd.generate(model, src, max_new_tokens=MAX_NEW, use_cache=True, return_dict_in_generate=True)
+    tokens, logits = out.sequences, out.logits
+    out = nd.generate(model, src, max_new_tokens=MAX_NEW, use_cache=False, return_dict_in_generate=True)
+    again, recomputed = out.sequences, out.logits
     np.testing.assert_array_equal(tokens, again)
     assert np.abs(logits - recomputed).max() <= TOL
     # Independently: one forward pass over the decoded tokens has the step logits at positions T_p - 1 ..
@@ -192,8 +194,26 @@ def test_numpy_cached_steps_match_forward(config, lm):
 def test_numpy_beam_search_cached_matches_recomputed(config, lm):
     model = numpy_model(config, lm)
     src = source(config, lm)
-    tokens, scores = nd.beam_search_scores(model, src, 3, MAX_NEW, 0.7, use_cache=True)
-    again, rescores = nd.beam_search_scores(model, src, 3, MAX_NEW, 0.7, use_cache=False)
+    out = nd.generate(
+        model,
+        src,
+        num_beams=3,
+        max_new_tokens=MAX_NEW,
+        length_penalty=0.7,
+        use_cache=True,
+        return_dict_in_generate=True,
+    )
+    tokens, scores = out.sequences, out.sequences_scores
+    out = nd.generate(
+        model,
+        src,
+        num_beams=3,
+        max_new_tokens=MAX_NEW,
+        length_penalty=0.7,
+        use_cache=False,
+        return_dict_in_generate=True,
+    )
+    again, rescores = out.sequences, out.sequences_scores
     np.testing.assert_array_equal(tokens, again)
     assert np.abs(np.array(scores) - rescores).max() <= TOL
     assert_well_formed(tokens, prefix_of(config, lm, src), config, MAX_NEW, greedy=False)
@@ -205,16 +225,36 @@ def test_torch_cached_steps_match_forward(config, lm, device):
     np_model = numpy_model(config, lm)
     model = torch_twin(np_model, device)
     src = torch.from_numpy(source(config, lm)).to(device)
-    tokens, logits = td.greedy_search(model, src, MAX_NEW, use_cache=True)
-    again, recomputed = td.greedy_search(model, src, MAX_NEW, use_cache=False)
+    out = td.generate(model, src, max_new_tokens=MAX_NEW, use_cache=True, return_dict_in_generate=True)
+    tokens, logits = out.sequences, out.logits
+    out = td.generate(model, src, max_new_tokens=MAX_NEW, use_cache=False, return_dict_in_generate=True)
+    again, recomputed = out.sequences, out.logits
     assert tokens.device == src.device and tokens.dtype == torch.int64
     assert torch.equal(tokens, again)
     assert (logits - recomputed).abs().max().item() <= TOL
     T_p = prompt_length(model, src)
     reference = forward_logits(model, src, tokens)[:, T_p - 1 :]
     assert (logits - reference).abs().max().item() <= TOL
-    beam, scores = td.beam_search_scores(model, src, 3, MAX_NEW, 0.7, use_cache=True)
-    beam_again, rescores = td.beam_search_scores(model, src, 3, MAX_NEW, 0.7, use_cache=False)
+    out = td.generate(
+        model,
+        src,
+        num_beams=3,
+        max_new_tokens=MAX_NEW,
+        length_penalty=0.7,
+        use_cache=True,
+        return_dict_in_generate=True,
+    )
+    beam, scores = out.sequences, out.sequences_scores
+    out = td.generate(
+        model,
+        src,
+        num_beams=3,
+        max_new_tokens=MAX_NEW,
+        length_penalty=0.7,
+        use_cache=False,
+        return_dict_in_generate=True,
+    )
+    beam_again, rescores = out.sequences, out.sequences_scores
     assert torch.equal(beam, beam_again)
     assert np.abs(np.array(scores) - rescores).max() <= TOL
 
@@ -270,8 +310,10 @@ def test_float32_decoding_keeps_float32():
     config = CONFIGS["pre-norm gelu learned tied"]
     model = numpy_model(config, lm=False, dtype=np.float32)
     src = source(config, lm=False)
-    tokens, logits = nd.greedy_search(model, src, MAX_NEW)
-    _, recomputed = nd.greedy_search(model, src, MAX_NEW, use_cache=False)
+    out = nd.generate(model, src, max_new_tokens=MAX_NEW, return_dict_in_generate=True)
+    tokens, logits = out.sequences, out.logits
+    out = nd.generate(model, src, max_new_tokens=MAX_NEW, use_cache=False, return_dict_in_generate=True)
+    _, recomputed = out.sequences, out.logits
     assert logits.dtype == np.float32 and tokens.dtype == np.int64
     assert np.abs(logits - recomputed).max() <= 1e-4
 
@@ -284,7 +326,10 @@ def test_beam_score_is_the_models_log_probability():
         model = numpy_model(config, lm)
         src = source(config, lm)
         T_p = prompt_length(model, src)
-        tokens, scores = nd.beam_search_scores(model, src, 3, MAX_NEW, length_penalty=0.5)
+        out = nd.generate(
+            model, src, num_beams=3, max_new_tokens=MAX_NEW, length_penalty=0.5, return_dict_in_generate=True
+        )
+        tokens, scores = out.sequences, out.sequences_scores
         V = config.tgt_vocab_size
         log_probs = nd.without_pad(nd.log_softmax(forward_logits(model, src, tokens)).reshape(-1, V), config.pad_id)
         log_probs = log_probs.reshape(tokens.shape[0], -1, V)[:, T_p - 1 :]  # (B, steps, V)
@@ -305,13 +350,20 @@ def test_beam_size_one_is_greedy(lm, length_penalty, device):
     for config in list(CONFIGS.values())[:2]:
         np_model = numpy_model(config, lm, seed=1)
         src = source(config, lm, seed=1)
-        greedy = nd.greedy_decode(np_model, src, MAX_NEW)
-        beam = nd.beam_search(np_model, src, 1, MAX_NEW, length_penalty, early_stopping=True)
+        greedy = nd.generate(np_model, src, max_new_tokens=MAX_NEW)
+        beam = nd.generate(
+            np_model, src, num_beams=1, max_new_tokens=MAX_NEW, length_penalty=length_penalty, early_stopping=True
+        )
         np.testing.assert_array_equal(beam, greedy)
         model = torch_twin(np_model, device)
         t_src = torch.from_numpy(src).to(device)
-        t_greedy = td.greedy_decode(model, t_src, MAX_NEW)
-        assert torch.equal(td.beam_search(model, t_src, 1, MAX_NEW, length_penalty, early_stopping=True), t_greedy)
+        t_greedy = td.generate(model, t_src, max_new_tokens=MAX_NEW)
+        assert torch.equal(
+            td.generate(
+                model, t_src, num_beams=1, max_new_tokens=MAX_NEW, length_penalty=length_penalty, early_stopping=True
+            ),
+            t_greedy,
+        )
 
 
 @pytest.mark.parametrize("early_stopping", [True, False, "never"])
@@ -324,14 +376,33 @@ def test_beam_search_stopping_rules_agree_between_numpy_and_torch(lm, early_stop
     np_model.params["output_proj.bias"][config.eos_id] = 1.5  # eos likely: hypotheses finish at many steps
     src = source(config, lm, seed=2)
     model = torch_twin(np_model, device)
-    ours, scores = nd.beam_search_scores(np_model, src, 3, MAX_NEW, 1.5, early_stopping=early_stopping)
-    theirs, t_scores = td.beam_search_scores(
-        model, torch.from_numpy(src).to(device), 3, MAX_NEW, 1.5, early_stopping=early_stopping
+    out = nd.generate(
+        np_model,
+        src,
+        num_beams=3,
+        max_new_tokens=MAX_NEW,
+        length_penalty=1.5,
+        early_stopping=early_stopping,
+        return_dict_in_generate=True,
     )
+    ours, scores = out.sequences, out.sequences_scores
+    out = td.generate(
+        model, torch.from_numpy(src).to(device), num_beams=3, max_new_tokens=MAX_NEW, length_penalty=1.5,
+        early_stopping=early_stopping, return_dict_in_generate=True,
+    )  # fmt: skip
+    theirs, t_scores = out.sequences, out.sequences_scores
     np.testing.assert_array_equal(theirs.cpu().numpy(), ours)
     np.testing.assert_allclose(t_scores, scores, rtol=1e-12)
     rules = {
-        rule: nd.beam_search_scores(np_model, src, 3, MAX_NEW, 1.5, early_stopping=rule)[1]
+        rule: nd.generate(
+            np_model,
+            src,
+            num_beams=3,
+            max_new_tokens=MAX_NEW,
+            length_penalty=1.5,
+            early_stopping=rule,
+            return_dict_in_generate=True,
+        ).sequences_scores
         for rule in (True, False, "never")
     }
     assert all(n >= f - 1e-12 >= t - 2e-12 for n, f, t in zip(rules["never"], rules[False], rules[True], strict=True))
@@ -350,10 +421,19 @@ def test_numpy_and_torch_decode_the_same_tokens(config, lm, search, device):
     src = source(config, lm, seed=2)
     t_src = torch.from_numpy(src).to(device)
     if search == "greedy":
-        ours, theirs = nd.greedy_decode(np_model, src, MAX_NEW), td.greedy_decode(model, t_src, MAX_NEW)
+        ours, theirs = (
+            nd.generate(np_model, src, max_new_tokens=MAX_NEW),
+            td.generate(model, t_src, max_new_tokens=MAX_NEW),
+        )
     else:
-        ours, scores = nd.beam_search_scores(np_model, src, 3, MAX_NEW, 1.0)
-        theirs, t_scores = td.beam_search_scores(model, t_src, 3, MAX_NEW, 1.0)
+        out = nd.generate(
+            np_model, src, num_beams=3, max_new_tokens=MAX_NEW, length_penalty=1.0, return_dict_in_generate=True
+        )
+        ours, scores = out.sequences, out.sequences_scores
+        out = td.generate(
+            model, t_src, num_beams=3, max_new_tokens=MAX_NEW, length_penalty=1.0, return_dict_in_generate=True
+        )
+        theirs, t_scores = out.sequences, out.sequences_scores
         assert np.abs(np.array(scores) - t_scores).max() <= 1e-10
     np.testing.assert_array_equal(ours, theirs.cpu().numpy())
     assert_well_formed(ours, prefix_of(config, lm, src), config, MAX_NEW, greedy=search == "greedy")
@@ -370,14 +450,16 @@ def test_exact_ties_break_the_same_way(device):
     src = source(config, lm=False)
     t_src = torch.from_numpy(src).to(device)
     B = src.shape[0]
-    greedy = nd.greedy_decode(np_model, src, 5)
+    greedy = nd.generate(np_model, src, max_new_tokens=5)
     np.testing.assert_array_equal(greedy, np.ones((B, 6)))  # bos_id = 1 is the lowest id but pad
-    np.testing.assert_array_equal(td.greedy_decode(model, t_src, 5).cpu().numpy(), greedy)
+    np.testing.assert_array_equal(td.generate(model, t_src, max_new_tokens=5).cpu().numpy(), greedy)
     # Beam 3, no length penalty: eos finishes at ranks 1 of steps 0, 1, 2 with scores -log V, -2 log V,
     # -3 log V; done after 3 steps; the first is best, and the result is as long as it (as transformers').
-    beam = nd.beam_search(np_model, src, 3, 5, length_penalty=0.0)
+    beam = nd.generate(np_model, src, num_beams=3, max_new_tokens=5, length_penalty=0.0)
     np.testing.assert_array_equal(beam, np.tile([1, 2], (B, 1)))
-    np.testing.assert_array_equal(td.beam_search(model, t_src, 3, 5, length_penalty=0.0).cpu().numpy(), beam)
+    np.testing.assert_array_equal(
+        td.generate(model, t_src, num_beams=3, max_new_tokens=5, length_penalty=0.0).cpu().numpy(), beam
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,13 +471,13 @@ def test_rows_end_at_different_steps_and_decoding_stops_early(device):
     np_model = numpy_model(config, lm=True)
     np_model.params["output_proj.bias"][config.eos_id] = 0.0  # this model then ends its rows at steps 2, 1, 1, 6
     src = source(config, lm=True)
-    tokens = nd.greedy_decode(np_model, src, MAX_NEW)
+    tokens = nd.generate(np_model, src, max_new_tokens=MAX_NEW)
     generated = tokens[:, 3:]
     ends = [int(np.flatnonzero(row == config.eos_id)[0]) + 1 for row in generated]
     assert len(set(ends)) > 1 and max(ends) < MAX_NEW, ends  # the rows end apart, before max_len
     assert tokens.shape == (4, 3 + max(ends))
     assert_well_formed(tokens, src, config, MAX_NEW)
-    t_tokens = td.greedy_decode(torch_twin(np_model, device), torch.from_numpy(src).to(device), MAX_NEW)
+    t_tokens = td.generate(torch_twin(np_model, device), torch.from_numpy(src).to(device), max_new_tokens=MAX_NEW)
     np.testing.assert_array_equal(t_tokens.cpu().numpy(), tokens)
 
 
@@ -410,12 +492,14 @@ def test_eos_at_the_first_step(lm, device):
     T_p = prompt_length(np_model, src)
     prefix = src if lm else np.full((4, 1), config.bos_id)
     expected = np.concatenate([prefix, np.full((4, 1), config.eos_id)], axis=1)  # one step, then stop
-    np.testing.assert_array_equal(nd.greedy_decode(np_model, src, MAX_NEW), expected)
-    np.testing.assert_array_equal(td.greedy_decode(model, t_src, MAX_NEW).cpu().numpy(), expected)
+    np.testing.assert_array_equal(nd.generate(np_model, src, max_new_tokens=MAX_NEW), expected)
+    np.testing.assert_array_equal(td.generate(model, t_src, max_new_tokens=MAX_NEW).cpu().numpy(), expected)
     # Beam 3: one finished hypothesis at step 0 (only beam 0 is live), three more at step 1: done. The best
     # is the first, one token long, and the result is as long as the best hypothesis (as transformers').
-    np.testing.assert_array_equal(nd.beam_search(np_model, src, 3, MAX_NEW), expected)
-    np.testing.assert_array_equal(td.beam_search(model, t_src, 3, MAX_NEW).cpu().numpy(), expected)
+    np.testing.assert_array_equal(nd.generate(np_model, src, num_beams=3, max_new_tokens=MAX_NEW), expected)
+    np.testing.assert_array_equal(
+        td.generate(model, t_src, num_beams=3, max_new_tokens=MAX_NEW).cpu().numpy(), expected
+    )
     assert expected.shape[1] == T_p + 1
 
 
@@ -424,9 +508,12 @@ def test_max_len_runs_to_the_end_without_eos():
     model = numpy_model(config, lm=False)
     model.params["output_proj.bias"][config.eos_id] = -100.0  # never eos
     src = source(config, lm=False)
-    tokens = nd.greedy_decode(model, src, config.max_len - 1)  # the longest allowed
+    tokens = nd.generate(model, src, max_new_tokens=config.max_len - 1)  # the longest allowed
     assert tokens.shape == (4, config.max_len) and (tokens[:, 1:] != config.pad_id).all()
-    assert nd.beam_search(model, src, 2).shape == (4, config.max_len)  # max_len None: fill the table
+    assert nd.generate(model, src, num_beams=2, max_length=model.config.position_limit).shape == (
+        4,
+        config.max_len,
+    )  # fill the table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,18 +529,18 @@ def test_max_len_over_the_limit_is_an_error(lm, device):
     T_p = prompt_length(np_model, src)
     too_long = config.max_len - T_p + 1
     for decode, args in ((nd, (np_model, src)), (td, (model, torch.from_numpy(src).to(device)))):
-        limit = rf"max_len={too_long}.*config.max_len={config.max_len}"
+        limit = rf"max_new_tokens={too_long}.*config.max_len={config.max_len}"
         with pytest.raises(ValueError, match=limit):
-            decode.greedy_decode(*args, too_long)
+            decode.generate(*args, max_new_tokens=too_long)
         with pytest.raises(ValueError, match=limit):
-            decode.beam_search(*args, 2, too_long)
-        with pytest.raises(ValueError, match="max_len must be >= 1"):
-            decode.greedy_decode(*args, 0)
-        with pytest.raises(TypeError, match="max_len must be an int"):
-            decode.greedy_decode(*args, 2.0)
-        with pytest.raises(ValueError, match="beam_size must be >= 1"):
-            decode.beam_search(*args, 0, 3)
-        assert decode.greedy_decode(*args, too_long - 1).shape[1] <= config.max_len
+            decode.generate(*args, num_beams=2, max_new_tokens=too_long)
+        with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+            decode.generate(*args, max_new_tokens=0)
+        with pytest.raises(TypeError, match="max_new_tokens must be an int"):
+            decode.generate(*args, max_new_tokens=2.0)
+        with pytest.raises(ValueError, match="num_beams must be >= 1"):
+            decode.generate(*args, num_beams=0, max_new_tokens=3)
+        assert decode.generate(*args, max_new_tokens=too_long - 1).shape[1] <= config.max_len
 
 
 def test_inputs_are_checked_like_forward(device):
@@ -463,34 +550,37 @@ def test_inputs_are_checked_like_forward(device):
         (nd, np_lm, np_mt, np.asarray),
         (td, torch_twin(np_lm, device), torch_twin(np_mt, device), lambda a: torch.tensor(a, device=device)),
     ):
-        out = decode.greedy_decode(lm, wrap([[4, 5], [0, 6]]), 3)  # any prompt: no bos, even a pad
+        out = decode.generate(lm, wrap([[4, 5], [0, 6]]), max_new_tokens=3)  # any prompt: no bos, even a pad
         assert out[:, :2].tolist() == [[4, 5], [0, 6]]  # returned as given, then its continuation
         with pytest.raises(ValueError, match="src_ids"):
-            decode.greedy_decode(mt, wrap([[3, 99]]), 3)  # an id beyond the source vocabulary
+            decode.generate(mt, wrap([[3, 99]]), max_new_tokens=3)  # an id beyond the source vocabulary
         with pytest.raises(ValueError, match="src_ids"):
-            decode.greedy_decode(mt, wrap([3, 4]), 3)  # not (B, S)
+            decode.generate(mt, wrap([3, 4]), max_new_tokens=3)  # not (B, S)
         with pytest.raises(TypeError):
-            decode.greedy_decode(mt, wrap([[0.5, 1.0]]), 3)
+            decode.generate(mt, wrap([[0.5, 1.0]]), max_new_tokens=3)
         with pytest.raises(TypeError, match="model must be"):
-            decode.greedy_decode(object(), wrap([[3, 4]]), 3)
+            decode.generate(object(), wrap([[3, 4]]), max_new_tokens=3)
 
 
 def test_numpy_decoding_runs_in_eval_mode_and_restores_the_mode():
     config = nt.TransformerConfig(**SMALL, dropout=0.5)
     model = numpy_model(config, lm=False)
     src = source(config, lm=False)
-    expected = nd.greedy_decode(model.eval(), src, MAX_NEW)
+    expected = nd.generate(model.eval(), src, max_new_tokens=MAX_NEW)
     model.train()
-    assert np.array_equal(nd.greedy_decode(model, src, MAX_NEW), expected)  # no dropout
-    assert np.array_equal(nd.beam_search(model, src, 2, MAX_NEW), nd.beam_search(model.eval(), src, 2, MAX_NEW))
+    assert np.array_equal(nd.generate(model, src, max_new_tokens=MAX_NEW), expected)  # no dropout
+    assert np.array_equal(
+        nd.generate(model, src, num_beams=2, max_new_tokens=MAX_NEW),
+        nd.generate(model.eval(), src, num_beams=2, max_new_tokens=MAX_NEW),
+    )
     model.train()
-    nd.beam_search(model, src, 2, MAX_NEW)
+    nd.generate(model, src, num_beams=2, max_new_tokens=MAX_NEW)
     assert model.training
     with pytest.raises(ValueError):
-        nd.greedy_decode(model, src, 10**6)
+        nd.generate(model, src, max_new_tokens=10**6)
     assert model.training  # restored on the error path too
     model.eval()
-    nd.greedy_decode(model, src, MAX_NEW)
+    nd.generate(model, src, max_new_tokens=MAX_NEW)
     assert not model.training
 
 
@@ -499,15 +589,16 @@ def test_torch_decoding_runs_in_eval_mode_without_grad_and_restores_modes(device
     np_model = numpy_model(config, lm=False)
     model = torch_twin(np_model, device)
     src = torch.from_numpy(source(config, lm=False)).to(device)
-    expected = td.greedy_decode(model.eval(), src, MAX_NEW)
+    expected = td.generate(model.eval(), src, max_new_tokens=MAX_NEW)
     model.train()
     model.decoder.layers[0].eval()  # a mixed mode: each module gets its own mode back
-    assert torch.equal(td.greedy_decode(model, src, MAX_NEW), expected)
+    assert torch.equal(td.generate(model, src, max_new_tokens=MAX_NEW), expected)
     assert model.training and model.encoder.training and not model.decoder.layers[0].training
     assert model.decoder.layers[1].training and not model.decoder.layers[0].self_attn.training
     with pytest.raises(ValueError):
-        td.beam_search(model, src, 2, 10**6)
+        td.generate(model, src, num_beams=2, max_new_tokens=10**6)
     assert model.training and not model.decoder.layers[0].training
     assert torch.is_grad_enabled()
-    _, logits = td.greedy_search(model, src, 3)
+    out = td.generate(model, src, max_new_tokens=3, return_dict_in_generate=True)
+    _, logits = out.sequences, out.logits
     assert not logits.requires_grad  # decoded under no_grad

@@ -643,10 +643,13 @@ def test_decoding_from_the_pad_id(use_cache, device):
     twin = torch_twin(model, device)
     t_src = torch.from_numpy(src).to(device)
     for decode_np, decode_t in (
-        (lambda m, s: nd.greedy_decode(m, s, 8, use_cache), lambda m, s: td.greedy_decode(m, s, 8, use_cache)),
         (
-            lambda m, s: nd.beam_search(m, s, 3, 8, 0.6, use_cache),
-            lambda m, s: td.beam_search(m, s, 3, 8, 0.6, use_cache),
+            lambda m, s: nd.generate(m, s, max_new_tokens=8, use_cache=use_cache),
+            lambda m, s: td.generate(m, s, max_new_tokens=8, use_cache=use_cache),
+        ),
+        (
+            lambda m, s: nd.generate(m, s, num_beams=3, max_new_tokens=8, length_penalty=0.6, use_cache=use_cache),
+            lambda m, s: td.generate(m, s, num_beams=3, max_new_tokens=8, length_penalty=0.6, use_cache=use_cache),
         ),
     ):
         tokens = decode_np(model, src)
@@ -657,7 +660,10 @@ def test_decoding_from_the_pad_id(use_cache, device):
             eos = np.flatnonzero(row == config.eos_id)
             real = row if eos.size == 0 else row[: eos[0]]
             assert np.all(real != 0), row  # pad is never generated
-    np.testing.assert_array_equal(nd.greedy_decode(model, src, 8, True), nd.greedy_decode(model, src, 8, False))
+    np.testing.assert_array_equal(
+        nd.generate(model, src, max_new_tokens=8, use_cache=True),
+        nd.generate(model, src, max_new_tokens=8, use_cache=False),
+    )
 
 
 def test_lm_decoding_without_a_padding_token(device):
@@ -668,15 +674,23 @@ def test_lm_decoding_without_a_padding_token(device):
     prompt = np.array([[0, 5, 6], [7, 0, 0], [3, 3, 9]])
     twin = torch_twin(model, device)
     for use_cache in (True, False):
-        greedy = nd.greedy_decode(model, prompt, 10, use_cache)
+        greedy = nd.generate(model, prompt, max_new_tokens=10, use_cache=use_cache)
         np.testing.assert_array_equal(greedy[:, :3], prompt)
         np.testing.assert_array_equal(
-            greedy, td.greedy_decode(twin, torch.from_numpy(prompt).to(device), 10, use_cache).cpu()
+            greedy, td.generate(twin, torch.from_numpy(prompt).to(device), max_new_tokens=10, use_cache=use_cache).cpu()
         )
-        beams = nd.beam_search(model, prompt, 3, 10, 1.0, use_cache)
+        beams = nd.generate(model, prompt, num_beams=3, max_new_tokens=10, length_penalty=1.0, use_cache=use_cache)
         np.testing.assert_array_equal(beams[:, :3], prompt)
         np.testing.assert_array_equal(
-            beams, td.beam_search(twin, torch.from_numpy(prompt).to(device), 3, 10, 1.0, use_cache).cpu()
+            beams,
+            td.generate(
+                twin,
+                torch.from_numpy(prompt).to(device),
+                num_beams=3,
+                max_new_tokens=10,
+                length_penalty=1.0,
+                use_cache=use_cache,
+            ).cpu(),
         )
     # No pad ban: the first step's choice is the argmax over the whole vocabulary, id 0 included.
     logits = model.eval().forward(prompt)[:, -1]

@@ -431,7 +431,7 @@ def test_flash_model_has_no_attention_maps() -> None:
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv cache", "recomputed"])
 def test_decoding_with_a_flash_config(use_cache: bool) -> None:
-    """greedy_decode works with a flash model and gives the plain model's tokens. With the KV cache, decoding
+    """generate works with a flash model and gives the plain model's tokens. With the KV cache, decoding
     attends with the plain pair (one new query over t cached keys: a (1, t) row, nothing to tile); without it,
     every step runs model.forward, through the tiled pair."""
     fields = dict(positional="rope", n_kv_heads=2, pad_id=None, max_len=32)
@@ -439,14 +439,14 @@ def test_decoding_with_a_flash_config(use_cache: bool) -> None:
     tokens = {}
     for attention in ("plain", "flash"):
         model = nt.TransformerLM(nt.TransformerConfig(**fields, attention=attention), seed=3)
-        tokens[attention] = nt.greedy_decode(model, prompt, max_len=8, use_cache=use_cache)
+        tokens[attention] = nt.generate(model, prompt, max_new_tokens=8, use_cache=use_cache)
     np.testing.assert_array_equal(tokens["flash"], tokens["plain"])
     src = np.array([[5, 6, 7, 8], [9, 10, 11, 0]])
     model = nt.Transformer(nt.TransformerConfig(attention="flash"), seed=3)
     plain = nt.Transformer(nt.TransformerConfig(), seed=3)
     np.testing.assert_array_equal(
-        nt.greedy_decode(model, src, max_len=6, use_cache=use_cache),
-        nt.greedy_decode(plain, src, max_len=6, use_cache=use_cache),
+        nt.generate(model, src, max_new_tokens=6, use_cache=use_cache),
+        nt.generate(plain, src, max_new_tokens=6, use_cache=use_cache),
     )
 
 

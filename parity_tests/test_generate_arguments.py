@@ -158,13 +158,13 @@ def test_a_model_of_our_own_takes_the_token_arguments(side):
     model = nt.TransformerLM(cfg) if side == "numpy" else tt.TransformerLM(cfg).double()
     ids = PROMPTS[:, :2] % cfg.tgt_vocab_size
     ids = ids if side == "numpy" else torch.from_numpy(ids)
-    free = np.asarray(lib.greedy_decode(model, ids, 6))
+    free = np.asarray(lib.generate(model, ids, max_new_tokens=6))
     stop = int(free[0, 3])
     got = np.asarray(lib.generate(model, ids, max_new_tokens=6, eos_token_id=[stop]))
     assert got[0, 3] == stop and (got[0, 4:] == cfg.pad_id).all()
-    banned = np.asarray(lib.greedy_decode(model, ids, 6, bad_words_ids=[[stop]]))
+    banned = np.asarray(lib.generate(model, ids, max_new_tokens=6, bad_words_ids=[[stop]]))
     assert stop not in banned[:, 2:]
-    beams = np.asarray(lib.beam_search(model, ids, 2, 6, forced_eos_token_id=[5, 6]))
+    beams = np.asarray(lib.generate(model, ids, num_beams=2, max_new_tokens=6, forced_eos_token_id=[5, 6]))
     assert beams[0, -1] in (5, 6) or beams.shape[1] < 8
 
 

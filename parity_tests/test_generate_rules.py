@@ -41,9 +41,9 @@ def ours_decode(model, ids, side: str, num_beams: int, max_new: int, use_cache: 
         kwargs = {k: torch.from_numpy(v) for k, v in kwargs.items()}
     lib = nt if side == "numpy" else tt
     if num_beams == 1:
-        out = lib.greedy_decode(model, ids, max_new, use_cache=use_cache, **kwargs)
+        out = lib.generate(model, ids, max_new_tokens=max_new, use_cache=use_cache, **kwargs)
     else:
-        out = lib.beam_search(model, ids, num_beams, max_new, use_cache=use_cache, **kwargs)
+        out = lib.generate(model, ids, num_beams=num_beams, max_new_tokens=max_new, use_cache=use_cache, **kwargs)
     return np.asarray(out)
 
 

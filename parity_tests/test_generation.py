@@ -3,6 +3,8 @@ decoding modules refusing the same bad arguments with the same messages."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -77,19 +79,19 @@ def test_when_an_element_stops(early_stopping, best_live, expected) -> None:
 def test_decoding_length_fills_the_table_or_refuses() -> None:
     assert decoding_length(None, 3, 12, lm=True) == 9
     assert decoding_length(4, 1, 12, lm=False) == 4
-    with pytest.raises(ValueError, match=r"max_len=10 generated tokens after the 3-token prompt need 13 positions"):
+    with pytest.raises(ValueError, match=r"max_new_tokens=10 generated tokens after the 3-token prompt need 13"):
         decoding_length(10, 3, 12, lm=True)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        (dict(beam_size=0), ValueError, r"beam_size must be >= 1, got 0"),
-        (dict(beam_size=2.0), TypeError, r"beam_size must be an int, got float"),
+        (dict(num_beams=0), ValueError, r"num_beams must be >= 1, got 0"),
+        (dict(num_beams=2.0), TypeError, r"num_beams must be an int, got float"),
         (dict(length_penalty="1"), TypeError, r"length_penalty must be a float, got str"),
         (dict(length_penalty=float("nan")), ValueError, r"length_penalty must be finite, got nan"),
         (dict(early_stopping="sometimes"), ValueError, r"early_stopping must be True, False or 'never'"),
-        (dict(max_len=0), ValueError, r"max_len must be >= 1, got 0"),
+        (dict(max_new_tokens=0), ValueError, r"max_new_tokens must be >= 1, got 0"),
     ],
 )
 def test_both_sides_refuse_the_same_beam_arguments(kwargs, error, message) -> None:
@@ -97,6 +99,47 @@ def test_both_sides_refuse_the_same_beam_arguments(kwargs, error, message) -> No
     ours, theirs = nt.Transformer(config), tt.Transformer(config)
     src = np.array([[3, 4, 5]])
     with pytest.raises(error, match=message):
-        nt.beam_search(ours, src, **{"max_len": 3, **kwargs})
+        nt.generate(ours, src, **{"num_beams": 4, "max_new_tokens": 3, **kwargs})
     with pytest.raises(error, match=message):
-        tt.beam_search(theirs, torch.from_numpy(src), **{"max_len": 3, **kwargs})
+        tt.generate(theirs, torch.from_numpy(src), **{"num_beams": 4, "max_new_tokens": 3, **kwargs})
+
+
+def test_generation_config_is_typed_frozen_and_checked_when_made() -> None:
+    """GenerationConfig: the fields set, frozen (dataclasses.replace makes another), a bad value or an unknown name
+    refused when it is made, naming it."""
+    config = nt.GenerationConfig(max_new_tokens=5, top_k=3, eos_token_id=[2, 3])
+    assert config.settings() == {"max_new_tokens": 5, "top_k": 3, "eos_token_id": [2, 3]}
+    assert nt.GenerationConfig is tt.GenerationConfig
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.top_k = 4  # type: ignore[misc]
+    assert dataclasses.replace(config, top_k=4).top_k == 4
+    with pytest.raises(TypeError, match="topk"):
+        nt.GenerationConfig(topk=3)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="top_p"):
+        nt.GenerationConfig(top_p=1.5)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        nt.GenerationConfig(max_new_tokens=0)
+    with pytest.raises(ValueError, match="bad_words_ids"):
+        nt.GenerationConfig(bad_words_ids=[[]])
+
+
+def test_one_way_in_with_its_precedence() -> None:
+    """Each side's decoding has one public entry, generate(); an argument wins over the config's field, which wins
+    over the model's (a model of our own: transformers' defaults); every search behind it gives what the same
+    settings as arguments give."""
+    for module in (nt.decoding, tt.decoding):
+        for old in ("greedy_decode", "sample", "greedy_search", "beam_search", "beam_search_scores"):
+            assert not hasattr(module, old), (module.__name__, old)
+    config = TransformerConfig(**SMALL)
+    src = np.array([[3, 4, 5], [6, 7, 8]])
+    three = nt.GenerationConfig(max_new_tokens=3, num_beams=2)
+    for lib, model, ids in ((nt, nt.Transformer(config), src), (tt, tt.Transformer(config), torch.from_numpy(src))):
+        by_config = np.asarray(lib.generate(model, ids, three))
+        assert by_config.shape[1] <= 4
+        np.testing.assert_array_equal(by_config, np.asarray(lib.generate(model, ids, max_new_tokens=3, num_beams=2)))
+        over = np.asarray(lib.generate(model, ids, three, max_new_tokens=5, num_beams=1))  # the arguments win
+        np.testing.assert_array_equal(over, np.asarray(lib.generate(model, ids, max_new_tokens=5)))
+        out = lib.generate(model, ids, three, return_dict_in_generate=True)
+        assert out.logits is None and len(out.sequences_scores) == 2
+        out = lib.generate(model, ids, max_new_tokens=3, return_dict_in_generate=True)
+        assert out.sequences_scores is None and tuple(out.logits.shape) == (2, out.sequences.shape[1] - 1, 11)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer import TransformerLM
 from numpy_transformer import attention as A
@@ -234,16 +235,16 @@ def test_numpy_equals_torch_in_float64():
 def test_greedy_decoding_numpy_equals_torch():
     """The GPT-OSS-like LM decodes the same tokens on both sides (a rolling window of 2 on layer 0, the sinks in every
     step's softmax)."""
-    from numpy_transformer.decoding import greedy_decode
-
     cfg = gpt_oss_config(max_len=16, pad_id=None, eos_id=None)
     ours = TransformerLM(cfg, seed=4).eval()
     rng = np.random.default_rng(99)
     for value in ours.params.values():
         value += 0.5 * rng.standard_normal(value.shape)
     prompts = np.array([[5, 9, 7], [12, 4, 8]])
-    mine = greedy_decode(ours, prompts, 8)
-    theirs = tt.greedy_decode(to_torch(ours), torch.from_numpy(prompts), 8).numpy()
+    mine = nt.generate(ours, prompts, max_new_tokens=8, do_sample=False, num_beams=1)
+    theirs = tt.generate(
+        to_torch(ours), torch.from_numpy(prompts), max_new_tokens=8, do_sample=False, num_beams=1
+    ).numpy()
     np.testing.assert_array_equal(mine, theirs)
     assert len(set(mine[0, 3:].tolist())) > 1
 

@@ -21,13 +21,11 @@ from transformers import modeling_rope_utils
 import torch_transformer.hf as torch_hf
 from numpy_transformer import hf as numpy_hf
 from numpy_transformer.attention import rope_frequencies
-from numpy_transformer.decoding import greedy_decode as numpy_greedy
-from numpy_transformer.decoding import greedy_search as numpy_search
+from numpy_transformer.decoding import generate as numpy_generate
 from parity_tests import components as C
 from parity_tests import hf_compare as H
 from parity_tests import modernbert_compare as M
-from torch_transformer.decoding import greedy_decode as torch_greedy
-from torch_transformer.decoding import greedy_search as torch_search
+from torch_transformer.decoding import generate as torch_generate
 from torch_transformer.layers import rope_inv_freq
 from transformer_spec.config import RopeScaling, TransformerConfig
 from transformer_spec.families import FAMILIES
@@ -311,9 +309,9 @@ def test_greedy_matches_generate_across_the_switch(case, side):
         ).numpy()
     assert expected.shape[1] == prompt_len + new
     if side == "numpy":
-        got = numpy_greedy(ours, ids, new)
+        got = numpy_generate(ours, ids, max_new_tokens=new)
     else:
-        got = torch_greedy(ours, torch.from_numpy(ids), new).numpy()
+        got = torch_generate(ours, torch.from_numpy(ids), max_new_tokens=new).numpy()
     # ours stops at the config's eos (id 2), generate() was told not to: the tokens up to there, past the switch
     assert got.shape[1] == expected.shape[1] or got[0, -1] == 2
     assert got.shape[1] > H.TINY[family]["max_position_embeddings"] // 2 + 1
@@ -389,9 +387,11 @@ def test_phi3_128k_past_the_original_length_matches_transformers(side, tmp_path)
     ours.generation_rules = None  # as generate() was told: no end token
     ours.config = dataclasses.replace(ours.config, eos_id=None)
     if side == "numpy":
-        tokens, logits = numpy_search(ours, prompt, 6)
+        out = numpy_generate(ours, prompt, max_new_tokens=6, return_dict_in_generate=True)
+        tokens, logits = out.sequences, out.logits
     else:
-        tokens, logits = (H.to_numpy(t) for t in torch_search(ours, torch.from_numpy(prompt), 6))
+        out = torch_generate(ours, torch.from_numpy(prompt), max_new_tokens=6, return_dict_in_generate=True)
+        tokens, logits = H.to_numpy(out.sequences), H.to_numpy(out.logits)
     np.testing.assert_array_equal(tokens, expected)
     assert len(steps) == logits.shape[1] == 6
     for step, theirs_logits in enumerate(steps):  # steps 1..5 are past the original length

@@ -129,9 +129,9 @@ def test_greedy_search_equals_generate(checkpoints, model_type, side):
         max_new_tokens=10,
     ).numpy()  # fmt: skip
     if side == "numpy":
-        got = nt.greedy_decode(np_hf.load(directory, dtype=np.float32).eval(), src, max_len=10)
+        got = nt.generate(np_hf.load(directory, dtype=np.float32).eval(), src, max_new_tokens=10)
     else:
-        got = tt.greedy_decode(torch_hf.load(directory).eval(), torch.from_numpy(src), max_len=10).numpy()
+        got = tt.generate(torch_hf.load(directory).eval(), torch.from_numpy(src), max_new_tokens=10).numpy()
     np.testing.assert_array_equal(got, expected)
     assert len({tuple(row) for row in got}) == len(got), "the rows should differ: a degenerate model proves little"
 
@@ -155,10 +155,19 @@ def test_beam_search_equals_generate(checkpoints, model_type, side, length_penal
     ).numpy()  # fmt: skip
     if side == "numpy":
         model = np_hf.load(directory, dtype=np.float32)
-        got = nt.beam_search(model, src, 4, 10, length_penalty, early_stopping=early_stopping)
+        got = nt.generate(
+            model, src, num_beams=4, max_new_tokens=10, length_penalty=length_penalty, early_stopping=early_stopping
+        )
     else:
         model = torch_hf.load(directory)
-        got = tt.beam_search(model, torch.from_numpy(src), 4, 10, length_penalty, early_stopping=early_stopping)
+        got = tt.generate(
+            model,
+            torch.from_numpy(src),
+            num_beams=4,
+            max_new_tokens=10,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
         got = got.numpy()
     np.testing.assert_array_equal(got, expected)
 
@@ -167,8 +176,8 @@ def test_beam_search_differs_from_greedy_here(checkpoints):
     """The beam comparison above means something: on these inputs four beams do not just find greedy's answer."""
     model = np_hf.load(checkpoints["marian"], dtype=np.float32)
     src, _, _ = batch(model.config, np.random.default_rng(4))
-    greedy = nt.greedy_decode(model, src, 10)
-    beam = nt.beam_search(model, src, 4, 10)
+    greedy = nt.generate(model, src, max_new_tokens=10)
+    beam = nt.generate(model, src, num_beams=4, max_new_tokens=10)
     assert greedy.shape != beam.shape or (greedy != beam).any()
 
 
@@ -227,12 +236,12 @@ def generation_case(checkpoints, model_type, tmp_path, **fields):
 
 def our_decoding(directory, src, side, search, **kwargs):
     if side == "numpy":
-        return search[0](np_hf.load(directory, dtype=np.float32), src, **kwargs)
-    return search[1](torch_hf.load(directory), torch.from_numpy(src), **kwargs).numpy()
+        return nt.generate(np_hf.load(directory, dtype=np.float32), src, **search, **kwargs)
+    return tt.generate(torch_hf.load(directory), torch.from_numpy(src), **search, **kwargs).numpy()
 
 
-GREEDY = (nt.greedy_decode, tt.greedy_decode)
-BEAM = (nt.beam_search, tt.beam_search)
+GREEDY = {"do_sample": False, "num_beams": 1}
+BEAM = {"do_sample": False}
 
 
 @pytest.mark.parametrize("side", ["numpy", "torch"])
@@ -247,9 +256,9 @@ def test_forced_eos_at_max_length_as_generate(checkpoints, model_type, side, tmp
     common = dict(input_ids=torch.from_numpy(src), attention_mask=torch.from_numpy(src != pad), max_new_tokens=3)
     greedy = reference.generate(**common, do_sample=False, num_beams=1).numpy()
     assert (greedy[:, -1] == rules.forced_eos_id).all()
-    np.testing.assert_array_equal(our_decoding(directory, src, side, GREEDY, max_len=3), greedy)
+    np.testing.assert_array_equal(our_decoding(directory, src, side, GREEDY, max_new_tokens=3), greedy)
     beam = reference.generate(**common, do_sample=False, num_beams=4).numpy()
-    np.testing.assert_array_equal(our_decoding(directory, src, side, BEAM, beam_size=4, max_len=3), beam)
+    np.testing.assert_array_equal(our_decoding(directory, src, side, BEAM, num_beams=4, max_new_tokens=3), beam)
 
 
 @pytest.mark.parametrize("side", ["numpy", "torch"])
@@ -266,11 +275,11 @@ def test_forced_bos_and_bad_words_as_generate(checkpoints, side, tmp_path):
     fields = dict(forced_bos_token_id=7, bad_words_ids=[[pad], [banned], pair])
     directory, src, reference = generation_case(checkpoints, "bart", tmp_path / "rules", **fields)
     for search, kwargs, theirs_kwargs in (
-        (GREEDY, dict(max_len=8), dict(num_beams=1)),
-        (BEAM, dict(beam_size=4, max_len=8), dict(num_beams=4)),
+        (GREEDY, dict(max_new_tokens=8), dict(num_beams=1)),
+        (BEAM, dict(num_beams=4, max_new_tokens=8), dict(num_beams=4)),
     ):
         expected = reference.generate(**common, do_sample=False, **theirs_kwargs).numpy()
         got = our_decoding(directory, src, side, search, **kwargs)
         np.testing.assert_array_equal(got, expected)
         assert (got[:, 1] == 7).all() and not (got[:, 2:] == banned).any()
-    assert not np.array_equal(our_decoding(directory, src, side, GREEDY, max_len=8), free)
+    assert not np.array_equal(our_decoding(directory, src, side, GREEDY, max_new_tokens=8), free)

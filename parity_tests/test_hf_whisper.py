@@ -25,14 +25,13 @@ import torch
 import transformers
 
 import numpy_transformer as nt
+import torch_transformer as tt
 from numpy_transformer import audio, gradcheck
 from numpy_transformer import checkpoint as np_checkpoint
-from numpy_transformer import decoding as np_decoding
 from numpy_transformer import hf as np_hf
 from parity_tests import components as C
 from torch_transformer import audio as torch_audio
 from torch_transformer import checkpoint as torch_checkpoint
-from torch_transformer import decoding as torch_decoding
 from torch_transformer import hf as torch_hf
 
 transformers.logging.set_verbosity_error()
@@ -133,17 +132,19 @@ def test_whisper_decoding_equals_generate(checkpoint):
     ours_np = np_hf.load(checkpoint, dtype=np.float64)
     ours_torch = torch_hf.load(checkpoint, dtype=torch.float64)
     found = {
-        "numpy greedy": np_decoding.greedy_decode(ours_np, x, max_len=10),
-        "numpy greedy, no cache": np_decoding.greedy_decode(ours_np, x, max_len=10, use_cache=False),
-        "torch greedy": torch_decoding.greedy_decode(ours_torch, t_x, max_len=10).numpy(),
+        "numpy greedy": nt.generate(ours_np, x, max_new_tokens=10, do_sample=False, num_beams=1),
+        "numpy greedy, no cache": nt.generate(
+            ours_np, x, max_new_tokens=10, do_sample=False, num_beams=1, use_cache=False
+        ),
+        "torch greedy": tt.generate(ours_torch, t_x, max_new_tokens=10, do_sample=False, num_beams=1).numpy(),
     }
     for name, tokens in found.items():
         assert (tokens[:, 0] == 111).all(), name  # the decoder start token first; generate() returns what follows
         np.testing.assert_array_equal(tokens[:, 1:], greedy, err_msg=name)
     assert len({tuple(row) for row in greedy}) > 1  # the rows took different paths: the comparison means something
     for name, tokens in {
-        "numpy beam": np_decoding.beam_search(ours_np, x, beam_size=3, max_len=10),
-        "torch beam": torch_decoding.beam_search(ours_torch, t_x, beam_size=3, max_len=10).numpy(),
+        "numpy beam": nt.generate(ours_np, x, max_new_tokens=10, do_sample=False, num_beams=3),
+        "torch beam": tt.generate(ours_torch, t_x, max_new_tokens=10, do_sample=False, num_beams=3).numpy(),
     }.items():
         np.testing.assert_array_equal(tokens[:, 1:], beam, err_msg=name)
 

@@ -202,8 +202,10 @@ def test_sampling_distribution_equals_transformers(side, qwen2_sampling):
 
 def ours_sample(side: str, model, prompts: np.ndarray, max_len: int, rng, **settings) -> np.ndarray:
     if side == "numpy":
-        return nt.sample(model, prompts, max_len, rng, **settings)
-    return tt.sample(model, torch.from_numpy(prompts), max_len, rng, **settings).numpy()
+        return nt.generate(model, prompts, max_new_tokens=max_len, do_sample=True, rng=rng, **settings)
+    return tt.generate(
+        model, torch.from_numpy(prompts), max_new_tokens=max_len, do_sample=True, rng=rng, **settings
+    ).numpy()
 
 
 @pytest.mark.parametrize("side", SIDES)
@@ -227,7 +229,7 @@ def test_torch_sampling_draws_what_generate_draws(qwen2_sampling):
         torch.manual_seed(11)
         theirs = theirs_model.float().generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=10)
         torch.manual_seed(11)
-        ours = tt.generate(ours_model, prompts, 10, attention_mask=torch.ones_like(prompts))
+        ours = tt.generate(ours_model, prompts, max_new_tokens=10, attention_mask=torch.ones_like(prompts))
     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
     assert len({tuple(row) for row in ours[:, 4:].tolist()}) > 1  # the rows of one prompt differ: it sampled
 
@@ -264,8 +266,8 @@ def ours_decode(side: str, model, ids: np.ndarray, num_beams: int, max_new: int,
         ids = torch.from_numpy(ids)
         settings = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in settings.items()}
     if num_beams == 1:
-        return np.asarray(lib.greedy_decode(model, ids, max_new, **settings))
-    return np.asarray(lib.beam_search(model, ids, num_beams, max_new, **settings))
+        return np.asarray(lib.generate(model, ids, max_new_tokens=max_new, **settings))
+    return np.asarray(lib.generate(model, ids, num_beams=num_beams, max_new_tokens=max_new, **settings))
 
 
 def theirs_generate(model, family: str, ids: np.ndarray, mask: np.ndarray, num_beams: int, max_new: int):
@@ -356,10 +358,16 @@ def test_generate_follows_the_checkpoints_num_beams_and_do_sample(side, bart_rul
 
     qwen = H.load_ours(side, qwen2_sampling[0], np.float64)
     prompts = PROMPTS if side == "numpy" else torch.from_numpy(PROMPTS)
-    sampled = np.asarray(lib.generate(qwen, prompts, 8, rng=5))
-    np.testing.assert_array_equal(np.asarray(lib.sample(qwen, prompts, 8, 5)), sampled)
-    greedy = np.asarray(lib.generate(qwen, prompts, 8, do_sample=False))
-    np.testing.assert_array_equal(greedy, np.asarray(lib.greedy_decode(qwen, prompts, 8)))
+    sampled = np.asarray(lib.generate(qwen, prompts, max_new_tokens=8, rng=5))
+    np.testing.assert_array_equal(
+        np.asarray(lib.generate(qwen, prompts, max_new_tokens=8, do_sample=True, rng=5)), sampled
+    )
+    greedy = np.asarray(lib.generate(qwen, prompts, max_new_tokens=8, do_sample=False))
+    assert not np.array_equal(greedy, sampled)
+    config = nt.GenerationConfig(do_sample=False, max_new_tokens=8)  # a config's set field over the checkpoint's too
+    np.testing.assert_array_equal(greedy, np.asarray(lib.generate(qwen, prompts, config)))
+    # an argument over the config: sampling again
+    np.testing.assert_array_equal(np.asarray(lib.generate(qwen, prompts, config, do_sample=True, rng=5)), sampled)
 
 
 def test_unapplied_settings_are_warned_about_by_name(tmp_path):
@@ -377,22 +385,22 @@ def test_unapplied_settings_are_warned_about_by_name(tmp_path):
 
 @pytest.mark.parametrize("side", SIDES)
 def test_settings_not_applied_are_refused_by_name(side, qwen2_sampling):
-    """A caller's transformers setting that is not applied: ValueError naming it; a setting the entry does not take:
-    TypeError naming it; a bad value: the error names the setting. (Sampling with beams is computed now:
-    test_generate_arguments.)"""
+    """A caller's transformers setting that is not applied: ValueError naming it; a setting generate() does not
+    take (or a config that is not a GenerationConfig): TypeError naming it; a bad value: the error names the
+    setting. (Sampling with beams is computed now: test_generate_arguments.)"""
     model = H.load_ours(side, qwen2_sampling[0], np.float64)
     lib = nt if side == "numpy" else tt
     ids = PROMPTS if side == "numpy" else torch.from_numpy(PROMPTS)
     with pytest.raises(ValueError, match=r"generate: typical_p=0\.5 is not applied by this library"):
-        lib.generate(model, ids, 4, typical_p=0.5)
-    with pytest.raises(ValueError, match=r"greedy_decode: temperature=0\.5 is not a setting of greedy_decode"):
-        lib.greedy_decode(model, ids, 4, temperature=0.5)
+        lib.generate(model, ids, max_new_tokens=4, typical_p=0.5)
+    with pytest.raises(TypeError, match=r"generation_config must be a GenerationConfig or None, got dict"):
+        lib.generate(model, ids, {"temperature": 0.5})
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'topk'"):
-        lib.sample(model, ids, 4, 0, topk=3)
-    with pytest.raises(ValueError, match=r"sample: top_p must be a number in \[0, 1\], got 1\.5"):
-        lib.sample(model, ids, 4, 0, top_p=1.5)
+        lib.generate(model, ids, max_new_tokens=4, do_sample=True, rng=0, topk=3)
+    with pytest.raises(ValueError, match=r"generate: top_p must be a number in \[0, 1\], got 1\.5"):
+        lib.generate(model, ids, max_new_tokens=4, do_sample=True, rng=0, top_p=1.5)
     with pytest.raises(ValueError, match=r"temperature must be > 0 when sampling, got 0\.0"):
-        lib.sample(model, ids, 4, 0, temperature=0.0)
+        lib.generate(model, ids, max_new_tokens=4, do_sample=True, rng=0, temperature=0.0)
 
 
 @pytest.mark.parametrize("side", SIDES)
@@ -442,8 +450,10 @@ def test_a_streamer_gets_each_token_as_it_comes(side, qwen2_sampling):
     lib = nt if side == "numpy" else tt
     prompts = PROMPTS if side == "numpy" else torch.from_numpy(PROMPTS)
     steps: list = []
-    out = np.asarray(lib.generate(model, prompts, 6, rng=1, streamer=lambda tokens: steps.append(np.asarray(tokens))))
+    out = np.asarray(
+        lib.generate(model, prompts, max_new_tokens=6, rng=1, streamer=lambda tokens: steps.append(np.asarray(tokens)))
+    )
     assert len(steps) == out.shape[1] - PROMPTS.shape[1] and all(s.shape == (2,) for s in steps)
     np.testing.assert_array_equal(np.stack(steps, axis=1), out[:, PROMPTS.shape[1] :])
     with pytest.raises(ValueError, match="streamer: beam search"):
-        lib.generate(model, prompts, 6, do_sample=False, num_beams=2, streamer=print)
+        lib.generate(model, prompts, max_new_tokens=6, do_sample=False, num_beams=2, streamer=print)

@@ -212,12 +212,14 @@ def test_rolling_cache_stays_the_windows_size_and_decodes_as_recomputation() -> 
     cache = nd.new_cache(model, None, 2, 40)
     for self_cache, _ in cache.layers:
         assert isinstance(self_cache, KVCache) and self_cache.keys.shape[2] == 4
-    tokens, logits = nd.greedy_search(model, prompt, 12)
-    again, relogits = nd.greedy_search(model, prompt, 12, use_cache=False)
+    out = nd.generate(model, prompt, max_new_tokens=12, return_dict_in_generate=True)
+    tokens, logits = out.sequences, out.logits
+    out = nd.generate(model, prompt, max_new_tokens=12, use_cache=False, return_dict_in_generate=True)
+    again, relogits = out.sequences, out.logits
     np.testing.assert_array_equal(tokens, again)
     np.testing.assert_allclose(logits, relogits, rtol=0, atol=1e-12)
-    beams = nd.beam_search(model, prompt, beam_size=3, max_len=12)
-    np.testing.assert_array_equal(beams, nd.beam_search(model, prompt, beam_size=3, max_len=12, use_cache=False))
+    beams = nd.generate(model, prompt, num_beams=3, max_new_tokens=12)
+    np.testing.assert_array_equal(beams, nd.generate(model, prompt, num_beams=3, max_new_tokens=12, use_cache=False))
     torch_twin = tt.TransformerLM(config).double()
     torch_twin.load_state_dict({k: torch.from_numpy(v) for k, v in model.state_dict().items()})
     torch_prompt = torch.from_numpy(prompt)
@@ -226,8 +228,8 @@ def test_rolling_cache_stays_the_windows_size_and_decodes_as_recomputation() -> 
         tt.decoding.decoder_step(torch_twin, cache, torch_prompt)
     for self_cache, _ in cache.layers:
         assert self_cache.keys.shape[2] == 4 and sorted(self_cache.positions.tolist()) == [3, 4, 5, 6]
-    np.testing.assert_array_equal(tt.greedy_decode(torch_twin, torch_prompt, 12).numpy(), tokens)
-    np.testing.assert_array_equal(tt.beam_search(torch_twin, torch_prompt, 3, 12).numpy(), beams)
+    np.testing.assert_array_equal(tt.generate(torch_twin, torch_prompt, max_new_tokens=12).numpy(), tokens)
+    np.testing.assert_array_equal(tt.generate(torch_twin, torch_prompt, num_beams=3, max_new_tokens=12).numpy(), beams)
 
 
 def _assert_same_mod(theirs, ours) -> None:

@@ -227,7 +227,7 @@ def test_generate_text_samples_reproducibly(checkpoints):
     settings = dict(do_sample=True, temperature=1.5, top_k=0)
     texts = [generate_text(model, tokenizer, "The cat sat on", STEPS, rng=seed, **settings) for seed in (7, 7, 8, 9)]
     assert texts[0] == texts[1]
-    tokens = np_generate(model, np.array([ids]), STEPS, rng=7, **settings)[0, len(ids) :].tolist()
+    tokens = np_generate(model, np.array([ids]), max_new_tokens=STEPS, rng=7, **settings)[0, len(ids) :].tolist()
     assert texts[0] == tokenizer.decode(tokens)
     greedy = tokenizer.decode(their_new_tokens(theirs, ids))
     assert len({*texts[1:], greedy}) == 4

@@ -8,10 +8,11 @@ torchrun and DistributedDataParallel: `torch_transformer.distributed` (imported 
 """
 
 from transformer_spec.config import TransformerConfig
+from transformer_spec.generation import GenerationConfig
 
 from .attention import MultiHeadAttention, causal_mask, padding_mask
 from .audio import SpeechTransformer
-from .decoding import beam_search, generate, greedy_decode, sample
+from .decoding import generate
 from .layers import Dropout, FeedForward, sinusoidal_table
 from .loss import cross_entropy, multiple_negatives_ranking_loss
 from .model import (
@@ -49,8 +50,6 @@ __all__ = [
     "dropout_site_shapes",
     "padding_mask",
     "causal_mask",
-    "greedy_decode",
-    "beam_search",
-    "sample",
     "generate",
+    "GenerationConfig",
 ]

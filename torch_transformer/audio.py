@@ -82,7 +82,7 @@ class AudioEncoder(nn.Module):
 
 class SpeechTransformer(Transformer):
     """forward(input_features (B, n_mels, N), tgt_ids (B, T)) -> logits (B, T, V), N = 2 * config.source_positions
-    (as transformers' WhisperEncoder requires). greedy_decode and beam_search take the features in place of
+    (as transformers' WhisperEncoder requires). generate() takes the features in place of
     src_ids. The position table is the buffer `encoder.position_table` (in the state dict, without gradient)."""
 
     def __init__(self, config: TransformerConfig):

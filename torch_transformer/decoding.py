@@ -1,11 +1,12 @@
-"""Greedy search, beam search and sampling for `Transformer` and `TransformerLM`, with a key/value cache.
+"""Greedy search, sampling, beam search and beam sampling behind one generate(), for `Transformer` and
+`TransformerLM`, with a key/value cache.
 
-    tokens = greedy_decode(model, src_ids, max_len=20)                 # (B, 1 + steps), bos first
-    tokens = beam_search(model, src_ids, beam_size=4, max_len=20)      # (B, 1 + steps)
-    tokens = sample(lm, prompt, 20, torch.Generator().manual_seed(0), top_p=0.9)   # torch.multinomial draws
-    tokens = generate(lm, prompt, max_new_tokens=20)                   # as generate(): the checkpoint's settings
+    tokens = generate(model, src_ids, max_new_tokens=20)                      # (B, 1 + steps), the start token first
+    tokens = generate(lm, prompt, max_new_tokens=20, num_beams=4)             # beam search
+    tokens = generate(lm, prompt, do_sample=True, top_p=0.9, rng=torch.Generator().manual_seed(0))
+    tokens = generate(lm, prompt, GenerationConfig(max_new_tokens=20), top_k=5)   # an argument over the config
 
-The same functions, arguments and rules as `numpy_transformer.decoding` (see its docstring and the
+The same generate(), arguments and rules as `numpy_transformer.decoding` (see its docstring and the
 beam-search notes below), under the same names, written with PyTorch's own ops; the bookkeeping that is not math
 (fill ids, forced tokens, finished hypotheses, argument checks) is one shared module, transformer_spec.generation.
 `src_ids` is the source (B, S) or, for the LM, the prompt (B, T_p); the result is a long tensor on src_ids' device.
@@ -30,6 +31,7 @@ length (1 for the Transformer), T_new positions in one step, T_max positions cac
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -38,9 +40,8 @@ from torch import Tensor, nn
 
 from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
-    BEAM,
-    PROCESSORS,
-    SAMPLING,
+    GenerateOutput,
+    GenerationConfig,
     Step,
     after_eos,
     beam_fill,
@@ -52,7 +53,6 @@ from transformer_spec.generation import (
     check_rows_left_a_token,
     collect_finished,
     decoding_length,
-    decoding_rules,
     end_ids,
     generate_plan,
     process_scores,
@@ -60,6 +60,7 @@ from transformer_spec.generation import (
     update_stopped,
     warped_scores,
 )
+from transformer_spec.stop_strings import StopStrings
 
 from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
@@ -262,51 +263,52 @@ def is_eos(tokens: Tensor, eos: tuple) -> Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
-# Greedy search.
+# The one way in: generate(), which picks one of the four searches below.
 
 
-def greedy_decode(
+def generate(
     model: Model,
     src_ids: Tensor,
-    max_len: int,
-    use_cache: bool = True,
-    compiled: bool = False,
+    generation_config: GenerationConfig | None = None,
+    *,
     attention_mask: Tensor | None = None,
-    **settings,
-) -> Tensor:
-    """The most likely token at every step (lowest id among equals) after the logits processors (never pad_id in a
-    model of our own; a loaded one's generation_config.json rules: see numpy_transformer.decoding).
-
-    Returns long ids (B, T_p + steps): bos_id (Transformer) or the prompt (LM), then the generated
-    tokens, pad_id after a row's eos_id (a loaded checkpoint: generate()'s fill); stops once every row has
-    produced eos_id. compiled: run the cached step through torch.compile (see the module docstring).
-    attention_mask, 1/True = a real token, as transformers' generate() takes it: a TransformerLM's (B, T_p) for a
-    left-padded prompt, a Transformer's (B, S) for its source (instead of the tokens not holding pad_id).
-    settings: repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens (None: the checkpoint's).
-    """
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS, "greedy_decode", model.config)
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules)[0]
-
-
-def sample(
-    model: Model,
-    src_ids: Tensor,
-    max_len: int,
     rng: torch.Generator | int | None = None,
     use_cache: bool = True,
     compiled: bool = False,
-    attention_mask: Tensor | None = None,
     streamer=None,
-    **settings,
-) -> Tensor:
-    """Each token drawn with torch.multinomial from softmax of the processed and warped scores, as
-    generate(do_sample=True) draws it. rng: a torch.Generator (on the model's device), an int seed, or None (torch's
-    global generator, as generate() uses: torch.manual_seed(s) then sample reproduces generate()'s draws).
-    settings: greedy_decode's and temperature, top_k, top_p, min_p (None: the checkpoint's). streamer: None, or a
-    callable given each step's tokens (B,) as they are chosen (a long tensor; a finished row's fill)."""
-    rules = decoding_rules(model_rules(model), settings, PROCESSORS + SAMPLING, "sample", model.config)
-    generator = as_generator(rng, src_ids)
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
+    tokenizer=None,
+    return_dict_in_generate: bool = False,
+    **kwargs,
+):
+    """As transformers' generate(): the checkpoint's generation_config.json, generation_config's set fields over it,
+    the keyword arguments over both (numpy_transformer.decoding.generate has the full description; the same
+    arguments). do_sample and num_beams pick the search here, and nowhere else (SEARCHES). rng: a torch.Generator
+    (on the model's device), an int seed, or None (torch's global generator, as generate() uses:
+    torch.manual_seed(s) then generate reproduces transformers' draws). compiled: run the cached step through
+    torch.compile (see the module docstring). Returns long ids (B, T_p + steps) on src_ids' device, or with
+    return_dict_in_generate a GenerateOutput."""
+    T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
+    plan = generate_plan(model_rules(model), generation_config, kwargs, T_p, model.config, tokenizer)
+    if plan.strategy in ("beam", "beam_sample"):
+        check_no_streamer(streamer)
+    generator = as_generator(rng, src_ids) if plan.strategy in ("sample", "beam_sample") else None
+    options = Options(use_cache, compiled, attention_mask, generator, streamer, plan.stop)
+    out = SEARCHES[plan.strategy](model, src_ids, plan.max_len, plan.rules, options)
+    return out if return_dict_in_generate else out.sequences
+
+
+@dataclass
+class Options:
+    """How a search runs besides its rules: use_cache, compiled, the attention mask, the random generator
+    (sampling's: a torch.Generator, or True for the global one; None otherwise), the streamer and the stop strings
+    (StopStrings or None)."""
+
+    use_cache: bool = True
+    compiled: bool = False
+    attention_mask: Tensor | None = None
+    rng: torch.Generator | bool | None = None
+    streamer: Callable | None = None
+    stop: StopStrings | None = None
 
 
 def as_generator(rng, src_ids) -> torch.Generator | bool:
@@ -327,52 +329,34 @@ def model_rules(model) -> GenerationRules | None:
     return model.generation_rules
 
 
-def generate(
-    model: Model,
-    src_ids: Tensor,
-    max_new_tokens: int | None = None,
-    attention_mask: Tensor | None = None,
-    rng: torch.Generator | int | None = None,
-    use_cache: bool = True,
-    compiled: bool = False,
-    streamer=None,
-    **settings,
-) -> Tensor:
-    """As transformers' generate() under the checkpoint's generation_config.json, the caller's settings over it:
-    sample when do_sample, beam_search when num_beams > 1, else greedy search (numpy_transformer.decoding.generate
-    has the full description). rng and streamer as in sample (a streamer with beams: ValueError); do_sample with
-    num_beams > 1 samples the beams' candidates as generate() does (sampled_candidates)."""
-    T_p = 1 if isinstance(model, Transformer) else src_ids.shape[-1]
-    rules, max_len, strategy = generate_plan(model_rules(model), settings, T_p, max_new_tokens, model.config)
-    if strategy in ("beam", "beam_sample"):
-        check_no_streamer(streamer)
-        return beam_search_scores(
-            model, src_ids, rules.num_beams, max_len, rules.length_penalty, use_cache, compiled,
-            rules.early_stopping, attention_mask, rules,
-            rng=as_generator(rng, src_ids) if strategy == "beam_sample" else None,
-        )[0]  # fmt: skip
-    generator = as_generator(rng, src_ids) if strategy == "sample" else None
-    return greedy_search(model, src_ids, max_len, use_cache, compiled, attention_mask, rules, generator, streamer)[0]
+# ----------------------------------------------------------------------------------------------
+# Greedy search and sampling (numpy_transformer.decoding has the rules).
 
 
-def greedy_search(
-    model: Model,
-    src_ids: Tensor,
-    max_len: int,
-    use_cache: bool = True,
-    compiled: bool = False,
-    attention_mask: Tensor | None = None,
-    rules: GenerationRules | None = None,
-    rng: torch.Generator | bool | None = None,
-    streamer=None,
-) -> tuple[Tensor, Tensor]:
-    """greedy_decode (rng None) or sample (rng a Generator, or True: the global one) under rules (None: the
-    model's), and the logits it chose from, (B, steps, V)."""
-    check_model(model)
-    rules = rules or model.generation_rules or GenerationRules()
+def _greedy_search(model: Model, src_ids: Tensor, max_len: int, rules: GenerationRules, options: Options):
+    """generate(do_sample=False, num_beams=1): the first maximum of the allowed scores."""
+    return _token_by_token(model, src_ids, max_len, rules, options, lambda scores: scores.argmax(dim=-1))
+
+
+def _sample(model: Model, src_ids: Tensor, max_len: int, rules: GenerationRules, options: Options):
+    """generate(do_sample=True, num_beams=1): torch.multinomial from softmax of the warped scores."""
+    generator = options.rng if isinstance(options.rng, torch.Generator) else None  # True: the global one
+
+    def choose(scores: Tensor) -> Tensor:
+        return torch.multinomial(warped_probabilities(scores, rules), 1, generator=generator)[:, 0]
+
+    return _token_by_token(model, src_ids, max_len, rules, options, choose)
+
+
+def _token_by_token(
+    model: Model, src_ids: Tensor, max_len: int, rules: GenerationRules, options: Options, choose
+) -> GenerateOutput:
+    """Greedy search or sampling (`choose`: allowed scores (B, V) -> tokens (B,)), with the logits each step chose
+    from, (B, steps, V)."""
+    attention_mask = options.attention_mask
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, 1, use_cache, attention_mask, compiled, rules.start_id
+            model, src_ids, max_len, 1, options.use_cache, attention_mask, options.compiled, rules.start_id
         )
         cfg = model.config
         eos = end_ids(rules, cfg)
@@ -381,24 +365,21 @@ def greedy_search(
         start = penalty_start(model, attention_mask, 1)
         tokens = prompt.new_full((B, T_p + max_len), fill)
         tokens[:, :T_p] = prompt
-        done = torch.zeros(B, dtype=torch.bool, device=prompt.device)  # the row has produced eos_id
+        done = torch.zeros(B, dtype=torch.bool, device=prompt.device)  # the row has produced eos_id (or a stop string)
         step_logits = []
         for t in range(T_p, T_p + max_len):
             logits = decoder.next_logits(tokens[:, :t])  # (B, V)
             step_logits.append(logits)
             scores = allowed_scores(logits, model, rules, Step(tokens[:, :t], T_p, start, t == T_p + max_len - 1))
-            if rng is None:
-                choice = scores.argmax(dim=-1)  # (B,) the first maximum
-            else:
-                generator = rng if isinstance(rng, torch.Generator) else None  # True: the global one
-                choice = torch.multinomial(warped_probabilities(scores, rules), 1, generator=generator)[:, 0]
-            tokens[:, t] = choice.masked_fill(done, fill)
-            if streamer is not None:
-                streamer(tokens[:, t].clone())
+            tokens[:, t] = choose(scores).masked_fill(done, fill)
+            if options.streamer is not None:
+                options.streamer(tokens[:, t].clone())
             done |= is_eos(tokens[:, t], eos)
+            if options.stop is not None:
+                done |= torch.tensor(options.stop.hits(tokens[:, : t + 1].tolist()), device=done.device)
             if bool(done.all()):
                 break
-    return tokens[:, : t + 1], torch.stack(step_logits, dim=1)
+    return GenerateOutput(tokens[:, : t + 1], logits=torch.stack(step_logits, dim=1))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -431,54 +412,25 @@ def sampled_candidates(
     return top, flat // V, flat % V
 
 
-def beam_search(
-    model: Model,
-    src_ids: Tensor,
-    beam_size: int | None = None,
-    max_len: int | None = None,
-    length_penalty: float | None = None,
-    use_cache: bool = True,
-    compiled: bool = False,
-    early_stopping: bool | str | None = None,
-    attention_mask: Tensor | None = None,
-    **settings,
-) -> Tensor:
-    """The best of beam_size hypotheses kept at every step. Long ids (B, T_p + L) as greedy_decode, L the
-    longest best hypothesis; max_len None: as many as config.max_len allows; compiled, attention_mask and settings
-    (the logits processors) as in greedy_decode; early_stopping True, False or "never", as transformers' generate.
-    beam_size, length_penalty, early_stopping None: the checkpoint's (num_beams when above 1, else 4; 1.0; False)."""
-    return beam_search_scores(
-        model, src_ids, beam_size, max_len, length_penalty, use_cache, compiled, early_stopping, attention_mask,
-        None, **settings,
-    )[0]  # fmt: skip
+def _beam_search(model: Model, src_ids: Tensor, max_len: int, rules: GenerationRules, options: Options):
+    """generate(num_beams=K): the K most likely hypotheses kept at every step."""
+    return _beams(model, src_ids, max_len, rules, options, rng=None)
 
 
-def beam_search_scores(
-    model: Model,
-    src_ids: Tensor,
-    beam_size: int | None = None,
-    max_len: int | None = None,
-    length_penalty: float | None = None,
-    use_cache: bool = True,
-    compiled: bool = False,
-    early_stopping: bool | str | None = None,
-    attention_mask: Tensor | None = None,
-    rules: GenerationRules | None = None,
-    rng: torch.Generator | bool | None = None,
-    **settings,
-) -> tuple[Tensor, list[float]]:
-    """beam_search, and each element's best normalised score (a list of B floats). rules: decode under these
-    (generate's) instead of the model's with `settings` over them. rng: None, or a torch.Generator (True: the
-    global one): beam sampling, the warpers on the processed log-probabilities and the candidates drawn
-    (sampled_candidates)."""
-    if rules is None:
-        given = {"length_penalty": length_penalty, "early_stopping": early_stopping} | settings
-        rules = decoding_rules(model_rules(model), given, PROCESSORS + BEAM, "beam_search", model.config)
-    if beam_size is None:
-        beam_size = rules.num_beams if rules.num_beams > 1 else 4
-    length_penalty, early_stopping = rules.length_penalty, rules.early_stopping
+def _beam_sample(model: Model, src_ids: Tensor, max_len: int, rules: GenerationRules, options: Options):
+    """generate(do_sample=True, num_beams=K): the warpers on the processed log-probabilities and the candidates
+    drawn (sampled_candidates)."""
+    return _beams(model, src_ids, max_len, rules, options, rng=options.rng)
+
+
+def _beams(
+    model: Model, src_ids: Tensor, max_len: int, rules: GenerationRules, options: Options, rng
+) -> GenerateOutput:
+    """Beam search (rng None) or beam sampling (rng a torch.Generator, or True: the global one) under `rules`: the
+    ids (B, T_p + L) and each element's best normalised score."""
+    beam_size, length_penalty, early_stopping = rules.num_beams, rules.length_penalty, rules.early_stopping
     check_beam_arguments(beam_size, length_penalty, early_stopping)
-    check_model(model)
+    use_cache, compiled, attention_mask = options.use_cache, options.compiled, options.attention_mask
     with evaluating(model):
         K = beam_size
         prompt, max_len, decoder = start_decoding(
@@ -525,7 +477,11 @@ def beam_search_scores(
             update_stopped(stopped, finished, best_live, step + 1, max_len, length_penalty, K, early_stopping)
             if all(stopped):
                 break
-    return best_hypotheses(prompt, finished, fill)
+    sequences, scores = best_hypotheses(prompt, finished, fill)
+    return GenerateOutput(sequences, sequences_scores=scores)
+
+
+SEARCHES = {"greedy": _greedy_search, "sample": _sample, "beam": _beam_search, "beam_sample": _beam_sample}
 
 
 def best_hypotheses(prompt: Tensor, finished: list[list], fill_id: int) -> tuple[Tensor, list[float]]:
@@ -570,7 +526,7 @@ def check_decoding_inputs(
     token (the caller's decoder_start_token_id); None: config.bos_id."""
     cfg = model.config
     if max_len is not None:
-        check_int("max_len", max_len)
+        check_int("max_new_tokens", max_len)
     source: Tensor | None = None
     if isinstance(model, Transformer):
         check_source = getattr(model, "check_source", None)  # a SpeechTransformer's: input features, not ids

@@ -8,9 +8,12 @@ floats and lists. Each side computes its scores with its own library and hands t
 - the arguments' checks (`check_int`, `check_beam_arguments`, `decoding_length`);
 - a checkpoint's generation_config.json: which settings decoding applies, which cannot change the tokens, and which
   it does not apply (`generation_settings`, warned about by name), and the caller's settings over the checkpoint's
-  (`decoding_rules`, `generate_strategy`, `new_tokens`).
+  (`decoding_rules`, `generate_strategy`, `new_tokens`);
+- generate()'s one way in: `GenerationConfig` (every setting, typed and frozen, transformers' names), `generate_plan`
+  (the checkpoint's rules, the config's set fields over them, the arguments over both; which search; stop strings)
+  and `GenerateOutput` (return_dict_in_generate).
 
-The rules are transformers' generate()'s; numpy_transformer/decoding.py states them in full above beam_search.
+The rules are transformers' generate()'s; numpy_transformer/decoding.py states them in full above _beam_search.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import GenerationRules, TransformerConfig
+from .stop_strings import StopStrings
 
 # A finished hypothesis: its normalised score and its generated tokens (the end token included).
 Hypothesis = tuple[float, list]
@@ -167,9 +171,9 @@ def check_int(name: str, value) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-def check_beam_arguments(beam_size, length_penalty, early_stopping) -> None:
-    """beam_size an int >= 1, length_penalty a finite float, early_stopping True, False or "never"."""
-    check_int("beam_size", beam_size)
+def check_beam_arguments(num_beams, length_penalty, early_stopping) -> None:
+    """num_beams an int >= 1, length_penalty a finite float, early_stopping True, False or "never"."""
+    check_int("num_beams", num_beams)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)):
         raise TypeError(f"length_penalty must be a float, got {type(length_penalty).__name__} ({length_penalty!r})")
     if not math.isfinite(length_penalty):
@@ -182,14 +186,14 @@ def decoding_length(max_len: int | None, T_p: int, limit: int, lm: bool) -> int:
     """The tokens to generate after a prompt of T_p positions (bos for an encoder-decoder): max_len, or None for as
     many as `limit` (config.max_len) positions allow. ValueError when they do not fit in `limit`."""
     if max_len is not None:
-        check_int("max_len", max_len)
+        check_int("max_new_tokens", max_len)
     else:
         max_len = max(limit - T_p, 1)  # a full table still gets the error below
     if T_p + max_len > limit:
         taken = f"the {T_p}-token prompt" if lm else "bos"
         raise ValueError(
-            f"max_len={max_len} generated tokens after {taken} need {T_p + max_len} positions, more than "
-            f"config.max_len={limit}: max_len must be at most {limit - T_p}"
+            f"max_new_tokens={max_len} generated tokens after {taken} need {T_p + max_len} positions, more than "
+            f"config.max_len={limit}: max_new_tokens must be at most {limit - T_p}"
         )
     return max_len
 
@@ -404,17 +408,129 @@ def bad_words_applied(words: tuple, eos_ids: tuple) -> tuple:
     return tuple(w for w in words if not (len(w) == 1 and w[0] in eos_ids))
 
 
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Every decoding setting generate() takes, under transformers' names; a field left None is not set. generate()
+    decodes under the checkpoint's generation_config.json (model.generation_rules; a model of our own: transformers'
+    defaults) with this config's set fields over it, and generate()'s keyword arguments over both, the precedence
+    transformers' generate(generation_config=..., **kwargs) gives. Frozen: `dataclasses.replace(config, top_k=5)`
+    makes another. The values are checked when it is made (TypeError / ValueError naming the field); the token ids
+    against a model's vocabulary when generate() reads them.
+
+    - max_new_tokens, max_length: how many tokens (max_length counts the prompt, or the start token, too);
+    - min_length, min_new_tokens: the end tokens banned before then;
+    - do_sample, num_beams: greedy search, sampling, beam search or beam sampling;
+    - temperature, top_k, top_p, min_p: sampling's warpers;
+    - repetition_penalty, no_repeat_ngram_size, bad_words_ids, forced_bos_token_id, forced_eos_token_id: the logits
+      processors (numpy_transformer.logits_processors has each formula);
+    - length_penalty, early_stopping: beam search;
+    - eos_token_id (an id or a list), pad_token_id, decoder_start_token_id: the ids generate() stops at, fills with,
+      and starts an encoder-decoder's decoder from;
+    - stop_strings: a string or a list of them; a row stops once its text ends with one (as transformers'
+      StopStringCriteria; generate() needs tokenizer= for it; not with num_beams > 1).
+    """
+
+    max_new_tokens: int | None = None
+    max_length: int | None = None
+    min_length: int | None = None
+    min_new_tokens: int | None = None
+    do_sample: bool | None = None
+    num_beams: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    no_repeat_ngram_size: int | None = None
+    length_penalty: float | None = None
+    early_stopping: bool | str | None = None
+    bad_words_ids: Any = None
+    forced_bos_token_id: int | None = None
+    forced_eos_token_id: Any = None
+    eos_token_id: Any = None
+    pad_token_id: int | None = None
+    decoder_start_token_id: int | None = None
+    stop_strings: Any = None
+
+    def __post_init__(self) -> None:
+        settings = self.settings()
+        stops = settings.pop("stop_strings", None)
+        settings.pop("max_new_tokens", None)
+        if self.max_new_tokens is not None:
+            check_int("max_new_tokens", self.max_new_tokens)
+        decoding_rules(None, settings, GENERATE_SETTINGS, "GenerationConfig")
+        if stops is not None:
+            stop_string_tuple(stops)
+
+    def settings(self) -> dict:
+        """The fields that are set (not None), by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+def stop_string_tuple(stop_strings) -> tuple:
+    """stop_strings (a str or a non-empty list of non-empty str) as a tuple; TypeError / ValueError naming it."""
+    if isinstance(stop_strings, str):
+        stop_strings = [stop_strings]
+    if not isinstance(stop_strings, (list, tuple)) or not stop_strings:
+        raise TypeError(f"stop_strings must be a str or a non-empty list of str, got {short(stop_strings)}")
+    for one in stop_strings:
+        if not isinstance(one, str) or not one:
+            raise ValueError(f"stop_strings must hold non-empty strings, got {short(one)}")
+    return tuple(stop_strings)
+
+
+@dataclass
+class GenerateOutput:
+    """generate(..., return_dict_in_generate=True): the ids (B, T_p + steps); greedy search and sampling add the
+    logits each step chose from, (B, steps, V), before any processor (transformers' output_logits); beam search
+    and beam sampling add each element's best normalised score (transformers' sequences_scores), a list of B
+    floats."""
+
+    sequences: Any
+    logits: Any = None
+    sequences_scores: list | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one generate() call does: the rules (checkpoint's, config's, arguments', in that precedence), how many
+    tokens (new_tokens), which search (generate_strategy), and the stop strings (StopStrings, or None)."""
+
+    rules: GenerationRules
+    max_len: int
+    strategy: str
+    stop: Any = None
+
+
 def generate_plan(
     rules: GenerationRules | None,
-    settings: dict,
+    generation_config: GenerationConfig | None,
+    kwargs: dict,
     T_p: int,
-    max_new_tokens: int | None,
     config: TransformerConfig | None = None,
-) -> tuple[GenerationRules, int, str]:
-    """What generate() does: (the rules, the caller's settings over the checkpoint's; the tokens to generate after
-    a decoder input of T_p positions (new_tokens); "greedy", "sample" or "beam" (generate_strategy))."""
+    tokenizer=None,
+) -> Plan:
+    """What generate() does: the checkpoint's rules with generation_config's set fields over them and the keyword
+    arguments over both (a None argument: not given); the tokens to generate after a decoder input of T_p positions
+    (new_tokens); "greedy", "sample", "beam" or "beam_sample" (generate_strategy); the stop strings, read against
+    `tokenizer`. TypeError for a generation_config that is not a GenerationConfig or an argument generate() does not
+    take; ValueError for stop_strings without a tokenizer or with beams."""
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise TypeError(f"generation_config must be a GenerationConfig or None, got {type(generation_config).__name__}")
+    settings = generation_config.settings() if generation_config is not None else {}
+    settings |= {name: value for name, value in kwargs.items() if value is not None}
+    max_new_tokens = settings.pop("max_new_tokens", None)
+    stop_strings = settings.pop("stop_strings", None)
     rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate", config)
-    return rules, new_tokens(max_new_tokens, rules, T_p), generate_strategy(rules)
+    strategy = generate_strategy(rules)
+    stop = None
+    if stop_strings is not None:
+        if tokenizer is None:
+            raise ValueError("generate: stop_strings needs tokenizer= (the model's tokenizer), as in transformers")
+        if strategy in ("beam", "beam_sample"):
+            raise ValueError("generate: stop_strings is not applied with num_beams > 1 here; pass num_beams=1")
+        stop = StopStrings(stop_string_tuple(stop_strings), tokenizer)
+    return Plan(rules, new_tokens(max_new_tokens, rules, T_p), strategy, stop)
 
 
 def check_no_streamer(streamer) -> None:
