@@ -109,7 +109,7 @@ LATENT_SUPPORTS = {
     "kv_lora_rank": ANY, "q_lora_rank": ANY, "v_head_dim": ANY, "rotary_dim": ANY, "head_dim": ANY,
     "attention_scale": ANY, "bias": False, "qkv_bias": None, "ffn_bias": (None, False), "n_kv_heads": None,
     "n_experts": ANY, "top_k": ANY, "d_expert": ANY, "n_shared_experts": ANY, "routed_scaling": ANY,
-    "norm_topk_prob": ANY, "dense_layers": lambda config: tuple(range(len(config.dense_layers))),
+    "norm_topk_prob": ANY, "dense_layers": lambda config: (tuple(range(len(config.dense_layers))),),  # a prefix
 }  # fmt: skip
 
 DEEPSEEK_V3_CONFIG = LLAMA_CONFIG.variant(
