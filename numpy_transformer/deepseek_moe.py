@@ -7,7 +7,7 @@ shared experts (one SwiGLU block :math:`S F_e` wide, S = n_shared_experts) run o
 
     \begin{gathered}
     z = x W_r^\top, \qquad s = \sigma(z) \ \text{(V3)} \ \text{or}\ \mathrm{softmax}(z) \ \text{(V2)}, \\
-    S = \mathrm{topk}_{\text{groups}}(s + b, k), \qquad
+    S = \mathrm{topk}_{\text{groups}}(s + b, k), \\
     w_j = \rho\, \frac{s_{S_j}}{\sum_{i < k} s_{S_i} + \epsilon} \ (\mathrm{norm\_topk\_prob}), \
     \text{else } w_j = \rho\, s_{S_j}, \\
     y = \sum_{j < k} w_j\, \mathrm{FFN}_{S_j}(x) + \mathrm{FFN}_{\text{shared}}(x)
@@ -131,11 +131,10 @@ def router_backward(dweights: np.ndarray, cache: RouterCache) -> np.ndarray:
     .. math::
 
         \begin{gathered}
-        dw' = \rho\, dw, \qquad
-        ds_{S_j} = \frac{dw'_j - \sum_i dw'_i\, \hat w_i}{d} \ (\mathrm{norm\_topk\_prob}), \ \text{else } dw'_j,
-        \qquad ds_e = 0 \ (e \notin S), \\
-        dz = ds \odot s \odot (1 - s) \ (\sigma), \qquad dz = s \odot \big(ds - \mathrm{rowsum}(ds \odot s)\big)
-        \ (\mathrm{softmax})
+        dw' = \rho\, dw, \qquad ds_e = 0 \ (e \notin S), \\
+        ds_{S_j} = \frac{dw'_j - \sum_i dw'_i\, \hat w_i}{d} \ (\mathrm{norm\_topk\_prob}), \ \text{else } dw'_j, \\
+        dz = ds \odot s \odot (1 - s) \ (\sigma), \\
+        dz = s \odot \big(ds - \mathrm{rowsum}(ds \odot s)\big) \ (\mathrm{softmax})
         \end{gathered}
 
     Returns dz (N, E)."""
@@ -203,8 +202,11 @@ def deepseek_moe_backward(dout: np.ndarray, cache: DeepseekMoeCache) -> tuple[np
 
     .. math::
 
-        dx^{\text{experts}}, dW_{gu}, dW_d, dw = \mathrm{experts\_backward}(dy), \qquad
-        dz = \mathrm{router\_backward}(dw), \qquad dx = dx^{\text{experts}} + dz\, W_r + dx^{\text{shared}}
+        \begin{gathered}
+        dx^{\text{experts}}, dW_{gu}, dW_d, dw = \mathrm{experts\_backward}(dy), \\
+        dz = \mathrm{router\_backward}(dw), \\
+        dx = dx^{\text{experts}} + dz\, W_r + dx^{\text{shared}}
+        \end{gathered}
 
     with :math:`dW_r = dz^\top x`; the score bias gets zero (it only chose). dout (..., D). Returns dx (..., D) and
     the grads dict keyed like params."""

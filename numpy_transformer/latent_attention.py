@@ -7,11 +7,11 @@ key part of :math:`R` features; the queries come through a low-rank bottleneck (
 
     \begin{gathered}
     Q = \mathrm{RMS}(X W_{qa}^\top)\, W_{qb}^\top \ \text{(or } X W_q^\top\text{)}, \qquad
-    [\,c \mid k^{\mathrm{pe}}\,] = X W_{kva}^\top, \qquad \hat c = \mathrm{RMS}(c), \\
-    [\,K^{\mathrm{nope}}_h \mid V_h\,] = \hat c\, W_{kvb}[h]^\top, \qquad
     Q_h = [\,Q^{\mathrm{nope}}_h \mid Q^{\mathrm{pe}}_h\,], \\
+    [\,c \mid k^{\mathrm{pe}}\,] = X W_{kva}^\top, \qquad \hat c = \mathrm{RMS}(c), \\
+    [\,K^{\mathrm{nope}}_h \mid V_h\,] = \hat c\, W_{kvb}[h]^\top, \\
     S_h = c_s \big(Q^{\mathrm{nope}}_h K^{\mathrm{nope}\top}_h + \mathrm{rope}(Q^{\mathrm{pe}}_h)\,
-    \mathrm{rope}(k^{\mathrm{pe}})^\top\big), \qquad
+    \mathrm{rope}(k^{\mathrm{pe}})^\top\big), \\
     O_h = \mathrm{softmax}(S_h)\, V_h, \qquad Y = [\,O_1 \dots O_H\,]\, W_o^\top
     \end{gathered}
 
@@ -224,14 +224,14 @@ def latent_attention_backward(dout: np.ndarray, cache: LatentAttentionCache) -> 
     .. math::
 
         \begin{gathered}
-        dO = \mathrm{split}(dY\, W_o), \qquad dW_o = dY^\top [O_1 \dots O_H], \qquad
+        dO = \mathrm{split}(dY\, W_o), \qquad dW_o = dY^\top [O_1 \dots O_H], \\
         dQ, dK, dV = \mathrm{attention\_backward}(dO), \\
-        d\hat c = \mathrm{merge}([\,dK^{\mathrm{nope}} \mid dV\,])\, W_{kvb}, \qquad
+        d\hat c = \mathrm{merge}([\,dK^{\mathrm{nope}} \mid dV\,])\, W_{kvb}, \\
         dW_{kvb} = \mathrm{merge}([\,dK^{\mathrm{nope}} \mid dV\,])^\top \hat c, \\
         dk^{\mathrm{pe}} = \mathrm{rope}^\top\big(\textstyle\sum_h dK^{\mathrm{pe}}_h\big), \qquad
-        dc = \mathrm{RMS}^\top(d\hat c), \qquad
+        dc = \mathrm{RMS}^\top(d\hat c), \\
         dX = [\,dc \mid dk^{\mathrm{pe}}\,]\, W_{kva} + dX_q, \\
-        dQ^{\mathrm{pe}} = \mathrm{rope}^\top(dQ^{\mathrm{pe}}_{\mathrm{turned}}), \qquad
+        dQ^{\mathrm{pe}} = \mathrm{rope}^\top(dQ^{\mathrm{pe}}_{\mathrm{turned}}), \\
         dX_q = \mathrm{merge}(dQ)\, W_q \ \text{or}\ \mathrm{RMS}^\top(\mathrm{merge}(dQ)\, W_{qb})\, W_{qa}
         \end{gathered}
 
