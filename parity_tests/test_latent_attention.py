@@ -141,6 +141,22 @@ def test_numpy_and_torch_models_agree_float64(low_rank):
         assert np.abs(grad - other).max() <= 1e-10 * max(np.abs(other).max(), 1e-3), name
 
 
+def test_an_encoder_of_latent_attention_attends_both_ways():
+    """Outside a decoder latent attention is not causal, on both sides (EncoderModel, float64)."""
+    config = tiny_config(n_experts=0, dense_layers=(), n_shared_experts=0, router_score_bias=False, router_groups=1,
+                         router_topk_groups=1, routed_scaling=1.0, n_encoder_layers=2, n_decoder_layers=0,
+                         router_scoring="softmax")  # fmt: skip
+    ours = nt.EncoderModel(config, seed=0)
+    model = tt.EncoderModel(config).double()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    ids = np.random.default_rng(5).integers(1, 50, (2, 6))
+    hidden = ours.forward(ids)
+    np.testing.assert_allclose(model(torch.from_numpy(ids)).detach().numpy(), hidden, rtol=0, atol=1e-12)
+    changed = ids.copy()
+    changed[:, -1] = changed[:, -1] % 49 + 1  # another id in [1, 50)
+    assert np.abs(ours.forward(changed)[:, 0] - hidden[:, 0]).max() > 1e-6  # the first token sees the last
+
+
 def test_the_cache_holds_the_latent_and_decodes_as_the_whole_forward():
     """Run one token at a time through a LatentCache (NumPy) and torch's: the outputs equal the whole sequence's,
     and each layer keeps (N, P, C) latents and (N, P, R) rotary keys: C + R numbers per token, whatever H."""
@@ -172,11 +188,11 @@ def test_the_cache_holds_the_latent_and_decodes_as_the_whole_forward():
     cos, sin = (torch.from_numpy(np.concatenate([t, t], axis=-1)) for t in rope)
     x_t = torch.from_numpy(x)
     with torch.no_grad():
-        torch_whole = module(x_t, x_t, x_t, rope=(cos, sin))[0].numpy()
+        torch_whole = module(x_t, x_t, x_t, rope=(cos, sin), is_causal=True)[0].numpy()
         torch_cache = torch_latent.LatentCache(B, T, C, R, x_t)
         torch_steps = [
             module(x_t[:, t : t + 1], None, None, rope=(cos[t : t + 1], sin[t : t + 1]), kv_cache=torch_cache,
-                   q_pos=torch.tensor([t]))[0].numpy()
+                   is_causal=True, q_pos=torch.tensor([t]))[0].numpy()
             for t in range(T)
         ]  # fmt: skip
     np.testing.assert_allclose(torch_whole, whole, rtol=0, atol=1e-12)
@@ -193,6 +209,9 @@ def test_the_cache_holds_the_latent_and_decodes_as_the_whole_forward():
         ({"router_scoring": "relu"}, "router_scoring"),
         ({"router_groups": 3}, "router_groups"),
         ({"routed_scaling": 0.0}, "routed_scaling"),
+        ({"n_kv_heads": 1}, "n_kv_heads"),
+        ({"sliding_window": 3}, "sliding_window"),
+        ({"attn_softcap": 5.0}, "attn_softcap"),
     ],
 )
 def test_config_refuses_what_latent_attention_and_the_router_cannot_be(fields, named):

@@ -54,8 +54,8 @@ class LatentCache:
 
 
 class LatentAttention(nn.Module):
-    """Causal multi-head latent attention, with MultiHeadAttention's call signature (self-attention only):
-    x (B, T, D) -> (B, T, D)."""
+    """Multi-head latent attention, with MultiHeadAttention's call signature (self-attention only; causal when
+    is_causal, as a decoder calls it): x (B, T, D) -> (B, T, D)."""
 
     def __init__(self, config: TransformerConfig, scale: float | None = None):
         super().__init__()
@@ -87,7 +87,7 @@ class LatentAttention(nn.Module):
         need_weights: bool = False,
         dropout_mask: Tensor | None = None,
         rope: tuple[Tensor, Tensor] | None = None,
-        is_causal: bool = True,
+        is_causal: bool = False,
         bias_table: Tensor | None = None,
         kv_cache: LatentCache | None = None,
         key_padding: Tensor | None = None,
@@ -113,7 +113,9 @@ class LatentAttention(nn.Module):
             latent, k_rot, k_pos = kv_cache.update(latent, k_rot, q_pos)  # every position so far
         k_nope, v = self.kv_b_proj(latent).unflatten(-1, (H, -1)).transpose(1, 2).split([Dn, self.value_dim], -1)
         scores = (q_nope @ k_nope.transpose(-1, -2) + q_rot @ k_rot.unsqueeze(1).transpose(-1, -2)) * self.scale
-        allowed = q_pos[:, None] >= k_pos[None, :]  # (T, P) causal
+        allowed = q_pos[:, None] >= k_pos[None, :]  # (T, P): causal in a decoder ...
+        if not is_causal:
+            allowed = torch.ones_like(allowed)  # ... every key in an encoder
         if attn_mask is not None:
             allowed = allowed & attn_mask
         if key_padding is not None:

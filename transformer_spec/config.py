@@ -329,6 +329,7 @@ class TransformerConfig:
             self._check_embeddings,
             self._check_experts,
             self._check_latent,
+            self._check_router,
             self._check_special_tokens,
         ):
             check()
@@ -561,9 +562,9 @@ class TransformerConfig:
             raise ValueError(f"top_k must be in [1, n_experts={self.n_experts}], got {self.top_k}")
 
     def _check_latent(self) -> None:
-        """DeepSeek's fields: kv_lora_rank, q_lora_rank, v_head_dim ints >= 1 or None; latent attention needs rotary
-        positions, a rotary part (rotary_dim) narrower than the head, no biases; the router's scoring one of
-        ("softmax", "sigmoid"), its groups dividing the experts."""
+        """DeepSeek's attention fields: kv_lora_rank, q_lora_rank, v_head_dim ints >= 1 or None; latent attention needs
+        rotary positions, a rotary part (rotary_dim) narrower than the head, no biases, none of the options it does
+        not compute."""
         for name in ("kv_lora_rank", "q_lora_rank", "v_head_dim"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), minimum=1)
@@ -576,8 +577,18 @@ class TransformerConfig:
                 )
             if self.bias or self.has_qkv_bias:
                 raise ValueError("kv_lora_rank (latent attention) has no biases here: set bias=False, qkv_bias None")
+            found = self._beside_latent()
+            if found:
+                raise ValueError(
+                    f"kv_lora_rank (latent attention) computes none of {sorted(found)} here, got {found}: leave them "
+                    "at their defaults"
+                )
         elif self.q_lora_rank is not None or self.v_head_dim is not None:
             raise ValueError("q_lora_rank and v_head_dim belong to latent attention: set kv_lora_rank too")
+
+    def _check_router(self) -> None:
+        """DeepSeek's router: its scoring one of ("softmax", "sigmoid"), its groups dividing the experts, a positive
+        scaling, shared experts >= 0."""
         if self.router_scoring not in ("softmax", "sigmoid"):
             raise ValueError(f"router_scoring must be one of ('softmax', 'sigmoid'), got {self.router_scoring!r}")
         _check_int("router_groups", self.router_groups, minimum=1)
@@ -590,6 +601,15 @@ class TransformerConfig:
             )
         if not _is_positive_float(self.routed_scaling):
             raise ValueError(f"routed_scaling must be a positive float, got {self.routed_scaling!r}")
+
+    def _beside_latent(self) -> dict:
+        """The attention options set beside kv_lora_rank, which latent attention does not compute: name -> value."""
+        others = {
+            "n_kv_heads": self.n_kv_heads, "qk_norm": self.qk_norm or None, "sliding_window": self.sliding_window,
+            "layer_types": self.layer_types, "attn_softcap": self.attn_softcap,
+            "relative_bias": self.relative_bias or None, "rope_layers": self.rope_layers,
+        }  # fmt: skip
+        return {name: value for name, value in others.items() if value is not None}
 
     @property
     def deepseek_router(self) -> bool:
