@@ -27,7 +27,8 @@ def rope_complex(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     cos + i sin of its angle (the tables' first R/2 columns, (T, R) or (B, 1, T, R)); back to (..., T, R)."""
     half = x.shape[-1] // 2
     turn = torch.complex(cos[..., :half], sin[..., :half])  # e^{i t theta}
-    pairs = torch.view_as_complex(x.unflatten(-1, (half, 2)).contiguous())  # (..., T, R/2) complex
+    pairs = x.unflatten(-1, (half, 2)).clone(memory_format=torch.contiguous_format)  # a fresh, aligned copy
+    pairs = torch.view_as_complex(pairs)  # (..., T, R/2) complex
     return torch.view_as_real(pairs * turn).flatten(-2)
 
 

@@ -657,7 +657,7 @@ class _Model(nn.Module):
         maps = {
             name: module.attn_probs
             for name, module in self.named_modules()
-            if isinstance(module, MultiHeadAttention) and module.attn_probs is not None
+            if isinstance(module, (MultiHeadAttention, LatentAttention)) and module.attn_probs is not None
         }
         if not maps:
             raise RuntimeError("no attention maps recorded: call forward(..., need_weights=True) first")

@@ -49,7 +49,7 @@ class _Shapes:
     def attention(self, prefix: str) -> None:
         """q, k, v (grouped-query: H_kv * Dh wide) and out projections; Qwen3's and Gemma 3's q_norm and k_norm."""
         config, D = self.config, self.config.d_model
-        if config.kv_lora_rank is not None:  # DeepSeek's latent attention
+        if config.kv_lora_rank is not None and not prefix.endswith("cross_attn"):  # DeepSeek's latent self-attention
             self.latent_attention(prefix)
             return
         width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
