@@ -217,3 +217,20 @@ def test_the_cache_holds_the_latent_and_decodes_as_the_whole_forward():
 def test_config_refuses_what_latent_attention_and_the_router_cannot_be(fields, named):
     with pytest.raises(ValueError, match=named):
         tiny_config(**fields)
+
+
+def test_our_checkpoints_keep_the_deepseek_fields(tmp_path):
+    """A DeepSeek-like LM saved by the NumPy side and read by both: the same config (every new field) and logits."""
+    from numpy_transformer.checkpoint import load_checkpoint, save_checkpoint
+    from torch_transformer.checkpoint import load_checkpoint as torch_load_checkpoint
+
+    ours = nt.TransformerLM(tiny_config(), seed=1)
+    save_checkpoint(tmp_path / "lm.safetensors", ours)
+    back = load_checkpoint(tmp_path / "lm.safetensors")
+    model = torch_load_checkpoint(tmp_path / "lm.safetensors", dtype=torch.float64)
+    assert back.config == ours.config == model.config
+    ids = np.random.default_rng(6).integers(0, 50, (2, 5))
+    logits = ours.eval().forward(ids)
+    np.testing.assert_array_equal(back.eval().forward(ids), logits)
+    with torch.no_grad():
+        np.testing.assert_allclose(model.eval()(torch.from_numpy(ids)).numpy(), logits, rtol=0, atol=1e-12)
