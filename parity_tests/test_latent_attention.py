@@ -114,29 +114,29 @@ def tiny_config(low_rank: bool = True, **fields) -> nt.TransformerConfig:
 
 
 @pytest.mark.parametrize("low_rank", [True, False], ids=["V3-like", "V2-Lite-like"])
-def test_numpy_and_torch_models_agree_float64(low_rank):
+def test_numpy_and_torch_models_agree_float64(low_rank, device):
     config = tiny_config(low_rank)
     ours = nt.TransformerLM(config, seed=0)
     rng = np.random.default_rng(3)
     for name in ours.params:
         if name.endswith("score_bias"):
             ours.params[name][:] = 0.1 * rng.standard_normal(ours.params[name].shape)
-    model = tt.TransformerLM(config).double()
+    model = tt.TransformerLM(config).double().to(device)
     model.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
     ids = rng.integers(0, 50, (2, 7))
     logits = ours.forward(ids)
     upstream = rng.standard_normal(logits.shape)
     ours.zero_grad()
     ours.backward(upstream)
-    theirs = model(torch.from_numpy(ids))
-    theirs.backward(torch.from_numpy(upstream))
-    assert np.abs(logits - theirs.detach().numpy()).max() <= 1e-10 * np.abs(logits).max()
+    theirs = model(torch.from_numpy(ids).to(device))
+    theirs.backward(torch.from_numpy(upstream).to(device))
+    assert np.abs(logits - theirs.detach().cpu().numpy()).max() <= 1e-10 * np.abs(logits).max()
     params = dict(model.named_parameters())
     for name, grad in ours.grads.items():
         if name.endswith("score_bias"):  # a buffer on the torch side: it chooses, it gets no gradient
             assert name not in params and not np.any(grad)
             continue
-        other = params[name].grad.numpy()
+        other = params[name].grad.cpu().numpy()
         assert np.any(grad), name
         assert np.abs(grad - other).max() <= 1e-10 * max(np.abs(other).max(), 1e-3), name
 
