@@ -78,6 +78,7 @@ from transformer_spec.stop_strings import StopStrings
 
 from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
+from .latent_attention import LatentCache
 from .layers import linear_forward
 from .model import (
     Transformer,
@@ -128,7 +129,9 @@ def new_cache(model, src_ids: np.ndarray | None, n_rows: int, total_len: int, sr
             memory_mask = np.repeat(source_mask, n_copies, axis=0)  # (N, 1, 1, S)
     layers = [
         (
-            KVCache(n_rows, cfg.kv_heads, total_len, cfg.d_head, model.dtype, cfg.layer_window(i)),  # its window's
+            KVCache(n_rows, cfg.kv_heads, total_len, cfg.d_head, model.dtype, cfg.layer_window(i))  # its window's
+            if cfg.kv_lora_rank is None
+            else LatentCache(n_rows, total_len, cfg.kv_lora_rank, cfg.rope_dim, model.dtype),  # MLA: the latent
             None if memory is None else MemoryCache(),
         )
         for i in range(cfg.n_decoder_layers)

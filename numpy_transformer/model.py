@@ -37,7 +37,9 @@ from .attention import (
     multi_head_attention_forward,
     rope_angles,
 )
+from .deepseek_moe import DeepseekMoeCache, deepseek_moe_backward, deepseek_moe_forward
 from .gpt_oss_moe import GptOssMoeCache, gpt_oss_moe_backward, gpt_oss_moe_forward
+from .latent_attention import LatentAttentionCache, LatentCache, latent_attention_backward, latent_attention_forward
 from .layers import (
     ACTIVATIONS,
     ActivationPair,
@@ -353,16 +355,24 @@ def attention_forward(
     site: str = "attn",
     rope: tuple[np.ndarray, np.ndarray] | None = None,
     q_pos: np.ndarray | None = None,
-    kv_cache: KVCache | MemoryCache | None = None,
+    kv_cache: KVCache | MemoryCache | LatentCache | None = None,
     bias_table: np.ndarray | None = None,
     key_padding: np.ndarray | None = None,
-) -> tuple[np.ndarray, AttentionCache]:
+) -> tuple[np.ndarray, AttentionCache | LatentAttentionCache]:
     """Multi-head attention of query (B, T_q, D) over memory (B, T_k, D), both keys and values (memory is
     query in self-attention), with config.n_kv_heads K/V heads and the score rules `mod` (score_mod for
     self-attention: causal, sliding window, ALiBi, T5's bias; cross_score_mod for cross-attention). cross: the
     memory is another sequence (cross-attention). rope: rotary (cos, sin), or None. Decoding: q_pos, the queries'
     positions, and kv_cache; bias_table: T5's table of the stack (self-attention); key_padding (B, P): the real
-    tokens by key position."""
+    tokens by key position. With config.kv_lora_rank, self-attention is DeepSeek's latent attention
+    (latent_attention.latent_attention_forward; kv_cache a LatentCache)."""
+    if config.kv_lora_rank is not None and not cross:
+        assert rope is not None and not isinstance(kv_cache, (KVCache, MemoryCache))
+        return latent_attention_forward(
+            params, query, config.n_heads, rope, mod=mod, mask=mask, dropout=dropout, site=site, q_pos=q_pos,
+            kv_cache=kv_cache, key_padding=key_padding,
+        )  # fmt: skip
+    assert not isinstance(kv_cache, LatentCache)
     return multi_head_attention_forward(
         params, query, memory, memory, config.n_heads, mask, dropout, site,
         n_kv_heads=config.n_kv_heads, rope=rope, kernel=config.attention, mod=mod, cross=cross, q_pos=q_pos,
@@ -472,7 +482,31 @@ def gpt_oss_ffn_backward(
     return gpt_oss_moe_backward(dout, cache, drouter_logits)
 
 
-FfnCaches = FeedForwardCache | GatedFeedForwardCache | SparseMoeCache | GptOssMoeCache
+def deepseek_moe_ffn_forward(
+    params: dict,
+    x: np.ndarray,
+    config: TransformerConfig,
+    dropout: Dropout | None,
+    site: str,
+    activations: dict[str, ActivationPair],
+) -> tuple[np.ndarray, DeepseekMoeCache]:
+    """deepseek_moe.deepseek_moe_forward with the config's router (scoring, groups, scaling; no dropout)."""
+    return deepseek_moe_forward(
+        params, x, config.top_k, scoring=config.router_scoring, n_groups=config.router_groups,
+        topk_groups=config.router_topk_groups, norm_topk_prob=config.norm_topk_prob, scaling=config.routed_scaling,
+        activation=config.activation,
+    )  # fmt: skip
+
+
+def deepseek_moe_ffn_backward(
+    dout: np.ndarray, cache: DeepseekMoeCache, drouter_logits: np.ndarray | None
+) -> tuple[np.ndarray, dict]:
+    """deepseek_moe.deepseek_moe_backward (no load-balancing gradient: DeepSeek's auxiliary losses are not here)."""
+    check_no_router(drouter_logits)
+    return deepseek_moe_backward(dout, cache)
+
+
+FfnCaches = FeedForwardCache | GatedFeedForwardCache | SparseMoeCache | GptOssMoeCache | DeepseekMoeCache
 FfnPair = tuple[
     Callable[[dict, np.ndarray, TransformerConfig, Dropout | None, str, dict], tuple[np.ndarray, FfnCaches]],
     Callable[[np.ndarray, Any, np.ndarray | None], tuple[np.ndarray, dict]],
@@ -485,16 +519,17 @@ FFN_PAIRS: dict[str, FfnPair] = {
     "gated": (gated_ffn_forward, gated_ffn_backward),
     "moe": (moe_ffn_forward, moe_ffn_backward),
     "gpt_oss_moe": (gpt_oss_ffn_forward, gpt_oss_ffn_backward),
+    "deepseek_moe": (deepseek_moe_ffn_forward, deepseek_moe_ffn_backward),
 }
 
 
 def ffn_kind(params: dict, config: TransformerConfig) -> str:
-    """The FFN_PAIRS entry of a layer: "gpt_oss_moe" when its router has a bias (GPT-OSS's), "moe" when its params
-    hold a router, "gated" with config.gated_ffn."""
+    """The FFN_PAIRS entry of a layer: "gpt_oss_moe" when its router has a bias (GPT-OSS's), "deepseek_moe" or "moe"
+    when its params hold a router (config.deepseek_router), "gated" with config.gated_ffn."""
     if "router.bias" in params:
         return "gpt_oss_moe"
     if "router.weight" in params:
-        return "moe"
+        return "deepseek_moe" if config.deepseek_router else "moe"
     return "gated" if config.gated_ffn else "feed_forward"
 
 
@@ -629,14 +664,14 @@ class LayerCache:
     the decoder-only model's, GPT-NeoX's parallel layer)."""
 
     self_attn_in: ResidualInCache
-    self_attn: AttentionCache
+    self_attn: AttentionCache | LatentAttentionCache
     self_attn_out: SublayerOutCache
     ffn_in: ResidualInCache
     ffn: FfnCache
     ffn_out: SublayerOutCache
     cross: CrossAttnCache | None = None
 
-    def attentions(self) -> dict[str, AttentionCache]:
+    def attentions(self) -> dict[str, AttentionCache | LatentAttentionCache]:
         """The layer's attention caches by sublayer name: "self_attn", and "cross_attn" in a layer with one."""
         cross = {} if self.cross is None else {"cross_attn": self.cross.attn}
         return {"self_attn": self.self_attn} | cross
@@ -692,8 +727,7 @@ def encoder_layer_backward(dout: np.ndarray, cache: LayerCache) -> tuple[np.ndar
     dx_ffn, ffn_in = residual_in_backward(dh, c.ffn_in)
     dx = dx + dx_ffn  # residual path + path through the feed-forward block
     dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
-    dh = dquery + dkey + dvalue  # h was the query, the key and the value
+    dh, attn_grads = self_attention_backward(dy, c.self_attn)  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_attn  # residual path + path through self-attention
     grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
@@ -750,6 +784,7 @@ def decoder_layer_forward(
             dropout=dropout, site=f"{site}.cross_attn", kv_cache=memory_cache,
         )  # fmt: skip
         x, cross_out = sublayer_out(params, x, y, config, "cross_attn", dropout, site)
+        assert isinstance(cross_attn, AttentionCache)  # cross-attention is never latent
         cross = CrossAttnCache(cross_in, cross_attn, cross_out)
     h, ffn_in = sublayer_in(params, x, config, "ffn")
     y, ffn = ffn_forward(sub(params, "ffn"), h, config, dropout, f"{site}.ffn", activations)
@@ -779,12 +814,20 @@ def decoder_layer_backward(
         dx = dx + dx_cross  # residual path + path through cross-attention
         grads |= norm_grads("cross_attn", cross_in) | cross_out | prefixed(cross_grads, "cross_attn")
     dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
-    dh = dquery + dkey + dvalue  # h was the query, the key and the value
+    dh, attn_grads = self_attention_backward(dy, c.self_attn)
     dx_attn, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_attn  # residual path + path through self-attention
     grads |= norm_grads("self_attn", attn_in) | attn_out | prefixed(attn_grads, "self_attn")
     return dx, dmemory, grads
+
+
+def self_attention_backward(dout: np.ndarray, cache: AttentionCache | LatentAttentionCache) -> tuple[np.ndarray, dict]:
+    """Self-attention's backward: dh, the gradient of the one input that was query, key and value
+    (:math:`dX_q + dX_k + dX_v`; latent attention's own backward adds its paths), and its grads."""
+    if isinstance(cache, LatentAttentionCache):
+        return latent_attention_backward(dout, cache)
+    dquery, dkey, dvalue, grads = multi_head_attention_backward(dout, cache)
+    return dquery + dkey + dvalue, grads  # h was the query, the key and the value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -847,8 +890,7 @@ def parallel_layer_backward(
     dg, ffn_grads = ffn_backward(dy, c.ffn, drouter_logits)
     dx_ffn, ffn_in = residual_in_backward(dg, c.ffn_in)  # through Norm2, to the layer's input
     dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
-    dh = dquery + dkey + dvalue  # h was the query, the key and the value
+    dh, attn_grads = self_attention_backward(dy, c.self_attn)  # h was the query, the key and the value
     dx_attn, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_attn + dx_ffn  # residual path + path through attention + path through the feed-forward block
     grads = norm_grads("ffn", ffn_in) | ffn_out | norm_grads("self_attn", attn_in) | attn_out
@@ -912,8 +954,8 @@ def parallel_block_backward(
     dx, dy, ffn_out = sublayer_out_backward(dout, c.ffn_out)  # dx = dout: the stream after attention
     dh_ffn, ffn_grads = ffn_backward(dy, c.ffn, drouter_logits)
     dx, dy, attn_out = sublayer_out_backward(dx, c.self_attn_out)
-    dquery, dkey, dvalue, attn_grads = multi_head_attention_backward(dy, c.self_attn)
-    dh = dquery + dkey + dvalue + dh_ffn  # h was the query, the key, the value and the feed-forward's input
+    dh, attn_grads = self_attention_backward(dy, c.self_attn)
+    dh = dh + dh_ffn  # h was the query, the key, the value and the feed-forward's input
     dx_norm, attn_in = residual_in_backward(dh, c.self_attn_in)
     dx = dx + dx_norm  # residual path + path through the norm (both branches)
     grads = ffn_out | norm_grads("self_attn", attn_in) | attn_out
@@ -1137,7 +1179,8 @@ def init_params(shapes: dict, seed: int, dtype: DTypeLike, d_model: int, norm_ga
         if name.endswith("norm.weight"):
             offset = norm_gain_offset and not name.endswith("embedding_norm.weight")
             value = np.zeros(shape) if offset else np.ones(shape)
-        elif name.endswith((".bias", "_proj_bias", ".sinks")):  # GPT-OSS's experts' biases and attention sinks
+        # GPT-OSS's experts' biases and attention sinks; DeepSeek-V3's router.score_bias starts at zero (transformers')
+        elif name.endswith((".bias", "_proj_bias", ".sinks", "score_bias")):
             value = np.zeros(shape)
         elif name.endswith("token_embedding.weight"):
             value = rng.normal(0.0, d_model**-0.5, size=shape)

@@ -36,6 +36,8 @@ import transformers
 import transformers.utils.logging
 from transformers import modeling_rope_utils
 from transformers.models.bloom import modeling_bloom
+from transformers.models.deepseek_v2 import modeling_deepseek_v2
+from transformers.models.deepseek_v3 import modeling_deepseek_v3
 from transformers.models.gemma2 import modeling_gemma2
 from transformers.models.gemma3 import modeling_gemma3
 from transformers.models.gpt_neox import modeling_gpt_neox
@@ -94,6 +96,8 @@ CLASSES = {
     "olmo2": transformers.Olmo2ForCausalLM,
     "smollm3": transformers.SmolLM3ForCausalLM,
     "gpt_oss": transformers.GptOssForCausalLM,
+    "deepseek_v3": transformers.DeepseekV3ForCausalLM,
+    "deepseek_v2": transformers.DeepseekV2ForCausalLM,
 }
 CONFIGS = {
     "bert": transformers.BertConfig,
@@ -117,6 +121,8 @@ CONFIGS = {
     "olmo2": transformers.Olmo2Config,
     "smollm3": transformers.SmolLM3Config,
     "gpt_oss": transformers.GptOssConfig,
+    "deepseek_v3": transformers.DeepseekV3Config,
+    "deepseek_v2": transformers.DeepseekV2Config,
 }
 # The Llama-like families: the same float32 islands in their own modeling files (see llama_in_float64)
 LLAMA_LIKE = {
@@ -131,6 +137,7 @@ LLAMA_LIKE = {
     "qwen3_moe": (modeling_qwen3_moe, "Qwen3Moe"),
     "olmo2": (modeling_olmo2, "Olmo2"),  # its post-sublayer norms and q/k norms are Olmo2RMSNorm too
     "smollm3": (modeling_smollm3, "SmolLM3"),
+    "deepseek_v3": (modeling_deepseek_v3, "DeepseekV3"),  # its q_a_layernorm and kv_a_layernorm too
 }
 
 # Gemma 2's default attention differs between the releases of the tested range: transformers 5.20 runs sdpa, which
@@ -310,6 +317,31 @@ TINY["gpt_oss"] = dict(
     experts_implementation="eager",
 )  # fmt: skip
 
+# DeepSeek-V3's and V2-Lite's released shapes, shrunk: latent attention (V3: low-rank queries; V2-Lite: one q_proj),
+# YaRN factor 40 with mscale_all_dim (1.0 and 0.707) on the softmax scale, the first layer dense, 8 routed experts in
+# 4 groups (V3: 2 groups kept, sigmoid, norm_topk_prob, scaling 2.5, one shared expert; V2-Lite: softmax, greedy,
+# two shared experts), 3 of them per token. DEEPSEEK_TESTS (test_hf_deepseek) sets e_score_correction_bias too.
+YARN_40 = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+           "beta_fast": 32, "beta_slow": 1}  # fmt: skip
+TINY["deepseek_v3"] = dict(
+    vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+    intermediate_size=48, moe_intermediate_size=12, n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=1,
+    n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+    kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
+    max_position_embeddings=163840, rope_parameters=YARN_40 | {"mscale": 1.0, "mscale_all_dim": 1.0},
+    rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, tie_word_embeddings=False,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0, experts_implementation="eager",
+)  # fmt: skip
+TINY["deepseek_v2"] = dict(
+    vocab_size=40, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+    intermediate_size=48, moe_intermediate_size=12, n_routed_experts=8, num_experts_per_tok=3, n_shared_experts=2,
+    n_group=1, topk_group=1, routed_scaling_factor=1.0, norm_topk_prob=False, topk_method="greedy",
+    first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=4,
+    v_head_dim=6, max_position_embeddings=163840, rope_parameters=YARN_40 | {"mscale": 0.707, "mscale_all_dim": 0.707},
+    rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, tie_word_embeddings=False,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2, attention_dropout=0.0, experts_implementation="eager",
+)  # fmt: skip
+
 # The configurations the tests and the report run: family and overrides of TINY.
 VARIANTS = {
     "bert": ("bert", {}),
@@ -472,7 +504,8 @@ def slow_unless_fast(family: str, name: str) -> tuple:
 def loading_options(family: str) -> dict:
     """from_pretrained's options for a family: a mixture of experts runs its plain loop over the experts ("eager"; the
     default grouped kernel takes no float64)."""
-    return {"experts_implementation": "eager"} if family in (*MOE_FAMILIES, "gpt_oss") else {}
+    moe = (*MOE_FAMILIES, "gpt_oss", "deepseek_v3", "deepseek_v2")
+    return {"experts_implementation": "eager"} if family in moe else {}
 
 
 def tiny_config(family: str, **overrides):
@@ -498,6 +531,9 @@ def build_tiny(family: str, directory, seed: int = 0, **overrides):
                 p.copy_(0.2 * noise)
             else:
                 p.copy_(STD * noise)
+        for name, b in model.named_buffers():  # DeepSeek-V3's e_score_correction_bias: zero as transformers makes it
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.2 * torch.randn(b.shape, generator=generator, dtype=torch.float32))
     model.save_pretrained(directory)
     return model
 
@@ -863,10 +899,101 @@ def gpt_oss_in_float64():
         m.GptOssRMSNorm.forward, m.GptOssRotaryEmbedding.forward = saved
 
 
+# DeepSeek's float32 islands: V3's are Llama's (RMSNorm, the rotary tables, eager softmax) and its router's (the
+# logits, scores and choice computed in float32 whatever the model's dtype); V2's router likewise, and its rotary
+# tables and turn made as complex64 (torch.polar of float32 angles, the queries' and keys' pairs cast to float32).
+
+
+def deepseek_v3_router_forward_float64(self, hidden_states):
+    """DeepseekV3TopkRouter.forward, line for line, in the input's dtype (the original casts the input and its weight
+    to float32)."""
+    hidden_states = hidden_states.view(-1, self.hidden_dim)
+    router_logits = torch.nn.functional.linear(hidden_states, self.weight.to(hidden_states.dtype))
+    scores = router_logits.sigmoid()
+    scores_for_choice = scores + self.e_score_correction_bias.to(scores.dtype)
+    group_scores = (
+        scores_for_choice.view(-1, self.num_group, self.num_experts // self.num_group).topk(2, dim=-1)[0].sum(dim=-1)
+    )
+    group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
+    group_mask = torch.zeros_like(group_scores)
+    group_mask.scatter_(1, group_idx, 1)
+    score_mask = (
+        group_mask.unsqueeze(-1)
+        .expand(-1, self.num_group, self.num_experts // self.num_group)
+        .reshape(-1, self.num_experts)
+    )
+    scores_for_choice = scores_for_choice.masked_fill(~score_mask.bool(), float("-inf"))
+    topk_indices = torch.topk(scores_for_choice, k=self.top_k, dim=-1, sorted=False)[1]
+    topk_weights = scores.gather(1, topk_indices)
+    if self.norm_topk_prob:
+        topk_weights = topk_weights / (topk_weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return router_logits, topk_weights * self.routed_scaling_factor, topk_indices
+
+
+def deepseek_v2_router_forward_float64(self, hidden_states):
+    """DeepseekV2TopkRouter.forward's greedy choice in the input's dtype (the original: float32)."""
+    hidden_states = hidden_states.view(-1, self.hidden_dim)
+    router_logits = torch.nn.functional.linear(hidden_states, self.weight.to(hidden_states.dtype))
+    scores = router_logits.softmax(dim=-1)
+    assert self.topk_method == "greedy"
+    topk_weights, topk_indices = torch.topk(scores, k=self.top_k, dim=-1, sorted=False)
+    return router_logits, topk_weights * self.routed_scaling_factor, topk_indices
+
+
+@torch.no_grad()
+def deepseek_v2_rotary_forward_float64(self, x, position_ids):
+    """DeepseekV2RotaryEmbedding.forward in float64: e^{i t theta} times the attention factor, complex128."""
+    rope_tables_in_float64(self, x.device)
+    freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(torch.float64)  # (B, T, R/2)
+    return torch.polar(torch.ones_like(freqs), freqs) * self.attention_scaling
+
+
+def deepseek_v2_apply_rotary_emb_float64(xq, xk, freqs_cis):
+    """modeling_deepseek_v2.apply_rotary_emb without the cast to float32: pairs as complex numbers, turned in place."""
+    xq_ = torch.view_as_complex(xq.reshape(*xq.shape[:-1], -1, 2))
+    xk_ = torch.view_as_complex(xk.reshape(*xk.shape[:-1], -1, 2))
+    freqs_cis = freqs_cis.unsqueeze(1).to(xq_.device)
+    return torch.view_as_real(xq_ * freqs_cis).flatten(3), torch.view_as_real(xk_ * freqs_cis).flatten(3)
+
+
+@contextlib.contextmanager
+def deepseek_in_float64(family: str):
+    """Within the block, transformers' DeepSeek-V3 (llama_in_float64's islands and its router) or V2 (RMSNorm, its
+    complex rotary tables and turn, eager softmax, its router) computes in float64."""
+    m2, m3 = modeling_deepseek_v2, modeling_deepseek_v3
+    if family == "deepseek_v3":
+        saved3 = m3.DeepseekV3TopkRouter.forward
+        m3.DeepseekV3TopkRouter.forward = deepseek_v3_router_forward_float64
+        try:
+            with llama_in_float64("deepseek_v3"):
+                yield
+        finally:
+            m3.DeepseekV3TopkRouter.forward = saved3
+        return
+    saved = (
+        m2.DeepseekV2RMSNorm.forward, m2.DeepseekV2RotaryEmbedding.forward, m2.apply_rotary_emb,
+        m2.eager_attention_forward, m2.DeepseekV2TopkRouter.forward,
+    )  # fmt: skip
+    m2.DeepseekV2RMSNorm.forward = rms_norm_forward_float64
+    m2.DeepseekV2RotaryEmbedding.forward = deepseek_v2_rotary_forward_float64
+    m2.apply_rotary_emb = deepseek_v2_apply_rotary_emb_float64
+    m2.eager_attention_forward = eager_attention_forward_float64
+    m2.DeepseekV2TopkRouter.forward = deepseek_v2_router_forward_float64
+    try:
+        yield
+    finally:
+        (
+            m2.DeepseekV2RMSNorm.forward, m2.DeepseekV2RotaryEmbedding.forward, m2.apply_rotary_emb,
+            m2.eager_attention_forward, m2.DeepseekV2TopkRouter.forward,
+        ) = saved  # fmt: skip
+
+
 def patch_for(family: str, dtype, llama_float64: bool = True):
     """The float64 patch where it applies (a float64 Llama-like model, or BLOOM), else nothing."""
     if np.dtype(dtype) != np.float64:
         return contextlib.nullcontext()
+    if family in ("deepseek_v3", "deepseek_v2") and llama_float64:
+        return deepseek_in_float64(family)
     if family in MOE_FAMILIES and llama_float64:
         return moe_in_float64(family)
     if family in LLAMA_LIKE and llama_float64:
@@ -925,7 +1052,9 @@ def run_numpy(model, family: str, ids, token_types, upstream) -> tuple[np.ndarra
     out = model.forward(ids, token_types) if family in ENCODERS else model.forward(ids)
     model.backward(upstream)
     grads = numpy_hf.to_hf(model, model.grads, tied=False)
-    return out, {k: v for k, v in grads.items() if not k.startswith("pooler.")}  # BERT's pooler: not in this output
+    # BERT's pooler: not in this output; DeepSeek-V3's e_score_correction_bias: a buffer of transformers' (and torch
+    # side's), which only chooses: its gradient here is zero (test_hf_deepseek asserts it)
+    return out, {k: v for k, v in grads.items() if not k.startswith("pooler.") and not k.endswith("correction_bias")}
 
 
 def run_torch(model, family: str, ids, token_types, upstream) -> tuple[np.ndarray, dict]:

@@ -68,7 +68,22 @@ def configurations(draw):
         else None
     )
     attention = "flash" if dropout == 0 and draw(st.integers(0, 3)) == 0 else "plain"  # tiled: no attention dropout
+    # DeepSeek's latent attention in every self-attention: rotary with a part of the head left unturned, and none of
+    # the options it does not compute (grouped K/V heads, q/k norms, NoPE layers, the score cap, biases)
+    latent = rotary_dim is not None and rotary_dim < head_dim and draw(st.booleans())
+    if latent:
+        n_kv_heads, qk_norm, rope_layers = None, False, None
+    latent_fields = (
+        dict(
+            kv_lora_rank=draw(st.integers(1, 6)),
+            q_lora_rank=draw(st.sampled_from([None, 1, 3, 5])),
+            v_head_dim=draw(st.sampled_from([None, 1, 3])),
+        )
+        if latent
+        else {}
+    )
     config = TransformerConfig(
+        **latent_fields,
         src_vocab_size=src_vocab,
         tgt_vocab_size=src_vocab if share else draw(st.integers(4, 20)),
         d_model=n_heads * head_dim,
@@ -87,7 +102,7 @@ def configurations(draw):
         qk_norm_projection=qk_norm and draw(st.booleans()),  # OLMo 2's q/k norms over each whole projection
         rope_layers=rope_layers,
         logit_softcap=draw(st.sampled_from([None, None, 2.0])),
-        attn_softcap=draw(st.sampled_from([None, None, 1.5])),  # Gemma 2's cap of every attention score
+        attn_softcap=None if latent else draw(st.sampled_from([None, None, 1.5])),  # Gemma 2's cap of every score
         positional=positional,
         rope_theta=draw(st.sampled_from([10000.0, 500000.0, 10.0])),
         rotary_dim=rotary_dim,
@@ -96,7 +111,7 @@ def configurations(draw):
         sinusoid_layout=draw(st.sampled_from(["interleaved", "split"])),
         gated_ffn=draw(st.booleans()),
         n_kv_heads=n_kv_heads,
-        bias=draw(st.booleans()),
+        bias=not latent and draw(st.booleans()),
         output_bias=draw(st.booleans()),
         tie_embeddings=draw(st.booleans()),
         scale_embeddings=draw(st.booleans()),
@@ -107,7 +122,7 @@ def configurations(draw):
         embedding_padding_idx=pad_id is not None and draw(st.booleans()),
         attention=attention,
         # GPT-OSS's attention sinks, in every attention (self and cross); the plain kernel only
-        attn_sinks=attention == "plain" and draw(st.sampled_from([False, False, True])),
+        attn_sinks=not latent and attention == "plain" and draw(st.sampled_from([False, False, True])),
         max_len=8,
     )
     # training mode (with dropout: both sides drop the units the NumPy model drew)
@@ -138,6 +153,30 @@ SMALL = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=4, d_ff=1
 # Combinations that the 60 drawn examples may miss, always run: (config, family, train, batch, src_len,
 # tgt_len, src_valid, tgt_valid, seed), as configurations() draws them.
 ALWAYS = [
+    (  # DeepSeek's latent self-attention (low-rank queries, values of their own width) in the encoder-decoder,
+        # beside plain cross-attention, post-norm, in training mode; one source all padding
+        TransformerConfig(
+            **SMALL,
+            positional="rope",
+            rotary_dim=2,
+            kv_lora_rank=3,
+            q_lora_rank=5,
+            v_head_dim=3,
+            norm="rms",
+            gated_ffn=True,
+            activation="silu",
+            bias=False,
+            dropout=0.2,
+        ),
+        "Transformer",
+        True,
+        3,
+        6,
+        5,
+        [6, 3, 0],
+        [5, 2, 4],
+        12,
+    ),
     (  # rotary positions, RMSNorm and grouped-query cross-attention in the encoder-decoder, SwiGLU post-norm,
         # no biases, in training mode; one source all padding
         TransformerConfig(

@@ -115,6 +115,15 @@ def tiny_config_json(model_type: str) -> dict:
                         num_hidden_layers=4, no_rope_layer_interval=2, tie_word_embeddings=False),
         "olmo2": dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=20,
                       num_hidden_layers=2, attention_bias=True, attention_dropout=0.1),
+        "deepseek_v3": dict(hidden_size=16, num_attention_heads=2, num_key_value_heads=2, intermediate_size=20,
+                            num_hidden_layers=3,
+                            moe_intermediate_size=8, n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1,
+                            first_k_dense_replace=1, kv_lora_rank=8, q_lora_rank=12, qk_nope_head_dim=4,
+                            qk_rope_head_dim=2, v_head_dim=6),
+        "deepseek_v2": dict(hidden_size=16, num_attention_heads=2, num_key_value_heads=2, intermediate_size=20,
+                            num_hidden_layers=2,
+                            moe_intermediate_size=8, n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+                            kv_lora_rank=8, q_lora_rank=None, qk_nope_head_dim=4, qk_rope_head_dim=2, v_head_dim=6),
         "modernbert": dict(hidden_size=16, num_attention_heads=2, intermediate_size=20, num_hidden_layers=3,
                            local_attention=4, global_rope_theta=500.0, norm_bias=True),
         # GPT-OSS: GptOssConfig's own defaults for the rest (its YaRN, its layer alternation, sinks, biased experts)
@@ -147,7 +156,8 @@ def test_each_family_is_one_file_that_registers_it():
         "distilbert": "distilbert", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3", "phi3": "phi3",
         "gpt_neox": "gpt_neox", "gemma3_text": "gemma3", "gemma2": "gemma2", "phi": "phi",
         "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "olmo2": "olmo2",
-        "smollm3": "smollm3", "gpt_oss": "gpt_oss", "whisper": "whisper",
+        "smollm3": "smollm3", "gpt_oss": "gpt_oss", "whisper": "whisper", "deepseek_v3": "deepseek_v3",
+        "deepseek_v2": "deepseek_v2",
     }  # fmt: skip
     assert families.BY_ARCHITECTURE["T5EncoderModel"].model_class == "EncoderModel"
 

@@ -64,6 +64,7 @@ from transformer_spec.stop_strings import StopStrings
 
 from . import logits_processors as lp
 from .attention import KVCache, MemoryCache
+from .latent_attention import LatentCache
 from .model import Transformer, TransformerLM, check_attention_mask, check_ids
 from .model import source_mask as model_source_mask
 
@@ -102,7 +103,9 @@ def new_cache(model: Model, src_ids: Tensor | None, n_rows: int, total_len: int,
             memory_mask = source_mask.repeat_interleave(copies, dim=0)  # (N, 1, 1, S)
     layers = [
         (
-            KVCache(n_rows, c.kv_heads, total_len, c.d_head, weight, c.layer_window(i)),  # the layer's window
+            KVCache(n_rows, c.kv_heads, total_len, c.d_head, weight, c.layer_window(i))  # the layer's window
+            if c.kv_lora_rank is None
+            else LatentCache(n_rows, total_len, c.kv_lora_rank, c.rope_dim, weight),  # MLA: the latent
             None if memory is None else MemoryCache(),
         )
         for i in range(len(model.decoder.layers))

@@ -16,7 +16,9 @@ from torch import Tensor, nn
 from transformer_spec.config import GenerationRules, TransformerConfig
 
 from .attention import MultiHeadAttention, padding_mask
+from .deepseek_moe import DeepseekMoe
 from .gpt_oss_moe import GptOssFeedForward
+from .latent_attention import LatentAttention
 from .layers import (
     ACTIVATIONS,
     Dropout,
@@ -50,11 +52,13 @@ class _Layer(nn.Module):
     @staticmethod
     def _attention(
         config: TransformerConfig, causal: bool = False, cross: bool = False, layer: int = 0
-    ) -> MultiHeadAttention:
+    ) -> MultiHeadAttention | LatentAttention:
         """Self-attention of layer `layer` (ALiBi in every one; T5's bias, bidirectional in an encoder; its window,
         config.layer_window, causal in a decoder, and in an encoder of layer_types a band |i - j| <= window // 2,
         ModernBERT's) or cross-attention (no score rules): the score rules of numpy_transformer.model.score_mod."""
         c = config
+        if c.kv_lora_rank is not None and not cross:  # DeepSeek's latent attention
+            return LatentAttention(c, c.layer_attention_scale(layer))
         window = None if cross else c.layer_window(layer)
         relative = None
         if c.has_relative_bias and not cross:  # T5, MPNet: the stack's table, read at this layer's buckets
@@ -77,12 +81,16 @@ class _Layer(nn.Module):
         )  # fmt: skip
 
     @staticmethod
-    def _feed_forward(config: TransformerConfig, moe: bool = False) -> FeedForward | MoeFeedForward | GptOssFeedForward:
+    def _feed_forward(
+        config: TransformerConfig, moe: bool = False
+    ) -> FeedForward | MoeFeedForward | GptOssFeedForward | DeepseekMoe:
         """The dense (or gated) feed-forward block, or (moe: config.is_moe_layer) a sparse mixture of experts
-        (GPT-OSS's with config.expert_kind "gpt_oss")."""
+        (GPT-OSS's with config.expert_kind "gpt_oss", DeepSeek's with config.deepseek_router)."""
         c = config
         if moe and c.expert_kind == "gpt_oss":
             return GptOssFeedForward(c.d_model, c.expert_width, c.n_experts, c.top_k, c.swiglu_limit, c.swiglu_alpha)
+        if moe and c.deepseek_router:
+            return DeepseekMoe(c)
         if moe:
             return MoeFeedForward(c.d_model, c.expert_width, c.n_experts, c.top_k, c.norm_topk_prob, c.activation)
         rate = c.dropout_rates["activation"]
@@ -656,7 +664,7 @@ class _Model(nn.Module):
         maps = {
             name: module.attn_probs
             for name, module in self.named_modules()
-            if isinstance(module, MultiHeadAttention) and module.attn_probs is not None
+            if isinstance(module, (MultiHeadAttention, LatentAttention)) and module.attn_probs is not None
         }
         if not maps:
             raise RuntimeError("no attention maps recorded: call forward(..., need_weights=True) first")

@@ -298,6 +298,21 @@ class TransformerConfig:
     # GPT-OSS's attention sinks: each attention has a learned logit per head ({attn}.sinks (H,)) that joins every
     # softmax's denominator, taking probability mass but adding no value (numpy_transformer.sinks)
     attn_sinks: bool = False
+    # -- DeepSeek (V2, V3): multi-head latent attention (numpy_transformer.latent_attention) and its routing
+    # (numpy_transformer.deepseek_moe) -----------------------------------------------------------------------------
+    # MLA: every head's keys and values from one latent of kv_lora_rank features per token (self_attn.kv_a_proj ->
+    # kv_a_norm -> kv_b_proj), beside a rotary key part shared by the heads; head_dim is then the query/key head's
+    # width (qk_nope_head_dim + qk_rope_head_dim) and rotary_dim its rotary part (its last rotary_dim features,
+    # turned in interleaved pairs); the decoding cache holds the latent and the rotary key. None: ordinary attention
+    kv_lora_rank: int | None = None
+    q_lora_rank: int | None = None  # MLA's queries through q_a_proj (R_q, D) -> q_a_norm -> q_b_proj; None: q_proj
+    v_head_dim: int | None = None  # MLA's value head width (None: head_dim)
+    router_scoring: str = "softmax"  # DeepSeek's router: "softmax" (V2) or "sigmoid" (V3) scores of the experts
+    router_score_bias: bool = False  # V3's e_score_correction_bias (E,), ffn.router.score_bias: chooses, never weighs
+    router_groups: int = 1  # V3's n_group: experts in groups, the choice limited to the router_topk_groups best
+    router_topk_groups: int = 1  # V3's topk_group
+    routed_scaling: float = 1.0  # routed_scaling_factor: the routed experts' weights times this
+    n_shared_experts: int = 0  # shared experts, one SwiGLU block n_shared_experts * d_expert wide (ffn.shared.*)
     # -- dropout by site (None: `dropout`); real models name their own (GPT-2: embd_pdrop, attn_pdrop, resid_pdrop;
     # Marian and BART: dropout, attention_dropout, activation_dropout) -------------------------------------------
     embedding_dropout: float | None = None  # after the summed embeddings (and their norm)
@@ -324,6 +339,8 @@ class TransformerConfig:
             self._check_embeddings,
             self._check_experts,
             self._check_gpt_oss,
+            self._check_latent,
+            self._check_router,
             self._check_special_tokens,
         ):
             check()
@@ -574,6 +591,71 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a finite positive float, got {value!r}")
         if self.attn_sinks and self.attention == "flash":
             raise ValueError("attn_sinks=True needs attention='plain': the tiled kernel has no sink, got 'flash'")
+
+    def _check_latent(self) -> None:
+        """DeepSeek's attention fields: kv_lora_rank, q_lora_rank, v_head_dim ints >= 1 or None; latent attention needs
+        rotary positions, a rotary part (rotary_dim) narrower than the head, no biases, none of the options it does
+        not compute."""
+        for name in ("kv_lora_rank", "q_lora_rank", "v_head_dim"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), minimum=1)
+        if self.kv_lora_rank is not None:
+            if self.positional != "rope" or self.rotary_dim is None or self.rotary_dim >= self.d_head:
+                raise ValueError(
+                    "kv_lora_rank (latent attention) needs positional='rope' and rotary_dim (qk_rope_head_dim) below "
+                    f"head_dim, got positional={self.positional!r}, rotary_dim={self.rotary_dim}, "
+                    f"head_dim={self.d_head}"
+                )
+            if self.bias or self.has_qkv_bias:
+                raise ValueError("kv_lora_rank (latent attention) has no biases here: set bias=False, qkv_bias None")
+            found = self._beside_latent()
+            if found:
+                raise ValueError(
+                    f"kv_lora_rank (latent attention) computes none of {sorted(found)} here, got {found}: leave them "
+                    "at their defaults"
+                )
+        elif self.q_lora_rank is not None or self.v_head_dim is not None:
+            raise ValueError("q_lora_rank and v_head_dim belong to latent attention: set kv_lora_rank too")
+
+    def _check_router(self) -> None:
+        """DeepSeek's router: its scoring one of ("softmax", "sigmoid"), its groups dividing the experts, a positive
+        scaling, shared experts >= 0."""
+        if self.router_scoring not in ("softmax", "sigmoid"):
+            raise ValueError(f"router_scoring must be one of ('softmax', 'sigmoid'), got {self.router_scoring!r}")
+        _check_int("router_groups", self.router_groups, minimum=1)
+        _check_int("router_topk_groups", self.router_topk_groups, minimum=1)
+        _check_int("n_shared_experts", self.n_shared_experts, minimum=0)
+        if self.router_topk_groups > self.router_groups or (self.n_experts and self.n_experts % self.router_groups):
+            raise ValueError(
+                f"router_groups must divide n_experts={self.n_experts} and router_topk_groups be at most it, got "
+                f"{self.router_groups}, {self.router_topk_groups}"
+            )
+        if not _is_positive_float(self.routed_scaling):
+            raise ValueError(f"routed_scaling must be a positive float, got {self.routed_scaling!r}")
+
+    def _beside_latent(self) -> dict:
+        """The attention options set beside kv_lora_rank, which latent attention does not compute: name -> value."""
+        others = {
+            "n_kv_heads": self.n_kv_heads, "qk_norm": self.qk_norm or None, "sliding_window": self.sliding_window,
+            "layer_types": self.layer_types, "attn_softcap": self.attn_softcap,
+            "attn_sinks": self.attn_sinks or None, "relative_bias": self.relative_bias or None,
+            "rope_layers": self.rope_layers,
+        }  # fmt: skip
+        return {name: value for name, value in others.items() if value is not None}
+
+    @property
+    def deepseek_router(self) -> bool:
+        """The MoE layers are DeepSeek's (numpy_transformer.deepseek_moe): sigmoid scores, a score bias, groups, a
+        scaling or shared experts; False: Mixtral's block."""
+        return (
+            self.router_scoring != "softmax" or self.router_score_bias or self.router_groups > 1
+            or self.routed_scaling != 1.0 or self.n_shared_experts > 0
+        )  # fmt: skip
+
+    @property
+    def value_dim(self) -> int:
+        """An attention head's value width: v_head_dim (latent attention), or Dh."""
+        return self.d_head if self.v_head_dim is None else self.v_head_dim
 
     def is_moe_layer(self, i: int) -> bool:
         """Whether decoder layer i's feed-forward block is a sparse mixture of experts."""

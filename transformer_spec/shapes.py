@@ -50,6 +50,9 @@ class _Shapes:
         """GPT-OSS's sinks; q, k, v (grouped-query: H_kv * Dh wide) and out projections; Qwen3's and Gemma 3's q_norm
         and k_norm."""
         config, D = self.config, self.config.d_model
+        if config.kv_lora_rank is not None and not prefix.endswith("cross_attn"):  # DeepSeek's latent self-attention
+            self.latent_attention(prefix)
+            return
         width = config.n_heads * config.d_head  # H * Dh: D unless head_dim says otherwise
         kv = config.kv_heads * config.d_head  # width of the key and value projections (grouped-query attention)
         if config.attn_sinks:  # GPT-OSS: one sink logit per head (a module's own parameter: listed before its children)
@@ -61,6 +64,24 @@ class _Shapes:
             self.shapes[f"{prefix}.q_norm.weight"], self.shapes[f"{prefix}.k_norm.weight"] = (width,), (kv,)
         elif config.qk_norm:  # Qwen3, Gemma 3: RMSNorm of each head's queries and keys, one weight (Dh,) for every head
             self.shapes[f"{prefix}.q_norm.weight"] = self.shapes[f"{prefix}.k_norm.weight"] = (config.d_head,)
+
+    def latent_attention(self, prefix: str) -> None:
+        """DeepSeek's MLA (numpy_transformer.latent_attention): the queries' q_proj, or q_a_proj, q_a_norm, q_b_proj;
+        kv_a_proj (the latent and the shared rotary key), kv_a_norm, kv_b_proj (every head's keys and values), out_proj;
+        no biases."""
+        config, D, H = self.config, self.config.d_model, self.config.n_heads
+        C, R, Dqk, Dv = config.kv_lora_rank, config.rope_dim, config.d_head, config.value_dim
+        assert C is not None
+        if config.q_lora_rank is None:
+            self.shapes[f"{prefix}.q_proj.weight"] = (H * Dqk, D)
+        else:
+            self.shapes[f"{prefix}.q_a_proj.weight"] = (config.q_lora_rank, D)
+            self.shapes[f"{prefix}.q_a_norm.weight"] = (config.q_lora_rank,)
+            self.shapes[f"{prefix}.q_b_proj.weight"] = (H * Dqk, config.q_lora_rank)
+        self.shapes[f"{prefix}.kv_a_proj.weight"] = (C + R, D)
+        self.shapes[f"{prefix}.kv_a_norm.weight"] = (C,)
+        self.shapes[f"{prefix}.kv_b_proj.weight"] = (H * (Dqk - R + Dv), C)
+        self.shapes[f"{prefix}.out_proj.weight"] = (D, H * Dv)
 
     def norm(self, prefix: str, kind: str | None = None) -> None:
         """weight (D,), and bias (D,) for a LayerNorm with norm_bias; `kind` None: the config's norm."""
@@ -108,6 +129,13 @@ class _Shapes:
             self.shapes[f"{layer}.ffn.router.weight"] = (E, D)
             self.shapes[f"{layer}.ffn.experts.gate_up_proj"] = (E, 2 * F_e, D)
             self.shapes[f"{layer}.ffn.experts.down_proj"] = (E, D, F_e)
+            if config.router_score_bias:  # DeepSeek-V3's e_score_correction_bias
+                self.shapes[f"{layer}.ffn.router.score_bias"] = (E,)
+            if config.n_shared_experts:  # DeepSeek's shared experts: one SwiGLU block S * F_e wide
+                F_s = config.n_shared_experts * F_e
+                self.linear(f"{layer}.ffn.shared.gate", F_s, D, False)
+                self.linear(f"{layer}.ffn.shared.linear1", F_s, D, False)
+                self.linear(f"{layer}.ffn.shared.linear2", D, F_s, False)
             return
         bias = config.has_ffn_bias
         if config.gated_ffn:

@@ -1,0 +1,236 @@
+"""DeepSeek's pairs by hand: the interleaved RoPE, multi-head latent attention and DeepSeek's mixture of experts,
+each backward against central finite differences; the NumPy and torch models with both in float64 (logits and every
+gradient); the decoding cache holding the latent (C + R numbers per token and layer) and decoding by it equal to the
+whole forward; the config's refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import numpy_transformer as nt
+import torch_transformer as tt
+from numpy_transformer.attention import rope_angles
+from numpy_transformer.deepseek_moe import deepseek_moe_backward, deepseek_moe_forward
+from numpy_transformer.gradcheck import check_pair
+from numpy_transformer.latent_attention import (
+    LatentCache,
+    latent_attention_backward,
+    latent_attention_forward,
+    rope_interleaved_backward,
+    rope_interleaved_forward,
+)
+from numpy_transformer.scores import ScoreMod
+from torch_transformer import latent_attention as torch_latent
+
+B, T, D, H, C, R, DN, DV, RQ = 2, 5, 16, 3, 6, 4, 6, 7, 8
+FD_BAR = 1e-6
+
+
+def latent_params(rng, low_rank: bool) -> dict:
+    params = {}
+    if low_rank:
+        params["q_a_proj.weight"] = 0.3 * rng.standard_normal((RQ, D))
+        params["q_a_norm.weight"] = 1 + 0.1 * rng.standard_normal(RQ)
+        params["q_b_proj.weight"] = 0.3 * rng.standard_normal((H * (DN + R), RQ))
+    else:
+        params["q_proj.weight"] = 0.3 * rng.standard_normal((H * (DN + R), D))
+    params["kv_a_proj.weight"] = 0.3 * rng.standard_normal((C + R, D))
+    params["kv_a_norm.weight"] = 1 + 0.1 * rng.standard_normal(C)
+    params["kv_b_proj.weight"] = 0.3 * rng.standard_normal((H * (DN + DV), C))
+    params["out_proj.weight"] = 0.3 * rng.standard_normal((D, H * DV))
+    return params
+
+
+def test_rope_interleaved_pair_finite_differences():
+    rng = np.random.default_rng(0)
+    cos, sin = rope_angles(np.arange(T), R, 100.0)
+    result = check_pair(
+        lambda x: rope_interleaved_forward(x, cos, sin), rope_interleaved_backward,
+        {"x": rng.standard_normal((B, H, T, R))}, wrt=["x"],
+    )  # fmt: skip
+    assert result.worst <= FD_BAR, str(result)
+
+
+@pytest.mark.parametrize("low_rank", [True, False], ids=["q_lora (V3)", "q_proj (V2-Lite)"])
+def test_latent_attention_finite_differences(low_rank):
+    """Every weight and the input, causal scores, a padded key in the second row."""
+    rng = np.random.default_rng(1)
+    rope = rope_angles(np.arange(T), R, 100.0)
+    padding = np.ones((B, T), dtype=bool)
+    padding[1, 0] = False
+
+    def forward(params, x):
+        return latent_attention_forward(params, x, H, rope, mod=ScoreMod(scale=0.37, causal=True), key_padding=padding)
+
+    args = {"params": latent_params(rng, low_rank), "x": rng.standard_normal((B, T, D))}
+    result = check_pair(forward, latent_attention_backward, args, wrt=["x", "params"])
+    assert result.worst <= FD_BAR, str(result)
+    assert all(v > 0 for v in result.max_abs_grad.values())
+
+
+@pytest.mark.parametrize(
+    ("scoring", "groups", "norm"), [("sigmoid", 4, True), ("softmax", 1, False)], ids=["V3", "V2-Lite"]
+)
+def test_deepseek_moe_finite_differences(scoring, groups, norm):
+    """The weights' gradient reaches the router through the chosen scores only; the score bias gets none."""
+    rng = np.random.default_rng(2)
+    E, F = 8, 5
+    params = {
+        "router.weight": 0.5 * rng.standard_normal((E, D)), "router.score_bias": 0.1 * rng.standard_normal(E),
+        "experts.gate_up_proj": 0.3 * rng.standard_normal((E, 2 * F, D)),
+        "experts.down_proj": 0.3 * rng.standard_normal((E, D, F)),
+        "shared.gate.weight": 0.3 * rng.standard_normal((2 * F, D)),
+        "shared.linear1.weight": 0.3 * rng.standard_normal((2 * F, D)),
+        "shared.linear2.weight": 0.3 * rng.standard_normal((D, 2 * F)),
+    }  # fmt: skip
+
+    def forward(params, x):
+        return deepseek_moe_forward(
+            params, x, 3, scoring=scoring, n_groups=groups, topk_groups=groups // 2 or 1, norm_topk_prob=norm,
+            scaling=2.5,
+        )  # fmt: skip
+
+    args = {"params": params, "x": rng.standard_normal((B, T, D))}
+    result = check_pair(forward, deepseek_moe_backward, args, wrt=["x", "params"], max_coords=12)
+    assert result.worst <= FD_BAR, str(result)
+    assert result.max_abs_grad["params.router.score_bias"] == 0.0
+    assert result.max_abs_grad["params.router.weight"] > 0
+
+
+def tiny_config(low_rank: bool = True, **fields) -> nt.TransformerConfig:
+    """A tiny DeepSeek-like LM: latent attention, layer 0 dense, two MoE layers (V3's router, or V2's)."""
+    router = {"router_scoring": "sigmoid", "router_score_bias": True, "router_groups": 4, "router_topk_groups": 2}
+    router = router | {"routed_scaling": 2.5} if low_rank else {"norm_topk_prob": False}
+    base = dict(
+        src_vocab_size=50, tgt_vocab_size=50, d_model=D, n_heads=H, d_ff=24, n_encoder_layers=0, n_decoder_layers=3,
+        dropout=0.0, activation="silu", norm="rms", norm_first=True, positional="rope", max_len=64, gated_ffn=True,
+        bias=False, scale_embeddings=False, output_bias=False, pad_id=None, head_dim=DN + R, rotary_dim=R,
+        kv_lora_rank=C, q_lora_rank=RQ if low_rank else None, v_head_dim=DV, attention_scale=0.3, n_experts=8,
+        top_k=3, d_expert=6, dense_layers=(0,), n_shared_experts=1,
+    )  # fmt: skip
+    return nt.TransformerConfig(**base | router | fields)
+
+
+@pytest.mark.parametrize("low_rank", [True, False], ids=["V3-like", "V2-Lite-like"])
+def test_numpy_and_torch_models_agree_float64(low_rank, device):
+    config = tiny_config(low_rank)
+    ours = nt.TransformerLM(config, seed=0)
+    rng = np.random.default_rng(3)
+    for name in ours.params:
+        if name.endswith("score_bias"):
+            ours.params[name][:] = 0.1 * rng.standard_normal(ours.params[name].shape)
+    model = tt.TransformerLM(config).double().to(device)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    ids = rng.integers(0, 50, (2, 7))
+    logits = ours.forward(ids)
+    upstream = rng.standard_normal(logits.shape)
+    ours.zero_grad()
+    ours.backward(upstream)
+    theirs = model(torch.from_numpy(ids).to(device))
+    theirs.backward(torch.from_numpy(upstream).to(device))
+    assert np.abs(logits - theirs.detach().cpu().numpy()).max() <= 1e-10 * np.abs(logits).max()
+    params = dict(model.named_parameters())
+    for name, grad in ours.grads.items():
+        if name.endswith("score_bias"):  # a buffer on the torch side: it chooses, it gets no gradient
+            assert name not in params and not np.any(grad)
+            continue
+        other = params[name].grad.cpu().numpy()
+        assert np.any(grad), name
+        assert np.abs(grad - other).max() <= 1e-10 * max(np.abs(other).max(), 1e-3), name
+
+
+def test_an_encoder_of_latent_attention_attends_both_ways():
+    """Outside a decoder latent attention is not causal, on both sides (EncoderModel, float64)."""
+    config = tiny_config(n_experts=0, dense_layers=(), n_shared_experts=0, router_score_bias=False, router_groups=1,
+                         router_topk_groups=1, routed_scaling=1.0, n_encoder_layers=2, n_decoder_layers=0,
+                         router_scoring="softmax")  # fmt: skip
+    ours = nt.EncoderModel(config, seed=0)
+    model = tt.EncoderModel(config).double()
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    ids = np.random.default_rng(5).integers(1, 50, (2, 6))
+    hidden = ours.forward(ids)
+    np.testing.assert_allclose(model(torch.from_numpy(ids)).detach().numpy(), hidden, rtol=0, atol=1e-12)
+    changed = ids.copy()
+    changed[:, -1] = changed[:, -1] % 49 + 1  # another id in [1, 50)
+    assert np.abs(ours.forward(changed)[:, 0] - hidden[:, 0]).max() > 1e-6  # the first token sees the last
+
+
+def test_the_cache_holds_the_latent_and_decodes_as_the_whole_forward():
+    """Run one token at a time through a LatentCache (NumPy) and torch's: the outputs equal the whole sequence's,
+    and each layer keeps (N, P, C) latents and (N, P, R) rotary keys: C + R numbers per token, whatever H."""
+    rng = np.random.default_rng(4)
+    params = latent_params(rng, low_rank=True)
+    x = rng.standard_normal((B, T, D))
+    rope = rope_angles(np.arange(T), R, 100.0)
+    mod = ScoreMod(scale=0.37, causal=True)
+    whole, _ = latent_attention_forward(params, x, H, rope, mod=mod)
+    cache = LatentCache(B, T, C, R, np.float64)
+    steps = [
+        latent_attention_forward(
+            params, x[:, t : t + 1], H, (rope[0][t : t + 1], rope[1][t : t + 1]), mod=mod, q_pos=np.array([t]),
+            kv_cache=cache,
+        )[0]
+        for t in range(T)
+    ]  # fmt: skip
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), whole, rtol=0, atol=1e-12)
+    assert cache.latents.shape == (B, T, C) and cache.rope_keys.shape == (B, T, R) and cache.length == T
+    # torch: the same through its own cache
+    config = tiny_config()
+    module = torch_latent.LatentAttention(
+        nt.TransformerConfig(**{**config.to_dict(), "n_heads": H}), scale=0.37
+    ).double()  # fmt: skip
+    names = {"q_a_norm.weight", "kv_a_norm.weight"}
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            p.copy_(torch.from_numpy(params[name] if name in params or name in names else params[name]))
+    cos, sin = (torch.from_numpy(np.concatenate([t, t], axis=-1)) for t in rope)
+    x_t = torch.from_numpy(x)
+    with torch.no_grad():
+        torch_whole = module(x_t, x_t, x_t, rope=(cos, sin), is_causal=True)[0].numpy()
+        torch_cache = torch_latent.LatentCache(B, T, C, R, x_t)
+        torch_steps = [
+            module(x_t[:, t : t + 1], None, None, rope=(cos[t : t + 1], sin[t : t + 1]), kv_cache=torch_cache,
+                   is_causal=True, q_pos=torch.tensor([t]))[0].numpy()
+            for t in range(T)
+        ]  # fmt: skip
+    np.testing.assert_allclose(torch_whole, whole, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate(torch_steps, axis=1), whole, rtol=0, atol=1e-12)
+    assert tuple(torch_cache.latents.shape) == (B, T, C) and tuple(torch_cache.rope_keys.shape) == (B, T, R)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"positional": "learned"}, "kv_lora_rank"),
+        ({"bias": True}, "kv_lora_rank"),
+        ({"kv_lora_rank": None}, "q_lora_rank"),
+        ({"router_scoring": "relu"}, "router_scoring"),
+        ({"router_groups": 3}, "router_groups"),
+        ({"routed_scaling": 0.0}, "routed_scaling"),
+        ({"n_kv_heads": 1}, "n_kv_heads"),
+        ({"sliding_window": 3}, "sliding_window"),
+        ({"attn_softcap": 5.0}, "attn_softcap"),
+    ],
+)
+def test_config_refuses_what_latent_attention_and_the_router_cannot_be(fields, named):
+    with pytest.raises(ValueError, match=named):
+        tiny_config(**fields)
+
+
+def test_our_checkpoints_keep_the_deepseek_fields(tmp_path):
+    """A DeepSeek-like LM saved by the NumPy side and read by both: the same config (every new field) and logits."""
+    from numpy_transformer.checkpoint import load_checkpoint, save_checkpoint
+    from torch_transformer.checkpoint import load_checkpoint as torch_load_checkpoint
+
+    ours = nt.TransformerLM(tiny_config(), seed=1)
+    save_checkpoint(tmp_path / "lm.safetensors", ours)
+    back = load_checkpoint(tmp_path / "lm.safetensors")
+    model = torch_load_checkpoint(tmp_path / "lm.safetensors", dtype=torch.float64)
+    assert back.config == ours.config == model.config
+    ids = np.random.default_rng(6).integers(0, 50, (2, 5))
+    logits = ours.eval().forward(ids)
+    np.testing.assert_array_equal(back.eval().forward(ids), logits)
+    with torch.no_grad():
+        np.testing.assert_allclose(model.eval()(torch.from_numpy(ids)).numpy(), logits, rtol=0, atol=1e-12)
