@@ -16,27 +16,29 @@ layers are the pairs of `layers` and `attention`. numpy_transformer.clip builds 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.special import expit
 
-from transformer_spec import checkpoints
 from transformer_spec.families.vit import (
     VIT_LAYER,
     VIT_PREFIXES,
     VIT_SKIPPED,
     ViTConfig,
     file_name,
+    read_folder,
     state_in_our_names,
     vit_config_from_hf,
     vit_config_to_hf,
     vit_pooler_in,
     vit_shapes,
+    write_folder,
 )
 
-from .attention import multi_head_attention_backward, multi_head_attention_forward
+from .attention import AttentionCache, multi_head_attention_backward, multi_head_attention_forward
 from .layers import (
     AddPositionsCache,
     LayerNormCache,
@@ -84,7 +86,10 @@ def quick_gelu_backward(dout: np.ndarray, cache: QuickGeluCache) -> np.ndarray:
     return dout * (s + QUICK_GELU_SLOPE * x * s * (1 - s))
 
 
-ACTIVATION_PAIRS = {"gelu": (gelu_forward, gelu_backward), "quick_gelu": (quick_gelu_forward, quick_gelu_backward)}
+ACTIVATION_PAIRS: dict[str, tuple[Callable, Callable]] = {
+    "gelu": (gelu_forward, gelu_backward),
+    "quick_gelu": (quick_gelu_forward, quick_gelu_backward),
+}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -216,7 +221,7 @@ class PreNormLayerCache:
     names: dict
     activation: str
     norm1: LayerNormCache
-    attention: object  # attention.AttentionCache
+    attention: AttentionCache
     norm2: LayerNormCache
     fc1: LinearCache
     act: object  # the activation pair's cache
@@ -278,7 +283,7 @@ def pre_norm_layer_backward(dout: np.ndarray, cache: PreNormLayerCache) -> tuple
 
     (self-attention reads one input three times: its three input gradients add). Returns dx (B, T, D) and the
     layer's grads under the names of params."""
-    n, grads = cache.names, {}
+    n, grads = cache.names, {}  # type: dict, dict[str, Any]
     act_backward = ACTIVATION_PAIRS[cache.activation][1]
     # y = x' + o
     dg, grads[f"{n['fc2']}.weight"], grads[f"{n['fc2']}.bias"] = linear_backward(dout, cache.fc2)
@@ -342,7 +347,7 @@ class StateMixin:
     def zero_grad(self) -> None:
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
 
-    def accumulate(self, grads: dict, prefix: str = "") -> None:
+    def accumulate(self, grads: dict[str, Any], prefix: str = "") -> None:
         for k, g in grads.items():
             self.grads[prefix + k] += g
 
@@ -425,9 +430,9 @@ class ViTModel(StateMixin):
         self.grads["embeddings.position_embeddings"] += dtable[None]
         dx, dcls = prepend_class_token_backward(dx, cache["cls"])
         self.grads["embeddings.cls_token"] += dcls
-        self.dpixel_values, dw, db = patch_embedding_backward(dx, cache["patch"])
-        self.grads["embeddings.patch_embeddings.projection.weight"] += dw
-        self.grads["embeddings.patch_embeddings.projection.bias"] += db
+        self.dpixel_values, dkernel, dkernel_bias = patch_embedding_backward(dx, cache["patch"])
+        projection = "embeddings.patch_embeddings.projection"
+        self.accumulate({f"{projection}.weight": dkernel, f"{projection}.bias": dkernel_bias})
 
     def pool(self, hidden: np.ndarray) -> np.ndarray:
         r"""ViT's pooler: :math:`p = \tanh(h_{:, 0} W^\top + b)`, hidden (B, 1 + N, D) -> pooler_output (B, P)."""
@@ -452,15 +457,6 @@ class ViTModel(StateMixin):
         return class_token_pool_backward(dfirst, first_cache)
 
 
-def read_folder(directory, family: str) -> tuple[dict, dict]:
-    """(config.json, tensors) of a checkpoint folder, through the checks every family's reading shares."""
-    directory = Path(directory)
-    hf_config = checkpoints.read_config(directory)
-    if hf_config.get("model_type") != family:
-        raise ValueError(f"{directory}/config.json: model_type={hf_config.get('model_type')!r}, expected {family!r}")
-    return hf_config, checkpoints.read_tensors(directory)
-
-
 def load(directory, dtype=np.float32) -> ViTModel:
     """A ViT checkpoint folder (ViTModel's, or ViTForImageClassification's: its `vit.` prefix dropped, its
     classifier skipped, no pooler) as a ViTModel in `dtype`. ValueError naming a config value not computed here or
@@ -471,14 +467,6 @@ def load(directory, dtype=np.float32) -> ViTModel:
     model = ViTModel(config, dtype=dtype)
     model.load_state_dict(state)
     return model
-
-
-def write_folder(directory, hf_config: dict, params: dict, overwrite: bool) -> None:
-    from safetensors.numpy import save_file
-
-    write = lambda path, arrays: save_file(arrays, path, metadata={"format": "pt"})  # noqa: E731
-    tensors = {k: np.ascontiguousarray(v) for k, v in params.items()}
-    checkpoints.write_checkpoint(directory, hf_config, None, tensors, write, overwrite)
 
 
 def save(model: ViTModel, directory, overwrite: bool = False) -> None:

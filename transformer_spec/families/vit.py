@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .core import is_finite_number, is_int, refuse
 
@@ -139,7 +140,7 @@ def vit_config_to_hf(config: ViTConfig) -> dict:
 def encoder_layer_shapes(prefix: str, names: dict, D: int, F: int, qkv_bias: bool) -> dict:
     """The shapes of one pre-norm encoder layer's tensors under `prefix`, its sublayers named by `names`
     (norm1, q, k, v, out, norm2, fc1, fc2: ViT_LAYER or clip.CLIP_LAYER)."""
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for part in ("norm1", "norm2"):
         shapes |= {f"{prefix}{names[part]}.weight": (D,), f"{prefix}{names[part]}.bias": (D,)}
     for part in ("q", "k", "v"):
@@ -253,6 +254,30 @@ def state_in_our_names(
 def vit_pooler_in(tensors: dict) -> bool:
     """Whether a ViT checkpoint holds the pooler (ViTModel's add_pooling_layer; ViTForImageClassification has none)."""
     return any(name.endswith("pooler.dense.weight") for name in tensors)
+
+
+def read_folder(directory, family: str) -> tuple[dict, dict]:
+    """(config.json, tensors) of a checkpoint folder, through the checks every family's reading shares."""
+    from .. import checkpoints  # here, not at the top: checkpoints imports this package
+
+    directory = Path(directory)
+    hf_config = checkpoints.read_config(directory)
+    if hf_config.get("model_type") != family:
+        raise ValueError(f"{directory}/config.json: model_type={hf_config.get('model_type')!r}, expected {family!r}")
+    return hf_config, checkpoints.read_tensors(directory)
+
+
+def write_folder(directory, hf_config: dict, params: dict, overwrite: bool) -> None:
+    """config.json and model.safetensors (`params`: name -> NumPy array) into `directory`, through the writer every
+    family's save shares (a folder holding another checkpoint refused unless overwrite)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from .. import checkpoints
+
+    write = lambda path, arrays: save_file(arrays, path, metadata={"format": "pt"})  # noqa: E731
+    tensors = {k: np.asarray(v).copy(order="C") for k, v in params.items()}  # 0-d logit_scale stays 0-d
+    checkpoints.write_checkpoint(directory, hf_config, None, tensors, write, overwrite)
 
 
 def param_count(shapes: dict) -> int:
