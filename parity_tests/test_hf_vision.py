@@ -51,11 +51,12 @@ CLIP_RELEASED = {
 
 
 def perturbed(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Random weights everywhere (the init leaves biases zero and norms one, which would hide their errors)."""
+    """Random weights everywhere, the same every run (the init leaves biases zero and norms one, which would hide
+    their errors; vectors near one, so that norms' gains stay gains)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(0.1 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+            p.copy_(0.1 * torch.randn(p.shape, generator=generator, dtype=p.dtype) + (1 if p.ndim == 1 else 0))
     return model.eval()
 
 
