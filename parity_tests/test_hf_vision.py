@@ -18,7 +18,7 @@ import transformers
 from numpy_transformer import clip as np_clip
 from numpy_transformer import gradcheck
 from numpy_transformer import vision as np_vision
-from parity_tests.components import relative_errors
+from parity_tests.components import devices, relative_errors
 from torch_transformer import clip as torch_clip
 from torch_transformer import vision as torch_vision
 from transformer_spec.families.clip import clip_config_from_hf
@@ -103,7 +103,7 @@ def vit_theirs(theirs, pixels, dhidden, dpooled):
     return out.last_hidden_state.detach().numpy(), out.pooler_output.detach().numpy(), grads, x.grad.numpy()
 
 
-@pytest.mark.parametrize("side", ["numpy", "torch"])
+@pytest.mark.parametrize("side", ["numpy", *(f"torch-{device}" for device in devices())])
 def test_vit_equals_transformers(tmp_path, side):
     theirs = build_vit(tmp_path)
     rng = np.random.default_rng(0)
@@ -118,12 +118,13 @@ def test_vit_equals_transformers(tmp_path, side):
         ours.backward(dhidden + ours.pool_backward(dpooled))
         grads = ours.grads
     else:
-        model = torch_vision.load(tmp_path, dtype=torch.float64)
-        h = model(torch.tensor(pixels))
+        device = side.removeprefix("torch-")
+        model = torch_vision.load(tmp_path, dtype=torch.float64, device=device)
+        h = model(torch.tensor(pixels, device=device))
         p = model.pool(h)
-        ((h * torch.tensor(dhidden)).sum() + (p * torch.tensor(dpooled)).sum()).backward()
-        hidden, pooled = h.detach().numpy(), p.detach().numpy()
-        grads = {k: v.grad.numpy() for k, v in model.named_parameters()}
+        ((h * torch.tensor(dhidden, device=device)).sum() + (p * torch.tensor(dpooled, device=device)).sum()).backward()
+        hidden, pooled = h.detach().cpu().numpy(), p.detach().cpu().numpy()
+        grads = {k: v.grad.cpu().numpy() for k, v in model.named_parameters()}
     assert set(map(class_name, grads)) == set(grads_ref)
     nonzero(grads)
     check({"last_hidden_state": (hidden, hidden_ref), "pooler_output": (pooled, pooled_ref)})
@@ -174,7 +175,9 @@ def clip_inputs(eos_token_id: int, rng):
 
 
 @pytest.mark.parametrize(
-    "side, eos_token_id", [("numpy", 2), ("torch", 2), ("numpy", 49), pytest.param("torch", 49, marks=pytest.mark.slow)]
+    "side, eos_token_id",
+    [("numpy", 2), ("numpy", 49), *((f"torch-{device}", 2) for device in devices())]
+    + [pytest.param(f"torch-{device}", 49, marks=pytest.mark.slow) for device in devices()],
 )
 def test_clip_equals_transformers(tmp_path, side, eos_token_id):
     theirs = build_clip(tmp_path, eos_token_id)
@@ -197,11 +200,13 @@ def test_clip_equals_transformers(tmp_path, side, eos_token_id):
         ours.backward(**{f"d{k}": g for k, g in upstream.items()}, dloss=dloss)
         outputs, grads = {k: getattr(o, k) for k in (*OUTPUTS, "loss")}, ours.grads
     else:
-        model = torch_clip.load(tmp_path, dtype=torch.float64)
-        o = model(torch.tensor(ids), torch.tensor(pixels), torch.tensor(mask), return_loss=True)
-        (dloss * o.loss + sum((getattr(o, k) * torch.tensor(g)).sum() for k, g in upstream.items())).backward()
-        outputs = {k: getattr(o, k).detach().numpy() for k in (*OUTPUTS, "loss")}
-        grads = {k: v.grad.numpy() for k, v in model.named_parameters()}
+        device = side.removeprefix("torch-")
+        model = torch_clip.load(tmp_path, dtype=torch.float64, device=device)
+        on = lambda a: torch.tensor(a, device=device)  # noqa: E731
+        o = model(on(ids), on(pixels), on(mask), return_loss=True)
+        (dloss * o.loss + sum((getattr(o, k) * on(g)).sum() for k, g in upstream.items())).backward()
+        outputs = {k: getattr(o, k).detach().cpu().numpy() for k in (*OUTPUTS, "loss")}
+        grads = {k: v.grad.cpu().numpy() for k, v in model.named_parameters()}
     assert set(grads) == set(grads_ref)
     nonzero(grads)
     check({k: (np.asarray(outputs[k]), outputs_ref[k]) for k in outputs})
