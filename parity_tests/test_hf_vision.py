@@ -17,6 +17,7 @@ import transformers
 
 from numpy_transformer import clip as np_clip
 from numpy_transformer import gradcheck
+from numpy_transformer import hf as numpy_hf
 from numpy_transformer import vision as np_vision
 from parity_tests.components import devices, relative_errors
 from torch_transformer import clip as torch_clip
@@ -145,6 +146,8 @@ def test_vit_classification_checkpoint_and_save(tmp_path):
     check({"last_hidden_state": (ours.forward(pixels), ref)})
     with pytest.raises(ValueError, match="no pooler"):
         ours.pool(ours.forward(pixels))
+    with pytest.raises(ValueError, match="numpy_transformer.vision.load"):
+        numpy_hf.load(tmp_path / "cls")  # hf.load's families are TransformerConfig ones: it says where to go
     np_vision.save(ours, tmp_path / "np")
     torch_vision.save(torch_vision.load(tmp_path / "cls", dtype=torch.float64), tmp_path / "torch")
     for folder in ("np", "torch"):
