@@ -356,6 +356,25 @@ def test_clip_config_refusals(change, named):
         clip_config_from_hf(CLIP_RELEASED | change)
 
 
+def test_clip_old_config_dict_wins_whole():
+    """An old config.json's text_config_dict replaces text_config, its missing keys at CLIPTextConfig's defaults, as
+    CLIPConfig reads it (not merged key by key)."""
+    c = CLIP_RELEASED | {
+        "text_config_dict": {"hidden_size": 16, "num_attention_heads": 4, "max_position_embeddings": 9}
+    }
+    ours = clip_config_from_hf(c).text
+    theirs = transformers.CLIPConfig(**{k: v for k, v in c.items() if k not in ("architectures", "model_type")})
+    for key in (
+        "hidden_size",
+        "max_position_embeddings",
+        "vocab_size",
+        "eos_token_id",
+        "hidden_act",
+        "intermediate_size",
+    ):
+        assert getattr(ours, key) == getattr(theirs.text_config, key), key
+
+
 def test_call_refusals(tmp_path):
     model = np_vision.ViTModel(vit_config_from_hf(VIT_RELEASED))
     pixels = np.zeros((1, 3, 16, 16))

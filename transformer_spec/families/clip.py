@@ -92,12 +92,14 @@ def _token_id(c: dict, name: str, default, where: str, optional: bool = True):
 
 
 def _tower(c: dict, name: str) -> dict:
-    """text_config (or vision_config) with the old files' text_config_dict values over it, as CLIPConfig reads them."""
-    tower = c.get(name, {})
-    extra = c.get(f"{name}_dict") or {}
-    if not isinstance(tower, dict) or not isinstance(extra, dict):
+    """text_config (or vision_config), as CLIPConfig reads it: an old file's text_config_dict, when present, wins
+    whole (CLIPConfig fills it with CLIPTextConfig's defaults and writes every value over text_config's)."""
+    tower, old = c.get(name, {}), c.get(f"{name}_dict")
+    if old is not None:
+        tower, name = old, f"{name}_dict"
+    if not isinstance(tower, dict):
         refuse(name, tower, "an object")
-    return tower | extra
+    return tower
 
 
 def _common(t: dict, where: str, defaults) -> dict:
