@@ -219,6 +219,7 @@ def class_token_pool_backward(dout: np.ndarray, cache: TokenPoolCache) -> np.nda
 @dataclass(frozen=True, slots=True)
 class PreNormLayerCache:
     names: dict
+    present: frozenset  # the layer's parameter names (a zero bias held for a missing one gets no gradient)
     activation: str
     norm1: LayerNormCache
     attention: AttentionCache
@@ -229,14 +230,20 @@ class PreNormLayerCache:
 
 
 def _attention_params(params: dict, names: dict) -> dict:
-    """The layer's attention tensors under the keys multi_head_attention_forward reads (q_proj.weight, ...)."""
+    """The layer's attention tensors under the keys multi_head_attention_forward reads (q_proj.weight, ...). ViT with
+    qkv_bias false has an output bias only, which the attention pair does not take: q, k and v get zero biases, whose
+    gradients the backward drops."""
     keys = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "out": "out_proj"}
-    return {
+    out = {
         f"{ours}.{kind}": params[f"{names[part]}.{kind}"]
         for part, ours in keys.items()
         for kind in ("weight", "bias")
         if f"{names[part]}.{kind}" in params
     }
+    if "out_proj.bias" in out and "q_proj.bias" not in out:
+        for ours in ("q_proj", "k_proj", "v_proj"):
+            out[f"{ours}.bias"] = np.zeros(out[f"{ours}.weight"].shape[0], out[f"{ours}.weight"].dtype)
+    return out
 
 
 def pre_norm_layer_forward(
@@ -269,7 +276,7 @@ def pre_norm_layer_forward(
     f, fc1 = linear_forward(h, params[f"{n['fc1']}.weight"], params[f"{n['fc1']}.bias"])  # (B, T, F)
     g, act = act_forward(f)
     o, fc2 = linear_forward(g, params[f"{n['fc2']}.weight"], params[f"{n['fc2']}.bias"])  # (B, T, D)
-    return x + o, PreNormLayerCache(names, activation, norm1, attention, norm2, fc1, act, fc2)
+    return x + o, PreNormLayerCache(names, frozenset(params), activation, norm1, attention, norm2, fc1, act, fc2)
 
 
 def pre_norm_layer_backward(dout: np.ndarray, cache: PreNormLayerCache) -> tuple[np.ndarray, dict]:
@@ -297,7 +304,8 @@ def pre_norm_layer_backward(dout: np.ndarray, cache: PreNormLayerCache) -> tuple
     keys = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "out_proj": "out"}
     for key, g in attention_grads.items():
         ours, kind = key.split(".")
-        grads[f"{n[keys[ours]]}.{kind}"] = g
+        if f"{n[keys[ours]]}.{kind}" in cache.present:
+            grads[f"{n[keys[ours]]}.{kind}"] = g
     dx_norm1, grads[f"{n['norm1']}.weight"], grads[f"{n['norm1']}.bias"] = layer_norm_backward(dh, cache.norm1)
     return dx + dx_norm1, grads
 

@@ -10,6 +10,8 @@ here (never downloaded). transformers runs its sdpa attention: its eager attenti
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -104,12 +106,18 @@ def vit_theirs(theirs, pixels, dhidden, dpooled):
     return out.last_hidden_state.detach().numpy(), out.pooler_output.detach().numpy(), grads, x.grad.numpy()
 
 
+# a variant of the options the released file keeps at their defaults: no q/k/v biases, a narrower pooler, QuickGELU
+VIT_VARIANT = {"qkv_bias": False, "pooler_output_size": 6, "hidden_act": "quick_gelu", "layer_norm_eps": 1e-6}
+
+
+@pytest.mark.parametrize("variant", ["released", "variant"])
 @pytest.mark.parametrize("side", ["numpy", *(f"torch-{device}" for device in devices())])
-def test_vit_equals_transformers(tmp_path, side):
-    theirs = build_vit(tmp_path)
+def test_vit_equals_transformers(tmp_path, side, variant):
+    theirs = build_vit(tmp_path, **(VIT_VARIANT if variant == "variant" else {}))
+    P = theirs.config.pooler_output_size
     rng = np.random.default_rng(0)
     pixels = rng.standard_normal((2, 3, 16, 16))
-    dhidden, dpooled = rng.standard_normal((2, 17, 16)), rng.standard_normal((2, 16))
+    dhidden, dpooled = rng.standard_normal((2, 17, 16)), rng.standard_normal((2, P))
     hidden_ref, pooled_ref, grads_ref, _ = vit_theirs(theirs, pixels, dhidden, dpooled)
     if side == "numpy":
         ours = np_vision.load(tmp_path, dtype=np.float64)
@@ -363,7 +371,8 @@ def test_clip_old_config_dict_wins_whole():
         "text_config_dict": {"hidden_size": 16, "num_attention_heads": 4, "max_position_embeddings": 9}
     }
     ours = clip_config_from_hf(c).text
-    theirs = transformers.CLIPConfig(**{k: v for k, v in c.items() if k not in ("architectures", "model_type")})
+    given = copy.deepcopy({k: v for k, v in c.items() if k not in ("architectures", "model_type")})
+    theirs = transformers.CLIPConfig(**given)  # which updates the text_config dict it is given in place
     for key in (
         "hidden_size",
         "max_position_embeddings",
