@@ -401,3 +401,30 @@ def test_call_refusals(tmp_path):
     with pytest.raises(ValueError, match="return_loss"):
         clip_model.forward(np.ones((1, 3), dtype=np.int64), np.zeros((1, 3, 16, 16)))
         clip_model.backward(dloss=1.0)
+
+
+def test_float32_stays_float32():
+    """dtype in = dtype out: a float32 ViT and CLIP give float32 outputs, gradients and pixel gradients."""
+    from transformer_spec.families.clip import CLIPConfig, CLIPTextConfig, CLIPVisionConfig
+    from transformer_spec.families.vit import ViTConfig
+
+    rng = np.random.default_rng(0)
+    pixels = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    vit = np_vision.ViTModel(ViTConfig(8, 1, 2, 12, image_size=8, patch_size=4, pooler_output_size=6), dtype=np.float32)
+    hidden = vit.forward(pixels)
+    pooled = vit.pool(hidden)
+    vit.zero_grad()
+    vit.backward(rng.standard_normal(hidden.shape).astype(np.float32) + vit.pool_backward(np.ones_like(pooled)))
+    assert {hidden.dtype, pooled.dtype, vit.dpixel_values.dtype} | {g.dtype for g in vit.grads.values()} == {
+        np.dtype(np.float32)
+    }
+    text = CLIPTextConfig(vocab_size=12, hidden_size=8, intermediate_size=12, num_hidden_layers=1,
+                          num_attention_heads=2, max_position_embeddings=5, eos_token_id=11)  # fmt: skip
+    vision = CLIPVisionConfig(hidden_size=6, intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
+                              image_size=8, patch_size=4)  # fmt: skip
+    model = np_clip.CLIPModel(CLIPConfig(text, vision, projection_dim=5), dtype=np.float32)
+    out = model.forward(np.array([[3, 4, 11, 0], [5, 6, 7, 11]]), pixels, return_loss=True)
+    model.zero_grad()
+    model.backward(dloss=1.0, dlogits_per_image=np.ones((2, 2), np.float32))
+    found = {np.asarray(out.loss).dtype, out.logits_per_image.dtype, out.text_embeds.dtype, out.image_embeds.dtype}
+    assert found | {g.dtype for g in model.grads.values()} == {np.dtype(np.float32)}
