@@ -146,8 +146,6 @@ def show_grid(path):
 show_grid(OUT / "patch_grid.png")
 
 # %% [markdown]
-# ![patch grid](patch_grid.png)
-#
 # ViT's patch embedding is `nn.Conv2d(C, D, kernel_size=p, stride=p)`. With the stride equal to the kernel, the
 # windows do not overlap: output position $n$ reads exactly patch $n$, and computes $y_n = \mathrm{vec}(X_n)\,
 # \mathrm{vec}(W)^\top + b$. So the convolution is one matrix product of the (N, K) patches with the (D, K) kernel.
@@ -217,8 +215,6 @@ plt.close(fig)
 print(from_class[0])
 
 # %% [markdown]
-# ![class token attention](class_token_attention.png)
-#
 # ## 3. The backward through patches and the class token
 #
 # The patch embedding is a linear layer on the patch rows, so its gradients are the linear layer's, every patch of
@@ -389,9 +385,7 @@ plotting.plot_matrices(
 assert losses[-1] < 0.5 * losses[0] and (after.argmax(axis=1) == np.arange(4)).all()
 
 # %% [markdown]
-# ![similarity matrix](similarity.png)
-#
-# (Rows are the images, columns the captions, named by their last word.)
+# In `similarity.png`, rows are the images, columns the captions, named by their last word.
 #
 # (Four pairs are learnt by heart, of course: CLIP's 400 million pairs make the same loss teach concepts.)
 #
