@@ -118,7 +118,8 @@ def cosine_logits_backward(dout: np.ndarray, cache: CosineLogitsCache) -> tuple[
 
     .. math::
 
-        dT = e^s\, dL\, I, \qquad dI = e^s\, dL^\top T, \qquad
+        dT = e^s\, dL\, I, \qquad dI = e^s\, dL^\top T
+
         ds = \textstyle\sum_{jk} dL_{jk}\, L_{jk}
 
     (the derivative of :math:`e^s` is itself, so ds is the upstream gradient against the logits). dtext (B_t, P),

@@ -140,7 +140,9 @@ def patch_embedding_backward(
     .. math::
 
         d\,\mathrm{vec}(W) = \textstyle\sum_{b, n} dy_{bn}^\top\, \mathrm{vec}(X_{bn}), \qquad
-        db = \textstyle\sum_{b, n} dy_{bn}, \qquad d\,\mathrm{vec}(X_{bn}) = dy_{bn}\, \mathrm{vec}(W)
+        db = \textstyle\sum_{b, n} dy_{bn}
+
+        d\,\mathrm{vec}(X_{bn}) = dy_{bn}\, \mathrm{vec}(W)
 
     dpixel_values (B, C, H, W) (zero past the last whole patch), dweight (D, C, p, p), dbias (D,) or None."""
     dpatches, dweight, dbias = linear_backward(dout, cache.linear)  # (B, N, K), (D, K), (D,)
@@ -260,7 +262,9 @@ def pre_norm_layer_forward(
 
     .. math::
 
-        x' = x + \mathrm{MHA}(\mathrm{LN}_1(x)), \qquad y = x' + W_2\, \mathrm{act}(W_1\, \mathrm{LN}_2(x') + b_1) + b_2
+        x' = x + \mathrm{MHA}(\mathrm{LN}_1(x))
+
+        y = x' + W_2\, \mathrm{act}(W_1\, \mathrm{LN}_2(x') + b_1) + b_2
 
     params: the layer's tensors, keyed below its prefix by `names` (ViT: layernorm_before, attention.attention.query,
     ...; CLIP: layer_norm1, self_attn.q_proj, ...). activation: "gelu" or "quick_gelu". is_causal: CLIP's text tower;
@@ -285,7 +289,8 @@ def pre_norm_layer_backward(dout: np.ndarray, cache: PreNormLayerCache) -> tuple
 
     .. math::
 
-        dx' = dy + \mathrm{LN}_2^\top\big(W_1^\top\, \mathrm{act}'\!\odot (W_2^\top dy)\big), \qquad
+        dx' = dy + \mathrm{LN}_2^\top\big(W_1^\top\, \mathrm{act}'\!\odot (W_2^\top dy)\big)
+
         dx = dx' + \mathrm{LN}_1^\top\big(dq + dk + dv\big)
 
     (self-attention reads one input three times: its three input gradients add). Returns dx (B, T, D) and the
