@@ -224,6 +224,30 @@ def test_clip_equals_transformers(tmp_path, side, eos_token_id):
     check({k: (g, grads_ref[k]) for k, g in grads.items()})
 
 
+def test_clip_left_padding_equals_transformers(tmp_path):
+    """Left-padded texts: the causal mask and the padding leave the first queries nothing to attend to (all-zero
+    probabilities, never NaN, on both sides); the loss and every gradient still equal transformers'."""
+    theirs = build_clip(tmp_path, 49)
+    ids, mask = np.array([[1, 1, 5, 6, 49], [3, 4, 49, 1, 1]]), np.array([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
+    pixels = np.random.default_rng(5).standard_normal((2, 3, 16, 16))
+    out = theirs(input_ids=torch.tensor(ids), pixel_values=torch.tensor(pixels), attention_mask=torch.tensor(mask),
+                 return_loss=True)  # fmt: skip
+    out.loss.backward()
+    grads_ref = {name: p.grad.numpy() for name, p in theirs.named_parameters()}
+    ours = np_clip.load(tmp_path, dtype=np.float64)
+    loss = ours.forward(ids, pixels, attention_mask=mask, return_loss=True).loss
+    ours.zero_grad()
+    ours.backward(dloss=1.0)
+    model = torch_clip.load(tmp_path, dtype=torch.float64)
+    loss_torch = model(torch.tensor(ids), torch.tensor(pixels), torch.tensor(mask), return_loss=True).loss
+    loss_torch.backward()
+    reference = out.loss.detach().numpy()
+    check({"numpy loss": (np.asarray(loss), reference), "torch loss": (loss_torch.detach().numpy(), reference)})
+    nonzero(ours.grads)
+    check({k: (g, grads_ref[k]) for k, g in ours.grads.items()})
+    check({k: (p.grad.numpy(), grads_ref[k]) for k, p in model.named_parameters()})
+
+
 def test_clip_pooling_positions():
     """The two rules of CLIPTextTransformer: legacy eos 2 pools at the largest id, otherwise at the first eos."""
     ids = np.array([[5, 9, 7, 9, 3], [4, 8, 8, 1, 1]])
