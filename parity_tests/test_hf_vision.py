@@ -452,3 +452,96 @@ def test_float32_stays_float32():
     model.backward(dloss=1.0, dlogits_per_image=np.ones((2, 2), np.float32))
     found = {np.asarray(out.loss).dtype, out.logits_per_image.dtype, out.text_embeds.dtype, out.image_embeds.dtype}
     assert found | {g.dtype for g in model.grads.values()} == {np.dtype(np.float32)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Float32: judged against transformers in float64, each tensor allowed SELF_RATIO times transformers' own float32
+# error on it (never less than the float32 bar, never more than FLOAT32_CAP), as compare_hf judges the text families
+
+
+def float32_run(kind: str, side: str, folder, theirs64, inputs: dict, upstream: dict):
+    """(outputs, grads keyed by the transformers class's names) of one float32 run: "theirs" (transformers' model
+    cast to float32), "numpy" or "torch" (ours loaded from `folder` in float32)."""
+    t32 = {
+        k: torch.tensor(v, dtype=torch.float32) if v.dtype.kind == "f" else torch.tensor(v) for k, v in inputs.items()
+    }
+    up32 = {k: torch.tensor(v, dtype=torch.float32) for k, v in upstream.items()}
+    if side == "numpy":
+        a32 = {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in inputs.items()}
+        if kind == "vit":
+            model = np_vision.load(folder, dtype=np.float32)
+            hidden = model.forward(a32["pixel_values"])
+            pooled = model.pool(hidden)
+            outputs = {"last_hidden_state": hidden, "pooler_output": pooled}
+            model.zero_grad()
+            model.backward(
+                upstream["last_hidden_state"].astype(np.float32)
+                + model.pool_backward(upstream["pooler_output"].astype(np.float32))
+            )
+            return outputs, {class_name(k): g for k, g in model.grads.items()}
+        model = np_clip.load(folder, dtype=np.float32)
+        o = model.forward(a32["input_ids"], a32["pixel_values"], a32["attention_mask"], return_loss=True)
+        model.zero_grad()
+        model.backward(**{f"d{k}": v.astype(np.float32) for k, v in upstream.items()}, dloss=1.0)
+        return {k: np.asarray(getattr(o, k)) for k in (*OUTPUTS, "loss")}, model.grads
+    if side == "theirs":
+        model = copy.deepcopy(theirs64).float()
+        model.zero_grad()
+        if kind == "vit":
+            o = model(pixel_values=t32["pixel_values"])
+        else:
+            o = model(**t32, return_loss=True)
+    else:
+        model = (torch_vision if kind == "vit" else torch_clip).load(folder, dtype=torch.float32)
+        if kind == "vit":
+            h = model(t32["pixel_values"])
+            o = transformers.modeling_outputs.BaseModelOutputWithPooling(
+                last_hidden_state=h, pooler_output=model.pool(h)
+            )
+        else:
+            o = model(t32["input_ids"], t32["pixel_values"], t32["attention_mask"], return_loss=True)
+    names = list(upstream) + ([] if kind == "vit" else ["loss"])
+    total = sum((getattr(o, k) * up32[k]).sum() for k in upstream) + (0 if kind == "vit" else o.loss)
+    total.backward()
+    outputs = {k: getattr(o, k).detach().numpy() for k in names}
+    grads = {k: p.grad.numpy() for k, p in model.named_parameters()}
+    return outputs, {class_name(k) if kind == "vit" else k: g for k, g in grads.items()}
+
+
+@pytest.mark.parametrize("kind", ["vit", "clip"])
+def test_float32_judged_by_transformers_own_float32_error(tmp_path, kind):
+    from parity_tests.components import FLOAT32_CAP, SELF_RATIO
+
+    rng = np.random.default_rng(7)
+    if kind == "vit":
+        theirs = build_vit(tmp_path)
+        inputs = {"pixel_values": rng.standard_normal((2, 3, 16, 16))}
+        upstream = {
+            "last_hidden_state": rng.standard_normal((2, 17, 16)),
+            "pooler_output": rng.standard_normal((2, 16)),
+        }
+    else:
+        theirs = build_clip(tmp_path, 49)
+        ids, mask, pixels = clip_inputs(49, rng)
+        inputs = {"input_ids": ids, "pixel_values": pixels, "attention_mask": mask}
+        upstream = {name: rng.standard_normal((3, 10) if "embeds" in name else (3, 3)) for name in OUTPUTS}
+    reference = float32_run(kind, "theirs", tmp_path, theirs, inputs, upstream)  # float32, to measure its error
+    theirs.zero_grad()
+    t64 = {k: torch.tensor(v) for k, v in inputs.items()}
+    o = theirs(**t64, **({} if kind == "vit" else {"return_loss": True}))
+    total = sum((getattr(o, k) * torch.tensor(v)).sum() for k, v in upstream.items()) + (0 if kind == "vit" else o.loss)
+    total.backward()
+    exact_outputs = {k: getattr(o, k).detach().numpy() for k in reference[0]}
+    exact_grads = {k: p.grad.numpy() for k, p in theirs.named_parameters()}
+    exact = (exact_outputs, exact_grads)
+    for side in ("numpy", "torch"):
+        ours = float32_run(kind, side, tmp_path, theirs, inputs, upstream)
+        for ours_part, reference_part, exact_part in zip(ours, reference, exact, strict=True):
+            own = relative_errors({k: (reference_part[k], exact_part[k]) for k in exact_part}, np.float32)
+            errors = relative_errors({k: (ours_part[k], exact_part[k]) for k in exact_part}, np.float32)
+            over = {
+                k: (e, own[k][1])
+                for k, (_, e) in errors.items()
+                if not e <= min(FLOAT32_CAP, max(1e-5, SELF_RATIO * own[k][1]))
+            }
+            assert not over, (side, over)
