@@ -28,6 +28,7 @@ WALKTHROUGHS = [
     "09_mixture_of_experts.py",
     "10_modern_llm.py",  # a tiny random Llama 3.2 built offline, against transformers and the library
     "11_latent_attention.py",  # DeepSeek's latent attention and routing, against transformers' own modules
+    "12_vision_and_audio.py",  # a tiny ViT and CLIP built offline, against transformers; CLIP trained by hand
 ]
 ANSWERS = EXAMPLES / "answers"
 

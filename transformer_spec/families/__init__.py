@@ -79,12 +79,19 @@ def registered() -> tuple[dict[str, Family], dict[str, Family]]:
 
 
 FAMILIES, BY_ARCHITECTURE = registered()
+# Families with models of their own (not a TransformerConfig), read by their own loaders
+READ_ELSEWHERE = {
+    "vit": "numpy_transformer.vision.load (torch_transformer.vision.load)",
+    "clip": "numpy_transformer.clip.load (torch_transformer.clip.load)",
+}
 
 
 def family_of(model_type, architectures=None, c: dict | None = None) -> Family:
     """The family of a checkpoint: its model_type's, or the family of a class read differently, found by `c`'s flag
     (config.json: Family.flag true, EmbeddingGemma's use_bidirectional_attention) or by `architectures` (config.json's
     list: T5EncoderModel, an EncoderModel; a family with a flag only when the flag is true)."""
+    if model_type in READ_ELSEWHERE:
+        raise ValueError(f"model_type {model_type!r} is read by {READ_ELSEWHERE[model_type]}, not hf.load")
     if model_type not in FAMILIES:
         raise ValueError(f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}")
     flags = c if isinstance(c, dict) else {}
