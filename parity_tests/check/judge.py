@@ -146,7 +146,8 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
 class Choice:
     """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
     "log_probs"), weight-map layout and the output positions it returns (None: every one); matched when a run
-    reproduced the reference's output under them, else the closest that ran (error: its relative error)."""
+    reproduced the reference's output under them, else the closest that ran (error: its relative error); runnable:
+    the callers under which the module ran, in the order tried."""
 
     caller: Any
     cfg: TransformerConfig
@@ -155,12 +156,13 @@ class Choice:
     positions: Any
     matched: bool
     error: float = 0.0
+    runnable: tuple = ()
 
 
 def choose(session: Session) -> Choice:
     """The first Choice under which the user's float64 output matches the reference's; when none does, the closest
     (smallest error) of those that run, matched=False."""
-    configs, errors = session.config_candidates(), []
+    configs, errors, runnable = session.config_candidates(), [], []
     outs: dict = {}  # the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     for n, layout in enumerate(session.layouts):
@@ -173,11 +175,11 @@ def choose(session: Session) -> Choice:
                 continue
             out = out.detach().cpu().numpy()
             if n == 0:
-                session.runnable.append(caller)
+                runnable.append(caller)
             kind = output_kind(out) if session.entry.output_head else "logits"
             for error, cfg, index in _errors(session, configs, outs, caller, out, kind):
                 if error <= MATCH:
-                    return Choice(caller, cfg, kind, layout, index, True, error)
+                    return Choice(caller, cfg, kind, layout, index, True, error, tuple(runnable))
                 if best is None or error < best.error:
                     best = Choice(caller, cfg, kind, layout, index, False, error)
     if best is None:
@@ -185,7 +187,7 @@ def choose(session: Session) -> Choice:
             f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} "
             "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    return best  # nothing matches: the closest, to diagnose from
+    return dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
 
 
 def _errors(session: Session, configs: list, outs: dict, caller, out: np.ndarray, kind: str):
@@ -403,7 +405,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     if not matched and session.entry.hooked and session.is_module:
         from .divergence import latest_divergence
 
-        caller, cfg = latest_divergence(session, session.runnable)
+        caller, cfg = latest_divergence(session, list(choice.runnable))
     result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
     for name in session.overwrite:  # fixed tables are matched like weights, and said so
         layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
@@ -427,7 +429,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     compare_each(session, caller, cfg, kind, dtypes, result)
     from .diagnose import diagnose
 
-    diagnose(session, caller, cfg, kind, result)
+    diagnose(session, caller, cfg, kind, result, choice.runnable)
     said_why(session, caller, result)
     fully_padded_source(session, caller, cfg, kind, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None

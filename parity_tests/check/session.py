@@ -34,7 +34,6 @@ class Session:
         """The module read (its roles, config and map). What the judge cannot read raises, and check.module
         answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as Result.unsupported."""
         self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
-        self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
         self.notes: list = []
         self.is_module = isinstance(user, nn.Module)
