@@ -400,7 +400,6 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
         )
     choice = choose(session)
     session.use(choice.layout)
-    session.positions = choice.positions
     caller, cfg, kind, matched = choice.caller, choice.cfg, choice.kind, choice.matched
     if not matched and session.entry.hooked and session.is_module:
         from .divergence import latest_divergence
@@ -414,7 +413,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if session.probe(caller) is not session.probes[(caller.self_attention, caller.causal)]:  # Session.probe
         conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
-    if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
+    if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     if "rope_pairing" in session.layout and cfg.positional == "rope":
         conventions["rope_pairing"] = session.layout["rope_pairing"]
