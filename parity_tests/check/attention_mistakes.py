@@ -47,6 +47,25 @@ def _masks_swapped(site: Site) -> list:
     return [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": site.swap})]
 
 
+def _inverted(site: Site) -> list:
+    """A mask's polarity flipped; a causal mask's triangle too: triu for tril (each query sees itself and the future,
+    not the past), or the causal keep negated (only the future)."""
+    if site.keep is None:
+        return []
+    if not site.causal:
+        return [("the mask's polarity is flipped", {"keep": ~site.keep})]
+    ones = np.ones((site.keep.shape[-1],) * 2, bool)
+    pads = [True] + ([] if site.pad is None else [site.pad])
+    return [
+        (message, {"keep": triangle[None, None] & pad})
+        for message, triangle in (
+            ("the causal mask's triangle flipped (triu for tril): a query sees itself and the future", np.triu(ones)),
+            ("the causal mask's polarity flipped: each query sees only the future", np.triu(ones, 1)),
+        )
+        for pad in pads
+    ]
+
+
 def _padding_on_queries(site: Site) -> list:
     """A self-attention's padding of its keys (B, 1, 1, T) put on its queries' rows instead (B, 1, T, 1)."""
     keep = site.keep
@@ -147,9 +166,7 @@ ATTENTION_MISTAKES = (
         "attention.mask_inverted",
         "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
         ATTENTION,
-        lambda s: (
-            [("the mask's polarity is flipped", {"keep": ~s.keep})] if s.keep is not None and not s.causal else []
-        ),
+        lambda s: _inverted(s),
     ),
     Mistake(
         "attention.not_causal",

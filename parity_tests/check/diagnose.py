@@ -98,7 +98,7 @@ def _attention_calls_scaled(session, caller) -> list:
     return out
 
 
-def component_variants(session, caller, cfg, result) -> None:
+def component_variants(session, caller, cfg, result, runnable: tuple = ()) -> None:
     """The catalogue's variants of a component, on the component's own probe: under the chosen convention, config
     and weight map, else under the first other convention (a mask's kind and shape, causal or not), config
     (rotary or not, its base) or map (RoPE's pairing, gate and up) under which one matches."""
@@ -108,7 +108,7 @@ def component_variants(session, caller, cfg, result) -> None:
     for layout in layouts:
         session.use(layout)
         for config in configs:
-            for candidate in [caller] + [c for c in getattr(session, "runnable", []) if c is not caller]:
+            for candidate in [caller] + [c for c in runnable if c is not caller]:
                 if config.positional == "rope" and not session.probe(candidate).self_attention:
                     continue
                 found = _component_variants(session, candidate, config)
@@ -147,7 +147,7 @@ def _component_variants(session, caller, cfg) -> list:
     return match_unit(unit, user, f["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
 
 
-def diagnose(session, caller, cfg, kind, result) -> None:
+def diagnose(session, caller, cfg, kind, result, runnable: tuple = ()) -> None:
     """Fill result.diagnoses, first_divergence and unexplained (see the module docstring)."""
     if dropout_probe(session, caller, result):
         return
@@ -158,7 +158,7 @@ def diagnose(session, caller, cfg, kind, result) -> None:
     if session.entry.hooked and session.is_module:
         first_divergence(session, caller, cfg, result, capture(session, caller))
     else:
-        component_variants(session, caller, cfg, result)
+        component_variants(session, caller, cfg, result, runnable)
         if not result.diagnoses:
             worst = max(failing, key=lambda r: r.error)
             result.unexplained = (

@@ -7,14 +7,20 @@ catalogue variant (matchers.py) is run on the reference's inputs to that unit th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
+from numpy_transformer import layers as L
 from numpy_transformer import model as M
 
 from . import levels as LV
@@ -100,15 +106,61 @@ def attention_place(links, unit: str, target: str) -> str:
     return _lca(qkv) or target
 
 
-def model_stages(session, cfg, caller):
-    """The reference's stages in forward order for a layer or a model: (unit, kind, inputs, output, valid, masks)."""
+@dataclass(frozen=True)
+class Stage:
+    """One part of the reference's forward for a layer or a model: its unit (a reference prefix) and kind
+    ("embedding", "attention", "norm", "ffn", "layer"), the inputs it read in the reference's own run, its output
+    there, the valid positions, an attention's masks (the catalogue's site), and `rerun`: the reference part on other
+    inputs of the same shapes (the user's, as its parent gave them: the part judged in situ)."""
+
+    unit: str
+    kind: str
+    inputs: tuple
+    output: np.ndarray
+    valid: Any
+    masks: dict | None = None
+    rerun: Callable | None = None
+
+
+def _unit_stages(params: dict, prefix: str, x, memory, self_keep, cross_keep, cfg, decoder: bool, valid, p) -> list:
+    """The stages inside one layer (its units, then the layer itself), each with its rerun."""
+    trace = LV.layer_trace(params, x, memory, self_keep, cross_keep, cfg, decoder)
+    stages = []
+    for unit, kind, inputs, out in trace:
+        own = M.sub(params, unit)
+        if kind == "norm":
+            rerun = partial(_norm, own, cfg)
+        elif kind == "ffn":
+            rerun = partial(R.feed_forward_output, own, cfg=cfg)
+        else:
+            rerun = partial(_attention, own, cfg, unit.endswith("self_attn"))
+        stages.append(Stage(f"{prefix}{unit}", kind, inputs, out, valid, _masks(unit, decoder, p), rerun))
+    whole = partial(_layer, params, self_keep, cross_keep, cfg, decoder)
+    stages.append(Stage(prefix[:-1], "layer", (x, memory), LV.layer_output(trace, x, cfg), valid, None, whole))
+    return stages
+
+
+def _norm(params, cfg, x):
+    return L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
+
+
+def _attention(params, cfg, rotary: bool, query, kv, keep):
+    return VR.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **VR.rope_knobs(cfg, rotary=rotary))
+
+
+def _layer(params, self_keep, cross_keep, cfg, decoder: bool, x, memory):
+    return LV.layer_output(LV.layer_trace(params, x, memory, self_keep, cross_keep, cfg, decoder), x, cfg)
+
+
+def model_stages(session, cfg, caller) -> list:
+    """The reference's stages (Stage) in forward order for a layer or a model."""
     entry, params = session.entry, session.params
     p = session.probe(caller)
     if entry.group == "layer":
         decoder, x, memory = entry.causal, p.floats["x"], p.floats.get("memory")  # decoder: a causal self-attention
         self_keep = LV.keep_mask(p, "self" if decoder else "src")
-        trace = LV.layer_trace(params, x, memory, self_keep, LV.keep_mask(p, "cross"), cfg, decoder)
-        return [(unit, kind, inputs, out, p.valid, _masks(unit, decoder, p)) for unit, kind, inputs, out in trace]
+        cross = LV.keep_mask(p, "cross")
+        return _unit_stages(params, "", x, memory, self_keep, cross, cfg, decoder, p.valid, p)[:-1]
     if entry.activations is not None:  # a stack composed from the reference's pairs
         acts = entry.activations(params, p, cfg)
     else:  # a whole model: its object's
@@ -128,17 +180,17 @@ def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
             # an encoder without its own table reads the decoder's (share_embeddings)
             own = {"token_embedding.weight": params.get("decoder.token_embedding.weight")} | M.sub(params, stack)
             summed = R.summed_embeddings(own, ids, cfg)
-            stages.append((f"{stack}.embedding_norm", "norm", (summed,), first, valid, None))
-        stages.append((f"{stack}.embedding", "embedding", (ids, stack), first, valid, None))
+            stages.append(Stage(f"{stack}.embedding_norm", "norm", (summed,), first, valid))
+        stages.append(Stage(f"{stack}.embedding", "embedding", (ids, stack), first, valid))
     decoder = stack == "decoder"
     memory = acts.get("encoder") if entry.cross and decoder else None
     self_keep = np.tril(np.ones((first.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
     for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
         name, x = f"{stack}.layers.{i}", first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
-        trace = LV.layer_trace(M.sub(params, name), x, memory, self_keep, _pad(p.src_keep), cfg, decoder)
-        for unit, kind, inputs, out in trace:
-            stages.append((f"{name}.{unit}", kind, inputs, out, valid, _masks(unit, decoder, p)))
-        stages.append((name, "layer", (x,), acts[name], valid, None))
+        inner = _unit_stages(
+            M.sub(params, name), f"{name}.", x, memory, self_keep, _pad(p.src_keep), cfg, decoder, valid, p
+        )
+        stages += inner[:-1] + [dataclasses.replace(inner[-1], output=acts[name])]
     return stages
 
 
@@ -169,42 +221,93 @@ def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
     return captured
 
 
-def capture(session, caller) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> (args, out),
-    copies taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an
-    output projection's result, is kept as the module returned it)."""
+@dataclass(frozen=True)
+class Call:
+    """A part's first call in the user's run, as its parent made it: the inputs (positional, then keyword values),
+    the output, and whether the hooked module is a bare nn.Linear (an attention's output projection: its input is
+    the context, not the attention's)."""
 
-    def copied(module, args, kwargs, out) -> tuple:
-        return tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, (args, out))
+    inputs: tuple
+    output: Any
+    linear: bool
+
+
+def capture(session, caller) -> dict:
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> Call, copies
+    taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an output
+    projection's result, is kept as the module returned it)."""
+
+    def copied(module, args, kwargs, out) -> Call:
+        inputs, out = tree_map(
+            lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, ((*args, *kwargs.values()), out)
+        )
+        return Call(inputs, out, type(module) is nn.Linear)
 
     return run_hooked(session, caller, np.float64, hook_targets(session), copied)
 
 
+def situated(stage: Stage, call: Call | None, batch_first: bool) -> Stage:
+    """`stage` in situ: its float inputs those the user's parent gave the part (`call`), in order and by shape (a
+    self-attention's key input its query), its output the reference part's on them. The stage as the reference ran
+    it where the part's inputs cannot be read: an embedding (its ids are the probe's), a part hooked at its output
+    projection, a call with no input of the first one's shape."""
+    if call is None or stage.rerun is None or call.linear:
+        return stage
+    floats = (_np(t) for t in call.inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim == 3)
+    floats = (f if batch_first else f.transpose(1, 0, 2) for f in floats)
+    inputs: list = []
+    for i, ref in enumerate(stage.inputs):
+        if not (isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and ref.ndim == 3):
+            inputs.append(ref)
+            continue
+        same = next((j for j, other in enumerate(stage.inputs[:i]) if other is ref), None)
+        user = inputs[same] if same is not None else next((f for f in floats if f.shape == ref.shape), None)
+        if user is None and i == 0:
+            return stage
+        inputs.append(ref if user is None else user)
+    try:
+        with np.errstate(all="ignore"):
+            return dataclasses.replace(stage, inputs=tuple(inputs), output=stage.rerun(*inputs))
+    except (ValueError, IndexError):  # the part's inputs read otherwise than the reference's
+        return stage
+
+
+# Below this a part's divergence may be float32 rounding (a constant made in float32 in a float64 model); a part
+# judged in situ after it that diverges by more is the mistake (in situ, a part downstream computes on the inputs it
+# was given: the rounding before it is not its own).
+ROUNDING = 1e-5
+
+
 def scan(session, caller, cfg, captured) -> tuple:
-    """(number of stages that agree before the first that diverges, that stage, the user's output there, error);
-    the stage is None when every hooked stage agrees."""
-    done = 0
+    """(number of stages that agree before the first that diverges, that stage in situ, the user's output there,
+    error); the stage is None when every hooked stage agrees. Each part is judged in situ: the reference part on
+    the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later part's
+    larger one judged in situ (ROUNDING)."""
+    done, small = 0, None
     key = (repr(cfg), id(session.probe(caller)))
     cache = session.__dict__.setdefault("stages", {})
     if key not in cache:
         cache[key] = model_stages(session, cfg, caller)
-    for stage in cache[key]:
-        unit, kind, _, ref_out, valid, _ = stage
-        if kind == "embedding":  # the user's embeddings: its first layer's input
-            hooked = captured.get(unit.split(".")[0] + ".layers.0", ((),))[0][:1]
+    for chained in cache[key]:
+        if chained.kind == "embedding":  # the user's embeddings: its first layer's input
+            call = captured.get(chained.unit.split(".")[0] + ".layers.0")
+            hooked = call.inputs[:1] if call is not None else ()
         else:
-            hooked = (captured[unit][1],) if unit in captured else ()
+            hooked = (captured[chained.unit].output,) if chained.unit in captured else ()
         user = _np(hooked[0]) if hooked else None
         if user is not None and not caller.batch_first and user.ndim >= 3:
             user = user.transpose(1, 0, 2)
-        if user is None or user.shape != ref_out.shape:
+        if user is None or user.shape != chained.output.shape:
             continue
+        stage = situated(chained, captured.get(chained.unit), caller.batch_first)
         with np.errstate(all="ignore"):
-            error = _match(user, ref_out, valid, None)
-        if error > 1e-10:
+            error = _match(user, stage.output, stage.valid, None)
+        if error > ROUNDING and (small is None or stage is not chained):
             return done, stage, user, error
-        done += 1
-    return done, None, None, 0.0
+        if error > 1e-10 and small is None:
+            small = (done, stage, user, error)
+        done += small is None
+    return small or (done, None, None, 0.0)
 
 
 def first_divergence(session, caller, cfg, result, captured: dict) -> None:
@@ -212,13 +315,13 @@ def first_divergence(session, caller, cfg, result, captured: dict) -> None:
     _, stage, user_out, error = scan(session, caller, cfg, captured)
     if stage is None:
         return
-    where, found = (_at_embedding if stage[1] == "embedding" else _at_unit)(session, cfg, stage, user_out)
+    where, found = (_at_embedding if stage.kind == "embedding" else _at_unit)(session, cfg, stage, user_out)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
     if not found:
         result.unexplained = (
-            f"{where} (reference {stage[0] or session.level}) diverges with relative error "
+            f"{where} (reference {stage.unit or session.level}) diverges with relative error "
             f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
         if error < 1e-5:  # float32's rounding, in a float64 run
@@ -231,7 +334,7 @@ def first_divergence(session, caller, cfg, result, captured: dict) -> None:
 def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at a stack's embeddings: the scale (named at the table's own wrapper) and the position
     table (named at the module that keeps the fixed table)."""
-    unit, _, inputs, _, valid, _ = stage
+    unit, inputs, valid = stage.unit, stage.inputs, stage.valid
     stack = unit.split(".")[0]
     token = f"{stack}.token_embedding.weight"
     holding = (_module_path(link.user) or link.user for link in session.links if token in dict(link.parts))
@@ -258,7 +361,7 @@ def _encoder_unscaled(session, cfg, stage, user_out, table, positions) -> list:
     """The decoder scales its embeddings by sqrt(d_model) where the encoder, judged first and agreeing without a
     scale, does not (Marian's encoder with embed_scale 1 on a shared table): embedding.missing_scale, named at the
     module holding the encoder."""
-    _, _, (ids, *_), _, valid, _ = stage
+    ids, valid = stage.inputs[0], stage.valid
     scaled = math.sqrt(cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
     error = _match(user_out, scaled, valid, None)
     if error > MATCH:
@@ -273,7 +376,7 @@ def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
     variants of that unit run on the reference's inputs to it (an attention's with the masks it read: a decoder's
     self-attention its causal and padding masks, maybe swapped with the cross-attention's; RoPE's where it rotates)."""
-    unit, kind, inputs, _, valid, masks = stage
+    unit, kind, inputs, valid, masks = stage.unit, stage.kind, stage.inputs, stage.valid, stage.masks
     where = hook_targets(session)[unit] or "(the module)"
     params = M.sub(session.params, unit)
     if kind == "attention":

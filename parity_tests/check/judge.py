@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -140,12 +142,29 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
         )
 
 
-def choose(session: Session) -> tuple:
-    """The first (caller, config, output kind) under which the user's float64 output matches the reference's;
-    when none does, the closest (smallest error) of those that run, and matched=False."""
-    configs, errors = session.config_candidates(), []
+@dataclass(frozen=True)
+class Choice:
+    """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
+    "log_probs"), weight-map layout and the output positions it returns (None: every one); matched when a run
+    reproduced the reference's output under them, else the closest that ran (error: its relative error); runnable:
+    the callers under which the module ran, in the order tried."""
+
+    caller: Any
+    cfg: TransformerConfig
+    kind: str
+    layout: dict
+    positions: Any
+    matched: bool
+    error: float = 0.0
+    runnable: tuple = ()
+
+
+def choose(session: Session) -> Choice:
+    """The first Choice under which the user's float64 output matches the reference's; when none does, the closest
+    (smallest error) of those that run, matched=False."""
+    configs, errors, runnable = session.config_candidates(), [], []
     outs: dict = {}  # the reference's outputs, by (probe, config)
-    best: tuple | None = None  # the closest miss: (error, caller, config, kind, layout, positions)
+    best: Choice | None = None  # the closest miss
     for n, layout in enumerate(session.layouts):
         session.use(layout)
         for caller in session.callers:
@@ -156,22 +175,19 @@ def choose(session: Session) -> tuple:
                 continue
             out = out.detach().cpu().numpy()
             if n == 0:
-                session.runnable.append(caller)
+                runnable.append(caller)
             kind = output_kind(out) if session.entry.output_head else "logits"
             for error, cfg, index in _errors(session, configs, outs, caller, out, kind):
                 if error <= MATCH:
-                    session.positions = index
-                    return caller, cfg, kind, True
-                if best is None or error < best[0]:
-                    best = (error, caller, cfg, kind, layout, index)
+                    return Choice(caller, cfg, kind, layout, index, True, error, tuple(runnable))
+                if best is None or error < best.error:
+                    best = Choice(caller, cfg, kind, layout, index, False, error)
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} "
             "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    _, caller, cfg, kind, layout, session.positions = best  # nothing matches: the closest, to diagnose from
-    session.use(layout)
-    return caller, cfg, kind, False
+    return dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
 
 
 def _errors(session: Session, configs: list, outs: dict, caller, out: np.ndarray, kind: str):
@@ -382,11 +398,13 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "
             "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
         )
-    caller, cfg, kind, matched = choose(session)
+    choice = choose(session)
+    session.use(choice.layout)
+    caller, cfg, kind, matched = choice.caller, choice.cfg, choice.kind, choice.matched
     if not matched and session.entry.hooked and session.is_module:
         from .divergence import latest_divergence
 
-        caller, cfg = latest_divergence(session, session.runnable)
+        caller, cfg = latest_divergence(session, list(choice.runnable))
     result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
     for name in session.overwrite:  # fixed tables are matched like weights, and said so
         layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
@@ -395,7 +413,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if session.probe(caller) is not session.probes[(caller.self_attention, caller.causal)]:  # Session.probe
         conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
-    if session.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
+    if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
     if "rope_pairing" in session.layout and cfg.positional == "rope":
         conventions["rope_pairing"] = session.layout["rope_pairing"]
@@ -410,7 +428,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     compare_each(session, caller, cfg, kind, dtypes, result)
     from .diagnose import diagnose
 
-    diagnose(session, caller, cfg, kind, result)
+    diagnose(session, caller, cfg, kind, result, choice.runnable)
     said_why(session, caller, result)
     fully_padded_source(session, caller, cfg, kind, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None

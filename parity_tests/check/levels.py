@@ -16,7 +16,7 @@ from . import variants as V
 from .level_table import ALIASES, LEVELS, named
 from .probes import B, Probe, keep_mask
 
-__all__ = ["B", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace"]
+__all__ = ["B", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace", "layer_output"]
 
 # the levels a user names: every one but the stacks judged in another's place (torch.nn.Transformer's)
 REFERENCES = named("component") + named("layer") + tuple(ALIASES) + named("model")
@@ -73,3 +73,11 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
             x = L.norm_forward(weights, s, cfg.norm, cfg.layer_norm_eps)[0]
             trace += [unit, (f"{name}_norm", "norm", (s,), x)]
     return trace
+
+
+def layer_output(trace: list, x, cfg):
+    """A layer's output from its trace (layer_trace) on input `x`: post-norm, the last norm's; pre-norm, x plus
+    each sublayer's output (the residual stream)."""
+    if not cfg.norm_first:
+        return trace[-1][3]
+    return x + sum(out for _, kind, _, out in trace if kind != "norm")

@@ -34,7 +34,6 @@ class Session:
         """The module read (its roles, config and map). What the judge cannot read raises, and check.module
         answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as Result.unsupported."""
         self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
-        self.runnable: list = []  # the callers under which the module runs (judge.choose)
         self.entry = entry = LEVELS[level]
         self.notes: list = []
         self.is_module = isinstance(user, nn.Module)
@@ -76,7 +75,6 @@ class Session:
         self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
         self.callers = callers_of(user, level, batch_first, mask, call, example)
         self.copies = {}
-        self.positions = None  # the output positions the module returns (positions_held): None, every one
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
         self.head = output_head(user, self.links) if self.is_module and entry.group == "model" else None
         self.layouts = layouts(self, mapping is None)

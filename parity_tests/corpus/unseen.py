@@ -11,6 +11,9 @@ words: each a tiny model or part with the convention that tripped the judge, and
   mask, a float32 sinusoid table, and its source, target and output embeddings tied three ways with an output bias;
 - an encoder layer that makes any mask argument causal (`is_causal = mask is not None`), whose encoder calls it
   without one;
+- mistakes inside whole models, named where they sit (each part judged in situ, on the inputs its parent gave it):
+  in the second block only; behind float32 rotary tables; a causal mask missing or flipped in a decoder whose
+  sinusoid table is made in float32 in its forward (the embeddings off by a rounding's size before it);
 - math the reference has no pair for: ReLU squared, QuickGELU (x * sigmoid(1.702 x)), norms without weights, a gate
   that mixes in the previous token.
 
@@ -118,17 +121,19 @@ class TableBlock(nn.Module):
 class TableLM(nn.Module):
     """Tables made in the forward from inv_freq and handed to each block with a boolean causal mask."""
 
-    def __init__(self, rotary: int = HD, attention=TableAttention, base: float = 10000.0):
+    def __init__(self, rotary: int = HD, attention=TableAttention, base: float = 10000.0, last=None):
         super().__init__()
         self.embed = nn.Embedding(V, D)
-        self.blocks = nn.ModuleList([TableBlock(attention(rotary)) for _ in range(2)])
+        self.blocks = nn.ModuleList([TableBlock(attention(rotary)), TableBlock((last or attention)(rotary))])
+        self.tables = torch.float64  # the dtype the angles are made in
         self.ln_f = nn.LayerNorm(D)
         self.head = nn.Linear(D, V, bias=False)
         self.register_buffer("inv_freq", 1.0 / base ** (torch.arange(0, rotary, 2).double() / rotary), persistent=False)
 
     def forward(self, ids):
         T = ids.shape[1]
-        angles = torch.outer(torch.arange(T, dtype=self.inv_freq.dtype), self.inv_freq)
+        inv_freq = self.inv_freq.to(self.tables)
+        angles = torch.outer(torch.arange(T, dtype=self.tables), inv_freq)
         angles = torch.cat((angles, angles), dim=-1)
         cos, sin = angles.cos().to(self.embed.weight.dtype), angles.sin().to(self.embed.weight.dtype)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
@@ -175,6 +180,20 @@ def softmax_over_queries_lm() -> TableLM:
 
 def dropout_in_eval_lm() -> TableLM:
     return table_lm(attention=DropoutAlways)
+
+
+def softmax_over_queries_last_lm() -> TableLM:
+    """The mistake in the second block only: the first computes right."""
+    torch.manual_seed(0)
+    return TableLM(last=SoftmaxOverQueries)
+
+
+def float32_tables_softmax_last_lm() -> TableLM:
+    """Its rotary tables made in float32 (every attention off by a rounding's size) and the softmax over the
+    queries in the second block: judged in situ, the second block's attention is the mistake."""
+    model = softmax_over_queries_last_lm()
+    model.tables = torch.float32
+    return model
 
 
 # -- Gemma-like: (1 + w) RMSNorm, a custom Linear on frozen weights -------------------------------------------------
@@ -250,6 +269,14 @@ class GemmaLM(TableLM):
 def gemma_lm(norm=OffsetRMSNorm, mlp=GatedMLP) -> GemmaLM:
     torch.manual_seed(0)
     return GemmaLM(norm, mlp)
+
+
+def gemma_lm_activation_on_up_last() -> GemmaLM:
+    """The activation on the up projection in the second block's MLP only."""
+    model = gemma_lm()
+    torch.manual_seed(1)
+    model.blocks[1].mlp = GatedOnUp()
+    return model
 
 
 def offset_rms_norm() -> OffsetRMSNorm:
@@ -380,6 +407,26 @@ def seq2seq_causal_inverted() -> Seq2Seq:
     return seq2seq(causal="inverted")
 
 
+class Float32Positions(Seq2Seq):
+    """Its sinusoid table made in the forward, in float32 (the embeddings off by a rounding's size)."""
+
+    def forward(self, src, tgt):
+        pe = sinusoids(T_MAX, D).to(self.src_embed.weight.dtype)
+        x = self.src_embed(src) * self.scale + pe[: src.shape[1]]
+        for block in self.encoder:
+            x = block(x, None)
+        y = self.tgt_embed(tgt) * self.scale + pe[: tgt.shape[1]]
+        mask = self.mask(tgt.shape[1]).to(y.dtype)
+        for block in self.decoder:
+            y = block(y, x, mask, None)
+        return self.out(y)
+
+
+def float32_positions(causal: str) -> Float32Positions:
+    torch.manual_seed(0)
+    return Float32Positions(causal=causal)
+
+
 # -- an encoder layer that takes any mask for a causal one --------------------------------------------------------
 
 
@@ -460,7 +507,8 @@ class WeightlessNormLM(TableLM):
 
     def forward(self, ids):
         T = ids.shape[1]
-        angles = torch.outer(torch.arange(T, dtype=self.inv_freq.dtype), self.inv_freq)
+        inv_freq = self.inv_freq.to(self.tables)
+        angles = torch.outer(torch.arange(T, dtype=self.tables), inv_freq)
         angles = torch.cat((angles, angles), dim=-1).to(self.embed.weight.dtype)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         x = norm(self.embed(ids))
@@ -483,7 +531,8 @@ class SmearGateLM(TableLM):
 
     def forward(self, ids):
         T = ids.shape[1]
-        angles = torch.outer(torch.arange(T, dtype=self.inv_freq.dtype), self.inv_freq)
+        inv_freq = self.inv_freq.to(self.tables)
+        angles = torch.outer(torch.arange(T, dtype=self.tables), inv_freq)
         angles = torch.cat((angles, angles), dim=-1).to(self.embed.weight.dtype)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         x = self.embed(ids)
@@ -569,6 +618,41 @@ CASES = [
     (
         "seq2seq.causal_inverted",
         seq2seq_causal_inverted,
+        "transformer",
+        {"pad_id": None},
+        ("mistake", "attention.mask_inverted", "decoder.0.self_attn"),
+    ),
+    (
+        "table_lm.softmax_wrong_axis_second_block",
+        softmax_over_queries_last_lm,
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
+    ),
+    (
+        "table_lm.float32_tables.softmax_wrong_axis_second_block",
+        float32_tables_softmax_last_lm,
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
+    ),
+    (
+        "gemma_lm.activation_on_up_second_block",
+        gemma_lm_activation_on_up_last,
+        "transformer_lm",
+        {},
+        ("mistake", "gated_feed_forward.activation_on_up", "blocks.1.mlp"),
+    ),
+    (
+        "float32_positions.not_causal",
+        lambda: float32_positions("none"),
+        "transformer",
+        {"pad_id": None},
+        ("mistake", "attention.not_causal", "decoder.0.self_attn"),
+    ),
+    (
+        "float32_positions.causal_inverted",
+        lambda: float32_positions("inverted"),
         "transformer",
         {"pad_id": None},
         ("mistake", "attention.mask_inverted", "decoder.0.self_attn"),
