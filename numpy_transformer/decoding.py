@@ -9,7 +9,7 @@ that each step runs one position.
     tokens = generate(lm, prompt, do_sample=True, num_beams=4, rng=0)          # beam sampling
     config = GenerationConfig(max_new_tokens=20, repetition_penalty=1.2)     # typed and frozen, transformers' names
     tokens = generate(lm, prompt, config, top_k=5)                             # an argument over the config
-    tokens = generate(lm, prompt, stop_strings=["\n"], tokenizer=tokenizer)   # a row stops after a newline
+    tokens = generate(lm, prompt, stop_strings=["\\n"], tokenizer=tokenizer)  # a row stops after a newline
     out = generate(lm, prompt, return_dict_in_generate=True)                   # out.sequences, out.logits
 
 generate(model, src_ids, generation_config=None, *, attention_mask, rng, use_cache, streamer, tokenizer,
