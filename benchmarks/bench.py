@@ -790,6 +790,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--llm-tokens", type=int, default=None, help="with --llm-decode: tokens generated per run")
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of both libraries (NumPy's BLAS and torch); default: the cores this process may use",
+    )
+    parser.add_argument(
         "--keep-freed-memory",
         action="store_true",
         help="time everything (torch included) after numpy_transformer.parallel.keep_freed_memory(): glibc keeps "
@@ -800,7 +806,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="torch.compile backend of the compiled training step (default: inductor; aot_eager with --quick)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    return args
 
 
 def main(argv=None) -> dict:
@@ -809,8 +818,9 @@ def main(argv=None) -> dict:
     # once, before anything runs, and the same for every implementation timed (the memory subprocesses too).
     allocator = parallel.keep_freed_memory() if args.keep_freed_memory else {}
     p = dict(QUICK if args.quick else BASE, keep_freed_memory=args.keep_freed_memory)
-    torch.set_num_threads(parallel.CORES)  # the cores this process may use (affinity and cgroup quota) ...
-    with parallel.blas_threads(parallel.CORES):  # ... for both libraries
+    threads = args.threads or parallel.CORES  # by default the cores this process may use (affinity, cgroup quota) ...
+    torch.set_num_threads(threads)
+    with parallel.blas_threads(threads):  # ... for both libraries
         if args.llm_decode:
             q = LLM_QUICK if args.quick else LLM
             report = llm_decoding(q | ({"tokens": args.llm_tokens} if args.llm_tokens else {}))

@@ -79,7 +79,8 @@ def op_pairs(s: dict, d: dict, rng: np.random.Generator) -> list[tuple[str, str,
             _backward_of(F.linear, tx, tw, tb),
         )
 
-    # Few-row products of decoding: y = x W^T with few rows x, in each layout NumPy could run it
+    # Few-row products of decoding: y = x W^T with few rows x, in each layout NumPy could run it, and as
+    # linear_forward runs it (up to layers.FEW_ROWS rows, (W x^T)^T)
     for d_in, d_out in ((d["D"], d["F"]), (d["F"], d["D"])):
         w = array(d_out, d_in, scale=d_in**-0.5)
         tw = torch.from_numpy(w)
@@ -93,6 +94,13 @@ def op_pairs(s: dict, d: dict, rng: np.random.Generator) -> list[tuple[str, str,
                 "forward",
                 shape,
                 lambda x=x, w=w: (w @ x.T).T,
+                lambda tx=tx, tw=tw: F.linear(tx, tw),
+            )
+            add(
+                "few rows linear_forward",
+                "forward",
+                shape,
+                lambda x=x, w=w: layers.linear_forward(x, w, None),
                 lambda tx=tx, tw=tw: F.linear(tx, tw),
             )
             if rows == 1:

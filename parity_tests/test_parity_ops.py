@@ -93,3 +93,25 @@ def test_fully_masked_row_under_grouped_query_attention(device):
     np.testing.assert_array_equal(ours[1, 0], bias)
     np.testing.assert_allclose(theirs[1, 0], bias, rtol=0, atol=1e-14)
     assert all(np.isfinite(t).all() for _, t in result.grads.values())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_linear_on_few_rows_matches_torch(dtype):
+    """linear_forward runs up to layers.FEW_ROWS rows as (W x^T)^T (BLAS's faster layout for decoding steps), more
+    as x W^T: on either side of the threshold, as close to the float64 product as torch's F.linear in the same
+    dtype (float64: within 1e-14), and a C-ordered output."""
+    import torch
+
+    from numpy_transformer import layers as L
+
+    rng = np.random.default_rng(0)
+    w, b = rng.standard_normal((48, 40)), rng.standard_normal(48)
+    for rows in (1, 8, L.FEW_ROWS, L.FEW_ROWS + 1):
+        x = rng.standard_normal((rows, 1, 40))  # (B, T=1, in): a decoding step's shape
+        exact = x @ w.T + b  # float64
+        ours, _ = L.linear_forward(*(a.astype(dtype) for a in (x, w, b)))
+        theirs = torch.nn.functional.linear(*(torch.from_numpy(a.astype(dtype)) for a in (x, w, b))).numpy()
+        assert ours.dtype == np.dtype(dtype) and ours.shape == (rows, 1, 48) and ours.flags.c_contiguous
+        scale = np.abs(exact).max()
+        bar = 1e-14 if dtype == np.float64 else 4 * max(np.abs(theirs - exact).max() / scale, 1e-7)
+        assert np.abs(ours - exact).max() / scale <= bar, rows
