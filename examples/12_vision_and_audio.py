@@ -540,7 +540,7 @@ shown = ax.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpol
 fig.colorbar(shown, ax=ax)
 ax.set_xlabel("encoder position t (20 ms each)")
 ax.set_ylabel("channel (sines, then cosines)")
-ax.set_title("Whisper's fixed positions: sin(t w_i), then cos(t w_i)", fontsize=10)
+ax.set_title(r"Whisper's fixed positions: $\sin(t\,\omega_i)$, then $\cos(t\,\omega_i)$", fontsize=10)
 fig.savefig(OUT / "whisper_positions.png", dpi=100)
 plt.close(fig)
 assert checks["sinusoid table by hand vs library"] < 1e-12
