@@ -12,12 +12,12 @@
 # ---
 
 # %% [markdown]
-# # 12. Transformers that see: ViT's patches, the class token, and CLIP's contrastive loss
+# # 12. Transformers that see and hear: ViT's patches, CLIP's contrastive loss, Whisper's front end
 #
-# *Prerequisites:* walkthroughs 01, 01b and 03 (attention, its heads, the backward of a whole encoder). *Time:* 40
+# *Prerequisites:* walkthroughs 01, 01b and 03 (attention, its heads, the backward of a whole encoder). *Time:* 55
 # minutes. The symbols are those of [the notation table](../docs/notation.md); local names: $p$ the patch side,
 # $N$ the patches of an image, $K = C p^2$ the numbers in one patch, $P$ the width of CLIP's shared space, $s$ its
-# logit scale.
+# logit scale; for sound, $M$ the mel bands and $N$ the frames.
 #
 # A Transformer reads a sequence of vectors. A text becomes one by a table lookup; an image becomes one by cutting it
 # into squares. The Vision Transformer (ViT, google/vit-base-patch16-224) cuts a 224 x 224 image into 14 x 14 patches
@@ -33,7 +33,13 @@
 # 3. derives the patch embedding's backward and the class token's (checked against autograd);
 # 4. runs CLIP's two towers: where the text is pooled (the end token), the cosine similarities, the temperature;
 # 5. writes CLIP's contrastive loss and **its backward by hand**, checked against autograd and `CLIPModel`'s loss;
-# 6. trains a tiny CLIP on four image-caption pairs with that backward, and watches the diagonal appear.
+# 6. trains a tiny CLIP on four image-caption pairs with that backward, and watches the diagonal appear;
+# 7. then hears: turns a made-up sound into Whisper's input, log-mel frames;
+# 8. writes Whisper's two convolutions over time as unfold + matrix product, the second halving the frames, and
+#    their backward by hand (checked against autograd of `F.conv1d`);
+# 9. draws Whisper's fixed sinusoidal positions;
+# 10. runs a tiny Whisper against `transformers`' `WhisperForConditionalGeneration`, and decodes it greedily as
+#     `generate()` does.
 #
 # Everything runs offline on tiny random models built here (`transformers` writes them as checkpoint folders, the
 # files the Hub serves); the arithmetic is exactly that of the released models.
@@ -55,7 +61,8 @@ import transformers  # noqa: E402
 
 from examples import plotting  # noqa: E402  (matplotlib with the file-only Agg backend)
 from examples.plotting import plt  # noqa: E402
-from numpy_transformer import clip, vision  # noqa: E402
+from numpy_transformer import audio, clip, hf, vision  # noqa: E402
+from numpy_transformer import generate as nt_generate  # noqa: E402
 from numpy_transformer.optim import Adam  # noqa: E402
 
 OUT = Path(os.environ.get("WALKTHROUGH_OUT", "runs/walkthrough_12"))
@@ -388,7 +395,200 @@ assert losses[-1] < 0.5 * losses[0] and (after.argmax(axis=1) == np.arange(4)).a
 # In `similarity.png`, rows are the images, columns the captions, named by their last word.
 #
 # (Four pairs are learnt by heart, of course: CLIP's 400 million pairs make the same loss teach concepts.)
+
+# %% [markdown]
+# ## 7. Transformers that hear: Whisper's input
 #
+# Whisper (openai/whisper-tiny and its larger siblings) is an encoder-decoder, walkthrough 03's with the norms
+# first. Its decoder writes text tokens, as any decoder does; its encoder reads sound. Sound reaches it as a
+# *log-mel spectrogram*: the waveform (16 000 samples a second) is cut into windows of 25 ms, one every 10 ms; each
+# window's spectrum is summed into $M = 80$ bands spaced evenly in pitch (the mel scale: equal steps sound equal),
+# and the logarithm is taken. One second makes 100 *frames*, each a column of 80 numbers: the input is (B, M, N), a
+# picture of time and pitch. (Whisper pads or cuts every clip to 30 seconds, $N = 3000$.)
+#
+# We make two sounds of one second here, a tone that rises (a chirp) over a steady high one, and a low hum that
+# jumps up halfway, each with a little noise, and turn them into log-mel frames with NumPy. The filters below are
+# triangles spaced on the mel scale $2595 \log_{10}(1 + f/700)$; Whisper's processor uses slightly different ones
+# (librosa's), but the arithmetic is the same, and the last lines of `log_mel_of` are Whisper's own scaling (clamp
+# to 8 below the maximum, then $(x + 4) / 4$).
+
+# %%
+rate, hop, window = 16_000, 160, 400  # samples per second; 10 ms hop; 25 ms window
+M = 80  # mel bands
+
+
+def mel(f):
+    return 2595 * np.log10(1 + f / 700)
+
+
+edges = 700 * (10 ** (np.linspace(mel(0), mel(rate / 2), M + 2) / 2595) - 1)  # M + 2 band edges, in Hz
+freqs = np.fft.rfftfreq(window, 1 / rate)  # (201,): 0, 40, ..., 8000 Hz
+lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+filters = np.maximum(0, np.minimum((freqs - lower) / (centre - lower), (upper - freqs) / (upper - centre)))
+
+
+def log_mel_of(signal):
+    """A waveform (samples,) -> log-mel frames (M, frames)."""
+    starts = hop * np.arange(1 + (len(signal) - window) // hop)  # whole windows only
+    frames = signal[starts[:, None] + np.arange(window)] * np.hanning(window)  # (frames, 400)
+    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2  # (frames, 201)
+    log_mel = np.log10(np.maximum(filters @ power.T, 1e-10))  # (M, frames): bands x frames
+    log_mel = np.maximum(log_mel, log_mel.max() - 8.0)
+    return (log_mel + 4.0) / 4.0
+
+
+t = np.arange(rate) / rate  # one second
+noise = 0.05 * np.random.default_rng(3).standard_normal(rate)
+rising = np.sin(2 * np.pi * (200 + 1500 * t) * t) + 0.5 * np.sin(2 * np.pi * 3000 * t) + noise
+hum = np.sin(2 * np.pi * 120 * t) * (t < 0.5) + np.sin(2 * np.pi * 600 * t) * (t >= 0.5) + noise
+N = 96  # an even number of frames (the encoder halves them); one second makes 98 whole windows
+features = np.stack([log_mel_of(rising)[:, :N], log_mel_of(hum)[:, :N]])  # (2, M, N)
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.0), layout="constrained", sharey=True)
+for ax, frames, name in zip(axes, features, ["a rising tone over a steady one", "a hum that jumps"], strict=True):
+    shown = ax.imshow(frames, origin="lower", aspect="auto", cmap="magma", vmin=features.min(), vmax=features.max())
+    ax.set_xlabel("frame (10 ms each)")
+    ax.set_title(name, fontsize=10)
+axes[0].set_ylabel("mel band")
+fig.colorbar(shown, ax=axes)
+fig.savefig(OUT / "log_mel.png", dpi=100)
+plt.close(fig)
+print("features:", features.shape)  # (B, M, N)
+
+# %% [markdown]
+# ## 8. Two convolutions over time, the second one halving
+#
+# The encoder's front end is two 1-D convolutions over the frames, each followed by GELU: conv1 maps the 80 bands to
+# $D$ channels (kernel 3, padding 1), conv2 maps $D$ to $D$ with kernel 3, padding 1 and **stride 2**. A 1-D
+# convolution is what ViT's patch embedding was, with windows that now overlap: output position $t$ reads frames
+# $ts - 1, ts, ts + 1$ (padding 1 puts a zero frame at each end), all channels. Put those three frames side by side
+# as one row of $3C$ numbers (*unfold*), and the convolution is again one matrix product with the kernel
+# flattened to (C_out, 3 C_in). The output length is $\lfloor (N + 2 - 3)/s \rfloor + 1$: $N$ for conv1, $N/2$ for
+# conv2. So 3000 frames become 1500 encoder positions, here 96 become 48.
+# (Below, the GELU between the two is left out, to keep the check to the convolutions; the library's
+# `audio.audio_embed_forward` has it.)
+
+# %%
+Dw = 24  # Whisper's d_model, tiny here (384 in whisper-tiny)
+w1, b1 = 0.1 * rng.standard_normal((Dw, M, 3)), 0.1 * rng.standard_normal(Dw)
+
+
+def unfolded(x, stride):
+    """x (B, C, N) -> (B, N_out, C * 3): row t holds x[:, :, ts - 1 : ts + 2], padding 1, channel-major."""
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1)))
+    n_out = (x.shape[2] + 2 - 3) // stride + 1
+    taps = np.stack([xp[:, :, k : k + stride * (n_out - 1) + 1 : stride] for k in range(3)], axis=-1)
+    return taps.transpose(0, 2, 1, 3).reshape(x.shape[0], n_out, -1)
+
+
+cols = unfolded(features, 1)  # (B, N, 3M)
+z1 = (cols @ w1.reshape(Dw, -1).T + b1).transpose(0, 2, 1)  # (B, D, N)
+reference_z1 = F.conv1d(torch.tensor(features), torch.tensor(w1), torch.tensor(b1), padding=1).numpy()
+checks["conv1 as unfold @ kernel vs F.conv1d"] = max_diff(z1, reference_z1)
+w2 = 0.1 * rng.standard_normal((Dw, Dw, 3))
+z2 = (unfolded(z1, 2) @ w2.reshape(Dw, -1).T).transpose(0, 2, 1)  # (B, D, N / 2)
+checks["conv2 (stride 2) vs F.conv1d"] = max_diff(z2, F.conv1d(torch.tensor(z1), torch.tensor(w2), stride=2, padding=1))
+print("frames", features.shape[2], "-> conv1", z1.shape[2], "-> conv2", z2.shape[2])
+assert (
+    z2.shape[2] == N // 2
+    and max(checks["conv1 as unfold @ kernel vs F.conv1d"], checks["conv2 (stride 2) vs F.conv1d"]) < 1e-12
+)
+
+# %% [markdown]
+# The backward is a linear layer's on the unfolded rows: $dW = dY^\top X_{\mathrm{cols}}$ (reshaped to the kernel),
+# $db = \sum_{b,t} dY_{bt}$, $dX_{\mathrm{cols}} = dY\, W_{\mathrm{flat}}$. Then each column of $dX_{\mathrm{cols}}$
+# goes back to the frame it was copied from. Here is the difference from patches: the windows overlap, so a frame
+# was copied into several rows (three with stride 1; one or two with stride 2), and its gradient is the **sum** of
+# its copies' gradients. The padding's gradient is dropped.
+
+# %%
+dz = rng.standard_normal(z2.shape)  # an upstream gradient of conv2's output (B, D, N / 2)
+dy = dz.transpose(0, 2, 1)  # (B, N / 2, D)
+cols2 = unfolded(z1, 2)
+dw2 = (dy.reshape(-1, Dw).T @ cols2.reshape(-1, 3 * Dw)).reshape(w2.shape)
+dcols = (dy @ w2.reshape(Dw, -1)).reshape(*dy.shape[:2], Dw, 3)  # (B, N / 2, D, 3): one slice per tap
+dz1 = np.zeros((z1.shape[0], Dw, z1.shape[2] + 2))  # padded, (B, D, N + 2)
+for k in range(3):  # tap k of row t read padded frame 2t + k: its gradient goes back there, and adds
+    dz1[:, :, k : k + 2 * (dy.shape[1] - 1) + 1 : 2] += dcols[:, :, :, k].transpose(0, 2, 1)
+dz1 = dz1[:, :, 1:-1]  # the padding's gradient dropped
+z1_t, w2_t = torch.tensor(z1, requires_grad=True), torch.tensor(w2, requires_grad=True)
+(F.conv1d(z1_t, w2_t, stride=2, padding=1) * torch.tensor(dz)).sum().backward()
+checks["conv backward by hand vs autograd"] = max(max_diff(dz1, z1_t.grad), max_diff(dw2, w2_t.grad))
+_, conv_cache = audio.conv1d_forward(z1, w2, None, stride=2, padding=1)
+library = audio.conv1d_backward(dz, conv_cache)
+checks["conv backward vs numpy_transformer"] = max(max_diff(dz1, library[0]), max_diff(dw2, library[1]))
+print({k: f"{v:.1e}" for k, v in checks.items() if "conv" in k})
+assert checks["conv backward by hand vs autograd"] < 1e-12 and checks["conv backward vs numpy_transformer"] < 1e-12
+assert np.abs(dz1).max() > 0
+
+# %% [markdown]
+# ## 9. Fixed positions
+#
+# After the convolutions, position $t$ of the encoder gets a position vector added, as ViT's patches did. ViT learns
+# its table; Whisper's encoder uses a fixed one, sines and cosines of $t$ at $D/2$ frequencies spaced geometrically
+# from 1 down to 1/10 000: $PE[t, i] = \sin(t\,\omega_i)$, $PE[t, D/2 + i] = \cos(t\,\omega_i)$ with $\omega_i =
+# 10000^{-i/(D/2 - 1)}$ (all sines first, then all cosines, unlike the interleaved table of the original
+# Transformer). Being fixed, it has no gradient. whisper-tiny's table, 1500 positions by 384 channels:
+
+# %%
+table = audio.whisper_sinusoids(1500, 384)
+half = 192
+omega = np.exp(-np.log(10000.0) * np.arange(half) / (half - 1))
+by_hand = np.concatenate([np.sin(np.arange(1500)[:, None] * omega), np.cos(np.arange(1500)[:, None] * omega)], 1)
+checks["sinusoid table by hand vs library"] = max_diff(by_hand, table)
+fig, ax = plt.subplots(figsize=(7.5, 3.4), layout="constrained")
+shown = ax.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
+fig.colorbar(shown, ax=ax)
+ax.set_xlabel("encoder position t (20 ms each)")
+ax.set_ylabel("channel (sines, then cosines)")
+ax.set_title(r"Whisper's fixed positions: $\sin(t\,\omega_i)$, then $\cos(t\,\omega_i)$", fontsize=10)
+fig.savefig(OUT / "whisper_positions.png", dpi=100)
+plt.close(fig)
+assert checks["sinusoid table by hand vs library"] < 1e-12
+
+# %% [markdown]
+# In `whisper_positions.png`, the first channels turn fast (one turn every $2\pi$ positions) and the last ones barely
+# move: nearby positions differ in the fast channels, distant ones in the slow.
+#
+# ## 10. A tiny Whisper, against `transformers`
+#
+# Everything after the front end is known: pre-norm encoder layers (no mask: every frame is read), a final norm,
+# then a decoder with learned positions, causal self-attention, cross-attention over the encoder's output, and an
+# output projection tied to its token table. `transformers` builds a tiny `WhisperForConditionalGeneration` in
+# whisper-tiny's configuration (6 heads, exact GELU), shrunk; the library loads the folder and reads our two
+# log-mel inputs. Both compute in float64.
+
+# %%
+whisper_config = transformers.WhisperConfig(
+    vocab_size=120, num_mel_bins=M, d_model=Dw, encoder_layers=2, decoder_layers=2, encoder_attention_heads=6,
+    decoder_attention_heads=6, encoder_ffn_dim=48, decoder_ffn_dim=48, max_source_positions=N // 2,
+    max_target_positions=24, pad_token_id=110, bos_token_id=110, eos_token_id=110, decoder_start_token_id=111,
+    begin_suppress_tokens=None, suppress_tokens=None, init_std=0.3,
+)  # fmt: skip
+theirs_whisper = transformers.WhisperForConditionalGeneration(whisper_config).double().eval()
+theirs_whisper.save_pretrained(OUT / "tiny_whisper")
+whisper = hf.load(OUT / "tiny_whisper", dtype=np.float64)
+tgt = np.array([[111, 5, 17, 42], [111, 9, 9, 3]])  # the decoder's tokens, the start token first
+logits = whisper.forward(features, tgt)  # (2, 4, 120)
+with torch.no_grad():
+    ref_logits = theirs_whisper(input_features=torch.tensor(features), decoder_input_ids=torch.tensor(tgt)).logits
+checks["Whisper logits vs transformers"] = max_diff(logits, ref_logits)
+print(type(whisper).__name__, "logits:", logits.shape, f"difference {checks['Whisper logits vs transformers']:.1e}")
+assert checks["Whisper logits vs transformers"] < 1e-10
+
+# %% [markdown]
+# Decoding is the text decoder's: start from the decoder start token and append the most likely next token, the
+# encoder run once. `numpy_transformer.generate` takes the features where a translation model takes source ids;
+# `generate()` of `transformers` returns the tokens after the start token.
+
+# %%
+ours_tokens = nt_generate(whisper, features, max_new_tokens=8, do_sample=False, num_beams=1)
+theirs_tokens = theirs_whisper.generate(input_features=torch.tensor(features), max_new_tokens=8, do_sample=False,
+                                        num_beams=1).numpy()  # fmt: skip
+print("ours:  ", ours_tokens[:, 1:].tolist(), "\ntheirs:", theirs_tokens.tolist())
+assert (ours_tokens[:, 0] == 111).all() and np.array_equal(ours_tokens[:, 1:], theirs_tokens)
+assert len({tuple(row) for row in theirs_tokens}) > 1  # the two sounds took different paths
+
+# %% [markdown]
 # ## Summary
 #
 # - An image becomes tokens by cutting it into patches; the patch embedding, a convolution of stride = kernel, is one
@@ -399,6 +599,11 @@ assert losses[-1] < 0.5 * losses[0] and (after.argmax(axis=1) == np.arange(4)).a
 #   compares unit vectors: $L = e^s\, \hat T \hat I^\top$.
 # - The contrastive loss is two cross-entropies against the diagonal, and its gradient
 #   $dL = (P^{\mathrm{row}} + P^{\mathrm{col}} - 2I)/2N$.
+# - Sound becomes a picture first: log-mel frames (M, N), one column every 10 ms. Whisper's two convolutions over
+#   time are unfold + matrix product; the second, of stride 2, halves the frames. Their windows overlap, so in the
+#   backward a frame's gradient is the sum over every window that read it.
+# - Whisper's encoder positions are fixed sinusoids (sines, then cosines), with no gradient; the rest is the
+#   pre-norm encoder-decoder of walkthrough 03, decoded like any text decoder.
 #
 # The checks, collected:
 
@@ -417,3 +622,7 @@ for name, error in checks.items():
 #    half: $\mathcal{L}_I = \mathrm{CE}(L^\top, \mathrm{diag})$. Write its gradient with respect to $L$ (B_t, B_i) and
 #    check it against autograd of `F.cross_entropy(L.T, arange(N))`; which of $P^{\mathrm{row}}$ and
 #    $P^{\mathrm{col}}$ does it use?
+# 3. **The convolution's backward is a convolution.** For conv1 (stride 1, padding 1, kernel 3), show that the
+#    gradient of its input is itself a convolution of $dY$ (padding 1) with the kernel flipped in time and its two
+#    channel axes swapped, $W'_{c,o,k} = W_{o,c,2-k}$. Check it against autograd of `F.conv1d`, against
+#    `F.conv_transpose1d`, and against `numpy_transformer.audio.conv1d_backward`.
