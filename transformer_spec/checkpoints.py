@@ -90,7 +90,7 @@ def read_checkpoint(
     directory = checkpoint_folder(directory)  # a folder, or a Hub id's snapshot (fetched with huggingface_hub)
     config_path = directory / "config.json"
     hf_config, family, config = read_family_config(directory, dropout)
-    config, generation_rules = read_generation_rules(directory, hf_config, config)
+    config, generation_rules = read_generation_rules(directory, hf_config, config, family)
     model_class = family.model_class
     check_memory(config, shapes, model_class, bytes_per_parameter, max_bytes, config_path)  # before reading any tensor
     tensors = read_tensors(directory)
@@ -344,6 +344,8 @@ def generation_config(model) -> dict | None:
         out["forced_eos_token_id"] = rules.forced_eos_id
     if rules.bad_words:
         out["bad_words_ids"] = [list(words) for words in rules.bad_words]
+    if rules.decoder_prompt:  # Whisper's prompt, as the forced_decoder_ids its generate() reads it from
+        out["forced_decoder_ids"] = [[i + 1, token] for i, token in enumerate(rules.decoder_prompt)]
     defaults = GenerationRules()
     for name in APPLIED:  # the decoding settings, where they differ from transformers' defaults
         if getattr(rules, name) != getattr(defaults, name):
