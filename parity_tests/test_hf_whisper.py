@@ -425,6 +425,12 @@ def test_whisper_generation_config_decodes_as_generate(checkpoint, tmp_path, set
         }.items():
             assert (tokens[:, :4] == prompt).all(), (name, beams)
             np.testing.assert_array_equal(tokens[:, 4:], expected, err_msg=f"{name}, num_beams={beams}")
+    # a save writes the prompt as forced_decoder_ids and the suppressed ids: transformers and ours decode the same again
+    np_hf.save(ours_np, tmp_path / "saved")
+    again = reference(tmp_path / "saved").generate(input_features=t_x, max_new_tokens=8).numpy()
+    np.testing.assert_array_equal(again, theirs.generate(input_features=t_x, max_new_tokens=8).numpy())
+    ours_again = nt.generate(np_hf.load(tmp_path / "saved", dtype=np.float64), x, max_new_tokens=8)
+    np.testing.assert_array_equal(ours_again[:, 4:], again)
 
 
 def test_whisper_language_detection_and_timestamps_warn(checkpoint, tmp_path):
