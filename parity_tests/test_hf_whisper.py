@@ -393,19 +393,23 @@ def whisper_with_generation(checkpoint, directory, **generation):
     return directory
 
 
+GERMAN = {"language": "de", "task": "translate"}
+
+
 @pytest.mark.parametrize(
-    ("settings", "prompt"),
-    [({}, [111, 112, 113, 114]), ({"language": "de", "task": "translate"}, [111, 115, 117, 114])],
+    ("settings", "call", "prompt"),
+    [({}, {}, [111, 112, 113, 114]), (GERMAN, {}, [111, 115, 117, 114]), ({}, GERMAN, [111, 115, 117, 114])],
 )
-def test_whisper_generation_config_decodes_as_generate(checkpoint, tmp_path, settings, prompt):
-    """forced_decoder_ids (or language and task), no_timestamps_token_id, suppress_tokens and begin_suppress_tokens of a
-    whisper-tiny-shaped generation_config.json: greedy and beam search, both sides, equal generate() on
-    input_features (it returns the tokens after the prompt; ours, the prompt first). The suppressed ids are tokens
-    generate() picks without them (at the first step and later), so that the comparison means something."""
+def test_whisper_generation_config_decodes_as_generate(checkpoint, tmp_path, settings, call, prompt):
+    """forced_decoder_ids (or language and task, in the file or generate()'s arguments), no_timestamps_token_id,
+    suppress_tokens and begin_suppress_tokens of a whisper-tiny-shaped generation_config.json: greedy and beam
+    search, both sides, equal generate() on input_features (it returns the tokens after the prompt; ours, the prompt
+    first). The suppressed ids are tokens generate() picks without them (at the first step and later), so that the
+    comparison means something."""
     x = features(batch=3, seed=2)
     t_x = torch.from_numpy(x)
     plain = whisper_with_generation(checkpoint, tmp_path / "plain", **settings)
-    unsuppressed = reference(plain).generate(input_features=t_x, max_new_tokens=8).numpy()
+    unsuppressed = reference(plain).generate(input_features=t_x, max_new_tokens=8, **call).numpy()
     begin = sorted({int(t) for t in unsuppressed[:, 0]} | {110})  # the first tokens generate() picks, and eos
     later = sorted({int(t) for t in unsuppressed[:, 1:].ravel()} - set(begin))[:3]  # tokens it picks later
     directory = whisper_with_generation(
@@ -415,21 +419,21 @@ def test_whisper_generation_config_decodes_as_generate(checkpoint, tmp_path, set
     ours_np = np_hf.load(directory, dtype=np.float64)
     ours_torch = torch_hf.load(directory, dtype=torch.float64)
     for beams in (1, 3):
-        expected = theirs.generate(input_features=t_x, max_new_tokens=8, num_beams=beams).numpy()
+        expected = theirs.generate(input_features=t_x, max_new_tokens=8, num_beams=beams, **call).numpy()
         if beams == 1:
             assert not np.isin(expected[:, 0], begin).any() and not np.isin(expected, later).any()
             assert (expected != unsuppressed).any()  # suppression changed what generate() picks
         for name, tokens in {
-            "numpy": nt.generate(ours_np, x, max_new_tokens=8, num_beams=beams),
-            "torch": tt.generate(ours_torch, t_x, max_new_tokens=8, num_beams=beams).numpy(),
+            "numpy": nt.generate(ours_np, x, max_new_tokens=8, num_beams=beams, **call),
+            "torch": tt.generate(ours_torch, t_x, max_new_tokens=8, num_beams=beams, **call).numpy(),
         }.items():
             assert (tokens[:, :4] == prompt).all(), (name, beams)
             np.testing.assert_array_equal(tokens[:, 4:], expected, err_msg=f"{name}, num_beams={beams}")
     # a save writes the prompt as forced_decoder_ids and the suppressed ids: transformers and ours decode the same again
     np_hf.save(ours_np, tmp_path / "saved")
-    again = reference(tmp_path / "saved").generate(input_features=t_x, max_new_tokens=8).numpy()
-    np.testing.assert_array_equal(again, theirs.generate(input_features=t_x, max_new_tokens=8).numpy())
-    ours_again = nt.generate(np_hf.load(tmp_path / "saved", dtype=np.float64), x, max_new_tokens=8)
+    again = reference(tmp_path / "saved").generate(input_features=t_x, max_new_tokens=8, **call).numpy()
+    np.testing.assert_array_equal(again, theirs.generate(input_features=t_x, max_new_tokens=8, **call).numpy())
+    ours_again = nt.generate(np_hf.load(tmp_path / "saved", dtype=np.float64), x, max_new_tokens=8, **call)
     np.testing.assert_array_equal(ours_again[:, 4:], again)
 
 
@@ -443,3 +447,19 @@ def test_whisper_language_detection_and_timestamps_warn(checkpoint, tmp_path):
             load(detect)
         with pytest.warns(UserWarning, match="return_timestamps"):
             load(timestamps)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_whisper_language_and_task_arguments_are_checked(checkpoint, tmp_path, side):
+    """generate(language=..., task=...): ValueError naming a language or task the file's tables do not hold, and
+    either on a checkpoint without Whisper's prompt keys."""
+    lib, load = (nt, np_hf.load) if side == "numpy" else (tt, torch_hf.load)
+    x = features().astype(np.float32)
+    x = x if side == "numpy" else torch.from_numpy(x)
+    model = load(whisper_with_generation(checkpoint, tmp_path / "whisper"))
+    with pytest.raises(ValueError, match=r"language='xx' is not in lang_to_id"):
+        lib.generate(model, x, language="xx", max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"task='sing' is not one of task_to_id's"):
+        lib.generate(model, x, language="en", task="sing", max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"language='en' needs a Whisper checkpoint's generation_config.json"):
+        lib.generate(load(checkpoint), x, language="en", max_new_tokens=2)

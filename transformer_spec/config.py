@@ -787,7 +787,9 @@ class GenerationRules:
     - suppress_tokens: ids banned at every step (SuppressTokensLogitsProcessor); begin_suppress_tokens: ids banned
       at the first generated step only (SuppressTokensAtBeginLogitsProcessor; Whisper's blank and end token);
     - decoder_prompt: the ids an encoder-decoder's decoder reads after start_id before it generates (Whisper's
-      language, task and no-timestamps tokens, from forced_decoder_ids); they are in the returned rows.
+      language, task and no-timestamps tokens, from forced_decoder_ids); they are in the returned rows;
+    - prompt_settings: the generation_config.json keys the decoder_prompt was made from (Whisper's lang_to_id,
+      task_to_id, ...), as (key, value) pairs, so that a caller's language= / task= can make it again.
     """
 
     forced_bos_id: int | None = None
@@ -815,6 +817,7 @@ class GenerationRules:
     suppress_tokens: tuple = ()  # tuple of ids
     begin_suppress_tokens: tuple = ()  # tuple of ids
     decoder_prompt: tuple = ()  # tuple of ids
+    prompt_settings: tuple = ()  # ((key, value), ...): the generation_config.json keys decoder_prompt came from
 
     def __post_init__(self) -> None:
         for name in ("forced_bos_id", "beam_fill_id", "fill_id", "pad_id", "start_id"):

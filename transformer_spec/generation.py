@@ -537,7 +537,10 @@ def generate_plan(
     settings |= {name: value for name, value in kwargs.items() if value is not None}
     max_new_tokens = settings.pop("max_new_tokens", None)
     stop_strings = settings.pop("stop_strings", None)
+    spoken = {name: settings.pop(name) for name in ("language", "task") if name in settings}
     rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate", config)
+    if spoken:
+        rules = with_language(rules, spoken, config)
     strategy = generate_strategy(rules)
     stop = None
     if stop_strings is not None:
@@ -548,6 +551,26 @@ def generate_plan(
         stop = StopStrings(stop_string_tuple(stop_strings), tokenizer)
     # an encoder-decoder's decoder_prompt (Whisper's forced tokens) follows its start token: both are decoder input
     return Plan(rules, new_tokens(max_new_tokens, rules, T_p + len(rules.decoder_prompt)), strategy, stop)
+
+
+def with_language(rules: GenerationRules, spoken: dict, config: TransformerConfig | None) -> GenerationRules:
+    """The rules with the decoder_prompt Whisper's generate(language=..., task=...) starts from: the checkpoint's
+    prompt keys (rules.prompt_settings) with the caller's language and task over them (forced_decoder_ids then no
+    longer read), made as families.whisper.whisper_decoder_prompt makes it. ValueError for a checkpoint without
+    them (not a Whisper one) or a language / task its tables do not hold."""
+    from .families.whisper import whisper_decoder_prompt  # the family's own rule (families import this module)
+
+    given = ", ".join(f"{name}={value!r}" for name, value in spoken.items())
+    if not rules.prompt_settings:
+        raise ValueError(
+            f"generate: {given} needs a Whisper checkpoint's generation_config.json (lang_to_id, task_to_id)"
+        )
+    vocab = config.tgt_vocab_size if config is not None else 2**63
+    try:
+        prompt, _ = whisper_decoder_prompt(dict(rules.prompt_settings) | spoken, vocab)
+    except ValueError as error:
+        raise ValueError(f"generate: {error}") from None
+    return dataclasses.replace(rules, decoder_prompt=prompt)
 
 
 def check_no_streamer(streamer) -> None:

@@ -601,7 +601,8 @@ def read_generation_rules(directory, hf_config: dict, config: TransformerConfig,
         known = generation if path.is_file() else {k: v for k, v in generation.items() if k in GENERATION_KEYS}
         if family is not None and family.decoder_prompt is not None:
             prompt, used = family.decoder_prompt(generation, config.tgt_vocab_size)
-            rules = replace(rules, decoder_prompt=prompt)
+            kept = tuple((k, generation[k]) for k in used if generation.get(k) is not None)
+            rules = replace(rules, decoder_prompt=prompt, prompt_settings=kept)
             known = {k: v for k, v in known.items() if k not in used}
         rules = replace(rules, **generation_settings(known, path if path.is_file() else "config.json"))
         start = token_id(generation, "decoder_start_token_id", config.tgt_vocab_size)
