@@ -209,13 +209,14 @@ class Recompute:
 
 
 def start_decoding(
-    model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None, start_id=None
+    model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None, start_id=None,
+    decoder_prompt: tuple = (),
 ):  # fmt: skip
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
     allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
     real tokens of a left-padded prompt (the LM's; every generated token is real), or of a Transformer's source
     (instead of the tokens not holding pad_id), or None."""
-    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id)
+    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id, decoder_prompt)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -303,7 +304,7 @@ def generate(
     once every row has ended. return_dict_in_generate: a GenerateOutput instead (with each step's logits, or the
     beams' scores).
     """
-    T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]
+    T_p = 1 if isinstance(model, Transformer) else np.shape(src_ids)[-1]  # the plan adds a decoder_prompt
     plan = generate_plan(model_rules(model), generation_config, kwargs, T_p, model.config, tokenizer)
     if plan.strategy in ("beam", "beam_sample"):
         check_no_streamer(streamer)
@@ -373,7 +374,7 @@ def _token_by_token(model, src_ids, max_len: int, rules: GenerationRules, option
     attention_mask = options.attention_mask
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, 1, options.use_cache, attention_mask, rules.start_id
+            model, src_ids, max_len, 1, options.use_cache, attention_mask, rules.start_id, rules.decoder_prompt
         )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
@@ -481,7 +482,9 @@ def _beams(model, src_ids, max_len: int, rules: GenerationRules, options: Option
     use_cache, attention_mask = options.use_cache, options.attention_mask
     with evaluating(model):
         K = beam_size
-        prompt, max_len, decoder = start_decoding(model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id)
+        prompt, max_len, decoder = start_decoding(
+            model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id, rules.decoder_prompt
+        )
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -564,10 +567,11 @@ def evaluating(model):
         model.train(was_training)
 
 
-def check_decoding_inputs(model, src_ids, max_len, start_id=None):
+def check_decoding_inputs(model, src_ids, max_len, start_id=None, decoder_prompt: tuple = ()):
     """Validate like model.forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p)
     and max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first
-    decoder token (the caller's decoder_start_token_id); None: config.bos_id."""
+    decoder token (the caller's decoder_start_token_id); None: config.bos_id. decoder_prompt: the ids a Transformer's
+    decoder reads after it (GenerationRules.decoder_prompt), so that its prompt is (B, 1 + len(decoder_prompt))."""
     cfg = model.config
     if max_len is not None:
         check_int("max_new_tokens", max_len)
@@ -582,7 +586,7 @@ def check_decoding_inputs(model, src_ids, max_len, start_id=None):
             raise ValueError(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
-        prompt = np.full((src_ids.shape[0], 1), start, dtype=np.int64)  # (B, 1)
+        prompt = np.tile(np.array([start, *decoder_prompt], dtype=np.int64), (src_ids.shape[0], 1))  # (B, T_p)
     else:
         prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit).astype(
             np.int64

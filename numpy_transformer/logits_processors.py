@@ -7,8 +7,8 @@ so far (the decoder's ids: the prompt of a decoder-only model, the start token o
 generated). Banned tokens get -inf.
 
 Applied by decoding in transformers' order (generate()'s `_get_logits_processor`): repetition_penalty,
-no_repeat_ngram, bad_words, min_length, forced tokens; then, when sampling only, the warpers temperature, top_k,
-top_p, min_p, and the softmax the token is drawn from.
+no_repeat_ngram, bad_words, min_length, forced tokens, suppress (suppress_tokens, then begin_suppress_tokens);
+then, when sampling only, the warpers temperature, top_k, top_p, min_p, and the softmax the token is drawn from.
 """
 
 from __future__ import annotations
@@ -75,6 +75,14 @@ def forced_token(scores: np.ndarray, token: int | tuple) -> np.ndarray:
     ForcedEOSTokenLogitsProcessor (at the last step)."""
     out = np.full_like(scores, -np.inf)
     out[:, list(token) if isinstance(token, tuple) else token] = 0.0  # several forced end tokens: each at 0
+    return out
+
+
+def suppress(scores: np.ndarray, ids) -> np.ndarray:
+    """Ban the tokens `ids` (ids past the vocabulary: ignored). SuppressTokensLogitsProcessor (every step) and
+    SuppressTokensAtBeginLogitsProcessor (the first generated step)."""
+    out = scores.copy()
+    out[:, [i for i in ids if i < scores.shape[-1]]] = -np.inf
     return out
 
 

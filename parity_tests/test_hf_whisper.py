@@ -8,16 +8,18 @@ gradients not all zero), in evaluation mode on both sides and in training mode o
 replaying our dropout masks); greedy and beam search equal to generate() on input_features. Slow: the same at
 whisper-tiny's full sizes.
 
-generate() for Whisper is WhisperGenerationMixin's: on these 16-frame (short-form) features, with no language, task
-or timestamp settings in the generation config, it starts from decoder_start_token_id and returns the tokens after
-it; our decoders return the start token first. Its Whisper-only extras (forced language and task tokens, timestamps,
-language detection, suppress_tokens / begin_suppress_tokens) are not computed here: loading a checkpoint whose
-generation_config.json sets them warns by name.
+generate() for Whisper is WhisperGenerationMixin's: on these 16-frame (short-form) features it starts from
+decoder_start_token_id, the language, task and <|notimestamps|> tokens (forced_decoder_ids, or the generation
+config's language and task) and returns the tokens after them; our decoders return that prompt first. With a
+generation_config.json shaped like whisper-tiny's (forced_decoder_ids, suppress_tokens, begin_suppress_tokens,
+lang_to_id, task_to_id, no_timestamps_token_id) greedy and beam search equal generate()'s. Not computed: language
+detection and timestamps (a file that asks for them warns by name).
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -296,7 +298,7 @@ WHISPER_TINY_RELEASED = {
 }  # fmt: skip
 # keys no layer of WhisperForConditionalGeneration computes with (initialisation, SpecAugment's settings while
 # apply_spec_augment is false, the audio classifier's, word timestamps', bookkeeping) and generation settings
-# (forced_decoder_ids, suppress_tokens, begin_suppress_tokens, max_length: decoding's, warned about when read)
+# (forced_decoder_ids, suppress_tokens, begin_suppress_tokens, max_length: decoding's, applied by generate())
 WHISPER_NOT_COMPUTED = {
     "_name_or_path", "architectures", "model_type", "torch_dtype", "transformers_version", "use_cache", "init_std",
     "num_hidden_layers", "bos_token_id", "classifier_proj_size", "median_filter_width", "mask_feature_length",
@@ -315,7 +317,8 @@ def test_whisper_tiny_released_config_json_reads_whole(checkpoint, side, tmp_pat
     assert set(WHISPER_TINY_RELEASED) - read == WHISPER_NOT_COMPUTED
     (tmp_path / "model.safetensors").write_bytes((checkpoint / "model.safetensors").read_bytes())
     (tmp_path / "config.json").write_text(json.dumps(WHISPER_TINY_RELEASED))
-    with pytest.warns(UserWarning, match=r"does not apply.*begin_suppress_tokens=\[100, 110\], suppress_tokens"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # forced_decoder_ids, suppress_tokens, begin_suppress_tokens: all applied now
         result = compare_whisper(tmp_path, side)
     assert not C.failures(result, np.float64)
 
@@ -366,3 +369,97 @@ def test_speech_transformer_checkpoints_of_our_own_cross_sides(checkpoint, tmp_p
     assert isinstance(again, audio.SpeechTransformer)
     for logits in (t_logits, again.forward(x, tgt)):
         np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-12)
+
+
+# openai/whisper-tiny's generation_config.json as released, shrunk as WHISPER_TINY_RELEASED (two languages, en 112 and
+# de 115; transcribe 113, translate 117; <|notimestamps|> 114), its language given in forced_decoder_ids (the release
+# leaves it null: language detection). The suppressed ids are filled in by the test.
+WHISPER_TINY_GENERATION = {
+    "alignment_heads": [[1, 0], [1, 3]], "begin_suppress_tokens": None, "bos_token_id": 110,
+    "decoder_start_token_id": 111, "eos_token_id": 110, "forced_decoder_ids": [[1, 112], [2, 113], [3, 114]],
+    "is_multilingual": True, "lang_to_id": {"<|en|>": 112, "<|de|>": 115}, "max_initial_timestamp_index": 50,
+    "max_length": 24, "no_timestamps_token_id": 114, "pad_token_id": 110, "prev_sot_token_id": 116,
+    "return_timestamps": False, "suppress_tokens": None, "task_to_id": {"transcribe": 113, "translate": 117},
+    "transformers_version": "4.31.0.dev0",
+}  # fmt: skip
+
+
+def whisper_with_generation(checkpoint, directory, **generation):
+    """The tiny checkpoint with a whisper-tiny-shaped generation_config.json (WHISPER_TINY_GENERATION | generation)."""
+    directory.mkdir()
+    for name in ("model.safetensors", "config.json"):
+        (directory / name).write_bytes((checkpoint / name).read_bytes())
+    (directory / "generation_config.json").write_text(json.dumps(WHISPER_TINY_GENERATION | generation))
+    return directory
+
+
+GERMAN = {"language": "de", "task": "translate"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "call", "prompt"),
+    [({}, {}, [111, 112, 113, 114]), (GERMAN, {}, [111, 115, 117, 114]), ({}, GERMAN, [111, 115, 117, 114])],
+)
+def test_whisper_generation_config_decodes_as_generate(checkpoint, tmp_path, settings, call, prompt):
+    """forced_decoder_ids (or language and task, in the file or generate()'s arguments), no_timestamps_token_id,
+    suppress_tokens and begin_suppress_tokens of a whisper-tiny-shaped generation_config.json: greedy and beam
+    search, both sides, equal generate() on input_features (it returns the tokens after the prompt; ours, the prompt
+    first). The suppressed ids are tokens generate() picks without them (at the first step and later), so that the
+    comparison means something."""
+    x = features(batch=3, seed=2)
+    t_x = torch.from_numpy(x)
+    plain = whisper_with_generation(checkpoint, tmp_path / "plain", **settings)
+    unsuppressed = reference(plain).generate(input_features=t_x, max_new_tokens=8, **call).numpy()
+    begin = sorted({int(t) for t in unsuppressed[:, 0]} | {110})  # the first tokens generate() picks, and eos
+    later = sorted({int(t) for t in unsuppressed[:, 1:].ravel()} - set(begin))[:3]  # tokens it picks later
+    directory = whisper_with_generation(
+        checkpoint, tmp_path / "whisper", suppress_tokens=later, begin_suppress_tokens=begin, **settings
+    )
+    theirs = reference(directory)
+    ours_np = np_hf.load(directory, dtype=np.float64)
+    ours_torch = torch_hf.load(directory, dtype=torch.float64)
+    for beams in (1, 3):
+        expected = theirs.generate(input_features=t_x, max_new_tokens=8, num_beams=beams, **call).numpy()
+        if beams == 1:
+            assert not np.isin(expected[:, 0], begin).any() and not np.isin(expected, later).any()
+            assert (expected != unsuppressed).any()  # suppression changed what generate() picks
+        for name, tokens in {
+            "numpy": nt.generate(ours_np, x, max_new_tokens=8, num_beams=beams, **call),
+            "torch": tt.generate(ours_torch, t_x, max_new_tokens=8, num_beams=beams, **call).numpy(),
+        }.items():
+            assert (tokens[:, :4] == prompt).all(), (name, beams)
+            np.testing.assert_array_equal(tokens[:, 4:], expected, err_msg=f"{name}, num_beams={beams}")
+    # a save writes the prompt as forced_decoder_ids and the suppressed ids: transformers and ours decode the same again
+    np_hf.save(ours_np, tmp_path / "saved")
+    again = reference(tmp_path / "saved").generate(input_features=t_x, max_new_tokens=8, **call).numpy()
+    np.testing.assert_array_equal(again, theirs.generate(input_features=t_x, max_new_tokens=8, **call).numpy())
+    ours_again = nt.generate(np_hf.load(tmp_path / "saved", dtype=np.float64), x, max_new_tokens=8, **call)
+    np.testing.assert_array_equal(ours_again[:, 4:], again)
+
+
+def test_whisper_language_detection_and_timestamps_warn(checkpoint, tmp_path):
+    """whisper-tiny's released forced_decoder_ids [[1, null], [2, transcribe]] asks generate() to detect the language,
+    and return_timestamps true for timestamp tokens: neither is computed here, each warned about by name."""
+    detect = whisper_with_generation(checkpoint, tmp_path / "detect", forced_decoder_ids=[[1, None], [2, 113]])
+    timestamps = whisper_with_generation(checkpoint, tmp_path / "timestamps", return_timestamps=True)
+    for load in (np_hf.load, torch_hf.load):
+        with pytest.warns(UserWarning, match="language detection"):
+            load(detect)
+        with pytest.warns(UserWarning, match="return_timestamps"):
+            load(timestamps)
+
+
+@pytest.mark.parametrize("side", ["numpy", "torch"])
+def test_whisper_language_and_task_arguments_are_checked(checkpoint, tmp_path, side):
+    """generate(language=..., task=...): ValueError naming a language or task the file's tables do not hold, and
+    either on a checkpoint without Whisper's prompt keys."""
+    lib, load = (nt, np_hf.load) if side == "numpy" else (tt, torch_hf.load)
+    x = features().astype(np.float32)
+    x = x if side == "numpy" else torch.from_numpy(x)
+    model = load(whisper_with_generation(checkpoint, tmp_path / "whisper"))
+    with pytest.raises(ValueError, match=r"language='xx' is not in lang_to_id"):
+        lib.generate(model, x, language="xx", max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"task='sing' is not one of task_to_id's"):
+        lib.generate(model, x, language="en", task="sing", max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"language='en' needs a Whisper checkpoint's generation_config.json"):
+        lib.generate(load(checkpoint), x, language="en", max_new_tokens=2)

@@ -72,6 +72,8 @@ def ours_processed(side: str, name: str, scores, tokens, start):
         "top_p_keep": lambda: lib.top_p(scores, 0.3, min_tokens_to_keep=3),
         "min_p": lambda: lib.min_p(scores, 0.05),
         "min_p_keep": lambda: lib.min_p(scores, 0.5, min_tokens_to_keep=4),
+        "suppress_tokens": lambda: lib.suppress(scores, (4, 7, 40)),  # 40: past the vocabulary, ignored
+        "begin_suppress_tokens": lambda: lib.suppress(scores, (2, 9)),  # the step check: process_scores's
     }
     return np.asarray(calls[name]())
 
@@ -92,6 +94,8 @@ def theirs_processed(name: str, scores, tokens, start):
         "top_p_keep": L.TopPLogitsWarper(0.3, min_tokens_to_keep=3),
         "min_p": L.MinPLogitsWarper(0.05),
         "min_p_keep": L.MinPLogitsWarper(0.5, min_tokens_to_keep=4),
+        "suppress_tokens": L.SuppressTokensLogitsProcessor([4, 7, 40]),
+        "begin_suppress_tokens": L.SuppressTokensAtBeginLogitsProcessor([2, 9], begin_index=tokens.shape[1]),
     }
     if name == "repetition_penalty":
         # row by row, each with its own start: an int prompt_ignore_length is what every release in the tested
@@ -109,7 +113,8 @@ def theirs_processed(name: str, scores, tokens, start):
 
 PROCESSOR_NAMES = [
     "repetition_penalty", "no_repeat_ngram_2", "no_repeat_ngram_3", "bad_words", "min_length", "min_new_tokens",
-    "temperature", "top_k", "top_k_keep", "top_p", "top_p_keep", "min_p", "min_p_keep",
+    "temperature", "top_k", "top_k_keep", "top_p", "top_p_keep", "min_p", "min_p_keep", "suppress_tokens",
+    "begin_suppress_tokens",
 ]  # fmt: skip
 
 
@@ -330,6 +335,47 @@ def test_no_repeat_ngram_and_min_length_from_the_checkpoint_as_generate(side, nu
         assert without.shape != theirs.shape or not np.array_equal(without, theirs), setting
 
 
+@pytest.mark.parametrize("side", SIDES)
+def test_suppress_tokens_as_generate(side, qwen2_sampling, bart_rules):
+    """suppress_tokens and begin_suppress_tokens as generate()'s arguments, greedy and beam search, equal
+    generate(): a Qwen2 (begin: the first token after the prompt) and a BART (begin: the first token after the start
+    token, one later with forced_bos_token_id). The suppressed ids are tokens generate() picks without them."""
+    qwen_dir, qwen = qwen2_sampling
+    bart_dir, bart = bart_rules
+    src, _, _ = H.seq2seq_batch(H.load_ours(side, bart_dir, np.float64).config, np.random.default_rng(2))
+    cases = [
+        ("qwen2", qwen_dir, qwen, PROMPTS, {}),
+        ("bart", bart_dir, bart, src, {}),
+        ("bart", bart_dir, bart, src, {"forced_bos_token_id": 5}),
+    ]
+    for family, directory, theirs_model, ids, extra in cases:
+        ours_model = H.load_ours(side, directory, np.float64)
+        mask = np.ones(ids.shape, dtype=np.int64) if family == "qwen2" else ids != theirs_model.config.pad_token_id
+        plain = theirs_generate_with(theirs_model, family, ids, mask, 1, 8, **extra)
+        T_p = ids.shape[1] if family == "qwen2" else 1 + ("forced_bos_token_id" in extra)
+        begin = sorted({int(t) for t in plain[:, T_p]})
+        ends = set(np.ravel(theirs_model.generation_config.eos_token_id).tolist())  # (BART's forced end token: 5.25
+        later = sorted({int(t) for t in plain[:, T_p + 1 :].ravel()} - set(begin) - ends)[:2]  # refuses it suppressed)
+        settings = dict(suppress_tokens=later, begin_suppress_tokens=begin, **extra)
+        for num_beams in (1, 3):
+            theirs = theirs_generate_with(theirs_model, family, ids, mask, num_beams, 8, **settings)
+            if num_beams == 1:
+                assert not np.array_equal(theirs, plain), family  # the settings change what generate() picks
+            kwargs = settings | {"do_sample": False} | ({"attention_mask": mask} if family == "qwen2" else {})
+            ours = ours_decode(side, ours_model, ids, num_beams, 8, **kwargs)
+            np.testing.assert_array_equal(ours, theirs, err_msg=f"{family} {extra}, num_beams={num_beams}")
+
+
+def theirs_generate_with(model, family: str, ids, mask, num_beams: int, max_new: int, **settings):
+    """generate() greedy or beam, float64, with `settings` as its arguments."""
+    with H.patch_for(family, np.float64), torch.no_grad():
+        out = model.generate(
+            torch.from_numpy(ids), attention_mask=torch.from_numpy(np.asarray(mask).astype(np.int64)),
+            num_beams=num_beams, max_new_tokens=max_new, do_sample=False, **settings,
+        )  # fmt: skip
+    return out.numpy()
+
+
 # ----------------------------------------------------------------------------------------------
 # generate(): the strategy from the checkpoint; settings not applied.
 
@@ -376,10 +422,10 @@ def test_unapplied_settings_are_warned_about_by_name(tmp_path):
     model = H.build_tiny("qwen2", tmp_path)
     model.save_pretrained(tmp_path)
     path = tmp_path / "generation_config.json"
-    extra = {"typical_p": 0.9, "suppress_tokens": [3, 4], "epsilon_cutoff": 0.0, "use_cache": True, "my_flag": 1}
+    extra = {"typical_p": 0.9, "sequence_bias": [[[3], 1.0]], "epsilon_cutoff": 0.0, "use_cache": True, "my_flag": 1}
     path.write_text(json.dumps(json.loads(path.read_text()) | extra))
     for side in SIDES:
-        with pytest.warns(UserWarning, match=r"typical_p=0\.9, suppress_tokens=\[3, 4\], my_flag=1$"):
+        with pytest.warns(UserWarning, match=r"typical_p=0\.9, sequence_bias=\[\[\[3\], 1\.0\]\], my_flag=1$"):
             H.load_ours(side, tmp_path, np.float64)
 
 

@@ -198,13 +198,14 @@ def start_decoding(
     attention_mask: Tensor | None = None,
     compiled: bool = False,
     start_id: int | None = None,
+    decoder_prompt: tuple = (),
 ) -> tuple[Tensor, int, Incremental | Recompute]:
     """Check the arguments; return the prompt (B, T_p), max_len and the source of next-token logits for
     N = B * n_copies rows. attention_mask: a left-padded prompt's real tokens (B, T_p) (the LM's; every generated
     token is real, and the beams of one prompt share its mask, so reordering them leaves it as it is), or a
     Transformer's source's (B, S), or None. compiled: the cached step under torch.compile (needs use_cache).
-    start_id: a Transformer's first decoder token (None: config.bos_id)."""
-    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id)
+    start_id: a Transformer's first decoder token (None: config.bos_id); decoder_prompt: the ids after it."""
+    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id, decoder_prompt)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -359,8 +360,9 @@ def _token_by_token(
     attention_mask = options.attention_mask
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, 1, options.use_cache, attention_mask, options.compiled, rules.start_id
-        )
+            model, src_ids, max_len, 1, options.use_cache, attention_mask, options.compiled, rules.start_id,
+            rules.decoder_prompt,
+        )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -437,7 +439,7 @@ def _beams(
     with evaluating(model):
         K = beam_size
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, K, use_cache, attention_mask, compiled, rules.start_id
+            model, src_ids, max_len, K, use_cache, attention_mask, compiled, rules.start_id, rules.decoder_prompt
         )
         cfg = model.config
         eos = end_ids(rules, cfg)
@@ -522,11 +524,12 @@ def evaluating(model: nn.Module):
 
 
 def check_decoding_inputs(
-    model: Model, src_ids: Tensor, max_len: int | None, start_id: int | None = None
+    model: Model, src_ids: Tensor, max_len: int | None, start_id: int | None = None, decoder_prompt: tuple = ()
 ) -> tuple[Tensor | None, Tensor, int]:
     """Validate as the model's forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p) and
     max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first decoder
-    token (the caller's decoder_start_token_id); None: config.bos_id."""
+    token (the caller's decoder_start_token_id); None: config.bos_id. decoder_prompt: the ids a Transformer's decoder
+    reads after it (GenerationRules.decoder_prompt): the prompt is (B, 1 + len(decoder_prompt))."""
     cfg = model.config
     if max_len is not None:
         check_int("max_new_tokens", max_len)
@@ -543,7 +546,8 @@ def check_decoding_inputs(
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
         source = src_ids
-        prompt = torch.full((src_ids.shape[0], 1), start, dtype=torch.long, device=src_ids.device)  # (B, 1)
+        first = torch.tensor([start, *decoder_prompt], dtype=torch.long, device=src_ids.device)
+        prompt = first.expand(src_ids.shape[0], -1).clone()  # (B, T_p)
     else:
         check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit)
         prompt = src_ids.long()  # (B, T_p): any ids, as given

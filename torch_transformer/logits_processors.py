@@ -68,6 +68,14 @@ def forced_token(scores: Tensor, token: int | tuple) -> Tensor:
     return out
 
 
+def suppress(scores: Tensor, ids) -> Tensor:
+    """Ban the tokens `ids` (ids past the vocabulary: ignored). SuppressTokensLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor."""
+    banned = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+    banned[[i for i in ids if i < scores.shape[-1]]] = True
+    return scores.masked_fill(banned, NEG_INF)
+
+
 # ----------------------------------------------------------------------------------------------
 # Sampling's warpers.
 

@@ -90,7 +90,7 @@ def read_checkpoint(
     directory = checkpoint_folder(directory)  # a folder, or a Hub id's snapshot (fetched with huggingface_hub)
     config_path = directory / "config.json"
     hf_config, family, config = read_family_config(directory, dropout)
-    config, generation_rules = read_generation_rules(directory, hf_config, config)
+    config, generation_rules = read_generation_rules(directory, hf_config, config, family)
     model_class = family.model_class
     check_memory(config, shapes, model_class, bytes_per_parameter, max_bytes, config_path)  # before reading any tensor
     tensors = read_tensors(directory)
@@ -344,11 +344,22 @@ def generation_config(model) -> dict | None:
         out["forced_eos_token_id"] = rules.forced_eos_id
     if rules.bad_words:
         out["bad_words_ids"] = [list(words) for words in rules.bad_words]
+    out |= prompt_settings(rules)
     defaults = GenerationRules()
     for name in APPLIED:  # the decoding settings, where they differ from transformers' defaults
         if getattr(rules, name) != getattr(defaults, name):
             out[name] = getattr(rules, name)
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items() if v is not None}
+
+
+def prompt_settings(rules: GenerationRules) -> dict:
+    """Whisper's decoder prompt in generation_config.json: the keys it was read from (the tables language= and task=
+    need), else as the forced_decoder_ids generate() reads it from; {} without one."""
+    if rules.prompt_settings:
+        return dict(rules.prompt_settings)
+    return (
+        {"forced_decoder_ids": [[i + 1, t] for i, t in enumerate(rules.decoder_prompt)]} if rules.decoder_prompt else {}
+    )
 
 
 def from_hf_layout(array: np.ndarray, rule, name: str, n_heads: int, n_kv_heads: int | None = None) -> np.ndarray:

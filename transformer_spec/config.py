@@ -865,7 +865,13 @@ class GenerationRules:
     - beam_fill_id: what pads a finished beam-search hypothesis shorter than the best: generate()'s
       `pad_token_id or eos_token_id` (so eos when the pad id is 0, as T5's); None: pad_id, as greedy search;
     - fill_id: what follows a row's end token in greedy search: generate()'s pad_token_id, or its first
-      eos_token_id without one; None: the config's pad_id (eos_id without one).
+      eos_token_id without one; None: the config's pad_id (eos_id without one);
+    - suppress_tokens: ids banned at every step (SuppressTokensLogitsProcessor); begin_suppress_tokens: ids banned
+      at the first generated step only (SuppressTokensAtBeginLogitsProcessor; Whisper's blank and end token);
+    - decoder_prompt: the ids an encoder-decoder's decoder reads after start_id before it generates (Whisper's
+      language, task and no-timestamps tokens, from forced_decoder_ids); they are in the returned rows;
+    - prompt_settings: the generation_config.json keys the decoder_prompt was made from (Whisper's lang_to_id,
+      task_to_id, ...), as (key, value) pairs, so that a caller's language= / task= can make it again.
     """
 
     forced_bos_id: int | None = None
@@ -890,6 +896,10 @@ class GenerationRules:
     early_stopping: bool | str = False
     max_length: int | None = None
     max_new_tokens: int | None = None
+    suppress_tokens: tuple = ()  # tuple of ids
+    begin_suppress_tokens: tuple = ()  # tuple of ids
+    decoder_prompt: tuple = ()  # tuple of ids
+    prompt_settings: tuple = ()  # ((key, value), ...): the generation_config.json keys decoder_prompt came from
 
     def __post_init__(self) -> None:
         for name in ("forced_bos_id", "beam_fill_id", "fill_id", "pad_id", "start_id"):

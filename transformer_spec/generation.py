@@ -207,7 +207,9 @@ APPLIED = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
     "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None,
     "num_beams": 1, "length_penalty": 1.0, "early_stopping": False, "max_length": None, "max_new_tokens": None,
+    "suppress_tokens": (), "begin_suppress_tokens": (),
 }  # fmt: skip
+SUPPRESS = ("suppress_tokens", "begin_suppress_tokens")  # lists of ids: read as tuples
 IDS = (
     "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_bos_token_id",
     "forced_eos_token_id", "bad_words_ids",
@@ -226,7 +228,7 @@ NOT_APPLIED = {
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "top_h": None, "encoder_repetition_penalty": 1.0,
     "encoder_no_repeat_ngram_size": 0, "num_beam_groups": 1, "diversity_penalty": 0.0, "num_return_sequences": 1,
     "remove_invalid_values": False, "renormalize_logits": False, "exponential_decay_length_penalty": None,
-    "suppress_tokens": None, "begin_suppress_tokens": None, "sequence_bias": None, "guidance_scale": 1.0,
+    "sequence_bias": None, "guidance_scale": 1.0,
     "constraints": None, "force_words_ids": None, "penalty_alpha": None, "dola_layers": None,
     "watermarking_config": None, "stop_strings": None, "max_time": None, "token_healing": False,
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "use_mtp": False,
@@ -236,7 +238,7 @@ SAMPLING = ("temperature", "top_k", "top_p", "min_p")
 # processors (bad words, forced tokens, min_length's end tokens), to stopping (eos) and to the fill after an end.
 TOKEN_SETTINGS = (
     "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "eos_token_id", "pad_token_id",
-    "decoder_start_token_id",
+    "decoder_start_token_id", "suppress_tokens", "begin_suppress_tokens",
 )  # fmt: skip
 PROCESSORS = ("repetition_penalty", "no_repeat_ngram_size", "min_length", "min_new_tokens") + TOKEN_SETTINGS
 BEAM = ("length_penalty", "early_stopping")
@@ -264,6 +266,9 @@ def generation_settings(generation: dict, where) -> dict:
     other key that would change generate()'s tokens (one of NOT_APPLIED away from its inert value, or a key this
     library does not know that is not null or false) is named in one UserWarning: decoding here will not do it."""
     settings = as_floats({name: generation[name] for name in APPLIED if generation.get(name) is not None})
+    for name in SUPPRESS:
+        if name in settings:
+            settings[name] = suppressed_ids(name, settings[name], None)
     ignored = [
         f"{name}={short(value)}"
         for name, value in generation.items()
@@ -325,6 +330,7 @@ def token_settings(ids: dict, rules: GenerationRules | None, config: Transformer
         out["eos_ids"] = id_list("eos_token_id", ids["eos_token_id"], vocab)
     if "pad_token_id" in ids:
         out["pad_id"] = one_id("pad_token_id", ids["pad_token_id"], vocab)
+    out |= {name: suppressed_ids(name, ids[name], vocab) for name in SUPPRESS if name in ids}
     if "decoder_start_token_id" in ids:  # an encoder-decoder's first decoder token (a decoder-only model: unused)
         out["start_id"] = one_id("decoder_start_token_id", ids["decoder_start_token_id"], vocab)
     if "eos_token_id" in ids or "pad_token_id" in ids:
@@ -349,6 +355,13 @@ def id_list(name: str, value, vocab: int | None) -> tuple:
             raise ValueError(f"{name} must be an id or a non-empty list of ids, got {short(value)}")
         return tuple(one_id(name, v, vocab) for v in value)
     return (one_id(name, value, vocab),)
+
+
+def suppressed_ids(name: str, value, vocab: int | None) -> tuple:
+    """suppress_tokens / begin_suppress_tokens (a list of ids, maybe empty: nothing banned) as a tuple of ids."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list of token ids, got {type(value).__name__} ({short(value)})")
+    return tuple(one_id(name, v, vocab) for v in value)
 
 
 def remade_fills(given: dict, rules: GenerationRules | None, config: TransformerConfig | None) -> dict:
@@ -426,6 +439,7 @@ class GenerationConfig:
     - length_penalty, early_stopping: beam search;
     - eos_token_id (an id or a list), pad_token_id, decoder_start_token_id: the ids generate() stops at, fills with,
       and starts an encoder-decoder's decoder from;
+    - suppress_tokens, begin_suppress_tokens: lists of ids banned at every step, and at the first generated step;
     - stop_strings: a string or a list of them; a row stops once its text ends with one (as transformers'
       StopStringCriteria; generate() needs tokenizer= for it; not with num_beams > 1).
     """
@@ -450,6 +464,8 @@ class GenerationConfig:
     eos_token_id: Any = None
     pad_token_id: int | None = None
     decoder_start_token_id: int | None = None
+    suppress_tokens: Any = None
+    begin_suppress_tokens: Any = None
     stop_strings: Any = None
 
     def __post_init__(self) -> None:
@@ -521,7 +537,10 @@ def generate_plan(
     settings |= {name: value for name, value in kwargs.items() if value is not None}
     max_new_tokens = settings.pop("max_new_tokens", None)
     stop_strings = settings.pop("stop_strings", None)
+    spoken = {name: settings.pop(name) for name in ("language", "task") if name in settings}
     rules = decoding_rules(rules, settings, GENERATE_SETTINGS, "generate", config)
+    if spoken:
+        rules = with_language(rules, spoken, config)
     strategy = generate_strategy(rules)
     stop = None
     if stop_strings is not None:
@@ -530,7 +549,28 @@ def generate_plan(
         if strategy in ("beam", "beam_sample"):
             raise ValueError("generate: stop_strings is not applied with num_beams > 1 here; pass num_beams=1")
         stop = StopStrings(stop_string_tuple(stop_strings), tokenizer)
-    return Plan(rules, new_tokens(max_new_tokens, rules, T_p), strategy, stop)
+    # an encoder-decoder's decoder_prompt (Whisper's forced tokens) follows its start token: both are decoder input
+    return Plan(rules, new_tokens(max_new_tokens, rules, T_p + len(rules.decoder_prompt)), strategy, stop)
+
+
+def with_language(rules: GenerationRules, spoken: dict, config: TransformerConfig | None) -> GenerationRules:
+    """The rules with the decoder_prompt Whisper's generate(language=..., task=...) starts from: the checkpoint's
+    prompt keys (rules.prompt_settings) with the caller's language and task over them (forced_decoder_ids then no
+    longer read), made as families.whisper.whisper_decoder_prompt makes it. ValueError for a checkpoint without
+    them (not a Whisper one) or a language / task its tables do not hold."""
+    from .families.whisper import whisper_decoder_prompt  # the family's own rule (families import this module)
+
+    given = ", ".join(f"{name}={value!r}" for name, value in spoken.items())
+    if not rules.prompt_settings:
+        raise ValueError(
+            f"generate: {given} needs a Whisper checkpoint's generation_config.json (lang_to_id, task_to_id)"
+        )
+    vocab = config.tgt_vocab_size if config is not None else 2**63
+    try:
+        prompt, _ = whisper_decoder_prompt(dict(rules.prompt_settings) | spoken, vocab)
+    except ValueError as error:
+        raise ValueError(f"generate: {error}") from None
+    return dataclasses.replace(rules, decoder_prompt=prompt)
 
 
 def check_no_streamer(streamer) -> None:
@@ -560,7 +600,8 @@ class Step:
 def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tuple):  # eos_ids: end_ids's
     """scores (N, V) after the processors the rules ask for, in generate()'s order: repetition_penalty,
     no_repeat_ngram, bad_words (but an end token alone), min_length (min_new_tokens counted from the prompt), the
-    forced tokens. `lp`: the side's logits_processors module."""
+    forced tokens, suppress_tokens, begin_suppress_tokens (at begin_index). `lp`: the side's logits_processors
+    module."""
     tokens = step.tokens
     if rules.repetition_penalty != 1.0:
         scores = lp.repetition_penalty(scores, tokens, rules.repetition_penalty, step.start)
@@ -574,7 +615,17 @@ def process_scores(lp, scores, rules: GenerationRules, step: Step, eos_ids: tupl
     forced = forced_token(rules, tokens.shape[1], step.last)
     if forced is not None:
         scores = lp.forced_token(scores, forced)
+    if rules.suppress_tokens:
+        scores = lp.suppress(scores, rules.suppress_tokens)
+    if rules.begin_suppress_tokens and tokens.shape[1] == begin_index(rules, step.prompt_length):
+        scores = lp.suppress(scores, rules.begin_suppress_tokens)
     return scores
+
+
+def begin_index(rules: GenerationRules, T_p: int) -> int:
+    """The row length at which begin_suppress_tokens apply: the decoder input's T_p (the first generated token), one
+    later when a one-token input is followed by forced_bos_id (generate()'s SuppressTokensAtBeginLogitsProcessor)."""
+    return T_p + 1 if T_p == 1 and rules.forced_bos_id is not None else T_p
 
 
 def sampling_probabilities(lp, scores, rules: GenerationRules, min_tokens_to_keep: int = 1):

@@ -83,6 +83,9 @@ class Family:
     # architectures say (Gemma 3's use_bidirectional_attention: EmbeddingGemma, an EncoderModel); None: chosen by
     # architecture alone
     flag: str | None = None
+    # (generation_config.json as read, vocabulary size) -> (the ids the decoder reads after its start token, the
+    # keys that made them): Whisper's forced_decoder_ids, language, task and no-timestamps tokens; None: no prompt
+    decoder_prompt: Callable[[dict, int], tuple[tuple, tuple]] | None = None
 
     def config_json(self, config: TransformerConfig, as_read: dict | None = None) -> dict:
         """config.json's fields for `config` (to_hf), after checking that the family supports every field; spelled
@@ -579,11 +582,12 @@ def check_rates(c: dict, bad: Bad) -> None:
             raise bad(name, value, "a dropout probability in [0, 1] (or null)")
 
 
-def read_generation_rules(directory, hf_config: dict, config: TransformerConfig):
+def read_generation_rules(directory, hf_config: dict, config: TransformerConfig, family: Family | None = None):
     """(config, GenerationRules) of a checkpoint directory: generation_config.json when present, else config.json's
     fields of the same names (transformers' own fallback). Its decoder_start_token_id, when it names one, is the
-    start token our decoding uses (config.bos_id of an encoder-decoder). ValueError naming the file when it is
-    unreadable or its ids lie outside the vocabulary."""
+    start token our decoding uses (config.bos_id of an encoder-decoder); `family`'s decoder_prompt, when it has one,
+    reads the ids after it (GenerationRules.decoder_prompt). ValueError naming the file when it is unreadable or its
+    ids lie outside the vocabulary."""
     path = Path(directory) / "generation_config.json"
     generation = hf_config
     if path.is_file():
@@ -595,6 +599,11 @@ def read_generation_rules(directory, hf_config: dict, config: TransformerConfig)
     try:
         rules = generation_rules_from_hf(generation, config.tgt_vocab_size)
         known = generation if path.is_file() else {k: v for k, v in generation.items() if k in GENERATION_KEYS}
+        if family is not None and family.decoder_prompt is not None:
+            prompt, used = family.decoder_prompt(generation, config.tgt_vocab_size)
+            kept = tuple((k, generation[k]) for k in used if generation.get(k) is not None)
+            rules = replace(rules, decoder_prompt=prompt, prompt_settings=kept)
+            known = {k: v for k, v in known.items() if k not in used}
         rules = replace(rules, **generation_settings(known, path if path.is_file() else "config.json"))
         start = token_id(generation, "decoder_start_token_id", config.tgt_vocab_size)
         end = end_token_ids(generation, config.tgt_vocab_size)

@@ -6,9 +6,16 @@ projection proj_out tied to it (no bias); key projections without bias; nn.Layer
 
 Refused by name, because transformers does not compute them or we do not: scale_embedding true (WhisperDecoder keeps
 an embed_scale it never multiplies by), apply_spec_augment true (random masking of the features in training),
-layerdrop above 0, use_weighted_layer_sum (audio classification's)."""
+layerdrop above 0, use_weighted_layer_sum (audio classification's).
+
+Decoding reads generation_config.json's prompt as WhisperGenerationMixin.generate() builds it for short-form audio
+without timestamps (whisper_decoder_prompt): the decoder starts from decoder_start_token_id, the language, the task
+and <|notimestamps|>, and generates after them. Language detection and timestamps are not computed: a file that asks
+for them warns by name."""
 
 from __future__ import annotations
+
+import warnings
 
 from .core import ACTIVATION_KEY, ANY, ConfigMap, Key, Rule, activation_to_hf, declared, end_token_ids, token_id
 from .seq2seq import SEQ2SEQ_DROPOUT, same_as
@@ -91,6 +98,79 @@ def whisper_rules() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+# generation_config.json's Whisper keys that make the prompt, or matter only for timestamps and word alignment
+PROMPT_KEYS = (
+    "forced_decoder_ids", "language", "task", "lang_to_id", "task_to_id", "is_multilingual", "no_timestamps_token_id",
+    "return_timestamps", "alignment_heads", "max_initial_timestamp_index", "prev_sot_token_id",
+)  # fmt: skip
+
+
+def whisper_decoder_prompt(generation: dict, vocab: int) -> tuple[tuple, tuple]:
+    """The ids Whisper's decoder reads after decoder_start_token_id, as generate() makes them (its
+    _retrieve_init_tokens) for short-form audio: without `language` and `task`, forced_decoder_ids's tokens at
+    positions 1, 2, ... (ValueError when they skip one); `language` (a code "en" or a token "<|en|>" of lang_to_id)
+    in position 1, `task` (task_to_id's) added (transcribe when only the language is given); then
+    no_timestamps_token_id unless the prompt ends with it. Returns (ids, PROMPT_KEYS: the keys read). Warns when
+    generate() would detect the language (lang_to_id present, no language given) or return timestamps: neither is
+    computed here, and the prompt then lacks the detected language."""
+    language, task = generation.get("language"), generation.get("task")
+    prompt = forced_prompt(generation.get("forced_decoder_ids")) if language is None and task is None else []
+    if language is not None:
+        lang_id = whisper_language_id(generation, language)
+        prompt[:1] = [lang_id]
+    elif generation.get("lang_to_id") and (not prompt or prompt[0] is None):
+        warnings.warn(
+            "generation_config.json: Whisper's language detection (a multilingual checkpoint with no language in "
+            "forced_decoder_ids) is not computed here: decoding goes on without a language token, unlike "
+            "transformers' generate(); set forced_decoder_ids' language token",
+            UserWarning,
+            stacklevel=4,
+        )
+    tasks = generation.get("task_to_id") or {}
+    if task is not None:
+        if task not in tasks:
+            raise ValueError(f"task={task!r} is not one of task_to_id's {sorted(tasks)}")
+        prompt.append(tasks[task])
+    elif language is not None and "transcribe" in tasks and not any(t in prompt for t in tasks.values()):
+        prompt.append(tasks["transcribe"])
+    no_timestamps = generation.get("no_timestamps_token_id")
+    if generation.get("return_timestamps"):
+        warnings.warn(
+            "generation_config.json: return_timestamps=True (Whisper's timestamp tokens) is not computed here; "
+            "decoding goes on without timestamps",
+            UserWarning,
+            stacklevel=4,
+        )
+    if no_timestamps is not None and (not prompt or prompt[-1] != no_timestamps):
+        prompt.append(no_timestamps)
+    ids = tuple(token_id({"forced_decoder_ids": t}, "forced_decoder_ids", vocab) for t in prompt if t is not None)
+    return ids, PROMPT_KEYS
+
+
+def forced_prompt(forced) -> list:
+    """forced_decoder_ids [[1, id], [2, id], ...] as the list of ids (None where the file has null: a language to
+    detect); ValueError when a position is skipped (generate() refuses it too)."""
+    prompt = []
+    for position, (index, token) in enumerate(forced or [], start=1):
+        if index != position:
+            raise ValueError(f"forced_decoder_ids={forced}: positions 1, 2, ... each need one token (Whisper's)")
+        prompt.append(token)
+    return prompt
+
+
+def whisper_language_id(generation: dict, language) -> int:
+    """The id of `language` ("en" or "<|en|>") in generation_config.json's lang_to_id; ValueError otherwise."""
+    languages = generation.get("lang_to_id") or {}
+    name = str(language).lower()
+    token = name if name in languages else f"<|{name}|>"
+    if token not in languages:
+        raise ValueError(
+            f"language={language!r} is not in lang_to_id (a language code such as 'en' or a token such as "
+            "'<|en|>'; full language names are not read here)"
+        )
+    return languages[token]
+
+
 WHISPER = declared(
     WHISPER_CONFIG,
     model_class="SpeechTransformer",
@@ -99,6 +179,7 @@ WHISPER = declared(
     rules=whisper_rules(),
     skipped=(r"proj_out\.weight",),  # when tied: a copy of the decoder's table (checked equal)
     tied=(("proj_out.weight", "model.decoder.embed_tokens.weight", "tie_embeddings"),),
+    decoder_prompt=whisper_decoder_prompt,
 )
 
 # what this file adds to transformer_spec.families.FAMILIES (found by the package, no list to edit)
