@@ -75,15 +75,13 @@ class Caller:
                 "made": lambda f: f(dtype, device),
             }
             args_t, kwargs_t = self.template
-            out = first_tensor(
-                module(*[values[k](v) for k, v in args_t], **{n: values[k](v) for n, (k, v) in kwargs_t.items()})
-            )
-            return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
-        if self.keywords:
-            kwargs |= dict(zip(self.keywords, args, strict=False))
-            args = args[len(self.keywords) :]
-        for name, (role, kind, shape) in self.masks.items():
-            kwargs[name] = user_mask(probe, role, kind, shape, dtype, device)
+            args, kwargs = [values[k](v) for k, v in args_t], {n: values[k](v) for n, (k, v) in kwargs_t.items()}
+        else:
+            if self.keywords:
+                kwargs |= dict(zip(self.keywords, args, strict=False))
+                args = args[len(self.keywords) :]
+            for name, (role, kind, shape) in self.masks.items():
+                kwargs[name] = user_mask(probe, role, kind, shape, dtype, device)
         out = first_tensor(module(*args, **kwargs))
         return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
 

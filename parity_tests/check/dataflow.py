@@ -127,19 +127,21 @@ class _Recorder(TorchFunctionMode):
         return part
 
 
-def record(run, module: nn.Module) -> list:
-    """The Nodes of one call of `run()` (which calls `module`), in the order they ran."""
+def record(run, module: nn.Module, values: bool = False) -> _Recorder:
+    """One call of `run()` (which calls `module`) recorded: its Nodes in the order they ran (.nodes) and, where
+    `values`, the tensor each made (.values: node index -> tensor)."""
     names: dict = {}
     for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
         names.setdefault(id(t), name)
     rec = _Recorder(names)
+    rec.values = {} if values else None
 
     def leave(*_) -> None:
         rec.path.pop()
 
     with hooked(module.named_modules(), leave, rec.path.append), rec:
         run()
-    return rec.nodes
+    return rec
 
 
 @contextmanager

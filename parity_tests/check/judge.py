@@ -35,7 +35,9 @@ from . import mapping as MP
 from . import mistakes as MK
 from . import unsupported as US
 from . import weight_map as WM
+from .diagnose import diagnose
 from .diagnosis import MATCH, _error, _valid
+from .divergence import latest_divergence
 from .level_table import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
 from .running import at_positions, holds_float32, inference_mode_lifted, island_message, positions_held
@@ -402,8 +404,6 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     session.use(choice.layout)
     caller, cfg, kind, matched = choice.caller, choice.cfg, choice.kind, choice.matched
     if not matched and session.entry.hooked and session.is_module:
-        from .divergence import latest_divergence
-
         caller, cfg = latest_divergence(session, list(choice.runnable))
     result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
     for name in session.overwrite:  # fixed tables are matched like weights, and said so
@@ -426,8 +426,6 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     if session.islands:
         result.caveats.append(("dtype.float32_island", island_message(session.islands)))
     compare_each(session, caller, cfg, kind, dtypes, result)
-    from .diagnose import diagnose
-
     diagnose(session, caller, cfg, kind, result, choice.runnable)
     said_why(session, caller, result)
     fully_padded_source(session, caller, cfg, kind, result)

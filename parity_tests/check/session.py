@@ -217,10 +217,10 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         probe = probe_of(caller)
         tensors = as_tensors(probe, weight.dtype, weight.device)
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
-            nodes = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
+            rec = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
         except Exception:  # a convention the module does not take; the check proper reports it
             continue
-        return DF.read(nodes)
+        return DF.read(rec.nodes)
     return None
 
 

@@ -55,18 +55,9 @@ ACTIVATIONS = (
 def explain(module, run) -> str | None:
     """The answer "differs at ...: ..., which the reference has no pair for" for `module` called by `run()`, or None
     where the forward computes nothing this module names (or cannot run)."""
-    names: dict = {}
-    for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
-        names.setdefault(id(t), name)
-    rec = DF._Recorder(names)
-    rec.values = {}
-
-    def leave(*_) -> None:
-        rec.path.pop()
-
     try:
-        with DF.hooked(module.named_modules(), leave, rec.path.append), rec, torch.no_grad():
-            run()
+        with torch.no_grad():
+            rec = DF.record(run, module, values=True)
     except Exception:
         return None
     for find in (_weightless_norm, _previous_token_gate, _activation):
