@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from transformer_spec.config import TransformerConfig
-from transformer_spec.shapes import SPEECH_POSITION_TABLE, speech_parameter_shapes
+from transformer_spec.shapes import SPEECH_POSITION_TABLE, check_speech_config, speech_parameter_shapes
 
 from .layers import (
     ACTIVATIONS,
@@ -260,20 +260,6 @@ def audio_encoder_backward(dout: np.ndarray, cache: EncoderStackCache) -> dict:
 # The model.
 
 POSITION_TABLE = SPEECH_POSITION_TABLE  # Whisper's encoder.embed_positions.weight: fixed, not a parameter
-
-
-def check_speech_config(config: TransformerConfig) -> None:
-    """What the audio encoder-decoder needs of a TransformerConfig; ValueError naming the field otherwise."""
-    for name in ("n_mels", "source_positions"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"a SpeechTransformer needs config.{name} >= 1 (an int), got {value!r}")
-    needs = {"norm_first": True, "positional": "learned", "norm": "layer", "share_embeddings": False}
-    for name, value in needs.items():
-        if getattr(config, name) != value:
-            raise ValueError(f"a SpeechTransformer needs config.{name}={value!r}, got {getattr(config, name)!r}")
-    if config.d_model % 2 or config.d_model < 4:
-        raise ValueError(f"a SpeechTransformer needs an even config.d_model >= 4 (its sinusoids), got {config.d_model}")
 
 
 class SpeechTransformer(Transformer):

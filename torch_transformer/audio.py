@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_spec.config import TransformerConfig
+from transformer_spec.shapes import check_speech_config
 
 from .layers import Dropout, make_norm
 from .model import Decoder, EncoderLayer, Transformer, _Model, check_ids
@@ -29,20 +30,6 @@ def whisper_sinusoids(length: int, channels: int, dtype: torch.dtype = torch.flo
     frequencies = torch.exp(torch.arange(half, dtype=torch.float64) * (-math.log(10000.0) / (half - 1)))  # (D/2,)
     angles = torch.outer(torch.arange(length, dtype=torch.float64), frequencies)  # (length, D/2)
     return torch.cat([angles.sin(), angles.cos()], dim=1).to(dtype)
-
-
-def check_speech_config(config: TransformerConfig) -> None:
-    """What the audio encoder-decoder needs of a TransformerConfig; ValueError naming the field otherwise."""
-    for name in ("n_mels", "source_positions"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"a SpeechTransformer needs config.{name} >= 1 (an int), got {value!r}")
-    needs = {"norm_first": True, "positional": "learned", "norm": "layer", "share_embeddings": False}
-    for name, value in needs.items():
-        if getattr(config, name) != value:
-            raise ValueError(f"a SpeechTransformer needs config.{name}={value!r}, got {getattr(config, name)!r}")
-    if config.d_model % 2 or config.d_model < 4:
-        raise ValueError(f"a SpeechTransformer needs an even config.d_model >= 4 (its sinusoids), got {config.d_model}")
 
 
 def drop_key_bias(module: nn.Module) -> None:

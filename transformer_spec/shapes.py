@@ -205,3 +205,17 @@ def speech_parameter_shapes(config: TransformerConfig, buffers: bool = False) ->
             continue
         shapes[name] = shape
     return shapes
+
+
+def check_speech_config(config: TransformerConfig) -> None:
+    """What the audio encoder-decoder needs of a TransformerConfig; ValueError naming the field otherwise."""
+    for name in ("n_mels", "source_positions"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"a SpeechTransformer needs config.{name} >= 1 (an int), got {value!r}")
+    needs = {"norm_first": True, "positional": "learned", "norm": "layer", "share_embeddings": False}
+    for name, value in needs.items():
+        if getattr(config, name) != value:
+            raise ValueError(f"a SpeechTransformer needs config.{name}={value!r}, got {getattr(config, name)!r}")
+    if config.d_model % 2 or config.d_model < 4:
+        raise ValueError(f"a SpeechTransformer needs an even config.d_model >= 4 (its sinusoids), got {config.d_model}")
