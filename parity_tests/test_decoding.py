@@ -194,26 +194,10 @@ def test_numpy_cached_steps_match_forward(config, lm):
 def test_numpy_beam_search_cached_matches_recomputed(config, lm):
     model = numpy_model(config, lm)
     src = source(config, lm)
-    out = nd.generate(
-        model,
-        src,
-        num_beams=3,
-        max_new_tokens=MAX_NEW,
-        length_penalty=0.7,
-        use_cache=True,
-        return_dict_in_generate=True,
-    )
-    tokens, scores = out.sequences, out.sequences_scores
-    out = nd.generate(
-        model,
-        src,
-        num_beams=3,
-        max_new_tokens=MAX_NEW,
-        length_penalty=0.7,
-        use_cache=False,
-        return_dict_in_generate=True,
-    )
-    again, rescores = out.sequences, out.sequences_scores
+    beams = dict(num_beams=3, max_new_tokens=MAX_NEW, length_penalty=0.7, return_dict_in_generate=True)
+    cached_run, recomputed_run = (nd.generate(model, src, use_cache=use_cache, **beams) for use_cache in (True, False))
+    tokens, scores = cached_run.sequences, cached_run.sequences_scores
+    again, rescores = recomputed_run.sequences, recomputed_run.sequences_scores
     np.testing.assert_array_equal(tokens, again)
     assert np.abs(np.array(scores) - rescores).max() <= TOL
     assert_well_formed(tokens, prefix_of(config, lm, src), config, MAX_NEW, greedy=False)
@@ -235,26 +219,10 @@ def test_torch_cached_steps_match_forward(config, lm, device):
     T_p = prompt_length(model, src)
     reference = forward_logits(model, src, tokens)[:, T_p - 1 :]
     assert (logits - reference).abs().max().item() <= TOL
-    out = td.generate(
-        model,
-        src,
-        num_beams=3,
-        max_new_tokens=MAX_NEW,
-        length_penalty=0.7,
-        use_cache=True,
-        return_dict_in_generate=True,
-    )
-    beam, scores = out.sequences, out.sequences_scores
-    out = td.generate(
-        model,
-        src,
-        num_beams=3,
-        max_new_tokens=MAX_NEW,
-        length_penalty=0.7,
-        use_cache=False,
-        return_dict_in_generate=True,
-    )
-    beam_again, rescores = out.sequences, out.sequences_scores
+    beams = dict(num_beams=3, max_new_tokens=MAX_NEW, length_penalty=0.7, return_dict_in_generate=True)
+    cached_run, recomputed_run = (td.generate(model, src, use_cache=use_cache, **beams) for use_cache in (True, False))
+    beam, scores = cached_run.sequences, cached_run.sequences_scores
+    beam_again, rescores = recomputed_run.sequences, recomputed_run.sequences_scores
     assert torch.equal(beam, beam_again)
     assert np.abs(np.array(scores) - rescores).max() <= TOL
 
