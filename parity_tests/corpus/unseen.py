@@ -182,6 +182,28 @@ def dropout_in_eval_lm() -> TableLM:
     return table_lm(attention=DropoutAlways)
 
 
+class FreshTablesLM(TableLM):
+    """Its rotary tables made in the forward from float32 constants alone (no float64 buffer cast down), widened to
+    the model's dtype: every attention off by a rounding's size in a float64 run."""
+
+    def forward(self, ids):
+        T, R = ids.shape[1], self.inv_freq.shape[0] * 2
+        inv_freq = 1.0 / 10000.0 ** (torch.arange(0, R, 2, dtype=torch.float32) / R)
+        angles = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos().to(self.embed.weight.dtype), angles.sin().to(self.embed.weight.dtype)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask)
+        return self.head(self.ln_f(x))
+
+
+def fresh_tables_lm() -> FreshTablesLM:
+    torch.manual_seed(0)
+    return FreshTablesLM()
+
+
 def softmax_over_queries_last_lm() -> TableLM:
     """The mistake in the second block only: the first computes right."""
     torch.manual_seed(0)
@@ -643,6 +665,8 @@ CASES = [
         {},
         ("mistake", "gated_feed_forward.activation_on_up", "blocks.1.mlp"),
     ),
+    ("float32_positions", lambda: float32_positions("causal"), "transformer", {"pad_id": None}, "pass"),
+    ("table_lm.fresh_float32_tables", fresh_tables_lm, "transformer_lm", {}, "pass"),
     (
         "float32_positions.not_causal",
         lambda: float32_positions("none"),
