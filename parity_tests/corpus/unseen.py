@@ -95,6 +95,18 @@ class TableAttention(nn.Module):
         return self.o_proj((probs @ v).transpose(1, 2).reshape(B, T, D))
 
 
+class Float32Scale(TableAttention):
+    """Its scores scaled by 1 / sqrt(head size) made in float32 in the forward, then widened to the scores' dtype."""
+
+    def forward(self, x, cos, sin, mask=None):
+        B, T, _ = x.shape
+        q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+        q, k = self.turn(q, cos, sin), self.turn(k, cos, sin)
+        scale = torch.rsqrt(torch.full((), HD, dtype=torch.float32)).to(q.dtype)
+        scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
+        return self.o_proj((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
 class SoftmaxOverQueries(TableAttention):
     def weights(self, scores):
         return scores.softmax(dim=-2)
@@ -667,6 +679,7 @@ CASES = [
     ),
     ("float32_positions", lambda: float32_positions("causal"), "transformer", {"pad_id": None}, "pass"),
     ("table_lm.fresh_float32_tables", fresh_tables_lm, "transformer_lm", {}, "pass"),
+    ("table_lm.float32_scale", lambda: table_lm(attention=Float32Scale), "transformer_lm", {}, "pass"),
     (
         "float32_positions.not_causal",
         lambda: float32_positions("none"),
