@@ -38,6 +38,9 @@ CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg
 MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
 HELD_TAIL = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
 HELD = "{} " + HELD_TAIL
+MADE = (
+    "a table made in float32 in the forward, then widened (torch.arange(n, dtype=torch.float32), .float() of integers)"
+)
 SKIPPED = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)  # a copy into a float32 tensor: its own
 
 
@@ -45,9 +48,12 @@ class Float32Islands(TorchDispatchMode):
     """While the user's float64 copy runs, each op computing in float32 is recorded in `seen` as (the innermost
     user submodule running it, op): a cast of a float64 tensor to float32 (x.float(), .to(torch.float32), .type_as;
     complex128 to complex64 likewise), made a float64 copy instead, and an op mixing a float64 operand with a
-    float32 one (a constant or table made in float32), its float32 operands widened. With `exact`, torch's default
-    dtype is float64 meanwhile, so constants made in forward are float64: the island computes in float64 and a
-    mistake inside it is matched as exactly as anywhere else."""
+    float32 one (a constant or table made in float32), its float32 operands widened, and a float32 tensor of
+    rounded values widened into the float64 run (a sinusoid table made in float32 in the forward, then
+    `.to(x.dtype)` or written into a float64 one: MADE). With `exact`, torch's default dtype is float64 meanwhile and
+    an op asked for float32 (torch.arange(n, dtype=torch.float32), `.float()` of integers) makes float64, so
+    constants and tables made in forward are float64: the island computes in float64 and a mistake inside it is
+    matched as exactly as anywhere else."""
 
     def __init__(self, module: nn.Module, exact: bool = True):
         super().__init__()
@@ -81,6 +87,8 @@ class Float32Islands(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _widened(func, args, kwargs):
+            self._record(MADE)
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
             if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
                 self._record(None)  # a cast, made a copy in the wider dtype
@@ -90,7 +98,28 @@ class Float32Islands(TorchDispatchMode):
             if any(t.dtype in DOWNCAST for t in leaves) and any(t.dtype in WIDEN for t in leaves):
                 self._record(f"torch.{func.overloadpacket.__name__}")
                 args, kwargs = tree_map(_widen, (args, kwargs))
+        if self.exact and kwargs.get("dtype") in WIDEN and not _narrow(args):
+            kwargs = dict(kwargs, dtype=WIDEN[kwargs["dtype"]])  # made in float32 in forward: made in float64
         return func(*args, **kwargs)
+
+
+def _narrow(args) -> bool:
+    """Whether an op's first argument is a float32 (or complex64) tensor."""
+    return bool(args) and isinstance(args[0], torch.Tensor) and args[0].dtype in WIDEN
+
+
+def _widened(func, args, kwargs) -> bool:
+    """Whether the op widens a float32 tensor into a float64 one (`.to(x.dtype)`, or written into a float64
+    tensor) whose values float32 has rounded: a mask's or positions' whole numbers and infinities widen exactly."""
+    if func is torch.ops.aten._to_copy.default and _narrow(args) and kwargs.get("dtype") == WIDEN[args[0].dtype]:
+        narrow = args[0]
+    elif func is torch.ops.aten.copy_.default and _narrow(args[1:]) and args[0].dtype == WIDEN[args[1].dtype]:
+        narrow = args[1]
+    else:
+        return False
+    values = torch.view_as_real(narrow) if narrow.is_complex() else narrow
+    finite = values[torch.isfinite(values)]
+    return bool((finite != finite.round()).any())
 
 
 def _widen(value):
@@ -114,7 +143,16 @@ def find_islands(module: nn.Module, run) -> list | None:
         if not runs[0]:
             return []
     held = {seen for seen in runs[1] if seen[1] is not None}
-    return [(path, CAST if op is None else (HELD if (path, op) in held else MIXED).format(op)) for path, op in runs[0]]
+    return [(path, _what(op, (path, op) in held)) for path, op in runs[0]]
+
+
+def _what(op: str | None, held: bool) -> str:
+    """What an island (Float32Islands' record `op`) computes, in the caveat's words."""
+    if op is None:
+        return CAST
+    if op == MADE:
+        return HELD.format("a float32 tensor widened") if held else MADE
+    return (HELD if held else MIXED).format(op)
 
 
 def holds_float32(islands: list | None) -> bool:

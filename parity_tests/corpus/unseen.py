@@ -95,6 +95,18 @@ class TableAttention(nn.Module):
         return self.o_proj((probs @ v).transpose(1, 2).reshape(B, T, D))
 
 
+class Float32Scale(TableAttention):
+    """Its scores scaled by 1 / sqrt(head size) made in float32 in the forward, then widened to the scores' dtype."""
+
+    def forward(self, x, cos, sin, mask=None):
+        B, T, _ = x.shape
+        q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+        q, k = self.turn(q, cos, sin), self.turn(k, cos, sin)
+        scale = torch.rsqrt(torch.full((), HD, dtype=torch.float32)).to(q.dtype)
+        scores = (q @ k.transpose(-2, -1) * scale).masked_fill(~mask, float("-inf"))
+        return self.o_proj((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, D))
+
+
 class SoftmaxOverQueries(TableAttention):
     def weights(self, scores):
         return scores.softmax(dim=-2)
@@ -180,6 +192,28 @@ def softmax_over_queries_lm() -> TableLM:
 
 def dropout_in_eval_lm() -> TableLM:
     return table_lm(attention=DropoutAlways)
+
+
+class FreshTablesLM(TableLM):
+    """Its rotary tables made in the forward from float32 constants alone (no float64 buffer cast down), widened to
+    the model's dtype: every attention off by a rounding's size in a float64 run."""
+
+    def forward(self, ids):
+        T, R = ids.shape[1], self.inv_freq.shape[0] * 2
+        inv_freq = 1.0 / 10000.0 ** (torch.arange(0, R, 2, dtype=torch.float32) / R)
+        angles = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        cos, sin = angles.cos().to(self.embed.weight.dtype), angles.sin().to(self.embed.weight.dtype)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x, cos, sin, mask)
+        return self.head(self.ln_f(x))
+
+
+def fresh_tables_lm() -> FreshTablesLM:
+    torch.manual_seed(0)
+    return FreshTablesLM()
 
 
 def softmax_over_queries_last_lm() -> TableLM:
@@ -643,6 +677,9 @@ CASES = [
         {},
         ("mistake", "gated_feed_forward.activation_on_up", "blocks.1.mlp"),
     ),
+    ("float32_positions", lambda: float32_positions("causal"), "transformer", {"pad_id": None}, "pass"),
+    ("table_lm.fresh_float32_tables", fresh_tables_lm, "transformer_lm", {}, "pass"),
+    ("table_lm.float32_scale", lambda: table_lm(attention=Float32Scale), "transformer_lm", {}, "pass"),
     (
         "float32_positions.not_causal",
         lambda: float32_positions("none"),
