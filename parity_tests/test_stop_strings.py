@@ -14,6 +14,8 @@ Nothing is downloaded: the tokenizers are made with the `tokenizers` package and
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -167,16 +169,64 @@ def test_torch_sampling_stops_as_transformers(gpt2):
     np.testing.assert_array_equal(got.numpy(), expected)
 
 
+# Beam search: (stop strings, length_penalty, num_beams, eos_token_id). Without generate()'s -1e9 on the candidates
+# that ended yet go on (fewer than K of the (1 + n_eos) K did not end), the second and fourth decode otherwise.
+BEAM_CASES = [
+    (["pt", "xc", "p "], -1.0, 3, None),
+    (["o"], 2.0, 3, None),
+    (["o", "x"], 1.0, 2, [33, 25]),
+    (["y", "t", " ", "p"], 1.0, 4, None),
+    (list("abcdefstop"), 1.0, 3, None),  # every candidate of every row ends at the first step: the search stops
+]
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_beam_search_stops_at_stop_strings_as_transformers(side, gpt2):
+    """generate(num_beams=K, stop_strings=...): a candidate whose text then ends with a stop string is a finished
+    hypothesis, as one ending with eos (normalised by its length ** length_penalty), and goes on no further; ours
+    equals transformers' generate() token for token on BEAM_CASES, and the stops changed what plain beam search
+    writes."""
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    mine = H.load_ours(side, folder, np.float64)
+    lib, ids = (nt, PROMPTS) if side == "numpy" else (tt, torch.from_numpy(PROMPTS))
+    for stops, length_penalty, num_beams, eos in BEAM_CASES:
+        settings = dict(do_sample=False, num_beams=num_beams, length_penalty=length_penalty)
+        settings |= {} if eos is None else {"eos_token_id": eos}  # None passed to generate() would drop its eos
+        plain = theirs_generate(model, theirs_tokenizer, **settings)
+        expected = theirs_generate(model, theirs_tokenizer, stop_strings=stops, **settings)
+        assert plain.shape != expected.shape or (plain != expected).any(), stops
+        got = lib.generate(mine, ids, max_new_tokens=8, stop_strings=stops, tokenizer=ours_tokenizer, **settings)
+        np.testing.assert_array_equal(np.asarray(got), expected, err_msg=str(stops))
+
+
+def test_torch_beam_sampling_stops_as_transformers(gpt2, monkeypatch):
+    """do_sample with 3 beams under one torch seed (float32 on both sides, as generate()'s beam search scores in
+    float32): the torch side draws and stops as transformers' generate() (5.20 to 5.23 ranked as 5.24 ranks)."""
+    from parity_tests.test_generate_arguments import SORTS_SAMPLED_BEAMS, ranked_by_score
+
+    if not SORTS_SAMPLED_BEAMS:
+        mixin = transformers.generation.utils.GenerationMixin
+        monkeypatch.setattr(mixin, "_get_top_k_continuations", ranked_by_score(mixin._get_top_k_continuations))
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    theirs_model = copy.deepcopy(model).float()
+    mine = H.load_ours("torch", folder, np.float32)
+    settings = dict(do_sample=True, num_beams=3, temperature=0.8, top_k=12, stop_strings=["o", "x"])
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        expected = theirs_generate(theirs_model, theirs_tokenizer, **settings)
+        torch.manual_seed(seed)
+        got = tt.generate(mine, torch.from_numpy(PROMPTS), max_new_tokens=8, tokenizer=ours_tokenizer, **settings)
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
 @pytest.mark.parametrize("side", SIDES)
 def test_stop_strings_refused_where_not_applied(side, gpt2):
-    """Without a tokenizer, with beams, empty, or not strings: an error naming stop_strings."""
+    """Without a tokenizer, empty, or not strings: an error naming stop_strings."""
     _, folder, ours_tokenizer, _ = gpt2
     mine = H.load_ours(side, folder, np.float64)
     lib, ids = (nt, PROMPTS) if side == "numpy" else (tt, torch.from_numpy(PROMPTS))
     with pytest.raises(ValueError, match="stop_strings needs tokenizer="):
         lib.generate(mine, ids, stop_strings=["a"])
-    with pytest.raises(ValueError, match="stop_strings is not applied with num_beams > 1"):
-        lib.generate(mine, ids, num_beams=2, stop_strings=["a"], tokenizer=ours_tokenizer)
     with pytest.raises(ValueError, match="stop_strings must hold non-empty strings"):
         lib.generate(mine, ids, stop_strings=[""], tokenizer=ours_tokenizer)
     with pytest.raises(TypeError, match="stop_strings must be a str or a non-empty list of str"):

@@ -30,6 +30,9 @@ from .stop_strings import StopStrings
 
 # A finished hypothesis: its normalised score and its generated tokens (the end token included).
 Hypothesis = tuple[float, list]
+# Beam search: what a candidate that ended (an end token, a stop string) adds to its score when it is still among
+# the K that go on (fewer than K of the candidates did not end: only stop strings can do that), as generate() adds it.
+HIT_PENALTY = -1.0e9
 
 
 # ----------------------------------------------------------------------------------------------
@@ -441,7 +444,8 @@ class GenerationConfig:
       and starts an encoder-decoder's decoder from;
     - suppress_tokens, begin_suppress_tokens: lists of ids banned at every step, and at the first generated step;
     - stop_strings: a string or a list of them; a row stops once its text ends with one (as transformers'
-      StopStringCriteria; generate() needs tokenizer= for it; not with num_beams > 1).
+      StopStringCriteria; generate() needs tokenizer= for it; with beams a candidate ending with one is a finished
+      hypothesis, as one ending with eos).
     """
 
     max_new_tokens: int | None = None
@@ -530,7 +534,7 @@ def generate_plan(
     arguments over both (a None argument: not given); the tokens to generate after a decoder input of T_p positions
     (new_tokens); "greedy", "sample", "beam" or "beam_sample" (generate_strategy); the stop strings, read against
     `tokenizer`. TypeError for a generation_config that is not a GenerationConfig or an argument generate() does not
-    take; ValueError for stop_strings without a tokenizer or with beams."""
+    take; ValueError for stop_strings without a tokenizer."""
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
         raise TypeError(f"generation_config must be a GenerationConfig or None, got {type(generation_config).__name__}")
     settings = generation_config.settings() if generation_config is not None else {}
@@ -546,8 +550,6 @@ def generate_plan(
     if stop_strings is not None:
         if tokenizer is None:
             raise ValueError("generate: stop_strings needs tokenizer= (the model's tokenizer), as in transformers")
-        if strategy in ("beam", "beam_sample"):
-            raise ValueError("generate: stop_strings is not applied with num_beams > 1 here; pass num_beams=1")
         stop = StopStrings(stop_string_tuple(stop_strings), tokenizer)
     # an encoder-decoder's decoder_prompt (Whisper's forced tokens) follows its start token: both are decoder input
     return Plan(rules, new_tokens(max_new_tokens, rules, T_p + len(rules.decoder_prompt)), strategy, stop)
