@@ -15,6 +15,8 @@ Nothing is downloaded: the tokenizers are made with the `tokenizers` package and
 from __future__ import annotations
 
 import copy
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -26,7 +28,9 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 import numpy_transformer as nt
 import torch_transformer as tt
+from numpy_transformer import hf as numpy_hf
 from parity_tests import hf_compare as H
+from torch_transformer import hf as torch_hf
 from transformer_spec.generation import GenerationConfig
 from transformer_spec.stop_strings import StopStrings
 from transformer_spec.text import Tokenizer
@@ -217,6 +221,42 @@ def test_torch_beam_sampling_stops_as_transformers(gpt2, monkeypatch):
         torch.manual_seed(seed)
         got = tt.generate(mine, torch.from_numpy(PROMPTS), max_new_tokens=8, tokenizer=ours_tokenizer, **settings)
         np.testing.assert_array_equal(got.numpy(), expected)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_checkpoints_own_stop_strings(side, gpt2, tmp_path):
+    """generation_config.json's "stop_strings" (3 beams; "o" ends hypotheses): with tokenizer= ours decodes as
+    transformers' generate() on the same folder (AutoModelForCausalLM reads the file); a caller's stop_strings
+    replace them; without a tokenizer a UserWarning names them (transformers refuses) and decoding ignores them;
+    hf.save writes them back, and the saved folder decodes the same."""
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    stops = ["o", "x"]
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(folder / name, tmp_path / name)
+    generation = json.loads((folder / "generation_config.json").read_text()) | {"num_beams": 3, "stop_strings": stops}
+    (tmp_path / "generation_config.json").write_text(json.dumps(generation))
+    theirs_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64)
+    assert theirs_model.generation_config.stop_strings == stops
+    expected = theirs_generate(theirs_model, theirs_tokenizer, do_sample=False)
+    plain = theirs_generate(model, theirs_tokenizer, do_sample=False, num_beams=3)
+    assert plain.shape != expected.shape or (plain != expected).any()
+    mine = H.load_ours(side, tmp_path, np.float64)
+    assert mine.generation_rules.stop_strings == tuple(stops)
+    lib, ids = (nt, PROMPTS) if side == "numpy" else (tt, torch.from_numpy(PROMPTS))
+    got = lib.generate(mine, ids, max_new_tokens=8, do_sample=False, tokenizer=ours_tokenizer)
+    np.testing.assert_array_equal(np.asarray(got), expected)
+    other = theirs_generate(theirs_model, theirs_tokenizer, do_sample=False, stop_strings=["pt"])
+    got = lib.generate(mine, ids, max_new_tokens=8, do_sample=False, stop_strings=["pt"], tokenizer=ours_tokenizer)
+    np.testing.assert_array_equal(np.asarray(got), other)
+    with pytest.warns(UserWarning, match=r"stop_strings=\['o', 'x'\], not applied without tokenizer="):
+        got = lib.generate(mine, ids, max_new_tokens=8, do_sample=False)
+    np.testing.assert_array_equal(np.asarray(got), plain)
+    (numpy_hf if side == "numpy" else torch_hf).save(mine, tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "generation_config.json").read_text())["stop_strings"] == stops
+    again = H.load_ours(side, tmp_path / "saved", np.float64)
+    assert again.generation_rules.stop_strings == tuple(stops)
+    got = lib.generate(again, ids, max_new_tokens=8, do_sample=False, tokenizer=ours_tokenizer)
+    np.testing.assert_array_equal(np.asarray(got), expected)
 
 
 @pytest.mark.parametrize("side", SIDES)

@@ -210,7 +210,7 @@ APPLIED = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
     "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None,
     "num_beams": 1, "length_penalty": 1.0, "early_stopping": False, "max_length": None, "max_new_tokens": None,
-    "suppress_tokens": (), "begin_suppress_tokens": (),
+    "suppress_tokens": (), "begin_suppress_tokens": (), "stop_strings": (),
 }  # fmt: skip
 SUPPRESS = ("suppress_tokens", "begin_suppress_tokens")  # lists of ids: read as tuples
 IDS = (
@@ -233,7 +233,7 @@ NOT_APPLIED = {
     "remove_invalid_values": False, "renormalize_logits": False, "exponential_decay_length_penalty": None,
     "sequence_bias": None, "guidance_scale": 1.0,
     "constraints": None, "force_words_ids": None, "penalty_alpha": None, "dola_layers": None,
-    "watermarking_config": None, "stop_strings": None, "max_time": None, "token_healing": False,
+    "watermarking_config": None, "max_time": None, "token_healing": False,
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "use_mtp": False,
 }  # fmt: skip
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")
@@ -272,6 +272,8 @@ def generation_settings(generation: dict, where) -> dict:
     for name in SUPPRESS:
         if name in settings:
             settings[name] = suppressed_ids(name, settings[name], None)
+    if "stop_strings" in settings:  # a str or a list of them; an empty list: none
+        settings["stop_strings"] = stop_string_tuple(settings["stop_strings"]) if settings["stop_strings"] else ()
     ignored = [
         f"{name}={short(value)}"
         for name, value in generation.items()
@@ -547,6 +549,17 @@ def generate_plan(
         rules = with_language(rules, spoken, config)
     strategy = generate_strategy(rules)
     stop = None
+    if stop_strings is None and rules.stop_strings:  # the checkpoint's own, applied as generate() applies them
+        if tokenizer is None:
+            warnings.warn(
+                f"generate: the checkpoint's generation_config.json has stop_strings="
+                f"{short(list(rules.stop_strings))}, not applied without tokenizer= (transformers' generate() "
+                "refuses to run without one): pass the model's tokenizer",
+                UserWarning,
+                stacklevel=3,
+            )
+        else:
+            stop_strings = rules.stop_strings
     if stop_strings is not None:
         if tokenizer is None:
             raise ValueError("generate: stop_strings needs tokenizer= (the model's tokenizer), as in transformers")
