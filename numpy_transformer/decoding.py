@@ -299,7 +299,7 @@ def generate(
     fresh, unseeded one). use_cache False recomputes the whole prefix with model.forward at every step (slow; for
     checking). streamer: None, or a callable given each step's tokens (B,) as they are chosen (int64; a finished
     row's fill); with num_beams > 1 a ValueError, as in transformers. tokenizer: the model's (text.Tokenizer or a
-    transformers one), which stop_strings needs.
+    transformers one), which stop_strings needs (the caller's, or the checkpoint's own: warned about without one).
     Returns int64 ids (B, T_p + steps): the start token (Transformer) or the prompt (LM), then the generated tokens;
     after a row's end token (or stop string), generate()'s fill (pad_id, else the first end token). Stops early
     once every row has ended. return_dict_in_generate: a GenerateOutput instead (with each step's logits, or the
