@@ -6,8 +6,10 @@ one of the strings (transformers' StopStringCriteria), on both sides.
   Metaspace one): overhangs off either end, a character split over two byte tokens, "\\n\\n" over two "\\n";
 - generate(stop_strings=...) on a tiny random GPT-2 with the byte-level tokenizer equals transformers' generate()
   token for token (greedy on both sides; sampling on the torch side under one torch seed), rows stopping at
-  different steps; `--stop` on the generate command line;
-- stop_strings without a tokenizer, with beams, or empty: refused naming the argument.
+  different steps; beam search on both sides (a candidate ending with a stop string is a finished hypothesis, as
+  _beam_search decides) and beam sampling on the torch side under one seed; `--stop` on the generate command line;
+- a checkpoint's own stop_strings (generation_config.json): applied with tokenizer=, warned about without, saved;
+- stop_strings without a tokenizer, or empty: refused naming the argument.
 
 Nothing is downloaded: the tokenizers are made with the `tokenizers` package and the model with save_pretrained.
 """
