@@ -54,6 +54,7 @@ import numpy as np
 
 from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
+    HIT_PENALTY,
     GenerateOutput,
     GenerationConfig,
     Step,
@@ -298,7 +299,7 @@ def generate(
     fresh, unseeded one). use_cache False recomputes the whole prefix with model.forward at every step (slow; for
     checking). streamer: None, or a callable given each step's tokens (B,) as they are chosen (int64; a finished
     row's fill); with num_beams > 1 a ValueError, as in transformers. tokenizer: the model's (text.Tokenizer or a
-    transformers one), which stop_strings needs.
+    transformers one), which stop_strings needs (the caller's, or the checkpoint's own: warned about without one).
     Returns int64 ids (B, T_p + steps): the start token (Transformer) or the prompt (LM), then the generated tokens;
     after a row's end token (or stop string), generate()'s fill (pad_id, else the first end token). Stops early
     once every row has ended. return_dict_in_generate: a GenerateOutput instead (with each step's logits, or the
@@ -410,9 +411,13 @@ def _token_by_token(model, src_ids, max_len: int, rules: GenerationRules, option
 # ranked per element by (-score, beam, token): a stable sort of the flat index beam * V + token, so equal scores go
 # to the lower beam, then the lower token id. Of the (1 + n_eos) K best, 2K at least (at most n_eos K are eos,
 # n_eos per beam, so K at least are not):
-#   - an eos among the first K ranks finishes its hypothesis, with the normalised score
-#     sum of log-probs / (generated tokens, eos included) ** length_penalty;
-#   - the first K that are not eos (in rank order) become the new live hypotheses;
+#   - a candidate ends (transformers' stopping criteria) when its token is an eos or, with stop_strings, when its
+#     row's text then ends with a stop string (StopStrings on the candidate's own row); one among the first K ranks
+#     finishes its hypothesis, with the normalised score
+#     sum of log-probs / (generated tokens, the last one included) ** length_penalty;
+#   - the first K that do not end (in rank order) become the new live hypotheses; stop strings can leave fewer
+#     than K: the best of those that ended then go on as well, their score lowered by HIT_PENALTY (-1e9), as
+#     generate() does; when every candidate of every element ends, the search stops;
 #   - at the last step (max_len generated tokens) every candidate among the first K ranks finishes,
 #     eos or not.
 # When an element stops taking finished hypotheses (`early_stopping`):
@@ -510,16 +515,24 @@ def _beams(model, src_ids, max_len: int, rules: GenerationRules, options: Option
                 log_probs = warped_scores(lp, log_probs, rules, beam_sample_keep(eos)).reshape(B, K, -1)  # (B, K, V)
                 score, beam, token = sampled_candidates(cumulative, log_probs, n_best, rng)  # (B, n_best) each
             rows = np.arange(B)[:, None] * K + beam  # (B, n_best): the row each candidate continues
-            ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
+            hits = is_eos(token, eos)  # (B, n_best): the candidates that end a hypothesis (an end token ...)
+            if options.stop is not None:  # ... or a stop string, read on the candidate's own row
+                window = tokens[rows.reshape(-1), max(0, t + 1 - options.stop.window) : t]  # (B * n_best, <= w - 1)
+                row_texts = np.concatenate([window, token.reshape(-1, 1)], axis=1).tolist()
+                hits |= np.array(options.stop.hits(row_texts)).reshape(hits.shape)
+            ends = hits[:, :K].copy()  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends[:] = True  # the last step: every one of the first K ranks ends, eos or not
             candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
             collect_finished(finished, stopped, *candidates, tokens[:, T_p:t].tolist(), step + 1, length_penalty)
-            if step == max_len - 1:
+            if step == max_len - 1 or hits.all():  # hits.all(): no candidate of any element goes on
                 break
-            # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = np.argsort(is_eos(token, eos), axis=1, kind="stable")[:, :K]  # (B, K) ranks
-            cumulative = np.take_along_axis(score, live, axis=1)  # (B, K), best first
+            # The first K candidates that do not end, in rank order (a stable sort puts False first); with stop strings
+            # fewer may be left: ended ones then go on too, penalised by HIT_PENALTY as generate() does.
+            live = np.argsort(hits, axis=1, kind="stable")[:, :K]  # (B, K) ranks
+            cumulative = np.take_along_axis(
+                np.where(hits, score + HIT_PENALTY, score), live, axis=1
+            )  # (B, K), best first
             parents = np.take_along_axis(rows, live, axis=1).reshape(B * K)  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
             tokens[:, t] = np.take_along_axis(token, live, axis=1).reshape(B * K)  # ... and its new token

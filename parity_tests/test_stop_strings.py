@@ -6,13 +6,19 @@ one of the strings (transformers' StopStringCriteria), on both sides.
   Metaspace one): overhangs off either end, a character split over two byte tokens, "\\n\\n" over two "\\n";
 - generate(stop_strings=...) on a tiny random GPT-2 with the byte-level tokenizer equals transformers' generate()
   token for token (greedy on both sides; sampling on the torch side under one torch seed), rows stopping at
-  different steps; `--stop` on the generate command line;
-- stop_strings without a tokenizer, with beams, or empty: refused naming the argument.
+  different steps; beam search on both sides (a candidate ending with a stop string is a finished hypothesis, as
+  _beam_search decides) and beam sampling on the torch side under one seed; `--stop` on the generate command line;
+- a checkpoint's own stop_strings (generation_config.json): applied with tokenizer=, warned about without, saved;
+- stop_strings without a tokenizer, or empty: refused naming the argument.
 
 Nothing is downloaded: the tokenizers are made with the `tokenizers` package and the model with save_pretrained.
 """
 
 from __future__ import annotations
+
+import copy
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -24,7 +30,9 @@ from transformers.generation.stopping_criteria import StopStringCriteria
 
 import numpy_transformer as nt
 import torch_transformer as tt
+from numpy_transformer import hf as numpy_hf
 from parity_tests import hf_compare as H
+from torch_transformer import hf as torch_hf
 from transformer_spec.generation import GenerationConfig
 from transformer_spec.stop_strings import StopStrings
 from transformer_spec.text import Tokenizer
@@ -167,16 +175,100 @@ def test_torch_sampling_stops_as_transformers(gpt2):
     np.testing.assert_array_equal(got.numpy(), expected)
 
 
+# Beam search: (stop strings, length_penalty, num_beams, eos_token_id). Without generate()'s -1e9 on the candidates
+# that ended yet go on (fewer than K of the (1 + n_eos) K did not end), the second and fourth decode otherwise.
+BEAM_CASES = [
+    (["pt", "xc", "p "], -1.0, 3, None),
+    (["o"], 2.0, 3, None),
+    (["o", "x"], 1.0, 2, [33, 25]),
+    (["y", "t", " ", "p"], 1.0, 4, None),
+    (list("abcdefstop"), 1.0, 3, None),  # every candidate of every row ends at the first step: the search stops
+]
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_beam_search_stops_at_stop_strings_as_transformers(side, gpt2):
+    """generate(num_beams=K, stop_strings=...): a candidate whose text then ends with a stop string is a finished
+    hypothesis, as one ending with eos (normalised by its length ** length_penalty), and goes on no further; ours
+    equals transformers' generate() token for token on BEAM_CASES, and the stops changed what plain beam search
+    writes."""
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    mine = H.load_ours(side, folder, np.float64)
+    lib, ids = (nt, PROMPTS) if side == "numpy" else (tt, torch.from_numpy(PROMPTS))
+    for stops, length_penalty, num_beams, eos in BEAM_CASES:
+        settings = dict(do_sample=False, num_beams=num_beams, length_penalty=length_penalty)
+        settings |= {} if eos is None else {"eos_token_id": eos}  # None passed to generate() would drop its eos
+        plain = theirs_generate(model, theirs_tokenizer, **settings)
+        expected = theirs_generate(model, theirs_tokenizer, stop_strings=stops, **settings)
+        assert plain.shape != expected.shape or (plain != expected).any(), stops
+        got = lib.generate(mine, ids, max_new_tokens=8, stop_strings=stops, tokenizer=ours_tokenizer, **settings)
+        np.testing.assert_array_equal(np.asarray(got), expected, err_msg=str(stops))
+
+
+def test_torch_beam_sampling_stops_as_transformers(gpt2, monkeypatch):
+    """do_sample with 3 beams under one torch seed (float32 on both sides, as generate()'s beam search scores in
+    float32): the torch side draws and stops as transformers' generate() (5.20 to 5.23 ranked as 5.24 ranks)."""
+    from parity_tests.test_generate_arguments import SORTS_SAMPLED_BEAMS, ranked_by_score
+
+    if not SORTS_SAMPLED_BEAMS:
+        mixin = transformers.generation.utils.GenerationMixin
+        monkeypatch.setattr(mixin, "_get_top_k_continuations", ranked_by_score(mixin._get_top_k_continuations))
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    theirs_model = copy.deepcopy(model).float()
+    mine = H.load_ours("torch", folder, np.float32)
+    settings = dict(do_sample=True, num_beams=3, temperature=0.8, top_k=12, stop_strings=["o", "x"])
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        expected = theirs_generate(theirs_model, theirs_tokenizer, **settings)
+        torch.manual_seed(seed)
+        got = tt.generate(mine, torch.from_numpy(PROMPTS), max_new_tokens=8, tokenizer=ours_tokenizer, **settings)
+        np.testing.assert_array_equal(got.numpy(), expected)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_checkpoints_own_stop_strings(side, gpt2, tmp_path):
+    """generation_config.json's "stop_strings" (3 beams; "o" ends hypotheses): with tokenizer= ours decodes as
+    transformers' generate() on the same folder (AutoModelForCausalLM reads the file); a caller's stop_strings
+    replace them; without a tokenizer a UserWarning names them (transformers refuses) and decoding ignores them;
+    hf.save writes them back, and the saved folder decodes the same."""
+    model, folder, ours_tokenizer, theirs_tokenizer = gpt2
+    stops = ["o", "x"]
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(folder / name, tmp_path / name)
+    generation = json.loads((folder / "generation_config.json").read_text()) | {"num_beams": 3, "stop_strings": stops}
+    (tmp_path / "generation_config.json").write_text(json.dumps(generation))
+    theirs_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float64)
+    assert theirs_model.generation_config.stop_strings == stops
+    expected = theirs_generate(theirs_model, theirs_tokenizer, do_sample=False)
+    plain = theirs_generate(model, theirs_tokenizer, do_sample=False, num_beams=3)
+    assert plain.shape != expected.shape or (plain != expected).any()
+    mine = H.load_ours(side, tmp_path, np.float64)
+    assert mine.generation_rules.stop_strings == tuple(stops)
+    lib, ids = (nt, PROMPTS) if side == "numpy" else (tt, torch.from_numpy(PROMPTS))
+    got = lib.generate(mine, ids, max_new_tokens=8, do_sample=False, tokenizer=ours_tokenizer)
+    np.testing.assert_array_equal(np.asarray(got), expected)
+    other = theirs_generate(theirs_model, theirs_tokenizer, do_sample=False, stop_strings=["pt"])
+    got = lib.generate(mine, ids, max_new_tokens=8, do_sample=False, stop_strings=["pt"], tokenizer=ours_tokenizer)
+    np.testing.assert_array_equal(np.asarray(got), other)
+    with pytest.warns(UserWarning, match=r"stop_strings=\['o', 'x'\], not applied without tokenizer="):
+        got = lib.generate(mine, ids, max_new_tokens=8, do_sample=False)
+    np.testing.assert_array_equal(np.asarray(got), plain)
+    (numpy_hf if side == "numpy" else torch_hf).save(mine, tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "generation_config.json").read_text())["stop_strings"] == stops
+    again = H.load_ours(side, tmp_path / "saved", np.float64)
+    assert again.generation_rules.stop_strings == tuple(stops)
+    got = lib.generate(again, ids, max_new_tokens=8, do_sample=False, tokenizer=ours_tokenizer)
+    np.testing.assert_array_equal(np.asarray(got), expected)
+
+
 @pytest.mark.parametrize("side", SIDES)
 def test_stop_strings_refused_where_not_applied(side, gpt2):
-    """Without a tokenizer, with beams, empty, or not strings: an error naming stop_strings."""
+    """Without a tokenizer, empty, or not strings: an error naming stop_strings."""
     _, folder, ours_tokenizer, _ = gpt2
     mine = H.load_ours(side, folder, np.float64)
     lib, ids = (nt, PROMPTS) if side == "numpy" else (tt, torch.from_numpy(PROMPTS))
     with pytest.raises(ValueError, match="stop_strings needs tokenizer="):
         lib.generate(mine, ids, stop_strings=["a"])
-    with pytest.raises(ValueError, match="stop_strings is not applied with num_beams > 1"):
-        lib.generate(mine, ids, num_beams=2, stop_strings=["a"], tokenizer=ours_tokenizer)
     with pytest.raises(ValueError, match="stop_strings must hold non-empty strings"):
         lib.generate(mine, ids, stop_strings=[""], tokenizer=ours_tokenizer)
     with pytest.raises(TypeError, match="stop_strings must be a str or a non-empty list of str"):

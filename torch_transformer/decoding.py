@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from transformer_spec.config import GenerationRules
 from transformer_spec.generation import (
+    HIT_PENALTY,
     GenerateOutput,
     GenerationConfig,
     Step,
@@ -464,16 +465,24 @@ def _beams(
                 log_probs = warped_scores(lp, log_probs, rules, beam_sample_keep(eos)).view(B, K, -1)  # (B, K, V)
                 score, beam, token = sampled_candidates(cumulative, log_probs, n_best, rng)  # (B, n_best) each
             rows = torch.arange(B, device=prompt.device)[:, None] * K + beam  # (B, n_best): the row each continues
-            ends = is_eos(token[:, :K], eos)  # (B, K): the first K ranks that end a hypothesis
+            hits = is_eos(
+                token, eos
+            )  # (B, n_best): the candidates that end a hypothesis (an end token or a stop string)
+            if options.stop is not None:
+                window = tokens[rows.flatten(), max(0, t + 1 - options.stop.window) : t]  # (B * n_best, <= w - 1)
+                row_texts = torch.cat([window, token.reshape(-1, 1)], dim=1).tolist()
+                hits |= torch.tensor(options.stop.hits(row_texts), device=hits.device).view(hits.shape)
+            ends = hits[:, :K]  # (B, K): the first K ranks that end a hypothesis
             if step == max_len - 1:
                 ends = torch.ones_like(ends)  # the last step: every one of the first K ranks ends, eos or not
             candidates = score.tolist(), rows.tolist(), token.tolist(), ends.tolist()  # (B, n_best) or (B, K) each
             collect_finished(finished, stopped, *candidates, tokens[:, T_p:t].tolist(), step + 1, length_penalty)
-            if step == max_len - 1:
+            if step == max_len - 1 or bool(hits.all()):  # hits.all(): no candidate of any element goes on
                 break
-            # The first K candidates that are not eos, in rank order (a stable sort puts False first).
-            live = torch.sort(is_eos(token, eos).to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (B, K) ranks
-            cumulative = score.gather(1, live)  # (B, K), best first
+            # The first K candidates that do not end, in rank order (a stable sort puts False first); fewer may be
+            # left with stop strings: ended ones then go on too, penalised by HIT_PENALTY as generate() does.
+            live = torch.sort(hits.to(torch.uint8), dim=1, stable=True).indices[:, :K]  # (B, K) ranks
+            cumulative = (score + hits * HIT_PENALTY).gather(1, live)  # (B, K), best first
             parents = rows.gather(1, live).flatten()  # (N,)
             tokens = tokens[parents]  # each row takes its parent's prefix ...
             tokens[:, t] = token.gather(1, live).flatten()  # ... and its new token

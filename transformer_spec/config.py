@@ -872,6 +872,8 @@ class GenerationRules:
       language, task and no-timestamps tokens, from forced_decoder_ids); they are in the returned rows;
     - prompt_settings: the generation_config.json keys the decoder_prompt was made from (Whisper's lang_to_id,
       task_to_id, ...), as (key, value) pairs, so that a caller's language= / task= can make it again.
+    - stop_strings: generation_config.json's stop strings (transformers' StopStringCriteria), applied when generate()
+      is given tokenizer= (as transformers does) unless the caller passes its own; without one, warned about.
     """
 
     forced_bos_id: int | None = None
@@ -900,6 +902,7 @@ class GenerationRules:
     begin_suppress_tokens: tuple = ()  # tuple of ids
     decoder_prompt: tuple = ()  # tuple of ids
     prompt_settings: tuple = ()  # ((key, value), ...): the generation_config.json keys decoder_prompt came from
+    stop_strings: tuple = ()  # tuple of str: generation_config.json's, applied when generate() gets a tokenizer
 
     def __post_init__(self) -> None:
         for name in ("forced_bos_id", "beam_fill_id", "fill_id", "pad_id", "start_id"):

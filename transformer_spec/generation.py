@@ -30,6 +30,9 @@ from .stop_strings import StopStrings
 
 # A finished hypothesis: its normalised score and its generated tokens (the end token included).
 Hypothesis = tuple[float, list]
+# Beam search: what a candidate that ended (an end token, a stop string) adds to its score when it is still among
+# the K that go on (fewer than K of the candidates did not end: only stop strings can do that), as generate() adds it.
+HIT_PENALTY = -1.0e9
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,7 +210,7 @@ APPLIED = {
     "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
     "do_sample": False, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None,
     "num_beams": 1, "length_penalty": 1.0, "early_stopping": False, "max_length": None, "max_new_tokens": None,
-    "suppress_tokens": (), "begin_suppress_tokens": (),
+    "suppress_tokens": (), "begin_suppress_tokens": (), "stop_strings": (),
 }  # fmt: skip
 SUPPRESS = ("suppress_tokens", "begin_suppress_tokens")  # lists of ids: read as tuples
 IDS = (
@@ -230,7 +233,7 @@ NOT_APPLIED = {
     "remove_invalid_values": False, "renormalize_logits": False, "exponential_decay_length_penalty": None,
     "sequence_bias": None, "guidance_scale": 1.0,
     "constraints": None, "force_words_ids": None, "penalty_alpha": None, "dola_layers": None,
-    "watermarking_config": None, "stop_strings": None, "max_time": None, "token_healing": False,
+    "watermarking_config": None, "max_time": None, "token_healing": False,
     "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "use_mtp": False,
 }  # fmt: skip
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")
@@ -269,6 +272,8 @@ def generation_settings(generation: dict, where) -> dict:
     for name in SUPPRESS:
         if name in settings:
             settings[name] = suppressed_ids(name, settings[name], None)
+    if "stop_strings" in settings:  # a str or a list of them; an empty list: none
+        settings["stop_strings"] = stop_string_tuple(settings["stop_strings"]) if settings["stop_strings"] else ()
     ignored = [
         f"{name}={short(value)}"
         for name, value in generation.items()
@@ -441,7 +446,8 @@ class GenerationConfig:
       and starts an encoder-decoder's decoder from;
     - suppress_tokens, begin_suppress_tokens: lists of ids banned at every step, and at the first generated step;
     - stop_strings: a string or a list of them; a row stops once its text ends with one (as transformers'
-      StopStringCriteria; generate() needs tokenizer= for it; not with num_beams > 1).
+      StopStringCriteria; generate() needs tokenizer= for it; with beams a candidate ending with one is a finished
+      hypothesis, as one ending with eos).
     """
 
     max_new_tokens: int | None = None
@@ -530,7 +536,7 @@ def generate_plan(
     arguments over both (a None argument: not given); the tokens to generate after a decoder input of T_p positions
     (new_tokens); "greedy", "sample", "beam" or "beam_sample" (generate_strategy); the stop strings, read against
     `tokenizer`. TypeError for a generation_config that is not a GenerationConfig or an argument generate() does not
-    take; ValueError for stop_strings without a tokenizer or with beams."""
+    take; ValueError for stop_strings without a tokenizer."""
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
         raise TypeError(f"generation_config must be a GenerationConfig or None, got {type(generation_config).__name__}")
     settings = generation_config.settings() if generation_config is not None else {}
@@ -543,11 +549,20 @@ def generate_plan(
         rules = with_language(rules, spoken, config)
     strategy = generate_strategy(rules)
     stop = None
+    if stop_strings is None and rules.stop_strings:  # the checkpoint's own, applied as generate() applies them
+        if tokenizer is None:
+            warnings.warn(
+                f"generate: the checkpoint's generation_config.json has stop_strings="
+                f"{short(list(rules.stop_strings))}, not applied without tokenizer= (transformers' generate() "
+                "refuses to run without one): pass the model's tokenizer",
+                UserWarning,
+                stacklevel=3,
+            )
+        else:
+            stop_strings = rules.stop_strings
     if stop_strings is not None:
         if tokenizer is None:
             raise ValueError("generate: stop_strings needs tokenizer= (the model's tokenizer), as in transformers")
-        if strategy in ("beam", "beam_sample"):
-            raise ValueError("generate: stop_strings is not applied with num_beams > 1 here; pass num_beams=1")
         stop = StopStrings(stop_string_tuple(stop_strings), tokenizer)
     # an encoder-decoder's decoder_prompt (Whisper's forced tokens) follows its start token: both are decoder input
     return Plan(rules, new_tokens(max_new_tokens, rules, T_p + len(rules.decoder_prompt)), strategy, stop)

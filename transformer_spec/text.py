@@ -238,8 +238,7 @@ def generate_text(
     ids = tokenizer.prompt_ids(prompt)
     if not ids:
         raise ValueError("the prompt encodes to no tokens: give some text")
-    if decoding_kwargs.get("stop_strings") is not None:
-        decoding_kwargs.setdefault("tokenizer", tokenizer)  # stop strings are read against the tokenizer's vocabulary
+    decoding_kwargs.setdefault("tokenizer", tokenizer)  # stop strings (the caller's, the checkpoint's) are read on it
     text = TextStream(tokenizer, stream)
     decode(model, ids, max_new_tokens, text.put, **decoding_kwargs)
     return text.end()
