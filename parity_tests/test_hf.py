@@ -574,13 +574,13 @@ def test_minilm_float32_is_judged_by_transformers_own_float32_error():
 
 
 def test_float32_rule_takes_the_reference_error_per_tensor_with_floor_and_cap():
-    ref = np.array([1.0, -2.0, 4.0])
-    result = C.Result(
-        outputs={"out": (ref * (1 + 3e-5), ref)},
-        grads={"a": (ref * (1 + 3e-5), ref), "b": (ref * (1 + 5e-6), ref), "c": (ref * (1 + 2e-4), ref)},
+    ref, k = np.array([1.0, -2.0, 4.0]), C.SELF_RATIO
+    result = C.Result(  # out within k times its reference's own error, a beyond it, b under the floor, c over the cap
+        outputs={"out": (ref * (1 + (k - 0.5) * 2e-5), ref)},
+        grads={"a": (ref * (1 + (k + 0.5) * 1e-5), ref), "b": (ref * (1 + 5e-6), ref), "c": (ref * (1 + 2e-4), ref)},
         reference_float32={"out": 2e-5, "a": 1e-5, "b": 1e-7, "c": 5e-3},
     )
-    assert C.bars(result, np.float32) == {"out": 4e-5, "a": 2e-5, "b": 1e-5, "c": 1e-4}
+    assert C.bars(result, np.float32) == {"out": k * 2e-5, "a": k * 1e-5, "b": 1e-5, "c": 1e-4}
     failed = C.failures(result, np.float32)
     assert [line.split(":")[0] for line in failed] == ["gradient a", "gradient c"]
     assert "the reference's own float32 error 1.000e-05" in failed[0]
