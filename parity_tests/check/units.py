@@ -249,6 +249,9 @@ def _config(entry, found, units: Units, cfg, fields: dict):
             base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
     elif entry.final_norms == "pre-norm" and finals:
         base["norm_first"] = True  # a final norm: pre-norm layers
+    if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
+        caps = found.flow.softcaps
+        base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
     return TransformerConfig(**(base | known))
 
 

@@ -23,15 +23,21 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
     return e / np.where(total == 0.0, 1.0, total)
 
 
-def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
+def attention_heads(
+    q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False, softcap=None, cap_mode="scores"
+):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
     (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
     softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each row divided by
     its new sum), "ignored" (no mask). axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk:
-    scores K Q^T (a self-attention's score matrix transposed)."""
+    scores K Q^T (a self-attention's score matrix transposed). softcap: Gemma 2's cap (None: none), applied as
+    cap_mode says: "scores" (the reference: cap * tanh(S / cap) before the mask), "undivided" (cap * tanh(S)),
+    "probabilities" (the probabilities capped after the softmax, cap * tanh(P / cap))."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
+    if softcap is not None and cap_mode != "probabilities":
+        scores = softcap * np.tanh(scores / softcap if cap_mode == "scores" else scores)
     if mask_mode == "before":
         probs = softmax(scores, keep, axis)
     elif mask_mode == "fill":  # masked_fill(-1e9) then a plain softmax: a wrong axis then sees the filled entries
@@ -43,6 +49,8 @@ def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, sw
             if mask_mode == "after_renorm":
                 total = probs.sum(axis=-1, keepdims=True)
                 probs = probs / np.where(total == 0.0, 1.0, total)
+    if softcap is not None and cap_mode == "probabilities":
+        probs = softcap * np.tanh(probs / softcap)
     return probs @ v  # (B, H, T_q, Dh)
 
 
@@ -80,6 +88,7 @@ def rope_knobs(cfg, rotary: bool = True) -> dict:
         "n_kv": cfg.n_kv_heads,
         "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None,
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
+        "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
     }
 
 

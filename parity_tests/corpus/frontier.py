@@ -1,0 +1,154 @@
+"""Models of the kinds issue 49 added to the reference, written here in this project's own words: each a tiny model
+the judge must pass with zero glue, or a mistake in its new math it must name where it sits.
+
+- Gemma 2's soft caps: the attention scores squashed by cap * tanh(scores / cap) before the mask and the softmax,
+  and the final logits by their own cap;
+- Phi-2's parallel block (GPT-J's, Falcon's): one norm, whose output both the attention and the feed-forward read,
+  their outputs added to the layer's input;
+- mistakes in them: the cap's tanh without the division (cap * tanh(scores)), the cap applied after the softmax;
+- a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
+  reference, not a TransformerConfig family, so the judge must say it cannot judge it rather than raise.
+
+CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .unseen import HD, D, GemmaLM, TableAttention, TableBlock, TableLM
+
+ATTN_CAP, LOGIT_CAP = 5.0, 3.0  # smaller than Gemma 2's 50 and 30, so that tiny random scores reach the bend
+
+
+# -- Gemma 2's soft caps -----------------------------------------------------------------------------------------
+
+
+class CappedAttention(TableAttention):
+    """Scores squashed into (-cap, cap) before the mask: cap * tanh(scores / cap)."""
+
+    def cap(self, scores):
+        return ATTN_CAP * torch.tanh(scores / ATTN_CAP)
+
+    def forward(self, x, cos, sin, mask=None):
+        B, T, _ = x.shape
+        q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+        q, k = self.turn(q, cos, sin), self.turn(k, cos, sin)
+        scores = self.cap(q @ k.transpose(-2, -1) / math.sqrt(HD))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        probs = self.probabilities(scores)
+        return self.o_proj((probs @ v).transpose(1, 2).reshape(B, T, D))
+
+    def probabilities(self, scores):
+        return scores.softmax(dim=-1)
+
+
+class CapWithoutDivision(CappedAttention):
+    def cap(self, scores):
+        return ATTN_CAP * torch.tanh(scores)  # the division by the cap forgotten
+
+
+class CapAfterSoftmax(CappedAttention):
+    def cap(self, scores):
+        return scores
+
+    def probabilities(self, scores):
+        return ATTN_CAP * torch.tanh(scores.softmax(dim=-1) / ATTN_CAP)  # the probabilities squashed instead
+
+
+class CappedLM(GemmaLM):
+    """Gemma-like (1 + w) RMSNorms and a gated MLP, every attention capped, and the logits capped."""
+
+    def __init__(self, attention=CappedAttention, last=None):
+        super().__init__()
+        for block in self.blocks:
+            block.self_attn = attention()
+        if last is not None:
+            self.blocks[1].self_attn = last()
+
+    def forward(self, ids):
+        logits = super().forward(ids)
+        return LOGIT_CAP * torch.tanh(logits / LOGIT_CAP)
+
+
+def capped_lm(attention=CappedAttention, last=None) -> CappedLM:
+    torch.manual_seed(0)
+    return CappedLM(attention, last)
+
+
+# -- Phi-2's parallel block -----------------------------------------------------------------------------------------
+
+
+class ParallelBlock(TableBlock):
+    """One norm; the attention and the feed-forward both read its output, both added to the input."""
+
+    def __init__(self, attention):
+        super().__init__(attention)
+        del self.ln_2
+
+    def forward(self, x, cos, sin, mask):
+        h = self.ln_1(x)
+        return x + self.attn(h, cos, sin, mask) + self.mlp(h)
+
+
+class ParallelLM(TableLM):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([ParallelBlock(TableAttention()) for _ in range(2)])
+
+
+def parallel_lm() -> ParallelLM:
+    torch.manual_seed(0)
+    return ParallelLM()
+
+
+# -- a ViT: a model class of its own in the reference ---------------------------------------------------------------
+
+
+class TinyViT(nn.Module):
+    """Patches of 4 x 4 by a strided convolution, a class token, learned positions, pre-norm encoder layers."""
+
+    def __init__(self, image: int = 8, patch: int = 4, classes: int = 5):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, D, kernel_size=patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, D) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, D) * 0.02)
+        layer = nn.TransformerEncoderLayer(D, 4, 2 * D, dropout=0.0, batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, classes)
+
+    def forward(self, pixels):
+        x = self.patch_embed(pixels).flatten(2).transpose(1, 2)  # (B, N, D)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.encoder(x))[:, 0])
+
+
+def tiny_vit() -> TinyViT:
+    torch.manual_seed(0)
+    return TinyViT()
+
+
+CASES = [
+    ("capped_lm", capped_lm, "transformer_lm", {}, "pass"),
+    (
+        "capped_lm.cap_without_division",
+        lambda: capped_lm(last=CapWithoutDivision),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softcap_without_division", "blocks.1.self_attn"),
+    ),
+    (
+        "capped_lm.cap_after_softmax",
+        lambda: capped_lm(CapAfterSoftmax),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softcap_after_softmax", "blocks.0.self_attn"),
+    ),
+    ("parallel_lm", parallel_lm, "transformer_lm", {}, "pass"),
+    ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "")),
+]
