@@ -313,6 +313,7 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
         MK.Site(H * Dh, Dh, pad),
         MK.Site(H * Dh, Dh, causal, causal=True, pad=pad, swap=pad),
         MK.Site(H * Dh, Dh, None, rope=True, gqa=True),
+        MK.Site(H * Dh, Dh, causal, causal=True, softcap=1.5),  # Gemma 2's cap on the scores
     ]
     for mistake in (m for m in MK.MISTAKES if m.unit == MK.ATTENTION):
         found = [(s, knobs) for s in sites for _, knobs in mistake.variants(s)]
@@ -322,8 +323,8 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
             continue  # knobs of the whole multi-head attention only: test_check_llama and the corpus name them
         differences = []
         for site, knobs in heads:
-            reference = VR.attention_heads(q, k, v, site.keep)
-            variant = VR.attention_heads(q, k, v, knobs.pop("keep", site.keep), **knobs)
+            reference = VR.attention_heads(q, k, v, site.keep, softcap=site.softcap)
+            variant = VR.attention_heads(q, k, v, knobs.pop("keep", site.keep), **({"softcap": site.softcap} | knobs))
             assert np.isfinite(variant).all(), (mistake.id, knobs)
             differences.append(np.abs(variant - reference).max())
         assert max(differences) > 1e-6, mistake.id
