@@ -4,7 +4,7 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
 - Gemma 2's soft caps: the attention scores squashed by cap * tanh(scores / cap) before the mask and the softmax,
   and the final logits by their own cap;
 - Phi-2's parallel block (GPT-J's, Falcon's): one norm, whose output both the attention and the feed-forward read,
-  their outputs added to the layer's input;
+  their outputs added to the layer's input; GPT-NeoX's parallel layer of two norms; a mistake in a parallel block;
 - mistakes in them: the cap's tanh without the division (cap * tanh(scores)), the cap applied after the softmax;
 - a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
   reference, not a TransformerConfig family, so the judge must say it cannot judge it rather than raise.
@@ -19,7 +19,7 @@ import math
 import torch
 from torch import nn
 
-from .unseen import HD, D, GemmaLM, TableAttention, TableBlock, TableLM
+from .unseen import HD, D, GemmaLM, SoftmaxOverQueries, TableAttention, TableBlock, TableLM
 
 ATTN_CAP, LOGIT_CAP = 5.0, 3.0  # smaller than Gemma 2's 50 and 30, so that tiny random scores reach the bend
 
@@ -95,15 +95,22 @@ class ParallelBlock(TableBlock):
         return x + self.attn(h, cos, sin, mask) + self.mlp(h)
 
 
+class TwoNormParallelBlock(TableBlock):
+    """GPT-NeoX's parallel layer: each sublayer its own norm of the layer's input, both outputs added to it."""
+
+    def forward(self, x, cos, sin, mask):
+        return x + self.attn(self.ln_1(x), cos, sin, mask) + self.mlp(self.ln_2(x))
+
+
 class ParallelLM(TableLM):
-    def __init__(self):
+    def __init__(self, block=ParallelBlock, last=TableAttention):
         super().__init__()
-        self.blocks = nn.ModuleList([ParallelBlock(TableAttention()) for _ in range(2)])
+        self.blocks = nn.ModuleList([block(TableAttention()), block(last())])
 
 
-def parallel_lm() -> ParallelLM:
+def parallel_lm(block=ParallelBlock, last=TableAttention) -> ParallelLM:
     torch.manual_seed(0)
-    return ParallelLM()
+    return ParallelLM(block, last)
 
 
 # -- a ViT: a model class of its own in the reference ---------------------------------------------------------------
@@ -150,5 +157,13 @@ CASES = [
         ("mistake", "attention.softcap_after_softmax", "blocks.0.self_attn"),
     ),
     ("parallel_lm", parallel_lm, "transformer_lm", {}, "pass"),
+    ("parallel_lm.two_norms", lambda: parallel_lm(TwoNormParallelBlock), "transformer_lm", {}, "pass"),
+    (
+        "parallel_lm.softmax_wrong_axis_second_block",
+        lambda: parallel_lm(last=SoftmaxOverQueries),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
+    ),
     ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "")),
 ]
