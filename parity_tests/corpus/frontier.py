@@ -6,6 +6,8 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
 - Phi-2's parallel block (GPT-J's, Falcon's): one norm, whose output both the attention and the feed-forward read,
   their outputs added to the layer's input; GPT-NeoX's parallel layer of two norms; a mistake in a parallel block;
 - mistakes in them: the cap's tanh without the division (cap * tanh(scores)), the cap applied after the softmax;
+- QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): the reference's QuickGELU is its ViT's and CLIP's,
+  not an activation of the levels the judge runs, so the judge says what it computes and that it has no pair;
 - a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
   reference, not a TransformerConfig family, so the judge must say it cannot judge it rather than raise.
 
@@ -113,6 +115,21 @@ def parallel_lm(block=ParallelBlock, last=TableAttention) -> ParallelLM:
     return ParallelLM(block, last)
 
 
+# -- QuickGELU at the wrong constant ---------------------------------------------------------------------------------
+
+
+class SigmoidGELU(nn.Module):
+    """QuickGELU's x * sigmoid(c x), its constant mistyped (1.72 for 1.702)."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(1.72 * x)
+
+
+def quick_gelu_wrong_constant_mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(D, 4 * D), SigmoidGELU(), nn.Linear(4 * D, D))
+
+
 # -- a ViT: a model class of its own in the reference ---------------------------------------------------------------
 
 
@@ -165,5 +182,12 @@ CASES = [
         {},
         ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
     ),
-    ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "")),
+    (
+        "quick_gelu.wrong_constant",
+        quick_gelu_wrong_constant_mlp,
+        "feed_forward",
+        {},
+        ("no pair", "1", "x * sigmoid(1.72 x) (QuickGELU's form, with 1.72 where QuickGELU has 1.702)"),
+    ),
+    ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "patch_embed cuts an image into patches")),
 ]
