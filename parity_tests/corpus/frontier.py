@@ -115,6 +115,35 @@ def parallel_lm(block=ParallelBlock, last=TableAttention) -> ParallelLM:
     return ParallelLM(block, last)
 
 
+# -- GPT-OSS's attention sinks ------------------------------------------------------------------------------------
+
+
+class SinkAttention(CappedAttention):
+    """A learned logit per head joins every softmax's denominator and is dropped after it."""
+
+    def __init__(self, rotary: int = HD):
+        super().__init__(rotary)
+        self.sinks = nn.Parameter(0.5 * torch.randn(D // HD))
+
+    def cap(self, scores):
+        return scores
+
+    def probabilities(self, scores):
+        sink = self.sinks.reshape(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+        return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
+
+
+class SinkLM(TableLM):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([TableBlock(SinkAttention()) for _ in range(2)])
+
+
+def sink_lm() -> SinkLM:
+    torch.manual_seed(0)
+    return SinkLM()
+
+
 # -- QuickGELU at the wrong constant ---------------------------------------------------------------------------------
 
 
@@ -182,6 +211,7 @@ CASES = [
         {},
         ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
     ),
+    ("sink_lm", sink_lm, "transformer_lm", {}, "pass"),
     (
         "quick_gelu.wrong_constant",
         quick_gelu_wrong_constant_mlp,
