@@ -18,9 +18,7 @@ from parity_tests.corpus import frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {
-    "sink_lm": "blocks.0.attn diverges ...; not expressible by the config and no catalogue variant reproduces it",
-}
+TODAY: dict[str, str] = {}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

@@ -223,6 +223,15 @@ ATTENTION_MISTAKES = (
         ),
     ),
     Mistake(
+        "attention.sink_missing",
+        "the sink logit left out of the softmax's denominator: softmax(S) instead of softmax([S, s_h]) without s_h",
+        ATTENTION,
+        _only(
+            lambda s: s.sinks,
+            ("the sink logit is not in the softmax's denominator (each row sums to 1)", {"sink_mode": "missing"}),
+        ),
+    ),
+    Mistake(
         "attention.q_k_swapped",
         "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
         ATTENTION,

@@ -236,6 +236,7 @@ class Attention:
     heads: int | None  # the query's head axis where it has one
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
+    sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
 
 
 @dataclass
@@ -437,6 +438,10 @@ def _attention(node: Node) -> Attention | None:
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
+        behind = list(_walk([node.parents[0]], _behind))
+        if any(n.op == "cat" for n in behind):
+            found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found

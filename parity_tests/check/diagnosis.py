@@ -46,6 +46,7 @@ class Site:
     rope: bool = False
     gqa: bool = False
     softcap: float | None = None
+    sinks: bool = False  # GPT-OSS's sink logit per head in every softmax's denominator
 
 
 @dataclass(frozen=True)

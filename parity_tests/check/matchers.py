@@ -56,7 +56,14 @@ def match_attention(
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
     site = MK.Site(
-        D, D // H, keep, rope=theta is not None, gqa=n_kv is not None and n_kv != H, softcap=softcap, **context
+        D,
+        D // H,
+        keep,
+        rope=theta is not None,
+        gqa=n_kv is not None and n_kv != H,
+        softcap=softcap,
+        sinks=params is not None and "sinks" in params,
+        **context,
     )
     for vid, message, knobs in MK.variants(MK.ATTENTION, site):
         knobs = {"softcap": softcap} | dict(knobs)

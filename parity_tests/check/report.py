@@ -152,7 +152,13 @@ class Result:
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
-        read = ("parallel_residual", "shared_norm", "attn_softcap", "logit_softcap")  # shown where the flow set them
+        read = (
+            "parallel_residual",
+            "shared_norm",
+            "attn_softcap",
+            "logit_softcap",
+            "attn_sinks",
+        )  # shown where the flow set them
         return fields + [k for k in read if getattr(self.config, k, None)]
 
     def _map(self) -> list:

@@ -167,7 +167,7 @@ def _from_flow(entry, found, units: Units) -> None:
     """The attentions and blocks of the flow as pieces; a parallel block refused; names settle a gate and up."""
     flow, by = found.flow, {p.weight: p for p in found.pieces}
     units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
-                        for a in flow.attentions]  # fmt: skip
+                        | {"sinks": a.sinks} for a in flow.attentions]  # fmt: skip
     units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
     for node in flow.nodes:
         what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
@@ -267,12 +267,29 @@ def _config(entry, found, units: Units, cfg, fields: dict):
             base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
     elif entry.final_norms == "pre-norm" and finals:
         base["norm_first"] = True  # a final norm: pre-norm layers
+    base |= _frontier_fields(entry, found, units)
+    return TransformerConfig(**(base | known))
+
+
+def _frontier_fields(entry, found, units: Units) -> dict:
+    """The fields of issue 49's layers the flow shows: a parallel layer (pre-norm, however the sums read), GPT-OSS's
+    sink logits (an attention that leaves its own unread: the one named as the others'), Gemma 2's soft caps."""
+    fields: dict = {}
     if units.parallel:  # pre-norm layers, however the sums read
-        base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+        fields |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+    sinks = [(a.module, a.sinks[0]) for a in found.flow.attentions if a.sinks] if found.flow is not None else []
+    if sinks:  # GPT-OSS's sink logits; an attention that leaves its own unread: the one named as the others'
+        fields["attn_sinks"] = True
+        module, name = sinks[0]
+        suffix = name[len(module) + 1 :] if name.startswith(f"{module}.") else None
+        for a, attention in zip(found.flow.attentions, units.attentions, strict=False):
+            unread = f"{a.module}.{suffix}"
+            if not attention.get("sinks") and suffix and unread in found.names:
+                attention["sinks"] = [unread]
     if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
         caps = found.flow.softcaps
-        base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
-    return TransformerConfig(**(base | known))
+        fields |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+    return fields
 
 
 # -- one attention's rows: separate, fused (q, k, v or k, v) or one piece per head --------------------------------
@@ -385,6 +402,8 @@ class Linker:
                 f"the flow shows {len(attention['out'])}; pass mapping="
             )
         self.piece(attention["out"][0], [(names["out"], None)], self.cfg.bias)
+        if self.cfg.attn_sinks and attention.get("sinks"):  # GPT-OSS's sink logit per head
+            self.links.append(Link(attention["sinks"][0], [(f"{prefix}sinks", None)]))
         for role in "qk":
             norm = self.found.qk_norms.get(attention[role][0].weight)
             if norm is not None:

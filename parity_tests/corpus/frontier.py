@@ -6,6 +6,8 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
 - Phi-2's parallel block (GPT-J's, Falcon's): one norm, whose output both the attention and the feed-forward read,
   their outputs added to the layer's input; GPT-NeoX's parallel layer of two norms; a mistake in a parallel block;
 - mistakes in them: the cap's tanh without the division (cap * tanh(scores)), the cap applied after the softmax;
+- GPT-OSS's attention sinks (a logit per head joined to the scores, dropped after the softmax), and the sink left
+  out of the denominator in the second block;
 - QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): the reference's QuickGELU is its ViT's and CLIP's,
   not an activation of the levels the judge runs, so the judge says what it computes and that it has no pair;
 - a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
@@ -133,15 +135,20 @@ class SinkAttention(CappedAttention):
         return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
 
 
+class SinkLeftOut(SinkAttention):
+    def probabilities(self, scores):
+        return scores.softmax(dim=-1)  # the sink parameter kept, but out of the denominator
+
+
 class SinkLM(TableLM):
-    def __init__(self):
+    def __init__(self, last=SinkAttention):
         super().__init__()
-        self.blocks = nn.ModuleList([TableBlock(SinkAttention()) for _ in range(2)])
+        self.blocks = nn.ModuleList([TableBlock(SinkAttention()), TableBlock(last())])
 
 
-def sink_lm() -> SinkLM:
+def sink_lm(last=SinkAttention) -> SinkLM:
     torch.manual_seed(0)
-    return SinkLM()
+    return SinkLM(last)
 
 
 # -- QuickGELU at the wrong constant ---------------------------------------------------------------------------------
@@ -212,6 +219,13 @@ CASES = [
         ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
     ),
     ("sink_lm", sink_lm, "transformer_lm", {}, "pass"),
+    (
+        "sink_lm.sink_missing_second_block",
+        lambda: sink_lm(SinkLeftOut),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.sink_missing", "blocks.1.attn"),
+    ),
     (
         "quick_gelu.wrong_constant",
         quick_gelu_wrong_constant_mlp,
