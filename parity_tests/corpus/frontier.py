@@ -10,6 +10,8 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
   out of the denominator in the second block;
 - QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): the reference's QuickGELU is its ViT's and CLIP's,
   not an activation of the levels the judge runs, so the judge says what it computes and that it has no pair;
+- CLIP's text tower (QuickGELU, a causal mask, pooled at the end token): its QuickGELU is the first thing no level
+  of the judge's computes, said where it is;
 - a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
   reference, not a TransformerConfig family, so the judge must say it cannot judge it rather than raise.
 
@@ -23,7 +25,7 @@ import math
 import torch
 from torch import nn
 
-from .unseen import HD, D, GemmaLM, SoftmaxOverQueries, TableAttention, TableBlock, TableLM
+from .unseen import HD, T_MAX, D, GemmaLM, SoftmaxOverQueries, TableAttention, TableBlock, TableLM
 
 ATTN_CAP, LOGIT_CAP = 5.0, 3.0  # smaller than Gemma 2's 50 and 30, so that tiny random scores reach the bend
 
@@ -193,6 +195,57 @@ def tiny_vit() -> TinyViT:
     return TinyViT()
 
 
+# -- CLIP's text tower: QuickGELU, a causal mask, pooled at the end token ------------------------------------------
+
+
+class QuickGELU(nn.Module):
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
+class ClipTextBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = TableAttention()
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), QuickGELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x, mask):
+        T = x.shape[1]
+        zeros = torch.zeros(T, HD, dtype=x.dtype)  # no rotation: cos 1, sin 0
+        x = x + self.attn(self.ln_1(x), zeros + 1, zeros, mask)
+        return x + self.mlp(self.ln_2(x))
+
+
+class ClipTextTower(nn.Module):
+    """Learned positions, causal pre-norm blocks with QuickGELU, the final norm's output at the end token (the
+    largest id) projected: one embedding per sentence."""
+
+    def __init__(self, vocab: int = 26, width: int = 16):
+        super().__init__()
+        self.token_embedding, self.positional_embedding = (
+            nn.Embedding(vocab, D),
+            nn.Parameter(0.02 * torch.randn(T_MAX, D)),
+        )
+        self.blocks = nn.ModuleList([ClipTextBlock() for _ in range(2)])
+        self.ln_final = nn.LayerNorm(D)
+        self.text_projection = nn.Parameter(torch.randn(D, width) / math.sqrt(D))
+
+    def forward(self, ids):
+        T = ids.shape[1]
+        x = self.token_embedding(ids) + self.positional_embedding[:T]
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        for block in self.blocks:
+            x = block(x, mask)
+        x = self.ln_final(x)
+        return x[torch.arange(x.shape[0]), ids.argmax(dim=-1)] @ self.text_projection
+
+
+def clip_text_tower() -> ClipTextTower:
+    torch.manual_seed(0)
+    return ClipTextTower()
+
+
 CASES = [
     ("capped_lm", capped_lm, "transformer_lm", {}, "pass"),
     (
@@ -233,5 +286,6 @@ CASES = [
         {},
         ("no pair", "1", "x * sigmoid(1.72 x) (QuickGELU's form, with 1.72 where QuickGELU has 1.702)"),
     ),
+    ("clip_text_tower", clip_text_tower, "transformer_lm", {}, ("no pair", "blocks.0.mlp.1", "x * sigmoid(1.702 x)")),
     ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "patch_embed cuts an image into patches")),
 ]
