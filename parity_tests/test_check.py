@@ -265,8 +265,9 @@ def test_bad_arguments_are_refused():
 
 
 def test_catalogue_has_every_design_id():
-    assert len(CATALOGUE) == 40  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
-    # q_k_swapped, layer_norm.wrong_axis
+    assert len(CATALOGUE) == 43  # 18 original, 7 Llama, 12 backward (test_grader.py), dtype.float32_island,
+    # q_k_swapped, layer_norm.wrong_axis, Gemma 2's two soft-cap mistakes,
+    # GPT-OSS's sink left out
     assert {"attention.masks_swapped", "embedding.double_scale", "positions.wrong_frequencies"} <= set(CATALOGUE)
 
 
@@ -313,6 +314,8 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
         MK.Site(H * Dh, Dh, pad),
         MK.Site(H * Dh, Dh, causal, causal=True, pad=pad, swap=pad),
         MK.Site(H * Dh, Dh, None, rope=True, gqa=True),
+        MK.Site(H * Dh, Dh, causal, causal=True, softcap=1.5),  # Gemma 2's cap on the scores
+        MK.Site(H * Dh, Dh, causal, causal=True, sinks=True),  # GPT-OSS's sink logit per head
     ]
     for mistake in (m for m in MK.MISTAKES if m.unit == MK.ATTENTION):
         found = [(s, knobs) for s in sites for _, knobs in mistake.variants(s)]
@@ -322,8 +325,9 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
             continue  # knobs of the whole multi-head attention only: test_check_llama and the corpus name them
         differences = []
         for site, knobs in heads:
-            reference = VR.attention_heads(q, k, v, site.keep)
-            variant = VR.attention_heads(q, k, v, knobs.pop("keep", site.keep), **knobs)
+            own = {"softcap": site.softcap, "sinks": rng.standard_normal(H) if site.sinks else None}
+            reference = VR.attention_heads(q, k, v, site.keep, **own)
+            variant = VR.attention_heads(q, k, v, knobs.pop("keep", site.keep), **(own | knobs))
             assert np.isfinite(variant).all(), (mistake.id, knobs)
             differences.append(np.abs(variant - reference).max())
         assert max(differences) > 1e-6, mistake.id

@@ -1,6 +1,7 @@
 """The judge on the styles it met in codebases it had never seen (issue 46; parity_tests/corpus/unseen.py).
 
-Each case gets one of the four answers: a pass; a catalogued mistake named at its submodule; "differs at
+Each case (and each of parity_tests/corpus/frontier.py's, issue 49's new pairs) gets one of the four
+answers: a pass; a catalogued mistake named at its submodule; "differs at
 <submodule>: <op> ..., which the reference has no pair for" (result.unsupported); "could not judge: ...; pass ..."
 (result.error). Never an exception, never a failure with neither an id nor a named op. Where the judge gets a case
 wrong today, the case is marked xfail (strict) with what it says today; a fix turns the mark into an unexpected pass,
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from parity_tests import check
+from parity_tests.corpus import frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
@@ -32,7 +34,9 @@ def _case(name, *values):
     return pytest.param(*values, id=name, marks=marks + ([pytest.mark.slow] if name in SLOW else []))
 
 
-@pytest.mark.parametrize(("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES])
+@pytest.mark.parametrize(
+    ("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES + frontier.CASES]
+)
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)
     try:  # nothing escapes check.module (pytest's own report of the judge's frames would take minutes)
@@ -44,6 +48,9 @@ def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
         return
     assert not result.passed, str(result)
     kind, first, second = expected
+    if kind == "could not judge":  # said, not raised: a model the reference has no level for (words: `second`)
+        assert result.error.startswith("could not judge: ") and second in result.error, str(result)
+        return
     if kind == "mistake":  # (id, where)
         assert result.diagnoses, str(result)
         assert (result.diagnoses[0].id, result.diagnoses[0].where) == (first, second), str(result)

@@ -199,6 +199,39 @@ ATTENTION_MISTAKES = (
         _padding_on_queries,
     ),
     Mistake(
+        "attention.softcap_without_division",
+        "cap * tanh(S) instead of cap * tanh(S / cap): the scores squashed at the wrong scale",
+        ATTENTION,
+        _only(
+            lambda s: s.softcap is not None,
+            (
+                "the soft cap's tanh reads the scores undivided: cap * tanh(S), not cap * tanh(S / cap)",
+                {"cap_mode": "undivided"},
+            ),
+        ),
+    ),
+    Mistake(
+        "attention.softcap_after_softmax",
+        "cap * tanh(P / cap) on the probabilities instead of cap * tanh(S / cap) on the scores before the mask",
+        ATTENTION,
+        _only(
+            lambda s: s.softcap is not None,
+            (
+                "the soft cap applied to the probabilities after the softmax, not to the scores before it",
+                {"cap_mode": "probabilities"},
+            ),
+        ),
+    ),
+    Mistake(
+        "attention.sink_missing",
+        "the sink logit left out of the softmax's denominator: softmax(S) instead of softmax([S, s_h]) without s_h",
+        ATTENTION,
+        _only(
+            lambda s: s.sinks,
+            ("the sink logit is not in the softmax's denominator (each row sums to 1)", {"sink_mode": "missing"}),
+        ),
+    ),
+    Mistake(
         "attention.q_k_swapped",
         "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
         ATTENTION,

@@ -49,6 +49,8 @@ ACTIVATIONS = {
 SDPA = "scaled_dot_product_attention"
 MHA = {"multi_head_attention_forward", "_native_multi_head_attention"}  # nn.MultiheadAttention, one op
 ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
+MULS = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
+DIVS = {"div", "__truediv__", "div_", "__itruediv__"}
 SPLITS = {"chunk", "split", "unbind"}
 
 
@@ -109,8 +111,8 @@ class _Recorder(TorchFunctionMode):
             node.value = _rows_read(args[1])
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
             node.value = args[4]
-        elif name in ADDS and len(parents) == 1:  # a number added: Gemma's 1 + weight
-            node.value = next((a for a in args if isinstance(a, (int, float))), None)
+        elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
+            node.value = next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
         self.nodes.append(node)
         if self.values is not None:
             self.values[node.index] = outs[0]
@@ -234,6 +236,7 @@ class Attention:
     heads: int | None  # the query's head axis where it has one
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
+    sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
 
 
 @dataclass
@@ -295,11 +298,38 @@ class Flow:
             return True
         return all(n is not block for n in _walk([out], lambda n: n.children if n.index < block.index else []))
 
+    @property
+    def softcaps(self) -> dict:
+        """Gemma 2's soft caps, cap * tanh(x / cap), read where the flow computes them: {"attn_softcap": cap} for
+        one inside an attention (its output reaches a softmax, or a product of no weight (the probabilities by V),
+        before any projection), {"logit_softcap": cap} for one no product follows (the logits'); the first of
+        each kind."""
+        caps: dict = {}
+        for node in self.nodes:
+            cap = _softcap(node)
+            if cap is None:
+                continue
+            ahead = list(_walk(node.children, lambda n: [] if n.op in PRODUCTS | SOFTMAX else n.children))
+            if any(n.op in SOFTMAX or n.op in PRODUCTS and projection(n) is None for n in ahead):
+                caps.setdefault("attn_softcap", cap)
+            elif not any(n.op in PRODUCTS for n in _walk(node.children, lambda n: n.children)):
+                caps.setdefault("logit_softcap", cap)
+        return caps
+
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
         only from lookups and tables (an embedding norm's)."""
         index = self.order.get(param)
         return index is not None and bool(_back(self.nodes[index])[0])
+
+
+def _softcap(tanh: Node) -> float | None:
+    """The cap of cap * tanh(...) at a tanh node (the number its output is multiplied by), else None: what the
+    user means as a soft cap, whatever the tanh reads (x / cap, the reference's; x alone, a mistake)."""
+    if tanh.op != "tanh" or len(tanh.parents) != 1:
+        return None
+    outer = [c for c in tanh.children if c.op in MULS and isinstance(c.value, (int, float)) and c.value > 0]
+    return float(outer[0].value) if outer else None
 
 
 def read(nodes: list) -> Flow:
@@ -408,6 +438,10 @@ def _attention(node: Node) -> Attention | None:
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
+        behind = list(_walk([node.parents[0]], _behind))
+        if any(n.op == "cat" for n in behind):
+            found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found

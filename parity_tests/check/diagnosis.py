@@ -33,7 +33,8 @@ class Site:
     """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may
     attend, broadcastable to (B, H, T_q, T_k), or None); for a causal self-attention (`causal`) its keys' padding
     `pad` (B, 1, 1, T) or None and the cross-attention's mask `swap`; whether it is a self-attention, whether it
-    rotates queries and keys (`rope`) and has fewer K/V heads than query heads (`gqa`)."""
+    rotates queries and keys (`rope`) and has fewer K/V heads than query heads (`gqa`); Gemma 2's cap on its
+    scores (`softcap`, None: none)."""
 
     D: int
     Dh: int
@@ -44,6 +45,8 @@ class Site:
     self_attention: bool = True
     rope: bool = False
     gqa: bool = False
+    softcap: float | None = None
+    sinks: bool = False  # GPT-OSS's sink logit per head in every softmax's denominator
 
 
 @dataclass(frozen=True)

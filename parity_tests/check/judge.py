@@ -368,11 +368,28 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
         result.unsupported = US.explain(*run) if run is not None else None
     if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
         result.unsupported = exc.answer
-    if result.unsupported is None:
+    patches = _patch_embedding(user_module)
+    if result.unsupported is None and patches is not None:  # a vision tower: no level of the judge's reads images
+        result.error = (
+            f"could not judge: {patches} cuts an image into patches (a ViT's or CLIP's vision tower); the judge's "
+            "levels are the text Transformer's, and the reference's vision models (numpy_transformer/vision.py, "
+            f"clip.py) are not among them (it stopped on: {str(exc)[:200]})"
+        )
+    elif result.unsupported is None:
         said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
         settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
         result.error = f"could not judge: {said}{settles}"
     return result
+
+
+def _patch_embedding(user_module) -> str | None:
+    """The path of a convolution whose stride is its kernel (a ViT's patch embedding), else None."""
+    if not isinstance(user_module, nn.Module):
+        return None
+    for path, m in user_module.named_modules():
+        if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size and m.kernel_size != (1, 1):
+            return path or "(the module)"
+    return None
 
 
 def said_why(session: Session, caller, result: Result) -> None:

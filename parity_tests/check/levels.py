@@ -54,8 +54,9 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
     trace: list = []
     sublayers = [("self_attn", self_keep)] + ([("cross_attn", cross_keep)] if decoder and memory is not None else [])
     sublayers.append(("ffn", None))
+    shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
     for name, keep in sublayers:
-        weights = M.sub(params, f"{name}_norm")
+        weights = M.sub(params, "self_attn_norm" if shared else f"{name}_norm")
         h = L.norm_forward(weights, x, cfg.norm, cfg.layer_norm_eps)[0] if cfg.norm_first else x  # the unit's input
         if name == "ffn":
             y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
@@ -66,8 +67,8 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
             y = V.multi_head_attention(M.sub(params, name), h, kv, kv, cfg.n_heads, keep, **rope)
             unit = (name, "attention", (h, kv, keep), y)
         if cfg.norm_first:
-            trace += [(f"{name}_norm", "norm", (x,), h), unit]
-            x = x + y
+            trace += ([] if shared and name == "ffn" else [(f"{name}_norm", "norm", (x,), h)]) + [unit]
+            x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
         else:
             s = x + y
             x = L.norm_forward(weights, s, cfg.norm, cfg.layer_norm_eps)[0]

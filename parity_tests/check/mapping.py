@@ -70,6 +70,7 @@ class Structure:
     orphans: list = field(default_factory=list)  # 1-D parameters that fit nothing above (an output bias)
     qk_norms: dict = field(default_factory=dict)  # q or k projection's weight name -> its per-head Norm (Qwen3)
     flow: Any = None  # dataflow.Flow: what the recorded forward said, or None where it could not run
+    names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
 
 
 @dataclass
@@ -132,7 +133,7 @@ def structure(module: nn.Module, flow=None) -> Structure:
     class (BUILTIN_READERS), any other by its own tensors (_read_own); then, where the forward was recorded (`flow`,
     dataflow.Flow), everything is put in the order it is first used (norms in the order they are applied), per-head
     q/k norms set apart."""
-    found = Structure()
+    found = Structure(names={n for n, _ in module.named_parameters()})
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
         reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), _read_own)

@@ -35,7 +35,19 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
 
 
 def match_attention(
-    user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, **context
+    user_out,
+    params,
+    query,
+    kv,
+    H,
+    keep,
+    where,
+    valid=None,
+    n_kv=None,
+    theta=None,
+    qk_eps=1e-6,
+    softcap=None,
+    **context,
 ) -> list:
     """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
@@ -43,9 +55,18 @@ def match_attention(
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
-    site = MK.Site(D, D // H, keep, rope=theta is not None, gqa=n_kv is not None and n_kv != H, **context)
+    site = MK.Site(
+        D,
+        D // H,
+        keep,
+        rope=theta is not None,
+        gqa=n_kv is not None and n_kv != H,
+        softcap=softcap,
+        sinks=params is not None and "sinks" in params,
+        **context,
+    )
     for vid, message, knobs in MK.variants(MK.ATTENTION, site):
-        knobs = dict(knobs)
+        knobs = {"softcap": softcap} | dict(knobs)
         k = knobs.pop("keep", keep)
         transpose = knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split

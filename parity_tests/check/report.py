@@ -143,7 +143,7 @@ class Result:
 
     def _config_fields(self) -> list:
         """The config fields shown: the level's (level_table), RoPE's only where it rotates (an attention or a layer
-        has no other positions)."""
+        has no other positions); a parallel layer's and Gemma 2's soft caps where set."""
         if self.config is None:
             return []
         fields = list(shown(self.reference))
@@ -152,7 +152,14 @@ class Result:
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
-        return fields
+        read = (
+            "parallel_residual",
+            "shared_norm",
+            "attn_softcap",
+            "logit_softcap",
+            "attn_sinks",
+        )  # shown where the flow set them
+        return fields + [k for k in read if getattr(self.config, k, None)]
 
     def _map(self) -> list:
         if not self.mapping:

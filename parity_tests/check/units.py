@@ -17,6 +17,7 @@ from typing import Any
 
 from numpy_transformer import TransformerConfig
 
+from . import dataflow as DF
 from .level_table import LEVELS
 from .mapping import Link, role_of
 from .unsupported import NoPair
@@ -50,6 +51,8 @@ class Units:
     n_dec: int = 0
     layer_norms: int = 0
     embedding_norm: bool = False
+    parallel: bool = False  # Phi-2's, GPT-J's, GPT-NeoX's parallel layers: attention and feed-forward side by side
+    shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
 
 
 def sized_config(level: str, found, given: dict):
@@ -148,14 +151,15 @@ def _units(entry, found, units: Units) -> None:
                 "hidden states"
             )
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
-    units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec)
+    units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
         # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
         # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
         # post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)
         stacks = len(entry.stacks)
         first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
-        units.embedding_norm = len(first) - (stacks if flow.norm_first else 0) == stacks
+        own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
+        units.embedding_norm = len(first) - own == stacks
         units.layer_norms += stacks * units.embedding_norm
 
 
@@ -163,7 +167,7 @@ def _from_flow(entry, found, units: Units) -> None:
     """The attentions and blocks of the flow as pieces; a parallel block refused; names settle a gate and up."""
     flow, by = found.flow, {p.weight: p for p in found.pieces}
     units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
-                        for a in flow.attentions]  # fmt: skip
+                        | {"sinks": a.sinks} for a in flow.attentions]  # fmt: skip
     units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
     for node in flow.nodes:
         what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
@@ -173,7 +177,9 @@ def _from_flow(entry, found, units: Units) -> None:
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
         raise NoPair(shared[0], what, entry.name)
-    if entry.group != "component" and flow.parallel:
+    if entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel:
+        units.parallel, units.shared_norm = True, _shared_input(flow)  # a decoder-only model's: the reference's
+    elif entry.group != "component" and flow.parallel:
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
@@ -183,6 +189,18 @@ def _from_flow(entry, found, units: Units) -> None:
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
             block[:2] = block[1::-1]
+
+
+def _shared_input(flow) -> bool:
+    """Whether the first feed-forward block and the first attention's query read one tensor (Phi-2's one norm)."""
+
+    def read(weight: str):
+        node = next((n for n in flow.nodes if DF.projection(n) == weight), None)
+        x = next((p for p in node.parents if DF.weight_of(p) is None), None) if node is not None else None
+        return DF._root(x) if x is not None else None
+
+    q, block = read(flow.attentions[0].q[0]), read(flow.blocks[0][0])
+    return q is not None and q is block
 
 
 def _pieces(by: dict, weights: list, where: str) -> list:
@@ -249,7 +267,29 @@ def _config(entry, found, units: Units, cfg, fields: dict):
             base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
     elif entry.final_norms == "pre-norm" and finals:
         base["norm_first"] = True  # a final norm: pre-norm layers
+    base |= _frontier_fields(entry, found, units)
     return TransformerConfig(**(base | known))
+
+
+def _frontier_fields(entry, found, units: Units) -> dict:
+    """The fields of issue 49's layers the flow shows: a parallel layer (pre-norm, however the sums read), GPT-OSS's
+    sink logits (an attention that leaves its own unread: the one named as the others'), Gemma 2's soft caps."""
+    fields: dict = {}
+    if units.parallel:  # pre-norm layers, however the sums read
+        fields |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+    sinks = [(a.module, a.sinks[0]) for a in found.flow.attentions if a.sinks] if found.flow is not None else []
+    if sinks:  # GPT-OSS's sink logits; an attention that leaves its own unread: the one named as the others'
+        fields["attn_sinks"] = True
+        module, name = sinks[0]
+        suffix = name[len(module) + 1 :] if name.startswith(f"{module}.") else None
+        for a, attention in zip(found.flow.attentions, units.attentions, strict=False):
+            unread = f"{a.module}.{suffix}"
+            if not attention.get("sinks") and suffix and unread in found.names:
+                attention["sinks"] = [unread]
+    if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
+        caps = found.flow.softcaps
+        fields |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+    return fields
 
 
 # -- one attention's rows: separate, fused (q, k, v or k, v) or one piece per head --------------------------------
@@ -362,6 +402,8 @@ class Linker:
                 f"the flow shows {len(attention['out'])}; pass mapping="
             )
         self.piece(attention["out"][0], [(names["out"], None)], self.cfg.bias)
+        if self.cfg.attn_sinks and attention.get("sinks"):  # GPT-OSS's sink logit per head
+            self.links.append(Link(attention["sinks"][0], [(f"{prefix}sinks", None)]))
         for role in "qk":
             norm = self.found.qk_norms.get(attention[role][0].weight)
             if norm is not None:
@@ -373,7 +415,9 @@ class Linker:
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(take(attentions, "attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(take(blocks, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
-        for name in ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"]:
+        for name in (
+            ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"] * (not self.cfg.shared_norm)
+        ):
             self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
 

@@ -5,7 +5,8 @@ The user's forward is recorded once (dataflow's recorder, each op's output kept)
 level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), a gate that mixes the
 previous position into each one (x[:, 1:] + g * x[:, :-1]), and a feed-forward activation that is an element-wise
 function of the first projection's output but none of the reference's (ReLU squared, QuickGELU's x * sigmoid(1.702 x),
-...), told apart by its values."""
+x * sigmoid(c x) at another constant, ...), told apart by its values. The reference's QuickGELU is its ViT's and
+CLIP's (numpy_transformer/vision.py), not a TransformerConfig activation: no level the judge runs computes it."""
 
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def _activation(rec) -> tuple | None:
             fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
             if fits and fits[0][1]:
                 continue  # one the reference has
-            what = fits[0][0] if fits else _unknown(h, a)
+            what = fits[0][0] if fits else _sigmoid_gated(h, a) or _unknown(h, a)
             return x.module, f"the activation computes {what}"
     return None
 
@@ -147,6 +148,21 @@ def _only_from(first, node, depth: int = 16) -> bool:
     if depth == 0 or node.op not in ELEMENTWISE or not node.parents:
         return False
     return all(_only_from(first, p, depth - 1) for p in node.parents)
+
+
+def _sigmoid_gated(h, a) -> str | None:
+    """x * sigmoid(c x) at a constant c the values give (QuickGELU's form at another constant than 1.702), else
+    None."""
+    ratio = a / torch.where(h == 0, torch.ones_like(h), h)
+    usable = (h.abs() > 0.1) & (ratio > 1e-6) & (ratio < 1 - 1e-6)
+    if int(usable.sum()) < 4:
+        return None
+    c = float((torch.logit(ratio[usable]) / h[usable]).median())
+    if not math.isfinite(c) or float((h * torch.sigmoid(c * h) - a).abs().max()) > 1e-6 * max(
+        float(a.abs().max()), 1e-12
+    ):
+        return None
+    return f"x * sigmoid({c:.4g} x) (QuickGELU's form, with {c:.4g} where QuickGELU has 1.702)"
 
 
 def _unknown(h, a) -> str:

@@ -23,16 +23,38 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
     return e / np.where(total == 0.0, 1.0, total)
 
 
-def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False):
+def attention_heads(
+    q,
+    k,
+    v,
+    keep,
+    divisor=None,
+    mask_mode="before",
+    axis=-1,
+    swap_qk=False,
+    softcap=None,
+    cap_mode="scores",
+    sinks=None,
+    sink_mode="denominator",
+):
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
     (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
     softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each row divided by
     its new sum), "ignored" (no mask). axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk:
-    scores K Q^T (a self-attention's score matrix transposed)."""
+    scores K Q^T (a self-attention's score matrix transposed). softcap: Gemma 2's cap (None: none), applied as
+    cap_mode says: "scores" (the reference: cap * tanh(S / cap) before the mask), "undivided" (cap * tanh(S)),
+    "probabilities" (the probabilities capped after the softmax, cap * tanh(P / cap)). sinks: GPT-OSS's logit per
+    head (H,) joining each row's softmax denominator (None: none); sink_mode "missing": left out of it."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
-    if mask_mode == "before":
+    if softcap is not None and cap_mode != "probabilities":
+        scores = softcap * np.tanh(scores / softcap if cap_mode == "scores" else scores)
+    if sinks is not None and sink_mode == "denominator":  # a column of s_h beside the kept scores, dropped after
+        s = scores if keep is None else np.where(keep, scores, -np.inf)
+        column = np.broadcast_to(sinks.reshape(1, -1, 1, 1), (*s.shape[:3], 1))
+        probs = softmax(np.concatenate([s, column], axis=-1), None)[..., :-1]
+    elif mask_mode == "before":
         probs = softmax(scores, keep, axis)
     elif mask_mode == "fill":  # masked_fill(-1e9) then a plain softmax: a wrong axis then sees the filled entries
         probs = softmax(scores if keep is None else np.where(keep, scores, -1e9), None, axis)
@@ -43,6 +65,8 @@ def attention_heads(q, k, v, keep, divisor=None, mask_mode="before", axis=-1, sw
             if mask_mode == "after_renorm":
                 total = probs.sum(axis=-1, keepdims=True)
                 probs = probs / np.where(total == 0.0, 1.0, total)
+    if softcap is not None and cap_mode == "probabilities":
+        probs = softcap * np.tanh(probs / softcap)
     return probs @ v  # (B, H, T_q, Dh)
 
 
@@ -80,6 +104,7 @@ def rope_knobs(cfg, rotary: bool = True) -> dict:
         "n_kv": cfg.n_kv_heads,
         "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None,
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
+        "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
     }
 
 
@@ -106,6 +131,7 @@ def multi_head_attention(
         v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1]) if rope_v else v
     if n_kv != H:
         k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))
+    knobs = {"sinks": params.get("sinks")} | knobs  # GPT-OSS's sink logits, where the attention has them
     return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose_back), params, "out_proj")
 
 
