@@ -154,6 +154,7 @@ def model():
 """
 
 
+@pytest.mark.slow  # 9 s of CLI runs; test_check_command keeps the CLI in the default run
 def test_check_command_passes_the_config_options_through(tmp_path, capsys):
     """--rope-theta, --config-field NAME=VALUE, --dtype and --seed reach check.module: a Llama whose RoPE base is
     1e6 passes at --rope-theta 1e6 and fails at 1e4 (the base given is the one judged), compared in float64 only."""

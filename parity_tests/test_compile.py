@@ -245,6 +245,7 @@ def test_compiled_random_dropout(family, config_name, device):
     assert torch.isfinite(out).all() and not torch.allclose(out, evaluated)
 
 
+@pytest.mark.slow  # inductor compiles for about 25 s; the default run keeps the eager-backend comparisons
 def test_inductor_compiled_equals_eager_and_numpy(device):
     """The one real code generation (inductor: C++ on the CPU, Triton on CUDA), forward and backward, on the
     case with the most to go wrong: padding and a fully masked row, grouped-query attention, rotary positions,
@@ -330,7 +331,10 @@ def test_value_checks_are_check_inputs():
         compiled(torch.full((1, config.max_len + 1), 3))
 
 
-@pytest.mark.parametrize("family, config_name", [("Transformer", "paper"), ("TransformerLM", "llama")])
+@pytest.mark.parametrize(
+    "family, config_name",
+    [pytest.param("Transformer", "paper", marks=pytest.mark.slow), ("TransformerLM", "llama")],
+)
 def test_decoding_with_the_cache_compiles(family, config_name, monkeypatch):
     """The cached decoding step is one graph (explain), and greedy and beam search through the compiled step
     (fullgraph, dynamic shapes, AOTAutograd) give eager's tokens, from a few graphs per search (the step at

@@ -198,6 +198,7 @@ def train_numbers_args(out: Path, *extra: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # 26 s; DDP's gradients stay in the default run (test_two_processes_on_halves_...)
 def test_train_numbers_under_torchrun_takes_the_steps_of_one_process(tmp_path):
     """Two processes (and two processes with two micro-batches each) train with the losses of one process,
     to float32 rounding; only rank 0 prints and writes."""

@@ -454,6 +454,7 @@ def test_decoding_with_a_flash_config(use_cache: bool) -> None:
 # The benchmark.
 
 
+@pytest.mark.slow  # 10 s of timing; the tiled kernel's parity tests stay in the default run
 def test_benchmark_quick_mode(tmp_path) -> None:
     out = tmp_path / "flash.json"
     printed = subprocess.run(
