@@ -11,8 +11,8 @@ words: each a tiny model or part with the convention that tripped the judge, and
   mask, a float32 sinusoid table, and its source, target and output embeddings tied three ways with an output bias;
 - an encoder layer that makes any mask argument causal (`is_causal = mask is not None`), whose encoder calls it
   without one;
-- mistakes inside whole models, named where they sit (each part judged in situ, on the inputs its parent gave it):
-  in the second block only; behind float32 rotary tables; a causal mask missing or flipped in a decoder whose
+- mistakes inside whole models, named where they sit (each part judged in situ, on the inputs its parent gave
+  it), in the second block only, behind float32 rotary tables; a causal mask missing or flipped in a decoder whose
   sinusoid table is made in float32 in its forward (the embeddings off by a rounding's size before it);
 - math the reference has no pair for: ReLU squared, QuickGELU (x * sigmoid(1.702 x)), norms without weights, a gate
   that mixes in the previous token.
