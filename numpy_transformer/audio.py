@@ -49,7 +49,6 @@ from .model import (
     encoder_layer_forward,
     final_norm_backward,
     final_norm_forward,
-    init_params,
     prefixed,
     sub,
 )
@@ -275,13 +274,17 @@ class SpeechTransformer(Transformer):
         check_speech_config(config)
         super().__init__(config, seed, dtype)
         D = config.d_model
-        self.params = init_params(speech_parameter_shapes(config), seed, self.dtype, D)  # the Transformer's, rebuilt
         rng = np.random.default_rng([seed, 2])
         for name, fan_in in (("encoder.conv1.weight", config.n_mels * 3), ("encoder.conv2.weight", D * 3)):
             bound = 1.0 / math.sqrt(fan_in)  # torch's Conv1d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
             self.params[name] = rng.uniform(-bound, bound, size=self.params[name].shape).astype(self.dtype)
         self.zero_grad()
         self.buffers = {POSITION_TABLE: whisper_sinusoids(config.source_positions, D, self.dtype)}
+
+    @classmethod
+    def shapes(cls, config: TransformerConfig) -> dict:
+        """The Transformer's parameters with the audio front end in place of the source token table."""
+        return speech_parameter_shapes(config)
 
     @property
     def n_frames(self) -> int:

@@ -1303,8 +1303,7 @@ class _Model(Generic[CacheT]):
         self.generation_rules = None
         self.hf_model_type = None
         self.hf_config = {}
-        shapes = parameter_shapes(config, self.decoder_only, self.encoder_only)
-        self.params = init_params(shapes, seed, dtype, config.d_model, config.norm == "rms_offset")
+        self.params = init_params(self.shapes(config), seed, dtype, config.d_model, config.norm == "rms_offset")
         self.zero_grad()  # self.grads: name -> gradient array, like params
         self.training = True
         self.rng = np.random.default_rng([seed, 1])  # dropout masks; independent of the init stream
@@ -1319,6 +1318,11 @@ class _Model(Generic[CacheT]):
         self._mlm_cache: MlmHeadCache | None = None
 
     # -- modes and gradients ---------------------------------------------------------------
+
+    @classmethod
+    def shapes(cls, config: TransformerConfig) -> dict:
+        """name -> shape of every parameter this model class holds for `config`."""
+        return parameter_shapes(config, cls.decoder_only, cls.encoder_only)
 
     def train(self, mode: bool = True) -> Self:
         self.training = bool(mode)
