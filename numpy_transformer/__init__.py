@@ -29,7 +29,17 @@ from .attention import (
 )
 from .audio import SpeechTransformer
 from .decoding import generate
+from .deepseek_moe import deepseek_moe_backward, deepseek_moe_forward
 from .flash_attention import flash_attention_backward, flash_attention_forward
+from .gpt_oss_moe import (
+    clamped_swiglu_backward,
+    clamped_swiglu_forward,
+    gpt_oss_moe_backward,
+    gpt_oss_moe_forward,
+    top_k_softmax_backward,
+    top_k_softmax_forward,
+)
+from .latent_attention import latent_attention_backward, latent_attention_forward
 from .loss import (
     cross_entropy_backward,
     cross_entropy_forward,
@@ -43,6 +53,7 @@ from .moe import (
     sparse_moe_backward,
     sparse_moe_forward,
 )
+from .sinks import sink_attention_backward, sink_attention_forward, sink_softmax_backward, sink_softmax_forward
 
 __all__ = [
     "TransformerConfig",
@@ -65,6 +76,20 @@ __all__ = [
     "sparse_moe_backward",
     "load_balancing_loss_forward",
     "load_balancing_loss_backward",
+    "sink_softmax_forward",
+    "sink_softmax_backward",
+    "sink_attention_forward",
+    "sink_attention_backward",
+    "top_k_softmax_forward",
+    "top_k_softmax_backward",
+    "clamped_swiglu_forward",
+    "clamped_swiglu_backward",
+    "gpt_oss_moe_forward",
+    "gpt_oss_moe_backward",
+    "latent_attention_forward",
+    "latent_attention_backward",
+    "deepseek_moe_forward",
+    "deepseek_moe_backward",
     "generate",
     "GenerationConfig",
     "gradcheck",

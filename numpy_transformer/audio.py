@@ -282,9 +282,10 @@ class SpeechTransformer(Transformer):
         self.buffers = {POSITION_TABLE: whisper_sinusoids(config.source_positions, D, self.dtype)}
 
     @classmethod
-    def shapes(cls, config: TransformerConfig) -> dict:
-        """The Transformer's parameters with the audio front end in place of the source token table."""
-        return speech_parameter_shapes(config)
+    def shapes(cls, config: TransformerConfig, buffers: bool = False) -> dict:
+        """The Transformer's parameters with the audio front end in place of the source token table; buffers: also
+        the fixed position table (POSITION_TABLE), which the state dict and checkpoints hold."""
+        return speech_parameter_shapes(config, buffers)
 
     @property
     def n_frames(self) -> int:

@@ -36,10 +36,9 @@ from transformer_spec.config import (
     checkpoint_metadata,
     parse_checkpoint_metadata,
 )
-from transformer_spec.shapes import speech_parameter_shapes
 
 from .audio import SpeechTransformer
-from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
+from .model import EncoderModel, Transformer, TransformerLM
 
 Model = Transformer | TransformerLM | EncoderModel
 CLASSES: dict[str, type[Model]] = {
@@ -133,10 +132,7 @@ def _read(
         slices = {name: f.get_slice(name) for name in f.keys()}
         header = {name: (s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
         check_layer_count(config, len(header), path)  # before listing the parameter names the config implies
-        cls = CLASSES[model_class]
-        expected = parameter_shapes(config, cls.decoder_only, cls.encoder_only)
-        if model_class == "SpeechTransformer":  # its parameters and its fixed position table
-            expected = speech_parameter_shapes(config, buffers=True)
+        expected = CLASSES[model_class].shapes(config, buffers=True)  # Whisper's fixed position table too
         check_checkpoint_tensors(header, expected, model_class, path)
         state = {name: read_tensor(f, Path(path), name, dtype) for name, (dtype, _) in header.items()}
     return state, config, model_class, extra

@@ -70,6 +70,7 @@ from transformer_spec.generation import (
     decoding_length,
     end_ids,
     generate_plan,
+    languages_to_detect,
     process_scores,
     sampling_probabilities,
     update_stopped,
@@ -212,12 +213,14 @@ class Recompute:
 def start_decoding(
     model, src_ids, max_len: int | None, n_copies: int, use_cache: bool, attention_mask=None, start_id=None,
     decoder_prompt: tuple = (),
+    languages: tuple = (),
 ):  # fmt: skip
     """Check the arguments; return the prompt (B, T_p), max_len (None: as long as the position table
     allows) and the source of next-token logits for N = B * n_copies rows. attention_mask (B, T_p): the
     real tokens of a left-padded prompt (the LM's; every generated token is real), or of a Transformer's source
-    (instead of the tokens not holding pad_id), or None."""
-    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id, decoder_prompt)
+    (instead of the tokens not holding pad_id), or None. languages: Whisper's language ids to detect among
+    (check_decoding_inputs)."""
+    src_ids, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id, decoder_prompt, languages)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -375,7 +378,8 @@ def _token_by_token(model, src_ids, max_len: int, rules: GenerationRules, option
     attention_mask = options.attention_mask
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, 1, options.use_cache, attention_mask, rules.start_id, rules.decoder_prompt
+            model, src_ids, max_len, 1, options.use_cache, attention_mask, rules.start_id, rules.decoder_prompt,
+            languages_to_detect(rules),
         )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
@@ -488,8 +492,9 @@ def _beams(model, src_ids, max_len: int, rules: GenerationRules, options: Option
     with evaluating(model):
         K = beam_size
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id, rules.decoder_prompt
-        )
+            model, src_ids, max_len, K, use_cache, attention_mask, rules.start_id, rules.decoder_prompt,
+            languages_to_detect(rules),
+        )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -580,11 +585,24 @@ def evaluating(model):
         model.train(was_training)
 
 
-def check_decoding_inputs(model, src_ids, max_len, start_id=None, decoder_prompt: tuple = ()):
+def detect_language(model, source: np.ndarray, start: int, languages: tuple) -> np.ndarray:
+    """Whisper's language detection, as transformers' WhisperGenerationMixin.detect_language does it: the decoder
+    reads the start token alone, and of the next-token logits z (B, V) each row's language is the id among
+    `languages` (ascending) with the largest, argmax_{l in languages} z_l (the lowest such id on a tie, as an argmax
+    over the vocabulary with every other id at -inf). source: the encoder's input (B, ...). Returns ids (B,)."""
+    ids = np.asarray(languages, dtype=np.int64)  # (L,)
+    first = np.full((source.shape[0], 1), start, dtype=np.int64)  # (B, 1)
+    logits = model.forward(source, first, keep_cache=False)[:, -1]  # (B, V)
+    return ids[np.argmax(logits[:, ids], axis=-1)]  # (B,)
+
+
+def check_decoding_inputs(model, src_ids, max_len, start_id=None, decoder_prompt: tuple = (), languages: tuple = ()):
     """Validate like model.forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p)
     and max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first
     decoder token (the caller's decoder_start_token_id); None: config.bos_id. decoder_prompt: the ids a Transformer's
-    decoder reads after it (GenerationRules.decoder_prompt), so that its prompt is (B, 1 + len(decoder_prompt))."""
+    decoder reads after it (GenerationRules.decoder_prompt), so that its prompt is (B, 1 + len(decoder_prompt)).
+    languages: Whisper's language token ids when the language is to be detected (generation.languages_to_detect):
+    each row's detected one (detect_language) goes after the start token, the prompt (B, 2 + len(decoder_prompt))."""
     cfg = model.config
     if max_len is not None:
         check_int("max_new_tokens", max_len)
@@ -600,6 +618,8 @@ def check_decoding_inputs(model, src_ids, max_len, start_id=None, decoder_prompt
                 "decoding a Transformer starts from config.bos_id (the decoder start token), which is None"
             )
         prompt = np.tile(np.array([start, *decoder_prompt], dtype=np.int64), (src_ids.shape[0], 1))  # (B, T_p)
+        if languages:  # Whisper: each row's language token, detected, after the start token
+            prompt = np.insert(prompt, 1, detect_language(model, src_ids, start, languages), axis=1)  # (B, T_p + 1)
     else:
         prompt = check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit).astype(
             np.int64

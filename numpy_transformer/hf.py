@@ -21,10 +21,9 @@ import numpy as np
 from transformer_spec import checkpoints
 from transformer_spec.checkpoints import MAX_BYTES, Checkpoint, generation_config, read_bfloat16
 from transformer_spec.families import Family, family_for_model, tied_copies, to_hf_tensors, write_layout
-from transformer_spec.shapes import speech_parameter_shapes
 
 from .audio import SpeechTransformer
-from .model import EncoderModel, Transformer, TransformerLM, parameter_shapes
+from .model import EncoderModel, Transformer, TransformerLM
 
 ModelClass = type[EncoderModel] | type[TransformerLM] | type[Transformer]
 CLASSES: dict[str, ModelClass] = {
@@ -63,12 +62,10 @@ def load(directory, dtype=np.float32, dropout: float | None = None, max_bytes: i
 
 
 def shapes(config, model_class: str) -> dict:
-    """The state-dict names and shapes of our NumPy `model_class` ("Transformer", "TransformerLM",
-    "EncoderModel") built from `config` (transformer_spec.checkpoints.Shapes), nothing allocated."""
-    if model_class == "SpeechTransformer":  # Whisper: its fixed position table is read too
-        return speech_parameter_shapes(config, buffers=True)
-    cls = CLASSES[model_class]
-    return parameter_shapes(config, cls.decoder_only, cls.encoder_only)
+    """The state-dict names and shapes of our NumPy `model_class` ("Transformer", "TransformerLM", "EncoderModel",
+    "SpeechTransformer") built from `config` (transformer_spec.checkpoints.Shapes), nothing allocated: the class's
+    own `shapes`, buffers included (Whisper's fixed position table is read too)."""
+    return CLASSES[model_class].shapes(config, buffers=True)
 
 
 def read_checkpoint(directory, dropout=None, max_bytes: int = MAX_BYTES, bytes_per_parameter: int = 8) -> Checkpoint:

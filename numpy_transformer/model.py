@@ -1320,8 +1320,9 @@ class _Model(Generic[CacheT]):
     # -- modes and gradients ---------------------------------------------------------------
 
     @classmethod
-    def shapes(cls, config: TransformerConfig) -> dict:
-        """name -> shape of every parameter this model class holds for `config`."""
+    def shapes(cls, config: TransformerConfig, buffers: bool = False) -> dict:
+        """name -> shape of every parameter this model class holds for `config`; buffers: also the fixed tensors its
+        state dict and checkpoints hold (none here; SpeechTransformer's position table)."""
         return parameter_shapes(config, cls.decoder_only, cls.encoder_only)
 
     def train(self, mode: bool = True) -> Self:

@@ -1116,12 +1116,16 @@ def compare_hf(
     In float32 the reference is transformers in float64 (patched as above) and the result carries transformers' own
     float32 error on each tensor (Result.reference_float32, its float32 run against its float64 run on the same
     inputs), so each tensor's bar follows what float32 can do there (components.bars), on any CPU and BLAS kernel.
+    The NumPy side's own float32 error is measured too (Result.own_float32, our float32 run against our float64
+    run): its products run on NumPy's BLAS (OpenBLAS, whose kernel OPENBLAS_CORETYPE picks), which the reference's
+    own error, torch's, does not see; the torch side's products are torch's, as the reference's are.
     """
     dtype = np.dtype(dtype)
     with tempfile.TemporaryDirectory() as directory:
         theirs_model = build_tiny(family, directory, seed, **overrides).to(device=device, dtype=TORCH_DTYPE[dtype])
         theirs64 = copy.deepcopy(theirs_model).double() if dtype == np.float32 else None
         ours_model = load_ours(side, directory, dtype, device)
+        ours64 = load_ours(side, directory, np.float64, device) if dtype == np.float32 and side == "numpy" else None
     ids, token_types = make_inputs(family, seed, length=length)
     out_shape = (*ids.shape, theirs_model.config.hidden_size if family in ENCODERS else TINY[family]["vocab_size"])
     upstream = np.random.default_rng(seed + 1000).standard_normal(out_shape)
@@ -1136,6 +1140,9 @@ def compare_hf(
         out64, grads64 = run_transformers(theirs64, family, ids, token_types, upstream)
     result = pair(ours_out, out64, ours_grads, grads64, kind)
     result.reference_float32 = self_errors(pair(theirs_out, out64, theirs_grads, grads64, kind))
+    if ours64 is not None:
+        own_out, own_grads = run(ours64, family, ids, token_types, upstream)
+        result.own_float32 = self_errors(pair(ours_out, own_out, ours_grads, own_grads, kind))
     return result
 
 

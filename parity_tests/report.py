@@ -293,6 +293,7 @@ def _own_float32(result, dtype) -> dict | None:
         "tensor": name,
         "ours": errors[name][1],
         "reference": result.reference_float32[name],
+        "own": None if result.own_float32 is None else result.own_float32[name],  # ours, float32 against float64
         "bar": allowed[name],
         "worst_reference": max(result.reference_float32.values()),
     }
@@ -407,12 +408,14 @@ def main(argv=None) -> int:
     for r in records:
         own = r["reference_float32"]
         if own is not None:
+            larger = ", or ours where larger" if own.get("own") is not None else ""
+            mine = "" if own.get("own") is None else f", our own {own['own']:.1e}"
             print(
                 f"{r['component']} [{r['dtype']}]: judged by what float32 can do on this model: each tensor within "
                 f"min({C.FLOAT32_CAP:.0e}, max({C.BAR[np.dtype(np.float32)]:.0e}, {C.SELF_RATIO:g} x the reference's "
-                f"own float32 error on it)). Closest to its bar: {own['tensor']}, ours {own['ours']:.1e}, the "
-                f"reference's own {own['reference']:.1e}, bar {own['bar']:.1e} (the reference's own float32 error "
-                f"reaches {own['worst_reference']:.1e})"
+                f"own float32 error on it{larger})). Closest to its bar: {own['tensor']}, ours {own['ours']:.1e}, "
+                f"the reference's own {own['reference']:.1e}{mine}, bar {own['bar']:.1e} (the reference's own float32 "
+                f"error reaches {own['worst_reference']:.1e})"
             )
     for r in failed:
         for problem in r["problems"]:

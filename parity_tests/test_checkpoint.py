@@ -8,8 +8,11 @@ import pytest
 import torch
 
 import numpy_transformer as nt  # noqa: E402
+import torch_transformer as tt
 from numpy_transformer import checkpoint as np_ckpt  # noqa: E402
+from numpy_transformer import hf as np_hf
 from torch_transformer import checkpoint as torch_ckpt  # noqa: E402
+from torch_transformer import hf as torch_hf
 
 CONFIG = nt.TransformerConfig(
     src_vocab_size=11,
@@ -48,6 +51,28 @@ def test_round_trip_numpy_to_torch_and_back(tmp_path, cls, dtype):
         np.testing.assert_array_equal(back.params[k], v)
     _, _, _, extra = np_ckpt.read_checkpoint(path)
     assert extra == {"step": "12", "note": "hello"}
+
+
+SPEECH = nt.TransformerConfig(
+    src_vocab_size=11, tgt_vocab_size=13, d_model=8, n_heads=2, d_ff=12, max_len=10, norm_first=True,
+    positional="learned", n_mels=4, source_positions=3,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", ["Transformer", "TransformerLM", "EncoderModel", "SpeechTransformer"])
+def test_each_class_names_its_own_shapes(cls):
+    """cls.shapes(config) is what a built model holds, on both sides: its parameters, and with buffers=True its state
+    dict (Whisper's fixed position table besides them); the checkpoint readers (hf.shapes) ask the class."""
+    config = SPEECH if cls == "SpeechTransformer" else CONFIG
+    ours, theirs = getattr(nt, cls)(config, seed=0), getattr(tt, cls)(config)
+    expected = {name: value.shape for name, value in ours.params.items()}
+    assert getattr(nt, cls).shapes(config) == expected == getattr(tt, cls).shapes(config)
+    assert expected == {name: tuple(p.shape) for name, p in theirs.named_parameters()}
+    state = {name: tuple(value.shape) for name, value in theirs.state_dict().items()}
+    assert state == {name: value.shape for name, value in ours.state_dict().items()}
+    assert getattr(nt, cls).shapes(config, buffers=True) == state == getattr(tt, cls).shapes(config, buffers=True)
+    assert np_hf.shapes(config, cls) == state == torch_hf.shapes(config, cls)
+    assert (len(state) > len(expected)) == (cls == "SpeechTransformer")
 
 
 def test_same_logits_after_loading_on_both_sides(tmp_path):

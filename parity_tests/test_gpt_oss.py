@@ -82,6 +82,30 @@ def test_sink_softmax_against_the_plain_one():
         SK.sink_softmax_forward(scores, np.full(3, 0.0))
 
 
+def test_torch_sink_softmax_equals_the_numpy_pair():
+    """torch_transformer.sinks.sink_softmax (exported as tt.sink_softmax) against nt.sink_softmax_forward/backward,
+    float64: the shares and, under a random upstream gradient, the gradients of the scores and of the sinks; a row
+    with every key hidden gives all to the sink on both sides."""
+    rng = np.random.default_rng(94)
+    scores = 2.0 * rand(rng, 2, 3, 4, 5)
+    allowed = rng.random((2, 1, 4, 5)) > 0.3
+    allowed[1, 0, 2] = False
+    sinks = np.array([-1.0, 0.5, 2.0])
+    probs, cache = nt.sink_softmax_forward(scores, sinks, allowed)
+    upstream = rand(rng, *probs.shape)
+    dscores, dsinks = nt.sink_softmax_backward(upstream, cache)
+    scores_t = torch.from_numpy(scores).masked_fill(~torch.from_numpy(allowed), float("-inf")).requires_grad_()
+    sinks_t = torch.from_numpy(sinks).requires_grad_()
+    probs_t = tt.sink_softmax(scores_t, sinks_t)
+    (probs_t * torch.from_numpy(upstream)).sum().backward()
+    assert np.abs(probs - probs_t.detach().numpy()).max() <= 1e-15
+    assert (probs_t[1, :, 2] == 0).all()
+    for ours, theirs in ((dscores, scores_t.grad.numpy()), (dsinks, sinks_t.grad.numpy())):
+        assert np.abs(ours).max() > 0 and np.isfinite(theirs).all()
+        assert np.abs(ours - theirs).max() <= 1e-14 * np.abs(theirs).max()
+    assert tt.sink_softmax.__module__ == "torch_transformer.sinks"
+
+
 @pytest.mark.parametrize("dropout_p", [0.0, 0.3], ids=["no-dropout", "dropout"])
 def test_sink_attention(dropout_p):
     """The sink attention pair with a causal window of 2, a left-padded row and dropout: q, k, v and the sinks."""
@@ -182,9 +206,10 @@ def test_gpt_oss_moe_block():
 # A whole GPT-OSS-like LM: finite differences, and NumPy against torch.
 
 
-@pytest.mark.slow  # 5 s: the pairs above, and test_numpy_equals_torch_in_float64, stay in the default run
-def test_gpt_oss_lm_finite_differences():
-    """Every parameter of the GPT-OSS-like LM (sinks, the experts' biases, the router's bias) by finite differences."""
+@pytest.mark.parametrize("coords", [3, pytest.param(24, marks=pytest.mark.slow)], ids=["3-each", "24-each"])
+def test_gpt_oss_lm_finite_differences(coords):
+    """Every parameter of the GPT-OSS-like LM (sinks, the experts' biases, the router's bias) by finite differences,
+    `coords` random entries of each tensor (3 in the default run, 0.3 s)."""
     cfg = gpt_oss_config()
     rng = np.random.default_rng(97)
     model = TransformerLM(cfg, seed=5).eval()
@@ -193,7 +218,7 @@ def test_gpt_oss_lm_finite_differences():
         if name.endswith(("sinks", "_proj_bias")):
             value += 0.5 * rng.standard_normal(value.shape)
     result = check_model(model, make_ids(rng, ["......", "__...."], cfg.tgt_vocab_size, cfg.pad_id), seed=7,
-                         max_coords=8)  # fmt: skip
+                         max_coords=coords)  # fmt: skip
     assert set(result.errors) == set(model.params)
     assert_passes(result, "gpt-oss-lm", rotated_blocks(cfg))
 

@@ -588,6 +588,30 @@ def test_float32_rule_takes_the_reference_error_per_tensor_with_floor_and_cap():
     assert len(C.failures(result, np.float32)) == 3
 
 
+def test_float32_rule_takes_our_own_rounding_too_but_not_our_inaccuracy():
+    """With our own float32 errors measured (Result.own_float32), a tensor's rounding is the larger own error: a
+    tensor of ours 3.4 times the reference's own error passes when our own error says it is our rounding; our rounding
+    as a whole (the geometric mean of the ratio of the own errors) over SELF_RATIO fails, however each tensor does."""
+    ref, k = np.array([1.0, -2.0, 4.0]), C.SELF_RATIO
+    names = ["out", "a", "b", "c"]
+    theirs_own = {"out": 4e-6, "a": 4e-6, "b": 4e-6, "c": 1e-9}
+    result = C.Result(
+        outputs={"out": (ref * (1 + 1.35e-5), ref)},
+        grads={name: (ref * (1 + 4e-6), ref) for name in names[1:]},
+        reference_float32=theirs_own,
+        own_float32={"out": 1.35e-5, "a": 4e-6, "b": 3e-6, "c": 1e-9},
+    )
+    assert C.bars(result, np.float32) == {"out": k * 1.35e-5, "a": k * 4e-6, "b": k * 4e-6, "c": 1e-5}
+    assert not C.failures(result, np.float32) and C.rounding_ratio(result) < 1.5
+    result.own_float32 = None  # judged by the reference's own error alone, as before: out is over 3 x 4e-6
+    assert [line.split(":")[0] for line in C.failures(result, np.float32)] == ["output out"]
+    # ours rounding four times worse everywhere: every tensor within its bar (its own error), the whole refused
+    result.own_float32 = {name: 4 * max(theirs_own[name], C.EPS32) for name in names}
+    result.outputs["out"] = (ref * (1 + 4 * 4e-6), ref)
+    failed = C.failures(result, np.float32)
+    assert len(failed) == 1 and failed[0].startswith("our float32 rounding is 4.00 times the reference's"), failed
+
+
 @pytest.mark.parametrize("side", ["numpy", "torch"])
 def test_load_returns_evaluation_mode_as_from_pretrained_does(minilm, side):
     """all-MiniLM-L6-v2 has dropout 0.1: loaded, two calls on the same ids agree exactly and equal transformers'

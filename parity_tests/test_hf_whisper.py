@@ -12,8 +12,9 @@ generate() for Whisper is WhisperGenerationMixin's: on these 16-frame (short-for
 decoder_start_token_id, the language, task and <|notimestamps|> tokens (forced_decoder_ids, or the generation
 config's language and task) and returns the tokens after them; our decoders return that prompt first. With a
 generation_config.json shaped like whisper-tiny's (forced_decoder_ids, suppress_tokens, begin_suppress_tokens,
-lang_to_id, task_to_id, no_timestamps_token_id) greedy and beam search equal generate()'s. Not computed: language
-detection and timestamps (a file that asks for them warns by name).
+lang_to_id, task_to_id, no_timestamps_token_id) greedy and beam search equal generate()'s, the language detected
+as generate() detects it when the file names none (each row's own). Not computed: timestamps (a file that asks for
+them warns by name).
 """
 
 from __future__ import annotations
@@ -437,16 +438,59 @@ def test_whisper_generation_config_decodes_as_generate(checkpoint, tmp_path, set
     np.testing.assert_array_equal(ours_again[:, 4:], again)
 
 
-def test_whisper_language_detection_and_timestamps_warn(checkpoint, tmp_path):
-    """whisper-tiny's released forced_decoder_ids [[1, null], [2, transcribe]] asks generate() to detect the language,
-    and return_timestamps true for timestamp tokens: neither is computed here, each warned about by name."""
+def test_whisper_timestamps_warn(checkpoint, tmp_path):
+    """return_timestamps true asks generate() for timestamp tokens: not computed here, warned about by name; a file
+    whose language is to be detected loads without a warning (the language is detected)."""
     detect = whisper_with_generation(checkpoint, tmp_path / "detect", forced_decoder_ids=[[1, None], [2, 113]])
     timestamps = whisper_with_generation(checkpoint, tmp_path / "timestamps", return_timestamps=True)
     for load in (np_hf.load, torch_hf.load):
-        with pytest.warns(UserWarning, match="language detection"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
             load(detect)
         with pytest.warns(UserWarning, match="return_timestamps"):
             load(timestamps)
+
+
+# generate()'s language detection: the released whisper-tiny's forced_decoder_ids (a null language), a file with no
+# forced_decoder_ids, and generate(task=...) with no language (forced_decoder_ids then not read); the prompt generate()
+# makes, with each row's detected language in position 1 ("L")
+DETECTION = {
+    "released: [[1, null], [2, transcribe]]": ({"forced_decoder_ids": [[1, None], [2, 113]]}, {}, [111, "L", 113, 114]),
+    "no forced_decoder_ids": ({"forced_decoder_ids": None}, {}, [111, "L", 114]),
+    "task='translate', no language": ({}, {"task": "translate"}, [111, "L", 117, 114]),
+}
+
+
+@pytest.mark.parametrize(("settings", "call", "prompt"), list(DETECTION.values()), ids=list(DETECTION))
+def test_whisper_detects_the_language_as_generate(checkpoint, tmp_path, settings, call, prompt):
+    """A multilingual file with no language: each row's language is the lang_to_id token with the largest logit after
+    the start token (transformers' detect_language), both sides, greedy and beam search equal to generate(). The
+    tiny model's languages (each row's largest and smallest logit after the start token among the ordinary ids) are
+    chosen so that the rows detect different ones."""
+    x = features(batch=4, seed=0)
+    t_x = torch.from_numpy(x)
+    plain = reference(checkpoint)
+    with torch.no_grad():
+        first = plain(input_features=t_x, decoder_input_ids=torch.full((4, 1), 111)).logits[:, -1]  # (B, V)
+    ordinary = first[:, :110]  # the ids below the special ones (110 and up)
+    best = sorted({int(t) for t in ordinary.argmax(-1)} | {int(t) for t in ordinary.argmin(-1)})
+    languages = {f"<|l{i}|>": t for i, t in enumerate(best)}
+    directory = whisper_with_generation(checkpoint, tmp_path / "whisper", lang_to_id=languages, **settings)
+    theirs = reference(directory)
+    detected = theirs.detect_language(input_features=t_x).numpy()
+    assert len(set(detected)) > 1 and set(detected) <= set(best)  # the rows detect different languages
+    expected_prompt = np.array([[detected[r] if t == "L" else t for t in prompt] for r in range(4)])
+    ours_np = np_hf.load(directory, dtype=np.float64)
+    ours_torch = torch_hf.load(directory, dtype=torch.float64)
+    T_p = len(prompt)
+    for beams in (1, 3):
+        expected = theirs.generate(input_features=t_x, max_new_tokens=5, num_beams=beams, **call).numpy()
+        for name, tokens in {
+            "numpy": nt.generate(ours_np, x, max_new_tokens=5, num_beams=beams, **call),
+            "torch": tt.generate(ours_torch, t_x, max_new_tokens=5, num_beams=beams, **call).numpy(),
+        }.items():
+            np.testing.assert_array_equal(tokens[:, :T_p], expected_prompt, err_msg=f"{name}, num_beams={beams}")
+            np.testing.assert_array_equal(tokens[:, T_p:], expected, err_msg=f"{name}, num_beams={beams}")
 
 
 @pytest.mark.parametrize("side", ["numpy", "torch"])

@@ -13,7 +13,7 @@ import numpy_transformer as nt
 import torch_transformer as tt
 from numpy_transformer.attention import rope_angles
 from numpy_transformer.deepseek_moe import deepseek_moe_backward, deepseek_moe_forward
-from numpy_transformer.gradcheck import check_pair
+from numpy_transformer.gradcheck import check_model, check_pair
 from numpy_transformer.latent_attention import (
     LatentCache,
     latent_attention_backward,
@@ -23,6 +23,7 @@ from numpy_transformer.latent_attention import (
 )
 from numpy_transformer.scores import ScoreMod
 from torch_transformer import latent_attention as torch_latent
+from transformer_spec.config import RopeScaling
 
 B, T, D, H, C, R, DN, DV, RQ = 2, 5, 16, 3, 6, 4, 6, 7, 8
 FD_BAR = 1e-6
@@ -139,6 +140,51 @@ def test_numpy_and_torch_models_agree_float64(low_rank, device):
         other = params[name].grad.cpu().numpy()
         assert np.any(grad), name
         assert np.abs(grad - other).max() <= 1e-10 * max(np.abs(other).max(), 1e-3), name
+
+
+# YaRN as DeepSeek-V3 sets it (factor 40, mscale and mscale_all_dim 1), over an original length of 16 so that the tiny
+# model's two rotary frequencies are one interpolated and one on the ramp; the softmax scale is V3's:
+# (DN + R)^-1/2 mscale^2 with mscale = 0.1 ln(40) + 1 (transformer_spec.families.deepseek_v3.latent_scale)
+V3_YARN = RopeScaling("yarn", factor=40.0, original_max_position_embeddings=16, beta_fast=32, beta_slow=1,
+                      mscale=1.0, mscale_all_dim=1.0)  # fmt: skip
+V3_SCALE = (DN + R) ** -0.5 * (0.1 * np.log(40.0) + 1.0) ** 2
+
+
+@pytest.mark.parametrize(
+    ("low_rank", "coords"),
+    [(True, 4), pytest.param(True, 24, marks=pytest.mark.slow), pytest.param(False, 24, marks=pytest.mark.slow)],
+    ids=["V3-like", "V3-like-fuller", "V2-Lite-like-fuller"],
+)
+def test_deepseek_lm_finite_differences(low_rank, coords):
+    """A whole DeepSeek-like LM in float64 (latent attention, YaRN with its mscale on the softmax scale, layer 0 dense,
+    two routed MoE layers with a shared expert, V3's sigmoid group-limited router with its correction bias):
+    central differences on `coords` random entries of every parameter tensor under a random upstream gradient
+    (numpy_transformer.gradcheck.check_model), every gradient non-zero but the correction bias's, which is exactly
+    zero (it chooses the experts, it weighs nothing) although it does change the choice and so the logits."""
+    config = tiny_config(low_rank, n_decoder_layers=3, tgt_vocab_size=11, max_len=16, rope_scaling=V3_YARN,
+                         attention_scale=V3_SCALE)  # fmt: skip
+    rng = np.random.default_rng(11)
+    model = nt.TransformerLM(config, seed=4).eval()
+    for name, value in model.params.items():
+        if name.endswith(("norm.weight", "score_bias")):
+            value += 0.3 * rng.standard_normal(value.shape)
+    ids = rng.integers(0, 11, (2, 5))
+    result = check_model(model, ids, seed=12, max_coords=coords)
+    assert set(result.errors) == set(model.params)
+    assert result.worst <= FD_BAR, str(result)
+    biases = [name for name in model.params if name.endswith("router.score_bias")]
+    assert len(biases) == (2 if low_rank else 0)
+    largest = max(result.max_abs_grad.values())
+    for name, g in result.max_abs_grad.items():
+        if name in biases:
+            assert g == 0.0 and result.errors[name] == 0.0, name  # analytic zero, and the differences agree
+        else:
+            assert g >= 1e-6 * largest, f"{name} has (nearly) no gradient: {g:.2e} vs {largest:.2e}"
+    if biases:  # the bias does choose: without it the routing, and so the logits, differ
+        logits = model.forward(ids)
+        for name in biases:
+            model.params[name][:] = 0.0
+        assert np.abs(model.forward(ids) - logits).max() > 1e-3 * np.abs(logits).max()
 
 
 def test_an_encoder_of_latent_attention_attends_both_ways():

@@ -13,6 +13,9 @@ from transformer_spec.generation import GenerationConfig
 from .attention import MultiHeadAttention, causal_mask, padding_mask
 from .audio import SpeechTransformer
 from .decoding import generate
+from .deepseek_moe import DeepseekMoe, DeepseekRouter
+from .gpt_oss_moe import GptOssExperts, GptOssFeedForward, GptOssRouter
+from .latent_attention import LatentAttention
 from .layers import Dropout, FeedForward, sinusoidal_table
 from .loss import cross_entropy, multiple_negatives_ranking_loss
 from .model import (
@@ -26,6 +29,7 @@ from .model import (
     dropout_site_shapes,
 )
 from .moe import Experts, SparseMoeBlock, TopKRouter, load_balancing_loss
+from .sinks import sink_softmax
 
 __all__ = [
     "TransformerConfig",
@@ -46,6 +50,13 @@ __all__ = [
     "TopKRouter",
     "Experts",
     "load_balancing_loss",
+    "sink_softmax",
+    "GptOssFeedForward",
+    "GptOssRouter",
+    "GptOssExperts",
+    "LatentAttention",
+    "DeepseekMoe",
+    "DeepseekRouter",
     "sinusoidal_table",
     "dropout_site_shapes",
     "padding_mask",

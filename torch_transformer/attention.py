@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from .layers import Dropout, apply_rope, init_linear, rms_norm
 from .scores import PLAIN, ScoreMod, alibi_slopes, position_bias, position_mask, positions, soft_cap
+from .sinks import sink_softmax
 
 
 def padding_mask(ids: Tensor, pad_id: int | None) -> Tensor | None:
@@ -381,9 +382,8 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         if self.sinks is None:
             probs = F.softmax(scores, dim=-1)  # (B, H, T_q, T_k)
-        else:  # GPT-OSS: the head's sink logit joins the softmax as one more column, whose share is then dropped
-            sink = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:3], 1)  # (B, H, T_q, 1)
-            probs = F.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]  # (B, H, T_q, T_k)
+        else:  # GPT-OSS: the head's sink logit joins the softmax's denominator (sinks.sink_softmax)
+            probs = sink_softmax(scores, self.sinks)  # (B, H, T_q, T_k)
         if has_key is not None:
             probs = probs.masked_fill(~has_key, 0.0)  # fully masked rows: zero, and zero gradient
         context = self.dropout(probs, dropout_mask) @ v  # (B, H, T_q, Dh)

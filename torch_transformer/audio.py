@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_spec.config import TransformerConfig
-from transformer_spec.shapes import check_speech_config
+from transformer_spec.shapes import check_speech_config, speech_parameter_shapes
 
 from .layers import Dropout, make_norm
 from .model import Decoder, EncoderLayer, Transformer, _Model, check_ids
@@ -79,6 +79,12 @@ class SpeechTransformer(Transformer):
         self.decoder = Decoder(config, cross_attention=True)
         self._build_output_proj()
         drop_key_bias(self)
+
+    @classmethod
+    def shapes(cls, config: TransformerConfig, buffers: bool = False) -> dict:
+        """The Transformer's parameters with the audio front end in place of the source token table; buffers: also
+        the fixed position table (the buffer `encoder.position_table`)."""
+        return speech_parameter_shapes(config, buffers)
 
     def check_source(self, input_features: Tensor) -> Tensor:
         """input_features checked: a floating tensor (B, n_mels, N); TypeError / ValueError naming it."""

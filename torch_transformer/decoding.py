@@ -56,6 +56,7 @@ from transformer_spec.generation import (
     decoding_length,
     end_ids,
     generate_plan,
+    languages_to_detect,
     process_scores,
     sampling_probabilities,
     update_stopped,
@@ -200,13 +201,15 @@ def start_decoding(
     compiled: bool = False,
     start_id: int | None = None,
     decoder_prompt: tuple = (),
+    languages: tuple = (),
 ) -> tuple[Tensor, int, Incremental | Recompute]:
     """Check the arguments; return the prompt (B, T_p), max_len and the source of next-token logits for
     N = B * n_copies rows. attention_mask: a left-padded prompt's real tokens (B, T_p) (the LM's; every generated
     token is real, and the beams of one prompt share its mask, so reordering them leaves it as it is), or a
     Transformer's source's (B, S), or None. compiled: the cached step under torch.compile (needs use_cache).
-    start_id: a Transformer's first decoder token (None: config.bos_id); decoder_prompt: the ids after it."""
-    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id, decoder_prompt)
+    start_id: a Transformer's first decoder token (None: config.bos_id); decoder_prompt: the ids after it; languages:
+    Whisper's language ids to detect among (check_decoding_inputs)."""
+    source, prompt, max_len = check_decoding_inputs(model, src_ids, max_len, start_id, decoder_prompt, languages)
     mask, src_mask = None, None
     if isinstance(model, Transformer):
         src_mask = check_attention_mask(attention_mask, src_ids)  # (B, S), or None
@@ -362,7 +365,7 @@ def _token_by_token(
     with evaluating(model):
         prompt, max_len, decoder = start_decoding(
             model, src_ids, max_len, 1, options.use_cache, attention_mask, options.compiled, rules.start_id,
-            rules.decoder_prompt,
+            rules.decoder_prompt, languages_to_detect(rules),
         )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
@@ -440,8 +443,9 @@ def _beams(
     with evaluating(model):
         K = beam_size
         prompt, max_len, decoder = start_decoding(
-            model, src_ids, max_len, K, use_cache, attention_mask, compiled, rules.start_id, rules.decoder_prompt
-        )
+            model, src_ids, max_len, K, use_cache, attention_mask, compiled, rules.start_id, rules.decoder_prompt,
+            languages_to_detect(rules),
+        )  # fmt: skip
         cfg = model.config
         eos = end_ids(rules, cfg)
         B, T_p = prompt.shape
@@ -532,13 +536,31 @@ def evaluating(model: nn.Module):
             module.training = mode
 
 
+def detect_language(model: Model, source: Tensor, start: int, languages: tuple) -> Tensor:
+    """Whisper's language detection (transformers' detect_language): the decoder reads the start token alone; each
+    row's language is the id among `languages` (ascending) with the largest next-token logit (the lowest on a tie).
+    source: the encoder's input (B, ...). Returns ids (B,)."""
+    ids = torch.tensor(languages, dtype=torch.long, device=source.device)  # (L,)
+    first = torch.full((source.shape[0], 1), start, dtype=torch.long, device=source.device)  # (B, 1)
+    with torch.no_grad():
+        logits = model(source, first)[:, -1]  # (B, V)
+    return ids[logits[:, ids].argmax(dim=-1)]  # (B,)
+
+
 def check_decoding_inputs(
-    model: Model, src_ids: Tensor, max_len: int | None, start_id: int | None = None, decoder_prompt: tuple = ()
+    model: Model,
+    src_ids: Tensor,
+    max_len: int | None,
+    start_id: int | None = None,
+    decoder_prompt: tuple = (),
+    languages: tuple = (),
 ) -> tuple[Tensor | None, Tensor, int]:
     """Validate as the model's forward does. Returns src_ids (B, S) (None for the LM), the prompt (B, T_p) and
     max_len (None becomes the most that fits in config.max_len positions). start_id: a Transformer's first decoder
     token (the caller's decoder_start_token_id); None: config.bos_id. decoder_prompt: the ids a Transformer's decoder
-    reads after it (GenerationRules.decoder_prompt): the prompt is (B, 1 + len(decoder_prompt))."""
+    reads after it (GenerationRules.decoder_prompt): the prompt is (B, 1 + len(decoder_prompt)). languages: Whisper's
+    language token ids when the language is to be detected (generation.languages_to_detect): each row's detected one
+    (detect_language) goes after the start token."""
     cfg = model.config
     if max_len is not None:
         check_int("max_new_tokens", max_len)
@@ -557,6 +579,9 @@ def check_decoding_inputs(
         source = src_ids
         first = torch.tensor([start, *decoder_prompt], dtype=torch.long, device=src_ids.device)
         prompt = first.expand(src_ids.shape[0], -1).clone()  # (B, T_p)
+        if languages:  # Whisper: each row's language token, detected, after the start token
+            detected = detect_language(model, src_ids, start, languages)  # (B,)
+            prompt = torch.cat([prompt[:, :1], detected[:, None], prompt[:, 1:]], dim=1)  # (B, T_p + 1)
     else:
         check_ids("src_ids", src_ids, cfg.tgt_vocab_size, cfg.position_limit)
         prompt = src_ids.long()  # (B, T_p): any ids, as given

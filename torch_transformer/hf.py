@@ -20,7 +20,6 @@ from torch import Tensor
 
 from transformer_spec import checkpoints
 from transformer_spec.families import family_for_model, tied_copies, to_hf_tensors, write_layout
-from transformer_spec.shapes import parameter_shapes, speech_parameter_shapes
 
 from .audio import SpeechTransformer
 from .model import EncoderModel, Transformer, TransformerLM
@@ -58,12 +57,11 @@ def load(
 
 
 def shapes(config, model_class: str) -> dict:
-    """The state-dict names and shapes of our `model_class` ("Transformer", "TransformerLM", "EncoderModel") built
-    from `config` (transformer_spec.checkpoints.Shapes), from the config alone: the torch models hold the same
-    parameters as the NumPy ones (the parity suite checks it)."""
-    if model_class == "SpeechTransformer":  # Whisper: its fixed position table (a buffer) is read too
-        return speech_parameter_shapes(config, buffers=True)
-    return parameter_shapes(config, model_class == "TransformerLM", model_class == "EncoderModel")
+    """The state-dict names and shapes of our `model_class` ("Transformer", "TransformerLM", "EncoderModel",
+    "SpeechTransformer") built from `config` (transformer_spec.checkpoints.Shapes), from the config alone: the
+    class's own `shapes`, buffers included (Whisper's fixed position table is read too); the torch models hold the
+    same parameters as the NumPy ones (the parity suite checks it)."""
+    return CLASSES[model_class].shapes(config, buffers=True)
 
 
 def save(model, directory, overwrite: bool = False) -> None:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_spec.config import GenerationRules, TransformerConfig
+from transformer_spec.shapes import parameter_shapes
 
 from .attention import MultiHeadAttention, padding_mask
 from .deepseek_moe import DeepseekMoe
@@ -590,6 +591,8 @@ class _Model(nn.Module):
     hf_model_type: str | None
     hf_config: dict
     output_proj: nn.Linear | _OutputBias | None
+    decoder_only = False  # the layout of transformer_spec.shapes.parameter_shapes this class holds
+    encoder_only = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -599,6 +602,13 @@ class _Model(nn.Module):
         self.generation_rules = None
         self.hf_model_type = None
         self.hf_config = {}
+
+    @classmethod
+    def shapes(cls, config: TransformerConfig, buffers: bool = False) -> dict:
+        """name -> shape of every parameter this model class holds for `config`, from the config alone (the NumPy
+        class's `shapes`); buffers: also the fixed tensors its state dict holds (none here; SpeechTransformer's
+        position table)."""
+        return parameter_shapes(config, cls.decoder_only, cls.encoder_only)
 
     def _build_output_proj(self) -> None:
         """output_proj: a Linear (untied), only a bias (tied, with config.output_bias), or nothing at all
@@ -777,6 +787,8 @@ class TransformerLM(_Model):
     Reads `tgt_vocab_size` and `n_decoder_layers` from the config. forward: ids (B, T) -> logits (B, T, V).
     """
 
+    decoder_only = True
+
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.decoder = Decoder(config, cross_attention=False)
@@ -843,6 +855,8 @@ class EncoderModel(_Model):
     forward: ids (B, T), token_type_ids (B, T) or None (type 0) -> hidden states (B, T, D), after
     final_norm when config.has_final_norm. Keys holding pad_id are masked out, as BERT's attention mask does.
     """
+
+    encoder_only = True
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)

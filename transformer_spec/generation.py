@@ -565,7 +565,8 @@ def generate_plan(
             raise ValueError("generate: stop_strings needs tokenizer= (the model's tokenizer), as in transformers")
         stop = StopStrings(stop_string_tuple(stop_strings), tokenizer)
     # an encoder-decoder's decoder_prompt (Whisper's forced tokens) follows its start token: both are decoder input
-    return Plan(rules, new_tokens(max_new_tokens, rules, T_p + len(rules.decoder_prompt)), strategy, stop)
+    T_p += len(rules.decoder_prompt) + (1 if languages_to_detect(rules) else 0)  # and a detected language token
+    return Plan(rules, new_tokens(max_new_tokens, rules, T_p), strategy, stop)
 
 
 def with_language(rules: GenerationRules, spoken: dict, config: TransformerConfig | None) -> GenerationRules:
@@ -581,11 +582,25 @@ def with_language(rules: GenerationRules, spoken: dict, config: TransformerConfi
             f"generate: {given} needs a Whisper checkpoint's generation_config.json (lang_to_id, task_to_id)"
         )
     vocab = config.tgt_vocab_size if config is not None else 2**63
+    settings = dict(rules.prompt_settings) | spoken
     try:
-        prompt, _ = whisper_decoder_prompt(dict(rules.prompt_settings) | spoken, vocab)
+        prompt, _ = whisper_decoder_prompt(settings, vocab)
     except ValueError as error:
         raise ValueError(f"generate: {error}") from None
-    return dataclasses.replace(rules, decoder_prompt=prompt)
+    # the settings with the caller's language and task: whether the language is still to detect reads them
+    return dataclasses.replace(rules, decoder_prompt=prompt, prompt_settings=tuple(settings.items()))
+
+
+def languages_to_detect(rules: GenerationRules) -> tuple:
+    """The language token ids Whisper's generate() would detect the language among (ascending), for the prompt the
+    rules make (families.whisper.whisper_languages_to_detect of rules.prompt_settings); () when there is none to
+    detect, or the rules have no Whisper prompt. Decoding then runs the decoder on the start token alone and puts,
+    after it, the language token of the largest logit among these (each row its own)."""
+    if not rules.prompt_settings:
+        return ()
+    from .families.whisper import whisper_languages_to_detect  # the family's own rule (families import this module)
+
+    return whisper_languages_to_detect(dict(rules.prompt_settings))
 
 
 def check_no_streamer(streamer) -> None:

@@ -10,8 +10,10 @@ layerdrop above 0, use_weighted_layer_sum (audio classification's).
 
 Decoding reads generation_config.json's prompt as WhisperGenerationMixin.generate() builds it for short-form audio
 without timestamps (whisper_decoder_prompt): the decoder starts from decoder_start_token_id, the language, the task
-and <|notimestamps|>, and generates after them. Language detection and timestamps are not computed: a file that asks
-for them warns by name."""
+and <|notimestamps|>, and generates after them. A multilingual file that names no language (whisper-tiny's released
+forced_decoder_ids [[1, null], ...]) has the language detected as generate() detects it
+(whisper_languages_to_detect; decoding then puts each row's detected language token after the start token).
+Timestamps are not computed: a file that asks for them warns by name."""
 
 from __future__ import annotations
 
@@ -110,22 +112,14 @@ def whisper_decoder_prompt(generation: dict, vocab: int) -> tuple[tuple, tuple]:
     _retrieve_init_tokens) for short-form audio: without `language` and `task`, forced_decoder_ids's tokens at
     positions 1, 2, ... (ValueError when they skip one); `language` (a code "en" or a token "<|en|>" of lang_to_id)
     in position 1, `task` (task_to_id's) added (transcribe when only the language is given); then
-    no_timestamps_token_id unless the prompt ends with it. Returns (ids, PROMPT_KEYS: the keys read). Warns when
-    generate() would detect the language (lang_to_id present, no language given) or return timestamps: neither is
-    computed here, and the prompt then lacks the detected language."""
+    no_timestamps_token_id unless the prompt ends with it. Returns (ids, PROMPT_KEYS: the keys read). A language
+    generate() would detect (whisper_languages_to_detect) is not in the ids: decoding puts it after the start token.
+    Warns when generate() would return timestamps: not computed here."""
     language, task = generation.get("language"), generation.get("task")
     prompt = forced_prompt(generation.get("forced_decoder_ids")) if language is None and task is None else []
     if language is not None:
         lang_id = whisper_language_id(generation, language)
         prompt[:1] = [lang_id]
-    elif generation.get("lang_to_id") and (not prompt or prompt[0] is None):
-        warnings.warn(
-            "generation_config.json: Whisper's language detection (a multilingual checkpoint with no language in "
-            "forced_decoder_ids) is not computed here: decoding goes on without a language token, unlike "
-            "transformers' generate(); set forced_decoder_ids' language token",
-            UserWarning,
-            stacklevel=4,
-        )
     tasks = generation.get("task_to_id") or {}
     if task is not None:
         if task not in tasks:
@@ -145,6 +139,21 @@ def whisper_decoder_prompt(generation: dict, vocab: int) -> tuple[tuple, tuple]:
         prompt.append(no_timestamps)
     ids = tuple(token_id({"forced_decoder_ids": t}, "forced_decoder_ids", vocab) for t in prompt if t is not None)
     return ids, PROMPT_KEYS
+
+
+def whisper_languages_to_detect(generation: dict) -> tuple:
+    """The language token ids generate() chooses among when it detects the language (its _retrieve_init_tokens and
+    detect_language): lang_to_id's ids, ascending, when the file (or generate()'s arguments, merged in) has lang_to_id
+    and no language, and forced_decoder_ids (read only without language and task) holds no token at position 1;
+    () when the language is given. The detection itself is the decoding's: the decoder reads the start token alone,
+    and the largest next-token logit among these ids is each row's language, put after the start token."""
+    languages = generation.get("lang_to_id")
+    if generation.get("language") is not None or not languages:
+        return ()
+    forced = forced_prompt(generation.get("forced_decoder_ids")) if generation.get("task") is None else []
+    if forced and forced[0] is not None:
+        return ()
+    return tuple(sorted(set(languages.values())))
 
 
 def forced_prompt(forced) -> list:
