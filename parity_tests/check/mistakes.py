@@ -119,6 +119,9 @@ MISTAKES = ATTENTION_MISTAKES + (
         "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows",
     ),
     Mistake("dropout.active_in_eval", "dropout applied in evaluation mode: two calls on the same input differ"),
+    Mistake(  # found where unsupported.py reads the activation's values
+        "activation.quick_gelu_constant", "x * sigmoid(c x) with c other than QuickGELU's 1.702 (a mistyped constant)"
+    ),
     Mistake(
         "dtype.float32_island", "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))"
     ),

@@ -24,7 +24,10 @@ from .running import Float32Islands, copy_module, find_islands, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 # the activations searched, in order, for a gated feed-forward (SwiGLU's silu first) and for a plain one
-ACTIVATIONS = {True: ("silu", "gelu", "gelu_tanh", "relu"), False: ("relu", "gelu", "gelu_tanh", "silu")}
+ACTIVATIONS = {
+    True: ("silu", "gelu", "gelu_tanh", "relu", "quick_gelu"),
+    False: ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu"),
+}
 
 
 class Session:

@@ -195,6 +195,64 @@ def tiny_vit() -> TinyViT:
     return TinyViT()
 
 
+class PatchAttention(nn.Module):
+    """Bidirectional multi-head attention over the patch tokens, q, k, v and o each a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (f(x).view(B, T, -1, HD).transpose(1, 2) for f in (self.q, self.k, self.v))
+        probs = self.probabilities(q @ k.transpose(-2, -1) / math.sqrt(HD))
+        return self.o((probs @ v).transpose(1, 2).reshape(B, T, D))
+
+    def probabilities(self, scores):
+        return scores.softmax(dim=-1)
+
+
+class PatchAttentionOverQueries(PatchAttention):
+    def probabilities(self, scores):
+        return scores.softmax(dim=-2)  # normalised over the queries, not the keys
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, attention=PatchAttention):
+        super().__init__()
+        self.norm1, self.attn, self.norm2 = nn.LayerNorm(D, eps=1e-6), attention(), nn.LayerNorm(D, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Linear(2 * D, D))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class BlockViT(nn.Module):
+    """timm's layout written out: its own blocks, the class token and positions as (1, 1, D) and (1, 1 + N, D)
+    parameters, the final norm's output returned at every position."""
+
+    def __init__(self, last=PatchAttention, image: int = 8, patch: int = 4):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, D, kernel_size=patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, D) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, D) * 0.02)
+        self.blocks = nn.ModuleList([ViTBlock(), ViTBlock(last)])
+        self.norm = nn.LayerNorm(D, eps=1e-6)
+
+    def forward(self, pixels):
+        x = self.patch_embed(pixels).flatten(2).transpose(1, 2)  # (B, N, D)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+def block_vit(last=PatchAttention) -> BlockViT:
+    torch.manual_seed(0)
+    return BlockViT(last)
+
+
 # -- CLIP's text tower: QuickGELU, a causal mask, pooled at the end token ------------------------------------------
 
 
@@ -284,8 +342,16 @@ CASES = [
         quick_gelu_wrong_constant_mlp,
         "feed_forward",
         {},
-        ("no pair", "1", "x * sigmoid(1.72 x) (QuickGELU's form, with 1.72 where QuickGELU has 1.702)"),
+        ("mistake", "activation.quick_gelu_constant", "1"),
     ),
     ("clip_text_tower", clip_text_tower, "transformer_lm", {}, ("no pair", "blocks.0.mlp.1", "x * sigmoid(1.702 x)")),
-    ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "patch_embed cuts an image into patches")),
+    ("vit", tiny_vit, "transformer_lm", {}, "pass"),
+    ("vit.own_blocks", block_vit, "transformer_lm", {}, "pass"),
+    (
+        "vit.softmax_wrong_axis_second_block",
+        lambda: block_vit(PatchAttentionOverQueries),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
+    ),
 ]
