@@ -18,9 +18,7 @@ from parity_tests.corpus import frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {
-    "clip_text_tower": "could not judge: the module could not be called as the reference 'transformer_lm' is",
-}
+TODAY: dict[str, str] = {}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

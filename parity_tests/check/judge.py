@@ -363,10 +363,9 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
     """The answer where the judge stopped on `exc`: "differs at ...: ..., which the reference has no pair for"
     where a plain call of the module shows math the reference lacks (unsupported.py), else "could not judge:
     <what stopped it>; pass <the argument that settles it>"."""
-    patches = _patch_embedding(user_module)
-    vit = TW.judge_vit(user_module, reference, module) if patches is not None else None
-    if vit is not None:  # a ViT: judged by the reference's vision pairs (towers.py)
-        return vit
+    tower = TW.judge_tower(user_module, reference, module)
+    if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
+        return tower
     result = Result(reference=reference)
     if isinstance(user_module, nn.Module):  # a plain call may show it
         run = US.plain_call(user_module, standing_for(reference, None), call)
@@ -375,6 +374,7 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
         return result
     if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
         result.unsupported = exc.answer
+    patches = _patch_embedding(user_module)
     if result.unsupported is None and patches is not None:  # a vision tower: no level of the judge's reads images
         result.error = (
             f"could not judge: {patches} cuts an image into patches (a ViT's or CLIP's vision tower); the judge's "

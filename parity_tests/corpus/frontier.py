@@ -8,12 +8,14 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
 - mistakes in them: the cap's tanh without the division (cap * tanh(scores)), the cap applied after the softmax;
 - GPT-OSS's attention sinks (a logit per head joined to the scores, dropped after the softmax), and the sink left
   out of the denominator in the second block;
-- QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): the reference's QuickGELU is its ViT's and CLIP's,
-  not an activation of the levels the judge runs, so the judge says what it computes and that it has no pair;
-- CLIP's text tower (QuickGELU, a causal mask, pooled at the end token): its QuickGELU is the first thing no level
-  of the judge's computes, said where it is;
-- a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
-  reference, not a TransformerConfig family, so the judge must say it cannot judge it rather than raise.
+- QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): named activation.quick_gelu_constant at the activation
+  (QuickGELU itself is an activation of TransformerConfig since issue 49, so a correct one passes);
+- CLIP's text tower (token and learned positions, causal pre-norm blocks with QuickGELU, the final norm's output at
+  the end token, the largest id, times a projection): read and judged by check/towers.py; QuickGELU's constant
+  mistyped and the causal mask left out in its second block, each named there;
+- a ViT (patches by a strided convolution, a class token, learned positions), as nn.TransformerEncoder layers and as
+  blocks of its own: a model class of its own in the reference (numpy_transformer/vision.py), read and judged by
+  check/towers.py; softmax over the queries in its second block named there.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -262,16 +264,17 @@ class QuickGELU(nn.Module):
 
 
 class ClipTextBlock(nn.Module):
-    def __init__(self):
+    def __init__(self, activation=QuickGELU, causal: bool = True):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
         self.attn = TableAttention()
-        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), QuickGELU(), nn.Linear(4 * D, D))
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), activation(), nn.Linear(4 * D, D))
+        self.causal = causal
 
     def forward(self, x, mask):
         T = x.shape[1]
         zeros = torch.zeros(T, HD, dtype=x.dtype)  # no rotation: cos 1, sin 0
-        x = x + self.attn(self.ln_1(x), zeros + 1, zeros, mask)
+        x = x + self.attn(self.ln_1(x), zeros + 1, zeros, mask if self.causal else None)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -279,13 +282,13 @@ class ClipTextTower(nn.Module):
     """Learned positions, causal pre-norm blocks with QuickGELU, the final norm's output at the end token (the
     largest id) projected: one embedding per sentence."""
 
-    def __init__(self, vocab: int = 26, width: int = 16):
+    def __init__(self, last=ClipTextBlock, vocab: int = 26, width: int = 16):
         super().__init__()
         self.token_embedding, self.positional_embedding = (
             nn.Embedding(vocab, D),
             nn.Parameter(0.02 * torch.randn(T_MAX, D)),
         )
-        self.blocks = nn.ModuleList([ClipTextBlock() for _ in range(2)])
+        self.blocks = nn.ModuleList([ClipTextBlock(), last()])
         self.ln_final = nn.LayerNorm(D)
         self.text_projection = nn.Parameter(torch.randn(D, width) / math.sqrt(D))
 
@@ -299,9 +302,9 @@ class ClipTextTower(nn.Module):
         return x[torch.arange(x.shape[0]), ids.argmax(dim=-1)] @ self.text_projection
 
 
-def clip_text_tower() -> ClipTextTower:
+def clip_text_tower(last=ClipTextBlock) -> ClipTextTower:
     torch.manual_seed(0)
-    return ClipTextTower()
+    return ClipTextTower(last)
 
 
 CASES = [
@@ -344,7 +347,21 @@ CASES = [
         {},
         ("mistake", "activation.quick_gelu_constant", "1"),
     ),
-    ("clip_text_tower", clip_text_tower, "transformer_lm", {}, ("no pair", "blocks.0.mlp.1", "x * sigmoid(1.702 x)")),
+    ("clip_text_tower", clip_text_tower, "transformer_lm", {}, "pass"),
+    (
+        "clip_text_tower.quick_gelu_constant_second_block",
+        lambda: clip_text_tower(lambda: ClipTextBlock(SigmoidGELU)),
+        "transformer_lm",
+        {},
+        ("mistake", "activation.quick_gelu_constant", "blocks.1.mlp.1"),
+    ),
+    (
+        "clip_text_tower.not_causal_second_block",
+        lambda: clip_text_tower(lambda: ClipTextBlock(causal=False)),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "blocks.1.attn"),
+    ),
     ("vit", tiny_vit, "transformer_lm", {}, "pass"),
     ("vit.own_blocks", block_vit, "transformer_lm", {}, "pass"),
     (
