@@ -29,6 +29,7 @@ from numpy_transformer import vision as V
 from parity_tests.components import BAR, relative_errors
 from transformer_spec.families.clip import CLIP_LAYER
 
+from .diagnosis import Diagnosis
 from .report import Result, Row, float32_bar
 from .running import copy_module
 
@@ -37,8 +38,9 @@ PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, i
 MATCH = 1e-8  # float64 outputs this close are the same computation
 # the reference's names: ViTModel's, CLIPTextModel's (and head.* for a classifier, text_projection for x @ P)
 PATCH, CLS, TOKENS = "embeddings.patch_embeddings.projection", "embeddings.cls_token", "embeddings.token_embedding"
+POSITIONS_VIT = "embeddings.position_embeddings"
 NAMES = {
-    "vit": ("embeddings.position_embeddings", "encoder.layer.{}.", V.VIT_LAYER, "layernorm"),
+    "vit": (POSITIONS_VIT, "encoder.layer.{}.", V.VIT_LAYER, "layernorm"),
     "text": ("embeddings.position_embedding.weight", "encoder.layers.{}.", CLIP_LAYER, "final_layer_norm"),
 }
 READ_AS = {"vit": "a ViT", "text": "a CLIP text tower"}
@@ -372,6 +374,7 @@ def _place(model: nn.Module, tower: dict, fit: dict, result: Result, judge) -> N
     where = tower["final"]
     if _differs(calls[tower["blocks"][0]][0][0], hidden[0]):
         where = f"{tower['front']} (the front end: its table, tokens and positions before the first block)"
+        result.diagnoses = _front_mistakes(model, tower, calls[tower["blocks"][0]][0][0])
     diverging = (b for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1]))
     block = next(diverging, None) if where == tower["final"] else None
     if block is not None:
@@ -385,6 +388,28 @@ def _place(model: nn.Module, tower: dict, fit: dict, result: Result, judge) -> N
     result.first_divergence = result.diagnoses[0].where if result.diagnoses else where
     if not result.diagnoses:
         result.unexplained = f"{where}: diverges from the reference tower; no catalogue variant reproduces it"
+
+
+def _front_mistakes(model: nn.Module, tower: dict, mine: torch.Tensor) -> list:
+    """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: the position table
+    added to the patch tokens before the class token is put in front (patch n gets row n - 1, the class token none)."""
+    if tower["kind"] != "vit":
+        return []
+    P = _params(model, tower, np.float64)
+    x, _ = V.patch_embedding_forward(tower["inputs"], P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
+    x, _ = V.prepend_class_token_forward(x + P[POSITIONS_VIT][: x.shape[1]], P[CLS])  # (B, 1 + N, D)
+    if _differs(mine, x):
+        return []
+    pos = next(u for u, ours in tower["links"].items() if ours == [POSITIONS_VIT])
+    said = "the positions added to the patch tokens before the class token is put in front (patch n gets row n - 1)"
+    return [
+        Diagnosis(
+            "positions.added_before_class_token",
+            said,
+            pos,
+            relative_errors({"x": (mine.numpy(), x)}, np.float64)["x"][1],
+        )
+    ]
 
 
 def _differs(mine: torch.Tensor, ours: np.ndarray) -> bool:

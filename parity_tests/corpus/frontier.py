@@ -15,7 +15,8 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
   mistyped and the causal mask left out in its second block, each named there;
 - a ViT (patches by a strided convolution, a class token, learned positions), as nn.TransformerEncoder layers and as
   blocks of its own: a model class of its own in the reference (numpy_transformer/vision.py), read and judged by
-  check/towers.py; softmax over the queries in its second block named there.
+  check/towers.py; softmax over the queries in its second block named there, and the positions added before the
+  class token is put in front named at the position table.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -250,9 +251,24 @@ class BlockViT(nn.Module):
         return self.norm(x)
 
 
+class PositionsFirstViT(BlockViT):
+    def forward(self, pixels):
+        x = self.patch_embed(pixels).flatten(2).transpose(1, 2)  # (B, N, D)
+        x = x + self.pos_embed[:, : x.shape[1]]  # the positions added before the class token is put in front
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
 def block_vit(last=PatchAttention) -> BlockViT:
     torch.manual_seed(0)
     return BlockViT(last)
+
+
+def positions_first_vit() -> BlockViT:
+    torch.manual_seed(0)
+    return PositionsFirstViT()
 
 
 # -- CLIP's text tower: QuickGELU, a causal mask, pooled at the end token ------------------------------------------
@@ -364,6 +380,13 @@ CASES = [
     ),
     ("vit", tiny_vit, "transformer_lm", {}, "pass"),
     ("vit.own_blocks", block_vit, "transformer_lm", {}, "pass"),
+    (
+        "vit.positions_before_class_token",
+        positions_first_vit,
+        "transformer_lm",
+        {},
+        ("mistake", "positions.added_before_class_token", "pos_embed"),
+    ),
     (
         "vit.softmax_wrong_axis_second_block",
         lambda: block_vit(PatchAttentionOverQueries),
