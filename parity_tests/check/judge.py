@@ -390,8 +390,8 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
 
 def explained(result: Result, found) -> None:
     """unsupported.explain's answer into `result`: a catalogued mistake (QuickGELU's constant) or the no-pair text."""
-    if isinstance(found, US.Diagnosis):
-        result.diagnoses, result.first_divergence = [found], found.where
+    if isinstance(found, US.Diagnosis):  # named: what diverges is no longer unexplained
+        result.diagnoses, result.first_divergence, result.unexplained = [found], found.where, None
     else:
         result.unsupported = found
 

@@ -19,6 +19,7 @@ is named at the block's place.
 from __future__ import annotations
 
 import math
+from itertools import product
 
 import numpy as np
 import torch
@@ -112,7 +113,7 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
 
 
 def _read(model: nn.Module) -> dict | None:
-    """The tower's parts: kind ("vit" or "text"), its inputs, blocks (in call order), final norm, head, causal, and
+    """The tower's parts: kind ("vit" or "text"), its inputs, blocks (in call order), final norm, head, and
     links (user parameter -> the reference names its rows hold, in order); None where a part is missing."""
     owned = (*CALLED, nn.Conv2d, nn.Embedding)
     loose = {n: t for n, t in model.named_parameters() if not isinstance(model.get_submodule(_up(n)), owned)}
@@ -148,8 +149,16 @@ def _read(model: nn.Module) -> dict | None:
         links[projection] = ["text_projection (x @ P)"]
     held = dict(model.named_parameters())
     links = {u: ours for u, ours in links.items() if u in held}
-    return dict(kind=kind, inputs=inputs, front=front, blocks=blocks, final=final, links=links, D=D,
-                head="head" if head else "projection" if projection else None, causal=kind == "text")  # fmt: skip
+    return dict(
+        kind=kind,
+        inputs=inputs,
+        front=front,
+        blocks=blocks,
+        final=final,
+        links=links,
+        D=D,
+        head="head" if head else "projection" if projection else None,
+    )
 
 
 def _up(name: str) -> str:
@@ -258,7 +267,7 @@ def _reference(P: dict, inputs, tower: dict, fit: dict):
     layers, hidden = [], [x]
     for i in range(n_layers):
         own = {k[len(layer.format(i)) :]: v for k, v in P.items() if k.startswith(layer.format(i))}
-        x, cache = V.pre_norm_layer_forward(own, x, names, fit["n_heads"], eps, fit["activation"], tower["causal"])
+        x, cache = V.pre_norm_layer_forward(own, x, names, fit["n_heads"], eps, fit["activation"], fit["causal"])
         layers.append(cache)
         hidden.append(x)
     out, final = L.layer_norm_forward(x, P[f"{final_name}.weight"], P[f"{final_name}.bias"], eps)
@@ -317,22 +326,24 @@ def _fit(model: nn.Module, tower: dict) -> dict | None:
     mha = [m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
     D, P, best, rank = tower["D"], _params(model, tower, np.float64), None, None
     shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower["head"] and out.ndim == 2}
-    pools = ("end token (the largest id)", "last") if tower["kind"] == "text" else ("class token",)
-    for output in [o for o, fits in shapes.items() if fits]:
-        for pool in pools if output != "hidden" else pools[:1]:
-            for activation in L.ACTIVATIONS:
-                for n_heads in mha[:1] or [h for h in range(1, D + 1) if D % h == 0]:
-                    fit = dict(output=output, pool=pool, activation=activation, n_heads=n_heads, eps=eps)
-                    ref, _, hidden = _reference(P, tower["inputs"], tower, fit)
-                    if ref.shape != out.shape:
-                        continue
-                    error = relative_errors({"out": (out, ref)}, np.float64)["out"][1]
-                    diverging = (i for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1]))
-                    agree = next(diverging, len(hidden))
-                    if rank is None or (-agree, error) < rank:
-                        best, rank = fit | {"error": error, "shape": out.shape, "calls": calls}, (-agree, error)
-                    if error <= MATCH:
-                        return best
+    text = tower["kind"] == "text"
+    pools = ("end token (the largest id)", "last") if text else ("class token",)
+    masks = (True, False) if text else (False,)  # a text tower causal (CLIP's) or not; a ViT never
+    heads = mha[:1] or [h for h in range(1, D + 1) if D % h == 0]
+    outputs = [o for o, fits in shapes.items() if fits]
+    for output, pool, causal, activation, n_heads in product(outputs, pools, masks, L.ACTIVATIONS, heads):
+        if output == "hidden" and pool != pools[0]:
+            continue  # nothing pooled
+        fit = dict(output=output, pool=pool, causal=causal, activation=activation, n_heads=n_heads, eps=eps)
+        ref, _, hidden = _reference(P, tower["inputs"], tower, fit)
+        if ref.shape != out.shape:
+            continue
+        error = relative_errors({"out": (out, ref)}, np.float64)["out"][1]
+        agree = next((i for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
+        if rank is None or (-agree, error) < rank:
+            best, rank = fit | {"error": error, "shape": out.shape, "calls": calls}, (-agree, error)
+        if error <= MATCH:
+            return best
     return best
 
 
@@ -379,7 +390,7 @@ def _place(model: nn.Module, tower: dict, fit: dict, result: Result, judge) -> N
     block = next(diverging, None) if where == tower["final"] else None
     if block is not None:
         args, kwargs, _ = calls[block]
-        level = "decoder_only_layer" if tower["causal"] else "encoder_layer"
+        level = "decoder_only_layer" if fit["causal"] else "encoder_layer"
         verdict = judge(model.get_submodule(block), level, example=(args, kwargs), norm_first=True,
                         activation=fit["activation"], n_heads=fit["n_heads"], dtypes=("float64",))  # fmt: skip
         for d in verdict.diagnoses:
