@@ -562,6 +562,40 @@ def test_a_parallel_block_is_judged_as_the_references_parallel_residual(name, mo
     assert result.passed, str(result)
 
 
+TOWER = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 24}
+
+
+@pytest.mark.parametrize(
+    "name, model",
+    [
+        ("vit", lambda T: T.ViTModel(T.ViTConfig(**TOWER, image_size=8, patch_size=4))),
+        (
+            "vit_classifier",
+            lambda T: T.ViTForImageClassification(T.ViTConfig(**TOWER, image_size=8, patch_size=4, num_labels=3)),
+        ),
+        ("clip_text", lambda T: T.CLIPTextModel(T.CLIPTextConfig(**TOWER, vocab_size=30, max_position_embeddings=10))),
+        (  # pooled at eos_token_id, made the vocabulary's last id here (the end token as the original CLIP's)
+            "clip_text_projected",
+            lambda T: T.CLIPTextModelWithProjection(
+                T.CLIPTextConfig(**TOWER, vocab_size=30, max_position_embeddings=10, projection_dim=8, eos_token_id=29)
+            ),
+        ),
+    ],
+)
+def test_transformers_vit_and_clip_text_towers_pass_with_zero_glue(name, model, monkeypatch):
+    """transformers' ViT (hidden states; a classifier on the class token) and CLIP text tower (hidden states; the end
+    token projected) read from their structure and judged by the reference's vision pairs (check/towers.py, issue
+    49): every parameter's gradient compared, none all zero."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    result = check.module(model(T).eval(), "transformer_lm")
+    assert result.passed and "read as" in result.reference, str(result)
+    grads = [r for r in result.rows if r.name.startswith("d ") and r.dtype == "float64"]
+    assert len(grads) >= 20 and max(r.error for r in grads) < 1e-12, str(result)
+
+
 def test_layers_that_share_their_weights_are_refused_saying_so(monkeypatch):
     """ALBERT runs one layer's weights at every depth; its embedding mapping (a projection on the residual stream)
     is not taken for a feed-forward block."""

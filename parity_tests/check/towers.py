@@ -55,20 +55,19 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     try:
         model = copy_module(user).double().eval()
         tower = _read(model)
-    except Exception:  # a module this reading does not fit
+        if tower is not None:
+            _draw(model, np.random.default_rng(0))
+            fit = _fit(model, tower)
+    except Exception:  # a module this reading does not fit: the caller says what stopped the judge
         return None
-    if tower is None:
-        return None
-    _draw(model, np.random.default_rng(0))
-    fit = _fit(model, tower)
-    if fit is None:
+    if tower is None or fit is None:
         return None
     result = Result(reference=f"{reference}, read as {READ_AS[tower['kind']]} (numpy_transformer/vision.py's pairs)")
-    read = {
-        k: str(fit[k])
-        for k in ("activation", "n_heads", "eps", "output", "pool")
-        if k != "pool" or fit["output"] != "hidden"
-    }
+    shown = ("activation", "n_heads", "eps", "output") + ("pool",) * (fit["output"] != "hidden")
+    read = {k: str(fit[k]) for k in shown + ("causal",) * (tower["kind"] == "text")}
+    if tower["kind"] == "text" and not fit["causal"]:
+        said = "passes as a bidirectional encoder (no causal mask); CLIP's text tower is causal: if yours means to be"
+        result.caveats.append(("attention.not_causal", f"{said}, this is attention.not_causal"))
     if fit["error"] <= MATCH:
         result.conventions = read
     else:
@@ -100,9 +99,13 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
         inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, side, side))
         links = {f"{convs[0]}.weight": [f"{PATCH}.weight"], f"{convs[0]}.bias": [f"{PATCH}.bias"], cls: [CLS]}
         return "vit", inputs, convs[0], D, links, pos
-    if len(tables) != 1:
+    placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
+    tokens = [n for n in tables if n not in placed]
+    if len(tokens) != 1 or len(placed) > 1:
         return None
-    vocab, D = model.get_submodule(tables[0]).weight.shape
+    vocab, D = model.get_submodule(tokens[0]).weight.shape
+    tables = tokens
+    loose = loose | {f"{n}.weight": model.get_submodule(n).weight for n in placed}
     pos = next((n for n, t in loose.items() if t.ndim >= 2 and t.shape[-1] == D and t.numel() // D > 2), None)
     if pos is None:
         return None
@@ -311,7 +314,7 @@ def _record(model: nn.Module, tower: dict) -> tuple:
     hooks = [model.get_submodule(b).register_forward_hook(keep(b), with_kwargs=True) for b in tower["blocks"]]
     try:
         with torch.no_grad():
-            return model(_tensor(tower["inputs"])).numpy(), calls
+            return _output(model(_tensor(tower["inputs"]))).numpy(), calls
     finally:
         for h in hooks:
             h.remove()
@@ -353,10 +356,11 @@ def _compare(model: nn.Module, tower: dict, fit: dict, dout, dtype) -> list:
     torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
     user, x = copy_module(model).to(torch_dtype), _tensor(tower["inputs"])
     x = x.to(torch_dtype).requires_grad_(True) if x.is_floating_point() else x
-    out = user(x)
+    out = _output(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
     mine = {"output": out} | ({"dpixel_values": x.grad} if x.is_floating_point() else {})
-    mine |= {f"d {n}": t.grad for n, t in user.named_parameters() if n in tower["links"]}
+    mine |= {f"d {n}": torch.zeros_like(t) if t.grad is None else t.grad  # not reached by the output: zero
+             for n, t in user.named_parameters() if n in tower["links"]}  # fmt: skip
     mine = {n: t.detach().double().numpy() for n, t in mine.items()}
 
     def reference(d):
@@ -365,7 +369,9 @@ def _compare(model: nn.Module, tower: dict, fit: dict, dout, dtype) -> list:
         grads = backward(dout.astype(d))
         ours = {"output": ref_out} | ({"dpixel_values": grads["inputs"]} if "inputs" in grads else {})
         for n, names in tower["links"].items():
-            ours[f"d {n}"] = np.concatenate([grads[k] for k in names]).reshape(mine[f"d {n}"].shape)
+            shape = mine[f"d {n}"].shape
+            ours[f"d {n}"] = np.concatenate([grads.get(k, np.zeros(0)) for k in names]).reshape(-1).copy()
+            ours[f"d {n}"] = ours[f"d {n}"].reshape(shape) if ours[f"d {n}"].size else np.zeros(shape)
         return ours
 
     ref = reference(dtype)
@@ -421,6 +427,13 @@ def _front_mistakes(model: nn.Module, tower: dict, mine: torch.Tensor) -> list:
             relative_errors({"x": (mine.numpy(), x)}, np.float64)["x"][1],
         )
     ]
+
+
+def _output(out) -> torch.Tensor:
+    """The tensor a forward returns: itself, or the first of a tuple or a ModelOutput (last_hidden_state)."""
+    while not isinstance(out, torch.Tensor):
+        out = next(iter(out.values())) if isinstance(out, dict) else out[0]
+    return out
 
 
 def _differs(mine: torch.Tensor, ours: np.ndarray) -> bool:
