@@ -542,7 +542,7 @@ def test_a_mistake_in_a_per_head_fused_layout_is_still_named():
         ),
         (
             "gptj",
-            lambda T: T.GPTJForCausalLM(T.GPTJConfig(n_embd=16, n_head=4, n_layer=2, vocab_size=40, rotary_dim=4)),
+            lambda T: T.GPTJForCausalLM(T.GPTJConfig(n_embd=32, n_head=2, n_layer=2, vocab_size=40, rotary_dim=4)),
         ),
     ],
 )
@@ -551,7 +551,8 @@ def test_a_parallel_block_is_judged_as_the_references_parallel_residual(name, mo
     use_parallel_residual, two norms; GPT-J's one norm): judged as the reference's parallel_residual (shared_norm
     for GPT-J's), not refused (issue 49), and both pass. GPT-J's rotary table (embed_positions: sin and cos side by
     side, built in float32 at construction, so .double() keeps its float32 rounding, 1.1e-8 at the attention) is
-    read as a RoPE table and overwritten with the float64 one (check/tables.py)."""
+    read as a RoPE table and overwritten with the float64 one (check/tables.py); its width is the rotary_dim (4 of a
+    head's 16 features here, as GPT-J-6B turns 64 of 256), and the interleaved pairs are read within it."""
     import transformers as T
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

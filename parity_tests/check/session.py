@@ -193,7 +193,11 @@ def layouts(session, inferred: bool) -> list:
         return [inferred_map]
     inferred_map["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    return [inferred_map, inferred_map | {"links": MP.interleave_rope(session.links, Dh), "rope_pairing": pairing}]
+    return [
+        inferred_map,
+        inferred_map
+        | {"links": MP.interleave_rope(session.links, Dh, session.cfg.rotary_dim or 0), "rope_pairing": pairing},
+    ]
 
 
 def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
