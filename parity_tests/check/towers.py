@@ -104,7 +104,6 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
     if len(tokens) != 1 or len(placed) > 1:
         return None
     vocab, D = model.get_submodule(tokens[0]).weight.shape
-    tables = tokens
     loose = loose | {f"{n}.weight": model.get_submodule(n).weight for n in placed}
     pos = next((n for n, t in loose.items() if t.ndim >= 2 and t.shape[-1] == D and t.numel() // D > 2), None)
     if pos is None:
@@ -112,7 +111,7 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
     T = min(8, loose[pos].numel() // D)
     inputs = np.random.default_rng(1).integers(1, vocab - 1, (2, T))
     inputs[0, T // 2], inputs[1, T - 2] = vocab - 1, vocab - 1  # the end token (the largest id), not last
-    return "text", inputs, tables[0], D, {f"{tables[0]}.weight": [f"{TOKENS}.weight"]}, pos
+    return "text", inputs, tokens[0], D, {f"{tokens[0]}.weight": [f"{TOKENS}.weight"]}, pos
 
 
 def _read(model: nn.Module) -> dict | None:
@@ -152,16 +151,8 @@ def _read(model: nn.Module) -> dict | None:
         links[projection] = ["text_projection (x @ P)"]
     held = dict(model.named_parameters())
     links = {u: ours for u, ours in links.items() if u in held}
-    return dict(
-        kind=kind,
-        inputs=inputs,
-        front=front,
-        blocks=blocks,
-        final=final,
-        links=links,
-        D=D,
-        head="head" if head else "projection" if projection else None,
-    )
+    head = "head" if head else "projection" if projection else None
+    return dict(kind=kind, inputs=inputs, front=front, blocks=blocks, final=final, links=links, D=D, head=head)
 
 
 def _up(name: str) -> str:
@@ -173,7 +164,7 @@ def _square(n: int) -> bool:
 
 
 def _tensor(inputs: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(inputs) if inputs.dtype.kind == "i" else torch.from_numpy(inputs.astype(np.float64))
+    return torch.from_numpy(inputs)  # ids (int64) or pixels (float64)
 
 
 def _call_order(model: nn.Module, inputs: torch.Tensor) -> list:
