@@ -368,10 +368,12 @@ def _compare(model: nn.Module, tower: dict, fit: dict, dout, dtype) -> list:
     ref = reference(dtype)
     label = np.dtype(dtype).name
     errors = relative_errors({n: (mine[n], ref[n]) for n in mine}, dtype)
+    vacuous = [Row("(every gradient is zero: vacuous)", label, math.inf, 0.0)] * (not any(
+        np.any(mine[n]) for n in mine if n.startswith("d")))  # fmt: skip
     if dtype == np.float64:
-        return [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in errors.items()]
+        return [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in errors.items()] + vacuous
     own = relative_errors({n: (ref[n], r) for n, r in reference(np.float64).items()}, np.float32)
-    return [Row(n, label, e, float32_bar(own[n][1]), own=own[n][1]) for n, (_, e) in errors.items()]
+    return [Row(n, label, e, float32_bar(own[n][1]), own=own[n][1]) for n, (_, e) in errors.items()] + vacuous
 
 
 def _place(model: nn.Module, tower: dict, fit: dict, result: Result, judge) -> None:
