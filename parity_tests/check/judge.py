@@ -375,11 +375,11 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
     if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
         result.unsupported = exc.answer
     patches = _patch_embedding(user_module)
-    if result.unsupported is None and patches is not None:  # a vision tower: no level of the judge's reads images
+    if result.unsupported is None and patches is not None:  # a vision tower towers.py could not read
         result.error = (
-            f"could not judge: {patches} cuts an image into patches (a ViT's or CLIP's vision tower); the judge's "
-            "levels are the text Transformer's, and the reference's vision models (numpy_transformer/vision.py, "
-            f"clip.py) are not among them (it stopped on: {str(exc)[:200]})"
+            f"could not judge: {patches} cuts an image into patches, but the rest is not the ViT check/towers.py "
+            "reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, two linears, a "
+            f"final norm); the judge's levels are the text Transformer's (it stopped on: {str(exc)[:200]})"
         )
     elif result.unsupported is None:
         said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
