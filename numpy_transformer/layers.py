@@ -422,6 +422,39 @@ def silu_backward(dout: np.ndarray, cache: SiluCache) -> np.ndarray:
     return dx
 
 
+# QuickGELU (CLIP's and the original GPT's x * sigmoid(1.702 x)), the sigmoid approximation of GELU.
+QUICK_GELU_SLOPE = 1.702
+
+
+@dataclass(frozen=True, slots=True)
+class QuickGeluCache:
+    x: np.ndarray
+    s: np.ndarray  # sigmoid(1.702 x)
+
+
+def quick_gelu_forward(x: np.ndarray) -> tuple[np.ndarray, QuickGeluCache]:
+    r"""QuickGELU, :math:`y = x\, \sigma(a x)` with :math:`a = 1.702`, elementwise (transformers'
+    QuickGELUActivation, hidden_act "quick_gelu")."""
+    s = np.multiply(x, -QUICK_GELU_SLOPE)  # one new array, updated in place from here on
+    with np.errstate(over="ignore"):  # exp overflows to inf far below 0: 1 / (1 + inf) = 0, sigma's limit
+        np.exp(s, out=s)
+    s += 1.0
+    np.reciprocal(s, out=s)  # sigma(a x)
+    return x * s, QuickGeluCache(x, s)
+
+
+def quick_gelu_backward(dout: np.ndarray, cache: QuickGeluCache) -> np.ndarray:
+    r"""The product rule and :math:`\sigma' = \sigma (1 - \sigma)`, with :math:`\sigma = \sigma(a x)`:
+
+    .. math::
+
+        dx = dy \odot \big(\sigma + a\, x\, \sigma (1 - \sigma)\big)
+
+    same shape as dy."""
+    x, s = cache.x, cache.s
+    return dout * (s + QUICK_GELU_SLOPE * x * s * (1 - s))
+
+
 # An activation's pair: forward x -> (y, cache), backward (dy, cache) -> dx.
 ActivationPair = tuple[Callable[[np.ndarray], tuple[np.ndarray, Any]], Callable[[np.ndarray, Any], np.ndarray]]
 
@@ -430,6 +463,7 @@ ACTIVATIONS: dict[str, ActivationPair] = {
     "gelu": (gelu_forward, gelu_backward),
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
     "silu": (silu_forward, silu_backward),
+    "quick_gelu": (quick_gelu_forward, quick_gelu_backward),
 }
 
 

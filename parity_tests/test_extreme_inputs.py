@@ -340,6 +340,7 @@ ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
 }
 
 

@@ -1,8 +1,8 @@
 """Options transformers computes that the loaders once refused, each loaded and compared against transformers' own class
 in float64 (outputs and every gradient): T5's d_kv with d_kv x heads != d_model (flan-t5-small's layout), BLOOM's and
-Llama's pretraining_tp, the gelu_fast activation, a base model's weights in the generation class (BART), Qwen3-MoE's
-sliding window (every layer, as transformers 5), every family's window rule against transformers' per-layer
-attention, Llama's and ModernBERT's mlp_bias apart from attention_bias, Qwen3-MoE's attention_bias, GPT-2's
+Llama's pretraining_tp, the gelu_fast and quick_gelu activations, a base model's weights in the generation class
+(BART), Qwen3-MoE's sliding window (every layer, as transformers 5), every family's window rule against transformers'
+per-layer attention, Llama's and ModernBERT's mlp_bias apart from attention_bias, Qwen3-MoE's attention_bias, GPT-2's
 scale_attn_by_inverse_layer_idx, reorder_and_upcast_attn and scale_attn_weights, and EmbeddingGemma (Gemma3TextModel
 with bidirectional attention) as an EncoderModel."""
 
@@ -71,6 +71,13 @@ def test_gelu_fast_is_the_tanh_gelu(side):
     assert 0 < (fast - new).abs().max() < 4e-12
     result = H.compare_hf("bert", np.float64, side, hidden_act="gelu_fast")
     assert_exact(result)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_quick_gelu_is_read_from_hidden_act(side):
+    """hidden_act "quick_gelu" (CLIP's x * sigmoid(1.702 x)) is an activation of TransformerConfig: a BERT that
+    names it equals transformers' QuickGELUActivation model to float64's bar."""
+    assert_exact(H.compare_hf("bert", np.float64, side, hidden_act="quick_gelu"))
 
 
 def test_every_family_slides_the_layers_transformers_slides():

@@ -286,7 +286,7 @@ def fd(forward, backward, args, wrt):
 
 def test_finite_differences_of_the_new_pairs():
     rng = np.random.default_rng(0)
-    fd(np_vision.quick_gelu_forward, np_vision.quick_gelu_backward, {"x": 3 * rng.standard_normal((4, 5))}, ["x"])
+    fd(*np_vision.ACTIVATION_PAIRS["quick_gelu"], {"x": 3 * rng.standard_normal((4, 5))}, ["x"])
     fd(
         np_vision.patch_embedding_forward, np_vision.patch_embedding_backward,
         {"pixel_values": rng.standard_normal((2, 3, 9, 8)), "weight": rng.standard_normal((5, 3, 4, 4)),

@@ -214,7 +214,7 @@ def test_softmax(case):
         assert np.all(L.softmax_backward(rand(rng, 2, 3, 5), cache)[1, 2] == 0.0)
 
 
-@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
 def test_activation(name):
     rng = np.random.default_rng(14)
     x = rand(rng, 3, 4, 5, scale=2.0)

@@ -21,6 +21,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu": F.gelu,  # exact: x * Phi(x), with the normal CDF written through erf
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,  # x * sigmoid(x), "swish"
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),  # QuickGELU (CLIP's)
 }
 
 

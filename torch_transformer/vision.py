@@ -10,7 +10,6 @@ numpy_transformer.vision's state dict loads unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,13 +31,7 @@ from transformer_spec.families.vit import (
     write_folder,
 )
 
-
-def quick_gelu(x: torch.Tensor) -> torch.Tensor:
-    """CLIP's activation: x * sigmoid(1.702 x)."""
-    return x * torch.sigmoid(1.702 * x)
-
-
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"gelu": F.gelu, "quick_gelu": quick_gelu}
+from .layers import ACTIVATIONS  # ViT's gelu and CLIP's quick_gelu among them
 
 
 def attach(root: nn.Module, dotted: str, child: nn.Module) -> None:

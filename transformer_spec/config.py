@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu")
 POSITIONALS = ("sinusoidal", "learned", "rope", "alibi", "relative")
 NORMS = ("layer", "rms", "rms_offset")
 DROPOUT_KINDS = ("embedding", "attention", "activation", "residual")  # the config's {kind}_dropout fields
@@ -157,7 +157,8 @@ class TransformerConfig:
     n_encoder_layers: int = 2
     n_decoder_layers: int = 2
     dropout: float = 0.0  # the one-number shorthand: the rate of every dropout site below left at None
-    activation: str = "relu"  # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh" or "silu" (x * sigmoid(x))
+    # "relu" (the paper), "gelu" (exact, erf), "gelu_tanh", "silu" (x * sigmoid(x)), "quick_gelu" (x * sigmoid(1.702 x))
+    activation: str = "relu"
     norm_first: bool = False  # False: the paper's post-norm LN(x + f(x)); True: pre-norm x + f(LN(x))
     # a norm after each stack's last layer, {stack}.final_norm.*: None: as norm_first (pre-norm stacks end with one,
     # post-norm ones do not); True / False: said outright (nn.TransformerEncoder(norm=LayerNorm) over post-norm

@@ -33,6 +33,7 @@ from . import example as EX
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
+from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
 from .diagnose import diagnose
@@ -362,24 +363,37 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
     """The answer where the judge stopped on `exc`: "differs at ...: ..., which the reference has no pair for"
     where a plain call of the module shows math the reference lacks (unsupported.py), else "could not judge:
     <what stopped it>; pass <the argument that settles it>"."""
+    tower = TW.judge_tower(user_module, reference, module)
+    if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
+        return tower
     result = Result(reference=reference)
     if isinstance(user_module, nn.Module):  # a plain call may show it
         run = US.plain_call(user_module, standing_for(reference, None), call)
-        result.unsupported = US.explain(*run) if run is not None else None
+        explained(result, US.explain(*run) if run is not None else None)
+    if result.diagnoses:
+        return result
     if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
         result.unsupported = exc.answer
     patches = _patch_embedding(user_module)
-    if result.unsupported is None and patches is not None:  # a vision tower: no level of the judge's reads images
+    if result.unsupported is None and patches is not None:  # a vision tower towers.py could not read
         result.error = (
-            f"could not judge: {patches} cuts an image into patches (a ViT's or CLIP's vision tower); the judge's "
-            "levels are the text Transformer's, and the reference's vision models (numpy_transformer/vision.py, "
-            f"clip.py) are not among them (it stopped on: {str(exc)[:200]})"
+            f"could not judge: {patches} cuts an image into patches, but the rest is not the ViT check/towers.py "
+            "reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, two linears, a "
+            f"final norm); the judge's levels are the text Transformer's (it stopped on: {str(exc)[:200]})"
         )
     elif result.unsupported is None:
         said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
         settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
         result.error = f"could not judge: {said}{settles}"
     return result
+
+
+def explained(result: Result, found) -> None:
+    """unsupported.explain's answer into `result`: a catalogued mistake (QuickGELU's constant) or the no-pair text."""
+    if isinstance(found, US.Diagnosis):  # named: what diverges is no longer unexplained
+        result.diagnoses, result.first_divergence, result.unexplained = [found], found.where, None
+    else:
+        result.unsupported = found
 
 
 def _patch_embedding(user_module) -> str | None:
@@ -399,8 +413,8 @@ def said_why(session: Session, caller, result: Result) -> None:
     if not failed or result.diagnoses:
         return
     if session.is_module:
-        result.unsupported = US.explain(session.copy(np.float64), lambda: session.run_user(caller, np.float64))
-    if not (result.unsupported or result.unexplained):
+        explained(result, US.explain(session.copy(np.float64), lambda: session.run_user(caller, np.float64)))
+    if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
         result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"

@@ -84,6 +84,7 @@ class Link:
     rope_pairs: int = 0  # head size Dh when the user's q/k rows pair RoPE features (2i, 2i + 1), not (i, i + Dh/2)
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
+    rope_rotary: int = 0  # with rope_pairs: the features of each head RoPE turns, when fewer than Dh (GPT-J's)
 
     @property
     def note(self) -> str:
@@ -280,12 +281,13 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
             found.tables.append(Table(f"{prefix}{name}", rows, width, False, True))
 
 
-def pair_order(n: int, Dh: int) -> np.ndarray:
+def pair_order(n: int, Dh: int, rotary: int = 0) -> np.ndarray:
     """The RoPE pairing of a user's q or k rows (n of them, heads of Dh): user row 2i of a head is the
     reference's row i, user row 2i + 1 the reference's row i + Dh/2 (interleaved pairs (2i, 2i + 1), as Meta's
-    code rotates them, against Hugging Face's halves (i, i + Dh/2)). user rows = reference rows[order]."""
-    u = np.arange(Dh)
-    head = u // 2 + (u % 2) * (Dh // 2)
+    code rotates them, against Hugging Face's halves (i, i + Dh/2)); with `rotary` < Dh (GPT-J's partial rotary),
+    within the first `rotary` rows only. user rows = reference rows[order]."""
+    u, r = np.arange(Dh), rotary or Dh
+    head = np.where(u < r, u // 2 + (u % 2) * (r // 2), u)
     return (np.arange(0, n, Dh)[:, None] + head).reshape(-1)
 
 
@@ -295,19 +297,22 @@ def rope_paired(name: str, Dh: int) -> bool:
     return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
 
 
-def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0) -> np.ndarray:
+def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0, rotary: int = 0) -> np.ndarray:
     """The user's tensor (before any transpose) from the reference tensors its link names, after `offset` rows of
     zeros."""
     blocks = []
     for n, rows in parts:
         block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
-        blocks.append(block[pair_order(len(block), rope_pairs)] if rope_paired(n, rope_pairs) else block)
+        blocks.append(block[pair_order(len(block), rope_pairs, rotary)] if rope_paired(n, rope_pairs) else block)
     return np.concatenate([np.zeros((offset, *blocks[0].shape[1:]), blocks[0].dtype), *blocks])
 
 
-def interleave_rope(links: list, Dh: int) -> list:
+def interleave_rope(links: list, Dh: int, rotary: int = 0) -> list:
     """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
-    return [replace(link, rope_pairs=Dh) if any(rope_paired(n, Dh) for n, _ in link.parts) else link for link in links]
+    paired = (replace(link, rope_pairs=Dh, rope_rotary=rotary) for link in links)
+    return [
+        p if any(rope_paired(n, Dh) for n, _ in link.parts) else link for p, link in zip(paired, links, strict=True)
+    ]
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
@@ -315,7 +320,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value = gather(link.parts, reference, link.rope_pairs, link.offset) - link.minus_one
+            value = gather(link.parts, reference, link.rope_pairs, link.offset, link.rope_rotary) - link.minus_one
             target = tensors[link.user]
             value = value.T if link.transposed else value
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
@@ -338,7 +343,7 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
             block = out.setdefault(name, np.zeros(shapes[name]))
             part = g[start : start + n]
             if rope_paired(name, link.rope_pairs):  # back from the user's pairing: reference rows[order] = user rows
-                part = part[np.argsort(pair_order(n, link.rope_pairs))]
+                part = part[np.argsort(pair_order(n, link.rope_pairs, link.rope_rotary))]
             target = slice(None) if rows is None else slice(*rows)
             block[target] = part.reshape(block[target].shape)
             start += n

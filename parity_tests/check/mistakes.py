@@ -119,6 +119,13 @@ MISTAKES = ATTENTION_MISTAKES + (
         "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows",
     ),
     Mistake("dropout.active_in_eval", "dropout applied in evaluation mode: two calls on the same input differ"),
+    Mistake(  # found by towers.py at a ViT's front end
+        "positions.added_before_class_token",
+        "a ViT's positions added to the patches before the class token is prepended: patch n gets row n - 1",
+    ),
+    Mistake(  # found where unsupported.py reads the activation's values
+        "activation.quick_gelu_constant", "x * sigmoid(c x) with c other than QuickGELU's 1.702 (a mistyped constant)"
+    ),
     Mistake(
         "dtype.float32_island", "a float64 model computes in float32 inside a submodule (x.float(), .to(torch.float32))"
     ),

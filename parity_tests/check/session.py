@@ -24,7 +24,10 @@ from .running import Float32Islands, copy_module, find_islands, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 # the activations searched, in order, for a gated feed-forward (SwiGLU's silu first) and for a plain one
-ACTIVATIONS = {True: ("silu", "gelu", "gelu_tanh", "relu"), False: ("relu", "gelu", "gelu_tanh", "silu")}
+ACTIVATIONS = {
+    True: ("silu", "gelu", "gelu_tanh", "relu", "quick_gelu"),
+    False: ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu"),
+}
 
 
 class Session:
@@ -190,7 +193,11 @@ def layouts(session, inferred: bool) -> list:
         return [inferred_map]
     inferred_map["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    return [inferred_map, inferred_map | {"links": MP.interleave_rope(session.links, Dh), "rope_pairing": pairing}]
+    return [
+        inferred_map,
+        inferred_map
+        | {"links": MP.interleave_rope(session.links, Dh, session.cfg.rotary_dim or 0), "rope_pairing": pairing},
+    ]
 
 
 def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:

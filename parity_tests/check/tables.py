@@ -96,7 +96,22 @@ def rotary_dim(module, Dh: int) -> int | None:
         for name, buf in module.named_buffers()
         if "inv_freq" in name.rsplit(".", 1)[-1] and buf.ndim == 1 and buf.is_floating_point()
     }
-    return 2 * lengths.pop() if len(lengths) == 1 and 0 < 2 * next(iter(lengths)) < Dh else None
+    if len(lengths) == 1 and 0 < 2 * next(iter(lengths)) < Dh:
+        return 2 * lengths.pop()
+    widths = {_squeezed(t).shape[-1] for _, t in _tensors_kept(module) if _sin_cos_table(t)}
+    return widths.pop() if len(widths) == 1 and widths != {Dh} else None  # GPT-J's embed_positions (T, rotary_dim)
+
+
+def _sin_cos_table(tensor) -> bool:
+    """Whether `tensor` is a table of sines and cosines side by side (T, w) (GPT-J's): sin^2 + cos^2 = 1, and
+    position 0 holds sin 0 = 0 and cos 0 = 1."""
+    if not tensor.is_floating_point() or tensor.ndim < 2:
+        return False
+    value = _squeezed(tensor)
+    if value.ndim != 2 or value.shape[1] % 2 or value.shape[0] < 3:
+        return False
+    sin, cos = np.split(value, 2, axis=1)
+    return bool(np.all(sin[0] == 0) and np.all(cos[0] == 1) and np.allclose(sin**2 + cos**2, 1, atol=1e-6))
 
 
 def _theta_of_table(table, Dh: int) -> float | None:
@@ -131,6 +146,10 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
         tables[f"RoPE {name} (T, Dh/2)"] = f, tol
         tables[f"RoPE {name} (T, Dh), halves"] = np.concatenate([f, f], axis=-1), np.concatenate([tol, tol], axis=-1)
         tables[f"RoPE {name} (T, Dh), pairs"] = np.repeat(f, 2, axis=-1), np.repeat(tol, 2, axis=-1)
+    tables["RoPE sin and cos side by side (T, Dh), GPT-J's"] = (
+        np.concatenate([np.sin(angles), np.cos(angles)], axis=-1),
+        np.concatenate([rounding, rounding], axis=-1),
+    )
     tables["RoPE's complex rotations e^(i m theta_j)"] = np.exp(1j * angles), rounding
     return tables
 
@@ -157,8 +176,9 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list
         if not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
             continue
         value = _squeezed(buf)
+        width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features
         for theta in thetas:
-            tables = rope_tables(theta, Dh, value.shape[0] if value.ndim >= 2 else 1).items()
+            tables = rope_tables(theta, width, value.shape[0] if value.ndim >= 2 else 1).items()
             match = next(((what, table) for what, (table, tol) in tables if _within(value, table, tol)), None)
             if match is not None:
                 what, overwrite[name] = match

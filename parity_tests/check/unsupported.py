@@ -4,9 +4,9 @@ which the reference has no pair for" (Result.unsupported).
 The user's forward is recorded once (dataflow's recorder, each op's output kept) and read for what no reference
 level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), a gate that mixes the
 previous position into each one (x[:, 1:] + g * x[:, :-1]), and a feed-forward activation that is an element-wise
-function of the first projection's output but none of the reference's (ReLU squared, QuickGELU's x * sigmoid(1.702 x),
-x * sigmoid(c x) at another constant, ...), told apart by its values. The reference's QuickGELU is its ViT's and
-CLIP's (numpy_transformer/vision.py), not a TransformerConfig activation: no level the judge runs computes it."""
+function of the first projection's output but none of the reference's (ReLU squared, tanh, ...), told apart by its
+values. QuickGELU's x * sigmoid(c x) at another constant than 1.702 is a catalogued mistake instead
+(activation.quick_gelu_constant): explain returns its Diagnosis."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from . import dataflow as DF
+from .diagnosis import Diagnosis
 
 NO_PAIR = "which the reference has no pair for"
 
@@ -42,7 +43,7 @@ ACTIVATIONS = (
     ("gelu(x) (tanh approximation)", lambda x: F.gelu(x, approximate="tanh"), True),
     ("silu(x) = x * sigmoid(x)", F.silu, True),
     ("relu(x)^2 (ReLU squared)", lambda x: F.relu(x) ** 2, False),
-    ("x * sigmoid(1.702 x) (QuickGELU)", lambda x: x * torch.sigmoid(1.702 * x), False),
+    ("x * sigmoid(1.702 x) (QuickGELU)", lambda x: x * torch.sigmoid(1.702 * x), True),
     ("tanh(x)", torch.tanh, False),
     ("sigmoid(x)", torch.sigmoid, False),
     ("leaky_relu(x, 0.01)", F.leaky_relu, False),
@@ -53,9 +54,10 @@ ACTIVATIONS = (
 )
 
 
-def explain(module, run) -> str | None:
-    """The answer "differs at ...: ..., which the reference has no pair for" for `module` called by `run()`, or None
-    where the forward computes nothing this module names (or cannot run)."""
+def explain(module, run) -> str | Diagnosis | None:
+    """The answer "differs at ...: ..., which the reference has no pair for" for `module` called by `run()` (or the
+    Diagnosis of QuickGELU's constant mistyped), or None where the forward computes nothing this module names (or
+    cannot run)."""
     try:
         with torch.no_grad():
             rec = DF.record(run, module, values=True)
@@ -63,6 +65,8 @@ def explain(module, run) -> str | None:
         return None
     for find in (_weightless_norm, _previous_token_gate, _activation):
         found = find(rec)
+        if isinstance(found, Diagnosis):
+            return found
         if found is not None:
             where, what = found
             return f"differs at {where or '(the module)'}: {what}, {NO_PAIR}"
@@ -109,9 +113,10 @@ def _read_weight(node, depth: int = 6) -> str | None:
     return None
 
 
-def _activation(rec) -> tuple | None:
+def _activation(rec) -> tuple | Diagnosis | None:
     """A product whose input is an element-wise function of another product's output (same shape), told apart
-    by its values: (where it is computed, what it computes) where the reference has no such function."""
+    by its values: (where it is computed, what it computes) where the reference has no such function; QuickGELU's
+    form at another constant, the catalogue's Diagnosis."""
     products = [n for n in rec.nodes if n.op in DF.PRODUCTS and any(DF.weight_of(p) for p in n.parents)]
     for second in products:
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
@@ -128,8 +133,13 @@ def _activation(rec) -> tuple | None:
             fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
             if fits and fits[0][1]:
                 continue  # one the reference has
-            what = fits[0][0] if fits else _sigmoid_gated(h, a) or _unknown(h, a)
-            return x.module, f"the activation computes {what}"
+            c = None if fits else _sigmoid_constant(h, a)
+            if c is not None:
+                said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
+                return Diagnosis(
+                    "activation.quick_gelu_constant", said, x.module, _relative(h * torch.sigmoid(c * h), a)
+                )
+            return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
     return None
 
 
@@ -150,19 +160,18 @@ def _only_from(first, node, depth: int = 16) -> bool:
     return all(_only_from(first, p, depth - 1) for p in node.parents)
 
 
-def _sigmoid_gated(h, a) -> str | None:
-    """x * sigmoid(c x) at a constant c the values give (QuickGELU's form at another constant than 1.702), else
-    None."""
+def _sigmoid_constant(h, a) -> float | None:
+    """c where a = h * sigmoid(c h) (QuickGELU's form, c fitted from the values), else None."""
     ratio = a / torch.where(h == 0, torch.ones_like(h), h)
     usable = (h.abs() > 0.1) & (ratio > 1e-6) & (ratio < 1 - 1e-6)
     if int(usable.sum()) < 4:
         return None
     c = float((torch.logit(ratio[usable]) / h[usable]).median())
-    if not math.isfinite(c) or float((h * torch.sigmoid(c * h) - a).abs().max()) > 1e-6 * max(
-        float(a.abs().max()), 1e-12
-    ):
-        return None
-    return f"x * sigmoid({c:.4g} x) (QuickGELU's form, with {c:.4g} where QuickGELU has 1.702)"
+    return c if math.isfinite(c) and _relative(h * torch.sigmoid(c * h), a) <= 1e-6 else None
+
+
+def _relative(mine, theirs) -> float:
+    return float((mine - theirs).abs().max()) / max(float(theirs.abs().max()), 1e-12)
 
 
 def _unknown(h, a) -> str:

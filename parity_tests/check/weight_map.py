@@ -84,7 +84,8 @@ def _read(user: str, value) -> tuple[str, Link | None]:
             return data.get("kind", "link"), None
         parts = [(name, tuple(rows) if rows is not None else None) for name, rows in data["parts"]]
         pairs, offset = int(data.get("rope_pairs", 0)), int(data.get("offset", 0))
-        return "link", Link(user, parts, bool(data["transposed"]), pairs, offset, bool(data.get("minus_one", False)))
+        minus_one, rotary = bool(data.get("minus_one", False)), int(data.get("rope_rotary", 0))
+        return "link", Link(user, parts, bool(data["transposed"]), pairs, offset, minus_one, rotary)
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
     if ref.startswith("(the fixed"):
         return "fixed", None

@@ -8,12 +8,15 @@ the judge must pass with zero glue, or a mistake in its new math it must name wh
 - mistakes in them: the cap's tanh without the division (cap * tanh(scores)), the cap applied after the softmax;
 - GPT-OSS's attention sinks (a logit per head joined to the scores, dropped after the softmax), and the sink left
   out of the denominator in the second block;
-- QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): the reference's QuickGELU is its ViT's and CLIP's,
-  not an activation of the levels the judge runs, so the judge says what it computes and that it has no pair;
-- CLIP's text tower (QuickGELU, a causal mask, pooled at the end token): its QuickGELU is the first thing no level
-  of the judge's computes, said where it is;
-- a ViT (patches by a strided convolution, a class token, learned positions): a model class of its own in the
-  reference, not a TransformerConfig family, so the judge must say it cannot judge it rather than raise.
+- QuickGELU with its constant mistyped (x * sigmoid(1.72 x)): named activation.quick_gelu_constant at the activation
+  (QuickGELU itself is an activation of TransformerConfig since issue 49, so a correct one passes);
+- CLIP's text tower (token and learned positions, causal pre-norm blocks with QuickGELU, the final norm's output at
+  the end token, the largest id, times a projection): read and judged by check/towers.py; QuickGELU's constant
+  mistyped and the causal mask left out in its second block, each named there;
+- a ViT (patches by a strided convolution, a class token, learned positions), as nn.TransformerEncoder layers and as
+  blocks of its own: a model class of its own in the reference (numpy_transformer/vision.py), read and judged by
+  check/towers.py; softmax over the queries in its second block named there, and the positions added before the
+  class token is put in front named at the position table.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -195,6 +198,79 @@ def tiny_vit() -> TinyViT:
     return TinyViT()
 
 
+class PatchAttention(nn.Module):
+    """Bidirectional multi-head attention over the patch tokens, q, k, v and o each a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (f(x).view(B, T, -1, HD).transpose(1, 2) for f in (self.q, self.k, self.v))
+        probs = self.probabilities(q @ k.transpose(-2, -1) / math.sqrt(HD))
+        return self.o((probs @ v).transpose(1, 2).reshape(B, T, D))
+
+    def probabilities(self, scores):
+        return scores.softmax(dim=-1)
+
+
+class PatchAttentionOverQueries(PatchAttention):
+    def probabilities(self, scores):
+        return scores.softmax(dim=-2)  # normalised over the queries, not the keys
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, attention=PatchAttention):
+        super().__init__()
+        self.norm1, self.attn, self.norm2 = nn.LayerNorm(D, eps=1e-6), attention(), nn.LayerNorm(D, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(D, 2 * D), nn.GELU(), nn.Linear(2 * D, D))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class BlockViT(nn.Module):
+    """timm's layout written out: its own blocks, the class token and positions as (1, 1, D) and (1, 1 + N, D)
+    parameters, the final norm's output returned at every position."""
+
+    def __init__(self, last=PatchAttention, image: int = 8, patch: int = 4):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, D, kernel_size=patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, D) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, D) * 0.02)
+        self.blocks = nn.ModuleList([ViTBlock(), ViTBlock(last)])
+        self.norm = nn.LayerNorm(D, eps=1e-6)
+
+    def forward(self, pixels):
+        x = self.patch_embed(pixels).flatten(2).transpose(1, 2)  # (B, N, D)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+class PositionsFirstViT(BlockViT):
+    def forward(self, pixels):
+        x = self.patch_embed(pixels).flatten(2).transpose(1, 2)  # (B, N, D)
+        x = x + self.pos_embed[:, : x.shape[1]]  # the positions added before the class token is put in front
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+
+def block_vit(last=PatchAttention) -> BlockViT:
+    torch.manual_seed(0)
+    return BlockViT(last)
+
+
+def positions_first_vit() -> BlockViT:
+    torch.manual_seed(0)
+    return PositionsFirstViT()
+
+
 # -- CLIP's text tower: QuickGELU, a causal mask, pooled at the end token ------------------------------------------
 
 
@@ -204,16 +280,17 @@ class QuickGELU(nn.Module):
 
 
 class ClipTextBlock(nn.Module):
-    def __init__(self):
+    def __init__(self, activation=QuickGELU, causal: bool = True):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
         self.attn = TableAttention()
-        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), QuickGELU(), nn.Linear(4 * D, D))
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), activation(), nn.Linear(4 * D, D))
+        self.causal = causal
 
     def forward(self, x, mask):
         T = x.shape[1]
         zeros = torch.zeros(T, HD, dtype=x.dtype)  # no rotation: cos 1, sin 0
-        x = x + self.attn(self.ln_1(x), zeros + 1, zeros, mask)
+        x = x + self.attn(self.ln_1(x), zeros + 1, zeros, mask if self.causal else None)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -221,13 +298,13 @@ class ClipTextTower(nn.Module):
     """Learned positions, causal pre-norm blocks with QuickGELU, the final norm's output at the end token (the
     largest id) projected: one embedding per sentence."""
 
-    def __init__(self, vocab: int = 26, width: int = 16):
+    def __init__(self, last=ClipTextBlock, vocab: int = 26, width: int = 16):
         super().__init__()
         self.token_embedding, self.positional_embedding = (
             nn.Embedding(vocab, D),
             nn.Parameter(0.02 * torch.randn(T_MAX, D)),
         )
-        self.blocks = nn.ModuleList([ClipTextBlock() for _ in range(2)])
+        self.blocks = nn.ModuleList([ClipTextBlock(), last()])
         self.ln_final = nn.LayerNorm(D)
         self.text_projection = nn.Parameter(torch.randn(D, width) / math.sqrt(D))
 
@@ -241,9 +318,9 @@ class ClipTextTower(nn.Module):
         return x[torch.arange(x.shape[0]), ids.argmax(dim=-1)] @ self.text_projection
 
 
-def clip_text_tower() -> ClipTextTower:
+def clip_text_tower(last=ClipTextBlock) -> ClipTextTower:
     torch.manual_seed(0)
-    return ClipTextTower()
+    return ClipTextTower(last)
 
 
 CASES = [
@@ -284,8 +361,37 @@ CASES = [
         quick_gelu_wrong_constant_mlp,
         "feed_forward",
         {},
-        ("no pair", "1", "x * sigmoid(1.72 x) (QuickGELU's form, with 1.72 where QuickGELU has 1.702)"),
+        ("mistake", "activation.quick_gelu_constant", "1"),
     ),
-    ("clip_text_tower", clip_text_tower, "transformer_lm", {}, ("no pair", "blocks.0.mlp.1", "x * sigmoid(1.702 x)")),
-    ("vit", tiny_vit, "transformer_lm", {}, ("could not judge", "", "patch_embed cuts an image into patches")),
+    ("clip_text_tower", clip_text_tower, "transformer_lm", {}, "pass"),
+    (
+        "clip_text_tower.quick_gelu_constant_second_block",
+        lambda: clip_text_tower(lambda: ClipTextBlock(SigmoidGELU)),
+        "transformer_lm",
+        {},
+        ("mistake", "activation.quick_gelu_constant", "blocks.1.mlp.1"),
+    ),
+    (
+        "clip_text_tower.not_causal_second_block",
+        lambda: clip_text_tower(lambda: ClipTextBlock(causal=False)),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "blocks.1.attn"),
+    ),
+    ("vit", tiny_vit, "transformer_lm", {}, "pass"),
+    ("vit.own_blocks", block_vit, "transformer_lm", {}, "pass"),
+    (
+        "vit.positions_before_class_token",
+        positions_first_vit,
+        "transformer_lm",
+        {},
+        ("mistake", "positions.added_before_class_token", "pos_embed"),
+    ),
+    (
+        "vit.softmax_wrong_axis_second_block",
+        lambda: block_vit(PatchAttentionOverQueries),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "blocks.1.attn"),
+    ),
 ]

@@ -363,6 +363,7 @@ ACTIVATIONS_FROM_HF = {
     "gelu_pytorch_tanh": "gelu_tanh",
     "silu": "silu",
     "swish": "silu",  # Marian's opus-mt checkpoints
+    "quick_gelu": "quick_gelu",  # x * sigmoid(1.702 x): CLIP's
 }
 
 
