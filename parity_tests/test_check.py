@@ -277,7 +277,7 @@ def test_every_registered_mistake_says_where_it_is_looked_for():
     and the pairs it applies to; a probe's entry applies everywhere."""
     from parity_tests.check import backward_mistakes as BM
     from parity_tests.check import mistakes as MK
-    from parity_tests.check.level_table import LEVELS
+    from parity_tests.check.levels import LEVELS
     from parity_tests.check.report import levels_of
 
     site = MK.Site(8, 4)

@@ -106,21 +106,20 @@ def component_variants(session, caller, cfg, result, runnable: tuple = ()) -> No
     layouts = [chosen] + [x for x in session.layouts if x is not chosen]
     configs = [cfg] + [c for c in session.config_candidates() if c != cfg]
     for layout in layouts:
-        session.use(layout)
+        under = session.under(layout)
         for config in configs:
             for candidate in [caller] + [c for c in runnable if c is not caller]:
-                if config.positional == "rope" and not session.probe(candidate).self_attention:
+                if config.positional == "rope" and not under.probe(candidate).self_attention:
                     continue
-                found = _component_variants(session, candidate, config)
+                found = _component_variants(under, candidate, config)
                 if found:
                     result.diagnoses += found
                     if candidate is not caller or config != cfg or layout is not chosen:
                         result.notes.append(f"diagnosed under the convention {candidate.conventions()}")
                     return
-    session.use(chosen)
 
 
-# the units of the components that have catalogue variants (level_table.Level.unit)
+# the units of the components that have catalogue variants (levels.Level.unit)
 VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions")
 
 

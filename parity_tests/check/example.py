@@ -19,7 +19,7 @@ from torch import nn
 from . import levels as LV
 from . import probes as PR
 from .calling import TARGET_WORDS, Caller
-from .level_table import LEVELS
+from .levels import LEVELS
 
 OPPOSITE = {"bool_keep": "bool_masked", "bool_masked": "bool_keep"}
 

@@ -1,4 +1,4 @@
-"""The reference's inputs at each level (level_table.py names each level's builder): random inputs with padding,
+"""The reference's inputs at each level (levels.py names each level's builder): random inputs with padding,
 batch-first, as the reference takes them, tiny (three sequences, 5 queries, 6 keys): a check runs in a second."""
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ candidates and weight maps (layouts) the judge searches (judge.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -19,7 +21,7 @@ from . import mapping as MP
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
-from .level_table import LEVELS
+from .levels import LEVELS
 from .running import Float32Islands, copy_module, find_islands, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
@@ -74,8 +76,9 @@ class Session:
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
         self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
         self.callers = callers_of(user, level, batch_first, mask, call, example)
-        self.copies = {}
+        self.copies: dict = {}  # (id of the layout, dtype) -> the user's module copied, loaded under that layout
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
+        self.stages: dict = {}  # the reference's stages of a layer or a model, by config and probe (divergence.py)
         self.head = output_head(user, self.links) if self.is_module and entry.group == "model" else None
         self.layouts = layouts(self, mapping is None)
         self.layout = self.layouts[0]
@@ -91,14 +94,19 @@ class Session:
         unpadded = dataclasses.replace(p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid)
         return self.probes.setdefault(key + ("unpadded",), unpadded)
 
-    def use(self, layout) -> None:
-        """Judge under `layout` (its weight map): the user's copies are rebuilt from it."""
-        if layout is not self.layout:
-            self.layout, self.links, self.copies = layout, layout["links"], {}
+    def under(self, layout: Layout) -> Session:
+        """This check under `layout` (one of self.layouts): a view sharing everything else (the probes, the copies
+        kept per layout, the stages); the session itself under its own layout."""
+        if layout is self.layout:
+            return self
+        view = copy.copy(self)
+        view.layout, view.links = layout, layout.links
+        return view
 
     def copy(self, dtype):
         """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
-        if self.is_module and dtype not in self.copies:
+        key = (id(self.layout), dtype)
+        if self.is_module and key not in self.copies:
             module = copy_module(self.user).to(TORCH[dtype]).eval()
             for t in module.parameters():  # frozen ones too (loaded for inference): every gradient is compared
                 t.requires_grad_(True)
@@ -113,8 +121,8 @@ class Session:
                         owner = module.get_submodule(path)
                         old = getattr(owner, attr)  # the table is float64 or complex128 already
                         setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
-            self.copies[dtype] = module
-        return self.copies.get(dtype, self.user)  # a plain function: itself
+            self.copies[key] = module
+        return self.copies.get(key, self.user)  # a plain function: itself
 
     def config_candidates(self) -> list:
         """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
@@ -155,17 +163,20 @@ class Session:
             return rope
         return rope + [{}] if self.rope_overwrite or len(self.thetas) > 1 else [{}] + rope
 
-    def run_user(self, caller, dtype, grad=False, scale=1.0, as_written=False):
-        """The user's output (batch-first, NumPy) on the probe, and the tensors (for gradients). In float64 a
-        module with float32 islands runs them in float64 (see Float32Islands) unless `as_written`."""
-        p = self.probe(caller)
-        module = self.copy(dtype)
-        if dtype == np.float64 and self.is_module and self.islands is None:
-            self.islands = []  # while they are being found
-            self.islands = find_islands(module, lambda: self.run_user(caller, dtype, as_written=True))
-        if dtype == np.float64 and self.islands and not as_written:
-            with Float32Islands(module):
-                return self.run_user(caller, dtype, grad, scale, as_written=True)
+    def run_user(self, caller, dtype, grad=False, scale=1.0, probe=None):
+        """The user's output (batch-first) on `probe` (by default the caller's, Session.probe), and the input
+        tensors (for gradients). In float64 a module with float32 islands runs them in float64 (Float32Islands):
+        they are found on its first float64 run that completes."""
+        p, module = probe or self.probe(caller), self.copy(dtype)
+        if dtype != np.float64 or not self.is_module:
+            return self._run(module, caller, p, dtype, grad, scale)
+        if self.islands is None:
+            self.islands = find_islands(module, lambda: self._run(module, caller, p, dtype))
+        with Float32Islands(module) if self.islands else contextlib.nullcontext():
+            return self._run(module, caller, p, dtype, grad, scale)
+
+    def _run(self, module, caller, p: LV.Probe, dtype, grad=False, scale=1.0):
+        """The module called by `caller` on probe `p`, as written (see run_user)."""
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
         tensors = as_tensors(p, TORCH[dtype], device, grad, scale)
         with torch.set_grad_enabled(grad):
@@ -178,19 +189,27 @@ class Session:
         return out, tensors
 
 
+@dataclass(frozen=True)
+class Layout:
+    """A weight map the user's module may be judged under: its links (mapping.Link), and the RoPE pairing it reads
+    the q and k rows in, where rotary positions may be used (None: not in question)."""
+
+    links: list
+    rope_pairing: str | None = None
+
+
 def layouts(session, inferred: bool) -> list:
-    """The weight maps the user's module may be judged under, each {"links": ..., and what it says}: the inferred
-    one and, where rotary positions may be used, the same with the q and k rows in RoPE's interleaved pairing
-    (Meta's (2i, 2i + 1) instead of the reference's halves (i, i + Dh/2): the same rotation with the features of
-    every head in another order). The check keeps the first under which the module agrees with the reference."""
-    inferred_map: dict[str, Any] = {"links": session.links}
+    """The Layouts the user's module may be judged under: the inferred one and, where rotary positions may be used,
+    the same with the q and k rows in RoPE's interleaved pairing (Meta's (2i, 2i + 1) instead of the reference's
+    halves (i, i + Dh/2): the same rotation with the features of every head in another order). The check keeps the
+    first under which the module agrees with the reference."""
     Dh = session.cfg.d_head
     paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
     if not inferred or not session.is_module or not session.rope_options(session.stated()) or Dh % 2 or not paired:
-        return [inferred_map]
-    inferred_map["rope_pairing"] = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
-    pairing = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    return [inferred_map, inferred_map | {"links": MP.interleave_rope(session.links, Dh), "rope_pairing": pairing}]
+        return [Layout(session.links)]
+    halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
+    pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
+    return [Layout(session.links, halves), Layout(MP.interleave_rope(session.links, Dh), pairs)]
 
 
 def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:

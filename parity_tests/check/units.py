@@ -18,7 +18,7 @@ from typing import Any
 from numpy_transformer import TransformerConfig
 
 from . import dataflow as DF
-from .level_table import LEVELS
+from .levels import LEVELS
 from .mapping import Link, role_of
 from .unsupported import NoPair
 
