@@ -40,7 +40,7 @@ from .diagnosis import MATCH, _error, _valid
 from .divergence import latest_divergence
 from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
-from .running import at_positions, holds_float32, inference_mode_lifted, island_message, positions_held
+from .running import at_positions, holds_float32, island_message, lifted, positions_held
 from .session import Layout, Session
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
@@ -343,7 +343,8 @@ def module(
         given = fields | {"config": config}
         level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
         sizes = EX.sizes(user_module, level, example, batch_first) if example is not None else contextlib.nullcontext()
-        with torch.random.fork_rng(), inference_mode_lifted(), sizes:  # the caller's random state is left as it was
+        # the caller's random state is left as it was (fork_rng)
+        with torch.random.fork_rng(), lifted(torch.inference_mode), sizes:
             return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
     except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"

@@ -235,10 +235,11 @@ def _rebind(value, memo: dict, depth: int = 0):
 
 
 @contextmanager
-def inference_mode_lifted() -> Iterator[None]:
-    """torch.inference_mode (a `with` block or Meta's `@torch.inference_mode()` on forward) made a no-op while
-    inside: the user's forward then records gradients, which the check compares. The judge uses none itself."""
-    mode = torch.autograd.grad_mode.inference_mode
+def lifted(mode) -> Iterator[None]:
+    """`mode`, torch.inference_mode or torch.no_grad (a `with` block, or Meta's `@torch.inference_mode()` on
+    forward), made a no-op while inside: the user's forward then records gradients, which the check compares. The
+    judge uses no inference_mode itself (lifted for the whole check); torch.no_grad is lifted around the user's
+    forward alone (Session), the judge's own blocks and torch's (Module.to) keeping theirs."""
     saved = mode.__enter__, mode.__exit__
     mode.__enter__ = lambda self: None  # type: ignore[method-assign, assignment]
     mode.__exit__ = lambda self, *exc: None  # type: ignore[method-assign, assignment]

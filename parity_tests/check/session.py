@@ -22,7 +22,7 @@ from . import tables as TB
 from . import units as U
 from . import weight_map as WM
 from .levels import LEVELS
-from .running import Float32Islands, copy_module, find_islands, output_head
+from .running import Float32Islands, copy_module, find_islands, lifted, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 # the activations searched, in order, for a gated feed-forward (SwiGLU's silu first) and for a plain one
@@ -39,20 +39,8 @@ class Session:
         self.entry = entry = LEVELS[level]
         self.notes: list = []
         self.is_module = isinstance(user, nn.Module)
-        found = MP.structure(user) if self.is_module else MP.Structure()
-        if self.is_module and entry.group == "model" and found.tables:  # at most 16 conventions (a has_mask flag)
-            ids = _ids_probe(level, found)
-            found = MP.structure(user, read_flow(user, level, lambda caller: ids, 16, call=call))
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
-        if self.is_module and found.flow is None and recorded:  # its sizes give its probe
-            sized = U.sized_config(level, found, given)
-
-            def probe(caller):  # self-attention callers: one sequence
-                return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal)
-
-            flow = read_flow(user, level, probe, batch_first=batch_first, mask=mask, call=call, example=example)
-            found = MP.structure(user, flow) if flow is not None else found
+        found = recording(user, level, given, seed, batch_first=batch_first, mask=mask, call=call, example=example)
         self.flow = found.flow
         self.cfg, self.links, self.zero, fixed = U.infer(level, found, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
@@ -179,7 +167,7 @@ class Session:
         """The module called by `caller` on probe `p`, as written (see run_user)."""
         device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
         tensors = as_tensors(p, TORCH[dtype], device, grad, scale)
-        with torch.set_grad_enabled(grad):
+        with torch.set_grad_enabled(grad), lifted(torch.no_grad):  # a forward under no_grad records its gradients
             out = caller(module, tensors, p, TORCH[dtype])
             ids = p.ids.get("tgt", p.ids.get("ids"))
             if self.entry.output_head and out.ndim == 2 and ids is not None and out.shape[0] == ids.size > len(ids):
@@ -218,6 +206,27 @@ def callers_of(module, level: str, batch_first=None, mask=None, call=None, examp
     if example is not None:
         return EX.callers(module, level, example, batch_first)
     return C.callers(module, level, batch_first, mask, call)
+
+
+def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Structure:
+    """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
+    tables on small ids (under at most 16 conventions: a has_mask flag), else, where the roles are read from the
+    computation, on the level's probe at the sizes its parameters give (sized_config). Not a module: nothing read."""
+    if not isinstance(user, nn.Module):
+        return MP.Structure()
+    entry, found, flow = LEVELS[level], MP.structure(user), None
+    if entry.group == "model" and found.tables:
+        ids = _ids_probe(level, found)
+        flow = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
+    recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
+    if flow is None and recorded:
+        sized = U.sized_config(level, found, given)
+
+        def probe(caller):  # self-attention callers: one sequence
+            return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal)
+
+        flow = read_flow(user, level, probe, **conventions)
+    return found if flow is None else MP.with_flow(found, user, flow)
 
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
