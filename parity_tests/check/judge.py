@@ -15,7 +15,6 @@ The steps, each a function below:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -341,10 +340,7 @@ def module(
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
     try:
         given = fields | {"config": config}
-        level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-        sizes = EX.sizes(user_module, level, example, batch_first) if example is not None else contextlib.nullcontext()
-        # the caller's random state is left as it was (fork_rng)
-        with torch.random.fork_rng(), lifted(torch.inference_mode), sizes:
+        with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
             return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
     except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"

@@ -18,6 +18,7 @@ from . import dataflow as DF
 from . import example as EX
 from . import levels as LV
 from . import mapping as MP
+from . import probes as PR
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
@@ -40,7 +41,11 @@ class Session:
         self.notes: list = []
         self.is_module = isinstance(user, nn.Module)
         mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        found = recording(user, level, given, seed, batch_first=batch_first, mask=mask, call=call, example=example)
+        # the probe's batch and lengths: the example's where one is given
+        self.sizes = EX.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
+        found = recording(
+            user, level, given, seed, self.sizes, batch_first=batch_first, mask=mask, call=call, example=example
+        )
         self.flow = found.flow
         self.cfg, self.links, self.zero, fixed = U.infer(level, found, given, mapped)
         self.norm_eps = {n.module: n.eps for n in found.norms}
@@ -62,7 +67,8 @@ class Session:
             tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
             WM.refuse_unknown(self.links, self.zero, self.params, tensors, level)
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
-        self.probes = {key: entry.probe(self.cfg, np.random.default_rng(seed + 1), *key) for key in kinds}
+        rng = np.random.default_rng
+        self.probes = {key: entry.probe(self.cfg, rng(seed + 1), *key, sizes=self.sizes) for key in kinds}
         self.callers = callers_of(user, level, batch_first, mask, call, example)
         self.copies: dict = {}  # (id of the layout, dtype) -> the user's module copied, loaded under that layout
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
@@ -208,7 +214,7 @@ def callers_of(module, level: str, batch_first=None, mask=None, call=None, examp
     return C.callers(module, level, batch_first, mask, call)
 
 
-def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Structure:
+def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
     tables on small ids (under at most 16 conventions: a has_mask flag), else, where the roles are read from the
     computation, on the level's probe at the sizes its parameters give (sized_config). Not a module: nothing read."""
@@ -216,14 +222,14 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
         return MP.Structure()
     entry, found, flow = LEVELS[level], MP.structure(user), None
     if entry.group == "model" and found.tables:
-        ids = _ids_probe(level, found)
+        ids = _ids_probe(level, found, sizes.B)
         flow = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
     if flow is None and recorded:
         sized = U.sized_config(level, found, given)
 
         def probe(caller):  # self-attention callers: one sequence
-            return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal)
+            return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
         flow = read_flow(user, level, probe, **conventions)
     return found if flow is None else MP.with_flow(found, user, flow)
@@ -258,15 +264,15 @@ def as_tensors(p: LV.Probe, dtype, device, grad: bool = False, scale: float = 1.
     return floats | {n: torch.tensor(v, dtype=torch.long, device=device) for n, v in p.ids.items()}
 
 
-def _ids_probe(level: str, found) -> LV.Probe:
+def _ids_probe(level: str, found, B: int) -> LV.Probe:
     """A model's probe: small ids (T at most 6) for each of the level's inputs (a memory: floats), nothing
     padded: no id is a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
     rows = min((t.rows for t in found.tables if t.rows > 4), default=min(t.rows for t in found.tables))
     T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
     low = max([t.padding_idx + 1 for t in found.tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
-    probe = LV.Probe(src_keep=np.ones((LV.B, T), bool), tgt_keep=np.ones((LV.B, T), bool))
-    ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(LV.B, T))
+    probe = LV.Probe(src_keep=np.ones((B, T), bool), tgt_keep=np.ones((B, T), bool))
+    ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(B, T))
     probe.ids = dict.fromkeys(LEVELS[level].inputs, ids)
     if probe.ids.pop("memory", None) is not None:  # the decoder's memory is a float input
-        probe.floats = {"memory": np.random.default_rng(1).standard_normal((LV.B, T, found.tables[0].width))}
+        probe.floats = {"memory": np.random.default_rng(1).standard_normal((B, T, found.tables[0].width))}
     return probe
