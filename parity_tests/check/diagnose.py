@@ -80,7 +80,7 @@ def _attention_calls_scaled(session, caller) -> list:
     attention = {unit_of(ref)[0] for link in session.links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
     targets = {u: path for u, path in hook_targets(session).items() if u in attention and path}
     captured = run_hooked(session, caller, np.float32, targets, lambda m, a, k, o: (m, a, k))
-    D = session.cfg.d_model
+    D = session.model.cfg.d_model
 
     def scaled(t):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim >= 2 and t.shape[-1] == D:
@@ -142,7 +142,7 @@ def _component_variants(session, caller, cfg) -> list:
     if unit == "embedding":
         table = session.params["token_embedding.weight"]
         return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
-    own = next(iter(session.norm_eps.values()), None) if unit == "layer_norm" else None
+    own = next(iter(session.model.norm_eps.values()), None) if unit == "layer_norm" else None
     return match_unit(unit, user, f["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
 
 

@@ -345,7 +345,7 @@ def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
         positions = session.params[f"{stack}.position_embedding.weight"]
     table = session.params.get(token, session.params.get("decoder.token_embedding.weight"))
     found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
-    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in session.overwrite]
+    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in session.model.overwrite]
     for d in found:
         if d.id == "positions.wrong_frequencies" and tables:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
@@ -386,7 +386,7 @@ def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return where, []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
-    eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
+    eps = session.model.norm_eps.get(where, None) or cfg.layer_norm_eps
     return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
 
 

@@ -231,7 +231,7 @@ def compare(session: Session, caller, cfg, kind, dtype) -> list:
     for n, g in ref.items():
         if n.startswith("d") and n[1:] in tensors and tensors[n[1:]].grad is not None:
             grads[n] = (tensors[n[1:]].grad.double().cpu().numpy(), g)
-        elif n.startswith("d ") and n[2:] not in session.zero and n[2:] in session.shapes:
+        elif n.startswith("d ") and n[2:] not in session.model.zero and n[2:] in session.shapes:
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     label = np.dtype(dtype).name
     if dtype == np.float32 or holds_float32(session.islands):  # a float32 tensor held: float64 can do no better
@@ -415,9 +415,9 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     caller, cfg, kind, matched = choice.caller, choice.cfg, choice.kind, choice.matched
     if not matched and session.entry.hooked and session.is_module:
         session, caller, cfg = latest_divergence(session, list(choice.runnable))
-    result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
-    for name in session.overwrite:  # fixed tables are matched like weights, and said so
-        layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
+    result = Result(reference=reference, mapping=WM.table(session.links, session.model.zero), config=cfg)
+    for name in session.model.overwrite:  # fixed tables are matched like weights, and said so
+        layout = "wrong frequencies" if session.model.wrong_table else session.model.cfg.sinusoid_layout
         result.mapping[name] = WM.fixed_entry(layout)
     output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})

@@ -1,6 +1,8 @@
-"""One check's state: the user's module read (structure, config, weight map, fixed tables), the reference's weights
-and probes, the ways of calling the module, its float64 and float32 copies holding those weights, and the config
-candidates and weight maps (layouts) the judge searches (judge.py)."""
+"""One check's stages, each returned by a function: the recording (the user's module read once and its forward
+recorded once: `recording`), the model it implies (config, weight map, biases held at zero, fixed tables:
+`inferred`, a frozen Model), the weight maps it may be judged under (`layouts`, frozen Layouts); and the Session
+holding them with the reference's weights and probes, the ways of calling the module and its float64 and float32
+copies. judge.choose picks the convention, config and layout (a frozen Choice) and judges under them."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+from numpy_transformer import TransformerConfig
 
 from . import calling as C
 from . import dataflow as DF
@@ -47,33 +51,20 @@ class Session:
             user, level, given, seed, self.sizes, batch_first=batch_first, mask=mask, call=call, example=example
         )
         self.flow = found.flow
-        self.cfg, self.links, self.zero, fixed = U.infer(level, found, given, mapped)
-        self.norm_eps = {n.module: n.eps for n in found.norms}
-        tables = TB.fixed_tables(user, fixed, self.notes) if self.is_module else ({}, None, False)
-        self.overwrite, layout, self.wrong_table = tables
-        if layout is not None:
-            self.cfg = dataclasses.replace(self.cfg, sinusoid_layout=layout)
-        self.thetas: list = []
-        self.rope_overwrite: dict = {}
-        if self.is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
-            thetas = TB.rope_thetas(user, self.cfg.d_head, given.get("rope_theta"))  # the caller's base first
-            self.rope_overwrite, self.thetas = TB.rope_buffers(user, self.cfg.d_head, thetas, self.notes)
-            rotary = TB.rotary_dim(user, self.cfg.d_head)  # partial rotary: read from the inverse frequencies
-            if rotary is not None and "rotary_dim" not in self.stated():
-                self.cfg = dataclasses.replace(self.cfg, rotary_dim=rotary)
-        self.shapes = entry.shapes(self.cfg)
-        self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.zero)
+        self.model = inferred(user, level, found, given, mapped, self.notes)
+        self.shapes = entry.shapes(self.model.cfg)
+        self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.model.zero)
         if mapped is not None and self.is_module:  # a given map: every name it holds exists, every size agrees
             tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
-            WM.refuse_unknown(self.links, self.zero, self.params, tensors, level)
+            WM.refuse_unknown(self.model.links, self.model.zero, self.params, tensors, level)
         kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
         rng = np.random.default_rng
-        self.probes = {key: entry.probe(self.cfg, rng(seed + 1), *key, sizes=self.sizes) for key in kinds}
+        self.probes = {key: entry.probe(self.model.cfg, rng(seed + 1), *key, sizes=self.sizes) for key in kinds}
         self.callers = callers_of(user, level, batch_first, mask, call, example)
         self.copies: dict = {}  # (id of the layout, dtype) -> the user's module copied, loaded under that layout
         self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
         self.stages: dict = {}  # the reference's stages of a layer or a model, by config and probe (divergence.py)
-        self.head = output_head(user, self.links) if self.is_module and entry.group == "model" else None
+        self.head = output_head(user, self.model.links) if self.is_module and entry.group == "model" else None
         self.layouts = layouts(self, mapping is None)
         self.layout = self.layouts[0]
 
@@ -94,8 +85,13 @@ class Session:
         if layout is self.layout:
             return self
         view = copy.copy(self)
-        view.layout, view.links = layout, layout.links
+        view.layout = layout
         return view
+
+    @property
+    def links(self) -> list:
+        """The weight map judged under: the layout's."""
+        return self.layout.links
 
     def copy(self, dtype):
         """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
@@ -107,7 +103,7 @@ class Session:
             MP.load(module, self.links, self.params, TORCH[dtype])
             tensors = dict(module.named_buffers()) | dict(module.named_parameters())
             with torch.no_grad():
-                for name, table in (self.overwrite | self.rope_overwrite).items():
+                for name, table in (self.model.overwrite | self.model.rope_overwrite).items():
                     if name in tensors:
                         tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
                     elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
@@ -121,7 +117,7 @@ class Session:
     def config_candidates(self) -> list:
         """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
         post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
-        base = self.cfg
+        base = self.model.cfg
         options: list = [{}]
         given = self.stated()
         if "norm_first" in self.entry.searches and "norm_first" not in given:
@@ -142,20 +138,21 @@ class Session:
         return [dataclasses.replace(base, **o) for o in options]
 
     def stated(self) -> dict:
-        """What the caller fixed: the keyword fields, and every field of a config= given."""
-        return self.given | (vars(self.given["config"]) if self.given.get("config") is not None else {})
+        return stated(self.given)
 
     def rope_options(self, given: dict) -> list:
         """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
         attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        own_table = self.entry.group == "model" and (self.cfg.positional == "learned" or self.overwrite)  # not rotary
-        if not self.thetas or not self.entry.rope or own_table or given.get("positional") not in (None, "rope"):
+        own_table = self.entry.group == "model" and (
+            self.model.cfg.positional == "learned" or self.model.overwrite
+        )  # not rotary
+        if not self.model.thetas or not self.entry.rope or own_table or given.get("positional") not in (None, "rope"):
             return []
-        thetas = [given["rope_theta"]] if "rope_theta" in given else self.thetas
+        thetas = [given["rope_theta"]] if "rope_theta" in given else self.model.thetas
         rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
         if given.get("positional") == "rope":
             return rope
-        return rope + [{}] if self.rope_overwrite or len(self.thetas) > 1 else [{}] + rope
+        return rope + [{}] if self.model.rope_overwrite or len(self.model.thetas) > 1 else [{}] + rope
 
     def run_user(self, caller, dtype, grad=False, scale=1.0, probe=None):
         """The user's output (batch-first) on `probe` (by default the caller's, Session.probe), and the input
@@ -178,9 +175,51 @@ class Session:
             ids = p.ids.get("tgt", p.ids.get("ids"))
             if self.entry.output_head and out.ndim == 2 and ids is not None and out.shape[0] == ids.size > len(ids):
                 out = out.reshape(*ids.shape, -1)  # logits flattened to (B * T, V), as a loss takes them
-            if self.head is not None and out.shape[-1] == self.cfg.d_model != self.cfg.tgt_vocab_size:
+            if self.head is not None and out.shape[-1] == self.model.cfg.d_model != self.model.cfg.tgt_vocab_size:
                 out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
+
+
+def stated(given: dict) -> dict:
+    """What the caller fixed: the keyword fields, and every field of a config= given."""
+    return given | (vars(given["config"]) if given.get("config") is not None else {})
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model the recording implies: its config; its weight map (links, mapping.Link), the reference biases the
+    user's linears lack held at zero (`zero`); each norm module's eps; the fixed tables overwritten in float64
+    (sinusoids: `overwrite`, `wrong_table` where their frequencies are wrong; RoPE's: `rope_overwrite`) and the
+    RoPE bases the module states (`thetas`)."""
+
+    cfg: TransformerConfig
+    links: list
+    zero: list
+    norm_eps: dict
+    overwrite: dict
+    wrong_table: bool
+    rope_overwrite: dict
+    thetas: list
+
+
+def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: list) -> Model:
+    """The Model of the user's module as `found` reads it (units.infer), with its fixed tables (tables.py, whose
+    notes go to `notes`); `mapped`: the (links, zero) of a mapping= given."""
+    entry, is_module = LEVELS[level], isinstance(user, nn.Module)
+    cfg, links, zero, fixed = U.infer(level, found, given, mapped)
+    overwrite, layout, wrong_table = TB.fixed_tables(user, fixed, notes) if is_module else ({}, None, False)
+    if layout is not None:
+        cfg = dataclasses.replace(cfg, sinusoid_layout=layout)
+    rope_overwrite: dict = {}
+    thetas: list = []
+    if is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
+        bases = TB.rope_thetas(user, cfg.d_head, given.get("rope_theta"))  # the caller's base first
+        rope_overwrite, thetas = TB.rope_buffers(user, cfg.d_head, bases, notes)
+        rotary = TB.rotary_dim(user, cfg.d_head)  # partial rotary: read from the inverse frequencies
+        if rotary is not None and "rotary_dim" not in stated(given):
+            cfg = dataclasses.replace(cfg, rotary_dim=rotary)
+    norm_eps = {n.module: n.eps for n in found.norms}
+    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope_overwrite, thetas)
 
 
 @dataclass(frozen=True)
@@ -197,13 +236,14 @@ def layouts(session, inferred: bool) -> list:
     the same with the q and k rows in RoPE's interleaved pairing (Meta's (2i, 2i + 1) instead of the reference's
     halves (i, i + Dh/2): the same rotation with the features of every head in another order). The check keeps the
     first under which the module agrees with the reference."""
-    Dh = session.cfg.d_head
-    paired = any(MP.rope_paired(n, 2) for link in session.links for n, _ in link.parts)
+    Dh = session.model.cfg.d_head
+    links = session.model.links
+    paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
     if not inferred or not session.is_module or not session.rope_options(session.stated()) or Dh % 2 or not paired:
-        return [Layout(session.links)]
+        return [Layout(links)]
     halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    return [Layout(session.links, halves), Layout(MP.interleave_rope(session.links, Dh), pairs)]
+    return [Layout(links, halves), Layout(MP.interleave_rope(links, Dh), pairs)]
 
 
 def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
