@@ -278,7 +278,7 @@ def test_every_registered_mistake_says_where_it_is_looked_for():
     and the pairs it applies to; a probe's entry applies everywhere."""
     from parity_tests.check import backward_mistakes as BM
     from parity_tests.check import mistakes as MK
-    from parity_tests.check.level_table import LEVELS
+    from parity_tests.check.levels import LEVELS
     from parity_tests.check.report import levels_of
 
     site = MK.Site(8, 4)
@@ -601,3 +601,26 @@ def test_roles_come_from_the_computation_not_the_registration_order():
     block = check.module(BG.TransformerBlock(BG.GPT_CONFIG), "decoder_only_layer", n_heads=2)
     assert block.passed, str(block)
     assert block.mapping["att.W_key.weight"][0] == "self_attn.k_proj.weight", str(block)
+
+
+def test_a_variant_names_its_mistake_only_where_it_reproduces_the_output_far_better_than_the_reference():
+    """A catalogue variant within float64 precision of the user's output names nothing where the reference is about
+    as close (the user's output differs from both by a rounding) or the divergence is itself of a rounding's size."""
+    import numpy as np
+
+    from parity_tests.check import variants as VR
+    from parity_tests.check.matchers import match_unit
+
+    rng = np.random.default_rng(0)
+    x, params = rng.standard_normal((2, 5, 8)), {"weight": 1.0 + 0.2 * rng.standard_normal(8)}
+
+    def named(user, eps):
+        return [d.id for d in match_unit("rms_norm", user, x, params, eps, "silu", "")]
+
+    assert named(VR.rms_norm(x, params["weight"], 1e-5, eps_outside=True), 1e-5) == ["rms_norm.eps_outside_sqrt"]
+    # eps 1e-14: the mistake moves the output by ~1e-14, under float64's bar: no mistake to name
+    assert named(VR.rms_norm(x, params["weight"], 1e-14, eps_outside=True), 1e-14) == []
+    # the reference's output off by a rounding (1e-9): the variant (eps 1e-9 outside the root) is within 1e-8 of
+    # it, but no closer than the reference itself
+    rounded = VR.rms_norm(x, params["weight"], 1e-9) * (1.0 + 1e-9 * rng.standard_normal(x.shape))
+    assert named(rounded, 1e-9) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from parity_tests import check
 from parity_tests.__main__ import main
@@ -97,3 +98,25 @@ def test_a_function_is_judged_at_the_example_lengths_and_an_example_without_inpu
     assert result.passed and result.conventions["mask"] == "mask: bool_keep (B, 1, 1, T)", str(result)
     said = check.module(sdpa, "scaled_dot_product_attention", example=((1,), {}))
     assert not said.passed and said.error.startswith("could not judge: the example passes no tensor"), said.error
+
+
+def test_the_probe_takes_its_sizes_from_the_example_and_leaves_the_defaults_alone():
+    """The example's batch (4) and length (7) reach the forward; the probes' module-level defaults, which another
+    check running meanwhile would read, stay as they are while it runs."""
+    from parity_tests.check import probes
+
+    seen = []
+
+    class Recording(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(D)
+
+        def forward(self, x):
+            seen.append((tuple(x.shape), probes.SIZES, probes.B))
+            return self.norm(x)
+
+    result = check.module(Recording(), "layer_norm", example=((torch.randn(4, 7, D),), {}))
+    assert result.passed, str(result)
+    assert {shape for shape, _, _ in seen} == {(4, 7, D)}, seen
+    assert {(sizes, B) for _, sizes, B in seen} == {(probes.Sizes(), 3)}, seen

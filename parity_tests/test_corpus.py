@@ -123,6 +123,17 @@ def test_a_float32_constant_the_module_holds_is_named_and_judged_on_the_float32_
     assert all(r.own is not None and r.bar >= FLOAT32_FLOOR for r in result.rows), str(result)
 
 
+def test_a_float32_constant_made_in_forward_with_its_dtype_is_named_as_such_and_judged_on_the_float32_bars():
+    """torch.tensor(2.0 / torch.pi, dtype=torch.float32) in the GELU's forward stays float32 in the float64 run too:
+    judged on the float32 bars like a tensor the module holds, and said as what it is."""
+    result = judge("llms_from_scratch", load("llms_from_scratch").typed_constant)
+    assert result.passed, str(result)
+    (caveat,) = [message for id_, message in result.caveats if id_ == ISLAND]
+    assert caveat.startswith("at trf_blocks.0.ff.layers.1:") and "made in the forward with its dtype given" in caveat
+    assert "the module holds" not in caveat, caveat
+    assert all(r.own is not None and r.bar >= FLOAT32_FLOOR for r in result.rows), str(result)
+
+
 @pytest.mark.parametrize(("style", "factory", "where"), ISLANDS)
 def test_float32_island_is_named_with_its_submodule(style, factory, where):
     """A module that computes in float32 inside a float64 model is a float32 island: named with its op and its

@@ -13,12 +13,13 @@ The parts, by stage (each module's docstring says more):
 - reading the module: dataflow.py (its forward recorded once: each parameter's role from the dataflow), mapping.py
   (its parameters as pieces; the Link a weight map is made of), units.py (the reference's units the flow read, the
   config they imply), tables.py (fixed float32 tables overwritten in float64), weight_map.py (the map as given)
-- the reference: level_table.py (the registry of levels, one entry each), levels.py (read by name; activations
-  inside a layer), probes.py (each level's inputs), reference.py (each level's shapes, forward and backward: every
-  call into numpy_transformer's level math)
-- judging: session.py (one check's state), calling.py (how the module is called: layout, order, masks), running.py
-  (how it is run: copies, float32 islands, its own head, positions), judge.py (check.module: conventions, config,
-  the float64 and float32 comparison, caveats), cli.py (`transformer-parity check`'s sandboxed child)
+- the reference: levels.py (the registry of levels, one entry each; the reference read through it, and its
+  activations inside a layer), probes.py (each level's inputs), reference.py (each level's shapes, forward and
+  backward: every call into numpy_transformer's level math)
+- judging: session.py (one check's stages: the recording, the inferred model, the layouts), calling.py (how the
+  module is called: layout, order, masks), running.py (how it is run: copies, float32 islands, its own head,
+  positions), judge.py (check.module: conventions, config, the float64 and float32 comparison, caveats), cli.py
+  (`transformer-parity check`'s sandboxed child)
 - naming the mistake: diagnose.py (probes, then the first divergence or the variants), divergence.py (hooks, the
   first divergent submodule), matchers.py (the catalogue's variants on a unit's inputs), variants.py (the reference
   with one mistake put in), mistakes.py, attention_mistakes.py, backward_mistakes.py, diagnosis.py (the registry)

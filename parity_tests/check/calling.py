@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .level_table import LEVELS
+from .levels import LEVELS
 
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")

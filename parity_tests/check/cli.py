@@ -85,7 +85,7 @@ def load_target(spec: str, reference: str | None = None):
     target = load_attribute(spec, "target")
     if isinstance(target, nn.Module):
         return target
-    from .level_table import LEVELS
+    from .levels import LEVELS
 
     takes_function = reference in LEVELS and LEVELS[reference].takes_function
     if takes_function and callable(target) and not isinstance(target, type):

@@ -80,7 +80,7 @@ def _attention_calls_scaled(session, caller) -> list:
     attention = {unit_of(ref)[0] for link in session.links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
     targets = {u: path for u, path in hook_targets(session).items() if u in attention and path}
     captured = run_hooked(session, caller, np.float32, targets, lambda m, a, k, o: (m, a, k))
-    D = session.cfg.d_model
+    D = session.model.cfg.d_model
 
     def scaled(t):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim >= 2 and t.shape[-1] == D:
@@ -106,21 +106,20 @@ def component_variants(session, caller, cfg, result, runnable: tuple = ()) -> No
     layouts = [chosen] + [x for x in session.layouts if x is not chosen]
     configs = [cfg] + [c for c in session.config_candidates() if c != cfg]
     for layout in layouts:
-        session.use(layout)
+        under = session.under(layout)
         for config in configs:
             for candidate in [caller] + [c for c in runnable if c is not caller]:
-                if config.positional == "rope" and not session.probe(candidate).self_attention:
+                if config.positional == "rope" and not under.probe(candidate).self_attention:
                     continue
-                found = _component_variants(session, candidate, config)
+                found = _component_variants(under, candidate, config)
                 if found:
                     result.diagnoses += found
                     if candidate is not caller or config != cfg or layout is not chosen:
                         result.notes.append(f"diagnosed under the convention {candidate.conventions()}")
                     return
-    session.use(chosen)
 
 
-# the units of the components that have catalogue variants (level_table.Level.unit)
+# the units of the components that have catalogue variants (levels.Level.unit)
 VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions")
 
 
@@ -143,7 +142,7 @@ def _component_variants(session, caller, cfg) -> list:
     if unit == "embedding":
         table = session.params["token_embedding.weight"]
         return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
-    own = next(iter(session.norm_eps.values()), None) if unit == "layer_norm" else None
+    own = next(iter(session.model.norm_eps.values()), None) if unit == "layer_norm" else None
     return match_unit(unit, user, f["x"], session.params, own or cfg.layer_norm_eps, cfg.activation, "")
 
 

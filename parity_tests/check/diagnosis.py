@@ -12,6 +12,11 @@ import numpy as np
 from parity_tests.components import relative_errors
 
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
+# A variant names its mistake only where it reproduces the user's output far better than the reference does (its
+# error at most SHARPER times the reference's), and the reference's own divergence is over FLOOR, float64's bar (one
+# of a rounding's size, as a constant made in float32 leaves, is reproduced by no mistake: `named`)
+SHARPER = 1e-2
+FLOOR = 1e-10
 
 
 @dataclass
@@ -78,3 +83,9 @@ def _valid(out: np.ndarray, valid) -> np.ndarray:
 
 def _error(a, b) -> float:
     return relative_errors({"x": (a, b)}, np.float64)["x"][1]
+
+
+def named(error: float, unmatched: float) -> bool:
+    """Whether a variant at relative error `error` from the user's output names its mistake, the reference's own
+    output being at `unmatched` from it: within MATCH, under SHARPER * unmatched, and unmatched over FLOOR."""
+    return error <= MATCH and error <= SHARPER * unmatched and unmatched > FLOOR

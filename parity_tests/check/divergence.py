@@ -285,10 +285,9 @@ def scan(session, caller, cfg, captured) -> tuple:
     larger one judged in situ (ROUNDING)."""
     done, small = 0, None
     key = (repr(cfg), id(session.probe(caller)))
-    cache = session.__dict__.setdefault("stages", {})
-    if key not in cache:
-        cache[key] = model_stages(session, cfg, caller)
-    for chained in cache[key]:
+    if key not in session.stages:
+        session.stages[key] = model_stages(session, cfg, caller)
+    for chained in session.stages[key]:
         if chained.kind == "embedding":  # the user's embeddings: its first layer's input
             call = captured.get(chained.unit.split(".")[0] + ".layers.0")
             hooked = call.inputs[:1] if call is not None else ()
@@ -346,7 +345,7 @@ def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
         positions = session.params[f"{stack}.position_embedding.weight"]
     table = session.params.get(token, session.params.get("decoder.token_embedding.weight"))
     found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
-    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in session.overwrite]
+    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in session.model.overwrite]
     for d in found:
         if d.id == "positions.wrong_frequencies" and tables:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
@@ -387,32 +386,30 @@ def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return where, []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
-    eps = session.norm_eps.get(where, None) or cfg.layer_norm_eps
+    eps = session.model.norm_eps.get(where, None) or cfg.layer_norm_eps
     return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
 
 
 def latest_divergence(session, runnable: list) -> tuple:
     """Among (caller, config) pairs, the one whose first divergence comes latest (the mistake is in one place; the
     conventions and config are right everywhere before it); of those that tie, the first whose divergence a
-    catalogue variant explains, else the one closest there. Returns (caller, config)."""
+    catalogue variant explains, else the one closest there. Returns (the session under its layout, caller, config)."""
     scored: list = []
     for layout in session.layouts:  # the weight maps too: RoPE's pairing, gate and up
-        session.use(layout)
+        under = session.under(layout)
         for caller in runnable:
-            captured = capture(session, caller)
-            for cfg in session.config_candidates():
-                done, _, _, error = scan(session, caller, cfg, captured)
-                scored.append((-done, error, len(scored), caller, cfg, captured, layout))
+            captured = capture(under, caller)
+            for cfg in under.config_candidates():
+                done, _, _, error = scan(under, caller, cfg, captured)
+                scored.append((-done, error, len(scored), under, caller, cfg, captured))
     scored.sort(key=lambda s: s[:3])
     tied = [s for s in scored if s[0] == scored[0][0]]
-    for _, _, _, caller, cfg, captured, layout in tied:
-        session.use(layout)
+    for _, _, _, under, caller, cfg, captured in tied:
         trial = Result(reference=session.level)
-        first_divergence(session, caller, cfg, trial, captured)
+        first_divergence(under, caller, cfg, trial, captured)
         if trial.diagnoses:
-            return caller, cfg
-    session.use(tied[0][6])
-    return tied[0][3], tied[0][4]
+            return under, caller, cfg
+    return tied[0][3:6]
 
 
 def _scaling_module(session, path: str) -> str:

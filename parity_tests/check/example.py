@@ -10,16 +10,14 @@ data; a tensor of the example's batch size on its first axis is repeated to the 
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 
 import torch
 from torch import nn
 
-from . import levels as LV
 from . import probes as PR
 from .calling import TARGET_WORDS, Caller
-from .level_table import LEVELS
+from .levels import LEVELS
 
 OPPOSITE = {"bool_keep": "bool_masked", "bool_masked": "bool_keep"}
 
@@ -112,8 +110,9 @@ def callers(module, level: str, example, batch_first=None) -> list:
     def slot(place, value):
         if place in by_slot:
             return "data", by_slot[place]
-        return ("mask", mask_at[place]) if place in mask_at else _extra(value, data)
+        return ("mask", mask_at[place]) if place in mask_at else _extra(value, data, B)
 
+    B = sizes(module, level, example, batch_first).B
     tmpl = (tuple(slot(i, v) for i, v in enumerate(example[0])), {k: slot(k, v) for k, v in example[1].items()})
     self_attention = names == ("query",)
     causal_given = any(m[1] == "tgt" for m in masks.values())
@@ -133,18 +132,18 @@ def callers(module, level: str, example, batch_first=None) -> list:
     return found
 
 
-def _extra(value, data) -> tuple:
+def _extra(value, data, probe_B: int) -> tuple:
     """How an argument that is neither data nor mask is passed: ("fixed", itself), or ("made", a function of
     (dtype, device)) for rotary tables (recomputed in the run's dtype) and a tensor of the example's batch size on its
-    first axis (repeated to the probe's)."""
+    first axis (repeated to the probe's, `probe_B`)."""
     if not isinstance(value, torch.Tensor):
         return "fixed", value
     table = _rope_match(value)
     if table is not None:
         return "made", lambda dtype, device: table[0].to(dtype=dtype, device=device)
     B = data[0][2].shape[0]
-    if value.ndim >= 1 and value.shape[0] == B > 1 and B != PR.B:
-        rows = torch.arange(PR.B) % B
+    if value.ndim >= 1 and value.shape[0] == B > 1 and B != probe_B:
+        rows = torch.arange(probe_B) % B
         return "made", lambda dtype, device: value[rows].to(device)
     return "fixed", value
 
@@ -179,19 +178,13 @@ def thetas(example) -> list:
     return list(dict.fromkeys(m[1] for m in found if m is not None))
 
 
-@contextlib.contextmanager
-def sizes(module, level: str, example, batch_first=None):
-    """The probe's sizes taken from the example for the duration: its lengths (three positions at least: the probe
-    pads two; the first input's as the queries', the last's as the keys') and batch size (three at least)."""
-    saved = PR.B, PR.T_Q, PR.T_K, LV.B
-    try:
-        data = [v for _, _, v in _data(_slots(module, example), level)]
-        axis = [0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1 for v in data]
-        lengths = [int(v.shape[a]) for v, a in zip(data, axis, strict=True)]
-        if min(lengths) >= 3:
-            first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys
-            PR.T_Q, PR.T_K = lengths[first], lengths[last]
-            PR.B = LV.B = max(3, int(data[0].shape[1 if batch_first is False else 0]))
-        yield
-    finally:
-        PR.B, PR.T_Q, PR.T_K, LV.B = saved
+def sizes(module, level: str, example, batch_first=None) -> PR.Sizes:
+    """The probe's sizes, the example's: its lengths (three positions at least: the probe pads two; the first
+    input's as the queries', the last's as the keys') and batch size (three at least); else the probe's own."""
+    data = [v for _, _, v in _data(_slots(module, example), level)]
+    axis = [0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1 for v in data]
+    lengths = [int(v.shape[a]) for v, a in zip(data, axis, strict=True)]
+    if min(lengths) < 3:
+        return PR.SIZES
+    first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys
+    return PR.Sizes(max(3, int(data[0].shape[1 if batch_first is False else 0])), lengths[first], lengths[last])

@@ -15,7 +15,6 @@ The steps, each a function below:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -39,10 +38,10 @@ from . import weight_map as WM
 from .diagnose import diagnose
 from .diagnosis import MATCH, _error, _valid
 from .divergence import latest_divergence
-from .level_table import LEVELS, standing_for
+from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
-from .running import at_positions, holds_float32, inference_mode_lifted, island_message, positions_held
-from .session import Session
+from .running import at_positions, holds_float32, island_message, lifted, positions_held
+from .session import Layout, Session
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 
@@ -114,23 +113,19 @@ def fully_padded_source(session, caller, cfg, kind, result) -> None:
     targets sees it only when a batch holds an empty source."""
     if not session.entry.padded_source or cfg.pad_id is None and session.entry.group == "model":
         return  # no padding token: no padded sentence
-    key = (caller.self_attention, caller.causal)
-    saved = session.probes[key]
+    saved = session.probes[(caller.self_attention, caller.causal)]
     if session.probe(caller) is not saved or saved.src_keep is None or saved.self_attention:
         return  # judged without padding (the module takes no mask), or no source to pad
     p = dataclasses.replace(saved, src_keep=saved.src_keep.copy())
     p.src_keep[0] = False  # the first sequence: padding only
     if "src" in p.ids:
         p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
-    session.probes[key] = p
     try:
-        out, _ = session.run_user(caller, np.float64)
+        out, _ = session.run_user(caller, np.float64, probe=p)
         ref = from_logits(LV.run_reference(session.level, session.params, p, cfg, np.float64)[0], kind)
     except Exception as exc:  # the module cannot take an empty source at all: say so
         result.notes.append(f"a fully padded source sequence: the module raised {type(exc).__name__}: {exc}")
         return
-    finally:
-        session.probes[key] = saved
     row = _valid(out.detach().cpu().numpy(), p.valid)[:1], _valid(ref, p.valid)[:1]
     if np.isnan(row[0]).any():
         result.notes.append(
@@ -155,7 +150,7 @@ class Choice:
     caller: Any
     cfg: TransformerConfig
     kind: str
-    layout: dict
+    layout: Layout
     positions: Any
     matched: bool
     error: float = 0.0
@@ -169,10 +164,10 @@ def choose(session: Session) -> Choice:
     outs: dict = {}  # the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     for n, layout in enumerate(session.layouts):
-        session.use(layout)
+        under = session.under(layout)
         for caller in session.callers:
             try:
-                out, _ = session.run_user(caller, np.float64)
+                out, _ = under.run_user(caller, np.float64)
             except Exception as exc:  # a convention the module does not take: try the next one
                 errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
                 continue
@@ -237,7 +232,7 @@ def compare(session: Session, caller, cfg, kind, dtype) -> list:
     for n, g in ref.items():
         if n.startswith("d") and n[1:] in tensors and tensors[n[1:]].grad is not None:
             grads[n] = (tensors[n[1:]].grad.double().cpu().numpy(), g)
-        elif n.startswith("d ") and n[2:] not in session.zero and n[2:] in session.shapes:
+        elif n.startswith("d ") and n[2:] not in session.model.zero and n[2:] in session.shapes:
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     label = np.dtype(dtype).name
     if dtype == np.float32 or holds_float32(session.islands):  # a float32 tensor held: float64 can do no better
@@ -346,9 +341,7 @@ def module(
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
     try:
         given = fields | {"config": config}
-        level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-        sizes = EX.sizes(user_module, level, example, batch_first) if example is not None else contextlib.nullcontext()
-        with torch.random.fork_rng(), inference_mode_lifted(), sizes:  # the caller's random state is left as it was
+        with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
             return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
     except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
@@ -432,13 +425,13 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
             "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
         )
     choice = choose(session)
-    session.use(choice.layout)
+    session = session.under(choice.layout)
     caller, cfg, kind, matched = choice.caller, choice.cfg, choice.kind, choice.matched
     if not matched and session.entry.hooked and session.is_module:
-        caller, cfg = latest_divergence(session, list(choice.runnable))
-    result = Result(reference=reference, mapping=WM.table(session.links, session.zero), config=cfg)
-    for name in session.overwrite:  # fixed tables are matched like weights, and said so
-        layout = "wrong frequencies" if session.wrong_table else session.cfg.sinusoid_layout
+        session, caller, cfg = latest_divergence(session, list(choice.runnable))
+    result = Result(reference=reference, mapping=WM.table(session.links, session.model.zero), config=cfg)
+    for name in session.model.overwrite:  # fixed tables are matched like weights, and said so
+        layout = "wrong frequencies" if session.model.wrong_table else session.model.cfg.sinusoid_layout
         result.mapping[name] = WM.fixed_entry(layout)
     output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
@@ -446,8 +439,8 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
         conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
     if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
-    if "rope_pairing" in session.layout and cfg.positional == "rope":
-        conventions["rope_pairing"] = session.layout["rope_pairing"]
+    if session.layout.rope_pairing is not None and cfg.positional == "rope":
+        conventions["rope_pairing"] = session.layout.rope_pairing
     if matched:  # a run confirmed them: the user's output reproduced under them
         result.conventions = conventions
         result.caveats += caveats(session, caller, cfg)

@@ -1,22 +1,212 @@
-"""The levels a user's module is judged at, read through the registry (level_table.py): the reference's random
-weights, its forward and hand-written backward on a probe (probes.py), and the intermediate activations inside a
-layer that the user's submodules are matched against."""
+"""The levels a user's module is judged at: the registry, one entry (Level) each, saying what the reference
+computes there, what is inferred and probed, and its relation to other levels (the judge's modules read the entry's
+fields, never the level's name: a new level is one entry here and, for a new kind of math, its runner in
+reference.py); then, read through it, the reference's random weights, its forward and hand-written backward on a
+probe (probes.py), and the intermediate activations inside a layer that the user's submodules are matched against."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from torch import nn
 
 from numpy_transformer import layers as L
 from numpy_transformer import model as M
 
+from . import probes as P
 from . import reference as R
 from . import variants as V
-from .level_table import ALIASES, LEVELS, named
 from .probes import B, Probe, keep_mask
 
-__all__ = ["B", "keep_mask", "REFERENCES", "run_reference", "init_reference", "layer_trace", "layer_output"]
+__all__ = ["B", "keep_mask", "LEVELS", "REFERENCES", "run_reference", "init_reference", "layer_trace", "layer_output"]
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str
+    group: str  # "component", "layer", "model", or "stacks" (layers on embeddings, no embedding or output head)
+    inputs: tuple  # the reference's data inputs, in calling order
+    probe: Callable  # (cfg, rng, self_attention, causal) -> probes.Probe
+    shapes: Callable  # cfg -> {reference parameter name: shape}
+    run: Callable  # (params, probe, cfg, dtype) -> (out, backward)
+    unit: str | None = None  # a component's math: "heads", "attention", "layer_norm", "rms_norm", "feed_forward",
+    # "gated_feed_forward", "positions", "embedding"; None for layers, stacks and models (dealt layer by layer)
+    stacks: tuple = ()  # a model's stacks, in forward order (its parameters' prefixes)
+    shown: tuple | None = None  # the config fields the report shows; None: a model's (MODEL_SHOWN)
+    masks: tuple = ()  # the masks its attentions read: "src" (padding of the keys), "tgt" (causal)
+    cross: bool = False  # its decoder layers cross-attend to a memory
+    causal: bool = False  # a layer whose self-attention is causal
+    heads: bool = False  # multi-head attentions from projections: n_heads needed, attention pieces dealt
+    rope: bool = False  # rotary positions may be tried
+    searches: tuple = ()  # config fields the outputs decide: "norm_first", "activation", "scale_embeddings"
+    output_head: bool = False  # an output projection to logits (the output may be logits, log-probs or probs)
+    final_norms: str = ""  # "always", "pre-norm" (when the layers are pre-norm, or as the flow shows), "" (none)
+    self_attention_probes: bool = False  # also probed as a self-attention, causal or not (an attention's)
+    padded_source: bool = False  # a cross-attention on a padded source: the fully padded source is probed
+    scale_caveat: bool = False  # a model of the paper's kind: no embedding scale is caveated as a mistake
+    stands_for: tuple | None = None  # (level, torch class): judged in place of that level for that torch module
+    takes_function: bool = False  # the user may give a plain function, not a module
+    sequence_first: bool = True  # the user's module may take sequence-first inputs (T, B, D)
+    activations: Callable | None = None  # (params, probe, cfg) -> the reference's stages, for a runner with no model
+
+    @property
+    def hooked(self) -> bool:
+        """A layer, a model or a stack with activations: its submodules are hooked, compared with the reference's."""
+        return self.group in ("layer", "model") or self.activations is not None
+
+    @property
+    def encoder_only(self) -> bool:
+        return self.stacks == ("encoder",)
+
+    @property
+    def builds_masks(self) -> bool:
+        """A whole model on token ids alone may build its own masks (its mask arguments optional)."""
+        return self.group == "model" and "memory" not in self.inputs
+
+    def n_layers(self, n_attentions: int, n_ffns: int) -> tuple[int, int]:
+        """(encoder layers, decoder layers) of a stack or model holding these attentions and feed-forwards: an
+        encoder layer has one of each, a decoder layer two attentions (cross: self and cross) and one block."""
+        if self.group == "layer":
+            return 1, 1
+        if self.stacks == ("encoder", "decoder"):  # its decoder layers cross-attend: one attention more each
+            return 2 * n_ffns - n_attentions, n_attentions - n_ffns
+        if self.stacks == ("decoder",):
+            return 0, n_attentions // (2 if self.cross else 1)
+        return (n_attentions, 0) if self.encoder_only else (0, 0)
+
+    def layer_norm_count(self, n_enc: int, n_dec: int) -> int:
+        """The norms inside the layers: two per encoder layer, three per cross-attending decoder layer."""
+        return 2 * n_enc + (3 if self.cross else 2) * n_dec
+
+
+LAYER_SHOWN = ("d_model", "n_heads", "d_ff", "norm_first", "activation", "layer_norm_eps", "bias")
+DECODER_ONLY_SHOWN = (
+    "d_model", "n_heads", "n_kv_heads", "d_ff", "norm_first", "norm", "activation", "gated_ffn", "positional",
+    "rope_theta", "layer_norm_eps", "bias",
+)  # fmt: skip
+MODEL_SHOWN = (
+    "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers",
+    "norm_first", "norm", "activation", "gated_ffn", "n_kv_heads", "positional", "rope_theta", "max_len",
+    "scale_embeddings", "tie_embeddings", "share_embeddings", "bias", "output_bias", "layer_norm_eps", "pad_id",
+)  # fmt: skip
+LAYER: dict[str, Any] = dict(heads=True, searches=("norm_first", "activation"))
+MODEL: dict[str, Any] = dict(
+    heads=True, rope=True, searches=("norm_first", "activation", "scale_embeddings"), final_norms="pre-norm"
+)
+
+LEVELS = {
+    level.name: level
+    for level in (
+        Level(
+            "scaled_dot_product_attention", "component", ("q", "k", "v"), P.heads, R.no_shapes, R.run_heads,
+            unit="heads", shown=(), masks=("src",), takes_function=True, sequence_first=False,
+        ),
+        Level(
+            "multi_head_attention", "component", ("query", "key", "value"), P.attention, R.attention_shapes,
+            R.run_attention, unit="attention", shown=("d_model", "n_heads", "n_kv_heads", "positional", "rope_theta"),
+            masks=("src",), heads=True, rope=True, self_attention_probes=True, padded_source=True,
+        ),
+        Level(
+            "layer_norm", "component", ("x",), P.features, R.layer_norm_shapes, R.run_layer_norm, unit="layer_norm",
+            shown=("d_model", "layer_norm_eps"),
+        ),
+        Level(
+            "rms_norm", "component", ("x",), P.features, R.rms_norm_shapes, R.run_rms_norm, unit="rms_norm",
+            shown=("d_model", "layer_norm_eps"),
+        ),
+        Level(
+            "feed_forward", "component", ("x",), P.features, R.feed_forward_shapes, R.run_feed_forward,
+            unit="feed_forward", shown=("d_model", "d_ff", "activation"), searches=("activation",),
+        ),
+        Level(
+            "gated_feed_forward", "component", ("x",), P.features, R.gated_feed_forward_shapes,
+            R.run_gated_feed_forward, unit="gated_feed_forward", shown=("d_model", "d_ff", "activation", "bias"),
+            searches=("activation",),
+        ),
+        Level(
+            "positional_encoding", "component", ("x",), P.features, R.positions_shapes, R.run_positions,
+            unit="positions", shown=("d_model", "positional", "max_len", "sinusoid_layout"),
+        ),
+        Level(
+            "embedding", "component", ("ids",), P.vocabulary, R.embedding_shapes, R.run_embedding, unit="embedding",
+            shown=("d_model", "src_vocab_size", "scale_embeddings"),
+        ),
+        Level(
+            "encoder_layer", "layer", ("x",), P.padded_features, R.encoder_layer_shapes, R.run_encoder_layer,
+            shown=LAYER_SHOWN, masks=("src",), **LAYER,
+        ),
+        Level(
+            "decoder_layer", "layer", ("x", "memory"), P.features_and_memory, R.decoder_layer_shapes,
+            R.run_decoder_layer, shown=LAYER_SHOWN, masks=("tgt", "src"), cross=True, causal=True,
+            padded_source=True, **LAYER,
+        ),
+        Level(  # a GPT or Llama block, no memory
+            "decoder_only_layer", "layer", ("x",), P.causal_features, R.decoder_only_layer_shapes,
+            R.run_decoder_only_layer, shown=DECODER_ONLY_SHOWN, masks=("tgt",), causal=True, rope=True, **LAYER,
+        ),
+        Level(
+            "transformer", "model", ("src", "tgt"), P.source_and_target_ids, R.transformer_shapes,
+            R.run_transformer, stacks=("encoder", "decoder"), masks=("tgt", "src"), cross=True, output_head=True,
+            padded_source=True, scale_caveat=True, **MODEL,
+        ),
+        Level(
+            "transformer_lm", "model", ("ids",), P.target_ids, R.transformer_lm_shapes, R.run_transformer_lm,
+            stacks=("decoder",), masks=("tgt",), output_head=True, **MODEL,
+        ),
+        Level(
+            "encoder_model", "model", ("ids",), P.source_ids, R.encoder_model_shapes, R.run_encoder_model,
+            stacks=("encoder",), masks=("src",), scale_caveat=True, **MODEL,
+        ),
+        Level(  # ids and a memory in: an encoder-decoder's decoder stack, before its output projection
+            "decoder", "model", ("tgt", "memory"), P.target_ids_and_memory, R.decoder_shapes, R.run_decoder,
+            stacks=("decoder",), masks=("tgt", "src"), cross=True, scale_caveat=True,
+            activations=R.decoder_activations, **MODEL,
+        ),
+        Level(  # torch.nn.Transformer: its two stacks on embeddings, each with its final norm
+            "transformer_stacks", "stacks", ("src", "tgt"), P.source_and_target, R.stacks_shapes, R.run_stacks,
+            stacks=("encoder", "decoder"), cross=True, heads=True, searches=("norm_first", "activation"),
+            final_norms="always", padded_source=True, stands_for=("transformer", nn.Transformer),
+        ),
+        Level(  # nn.TransformerEncoder, the Annotated Transformer's Encoder(layer, N): layers on embeddings
+            "encoder_stack", "stacks", ("x",), P.padded_features, R.encoder_stack_shapes, R.run_encoder_stack,
+            stacks=("encoder",), masks=("src",), heads=True, searches=("activation",), final_norms="pre-norm",
+            shown=LAYER_SHOWN + ("n_encoder_layers",), activations=R.encoder_stack_activations,
+        ),
+        Level(  # nn.TransformerDecoder, the Annotated Transformer's Decoder(layer, N): cross-attending layers
+            "decoder_stack", "stacks", ("x", "memory"), P.features_and_memory, R.decoder_stack_shapes,
+            R.run_decoder_stack, stacks=("decoder",), masks=("tgt", "src"), cross=True, heads=True,
+            searches=("activation",), final_norms="pre-norm", padded_source=True,
+            shown=LAYER_SHOWN + ("n_decoder_layers",), activations=R.decoder_stack_activations,
+        ),
+    )
+}  # fmt: skip
+ALIASES = {"encoder": "encoder_model"}  # the same math: ids -> the encoder's output
+
+
+def named(group: str) -> tuple:
+    """The levels of `group`, in registry order."""
+    return tuple(name for name, level in LEVELS.items() if level.group == group)
+
+
+def shown(reference: str) -> tuple:
+    """The config fields the report shows for a check against `reference` (a model's for "encoder", its alias)."""
+    level = LEVELS.get(reference)
+    return MODEL_SHOWN if level is None or level.shown is None else level.shown
+
+
+def standing_for(level: str, module) -> str:
+    """The level `module` is judged at when its check names `level`: the entry that stands for `level` when the
+    module is torch's own class of it (torch.nn.Transformer for "transformer"), else `level` (or its alias's)."""
+    level = ALIASES.get(level, level)
+    for entry in LEVELS.values():
+        if entry.stands_for is not None and entry.stands_for[0] == level and isinstance(module, entry.stands_for[1]):
+            return entry.name
+    return level
+
 
 # the levels a user names: every one but the stacks judged in another's place (torch.nn.Transformer's)
 REFERENCES = named("component") + named("layer") + tuple(ALIASES) + named("model")

@@ -140,27 +140,33 @@ def structure(module: nn.Module, flow=None) -> Structure:
         reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), _read_own)
         reader(mod, path, prefix, found)
     _untied(module, found)
-    if flow is not None:
-        as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
-        for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
-            piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
-        for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
-            found.pieces.remove(piece)
-            trainable = module.get_parameter(piece.weight).requires_grad
-            found.tables.append(Table(piece.weight, piece.in_features, piece.out_features, trainable, False))
-        last = len(flow.nodes)
-        found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
-        found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
-        found.tables.sort(key=lambda t: flow.order.get(t.name, last))
-        for norm in found.norms:
-            norm.plus_one = norm.weight in flow.plus_one
-        for t in found.tables:
-            t.position = t.position or t.name in flow.positions
-            t.offset = flow.positions.get(t.name, 0)
-        for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
-            found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
-            found.norms.remove(norm)
-        found.flow = flow
+    return found if flow is None else with_flow(found, module, flow)
+
+
+def with_flow(found: Structure, module: nn.Module, flow) -> Structure:
+    """`found` (structure's reading of `module`) as its recorded forward says: a weight F.linear applies read (out,
+    in), a 2-D parameter the forward indexes a table, everything in the order it is first used, per-head q/k norms
+    set apart."""
+    as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+    for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
+        piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
+    for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
+        found.pieces.remove(piece)
+        trainable = module.get_parameter(piece.weight).requires_grad
+        found.tables.append(Table(piece.weight, piece.in_features, piece.out_features, trainable, False))
+    last = len(flow.nodes)
+    found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
+    found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
+    found.tables.sort(key=lambda t: flow.order.get(t.name, last))
+    for norm in found.norms:
+        norm.plus_one = norm.weight in flow.plus_one
+    for t in found.tables:
+        t.position = t.position or t.name in flow.positions
+        t.offset = flow.positions.get(t.name, 0)
+    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
+        found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+        found.norms.remove(norm)
+    found.flow = flow
     return found
 
 

@@ -1,5 +1,6 @@
-"""The reference's inputs at each level (level_table.py names each level's builder): random inputs with padding,
-batch-first, as the reference takes them, tiny (three sequences, 5 queries, 6 keys): a check runs in a second."""
+"""The reference's inputs at each level (levels.py names each level's builder): random inputs with padding,
+batch-first, as the reference takes them, tiny (SIZES: three sequences, 5 queries, 6 keys; an example call's own
+where check.module is given one): a check runs in a second."""
 
 from __future__ import annotations
 
@@ -8,8 +9,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-B = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails instead of broadcasting
-T_Q, T_K = 5, 6  # query and key lengths: T_q != T_k where a level has two sequences
+
+@dataclass(frozen=True)
+class Sizes:
+    """A probe's batch B and query and key lengths T_Q, T_K."""
+
+    B: int = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails, not broadcasts
+    T_Q: int = 5  # T_q != T_k where a level has two sequences
+    T_K: int = 6
+
+
+SIZES = Sizes()
+B = SIZES.B
 
 
 @dataclass
@@ -30,7 +41,7 @@ class Probe:
         return dataclasses.replace(self, floats={k: v.astype(dtype) for k, v in self.floats.items()})
 
 
-def keep(T: int, row: int = 1, n_pad: int = 2) -> np.ndarray:
+def keep(B: int, T: int, row: int = 1, n_pad: int = 2) -> np.ndarray:
     """(B, T) True at real positions; the sequence `row` ends with n_pad padding positions."""
     kept = np.ones((B, T), dtype=bool)
     kept[row, T - n_pad :] = False
@@ -57,77 +68,89 @@ def keep_mask(p: Probe, kind: str) -> np.ndarray | None:
     raise ValueError(f"kind must be 'src', 'self' or 'cross', got {kind!r}")
 
 
-# -- one builder per kind of input: (cfg, rng, self_attention, causal) -> Probe ----------------------------------
+# -- one builder per kind of input: (cfg, rng, self_attention, causal, sizes) -> Probe ---------------------------
 
 
-def heads(cfg, rng, self_attention=False, causal=False) -> Probe:
+def heads(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """q (B, H, T_q, Dh), k and v (B, H, T_k, Dh): heads already split; the keys padded."""
+    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
     H, Dh = cfg.n_heads, cfg.d_head
     shapes = {"q": (B, H, T_Q, Dh), "k": (B, H, T_K, Dh), "v": (B, H, T_K, Dh)}
-    return Probe(floats={n: rng.standard_normal(s) for n, s in shapes.items()}, src_keep=keep(T_K))
+    return Probe(floats={n: rng.standard_normal(s) for n, s in shapes.items()}, src_keep=keep(B, T_K))
 
 
-def attention(cfg, rng, self_attention=False, causal=False) -> Probe:
+def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """query, key, value (B, T, D), or one input for a self-attention; the keys padded. A causal self-attention
     (Llama's) has no padding mask: its third sequence ends with one padding position, whose output is not
     compared (causality hides it from every other)."""
+    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
     D = cfg.d_model
     if causal:
-        p = _padded({"query": rng.standard_normal((B, T_K, D))}, src=False, tgt=T_K)
+        p = _padded({"query": rng.standard_normal((B, T_K, D))}, src=False, tgt=T_K, sizes=sizes)
     elif self_attention:
-        p = Probe(floats={"query": rng.standard_normal((B, T_K, D))}, src_keep=keep(T_K))
+        p = Probe(floats={"query": rng.standard_normal((B, T_K, D))}, src_keep=keep(B, T_K))
     else:
         lengths = (("query", T_Q), ("key", T_K), ("value", T_K))
-        p = Probe(floats={n: rng.standard_normal((B, T, D)) for n, T in lengths}, src_keep=keep(T_K))
+        p = Probe(floats={n: rng.standard_normal((B, T, D)) for n, T in lengths}, src_keep=keep(B, T_K))
     p.self_attention = self_attention or causal
     return p
 
 
-def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1) -> Probe:
+def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1, sizes: Sizes = SIZES) -> Probe:
     """A probe of `floats` whose keys (T_K) are padded where `src`, and where `tgt` (the queries' length) is given,
     under a causal self-attention whose third sequence ends with `n_pad` padding positions. The output positions
     compared are the queries' real ones (the keys' where there is no causal self-attention)."""
-    p = Probe(floats=floats, src_keep=keep(T_K) if src else None, causal=tgt is not None)
-    p.tgt_keep = keep(tgt, 2, n_pad) if tgt is not None else None
+    p = Probe(floats=floats, src_keep=keep(sizes.B, sizes.T_K) if src else None, causal=tgt is not None)
+    p.tgt_keep = keep(sizes.B, tgt, 2, n_pad) if tgt is not None else None
     p.valid = p.tgt_keep if p.causal else p.src_keep
     return p
 
 
-def features(cfg, rng, self_attention=False, causal=False) -> Probe:
+def features(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """x (B, T, D): a position-wise component (a norm, a feed-forward, positions added)."""
+    B, T_K = sizes.B, sizes.T_K
     return Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))})
 
 
-def padded_features(cfg, rng, self_attention=False, causal=False) -> Probe:
+def padded_features(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """x (B, T, D) with the keys padded: an encoder layer or stack (bidirectional self-attention)."""
-    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=True)
+    B, T_K = sizes.B, sizes.T_K
+    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=True, sizes=sizes)
 
 
-def causal_features(cfg, rng, self_attention=False, causal=False) -> Probe:
+def causal_features(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """x (B, T, D) under a causal self-attention only: the last position of one sequence is padding."""
-    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=False, tgt=T_K)
+    B, T_K = sizes.B, sizes.T_K
+    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=False, tgt=T_K, sizes=sizes)
 
 
-def features_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe:
+def features_and_memory(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """x (B, T_q, D) and a padded memory (B, T_k, D): a decoder layer (causal self-, padded cross-attention)."""
+    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
     D = cfg.d_model
-    return _padded({"x": rng.standard_normal((B, T_Q, D)), "memory": rng.standard_normal((B, T_K, D))}, True, T_Q)
+    return _padded(
+        {"x": rng.standard_normal((B, T_Q, D)), "memory": rng.standard_normal((B, T_K, D))}, True, T_Q, sizes=sizes
+    )
 
 
-def source_and_target(cfg, rng, self_attention=False, causal=False) -> Probe:
+def source_and_target(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """src (B, T_k, D) and tgt (B, T_q, D) embeddings: torch.nn.Transformer's two stacks."""
+    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
     D = cfg.d_model
-    return _padded({"src": rng.standard_normal((B, T_K, D)), "tgt": rng.standard_normal((B, T_Q, D))}, True, T_Q)
+    return _padded(
+        {"src": rng.standard_normal((B, T_K, D)), "tgt": rng.standard_normal((B, T_Q, D))}, True, T_Q, sizes=sizes
+    )
 
 
-def vocabulary(cfg, rng, self_attention=False, causal=False) -> Probe:
+def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """ids (B, T) over the whole (source) vocabulary: an embedding."""
+    B, T_K = sizes.B, sizes.T_K
     return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(B, T_K))})
 
 
-def source_and_target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
+def source_and_target_ids(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """src and tgt ids (B, T), padded where the model has a pad id: an encoder-decoder model."""
-    p = _padded({}, src=True, tgt=T_K, n_pad=1 if cfg.pad_id is not None else 0)
+    p = _padded({}, src=True, tgt=sizes.T_K, n_pad=1 if cfg.pad_id is not None else 0, sizes=sizes)
     if cfg.pad_id is None:  # no padding token: every sentence real to its end
         p.src_keep[:] = True
     src = token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)
@@ -135,23 +158,24 @@ def source_and_target_ids(cfg, rng, self_attention=False, causal=False) -> Probe
     return p
 
 
-def target_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
+def target_ids(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """ids (B, T) under a causal self-attention: a language model (one padding position where it has a pad id)."""
-    p = _padded({}, src=False, tgt=T_K, n_pad=1 if cfg.pad_id is not None else 0)
+    p = _padded({}, src=False, tgt=sizes.T_K, n_pad=1 if cfg.pad_id is not None else 0, sizes=sizes)
     p.ids = {"ids": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
     return p
 
 
-def target_ids_and_memory(cfg, rng, self_attention=False, causal=False) -> Probe:
+def target_ids_and_memory(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """tgt ids (B, T_q) and a padded memory (B, T_k, D): an encoder-decoder's decoder stack."""
-    p = _padded({"memory": rng.standard_normal((B, T_K, cfg.d_model))}, src=True, tgt=T_Q)
+    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
+    p = _padded({"memory": rng.standard_normal((B, T_K, cfg.d_model))}, src=True, tgt=T_Q, sizes=sizes)
     p.ids = {"tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
     return p
 
 
-def source_ids(cfg, rng, self_attention=False, causal=False) -> Probe:
+def source_ids(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """ids (B, T), padded where the model has a pad id: an encoder model (bidirectional)."""
-    p = _padded({}, src=True)
+    p = _padded({}, src=True, sizes=sizes)
     if cfg.pad_id is None:
         p.src_keep[:] = True
     p.ids = {"ids": token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)}

@@ -1,4 +1,4 @@
-"""The reference at each level (level_table.py names each level's): its parameter shapes for a config, and a runner
+"""The reference at each level (levels.py names each level's): its parameter shapes for a config, and a runner
 run(params, p, cfg, dtype) -> (out, backward), backward(dout) -> (input gradients, parameter gradients) by name, on
 a probe (params and floats already in `dtype`). Every call the judge makes into numpy_transformer's level math is
 here, so a change of numpy_transformer's signatures or caches is met in this one file.

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import mistakes as MK
 from .diagnosis import Diagnosis
-from .level_table import LEVELS, shown
+from .levels import LEVELS, shown
 from .mistakes import MISTAKES
 from .pair_table import PAIRS
 
@@ -142,7 +142,7 @@ class Result:
         return lines
 
     def _config_fields(self) -> list:
-        """The config fields shown: the level's (level_table), RoPE's only where it rotates (an attention or a layer
+        """The config fields shown: the level's (levels.py), RoPE's only where it rotates (an attention or a layer
         has no other positions); a parallel layer's and Gemma 2's soft caps where set."""
         if self.config is None:
             return []

@@ -38,6 +38,8 @@ CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg
 MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
 HELD_TAIL = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
 HELD = "{} " + HELD_TAIL
+TYPED_TAIL = "with a float32 constant made in the forward with its dtype given (torch.tensor(..., dtype=torch.float32))"
+TYPED = "{} " + TYPED_TAIL
 MADE = (
     "a table made in float32 in the forward, then widened (torch.arange(n, dtype=torch.float32), .float() of integers)"
 )
@@ -59,13 +61,16 @@ class Float32Islands(TorchDispatchMode):
         super().__init__()
         self.module, self.exact = module, exact
         self.seen: list = []
+        self.owned: set = set()  # the records whose float32 operand is a tensor the module holds (or a view of one)
         self.stack: list = []  # the paths of the user's submodules running, the innermost last
 
     def __enter__(self):
-        self.hooks = []
+        self.hooks, self.storages = [], set()
         for path, mod in self.module.named_modules():
             self.hooks.append(mod.register_forward_pre_hook(lambda m, a, p=path: self.stack.append(p)))
             self.hooks.append(mod.register_forward_hook(self._leave, always_call=True))
+            held = [*mod.parameters(recurse=False), *mod.buffers(recurse=False), *vars(mod).values()]
+            self.storages |= {_storage(t) for t in held if isinstance(t, torch.Tensor) and t.dtype in WIDEN}
         self.default = torch.get_default_dtype()
         if self.exact:
             torch.set_default_dtype(torch.float64)
@@ -81,26 +86,34 @@ class Float32Islands(TorchDispatchMode):
         if self.stack:
             self.stack.pop()
 
-    def _record(self, op: str | None) -> None:
+    def _record(self, op: str | None, narrow: list) -> None:
         if self.stack:
             self.seen.append((self.stack[-1] or "(the module)", op))
+            if any(_storage(t) in self.storages for t in narrow):
+                self.owned.add(self.seen[-1])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        narrow = [t for t in leaves if t.dtype in WIDEN]
         if _widened(func, args, kwargs):
-            self._record(MADE)
+            self._record(MADE, narrow)
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
             if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
-                self._record(None)  # a cast, made a copy in the wider dtype
+                self._record(None, [])  # a cast, made a copy in the wider dtype
                 kwargs = dict(kwargs, dtype=args[0].dtype)
         elif func not in SKIPPED:
-            leaves = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-            if any(t.dtype in DOWNCAST for t in leaves) and any(t.dtype in WIDEN for t in leaves):
-                self._record(f"torch.{func.overloadpacket.__name__}")
+            if narrow and any(t.dtype in DOWNCAST for t in leaves):
+                self._record(f"torch.{func.overloadpacket.__name__}", narrow)
                 args, kwargs = tree_map(_widen, (args, kwargs))
         if self.exact and kwargs.get("dtype") in WIDEN and not _narrow(args):
             kwargs = dict(kwargs, dtype=WIDEN[kwargs["dtype"]])  # made in float32 in forward: made in float64
         return func(*args, **kwargs)
+
+
+def _storage(t: torch.Tensor) -> int:
+    """The address of `t`'s storage (a view shares its base's)."""
+    return t.untyped_storage().data_ptr()
 
 
 def _narrow(args) -> bool:
@@ -131,7 +144,8 @@ def find_islands(module: nn.Module, run) -> list | None:
     computes in float32 (Float32Islands), in running order, each once; None when the run raises (a convention the
     module does not take: asked again later). The run widens them (a float32 cast that would fail it is found, not
     raised); where there are some, a second run is as the float64 comparison's (forward's constants in float64): a
-    float32 operand still met then is a tensor the module holds, made in float32 before the check (HELD)."""
+    float32 operand still met then is a tensor the module holds, made in float32 before the check (HELD), or a
+    constant the forward makes in float32 with its dtype given (TYPED)."""
     runs = []
     for exact in (False, True):
         try:
@@ -142,22 +156,23 @@ def find_islands(module: nn.Module, run) -> list | None:
         runs.append(list(dict.fromkeys(mode.seen)))
         if not runs[0]:
             return []
-    held = {seen for seen in runs[1] if seen[1] is not None}
-    return [(path, _what(op, (path, op) in held)) for path, op in runs[0]]
+    kept = {seen: HELD if seen in mode.owned else TYPED for seen in runs[1] if seen[1] is not None}
+    return [(path, _what(op, kept.get((path, op)))) for path, op in runs[0]]
 
 
-def _what(op: str | None, held: bool) -> str:
-    """What an island (Float32Islands' record `op`) computes, in the caveat's words."""
+def _what(op: str | None, kept: str | None) -> str:
+    """What an island (Float32Islands' record `op`) computes, in the caveat's words; `kept`: HELD or TYPED where
+    its float32 operand is rounded in the float64 run too."""
     if op is None:
         return CAST
     if op == MADE:
-        return HELD.format("a float32 tensor widened") if held else MADE
-    return (HELD if held else MIXED).format(op)
+        return kept.format("a float32 tensor widened") if kept else MADE
+    return (kept or MIXED).format(op)
 
 
 def holds_float32(islands: list | None) -> bool:
-    """Whether any island is a float32 tensor the module holds (HELD): the float64 run cannot be exact there."""
-    return any(what.endswith(HELD_TAIL) for _, what in islands or [])
+    """Whether any island has a float32 operand the float64 run cannot widen (HELD, TYPED): it cannot be exact."""
+    return any(what.endswith((HELD_TAIL, TYPED_TAIL)) for _, what in islands or [])
 
 
 def island_message(islands: list) -> str:
@@ -170,7 +185,7 @@ def island_message(islands: list) -> str:
         f"{op} in {', '.join(paths[:4])}" + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
         for op, paths in groups.items()
     ]
-    held = "; with a float32 tensor held, the float64 comparison is judged on the float32 bars"
+    held = "; with a float32 operand the float64 run cannot widen, the float64 comparison is judged on the float32 bars"
     return (
         f"at {islands[0][0]}: computes in float32 inside the float64 model: {'; '.join(parts)}; the float64 "
         "comparison and the search for a mistake run those ops in float64 (the float32 comparison as written)"
@@ -235,10 +250,11 @@ def _rebind(value, memo: dict, depth: int = 0):
 
 
 @contextmanager
-def inference_mode_lifted() -> Iterator[None]:
-    """torch.inference_mode (a `with` block or Meta's `@torch.inference_mode()` on forward) made a no-op while
-    inside: the user's forward then records gradients, which the check compares. The judge uses none itself."""
-    mode = torch.autograd.grad_mode.inference_mode
+def lifted(mode) -> Iterator[None]:
+    """`mode`, torch.inference_mode or torch.no_grad (a `with` block, or Meta's `@torch.inference_mode()` on
+    forward), made a no-op while inside: the user's forward then records gradients, which the check compares. The
+    judge uses no inference_mode itself (lifted for the whole check); torch.no_grad is lifted around the user's
+    forward alone (Session), the judge's own blocks and torch's (Module.to) keeping theirs."""
     saved = mode.__enter__, mode.__exit__
     mode.__enter__ = lambda self: None  # type: ignore[method-assign, assignment]
     mode.__exit__ = lambda self, *exc: None  # type: ignore[method-assign, assignment]

@@ -13,13 +13,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from numpy_transformer import TransformerConfig
 
 from . import dataflow as DF
-from .level_table import LEVELS
-from .mapping import Link, role_of
+from .levels import LEVELS
+from .mapping import Link, Piece, Table, role_of
 from .unsupported import NoPair
 
 ROLES = ("q", "k", "v", "out")
@@ -35,17 +34,17 @@ class Units:
     attentions ({"q", "k", "v", "out": [Piece]}) and feed-forward blocks ([(gate,) in, out]) in the order they
     run, the output projection, the tables and the norms, and the layer counts they imply."""
 
-    D: Any  # int; None only where no attention or table is read (scaled dot-product attention)
-    H: Any
+    D: int
+    H: int
     F: int
-    kv: Any = None
+    kv: int
     attentions: list = field(default_factory=list)
     blocks: list = field(default_factory=list)
     gated: bool = False
-    out_piece: Any = None
+    out_piece: Piece | None = None
     token_tables: list = field(default_factory=list)
     position_tables: list = field(default_factory=list)
-    type_table: Any = None
+    type_table: Table | None = None
     norms: list = field(default_factory=list)
     n_enc: int = 0
     n_dec: int = 0
@@ -111,6 +110,7 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
         D = norms[0].size if norms else (tables[0].width if tables else None)
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
+    D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None)
     if H is None and flow is not None:
         H = flow.heads(D)
@@ -118,8 +118,8 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
-    F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * (D or 8)
-    return Units(D, H, F, D, norms=list(norms))
+    F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * D
+    return Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
 
 
 def _units(entry, found, units: Units) -> None:
@@ -135,7 +135,7 @@ def _units(entry, found, units: Units) -> None:
             f"projections cannot be read from the computation: {listed}; pass call= (how to call it) or "
             "mapping= (the weight map)"
         )
-    if units.attentions and units.D:
+    if units.attentions:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
     used = set(flow.roles) if flow is not None else set()  # the attentions' and blocks' weights
@@ -247,12 +247,12 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=units.gated,
-        n_kv_heads=kv // (D // H) if H and kv and kv != D else None,
+        n_kv_heads=kv // (D // H) if kv and kv != D else None,
         qk_norm=bool(found.qk_norms),
         type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
         embedding_norm=units.embedding_norm,
-        d_model=D or 8,
-        n_heads=H or 2,
+        d_model=D,
+        n_heads=H,
         d_ff=units.F,
     )
     if units.gated:

@@ -187,7 +187,7 @@ def plain_call(user, level: str, call=None):
     or x of its width), for explain where the judge could not read it; None where no such call can be made."""
     from torch import nn
 
-    from .level_table import LEVELS
+    from .levels import LEVELS
     from .running import copy_module
 
     try:

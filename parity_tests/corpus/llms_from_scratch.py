@@ -76,6 +76,14 @@ class KeptConstantGELU(nn.Module):
         return 0.5 * x * (1 + torch.tanh(self.c * (x + 0.044715 * torch.pow(x, 3))))
 
 
+class TypedConstantGELU(nn.Module):
+    """The same GELU with its constant made in forward with its dtype given (float32 whatever the model's)."""
+
+    def forward(self, x):
+        c = torch.sqrt(torch.tensor(2.0 / torch.pi, dtype=torch.float32))
+        return 0.5 * x * (1 + torch.tanh(c * (x + 0.044715 * torch.pow(x, 3))))
+
+
 class FeedForward(nn.Module):
     def __init__(self, cfg, activation=GELU):
         super().__init__()
@@ -201,6 +209,14 @@ def kept_constant() -> GPTModel:
     gpt = model()
     for block in gpt.trf_blocks:
         block.ff = FeedForward(GPT_CONFIG, activation=KeptConstantGELU)
+    gpt.load_state_dict(model().state_dict())
+    return gpt
+
+
+def typed_constant() -> GPTModel:
+    gpt = model()
+    for block in gpt.trf_blocks:
+        block.ff = FeedForward(GPT_CONFIG, activation=TypedConstantGELU)
     gpt.load_state_dict(model().state_dict())
     return gpt
 

@@ -2,7 +2,7 @@
 words: each a tiny model or part with the convention that tripped the judge, and the verdict it must get.
 
 - a Llama of Meta's first release: complex RoPE (`polar`, `view_as_complex`), a forward under
-  `torch.inference_mode()` that takes a start position;
+  `torch.inference_mode()` that takes a start position; the same with `@torch.no_grad()` on its forward;
 - an attention whose forward takes its cos/sin tables (half-split RoPE) and a mask as arguments, in a model that
   makes the tables in its forward; the same with rotary on a quarter of each head (GPT-NeoX's rotary_pct);
 - a Gemma-like model: RMSNorm of gain `1 + weight`, projections of a custom `Linear` calling
@@ -52,6 +52,19 @@ def inference_llama(**parts) -> InferenceLlama:
 
 def inference_llama_kv_tiled() -> InferenceLlama:
     return inference_llama(attention=llama.TiledKV)
+
+
+class NoGradLlama(llama.Transformer):
+    """Its forward decorated with `@torch.no_grad()`, as generation code often is."""
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, start_pos: int = 0):
+        return super().forward(tokens, start_pos)
+
+
+def no_grad_llama(**parts) -> NoGradLlama:
+    torch.manual_seed(0)
+    return NoGradLlama(llama.ModelArgs(), **parts)
 
 
 # -- an attention handed its tables: half-split RoPE, full or partial ----------------------------------------------
@@ -678,6 +691,14 @@ CASES = [
         ("mistake", "gated_feed_forward.activation_on_up", "blocks.1.mlp"),
     ),
     ("float32_positions", lambda: float32_positions("causal"), "transformer", {"pad_id": None}, "pass"),
+    ("no_grad_llama", no_grad_llama, "transformer_lm", {}, "pass"),
+    (
+        "no_grad_llama.kv_heads_tiled",
+        lambda: no_grad_llama(attention=llama.TiledKV),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.kv_heads_tiled", "layers.0.attention"),
+    ),
     ("table_lm.fresh_float32_tables", fresh_tables_lm, "transformer_lm", {}, "pass"),
     ("table_lm.float32_scale", lambda: table_lm(attention=Float32Scale), "transformer_lm", {}, "pass"),
     (
