@@ -68,32 +68,26 @@ def _below(shapes: dict, prefix: str) -> dict:
     return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
 
 
-def encoder_layer_shapes(cfg) -> dict:
+def layer_shapes(cfg, stack: str, decoder_only: bool = False) -> dict:
+    """One layer of `stack` ("encoder", or "decoder": cross-attending unless decoder_only), names below it."""
     one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one), "encoder.layers.0.")
+    return _below(nt.parameter_shapes(one, decoder_only=decoder_only), f"{stack}.layers.0.")
 
 
-def decoder_layer_shapes(cfg) -> dict:
-    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one), "decoder.layers.0.")
+encoder_layer_shapes = functools.partial(layer_shapes, stack="encoder")
+decoder_layer_shapes = functools.partial(layer_shapes, stack="decoder")
+decoder_only_layer_shapes = functools.partial(layer_shapes, stack="decoder", decoder_only=True)
 
 
-def decoder_only_layer_shapes(cfg) -> dict:
-    one = dataclasses.replace(cfg, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one, decoder_only=True), "decoder.layers.0.")
+def stack_shapes(cfg, stack: str) -> dict:
+    """A stack's layers (a decoder's each cross-attending to a memory) and, pre-norm, its final norm: no
+    embeddings."""
+    shapes = nt.parameter_shapes(cfg, encoder_only=stack == "encoder")
+    return {k: v for k, v in shapes.items() if k.startswith((f"{stack}.layers.", f"{stack}.final_norm."))}
 
 
-def encoder_stack_shapes(cfg) -> dict:
-    """An encoder's layers and, pre-norm, its final norm: the encoder model without its embeddings."""
-    shapes = nt.parameter_shapes(cfg, encoder_only=True)
-    return {k: v for k, v in shapes.items() if k.startswith(("encoder.layers.", "encoder.final_norm."))}
-
-
-def decoder_stack_shapes(cfg) -> dict:
-    """A decoder's layers (each cross-attending to a memory) and, pre-norm, its final norm: no embeddings."""
-    shapes = nt.parameter_shapes(cfg)
-    return {k: v for k, v in shapes.items() if k.startswith(("decoder.layers.", "decoder.final_norm."))}
-
+encoder_stack_shapes = functools.partial(stack_shapes, stack="encoder")
+decoder_stack_shapes = functools.partial(stack_shapes, stack="decoder")
 
 transformer_shapes = nt.parameter_shapes
 transformer_lm_shapes = functools.partial(nt.parameter_shapes, decoder_only=True)
