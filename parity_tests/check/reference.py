@@ -152,14 +152,14 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
     return out, backward
 
 
-def run_layer_norm(params: dict, p: Probe, cfg, dtype):
-    out, cache = L.layer_norm_forward(p.floats["x"], params["weight"], params["bias"], cfg.layer_norm_eps)
-    return out, _named(L.layer_norm_backward, cache, ("x",), ("weight", "bias"))
+def run_norm(params: dict, p: Probe, cfg, dtype, kind: str):
+    """x through numpy_transformer's norm pair of `kind` ("layer": weight and bias; "rms": weight)."""
+    out, cache = L.norm_forward(params, p.floats["x"], kind, cfg.layer_norm_eps)
+    return out, _named(L.norm_backward, cache, ("x",))
 
 
-def run_rms_norm(params: dict, p: Probe, cfg, dtype):
-    out, cache = L.rms_norm_forward(p.floats["x"], params["weight"], cfg.layer_norm_eps)
-    return out, _named(L.rms_norm_backward, cache, ("x",), ("weight",))
+run_layer_norm = functools.partial(run_norm, kind="layer")
+run_rms_norm = functools.partial(run_norm, kind="rms")
 
 
 def run_feed_forward(params: dict, p: Probe, cfg, dtype):
