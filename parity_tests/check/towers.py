@@ -30,13 +30,14 @@ from numpy_transformer import vision as V
 from parity_tests.components import BAR, relative_errors
 from transformer_spec.families.clip import CLIP_LAYER
 
-from .diagnosis import Diagnosis
+from .calling import first_tensor
+from .dataflow import hooked
+from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result, Row, float32_bar
 from .running import copy_module
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
-MATCH = 1e-8  # float64 outputs this close are the same computation
 # the reference's names: ViTModel's, CLIPTextModel's (and head.* for a classifier, text_projection for x @ P)
 PATCH, CLS, TOKENS = "embeddings.patch_embeddings.projection", "embeddings.cls_token", "embeddings.token_embedding"
 POSITIONS_VIT = "embeddings.position_embeddings"
@@ -170,16 +171,12 @@ def _tensor(inputs: np.ndarray) -> torch.Tensor:
 def _call_order(model: nn.Module, inputs: torch.Tensor) -> list:
     """The submodules' names in the order the forward first calls them ([] where it does not run)."""
     order: list = []
-    handles = [m.register_forward_pre_hook(lambda m, a, name=name: order.append(name) if name not in order else None)
-               for name, m in model.named_modules()]  # fmt: skip
     try:
-        with torch.no_grad():
-            model(inputs)
+        with hooked(model.named_modules(), lambda *_: None, lambda name: None if name in order else order.append(name)):
+            with torch.no_grad():
+                model(inputs)
     except Exception:
         return []
-    finally:
-        for h in handles:
-            h.remove()
     return order
 
 
@@ -298,17 +295,9 @@ def _reference(P: dict, inputs, tower: dict, fit: dict):
 def _record(model: nn.Module, tower: dict) -> tuple:
     """The module's float64 output, and each block's first call: block -> (args, kwargs, output)."""
     calls: dict = {}
-
-    def keep(block):
-        return lambda module, args, kwargs, out: calls.setdefault(block, (args, kwargs, out)) and None
-
-    hooks = [model.get_submodule(b).register_forward_hook(keep(b), with_kwargs=True) for b in tower["blocks"]]
-    try:
-        with torch.no_grad():
-            return _output(model(_tensor(tower["inputs"]))).numpy(), calls
-    finally:
-        for h in hooks:
-            h.remove()
+    blocks = [(b, model.get_submodule(b)) for b in tower["blocks"]]
+    with hooked(blocks, lambda block, module, *call: calls.setdefault(block, call) and None), torch.no_grad():
+        return first_tensor(model(_tensor(tower["inputs"]))).numpy(), calls
 
 
 def _fit(model: nn.Module, tower: dict) -> dict | None:
@@ -332,7 +321,7 @@ def _fit(model: nn.Module, tower: dict) -> dict | None:
         ref, _, hidden = _reference(P, tower["inputs"], tower, fit)
         if ref.shape != out.shape:
             continue
-        error = relative_errors({"out": (out, ref)}, np.float64)["out"][1]
+        error = _error(out, ref)
         agree = next((i for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
         if rank is None or (-agree, error) < rank:
             best, rank = fit | {"error": error, "shape": out.shape, "calls": calls}, (-agree, error)
@@ -347,7 +336,7 @@ def _compare(model: nn.Module, tower: dict, fit: dict, dout, dtype) -> list:
     torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
     user, x = copy_module(model).to(torch_dtype), _tensor(tower["inputs"])
     x = x.to(torch_dtype).requires_grad_(True) if x.is_floating_point() else x
-    out = _output(user(x))
+    out = first_tensor(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
     mine = {"output": out} | ({"dpixel_values": x.grad} if x.is_floating_point() else {})
     mine |= {f"d {n}": torch.zeros_like(t) if t.grad is None else t.grad  # not reached by the output: zero
@@ -417,17 +406,10 @@ def _front_mistakes(model: nn.Module, tower: dict, mine: torch.Tensor) -> list:
             "positions.added_before_class_token",
             said,
             pos,
-            relative_errors({"x": (mine.numpy(), x)}, np.float64)["x"][1],
+            _error(mine.numpy(), x),
         )
     ]
 
 
-def _output(out) -> torch.Tensor:
-    """The tensor a forward returns: itself, or the first of a tuple or a ModelOutput (last_hidden_state)."""
-    while not isinstance(out, torch.Tensor):
-        out = next(iter(out.values())) if isinstance(out, dict) else out[0]
-    return out
-
-
 def _differs(mine: torch.Tensor, ours: np.ndarray) -> bool:
-    return relative_errors({"x": (mine.detach().numpy(), ours)}, np.float64)["x"][1] > MATCH
+    return _error(mine.detach().numpy(), ours) > MATCH
