@@ -335,25 +335,19 @@ run_encoder_model = model_runner(nt.EncoderModel, "ids")
 
 
 def run_stacks(params: dict, p: Probe, cfg, dtype):
-    """torch.nn.Transformer's computation from the reference's pairs: encoder layers, a layer norm, decoder layers
-    (cross-attending to the normed memory, padding masked), a layer norm; and its backward, the same in reverse."""
-    mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
-    encoder, decoder = M.sub(params, "encoder"), M.sub(params, "decoder")
-    x, encoder_caches, _ = layers_forward(encoder, p.floats["src"], cfg, mask=mask)
-    norm = M.sub(encoder, "final_norm")
-    memory, memory_norm = L.layer_norm_forward(x, norm["weight"], norm["bias"], eps)
-    y, decoder_caches, _ = layers_forward(decoder, p.floats["tgt"], cfg, memory=memory, cross=mask)
-    norm = M.sub(decoder, "final_norm")
-    out, out_norm = L.layer_norm_forward(y, norm["weight"], norm["bias"], eps)
+    """torch.nn.Transformer's computation: the encoder stack on src, then the decoder stack on tgt cross-attending to
+    its output (padding masked), each ending in a norm (nn.Transformer's always do); its backward, the same in
+    reverse."""
+    normed = dataclasses.replace(cfg, final_norm=True)
+    source, target = (dataclasses.replace(p, floats={"x": p.floats[n]}) for n in ("src", "tgt"))
+    memory, encoder_backward = run_encoder_stack(params, source, normed, dtype)
+    target.floats["memory"] = memory
+    out, decoder_backward = run_decoder_stack(params, target, normed, dtype)
 
     def backward(dout):
-        dy, dweight, dbias = L.layer_norm_backward(dout, out_norm)
-        dy, dmemory, decoder_grads = layers_backward(dy, decoder_caches, True)
-        decoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
-        dmemory = np.zeros_like(memory) if dmemory is None else dmemory
-        dx, dweight, dbias = L.layer_norm_backward(dmemory, memory_norm)
-        dx, _, encoder_grads = layers_backward(dx, encoder_caches, False)
-        encoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
-        return {"src": dx, "tgt": dy}, M.prefixed(encoder_grads, "encoder") | M.prefixed(decoder_grads, "decoder")
+        dtarget, decoder_grads = decoder_backward(dout)
+        dmemory = np.zeros_like(memory) if dtarget["memory"] is None else dtarget["memory"]
+        dsource, encoder_grads = encoder_backward(dmemory)
+        return {"src": dsource["x"], "tgt": dtarget["x"]}, encoder_grads | decoder_grads
 
     return out, backward
