@@ -84,13 +84,19 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     return result
 
 
+def patch_embedding(model: nn.Module) -> str | None:
+    """The path of the first convolution whose stride is its kernel (larger than 1 x 1): a ViT's patch embedding."""
+    convs = (n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size != (1, 1))
+    return next(convs, None)
+
+
 def _front(model: nn.Module, loose: dict) -> tuple | None:
     """(kind, inputs, front end's module, D, links, positions' parameter) of a ViT (a patch Conv2d, a class token and
     1 + N positions) or a text tower (one nn.Embedding and a learned position table), else None."""
-    convs = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size]
+    patches = patch_embedding(model)
     tables = [n for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
-    if convs:
-        conv = model.get_submodule(convs[0])
+    if patches is not None:
+        conv = model.get_submodule(patches)
         D, p = conv.out_channels, conv.stride[0]
         cls = next((n for n, t in loose.items() if t.numel() == D), None)
         pos = next((n for n, t in loose.items() if t.numel() > D and _square(t.numel() // D - 1)), None)
@@ -98,8 +104,8 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
             return None
         side = p * math.isqrt(loose[pos].numel() // D - 1)
         inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, side, side))
-        links = {f"{convs[0]}.weight": [f"{PATCH}.weight"], f"{convs[0]}.bias": [f"{PATCH}.bias"], cls: [CLS]}
-        return "vit", inputs, convs[0], D, links, pos
+        links = {f"{patches}.weight": [f"{PATCH}.weight"], f"{patches}.bias": [f"{PATCH}.bias"], cls: [CLS]}
+        return "vit", inputs, patches, D, links, pos
     placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
     tokens = [n for n in tables if n not in placed]
     if len(tokens) != 1 or len(placed) > 1:
