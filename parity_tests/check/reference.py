@@ -292,11 +292,10 @@ def run_decoder(params: dict, p: Probe, cfg, dtype):
 
 
 def decoder_activations(params: dict, p: Probe, cfg) -> dict:
-    """An encoder-decoder's decoder stack's activations (float64), composed from the reference's pairs."""
-    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
-    x = M.embed_forward(decoder, p.ids["tgt"], cfg, None, "decoder")[0]
-    outputs = layers_forward(decoder, x, cfg, memory=memory, cross=keep_mask(p, "cross"))[2]
-    return {"decoder.embedding": x, "encoder": memory} | {f"decoder.layers.{i}": y for i, y in enumerate(outputs)}
+    """An encoder-decoder's decoder stack's activations (float64): its embeddings, then its stack's."""
+    x = M.embed_forward(M.sub(params, "decoder"), p.ids["tgt"], cfg, None, "decoder")[0]
+    embedded = dataclasses.replace(p, floats=p.floats | {"x": x})
+    return {"decoder.embedding": x} | decoder_stack_activations(params, embedded, cfg)
 
 
 def feed_forward_output(params: dict, x, cfg) -> np.ndarray:
