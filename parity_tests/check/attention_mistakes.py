@@ -36,6 +36,11 @@ def _only(holds: Callable[[Site], bool], *variants: tuple) -> Callable[[Site], l
     return lambda s: [(message, dict(knobs)) for message, knobs in variants] if holds(s) else []
 
 
+def _attention(mistake_id: str, line: str, variants: Callable[[Site], list]) -> Mistake:
+    """An attention's mistake: its variants (message, knobs) at a Site."""
+    return Mistake(mistake_id, line, ATTENTION, variants)
+
+
 # which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
 MIXED = "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
 
@@ -75,10 +80,9 @@ def _padding_on_queries(site: Site) -> list:
 
 
 ATTENTION_MISTAKES = (
-    Mistake(
+    _attention(
         "rope.applied_to_v",
         "the values rotated too: RoPE rotates queries and keys only",
-        ATTENTION,
         _only(
             lambda s: s.rope,
             ("the values rotated too; RoPE rotates queries and keys only", {"rope_v": True}),
@@ -90,26 +94,23 @@ ATTENTION_MISTAKES = (
             ("the values rotated too (in halves i, i + Dh/2); RoPE rotates queries and keys only", {"rope_v": "half"}),
         ),
     ),
-    Mistake(
+    _attention(
         "rope.mixed_pairing",
         "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
-        ATTENTION,
         lambda s: [(MIXED, {"pairs": p}) for p in (("half", "interleaved"), ("interleaved", "half"))] if s.rope else [],
     ),
-    Mistake(
+    _attention(
         "rope.position_offset",
         "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
-        ATTENTION,
         _only(
             lambda s: s.rope,
             ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
             ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
         ),
     ),
-    Mistake(
+    _attention(
         "attention.kv_heads_tiled",
         "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
-        ATTENTION,
         _only(
             lambda s: s.gqa,
             (
@@ -118,90 +119,78 @@ ATTENTION_MISTAKES = (
             ),
         ),
     ),
-    Mistake(
+    _attention(
         "attention.wrong_scale",
         "scores = Q K^T / c with c != sqrt(d_head)",
-        ATTENTION,
         lambda s: [
             (f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(s.Dh):.3g}", {"divisor": divisor})
             for divisor, origin in VR.scale_divisors(s.D, s.Dh).items()
         ],
     ),
-    Mistake(
+    _attention(
         "attention.heads_without_transpose",
         "(B, T, D).view(B, H, T, Dh) without the transpose: heads mix positions",
-        ATTENTION,
         lambda s: [
             ("heads split by a reshape without the transpose", {"transpose": False}),
             ("heads split by a reshape without the transpose (merged back with it)", {"transpose": "split"}),
             ("heads merged back by a reshape without the transpose (split with it)", {"transpose": "merge"}),
         ],
     ),
-    Mistake(
+    _attention(
         "attention.softmax_wrong_axis",
         "softmax over queries (dim=-2) instead of keys (dim=-1)",
-        ATTENTION,
         lambda s: [("softmax over the queries (dim=-2) instead of the keys", {"axis": -2, "mask_mode": "fill"})],
     ),
-    Mistake(
+    _attention(
         "attention.mask_after_softmax",
         "P = softmax(S) then P[masked] = 0, instead of S[masked] = -inf before softmax",
-        ATTENTION,
         _only(
             lambda s: s.keep is not None,
             ("masked probabilities zeroed after the softmax (not renormalised)", {"mask_mode": "after"}),
             ("masked probabilities zeroed after the softmax, then renormalised", {"mask_mode": "after_renorm"}),
         ),
     ),
-    Mistake(
-        "attention.mask_ignored",
+    _attention(
+        "attention.mask_ignored",  # a causal attention that applies no mask is attention.not_causal
         "the mask is passed in but never applied: P = softmax(S) over every key",
-        ATTENTION,  # a causal attention that applies no mask is attention.not_causal
         _only(
             lambda s: s.keep is not None and not s.causal,
             ("the mask is passed in but never applied", {"mask_mode": "ignored"}),
         ),
     ),
-    Mistake(
+    _attention(
         "attention.mask_inverted",
         "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
-        ATTENTION,
-        lambda s: _inverted(s),
+        _inverted,
     ),
-    Mistake(
+    _attention(
         "attention.not_causal",
         "the decoder's self-attention sees the future: no causal mask",
-        ATTENTION,
         _causal("no causal mask: every query sees the future", None),
     ),
-    Mistake(
+    _attention(
         "attention.causal_hides_diagonal",
         "causal mask j < i instead of j <= i: a query cannot see its own position",
-        ATTENTION,
         _causal("causal mask j < i: a query cannot see itself", -1),
     ),
-    Mistake(
+    _attention(
         "attention.causal_shows_next",
         "causal mask j <= i + 1 instead of j <= i: a query sees one future position",
-        ATTENTION,
         _causal("causal mask j <= i + 1: a query sees the next position", 1),
     ),
-    Mistake(
+    _attention(
         "attention.masks_swapped",
         "the decoder's self-attention gets the source mask and cross-attention the target's",
-        ATTENTION,
         _masks_swapped,
     ),
-    Mistake(
+    _attention(
         "attention.padding_on_queries",
         "padding masks query rows instead of key columns",
-        ATTENTION,
         _padding_on_queries,
     ),
-    Mistake(
+    _attention(
         "attention.softcap_without_division",
         "cap * tanh(S) instead of cap * tanh(S / cap): the scores squashed at the wrong scale",
-        ATTENTION,
         _only(
             lambda s: s.softcap is not None,
             (
@@ -210,10 +199,9 @@ ATTENTION_MISTAKES = (
             ),
         ),
     ),
-    Mistake(
+    _attention(
         "attention.softcap_after_softmax",
         "cap * tanh(P / cap) on the probabilities instead of cap * tanh(S / cap) on the scores before the mask",
-        ATTENTION,
         _only(
             lambda s: s.softcap is not None,
             (
@@ -222,19 +210,17 @@ ATTENTION_MISTAKES = (
             ),
         ),
     ),
-    Mistake(
+    _attention(
         "attention.sink_missing",
         "the sink logit left out of the softmax's denominator: softmax(S) instead of softmax([S, s_h]) without s_h",
-        ATTENTION,
         _only(
             lambda s: s.sinks,
             ("the sink logit is not in the softmax's denominator (each row sums to 1)", {"sink_mode": "missing"}),
         ),
     ),
-    Mistake(
+    _attention(
         "attention.q_k_swapped",
         "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
-        ATTENTION,
         _only(
             lambda s: s.self_attention,
             ("scores computed as K Q^T: the query and key projections exchanged", {"swap_qk": True}),

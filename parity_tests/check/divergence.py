@@ -20,7 +20,6 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map
 
-from numpy_transformer import layers as L
 from numpy_transformer import model as M
 
 from . import levels as LV
@@ -127,25 +126,11 @@ def _unit_stages(params: dict, prefix: str, x, memory, self_keep, cross_keep, cf
     trace = LV.layer_trace(params, x, memory, self_keep, cross_keep, cfg, decoder)
     stages = []
     for unit, kind, inputs, out in trace:
-        own = M.sub(params, unit)
-        if kind == "norm":
-            rerun = partial(_norm, own, cfg)
-        elif kind == "ffn":
-            rerun = partial(R.feed_forward_output, own, cfg=cfg)
-        else:
-            rerun = partial(_attention, own, cfg, unit.endswith("self_attn"))
+        rerun = LV.unit_forward(kind, M.sub(params, unit), cfg, unit)
         stages.append(Stage(f"{prefix}{unit}", kind, inputs, out, valid, _masks(unit, decoder, p), rerun))
     whole = partial(_layer, params, self_keep, cross_keep, cfg, decoder)
     stages.append(Stage(prefix[:-1], "layer", (x, memory), LV.layer_output(trace, x, cfg), valid, None, whole))
     return stages
-
-
-def _norm(params, cfg, x):
-    return L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
-
-
-def _attention(params, cfg, rotary: bool, query, kv, keep):
-    return VR.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **VR.rope_knobs(cfg, rotary=rotary))
 
 
 def _layer(params, self_keep, cross_keep, cfg, decoder: bool, x, memory):

@@ -367,12 +367,13 @@ def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result
         return result
     if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
         result.unsupported = exc.answer
-    patches = _patch_embedding(user_module)
+    patches = TW.patch_embedding(user_module) if isinstance(user_module, nn.Module) else None
     if result.unsupported is None and patches is not None:  # a vision tower towers.py could not read
         result.error = (
-            f"could not judge: {patches} cuts an image into patches, but the rest is not the ViT check/towers.py "
-            "reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, two linears, a "
-            f"final norm); the judge's levels are the text Transformer's (it stopped on: {str(exc)[:200]})"
+            f"could not judge: {patches or '(the module)'} cuts an image into patches, but the rest is not the ViT "
+            "check/towers.py reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, "
+            "two linears, a final norm); the judge's levels are the text Transformer's (it stopped on: "
+            f"{str(exc)[:200]})"
         )
     elif result.unsupported is None:
         said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
@@ -387,16 +388,6 @@ def explained(result: Result, found) -> None:
         result.diagnoses, result.first_divergence, result.unexplained = [found], found.where, None
     else:
         result.unsupported = found
-
-
-def _patch_embedding(user_module) -> str | None:
-    """The path of a convolution whose stride is its kernel (a ViT's patch embedding), else None."""
-    if not isinstance(user_module, nn.Module):
-        return None
-    for path, m in user_module.named_modules():
-        if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size and m.kernel_size != (1, 1):
-            return path or "(the module)"
-    return None
 
 
 def said_why(session: Session, caller, result: Result) -> None:

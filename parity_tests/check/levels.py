@@ -237,6 +237,17 @@ def init_reference(shapes: dict, rng, zero: list) -> dict:
     return params
 
 
+def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
+    """A layer's unit `name` ("self_attn", "ffn_norm", ...) of `kind` ("norm", "ffn" or "attention") with its weights
+    `params`, in float64: a function of its inputs (an attention's: query, key and value input, mask) -> its output."""
+    if kind == "norm":
+        return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
+    if kind == "ffn":
+        return lambda x: R.feed_forward_output(params, x, cfg)
+    rope = V.rope_knobs(cfg, rotary=name == "self_attn")
+    return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
+
+
 def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bool) -> list:
     """The reference's intermediate activations inside one layer, in forward order, float64: a list of
     (unit, kind, inputs, output) with unit the name below the layer ("self_attn", "self_attn_norm", ...),
@@ -246,22 +257,18 @@ def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bo
     sublayers.append(("ffn", None))
     shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
     for name, keep in sublayers:
-        weights = M.sub(params, "self_attn_norm" if shared else f"{name}_norm")
-        h = L.norm_forward(weights, x, cfg.norm, cfg.layer_norm_eps)[0] if cfg.norm_first else x  # the unit's input
-        if name == "ffn":
-            y = R.feed_forward_output(M.sub(params, "ffn"), h, cfg)
-            unit = (name, "ffn", (h,), y)
-        else:
-            kv = h if name == "self_attn" else memory
-            rope = V.rope_knobs(cfg, rotary=name == "self_attn")
-            y = V.multi_head_attention(M.sub(params, name), h, kv, kv, cfg.n_heads, keep, **rope)
-            unit = (name, "attention", (h, kv, keep), y)
+        norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
+        h = norm(x) if cfg.norm_first else x  # the unit's input
+        kind = "ffn" if name == "ffn" else "attention"
+        inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
+        y = unit_forward(kind, M.sub(params, name), cfg, name)(*inputs)
+        unit = (name, kind, inputs, y)
         if cfg.norm_first:
             trace += ([] if shared and name == "ffn" else [(f"{name}_norm", "norm", (x,), h)]) + [unit]
             x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
         else:
             s = x + y
-            x = L.norm_forward(weights, s, cfg.norm, cfg.layer_norm_eps)[0]
+            x = norm(s)
             trace += [unit, (f"{name}_norm", "norm", (s,), x)]
     return trace
 

@@ -106,40 +106,23 @@ def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1, siz
     return p
 
 
-def features(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """x (B, T, D): a position-wise component (a norm, a feed-forward, positions added)."""
-    B, T_K = sizes.B, sizes.T_K
-    return Probe(floats={"x": rng.standard_normal((B, T_K, cfg.d_model))})
+def _features(lengths: dict, src: bool = False, tgt: str | None = None):
+    """The builder of a probe of floats (B, T, D), T the Sizes field `lengths` names for each, the keys (T_K) padded
+    where `src`, under a causal self-attention over the `tgt` field's length where given (_padded)."""
+
+    def build(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
+        floats = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in lengths.items()}
+        return _padded(floats, src, None if tgt is None else getattr(sizes, tgt), sizes=sizes)
+
+    return build
 
 
-def padded_features(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """x (B, T, D) with the keys padded: an encoder layer or stack (bidirectional self-attention)."""
-    B, T_K = sizes.B, sizes.T_K
-    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=True, sizes=sizes)
-
-
-def causal_features(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """x (B, T, D) under a causal self-attention only: the last position of one sequence is padding."""
-    B, T_K = sizes.B, sizes.T_K
-    return _padded({"x": rng.standard_normal((B, T_K, cfg.d_model))}, src=False, tgt=T_K, sizes=sizes)
-
-
-def features_and_memory(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """x (B, T_q, D) and a padded memory (B, T_k, D): a decoder layer (causal self-, padded cross-attention)."""
-    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
-    D = cfg.d_model
-    return _padded(
-        {"x": rng.standard_normal((B, T_Q, D)), "memory": rng.standard_normal((B, T_K, D))}, True, T_Q, sizes=sizes
-    )
-
-
-def source_and_target(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """src (B, T_k, D) and tgt (B, T_q, D) embeddings: torch.nn.Transformer's two stacks."""
-    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
-    D = cfg.d_model
-    return _padded(
-        {"src": rng.standard_normal((B, T_K, D)), "tgt": rng.standard_normal((B, T_Q, D))}, True, T_Q, sizes=sizes
-    )
+features = _features({"x": "T_K"})  # a position-wise component (a norm, a feed-forward, positions added)
+padded_features = _features({"x": "T_K"}, src=True)  # an encoder layer or stack (bidirectional self-attention)
+causal_features = _features({"x": "T_K"}, tgt="T_K")  # a causal self-attention only: one sequence ends in padding
+# a decoder layer (causal self-, padded cross-attention); torch.nn.Transformer's two stacks (embeddings in)
+features_and_memory = _features({"x": "T_Q", "memory": "T_K"}, src=True, tgt="T_Q")
+source_and_target = _features({"src": "T_K", "tgt": "T_Q"}, src=True, tgt="T_Q")
 
 
 def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:

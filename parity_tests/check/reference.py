@@ -68,32 +68,26 @@ def _below(shapes: dict, prefix: str) -> dict:
     return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
 
 
-def encoder_layer_shapes(cfg) -> dict:
+def layer_shapes(cfg, stack: str, decoder_only: bool = False) -> dict:
+    """One layer of `stack` ("encoder", or "decoder": cross-attending unless decoder_only), names below it."""
     one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one), "encoder.layers.0.")
+    return _below(nt.parameter_shapes(one, decoder_only=decoder_only), f"{stack}.layers.0.")
 
 
-def decoder_layer_shapes(cfg) -> dict:
-    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one), "decoder.layers.0.")
+encoder_layer_shapes = functools.partial(layer_shapes, stack="encoder")
+decoder_layer_shapes = functools.partial(layer_shapes, stack="decoder")
+decoder_only_layer_shapes = functools.partial(layer_shapes, stack="decoder", decoder_only=True)
 
 
-def decoder_only_layer_shapes(cfg) -> dict:
-    one = dataclasses.replace(cfg, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one, decoder_only=True), "decoder.layers.0.")
+def stack_shapes(cfg, stack: str) -> dict:
+    """A stack's layers (a decoder's each cross-attending to a memory) and, pre-norm, its final norm: no
+    embeddings."""
+    shapes = nt.parameter_shapes(cfg, encoder_only=stack == "encoder")
+    return {k: v for k, v in shapes.items() if k.startswith((f"{stack}.layers.", f"{stack}.final_norm."))}
 
 
-def encoder_stack_shapes(cfg) -> dict:
-    """An encoder's layers and, pre-norm, its final norm: the encoder model without its embeddings."""
-    shapes = nt.parameter_shapes(cfg, encoder_only=True)
-    return {k: v for k, v in shapes.items() if k.startswith(("encoder.layers.", "encoder.final_norm."))}
-
-
-def decoder_stack_shapes(cfg) -> dict:
-    """A decoder's layers (each cross-attending to a memory) and, pre-norm, its final norm: no embeddings."""
-    shapes = nt.parameter_shapes(cfg)
-    return {k: v for k, v in shapes.items() if k.startswith(("decoder.layers.", "decoder.final_norm."))}
-
+encoder_stack_shapes = functools.partial(stack_shapes, stack="encoder")
+decoder_stack_shapes = functools.partial(stack_shapes, stack="decoder")
 
 transformer_shapes = nt.parameter_shapes
 transformer_lm_shapes = functools.partial(nt.parameter_shapes, decoder_only=True)
@@ -158,14 +152,14 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
     return out, backward
 
 
-def run_layer_norm(params: dict, p: Probe, cfg, dtype):
-    out, cache = L.layer_norm_forward(p.floats["x"], params["weight"], params["bias"], cfg.layer_norm_eps)
-    return out, _named(L.layer_norm_backward, cache, ("x",), ("weight", "bias"))
+def run_norm(params: dict, p: Probe, cfg, dtype, kind: str):
+    """x through numpy_transformer's norm pair of `kind` ("layer": weight and bias; "rms": weight)."""
+    out, cache = L.norm_forward(params, p.floats["x"], kind, cfg.layer_norm_eps)
+    return out, _named(L.norm_backward, cache, ("x",))
 
 
-def run_rms_norm(params: dict, p: Probe, cfg, dtype):
-    out, cache = L.rms_norm_forward(p.floats["x"], params["weight"], cfg.layer_norm_eps)
-    return out, _named(L.rms_norm_backward, cache, ("x",), ("weight",))
+run_layer_norm = functools.partial(run_norm, kind="layer")
+run_rms_norm = functools.partial(run_norm, kind="rms")
 
 
 def run_feed_forward(params: dict, p: Probe, cfg, dtype):
@@ -298,11 +292,10 @@ def run_decoder(params: dict, p: Probe, cfg, dtype):
 
 
 def decoder_activations(params: dict, p: Probe, cfg) -> dict:
-    """An encoder-decoder's decoder stack's activations (float64), composed from the reference's pairs."""
-    decoder, memory = M.sub(params, "decoder"), p.floats["memory"]
-    x = M.embed_forward(decoder, p.ids["tgt"], cfg, None, "decoder")[0]
-    outputs = layers_forward(decoder, x, cfg, memory=memory, cross=keep_mask(p, "cross"))[2]
-    return {"decoder.embedding": x, "encoder": memory} | {f"decoder.layers.{i}": y for i, y in enumerate(outputs)}
+    """An encoder-decoder's decoder stack's activations (float64): its embeddings, then its stack's."""
+    x = M.embed_forward(M.sub(params, "decoder"), p.ids["tgt"], cfg, None, "decoder")[0]
+    embedded = dataclasses.replace(p, floats=p.floats | {"x": x})
+    return {"decoder.embedding": x} | decoder_stack_activations(params, embedded, cfg)
 
 
 def feed_forward_output(params: dict, x, cfg) -> np.ndarray:
@@ -341,25 +334,19 @@ run_encoder_model = model_runner(nt.EncoderModel, "ids")
 
 
 def run_stacks(params: dict, p: Probe, cfg, dtype):
-    """torch.nn.Transformer's computation from the reference's pairs: encoder layers, a layer norm, decoder layers
-    (cross-attending to the normed memory, padding masked), a layer norm; and its backward, the same in reverse."""
-    mask, eps = keep_mask(p, "src"), cfg.layer_norm_eps
-    encoder, decoder = M.sub(params, "encoder"), M.sub(params, "decoder")
-    x, encoder_caches, _ = layers_forward(encoder, p.floats["src"], cfg, mask=mask)
-    norm = M.sub(encoder, "final_norm")
-    memory, memory_norm = L.layer_norm_forward(x, norm["weight"], norm["bias"], eps)
-    y, decoder_caches, _ = layers_forward(decoder, p.floats["tgt"], cfg, memory=memory, cross=mask)
-    norm = M.sub(decoder, "final_norm")
-    out, out_norm = L.layer_norm_forward(y, norm["weight"], norm["bias"], eps)
+    """torch.nn.Transformer's computation: the encoder stack on src, then the decoder stack on tgt cross-attending to
+    its output (padding masked), each ending in a norm (nn.Transformer's always do); its backward, the same in
+    reverse."""
+    normed = dataclasses.replace(cfg, final_norm=True)
+    source, target = (dataclasses.replace(p, floats={"x": p.floats[n]}) for n in ("src", "tgt"))
+    memory, encoder_backward = run_encoder_stack(params, source, normed, dtype)
+    target.floats["memory"] = memory
+    out, decoder_backward = run_decoder_stack(params, target, normed, dtype)
 
     def backward(dout):
-        dy, dweight, dbias = L.layer_norm_backward(dout, out_norm)
-        dy, dmemory, decoder_grads = layers_backward(dy, decoder_caches, True)
-        decoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
-        dmemory = np.zeros_like(memory) if dmemory is None else dmemory
-        dx, dweight, dbias = L.layer_norm_backward(dmemory, memory_norm)
-        dx, _, encoder_grads = layers_backward(dx, encoder_caches, False)
-        encoder_grads |= {"final_norm.weight": dweight, "final_norm.bias": dbias}
-        return {"src": dx, "tgt": dy}, M.prefixed(encoder_grads, "encoder") | M.prefixed(decoder_grads, "decoder")
+        dtarget, decoder_grads = decoder_backward(dout)
+        dmemory = np.zeros_like(memory) if dtarget["memory"] is None else dtarget["memory"]
+        dsource, encoder_grads = encoder_backward(dmemory)
+        return {"src": dsource["x"], "tgt": dtarget["x"]}, encoder_grads | decoder_grads
 
     return out, backward

@@ -30,13 +30,14 @@ from numpy_transformer import vision as V
 from parity_tests.components import BAR, relative_errors
 from transformer_spec.families.clip import CLIP_LAYER
 
-from .diagnosis import Diagnosis
+from .calling import first_tensor
+from .dataflow import hooked
+from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result, Row, float32_bar
 from .running import copy_module
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
-MATCH = 1e-8  # float64 outputs this close are the same computation
 # the reference's names: ViTModel's, CLIPTextModel's (and head.* for a classifier, text_projection for x @ P)
 PATCH, CLS, TOKENS = "embeddings.patch_embeddings.projection", "embeddings.cls_token", "embeddings.token_embedding"
 POSITIONS_VIT = "embeddings.position_embeddings"
@@ -83,13 +84,19 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     return result
 
 
+def patch_embedding(model: nn.Module) -> str | None:
+    """The path of the first convolution whose stride is its kernel (larger than 1 x 1): a ViT's patch embedding."""
+    convs = (n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size != (1, 1))
+    return next(convs, None)
+
+
 def _front(model: nn.Module, loose: dict) -> tuple | None:
     """(kind, inputs, front end's module, D, links, positions' parameter) of a ViT (a patch Conv2d, a class token and
     1 + N positions) or a text tower (one nn.Embedding and a learned position table), else None."""
-    convs = [n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size]
+    patches = patch_embedding(model)
     tables = [n for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
-    if convs:
-        conv = model.get_submodule(convs[0])
+    if patches is not None:
+        conv = model.get_submodule(patches)
         D, p = conv.out_channels, conv.stride[0]
         cls = next((n for n, t in loose.items() if t.numel() == D), None)
         pos = next((n for n, t in loose.items() if t.numel() > D and _square(t.numel() // D - 1)), None)
@@ -97,8 +104,8 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
             return None
         side = p * math.isqrt(loose[pos].numel() // D - 1)
         inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, side, side))
-        links = {f"{convs[0]}.weight": [f"{PATCH}.weight"], f"{convs[0]}.bias": [f"{PATCH}.bias"], cls: [CLS]}
-        return "vit", inputs, convs[0], D, links, pos
+        links = {f"{patches}.weight": [f"{PATCH}.weight"], f"{patches}.bias": [f"{PATCH}.bias"], cls: [CLS]}
+        return "vit", inputs, patches, D, links, pos
     placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
     tokens = [n for n in tables if n not in placed]
     if len(tokens) != 1 or len(placed) > 1:
@@ -170,16 +177,12 @@ def _tensor(inputs: np.ndarray) -> torch.Tensor:
 def _call_order(model: nn.Module, inputs: torch.Tensor) -> list:
     """The submodules' names in the order the forward first calls them ([] where it does not run)."""
     order: list = []
-    handles = [m.register_forward_pre_hook(lambda m, a, name=name: order.append(name) if name not in order else None)
-               for name, m in model.named_modules()]  # fmt: skip
     try:
-        with torch.no_grad():
-            model(inputs)
+        with hooked(model.named_modules(), lambda *_: None, lambda name: None if name in order else order.append(name)):
+            with torch.no_grad():
+                model(inputs)
     except Exception:
         return []
-    finally:
-        for h in handles:
-            h.remove()
     return order
 
 
@@ -298,17 +301,9 @@ def _reference(P: dict, inputs, tower: dict, fit: dict):
 def _record(model: nn.Module, tower: dict) -> tuple:
     """The module's float64 output, and each block's first call: block -> (args, kwargs, output)."""
     calls: dict = {}
-
-    def keep(block):
-        return lambda module, args, kwargs, out: calls.setdefault(block, (args, kwargs, out)) and None
-
-    hooks = [model.get_submodule(b).register_forward_hook(keep(b), with_kwargs=True) for b in tower["blocks"]]
-    try:
-        with torch.no_grad():
-            return _output(model(_tensor(tower["inputs"]))).numpy(), calls
-    finally:
-        for h in hooks:
-            h.remove()
+    blocks = [(b, model.get_submodule(b)) for b in tower["blocks"]]
+    with hooked(blocks, lambda block, module, *call: calls.setdefault(block, call) and None), torch.no_grad():
+        return first_tensor(model(_tensor(tower["inputs"]))).numpy(), calls
 
 
 def _fit(model: nn.Module, tower: dict) -> dict | None:
@@ -332,7 +327,7 @@ def _fit(model: nn.Module, tower: dict) -> dict | None:
         ref, _, hidden = _reference(P, tower["inputs"], tower, fit)
         if ref.shape != out.shape:
             continue
-        error = relative_errors({"out": (out, ref)}, np.float64)["out"][1]
+        error = _error(out, ref)
         agree = next((i for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
         if rank is None or (-agree, error) < rank:
             best, rank = fit | {"error": error, "shape": out.shape, "calls": calls}, (-agree, error)
@@ -347,7 +342,7 @@ def _compare(model: nn.Module, tower: dict, fit: dict, dout, dtype) -> list:
     torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
     user, x = copy_module(model).to(torch_dtype), _tensor(tower["inputs"])
     x = x.to(torch_dtype).requires_grad_(True) if x.is_floating_point() else x
-    out = _output(user(x))
+    out = first_tensor(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
     mine = {"output": out} | ({"dpixel_values": x.grad} if x.is_floating_point() else {})
     mine |= {f"d {n}": torch.zeros_like(t) if t.grad is None else t.grad  # not reached by the output: zero
@@ -417,17 +412,10 @@ def _front_mistakes(model: nn.Module, tower: dict, mine: torch.Tensor) -> list:
             "positions.added_before_class_token",
             said,
             pos,
-            relative_errors({"x": (mine.numpy(), x)}, np.float64)["x"][1],
+            _error(mine.numpy(), x),
         )
     ]
 
 
-def _output(out) -> torch.Tensor:
-    """The tensor a forward returns: itself, or the first of a tuple or a ModelOutput (last_hidden_state)."""
-    while not isinstance(out, torch.Tensor):
-        out = next(iter(out.values())) if isinstance(out, dict) else out[0]
-    return out
-
-
 def _differs(mine: torch.Tensor, ours: np.ndarray) -> bool:
-    return relative_errors({"x": (mine.detach().numpy(), ours)}, np.float64)["x"][1] > MATCH
+    return _error(mine.detach().numpy(), ours) > MATCH
