@@ -19,7 +19,8 @@ The parts, by stage (each module's docstring says more):
 - judging: session.py (one check's stages: the recording, the inferred model, the layouts), calling.py (how the
   module is called: layout, order, masks), running.py (how it is run: copies, float32 islands, its own head,
   positions), judge.py (check.module: conventions, config, the float64 and float32 comparison, caveats), cli.py
-  (`transformer-parity check`'s sandboxed child)
+  (`transformer-parity check`'s sandboxed child), towers.py (a ViT or a CLIP text tower, where the text levels
+  do not fit)
 - naming the mistake: diagnose.py (probes, then the first divergence or the variants), divergence.py (hooks, the
   first divergent submodule), matchers.py (the catalogue's variants on a unit's inputs), variants.py (the reference
   with one mistake put in), mistakes.py, attention_mistakes.py, backward_mistakes.py, diagnosis.py (the registry)
