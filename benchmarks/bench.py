@@ -855,7 +855,8 @@ def ops_report(p: dict, args: argparse.Namespace) -> dict:
         f"CPU: {machine['cpu']}; NumPy BLAS kernel: {machine['numpy_blas_kernel']}; threads: numpy "
         f"{machine['numpy_threads']}, torch {machine['torch_threads']}"
     )
-    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3)
+    # the fast path's parts: one per thread the two libraries were given (--threads, default: every core)
+    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3, n_parts=args.threads or parallel.CORES)
     return {"machine": {**machine, "torch_blas": table.pop("torch_blas")}, **table}
 
 

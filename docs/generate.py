@@ -504,23 +504,45 @@ def llm_decode_markdown(record: dict) -> str:
 
 
 def ops_markdown(record: dict) -> str:
-    """bench.py --ops's JSON as a table: each op, forward and backward, NumPy's time against torch's and the ratio,
-    with the CPU, NumPy's BLAS kernel and torch's BLAS."""
+    """bench.py --ops's JSON as a table: each op, forward and backward, NumPy's time (the plain call, and the fast
+    path's where it runs the op, in a recording that has it) against torch's and the ratios, with the CPU, NumPy's
+    BLAS kernel and torch's BLAS."""
     d = record["data"]
     m = d["machine"]
+    has_fast = any("fast" in r for r in d["ops"])
     out = recorded_line(record)
     out += (
         f"CPU {m['cpu']}; NumPy's BLAS kernel {m['numpy_blas_kernel']}, torch's BLAS {m['torch_blas']}; threads: "
         f"NumPy's BLAS {m['numpy_threads'][0]}, torch {m['torch_threads']}; load average "
         f"{d['load_average'][0]:.1f} before and {d['load_average'][1]:.1f} after. Float32, the medians of "
-        "interleaved runs.\n\n"
+        "interleaved runs."
     )
+    if has_fast:
+        out += (
+            f" Fast: the fast path's call, the same function on the rows of a part per core ({d['fast_path_parts']} "
+            "parts, one BLAS thread each; GELU its float32 kernel); - where the fast path does not run the op."
+        )
+    out += "\n\n"
+
+    def ms(seconds):
+        return "-" if seconds is None else f"{seconds * 1e3:,.2f}"
+
+    def ratio(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    header = ["op", "pass", "shape", "NumPy ms", "torch ms", "NumPy / torch"]
     rows = [
-        [r["op"], r["pass"], r["shape"], f"{r['numpy'] * 1e3:,.2f}", f"{r['torch'] * 1e3:,.2f}",
-         f"{r['ratio_numpy_over_torch']:.2f}"]
+        [r["op"], r["pass"], r["shape"], ms(r["numpy"]), ms(r["torch"]), ratio(r["ratio_numpy_over_torch"])]
         for r in d["ops"]
-    ]  # fmt: skip
-    return out + table(["op", "pass", "shape", "NumPy ms", "torch ms", "NumPy / torch"], rows, nowrap=True)
+    ]
+    if has_fast:
+        header = ["op", "pass", "shape", "NumPy ms", "fast ms", "torch ms", "NumPy / torch", "fast / torch"]
+        rows = [
+            [r["op"], r["pass"], r["shape"], ms(r["numpy"]), ms(r["fast"]), ms(r["torch"]),
+             ratio(r["ratio_numpy_over_torch"]), ratio(r["ratio_fast_over_torch"])]
+            for r in d["ops"]
+        ]  # fmt: skip
+    return out + table(header, rows, nowrap=True)
 
 
 def training_markdown(records: dict[str, dict]) -> str:

@@ -116,21 +116,30 @@ def test_interleaved_rotates_the_order_and_skips_the_warm_up():
 
 
 def test_ops_table_pairs_compute_the_same_thing():
-    """bench.py --ops times NumPy's function against torch's op: on the quick shapes, every forward pair gives the
-    same numbers (float32, loosely: the table is about time), every backward runs, and torch's BLAS is named."""
+    """bench.py --ops times NumPy's function, the fast path's (the same on a part of the rows per core) and torch's
+    op: on the quick shapes, every forward gives the same numbers (float32, loosely: the table is about time; the fast
+    path's parts put back together), every backward runs, and torch's BLAS is named."""
     import numpy as np
 
     bench = load_bench()
     ops_table = bench.ops_table
-    pairs = ops_table.op_pairs(ops_table.QUICK, ops_table.QUICK_DECODE, np.random.default_rng(0))
+    pairs = ops_table.op_pairs(ops_table.QUICK, ops_table.QUICK_DECODE, np.random.default_rng(0), n_parts=2)
     assert {op for op, *_ in pairs} >= {"linear", "gelu (exact)", "softmax", "layer norm", "rms norm", "rope"}
-    for op, pass_, shape, np_fn, torch_fn in pairs:
+    with_fast = {op for op, _, _, _, fast_fn, _ in pairs if fast_fn is not None}
+    assert with_fast >= {"softmax", "log-softmax", "layer norm", "rms norm", "gelu (exact)", "linear"}
+    for op, pass_, shape, np_fn, fast_fn, torch_fn in pairs:
         ours, theirs = np_fn(), torch_fn()
+        fast = None if fast_fn is None else fast_fn()
         if pass_ == "forward":
             ours = ours[0] if isinstance(ours, tuple) else ours
             theirs = theirs.detach().numpy()
             assert ours.shape == theirs.shape, (op, shape)
             assert np.abs(ours - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
+            if fast is not None:
+                assert len(fast) == 2, (op, shape)  # one result per part
+                fast = np.concatenate([f[0] if isinstance(f, tuple) else f for f in fast])
+                assert np.abs(fast - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
         else:
             assert all(np.isfinite(t.numpy()).all() for t in theirs), (op, shape)
+            assert fast is None or len(fast) == 2, (op, shape)
     assert ops_table.torch_blas() != "unknown"
