@@ -62,6 +62,49 @@ def test_benchmark_quick_mode(tmp_path):
     assert "torch.compile" in printed and "DDP training step" in printed
 
 
+@pytest.mark.slow
+def test_targets_quick_mode(tmp_path):
+    """bench.py --targets (issue 50's whole-model figures in one process) on the quick shapes (about 25 s): every
+    target's figure is measured and judged, the load average is recorded at each stage."""
+    out = tmp_path / "targets.json"
+    command = [sys.executable, str(BENCH), "--targets", "--quick", "--json", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 0, (
+        f"bench.py --targets exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    )
+    report = json.loads(out.read_text())
+    assert len(report["targets"]) == 8 and all(row["value"] > 0 for row in report["targets"]), report["targets"]
+    assert all(row["met"] in (True, False) for row in report["targets"] if row["target"])
+    assert set(report["load_average"]) == {"start", "after the MiniLM forward", "after the training step", "end"}
+    assert report["minilm_forward"]["max_abs_difference"] < 1e-4
+    assert report["llm_decode"]["batch 8"]["same_tokens"] == 8
+    assert "met" in run.stdout and "of the bandwidth ceiling" in run.stdout
+
+
+def test_targets_are_judged_by_their_bounds():
+    """bench.py --targets's verdicts: a ratio at most its bound (a time over torch's), a rate at least its bound; a
+    figure without a bound, or not measured, is reported with no verdict."""
+    bench = load_bench()
+    report = {"a": {"b": 1.1}, "c": 0.5}
+    assert bench.target_row(report, "x", ("a", "b"), 1.2, "<=")["met"] is True
+    assert bench.target_row(report, "x", ("a", "b"), 1.0, "<=")["met"] is False
+    assert bench.target_row(report, "x", ("c",), 0.4, ">=") == {
+        "figure": "x",
+        "value": 0.5,
+        "target": ">= 0.4",
+        "met": True,
+    }
+    assert bench.target_row(report, "x", ("c",), 0.75, ">=")["met"] is False
+    assert bench.target_row(report, "x", ("a", "b"), None, "<=")["met"] is None
+    assert bench.target_row(report, "x", ("a", "missing"), 1.0, "<=") == {
+        "figure": "x",
+        "value": None,
+        "target": "<= 1",
+        "met": None,
+    }
+    assert {path[0] for _, path, _, _ in bench.TARGETS} == {"minilm_forward", "train_step", "llm_decode"}
+
+
 def test_the_benchmark_reads_nothing_private():
     """bench.py uses the package's public API only: no attribute with a leading underscore read from anything
     but torch (torch._dynamo.reset is torch's documented way to drop compiled graphs)."""
