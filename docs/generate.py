@@ -545,6 +545,30 @@ def ops_markdown(record: dict) -> str:
     return out + table(header, rows, nowrap=True)
 
 
+def targets_markdown(record: dict) -> str:
+    """bench.py --targets's JSON as a table: each whole-model figure, its target and whether it is met, with the
+    times behind the ratios and the load average at each stage."""
+    d = record["data"]
+    m, minilm, step = d["machine"], d["minilm_forward"], d["train_step"]
+    blas = m["numpy_blas"][0] if m["numpy_blas"] else {}
+    loads = "; ".join(f"{stage} {v[0]:.1f}" for stage, v in d["load_average"].items())
+    out = recorded_line(record)
+    out += (
+        f"NumPy's BLAS: {blas.get('internal_api')} ({blas.get('architecture')} kernel), {blas.get('num_threads')} "
+        f"threads; torch {m['torch_threads']} threads. Load average (1 min): {loads}. All-MiniLM-L6-v2 forward, "
+        f"{minilm['batch']} × {minilm['tokens']} tokens: NumPy {minilm['numpy'] * 1e3:,.0f} ms, fast "
+        f"{minilm['numpy_parallel'] * 1e3:,.0f} ms, `BertModel` {minilm['torch'] * 1e3:,.0f} ms. Training step: "
+        f"NumPy {step['numpy'] * 1e3:,.0f} ms, fast {step['numpy_parallel'] * 1e3:,.0f} ms, torch "
+        f"{step['torch'] * 1e3:,.0f} ms.\n\n"
+    )
+    rows = [
+        [r["figure"], "-" if r["value"] is None else f"{r['value']:.2f}", r["target"] or "-",
+         "-" if r["met"] is None else ("yes" if r["met"] else "**no**")]
+        for r in d["targets"]
+    ]  # fmt: skip
+    return out + table(["figure", "measured", "target", "met"], rows, nowrap=True)
+
+
 def training_markdown(records: dict[str, dict]) -> str:
     """train_numbers.py's metrics.json files as one table, and a loss curve per run."""
     sys.path.insert(0, str(ROOT))
@@ -620,6 +644,10 @@ def main(argv: list[str] | None = None) -> None:
     ops = DATA / "ops.json"
     (GENERATED / "ops.md").write_text(
         ops_markdown(json.loads(ops.read_text())) if ops.is_file() else "*Not recorded yet.*\n"
+    )
+    targets = DATA / "targets.json"
+    (GENERATED / "targets.md").write_text(
+        targets_markdown(json.loads(targets.read_text())) if targets.is_file() else "*Not recorded yet.*\n"
     )
     training = {
         p.stem.removeprefix("training_"): json.loads(p.read_text()) for p in sorted(DATA.glob("training_*.json"))
