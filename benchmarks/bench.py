@@ -5,6 +5,7 @@
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --llm-decode --json out.json    # only the LLM decoding speed below, a few minutes
     python benchmarks/bench.py --ops --json out.json           # only the per-op table (benchmarks/ops_table.py)
+    python benchmarks/bench.py --ops --op softmax --op norm    # only those rows of it
     python benchmarks/bench.py --targets --json out.json       # only issue 50's whole-model figures, ~5 minutes
 
 Both models get the same weights and the same threads, float32. Timings interleave the two
@@ -790,6 +791,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="measure only the per-op table: each op, NumPy vs torch (benchmarks/ops_table.py)",
     )
     parser.add_argument(
+        "--op",
+        action="append",
+        metavar="NAME",
+        help="with --ops: only the ops whose name contains NAME (repeatable; e.g. --op softmax --op norm)",
+    )
+    parser.add_argument(
         "--targets",
         action="store_true",
         help="measure only the whole-model speed targets, in one process: the all-MiniLM-L6-v2 forward, the training "
@@ -867,7 +874,7 @@ def ops_report(p: dict, args: argparse.Namespace) -> dict:
         f"{machine['numpy_threads']}, torch {machine['torch_threads']}"
     )
     # the fast path's parts: one per thread the two libraries were given (--threads, default: every core)
-    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3, n_parts=args.threads or parallel.CORES)
+    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3, args.threads or parallel.CORES, args.op)
     return {"machine": {**machine, "torch_blas": table.pop("torch_blas")}, **table}
 
 
@@ -893,9 +900,10 @@ def targets_report(p: dict, args: argparse.Namespace) -> dict:
     batch 1 and 8 (tok/s vs generate(), and the fraction of the memory-bandwidth ceiling measured beside it). The load
     average is taken before and after each: the figures mean something only on a quiet machine (load well under the
     number of cores throughout); ratios are compared, never absolute times across runs."""
-    loads = {"start": os.getloadavg()}
+    loads, started = {"start": os.getloadavg()}, time.perf_counter()
     minilm = minilm_forward(p)
     loads["after the MiniLM forward"] = os.getloadavg()
+    seconds = {"MiniLM forward": time.perf_counter() - started}
     config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))  # as the full report's
     np_model, torch_model = build_pair(config)
     data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
@@ -903,8 +911,10 @@ def targets_report(p: dict, args: argparse.Namespace) -> dict:
     fast_step = parallel_step_function(config, nt.Transformer(config, dtype=np.float32), *data)
     step = interleaved({"numpy": numpy_step, "numpy_parallel": fast_step, "torch": torch_step}, p["reps"])
     loads["after the training step"] = os.getloadavg()
+    seconds["training step"] = time.perf_counter() - started - sum(seconds.values())
     llm = llm_decoding(LLM_QUICK | {"batches": (1, 8)} if args.quick else LLM)  # the targets' batch sizes
     loads["end"] = os.getloadavg()
+    seconds["LLM decoding"] = time.perf_counter() - started - sum(seconds.values())
     report = {
         "machine": {
             "cpu_model": cpu_model(),
@@ -914,6 +924,7 @@ def targets_report(p: dict, args: argparse.Namespace) -> dict:
             **blas_report(),
         },
         "load_average": loads,
+        "stage_seconds": seconds,
         "minilm_forward": minilm,
         "train_step": {
             **step,
@@ -947,6 +958,7 @@ def print_targets(report: dict) -> None:
     )
     loads = "; ".join(f"{k} {v[0]:.2f} {v[1]:.2f} {v[2]:.2f}" for k, v in report["load_average"].items())
     print(f"load average (1, 5, 15 min): {loads}")
+    print("seconds each stage took: " + ", ".join(f"{k} {v:.0f}" for k, v in report["stage_seconds"].items()))
     if max(v[0] for v in report["load_average"].values()) >= 0.75 * m["cpus"]:
         print("  (not a quiet machine: other work shared the cores, and the ratios with it)")
     minilm, step = report["minilm_forward"], report["train_step"]

@@ -344,11 +344,12 @@ def _norm_pairs(p: _Pairs, s: dict, d: dict) -> None:
     )
 
 
-def ops_table(quick: bool, interleaved, reps: int, n_parts: int = parallel.CORES) -> dict:
+def ops_table(quick: bool, interleaved, reps: int, n_parts: int = parallel.CORES, only: list | None = None) -> dict:
     """Median seconds of each op, NumPy's plain call, the fast path's (n_parts parts) and torch's interleaved
-    (bench.interleaved), and the ratios over torch."""
+    (bench.interleaved), and the ratios over torch. only: the ops whose name contains one of these (default: all)."""
     rng = np.random.default_rng(0)
     pairs = op_pairs(QUICK if quick else MINILM, QUICK_DECODE if quick else DECODE, rng, n_parts)
+    pairs = [pair for pair in pairs if not only or any(name in pair[0] for name in only)]
     rows = []
     load_before = os.getloadavg()[0]
     with torch.no_grad():  # the forwards build no graph (the backward closures hold theirs already)

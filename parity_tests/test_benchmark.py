@@ -76,6 +76,7 @@ def test_targets_quick_mode(tmp_path):
     assert len(report["targets"]) == 8 and all(row["value"] > 0 for row in report["targets"]), report["targets"]
     assert all(row["met"] in (True, False) for row in report["targets"] if row["target"])
     assert set(report["load_average"]) == {"start", "after the MiniLM forward", "after the training step", "end"}
+    assert set(report["stage_seconds"]) == {"MiniLM forward", "training step", "LLM decoding"}
     assert report["minilm_forward"]["max_abs_difference"] < 1e-4
     assert report["llm_decode"]["batch 8"]["same_tokens"] == 8
     assert "met" in run.stdout and "of the bandwidth ceiling" in run.stdout
@@ -186,3 +187,24 @@ def test_ops_table_pairs_compute_the_same_thing():
             assert all(np.isfinite(t.numpy()).all() for t in theirs), (op, shape)
             assert fast is None or len(fast) == 2, (op, shape)
     assert ops_table.torch_blas() != "unknown"
+
+
+def test_ops_table_rows_and_the_op_filter():
+    """ops_table's rows: NumPy, the fast path (None where it does not run the op) and torch, with their ratios; --op
+    keeps the ops whose name contains one of the names given."""
+    bench = load_bench()
+
+    def timed(fns, reps, pause):  # each function once, fixed times: the table's arithmetic, not the machine's
+        for fn in fns.values():
+            fn()
+        return {name: {"numpy": 4.0, "fast": 2.0, "torch": 1.0}[name] for name in fns}
+
+    report = bench.ops_table.ops_table(True, timed, 1, n_parts=2, only=["softmax", "few rows x @"])
+    assert {r["op"] for r in report["ops"]} == {"softmax", "log-softmax", "few rows x @ W.T"}
+    for r in report["ops"]:
+        assert r["ratio_numpy_over_torch"] == 4.0
+        if r["op"].startswith("few rows"):
+            assert r["fast"] is None and r["ratio_fast_over_torch"] is None
+        else:
+            assert r["fast"] == 2.0 and r["ratio_fast_over_torch"] == 2.0
+    assert report["fast_path_parts"] == 2
