@@ -641,10 +641,9 @@ def main(argv: list[str] | None = None) -> None:
     llm = DATA / "llm_decode.json"
     llm_table = llm_decode_markdown(json.loads(llm.read_text())) if llm.is_file() else "*Not recorded yet.*\n"
     (GENERATED / "llm_decode.md").write_text(llm_table)
-    ops = DATA / "ops.json"
-    (GENERATED / "ops.md").write_text(
-        ops_markdown(json.loads(ops.read_text())) if ops.is_file() else "*Not recorded yet.*\n"
-    )
+    # ops.json (every core), then any ops_*.json (other thread counts, such as ops_1_thread.json)
+    ops = [ops_markdown(json.loads(p.read_text())) for p in sorted(DATA.glob("ops*.json"))]
+    (GENERATED / "ops.md").write_text("\n".join(ops) if ops else "*Not recorded yet.*\n")
     targets = DATA / "targets.json"
     (GENERATED / "targets.md").write_text(
         targets_markdown(json.loads(targets.read_text())) if targets.is_file() else "*Not recorded yet.*\n"
