@@ -13,8 +13,10 @@ NumPy's backward on the cache of one forward, torch's autograd.grad on the graph
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
+import time
 
 import numpy as np
 import torch
@@ -344,6 +346,33 @@ def _norm_pairs(p: _Pairs, s: dict, d: dict) -> None:
     )
 
 
+# An op is timed as this many seconds of calls in a row (at least one call, at most MAX_CALLS), the time per call
+# reported: after the pause before each timing the cores' idle threads sleep, and waking them (the fast path's pool
+# thread, torch's workers; on a virtual machine an idle virtual CPU) costs up to a millisecond or two, which a
+# model's step pays once, not once an op. Quiet, 2 cores (load 0.8): layer norm's fast forward took 3.8 ms as one
+# call after the pause, 1.9 ms a call as ten in a row (its plain call 3.6 and 4.2 ms).
+SECONDS_PER_TIMING = 0.01
+MAX_CALLS = 20
+
+
+def calls_per_timing(fn) -> int:
+    """Calls in a row for one timing of an op whose plain call is fn: enough for SECONDS_PER_TIMING (one call
+    measured to see)."""
+    start = time.perf_counter()
+    fn()
+    return max(1, min(MAX_CALLS, math.ceil(SECONDS_PER_TIMING / max(time.perf_counter() - start, 1e-9))))
+
+
+def repeated(fn, calls: int):
+    """fn called `calls` times in a row."""
+
+    def run():
+        for _ in range(calls):
+            fn()
+
+    return run
+
+
 def ops_table(quick: bool, interleaved, reps: int, n_parts: int = parallel.CORES, only: list | None = None) -> dict:
     """Median seconds of each op, NumPy's plain call, the fast path's (n_parts parts) and torch's interleaved
     (bench.interleaved), and the ratios over torch. only: the ops whose name contains one of these (default: all)."""
@@ -354,14 +383,17 @@ def ops_table(quick: bool, interleaved, reps: int, n_parts: int = parallel.CORES
     load_before = os.getloadavg()[0]
     with torch.no_grad():  # the forwards build no graph (the backward closures hold theirs already)
         for op, pass_, shape, np_fn, fast_fn, torch_fn in pairs:
+            calls = calls_per_timing(np_fn)
             fns = {"numpy": np_fn, "fast": fast_fn, "torch": torch_fn}
-            times = interleaved({k: f for k, f in fns.items() if f is not None}, reps, pause=0.01)
+            fns = {k: repeated(f, calls) for k, f in fns.items() if f is not None}
+            times = {k: t / calls for k, t in interleaved(fns, reps, pause=0.01).items()}
             fast_time = times.get("fast")
             rows.append(
                 {
                     "op": op,
                     "pass": pass_,
                     "shape": shape,
+                    "calls_per_timing": calls,
                     "numpy": times["numpy"],
                     "fast": fast_time,
                     "torch": times["torch"],
