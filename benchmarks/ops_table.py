@@ -349,10 +349,11 @@ def _norm_pairs(p: _Pairs, s: dict, d: dict) -> None:
 # An op is timed as this many seconds of calls in a row (at least one call, at most MAX_CALLS), the time per call
 # reported: after the pause before each timing the cores' idle threads sleep, and waking them (the fast path's pool
 # thread, torch's workers; on a virtual machine an idle virtual CPU) costs up to a millisecond or two, which a
-# model's step pays once, not once an op. Quiet, 2 cores (load 0.8): layer norm's fast forward took 3.8 ms as one
-# call after the pause, 1.9 ms a call as ten in a row (its plain call 3.6 and 4.2 ms).
-SECONDS_PER_TIMING = 0.01
-MAX_CALLS = 20
+# model's step pays once, not once an op. Quiet, 2 cores (load 0.1-0.9): layer norm's fast forward on (4096, 384) took
+# 3.8 ms as one call after a 10 ms pause, 2.7 ms a call as three in a row, 1.9 ms as ten in a row (its plain call
+# 3.6-4.2 ms); the longer the pause, the slower the first calls (three in a row after 0.3 s: 5.3 ms a call).
+SECONDS_PER_TIMING = 0.03
+MAX_CALLS = 30
 
 
 def calls_per_timing(fn) -> int:
