@@ -5,6 +5,8 @@
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --llm-decode --json out.json    # only the LLM decoding speed below, a few minutes
     python benchmarks/bench.py --ops --json out.json           # only the per-op table (benchmarks/ops_table.py)
+    python benchmarks/bench.py --ops --op softmax --op norm    # only those rows of it
+    python benchmarks/bench.py --targets --json out.json       # only issue 50's whole-model figures, ~5 minutes
 
 Both models get the same weights and the same threads, float32. Timings interleave the two
 implementations repetition by repetition and report medians. The achieved GFLOP/s of a training
@@ -788,6 +790,18 @@ def parse_args(argv=None) -> argparse.Namespace:
         action="store_true",
         help="measure only the per-op table: each op, NumPy vs torch (benchmarks/ops_table.py)",
     )
+    parser.add_argument(
+        "--op",
+        action="append",
+        metavar="NAME",
+        help="with --ops: only the ops whose name contains NAME (repeatable; e.g. --op softmax --op norm)",
+    )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="measure only the whole-model speed targets, in one process: the all-MiniLM-L6-v2 forward, the training "
+        "step and the LLM decoding at batch 1 and 8 (with the bandwidth ceiling), each NumPy plain and fast vs torch",
+    )
     parser.add_argument("--llm-tokens", type=int, default=None, help="with --llm-decode: tokens generated per run")
     parser.add_argument(
         "--threads",
@@ -826,12 +840,16 @@ def main(argv=None) -> dict:
             report = llm_decoding(q | ({"tokens": args.llm_tokens} if args.llm_tokens else {}))
         elif args.ops:
             report = ops_report(p, args)
+        elif args.targets:
+            report = targets_report(p, args)
         else:
             report = measure(p, args, allocator)
     if args.llm_decode:
         print_llm_decoding(report)
     elif args.ops:
         ops_table.print_ops(report)
+    elif args.targets:
+        print_targets(report)
     else:
         print_report(report, p, args)
     if args.json:
@@ -855,8 +873,109 @@ def ops_report(p: dict, args: argparse.Namespace) -> dict:
         f"CPU: {machine['cpu']}; NumPy BLAS kernel: {machine['numpy_blas_kernel']}; threads: numpy "
         f"{machine['numpy_threads']}, torch {machine['torch_threads']}"
     )
-    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3)
+    # the fast path's parts: one per thread the two libraries were given (--threads, default: every core)
+    table = ops_table.ops_table(args.quick, interleaved, p["reps"] * 3, args.threads or parallel.CORES, args.op)
     return {"machine": {**machine, "torch_blas": table.pop("torch_blas")}, **table}
+
+
+# Issue 50's whole-model targets: (figure, the ratio's key path in targets_report's JSON, the bound, "<=" or ">=").
+TARGETS = [
+    ("all-MiniLM-L6-v2 forward, plain / BertModel", ("minilm_forward", "ratio_numpy_over_torch"), 2.5, "<="),
+    ("all-MiniLM-L6-v2 forward, fast / BertModel", ("minilm_forward", "ratio_numpy_parallel_over_torch"), 1.2, "<="),
+    ("training step, plain / torch eager", ("train_step", "ratio_numpy_over_torch"), 1.0, "<="),
+    ("training step, fast / torch eager", ("train_step", "ratio_numpy_parallel_over_torch"), None, "<="),
+    ("LLM decode batch 1, tok/s NumPy / generate()", ("llm_decode", "batch 1", "speedup_over_generate"), None, ">="),
+    ("LLM decode batch 1, NumPy of the bandwidth ceiling",
+     ("llm_decode", "batch 1", "fraction_of_bandwidth_ceiling", "numpy"), 0.75, ">="),
+    ("LLM decode batch 8, tok/s NumPy / generate()", ("llm_decode", "batch 8", "speedup_over_generate"), 1.0, ">="),
+    ("LLM decode batch 8, NumPy of the bandwidth ceiling",
+     ("llm_decode", "batch 8", "fraction_of_bandwidth_ceiling", "numpy"), 0.4, ">="),
+]  # fmt: skip
+
+
+def targets_report(p: dict, args: argparse.Namespace) -> dict:
+    """The whole-model figures of issue 50's targets, measured in one process, each interleaved with its torch
+    counterpart: the all-MiniLM-L6-v2 forward (real weights; plain and fast vs BertModel), the base configuration's
+    training step (plain and fast vs torch_transformer eager) and the ~0.4B Qwen2-shaped model's greedy decoding at
+    batch 1 and 8 (tok/s vs generate(), and the fraction of the memory-bandwidth ceiling measured beside it). The load
+    average is taken before and after each: the figures mean something only on a quiet machine (load well under the
+    number of cores throughout); ratios are compared, never absolute times across runs."""
+    loads, started = {"start": os.getloadavg()}, time.perf_counter()
+    minilm = minilm_forward(p)
+    loads["after the MiniLM forward"] = os.getloadavg()
+    seconds = {"MiniLM forward": time.perf_counter() - started}
+    config = make_config(p, max(p["src_len"], p["tgt_len"], p["decode_tokens"] + 1))  # as the full report's
+    np_model, torch_model = build_pair(config)
+    data = batch(config, p["batch"], p["src_len"], p["tgt_len"])
+    numpy_step, torch_step = step_functions(config, np_model, torch_model, *data)
+    fast_step = parallel_step_function(config, nt.Transformer(config, dtype=np.float32), *data)
+    step = interleaved({"numpy": numpy_step, "numpy_parallel": fast_step, "torch": torch_step}, p["reps"])
+    loads["after the training step"] = os.getloadavg()
+    seconds["training step"] = time.perf_counter() - started - sum(seconds.values())
+    llm = llm_decoding(LLM_QUICK | {"batches": (1, 8)} if args.quick else LLM)  # the targets' batch sizes
+    loads["end"] = os.getloadavg()
+    seconds["LLM decoding"] = time.perf_counter() - started - sum(seconds.values())
+    report = {
+        "machine": {
+            "cpu_model": cpu_model(),
+            "cpus": parallel.CORES,
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+            **blas_report(),
+        },
+        "load_average": loads,
+        "stage_seconds": seconds,
+        "minilm_forward": minilm,
+        "train_step": {
+            **step,
+            "batch": p["batch"],
+            "src_len": p["src_len"],
+            "tgt_len": p["tgt_len"],
+            "ratio_numpy_over_torch": step["numpy"] / step["torch"],
+            "ratio_numpy_parallel_over_torch": step["numpy_parallel"] / step["torch"],
+        },
+        "llm_decode": llm,
+    }
+    report["targets"] = [target_row(report, *t) for t in TARGETS]
+    return report
+
+
+def target_row(report: dict, label: str, keys: tuple, bound: float | None, sense: str) -> dict:
+    value = report
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    met = None if bound is None or value is None else (value <= bound if sense == "<=" else value >= bound)
+    return {"figure": label, "value": value, "target": None if bound is None else f"{sense} {bound:g}", "met": met}
+
+
+def print_targets(report: dict) -> None:
+    m = report["machine"]
+    blas = m["numpy_blas"][0] if m["numpy_blas"] else {}
+    print(
+        f"machine: {m['cpu_model']}, {m['cpus']} CPUs; NumPy {m['numpy']} ({blas.get('internal_api')} "
+        f"{blas.get('architecture')} kernel, {blas.get('num_threads')} threads), torch {m['torch']} "
+        f"({m['torch_threads']} threads)"
+    )
+    loads = "; ".join(f"{k} {v[0]:.2f} {v[1]:.2f} {v[2]:.2f}" for k, v in report["load_average"].items())
+    print(f"load average (1, 5, 15 min): {loads}")
+    print("seconds each stage took: " + ", ".join(f"{k} {v:.0f}" for k, v in report["stage_seconds"].items()))
+    if max(v[0] for v in report["load_average"].values()) >= 0.75 * m["cpus"]:
+        print("  (not a quiet machine: other work shared the cores, and the ratios with it)")
+    minilm, step = report["minilm_forward"], report["train_step"]
+    print(
+        f"all-MiniLM-L6-v2 forward, {minilm['batch']} x {minilm['tokens']} tokens: numpy {minilm['numpy'] * 1e3:.0f} "
+        f"ms, fast {minilm['numpy_parallel'] * 1e3:.0f} ms, BertModel {minilm['torch'] * 1e3:.0f} ms"
+    )
+    print(
+        f"training step, batch {step['batch']} x ({step['src_len']} + {step['tgt_len']}) tokens: numpy "
+        f"{step['numpy'] * 1e3:.0f} ms, fast {step['numpy_parallel'] * 1e3:.0f} ms, torch {step['torch'] * 1e3:.0f} ms"
+    )
+    print_llm_decoding(report["llm_decode"])
+    print(f"{'figure':54}{'measured':>10}{'target':>10}  met")
+    for row in report["targets"]:
+        value = "-" if row["value"] is None else f"{row['value']:.2f}"
+        met = "-" if row["met"] is None else ("yes" if row["met"] else "NO")
+        print(f"{row['figure']:54}{value:>10}{row['target'] or '-':>10}  {met}")
 
 
 def fast_step_phases(config, p, model, data) -> dict:

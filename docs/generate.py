@@ -504,23 +504,69 @@ def llm_decode_markdown(record: dict) -> str:
 
 
 def ops_markdown(record: dict) -> str:
-    """bench.py --ops's JSON as a table: each op, forward and backward, NumPy's time against torch's and the ratio,
-    with the CPU, NumPy's BLAS kernel and torch's BLAS."""
+    """bench.py --ops's JSON as a table: each op, forward and backward, NumPy's time (the plain call, and the fast
+    path's where it runs the op, in a recording that has it) against torch's and the ratios, with the CPU, NumPy's
+    BLAS kernel and torch's BLAS."""
     d = record["data"]
     m = d["machine"]
+    has_fast = any("fast" in r for r in d["ops"])
     out = recorded_line(record)
     out += (
         f"CPU {m['cpu']}; NumPy's BLAS kernel {m['numpy_blas_kernel']}, torch's BLAS {m['torch_blas']}; threads: "
         f"NumPy's BLAS {m['numpy_threads'][0]}, torch {m['torch_threads']}; load average "
         f"{d['load_average'][0]:.1f} before and {d['load_average'][1]:.1f} after. Float32, the medians of "
-        "interleaved runs.\n\n"
+        "interleaved runs."
+    )
+    if has_fast:
+        out += (
+            f" Fast: the fast path's call, the same function on the rows of a part per core ({d['fast_path_parts']} "
+            "parts, one BLAS thread each; GELU its float32 kernel); - where the fast path does not run the op."
+        )
+    out += "\n\n"
+
+    def ms(seconds):
+        return "-" if seconds is None else f"{seconds * 1e3:,.2f}"
+
+    def ratio(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    header = ["op", "pass", "shape", "NumPy ms", "torch ms", "NumPy / torch"]
+    rows = [
+        [r["op"], r["pass"], r["shape"], ms(r["numpy"]), ms(r["torch"]), ratio(r["ratio_numpy_over_torch"])]
+        for r in d["ops"]
+    ]
+    if has_fast:
+        header = ["op", "pass", "shape", "NumPy ms", "fast ms", "torch ms", "NumPy / torch", "fast / torch"]
+        rows = [
+            [r["op"], r["pass"], r["shape"], ms(r["numpy"]), ms(r["fast"]), ms(r["torch"]),
+             ratio(r["ratio_numpy_over_torch"]), ratio(r["ratio_fast_over_torch"])]
+            for r in d["ops"]
+        ]  # fmt: skip
+    return out + table(header, rows, nowrap=True)
+
+
+def targets_markdown(record: dict) -> str:
+    """bench.py --targets's JSON as a table: each whole-model figure, its target and whether it is met, with the
+    times behind the ratios and the load average at each stage."""
+    d = record["data"]
+    m, minilm, step = d["machine"], d["minilm_forward"], d["train_step"]
+    blas = m["numpy_blas"][0] if m["numpy_blas"] else {}
+    loads = "; ".join(f"{stage} {v[0]:.1f}" for stage, v in d["load_average"].items())
+    out = recorded_line(record)
+    out += (
+        f"NumPy's BLAS: {blas.get('internal_api')} ({blas.get('architecture')} kernel), {blas.get('num_threads')} "
+        f"threads; torch {m['torch_threads']} threads. Load average (1 min): {loads}. All-MiniLM-L6-v2 forward, "
+        f"{minilm['batch']} × {minilm['tokens']} tokens: NumPy {minilm['numpy'] * 1e3:,.0f} ms, fast "
+        f"{minilm['numpy_parallel'] * 1e3:,.0f} ms, `BertModel` {minilm['torch'] * 1e3:,.0f} ms. Training step: "
+        f"NumPy {step['numpy'] * 1e3:,.0f} ms, fast {step['numpy_parallel'] * 1e3:,.0f} ms, torch "
+        f"{step['torch'] * 1e3:,.0f} ms.\n\n"
     )
     rows = [
-        [r["op"], r["pass"], r["shape"], f"{r['numpy'] * 1e3:,.2f}", f"{r['torch'] * 1e3:,.2f}",
-         f"{r['ratio_numpy_over_torch']:.2f}"]
-        for r in d["ops"]
+        [r["figure"], "-" if r["value"] is None else f"{r['value']:.2f}", r["target"] or "-",
+         "-" if r["met"] is None else ("yes" if r["met"] else "**no**")]
+        for r in d["targets"]
     ]  # fmt: skip
-    return out + table(["op", "pass", "shape", "NumPy ms", "torch ms", "NumPy / torch"], rows, nowrap=True)
+    return out + table(["figure", "measured", "target", "met"], rows, nowrap=True)
 
 
 def training_markdown(records: dict[str, dict]) -> str:
@@ -595,9 +641,12 @@ def main(argv: list[str] | None = None) -> None:
     llm = DATA / "llm_decode.json"
     llm_table = llm_decode_markdown(json.loads(llm.read_text())) if llm.is_file() else "*Not recorded yet.*\n"
     (GENERATED / "llm_decode.md").write_text(llm_table)
-    ops = DATA / "ops.json"
-    (GENERATED / "ops.md").write_text(
-        ops_markdown(json.loads(ops.read_text())) if ops.is_file() else "*Not recorded yet.*\n"
+    # ops.json (every core), then any ops_*.json (other thread counts, such as ops_1_thread.json)
+    ops = [ops_markdown(json.loads(p.read_text())) for p in sorted(DATA.glob("ops*.json"))]
+    (GENERATED / "ops.md").write_text("\n".join(ops) if ops else "*Not recorded yet.*\n")
+    targets = DATA / "targets.json"
+    (GENERATED / "targets.md").write_text(
+        targets_markdown(json.loads(targets.read_text())) if targets.is_file() else "*Not recorded yet.*\n"
     )
     training = {
         p.stem.removeprefix("training_"): json.loads(p.read_text()) for p in sorted(DATA.glob("training_*.json"))

@@ -17,6 +17,9 @@ module runs the same reference code, unchanged, on every core:
   or element-wise, is spread over the cores. The loss of part k is weighted by n_k / n (its share of the
   targets that are not ignored), so the parts' gradients add up to exactly the gradient of the whole
   batch's mean loss.
+- map_parts: how DataParallel runs its parts, and how any single op runs on its rows, a part per core: NumPy's
+  element-wise ops (softmax, norms, activations) run one thread per call, so in the fast path each core runs
+  the op on its own rows. benchmarks/ops_table.py (bench.py --ops) times every op so, beside the plain call.
 - map_chunks: the thread pool behind the optimizer's step and the sum of the parts' gradients. An
   element-wise update touches each element alone, so cutting a tensor into chunks changes no result.
 
@@ -378,6 +381,32 @@ def split_rows(batch_size: int, n_parts: int) -> list:
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
+def map_parts(fn, parts: list) -> list:
+    """[fn(*part) for part in parts], the parts at once: the first on this thread, the others on the pool, every
+    BLAS call on its calling thread only (one_blas_thread). Returns the results in part order; the first error is
+    raised once all parts have finished.
+
+    The fast path's one way of running work on every core: DataParallel runs a model's forward and backward on
+    one part of the batch per core with it, and any single op runs the same way on its rows (benchmarks/ops_table.py
+    times each op so, as the fast path runs it: the rows of a part stay in its thread, nothing is concatenated):
+
+        parts = [(x[lo:hi],) for lo, hi in split_rows(len(x), CORES)]
+        outputs = [out for out, cache in map_parts(layers.softmax_forward, parts)]  # row k's softmax in part k
+    """
+    if not parts:
+        return []
+    with one_blas_thread():
+        futures = [pool().submit(fn, *part) for part in parts[1:]]
+        try:
+            first = fn(*parts[0])
+        finally:
+            errors = [f.exception() for f in futures]  # wait for every part before leaving the BLAS limit
+        for error in errors:
+            if error is not None:
+                raise error
+    return [first] + [f.result() for f in futures]
+
+
 def _rows(x, lo: int, hi: int):
     return None if x is None else x[lo:hi]
 
@@ -449,21 +478,11 @@ class DataParallel:
         return replicas
 
     def _run(self, fn, args: list) -> list:
-        """fn(k, *args[k]) for every part k at once: part 0 on this thread, the others on the pool, all with
-        one BLAS thread. Returns the results in part order; the first error is raised once all parts have
-        finished."""
+        """fn(k, *args[k]) for every part k at once (map_parts). Returns the results in part order."""
         start = time.perf_counter()
-        with one_blas_thread():
-            futures = [pool().submit(fn, k, *a) for k, a in enumerate(args) if k > 0]
-            try:
-                first = fn(0, *args[0])
-            finally:
-                errors = [f.exception() for f in futures]  # wait for every part before leaving the BLAS limit
-            for error in errors:
-                if error is not None:
-                    raise error
+        results = map_parts(fn, [(k, *a) for k, a in enumerate(args)])
         self.phase_seconds = {"parts": time.perf_counter() - start}  # a new call: its phases only
-        return [first] + [f.result() for f in futures]
+        return results
 
     def _sum_grads(self, part_grads: list) -> None:
         """Add the parts' gradients (one dict per part), in part order ((g_0 + g_1) + g_2 ...), into the first

@@ -62,6 +62,50 @@ def test_benchmark_quick_mode(tmp_path):
     assert "torch.compile" in printed and "DDP training step" in printed
 
 
+@pytest.mark.slow
+def test_targets_quick_mode(tmp_path):
+    """bench.py --targets (issue 50's whole-model figures in one process) on the quick shapes (about 25 s): every
+    target's figure is measured and judged, the load average is recorded at each stage."""
+    out = tmp_path / "targets.json"
+    command = [sys.executable, str(BENCH), "--targets", "--quick", "--json", str(out)]
+    run = subprocess.run(command, capture_output=True, text=True)
+    assert run.returncode == 0, (
+        f"bench.py --targets exited {run.returncode}:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    )
+    report = json.loads(out.read_text())
+    assert len(report["targets"]) == 8 and all(row["value"] > 0 for row in report["targets"]), report["targets"]
+    assert all(row["met"] in (True, False) for row in report["targets"] if row["target"])
+    assert set(report["load_average"]) == {"start", "after the MiniLM forward", "after the training step", "end"}
+    assert set(report["stage_seconds"]) == {"MiniLM forward", "training step", "LLM decoding"}
+    assert report["minilm_forward"]["max_abs_difference"] < 1e-4
+    assert report["llm_decode"]["batch 8"]["same_tokens"] == 8
+    assert "met" in run.stdout and "of the bandwidth ceiling" in run.stdout
+
+
+def test_targets_are_judged_by_their_bounds():
+    """bench.py --targets's verdicts: a ratio at most its bound (a time over torch's), a rate at least its bound; a
+    figure without a bound, or not measured, is reported with no verdict."""
+    bench = load_bench()
+    report = {"a": {"b": 1.1}, "c": 0.5}
+    assert bench.target_row(report, "x", ("a", "b"), 1.2, "<=")["met"] is True
+    assert bench.target_row(report, "x", ("a", "b"), 1.0, "<=")["met"] is False
+    assert bench.target_row(report, "x", ("c",), 0.4, ">=") == {
+        "figure": "x",
+        "value": 0.5,
+        "target": ">= 0.4",
+        "met": True,
+    }
+    assert bench.target_row(report, "x", ("c",), 0.75, ">=")["met"] is False
+    assert bench.target_row(report, "x", ("a", "b"), None, "<=")["met"] is None
+    assert bench.target_row(report, "x", ("a", "missing"), 1.0, "<=") == {
+        "figure": "x",
+        "value": None,
+        "target": "<= 1",
+        "met": None,
+    }
+    assert {path[0] for _, path, _, _ in bench.TARGETS} == {"minilm_forward", "train_step", "llm_decode"}
+
+
 def test_the_benchmark_reads_nothing_private():
     """bench.py uses the package's public API only: no attribute with a leading underscore read from anything
     but torch (torch._dynamo.reset is torch's documented way to drop compiled graphs)."""
@@ -116,21 +160,53 @@ def test_interleaved_rotates_the_order_and_skips_the_warm_up():
 
 
 def test_ops_table_pairs_compute_the_same_thing():
-    """bench.py --ops times NumPy's function against torch's op: on the quick shapes, every forward pair gives the
-    same numbers (float32, loosely: the table is about time), every backward runs, and torch's BLAS is named."""
+    """bench.py --ops times NumPy's function, the fast path's (the same on a part of the rows per core) and torch's
+    op: on the quick shapes, every forward gives the same numbers (float32, loosely: the table is about time; the fast
+    path's parts put back together), every backward runs, and torch's BLAS is named."""
     import numpy as np
 
     bench = load_bench()
     ops_table = bench.ops_table
-    pairs = ops_table.op_pairs(ops_table.QUICK, ops_table.QUICK_DECODE, np.random.default_rng(0))
+    pairs = ops_table.op_pairs(ops_table.QUICK, ops_table.QUICK_DECODE, np.random.default_rng(0), n_parts=2)
     assert {op for op, *_ in pairs} >= {"linear", "gelu (exact)", "softmax", "layer norm", "rms norm", "rope"}
-    for op, pass_, shape, np_fn, torch_fn in pairs:
+    with_fast = {op for op, _, _, _, fast_fn, _ in pairs if fast_fn is not None}
+    assert with_fast >= {"softmax", "log-softmax", "layer norm", "rms norm", "gelu (exact)", "linear"}
+    for op, pass_, shape, np_fn, fast_fn, torch_fn in pairs:
         ours, theirs = np_fn(), torch_fn()
+        fast = None if fast_fn is None else fast_fn()
         if pass_ == "forward":
             ours = ours[0] if isinstance(ours, tuple) else ours
             theirs = theirs.detach().numpy()
             assert ours.shape == theirs.shape, (op, shape)
             assert np.abs(ours - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
+            if fast is not None:
+                assert len(fast) == 2, (op, shape)  # one result per part
+                fast = np.concatenate([f[0] if isinstance(f, tuple) else f for f in fast])
+                assert np.abs(fast - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
         else:
             assert all(np.isfinite(t.numpy()).all() for t in theirs), (op, shape)
+            assert fast is None or len(fast) == 2, (op, shape)
     assert ops_table.torch_blas() != "unknown"
+
+
+def test_ops_table_rows_and_the_op_filter():
+    """ops_table's rows: NumPy, the fast path (None where it does not run the op) and torch, with their ratios; --op
+    keeps the ops whose name contains one of the names given."""
+    bench = load_bench()
+
+    def timed(fns, reps, pause):  # each function once, fixed times: the table's arithmetic, not the machine's
+        for fn in fns.values():
+            fn()
+        return {name: {"numpy": 4.0, "fast": 2.0, "torch": 1.0}[name] for name in fns}
+
+    report = bench.ops_table.ops_table(True, timed, 1, n_parts=2, only=["softmax", "few rows x @"])
+    assert {r["op"] for r in report["ops"]} == {"softmax", "log-softmax", "few rows x @ W.T"}
+    for r in report["ops"]:  # a timing of several calls in a row counts per call
+        calls = r["calls_per_timing"]
+        assert 1 <= calls <= bench.ops_table.MAX_CALLS and r["numpy"] == 4.0 / calls
+        assert r["ratio_numpy_over_torch"] == 4.0
+        if r["op"].startswith("few rows"):
+            assert r["fast"] is None and r["ratio_fast_over_torch"] is None
+        else:
+            assert r["fast"] == 2.0 / calls and r["ratio_fast_over_torch"] == 2.0
+    assert report["fast_path_parts"] == 2

@@ -357,6 +357,77 @@ def test_float32_normal_cdf_and_gelu():
     np.testing.assert_array_equal(parallel.gelu_forward(x64)[0], nt.layers.gelu_forward(x64)[0])
 
 
+def row_ops(rng) -> dict:
+    """name -> (forward(x) -> (out, cache), backward(dout, cache) -> dx or (dx, parameter gradients...) or None,
+    the input's shape): ops whose rows (axis 0) are independent, with float64 parameters."""
+    D = 24
+    w, b, W = 1 + 0.1 * rng.standard_normal(D), 0.1 * rng.standard_normal(D), rng.standard_normal((9, D)) / 5
+
+    def cast(*arrays):  # parameters in the input's dtype
+        return lambda x: [a.astype(x.dtype) for a in arrays]
+
+    ln, rms, lin = cast(w, b), cast(w), cast(W, b[:9])
+    return {
+        "softmax": (nt.layers.softmax_forward, nt.layers.softmax_backward, (5, 3, 7, 7)),
+        "log-softmax": (lambda x: (nt.loss.log_softmax(x), None), None, (10, 40)),
+        "layer norm": (lambda x: nt.layers.layer_norm_forward(x, *ln(x), 1e-5), nt.layers.layer_norm_backward, (10, D)),
+        "rms norm": (lambda x: nt.layers.rms_norm_forward(x, *rms(x), 1e-6), nt.layers.rms_norm_backward, (10, D)),
+        "gelu": (*nt.layers.ACTIVATIONS["gelu"], (10, D)),
+        "silu": (*nt.layers.ACTIVATIONS["silu"], (10, D)),
+        "linear": (lambda x: nt.layers.linear_forward(x, *lin(x)), nt.layers.linear_backward, (10, D)),
+    }
+
+
+def ops_on_parts(forward, backward, x, dout, n_parts: int) -> dict:
+    """An op as the fast path runs it (parallel.map_parts on the rows of each part), its outputs and input gradients
+    put back together and its parameter gradients added in part order: name -> array."""
+    bounds = parallel.split_rows(len(x), n_parts)
+    results = parallel.map_parts(forward, [(x[lo:hi],) for lo, hi in bounds])
+    out = {"out": np.concatenate([r[0] for r in results])}
+    if backward is not None:
+        grads = parallel.map_parts(backward, [(dout[lo:hi], r[1]) for (lo, hi), r in zip(bounds, results, strict=True)])
+        grads = [g if isinstance(g, tuple) else (g,) for g in grads]
+        out["dx"] = np.concatenate([g[0] for g in grads])
+        for i, parts in enumerate(zip(*(g[1:] for g in grads), strict=True), start=1):
+            if parts[0] is not None:
+                out[f"dparam{i}"] = sum(parts[1:], parts[0])
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_row_ops_on_parts_equal_the_plain_ops(dtype):
+    """Every row op run as the fast path runs it (bench.py --ops times it so), on 3 uneven parts in the pool,
+    against the plain call on the whole array; GELU as the fast path's float32 kernel (parallel.FLOAT32_KERNELS, the
+    reference itself in float64). Float64: the rows' outputs and input gradients are the plain ones
+    bit for bit (the same arithmetic on each row; linear's products to 1e-15), parameter gradients, sums over the
+    rows split into parts, to 1e-15. Float32: no further from the float64 plain op than SELF_RATIO times the plain
+    float32 op's own distance from it (the fast float32 GELU kernel included)."""
+    rng = np.random.default_rng(7)
+    for name, (forward, backward, shape) in row_ops(rng).items():
+        x64 = rng.standard_normal(shape) * 2
+        dout64 = rng.standard_normal(shape if name != "linear" else (shape[0], 9))
+        plain64 = ops_on_parts(forward, backward, x64, dout64, 1)
+        assert all(np.abs(v).max() > 0 for v in plain64.values()), name
+        x, dout = x64.astype(dtype), dout64.astype(dtype)
+        fast = ops_on_parts(*parallel.FLOAT32_KERNELS.get(name, (forward, backward)), x, dout, 3)
+        assert all(v.dtype == dtype and np.isfinite(v).all() for v in fast.values()), name
+        assert fast.keys() == plain64.keys(), name
+        if dtype == np.float64:
+            plain = plain64
+            for key in ("out", "dx") if name != "linear" else ():
+                if key in fast:
+                    np.testing.assert_array_equal(fast[key], plain[key], err_msg=f"{name} {key}")
+            errors = C.relative_errors({k: (fast[k], plain[k]) for k in plain}, dtype)
+            assert all(e <= 1e-15 for _, e in errors.values()), (name, errors)
+        else:
+            own = C.relative_errors(
+                {k: (v, plain64[k]) for k, v in ops_on_parts(forward, backward, x, dout, 1).items()}, dtype
+            )
+            errors = C.relative_errors({k: (fast[k], plain64[k]) for k in plain64}, dtype)
+            bad = {k: (e, own[k][1]) for k, (_, e) in errors.items() if not e <= C.SELF_RATIO * own[k][1]}
+            assert not bad, (name, bad)
+
+
 def test_part_dropout_keep_probability():
     """Keep with probability 1 - ceil(p 2^32) / 2^32: the rows of the batch's mask, drawn from the part's stream."""
     batch_masks = parallel._BatchMasks(6)
