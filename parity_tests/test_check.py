@@ -489,6 +489,28 @@ def test_heads_that_cannot_be_told_apart_are_refused_with_the_candidates():
     ), str(refused)
 
 
+def test_a_forward_that_cannot_be_recorded_says_what_it_raised():
+    """A model whose forward takes features (an nn.Transformer wrapped), judged at the level whose probe is token
+    ids: could not judge, and the message carries what the forward raised, so the wrong level shows at once."""
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = torch.nn.Transformer(16, 2, 1, 1, 32, dropout=0.0, batch_first=True)
+
+        def forward(self, src, tgt):
+            return self.t(src, tgt)
+
+    refused = check.module(Wrapped(), "transformer", n_heads=2)
+    assert not refused.passed and re.search(
+        r"forward could not be recorded.*\(its forward raised RuntimeError: the feature number of src and tgt.*\)"
+        r"; pass call=",
+        refused.error or "",
+    ), str(refused)
+    # a forward that never ran says nothing of the kind
+    assert "its forward raised" not in (check.module(U.Attention(8, 2), "multi_head_attention").error or "")
+
+
 def test_a_given_mapping_is_read_before_the_pieces_are_dealt():
     """Where the judge cannot deal the pieces itself, mapping= settles it: read first, never refused by the
     dealing it replaces."""

@@ -70,6 +70,7 @@ class Structure:
     orphans: list = field(default_factory=list)  # 1-D parameters that fit nothing above (an output bias)
     qk_norms: dict = field(default_factory=dict)  # q or k projection's weight name -> its per-head Norm (Qwen3)
     flow: Any = None  # dataflow.Flow: what the recorded forward said, or None where it could not run
+    unrecorded: str = ""  # where the forward could not be recorded: what its last try raised
     names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
 
 

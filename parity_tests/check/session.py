@@ -263,10 +263,10 @@ def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conve
     computation, on the level's probe at the sizes its parameters give (sized_config). Not a module: nothing read."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
-    entry, found, flow = LEVELS[level], MP.structure(user), None
+    entry, found, flow, raised = LEVELS[level], MP.structure(user), None, ""
     if entry.group == "model" and found.tables:
         ids = _ids_probe(level, found, sizes.B)
-        flow = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
+        flow, raised = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
     if flow is None and recorded:
         sized = U.sized_config(level, found, given)
@@ -274,31 +274,35 @@ def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conve
         def probe(caller):  # self-attention callers: one sequence
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
-        flow = read_flow(user, level, probe, **conventions)
+        flow, raised = read_flow(user, level, probe, **conventions)
+    found.unrecorded = raised
     return found if flow is None else MP.with_flow(found, user, flow)
 
 
-def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions):
+def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions) -> tuple:
     """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
-    at most `limit` tried) that runs, on `probe_of(caller)`; its Flow, or None where none runs (the check proper then
-    says why). Gradients stay on: torch's fused inference paths (nn.TransformerEncoderLayer's) hide the ops."""
+    at most `limit` tried) that runs, on `probe_of(caller)`: (its Flow, ""), or (None, what the last try raised, or
+    "" where nothing was tried) where none runs (the check proper then says why). Gradients stay on: torch's fused
+    inference paths (nn.TransformerEncoderLayer's) hide the ops."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
-        return None
+        return None, ""
     try:
         callers = callers_of(model, level, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
-        return None
+        return None, ""
+    raised = ""
     for caller in callers:
         probe = probe_of(caller)
         tensors = as_tensors(probe, weight.dtype, weight.device)
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
             rec = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
-        except Exception:  # a convention the module does not take; the check proper reports it
+        except Exception as error:  # a convention the module does not take; the check proper reports it
+            raised = f"{type(error).__name__}: {str(error)[:200]}"
             continue
-        return DF.read(rec.nodes)
-    return None
+        return DF.read(rec.nodes), ""
+    return None, raised
 
 
 def as_tensors(p: LV.Probe, dtype, device, grad: bool = False, scale: float = 1.0) -> dict:

@@ -132,8 +132,9 @@ def _units(entry, found, units: Units) -> None:
         listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in found.pieces)
         raise ValueError(
             f"the module's forward could not be recorded on the inputs of {entry.name!r}, so the roles of its "
-            f"projections cannot be read from the computation: {listed}; pass call= (how to call it) or "
-            "mapping= (the weight map)"
+            f"projections cannot be read from the computation: {listed}"
+            + (f" (its forward raised {found.unrecorded})" if found.unrecorded else "")
+            + "; pass call= (how to call it) or mapping= (the weight map)"
         )
     if units.attentions:
         first = units.attentions[0]
