@@ -601,8 +601,21 @@ def test_float32_rule_takes_our_own_rounding_too_but_not_our_inaccuracy():
         reference_float32=theirs_own,
         own_float32={"out": 1.35e-5, "a": 4e-6, "b": 3e-6, "c": 1e-9},
     )
-    assert C.bars(result, np.float32) == {"out": k * 1.35e-5, "a": k * 4e-6, "b": k * 4e-6, "c": 1e-5}
+    assert C.bars(result, np.float32) == {"out": k * 1.2e-5, "a": k * 4e-6, "b": k * 4e-6, "c": 1e-5}  # 3 x 4e-6
     assert not C.failures(result, np.float32) and C.rounding_ratio(result) < 1.5
+    # one tensor of ours far less accurate than the reference's float32 (its own error 50 times theirs), the rest
+    # rounding alike: the geometric mean stays under SELF_RATIO, the tensor's bar does not follow our error
+    local = C.Result(
+        outputs={"out": (ref * (1 + 2e-4 * 0.5), ref)},
+        grads={"a": (ref * (1 + 4e-6), ref)},
+        reference_float32={"out": 2e-6, "a": 4e-6},
+        own_float32={"out": 1e-4, "a": 4e-6},
+    )
+    local.grads.update({f"g{i}": (ref * (1 + 4e-6), ref) for i in range(60)})
+    local.reference_float32.update({f"g{i}": 4e-6 for i in range(60)})
+    local.own_float32.update({f"g{i}": 4e-6 for i in range(60)})
+    assert C.rounding_ratio(local) < k and C.bars(local, np.float32)["out"] == pytest.approx(k * C.OWN_LIMIT * 2e-6)
+    assert [line.split(":")[0] for line in C.failures(local, np.float32)] == ["output out"]
     result.own_float32 = None  # judged by the reference's own error alone, as before: out is over 3 x 4e-6
     assert [line.split(":")[0] for line in C.failures(result, np.float32)] == ["output out"]
     # ours rounding four times worse everywhere: every tensor within its bar (its own error), the whole refused
