@@ -93,8 +93,8 @@ def op_pairs(
     float32 arrays. The fast path's function runs the same NumPy function on the rows of a part per core
     (parallel.map_parts, n_parts parts, one BLAS thread each), as DataParallel runs it inside a model: each part
     keeps its outputs (nothing is concatenated) and a backward's parameter gradients are added in part order. Its
-    GELU is the fast path's float32 kernel (parallel.FLOAT32_KERNELS). Decoding's few-row products have none: the
-    fast path cuts batches, not decoding steps."""
+    GELU is the fast path's float32 kernel (parallel.FLOAT32_KERNELS). Decoding's few-row products, which have no
+    batch to cut, cut the weight's rows instead (one row of the table)."""
     pairs = _Pairs(rng, n_parts)
     for section in (_linear_pairs, _few_row_pairs, _activation_pairs, _attention_pairs, _norm_pairs):
         section(pairs, s, d)
@@ -134,7 +134,9 @@ def _linear_pairs(p: _Pairs, s: dict, d: dict) -> None:
 
 
 def _few_row_pairs(p: _Pairs, s: dict, d: dict) -> None:
-    """Decoding's few-row products, in each layout (no fast path: it cuts batches, not decoding steps)."""
+    """Decoding's few-row products, in each layout. The fast column of x @ W.T cuts W's rows (the output features)
+    into a part per core, each part one BLAS thread: the one way a decoding step (which has no batch to cut) could
+    use the cores other than BLAS's own threading, timed to show whether it would pay."""
     # Few-row products of decoding: y = x W^T with few rows x, in each layout NumPy could run it, and as
     # linear_forward runs it (up to layers.FEW_ROWS rows, (W x^T)^T)
     for d_in, d_out in ((d["D"], d["F"]), (d["F"], d["D"])):
@@ -145,7 +147,8 @@ def _few_row_pairs(p: _Pairs, s: dict, d: dict) -> None:
             tx = torch.from_numpy(x)
             shape = f"({rows}, {d_in}) -> {d_out}"
             torch_fn = lambda tx=tx, tw=tw: F.linear(tx, tw)  # noqa: E731
-            p.add("few rows x @ W.T", "forward", shape, lambda x=x, w=w: x @ w.T, None, torch_fn)
+            by_features = p.fast(lambda w_part, x=x: x @ w_part.T, w)
+            p.add("few rows x @ W.T", "forward", shape, lambda x=x, w=w: x @ w.T, by_features, torch_fn)
             p.add("few rows (W @ x.T).T", "forward", shape, lambda x=x, w=w: (w @ x.T).T, None, torch_fn)
             p.add(
                 "few rows linear_forward",
