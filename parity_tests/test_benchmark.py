@@ -170,7 +170,15 @@ def test_ops_table_pairs_compute_the_same_thing():
     pairs = ops_table.op_pairs(ops_table.QUICK, ops_table.QUICK_DECODE, np.random.default_rng(0), n_parts=2)
     assert {op for op, *_ in pairs} >= {"linear", "gelu (exact)", "softmax", "layer norm", "rms norm", "rope"}
     with_fast = {op for op, _, _, _, fast_fn, _ in pairs if fast_fn is not None}
-    assert with_fast >= {"softmax", "log-softmax", "layer norm", "rms norm", "gelu (exact)", "linear"}
+    assert with_fast >= {
+        "softmax",
+        "log-softmax",
+        "layer norm",
+        "rms norm",
+        "gelu (exact)",
+        "linear",
+        "few rows x @ W.T",
+    }
     for op, pass_, shape, np_fn, fast_fn, torch_fn in pairs:
         ours, theirs = np_fn(), torch_fn()
         fast = None if fast_fn is None else fast_fn()
@@ -181,7 +189,8 @@ def test_ops_table_pairs_compute_the_same_thing():
             assert np.abs(ours - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
             if fast is not None:
                 assert len(fast) == 2, (op, shape)  # one result per part
-                fast = np.concatenate([f[0] if isinstance(f, tuple) else f for f in fast])
+                axis = -1 if op.startswith("few rows") else 0  # a decoding product's parts are output features
+                fast = np.concatenate([f[0] if isinstance(f, tuple) else f for f in fast], axis=axis)
                 assert np.abs(fast - theirs).max() <= 1e-4 * max(1.0, np.abs(theirs).max()), (op, shape)
         else:
             assert all(np.isfinite(t.numpy()).all() for t in theirs), (op, shape)
@@ -199,13 +208,19 @@ def test_ops_table_rows_and_the_op_filter():
             fn()
         return {name: {"numpy": 4.0, "fast": 2.0, "torch": 1.0}[name] for name in fns}
 
-    report = bench.ops_table.ops_table(True, timed, 1, n_parts=2, only=["softmax", "few rows x @"])
-    assert {r["op"] for r in report["ops"]} == {"softmax", "log-softmax", "few rows x @ W.T"}
+    report = bench.ops_table.ops_table(True, timed, 1, n_parts=2, only=["softmax", "few rows"])
+    assert {r["op"] for r in report["ops"]} == {
+        "softmax",
+        "log-softmax",
+        "few rows x @ W.T",
+        "few rows (W @ x.T).T",
+        "few rows linear_forward",
+    }
     for r in report["ops"]:  # a timing of several calls in a row counts per call
         calls = r["calls_per_timing"]
         assert 1 <= calls <= bench.ops_table.MAX_CALLS and r["numpy"] == 4.0 / calls
         assert r["ratio_numpy_over_torch"] == 4.0
-        if r["op"].startswith("few rows"):
+        if r["op"] in ("few rows (W @ x.T).T", "few rows linear_forward"):
             assert r["fast"] is None and r["ratio_fast_over_torch"] is None
         else:
             assert r["fast"] == 2.0 / calls and r["ratio_fast_over_torch"] == 2.0
