@@ -33,7 +33,7 @@ class Pair:
     backward: Callable
     wrt: list
     cases: dict
-    call_backward: Callable | None = None  # how a backward is called: (backward, dout, cache) -> grads
+    call_backward: Callable = lambda backward, dout, cache: backward(dout, cache)  # -> the gradients
     variants: Callable | None = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
 
 
@@ -129,68 +129,63 @@ def _n(rng, *shape):
     return rng.standard_normal(shape)
 
 
+SOFTMAX = {
+    "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
+    "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
+    "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
+    "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
+}
+LINEAR = {
+    "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
+    "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
+}
+LAYER_NORM = {
+    "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
+    "offset and scaled rows": lambda r: dict(
+        x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
+    ),
+}
+DROPOUT = {
+    "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
+    "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
+}
+EMBEDDING = {
+    "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
+    "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
+}
+SCALED_DOT_PRODUCT_ATTENTION = {
+    "padding, T_q = T_k": lambda r: _heads(r, 5, 5, mask=_mask(5, 5, pad=2)),
+    "T_q != T_k, causal": lambda r: _heads(r, 4, 6, mask=_mask(4, 6, causal=True)),
+    "a fully masked row": lambda r: _heads(r, 4, 4, mask=_mask(4, 4, full_row=True)),
+    "large scores": lambda r: _heads(r, 4, 4, scale=30),
+}
+MULTI_HEAD_ATTENTION = {
+    "cross-attention, T_q != T_k, padding": lambda r: _mha(r, 4, 6, _mask(4, 6, pad=2)),
+    "a fully masked row": lambda r: _mha(r, 5, 5, _mask(5, 5, full_row=True, causal=True)),
+}
+FEED_FORWARD = {"relu": lambda r: _feed_forward(r, "relu"), "gelu": lambda r: _feed_forward(r, "gelu")}
+CROSS_ENTROPY = {
+    "ignored targets": lambda r: _cross_entropy(r),
+    "label smoothing": lambda r: _cross_entropy(r, label_smoothing=0.1),
+}
+ENCODER_LAYER = {
+    "post-norm, padding": lambda r: _encoder_layer(r, 5, 2, False),
+    "pre-norm, gelu": lambda r: _encoder_layer(r, 6, 1, True, "gelu"),
+}
+
 PAIRS = {
-    "softmax": Pair(
-        L.softmax_forward,
-        L.softmax_backward,
-        ["x"],
-        {
-            "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
-            "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
-            "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
-            "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
-        },
-        variants=_softmax_variants,
-    ),
-    "linear": Pair(
-        L.linear_forward,
-        L.linear_backward,
-        ["x", "weight", "bias"],
-        {
-            "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
-            "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
-        },
-    ),
+    "softmax": Pair(L.softmax_forward, L.softmax_backward, ["x"], SOFTMAX, variants=_softmax_variants),
+    "linear": Pair(L.linear_forward, L.linear_backward, ["x", "weight", "bias"], LINEAR),
     "layer_norm": Pair(
-        L.layer_norm_forward,
-        L.layer_norm_backward,
-        ["x", "weight", "bias"],
-        {
-            "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
-            "offset and scaled rows": lambda r: dict(
-                x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
-            ),
-        },
-        variants=_layer_norm_variants,
+        L.layer_norm_forward, L.layer_norm_backward, ["x", "weight", "bias"], LAYER_NORM, variants=_layer_norm_variants
     ),
-    "dropout": Pair(
-        L.dropout_forward,
-        L.dropout_backward,
-        ["x"],
-        {
-            "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
-            "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
-        },
-    ),
-    "embedding": Pair(
-        L.embedding_forward,
-        L.embedding_backward,
-        ["weight"],
-        {
-            "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
-            "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
-        },
-    ),
+    "dropout": Pair(L.dropout_forward, L.dropout_backward, ["x"], DROPOUT),
+    "embedding": Pair(L.embedding_forward, L.embedding_backward, ["weight"], EMBEDDING),
     "scaled_dot_product_attention": Pair(
         A.scaled_dot_product_attention_forward,
         A.scaled_dot_product_attention_backward,
         ["q", "k", "v"],
-        {
-            "padding, T_q = T_k": lambda r: _heads(r, 5, 5, mask=_mask(5, 5, pad=2)),
-            "T_q != T_k, causal": lambda r: _heads(r, 4, 6, mask=_mask(4, 6, causal=True)),
-            "a fully masked row": lambda r: _heads(r, 4, 4, mask=_mask(4, 4, full_row=True)),
-            "large scores": lambda r: _heads(r, 4, 4, scale=30),
-        },
+        SCALED_DOT_PRODUCT_ATTENTION,
         variants=_attention_variants,
         call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv), not dtable
     ),
@@ -198,38 +193,16 @@ PAIRS = {
         A.multi_head_attention_forward,
         A.multi_head_attention_backward,
         ["query", "key", "value", "params"],
-        {
-            "cross-attention, T_q != T_k, padding": lambda r: _mha(r, 4, 6, _mask(4, 6, pad=2)),
-            "a fully masked row": lambda r: _mha(r, 5, 5, _mask(5, 5, full_row=True, causal=True)),
-        },
+        MULTI_HEAD_ATTENTION,
         variants=_attention_variants,
     ),
-    "feed_forward": Pair(
-        L.feed_forward_forward,
-        L.feed_forward_backward,
-        ["x", "params"],
-        {
-            "relu": lambda r: _feed_forward(r, "relu"),
-            "gelu": lambda r: _feed_forward(r, "gelu"),
-        },
-    ),
+    "feed_forward": Pair(L.feed_forward_forward, L.feed_forward_backward, ["x", "params"], FEED_FORWARD),
     "cross_entropy": Pair(
         LS.cross_entropy_forward,
         LS.cross_entropy_backward,
         ["logits"],
-        {
-            "ignored targets": lambda r: _cross_entropy(r),
-            "label smoothing": lambda r: _cross_entropy(r, label_smoothing=0.1),
-        },
+        CROSS_ENTROPY,
         call_backward=lambda backward, dout, cache: backward(cache, dout),
     ),
-    "encoder_layer": Pair(
-        M.encoder_layer_forward,
-        M.encoder_layer_backward,
-        ["x", "params"],
-        {
-            "post-norm, padding": lambda r: _encoder_layer(r, 5, 2, False),
-            "pre-norm, gelu": lambda r: _encoder_layer(r, 6, 1, True, "gelu"),
-        },
-    ),
+    "encoder_layer": Pair(M.encoder_layer_forward, M.encoder_layer_backward, ["x", "params"], ENCODER_LAYER),
 }

@@ -36,6 +36,10 @@ FLOAT32_RATIO = 8.0
 FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 
 
+# config fields the recorded flow sets, shown where set
+READ_FROM_FLOW = ("parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks")
+
+
 def float32_bar(own: float) -> float:
     """A tensor's float32 bar from the reference's own float32 error on it (see FLOAT32_RATIO)."""
     return max(FLOAT32_FLOOR, FLOAT32_RATIO * own)
@@ -152,14 +156,7 @@ class Result:
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
-        read = (
-            "parallel_residual",
-            "shared_norm",
-            "attn_softcap",
-            "logit_softcap",
-            "attn_sinks",
-        )  # shown where the flow set them
-        return fields + [k for k in read if getattr(self.config, k, None)]
+        return fields + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)]
 
     def _map(self) -> list:
         if not self.mapping:
