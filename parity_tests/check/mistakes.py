@@ -112,14 +112,6 @@ def _wrong_axis(statistic: str) -> tuple:
     return tuple((f"{statistic} taken over {where} (eps = {{eps:g}})", {"axis": axis}) for axis, where in over)
 
 
-def _rope(s: Site) -> bool:
-    return s.rope
-
-
-def _capped(s: Site) -> bool:
-    return s.softcap is not None
-
-
 ROTATED_V = "the values rotated too{}; RoPE rotates queries and keys only"
 # which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
 MIXED = "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
@@ -132,21 +124,21 @@ MISTAKES = (
         (ROTATED_V.format(""), {"rope_v": True}),
         (ROTATED_V.format(" (in pairs 2i, 2i + 1)"), {"rope_v": "interleaved"}),  # Meta's pairing: v read otherwise
         (ROTATED_V.format(" (in halves i, i + Dh/2)"), {"rope_v": "half"}),
-        when=_rope,
+        when=lambda s: s.rope,
     ),
     _attention(
         "rope.mixed_pairing",
         "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
         (MIXED, {"pairs": ("half", "interleaved")}),
         (MIXED, {"pairs": ("interleaved", "half")}),
-        when=_rope,
+        when=lambda s: s.rope,
     ),
     _attention(
         "rope.position_offset",
         "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
         ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
         ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
-        when=_rope,
+        when=lambda s: s.rope,
     ),
     _attention(
         "attention.kv_heads_tiled",
@@ -215,11 +207,7 @@ MISTAKES = (
         "the decoder's self-attention gets the source mask and cross-attention the target's",
         _masks_swapped,
     ),
-    _attention(
-        "attention.padding_on_queries",
-        "padding masks query rows instead of key columns",
-        _padding_on_queries,
-    ),
+    _attention("attention.padding_on_queries", "padding masks query rows instead of key columns", _padding_on_queries),
     _attention(
         "attention.softcap_without_division",
         "cap * tanh(S) instead of cap * tanh(S / cap): the scores squashed at the wrong scale",
@@ -227,7 +215,7 @@ MISTAKES = (
             "the soft cap's tanh reads the scores undivided: cap * tanh(S), not cap * tanh(S / cap)",
             {"cap_mode": "undivided"},
         ),
-        when=_capped,
+        when=lambda s: s.softcap is not None,
     ),
     _attention(
         "attention.softcap_after_softmax",
@@ -236,7 +224,7 @@ MISTAKES = (
             "the soft cap applied to the probabilities after the softmax, not to the scores before it",
             {"cap_mode": "probabilities"},
         ),
-        when=_capped,
+        when=lambda s: s.softcap is not None,
     ),
     _attention(
         "attention.sink_missing",
@@ -315,8 +303,7 @@ MISTAKES = (
     ),
     # -- found by probes ------------------------------------------------------------------------------------------
     Mistake(
-        "attention.no_max_subtraction",
-        "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows",
+        "attention.no_max_subtraction", "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows"
     ),
     Mistake("dropout.active_in_eval", "dropout applied in evaluation mode: two calls on the same input differ"),
     Mistake(  # found by towers.py at a ViT's front end

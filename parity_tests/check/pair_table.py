@@ -1,5 +1,5 @@
 """The pairs check.pair judges and the exercise workbook grades: each reference pair's forward and backward, the
-inputs it differentiates, its cases, how its backward is called, and its forward's variants (mistakes.py).
+inputs it differentiates, its cases and how its backward is called.
 
 Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F d_ff, V vocabulary.
 """
@@ -18,9 +18,6 @@ from numpy_transformer import layers as L
 from numpy_transformer import loss as LS
 from numpy_transformer import model as M
 
-from . import mistakes as MK
-from . import variants as VR
-
 B, H, D, F, V = 2, 2, 8, 12, 11
 LARGE = 1e3  # "large scores": exp overflows without the max subtraction (float64 at 709, float32 at 88)
 
@@ -34,7 +31,6 @@ class Pair:
     wrt: list
     cases: dict
     call_backward: Callable = lambda backward, dout, cache: backward(dout, cache)  # -> the gradients
-    variants: Callable | None = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
 
 
 def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
@@ -48,35 +44,6 @@ def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
     if full_row:
         keep[0, :, 0, :] = False
     return keep
-
-
-def _softmax_variants(args):
-    x, mask = args["x"], args.get("mask")
-    return [("attention.softmax_wrong_axis", "softmax over axis -2 instead of the last", VR.softmax(x, mask, -2))]
-
-
-def _layer_norm_variants(args):
-    x, weight, bias, eps = args["x"], args["weight"], args["bias"], args["eps"]
-    found = MK.variants("layer_norm", MK.Site(x.shape[-1], x.shape[-1]))
-    return [(vid, text.format(eps=eps), VR.layer_norm(x, weight, bias, eps, **knobs)) for vid, text, knobs in found]
-
-
-def _attention_variants(args):
-    """The catalogue's attention variants, on heads already split (scaled_dot_product_attention, where no
-    transpose can be missing) or through multi_head_attention's projections."""
-    split = "q" in args
-    q, keep = (args["q"], args.get("mask")) if split else (args["query"], args.get("attn_mask"))
-    D, heads = (q.shape[-1] * H, H) if split else (q.shape[-1], args["n_heads"])
-    out = []
-    for vid, message, knobs in MK.variants(MK.ATTENTION, MK.Site(D, D // heads, keep, self_attention=False)):
-        knobs = dict(knobs)
-        kk = knobs.pop("keep", keep)
-        if not split:
-            variant = VR.multi_head_attention(args["params"], q, args["key"], args["value"], heads, kk, **knobs)
-            out.append((vid, message, variant))
-        elif "transpose" not in knobs:
-            out.append((vid, message, VR.attention_heads(q, args["k"], args["v"], kk, **knobs)))
-    return out
 
 
 def _linear_params(rng, prefix_dims: dict) -> dict:
@@ -174,11 +141,9 @@ ENCODER_LAYER = {
 }
 
 PAIRS = {
-    "softmax": Pair(L.softmax_forward, L.softmax_backward, ["x"], SOFTMAX, variants=_softmax_variants),
+    "softmax": Pair(L.softmax_forward, L.softmax_backward, ["x"], SOFTMAX),
     "linear": Pair(L.linear_forward, L.linear_backward, ["x", "weight", "bias"], LINEAR),
-    "layer_norm": Pair(
-        L.layer_norm_forward, L.layer_norm_backward, ["x", "weight", "bias"], LAYER_NORM, variants=_layer_norm_variants
-    ),
+    "layer_norm": Pair(L.layer_norm_forward, L.layer_norm_backward, ["x", "weight", "bias"], LAYER_NORM),
     "dropout": Pair(L.dropout_forward, L.dropout_backward, ["x"], DROPOUT),
     "embedding": Pair(L.embedding_forward, L.embedding_backward, ["weight"], EMBEDDING),
     "scaled_dot_product_attention": Pair(
@@ -186,7 +151,6 @@ PAIRS = {
         A.scaled_dot_product_attention_backward,
         ["q", "k", "v"],
         SCALED_DOT_PRODUCT_ATTENTION,
-        variants=_attention_variants,
         call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv), not dtable
     ),
     "multi_head_attention": Pair(
@@ -194,7 +158,6 @@ PAIRS = {
         A.multi_head_attention_backward,
         ["query", "key", "value", "params"],
         MULTI_HEAD_ATTENTION,
-        variants=_attention_variants,
     ),
     "feed_forward": Pair(L.feed_forward_forward, L.feed_forward_backward, ["x", "params"], FEED_FORWARD),
     "cross_entropy": Pair(

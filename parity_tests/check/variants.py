@@ -24,19 +24,9 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 
 
 def attention_heads(
-    q,
-    k,
-    v,
-    keep,
-    divisor=None,
-    mask_mode="before",
-    axis=-1,
-    swap_qk=False,
-    softcap=None,
-    cap_mode="scores",
-    sinks=None,
-    sink_mode="denominator",
-):
+    q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False, softcap=None, cap_mode="scores",
+    sinks=None, sink_mode="denominator",
+):  # fmt: skip
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
     (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
