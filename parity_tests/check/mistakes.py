@@ -51,19 +51,24 @@ def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> M
     return Mistake(mistake_id, line, BACKWARD, pairs=pairs, tests=tests)
 
 
+def _triangle(site: Site, message: str, triangle: np.ndarray) -> list:
+    """A causal mask (T, T) as the variant's keep (1, 1, T, T), alone and with the keys' padding too where the user
+    may mask it (a causal attention's padding of the target)."""
+    return [
+        (message, {"keep": triangle[None, None] & pad}) for pad in ([True] if site.pad is None else [True, site.pad])
+    ]
+
+
 def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
-    """A causal self-attention's variants: its mask tril(diagonal) (1, 1, T, T), or none (diagonal None), with the
-    keys' padding too where the user may mask it (a causal attention's padding of the target)."""
+    """A causal self-attention's variants: its mask tril(diagonal), or none (diagonal None) or the padding alone."""
 
     def variants(site: Site) -> list:
         if not site.causal:
             return []
-        pads = [] if site.pad is None else [site.pad]
         if diagonal is None:
-            return [(message, {"keep": keep}) for keep in [None, *pads]]
+            return [(message, {"keep": keep}) for keep in ([None] if site.pad is None else [None, site.pad])]
         T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
-        mask = np.tril(np.ones((T, T), bool), diagonal)[None, None]
-        return [(message, {"keep": mask & pad}) for pad in [True, *pads]]
+        return _triangle(site, message, np.tril(np.ones((T, T), bool), diagonal))
 
     return variants
 
@@ -78,20 +83,12 @@ def _masks_swapped(site: Site) -> list:
 def _inverted(site: Site) -> list:
     """A mask's polarity flipped; a causal mask's triangle too: triu for tril (each query sees itself and the future,
     not the past), or the causal keep negated (only the future)."""
-    if site.keep is None:
-        return []
-    if not site.causal:
-        return [("the mask's polarity is flipped", {"keep": ~site.keep})]
+    if site.keep is None or not site.causal:
+        return [] if site.keep is None else [("the mask's polarity is flipped", {"keep": ~site.keep})]
     ones = np.ones((site.keep.shape[-1],) * 2, bool)
-    pads = [True] + ([] if site.pad is None else [site.pad])
-    return [
-        (message, {"keep": triangle[None, None] & pad})
-        for message, triangle in (
-            ("the causal mask's triangle flipped (triu for tril): a query sees itself and the future", np.triu(ones)),
-            ("the causal mask's polarity flipped: each query sees only the future", np.triu(ones, 1)),
-        )
-        for pad in pads
-    ]
+    flipped = "the causal mask's triangle flipped (triu for tril): a query sees itself and the future"
+    future = "the causal mask's polarity flipped: each query sees only the future"
+    return _triangle(site, flipped, np.triu(ones)) + _triangle(site, future, np.triu(ones, 1))
 
 
 def _padding_on_queries(site: Site) -> list:
