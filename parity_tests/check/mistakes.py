@@ -20,7 +20,6 @@ from collections.abc import Callable
 import numpy as np
 
 from . import backward_mistakes as BM
-from . import variants as VR
 from .diagnosis import Mistake, Site
 
 __all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "variants"]
@@ -99,6 +98,27 @@ def _padding_on_queries(site: Site) -> list:
     return [("padding masks the queries' rows instead of the keys' columns", {"keep": keep.transpose(0, 1, 3, 2)})]
 
 
+def _divisors(site: Site) -> list:
+    """The divisors of the scores a user may have written instead of sqrt(d_head), each with its origin; where two
+    origins give the same number the first one listed names it."""
+    D, Dh = site.D, site.Dh
+    candidates = [
+        (Dh, f"d_head = {Dh}: the root is missing"),
+        (Dh / 2, f"d_head / 2 = {Dh / 2:g}: `d_head ** 1/2` parses as `(d_head ** 1) / 2`"),
+        (D / 2, f"d_model / 2 = {D / 2:g}: `d_model ** 1/2` parses as `(d_model ** 1) / 2`"),
+        (math.sqrt(D), f"sqrt(d_model) = {math.sqrt(D):.3g}: the model width instead of the head's"),
+        (D, f"d_model = {D}: the model width, and no root"),
+        (1.0, "1: no scaling at all"),
+    ]
+    found: dict = {}
+    for value, origin in candidates:
+        same = next((v for v in found if math.isclose(value, v)), value)  # the first value listed that is this one
+        if not math.isclose(value, math.sqrt(Dh)):
+            found[same] = f"{found[same]}; or {origin}" if same in found else origin
+    expected = f"expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
+    return [(f"scores divided by {origin}; {expected}", {"divisor": value}) for value, origin in found.items()]
+
+
 def _wrong_axis(statistic: str) -> tuple:
     """A norm's `statistic` taken over the positions, the batch or every element instead of the features."""
     over = (
@@ -146,14 +166,7 @@ MISTAKES = (
         ),
         when=lambda s: s.gqa,
     ),
-    _attention(
-        "attention.wrong_scale",
-        "scores = Q K^T / c with c != sqrt(d_head)",
-        lambda s: [
-            (f"scores divided by {origin}; expected sqrt(d_head) = {math.sqrt(s.Dh):.3g}", {"divisor": divisor})
-            for divisor, origin in VR.scale_divisors(s.D, s.Dh).items()
-        ],
-    ),
+    _attention("attention.wrong_scale", "scores = Q K^T / c with c != sqrt(d_head)", _divisors),
     _attention(
         "attention.heads_without_transpose",
         "(B, T, D).view(B, H, T, Dh) without the transpose: heads mix positions",
@@ -393,15 +406,10 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
     return [(m.id, message, knobs) for m in chosen for message, knobs in m.applies(unit, site)]
 
 
-def backward_tests(reference: str, stage: str) -> list:
-    """The tests of a hand-written `reference` pair's gradient at `stage`, in registry order, each once."""
-    mine = [m for m in MISTAKES if m.unit == BACKWARD and (not m.pairs or reference in m.pairs)]
-    return list(dict.fromkeys(test for m in mine for at, test in m.tests if at == stage))
-
-
 def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
     """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
-    when layer norm misses both of its terms): the registry's backward tests, stage by stage."""
+    when layer norm misses both of its terms): the registry's backward tests for the `reference` pair, stage by stage,
+    each stage's in registry order, each once."""
     single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
     shaped = got.shape == expected.shape
@@ -409,8 +417,9 @@ def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
         return []
     tol = BM.MATCH if shaped or not single else BM.FLOAT32_MATCH  # a wrong shape is judged in float32 too
     g = BM.Gradient(reference, tensor, got, expected, args, dout, tol)
+    mine = [m for m in MISTAKES if m.unit == BACKWARD and (not m.pairs or reference in m.pairs)]
     for stage in BM.STAGES if shaped else ("shape",):
-        for test in backward_tests(reference, stage):
+        for test in dict.fromkeys(test for m in mine for at, test in m.tests if at == stage):
             found = test(g)
             if found:
                 return found if isinstance(found, list) else [found]
