@@ -30,15 +30,11 @@ ATTENTION, BACKWARD = "attention", "backward"
 def _at(unit: str, mistake_id: str, line: str, *variants, when: Callable | None = None, **fields) -> Mistake:
     """An entry looked for at a forward `unit`: its `variants` (message template, knobs), tried at a Site where
     `when` holds (at every one when None), or one function Site -> [(message template, knobs)]."""
-    if len(variants) == 1 and callable(variants[0]):
-        return Mistake(mistake_id, line, unit, variants[0], **fields)
-    return Mistake(
-        mistake_id,
-        line,
-        unit,
-        lambda s: [(m, dict(k)) for m, k in variants] if when is None or when(s) else [],
-        **fields,
-    )
+
+    def fixed(site: Site) -> list:
+        return [(message, dict(knobs)) for message, knobs in variants] if when is None or when(site) else []
+
+    return Mistake(mistake_id, line, unit, variants[0] if callable(variants[0]) else fixed, **fields)
 
 
 def _attention(mistake_id: str, line: str, *variants, when: Callable | None = None) -> Mistake:

@@ -132,10 +132,8 @@ class Result:
         if self.conventions:
             lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
         if self.assumed:
-            lines.append(
-                "conventions assumed (none reproduced the reference; judged under the closest): "
-                + ", ".join(f"{k}={v}" for k, v in self.assumed.items())
-            )
+            assumed = ", ".join(f"{k}={v}" for k, v in self.assumed.items())
+            lines.append(f"conventions assumed (none reproduced the reference; judged under the closest): {assumed}")
         fields = self._config_fields()
         if fields:
             head = "config" if self.confirmed else "config assumed (the closest, not confirmed)"
