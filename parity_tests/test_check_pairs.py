@@ -46,6 +46,19 @@ def test_wrong_forward_is_named():
     assert [d.id for d in result.diagnoses] == ["layer_norm.unbiased_variance"]
 
 
+def test_annotated_transformers_layer_norm_pair_names_both_of_its_mistakes():
+    """x.std() + eps: the variance divided by n - 1 and eps outside the root, each alone reproducing nothing; the
+    pair's forward is searched as check.module's units are (matchers.match_unit), the two together found."""
+
+    def forward(x, weight, bias, eps):
+        out = (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True, ddof=1) + eps) * weight + bias
+        return out, L.layer_norm_forward(x, weight, bias, eps)[1]
+
+    result = check.pair(forward, L.layer_norm_backward, "layer_norm", dtypes=("float64",))
+    assert not result.passed
+    assert [d.id for d in result.diagnoses] == ["layer_norm.unbiased_variance", "layer_norm.eps_outside_sqrt"]
+
+
 def test_wrong_backward_says_which_gradient_and_by_how_much():
     def wrong(d, c):  # dx forgets the normalisation's paths
         return (d * c.weight, *L.layer_norm_backward(d, c)[1:])

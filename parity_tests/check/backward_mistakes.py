@@ -1,16 +1,13 @@
 """Mistakes in a hand-written backward pass, named per gradient by tests of the gradient itself.
 
-check.pair calls `diagnose(reference, tensor, got, expected, args, dout)` for each float64 gradient that misses
-its bar (or has the wrong shape): `got` is the user's gradient of input `tensor` ("x", "weight", "params.q_proj.bias"),
-`expected` the reference's, `args` the case's inputs and `dout` the upstream gradient. Each mistake is an entry
-of the registry (mistakes.py, unit "backward") naming its tests below by stage and the pairs it applies to; the
-stages, in order (the first that finds something answers): "shape" (only when the shape is wrong), "sign",
-"transposed" (a square weight's transpose), "structure" (the pair's own formula with one term missing) and
-"factor" (got = c expected, c found by least squares and named by where such a factor comes from in that pair;
-any other is backward.scaled, the last entry).
-
-A test matches when the user's gradient equals the mistake's within MATCH (relative to its largest value); the
-mistakes are exact formulas, so a match is ~1e-15 in float64 and a coincidence is not.
+mistakes.diagnose_backward runs them on each float64 gradient check.pair finds off its bar (or of the wrong shape): a
+Gradient, the user's `got` of input `tensor` ("x", "weight", "params.q_proj.bias"), the reference's `expected`, the
+case's `args` and upstream `dout`. The registry (mistakes.py, unit "backward") names each mistake's tests by stage;
+the stages, in order (the first that finds something answers): "shape" (only when the shape is wrong), "sign",
+"transposed" (a square weight's transpose), "structure" (the pair's own formula with one term missing) and "factor"
+(got = c expected, c by least squares, named by where such a factor comes from in that pair; any other is
+backward.scaled, the last entry). A test matches when the user's gradient equals the mistake's within MATCH
+(relative to its largest value): the mistakes are exact formulas, so a match is ~1e-15 in float64.
 
 Shape letters: B batch, H heads, T_q / T_k positions, Dh head size, N rows (every leading axis together).
 """
@@ -28,14 +25,14 @@ from . import variants as VR
 from .diagnosis import Diagnosis
 
 FLOAT32_MATCH = 1e-4  # a float32 gradient summed in another order
-MATCH = 1e-7  # the catalogue's ids for these mistakes are in report.CATALOGUE, after the forward's
+MATCH = 1e-7
 STAGES = ("sign", "transposed", "structure", "factor")  # with the right shape; a wrong shape: "shape" only
 
 
 @dataclass
 class Gradient:
-    """One failing gradient as the tests read it: diagnose's arguments (got and expected in float64) and the
-    tolerance of a match (FLOAT32_MATCH for a float32 gradient of the wrong shape, else MATCH)."""
+    """One failing gradient (got and expected in float64) and the tolerance of a match (FLOAT32_MATCH for a float32
+    gradient of the wrong shape, else MATCH)."""
 
     reference: str
     tensor: str

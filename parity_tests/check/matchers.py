@@ -12,8 +12,7 @@ import numpy as np
 from . import calling as C
 from . import mistakes as MK
 from . import variants as VR
-from .diagnosis import MATCH, _error, _valid, named
-from .report import Diagnosis
+from .diagnosis import MATCH, Diagnosis, _error, _valid, named
 
 
 def _np(t) -> np.ndarray:
@@ -36,19 +35,7 @@ def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
 
 
 def match_attention(
-    user_out,
-    params,
-    query,
-    kv,
-    H,
-    keep,
-    where,
-    valid=None,
-    n_kv=None,
-    theta=None,
-    qk_eps=1e-6,
-    softcap=None,
-    **context,
+    user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, softcap=None, **context
 ) -> list:
     """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
@@ -56,16 +43,8 @@ def match_attention(
     ignored mask agree everywhere but there), and of those the ones that need no row left out."""
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
-    site = MK.Site(
-        D,
-        D // H,
-        keep,
-        rope=theta is not None,
-        gqa=n_kv is not None and n_kv != H,
-        softcap=softcap,
-        sinks=params is not None and "sinks" in params,
-        **context,
-    )
+    read = dict(rope=theta is not None, gqa=n_kv not in (None, H), softcap=softcap, sinks="sinks" in (params or {}))
+    site = MK.Site(D, D // H, keep, **read, **context)
 
     def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)
         knobs = {"softcap": softcap} | dict(knobs)

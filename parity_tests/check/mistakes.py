@@ -3,11 +3,11 @@
 An entry gives the id (stable; report.CATALOGUE is read from here), the line of math the mistake changes, the
 unit it is looked for at, and how it is found there:
 
-- a forward unit ("attention", whose entries are in attention_mistakes.py, "layer_norm", "rms_norm",
-  "gated_feed_forward", "embedding", "positions"): its variants, given the unit's Site (diagnosis.py), a list of
-  (message template, knobs), the knobs those of the unit's function in variants.py (for the embeddings the scale
-  and the position table), the template formatted with what the matcher knows there (eps, the activation). A
-  unit's entries are tried in registry order; `report.levels_of` says where each is looked for;
+- a forward unit ("attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions"): its
+  variants, (message template, knobs) given the unit's Site (diagnosis.py), the knobs those of the unit's function
+  in variants.py (an attention's: multi_head_attention's and attention_heads'; the embeddings': the scale and the
+  position table), the template formatted with what the matcher knows there (eps, the activation). A unit's
+  entries are tried in registry order; `report.levels_of` says where each is looked for;
 - "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
   `pairs` the references it applies to (empty: every pair);
 - None: found by a probe (dropout, overflow, a float32 island)."""
@@ -15,17 +15,30 @@ unit it is looked for at, and how it is found there:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from . import backward_mistakes as BM
-from .attention_mistakes import ATTENTION, ATTENTION_MISTAKES
 from .diagnosis import Mistake, Site
 
 __all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "variants"]
 
+ATTENTION, BACKWARD = "attention", "backward"
 
-BACKWARD = "backward"
+
+def _at(unit: str, mistake_id: str, line: str, *variants, when: Callable | None = None, **fields) -> Mistake:
+    """An entry looked for at a forward `unit`: its `variants` (message template, knobs), tried at a Site where
+    `when` holds (at every one when None), or one function Site -> [(message template, knobs)]."""
+
+    def fixed(site: Site) -> list:
+        return [(message, dict(knobs)) for message, knobs in variants] if when is None or when(site) else []
+
+    return Mistake(mistake_id, line, unit, variants[0] if callable(variants[0]) else fixed, **fields)
+
+
+def _attention(mistake_id: str, line: str, *variants, when: Callable | None = None) -> Mistake:
+    return _at(ATTENTION, mistake_id, line, *variants, when=when)
 
 
 def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> Mistake:
@@ -33,90 +46,270 @@ def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> M
     return Mistake(mistake_id, line, BACKWARD, pairs=pairs, tests=tests)
 
 
-MISTAKES = ATTENTION_MISTAKES + (
+def _triangle(site: Site, message: str, triangle: np.ndarray) -> list:
+    """A causal mask (T, T) as the variant's keep (1, 1, T, T), alone and with the keys' padding too where the user
+    may mask it (a causal attention's padding of the target)."""
+    return [
+        (message, {"keep": triangle[None, None] & pad}) for pad in ([True] if site.pad is None else [True, site.pad])
+    ]
+
+
+def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
+    """A causal self-attention's variants: its mask tril(diagonal), or none (diagonal None) or the padding alone."""
+
+    def variants(site: Site) -> list:
+        if not site.causal:
+            return []
+        if diagonal is None:
+            return [(message, {"keep": keep}) for keep in ([None] if site.pad is None else [None, site.pad])]
+        T = site.keep.shape[-1]  # type: ignore[union-attr]  # a causal site's keep is (1, 1, T, T), never None
+        return _triangle(site, message, np.tril(np.ones((T, T), bool), diagonal))
+
+    return variants
+
+
+def _masks_swapped(site: Site) -> list:
+    """A causal self-attention given the cross-attention's padding mask, where the two have the same keys."""
+    if not site.causal or site.swap is None or site.keep is None or site.swap.shape[-1] != site.keep.shape[-1]:
+        return []
+    return [("self-attention got the source's padding mask (and cross-attention the causal one)", {"keep": site.swap})]
+
+
+def _inverted(site: Site) -> list:
+    """A mask's polarity flipped; a causal mask's triangle too: triu for tril (each query sees itself and the future,
+    not the past), or the causal keep negated (only the future)."""
+    if site.keep is None or not site.causal:
+        return [] if site.keep is None else [("the mask's polarity is flipped", {"keep": ~site.keep})]
+    ones = np.ones((site.keep.shape[-1],) * 2, bool)
+    flipped = "the causal mask's triangle flipped (triu for tril): a query sees itself and the future"
+    future = "the causal mask's polarity flipped: each query sees only the future"
+    return _triangle(site, flipped, np.triu(ones)) + _triangle(site, future, np.triu(ones, 1))
+
+
+def _padding_on_queries(site: Site) -> list:
+    """A self-attention's padding of its keys (B, 1, 1, T) put on its queries' rows instead (B, 1, T, 1)."""
+    keep = site.keep
+    if site.causal or not site.self_attention or keep is None or np.ndim(keep) != 4 or keep.shape[2] != 1:
+        return []
+    return [("padding masks the queries' rows instead of the keys' columns", {"keep": keep.transpose(0, 1, 3, 2)})]
+
+
+def _divisors(site: Site) -> list:
+    """The divisors of the scores a user may have written instead of sqrt(d_head), each with its origin; where two
+    origins give the same number the first one listed names it."""
+    D, Dh = site.D, site.Dh
+    candidates = [
+        (Dh, f"d_head = {Dh}: the root is missing"),
+        (Dh / 2, f"d_head / 2 = {Dh / 2:g}: `d_head ** 1/2` parses as `(d_head ** 1) / 2`"),
+        (D / 2, f"d_model / 2 = {D / 2:g}: `d_model ** 1/2` parses as `(d_model ** 1) / 2`"),
+        (math.sqrt(D), f"sqrt(d_model) = {math.sqrt(D):.3g}: the model width instead of the head's"),
+        (D, f"d_model = {D}: the model width, and no root"),
+        (1.0, "1: no scaling at all"),
+    ]
+    found: dict = {}
+    for value, origin in candidates:
+        same = next((v for v in found if math.isclose(value, v)), value)  # the first value listed that is this one
+        if not math.isclose(value, math.sqrt(Dh)):
+            found[same] = f"{found[same]}; or {origin}" if same in found else origin
+    expected = f"expected sqrt(d_head) = {math.sqrt(Dh):.3g}"
+    return [(f"scores divided by {origin}; {expected}", {"divisor": value}) for value, origin in found.items()]
+
+
+def _wrong_axis(statistic: str) -> tuple:
+    """A norm's `statistic` taken over the positions, the batch or every element instead of the features."""
+    over = (
+        (-2, "the positions, not the features (dim=-1)"),
+        (0, "the batch, not the features (dim=-1)"),
+        (None, "every element (no dim), not the features"),
+    )
+    return tuple((f"{statistic} taken over {where} (eps = {{eps:g}})", {"axis": axis}) for axis, where in over)
+
+
+ROTATED_V = "the values rotated too{}; RoPE rotates queries and keys only"
+# which of the two is which depends on the map's pairing (the q and k rows read in the other order swap them)
+MIXED = "queries and keys rotated with different pairings: one in halves (i, i + Dh/2), the other in pairs (2i, 2i + 1)"
+
+MISTAKES = (
+    # -- attention, in the order its variants are tried -----------------------------------------------------------
+    _attention(
+        "rope.applied_to_v",
+        "the values rotated too: RoPE rotates queries and keys only",
+        (ROTATED_V.format(""), {"rope_v": True}),
+        (ROTATED_V.format(" (in pairs 2i, 2i + 1)"), {"rope_v": "interleaved"}),  # Meta's pairing: v read otherwise
+        (ROTATED_V.format(" (in halves i, i + Dh/2)"), {"rope_v": "half"}),
+        when=lambda s: s.rope,
+    ),
+    _attention(
+        "rope.mixed_pairing",
+        "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
+        (MIXED, {"pairs": ("half", "interleaved")}),
+        (MIXED, {"pairs": ("interleaved", "half")}),
+        when=lambda s: s.rope,
+    ),
+    _attention(
+        "rope.position_offset",
+        "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
+        ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
+        ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
+        when=lambda s: s.rope,
+    ),
+    _attention(
+        "attention.kv_heads_tiled",
+        "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
+        (
+            "K/V heads repeated by tiling (.repeat: query head h reads K/V head h % n_kv), not repeat_interleave",
+            {"tile": True},
+        ),
+        when=lambda s: s.gqa,
+    ),
+    _attention("attention.wrong_scale", "scores = Q K^T / c with c != sqrt(d_head)", _divisors),
+    _attention(
+        "attention.heads_without_transpose",
+        "(B, T, D).view(B, H, T, Dh) without the transpose: heads mix positions",
+        ("heads split by a reshape without the transpose", {"transpose": False}),
+        ("heads split by a reshape without the transpose (merged back with it)", {"transpose": "split"}),
+        ("heads merged back by a reshape without the transpose (split with it)", {"transpose": "merge"}),
+    ),
+    _attention(
+        "attention.softmax_wrong_axis",
+        "softmax over queries (dim=-2) instead of keys (dim=-1)",
+        ("softmax over the queries (dim=-2) instead of the keys", {"axis": -2, "mask_mode": "fill"}),
+    ),
+    _attention(
+        "attention.mask_after_softmax",
+        "P = softmax(S) then P[masked] = 0, instead of S[masked] = -inf before softmax",
+        ("masked probabilities zeroed after the softmax (not renormalised)", {"mask_mode": "after"}),
+        ("masked probabilities zeroed after the softmax, then renormalised", {"mask_mode": "after_renorm"}),
+        when=lambda s: s.keep is not None,
+    ),
+    _attention(
+        "attention.mask_ignored",  # a causal attention that applies no mask is attention.not_causal
+        "the mask is passed in but never applied: P = softmax(S) over every key",
+        ("the mask is passed in but never applied", {"mask_mode": "ignored"}),
+        when=lambda s: s.keep is not None and not s.causal,
+    ),
+    _attention(
+        "attention.mask_inverted",
+        "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
+        _inverted,
+    ),
+    _attention(
+        "attention.not_causal",
+        "the decoder's self-attention sees the future: no causal mask",
+        _causal("no causal mask: every query sees the future", None),
+    ),
+    _attention(
+        "attention.causal_hides_diagonal",
+        "causal mask j < i instead of j <= i: a query cannot see its own position",
+        _causal("causal mask j < i: a query cannot see itself", -1),
+    ),
+    _attention(
+        "attention.causal_shows_next",
+        "causal mask j <= i + 1 instead of j <= i: a query sees one future position",
+        _causal("causal mask j <= i + 1: a query sees the next position", 1),
+    ),
+    _attention(
+        "attention.masks_swapped",
+        "the decoder's self-attention gets the source mask and cross-attention the target's",
+        _masks_swapped,
+    ),
+    _attention("attention.padding_on_queries", "padding masks query rows instead of key columns", _padding_on_queries),
+    _attention(
+        "attention.softcap_without_division",
+        "cap * tanh(S) instead of cap * tanh(S / cap): the scores squashed at the wrong scale",
+        (
+            "the soft cap's tanh reads the scores undivided: cap * tanh(S), not cap * tanh(S / cap)",
+            {"cap_mode": "undivided"},
+        ),
+        when=lambda s: s.softcap is not None,
+    ),
+    _attention(
+        "attention.softcap_after_softmax",
+        "cap * tanh(P / cap) on the probabilities instead of cap * tanh(S / cap) on the scores before the mask",
+        (
+            "the soft cap applied to the probabilities after the softmax, not to the scores before it",
+            {"cap_mode": "probabilities"},
+        ),
+        when=lambda s: s.softcap is not None,
+    ),
+    _attention(
+        "attention.sink_missing",
+        "the sink logit left out of the softmax's denominator: softmax(S) instead of softmax([S, s_h]) without s_h",
+        ("the sink logit is not in the softmax's denominator (each row sums to 1)", {"sink_mode": "missing"}),
+        when=lambda s: s.sinks,
+    ),
+    _attention(
+        "attention.q_k_swapped",
+        "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
+        ("scores computed as K Q^T: the query and key projections exchanged", {"swap_qk": True}),
+        when=lambda s: s.self_attention,
+    ),
     # -- norms: each alone, then a layer norm's together (the Annotated Transformer's x.std() + eps) -------------
-    Mistake(
+    _at(
+        "layer_norm",
         "layer_norm.unbiased_variance",
         "var = sum((x - mean)^2) / (n - 1) instead of / n",
-        "layer_norm",
-        lambda s: [
-            ("the variance divides by n - 1 (torch's x.std()/x.var() default) (eps = {eps:g})", {"unbiased": True})
-        ],
+        ("the variance divides by n - 1 (torch's x.std()/x.var() default) (eps = {eps:g})", {"unbiased": True}),
         combines=True,
     ),
-    Mistake(
+    _at(
+        "layer_norm",
         "layer_norm.eps_outside_sqrt",
         "y = (x - mean) / (sqrt(var) + eps) instead of / sqrt(var + eps)",
-        "layer_norm",
-        lambda s: [
-            ("eps added to the standard deviation, outside the square root (eps = {eps:g})", {"eps_outside": True})
-        ],
+        ("eps added to the standard deviation, outside the square root (eps = {eps:g})", {"eps_outside": True}),
         combines=True,
     ),
-    Mistake(
+    _at(
+        "layer_norm",
         "layer_norm.wrong_axis",
         "mean and variance over the positions, the batch or everything instead of the features (dim=-1)",
-        "layer_norm",
-        lambda s: [
-            ("mean and variance taken over the positions, not the features (dim=-1) (eps = {eps:g})", {"axis": -2}),
-            ("mean and variance taken over the batch, not the features (dim=-1) (eps = {eps:g})", {"axis": 0}),
-            ("mean and variance taken over every element (no dim), not the features (eps = {eps:g})", {"axis": None}),
-        ],
+        *_wrong_axis("mean and variance"),
     ),
-    Mistake(
+    _at(
+        "rms_norm",
         "rms_norm.eps_outside_sqrt",
         "y = x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps)",
-        "rms_norm",
-        lambda s: [
-            ("eps added to the root mean square, outside the square root (eps = {eps:g})", {"eps_outside": True})
-        ],
+        ("eps added to the root mean square, outside the square root (eps = {eps:g})", {"eps_outside": True}),
     ),
-    Mistake(
+    _at(
+        "rms_norm",
         "rms_norm.wrong_axis",
         "mean(x^2) over the positions, the batch or everything instead of the features (dim=-1)",
-        "rms_norm",
-        lambda s: [
-            ("the mean of x^2 taken over the positions, not the features (dim=-1) (eps = {eps:g})", {"axis": -2}),
-            ("the mean of x^2 taken over the batch, not the features (dim=-1) (eps = {eps:g})", {"axis": 0}),
-            ("the mean of x^2 taken over every element (no dim), not the features (eps = {eps:g})", {"axis": None}),
-        ],
+        *_wrong_axis("the mean of x^2"),
     ),
     # -- feed-forward, embeddings, positions --------------------------------------------------------------------
-    Mistake(
+    _at(
+        "gated_feed_forward",
         "gated_feed_forward.activation_on_up",
         "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
-        "gated_feed_forward",
-        lambda s: [
-            (
-                "{activation} applied to the up projection, not the gate: down(gate(x) * {activation}(up(x)))",
-                {"on_up": True},
-            )
-        ],
-    ),  # fmt: skip
-    Mistake(
+        (
+            "{activation} applied to the up projection, not the gate: down(gate(x) * {activation}(up(x)))",
+            {"on_up": True},
+        ),
+    ),
+    _at(
+        "embedding",
         "embedding.missing_scale",
         "token embeddings not multiplied by sqrt(d_model)",
-        "embedding",
         lambda s: [(f"token embeddings not multiplied by sqrt(d_model) = {math.sqrt(s.D):g}", {"scale": 1.0})],
         # not in BERT's family (an embedding norm, a token-type table), which never scales: no scale is its own
         plausible=lambda cfg: not (cfg.embedding_norm or cfg.type_vocab_size),
     ),
-    Mistake(
+    _at(
+        "embedding",
         "embedding.double_scale",
         "token embeddings multiplied by sqrt(d_model) twice (by d_model)",
-        "embedding",
         lambda s: [(f"token embeddings multiplied by d_model = {s.D} (sqrt twice)", {"scale": float(s.D)})],
     ),
-    Mistake(
+    _at(
+        "positions",
         "positions.wrong_frequencies",
         "sinusoid frequencies not 1 / 10000^(2i/d)",
-        "positions",
-        lambda s: [("sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", {"table": "wrong_frequencies"})],
+        ("sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", {"table": "wrong_frequencies"}),
     ),
     # -- found by probes ------------------------------------------------------------------------------------------
     Mistake(
-        "attention.no_max_subtraction",
-        "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows",
+        "attention.no_max_subtraction", "softmax = exp(s) / sum(exp(s)) without subtracting the row maximum: overflows"
     ),
     Mistake("dropout.active_in_eval", "dropout applied in evaluation mode: two calls on the same input differ"),
     Mistake(  # found by towers.py at a ViT's front end
@@ -209,15 +402,10 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
     return [(m.id, message, knobs) for m in chosen for message, knobs in m.applies(unit, site)]
 
 
-def backward_tests(reference: str, stage: str) -> list:
-    """The tests of a hand-written `reference` pair's gradient at `stage`, in registry order, each once."""
-    mine = [m for m in MISTAKES if m.unit == BACKWARD and (not m.pairs or reference in m.pairs)]
-    return list(dict.fromkeys(test for m in mine for at, test in m.tests if at == stage))
-
-
 def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
     """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
-    when layer norm misses both of its terms): the registry's backward tests, stage by stage."""
+    when layer norm misses both of its terms): the registry's backward tests for the `reference` pair, stage by stage,
+    each stage's in registry order, each once."""
     single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
     shaped = got.shape == expected.shape
@@ -225,8 +413,9 @@ def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
         return []
     tol = BM.MATCH if shaped or not single else BM.FLOAT32_MATCH  # a wrong shape is judged in float32 too
     g = BM.Gradient(reference, tensor, got, expected, args, dout, tol)
+    mine = [m for m in MISTAKES if m.unit == BACKWARD and (not m.pairs or reference in m.pairs)]
     for stage in BM.STAGES if shaped else ("shape",):
-        for test in backward_tests(reference, stage):
+        for test in dict.fromkeys(test for m in mine for at, test in m.tests if at == stage):
             found = test(g)
             if found:
                 return found if isinstance(found, list) else [found]

@@ -1,5 +1,5 @@
 """The pairs check.pair judges and the exercise workbook grades: each reference pair's forward and backward, the
-inputs it differentiates, its cases, how its backward is called, and its forward's variants (mistakes.py).
+inputs it differentiates, its cases and how its backward is called.
 
 Shape letters: B batch, H heads, T_q / T_k positions, D d_model, Dh head size, F d_ff, V vocabulary.
 """
@@ -18,9 +18,6 @@ from numpy_transformer import layers as L
 from numpy_transformer import loss as LS
 from numpy_transformer import model as M
 
-from . import mistakes as MK
-from . import variants as VR
-
 B, H, D, F, V = 2, 2, 8, 12, 11
 LARGE = 1e3  # "large scores": exp overflows without the max subtraction (float64 at 709, float32 at 88)
 
@@ -33,8 +30,7 @@ class Pair:
     backward: Callable
     wrt: list
     cases: dict
-    call_backward: Callable | None = None  # how a backward is called: (backward, dout, cache) -> grads
-    variants: Callable | None = None  # fn(args) -> [(id, message, variant output)]: the catalogue on this pair
+    call_backward: Callable = lambda backward, dout, cache: backward(dout, cache)  # -> the gradients
 
 
 def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
@@ -48,35 +44,6 @@ def _mask(T_q, T_k, pad=1, full_row=False, causal=False):
     if full_row:
         keep[0, :, 0, :] = False
     return keep
-
-
-def _softmax_variants(args):
-    x, mask = args["x"], args.get("mask")
-    return [("attention.softmax_wrong_axis", "softmax over axis -2 instead of the last", VR.softmax(x, mask, -2))]
-
-
-def _layer_norm_variants(args):
-    x, weight, bias, eps = args["x"], args["weight"], args["bias"], args["eps"]
-    found = MK.variants("layer_norm", MK.Site(x.shape[-1], x.shape[-1]))
-    return [(vid, text.format(eps=eps), VR.layer_norm(x, weight, bias, eps, **knobs)) for vid, text, knobs in found]
-
-
-def _attention_variants(args):
-    """The catalogue's attention variants, on heads already split (scaled_dot_product_attention, where no
-    transpose can be missing) or through multi_head_attention's projections."""
-    split = "q" in args
-    q, keep = (args["q"], args.get("mask")) if split else (args["query"], args.get("attn_mask"))
-    D, heads = (q.shape[-1] * H, H) if split else (q.shape[-1], args["n_heads"])
-    out = []
-    for vid, message, knobs in MK.variants(MK.ATTENTION, MK.Site(D, D // heads, keep, self_attention=False)):
-        knobs = dict(knobs)
-        kk = knobs.pop("keep", keep)
-        if not split:
-            variant = VR.multi_head_attention(args["params"], q, args["key"], args["value"], heads, kk, **knobs)
-            out.append((vid, message, variant))
-        elif "transpose" not in knobs:
-            out.append((vid, message, VR.attention_heads(q, args["k"], args["v"], kk, **knobs)))
-    return out
 
 
 def _linear_params(rng, prefix_dims: dict) -> dict:
@@ -129,107 +96,76 @@ def _n(rng, *shape):
     return rng.standard_normal(shape)
 
 
+SOFTMAX = {
+    "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
+    "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
+    "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
+    "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
+}
+LINEAR = {
+    "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
+    "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
+}
+LAYER_NORM = {
+    "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
+    "offset and scaled rows": lambda r: dict(
+        x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
+    ),
+}
+DROPOUT = {
+    "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
+    "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
+}
+EMBEDDING = {
+    "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
+    "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
+}
+SCALED_DOT_PRODUCT_ATTENTION = {
+    "padding, T_q = T_k": lambda r: _heads(r, 5, 5, mask=_mask(5, 5, pad=2)),
+    "T_q != T_k, causal": lambda r: _heads(r, 4, 6, mask=_mask(4, 6, causal=True)),
+    "a fully masked row": lambda r: _heads(r, 4, 4, mask=_mask(4, 4, full_row=True)),
+    "large scores": lambda r: _heads(r, 4, 4, scale=30),
+}
+MULTI_HEAD_ATTENTION = {
+    "cross-attention, T_q != T_k, padding": lambda r: _mha(r, 4, 6, _mask(4, 6, pad=2)),
+    "a fully masked row": lambda r: _mha(r, 5, 5, _mask(5, 5, full_row=True, causal=True)),
+}
+FEED_FORWARD = {"relu": lambda r: _feed_forward(r, "relu"), "gelu": lambda r: _feed_forward(r, "gelu")}
+CROSS_ENTROPY = {
+    "ignored targets": lambda r: _cross_entropy(r),
+    "label smoothing": lambda r: _cross_entropy(r, label_smoothing=0.1),
+}
+ENCODER_LAYER = {
+    "post-norm, padding": lambda r: _encoder_layer(r, 5, 2, False),
+    "pre-norm, gelu": lambda r: _encoder_layer(r, 6, 1, True, "gelu"),
+}
+
 PAIRS = {
-    "softmax": Pair(
-        L.softmax_forward,
-        L.softmax_backward,
-        ["x"],
-        {
-            "rows (B, H, T, T)": lambda r: dict(x=_n(r, B, H, 5, 5)),
-            "padding mask": lambda r: dict(x=_n(r, B, H, 5, 6), mask=_mask(5, 6, pad=2)),
-            "a fully masked row": lambda r: dict(x=_n(r, B, H, 4, 4), mask=_mask(4, 4, full_row=True)),
-            "large scores": lambda r: dict(x=LARGE * _n(r, B, 3, 5)),
-        },
-        variants=_softmax_variants,
-    ),
-    "linear": Pair(
-        L.linear_forward,
-        L.linear_backward,
-        ["x", "weight", "bias"],
-        {
-            "(B, T, D) -> (B, T, F)": lambda r: dict(x=_n(r, B, 5, D), weight=_n(r, F, D), bias=_n(r, F)),
-            "(N, D) -> (N, V)": lambda r: dict(x=_n(r, 7, D), weight=_n(r, V, D), bias=_n(r, V)),
-        },
-    ),
-    "layer_norm": Pair(
-        L.layer_norm_forward,
-        L.layer_norm_backward,
-        ["x", "weight", "bias"],
-        {
-            "(B, T, D)": lambda r: dict(x=_n(r, B, 5, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-5),
-            "offset and scaled rows": lambda r: dict(
-                x=3 + 5 * _n(r, 3, 4, D), weight=1 + 0.2 * _n(r, D), bias=_n(r, D), eps=1e-3
-            ),
-        },
-        variants=_layer_norm_variants,
-    ),
-    "dropout": Pair(
-        L.dropout_forward,
-        L.dropout_backward,
-        ["x"],
-        {
-            "(B, T, D), p = 0.25": lambda r: dict(x=_n(r, B, 5, D), p=0.25, keep_mask=r.random((B, 5, D)) >= 0.25),
-            "(N, F), p = 0.5": lambda r: dict(x=_n(r, 6, F), p=0.5, keep_mask=r.random((6, F)) >= 0.5),
-        },
-    ),
-    "embedding": Pair(
-        L.embedding_forward,
-        L.embedding_backward,
-        ["weight"],
-        {
-            "repeated ids": lambda r: dict(ids=r.integers(0, 4, size=(B, 6)), weight=_n(r, V, D)),
-            "one sequence": lambda r: dict(ids=r.integers(0, V, size=(1, 9)), weight=_n(r, V, D)),
-        },
-    ),
+    "softmax": Pair(L.softmax_forward, L.softmax_backward, ["x"], SOFTMAX),
+    "linear": Pair(L.linear_forward, L.linear_backward, ["x", "weight", "bias"], LINEAR),
+    "layer_norm": Pair(L.layer_norm_forward, L.layer_norm_backward, ["x", "weight", "bias"], LAYER_NORM),
+    "dropout": Pair(L.dropout_forward, L.dropout_backward, ["x"], DROPOUT),
+    "embedding": Pair(L.embedding_forward, L.embedding_backward, ["weight"], EMBEDDING),
     "scaled_dot_product_attention": Pair(
         A.scaled_dot_product_attention_forward,
         A.scaled_dot_product_attention_backward,
         ["q", "k", "v"],
-        {
-            "padding, T_q = T_k": lambda r: _heads(r, 5, 5, mask=_mask(5, 5, pad=2)),
-            "T_q != T_k, causal": lambda r: _heads(r, 4, 6, mask=_mask(4, 6, causal=True)),
-            "a fully masked row": lambda r: _heads(r, 4, 4, mask=_mask(4, 4, full_row=True)),
-            "large scores": lambda r: _heads(r, 4, 4, scale=30),
-        },
-        variants=_attention_variants,
+        SCALED_DOT_PRODUCT_ATTENTION,
         call_backward=lambda backward, dout, cache: tuple(backward(dout, cache))[:3],  # (dq, dk, dv), not dtable
     ),
     "multi_head_attention": Pair(
         A.multi_head_attention_forward,
         A.multi_head_attention_backward,
         ["query", "key", "value", "params"],
-        {
-            "cross-attention, T_q != T_k, padding": lambda r: _mha(r, 4, 6, _mask(4, 6, pad=2)),
-            "a fully masked row": lambda r: _mha(r, 5, 5, _mask(5, 5, full_row=True, causal=True)),
-        },
-        variants=_attention_variants,
+        MULTI_HEAD_ATTENTION,
     ),
-    "feed_forward": Pair(
-        L.feed_forward_forward,
-        L.feed_forward_backward,
-        ["x", "params"],
-        {
-            "relu": lambda r: _feed_forward(r, "relu"),
-            "gelu": lambda r: _feed_forward(r, "gelu"),
-        },
-    ),
+    "feed_forward": Pair(L.feed_forward_forward, L.feed_forward_backward, ["x", "params"], FEED_FORWARD),
     "cross_entropy": Pair(
         LS.cross_entropy_forward,
         LS.cross_entropy_backward,
         ["logits"],
-        {
-            "ignored targets": lambda r: _cross_entropy(r),
-            "label smoothing": lambda r: _cross_entropy(r, label_smoothing=0.1),
-        },
+        CROSS_ENTROPY,
         call_backward=lambda backward, dout, cache: backward(cache, dout),
     ),
-    "encoder_layer": Pair(
-        M.encoder_layer_forward,
-        M.encoder_layer_backward,
-        ["x", "params"],
-        {
-            "post-norm, padding": lambda r: _encoder_layer(r, 5, 2, False),
-            "pre-norm, gelu": lambda r: _encoder_layer(r, 6, 1, True, "gelu"),
-        },
-    ),
+    "encoder_layer": Pair(M.encoder_layer_forward, M.encoder_layer_backward, ["x", "params"], ENCODER_LAYER),
 }

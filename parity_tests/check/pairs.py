@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -21,7 +22,10 @@ from numpy_transformer import gradcheck
 from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
 
 from . import mistakes as MK
-from .pair_table import LARGE, PAIRS, Pair
+from . import variants as VR
+from .diagnosis import MATCH, _error
+from .matchers import match_attention, match_unit
+from .pair_table import LARGE, PAIRS, H, Pair
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row, float32_bar
 
 
@@ -36,8 +40,7 @@ def _fresh(value, dtype):
 
 
 def _grads(pair: Pair, backward, dout, cache) -> dict:
-    call = pair.call_backward or (lambda b, d, c: b(d, c))
-    grads = call(backward, dout, cache)
+    grads = pair.call_backward(backward, dout, cache)
     if len(pair.wrt) == 1:
         grads = (grads,)
     if not isinstance(grads, (tuple, list)) or len(grads) != len(pair.wrt):
@@ -183,11 +186,24 @@ def _judge_case(case: Case) -> None:
             case.diagnose(name, grads[name], g, dout)
     if misshapen:
         return  # central differences need gradients of the inputs' shapes
-    if errors["output"] > bar and spec.variants:  # the catalogue's forward variants that reproduce the output
-        for vid, message, variant in spec.variants(case.args):
-            if relative_errors({"v": (out, variant)}, np.float64)["v"][1] <= 1e-8:
-                case.result.diagnoses.append(Diagnosis(vid, f"{case.name}: {message}", "forward", 0.0))
+    if errors["output"] > bar:  # the catalogue's forward mistakes that reproduce the output, in this case
+        for d in _forward(case.result.reference, case.args, out):
+            case.result.diagnoses.append(Diagnosis(d.id, f"{case.name}: {d.message}", "forward", d.error))
     _finite_differences(case)
+
+
+def _forward(reference: str, a: dict, out) -> list:
+    """The catalogue's forward mistakes (matchers) that reproduce the user's output `out` on the pair's inputs `a`."""
+    if reference == "softmax" and _error(out, VR.softmax(a["x"], a.get("mask"), -2)) <= MATCH:  # over the queries
+        return [Diagnosis("attention.softmax_wrong_axis", "softmax over axis -2 instead of the last", "", 0.0)]
+    if reference == "layer_norm":
+        return match_unit("layer_norm", out, a["x"], a, a["eps"], "", "")
+    if reference == "scaled_dot_product_attention":  # heads already split: no transpose can be missing
+        return match_attention(out, None, a["q"], (a["k"], a["v"]), H, a.get("mask"), "", self_attention=False)
+    if reference == "multi_head_attention":
+        kv, keep = (a["key"], a["value"]), a.get("attn_mask")
+        return match_attention(out, a["params"], a["query"], kv, a["n_heads"], keep, "", self_attention=False)
+    return []
 
 
 def _own_float32_errors(case: Case, dout, ref_out, ref_grads: dict, names) -> dict:
@@ -223,10 +239,9 @@ def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
 
 def _finite_differences(case: Case) -> None:
     """The user's backward against central differences of the user's own forward (float64)."""
-    call = case.spec.call_backward or (lambda b, d, c: b(d, c))
+    backward = partial(case.spec.call_backward, case.backward)  # (dout, cache) -> the gradients
     fd = gradcheck.check_pair(
-        case.forward, lambda d, c: call(case.backward, d, c), _fresh(case.args, case.dtype), case.spec.wrt,
-        seed=case.seed, max_coords=12,
-    )  # fmt: skip
+        case.forward, backward, _fresh(case.args, case.dtype), case.spec.wrt, seed=case.seed, max_coords=12
+    )
     for name, error in fd.errors.items():
         case.result.rows.append(case.row(f"d{name}", error, FD_BAR, against="finite differences"))

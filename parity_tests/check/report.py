@@ -11,29 +11,30 @@ import numpy as np
 from . import mistakes as MK
 from .diagnosis import Diagnosis
 from .levels import LEVELS, shown
-from .mistakes import MISTAKES
 from .pair_table import PAIRS
 
 __all__ = ["CATALOGUE", "Diagnosis", "Result", "Row", "levels_of"]
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.
-CATALOGUE = {m.id: m.line for m in MISTAKES}
+CATALOGUE = {m.id: m.line for m in MK.MISTAKES}
 
 
 # The float32 bar of check.module and check.pair, per tensor: FLOAT32_RATIO times the reference's own float32 error
 # on that tensor (the reference run in float32 and in float64 on the same inputs, weights and upstream gradient),
 # never below FLOAT32_FLOOR. The user's float32 tensor is compared with the reference's float32 one, each off the
-# exact value by its own rounding, and where the exact value is ~0 (a key bias's gradient: softmax ignores a shift
-# of every score of a row) both are rounding noise alone. Measured on the judge's corpus of clean models under each
-# OpenBLAS kernel of an AVX-512 CPU (default = SkylakeX, Haswell, Sandybridge): the model's float32 error at most
-# 1.4 x the reference's own on d2l's q/k weight gradients (own errors 5e-6 to 1.3e-5), at most 3.1 x on a key
-# bias's gradient (noise against noise), at most 1.0e-6 where the reference's own error is below 5e-7; on the
-# workbook's answers (check.pair) at most 4e-7. 8 leaves a factor 2.5 over the noise; the floor, 32 float32
-# epsilons (3.8e-6), a factor 3.7 over the smallest tensors' errors, is for tensors the reference happens to round
-# well: there the user's error is not proportional to the reference's luck (summed in another order).
+# exact value by its own rounding; where the exact value is ~0 (a key bias's gradient) both are rounding noise alone.
+# Measured on the judge's corpus of clean models under each OpenBLAS kernel of an AVX-512 CPU: the model's float32
+# error at most 1.4 x the reference's own on d2l's q/k weight gradients, 3.1 x on a key bias's gradient (noise against
+# noise), 1.0e-6 where the reference's own is below 5e-7; on the workbook's answers (check.pair) at most 4e-7. 8 leaves
+# a factor 2.5 over the noise; the floor, 32 float32 epsilons (3.8e-6, 3.7 x the smallest tensors' errors), is for
+# tensors the reference happens to round well: the user's error is not proportional to the reference's luck.
 FLOAT32_RATIO = 8.0
 FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
+
+
+# config fields the recorded flow sets, shown where set
+READ_FROM_FLOW = ("parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks")
 
 
 def float32_bar(own: float) -> float:
@@ -131,10 +132,8 @@ class Result:
         if self.conventions:
             lines.append("conventions: " + ", ".join(f"{k}={v}" for k, v in self.conventions.items()))
         if self.assumed:
-            lines.append(
-                "conventions assumed (none reproduced the reference; judged under the closest): "
-                + ", ".join(f"{k}={v}" for k, v in self.assumed.items())
-            )
+            assumed = ", ".join(f"{k}={v}" for k, v in self.assumed.items())
+            lines.append(f"conventions assumed (none reproduced the reference; judged under the closest): {assumed}")
         fields = self._config_fields()
         if fields:
             head = "config" if self.confirmed else "config assumed (the closest, not confirmed)"
@@ -152,14 +151,7 @@ class Result:
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
-        read = (
-            "parallel_residual",
-            "shared_norm",
-            "attn_softcap",
-            "logit_softcap",
-            "attn_sinks",
-        )  # shown where the flow set them
-        return fields + [k for k in read if getattr(self.config, k, None)]
+        return fields + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)]
 
     def _map(self) -> list:
         if not self.mapping:

@@ -91,11 +91,8 @@ def rope_thetas(module, Dh: int, first: float | None = None) -> list:
 def rotary_dim(module, Dh: int) -> int | None:
     """The features of each head RoPE turns where fewer than all of them (GPT-NeoX's rotary_pct): twice the length
     of an inverse-frequency buffer (inv_freq) shorter than Dh / 2; None where none is."""
-    lengths = {
-        buf.numel()
-        for name, buf in module.named_buffers()
-        if "inv_freq" in name.rsplit(".", 1)[-1] and buf.ndim == 1 and buf.is_floating_point()
-    }
+    inv_freq = [buf for name, buf in module.named_buffers() if "inv_freq" in name.rsplit(".", 1)[-1]]
+    lengths = {buf.numel() for buf in inv_freq if buf.ndim == 1 and buf.is_floating_point()}
     if len(lengths) == 1 and 0 < 2 * next(iter(lengths)) < Dh:
         return 2 * lengths.pop()
     widths = {_squeezed(t).shape[-1] for _, t in _tensors_kept(module) if _sin_cos_table(t)}

@@ -14,11 +14,16 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from . import dataflow as DF
 from .diagnosis import Diagnosis
+from .levels import LEVELS
+from .running import copy_module
 
-NO_PAIR = "which the reference has no pair for"
+
+def differs(where: str, what: str) -> str:
+    return f"differs at {where or '(the module)'}: {what}, which the reference has no pair for"
 
 
 class NoPair(ValueError):
@@ -31,7 +36,7 @@ class NoPair(ValueError):
 
     @property
     def answer(self) -> str:
-        return f"differs at {self.where or '(the module)'}: {self.what}, {NO_PAIR}"
+        return differs(self.where, self.what)
 
 
 NORMS = {"rms_norm", "layer_norm", "group_norm"}
@@ -65,11 +70,8 @@ def explain(module, run) -> str | Diagnosis | None:
         return None
     for find in (_weightless_norm, _previous_token_gate, _activation):
         found = find(rec)
-        if isinstance(found, Diagnosis):
-            return found
         if found is not None:
-            where, what = found
-            return f"differs at {where or '(the module)'}: {what}, {NO_PAIR}"
+            return found if isinstance(found, Diagnosis) else differs(*found)
     return None
 
 
@@ -91,14 +93,11 @@ def _shifted(node) -> bool:
 
 def _previous_token_gate(rec) -> tuple | None:
     for node in rec.nodes:
-        if node.op not in ("mul", "__mul__", "__rmul__") or len(node.parents) != 2:
-            continue
-        if not any(_shifted(p) for p in node.parents):
-            continue
-        gate = next((p for p in node.parents if not _shifted(p)), None)
-        weight = _read_weight(gate)
-        where = weight.rsplit(".", 1)[0] if weight and "." in weight else (gate.module if gate else node.module)
-        return where, "a gate mixes the previous position into each one (x[t] + g(x[t]) * x[t - 1])"
+        if node.op in ("mul", "__mul__", "__rmul__") and len(node.parents) == 2 and any(map(_shifted, node.parents)):
+            gate = next((p for p in node.parents if not _shifted(p)), None)
+            weight = _read_weight(gate)
+            where = weight.rsplit(".", 1)[0] if weight and "." in weight else (gate.module if gate else node.module)
+            return where, "a gate mixes the previous position into each one (x[t] + g(x[t]) * x[t - 1])"
     return None
 
 
@@ -136,9 +135,8 @@ def _activation(rec) -> tuple | Diagnosis | None:
             c = None if fits else _sigmoid_constant(h, a)
             if c is not None:
                 said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
-                return Diagnosis(
-                    "activation.quick_gelu_constant", said, x.module, _relative(h * torch.sigmoid(c * h), a)
-                )
+                error = _relative(h * torch.sigmoid(c * h), a)
+                return Diagnosis("activation.quick_gelu_constant", said, x.module, error)
             return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
     return None
 
@@ -185,11 +183,6 @@ def _unknown(h, a) -> str:
 def plain_call(user, level: str, call=None):
     """A run of `user` (a float64 copy) on the simplest inputs its level takes (ids below its smallest vocabulary,
     or x of its width), for explain where the judge could not read it; None where no such call can be made."""
-    from torch import nn
-
-    from .levels import LEVELS
-    from .running import copy_module
-
     try:
         module = copy_module(user).double().eval()
     except Exception:

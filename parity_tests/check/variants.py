@@ -24,19 +24,9 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 
 
 def attention_heads(
-    q,
-    k,
-    v,
-    keep,
-    divisor=None,
-    mask_mode="before",
-    axis=-1,
-    swap_qk=False,
-    softcap=None,
-    cap_mode="scores",
-    sinks=None,
-    sink_mode="denominator",
-):
+    q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False, softcap=None, cap_mode="scores",
+    sinks=None, sink_mode="denominator",
+):  # fmt: skip
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
     keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
     (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
@@ -167,22 +157,3 @@ def sinusoid_tables(max_len: int, d_model: int) -> dict:
     tables = {layout: sinusoidal_table(max_len, d_model, np.float64, layout) for layout in ("interleaved", "split")}
     pos = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
     return tables | {"wrong_frequencies": np.where(np.arange(d_model) % 2 == 0, np.sin(pos), np.cos(pos))}
-
-
-def scale_divisors(d_model: int, d_head: int) -> dict:
-    """The divisors of the scores a user may have written instead of sqrt(d_head), each with its origin.
-    Where two origins give the same number the first one listed names it."""
-    candidates = [
-        (d_head, f"d_head = {d_head}: the root is missing"),
-        (d_head / 2, f"d_head / 2 = {d_head / 2:g}: `d_head ** 1/2` parses as `(d_head ** 1) / 2`"),
-        (d_model / 2, f"d_model / 2 = {d_model / 2:g}: `d_model ** 1/2` parses as `(d_model ** 1) / 2`"),
-        (math.sqrt(d_model), f"sqrt(d_model) = {math.sqrt(d_model):.3g}: the model width instead of the head's"),
-        (d_model, f"d_model = {d_model}: the model width, and no root"),
-        (1.0, "1: no scaling at all"),
-    ]
-    out: dict = {}
-    for value, origin in candidates:
-        same = next((v for v in out if math.isclose(value, v)), value)  # the first value listed that is this one
-        if not math.isclose(value, math.sqrt(d_head)):
-            out[same] = f"{out[same]}; or {origin}" if same in out else origin
-    return out
