@@ -1,18 +1,24 @@
-"""How the judge runs the user's module: copies whose closures run the copy, the float32 islands a float64 copy
-computes in (found, and run in float64 for the search for a mistake), the model's own output head, and which of
-the reference's positions the module's output holds."""
+"""How the judge runs the user's module and measures it: copies whose closures run the copy, the float32 islands a
+float64 copy computes in (found, and run in float64 for the search for a mistake), the model's own output head,
+which of the reference's positions the module's output holds, and the rows of errors against bars."""
 
 from __future__ import annotations
 
 import copy
+import math
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
+
+from parity_tests.components import BAR, relative_errors
+
+from .report import Row, float32_bar
 
 
 def positions_held(ref_shape: tuple, shape: tuple):
@@ -25,6 +31,29 @@ def positions_held(ref_shape: tuple, shape: tuple):
         return False
     B, _, V = ref_shape
     return {(B, 1, V): slice(-1, None), (B, V): -1}.get(tuple(shape), False)
+
+
+def rows(groups: list, dtype, own: dict | None = None) -> list:
+    """The Rows of each group of tensors (name -> (the module's, the reference's); a group's relative errors are
+    measured together) in `dtype`: each bar BAR[dtype], or, given `own` (the reference's own float32 error on each
+    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; every
+    gradient of the module zero is a failing row (vacuous)."""
+    label, found = np.dtype(dtype).name, []
+    for group in groups:
+        for n, (_, e) in relative_errors(group, dtype).items():
+            zero = n.startswith("d") and not np.any(group[n][0]) and not np.any(group[n][1])
+            bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n])
+            found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
+    grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
+    if grads and not any(np.any(g) for g in grads):
+        found.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
+    return found
+
+
+def own_errors(ref32: dict, ref64: dict) -> dict:
+    """name -> the reference's own float32 error on that tensor: its float32 run (`ref32`) against its float64 run
+    on the same inputs, weights and upstream gradient (`ref64`), the basis of the float32 bars."""
+    return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in ref32}, np.float32).items()}
 
 
 def at_positions(array, index):
