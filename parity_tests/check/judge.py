@@ -23,7 +23,6 @@ from numpy_transformer import TransformerConfig
 
 from . import calling as C
 from . import divergence as DV
-from . import example as EX
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
@@ -95,14 +94,15 @@ def choose(check: Check) -> Choice:
     best: Choice | None = None  # the closest miss
     for n, layout in enumerate(check.layouts):
         for caller in check.callers:
+            p = probe_of(check, caller)
             try:
-                out = run_user(check, layout, caller, np.float64)[0].detach().cpu().numpy()
+                out = run_user(check, layout, caller, np.float64, probe=p)[0].detach().cpu().numpy()
             except Exception as exc:  # a convention the module does not take: try the next one
                 errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
                 continue
             runnable += [caller] * (n == 0)
             kind = output_kind(out) if check.entry.output_head else "logits"
-            for error, cfg, index in _errors(check, outs, caller, out, kind):
+            for error, cfg, index in _errors(check, outs, caller, p, out, kind):
                 choice = Choice(caller, cfg, kind, layout, index, error <= MATCH, error, tuple(runnable))
                 if choice.matched:
                     return choice
@@ -115,10 +115,10 @@ def choose(check: Check) -> Choice:
     return dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
 
 
-def _errors(check: Check, outs: dict, caller, out: np.ndarray, kind: str):
-    """Yields (error, config, positions held) of the user's float64 output `out` against the reference's under each
-    config that applies, computing the reference's outputs (kept in `outs`) as they are needed."""
-    p = probe_of(check, caller)
+def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> list:
+    """(error, config, positions held) of the user's float64 output `out` on probe `p` against the reference's under
+    each config that applies, computing the reference's outputs (kept in `outs`) as they are needed."""
+    found = []
     for i, cfg in enumerate(check.configs):
         if cfg.positional == "rope" and not p.self_attention and check.entry.self_attention_probes:
             continue  # rotary positions need one sequence
@@ -130,8 +130,10 @@ def _errors(check: Check, outs: dict, caller, out: np.ndarray, kind: str):
             continue
         ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
         with np.errstate(all="ignore"):
-            error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
-        yield error, cfg, index
+            found.append((_error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid)), cfg, index))
+        if found[-1][0] <= MATCH:
+            break
+    return found
 
 
 def compare(check: Check, choice: Choice, dtype) -> list:
@@ -238,7 +240,7 @@ def module(
     if not dtypes or not all(d in ("float64", "float32") for d in dtypes):
         raise ValueError(f"dtypes must name float64 and/or float32, got {dtypes!r}")
     if example is not None:
-        EX.validate(example)
+        C.validate(example)
         if call is not None:
             raise TypeError("pass example= (one real call) or call= (an adapter), not both")
     unknown = [k for k in fields if k not in _CONFIG_FIELDS]
@@ -420,7 +422,7 @@ def _module(user_module, reference, given, mapping, call, batch_first, mask, dty
     # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
     level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
     if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
-        given = given | dict(zip(["rope_theta"], EX.thetas(example), strict=False))
+        given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
     check = prepare(user_module, level, given, mapping, call, batch_first, mask, seed, example)
     choice = choose(check)
     if not choice.matched and check.entry.hooked and check.is_module:

@@ -20,7 +20,6 @@ from numpy_transformer import TransformerConfig
 
 from . import calling as C
 from . import dataflow as DF
-from . import example as EX
 from . import levels as LV
 from . import mapping as MP
 from . import probes as PR
@@ -125,7 +124,7 @@ def prepare(user, level: str, given: dict, mapping, call, batch_first, mask, see
     entry, notes, is_module = LEVELS[level], [], isinstance(user, nn.Module)
     mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
     # the probe's batch and lengths: the example's where one is given
-    sizes = EX.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
+    sizes = C.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
     conventions = dict(batch_first=batch_first, mask=mask, call=call, example=example)
     found = recording(user, level, given, seed, sizes, **conventions)
     model = inferred(user, level, found, given, mapped, notes)
@@ -145,7 +144,7 @@ def prepare(user, level: str, given: dict, mapping, call, batch_first, mask, see
     head = output_head(user, model.links) if is_module and entry.group == "model" else None
     return Check(
         user, level, entry, is_module, given, mask, seed, model, found.flow, shapes, params, probes,
-        tuple(callers_of(user, level, **conventions)), tuple(layouts(model, rope, mapping is None and is_module)),
+        tuple(C.callers(user, level, **conventions)), tuple(layouts(model, rope, mapping is None and is_module)),
         tuple(config_candidates(entry, model, found.flow, rope, stated(given))), head, tuple(notes),
     )  # fmt: skip
 
@@ -258,14 +257,6 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
     return [Layout(links, halves), Layout(MP.interleave_rope(links, Dh, model.cfg.rotary_dim or 0), pairs)]
 
 
-def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
-    """The candidate calls of `module` at `level`: as the example calls it where one is given (example.callers),
-    else calling.callers."""
-    if example is not None:
-        return EX.callers(module, level, example, batch_first)
-    return C.callers(module, level, batch_first, mask, call)
-
-
 def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
     tables on small ids (under at most 16 conventions: a has_mask flag), else, where the roles are read from the
@@ -298,7 +289,7 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
     if weight is None:
         return None, ""
     try:
-        callers = callers_of(model, level, **conventions)[:limit]
+        callers = C.callers(model, level, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
         return None, ""
     raised = ""

@@ -1,19 +1,16 @@
 """A ViT or a CLIP text tower judged by the reference's vision pairs (numpy_transformer/vision.py), read from its
-structure; the judge's levels are the text Transformer's (TransformerConfig), and these are model classes of their own.
+structure (a Tower): the judge's levels are the text Transformer's, and these are model classes of their own.
 
-Read from the user's module: the front end (a ViT's Conv2d whose stride is its kernel, a class-token parameter of D
-numbers and a position table of 1 + N rows; a text tower's token nn.Embedding and a learned position table), pre-norm
-encoder blocks (the submodules holding two LayerNorms each, causal in a text tower), a final LayerNorm, and what the
-forward returns: the hidden states, the class token's (a text tower's: the end token's, the largest id, or the last
-position's), or that through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the
-order its forward calls them (norm, q k v or one fused projection or nn.MultiheadAttention, the output projection,
-norm, fc1, fc2); the activation and head count are those under which the outputs agree. The user's module (a copy,
-weights drawn here) and the reference built from the same weights are compared: the output, the pixels' gradient and
-every parameter's, in float64 and float32.
-
-Where it fails, the first block whose output differs is judged on its own recorded call by the judge's
-encoder_layer (decoder_only_layer where causal) level (`judge`: check.module, passed in), and its catalogued mistake
-is named at the block's place.
+Read from the user's module: the front end (a ViT's Conv2d whose stride is its kernel, a class token of D numbers
+and a position table of 1 + N rows; a text tower's token nn.Embedding and a learned position table), pre-norm
+blocks (the submodules holding two LayerNorms each), a final LayerNorm, and what the forward returns: the hidden
+states, the class token's (a text tower's: the end token's, the largest id, or the last position's), or that
+through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the order its forward
+calls them (norm, q k v fused or not, the output projection, norm, fc1, fc2); the activation, head count and
+causality are those under which the outputs agree (a Fit). A copy with weights drawn here and the reference on the
+same weights are compared (running.rows) in float64 and float32. Where it fails, the first block that differs is
+judged on its own recorded call by the judge's encoder_layer (decoder_only_layer where causal) level (`judge`:
+check.module, passed in), and its catalogued mistake is named at the block's place.
 """
 
 from __future__ import annotations
@@ -53,7 +50,8 @@ READ_AS = {"vit": "a ViT", "text": "a CLIP text tower"}
 class Tower:
     """A tower as read from its structure: kind ("vit" or "text"), its inputs (pixels or ids), the front end's module,
     the blocks (in call order), the final norm, links (user parameter -> the reference names its rows hold, in
-    order), width D and head ("head": a Linear, "projection": x @ P, None)."""
+    order), width D and head ("head": a Linear, "projection": x @ P, None); its output on the inputs (weights drawn:
+    _draw) and each submodule's first call there (name -> (args, kwargs, output))."""
 
     kind: str
     inputs: np.ndarray
@@ -63,13 +61,14 @@ class Tower:
     links: dict
     D: int
     head: str | None
+    output: np.ndarray
+    calls: dict
 
 
 @dataclass(frozen=True)
 class Fit:
     """What the reference is run under: output ("hidden", "pooled", "head"), the pooled position, causal or not, the
-    activation, head count and eps; the module's output shape, its error against the reference's, and each block's
-    first call (block -> (args, kwargs, output))."""
+    activation, head count and eps; the module's error against the reference under them."""
 
     output: str
     pool: str
@@ -78,8 +77,6 @@ class Fit:
     n_heads: int
     eps: float
     error: float = 0.0
-    shape: tuple = ()
-    calls: dict = dataclasses.field(default_factory=dict)
 
 
 def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
@@ -89,10 +86,9 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
         return None
     try:
         model = copy_module(user).double().eval()
+        _draw(model, np.random.default_rng(0))
         tower = _read(model)
-        if tower is not None:
-            _draw(model, np.random.default_rng(0))
-            fit = _fit(model, tower)
+        fit = _fit(model, tower) if tower is not None else None
     except Exception:  # a module this reading does not fit: the caller says what stopped the judge
         return None
     if tower is None or fit is None:
@@ -109,7 +105,7 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
         result.assumed, result.confirmed = read, False
     result.mapping = {u: (", ".join(ours), "its rows in this order" if len(ours) > 1 else "as is")
                       for u, ours in tower.links.items()}  # fmt: skip
-    dout = np.random.default_rng(2).standard_normal(fit.shape)
+    dout = np.random.default_rng(2).standard_normal(tower.output.shape)
     for dtype in (np.float64, np.float32):
         result.rows += _compare(model, tower, fit, dout, dtype)
     result.passed = all(r.ok for r in result.rows)
@@ -165,7 +161,7 @@ def _read(model: nn.Module) -> Tower | None:
     kind, inputs, front, D, links, pos = front
     positions, layer, names, final_name = NAMES[kind]
     links[pos] = [positions]
-    order = _call_order(model, _tensor(inputs))
+    output, order, calls = _run(model, inputs)
 
     def norms(name):
         return sum(isinstance(m, nn.LayerNorm) for m in model.get_submodule(name).modules())
@@ -192,7 +188,7 @@ def _read(model: nn.Module) -> Tower | None:
     held = dict(model.named_parameters())
     links = {u: ours for u, ours in links.items() if u in held}
     head = "head" if head else "projection" if projection else None
-    return Tower(kind, inputs, front, blocks, final, links, D, head)
+    return Tower(kind, inputs, front, blocks, final, links, D, head, output, calls)
 
 
 def _up(name: str) -> str:
@@ -203,20 +199,14 @@ def _square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
 
 
-def _tensor(inputs: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(inputs)  # ids (int64) or pixels (float64)
-
-
-def _call_order(model: nn.Module, inputs: torch.Tensor) -> list:
-    """The submodules' names in the order the forward first calls them ([] where it does not run)."""
+def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
+    """The module's output on `inputs` (ids, or pixels in float64), the submodules' names in the order the forward
+    first calls them, and each one's first call: name -> (args, kwargs, output)."""
     order: list = []
-    try:
-        with hooked(model.named_modules(), lambda *_: None, lambda name: None if name in order else order.append(name)):
-            with torch.no_grad():
-                model(inputs)
-    except Exception:
-        return []
-    return order
+    calls: dict = {}
+    with hooked(model.named_modules(), lambda name, module, *call: calls.setdefault(name, call) and None,
+                lambda name: None if name in order else order.append(name)), torch.no_grad():  # fmt: skip
+        return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
 def _calls(model: nn.Module, names: list) -> list:
@@ -252,8 +242,7 @@ def _block_parts(model: nn.Module, names: list) -> dict | None:
 
 
 def _draw(model: nn.Module, rng) -> None:
-    """Weights drawn for the check (as the judge's levels do): matrices ~ N(0, 1/fan_in), norm scales near 1, the
-    rest small, so that no part is an identity that hides a mistake."""
+    """Weights drawn for the check: matrices ~ N(0, 1/fan_in), norm scales near 1, the rest small (no identity)."""
     with torch.no_grad():
         for name, t in model.named_parameters():
             if isinstance(model.get_submodule(_up(name)), nn.Embedding):
@@ -331,19 +320,10 @@ def _reference(P: dict, inputs, tower: Tower, fit: Fit):
     return out, backward, hidden
 
 
-def _record(model: nn.Module, tower: Tower) -> tuple:
-    """The module's float64 output, and each block's first call: block -> (args, kwargs, output)."""
-    calls: dict = {}
-    blocks = [(b, model.get_submodule(b)) for b in tower.blocks]
-    with hooked(blocks, lambda block, module, *call: calls.setdefault(block, call) and None), torch.no_grad():
-        return first_tensor(model(_tensor(tower.inputs))).numpy(), calls
-
-
 def _fit(model: nn.Module, tower: Tower) -> Fit | None:
-    """The activation, head count, output (hidden states, pooled, head) and pooled position under which the
-    reference agrees with the module: its output, else the most blocks in a row, then the closest output (error
-    kept); None where no output shape corresponds."""
-    out, calls = _record(model, tower)
+    """The Fit under which the reference agrees with the module: its output, else the most blocks in a row, then
+    the closest output; None where no output shape corresponds."""
+    out, calls = tower.output, tower.calls
     eps = next(m.eps for m in model.modules() if isinstance(m, nn.LayerNorm))
     mha = [m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
     D, P, best, rank = tower.D, _params(model, tower, np.float64), None, None
@@ -356,7 +336,7 @@ def _fit(model: nn.Module, tower: Tower) -> Fit | None:
     for output, pool, causal, activation, n_heads in product(outputs, pools, masks, L.ACTIVATIONS, heads):
         if output == "hidden" and pool != pools[0]:
             continue  # nothing pooled
-        fit = Fit(output, pool, causal, activation, n_heads, eps, shape=out.shape, calls=calls)
+        fit = Fit(output, pool, causal, activation, n_heads, eps)
         ref, _, hidden = _reference(P, tower.inputs, tower, fit)
         if ref.shape != out.shape:
             continue
@@ -372,7 +352,8 @@ def _fit(model: nn.Module, tower: Tower) -> Fit | None:
 def _compare(model: nn.Module, tower: Tower, fit: Fit, dout, dtype) -> list:
     """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.rows); float32 bars
     from the reference's own float32 error on each tensor."""
-    user, x = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32), _tensor(tower.inputs)
+    user = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32)
+    x = torch.from_numpy(tower.inputs)
     x = x.to(next(user.parameters()).dtype).requires_grad_(True) if x.is_floating_point() else x
     out = first_tensor(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
@@ -399,7 +380,7 @@ def _compare(model: nn.Module, tower: Tower, fit: Fit, dout, dtype) -> list:
 def _place(model: nn.Module, tower: Tower, fit: Fit, result: Result, judge) -> None:
     """The first part whose output differs (front end, a block, the final norm or head), and a catalogued mistake
     inside that block where the judge's layer level names one on the block's own recorded call."""
-    calls, blocks = fit.calls, tower.blocks
+    calls, blocks = tower.calls, tower.blocks
     hidden = _reference(_params(model, tower, np.float64), tower.inputs, tower, fit)[2]  # block 0's input first
     where = tower.final
     if _differs(calls[blocks[0]][0][0], hidden[0]):
@@ -421,8 +402,8 @@ def _place(model: nn.Module, tower: Tower, fit: Fit, result: Result, judge) -> N
 
 
 def _front_mistakes(model: nn.Module, tower: Tower, mine: torch.Tensor) -> list:
-    """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: the position table
-    added to the patch tokens before the class token is put in front (patch n gets row n - 1, the class token none)."""
+    """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: positions added
+    before the class token is put in front (patch n gets row n - 1, the class token none)."""
     if tower.kind != "vit":
         return []
     P = _params(model, tower, np.float64)
