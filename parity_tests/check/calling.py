@@ -359,18 +359,13 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
     named = [r for r in roles if r == "tgt"] if any(w in name.lower() for w in TARGET_WORDS) else []
     role = "tgt" if causal or named or roles == ("tgt",) else "src"
     if v.dtype == torch.bool:
-        if causal:
-            kinds = ["bool_keep" if bool((v == tril).all()) else "bool_masked"]
-        else:
-            kinds = ["bool_keep" if v.float().mean() >= 0.5 else "bool_masked"]
+        keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5
+        kinds = ["bool_keep" if keeps else "bool_masked"]
         if v.all() or not v.any():  # every position the same: the polarity is not shown
             kinds.append(OPPOSITE[kinds[0]])
     else:
         kinds = ["additive" if v.is_floating_point() else "int_keep"]
-    if role == "tgt":
-        shape = {2: "(T, T)", 3: "(B, T, T)"}.get(v.ndim, "(B, 1, T, T)")
-    else:
-        shape = {2: "(B, T)", 3: "(B, 1, T)"}.get(v.ndim, "(B, 1, 1, T)")
+    shape = (CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
     return role, kinds, shape
 
 
@@ -397,7 +392,7 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     tmpl = (tuple(slot(i, v) for i, v in enumerate(example[0])), {k: slot(k, v) for k, v in example[1].items()})
     self_attention = names == ("query",)
     causal_given = any(m[1] == "tgt" for m in masks.values())
-    combos = itertools.product(*[[(name, kind) for kind in m[2]] for name, m in masks.items()])
+    combos = list(itertools.product(*[[(name, kind) for kind in m[2]] for name, m in masks.items()]))
     layouts = [batch_first] if batch_first is not None else ([True, False] if entry.sequence_first else [True])
     found = []
     for bf in layouts:

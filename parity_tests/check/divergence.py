@@ -71,8 +71,8 @@ def _modules(check) -> dict:
 
 def hook_targets(check, links) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
-    have one: the deepest module holding all its parameters and none of another unit's, and one that runs (a
-    ModuleList or ModuleDict, such as the Annotated Transformer's `linears`, is never called: its owner is taken)."""
+    have one: the deepest module that runs (not a ModuleList or ModuleDict) holding all its parameters and none of
+    another unit's."""
     modules = _modules(check)
     paths: dict = {}
     for link in links:
@@ -213,8 +213,7 @@ def run_hooked(check, choice, dtype, targets: dict, record) -> dict:
 @dataclass(frozen=True)
 class Call:
     """A part's first call in the user's run, as its parent made it: the inputs (positional, then keyword values),
-    the output, and whether the hooked module is a bare nn.Linear (an attention's output projection: its input is
-    the context, not the attention's)."""
+    the output, and whether the hooked module is a bare nn.Linear (an attention's output projection)."""
 
     inputs: tuple
     output: Any
@@ -222,9 +221,8 @@ class Call:
 
 
 def capture(check, choice) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> Call, copies
-    taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an output
-    projection's result, is kept as the module returned it)."""
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> Call, copied
+    when the hook runs (an output changed in place later, as `q += residual`, is kept as the module returned it)."""
 
     def copied(module, args, kwargs, out) -> Call:
         inputs, out = tree_map(
@@ -477,8 +475,7 @@ def overflow_probe(check, choice, result) -> None:
 
 
 def _attention_calls_scaled(check, choice) -> list:
-    """(user module path, output, output unscaled) of each attention submodule called again with its float inputs
-    scaled by BIG, and as they were."""
+    """(user module path, output, output unscaled) of each attention submodule called again with its inputs scaled."""
     links = choice.layout.links
     attention = {unit_of(ref)[0] for link in links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
     targets = {u: path for u, path in hook_targets(check, links).items() if u in attention and path}
@@ -550,20 +547,14 @@ def _component_variants(check, choice) -> list:
 
 
 def diagnose(check, choice, result) -> None:
-    """Fill result.diagnoses, first_divergence and unexplained (see the module docstring)."""
+    """Fill result.diagnoses, and first_divergence and unexplained where a layer or a model diverges (see the module
+    docstring); what fails with nothing named is said by judge.said_why."""
     if dropout_probe(check, choice, result):
         return
     overflow_probe(check, choice, result)
-    failing = [r for r in result.rows if not r.ok]
-    if not failing:
+    if all(r.ok for r in result.rows):
         return
     if check.entry.hooked and check.is_module:
         first_divergence(check, choice, result, capture(check, choice))
     else:
         component_variants(check, choice, result)
-        if not result.diagnoses:
-            worst = max(failing, key=lambda r: r.error)
-            result.unexplained = (
-                f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype}); not expressible by the "
-                "config and no catalogue variant reproduces the output"
-            )

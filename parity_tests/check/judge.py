@@ -227,8 +227,8 @@ def module(
     inferred one. call: call(module, src, tgt) or call(module, ids) (batch-first long tensors) -> output.
     batch_first, mask ("bool_keep", "bool_masked", "int_keep", "additive", "none"): fixed instead of detected.
     dtypes: which of float64 and float32 to compare. example: (args, kwargs), one real call of the part: the judge
-    calls it as that call does (its inputs, masks and extra arguments), at its sizes (example.py). Never modifies
-    user_module (it works on copies)."""
+    calls it as that call does (its inputs, masks and extra arguments), at its sizes (calling.example_callers).
+    Never modifies user_module (it works on copies)."""
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
