@@ -43,7 +43,7 @@ class Caller:
     call: Callable | None = None  # a user's call= adapter
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
     keywords: tuple = ()  # the data passed by these names (a mask parameter sits between them: transformers')
-    template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example.py)
+    template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example_callers)
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
