@@ -270,7 +270,7 @@ def scan(check, choice, captured) -> tuple:
     error); the stage is None when every hooked stage agrees. Each part is judged in situ: the reference part on
     the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later part's
     larger one judged in situ (ROUNDING)."""
-    done, small, caller, p = 0, None, choice.caller, probe_of(check, choice.caller)
+    done, small, caller, p = 0, None, choice.caller, choice.probe
     key = ("stages", repr(choice.cfg), id(p))
     if key not in check.cache:
         check.cache[key] = model_stages(check, choice.cfg, p)
@@ -385,9 +385,10 @@ def latest_divergence(check, choice):
     scored: list = []
     for layout in check.layouts:  # the weight maps too: RoPE's pairing, gate and up
         for caller in choice.runnable:
-            captured = capture(check, dataclasses.replace(choice, layout=layout, caller=caller))
+            called = dataclasses.replace(choice, layout=layout, caller=caller, probe=probe_of(check, caller))
+            captured = capture(check, called)
             for cfg in check.configs:
-                trial = dataclasses.replace(choice, layout=layout, caller=caller, cfg=cfg)
+                trial = dataclasses.replace(called, cfg=cfg)
                 done, _, _, error = scan(check, trial, captured)
                 scored.append((-done, error, len(scored), trial, captured))
     scored.sort(key=lambda s: s[:3])
@@ -508,13 +509,14 @@ def component_variants(check, choice, result) -> None:
     for layout in layouts:
         for cfg in configs:
             for caller in callers:
-                if cfg.positional == "rope" and not probe_of(check, caller).self_attention:
+                p = probe_of(check, caller)
+                if cfg.positional == "rope" and not p.self_attention:
                     continue
-                trial = dataclasses.replace(choice, layout=layout, cfg=cfg, caller=caller)
+                trial = dataclasses.replace(choice, layout=layout, cfg=cfg, caller=caller, probe=p)
                 found = _component_variants(check, trial)
                 if found:
                     result.diagnoses += found
-                    if trial != choice:
+                    if caller is not choice.caller or cfg != choice.cfg or layout is not choice.layout:
                         result.notes.append(f"diagnosed under the convention {caller.conventions()}")
                     return
 
@@ -526,7 +528,7 @@ VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_for
 def _component_variants(check, choice) -> list:
     """A component's catalogue variants on its probe, by its unit: an attention's (its heads already split or not),
     an embedding's, a norm's (a layer norm's eps its module's), a gated feed-forward's or a fixed position table's."""
-    unit, p, cfg, params = check.entry.unit, probe_of(check, choice.caller), choice.cfg, check.params
+    unit, p, cfg, params = check.entry.unit, choice.probe, choice.cfg, check.params
     if unit not in VARIANT_UNITS or (unit == "positions" and cfg.positional == "learned"):
         return []
     user, f = _np(run_user(check, choice.layout, choice.caller, np.float64)[0]), p.floats

@@ -73,7 +73,8 @@ def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
 @dataclass(frozen=True)
 class Choice:
     """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
-    "log_probs"), weight-map layout and the output positions it returns (None: every one); matched when a run
+    "log_probs"), weight-map layout, the probe the caller runs on (session.probe_of) and the output positions it
+    returns (None: every one); matched when a run
     reproduced the reference's output under them, else the closest that ran (error: its relative error); runnable:
     the callers under which the module ran, in the order tried."""
 
@@ -81,6 +82,7 @@ class Choice:
     cfg: TransformerConfig
     kind: str
     layout: Layout
+    probe: LV.Probe
     positions: Any = None
     matched: bool = False
     error: float = 0.0
@@ -103,7 +105,7 @@ def choose(check: Check) -> Choice:
             runnable += [caller] * (n == 0)
             kind = output_kind(out) if check.entry.output_head else "logits"
             for error, cfg, index in _errors(check, outs, caller, p, out, kind):
-                choice = Choice(caller, cfg, kind, layout, index, error <= MATCH, error, tuple(runnable))
+                choice = Choice(caller, cfg, kind, layout, p, index, error <= MATCH, error, tuple(runnable))
                 if choice.matched:
                     return choice
                 best = choice if best is None or error < best.error else best
@@ -140,7 +142,7 @@ def compare(check: Check, choice: Choice, dtype) -> list:
     """Rows for the output and every gradient in `dtype`. In float32 (or with a float32 island) each tensor's bar is
     derived from the reference's own float32 error on it: the reference run in float32 against itself in float64
     on the same probe, weights and upstream gradient (report.float32_bar)."""
-    p, kind, links = probe_of(check, choice.caller), choice.kind, choice.layout.links
+    p, kind, links = choice.probe, choice.kind, choice.layout.links
     out, tensors = run_user(check, choice.layout, choice.caller, dtype, grad=True)  # float64: islands in float64
     run = LV.run_reference(check.level, check.params, p, choice.cfg, dtype)
     index = positions_held(run[0].shape, out.shape)
@@ -351,7 +353,7 @@ def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
     if not check.entry.padded_source or cfg.pad_id is None and check.entry.group == "model":
         return  # no padding token: no padded sentence
     saved = check.probes[(caller.self_attention, caller.causal)]
-    if probe_of(check, caller) is not saved or saved.src_keep is None or saved.self_attention:
+    if choice.probe is not saved or saved.src_keep is None or saved.self_attention:
         return  # judged without padding (the module takes no mask), or no source to pad
     p = dataclasses.replace(saved, src_keep=saved.src_keep.copy())
     p.src_keep[0] = False  # the first sequence: padding only
@@ -386,7 +388,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
         result.mapping[name] = WM.fixed_entry("wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout)
     output = entry.group == "model" or entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
-    if probe_of(check, caller) is not check.probes[(caller.self_attention, caller.causal)]:
+    if choice.probe is not check.probes[(caller.self_attention, caller.causal)]:
         conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
     if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
         conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
