@@ -265,11 +265,21 @@ def situated(stage: Stage, call: Call | None, batch_first: bool) -> Stage:
 ROUNDING = 1e-5
 
 
-def scan(check, choice, captured) -> tuple:
-    """(number of stages that agree before the first that diverges, that stage in situ, the user's output there,
-    error); the stage is None when every hooked stage agrees. Each part is judged in situ: the reference part on
-    the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later part's
-    larger one judged in situ (ROUNDING)."""
+@dataclass(frozen=True)
+class Divergence:
+    """Where a run of the user's module first leaves the reference: the number of stages that agree before it, the
+    stage in situ (None: every hooked stage agrees), the user's output there and its relative error."""
+
+    agree: int
+    stage: Stage | None = None
+    user: Any = None
+    error: float = 0.0
+
+
+def scan(check, choice, captured) -> Divergence:
+    """The Divergence of the user's run (`captured`) under `choice`. Each part is judged in situ: the reference part
+    on the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later
+    part's larger one judged in situ (ROUNDING)."""
     done, small, caller, p = 0, None, choice.caller, choice.probe
     key = ("stages", repr(choice.cfg), id(p))
     if key not in check.cache:
@@ -289,16 +299,17 @@ def scan(check, choice, captured) -> tuple:
         with np.errstate(all="ignore"):
             error = _match(user, stage.output, stage.valid, None)
         if error > ROUNDING and (small is None or stage is not chained):
-            return done, stage, user, error
+            return Divergence(done, stage, user, error)
         if error > 1e-10 and small is None:
-            small = (done, stage, user, error)
+            small = Divergence(done, stage, user, error)
         done += small is None
-    return small or (done, None, None, 0.0)
+    return small or Divergence(done)
 
 
 def first_divergence(check, choice, result, captured: dict) -> None:
     """The first reference stage whose user output (`captured`) leaves the bar, and the variants that explain it."""
-    _, stage, user_out, error = scan(check, choice, captured)
+    diverged = scan(check, choice, captured)
+    stage, user_out, error = diverged.stage, diverged.user, diverged.error
     if stage is None:
         return
     where, found = (_at_embedding if stage.kind == "embedding" else _at_unit)(check, choice, stage, user_out)
@@ -389,8 +400,8 @@ def latest_divergence(check, choice):
             captured = capture(check, called)
             for cfg in check.configs:
                 trial = dataclasses.replace(called, cfg=cfg)
-                done, _, _, error = scan(check, trial, captured)
-                scored.append((-done, error, len(scored), trial, captured))
+                found = scan(check, trial, captured)
+                scored.append((-found.agree, found.error, len(scored), trial, captured))
     scored.sort(key=lambda s: s[:3])
     tied = [s for s in scored if s[0] == scored[0][0]]
     for *_, trial, captured in tied:

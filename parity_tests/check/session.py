@@ -92,7 +92,7 @@ class Layout:
 class Check:
     """One check prepared: the user's module judged at `level` with what the caller gave (`given`: the config's
     fields, `mask`, `seed`), the Model read from it and its forward's Flow; the reference's shapes, weights
-    (`params`) and probes (by (self_attention, causal), and with "unpadded" added: Check.probe_of); the candidate
+    (`params`) and probes (by (self_attention, causal), and with "unpadded" added: probe_of); the candidate
     callers (calling.Caller), Layouts and configs, most likely first; the model's own output head (running.
     output_head); the notes so far. `cache` keeps what runs find: the copies by (layout, dtype), the float32 islands
     (running.find_islands), the reference's stages (divergence.py)."""
@@ -136,7 +136,7 @@ def prepare(user, level: str, given: dict, mapping, call, batch_first, mask, see
     probes = {}
     for key in [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else []):
         p = probes[key] = entry.probe(model.cfg, np.random.default_rng(seed + 1), *key, sizes=sizes)
-        if p.src_keep is not None:  # for a caller that passes no mask (Check.probe_of)
+        if p.src_keep is not None:  # for a caller that passes no mask (probe_of)
             probes[key + ("unpadded",)] = dataclasses.replace(
                 p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
             )
