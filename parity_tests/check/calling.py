@@ -63,28 +63,28 @@ class Caller:
             out["call"] = "as the example calls it"
         return out
 
+    def slots(self) -> tuple:
+        """(args, kwargs) of slots, each (kind, what): the example's template, else the data in the module's order
+        (by name where `keywords` says so), the fixed keywords and the masks."""
+        if self.template is not None:
+            return self.template
+        named = dict(zip(self.keywords, self.order, strict=False))
+        kwargs = {k: ("fixed", v) for k, v in self.extra.items()} | {k: ("data", d) for k, d in named.items()}
+        args = tuple(("data", d) for d in self.order[len(named) :])
+        return args, kwargs | {name: ("mask", name) for name in self.masks}
+
     def __call__(self, module, tensors: dict, probe, dtype):
         """Run the module on `tensors` (name -> batch-first tensor); return its output batch-first."""
         if self.call is not None:  # the data in the reference's order: call(module, src, tgt), call(module, ids), ...
             return first_tensor(self.call(module, *[tensors[n] for n in self.order]))
-        args = [tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order]
-        kwargs = dict(self.extra)
-        device = args[0].device
-        if self.template is not None:  # as the example calls it: its data, its masks, the rest as given (or made)
-            values = {"data": lambda n: args[self.order.index(n)], "fixed": lambda v: v}
-            values |= {
-                "mask": lambda n: user_mask(probe, *self.masks[n], dtype, device),
-                "made": lambda f: f(dtype, device),
-            }
-            args_t, kwargs_t = self.template
-            args, kwargs = [values[k](v) for k, v in args_t], {n: values[k](v) for n, (k, v) in kwargs_t.items()}
-        else:
-            if self.keywords:
-                kwargs |= dict(zip(self.keywords, args, strict=False))
-                args = args[len(self.keywords) :]
-            for name, (role, kind, shape) in self.masks.items():
-                kwargs[name] = user_mask(probe, role, kind, shape, dtype, device)
-        out = first_tensor(module(*args, **kwargs))
+        data = {n: tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order}
+        device = next(iter(data.values())).device
+        values = {"data": data.__getitem__, "fixed": lambda v: v, "made": lambda f: f(dtype, device)}
+        values["mask"] = lambda n: user_mask(probe, *self.masks[n], dtype, device)
+        slots, named = self.slots()
+        out = first_tensor(
+            module(*[values[k](v) for k, v in slots], **{n: values[k](v) for n, (k, v) in named.items()})
+        )
         return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
 
 
