@@ -1,9 +1,9 @@
 """How a user's module is called: layout, argument order, and the masks in the user's own convention.
 
 A `Caller` turns the reference's probe (batch-first arrays, masks as "which positions are real") into one call of
-the user's module and returns its output batch-first. `callers` lists the candidates a module's signature allows;
-the check keeps the first whose output matches the reference (and says which it used), or, when none matches, the
-first that runs, and diagnoses from there.
+the user's module and returns its output batch-first. `callers` lists the candidates a module's signature allows,
+or, given an example call, those that call it as the example does; the check keeps the first whose output matches
+the reference (and says which it used), or, when none matches, the closest that runs, and diagnoses from there.
 
 Mask kinds: "bool_keep" (True = may attend), "bool_masked" (True = masked), "int_keep" (1 = may attend, 0/1
 integers), "additive" (0 where allowed, -1e9 where masked, added to the scores). Shapes: a padding mask as (B, T_k),
@@ -14,6 +14,7 @@ integers), "additive" (0 where allowed, -1e9 where masked, added to the scores).
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import probes as PR
 from .levels import LEVELS
 
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
@@ -41,7 +43,7 @@ class Caller:
     call: Callable | None = None  # a user's call= adapter
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
     keywords: tuple = ()  # the data passed by these names (a mask parameter sits between them: transformers')
-    template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example.py)
+    template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example_callers)
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -61,28 +63,28 @@ class Caller:
             out["call"] = "as the example calls it"
         return out
 
+    def slots(self) -> tuple:
+        """(args, kwargs) of slots, each (kind, what): the example's template, else the data in the module's order
+        (by name where `keywords` says so), the fixed keywords and the masks."""
+        if self.template is not None:
+            return self.template
+        named = dict(zip(self.keywords, self.order, strict=False))
+        kwargs = {k: ("fixed", v) for k, v in self.extra.items()} | {k: ("data", d) for k, d in named.items()}
+        args = tuple(("data", d) for d in self.order[len(named) :])
+        return args, kwargs | {name: ("mask", name) for name in self.masks}
+
     def __call__(self, module, tensors: dict, probe, dtype):
         """Run the module on `tensors` (name -> batch-first tensor); return its output batch-first."""
         if self.call is not None:  # the data in the reference's order: call(module, src, tgt), call(module, ids), ...
             return first_tensor(self.call(module, *[tensors[n] for n in self.order]))
-        args = [tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order]
-        kwargs = dict(self.extra)
-        device = args[0].device
-        if self.template is not None:  # as the example calls it: its data, its masks, the rest as given (or made)
-            values = {"data": lambda n: args[self.order.index(n)], "fixed": lambda v: v}
-            values |= {
-                "mask": lambda n: user_mask(probe, *self.masks[n], dtype, device),
-                "made": lambda f: f(dtype, device),
-            }
-            args_t, kwargs_t = self.template
-            args, kwargs = [values[k](v) for k, v in args_t], {n: values[k](v) for n, (k, v) in kwargs_t.items()}
-        else:
-            if self.keywords:
-                kwargs |= dict(zip(self.keywords, args, strict=False))
-                args = args[len(self.keywords) :]
-            for name, (role, kind, shape) in self.masks.items():
-                kwargs[name] = user_mask(probe, role, kind, shape, dtype, device)
-        out = first_tensor(module(*args, **kwargs))
+        data = {n: tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order}
+        device = next(iter(data.values())).device
+        values = {"data": data.__getitem__, "fixed": lambda v: v, "made": lambda f: f(dtype, device)}
+        values["mask"] = lambda n: user_mask(probe, *self.masks[n], dtype, device)
+        slots, named = self.slots()
+        out = first_tensor(
+            module(*[values[k](v) for k, v in slots], **{n: values[k](v) for n, (k, v) in named.items()})
+        )
         return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
 
 
@@ -233,9 +235,11 @@ def _masked_callers(bf, order, assigned: dict, kinds, optional: bool, causal: bo
     return found
 
 
-def callers(module, level: str, batch_first=None, mask=None, call=None) -> list:
-    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first (an example
-    call given: example.callers instead)."""
+def callers(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
+    """Every candidate way of calling `module` at `level` (see the module docstring), most likely first; as the
+    `example` call does where one is given (example_callers)."""
+    if example is not None:
+        return example_callers(module, level, example, batch_first)
     entry = LEVELS[level]
     if call is not None:
         found = [Caller(True, entry.inputs, call=call)]
@@ -285,7 +289,175 @@ def _transformers_model(module) -> bool:
 
 def _product(lists):
     """Shape choices for several masks (one at least): each mask's shapes in order, the same position for all first."""
-    combos: list = [()]
-    for options in lists:
-        combos = [c + (o,) for c in combos for o in options]
-    return sorted(combos, key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))
+    return sorted(itertools.product(*lists), key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))
+
+
+# -- check.module's example=(args, kwargs): one real call of a part, read for how the judge should call it --------
+# The call's tensors are read in order: its data (the level's inputs: the first float tensors of one rank and width,
+# or the first integer tensors, as many as the level takes; one for a self-attention), its masks (an argument named
+# for a mask, or a boolean tensor: kind, shape and polarity from its dtype, rank and values; None stays None), and
+# everything else passed as given (start positions, caches, flags), except cos/sin tables of rotary positions, which
+# are recomputed in the run's dtype. The probe takes its sequence lengths (and batch size, three at least) from the
+# data; a tensor of the example's batch size on its first axis is repeated to the probe's.
+
+OPPOSITE = {"bool_keep": "bool_masked", "bool_masked": "bool_keep"}
+
+
+def validate(example) -> None:
+    """example must be (args, kwargs): a tuple and a dict."""
+    if not (isinstance(example, tuple) and len(example) == 2 and isinstance(example[0], tuple)):
+        raise TypeError(f"example must be (args, kwargs), a tuple and a dict; got {type(example).__name__}")
+    if not isinstance(example[1], dict):
+        raise TypeError(f"example must be (args, kwargs) with kwargs a dict; got {type(example[1]).__name__}")
+
+
+def _slots(module, example) -> list:
+    """(place, name, value) of every argument: place an int (positional) or the keyword; name its parameter's."""
+    args, kwargs = example
+    forward = module.forward if isinstance(module, nn.Module) else module
+    try:
+        names = [p.name for p in inspect.signature(forward).parameters.values()]
+    except (TypeError, ValueError):
+        names = []
+    slots = [(i, names[i] if i < len(names) else f"argument {i}", v) for i, v in enumerate(args)]
+    return slots + [(k, k, v) for k, v in kwargs.items()]
+
+
+def _data(slots: list, level: str) -> list:
+    """The slots holding the level's inputs, in the example's order."""
+    entry = LEVELS[level]
+    tensors = [s for s in slots if isinstance(s[2], torch.Tensor) and "mask" not in s[1].lower()]
+    floats = [s for s in tensors if s[2].is_floating_point()]
+    first = floats[0] if floats else next((s for s in tensors if not s[2].dtype.is_floating_point), None)
+    if first is None:
+        raise TypeError(
+            f"the example passes no tensor the reference {level!r} could take as {list(entry.inputs)}; pass "
+            "example=(args, kwargs) whose first tensors are those inputs"
+        )
+    if first[2].is_floating_point():
+        alike = [s for s in floats if s[2].ndim == first[2].ndim and s[2].shape[-1] == first[2].shape[-1]]
+    else:
+        alike = [s for s in tensors if s[2].dtype == first[2].dtype and s[2].ndim == first[2].ndim]
+    if "memory" in entry.inputs and len(alike) < len(entry.inputs):  # ids and a memory (a decoder): in their order
+        alike = tensors
+    data = alike[: len(entry.inputs)]
+    if len(data) < len(entry.inputs) and not (entry.self_attention_probes and len(data) == 1):
+        raise TypeError(
+            f"the example passes {len(data)} input tensor(s); the reference {level!r} takes {list(entry.inputs)}; pass "
+            "example=(args, kwargs) whose first tensors are those inputs"
+        )
+    return data
+
+
+def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
+    """(role, kinds in the order tried, shape) of an example's mask, read from its dtype, rank and values."""
+    v = value.detach().cpu()
+    square = v.ndim >= 2 and v.shape[-1] == v.shape[-2] > 1
+    tril = torch.ones(v.shape[-2:], dtype=torch.bool).tril() if square else None
+    keep_like = v if v.dtype == torch.bool else (v >= 0 if v.is_floating_point() else v != 0)
+    causal = square and (bool((keep_like == tril).all()) or bool((keep_like == ~tril).all()))
+    named = [r for r in roles if r == "tgt"] if any(w in name.lower() for w in TARGET_WORDS) else []
+    role = "tgt" if causal or named or roles == ("tgt",) else "src"
+    if v.dtype == torch.bool:
+        keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5
+        kinds = ["bool_keep" if keeps else "bool_masked"]
+        if v.all() or not v.any():  # every position the same: the polarity is not shown
+            kinds.append(OPPOSITE[kinds[0]])
+    else:
+        kinds = ["additive" if v.is_floating_point() else "int_keep"]
+    shape = (CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
+    return role, kinds, shape
+
+
+def example_callers(module, level: str, example, batch_first=None) -> list:
+    """The callers that call `module` as `example` does (calling.Caller with a template), most likely first."""
+    entry = LEVELS[level]
+    slots = _slots(module, example)
+    data = _data(slots, level)
+    names = ("query",) if len(data) < len(entry.inputs) else entry.inputs
+    by_slot = {s[0]: n for s, n in zip(data, names, strict=False)}
+    masks = {}
+    for place, name, value in slots:
+        is_mask = isinstance(value, torch.Tensor) and ("mask" in name.lower() or value.dtype == torch.bool)
+        if place not in by_slot and is_mask:
+            masks[name] = (place, *_mask_of(value, name, entry.masks))
+    mask_at = {m[0]: name for name, m in masks.items()}
+
+    def slot(place, value):
+        if place in by_slot:
+            return "data", by_slot[place]
+        return ("mask", mask_at[place]) if place in mask_at else _extra(value, data, B)
+
+    B = sizes(module, level, example, batch_first).B
+    tmpl = (tuple(slot(i, v) for i, v in enumerate(example[0])), {k: slot(k, v) for k, v in example[1].items()})
+    self_attention = names == ("query",)
+    causal_given = any(m[1] == "tgt" for m in masks.values())
+    combos = list(itertools.product(*[[(name, kind) for kind in m[2]] for name, m in masks.items()]))
+    layouts = [batch_first] if batch_first is not None else ([True, False] if entry.sequence_first else [True])
+    found = []
+    for bf in layouts:
+        for combo in combos:
+            chosen = {name: (masks[name][1], kind, masks[name][3]) for name, kind in combo}
+            causals = [causal_given] if causal_given or not self_attention else [False, True]
+            found += [
+                Caller(bf, names, chosen, self_attention, causal=c and self_attention, template=tmpl) for c in causals
+            ]
+    return found
+
+
+def _extra(value, data, probe_B: int) -> tuple:
+    """How an argument that is neither data nor mask is passed: ("fixed", itself), or ("made", a function of
+    (dtype, device)) for rotary tables (recomputed in the run's dtype) and a tensor of the example's batch size on its
+    first axis (repeated to the probe's, `probe_B`)."""
+    if not isinstance(value, torch.Tensor):
+        return "fixed", value
+    table = _rope_match(value)
+    if table is not None:
+        return "made", lambda dtype, device: table[0].to(dtype=dtype, device=device)
+    B = data[0][2].shape[0]
+    if value.ndim >= 1 and value.shape[0] == B > 1 and B != probe_B:
+        rows = torch.arange(probe_B) % B
+        return "made", lambda dtype, device: value[rows].to(device)
+    return "fixed", value
+
+
+THETAS = (10000.0, 500000.0, 1000000.0, 100.0)
+
+
+def _rope_match(value: torch.Tensor):
+    """(the table in float64, its base) where `value` is a cos or sin table of rotary positions (positions along its
+    second-to-last axis, frequencies in halves, interleaved, or once each), else None."""
+    if not value.is_floating_point() or value.ndim < 2 or value.shape[-2] < 2 or value.shape[-1] < 2:
+        return None
+    v = value.detach().cpu().double()
+    T, n = v.shape[-2:]
+    flat = v.reshape(-1, T, n)[0]
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    for theta in THETAS:
+        for dim in (2 * n, n):
+            if dim % 2:
+                continue
+            a = pos * theta ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+            for angles in (a, torch.cat([a, a], -1), a.repeat_interleave(2, -1)):
+                for f in (torch.cos, torch.sin):
+                    if angles.shape == flat.shape and torch.allclose(f(angles), flat, atol=1e-5):
+                        return f(angles).expand(v.shape).clone(), theta
+    return None
+
+
+def thetas(example) -> list:
+    """The rotary bases of the example's cos/sin tables (the judge tries them first)."""
+    found = [_rope_match(v) for v in [*example[0], *example[1].values()] if isinstance(v, torch.Tensor)]
+    return list(dict.fromkeys(m[1] for m in found if m is not None))
+
+
+def sizes(module, level: str, example, batch_first=None) -> PR.Sizes:
+    """The probe's sizes, the example's: its lengths (three positions at least: the probe pads two; the first
+    input's as the queries', the last's as the keys') and batch size (three at least); else the probe's own."""
+    data = [v for _, _, v in _data(_slots(module, example), level)]
+    axis = [0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1 for v in data]
+    lengths = [int(v.shape[a]) for v, a in zip(data, axis, strict=True)]
+    if min(lengths) < 3:
+        return PR.SIZES
+    first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys
+    return PR.Sizes(max(3, int(data[0].shape[1 if batch_first is False else 0])), lengths[first], lengths[last])

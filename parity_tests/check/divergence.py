@@ -1,9 +1,12 @@
-"""The first divergent submodule of a layer or a model, and the catalogue's variants there.
+"""Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
+subtraction), then for a layer or a model the first divergent submodule and the catalogue's variants there, for a
+component each catalogue variant (matchers.py) run on its own probe; one that reproduces the user's output to
+float64 precision (diagnosis.MATCH) is a diagnosis.
 
-Forward hooks on the user's submodules, each matched (through the weight map) to a unit of the reference (an
-attention, a norm, a feed-forward block, the embeddings); the reference's activations are computed unit by unit
-from the same inputs (its stages); the first unit whose output leaves the bar is the first divergence, and each
-catalogue variant (matchers.py) is run on the reference's inputs to that unit there."""
+The first divergent submodule: forward hooks on the user's submodules, each matched (through the weight map) to a
+unit of the reference (an attention, a norm, a feed-forward block, the embeddings); each unit is judged in situ,
+the reference unit run on the inputs the user's parent gave the submodule; the first unit whose output leaves the
+bar is the first divergence, and each catalogue variant is run on that unit's inputs there."""
 
 from __future__ import annotations
 
@@ -22,13 +25,15 @@ from torch.utils._pytree import tree_map
 
 from numpy_transformer import model as M
 
+from . import calling as C
 from . import levels as LV
 from . import reference as R
 from . import variants as VR
 from .dataflow import hooked
-from .diagnosis import MATCH
+from .diagnosis import MATCH, _error
 from .matchers import _match, _np, match_attention, match_embedding, match_unit
 from .report import Diagnosis, Result
+from .session import copy_of, probe_of, run_user
 
 
 def unit_of(ref: str) -> tuple[str, str]:
@@ -60,15 +65,15 @@ def _inside(path: str, owner: str) -> bool:
     return owner == "" or path == owner or path.startswith(owner + ".")
 
 
-def _modules(session) -> dict:
-    return dict(session.user.named_modules()) if session.is_module else {}
+def _modules(check) -> dict:
+    return dict(check.user.named_modules()) if check.is_module else {}
 
 
-def hook_targets(session) -> dict:
+def hook_targets(check, links) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
-    have one: the deepest module holding all its parameters and none of another unit's, and one that runs (a
-    ModuleList or ModuleDict, such as the Annotated Transformer's `linears`, is never called: its owner is taken)."""
-    links, modules = session.links, _modules(session)
+    have one: the deepest module that runs (not a ModuleList or ModuleDict) holding all its parameters and none of
+    another unit's."""
+    modules = _modules(check)
     paths: dict = {}
     for link in links:
         for ref, _ in link.parts:
@@ -137,10 +142,9 @@ def _layer(params, self_keep, cross_keep, cfg, decoder: bool, x, memory):
     return LV.layer_output(LV.layer_trace(params, x, memory, self_keep, cross_keep, cfg, decoder), x, cfg)
 
 
-def model_stages(session, cfg, caller) -> list:
-    """The reference's stages (Stage) in forward order for a layer or a model."""
-    entry, params = session.entry, session.params
-    p = session.probe(caller)
+def model_stages(check, cfg, p) -> list:
+    """The reference's stages (Stage) in forward order for a layer or a model, on probe `p`."""
+    entry, params = check.entry, check.params
     if entry.group == "layer":
         decoder, x, memory = entry.causal, p.floats["x"], p.floats.get("memory")  # decoder: a causal self-attention
         self_keep = LV.keep_mask(p, "self" if decoder else "src")
@@ -191,10 +195,10 @@ def _masks(unit: str, decoder: bool, p) -> dict | None:
     return {"self_attention": unit.endswith("self_attn")}
 
 
-def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
+def run_hooked(check, choice, dtype, targets: dict, record) -> dict:
     """Run the user's copy in `dtype` once with a forward hook on each of `targets` (unit -> module path); unit ->
     record(module, args, kwargs, output) at the module's first call."""
-    modules = dict(session.copy(dtype).named_modules())
+    modules = dict(copy_of(check, choice.layout, dtype).named_modules())
     captured: dict = {}
 
     def first(unit, *call) -> None:
@@ -202,25 +206,23 @@ def run_hooked(session, caller, dtype, targets: dict, record) -> dict:
             captured[unit] = record(*call)
 
     with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], first):
-        session.run_user(caller, dtype)
+        run_user(check, choice.layout, choice.caller, dtype)
     return captured
 
 
 @dataclass(frozen=True)
 class Call:
     """A part's first call in the user's run, as its parent made it: the inputs (positional, then keyword values),
-    the output, and whether the hooked module is a bare nn.Linear (an attention's output projection: its input is
-    the context, not the attention's)."""
+    the output, and whether the hooked module is a bare nn.Linear (an attention's output projection)."""
 
     inputs: tuple
     output: Any
     linear: bool
 
 
-def capture(session, caller) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> Call, copies
-    taken when the hook runs (a module's output changed in place afterwards, as `q += residual` on an output
-    projection's result, is kept as the module returned it)."""
+def capture(check, choice) -> dict:
+    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> Call, copied
+    when the hook runs (an output changed in place later, as `q += residual`, is kept as the module returned it)."""
 
     def copied(module, args, kwargs, out) -> Call:
         inputs, out = tree_map(
@@ -228,7 +230,7 @@ def capture(session, caller) -> dict:
         )
         return Call(inputs, out, type(module) is nn.Linear)
 
-    return run_hooked(session, caller, np.float64, hook_targets(session), copied)
+    return run_hooked(check, choice, np.float64, hook_targets(check, choice.layout.links), copied)
 
 
 def situated(stage: Stage, call: Call | None, batch_first: bool) -> Stage:
@@ -263,16 +265,26 @@ def situated(stage: Stage, call: Call | None, batch_first: bool) -> Stage:
 ROUNDING = 1e-5
 
 
-def scan(session, caller, cfg, captured) -> tuple:
-    """(number of stages that agree before the first that diverges, that stage in situ, the user's output there,
-    error); the stage is None when every hooked stage agrees. Each part is judged in situ: the reference part on
-    the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later part's
-    larger one judged in situ (ROUNDING)."""
-    done, small = 0, None
-    key = (repr(cfg), id(session.probe(caller)))
-    if key not in session.stages:
-        session.stages[key] = model_stages(session, cfg, caller)
-    for chained in session.stages[key]:
+@dataclass(frozen=True)
+class Divergence:
+    """Where a run of the user's module first leaves the reference: the number of stages that agree before it, the
+    stage in situ (None: every hooked stage agrees), the user's output there and its relative error."""
+
+    agree: int
+    stage: Stage | None = None
+    user: Any = None
+    error: float = 0.0
+
+
+def scan(check, choice, captured) -> Divergence:
+    """The Divergence of the user's run (`captured`) under `choice`. Each part is judged in situ: the reference part
+    on the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later
+    part's larger one judged in situ (ROUNDING)."""
+    done, small, caller, p = 0, None, choice.caller, choice.probe
+    key = ("stages", repr(choice.cfg), id(p))
+    if key not in check.cache:
+        check.cache[key] = model_stages(check, choice.cfg, p)
+    for chained in check.cache[key]:
         if chained.kind == "embedding":  # the user's embeddings: its first layer's input
             call = captured.get(chained.unit.split(".")[0] + ".layers.0")
             hooked = call.inputs[:1] if call is not None else ()
@@ -287,25 +299,26 @@ def scan(session, caller, cfg, captured) -> tuple:
         with np.errstate(all="ignore"):
             error = _match(user, stage.output, stage.valid, None)
         if error > ROUNDING and (small is None or stage is not chained):
-            return done, stage, user, error
+            return Divergence(done, stage, user, error)
         if error > 1e-10 and small is None:
-            small = (done, stage, user, error)
+            small = Divergence(done, stage, user, error)
         done += small is None
-    return small or (done, None, None, 0.0)
+    return small or Divergence(done)
 
 
-def first_divergence(session, caller, cfg, result, captured: dict) -> None:
+def first_divergence(check, choice, result, captured: dict) -> None:
     """The first reference stage whose user output (`captured`) leaves the bar, and the variants that explain it."""
-    _, stage, user_out, error = scan(session, caller, cfg, captured)
+    diverged = scan(check, choice, captured)
+    stage, user_out, error = diverged.stage, diverged.user, diverged.error
     if stage is None:
         return
-    where, found = (_at_embedding if stage.kind == "embedding" else _at_unit)(session, cfg, stage, user_out)
+    where, found = (_at_embedding if stage.kind == "embedding" else _at_unit)(check, choice, stage, user_out)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
     if not found:
         result.unexplained = (
-            f"{where} (reference {stage.unit or session.level}) diverges with relative error "
+            f"{where} (reference {stage.unit or check.level}) diverges with relative error "
             f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
         if error < 1e-5:  # float32's rounding, in a float64 run
@@ -315,92 +328,94 @@ def first_divergence(session, caller, cfg, result, captured: dict) -> None:
             )
 
 
-def _at_embedding(session, cfg, stage, user_out) -> tuple[str, list]:
+def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at a stack's embeddings: the scale (named at the table's own wrapper) and the position
     table (named at the module that keeps the fixed table)."""
-    unit, inputs, valid = stage.unit, stage.inputs, stage.valid
+    unit, inputs, valid, cfg, links = stage.unit, stage.inputs, stage.valid, choice.cfg, choice.layout.links
     stack = unit.split(".")[0]
     token = f"{stack}.token_embedding.weight"
-    holding = (_module_path(link.user) or link.user for link in session.links if token in dict(link.parts))
+    holding = (_module_path(link.user) or link.user for link in links if token in dict(link.parts))
     where = next(holding, f"the {stack}'s embeddings")
     positions = None
     if cfg.positional == "sinusoidal":
         positions = VR.sinusoid_tables(cfg.max_len, cfg.d_model)[cfg.sinusoid_layout]
     elif cfg.positional == "learned":
-        positions = session.params[f"{stack}.position_embedding.weight"]
-    table = session.params.get(token, session.params.get("decoder.token_embedding.weight"))
+        positions = check.params[f"{stack}.position_embedding.weight"]
+    table = check.params.get(token, check.params.get("decoder.token_embedding.weight"))
     found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
-    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in session.model.overwrite]
+    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in check.model.overwrite]
     for d in found:
         if d.id == "positions.wrong_frequencies" and tables:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
-        elif d.id.startswith("embedding.") and session.is_module:
-            d.where = _scaling_module(session, where)
-    if not found and stack == "decoder" and not cfg.scale_embeddings and "encoder" in session.entry.stacks:
-        found = _encoder_unscaled(session, cfg, stage, user_out, table, positions)
+        elif d.id.startswith("embedding.") and check.is_module:
+            d.where = _scaling_module(check, where)
+    if not found and stack == "decoder" and not cfg.scale_embeddings and "encoder" in check.entry.stacks:
+        found = _encoder_unscaled(check, choice, stage, user_out, table, positions)
     return where, found
 
 
-def _encoder_unscaled(session, cfg, stage, user_out, table, positions) -> list:
+def _encoder_unscaled(check, choice, stage, user_out, table, positions) -> list:
     """The decoder scales its embeddings by sqrt(d_model) where the encoder, judged first and agreeing without a
     scale, does not (Marian's encoder with embed_scale 1 on a shared table): embedding.missing_scale, named at the
     module holding the encoder."""
     ids, valid = stage.inputs[0], stage.valid
-    scaled = math.sqrt(cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
+    scaled = math.sqrt(choice.cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
     error = _match(user_out, scaled, valid, None)
     if error > MATCH:
         return []
-    encoder = [_module_path(link.user) for link in session.links if link.parts[0][0].startswith("encoder.")]
+    encoder = [_module_path(link.user) for link in choice.layout.links if link.parts[0][0].startswith("encoder.")]
     message = "the encoder's token embeddings are not multiplied by sqrt(d_model); the decoder's are"
-    where = _called(_lca(encoder), _modules(session)) or "the encoder's embeddings"
+    where = _called(_lca(encoder), _modules(check)) or "the encoder's embeddings"
     return [Diagnosis("embedding.missing_scale", message, where, error)]
 
 
-def _at_unit(session, cfg, stage, user_out) -> tuple[str, list]:
+def _at_unit(check, choice, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
     variants of that unit run on the reference's inputs to it (an attention's with the masks it read: a decoder's
     self-attention its causal and padding masks, maybe swapped with the cross-attention's; RoPE's where it rotates)."""
     unit, kind, inputs, valid, masks = stage.unit, stage.kind, stage.inputs, stage.valid, stage.masks
-    where = hook_targets(session)[unit] or "(the module)"
-    params = M.sub(session.params, unit)
+    cfg, links = choice.cfg, choice.layout.links
+    where = hook_targets(check, links)[unit] or "(the module)"
+    params = M.sub(check.params, unit)
     if kind == "attention":
-        where = attention_place(session.links, unit, where)
+        where = attention_place(links, unit, where)
         query, kv, keep = inputs
         knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn")) | masks
         return where, match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **knobs)
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return where, []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
-    eps = session.model.norm_eps.get(where, None) or cfg.layer_norm_eps
+    eps = check.model.norm_eps.get(where, None) or cfg.layer_norm_eps
     return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
 
 
-def latest_divergence(session, runnable: list) -> tuple:
-    """Among (caller, config) pairs, the one whose first divergence comes latest (the mistake is in one place; the
-    conventions and config are right everywhere before it); of those that tie, the first whose divergence a
-    catalogue variant explains, else the one closest there. Returns (the session under its layout, caller, config)."""
+def latest_divergence(check, choice):
+    """Among the weight maps, the callers under which the module ran and the configs, the Choice whose first
+    divergence comes latest (the mistake is in one place; the conventions and config are right everywhere before
+    it); of those that tie, the first whose divergence a catalogue variant explains, else the one closest there."""
     scored: list = []
-    for layout in session.layouts:  # the weight maps too: RoPE's pairing, gate and up
-        under = session.under(layout)
-        for caller in runnable:
-            captured = capture(under, caller)
-            for cfg in under.config_candidates():
-                done, _, _, error = scan(under, caller, cfg, captured)
-                scored.append((-done, error, len(scored), under, caller, cfg, captured))
+    for layout in check.layouts:  # the weight maps too: RoPE's pairing, gate and up
+        for caller in choice.runnable:
+            called = dataclasses.replace(choice, layout=layout, caller=caller, probe=probe_of(check, caller))
+            captured = capture(check, called)
+            for cfg in check.configs:
+                trial = dataclasses.replace(called, cfg=cfg)
+                found = scan(check, trial, captured)
+                scored.append((-found.agree, found.error, len(scored), trial, captured))
     scored.sort(key=lambda s: s[:3])
     tied = [s for s in scored if s[0] == scored[0][0]]
-    for _, _, _, under, caller, cfg, captured in tied:
-        trial = Result(reference=session.level)
-        first_divergence(under, caller, cfg, trial, captured)
-        if trial.diagnoses:
-            return under, caller, cfg
-    return tied[0][3:6]
+    for *_, trial, captured in tied:
+        result = Result(reference=check.level)
+        first_divergence(check, trial, result, captured)
+        if result.diagnoses:
+            return trial
+    return tied[0][3]
 
 
-def _scaling_module(session, path: str) -> str:
+def _scaling_module(check, path: str) -> str:
     """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
     table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
-    modules = _modules(session)
+    modules = _modules(check)
     if path not in modules:
         return path
 
@@ -414,3 +429,145 @@ def _scaling_module(session, path: str) -> str:
             break
         path = parent
     return path
+
+
+BIG = 30.0  # inputs scaled by this: scores grow by its square, ~1e3, past exp's float32 range
+
+
+def dropout_probe(check, choice, result) -> bool:
+    """Two evaluation-mode calls on the same input: a difference is dropout left on. Names the user's submodule
+    whose inputs agree between the two calls and whose output does not (the one that draws the randomness)."""
+    records: list = []
+    modules = copy_of(check, choice.layout, np.float64).named_modules() if check.is_module else []
+    with hooked(modules, lambda name, m, a, k, o: records.append((name, a, o))), torch.random.fork_rng():
+        torch.manual_seed(0)  # the caller's random state is left as it was (fork_rng)
+        first, _ = run_user(check, choice.layout, choice.caller, np.float64)
+        n = len(records)
+        torch.manual_seed(1)
+        second, _ = run_user(check, choice.layout, choice.caller, np.float64)
+
+    def same(a, b) -> bool:
+        try:
+            return torch.equal(C.first_tensor(a).nan_to_num(nan=0.5), C.first_tensor(b).nan_to_num(nan=0.5))
+        except (TypeError, IndexError):
+            return True
+
+    if same(first, second):
+        return False
+    pairs = zip(records[:n], records[n:], strict=False)
+    drawn = (name for (name, a1, o1), (_, a2, o2) in pairs if (not a1 or same(a1, a2)) and not same(o1, o2))
+    where = next(drawn, "") or ("(the module)" if check.is_module else "")
+    error = _error(_np(first), _np(second))
+    message = f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)"
+    result.diagnoses.append(Diagnosis("dropout.active_in_eval", message, where, error))
+    return True
+
+
+def overflow_probe(check, choice, result) -> None:
+    """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32.
+    A component is called on scaled inputs; in a layer or a model each attention submodule is called again on
+    its own inputs, scaled (masks, integer or of another width, are left as they are)."""
+    if check.entry.unit in ("heads", "attention"):
+        with np.errstate(all="ignore"):
+            out, plain = (run_user(check, choice.layout, choice.caller, np.float32, scale=s)[0] for s in (BIG, 1.0))
+        calls = [("(the module)" if check.is_module else "", out, plain)]
+    elif check.entry.hooked and check.is_module:
+        calls = _attention_calls_scaled(check, choice)
+    else:
+        return
+    for where, out, plain in calls:
+        more = int((~torch.isfinite(out)).sum()) - int((~torch.isfinite(plain)).sum())
+        if more > 0:
+            message = (
+                f"with scores of ~{BIG**2:.0e} the output holds {more} more inf/NaN in float32; the reference's "
+                "softmax (row maximum subtracted) stays finite"
+            )
+            result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, where, math.inf))
+            return
+
+
+def _attention_calls_scaled(check, choice) -> list:
+    """(user module path, output, output unscaled) of each attention submodule called again with its inputs scaled."""
+    links = choice.layout.links
+    attention = {unit_of(ref)[0] for link in links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
+    targets = {u: path for u, path in hook_targets(check, links).items() if u in attention and path}
+    captured = run_hooked(check, choice, np.float32, targets, lambda m, a, k, o: (m, a, k))
+    D = check.model.cfg.d_model
+
+    def scaled(t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim >= 2 and t.shape[-1] == D:
+            return t * BIG
+        return t
+
+    out = []
+    with torch.no_grad():
+        for unit, (mod, args, kwargs) in captured.items():
+            try:
+                y = mod(*[scaled(a) for a in args], **{k: scaled(v) for k, v in kwargs.items()})
+                out.append((targets[unit], C.first_tensor(y), C.first_tensor(mod(*args, **kwargs))))
+            except Exception:  # an attention that cannot run again on its own inputs (a decoding cache it extends)
+                continue
+    return out
+
+
+def component_variants(check, choice, result) -> None:
+    """The catalogue's variants of a component, on the component's own probe: under the chosen convention, config
+    and weight map, else under the first other convention (a mask's kind and shape, causal or not), config
+    (rotary or not, its base) or map (RoPE's pairing, gate and up) under which one matches."""
+    layouts = [choice.layout] + [x for x in check.layouts if x is not choice.layout]
+    configs = [choice.cfg] + [c for c in check.configs if c != choice.cfg]
+    callers = [choice.caller] + [c for c in choice.runnable if c is not choice.caller]
+    for layout in layouts:
+        for cfg in configs:
+            for caller in callers:
+                p = probe_of(check, caller)
+                if cfg.positional == "rope" and not p.self_attention:
+                    continue
+                trial = dataclasses.replace(choice, layout=layout, cfg=cfg, caller=caller, probe=p)
+                found = _component_variants(check, trial)
+                if found:
+                    result.diagnoses += found
+                    if caller is not choice.caller or cfg != choice.cfg or layout is not choice.layout:
+                        result.notes.append(f"diagnosed under the convention {caller.conventions()}")
+                    return
+
+
+# the units of the components that have catalogue variants (levels.Level.unit)
+VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions")
+
+
+def _component_variants(check, choice) -> list:
+    """A component's catalogue variants on its probe, by its unit: an attention's (its heads already split or not),
+    an embedding's, a norm's (a layer norm's eps its module's), a gated feed-forward's or a fixed position table's."""
+    unit, p, cfg, params = check.entry.unit, choice.probe, choice.cfg, check.params
+    if unit not in VARIANT_UNITS or (unit == "positions" and cfg.positional == "learned"):
+        return []
+    user, f = _np(run_user(check, choice.layout, choice.caller, np.float64)[0]), p.floats
+    if unit == "heads":
+        keep = LV.keep_mask(p, "src")
+        return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
+    if unit == "attention":
+        kv = f["query"] if p.self_attention else (f["key"], f["value"])
+        context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
+        keep = LV.keep_mask(p, "self" if p.causal else "src")
+        knobs = VR.rope_knobs(cfg) | context
+        return match_attention(user, params, f["query"], kv, cfg.n_heads, keep, "", p.valid, **knobs)
+    if unit == "embedding":
+        table = params["token_embedding.weight"]
+        return match_embedding(user, p.ids["ids"], table, None, cfg.d_model, "", scale_expected=cfg.scale_embeddings)
+    own = next(iter(check.model.norm_eps.values()), None) if unit == "layer_norm" else None
+    return match_unit(unit, user, f["x"], params, own or cfg.layer_norm_eps, cfg.activation, "")
+
+
+def diagnose(check, choice, result) -> None:
+    """Fill result.diagnoses, and first_divergence and unexplained where a layer or a model diverges (see the module
+    docstring); what fails with nothing named is said by judge.said_why."""
+    if dropout_probe(check, choice, result):
+        return
+    overflow_probe(check, choice, result)
+    if all(r.ok for r in result.rows):
+        return
+    if check.entry.hooked and check.is_module:
+        first_divergence(check, choice, result, capture(check, choice))
+    else:
+        component_variants(check, choice, result)

@@ -1,22 +1,17 @@
 """check.module: a user's torch module judged by the NumPy reference, with the mistake named when it has a name.
 
-The steps, each a function below:
-1. record the module's forward, read its units and infer the config and the weight map (units.infer);
-2. load the reference's random weights into copies of the user's module (float64 and float32; the user's own
-   module is never touched);
-3. find the calling convention (calling.callers) and the config candidates (pre/post-norm, activation, embedding
-   scale) under which the outputs agree;
-4. compare the output, every parameter gradient and every input gradient, with one random upstream gradient
-   (zero at padded target positions), in float64 and float32, by the conventions' relative error and bars;
-5. probe what a plain comparison cannot see (dropout in evaluation mode, overflow at large scores), and, when
-   something diverges, find the user's first divergent submodule (forward hooks) and the catalogue's variants that
-   reproduce its output.
+One pass over frozen stages, each returned by a function: session.prepare records the module's forward once and
+reads the model it implies (a Check holding a Model); `choose` runs the candidate callers, weight maps and configs
+until the user's float64 output reproduces the reference's (a Choice); `verdict` compares the output, every
+parameter gradient and every input gradient under it, with one random upstream gradient (zero at padded target
+positions), in float64 and float32, and names what fails (divergence.diagnose: probes, then the first divergent
+submodule judged in situ, or a component's variants). The user's own module is never touched: copies hold the
+reference's random weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,23 +20,20 @@ import torch
 from torch import nn
 
 from numpy_transformer import TransformerConfig
-from parity_tests.components import BAR, relative_errors
 
 from . import calling as C
-from . import example as EX
+from . import divergence as DV
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
 from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
-from .diagnose import diagnose
 from .diagnosis import MATCH, _error, _valid
-from .divergence import latest_divergence
 from .levels import LEVELS, standing_for
-from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result, Row, float32_bar
-from .running import at_positions, holds_float32, island_message, lifted, positions_held
-from .session import Layout, Session
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
+from .running import at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
+from .session import Check, Layout, copy_of, prepare, probe_of, run_user, stated
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 
@@ -78,72 +70,11 @@ def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
     return p * (dout - (dout * p).sum(-1, keepdims=True))
 
 
-TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # torch's own: masks documented
-
-
-def caveats(session, caller, cfg) -> list:
-    """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
-    polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
-    the paper's kind (where the mistake is plausible: not BERT's family, mistakes.py). The judge cannot tell the
-    convention from the mistake; the user's callers can."""
-    out = []
-    if session.mask_given in (None, "detect") and not isinstance(session.user, TORCH_LAYERS):
-        for name, (_, kind, shape) in caller.masks.items():
-            if kind == "bool_masked":
-                out.append((
-                    "attention.mask_inverted",
-                    f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
-                    "callers pass True = keep, this is attention.mask_inverted",
-                ))  # fmt: skip
-    scaled = cfg.scale_embeddings or "scale_embeddings" in session.stated()  # read so, or stated
-    if session.entry.scale_caveat and not scaled and MK.BY_ID["embedding.missing_scale"].caveated(cfg):
-        out.append((
-            "embedding.missing_scale",
-            "passes with the token embeddings not multiplied by sqrt(d_model) (scale_embeddings=False, read "
-            "from the outputs); the paper's Transformer scales them: if yours means to, this is "
-            "embedding.missing_scale",
-        ))  # fmt: skip
-    return out
-
-
-def fully_padded_source(session, caller, cfg, kind, result) -> None:
-    """The edge docs/conventions.md fixes and tutorials leave open: a source sequence that is all padding. The reference
-    attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
-    and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
-    targets sees it only when a batch holds an empty source."""
-    if not session.entry.padded_source or cfg.pad_id is None and session.entry.group == "model":
-        return  # no padding token: no padded sentence
-    saved = session.probes[(caller.self_attention, caller.causal)]
-    if session.probe(caller) is not saved or saved.src_keep is None or saved.self_attention:
-        return  # judged without padding (the module takes no mask), or no source to pad
-    p = dataclasses.replace(saved, src_keep=saved.src_keep.copy())
-    p.src_keep[0] = False  # the first sequence: padding only
-    if "src" in p.ids:
-        p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
-    try:
-        out, _ = session.run_user(caller, np.float64, probe=p)
-        ref = from_logits(LV.run_reference(session.level, session.params, p, cfg, np.float64)[0], kind)
-    except Exception as exc:  # the module cannot take an empty source at all: say so
-        result.notes.append(f"a fully padded source sequence: the module raised {type(exc).__name__}: {exc}")
-        return
-    row = _valid(out.detach().cpu().numpy(), p.valid)[:1], _valid(ref, p.valid)[:1]
-    if np.isnan(row[0]).any():
-        result.notes.append(
-            "a fully padded source sequence gives NaN in the module's output (a -inf fill: softmax of "
-            "nothing); the reference attends to nothing there (a zero context)"
-        )
-    elif _error(*row) > MATCH:
-        result.notes.append(
-            f"a fully padded source sequence: the module's output there differs from the reference's "
-            f"by {_error(*row):.2e} (a finite fill such as -1e9 averages the padding; the reference "
-            "attends to nothing, a zero context); not counted as a failure"
-        )
-
-
 @dataclass(frozen=True)
 class Choice:
     """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
-    "log_probs"), weight-map layout and the output positions it returns (None: every one); matched when a run
+    "log_probs"), weight-map layout, the probe the caller runs on (session.probe_of) and the output positions it
+    returns (None: every one); matched when a run
     reproduced the reference's output under them, else the closest that ran (error: its relative error); runnable:
     the callers under which the module ran, in the order tried."""
 
@@ -151,107 +82,96 @@ class Choice:
     cfg: TransformerConfig
     kind: str
     layout: Layout
-    positions: Any
-    matched: bool
+    probe: LV.Probe
+    positions: Any = None
+    matched: bool = False
     error: float = 0.0
     runnable: tuple = ()
 
 
-def choose(session: Session) -> Choice:
+def choose(check: Check) -> Choice:
     """The first Choice under which the user's float64 output matches the reference's; when none does, the closest
     (smallest error) of those that run, matched=False."""
-    configs, errors, runnable = session.config_candidates(), [], []
-    outs: dict = {}  # the reference's outputs, by (probe, config)
+    errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
-    for n, layout in enumerate(session.layouts):
-        under = session.under(layout)
-        for caller in session.callers:
+    for n, layout in enumerate(check.layouts):
+        for caller in check.callers:
+            p = probe_of(check, caller)
             try:
-                out, _ = under.run_user(caller, np.float64)
+                out = run_user(check, layout, caller, np.float64, probe=p)[0].detach().cpu().numpy()
             except Exception as exc:  # a convention the module does not take: try the next one
                 errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
                 continue
-            out = out.detach().cpu().numpy()
-            if n == 0:
-                runnable.append(caller)
-            kind = output_kind(out) if session.entry.output_head else "logits"
-            for error, cfg, index in _errors(session, configs, outs, caller, out, kind):
-                if error <= MATCH:
-                    return Choice(caller, cfg, kind, layout, index, True, error, tuple(runnable))
-                if best is None or error < best.error:
-                    best = Choice(caller, cfg, kind, layout, index, False, error)
+            runnable += [caller] * (n == 0)
+            kind = output_kind(out) if check.entry.output_head else "logits"
+            for error, cfg, index in _errors(check, outs, caller, p, out, kind):
+                choice = Choice(caller, cfg, kind, layout, p, index, error <= MATCH, error, tuple(runnable))
+                if choice.matched:
+                    return choice
+                best = choice if best is None or error < best.error else best
     if best is None:
         raise ValueError(
-            f"the module could not be called as the reference {session.level!r} is; tried {len(errors)} "
+            f"the module could not be called as the reference {check.level!r} is; tried {len(errors)} "
             "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
     return dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
 
 
-def _errors(session: Session, configs: list, outs: dict, caller, out: np.ndarray, kind: str):
-    """Yields (error, config, positions held) of the user's float64 output `out` against the reference's under each
-    config that applies, computing the reference's outputs (kept in `outs`) as they are needed."""
-    p = session.probe(caller)
-    for i, cfg in enumerate(configs):
-        if cfg.positional == "rope" and not p.self_attention and session.entry.self_attention_probes:
+def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> list:
+    """(error, config, positions held) of the user's float64 output `out` on probe `p` against the reference's under
+    each config that applies, computing the reference's outputs (kept in `outs`) as they are needed."""
+    found = []
+    for i, cfg in enumerate(check.configs):
+        if cfg.positional == "rope" and not p.self_attention and check.entry.self_attention_probes:
             continue  # rotary positions need one sequence
         key = (caller.self_attention, caller.causal, i)
         if key not in outs:
-            outs[key] = LV.run_reference(session.level, session.params, p, cfg, np.float64)[0]
+            outs[key] = LV.run_reference(check.level, check.params, p, cfg, np.float64)[0]
         index = positions_held(outs[key].shape, out.shape)
         if index is False:
             continue
         ref, valid = at_positions(from_logits(outs[key], kind), index), at_positions(p.valid, index)
         with np.errstate(all="ignore"):
-            error = _error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid))
-        yield error, cfg, index
+            found.append((_error(np.nan_to_num(_valid(out, valid), nan=1e300), _valid(ref, valid)), cfg, index))
+        if found[-1][0] <= MATCH:
+            break
+    return found
 
 
-def compare(session: Session, caller, cfg, kind, dtype) -> list:
+def compare(check: Check, choice: Choice, dtype) -> list:
     """Rows for the output and every gradient in `dtype`. In float32 (or with a float32 island) each tensor's bar is
     derived from the reference's own float32 error on it: the reference run in float32 against itself in float64
     on the same probe, weights and upstream gradient (report.float32_bar)."""
-    p = session.probe(caller)
-    out, tensors = session.run_user(caller, dtype, grad=True)  # float64: its float32 islands run in float64
-    run = LV.run_reference(session.level, session.params, p, cfg, dtype)
+    p, kind, links = choice.probe, choice.kind, choice.layout.links
+    out, tensors = run_user(check, choice.layout, choice.caller, dtype, grad=True)  # float64: islands in float64
+    run = LV.run_reference(check.level, check.params, p, choice.cfg, dtype)
     index = positions_held(run[0].shape, out.shape)
     if index is False:
         raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {run[0].shape}")
     valid = at_positions(p.valid, index)
-    dout = _valid(np.random.default_rng(session.seed + 2).standard_normal(tuple(out.shape)), valid)
-    params = dict(session.copy(dtype).named_parameters()) if session.is_module else {}
+    dout = _valid(np.random.default_rng(check.seed + 2).standard_normal(tuple(out.shape)), valid)
+    params = dict(copy_of(check, choice.layout, dtype).named_parameters()) if check.is_module else {}
     for t in params.values():
         t.grad = None
     out.backward(torch.from_numpy(dout).to(out.device, out.dtype))
     user_grads = {n: t.grad.detach().cpu().double().numpy() for n, t in params.items() if t.grad is not None}
-    user_params = MP.scatter(session.links, user_grads, session.shapes)
-    name = output_name(kind)
+    user_params = MP.scatter(links, user_grads, check.shapes)
     ref = reference_tensors(run, p, kind, index, dout)
-    pairs = {name: (_valid(out.detach().cpu().double().numpy(), valid), ref[name])}
+    pairs = {output_name(kind): (_valid(out.detach().cpu().double().numpy(), valid), ref[output_name(kind)])}
     grads = {}
     for n, g in ref.items():
         if n.startswith("d") and n[1:] in tensors and tensors[n[1:]].grad is not None:
             grads[n] = (tensors[n[1:]].grad.double().cpu().numpy(), g)
-        elif n.startswith("d ") and n[2:] not in session.model.zero and n[2:] in session.shapes:
+        elif n.startswith("d ") and n[2:] not in check.model.zero and n[2:] in check.shapes:
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
-    label = np.dtype(dtype).name
-    if dtype == np.float32 or holds_float32(session.islands):  # a float32 tensor held: float64 can do no better
+    own = None
+    if dtype == np.float32 or holds_float32(check.cache.get("islands")):  # a float32 tensor held: float64 no better
         ref32, ref64 = (
-            reference_tensors(LV.run_reference(session.level, session.params, p, cfg, d), p, kind, index, dout)
+            reference_tensors(LV.run_reference(check.level, check.params, p, choice.cfg, d), p, kind, index, dout)
             for d in (np.float32, np.float64)
         )
-        ours = {n: (ref32[n], ref64[n]) for n in [*pairs, *grads]}
-        own = {n: e for n, (_, e) in relative_errors(ours, np.float32).items()}
-        bars = {n: float32_bar(e) for n, e in own.items()}
-    else:
-        own, bars = {}, dict.fromkeys([*pairs, *grads], BAR[np.dtype(dtype)])
-    rows = [Row(n, label, e, bars[n], own=own.get(n)) for n, (_, e) in relative_errors(pairs, dtype).items()]
-    for n, (_, e) in relative_errors(grads, dtype).items():  # a gradient zero on both sides cannot fail: said so
-        zero = not np.any(grads[n][0]) and not np.any(grads[n][1])
-        rows.append(Row(n, label, e, bars[n], "all zero" if zero else "", own=own.get(n)))
-    if grads and all(not np.any(a) for a, _ in grads.values()):
-        rows.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
-    return rows
+        own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
+    return rows([pairs, grads], dtype, own)
 
 
 def output_name(kind: str) -> str:
@@ -269,15 +189,6 @@ def reference_tensors(run: tuple, p, kind, index, dout) -> dict:
     valid = at_positions(p.valid, index)
     tensors = {output_name(kind): _valid(at_positions(from_logits(ref_out, kind), index), valid)}
     return tensors | {f"d{n}": g for n, g in dref_in.items()} | {f"d {n}": g for n, g in dref_params.items()}
-
-
-def compare_each(session: Session, caller, cfg, kind, dtypes, result: Result) -> None:
-    """The rows of every dtype in `dtypes` into `result`, and the note on how the float32 bars were derived."""
-    for dtype in dtypes:
-        result.rows += compare(session, caller, cfg, kind, np.dtype(dtype).type)
-    derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
-    if derived:
-        result.notes.append(float32_basis(derived))
 
 
 def float32_basis(rows: list) -> str:
@@ -318,8 +229,8 @@ def module(
     inferred one. call: call(module, src, tgt) or call(module, ids) (batch-first long tensors) -> output.
     batch_first, mask ("bool_keep", "bool_masked", "int_keep", "additive", "none"): fixed instead of detected.
     dtypes: which of float64 and float32 to compare. example: (args, kwargs), one real call of the part: the judge
-    calls it as that call does (its inputs, masks and extra arguments), at its sizes (example.py). Never modifies
-    user_module (it works on copies)."""
+    calls it as that call does (its inputs, masks and extra arguments), at its sizes (calling.example_callers).
+    Never modifies user_module (it works on copies)."""
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
@@ -331,7 +242,7 @@ def module(
     if not dtypes or not all(d in ("float64", "float32") for d in dtypes):
         raise ValueError(f"dtypes must name float64 and/or float32, got {dtypes!r}")
     if example is not None:
-        EX.validate(example)
+        C.validate(example)
         if call is not None:
             raise TypeError("pass example= (one real call) or call= (an adapter), not both")
     unknown = [k for k in fields if k not in _CONFIG_FIELDS]
@@ -390,59 +301,132 @@ def explained(result: Result, found) -> None:
         result.unsupported = found
 
 
-def said_why(session: Session, caller, result: Result) -> None:
+def said_why(check: Check, choice: Choice, result: Result) -> None:
     """A failure no catalogued mistake explains: the user's op the reference has no pair for where the forward shows
     one (unsupported.py), else what diverges and where; never a failure with nothing said."""
     failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
     if not failed or result.diagnoses:
         return
-    if session.is_module:
-        explained(result, US.explain(session.copy(np.float64), lambda: session.run_user(caller, np.float64)))
+    if check.is_module:
+        copy = copy_of(check, choice.layout, np.float64)
+        explained(result, US.explain(copy, lambda: run_user(check, choice.layout, choice.caller, np.float64)))
     if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
         result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"
 
 
+TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # torch's own: masks documented
+
+
+def caveats(check: Check, choice: Choice) -> list:
+    """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
+    polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
+    the paper's kind (where the mistake is plausible: not BERT's family, mistakes.py). The judge cannot tell the
+    convention from the mistake; the user's callers can."""
+    out = []
+    if check.mask in (None, "detect") and not isinstance(check.user, TORCH_LAYERS):
+        for name, (_, kind, shape) in choice.caller.masks.items():
+            if kind == "bool_masked":
+                out.append((
+                    "attention.mask_inverted",
+                    f"passes if True means hidden in {name} {shape} (the polarity read from the outputs); if your "
+                    "callers pass True = keep, this is attention.mask_inverted",
+                ))  # fmt: skip
+    scaled = choice.cfg.scale_embeddings or "scale_embeddings" in stated(check.given)  # read so, or stated
+    if check.entry.scale_caveat and not scaled and MK.BY_ID["embedding.missing_scale"].caveated(choice.cfg):
+        out.append((
+            "embedding.missing_scale",
+            "passes with the token embeddings not multiplied by sqrt(d_model) (scale_embeddings=False, read "
+            "from the outputs); the paper's Transformer scales them: if yours means to, this is "
+            "embedding.missing_scale",
+        ))  # fmt: skip
+    return out
+
+
+def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
+    """The edge docs/conventions.md fixes and tutorials leave open: a source sequence that is all padding. The reference
+    attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
+    and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
+    targets sees it only when a batch holds an empty source."""
+    caller, cfg = choice.caller, choice.cfg
+    if not check.entry.padded_source or cfg.pad_id is None and check.entry.group == "model":
+        return  # no padding token: no padded sentence
+    saved = check.probes[(caller.self_attention, caller.causal)]
+    if choice.probe is not saved or saved.src_keep is None or saved.self_attention:
+        return  # judged without padding (the module takes no mask), or no source to pad
+    p = dataclasses.replace(saved, src_keep=saved.src_keep.copy())
+    p.src_keep[0] = False  # the first sequence: padding only
+    if "src" in p.ids:
+        p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
+    try:
+        out, _ = run_user(check, choice.layout, caller, np.float64, probe=p)
+        ref = from_logits(LV.run_reference(check.level, check.params, p, cfg, np.float64)[0], choice.kind)
+    except Exception as exc:  # the module cannot take an empty source at all: say so
+        result.notes.append(f"a fully padded source sequence: the module raised {type(exc).__name__}: {exc}")
+        return
+    row = _valid(out.detach().cpu().numpy(), p.valid)[:1], _valid(ref, p.valid)[:1]
+    if np.isnan(row[0]).any():
+        result.notes.append(
+            "a fully padded source sequence gives NaN in the module's output (a -inf fill: softmax of "
+            "nothing); the reference attends to nothing there (a zero context)"
+        )
+    elif _error(*row) > MATCH:
+        result.notes.append(
+            f"a fully padded source sequence: the module's output there differs from the reference's "
+            f"by {_error(*row):.2e} (a finite fill such as -1e9 averages the padding; the reference "
+            "attends to nothing, a zero context); not counted as a failure"
+        )
+
+
+def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
+    """The Result under `choice`: the conventions (confirmed where it matched, else assumed), the map, every
+    tensor's rows in each of `dtypes`, then what names a failure (divergence.diagnose, said_why) and the notes."""
+    caller, cfg, kind, layout, entry = choice.caller, choice.cfg, choice.kind, choice.layout, check.entry
+    result = Result(reference=reference, mapping=WM.table(layout.links, check.model.zero), config=cfg)
+    for name in check.model.overwrite:  # fixed tables are matched like weights, and said so
+        result.mapping[name] = WM.fixed_entry("wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout)
+    output = entry.group == "model" or entry.stands_for is not None  # a model, or in its place
+    conventions = caller.conventions() | ({"output": kind} if output else {})
+    if choice.probe is not check.probes[(caller.self_attention, caller.causal)]:
+        conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
+    if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
+        conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
+    if layout.rope_pairing is not None and cfg.positional == "rope":
+        conventions["rope_pairing"] = layout.rope_pairing
+    if choice.matched:  # a run confirmed them: the user's output reproduced under them
+        result.conventions = conventions
+        result.caveats += caveats(check, choice)
+    else:  # nothing reproduced the reference: the closest, said as such
+        result.assumed, result.confirmed = conventions, False
+    result.notes += check.notes
+    if entry.stands_for is not None:
+        result.notes.append(
+            "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "
+            "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
+        )
+    islands = check.cache.get("islands")
+    if islands:
+        result.caveats.append(("dtype.float32_island", island_message(islands)))
+    for dtype in dtypes:
+        result.rows += compare(check, choice, np.dtype(dtype).type)
+    derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
+    if derived:
+        result.notes.append(float32_basis(derived))
+    DV.diagnose(check, choice, result)
+    said_why(check, choice, result)
+    fully_padded_source(check, choice, result)
+    result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
+    return result
+
+
 def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example) -> Result:
     # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
     level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
     if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
-        given = given | dict(zip(["rope_theta"], EX.thetas(example), strict=False))
-    session = Session(user_module, level, given, mapping, call, batch_first, mask, seed, example)
-    if session.entry.stands_for is not None:
-        session.notes.append(
-            "torch.nn.Transformer: judged as the reference's encoder and decoder stacks on "
-            "embeddings, each ending in a layer norm (as nn.Transformer's always do)"
-        )
-    choice = choose(session)
-    session = session.under(choice.layout)
-    caller, cfg, kind, matched = choice.caller, choice.cfg, choice.kind, choice.matched
-    if not matched and session.entry.hooked and session.is_module:
-        session, caller, cfg = latest_divergence(session, list(choice.runnable))
-    result = Result(reference=reference, mapping=WM.table(session.links, session.model.zero), config=cfg)
-    for name in session.model.overwrite:  # fixed tables are matched like weights, and said so
-        layout = "wrong frequencies" if session.model.wrong_table else session.model.cfg.sinusoid_layout
-        result.mapping[name] = WM.fixed_entry(layout)
-    output = session.entry.group == "model" or session.entry.stands_for is not None  # a model, or in its place
-    conventions = caller.conventions() | ({"output": kind} if output else {})
-    if session.probe(caller) is not session.probes[(caller.self_attention, caller.causal)]:  # Session.probe
-        conventions["mask"] = "none (the module takes no mask): compared on sequences without padding"
-    if choice.positions is not None:  # nanoGPT's forward(idx): logits[:, [-1], :]
-        conventions["positions"] = "the last position only (compared there; the gradients flow from it)"
-    if session.layout.rope_pairing is not None and cfg.positional == "rope":
-        conventions["rope_pairing"] = session.layout.rope_pairing
-    if matched:  # a run confirmed them: the user's output reproduced under them
-        result.conventions = conventions
-        result.caveats += caveats(session, caller, cfg)
-    else:  # nothing reproduced the reference: the closest, said as such
-        result.assumed, result.confirmed = conventions, False
-    result.notes = list(session.notes)
-    if session.islands:
-        result.caveats.append(("dtype.float32_island", island_message(session.islands)))
-    compare_each(session, caller, cfg, kind, dtypes, result)
-    diagnose(session, caller, cfg, kind, result, choice.runnable)
-    said_why(session, caller, result)
-    fully_padded_source(session, caller, cfg, kind, result)
-    result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
-    return result
+        given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
+    check = prepare(user_module, level, given, mapping, call, batch_first, mask, seed, example)
+    choice = choose(check)
+    if not choice.matched and check.entry.hooked and check.is_module:
+        choice = DV.latest_divergence(check, choice)
+    return verdict(check, choice, reference, dtypes)

@@ -1,18 +1,24 @@
-"""How the judge runs the user's module: copies whose closures run the copy, the float32 islands a float64 copy
-computes in (found, and run in float64 for the search for a mistake), the model's own output head, and which of
-the reference's positions the module's output holds."""
+"""How the judge runs the user's module and measures it: copies whose closures run the copy, the float32 islands a
+float64 copy computes in (found, and run in float64 for the search for a mistake), the model's own output head,
+which of the reference's positions the module's output holds, and the rows of errors against bars."""
 
 from __future__ import annotations
 
 import copy
+import math
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
+
+from parity_tests.components import BAR, relative_errors
+
+from .report import Row, float32_bar
 
 
 def positions_held(ref_shape: tuple, shape: tuple):
@@ -25,6 +31,29 @@ def positions_held(ref_shape: tuple, shape: tuple):
         return False
     B, _, V = ref_shape
     return {(B, 1, V): slice(-1, None), (B, V): -1}.get(tuple(shape), False)
+
+
+def rows(groups: list, dtype, own: dict | None = None) -> list:
+    """The Rows of each group of tensors (name -> (the module's, the reference's); a group's relative errors are
+    measured together) in `dtype`: each bar BAR[dtype], or, given `own` (the reference's own float32 error on each
+    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; every
+    gradient of the module zero is a failing row (vacuous)."""
+    label, found = np.dtype(dtype).name, []
+    for group in groups:
+        for n, (_, e) in relative_errors(group, dtype).items():
+            zero = n.startswith("d") and not np.any(group[n][0]) and not np.any(group[n][1])
+            bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n])
+            found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
+    grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
+    if grads and not any(np.any(g) for g in grads):
+        found.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
+    return found
+
+
+def own_errors(ref32: dict, ref64: dict) -> dict:
+    """name -> the reference's own float32 error on that tensor: its float32 run (`ref32`) against its float64 run
+    on the same inputs, weights and upstream gradient (`ref64`), the basis of the float32 bars."""
+    return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in ref32}, np.float32).items()}
 
 
 def at_positions(array, index):
@@ -48,14 +77,11 @@ SKIPPED = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)  # a c
 
 class Float32Islands(TorchDispatchMode):
     """While the user's float64 copy runs, each op computing in float32 is recorded in `seen` as (the innermost
-    user submodule running it, op): a cast of a float64 tensor to float32 (x.float(), .to(torch.float32), .type_as;
-    complex128 to complex64 likewise), made a float64 copy instead, and an op mixing a float64 operand with a
-    float32 one (a constant or table made in float32), its float32 operands widened, and a float32 tensor of
-    rounded values widened into the float64 run (a sinusoid table made in float32 in the forward, then
-    `.to(x.dtype)` or written into a float64 one: MADE). With `exact`, torch's default dtype is float64 meanwhile and
-    an op asked for float32 (torch.arange(n, dtype=torch.float32), `.float()` of integers) makes float64, so
-    constants and tables made in forward are float64: the island computes in float64 and a mistake inside it is
-    matched as exactly as anywhere else."""
+    user submodule running it, op) and widened: a cast to float32 (x.float(), .to, .type_as; complex64 likewise)
+    made a float64 copy, an op mixing float64 and float32 operands run on widened ones, and a float32 tensor of
+    rounded values widened into the run (MADE). With `exact`, torch's default dtype is float64 meanwhile and an op
+    asked for float32 makes float64, so constants and tables made in forward are float64: a mistake inside the
+    island is matched as exactly as anywhere else."""
 
     def __init__(self, module: nn.Module, exact: bool = True):
         super().__init__()
@@ -141,11 +167,9 @@ def _widen(value):
 
 def find_islands(module: nn.Module, run) -> list | None:
     """The float32 islands of the user's float64 copy during `run()`: (innermost submodule, what) for each op that
-    computes in float32 (Float32Islands), in running order, each once; None when the run raises (a convention the
-    module does not take: asked again later). The run widens them (a float32 cast that would fail it is found, not
-    raised); where there are some, a second run is as the float64 comparison's (forward's constants in float64): a
-    float32 operand still met then is a tensor the module holds, made in float32 before the check (HELD), or a
-    constant the forward makes in float32 with its dtype given (TYPED)."""
+    computes in float32 (Float32Islands), in running order, each once; None when the run raises (asked again
+    later). Where there are some, a second run is as the float64 comparison's: a float32 operand still met then is
+    a tensor the module held before the check (HELD) or a constant made with its dtype given (TYPED)."""
     runs = []
     for exact in (False, True):
         try:
@@ -161,8 +185,7 @@ def find_islands(module: nn.Module, run) -> list | None:
 
 
 def _what(op: str | None, kept: str | None) -> str:
-    """What an island (Float32Islands' record `op`) computes, in the caveat's words; `kept`: HELD or TYPED where
-    its float32 operand is rounded in the float64 run too."""
+    """What an island's op computes, in the caveat's words; `kept`: HELD or TYPED (rounded in the float64 run too)."""
     if op is None:
         return CAST
     if op == MADE:
@@ -176,8 +199,7 @@ def holds_float32(islands: list | None) -> bool:
 
 
 def island_message(islands: list) -> str:
-    """The caveat on a module's float32 islands ((submodule, op) each): where the first is, and each kind of op
-    with the submodules it runs in."""
+    """The caveat on float32 islands: where the first is, and each kind of op with the submodules it runs in."""
     groups: dict = {}
     for path, op in islands:
         groups.setdefault(op, []).append(path)
@@ -194,9 +216,8 @@ def island_message(islands: list) -> str:
 
 
 def output_head(user: nn.Module, links) -> str | None:
-    """The path of the user's submodule that holds the output projection (the Annotated Transformer's
-    `generator`, an `lm_head`), applied by the judge when the model's forward returns hidden states; None when
-    that projection is not a module of its own (a tied table, a bare parameter)."""
+    """The path of the user's submodule holding the output projection (the Annotated Transformer's `generator`),
+    applied when the forward returns hidden states; None where it is no module of its own (a tied table)."""
     for link in links:
         if any(name == "output_proj.weight" for name, _ in link.parts) and "." in link.user:
             path = link.user.rsplit(".", 1)[0]
@@ -251,10 +272,9 @@ def _rebind(value, memo: dict, depth: int = 0):
 
 @contextmanager
 def lifted(mode) -> Iterator[None]:
-    """`mode`, torch.inference_mode or torch.no_grad (a `with` block, or Meta's `@torch.inference_mode()` on
-    forward), made a no-op while inside: the user's forward then records gradients, which the check compares. The
-    judge uses no inference_mode itself (lifted for the whole check); torch.no_grad is lifted around the user's
-    forward alone (Session), the judge's own blocks and torch's (Module.to) keeping theirs."""
+    """`mode`, torch.inference_mode or torch.no_grad (a `with` block, or `@torch.inference_mode()` on forward),
+    made a no-op while inside, so that the user's forward records the gradients the check compares. inference_mode
+    is lifted for the whole check; torch.no_grad around the user's forward alone (session.run_user)."""
     saved = mode.__enter__, mode.__exit__
     mode.__enter__ = lambda self: None  # type: ignore[method-assign, assignment]
     mode.__exit__ = lambda self, *exc: None  # type: ignore[method-assign, assignment]

@@ -1,15 +1,16 @@
-"""One check's stages, each returned by a function: the recording (the user's module read once and its forward
-recorded once: `recording`), the model it implies (config, weight map, biases held at zero, fixed tables:
-`inferred`, a frozen Model), the weight maps it may be judged under (`layouts`, frozen Layouts); and the Session
-holding them with the reference's weights and probes, the ways of calling the module and its float64 and float32
-copies. judge.choose picks the convention, config and layout (a frozen Choice) and judges under them."""
+"""The stages before judging, each a frozen record returned by a function: the recording (the user's module read
+once and its forward recorded once: `recording`), the model it implies (config, weight map, biases held at zero,
+fixed tables: `inferred`, a Model), and the check prepared on it (`prepare`, a Check: the reference's weights and
+probes, the ways of calling the module, the weight maps and configs it may be judged under); then how a Check runs
+the user's module: `probe_of`, `copy_of` (its float64 and float32 copies holding the reference's weights) and
+`run_user`."""
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,7 +20,6 @@ from numpy_transformer import TransformerConfig
 
 from . import calling as C
 from . import dataflow as DF
-from . import example as EX
 from . import levels as LV
 from . import mapping as MP
 from . import probes as PR
@@ -35,152 +35,6 @@ ACTIVATIONS = {
     True: ("silu", "gelu", "gelu_tanh", "relu", "quick_gelu"),
     False: ("relu", "gelu", "gelu_tanh", "silu", "quick_gelu"),
 }
-
-
-class Session:
-    """One check: the level, the user's module, its map, config candidates, probe and chosen convention."""
-
-    def __init__(self, user, level, given, mapping, call, batch_first, mask, seed, example=None):
-        """The module read (its roles, config and map). What the judge cannot read raises, and check.module
-        answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as Result.unsupported."""
-        self.user, self.level, self.seed, self.mask_given, self.given = user, level, seed, mask, given
-        self.entry = entry = LEVELS[level]
-        self.notes: list = []
-        self.is_module = isinstance(user, nn.Module)
-        mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-        # the probe's batch and lengths: the example's where one is given
-        self.sizes = EX.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
-        found = recording(
-            user, level, given, seed, self.sizes, batch_first=batch_first, mask=mask, call=call, example=example
-        )
-        self.flow = found.flow
-        self.model = inferred(user, level, found, given, mapped, self.notes)
-        self.shapes = entry.shapes(self.model.cfg)
-        self.params = LV.init_reference(self.shapes, np.random.default_rng(seed), self.model.zero)
-        if mapped is not None and self.is_module:  # a given map: every name it holds exists, every size agrees
-            tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
-            WM.refuse_unknown(self.model.links, self.model.zero, self.params, tensors, level)
-        kinds = [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else [])
-        rng = np.random.default_rng
-        self.probes = {key: entry.probe(self.model.cfg, rng(seed + 1), *key, sizes=self.sizes) for key in kinds}
-        self.callers = callers_of(user, level, batch_first, mask, call, example)
-        self.copies: dict = {}  # (id of the layout, dtype) -> the user's module copied, loaded under that layout
-        self.islands = None  # the submodules that compute in float32 inside the float64 copy (find_islands)
-        self.stages: dict = {}  # the reference's stages of a layer or a model, by config and probe (divergence.py)
-        self.head = output_head(user, self.model.links) if self.is_module and entry.group == "model" else None
-        self.layouts = layouts(self, mapping is None)
-        self.layout = self.layouts[0]
-
-    def probe(self, caller) -> LV.Probe:
-        """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention; without the
-        keys' padding where the caller passes no mask to a layer or component (nothing it is given could hide it:
-        a vision block, an attention without a mask argument). A model builds its masks from the ids' padding."""
-        key = (caller.self_attention, caller.causal)
-        if caller.masks or caller.call is not None or self.entry.group == "model" or self.probes[key].src_keep is None:
-            return self.probes[key]
-        p = self.probes[key]
-        unpadded = dataclasses.replace(p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid)
-        return self.probes.setdefault(key + ("unpadded",), unpadded)
-
-    def under(self, layout: Layout) -> Session:
-        """This check under `layout` (one of self.layouts): a view sharing everything else (the probes, the copies
-        kept per layout, the stages); the session itself under its own layout."""
-        if layout is self.layout:
-            return self
-        view = copy.copy(self)
-        view.layout = layout
-        return view
-
-    @property
-    def links(self) -> list:
-        """The weight map judged under: the layout's."""
-        return self.layout.links
-
-    def copy(self, dtype):
-        """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights."""
-        key = (id(self.layout), dtype)
-        if self.is_module and key not in self.copies:
-            module = copy_module(self.user).to(TORCH[dtype]).eval()
-            for t in module.parameters():  # frozen ones too (loaded for inference): every gradient is compared
-                t.requires_grad_(True)
-            MP.load(module, self.links, self.params, TORCH[dtype])
-            tensors = dict(module.named_buffers()) | dict(module.named_parameters())
-            with torch.no_grad():
-                for name, table in (self.model.overwrite | self.model.rope_overwrite).items():
-                    if name in tensors:
-                        tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
-                    elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
-                        path, _, attr = name.rpartition(".")
-                        owner = module.get_submodule(path)
-                        old = getattr(owner, attr)  # the table is float64 or complex128 already
-                        setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
-            self.copies[key] = module
-        return self.copies.get(key, self.user)  # a plain function: itself
-
-    def config_candidates(self) -> list:
-        """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
-        post-norm, the activation, the embedding scale) varied where the caller did not fix it."""
-        base = self.model.cfg
-        options: list = [{}]
-        given = self.stated()
-        if "norm_first" in self.entry.searches and "norm_first" not in given:
-            final_norms_tell = self.entry.final_norms == "pre-norm"  # a final norm only when pre-norm
-            flow_tells = self.flow is not None and self.flow.norm_first is not None  # where the sums are normed
-            norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
-            options = [o | {"norm_first": v} for o in options for v in norm_first]
-        if "activation" in self.entry.searches and "activation" not in given:
-            options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
-        rope = self.rope_options(given)
-        options = [o | r for o in options for r in rope or [{}]]
-        if "scale_embeddings" in self.entry.searches and "scale_embeddings" not in given:
-            scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
-            options = [o | {"scale_embeddings": s} for o in options for s in scales]
-        if self.entry.output_head and base.tie_embeddings and "output_scale" not in given:
-            # the paper's sharing may scale the tied logits by d_model^-0.5 instead of the embeddings by sqrt(d)
-            options = options + [o | {"output_scale": base.d_model**-0.5} for o in options]
-        return [dataclasses.replace(base, **o) for o in options]
-
-    def stated(self) -> dict:
-        return stated(self.given)
-
-    def rope_options(self, given: dict) -> list:
-        """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
-        attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
-        own_table = self.entry.group == "model" and (
-            self.model.cfg.positional == "learned" or self.model.overwrite
-        )  # not rotary
-        if not self.model.thetas or not self.entry.rope or own_table or given.get("positional") not in (None, "rope"):
-            return []
-        thetas = [given["rope_theta"]] if "rope_theta" in given else self.model.thetas
-        rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
-        if given.get("positional") == "rope":
-            return rope
-        return rope + [{}] if self.model.rope_overwrite or len(self.model.thetas) > 1 else [{}] + rope
-
-    def run_user(self, caller, dtype, grad=False, scale=1.0, probe=None):
-        """The user's output (batch-first) on `probe` (by default the caller's, Session.probe), and the input
-        tensors (for gradients). In float64 a module with float32 islands runs them in float64 (Float32Islands):
-        they are found on its first float64 run that completes."""
-        p, module = probe or self.probe(caller), self.copy(dtype)
-        if dtype != np.float64 or not self.is_module:
-            return self._run(module, caller, p, dtype, grad, scale)
-        if self.islands is None:
-            self.islands = find_islands(module, lambda: self._run(module, caller, p, dtype))
-        with Float32Islands(module) if self.islands else contextlib.nullcontext():
-            return self._run(module, caller, p, dtype, grad, scale)
-
-    def _run(self, module, caller, p: LV.Probe, dtype, grad=False, scale=1.0):
-        """The module called by `caller` on probe `p`, as written (see run_user)."""
-        device = next(iter(module.parameters()), torch.empty(0)).device if self.is_module else torch.device("cpu")
-        tensors = as_tensors(p, TORCH[dtype], device, grad, scale)
-        with torch.set_grad_enabled(grad), lifted(torch.no_grad):  # a forward under no_grad records its gradients
-            out = caller(module, tensors, p, TORCH[dtype])
-            ids = p.ids.get("tgt", p.ids.get("ids"))
-            if self.entry.output_head and out.ndim == 2 and ids is not None and out.shape[0] == ids.size > len(ids):
-                out = out.reshape(*ids.shape, -1)  # logits flattened to (B * T, V), as a loss takes them
-            if self.head is not None and out.shape[-1] == self.model.cfg.d_model != self.model.cfg.tgt_vocab_size:
-                out = module.get_submodule(self.head)(out)  # hidden states out: the model's own head applied
-        return out, tensors
 
 
 def stated(given: dict) -> dict:
@@ -234,27 +88,173 @@ class Layout:
     rope_pairing: str | None = None
 
 
-def layouts(session, inferred: bool) -> list:
-    """The Layouts the user's module may be judged under: the inferred one and, where rotary positions may be used,
-    the same with the q and k rows in RoPE's interleaved pairing (Meta's (2i, 2i + 1) instead of the reference's
-    halves (i, i + Dh/2): the same rotation with the features of every head in another order). The check keeps the
-    first under which the module agrees with the reference."""
-    Dh = session.model.cfg.d_head
-    links = session.model.links
+@dataclass(frozen=True)
+class Check:
+    """One check prepared: the user's module judged at `level` with what the caller gave (`given`: the config's
+    fields, `mask`, `seed`), the Model read from it and its forward's Flow; the reference's shapes, weights
+    (`params`) and probes (by (self_attention, causal), and with "unpadded" added: probe_of); the candidate
+    callers (calling.Caller), Layouts and configs, most likely first; the model's own output head (running.
+    output_head); the notes so far. `cache` keeps what runs find: the copies by (layout, dtype), the float32 islands
+    (running.find_islands), the reference's stages (divergence.py)."""
+
+    user: Any
+    level: str
+    entry: LV.Level
+    is_module: bool
+    given: dict
+    mask: str | None
+    seed: int
+    model: Model
+    flow: Any
+    shapes: dict
+    params: dict
+    probes: dict
+    callers: tuple
+    layouts: tuple
+    configs: tuple
+    head: str | None
+    notes: tuple
+    cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+def prepare(user, level: str, given: dict, mapping, call, batch_first, mask, seed: int, example) -> Check:
+    """The Check of `user` at `level`: recorded, its Model inferred, the reference's weights and probes drawn. What
+    the judge cannot read raises, and check.module answers it as "could not judge: ...; pass ..." or, for math the
+    reference lacks, as Result.unsupported."""
+    entry, notes, is_module = LEVELS[level], [], isinstance(user, nn.Module)
+    mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
+    # the probe's batch and lengths: the example's where one is given
+    sizes = C.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
+    conventions = dict(batch_first=batch_first, mask=mask, call=call, example=example)
+    found = recording(user, level, given, seed, sizes, **conventions)
+    model = inferred(user, level, found, given, mapped, notes)
+    shapes = entry.shapes(model.cfg)
+    params = LV.init_reference(shapes, np.random.default_rng(seed), model.zero)
+    if mapped is not None and is_module:  # a given map: every name it holds exists, every size agrees
+        tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
+        WM.refuse_unknown(model.links, model.zero, params, tensors, level)
+    probes = {}
+    for key in [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else []):
+        p = probes[key] = entry.probe(model.cfg, np.random.default_rng(seed + 1), *key, sizes=sizes)
+        if p.src_keep is not None:  # for a caller that passes no mask (probe_of)
+            probes[key + ("unpadded",)] = dataclasses.replace(
+                p, src_keep=None, valid=None if p.valid is p.src_keep else p.valid
+            )
+    rope = rope_options(entry, model, stated(given))
+    head = output_head(user, model.links) if is_module and entry.group == "model" else None
+    return Check(
+        user, level, entry, is_module, given, mask, seed, model, found.flow, shapes, params, probes,
+        tuple(C.callers(user, level, **conventions)), tuple(layouts(model, rope, mapping is None and is_module)),
+        tuple(config_candidates(entry, model, found.flow, rope, stated(given))), head, tuple(notes),
+    )  # fmt: skip
+
+
+def probe_of(check: Check, caller) -> LV.Probe:
+    """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention; without the
+    keys' padding where the caller passes no mask to a layer or component (nothing it is given could hide it:
+    a vision block, an attention without a mask argument). A model builds its masks from the ids' padding."""
+    key = (caller.self_attention, caller.causal)
+    if caller.masks or caller.call is not None or check.entry.group == "model":
+        return check.probes[key]
+    return check.probes.get(key + ("unpadded",), check.probes[key])
+
+
+def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> list:
+    """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
+    post-norm, the activation, the embedding scale, RoPE and its base) varied where the caller did not fix it."""
+    base = model.cfg
+    options: list = [{}]
+    if "norm_first" in entry.searches and "norm_first" not in given:
+        final_norms_tell = entry.final_norms == "pre-norm"  # a final norm only when pre-norm
+        flow_tells = flow is not None and flow.norm_first is not None  # where the sums are normed
+        norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
+        options = [o | {"norm_first": v} for o in options for v in norm_first]
+    if "activation" in entry.searches and "activation" not in given:
+        options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
+    options = [o | r for o in options for r in rope or [{}]]
+    if "scale_embeddings" in entry.searches and "scale_embeddings" not in given:
+        scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
+        options = [o | {"scale_embeddings": s} for o in options for s in scales]
+    if entry.output_head and base.tie_embeddings and "output_scale" not in given:
+        # the paper's sharing may scale the tied logits by d_model^-0.5 instead of the embeddings by sqrt(d)
+        options = options + [o | {"output_scale": base.d_model**-0.5} for o in options]
+    return [dataclasses.replace(base, **o) for o in options]
+
+
+def rope_options(entry, model: Model, given: dict) -> list:
+    """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
+    attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
+    own_table = entry.group == "model" and (model.cfg.positional == "learned" or model.overwrite)  # not rotary
+    if not model.thetas or not entry.rope or own_table or given.get("positional") not in (None, "rope"):
+        return []
+    thetas = [given["rope_theta"]] if "rope_theta" in given else model.thetas
+    rope = [{"positional": "rope", "rope_theta": float(t)} for t in thetas]
+    if given.get("positional") == "rope":
+        return rope
+    return rope + [{}] if model.rope_overwrite or len(model.thetas) > 1 else [{}] + rope
+
+
+def copy_of(check: Check, layout: Layout, dtype):
+    """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights under `layout`."""
+    key = (id(layout), dtype)
+    if check.is_module and key not in check.cache:
+        module = copy_module(check.user).to(TORCH[dtype]).eval()
+        for t in module.parameters():  # frozen ones too (loaded for inference): every gradient is compared
+            t.requires_grad_(True)
+        MP.load(module, layout.links, check.params, TORCH[dtype])
+        tensors = dict(module.named_buffers()) | dict(module.named_parameters())
+        with torch.no_grad():
+            for name, table in (check.model.overwrite | check.model.rope_overwrite).items():
+                if name in tensors:
+                    tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
+                    path, _, attr = name.rpartition(".")
+                    owner = module.get_submodule(path)
+                    old = getattr(owner, attr)  # the table is float64 or complex128 already
+                    setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
+        check.cache[key] = module
+    return check.cache.get(key, check.user)  # a plain function: itself
+
+
+def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0, probe=None):
+    """The user's output (batch-first) on `probe` (by default the caller's, probe_of), and the input tensors (for
+    gradients). In float64 a module with float32 islands runs them in float64 (Float32Islands): they are found on
+    its first float64 run that completes."""
+    p, module = probe or probe_of(check, caller), copy_of(check, layout, dtype)
+
+    def run():
+        device = next(iter(module.parameters()), torch.empty(0)).device if check.is_module else torch.device("cpu")
+        tensors = as_tensors(p, TORCH[dtype], device, grad, scale)
+        with torch.set_grad_enabled(grad), lifted(torch.no_grad):  # a forward under no_grad records its gradients
+            out = caller(module, tensors, p, TORCH[dtype])
+            ids = p.ids.get("tgt", p.ids.get("ids"))
+            if check.entry.output_head and out.ndim == 2 and ids is not None and out.shape[0] == ids.size > len(ids):
+                out = out.reshape(*ids.shape, -1)  # logits flattened to (B * T, V), as a loss takes them
+            cfg = check.model.cfg
+            if check.head is not None and out.shape[-1] == cfg.d_model != cfg.tgt_vocab_size:
+                out = module.get_submodule(check.head)(out)  # hidden states out: the model's own head applied
+        return out, tensors
+
+    if dtype != np.float64 or not check.is_module:
+        return run()
+    if check.cache.get("islands") is None:
+        check.cache["islands"] = find_islands(module, run)
+    with Float32Islands(module) if check.cache["islands"] else contextlib.nullcontext():
+        return run()
+
+
+def layouts(model: Model, rope: list, inferred: bool) -> list:
+    """The Layouts the user's module may be judged under: the inferred one and, where rotary positions may be used
+    (`rope`: rope_options), the same with the q and k rows in RoPE's interleaved pairing (Meta's (2i, 2i + 1)
+    instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every head in another
+    order). The check keeps the first under which the module agrees with the reference."""
+    Dh, links = model.cfg.d_head, model.links
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
-    if not inferred or not session.is_module or not session.rope_options(session.stated()) or Dh % 2 or not paired:
+    if not inferred or not rope or Dh % 2 or not paired:
         return [Layout(links)]
     halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    return [Layout(links, halves), Layout(MP.interleave_rope(links, Dh, session.model.cfg.rotary_dim or 0), pairs)]
-
-
-def callers_of(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
-    """The candidate calls of `module` at `level`: as the example calls it where one is given (example.callers),
-    else calling.callers."""
-    if example is not None:
-        return EX.callers(module, level, example, batch_first)
-    return C.callers(module, level, batch_first, mask, call)
+    return [Layout(links, halves), Layout(MP.interleave_rope(links, Dh, model.cfg.rotary_dim or 0), pairs)]
 
 
 def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conventions) -> MP.Structure:
@@ -289,7 +289,7 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
     if weight is None:
         return None, ""
     try:
-        callers = callers_of(model, level, **conventions)[:limit]
+        callers = C.callers(model, level, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so
         return None, ""
     raised = ""

@@ -1,24 +1,23 @@
 """A ViT or a CLIP text tower judged by the reference's vision pairs (numpy_transformer/vision.py), read from its
-structure; the judge's levels are the text Transformer's (TransformerConfig), and these are model classes of their own.
+structure (a Tower): the judge's levels are the text Transformer's, and these are model classes of their own.
 
-Read from the user's module: the front end (a ViT's Conv2d whose stride is its kernel, a class-token parameter of D
-numbers and a position table of 1 + N rows; a text tower's token nn.Embedding and a learned position table), pre-norm
-encoder blocks (the submodules holding two LayerNorms each, causal in a text tower), a final LayerNorm, and what the
-forward returns: the hidden states, the class token's (a text tower's: the end token's, the largest id, or the last
-position's), or that through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the
-order its forward calls them (norm, q k v or one fused projection or nn.MultiheadAttention, the output projection,
-norm, fc1, fc2); the activation and head count are those under which the outputs agree. The user's module (a copy,
-weights drawn here) and the reference built from the same weights are compared: the output, the pixels' gradient and
-every parameter's, in float64 and float32.
-
-Where it fails, the first block whose output differs is judged on its own recorded call by the judge's
-encoder_layer (decoder_only_layer where causal) level (`judge`: check.module, passed in), and its catalogued mistake
-is named at the block's place.
+Read from the user's module: the front end (a ViT's Conv2d whose stride is its kernel, a class token of D numbers
+and a position table of 1 + N rows; a text tower's token nn.Embedding and a learned position table), pre-norm
+blocks (the submodules holding two LayerNorms each), a final LayerNorm, and what the forward returns: the hidden
+states, the class token's (a text tower's: the end token's, the largest id, or the last position's), or that
+through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the order its forward
+calls them (norm, q k v fused or not, the output projection, norm, fc1, fc2); the activation, head count and
+causality are those under which the outputs agree (a Fit). A copy with weights drawn here and the reference on the
+same weights are compared (running.rows) in float64 and float32. Where it fails, the first block that differs is
+judged on its own recorded call by the judge's encoder_layer (decoder_only_layer where causal) level (`judge`:
+check.module, passed in), and its catalogued mistake is named at the block's place.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
@@ -27,14 +26,13 @@ from torch import nn
 
 from numpy_transformer import layers as L
 from numpy_transformer import vision as V
-from parity_tests.components import BAR, relative_errors
 from transformer_spec.families.clip import CLIP_LAYER
 
 from .calling import first_tensor
 from .dataflow import hooked
 from .diagnosis import MATCH, Diagnosis, _error
-from .report import Result, Row, float32_bar
-from .running import copy_module
+from .report import Result
+from .running import copy_module, own_errors, rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
@@ -48,6 +46,39 @@ NAMES = {
 READ_AS = {"vit": "a ViT", "text": "a CLIP text tower"}
 
 
+@dataclass(frozen=True)
+class Tower:
+    """A tower as read from its structure: kind ("vit" or "text"), its inputs (pixels or ids), the front end's module,
+    the blocks (in call order), the final norm, links (user parameter -> the reference names its rows hold, in
+    order), width D and head ("head": a Linear, "projection": x @ P, None); its output on the inputs (weights drawn:
+    _draw) and each submodule's first call there (name -> (args, kwargs, output))."""
+
+    kind: str
+    inputs: np.ndarray
+    front: str
+    blocks: list
+    final: str
+    links: dict
+    D: int
+    head: str | None
+    output: np.ndarray
+    calls: dict
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What the reference is run under: output ("hidden", "pooled", "head"), the pooled position, causal or not, the
+    activation, head count and eps; the module's error against the reference under them."""
+
+    output: str
+    pool: str
+    causal: bool
+    activation: str
+    n_heads: int
+    eps: float
+    error: float = 0.0
+
+
 def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     """The verdict on `user` as a ViT or a CLIP text tower, or None where it is neither as this module reads them
     (the caller then says why it could not judge)."""
@@ -55,27 +86,26 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
         return None
     try:
         model = copy_module(user).double().eval()
+        _draw(model, np.random.default_rng(0))
         tower = _read(model)
-        if tower is not None:
-            _draw(model, np.random.default_rng(0))
-            fit = _fit(model, tower)
+        fit = _fit(model, tower) if tower is not None else None
     except Exception:  # a module this reading does not fit: the caller says what stopped the judge
         return None
     if tower is None or fit is None:
         return None
-    result = Result(reference=f"{reference}, read as {READ_AS[tower['kind']]} (numpy_transformer/vision.py's pairs)")
-    shown = ("activation", "n_heads", "eps", "output") + ("pool",) * (fit["output"] != "hidden")
-    read = {k: str(fit[k]) for k in shown + ("causal",) * (tower["kind"] == "text")}
-    if tower["kind"] == "text" and not fit["causal"]:
+    result = Result(reference=f"{reference}, read as {READ_AS[tower.kind]} (numpy_transformer/vision.py's pairs)")
+    shown = ("activation", "n_heads", "eps", "output") + ("pool",) * (fit.output != "hidden")
+    read = {k: str(getattr(fit, k)) for k in shown + ("causal",) * (tower.kind == "text")}
+    if tower.kind == "text" and not fit.causal:
         said = "passes as a bidirectional encoder (no causal mask); CLIP's text tower is causal: if yours means to be"
         result.caveats.append(("attention.not_causal", f"{said}, this is attention.not_causal"))
-    if fit["error"] <= MATCH:
+    if fit.error <= MATCH:
         result.conventions = read
     else:
         result.assumed, result.confirmed = read, False
     result.mapping = {u: (", ".join(ours), "its rows in this order" if len(ours) > 1 else "as is")
-                      for u, ours in tower["links"].items()}  # fmt: skip
-    dout = np.random.default_rng(2).standard_normal(fit["shape"])
+                      for u, ours in tower.links.items()}  # fmt: skip
+    dout = np.random.default_rng(2).standard_normal(tower.output.shape)
     for dtype in (np.float64, np.float32):
         result.rows += _compare(model, tower, fit, dout, dtype)
     result.passed = all(r.ok for r in result.rows)
@@ -121,9 +151,8 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
     return "text", inputs, tokens[0], D, {f"{tokens[0]}.weight": [f"{TOKENS}.weight"]}, pos
 
 
-def _read(model: nn.Module) -> dict | None:
-    """The tower's parts: kind ("vit" or "text"), its inputs, blocks (in call order), final norm, head, and
-    links (user parameter -> the reference names its rows hold, in order); None where a part is missing."""
+def _read(model: nn.Module) -> Tower | None:
+    """The Tower `model` is, as its structure reads; None where a part is missing."""
     owned = (*CALLED, nn.Conv2d, nn.Embedding)
     loose = {n: t for n, t in model.named_parameters() if not isinstance(model.get_submodule(_up(n)), owned)}
     front = _front(model, loose)
@@ -132,7 +161,7 @@ def _read(model: nn.Module) -> dict | None:
     kind, inputs, front, D, links, pos = front
     positions, layer, names, final_name = NAMES[kind]
     links[pos] = [positions]
-    order = _call_order(model, _tensor(inputs))
+    output, order, calls = _run(model, inputs)
 
     def norms(name):
         return sum(isinstance(m, nn.LayerNorm) for m in model.get_submodule(name).modules())
@@ -159,7 +188,7 @@ def _read(model: nn.Module) -> dict | None:
     held = dict(model.named_parameters())
     links = {u: ours for u, ours in links.items() if u in held}
     head = "head" if head else "projection" if projection else None
-    return dict(kind=kind, inputs=inputs, front=front, blocks=blocks, final=final, links=links, D=D, head=head)
+    return Tower(kind, inputs, front, blocks, final, links, D, head, output, calls)
 
 
 def _up(name: str) -> str:
@@ -170,20 +199,14 @@ def _square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
 
 
-def _tensor(inputs: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(inputs)  # ids (int64) or pixels (float64)
-
-
-def _call_order(model: nn.Module, inputs: torch.Tensor) -> list:
-    """The submodules' names in the order the forward first calls them ([] where it does not run)."""
+def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
+    """The module's output on `inputs` (ids, or pixels in float64), the submodules' names in the order the forward
+    first calls them, and each one's first call: name -> (args, kwargs, output)."""
     order: list = []
-    try:
-        with hooked(model.named_modules(), lambda *_: None, lambda name: None if name in order else order.append(name)):
-            with torch.no_grad():
-                model(inputs)
-    except Exception:
-        return []
-    return order
+    calls: dict = {}
+    with hooked(model.named_modules(), lambda name, module, *call: calls.setdefault(name, call) and None,
+                lambda name: None if name in order else order.append(name)), torch.no_grad():  # fmt: skip
+        return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
 def _calls(model: nn.Module, names: list) -> list:
@@ -219,8 +242,7 @@ def _block_parts(model: nn.Module, names: list) -> dict | None:
 
 
 def _draw(model: nn.Module, rng) -> None:
-    """Weights drawn for the check (as the judge's levels do): matrices ~ N(0, 1/fan_in), norm scales near 1, the
-    rest small, so that no part is an identity that hides a mistake."""
+    """Weights drawn for the check: matrices ~ N(0, 1/fan_in), norm scales near 1, the rest small (no identity)."""
     with torch.no_grad():
         for name, t in model.named_parameters():
             if isinstance(model.get_submodule(_up(name)), nn.Embedding):
@@ -234,27 +256,27 @@ def _draw(model: nn.Module, rng) -> None:
             t.copy_(torch.from_numpy(values))
 
 
-def _params(model: nn.Module, tower: dict, dtype) -> dict:
+def _params(model: nn.Module, tower: Tower, dtype) -> dict:
     """The reference's tensors (our names) from the module's: fused ones split by rows, missing biases zero."""
     params = {}
-    for user_name, ours in tower["links"].items():
+    for user_name, ours in tower.links.items():
         value = model.get_parameter(user_name).detach().double().numpy().astype(dtype)
         for name, piece in zip(ours, np.split(value, len(ours)), strict=True):
             params[name] = piece
-    positions, layer, names, _ = NAMES[tower["kind"]]
-    params[positions] = params[positions].reshape(-1, tower["D"])
-    for i in range(len(tower["blocks"])):
+    positions, layer, names, _ = NAMES[tower.kind]
+    params[positions] = params[positions].reshape(-1, tower.D)
+    for i in range(len(tower.blocks)):
         for part in PARTS:
             rows = params[f"{layer.format(i)}{names[part]}.weight"].shape[0]
             params.setdefault(f"{layer.format(i)}{names[part]}.bias", np.zeros(rows, dtype))
-    return params | ({f"{PATCH}.bias": np.zeros(tower["D"], dtype)} if f"{PATCH}.bias" not in params else {})
+    return params | ({f"{PATCH}.bias": np.zeros(tower.D, dtype)} if f"{PATCH}.bias" not in params else {})
 
 
-def _reference(P: dict, inputs, tower: dict, fit: dict):
+def _reference(P: dict, inputs, tower: Tower, fit: Fit):
     """The reference's forward: (output, backward, the hidden states before and after each block); backward(dout)
     -> the gradients by our names, and "inputs" (a ViT's pixels')."""
-    positions_name, layer, names, final_name = NAMES[tower["kind"]]
-    n_layers, eps, vit = len(tower["blocks"]), fit["eps"], tower["kind"] == "vit"
+    positions_name, layer, names, final_name = NAMES[tower.kind]
+    n_layers, eps, vit = len(tower.blocks), fit.eps, tower.kind == "vit"
     if vit:
         x, patch = V.patch_embedding_forward(inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
         x, cls = V.prepend_class_token_forward(x, P[CLS])  # (B, 1 + N, D)
@@ -264,24 +286,24 @@ def _reference(P: dict, inputs, tower: dict, fit: dict):
     layers, hidden = [], [x]
     for i in range(n_layers):
         own = {k[len(layer.format(i)) :]: v for k, v in P.items() if k.startswith(layer.format(i))}
-        x, cache = V.pre_norm_layer_forward(own, x, names, fit["n_heads"], eps, fit["activation"], fit["causal"])
+        x, cache = V.pre_norm_layer_forward(own, x, names, fit.n_heads, eps, fit.activation, fit.causal)
         layers.append(cache)
         hidden.append(x)
     out, final = L.layer_norm_forward(x, P[f"{final_name}.weight"], P[f"{final_name}.bias"], eps)
-    if fit["output"] != "hidden":
+    if fit.output != "hidden":
         at = {"class token": 0, "last": out.shape[1] - 1}
-        where = inputs.argmax(-1) if fit["pool"].startswith("end") else np.full(len(inputs), at[fit["pool"]])  # (B,)
+        where = inputs.argmax(-1) if fit.pool.startswith("end") else np.full(len(inputs), at[fit.pool])  # (B,)
         out, pool = V.token_pool_forward(out, where)  # (B, D)
-    if fit["output"] == "head":
-        weight = P["head.weight"] if tower["head"] == "head" else P["text_projection (x @ P)"].T
+    if fit.output == "head":
+        weight = P["head.weight"] if tower.head == "head" else P["text_projection (x @ P)"].T
         out, head = L.linear_forward(out, weight, P.get("head.bias"))  # (B, classes)
 
     def backward(dout) -> dict:
         grads: dict = {}
-        if fit["output"] == "head":
+        if fit.output == "head":
             dout, dw, grads["head.bias"] = L.linear_backward(dout, head)
             grads["head.weight"], grads["text_projection (x @ P)"] = dw, dw.T
-        if fit["output"] != "hidden":
+        if fit.output != "hidden":
             dout = V.token_pool_backward(dout, pool)
         dx, grads[f"{final_name}.weight"], grads[f"{final_name}.bias"] = L.layer_norm_backward(dout, final)
         for i in reversed(range(n_layers)):
@@ -298,24 +320,15 @@ def _reference(P: dict, inputs, tower: dict, fit: dict):
     return out, backward, hidden
 
 
-def _record(model: nn.Module, tower: dict) -> tuple:
-    """The module's float64 output, and each block's first call: block -> (args, kwargs, output)."""
-    calls: dict = {}
-    blocks = [(b, model.get_submodule(b)) for b in tower["blocks"]]
-    with hooked(blocks, lambda block, module, *call: calls.setdefault(block, call) and None), torch.no_grad():
-        return first_tensor(model(_tensor(tower["inputs"]))).numpy(), calls
-
-
-def _fit(model: nn.Module, tower: dict) -> dict | None:
-    """The activation, head count, output (hidden states, pooled, head) and pooled position under which the
-    reference agrees with the module: its output, else the most blocks in a row, then the closest output (error
-    kept); None where no output shape corresponds."""
-    out, calls = _record(model, tower)
+def _fit(model: nn.Module, tower: Tower) -> Fit | None:
+    """The Fit under which the reference agrees with the module: its output, else the most blocks in a row, then
+    the closest output; None where no output shape corresponds."""
+    out, calls = tower.output, tower.calls
     eps = next(m.eps for m in model.modules() if isinstance(m, nn.LayerNorm))
     mha = [m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
-    D, P, best, rank = tower["D"], _params(model, tower, np.float64), None, None
-    shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower["head"] and out.ndim == 2}
-    text = tower["kind"] == "text"
+    D, P, best, rank = tower.D, _params(model, tower, np.float64), None, None
+    shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower.head and out.ndim == 2}
+    text = tower.kind == "text"
     pools = ("end token (the largest id)", "last") if text else ("class token",)
     masks = (True, False) if text else (False,)  # a text tower causal (CLIP's) or not; a ViT never
     heads = mha[:1] or [h for h in range(1, D + 1) if D % h == 0]
@@ -323,70 +336,63 @@ def _fit(model: nn.Module, tower: dict) -> dict | None:
     for output, pool, causal, activation, n_heads in product(outputs, pools, masks, L.ACTIVATIONS, heads):
         if output == "hidden" and pool != pools[0]:
             continue  # nothing pooled
-        fit = dict(output=output, pool=pool, causal=causal, activation=activation, n_heads=n_heads, eps=eps)
-        ref, _, hidden = _reference(P, tower["inputs"], tower, fit)
+        fit = Fit(output, pool, causal, activation, n_heads, eps)
+        ref, _, hidden = _reference(P, tower.inputs, tower, fit)
         if ref.shape != out.shape:
             continue
         error = _error(out, ref)
-        agree = next((i for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
+        agree = next((i for i, b in enumerate(tower.blocks) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
         if rank is None or (-agree, error) < rank:
-            best, rank = fit | {"error": error, "shape": out.shape, "calls": calls}, (-agree, error)
+            best, rank = dataclasses.replace(fit, error=error), (-agree, error)
         if error <= MATCH:
             return best
     return best
 
 
-def _compare(model: nn.Module, tower: dict, fit: dict, dout, dtype) -> list:
-    """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype`; float32 bars from the
-    reference's own float32 error on each tensor (report.float32_bar)."""
-    torch_dtype = torch.float64 if dtype == np.float64 else torch.float32
-    user, x = copy_module(model).to(torch_dtype), _tensor(tower["inputs"])
-    x = x.to(torch_dtype).requires_grad_(True) if x.is_floating_point() else x
+def _compare(model: nn.Module, tower: Tower, fit: Fit, dout, dtype) -> list:
+    """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.rows); float32 bars
+    from the reference's own float32 error on each tensor."""
+    user = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32)
+    x = torch.from_numpy(tower.inputs)
+    x = x.to(next(user.parameters()).dtype).requires_grad_(True) if x.is_floating_point() else x
     out = first_tensor(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
     mine = {"output": out} | ({"dpixel_values": x.grad} if x.is_floating_point() else {})
     mine |= {f"d {n}": torch.zeros_like(t) if t.grad is None else t.grad  # not reached by the output: zero
-             for n, t in user.named_parameters() if n in tower["links"]}  # fmt: skip
+             for n, t in user.named_parameters() if n in tower.links}  # fmt: skip
     mine = {n: t.detach().double().numpy() for n, t in mine.items()}
 
     def reference(d):
-        inputs = tower["inputs"].astype(d) if tower["kind"] == "vit" else tower["inputs"]
+        inputs = tower.inputs.astype(d) if tower.kind == "vit" else tower.inputs
         ref_out, backward, _ = _reference(_params(model, tower, d), inputs, tower, fit)
         grads = backward(dout.astype(d))
         ours = {"output": ref_out} | ({"dpixel_values": grads["inputs"]} if "inputs" in grads else {})
-        for n, names in tower["links"].items():
-            shape = mine[f"d {n}"].shape
-            ours[f"d {n}"] = np.concatenate([grads.get(k, np.zeros(0)) for k in names]).reshape(-1).copy()
-            ours[f"d {n}"] = ours[f"d {n}"].reshape(shape) if ours[f"d {n}"].size else np.zeros(shape)
+        for n, names in tower.links.items():
+            flat = np.concatenate([grads.get(k, np.zeros(0)) for k in names]).reshape(-1)
+            ours[f"d {n}"] = flat.reshape(mine[f"d {n}"].shape) if flat.size else np.zeros(mine[f"d {n}"].shape)
         return ours
 
     ref = reference(dtype)
-    label = np.dtype(dtype).name
-    errors = relative_errors({n: (mine[n], ref[n]) for n in mine}, dtype)
-    vacuous = [Row("(every gradient is zero: vacuous)", label, math.inf, 0.0)] * (not any(
-        np.any(mine[n]) for n in mine if n.startswith("d")))  # fmt: skip
-    if dtype == np.float64:
-        return [Row(n, label, e, BAR[np.dtype(dtype)]) for n, (_, e) in errors.items()] + vacuous
-    own = relative_errors({n: (ref[n], r) for n, r in reference(np.float64).items()}, np.float32)
-    return [Row(n, label, e, float32_bar(own[n][1]), own=own[n][1]) for n, (_, e) in errors.items()] + vacuous
+    own = own_errors(ref, reference(np.float64)) if dtype == np.float32 else None
+    return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own)
 
 
-def _place(model: nn.Module, tower: dict, fit: dict, result: Result, judge) -> None:
+def _place(model: nn.Module, tower: Tower, fit: Fit, result: Result, judge) -> None:
     """The first part whose output differs (front end, a block, the final norm or head), and a catalogued mistake
     inside that block where the judge's layer level names one on the block's own recorded call."""
-    calls = fit["calls"]
-    hidden = _reference(_params(model, tower, np.float64), tower["inputs"], tower, fit)[2]  # block 0's input first
-    where = tower["final"]
-    if _differs(calls[tower["blocks"][0]][0][0], hidden[0]):
-        where = f"{tower['front']} (the front end: its table, tokens and positions before the first block)"
-        result.diagnoses = _front_mistakes(model, tower, calls[tower["blocks"][0]][0][0])
-    diverging = (b for i, b in enumerate(tower["blocks"]) if _differs(calls[b][2], hidden[i + 1]))
-    block = next(diverging, None) if where == tower["final"] else None
+    calls, blocks = tower.calls, tower.blocks
+    hidden = _reference(_params(model, tower, np.float64), tower.inputs, tower, fit)[2]  # block 0's input first
+    where = tower.final
+    if _differs(calls[blocks[0]][0][0], hidden[0]):
+        where = f"{tower.front} (the front end: its table, tokens and positions before the first block)"
+        result.diagnoses = _front_mistakes(model, tower, calls[blocks[0]][0][0])
+    diverging = (b for i, b in enumerate(blocks) if _differs(calls[b][2], hidden[i + 1]))
+    block = next(diverging, None) if where == tower.final else None
     if block is not None:
         args, kwargs, _ = calls[block]
-        level = "decoder_only_layer" if fit["causal"] else "encoder_layer"
+        level = "decoder_only_layer" if fit.causal else "encoder_layer"
         verdict = judge(model.get_submodule(block), level, example=(args, kwargs), norm_first=True,
-                        activation=fit["activation"], n_heads=fit["n_heads"], dtypes=("float64",))  # fmt: skip
+                        activation=fit.activation, n_heads=fit.n_heads, dtypes=("float64",))  # fmt: skip
         for d in verdict.diagnoses:
             d.where = f"{block}.{d.where}" if d.where else block
         where, result.diagnoses = block, list(verdict.diagnoses)
@@ -395,26 +401,19 @@ def _place(model: nn.Module, tower: dict, fit: dict, result: Result, judge) -> N
         result.unexplained = f"{where}: diverges from the reference tower; no catalogue variant reproduces it"
 
 
-def _front_mistakes(model: nn.Module, tower: dict, mine: torch.Tensor) -> list:
-    """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: the position table
-    added to the patch tokens before the class token is put in front (patch n gets row n - 1, the class token none)."""
-    if tower["kind"] != "vit":
+def _front_mistakes(model: nn.Module, tower: Tower, mine: torch.Tensor) -> list:
+    """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: positions added
+    before the class token is put in front (patch n gets row n - 1, the class token none)."""
+    if tower.kind != "vit":
         return []
     P = _params(model, tower, np.float64)
-    x, _ = V.patch_embedding_forward(tower["inputs"], P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
+    x, _ = V.patch_embedding_forward(tower.inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
     x, _ = V.prepend_class_token_forward(x + P[POSITIONS_VIT][: x.shape[1]], P[CLS])  # (B, 1 + N, D)
     if _differs(mine, x):
         return []
-    pos = next(u for u, ours in tower["links"].items() if ours == [POSITIONS_VIT])
+    pos = next(u for u, ours in tower.links.items() if ours == [POSITIONS_VIT])
     said = "the positions added to the patch tokens before the class token is put in front (patch n gets row n - 1)"
-    return [
-        Diagnosis(
-            "positions.added_before_class_token",
-            said,
-            pos,
-            _error(mine.numpy(), x),
-        )
-    ]
+    return [Diagnosis("positions.added_before_class_token", said, pos, _error(mine.numpy(), x))]
 
 
 def _differs(mine: torch.Tensor, ours: np.ndarray) -> bool:
