@@ -129,8 +129,11 @@ def _units(entry, found, units: Units) -> None:
             + "; pass call= (how to call it) or mapping= (the weight map)"
         )
     if flow is not None:
-        units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
-                            | {"sinks": a.sinks} for a in flow.attentions]  # fmt: skip
+        units.attentions = [
+            {r: _pieces(by, getattr(a, r), a.module) for r in ROLES}
+            | {"columns": a.columns, "sinks": _sinks(flow, a, found.names)}
+            for a in flow.attentions
+        ]
         units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
         _refuse_unpaired(entry, found)
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
@@ -186,6 +189,16 @@ def _refuse_unpaired(entry, found) -> None:
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
         )
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
+
+
+def _sinks(flow, attention, names: set) -> list:
+    """An attention's sink logits (GPT-OSS's): those it reads, else, where it leaves its own unread, its parameter
+    named as the first attention's that reads them; [] where there is none."""
+    first = next((a for a in flow.attentions if a.sinks), None)
+    if attention.sinks or first is None or not first.sinks[0].startswith(f"{first.module}."):
+        return attention.sinks
+    unread = f"{attention.module}.{first.sinks[0][len(first.module) + 1 :]}"
+    return [unread] if unread in names else []
 
 
 def _pieces(by: dict, weights: list, where: str) -> list:
@@ -258,19 +271,12 @@ def _config(entry, found, units: Units, cfg, fields: dict):
 
 def _frontier_fields(entry, found, units: Units) -> dict:
     """The fields of issue 49's layers the flow shows: a parallel layer (pre-norm, however the sums read), GPT-OSS's
-    sink logits (an attention that leaves its own unread: the one named as the others'), Gemma 2's soft caps."""
+    sink logits, Gemma 2's soft caps."""
     fields: dict = {}
     if units.parallel:  # pre-norm layers, however the sums read
         fields |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
-    sinks = [(a.module, a.sinks[0]) for a in found.flow.attentions if a.sinks] if found.flow is not None else []
-    if sinks:  # GPT-OSS's sink logits; an attention that leaves its own unread: the one named as the others'
+    if found.flow is not None and any(a.sinks for a in found.flow.attentions):  # GPT-OSS's sink logits
         fields["attn_sinks"] = True
-        module, name = sinks[0]
-        suffix = name[len(module) + 1 :] if name.startswith(f"{module}.") else None
-        for a, attention in zip(found.flow.attentions, units.attentions, strict=False):
-            unread = f"{a.module}.{suffix}"
-            if not attention.get("sinks") and suffix and unread in found.names:
-                attention["sinks"] = [unread]
     if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
         caps = found.flow.softcaps
         fields |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
