@@ -80,18 +80,14 @@ def heads(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
 
 
 def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """query, key, value (B, T, D), or one input for a self-attention; the keys padded. A causal self-attention
-    (Llama's) has no padding mask: its third sequence ends with one padding position, whose output is not
-    compared (causality hides it from every other)."""
-    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
-    D = cfg.d_model
+    """query, key, value (B, T, D), or one input for a self-attention; the keys padded, every output compared. A
+    causal self-attention (Llama's) has no padding mask: its third sequence ends with one padding position, whose
+    output is not compared (causality hides it from every other)."""
     if causal:
-        p = _padded({"query": rng.standard_normal((B, T_K, D))}, src=False, tgt=T_K, sizes=sizes)
-    elif self_attention:
-        p = Probe(floats={"query": rng.standard_normal((B, T_K, D))}, src_keep=keep(B, T_K))
+        p = _builder({"query": "T_K"}, tgt="T_K")(cfg, rng, sizes=sizes)
     else:
-        lengths = (("query", T_Q), ("key", T_K), ("value", T_K))
-        p = Probe(floats={n: rng.standard_normal((B, T, D)) for n, T in lengths}, src_keep=keep(B, T_K))
+        inputs = {"query": "T_K"} if self_attention else {"query": "T_Q", "key": "T_K", "value": "T_K"}
+        p = dataclasses.replace(_builder(inputs, src=True)(cfg, rng, sizes=sizes), valid=None)
     p.self_attention = self_attention or causal
     return p
 
