@@ -270,14 +270,16 @@ def rope_paired(name: str, Dh: int) -> bool:
     return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
 
 
-def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0, rotary: int = 0) -> np.ndarray:
-    """The user's tensor (before any transpose) from the reference tensors its link names, after `offset` rows of
-    zeros."""
+def gather(link: Link, reference: dict) -> np.ndarray:
+    """The user's tensor (before any transpose) from the reference tensors its link names: their rows stacked (q and
+    k rows in the link's RoPE pairing), after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
     blocks = []
-    for n, rows in parts:
+    for n, rows in link.parts:
         block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
-        blocks.append(block[pair_order(len(block), rope_pairs, rotary)] if rope_paired(n, rope_pairs) else block)
-    return np.concatenate([np.zeros((offset, *blocks[0].shape[1:]), blocks[0].dtype), *blocks])
+        paired = rope_paired(n, link.rope_pairs)
+        blocks.append(block[pair_order(len(block), link.rope_pairs, link.rope_rotary)] if paired else block)
+    zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
+    return np.concatenate([zeros, *blocks]) - link.minus_one
 
 
 def interleave_rope(links: list, Dh: int, rotary: int = 0) -> list:
@@ -293,8 +295,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value = gather(link.parts, reference, link.rope_pairs, link.offset, link.rope_rotary) - link.minus_one
-            target = tensors[link.user]
+            value, target = gather(link, reference), tensors[link.user]
             value = value.T if link.transposed else value
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
 

@@ -153,7 +153,7 @@ def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, leve
                 raise ValueError(
                     f"mapping[{link.user!r}]: rows {rows[0]}:{rows[1]} of {name!r}, which has {len(reference[name])}"
                 )
-        size = gather(link.parts, reference, link.rope_pairs, link.offset).size
+        size = gather(link, reference).size
         if size != tensors[link.user].numel():
             raise ValueError(
                 f"mapping[{link.user!r}]: {[n for n, _ in link.parts]} hold {size} numbers, the module's "
