@@ -92,28 +92,19 @@ def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Prob
     return p
 
 
-def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1, sizes: Sizes = SIZES) -> Probe:
-    """A probe of `floats` whose keys (T_K) are padded where `src`, and where `tgt` (the queries' length) is given,
-    under a causal self-attention whose third sequence ends with `n_pad` padding positions. The output positions
-    compared are the queries' real ones (the keys' where there is no causal self-attention)."""
-    p = Probe(floats=floats, src_keep=keep(sizes.B, sizes.T_K) if src else None, causal=tgt is not None)
-    p.tgt_keep = keep(sizes.B, tgt, 2, n_pad) if tgt is not None else None
-    p.valid = p.tgt_keep if p.causal else p.src_keep
-    return p
-
-
 def _builder(floats: dict, ids: dict | None = None, src: bool = False, tgt: str | None = None):
     """The builder of a probe of floats (B, T, D), T the Sizes field `floats` names for each, and token ids (B, T)
-    (`ids`: name -> "src" or "tgt", whose padding and vocabulary they take): the keys (T_K) padded where `src`, under
-    a causal self-attention over the `tgt` field's length where given (_padded). Token ids alone are padded only
-    where the model has a pad id (every sentence real to its end without one)."""
+    (`ids`: name -> "src" or "tgt", whose padding and vocabulary they take): the keys (T_K) padded where `src`, and
+    where `tgt` names the queries' length, under a causal self-attention whose third sequence ends with a padding
+    position. Token ids alone are padded only where the model has a pad id (every sentence real to its end without
+    one). The output positions compared are the queries' real ones (the keys' where nothing is causal)."""
 
     def build(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
         made = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in floats.items()}
         padded = bool(floats) or cfg.pad_id is not None
-        p = _padded(made, src, None if tgt is None else getattr(sizes, tgt), int(padded), sizes)
-        if not padded and p.src_keep is not None:
-            p.src_keep[:] = True
+        p = Probe(made, src_keep=keep(sizes.B, sizes.T_K, n_pad=2 * padded) if src else None, causal=tgt is not None)
+        p.tgt_keep = keep(sizes.B, getattr(sizes, tgt), 2, int(padded)) if tgt is not None else None
+        p.valid = p.tgt_keep if p.causal else p.src_keep
         for name, side in (ids or {}).items():
             p.ids[name] = token_ids(rng, getattr(p, f"{side}_keep"), getattr(cfg, f"{side}_vocab_size"), cfg.pad_id)
         return p
