@@ -1,24 +1,20 @@
 """The user's forward run once under an op recorder: which parameter plays which role, read from the dataflow.
 
-`record(run, module)` runs `run()` (the user's model called once on small inputs) under a TorchFunctionMode that
-sees every torch call, and forward hooks that say which submodule runs it. Every tensor made is a Node whose
-parents are the Nodes of its tensor arguments; a parameter is a leaf named by its (first registered) name, whatever
-view of it (.t(), .to(), a reshape) an op reads. What `Flow` reads from it:
+`record(run, module)` runs `run()` under a TorchFunctionMode that sees every torch call, and forward hooks that say
+which submodule runs it. Every tensor made is a Node whose parents are the Nodes of its tensor arguments; a
+parameter is a leaf named by its (first registered) name, whatever view of it an op reads. What `Flow` reads:
 
 - a projection is a product (linear, matmul, einsum, conv1d, addmm, ...) that reads a parameter of 2 or more axes;
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
   operands, V the other operand of the product the probabilities feed (scaled_dot_product_attention names the
-  three), each traced back through reshapes, rotations and norms to its projections (a norm's 1-D parameter met on
-  the way: a per-head q/k norm); the output projection is the first one the result reaches; attentions whose
+  three), each traced back through reshapes, rotations and norms to its projections (a 1-D parameter met on the
+  way: a per-head q/k norm); the output projection is the first one the result reaches; attentions whose
   probabilities reach one output projection through one op are one attention's heads (a module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
-  activation among them (not ALBERT's embedding mapping on the residual stream): from one, a plain block, or a
-  gated one whose gate and up are one projection split (Phi-3's gate_up_proj); from two, a gated block, the gate
-  the one an activation reads;
-- order: each parameter's first use (norms in the order they are applied); positions: the tables looked up with
-  c, c + 1, ..., c + T - 1 (c = 2: BART's learned positions); a scale first read as 1 + weight (Gemma's norms).
-
-Registration order decides nothing here; the names only label what the flow found.
+  activation among them: from one, a plain block (or a gated one whose gate and up are one projection split,
+  Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads;
+- order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's);
+  a scale first read as 1 + weight (Gemma's norms). Registration order decides nothing; names only label.
 """
 
 from __future__ import annotations
@@ -263,8 +259,7 @@ class Flow:
         return heads or (D // Dh if D and Dh and D % Dh == 0 else None)
 
     @property
-    def _first_out(self) -> Node | None:
-        """The first attention's output projection op."""
+    def _first_out(self) -> Node | None:  # the first attention's output projection op
         return next((a.out_node for a in self.attentions if a.out_node is not None), None)
 
     @property
@@ -299,16 +294,28 @@ class Flow:
         return all(n is not block for n in _walk([out], lambda n: n.children if n.index < block.index else []))
 
     @property
+    def shared_input(self) -> bool:
+        """Whether the first feed-forward block and the first attention's query read one tensor (Phi-2's one norm)."""
+
+        def read(weight: str) -> Node | None:
+            node = next((n for n in self.nodes if projection(n) == weight), None)
+            x = next((p for p in node.parents if weight_of(p) is None), None) if node is not None else None
+            return _root(x) if x is not None else None
+
+        q = read(self.attentions[0].q[0])
+        return q is not None and q is read(self.blocks[0][0])
+
+    @property
     def softcaps(self) -> dict:
-        """Gemma 2's soft caps, cap * tanh(x / cap), read where the flow computes them: {"attn_softcap": cap} for
-        one inside an attention (its output reaches a softmax, or a product of no weight (the probabilities by V),
-        before any projection), {"logit_softcap": cap} for one no product follows (the logits'); the first of
-        each kind."""
+        """Gemma 2's soft caps, cap * tanh(x / cap) (x alone inside: a mistake, still the user's cap), the first of
+        each kind: {"attn_softcap": cap} inside an attention (a softmax, or a product of no weight, follows before
+        any projection), {"logit_softcap": cap} where no product follows (the logits')."""
         caps: dict = {}
-        for node in self.nodes:
-            cap = _softcap(node)
-            if cap is None:
+        for node in self.nodes:  # cap * tanh(...): the tanh's output multiplied by a number (its input: any)
+            outer = [c for c in node.children if c.op in MULS and isinstance(c.value, (int, float)) and c.value > 0]
+            if node.op != "tanh" or len(node.parents) != 1 or not outer:
                 continue
+            cap = float(outer[0].value)
             ahead = list(_walk(node.children, lambda n: [] if n.op in PRODUCTS | SOFTMAX else n.children))
             if any(n.op in SOFTMAX or n.op in PRODUCTS and projection(n) is None for n in ahead):
                 caps.setdefault("attn_softcap", cap)
@@ -321,15 +328,6 @@ class Flow:
         only from lookups and tables (an embedding norm's)."""
         index = self.order.get(param)
         return index is not None and bool(_back(self.nodes[index])[0])
-
-
-def _softcap(tanh: Node) -> float | None:
-    """The cap of cap * tanh(...) at a tanh node (the number its output is multiplied by), else None: what the
-    user means as a soft cap, whatever the tanh reads (x / cap, the reference's; x alone, a mistake)."""
-    if tanh.op != "tanh" or len(tanh.parents) != 1:
-        return None
-    outer = [c for c in tanh.children if c.op in MULS and isinstance(c.value, (int, float)) and c.value > 0]
-    return float(outer[0].value) if outer else None
 
 
 def read(nodes: list) -> Flow:

@@ -1,8 +1,9 @@
 """The levels a user's module is judged at: the registry, one entry (Level) each, saying what the reference
-computes there, what is inferred and probed, and its relation to other levels (the judge's modules read the entry's
-fields, never the level's name: a new level is one entry here and, for a new kind of math, its runner in
-reference.py); then, read through it, the reference's random weights, its forward and hand-written backward on a
-probe (probes.py), and the intermediate activations inside a layer that the user's submodules are matched against."""
+computes there, what is inferred and probed, and its relation to other levels (the judge's modules, reference.py's
+shapes and runners included, read the entry's fields, never the level's name: a new level is one entry here, and a
+new kind of math its runner in reference.py); then, read through it, the reference's random weights, its forward and
+hand-written backward on a probe (probes.py), and the intermediate activations inside a layer that the user's
+submodules are matched against."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ from numpy_transformer import model as M
 from . import probes as P
 from . import reference as R
 from . import variants as V
-from .probes import B, Probe, keep_mask
+from .probes import Probe, keep_mask
 
-__all__ = ["B", "keep_mask", "LEVELS", "REFERENCES", "run_reference", "init_reference", "layer_trace", "layer_output"]
+__all__ = ["keep_mask", "LEVELS", "REFERENCES", "run_reference", "init_reference", "layer_trace", "layer_output"]
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,7 @@ class Level:
     name: str
     group: str  # "component", "layer", "model", or "stacks" (layers on embeddings, no embedding or output head)
     inputs: tuple  # the reference's data inputs, in calling order
-    probe: Callable  # (cfg, rng, self_attention, causal) -> probes.Probe
-    shapes: Callable  # cfg -> {reference parameter name: shape}
-    run: Callable  # (params, probe, cfg, dtype) -> (out, backward)
+    probe: Callable  # (cfg, rng, self_attention, causal, sizes) -> probes.Probe
     unit: str | None = None  # a component's math: "heads", "attention", "layer_norm", "rms_norm", "feed_forward",
     # "gated_feed_forward", "positions", "embedding"; None for layers, stacks and models (dealt layer by layer)
     stacks: tuple = ()  # a model's stacks, in forward order (its parameters' prefixes)
@@ -51,7 +50,15 @@ class Level:
     stands_for: tuple | None = None  # (level, torch class): judged in place of that level for that torch module
     takes_function: bool = False  # the user may give a plain function, not a module
     sequence_first: bool = True  # the user's module may take sequence-first inputs (T, B, D)
-    activations: Callable | None = None  # (params, probe, cfg) -> the reference's stages, for a runner with no model
+
+    def shapes(self, cfg) -> dict:
+        """{reference parameter name: shape} at this level for `cfg` (reference.shapes)."""
+        return R.shapes(self, cfg)
+
+    @property
+    def activations(self) -> Callable | None:
+        """(params, probe, cfg) -> the reference's stages, for a runner with no model (reference.activations)."""
+        return R.activations(self)
 
     @property
     def hooked(self) -> bool:
@@ -102,85 +109,70 @@ LEVELS = {
     level.name: level
     for level in (
         Level(
-            "scaled_dot_product_attention", "component", ("q", "k", "v"), P.heads, R.no_shapes, R.run_heads,
-            unit="heads", shown=(), masks=("src",), takes_function=True, sequence_first=False,
+            "scaled_dot_product_attention", "component", ("q", "k", "v"), P.heads, unit="heads", shown=(),
+            masks=("src",), takes_function=True, sequence_first=False,
         ),
         Level(
-            "multi_head_attention", "component", ("query", "key", "value"), P.attention, R.attention_shapes,
-            R.run_attention, unit="attention", shown=("d_model", "n_heads", "n_kv_heads", "positional", "rope_theta"),
-            masks=("src",), heads=True, rope=True, self_attention_probes=True, padded_source=True,
+            "multi_head_attention", "component", ("query", "key", "value"), P.attention, unit="attention",
+            shown=("d_model", "n_heads", "n_kv_heads", "positional", "rope_theta"), masks=("src",), heads=True,
+            rope=True, self_attention_probes=True, padded_source=True,
+        ),
+        Level("layer_norm", "component", ("x",), P.features, unit="layer_norm", shown=("d_model", "layer_norm_eps")),
+        Level("rms_norm", "component", ("x",), P.features, unit="rms_norm", shown=("d_model", "layer_norm_eps")),
+        Level(
+            "feed_forward", "component", ("x",), P.features, unit="feed_forward",
+            shown=("d_model", "d_ff", "activation"), searches=("activation",),
         ),
         Level(
-            "layer_norm", "component", ("x",), P.features, R.layer_norm_shapes, R.run_layer_norm, unit="layer_norm",
-            shown=("d_model", "layer_norm_eps"),
+            "gated_feed_forward", "component", ("x",), P.features, unit="gated_feed_forward",
+            shown=("d_model", "d_ff", "activation", "bias"), searches=("activation",),
         ),
         Level(
-            "rms_norm", "component", ("x",), P.features, R.rms_norm_shapes, R.run_rms_norm, unit="rms_norm",
-            shown=("d_model", "layer_norm_eps"),
+            "positional_encoding", "component", ("x",), P.features, unit="positions",
+            shown=("d_model", "positional", "max_len", "sinusoid_layout"),
         ),
         Level(
-            "feed_forward", "component", ("x",), P.features, R.feed_forward_shapes, R.run_feed_forward,
-            unit="feed_forward", shown=("d_model", "d_ff", "activation"), searches=("activation",),
-        ),
-        Level(
-            "gated_feed_forward", "component", ("x",), P.features, R.gated_feed_forward_shapes,
-            R.run_gated_feed_forward, unit="gated_feed_forward", shown=("d_model", "d_ff", "activation", "bias"),
-            searches=("activation",),
-        ),
-        Level(
-            "positional_encoding", "component", ("x",), P.features, R.positions_shapes, R.run_positions,
-            unit="positions", shown=("d_model", "positional", "max_len", "sinusoid_layout"),
-        ),
-        Level(
-            "embedding", "component", ("ids",), P.vocabulary, R.embedding_shapes, R.run_embedding, unit="embedding",
+            "embedding", "component", ("ids",), P.vocabulary, unit="embedding",
             shown=("d_model", "src_vocab_size", "scale_embeddings"),
         ),
+        Level("encoder_layer", "layer", ("x",), P.padded_features, shown=LAYER_SHOWN, masks=("src",), **LAYER),
         Level(
-            "encoder_layer", "layer", ("x",), P.padded_features, R.encoder_layer_shapes, R.run_encoder_layer,
-            shown=LAYER_SHOWN, masks=("src",), **LAYER,
-        ),
-        Level(
-            "decoder_layer", "layer", ("x", "memory"), P.features_and_memory, R.decoder_layer_shapes,
-            R.run_decoder_layer, shown=LAYER_SHOWN, masks=("tgt", "src"), cross=True, causal=True,
-            padded_source=True, **LAYER,
+            "decoder_layer", "layer", ("x", "memory"), P.features_and_memory, shown=LAYER_SHOWN, masks=("tgt", "src"),
+            cross=True, causal=True, padded_source=True, **LAYER,
         ),
         Level(  # a GPT or Llama block, no memory
-            "decoder_only_layer", "layer", ("x",), P.causal_features, R.decoder_only_layer_shapes,
-            R.run_decoder_only_layer, shown=DECODER_ONLY_SHOWN, masks=("tgt",), causal=True, rope=True, **LAYER,
+            "decoder_only_layer", "layer", ("x",), P.causal_features, shown=DECODER_ONLY_SHOWN, masks=("tgt",),
+            causal=True, rope=True, **LAYER,
         ),
         Level(
-            "transformer", "model", ("src", "tgt"), P.source_and_target_ids, R.transformer_shapes,
-            R.run_transformer, stacks=("encoder", "decoder"), masks=("tgt", "src"), cross=True, output_head=True,
-            padded_source=True, scale_caveat=True, **MODEL,
+            "transformer", "model", ("src", "tgt"), P.source_and_target_ids, stacks=("encoder", "decoder"),
+            masks=("tgt", "src"), cross=True, output_head=True, padded_source=True, scale_caveat=True, **MODEL,
         ),
         Level(
-            "transformer_lm", "model", ("ids",), P.target_ids, R.transformer_lm_shapes, R.run_transformer_lm,
-            stacks=("decoder",), masks=("tgt",), output_head=True, **MODEL,
+            "transformer_lm", "model", ("ids",), P.target_ids, stacks=("decoder",), masks=("tgt",), output_head=True,
+            **MODEL,
         ),
         Level(
-            "encoder_model", "model", ("ids",), P.source_ids, R.encoder_model_shapes, R.run_encoder_model,
-            stacks=("encoder",), masks=("src",), scale_caveat=True, **MODEL,
+            "encoder_model", "model", ("ids",), P.source_ids, stacks=("encoder",), masks=("src",), scale_caveat=True,
+            **MODEL,
         ),
         Level(  # ids and a memory in: an encoder-decoder's decoder stack, before its output projection
-            "decoder", "model", ("tgt", "memory"), P.target_ids_and_memory, R.decoder_shapes, R.run_decoder,
-            stacks=("decoder",), masks=("tgt", "src"), cross=True, scale_caveat=True,
-            activations=R.decoder_activations, **MODEL,
+            "decoder", "model", ("tgt", "memory"), P.target_ids_and_memory, stacks=("decoder",), masks=("tgt", "src"),
+            cross=True, scale_caveat=True, **MODEL,
         ),
         Level(  # torch.nn.Transformer: its two stacks on embeddings, each with its final norm
-            "transformer_stacks", "stacks", ("src", "tgt"), P.source_and_target, R.stacks_shapes, R.run_stacks,
-            stacks=("encoder", "decoder"), cross=True, heads=True, searches=("norm_first", "activation"),
-            final_norms="always", padded_source=True, stands_for=("transformer", nn.Transformer),
+            "transformer_stacks", "stacks", ("src", "tgt"), P.source_and_target, stacks=("encoder", "decoder"),
+            cross=True, heads=True, searches=("norm_first", "activation"), final_norms="always", padded_source=True,
+            stands_for=("transformer", nn.Transformer),
         ),
         Level(  # nn.TransformerEncoder, the Annotated Transformer's Encoder(layer, N): layers on embeddings
-            "encoder_stack", "stacks", ("x",), P.padded_features, R.encoder_stack_shapes, R.run_encoder_stack,
-            stacks=("encoder",), masks=("src",), heads=True, searches=("activation",), final_norms="pre-norm",
-            shown=LAYER_SHOWN + ("n_encoder_layers",), activations=R.encoder_stack_activations,
+            "encoder_stack", "stacks", ("x",), P.padded_features, stacks=("encoder",), masks=("src",), heads=True,
+            searches=("activation",), final_norms="pre-norm", shown=LAYER_SHOWN + ("n_encoder_layers",),
         ),
         Level(  # nn.TransformerDecoder, the Annotated Transformer's Decoder(layer, N): cross-attending layers
-            "decoder_stack", "stacks", ("x", "memory"), P.features_and_memory, R.decoder_stack_shapes,
-            R.run_decoder_stack, stacks=("decoder",), masks=("tgt", "src"), cross=True, heads=True,
-            searches=("activation",), final_norms="pre-norm", padded_source=True,
-            shown=LAYER_SHOWN + ("n_decoder_layers",), activations=R.decoder_stack_activations,
+            "decoder_stack", "stacks", ("x", "memory"), P.features_and_memory, stacks=("decoder",),
+            masks=("tgt", "src"), cross=True, heads=True, searches=("activation",), final_norms="pre-norm",
+            padded_source=True, shown=LAYER_SHOWN + ("n_decoder_layers",),
         ),
     )
 }  # fmt: skip
@@ -218,7 +210,7 @@ def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
     backward(dout) -> (input gradients by name, parameter gradients by name), all from the hand-written
     backward passes."""
     params = {k: v.astype(dtype) for k, v in params.items()}
-    return LEVELS[level].run(params, p.astype(dtype), cfg, dtype)
+    return R.runner(LEVELS[level])(params, p.astype(dtype), cfg, dtype)
 
 
 def init_reference(shapes: dict, rng, zero: list) -> dict:
@@ -243,7 +235,7 @@ def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
     if kind == "norm":
         return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
     if kind == "ffn":
-        return lambda x: R.feed_forward_output(params, x, cfg)
+        return lambda x: M.ffn_forward(params, x, cfg, None, "ffn")[0]  # plain or gated, as cfg says
     rope = V.rope_knobs(cfg, rotary=name == "self_attn")
     return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
 

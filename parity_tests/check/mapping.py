@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +67,7 @@ class Structure:
     tables: list = field(default_factory=list)
     orphans: list = field(default_factory=list)  # 1-D parameters that fit nothing above (an output bias)
     qk_norms: dict = field(default_factory=dict)  # q or k projection's weight name -> its per-head Norm (Qwen3)
-    flow: Any = None  # dataflow.Flow: what the recorded forward said, or None where it could not run
+    flow: DF.Flow | None = None  # what the recorded forward said, or None where it could not run
     unrecorded: str = ""  # where the forward could not be recorded: what its last try raised
     names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
 
@@ -86,24 +84,6 @@ class Link:
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
     rope_rotary: int = 0  # with rope_pairs: the features of each head RoPE turns, when fewer than Dh (GPT-J's)
-
-    @property
-    def note(self) -> str:
-        """The layout as the report prints it and weight_map reads back: "as is", "rows a:b", "fused rows q, k, v",
-        "after N unread rows", "minus 1 (...)"; then ", transposed", ", RoPE pairs interleaved (head size Dh)"."""
-        roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in self.parts if "." in n]
-        if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
-            text = f"fused rows {', '.join(roles[:3])}, head by head"
-        elif len(roles) > 1:
-            text = "fused rows " + ", ".join(roles)
-        elif self.parts[0][1] is not None:
-            text = "rows {}:{}".format(*self.parts[0][1])
-        elif self.offset:
-            text = f"after {self.offset} unread rows"
-        else:
-            text = "minus 1 (scaled by 1 + weight)" if self.minus_one else ""
-        text = ", ".join(t for t in (text, "transposed" * self.transposed) if t) or "as is"
-        return text + (f", RoPE pairs interleaved (head size {self.rope_pairs})" if self.rope_pairs else "")
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -132,14 +112,14 @@ def _bias_partner(names: list, weight: str) -> str | None:
 
 def structure(module: nn.Module, flow=None) -> Structure:
     """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
-    class (BUILTIN_READERS), any other by its own tensors (_read_own); then, where the forward was recorded (`flow`,
+    class (_read_builtin), any other by its own tensors (_read_own); then, where the forward was recorded (`flow`,
     dataflow.Flow), everything is put in the order it is first used (norms in the order they are applied), per-head
     q/k norms set apart."""
     found = Structure(names={n for n, _ in module.named_parameters()})
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
-        reader = next((read for cls, read in BUILTIN_READERS if isinstance(mod, cls)), _read_own)
-        reader(mod, path, prefix, found)
+        if not _read_builtin(mod, path, prefix, found):
+            _read_own(mod, path, prefix, found)
     _untied(module, found)
     return found if flow is None else with_flow(found, module, flow)
 
@@ -192,51 +172,37 @@ def _untied(module: nn.Module, found: Structure) -> None:
     found.tables, found.pieces = list(tables.values()), list(pieces.values())
 
 
-def _read_multihead(mod: nn.MultiheadAttention, path: str, prefix: str, found: Structure) -> None:
-    if mod.in_proj_weight is not None:
+def _read_builtin(mod: nn.Module, path: str, prefix: str, found: Structure) -> bool:
+    """torch's own modules, by their class: nn.MultiheadAttention's fused (or q, k, v) projections; nn.Linear, or
+    a 1x1 nn.Conv1d (a linear over the channels, its weight (out, in, 1)); nn.LayerNorm and nn.RMSNorm (eps None:
+    torch takes the dtype's machine epsilon, float64's here); nn.Embedding. False for any other module."""
+    weight = getattr(mod, "weight", None)
+    bias = f"{prefix}bias" if isinstance(getattr(mod, "bias", None), torch.Tensor) else None
+    if isinstance(mod, nn.MultiheadAttention) and mod.in_proj_weight is not None:
         bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
         found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * mod.embed_dim, mod.embed_dim, False))
-        return
-    for role in "qkv":
-        w = getattr(mod, f"{role}_proj_weight")
-        found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *w.shape, False))
-
-
-def _read_linear(mod, path: str, prefix: str, found: Structure) -> None:
-    """nn.Linear, or a 1x1 nn.Conv1d: a linear over the channels, its weight (out, in, 1)."""
-    if isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):
+    elif isinstance(mod, nn.MultiheadAttention):
+        for role in "qkv":
+            shape = getattr(mod, f"{role}_proj_weight").shape
+            found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *shape, False))
+    elif isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):
         raise ValueError(
             f"{path} is an nn.Conv1d of kernel {mod.kernel_size[0]} (groups {mod.groups}): the judge reads a "
             "convolution only as a position-wise linear (kernel 1, one group)"
         )
-    bias = f"{prefix}bias" if mod.bias is not None else None
-    found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False))
-
-
-def _read_norm(mod, path: str, prefix: str, found: Structure) -> None:
-    """nn.LayerNorm, or nn.RMSNorm (eps None: torch takes the dtype's machine epsilon, float64's here)."""
-    if mod.weight is not None:
-        eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
-        bias = f"{prefix}bias" if getattr(mod, "bias", None) is not None else None
-        kind = "layer" if isinstance(mod, nn.LayerNorm) else "rms"
-        found.norms.append(Norm(f"{prefix}weight", bias, mod.weight.shape[-1], eps, path, kind))
-
-
-def _read_embedding(mod: nn.Embedding, path: str, prefix: str, found: Structure) -> None:
-    position = bool(POSITION_WORDS.search(path.lower()))
-    found.tables.append(Table(f"{prefix}weight", *mod.weight.shape, mod.weight.requires_grad, position))
-    found.tables[-1].padding_idx = mod.padding_idx
-
-
-# torch's own modules, read by their class (the first that matches)
-BUILTIN_READERS: list[tuple[Any, Callable]] = [
-    (nn.MultiheadAttention, _read_multihead),
-    (nn.Linear, _read_linear),
-    (nn.LayerNorm, _read_norm),
-    (getattr(nn, "RMSNorm", ()), _read_norm),
-    (nn.Embedding, _read_embedding),
-    (nn.Conv1d, _read_linear),
-]
+    elif isinstance(mod, (nn.Linear, nn.Conv1d)):
+        found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False))
+    elif isinstance(mod, (nn.LayerNorm, getattr(nn, "RMSNorm", ()))):
+        if weight is not None:
+            eps = mod.eps if mod.eps is not None else float(torch.finfo(torch.float64).eps)
+            kind = "layer" if isinstance(mod, nn.LayerNorm) else "rms"
+            found.norms.append(Norm(f"{prefix}weight", bias, weight.shape[-1], eps, path, kind))
+    elif isinstance(mod, nn.Embedding):
+        position = bool(POSITION_WORDS.search(path.lower()))
+        found.tables.append(Table(f"{prefix}weight", *weight.shape, weight.requires_grad, position, 0, mod.padding_idx))
+    else:
+        return False
+    return True
 
 
 def _linear_of_own(mod: nn.Module, name: str) -> bool:
@@ -304,14 +270,16 @@ def rope_paired(name: str, Dh: int) -> bool:
     return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
 
 
-def gather(parts: list, reference: dict, rope_pairs: int = 0, offset: int = 0, rotary: int = 0) -> np.ndarray:
-    """The user's tensor (before any transpose) from the reference tensors its link names, after `offset` rows of
-    zeros."""
+def gather(link: Link, reference: dict) -> np.ndarray:
+    """The user's tensor (before any transpose) from the reference tensors its link names: their rows stacked (q and
+    k rows in the link's RoPE pairing), after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
     blocks = []
-    for n, rows in parts:
+    for n, rows in link.parts:
         block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
-        blocks.append(block[pair_order(len(block), rope_pairs, rotary)] if rope_paired(n, rope_pairs) else block)
-    return np.concatenate([np.zeros((offset, *blocks[0].shape[1:]), blocks[0].dtype), *blocks])
+        paired = rope_paired(n, link.rope_pairs)
+        blocks.append(block[pair_order(len(block), link.rope_pairs, link.rope_rotary)] if paired else block)
+    zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
+    return np.concatenate([zeros, *blocks]) - link.minus_one
 
 
 def interleave_rope(links: list, Dh: int, rotary: int = 0) -> list:
@@ -327,8 +295,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value = gather(link.parts, reference, link.rope_pairs, link.offset, link.rope_rotary) - link.minus_one
-            target = tensors[link.user]
+            value, target = gather(link, reference), tensors[link.user]
             value = value.T if link.transposed else value
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
 

@@ -80,86 +80,50 @@ def heads(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
 
 
 def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """query, key, value (B, T, D), or one input for a self-attention; the keys padded. A causal self-attention
-    (Llama's) has no padding mask: its third sequence ends with one padding position, whose output is not
-    compared (causality hides it from every other)."""
-    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
-    D = cfg.d_model
+    """query, key, value (B, T, D), or one input for a self-attention; the keys padded, every output compared. A
+    causal self-attention (Llama's) has no padding mask: its third sequence ends with one padding position, whose
+    output is not compared (causality hides it from every other)."""
     if causal:
-        p = _padded({"query": rng.standard_normal((B, T_K, D))}, src=False, tgt=T_K, sizes=sizes)
-    elif self_attention:
-        p = Probe(floats={"query": rng.standard_normal((B, T_K, D))}, src_keep=keep(B, T_K))
+        p = _builder({"query": "T_K"}, tgt="T_K")(cfg, rng, sizes=sizes)
     else:
-        lengths = (("query", T_Q), ("key", T_K), ("value", T_K))
-        p = Probe(floats={n: rng.standard_normal((B, T, D)) for n, T in lengths}, src_keep=keep(B, T_K))
+        inputs = {"query": "T_K"} if self_attention else {"query": "T_Q", "key": "T_K", "value": "T_K"}
+        p = dataclasses.replace(_builder(inputs, src=True)(cfg, rng, sizes=sizes), valid=None)
     p.self_attention = self_attention or causal
     return p
 
 
-def _padded(floats: dict, src: bool, tgt: int | None = None, n_pad: int = 1, sizes: Sizes = SIZES) -> Probe:
-    """A probe of `floats` whose keys (T_K) are padded where `src`, and where `tgt` (the queries' length) is given,
-    under a causal self-attention whose third sequence ends with `n_pad` padding positions. The output positions
-    compared are the queries' real ones (the keys' where there is no causal self-attention)."""
-    p = Probe(floats=floats, src_keep=keep(sizes.B, sizes.T_K) if src else None, causal=tgt is not None)
-    p.tgt_keep = keep(sizes.B, tgt, 2, n_pad) if tgt is not None else None
-    p.valid = p.tgt_keep if p.causal else p.src_keep
-    return p
-
-
-def _features(lengths: dict, src: bool = False, tgt: str | None = None):
-    """The builder of a probe of floats (B, T, D), T the Sizes field `lengths` names for each, the keys (T_K) padded
-    where `src`, under a causal self-attention over the `tgt` field's length where given (_padded)."""
+def _builder(floats: dict, ids: dict | None = None, src: bool = False, tgt: str | None = None):
+    """The builder of a probe of floats (B, T, D), T the Sizes field `floats` names for each, and token ids (B, T)
+    (`ids`: name -> "src" or "tgt", whose padding and vocabulary they take): the keys (T_K) padded where `src`, and
+    where `tgt` names the queries' length, under a causal self-attention whose third sequence ends with a padding
+    position. Token ids alone are padded only where the model has a pad id (every sentence real to its end without
+    one). The output positions compared are the queries' real ones (the keys' where nothing is causal)."""
 
     def build(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-        floats = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in lengths.items()}
-        return _padded(floats, src, None if tgt is None else getattr(sizes, tgt), sizes=sizes)
+        made = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in floats.items()}
+        padded = bool(floats) or cfg.pad_id is not None
+        p = Probe(made, src_keep=keep(sizes.B, sizes.T_K, n_pad=2 * padded) if src else None, causal=tgt is not None)
+        p.tgt_keep = keep(sizes.B, getattr(sizes, tgt), 2, int(padded)) if tgt is not None else None
+        p.valid = p.tgt_keep if p.causal else p.src_keep
+        for name, side in (ids or {}).items():
+            p.ids[name] = token_ids(rng, getattr(p, f"{side}_keep"), getattr(cfg, f"{side}_vocab_size"), cfg.pad_id)
+        return p
 
     return build
 
 
-features = _features({"x": "T_K"})  # a position-wise component (a norm, a feed-forward, positions added)
-padded_features = _features({"x": "T_K"}, src=True)  # an encoder layer or stack (bidirectional self-attention)
-causal_features = _features({"x": "T_K"}, tgt="T_K")  # a causal self-attention only: one sequence ends in padding
+features = _builder({"x": "T_K"})  # a position-wise component (a norm, a feed-forward, positions added)
+padded_features = _builder({"x": "T_K"}, src=True)  # an encoder layer or stack (bidirectional self-attention)
+causal_features = _builder({"x": "T_K"}, tgt="T_K")  # a causal self-attention only: one sequence ends in padding
 # a decoder layer (causal self-, padded cross-attention); torch.nn.Transformer's two stacks (embeddings in)
-features_and_memory = _features({"x": "T_Q", "memory": "T_K"}, src=True, tgt="T_Q")
-source_and_target = _features({"src": "T_K", "tgt": "T_Q"}, src=True, tgt="T_Q")
+features_and_memory = _builder({"x": "T_Q", "memory": "T_K"}, src=True, tgt="T_Q")
+source_and_target = _builder({"src": "T_K", "tgt": "T_Q"}, src=True, tgt="T_Q")
+source_and_target_ids = _builder({}, {"src": "src", "tgt": "tgt"}, src=True, tgt="T_K")  # an encoder-decoder model
+target_ids = _builder({}, {"ids": "tgt"}, tgt="T_K")  # a language model
+source_ids = _builder({}, {"ids": "src"}, src=True)  # an encoder model (bidirectional)
+target_ids_and_memory = _builder({"memory": "T_K"}, {"tgt": "tgt"}, src=True, tgt="T_Q")  # a decoder stack
 
 
 def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """ids (B, T) over the whole (source) vocabulary: an embedding."""
-    B, T_K = sizes.B, sizes.T_K
-    return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(B, T_K))})
-
-
-def source_and_target_ids(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """src and tgt ids (B, T), padded where the model has a pad id: an encoder-decoder model."""
-    p = _padded({}, src=True, tgt=sizes.T_K, n_pad=1 if cfg.pad_id is not None else 0, sizes=sizes)
-    if cfg.pad_id is None:  # no padding token: every sentence real to its end
-        p.src_keep[:] = True
-    src = token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)
-    p.ids = {"src": src, "tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
-    return p
-
-
-def target_ids(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """ids (B, T) under a causal self-attention: a language model (one padding position where it has a pad id)."""
-    p = _padded({}, src=False, tgt=sizes.T_K, n_pad=1 if cfg.pad_id is not None else 0, sizes=sizes)
-    p.ids = {"ids": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
-    return p
-
-
-def target_ids_and_memory(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """tgt ids (B, T_q) and a padded memory (B, T_k, D): an encoder-decoder's decoder stack."""
-    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
-    p = _padded({"memory": rng.standard_normal((B, T_K, cfg.d_model))}, src=True, tgt=T_Q, sizes=sizes)
-    p.ids = {"tgt": token_ids(rng, p.tgt_keep, cfg.tgt_vocab_size, cfg.pad_id)}
-    return p
-
-
-def source_ids(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
-    """ids (B, T), padded where the model has a pad id: an encoder model (bidirectional)."""
-    p = _padded({}, src=True, sizes=sizes)
-    if cfg.pad_id is None:
-        p.src_keep[:] = True
-    p.ids = {"ids": token_ids(rng, p.src_keep, cfg.src_vocab_size, cfg.pad_id)}
-    return p
+    return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(sizes.B, sizes.T_K))})

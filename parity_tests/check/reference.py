@@ -1,7 +1,8 @@
-"""The reference at each level (levels.py names each level's): its parameter shapes for a config, and a runner
-run(params, p, cfg, dtype) -> (out, backward), backward(dout) -> (input gradients, parameter gradients) by name, on
-a probe (params and floats already in `dtype`). Every call the judge makes into numpy_transformer's level math is
-here, so a change of numpy_transformer's signatures or caches is met in this one file.
+"""The reference at each level, read from its entry's fields (levels.Level: its unit, group and stacks), never from
+its name: its parameter shapes for a config (`shapes`), and its runner (`runner`): run(params, p, cfg, dtype) ->
+(out, backward), backward(dout) -> (input gradients, parameter gradients) by name, on a probe (params and floats
+already in `dtype`). Every call the judge makes into numpy_transformer's level math is here, so a change of
+numpy_transformer's signatures or caches is met in this one file.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,93 +21,54 @@ from numpy_transformer.scores import ScoreMod
 
 from .probes import Probe, keep_mask
 
-# -- parameter shapes: cfg -> {name: shape} -----------------------------------------------------------------------
+# -- parameter shapes: {name: shape} ------------------------------------------------------------------------------
 
 
-def _linear(out_features: int, in_features: int, cfg, prefix: str) -> dict:
-    """A linear's weight (out, in) and, unless the user's linears have none (cfg.bias False), its bias (out,)."""
-    shapes = {f"{prefix}.weight": (out_features, in_features)}
-    return shapes | ({f"{prefix}.bias": (out_features,)} if cfg.bias else {})
-
-
-def no_shapes(cfg) -> dict:  # scaled dot-product attention: no parameters
-    return {}
-
-
-def attention_shapes(cfg) -> dict:
-    D, kv = cfg.d_model, cfg.kv_heads * cfg.d_head  # the k and v width (grouped-query attention: < D)
-    widths = {"q": D, "k": kv, "v": kv, "out": D}
-    return {k: v for p in ("q", "k", "v", "out") for k, v in _linear(widths[p], D, cfg, f"{p}_proj").items()}
-
-
-def layer_norm_shapes(cfg) -> dict:
-    return {"weight": (cfg.d_model,), "bias": (cfg.d_model,)}
-
-
-def rms_norm_shapes(cfg) -> dict:
-    return {"weight": (cfg.d_model,)}
-
-
-def feed_forward_shapes(cfg) -> dict:
-    D, F = cfg.d_model, cfg.d_ff
-    return _linear(F, D, cfg, "linear1") | _linear(D, F, cfg, "linear2")
-
-
-def gated_feed_forward_shapes(cfg) -> dict:
-    D, F = cfg.d_model, cfg.d_ff
-    return _linear(F, D, cfg, "gate") | _linear(F, D, cfg, "linear1") | _linear(D, F, cfg, "linear2")
-
-
-def positions_shapes(cfg) -> dict:
-    return {"position_embedding.weight": (cfg.max_len, cfg.d_model)} if cfg.positional == "learned" else {}
-
-
-def embedding_shapes(cfg) -> dict:
-    return {"token_embedding.weight": (cfg.src_vocab_size, cfg.d_model)}
-
-
-def _below(shapes: dict, prefix: str) -> dict:
-    return {k[len(prefix) :]: v for k, v in shapes.items() if k.startswith(prefix)}
-
-
-def layer_shapes(cfg, stack: str, decoder_only: bool = False) -> dict:
-    """One layer of `stack` ("encoder", or "decoder": cross-attending unless decoder_only), names below it."""
-    one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
-    return _below(nt.parameter_shapes(one, decoder_only=decoder_only), f"{stack}.layers.0.")
-
-
-encoder_layer_shapes = functools.partial(layer_shapes, stack="encoder")
-decoder_layer_shapes = functools.partial(layer_shapes, stack="decoder")
-decoder_only_layer_shapes = functools.partial(layer_shapes, stack="decoder", decoder_only=True)
-
-
-def stack_shapes(cfg, stack: str) -> dict:
-    """A stack's layers (a decoder's each cross-attending to a memory) and, pre-norm, its final norm: no
-    embeddings."""
-    shapes = nt.parameter_shapes(cfg, encoder_only=stack == "encoder")
-    return {k: v for k, v in shapes.items() if k.startswith((f"{stack}.layers.", f"{stack}.final_norm."))}
-
-
-encoder_stack_shapes = functools.partial(stack_shapes, stack="encoder")
-decoder_stack_shapes = functools.partial(stack_shapes, stack="decoder")
-
-transformer_shapes = nt.parameter_shapes
-transformer_lm_shapes = functools.partial(nt.parameter_shapes, decoder_only=True)
-encoder_model_shapes = functools.partial(nt.parameter_shapes, encoder_only=True)
-
-
-def decoder_shapes(cfg) -> dict:
-    """The decoder stack of an encoder-decoder, before the output projection."""
-    shapes = nt.parameter_shapes(dataclasses.replace(cfg, tie_embeddings=True))
-    return {k: v for k, v in shapes.items() if k.startswith("decoder.")}
-
-
-def stacks_shapes(cfg) -> dict:
-    D = cfg.d_model
-    shapes = {k: v for k, v in nt.parameter_shapes(cfg).items() if ".layers." in k}
-    for stack in ("encoder", "decoder"):
-        shapes |= {f"{stack}.final_norm.weight": (D,), f"{stack}.final_norm.bias": (D,)}
+def unit_shapes(cfg, unit: str) -> dict:
+    """A component's parameters: its linears' weights (out, in) and, unless the user's linears have none (cfg.bias
+    False), their biases (out,), the k and v projections kv_heads * d_head wide (grouped-query attention: < D); a
+    norm's scale (and a layer norm's shift); a learned position table; the token table."""
+    D, F, kv = cfg.d_model, cfg.d_ff, cfg.kv_heads * cfg.d_head
+    linears = {
+        "attention": (("q_proj", D, D), ("k_proj", kv, D), ("v_proj", kv, D), ("out_proj", D, D)),
+        "feed_forward": (("linear1", F, D), ("linear2", D, F)),
+        "gated_feed_forward": (("gate", F, D), ("linear1", F, D), ("linear2", D, F)),
+    }
+    shapes: dict = {}
+    for name, out_features, in_features in linears.get(unit, ()):
+        shapes[f"{name}.weight"] = (out_features, in_features)
+        shapes |= {f"{name}.bias": (out_features,)} if cfg.bias else {}
+    if unit in ("layer_norm", "rms_norm"):
+        shapes = {"weight": (D,), "bias": (D,)} if unit == "layer_norm" else {"weight": (D,)}
+    elif unit == "positions" and cfg.positional == "learned":
+        shapes = {"position_embedding.weight": (cfg.max_len, D)}
+    elif unit == "embedding":
+        shapes = {"token_embedding.weight": (cfg.src_vocab_size, D)}
     return shapes
+
+
+def shapes(entry, cfg) -> dict:
+    """The reference's parameters at `entry`'s level: a component's (unit_shapes); one layer's, named below it; a
+    whole model's; an encoder-decoder's decoder stack (before the output projection); or layers on embeddings: the
+    stacks' layers and final norms (nn.Transformer's two stacks always end in a norm with a shift)."""
+    if entry.unit is not None:
+        return unit_shapes(cfg, entry.unit)
+    if entry.group == "layer":  # a causal layer is a decoder's: cross-attending unless decoder-only
+        prefix = f"{'decoder' if entry.causal else 'encoder'}.layers.0."
+        one = dataclasses.replace(cfg, n_encoder_layers=1, n_decoder_layers=1)
+        full = nt.parameter_shapes(one, decoder_only=entry.causal and not entry.cross)
+        return {k[len(prefix) :]: v for k, v in full.items() if k.startswith(prefix)}
+    decoder = entry.stacks == ("decoder",)
+    if decoder and entry.cross:  # an encoder-decoder's decoder stack: its output projection, tied, is not its own
+        cfg = dataclasses.replace(cfg, tie_embeddings=True)
+    full = nt.parameter_shapes(cfg, decoder_only=decoder and not entry.cross, encoder_only=entry.encoder_only)
+    if entry.group == "model":
+        return {k: v for k, v in full.items() if k.startswith("decoder.")} if decoder and entry.cross else full
+    kept = ("layers.",) if entry.final_norms == "always" else ("layers.", "final_norm.")
+    out = {k: v for k, v in full.items() if k.startswith(tuple(f"{s}.{w}" for s in entry.stacks for w in kept))}
+    if entry.final_norms == "always":
+        out |= {f"{s}.final_norm.{w}": (cfg.d_model,) for s in entry.stacks for w in ("weight", "bias")}
+    return out
 
 
 # -- forward and backward: run(params, p, cfg, dtype) -> (out, backward) ------------------------------------------
@@ -125,10 +88,14 @@ def _named(pair_backward, cache, inputs: tuple, weights: tuple | None = None):
     return backward
 
 
-def run_heads(params: dict, p: Probe, cfg, dtype):
-    q, k, v, mask = p.floats["q"], p.floats["k"], p.floats["v"], keep_mask(p, "src")
-    out, cache = nt.scaled_dot_product_attention_forward(q, k, v, mask)
-    return out, _named(nt.scaled_dot_product_attention_backward, cache, ("q", "k", "v", None), ())  # no T5 table
+def _pair(forward: Callable, backward: Callable, inputs: tuple = ("x",), weights: tuple | None = None) -> Callable:
+    """The runner of a level one pair computes: forward(params, p, cfg, dtype) -> (out, cache), backward _named."""
+
+    def run(params: dict, p: Probe, cfg, dtype):
+        out, cache = forward(params, p, cfg, dtype)
+        return out, _named(backward, cache, inputs, weights)
+
+    return run
 
 
 def run_attention(params: dict, p: Probe, cfg, dtype):
@@ -152,26 +119,6 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
     return out, backward
 
 
-def run_norm(params: dict, p: Probe, cfg, dtype, kind: str):
-    """x through numpy_transformer's norm pair of `kind` ("layer": weight and bias; "rms": weight)."""
-    out, cache = L.norm_forward(params, p.floats["x"], kind, cfg.layer_norm_eps)
-    return out, _named(L.norm_backward, cache, ("x",))
-
-
-run_layer_norm = functools.partial(run_norm, kind="layer")
-run_rms_norm = functools.partial(run_norm, kind="rms")
-
-
-def run_feed_forward(params: dict, p: Probe, cfg, dtype):
-    out, cache = L.feed_forward_forward(params, p.floats["x"], cfg.activation)
-    return out, _named(L.feed_forward_backward, cache, ("x",))
-
-
-def run_gated_feed_forward(params: dict, p: Probe, cfg, dtype):
-    out, cache = L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation)
-    return out, _named(L.gated_feed_forward_backward, cache, ("x",))
-
-
 def run_positions(params: dict, p: Probe, cfg, dtype):
     table = params.get("position_embedding.weight")
     if table is None:
@@ -188,96 +135,111 @@ def run_positions(params: dict, p: Probe, cfg, dtype):
 def run_embedding(params: dict, p: Probe, cfg, dtype):
     scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
     out, cache = L.embedding_forward(p.ids["ids"], params["token_embedding.weight"], scale)
-
-    def backward(dout):
-        return {}, {"token_embedding.weight": L.embedding_backward(dout, cache)}
-
-    return out, backward
+    return out, lambda dout: ({}, {"token_embedding.weight": L.embedding_backward(dout, cache)})
 
 
-def run_encoder_layer(params: dict, p: Probe, cfg, dtype):
-    out, cache = M.encoder_layer_forward(params, p.floats["x"], cfg, mask=keep_mask(p, "src"))
-    return out, _named(M.encoder_layer_backward, cache, ("x",))
+UNIT_RUNS = {  # a component's runner, by its unit
+    "heads": _pair(
+        lambda params, p, cfg, dtype: nt.scaled_dot_product_attention_forward(
+            p.floats["q"], p.floats["k"], p.floats["v"], keep_mask(p, "src")
+        ),
+        nt.scaled_dot_product_attention_backward, ("q", "k", "v", None), (),  # no T5 table
+    ),
+    "attention": run_attention,
+    "layer_norm": _pair(
+        lambda params, p, cfg, dtype: L.norm_forward(params, p.floats["x"], "layer", cfg.layer_norm_eps),
+        L.norm_backward,
+    ),
+    "rms_norm": _pair(
+        lambda params, p, cfg, dtype: L.norm_forward(params, p.floats["x"], "rms", cfg.layer_norm_eps), L.norm_backward
+    ),
+    "feed_forward": _pair(
+        lambda params, p, cfg, dtype: L.feed_forward_forward(params, p.floats["x"], cfg.activation),
+        L.feed_forward_backward,
+    ),
+    "gated_feed_forward": _pair(
+        lambda params, p, cfg, dtype: L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation),
+        L.gated_feed_forward_backward,
+    ),
+    "positions": run_positions,
+    "embedding": run_embedding,
+}  # fmt: skip
 
 
-def run_decoder_only_layer(params: dict, p: Probe, cfg, dtype):
-    rope = M.rope_for(cfg, p.floats["x"].shape[1], dtype)  # rotary (cos, sin), or None
-    out, cache = M.decoder_layer_forward(params, p.floats["x"], None, cfg, rope=rope)
-    return out, _named(M.decoder_layer_backward, cache, ("x", None))  # no memory
+def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
+    """One layer on x: an encoder layer (the keys' padding masked), a decoder-only one (causal; rotary where cfg
+    says), or, given a memory (B, T_k, D), a decoder layer cross-attending to it (its padding masked)."""
+    x, memory = p.floats["x"], p.floats.get("memory")
+    if not causal:
+        out, cache = M.encoder_layer_forward(params, x, cfg, mask=keep_mask(p, "src"))
+        return out, _named(M.encoder_layer_backward, cache, ("x",))
+    rope = M.rope_for(cfg, x.shape[1], dtype) if memory is None else None  # rotary (cos, sin), or None
+    out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"), rope=rope)
+    return out, _named(M.decoder_layer_backward, cache, ("x", None if memory is None else "memory"))
 
 
-def run_decoder_layer(params: dict, p: Probe, cfg, dtype):
-    x, memory = p.floats["x"], p.floats["memory"]
-    out, cache = M.decoder_layer_forward(params, x, memory, cfg, memory_mask=keep_mask(p, "cross"))
-    return out, _named(M.decoder_layer_backward, cache, ("x", "memory"))
-
-
-def layers_forward(params: dict, x, cfg, mask=None, memory=None, cross=None) -> tuple:
-    """A stack's layers on x (B, T, D), `params` below the stack: encoder layers (self-attention masked by
-    `mask`), or, given a memory, decoder layers (causal self-attention, cross-attention masked by `cross`).
-    Returns (out, the layers' caches, each layer's output)."""
-    caches, outputs = [], []
-    for i in range(cfg.n_decoder_layers if memory is not None else cfg.n_encoder_layers):
-        layer = M.sub(params, f"layers.{i}")
-        if memory is None:
-            x, cache = M.encoder_layer_forward(layer, x, cfg, mask=mask)
+def _layers(params: dict, p: Probe, cfg, stack: str) -> tuple:
+    """`stack`'s layers ("encoder" or "decoder", `params` holding it) on the probe's x: an encoder's self-attention
+    masked by the padding, a decoder's layers cross-attending to the probe's memory (its padding masked). Returns
+    (out, the layers' caches, each layer's output)."""
+    below, x, caches, outputs = M.sub(params, stack), p.floats["x"], [], []
+    for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
+        layer = M.sub(below, f"layers.{i}")
+        if stack == "encoder":
+            x, cache = M.encoder_layer_forward(layer, x, cfg, mask=keep_mask(p, "src"))
         else:
-            x, cache = M.decoder_layer_forward(layer, x, memory, cfg, memory_mask=cross)
+            x, cache = M.decoder_layer_forward(layer, x, p.floats["memory"], cfg, memory_mask=keep_mask(p, "cross"))
         caches.append(cache)
         outputs.append(x)
     return x, caches, outputs
 
 
-def layers_backward(dx, caches: list, decoder: bool) -> tuple:
-    """Backward of layers_forward: (dx, dmemory (the decoder layers' add; None for encoder layers), grads)."""
-    grads: dict = {}
-    dmemory = None
-    for i in reversed(range(len(caches))):
-        if decoder:
-            dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
-            dmemory = dmemory_i if dmemory is None else dmemory + dmemory_i
-        else:
-            dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
-        grads |= M.prefixed(layer_grads, f"layers.{i}")
-    return dx, dmemory, grads
-
-
-def _stack_layers(params: dict, p: Probe, cfg, stack: str) -> tuple:
-    """layers_forward of `stack` ("encoder" or "decoder", `params` holding it) on the probe's x: an encoder's
-    self-attention masked by the padding, a decoder's layers cross-attending to the probe's memory."""
-    below, x = M.sub(params, stack), p.floats["x"]
-    if stack == "encoder":
-        return layers_forward(below, x, cfg, mask=keep_mask(p, "src"))
-    return layers_forward(below, x, cfg, memory=p.floats["memory"], cross=keep_mask(p, "cross"))
-
-
-def run_single_stack(params: dict, p: Probe, cfg, dtype, stack: str):
+def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
     """x (B, T, D) through `stack`'s layers and final norm (pre-norm): nn.TransformerEncoder's, nn.TransformerDecoder's
     or the Annotated Transformer's Encoder(layer, N) and Decoder(layer, N), a decoder's layers each cross-attending to
-    the memory (B, T_k, D, its padding masked)."""
-    x, caches, _ = _stack_layers(params, p, cfg, stack)
+    the memory (B, T_k, D): dmemory is the sum of the layers'."""
+    x, caches, _ = _layers(params, p, cfg, stack)
     out, norm_cache = M.final_norm_forward(M.sub(params, stack), x, cfg)
 
     def backward(dout):
-        dh, grads = M.final_norm_backward(dout, norm_cache)
-        dx, dmemory, layer_grads = layers_backward(dh, caches, stack == "decoder")
-        dinputs = {"x": dx} if stack == "encoder" else {"x": dx, "memory": dmemory}
-        return dinputs, M.prefixed(grads | layer_grads, stack)
+        dx, grads = M.final_norm_backward(dout, norm_cache)
+        dmemory = None
+        for i in reversed(range(len(caches))):
+            if stack == "encoder":
+                dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
+            else:
+                dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
+                dmemory = dmemory_i if dmemory is None else dmemory + dmemory_i
+            grads |= M.prefixed(layer_grads, f"layers.{i}")
+        return {"x": dx} | ({"memory": dmemory} if stack == "decoder" else {}), M.prefixed(grads, stack)
 
     return out, backward
 
 
 def stack_activations(params: dict, p: Probe, cfg, stack: str) -> dict:
     """A stack's activations (float64): {"stack.layers.i": each layer's output}, and a decoder's memory ("encoder")."""
-    outputs = _stack_layers(params, p, cfg, stack)[2]
+    outputs = _layers(params, p, cfg, stack)[2]
     memory = {"encoder": p.floats["memory"]} if stack == "decoder" else {}
     return memory | {f"{stack}.layers.{i}": x for i, x in enumerate(outputs)}
 
 
-run_encoder_stack = functools.partial(run_single_stack, stack="encoder")
-run_decoder_stack = functools.partial(run_single_stack, stack="decoder")
-encoder_stack_activations = functools.partial(stack_activations, stack="encoder")
-decoder_stack_activations = functools.partial(stack_activations, stack="decoder")
+def run_stacks(params: dict, p: Probe, cfg, dtype):
+    """torch.nn.Transformer's computation: the encoder stack on src, then the decoder stack on tgt cross-attending to
+    its output (padding masked), each ending in a norm (nn.Transformer's always do); its backward, the same in
+    reverse."""
+    normed = dataclasses.replace(cfg, final_norm=True)
+    source, target = (dataclasses.replace(p, floats={"x": p.floats[n]}) for n in ("src", "tgt"))
+    memory, encoder_backward = run_stack(params, source, normed, dtype, "encoder")
+    target.floats["memory"] = memory
+    out, decoder_backward = run_stack(params, target, normed, dtype, "decoder")
+
+    def backward(dout):
+        dtarget, decoder_grads = decoder_backward(dout)
+        dmemory = np.zeros_like(memory) if dtarget["memory"] is None else dtarget["memory"]
+        dsource, encoder_grads = encoder_backward(dmemory)
+        return {"src": dsource["x"], "tgt": dtarget["x"]}, encoder_grads | decoder_grads
+
+    return out, backward
 
 
 def run_decoder(params: dict, p: Probe, cfg, dtype):
@@ -295,12 +257,7 @@ def decoder_activations(params: dict, p: Probe, cfg) -> dict:
     """An encoder-decoder's decoder stack's activations (float64): its embeddings, then its stack's."""
     x = M.embed_forward(M.sub(params, "decoder"), p.ids["tgt"], cfg, None, "decoder")[0]
     embedded = dataclasses.replace(p, floats=p.floats | {"x": x})
-    return {"decoder.embedding": x} | decoder_stack_activations(params, embedded, cfg)
-
-
-def feed_forward_output(params: dict, x, cfg) -> np.ndarray:
-    """A layer's feed-forward block (plain or gated, as cfg says) on x: its output only."""
-    return M.ffn_forward(params, x, cfg, None, "ffn")[0]
+    return {"decoder.embedding": x} | stack_activations(params, embedded, cfg, "decoder")
 
 
 def summed_embeddings(params: dict, ids, cfg) -> np.ndarray:
@@ -328,25 +285,26 @@ def model_runner(model_class, *inputs: str):
     return run
 
 
-run_transformer = model_runner(nt.Transformer, "src", "tgt")
-run_transformer_lm = model_runner(nt.TransformerLM, "ids")
-run_encoder_model = model_runner(nt.EncoderModel, "ids")
+MODELS = {("encoder", "decoder"): nt.Transformer, ("decoder",): nt.TransformerLM, ("encoder",): nt.EncoderModel}
 
 
-def run_stacks(params: dict, p: Probe, cfg, dtype):
-    """torch.nn.Transformer's computation: the encoder stack on src, then the decoder stack on tgt cross-attending to
-    its output (padding masked), each ending in a norm (nn.Transformer's always do); its backward, the same in
-    reverse."""
-    normed = dataclasses.replace(cfg, final_norm=True)
-    source, target = (dataclasses.replace(p, floats={"x": p.floats[n]}) for n in ("src", "tgt"))
-    memory, encoder_backward = run_encoder_stack(params, source, normed, dtype)
-    target.floats["memory"] = memory
-    out, decoder_backward = run_decoder_stack(params, target, normed, dtype)
+def runner(entry) -> Callable:
+    """The runner of `entry`'s level: a component's (by its unit), one layer, layers on embeddings (one stack, or
+    nn.Transformer's two), an encoder-decoder's decoder stack on ids and a memory, or a whole model on its inputs."""
+    if entry.unit is not None:
+        return UNIT_RUNS[entry.unit]
+    if entry.group == "layer":
+        return functools.partial(run_layer, causal=entry.causal)
+    if entry.group == "stacks":
+        return run_stacks if len(entry.stacks) == 2 else functools.partial(run_stack, stack=entry.stacks[0])
+    if entry.cross and entry.stacks == ("decoder",):
+        return run_decoder
+    return model_runner(MODELS[entry.stacks], *entry.inputs)
 
-    def backward(dout):
-        dtarget, decoder_grads = decoder_backward(dout)
-        dmemory = np.zeros_like(memory) if dtarget["memory"] is None else dtarget["memory"]
-        dsource, encoder_grads = encoder_backward(dmemory)
-        return {"src": dsource["x"], "tgt": dtarget["x"]}, encoder_grads | decoder_grads
 
-    return out, backward
+def activations(entry) -> Callable | None:
+    """(params, probe, cfg) -> the reference's stages, for a level whose runner keeps no model (one stack on
+    embeddings, an encoder-decoder's decoder stack); None for the others."""
+    if entry.group == "stacks" and len(entry.stacks) == 1:
+        return functools.partial(stack_activations, stack=entry.stacks[0])
+    return decoder_activations if entry.group == "model" and entry.cross and entry.stacks == ("decoder",) else None

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from numpy_transformer import TransformerConfig
 
-from . import dataflow as DF
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
 from .unsupported import NoPair
@@ -55,17 +54,18 @@ class Units:
 
 
 def sized_config(level: str, found, given: dict):
-    """The config the shapes alone give: what sizes the probe a forward is recorded on before its roles are read
-    from it (one head where none is given: the probe does not depend on it)."""
-    entry, units, fields = _sized(level, found, given, {"n_heads": 1})
-    return _config(entry, found, units, given.get("config"), fields)
+    """The config the shapes alone give, which sizes the probe the forward is recorded on before its roles are read
+    (one head where none is given: the probe does not depend on it)."""
+    units, fields = _sized(LEVELS[level], found, given, {"n_heads": 1})
+    return _config(LEVELS[level], found, units, given.get("config"), fields)
 
 
 def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     """(config, links, zero, fixed tables) for the user's module at `level`; see the module docstring. `mapped`:
     the (links, zero) of a caller's mapping=, which replace the inferred ones; the layers are then counted from it
     where the units cannot be read."""
-    entry, units, fields = _sized(level, found, given, {})
+    entry = LEVELS[level]
+    units, fields = _sized(entry, found, given, {})
     try:
         _units(entry, found, units)
     except ValueError:
@@ -81,27 +81,13 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
     return cfg, linker.links, linker.zero, fixed
 
 
-def _sized(level: str, found, given: dict, default: dict) -> tuple:
-    """(entry, units with their sizes and tables, the fields given over `default`): token and position tables of
-    width d_model, and BERT's token-type table among the token tables."""
-    entry = LEVELS[level]
+def _sized(entry, found, given: dict, default: dict) -> tuple:
+    """(units with their sizes and tables, the fields given over `default`). d_model, heads and d_ff as given, else
+    read from the shapes (d_model the most common input width, or a norm's or a table's width; d_ff the input width
+    of the first block's last projection), heads from the flow; the token and position tables of width d_model,
+    BERT's token types (the table looked up with one id everywhere) set apart."""
     fields = default | {k: v for k, v in given.items() if k != "config" and (v is not None or k == "pad_id")}
-    units = _sizes(entry, found, given.get("config"), fields)
-    units.token_tables = [t for t in found.tables if not t.position and t.width == units.D]
-    units.position_tables = [t for t in found.tables if t.position and t.width == units.D]
-    if entry.group == "model" and entry.encoder_only and found.flow is not None:
-        # BERT's token types: the table looked up with one id everywhere (the model's default token_type_ids)
-        types = [t for t in units.token_tables if t.name in found.flow.constant_lookups]
-        if len(types) == 1 and len(units.token_tables) > 1:
-            units.type_table = types[0]
-            units.token_tables.remove(types[0])
-    return entry, units, fields
-
-
-def _sizes(entry, found, cfg, fields: dict) -> Units:
-    """d_model, heads and d_ff: as given, else read from the shapes (d_model the most common input width, or a
-    norm's or a table's width; d_ff the input width of the first block's last projection), heads from the flow."""
-    pieces, norms, tables, flow = found.pieces, found.norms, found.tables, found.flow
+    cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     if D is None and pieces and not norms:
         widths = [p.in_features for p in pieces]
@@ -119,16 +105,22 @@ def _sizes(entry, found, cfg, fields: dict) -> Units:
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
     F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * D
-    return Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
+    units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
+    units.token_tables = [t for t in tables if not t.position and t.width == D]
+    units.position_tables = [t for t in tables if t.position and t.width == D]
+    types = [t for t in units.token_tables if flow is not None and t.name in flow.constant_lookups]
+    if entry.group == "model" and entry.encoder_only and len(types) == 1 and len(units.token_tables) > 1:
+        units.type_table = types[0]
+        units.token_tables.remove(types[0])
+    return units, fields
 
 
 def _units(entry, found, units: Units) -> None:
-    """The attentions and feed-forward blocks the flow read, the output projection (a linear D -> V, V the
-    target token table's rows, that neither of them holds), and the layers they make."""
-    flow = found.flow
-    if flow is not None:
-        _from_flow(entry, found, units)
-    elif found.pieces and (entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")):
+    """The attentions and feed-forward blocks the flow read (as pieces: names settle a gate and up; math the
+    reference lacks refused), the output projection (a linear D -> V, V the target token table's rows, that neither
+    of them holds), and the layers and norms they make."""
+    flow, by = found.flow, {p.weight: p for p in found.pieces}
+    if flow is None and found.pieces and (entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")):
         listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in found.pieces)
         raise ValueError(
             f"the module's forward could not be recorded on the inputs of {entry.name!r}, so the roles of its "
@@ -136,6 +128,20 @@ def _units(entry, found, units: Units) -> None:
             + (f" (its forward raised {found.unrecorded})" if found.unrecorded else "")
             + "; pass call= (how to call it) or mapping= (the weight map)"
         )
+    if flow is not None:
+        units.attentions = [
+            {r: _pieces(by, getattr(a, r), a.module) for r in ROLES}
+            | {"columns": a.columns, "sinks": _sinks(flow, a, found.names)}
+            for a in flow.attentions
+        ]
+        units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+        _refuse_unpaired(entry, found)
+        units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
+        units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
+    units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
+    for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
+        if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
+            block[:2] = block[1::-1]
     if units.attentions:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
@@ -164,12 +170,10 @@ def _units(entry, found, units: Units) -> None:
         units.layer_norms += stacks * units.embedding_norm
 
 
-def _from_flow(entry, found, units: Units) -> None:
-    """The attentions and blocks of the flow as pieces; a parallel block refused; names settle a gate and up."""
-    flow, by = found.flow, {p.weight: p for p in found.pieces}
-    units.attentions = [{r: _pieces(by, getattr(a, r), a.module) for r in ROLES} | {"columns": a.columns}
-                        | {"sinks": a.sinks} for a in flow.attentions]  # fmt: skip
-    units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+def _refuse_unpaired(entry, found) -> None:
+    """NoPair for what the flow shows the reference has no pair for: a router's top-k, a layer norm without
+    weights, an attention run again with the same weights, a parallel block outside a decoder-only model's."""
+    flow = found.flow
     for node in flow.nodes:
         what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
         if what and not (node.op == "layer_norm" and found.norms):  # a bare F.layer_norm scaled by hand is a norm
@@ -178,30 +182,23 @@ def _from_flow(entry, found, units: Units) -> None:
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
         raise NoPair(shared[0], what, entry.name)
-    if entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel:
-        units.parallel, units.shared_norm = True, _shared_input(flow)  # a decoder-only model's: the reference's
-    elif entry.group != "component" and flow.parallel:
+    decoder_only = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross
+    if not decoder_only and entry.group != "component" and flow.parallel:
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
         )
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
-    units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
-    for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
-        if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
-            block[:2] = block[1::-1]
 
 
-def _shared_input(flow) -> bool:
-    """Whether the first feed-forward block and the first attention's query read one tensor (Phi-2's one norm)."""
-
-    def read(weight: str):
-        node = next((n for n in flow.nodes if DF.projection(n) == weight), None)
-        x = next((p for p in node.parents if DF.weight_of(p) is None), None) if node is not None else None
-        return DF._root(x) if x is not None else None
-
-    q, block = read(flow.attentions[0].q[0]), read(flow.blocks[0][0])
-    return q is not None and q is block
+def _sinks(flow, attention, names: set) -> list:
+    """An attention's sink logits (GPT-OSS's): those it reads, else, where it leaves its own unread, its parameter
+    named as the first attention's that reads them; [] where there is none."""
+    first = next((a for a in flow.attentions if a.sinks), None)
+    if attention.sinks or first is None or not first.sinks[0].startswith(f"{first.module}."):
+        return attention.sinks
+    unread = f"{attention.module}.{first.sinks[0][len(first.module) + 1 :]}"
+    return [unread] if unread in names else []
 
 
 def _pieces(by: dict, weights: list, where: str) -> list:
@@ -274,19 +271,12 @@ def _config(entry, found, units: Units, cfg, fields: dict):
 
 def _frontier_fields(entry, found, units: Units) -> dict:
     """The fields of issue 49's layers the flow shows: a parallel layer (pre-norm, however the sums read), GPT-OSS's
-    sink logits (an attention that leaves its own unread: the one named as the others'), Gemma 2's soft caps."""
+    sink logits, Gemma 2's soft caps."""
     fields: dict = {}
     if units.parallel:  # pre-norm layers, however the sums read
         fields |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
-    sinks = [(a.module, a.sinks[0]) for a in found.flow.attentions if a.sinks] if found.flow is not None else []
-    if sinks:  # GPT-OSS's sink logits; an attention that leaves its own unread: the one named as the others'
+    if found.flow is not None and any(a.sinks for a in found.flow.attentions):  # GPT-OSS's sink logits
         fields["attn_sinks"] = True
-        module, name = sinks[0]
-        suffix = name[len(module) + 1 :] if name.startswith(f"{module}.") else None
-        for a, attention in zip(found.flow.attentions, units.attentions, strict=False):
-            unread = f"{a.module}.{suffix}"
-            if not attention.get("sinks") and suffix and unread in found.names:
-                attention["sinks"] = [unread]
     if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
         caps = found.flow.softcaps
         fields |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
@@ -333,7 +323,7 @@ def _runs(held: dict, names: dict, rows: int) -> list:
     return parts
 
 
-# -- the links, unit by unit: one linker per component's unit and per group of levels ----------------------------
+# -- the links, unit by unit, each of the user's units taken in the order the forward runs them -------------------
 
 
 class Linker:
@@ -344,6 +334,11 @@ class Linker:
         self.entry, self.cfg, self.units, self.found = entry, cfg, units, found
         self.links: list = []
         self.zero: list = []
+        learned = [t for t in units.position_tables if t.trainable]
+        self.left = {
+            "attention": iter(units.attentions), "norm": iter(units.norms), "feed-forward block": iter(units.blocks),
+            "token table": iter(units.token_tables), "learned position table": iter(learned),
+        }  # fmt: skip
 
     def count(self, what: str, got: int, expected: int) -> None:
         if got != expected:
@@ -352,6 +347,16 @@ class Linker:
                 f"found {got} {what} in the module, the reference {self.entry.name!r} has {expected}{how}; "
                 "pass mapping="
             )
+
+    def take(self, what: str, where: str):
+        """The next of the user's units of kind `what` for the reference's `where`; a ValueError when none is left."""
+        unit = next(self.left[what], None)
+        if unit is None:
+            raise ValueError(
+                f"no {what} of the module is left for the reference's {where}: the recorded forward gives fewer than "
+                "the layers need; pass mapping="
+            )
+        return unit
 
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
@@ -410,71 +415,56 @@ class Linker:
             if norm is not None:
                 self.norm(norm, f"{prefix}{role}_norm.")
 
-    def layer(self, prefix: str, decoder: bool, attentions, norms, blocks) -> None:
+    def layer(self, prefix: str, decoder: bool) -> None:
         """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the order
         the forward runs and applies them."""
         for name in ["self_attn"] + ["cross_attn"] * decoder:
-            self.attention(take(attentions, "attention", f"{prefix}{name}"), f"{prefix}{name}.")
-        self.ffn(take(blocks, "feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
-        for name in (
-            ["self_attn_norm"] + (["cross_attn_norm"] if decoder else []) + ["ffn_norm"] * (not self.cfg.shared_norm)
-        ):
-            self.norm(take(norms, "norm", f"{prefix}{name}"), f"{prefix}{name}.")
+            self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
+        self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
+        for name in ["self_attn_norm"] + ["cross_attn_norm"] * decoder + ["ffn_norm"] * (not self.cfg.shared_norm):
+            self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
-
-def take(pieces, what: str, where: str):
-    """The next of the user's units for the reference's `where`; a ValueError saying so when none is left."""
-    piece = next(pieces, None)
-    if piece is None:
-        raise ValueError(
-            f"no {what} of the module is left for the reference's {where}: the recorded forward gives fewer than "
-            "the layers need; pass mapping="
-        )
-    return piece
+    def embeddings(self, stack: str) -> None:
+        """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
+        its learned positions, BERT's type table and embedding norm."""
+        if not (stack == "encoder" and self.cfg.share_embeddings):
+            self.table(self.take("token table", stack), f"{stack}.token_embedding.weight")
+        if self.cfg.positional == "learned":
+            self.table(self.take("learned position table", stack), f"{stack}.position_embedding.weight")
+        if stack == "encoder" and self.units.type_table is not None:
+            self.table(self.units.type_table, "encoder.token_type_embedding.weight")
+        if self.units.embedding_norm:
+            self.norm(self.take("norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
 
 def _link(lk: Linker) -> None:
     """The links of the level's unit: a component's one unit (scaled dot-product attention has no parameters), one
     layer, or layers on embeddings and whole models (_link_stacks)."""
     u, unit, cross = lk.units, lk.entry.unit or lk.entry.group, lk.entry.cross
-    if unit == "attention":
-        lk.count("attentions", len(u.attentions), 1)
-        lk.attention(u.attentions[0], "")
-    elif unit in ("layer_norm", "rms_norm"):
-        lk.count("norms", len(u.norms), 1)
-        lk.norm(u.norms[0], "")
-    elif unit in ("feed_forward", "gated_feed_forward"):
-        gated = unit == "gated_feed_forward"
-        if u.blocks and u.gated != gated:
-            listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in u.blocks[0])
-            right = "gated_feed_forward" if u.gated else "feed_forward"
-            raise ValueError(f"{listed} is a {'gated ' * u.gated}feed-forward block: check it as {right!r}")
-        lk.count("gated feed-forward blocks" if gated else "feed-forward blocks", len(u.blocks), 1)
-        lk.ffn(u.blocks[0], "")
-    elif unit == "embedding":
-        lk.count("token tables", len(u.token_tables), 1)
-        lk.table(u.token_tables[0], "token_embedding.weight")
+    if unit in ("feed_forward", "gated_feed_forward") and u.blocks and u.gated != (unit == "gated_feed_forward"):
+        listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in u.blocks[0])
+        right = "gated_feed_forward" if u.gated else "feed_forward"
+        raise ValueError(f"{listed} is a {'gated ' * u.gated}feed-forward block: check it as {right!r}")
+    one = {  # a component's unit: (what the module holds one of, those it holds, how it is linked)
+        "attention": ("attentions", u.attentions, lk.attention),
+        "layer_norm": ("norms", u.norms, lk.norm),
+        "rms_norm": ("norms", u.norms, lk.norm),
+        "feed_forward": ("feed-forward blocks", u.blocks, lk.ffn),
+        "gated_feed_forward": ("gated feed-forward blocks", u.blocks, lk.ffn),
+        "embedding": ("token tables", u.token_tables, lambda table, _: lk.table(table, "token_embedding.weight")),
+    }
+    if unit in one:
+        what, held, link = one[unit]
+        lk.count(what, len(held), 1)
+        link(held[0], "")
     elif unit == "positions" and lk.cfg.positional == "learned":
         lk.table(u.position_tables[0], "position_embedding.weight")
     elif unit == "layer":
         lk.count("attentions", len(u.attentions), 2 if cross else 1)
         lk.count("norms", len(u.norms), 3 if cross else 2)
-        lk.layer("", cross, iter(u.attentions), iter(u.norms), iter(u.blocks))
+        lk.layer("", cross)
     elif unit in ("stacks", "model"):
         _link_stacks(lk)
-
-
-def _link_embeddings(lk: Linker, stack: str, tokens, learned, norms) -> None:
-    """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),
-    its learned positions, BERT's type table and embedding norm."""
-    if not (stack == "encoder" and lk.cfg.share_embeddings):
-        lk.table(take(tokens, "token table", stack), f"{stack}.token_embedding.weight")
-    if lk.cfg.positional == "learned":
-        lk.table(take(learned, "learned position table", stack), f"{stack}.position_embedding.weight")
-    if stack == "encoder" and lk.units.type_table is not None:
-        lk.table(lk.units.type_table, "encoder.token_type_embedding.weight")
-    if lk.units.embedding_norm:
-        lk.norm(take(norms, "norm", f"{stack}.embedding_norm"), f"{stack}.embedding_norm.")
 
 
 def _link_stacks(lk: Linker) -> None:
@@ -483,17 +473,14 @@ def _link_stacks(lk: Linker) -> None:
     tied token table."""
     cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
-    attentions, norms, blocks = iter(u.attentions), iter(u.norms), iter(u.blocks)
-    tokens, learned = iter(u.token_tables), iter([t for t in u.position_tables if t.trainable])
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
     for stack in entry.stacks:
         if entry.group == "model":
-            _link_embeddings(lk, stack, tokens, learned, norms)
-        n = cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers
-        for i in range(n):
-            lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross, attentions, norms, blocks)
+            lk.embeddings(stack)
+        for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
+            lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross)
         if finals:
-            lk.norm(take(norms, "norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
+            lk.norm(lk.take("norm", f"{stack}.final_norm"), f"{stack}.final_norm.")
     if entry.output_head and u.out_piece is not None:
         lk.piece(u.out_piece, [("output_proj", None)], False)  # none: output_bias=False
     elif entry.output_head and lk.found.orphans:

@@ -37,6 +37,24 @@ class MapEntry(tuple):
         return {"kind": self.kind} | {k: v for k, v in link.items() if k != "user"}
 
 
+def note(link: Link) -> str:
+    """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
+    "after N unread rows", "minus 1 (...)"; then ", transposed", ", RoPE pairs interleaved (head size Dh)"."""
+    roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
+    if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
+        text = f"fused rows {', '.join(roles[:3])}, head by head"
+    elif len(roles) > 1:
+        text = "fused rows " + ", ".join(roles)
+    elif link.parts[0][1] is not None:
+        text = "rows {}:{}".format(*link.parts[0][1])
+    elif link.offset:
+        text = f"after {link.offset} unread rows"
+    else:
+        text = "minus 1 (scaled by 1 + weight)" if link.minus_one else ""
+    text = ", ".join(t for t in (text, "transposed" * link.transposed) if t) or "as is"
+    return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else "")
+
+
 def _reference_name(link: Link) -> str:
     """One reference name, or a fused projection's as {q,k,v}_proj.weight."""
     names = [n for n, _ in link.parts]
@@ -51,7 +69,7 @@ def _reference_name(link: Link) -> str:
 
 def table(links: list, zero: list) -> dict:
     """The map as the result gives it: user name -> MapEntry."""
-    out = {link.user: MapEntry(_reference_name(link), link.note, link) for link in links}
+    out = {link.user: MapEntry(_reference_name(link), note(link), link) for link in links}
     for name in zero:
         out[f"(no parameter: {name})"] = MapEntry(name, HELD, kind="zero")
     return out
@@ -83,9 +101,8 @@ def _read(user: str, value) -> tuple[str, Link | None]:
         if "parts" not in data:
             return data.get("kind", "link"), None
         parts = [(name, tuple(rows) if rows is not None else None) for name, rows in data["parts"]]
-        pairs, offset = int(data.get("rope_pairs", 0)), int(data.get("offset", 0))
-        minus_one, rotary = bool(data.get("minus_one", False)), int(data.get("rope_rotary", 0))
-        return "link", Link(user, parts, bool(data["transposed"]), pairs, offset, minus_one, rotary)
+        given = {f.name: type(f.default)(data[f.name]) for f in dataclasses.fields(Link)[2:] if f.name in data}
+        return "link", Link(user, parts, **given)
     ref, note = (value, "as is") if isinstance(value, str) else tuple(value)
     if ref.startswith("(the fixed"):
         return "fixed", None
@@ -93,7 +110,7 @@ def _read(user: str, value) -> tuple[str, Link | None]:
 
 
 def _from_note(user: str, ref: str, note: str) -> Link:
-    """A hand-written entry: reference name and layout note in the syntax the report prints (Link.note)."""
+    """A hand-written entry: reference name and layout note in the syntax the report prints (note)."""
     pairs, offset = 0, 0
     if note.startswith("after ") and note.endswith(" unread rows"):
         offset = int(note.split()[1])
@@ -136,7 +153,7 @@ def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, leve
                 raise ValueError(
                     f"mapping[{link.user!r}]: rows {rows[0]}:{rows[1]} of {name!r}, which has {len(reference[name])}"
                 )
-        size = gather(link.parts, reference, link.rope_pairs, link.offset).size
+        size = gather(link, reference).size
         if size != tensors[link.user].numel():
             raise ValueError(
                 f"mapping[{link.user!r}]: {[n for n, _ in link.parts]} hold {size} numbers, the module's "
