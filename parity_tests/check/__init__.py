@@ -17,13 +17,13 @@ The parts, by stage (each module's docstring says more):
   activations inside a layer), probes.py (each level's inputs), reference.py (each level's shapes, forward and
   backward: every call into numpy_transformer's level math)
 - judging, one pass over frozen stages: session.py (the recording, the inferred Model, the prepared Check; running
-  the module under a Check), calling.py and example.py (how the module is called: layout, order, masks, or as one
-  real call does), running.py (copies, float32 islands, its own head, positions, rows against bars), judge.py
+  the module under a Check), calling.py (how the module is called: layout, order, masks, or as one real call
+  does), running.py (copies, float32 islands, its own head, positions, rows against bars), judge.py
   (check.module: the Choice of convention, config and map, then the verdict), cli.py (`transformer-parity check`'s
   sandboxed child), towers.py (a ViT or a CLIP text tower, where the text levels do not fit)
 - naming the mistake: divergence.py (probes, then the first divergent submodule judged in situ, or a component's
   variants), matchers.py (the catalogue's variants on a unit's inputs), variants.py (the reference with one mistake
-  put in), mistakes.py, attention_mistakes.py, backward_mistakes.py, diagnosis.py (the registry, the error measure)
+  put in), mistakes.py, backward_mistakes.py, diagnosis.py (the registry, the error measure)
 - check.pair: pairs.py (a NumPy pair against the reference's and finite differences), pair_table.py (the pairs it
   judges and the workbook grades), your_turn.py (the walkthroughs' "your turn" cells)
 - report.py: CATALOGUE (read from mistakes.py), Result and its printed report
