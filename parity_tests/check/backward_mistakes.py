@@ -22,7 +22,7 @@ import numpy as np
 from numpy_transformer import layers as L
 
 from . import variants as VR
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, relative
 
 FLOAT32_MATCH = 1e-4  # a float32 gradient summed in another order
 MATCH = 1e-7
@@ -53,14 +53,6 @@ def _ratio(got, basis) -> float | None:
     return float((got * basis).sum()) / norm if norm else None
 
 
-def _close(a, b, floor: float = 0.0) -> float:
-    """max |a - b| relative to max(max |b|, floor) (a and b float64 arrays of one shape); inf where that is zero
-    and a differs from b."""
-    scale = max(float(np.abs(b).max(initial=0.0)), floor)
-    diff = float(np.abs(a - b).max(initial=0.0))
-    return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
-
-
 # -- stage "shape", and "transposed" and "sign" with the right shape --------------------------------------------
 
 
@@ -72,7 +64,7 @@ def transposed_weight(g: Gradient):
         "linear.weight_grad_transposed",
         f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
         f"{g.expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
-        _close(g.got.T, g.expected),
+        relative(g.got.T, g.expected),
     )
 
 
@@ -88,7 +80,7 @@ def bias_not_summed_shape(g: Gradient):
         "linear.bias_not_summed",
         f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares "
         f"the bias, so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)",
-        _close(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0))),
+        relative(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0))),
     )
 
 
@@ -97,7 +89,7 @@ def sign_flipped(g: Gradient):
         "backward.sign_flipped",
         "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent "
         "step's minus folded into the gradient)",
-        _close(-g.got, g.expected),
+        relative(-g.got, g.expected),
     )
 
 
@@ -111,7 +103,7 @@ def _named_factor(g: Gradient, vid: str, known: list, other: str | None = None):
     origin = None if c in (None, 0.0) else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
     if c is None or origin is None or abs(c - 1.0) < 1e-6:
         return None
-    return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", _close(g.got, c * g.expected))
+    return g.found(vid, f"{c:.6g} times the right gradient, everywhere: {origin}", relative(g.got, c * g.expected))
 
 
 def _d_head(args) -> int:
@@ -202,7 +194,7 @@ def softmax_row_term(g: Gradient):
             "softmax.missing_row_term",
             "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
             "not P * dP (every row of dS must sum to zero)",
-            _close(g.got, variant[g.tensor]),
+            relative(g.got, variant[g.tensor]),
         )
     p, _ = L.softmax_forward(g.args["x"], g.args.get("mask"))
     sums = float(np.abs(g.got.sum(axis=-1)).max())
@@ -245,7 +237,7 @@ def embedding_repeats(g: Gradient):
     return g.found(
         "embedding.repeated_ids",
         f"dweight[ids] += dout counts a repeated id once (ids here: {repeated}): use np.add.at(dweight, ids, dout)",
-        _close(g.got, once),
+        relative(g.got, once),
     )
 
 
@@ -284,5 +276,5 @@ def dropout_mask(g: Gradient):
         "dropout.mask_not_reapplied",
         "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "
         f"dx = dout * keep_mask / (1 - p){scale}",
-        _close(g.got, c * g.dout),
+        relative(g.got, c * g.dout),
     )

@@ -4,6 +4,7 @@ diagnosis is judged by."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,6 +84,15 @@ def _valid(out: np.ndarray, valid) -> np.ndarray:
 
 def _error(a, b) -> float:
     return relative_errors({"x": (a, b)}, np.float64)["x"][1]
+
+
+def relative(a, b, floor: float = 0.0) -> float:
+    """max |a - b| relative to max(max |b|, floor) (a and b float64 arrays of one shape); inf where that is zero
+    and a differs from b."""
+    a, b = np.asarray(a), np.asarray(b)  # NumPy arrays, or CPU tensors without gradients
+    scale = max(float(np.abs(b).max(initial=0.0)), floor)
+    diff = float(np.abs(a - b).max(initial=0.0))
+    return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
 
 
 def named(error: float, unmatched: float) -> bool:

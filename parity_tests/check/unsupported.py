@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import dataflow as DF
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, relative
 from .levels import LEVELS
 from .running import copy_module
 
@@ -135,7 +135,7 @@ def _activation(rec) -> tuple | Diagnosis | None:
             c = None if fits else _sigmoid_constant(h, a)
             if c is not None:
                 said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
-                error = _relative(h * torch.sigmoid(c * h), a)
+                error = relative(h * torch.sigmoid(c * h), a, 1e-12)
                 return Diagnosis("activation.quick_gelu_constant", said, x.module, error)
             return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
     return None
@@ -165,11 +165,7 @@ def _sigmoid_constant(h, a) -> float | None:
     if int(usable.sum()) < 4:
         return None
     c = float((torch.logit(ratio[usable]) / h[usable]).median())
-    return c if math.isfinite(c) and _relative(h * torch.sigmoid(c * h), a) <= 1e-6 else None
-
-
-def _relative(mine, theirs) -> float:
-    return float((mine - theirs).abs().max()) / max(float(theirs.abs().max()), 1e-12)
+    return c if math.isfinite(c) and relative(h * torch.sigmoid(c * h), a, 1e-12) <= 1e-6 else None
 
 
 def _unknown(h, a) -> str:

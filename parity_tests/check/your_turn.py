@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import backward_mistakes as BM
 from . import mistakes as MK
+from .diagnosis import relative
 
 __all__ = ["checker"]
 
@@ -58,7 +58,7 @@ def _verdict(name, yours, ours, reference, args, dout, tensor) -> tuple:
     named = "; ".join(f"{d.id}: {d.message}" for d in found)
     if got.shape != want.shape:
         return f"{name}: wrong, shape {got.shape} instead of {want.shape}" + (f": {named}" if named else ""), False
-    error = BM._close(got, want)
+    error = relative(got, want)
     if error <= BAR:
         return f"{name}: right (relative error {error:.1e})", True
     what = named or "not a mistake the catalogue knows: compare your lines with the derivation, term by term"
