@@ -355,10 +355,10 @@ def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
     saved = check.probes[(caller.self_attention, caller.causal)]
     if choice.probe is not saved or saved.src_keep is None or saved.self_attention:
         return  # judged without padding (the module takes no mask), or no source to pad
-    p = dataclasses.replace(saved, src_keep=saved.src_keep.copy())
-    p.src_keep[0] = False  # the first sequence: padding only
-    if "src" in p.ids:
-        p.ids = dict(p.ids, src=np.where(p.src_keep, p.ids["src"], cfg.pad_id))
+    kept = saved.src_keep.copy()
+    kept[0] = False  # the first sequence: padding only
+    ids = saved.ids | ({"src": np.where(kept, saved.ids["src"], cfg.pad_id)} if "src" in saved.ids else {})
+    p = dataclasses.replace(saved, src_keep=kept, ids=ids)
     try:
         out, _ = run_user(check, choice.layout, caller, np.float64, probe=p)
         ref = from_logits(LV.run_reference(check.level, check.params, p, cfg, np.float64)[0], choice.kind)

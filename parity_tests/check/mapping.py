@@ -60,7 +60,7 @@ class Table:
     padding_idx: int | None = None  # nn.Embedding's padding_idx: the pad id the model says
 
 
-@dataclass
+@dataclass(frozen=True)
 class Structure:
     pieces: list = field(default_factory=list)
     norms: list = field(default_factory=list)
@@ -110,24 +110,23 @@ def _bias_partner(names: list, weight: str) -> str | None:
     return None
 
 
-def structure(module: nn.Module, flow=None) -> Structure:
+def structure(module: nn.Module) -> Structure:
     """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
-    class (_read_builtin), any other by its own tensors (_read_own); then, where the forward was recorded (`flow`,
-    dataflow.Flow), everything is put in the order it is first used (norms in the order they are applied), per-head
-    q/k norms set apart."""
+    class (_read_builtin), any other by its own tensors (_read_own); with_flow then orders it as its forward runs."""
     found = Structure(names={n for n, _ in module.named_parameters()})
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
         if not _read_builtin(mod, path, prefix, found):
             _read_own(mod, path, prefix, found)
-    _untied(module, found)
-    return found if flow is None else with_flow(found, module, flow)
+    return _untied(module, found)
 
 
-def with_flow(found: Structure, module: nn.Module, flow) -> Structure:
-    """`found` (structure's reading of `module`) as its recorded forward says: a weight F.linear applies read (out,
-    in), a 2-D parameter the forward indexes a table, everything in the order it is first used, per-head q/k norms
-    set apart."""
+def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -> Structure:
+    """`found` (structure's reading of `module`) as its recorded forward (`flow`, dataflow.Flow) says: a weight
+    F.linear applies read (out, in), a 2-D parameter the forward indexes a table, everything in the order it is first
+    used, per-head q/k norms set apart. No flow: `found` as read, with what its last try raised (`unrecorded`)."""
+    if flow is None:
+        return replace(found, unrecorded=unrecorded)
     as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
@@ -144,14 +143,14 @@ def with_flow(found: Structure, module: nn.Module, flow) -> Structure:
     for t in found.tables:
         t.position = t.position or t.name in flow.positions
         t.offset = flow.positions.get(t.name, 0)
+    qk_norms = dict(found.qk_norms)
     for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
-        found.qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+        qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
         found.norms.remove(norm)
-    found.flow = flow
-    return found
+    return replace(found, qk_norms=qk_norms, flow=flow)
 
 
-def _untied(module: nn.Module, found: Structure) -> None:
+def _untied(module: nn.Module, found: Structure) -> Structure:
     """Every name as named_parameters() gives it, a tied tensor under the name it was first registered: a table
     held by several modules is one table, and a linear tied to a table (an output projection tied to the token
     table: the table stands for both) or to a linear read before it is not read again."""
@@ -169,7 +168,7 @@ def _untied(module: nn.Module, found: Structure) -> None:
             pieces.setdefault(piece.weight, piece)
         elif piece.bias is not None:  # a head tied to the token table with a bias of its own: an output bias
             found.orphans.append(piece.bias)
-    found.tables, found.pieces = list(tables.values()), list(pieces.values())
+    return replace(found, tables=list(tables.values()), pieces=list(pieces.values()))
 
 
 def _read_builtin(mod: nn.Module, path: str, prefix: str, found: Structure) -> bool:
@@ -246,7 +245,7 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
             shifts.remove(b)
         kind = "layer" if b else "rms"  # a scale without a shift: RMSNorm (Llama's)
         found.norms.append(Norm(f"{prefix}{w}", b and f"{prefix}{b}", own[w].shape[0], eps, path, kind))
-    found.orphans += [f"{prefix}{n}" for n in shifts]
+    found.orphans.extend(f"{prefix}{n}" for n in shifts)
     kept = [(n, t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor) and not isinstance(t, nn.Parameter)]
     for name, buf in list(mod.named_buffers(recurse=False)) + kept:
         if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:

@@ -23,7 +23,7 @@ SIZES = Sizes()
 B = SIZES.B
 
 
-@dataclass
+@dataclass(frozen=True)
 class Probe:
     """The reference's inputs, batch-first. `floats` are differentiated (their gradients compared), `ids` are
     token ids, `src_keep` / `tgt_keep` (B, T) say which positions are real (not padding), `causal` whether the
@@ -84,12 +84,10 @@ def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Prob
     causal self-attention (Llama's) has no padding mask: its third sequence ends with one padding position, whose
     output is not compared (causality hides it from every other)."""
     if causal:
-        p = _builder({"query": "T_K"}, tgt="T_K")(cfg, rng, sizes=sizes)
-    else:
-        inputs = {"query": "T_K"} if self_attention else {"query": "T_Q", "key": "T_K", "value": "T_K"}
-        p = dataclasses.replace(_builder(inputs, src=True)(cfg, rng, sizes=sizes), valid=None)
-    p.self_attention = self_attention or causal
-    return p
+        return dataclasses.replace(_builder({"query": "T_K"}, tgt="T_K")(cfg, rng, sizes=sizes), self_attention=True)
+    inputs = {"query": "T_K"} if self_attention else {"query": "T_Q", "key": "T_K", "value": "T_K"}
+    p = _builder(inputs, src=True)(cfg, rng, sizes=sizes)
+    return dataclasses.replace(p, valid=None, self_attention=self_attention)
 
 
 def _builder(floats: dict, ids: dict | None = None, src: bool = False, tgt: str | None = None):
@@ -102,12 +100,12 @@ def _builder(floats: dict, ids: dict | None = None, src: bool = False, tgt: str 
     def build(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
         made = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in floats.items()}
         padded = bool(floats) or cfg.pad_id is not None
-        p = Probe(made, src_keep=keep(sizes.B, sizes.T_K, n_pad=2 * padded) if src else None, causal=tgt is not None)
-        p.tgt_keep = keep(sizes.B, getattr(sizes, tgt), 2, int(padded)) if tgt is not None else None
-        p.valid = p.tgt_keep if p.causal else p.src_keep
-        for name, side in (ids or {}).items():
-            p.ids[name] = token_ids(rng, getattr(p, f"{side}_keep"), getattr(cfg, f"{side}_vocab_size"), cfg.pad_id)
-        return p
+        kept = {"src": keep(sizes.B, sizes.T_K, n_pad=2 * padded) if src else None}
+        kept["tgt"] = keep(sizes.B, getattr(sizes, tgt), 2, int(padded)) if tgt is not None else None
+        vocab = {"src": cfg.src_vocab_size, "tgt": cfg.tgt_vocab_size}
+        made_ids = {n: token_ids(rng, kept[s], vocab[s], cfg.pad_id) for n, s in (ids or {}).items()}
+        valid = kept["tgt"] if tgt is not None else kept["src"]
+        return Probe(made, made_ids, kept["src"], kept["tgt"], tgt is not None, valid)
 
     return build
 
@@ -127,3 +125,16 @@ target_ids_and_memory = _builder({"memory": "T_K"}, {"tgt": "tgt"}, src=True, tg
 def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """ids (B, T) over the whole (source) vocabulary: an embedding."""
     return Probe(ids={"ids": rng.integers(0, cfg.src_vocab_size, size=(sizes.B, sizes.T_K))})
+
+
+def model_ids(inputs: list, tables: list, B: int) -> Probe:
+    """A model's probe where its forward is recorded: small ids (T at most 6) for each of `inputs` (a memory:
+    floats), nothing padded: no id is a table's padding_idx (RoBERTa numbers its positions from the ids that are not
+    padding)."""
+    rows = min((t.rows for t in tables if t.rows > 4), default=min(t.rows for t in tables))
+    T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
+    low = max([t.padding_idx + 1 for t in tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
+    ids = dict.fromkeys(inputs, np.random.default_rng(0).integers(low, max(rows, low + 1), size=(B, T)))
+    memory = ids.pop("memory", None) is not None  # the decoder's memory is a float input
+    floats = {"memory": np.random.default_rng(1).standard_normal((B, T, tables[0].width))} if memory else {}
+    return Probe(floats, ids, np.ones((B, T), bool), np.ones((B, T), bool))

@@ -265,7 +265,7 @@ def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conve
         return MP.Structure()
     entry, found, flow, raised = LEVELS[level], MP.structure(user), None, ""
     if entry.group == "model" and found.tables:
-        ids = _ids_probe(level, found, sizes.B)
+        ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
         flow, raised = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
     recorded = entry.heads or entry.unit in ("feed_forward", "gated_feed_forward", "rms_norm", "layer_norm")
     if flow is None and recorded:
@@ -275,8 +275,7 @@ def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conve
             return entry.probe(sized, np.random.default_rng(seed + 1), caller.self_attention, caller.causal, sizes)
 
         flow, raised = read_flow(user, level, probe, **conventions)
-    found.unrecorded = raised
-    return found if flow is None else MP.with_flow(found, user, flow)
+    return MP.with_flow(found, user, flow, raised)
 
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions) -> tuple:
@@ -309,17 +308,3 @@ def as_tensors(p: LV.Probe, dtype, device, grad: bool = False, scale: float = 1.
     """The probe's inputs as tensors on `device`: its floats (times `scale`) in `dtype`, its ids as longs."""
     floats = {n: torch.tensor(v * scale, dtype=dtype, device=device, requires_grad=grad) for n, v in p.floats.items()}
     return floats | {n: torch.tensor(v, dtype=torch.long, device=device) for n, v in p.ids.items()}
-
-
-def _ids_probe(level: str, found, B: int) -> LV.Probe:
-    """A model's probe: small ids (T at most 6) for each of the level's inputs (a memory: floats), nothing
-    padded: no id is a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
-    rows = min((t.rows for t in found.tables if t.rows > 4), default=min(t.rows for t in found.tables))
-    T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
-    low = max([t.padding_idx + 1 for t in found.tables if t.padding_idx is not None and t.padding_idx < 4] + [1])
-    probe = LV.Probe(src_keep=np.ones((B, T), bool), tgt_keep=np.ones((B, T), bool))
-    ids = np.random.default_rng(0).integers(low, max(rows, low + 1), size=(B, T))
-    probe.ids = dict.fromkeys(LEVELS[level].inputs, ids)
-    if probe.ids.pop("memory", None) is not None:  # the decoder's memory is a float input
-        probe.floats = {"memory": np.random.default_rng(1).standard_normal((B, T, found.tables[0].width))}
-    return probe
