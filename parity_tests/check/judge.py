@@ -102,7 +102,8 @@ def choose(check: Check) -> Choice:
             except Exception as exc:  # a convention the module does not take: try the next one
                 errors.append(f"{caller.conventions()}: {type(exc).__name__}: {exc}")
                 continue
-            runnable += [caller] * (n == 0)
+            if n == 0:  # the callers that run, counted under the first layout
+                runnable.append(caller)
             kind = output_kind(out) if check.entry.output_head else "logits"
             for error, cfg, index in _errors(check, outs, caller, p, out, kind):
                 choice = Choice(caller, cfg, kind, layout, p, index, error <= MATCH, error, tuple(runnable))
