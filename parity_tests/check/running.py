@@ -33,11 +33,12 @@ def positions_held(ref_shape: tuple, shape: tuple):
     return {(B, 1, V): slice(-1, None), (B, V): -1}.get(tuple(shape), False)
 
 
-def rows(groups: list, dtype, own: dict | None = None) -> list:
+def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True) -> list:
     """The Rows of each group of tensors (name -> (the module's, the reference's); a group's relative errors are
     measured together) in `dtype`: each bar BAR[dtype], or, given `own` (the reference's own float32 error on each
-    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; every
-    gradient of the module zero is a failing row (vacuous)."""
+    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; with
+    `vacuous`, every gradient of the module zero is a failing row (check.pair's cases, a saturated softmax's among
+    them, are chosen and need none)."""
     label, found = np.dtype(dtype).name, []
     for group in groups:
         for n, (_, e) in relative_errors(group, dtype).items():
@@ -45,7 +46,7 @@ def rows(groups: list, dtype, own: dict | None = None) -> list:
             bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n])
             found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
     grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
-    if grads and not any(np.any(g) for g in grads):
+    if vacuous and grads and not any(np.any(g) for g in grads):
         found.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
     return found
 
