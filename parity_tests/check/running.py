@@ -66,10 +66,8 @@ DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 WIDEN = {torch.float32: torch.float64, torch.complex64: torch.complex128}
 CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg['dtype']))"
 MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
-HELD_TAIL = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
-HELD = "{} " + HELD_TAIL
-TYPED_TAIL = "with a float32 constant made in the forward with its dtype given (torch.tensor(..., dtype=torch.float32))"
-TYPED = "{} " + TYPED_TAIL
+HELD = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
+TYPED = "with a float32 constant made in the forward with its dtype given (torch.tensor(..., dtype=torch.float32))"
 MADE = (
     "a table made in float32 in the forward, then widened (torch.arange(n, dtype=torch.float32), .float() of integers)"
 )
@@ -190,13 +188,13 @@ def _what(op: str | None, kept: str | None) -> str:
     if op is None:
         return CAST
     if op == MADE:
-        return kept.format("a float32 tensor widened") if kept else MADE
-    return (kept or MIXED).format(op)
+        return f"a float32 tensor widened {kept}" if kept else MADE
+    return f"{op} {kept}" if kept else MIXED.format(op)
 
 
 def holds_float32(islands: list | None) -> bool:
     """Whether any island has a float32 operand the float64 run cannot widen (HELD, TYPED): it cannot be exact."""
-    return any(what.endswith((HELD_TAIL, TYPED_TAIL)) for _, what in islands or [])
+    return any(what.endswith((HELD, TYPED)) for _, what in islands or [])
 
 
 def island_message(islands: list) -> str:
