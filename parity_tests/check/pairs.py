@@ -116,14 +116,21 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
 
 
 def _verdict(result: Result, matches: list) -> None:
-    """The diagnoses (an overflow only at large scores; the backward mistakes consistent over the cases) and the
-    verdict."""
+    """The diagnoses (an overflow only at large scores; a backward mistake where it reproduces a gradient in every
+    float64 case where that gradient fails) and the verdict."""
     failing_outputs = {r.case for r in result.rows if not r.ok and r.tensor == "output"}
     if failing_outputs == {"large scores"} and not result.diagnoses:  # right until the scores are large
         message = f"right on ordinary inputs, wrong at scores of ~{LARGE:g}: exp overflows without subtracting each "
         message += "row's maximum"
         result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
-    result.diagnoses += _consistent(matches, result.rows)
+    failing: dict = {}  # gradient -> the float64 cases where it fails against the reference
+    for r in result.rows:
+        if r.dtype == "float64" and not r.ok and r.tensor.startswith("d") and r.against == "the reference":
+            failing.setdefault(r.tensor, set()).add(r.case)
+    found: dict = {}  # (id, gradient) -> (the diagnosis, the cases where it reproduces that gradient)
+    for case, d in matches:
+        found.setdefault((d.id, d.where), (d, set()))[1].add(case)
+    result.diagnoses += [d for d, cases in found.values() if cases >= failing.get(d.where, set())]
     unique: dict = {}
     for d in result.diagnoses:
         unique.setdefault((d.id, d.where), d)
@@ -131,18 +138,6 @@ def _verdict(result: Result, matches: list) -> None:
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses
     if not result.passed and result.unexplained is None:
         result.unexplained = _worst_gradients(result.rows)
-
-
-def _consistent(matches, rows) -> list:
-    """The backward mistakes that reproduce a gradient in every float64 case where that gradient fails."""
-    failing: dict = {}
-    for r in rows:
-        if r.dtype == "float64" and not r.ok and r.tensor.startswith("d") and r.against == "the reference":
-            failing.setdefault(r.tensor, set()).add(r.case)
-    seen: dict = {}
-    for case, d in matches:
-        seen.setdefault((d.id, d.where), (d, set()))[1].add(case)
-    return [d for d, cases in seen.values() if cases >= failing.get(d.where, set())]
 
 
 def _worst_gradients(rows) -> str:
