@@ -175,11 +175,10 @@ def _read(model: nn.Module) -> Tower | None:
     if not blocks or final is None:
         return None
     for i, block in enumerate(blocks):
-        parts = _block_parts(model, [n for n in inside if n.startswith(block + ".")])
+        parts = _block_parts(model, [n for n in inside if n.startswith(block + ".")], layer.format(i), names)
         if parts is None:
             return None
-        links |= {f"{block}.{u}": [f"{layer.format(i)}{names[o.split('.')[0]]}.{o.split('.')[1]}" for o in ours]
-                  for u, ours in parts.items()}  # fmt: skip
+        links |= parts
     links |= {f"{final}.weight": [f"{final_name}.weight"], f"{final}.bias": [f"{final_name}.bias"]}
     if head is not None:
         links |= {f"{head}.weight": ["head.weight"], f"{head}.bias": ["head.bias"]}
@@ -210,13 +209,13 @@ def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
         return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
-def _block_parts(model: nn.Module, names: list) -> dict | None:
-    """A block's parameters (named below the block) -> the reference's parts ("q.weight", ...) their rows hold,
-    from the order its forward calls them; None where it is not norm, attention, norm, fc1, fc2."""
+def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict | None:
+    """A block's parameters -> the reference's tensors (`layer` + `ours`' name of each part, "q.weight", ...) their
+    rows hold, from the order its forward calls the submodules `names`; None where it is not norm, attention, norm,
+    fc1, fc2."""
     calls = [n for n in names if isinstance(model.get_submodule(n), CALLED)]
     mha = [c for c in calls if isinstance(model.get_submodule(c), nn.MultiheadAttention)]
     calls = [n for n in calls if not any(n.startswith(c + ".") for c in mha)]  # not an nn.MultiheadAttention's linears
-    cut = len(_up(names[0])) + 1 if _up(names[0]) else 0
     kinds = [type(model.get_submodule(n)) for n in calls]
     if kinds.count(nn.LayerNorm) != 2 or kinds[0] is not nn.LayerNorm:
         return None
@@ -232,8 +231,8 @@ def _block_parts(model: nn.Module, names: list) -> dict | None:
     if len(attention) not in roles:
         return None
     sources = [calls[0] + ".", *attention, calls[second] + ".", *(n + "." for n in mlp)]
-    ours = [("norm1",), *roles[len(attention)], ("norm2",), ("fc1",), ("fc2",)]
-    return {f"{s[cut:]}{k}": [f"{o}.{k}" for o in parts] for s, parts in zip(sources, ours, strict=True)
+    parts = [("norm1",), *roles[len(attention)], ("norm2",), ("fc1",), ("fc2",)]
+    return {f"{s}{k}": [f"{layer}{ours[o]}.{k}" for o in held] for s, held in zip(sources, parts, strict=True)
             for k in ("weight", "bias")}  # fmt: skip
 
 
