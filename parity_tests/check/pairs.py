@@ -19,14 +19,15 @@ from functools import partial
 import numpy as np
 
 from numpy_transformer import gradcheck
-from parity_tests.components import BAR, FD_BAR, flatten_into, relative_errors
+from parity_tests.components import BAR, FD_BAR, flatten_into
 
 from . import mistakes as MK
 from . import variants as VR
 from .diagnosis import MATCH, _error
 from .matchers import match_attention, match_unit
 from .pair_table import LARGE, PAIRS, H, Pair
-from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row, float32_bar
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row
+from .running import own_errors, rows
 
 
 def _fresh(value, dtype):
@@ -115,14 +116,21 @@ def pair(forward, backward, reference: str, *, dtypes=("float64", "float32"), se
 
 
 def _verdict(result: Result, matches: list) -> None:
-    """The diagnoses (an overflow only at large scores; the backward mistakes consistent over the cases) and the
-    verdict."""
+    """The diagnoses (an overflow only at large scores; a backward mistake where it reproduces a gradient in every
+    float64 case where that gradient fails) and the verdict."""
     failing_outputs = {r.case for r in result.rows if not r.ok and r.tensor == "output"}
     if failing_outputs == {"large scores"} and not result.diagnoses:  # right until the scores are large
         message = f"right on ordinary inputs, wrong at scores of ~{LARGE:g}: exp overflows without subtracting each "
         message += "row's maximum"
         result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
-    result.diagnoses += _consistent(matches, result.rows)
+    failing: dict = {}  # gradient -> the float64 cases where it fails against the reference
+    for r in result.rows:
+        if r.dtype == "float64" and not r.ok and r.tensor.startswith("d") and r.against == "the reference":
+            failing.setdefault(r.tensor, set()).add(r.case)
+    found: dict = {}  # (id, gradient) -> (the diagnosis, the cases where it reproduces that gradient)
+    for case, d in matches:
+        found.setdefault((d.id, d.where), (d, set()))[1].add(case)
+    result.diagnoses += [d for d, cases in found.values() if cases >= failing.get(d.where, set())]
     unique: dict = {}
     for d in result.diagnoses:
         unique.setdefault((d.id, d.where), d)
@@ -130,18 +138,6 @@ def _verdict(result: Result, matches: list) -> None:
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses
     if not result.passed and result.unexplained is None:
         result.unexplained = _worst_gradients(result.rows)
-
-
-def _consistent(matches, rows) -> list:
-    """The backward mistakes that reproduce a gradient in every float64 case where that gradient fails."""
-    failing: dict = {}
-    for r in rows:
-        if r.dtype == "float64" and not r.ok and r.tensor.startswith("d") and r.against == "the reference":
-            failing.setdefault(r.tensor, set()).add(r.case)
-    seen: dict = {}
-    for case, d in matches:
-        seen.setdefault((d.id, d.where), (d, set()))[1].add(case)
-    return [d for d, cases in seen.values() if cases >= failing.get(d.where, set())]
 
 
 def _worst_gradients(rows) -> str:
@@ -158,8 +154,10 @@ def _worst_gradients(rows) -> str:
 
 
 def _judge_case(case: Case) -> None:
-    """The user's output and gradients against the reference's; the known backward mistakes of each wrong gradient;
-    the forward's variants; the user's backward against central differences of the user's own forward."""
+    """The user's output and gradients against the reference's (running.rows; float32 bars from the reference pair's
+    own float32 error, its float32 run against itself in float64 on the same inputs and upstream gradient); the
+    known backward mistakes of each wrong gradient; the forward's variants; the user's backward against central
+    differences of the user's own forward."""
     spec, bar = case.spec, BAR[case.dtype]
     ref_out, ref_cache = spec.forward(**_fresh(case.args, case.dtype))
     out, cache = case.forward(**_fresh(case.args, case.dtype))
@@ -175,10 +173,17 @@ def _judge_case(case: Case) -> None:
     grads = _grads(spec, case.backward, dout, cache)
     misshapen = _misshapen(case, grads, ref_grads, dout)
     compared = {"output": (out, ref_out)} | {f"d{n}": (grads[n], g) for n, g in ref_grads.items() if n not in misshapen}
-    errors = {k: e for k, (_, e) in relative_errors(compared, case.dtype).items()}
-    own = _own_float32_errors(case, dout, ref_out, ref_grads, errors) if case.dtype == np.float32 else {}
-    bars = {n: float32_bar(own[n]) if n in own else bar for n in errors}
-    case.result.rows += [case.row(n, e, bars[n], own=own.get(n)) for n, e in errors.items()] + list(misshapen.values())
+    own = None
+    if case.dtype == np.float32:
+        out64, cache64 = spec.forward(**_fresh(case.args, np.float64))
+        grads64 = _grads(spec, spec.backward, _fresh(dout, np.float64), cache64)
+        ref64 = {"output": out64} | {f"d{n}": g for n, g in grads64.items()}
+        own = own_errors({n: ref for n, (_, ref) in compared.items()}, ref64)
+    found = [
+        case.row(r.name, r.error, r.bar, r.note, own=r.own) for r in rows([compared], case.dtype, own, vacuous=False)
+    ]
+    case.result.rows += found + list(misshapen.values())
+    errors = {r.tensor: r.error for r in found}
     if case.dtype != np.float64:
         return
     for name, g in ref_grads.items():  # each wrong gradient: is it a known mistake?
@@ -189,7 +194,19 @@ def _judge_case(case: Case) -> None:
     if errors["output"] > bar:  # the catalogue's forward mistakes that reproduce the output, in this case
         for d in _forward(case.result.reference, case.args, out):
             case.result.diagnoses.append(Diagnosis(d.id, f"{case.name}: {d.message}", "forward", d.error))
-    _finite_differences(case)
+    backward = partial(spec.call_backward, case.backward)  # (dout, cache) -> the gradients
+    fd = gradcheck.check_pair(
+        case.forward, backward, _fresh(case.args, case.dtype), spec.wrt, seed=case.seed, max_coords=12
+    )
+    case.result.rows += [case.row(f"d{n}", e, FD_BAR, against="finite differences") for n, e in fd.errors.items()]
+
+
+def _overflowed(case: Case) -> None:
+    """An output of inf/NaN where the reference's is finite: at large scores, the missing max subtraction."""
+    if case.name == "large scores":
+        message = f"{case.name}: the forward overflows to inf/NaN; subtract each row's maximum before exp"
+        case.result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
+    case.result.rows.append(case.row("output", math.inf, BAR[case.dtype], "inf/NaN"))
 
 
 def _forward(reference: str, a: dict, out) -> list:
@@ -206,23 +223,6 @@ def _forward(reference: str, a: dict, out) -> list:
     return []
 
 
-def _own_float32_errors(case: Case, dout, ref_out, ref_grads: dict, names) -> dict:
-    """name -> the reference pair's own float32 error on each compared tensor: its float32 output and gradients
-    against the same pair run in float64 on the same (float32) inputs and upstream gradient."""
-    out64, cache64 = case.spec.forward(**_fresh(case.args, np.float64))
-    grads64 = _grads(case.spec, case.spec.backward, _fresh(dout, np.float64), cache64)
-    pairs = {"output": (ref_out, out64)} | {f"d{n}": (g, grads64[n]) for n, g in ref_grads.items() if f"d{n}" in names}
-    return {n: e for n, (_, e) in relative_errors(pairs, np.float32).items()}
-
-
-def _overflowed(case: Case) -> None:
-    """An output of inf/NaN where the reference's is finite: at large scores, the missing max subtraction."""
-    if case.name == "large scores":
-        message = f"{case.name}: the forward overflows to inf/NaN; subtract each row's maximum before exp"
-        case.result.diagnoses.append(Diagnosis("attention.no_max_subtraction", message, "forward", math.inf))
-    case.result.rows.append(case.row("output", math.inf, BAR[case.dtype], "inf/NaN"))
-
-
 def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
     """{input name: row} for each gradient of the wrong shape, which a known mistake must explain (else raises)."""
     out = {}
@@ -235,13 +235,3 @@ def _misshapen(case: Case, grads: dict, ref_grads: dict, dout) -> dict:
             raise ValueError(f"backward's d{name} has shape {np.shape(grads[name])}, expected {np.shape(g)}")
         out[name] = case.row(f"d{name}", math.inf, BAR[case.dtype], f"shape {np.shape(grads[name])}")
     return out
-
-
-def _finite_differences(case: Case) -> None:
-    """The user's backward against central differences of the user's own forward (float64)."""
-    backward = partial(case.spec.call_backward, case.backward)  # (dout, cache) -> the gradients
-    fd = gradcheck.check_pair(
-        case.forward, backward, _fresh(case.args, case.dtype), case.spec.wrt, seed=case.seed, max_coords=12
-    )
-    for name, error in fd.errors.items():
-        case.result.rows.append(case.row(f"d{name}", error, FD_BAR, against="finite differences"))

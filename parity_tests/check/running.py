@@ -33,11 +33,12 @@ def positions_held(ref_shape: tuple, shape: tuple):
     return {(B, 1, V): slice(-1, None), (B, V): -1}.get(tuple(shape), False)
 
 
-def rows(groups: list, dtype, own: dict | None = None) -> list:
+def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True) -> list:
     """The Rows of each group of tensors (name -> (the module's, the reference's); a group's relative errors are
     measured together) in `dtype`: each bar BAR[dtype], or, given `own` (the reference's own float32 error on each
-    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; every
-    gradient of the module zero is a failing row (vacuous)."""
+    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; with
+    `vacuous`, every gradient of the module zero is a failing row (check.pair's cases, a saturated softmax's among
+    them, are chosen and need none)."""
     label, found = np.dtype(dtype).name, []
     for group in groups:
         for n, (_, e) in relative_errors(group, dtype).items():
@@ -45,7 +46,7 @@ def rows(groups: list, dtype, own: dict | None = None) -> list:
             bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n])
             found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
     grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
-    if grads and not any(np.any(g) for g in grads):
+    if vacuous and grads and not any(np.any(g) for g in grads):
         found.append(Row("(every gradient is zero: vacuous)", label, math.inf, 0.0))
     return found
 
@@ -65,10 +66,8 @@ DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
 WIDEN = {torch.float32: torch.float64, torch.complex64: torch.complex128}
 CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg['dtype']))"
 MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
-HELD_TAIL = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
-HELD = "{} " + HELD_TAIL
-TYPED_TAIL = "with a float32 constant made in the forward with its dtype given (torch.tensor(..., dtype=torch.float32))"
-TYPED = "{} " + TYPED_TAIL
+HELD = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
+TYPED = "with a float32 constant made in the forward with its dtype given (torch.tensor(..., dtype=torch.float32))"
 MADE = (
     "a table made in float32 in the forward, then widened (torch.arange(n, dtype=torch.float32), .float() of integers)"
 )
@@ -189,13 +188,13 @@ def _what(op: str | None, kept: str | None) -> str:
     if op is None:
         return CAST
     if op == MADE:
-        return kept.format("a float32 tensor widened") if kept else MADE
-    return (kept or MIXED).format(op)
+        return f"a float32 tensor widened {kept}" if kept else MADE
+    return f"{op} {kept}" if kept else MIXED.format(op)
 
 
 def holds_float32(islands: list | None) -> bool:
     """Whether any island has a float32 operand the float64 run cannot widen (HELD, TYPED): it cannot be exact."""
-    return any(what.endswith((HELD_TAIL, TYPED_TAIL)) for _, what in islands or [])
+    return any(what.endswith((HELD, TYPED)) for _, what in islands or [])
 
 
 def island_message(islands: list) -> str:

@@ -88,7 +88,8 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
         model = copy_module(user).double().eval()
         _draw(model, np.random.default_rng(0))
         tower = _read(model)
-        fit = _fit(model, tower) if tower is not None else None
+        P = _params(model, tower) if tower is not None else {}
+        fit = _fit(model, tower, P) if tower is not None else None
     except Exception:  # a module this reading does not fit: the caller says what stopped the judge
         return None
     if tower is None or fit is None:
@@ -107,10 +108,10 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
                       for u, ours in tower.links.items()}  # fmt: skip
     dout = np.random.default_rng(2).standard_normal(tower.output.shape)
     for dtype in (np.float64, np.float32):
-        result.rows += _compare(model, tower, fit, dout, dtype)
+        result.rows += _compare(model, tower, P, fit, dout, dtype)
     result.passed = all(r.ok for r in result.rows)
     if not result.passed:
-        _place(model, tower, fit, result, judge)
+        _place(model, tower, P, fit, result, judge)
     return result
 
 
@@ -174,11 +175,10 @@ def _read(model: nn.Module) -> Tower | None:
     if not blocks or final is None:
         return None
     for i, block in enumerate(blocks):
-        parts = _block_parts(model, [n for n in inside if n.startswith(block + ".")])
+        parts = _block_parts(model, [n for n in inside if n.startswith(block + ".")], layer.format(i), names)
         if parts is None:
             return None
-        links |= {f"{block}.{u}": [f"{layer.format(i)}{names[o.split('.')[0]]}.{o.split('.')[1]}" for o in ours]
-                  for u, ours in parts.items()}  # fmt: skip
+        links |= parts
     links |= {f"{final}.weight": [f"{final_name}.weight"], f"{final}.bias": [f"{final_name}.bias"]}
     if head is not None:
         links |= {f"{head}.weight": ["head.weight"], f"{head}.bias": ["head.bias"]}
@@ -209,18 +209,13 @@ def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
         return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
-def _calls(model: nn.Module, names: list) -> list:
-    """The norms, linears and attentions among `names` (not the linears inside an nn.MultiheadAttention)."""
+def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict | None:
+    """A block's parameters -> the reference's tensors (`layer` + `ours`' name of each part, "q.weight", ...) their
+    rows hold, from the order its forward calls the submodules `names`; None where it is not norm, attention, norm,
+    fc1, fc2."""
     calls = [n for n in names if isinstance(model.get_submodule(n), CALLED)]
     mha = [c for c in calls if isinstance(model.get_submodule(c), nn.MultiheadAttention)]
-    return [n for n in calls if not any(n.startswith(c + ".") for c in mha)]
-
-
-def _block_parts(model: nn.Module, names: list) -> dict | None:
-    """A block's parameters (named below the block) -> the reference's parts ("q.weight", ...) their rows hold,
-    from the order its forward calls them; None where it is not norm, attention, norm, fc1, fc2."""
-    calls = _calls(model, names)
-    cut = len(_up(names[0])) + 1 if _up(names[0]) else 0
+    calls = [n for n in calls if not any(n.startswith(c + ".") for c in mha)]  # not an nn.MultiheadAttention's linears
     kinds = [type(model.get_submodule(n)) for n in calls]
     if kinds.count(nn.LayerNorm) != 2 or kinds[0] is not nn.LayerNorm:
         return None
@@ -236,8 +231,8 @@ def _block_parts(model: nn.Module, names: list) -> dict | None:
     if len(attention) not in roles:
         return None
     sources = [calls[0] + ".", *attention, calls[second] + ".", *(n + "." for n in mlp)]
-    ours = [("norm1",), *roles[len(attention)], ("norm2",), ("fc1",), ("fc2",)]
-    return {f"{s[cut:]}{k}": [f"{o}.{k}" for o in parts] for s, parts in zip(sources, ours, strict=True)
+    parts = [("norm1",), *roles[len(attention)], ("norm2",), ("fc1",), ("fc2",)]
+    return {f"{s}{k}": [f"{layer}{ours[o]}.{k}" for o in held] for s, held in zip(sources, parts, strict=True)
             for k in ("weight", "bias")}  # fmt: skip
 
 
@@ -256,11 +251,12 @@ def _draw(model: nn.Module, rng) -> None:
             t.copy_(torch.from_numpy(values))
 
 
-def _params(model: nn.Module, tower: Tower, dtype) -> dict:
-    """The reference's tensors (our names) from the module's: fused ones split by rows, missing biases zero."""
+def _params(model: nn.Module, tower: Tower) -> dict:
+    """The reference's tensors (our names, float64) from the module's: fused ones split by rows, missing biases
+    zero."""
     params = {}
     for user_name, ours in tower.links.items():
-        value = model.get_parameter(user_name).detach().double().numpy().astype(dtype)
+        value = model.get_parameter(user_name).detach().double().numpy()
         for name, piece in zip(ours, np.split(value, len(ours)), strict=True):
             params[name] = piece
     positions, layer, names, _ = NAMES[tower.kind]
@@ -268,15 +264,16 @@ def _params(model: nn.Module, tower: Tower, dtype) -> dict:
     for i in range(len(tower.blocks)):
         for part in PARTS:
             rows = params[f"{layer.format(i)}{names[part]}.weight"].shape[0]
-            params.setdefault(f"{layer.format(i)}{names[part]}.bias", np.zeros(rows, dtype))
-    return params | ({f"{PATCH}.bias": np.zeros(tower.D, dtype)} if f"{PATCH}.bias" not in params else {})
+            params.setdefault(f"{layer.format(i)}{names[part]}.bias", np.zeros(rows))
+    return params | ({f"{PATCH}.bias": np.zeros(tower.D)} if f"{PATCH}.bias" not in params else {})
 
 
-def _reference(P: dict, inputs, tower: Tower, fit: Fit):
-    """The reference's forward: (output, backward, the hidden states before and after each block); backward(dout)
-    -> the gradients by our names, and "inputs" (a ViT's pixels')."""
+def _reference(P: dict, tower: Tower, fit: Fit, dtype=np.float64):
+    """The reference's forward in `dtype` on the tensors `P` (_params): (output, backward, the hidden states before
+    and after each block); backward(dout) -> the gradients by our names, and "inputs" (a ViT's pixels')."""
     positions_name, layer, names, final_name = NAMES[tower.kind]
     n_layers, eps, vit = len(tower.blocks), fit.eps, tower.kind == "vit"
+    P, inputs = {k: v.astype(dtype) for k, v in P.items()}, tower.inputs.astype(dtype) if vit else tower.inputs
     if vit:
         x, patch = V.patch_embedding_forward(inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
         x, cls = V.prepend_class_token_forward(x, P[CLS])  # (B, 1 + N, D)
@@ -320,13 +317,13 @@ def _reference(P: dict, inputs, tower: Tower, fit: Fit):
     return out, backward, hidden
 
 
-def _fit(model: nn.Module, tower: Tower) -> Fit | None:
+def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
     """The Fit under which the reference agrees with the module: its output, else the most blocks in a row, then
     the closest output; None where no output shape corresponds."""
     out, calls = tower.output, tower.calls
     eps = next(m.eps for m in model.modules() if isinstance(m, nn.LayerNorm))
     mha = [m.num_heads for m in model.modules() if isinstance(m, nn.MultiheadAttention)]
-    D, P, best, rank = tower.D, _params(model, tower, np.float64), None, None
+    D, best, rank = tower.D, None, None
     shapes = {"hidden": out.ndim == 3, "pooled": out.shape == (2, D), "head": tower.head and out.ndim == 2}
     text = tower.kind == "text"
     pools = ("end token (the largest id)", "last") if text else ("class token",)
@@ -337,7 +334,7 @@ def _fit(model: nn.Module, tower: Tower) -> Fit | None:
         if output == "hidden" and pool != pools[0]:
             continue  # nothing pooled
         fit = Fit(output, pool, causal, activation, n_heads, eps)
-        ref, _, hidden = _reference(P, tower.inputs, tower, fit)
+        ref, _, hidden = _reference(P, tower, fit)
         if ref.shape != out.shape:
             continue
         error = _error(out, ref)
@@ -349,7 +346,7 @@ def _fit(model: nn.Module, tower: Tower) -> Fit | None:
     return best
 
 
-def _compare(model: nn.Module, tower: Tower, fit: Fit, dout, dtype) -> list:
+def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> list:
     """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.rows); float32 bars
     from the reference's own float32 error on each tensor."""
     user = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32)
@@ -363,8 +360,7 @@ def _compare(model: nn.Module, tower: Tower, fit: Fit, dout, dtype) -> list:
     mine = {n: t.detach().double().numpy() for n, t in mine.items()}
 
     def reference(d):
-        inputs = tower.inputs.astype(d) if tower.kind == "vit" else tower.inputs
-        ref_out, backward, _ = _reference(_params(model, tower, d), inputs, tower, fit)
+        ref_out, backward, _ = _reference(P, tower, fit, d)
         grads = backward(dout.astype(d))
         ours = {"output": ref_out} | ({"dpixel_values": grads["inputs"]} if "inputs" in grads else {})
         for n, names in tower.links.items():
@@ -377,15 +373,15 @@ def _compare(model: nn.Module, tower: Tower, fit: Fit, dout, dtype) -> list:
     return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own)
 
 
-def _place(model: nn.Module, tower: Tower, fit: Fit, result: Result, judge) -> None:
+def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, judge) -> None:
     """The first part whose output differs (front end, a block, the final norm or head), and a catalogued mistake
     inside that block where the judge's layer level names one on the block's own recorded call."""
     calls, blocks = tower.calls, tower.blocks
-    hidden = _reference(_params(model, tower, np.float64), tower.inputs, tower, fit)[2]  # block 0's input first
+    hidden = _reference(P, tower, fit)[2]  # block 0's input first
     where = tower.final
     if _differs(calls[blocks[0]][0][0], hidden[0]):
         where = f"{tower.front} (the front end: its table, tokens and positions before the first block)"
-        result.diagnoses = _front_mistakes(model, tower, calls[blocks[0]][0][0])
+        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]][0][0])
     diverging = (b for i, b in enumerate(blocks) if _differs(calls[b][2], hidden[i + 1]))
     block = next(diverging, None) if where == tower.final else None
     if block is not None:
@@ -401,12 +397,11 @@ def _place(model: nn.Module, tower: Tower, fit: Fit, result: Result, judge) -> N
         result.unexplained = f"{where}: diverges from the reference tower; no catalogue variant reproduces it"
 
 
-def _front_mistakes(model: nn.Module, tower: Tower, mine: torch.Tensor) -> list:
+def _front_mistakes(tower: Tower, P: dict, mine: torch.Tensor) -> list:
     """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: positions added
     before the class token is put in front (patch n gets row n - 1, the class token none)."""
     if tower.kind != "vit":
         return []
-    P = _params(model, tower, np.float64)
     x, _ = V.patch_embedding_forward(tower.inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
     x, _ = V.prepend_class_token_forward(x + P[POSITIONS_VIT][: x.shape[1]], P[CLS])  # (B, 1 + N, D)
     if _differs(mine, x):
