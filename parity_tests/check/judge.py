@@ -33,7 +33,7 @@ from .diagnosis import MATCH, _error, _valid
 from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
-from .session import Check, Layout, copy_of, prepare, probe_of, run_user, stated
+from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 
@@ -91,7 +91,8 @@ class Choice:
 
 def choose(check: Check) -> Choice:
     """The first Choice under which the user's float64 output matches the reference's; when none does, the closest
-    (smallest error) of those that run, matched=False."""
+    (smallest error) of those that run, matched=False, or where parts are hooked the one whose first divergence
+    lies latest (divergence.latest_divergence)."""
     errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     for n, layout in enumerate(check.layouts):
@@ -115,7 +116,8 @@ def choose(check: Check) -> Choice:
             f"the module could not be called as the reference {check.level!r} is; tried {len(errors)} "
             "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    return dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
+    best = dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
+    return DV.latest_divergence(check, best) if check.entry.hooked and check.is_module else best
 
 
 def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> list:
@@ -251,30 +253,37 @@ def module(
         raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
+    found = MP.Structure()  # the recording: read again where the judge stops (unsupported.explain)
     try:
-        given = fields | {"config": config}
         with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
-            return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
-    except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
-        where = "its forward" if isinstance(user_module, nn.Module) else "the function"
-        return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
-    except Exception as exc:  # never an exception out of the judge: math it has no pair for, else what is missing
-        return could_not_judge(user_module, reference, call, exc)
+            # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
+            level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
+            given = fields | {"config": config}
+            if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
+                given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
+            mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
+            conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
+            found = recording(user_module, level, given, seed, **conventions)
+            check = prepare(user_module, level, given, mapped, found, seed, **conventions)
+            return verdict(check, choose(check), reference, dtypes)
+    except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
+        return could_not_judge(user_module, reference, found.flow, exc)
     finally:
         torch.set_num_threads(threads)
 
 
-def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result:
+def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:
     """The answer where the judge stopped on `exc`: "differs at ...: ..., which the reference has no pair for"
-    where a plain call of the module shows math the reference lacks (unsupported.py), else "could not judge:
-    <what stopped it>; pass <the argument that settles it>"."""
+    where the recorded forward (`flow`) shows math the reference lacks (unsupported.py), else "could not judge:
+    <what stopped it>; pass <the argument that settles it>"; where the user's code ended the program, its reason."""
+    if isinstance(exc, SystemExit):
+        where = "its forward" if isinstance(user_module, nn.Module) else "the function"
+        return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
     tower = TW.judge_tower(user_module, reference, module)
     if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
         return tower
     result = Result(reference=reference)
-    if isinstance(user_module, nn.Module):  # a plain call may show it
-        run = US.plain_call(user_module, standing_for(reference, None), call)
-        explained(result, US.explain(*run) if run is not None else None)
+    explained(result, US.explain(flow))
     if result.diagnoses:
         return result
     if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
@@ -308,9 +317,7 @@ def said_why(check: Check, choice: Choice, result: Result) -> None:
     failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
     if not failed or result.diagnoses:
         return
-    if check.is_module:
-        copy = copy_of(check, choice.layout, np.float64)
-        explained(result, US.explain(copy, lambda: run_user(check, choice.layout, choice.caller, np.float64)))
+    explained(result, US.explain(check.flow))
     if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
@@ -419,15 +426,3 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     fully_padded_source(check, choice, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
     return result
-
-
-def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example) -> Result:
-    # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
-    level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-    if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
-        given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
-    check = prepare(user_module, level, given, mapping, call, batch_first, mask, seed, example)
-    choice = choose(check)
-    if not choice.matched and check.entry.hooked and check.is_module:
-        choice = DV.latest_divergence(check, choice)
-    return verdict(check, choice, reference, dtypes)
