@@ -495,7 +495,8 @@ def _feed_forwards(flow: Flow) -> None:
         if operand is None:
             continue
         ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
-        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and _activation_between(node, ins[0]):
+        acted = {projection(n) for n in _walk(_activations(node), _behind)}  # those an activation reads, on the way
+        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
             flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
             width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])
             fused = width == 2 * operand.shape[-1]  # Phi-3's gate_up_proj
@@ -503,7 +504,7 @@ def _feed_forwards(flow: Flow) -> None:
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])
         elif len(ins) == 2:
-            gated = [i for i in ins if _activation_between(node, i)]
+            gated = [i for i in ins if i in acted]
             if len(gated) == 1:
                 up = next(i for i in ins if i != gated[0])
                 flow.roles |= {gated[0]: "gate", up: "up", w: "down"}
@@ -514,11 +515,6 @@ def _activations(product: Node) -> list:
     """The activations on the way back from `product`'s computed operands (not a parameter or a view of one)."""
     operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
     return [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
-
-
-def _activation_between(product: Node, weight: str) -> bool:
-    """An activation on the way back from `product`'s input to the projection of `weight`."""
-    return any(projection(n) == weight for n in _walk(_activations(product), _behind))
 
 
 def _gate_part(product: Node) -> int:

@@ -1,12 +1,12 @@
 """check.module: a user's torch module judged by the NumPy reference, with the mistake named when it has a name.
 
-One pass over frozen stages, each returned by a function: session.prepare records the module's forward once and
-reads the model it implies (a Check holding a Model); `choose` runs the candidate callers, weight maps and configs
-until the user's float64 output reproduces the reference's (a Choice); `verdict` compares the output, every
-parameter gradient and every input gradient under it, with one random upstream gradient (zero at padded target
-positions), in float64 and float32, and names what fails (divergence.diagnose: probes, then the first divergent
-submodule judged in situ, or a component's variants). The user's own module is never touched: copies hold the
-reference's random weights.
+One pass over frozen stages, each returned by a function: session.recording records the module's forward once,
+session.prepare reads the model it implies (a Check holding a Model); `choose` runs the candidate callers, weight
+maps and configs until the user's float64 output reproduces the reference's (a Choice); `verdict` compares the
+output, every parameter gradient and every input gradient under it, with one random upstream gradient (zero at
+padded target positions), in float64 and float32, and names what fails (divergence.diagnose: probes, then the first
+divergent submodule judged in situ, or a component's variants). The user's own module is never touched: copies hold
+the reference's random weights.
 """
 
 from __future__ import annotations
@@ -169,10 +169,11 @@ def compare(check: Check, choice: Choice, dtype) -> list:
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     own = None
     if dtype == np.float32 or holds_float32(check.cache.get("islands")):  # a float32 tensor held: float64 no better
-        ref32, ref64 = (
-            reference_tensors(LV.run_reference(check.level, check.params, p, choice.cfg, d), p, kind, index, dout)
-            for d in (np.float32, np.float64)
+        twin = np.float64 if dtype == np.float32 else np.float32  # the reference in the other dtype: its own error
+        again = reference_tensors(
+            LV.run_reference(check.level, check.params, p, choice.cfg, twin), p, kind, index, dout
         )
+        ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
     return rows([pairs, grads], dtype, own)
 
@@ -391,9 +392,8 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     """The Result under `choice`: the conventions (confirmed where it matched, else assumed), the map, every
     tensor's rows in each of `dtypes`, then what names a failure (divergence.diagnose, said_why) and the notes."""
     caller, cfg, kind, layout, entry = choice.caller, choice.cfg, choice.kind, choice.layout, check.entry
-    result = Result(reference=reference, mapping=WM.table(layout.links, check.model.zero), config=cfg)
-    for name in check.model.overwrite:  # fixed tables are matched like weights, and said so
-        result.mapping[name] = WM.fixed_entry("wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout)
+    fixed = "wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout  # the fixed tables' layout
+    result = Result(reference=reference, mapping=WM.table(layout.links, check.model, fixed), config=cfg)
     output = entry.group == "model" or entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if choice.probe is not check.probes[(caller.self_attention, caller.causal)]:
