@@ -74,9 +74,8 @@ def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
 class Choice:
     """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
     "log_probs"), weight-map layout, the probe the caller runs on (session.probe_of) and the output positions it
-    returns (None: every one); matched when a run
-    reproduced the reference's output under them, else the closest that ran (error: its relative error); runnable:
-    the callers under which the module ran, in the order tried."""
+    returns (None: every one); matched when a run reproduced the reference's output under them, else the closest
+    that ran (error: its relative error); runnable: the callers under which the module ran, in the order tried."""
 
     caller: Any
     cfg: TransformerConfig
@@ -284,20 +283,18 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
         return tower
     result = Result(reference=reference)
-    explained(result, US.explain(flow))
-    if result.diagnoses:
+    explained(result, US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) else None))  # else what it met
+    if result.diagnoses or result.unsupported:
         return result
-    if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
-        result.unsupported = exc.answer
     patches = TW.patch_embedding(user_module) if isinstance(user_module, nn.Module) else None
-    if result.unsupported is None and patches is not None:  # a vision tower towers.py could not read
+    if patches is not None:  # a vision tower towers.py could not read
         result.error = (
             f"could not judge: {patches or '(the module)'} cuts an image into patches, but the rest is not the ViT "
             "check/towers.py reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, "
             "two linears, a final norm); the judge's levels are the text Transformer's (it stopped on: "
             f"{str(exc)[:200]})"
         )
-    elif result.unsupported is None:
+    else:
         said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
         settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
         result.error = f"could not judge: {said}{settles}"
