@@ -189,7 +189,7 @@ def _behind(node: Node) -> list:
     return [] if node.op in PRODUCTS or node.param is not None else node.parents
 
 
-def _back(start: Node) -> tuple[list, list]:
+def back(start: Node) -> tuple[list, list]:
     """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
     met, the 1-D parameters met on the way (norm scales))."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
@@ -325,7 +325,7 @@ class Flow:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
         only from lookups and tables (an embedding norm's)."""
         index = self.order.get(param)
-        return index is not None and bool(_back(self.nodes[index])[0])
+        return index is not None and bool(back(self.nodes[index])[0])
 
 
 def read(nodes: list, values: dict) -> Flow:
@@ -428,7 +428,7 @@ def _attention(node: Node) -> Attention | None:
             return None
     else:
         return None
-    (qw, qs), (kw, ks), (vw, _) = _back(q), _back(k), _back(v)
+    (qw, qs), (kw, ks), (vw, _) = back(q), back(k), back(v)
     outs = [n for n in _forward(after) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
@@ -494,7 +494,7 @@ def _feed_forwards(flow: Flow) -> None:
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
         if operand is None:
             continue
-        ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
+        ins = [i for i in dict.fromkeys(back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
         acted = {projection(n) for n in _walk(_activations(node), _behind)}  # those an activation reads, on the way
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
             flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"

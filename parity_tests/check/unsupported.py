@@ -88,20 +88,9 @@ def _previous_token_gate(rec) -> tuple | None:
     for node in rec.nodes:
         if node.op in ("mul", "__mul__", "__rmul__") and len(node.parents) == 2 and any(map(_shifted, node.parents)):
             gate = next((p for p in node.parents if not _shifted(p)), None)
-            weight = _read_weight(gate)
-            where = weight.rsplit(".", 1)[0] if weight and "." in weight else (gate.module if gate else node.module)
+            weight = next(iter(DF.back(gate)[0]), "") if gate is not None else ""  # the gate's projection
+            where = weight.rsplit(".", 1)[0] if "." in weight else (gate.module if gate else node.module)
             return where, "a gate mixes the previous position into each one (x[t] + g(x[t]) * x[t - 1])"
-    return None
-
-
-def _read_weight(node, depth: int = 6) -> str | None:
-    """The parameter of the first product `node` is computed from (through element-wise ops), if any."""
-    for _ in range(depth):
-        if node is None:
-            return None
-        if node.op in DF.PRODUCTS:
-            return next((DF.weight_of(p) for p in node.parents if DF.weight_of(p)), None)
-        node = node.parents[0] if node.parents else None
     return None
 
 
@@ -109,7 +98,7 @@ def _activation(rec) -> tuple | Diagnosis | None:
     """A product whose input is an element-wise function of another product's output (same shape), told apart
     by its values: (where it is computed, what it computes) where the reference has no such function; QuickGELU's
     form at another constant, the catalogue's Diagnosis."""
-    products = [n for n in rec.nodes if n.op in DF.PRODUCTS and any(DF.weight_of(p) for p in n.parents)]
+    products = [n for n in rec.nodes if DF.projection(n)]
     for second in products:
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         if x is None or x.index not in rec.values:
