@@ -73,7 +73,7 @@ class _Recorder(TorchFunctionMode):
         self.of: dict = {}  # id(tensor) -> Node
         self.keep: list = []  # the tensors seen, kept alive so that their ids stay theirs
         self.path: list[str] = [""]
-        self.values: dict | None = None  # node index -> the tensor it made, where asked for (unsupported.py)
+        self.values: dict = {}  # node index -> the tensor it made (unsupported.py reads them)
 
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
@@ -110,8 +110,7 @@ class _Recorder(TorchFunctionMode):
         elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
             node.value = next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
         self.nodes.append(node)
-        if self.values is not None:
-            self.values[node.index] = outs[0]
+        self.values[node.index] = outs[0]
         for p in parents:
             p.children.append(node)
         for i, o in enumerate(outs):
@@ -125,21 +124,19 @@ class _Recorder(TorchFunctionMode):
         return part
 
 
-def record(run, module: nn.Module, values: bool = False) -> _Recorder:
-    """One call of `run()` (which calls `module`) recorded: its Nodes in the order they ran (.nodes) and, where
-    `values`, the tensor each made (.values: node index -> tensor)."""
+def record(run, module: nn.Module) -> Flow:
+    """One call of `run()` (which calls `module`) recorded and read: its Flow (see the module docstring)."""
     names: dict = {}
     for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
         names.setdefault(id(t), name)
     rec = _Recorder(names)
-    rec.values = {} if values else None
 
     def leave(*_) -> None:
         rec.path.pop()
 
     with hooked(module.named_modules(), leave, rec.path.append), rec:
         run()
-    return rec
+    return read(rec.nodes, rec.values)
 
 
 @contextmanager
@@ -158,7 +155,7 @@ def hooked(modules, after, before=None) -> Iterator[None]:
             h.remove()
 
 
-def _root(node: Node) -> Node:
+def root(node: Node) -> Node:
     """`node` seen through views: the parameter it is, else the first node that computes."""
     while node.param is None and node.op in VIEWS and len(node.parents) == 1:
         node = node.parents[0]
@@ -167,8 +164,8 @@ def _root(node: Node) -> Node:
 
 def weight_of(node: Node) -> str | None:
     """The parameter (2 or more axes) `node` is, seen through views; None for anything computed."""
-    root = _root(node)
-    return root.param if root.param is not None and len(root.shape) >= 2 else None
+    seen = root(node)
+    return seen.param if seen.param is not None and len(seen.shape) >= 2 else None
 
 
 def projection(node: Node) -> str | None:
@@ -192,7 +189,7 @@ def _behind(node: Node) -> list:
     return [] if node.op in PRODUCTS or node.param is not None else node.parents
 
 
-def _back(start: Node) -> tuple[list, list]:
+def back(start: Node) -> tuple[list, list]:
     """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
     met, the 1-D parameters met on the way (norm scales))."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
@@ -240,6 +237,7 @@ class Flow:
     """What the recorded forward says: roles, first uses, attentions, feed-forward blocks, position lookups."""
 
     nodes: list
+    values: dict = field(default_factory=dict)  # node index -> the tensor it made
     order: dict = field(default_factory=dict)  # parameter name -> the index of its first use
     roles: dict = field(default_factory=dict)  # weight name -> q, k, v, out, gate, up, down, ffn_in, ffn_out
     attentions: list = field(default_factory=list)  # in the order they run
@@ -272,7 +270,7 @@ class Flow:
             return None
 
         def residual(n: Node) -> bool:  # a sum of two computed tensors, not a projection's bias added (Falcon's)
-            return n.op in ADDS and all(_root(p).param is None for p in n.parents)
+            return n.op in ADDS and all(root(p).param is None for p in n.parents)
 
         ahead = _walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children)
         add = next((n for n in ahead if residual(n)), None)
@@ -300,7 +298,7 @@ class Flow:
         def read(weight: str) -> Node | None:
             node = next((n for n in self.nodes if projection(n) == weight), None)
             x = next((p for p in node.parents if weight_of(p) is None), None) if node is not None else None
-            return _root(x) if x is not None else None
+            return root(x) if x is not None else None
 
         q = read(self.attentions[0].q[0])
         return q is not None and q is read(self.blocks[0][0])
@@ -327,12 +325,12 @@ class Flow:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
         only from lookups and tables (an embedding norm's)."""
         index = self.order.get(param)
-        return index is not None and bool(_back(self.nodes[index])[0])
+        return index is not None and bool(back(self.nodes[index])[0])
 
 
-def read(nodes: list) -> Flow:
-    """The Flow of recorded Nodes (see the module docstring)."""
-    flow = Flow(nodes)
+def read(nodes: list, values: dict) -> Flow:
+    """The Flow of recorded Nodes and the tensors they made (see the module docstring)."""
+    flow = Flow(nodes, values)
     _uses(flow)
     flow.attentions = _heads_merged([a for a in map(_attention, nodes) if a is not None])
     for a in flow.attentions:
@@ -366,11 +364,11 @@ def _uses(flow: Flow) -> None:
     parameter indexed, P[ids] or P[:T], and no product's weight) with any ids."""
     indexed = set()
     for node in flow.nodes:
-        for root in map(_root, node.parents):
-            if root.param is not None and root.param not in flow.order:
-                flow.order[root.param] = node.index
-                if node.op in ADDS and node.value == 1 and len(root.shape) == 1:
-                    flow.plus_one.add(root.param)
+        for seen in map(root, node.parents):
+            if seen.param is not None and seen.param not in flow.order:
+                flow.order[seen.param] = node.index
+                if node.op in ADDS and node.value == 1 and len(seen.shape) == 1:
+                    flow.plus_one.add(seen.param)
         table = None
         if node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents:
             table = weight_of(node.parents[0 if node.op == "__getitem__" else -1])
@@ -430,7 +428,7 @@ def _attention(node: Node) -> Attention | None:
             return None
     else:
         return None
-    (qw, qs), (kw, ks), (vw, _) = _back(q), _back(k), _back(v)
+    (qw, qs), (kw, ks), (vw, _) = back(q), back(k), back(v)
     outs = [n for n in _forward(after) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
@@ -496,8 +494,9 @@ def _feed_forwards(flow: Flow) -> None:
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
         if operand is None:
             continue
-        ins = [i for i in dict.fromkeys(_back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
-        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and _activation_between(node, ins[0]):
+        ins = [i for i in dict.fromkeys(back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
+        acted = {projection(n) for n in _walk(_activations(node), _behind)}  # those an activation reads, on the way
+        if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
             flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
             width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])
             fused = width == 2 * operand.shape[-1]  # Phi-3's gate_up_proj
@@ -505,7 +504,7 @@ def _feed_forwards(flow: Flow) -> None:
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])
         elif len(ins) == 2:
-            gated = [i for i in ins if _activation_between(node, i)]
+            gated = [i for i in ins if i in acted]
             if len(gated) == 1:
                 up = next(i for i in ins if i != gated[0])
                 flow.roles |= {gated[0]: "gate", up: "up", w: "down"}
@@ -516,11 +515,6 @@ def _activations(product: Node) -> list:
     """The activations on the way back from `product`'s computed operands (not a parameter or a view of one)."""
     operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
     return [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
-
-
-def _activation_between(product: Node, weight: str) -> bool:
-    """An activation on the way back from `product`'s input to the projection of `weight`."""
-    return any(projection(n) == weight for n in _walk(_activations(product), _behind))
 
 
 def _gate_part(product: Node) -> int:

@@ -1,12 +1,12 @@
 """check.module: a user's torch module judged by the NumPy reference, with the mistake named when it has a name.
 
-One pass over frozen stages, each returned by a function: session.prepare records the module's forward once and
-reads the model it implies (a Check holding a Model); `choose` runs the candidate callers, weight maps and configs
-until the user's float64 output reproduces the reference's (a Choice); `verdict` compares the output, every
-parameter gradient and every input gradient under it, with one random upstream gradient (zero at padded target
-positions), in float64 and float32, and names what fails (divergence.diagnose: probes, then the first divergent
-submodule judged in situ, or a component's variants). The user's own module is never touched: copies hold the
-reference's random weights.
+One pass over frozen stages, each returned by a function: session.recording records the module's forward once,
+session.prepare reads the model it implies (a Check holding a Model); `choose` runs the candidate callers, weight
+maps and configs until the user's float64 output reproduces the reference's (a Choice); `verdict` compares the
+output, every parameter gradient and every input gradient under it, with one random upstream gradient (zero at
+padded target positions), in float64 and float32, and names what fails (divergence.diagnose: probes, then the first
+divergent submodule judged in situ, or a component's variants). The user's own module is never touched: copies hold
+the reference's random weights.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .diagnosis import MATCH, _error, _valid
 from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
-from .session import Check, Layout, copy_of, prepare, probe_of, run_user, stated
+from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
 
@@ -74,9 +74,8 @@ def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
 class Choice:
     """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
     "log_probs"), weight-map layout, the probe the caller runs on (session.probe_of) and the output positions it
-    returns (None: every one); matched when a run
-    reproduced the reference's output under them, else the closest that ran (error: its relative error); runnable:
-    the callers under which the module ran, in the order tried."""
+    returns (None: every one); matched when a run reproduced the reference's output under them, else the closest
+    that ran (error: its relative error); runnable: the callers under which the module ran, in the order tried."""
 
     caller: Any
     cfg: TransformerConfig
@@ -91,7 +90,8 @@ class Choice:
 
 def choose(check: Check) -> Choice:
     """The first Choice under which the user's float64 output matches the reference's; when none does, the closest
-    (smallest error) of those that run, matched=False."""
+    (smallest error) of those that run, matched=False, or where parts are hooked the one whose first divergence
+    lies latest (divergence.latest_divergence)."""
     errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     for n, layout in enumerate(check.layouts):
@@ -115,7 +115,8 @@ def choose(check: Check) -> Choice:
             f"the module could not be called as the reference {check.level!r} is; tried {len(errors)} "
             "conventions, the first few failed with:\n  " + "\n  ".join(list(dict.fromkeys(errors))[:4])
         )
-    return dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
+    best = dataclasses.replace(best, runnable=tuple(runnable))  # nothing matches: the closest, to diagnose from
+    return DV.latest_divergence(check, best) if check.entry.hooked and check.is_module else best
 
 
 def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> list:
@@ -167,10 +168,11 @@ def compare(check: Check, choice: Choice, dtype) -> list:
             grads[n] = (user_params.get(n[2:], np.zeros_like(g)), g)
     own = None
     if dtype == np.float32 or holds_float32(check.cache.get("islands")):  # a float32 tensor held: float64 no better
-        ref32, ref64 = (
-            reference_tensors(LV.run_reference(check.level, check.params, p, choice.cfg, d), p, kind, index, dout)
-            for d in (np.float32, np.float64)
+        twin = np.float64 if dtype == np.float32 else np.float32  # the reference in the other dtype: its own error
+        again = reference_tensors(
+            LV.run_reference(check.level, check.params, p, choice.cfg, twin), p, kind, index, dout
         )
+        ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
     return rows([pairs, grads], dtype, own)
 
@@ -251,43 +253,48 @@ def module(
         raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors, one op at a time: a thread pool only adds latency
+    found = MP.Structure()  # the recording: read again where the judge stops (unsupported.explain)
     try:
-        given = fields | {"config": config}
         with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
-            return _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example)
-    except SystemExit as exc:  # the user's code ended the program: a failure with its reason, never an exit
-        where = "its forward" if isinstance(user_module, nn.Module) else "the function"
-        return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
-    except Exception as exc:  # never an exception out of the judge: math it has no pair for, else what is missing
-        return could_not_judge(user_module, reference, call, exc)
+            # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
+            level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
+            given = fields | {"config": config}
+            if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
+                given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
+            mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
+            conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
+            found = recording(user_module, level, given, seed, **conventions)
+            check = prepare(user_module, level, given, mapped, found, seed, **conventions)
+            return verdict(check, choose(check), reference, dtypes)
+    except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
+        return could_not_judge(user_module, reference, found.flow, exc)
     finally:
         torch.set_num_threads(threads)
 
 
-def could_not_judge(user_module, reference: str, call, exc: Exception) -> Result:
+def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:
     """The answer where the judge stopped on `exc`: "differs at ...: ..., which the reference has no pair for"
-    where a plain call of the module shows math the reference lacks (unsupported.py), else "could not judge:
-    <what stopped it>; pass <the argument that settles it>"."""
+    where the recorded forward (`flow`) shows math the reference lacks (unsupported.py), else "could not judge:
+    <what stopped it>; pass <the argument that settles it>"; where the user's code ended the program, its reason."""
+    if isinstance(exc, SystemExit):
+        where = "its forward" if isinstance(user_module, nn.Module) else "the function"
+        return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
     tower = TW.judge_tower(user_module, reference, module)
     if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
         return tower
     result = Result(reference=reference)
-    if isinstance(user_module, nn.Module):  # a plain call may show it
-        run = US.plain_call(user_module, standing_for(reference, None), call)
-        explained(result, US.explain(*run) if run is not None else None)
-    if result.diagnoses:
+    explained(result, US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) else None))  # else what it met
+    if result.diagnoses or result.unsupported:
         return result
-    if result.unsupported is None and isinstance(exc, US.NoPair):  # else what the reading met
-        result.unsupported = exc.answer
     patches = TW.patch_embedding(user_module) if isinstance(user_module, nn.Module) else None
-    if result.unsupported is None and patches is not None:  # a vision tower towers.py could not read
+    if patches is not None:  # a vision tower towers.py could not read
         result.error = (
             f"could not judge: {patches or '(the module)'} cuts an image into patches, but the rest is not the ViT "
             "check/towers.py reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, "
             "two linears, a final norm); the judge's levels are the text Transformer's (it stopped on: "
             f"{str(exc)[:200]})"
         )
-    elif result.unsupported is None:
+    else:
         said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
         settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
         result.error = f"could not judge: {said}{settles}"
@@ -308,9 +315,7 @@ def said_why(check: Check, choice: Choice, result: Result) -> None:
     failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
     if not failed or result.diagnoses:
         return
-    if check.is_module:
-        copy = copy_of(check, choice.layout, np.float64)
-        explained(result, US.explain(copy, lambda: run_user(check, choice.layout, choice.caller, np.float64)))
+    explained(result, US.explain(check.flow))
     if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
@@ -384,9 +389,8 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     """The Result under `choice`: the conventions (confirmed where it matched, else assumed), the map, every
     tensor's rows in each of `dtypes`, then what names a failure (divergence.diagnose, said_why) and the notes."""
     caller, cfg, kind, layout, entry = choice.caller, choice.cfg, choice.kind, choice.layout, check.entry
-    result = Result(reference=reference, mapping=WM.table(layout.links, check.model.zero), config=cfg)
-    for name in check.model.overwrite:  # fixed tables are matched like weights, and said so
-        result.mapping[name] = WM.fixed_entry("wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout)
+    fixed = "wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout  # the fixed tables' layout
+    result = Result(reference=reference, mapping=WM.table(layout.links, check.model, fixed), config=cfg)
     output = entry.group == "model" or entry.stands_for is not None  # a model, or in its place
     conventions = caller.conventions() | ({"output": kind} if output else {})
     if choice.probe is not check.probes[(caller.self_attention, caller.causal)]:
@@ -419,15 +423,3 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     fully_padded_source(check, choice, result)
     result.passed = all(r.ok for r in result.rows) and not result.diagnoses and result.first_divergence is None
     return result
-
-
-def _module(user_module, reference, given, mapping, call, batch_first, mask, dtypes, seed, example) -> Result:
-    # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
-    level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-    if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
-        given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
-    check = prepare(user_module, level, given, mapping, call, batch_first, mask, seed, example)
-    choice = choose(check)
-    if not choice.matched and check.entry.hooked and check.is_module:
-        choice = DV.latest_divergence(check, choice)
-    return verdict(check, choice, reference, dtypes)

@@ -117,23 +117,19 @@ class Check:
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
 
-def prepare(user, level: str, given: dict, mapping, call, batch_first, mask, seed: int, example) -> Check:
-    """The Check of `user` at `level`: recorded, its Model inferred, the reference's weights and probes drawn. What
-    the judge cannot read raises, and check.module answers it as "could not judge: ...; pass ..." or, for math the
-    reference lacks, as Result.unsupported."""
+def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: int, **conventions) -> Check:
+    """The Check of `user` at `level`, recorded as `found` (recording): its Model inferred, the reference's weights
+    and probes drawn; `mapped`: the (links, zero) of a mapping= given. What the judge cannot read raises, and
+    check.module answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as
+    Result.unsupported."""
     entry, notes, is_module = LEVELS[level], [], isinstance(user, nn.Module)
-    mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
-    # the probe's batch and lengths: the example's where one is given
-    sizes = C.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
-    conventions = dict(batch_first=batch_first, mask=mask, call=call, example=example)
-    found = recording(user, level, given, seed, sizes, **conventions)
     model = inferred(user, level, found, given, mapped, notes)
     shapes = entry.shapes(model.cfg)
     params = LV.init_reference(shapes, np.random.default_rng(seed), model.zero)
     if mapped is not None and is_module:  # a given map: every name it holds exists, every size agrees
         tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
         WM.refuse_unknown(model.links, model.zero, params, tensors, level)
-    probes = {}
+    probes, sizes = {}, probe_sizes(user, level, **conventions)
     for key in [(False, False)] + ([(True, False), (True, True)] if entry.self_attention_probes else []):
         p = probes[key] = entry.probe(model.cfg, np.random.default_rng(seed + 1), *key, sizes=sizes)
         if p.src_keep is not None:  # for a caller that passes no mask (probe_of)
@@ -143,8 +139,8 @@ def prepare(user, level: str, given: dict, mapping, call, batch_first, mask, see
     rope = rope_options(entry, model, stated(given))
     head = output_head(user, model.links) if is_module and entry.group == "model" else None
     return Check(
-        user, level, entry, is_module, given, mask, seed, model, found.flow, shapes, params, probes,
-        tuple(C.callers(user, level, **conventions)), tuple(layouts(model, rope, mapping is None and is_module)),
+        user, level, entry, is_module, given, conventions["mask"], seed, model, found.flow, shapes, params, probes,
+        tuple(C.callers(user, level, **conventions)), tuple(layouts(model, rope, mapped is None and is_module)),
         tuple(config_candidates(entry, model, found.flow, rope, stated(given))), head, tuple(notes),
     )  # fmt: skip
 
@@ -257,13 +253,19 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
     return [Layout(links, halves), Layout(MP.interleave_rope(links, Dh, model.cfg.rotary_dim or 0), pairs)]
 
 
-def recording(user, level: str, given: dict, seed: int, sizes: PR.Sizes, **conventions) -> MP.Structure:
+def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Sizes:
+    """The probe's batch and lengths: the example's where one is given (calling.sizes)."""
+    return C.sizes(user, level, example, batch_first) if example is not None else PR.SIZES
+
+
+def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
     tables on small ids (under at most 16 conventions: a has_mask flag), else, where the roles are read from the
     computation, on the level's probe at the sizes its parameters give (sized_config). Not a module: nothing read."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
     entry, found, flow, raised = LEVELS[level], MP.structure(user), None, ""
+    sizes = probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
         flow, raised = read_flow(user, level, lambda caller: ids, 16, call=conventions["call"])
@@ -296,11 +298,9 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
         probe = probe_of(caller)
         tensors = as_tensors(probe, weight.dtype, weight.device)
         try:  # only a run that completes is read: a convention the model does not take leaves half a graph
-            rec = DF.record(lambda: caller(model, tensors, probe, weight.dtype), model)  # noqa: B023
+            return DF.record(lambda: caller(model, tensors, probe, weight.dtype), model), ""  # noqa: B023
         except Exception as error:  # a convention the module does not take; the check proper reports it
             raised = f"{type(error).__name__}: {str(error)[:200]}"
-            continue
-        return DF.read(rec.nodes), ""
     return None, raised
 
 

@@ -14,12 +14,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from . import dataflow as DF
 from .diagnosis import Diagnosis, relative
-from .levels import LEVELS
-from .running import copy_module
 
 
 def differs(where: str, what: str) -> str:
@@ -59,17 +56,12 @@ ACTIVATIONS = (
 )
 
 
-def explain(module, run) -> str | Diagnosis | None:
-    """The answer "differs at ...: ..., which the reference has no pair for" for `module` called by `run()` (or the
-    Diagnosis of QuickGELU's constant mistyped), or None where the forward computes nothing this module names (or
-    cannot run)."""
-    try:
-        with torch.no_grad():
-            rec = DF.record(run, module, values=True)
-    except Exception:
-        return None
-    for find in (_weightless_norm, _previous_token_gate, _activation):
-        found = find(rec)
+def explain(flow) -> str | Diagnosis | None:
+    """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
+    dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
+    computes nothing this module names (or was not recorded)."""
+    for find in (_weightless_norm, _previous_token_gate, _activation) if flow is not None else ():
+        found = find(flow)
         if found is not None:
             return found if isinstance(found, Diagnosis) else differs(*found)
     return None
@@ -77,15 +69,16 @@ def explain(module, run) -> str | Diagnosis | None:
 
 def _weightless_norm(rec) -> tuple | None:
     for node in rec.nodes:
-        scaled = any(DF._root(p).param is not None for c in node.children for p in c.parents)  # by hand after
-        if node.op in NORMS and not scaled and not any(DF._root(p).param is not None for p in node.parents):
+        after = [c for c in node.children if c.op not in DF.PRODUCTS]  # scaled by hand after, not projected
+        scaled = any(DF.root(p).param is not None for c in after for p in c.parents)
+        if node.op in NORMS and not scaled and not any(DF.root(p).param is not None for p in node.parents):
             return node.module, f"{node.op}(x) normalises without a weight (no learned scale)"
     return None
 
 
 def _shifted(node) -> bool:
     """x[:, :-1] of a computed (B, T, ...) tensor: the previous positions."""
-    if node.op != "__getitem__" or node.call is None or DF._root(node).param is not None:
+    if node.op != "__getitem__" or node.call is None or DF.root(node).param is not None:
         return False
     index = node.call[1][1] if len(node.call[1]) > 1 else None
     return isinstance(index, tuple) and len(index) > 1 and isinstance(index[1], slice) and index[1].stop == -1
@@ -95,20 +88,9 @@ def _previous_token_gate(rec) -> tuple | None:
     for node in rec.nodes:
         if node.op in ("mul", "__mul__", "__rmul__") and len(node.parents) == 2 and any(map(_shifted, node.parents)):
             gate = next((p for p in node.parents if not _shifted(p)), None)
-            weight = _read_weight(gate)
-            where = weight.rsplit(".", 1)[0] if weight and "." in weight else (gate.module if gate else node.module)
+            weight = next(iter(DF.back(gate)[0]), "") if gate is not None else ""  # the gate's projection
+            where = weight.rsplit(".", 1)[0] if "." in weight else (gate.module if gate else node.module)
             return where, "a gate mixes the previous position into each one (x[t] + g(x[t]) * x[t - 1])"
-    return None
-
-
-def _read_weight(node, depth: int = 6) -> str | None:
-    """The parameter of the first product `node` is computed from (through element-wise ops), if any."""
-    for _ in range(depth):
-        if node is None:
-            return None
-        if node.op in DF.PRODUCTS:
-            return next((DF.weight_of(p) for p in node.parents if DF.weight_of(p)), None)
-        node = node.parents[0] if node.parents else None
     return None
 
 
@@ -116,7 +98,7 @@ def _activation(rec) -> tuple | Diagnosis | None:
     """A product whose input is an element-wise function of another product's output (same shape), told apart
     by its values: (where it is computed, what it computes) where the reference has no such function; QuickGELU's
     form at another constant, the catalogue's Diagnosis."""
-    products = [n for n in rec.nodes if n.op in DF.PRODUCTS and any(DF.weight_of(p) for p in n.parents)]
+    products = [n for n in rec.nodes if DF.projection(n)]
     for second in products:
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         if x is None or x.index not in rec.values:
@@ -174,25 +156,3 @@ def _unknown(h, a) -> str:
     hi, ai, hj, aj = (float(t.flatten()[k]) for t, k in ((h, i), (a, i), (h, j), (a, j)))
     shown = ", ".join(f"f({x:.2f}) = {y:.3g}" for x, y in ((hi, ai), (hj, aj)) if math.isfinite(y))
     return f"an element-wise function none of the reference's activations is ({shown})"
-
-
-def plain_call(user, level: str, call=None):
-    """A run of `user` (a float64 copy) on the simplest inputs its level takes (ids below its smallest vocabulary,
-    or x of its width), for explain where the judge could not read it; None where no such call can be made."""
-    try:
-        module = copy_module(user).double().eval()
-    except Exception:
-        return None
-    inputs = LEVELS[level].inputs
-    generator = torch.Generator().manual_seed(0)
-    if inputs[0] in ("ids", "src", "tgt"):
-        vocab = min((m.num_embeddings for m in module.modules() if isinstance(m, nn.Embedding)), default=None)
-        if vocab is None:
-            return None
-        ids = [torch.randint(1, vocab, (2, 6), generator=generator) for _ in inputs]
-        return module, (lambda: call(module, *ids)) if call is not None else (lambda: module(*ids))
-    widths = [p.shape[-1] for p in module.parameters() if p.ndim >= 1]
-    if not widths or inputs != ("x",):
-        return None
-    x = torch.randn(2, 6, widths[0], generator=generator, dtype=torch.float64)
-    return module, lambda: module(x)

@@ -67,16 +67,14 @@ def _reference_name(link: Link) -> str:
     return f"{prefix}{{{','.join(s.removesuffix(suffix) for s in stems)}}}{suffix}.{parts[-1]}"
 
 
-def table(links: list, zero: list) -> dict:
-    """The map as the result gives it: user name -> MapEntry."""
+def table(links: list, model, layout: str) -> dict:
+    """The map as the result gives it: user name -> MapEntry; the reference biases `model` (session.Model) holds at
+    zero, and its fixed tables (matched like weights, and said so: in `layout`)."""
     out = {link.user: MapEntry(_reference_name(link), note(link), link) for link in links}
-    for name in zero:
+    for name in model.zero:
         out[f"(no parameter: {name})"] = MapEntry(name, HELD, kind="zero")
-    return out
-
-
-def fixed_entry(layout: str) -> MapEntry:
-    return MapEntry(f"(the fixed sinusoid table, {layout})", FIXED, kind="fixed")
+    fixed = MapEntry(f"(the fixed sinusoid table, {layout})", FIXED, kind="fixed")
+    return out | dict.fromkeys(model.overwrite, fixed)
 
 
 def links_from(given: dict) -> tuple[list, list]:
