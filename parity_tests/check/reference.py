@@ -318,47 +318,12 @@ def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
     return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
 
 
-def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bool) -> list:
-    """The reference's intermediate activations inside one layer, in forward order, float64: a list of
-    (unit, kind, inputs, output) with unit the name below the layer ("self_attn", "self_attn_norm", ...),
-    kind "attention", "norm" or "ffn", and inputs what that unit read (for attention: query, key/value, mask)."""
-    trace: list = []
-    sublayers = [("self_attn", self_keep)] + ([("cross_attn", cross_keep)] if decoder and memory is not None else [])
-    sublayers.append(("ffn", None))
-    shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
-    for name, keep in sublayers:
-        norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
-        h = norm(x) if cfg.norm_first else x  # the unit's input
-        kind = "ffn" if name == "ffn" else "attention"
-        inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
-        y = unit_forward(kind, M.sub(params, name), cfg, name)(*inputs)
-        unit = (name, kind, inputs, y)
-        if cfg.norm_first:
-            trace += ([] if shared and name == "ffn" else [(f"{name}_norm", "norm", (x,), h)]) + [unit]
-            x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
-        else:
-            s = x + y
-            x = norm(s)
-            trace += [unit, (f"{name}_norm", "norm", (s,), x)]
-    return trace
-
-
-def layer_output(trace: list, x, cfg):
-    """A layer's output from its trace (layer_trace) on input `x`: post-norm, the last norm's; pre-norm, x plus
-    each sublayer's output (the residual stream)."""
-    if not cfg.norm_first:
-        return trace[-1][3]
-    return x + sum(out for _, kind, _, out in trace if kind != "norm")
-
-
 def stages(entry, params: dict, p: Probe, cfg) -> list:
     """The reference's stages (Stage) in forward order for a layer, one stack of layers or a model, on probe `p`,
     float64: each stack's embeddings (a model's; BERT's embedding norm before them), then, layer by layer, the units
     inside the layer and the layer's output (the run's own; a layer's units alone where the level is one layer)."""
     if entry.group == "layer":  # a causal layer's self-attention is a decoder's
-        keeps = keep_mask(p, "self" if entry.causal else "src"), keep_mask(p, "cross")
-        x, memory = p.floats["x"], p.floats.get("memory")
-        return _layer_stages(params, "", x, memory, keeps, cfg, entry.causal, p.valid, p)[:-1]
+        return layer_stages(params, "", p.floats["x"], p.floats.get("memory"), cfg, entry.causal, p.valid, p)[:-1]
     acts = runner(entry)(params, p, cfg, np.float64)[1].activations
     found: list = []
     for stack in entry.stacks:
@@ -372,29 +337,50 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
                 summed = M.embed_forward(own, ids, dataclasses.replace(cfg, embedding_norm=False))[0]
                 found.append(Stage(f"{stack}.embedding_norm", "norm", (summed,), x, valid))
             found.append(Stage(f"{stack}.embedding", "embedding", (ids,), x, valid))
-        keeps = keep_mask(p, "self" if decoder else "src"), keep_mask(p, "cross")
         memory = acts.get("encoder") if entry.cross and decoder else None
         for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
             name = f"{stack}.layers.{i}"
-            inner = _layer_stages(M.sub(params, name), f"{name}.", x, memory, keeps, cfg, decoder, valid, p)
+            inner = layer_stages(M.sub(params, name), f"{name}.", x, memory, cfg, decoder, valid, p)
             found += inner[:-1] + [dataclasses.replace(inner[-1], output=acts[name])]
             x = acts[name]
     return found
 
 
-def _layer_stages(params: dict, prefix: str, x, memory, keeps: tuple, cfg, decoder: bool, valid, p) -> list:
-    """The stages inside one layer (its units, then the layer itself), each with its rerun; an attention's masks:
-    a decoder's self-attention its causal and padding masks and the cross-attention's (maybe swapped)."""
-    trace = layer_trace(params, x, memory, *keeps, cfg, decoder)
-    found = []
-    for unit, kind, inputs, out in trace:
-        masks = None if kind != "attention" else {"self_attention": unit == "self_attn"}
-        if unit == "self_attn" and decoder:
+def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid, p: Probe) -> list:
+    """The reference's stages inside one layer (`params` its own, `decoder` for a causal self-attention, cross-
+    attending to `memory` where there is one), in forward order, float64, each with its rerun: its units below the
+    layer ("self_attn", "self_attn_norm", ..., kind "attention", "norm" or "ffn"), the inputs each read (an
+    attention's: query, key/value input, mask) and an attention's masks (a decoder's self-attention its causal and
+    padding masks and the cross-attention's, maybe swapped); then the layer itself: post-norm, the last norm's
+    output; pre-norm, x plus each sublayer's output (the residual stream)."""
+    found, first = [], x
+    sublayers = [("self_attn", keep_mask(p, "self" if decoder else "src"))]
+    sublayers += [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
+    shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
+    for name, keep in [*sublayers, ("ffn", None)]:
+        norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
+        h = norm(x) if cfg.norm_first else x  # the unit's input
+        kind = "ffn" if name == "ffn" else "attention"
+        inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
+        masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
+        if name == "self_attn" and decoder:
             masks = {"causal": True, "pad": keep_mask(p, "tgt"), "swap": keep_mask(p, "src")}
-        rerun = unit_forward(kind, M.sub(params, unit), cfg, unit)
-        found.append(Stage(f"{prefix}{unit}", kind, inputs, out, valid, masks, rerun))
+        rerun = unit_forward(kind, M.sub(params, name), cfg, name)
+        y = rerun(*inputs)
+        unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
+        if cfg.norm_first:
+            normed = (
+                [] if shared and name == "ffn" else [Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm)]
+            )
+            found += [*normed, unit]
+            x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
+        else:
+            s = x + y
+            x = norm(s)
+            found += [unit, Stage(f"{prefix}{name}_norm", "norm", (s,), x, valid, None, norm)]
+    out = first + sum(st.output for st in found if st.kind != "norm") if cfg.norm_first else x
 
     def whole(x, memory):
-        return layer_output(layer_trace(params, x, memory, *keeps, cfg, decoder), x, cfg)
+        return layer_stages(params, prefix, x, memory, cfg, decoder, valid, p)[-1].output
 
-    return found + [Stage(prefix[:-1], "layer", (x, memory), layer_output(trace, x, cfg), valid, None, whole)]
+    return found + [Stage(prefix[:-1], "layer", (first, memory), out, valid, None, whole)]
