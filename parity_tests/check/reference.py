@@ -103,6 +103,11 @@ def _pair(forward: Callable, backward: Callable, inputs: tuple = ("x",), weights
     return run
 
 
+def _on_x(forward: Callable, backward: Callable, knobs: Callable) -> Callable:
+    """The runner of a position-wise pair on the probe's x: forward(params, x, *knobs(cfg)), backward _named."""
+    return _pair(lambda params, p, cfg, dtype: forward(params, p.floats["x"], *knobs(cfg)), backward)
+
+
 def run_attention(params: dict, p: Probe, cfg, dtype):
     q = p.floats["query"]
     k, v = (q, q) if p.self_attention else (p.floats["key"], p.floats["value"])
@@ -151,20 +156,11 @@ UNIT_RUNS = {  # a component's runner, by its unit
         nt.scaled_dot_product_attention_backward, ("q", "k", "v", None), (),  # no T5 table
     ),
     "attention": run_attention,
-    "layer_norm": _pair(
-        lambda params, p, cfg, dtype: L.norm_forward(params, p.floats["x"], "layer", cfg.layer_norm_eps),
-        L.norm_backward,
-    ),
-    "rms_norm": _pair(
-        lambda params, p, cfg, dtype: L.norm_forward(params, p.floats["x"], "rms", cfg.layer_norm_eps), L.norm_backward
-    ),
-    "feed_forward": _pair(
-        lambda params, p, cfg, dtype: L.feed_forward_forward(params, p.floats["x"], cfg.activation),
-        L.feed_forward_backward,
-    ),
-    "gated_feed_forward": _pair(
-        lambda params, p, cfg, dtype: L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation),
-        L.gated_feed_forward_backward,
+    "layer_norm": _on_x(L.norm_forward, L.norm_backward, lambda cfg: ("layer", cfg.layer_norm_eps)),
+    "rms_norm": _on_x(L.norm_forward, L.norm_backward, lambda cfg: ("rms", cfg.layer_norm_eps)),
+    "feed_forward": _on_x(L.feed_forward_forward, L.feed_forward_backward, lambda cfg: (cfg.activation,)),
+    "gated_feed_forward": _on_x(
+        L.gated_feed_forward_forward, L.gated_feed_forward_backward, lambda cfg: (cfg.activation,)
     ),
     "positions": run_positions,
     "embedding": run_embedding,
