@@ -11,11 +11,10 @@ bar is the first divergence, and each catalogue variant is run on that unit's in
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,13 +25,12 @@ from torch.utils._pytree import tree_map
 from numpy_transformer import model as M
 
 from . import calling as C
-from . import levels as LV
 from . import reference as R
 from . import variants as VR
 from .dataflow import hooked
-from .diagnosis import MATCH, _error
+from .diagnosis import MATCH, Diagnosis, _error
 from .matchers import _match, _np, match_attention, match_embedding, match_unit
-from .report import Diagnosis, Result
+from .probes import keep_mask
 from .session import copy_of, probe_of, run_user
 
 
@@ -111,134 +109,42 @@ def attention_place(links, unit: str, target: str) -> str:
 
 
 @dataclass(frozen=True)
-class Stage:
-    """One part of the reference's forward for a layer or a model: its unit (a reference prefix) and kind
-    ("embedding", "attention", "norm", "ffn", "layer"), the inputs it read in the reference's own run, its output
-    there, the valid positions, an attention's masks (the catalogue's site), and `rerun`: the reference part on other
-    inputs of the same shapes (the user's, as its parent gave them: the part judged in situ)."""
+class Call:
+    """A part's first call in the user's run, as its parent made it: the module, its arguments and its output."""
 
-    unit: str
-    kind: str
-    inputs: tuple
-    output: np.ndarray
-    valid: Any
-    masks: dict | None = None
-    rerun: Callable | None = None
+    module: nn.Module
+    args: tuple
+    kwargs: dict
+    output: Any
+
+    @property
+    def inputs(self) -> tuple:
+        return (*self.args, *self.kwargs.values())
 
 
-def _unit_stages(params: dict, prefix: str, x, memory, self_keep, cross_keep, cfg, decoder: bool, valid, p) -> list:
-    """The stages inside one layer (its units, then the layer itself), each with its rerun."""
-    trace = LV.layer_trace(params, x, memory, self_keep, cross_keep, cfg, decoder)
-    stages = []
-    for unit, kind, inputs, out in trace:
-        rerun = LV.unit_forward(kind, M.sub(params, unit), cfg, unit)
-        stages.append(Stage(f"{prefix}{unit}", kind, inputs, out, valid, _masks(unit, decoder, p), rerun))
-    whole = partial(_layer, params, self_keep, cross_keep, cfg, decoder)
-    stages.append(Stage(prefix[:-1], "layer", (x, memory), LV.layer_output(trace, x, cfg), valid, None, whole))
-    return stages
-
-
-def _layer(params, self_keep, cross_keep, cfg, decoder: bool, x, memory):
-    return LV.layer_output(LV.layer_trace(params, x, memory, self_keep, cross_keep, cfg, decoder), x, cfg)
-
-
-def model_stages(check, cfg, p) -> list:
-    """The reference's stages (Stage) in forward order for a layer or a model, on probe `p`."""
-    entry, params = check.entry, check.params
-    if entry.group == "layer":
-        decoder, x, memory = entry.causal, p.floats["x"], p.floats.get("memory")  # decoder: a causal self-attention
-        self_keep = LV.keep_mask(p, "self" if decoder else "src")
-        cross = LV.keep_mask(p, "cross")
-        return _unit_stages(params, "", x, memory, self_keep, cross, cfg, decoder, p.valid, p)[:-1]
-    if entry.activations is not None:  # a stack composed from the reference's pairs
-        acts = entry.activations(params, p, cfg)
-    else:  # a whole model: its object's
-        acts = LV.run_reference(entry.name, params, p, cfg, np.float64)[1].model.activations()
-    return [stage for stack in entry.stacks for stage in _stack_stages(entry, stack, p, params, cfg, acts)]
-
-
-def _stack_stages(entry, stack: str, p, params: dict, cfg, acts: dict) -> list:
-    """One stack's stages: its embeddings (a model's; BERT's embedding norm before them), then, layer by layer,
-    the units inside the layer and the layer's output. A stack of layers on embeddings starts from its input."""
-    stages: list = []
-    valid = p.src_keep if stack == "encoder" else p.tgt_keep
-    first = acts[f"{stack}.embedding"] if entry.group == "model" else p.floats[entry.inputs[0]]
-    if entry.group == "model":
-        ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
-        if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
-            # an encoder without its own table reads the decoder's (share_embeddings)
-            own = {"token_embedding.weight": params.get("decoder.token_embedding.weight")} | M.sub(params, stack)
-            summed = R.summed_embeddings(own, ids, cfg)
-            stages.append(Stage(f"{stack}.embedding_norm", "norm", (summed,), first, valid))
-        stages.append(Stage(f"{stack}.embedding", "embedding", (ids, stack), first, valid))
-    decoder = stack == "decoder"
-    memory = acts.get("encoder") if entry.cross and decoder else None
-    self_keep = np.tril(np.ones((first.shape[1],) * 2, bool))[None, None] if decoder else _pad(p.src_keep)
-    for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
-        name, x = f"{stack}.layers.{i}", first if i == 0 else acts[f"{stack}.layers.{i - 1}"]
-        inner = _unit_stages(
-            M.sub(params, name), f"{name}.", x, memory, self_keep, _pad(p.src_keep), cfg, decoder, valid, p
-        )
-        stages += inner[:-1] + [dataclasses.replace(inner[-1], output=acts[name])]
-    return stages
-
-
-def _pad(keep):
-    return None if keep is None else keep[:, None, None, :]
-
-
-def _masks(unit: str, decoder: bool, p) -> dict | None:
-    if not unit.endswith("attn"):
-        return None
-    if unit.endswith("self_attn") and decoder:
-        return {"causal": True, "pad": _pad(p.tgt_keep), "swap": _pad(p.src_keep)}
-    return {"self_attention": unit.endswith("self_attn")}
-
-
-def run_hooked(check, choice, dtype, targets: dict, record) -> dict:
-    """Run the user's copy in `dtype` once with a forward hook on each of `targets` (unit -> module path); unit ->
-    record(module, args, kwargs, output) at the module's first call."""
+def capture(check, choice, dtype=np.float64) -> dict:
+    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds; unit -> Call, copied
+    when the hook runs (an output changed in place later, as `q += residual`, is kept as the module returned it)."""
     modules = dict(copy_of(check, choice.layout, dtype).named_modules())
+    targets = hook_targets(check, choice.layout.links)
     captured: dict = {}
 
-    def first(unit, *call) -> None:
+    def first(unit, module, *call) -> None:
         if unit not in captured:
-            captured[unit] = record(*call)
+            copied = tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, call)
+            captured[unit] = Call(module, *copied)
 
     with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], first):
         run_user(check, choice.layout, choice.caller, dtype)
     return captured
 
 
-@dataclass(frozen=True)
-class Call:
-    """A part's first call in the user's run, as its parent made it: the inputs (positional, then keyword values),
-    the output, and whether the hooked module is a bare nn.Linear (an attention's output projection)."""
-
-    inputs: tuple
-    output: Any
-    linear: bool
-
-
-def capture(check, choice) -> dict:
-    """Run the user's float64 copy once with forward hooks on the modules hook_targets finds; unit -> Call, copied
-    when the hook runs (an output changed in place later, as `q += residual`, is kept as the module returned it)."""
-
-    def copied(module, args, kwargs, out) -> Call:
-        inputs, out = tree_map(
-            lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, ((*args, *kwargs.values()), out)
-        )
-        return Call(inputs, out, type(module) is nn.Linear)
-
-    return run_hooked(check, choice, np.float64, hook_targets(check, choice.layout.links), copied)
-
-
-def situated(stage: Stage, call: Call | None, batch_first: bool) -> Stage:
+def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
     """`stage` in situ: its float inputs those the user's parent gave the part (`call`), in order and by shape (a
     self-attention's key input its query), its output the reference part's on them. The stage as the reference ran
     it where the part's inputs cannot be read: an embedding (its ids are the probe's), a part hooked at its output
     projection, a call with no input of the first one's shape."""
-    if call is None or stage.rerun is None or call.linear:
+    if call is None or stage.rerun is None or type(call.module) is nn.Linear:
         return stage
     floats = (_np(t) for t in call.inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim == 3)
     floats = (f if batch_first else f.transpose(1, 0, 2) for f in floats)
@@ -271,7 +177,7 @@ class Divergence:
     stage in situ (None: every hooked stage agrees), the user's output there and its relative error."""
 
     agree: int
-    stage: Stage | None = None
+    stage: R.Stage | None = None
     user: Any = None
     error: float = 0.0
 
@@ -283,13 +189,11 @@ def scan(check, choice, captured) -> Divergence:
     done, small, caller, p = 0, None, choice.caller, choice.probe
     key = ("stages", repr(choice.cfg), id(p))
     if key not in check.cache:
-        check.cache[key] = model_stages(check, choice.cfg, p)
+        check.cache[key] = R.stages(check.entry, check.params, p, choice.cfg)
     for chained in check.cache[key]:
-        if chained.kind == "embedding":  # the user's embeddings: its first layer's input
-            call = captured.get(chained.unit.split(".")[0] + ".layers.0")
-            hooked = call.inputs[:1] if call is not None else ()
-        else:
-            hooked = (captured[chained.unit].output,) if chained.unit in captured else ()
+        embedding = chained.kind == "embedding"  # the user's embeddings: its first layer's input
+        call = captured.get(chained.unit.split(".")[0] + ".layers.0" if embedding else chained.unit)
+        hooked = (call.inputs[:1] if embedding else (call.output,)) if call is not None else ()
         user = _np(hooked[0]) if hooked else None
         if user is not None and not caller.batch_first and user.ndim >= 3:
             user = user.transpose(1, 0, 2)
@@ -306,13 +210,12 @@ def scan(check, choice, captured) -> Divergence:
     return small or Divergence(done)
 
 
-def first_divergence(check, choice, result, captured: dict) -> None:
-    """The first reference stage whose user output (`captured`) leaves the bar, and the variants that explain it."""
-    diverged = scan(check, choice, captured)
-    stage, user_out, error = diverged.stage, diverged.user, diverged.error
+def first_divergence(check, choice, result, diverged: Divergence) -> None:
+    """The first reference stage whose user output leaves the bar (`diverged`), and the variants that explain it."""
+    stage, error = diverged.stage, diverged.error
     if stage is None:
         return
-    where, found = (_at_embedding if stage.kind == "embedding" else _at_unit)(check, choice, stage, user_out)
+    where, found = explained(check, choice, diverged)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
@@ -326,6 +229,12 @@ def first_divergence(check, choice, result, captured: dict) -> None:
                 "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
                 "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
             )
+
+
+def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
+    """(where, diagnoses) at the stage where the user's run diverged: at the embeddings or at a unit."""
+    at = _at_embedding if diverged.stage.kind == "embedding" else _at_unit
+    return at(check, choice, diverged.stage, diverged.user)
 
 
 def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
@@ -401,15 +310,11 @@ def latest_divergence(check, choice):
             for cfg in check.configs:
                 trial = dataclasses.replace(called, cfg=cfg)
                 found = scan(check, trial, captured)
-                scored.append((-found.agree, found.error, len(scored), trial, captured))
+                scored.append((-found.agree, found.error, len(scored), trial, found))
     scored.sort(key=lambda s: s[:3])
     tied = [s for s in scored if s[0] == scored[0][0]]
-    for *_, trial, captured in tied:
-        result = Result(reference=check.level)
-        first_divergence(check, trial, result, captured)
-        if result.diagnoses:
-            return trial
-    return tied[0][3]
+    explains = (trial for *_, trial, found in tied if found.stage is not None and explained(check, trial, found)[1])
+    return next(explains, tied[0][3])
 
 
 def _scaling_module(check, path: str) -> str:
@@ -488,10 +393,7 @@ def overflow_probe(check, choice, result) -> None:
 
 def _attention_calls_scaled(check, choice) -> list:
     """(user module path, output, output unscaled) of each attention submodule called again with its inputs scaled."""
-    links = choice.layout.links
-    attention = {unit_of(ref)[0] for link in links for ref, _ in link.parts if unit_of(ref)[1] == "attention"}
-    targets = {u: path for u, path in hook_targets(check, links).items() if u in attention and path}
-    captured = run_hooked(check, choice, np.float32, targets, lambda m, a, k, o: (m, a, k))
+    targets = hook_targets(check, choice.layout.links)
     D = check.model.cfg.d_model
 
     def scaled(t):
@@ -501,10 +403,12 @@ def _attention_calls_scaled(check, choice) -> list:
 
     out = []
     with torch.no_grad():
-        for unit, (mod, args, kwargs) in captured.items():
+        for unit, call in capture(check, choice, np.float32).items():
+            if not unit.endswith("_attn") or not targets[unit]:  # an attention's unit: self_attn, cross_attn
+                continue
             try:
-                y = mod(*[scaled(a) for a in args], **{k: scaled(v) for k, v in kwargs.items()})
-                out.append((targets[unit], C.first_tensor(y), C.first_tensor(mod(*args, **kwargs))))
+                y = call.module(*[scaled(a) for a in call.args], **{k: scaled(v) for k, v in call.kwargs.items()})
+                out.append((targets[unit], C.first_tensor(y), C.first_tensor(call.module(*call.args, **call.kwargs))))
             except Exception:  # an attention that cannot run again on its own inputs (a decoding cache it extends)
                 continue
     return out
@@ -517,19 +421,16 @@ def component_variants(check, choice, result) -> None:
     layouts = [choice.layout] + [x for x in check.layouts if x is not choice.layout]
     configs = [choice.cfg] + [c for c in check.configs if c != choice.cfg]
     callers = [choice.caller] + [c for c in choice.runnable if c is not choice.caller]
-    for layout in layouts:
-        for cfg in configs:
-            for caller in callers:
-                p = probe_of(check, caller)
-                if cfg.positional == "rope" and not p.self_attention:
-                    continue
-                trial = dataclasses.replace(choice, layout=layout, cfg=cfg, caller=caller, probe=p)
-                found = _component_variants(check, trial)
-                if found:
-                    result.diagnoses += found
-                    if caller is not choice.caller or cfg != choice.cfg or layout is not choice.layout:
-                        result.notes.append(f"diagnosed under the convention {caller.conventions()}")
-                    return
+    for layout, cfg, caller in itertools.product(layouts, configs, callers):
+        p = probe_of(check, caller)
+        if cfg.positional == "rope" and not p.self_attention:
+            continue
+        found = _component_variants(check, dataclasses.replace(choice, layout=layout, cfg=cfg, caller=caller, probe=p))
+        if found:
+            result.diagnoses += found
+            if caller is not choice.caller or cfg != choice.cfg or layout is not choice.layout:
+                result.notes.append(f"diagnosed under the convention {caller.conventions()}")
+            return
 
 
 # the units of the components that have catalogue variants (levels.Level.unit)
@@ -544,12 +445,12 @@ def _component_variants(check, choice) -> list:
         return []
     user, f = _np(run_user(check, choice.layout, choice.caller, np.float64)[0]), p.floats
     if unit == "heads":
-        keep = LV.keep_mask(p, "src")
+        keep = keep_mask(p, "src")
         return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)
     if unit == "attention":
         kv = f["query"] if p.self_attention else (f["key"], f["value"])
         context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
-        keep = LV.keep_mask(p, "self" if p.causal else "src")
+        keep = keep_mask(p, "self" if p.causal else "src")
         knobs = VR.rope_knobs(cfg) | context
         return match_attention(user, params, f["query"], kv, cfg.n_heads, keep, "", p.valid, **knobs)
     if unit == "embedding":
@@ -568,6 +469,6 @@ def diagnose(check, choice, result) -> None:
     if all(r.ok for r in result.rows):
         return
     if check.entry.hooked and check.is_module:
-        first_divergence(check, choice, result, capture(check, choice))
+        first_divergence(check, choice, result, scan(check, choice, capture(check, choice)))
     else:
         component_variants(check, choice, result)

@@ -1,9 +1,8 @@
 """The levels a user's module is judged at: the registry, one entry (Level) each, saying what the reference
 computes there, what is inferred and probed, and its relation to other levels (the judge's modules, reference.py's
 shapes and runners included, read the entry's fields, never the level's name: a new level is one entry here, and a
-new kind of math its runner in reference.py); then, read through it, the reference's random weights, its forward and
-hand-written backward on a probe (probes.py), and the intermediate activations inside a layer that the user's
-submodules are matched against."""
+new kind of math its runner in reference.py); then, read through it, the reference's random weights and its forward
+and hand-written backward on a probe (probes.py)."""
 
 from __future__ import annotations
 
@@ -15,15 +14,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from numpy_transformer import layers as L
-from numpy_transformer import model as M
-
 from . import probes as P
 from . import reference as R
-from . import variants as V
-from .probes import Probe, keep_mask
-
-__all__ = ["keep_mask", "LEVELS", "REFERENCES", "run_reference", "init_reference", "layer_trace", "layer_output"]
+from .probes import Probe
 
 
 @dataclass(frozen=True)
@@ -56,14 +49,10 @@ class Level:
         return R.shapes(self, cfg)
 
     @property
-    def activations(self) -> Callable | None:
-        """(params, probe, cfg) -> the reference's stages, for a runner with no model (reference.activations)."""
-        return R.activations(self)
-
-    @property
     def hooked(self) -> bool:
-        """A layer, a model or a stack with activations: its submodules are hooked, compared with the reference's."""
-        return self.group in ("layer", "model") or self.activations is not None
+        """A layer, a model or one stack of layers: its submodules are hooked, compared with the reference's stages
+        (reference.stages)."""
+        return self.group in ("layer", "model") or (self.group == "stacks" and len(self.stacks) == 1)
 
     @property
     def encoder_only(self) -> bool:
@@ -227,47 +216,3 @@ def init_reference(shapes: dict, rng, zero: list) -> dict:
         if name in zero:
             params[name] = np.zeros(shape)
     return params
-
-
-def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
-    """A layer's unit `name` ("self_attn", "ffn_norm", ...) of `kind` ("norm", "ffn" or "attention") with its weights
-    `params`, in float64: a function of its inputs (an attention's: query, key and value input, mask) -> its output."""
-    if kind == "norm":
-        return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
-    if kind == "ffn":
-        return lambda x: M.ffn_forward(params, x, cfg, None, "ffn")[0]  # plain or gated, as cfg says
-    rope = V.rope_knobs(cfg, rotary=name == "self_attn")
-    return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
-
-
-def layer_trace(params: dict, x, memory, self_keep, cross_keep, cfg, decoder: bool) -> list:
-    """The reference's intermediate activations inside one layer, in forward order, float64: a list of
-    (unit, kind, inputs, output) with unit the name below the layer ("self_attn", "self_attn_norm", ...),
-    kind "attention", "norm" or "ffn", and inputs what that unit read (for attention: query, key/value, mask)."""
-    trace: list = []
-    sublayers = [("self_attn", self_keep)] + ([("cross_attn", cross_keep)] if decoder and memory is not None else [])
-    sublayers.append(("ffn", None))
-    shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
-    for name, keep in sublayers:
-        norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
-        h = norm(x) if cfg.norm_first else x  # the unit's input
-        kind = "ffn" if name == "ffn" else "attention"
-        inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
-        y = unit_forward(kind, M.sub(params, name), cfg, name)(*inputs)
-        unit = (name, kind, inputs, y)
-        if cfg.norm_first:
-            trace += ([] if shared and name == "ffn" else [(f"{name}_norm", "norm", (x,), h)]) + [unit]
-            x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
-        else:
-            s = x + y
-            x = norm(s)
-            trace += [unit, (f"{name}_norm", "norm", (s,), x)]
-    return trace
-
-
-def layer_output(trace: list, x, cfg):
-    """A layer's output from its trace (layer_trace) on input `x`: post-norm, the last norm's; pre-norm, x plus
-    each sublayer's output (the residual stream)."""
-    if not cfg.norm_first:
-        return trace[-1][3]
-    return x + sum(out for _, kind, _, out in trace if kind != "norm")

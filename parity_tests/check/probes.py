@@ -59,13 +59,15 @@ def token_ids(rng, kept, vocab: int, pad_id: int | None) -> np.ndarray:
 
 def keep_mask(p: Probe, kind: str) -> np.ndarray | None:
     """The reference's boolean mask (True = may attend) for one attention, broadcastable to (B, H, T_q, T_k):
-    kind "src" (padding of the keys), "self" (the decoder's: causal), "cross" (the source's padding)."""
-    if kind in ("src", "cross"):
-        return None if p.src_keep is None else p.src_keep[:, None, None, :]
+    kind "src" (padding of the keys), "self" (the decoder's: causal), "cross" (the source's padding), "tgt" (the
+    target's padding)."""
+    if kind in ("src", "cross", "tgt"):
+        kept = p.tgt_keep if kind == "tgt" else p.src_keep
+        return None if kept is None else kept[:, None, None, :]
     if kind == "self":
         T = p.tgt_keep.shape[1] if p.tgt_keep is not None else p.floats["x"].shape[1]
         return np.tril(np.ones((T, T), dtype=bool))[None, None]  # query i sees keys j <= i
-    raise ValueError(f"kind must be 'src', 'self' or 'cross', got {kind!r}")
+    raise ValueError(f"kind must be 'src', 'self', 'cross' or 'tgt', got {kind!r}")
 
 
 # -- one builder per kind of input: (cfg, rng, self_attention, causal, sizes) -> Probe ---------------------------

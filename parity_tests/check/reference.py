@@ -11,6 +11,8 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +21,7 @@ from numpy_transformer import layers as L
 from numpy_transformer import model as M
 from numpy_transformer.scores import ScoreMod
 
+from . import variants as V
 from .probes import Probe, keep_mask
 
 # -- parameter shapes: {name: shape} ------------------------------------------------------------------------------
@@ -72,6 +75,8 @@ def shapes(entry, cfg) -> dict:
 
 
 # -- forward and backward: run(params, p, cfg, dtype) -> (out, backward) ------------------------------------------
+# the backward of a stack's or a model's runner carries the forward's activations (backward.activations,
+# keyed as the model's: "encoder.embedding" (a stack's input), "encoder.layers.0", ..., "encoder" (a decoder's memory))
 
 
 def _named(pair_backward, cache, inputs: tuple, weights: tuple | None = None):
@@ -96,6 +101,11 @@ def _pair(forward: Callable, backward: Callable, inputs: tuple = ("x",), weights
         return out, _named(backward, cache, inputs, weights)
 
     return run
+
+
+def _on_x(forward: Callable, backward: Callable, knobs: Callable) -> Callable:
+    """The runner of a position-wise pair on the probe's x: forward(params, x, *knobs(cfg)), backward _named."""
+    return _pair(lambda params, p, cfg, dtype: forward(params, p.floats["x"], *knobs(cfg)), backward)
 
 
 def run_attention(params: dict, p: Probe, cfg, dtype):
@@ -146,20 +156,11 @@ UNIT_RUNS = {  # a component's runner, by its unit
         nt.scaled_dot_product_attention_backward, ("q", "k", "v", None), (),  # no T5 table
     ),
     "attention": run_attention,
-    "layer_norm": _pair(
-        lambda params, p, cfg, dtype: L.norm_forward(params, p.floats["x"], "layer", cfg.layer_norm_eps),
-        L.norm_backward,
-    ),
-    "rms_norm": _pair(
-        lambda params, p, cfg, dtype: L.norm_forward(params, p.floats["x"], "rms", cfg.layer_norm_eps), L.norm_backward
-    ),
-    "feed_forward": _pair(
-        lambda params, p, cfg, dtype: L.feed_forward_forward(params, p.floats["x"], cfg.activation),
-        L.feed_forward_backward,
-    ),
-    "gated_feed_forward": _pair(
-        lambda params, p, cfg, dtype: L.gated_feed_forward_forward(params, p.floats["x"], cfg.activation),
-        L.gated_feed_forward_backward,
+    "layer_norm": _on_x(L.norm_forward, L.norm_backward, lambda cfg: ("layer", cfg.layer_norm_eps)),
+    "rms_norm": _on_x(L.norm_forward, L.norm_backward, lambda cfg: ("rms", cfg.layer_norm_eps)),
+    "feed_forward": _on_x(L.feed_forward_forward, L.feed_forward_backward, lambda cfg: (cfg.activation,)),
+    "gated_feed_forward": _on_x(
+        L.gated_feed_forward_forward, L.gated_feed_forward_backward, lambda cfg: (cfg.activation,)
     ),
     "positions": run_positions,
     "embedding": run_embedding,
@@ -178,27 +179,20 @@ def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
     return out, _named(M.decoder_layer_backward, cache, ("x", None if memory is None else "memory"))
 
 
-def _layers(params: dict, p: Probe, cfg, stack: str) -> tuple:
-    """`stack`'s layers ("encoder" or "decoder", `params` holding it) on the probe's x: an encoder's self-attention
-    masked by the padding, a decoder's layers cross-attending to the probe's memory (its padding masked). Returns
-    (out, the layers' caches, each layer's output)."""
-    below, x, caches, outputs = M.sub(params, stack), p.floats["x"], [], []
+def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
+    """x (B, T, D) through `stack`'s layers and final norm (pre-norm): nn.TransformerEncoder's, nn.TransformerDecoder's
+    or the Annotated Transformer's Encoder(layer, N) and Decoder(layer, N), an encoder's self-attention masked by the
+    padding, a decoder's layers each cross-attending to the memory (B, T_k, D), its padding masked: dmemory is the sum
+    of the layers'."""
+    x, caches, hidden = p.floats["x"], [], [p.floats["x"]]
     for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
-        layer = M.sub(below, f"layers.{i}")
+        layer = M.sub(params, f"{stack}.layers.{i}")
         if stack == "encoder":
             x, cache = M.encoder_layer_forward(layer, x, cfg, mask=keep_mask(p, "src"))
         else:
             x, cache = M.decoder_layer_forward(layer, x, p.floats["memory"], cfg, memory_mask=keep_mask(p, "cross"))
         caches.append(cache)
-        outputs.append(x)
-    return x, caches, outputs
-
-
-def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
-    """x (B, T, D) through `stack`'s layers and final norm (pre-norm): nn.TransformerEncoder's, nn.TransformerDecoder's
-    or the Annotated Transformer's Encoder(layer, N) and Decoder(layer, N), a decoder's layers each cross-attending to
-    the memory (B, T_k, D): dmemory is the sum of the layers'."""
-    x, caches, _ = _layers(params, p, cfg, stack)
+        hidden.append(x)
     out, norm_cache = M.final_norm_forward(M.sub(params, stack), x, cfg)
 
     def backward(dout):
@@ -213,14 +207,8 @@ def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
             grads |= M.prefixed(layer_grads, f"layers.{i}")
         return {"x": dx} | ({"memory": dmemory} if stack == "decoder" else {}), M.prefixed(grads, stack)
 
+    backward.activations = _activations(stack, hidden, p.floats.get("memory"))  # type: ignore[attr-defined]
     return out, backward
-
-
-def stack_activations(params: dict, p: Probe, cfg, stack: str) -> dict:
-    """A stack's activations (float64): {"stack.layers.i": each layer's output}, and a decoder's memory ("encoder")."""
-    outputs = _layers(params, p, cfg, stack)[2]
-    memory = {"encoder": p.floats["memory"]} if stack == "decoder" else {}
-    return memory | {f"{stack}.layers.{i}": x for i, x in enumerate(outputs)}
 
 
 def run_stacks(params: dict, p: Probe, cfg, dtype):
@@ -250,24 +238,12 @@ def run_decoder(params: dict, p: Probe, cfg, dtype):
         dmemory, grads = M.decoder_backward(dout, cache)
         return {"memory": dmemory}, M.prefixed(grads, "decoder")
 
+    backward.activations = _activations("decoder", cache.hidden, memory)  # type: ignore[attr-defined]
     return out, backward
 
 
-def decoder_activations(params: dict, p: Probe, cfg) -> dict:
-    """An encoder-decoder's decoder stack's activations (float64): its embeddings, then its stack's."""
-    x = M.embed_forward(M.sub(params, "decoder"), p.ids["tgt"], cfg, None, "decoder")[0]
-    embedded = dataclasses.replace(p, floats=p.floats | {"x": x})
-    return {"decoder.embedding": x} | stack_activations(params, embedded, cfg, "decoder")
-
-
-def summed_embeddings(params: dict, ids, cfg) -> np.ndarray:
-    """An encoder's token (+ position, + type) embeddings before BERT's embedding norm."""
-    return M.embed_forward(params, ids, dataclasses.replace(cfg, embedding_norm=False))[0]
-
-
 def model_runner(model_class, *inputs: str):
-    """The runner of a whole model (nt.Transformer, ...) called on the probe's ids `inputs`; its backward keeps
-    the model object (backward.model) for its activations."""
+    """The runner of a whole model (nt.Transformer, ...) called on the probe's ids `inputs`."""
 
     def run(params: dict, p: Probe, cfg, dtype):
         model = model_class(cfg, dtype=dtype).eval()
@@ -279,7 +255,7 @@ def model_runner(model_class, *inputs: str):
             model.backward(dout)
             return {}, dict(model.grads)
 
-        backward.model = model  # type: ignore[attr-defined]  # the activations, for the first divergence
+        backward.activations = model.activations()  # type: ignore[attr-defined]
         return out, backward
 
     return run
@@ -302,9 +278,105 @@ def runner(entry) -> Callable:
     return model_runner(MODELS[entry.stacks], *entry.inputs)
 
 
-def activations(entry) -> Callable | None:
-    """(params, probe, cfg) -> the reference's stages, for a level whose runner keeps no model (one stack on
-    embeddings, an encoder-decoder's decoder stack); None for the others."""
-    if entry.group == "stacks" and len(entry.stacks) == 1:
-        return functools.partial(stack_activations, stack=entry.stacks[0])
-    return decoder_activations if entry.group == "model" and entry.cross and entry.stacks == ("decoder",) else None
+def _activations(stack: str, hidden: list, memory) -> dict:
+    """A stack's activations as a model's are keyed: its input, each layer's output, a decoder's memory."""
+    acts = {f"{stack}.embedding": hidden[0]} | {f"{stack}.layers.{i}": h for i, h in enumerate(hidden[1:])}
+    return acts | ({} if memory is None else {"encoder": memory})
+
+
+# -- the stages of a layer's or a model's forward, each judged in situ (divergence.py) ----------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One part of the reference's forward for a layer or a model: its unit (a reference prefix) and kind
+    ("embedding", "attention", "norm", "ffn", "layer"), the inputs it read in the reference's own run, its output
+    there, the valid positions, an attention's masks (the catalogue's site), and `rerun`: the reference part on other
+    inputs of the same shapes (the user's, as its parent gave them: the part judged in situ)."""
+
+    unit: str
+    kind: str
+    inputs: tuple
+    output: np.ndarray
+    valid: Any
+    masks: dict | None = None
+    rerun: Callable | None = None
+
+
+def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
+    """A layer's unit `name` ("self_attn", "ffn_norm", ...) of `kind` ("norm", "ffn" or "attention") with its weights
+    `params`, in float64: a function of its inputs (an attention's: query, key and value input, mask) -> its output."""
+    if kind == "norm":
+        return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
+    if kind == "ffn":
+        return lambda x: M.ffn_forward(params, x, cfg, None, "ffn")[0]  # plain or gated, as cfg says
+    rope = V.rope_knobs(cfg, rotary=name == "self_attn")
+    return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
+
+
+def stages(entry, params: dict, p: Probe, cfg) -> list:
+    """The reference's stages (Stage) in forward order for a layer, one stack of layers or a model, on probe `p`,
+    float64: each stack's embeddings (a model's; BERT's embedding norm before them), then, layer by layer, the units
+    inside the layer and the layer's output (the run's own; a layer's units alone where the level is one layer)."""
+    if entry.group == "layer":  # a causal layer's self-attention is a decoder's
+        return layer_stages(params, "", p.floats["x"], p.floats.get("memory"), cfg, entry.causal, p.valid, p)[:-1]
+    acts = runner(entry)(params, p, cfg, np.float64)[1].activations
+    found: list = []
+    for stack in entry.stacks:
+        decoder, x = stack == "decoder", acts[f"{stack}.embedding"]
+        valid = p.tgt_keep if decoder else p.src_keep
+        if entry.group == "model":
+            ids = p.ids["src"] if stack == "encoder" and "src" in p.ids else (p.ids.get("tgt", p.ids.get("ids")))
+            if cfg.embedding_norm:  # BERT's and BART's: the summed embeddings normed, before the layers
+                # an encoder without its own table reads the decoder's (share_embeddings)
+                own = {"token_embedding.weight": params.get("decoder.token_embedding.weight")} | M.sub(params, stack)
+                summed = M.embed_forward(own, ids, dataclasses.replace(cfg, embedding_norm=False))[0]
+                found.append(Stage(f"{stack}.embedding_norm", "norm", (summed,), x, valid))
+            found.append(Stage(f"{stack}.embedding", "embedding", (ids,), x, valid))
+        memory = acts.get("encoder") if entry.cross and decoder else None
+        for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
+            name = f"{stack}.layers.{i}"
+            inner = layer_stages(M.sub(params, name), f"{name}.", x, memory, cfg, decoder, valid, p)
+            found += inner[:-1] + [dataclasses.replace(inner[-1], output=acts[name])]
+            x = acts[name]
+    return found
+
+
+def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid, p: Probe) -> list:
+    """The reference's stages inside one layer (`params` its own, `decoder` for a causal self-attention, cross-
+    attending to `memory` where there is one), in forward order, float64, each with its rerun: its units below the
+    layer ("self_attn", "self_attn_norm", ..., kind "attention", "norm" or "ffn"), the inputs each read (an
+    attention's: query, key/value input, mask) and an attention's masks (a decoder's self-attention its causal and
+    padding masks and the cross-attention's, maybe swapped); then the layer itself: post-norm, the last norm's
+    output; pre-norm, x plus each sublayer's output (the residual stream)."""
+    found, first = [], x
+    sublayers = [("self_attn", keep_mask(p, "self" if decoder else "src"))]
+    sublayers += [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
+    shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
+    for name, keep in [*sublayers, ("ffn", None)]:
+        norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
+        h = norm(x) if cfg.norm_first else x  # the unit's input
+        kind = "ffn" if name == "ffn" else "attention"
+        inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
+        masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
+        if name == "self_attn" and decoder:
+            masks = {"causal": True, "pad": keep_mask(p, "tgt"), "swap": keep_mask(p, "src")}
+        rerun = unit_forward(kind, M.sub(params, name), cfg, name)
+        y = rerun(*inputs)
+        unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
+        if cfg.norm_first:
+            normed = (
+                [] if shared and name == "ffn" else [Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm)]
+            )
+            found += [*normed, unit]
+            x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
+        else:
+            s = x + y
+            x = norm(s)
+            found += [unit, Stage(f"{prefix}{name}_norm", "norm", (s,), x, valid, None, norm)]
+    out = first + sum(st.output for st in found if st.kind != "norm") if cfg.norm_first else x
+
+    def whole(x, memory):
+        return layer_stages(params, prefix, x, memory, cfg, decoder, valid, p)[-1].output
+
+    return found + [Stage(prefix[:-1], "layer", (first, memory), out, valid, None, whole)]
