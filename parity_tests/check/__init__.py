@@ -13,9 +13,9 @@ The parts, by stage (each module's docstring says more):
 - reading the module: dataflow.py (its forward recorded once: each parameter's role from the dataflow), mapping.py
   (its parameters as pieces; the Link a weight map is made of), units.py (the reference's units the flow read, the
   config they imply), tables.py (fixed float32 tables overwritten in float64), weight_map.py (the map as given)
-- the reference: levels.py (the registry of levels, one entry each; the reference read through it, and its
-  activations inside a layer), probes.py (each level's inputs), reference.py (each level's shapes, forward and
-  backward: every call into numpy_transformer's level math)
+- the reference: levels.py (the registry of levels, one entry each; the reference read through it), probes.py
+  (each level's inputs), reference.py (each level's shapes, forward and backward, and its stages inside a layer or a
+  model: every call into numpy_transformer's level math)
 - judging, one pass over frozen stages: session.py (the recording, the inferred Model, the prepared Check; running
   the module under a Check), calling.py (how the module is called: layout, order, masks, or as one real call
   does), running.py (copies, float32 islands, its own head, positions, rows against bars), judge.py
