@@ -169,9 +169,8 @@ def compare(check: Check, choice: Choice, dtype) -> list:
     own = None
     if dtype == np.float32 or holds_float32(check.cache.get("islands")):  # a float32 tensor held: float64 no better
         twin = np.float64 if dtype == np.float32 else np.float32  # the reference in the other dtype: its own error
-        again = reference_tensors(
-            LV.run_reference(check.level, check.params, p, choice.cfg, twin), p, kind, index, dout
-        )
+        twin_run = LV.run_reference(check.level, check.params, p, choice.cfg, twin)
+        again = reference_tensors(twin_run, p, kind, index, dout)
         ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
     return rows([pairs, grads], dtype, own)

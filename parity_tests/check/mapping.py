@@ -102,14 +102,6 @@ def role_of(name: str) -> str:
     return next((role for role, words in ROLE_WORDS.items() if {last, stem} & words), "")
 
 
-def _bias_partner(names: list, weight: str) -> str | None:
-    """The 1-D parameter named like `weight`'s bias: weight -> bias, W_q -> b_q, w1 -> b1."""
-    for candidate in (re.sub("weight$", "bias", weight), re.sub(r"^[Ww]", "b", weight), re.sub(r"^[Ww]", "B", weight)):
-        if candidate != weight and candidate in names:
-            return candidate
-    return None
-
-
 def structure(module: nn.Module) -> Structure:
     """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
     class (_read_builtin), any other by its own tensors (_read_own); with_flow then orders it as its forward runs."""
@@ -220,7 +212,7 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
     one width; a scale alone: RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float
     buffers, and plain tensor attributes (d2l's `self.P`)."""
     own = dict(mod.named_parameters(recurse=False))
-    names, used = list(own), set()
+    used: set = set()
     for name, p in own.items():
         if p.ndim != 2 or name in used:
             continue
@@ -229,7 +221,8 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
         if position or EMBEDDING_WORDS.search(full.lower()):
             found.tables.append(Table(full, *p.shape, p.requires_grad, position))
             continue
-        bias = _bias_partner(names, name)
+        partners = (re.sub("weight$", "bias", name), re.sub(r"^[Ww]", "b", name), re.sub(r"^[Ww]", "B", name))
+        bias = next((b for b in partners if b != name and b in own), None)  # weight -> bias, W_q -> b_q, w1 -> b1
         used |= {name} | ({bias} if bias is not None else set())
         as_linear = _linear_of_own(mod, name)  # F.linear(x, self.weight): stored (out, in), as nn.Linear's
         shape = p.shape if as_linear else p.shape[::-1]
@@ -279,14 +272,6 @@ def gather(link: Link, reference: dict) -> np.ndarray:
         blocks.append(block[pair_order(len(block), link.rope_pairs, link.rope_rotary)] if paired else block)
     zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
     return np.concatenate([zeros, *blocks]) - link.minus_one
-
-
-def interleave_rope(links: list, Dh: int, rotary: int = 0) -> list:
-    """The links with the q and k rows in RoPE's interleaved pairing (see pair_order)."""
-    paired = (replace(link, rope_pairs=Dh, rope_rotary=rotary) for link in links)
-    return [
-        p if any(rope_paired(n, Dh) for n, _ in link.parts) else link for p, link in zip(paired, links, strict=True)
-    ]
 
 
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:

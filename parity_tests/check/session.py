@@ -250,7 +250,12 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
         return [Layout(links)]
     halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    return [Layout(links, halves), Layout(MP.interleave_rope(links, Dh, model.cfg.rotary_dim or 0), pairs)]
+    interleaved = (dataclasses.replace(link, rope_pairs=Dh, rope_rotary=model.cfg.rotary_dim or 0) for link in links)
+    paired_links = [
+        p if any(MP.rope_paired(n, Dh) for n, _ in p.parts) else link
+        for p, link in zip(interleaved, links, strict=True)
+    ]
+    return [Layout(links, halves), Layout(paired_links, pairs)]
 
 
 def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Sizes:
