@@ -265,22 +265,13 @@ def _config(entry, found, units: Units, cfg, fields: dict):
             base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
     elif entry.final_norms == "pre-norm" and finals:
         base["norm_first"] = True  # a final norm: pre-norm layers
-    base |= _frontier_fields(entry, found, units)
-    return TransformerConfig(**(base | known))
-
-
-def _frontier_fields(entry, found, units: Units) -> dict:
-    """The fields of issue 49's layers the flow shows: a parallel layer (pre-norm, however the sums read), GPT-OSS's
-    sink logits, Gemma 2's soft caps."""
-    fields: dict = {}
-    if units.parallel:  # pre-norm layers, however the sums read
-        fields |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
-    if found.flow is not None and any(a.sinks for a in found.flow.attentions):  # GPT-OSS's sink logits
-        fields["attn_sinks"] = True
-    if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
+    if units.parallel:  # a parallel layer (issue 49's): pre-norm layers, however the sums read
+        base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+    if found.flow is not None:  # GPT-OSS's sink logits and Gemma 2's soft caps, where the flow computes them
+        base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
-        fields |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
-    return fields
+        base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+    return TransformerConfig(**(base | known))
 
 
 # -- one attention's rows: separate, fused (q, k, v or k, v) or one piece per head --------------------------------
