@@ -104,29 +104,23 @@ def first_tensor(out):
     return out
 
 
-def logical_mask(probe, role: str, shape: str) -> np.ndarray:
-    """The reference's mask for one role in `shape`, True = may attend: role "src" the keys' padding, "tgt" the
-    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
+def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
+    """The reference's mask for one role as the user's `kind` and `shape` say: role "src" the keys' padding, "tgt"
+    the causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch
+    axis)."""
     if role == "src":
         keep = probe.src_keep
-        return {"(B, 1, 1, T)": keep[:, None, None, :], "(B, 1, T)": keep[:, None, :], "(B, T)": keep}[shape]
-    T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    if shape == "(T, T)":
-        return causal
-    keep = causal[None] & (probe.tgt_keep[:, None, :] if probe.tgt_keep is not None else True)
-    return keep[:, None] if shape == "(B, 1, T, T)" else keep
-
-
-def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
-    keep = torch.from_numpy(np.ascontiguousarray(logical_mask(probe, role, shape))).to(device)
-    if kind == "bool_keep":
-        return keep
-    if kind == "bool_masked":
-        return ~keep
-    if kind == "int_keep":
-        return keep.long()
-    return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, -1e9)
+        keep = {"(B, 1, 1, T)": keep[:, None, None, :], "(B, 1, T)": keep[:, None, :], "(B, T)": keep}[shape]
+    else:
+        T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
+        keep = np.tril(np.ones((T, T), dtype=bool))
+        if shape != "(T, T)":
+            keep = keep[None] & (probe.tgt_keep[:, None, :] if probe.tgt_keep is not None else True)
+            keep = keep[:, None] if shape == "(B, 1, T, T)" else keep
+    keep = torch.from_numpy(np.ascontiguousarray(keep)).to(device)
+    if kind == "additive":  # 0 where allowed, -1e9 where masked
+        return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, -1e9)
+    return {"bool_keep": keep, "bool_masked": ~keep, "int_keep": keep.long()}[kind]
 
 
 PAD_KEYS = ("src", "bool_masked", "(B, T)")  # torch's key-padding masks: (B, T), True = masked
