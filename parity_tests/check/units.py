@@ -89,17 +89,13 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     fields = default | {k: v for k, v in given.items() if k != "config" and (v is not None or k == "pad_id")}
     cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
-    if D is None and pieces and not norms:
-        widths = [p.in_features for p in pieces]
-        D = max(widths, key=widths.count)  # the most common input width (a gated block: gate and up read D)
+    widths = [p.in_features for p in pieces]  # the most common one: d_model (a gated block: gate and up read D)
     if D is None:
-        D = norms[0].size if norms else (tables[0].width if tables else None)
+        D = norms[0].size if norms else max(widths, key=widths.count) if widths else tables[0].width if tables else None
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
-    H = fields.get("n_heads") or (cfg.n_heads if cfg else None)
-    if H is None and flow is not None:
-        H = flow.heads(D)
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
     if H is None and entry.heads:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
