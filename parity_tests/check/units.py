@@ -131,8 +131,8 @@ def _units(entry, found, units: Units) -> None:
             for a in flow.attentions
         ]
         units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
-        _refuse_unpaired(entry, found)
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
+        _refuse_unpaired(entry, found, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
@@ -166,9 +166,9 @@ def _units(entry, found, units: Units) -> None:
         units.layer_norms += stacks * units.embedding_norm
 
 
-def _refuse_unpaired(entry, found) -> None:
+def _refuse_unpaired(entry, found, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a router's top-k, a layer norm without
-    weights, an attention run again with the same weights, a parallel block outside a decoder-only model's."""
+    weights, an attention run again with the same weights, a parallel block not read as one (`parallel`)."""
     flow = found.flow
     for node in flow.nodes:
         what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
@@ -178,8 +178,7 @@ def _refuse_unpaired(entry, found) -> None:
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
         raise NoPair(shared[0], what, entry.name)
-    decoder_only = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross
-    if not decoder_only and entry.group != "component" and flow.parallel:
+    if flow.parallel and not parallel and entry.group != "component":
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
