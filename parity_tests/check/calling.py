@@ -58,10 +58,8 @@ class Caller:
             out["attention"] = "causal self-attention: one input, the future masked"
         elif self.self_attention:
             out["attention"] = "self-attention: one input (query = key = value)"
-        if self.call is not None:
-            out["call"] = "the call= adapter"
-        if self.template is not None:
-            out["call"] = "as the example calls it"
+        if self.call is not None or self.template is not None:  # exclusive: call= or example=
+            out["call"] = "the call= adapter" if self.call is not None else "as the example calls it"
         return out
 
     def __call__(self, module, tensors: dict, probe, dtype):
