@@ -172,10 +172,8 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list
     comparison. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
     overwrite: dict = {}
     bases: list = []
-    if Dh % 2:
-        return overwrite, thetas
     for name, buf in _tensors_kept(module):
-        if not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
+        if Dh % 2 or not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
             continue
         value = _squeezed(buf)
         width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features
