@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from . import probes as PR
+from . import tables as TB
 from .levels import LEVELS
 
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
@@ -57,33 +58,29 @@ class Caller:
             out["attention"] = "causal self-attention: one input, the future masked"
         elif self.self_attention:
             out["attention"] = "self-attention: one input (query = key = value)"
-        if self.call is not None:
-            out["call"] = "the call= adapter"
-        if self.template is not None:
-            out["call"] = "as the example calls it"
+        if self.call is not None or self.template is not None:  # exclusive: call= or example=
+            out["call"] = "the call= adapter" if self.call is not None else "as the example calls it"
         return out
 
-    def slots(self) -> tuple:
-        """(args, kwargs) of slots, each (kind, what): the example's template, else the data in the module's order
-        (by name where `keywords` says so), the fixed keywords and the masks."""
-        if self.template is not None:
-            return self.template
-        named = dict(zip(self.keywords, self.order, strict=False))
-        kwargs = {k: ("fixed", v) for k, v in self.extra.items()} | {k: ("data", d) for k, d in named.items()}
-        args = tuple(("data", d) for d in self.order[len(named) :])
-        return args, kwargs | {name: ("mask", name) for name in self.masks}
-
     def __call__(self, module, tensors: dict, probe, dtype):
-        """Run the module on `tensors` (name -> batch-first tensor); return its output batch-first."""
+        """Run the module on `tensors` (name -> batch-first tensor); return its output batch-first. Its arguments are
+        slots (kind, what): the example's template, else the data in the module's order (by name where `keywords`
+        says so), the fixed keywords and the masks."""
         if self.call is not None:  # the data in the reference's order: call(module, src, tgt), call(module, ids), ...
             return first_tensor(self.call(module, *[tensors[n] for n in self.order]))
         data = {n: tensors[n] if self.batch_first else tensors[n].transpose(0, 1) for n in self.order}
         device = next(iter(data.values())).device
         values = {"data": data.__getitem__, "fixed": lambda v: v, "made": lambda f: f(dtype, device)}
         values["mask"] = lambda n: user_mask(probe, *self.masks[n], dtype, device)
-        slots, named = self.slots()
+        named = dict(zip(self.keywords, self.order, strict=False))
+        args, kwargs = self.template or (
+            tuple(("data", d) for d in self.order[len(named) :]),
+            {k: ("fixed", v) for k, v in self.extra.items()}
+            | {k: ("data", d) for k, d in named.items()}
+            | {name: ("mask", name) for name in self.masks},
+        )
         out = first_tensor(
-            module(*[values[k](v) for k, v in slots], **{n: values[k](v) for n, (k, v) in named.items()})
+            module(*[values[k](v) for k, v in args], **{n: values[k](v) for n, (k, v) in kwargs.items()})
         )
         return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
 
@@ -105,29 +102,23 @@ def first_tensor(out):
     return out
 
 
-def logical_mask(probe, role: str, shape: str) -> np.ndarray:
-    """The reference's mask for one role in `shape`, True = may attend: role "src" the keys' padding, "tgt" the
-    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
+def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
+    """The reference's mask for one role as the user's `kind` and `shape` say: role "src" the keys' padding, "tgt"
+    the causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch
+    axis)."""
     if role == "src":
         keep = probe.src_keep
-        return {"(B, 1, 1, T)": keep[:, None, None, :], "(B, 1, T)": keep[:, None, :], "(B, T)": keep}[shape]
-    T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    if shape == "(T, T)":
-        return causal
-    keep = causal[None] & (probe.tgt_keep[:, None, :] if probe.tgt_keep is not None else True)
-    return keep[:, None] if shape == "(B, 1, T, T)" else keep
-
-
-def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
-    keep = torch.from_numpy(np.ascontiguousarray(logical_mask(probe, role, shape))).to(device)
-    if kind == "bool_keep":
-        return keep
-    if kind == "bool_masked":
-        return ~keep
-    if kind == "int_keep":
-        return keep.long()
-    return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, -1e9)
+        keep = {"(B, 1, 1, T)": keep[:, None, None, :], "(B, 1, T)": keep[:, None, :], "(B, T)": keep}[shape]
+    else:
+        T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
+        keep = np.tril(np.ones((T, T), dtype=bool))
+        if shape != "(T, T)":
+            keep = keep[None] & (probe.tgt_keep[:, None, :] if probe.tgt_keep is not None else True)
+            keep = keep[:, None] if shape == "(B, 1, T, T)" else keep
+    keep = torch.from_numpy(np.ascontiguousarray(keep)).to(device)
+    if kind == "additive":  # 0 where allowed, -1e9 where masked
+        return torch.zeros(keep.shape, dtype=dtype, device=device).masked_fill(~keep, -1e9)
+    return {"bool_keep": keep, "bool_masked": ~keep, "int_keep": keep.long()}[kind]
 
 
 PAD_KEYS = ("src", "bool_masked", "(B, T)")  # torch's key-padding masks: (B, T), True = masked
@@ -146,17 +137,6 @@ TORCH_BUILTINS = {
     "encoder_stack": (nn.TransformerEncoder, {"src_key_padding_mask": PAD_KEYS}, {}),
     "decoder_stack": (nn.TransformerDecoder, {"tgt_mask": CAUSAL, "memory_key_padding_mask": PAD_KEYS}, {}),
 }
-
-
-def torch_builtin_callers(module, level) -> list | None:
-    """The call of torch.nn's own attention, layer or stack (TORCH_BUILTINS), batch_first as the module says."""
-    builtin = TORCH_BUILTINS.get(level)
-    if builtin is None or not isinstance(module, builtin[0]):
-        return None
-    _, masks, extra = builtin
-    owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
-    bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
-    return [Caller(bf, LEVELS[level].inputs, dict(masks), extra=dict(extra))]
 
 
 def _signature(module, n_data: int) -> tuple:
@@ -209,30 +189,14 @@ def _assigned(mask_params: list, roles: list) -> dict:
     return assigned
 
 
-def _mask_kinds(mask, assigned: dict, module) -> tuple:
-    """The mask kinds tried: all (detected from the outputs), the one given, or none."""
-    if mask not in (None, "detect"):
-        return (mask,) if mask != "none" else ()
-    if set(assigned) == {"attention_mask"} and _transformers_model(module):
-        return HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
-    return MASK_KINDS
-
-
-def _masked_callers(bf, order, assigned: dict, kinds, optional: bool, causal: bool = False) -> list:
-    """The callers of one layout and order: every kind and shape of the masks, then (optional) none. causal: a
-    self-attention that masks the future (Llama's, GPT's), given the causal mask where it takes one."""
-    self_attention = set(order) == {"query"}
+def _mask_options(assigned: dict, kinds) -> list:
+    """The masks one layout and order may be given, {name: (role, kind, shape)}: every kind, and every shape of
+    each mask (several masks: the same position of each one's shapes first)."""
     if not assigned or not kinds:
-        return [Caller(bf, order, {}, self_attention, causal=causal)]
-    found = []
-    for kind in kinds:
-        shape_lists = [CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES for role in assigned.values()]
-        for shapes in _product(shape_lists):
-            masks = {n: (r, kind, s) for (n, r), s in zip(assigned.items(), shapes, strict=True)}
-            found.append(Caller(bf, order, masks, self_attention, causal=causal))
-    if optional:  # left out, last
-        found.append(Caller(bf, order, {}, self_attention, causal=causal))
-    return found
+        return [{}]
+    lists = [CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES for role in assigned.values()]
+    shapes = sorted(itertools.product(*lists), key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))
+    return [{n: (r, kind, s) for (n, r), s in zip(assigned.items(), c, strict=True)} for kind in kinds for c in shapes]
 
 
 def callers(module, level: str, batch_first=None, mask=None, call=None, example=None) -> list:
@@ -246,9 +210,11 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         if entry.self_attention_probes:  # call(module, x): one input, bidirectional or causal
             found += [Caller(True, ("query",), {}, True, call=call, causal=c) for c in (False, True)]
         return found
-    builtin = torch_builtin_callers(module, level)
-    if builtin is not None:
-        return builtin
+    builtin = TORCH_BUILTINS.get(level)
+    if builtin is not None and isinstance(module, builtin[0]):  # torch.nn's own: batch_first as the module says
+        owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
+        bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
+        return [Caller(bf, entry.inputs, dict(builtin[1]), extra=dict(builtin[2]))]
     params, mask_params, data = _signature(module, len(entry.inputs))
     orders = _orders(entry, level, data)
     assigned = _assigned(mask_params, list(entry.masks))
@@ -256,19 +222,21 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
         # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared)
         assigned = {"attention_mask": "src"} if "attention_mask" in mask_params else {}
-    kinds = _mask_kinds(mask, assigned, module)
+    detect = mask in (None, "detect")  # the mask kinds tried: all (detected from the outputs), the one given, or none
+    kinds = MASK_KINDS if detect else (mask,) if mask != "none" else ()
+    if detect and set(assigned) == {"attention_mask"} and _transformers_model(module):
+        kinds = HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
-    optional = entry.builds_masks and all(p.default is not p.empty for p in params if p.name in assigned)
-    optional = optional and mask in (None, "detect")
-    layouts = [batch_first] if batch_first is not None else [True, False]
-    if not entry.sequence_first:
-        layouts = [True]  # (B, H, T, Dh) has no sequence-first form
-    found = [c for bf in layouts for order in orders for c in _masked_callers(bf, order, assigned, kinds, optional)]
+    optional = detect and entry.builds_masks and all(p.default is not p.empty for p in params if p.name in assigned)
+    # (B, H, T, Dh) has no sequence-first form
+    layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
+    options = _mask_options(assigned, kinds) + [{}] * (optional and bool(assigned and kinds))  # none: last
+    found = [Caller(bf, o, m, set(o) == {"query"}) for bf in layouts for o in orders for m in options]
     if entry.self_attention_probes:  # the one input and, where the module takes a mask, the causal mask (its first)
-        causal = {mask_params[0]: "tgt"} if mask_params else {}
+        options = _mask_options({mask_params[0]: "tgt"} if mask_params else {}, kinds)
         single = [order for order in orders if set(order) == {"query"}]
-        found += [c for bf in layouts for o in single for c in _masked_callers(bf, o, causal, kinds, False, True)]
+        found += [Caller(bf, o, m, True, causal=True) for bf in layouts for o in single for m in options]
     positional = [p.name for p in params]
     for caller in found:  # forward(input_ids, attention_mask, decoder_input_ids, ...): the data by name
         n = len(caller.order)
@@ -287,11 +255,6 @@ def _transformers_model(module) -> bool:
     return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
 
 
-def _product(lists):
-    """Shape choices for several masks (one at least): each mask's shapes in order, the same position for all first."""
-    return sorted(itertools.product(*lists), key=lambda c: max(lists[i].index(s) for i, s in enumerate(c)))
-
-
 # -- check.module's example=(args, kwargs): one real call of a part, read for how the judge should call it --------
 # The call's tensors are read in order: its data (the level's inputs: the first float tensors of one rank and width,
 # or the first integer tensors, as many as the level takes; one for a self-attention), its masks (an argument named
@@ -299,8 +262,6 @@ def _product(lists):
 # everything else passed as given (start positions, caches, flags), except cos/sin tables of rotary positions, which
 # are recomputed in the run's dtype. The probe takes its sequence lengths (and batch size, three at least) from the
 # data; a tensor of the example's batch size on its first axis is repeated to the probe's.
-
-OPPOSITE = {"bool_keep": "bool_masked", "bool_masked": "bool_keep"}
 
 
 def validate(example) -> None:
@@ -360,9 +321,8 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
     role = "tgt" if causal or named or roles == ("tgt",) else "src"
     if v.dtype == torch.bool:
         keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5
-        kinds = ["bool_keep" if keeps else "bool_masked"]
-        if v.all() or not v.any():  # every position the same: the polarity is not shown
-            kinds.append(OPPOSITE[kinds[0]])
+        kinds = ["bool_keep", "bool_masked"][:: 1 if keeps else -1]
+        kinds = kinds if v.all() or not v.any() else kinds[:1]  # every position the same: the polarity not shown
     else:
         kinds = ["additive" if v.is_floating_point() else "int_keep"]
     shape = (CAUSAL_SHAPES if role == "tgt" else PAD_SHAPES)[{2: 2, 3: 1}.get(v.ndim, 0)]  # by rank: 4, 3, 2
@@ -392,17 +352,15 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     tmpl = (tuple(slot(i, v) for i, v in enumerate(example[0])), {k: slot(k, v) for k, v in example[1].items()})
     self_attention = names == ("query",)
     causal_given = any(m[1] == "tgt" for m in masks.values())
-    combos = list(itertools.product(*[[(name, kind) for kind in m[2]] for name, m in masks.items()]))
-    layouts = [batch_first] if batch_first is not None else ([True, False] if entry.sequence_first else [True])
-    found = []
-    for bf in layouts:
-        for combo in combos:
-            chosen = {name: (masks[name][1], kind, masks[name][3]) for name, kind in combo}
-            causals = [causal_given] if causal_given or not self_attention else [False, True]
-            found += [
-                Caller(bf, names, chosen, self_attention, causal=c and self_attention, template=tmpl) for c in causals
-            ]
-    return found
+    options = list(itertools.product(*[[(n, (m[1], kind, m[3])) for kind in m[2]] for n, m in masks.items()]))
+    causals = [causal_given] if causal_given or not self_attention else [False, True]
+    layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
+    return [
+        Caller(bf, names, dict(m), self_attention, causal=c and self_attention, template=tmpl)
+        for bf in layouts
+        for m in options
+        for c in causals
+    ]
 
 
 def _extra(value, data, probe_B: int) -> tuple:
@@ -421,28 +379,15 @@ def _extra(value, data, probe_B: int) -> tuple:
     return "fixed", value
 
 
-THETAS = (10000.0, 500000.0, 1000000.0, 100.0)
-
-
 def _rope_match(value: torch.Tensor):
     """(the table in float64, its base) where `value` is a cos or sin table of rotary positions (positions along its
-    second-to-last axis, frequencies in halves, interleaved, or once each), else None."""
-    if not value.is_floating_point() or value.ndim < 2 or value.shape[-2] < 2 or value.shape[-1] < 2:
+    second-to-last axis, frequencies in halves, interleaved, or once each: tables.rope_table), else None."""
+    if not value.is_floating_point() or value.ndim < 2:
         return None
-    v = value.detach().cpu().double()
-    T, n = v.shape[-2:]
-    flat = v.reshape(-1, T, n)[0]
-    pos = torch.arange(T, dtype=torch.float64)[:, None]
-    for theta in THETAS:
-        for dim in (2 * n, n):
-            if dim % 2:
-                continue
-            a = pos * theta ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-            for angles in (a, torch.cat([a, a], -1), a.repeat_interleave(2, -1)):
-                for f in (torch.cos, torch.sin):
-                    if angles.shape == flat.shape and torch.allclose(f(angles), flat, atol=1e-5):
-                        return f(angles).expand(v.shape).clone(), theta
-    return None
+    T, n = value.shape[-2:]
+    flat = value.detach().cpu().double().reshape(-1, T, n)[0].numpy()
+    found = next((m for m in (TB.rope_table(flat, Dh) for Dh in (2 * n, n)) if m is not None), None)
+    return None if found is None else (torch.from_numpy(found[1]).expand(value.shape).clone(), found[0])
 
 
 def thetas(example) -> list:

@@ -65,8 +65,8 @@ def _importer(name: str) -> tuple:
     return module, lambda: loader.exec_module(module)
 
 
-def load_attribute(spec: str, what: str):
-    """MODULE:ATTR -> the attribute; `what` names the argument in messages."""
+def load_attribute(spec: str, what: str, function: bool = False):
+    """MODULE:ATTR -> the attribute (a function where `function` says so); `what` names the argument in messages."""
     if not isinstance(spec, str) or ":" not in spec:
         example = "as mypkg.models:MyModel or path/to/file.py:model"
         raise BadArgument(f"{what}: expected MODULE:ATTR ({example}), got {spec!r}")
@@ -74,7 +74,10 @@ def load_attribute(spec: str, what: str):
     module = import_user_module(name)
     if not hasattr(module, attr):
         raise BadArgument(f"{what}: {name} has no attribute {attr!r}")
-    return getattr(module, attr)
+    found = getattr(module, attr)
+    if function and not callable(found):
+        raise BadArgument(f"{what}: {spec} is of type {type(found).__name__}, not a function")
+    return found
 
 
 def load_target(spec: str, reference: str | None = None):
@@ -101,14 +104,6 @@ def load_target(spec: str, reference: str | None = None):
     return made
 
 
-def example_call(spec: str) -> tuple:
-    """--example MODULE:FUNC: FUNC() called here (the child process), its (args, kwargs) returned."""
-    function = load_attribute(spec, "--example")
-    if not callable(function):
-        raise BadArgument(f"--example: {spec} is of type {type(function).__name__}, not a function")
-    return run_user(function, f"--example: {spec}()", "returning (args, kwargs)")
-
-
 def run_user(function, what: str, instead: str):
     """function() of the user's; what it raises, or a sys.exit, as Unrunnable saying `what` did it."""
     try:
@@ -128,12 +123,13 @@ def judge(
 
     try:
         module = load_target(target, reference)
-        function = load_attribute(call, "--call") if call is not None else None  # check.module's call=
-        if call is not None and not callable(function):
-            raise BadArgument(f"--call: {call} is of type {type(function).__name__}, not a function")
+        function = load_attribute(call, "--call", True) if call is not None else None  # check.module's call=
         options = dict(options or {})
-        if options.get("example") is not None:  # check.module's example=: FUNC() -> (args, kwargs)
-            options["example"] = example_call(options["example"])
+        if options.get("example") is not None:  # check.module's example=: FUNC(), called here, -> (args, kwargs)
+            example = options["example"]
+            options["example"] = run_user(
+                load_attribute(example, "--example", True), f"--example: {example}()", "returning (args, kwargs)"
+            )
     except BadArgument as exc:
         return {"status": "bad_argument", "reason": str(exc)}
     except Unrunnable as exc:

@@ -77,14 +77,12 @@ def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str
     alone, then those that combine (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
 
-    def run(knobs: dict) -> np.ndarray:
-        if unit == "layer_norm":
-            return VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs)
-        if unit == "rms_norm":
-            return VR.rms_norm(x, params["weight"], eps, **knobs)
-        if unit == "gated_feed_forward":
-            return VR.gated_feed_forward(params, x, activation, **knobs)
-        return x + VR.sinusoid_tables(x.shape[1], x.shape[-1])[knobs["table"]]  # positions: x + a sinusoid table
+    run = {
+        "layer_norm": lambda knobs: VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs),
+        "rms_norm": lambda knobs: VR.rms_norm(x, params["weight"], eps, **knobs),
+        "gated_feed_forward": lambda knobs: VR.gated_feed_forward(params, x, activation, **knobs),
+        "positions": lambda knobs: x + VR.sinusoid_tables(x.shape[1], x.shape[-1])[knobs["table"]],
+    }[unit]
 
     references = [{"table": t} for t in ("interleaved", "split")] if unit == "positions" else [{}]  # either layout
     unmatched = min(_match(user_out, run(knobs), valid, None) for knobs in references)

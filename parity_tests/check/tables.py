@@ -84,7 +84,8 @@ def rope_thetas(module, Dh: int, first: float | None = None) -> list:
             if "inv_freq" in name and buf.is_floating_point():
                 values.append(_theta_from(buf.detach().double().cpu().numpy(), 2 * buf.numel()))
         found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
-    found += [t for t in (_theta_of_table(buf, Dh) for _, buf in _tensors_kept(module)) if t is not None]
+    tables = [rope_table(_squeezed(t), Dh) for _, t in _tensors_kept(module) if t.is_complex() or t.is_floating_point()]
+    found += [t[0] for t in tables if t is not None]
     return list(dict.fromkeys(found + [10000.0]))
 
 
@@ -111,20 +112,24 @@ def _sin_cos_table(tensor) -> bool:
     return bool(np.all(sin[0] == 0) and np.all(cos[0] == 1) and np.allclose(sin**2 + cos**2, 1, atol=1e-6))
 
 
-def _theta_of_table(table, Dh: int) -> float | None:
-    """The base of a RoPE table the module keeps, read from its values: a sin table (T, Dh/2) or (T, Dh) (halves
-    or pairs), or Meta's complex e^(i m theta_j), whose row of position 1 holds the inverse frequencies'
-    sines. None for any other tensor."""
-    if Dh < 4 or Dh % 2 or table.numel() < 3 * Dh // 2 or not (table.is_complex() or table.is_floating_point()):
+def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
+    """(base, float64 table) where `value` (float64, its axes of size 1 dropped) is one of rope_tables' sin or cos
+    tables for heads of Dh features, (T, Dh/2) or (T, Dh) (halves or pairs), or Meta's complex e^(i m theta_j): the
+    base read from position 1's row (the inverse frequencies' sines or cosines; a cos near 1 reads it coarsely, so
+    the base rounded to three digits is tried first), then the whole table checked against rope_tables' at that
+    base. None for any other tensor."""
+    if value.ndim != 2 or Dh < 4 or Dh % 2 or value.shape[0] < 2 or value.shape[1] not in (Dh // 2, Dh):
         return None
-    value = _squeezed(table).imag if table.is_complex() else _squeezed(table)
-    if value.ndim != 2 or value.shape[1] not in (Dh // 2, Dh) or value.shape[0] < 3 or np.abs(value[0]).max() > 0:
+    v = value.imag if np.iscomplexobj(value) else value
+    read = np.arcsin if not v[0].any() else np.arccos if np.all(v[0] == 1) else None
+    if read is None:
         return None
-    for sines in (value[1][: Dh // 2], value[1][::2]):  # (T, Dh/2) or halves; pairs
-        freq = np.arcsin(np.clip(sines[: Dh // 2], -1, 1))  # position 1's angles: the inverse frequencies
-        theta = _theta_from(freq, Dh) if abs(freq[0] - 1) < 1e-6 and np.all(np.diff(freq) < 0) else None
-        if theta is not None and np.allclose(theta ** (-np.arange(0, Dh, 2) / Dh), freq, rtol=1e-5, atol=1e-7):
-            return theta
+    read_off = [_theta_from(read(np.clip(row, -1, 1)), Dh) for row in (v[1][: Dh // 2], v[1][::2])]  # halves; pairs
+    for theta in dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t)):
+        tables = rope_tables(theta, Dh, len(value)).values()
+        table = next((t for t, tolerance in tables if _within(value, t, tolerance)), None)
+        if table is not None:
+            return theta, table
     return None
 
 
@@ -167,10 +172,8 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list
     comparison. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
     overwrite: dict = {}
     bases: list = []
-    if Dh % 2:
-        return overwrite, thetas
     for name, buf in _tensors_kept(module):
-        if not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
+        if Dh % 2 or not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
             continue
         value = _squeezed(buf)
         width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features

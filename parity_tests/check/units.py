@@ -89,17 +89,13 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     fields = default | {k: v for k, v in given.items() if k != "config" and (v is not None or k == "pad_id")}
     cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
-    if D is None and pieces and not norms:
-        widths = [p.in_features for p in pieces]
-        D = max(widths, key=widths.count)  # the most common input width (a gated block: gate and up read D)
+    widths = [p.in_features for p in pieces]  # the most common one: d_model (a gated block: gate and up read D)
     if D is None:
-        D = norms[0].size if norms else (tables[0].width if tables else None)
+        D = norms[0].size if norms else max(widths, key=widths.count) if widths else tables[0].width if tables else None
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
-    H = fields.get("n_heads") or (cfg.n_heads if cfg else None)
-    if H is None and flow is not None:
-        H = flow.heads(D)
+    H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
     if H is None and entry.heads:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
@@ -135,8 +131,8 @@ def _units(entry, found, units: Units) -> None:
             for a in flow.attentions
         ]
         units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
-        _refuse_unpaired(entry, found)
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
+        _refuse_unpaired(entry, found, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
@@ -170,9 +166,9 @@ def _units(entry, found, units: Units) -> None:
         units.layer_norms += stacks * units.embedding_norm
 
 
-def _refuse_unpaired(entry, found) -> None:
+def _refuse_unpaired(entry, found, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a router's top-k, a layer norm without
-    weights, an attention run again with the same weights, a parallel block outside a decoder-only model's."""
+    weights, an attention run again with the same weights, a parallel block not read as one (`parallel`)."""
     flow = found.flow
     for node in flow.nodes:
         what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
@@ -182,8 +178,7 @@ def _refuse_unpaired(entry, found) -> None:
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
         raise NoPair(shared[0], what, entry.name)
-    decoder_only = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross
-    if not decoder_only and entry.group != "component" and flow.parallel:
+    if flow.parallel and not parallel and entry.group != "component":
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
@@ -265,22 +260,13 @@ def _config(entry, found, units: Units, cfg, fields: dict):
             base["final_norm"] = finals  # post-norm layers and a final norm, or pre-norm layers without one
     elif entry.final_norms == "pre-norm" and finals:
         base["norm_first"] = True  # a final norm: pre-norm layers
-    base |= _frontier_fields(entry, found, units)
-    return TransformerConfig(**(base | known))
-
-
-def _frontier_fields(entry, found, units: Units) -> dict:
-    """The fields of issue 49's layers the flow shows: a parallel layer (pre-norm, however the sums read), GPT-OSS's
-    sink logits, Gemma 2's soft caps."""
-    fields: dict = {}
-    if units.parallel:  # pre-norm layers, however the sums read
-        fields |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
-    if found.flow is not None and any(a.sinks for a in found.flow.attentions):  # GPT-OSS's sink logits
-        fields["attn_sinks"] = True
-    if found.flow is not None:  # Gemma 2's soft caps, where the flow computes them
+    if units.parallel:  # a parallel layer (issue 49's): pre-norm layers, however the sums read
+        base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+    if found.flow is not None:  # GPT-OSS's sink logits and Gemma 2's soft caps, where the flow computes them
+        base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
-        fields |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
-    return fields
+        base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+    return TransformerConfig(**(base | known))
 
 
 # -- one attention's rows: separate, fused (q, k, v or k, v) or one piece per head --------------------------------
