@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 VIEWS = {
     "t", "transpose", "permute", "view", "reshape", "contiguous", "to", "type_as", "float", "double", "half",
     "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type", "chunk",
-    "split", "unbind", "narrow",
+    "split", "unbind", "narrow", "unflatten",
 }  # fmt: skip
 PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
 SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()

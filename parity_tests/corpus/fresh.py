@@ -45,18 +45,28 @@ class FusedAttention(nn.Module):
         self.proj = nn.Linear(D, D, bias=False)
         self.causal = causal
 
+    def split(self, qkv):
+        return qkv.unflatten(-1, (3, H, HD)).transpose(1, 3).unbind(dim=2)  # each (B, H, T, HD)
+
     def forward(self, x):
-        q, k, v = self.qkv(x).unflatten(-1, (3, H, HD)).transpose(1, 3).unbind(dim=2)  # each (B, H, T, HD)
+        q, k, v = self.split(self.qkv(x))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         return self.proj(y.transpose(1, 2).flatten(-2))
 
 
+class PerHeadQKV(FusedAttention):
+    """GPT-NeoX's layout: each head's q, k and v rows together, (head, q | k | v, feature)."""
+
+    def split(self, qkv):
+        return qkv.unflatten(-1, (H, 3 * HD)).transpose(1, 2).chunk(3, dim=-1)
+
+
 class FusedBlock(nn.Module):
-    def __init__(self, causal: bool = True):
+    def __init__(self, causal: bool = True, norm_bias: bool = False):
         super().__init__()
-        self.norm1 = nn.LayerNorm(D, bias=False)
+        self.norm1 = nn.LayerNorm(D, bias=norm_bias)
         self.attn = FusedAttention(causal)
-        self.norm2 = nn.LayerNorm(D, bias=False)
+        self.norm2 = nn.LayerNorm(D, bias=norm_bias)
         self.ff = nn.Sequential(nn.Linear(D, 4 * D, bias=False), nn.GELU(), nn.Linear(4 * D, D, bias=False))
 
     def forward(self, x):
@@ -65,27 +75,38 @@ class FusedBlock(nn.Module):
 
 
 class FusedGPT(nn.Module):
-    def __init__(self, last_causal: bool = True):
+    def __init__(self, last_causal: bool = True, as_tuple: bool = False, norm_bias: bool = False):
         super().__init__()
         self.tok = nn.Embedding(V, D)
         self.pos = nn.Parameter(0.02 * torch.randn(T_MAX, D))
-        self.layers = nn.ModuleDict({"first": FusedBlock(), "second": FusedBlock(last_causal)})
-        self.norm = nn.LayerNorm(D, bias=False)
+        self.layers = nn.ModuleDict(
+            {"first": FusedBlock(True, norm_bias), "second": FusedBlock(last_causal, norm_bias)}
+        )
+        self.norm = nn.LayerNorm(D, bias=norm_bias)
         self.head = nn.Linear(D, V, bias=False)
         self.head.weight = self.tok.weight
+        self.as_tuple = as_tuple
 
-    def forward(self, idx, targets=None) -> LMOutput:
+    def forward(self, idx, targets=None):
         x = self.tok(idx) + self.pos[: idx.shape[1]]
         for block in self.layers.values():
             x = block(x)
         logits = self.head(self.norm(x))
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-        return LMOutput(logits, loss)
+        return (logits, loss) if self.as_tuple else LMOutput(logits, loss)
 
 
-def fused_gpt(last_causal: bool = True) -> FusedGPT:
+def fused_gpt(last_causal: bool = True, as_tuple: bool = False, norm_bias: bool = False) -> FusedGPT:
     torch.manual_seed(0)
-    return FusedGPT(last_causal)
+    return FusedGPT(last_causal, as_tuple, norm_bias)
+
+
+def per_head_gpt() -> FusedGPT:
+    """The tuple-returning GPT with norm biases, its fused qkv rows in GPT-NeoX's per-head layout."""
+    model = fused_gpt(as_tuple=True, norm_bias=True)
+    for block in model.layers.values():
+        block.attn = PerHeadQKV()
+    return model
 
 
 # -- an einsum Llama: GQA by repeat_interleave, float32-upcast RMSNorm, SwiGLU by chunk, dict output -------------
@@ -271,9 +292,12 @@ def typed_encoder(unbiased_second: bool = False) -> TypedEncoder:
 
 CASES = [
     ("fused_gpt", fused_gpt, "transformer_lm", {}, "pass"),
+    ("fused_gpt.tuple_output", lambda: fused_gpt(as_tuple=True), "transformer_lm", {}, "pass"),
+    ("fused_gpt.norm_biases", lambda: fused_gpt(as_tuple=True, norm_bias=True), "transformer_lm", {}, "pass"),
+    ("fused_gpt.per_head_qkv", per_head_gpt, "transformer_lm", {}, "pass"),
     (
         "fused_gpt.not_causal_second_block",
-        lambda: fused_gpt(last_causal=False),
+        lambda: fused_gpt(last_causal=False, as_tuple=True, norm_bias=True),
         "transformer_lm",
         {},
         ("mistake", "attention.not_causal", "layers.second.attn"),
