@@ -276,8 +276,9 @@ class Flow:
         add = next((n for n in ahead if residual(n)), None)
         if add is None:
             return None
-        readers = _walk(add.children, lambda n: n.children if n.op in VIEWS else [])  # OPT reshapes it first
-        return len({n.module for n in readers if n.op not in VIEWS}) > 1
+        readers = [n for n in _walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
+        # OPT reshapes it first; a block calling F.layer_norm itself: the next residual sum in the same module
+        return len({n.module for n in readers}) > 1 or any(residual(n) for n in readers)
 
     @property
     def parallel(self) -> bool:

@@ -10,8 +10,12 @@ this project's own words: the judge meets them here for the first time.
   tables built in the forward, a SwiGLU of one fused Linear split by `.chunk`, and a dict output;
 - a post-norm BERT-ish encoder: word, learned position and token-type embeddings summed and normed, layers of its
   own LayerNorm class written out, attention over a padding mask of 1s and 0s turned additive;
+- a GPT of raw nn.Parameters and no nn.Linear, as a port from JAX writes it: `x @ W` with W stored (in, out), norms
+  by `F.layer_norm(x, (D,), self.ln1_g, self.ln1_b)` (GPT-2's g and b) called in the block itself, the attention
+  inline in the block, the token table read back as the output projection (`@ self.wte.T`);
 - mistakes put into them, each named where it sits: the causal flag left off in the second block's SDPA, K/V heads
-  tiled instead of repeated, softmax over the queries in an einsum attention, the LayerNorm's variance unbiased.
+  tiled instead of repeated, softmax over the queries in an einsum attention, the LayerNorm's variance unbiased,
+  the scores divided by d_head (no root) in the raw GPT's second block.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -290,6 +294,56 @@ def typed_encoder(unbiased_second: bool = False) -> TypedEncoder:
     return TypedEncoder(unbiased_second)
 
 
+# -- raw parameters, no nn.Linear: x @ W with W stored (in, out), as a port from JAX writes it ------------------
+
+
+class RawBlock(nn.Module):
+    def __init__(self, scale: float = HD**-0.5):
+        super().__init__()
+        self.ln1_g, self.ln1_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
+        self.w_qkv, self.b_qkv = nn.Parameter(0.1 * torch.randn(D, 3 * D)), nn.Parameter(torch.zeros(3 * D))
+        self.w_o, self.b_o = nn.Parameter(0.1 * torch.randn(D, D)), nn.Parameter(torch.zeros(D))
+        self.ln2_g, self.ln2_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
+        self.w_in, self.b_in = nn.Parameter(0.1 * torch.randn(D, 4 * D)), nn.Parameter(torch.zeros(4 * D))
+        self.w_out, self.b_out = nn.Parameter(0.1 * torch.randn(4 * D, D)), nn.Parameter(torch.zeros(D))
+        self.register_buffer("causal", torch.tril(torch.ones(T_MAX, T_MAX, dtype=torch.bool)), persistent=False)
+        self.scale = scale
+
+    def attend(self, x):
+        B, T, _ = x.shape
+        q, k, v = (x @ self.w_qkv + self.b_qkv).split(D, dim=-1)
+        q, k, v = (t.reshape(B, T, H, HD).permute(0, 2, 1, 3) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) * self.scale
+        scores = scores.masked_fill(~self.causal[:T, :T], float("-inf"))
+        y = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(B, T, D)
+        return y @ self.w_o + self.b_o
+
+    def forward(self, x):
+        x = x + self.attend(F.layer_norm(x, (D,), self.ln1_g, self.ln1_b))
+        h = F.layer_norm(x, (D,), self.ln2_g, self.ln2_b)
+        return x + F.gelu(h @ self.w_in + self.b_in) @ self.w_out + self.b_out
+
+
+class RawGPT(nn.Module):
+    def __init__(self, last_scale: float = HD**-0.5):
+        super().__init__()
+        self.wte = nn.Parameter(0.1 * torch.randn(V, D))
+        self.wpe = nn.Parameter(0.1 * torch.randn(T_MAX, D))
+        self.blocks = nn.ModuleList([RawBlock(), RawBlock(last_scale)])
+        self.lnf_g, self.lnf_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
+
+    def forward(self, ids):
+        x = self.wte[ids] + self.wpe[: ids.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return F.layer_norm(x, (D,), self.lnf_g, self.lnf_b) @ self.wte.T  # tied: the table read back
+
+
+def raw_gpt(last_scale: float = HD**-0.5) -> RawGPT:
+    torch.manual_seed(0)
+    return RawGPT(last_scale)
+
+
 CASES = [
     ("fused_gpt", fused_gpt, "transformer_lm", {}, "pass"),
     ("fused_gpt.tuple_output", lambda: fused_gpt(as_tuple=True), "transformer_lm", {}, "pass"),
@@ -316,6 +370,14 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.softmax_wrong_axis", "layers.1.attention"),
+    ),
+    ("raw_gpt", raw_gpt, "transformer_lm", {}, "pass"),
+    (
+        "raw_gpt.wrong_scale_second_block",
+        lambda: raw_gpt(1 / HD),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.wrong_scale", "blocks.1"),
     ),
     ("typed_encoder", typed_encoder, "encoder", {}, "pass"),
     (
