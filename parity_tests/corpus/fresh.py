@@ -13,9 +13,12 @@ this project's own words: the judge meets them here for the first time.
 - a GPT of raw nn.Parameters and no nn.Linear, as a port from JAX writes it: `x @ W` with W stored (in, out), norms
   by `F.layer_norm(x, (D,), self.ln1_g, self.ln1_b)` (GPT-2's g and b) called in the block itself, the attention
   inline in the block, the token table read back as the output projection (`@ self.wte.T`);
+- a GPT that is one nn.Sequential from ids to logits (an embedding module that adds its own positions, pre-norm
+  `Residual(f)` wrappers), its SDPA given a boolean keep-mask it builds with `tril`;
 - mistakes put into them, each named where it sits: the causal flag left off in the second block's SDPA, K/V heads
   tiled instead of repeated, softmax over the queries in an einsum attention, the LayerNorm's variance unbiased,
-  the scores divided by d_head (no root) in the raw GPT's second block.
+  the scores divided by d_head (no root) in the raw GPT's second block, `tril(diagonal=1)` (the next token shown)
+  in the Sequential GPT's second attention.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -344,6 +347,55 @@ def raw_gpt(last_scale: float = HD**-0.5) -> RawGPT:
     return RawGPT(last_scale)
 
 
+# -- one nn.Sequential from ids to logits; SDPA with a boolean keep-mask it builds itself ---------------------------
+
+
+class TokensAndPositions(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(V, D)
+        self.positions = nn.Embedding(T_MAX, D)
+
+    def forward(self, ids):
+        return self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
+
+
+class MaskedSDPA(nn.Module):
+    def __init__(self, ahead: int = 0):
+        super().__init__()
+        self.c_attn = nn.Linear(D, 3 * D)
+        self.c_proj = nn.Linear(D, D)
+        self.ahead = ahead  # 0: each position sees itself and the past
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (t.view(B, T, H, HD).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
+        keep = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(diagonal=self.ahead)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class Residual(nn.Module):
+    """x + f(LayerNorm(x)): the pre-norm sublayer as a module of its own."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.norm = nn.LayerNorm(D)
+        self.f = f
+
+    def forward(self, x):
+        return x + self.f(self.norm(x))
+
+
+def sequential_gpt(ahead_second: int = 0) -> nn.Sequential:
+    torch.manual_seed(0)
+    layers = []
+    for ahead in (0, ahead_second):
+        layers.append(Residual(MaskedSDPA(ahead)))
+        layers.append(Residual(nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))))
+    return nn.Sequential(TokensAndPositions(), *layers, nn.LayerNorm(D), nn.Linear(D, V, bias=False))
+
+
 CASES = [
     ("fused_gpt", fused_gpt, "transformer_lm", {}, "pass"),
     ("fused_gpt.tuple_output", lambda: fused_gpt(as_tuple=True), "transformer_lm", {}, "pass"),
@@ -378,6 +430,14 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.wrong_scale", "blocks.1"),
+    ),
+    ("sequential_gpt", sequential_gpt, "transformer_lm", {}, "pass"),
+    (
+        "sequential_gpt.causal_shows_next_second_block",
+        lambda: sequential_gpt(ahead_second=1),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.causal_shows_next", "3.f"),
     ),
     ("typed_encoder", typed_encoder, "encoder", {}, "pass"),
     (
