@@ -1,8 +1,8 @@
 """The judge on the styles it met in codebases it had never seen (issue 46; parity_tests/corpus/unseen.py).
 
-Each case (and each of parity_tests/corpus/frontier.py's, issue 49's new pairs) gets one of the four
-answers: a pass; a catalogued mistake named at its submodule; "differs at
-<submodule>: <op> ..., which the reference has no pair for" (result.unsupported); "could not judge: ...; pass ..."
+Each case (and each of parity_tests/corpus/frontier.py's, issue 49's new pairs, and of parity_tests/corpus/fresh.py's,
+styles new to the corpus) gets one of the four answers: a pass; a catalogued mistake named at its submodule; "differs
+at <submodule>: <op> ..., which the reference has no pair for" (result.unsupported); "could not judge: ...; pass ..."
 (result.error). Never an exception, never a failure with neither an id nor a named op. Where the judge gets a case
 wrong today, the case is marked xfail (strict) with what it says today; a fix turns the mark into an unexpected pass,
 and the mark must then go.
@@ -14,11 +14,27 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import frontier
+from parity_tests.corpus import fresh, frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    "fused_gpt": (
+        "a dataclass output (logits, loss) is not read (calling.first_tensor: 'the module returned LMOutput, expected "
+        "a tensor or a tuple starting with one'), so: 'could not judge: the number of heads cannot be read from the "
+        "recorded forward: pass n_heads='"
+    ),
+    "fused_gpt.tuple_output": (
+        "nn.LayerNorm(bias=False): the reference's norm bias is not held at zero (units.Linker.norm), so 'first "
+        "divergence: layers.first.norm1 ... relative error 1.02e-01; not expressible by the config and no catalogue "
+        "variant reproduces it'"
+    ),
+    "raw_gpt.wrong_scale_second_block": (
+        "an attention written inline in a block that also holds the norms and the MLP is not captured on its own, "
+        "so: 'first divergence: blocks.1; unexplained: blocks.1 (reference decoder.layers.1) diverges with relative "
+        "error 1.22e-01; not expressible by the config and no catalogue variant reproduces it'"
+    ),
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -35,7 +51,7 @@ def _case(name, *values):
 
 
 @pytest.mark.parametrize(
-    ("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES + frontier.CASES]
+    ("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES + frontier.CASES + fresh.CASES]
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)

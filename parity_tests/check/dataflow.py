@@ -34,7 +34,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 VIEWS = {
     "t", "transpose", "permute", "view", "reshape", "contiguous", "to", "type_as", "float", "double", "half",
     "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type", "chunk",
-    "split", "unbind", "narrow",
+    "split", "unbind", "narrow", "unflatten",
 }  # fmt: skip
 PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
 SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
@@ -276,8 +276,9 @@ class Flow:
         add = next((n for n in ahead if residual(n)), None)
         if add is None:
             return None
-        readers = _walk(add.children, lambda n: n.children if n.op in VIEWS else [])  # OPT reshapes it first
-        return len({n.module for n in readers if n.op not in VIEWS}) > 1
+        readers = [n for n in _walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
+        # OPT reshapes it first; a block calling F.layer_norm itself: the next residual sum in the same module
+        return len({n.module for n in readers}) > 1 or any(residual(n) for n in readers)
 
     @property
     def parallel(self) -> bool:

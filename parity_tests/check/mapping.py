@@ -228,8 +228,8 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
         shape = p.shape if as_linear else p.shape[::-1]
         found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear))
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
-    scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|scale|alpha)", n)]
-    shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|shift)", n)]
+    scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|_g$|scale|alpha)", n)]  # ln_1_g
+    shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|_b$|shift)", n)]  # ln_1_b
     values = (getattr(mod, attr, None) for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"))
     eps = next((v for v in values if isinstance(v, float)), None)  # the module's own eps, where it names one
     for w in scales:
