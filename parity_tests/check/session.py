@@ -70,9 +70,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     rope_overwrite: dict = {}
     thetas: list = []
     if is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
-        bases = TB.rope_thetas(user, cfg.d_head, given.get("rope_theta"))  # the caller's base first
-        rope_overwrite, thetas = TB.rope_buffers(user, cfg.d_head, bases, notes)
-        rotary = TB.rotary_dim(user, cfg.d_head)  # partial rotary: read from the inverse frequencies
+        rope_overwrite, thetas, rotary = TB.rope(user, cfg.d_head, given.get("rope_theta"), notes)
         if rotary is not None and "rotary_dim" not in stated(given):
             cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     norm_eps = {n.module: n.eps for n in found.norms}
