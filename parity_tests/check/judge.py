@@ -257,9 +257,8 @@ def module(
         with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
             # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
             level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
-            given = fields | {"config": config}
-            if example is not None and "rope_theta" not in given:  # the base of the example's cos/sin tables, first
-                given = given | dict(zip(["rope_theta"], C.thetas(example), strict=False))
+            base = [] if example is None or "rope_theta" in fields else C.thetas(example)[:1]  # its cos/sin tables'
+            given = fields | {"config": config} | dict(zip(["rope_theta"], base, strict=False))  # the RoPE base first
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
             conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
             found = recording(user_module, level, given, seed, **conventions)

@@ -67,16 +67,12 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     overwrite, layout, wrong_table = TB.fixed_tables(user, fixed, notes) if is_module else ({}, None, False)
     if layout is not None:
         cfg = dataclasses.replace(cfg, sinusoid_layout=layout)
-    rope_overwrite: dict = {}
-    thetas: list = []
-    if is_module and entry.heads and entry.group != "stacks":  # RoPE tables read (and overwritten)
-        bases = TB.rope_thetas(user, cfg.d_head, given.get("rope_theta"))  # the caller's base first
-        rope_overwrite, thetas = TB.rope_buffers(user, cfg.d_head, bases, notes)
-        rotary = TB.rotary_dim(user, cfg.d_head)  # partial rotary: read from the inverse frequencies
-        if rotary is not None and "rotary_dim" not in stated(given):
-            cfg = dataclasses.replace(cfg, rotary_dim=rotary)
+    rope = is_module and entry.heads and entry.group != "stacks"  # RoPE tables read (and overwritten)
+    rope64, thetas, rotary = TB.rope(user, cfg.d_head, given.get("rope_theta"), notes) if rope else ({}, [], None)
+    if rotary is not None and "rotary_dim" not in stated(given):
+        cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     norm_eps = {n.module: n.eps for n in found.norms}
-    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope_overwrite, thetas)
+    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas)
 
 
 @dataclass(frozen=True)

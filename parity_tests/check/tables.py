@@ -71,35 +71,6 @@ def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
     return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
 
 
-def rope_thetas(module, Dh: int, first: float | None = None) -> list:
-    """The RoPE bases to try: `first` (the caller's), the bases the user's module states (a base attribute: theta,
-    rope_theta, base, ...; transformers' in .config; or an inverse-frequency buffer, inv_freq), and last 10000 (the
-    paper's, Llama 2's)."""
-    found = [] if first is None else [float(first)]
-    for _, mod in module.named_modules():
-        config = getattr(mod, "config", None)
-        values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
-        values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
-        for name, buf in mod.named_buffers(recurse=False):
-            if "inv_freq" in name and buf.is_floating_point():
-                values.append(_theta_from(buf.detach().double().cpu().numpy(), 2 * buf.numel()))
-        found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
-    tables = [rope_table(_squeezed(t), Dh) for _, t in _tensors_kept(module) if t.is_complex() or t.is_floating_point()]
-    found += [t[0] for t in tables if t is not None]
-    return list(dict.fromkeys(found + [10000.0]))
-
-
-def rotary_dim(module, Dh: int) -> int | None:
-    """The features of each head RoPE turns where fewer than all of them (GPT-NeoX's rotary_pct): twice the length
-    of an inverse-frequency buffer (inv_freq) shorter than Dh / 2; None where none is."""
-    inv_freq = [buf for name, buf in module.named_buffers() if "inv_freq" in name.rsplit(".", 1)[-1]]
-    lengths = {buf.numel() for buf in inv_freq if buf.ndim == 1 and buf.is_floating_point()}
-    if len(lengths) == 1 and 0 < 2 * next(iter(lengths)) < Dh:
-        return 2 * lengths.pop()
-    widths = {_squeezed(t).shape[-1] for _, t in _tensors_kept(module) if _sin_cos_table(t)}
-    return widths.pop() if len(widths) == 1 and widths != {Dh} else None  # GPT-J's embed_positions (T, rotary_dim)
-
-
 def _sin_cos_table(tensor) -> bool:
     """Whether `tensor` is a table of sines and cosines side by side (T, w) (GPT-J's): sin^2 + cos^2 = 1, and
     position 0 holds sin 0 = 0 and cos 0 = 1."""
@@ -166,14 +137,33 @@ def _tensors_kept(module):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
-def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list]:
-    """The user's RoPE tables built in float32 (buffers or plain tensor attributes) read at each base of `thetas`:
-    each equal to one of rope_tables to float32 precision is overwritten with its float64 values for the float64
-    comparison. Returns ({name: float64 values}, `thetas` with the base the module's tables were built with first)."""
+def rope(module, Dh: int, first: float | None, notes: list) -> tuple[dict, list, int | None]:
+    """The user's RoPE as its module keeps it, read in one pass. The bases to try: `first` (the caller's), those the
+    module states (a base attribute: theta, rope_theta, base, ...; transformers' in .config; an inverse-frequency
+    buffer, inv_freq; a table rope_table reads), and last 10000 (the paper's, Llama 2's). Each RoPE table built in
+    float32 (buffers or plain tensor attributes) equal to one of rope_tables at one of those bases to float32
+    precision is overwritten with its float64 values for the float64 comparison. The features of each head RoPE
+    turns where fewer than all (GPT-NeoX's rotary_pct): twice the length of an inverse-frequency buffer shorter than
+    Dh / 2, else the width of GPT-J's sin-and-cos table (T, rotary_dim). Returns ({name: float64 values}, the bases
+    with the one the module's tables were built with first, that rotary width or None)."""
+    found = [] if first is None else [float(first)]
+    lengths = set()
+    for _, mod in module.named_modules():
+        config = getattr(mod, "config", None)
+        values = [getattr(mod, a, None) for a in THETA_ATTRS] + [getattr(config, "rope_theta", None)]
+        values.append((getattr(config, "rope_parameters", None) or {}).get("rope_theta"))
+        for name, buf in mod.named_buffers(recurse=False):
+            if "inv_freq" in name and buf.is_floating_point():
+                values.append(_theta_from(buf.detach().double().cpu().numpy(), 2 * buf.numel()))
+                lengths |= {buf.numel()} if buf.ndim == 1 else set()
+        found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
+    kept = [(name, t) for name, t in _tensors_kept(module) if t.is_complex() or t.is_floating_point()]
+    found += [t[0] for t in (rope_table(_squeezed(t), Dh) for _, t in kept) if t is not None]
+    thetas = list(dict.fromkeys(found + [10000.0]))
     overwrite: dict = {}
     bases: list = []
-    for name, buf in _tensors_kept(module):
-        if Dh % 2 or not (buf.is_complex() or buf.is_floating_point()) or buf.numel() < Dh // 2:
+    for name, buf in kept:
+        if Dh % 2 or buf.numel() < Dh // 2:
             continue
         value = _squeezed(buf)
         width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features
@@ -188,4 +178,8 @@ def rope_buffers(module, Dh: int, thetas: list, notes: list) -> tuple[dict, list
                     f"{overwrite[name].dtype} values for the float64 comparison"
                 )
                 break
-    return overwrite, list(dict.fromkeys(bases[:1] + thetas))
+    rotary = 2 * min(lengths) if len(lengths) == 1 and 0 < 2 * min(lengths) < Dh else None
+    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)}
+    if rotary is None and len(widths) == 1 and widths != {Dh}:
+        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim)
+    return overwrite, list(dict.fromkeys(bases[:1] + thetas)), rotary

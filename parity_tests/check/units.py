@@ -21,10 +21,6 @@ from .mapping import Link, Piece, Table, role_of
 from .unsupported import NoPair
 
 ROLES = ("q", "k", "v", "out")
-UNLIKE = {  # ops the reference's layers never compute (read with nothing beside their input) -> what they are
-    "topk": "a router's top-k choice of experts (a mixture of experts, as Mixtral's)",
-    "layer_norm": "a layer norm without a scale or a shift (OLMo's)",  # where the module holds no norm weights
-}
 
 
 @dataclass
@@ -132,7 +128,7 @@ def _units(entry, found, units: Units) -> None:
         ]
         units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
-        _refuse_unpaired(entry, found, units.parallel)
+        _refuse_unpaired(entry, flow, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
@@ -166,14 +162,13 @@ def _units(entry, found, units: Units) -> None:
         units.layer_norms += stacks * units.embedding_norm
 
 
-def _refuse_unpaired(entry, found, parallel: bool) -> None:
-    """NoPair for what the flow shows the reference has no pair for: a router's top-k, a layer norm without
-    weights, an attention run again with the same weights, a parallel block not read as one (`parallel`)."""
-    flow = found.flow
-    for node in flow.nodes:
-        what = UNLIKE.get(node.op) if len(node.parents) == 1 else None  # read with nothing beside its input
-        if what and not (node.op == "layer_norm" and found.norms):  # a bare F.layer_norm scaled by hand is a norm
-            raise NoPair(node.module or "(the module)", f"{node.op} computes {what}", entry.name)
+def _refuse_unpaired(entry, flow, parallel: bool) -> None:
+    """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
+    the same weights, a parallel block not read as one (`parallel`). A norm without weights is unsupported.py's."""
+    for node in flow.nodes:  # a top-k read with nothing beside its input
+        if node.op == "topk" and len(node.parents) == 1:
+            what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
+            raise NoPair(node.module or "(the module)", what, entry.name)
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"

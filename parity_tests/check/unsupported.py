@@ -25,15 +25,11 @@ def differs(where: str, what: str) -> str:
 
 class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
-    `what` it computes; check.module answers it as Result.unsupported."""
+    `what` it computes; check.module answers it (`answer`) as Result.unsupported."""
 
     def __init__(self, where: str, what: str, level: str):
         super().__init__(f"{where} computes {what}: the reference {level!r} has none, so this is math it does not have")
-        self.where, self.what = where, what
-
-    @property
-    def answer(self) -> str:
-        return differs(self.where, self.what)
+        self.answer = differs(where, what)
 
 
 NORMS = {"rms_norm", "layer_norm", "group_norm"}
