@@ -24,11 +24,6 @@ TODAY: dict[str, str] = {
         "a tensor or a tuple starting with one'), so: 'could not judge: the number of heads cannot be read from the "
         "recorded forward: pass n_heads='"
     ),
-    "fused_gpt.tuple_output": (
-        "nn.LayerNorm(bias=False): the reference's norm bias is not held at zero (units.Linker.norm), so 'first "
-        "divergence: layers.first.norm1 ... relative error 1.02e-01; not expressible by the config and no catalogue "
-        "variant reproduces it'"
-    ),
     "raw_gpt.wrong_scale_second_block": (
         "an attention written inline in a block that also holds the norms and the MLP is not captured on its own, "
         "so: 'first divergence: blocks.1; unexplained: blocks.1 (reference decoder.layers.1) diverges with relative "

@@ -349,10 +349,13 @@ class Linker:
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
 
     def norm(self, norm, prefix: str) -> None:
-        """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift."""
+        """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift; the
+        reference's shift held at zero where a layer norm has none (nn.LayerNorm(bias=False))."""
         self.links.append(Link(norm.weight, [(f"{prefix}weight", None)], minus_one=norm.plus_one))
         if norm.bias is not None:
             self.links.append(Link(norm.bias, [(f"{prefix}bias", None)]))
+        elif self.cfg.norm == "layer" and f"{prefix}bias" not in self.zero:
+            self.zero.append(f"{prefix}bias")
 
     def table(self, table, ref: str) -> None:
         """A table (mapping.Table) as is, or after its `offset` rows the model never reads (BART's positions)."""

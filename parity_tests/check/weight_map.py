@@ -13,7 +13,7 @@ import dataclasses
 
 from .mapping import Link, gather
 
-HELD = "held at zero: the user's linear has no bias; gradient not compared"
+HELD = "held at zero: the user's layer has no bias; gradient not compared"
 FIXED = "equal to float32 precision; overwritten in float64"
 
 
