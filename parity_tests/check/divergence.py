@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from numpy_transformer import model as M
 
@@ -31,6 +30,7 @@ from .dataflow import hooked
 from .diagnosis import MATCH, Diagnosis, _error
 from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
+from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
 
 
@@ -108,33 +108,11 @@ def attention_place(links, unit: str, target: str) -> str:
     return _lca(qkv) or target
 
 
-@dataclass(frozen=True)
-class Call:
-    """A part's first call in the user's run, as its parent made it: the module, its arguments and its output."""
-
-    module: nn.Module
-    args: tuple
-    kwargs: dict
-    output: Any
-
-    @property
-    def inputs(self) -> tuple:
-        return (*self.args, *self.kwargs.values())
-
-
 def capture(check, choice, dtype=np.float64) -> dict:
-    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds; unit -> Call, copied
-    when the hook runs (an output changed in place later, as `q += residual`, is kept as the module returned it)."""
+    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call."""
     modules = dict(copy_of(check, choice.layout, dtype).named_modules())
     targets = hook_targets(check, choice.layout.links)
-    captured: dict = {}
-
-    def first(unit, module, *call) -> None:
-        if unit not in captured:
-            copied = tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, call)
-            captured[unit] = Call(module, *copied)
-
-    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], first):
+    with first_calls([(u, modules[p]) for u, p in targets.items() if p in modules]) as captured:
         run_user(check, choice.layout, choice.caller, dtype)
     return captured
 

@@ -9,6 +9,8 @@ import math
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +20,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from parity_tests.components import BAR, relative_errors
 
+from .dataflow import hooked
 from .report import Row, float32_bar
 
 
@@ -281,3 +284,31 @@ def lifted(mode) -> Iterator[None]:
         yield
     finally:
         mode.__enter__, mode.__exit__ = saved  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A part's first call in the user's run, as its parent made it: the module, its arguments and its output."""
+
+    module: nn.Module
+    args: tuple
+    kwargs: dict
+    output: Any
+
+    @property
+    def inputs(self) -> tuple:
+        return (*self.args, *self.kwargs.values())
+
+
+@contextmanager
+def first_calls(modules, order: list | None = None) -> Iterator[dict]:
+    """While inside, key -> the Call of each (key, module) of `modules` when first called, copied then (an output
+    changed in place later, as `q += residual`, stays as returned); with `order`, the keys in first-call order."""
+    calls: dict = {}
+
+    def first(key, module, *call) -> None:
+        if key not in calls:
+            calls[key] = Call(module, *tree_map(lambda t: t.detach().clone() if torch.is_tensor(t) else t, call))
+
+    with hooked(modules, first, None if order is None else lambda key: None if key in order else order.append(key)):
+        yield calls

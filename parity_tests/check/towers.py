@@ -29,10 +29,9 @@ from numpy_transformer import vision as V
 from transformer_spec.families.clip import CLIP_LAYER
 
 from .calling import first_tensor
-from .dataflow import hooked
 from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result
-from .running import copy_module, own_errors, rows
+from .running import copy_module, first_calls, own_errors, rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
@@ -201,11 +200,9 @@ def _square(n: int) -> bool:
 
 def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
     """The module's output on `inputs` (ids, or pixels in float64), the submodules' names in the order the forward
-    first calls them, and each one's first call: name -> (args, kwargs, output)."""
+    first calls them, and each one's first call: name -> running.Call."""
     order: list = []
-    calls: dict = {}
-    with hooked(model.named_modules(), lambda name, module, *call: calls.setdefault(name, call) and None,
-                lambda name: None if name in order else order.append(name)), torch.no_grad():  # fmt: skip
+    with first_calls(model.named_modules(), order) as calls, torch.no_grad():
         return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
@@ -338,7 +335,7 @@ def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
         if ref.shape != out.shape:
             continue
         error = _error(out, ref)
-        agree = next((i for i, b in enumerate(tower.blocks) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
+        agree = next((i for i, b in enumerate(tower.blocks) if _differs(calls[b].output, hidden[i + 1])), len(hidden))
         if rank is None or (-agree, error) < rank:
             best, rank = dataclasses.replace(fit, error=error), (-agree, error)
         if error <= MATCH:
@@ -379,15 +376,14 @@ def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, ju
     calls, blocks = tower.calls, tower.blocks
     hidden = _reference(P, tower, fit)[2]  # block 0's input first
     where = tower.final
-    if _differs(calls[blocks[0]][0][0], hidden[0]):
+    if _differs(calls[blocks[0]].args[0], hidden[0]):
         where = f"{tower.front} (the front end: its table, tokens and positions before the first block)"
-        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]][0][0])
-    diverging = (b for i, b in enumerate(blocks) if _differs(calls[b][2], hidden[i + 1]))
+        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]].args[0])
+    diverging = (b for i, b in enumerate(blocks) if _differs(calls[b].output, hidden[i + 1]))
     block = next(diverging, None) if where == tower.final else None
     if block is not None:
-        args, kwargs, _ = calls[block]
-        level = "decoder_only_layer" if fit.causal else "encoder_layer"
-        verdict = judge(model.get_submodule(block), level, example=(args, kwargs), norm_first=True,
+        call, level = calls[block], "decoder_only_layer" if fit.causal else "encoder_layer"
+        verdict = judge(model.get_submodule(block), level, example=(call.args, call.kwargs), norm_first=True,
                         activation=fit.activation, n_heads=fit.n_heads, dtypes=("float64",))  # fmt: skip
         for d in verdict.diagnoses:
             d.where = f"{block}.{d.where}" if d.where else block
