@@ -60,6 +60,14 @@ def own_errors(ref32: dict, ref64: dict) -> dict:
     return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in ref32}, np.float32).items()}
 
 
+def reference_rows(mine: dict, reference, dtype, vacuous: bool = True) -> list:
+    """rows of `mine` (name -> the module's tensor) against `reference(dtype)` (name -> the reference's); in float32
+    the bars from own_errors of `reference(np.float32)` against `reference(np.float64)`."""
+    ref = reference(dtype)
+    own = own_errors({n: ref[n] for n in mine}, reference(np.float64)) if dtype == np.float32 else None
+    return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own, vacuous)
+
+
 def at_positions(array, index):
     """`array` (B, T, ...) at the positions `positions_held` found (None: all)."""
     return array if index is None or array is None else array[:, index]

@@ -31,7 +31,7 @@ from transformer_spec.families.clip import CLIP_LAYER
 from .calling import first_tensor
 from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result
-from .running import copy_module, first_calls, own_errors, rows
+from .running import copy_module, first_calls, reference_rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
@@ -365,9 +365,7 @@ def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> 
             ours[f"d {n}"] = flat.reshape(mine[f"d {n}"].shape) if flat.size else np.zeros(mine[f"d {n}"].shape)
         return ours
 
-    ref = reference(dtype)
-    own = own_errors(ref, reference(np.float64)) if dtype == np.float32 else None
-    return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own)
+    return reference_rows(mine, reference, dtype)
 
 
 def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, judge) -> None:
