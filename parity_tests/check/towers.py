@@ -61,7 +61,7 @@ class Tower:
     D: int
     head: str | None
     output: np.ndarray
-    calls: dict
+    calls: dict  # submodule name -> its first call (running.Call)
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,9 @@ def _read(model: nn.Module) -> Tower | None:
     kind, inputs, front, D, links, pos = front
     positions, layer, names, final_name = NAMES[kind]
     links[pos] = [positions]
-    output, order, calls = _run(model, inputs)
+    order: list = []  # the submodules' names in the order the forward first calls them
+    with first_calls(model.named_modules(), order) as calls, torch.no_grad():
+        output = first_tensor(model(torch.from_numpy(inputs))).numpy()
 
     def norms(name):
         return sum(isinstance(m, nn.LayerNorm) for m in model.get_submodule(name).modules())
@@ -196,14 +198,6 @@ def _up(name: str) -> str:
 
 def _square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
-
-
-def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
-    """The module's output on `inputs` (ids, or pixels in float64), the submodules' names in the order the forward
-    first calls them, and each one's first call: name -> running.Call."""
-    order: list = []
-    with first_calls(model.named_modules(), order) as calls, torch.no_grad():
-        return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
 def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict | None:
