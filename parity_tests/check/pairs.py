@@ -154,10 +154,9 @@ def _worst_gradients(rows) -> str:
 
 
 def _judge_case(case: Case) -> None:
-    """The user's output and gradients against the reference's (running.rows; float32 bars from the reference pair's
-    own float32 error, its float32 run against itself in float64 on the same inputs and upstream gradient); the
-    known backward mistakes of each wrong gradient; the forward's variants; the user's backward against central
-    differences of the user's own forward."""
+    """The user's output and gradients against the reference pair's (running.reference_rows); the known backward
+    mistakes of each wrong gradient; the forward's variants; the user's backward against central differences of the
+    user's own forward."""
     spec, bar = case.spec, BAR[case.dtype]
     ref_out, ref_cache = spec.forward(**_fresh(case.args, case.dtype))
     out, cache = case.forward(**_fresh(case.args, case.dtype))

@@ -338,8 +338,7 @@ def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
 
 
 def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> list:
-    """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.rows); float32 bars
-    from the reference's own float32 error on each tensor."""
+    """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.reference_rows)."""
     user = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32)
     x = torch.from_numpy(tower.inputs)
     x = x.to(next(user.parameters()).dtype).requires_grad_(True) if x.is_floating_point() else x
