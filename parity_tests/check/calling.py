@@ -102,6 +102,11 @@ def first_tensor(out):
     return out
 
 
+def as_numpy(out) -> np.ndarray:
+    """A module's output (its first tensor) as a float64 NumPy array."""
+    return first_tensor(out).detach().cpu().double().numpy()
+
+
 def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
     """The reference's mask for one role as the user's `kind` and `shape` say: role "src" the keys' padding, "tgt"
     the causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 from numpy_transformer import model as M
 
@@ -29,8 +28,9 @@ from . import reference as R
 from . import variants as VR
 from .dataflow import hooked
 from .diagnosis import MATCH, Diagnosis, _error
-from .matchers import _match, _np, match_attention, match_embedding, match_unit
+from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
+from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
 
 
@@ -108,33 +108,11 @@ def attention_place(links, unit: str, target: str) -> str:
     return _lca(qkv) or target
 
 
-@dataclass(frozen=True)
-class Call:
-    """A part's first call in the user's run, as its parent made it: the module, its arguments and its output."""
-
-    module: nn.Module
-    args: tuple
-    kwargs: dict
-    output: Any
-
-    @property
-    def inputs(self) -> tuple:
-        return (*self.args, *self.kwargs.values())
-
-
 def capture(check, choice, dtype=np.float64) -> dict:
-    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds; unit -> Call, copied
-    when the hook runs (an output changed in place later, as `q += residual`, is kept as the module returned it)."""
+    """Run the user's copy in `dtype` once with forward hooks on the modules hook_targets finds: unit -> its Call."""
     modules = dict(copy_of(check, choice.layout, dtype).named_modules())
     targets = hook_targets(check, choice.layout.links)
-    captured: dict = {}
-
-    def first(unit, module, *call) -> None:
-        if unit not in captured:
-            copied = tree_map(lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t, call)
-            captured[unit] = Call(module, *copied)
-
-    with hooked([(u, modules[p]) for u, p in targets.items() if p in modules], first):
+    with first_calls([(u, modules[p]) for u, p in targets.items() if p in modules]) as captured:
         run_user(check, choice.layout, choice.caller, dtype)
     return captured
 
@@ -146,8 +124,8 @@ def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
     projection, a call with no input of the first one's shape."""
     if call is None or stage.rerun is None or type(call.module) is nn.Linear:
         return stage
-    floats = (_np(t) for t in call.inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim == 3)
-    floats = (f if batch_first else f.transpose(1, 0, 2) for f in floats)
+    tensors = [t for t in call.inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim == 3]
+    floats = (C.as_numpy(t if batch_first else t.transpose(0, 1)) for t in tensors)
     inputs: list = []
     for i, ref in enumerate(stage.inputs):
         if not (isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and ref.ndim == 3):
@@ -194,14 +172,14 @@ def scan(check, choice, captured) -> Divergence:
         embedding = chained.kind == "embedding"  # the user's embeddings: its first layer's input
         call = captured.get(chained.unit.split(".")[0] + ".layers.0" if embedding else chained.unit)
         hooked = (call.inputs[:1] if embedding else (call.output,)) if call is not None else ()
-        user = _np(hooked[0]) if hooked else None
+        user = C.as_numpy(hooked[0]) if hooked else None
         if user is not None and not caller.batch_first and user.ndim >= 3:
             user = user.transpose(1, 0, 2)
         if user is None or user.shape != chained.output.shape:
             continue
         stage = situated(chained, captured.get(chained.unit), caller.batch_first)
         with np.errstate(all="ignore"):
-            error = _match(user, stage.output, stage.valid, None)
+            error = match(user, stage.output, stage.valid, None)
         if error > ROUNDING and (small is None or stage is not chained):
             return Divergence(done, stage, user, error)
         if error > 1e-10 and small is None:
@@ -269,7 +247,7 @@ def _encoder_unscaled(check, choice, stage, user_out, table, positions) -> list:
     module holding the encoder."""
     ids, valid = stage.inputs[0], stage.valid
     scaled = math.sqrt(choice.cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
-    error = _match(user_out, scaled, valid, None)
+    error = match(user_out, scaled, valid, None)
     if error > MATCH:
         return []
     encoder = [_module_path(link.user) for link in choice.layout.links if link.parts[0][0].startswith("encoder.")]
@@ -362,7 +340,7 @@ def dropout_probe(check, choice, result) -> bool:
     pairs = zip(records[:n], records[n:], strict=False)
     drawn = (name for (name, a1, o1), (_, a2, o2) in pairs if (not a1 or same(a1, a2)) and not same(o1, o2))
     where = next(drawn, "") or ("(the module)" if check.is_module else "")
-    error = _error(_np(first), _np(second))
+    error = _error(C.as_numpy(first), C.as_numpy(second))
     message = f"two evaluation-mode calls differ by {error:.2e}: dropout runs with training=True (F.dropout's default)"
     result.diagnoses.append(Diagnosis("dropout.active_in_eval", message, where, error))
     return True
@@ -443,7 +421,7 @@ def _component_variants(check, choice) -> list:
     unit, p, cfg, params = check.entry.unit, choice.probe, choice.cfg, check.params
     if unit not in VARIANT_UNITS or (unit == "positions" and cfg.positional == "learned"):
         return []
-    user, f = _np(run_user(check, choice.layout, choice.caller, np.float64)[0]), p.floats
+    user, f = C.as_numpy(run_user(check, choice.layout, choice.caller, np.float64)[0]), p.floats
     if unit == "heads":
         keep = keep_mask(p, "src")
         return match_attention(user, None, f["q"], (f["k"], f["v"]), cfg.n_heads, keep, "", self_attention=False)

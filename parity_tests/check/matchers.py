@@ -9,14 +9,9 @@ import math
 
 import numpy as np
 
-from . import calling as C
 from . import mistakes as MK
 from . import variants as VR
 from .diagnosis import MATCH, Diagnosis, _error, _valid, named
-
-
-def _np(t) -> np.ndarray:
-    return C.first_tensor(t).detach().cpu().double().numpy()
 
 
 def _rows_without_keys(keep, shape) -> np.ndarray | None:
@@ -25,7 +20,7 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
     return None if keep is None else ~(keep | np.zeros(shape, bool)).any(-1).all(1)
 
 
-def _match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+def match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
     if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
         return math.inf
     user, variant = _valid(user, valid), _valid(variant, valid)
@@ -53,20 +48,20 @@ def match_attention(
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
             empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[2], kv[0].shape[2]))
-            return variant, empty, _match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
+            return variant, empty, match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         key, value = kv if isinstance(kv, tuple) else (kv, kv)
         variant = VR.multi_head_attention(
             params, query, key, value, H, k, transpose, n_kv, theta, qk_eps=qk_eps, **knobs
         )
         empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[1], key.shape[1]))
-        return variant, empty, _match(user_out, variant, valid, empty)
+        return variant, empty, match(user_out, variant, valid, empty)
 
     unmatched = run({})[2]  # the reference's own
     for vid, message, knobs in MK.variants(MK.ATTENTION, site):
         variant, empty, error = run(knobs)
         if named(error, unmatched) and vid not in {d.id for tier in tiers for d in tier}:
-            strict = _match(user_out, variant, None, None) <= MATCH
-            tier = 0 if strict else 1 if _match(user_out, variant, None, empty) <= MATCH else 2
+            strict = match(user_out, variant, None, None) <= MATCH
+            tier = 0 if strict else 1 if match(user_out, variant, None, empty) <= MATCH else 2
             tiers[tier].append(Diagnosis(vid, message, where, error))
     return next((tier for tier in tiers if tier), [])
 
@@ -85,12 +80,12 @@ def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str
     }[unit]
 
     references = [{"table": t} for t in ("interleaved", "split")] if unit == "positions" else [{}]  # either layout
-    unmatched = min(_match(user_out, run(knobs), valid, None) for knobs in references)
+    unmatched = min(match(user_out, run(knobs), valid, None) for knobs in references)
     for combination in [[v] for v in MK.variants(unit, site)] + [MK.variants(unit, site, combining=True)]:
         knobs = {k: v for _, _, variant in combination for k, v in variant.items()}
         if not knobs:
             continue
-        error = _match(user_out, run(knobs), valid, None)
+        error = match(user_out, run(knobs), valid, None)
         if named(error, unmatched):
             return [Diagnosis(i, m.format(eps=eps, activation=activation), where, error) for i, m, _ in combination]
     return []
@@ -108,7 +103,7 @@ def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_e
         tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
     found, unmatched = [], math.inf
     for (sid, scale_message, scale), (tid, table_message, pos) in itertools.product(scales, tables):
-        error = _match(user_x, scale * table[ids] + (0.0 if pos is None else pos[: ids.shape[1]]), valid, None)
+        error = match(user_x, scale * table[ids] + (0.0 if pos is None else pos[: ids.shape[1]]), valid, None)
         unmatched = error if not (sid or tid) else unmatched  # the first: the reference's own
         if (sid or tid) and named(error, unmatched):
             both = ((sid, scale_message), (tid, table_message))

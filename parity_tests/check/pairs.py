@@ -27,7 +27,7 @@ from .diagnosis import MATCH, _error
 from .matchers import match_attention, match_unit
 from .pair_table import LARGE, PAIRS, H, Pair
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Diagnosis, Result, Row
-from .running import own_errors, rows
+from .running import reference_rows
 
 
 def _fresh(value, dtype):
@@ -154,10 +154,9 @@ def _worst_gradients(rows) -> str:
 
 
 def _judge_case(case: Case) -> None:
-    """The user's output and gradients against the reference's (running.rows; float32 bars from the reference pair's
-    own float32 error, its float32 run against itself in float64 on the same inputs and upstream gradient); the
-    known backward mistakes of each wrong gradient; the forward's variants; the user's backward against central
-    differences of the user's own forward."""
+    """The user's output and gradients against the reference pair's (running.reference_rows); the known backward
+    mistakes of each wrong gradient; the forward's variants; the user's backward against central differences of the
+    user's own forward."""
     spec, bar = case.spec, BAR[case.dtype]
     ref_out, ref_cache = spec.forward(**_fresh(case.args, case.dtype))
     out, cache = case.forward(**_fresh(case.args, case.dtype))
@@ -172,16 +171,15 @@ def _judge_case(case: Case) -> None:
     ref_grads = _grads(spec, spec.backward, dout, ref_cache)
     grads = _grads(spec, case.backward, dout, cache)
     misshapen = _misshapen(case, grads, ref_grads, dout)
-    compared = {"output": (out, ref_out)} | {f"d{n}": (grads[n], g) for n, g in ref_grads.items() if n not in misshapen}
-    own = None
-    if case.dtype == np.float32:
-        out64, cache64 = spec.forward(**_fresh(case.args, np.float64))
-        grads64 = _grads(spec, spec.backward, _fresh(dout, np.float64), cache64)
-        ref64 = {"output": out64} | {f"d{n}": g for n, g in grads64.items()}
-        own = own_errors({n: ref for n, (_, ref) in compared.items()}, ref64)
-    found = [
-        case.row(r.name, r.error, r.bar, r.note, own=r.own) for r in rows([compared], case.dtype, own, vacuous=False)
-    ]
+    mine = {"output": out} | {f"d{n}": grads[n] for n in ref_grads if n not in misshapen}
+
+    def reference(dtype) -> dict:  # the reference pair's output and gradients in `dtype` on the same inputs and dout
+        out_d, cache_d = spec.forward(**_fresh(case.args, dtype))
+        grads_d = _grads(spec, spec.backward, _fresh(dout, dtype), cache_d)
+        return {"output": out_d} | {f"d{n}": g for n, g in grads_d.items()}
+
+    rows = reference_rows(mine, reference, case.dtype, vacuous=False)
+    found = [case.row(r.name, r.error, r.bar, r.note, own=r.own) for r in rows]
     case.result.rows += found + list(misshapen.values())
     errors = {r.tensor: r.error for r in found}
     if case.dtype != np.float64:

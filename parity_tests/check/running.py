@@ -9,6 +9,8 @@ import math
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +20,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from parity_tests.components import BAR, relative_errors
 
+from .dataflow import hooked
 from .report import Row, float32_bar
 
 
@@ -55,6 +58,14 @@ def own_errors(ref32: dict, ref64: dict) -> dict:
     """name -> the reference's own float32 error on that tensor: its float32 run (`ref32`) against its float64 run
     on the same inputs, weights and upstream gradient (`ref64`), the basis of the float32 bars."""
     return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in ref32}, np.float32).items()}
+
+
+def reference_rows(mine: dict, reference, dtype, vacuous: bool = True) -> list:
+    """rows of `mine` (name -> the module's tensor) against `reference(dtype)` (name -> the reference's); in float32
+    the bars from own_errors of `reference(np.float32)` against `reference(np.float64)`."""
+    ref = reference(dtype)
+    own = own_errors({n: ref[n] for n in mine}, reference(np.float64)) if dtype == np.float32 else None
+    return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own, vacuous)
 
 
 def at_positions(array, index):
@@ -281,3 +292,31 @@ def lifted(mode) -> Iterator[None]:
         yield
     finally:
         mode.__enter__, mode.__exit__ = saved  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class Call:
+    """A part's first call in the user's run, as its parent made it: the module, its arguments and its output."""
+
+    module: nn.Module
+    args: tuple
+    kwargs: dict
+    output: Any
+
+    @property
+    def inputs(self) -> tuple:
+        return (*self.args, *self.kwargs.values())
+
+
+@contextmanager
+def first_calls(modules, order: list | None = None) -> Iterator[dict]:
+    """While inside, key -> the Call of each (key, module) of `modules` when first called, copied then (an output
+    changed in place later, as `q += residual`, stays as returned); with `order`, the keys in first-call order."""
+    calls: dict = {}
+
+    def first(key, module, *call) -> None:
+        if key not in calls:
+            calls[key] = Call(module, *tree_map(lambda t: t.detach().clone() if torch.is_tensor(t) else t, call))
+
+    with hooked(modules, first, None if order is None else lambda key: None if key in order else order.append(key)):
+        yield calls

@@ -29,10 +29,9 @@ from numpy_transformer import vision as V
 from transformer_spec.families.clip import CLIP_LAYER
 
 from .calling import first_tensor
-from .dataflow import hooked
 from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result
-from .running import copy_module, own_errors, rows
+from .running import copy_module, first_calls, reference_rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
@@ -62,7 +61,7 @@ class Tower:
     D: int
     head: str | None
     output: np.ndarray
-    calls: dict
+    calls: dict  # submodule name -> its first call (running.Call)
 
 
 @dataclass(frozen=True)
@@ -162,7 +161,9 @@ def _read(model: nn.Module) -> Tower | None:
     kind, inputs, front, D, links, pos = front
     positions, layer, names, final_name = NAMES[kind]
     links[pos] = [positions]
-    output, order, calls = _run(model, inputs)
+    order: list = []  # the submodules' names in the order the forward first calls them
+    with first_calls(model.named_modules(), order) as calls, torch.no_grad():
+        output = first_tensor(model(torch.from_numpy(inputs))).numpy()
 
     def norms(name):
         return sum(isinstance(m, nn.LayerNorm) for m in model.get_submodule(name).modules())
@@ -197,16 +198,6 @@ def _up(name: str) -> str:
 
 def _square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
-
-
-def _run(model: nn.Module, inputs: np.ndarray) -> tuple:
-    """The module's output on `inputs` (ids, or pixels in float64), the submodules' names in the order the forward
-    first calls them, and each one's first call: name -> (args, kwargs, output)."""
-    order: list = []
-    calls: dict = {}
-    with hooked(model.named_modules(), lambda name, module, *call: calls.setdefault(name, call) and None,
-                lambda name: None if name in order else order.append(name)), torch.no_grad():  # fmt: skip
-        return first_tensor(model(torch.from_numpy(inputs))).numpy(), order, calls
 
 
 def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict | None:
@@ -338,7 +329,7 @@ def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
         if ref.shape != out.shape:
             continue
         error = _error(out, ref)
-        agree = next((i for i, b in enumerate(tower.blocks) if _differs(calls[b][2], hidden[i + 1])), len(hidden))
+        agree = next((i for i, b in enumerate(tower.blocks) if _differs(calls[b].output, hidden[i + 1])), len(hidden))
         if rank is None or (-agree, error) < rank:
             best, rank = dataclasses.replace(fit, error=error), (-agree, error)
         if error <= MATCH:
@@ -347,8 +338,7 @@ def _fit(model: nn.Module, tower: Tower, P: dict) -> Fit | None:
 
 
 def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> list:
-    """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.rows); float32 bars
-    from the reference's own float32 error on each tensor."""
+    """Rows for the output, a ViT's pixels' gradient and every parameter's in `dtype` (running.reference_rows)."""
     user = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32)
     x = torch.from_numpy(tower.inputs)
     x = x.to(next(user.parameters()).dtype).requires_grad_(True) if x.is_floating_point() else x
@@ -368,9 +358,7 @@ def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> 
             ours[f"d {n}"] = flat.reshape(mine[f"d {n}"].shape) if flat.size else np.zeros(mine[f"d {n}"].shape)
         return ours
 
-    ref = reference(dtype)
-    own = own_errors(ref, reference(np.float64)) if dtype == np.float32 else None
-    return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own)
+    return reference_rows(mine, reference, dtype)
 
 
 def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, judge) -> None:
@@ -379,15 +367,14 @@ def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, ju
     calls, blocks = tower.calls, tower.blocks
     hidden = _reference(P, tower, fit)[2]  # block 0's input first
     where = tower.final
-    if _differs(calls[blocks[0]][0][0], hidden[0]):
+    if _differs(calls[blocks[0]].args[0], hidden[0]):
         where = f"{tower.front} (the front end: its table, tokens and positions before the first block)"
-        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]][0][0])
-    diverging = (b for i, b in enumerate(blocks) if _differs(calls[b][2], hidden[i + 1]))
+        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]].args[0])
+    diverging = (b for i, b in enumerate(blocks) if _differs(calls[b].output, hidden[i + 1]))
     block = next(diverging, None) if where == tower.final else None
     if block is not None:
-        args, kwargs, _ = calls[block]
-        level = "decoder_only_layer" if fit.causal else "encoder_layer"
-        verdict = judge(model.get_submodule(block), level, example=(args, kwargs), norm_first=True,
+        call, level = calls[block], "decoder_only_layer" if fit.causal else "encoder_layer"
+        verdict = judge(model.get_submodule(block), level, example=(call.args, call.kwargs), norm_first=True,
                         activation=fit.activation, n_heads=fit.n_heads, dtypes=("float64",))  # fmt: skip
         for d in verdict.diagnoses:
             d.where = f"{block}.{d.where}" if d.where else block
