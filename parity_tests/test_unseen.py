@@ -19,11 +19,6 @@ from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    "fused_gpt": (
-        "a dataclass output (logits, loss) is not read (calling.first_tensor: 'the module returned LMOutput, expected "
-        "a tensor or a tuple starting with one'), so: 'could not judge: the number of heads cannot be read from the "
-        "recorded forward: pass n_heads='"
-    ),
     "raw_gpt.wrong_scale_second_block": (
         "an attention written inline in a block that also holds the norms and the MLP is not captured on its own, "
         "so: 'first divergence: blocks.1; unexplained: blocks.1 (reference decoder.layers.1) diverges with relative "

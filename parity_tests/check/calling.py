@@ -13,6 +13,7 @@ integers), "additive" (0 where allowed, -1e9 where masked, added to the scores).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
 from collections.abc import Callable, Mapping
@@ -87,9 +88,11 @@ class Caller:
 
 def first_tensor(out):
     """A module's output: the tensor itself, the first tensor of a tuple (nn.MultiheadAttention's `(out, weights)`,
-    minGPT's `(logits, loss)` with loss None), or a mapping's "logits" (transformers' ModelOutput, a dict), else
-    its first value that is not None."""
-    while isinstance(out, (tuple, list, Mapping)):
+    minGPT's `(logits, loss)` with loss None), or a mapping's or a dataclass's "logits" (transformers' ModelOutput, a
+    dict, a dataclass of the user's), else its first value that is not None."""
+    while isinstance(out, (tuple, list, Mapping)) or (dataclasses.is_dataclass(out) and not isinstance(out, type)):
+        if not isinstance(out, (tuple, list, Mapping)):  # a dataclass instance: its fields, in order, by name
+            out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
         if isinstance(out, Mapping):
             values = [out["logits"]] if out.get("logits") is not None else [v for v in out.values() if v is not None]
         else:
@@ -98,7 +101,10 @@ def first_tensor(out):
             break
         out = values[0]
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"the module returned {type(out).__name__}, expected a tensor or a tuple starting with one")
+        raise TypeError(
+            f"the module returned {type(out).__name__}, expected a tensor, a tuple starting with one, a dict or a "
+            "dataclass holding one"
+        )
     return out
 
 

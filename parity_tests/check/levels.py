@@ -44,10 +44,6 @@ class Level:
     takes_function: bool = False  # the user may give a plain function, not a module
     sequence_first: bool = True  # the user's module may take sequence-first inputs (T, B, D)
 
-    def shapes(self, cfg) -> dict:
-        """{reference parameter name: shape} at this level for `cfg` (reference.shapes)."""
-        return R.shapes(self, cfg)
-
     @property
     def hooked(self) -> bool:
         """A layer, a model or one stack of layers: its submodules are hooked, compared with the reference's stages

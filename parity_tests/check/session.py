@@ -23,6 +23,7 @@ from . import dataflow as DF
 from . import levels as LV
 from . import mapping as MP
 from . import probes as PR
+from . import reference as R
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
@@ -120,7 +121,7 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
     Result.unsupported."""
     entry, notes, is_module = LEVELS[level], [], isinstance(user, nn.Module)
     model = inferred(user, level, found, given, mapped, notes)
-    shapes = entry.shapes(model.cfg)
+    shapes = R.shapes(entry, model.cfg)
     params = LV.init_reference(shapes, np.random.default_rng(seed), model.zero)
     if mapped is not None and is_module:  # a given map: every name it holds exists, every size agrees
         tensors = dict(user.named_parameters(remove_duplicate=False)) | dict(user.named_buffers())
