@@ -18,13 +18,7 @@ from parity_tests.corpus import fresh, frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {
-    "raw_gpt.wrong_scale_second_block": (
-        "an attention written inline in a block that also holds the norms and the MLP is not captured on its own, "
-        "so: 'first divergence: blocks.1; unexplained: blocks.1 (reference decoder.layers.1) diverges with relative "
-        "error 1.22e-01; not expressible by the config and no catalogue variant reproduces it'"
-    ),
-}
+TODAY: dict[str, str] = {}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.

@@ -269,11 +269,37 @@ def _at_unit(check, choice, stage, user_out) -> tuple[str, list]:
         query, kv, keep = inputs
         knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn")) | masks
         return where, match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **knobs)
+    if kind == "layer":
+        return where, _in_layer(check, choice, stage, user_out, where)
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return where, []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = check.model.norm_eps.get(where, None) or cfg.layer_norm_eps
     return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
+
+
+def _in_layer(check, choice, stage, user_out, where) -> list:
+    """A layer that diverges where its attention is no module of its own (written inline in the block, beside its
+    norms and feed-forward): the catalogue's attention variants put in that attention's place inside the reference
+    layer, run on the layer's input in situ, compared on the layer's output."""
+    cfg, prefix, targets = choice.cfg, stage.unit + ".", hook_targets(check, choice.layout.links)
+    inner = check.cache.get(("stages", repr(cfg), id(choice.probe)), [])
+    for attention in (s for s in inner if s.kind == "attention" and s.unit.startswith(prefix)):
+        if attention.unit in targets or stage.rerun is None:
+            continue  # judged in situ on its own
+        name, (query, kv, keep) = attention.unit[len(prefix) :], attention.inputs
+        knobs = VR.rope_knobs(cfg, rotary=name == "self_attn") | (attention.masks or {})
+
+        def through(attend, name=name):
+            return stage.rerun(*stage.inputs, attend={name: attend})
+
+        params = M.sub(check.params, attention.unit)
+        found = match_attention(
+            user_out, params, query, kv, cfg.n_heads, keep, where, stage.valid, through=through, **knobs
+        )
+        if found:
+            return found
+    return []
 
 
 def latest_divergence(check, choice):

@@ -35,10 +35,13 @@ def match_attention(
     """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
     positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
-    ignored mask agree everywhere but there), and of those the ones that need no row left out."""
+    ignored mask agree everywhere but there), and of those the ones that need no row left out. With `through` in
+    `context`, what is compared is through(attend), attend the variant as a function of (query, key/value input,
+    mask): the layer around an attention that is no module of its own, the variant in the attention's place."""
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
     read = dict(rope=theta is not None, gqa=n_kv not in (None, H), softcap=softcap, sinks="sinks" in (params or {}))
+    through = context.pop("through", None)
     site = MK.Site(D, D // H, keep, **read, **context)
 
     def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)
@@ -50,9 +53,13 @@ def match_attention(
             empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[2], kv[0].shape[2]))
             return variant, empty, match(user_out.transpose(0, 2, 1, 3), variant.transpose(0, 2, 1, 3), None, empty)
         key, value = kv if isinstance(kv, tuple) else (kv, kv)
-        variant = VR.multi_head_attention(
-            params, query, key, value, H, k, transpose, n_kv, theta, qk_eps=qk_eps, **knobs
-        )
+        options = dict(qk_eps=qk_eps, **knobs)
+        if through is None:
+            variant = VR.multi_head_attention(params, query, key, value, H, k, transpose, n_kv, theta, **options)
+        else:  # in the layer: the sublayer's query and key/value input, the variant's mask (`k`) for the layer's
+            variant = through(
+                lambda q, x, _: VR.multi_head_attention(params, q, x, x, H, k, transpose, n_kv, theta, **options)
+            )
         empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[1], key.shape[1]))
         return variant, empty, match(user_out, variant, valid, empty)
 

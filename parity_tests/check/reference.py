@@ -342,13 +342,15 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
     return found
 
 
-def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid, p: Probe) -> list:
+def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid, p: Probe, attend=None) -> list:
     """The reference's stages inside one layer (`params` its own, `decoder` for a causal self-attention, cross-
     attending to `memory` where there is one), in forward order, float64, each with its rerun: its units below the
     layer ("self_attn", "self_attn_norm", ..., kind "attention", "norm" or "ffn"), the inputs each read (an
     attention's: query, key/value input, mask) and an attention's masks (a decoder's self-attention its causal and
     padding masks and the cross-attention's, maybe swapped); then the layer itself: post-norm, the last norm's
-    output; pre-norm, x plus each sublayer's output (the residual stream)."""
+    output; pre-norm, x plus each sublayer's output (the residual stream). `attend` (name -> a function of an
+    attention's query, key/value input and mask) puts another attention in a sublayer's place (a catalogue variant
+    run inside the layer); the layer stage's rerun takes it too."""
     found, first = [], x
     sublayers = [("self_attn", keep_mask(p, "self" if decoder else "src"))]
     sublayers += [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
@@ -361,7 +363,7 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
         masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
         if name == "self_attn" and decoder:
             masks = {"causal": True, "pad": keep_mask(p, "tgt"), "swap": keep_mask(p, "src")}
-        rerun = unit_forward(kind, M.sub(params, name), cfg, name)
+        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name)
         y = rerun(*inputs)
         unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
         if cfg.norm_first:
@@ -376,7 +378,7 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
             found += [unit, Stage(f"{prefix}{name}_norm", "norm", (s,), x, valid, None, norm)]
     out = first + sum(st.output for st in found if st.kind != "norm") if cfg.norm_first else x
 
-    def whole(x, memory):
-        return layer_stages(params, prefix, x, memory, cfg, decoder, valid, p)[-1].output
+    def whole(x, memory, attend=None):
+        return layer_stages(params, prefix, x, memory, cfg, decoder, valid, p, attend)[-1].output
 
     return found + [Stage(prefix[:-1], "layer", (first, memory), out, valid, None, whole)]

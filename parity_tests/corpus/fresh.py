@@ -301,7 +301,7 @@ def typed_encoder(unbiased_second: bool = False) -> TypedEncoder:
 
 
 class RawBlock(nn.Module):
-    def __init__(self, scale: float = HD**-0.5):
+    def __init__(self, scale: float = HD**-0.5, axis: int = -1, causal: bool = True):
         super().__init__()
         self.ln1_g, self.ln1_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
         self.w_qkv, self.b_qkv = nn.Parameter(0.1 * torch.randn(D, 3 * D)), nn.Parameter(torch.zeros(3 * D))
@@ -310,15 +310,16 @@ class RawBlock(nn.Module):
         self.w_in, self.b_in = nn.Parameter(0.1 * torch.randn(D, 4 * D)), nn.Parameter(torch.zeros(4 * D))
         self.w_out, self.b_out = nn.Parameter(0.1 * torch.randn(4 * D, D)), nn.Parameter(torch.zeros(D))
         self.register_buffer("causal", torch.tril(torch.ones(T_MAX, T_MAX, dtype=torch.bool)), persistent=False)
-        self.scale = scale
+        self.scale, self.axis, self.is_causal = scale, axis, causal
 
     def attend(self, x):
         B, T, _ = x.shape
         q, k, v = (x @ self.w_qkv + self.b_qkv).split(D, dim=-1)
         q, k, v = (t.reshape(B, T, H, HD).permute(0, 2, 1, 3) for t in (q, k, v))
         scores = (q @ k.transpose(-1, -2)) * self.scale
-        scores = scores.masked_fill(~self.causal[:T, :T], float("-inf"))
-        y = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(B, T, D)
+        if self.is_causal:
+            scores = scores.masked_fill(~self.causal[:T, :T], float("-inf"))
+        y = (scores.softmax(self.axis) @ v).permute(0, 2, 1, 3).reshape(B, T, D)
         return y @ self.w_o + self.b_o
 
     def forward(self, x):
@@ -328,11 +329,11 @@ class RawBlock(nn.Module):
 
 
 class RawGPT(nn.Module):
-    def __init__(self, last_scale: float = HD**-0.5):
+    def __init__(self, last_scale: float = HD**-0.5, last_axis: int = -1, last_causal: bool = True):
         super().__init__()
         self.wte = nn.Parameter(0.1 * torch.randn(V, D))
         self.wpe = nn.Parameter(0.1 * torch.randn(T_MAX, D))
-        self.blocks = nn.ModuleList([RawBlock(), RawBlock(last_scale)])
+        self.blocks = nn.ModuleList([RawBlock(), RawBlock(last_scale, last_axis, last_causal)])
         self.lnf_g, self.lnf_b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
 
     def forward(self, ids):
@@ -342,9 +343,9 @@ class RawGPT(nn.Module):
         return F.layer_norm(x, (D,), self.lnf_g, self.lnf_b) @ self.wte.T  # tied: the table read back
 
 
-def raw_gpt(last_scale: float = HD**-0.5) -> RawGPT:
+def raw_gpt(last_scale: float = HD**-0.5, last_axis: int = -1, last_causal: bool = True) -> RawGPT:
     torch.manual_seed(0)
-    return RawGPT(last_scale)
+    return RawGPT(last_scale, last_axis, last_causal)
 
 
 # -- one nn.Sequential from ids to logits; SDPA with a boolean keep-mask it builds itself ---------------------------
@@ -430,6 +431,20 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.wrong_scale", "blocks.1"),
+    ),
+    (
+        "raw_gpt.softmax_wrong_axis_second_block",
+        lambda: raw_gpt(last_axis=-2),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "blocks.1"),
+    ),
+    (
+        "raw_gpt.not_causal_second_block",
+        lambda: raw_gpt(last_causal=False),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "blocks.1"),
     ),
     ("sequential_gpt", sequential_gpt, "transformer_lm", {}, "pass"),
     (
