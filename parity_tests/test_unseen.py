@@ -14,18 +14,29 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, frontier
+from parity_tests.corpus import fresh, fresh2, frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    # fresh2: K and V read back from a preallocated cache buffer written in the forward (check/units.py
+    # Linker.attention: no key projection found behind the scores)
+    "buffered_llama": "could not judge: IndexError: list index out of range",
+    "buffered_llama.sliding_window": "could not judge: IndexError: list index out of range",
+    # fresh2: a sliding window built by hand is not read (check/ never sets the config's sliding_window)
+    "unbuffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
+    # fresh2: F.multi_head_attention_forward's packed in_proj_weight (check/units.py _rows)
+    "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
+    # fresh2: positions as a (1, T, D) parameter read by pos[:, :T] (check/dataflow.py _uses: no position table)
+    "mha_gpt.positions_1_T_D": "fails with no id: tok (reference decoder.embedding) not expressible by the config",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
 SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
     "gemma_lm.rms_eps_outside_sqrt", "seq2seq.tied_three_ways", "seq2seq.causal_inverted", "any_mask_causal",
-    "float32_positions.causal_inverted", "no_grad_llama.kv_heads_tiled",
+    "float32_positions.causal_inverted", "no_grad_llama.kv_heads_tiled", "buffered_llama.sliding_window",
 }  # fmt: skip
 
 
@@ -35,7 +46,8 @@ def _case(name, *values):
 
 
 @pytest.mark.parametrize(
-    ("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES + frontier.CASES + fresh.CASES]
+    ("factory", "level", "keywords", "expected"),
+    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)
