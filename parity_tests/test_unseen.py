@@ -14,11 +14,43 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, frontier
+from parity_tests.corpus import fresh, fresh3, frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    # fresh3: a (H, D, Dh) parameter read by einsum is refused (units._pieces: only 2-D parameters are linears)
+    **dict.fromkeys(
+        [
+            "head_tensor_gpt",
+            "head_tensor_gpt.ln_eps_outside_sqrt_second_block",
+            "head_tensor_gpt.q_k_swapped_second_block",
+            "head_tensor_gpt.no_final_norm",
+        ],
+        "could not judge: blocks.0.attn.w_q acts as a projection in blocks.0.attn but is not a linear weight the "
+        "judge reads ...; pass mapping=",
+    ),
+    # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
+    "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
+    "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
+    # fresh3: parametrized weights are computed, not parameters: every attention's q reads as the first one's
+    # (units._refuse_unpaired's shared-weights test on dataflow.weight_of, None for a computed weight)
+    **dict.fromkeys(
+        [
+            "weight_norm_gpt",
+            "spectral_norm_gpt",
+            "weight_norm_gpt.causal_hides_diagonal_second_block",
+            "weight_norm_gpt.mask_after_softmax_second_block",
+        ],
+        "differs at layers.1.attention: the attention runs again with the same weights (layers that share their "
+        "parameters, as ALBERT's)",
+    ),
+    # fresh3: a bias or temperature on the scores fails with no id, no divergence and no text (unsupported.explain
+    # has no finder for either; the divergence search names nothing)
+    **dict.fromkeys(
+        ["alibi_gpt", "t5_bias_gpt", "temperature_gpt"], "FAILED with no diagnosis, no unsupported and no error"
+    ),
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -26,6 +58,7 @@ SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
     "gemma_lm.rms_eps_outside_sqrt", "seq2seq.tied_three_ways", "seq2seq.causal_inverted", "any_mask_causal",
     "float32_positions.causal_inverted", "no_grad_llama.kv_heads_tiled",
+    "alibi_gpt",
 }  # fmt: skip
 
 
@@ -35,7 +68,8 @@ def _case(name, *values):
 
 
 @pytest.mark.parametrize(
-    ("factory", "level", "keywords", "expected"), [_case(*case) for case in CASES + frontier.CASES + fresh.CASES]
+    ("factory", "level", "keywords", "expected"),
+    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh3.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)
