@@ -112,6 +112,9 @@ def bfloat16_gpt() -> HeadTensorGPT:
 
 
 def normed(linear: nn.Linear, how: str) -> nn.Module:
+    """`linear` under the parametrization `how` names ("weight", "spectral"); "plain" leaves it as it is."""
+    if how == "plain":
+        return linear
     if how == "spectral":
         return parametrizations.spectral_norm(linear)
     return parametrizations.weight_norm(linear)
@@ -239,12 +242,12 @@ class BiasedBlock(nn.Module):
 class BiasedGPT(nn.Module):
     """No position table where the bias carries the positions (ALiBi, T5); a learned one with the temperature."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, final_norm: bool = True):
         super().__init__()
         self.wte = nn.Embedding(V, D)
-        self.wpe = nn.Embedding(T_MAX, D) if kind == "temperature" else None
+        self.wpe = nn.Embedding(T_MAX, D) if kind in ("temperature", "none") else None
         self.h = nn.ModuleList([BiasedBlock(kind), BiasedBlock(kind)])
-        self.ln_f = nn.LayerNorm(D)
+        self.ln_f = nn.LayerNorm(D) if final_norm else nn.Identity()
         self.lm_head = nn.Linear(D, V, bias=False)
 
     def forward(self, ids):
@@ -256,9 +259,9 @@ class BiasedGPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def biased_gpt(kind: str) -> BiasedGPT:
+def biased_gpt(kind: str, final_norm: bool = True) -> BiasedGPT:
     torch.manual_seed(0)
-    return BiasedGPT(kind)
+    return BiasedGPT(kind, final_norm)
 
 
 CASES = [
@@ -280,6 +283,13 @@ CASES = [
     ("head_tensor_gpt.no_final_norm", lambda: head_tensor_gpt(final_norm=False), "transformer_lm", {}, "pass"),
     ("head_tensor_gpt.bfloat16", bfloat16_gpt, "transformer_lm", {}, "pass"),
     ("weight_norm_gpt", normed_gpt, "transformer_lm", {}, "pass"),
+    (
+        "plain_gpt.causal_hides_diagonal_second_block",
+        lambda: normed_gpt("plain", diagonal=-1),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.causal_hides_diagonal", "layers.1.attention"),
+    ),
     ("spectral_norm_gpt", lambda: normed_gpt("spectral"), "transformer_lm", {}, "pass"),
     (
         "weight_norm_gpt.causal_hides_diagonal_second_block",
@@ -296,6 +306,7 @@ CASES = [
         ("mistake", "attention.mask_after_softmax", "layers.1.attention"),
     ),
     ("alibi_gpt", lambda: biased_gpt("alibi"), "transformer_lm", {}, ("no pair", "h.0.attn", "ALiBi")),
+    ("pre_ln_gpt.no_final_norm", lambda: biased_gpt("none", final_norm=False), "transformer_lm", {}, "pass"),
     ("t5_bias_gpt", lambda: biased_gpt("t5"), "transformer_lm", {}, ("no pair", "h.0.attn", "relative")),
     (
         "temperature_gpt",
