@@ -8,6 +8,8 @@ none of the other corpus files uses, met by the judge here for the first time.
 - an ALiBi GPT (a per-head linear distance penalty on the scores) and a T5-style relative position bias (a learned
   table of H numbers per log-spaced distance bucket): math the reference lacks;
 - a learned temperature on the scores, `scores * self.logit_scale.exp()`, its parameter one the reference lacks;
+- controls the judge reads today: a pre-norm GPT without a final norm, the weight-normed GPT's plain-Linear twin
+  (in bfloat16 too, and with the torch.var LayerNorm in its second block);
 - mistakes put into them, each named where it sits: eps outside the root in the written LayerNorm, queries and keys
   swapped in the einsum attention, the causal mask hiding the diagonal in a weight-normed attention, the mask put
   on after the softmax.
@@ -174,6 +176,14 @@ def normed_gpt(how: str = "weight", diagonal: int = 0, mask_late: bool = False) 
     return NormedGPT(how, diagonal, mask_late)
 
 
+def plain_gpt_var_norm(root_first: bool = True) -> NormedGPT:
+    """The plain-Linear GPT, its second block's feed-forward norm the torch.var LayerNorm (eps inside the root or
+    not)."""
+    model = normed_gpt("plain")
+    model.layers[1].norm_f = VarLayerNorm(root_first=root_first)
+    return model
+
+
 # -- biases on the scores the reference lacks: ALiBi, a T5-style bucketed relative bias; a learned temperature ----
 
 
@@ -289,6 +299,14 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.causal_hides_diagonal", "layers.1.attention"),
+    ),
+    ("plain_gpt.bfloat16", lambda: normed_gpt("plain").to(torch.bfloat16), "transformer_lm", {}, "pass"),
+    (
+        "plain_gpt.var_ln_eps_outside_sqrt_second_block",
+        lambda: plain_gpt_var_norm(root_first=False),
+        "transformer_lm",
+        {},
+        ("mistake", "layer_norm.eps_outside_sqrt", "layers.1.norm_f"),
     ),
     ("spectral_norm_gpt", lambda: normed_gpt("spectral"), "transformer_lm", {}, "pass"),
     (
