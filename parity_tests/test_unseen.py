@@ -24,7 +24,7 @@ TODAY: dict[str, str] = {
         [
             "head_tensor_gpt",
             "head_tensor_gpt.ln_eps_outside_sqrt_second_block",
-            "head_tensor_gpt.q_k_swapped_second_block",
+            "head_tensor_gpt.scaled_by_model_width_second_block",
             "head_tensor_gpt.no_final_norm",
         ],
         "could not judge: blocks.0.attn.w_q acts as a projection in blocks.0.attn but is not a linear weight the "

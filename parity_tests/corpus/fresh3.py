@@ -10,9 +10,9 @@ none of the other corpus files uses, met by the judge here for the first time.
 - a learned temperature on the scores, `scores * self.logit_scale.exp()`, its parameter one the reference lacks;
 - controls the judge reads today: a pre-norm GPT without a final norm, the weight-normed GPT's plain-Linear twin
   (in bfloat16 too, and with the torch.var LayerNorm in its second block);
-- mistakes put into them, each named where it sits: eps outside the root in the written LayerNorm, queries and keys
-  swapped in the einsum attention, the causal mask hiding the diagonal in a weight-normed attention, the mask put
-  on after the softmax.
+- mistakes put into them, each named where it sits: eps outside the root in the written LayerNorm, the scores
+  divided by sqrt(d_model) in the einsum attention, the causal mask hiding the diagonal in a weight-normed
+  attention, the mask put on after the softmax.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/fresh.py's.
 """
@@ -48,22 +48,20 @@ class VarLayerNorm(nn.Module):
 
 
 class HeadTensorAttention(nn.Module):
-    def __init__(self, swap_qk: bool = False):
+    def __init__(self, width: int = HD):
         super().__init__()
         self.w_q = nn.Parameter(D**-0.5 * torch.randn(H, D, HD))
         self.w_k = nn.Parameter(D**-0.5 * torch.randn(H, D, HD))
         self.w_v = nn.Parameter(D**-0.5 * torch.randn(H, D, HD))
         self.w_o = nn.Parameter(D**-0.5 * torch.randn(H, HD, D))
-        self.swap_qk = swap_qk
+        self.width = width  # the scores are divided by sqrt(width): the head's
 
     def forward(self, x):
         T = x.shape[1]
         q = torch.einsum("btd,hde->bhte", x, self.w_q)
         k = torch.einsum("btd,hde->bhte", x, self.w_k)
         v = torch.einsum("btd,hde->bhte", x, self.w_v)
-        if self.swap_qk:
-            q, k = k, q
-        scores = torch.einsum("bhse,bhte->bhst", q, k) / math.sqrt(HD)
+        scores = torch.einsum("bhse,bhte->bhst", q, k) / math.sqrt(self.width)
         later = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
         probs = torch.softmax(scores.masked_fill(later, float("-inf")), dim=-1)
         mixed = torch.einsum("bhst,bhte->bhse", probs, v)
@@ -71,10 +69,10 @@ class HeadTensorAttention(nn.Module):
 
 
 class HeadTensorBlock(nn.Module):
-    def __init__(self, swap_qk: bool = False, root_first: bool = True):
+    def __init__(self, width: int = HD, root_first: bool = True):
         super().__init__()
         self.ln1 = VarLayerNorm()
-        self.attn = HeadTensorAttention(swap_qk)
+        self.attn = HeadTensorAttention(width)
         self.ln2 = VarLayerNorm(root_first=root_first)
         self.up = nn.Linear(D, 4 * D)
         self.down = nn.Linear(4 * D, D)
@@ -85,11 +83,11 @@ class HeadTensorBlock(nn.Module):
 
 
 class HeadTensorGPT(nn.Module):
-    def __init__(self, swap_qk: bool = False, root_first: bool = True, final_norm: bool = True):
+    def __init__(self, width: int = HD, root_first: bool = True, final_norm: bool = True):
         super().__init__()
         self.tokens = nn.Embedding(V, D)
         self.positions = nn.Embedding(T_MAX, D)
-        self.blocks = nn.ModuleList([HeadTensorBlock(), HeadTensorBlock(swap_qk, root_first)])
+        self.blocks = nn.ModuleList([HeadTensorBlock(), HeadTensorBlock(width, root_first)])
         self.ln_f = VarLayerNorm() if final_norm else nn.Identity()
         self.unembed = nn.Linear(D, V, bias=False)
 
@@ -100,9 +98,9 @@ class HeadTensorGPT(nn.Module):
         return self.unembed(self.ln_f(x))
 
 
-def head_tensor_gpt(swap_qk: bool = False, root_first: bool = True, final_norm: bool = True) -> HeadTensorGPT:
+def head_tensor_gpt(width: int = HD, root_first: bool = True, final_norm: bool = True) -> HeadTensorGPT:
     torch.manual_seed(0)
-    return HeadTensorGPT(swap_qk, root_first, final_norm)
+    return HeadTensorGPT(width, root_first, final_norm)
 
 
 def bfloat16_gpt() -> HeadTensorGPT:
@@ -284,11 +282,11 @@ CASES = [
         ("mistake", "layer_norm.eps_outside_sqrt", "blocks.1.ln2"),
     ),
     (
-        "head_tensor_gpt.q_k_swapped_second_block",
-        lambda: head_tensor_gpt(swap_qk=True),
+        "head_tensor_gpt.scaled_by_model_width_second_block",
+        lambda: head_tensor_gpt(width=D),
         "transformer_lm",
         {},
-        ("mistake", "attention.q_k_swapped", "blocks.1.attn"),
+        ("mistake", "attention.wrong_scale", "blocks.1.attn"),
     ),
     ("head_tensor_gpt.no_final_norm", lambda: head_tensor_gpt(final_norm=False), "transformer_lm", {}, "pass"),
     ("head_tensor_gpt.bfloat16", bfloat16_gpt, "transformer_lm", {}, "pass"),
