@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, frontier
+from parity_tests.corpus import fresh, fresh2, fresh3, frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
@@ -22,13 +22,49 @@ TODAY: dict[str, str] = {
     # fresh2: K and V read back from a preallocated cache buffer written in the forward (check/units.py
     # Linker.attention: no key projection found behind the scores)
     "buffered_llama": "could not judge: IndexError: list index out of range",
-    "buffered_llama.sliding_window": "could not judge: IndexError: list index out of range",
     # fresh2: a sliding window built by hand is not read (check/ never sets the config's sliding_window)
+    "buffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
     "unbuffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
     # fresh2: F.multi_head_attention_forward's packed in_proj_weight (check/units.py _rows)
     "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
     # fresh2: positions as a (1, T, D) parameter read by pos[:, :T] (check/dataflow.py _uses: no position table)
     "mha_gpt.positions_1_T_D": "fails with no id: tok (reference decoder.embedding) not expressible by the config",
+    # fresh3: a (H, D, Dh) parameter read by einsum is refused (units._pieces: only 2-D parameters are linears)
+    **dict.fromkeys(
+        [
+            "head_tensor_gpt",
+            "head_tensor_gpt.ln_eps_outside_sqrt_second_block",
+            "head_tensor_gpt.scaled_by_model_width_second_block",
+            "head_tensor_gpt.no_final_norm",
+        ],
+        "could not judge: blocks.0.attn.w_q acts as a projection in blocks.0.attn but is not a linear weight the "
+        "judge reads ...; pass mapping=",
+    ),
+    # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
+    "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
+    "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
+    # fresh3: a parametrized weight is computed (weight_norm's original0/original1), so dataflow.back finds no
+    # parameter behind q: every Attention.q is [] and units._refuse_unpaired's `a.q in [b.q ...]` reads sharing
+    **dict.fromkeys(
+        [
+            "weight_norm_gpt",
+            "spectral_norm_gpt",
+            "weight_norm_gpt.causal_hides_diagonal_second_block",
+            "weight_norm_gpt.mask_after_softmax_second_block",
+        ],
+        "differs at layers.1.attention: the attention runs again with the same weights (layers that share their "
+        "parameters, as ALBERT's)",
+    ),
+    # fresh3: a bias or a temperature on the scores: first divergence h.0.attn but result.unsupported None
+    # (unsupported.explain has no finder for a score bias or an unmapped scalar on the scores; logit_scale is in
+    # no map row and its gradient is compared nowhere)
+    **dict.fromkeys(
+        ["alibi_gpt", "t5_bias_gpt"],
+        "unexplained: h.0.attn (reference decoder.layers.0.self_attn) diverges with relative error 6e-01 (T5: 8e-01); "
+        "not expressible by the config and no catalogue variant reproduces it",
+    ),
+    "temperature_gpt": "unexplained: h.0.attn ... diverges with relative error 1.01e-09 ... typically float32 "
+    "rounding (logit_scale's float32 value; its gradient unchecked)",
 }
 
 
@@ -37,6 +73,7 @@ SLOW = {
     "inference_llama", "table_lm.softmax_wrong_axis", "table_lm.dropout_active_in_eval", "gemma_lm.activation_on_up",
     "gemma_lm.rms_eps_outside_sqrt", "seq2seq.tied_three_ways", "seq2seq.causal_inverted", "any_mask_causal",
     "float32_positions.causal_inverted", "no_grad_llama.kv_heads_tiled", "buffered_llama.sliding_window",
+    "alibi_gpt",
 }  # fmt: skip
 
 
@@ -47,7 +84,7 @@ def _case(name, *values):
 
 @pytest.mark.parametrize(
     ("factory", "level", "keywords", "expected"),
-    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES],
+    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)
