@@ -90,9 +90,12 @@ class _Recorder(TorchFunctionMode):
         flat, _ = tree_flatten((args, kwargs))
         parents = [n for n in (self.node(a) for a in flat if isinstance(a, torch.Tensor)) if n is not None]
         outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-        if not outs or not parents and getattr(func, "__name__", "") not in ("arange",):
-            return out
         name = getattr(func, "__name__", str(func))
+        written = self.node(args[0]) if name == "__setitem__" else None  # in place, into a buffer (a KV cache):
+        if written is not None and root(written).param is not None:  # reading it later reads what was written
+            outs = [args[0]]
+        if not outs or not parents and name not in ("arange",):
+            return out
         if name in VIEWS and all(any(o is a for a in flat) for o in outs):
             return out  # x.float() of a float32 x, x.contiguous() of a contiguous one: x itself, nothing new
         node = Node(len(self.nodes), name, self.path[-1], parents, tuple(outs[0].shape))
