@@ -40,18 +40,6 @@ TODAY: dict[str, str] = {
     # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
     "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
     "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
-    # fresh3: a parametrized weight is computed (weight_norm's original0/original1), so dataflow.back finds no
-    # parameter behind q: every Attention.q is [] and units._refuse_unpaired's `a.q in [b.q ...]` reads sharing
-    **dict.fromkeys(
-        [
-            "weight_norm_gpt",
-            "spectral_norm_gpt",
-            "weight_norm_gpt.causal_hides_diagonal_second_block",
-            "weight_norm_gpt.mask_after_softmax_second_block",
-        ],
-        "differs at layers.1.attention: the attention runs again with the same weights (layers that share their "
-        "parameters, as ALBERT's)",
-    ),
     # fresh3: a bias or a temperature on the scores: first divergence h.0.attn but result.unsupported None
     # (unsupported.explain has no finder for a score bias or an unmapped scalar on the scores; logit_scale is in
     # no map row and its gradient is compared nowhere)

@@ -26,6 +26,7 @@ from . import divergence as DV
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
+from . import running as RN
 from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
@@ -261,9 +262,19 @@ def module(
             given = fields | {"config": config} | dict(zip(["rope_theta"], base, strict=False))  # the RoPE base first
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
             conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
-            found = recording(user_module, level, given, seed, **conventions)
-            check = prepare(user_module, level, given, mapped, found, seed, **conventions)
-            return verdict(check, choose(check), reference, dtypes)
+            plain, parametrized = RN.plain_weights(
+                user_module
+            )  # weight_norm's, spectral_norm's: as the forward uses them
+            found = recording(plain, level, given, seed, **conventions)
+            check = prepare(plain, level, given, mapped, found, seed, **conventions)
+            result = verdict(check, choose(check), reference, dtypes)
+            if parametrized:
+                result.notes.append(
+                    f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
+                    f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
+                    "parametrizations' own tensors'"
+                )
+            return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
@@ -249,6 +250,20 @@ def copy_module(user: nn.Module) -> nn.Module:
         for name, value in list(vars(sub).items()):
             vars(sub)[name] = _rebind(value, memo)  # the same object where nothing under it changed
     return module
+
+
+def plain_weights(user) -> tuple:
+    """(`user`, []), or where weights are parametrized (torch.nn.utils.parametrize: weight_norm, spectral_norm, ...),
+    (a copy with each such weight its current value as a plain parameter, their names): the math is judged on the
+    weights the forward uses, and their gradients are compared, not the parametrization's own tensors'."""
+    if not isinstance(user, nn.Module) or not any(map(parametrize.is_parametrized, user.modules())):
+        return user, []
+    model, names = copy_module(user), []
+    for path, module in model.named_modules():
+        for name in list(getattr(module, "parametrizations", {})):
+            parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+            names.append(f"{path}.{name}" if path else name)
+    return model, names
 
 
 def _rebind(value, memo: dict, depth: int = 0):
