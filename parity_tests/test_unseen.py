@@ -40,16 +40,6 @@ TODAY: dict[str, str] = {
     # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
     "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
     "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
-    # fresh3: a bias or a temperature on the scores: first divergence h.0.attn but result.unsupported None
-    # (unsupported.explain has no finder for a score bias or an unmapped scalar on the scores; logit_scale is in
-    # no map row and its gradient is compared nowhere)
-    **dict.fromkeys(
-        ["alibi_gpt", "t5_bias_gpt"],
-        "unexplained: h.0.attn (reference decoder.layers.0.self_attn) diverges with relative error 6e-01 (T5: 8e-01); "
-        "not expressible by the config and no catalogue variant reproduces it",
-    ),
-    "temperature_gpt": "unexplained: h.0.attn ... diverges with relative error 1.01e-09 ... typically float32 "
-    "rounding (logit_scale's float32 value; its gradient unchecked)",
 }
 
 

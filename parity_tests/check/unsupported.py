@@ -56,11 +56,59 @@ def explain(flow) -> str | Diagnosis | None:
     """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
     dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
     computes nothing this module names (or was not recorded)."""
-    for find in (_weightless_norm, _previous_token_gate, _activation) if flow is not None else ():
+    for find in (_weightless_norm, _previous_token_gate, _score_terms, _activation) if flow is not None else ():
         found = find(flow)
         if found is not None:
             return found if isinstance(found, Diagnosis) else differs(*found)
     return None
+
+
+# between the scores' product and the softmax: the scale, the masks, a soft cap, and what the reference lacks
+SCORES_PATH = DF.ADDS | DF.MULS | DF.DIVS | DF.VIEWS | {"masked_fill", "where", "sub", "__sub__", "tanh"}
+
+
+def _to_scores(node, depth: int = 12) -> bool:
+    """Whether `node` is the scores q k^T (a product of two computed tensors) or computed from them on the way to
+    the softmax."""
+    if node.op in DF.PRODUCTS:
+        return DF.projection(node) is None
+    return depth > 0 and node.op in SCORES_PATH and any(_to_scores(p, depth - 1) for p in node.parents)
+
+
+def _score_terms(rec) -> tuple | None:
+    """A term added to an attention's scores before the softmax that is no mask (a mask's values are 0 and large
+    negatives): ALiBi's per-head slope times the distance, a bias of the relative position (T5's), another bias;
+    or a factor multiplying the scores computed from a parameter (a learned temperature)."""
+    softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
+    path = (n for s in softmaxes for n in DF._walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
+    for node in (n for n in path if n.op in DF.ADDS | DF.MULS and _to_scores(n)):
+        for term in (p for p in node.parents if not _to_scores(p)):
+            if node.op in DF.MULS:
+                learned = [n.param for n in DF._walk([term], lambda n: n.parents) if n.param is not None]
+                if learned:
+                    return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
+                continue
+            value = rec.values.get(term.index)
+            said = _bias(value.detach().double()) if value is not None else "a learned bias"
+            if said:
+                return node.module, f"the scores get {said} added before the softmax"
+    return None
+
+
+def _bias(b) -> str | None:
+    """What a term added to the scores is, from its values (None: a mask, 0 or large negatives)."""
+    finite = b[torch.isfinite(b)]
+    if bool(((finite == 0) | (finite < -1e3)).all()) or b.ndim < 2 or b.shape[-1] != b.shape[-2]:
+        return None
+    T = b.shape[-1]
+    heads = b.reshape(-1, T, T)
+    distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).double()  # key - query
+    slopes = heads[:, 0, 1] - heads[:, 0, 0]
+    if torch.allclose(heads - heads[:, :1, :1], slopes[:, None, None] * distance, atol=1e-6):
+        return f"ALiBi's bias (a per-head slope, {float(slopes[0]):.4g} for the first head, times key - query)"
+    if T > 1 and torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], atol=1e-6):
+        return "a bias of the relative position alone (key - query: T5's relative position bias)"
+    return f"a bias of shape {tuple(b.shape)}"
 
 
 def _weightless_norm(rec) -> tuple | None:
