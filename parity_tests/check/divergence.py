@@ -283,10 +283,10 @@ def _in_layer(check, choice, stage, user_out, where) -> list:
     norms and feed-forward): the catalogue's attention variants put in that attention's place inside the reference
     layer, run on the layer's input in situ, compared on the layer's output."""
     cfg, prefix, targets = choice.cfg, stage.unit + ".", hook_targets(check, choice.layout.links)
-    inner = check.cache.get(("stages", repr(cfg), id(choice.probe)), [])
+    inner = check.cache.get(("stages", repr(cfg), id(choice.probe)), []) if stage.rerun is not None else []
     for attention in (s for s in inner if s.kind == "attention" and s.unit.startswith(prefix)):
-        if attention.unit in targets or stage.rerun is None:
-            continue  # judged in situ on its own
+        if attention.unit in targets:
+            continue  # a module of its own: judged in situ there
         name, (query, kv, keep) = attention.unit[len(prefix) :], attention.inputs
         knobs = VR.rope_knobs(cfg, rotary=name == "self_attn") | (attention.masks or {})
 

@@ -262,9 +262,8 @@ def module(
             given = fields | {"config": config} | dict(zip(["rope_theta"], base, strict=False))  # the RoPE base first
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
             conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
-            plain, parametrized = RN.plain_weights(
-                user_module
-            )  # weight_norm's, spectral_norm's: as the forward uses them
+            # weight_norm's and spectral_norm's weights as the forward uses them: plain parameters of a copy
+            plain, parametrized = RN.plain_weights(user_module)
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
