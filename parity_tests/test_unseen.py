@@ -83,3 +83,19 @@ def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
         assert result.unsupported and not result.diagnoses, str(result)
         assert result.unsupported.startswith(f"differs at {where or '(the module)'}: "), result.unsupported
         assert what in result.unsupported and "which the reference has no pair for" in result.unsupported
+
+
+def test_a_term_on_the_scores_is_told_apart_by_its_values():
+    """unsupported._bias: a mask (0 and large negatives) is no term; ALiBi's slope times (key - query), a function of
+    the relative position alone, and any other bias are each said; one position (T = 1) is a bias, not an error."""
+    from parity_tests.check.unsupported import _bias
+
+    T = 5
+    distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).double()
+    causal = torch.zeros(T, T, dtype=torch.float64).masked_fill(distance > 0, float("-inf"))
+    assert _bias(causal) is None and _bias(torch.zeros(2, T, T, dtype=torch.float64)) is None
+    assert _bias(torch.tensor([0.5, 0.25], dtype=torch.float64)[:, None, None] * distance).startswith("ALiBi's bias")
+    relative = torch.randn(2 * T - 1, dtype=torch.float64)[(distance + T - 1).long()]
+    assert _bias(relative).startswith("a bias of the relative position alone")
+    assert _bias(torch.randn(2, T, T, dtype=torch.float64)) == f"a bias of shape (2, {T}, {T})"
+    assert _bias(torch.full((2, 1, 1), 0.5, dtype=torch.float64)) == "a bias of shape (2, 1, 1)"

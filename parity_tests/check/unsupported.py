@@ -101,12 +101,14 @@ def _bias(b) -> str | None:
     if bool(((finite == 0) | (finite < -1e3)).all()) or b.ndim < 2 or b.shape[-1] != b.shape[-2]:
         return None
     T = b.shape[-1]
+    if T < 2:  # one position: no distance to read it by
+        return f"a bias of shape {tuple(b.shape)}"
     heads = b.reshape(-1, T, T)
     distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).double()  # key - query
     slopes = heads[:, 0, 1] - heads[:, 0, 0]
     if torch.allclose(heads - heads[:, :1, :1], slopes[:, None, None] * distance, atol=1e-6):
         return f"ALiBi's bias (a per-head slope, {float(slopes[0]):.4g} for the first head, times key - query)"
-    if T > 1 and torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], atol=1e-6):
+    if torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], atol=1e-6):
         return "a bias of the relative position alone (key - query: T5's relative position bias)"
     return f"a bias of shape {tuple(b.shape)}"
 
