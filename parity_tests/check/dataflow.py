@@ -107,7 +107,7 @@ class _Recorder(TorchFunctionMode):
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
         elif name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
-            node.value = _rows_read(args[1])
+            node.value = _rows_read(args[1], args[0].shape)
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
             node.value = args[4]
         elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
@@ -390,9 +390,16 @@ def _uses(flow: Flow) -> None:
     flow.lookups = indexed - weights
 
 
-def _rows_read(index) -> np.ndarray | None:
+def _rows_read(index, shape: tuple) -> np.ndarray | None:
     """The rows of a parameter an index reads whole: ids (an integer tensor), or 0 .. T - 1 for [:T] (a slice of
-    the first axis); None for any other index."""
+    the first axis, or of the first axis after leading singleton axes: P[:, :T] of a (1, T_max, D) table); None
+    for any other index."""
+    if isinstance(index, tuple):  # leading axes of size 1 read whole (: or 0), the rows, the rest whole
+        whole = [isinstance(i, slice) and i == slice(None) for i in index]
+        lead = next((k for k, i in enumerate(index) if not whole[k] and not (type(i) is int and i == 0)), len(index))
+        if lead >= min(len(index), len(shape)) or any(n != 1 for n in shape[:lead]) or not all(whole[lead + 1 :]):
+            return None
+        index = index[lead]
     if isinstance(index, torch.Tensor) and not index.is_floating_point() and index.dtype != torch.bool:
         return index.detach().cpu().numpy()
     if isinstance(index, slice) and index.step in (None, 1) and isinstance(index.stop, int):

@@ -279,24 +279,28 @@ class FunctionalBlock(nn.Module):
 
 
 class MHAGPT(nn.Module):
-    def __init__(self, blocks, batched_table: bool = False):
+    def __init__(self, blocks, table: str = "embedding"):
         super().__init__()
         self.tok = nn.Embedding(V, D)
-        self.pos = nn.Parameter(0.02 * torch.randn(1, T_MAX, D)) if batched_table else None
-        self.wpe = None if batched_table else nn.Embedding(T_MAX, D)
+        shape = {"1TD": (1, T_MAX, D), "T1D": (T_MAX, 1, D)}.get(table)  # positions as a parameter of 3 axes
+        self.pos = nn.Parameter(0.02 * torch.randn(shape)) if shape else None
+        self.wpe = None if shape else nn.Embedding(T_MAX, D)
         self.blocks = nn.Sequential(*blocks)
         self.ln_f = nn.LayerNorm(D)
         self.head = nn.Linear(D, V, bias=False)
 
     def forward(self, ids):
         T = ids.shape[1]
-        positions = self.pos[:, :T] if self.wpe is None else self.wpe(torch.arange(T, device=ids.device))
+        if self.wpe is not None:
+            positions = self.wpe(torch.arange(T, device=ids.device))
+        else:  # (1, T, D): pos[:, :T]; (T, 1, D), sequence-first: pos[:T] turned batch-first
+            positions = self.pos[:, :T] if self.pos.shape[0] == 1 else self.pos[:T].transpose(0, 1)
         return self.head(self.ln_f(self.blocks(self.tok(ids) + positions)))
 
 
-def mha_gpt(hide_diagonal_last: bool = False, batched_table: bool = False) -> MHAGPT:
+def mha_gpt(hide_diagonal_last: bool = False, table: str = "embedding") -> MHAGPT:
     torch.manual_seed(0)
-    return MHAGPT([MHABlock(), MHABlock(hide_diagonal_last)], batched_table)
+    return MHAGPT([MHABlock(), MHABlock(hide_diagonal_last)], table)
 
 
 def functional_mha_gpt() -> MHAGPT:
@@ -362,7 +366,8 @@ CASES = [
     ),
     ("torch_stack_gpt", torch_stack_gpt, "transformer_lm", {}, "pass"),
     ("mha_gpt", mha_gpt, "transformer_lm", {}, "pass"),
-    ("mha_gpt.positions_1_T_D", lambda: mha_gpt(batched_table=True), "transformer_lm", {}, "pass"),
+    ("mha_gpt.positions_1_T_D", lambda: mha_gpt(table="1TD"), "transformer_lm", {}, "pass"),
+    ("mha_gpt.positions_T_1_D", lambda: mha_gpt(table="T1D"), "transformer_lm", {}, "pass"),
     (
         "mha_gpt.causal_hides_diagonal_second_block",
         lambda: mha_gpt(hide_diagonal_last=True),
