@@ -325,6 +325,26 @@ class Flow:
                 caps.setdefault("logit_softcap", cap)
         return caps
 
+    @property
+    def window(self) -> int | None:
+        """A sliding window (Mistral's) read from the scores each softmax reads, a key hidden where its score is
+        below -1e3 (-inf or a large negative) in every sequence and head: W where the keys at distance 0 .. W - 1
+        before a query (i - j, after the keys' prefix S - T of a cache) are seen and those farther are not, the
+        same W in every softmax that hides keys so; None where none does (causality alone hides no earlier key)."""
+        widths = set()
+        for node in self.nodes:
+            scores = self.values.get(node.parents[0].index) if node.op in ("softmax", "_softmax") else None
+            if scores is None or scores.ndim < 2:
+                continue
+            T, S = scores.shape[-2:]
+            seen = (scores.detach() > -1e3).reshape(-1, T, S).any(0)  # (T, S): seen in some sequence and head
+            distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
+            past = distance >= 0
+            width = int(distance[seen & past].max()) + 1 if bool((seen & past).any()) else 0
+            if width and bool((past & ~seen).any()) and torch.equal(seen[past], distance[past] < width):
+                widths.add(width)
+        return widths.pop() if len(widths) == 1 else None
+
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
         only from lookups and tables (an embedding norm's)."""

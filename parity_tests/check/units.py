@@ -261,6 +261,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
         base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+        base["sliding_window"] = found.flow.window if entry.heads else None  # a band built by hand (Mistral's)
     return TransformerConfig(**(base | known))
 
 
