@@ -108,8 +108,8 @@ class _Recorder(TorchFunctionMode):
             node.value = args[0].detach().cpu().numpy()
         elif name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
             node.value = _rows_read(args[1], args[0].shape)
-        elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
-            node.value = args[4]
+        elif name in MHA | {SDPA}:
+            node.value = _attention_args(name, args, kwargs)
         elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
             node.value = next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
         self.nodes.append(node)
@@ -332,18 +332,29 @@ class Flow:
         before a query (i - j, after the keys' prefix S - T of a cache) are seen and those farther are not, the
         same W in every softmax that hides keys so; None where none does (causality alone hides no earlier key)."""
         widths = set()
-        for node in self.nodes:
-            scores = self.values.get(node.parents[0].index) if node.op in ("softmax", "_softmax") else None
-            if scores is None or scores.ndim < 2:
-                continue
-            T, S = scores.shape[-2:]
-            seen = (scores.detach() > -1e3).reshape(-1, T, S).any(0)  # (T, S): seen in some sequence and head
+        for seen in filter(lambda s: s is not None and s.ndim == 2, map(self._seen, self.nodes)):
+            T, S = seen.shape
             distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
             past = distance >= 0
             width = int(distance[seen & past].max()) + 1 if bool((seen & past).any()) else 0
             if width and bool((past & ~seen).any()) and torch.equal(seen[past], distance[past] < width):
                 widths.add(width)
         return widths.pop() if len(widths) == 1 else None
+
+    def _seen(self, node: Node) -> torch.Tensor | None:
+        """The keys (T, S) each query of a softmax or scaled_dot_product_attention sees in some sequence and head:
+        a score above -1e3 (not -inf nor a large negative); SDPA's mask True or above -1e3, below the diagonal
+        with is_causal. None for any other op."""
+        if node.op in ("softmax", "_softmax") and node.parents and node.parents[0].index in self.values:
+            seen = self.values[node.parents[0].index].detach() > -1e3
+        elif node.op == SDPA and isinstance(node.value, tuple) and len(node.parents) >= 2:
+            (mask, causal), T, S = node.value, node.parents[0].shape[-2], node.parents[1].shape[-2]
+            seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
+            if isinstance(mask, torch.Tensor):
+                seen = seen & (mask.detach().cpu() if mask.dtype == torch.bool else mask.detach().cpu() > -1e3)
+        else:
+            return None
+        return seen.reshape(-1, *seen.shape[-2:]).any(0) if seen.ndim >= 2 else None
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
@@ -408,6 +419,15 @@ def _uses(flow: Flow) -> None:
         flow.positions.pop(table, None)
         flow.constant_lookups.discard(table)
     flow.lookups = indexed - weights
+
+
+def _attention_args(name: str, args: tuple, kwargs: dict):
+    """What an attention op is called with that the flow reads: nn.MultiheadAttention's head count (query, key,
+    value, embed_dim, num_heads, ...); scaled_dot_product_attention's (attn_mask, is_causal)."""
+    if name in MHA:
+        return args[4]
+    given = dict(zip(("attn_mask", "dropout_p", "is_causal"), args[3:6], strict=False)) | kwargs
+    return given.get("attn_mask"), bool(given.get("is_causal", False))
 
 
 def _rows_read(index, shape: tuple) -> np.ndarray | None:

@@ -5,7 +5,8 @@ words: the judge meets them here for the first time.
   `(logits, cache)`, each block concatenating its past keys and values and masking by offset;
 - a Llama with a preallocated KV cache (buffers of the largest batch and length) and a `start_pos`: each attention
   writes its keys and values into the buffer in the forward and reads the prefix back; optionally a Mistral-style
-  sliding window built by hand as a boolean band;
+  sliding window built by hand as a boolean band (added as -inf, put on the scores by masked_fill, or given to
+  scaled_dot_product_attention);
 - `nn.TransformerEncoder` over pre-norm `nn.TransformerEncoderLayer`s used as a GPT with
   `nn.Transformer.generate_square_subsequent_mask`;
 - attention through `nn.MultiheadAttention(batch_first=True)` called with `need_weights=False` and a boolean
@@ -14,7 +15,8 @@ words: the judge meets them here for the first time.
   logit soft cap `cap * tanh(x / cap)`;
 - mistakes put into them, each named where it sits: the scores as K Q^T in the cached GPT's second block, the
   RMSNorm's eps outside the root in the buffered Llama's second feed-forward norm, a causal mask that hides the
-  diagonal in the MultiheadAttention GPT's second block, the embeddings scaled by d instead of sqrt(d).
+  diagonal in the MultiheadAttention GPT's second block, the embeddings scaled by d instead of sqrt(d), a band
+  without its causal half in the windowed Llama's second block.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -209,6 +211,38 @@ def buffered_llama(window: int | None = None, eps_inside_last: bool = True, buff
     return BufferedLlama(window, eps_inside_last, buffered)
 
 
+class BandAttention(BufferedAttention):
+    """Mistral's band as a boolean keep-mask (key j > i - window, and j <= i unless `causal` is False: a mistake,
+    the future seen), given to F.scaled_dot_product_attention or put on the scores by masked_fill."""
+
+    def __init__(self, window: int, sdpa: bool = True, causal: bool = True):
+        super().__init__(window, buffered=False)
+        self.sdpa, self.causal = sdpa, causal
+
+    def attend(self, q, k, v, start_pos, x):
+        B, T = q.shape[:2]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, HD)
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        i, j = torch.arange(T, device=x.device)[:, None], torch.arange(T, device=x.device)[None, :]
+        keep = (j > i - self.window) & ((j <= i) if self.causal else True)
+        if self.sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        else:
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(HD)).masked_fill(~keep, torch.finfo(q.dtype).min)
+            out = scores.softmax(dim=-1) @ v
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def band_llama(window: int, sdpa: bool = True, causal_last: bool = True) -> BufferedLlama:
+    """buffered_llama's model, its attentions BandAttention's (the same weights)."""
+    model = buffered_llama(window, buffered=False)
+    for layer, causal in zip(model.layers, (True, causal_last), strict=True):
+        band = BandAttention(window, sdpa, causal)
+        band.load_state_dict(layer.attention.state_dict())
+        layer.attention = band
+    return model
+
+
 # -- torch's own stack as a GPT: nn.TransformerEncoder, generate_square_subsequent_mask ----------------------------
 
 
@@ -356,6 +390,16 @@ CASES = [
         "transformer_lm",
         {},
         "pass",
+    ),
+    ("band_llama.sdpa", lambda: band_llama(window=2), "transformer_lm", {}, "pass"),
+    ("band_llama.masked_fill", lambda: band_llama(window=4, sdpa=False), "transformer_lm", {}, "pass"),
+    ("band_llama.window_wider_than_probe", lambda: band_llama(window=T_MAX), "transformer_lm", {}, "pass"),
+    (
+        "band_llama.not_causal_second_block",
+        lambda: band_llama(window=3, sdpa=False, causal_last=False),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "layers.1.attention"),
     ),
     (
         "unbuffered_llama.rms_eps_outside_sqrt_second_block",
