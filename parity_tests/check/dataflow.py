@@ -233,6 +233,7 @@ class Attention:
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
+    window: int | None = None  # a sliding window its mask applies (Flow.width)
 
 
 @dataclass
@@ -327,19 +328,23 @@ class Flow:
 
     @property
     def window(self) -> int | None:
-        """A sliding window (Mistral's) read from the scores each softmax reads, a key hidden where its score is
-        below -1e3 (-inf or a large negative) in every sequence and head: W where the keys at distance 0 .. W - 1
-        before a query (i - j, after the keys' prefix S - T of a cache) are seen and those farther are not, the
-        same W in every softmax that hides keys so; None where none does (causality alone hides no earlier key)."""
-        widths = set()
-        for seen in filter(lambda s: s is not None and s.ndim == 2, map(self._seen, self.nodes)):
-            T, S = seen.shape
-            distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
-            past = distance >= 0
-            width = int(distance[seen & past].max()) + 1 if bool((seen & past).any()) else 0
-            if width and bool((past & ~seen).any()) and torch.equal(seen[past], distance[past] < width):
-                widths.add(width)
+        """The sliding window of the attentions that have one (width), where they agree; else None."""
+        widths = {a.window for a in self.attentions if a.window}
         return widths.pop() if len(widths) == 1 else None
+
+    def width(self, node: Node) -> int | None:
+        """The sliding window (Mistral's) the mask of a softmax or scaled_dot_product_attention applies (_seen): W
+        where the keys at distance 0 .. W - 1 before a query (i - j, after the keys' prefix S - T of a cache) are
+        seen and those farther are not; None where no earlier key is hidden (causality alone), or not so."""
+        seen = self._seen(node)
+        if seen is None or seen.ndim != 2:
+            return None
+        T, S = seen.shape
+        distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
+        past = distance >= 0
+        width = int(distance[seen & past].max()) + 1 if bool((seen & past).any()) else 0
+        banded = width and bool((past & ~seen).any()) and torch.equal(seen[past], distance[past] < width)
+        return width if banded else None
 
     def _seen(self, node: Node) -> torch.Tensor | None:
         """The keys (T, S) each query of a softmax or scaled_dot_product_attention sees in some sequence and head:
@@ -367,7 +372,10 @@ def read(nodes: list, values: dict) -> Flow:
     """The Flow of recorded Nodes and the tensors they made (see the module docstring)."""
     flow = Flow(nodes, values)
     _uses(flow)
-    flow.attentions = _heads_merged([a for a in map(_attention, nodes) if a is not None])
+    found = [(a, node) for node in nodes if (a := _attention(node)) is not None]
+    for a, node in found:
+        a.window = flow.width(node)
+    flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
         for role in ("q", "k", "v", "out"):  # a fused projection: its first role
             flow.roles |= {w: role for w in getattr(a, role) if w not in flow.roles}

@@ -6,7 +6,7 @@ words: the judge meets them here for the first time.
 - a Llama with a preallocated KV cache (buffers of the largest batch and length) and a `start_pos`: each attention
   writes its keys and values into the buffer in the forward and reads the prefix back; optionally a Mistral-style
   sliding window built by hand as a boolean band (added as -inf, put on the scores by masked_fill, or given to
-  scaled_dot_product_attention);
+  scaled_dot_product_attention), in every layer or in the first only;
 - `nn.TransformerEncoder` over pre-norm `nn.TransformerEncoderLayer`s used as a GPT with
   `nn.Transformer.generate_square_subsequent_mask`;
 - attention through `nn.MultiheadAttention(batch_first=True)` called with `need_weights=False` and a boolean
@@ -233,11 +233,14 @@ class BandAttention(BufferedAttention):
         return self.wo(out.transpose(1, 2).reshape(B, T, -1))
 
 
-def band_llama(window: int, sdpa: bool = True, causal_last: bool = True) -> BufferedLlama:
-    """buffered_llama's model, its attentions BandAttention's (the same weights)."""
+def band_llama(window: int, sdpa: bool = True, causal_last: bool = True, full_last: bool = False) -> BufferedLlama:
+    """buffered_llama's model, its attentions BandAttention's (the same weights); `full_last`: the second one's band
+    as long as the model's positions (full attention after a windowed layer, Gemma 2's alternation)."""
     model = buffered_llama(window, buffered=False)
-    for layer, causal in zip(model.layers, (True, causal_last), strict=True):
-        band = BandAttention(window, sdpa, causal)
+    for layer, causal, w in zip(
+        model.layers, (True, causal_last), (window, T_MAX if full_last else window), strict=True
+    ):
+        band = BandAttention(w, sdpa, causal)
         band.load_state_dict(layer.attention.state_dict())
         layer.attention = band
     return model
@@ -394,6 +397,7 @@ CASES = [
     ("band_llama.sdpa", lambda: band_llama(window=2), "transformer_lm", {}, "pass"),
     ("band_llama.masked_fill", lambda: band_llama(window=4, sdpa=False), "transformer_lm", {}, "pass"),
     ("band_llama.window_wider_than_probe", lambda: band_llama(window=T_MAX), "transformer_lm", {}, "pass"),
+    ("band_llama.window_then_full", lambda: band_llama(window=3, full_last=True), "transformer_lm", {}, "pass"),
     (
         "band_llama.not_causal_second_block",
         lambda: band_llama(window=3, sdpa=False, causal_last=False),
