@@ -333,27 +333,33 @@ class Flow:
         return widths.pop() if len(widths) == 1 else None
 
     def width(self, node: Node) -> int | None:
-        """The sliding window (Mistral's) the mask of a softmax or scaled_dot_product_attention applies (_seen): W
-        where the keys at distance 0 .. W - 1 before a query (i - j, after the keys' prefix S - T of a cache) are
-        seen and those farther are not; None where no earlier key is hidden (causality alone), or not so."""
+        """The sliding window (Mistral's) the mask of a softmax or an attention op applies (_seen), read from the
+        keys before each query (distance i - j >= 1, after the keys' prefix S - T of a cache): W where those at
+        distance 1 .. W - 1 are seen and those farther are not, whatever the diagonal and the future (a mistake
+        there is the causal mask's); W = 1 where each query sees itself alone. None where no earlier key is hidden
+        (causality alone), or not so."""
         seen = self._seen(node)
         if seen is None or seen.ndim != 2:
             return None
         T, S = seen.shape
         distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
-        past = distance >= 0
-        width = int(distance[seen & past].max()) + 1 if bool((seen & past).any()) else 0
-        banded = width and bool((past & ~seen).any()) and torch.equal(seen[past], distance[past] < width)
-        return width if banded else None
+        past = distance >= 1
+        if not bool((past & ~seen).any()):
+            return None
+        if not bool((past & seen).any()):  # no earlier key: itself alone, where the future is hidden
+            return 1 if bool(seen[distance == 0].all()) and not bool(seen[distance < 0].any()) else None
+        width = int(distance[seen & past].max()) + 1
+        return width if torch.equal(seen[past], distance[past] < width) else None
 
     def _seen(self, node: Node) -> torch.Tensor | None:
-        """The keys (T, S) each query of a softmax or scaled_dot_product_attention sees in some sequence and head:
-        a score above -1e3 (not -inf nor a large negative); SDPA's mask True or above -1e3, below the diagonal
-        with is_causal. None for any other op."""
+        """The keys (T, S) each query of a softmax, scaled_dot_product_attention or nn.MultiheadAttention's op sees
+        in some sequence and head: a score above -1e3 (not -inf nor a large negative); the op's mask (_attention_args)
+        True or above -1e3, below the diagonal with is_causal. None for any other op."""
         if node.op in ("softmax", "_softmax") and node.parents and node.parents[0].index in self.values:
             seen = self.values[node.parents[0].index].detach() > -1e3
-        elif node.op == SDPA and isinstance(node.value, tuple) and len(node.parents) >= 2:
-            (mask, causal), T, S = node.value, node.parents[0].shape[-2], node.parents[1].shape[-2]
+        elif node.op in MHA | {SDPA} and isinstance(node.value, tuple) and len(node.parents) >= 2:
+            axis = 0 if node.op in MHA else -2  # nn.MultiheadAttention's op: sequence-first
+            (_, mask, causal), T, S = node.value, node.parents[0].shape[axis], node.parents[1].shape[axis]
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
             if isinstance(mask, torch.Tensor):
                 seen = seen & (mask.detach().cpu() if mask.dtype == torch.bool else mask.detach().cpu() > -1e3)
@@ -430,12 +436,14 @@ def _uses(flow: Flow) -> None:
 
 
 def _attention_args(name: str, args: tuple, kwargs: dict):
-    """What an attention op is called with that the flow reads: nn.MultiheadAttention's head count (query, key,
-    value, embed_dim, num_heads, ...); scaled_dot_product_attention's (attn_mask, is_causal)."""
-    if name in MHA:
-        return args[4]
+    """What an attention op is called with that the flow reads: (its head count or None, its mask (True or above
+    -1e3 where a key is seen), is_causal): nn.MultiheadAttention's (query, key, value, embed_dim, num_heads, ...),
+    scaled_dot_product_attention's (query, key, value, attn_mask, dropout_p, is_causal)."""
+    if name in MHA:  # its attn_mask True where hidden: turned to True where seen
+        mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
+        return args[4], ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask, False
     given = dict(zip(("attn_mask", "dropout_p", "is_causal"), args[3:6], strict=False)) | kwargs
-    return given.get("attn_mask"), bool(given.get("is_causal", False))
+    return None, given.get("attn_mask"), bool(given.get("is_causal", False))
 
 
 def _rows_read(index, shape: tuple) -> np.ndarray | None:
@@ -467,7 +475,7 @@ def _attention(node: Node) -> Attention | None:
     if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
         *qkv, out = weights
         q, k, v = qkv * 3 if len(qkv) == 1 else qkv
-        return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value, node)  # type: ignore[arg-type]
+        return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value[0], node)  # type: ignore[index]
     if node.op == SDPA and len(node.parents) >= 3:
         q, k, v = node.parents[:3]
         after = node

@@ -6,7 +6,8 @@ words: the judge meets them here for the first time.
 - a Llama with a preallocated KV cache (buffers of the largest batch and length) and a `start_pos`: each attention
   writes its keys and values into the buffer in the forward and reads the prefix back; optionally a Mistral-style
   sliding window built by hand as a boolean band (added as -inf, put on the scores by masked_fill, or given to
-  scaled_dot_product_attention), in every layer or in the first only;
+  scaled_dot_product_attention, or nn.MultiheadAttention's "True is hidden" attn_mask), in every layer or in the
+  first only;
 - `nn.TransformerEncoder` over pre-norm `nn.TransformerEncoderLayer`s used as a GPT with
   `nn.Transformer.generate_square_subsequent_mask`;
 - attention through `nn.MultiheadAttention(batch_first=True)` called with `need_weights=False` and a boolean
@@ -274,17 +275,20 @@ def torch_stack_gpt() -> TorchStackGPT:
 
 
 class MHABlock(nn.Module):
-    def __init__(self, hide_diagonal: bool = False):
+    def __init__(self, hide_diagonal: bool = False, window: int | None = None):
         super().__init__()
         self.ln1 = nn.LayerNorm(D)
         self.mha = nn.MultiheadAttention(D, H, batch_first=True)
         self.ln2 = nn.LayerNorm(D)
         self.ffn = nn.Sequential(nn.Linear(D, 4 * D), nn.ReLU(), nn.Linear(4 * D, D))
         self.offset = 0 if hide_diagonal else 1  # True above the diagonal: hidden
+        self.window = window  # and, with a window, True where j <= i - window
 
     def forward(self, x):
         T = x.shape[1]
         hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(self.offset)
+        if self.window is not None:
+            hidden = hidden | torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-self.window)
         h = self.ln1(x)
         a, _ = self.mha(h, h, h, attn_mask=hidden, need_weights=False)
         x = x + a
@@ -335,9 +339,9 @@ class MHAGPT(nn.Module):
         return self.head(self.ln_f(self.blocks(self.tok(ids) + positions)))
 
 
-def mha_gpt(hide_diagonal_last: bool = False, table: str = "embedding") -> MHAGPT:
+def mha_gpt(hide_diagonal_last: bool = False, table: str = "embedding", window: int | None = None) -> MHAGPT:
     torch.manual_seed(0)
-    return MHAGPT([MHABlock(), MHABlock(hide_diagonal_last)], table)
+    return MHAGPT([MHABlock(window=window), MHABlock(hide_diagonal_last, window)], table)
 
 
 def functional_mha_gpt() -> MHAGPT:
@@ -416,6 +420,14 @@ CASES = [
     ("mha_gpt", mha_gpt, "transformer_lm", {}, "pass"),
     ("mha_gpt.positions_1_T_D", lambda: mha_gpt(table="1TD"), "transformer_lm", {}, "pass"),
     ("mha_gpt.positions_T_1_D", lambda: mha_gpt(table="T1D"), "transformer_lm", {}, "pass"),
+    ("mha_gpt.sliding_window", lambda: mha_gpt(window=4), "transformer_lm", {}, "pass"),
+    (
+        "mha_gpt.sliding_window.causal_hides_diagonal_second_block",
+        lambda: mha_gpt(hide_diagonal_last=True, window=4),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.causal_hides_diagonal", "blocks.1.mha"),
+    ),
     (
         "mha_gpt.causal_hides_diagonal_second_block",
         lambda: mha_gpt(hide_diagonal_last=True),
