@@ -357,11 +357,16 @@ class Flow:
         True or above -1e3, below the diagonal with is_causal. None for any other op."""
         if node.op in ("softmax", "_softmax") and node.parents and node.parents[0].index in self.values:
             seen = self.values[node.parents[0].index].detach() > -1e3
-        elif node.op in MHA | {SDPA} and isinstance(node.value, tuple) and len(node.parents) >= 2:
-            axis = 0 if node.op in MHA else -2  # nn.MultiheadAttention's op: sequence-first
-            (_, mask, causal), T, S = node.value, node.parents[0].shape[axis], node.parents[1].shape[axis]
+        elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
+            _, mask, causal, T, S = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
-            if isinstance(mask, torch.Tensor):
+            fits = (
+                isinstance(mask, torch.Tensor)
+                and mask.ndim >= 2
+                and mask.shape[-2] in (1, T)
+                and mask.shape[-1] in (1, S)
+            )
+            if fits:  # a mask of another shape (a 1-D key padding): no band read
                 seen = seen & (mask.detach().cpu() if mask.dtype == torch.bool else mask.detach().cpu() > -1e3)
         else:
             return None
@@ -437,13 +442,15 @@ def _uses(flow: Flow) -> None:
 
 def _attention_args(name: str, args: tuple, kwargs: dict):
     """What an attention op is called with that the flow reads: (its head count or None, its mask (True or above
-    -1e3 where a key is seen), is_causal): nn.MultiheadAttention's (query, key, value, embed_dim, num_heads, ...),
-    scaled_dot_product_attention's (query, key, value, attn_mask, dropout_p, is_causal)."""
+    -1e3 where a key is seen), is_causal, the queries' and the keys' lengths): nn.MultiheadAttention's (query, key,
+    value, embed_dim, num_heads, ...; sequence-first), scaled_dot_product_attention's (query, key, value,
+    attn_mask, dropout_p, is_causal)."""
     if name in MHA:  # its attn_mask True where hidden: turned to True where seen
         mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
-        return args[4], ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask, False
+        seen = ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask
+        return args[4], seen, False, args[0].shape[0], args[1].shape[0]
     given = dict(zip(("attn_mask", "dropout_p", "is_causal"), args[3:6], strict=False)) | kwargs
-    return None, given.get("attn_mask"), bool(given.get("is_causal", False))
+    return None, given.get("attn_mask"), bool(given.get("is_causal", False)), args[0].shape[-2], args[1].shape[-2]
 
 
 def _rows_read(index, shape: tuple) -> np.ndarray | None:
