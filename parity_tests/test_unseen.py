@@ -19,13 +19,8 @@ from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh2: a sliding window built by hand is not read (check/ never sets the config's sliding_window)
-    "buffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
-    "unbuffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
     # fresh2: F.multi_head_attention_forward's packed in_proj_weight (check/units.py _rows)
     "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
-    # fresh2: positions as a (1, T, D) parameter read by pos[:, :T] (check/dataflow.py _uses: no position table)
-    "mha_gpt.positions_1_T_D": "fails with no id: tok (reference decoder.embedding) not expressible by the config",
     # fresh3: a (H, D, Dh) parameter read by einsum is refused (units._pieces: only 2-D parameters are linears)
     **dict.fromkeys(
         [
@@ -99,3 +94,25 @@ def test_a_term_on_the_scores_is_told_apart_by_its_values():
     assert _bias(relative).startswith("a bias of the relative position alone")
     assert _bias(torch.randn(2, T, T, dtype=torch.float64)) == f"a bias of shape (2, {T}, {T})"
     assert _bias(torch.full((2, 1, 1), 0.5, dtype=torch.float64)) == "a bias of shape (2, 1, 1)"
+
+
+def test_a_band_built_by_hand_is_read_as_the_window():
+    """dataflow.Flow.window: a band the forward applies (a boolean keep-mask given to SDPA here) is the config's
+    sliding_window, said in the printed config; a window no probe is long enough to show is not read."""
+    result = check.module(fresh2.band_llama(window=2), "transformer_lm")
+    assert result.passed and result.config.sliding_window == 2 and "sliding_window=2" in str(result), str(result)
+    wide = check.module(fresh2.band_llama(window=fresh2.T_MAX), "transformer_lm")
+    assert wide.passed and wide.config.sliding_window is None, str(wide)
+
+
+def test_rows_read_along_leading_singleton_axes():
+    """dataflow._rows_read: P[:T], P[:, :T] and P[0, :T] of a table with leading axes of size 1 read rows 0 .. T - 1;
+    a slice of a later axis of a table whose leading axis is not 1, or a step, reads no rows."""
+    from parity_tests.check.dataflow import _rows_read
+
+    assert list(_rows_read(slice(None, 3), (8, 1, 4))) == [0, 1, 2]
+    assert list(_rows_read((slice(None), slice(1, 3)), (1, 8, 4))) == [1, 2]
+    assert list(_rows_read((0, slice(None, 2), slice(None)), (1, 8, 4))) == [0, 1]
+    assert _rows_read((slice(None), slice(None, 3)), (8, 4)) is None  # columns of a (T, D) table
+    assert _rows_read((slice(None), slice(None, 3, 2)), (1, 8, 4)) is None
+    assert _rows_read((slice(None), slice(None, 3), 0), (1, 8, 4)) is None  # one feature, not whole rows

@@ -107,9 +107,9 @@ class _Recorder(TorchFunctionMode):
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             node.value = args[0].detach().cpu().numpy()
         elif name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
-            node.value = _rows_read(args[1])
-        elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
-            node.value = args[4]
+            node.value = _rows_read(args[1], args[0].shape)
+        elif name in MHA | {SDPA}:
+            node.value = _attention_args(name, args, kwargs)
         elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
             node.value = next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
         self.nodes.append(node)
@@ -233,6 +233,7 @@ class Attention:
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
+    window: int | None = None  # a sliding window its mask applies (Flow.width)
 
 
 @dataclass
@@ -325,6 +326,52 @@ class Flow:
                 caps.setdefault("logit_softcap", cap)
         return caps
 
+    @property
+    def window(self) -> int | None:
+        """The sliding window of the attentions that have one (width), where they agree; else None."""
+        widths = {a.window for a in self.attentions if a.window}
+        return widths.pop() if len(widths) == 1 else None
+
+    def width(self, node: Node) -> int | None:
+        """The sliding window (Mistral's) the mask of a softmax or an attention op applies (_seen), read from the
+        keys before each query (distance i - j >= 1, after the keys' prefix S - T of a cache): W where those at
+        distance 1 .. W - 1 are seen and those farther are not, whatever the diagonal and the future (a mistake
+        there is the causal mask's); W = 1 where each query sees itself alone. None where no earlier key is hidden
+        (causality alone), or not so."""
+        seen = self._seen(node)
+        if seen is None or seen.ndim != 2:
+            return None
+        T, S = seen.shape
+        distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
+        past = distance >= 1
+        if not bool((past & ~seen).any()):
+            return None
+        if not bool((past & seen).any()):  # no earlier key: itself alone, where the future is hidden
+            return 1 if bool(seen[distance == 0].all()) and not bool(seen[distance < 0].any()) else None
+        width = int(distance[seen & past].max()) + 1
+        return width if torch.equal(seen[past], distance[past] < width) else None
+
+    def _seen(self, node: Node) -> torch.Tensor | None:
+        """The keys (T, S) each query of a softmax, scaled_dot_product_attention or nn.MultiheadAttention's op sees
+        in some sequence and head: a score above -1e3 (not -inf nor a large negative); the op's mask (_attention_args)
+        True or above -1e3, below the diagonal with is_causal. None for any other op."""
+        if node.op in ("softmax", "_softmax") and node.parents and node.parents[0].index in self.values:
+            seen = self.values[node.parents[0].index].detach() > -1e3
+        elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
+            _, mask, causal, T, S = node.value
+            seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
+            fits = (
+                isinstance(mask, torch.Tensor)
+                and mask.ndim >= 2
+                and mask.shape[-2] in (1, T)
+                and mask.shape[-1] in (1, S)
+            )
+            if fits:  # a mask of another shape (a 1-D key padding): no band read
+                seen = seen & (mask.detach().cpu() if mask.dtype == torch.bool else mask.detach().cpu() > -1e3)
+        else:
+            return None
+        return seen.reshape(-1, *seen.shape[-2:]).any(0) if seen.ndim >= 2 else None
+
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
         only from lookups and tables (an embedding norm's)."""
@@ -336,7 +383,10 @@ def read(nodes: list, values: dict) -> Flow:
     """The Flow of recorded Nodes and the tensors they made (see the module docstring)."""
     flow = Flow(nodes, values)
     _uses(flow)
-    flow.attentions = _heads_merged([a for a in map(_attention, nodes) if a is not None])
+    found = [(a, node) for node in nodes if (a := _attention(node)) is not None]
+    for a, node in found:
+        a.window = flow.width(node)
+    flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
         for role in ("q", "k", "v", "out"):  # a fused projection: its first role
             flow.roles |= {w: role for w in getattr(a, role) if w not in flow.roles}
@@ -390,9 +440,29 @@ def _uses(flow: Flow) -> None:
     flow.lookups = indexed - weights
 
 
-def _rows_read(index) -> np.ndarray | None:
+def _attention_args(name: str, args: tuple, kwargs: dict):
+    """What an attention op is called with that the flow reads: (its head count or None, its mask (True or above
+    -1e3 where a key is seen), is_causal, the queries' and the keys' lengths): nn.MultiheadAttention's (query, key,
+    value, embed_dim, num_heads, ...; sequence-first), scaled_dot_product_attention's (query, key, value,
+    attn_mask, dropout_p, is_causal)."""
+    if name in MHA:  # its attn_mask True where hidden: turned to True where seen
+        mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
+        seen = ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask
+        return args[4], seen, False, args[0].shape[0], args[1].shape[0]
+    given = dict(zip(("attn_mask", "dropout_p", "is_causal"), args[3:6], strict=False)) | kwargs
+    return None, given.get("attn_mask"), bool(given.get("is_causal", False)), args[0].shape[-2], args[1].shape[-2]
+
+
+def _rows_read(index, shape: tuple) -> np.ndarray | None:
     """The rows of a parameter an index reads whole: ids (an integer tensor), or 0 .. T - 1 for [:T] (a slice of
-    the first axis); None for any other index."""
+    the first axis, or of the first axis after leading singleton axes: P[:, :T] of a (1, T_max, D) table); None
+    for any other index."""
+    if isinstance(index, tuple):  # leading axes of size 1 read whole (: or 0), the rows, the rest whole
+        whole = [isinstance(i, slice) and i == slice(None) for i in index]
+        lead = next((k for k, i in enumerate(index) if not whole[k] and not (type(i) is int and i == 0)), len(index))
+        if lead >= min(len(index), len(shape)) or any(n != 1 for n in shape[:lead]) or not all(whole[lead + 1 :]):
+            return None
+        index = index[lead]
     if isinstance(index, torch.Tensor) and not index.is_floating_point() and index.dtype != torch.bool:
         return index.detach().cpu().numpy()
     if isinstance(index, slice) and index.step in (None, 1) and isinstance(index.stop, int):
@@ -412,7 +482,7 @@ def _attention(node: Node) -> Attention | None:
     if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
         *qkv, out = weights
         q, k, v = qkv * 3 if len(qkv) == 1 else qkv
-        return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value, node)  # type: ignore[arg-type]
+        return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value[0], node)  # type: ignore[index]
     if node.op == SDPA and len(node.parents) >= 3:
         q, k, v = node.parents[:3]
         after = node

@@ -454,7 +454,7 @@ def _component_variants(check, choice) -> list:
     if unit == "attention":
         kv = f["query"] if p.self_attention else (f["key"], f["value"])
         context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
-        keep = keep_mask(p, "self" if p.causal else "src")
+        keep = keep_mask(p, "self" if p.causal else "src", cfg.sliding_window)
         knobs = VR.rope_knobs(cfg) | context
         return match_attention(user, params, f["query"], kv, cfg.n_heads, keep, "", p.valid, **knobs)
     if unit == "embedding":

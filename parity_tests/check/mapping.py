@@ -126,6 +126,11 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad
         found.tables.append(Table(piece.weight, piece.in_features, piece.out_features, trainable, False))
+    tensors = dict(module.named_parameters())  # a (1, T, D) or (T, 1, D) parameter indexed by rows: a table too
+    for name in sorted(flow.lookups - {t.name for t in found.tables} - {p.weight for p in found.pieces}):
+        sizes = [s for s in tensors[name].shape if s > 1] if name in tensors else []
+        if len(sizes) == 2 and tensors[name].shape[-1] == sizes[1]:
+            found.tables.append(Table(name, *sizes, tensors[name].requires_grad, False))
     last = len(flow.nodes)
     found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
     found.norms.sort(key=lambda n: flow.order.get(n.weight, last))

@@ -57,16 +57,17 @@ def token_ids(rng, kept, vocab: int, pad_id: int | None) -> np.ndarray:
     return ids
 
 
-def keep_mask(p: Probe, kind: str) -> np.ndarray | None:
+def keep_mask(p: Probe, kind: str, window: int | None = None) -> np.ndarray | None:
     """The reference's boolean mask (True = may attend) for one attention, broadcastable to (B, H, T_q, T_k):
-    kind "src" (padding of the keys), "self" (the decoder's: causal), "cross" (the source's padding), "tgt" (the
-    target's padding)."""
+    kind "src" (padding of the keys), "self" (the decoder's: causal, within a sliding `window`: keys i - window <
+    j <= i), "cross" (the source's padding), "tgt" (the target's padding)."""
     if kind in ("src", "cross", "tgt"):
         kept = p.tgt_keep if kind == "tgt" else p.src_keep
         return None if kept is None else kept[:, None, None, :]
     if kind == "self":
         T = p.tgt_keep.shape[1] if p.tgt_keep is not None else p.floats["x"].shape[1]
-        return np.tril(np.ones((T, T), dtype=bool))[None, None]  # query i sees keys j <= i
+        band = np.triu(np.ones((T, T), dtype=bool), 1 - window) if window else True
+        return (np.tril(np.ones((T, T), dtype=bool)) & band)[None, None]  # query i sees keys j <= i
     raise ValueError(f"kind must be 'src', 'self', 'cross' or 'tgt', got {kind!r}")
 
 

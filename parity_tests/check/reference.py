@@ -115,7 +115,7 @@ def run_attention(params: dict, p: Probe, cfg, dtype):
     if rope is not None and not p.self_attention:
         raise ValueError("rotary positions need self-attention: one input, T_q = T_k")
     mask = None if p.causal else keep_mask(p, "src")
-    rules = ScoreMod(causal=p.causal)  # the score rules: causal or not
+    rules = ScoreMod(causal=p.causal, window=cfg.sliding_window if p.causal else None)  # causal or not, a window
     out, cache = nt.multi_head_attention_forward(
         params, q, k, v, cfg.n_heads, mask, n_kv_heads=cfg.n_kv_heads, rope=rope, mod=rules, cross=not p.self_attention
     )
@@ -352,7 +352,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     attention's query, key/value input and mask) puts another attention in a sublayer's place (a catalogue variant
     run inside the layer); the layer stage's rerun takes it too."""
     found, first = [], x
-    sublayers = [("self_attn", keep_mask(p, "self" if decoder else "src"))]
+    window = cfg.layer_window(int(prefix.rstrip(".").rpartition(".")[2] or 0)) if decoder else None
+    sublayers = [("self_attn", keep_mask(p, "self" if decoder else "src", window))]
     sublayers += [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
     shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
     for name, keep in [*sublayers, ("ffn", None)]:

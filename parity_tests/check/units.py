@@ -261,6 +261,11 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
         base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+        causal = entry.causal or "decoder" in entry.stacks or entry.self_attention_probes  # where a window applies
+        base["sliding_window"] = found.flow.window if entry.heads and causal else None  # a band built by hand
+        kinds = ["sliding_attention" if a.window else "full_attention" for a in found.flow.attentions]
+        if base["sliding_window"] and "full_attention" in kinds and len(kinds) == units.n_dec and not units.n_enc:
+            base["layer_types"] = kinds  # windowed layers and full ones (Gemma 2's alternation)
     return TransformerConfig(**(base | known))
 
 

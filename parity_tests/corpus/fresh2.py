@@ -5,7 +5,9 @@ words: the judge meets them here for the first time.
   `(logits, cache)`, each block concatenating its past keys and values and masking by offset;
 - a Llama with a preallocated KV cache (buffers of the largest batch and length) and a `start_pos`: each attention
   writes its keys and values into the buffer in the forward and reads the prefix back; optionally a Mistral-style
-  sliding window built by hand as a boolean band;
+  sliding window built by hand as a boolean band (added as -inf, put on the scores by masked_fill, or given to
+  scaled_dot_product_attention, or nn.MultiheadAttention's "True is hidden" attn_mask), in every layer or in the
+  first only;
 - `nn.TransformerEncoder` over pre-norm `nn.TransformerEncoderLayer`s used as a GPT with
   `nn.Transformer.generate_square_subsequent_mask`;
 - attention through `nn.MultiheadAttention(batch_first=True)` called with `need_weights=False` and a boolean
@@ -14,7 +16,8 @@ words: the judge meets them here for the first time.
   logit soft cap `cap * tanh(x / cap)`;
 - mistakes put into them, each named where it sits: the scores as K Q^T in the cached GPT's second block, the
   RMSNorm's eps outside the root in the buffered Llama's second feed-forward norm, a causal mask that hides the
-  diagonal in the MultiheadAttention GPT's second block, the embeddings scaled by d instead of sqrt(d).
+  diagonal in the MultiheadAttention GPT's second block, the embeddings scaled by d instead of sqrt(d), a band
+  without its causal half in the windowed Llama's second block.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -209,6 +212,41 @@ def buffered_llama(window: int | None = None, eps_inside_last: bool = True, buff
     return BufferedLlama(window, eps_inside_last, buffered)
 
 
+class BandAttention(BufferedAttention):
+    """Mistral's band as a boolean keep-mask (key j > i - window, and j <= i unless `causal` is False: a mistake,
+    the future seen), given to F.scaled_dot_product_attention or put on the scores by masked_fill."""
+
+    def __init__(self, window: int, sdpa: bool = True, causal: bool = True):
+        super().__init__(window, buffered=False)
+        self.sdpa, self.causal = sdpa, causal
+
+    def attend(self, q, k, v, start_pos, x):
+        B, T = q.shape[:2]
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # (B, heads, T, HD)
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        i, j = torch.arange(T, device=x.device)[:, None], torch.arange(T, device=x.device)[None, :]
+        keep = (j > i - self.window) & ((j <= i) if self.causal else True)
+        if self.sdpa:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        else:
+            scores = (q @ k.transpose(-2, -1) / math.sqrt(HD)).masked_fill(~keep, torch.finfo(q.dtype).min)
+            out = scores.softmax(dim=-1) @ v
+        return self.wo(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def band_llama(window: int, sdpa: bool = True, causal_last: bool = True, full_last: bool = False) -> BufferedLlama:
+    """buffered_llama's model, its attentions BandAttention's (the same weights); `full_last`: the second one's band
+    as long as the model's positions (full attention after a windowed layer, Gemma 2's alternation)."""
+    model = buffered_llama(window, buffered=False)
+    for layer, causal, w in zip(
+        model.layers, (True, causal_last), (window, T_MAX if full_last else window), strict=True
+    ):
+        band = BandAttention(w, sdpa, causal)
+        band.load_state_dict(layer.attention.state_dict())
+        layer.attention = band
+    return model
+
+
 # -- torch's own stack as a GPT: nn.TransformerEncoder, generate_square_subsequent_mask ----------------------------
 
 
@@ -237,17 +275,20 @@ def torch_stack_gpt() -> TorchStackGPT:
 
 
 class MHABlock(nn.Module):
-    def __init__(self, hide_diagonal: bool = False):
+    def __init__(self, hide_diagonal: bool = False, window: int | None = None):
         super().__init__()
         self.ln1 = nn.LayerNorm(D)
         self.mha = nn.MultiheadAttention(D, H, batch_first=True)
         self.ln2 = nn.LayerNorm(D)
         self.ffn = nn.Sequential(nn.Linear(D, 4 * D), nn.ReLU(), nn.Linear(4 * D, D))
         self.offset = 0 if hide_diagonal else 1  # True above the diagonal: hidden
+        self.window = window  # and, with a window, True where j <= i - window
 
     def forward(self, x):
         T = x.shape[1]
         hidden = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(self.offset)
+        if self.window is not None:
+            hidden = hidden | torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-self.window)
         h = self.ln1(x)
         a, _ = self.mha(h, h, h, attn_mask=hidden, need_weights=False)
         x = x + a
@@ -279,24 +320,28 @@ class FunctionalBlock(nn.Module):
 
 
 class MHAGPT(nn.Module):
-    def __init__(self, blocks, batched_table: bool = False):
+    def __init__(self, blocks, table: str = "embedding"):
         super().__init__()
         self.tok = nn.Embedding(V, D)
-        self.pos = nn.Parameter(0.02 * torch.randn(1, T_MAX, D)) if batched_table else None
-        self.wpe = None if batched_table else nn.Embedding(T_MAX, D)
+        shape = {"1TD": (1, T_MAX, D), "T1D": (T_MAX, 1, D)}.get(table)  # positions as a parameter of 3 axes
+        self.pos = nn.Parameter(0.02 * torch.randn(shape)) if shape else None
+        self.wpe = None if shape else nn.Embedding(T_MAX, D)
         self.blocks = nn.Sequential(*blocks)
         self.ln_f = nn.LayerNorm(D)
         self.head = nn.Linear(D, V, bias=False)
 
     def forward(self, ids):
         T = ids.shape[1]
-        positions = self.pos[:, :T] if self.wpe is None else self.wpe(torch.arange(T, device=ids.device))
+        if self.wpe is not None:
+            positions = self.wpe(torch.arange(T, device=ids.device))
+        else:  # (1, T, D): pos[:, :T]; (T, 1, D), sequence-first: pos[:T] turned batch-first
+            positions = self.pos[:, :T] if self.pos.shape[0] == 1 else self.pos[:T].transpose(0, 1)
         return self.head(self.ln_f(self.blocks(self.tok(ids) + positions)))
 
 
-def mha_gpt(hide_diagonal_last: bool = False, batched_table: bool = False) -> MHAGPT:
+def mha_gpt(hide_diagonal_last: bool = False, table: str = "embedding", window: int | None = None) -> MHAGPT:
     torch.manual_seed(0)
-    return MHAGPT([MHABlock(), MHABlock(hide_diagonal_last)], batched_table)
+    return MHAGPT([MHABlock(window=window), MHABlock(hide_diagonal_last, window)], table)
 
 
 def functional_mha_gpt() -> MHAGPT:
@@ -353,6 +398,17 @@ CASES = [
         {},
         "pass",
     ),
+    ("band_llama.sdpa", lambda: band_llama(window=2), "transformer_lm", {}, "pass"),
+    ("band_llama.masked_fill", lambda: band_llama(window=4, sdpa=False), "transformer_lm", {}, "pass"),
+    ("band_llama.window_wider_than_probe", lambda: band_llama(window=T_MAX), "transformer_lm", {}, "pass"),
+    ("band_llama.window_then_full", lambda: band_llama(window=3, full_last=True), "transformer_lm", {}, "pass"),
+    (
+        "band_llama.not_causal_second_block",
+        lambda: band_llama(window=3, sdpa=False, causal_last=False),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "layers.1.attention"),
+    ),
     (
         "unbuffered_llama.rms_eps_outside_sqrt_second_block",
         lambda: buffered_llama(eps_inside_last=False, buffered=False),
@@ -362,7 +418,16 @@ CASES = [
     ),
     ("torch_stack_gpt", torch_stack_gpt, "transformer_lm", {}, "pass"),
     ("mha_gpt", mha_gpt, "transformer_lm", {}, "pass"),
-    ("mha_gpt.positions_1_T_D", lambda: mha_gpt(batched_table=True), "transformer_lm", {}, "pass"),
+    ("mha_gpt.positions_1_T_D", lambda: mha_gpt(table="1TD"), "transformer_lm", {}, "pass"),
+    ("mha_gpt.positions_T_1_D", lambda: mha_gpt(table="T1D"), "transformer_lm", {}, "pass"),
+    ("mha_gpt.sliding_window", lambda: mha_gpt(window=4), "transformer_lm", {}, "pass"),
+    (
+        "mha_gpt.sliding_window.causal_hides_diagonal_second_block",
+        lambda: mha_gpt(hide_diagonal_last=True, window=4),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.causal_hides_diagonal", "blocks.1.mha"),
+    ),
     (
         "mha_gpt.causal_hides_diagonal_second_block",
         lambda: mha_gpt(hide_diagonal_last=True),
