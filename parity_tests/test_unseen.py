@@ -26,20 +26,6 @@ TODAY: dict[str, str] = {
     "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
     # fresh2: positions as a (1, T, D) parameter read by pos[:, :T] (check/dataflow.py _uses: no position table)
     "mha_gpt.positions_1_T_D": "fails with no id: tok (reference decoder.embedding) not expressible by the config",
-    # fresh3: a (H, D, Dh) parameter read by einsum is refused (units._pieces: only 2-D parameters are linears)
-    **dict.fromkeys(
-        [
-            "head_tensor_gpt",
-            "head_tensor_gpt.ln_eps_outside_sqrt_second_block",
-            "head_tensor_gpt.scaled_by_model_width_second_block",
-            "head_tensor_gpt.no_final_norm",
-        ],
-        "could not judge: blocks.0.attn.w_q acts as a projection in blocks.0.attn but is not a linear weight the "
-        "judge reads ...; pass mapping=",
-    ),
-    # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
-    "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
-    "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
 }
 
 

@@ -197,7 +197,7 @@ def _pieces(by: dict, weights: list, where: str) -> list:
     if missing:
         raise ValueError(
             f"{missing[0]} acts as a projection in {where or 'the module'} but is not a linear weight the judge "
-            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping="
+            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter, a 3-D one einsum reads as stored); pass mapping="
         )
     return [by[w] for w in weights]
 
@@ -342,7 +342,9 @@ class Linker:
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
-        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
+        self.links.append(
+            Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, heads=piece.heads)
+        )
         if piece.bias is not None:
             self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
