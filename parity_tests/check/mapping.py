@@ -37,7 +37,8 @@ class Piece:
     out_features: int
     in_features: int
     transposed: bool  # stored (in, out), applied as x @ W
-    heads: int = 0  # 3 axes, (H, in, out / H) (TransformerLens's W_Q): each head's rows transposed (Link.heads)
+    heads: int = 0  # 3 axes: its head axis's size; rows or columns split per head (Link.heads)
+    each_transposed: bool = False  # (H, in, out / H) (TransformerLens's W_Q): each head's rows transposed
 
 
 @dataclass
@@ -86,8 +87,8 @@ class Link:
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
     rope_rotary: int = 0  # with rope_pairs: the features of each head RoPE turns, when fewer than Dh (GPT-J's)
-    heads: int = 0  # the user's tensor is (heads, in, out / heads): the rows (after any transpose) split per head,
-    # each head's transposed (a 3-axis weight einsum reads, TransformerLens's W_Q (H, D, Dh))
+    heads: int = 0  # a 3-axis user tensor (einsum's): its rows or columns (after any transpose) split into heads,
+    each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -132,7 +133,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
         if layout is None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
         else:
-            piece.out_features, piece.in_features, piece.transposed, piece.heads = layout
+            piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
     for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad
@@ -154,12 +155,13 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
 
 
 def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
-    """(out_features, in_features, transposed, heads) of a 3-axis `weight` as the first einsum reading it uses it:
-    the axes it sums over are the inputs, the others the outputs, each in the order the einsum's other operand and
-    its result keep them (head before feature). Outputs then inputs: (out, in); inputs then outputs: transposed; an
-    input between two outputs, (H, D, Dh) (TransformerLens's W_Q): each head's rows transposed (Link.heads = H); an
-    output between two inputs, (H, D, Dh) read as (H * Dh) -> D: the same, transposed. None where no einsum reads
-    it as it is stored (a transpose on the way), or it keeps those axes in another order."""
+    """(out_features, in_features, transposed, heads, each_transposed) of a 3-axis `weight` as the first einsum
+    reading it uses it: the axes it sums over are the inputs, the others the outputs, each in the order the einsum's
+    other operand and its result keep them (head before feature; the heads: the first of the two). Outputs then
+    inputs, (H, Dh, D) or (D, H, Dh): (out, in) rows; inputs then outputs: transposed; an input between two outputs,
+    (H, D, Dh) (TransformerLens's W_Q): each head's rows transposed; an output between two inputs, an (H, D, Dh)
+    read from the heads to D: the same, transposed. None where no einsum reads it as it is stored (a transpose on
+    the way), or it keeps those axes in another order."""
     node = next((n for n in flow.nodes if n.op == "einsum" and DF.projection(n) == weight), None)
     if node is None or not node.extra:  # einsum(x, [0, 1], w, [1, 2]): operands without an equation
         return None
@@ -181,8 +183,9 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     if summed != sorted(summed, key=other.index):
         return None
     size = dict(zip(axes, shape, strict=True))
-    split = (axes[0] in result) == (axes[2] in result)  # outputs around an input, or inputs around an output
-    return math.prod(size[c] for c in kept), math.prod(size[c] for c in summed), axes[0] in summed, split * shape[0]
+    heads = size[(kept if len(kept) == 2 else summed)[0]]
+    each = (axes[0] in result) == (axes[2] in result)  # outputs around an input, or inputs around an output
+    return math.prod(size[c] for c in kept), math.prod(size[c] for c in summed), axes[0] in summed, heads, each
 
 
 def _untied(module: nn.Module, found: Structure) -> Structure:
@@ -325,7 +328,7 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
         for link in links:
             value, target = gather(link, reference), tensors[link.user]
             value = value.T if link.transposed else value
-            if link.heads:  # (rows, in) -> (heads, in, rows / heads)
+            if link.each_transposed:  # (rows, in) -> (heads, in, rows / heads)
                 value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
 
@@ -341,7 +344,7 @@ def scatter(links: list, grads: dict, shapes: dict) -> dict:
         g = grads[link.user]
         height = link.offset + sum(r[1] - r[0] if r else shapes[n][0] for n, r in link.parts)
         stacked = (height, *shapes[link.parts[0][0]][1:])  # gather's: a 1x1 convolution's (out, in, 1) as (out, in)
-        g = g.transpose(0, 2, 1) if link.heads else g  # a head tensor's (heads, in, rows / heads): its rows
+        g = g.transpose(0, 2, 1) if link.each_transposed else g  # (heads, in, rows / heads): its rows
         g = g.reshape(stacked[::-1] if link.transposed else stacked)
         g = g.T if link.transposed else g
         start = link.offset

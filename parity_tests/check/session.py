@@ -287,7 +287,7 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
     at most `limit` tried) that runs, on `probe_of(caller)`: (its Flow, ""), or (None, what the last try raised, or
     "" where nothing was tried) where none runs (the check proper then says why). Gradients stay on: torch's fused
     inference paths (nn.TransformerEncoderLayer's) hide the ops. A model kept in bfloat16 or float16 is recorded as
-    its float64 copy, as the judge runs it: the values unsupported.py tells functions apart by at float64's precision."""
+    its float64 copy, as the judge runs it: unsupported.py tells functions apart by values at float64's precision."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:

@@ -342,9 +342,8 @@ class Linker:
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
-        self.links.append(
-            Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed, heads=piece.heads)
-        )
+        layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
+        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
         if piece.bias is not None:
             self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it

@@ -40,8 +40,8 @@ class MapEntry(tuple):
 
 def note(link: Link) -> str:
     """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
-    "after N unread rows", "minus 1 (...)"; then ", transposed", ", each of H heads transposed" (a head tensor
-    (H, in, Dh)), ", RoPE pairs interleaved (head size Dh)"."""
+    "after N unread rows", "minus 1 (...)"; then ", transposed", ", split into H heads" (a 3-axis tensor; ", each
+    transposed": (H, in, Dh)), ", RoPE pairs interleaved (head size Dh)"."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
     if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
@@ -53,8 +53,8 @@ def note(link: Link) -> str:
         text = f"after {link.offset} unread rows"
     else:
         text = "minus 1 (scaled by 1 + weight)" if link.minus_one else ""
-    each = f"each of {link.heads} heads transposed" if link.heads else ""  # (H, in, Dh)
-    text = ", ".join(t for t in (text, "transposed" * link.transposed, each) if t) or "as is"
+    split = f"split into {link.heads} heads" + ", each transposed" * link.each_transposed if link.heads else ""
+    text = ", ".join(t for t in (text, "transposed" * link.transposed, split) if t) or "as is"
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else "")
 
 
@@ -112,7 +112,7 @@ def _read(user: str, value) -> tuple[str, Link | None]:
 
 def _from_note(user: str, ref: str, note: str) -> Link:
     """A hand-written entry: reference name and layout note in the syntax the report prints (note)."""
-    pairs, offset, heads = 0, 0, re.search(r"each of (\d+) heads transposed", note)  # a head tensor (H, in, Dh)
+    pairs, offset, heads = 0, 0, re.search(r"split into (\d+) heads(, each transposed)?", note)  # 3 axes
     if note.startswith("after ") and note.endswith(" unread rows"):
         offset = int(note.split()[1])
     if ", RoPE pairs interleaved (head size " in note:
@@ -134,7 +134,8 @@ def _from_note(user: str, ref: str, note: str) -> Link:
     else:
         parts = [(ref, None)]
     transposed = "transposed" in (note.replace(heads[0], "") if heads else note)
-    return Link(user, parts, transposed, pairs, offset, note.startswith("minus 1"), heads=int(heads[1]) if heads else 0)
+    layout = dict(heads=int(heads[1]), each_transposed=bool(heads[2])) if heads else {}
+    return Link(user, parts, transposed, pairs, offset, note.startswith("minus 1"), **layout)
 
 
 def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, level: str) -> None:
