@@ -128,7 +128,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
-    for piece in [p for p in found.pieces if module.get_parameter(p.weight).ndim == 3]:  # as einsum reads it
+    for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum reads it
         layout = head_layout(flow, piece.weight, tuple(module.get_parameter(piece.weight).shape))
         if layout is None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
@@ -254,10 +254,10 @@ def _linear_of_own(mod: nn.Module, name: str) -> bool:
 
 def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
     """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
-    raw (in, out) linear weights with the bias named after them; 3-D ones: weights, d_model their widest axis until
-    the flow reads them (with_flow). 1-D parameters left: norms (a scale and a shift of
-    one width; a scale alone: RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float
-    buffers, and plain tensor attributes (d2l's `self.P`)."""
+    raw (in, out) linear weights with the bias named after them; 3-D ones: weights (d_model their widest axis until
+    the flow reads them: with_flow). 1-D parameters left: norms (a scale and a shift of one width; a scale alone:
+    RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float buffers, and plain tensor
+    attributes (d2l's `self.P`)."""
     own = dict(mod.named_parameters(recurse=False))
     used: set = set()
     for name, p in sorted(own.items(), key=lambda item: -item[1].ndim):  # 3-axis weights first: their biases 2-D
@@ -273,7 +273,8 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
         used |= {name} | ({bias} if bias is not None else set())
         as_linear = _linear_of_own(mod, name)  # F.linear(x, self.weight): stored (out, in), as nn.Linear's
         shape = p.shape if as_linear else p.shape[::-1] if p.ndim == 2 else (p.numel() // max(p.shape), max(p.shape))
-        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear))
+        heads = p.shape[0] if p.ndim == 3 else 0  # till the flow says
+        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear, heads))
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
     scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|_g$|scale|alpha)", n)]  # ln_1_g
     shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|_b$|shift)", n)]  # ln_1_b
