@@ -250,6 +250,23 @@ def test_head_tensors_einsum_reads_are_linked_head_by_head(layout, q_note, o_not
     assert check.module(module, "multi_head_attention", mapping=by_hand).passed
 
 
+class TurnedHeadTensors(HeadTensorAttention):
+    """TransformerLens's tensors, but q, k and v read through a transpose: einsum("btd,hed->bhte", x, W.mT)."""
+
+    def forward(self, x, mask):
+        q, k, v = (torch.einsum("btd,hed->bhte", x, w.transpose(1, 2)) for w in (self.W_Q, self.W_K, self.W_V))
+        probs = (torch.einsum("bhse,bhte->bhst", q, k) / 2).masked_fill(mask[:, None, None, :] == 0, -math.inf)
+        return torch.einsum(self.out_of, probs.softmax(-1) @ v, self.W_O)
+
+
+def test_a_head_tensor_read_through_a_transpose_is_refused_naming_it():
+    """head_layout reads a 3-axis weight's axes from the einsum only as stored: through a transpose it is refused,
+    naming the parameter, never linked in a layout it does not have."""
+    result = check.module(TurnedHeadTensors(8, 2, "heads_first"), "multi_head_attention")
+    assert not result.passed and "W_Q acts as a projection" in (result.error or ""), str(result)
+    assert "a 3-D one einsum reads as stored); pass mapping=" in result.error
+
+
 @pytest.mark.parametrize(
     "edit, said",
     [
