@@ -120,7 +120,7 @@ class _Recorder(TorchFunctionMode):
             return args[0].detach().cpu().numpy()
         if name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
             return _rows_read(args[1])
-        if name == "einsum":  # which operand each parent is (an input not recorded has no node)
+        if name in ("einsum", "matmul", "__matmul__"):  # which operand each parent is (an input unrecorded has none)
             tensors = [a for a in flat if isinstance(a, torch.Tensor)]
             return [i for i, a in enumerate(tensors) if self.node(a) is not None]
         if name in MHA:  # (query, key, value, embed_dim, num_heads, ...)

@@ -91,6 +91,7 @@ class Link:
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
 
 
+MATMULS = ("matmul", "__matmul__")
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
@@ -160,10 +161,10 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     other operand and its result keep them (head before feature; the heads: the first of the two). Outputs then
     inputs, (H, Dh, D) or (D, H, Dh): (out, in) rows; inputs then outputs: transposed; an input between two outputs,
     (H, D, Dh) (TransformerLens's W_Q): each head's rows transposed; an output between two inputs, an (H, D, Dh)
-    read from the heads to D: the same, transposed. None where no einsum reads it as it is stored (a transpose on
-    the way), or it keeps those axes in another order."""
-    node = next((n for n in flow.nodes if n.op == "einsum" and DF.projection(n) == weight), None)
-    if node is None or not node.extra:  # einsum(x, [0, 1], w, [1, 2]): operands without an equation
+    read from the heads to D: the same, transposed. x @ W is read as the einsum _as_einsum writes. None where no
+    product reads it as it is stored (a transpose on the way), or it keeps those axes in another order."""
+    node = next((n for n in flow.nodes if n.op in ("einsum", *MATMULS) and DF.projection(n) == weight), None)
+    if node is None:
         return None
     i = next(i for i, p in enumerate(node.parents) if DF.weight_of(p) == weight)
     seen = node.parents[i]
@@ -171,7 +172,10 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
         if seen.shape != shape or seen.op in ("t", "transpose", "permute"):
             return None
         seen = seen.parents[0]
-    inputs, arrow, result = node.extra.replace(" ", "").partition("->")
+    equation = node.extra.replace(" ", "") if node.op == "einsum" else _as_einsum(node, i, flow.roles.get(weight))
+    inputs, arrow, result = equation.partition("->")
+    if not inputs:  # einsum(x, [0, 1], w, [1, 2]): operands without an equation; W @ x
+        return None
     if not arrow:  # implicit: the letters met once, in alphabetical order
         result = "".join(sorted(c for c in inputs if c.isalpha() and inputs.count(c) == 1))
     terms = inputs.split(",")
@@ -186,6 +190,16 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     heads = size[(kept if len(kept) == 2 else summed)[0]]
     each = (axes[0] in result) == (axes[2] in result)  # outputs around an input, or inputs around an output
     return math.prod(size[c] for c in kept), math.prod(size[c] for c in summed), axes[0] in summed, heads, each
+
+
+def _as_einsum(node, i: int, role: str | None) -> str:
+    """x @ W of a 3-axis W (its `i`-th parent) as an einsum's equation: W's first axis is the heads x is broadcast
+    over, kept in the result for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1));
+    "" where W is the left operand."""
+    batch = "abcfg"[: len(node.shape) - 3]
+    if node.value[i] != 1 or len(node.shape) < 3:
+        return ""
+    return f"{batch}hmk,hkn->{batch}{'' if role == 'out' else 'h'}mn"
 
 
 def _untied(module: nn.Module, found: Structure) -> Structure:

@@ -4,8 +4,9 @@ none of the other corpus files uses, met by the judge here for the first time.
 - a GPT whose attention holds q, k and v as three (H, D, Dh) nn.Parameters and its output as (H, Dh, D), applied by
   einsum ("btd,hde->bhte"), its LayerNorm written out with `torch.var(..., unbiased=False)` and
   `(x - mu) / torch.sqrt(var + eps) * g + b`; the same GPT without a final norm, and kept in bfloat16; its tensors
-  laid out (H, Dh, D) and (D, H, Dh) ("rows"), or (D, H, Dh) and (H, D, Dh) ("columns"); in bfloat16 with ReLU
-  squared (math the reference lacks, told apart by its values);
+  laid out (H, Dh, D) and (D, H, Dh) ("rows"), or (D, H, Dh) and (H, D, Dh) ("columns"), or applied by `@` over
+  the heads (`x[:, None] @ w_q`, `(mixed @ w_o).sum(1)`); in bfloat16 with ReLU squared (math the reference lacks,
+  told apart by its values);
 - a GPT of nn.Linears under `torch.nn.utils.parametrizations.weight_norm` (and one under `spectral_norm`);
 - an ALiBi GPT (a per-head linear distance penalty on the scores) and a T5-style relative position bias (a learned
   table of H numbers per log-spaced distance bucket): math the reference lacks;
@@ -50,7 +51,12 @@ class VarLayerNorm(nn.Module):
 
 
 # the axes of q, k, v's tensors and of the output's (h heads, d the model width, e the head's features)
-HEAD_LAYOUTS = {"heads_first": ("hde", "hed"), "rows": ("hed", "dhe"), "columns": ("dhe", "hde")}
+HEAD_LAYOUTS = {
+    "heads_first": ("hde", "hed"),
+    "rows": ("hed", "dhe"),
+    "columns": ("dhe", "hde"),
+    "matmul": ("hde", "hed"),
+}
 
 
 class HeadTensorAttention(nn.Module):
@@ -64,17 +70,18 @@ class HeadTensorAttention(nn.Module):
         self.w_o = nn.Parameter(D**-0.5 * torch.randn(*(size[c] for c in out)))
         self.width = width  # the scores are divided by sqrt(width): the head's
         self.into, self.out_of = f"btd,{qkv}->bhte", f"bhse,{out}->bsd"
+        self.matmul = layout == "matmul"  # x[:, None] @ W, the heads broadcast; (mixed @ W_o).sum(1)
 
     def forward(self, x):
         T = x.shape[1]
-        q = torch.einsum(self.into, x, self.w_q)
-        k = torch.einsum(self.into, x, self.w_k)
-        v = torch.einsum(self.into, x, self.w_v)
+        q, k, v = (
+            x[:, None] @ w if self.matmul else torch.einsum(self.into, x, w) for w in (self.w_q, self.w_k, self.w_v)
+        )
         scores = torch.einsum("bhse,bhte->bhst", q, k) / math.sqrt(self.width)
         later = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
         probs = torch.softmax(scores.masked_fill(later, float("-inf")), dim=-1)
         mixed = torch.einsum("bhst,bhte->bhse", probs, v)
-        return torch.einsum(self.out_of, mixed, self.w_o)
+        return (mixed @ self.w_o).sum(1) if self.matmul else torch.einsum(self.out_of, mixed, self.w_o)
 
 
 def relu_squared(x):
@@ -308,6 +315,7 @@ CASES = [
     ("head_tensor_gpt.bfloat16", bfloat16_gpt, "transformer_lm", {}, "pass"),
     ("head_tensor_gpt.rows_layout", lambda: head_tensor_gpt(layout="rows"), "transformer_lm", {}, "pass"),
     ("head_tensor_gpt.columns_layout", lambda: head_tensor_gpt(layout="columns"), "transformer_lm", {}, "pass"),
+    ("head_tensor_gpt.matmul_layout", lambda: head_tensor_gpt(layout="matmul"), "transformer_lm", {}, "pass"),
     (
         "head_tensor_gpt.bfloat16_relu_squared",
         lambda: head_tensor_gpt(act=relu_squared).to(torch.bfloat16),
