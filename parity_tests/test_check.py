@@ -264,7 +264,7 @@ def test_a_head_tensor_read_through_a_transpose_is_refused_naming_it():
     naming the parameter, never linked in a layout it does not have."""
     result = check.module(TurnedHeadTensors(8, 2, "heads_first"), "multi_head_attention")
     assert not result.passed and "W_Q acts as a projection" in (result.error or ""), str(result)
-    assert "a 3-D one einsum reads as stored); pass mapping=" in result.error
+    assert "a 3-D one einsum or @ reads as stored); pass mapping=" in result.error
 
 
 @pytest.mark.parametrize(

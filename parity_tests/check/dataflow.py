@@ -61,7 +61,7 @@ class Node:
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
     value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index;
-    # an einsum's: each parent's place among its operands
+    # an einsum's or a matmul's: each parent's place among its operands
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
     tid: int = 0  # the id of the tensor it made
 

@@ -1,13 +1,13 @@
 """From a user's parameters to the reference's state dict: found by structure and shape, stated as data.
 
 A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
-(in, out) or a 3-axis one as einsum reads it (head_layout), a fused q/k/v projection such as nn.MultiheadAttention's
-in_proj_weight or GPT-2's c_attn), norms (a weight and a bias of width D), and tables (embeddings, learned or fixed
-positions). Their roles and order come from the recorded forward (dataflow.py: norms in the order they are applied),
-and units.py groups them into the reference's units. Among the roles a name only breaks the one tie the computation
-leaves (a gated block's gate and up). A raw 2-D parameter the forward indexes by rows (P[ids], P[:T]) and no product
-reads is a table whatever its name; before the forward is recorded, and for a raw 1-D parameter (a norm's scale or
-shift, a bias), the kind is read from the name.
+(in, out) or a 3-axis one as einsum or @ reads it (head_layout), a fused q/k/v projection such as
+nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a weight and a bias of width D), and tables
+(embeddings, learned or fixed positions). Their roles and order come from the recorded forward (dataflow.py: norms in
+the order they are applied), and units.py groups them into the reference's units. Among the roles a name only breaks
+the one tie the computation leaves (a gated block's gate and up). A raw 2-D parameter the forward indexes by rows
+(P[ids], P[:T]) and no product reads is a table whatever its name; before the forward is recorded, and for a raw 1-D
+parameter (a norm's scale or shift, a bias), the kind is read from the name.
 
 A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection, a per-head slice
 and a head tensor (H, in, Dh). With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in
@@ -87,7 +87,7 @@ class Link:
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
     rope_rotary: int = 0  # with rope_pairs: the features of each head RoPE turns, when fewer than Dh (GPT-J's)
-    heads: int = 0  # a 3-axis user tensor (einsum's): its rows or columns (after any transpose) split into heads,
+    heads: int = 0  # a 3-axis user tensor (einsum or @): its rows or columns (after any transpose) split into heads,
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
 
 
@@ -121,7 +121,7 @@ def structure(module: nn.Module) -> Structure:
 
 def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -> Structure:
     """`found` (structure's reading of `module`) as its recorded forward (`flow`, dataflow.Flow) says: a weight
-    F.linear applies read (out, in), a 3-axis one as einsum reads it (head_layout), a 2-D parameter the forward
+    F.linear applies read (out, in), a 3-axis one as einsum or @ reads it, a 2-D parameter the forward
     indexes a table, everything in the order it is first used, per-head q/k norms set apart. No flow: `found` as
     read, with what its last try raised (`unrecorded`)."""
     if flow is None:
@@ -129,7 +129,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
-    for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum reads it
+    for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum or @ reads it
         layout = head_layout(flow, piece.weight, tuple(module.get_parameter(piece.weight).shape))
         if layout is None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)

@@ -197,7 +197,8 @@ def _pieces(by: dict, weights: list, where: str) -> list:
     if missing:
         raise ValueError(
             f"{missing[0]} acts as a projection in {where or 'the module'} but is not a linear weight the judge "
-            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter, a 3-D one einsum reads as stored); pass mapping="
+            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter, a 3-D one einsum or @ reads as stored); pass "
+            "mapping="
         )
     return [by[w] for w in weights]
 
