@@ -93,8 +93,9 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
     if H is None and entry.heads:
+        raised = f" (it raised {found.unrecorded})" if found.unrecorded else ""  # a bfloat16 model not run in float64
         raise ValueError(
-            f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
+            f"the number of heads cannot be read from the recorded forward{raised}: pass n_heads= ({entry.name!r})"
         )
     F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * D
     units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)

@@ -12,7 +12,8 @@ none of the other corpus files uses, met by the judge here for the first time.
   table of H numbers per log-spaced distance bucket): math the reference lacks;
 - a learned temperature on the scores, `scores * self.logit_scale.exp()`, its parameter one the reference lacks;
 - controls the judge reads today: a pre-norm GPT without a final norm, the weight-normed GPT's plain-Linear twin
-  (in bfloat16 too, and with the torch.var LayerNorm in its second block);
+  (in bfloat16 too, and with the torch.var LayerNorm in its second block); that twin in bfloat16 casting to
+  bfloat16 inside its attention (no float64 copy runs: could not judge, saying what the forward raised);
 - mistakes put into them, each named where it sits: eps outside the root in the written LayerNorm, the scores
   divided by sqrt(d_model) in the einsum attention, the causal mask hiding the diagonal in a weight-normed
   attention, the mask put on after the softmax.
@@ -205,6 +206,21 @@ def plain_gpt_var_norm(root_first: bool = True) -> NormedGPT:
     return model
 
 
+class CastingAttention(NormedAttention):
+    """The attention casting its input to bfloat16 itself (a cast written into the forward, not the model's dtype)."""
+
+    def forward(self, x):
+        return super().forward(x.to(torch.bfloat16))
+
+
+def bfloat16_casting_gpt() -> NormedGPT:
+    """The plain-Linear GPT in bfloat16 whose attentions cast to bfloat16 themselves: no float64 copy of it runs."""
+    model = normed_gpt("plain").to(torch.bfloat16)
+    for layer in model.layers:
+        layer.attention.__class__ = CastingAttention
+    return model
+
+
 # -- biases on the scores the reference lacks: ALiBi, a T5-style bucketed relative bias; a learned temperature ----
 
 
@@ -332,6 +348,13 @@ CASES = [
         ("mistake", "attention.causal_hides_diagonal", "layers.1.attention"),
     ),
     ("plain_gpt.bfloat16", lambda: normed_gpt("plain").to(torch.bfloat16), "transformer_lm", {}, "pass"),
+    (
+        "plain_gpt.bfloat16_cast_in_forward",
+        bfloat16_casting_gpt,
+        "transformer_lm",
+        {},
+        ("could not judge", "", "recorded forward (it raised RuntimeError"),
+    ),
     (
         "plain_gpt.var_ln_eps_outside_sqrt_second_block",
         lambda: plain_gpt_var_norm(root_first=False),
