@@ -204,6 +204,69 @@ def test_map_passed_back_is_read_from_its_data_not_its_printed_notes():
     assert check.module(module, "multi_head_attention", mapping=by_hand).passed
 
 
+class HeadTensorAttention(nn.Module):
+    """q, k, v and the output as 3-axis parameters einsum reads ("heads_first": TransformerLens's W_Q (H, D, Dh) and
+    W_O (H, Dh, D), with its per-head biases b_Q (H, Dh) and output bias b_O (D,)); forward(x, mask), 1 = attend."""
+
+    LAYOUTS = {"heads_first": ("hde", "hed"), "rows": ("hed", "dhe"), "columns": ("dhe", "hde")}
+
+    def __init__(self, d_model: int, n_heads: int, layout: str):
+        super().__init__()
+        qkv, out = self.LAYOUTS[layout]
+        size = {"h": n_heads, "d": d_model, "e": d_model // n_heads}
+        self.W_Q, self.W_K, self.W_V = (nn.Parameter(torch.randn(*(size[c] for c in qkv))) for _ in range(3))
+        self.W_O = nn.Parameter(torch.randn(*(size[c] for c in out)))
+        self.b_Q, self.b_K, self.b_V = (nn.Parameter(torch.randn(n_heads, d_model // n_heads)) for _ in range(3))
+        self.b_O = nn.Parameter(torch.randn(d_model))
+        self.into, self.out_of = f"btd,{qkv}->bhte", f"bhse,{out}->bsd"
+
+    def forward(self, x, mask):
+        q = torch.einsum(self.into, x, self.W_Q) + self.b_Q[:, None]
+        k = torch.einsum(self.into, x, self.W_K) + self.b_K[:, None]
+        v = torch.einsum(self.into, x, self.W_V) + self.b_V[:, None]
+        scores = torch.einsum("bhse,bhte->bhst", q, k) / math.sqrt(q.shape[-1])
+        probs = scores.masked_fill(mask[:, None, None, :] == 0, float("-inf")).softmax(-1)
+        return torch.einsum(self.out_of, probs @ v, self.W_O) + self.b_O
+
+
+@pytest.mark.parametrize(
+    "layout, q_note, o_note",
+    [
+        ("heads_first", "split into 2 heads, each transposed", "transposed, split into 2 heads"),
+        ("rows", "split into 2 heads", "split into 2 heads"),
+        ("columns", "transposed, split into 2 heads", "transposed, split into 2 heads, each transposed"),
+    ],
+)
+def test_head_tensors_einsum_reads_are_linked_head_by_head(layout, q_note, o_note):
+    """A 3-axis parameter einsum reads is a projection, laid out as the equation says (mapping.head_layout), its
+    gradients compared as the reference's rows (mapping.scatter); the printed notes passed back by hand read back."""
+    torch.manual_seed(0)
+    module = HeadTensorAttention(8, 2, layout)
+    result = check.module(module, "multi_head_attention")
+    assert result.passed, str(result)
+    assert result.mapping["W_Q"] == ("q_proj.weight", q_note) and result.mapping["W_O"] == ("out_proj.weight", o_note)
+    assert result.mapping["b_Q"] == ("q_proj.bias", "as is")  # (H, Dh) from (H * Dh,)
+    by_hand = {k: (v[0], v[1]) for k, v in result.mapping.items()}
+    assert check.module(module, "multi_head_attention", mapping=by_hand).passed
+
+
+class TurnedHeadTensors(HeadTensorAttention):
+    """TransformerLens's tensors, but q, k and v read through a transpose: einsum("btd,hed->bhte", x, W.mT)."""
+
+    def forward(self, x, mask):
+        q, k, v = (torch.einsum("btd,hed->bhte", x, w.transpose(1, 2)) for w in (self.W_Q, self.W_K, self.W_V))
+        probs = (torch.einsum("bhse,bhte->bhst", q, k) / 2).masked_fill(mask[:, None, None, :] == 0, -math.inf)
+        return torch.einsum(self.out_of, probs.softmax(-1) @ v, self.W_O)
+
+
+def test_a_head_tensor_read_through_a_transpose_is_refused_naming_it():
+    """head_layout reads a 3-axis weight's axes from the einsum only as stored: through a transpose it is refused,
+    naming the parameter, never linked in a layout it does not have."""
+    result = check.module(TurnedHeadTensors(8, 2, "heads_first"), "multi_head_attention")
+    assert not result.passed and "W_Q acts as a projection" in (result.error or ""), str(result)
+    assert "a 3-D one einsum or @ reads as stored); pass mapping=" in result.error
+
+
 @pytest.mark.parametrize(
     "edit, said",
     [

@@ -21,20 +21,6 @@ from parity_tests.corpus.unseen import CASES
 TODAY: dict[str, str] = {
     # fresh2: F.multi_head_attention_forward's packed in_proj_weight (check/units.py _rows)
     "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
-    # fresh3: a (H, D, Dh) parameter read by einsum is refused (units._pieces: only 2-D parameters are linears)
-    **dict.fromkeys(
-        [
-            "head_tensor_gpt",
-            "head_tensor_gpt.ln_eps_outside_sqrt_second_block",
-            "head_tensor_gpt.scaled_by_model_width_second_block",
-            "head_tensor_gpt.no_final_norm",
-        ],
-        "could not judge: blocks.0.attn.w_q acts as a projection in blocks.0.attn but is not a linear weight the "
-        "judge reads ...; pass mapping=",
-    ),
-    # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
-    "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
-    "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
 }
 
 

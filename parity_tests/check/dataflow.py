@@ -60,7 +60,8 @@ class Node:
     param: str | None = None  # a parameter's (or buffer's) name: a leaf
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index
+    value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index;
+    # an einsum's or a matmul's: each parent's place among its operands
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
     tid: int = 0  # the id of the tensor it made
 
@@ -104,14 +105,7 @@ class _Recorder(TorchFunctionMode):
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node.call = (func, args, kwargs) if name in VIEWS else None
         self.keep.append(out)  # and the tensors it holds
-        if name == "embedding" and isinstance(args[0], torch.Tensor):
-            node.value = args[0].detach().cpu().numpy()
-        elif name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
-            node.value = _rows_read(args[1], args[0].shape)
-        elif name in MHA | {SDPA}:
-            node.value = _attention_args(name, args, kwargs)
-        elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
-            node.value = next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
+        node.value = self._value(name, args, kwargs, flat, len(parents))
         self.nodes.append(node)
         self.values[node.index] = outs[0]
         for p in parents:
@@ -119,6 +113,21 @@ class _Recorder(TorchFunctionMode):
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
         return out
+
+    def _value(self, name: str, args: tuple, kwargs: dict, flat: list, parents: int) -> object:
+        """What a node of op `name` keeps besides its parents (Node.value), None for most ops."""
+        if name == "embedding" and isinstance(args[0], torch.Tensor):
+            return args[0].detach().cpu().numpy()
+        if name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
+            return _rows_read(args[1], args[0].shape)
+        if name in ("einsum", "matmul", "__matmul__"):  # which operand each parent is (an input unrecorded has none)
+            tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+            return [i for i, a in enumerate(tensors) if self.node(a) is not None]
+        if name in MHA | {SDPA}:
+            return _attention_args(name, args, kwargs)
+        if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
+            return next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
+        return None
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o))

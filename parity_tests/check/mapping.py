@@ -1,22 +1,23 @@
 """From a user's parameters to the reference's state dict: found by structure and shape, stated as data.
 
 A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
-(in, out), a fused q/k/v projection such as nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a
-weight and a bias of width D), and tables (embeddings, learned or fixed positions). Their roles and order come
-from the recorded forward (dataflow.py: norms in the order they are applied), and units.py groups them into the
-reference's units. Among the roles a name only breaks the one tie the computation leaves (a gated block's gate
-and up). A raw 2-D parameter the forward indexes by rows (P[ids], P[:T]) and no product reads is a table whatever
-its name; before the forward is recorded, and for a raw 1-D parameter (a norm's scale or shift, a bias), the
-kind is read from the name.
+(in, out) or a 3-axis one as einsum or @ reads it (head_layout), a fused q/k/v projection such as
+nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a weight and a bias of width D), and tables
+(embeddings, learned or fixed positions). Their roles and order come from the recorded forward (dataflow.py: norms in
+the order they are applied), and units.py groups them into the reference's units. Among the roles a name only breaks
+the one tie the computation leaves (a gated block's gate and up). A raw 2-D parameter the forward indexes by rows
+(P[ids], P[:T]) and no product reads is a table whatever its name; before the forward is recorded, and for a raw 1-D
+parameter (a norm's scale or shift, a bias), the kind is read from the name.
 
-A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection and a per-head
-slice. With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in that pairing's order
-(`rope_pairs`, pair_order): the same rotation, features relabelled.
+A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection, a per-head slice
+and a head tensor (H, in, Dh). With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in
+that pairing's order (`rope_pairs`, pair_order): the same rotation, features relabelled.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -36,6 +37,8 @@ class Piece:
     out_features: int
     in_features: int
     transposed: bool  # stored (in, out), applied as x @ W
+    heads: int = 0  # 3 axes: its head axis's size; rows or columns split per head (Link.heads)
+    each_transposed: bool = False  # (H, in, out / H) (TransformerLens's W_Q): each head's rows transposed
 
 
 @dataclass
@@ -84,8 +87,11 @@ class Link:
     offset: int = 0
     minus_one: bool = False  # the user's tensor is the reference's minus 1 (a norm scaling by 1 + weight)
     rope_rotary: int = 0  # with rope_pairs: the features of each head RoPE turns, when fewer than Dh (GPT-J's)
+    heads: int = 0  # a 3-axis user tensor (einsum or @): its rows or columns (after any transpose) split into heads,
+    each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
 
 
+MATMULS = ("matmul", "__matmul__")
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
@@ -115,13 +121,20 @@ def structure(module: nn.Module) -> Structure:
 
 def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -> Structure:
     """`found` (structure's reading of `module`) as its recorded forward (`flow`, dataflow.Flow) says: a weight
-    F.linear applies read (out, in), a 2-D parameter the forward indexes a table, everything in the order it is first
-    used, per-head q/k norms set apart. No flow: `found` as read, with what its last try raised (`unrecorded`)."""
+    F.linear applies read (out, in), a 3-axis one as einsum or @ reads it, a 2-D parameter the forward
+    indexes a table, everything in the order it is first used, per-head q/k norms set apart. No flow: `found` as
+    read, with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
     as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
+    for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum or @ reads it
+        layout = head_layout(flow, piece.weight, tuple(module.get_parameter(piece.weight).shape))
+        if layout is None:
+            found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
+        else:
+            piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
     for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad
@@ -145,6 +158,53 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
         qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
         found.norms.remove(norm)
     return replace(found, qk_norms=qk_norms, flow=flow)
+
+
+def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
+    """(out_features, in_features, transposed, heads, each_transposed) of a 3-axis `weight` as the first einsum
+    reading it uses it: the axes it sums over are the inputs, the others the outputs, each in the order the einsum's
+    other operand and its result keep them (head before feature; the heads: the first of the two). Outputs then
+    inputs, (H, Dh, D) or (D, H, Dh): (out, in) rows; inputs then outputs: transposed; an input between two outputs,
+    (H, D, Dh) (TransformerLens's W_Q): each head's rows transposed; an output between two inputs, an (H, D, Dh)
+    read from the heads to D: the same, transposed. x @ W is read as the einsum _as_einsum writes. None where no
+    product reads it as it is stored (a transpose on the way), or it keeps those axes in another order."""
+    node = next((n for n in flow.nodes if n.op in ("einsum", *MATMULS) and DF.projection(n) == weight), None)
+    if node is None:
+        return None
+    i = next(i for i, p in enumerate(node.parents) if DF.weight_of(p) == weight)
+    seen = node.parents[i]
+    while seen.param is None:  # through casts and copies only: its axes as stored
+        if seen.shape != shape or seen.op in ("t", "transpose", "permute"):
+            return None
+        seen = seen.parents[0]
+    equation = node.extra.replace(" ", "") if node.op == "einsum" else _as_einsum(node, i, flow.roles.get(weight))
+    inputs, arrow, result = equation.partition("->")
+    if not inputs:  # einsum(x, [0, 1], w, [1, 2]): operands without an equation; W @ x
+        return None
+    if not arrow:  # implicit: the letters met once, in alphabetical order
+        result = "".join(sorted(c for c in inputs if c.isalpha() and inputs.count(c) == 1))
+    terms = inputs.split(",")
+    axes = terms[node.value[i]]
+    kept, summed = [c for c in axes if c in result], [c for c in axes if c not in result]
+    other = next((t for j, t in enumerate(terms) if j != node.value[i] and set(summed) <= set(t)), "")
+    if len(axes) != 3 or not kept or not other or kept != sorted(kept, key=result.index):
+        return None
+    if summed != sorted(summed, key=other.index):
+        return None
+    size = dict(zip(axes, shape, strict=True))
+    heads = size[(kept if len(kept) == 2 else summed)[0]]
+    each = (axes[0] in result) == (axes[2] in result)  # outputs around an input, or inputs around an output
+    return math.prod(size[c] for c in kept), math.prod(size[c] for c in summed), axes[0] in summed, heads, each
+
+
+def _as_einsum(node, i: int, role: str | None) -> str:
+    """x @ W of a 3-axis W (its `i`-th parent) as an einsum's equation: W's first axis is the heads x is broadcast
+    over, kept in the result for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1));
+    "" where W is the left operand."""
+    batch = "abcfg"[: len(node.shape) - 3]
+    if node.value[i] != 1 or len(node.shape) < 3:
+        return ""
+    return f"{batch}hmk,hkn->{batch}{'' if role == 'out' else 'h'}mn"
 
 
 def _untied(module: nn.Module, found: Structure) -> Structure:
@@ -213,25 +273,27 @@ def _linear_of_own(mod: nn.Module, name: str) -> bool:
 
 def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
     """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
-    raw (in, out) linear weights with the bias named after them. 1-D parameters left: norms (a scale and a shift of
-    one width; a scale alone: RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float
-    buffers, and plain tensor attributes (d2l's `self.P`)."""
+    raw (in, out) linear weights with the bias named after them; 3-D ones: weights (d_model their widest axis until
+    the flow reads them: with_flow). 1-D parameters left: norms (a scale and a shift of one width; a scale alone:
+    RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float buffers, and plain tensor
+    attributes (d2l's `self.P`)."""
     own = dict(mod.named_parameters(recurse=False))
     used: set = set()
-    for name, p in own.items():
-        if p.ndim != 2 or name in used:
+    for name, p in sorted(own.items(), key=lambda item: -item[1].ndim):  # 3-axis weights first: their biases 2-D
+        if p.ndim not in (2, 3) or name in used:
             continue
         full = f"{prefix}{name}"
         position = bool(POSITION_WORDS.search(full.lower()))
-        if position or EMBEDDING_WORDS.search(full.lower()):
+        if p.ndim == 2 and (position or EMBEDDING_WORDS.search(full.lower())):
             found.tables.append(Table(full, *p.shape, p.requires_grad, position))
             continue
         partners = (re.sub("weight$", "bias", name), re.sub(r"^[Ww]", "b", name), re.sub(r"^[Ww]", "B", name))
         bias = next((b for b in partners if b != name and b in own), None)  # weight -> bias, W_q -> b_q, w1 -> b1
         used |= {name} | ({bias} if bias is not None else set())
         as_linear = _linear_of_own(mod, name)  # F.linear(x, self.weight): stored (out, in), as nn.Linear's
-        shape = p.shape if as_linear else p.shape[::-1]
-        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear))
+        shape = p.shape if as_linear else p.shape[::-1] if p.ndim == 2 else (p.numel() // max(p.shape), max(p.shape))
+        heads = p.shape[0] if p.ndim == 3 else 0  # till the flow says
+        found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear, heads))
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
     scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|_g$|scale|alpha)", n)]  # ln_1_g
     shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|_b$|shift)", n)]  # ln_1_b
@@ -286,19 +348,24 @@ def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
         for link in links:
             value, target = gather(link, reference), tensors[link.user]
             value = value.T if link.transposed else value
+            if link.each_transposed:  # (rows, in) -> (heads, in, rows / heads)
+                value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
             target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
 
 
 def scatter(links: list, grads: dict, shapes: dict) -> dict:
     """The user's gradients (user name -> array) put back into the reference's names and layout: each
-    reference tensor's rows come from the user tensors linked to them (the inverse of `load`)."""
+    reference tensor's rows come from the user tensors linked to them (the inverse of `load`: gathered rows,
+    transposed, each head's transposed)."""
     out: dict = {}
     for link in links:
         if link.user not in grads:
             continue
         g = grads[link.user]
-        if g.ndim > 2:  # a 1x1 convolution's (out, in, 1), else rows stacked: (..., in) -> (rows, in)
-            g = g.reshape(g.shape[:2]) if g.shape[2:] == (1,) * (g.ndim - 2) else g.reshape(-1, g.shape[-1])
+        height = link.offset + sum(r[1] - r[0] if r else shapes[n][0] for n, r in link.parts)
+        stacked = (height, *shapes[link.parts[0][0]][1:])  # gather's: a 1x1 convolution's (out, in, 1) as (out, in)
+        g = g.transpose(0, 2, 1) if link.each_transposed else g  # (heads, in, rows / heads): its rows
+        g = g.reshape(stacked[::-1] if link.transposed else stacked)
         g = g.T if link.transposed else g
         start = link.offset
         for name, rows in link.parts:

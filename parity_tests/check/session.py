@@ -286,11 +286,14 @@ def read_flow(user, level: str, probe_of, limit: int | None = None, **convention
     """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
     at most `limit` tried) that runs, on `probe_of(caller)`: (its Flow, ""), or (None, what the last try raised, or
     "" where nothing was tried) where none runs (the check proper then says why). Gradients stay on: torch's fused
-    inference paths (nn.TransformerEncoderLayer's) hide the ops."""
+    inference paths (nn.TransformerEncoderLayer's) hide the ops. A model kept in bfloat16 or float16 is recorded as
+    its float64 copy, as the judge runs it: unsupported.py tells functions apart by values at float64's precision."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
         return None, ""
+    if weight.is_floating_point() and weight.dtype.itemsize < 4:
+        weight = next(model.to(torch.float64).parameters())
     try:
         callers = C.callers(model, level, **conventions)[:limit]
     except (TypeError, ValueError):  # a forward that cannot take the level's inputs: the check proper says so

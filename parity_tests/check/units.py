@@ -93,8 +93,9 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
     if H is None and entry.heads:
+        raised = f" (it raised {found.unrecorded})" if found.unrecorded else ""  # a bfloat16 model not run in float64
         raise ValueError(
-            f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
+            f"the number of heads cannot be read from the recorded forward{raised}: pass n_heads= ({entry.name!r})"
         )
     F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * D
     units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
@@ -197,7 +198,8 @@ def _pieces(by: dict, weights: list, where: str) -> list:
     if missing:
         raise ValueError(
             f"{missing[0]} acts as a projection in {where or 'the module'} but is not a linear weight the judge "
-            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping="
+            "reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter, a 3-D one einsum or @ reads as stored); pass "
+            "mapping="
         )
     return [by[w] for w in weights]
 
@@ -347,7 +349,8 @@ class Linker:
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
-        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
+        layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
+        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
         if piece.bias is not None:
             self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it

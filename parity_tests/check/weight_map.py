@@ -10,6 +10,7 @@ or edited by hand, (reference name, layout note) pairs, is read from its notes, 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from .mapping import Link, gather
 
@@ -39,7 +40,8 @@ class MapEntry(tuple):
 
 def note(link: Link) -> str:
     """The link's layout as the report prints it and _from_note reads back: "as is", "rows a:b", "fused rows q, k, v",
-    "after N unread rows", "minus 1 (...)"; then ", transposed", ", RoPE pairs interleaved (head size Dh)"."""
+    "after N unread rows", "minus 1 (...)"; then ", transposed", ", split into H heads" (a 3-axis tensor; ", each
+    transposed": (H, in, Dh)), ", RoPE pairs interleaved (head size Dh)"."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
     if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
@@ -51,7 +53,8 @@ def note(link: Link) -> str:
         text = f"after {link.offset} unread rows"
     else:
         text = "minus 1 (scaled by 1 + weight)" if link.minus_one else ""
-    text = ", ".join(t for t in (text, "transposed" * link.transposed) if t) or "as is"
+    split = f"split into {link.heads} heads" + ", each transposed" * link.each_transposed if link.heads else ""
+    text = ", ".join(t for t in (text, "transposed" * link.transposed, split) if t) or "as is"
     return text + (f", RoPE pairs interleaved (head size {link.rope_pairs})" if link.rope_pairs else "")
 
 
@@ -109,7 +112,7 @@ def _read(user: str, value) -> tuple[str, Link | None]:
 
 def _from_note(user: str, ref: str, note: str) -> Link:
     """A hand-written entry: reference name and layout note in the syntax the report prints (note)."""
-    pairs, offset = 0, 0
+    pairs, offset, heads = 0, 0, re.search(r"split into (\d+) heads(, each transposed)?", note)  # 3 axes
     if note.startswith("after ") and note.endswith(" unread rows"):
         offset = int(note.split()[1])
     if ", RoPE pairs interleaved (head size " in note:
@@ -130,7 +133,9 @@ def _from_note(user: str, ref: str, note: str) -> Link:
         parts = [(ref, (int(start), int(stop)))]
     else:
         parts = [(ref, None)]
-    return Link(user, parts, "transposed" in note, pairs, offset, note.startswith("minus 1"))
+    transposed = "transposed" in (note.replace(heads[0], "") if heads else note)
+    layout = dict(heads=int(heads[1]), each_transposed=bool(heads[2])) if heads else {}
+    return Link(user, parts, transposed, pairs, offset, note.startswith("minus 1"), **layout)
 
 
 def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, level: str) -> None:

@@ -3,13 +3,17 @@ none of the other corpus files uses, met by the judge here for the first time.
 
 - a GPT whose attention holds q, k and v as three (H, D, Dh) nn.Parameters and its output as (H, Dh, D), applied by
   einsum ("btd,hde->bhte"), its LayerNorm written out with `torch.var(..., unbiased=False)` and
-  `(x - mu) / torch.sqrt(var + eps) * g + b`; the same GPT without a final norm, and kept in bfloat16;
+  `(x - mu) / torch.sqrt(var + eps) * g + b`; the same GPT without a final norm, and kept in bfloat16; its tensors
+  laid out (H, Dh, D) and (D, H, Dh) ("rows"), or (D, H, Dh) and (H, D, Dh) ("columns"), or applied by `@` over
+  the heads (`x[:, None] @ w_q`, `(mixed @ w_o).sum(1)`); in bfloat16 with ReLU squared (math the reference lacks,
+  told apart by its values);
 - a GPT of nn.Linears under `torch.nn.utils.parametrizations.weight_norm` (and one under `spectral_norm`);
 - an ALiBi GPT (a per-head linear distance penalty on the scores) and a T5-style relative position bias (a learned
   table of H numbers per log-spaced distance bucket): math the reference lacks;
 - a learned temperature on the scores, `scores * self.logit_scale.exp()`, its parameter one the reference lacks;
 - controls the judge reads today: a pre-norm GPT without a final norm, the weight-normed GPT's plain-Linear twin
-  (in bfloat16 too, and with the torch.var LayerNorm in its second block);
+  (in bfloat16 too, and with the torch.var LayerNorm in its second block); that twin in bfloat16 casting to
+  bfloat16 inside its attention (no float64 copy runs: could not judge, saying what the forward raised);
 - mistakes put into them, each named where it sits: eps outside the root in the written LayerNorm, the scores
   divided by sqrt(d_model) in the einsum attention, the causal mask hiding the diagonal in a weight-normed
   attention, the mask put on after the softmax.
@@ -47,47 +51,67 @@ class VarLayerNorm(nn.Module):
         return (x - mu) / spread * self.g + self.b
 
 
+# the axes of q, k, v's tensors and of the output's (h heads, d the model width, e the head's features)
+HEAD_LAYOUTS = {
+    "heads_first": ("hde", "hed"),
+    "rows": ("hed", "dhe"),
+    "columns": ("dhe", "hde"),
+    "matmul": ("hde", "hed"),
+}
+
+
 class HeadTensorAttention(nn.Module):
-    def __init__(self, width: int = HD):
+    def __init__(self, width: int = HD, layout: str = "heads_first"):
         super().__init__()
-        self.w_q = nn.Parameter(D**-0.5 * torch.randn(H, D, HD))
-        self.w_k = nn.Parameter(D**-0.5 * torch.randn(H, D, HD))
-        self.w_v = nn.Parameter(D**-0.5 * torch.randn(H, D, HD))
-        self.w_o = nn.Parameter(D**-0.5 * torch.randn(H, HD, D))
+        qkv, out = HEAD_LAYOUTS[layout]  # heads_first: TransformerLens's (H, D, Dh) and (H, Dh, D)
+        size = {"h": H, "d": D, "e": HD}
+        self.w_q = nn.Parameter(D**-0.5 * torch.randn(*(size[c] for c in qkv)))
+        self.w_k = nn.Parameter(D**-0.5 * torch.randn(*(size[c] for c in qkv)))
+        self.w_v = nn.Parameter(D**-0.5 * torch.randn(*(size[c] for c in qkv)))
+        self.w_o = nn.Parameter(D**-0.5 * torch.randn(*(size[c] for c in out)))
         self.width = width  # the scores are divided by sqrt(width): the head's
+        self.into, self.out_of = f"btd,{qkv}->bhte", f"bhse,{out}->bsd"
+        self.matmul = layout == "matmul"  # x[:, None] @ W, the heads broadcast; (mixed @ W_o).sum(1)
 
     def forward(self, x):
         T = x.shape[1]
-        q = torch.einsum("btd,hde->bhte", x, self.w_q)
-        k = torch.einsum("btd,hde->bhte", x, self.w_k)
-        v = torch.einsum("btd,hde->bhte", x, self.w_v)
+        q, k, v = (
+            x[:, None] @ w if self.matmul else torch.einsum(self.into, x, w) for w in (self.w_q, self.w_k, self.w_v)
+        )
         scores = torch.einsum("bhse,bhte->bhst", q, k) / math.sqrt(self.width)
         later = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), diagonal=1)
         probs = torch.softmax(scores.masked_fill(later, float("-inf")), dim=-1)
         mixed = torch.einsum("bhst,bhte->bhse", probs, v)
-        return torch.einsum("bhse,hed->bsd", mixed, self.w_o)
+        return (mixed @ self.w_o).sum(1) if self.matmul else torch.einsum(self.out_of, mixed, self.w_o)
+
+
+def relu_squared(x):
+    return F.relu(x) ** 2
 
 
 class HeadTensorBlock(nn.Module):
-    def __init__(self, width: int = HD, root_first: bool = True):
+    def __init__(self, width: int = HD, root_first: bool = True, layout: str = "heads_first", act=F.gelu):
         super().__init__()
         self.ln1 = VarLayerNorm()
-        self.attn = HeadTensorAttention(width)
+        self.attn = HeadTensorAttention(width, layout)
         self.ln2 = VarLayerNorm(root_first=root_first)
         self.up = nn.Linear(D, 4 * D)
         self.down = nn.Linear(4 * D, D)
+        self.act = act
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
-        return x + self.down(F.gelu(self.up(self.ln2(x))))
+        return x + self.down(self.act(self.up(self.ln2(x))))
 
 
 class HeadTensorGPT(nn.Module):
-    def __init__(self, width: int = HD, root_first: bool = True, final_norm: bool = True):
+    def __init__(self, width=HD, root_first=True, final_norm=True, layout="heads_first", act=F.gelu):
         super().__init__()
         self.tokens = nn.Embedding(V, D)
         self.positions = nn.Embedding(T_MAX, D)
-        self.blocks = nn.ModuleList([HeadTensorBlock(), HeadTensorBlock(width, root_first)])
+        self.blocks = nn.ModuleList(
+            [HeadTensorBlock(HD, True, layout, act), HeadTensorBlock(width, root_first, layout, act)]
+        )
         self.ln_f = VarLayerNorm() if final_norm else nn.Identity()
         self.unembed = nn.Linear(D, V, bias=False)
 
@@ -98,9 +122,9 @@ class HeadTensorGPT(nn.Module):
         return self.unembed(self.ln_f(x))
 
 
-def head_tensor_gpt(width: int = HD, root_first: bool = True, final_norm: bool = True) -> HeadTensorGPT:
+def head_tensor_gpt(width=HD, root_first=True, final_norm=True, layout="heads_first", act=F.gelu) -> HeadTensorGPT:
     torch.manual_seed(0)
-    return HeadTensorGPT(width, root_first, final_norm)
+    return HeadTensorGPT(width, root_first, final_norm, layout, act)
 
 
 def bfloat16_gpt() -> HeadTensorGPT:
@@ -179,6 +203,21 @@ def plain_gpt_var_norm(root_first: bool = True) -> NormedGPT:
     not)."""
     model = normed_gpt("plain")
     model.layers[1].norm_f = VarLayerNorm(root_first=root_first)
+    return model
+
+
+class CastingAttention(NormedAttention):
+    """The attention casting its input to bfloat16 itself (a cast written into the forward, not the model's dtype)."""
+
+    def forward(self, x):
+        return super().forward(x.to(torch.bfloat16))
+
+
+def bfloat16_casting_gpt() -> NormedGPT:
+    """The plain-Linear GPT in bfloat16 whose attentions cast to bfloat16 themselves: no float64 copy of it runs."""
+    model = normed_gpt("plain").to(torch.bfloat16)
+    for layer in model.layers:
+        layer.attention.__class__ = CastingAttention
     return model
 
 
@@ -290,6 +329,16 @@ CASES = [
     ),
     ("head_tensor_gpt.no_final_norm", lambda: head_tensor_gpt(final_norm=False), "transformer_lm", {}, "pass"),
     ("head_tensor_gpt.bfloat16", bfloat16_gpt, "transformer_lm", {}, "pass"),
+    ("head_tensor_gpt.rows_layout", lambda: head_tensor_gpt(layout="rows"), "transformer_lm", {}, "pass"),
+    ("head_tensor_gpt.columns_layout", lambda: head_tensor_gpt(layout="columns"), "transformer_lm", {}, "pass"),
+    ("head_tensor_gpt.matmul_layout", lambda: head_tensor_gpt(layout="matmul"), "transformer_lm", {}, "pass"),
+    (
+        "head_tensor_gpt.bfloat16_relu_squared",
+        lambda: head_tensor_gpt(act=relu_squared).to(torch.bfloat16),
+        "transformer_lm",
+        {},
+        ("no pair", "blocks.0", "relu(x)^2"),
+    ),
     ("weight_norm_gpt", normed_gpt, "transformer_lm", {}, "pass"),
     (
         "plain_gpt.causal_hides_diagonal_second_block",
@@ -299,6 +348,13 @@ CASES = [
         ("mistake", "attention.causal_hides_diagonal", "layers.1.attention"),
     ),
     ("plain_gpt.bfloat16", lambda: normed_gpt("plain").to(torch.bfloat16), "transformer_lm", {}, "pass"),
+    (
+        "plain_gpt.bfloat16_cast_in_forward",
+        bfloat16_casting_gpt,
+        "transformer_lm",
+        {},
+        ("could not judge", "", "recorded forward (it raised RuntimeError"),
+    ),
     (
         "plain_gpt.var_ln_eps_outside_sqrt_second_block",
         lambda: plain_gpt_var_norm(root_first=False),
