@@ -22,8 +22,6 @@ TODAY: dict[str, str] = {
     # fresh2: a sliding window built by hand is not read (check/ never sets the config's sliding_window)
     "buffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
     "unbuffered_llama.sliding_window": "fails with no id: layers.0.attention not expressible by the config",
-    # fresh2: F.multi_head_attention_forward's packed in_proj_weight (check/units.py _rows)
-    "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
     # fresh2: positions as a (1, T, D) parameter read by pos[:, :T] (check/dataflow.py _uses: no position table)
     "mha_gpt.positions_1_T_D": "fails with no id: tok (reference decoder.embedding) not expressible by the config",
     # fresh3: a (H, D, Dh) parameter read by einsum is refused (units._pieces: only 2-D parameters are linears)

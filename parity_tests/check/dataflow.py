@@ -19,6 +19,7 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +64,7 @@ class Node:
     value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
     tid: int = 0  # the id of the tensor it made
+    named: dict = field(default_factory=dict)  # F.multi_head_attention_forward's: {argument: the parameter it is}
 
 
 class _Recorder(TorchFunctionMode):
@@ -109,7 +111,7 @@ class _Recorder(TorchFunctionMode):
         elif name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
             node.value = _rows_read(args[1])
         elif name in MHA:  # (query, key, value, embed_dim, num_heads, ...)
-            node.value = args[4]
+            node.value, node.named = args[4], self._named(func, args, kwargs)
         elif name in ADDS | MULS | DIVS and len(parents) == 1:  # a number added (Gemma's 1 + weight), multiplied by
             node.value = next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
         self.nodes.append(node)
@@ -119,6 +121,16 @@ class _Recorder(TorchFunctionMode):
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
         return out
+
+    def _named(self, func, args: tuple, kwargs: dict) -> dict:
+        """{argument name: parameter name} for the op's arguments that are (views of) parameters; {} where its
+        signature cannot be read."""
+        try:
+            bound = inspect.signature(func).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            return {}
+        nodes = {k: self.of.get(id(v)) for k, v in bound.items() if isinstance(v, torch.Tensor)}
+        return {k: root(n).param for k, n in nodes.items() if n is not None and root(n).param is not None}
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o))
@@ -401,8 +413,13 @@ def _rows_read(index) -> np.ndarray | None:
 
 
 def _mha_weights(node: Node) -> list:
-    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight)."""
-    return [w for w in map(weight_of, node.parents) if w is not None] if node.op in MHA else []
+    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight), by
+    argument where they were read."""
+    if node.op not in MHA:
+        return []
+    inputs = ("q_proj", "k_proj", "v_proj") if "q_proj_weight" in node.named else ("in_proj",)  # separate: those
+    named = [node.named.get(f"{a}_weight") for a in (*inputs, "out_proj")]
+    return [w for w in named if w is not None] or [w for w in map(weight_of, node.parents) if w is not None]
 
 
 def _attention(node: Node) -> Attention | None:

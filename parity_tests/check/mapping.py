@@ -119,9 +119,16 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     used, per-head q/k norms set apart. No flow: `found` as read, with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
-    as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+    as_linear = {DF.weight_of(n.parents[1]): None for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+    for n in [n for n in flow.nodes if n.op in DF.MHA]:  # F.multi_head_attention_forward's: (out, in), its biases
+        bias = {k: n.named.get("out_proj_bias" if k.startswith("out") else "in_proj_bias") for k in n.named}
+        as_linear |= {w: bias[k] for k, w in n.named.items() if k.endswith("proj_weight")}
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
+    taken = {p.weight: as_linear[p.weight] for p in found.pieces if as_linear.get(p.weight) in found.orphans}
+    for piece in [p for p in found.pieces if p.bias is None and p.weight in taken]:  # a bias the op adds, named
+        piece.bias = taken[piece.weight]  # as it likes (a packed one: q, k and v's)
+    found.orphans[:] = [b for b in found.orphans if b not in taken.values()]
     for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad

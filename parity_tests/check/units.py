@@ -343,7 +343,10 @@ class Linker:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
         self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
-        if piece.bias is not None:
+        shared = next((link for link in self.links if link.user == piece.bias), None)  # q, k, v's biases in one
+        if shared is not None:
+            shared.parts += [(f"{n}.bias", r) for n, r in parts]
+        elif piece.bias is not None:
             self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
