@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, fresh3, frontier
+from parity_tests.corpus import fresh, fresh2, fresh3, frontier, lacking
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
@@ -57,7 +57,7 @@ def _case(name, *values):
 
 @pytest.mark.parametrize(
     ("factory", "level", "keywords", "expected"),
-    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES],
+    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES + lacking.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)

@@ -90,9 +90,9 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
-        parents = [n for n in (self.node(a) for a in flat if isinstance(a, torch.Tensor)) if n is not None]
-        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         name = getattr(func, "__name__", str(func))
+        parents = self._parents(name, [a for a in flat if isinstance(a, torch.Tensor)])
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         written = self.node(args[0]) if name == "__setitem__" else None  # in place, into a buffer (a KV cache):
         if written is not None and root(written).param is not None:  # reading it later reads what was written
             outs = [args[0]]
@@ -121,6 +121,21 @@ class _Recorder(TorchFunctionMode):
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
         return out
+
+    def _parents(self, name: str, tensors: list) -> list:
+        """The Nodes of an op's tensor arguments; an operand of a product or of an attention made before the forward
+        (its input) or outside it: a leaf of its own ("input"), in its place."""
+        parents = [n for n in map(self.node, tensors) if n is not None]
+        if not parents or name not in PRODUCTS | {SDPA}:
+            return parents
+        parents = []
+        for t in tensors:
+            node = self.node(t)
+            if node is None:
+                node = Node(len(self.nodes), "input", self.path[-1], [], tuple(t.shape))
+                self.nodes.append(node)
+            parents.append(node)
+        return parents
 
     def _named(self, func, args: tuple, kwargs: dict) -> dict:
         """{argument name: parameter name} for the op's arguments that are (views of) parameters; {} where its
@@ -204,13 +219,24 @@ def _behind(node: Node) -> list:
     return [] if node.op in PRODUCTS or node.param is not None else node.parents
 
 
-def back(start: Node) -> tuple[list, list]:
-    """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
-    met, the 1-D parameters met on the way (norm scales))."""
+def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
+    """From `start` back through element-wise ops and views to the nearest products (not past a residual sum
+    where `residual` is False): (the projections' weights met, the 1-D parameters met on the way (norm scales),
+    the tensors of 2 or more axes read on the way as they are (a buffer))."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
-    met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) else _behind(n)))
+    stop = (lambda n: False) if residual else _residual
+    met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) or stop(n) else _behind(n)))
     weights = [w for w in (projection(n) or (_mha_weights(n) or [None])[-1] for n in met) if w is not None]
-    return weights, [n.param for n in met if n.param is not None and len(n.shape) == 1]
+    params = [n for n in met if n.param is not None]
+    return weights, [n.param for n in params if len(n.shape) == 1], [n.param for n in params if len(n.shape) > 1]
+
+
+def _residual(node: Node) -> bool:
+    """A residual sum x + f(x): two computed operands, one computed from the other."""
+    if node.op not in ADDS or len(node.parents) != 2 or any(root(p).param is not None for p in node.parents):
+        return False
+    first, later = sorted(node.parents, key=lambda n: n.index)
+    return any(n is first for n in _walk([later], lambda n: n.parents if n.index > first.index else []))
 
 
 def _forward(start: Node) -> list:
@@ -245,6 +271,7 @@ class Attention:
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
+    unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
 
 
 @dataclass
@@ -449,12 +476,13 @@ def _attention(node: Node) -> Attention | None:
             return None
     else:
         return None
-    (qw, qs), (kw, ks), (vw, _) = back(q), back(k), back(v)
+    (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
     outs = [n for n in _forward(after) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):

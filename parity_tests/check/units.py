@@ -11,6 +11,7 @@ gradients not compared. The tables built in float32 are read in tables.py.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -96,7 +97,8 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
-    F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * D
+    by = {p.weight: p for p in pieces}
+    F = _pieces(by, flow.blocks[0][-1:], "a feed-forward block")[0].in_features if flow and flow.blocks else 4 * D
     units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
     units.token_tables = [t for t in tables if not t.position and t.width == D]
     units.position_tables = [t for t in tables if t.position and t.width == D]
@@ -130,6 +132,7 @@ def _units(entry, found, units: Units) -> None:
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
+    _one_eps(entry, units.norms)
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
@@ -169,6 +172,13 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
         if node.op == "topk" and len(node.parents) == 1:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
             raise NoPair(node.module or "(the module)", what, entry.name)
+    for a in flow.attentions if entry.heads else ():  # keys (or queries, values) no projection computes
+        words = {"q": "queries", "k": "keys", "v": "values"}
+        roles = " and ".join(words[r] for r in a.unprojected)
+        read = ", ".join(dict.fromkeys(t for r in a.unprojected for t in a.unprojected[r]))
+        if roles:
+            what = f"{read} read" if read else "the attention's input (or a tensor made outside the forward) taken"
+            raise NoPair(a.module, f"the attention's {roles} are no projection's output: {what} as it is", entry.name)
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
@@ -179,6 +189,21 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
             "outputs are summed (a parallel block, as GPT-J, Phi-2 and GPT-NeoX's use_parallel_residual compute it)"
         )
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
+
+
+def _one_eps(entry, norms: list) -> None:
+    """NoPair at a norm whose eps is not the other norms' (the reference's config holds one layer_norm_eps): the
+    most common eps is the model's, a difference below 1e-12 (under float64's bar on unit variance) none."""
+    epsilons = [n.eps for n in norms if n.eps is not None]
+    common = max(epsilons, key=epsilons.count, default=None)
+    odd = next((n for n in norms if n.eps is not None and not math.isclose(n.eps, common, abs_tol=1e-12)), None)
+    if odd is not None:
+        other = next(n.module for n in norms if n.eps == common)
+        what = (
+            f"the norm takes eps {odd.eps:g} where {other} and the other norms take {common:g} (the reference's "
+            "config has one layer_norm_eps for all)"
+        )
+        raise NoPair(odd.module, what, entry.name)
 
 
 def _sinks(flow, attention, names: set) -> list:
