@@ -11,7 +11,6 @@ gradients not compared. The tables built in float32 are read in tables.py.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass, field
 
@@ -87,8 +86,10 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     widths = [p.in_features for p in pieces]  # the most common one: d_model (a gated block: gate and up read D)
+    outs = [p.out_features for p in pieces]  # a tie broken by the outputs (a packed in_proj read (in, out): 3D in)
     if D is None:
-        D = norms[0].size if norms else max(widths, key=widths.count) if widths else tables[0].width if tables else None
+        common = max(widths, key=lambda w: (widths.count(w), outs.count(w))) if widths else None
+        D = norms[0].size if norms else common if widths else tables[0].width if tables else None
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
@@ -132,7 +133,6 @@ def _units(entry, found, units: Units) -> None:
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
-    _one_eps(entry, units.norms)
     units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
     for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
@@ -191,21 +191,6 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
 
 
-def _one_eps(entry, norms: list) -> None:
-    """NoPair at a norm whose eps is not the other norms' (the reference's config holds one layer_norm_eps): the
-    most common eps is the model's, a difference below 1e-12 (under float64's bar on unit variance) none."""
-    epsilons = [n.eps for n in norms if n.eps is not None]
-    common = max(epsilons, key=epsilons.count, default=None)
-    odd = next((n for n in norms if n.eps is not None and not math.isclose(n.eps, common, abs_tol=1e-12)), None)
-    if odd is not None:
-        other = next(n.module for n in norms if n.eps == common)
-        what = (
-            f"the norm takes eps {odd.eps:g} where {other} and the other norms take {common:g} (the reference's "
-            "config has one layer_norm_eps for all)"
-        )
-        raise NoPair(odd.module, what, entry.name)
-
-
 def _sinks(flow, attention, names: set) -> list:
     """An attention's sink logits (GPT-OSS's): those it reads, else, where it leaves its own unread, its parameter
     named as the first attention's that reads them; [] where there is none."""
@@ -244,6 +229,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         return dataclasses.replace(cfg, **known)
     norms, D, H, kv = units.norms, units.D, units.H, units.kv
     rms = bool(norms) and all(n.kind == "rms" for n in norms)
+    epsilons = [n.eps for n in norms if n.eps is not None]  # one eps for all: a norm of another is said (divergence)
     token_tables, out_piece = units.token_tables, units.out_piece
     pieces = [p for a in units.attentions for r in ROLES for p in a[r]] + [p for b in units.blocks for p in b]
     base = dict(
@@ -257,7 +243,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         share_embeddings=entry.output_head and len(entry.stacks) == 2 and len(token_tables) == 1,
         positional="learned" if any(t.trainable for t in units.position_tables) else "sinusoidal",
         max_len=max((t.rows - t.offset for t in units.position_tables), default=64),
-        layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
+        layer_norm_eps=max(epsilons, key=epsilons.count) if epsilons else 1e-6 if rms else 1e-5,  # the most common
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=units.gated,
         n_kv_heads=kv // (D // H) if kv and kv != D else None,

@@ -10,7 +10,7 @@ words: the judge meets them here for the first time.
   `nn.Transformer.generate_square_subsequent_mask`;
 - attention through `nn.MultiheadAttention(batch_first=True)` called with `need_weights=False` and a boolean
   "True is hidden" mask, and through `F.multi_head_attention_forward` on the block's own in/out parameters (packed,
-  or q, k and v apart with use_separate_proj_weight beside one packed bias);
+  or q, k and v apart with use_separate_proj_weight beside one packed bias), in a block and alone;
 - a Gemma-style LM: token embeddings scaled by sqrt(d) on input and read back as the output projection, a final
   logit soft cap `cap * tanh(x / cap)`;
 - mistakes put into them, each named where it sits: the scores as K Q^T in the cached GPT's second block, the
@@ -289,6 +289,36 @@ class FunctionalBlock(nn.Module):
         return x + self.ffn(self.ln2(x))
 
 
+class FunctionalAttention(nn.Module):
+    """F.multi_head_attention_forward alone, batch-first outside, on raw parameters named as no linear's (w_in, b_in,
+    w_out, b_out; `separate`: q_w, k_w, v_w beside the packed b_in), all drawn at random."""
+
+    def __init__(self, separate: bool = False):
+        super().__init__()
+        if separate:
+            self.q_w, self.k_w, self.v_w = (nn.Parameter(torch.randn(D, D) / math.sqrt(D)) for _ in range(3))
+        else:
+            self.w_in = nn.Parameter(torch.randn(3 * D, D) / math.sqrt(D))
+        self.b_in = nn.Parameter(0.1 * torch.randn(3 * D))
+        self.w_out = nn.Parameter(torch.randn(D, D) / math.sqrt(D))
+        self.b_out = nn.Parameter(0.1 * torch.randn(D))
+        self.separate = separate
+
+    def forward(self, query, key, value):
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value))  # (T, B, D)
+        qkv = {"q_proj_weight": self.q_w, "k_proj_weight": self.k_w, "v_proj_weight": self.v_w} if self.separate else {}
+        out, _ = F.multi_head_attention_forward(
+            q, k, v, D, H, None if self.separate else self.w_in, self.b_in, None, None, False, 0.0, self.w_out,
+            self.b_out, training=self.training, need_weights=False, use_separate_proj_weight=self.separate, **qkv,
+        )  # fmt: skip
+        return out.transpose(0, 1)
+
+
+def functional_attention(separate: bool = False) -> FunctionalAttention:
+    torch.manual_seed(0)
+    return FunctionalAttention(separate)
+
+
 class MHAGPT(nn.Module):
     def __init__(self, blocks, batched_table: bool = False):
         super().__init__()
@@ -383,6 +413,14 @@ CASES = [
     ),
     ("functional_mha_gpt", functional_mha_gpt, "transformer_lm", {}, "pass"),
     ("functional_mha_gpt.separate_qkv", lambda: functional_mha_gpt(separate=True), "transformer_lm", {}, "pass"),
+    ("functional_attention", functional_attention, "multi_head_attention", {}, "pass"),
+    (
+        "functional_attention.separate_qkv",
+        lambda: functional_attention(separate=True),
+        "multi_head_attention",
+        {},
+        "pass",
+    ),
     ("scaled_tied_lm", scaled_tied_lm, "transformer_lm", {}, "pass"),
     (
         "scaled_tied_lm.double_scale",

@@ -6,8 +6,8 @@ words: each must get one of the four answers, never an exception.
   projects q, k and v, so each is math it has no pair for, said at the attention;
 - the same attention checked alone (level multi_head_attention): its keys an input of the forward itself;
 - a GPT whose final LayerNorm takes eps 1e-6 while its layers' take torch's 1e-5 (GPT-2 checkpoints ported by hand
-  mix them): the reference has one layer_norm_eps for every norm, so it is said at the final norm with both values;
-  the same GPT with every norm at 1e-6 passes;
+  mix them), and one whose second feed-forward norm alone takes 1e-6: the reference has one layer_norm_eps for every
+  norm (the model's most common), so each is said at the odd norm with both values; every norm at 1e-6 passes;
 - a GPT whose feed-forward down projection is a buffer (a frozen weight) applied by F.linear: not a weight the judge
   reads, said as such (before: a KeyError).
 
@@ -92,6 +92,13 @@ def lm(keys: str = "projected", eps: float = 1e-5, final_eps: float = 1e-5, froz
     return LM(keys, eps, final_eps, frozen_down)
 
 
+def odd_norm_lm() -> LM:
+    """The GPT with its second block's feed-forward norm at eps 1e-6, the other four norms at 1e-5."""
+    model = lm()
+    model.h[1].ln_2 = nn.LayerNorm(D, eps=1e-6)
+    return model
+
+
 def attention(keys: str) -> KeyedAttention:
     torch.manual_seed(0)
     return KeyedAttention(keys)
@@ -124,6 +131,7 @@ CASES = [
         {},
         ("no pair", "ln_f", "eps 1e-06"),
     ),
+    ("keyed_lm.block_norm_eps_differs", odd_norm_lm, "transformer_lm", {}, ("no pair", "h.1.ln_2", "eps 1e-06")),
     (
         "keyed_lm.frozen_down_projection",
         lambda: lm(frozen_down=True),
