@@ -126,7 +126,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
     held = {p.bias for p in found.pieces} | {t for n in found.norms for t in (n.weight, n.bias)}
-    taken = {p.weight: as_linear[p.weight] for p in found.pieces if as_linear.get(p.weight) not in held}
+    taken = {p.weight: as_linear[p.weight] for p in found.pieces if as_linear.get(p.weight) not in held | {None}}
     for piece in [p for p in found.pieces if p.bias is None and p.weight in taken]:  # a bias the op adds, named
         piece.bias = taken[piece.weight]  # as it likes (a packed one: q, k and v's)
     found.orphans[:] = [b for b in found.orphans if b not in taken.values()]

@@ -4,7 +4,8 @@ words: each must get one of the four answers, never an exception.
 - a GPT whose attention takes its keys from its input as it is (no key projection), and one whose keys and values
   are a memory buffer made before the forward (a fixed bank of slots every query attends to): the reference
   projects q, k and v, so each is math it has no pair for, said at the attention;
-- the same attention checked alone (level multi_head_attention): its keys an input of the forward itself;
+- the same attention checked alone (level multi_head_attention): its keys an input of the forward itself, read by
+  scaled_dot_product_attention or by a softmax written out;
 - a GPT whose final LayerNorm takes eps 1e-6 while its layers' take torch's 1e-5 (GPT-2 checkpoints ported by hand
   mix them), and one whose second feed-forward norm alone takes 1e-6: the reference has one layer_norm_eps for every
   norm (the model's most common), so each is said at the odd norm with both values; every norm at 1e-6 passes;
@@ -25,7 +26,8 @@ HD = D // H
 
 
 class KeyedAttention(nn.Module):
-    """`keys`: "projected" (q, k, v projections), "input" (k is the input as it is), "memory" (k and v a buffer)."""
+    """`keys`: "projected" (q, k, v projections), "input" (k is the input as it is; "input, by hand": and the
+    softmax written out), "memory" (k and v a buffer)."""
 
     def __init__(self, keys: str = "projected"):
         super().__init__()
@@ -39,12 +41,17 @@ class KeyedAttention(nn.Module):
         if self.keys == "memory":
             k = v = self.memory.expand(B, -1, -1)
         else:
-            k, v = (x if self.keys == "input" else self.key(x)), self.value(x)
+            k, v = (x if self.keys.startswith("input") else self.key(x)), self.value(x)
 
         def heads(t):  # (B, S, D) -> (B, H, S, HD)
             return t.reshape(B, t.shape[1], H, HD).permute(0, 2, 1, 3)
 
-        y = F.scaled_dot_product_attention(heads(self.query(x)), heads(k), heads(v), is_causal=self.keys != "memory")
+        q, k, v = heads(self.query(x)), heads(k), heads(v)
+        if self.keys == "input, by hand":  # the softmax written out
+            scores = (q @ k.transpose(-2, -1) / HD**0.5).masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+            y = scores.softmax(-1) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=self.keys != "memory")
         return self.proj(y.permute(0, 2, 1, 3).reshape(B, T, D))
 
 
@@ -119,6 +126,13 @@ CASES = [
     (
         "keyed_attention.keys_from_input",
         lambda: attention("input"),
+        "multi_head_attention",
+        {},
+        ("no pair", "(the module)", NO_KEY),
+    ),
+    (
+        "keyed_attention.keys_from_input_by_hand",
+        lambda: attention("input, by hand"),
         "multi_head_attention",
         {},
         ("no pair", "(the module)", NO_KEY),
