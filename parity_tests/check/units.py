@@ -152,6 +152,7 @@ def _units(entry, found, units: Units) -> None:
                 "stack before it: check the whole model as 'transformer', or pass call= returning the decoder's "
                 "hidden states"
             )
+    _refuse_missing(entry, flow, units)
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
@@ -163,6 +164,18 @@ def _units(entry, found, units: Units) -> None:
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
         units.embedding_norm = len(first) - own == stacks
         units.layer_norms += stacks * units.embedding_norm
+
+
+def _refuse_missing(entry, flow, units: Units) -> None:
+    """NoPair at the first layer of a stack or model whose layers hold no feed-forward block, or no norm with a
+    learned scale (a weightless one is unsupported.py's): each of the reference's layers has both."""
+    if flow is None or entry.group == "component" or not flow.attentions or units.blocks and units.norms:
+        return
+    what = (
+        "no norm with a learned scale" if units.blocks else "no feed-forward block (projections around an activation)"
+    )
+    layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
+    raise NoPair(layer, f"the layer has {what}, where each of the reference's has one", entry.name)
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:

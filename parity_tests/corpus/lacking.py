@@ -9,6 +9,8 @@ words: each must get one of the four answers, never an exception.
 - a GPT whose final LayerNorm takes eps 1e-6 while its layers' take torch's 1e-5 (GPT-2 checkpoints ported by hand
   mix them), and one whose second feed-forward norm alone takes 1e-6: the reference has one layer_norm_eps for every
   norm (the model's most common), so each is said at the odd norm with both values; every norm at 1e-6 passes;
+- the GPT without feed-forward blocks (attention alone), and without any norm: each of the reference's layers has
+  both, so each is said at the first layer;
 - a GPT whose feed-forward down projection is a buffer (a frozen weight) applied by F.linear: not a weight the judge
   reads, said as such (before: a KeyError).
 
@@ -106,6 +108,18 @@ def odd_norm_lm() -> LM:
     return model
 
 
+def stripped_lm(what: str) -> LM:
+    """The GPT without its feed-forward blocks ("mlp": attention alone) or without any norm ("norms")."""
+    model = lm()
+    for block in model.h:
+        if what == "mlp":
+            block.mlp = nn.Identity()
+        else:
+            block.ln_1, block.ln_2 = nn.Identity(), nn.Identity()
+    model.ln_f = model.ln_f if what == "mlp" else nn.Identity()
+    return model
+
+
 def attention(keys: str) -> KeyedAttention:
     torch.manual_seed(0)
     return KeyedAttention(keys)
@@ -146,6 +160,14 @@ CASES = [
         ("no pair", "ln_f", "eps 1e-06"),
     ),
     ("keyed_lm.block_norm_eps_differs", odd_norm_lm, "transformer_lm", {}, ("no pair", "h.1.ln_2", "eps 1e-06")),
+    (
+        "keyed_lm.no_feed_forward",
+        lambda: stripped_lm("mlp"),
+        "transformer_lm",
+        {},
+        ("no pair", "h.0", "the layer has no feed-forward block"),
+    ),
+    ("keyed_lm.no_norms", lambda: stripped_lm("norms"), "transformer_lm", {}, ("no pair", "h.0", "no norm with a")),
     (
         "keyed_lm.frozen_down_projection",
         lambda: lm(frozen_down=True),
