@@ -167,15 +167,13 @@ def _units(entry, found, units: Units) -> None:
 
 
 def _refuse_missing(entry, flow, units: Units) -> None:
-    """NoPair at the first layer of a stack or model whose layers hold no feed-forward block, or no norm with a
-    learned scale (a weightless one is unsupported.py's): each of the reference's layers has both."""
-    if flow is None or entry.group == "component" or not flow.attentions or units.blocks and units.norms:
+    """NoPair at the first layer of a stack or model whose layers hold no norm with a learned scale (a weightless
+    one is unsupported.py's): each of the reference's layers normalises, which no map undoes."""
+    if flow is None or entry.group == "component" or not flow.attentions or units.norms:
         return
-    what = (
-        "no norm with a learned scale" if units.blocks else "no feed-forward block (projections around an activation)"
-    )
     layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
-    raise NoPair(layer, f"the layer has {what}, where each of the reference's has one", entry.name)
+    what = "the layer has no norm with a learned scale, where each of the reference's has one"
+    raise NoPair(layer, what, entry.name)
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
