@@ -14,13 +14,11 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, fresh3, frontier
+from parity_tests.corpus import fresh, fresh2, fresh3, frontier, lacking
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh2: F.multi_head_attention_forward's packed in_proj_weight (check/units.py _rows)
-    "functional_mha_gpt": "could not judge: cannot read blocks.0.in_w (32 rows) as the q, k, v projection(s)",
 }
 
 
@@ -40,7 +38,7 @@ def _case(name, *values):
 
 @pytest.mark.parametrize(
     ("factory", "level", "keywords", "expected"),
-    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES],
+    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES + lacking.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)

@@ -19,6 +19,7 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,10 +61,10 @@ class Node:
     param: str | None = None  # a parameter's (or buffer's) name: a leaf
     extra: str = ""  # an einsum's equation
     children: list = field(default_factory=list)
-    value: object = None  # an embedding's ids (numpy); nn.MultiheadAttention's op: its head count; a part: its index;
-    # an einsum's or a matmul's: each parent's place among its operands
+    value: object = None  # an embedding's ids (numpy); an attention op's: _attention_args; a part: its index
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
     tid: int = 0  # the id of the tensor it made
+    named: dict = field(default_factory=dict)  # F.multi_head_attention_forward's: {argument: the parameter it is}
 
 
 class _Recorder(TorchFunctionMode):
@@ -89,9 +90,9 @@ class _Recorder(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
-        parents = [n for n in (self.node(a) for a in flat if isinstance(a, torch.Tensor)) if n is not None]
-        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         name = getattr(func, "__name__", str(func))
+        parents = self._parents(name, [a for a in flat if isinstance(a, torch.Tensor)])
+        outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         written = self.node(args[0]) if name == "__setitem__" else None  # in place, into a buffer (a KV cache):
         if written is not None and root(written).param is not None:  # reading it later reads what was written
             outs = [args[0]]
@@ -105,7 +106,9 @@ class _Recorder(TorchFunctionMode):
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
         node.call = (func, args, kwargs) if name in VIEWS else None
         self.keep.append(out)  # and the tensors it holds
-        node.value = self._value(name, args, kwargs, flat, len(parents))
+        node.value = self._value(name, args, kwargs, len(parents))
+        if name in MHA:  # its weight and bias arguments, by argument
+            node.named = self._named(func, args, kwargs)
         self.nodes.append(node)
         self.values[node.index] = outs[0]
         for p in parents:
@@ -114,20 +117,42 @@ class _Recorder(TorchFunctionMode):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
         return out
 
-    def _value(self, name: str, args: tuple, kwargs: dict, flat: list, parents: int) -> object:
+    def _value(self, name: str, args: tuple, kwargs: dict, parents: int) -> object:
         """What a node of op `name` keeps besides its parents (Node.value), None for most ops."""
         if name == "embedding" and isinstance(args[0], torch.Tensor):
             return args[0].detach().cpu().numpy()
         if name == "__getitem__" and id(args[0]) in self.names and len(args) > 1:  # a parameter's rows read
             return _rows_read(args[1], args[0].shape)
-        if name in ("einsum", "matmul", "__matmul__"):  # which operand each parent is (an input unrecorded has none)
-            tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-            return [i for i, a in enumerate(tensors) if self.node(a) is not None]
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
             return next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
         return None
+
+    def _parents(self, name: str, tensors: list) -> list:
+        """The Nodes of an op's tensor arguments; an operand of a product or of an attention made before the forward
+        (its input) or outside it: a leaf of its own ("input"), in its place."""
+        parents = [n for n in map(self.node, tensors) if n is not None]
+        if not parents or name not in PRODUCTS | {SDPA}:
+            return parents
+        parents = []
+        for t in tensors:
+            node = self.node(t)
+            if node is None:
+                node = Node(len(self.nodes), "input", self.path[-1], [], tuple(t.shape))
+                self.nodes.append(node)
+            parents.append(node)
+        return parents
+
+    def _named(self, func, args: tuple, kwargs: dict) -> dict:
+        """{argument name: parameter name} for the op's arguments that are (views of) parameters; {} where its
+        signature cannot be read."""
+        try:
+            bound = inspect.signature(func).bind(*args, **kwargs).arguments
+        except (TypeError, ValueError):
+            return {}
+        nodes = {k: self.of.get(id(v)) for k, v in bound.items() if isinstance(v, torch.Tensor)}
+        return {k: root(n).param for k, n in nodes.items() if n is not None and root(n).param is not None}
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o))
@@ -201,13 +226,24 @@ def _behind(node: Node) -> list:
     return [] if node.op in PRODUCTS or node.param is not None else node.parents
 
 
-def back(start: Node) -> tuple[list, list]:
-    """From `start` back through element-wise ops and views to the nearest products: (the projections' weights
-    met, the 1-D parameters met on the way (norm scales))."""
+def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
+    """From `start` back through element-wise ops and views to the nearest products (not past a residual sum
+    where `residual` is False): (the projections' weights met, the 1-D parameters met on the way (norm scales),
+    the tensors of 2 or more axes read on the way as they are (a buffer))."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
-    met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) else _behind(n)))
+    stop = (lambda n: False) if residual else _residual
+    met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) or stop(n) else _behind(n)))
     weights = [w for w in (projection(n) or (_mha_weights(n) or [None])[-1] for n in met) if w is not None]
-    return weights, [n.param for n in met if n.param is not None and len(n.shape) == 1]
+    params = [n for n in met if n.param is not None]
+    return weights, [n.param for n in params if len(n.shape) == 1], [n.param for n in params if len(n.shape) > 1]
+
+
+def _residual(node: Node) -> bool:
+    """A residual sum x + f(x): two computed operands, one computed from the other."""
+    if node.op not in ADDS or len(node.parents) != 2 or any(root(p).param is not None for p in node.parents):
+        return False
+    first, later = sorted(node.parents, key=lambda n: n.index)
+    return any(n is first for n in _walk([later], lambda n: n.parents if n.index > first.index else []))
 
 
 def _forward(start: Node) -> list:
@@ -243,6 +279,7 @@ class Attention:
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
     window: int | None = None  # a sliding window its mask applies (Flow.width)
+    unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
 
 
 @dataclass
@@ -480,8 +517,13 @@ def _rows_read(index, shape: tuple) -> np.ndarray | None:
 
 
 def _mha_weights(node: Node) -> list:
-    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight)."""
-    return [w for w in map(weight_of, node.parents) if w is not None] if node.op in MHA else []
+    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight), by
+    argument where they were read."""
+    if node.op not in MHA:
+        return []
+    inputs = ("q_proj", "k_proj", "v_proj") if "q_proj_weight" in node.named else ("in_proj",)  # separate: those
+    named = [node.named.get(f"{a}_weight") for a in (*inputs, "out_proj")]
+    return [w for w in named if w is not None] or [w for w in map(weight_of, node.parents) if w is not None]
 
 
 def _attention(node: Node) -> Attention | None:
@@ -511,12 +553,13 @@ def _attention(node: Node) -> Attention | None:
             return None
     else:
         return None
-    (qw, qs), (kw, ks), (vw, _) = back(q), back(k), back(v)
+    (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
     outs = [n for n in _forward(after) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):

@@ -32,6 +32,7 @@ from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
 from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
+from .unsupported import differs
 
 
 def unit_of(ref: str) -> tuple[str, str]:
@@ -197,7 +198,8 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
-    if not found:
+    result.unsupported = None if found else _own_eps(check, choice, diverged, where)
+    if not found and not result.unsupported:
         result.unexplained = (
             f"{where} (reference {stage.unit or check.level}) diverges with relative error "
             f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
@@ -207,6 +209,23 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
                 "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
                 "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
             )
+
+
+def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:
+    """A norm that computes the reference's norm at an eps of its own, not the other norms' (the config holds one
+    layer_norm_eps, the most common): "differs at <the norm>: ... eps ..."; None for any other divergence."""
+    stage, cfg, own = diverged.stage, choice.cfg, check.model.norm_eps.get(where)
+    if stage.kind != "norm" or own is None or math.isclose(own, cfg.layer_norm_eps, rel_tol=1e-9):
+        return None
+    params, x = M.sub(check.params, stage.unit), stage.inputs[0]
+    if cfg.norm == "rms":
+        norm = VR.rms_norm(x, params["weight"], own)
+    else:
+        norm = VR.layer_norm(x, params["weight"], params.get("bias", 0.0), own)
+    if match(diverged.user, norm, stage.valid, None) > MATCH:
+        return None
+    return differs(where, f"the norm takes eps {own:g} where the model's other norms take {cfg.layer_norm_eps:g} "
+                   "(the reference has one layer_norm_eps for every norm)")  # fmt: skip
 
 
 def explained(check, choice, diverged: Divergence) -> tuple[str, list]:

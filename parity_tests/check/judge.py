@@ -313,7 +313,7 @@ def explained(result: Result, found) -> None:
     """unsupported.explain's answer into `result`: a catalogued mistake (QuickGELU's constant) or the no-pair text."""
     if isinstance(found, US.Diagnosis):  # named: what diverges is no longer unexplained
         result.diagnoses, result.first_divergence, result.unexplained = [found], found.where, None
-    else:
+    elif found is not None:  # else what the divergence said stays (divergence._own_eps)
         result.unsupported = found
 
 

@@ -126,7 +126,10 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     read, with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
-    as_linear = {DF.weight_of(n.parents[1]) for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+    as_linear = {DF.weight_of(n.parents[1]): None for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+    for n in [n for n in flow.nodes if n.op in DF.MHA]:  # F.multi_head_attention_forward's: (out, in), its biases
+        bias = {k: n.named.get("out_proj_bias" if k.startswith("out") else "in_proj_bias") for k in n.named}
+        as_linear |= {w: bias[k] for k, w in n.named.items() if k.endswith("proj_weight")}
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
     for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum or @ reads it
@@ -135,6 +138,11 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
         else:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
+    held = {p.bias for p in found.pieces} | {t for n in found.norms for t in (n.weight, n.bias)}
+    taken = {p.weight: as_linear[p.weight] for p in found.pieces if as_linear.get(p.weight) not in held | {None}}
+    for piece in [p for p in found.pieces if p.bias is None and p.weight in taken]:  # a bias the op adds, named
+        piece.bias = taken[piece.weight]  # as it likes (a packed one: q, k and v's)
+    found.orphans[:] = [b for b in found.orphans if b not in taken.values()]
     for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad
@@ -184,9 +192,9 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     if not arrow:  # implicit: the letters met once, in alphabetical order
         result = "".join(sorted(c for c in inputs if c.isalpha() and inputs.count(c) == 1))
     terms = inputs.split(",")
-    axes = terms[node.value[i]]
+    axes = terms[i]
     kept, summed = [c for c in axes if c in result], [c for c in axes if c not in result]
-    other = next((t for j, t in enumerate(terms) if j != node.value[i] and set(summed) <= set(t)), "")
+    other = next((t for j, t in enumerate(terms) if j != i and set(summed) <= set(t)), "")
     if len(axes) != 3 or not kept or not other or kept != sorted(kept, key=result.index):
         return None
     if summed != sorted(summed, key=other.index):
@@ -202,7 +210,7 @@ def _as_einsum(node, i: int, role: str | None) -> str:
     over, kept in the result for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1));
     "" where W is the left operand."""
     batch = "abcfg"[: len(node.shape) - 3]
-    if node.value[i] != 1 or len(node.shape) < 3:
+    if i != 1 or len(node.shape) < 3:
         return ""
     return f"{batch}hmk,hkn->{batch}{'' if role == 'out' else 'h'}mn"
 

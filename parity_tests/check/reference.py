@@ -339,6 +339,9 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
             inner = layer_stages(M.sub(params, name), f"{name}.", x, memory, cfg, decoder, valid, p)
             found += inner[:-1] + [dataclasses.replace(inner[-1], output=acts[name])]
             x = acts[name]
+        if entry.final_norms == "always" or cfg.has_final_norm:  # the stack's final norm, on its last layer's output
+            norm = unit_forward("norm", M.sub(params, f"{stack}.final_norm"), cfg, "final_norm")
+            found.append(Stage(f"{stack}.final_norm", "norm", (x,), norm(x), valid, None, norm))
     return found
 
 

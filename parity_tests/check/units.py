@@ -86,8 +86,10 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     widths = [p.in_features for p in pieces]  # the most common one: d_model (a gated block: gate and up read D)
+    outs = [p.out_features for p in pieces]  # a tie broken by the outputs (a packed in_proj read (in, out): 3D in)
     if D is None:
-        D = norms[0].size if norms else max(widths, key=widths.count) if widths else tables[0].width if tables else None
+        common = max(widths, key=lambda w: (widths.count(w), outs.count(w))) if widths else None
+        D = norms[0].size if norms else common if widths else tables[0].width if tables else None
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
@@ -97,7 +99,8 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward{raised}: pass n_heads= ({entry.name!r})"
         )
-    F = {p.weight: p for p in pieces}[flow.blocks[0][-1]].in_features if flow and flow.blocks else 4 * D
+    by = {p.weight: p for p in pieces}
+    F = _pieces(by, flow.blocks[0][-1:], "a feed-forward block")[0].in_features if flow and flow.blocks else 4 * D
     units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
     units.token_tables = [t for t in tables if not t.position and t.width == D]
     units.position_tables = [t for t in tables if t.position and t.width == D]
@@ -150,6 +153,7 @@ def _units(entry, found, units: Units) -> None:
                 "stack before it: check the whole model as 'transformer', or pass call= returning the decoder's "
                 "hidden states"
             )
+    _refuse_missing(entry, flow, units)
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
@@ -163,6 +167,16 @@ def _units(entry, found, units: Units) -> None:
         units.layer_norms += stacks * units.embedding_norm
 
 
+def _refuse_missing(entry, flow, units: Units) -> None:
+    """NoPair at the first layer of a stack or model whose layers hold no norm with a learned scale (a weightless
+    one is unsupported.py's): each of the reference's layers normalises, which no map undoes."""
+    if flow is None or entry.group == "component" or not flow.attentions or units.norms:
+        return
+    layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
+    what = "the layer has no norm with a learned scale, where each of the reference's has one"
+    raise NoPair(layer, what, entry.name)
+
+
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
     the same weights, a parallel block not read as one (`parallel`). A norm without weights is unsupported.py's."""
@@ -170,6 +184,13 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
         if node.op == "topk" and len(node.parents) == 1:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
             raise NoPair(node.module or "(the module)", what, entry.name)
+    for a in flow.attentions if entry.heads else ():  # keys (or queries, values) no projection computes
+        words = {"q": "queries", "k": "keys", "v": "values"}
+        roles = " and ".join(words[r] for r in a.unprojected)
+        read = ", ".join(dict.fromkeys(t for r in a.unprojected for t in a.unprojected[r]))
+        if roles:
+            what = f"{read} read" if read else "the attention's input (or a tensor made outside the forward) taken"
+            raise NoPair(a.module, f"the attention's {roles} are no projection's output: {what} as it is", entry.name)
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
@@ -221,6 +242,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         return dataclasses.replace(cfg, **known)
     norms, D, H, kv = units.norms, units.D, units.H, units.kv
     rms = bool(norms) and all(n.kind == "rms" for n in norms)
+    epsilons = [n.eps for n in norms if n.eps is not None]  # one eps for all: a norm of another is said (divergence)
     token_tables, out_piece = units.token_tables, units.out_piece
     pieces = [p for a in units.attentions for r in ROLES for p in a[r]] + [p for b in units.blocks for p in b]
     base = dict(
@@ -234,7 +256,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         share_embeddings=entry.output_head and len(entry.stacks) == 2 and len(token_tables) == 1,
         positional="learned" if any(t.trainable for t in units.position_tables) else "sinusoidal",
         max_len=max((t.rows - t.offset for t in units.position_tables), default=64),
-        layer_norm_eps=next((n.eps for n in norms if n.eps is not None), 1e-6 if rms else 1e-5),
+        layer_norm_eps=max(epsilons, key=epsilons.count) if epsilons else 1e-6 if rms else 1e-5,  # the most common
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=units.gated,
         n_kv_heads=kv // (D // H) if kv and kv != D else None,
@@ -351,7 +373,10 @@ class Linker:
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
         layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
         self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
-        if piece.bias is not None:
+        shared = next((link for link in self.links if link.user == piece.bias), None)  # q, k, v's biases in one
+        if shared is not None:
+            shared.parts += [(f"{n}.bias", r) for n, r in parts]
+        elif piece.bias is not None:
             self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]

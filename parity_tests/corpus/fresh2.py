@@ -11,7 +11,8 @@ words: the judge meets them here for the first time.
 - `nn.TransformerEncoder` over pre-norm `nn.TransformerEncoderLayer`s used as a GPT with
   `nn.Transformer.generate_square_subsequent_mask`;
 - attention through `nn.MultiheadAttention(batch_first=True)` called with `need_weights=False` and a boolean
-  "True is hidden" mask, and through `F.multi_head_attention_forward` on the block's own in/out parameters;
+  "True is hidden" mask, and through `F.multi_head_attention_forward` on the block's own in/out parameters (packed,
+  or q, k and v apart with use_separate_proj_weight beside one packed bias), in a block and alone;
 - a Gemma-style LM: token embeddings scaled by sqrt(d) on input and read back as the output projection, a final
   logit soft cap `cap * tanh(x / cap)`;
 - mistakes put into them, each named where it sits: the scores as K Q^T in the cached GPT's second block, the
@@ -296,27 +297,67 @@ class MHABlock(nn.Module):
 
 
 class FunctionalBlock(nn.Module):
-    """The attention by F.multi_head_attention_forward on the block's own parameters, sequence-first inside."""
+    """The attention by F.multi_head_attention_forward on the block's own parameters, sequence-first inside;
+    `separate`: q, k and v as three weights (use_separate_proj_weight) beside one packed bias, drawn at random."""
 
-    def __init__(self):
+    def __init__(self, separate: bool = False):
         super().__init__()
         self.ln1 = nn.LayerNorm(D)
-        self.in_w = nn.Parameter(torch.randn(3 * D, D) / math.sqrt(D))
-        self.in_b = nn.Parameter(torch.zeros(3 * D))
+        if separate:
+            self.wq, self.wk, self.wv = (nn.Parameter(torch.randn(D, D) / math.sqrt(D)) for _ in range(3))
+        else:
+            self.in_w = nn.Parameter(torch.randn(3 * D, D) / math.sqrt(D))
+        self.in_b = nn.Parameter(0.1 * torch.randn(3 * D) if separate else torch.zeros(3 * D))
         self.out = nn.Linear(D, D)
         self.ln2 = nn.LayerNorm(D)
         self.ffn = nn.Sequential(nn.Linear(D, 4 * D), nn.ReLU(), nn.Linear(4 * D, D))
+        self.separate = separate
 
     def forward(self, x):
         T = x.shape[1]
         hidden = torch.full((T, T), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
         h = self.ln1(x).transpose(0, 1)  # (T, B, D)
+        if self.separate:
+            w, qkv = None, {"use_separate_proj_weight": True, "q_proj_weight": self.wq, "k_proj_weight": self.wk}
+            qkv["v_proj_weight"] = self.wv
+        else:
+            w, qkv = self.in_w, {}
         a, _ = F.multi_head_attention_forward(
-            h, h, h, D, H, self.in_w, self.in_b, None, None, False, 0.0, self.out.weight, self.out.bias,
-            training=self.training, need_weights=False, attn_mask=hidden,
+            h, h, h, D, H, w, self.in_b, None, None, False, 0.0, self.out.weight, self.out.bias,
+            training=self.training, need_weights=False, attn_mask=hidden, **qkv,
         )  # fmt: skip
         x = x + a.transpose(0, 1)
         return x + self.ffn(self.ln2(x))
+
+
+class FunctionalAttention(nn.Module):
+    """F.multi_head_attention_forward alone, batch-first outside, on raw parameters named as no linear's (w_in, b_in,
+    w_out, b_out; `separate`: q_w, k_w, v_w beside the packed b_in), all drawn at random."""
+
+    def __init__(self, separate: bool = False):
+        super().__init__()
+        if separate:
+            self.q_w, self.k_w, self.v_w = (nn.Parameter(torch.randn(D, D) / math.sqrt(D)) for _ in range(3))
+        else:
+            self.w_in = nn.Parameter(torch.randn(3 * D, D) / math.sqrt(D))
+        self.b_in = nn.Parameter(0.1 * torch.randn(3 * D))
+        self.w_out = nn.Parameter(torch.randn(D, D) / math.sqrt(D))
+        self.b_out = nn.Parameter(0.1 * torch.randn(D))
+        self.separate = separate
+
+    def forward(self, query, key, value):
+        q, k, v = (t.transpose(0, 1) for t in (query, key, value))  # (T, B, D)
+        qkv = {"q_proj_weight": self.q_w, "k_proj_weight": self.k_w, "v_proj_weight": self.v_w} if self.separate else {}
+        out, _ = F.multi_head_attention_forward(
+            q, k, v, D, H, None if self.separate else self.w_in, self.b_in, None, None, False, 0.0, self.w_out,
+            self.b_out, training=self.training, need_weights=False, use_separate_proj_weight=self.separate, **qkv,
+        )  # fmt: skip
+        return out.transpose(0, 1)
+
+
+def functional_attention(separate: bool = False) -> FunctionalAttention:
+    torch.manual_seed(0)
+    return FunctionalAttention(separate)
 
 
 class MHAGPT(nn.Module):
@@ -344,9 +385,9 @@ def mha_gpt(hide_diagonal_last: bool = False, table: str = "embedding", window: 
     return MHAGPT([MHABlock(window=window), MHABlock(hide_diagonal_last, window)], table)
 
 
-def functional_mha_gpt() -> MHAGPT:
+def functional_mha_gpt(separate: bool = False) -> MHAGPT:
     torch.manual_seed(0)
-    return MHAGPT([FunctionalBlock(), FunctionalBlock()])
+    return MHAGPT([FunctionalBlock(separate), FunctionalBlock(separate)])
 
 
 # -- Gemma-style: embeddings scaled by sqrt(d) on input, tied output, a final logit soft cap ------------------------
@@ -436,6 +477,15 @@ CASES = [
         ("mistake", "attention.causal_hides_diagonal", "blocks.1.mha"),
     ),
     ("functional_mha_gpt", functional_mha_gpt, "transformer_lm", {}, "pass"),
+    ("functional_mha_gpt.separate_qkv", lambda: functional_mha_gpt(separate=True), "transformer_lm", {}, "pass"),
+    ("functional_attention", functional_attention, "multi_head_attention", {}, "pass"),
+    (
+        "functional_attention.separate_qkv",
+        lambda: functional_attention(separate=True),
+        "multi_head_attention",
+        {},
+        "pass",
+    ),
     ("scaled_tied_lm", scaled_tied_lm, "transformer_lm", {}, "pass"),
     (
         "scaled_tied_lm.double_scale",
