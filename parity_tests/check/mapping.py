@@ -126,6 +126,27 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     read, with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
+    _as_read(found, module, flow)
+    _indexed(found, module, flow)
+    last = len(flow.nodes)
+    found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
+    found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
+    found.tables.sort(key=lambda t: flow.order.get(t.name, last))
+    for norm in found.norms:
+        norm.plus_one = norm.weight in flow.plus_one
+    for t in found.tables:
+        t.position = t.position or t.name in flow.positions
+        t.offset = flow.positions.get(t.name, 0)
+    qk_norms = dict(found.qk_norms)
+    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
+        qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
+        found.norms.remove(norm)
+    return replace(found, qk_norms=qk_norms, flow=flow)
+
+
+def _as_read(found: Structure, module: nn.Module, flow) -> None:
+    """The pieces as the forward reads them: a weight F.linear or F.multi_head_attention_forward applies (out, in)
+    with the bias the op adds, a raw 3-axis one as einsum or @ reads it (dropped where neither reads it as stored)."""
     as_linear = {DF.weight_of(n.parents[1]): None for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
     for n in [n for n in flow.nodes if n.op in DF.MHA]:  # F.multi_head_attention_forward's: (out, in), its biases
         bias = {k: n.named.get("out_proj_bias" if k.startswith("out") else "in_proj_bias") for k in n.named}
@@ -143,6 +164,10 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     for piece in [p for p in found.pieces if p.bias is None and p.weight in taken]:  # a bias the op adds, named
         piece.bias = taken[piece.weight]  # as it likes (a packed one: q, k and v's)
     found.orphans[:] = [b for b in found.orphans if b not in taken.values()]
+
+
+def _indexed(found: Structure, module: nn.Module, flow) -> None:
+    """The parameters the forward indexes by rows, tables: a 2-D one, or one of 3 axes with two over 1."""
     for piece in [p for p in found.pieces if p.transposed and p.weight in flow.lookups]:  # indexed: a table
         found.pieces.remove(piece)
         trainable = module.get_parameter(piece.weight).requires_grad
@@ -152,20 +177,6 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
         sizes = [s for s in tensors[name].shape if s > 1] if name in tensors else []
         if len(sizes) == 2 and tensors[name].shape[-1] == sizes[1]:
             found.tables.append(Table(name, *sizes, tensors[name].requires_grad, False))
-    last = len(flow.nodes)
-    found.pieces.sort(key=lambda p: flow.order.get(p.weight, last))
-    found.norms.sort(key=lambda n: flow.order.get(n.weight, last))
-    found.tables.sort(key=lambda t: flow.order.get(t.name, last))
-    for norm in found.norms:
-        norm.plus_one = norm.weight in flow.plus_one
-    for t in found.tables:
-        t.position = t.position or t.name in flow.positions
-        t.offset = flow.positions.get(t.name, 0)
-    qk_norms = dict(found.qk_norms)
-    for norm in [n for n in found.norms if n.weight in flow.qk_norms]:  # per-head q/k norms, set apart
-        qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
-        found.norms.remove(norm)
-    return replace(found, qk_norms=qk_norms, flow=flow)
 
 
 def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
