@@ -1,0 +1,690 @@
+"""Library and tutorial idioms none of the other corpus files uses (issue 46, round 4), in this project's own words:
+the judge meets them here for the first time.
+
+- a GPT built of wrappers, as many research repositories write it: `Residual(PreNorm(dim, fn))` around an attention
+  of one bias-free `to_qkv` chunked in three (einsum scores, a `-finfo.max` fill) and around an nn.Sequential
+  feed-forward, the pairs kept in an nn.ModuleList of nn.ModuleLists, the logits from an nn.Sequential(norm, linear);
+- a fairseq-style encoder run time-first (T, B, D) throughout: embeddings scaled by sqrt(D), the batch transposed
+  once, an attention that scales its queries before the product, folds the heads into the batch (`bmm` on
+  (B * H, T, Dh)) and masks with a `key_padding_mask` (B, T) of True at the padding, post-norm layers, and the
+  hidden states returned time-first;
+- an attention that is handed the parent's rotary-embedding MODULE (an `inv_freq` buffer, cos and sin made on each
+  call) and calls it inside; the same attention handed a plain callable (a closure over the parent's tables);
+- Falcon's multi-query attention: one fused `query_key_value` of H query heads and ONE key and value head, viewed as
+  (B, T, H + 2, Dh) and sliced, the single K/V head broadcast by `.expand`, in a parallel block of one shared norm;
+- GPT-J's parallel block: one `ln_1` read by attention and MLP, rotary on the first quarter of each head in
+  interleaved pairs (`rotate_every_two`) from a float32 (sin | cos) buffer made at init, a registered `tril` bias;
+- a Cohere-style LM: a LayerNorm with a weight and no bias written out in float32, a parallel block with a SwiGLU,
+  interleaved rotary, the head tied to the embeddings and the logits multiplied by a `logit_scale` of 1/16 (and
+  the same without the scale);
+- a BERT-ish encoder called the Hugging Face 1.x way: the caller widens the 1/0 attention mask to a (B, 1, 1, T)
+  additive "extended attention mask" of 0 and -10000 and the layers add it to the scores;
+- a lecture GPT of single-head `Head` modules (bias-free key, query, value, a `tril` buffer) concatenated from an
+  nn.ModuleList, a tanh GELU, and each block run through `torch.utils.checkpoint.checkpoint(use_reentrant=False)`;
+- mistakes put into them, each named where it sits: the wrapper GPT's second attention scaled by dim ** -0.5 (the
+  model width, not the head's), the fairseq encoder's second attention never applying its key_padding_mask, the
+  values rotated too in the rotary-module model's second attention, the Cohere LayerNorm's eps outside the root in
+  the second block, the extended mask built inverted by the caller (mask * -10000), the causal `tril` of the
+  checkpointed GPT's second-block heads hiding the diagonal.
+
+CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/fresh.py's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+D, H, V, T_MAX = 32, 4, 26, 32
+HD = D // H
+PAD = 1  # fairseq's padding index
+
+
+# -- wrappers: Residual(PreNorm(dim, fn)) ---------------------------------------------------------------------------
+
+
+class Residual(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        return self.fn(x, **kwargs) + x
+
+
+class PreNorm(nn.Module):
+    def __init__(self, dim, fn):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        return self.fn(self.norm(x), **kwargs)
+
+
+class WrappedAttention(nn.Module):
+    def __init__(self, dim, heads=H, dim_head=HD, scale=None):
+        super().__init__()
+        inner = heads * dim_head
+        self.heads = heads
+        self.scale = dim_head**-0.5 if scale is None else scale
+        self.to_qkv = nn.Linear(dim, inner * 3, bias=False)
+        self.to_out = nn.Sequential(nn.Linear(inner, dim), nn.Dropout(0.0))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.to_qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.reshape(b, n, self.heads, -1).permute(0, 2, 1, 3) for t in (q, k, v))
+        dots = torch.einsum("bhid,bhjd->bhij", q, k) * self.scale
+        future = torch.ones(n, n, device=x.device, dtype=torch.bool).triu(1)
+        dots = dots.masked_fill(future, -torch.finfo(dots.dtype).max)
+        out = torch.einsum("bhij,bhjd->bhid", dots.softmax(dim=-1), v)
+        return self.to_out(out.permute(0, 2, 1, 3).reshape(b, n, -1))
+
+
+class WrappedTransformer(nn.Module):
+    def __init__(self, dim, depth, last_scale=None):
+        super().__init__()
+        self.layers = nn.ModuleList([])
+        for i in range(depth):
+            attention = WrappedAttention(dim, scale=last_scale if i == depth - 1 else None)
+            ff = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(4 * dim, dim))
+            self.layers.append(nn.ModuleList([Residual(PreNorm(dim, attention)), Residual(PreNorm(dim, ff))]))
+
+    def forward(self, x):
+        for attn, ff in self.layers:
+            x = attn(x)
+            x = ff(x)
+        return x
+
+
+class WrapperLM(nn.Module):
+    def __init__(self, last_scale=None):
+        super().__init__()
+        self.token_emb = nn.Embedding(V, D)
+        self.pos_emb = nn.Embedding(T_MAX, D)
+        self.transformer = WrappedTransformer(D, 2, last_scale)
+        self.to_logits = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, V))
+
+    def forward(self, x):
+        n = x.shape[1]
+        x = self.token_emb(x) + self.pos_emb(torch.arange(n, device=x.device))
+        return self.to_logits(self.transformer(x))
+
+
+def wrapper_lm(last_scale=None) -> WrapperLM:
+    torch.manual_seed(0)
+    return WrapperLM(last_scale)
+
+
+# -- fairseq style: time-first (T, B, D), key_padding_mask (B, T) True at the padding -------------------------------
+
+
+class TimeFirstAttention(nn.Module):
+    def __init__(self, applies_padding: bool = True):
+        super().__init__()
+        self.k_proj, self.v_proj, self.q_proj = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+        self.out_proj = nn.Linear(D, D)
+        self.scaling = HD**-0.5
+        self.applies_padding = applies_padding
+
+    def forward(self, query, key, value, key_padding_mask=None):
+        tgt_len, bsz, embed_dim = query.size()
+        src_len = key.size(0)
+        q = self.q_proj(query) * self.scaling
+        k, v = self.k_proj(key), self.v_proj(value)
+        q = q.contiguous().view(tgt_len, bsz * H, HD).transpose(0, 1)  # (B * H, T, Dh)
+        k = k.contiguous().view(src_len, bsz * H, HD).transpose(0, 1)
+        v = v.contiguous().view(src_len, bsz * H, HD).transpose(0, 1)
+        attn_weights = torch.bmm(q, k.transpose(1, 2))  # (B * H, T, S)
+        if key_padding_mask is not None and self.applies_padding:
+            attn_weights = attn_weights.view(bsz, H, tgt_len, src_len)
+            attn_weights = attn_weights.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(2), float("-inf"))
+            attn_weights = attn_weights.view(bsz * H, tgt_len, src_len)
+        attn = torch.bmm(F.softmax(attn_weights, dim=-1), v)  # (B * H, T, Dh)
+        attn = attn.transpose(0, 1).contiguous().view(tgt_len, bsz, embed_dim)
+        return self.out_proj(attn), None
+
+
+class TimeFirstLayer(nn.Module):
+    def __init__(self, applies_padding: bool = True):
+        super().__init__()
+        self.self_attn = TimeFirstAttention(applies_padding)
+        self.self_attn_layer_norm = nn.LayerNorm(D)
+        self.fc1, self.fc2 = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+        self.final_layer_norm = nn.LayerNorm(D)
+
+    def forward(self, x, encoder_padding_mask):
+        residual = x
+        x, _ = self.self_attn(query=x, key=x, value=x, key_padding_mask=encoder_padding_mask)
+        x = self.self_attn_layer_norm(residual + x)
+        residual = x
+        x = self.fc2(F.relu(self.fc1(x)))
+        return self.final_layer_norm(residual + x)
+
+
+class TimeFirstEncoder(nn.Module):
+    def __init__(self, last_applies_padding: bool = True):
+        super().__init__()
+        self.padding_idx = PAD
+        self.embed_tokens = nn.Embedding(V, D, padding_idx=PAD)
+        self.embed_scale = math.sqrt(D)
+        self.embed_positions = nn.Embedding(T_MAX, D)
+        self.layers = nn.ModuleList([TimeFirstLayer(), TimeFirstLayer(last_applies_padding)])
+
+    def forward(self, src_tokens):
+        positions = torch.arange(src_tokens.size(1), device=src_tokens.device)
+        x = self.embed_scale * self.embed_tokens(src_tokens) + self.embed_positions(positions)
+        encoder_padding_mask = src_tokens.eq(self.padding_idx)
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        for layer in self.layers:
+            x = layer(x, encoder_padding_mask)
+        return x  # T x B x C
+
+
+def time_first_encoder(last_applies_padding: bool = True) -> TimeFirstEncoder:
+    torch.manual_seed(0)
+    return TimeFirstEncoder(last_applies_padding)
+
+
+# -- an attention handed the parent's rotary MODULE (or a callable) ------------------------------------------------
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    def __init__(self, dim, base=10000):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)), persistent=False)
+
+    def forward(self, t):
+        """cos and sin for the positions of t (B, H, T, Dh), each (1, 1, T, Dh)."""
+        positions = torch.arange(t.shape[-2], device=t.device, dtype=self.inv_freq.dtype)
+        freqs = torch.einsum("i,j->ij", positions, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[None, None].to(t.dtype), emb.sin()[None, None].to(t.dtype)
+
+
+class HandedRotaryAttention(nn.Module):
+    def __init__(self, rotate_values: bool = False):
+        super().__init__()
+        self.wq, self.wk, self.wv = (
+            nn.Linear(D, D, bias=False),
+            nn.Linear(D, D, bias=False),
+            nn.Linear(D, D, bias=False),
+        )
+        self.wo = nn.Linear(D, D, bias=False)
+        self.rotate_values = rotate_values
+
+    def forward(self, x, rotary):
+        """rotary: the parent's RotaryEmbedding (called for cos and sin) or a callable rotating one tensor."""
+        B, T, _ = x.shape
+        q, k, v = (w(x).view(B, T, H, HD).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        if isinstance(rotary, RotaryEmbedding):
+            cos, sin = rotary(q)
+            turn = lambda t: t * cos + rotate_half(t) * sin  # noqa: E731
+        else:
+            turn = rotary
+        q, k = turn(q), turn(k)
+        if self.rotate_values:
+            v = turn(v)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(B, T, D))
+
+
+class HandedRotaryBlock(nn.Module):
+    def __init__(self, rotate_values: bool = False):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = HandedRotaryAttention(rotate_values)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x, rotary):
+        x = x + self.attn(self.ln1(x), rotary)
+        return x + self.mlp(self.ln2(x))
+
+
+class RotaryModuleLM(nn.Module):
+    def __init__(self, last_rotates_values: bool = False, as_callable: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(V, D)
+        self.rotary = RotaryEmbedding(HD)
+        self.blocks = nn.ModuleList([HandedRotaryBlock(), HandedRotaryBlock(last_rotates_values)])
+        self.norm = nn.LayerNorm(D)
+        self.head = nn.Linear(D, V, bias=False)
+        self.as_callable = as_callable
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        rotary = self.rotary
+        if self.as_callable:  # a closure over this call's tables, as a positional function
+            cos, sin = self.rotary(x[:, None])
+
+            def rotary(t):
+                return t * cos + rotate_half(t) * sin
+
+        for block in self.blocks:
+            x = block(x, rotary)
+        return self.head(self.norm(x))
+
+
+def rotary_module_lm(last_rotates_values: bool = False, as_callable: bool = False) -> RotaryModuleLM:
+    torch.manual_seed(0)
+    return RotaryModuleLM(last_rotates_values, as_callable)
+
+
+# -- Falcon's multi-query attention: fused query_key_value, one K/V head, a parallel block ------------------------
+
+
+class MultiQueryAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query_key_value = nn.Linear(D, D + 2 * HD, bias=False)
+        self.dense = nn.Linear(D, D, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        fused = self.query_key_value(x).view(B, T, H + 2, HD)
+        q = fused[:, :, :-2].transpose(1, 2)  # (B, H, T, Dh)
+        k = fused[:, :, [-2]].transpose(1, 2)  # (B, 1, T, Dh)
+        v = fused[:, :, [-1]].transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.expand(B, H, T, HD), v.expand(B, H, T, HD)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.dense(y.transpose(1, 2).reshape(B, T, D))
+
+
+class FalconLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(D)
+        self.self_attention = MultiQueryAttention()
+        self.dense_h_to_4h = nn.Linear(D, 4 * D, bias=False)
+        self.dense_4h_to_h = nn.Linear(4 * D, D, bias=False)
+
+    def forward(self, x, cos, sin):
+        h = self.input_layernorm(x)
+        mlp = self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(h)))
+        return x + self.self_attention(h, cos, sin) + mlp
+
+
+class FalconLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(V, D)
+        self.h = nn.ModuleList([FalconLayer(), FalconLayer()])
+        self.ln_f = nn.LayerNorm(D)
+        self.lm_head = nn.Linear(D, V, bias=False)
+        self.lm_head.weight = self.word_embeddings.weight
+
+    def forward(self, input_ids):
+        x = self.word_embeddings(input_ids)
+        T = input_ids.shape[1]
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, HD, 2, dtype=x.dtype, device=x.device) / HD)
+        freqs = torch.outer(torch.arange(T, dtype=x.dtype, device=x.device), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        for layer in self.h:
+            x = layer(x, emb.cos(), emb.sin())
+        return self.lm_head(self.ln_f(x))
+
+
+def falcon_lm() -> FalconLM:
+    torch.manual_seed(0)
+    return FalconLM()
+
+
+# -- GPT-J's parallel block: partial rotary in interleaved pairs from a float32 (sin | cos) buffer ------------------
+
+ROTARY = HD // 4
+
+
+def rotate_every_two(x):
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+class GPTJAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(D, D, bias=False) for _ in range(3))
+        self.out_proj = nn.Linear(D, D, bias=False)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, ROTARY, 2, dtype=torch.float32) / ROTARY))
+        angles = torch.outer(torch.arange(T_MAX, dtype=torch.float32), inv_freq)
+        self.register_buffer("rotary_table", torch.cat((angles.sin(), angles.cos()), dim=-1), persistent=False)
+        self.register_buffer("bias", torch.tril(torch.ones(T_MAX, T_MAX, dtype=torch.bool)), persistent=False)
+
+    def rotate(self, x, sin, cos):
+        """x (B, T, H, Dh): its first ROTARY features turned in pairs (2i, 2i + 1), the rest passed through."""
+        turned, kept = x[..., :ROTARY], x[..., ROTARY:]
+        turned = turned * cos + rotate_every_two(turned) * sin
+        return torch.cat((turned, kept), dim=-1)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (p(x).view(B, T, H, HD) for p in (self.q_proj, self.k_proj, self.v_proj))
+        sin, cos = self.rotary_table[:T].to(x.dtype).chunk(2, dim=-1)  # each (T, ROTARY / 2)
+        sin = sin.repeat_interleave(2, dim=-1)[None, :, None, :]
+        cos = cos.repeat_interleave(2, dim=-1)[None, :, None, :]
+        q, k = self.rotate(q, sin, cos), self.rotate(k, sin, cos)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        w = (q @ k.transpose(-1, -2)) / math.sqrt(HD)
+        w = torch.where(self.bias[:T, :T], w, torch.finfo(w.dtype).min)
+        y = w.softmax(dim=-1) @ v
+        return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class GPTJBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(D)
+        self.attn = GPTJAttention()
+        self.fc_in, self.fc_out = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        h = self.ln_1(x)
+        return x + self.attn(h) + self.fc_out(F.gelu(self.fc_in(h), approximate="tanh"))
+
+
+class GPTJ(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(V, D)
+        self.h = nn.ModuleList([GPTJBlock(), GPTJBlock()])
+        self.ln_f = nn.LayerNorm(D)
+        self.lm_head = nn.Linear(D, V)
+
+    def forward(self, input_ids):
+        x = self.wte(input_ids)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def gptj() -> GPTJ:
+    torch.manual_seed(0)
+    return GPTJ()
+
+
+# -- Cohere style: a LayerNorm of weight only in float32, parallel SwiGLU block, tied head times logit_scale -------
+
+
+class WeightOnlyLayerNorm(nn.Module):
+    def __init__(self, eps: float = 1e-5, eps_outside: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(D))
+        self.variance_epsilon = eps
+        self.eps_outside = eps_outside
+
+    def forward(self, hidden_states):
+        dtype = hidden_states.dtype
+        h = hidden_states.to(torch.float32)
+        mean = h.mean(-1, keepdim=True)
+        variance = (h - mean).pow(2).mean(-1, keepdim=True)
+        if self.eps_outside:
+            h = (h - mean) / (torch.sqrt(variance) + self.variance_epsilon)
+        else:
+            h = (h - mean) * torch.rsqrt(variance + self.variance_epsilon)
+        return (self.weight.to(torch.float32) * h).to(dtype)
+
+
+class InterleavedRopeAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (nn.Linear(D, D, bias=False) for _ in range(3))
+        self.o_proj = nn.Linear(D, D, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q, k, v = (p(x).view(B, T, H, HD).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = q * cos + rotate_every_two(q) * sin, k * cos + rotate_every_two(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class CohereMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(D, 2 * D, bias=False), nn.Linear(D, 2 * D, bias=False)
+        self.down_proj = nn.Linear(2 * D, D, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class CohereLayer(nn.Module):
+    def __init__(self, eps_outside: bool = False):
+        super().__init__()
+        self.input_layernorm = WeightOnlyLayerNorm(eps_outside=eps_outside)
+        self.self_attn = InterleavedRopeAttention()
+        self.mlp = CohereMLP()
+
+    def forward(self, x, cos, sin):
+        h = self.input_layernorm(x)
+        return x + self.self_attn(h, cos, sin) + self.mlp(h)
+
+
+class CohereLM(nn.Module):
+    def __init__(self, last_eps_outside: bool = False, logit_scale: float = 0.0625):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, D)
+        self.layers = nn.ModuleList([CohereLayer(), CohereLayer(last_eps_outside)])
+        self.norm = WeightOnlyLayerNorm()
+        self.lm_head = nn.Linear(D, V, bias=False)
+        self.lm_head.weight = self.embed_tokens.weight
+        self.logit_scale = logit_scale
+
+    def forward(self, input_ids):
+        x = self.embed_tokens(input_ids)
+        T = input_ids.shape[1]
+        inv_freq = 1.0 / 10000 ** (torch.arange(0, HD, 2, dtype=x.dtype, device=x.device) / HD)
+        freqs = torch.outer(torch.arange(T, dtype=x.dtype, device=x.device), inv_freq)
+        emb = freqs.repeat_interleave(2, dim=-1)  # (T, Dh): pair (2i, 2i + 1) turns at frequency i
+        for layer in self.layers:
+            x = layer(x, emb.cos(), emb.sin())
+        return self.lm_head(self.norm(x)) * self.logit_scale
+
+
+def cohere_lm(last_eps_outside: bool = False, logit_scale: float = 0.0625) -> CohereLM:
+    torch.manual_seed(0)
+    return CohereLM(last_eps_outside, logit_scale)
+
+
+# -- Hugging Face 1.x: the caller's (B, 1, 1, T) additive "extended attention mask" of 0 and -10000 ---------------
+
+
+class ExtendedMaskSelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+    def transpose_for_scores(self, x):
+        return x.view(x.size()[:-1] + (H, HD)).permute(0, 2, 1, 3)
+
+    def forward(self, hidden_states, attention_mask):
+        q = self.transpose_for_scores(self.query(hidden_states))
+        k = self.transpose_for_scores(self.key(hidden_states))
+        v = self.transpose_for_scores(self.value(hidden_states))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(HD)
+        probs = nn.Softmax(dim=-1)(scores + attention_mask)
+        context = torch.matmul(probs, v).permute(0, 2, 1, 3).contiguous()
+        return context.view(context.size()[:-2] + (D,))
+
+
+class ExtendedMaskLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attention = ExtendedMaskSelfAttention()
+        self.dense = nn.Linear(D, D)
+        self.attention_norm = nn.LayerNorm(D, eps=1e-12)
+        self.intermediate = nn.Linear(D, 4 * D)
+        self.output = nn.Linear(4 * D, D)
+        self.output_norm = nn.LayerNorm(D, eps=1e-12)
+
+    def forward(self, hidden_states, attention_mask):
+        x = self.attention_norm(hidden_states + self.dense(self.self_attention(hidden_states, attention_mask)))
+        return self.output_norm(x + self.output(F.gelu(self.intermediate(x))))
+
+
+class ExtendedMaskEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(V, D, padding_idx=0)
+        self.position_embeddings = nn.Embedding(T_MAX, D)
+        self.embeddings_norm = nn.LayerNorm(D, eps=1e-12)
+        self.layer = nn.ModuleList([ExtendedMaskLayer(), ExtendedMaskLayer()])
+
+    def forward(self, input_ids, extended_attention_mask):
+        positions = torch.arange(input_ids.size(1), device=input_ids.device)[None]
+        x = self.embeddings_norm(self.word_embeddings(input_ids) + self.position_embeddings(positions))
+        for layer in self.layer:
+            x = layer(x, extended_attention_mask)
+        return x
+
+
+def extended_mask_encoder() -> ExtendedMaskEncoder:
+    torch.manual_seed(0)
+    return ExtendedMaskEncoder()
+
+
+def extended_call(model, input_ids):
+    """The author's call, as transformers 1.x widened the mask: (B, T) of 1 and 0 -> (B, 1, 1, T) of 0 and -10000."""
+    attention_mask = (input_ids != 0).long()
+    extended = attention_mask[:, None, None, :].to(dtype=next(model.parameters()).dtype)
+    return model(input_ids, (1.0 - extended) * -10000.0)
+
+
+def inverted_extended_call(model, input_ids):
+    """The same call with the widening inverted: the real tokens get -10000 and the padding 0."""
+    attention_mask = (input_ids != 0).long()
+    extended = attention_mask[:, None, None, :].to(dtype=next(model.parameters()).dtype)
+    return model(input_ids, extended * -10000.0)
+
+
+# -- single-head Head modules concatenated, tanh GELU, blocks through torch.utils.checkpoint ------------------------
+
+
+class Head(nn.Module):
+    def __init__(self, head_size, diagonal: int = 0):
+        super().__init__()
+        self.key = nn.Linear(D, head_size, bias=False)
+        self.query = nn.Linear(D, head_size, bias=False)
+        self.value = nn.Linear(D, head_size, bias=False)
+        self.register_buffer("tril", torch.tril(torch.ones(T_MAX, T_MAX), diagonal=diagonal))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        k, q = self.key(x), self.query(x)
+        wei = q @ k.transpose(-2, -1) * k.shape[-1] ** -0.5  # (B, T, T)
+        wei = wei.masked_fill(self.tril[:T, :T] == 0, float("-inf"))
+        return F.softmax(wei, dim=-1) @ self.value(x)
+
+
+class MultiHead(nn.Module):
+    def __init__(self, diagonal: int = 0):
+        super().__init__()
+        self.heads = nn.ModuleList([Head(HD, diagonal) for _ in range(H)])
+        self.proj = nn.Linear(D, D, bias=False)
+
+    def forward(self, x):
+        return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))
+
+
+class CheckpointedBlock(nn.Module):
+    def __init__(self, diagonal: int = 0):
+        super().__init__()
+        self.sa = MultiHead(diagonal)
+        self.ffwd = nn.Sequential(
+            nn.Linear(D, 4 * D, bias=False), nn.GELU(approximate="tanh"), nn.Linear(4 * D, D, bias=False)
+        )
+        self.ln1, self.ln2 = nn.LayerNorm(D, bias=False), nn.LayerNorm(D, bias=False)
+
+    def forward(self, x):
+        x = x + self.sa(self.ln1(x))
+        return x + self.ffwd(self.ln2(x))
+
+
+class CheckpointedGPT(nn.Module):
+    def __init__(self, last_diagonal: int = 0):
+        super().__init__()
+        self.token_embedding_table = nn.Embedding(V, D)
+        self.position_embedding_table = nn.Embedding(T_MAX, D)
+        self.blocks = nn.ModuleList([CheckpointedBlock(), CheckpointedBlock(last_diagonal)])
+        self.ln_f = nn.LayerNorm(D, bias=False)
+        self.lm_head = nn.Linear(D, V, bias=False)
+
+    def forward(self, idx, targets=None):
+        B, T = idx.shape
+        x = self.token_embedding_table(idx) + self.position_embedding_table(torch.arange(T, device=idx.device))
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        logits = self.lm_head(self.ln_f(x))
+        loss = None if targets is None else F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+        return logits, loss
+
+
+def checkpointed_gpt(last_diagonal: int = 0) -> CheckpointedGPT:
+    torch.manual_seed(0)
+    return CheckpointedGPT(last_diagonal)
+
+
+CASES = [
+    ("wrapper_lm", wrapper_lm, "transformer_lm", {}, "pass"),
+    (
+        "wrapper_lm.scaled_by_model_width_second_block",
+        lambda: wrapper_lm(last_scale=D**-0.5),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.wrong_scale", "transformer.layers.1.0.fn.fn"),
+    ),
+    ("time_first_encoder", time_first_encoder, "encoder", {}, "pass"),
+    (
+        "time_first_encoder.padding_ignored_second_layer",
+        lambda: time_first_encoder(last_applies_padding=False),
+        "encoder",
+        {},
+        ("mistake", "attention.mask_ignored", "layers.1.self_attn"),
+    ),
+    ("rotary_module_lm", rotary_module_lm, "transformer_lm", {}, "pass"),
+    ("rotary_module_lm.callable", lambda: rotary_module_lm(as_callable=True), "transformer_lm", {}, "pass"),
+    (
+        "rotary_module_lm.values_rotated_second_block",
+        lambda: rotary_module_lm(last_rotates_values=True),
+        "transformer_lm",
+        {},
+        ("mistake", "rope.applied_to_v", "blocks.1.attn"),
+    ),
+    ("falcon_lm", falcon_lm, "transformer_lm", {}, "pass"),
+    ("gptj", gptj, "transformer_lm", {}, "pass"),
+    ("cohere_lm", cohere_lm, "transformer_lm", {}, "pass"),
+    ("cohere_lm.no_logit_scale", lambda: cohere_lm(logit_scale=1.0), "transformer_lm", {}, "pass"),
+    (
+        "cohere_lm.eps_outside_sqrt_second_block",
+        lambda: cohere_lm(last_eps_outside=True),
+        "transformer_lm",
+        {},
+        ("mistake", "layer_norm.eps_outside_sqrt", "layers.1.input_layernorm"),
+    ),
+    ("extended_mask_encoder", extended_mask_encoder, "encoder", {"call": extended_call}, "pass"),
+    (
+        "extended_mask_encoder.inverted_by_the_caller",
+        extended_mask_encoder,
+        "encoder",
+        {"call": inverted_extended_call},
+        ("mistake", "attention.mask_inverted", "layer.0.self_attention"),
+    ),
+    ("checkpointed_gpt", checkpointed_gpt, "transformer_lm", {}, "pass"),
+    (
+        "checkpointed_gpt.causal_hides_diagonal_second_block",
+        lambda: checkpointed_gpt(last_diagonal=-1),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.causal_hides_diagonal", "blocks.1.sa"),
+    ),
+]
