@@ -12,7 +12,7 @@ the judge meets them here for the first time.
   call) and calls it inside; the same attention handed a plain callable (a closure over the parent's tables);
 - Falcon's multi-query attention: one fused `query_key_value` of H query heads and ONE key and value head, viewed as
   (B, T, H + 2, Dh) and sliced, the single K/V head broadcast by `.expand`, in a parallel block of one shared norm;
-- GPT-J's parallel block: one `ln_1` read by attention and MLP, rotary on the first quarter of each head in
+- GPT-J's parallel block: one `ln_1` read by attention and MLP, rotary on the first half of each head in
   interleaved pairs (`rotate_every_two`) from a float32 (sin | cos) buffer made at init, a registered `tril` bias;
 - a Cohere-style LM: a LayerNorm with a weight and no bias written out in float32, a parallel block with a SwiGLU,
   interleaved rotary, the head tied to the embeddings and the logits multiplied by a `logit_scale` of 1/16 (and
@@ -191,6 +191,44 @@ def time_first_encoder(last_applies_padding: bool = True) -> TimeFirstEncoder:
     return TimeFirstEncoder(last_applies_padding)
 
 
+class TorchMHALayer(nn.Module):
+    """Pre-norm, torch's nn.MultiheadAttention left at its default batch_first=False: (T, B, D) in and out."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = nn.MultiheadAttention(D, H)
+        self.ff = nn.Sequential(nn.Linear(D, 2 * D), nn.ReLU(), nn.Linear(2 * D, D))
+
+    def forward(self, x, key_padding_mask):
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, key_padding_mask=key_padding_mask, need_weights=False)[0]
+        return x + self.ff(self.norm2(x))
+
+
+class TorchMHAEncoder(nn.Module):
+    """Ids (B, T) in, run time-first inside, hidden states handed back batch-first."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(V, D, padding_idx=PAD)
+        self.positions = nn.Embedding(T_MAX, D)
+        self.layers = nn.ModuleList([TorchMHALayer(), TorchMHALayer()])
+        self.norm = nn.LayerNorm(D)
+
+    def forward(self, src_tokens):
+        x = self.embed(src_tokens) + self.positions(torch.arange(src_tokens.size(1), device=src_tokens.device))
+        x = x.transpose(0, 1)  # (T, B, D)
+        for layer in self.layers:
+            x = layer(x, src_tokens.eq(PAD))
+        return self.norm(x).transpose(0, 1)
+
+
+def torch_mha_encoder() -> TorchMHAEncoder:
+    torch.manual_seed(0)
+    return TorchMHAEncoder()
+
+
 # -- an attention handed the parent's rotary MODULE (or a callable) ------------------------------------------------
 
 
@@ -284,10 +322,11 @@ def rotary_module_lm(last_rotates_values: bool = False, as_callable: bool = Fals
 
 
 class MultiQueryAttention(nn.Module):
-    def __init__(self):
+    def __init__(self, scale: float | None = None):
         super().__init__()
         self.query_key_value = nn.Linear(D, D + 2 * HD, bias=False)
         self.dense = nn.Linear(D, D, bias=False)
+        self.scale = scale  # None: SDPA's own 1 / sqrt(Dh)
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
@@ -297,15 +336,15 @@ class MultiQueryAttention(nn.Module):
         v = fused[:, :, [-1]].transpose(1, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = k.expand(B, H, T, HD), v.expand(B, H, T, HD)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.dense(y.transpose(1, 2).reshape(B, T, D))
 
 
 class FalconLayer(nn.Module):
-    def __init__(self):
+    def __init__(self, scale: float | None = None):
         super().__init__()
         self.input_layernorm = nn.LayerNorm(D)
-        self.self_attention = MultiQueryAttention()
+        self.self_attention = MultiQueryAttention(scale)
         self.dense_h_to_4h = nn.Linear(D, 4 * D, bias=False)
         self.dense_4h_to_h = nn.Linear(4 * D, D, bias=False)
 
@@ -316,10 +355,10 @@ class FalconLayer(nn.Module):
 
 
 class FalconLM(nn.Module):
-    def __init__(self):
+    def __init__(self, last_scale: float | None = None):
         super().__init__()
         self.word_embeddings = nn.Embedding(V, D)
-        self.h = nn.ModuleList([FalconLayer(), FalconLayer()])
+        self.h = nn.ModuleList([FalconLayer(), FalconLayer(last_scale)])
         self.ln_f = nn.LayerNorm(D)
         self.lm_head = nn.Linear(D, V, bias=False)
         self.lm_head.weight = self.word_embeddings.weight
@@ -335,14 +374,14 @@ class FalconLM(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def falcon_lm() -> FalconLM:
+def falcon_lm(last_scale: float | None = None) -> FalconLM:
     torch.manual_seed(0)
-    return FalconLM()
+    return FalconLM(last_scale)
 
 
 # -- GPT-J's parallel block: partial rotary in interleaved pairs from a float32 (sin | cos) buffer ------------------
 
-ROTARY = HD // 4
+ROTARY = HD // 2  # GPT-J turns 64 of each head's 256 features; here 4 of 8 (2 would be one pair: no pairing)
 
 
 def rotate_every_two(x):
@@ -351,17 +390,22 @@ def rotate_every_two(x):
 
 
 class GPTJAttention(nn.Module):
-    def __init__(self):
+    def __init__(self, key_offset: int = 0):
         super().__init__()
+        self.key_offset = key_offset
         self.q_proj, self.k_proj, self.v_proj = (nn.Linear(D, D, bias=False) for _ in range(3))
         self.out_proj = nn.Linear(D, D, bias=False)
         inv_freq = 1.0 / (10000 ** (torch.arange(0, ROTARY, 2, dtype=torch.float32) / ROTARY))
-        angles = torch.outer(torch.arange(T_MAX, dtype=torch.float32), inv_freq)
+        angles = torch.outer(torch.arange(T_MAX + 1, dtype=torch.float32), inv_freq)
         self.register_buffer("rotary_table", torch.cat((angles.sin(), angles.cos()), dim=-1), persistent=False)
         self.register_buffer("bias", torch.tril(torch.ones(T_MAX, T_MAX, dtype=torch.bool)), persistent=False)
 
-    def rotate(self, x, sin, cos):
-        """x (B, T, H, Dh): its first ROTARY features turned in pairs (2i, 2i + 1), the rest passed through."""
+    def rotate(self, x, start, T):
+        """x (B, T, H, Dh): its first ROTARY features turned in pairs (2i, 2i + 1) at positions start, ...,
+        start + T - 1, the rest passed through."""
+        sin, cos = self.rotary_table[start : start + T].to(x.dtype).chunk(2, dim=-1)  # each (T, ROTARY / 2)
+        sin = sin.repeat_interleave(2, dim=-1)[None, :, None, :]
+        cos = cos.repeat_interleave(2, dim=-1)[None, :, None, :]
         turned, kept = x[..., :ROTARY], x[..., ROTARY:]
         turned = turned * cos + rotate_every_two(turned) * sin
         return torch.cat((turned, kept), dim=-1)
@@ -369,10 +413,7 @@ class GPTJAttention(nn.Module):
     def forward(self, x):
         B, T, _ = x.shape
         q, k, v = (p(x).view(B, T, H, HD) for p in (self.q_proj, self.k_proj, self.v_proj))
-        sin, cos = self.rotary_table[:T].to(x.dtype).chunk(2, dim=-1)  # each (T, ROTARY / 2)
-        sin = sin.repeat_interleave(2, dim=-1)[None, :, None, :]
-        cos = cos.repeat_interleave(2, dim=-1)[None, :, None, :]
-        q, k = self.rotate(q, sin, cos), self.rotate(k, sin, cos)
+        q, k = self.rotate(q, 0, T), self.rotate(k, self.key_offset, T)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         w = (q @ k.transpose(-1, -2)) / math.sqrt(HD)
         w = torch.where(self.bias[:T, :T], w, torch.finfo(w.dtype).min)
@@ -381,10 +422,10 @@ class GPTJAttention(nn.Module):
 
 
 class GPTJBlock(nn.Module):
-    def __init__(self):
+    def __init__(self, key_offset: int = 0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(D)
-        self.attn = GPTJAttention()
+        self.attn = GPTJAttention(key_offset)
         self.fc_in, self.fc_out = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
 
     def forward(self, x):
@@ -393,10 +434,10 @@ class GPTJBlock(nn.Module):
 
 
 class GPTJ(nn.Module):
-    def __init__(self):
+    def __init__(self, last_key_offset: int = 0):
         super().__init__()
         self.wte = nn.Embedding(V, D)
-        self.h = nn.ModuleList([GPTJBlock(), GPTJBlock()])
+        self.h = nn.ModuleList([GPTJBlock(), GPTJBlock(last_key_offset)])
         self.ln_f = nn.LayerNorm(D)
         self.lm_head = nn.Linear(D, V)
 
@@ -407,9 +448,9 @@ class GPTJ(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def gptj() -> GPTJ:
+def gptj(last_key_offset: int = 0) -> GPTJ:
     torch.manual_seed(0)
-    return GPTJ()
+    return GPTJ(last_key_offset)
 
 
 # -- Cohere style: a LayerNorm of weight only in float32, parallel SwiGLU block, tied head times logit_scale -------
@@ -660,8 +701,23 @@ CASES = [
         {},
         ("mistake", "rope.applied_to_v", "blocks.1.attn"),
     ),
+    ("torch_mha_encoder", torch_mha_encoder, "encoder", {}, "pass"),
     ("falcon_lm", falcon_lm, "transformer_lm", {}, "pass"),
+    (
+        "falcon_lm.sdpa_scale_by_head_width_second_block",
+        lambda: falcon_lm(last_scale=1 / HD),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.wrong_scale", "h.1.self_attention"),
+    ),
     ("gptj", gptj, "transformer_lm", {}, "pass"),
+    (
+        "gptj.keys_one_position_ahead_second_block",
+        lambda: gptj(last_key_offset=1),
+        "transformer_lm",
+        {},
+        ("mistake", "rope.position_offset", "h.1.attn"),
+    ),
     ("cohere_lm", cohere_lm, "transformer_lm", {}, "pass"),
     ("cohere_lm.no_logit_scale", lambda: cohere_lm(logit_scale=1.0), "transformer_lm", {}, "pass"),
     (
