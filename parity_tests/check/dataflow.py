@@ -20,6 +20,7 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -137,9 +138,28 @@ def record(run, module: nn.Module) -> Flow:
     def leave(*_) -> None:
         rec.path.pop()
 
-    with hooked(module.named_modules(), leave, rec.path.append), rec:
+    with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), rec:
         run()
     return read(rec.nodes, rec.values)
+
+
+@contextmanager
+def unscripted(module: nn.Module) -> Iterator[None]:
+    """While inside, each TorchScript function in the namespaces that define the module's classes (Megatron's fused
+    bias-GELU) is the Python function it was scripted from: the recorder sees no op a ScriptFunction runs."""
+    spaces = {id(v): vars(v) for v in (sys.modules.get(type(m).__module__) for m in module.modules()) if v is not None}
+    swapped = [(space, name, f) for space in spaces.values() for name, f in list(space.items()) if _scripted(f)]
+    for space, name, f in swapped:
+        space[name] = f._torchdynamo_inline
+    try:
+        yield
+    finally:
+        for space, name, f in swapped:
+            space[name] = f
+
+
+def _scripted(f) -> bool:
+    return isinstance(f, torch.jit.ScriptFunction) and callable(getattr(f, "_torchdynamo_inline", None))
 
 
 @contextmanager
@@ -324,6 +344,17 @@ class Flow:
             elif not any(n.op in PRODUCTS for n in _walk(node.children, lambda n: n.children)):
                 caps.setdefault("logit_softcap", cap)
         return caps
+
+    @property
+    def output_scale(self) -> float | None:
+        """The number the last projection's output (the logits) is multiplied or divided by where no soft cap follows
+        (Cohere's logit_scale); None where there is none."""
+        head = next((n for n in reversed(self.nodes) if projection(n)), None)
+        if head is None or any(n.op == "tanh" for n in _walk(head.children, lambda n: n.children)):
+            return None
+        after = _walk(head.children, lambda n: n.children if n.op in VIEWS else [])
+        by = next((n for n in after if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value), None)
+        return None if by is None else float(by.value) if by.op in MULS else 1.0 / by.value
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or

@@ -132,7 +132,8 @@ def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
             inputs.append(ref)
             continue
         same = next((j for j, other in enumerate(stage.inputs[:i]) if other is ref), None)
-        user = inputs[same] if same is not None else next((f for f in floats if f.shape == ref.shape), None)
+        turned = (C.batch_first(f, ref.shape) for f in floats)  # a part given time-first inputs (fairseq's)
+        user = inputs[same] if same is not None else next((f for f in turned if f.shape == ref.shape), None)
         if user is None and i == 0:
             return stage
         inputs.append(ref if user is None else user)
@@ -175,6 +176,7 @@ def scan(check, choice, captured) -> Divergence:
         user = C.as_numpy(hooked[0]) if hooked else None
         if user is not None and not caller.batch_first and user.ndim >= 3:
             user = user.transpose(1, 0, 2)
+        user = user if user is None else C.batch_first(user, chained.output.shape)  # a part's time-first output
         if user is None or user.shape != chained.output.shape:
             continue
         stage = situated(chained, captured.get(chained.unit), caller.batch_first)

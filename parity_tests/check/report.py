@@ -151,7 +151,8 @@ class Result:
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
-        return fields + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)]
+        scaled = ["output_scale"] if self.config.output_scale != 1 else []  # Cohere's logit scale, the paper's d^-0.5
+        return fields + scaled + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)]
 
     def _map(self) -> list:
         if not self.mapping:

@@ -168,7 +168,7 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
     if "scale_embeddings" in entry.searches and "scale_embeddings" not in given:
         scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
         options = [o | {"scale_embeddings": s} for o in options for s in scales]
-    if entry.output_head and base.tie_embeddings and "output_scale" not in given:
+    if entry.output_head and base.tie_embeddings and "output_scale" not in given and base.output_scale == 1:
         # the paper's sharing may scale the tied logits by d_model^-0.5 instead of the embeddings by sqrt(d)
         options = options + [o | {"output_scale": base.d_model**-0.5} for o in options]
     return [dataclasses.replace(base, **o) for o in options]

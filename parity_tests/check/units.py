@@ -261,6 +261,9 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
         base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+        scale = found.flow.output_scale  # logits times a number: the reference's scale of the hidden states
+        if entry.output_head and scale is not None and not base["output_bias"]:
+            base["output_scale"] = scale
     return TransformerConfig(**(base | known))
 
 

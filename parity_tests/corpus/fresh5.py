@@ -21,6 +21,9 @@ the judge meets them here for the first time.
   additive "extended attention mask" of 0 and -10000 and the layers add it to the scores;
 - a lecture GPT of single-head `Head` modules (bias-free key, query, value, a `tril` buffer) concatenated from an
   nn.ModuleList, a tanh GELU, and each block run through `torch.utils.checkpoint.checkpoint(use_reentrant=False)`;
+- Megatron's feed-forward: the first projection's bias kept apart and added inside a `@torch.jit.script` fused
+  bias-GELU (sqrt(2 / pi) to float64's digits);
+- math the reference lacks: LayerScale (timm's, CaiT's), each sublayer's output times a learned per-feature `gamma`;
 - mistakes put into them, each named where it sits: the wrapper GPT's second attention scaled by dim ** -0.5 (the
   model width, not the head's), the fairseq encoder's second attention never applying its key_padding_mask, the
   values rotated too in the rotary-module model's second attention, the Cohere LayerNorm's eps outside the root in
@@ -675,6 +678,72 @@ def checkpointed_gpt(last_diagonal: int = 0) -> CheckpointedGPT:
     return CheckpointedGPT(last_diagonal)
 
 
+# -- LayerScale (timm's, CaiT's): each sublayer's output times a learned per-feature gain before the residual sum -----
+
+
+class LayerScale(nn.Module):
+    def __init__(self, dim, init_values=1e-1):
+        super().__init__()
+        self.gamma = nn.Parameter(init_values * torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+class LayerScaleBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = HandedRotaryAttention()
+        self.ls1, self.ls2 = LayerScale(D), LayerScale(D)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x, rotary):
+        x = x + self.ls1(self.attn(self.norm1(x), rotary))
+        return x + self.ls2(self.mlp(self.norm2(x)))
+
+
+class LayerScaleLM(RotaryModuleLM):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([LayerScaleBlock(), LayerScaleBlock()])
+
+
+def layer_scale_lm() -> LayerScaleLM:
+    torch.manual_seed(0)
+    return LayerScaleLM()
+
+
+# -- Megatron style: the feed-forward's bias and GELU fused in a TorchScript function -------------------------------
+
+
+@torch.jit.script
+def bias_gelu(bias, y):
+    x = bias + y  # sqrt(2 / pi) to float64's digits (Megatron's 0.79788456 is 1e-9 off: 2e-10 in the outputs)
+    return x * 0.5 * (1.0 + torch.tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)))
+
+
+class FusedBiasMLP(nn.Module):
+    """Megatron's ParallelMLP on one device: the first projection's bias kept apart and added inside the fused GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense_h_to_4h = nn.Linear(D, 4 * D, bias=False)
+        self.bias = nn.Parameter(torch.zeros(4 * D))
+        self.dense_4h_to_h = nn.Linear(4 * D, D)
+
+    def forward(self, x):
+        return self.dense_4h_to_h(bias_gelu(self.bias, self.dense_h_to_4h(x)))
+
+
+def megatron_lm() -> WrapperLM:
+    """The wrapper GPT with Megatron's fused bias-GELU feed-forward in each block."""
+    model = wrapper_lm()
+    for _, ff in model.transformer.layers:
+        ff.fn.fn = FusedBiasMLP()
+    return model
+
+
 CASES = [
     ("wrapper_lm", wrapper_lm, "transformer_lm", {}, "pass"),
     (
@@ -736,6 +805,14 @@ CASES = [
         ("mistake", "attention.mask_inverted", "layer.0.self_attention"),
     ),
     ("checkpointed_gpt", checkpointed_gpt, "transformer_lm", {}, "pass"),
+    ("megatron_lm", megatron_lm, "transformer_lm", {}, "pass"),
+    (
+        "layer_scale_lm",
+        layer_scale_lm,
+        "transformer_lm",
+        {},
+        ("no pair", "blocks.0.ls1", "gamma"),
+    ),
     (
         "checkpointed_gpt.causal_hides_diagonal_second_block",
         lambda: checkpointed_gpt(last_diagonal=-1),
