@@ -229,8 +229,9 @@ def _forward(start: Node) -> list:
 
 def _query_first(product: Node) -> list:
     """A scores product's two operands, the query's first (an einsum's: the one holding the rows' index; a
-    baddbmm's the two after the tensor it adds, BLOOM's ALiBi)."""
-    operands = [p for p in product.parents if p.param is None][int(product.op in ("baddbmm", "addmm")) :]
+    baddbmm's the two after the tensor it adds, BLOOM's ALiBi, where that tensor was recorded)."""
+    operands = [p for p in product.parents if p.param is None]
+    operands = operands[int(product.op in ("baddbmm", "addmm") and len(operands) > 2) :]  # a zeros made unrecorded
     a, b = operands[:2] if len(operands) >= 2 else (None, None)
     match = re.fullmatch(r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*", product.extra or "")
     if match and len(match.group(3)) >= 2 and match.group(3)[-2] in match.group(2):

@@ -744,6 +744,211 @@ def megatron_lm() -> WrapperLM:
     return model
 
 
+# -- PaLM style (a research repository's): one fused projection for q, the single K/V head and the SwiGLU's halves --
+
+
+class BufferShiftLayerNorm(nn.Module):
+    """A LayerNorm whose shift is a zero buffer (no learned bias), applied by F.layer_norm."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(dim))
+        self.register_buffer("beta", torch.zeros(dim))
+
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.gamma, self.beta)
+
+
+class ParallelTransformerBlock(nn.Module):
+    def __init__(self, dim, dim_head=HD, heads=H, ff_mult=2, causal: bool = True):
+        super().__init__()
+        self.norm = BufferShiftLayerNorm(dim)
+        attn_inner, ff_inner = dim_head * heads, dim * ff_mult
+        self.fused_dims = (attn_inner, dim_head, dim_head, ff_inner * 2)
+        self.heads, self.scale, self.causal = heads, dim_head**-0.5, causal
+        self.rotary = RotaryEmbedding(dim_head)
+        self.fused_attn_ff_proj = nn.Linear(dim, sum(self.fused_dims), bias=False)
+        self.attn_out = nn.Linear(attn_inner, dim, bias=False)
+        self.ff_out = nn.Linear(ff_inner, dim, bias=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        x = self.norm(x)
+        q, k, v, ff = self.fused_attn_ff_proj(x).split(self.fused_dims, dim=-1)
+        q = q.view(*q.shape[:2], self.heads, -1).transpose(1, 2)  # (B, H, T, Dh); k and v: (B, T, Dh), one head
+        cos, sin = self.rotary(q)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos[0] + rotate_half(k) * sin[0]
+        sim = torch.einsum("b h i d, b j d -> b h i j", q * self.scale, k)
+        if self.causal:
+            sim = sim.masked_fill(
+                torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1), -torch.finfo(sim.dtype).max
+            )
+        out = torch.einsum("b h i j, b j d -> b h i d", sim.softmax(dim=-1), v)
+        ff, gate = ff.chunk(2, dim=-1)
+        return self.attn_out(out.transpose(1, 2).flatten(2)) + self.ff_out(F.silu(gate) * ff)
+
+
+class PaLM(nn.Module):
+    def __init__(self, last_causal: bool = True):
+        super().__init__()
+        self.token_emb = nn.Embedding(V, D)
+        self.blocks = nn.ModuleList([ParallelTransformerBlock(D), ParallelTransformerBlock(D, causal=last_causal)])
+        self.norm = BufferShiftLayerNorm(D)
+        self.to_logits = nn.Linear(D, V, bias=False)
+        self.to_logits.weight = self.token_emb.weight
+
+    def forward(self, x):
+        x = self.token_emb(x)
+        for block in self.blocks:
+            x = block(x) + x
+        return self.to_logits(self.norm(x))
+
+
+def palm(last_causal: bool = True) -> PaLM:
+    torch.manual_seed(0)
+    return PaLM(last_causal)
+
+
+# -- fairseq's decoder-only LM: time-first, a lazily cached float future mask, in-place ops, the table read back ----
+
+
+class InPlaceTimeFirstAttention(TimeFirstAttention):
+    def forward(self, query, key, value, attn_mask=None):
+        tgt_len, bsz, embed_dim = query.size()
+        q = self.q_proj(query)
+        q *= self.scaling
+        k, v = self.k_proj(key), self.v_proj(value)
+        q = q.contiguous().view(tgt_len, bsz * H, HD).transpose(0, 1)  # (B * H, T, Dh)
+        k = k.contiguous().view(-1, bsz * H, HD).transpose(0, 1)
+        v = v.contiguous().view(-1, bsz * H, HD).transpose(0, 1)
+        attn_weights = torch.bmm(q, k.transpose(1, 2))
+        if attn_mask is not None:
+            attn_weights += attn_mask.unsqueeze(0)
+        attn = torch.bmm(F.softmax(attn_weights, dim=-1), v)
+        return self.out_proj(attn.transpose(0, 1).contiguous().view(tgt_len, bsz, embed_dim)), None
+
+
+class TimeFirstDecoderLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attn = InPlaceTimeFirstAttention()
+        self.self_attn_layer_norm = nn.LayerNorm(D)
+        self.fc1, self.fc2 = nn.Linear(D, 2 * D), nn.Linear(2 * D, D)
+        self.final_layer_norm = nn.LayerNorm(D)
+
+    def forward(self, x, self_attn_mask):
+        residual = x
+        x = self.self_attn_layer_norm(x)  # normalize_before
+        x, _ = self.self_attn(query=x, key=x, value=x, attn_mask=self_attn_mask)
+        x += residual
+        residual = x
+        x = self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+        x += residual
+        return x
+
+
+class TimeFirstLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, D, padding_idx=PAD)
+        self.embed_scale = math.sqrt(D)
+        self.embed_positions = nn.Embedding(T_MAX, D)
+        self.layers = nn.ModuleList([TimeFirstDecoderLayer(), TimeFirstDecoderLayer()])
+        self.layer_norm = nn.LayerNorm(D)
+        self._future_mask = torch.empty(0)
+
+    def buffered_future_mask(self, tensor):
+        dim = tensor.size(0)
+        if self._future_mask.size(0) < dim or self._future_mask.dtype != tensor.dtype:
+            self._future_mask = torch.triu(torch.full([dim, dim], float("-inf"), dtype=tensor.dtype), 1)
+        return self._future_mask.to(tensor)[:dim, :dim]
+
+    def forward(self, prev_output_tokens):
+        positions = self.embed_positions(torch.arange(prev_output_tokens.size(1), device=prev_output_tokens.device))
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens) + positions
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        for layer in self.layers:
+            x = layer(x, self.buffered_future_mask(x))
+        x = self.layer_norm(x).transpose(0, 1)  # T x B x C -> B x T x C
+        return F.linear(x, self.embed_tokens.weight)
+
+
+def time_first_lm() -> TimeFirstLM:
+    torch.manual_seed(0)
+    return TimeFirstLM()
+
+
+# -- HF GPT-NeoX's attention arithmetic: baddbmm with the scale as alpha, the mask value a tensor of finfo.min -------
+
+
+class BaddbmmAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query_key_value = nn.Linear(D, 3 * D)
+        self.dense = nn.Linear(D, D)
+        self.norm_factor = math.sqrt(HD)
+        self.register_buffer("bias", torch.tril(torch.ones(T_MAX, T_MAX, dtype=torch.bool)).view(1, 1, T_MAX, T_MAX))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        qkv = self.query_key_value(x).view(B, T, H, 3 * HD).permute(0, 2, 1, 3)
+        q, k, v = qkv[..., :HD], qkv[..., HD : 2 * HD], qkv[..., 2 * HD :]
+        q, k = q.reshape(B * H, T, HD), k.reshape(B * H, T, HD)
+        scores = torch.zeros(B * H, T, T, dtype=q.dtype, device=q.device)
+        scores = torch.baddbmm(scores, q, k.transpose(1, 2), beta=1.0, alpha=1.0 / self.norm_factor)
+        scores = scores.view(B, H, T, T)
+        mask_value = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype, device=scores.device)
+        scores = torch.where(self.bias[:, :, :T, :T], scores, mask_value)
+        out = (nn.functional.softmax(scores, dim=-1) @ v).permute(0, 2, 1, 3).reshape(B, T, D)
+        return self.dense(out)
+
+
+class GLUFeedForward(nn.Module):
+    """A GLU feed-forward: one projection to twice the width, F.glu (the first half times sigmoid of the second)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w_in = nn.Linear(D, 4 * D)
+        self.w_out = nn.Linear(2 * D, D)
+
+    def forward(self, x):
+        return self.w_out(F.glu(self.w_in(x), dim=-1))
+
+
+class NeoXBlock(nn.Module):
+    def __init__(self, glu: bool = False):
+        super().__init__()
+        self.input_layernorm, self.post_attention_layernorm = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attention = BaddbmmAttention()
+        self.mlp = GLUFeedForward() if glu else nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x):
+        x = x + self.attention(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class NeoXLM(nn.Module):
+    def __init__(self, glu: bool = False):
+        super().__init__()
+        self.embed_in = nn.Embedding(V, D)
+        self.embed_pos = nn.Embedding(T_MAX, D)
+        self.layers = nn.ModuleList([NeoXBlock(glu), NeoXBlock(glu)])
+        self.final_layer_norm = nn.LayerNorm(D)
+        self.embed_out = nn.Linear(D, V, bias=False)
+
+    def forward(self, input_ids):
+        x = self.embed_in(input_ids) + self.embed_pos(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for layer in self.layers:
+            x = layer(x)
+        return self.embed_out(self.final_layer_norm(x))
+
+
+def neox_lm(glu: bool = False) -> NeoXLM:
+    torch.manual_seed(0)
+    return NeoXLM(glu)
+
+
 CASES = [
     ("wrapper_lm", wrapper_lm, "transformer_lm", {}, "pass"),
     (
@@ -806,6 +1011,17 @@ CASES = [
     ),
     ("checkpointed_gpt", checkpointed_gpt, "transformer_lm", {}, "pass"),
     ("megatron_lm", megatron_lm, "transformer_lm", {}, "pass"),
+    ("palm", palm, "transformer_lm", {}, "pass"),
+    (
+        "palm.not_causal_second_block",
+        lambda: palm(last_causal=False),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "blocks.1"),
+    ),
+    ("time_first_lm", time_first_lm, "transformer_lm", {}, "pass"),
+    ("neox_lm", neox_lm, "transformer_lm", {}, "pass"),
+    ("neox_lm.glu", lambda: neox_lm(glu=True), "transformer_lm", {}, ("no pair", "layers.0.mlp", "sigmoid")),
     (
         "layer_scale_lm",
         layer_scale_lm,
