@@ -254,6 +254,7 @@ class Attention:
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
+    factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
 
 
 @dataclass
@@ -356,6 +357,16 @@ class Flow:
         after = _walk(head.children, lambda n: n.children if n.op in VIEWS else [])
         by = next((n for n in after if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value), None)
         return None if by is None else float(by.value) if by.op in MULS else 1.0 / by.value
+
+    @property
+    def position_scale(self) -> float | None:
+        """The number positions (an arange) are divided by on their way to a cos or sin (RoPE's linear scaling, as
+        transformers' LlamaLinearScalingRotaryEmbedding: t / factor); None where there is none."""
+        for node in (n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value):
+            arange = any(n.op == "arange" for n in _walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
+            if arange and any(n.op in ("cos", "sin") for n in _walk(node.children, lambda n: n.children)):
+                return 1 / node.value if node.op in MULS else float(node.value)
+        return None
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
@@ -474,6 +485,8 @@ def _attention(node: Node) -> Attention | None:
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
+        numbers = [n for n in behind if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value]
+        found.factor = float(np.prod([n.value if n.op in MULS else 1 / n.value for n in numbers]))
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found

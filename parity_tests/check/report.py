@@ -34,7 +34,10 @@ FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 
 
 # config fields the recorded flow sets, shown where set
-READ_FROM_FLOW = ("parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks")
+READ_FROM_FLOW = (
+    "parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks", "attention_scale_by_layer",
+    "rope_scaling",
+)  # fmt: skip
 
 
 def float32_bar(own: float) -> float:

@@ -17,18 +17,29 @@ the judge meets them here for the first time.
 - a Cohere-style LM: a LayerNorm with a weight and no bias written out in float32, a parallel block with a SwiGLU,
   interleaved rotary, the head tied to the embeddings and the logits multiplied by a `logit_scale` of 1/16 (and
   the same without the scale);
+- torch's nn.MultiheadAttention left at batch_first=False in an encoder that transposes once (a `key_padding_mask`);
 - a BERT-ish encoder called the Hugging Face 1.x way: the caller widens the 1/0 attention mask to a (B, 1, 1, T)
   additive "extended attention mask" of 0 and -10000 and the layers add it to the scores;
 - a lecture GPT of single-head `Head` modules (bias-free key, query, value, a `tril` buffer) concatenated from an
   nn.ModuleList, a tanh GELU, and each block run through `torch.utils.checkpoint.checkpoint(use_reentrant=False)`;
 - Megatron's feed-forward: the first projection's bias kept apart and added inside a `@torch.jit.script` fused
   bias-GELU (sqrt(2 / pi) to float64's digits);
+- PaLM's parallel block (a research repository's): one bias-free projection split into the queries, ONE key and value
+  head and the SwiGLU's two halves, rotary on q and k, a LayerNorm whose shift is a zero buffer, a tied head;
+- fairseq's decoder-only LM: time-first, `q *= self.scaling` and `x += residual` in place, a float future mask
+  cached lazily on the module (`torch.empty(0)` until the first call), the token table read back by F.linear;
+- GPT-NeoX's attention arithmetic as transformers writes it: `torch.baddbmm` of a zeros tensor with the scale as
+  `alpha`, the mask value a tensor of finfo.min; a Llama of torch's `F.rms_norm` and an HF-style rotary module with
+  linear position scaling (t / factor); GPT-2 with `scale_attn_by_inverse_layer_idx` and a (B, T) padding mask
+  joined to the causal one; GPT-1's post-norm decoder (no final norm);
 - math the reference lacks: LayerScale (timm's, CaiT's), each sublayer's output times a learned per-feature `gamma`;
+  a feed-forward of `F.glu` (the first half times the sigmoid of the second);
 - mistakes put into them, each named where it sits: the wrapper GPT's second attention scaled by dim ** -0.5 (the
   model width, not the head's), the fairseq encoder's second attention never applying its key_padding_mask, the
   values rotated too in the rotary-module model's second attention, the Cohere LayerNorm's eps outside the root in
   the second block, the extended mask built inverted by the caller (mask * -10000), the causal `tril` of the
-  checkpointed GPT's second-block heads hiding the diagonal.
+  checkpointed GPT's second-block heads hiding the diagonal, SDPA's `scale=` of 1 / Dh in Falcon's second block, the
+  keys rotated one position ahead in GPT-J's second block, the causal mask left off PaLM's second block.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/fresh.py's.
 """
@@ -949,6 +960,130 @@ def neox_lm(glu: bool = False) -> NeoXLM:
     return NeoXLM(glu)
 
 
+# -- a Llama of torch's own F.rms_norm and an HF-style RoPE module with linear position scaling --------------------
+
+
+class LinearScaledRotary(nn.Module):
+    """transformers' LlamaLinearScalingRotaryEmbedding, in the user's words: positions divided by a factor."""
+
+    def __init__(self, dim, base=10000.0, scaling_factor=1.0):
+        super().__init__()
+        self.scaling_factor = scaling_factor
+        self.register_buffer("inv_freq", 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)), persistent=False)
+
+    def forward(self, x, position_ids):
+        t = position_ids.to(self.inv_freq.dtype) / self.scaling_factor
+        freqs = torch.outer(t, self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+class FunctionalRMSNorm(nn.Module):
+    def __init__(self, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(D))
+        self.eps = eps
+
+    def forward(self, x):
+        return F.rms_norm(x, (D,), self.weight, self.eps)
+
+
+class RotaryDecoderLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.input_layernorm, self.post_attention_layernorm = FunctionalRMSNorm(), FunctionalRMSNorm()
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(D, D, bias=False) for _ in range(4))
+        self.mlp = CohereMLP()
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        h = self.input_layernorm(x)
+        q, k, v = (p(h).view(B, T, H, HD).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D)
+        x = x + self.o_proj(y)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class ScaledRopeLlama(nn.Module):
+    def __init__(self, scaling_factor=1.0):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, D)
+        self.rotary_emb = LinearScaledRotary(HD, scaling_factor=scaling_factor)
+        self.layers = nn.ModuleList([RotaryDecoderLayer(), RotaryDecoderLayer()])
+        self.norm = FunctionalRMSNorm()
+        self.lm_head = nn.Linear(D, V, bias=False)
+
+    def forward(self, input_ids):
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.rotary_emb(x, torch.arange(input_ids.shape[1], device=input_ids.device))
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+def scaled_rope_llama(scaling_factor=1.0) -> ScaledRopeLlama:
+    torch.manual_seed(0)
+    return ScaledRopeLlama(scaling_factor)
+
+
+# -- GPT-2 variants: scores scaled by the inverse layer index; GPT-1's post-norm; a padding mask joined to the causal --
+
+
+class LayerIndexedAttention(nn.Module):
+    def __init__(self, layer_idx: int, by_layer: bool):
+        super().__init__()
+        self.c_attn, self.c_proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.divisor = math.sqrt(HD) * (layer_idx + 1 if by_layer else 1)  # scale_attn_by_inverse_layer_idx
+
+    def forward(self, x, keep=None):
+        B, T, _ = x.shape
+        q, k, v = (t.view(B, T, H, HD).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
+        w = q @ k.transpose(-1, -2) / self.divisor
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        keep = causal if keep is None else causal & keep[:, None, None, :]
+        y = w.masked_fill(~keep, float("-inf")).softmax(-1) @ v
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, layer_idx: int, by_layer: bool = False, post_norm: bool = False):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.attn = LayerIndexedAttention(layer_idx, by_layer)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(approximate="tanh"), nn.Linear(4 * D, D))
+        self.post_norm = post_norm
+
+    def forward(self, x, keep=None):
+        if self.post_norm:  # GPT-1's: the sum normed
+            x = self.ln_1(x + self.attn(x, keep))
+            return self.ln_2(x + self.mlp(x))
+        x = x + self.attn(self.ln_1(x), keep)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2Variant(nn.Module):
+    def __init__(self, by_layer: bool = False, post_norm: bool = False):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T_MAX, D)
+        self.h = nn.ModuleList([GPT2Block(i, by_layer, post_norm) for i in range(2)])
+        self.ln_f = None if post_norm else nn.LayerNorm(D)
+        self.lm_head = nn.Linear(D, V, bias=False)
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, input_ids, attention_mask=None):
+        keep = None if attention_mask is None else attention_mask.bool()
+        x = self.wte(input_ids) + self.wpe(torch.arange(input_ids.shape[1], device=input_ids.device))
+        for block in self.h:
+            x = block(x, keep)
+        return self.lm_head(x if self.ln_f is None else self.ln_f(x))
+
+
+def gpt2_variant(by_layer: bool = False, post_norm: bool = False) -> GPT2Variant:
+    torch.manual_seed(0)
+    return GPT2Variant(by_layer, post_norm)
+
+
 CASES = [
     ("wrapper_lm", wrapper_lm, "transformer_lm", {}, "pass"),
     (
@@ -1021,6 +1156,11 @@ CASES = [
     ),
     ("time_first_lm", time_first_lm, "transformer_lm", {}, "pass"),
     ("neox_lm", neox_lm, "transformer_lm", {}, "pass"),
+    ("functional_rms_llama", scaled_rope_llama, "transformer_lm", {}, "pass"),
+    ("functional_rms_llama.linear_rope_scaling", lambda: scaled_rope_llama(2.0), "transformer_lm", {}, "pass"),
+    ("gpt2_padding_mask", gpt2_variant, "transformer_lm", {}, "pass"),
+    ("gpt2_padding_mask.scaled_by_inverse_layer", lambda: gpt2_variant(by_layer=True), "transformer_lm", {}, "pass"),
+    ("gpt1_post_norm", lambda: gpt2_variant(post_norm=True), "transformer_lm", {}, "pass"),
     ("neox_lm.glu", lambda: neox_lm(glu=True), "transformer_lm", {}, ("no pair", "layers.0.mlp", "sigmoid")),
     (
         "layer_scale_lm",
