@@ -40,12 +40,6 @@ TODAY: dict[str, str] = {
     # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
     "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
     "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
-    # fresh5: PaLM's one projection holding q, one K/V head and the SwiGLU's halves is read as attention rows only
-    **dict.fromkeys(
-        ["palm", "palm.not_causal_second_block"],
-        "could not judge: n_heads must be a multiple of n_kv_heads (...): got n_heads=4, n_kv_heads=9; pass call= "
-        "(how to call it) or mapping= (the weight map)",
-    ),
 }
 
 

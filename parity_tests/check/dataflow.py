@@ -543,12 +543,14 @@ def _feed_forwards(flow: Flow) -> None:
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
         if operand is None:
             continue
-        ins = [i for i in dict.fromkeys(back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
         acted = {projection(n) for n in _walk(_activations(node), _behind)}  # those an activation reads, on the way
+        shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
+        ins = [i for i in dict.fromkeys(back(operand)[0]) if flow.roles.get(i, "ffn_out") == "ffn_out" or i in shared]
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
-            flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
+            flow.roles |= {w: "ffn_out"} | ({} if ins[0] in shared else {ins[0]: "ffn_in"})
             width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])
-            fused = width == 2 * operand.shape[-1]  # Phi-3's gate_up_proj
+            held = sum(len(c) for a in flow.attentions for c in a.columns.get(ins[0], {}).values())
+            fused = width - held == 2 * operand.shape[-1]  # Phi-3's gate_up_proj (PaLM's: after q, k and v)
             flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])

@@ -100,12 +100,13 @@ def _out_projections(links) -> dict:
 def attention_place(links, unit: str, target: str) -> str:
     """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
     could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
-    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
+    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self), or where
+    one projection holds them (PaLM's, shared with the feed-forward), the module holding it and the output's."""
     if _out_projections(links).get(unit) != target:
         return target
     refs = ((ref, link.user) for link in links for ref, _ in link.parts)
     qkv = [_module_path(user) for ref, user in refs if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref]
-    return _lca(qkv) or target
+    return _lca(qkv + [target] * (len(set(qkv)) == 1)) or target  # one fused projection: the module around both
 
 
 def capture(check, choice, dtype=np.float64) -> dict:
@@ -165,7 +166,7 @@ def scan(check, choice, captured) -> Divergence:
     """The Divergence of the user's run (`captured`) under `choice`. Each part is judged in situ: the reference part
     on the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later
     part's larger one judged in situ (ROUNDING)."""
-    done, small, caller, p = 0, None, choice.caller, choice.probe
+    done, small, caller, p, adds = 0, None, choice.caller, choice.probe, False
     key = ("stages", repr(choice.cfg), id(p))
     if key not in check.cache:
         check.cache[key] = R.stages(check.entry, check.params, p, choice.cfg)
@@ -182,6 +183,10 @@ def scan(check, choice, captured) -> Divergence:
         stage = situated(chained, captured.get(chained.unit), caller.batch_first)
         with np.errstate(all="ignore"):
             error = match(user, stage.output, stage.valid, None)
+            if error > ROUNDING and stage.kind == "layer" and isinstance(stage.inputs[0], np.ndarray):
+                whole = user + stage.inputs[0]  # a block returning its sublayers alone: its parent adds x (PaLM's)
+                if adds or match(whole, stage.output, stage.valid, None) <= ROUNDING:
+                    adds, user, error = True, whole, match(whole, stage.output, stage.valid, None)
         if error > ROUNDING and (small is None or stage is not chained):
             return Divergence(done, stage, user, error)
         if error > 1e-10 and small is None:

@@ -284,8 +284,9 @@ def _rows(attention: dict, piece, D: int) -> dict:
     holds (narrower with grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
     held = attention["columns"].get(piece.weight, {})
-    if set(held) == set(roles) and sum(map(len, held.values())) == piece.out_features:
-        return {r: len(held[r]) for r in roles}
+    first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
+    if set(held) == set(roles) and first and sum(map(len, held.values())) <= piece.out_features:
+        return {r: len(held[r]) for r in roles}  # the rows after them a feed-forward block's (PaLM's fused projection)
     q = D // len(attention["q"]) if "q" in roles else 0
     kv = [r for r in roles if r != "q"]
     rest = piece.out_features - q
@@ -348,11 +349,20 @@ class Linker:
     def piece(self, piece, parts: list, hold_bias: bool) -> None:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
-        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
+        self._stack(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], piece.transposed))
         if piece.bias is not None:
-            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
+            self._stack(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
+
+    def _stack(self, link: Link) -> None:
+        """`link`, or its parts stacked after those of the link its user tensor already has (a projection one unit
+        links rows of and another the rows after them: PaLM's q, k, v and feed-forward in one)."""
+        held = next((k for k in self.links if k.user == link.user), None)
+        if held is None:
+            self.links.append(link)
+        else:
+            held.parts += link.parts
 
     def norm(self, norm, prefix: str) -> None:
         """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift; the
