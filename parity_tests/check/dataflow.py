@@ -362,9 +362,13 @@ class Flow:
     def position_scale(self) -> float | None:
         """The number positions (an arange) are divided by on their way to a cos or sin (RoPE's linear scaling, as
         transformers' LlamaLinearScalingRotaryEmbedding: t / factor); None where there is none."""
-        for node in (n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value):
+        onward = VIEWS | MULS | {"outer", "einsum", "matmul", "__matmul__", "cat", "stack", "repeat_interleave"}
+        for node in (
+            n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value > 0
+        ):
             arange = any(n.op == "arange" for n in _walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
-            if arange and any(n.op in ("cos", "sin") for n in _walk(node.children, lambda n: n.children)):
+            ahead = _walk(node.children, lambda n: n.children if n.op in onward else [])  # as angles, not exp's input
+            if arange and any(n.op in ("cos", "sin") for n in ahead):
                 return 1 / node.value if node.op in MULS else float(node.value)
         return None
 

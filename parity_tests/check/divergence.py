@@ -101,12 +101,14 @@ def attention_place(links, unit: str, target: str) -> str:
     """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
     could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
     dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self), or where
-    one projection holds them (PaLM's, shared with the feed-forward), the module holding it and the output's."""
+    that module holds another unit's rows too (PaLM's, shared with the feed-forward), the one around it and the
+    output projection."""
     if _out_projections(links).get(unit) != target:
         return target
-    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
+    refs = [(ref, link.user) for link in links for ref, _ in link.parts]
     qkv = [_module_path(user) for ref, user in refs if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref]
-    return _lca(qkv + [target] * (len(set(qkv)) == 1)) or target  # one fused projection: the module around both
+    shared = {_module_path(user) for ref, user in refs if unit_of(ref)[0] != unit} & set(qkv)  # PaLM's, with the FFN
+    return _lca(qkv + [target] * bool(shared)) or target
 
 
 def capture(check, choice, dtype=np.float64) -> dict:

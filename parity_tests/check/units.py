@@ -261,8 +261,9 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
         base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
-        factors = [a.factor for a in found.flow.attentions]  # GPT-2's scale_attn_by_inverse_layer_idx: 1 / (i + 1)
-        by_layer = len(factors) > 1 and all(abs(f * (i + 1) / factors[0] - 1) < 1e-9 for i, f in enumerate(factors))
+        factors = [a.factor for a in found.flow.attentions]  # GPT-2's scale_attn_by_inverse_layer_idx: 1 / (i + 1),
+        # read from three layers on (two: a second layer scaled by half is as likely attention.wrong_scale)
+        by_layer = len(factors) > 2 and all(abs(f * (i + 1) / factors[0] - 1) < 1e-9 for i, f in enumerate(factors))
         base["attention_scale_by_layer"] = by_layer and len(entry.stacks) == 1 and not entry.cross
         scale = found.flow.output_scale  # logits times a number: the reference's scale of the hidden states
         if entry.output_head and scale is not None and not base["output_bias"]:

@@ -30,8 +30,8 @@ the judge meets them here for the first time.
   cached lazily on the module (`torch.empty(0)` until the first call), the token table read back by F.linear;
 - GPT-NeoX's attention arithmetic as transformers writes it: `torch.baddbmm` of a zeros tensor with the scale as
   `alpha`, the mask value a tensor of finfo.min; a Llama of torch's `F.rms_norm` and an HF-style rotary module with
-  linear position scaling (t / factor); GPT-2 with `scale_attn_by_inverse_layer_idx` and a (B, T) padding mask
-  joined to the causal one; GPT-1's post-norm decoder (no final norm);
+  linear position scaling (t / factor); GPT-2 (three layers) with `scale_attn_by_inverse_layer_idx`, a (B, T)
+  padding mask joined to the causal one; GPT-1's post-norm decoder (no final norm);
 - math the reference lacks: LayerScale (timm's, CaiT's), each sublayer's output times a learned per-feature `gamma`;
   a feed-forward of `F.glu` (the first half times the sigmoid of the second);
 - mistakes put into them, each named where it sits: the wrapper GPT's second attention scaled by dim ** -0.5 (the
@@ -1066,7 +1066,7 @@ class GPT2Variant(nn.Module):
     def __init__(self, by_layer: bool = False, post_norm: bool = False):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, D), nn.Embedding(T_MAX, D)
-        self.h = nn.ModuleList([GPT2Block(i, by_layer, post_norm) for i in range(2)])
+        self.h = nn.ModuleList([GPT2Block(i, by_layer, post_norm) for i in range(3 if by_layer else 2)])
         self.ln_f = None if post_norm else nn.LayerNorm(D)
         self.lm_head = nn.Linear(D, V, bias=False)
         self.lm_head.weight = self.wte.weight
