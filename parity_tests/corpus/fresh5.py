@@ -31,7 +31,8 @@ the judge meets them here for the first time.
 - GPT-NeoX's attention arithmetic as transformers writes it: `torch.baddbmm` of a zeros tensor with the scale as
   `alpha`, the mask value a tensor of finfo.min; a Llama of torch's `F.rms_norm` and an HF-style rotary module with
   linear position scaling (t / factor); GPT-2 (three layers) with `scale_attn_by_inverse_layer_idx`, a (B, T)
-  padding mask joined to the causal one; GPT-1's post-norm decoder (no final norm);
+  padding mask joined to the causal one; GPT-1's post-norm decoder (no final norm); SDPA handed a (B, 1, T, T) float
+  mask of 0 and finfo.min (transformers' "sdpa" path); grouped-query attention left to SDPA's `enable_gqa=True`;
 - math the reference lacks: LayerScale (timm's, CaiT's), each sublayer's output times a learned per-feature `gamma`;
   a feed-forward of `F.glu` (the first half times the sigmoid of the second);
 - mistakes put into them, each named where it sits: the wrapper GPT's second attention scaled by dim ** -0.5 (the
@@ -1022,6 +1023,30 @@ class ScaledRopeLlama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+class NativeGQALayer(RotaryDecoderLayer):
+    """Grouped-query attention left to SDPA (`enable_gqa=True`, torch 2.5 on): two K/V heads, never repeated by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.k_proj, self.v_proj = nn.Linear(D, 2 * HD, bias=False), nn.Linear(D, 2 * HD, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        h = self.input_layernorm(x)
+        q = self.q_proj(h).view(B, T, H, HD).transpose(1, 2)
+        k, v = (p(h).view(B, T, 2, HD).transpose(1, 2) for p in (self.k_proj, self.v_proj))
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, D))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def native_gqa_llama() -> ScaledRopeLlama:
+    model = scaled_rope_llama()
+    model.layers = nn.ModuleList([NativeGQALayer(), NativeGQALayer()])
+    return model
+
+
 def scaled_rope_llama(scaling_factor=1.0) -> ScaledRopeLlama:
     torch.manual_seed(0)
     return ScaledRopeLlama(scaling_factor)
@@ -1077,6 +1102,39 @@ class GPT2Variant(nn.Module):
         for block in self.h:
             x = block(x, keep)
         return self.lm_head(x if self.ln_f is None else self.ln_f(x))
+
+
+class FloatMaskAttention(LayerIndexedAttention):
+    """transformers' "sdpa" path: a (B, 1, T, T) float mask of 0 and finfo.min handed to SDPA as attn_mask."""
+
+    def forward(self, x, additive):
+        B, T, _ = x.shape
+        q, k, v = (t.view(B, T, H, HD).transpose(1, 2) for t in self.c_attn(x).split(D, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class FloatMaskGPT(GPT2Variant):
+    def __init__(self):
+        super().__init__()
+        for block in self.h:
+            block.attn = FloatMaskAttention(0, False)
+
+    def forward(self, input_ids, attention_mask=None):
+        B, T = input_ids.shape
+        x = self.wte(input_ids) + self.wpe(torch.arange(T, device=input_ids.device))
+        low = torch.finfo(x.dtype).min
+        additive = torch.full((T, T), low, dtype=x.dtype, device=x.device).triu(1)[None, None].expand(B, 1, T, T)
+        if attention_mask is not None:  # the padded keys too, kept finite (min, not min + min)
+            additive = additive.masked_fill(attention_mask[:, None, None, :] == 0, low)
+        for block in self.h:
+            x = block(x, additive)
+        return self.lm_head(self.ln_f(x))
+
+
+def float_mask_gpt() -> FloatMaskGPT:
+    torch.manual_seed(0)
+    return FloatMaskGPT()
 
 
 def gpt2_variant(by_layer: bool = False, post_norm: bool = False) -> GPT2Variant:
@@ -1158,9 +1216,11 @@ CASES = [
     ("neox_lm", neox_lm, "transformer_lm", {}, "pass"),
     ("functional_rms_llama", scaled_rope_llama, "transformer_lm", {}, "pass"),
     ("functional_rms_llama.linear_rope_scaling", lambda: scaled_rope_llama(2.0), "transformer_lm", {}, "pass"),
+    ("functional_rms_llama.sdpa_enable_gqa", native_gqa_llama, "transformer_lm", {}, "pass"),
     ("gpt2_padding_mask", gpt2_variant, "transformer_lm", {}, "pass"),
     ("gpt2_padding_mask.scaled_by_inverse_layer", lambda: gpt2_variant(by_layer=True), "transformer_lm", {}, "pass"),
     ("gpt1_post_norm", lambda: gpt2_variant(post_norm=True), "transformer_lm", {}, "pass"),
+    ("gpt2_sdpa_float_mask", float_mask_gpt, "transformer_lm", {}, "pass"),
     ("neox_lm.glu", lambda: neox_lm(glu=True), "transformer_lm", {}, ("no pair", "layers.0.mlp", "sigmoid")),
     (
         "layer_scale_lm",
