@@ -46,6 +46,7 @@ class Caller:
     causal: bool = False  # a self-attention that masks the future (itself, or by the causal mask it is given)
     keywords: tuple = ()  # the data passed by these names (a mask parameter sits between them: transformers')
     template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example_callers)
+    time_first_output: bool = False  # a batch-first call whose output came back (T, B, ...): read turned
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -59,6 +60,8 @@ class Caller:
             out["attention"] = "causal self-attention: one input, the future masked"
         elif self.self_attention:
             out["attention"] = "self-attention: one input (query = key = value)"
+        if self.time_first_output:
+            out["output_layout"] = "time-first (T, B, ...), read batch-first"
         if self.call is not None or self.template is not None:  # exclusive: call= or example=
             out["call"] = "the call= adapter" if self.call is not None else "as the example calls it"
         return out
@@ -83,7 +86,18 @@ class Caller:
         out = first_tensor(
             module(*[values[k](v) for k, v in args], **{n: values[k](v) for n, (k, v) in kwargs.items()})
         )
-        return out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
+        out = out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
+        turned = next((t for n in self.order if (t := batch_first(out, tensors[n].shape[:2])) is not out), out)
+        self.time_first_output = self.time_first_output or turned is not out
+        return turned
+
+
+def batch_first(t, shape):
+    """`t` (a tensor or an array) as `shape` (B, T, ...) says: as it is, or turned where it holds (T, B, ...), as a
+    fairseq model (or part) hands its time-first output on."""
+    if t.ndim < 3 or tuple(t.shape[: len(shape)]) == tuple(shape) or tuple(t.shape[1::-1]) != tuple(shape[:2]):
+        return t
+    return t.swapaxes(0, 1)
 
 
 def first_tensor(out):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -171,9 +172,28 @@ def record(run, module: nn.Module) -> Flow:
     def leave(*_) -> None:
         rec.path.pop()
 
-    with hooked(module.named_modules(), leave, rec.path.append), rec:
+    with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), rec:
         run()
     return read(rec.nodes, rec.values)
+
+
+@contextmanager
+def unscripted(module: nn.Module) -> Iterator[None]:
+    """While inside, each TorchScript function in the namespaces that define the module's classes (Megatron's fused
+    bias-GELU) is the Python function it was scripted from: the recorder sees no op a ScriptFunction runs."""
+    spaces = {id(v): vars(v) for v in (sys.modules.get(type(m).__module__) for m in module.modules()) if v is not None}
+    swapped = [(space, name, f) for space in spaces.values() for name, f in list(space.items()) if _scripted(f)]
+    for space, name, f in swapped:
+        space[name] = f._torchdynamo_inline
+    try:
+        yield
+    finally:
+        for space, name, f in swapped:
+            space[name] = f
+
+
+def _scripted(f) -> bool:
+    return isinstance(f, torch.jit.ScriptFunction) and callable(getattr(f, "_torchdynamo_inline", None))
 
 
 @contextmanager
@@ -254,8 +274,9 @@ def _forward(start: Node) -> list:
 
 def _query_first(product: Node) -> list:
     """A scores product's two operands, the query's first (an einsum's: the one holding the rows' index; a
-    baddbmm's the two after the tensor it adds, BLOOM's ALiBi)."""
-    operands = [p for p in product.parents if p.param is None][int(product.op in ("baddbmm", "addmm")) :]
+    baddbmm's the two after the tensor it adds, BLOOM's ALiBi, where that tensor was recorded)."""
+    operands = [p for p in product.parents if p.param is None]
+    operands = operands[int(product.op in ("baddbmm", "addmm") and len(operands) > 2) :]  # a zeros made unrecorded
     a, b = operands[:2] if len(operands) >= 2 else (None, None)
     match = re.fullmatch(r"\s*(\w+)\s*,\s*(\w+)\s*->\s*(\w+)\s*", product.extra or "")
     if match and len(match.group(3)) >= 2 and match.group(3)[-2] in match.group(2):
@@ -280,6 +301,7 @@ class Attention:
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
     window: int | None = None  # a sliding window its mask applies (Flow.width)
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
+    factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
 
 
 @dataclass
@@ -417,6 +439,31 @@ class Flow:
         else:
             return None
         return seen.reshape(-1, *seen.shape[-2:]).any(0) if seen.ndim >= 2 else None
+
+    @property
+    def output_scale(self) -> float | None:
+        """The number the last projection's output (the logits) is multiplied or divided by where no soft cap follows
+        (Cohere's logit_scale); None where there is none."""
+        head = next((n for n in reversed(self.nodes) if projection(n)), None)
+        if head is None or any(n.op == "tanh" for n in _walk(head.children, lambda n: n.children)):
+            return None
+        after = _walk(head.children, lambda n: n.children if n.op in VIEWS else [])
+        by = next((n for n in after if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value), None)
+        return None if by is None else float(by.value) if by.op in MULS else 1.0 / by.value
+
+    @property
+    def position_scale(self) -> float | None:
+        """The number positions (an arange) are divided by on their way to a cos or sin (RoPE's linear scaling, as
+        transformers' LlamaLinearScalingRotaryEmbedding: t / factor); None where there is none."""
+        onward = VIEWS | MULS | {"outer", "einsum", "matmul", "__matmul__", "cat", "stack", "repeat_interleave"}
+        for node in (
+            n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value > 0
+        ):
+            arange = any(n.op == "arange" for n in _walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
+            ahead = _walk(node.children, lambda n: n.children if n.op in onward else [])  # as angles, not exp's input
+            if arange and any(n.op in ("cos", "sin") for n in ahead):
+                return 1 / node.value if node.op in MULS else float(node.value)
+        return None
 
     def computed_from_projections(self, param: str) -> bool:
         """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
@@ -564,6 +611,8 @@ def _attention(node: Node) -> Attention | None:
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
+        numbers = [n for n in behind if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value]
+        found.factor = float(np.prod([n.value if n.op in MULS else 1 / n.value for n in numbers]))
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
@@ -620,12 +669,14 @@ def _feed_forwards(flow: Flow) -> None:
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
         if operand is None:
             continue
-        ins = [i for i in dict.fromkeys(back(operand)[0]) if i not in flow.roles or flow.roles[i] == "ffn_out"]
         acted = {projection(n) for n in _walk(_activations(node), _behind)}  # those an activation reads, on the way
+        shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
+        ins = [i for i in dict.fromkeys(back(operand)[0]) if flow.roles.get(i, "ffn_out") == "ffn_out" or i in shared]
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
-            flow.roles[ins[0]], flow.roles[w] = "ffn_in", "ffn_out"
+            flow.roles |= {w: "ffn_out"} | ({} if ins[0] in shared else {ins[0]: "ffn_in"})
             width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])
-            fused = width == 2 * operand.shape[-1]  # Phi-3's gate_up_proj
+            held = sum(len(c) for a in flow.attentions for c in a.columns.get(ins[0], {}).values())
+            fused = width - held == 2 * operand.shape[-1]  # Phi-3's gate_up_proj (PaLM's: after q, k and v)
             flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])

@@ -101,12 +101,15 @@ def _out_projections(links) -> dict:
 def attention_place(links, unit: str, target: str) -> str:
     """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
     could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
-    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self)."""
+    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self), or where
+    that module holds another unit's rows too (PaLM's, shared with the feed-forward), the one around it and the
+    output projection."""
     if _out_projections(links).get(unit) != target:
         return target
-    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
+    refs = [(ref, link.user) for link in links for ref, _ in link.parts]
     qkv = [_module_path(user) for ref, user in refs if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref]
-    return _lca(qkv) or target
+    shared = {_module_path(user) for ref, user in refs if unit_of(ref)[0] != unit} & set(qkv)  # PaLM's, with the FFN
+    return _lca(qkv + [target] * bool(shared)) or target
 
 
 def capture(check, choice, dtype=np.float64) -> dict:
@@ -133,7 +136,8 @@ def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
             inputs.append(ref)
             continue
         same = next((j for j, other in enumerate(stage.inputs[:i]) if other is ref), None)
-        user = inputs[same] if same is not None else next((f for f in floats if f.shape == ref.shape), None)
+        turned = (C.batch_first(f, ref.shape) for f in floats)  # a part given time-first inputs (fairseq's)
+        user = inputs[same] if same is not None else next((f for f in turned if f.shape == ref.shape), None)
         if user is None and i == 0:
             return stage
         inputs.append(ref if user is None else user)
@@ -165,7 +169,7 @@ def scan(check, choice, captured) -> Divergence:
     """The Divergence of the user's run (`captured`) under `choice`. Each part is judged in situ: the reference part
     on the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later
     part's larger one judged in situ (ROUNDING)."""
-    done, small, caller, p = 0, None, choice.caller, choice.probe
+    done, small, caller, p, adds = 0, None, choice.caller, choice.probe, False
     key = ("stages", repr(choice.cfg), id(p))
     if key not in check.cache:
         check.cache[key] = R.stages(check.entry, check.params, p, choice.cfg)
@@ -176,11 +180,16 @@ def scan(check, choice, captured) -> Divergence:
         user = C.as_numpy(hooked[0]) if hooked else None
         if user is not None and not caller.batch_first and user.ndim >= 3:
             user = user.transpose(1, 0, 2)
+        user = user if user is None else C.batch_first(user, chained.output.shape)  # a part's time-first output
         if user is None or user.shape != chained.output.shape:
             continue
         stage = situated(chained, captured.get(chained.unit), caller.batch_first)
         with np.errstate(all="ignore"):
             error = match(user, stage.output, stage.valid, None)
+            if error > ROUNDING and stage.kind == "layer" and isinstance(stage.inputs[0], np.ndarray):
+                whole = user + stage.inputs[0]  # a block returning its sublayers alone: its parent adds x (PaLM's)
+                if adds or match(whole, stage.output, stage.valid, None) <= ROUNDING:
+                    adds, user, error = True, whole, match(whole, stage.output, stage.valid, None)
         if error > ROUNDING and (small is None or stage is not chained):
             return Divergence(done, stage, user, error)
         if error > 1e-10 and small is None:

@@ -36,6 +36,7 @@ FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 # config fields the recorded flow sets, shown where set
 READ_FROM_FLOW = (
     "parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks", "sliding_window", "layer_types",
+    "attention_scale_by_layer", "rope_scaling",
 )  # fmt: skip
 
 
@@ -153,7 +154,8 @@ class Result:
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
-        return fields + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)]
+        scaled = ["output_scale"] if self.config.output_scale != 1 else []  # Cohere's logit scale, the paper's d^-0.5
+        return fields + scaled + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)]
 
     def _map(self) -> list:
         if not self.mapping:

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from numpy_transformer import TransformerConfig
+from transformer_spec.config import RopeScaling
 
 from . import calling as C
 from . import dataflow as DF
@@ -165,10 +166,14 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
     if "activation" in entry.searches and "activation" not in given:
         options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
     options = [o | r for o in options for r in rope or [{}]]
+    scale = flow.position_scale if flow is not None and "rope_scaling" not in given else None
+    if scale is not None and scale != 1:  # RoPE's positions divided by a factor: linear scaling, tried first
+        linear = {"rope_scaling": RopeScaling("linear", scale)}
+        options = [o | linear for o in options if o.get("positional", base.positional) == "rope"] + options
     if "scale_embeddings" in entry.searches and "scale_embeddings" not in given:
         scales = (False, True) if rope and rope[0].get("positional") == "rope" else (True, False)
         options = [o | {"scale_embeddings": s} for o in options for s in scales]
-    if entry.output_head and base.tie_embeddings and "output_scale" not in given:
+    if entry.output_head and base.tie_embeddings and "output_scale" not in given and base.output_scale == 1:
         # the paper's sharing may scale the tied logits by d_model^-0.5 instead of the embeddings by sqrt(d)
         options = options + [o | {"output_scale": base.d_model**-0.5} for o in options]
     return [dataclasses.replace(base, **o) for o in options]

@@ -129,11 +129,11 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
 
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
-    not convert), named by its dotted path."""
-    yield from module.named_buffers()
+    not convert), named by its dotted path; none that is empty (a cache made in the forward: fairseq's future mask)."""
+    yield from ((name, b) for name, b in module.named_buffers() if b.numel())
     for path, mod in module.named_modules():
         for attr, value in vars(mod).items():
-            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter) and value.numel():
                 yield (f"{path}.{attr}" if path else attr), value
 
 

@@ -281,16 +281,30 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["norm_first"] = True  # a final norm: pre-norm layers
     if units.parallel:  # a parallel layer (issue 49's): pre-norm layers, however the sums read
         base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
-    if found.flow is not None:  # GPT-OSS's sink logits and Gemma 2's soft caps, where the flow computes them
-        base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
-        caps = found.flow.softcaps
-        base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
-        causal = entry.causal or "decoder" in entry.stacks or entry.self_attention_probes  # where a window applies
-        base["sliding_window"] = found.flow.window if entry.heads and causal else None  # a band built by hand
-        kinds = ["sliding_attention" if a.window else "full_attention" for a in found.flow.attentions]
-        if base["sliding_window"] and "full_attention" in kinds and len(kinds) == units.n_dec and not units.n_enc:
-            base["layer_types"] = kinds  # windowed layers and full ones (Gemma 2's alternation)
+    if found.flow is not None:
+        base = _from_flow(entry, found.flow, units, base)
     return TransformerConfig(**(base | known))
+
+
+def _from_flow(entry, flow, units: Units, base: dict) -> dict:
+    """The config fields only the recorded forward says: GPT-OSS's sink logits, Gemma 2's soft caps, a sliding
+    window, a scale of the scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
+    base = dict(base, attn_sinks=any(a.sinks for a in flow.attentions))
+    caps = flow.softcaps
+    base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
+    causal = entry.causal or "decoder" in entry.stacks or entry.self_attention_probes  # where a window applies
+    base["sliding_window"] = flow.window if entry.heads and causal else None  # a band built by hand
+    kinds = ["sliding_attention" if a.window else "full_attention" for a in flow.attentions]
+    if base["sliding_window"] and "full_attention" in kinds and len(kinds) == units.n_dec and not units.n_enc:
+        base["layer_types"] = kinds  # windowed layers and full ones (Gemma 2's alternation)
+    factors = [a.factor for a in flow.attentions]  # GPT-2's scale_attn_by_inverse_layer_idx: 1 / (i + 1),
+    # read from three layers on (two: a second layer scaled by half is as likely attention.wrong_scale)
+    by_layer = len(factors) > 2 and all(abs(f * (i + 1) / factors[0] - 1) < 1e-9 for i, f in enumerate(factors))
+    base["attention_scale_by_layer"] = by_layer and len(entry.stacks) == 1 and not entry.cross
+    scale = flow.output_scale  # logits times a number: the reference's scale of the hidden states
+    if entry.output_head and scale is not None and not base["output_bias"]:
+        base["output_scale"] = scale
+    return base
 
 
 # -- one attention's rows: separate, fused (q, k, v or k, v) or one piece per head --------------------------------
@@ -307,8 +321,9 @@ def _rows(attention: dict, piece, D: int) -> dict:
     holds (narrower with grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
     held = attention["columns"].get(piece.weight, {})
-    if set(held) == set(roles) and sum(map(len, held.values())) == piece.out_features:
-        return {r: len(held[r]) for r in roles}
+    first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
+    if set(held) == set(roles) and first and sum(map(len, held.values())) <= piece.out_features:
+        return {r: len(held[r]) for r in roles}  # the rows after them a feed-forward block's (PaLM's fused projection)
     q = D // len(attention["q"]) if "q" in roles else 0
     kv = [r for r in roles if r != "q"]
     rest = piece.out_features - q
@@ -372,14 +387,20 @@ class Linker:
         """One user piece holding the reference's `parts` ((name, rows or None), stacked in that order): its weight
         and bias; the reference biases held at zero where it has none (`hold_bias`: the reference has biases)."""
         layout = dict(transposed=piece.transposed, heads=piece.heads, each_transposed=piece.each_transposed)
-        self.links.append(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
-        shared = next((link for link in self.links if link.user == piece.bias), None)  # q, k, v's biases in one
-        if shared is not None:
-            shared.parts += [(f"{n}.bias", r) for n, r in parts]
-        elif piece.bias is not None:
-            self.links.append(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
+        self._stack(Link(piece.weight, [(f"{n}.weight", r) for n, r in parts], **layout))
+        if piece.bias is not None:  # a bias shared by several pieces (a packed q, k, v one): their parts stacked
+            self._stack(Link(piece.bias, [(f"{n}.bias", r) for n, r in parts]))
         elif hold_bias:  # held once, however many pieces (one per head) lack it
             self.zero += [b for b in dict.fromkeys(f"{n}.bias" for n, _ in parts) if b not in self.zero]
+
+    def _stack(self, link: Link) -> None:
+        """`link`, or its parts stacked after those of the link its user tensor already has (a projection one unit
+        links rows of and another the rows after them: PaLM's q, k, v and feed-forward in one)."""
+        held = next((k for k in self.links if k.user == link.user), None)
+        if held is None:
+            self.links.append(link)
+        else:
+            held.parts += link.parts
 
     def norm(self, norm, prefix: str) -> None:
         """A norm's scale (held as the reference's minus 1 where the module scales by 1 + weight) and shift; the

@@ -2,11 +2,11 @@
 which the reference has no pair for" (Result.unsupported).
 
 The user's forward is recorded once (dataflow's recorder, each op's output kept) and read for what no reference
-level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), a gate that mixes the
-previous position into each one (x[:, 1:] + g * x[:, :-1]), and a feed-forward activation that is an element-wise
-function of the first projection's output but none of the reference's (ReLU squared, tanh, ...), told apart by its
-values. QuickGELU's x * sigmoid(c x) at another constant than 1.702 is a catalogued mistake instead
-(activation.quick_gelu_constant): explain returns its Diagnosis."""
+level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), F.glu, a gate that mixes the
+previous position into each one (x[:, 1:] + g * x[:, :-1]), a sublayer's output times a learned gain per feature
+(LayerScale), and a feed-forward activation that is an element-wise function of the first projection's output but
+none of the reference's (ReLU squared, tanh, ...), told apart by its values. QuickGELU's x * sigmoid(c x) at another
+constant than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): explain returns its Diagnosis."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def explain(flow) -> str | Diagnosis | None:
     """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
     dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
     computes nothing this module names (or was not recorded)."""
-    for find in (_weightless_norm, _previous_token_gate, _score_terms, _activation) if flow is not None else ():
+    for find in (_weightless_norm, _glu, _previous_token_gate, _score_terms, _gain, _activation) if flow else ():
         found = find(flow)
         if found is not None:
             return found if isinstance(found, Diagnosis) else differs(*found)
@@ -120,6 +120,24 @@ def _weightless_norm(rec) -> tuple | None:
         if node.op in NORMS and not scaled and not any(DF.root(p).param is not None for p in node.parents):
             return node.module, f"{node.op}(x) normalises without a weight (no learned scale)"
     return None
+
+
+def _gain(rec) -> tuple | None:
+    """A projection's output (a sublayer's) multiplied by a learned vector and added to the stream: LayerScale."""
+    for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2 and _summed(n)):
+        gain = next((DF.root(p) for p in node.parents if len(DF.root(p).shape) == 1 and DF.root(p).param), None)
+        if gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
+            return node.module, f"a sublayer's output is multiplied by a learned gain per feature, {gain.param}"
+    return None
+
+
+def _glu(rec) -> tuple | None:
+    node = next((n for n in rec.nodes if n.op == "glu"), None)  # F.glu, nn.GLU: one op, no activation of the reference
+    return None if node is None else (node.module, "glu(x) computes a * sigmoid(b) of x's two halves (a sigmoid GLU)")
+
+
+def _summed(node) -> bool:
+    return any(c.op in DF.ADDS for c in DF._walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
 
 
 def _shifted(node) -> bool:

@@ -76,14 +76,15 @@ def linear(x, params, name):
     return x @ params[f"{name}.weight"].T + params.get(f"{name}.bias", 0.0)
 
 
-def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -> np.ndarray:
-    """RoPE on x (B, H, T, Dh) at positions shift .. shift + T - 1. pairing "half" (the reference, Hugging Face's
-    rotate_half: feature i with i + Dh/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
-    T, Dh = x.shape[-2:]
-    cos, sin = rope_angles(np.arange(shift, shift + T), Dh, theta)  # (T, Dh/2)
-    first, second = (slice(0, Dh // 2), slice(Dh // 2, Dh)) if pairing == "half" else (slice(0, Dh, 2), slice(1, Dh, 2))
+def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0, rotary: int | None = None) -> np.ndarray:
+    """RoPE on the first `rotary` features (None: all Dh; fewer: GPT-NeoX's partial rotary, the rest passed) of each
+    head of x (B, H, T, Dh) at positions shift .. shift + T - 1. pairing "half" (the reference, Hugging Face's
+    rotate_half: feature i with i + R/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
+    T, R = x.shape[-2], rotary or x.shape[-1]
+    cos, sin = rope_angles(np.arange(shift, shift + T), R, theta)  # (T, R/2)
+    first, second = (slice(0, R // 2), slice(R // 2, R)) if pairing == "half" else (slice(0, R, 2), slice(1, R, 2))
     x1, x2 = x[..., first], x[..., second]
-    out = np.empty_like(x)
+    out = x.copy()
     out[..., first], out[..., second] = x1 * cos - x2 * sin, x1 * sin + x2 * cos
     return out
 
@@ -93,6 +94,7 @@ def rope_knobs(cfg, rotary: bool = True) -> dict:
     return {
         "n_kv": cfg.n_kv_heads,
         "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None,
+        "rotary": cfg.rotary_dim,  # the features of each head RoPE turns (None: all)
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
         "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
     }
@@ -100,7 +102,7 @@ def rope_knobs(cfg, rotary: bool = True) -> dict:
 
 def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
-    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, **knobs,
+    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, **knobs,
 ):  # fmt: skip
     """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ... query
     (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention), repeated for
@@ -117,8 +119,8 @@ def multi_head_attention(
     if "q_norm.weight" in params:
         q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
     if theta is not None:
-        q, k = rotate(q, theta, pairs[0]), rotate(k, theta, pairs[1], k_shift)
-        v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1]) if rope_v else v
+        q, k = rotate(q, theta, pairs[0], 0, rotary), rotate(k, theta, pairs[1], k_shift, rotary)
+        v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1], 0, rotary) if rope_v else v
     if n_kv != H:
         k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))
     knobs = {"sinks": params.get("sinks")} | knobs  # GPT-OSS's sink logits, where the attention has them
