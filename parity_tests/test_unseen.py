@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, fresh3, frontier
+from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, frontier
 from parity_tests.corpus.unseen import CASES
 
 # What the judge says today where it is wrong, keyed by case name.
@@ -40,6 +40,19 @@ TODAY: dict[str, str] = {
     # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
     "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
     "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
+    # fresh4: norms after the sublayers (Gemma 2's four a layer, OLMo 2's two) are not read as sandwich norms
+    **dict.fromkeys(
+        ["gemma2_lm", "gemma2_lm.all_global", "gemma2_lm.rms_eps_outside_sqrt_second_block"],
+        "could not judge: found 9 norms in the module, the reference 'transformer_lm' has 5; pass mapping=",
+    ),
+    **dict.fromkeys(
+        ["olmo2_lm", "olmo2_lm.k_norm_eps_outside_sqrt_second_block"],
+        "could not judge: the module could not be called as the reference 'transformer_lm' is; ... ValueError: "
+        "cannot reshape array of size 8 into shape (32,); pass call= ... or mapping=",
+    ),
+    # fresh4: GPT-OSS's band on every other layer, sinks, clamped SwiGLU
+    "oss_lm": "fails with no id: block.0.attn (reference decoder.layers.0.self_attn) diverges with relative error "
+    "3.69e-01; not expressible by the config and no catalogue variant reproduces it",
 }
 
 
@@ -59,7 +72,7 @@ def _case(name, *values):
 
 @pytest.mark.parametrize(
     ("factory", "level", "keywords", "expected"),
-    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES],
+    [_case(*case) for case in CASES + frontier.CASES + fresh.CASES + fresh2.CASES + fresh3.CASES + fresh4.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)
