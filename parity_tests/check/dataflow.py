@@ -233,6 +233,8 @@ class Attention:
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
+    kept: tuple = ()  # which keys each query sees: (the probabilities the product reads, True), (SDPA's mask, False)
+    window: int | None = None  # a causal sliding window those show (Mistral's): query i sees keys i - window < j <= i
 
 
 @dataclass
@@ -282,6 +284,20 @@ class Flow:
         readers = [n for n in _walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
         # OPT reshapes it first; a block calling F.layer_norm itself: the next residual sum in the same module
         return len({n.module for n in readers}) > 1 or any(residual(n) for n in readers)
+
+    @property
+    def sandwich(self) -> bool:
+        """Gemma's sandwich (OLMo 2's post-norms): the first attention's output is normalised (a root taken, or a
+        norm op) before it joins the stream, a sum with another tensor (a bias or a number added is no join; the
+        stream may be a layer's input, never recorded)."""
+        out = self._first_out
+
+        def joins(n: Node) -> bool:
+            other = len(n.parents) == 2 or n.value is None
+            return n.op in ADDS and other and not any(len(root(p).shape) == 1 for p in n.parents)
+
+        ahead = _walk(out.children, lambda n: [] if joins(n) or n.op in PRODUCTS else n.children) if out else []
+        return any(n.op in ("rsqrt", "sqrt", "rms_norm", "layer_norm", "var", "std") for n in ahead)
 
     @property
     def parallel(self) -> bool:
@@ -338,6 +354,7 @@ def read(nodes: list, values: dict) -> Flow:
     _uses(flow)
     flow.attentions = _heads_merged([a for a in map(_attention, nodes) if a is not None])
     for a in flow.attentions:
+        a.window = _window(values[a.kept[0].index], a.kept[1]) if a.kept and a.kept[0].index in values else None
         for role in ("q", "k", "v", "out"):  # a fused projection: its first role
             flow.roles |= {w: role for w in getattr(a, role) if w not in flow.roles}
         for scale, role in a.norms.items():
@@ -415,7 +432,7 @@ def _attention(node: Node) -> Attention | None:
         return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value, node)  # type: ignore[arg-type]
     if node.op == SDPA and len(node.parents) >= 3:
         q, k, v = node.parents[:3]
-        after = node
+        after, kept = node, (node.parents[3], False) if len(node.parents) > 3 else ()
     elif node.op in SOFTMAX and node.parents:
         # the scores: the nearest product behind the softmax, one without parameters
         scores = next((n for n in _walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
@@ -430,6 +447,7 @@ def _attention(node: Node) -> Attention | None:
         v = next((p for p in after.parents if p.param is None and node not in _walk([p], _behind)), None)
         if v is None:
             return None
+        kept = next(((p, True) for p in after.parents if p is not v and p.param is None), ())
     else:
         return None
     (qw, qs), (kw, ks), (vw, _) = back(q), back(k), back(v)
@@ -437,7 +455,7 @@ def _attention(node: Node) -> Attention | None:
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
-    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, kept=kept)
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):
@@ -445,6 +463,18 @@ def _attention(node: Node) -> Attention | None:
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _window(kept: torch.Tensor, probabilities: bool) -> int | None:
+    """The sliding window w of a causal attention whose probabilities (or boolean or additive mask) are `kept`
+    (..., T, T): the keys any query sees (a probability not 0, a mask True or above -1e4) are those with
+    i - w < j <= i, w < T; None for any other pattern."""
+    if kept.ndim < 2 or kept.shape[-1] != kept.shape[-2]:
+        return None
+    seen = kept != 0 if probabilities else kept > -1e4 if kept.is_floating_point() else kept.bool()
+    seen = seen.reshape(-1, *seen.shape[-2:]).any(0).cpu()
+    distance = torch.arange(seen.shape[-1])[:, None] - torch.arange(seen.shape[-1])[None, :]
+    return next((w for w in range(1, len(seen)) if torch.equal(seen, (distance >= 0) & (distance < w))), None)
 
 
 def columns_held(weight: str, operands: dict) -> dict:

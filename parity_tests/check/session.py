@@ -69,7 +69,11 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     if layout is not None:
         cfg = dataclasses.replace(cfg, sinusoid_layout=layout)
     rope = is_module and entry.heads and entry.group != "stacks"  # RoPE tables read (and overwritten)
-    rope64, thetas, rotary = TB.rope(user, cfg.d_head, given.get("rope_theta"), notes) if rope else ({}, [], None)
+    flow = found.flow  # the cos, sin or complex tables the forward computed give their base too
+    computed = [flow.values[n.index] for n in flow.nodes if n.op in ("cos", "sin", "polar")] if flow else []
+    rope64, thetas, rotary = (
+        TB.rope(user, cfg.d_head, given.get("rope_theta"), notes, computed) if rope else ({}, [], None)
+    )
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     norm_eps = {n.module: n.eps for n in found.norms}

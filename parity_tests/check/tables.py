@@ -137,8 +137,9 @@ def _tensors_kept(module):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
-def rope(module, Dh: int, first: float | None, notes: list) -> tuple[dict, list, int | None]:
-    """The user's RoPE as its module keeps it, read in one pass. The bases to try: `first` (the caller's), those the
+def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tuple[dict, list, int | None]:
+    """The user's RoPE as its module keeps it, read in one pass. The bases to try: `first` (the caller's), those of
+    the cos, sin or complex tables its forward computed (`computed`: their values, a batch's first), those the
     module states (a base attribute: theta, rope_theta, base, ...; transformers' in .config; an inverse-frequency
     buffer, inv_freq; a table rope_table reads), and last 10000 (the paper's, Llama 2's). Each RoPE table built in
     float32 (buffers or plain tensor attributes) equal to one of rope_tables at one of those bases to float32
@@ -147,6 +148,8 @@ def rope(module, Dh: int, first: float | None, notes: list) -> tuple[dict, list,
     Dh / 2, else the width of GPT-J's sin-and-cos table (T, rotary_dim). Returns ({name: float64 values}, the bases
     with the one the module's tables were built with first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
+    tables = (rope_table(_squeezed(v.reshape(-1, *v.shape[-2:])[0]), Dh) for v in computed if v.ndim >= 2)
+    found += [t[0] for t in tables if t is not None]
     lengths = set()
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)

@@ -47,6 +47,8 @@ class Units:
     embedding_norm: bool = False
     parallel: bool = False  # Phi-2's, GPT-J's, GPT-NeoX's parallel layers: attention and feed-forward side by side
     shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
+    sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
+    input_norm: bool = True
 
 
 def sized_config(level: str, found, given: dict):
@@ -151,6 +153,7 @@ def _units(entry, found, units: Units) -> None:
             )
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
+    _sandwich(entry, flow, units)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
         # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
         # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
@@ -160,6 +163,29 @@ def _units(entry, found, units: Units) -> None:
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
         units.embedding_norm = len(first) - own == stacks
         units.layer_norms += stacks * units.embedding_norm
+
+
+def _sandwich(entry, flow, units: Units) -> None:
+    """Gemma's sandwich (flow.sandwich): a norm after each sublayer too, and, where a norm is applied before the
+    first attention's output, one before each sublayer (OLMo 2's has none: input_norm False)."""
+    units.sandwich = entry.group != "component" and flow is not None and flow.sandwich
+    if units.sandwich:
+        first_out = next(a.out_node for a in flow.attentions if a.out_node is not None)
+        units.input_norm = bool(units.norms) and flow.order[units.norms[0].weight] < first_out.index
+        units.layer_norms *= 1 + units.input_norm
+
+
+def _windows(entry, flow, n_dec: int) -> dict:
+    """The sliding window the attentions' probabilities show (Mistral's on every layer; Gemma 2's on some: those
+    are layer_types' "sliding_attention" ones), for a decoder's self-attentions; {} where none or several."""
+    windows = [a.window for a in flow.attentions] if flow is not None else []
+    if len(set(windows) - {None}) != 1 or not (entry.causal or entry.stacks == ("decoder",)) or entry.cross:
+        return {}
+    window = {"sliding_window": max(w for w in windows if w)}
+    if all(windows):
+        return window
+    kinds = tuple("sliding_attention" if w else "full_attention" for w in windows)  # one per layer
+    return window | {"layer_types": kinds} if len(windows) == n_dec else {}
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
@@ -237,6 +263,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         gated_ffn=units.gated,
         n_kv_heads=kv // (D // H) if kv and kv != D else None,
         qk_norm=bool(found.qk_norms),
+        qk_norm_projection=any(n.size != D // H for n in found.qk_norms.values()),  # OLMo 2's, of all the heads
         type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
         embedding_norm=units.embedding_norm,
         d_model=D,
@@ -257,6 +284,9 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["norm_first"] = True  # a final norm: pre-norm layers
     if units.parallel:  # a parallel layer (issue 49's): pre-norm layers, however the sums read
         base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+    if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
+        base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
+    base |= _windows(entry, found.flow, units.n_dec)
     if found.flow is not None:  # GPT-OSS's sink logits and Gemma 2's soft caps, where the flow computes them
         base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps
@@ -405,8 +435,10 @@ class Linker:
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
-        for name in ["self_attn_norm"] + ["cross_attn_norm"] * decoder + ["ffn_norm"] * (not self.cfg.shared_norm):
-            self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
+        kinds = ["_norm"] * self.cfg.input_norm + ["_post_norm"] * self.cfg.sandwich_norm  # in the order applied
+        for sub in ["self_attn"] + ["cross_attn"] * decoder + ["ffn"] * (not self.cfg.shared_norm):
+            for name in (sub + kind for kind in kinds):
+                self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
     def embeddings(self, stack: str) -> None:
         """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),

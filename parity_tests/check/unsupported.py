@@ -56,7 +56,7 @@ def explain(flow) -> str | Diagnosis | None:
     """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
     dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
     computes nothing this module names (or was not recorded)."""
-    for find in (_weightless_norm, _previous_token_gate, _score_terms, _activation) if flow is not None else ():
+    for find in (_weightless_norm, _previous_token_gate, _score_terms, _clamped, _activation) if flow else ():
         found = find(flow)
         if found is not None:
             return found if isinstance(found, Diagnosis) else differs(*found)
@@ -120,6 +120,18 @@ def _weightless_norm(rec) -> tuple | None:
         if node.op in NORMS and not scaled and not any(DF.root(p).param is not None for p in node.parents):
             return node.module, f"{node.op}(x) normalises without a weight (no learned scale)"
     return None
+
+
+def _clamped(rec) -> tuple | None:
+    """A projection's outputs clamped to a range (GPT-OSS's SwiGLU clamps its gate and up projections)."""
+    for node in rec.nodes:
+        weight = DF.projection(DF.root(node.parents[0])) if node.op in CLAMPS and node.parents else None
+        if weight is not None:
+            return node.module, f"{node.op} limits the outputs of {weight} to a range (as GPT-OSS's clamped SwiGLU)"
+    return None
+
+
+CLAMPS = {"clamp", "clamp_", "clamp_min", "clamp_max", "clip", "hardtanh"}
 
 
 def _shifted(node) -> bool:

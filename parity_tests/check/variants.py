@@ -108,13 +108,17 @@ def multi_head_attention(
     transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only. theta:
     RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`,
     the values rotated too with `rope_v` (True: in the keys' pairing; "half" or "interleaved": in that one). With
-    q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first."""
+    q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first
+    (OLMo 2's, as wide as the projection: each projection's output, before the heads are split)."""
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
-    q = split(linear(query, params, "q_proj"), H, transpose)
-    k = split(linear(key, params, "k_proj"), n_kv, transpose)
+    q, k = linear(query, params, "q_proj"), linear(key, params, "k_proj")
+    whole = "q_norm.weight" in params and params["q_norm.weight"].shape[-1] == q.shape[-1]  # OLMo 2's: all heads
+    if whole:
+        q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
+    q, k = split(q, H, transpose), split(k, n_kv, transpose)
     v = split(linear(value, params, "v_proj"), n_kv, transpose)
-    if "q_norm.weight" in params:
+    if "q_norm.weight" in params and not whole:
         q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
     if theta is not None:
         q, k = rotate(q, theta, pairs[0]), rotate(k, theta, pairs[1], k_shift)

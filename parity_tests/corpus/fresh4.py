@@ -7,7 +7,8 @@ round 4), in this project's own words: styles none of the other corpus files use
   and the same LM with every layer global;
 - a GPT-OSS-style LM: biases on every projection, a sink logit per head joined to the scores and dropped after the
   softmax, a band of recent keys on every other layer, and its feed-forward GPT-OSS's clamped SwiGLU
-  (`(up + 1) * gate * sigmoid(1.702 gate)` of an interleaved `gate_up_proj`, both clamped);
+  (`(up + 1) * gate * sigmoid(1.702 gate)` of an interleaved `gate_up_proj`, both clamped), and the same LM with a
+  plain SwiGLU;
 - a Qwen2-style LM: biases on q, k and v and none on the output projection, grouped-query attention, a RoPE base of
   1e6 kept as `self.rope_theta`, transformers' `model.layers` / `lm_head` layout;
 - an OLMo-style LM: LayerNorm without any parameter (`F.layer_norm(x, (D,))`), one fused `att_proj`, a SwiGLU of
@@ -191,12 +192,12 @@ class ClampedSwiGLU(nn.Module):
 
 
 class OssBlock(nn.Module):
-    def __init__(self, window: int | None):
+    def __init__(self, window: int | None, clamped: bool = True):
         super().__init__()
         self.input_layernorm = nn.RMSNorm(D, eps=1e-5)
         self.attn = SinkBandAttention(window)
         self.post_attention_layernorm = nn.RMSNorm(D, eps=1e-5)
-        self.mlp = ClampedSwiGLU()
+        self.mlp = ClampedSwiGLU() if clamped else Qwen2MLP()
 
     def forward(self, x, cos, sin):
         x = x + self.attn(self.input_layernorm(x), cos, sin)
@@ -204,10 +205,10 @@ class OssBlock(nn.Module):
 
 
 class OssLM(nn.Module):
-    def __init__(self):
+    def __init__(self, clamped: bool = True):
         super().__init__()
         self.embedding = nn.Embedding(V, D)
-        self.block = nn.ModuleList([OssBlock(WINDOW), OssBlock(None)])  # sliding, full, alternating
+        self.block = nn.ModuleList([OssBlock(WINDOW, clamped), OssBlock(None, clamped)])  # sliding, full, ...
         self.norm = nn.RMSNorm(D, eps=1e-5)
         self.unembedding = nn.Linear(D, V, bias=False)
 
@@ -219,9 +220,9 @@ class OssLM(nn.Module):
         return self.unembedding(self.norm(h))
 
 
-def oss_lm() -> OssLM:
+def oss_lm(clamped: bool = True) -> OssLM:
     torch.manual_seed(0)
-    return OssLM()
+    return OssLM(clamped)
 
 
 # -- Qwen2: q, k, v biases, no o bias, GQA, RoPE base 1e6 as self.rope_theta ---------------------------------------
@@ -574,6 +575,7 @@ CASES = [
         ("mistake", "rms_norm.eps_outside_sqrt", "layers.1.post_feedforward_layernorm"),
     ),
     ("oss_lm", oss_lm, "transformer_lm", {}, ("no pair", "block.0.mlp", "clamp")),
+    ("oss_lm.plain_swiglu", lambda: oss_lm(clamped=False), "transformer_lm", {}, "pass"),
     ("qwen2_lm", qwen2_lm, "transformer_lm", {}, "pass"),
     (
         "qwen2_lm.rope_on_values_second_block",
