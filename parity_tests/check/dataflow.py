@@ -48,6 +48,7 @@ ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 MULS = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
 DIVS = {"div", "__truediv__", "div_", "__itruediv__"}
 SPLITS = {"chunk", "split", "unbind"}
+TURNS = {"cos", "sin", "polar"}  # the ops that make RoPE's tables
 
 
 @dataclass(eq=False)
@@ -235,6 +236,7 @@ class Attention:
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
     kept: tuple = ()  # which keys each query sees: (the probabilities the product reads, True), (SDPA's mask, False)
     window: int | None = None  # a causal sliding window those show (Mistral's): query i sees keys i - window < j <= i
+    turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
 
 
 @dataclass
@@ -456,6 +458,7 @@ def _attention(node: Node) -> Attention | None:
     heads = q.shape[-3] if len(q.shape) >= 4 else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, kept=kept)
+    found.turned = [n for n in _walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):

@@ -304,14 +304,19 @@ class Stage:
     rerun: Callable | None = None
 
 
-def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
+def layer_of(unit: str) -> int:
+    """The index of the layer a reference unit (or layer) prefix names: 1 for "decoder.layers.1.self_attn"."""
+    return int(m.group(1)) if (m := re.search(r"layers\.(\d+)(\.|$)", unit)) else 0
+
+
+def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0) -> Callable:
     """A layer's unit `name` ("self_attn", "ffn_norm", ...) of `kind` ("norm", "ffn" or "attention") with its weights
     `params`, in float64: a function of its inputs (an attention's: query, key and value input, mask) -> its output."""
     if kind == "norm":
         return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
     if kind == "ffn":
         return lambda x: M.ffn_forward(params, x, cfg, None, "ffn")[0]  # plain or gated, as cfg says
-    rope = V.rope_knobs(cfg, rotary=name == "self_attn")
+    rope = V.rope_knobs(cfg, rotary=name == "self_attn", layer=layer)
     return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
 
 
@@ -368,7 +373,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     run inside the layer); the layer stage's rerun takes it too."""
     found, first = [], x
     self_keep = keep_mask(p, "self" if decoder else "src")
-    window = cfg.layer_window(int(m.group(1)) if (m := re.search(r"layers\.(\d+)\.$", prefix)) else 0)
+    layer = layer_of(prefix)
+    window = cfg.layer_window(layer)
     if decoder and window is not None:  # a sliding window (config.layer_window): keys i - window < j <= i
         T = self_keep.shape[-1]
         self_keep = self_keep & (np.subtract.outer(np.arange(T), np.arange(T)) < window)
@@ -384,7 +390,7 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
         masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
         if name == "self_attn" and decoder:
             masks = {"causal": True, "pad": keep_mask(p, "tgt"), "swap": keep_mask(p, "src")}
-        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name)
+        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name, layer)
         y = rerun(*inputs)
         unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
         if cfg.norm_first:

@@ -104,6 +104,12 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     return None
 
 
+def base_of(computed: torch.Tensor, Dh: int) -> float | None:
+    """The RoPE base of a cos, sin or complex table a forward computed (rope_table on a batch's first), else None."""
+    table = rope_table(_squeezed(computed.reshape(-1, *computed.shape[-2:])[0]), Dh) if computed.ndim >= 2 else None
+    return None if table is None else table[0]
+
+
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
     """The tables a user's module may keep for RoPE at base theta, each {what: (float64 table, how far one built in
     float32 may be from it)}: the inverse frequencies (Dh/2,), and for positions 0 .. T - 1 the angles, cos and sin,
@@ -148,8 +154,7 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
     Dh / 2, else the width of GPT-J's sin-and-cos table (T, rotary_dim). Returns ({name: float64 values}, the bases
     with the one the module's tables were built with first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
-    tables = (rope_table(_squeezed(v.reshape(-1, *v.shape[-2:])[0]), Dh) for v in computed if v.ndim >= 2)
-    found += [t[0] for t in tables if t is not None]
+    found += [b for b in (base_of(v, Dh) for v in computed) if b is not None]
     lengths = set()
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from numpy_transformer import TransformerConfig
 
+from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
 from .unsupported import NoPair
@@ -188,6 +189,22 @@ def _windows(entry, flow, n_dec: int) -> dict:
     return window | {"layer_types": kinds} if len(windows) == n_dec else {}
 
 
+def _rotary(flow, n_dec: int, Dh: int) -> dict:
+    """What the cos and sin tables each layer's queries are turned by say (dataflow: Attention.turned): the layers
+    that turn them, where only some do (SmolLM3's NoPE layers: rope_layers), and the sliding layers' base where it
+    is not the others' (Gemma 3's rope_local_base_freq: rope_local_theta)."""
+    if flow is None or not 0 < len(flow.attentions) == n_dec:
+        return {}
+    turned = [a.turned for a in flow.attentions]
+    found: dict = {"rope_layers": tuple(map(bool, turned))} if any(turned) and not all(turned) else {}
+    bases = [next((b for n in t if (b := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
+    local = {b for a, b in zip(flow.attentions, bases, strict=True) if a.window and b}
+    full = {b for a, b in zip(flow.attentions, bases, strict=True) if not a.window and b}
+    if len(local) == len(full) == 1 and local != full:
+        found |= {"rope_theta": full.pop(), "rope_local_theta": local.pop()}
+    return found | {"positional": "rope"} if found else {}
+
+
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
     the same weights, a parallel block not read as one (`parallel`). A norm without weights is unsupported.py's."""
@@ -286,7 +303,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
     if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
-    base |= _windows(entry, found.flow, units.n_dec)
+    base |= _windows(entry, found.flow, units.n_dec) | _rotary(found.flow, units.n_dec, D // H)
     if found.flow is not None:  # GPT-OSS's sink logits and Gemma 2's soft caps, where the flow computes them
         base["attn_sinks"] = any(a.sinks for a in found.flow.attentions)
         caps = found.flow.softcaps

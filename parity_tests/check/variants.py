@@ -88,11 +88,13 @@ def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0) -
     return out
 
 
-def rope_knobs(cfg, rotary: bool = True) -> dict:
-    """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where it rotates."""
+def rope_knobs(cfg, rotary: bool = True, layer: int = 0) -> dict:
+    """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where layer `layer` rotates (its
+    own: Gemma 3's local layers'; none on a NoPE layer, SmolLM3's)."""
+    turns = rotary and cfg.positional == "rope" and cfg.layer_uses_rope(layer)
     return {
         "n_kv": cfg.n_kv_heads,
-        "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None,
+        "theta": cfg.layer_rope_theta(layer) if turns else None,
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
         "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
     }

@@ -21,7 +21,10 @@ round 4), in this project's own words: styles none of the other corpus files use
   blocks, a final norm and a classifier on the class token;
 - mistakes put into them, each named where it sits: eps outside the root of Gemma 2's post-feed-forward norm, the
   values rotated in Qwen2's second attention, silu on the up projection of Qwen2's MLP, eps outside the root of
-  OLMo 2's k_norm, the heads split without the transpose in the ViT's second block.
+  OLMo 2's k_norm, the heads split without the transpose in the ViT's second block;
+- written after the first fixes, and first met then: a Gemma-3-style LM (per-head q and k norms of gain 1 + weight,
+  its sliding layer turned at base 10000 and its global one at 1e6), with its K/V heads tiled in the global layer; a
+  SmolLM3-style LM whose second layer turns nothing (NoPE); a Mistral whose window is SDPA's boolean mask.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -238,12 +241,13 @@ class Qwen2Attention(nn.Module):
         self.rotate_values = rotate_values
 
     def forward(self, hidden_states, position_embeddings):
-        cos, sin = position_embeddings
+        cos, sin = position_embeddings or (None, None)
         B, T, _ = hidden_states.shape
         q = self.q_proj(hidden_states).view(B, T, -1, HD).transpose(1, 2)
         k = self.k_proj(hidden_states).view(B, T, -1, HD).transpose(1, 2)
         v = self.v_proj(hidden_states).view(B, T, -1, HD).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if position_embeddings is not None:  # None: a NoPE layer (SmolLM3's), no positions at all
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         if self.rotate_values:
             v = v * cos + rotate_half(v) * sin
         k = k[:, :, None].expand(B, KV, H // KV, T, HD).reshape(B, H, T, HD)
@@ -564,6 +568,132 @@ def hand_vit(transpose_second: bool = True) -> HandViT:
     return HandViT(transpose_second)
 
 
+# -- written after the first fixes (issue 46, round 4), first met then: Gemma 3, SmolLM3's NoPE layers, a Mistral ----
+
+
+class Gemma3Attention(Gemma2Attention):
+    """Gemma 3: per-head q and k norms of gain 1 + weight before RoPE, no soft cap."""
+
+    def __init__(self, window: int | None, tiled: bool = False):
+        super().__init__(window)
+        self.q_norm, self.k_norm = GemmaRMSNorm(HD), GemmaRMSNorm(HD)
+        self.tiled = tiled
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, H, HD)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, KV, HD)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, KV, HD).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        if self.tiled:  # K/V heads tiled: K/V head j serves query heads j, j + KV, ...
+            k, v = k.repeat(1, H // KV, 1, 1), v.repeat(1, H // KV, 1, 1)
+        else:
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        scores = (q @ k.transpose(2, 3)) * self.scaling
+        scores = scores.masked_fill(~band(T, self.window, x.device), float("-inf"))
+        return self.o_proj((scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, H * HD))
+
+
+class Gemma3Layer(Gemma2Layer):
+    def __init__(self, window: int | None, tiled: bool = False):
+        super().__init__(window)
+        self.self_attn = Gemma3Attention(window, tiled)
+        self.sliding = window is not None
+
+
+class Gemma3LM(nn.Module):
+    """Local layers turned at base 10000, the global one at 1e6 (Gemma 3's rope_local_base_freq)."""
+
+    def __init__(self, tiled_second: bool = False):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, D)
+        self.layers = nn.ModuleList([Gemma3Layer(WINDOW), Gemma3Layer(None, tiled_second)])
+        self.norm = GemmaRMSNorm()
+        self.rope_theta, self.rope_local_base_freq = 1000000.0, 10000.0
+
+    def forward(self, input_ids):
+        h = self.embed_tokens(input_ids) * D**0.5
+        T = input_ids.shape[1]
+        local, full = rope_tables(T, self.rope_local_base_freq, h), rope_tables(T, self.rope_theta, h)
+        for layer in self.layers:
+            h = layer(h, *(local if layer.sliding else full))
+        return F.linear(self.norm(h), self.embed_tokens.weight)
+
+
+def gemma3_lm(tiled_second: bool = False) -> Gemma3LM:
+    torch.manual_seed(0)
+    return Gemma3LM(tiled_second)
+
+
+class NoPELM(Qwen2ForCausalLM):
+    """SmolLM3's NoPE layers: the second layer's attention turns nothing (no positions at all)."""
+
+    def __init__(self):
+        super().__init__()
+        self.model.forward = self._forward  # type: ignore[method-assign]
+
+    def _forward(self, input_ids):
+        h = self.model.embed_tokens(input_ids)
+        tables = rope_tables(input_ids.shape[1], self.model.rope_theta, h)
+        for i, layer in enumerate(self.model.layers):
+            h = layer(h, None if i % 2 else tables)
+        return self.model.norm(h)
+
+
+def nope_lm() -> NoPELM:
+    torch.manual_seed(0)
+    return NoPELM()
+
+
+class MistralAttention(nn.Module):
+    """A sliding window given to SDPA as a boolean keep-mask (True: may attend)."""
+
+    def __init__(self):
+        super().__init__()
+        self.wq, self.wk = nn.Linear(D, D, bias=False), nn.Linear(D, KV * HD, bias=False)
+        self.wv, self.wo = nn.Linear(D, KV * HD, bias=False), nn.Linear(D, D, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, H, HD).transpose(1, 2)
+        k, v = (w(x).view(B, T, KV, HD).transpose(1, 2) for w in (self.wk, self.wv))
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=band(T, WINDOW, x.device), enable_gqa=True)
+        return self.wo(y.transpose(1, 2).reshape(B, T, D))
+
+
+class MistralLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention_norm, self.attention = nn.RMSNorm(D, eps=1e-5), MistralAttention()
+        self.ffn_norm, self.feed_forward = nn.RMSNorm(D, eps=1e-5), Expert(64)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class MistralLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(V, D)
+        self.layers = nn.ModuleList([MistralLayer(), MistralLayer()])
+        self.norm = nn.RMSNorm(D, eps=1e-5)
+        self.output = nn.Linear(D, V, bias=False)
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens)
+        cos, sin = rope_tables(tokens.shape[1], 10000.0, h)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+
+def mistral_lm() -> MistralLM:
+    torch.manual_seed(0)
+    return MistralLM()
+
+
 CASES = [
     ("gemma2_lm", gemma2_lm, "transformer_lm", {}, "pass"),
     ("gemma2_lm.all_global", lambda: gemma2_lm(local=False), "transformer_lm", {}, "pass"),
@@ -609,4 +739,15 @@ CASES = [
         {},
         ("mistake", "attention.heads_without_transpose", "layers.1.attn"),
     ),
+    # written after the first fixes; first met then
+    ("gemma3_lm", gemma3_lm, "transformer_lm", {}, "pass"),
+    (
+        "gemma3_lm.kv_heads_tiled_second_block",
+        lambda: gemma3_lm(tiled_second=True),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.kv_heads_tiled", "layers.1.self_attn"),
+    ),
+    ("nope_lm", nope_lm, "transformer_lm", {}, "pass"),
+    ("mistral_lm", mistral_lm, "transformer_lm", {}, "pass"),
 ]
