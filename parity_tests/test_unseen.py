@@ -46,7 +46,8 @@ SLOW = {
     "gemma_lm.rms_eps_outside_sqrt", "seq2seq.tied_three_ways", "seq2seq.causal_inverted", "any_mask_causal",
     "float32_positions.causal_inverted", "no_grad_llama.kv_heads_tiled", "buffered_llama.sliding_window",
     "alibi_gpt", "gemma2_lm.rms_eps_outside_sqrt_second_block", "qwen2_lm.activation_on_up",
-    "gemma3_lm.kv_heads_tiled_second_block",
+    "gemma3_lm.kv_heads_tiled_second_block", "olmo2_lm.k_norm_eps_outside_sqrt_second_block",
+    "qwen2_lm.rope_on_values_second_block", "gemma2_lm.all_global", "oss_lm.plain_swiglu",
 }  # fmt: skip
 
 

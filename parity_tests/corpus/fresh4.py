@@ -24,7 +24,9 @@ round 4), in this project's own words: styles none of the other corpus files use
   OLMo 2's k_norm, the heads split without the transpose in the ViT's second block;
 - written after the first fixes, and first met then: a Gemma-3-style LM (per-head q and k norms of gain 1 + weight,
   its sliding layer turned at base 10000 and its global one at 1e6), with its K/V heads tiled in the global layer; a
-  SmolLM3-style LM whose second layer turns nothing (NoPE); a Mistral whose window is SDPA's boolean mask.
+  SmolLM3-style LM whose second layer turns nothing (NoPE); a Mistral whose window is SDPA's boolean mask; math the
+  reference lacks: Qwen3-Next's gated attention (the heads' output times sigmoid of a projection) and Llama 4's
+  q and k RMS-normalised without a weight, written by hand.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -694,6 +696,44 @@ def mistral_lm() -> MistralLM:
     return MistralLM()
 
 
+class GatedAttention(Qwen2Attention):
+    """Qwen3-Next's gated attention: the heads' output times sigmoid of a projection of the input, before o_proj."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_proj = nn.Linear(D, H * HD, bias=False)
+
+    def forward(self, hidden_states, position_embeddings):
+        B, T, _ = hidden_states.shape
+        cos, sin = position_embeddings
+        q, k, v = (f(hidden_states).view(B, T, -1, HD).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        out = out.transpose(1, 2).reshape(B, T, -1) * torch.sigmoid(self.gate_proj(hidden_states))
+        return self.o_proj(out)
+
+
+class QKRMSWithoutWeight(Qwen2Attention):
+    """Llama 4's rotary layers: queries and keys RMS-normalised per head, with no weight, after RoPE."""
+
+    def forward(self, hidden_states, position_embeddings):
+        B, T, _ = hidden_states.shape
+        cos, sin = position_embeddings
+        q, k, v = (f(hidden_states).view(B, T, -1, HD).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        q, k = (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) for t in (q, k))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def qwen2_with(attention) -> Qwen2ForCausalLM:
+    """The Qwen2-style LM of one layer, its attention `attention`."""
+    model = qwen2_lm()
+    model.model.layers = model.model.layers[:1]
+    model.model.layers[0].self_attn = attention()
+    return model
+
+
 CASES = [
     ("gemma2_lm", gemma2_lm, "transformer_lm", {}, "pass"),
     ("gemma2_lm.all_global", lambda: gemma2_lm(local=False), "transformer_lm", {}, "pass"),
@@ -750,4 +790,18 @@ CASES = [
     ),
     ("nope_lm", nope_lm, "transformer_lm", {}, "pass"),
     ("mistral_lm", mistral_lm, "transformer_lm", {}, "pass"),
+    (
+        "gated_attention_lm",
+        lambda: qwen2_with(GatedAttention),
+        "transformer_lm",
+        {},
+        ("no pair", "model.layers.0.self_attn", "sigmoid"),
+    ),
+    (
+        "qk_rms_without_weight_lm",
+        lambda: qwen2_with(QKRMSWithoutWeight),
+        "transformer_lm",
+        {},
+        ("no pair", "model.layers.0.self_attn", "without a weight"),
+    ),
 ]
