@@ -13,6 +13,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
   activation among them: from one, a plain block (or a gated one whose gate and up are one projection split,
   Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads;
+- an attention's sliding window: the keys its probabilities (or SDPA's mask) let each query see; its RoPE: the cos
+  and sin tables its queries are turned by; a sandwich: a norm between the attention's output and the stream;
 - order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's);
   a scale first read as 1 + weight (Gemma's norms). Registration order decides nothing; names only label.
 """
