@@ -58,6 +58,7 @@ class Model:
     wrong_table: bool
     rope_overwrite: dict
     thetas: list
+    scale_overwrite: dict  # sqrt(d_model) kept in float32 (tables.scales)
 
 
 def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: list) -> Model:
@@ -77,7 +78,8 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     norm_eps = {n.module: n.eps for n in found.norms}
-    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas)
+    scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
+    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales)
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,9 @@ def copy_of(check: Check, layout: Layout, dtype):
         MP.load(module, layout.links, check.params, TORCH[dtype])
         tensors = dict(module.named_buffers()) | dict(module.named_parameters())
         with torch.no_grad():
-            for name, table in (check.model.overwrite | check.model.rope_overwrite).items():
+            for name, table in (
+                check.model.overwrite | check.model.rope_overwrite | check.model.scale_overwrite
+            ).items():
                 if name in tensors:
                     tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
                 elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened

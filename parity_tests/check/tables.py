@@ -133,6 +133,23 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
     return tables
 
 
+def scales(module, D: int, notes: list) -> dict:
+    """The scalar buffers the module made in float32 before the check that are sqrt(d_model) or its inverse to
+    float32 precision (transformers' Gemma keeps its embed_scale so; .double() widens it, rounded): {name: the float64
+    value} to overwrite each with for the float64 comparison, and a note for each. A plain tensor attribute stays a
+    float32 island (running.py)."""
+    found = {}
+    for name, t in module.named_buffers():
+        value = float(t) if t.is_floating_point() and t.numel() == 1 and t.dtype != torch.float64 else None
+        exact = next((e for e in (D**0.5, D**-0.5) if value is not None and abs(value - e) <= 1e-7 * e), None)
+        if exact is not None and value != exact:
+            found[name] = np.array(exact)
+            notes.append(
+                f"{name}: {value:.8g} is {exact:.17g} to float32 precision; overwritten with the float64 value"
+            )
+    return found
+
+
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
     not convert), named by its dotted path."""
