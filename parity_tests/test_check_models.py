@@ -490,6 +490,11 @@ def _transformers_model(name: str):
                   "transformer_lm"),
         "qwen3": (T.Qwen3ForCausalLM, T.Qwen3Config(**SMALL, intermediate_size=24, num_key_value_heads=2, head_dim=4),
                   "transformer_lm"),
+        "olmo2": (T.Olmo2ForCausalLM, T.Olmo2Config(**SMALL, intermediate_size=24, num_key_value_heads=2),
+                  "transformer_lm"),  # norms after the sublayers only, q and k normed whole: ~4 s, slow
+        "gemma2": (T.Gemma2ForCausalLM, T.Gemma2Config(**(SMALL | {"hidden_size": 24}), intermediate_size=24,
+                                                      num_key_value_heads=2, head_dim=6, query_pre_attn_scalar=6),
+                   "transformer_lm"),  # four norms a layer, soft caps, sqrt(24) kept in float32 (embed_scale)
         "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(n_embd=16, n_head=4, n_layer=2, vocab_size=40, n_positions=64),
                  "transformer_lm"),
         "bert": (T.BertModel, T.BertConfig(**SMALL, intermediate_size=24), "encoder"),
@@ -506,6 +511,7 @@ def _transformers_model(name: str):
 
 TRANSFORMERS_MODELS = ["gpt_neox", "gemma", "phi3", "opt", "falcon", "roberta", "llama", "mistral", "qwen2", "qwen3",
                        "gpt2", "bert", "distilbert", "electra", "mbart", "pegasus"]  # fmt: skip
+TRANSFORMERS_MODELS += [pytest.param(name, marks=pytest.mark.slow) for name in ("olmo2", "gemma2")]  # 4 s and 11 s
 
 
 @pytest.mark.parametrize("name", TRANSFORMERS_MODELS)

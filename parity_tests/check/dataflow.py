@@ -13,6 +13,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
   activation among them: from one, a plain block (or a gated one whose gate and up are one projection split,
   Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads;
+- an attention's sliding window: the keys its probabilities (or SDPA's mask) let each query see; its RoPE: the cos
+  and sin tables its queries are turned by; a sandwich: a norm between the attention's output and the stream;
 - order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's);
   a scale first read as 1 + weight (Gemma's norms). Registration order decides nothing; names only label.
 """
@@ -50,6 +52,7 @@ ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 MULS = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
 DIVS = {"div", "__truediv__", "div_", "__itruediv__"}
 SPLITS = {"chunk", "split", "unbind"}
+TURNS = {"cos", "sin", "polar"}  # the ops that make RoPE's tables
 
 
 @dataclass(eq=False)
@@ -302,6 +305,7 @@ class Attention:
     window: int | None = None  # a sliding window its mask applies (Flow.width)
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
+    turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
 
 
 @dataclass
@@ -351,6 +355,20 @@ class Flow:
         readers = [n for n in _walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
         # OPT reshapes it first; a block calling F.layer_norm itself: the next residual sum in the same module
         return len({n.module for n in readers}) > 1 or any(residual(n) for n in readers)
+
+    @property
+    def sandwich(self) -> bool:
+        """Gemma's sandwich (OLMo 2's post-norms): the first attention's output is normalised (a root taken, or a
+        norm op) before it joins the stream, a sum with another tensor (a bias or a number added is no join; the
+        stream may be a layer's input, never recorded)."""
+        out = self._first_out
+
+        def joins(n: Node) -> bool:
+            other = len(n.parents) == 2 or n.value is None
+            return n.op in ADDS and other and not any(len(root(p).shape) == 1 for p in n.parents)
+
+        ahead = _walk(out.children, lambda n: [] if joins(n) or n.op in PRODUCTS else n.children) if out else []
+        return any(n.op in ("rsqrt", "sqrt", "rms_norm", "layer_norm", "var", "std") for n in ahead)
 
     @property
     def parallel(self) -> bool:
@@ -607,6 +625,7 @@ def _attention(node: Node) -> Attention | None:
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
+    found.turned = [n for n in _walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
         behind = list(_walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):

@@ -295,7 +295,7 @@ def _at_unit(check, choice, stage, user_out) -> tuple[str, list]:
     if kind == "attention":
         where = attention_place(links, unit, where)
         query, kv, keep = inputs
-        knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn")) | masks
+        knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn"), layer=R.layer_of(unit)) | masks
         return where, match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **knobs)
     if kind == "layer":
         return where, _in_layer(check, choice, stage, user_out, where)
@@ -316,7 +316,7 @@ def _in_layer(check, choice, stage, user_out, where) -> list:
         if attention.unit in targets:
             continue  # a module of its own: judged in situ there
         name, (query, kv, keep) = attention.unit[len(prefix) :], attention.inputs
-        knobs = VR.rope_knobs(cfg, rotary=name == "self_attn") | (attention.masks or {})
+        knobs = VR.rope_knobs(cfg, rotary=name == "self_attn", layer=R.layer_of(stage.unit)) | (attention.masks or {})
 
         def through(attend, name=name):
             return stage.rerun(*stage.inputs, attend={name: attend})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -303,14 +304,19 @@ class Stage:
     rerun: Callable | None = None
 
 
-def unit_forward(kind: str, params: dict, cfg, name: str) -> Callable:
+def layer_of(unit: str) -> int:
+    """The index of the layer a reference unit (or layer) prefix names: 1 for "decoder.layers.1.self_attn"."""
+    return int(m.group(1)) if (m := re.search(r"layers\.(\d+)(\.|$)", unit)) else 0
+
+
+def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0) -> Callable:
     """A layer's unit `name` ("self_attn", "ffn_norm", ...) of `kind` ("norm", "ffn" or "attention") with its weights
     `params`, in float64: a function of its inputs (an attention's: query, key and value input, mask) -> its output."""
     if kind == "norm":
         return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
     if kind == "ffn":
         return lambda x: M.ffn_forward(params, x, cfg, None, "ffn")[0]  # plain or gated, as cfg says
-    rope = V.rope_knobs(cfg, rotary=name == "self_attn")
+    rope = V.rope_knobs(cfg, rotary=name == "self_attn", layer=layer)
     return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
 
 
@@ -345,6 +351,20 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
     return found
 
 
+def _projection_norms(params: dict, name: str, inputs: tuple, cfg, prefix: str, valid) -> list:
+    """OLMo 2's q_norm and k_norm of attention `name` (qk_norm_projection): RMSNorms of its whole q and k
+    projections' outputs, each a stage on the reference's projection of the attention's query or key input."""
+    if name == "ffn" or not (cfg.qk_norm and cfg.qk_norm_projection):
+        return []
+    found = []
+    for role, x in zip("qk", inputs, strict=False):
+        proj = M.sub(params, f"{name}.{role}_proj")
+        y = x @ proj["weight"].T + proj.get("bias", 0.0)  # (B, T, H * Dh)
+        norm = unit_forward("norm", M.sub(params, f"{name}.{role}_norm"), dataclasses.replace(cfg, norm="rms"), name)
+        found.append(Stage(f"{prefix}{name}.{role}_norm", "norm", (y,), norm(y), valid, None, norm))
+    return found
+
+
 def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid, p: Probe, attend=None) -> list:
     """The reference's stages inside one layer (`params` its own, `decoder` for a causal self-attention, cross-
     attending to `memory` where there is one), in forward order, float64, each with its rerun: its units below the
@@ -355,32 +375,43 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     attention's query, key/value input and mask) puts another attention in a sublayer's place (a catalogue variant
     run inside the layer); the layer stage's rerun takes it too."""
     found, first = [], x
-    window = cfg.layer_window(int(prefix.rstrip(".").rpartition(".")[2] or 0)) if decoder else None
-    sublayers = [("self_attn", keep_mask(p, "self" if decoder else "src", window))]
+    layer = layer_of(prefix)
+    sublayers = [
+        ("self_attn", keep_mask(p, "self" if decoder else "src", cfg.layer_window(layer) if decoder else None))
+    ]
     sublayers += [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
     shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
+    added = []  # what each sublayer adds to the stream (pre-norm)
     for name, keep in [*sublayers, ("ffn", None)]:
         norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
-        h = norm(x) if cfg.norm_first else x  # the unit's input
+        h = norm(x) if cfg.norm_first and cfg.input_norm else x  # the unit's input (OLMo 2's: the stream itself)
         kind = "ffn" if name == "ffn" else "attention"
         inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
         masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
         if name == "self_attn" and decoder:
             masks = {"causal": True, "pad": keep_mask(p, "tgt"), "swap": keep_mask(p, "src")}
-        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name)
+        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name, layer)
         y = rerun(*inputs)
         unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
         if cfg.norm_first:
             normed = (
-                [] if shared and name == "ffn" else [Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm)]
+                []
+                if shared and name == "ffn" or not cfg.input_norm
+                else [Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm)]
             )
-            found += [*normed, unit]
+            found += [*normed, *_projection_norms(params, name, inputs, cfg, prefix, valid), unit]
+            if cfg.sandwich_norm:  # Gemma's: the sublayer's output normed before it joins the stream
+                post = unit_forward("norm", M.sub(params, f"{name}_post_norm"), cfg, name)
+                normed_y = post(y)
+                found.append(Stage(f"{prefix}{name}_post_norm", "norm", (y,), normed_y, valid, None, post))
+                y = normed_y
+            added.append(y)
             x = x if cfg.parallel_residual else x + y  # parallel: every sublayer reads the layer's input
         else:
             s = x + y
             x = norm(s)
             found += [unit, Stage(f"{prefix}{name}_norm", "norm", (s,), x, valid, None, norm)]
-    out = first + sum(st.output for st in found if st.kind != "norm") if cfg.norm_first else x
+    out = first + sum(added) if cfg.norm_first else x
 
     def whole(x, memory, attend=None):
         return layer_stages(params, prefix, x, memory, cfg, decoder, valid, p, attend)[-1].output

@@ -59,6 +59,7 @@ class Model:
     wrong_table: bool
     rope_overwrite: dict
     thetas: list
+    scale_overwrite: dict  # sqrt(d_model) kept in float32 (tables.scales)
 
 
 def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: list) -> Model:
@@ -70,11 +71,16 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     if layout is not None:
         cfg = dataclasses.replace(cfg, sinusoid_layout=layout)
     rope = is_module and entry.heads and entry.group != "stacks"  # RoPE tables read (and overwritten)
-    rope64, thetas, rotary = TB.rope(user, cfg.d_head, given.get("rope_theta"), notes) if rope else ({}, [], None)
+    flow = found.flow  # the cos, sin or complex tables the forward computed give their base too
+    computed = [flow.values[n.index] for n in flow.nodes if n.op in ("cos", "sin", "polar")] if flow else []
+    rope64, thetas, rotary = (
+        TB.rope(user, cfg.d_head, given.get("rope_theta"), notes, computed) if rope else ({}, [], None)
+    )
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     norm_eps = {n.module: n.eps for n in found.norms}
-    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas)
+    scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
+    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales)
 
 
 @dataclass(frozen=True)
@@ -202,7 +208,9 @@ def copy_of(check: Check, layout: Layout, dtype):
         MP.load(module, layout.links, check.params, TORCH[dtype])
         tensors = dict(module.named_buffers()) | dict(module.named_parameters())
         with torch.no_grad():
-            for name, table in (check.model.overwrite | check.model.rope_overwrite).items():
+            for name, table in (
+                check.model.overwrite | check.model.rope_overwrite | check.model.scale_overwrite
+            ).items():
                 if name in tensors:
                     tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
                 elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened

@@ -104,6 +104,12 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     return None
 
 
+def base_of(computed: torch.Tensor, Dh: int) -> float | None:
+    """The RoPE base of a cos, sin or complex table a forward computed (rope_table on a batch's first), else None."""
+    table = rope_table(_squeezed(computed.reshape(-1, *computed.shape[-2:])[0]), Dh) if computed.ndim >= 2 else None
+    return None if table is None else table[0]
+
+
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
     """The tables a user's module may keep for RoPE at base theta, each {what: (float64 table, how far one built in
     float32 may be from it)}: the inverse frequencies (Dh/2,), and for positions 0 .. T - 1 the angles, cos and sin,
@@ -127,6 +133,23 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
     return tables
 
 
+def scales(module, D: int, notes: list) -> dict:
+    """The scalar buffers the module made in float32 before the check that are sqrt(d_model) or its inverse to
+    float32 precision (transformers' Gemma keeps its embed_scale so; .double() widens it, rounded): {name: the float64
+    value} to overwrite each with for the float64 comparison, and a note for each. A plain tensor attribute stays a
+    float32 island (running.py)."""
+    found = {}
+    for name, t in module.named_buffers():
+        value = float(t) if t.is_floating_point() and t.numel() == 1 and t.dtype != torch.float64 else None
+        exact = next((e for e in (D**0.5, D**-0.5) if value is not None and abs(value - e) <= 1e-7 * e), None)
+        if exact is not None and value != exact:
+            found[name] = np.array(exact)
+            notes.append(
+                f"{name}: {value:.8g} is {exact:.17g} to float32 precision; overwritten with the float64 value"
+            )
+    return found
+
+
 def _tensors_kept(module):
     """(name, tensor) for every buffer and every plain tensor attribute (Meta's `self.freqs_cis`, which .to() does
     not convert), named by its dotted path; none that is empty (a cache made in the forward: fairseq's future mask)."""
@@ -137,8 +160,9 @@ def _tensors_kept(module):
                 yield (f"{path}.{attr}" if path else attr), value
 
 
-def rope(module, Dh: int, first: float | None, notes: list) -> tuple[dict, list, int | None]:
-    """The user's RoPE as its module keeps it, read in one pass. The bases to try: `first` (the caller's), those the
+def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tuple[dict, list, int | None]:
+    """The user's RoPE as its module keeps it, read in one pass. The bases to try: `first` (the caller's), those of
+    the cos, sin or complex tables its forward computed (`computed`: their values, a batch's first), those the
     module states (a base attribute: theta, rope_theta, base, ...; transformers' in .config; an inverse-frequency
     buffer, inv_freq; a table rope_table reads), and last 10000 (the paper's, Llama 2's). Each RoPE table built in
     float32 (buffers or plain tensor attributes) equal to one of rope_tables at one of those bases to float32
@@ -147,6 +171,7 @@ def rope(module, Dh: int, first: float | None, notes: list) -> tuple[dict, list,
     Dh / 2, else the width of GPT-J's sin-and-cos table (T, rotary_dim). Returns ({name: float64 values}, the bases
     with the one the module's tables were built with first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
+    found += [b for b in (base_of(v, Dh) for v in computed) if b is not None]
     lengths = set()
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)

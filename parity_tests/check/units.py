@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from numpy_transformer import TransformerConfig
 
+from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
 from .unsupported import NoPair
@@ -47,6 +48,8 @@ class Units:
     embedding_norm: bool = False
     parallel: bool = False  # Phi-2's, GPT-J's, GPT-NeoX's parallel layers: attention and feed-forward side by side
     shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
+    sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
+    input_norm: bool = True
 
 
 def sized_config(level: str, found, given: dict):
@@ -156,6 +159,7 @@ def _units(entry, found, units: Units) -> None:
     _refuse_missing(entry, flow, units)
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
+    _sandwich(entry, flow, units)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
         # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
         # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
@@ -175,6 +179,32 @@ def _refuse_missing(entry, flow, units: Units) -> None:
     layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
     what = "the layer has no norm with a learned scale, where each of the reference's has one"
     raise NoPair(layer, what, entry.name)
+
+
+def _sandwich(entry, flow, units: Units) -> None:
+    """Gemma's sandwich (flow.sandwich): a norm after each sublayer too, and, where a norm is applied before the
+    first attention's output, one before each sublayer (OLMo 2's has none: input_norm False)."""
+    units.sandwich = entry.group != "component" and flow is not None and flow.sandwich
+    if units.sandwich:
+        first_out = next(a.out_node for a in flow.attentions if a.out_node is not None)
+        units.input_norm = bool(units.norms) and flow.order[units.norms[0].weight] < first_out.index
+        units.layer_norms *= 1 + units.input_norm
+
+
+def _rotary(flow, n_dec: int, Dh: int) -> dict:
+    """What the cos and sin tables each layer's queries are turned by say (dataflow: Attention.turned): the layers
+    that turn them, where only some do (SmolLM3's NoPE layers: rope_layers), and the sliding layers' base where it
+    is not the others' (Gemma 3's rope_local_base_freq: rope_local_theta)."""
+    if flow is None or not 0 < len(flow.attentions) == n_dec:
+        return {}
+    turned = [a.turned for a in flow.attentions]
+    found: dict = {"rope_layers": tuple(map(bool, turned))} if any(turned) and not all(turned) else {}
+    bases = [next((b for n in t if (b := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
+    local = {b for a, b in zip(flow.attentions, bases, strict=True) if a.window and b}
+    full = {b for a, b in zip(flow.attentions, bases, strict=True) if not a.window and b}
+    if len(local) == len(full) == 1 and local != full:
+        found |= {"rope_theta": full.pop(), "rope_local_theta": local.pop()}
+    return found | {"positional": "rope"} if found else {}
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
@@ -261,6 +291,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         gated_ffn=units.gated,
         n_kv_heads=kv // (D // H) if kv and kv != D else None,
         qk_norm=bool(found.qk_norms),
+        qk_norm_projection=any(n.size != D // H for n in found.qk_norms.values()),  # OLMo 2's, of all the heads
         type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
         embedding_norm=units.embedding_norm,
         d_model=D,
@@ -281,6 +312,9 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base["norm_first"] = True  # a final norm: pre-norm layers
     if units.parallel:  # a parallel layer (issue 49's): pre-norm layers, however the sums read
         base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
+    if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
+        base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
+    base |= _rotary(found.flow, units.n_dec, D // H)
     if found.flow is not None:
         base = _from_flow(entry, found.flow, units, base)
     return TransformerConfig(**(base | known))
@@ -459,8 +493,10 @@ class Linker:
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
-        for name in ["self_attn_norm"] + ["cross_attn_norm"] * decoder + ["ffn_norm"] * (not self.cfg.shared_norm):
-            self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
+        kinds = ["_norm"] * self.cfg.input_norm + ["_post_norm"] * self.cfg.sandwich_norm  # in the order applied
+        for sub in ["self_attn"] + ["cross_attn"] * decoder + ["ffn"] * (not self.cfg.shared_norm):
+            for name in (sub + kind for kind in kinds):
+                self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
 
     def embeddings(self, stack: str) -> None:
         """A model stack's tables: its token table (the encoder's shared with the decoder's when share_embeddings),

@@ -56,7 +56,11 @@ def explain(flow) -> str | Diagnosis | None:
     """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
     dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
     computes nothing this module names (or was not recorded)."""
-    for find in (_weightless_norm, _glu, _previous_token_gate, _score_terms, _gain, _activation) if flow else ():
+    for find in (
+        (_weightless_norm, _glu, _previous_token_gate, _score_terms, _gain, _output_gate, _clamped, _activation)
+        if flow
+        else ()
+    ):
         found = find(flow)
         if found is not None:
             return found if isinstance(found, Diagnosis) else differs(*found)
@@ -114,11 +118,16 @@ def _bias(b) -> str | None:
 
 
 def _weightless_norm(rec) -> tuple | None:
+    """A norm no learned scale multiplies: torch's given no weight, or one written by hand (x * rsqrt(m + eps),
+    x / (sqrt(m) + eps), Llama 4's q and k norms) whose output nothing learned scales after (through views)."""
     for node in rec.nodes:
-        after = [c for c in node.children if c.op not in DF.PRODUCTS]  # scaled by hand after, not projected
-        scaled = any(DF.root(p).param is not None for c in after for p in c.parents)
-        if node.op in NORMS and not scaled and not any(DF.root(p).param is not None for p in node.parents):
-            return node.module, f"{node.op}(x) normalises without a weight (no learned scale)"
+        if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
+            continue
+        normed = node if node.op in NORMS else _normalised(node) if node.op in ("rsqrt", "sqrt") else None
+        after = DF._walk(normed.children, lambda n: n.children if n.op in DF.VIEWS else []) if normed else []
+        if normed is not None and not any(_learned(p) for n in after if n.op not in DF.PRODUCTS for p in n.parents):
+            said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
+            return node.module, f"{said} normalises without a weight (no learned scale)"
     return None
 
 
@@ -138,6 +147,44 @@ def _glu(rec) -> tuple | None:
 
 def _summed(node) -> bool:
     return any(c.op in DF.ADDS for c in DF._walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
+
+
+def _normalised(root_op):
+    """The product or quotient a root taken by hand normalises x with (x * rsqrt(...), x / (sqrt(...) + eps))."""
+    ahead = DF._walk(root_op.children, lambda n: n.children if n.op in DF.ADDS else [])
+    return next((n for n in ahead if n.op in DF.MULS | DF.DIVS), None)
+
+
+def _learned(node) -> bool:
+    """A parameter, seen through views or with a number added (Gemma's 1 + weight)."""
+    seen = DF.root(node)
+    return seen.param is not None or seen.op in DF.ADDS and any(DF.root(p).param is not None for p in seen.parents)
+
+
+def _output_gate(flow) -> tuple | None:
+    """The heads' output multiplied, before the output projection, by an activation of another projection of the
+    input (Qwen3-Next's gated attention: o_proj(attn * sigmoid(gate_proj(x))))."""
+    for a in flow.attentions:
+        x = next((p for p in a.out_node.parents if DF.weight_of(p) is None), None) if a.out_node else None
+        product = DF.root(x) if x is not None else None
+        for g in product.parents if product is not None and product.op in DF.MULS else []:
+            act = DF.root(g)
+            gate = DF.projection(DF.root(act.parents[0])) if act.op in DF.ACTIVATIONS and act.parents else None
+            if gate is not None and gate not in a.q + a.k + a.v:
+                return a.module, f"the heads' output is multiplied by {act.op}({gate} x) before {a.out[0]} (a gate)"
+    return None
+
+
+def _clamped(rec) -> tuple | None:
+    """A projection's outputs clamped to a range (GPT-OSS's SwiGLU clamps its gate and up projections)."""
+    for node in rec.nodes:
+        weight = DF.projection(DF.root(node.parents[0])) if node.op in CLAMPS and node.parents else None
+        if weight is not None:
+            return node.module, f"{node.op} limits the outputs of {weight} to a range (as GPT-OSS's clamped SwiGLU)"
+    return None
+
+
+CLAMPS = {"clamp", "clamp_", "clamp_min", "clamp_max", "clip", "hardtanh"}
 
 
 def _shifted(node) -> bool:

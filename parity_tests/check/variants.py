@@ -89,11 +89,13 @@ def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0, r
     return out
 
 
-def rope_knobs(cfg, rotary: bool = True) -> dict:
-    """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where it rotates."""
+def rope_knobs(cfg, rotary: bool = True, layer: int = 0) -> dict:
+    """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where layer `layer` rotates (its
+    own: Gemma 3's local layers'; none on a NoPE layer, SmolLM3's)."""
+    turns = rotary and cfg.positional == "rope" and cfg.layer_uses_rope(layer)
     return {
         "n_kv": cfg.n_kv_heads,
-        "theta": cfg.rope_theta if rotary and cfg.positional == "rope" else None,
+        "theta": cfg.layer_rope_theta(layer) if turns else None,
         "rotary": cfg.rotary_dim,  # the features of each head RoPE turns (None: all)
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
         "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
@@ -110,13 +112,17 @@ def multi_head_attention(
     transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only. theta:
     RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`,
     the values rotated too with `rope_v` (True: in the keys' pairing; "half" or "interleaved": in that one). With
-    q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first."""
+    q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first
+    (OLMo 2's, as wide as the projection: each projection's output, before the heads are split)."""
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
-    q = split(linear(query, params, "q_proj"), H, transpose)
-    k = split(linear(key, params, "k_proj"), n_kv, transpose)
+    q, k = linear(query, params, "q_proj"), linear(key, params, "k_proj")
+    whole = "q_norm.weight" in params and params["q_norm.weight"].shape[-1] == q.shape[-1]  # OLMo 2's: all heads
+    if whole:
+        q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
+    q, k = split(q, H, transpose), split(k, n_kv, transpose)
     v = split(linear(value, params, "v_proj"), n_kv, transpose)
-    if "q_norm.weight" in params:
+    if "q_norm.weight" in params and not whole:
         q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
     if theta is not None:
         q, k = rotate(q, theta, pairs[0], 0, rotary), rotate(k, theta, pairs[1], k_shift, rotary)
