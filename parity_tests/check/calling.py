@@ -229,10 +229,11 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
     params, mask_params, data = _signature(module, len(entry.inputs))
     orders = _orders(entry, level, data)
     assigned = _assigned(mask_params, list(entry.masks))
-    if _transformers_model(module) and "decoder_attention_mask" in mask_params:
+    if _transformers_model(module) and ("decoder_attention_mask" in mask_params or entry.masks == ("tgt",)):
         # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
-        # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared)
-        assigned = {"attention_mask": "src"} if "attention_mask" in mask_params else {}
+        # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared); a decoder-only
+        # model builds its causal mask and any sliding window (a (B, 1, T, T) attention_mask would replace them)
+        assigned = {"attention_mask": "src"} if "attention_mask" in mask_params and "src" in entry.masks else {}
     detect = mask in (None, "detect")  # the mask kinds tried: all (detected from the outputs), the one given, or none
     kinds = MASK_KINDS if detect else (mask,) if mask != "none" else ()
     if detect and set(assigned) == {"attention_mask"} and _transformers_model(module):
