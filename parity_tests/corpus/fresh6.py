@@ -461,6 +461,7 @@ CASES = [
         {},
         ("mistake", "layer_norm.unbiased_variance", "layers.1.output_norm"),
     ),
+    ("hand_bert.layer", lambda: hand_bert(mlm_head=False).layers[0], "encoder_layer", {}, "pass"),
     ("hand_t5", hand_t5, "transformer", {}, ("no pair", "encoder.0.attn", "relative")),
     ("hand_bart", hand_bart, "transformer", {}, "pass"),
     (
@@ -470,6 +471,7 @@ CASES = [
         {},
         ("mistake", "attention.not_causal", "decoder_layers.1.self_attn"),
     ),
+    ("hand_bart.decoder_layer", lambda: hand_bart().decoder_layers[0], "decoder_layer", {}, "pass"),
     ("seq2seq_transformer", seq2seq_transformer, "transformer", {}, "pass"),
     (
         "seq2seq_transformer.padding_inverted",
