@@ -472,6 +472,13 @@ CASES = [
         ("mistake", "attention.not_causal", "decoder_layers.1.self_attn"),
     ),
     ("hand_bart.decoder_layer", lambda: hand_bart().decoder_layers[0], "decoder_layer", {}, "pass"),
+    (
+        "hand_bart.decoder_layer.not_causal",
+        lambda: hand_bart(second_causal=False).decoder_layers[1],
+        "decoder_layer",
+        {},
+        ("mistake", "attention.not_causal", "self_attn"),
+    ),
     ("seq2seq_transformer", seq2seq_transformer, "transformer", {}, "pass"),
     (
         "seq2seq_transformer.padding_inverted",
