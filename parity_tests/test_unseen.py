@@ -122,3 +122,17 @@ def test_rows_read_along_leading_singleton_axes():
     assert _rows_read((slice(None), slice(None, 3)), (8, 4)) is None  # columns of a (T, D) table
     assert _rows_read((slice(None), slice(None, 3, 2)), (1, 8, 4)) is None
     assert _rows_read((slice(None), slice(None, 3), 0), (1, 8, 4)) is None  # one feature, not whole rows
+
+
+def test_a_forward_that_cannot_be_called_says_what_it_raised():
+    """A layer whose forward wants an argument the level has no input for is refused naming what its forward raised
+    and `call=` (before: 'the number of heads cannot be read ...; pass n_heads=', which would not have helped)."""
+
+    class Scaled(fresh6.BertLayer):
+        def forward(self, x, keep, scale):
+            return super().forward(x, keep) * scale
+
+    torch.manual_seed(0)
+    result = check.module(Scaled(), "encoder_layer")
+    assert result.error.startswith("could not judge: the module's forward could not be recorded"), str(result)
+    assert "missing 1 required positional argument: 'scale'" in result.error and "pass call=" in result.error

@@ -92,7 +92,7 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
-    if H is None and entry.heads:
+    if H is None and entry.heads and not found.unrecorded:  # unrecorded: _units says what the forward raised
         raise ValueError(
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
