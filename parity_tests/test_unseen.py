@@ -38,9 +38,6 @@ TODAY: dict[str, str] = {
     # fresh6: an encoder's masked-LM head (transform, GELU, LayerNorm, tied decoder + bias) read as a feed-forward
     "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
     "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
-    # fresh6: a Conv1d front end of kernel 3 is refused as an unreadable projection, not said as math without a pair
-    "audio_encoder": "could not judge: conv1 is an nn.Conv1d of kernel 3 (groups 1): the judge reads a convolution "
-    "only as a position-wise linear (kernel 1, one group); pass call= (how to call it) or mapping= (the weight map)",
 }
 
 

@@ -27,8 +27,9 @@ class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
     `what` it computes; check.module answers it (`answer`) as Result.unsupported."""
 
-    def __init__(self, where: str, what: str, level: str):
-        super().__init__(f"{where} computes {what}: the reference {level!r} has none, so this is math it does not have")
+    def __init__(self, where: str, what: str, level: str = ""):
+        said = f"the reference {level!r}" if level else "the reference"
+        super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
         self.answer = differs(where, what)
 
 
