@@ -35,7 +35,8 @@ TODAY: dict[str, str] = {
     # fresh3: bfloat16 values are held to float64's activation test (unsupported._activation, 1e-5 of the scale)
     "head_tensor_gpt.bfloat16": "differs at blocks.0: the activation computes an element-wise function none of the "
     "reference's activations is (f(0.00) = 9.49e-05, f(1.00) = 0.84)",
-    # fresh6: an encoder's masked-LM head (transform, GELU, LayerNorm, tied decoder + bias) read as a feed-forward
+    # fresh6: an encoder's masked-LM head (transform, GELU, LayerNorm, tied decoder + bias) read as a feed-forward:
+    # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
     "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
     "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
 }
