@@ -14,7 +14,10 @@ words: styles none of the other corpus files uses, met by the judge here for the
   LayerNorm, the end token's state (the largest id) through a projection parameter;
 - a Whisper-encoder-like stack: two Conv1d over mel frames (the second of stride 2), a sinusoid table, pre-norm
   blocks and a final norm;
-- mistakes put into them, each named where it sits.
+- the BERT's and the BART's layers alone, whose padding mask is a required argument named `keep`;
+- mistakes put into them, each named where it sits: the second layer's LayerNorm variance unbiased, the second
+  decoder layer's self-attention not causal (in the whole model and in the layer alone), the source padding mask
+  inverted, QuickGELU's constant mistyped in the tower's second block.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/fresh.py's.
 """
