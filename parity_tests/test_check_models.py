@@ -527,6 +527,21 @@ def test_transformers_models_pass_with_their_own_layouts_read(name, monkeypatch)
         assert result.mapping[user][1] == note, str(result)
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_transformers_mistral_with_a_window_shorter_than_the_probe_passes(implementation, monkeypatch):
+    """transformers' decoder-only models take attention_mask as the ids' padding and build the causal mask and the
+    sliding window themselves: called without one, the band they apply is read (before: a (B, 1, T, T) causal mask
+    was passed, which replaced theirs, so no window was seen and the comparison failed unexplained)."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    config = T.MistralConfig(**SMALL, intermediate_size=24, num_key_value_heads=2, sliding_window=3)
+    config._attn_implementation = implementation
+    result = check.module(T.MistralForCausalLM(config).eval(), "transformer_lm")
+    assert result.passed and result.config.sliding_window == 3, str(result)
+
+
 def test_a_mistake_in_a_per_head_fused_layout_is_still_named():
     """The layout read (GPT-NeoX's q, k, v rows head by head) does not absorb a mistake: the scores scaled by
     1 / sqrt(d_model) instead of 1 / sqrt(head size) are named at the attention."""

@@ -214,6 +214,16 @@ def _assigned(mask_params: list, roles: list) -> dict:
     return assigned
 
 
+def _unnamed_masks(entry, mask_params: list, data: list) -> tuple:
+    """A layer's masks under names that say no mask (forward(x, keep), forward(x, memory, pad)): the required
+    arguments after its data, each in each of the level's roles in turn; (mask params, data params, placings)."""
+    if not (entry.masks and entry.group == "layer" and not mask_params and len(data) > len(entry.inputs)):
+        return mask_params, data, []
+    masks = data[len(entry.inputs) :][: len(entry.masks)]
+    placings = [dict(zip(masks, roles, strict=False)) for roles in itertools.permutations(entry.masks)]
+    return masks, data[: len(entry.inputs)], placings
+
+
 def _mask_options(assigned: dict, kinds) -> list:
     """The masks one layout and order may be given, {name: (role, kind, shape)}: every kind, and every shape of
     each mask (several masks: the same position of each one's shapes first)."""
@@ -241,12 +251,14 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
         return [Caller(bf, entry.inputs, dict(builtin[1]), extra=dict(builtin[2]))]
     params, mask_params, data = _signature(module, len(entry.inputs))
+    mask_params, data, placings = _unnamed_masks(entry, mask_params, data)
     orders = _orders(entry, level, data)
     assigned = _assigned(mask_params, list(entry.masks))
-    if _transformers_model(module) and "decoder_attention_mask" in mask_params:
+    if _transformers_model(module) and ("decoder_attention_mask" in mask_params or entry.masks == ("tgt",)):
         # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
-        # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared)
-        assigned = {"attention_mask": "src"} if "attention_mask" in mask_params else {}
+        # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared); a decoder-only
+        # model builds its causal mask and any sliding window (a (B, 1, T, T) attention_mask would replace them)
+        assigned = {"attention_mask": "src"} if "attention_mask" in mask_params and "src" in entry.masks else {}
     detect = mask in (None, "detect")  # the mask kinds tried: all (detected from the outputs), the one given, or none
     kinds = MASK_KINDS if detect else (mask,) if mask != "none" else ()
     if detect and set(assigned) == {"attention_mask"} and _transformers_model(module):
@@ -256,7 +268,8 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
     optional = detect and entry.builds_masks and all(p.default is not p.empty for p in params if p.name in assigned)
     # (B, H, T, Dh) has no sequence-first form
     layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
-    options = _mask_options(assigned, kinds) + [{}] * (optional and bool(assigned and kinds))  # none: last
+    options = [o for a in placings or [assigned] for o in _mask_options(a, kinds)]
+    options += [{}] * (optional and bool(assigned and kinds))  # none: last
     found = [Caller(bf, o, m, set(o) == {"query"}) for bf in layouts for o in orders for m in options]
     if entry.self_attention_probes:  # the one input and, where the module takes a mask, the causal mask (its first)
         options = _mask_options({mask_params[0]: "tgt"} if mask_params else {}, kinds)

@@ -440,9 +440,14 @@ class Flow:
     def _seen(self, node: Node) -> torch.Tensor | None:
         """The keys (T, S) each query of a softmax, scaled_dot_product_attention or nn.MultiheadAttention's op sees
         in some sequence and head: a score above -1e3 (not -inf nor a large negative); the op's mask (_attention_args)
-        True or above -1e3, below the diagonal with is_causal. None for any other op."""
-        if node.op in ("softmax", "_softmax") and node.parents and node.parents[0].index in self.values:
-            seen = self.values[node.parents[0].index].detach() > -1e3
+        True or above -1e3, below the diagonal with is_causal (GPT-OSS's sink column joined to the scores left out).
+        None for any other op."""
+        scores = node.parents[0] if node.op in ("softmax", "_softmax") and node.parents else None
+        behind = _walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
+        joined = next((n for n in behind if n.op == "cat"), None)
+        scores = max(joined.parents, key=lambda n: n.shape[-1:]) if joined is not None and joined.parents else scores
+        if scores is not None and scores.index in self.values:
+            seen = self.values[scores.index].detach() > -1e3
         elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
             _, mask, causal, T, S = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)

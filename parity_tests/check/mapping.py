@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from . import dataflow as DF
+from .unsupported import NoPair
 
 
 @dataclass
@@ -268,11 +269,9 @@ def _read_builtin(mod: nn.Module, path: str, prefix: str, found: Structure) -> b
         for role in "qkv":
             shape = getattr(mod, f"{role}_proj_weight").shape
             found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *shape, False))
-    elif isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):
-        raise ValueError(
-            f"{path} is an nn.Conv1d of kernel {mod.kernel_size[0]} (groups {mod.groups}): the judge reads a "
-            "convolution only as a position-wise linear (kernel 1, one group)"
-        )
+    elif isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):  # no position-wise linear
+        across = f"of kernel {mod.kernel_size[0]}, a convolution over neighbouring positions"
+        raise NoPair(path, f"nn.Conv1d {across if mod.kernel_size != (1,) else 'of groups, a block-diagonal linear'}")
     elif isinstance(mod, (nn.Linear, nn.Conv1d)):
         found.pieces.append(Piece(f"{prefix}weight", bias, *mod.weight.shape[:2], False))
     elif isinstance(mod, (nn.LayerNorm, getattr(nn, "RMSNorm", ()))):

@@ -15,6 +15,7 @@ check.module, passed in), and its catalogued mistake is named at the block's pla
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from transformer_spec.families.clip import CLIP_LAYER
 from .calling import first_tensor
 from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result
-from .running import copy_module, first_calls, reference_rows
+from .running import Float32Islands, copy_module, find_islands, first_calls, island_message, reference_rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
@@ -86,7 +87,9 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     try:
         model = copy_module(user).double().eval()
         _draw(model, np.random.default_rng(0))
-        tower = _read(model)
+        with Float32Islands(model):  # a mask or table made in float32 in the forward computed in float64
+            tower = _read(model)
+        islands = find_islands(model, lambda: model(torch.from_numpy(tower.inputs))) if tower is not None else []
         P = _params(model, tower) if tower is not None else {}
         fit = _fit(model, tower, P) if tower is not None else None
     except Exception:  # a module this reading does not fit: the caller says what stopped the judge
@@ -99,6 +102,8 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     if tower.kind == "text" and not fit.causal:
         said = "passes as a bidirectional encoder (no causal mask); CLIP's text tower is causal: if yours means to be"
         result.caveats.append(("attention.not_causal", f"{said}, this is attention.not_causal"))
+    if islands:
+        result.caveats.append(("dtype.float32_island", island_message(islands)))
     if fit.error <= MATCH:
         result.conventions = read
     else:
@@ -342,7 +347,8 @@ def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> 
     user = copy_module(model).to(torch.float64 if dtype == np.float64 else torch.float32)
     x = torch.from_numpy(tower.inputs)
     x = x.to(next(user.parameters()).dtype).requires_grad_(True) if x.is_floating_point() else x
-    out = first_tensor(user(x))
+    with Float32Islands(user) if dtype == np.float64 else contextlib.nullcontext():
+        out = first_tensor(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
     mine = {"output": out} | ({"dpixel_values": x.grad} if x.is_floating_point() else {})
     mine |= {f"d {n}": torch.zeros_like(t) if t.grad is None else t.grad  # not reached by the output: zero

@@ -97,10 +97,9 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
     H = fields.get("n_heads") or (cfg.n_heads if cfg else None) or (flow.heads(D) if flow is not None else None)
-    if H is None and entry.heads:
-        raised = f" (it raised {found.unrecorded})" if found.unrecorded else ""  # a bfloat16 model not run in float64
+    if H is None and entry.heads and not found.unrecorded:  # unrecorded: _units says what the forward raised
         raise ValueError(
-            f"the number of heads cannot be read from the recorded forward{raised}: pass n_heads= ({entry.name!r})"
+            f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
     by = {p.weight: p for p in pieces}
     F = _pieces(by, flow.blocks[0][-1:], "a feed-forward block")[0].in_features if flow and flow.blocks else 4 * D

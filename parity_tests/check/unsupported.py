@@ -27,8 +27,9 @@ class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
     `what` it computes; check.module answers it (`answer`) as Result.unsupported."""
 
-    def __init__(self, where: str, what: str, level: str):
-        super().__init__(f"{where} computes {what}: the reference {level!r} has none, so this is math it does not have")
+    def __init__(self, where: str, what: str, level: str = ""):
+        said = f"the reference {level!r}" if level else "the reference"
+        super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
         self.answer = differs(where, what)
 
 
@@ -119,13 +120,17 @@ def _bias(b) -> str | None:
 
 def _weightless_norm(rec) -> tuple | None:
     """A norm no learned scale multiplies: torch's given no weight, or one written by hand (x * rsqrt(m + eps),
-    x / (sqrt(m) + eps), Llama 4's q and k norms) whose output nothing learned scales after (through views)."""
+    x / (sqrt(m) + eps), Llama 4's q and k norms) whose output nothing learned scales after (through views), nor
+    before (T5's weight * x * rsqrt(m + eps))."""
     for node in rec.nodes:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
         normed = node if node.op in NORMS else _normalised(node) if node.op in ("rsqrt", "sqrt") else None
         after = DF._walk(normed.children, lambda n: n.children if n.op in DF.VIEWS else []) if normed else []
-        if normed is not None and not any(_learned(p) for n in after if n.op not in DF.PRODUCTS for p in n.parents):
+        before = DF._walk(normed.parents, lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else []) if normed else []
+        scales = [p for n in after if n.op not in DF.PRODUCTS for p in n.parents]
+        scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
+        if normed is not None and not any(map(_learned, scales)):
             said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
             return node.module, f"{said} normalises without a weight (no learned scale)"
     return None

@@ -353,7 +353,7 @@ CASES = [
         bfloat16_casting_gpt,
         "transformer_lm",
         {},
-        ("could not judge", "", "recorded forward (it raised RuntimeError"),
+        ("could not judge", "", "(its forward raised RuntimeError"),
     ),
     (
         "plain_gpt.var_ln_eps_outside_sqrt_second_block",
