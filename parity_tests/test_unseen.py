@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, frontier, lacking, unseen
+from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, frontier, lacking, unseen
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
@@ -50,7 +50,7 @@ def _case(name, *values):
     ("factory", "level", "keywords", "expected"),
     [
         _case(*case)
-        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, lacking)
+        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, lacking)
         for case in corpus.CASES
     ],
 )
