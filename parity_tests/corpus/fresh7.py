@@ -7,6 +7,8 @@ this project's own words: the judge meets these styles here for the first time (
 - a GPT with its heads folded into the batch, (B * H, T, Dh), scores by `torch.baddbmm` on an empty tensor with
   beta 0 and the scale as alpha, the softmax taken with `dtype=torch.float32` and cast back;
 - a GPT calling `F.scaled_dot_product_attention(..., scale=...)` with the scale given;
+- a GPT whose attention is split over the keys and merged by log-sum-exp (FlashDecoding's split-K), and one whose
+  attention is a one-head function lifted over the batch and the heads by `torch.vmap`;
 - a nanochat-style GPT: rotary, q and k normed by `F.rms_norm` without a weight, the stream normed the same way,
   ReLU squared, an untied head, no biases anywhere (math the reference lacks: said where it first runs);
 - a Flax/JAX port: every weight a raw nn.Parameter in an nn.ParameterDict, einsum with 'BTNH' letters;
@@ -15,8 +17,8 @@ this project's own words: the judge meets these styles here for the first time (
 - a GPT whose token table is `nn.Embedding(..., max_norm=1.0)` (its rows renormalised in the forward);
 - mistakes put into them, each named where it sits: the online softmax's causal test letting the next key in, the
   query-chunked attention's scores divided by d_head, the folded attention's softmax over the queries, SDPA given
-  scale=1/d_head, the Flax port's K/V heads tiled, the course model's mask read
-  transposed (each query sees itself and the future).
+  scale=1/d_head, the split-K attention left without its causal mask, the Flax port's K/V heads tiled, the course
+  model's mask read transposed (each query sees itself and the future).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -132,6 +134,44 @@ class ScaledSDPA(Attention):
 
 class ScaledSDPAByDHead(ScaledSDPA):
     scale = 1 / HD
+
+
+class LogSumExpMerge(Attention):
+    """Split-K (FlashDecoding's merge): each half of the keys attended alone, its output and log-sum-exp kept, the
+    halves merged by their share of the whole row's exp-sum."""
+
+    causal = True
+
+    def attend(self, q, k, v):
+        T = q.shape[-2]
+        rows, cut = torch.arange(T)[:, None], (T + 1) // 2
+        outs, lses = [], []
+        for start, stop in ((0, cut), (cut, T)):
+            scores = q @ k[..., start:stop, :].transpose(-2, -1) * HD**-0.5
+            if self.causal:
+                scores = scores.masked_fill(torch.arange(start, stop)[None, :] > rows, float("-inf"))
+            lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # -inf where a row sees none of these keys
+            outs.append(torch.nan_to_num(torch.exp(scores - lse)) @ v[..., start:stop, :])
+            lses.append(lse)
+        total = torch.logsumexp(torch.cat(lses, dim=-1), dim=-1, keepdim=True)
+        return sum(torch.exp(lse - total) * out for lse, out in zip(lses, outs, strict=True))
+
+
+class LogSumExpMergeNotCausal(LogSumExpMerge):
+    causal = False
+
+
+def _one_head(q, k, v):
+    """One head's causal attention, (T, HD) x3 -> (T, HD); torch.vmap lifts it over the batch and the heads."""
+    scores = q @ k.T / math.sqrt(q.shape[-1])
+    T = q.shape[0]
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+class VmappedHeads(Attention):
+    def attend(self, q, k, v):
+        return torch.vmap(torch.vmap(_one_head))(q, k, v)
 
 
 class Block(nn.Module):
@@ -399,6 +439,15 @@ CASES = [
         {},
         ("mistake", "attention.wrong_scale", "blocks.1.attn"),
     ),
+    ("lse_merge_gpt", lambda: gpt(LogSumExpMerge), "transformer_lm", {}, "pass"),
+    (
+        "lse_merge_gpt.not_causal_second_block",
+        lambda: gpt(LogSumExpMerge, LogSumExpMergeNotCausal),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "blocks.1.attn"),
+    ),
+    ("vmap_heads_gpt", lambda: gpt(VmappedHeads), "transformer_lm", {}, "pass"),
     (
         "nanochat_gpt",
         nanochat_gpt,
