@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, frontier, lacking, unseen
+from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, frontier, lacking, unseen
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
@@ -22,6 +22,20 @@ TODAY: dict[str, str] = {
     # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
     "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
     "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
+    # fresh7: a Flax port's einsum in (B, T, N, H) letters: the head count read as the query's third axis from the
+    # end (dataflow._attention: q.shape[-3], the positions here); with n_heads given, its ParameterDict (keys sorted)
+    # pairs each norm's scale with the first shift of its width (mapping._read_own), a norm's shift left over taken as
+    # the output bias (units.py, the output head's orphans[0])
+    "flax_gpt": "could not judge: d_model must be divisible by n_heads: got d_model=32, n_heads=6",
+    "flax_gpt.kv_heads_tiled_second_block": "could not judge: d_model must be divisible by n_heads: got d_model=32, "
+    "n_heads=6",
+    # fresh7: nn.Embedding(max_norm=...) renormalises the rows it reads: no finder in unsupported.explain says it (the
+    # recording keeps an embedding's ids only, dataflow.Recorder._value), so the divergence at wte is "unexplained"
+    "max_norm_gpt": "unexplained: wte (reference decoder.embedding) diverges with relative error 5.55e-01; not "
+    "expressible by the config and no catalogue variant reproduces it",
+    # fresh7: ops inside torch.vmap are not recorded (dataflow.record's TorchFunctionMode sees the heads' views and no
+    # scores or softmax), so no attention is read; with n_heads given: "found 5 norms ..., has 2; pass mapping="
+    "vmap_heads_gpt": "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads=",
 }
 
 
@@ -50,7 +64,7 @@ def _case(name, *values):
     ("factory", "level", "keywords", "expected"),
     [
         _case(*case)
-        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, lacking)
+        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, lacking)
         for case in corpus.CASES
     ],
 )
