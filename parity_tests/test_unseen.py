@@ -29,10 +29,6 @@ TODAY: dict[str, str] = {
     "flax_gpt": "could not judge: d_model must be divisible by n_heads: got d_model=32, n_heads=6",
     "flax_gpt.kv_heads_tiled_second_block": "could not judge: d_model must be divisible by n_heads: got d_model=32, "
     "n_heads=6",
-    # fresh7: nn.Embedding(max_norm=...) renormalises the rows it reads: no finder in unsupported.explain says it (the
-    # recording keeps an embedding's ids only, dataflow.Recorder._value), so the divergence at wte is "unexplained"
-    "max_norm_gpt": "unexplained: wte (reference decoder.embedding) diverges with relative error 5.55e-01; not "
-    "expressible by the config and no catalogue variant reproduces it",
     # fresh7: ops inside torch.vmap are not recorded (dataflow.record's TorchFunctionMode sees the heads' views and no
     # scores or softmax), so no attention is read; with n_heads given: "found 5 norms ..., has 2; pass mapping="
     "vmap_heads_gpt": "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads=",

@@ -63,7 +63,7 @@ class Node:
     parents: list
     shape: tuple = ()
     param: str | None = None  # a parameter's (or buffer's) name: a leaf
-    extra: str = ""  # an einsum's equation
+    extra: str = ""  # an einsum's equation; an embedding's "max_norm=m" where it renormalises the rows it reads
     children: list = field(default_factory=list)
     value: object = None  # an embedding's ids (numpy); an attention op's: _attention_args; a part: its index
     call: tuple | None = None  # a view's (func, args, kwargs), to replay it on indices (columns_held)
@@ -108,6 +108,8 @@ class _Recorder(TorchFunctionMode):
         parts = name in SPLITS and len(outs) > 1  # the parts of a chunk or split, each its own node
         node.tid = id(out) if parts else id(outs[0])  # a split's: its tuple's (kept alive below)
         node.extra = args[0] if name == "einsum" and args and isinstance(args[0], str) else ""
+        max_norm = kwargs.get("max_norm", args[3] if len(args) > 3 else None) if name == "embedding" else None
+        node.extra = f"max_norm={max_norm:g}" if max_norm is not None else node.extra  # its rows renormalised
         node.call = (func, args, kwargs) if name in VIEWS else None
         self.keep.append(out)  # and the tensors it holds
         node.value = self._value(name, args, kwargs, len(parents))

@@ -58,7 +58,17 @@ def explain(flow) -> str | Diagnosis | None:
     dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
     computes nothing this module names (or was not recorded)."""
     for find in (
-        (_weightless_norm, _glu, _previous_token_gate, _score_terms, _gain, _output_gate, _clamped, _activation)
+        (
+            _renormed,
+            _weightless_norm,
+            _glu,
+            _previous_token_gate,
+            _score_terms,
+            _gain,
+            _output_gate,
+            _clamped,
+            _activation,
+        )
         if flow
         else ()
     ):
@@ -143,6 +153,13 @@ def _gain(rec) -> tuple | None:
         if gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
             return node.module, f"a sublayer's output is multiplied by a learned gain per feature, {gain.param}"
     return None
+
+
+def _renormed(rec) -> tuple | None:
+    """An embedding that renormalises the rows it reads (nn.Embedding(max_norm=m)): in place, on its weights."""
+    node = next((n for n in rec.nodes if n.op == "embedding" and n.extra.startswith("max_norm")), None)
+    what = "embedding(ids, {}) rescales each row it reads to a norm of at most {} (in place, on the table)"
+    return None if node is None else (node.module, what.format(node.extra, node.extra.partition("=")[2]))
 
 
 def _glu(rec) -> tuple | None:
