@@ -173,6 +173,29 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
     for piece in [p for p in found.pieces if p.bias is None and p.weight in taken]:  # a bias the op adds, named
         piece.bias = taken[piece.weight]  # as it likes (a packed one: q, k and v's)
     found.orphans[:] = [b for b in found.orphans if b not in taken.values()]
+    _shifts_as_added(found, flow)
+
+
+def _shifts_as_added(found: Structure, flow) -> None:
+    """The 1-D shifts as the forward uses them, where the names left them paired otherwise (a ParameterDict's sorted
+    keys, a `_kernel` and its `_bias`): F.layer_norm's weight with its bias, a projection's output plus a bias."""
+    pairs: dict = {}
+    for n in flow.nodes:
+        params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
+        if n.op == "layer_norm" and len(params) == 2:
+            pairs.setdefault(params[0], params[1])
+        summed = DF._walk(n.parents, lambda t: t.parents if t.op in DF.ADDS else []) if n.op in DF.ADDS else []
+        weight = next(filter(None, map(DF.projection, summed)), None)  # the nearest term of the sum: (x + h W) + b
+        if weight is not None and len(params) == 1:
+            pairs.setdefault(weight, params[0])
+    free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
+    held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free]
+    claimed = {pairs[x.weight] for x in held}
+    for x in found.norms + found.pieces:
+        x.bias = pairs[x.weight] if x in held else None if x.bias in claimed else x.bias
+    for norm in found.norms:
+        norm.kind = "layer" if norm.bias or norm.kind == "layer" and norm.weight in pairs else norm.kind
+    found.orphans[:] = sorted(free - {x.bias for x in found.norms + found.pieces})
 
 
 def _indexed(found: Structure, module: nn.Module, flow) -> None:
