@@ -360,10 +360,10 @@ CLI_CASES = [
         1,
         ("attention.wrong_scale", "transformer.h.0.attn"),
     ),
-    ("cli.annotated.model", ["annotated.py:model", "transformer", "--call", "annotated.py:CALL"], 0, None),
 ]
-# the same again on another style: a child process each (a second or more of startup, ~15 s on a loaded machine)
+# the same again on other styles: a child process each (a second or more of startup, ~15 s on a loaded machine)
 SLOW_CLI_CASES = [
+    ("cli.annotated.model", ["annotated.py:model", "transformer", "--call", "annotated.py:CALL"], 0, None),
     (
         "cli.bentrevett.wrong_scale",
         ["bentrevett.py:wrong_scale", "transformer"],
