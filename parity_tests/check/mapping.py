@@ -168,18 +168,14 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
         else:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
-    held = {p.bias for p in found.pieces} | {t for n in found.norms for t in (n.weight, n.bias)}
-    taken = {p.weight: as_linear[p.weight] for p in found.pieces if as_linear.get(p.weight) not in held | {None}}
-    for piece in [p for p in found.pieces if p.bias is None and p.weight in taken]:  # a bias the op adds, named
-        piece.bias = taken[piece.weight]  # as it likes (a packed one: q, k and v's)
-    found.orphans[:] = [b for b in found.orphans if b not in taken.values()]
-    _shifts_as_added(found, flow)
+    _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None})
 
 
-def _shifts_as_added(found: Structure, flow) -> None:
+def _shifts_as_added(found: Structure, flow, named: dict) -> None:
     """The 1-D shifts as the forward uses them, where the names left them paired otherwise (a ParameterDict's sorted
-    keys, a `_kernel` and its `_bias`): F.layer_norm's weight with its bias, a projection's output plus a bias."""
-    pairs: dict = {}
+    keys, a `_kernel` and its `_bias`): F.multi_head_attention_forward's bias arguments (`named`: {weight: bias}, a
+    packed one q, k and v's, however named), F.layer_norm's weight with its bias, a projection's output plus a bias."""
+    pairs: dict = dict(named)
     for n in flow.nodes:
         params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
         if n.op == "layer_norm" and len(params) == 2:
@@ -189,6 +185,7 @@ def _shifts_as_added(found: Structure, flow) -> None:
         if weight is not None and len(params) == 1:
             pairs.setdefault(weight, params[0])
     free = set(found.orphans) | {n.bias for n in found.norms if n.bias} | {p.bias for p in found.pieces if p.bias}
+    free |= set(named.values()) - {n.weight for n in found.norms}
     held = [x for x in found.norms + found.pieces if x.weight in pairs and pairs[x.weight] in free]
     claimed = {pairs[x.weight] for x in held}
     for x in found.norms + found.pieces:
