@@ -235,7 +235,7 @@ def projection(node: Node) -> str | None:
     return next((w for w in map(weight_of, node.parents) if w is not None), None) if node.op in PRODUCTS else None
 
 
-def _walk(starts: list, onward) -> Iterator[Node]:
+def walk(starts: list, onward) -> Iterator[Node]:
     """Each node reached from `starts` once, breadth first; `onward(node)`: the nodes to go on to from it."""
     seen, todo = set(), list(starts)
     while todo:
@@ -257,7 +257,7 @@ def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
     the tensors of 2 or more axes read on the way as they are (a buffer))."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
     stop = (lambda n: False) if residual else _residual
-    met = list(_walk([start], lambda n: [] if n.op in ends or projection(n) or stop(n) else _behind(n)))
+    met = list(walk([start], lambda n: [] if n.op in ends or projection(n) or stop(n) else _behind(n)))
     weights = [w for w in (projection(n) or (_mha_weights(n) or [None])[-1] for n in met) if w is not None]
     params = [n for n in met if n.param is not None]
     return weights, [n.param for n in params if len(n.shape) == 1], [n.param for n in params if len(n.shape) > 1]
@@ -268,13 +268,13 @@ def _residual(node: Node) -> bool:
     if node.op not in ADDS or len(node.parents) != 2 or any(root(p).param is not None for p in node.parents):
         return False
     first, later = sorted(node.parents, key=lambda n: n.index)
-    return any(n is first for n in _walk([later], lambda n: n.parents if n.index > first.index else []))
+    return any(n is first for n in walk([later], lambda n: n.parents if n.index > first.index else []))
 
 
 def _forward(start: Node) -> list:
     """From `start` forward through element-wise ops and views to the nearest products (Nodes)."""
     stops = PRODUCTS | {SDPA}
-    return [n for n in _walk(start.children, lambda n: [] if n.op in stops else n.children) if n.op in stops]
+    return [n for n in walk(start.children, lambda n: [] if n.op in stops else n.children) if n.op in stops]
 
 
 def _query_first(product: Node) -> list:
@@ -350,11 +350,11 @@ class Flow:
         def residual(n: Node) -> bool:  # a sum of two computed tensors, not a projection's bias added (Falcon's)
             return n.op in ADDS and all(root(p).param is None for p in n.parents)
 
-        ahead = _walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children)
+        ahead = walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children)
         add = next((n for n in ahead if residual(n)), None)
         if add is None:
             return None
-        readers = [n for n in _walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
+        readers = [n for n in walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
         # OPT reshapes it first; a block calling F.layer_norm itself: the next residual sum in the same module
         return len({n.module for n in readers}) > 1 or any(residual(n) for n in readers)
 
@@ -369,7 +369,7 @@ class Flow:
             other = len(n.parents) == 2 or n.value is None
             return n.op in ADDS and other and not any(len(root(p).shape) == 1 for p in n.parents)
 
-        ahead = _walk(out.children, lambda n: [] if joins(n) or n.op in PRODUCTS else n.children) if out else []
+        ahead = walk(out.children, lambda n: [] if joins(n) or n.op in PRODUCTS else n.children) if out else []
         return any(n.op in ("rsqrt", "sqrt", "rms_norm", "layer_norm", "var", "std") for n in ahead)
 
     @property
@@ -382,7 +382,7 @@ class Flow:
             return False
         if block.index < out.index:  # the block ran before the attention's output existed
             return True
-        return all(n is not block for n in _walk([out], lambda n: n.children if n.index < block.index else []))
+        return all(n is not block for n in walk([out], lambda n: n.children if n.index < block.index else []))
 
     @property
     def shared_input(self) -> bool:
@@ -407,10 +407,10 @@ class Flow:
             if node.op != "tanh" or len(node.parents) != 1 or not outer:
                 continue
             cap = float(outer[0].value)
-            ahead = list(_walk(node.children, lambda n: [] if n.op in PRODUCTS | SOFTMAX else n.children))
+            ahead = list(walk(node.children, lambda n: [] if n.op in PRODUCTS | SOFTMAX else n.children))
             if any(n.op in SOFTMAX or n.op in PRODUCTS and projection(n) is None for n in ahead):
                 caps.setdefault("attn_softcap", cap)
-            elif not any(n.op in PRODUCTS for n in _walk(node.children, lambda n: n.children)):
+            elif not any(n.op in PRODUCTS for n in walk(node.children, lambda n: n.children)):
                 caps.setdefault("logit_softcap", cap)
         return caps
 
@@ -445,7 +445,7 @@ class Flow:
         True or above -1e3, below the diagonal with is_causal (GPT-OSS's sink column joined to the scores left out).
         None for any other op."""
         scores = node.parents[0] if node.op in ("softmax", "_softmax") and node.parents else None
-        behind = _walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
+        behind = walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
         joined = next((n for n in behind if n.op == "cat"), None)
         scores = max(joined.parents, key=lambda n: n.shape[-1:]) if joined is not None and joined.parents else scores
         if scores is not None and scores.index in self.values:
@@ -470,9 +470,9 @@ class Flow:
         """The number the last projection's output (the logits) is multiplied or divided by where no soft cap follows
         (Cohere's logit_scale); None where there is none."""
         head = next((n for n in reversed(self.nodes) if projection(n)), None)
-        if head is None or any(n.op == "tanh" for n in _walk(head.children, lambda n: n.children)):
+        if head is None or any(n.op == "tanh" for n in walk(head.children, lambda n: n.children)):
             return None
-        after = _walk(head.children, lambda n: n.children if n.op in VIEWS else [])
+        after = walk(head.children, lambda n: n.children if n.op in VIEWS else [])
         by = next((n for n in after if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value), None)
         return None if by is None else float(by.value) if by.op in MULS else 1.0 / by.value
 
@@ -484,8 +484,8 @@ class Flow:
         for node in (
             n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value > 0
         ):
-            arange = any(n.op == "arange" for n in _walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
-            ahead = _walk(node.children, lambda n: n.children if n.op in onward else [])  # as angles, not exp's input
+            arange = any(n.op == "arange" for n in walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
+            ahead = walk(node.children, lambda n: n.children if n.op in onward else [])  # as angles, not exp's input
             if arange and any(n.op in ("cos", "sin") for n in ahead):
                 return 1 / node.value if node.op in MULS else float(node.value)
         return None
@@ -611,7 +611,7 @@ def _attention(node: Node) -> Attention | None:
         after = node
     elif node.op in SOFTMAX and node.parents:
         # the scores: the nearest product behind the softmax, one without parameters
-        scores = next((n for n in _walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
+        scores = next((n for n in walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
         if scores is None or projection(scores):
             return None
         q, k = _query_first(scores)
@@ -620,7 +620,7 @@ def _attention(node: Node) -> Attention | None:
             return None
         after = products[0]
         # v: the operand not computed from the probabilities (dropped out or masked) through element-wise ops
-        v = next((p for p in after.parents if p.param is None and node not in _walk([p], _behind)), None)
+        v = next((p for p in after.parents if p.param is None and node not in walk([p], _behind)), None)
         if v is None:
             return None
     else:
@@ -635,9 +635,9 @@ def _attention(node: Node) -> Attention | None:
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
-    found.turned = [n for n in _walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
+    found.turned = [n for n in walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
-        behind = list(_walk([node.parents[0]], _behind))
+        behind = list(walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
         numbers = [n for n in behind if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value]
@@ -652,14 +652,14 @@ def columns_held(weight: str, operands: dict) -> dict:
     order}: the views and splits between the projection and each operand (view(B, T, H, 3 Dh), chunk, ...)
     replayed on the features' indices, read at the first token. GPT-NeoX's per-head q, k, v rows and the usual
     q | k | v blocks alike. A role whose operand is not reached through views alone is left out."""
-    product = next((n for op in operands.values() for n in _walk([op], _behind) if projection(n) == weight), None)
+    product = next((n for op in operands.values() for n in walk([op], _behind) if projection(n) == weight), None)
     if product is None or not product.shape:
         return {}
     C, tokens = product.shape[-1], int(np.prod(product.shape[:-1]))
     index = torch.arange(C).repeat(tokens).reshape(product.shape)
     first = (torch.arange(tokens) == 0).repeat_interleave(C).reshape(product.shape)
     replayed = {product.tid: (index, first)}
-    for node in _walk(product.children, lambda n: n.children if n.op in VIEWS else []):
+    for node in walk(product.children, lambda n: n.children if n.op in VIEWS else []):
         parent = node.parents[0]
         if node.op not in VIEWS or parent.tid not in replayed:
             continue
@@ -670,7 +670,7 @@ def columns_held(weight: str, operands: dict) -> dict:
                 replayed[node.tid] = tuple(_replay(node, replayed, i) for i in range(2))
         except Exception:  # a view that does not replay on indices: the usual layout is kept
             continue
-    met = {r: {id(n): n for n in _walk([op], _behind) if n.tid in replayed} for r, op in operands.items()}
+    met = {r: {id(n): n for n in walk([op], _behind) if n.tid in replayed} for r, op in operands.items()}
     out = {}
     for role, nodes in met.items():  # the role's own tensor: the earliest met by it alone (a split's part)
         own = [n for key, n in nodes.items() if all(key not in met[r] for r in met if r != role)]
@@ -698,7 +698,7 @@ def _feed_forwards(flow: Flow) -> None:
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
         if operand is None:
             continue
-        acted = {projection(n) for n in _walk(_activations(node), _behind)}  # those an activation reads, on the way
+        acted = {projection(n) for n in walk(_activations(node), _behind)}  # those an activation reads, on the way
         shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
         ins = [i for i in dict.fromkeys(back(operand)[0]) if flow.roles.get(i, "ffn_out") == "ffn_out" or i in shared]
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
@@ -720,13 +720,13 @@ def _feed_forwards(flow: Flow) -> None:
 def _activations(product: Node) -> list:
     """The activations on the way back from `product`'s computed operands (not a parameter or a view of one)."""
     operands = [p for p in product.parents if p.param is None and weight_of(p) is None]
-    return [n for n in _walk(operands, _behind) if n.op in ACTIVATIONS]
+    return [n for n in walk(operands, _behind) if n.op in ACTIVATIONS]
 
 
 def _gate_part(product: Node) -> int:
     """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
     or split on the way back from it (0, the gate first, where none says)."""
-    walks = (_walk([act], _behind) for act in _activations(product))
+    walks = (walk([act], _behind) for act in _activations(product))
     return next((n.value for walk in walks for n in walk if n.op in SPLITS and isinstance(n.value, int)), 0)
 
 

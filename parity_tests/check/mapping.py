@@ -180,7 +180,7 @@ def _shifts_as_added(found: Structure, flow, named: dict) -> None:
         params = [r.param for r in map(DF.root, n.parents) if r.param is not None and len(r.shape) == 1]
         if n.op == "layer_norm" and len(params) == 2:
             pairs.setdefault(params[0], params[1])
-        summed = DF._walk(n.parents, lambda t: t.parents if t.op in DF.ADDS else []) if n.op in DF.ADDS else []
+        summed = DF.walk(n.parents, lambda t: t.parents if t.op in DF.ADDS else []) if n.op in DF.ADDS else []
         weight = next(filter(None, map(DF.projection, summed)), None)  # the nearest term of the sum: (x + h W) + b
         if weight is not None and len(params) == 1:
             pairs.setdefault(weight, params[0])

@@ -95,11 +95,11 @@ def _score_terms(rec) -> tuple | None:
     negatives): ALiBi's per-head slope times the distance, a bias of the relative position (T5's), another bias;
     or a factor multiplying the scores computed from a parameter (a learned temperature)."""
     softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
-    path = (n for s in softmaxes for n in DF._walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
+    path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
     for node in (n for n in path if n.op in DF.ADDS | DF.MULS and _to_scores(n)):
         for term in (p for p in node.parents if not _to_scores(p)):
             if node.op in DF.MULS:
-                learned = [n.param for n in DF._walk([term], lambda n: n.parents) if n.param is not None]
+                learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
                 if learned:
                     return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
                 continue
@@ -136,8 +136,8 @@ def _weightless_norm(rec) -> tuple | None:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
         normed = node if node.op in NORMS else _normalised(node) if node.op in ("rsqrt", "sqrt") else None
-        after = DF._walk(normed.children, lambda n: n.children if n.op in DF.VIEWS else []) if normed else []
-        before = DF._walk(normed.parents, lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else []) if normed else []
+        after = DF.walk(normed.children, lambda n: n.children if n.op in DF.VIEWS else []) if normed else []
+        before = DF.walk(normed.parents, lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else []) if normed else []
         scales = [p for n in after if n.op not in DF.PRODUCTS for p in n.parents]
         scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
         if normed is not None and not any(map(_learned, scales)):
@@ -168,12 +168,12 @@ def _glu(rec) -> tuple | None:
 
 
 def _summed(node) -> bool:
-    return any(c.op in DF.ADDS for c in DF._walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
+    return any(c.op in DF.ADDS for c in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
 
 
 def _normalised(root_op):
     """The product or quotient a root taken by hand normalises x with (x * rsqrt(...), x / (sqrt(...) + eps))."""
-    ahead = DF._walk(root_op.children, lambda n: n.children if n.op in DF.ADDS else [])
+    ahead = DF.walk(root_op.children, lambda n: n.children if n.op in DF.ADDS else [])
     return next((n for n in ahead if n.op in DF.MULS | DF.DIVS), None)
 
 
