@@ -25,7 +25,8 @@ training script hands over, adapters, casts, library attention layouts. The judg
   and a shared rotary key, its RMSNorm, an up projection to each head's keys and values, the rotary key shared by
   the heads, interleaved pairs), returning a dataclass with `logits`, checked with its latent sizes given as
   config keywords (`kv_lora_rank=`, `v_head_dim=`, `head_dim=`, `rotary_dim=`), as the contract says the reference
-  has them (TransformerConfig) and no level reads them from the shapes;
+  has them (TransformerConfig) and no level reads them from the shapes (a pass), and with nothing given ("could not
+  judge", naming kv_lora_rank= as what settles it);
 - mistakes put into them, each named where it sits: softmax over the queries in the compiled GPT's second block, the
   scores divided by sqrt(d_model) in the DataParallel GPT's second block, eps outside the root of the LoRA Llama's
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
@@ -667,6 +668,23 @@ def deepseek_lite() -> DeepSeekLite:
 
 LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim": R, "positional": "rope"}
 
+
+def latent_map() -> dict:
+    """DeepSeekLite's names -> the reference's (numpy_transformer/latent_attention.py's state-dict names): the map a
+    user writes by hand where the judge cannot read latent attention (with LATENT and tie_embeddings=False given)."""
+    found = {"embed_tokens.weight": "token_embedding.weight", "norm.weight": "final_norm.weight"}
+    for i in range(2):
+        for mine, theirs in (
+            ("input_layernorm", "self_attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+            ("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.kv_a_proj_with_mqa", "self_attn.kv_a_proj"),
+            ("self_attn.kv_a_layernorm", "self_attn.kv_a_norm"), ("self_attn.kv_b_proj", "self_attn.kv_b_proj"),
+            ("self_attn.o_proj", "self_attn.out_proj"), ("mlp.gate_proj", "ffn.gate"), ("mlp.up_proj", "ffn.linear1"),
+            ("mlp.down_proj", "ffn.linear2"),
+        ):  # fmt: skip
+            found[f"layers.{i}.{mine}.weight"] = f"layers.{i}.{theirs}.weight"
+    return {mine: f"decoder.{theirs}" for mine, theirs in found.items()} | {"lm_head.weight": "output_proj.weight"}
+
+
 CASES = [
     ("compiled_gpt", compiled_gpt, "transformer_lm", {}, "pass"),
     (
@@ -727,4 +745,11 @@ CASES = [
         ("no pair", "layers.0.1", "normalize"),
     ),
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
+    (  # the contract lists what is read with nothing given, latent attention not among it: say what settles it
+        "deepseek_lite.sizes_not_given",
+        deepseek_lite,
+        "transformer_lm",
+        {},
+        ("could not judge", "", "pass kv_lora_rank="),
+    ),
 ]
