@@ -84,11 +84,17 @@ class _Recorder(TorchFunctionMode):
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
         if found is None and id(t) in self.names:
-            found = Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)])
-            self.nodes.append(found)
+            found = self._add(Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)]))
             self.of[id(t)] = found
             self.keep.append(t)
         return found
+
+    def _add(self, node: Node) -> Node:
+        """`node` appended, and made a child of its parents."""
+        self.nodes.append(node)
+        for p in node.parents:
+            p.children.append(node)
+        return node
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -115,10 +121,7 @@ class _Recorder(TorchFunctionMode):
         node.value = self._value(name, args, kwargs, len(parents))
         if name in MHA:  # its weight and bias arguments, by argument
             node.named = self._named(func, args, kwargs)
-        self.nodes.append(node)
-        self.values[node.index] = outs[0]
-        for p in parents:
-            p.children.append(node)
+        self.values[self._add(node).index] = outs[0]
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
         return out
@@ -138,17 +141,13 @@ class _Recorder(TorchFunctionMode):
     def _parents(self, name: str, tensors: list) -> list:
         """The Nodes of an op's tensor arguments; an operand of a product or of an attention made before the forward
         (its input) or outside it: a leaf of its own ("input"), in its place."""
-        parents = [n for n in map(self.node, tensors) if n is not None]
-        if not parents or name not in PRODUCTS | {SDPA}:
-            return parents
-        parents = []
-        for t in tensors:
-            node = self.node(t)
-            if node is None:
-                node = Node(len(self.nodes), "input", self.path[-1], [], tuple(t.shape))
-                self.nodes.append(node)
-            parents.append(node)
-        return parents
+        nodes = [self.node(t) for t in tensors]
+        if name not in PRODUCTS | {SDPA} or all(n is None for n in nodes):
+            return [n for n in nodes if n is not None]
+        return [
+            n if n is not None else self._add(Node(len(self.nodes), "input", self.path[-1], [], tuple(t.shape)))
+            for n, t in zip(nodes, tensors, strict=True)
+        ]
 
     def _named(self, func, args: tuple, kwargs: dict) -> dict:
         """{argument name: parameter name} for the op's arguments that are (views of) parameters; {} where its
@@ -161,10 +160,7 @@ class _Recorder(TorchFunctionMode):
         return {k: root(n).param for k, n in nodes.items() if n is not None and root(n).param is not None}
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
-        part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o))
-        self.nodes.append(part)
-        node.children.append(part)
-        return part
+        return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
 
 
 def record(run, module: nn.Module) -> Flow:
