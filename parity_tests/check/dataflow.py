@@ -267,6 +267,13 @@ def _residual(node: Node) -> bool:
     return any(n is first for n in walk([later], lambda n: n.parents if n.index > first.index else []))
 
 
+def _factor(node: Node) -> float | None:
+    """The number `node` multiplies by (a division's: 1 / its number), else None (0 too)."""
+    if node.op not in MULS | DIVS or not isinstance(node.value, (int, float)) or not node.value:
+        return None
+    return node.value if node.op in MULS else 1 / node.value
+
+
 def _forward(start: Node) -> list:
     """From `start` forward through element-wise ops and views to the nearest products (Nodes)."""
     stops = PRODUCTS | {SDPA}
@@ -324,8 +331,7 @@ class Flow:
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
 
     def heads(self, D: int | None) -> int | None:
-        """The head count the first attention's query shows (its head axis), else d_model `D` over its head width;
-        None where neither is read."""
+        """The head count the first attention's query shows, else d_model `D` over its head width, else None."""
         heads = next((a.heads for a in self.attentions if a.heads), None)
         Dh = next((a.head_dim for a in self.attentions), None)
         return heads or (D // Dh if D and Dh and D % Dh == 0 else None)
@@ -333,6 +339,9 @@ class Flow:
     @property
     def _first_out(self) -> Node | None:  # the first attention's output projection op
         return next((a.out_node for a in self.attentions if a.out_node is not None), None)
+
+    def _product(self, weight: str) -> Node | None:  # the first product that reads `weight`
+        return next((n for n in self.nodes if projection(n) == weight), None)
 
     @property
     def norm_first(self) -> bool | None:
@@ -373,19 +382,18 @@ class Flow:
         """The first feed-forward block does not read the first attention's output: both read the layer's input and
         their outputs are summed (GPT-J's, Phi-2's, GPT-NeoX's use_parallel_residual)."""
         out = self._first_out
-        block = next((n for n in self.nodes if projection(n) == self.blocks[0][0]), None) if self.blocks else None
+        block = self._product(self.blocks[0][0]) if self.blocks else None
         if out is None or block is None:
             return False
-        if block.index < out.index:  # the block ran before the attention's output existed
-            return True
-        return all(n is not block for n in walk([out], lambda n: n.children if n.index < block.index else []))
+        later = walk([out], lambda n: n.children if n.index < block.index else [])
+        return block.index < out.index or all(n is not block for n in later)  # it ran before the output existed
 
     @property
     def shared_input(self) -> bool:
         """Whether the first feed-forward block and the first attention's query read one tensor (Phi-2's one norm)."""
 
         def read(weight: str) -> Node | None:
-            node = next((n for n in self.nodes if projection(n) == weight), None)
+            node = self._product(weight)
             x = next((p for p in node.parents if weight_of(p) is None), None) if node is not None else None
             return root(x) if x is not None else None
 
@@ -423,7 +431,7 @@ class Flow:
         there is the causal mask's); W = 1 where each query sees itself alone. None where no earlier key is hidden
         (causality alone), or not so."""
         seen = self._seen(node)
-        if seen is None or seen.ndim != 2:
+        if seen is None:
             return None
         T, S = seen.shape
         distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
@@ -449,14 +457,10 @@ class Flow:
         elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
             _, mask, causal, T, S = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
-            fits = (
-                isinstance(mask, torch.Tensor)
-                and mask.ndim >= 2
-                and mask.shape[-2] in (1, T)
-                and mask.shape[-1] in (1, S)
-            )
-            if fits:  # a mask of another shape (a 1-D key padding): no band read
-                seen = seen & (mask.detach().cpu() if mask.dtype == torch.bool else mask.detach().cpu() > -1e3)
+            fits = isinstance(mask, torch.Tensor) and mask.ndim >= 2 and mask.shape[-2] in (1, T)
+            if fits and mask.shape[-1] in (1, S):
+                mask = mask.detach().cpu()  # a mask of another shape (a 1-D key padding): no band read
+                seen = seen & (mask if mask.dtype == torch.bool else mask > -1e3)
         else:
             return None
         return seen.reshape(-1, *seen.shape[-2:]).any(0) if seen.ndim >= 2 else None
@@ -469,17 +473,15 @@ class Flow:
         if head is None or any(n.op == "tanh" for n in walk(head.children, lambda n: n.children)):
             return None
         after = walk(head.children, lambda n: n.children if n.op in VIEWS else [])
-        by = next((n for n in after if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value), None)
-        return None if by is None else float(by.value) if by.op in MULS else 1.0 / by.value
+        by = next((f for n in after if (f := _factor(n)) is not None), None)
+        return None if by is None else float(by)
 
     @property
     def position_scale(self) -> float | None:
         """The number positions (an arange) are divided by on their way to a cos or sin (RoPE's linear scaling, as
         transformers' LlamaLinearScalingRotaryEmbedding: t / factor); None where there is none."""
         onward = VIEWS | MULS | {"outer", "einsum", "matmul", "__matmul__", "cat", "stack", "repeat_interleave"}
-        for node in (
-            n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value > 0
-        ):
+        for node in (n for n in self.nodes if (_factor(n) or 0) > 0):  # a positive number
             arange = any(n.op == "arange" for n in walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
             ahead = walk(node.children, lambda n: n.children if n.op in onward else [])  # as angles, not exp's input
             if arange and any(n.op in ("cos", "sin") for n in ahead):
@@ -537,9 +539,8 @@ def _uses(flow: Flow) -> None:
                 flow.order[seen.param] = node.index
                 if node.op in ADDS and node.value == 1 and len(seen.shape) == 1:
                     flow.plus_one.add(seen.param)
-        table = None
-        if node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents:
-            table = weight_of(node.parents[0 if node.op == "__getitem__" else -1])
+        lookup = node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents
+        table = weight_of(node.parents[0 if node.op == "__getitem__" else -1]) if lookup else None
         if table is not None:
             indexed |= {table} if node.op == "__getitem__" else set()
             offset = _position_offset(node.value)
@@ -636,8 +637,7 @@ def _attention(node: Node) -> Attention | None:
         behind = list(walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
-        numbers = [n for n in behind if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value]
-        found.factor = float(np.prod([n.value if n.op in MULS else 1 / n.value for n in numbers]))
+        found.factor = float(np.prod([f for n in behind if (f := _factor(n)) is not None]))
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
@@ -689,10 +689,8 @@ def _feed_forwards(flow: Flow) -> None:
     block (ffn_in, ffn_out) or a gated one (gate, up, down), the gate the one an activation reads."""
     for node in flow.nodes:
         w = projection(node)
-        if w is None or w in flow.roles:
-            continue
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
-        if operand is None:
+        if w is None or w in flow.roles or operand is None:
             continue
         acted = {projection(n) for n in walk(_activations(node), _behind)}  # those an activation reads, on the way
         shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
@@ -705,12 +703,10 @@ def _feed_forwards(flow: Flow) -> None:
             flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])
-        elif len(ins) == 2:
-            gated = [i for i in ins if i in acted]
-            if len(gated) == 1:
-                up = next(i for i in ins if i != gated[0])
-                flow.roles |= {gated[0]: "gate", up: "up", w: "down"}
-                flow.blocks.append([gated[0], up, w])
+        elif len(ins) == 2 and sum(i in acted for i in ins) == 1:
+            gate, up = ins if ins[0] in acted else ins[::-1]
+            flow.roles |= {gate: "gate", up: "up", w: "down"}
+            flow.blocks.append([gate, up, w])
 
 
 def _activations(product: Node) -> list:
