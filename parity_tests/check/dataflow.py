@@ -119,8 +119,7 @@ class _Recorder(TorchFunctionMode):
         node.call = (func, args, kwargs) if name in VIEWS else None
         self.keep.append(out)  # and the tensors it holds
         node.value = self._value(name, args, kwargs, len(parents))
-        if name in MHA:  # its weight and bias arguments, by argument
-            node.named = self._named(func, args, kwargs)
+        node.named = self._named(func, args, kwargs) if name in MHA else {}  # its weights and biases, by argument
         self.values[self._add(node).index] = outs[0]
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
@@ -150,8 +149,7 @@ class _Recorder(TorchFunctionMode):
         ]
 
     def _named(self, func, args: tuple, kwargs: dict) -> dict:
-        """{argument name: parameter name} for the op's arguments that are (views of) parameters; {} where its
-        signature cannot be read."""
+        """{argument: parameter name} of the op's (views of) parameters; {} where its signature cannot be read."""
         try:
             bound = inspect.signature(func).bind(*args, **kwargs).arguments
         except (TypeError, ValueError):
@@ -248,9 +246,8 @@ def _behind(node: Node) -> list:
 
 
 def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
-    """From `start` back through element-wise ops and views to the nearest products (not past a residual sum
-    where `residual` is False): (the projections' weights met, the 1-D parameters met on the way (norm scales),
-    the tensors of 2 or more axes read on the way as they are (a buffer))."""
+    """From `start` back through element-wise ops and views to the nearest products (not past a residual sum unless
+    `residual`): (the weights met, the 1-D parameters met (norm scales), those of 2+ axes read as they are)."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
     stop = (lambda n: False) if residual else _residual
     met = list(walk([start], lambda n: [] if n.op in ends or projection(n) or stop(n) else _behind(n)))
@@ -348,14 +345,12 @@ class Flow:
         """Pre-norm (True) or post-norm (False), read where the first attention's output joins the stream: the
         sum is read by the next residual sum too (pre-norm, x + f(Norm(x))), or only by the norm's own ops
         (post-norm, Norm(x + f(x))); None where no attention was read."""
-        out = self._first_out
-        if out is None:
-            return None
 
         def residual(n: Node) -> bool:  # a sum of two computed tensors, not a projection's bias added (Falcon's)
             return n.op in ADDS and all(root(p).param is None for p in n.parents)
 
-        ahead = walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children)
+        out = self._first_out
+        ahead = walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children) if out else []
         add = next((n for n in ahead if residual(n)), None)
         if add is None:
             return None
@@ -426,10 +421,9 @@ class Flow:
 
     def width(self, node: Node) -> int | None:
         """The sliding window (Mistral's) the mask of a softmax or an attention op applies (_seen), read from the
-        keys before each query (distance i - j >= 1, after the keys' prefix S - T of a cache): W where those at
-        distance 1 .. W - 1 are seen and those farther are not, whatever the diagonal and the future (a mistake
-        there is the causal mask's); W = 1 where each query sees itself alone. None where no earlier key is hidden
-        (causality alone), or not so."""
+        keys before each query (distance i - j >= 1, after a cache's S - T keys): W where those at distance 1 .. W - 1
+        are seen and farther ones not, whatever the diagonal and the future (the causal mask's mistakes); 1 where each
+        query sees itself alone; None where no earlier key is hidden (causality alone), or not so."""
         seen = self._seen(node)
         if seen is None:
             return None
@@ -444,10 +438,8 @@ class Flow:
         return width if torch.equal(seen[past], distance[past] < width) else None
 
     def _seen(self, node: Node) -> torch.Tensor | None:
-        """The keys (T, S) each query of a softmax, scaled_dot_product_attention or nn.MultiheadAttention's op sees
-        in some sequence and head: a score above -1e3 (not -inf nor a large negative); the op's mask (_attention_args)
-        True or above -1e3, below the diagonal with is_causal (GPT-OSS's sink column joined to the scores left out).
-        None for any other op."""
+        """The keys (T, S) each query of a softmax or an attention op sees in some sequence and head: a score above
+        -1e3 (GPT-OSS's sink column left out); the op's mask (_attention_args), below the diagonal with is_causal."""
         scores = node.parents[0] if node.op in ("softmax", "_softmax") and node.parents else None
         behind = walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
         joined = next((n for n in behind if n.op == "cat"), None)
@@ -467,8 +459,7 @@ class Flow:
 
     @property
     def output_scale(self) -> float | None:
-        """The number the last projection's output (the logits) is multiplied or divided by where no soft cap follows
-        (Cohere's logit_scale); None where there is none."""
+        """The number the logits (the last projection's) are multiplied by, no soft cap after (Cohere's logit_scale)."""
         head = next((n for n in reversed(self.nodes) if projection(n)), None)
         if head is None or any(n.op == "tanh" for n in walk(head.children, lambda n: n.children)):
             return None
@@ -513,19 +504,16 @@ def read(nodes: list, values: dict) -> Flow:
 
 
 def _heads_merged(attentions: list) -> list:
-    """One Attention per output projection op: a module per head (each its own softmax) merged, heads in the order
-    they ran; a softmax seen twice, once."""
+    """One Attention per output projection op: modules per head merged as they ran; a softmax seen twice, once."""
     merged: list = []
     for a in attentions:
         last = merged[-1] if merged else None
-        if last is not None and a.out_node is not None and a.out_node is last.out_node:
-            if set(a.q) <= set(last.q):  # the same scores read twice (a softmax by hand: exp(s) / exp(s).sum())
-                continue
+        if last is None or a.out_node is None or a.out_node is not last.out_node:
+            merged.append(a)
+        elif not set(a.q) <= set(last.q):  # else the same scores read twice (a softmax by hand: exp(s) / exp(s).sum())
             last.q, last.k, last.v = last.q + a.q, last.k + a.k, last.v + a.v
             last.norms |= a.norms
             last.heads = len(last.q)
-        else:
-            merged.append(a)
     return merged
 
 
@@ -556,10 +544,9 @@ def _uses(flow: Flow) -> None:
 
 
 def _attention_args(name: str, args: tuple, kwargs: dict):
-    """What an attention op is called with that the flow reads: (its head count or None, its mask (True or above
-    -1e3 where a key is seen), is_causal, the queries' and the keys' lengths): nn.MultiheadAttention's (query, key,
-    value, embed_dim, num_heads, ...; sequence-first), scaled_dot_product_attention's (query, key, value,
-    attn_mask, dropout_p, is_causal)."""
+    """(head count or None, mask (True or above -1e3 where a key is seen), is_causal, the queries' and the keys'
+    lengths) of nn.MultiheadAttention's op (query, key, value, embed_dim, num_heads, ...; sequence-first) or of
+    scaled_dot_product_attention (query, key, value, attn_mask, dropout_p, is_causal)."""
     if name in MHA:  # its attn_mask True where hidden: turned to True where seen
         mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
         seen = ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask
@@ -586,8 +573,7 @@ def _rows_read(index, shape: tuple) -> np.ndarray | None:
 
 
 def _mha_weights(node: Node) -> list:
-    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight), by
-    argument where they were read."""
+    """nn.MultiheadAttention's op's weights (in_proj_weight or q, k, v, then out_proj.weight), by argument if read."""
     if node.op not in MHA:
         return []
     inputs = ("q_proj", "k_proj", "v_proj") if "q_proj_weight" in node.named else ("in_proj",)  # separate: those
@@ -596,34 +582,27 @@ def _mha_weights(node: Node) -> list:
 
 
 def _attention(node: Node) -> Attention | None:
-    """The attention whose softmax (or scaled_dot_product_attention, or nn.MultiheadAttention's op) `node` is;
-    None for any other node."""
+    """The attention whose softmax, scaled_dot_product_attention or nn.MultiheadAttention op `node` is, else None."""
     weights = _mha_weights(node)
     if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
         *qkv, out = weights
         q, k, v = qkv * 3 if len(qkv) == 1 else qkv
         return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value[0], node)  # type: ignore[index]
     if node.op == SDPA and len(node.parents) >= 3:
-        q, k, v = node.parents[:3]
-        after = node
+        (q, k, v), fed = node.parents[:3], node
     elif node.op in SOFTMAX and node.parents:
-        # the scores: the nearest product behind the softmax, one without parameters
+        # the scores: the nearest product behind the softmax, one without parameters; q and k its operands
         scores = next((n for n in walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
-        if scores is None or projection(scores):
-            return None
-        q, k = _query_first(scores)
-        products = _forward(node)
-        if q is None or k is None or not products:
-            return None
-        after = products[0]
-        # v: the operand not computed from the probabilities (dropped out or masked) through element-wise ops
-        v = next((p for p in after.parents if p.param is None and node not in walk([p], _behind)), None)
-        if v is None:
+        q, k = _query_first(scores) if scores is not None and not projection(scores) else (None, None)
+        fed = next(iter(_forward(node)), None)  # the product the probabilities feed
+        # v: its operand not computed from the probabilities (dropped out or masked) through element-wise ops
+        v = next((p for p in fed.parents if p.param is None and node not in walk([p], _behind)), None) if fed else None
+        if q is None or k is None or v is None:
             return None
     else:
         return None
     (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
-    outs = [n for n in _forward(after) if projection(n) is not None][:1]
+    outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
     heads = (
@@ -685,8 +664,7 @@ def _replay(node: Node, replayed: dict, i: int):
 
 
 def _feed_forwards(flow: Flow) -> None:
-    """Every projection outside the attentions whose input comes from one or two other projections: a plain
-    block (ffn_in, ffn_out) or a gated one (gate, up, down), the gate the one an activation reads."""
+    """The feed-forward blocks (the module docstring's): plain (ffn_in, ffn_out) or gated (gate, up, down)."""
     for node in flow.nodes:
         w = projection(node)
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)

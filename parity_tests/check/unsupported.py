@@ -1,12 +1,10 @@
 """Math the reference has no pair for, named in the user's terms: "differs at <submodule>: <op> computes <what>,
 which the reference has no pair for" (Result.unsupported).
 
-The user's forward is recorded once (dataflow's recorder, each op's output kept) and read for what no reference
-level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), F.glu, a gate that mixes the
-previous position into each one (x[:, 1:] + g * x[:, :-1]), a sublayer's output times a learned gain per feature
-(LayerScale), and a feed-forward activation that is an element-wise function of the first projection's output but
-none of the reference's (ReLU squared, tanh, ...), told apart by its values. QuickGELU's x * sigmoid(c x) at another
-constant than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): explain returns its Diagnosis."""
+The recorded forward (dataflow.Flow, each op's output kept) is read for what no reference level computes, one finder
+per kind (FINDS: a norm without a weight, F.glu, a term on the scores, LayerScale, ...); an activation none of the
+reference's (ReLU squared, tanh, ...) is told apart by its values. QuickGELU's x * sigmoid(c x) at another constant
+than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): explain returns its Diagnosis."""
 
 from __future__ import annotations
 
@@ -54,9 +52,8 @@ ACTIVATIONS = (
 
 
 def explain(flow) -> str | Diagnosis | None:
-    """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
-    dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
-    computes nothing this module names (or was not recorded)."""
+    """The first finder's answer on `flow`: the no-pair text, or the Diagnosis of QuickGELU's constant mistyped; None
+    where it computes nothing this module names (or was not recorded)."""
     for find in FINDS if flow else ():
         found = find(flow)
         if found is not None:
@@ -69,8 +66,7 @@ SCORES_PATH = DF.ADDS | DF.MULS | DF.DIVS | DF.VIEWS | {"masked_fill", "where", 
 
 
 def _to_scores(node, depth: int = 12) -> bool:
-    """Whether `node` is the scores q k^T (a product of two computed tensors) or computed from them on the way to
-    the softmax."""
+    """Whether `node` is the scores q k^T (a product of no weight) or computed from them on the way to the softmax."""
     if node.op in DF.PRODUCTS:
         return DF.projection(node) is None
     return depth > 0 and node.op in SCORES_PATH and any(_to_scores(p, depth - 1) for p in node.parents)
