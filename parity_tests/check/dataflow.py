@@ -625,40 +625,35 @@ def _attention(node: Node) -> Attention | None:
 def columns_held(weight: str, operands: dict) -> dict:
     """{role: the output features of `weight`'s projection that role's operand holds, in its (head, feature)
     order}: the views and splits between the projection and each operand (view(B, T, H, 3 Dh), chunk, ...)
-    replayed on the features' indices, read at the first token. GPT-NeoX's per-head q, k, v rows and the usual
-    q | k | v blocks alike. A role whose operand is not reached through views alone is left out."""
+    replayed on the outputs' indices (token * C + feature), read at the first token. GPT-NeoX's per-head q, k, v
+    rows and the usual q | k | v blocks alike. A role whose operand is not reached through views alone is left out."""
     product = next((n for op in operands.values() for n in walk([op], _behind) if projection(n) == weight), None)
     if product is None or not product.shape:
         return {}
-    C, tokens = product.shape[-1], int(np.prod(product.shape[:-1]))
-    index = torch.arange(C).repeat(tokens).reshape(product.shape)
-    first = (torch.arange(tokens) == 0).repeat_interleave(C).reshape(product.shape)
-    replayed = {product.tid: (index, first)}
+    C = product.shape[-1]
+    replayed = {product.tid: torch.arange(int(np.prod(product.shape))).reshape(product.shape)}  # token * C + feature
     for node in walk(product.children, lambda n: n.children if n.op in VIEWS else []):
         parent = node.parents[0]
         if node.op not in VIEWS or parent.tid not in replayed:
             continue
-        try:
-            if node.call is None:  # a part of a chunk or split: its parent replayed gave the parts
-                replayed[node.tid] = tuple(t[node.value] for t in replayed[parent.tid])
-            else:
-                replayed[node.tid] = tuple(_replay(node, replayed, i) for i in range(2))
+        try:  # a part of a chunk or split (no call): its parent replayed gave the parts
+            replayed[node.tid] = _replay(node, replayed) if node.call else replayed[parent.tid][node.value]
         except Exception:  # a view that does not replay on indices: the usual layout is kept
             continue
     met = {r: {id(n): n for n in walk([op], _behind) if n.tid in replayed} for r, op in operands.items()}
     out = {}
     for role, nodes in met.items():  # the role's own tensor: the earliest met by it alone (a split's part)
         own = [n for key, n in nodes.items() if all(key not in met[r] for r in met if r != role)]
-        index, first = replayed[min(own, key=lambda n: n.index).tid] if own else (None, None)
-        if isinstance(index, torch.Tensor):
-            out[role] = list(dict.fromkeys(index[first].tolist()))  # expanded k/v heads: each once
+        codes = replayed[min(own, key=lambda n: n.index).tid] if own else None
+        if isinstance(codes, torch.Tensor):  # the first token's features; expanded k/v heads': each once
+            out[role] = list(dict.fromkeys(codes[codes < C].tolist()))
     return out
 
 
-def _replay(node: Node, replayed: dict, i: int):
-    """`node`'s view applied to the i-th replayed tensor (indices, or the first-token flags) of its inputs."""
+def _replay(node: Node, replayed: dict):
+    """`node`'s view applied to the replayed indices of its inputs."""
     func, args, kwargs = node.call  # type: ignore[misc]
-    swap = {tid: tensors[i] for tid, tensors in replayed.items() if isinstance(tensors[i], torch.Tensor)}
+    swap = {tid: t for tid, t in replayed.items() if isinstance(t, torch.Tensor)}
     args, kwargs = tree_map(lambda a: swap.get(id(a), a) if isinstance(a, torch.Tensor) else a, (args, kwargs))
     return func(*args, **kwargs)
 
