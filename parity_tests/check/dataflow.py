@@ -605,9 +605,8 @@ def _attention(node: Node) -> Attention | None:
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
-    heads = (
-        (q.shape[-3] if q.shape[-2] == T else q.shape[-2] if q.shape[-3] == T else None) if len(q.shape) >= 4 else None
-    )
+    before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
+    heads = before if at == T else at if before == T else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
