@@ -480,8 +480,7 @@ class Flow:
         return None
 
     def computed_from_projections(self, param: str) -> bool:
-        """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
-        only from lookups and tables (an embedding norm's)."""
+        """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""
         index = self.order.get(param)
         return index is not None and bool(back(self.nodes[index])[0])
 
@@ -688,8 +687,7 @@ def _activations(product: Node) -> list:
 
 
 def _gate_part(product: Node) -> int:
-    """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
-    or split on the way back from it (0, the gate first, where none says)."""
+    """The part of a fused gate-and-up the activation before `product` reads: its chunk's index (0: the gate)."""
     walks = (walk([act], _behind) for act in _activations(product))
     return next((n.value for walk in walks for n in walk if n.op in SPLITS and isinstance(n.value, int)), 0)
 
