@@ -73,9 +73,8 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 
 def _score_terms(rec) -> tuple | None:
-    """A term added to an attention's scores before the softmax that is no mask (a mask's values are 0 and large
-    negatives): ALiBi's per-head slope times the distance, a bias of the relative position (T5's), another bias;
-    or a factor multiplying the scores computed from a parameter (a learned temperature)."""
+    """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
+    a factor multiplying them computed from a parameter (a learned temperature)."""
     softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
     path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
     for node in (n for n in path if n.op in DF.ADDS | DF.MULS and _to_scores(n)):
@@ -111,9 +110,8 @@ def _bias(b) -> str | None:
 
 
 def _weightless_norm(rec) -> tuple | None:
-    """A norm no learned scale multiplies: torch's given no weight, or one written by hand (x * rsqrt(m + eps),
-    x / (sqrt(m) + eps), Llama 4's q and k norms) whose output nothing learned scales after (through views), nor
-    before (T5's weight * x * rsqrt(m + eps))."""
+    """A norm no learned scale multiplies: torch's given no weight, or one by hand (x * rsqrt(m + eps), x / (sqrt(m)
+    + eps): Llama 4's q and k norms) nothing learned scales after (through views) nor before (T5's w * x * rsqrt)."""
     for node in rec.nodes:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
@@ -207,9 +205,8 @@ def _previous_gate(rec) -> tuple | None:
 
 
 def _activation(rec) -> tuple | Diagnosis | None:
-    """A product whose input is an element-wise function of another product's output (same shape), told apart
-    by its values: (where it is computed, what it computes) where the reference has no such function; QuickGELU's
-    form at another constant, the catalogue's Diagnosis."""
+    """A product whose input is an element-wise function of another's output (same shape) the reference lacks, told
+    apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis."""
     for second in (n for n in rec.nodes if DF.projection(n)):
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
         sources = _sources(x) if x is not None and x.index in rec.values else set()
