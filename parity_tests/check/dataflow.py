@@ -84,11 +84,17 @@ class _Recorder(TorchFunctionMode):
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
         if found is None and id(t) in self.names:
-            found = Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)])
-            self.nodes.append(found)
+            found = self._add(Node(len(self.nodes), "param", "", [], tuple(t.shape), self.names[id(t)]))
             self.of[id(t)] = found
             self.keep.append(t)
         return found
+
+    def _add(self, node: Node) -> Node:
+        """`node` appended, and made a child of its parents."""
+        self.nodes.append(node)
+        for p in node.parents:
+            p.children.append(node)
+        return node
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -113,12 +119,8 @@ class _Recorder(TorchFunctionMode):
         node.call = (func, args, kwargs) if name in VIEWS else None
         self.keep.append(out)  # and the tensors it holds
         node.value = self._value(name, args, kwargs, len(parents))
-        if name in MHA:  # its weight and bias arguments, by argument
-            node.named = self._named(func, args, kwargs)
-        self.nodes.append(node)
-        self.values[node.index] = outs[0]
-        for p in parents:
-            p.children.append(node)
+        node.named = self._named(func, args, kwargs) if name in MHA else {}  # its weights and biases, by argument
+        self.values[self._add(node).index] = outs[0]
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
         return out
@@ -138,21 +140,16 @@ class _Recorder(TorchFunctionMode):
     def _parents(self, name: str, tensors: list) -> list:
         """The Nodes of an op's tensor arguments; an operand of a product or of an attention made before the forward
         (its input) or outside it: a leaf of its own ("input"), in its place."""
-        parents = [n for n in map(self.node, tensors) if n is not None]
-        if not parents or name not in PRODUCTS | {SDPA}:
-            return parents
-        parents = []
-        for t in tensors:
-            node = self.node(t)
-            if node is None:
-                node = Node(len(self.nodes), "input", self.path[-1], [], tuple(t.shape))
-                self.nodes.append(node)
-            parents.append(node)
-        return parents
+        nodes = [self.node(t) for t in tensors]
+        if name not in PRODUCTS | {SDPA} or all(n is None for n in nodes):
+            return [n for n in nodes if n is not None]
+        return [
+            n if n is not None else self._add(Node(len(self.nodes), "input", self.path[-1], [], tuple(t.shape)))
+            for n, t in zip(nodes, tensors, strict=True)
+        ]
 
     def _named(self, func, args: tuple, kwargs: dict) -> dict:
-        """{argument name: parameter name} for the op's arguments that are (views of) parameters; {} where its
-        signature cannot be read."""
+        """{argument: parameter name} of the op's (views of) parameters; {} where its signature cannot be read."""
         try:
             bound = inspect.signature(func).bind(*args, **kwargs).arguments
         except (TypeError, ValueError):
@@ -161,10 +158,7 @@ class _Recorder(TorchFunctionMode):
         return {k: root(n).param for k, n in nodes.items() if n is not None and root(n).param is not None}
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
-        part = Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o))
-        self.nodes.append(part)
-        node.children.append(part)
-        return part
+        return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
 
 
 def record(run, module: nn.Module) -> Flow:
@@ -252,9 +246,8 @@ def _behind(node: Node) -> list:
 
 
 def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
-    """From `start` back through element-wise ops and views to the nearest products (not past a residual sum
-    where `residual` is False): (the projections' weights met, the 1-D parameters met on the way (norm scales),
-    the tensors of 2 or more axes read on the way as they are (a buffer))."""
+    """From `start` back through element-wise ops and views to the nearest products (not past a residual sum unless
+    `residual`): (the weights met, the 1-D parameters met (norm scales), those of 2+ axes read as they are)."""
     ends = SOFTMAX | MHA | {SDPA, "embedding"}
     stop = (lambda n: False) if residual else _residual
     met = list(walk([start], lambda n: [] if n.op in ends or projection(n) or stop(n) else _behind(n)))
@@ -269,6 +262,13 @@ def _residual(node: Node) -> bool:
         return False
     first, later = sorted(node.parents, key=lambda n: n.index)
     return any(n is first for n in walk([later], lambda n: n.parents if n.index > first.index else []))
+
+
+def _factor(node: Node) -> float | None:
+    """The number `node` multiplies by (a division's: 1 / its number), else None (0 too)."""
+    if node.op not in MULS | DIVS or not isinstance(node.value, (int, float)) or not node.value:
+        return None
+    return node.value if node.op in MULS else 1 / node.value
 
 
 def _forward(start: Node) -> list:
@@ -328,8 +328,7 @@ class Flow:
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
 
     def heads(self, D: int | None) -> int | None:
-        """The head count the first attention's query shows (its head axis), else d_model `D` over its head width;
-        None where neither is read."""
+        """The head count the first attention's query shows, else d_model `D` over its head width, else None."""
         heads = next((a.heads for a in self.attentions if a.heads), None)
         Dh = next((a.head_dim for a in self.attentions), None)
         return heads or (D // Dh if D and Dh and D % Dh == 0 else None)
@@ -338,19 +337,20 @@ class Flow:
     def _first_out(self) -> Node | None:  # the first attention's output projection op
         return next((a.out_node for a in self.attentions if a.out_node is not None), None)
 
+    def _product(self, weight: str) -> Node | None:  # the first product that reads `weight`
+        return next((n for n in self.nodes if projection(n) == weight), None)
+
     @property
     def norm_first(self) -> bool | None:
         """Pre-norm (True) or post-norm (False), read where the first attention's output joins the stream: the
         sum is read by the next residual sum too (pre-norm, x + f(Norm(x))), or only by the norm's own ops
         (post-norm, Norm(x + f(x))); None where no attention was read."""
-        out = self._first_out
-        if out is None:
-            return None
 
         def residual(n: Node) -> bool:  # a sum of two computed tensors, not a projection's bias added (Falcon's)
             return n.op in ADDS and all(root(p).param is None for p in n.parents)
 
-        ahead = walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children)
+        out = self._first_out
+        ahead = walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children) if out else []
         add = next((n for n in ahead if residual(n)), None)
         if add is None:
             return None
@@ -377,19 +377,18 @@ class Flow:
         """The first feed-forward block does not read the first attention's output: both read the layer's input and
         their outputs are summed (GPT-J's, Phi-2's, GPT-NeoX's use_parallel_residual)."""
         out = self._first_out
-        block = next((n for n in self.nodes if projection(n) == self.blocks[0][0]), None) if self.blocks else None
+        block = self._product(self.blocks[0][0]) if self.blocks else None
         if out is None or block is None:
             return False
-        if block.index < out.index:  # the block ran before the attention's output existed
-            return True
-        return all(n is not block for n in walk([out], lambda n: n.children if n.index < block.index else []))
+        later = walk([out], lambda n: n.children if n.index < block.index else [])
+        return block.index < out.index or all(n is not block for n in later)  # it ran before the output existed
 
     @property
     def shared_input(self) -> bool:
         """Whether the first feed-forward block and the first attention's query read one tensor (Phi-2's one norm)."""
 
         def read(weight: str) -> Node | None:
-            node = next((n for n in self.nodes if projection(n) == weight), None)
+            node = self._product(weight)
             x = next((p for p in node.parents if weight_of(p) is None), None) if node is not None else None
             return root(x) if x is not None else None
 
@@ -422,12 +421,11 @@ class Flow:
 
     def width(self, node: Node) -> int | None:
         """The sliding window (Mistral's) the mask of a softmax or an attention op applies (_seen), read from the
-        keys before each query (distance i - j >= 1, after the keys' prefix S - T of a cache): W where those at
-        distance 1 .. W - 1 are seen and those farther are not, whatever the diagonal and the future (a mistake
-        there is the causal mask's); W = 1 where each query sees itself alone. None where no earlier key is hidden
-        (causality alone), or not so."""
+        keys before each query (distance i - j >= 1, after a cache's S - T keys): W where those at distance 1 .. W - 1
+        are seen and farther ones not, whatever the diagonal and the future (the causal mask's mistakes); 1 where each
+        query sees itself alone; None where no earlier key is hidden (causality alone), or not so."""
         seen = self._seen(node)
-        if seen is None or seen.ndim != 2:
+        if seen is None:
             return None
         T, S = seen.shape
         distance = torch.arange(S - T, S)[:, None] - torch.arange(S)[None, :]  # query - key
@@ -440,10 +438,8 @@ class Flow:
         return width if torch.equal(seen[past], distance[past] < width) else None
 
     def _seen(self, node: Node) -> torch.Tensor | None:
-        """The keys (T, S) each query of a softmax, scaled_dot_product_attention or nn.MultiheadAttention's op sees
-        in some sequence and head: a score above -1e3 (not -inf nor a large negative); the op's mask (_attention_args)
-        True or above -1e3, below the diagonal with is_causal (GPT-OSS's sink column joined to the scores left out).
-        None for any other op."""
+        """The keys (T, S) each query of a softmax or an attention op sees in some sequence and head: a score above
+        -1e3 (GPT-OSS's sink column left out); the op's mask (_attention_args), below the diagonal with is_causal."""
         scores = node.parents[0] if node.op in ("softmax", "_softmax") and node.parents else None
         behind = walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
         joined = next((n for n in behind if n.op == "cat"), None)
@@ -453,37 +449,30 @@ class Flow:
         elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
             _, mask, causal, T, S = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
-            fits = (
-                isinstance(mask, torch.Tensor)
-                and mask.ndim >= 2
-                and mask.shape[-2] in (1, T)
-                and mask.shape[-1] in (1, S)
-            )
-            if fits:  # a mask of another shape (a 1-D key padding): no band read
-                seen = seen & (mask.detach().cpu() if mask.dtype == torch.bool else mask.detach().cpu() > -1e3)
+            fits = isinstance(mask, torch.Tensor) and mask.ndim >= 2 and mask.shape[-2] in (1, T)
+            if fits and mask.shape[-1] in (1, S):
+                mask = mask.detach().cpu()  # a mask of another shape (a 1-D key padding): no band read
+                seen = seen & (mask if mask.dtype == torch.bool else mask > -1e3)
         else:
             return None
         return seen.reshape(-1, *seen.shape[-2:]).any(0) if seen.ndim >= 2 else None
 
     @property
     def output_scale(self) -> float | None:
-        """The number the last projection's output (the logits) is multiplied or divided by where no soft cap follows
-        (Cohere's logit_scale); None where there is none."""
+        """The number the logits (the last projection's) are multiplied by, no soft cap after (Cohere's logit_scale)."""
         head = next((n for n in reversed(self.nodes) if projection(n)), None)
         if head is None or any(n.op == "tanh" for n in walk(head.children, lambda n: n.children)):
             return None
         after = walk(head.children, lambda n: n.children if n.op in VIEWS else [])
-        by = next((n for n in after if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value), None)
-        return None if by is None else float(by.value) if by.op in MULS else 1.0 / by.value
+        by = next((f for n in after if (f := _factor(n)) is not None), None)
+        return None if by is None else float(by)
 
     @property
     def position_scale(self) -> float | None:
         """The number positions (an arange) are divided by on their way to a cos or sin (RoPE's linear scaling, as
         transformers' LlamaLinearScalingRotaryEmbedding: t / factor); None where there is none."""
         onward = VIEWS | MULS | {"outer", "einsum", "matmul", "__matmul__", "cat", "stack", "repeat_interleave"}
-        for node in (
-            n for n in self.nodes if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value > 0
-        ):
+        for node in (n for n in self.nodes if (_factor(n) or 0) > 0):  # a positive number
             arange = any(n.op == "arange" for n in walk(node.parents, lambda n: n.parents if n.op in VIEWS else []))
             ahead = walk(node.children, lambda n: n.children if n.op in onward else [])  # as angles, not exp's input
             if arange and any(n.op in ("cos", "sin") for n in ahead):
@@ -491,8 +480,7 @@ class Flow:
         return None
 
     def computed_from_projections(self, param: str) -> bool:
-        """Whether what the parameter's first use reads was computed by projections (a final norm's input) or
-        only from lookups and tables (an embedding norm's)."""
+        """Whether `param`'s first use reads what projections made (a final norm), not tables only (an embedding's)."""
         index = self.order.get(param)
         return index is not None and bool(back(self.nodes[index])[0])
 
@@ -515,19 +503,16 @@ def read(nodes: list, values: dict) -> Flow:
 
 
 def _heads_merged(attentions: list) -> list:
-    """One Attention per output projection op: a module per head (each its own softmax) merged, heads in the order
-    they ran; a softmax seen twice, once."""
+    """One Attention per output projection op: modules per head merged as they ran; a softmax seen twice, once."""
     merged: list = []
     for a in attentions:
         last = merged[-1] if merged else None
-        if last is not None and a.out_node is not None and a.out_node is last.out_node:
-            if set(a.q) <= set(last.q):  # the same scores read twice (a softmax by hand: exp(s) / exp(s).sum())
-                continue
+        if last is None or a.out_node is None or a.out_node is not last.out_node:
+            merged.append(a)
+        elif not set(a.q) <= set(last.q):  # else the same scores read twice (a softmax by hand: exp(s) / exp(s).sum())
             last.q, last.k, last.v = last.q + a.q, last.k + a.k, last.v + a.v
             last.norms |= a.norms
             last.heads = len(last.q)
-        else:
-            merged.append(a)
     return merged
 
 
@@ -541,9 +526,8 @@ def _uses(flow: Flow) -> None:
                 flow.order[seen.param] = node.index
                 if node.op in ADDS and node.value == 1 and len(seen.shape) == 1:
                     flow.plus_one.add(seen.param)
-        table = None
-        if node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents:
-            table = weight_of(node.parents[0 if node.op == "__getitem__" else -1])
+        lookup = node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents
+        table = weight_of(node.parents[0 if node.op == "__getitem__" else -1]) if lookup else None
         if table is not None:
             indexed |= {table} if node.op == "__getitem__" else set()
             offset = _position_offset(node.value)
@@ -559,10 +543,9 @@ def _uses(flow: Flow) -> None:
 
 
 def _attention_args(name: str, args: tuple, kwargs: dict):
-    """What an attention op is called with that the flow reads: (its head count or None, its mask (True or above
-    -1e3 where a key is seen), is_causal, the queries' and the keys' lengths): nn.MultiheadAttention's (query, key,
-    value, embed_dim, num_heads, ...; sequence-first), scaled_dot_product_attention's (query, key, value,
-    attn_mask, dropout_p, is_causal)."""
+    """(head count or None, mask (True or above -1e3 where a key is seen), is_causal, the queries' and the keys'
+    lengths) of nn.MultiheadAttention's op (query, key, value, embed_dim, num_heads, ...; sequence-first) or of
+    scaled_dot_product_attention (query, key, value, attn_mask, dropout_p, is_causal)."""
     if name in MHA:  # its attn_mask True where hidden: turned to True where seen
         mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
         seen = ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask
@@ -589,8 +572,7 @@ def _rows_read(index, shape: tuple) -> np.ndarray | None:
 
 
 def _mha_weights(node: Node) -> list:
-    """nn.MultiheadAttention's op: the weights it reads (in_proj_weight or q, k, v, then out_proj.weight), by
-    argument where they were read."""
+    """nn.MultiheadAttention's op's weights (in_proj_weight or q, k, v, then out_proj.weight), by argument if read."""
     if node.op not in MHA:
         return []
     inputs = ("q_proj", "k_proj", "v_proj") if "q_proj_weight" in node.named else ("in_proj",)  # separate: those
@@ -599,39 +581,31 @@ def _mha_weights(node: Node) -> list:
 
 
 def _attention(node: Node) -> Attention | None:
-    """The attention whose softmax (or scaled_dot_product_attention, or nn.MultiheadAttention's op) `node` is;
-    None for any other node."""
+    """The attention whose softmax, scaled_dot_product_attention or nn.MultiheadAttention op `node` is, else None."""
     weights = _mha_weights(node)
     if len(weights) in (2, 4):  # fused q, k, v and out; or q, k, v and out
         *qkv, out = weights
         q, k, v = qkv * 3 if len(qkv) == 1 else qkv
         return Attention(node.module, [q], [k], [v], [out], {}, 0, node.value[0], node)  # type: ignore[index]
     if node.op == SDPA and len(node.parents) >= 3:
-        q, k, v = node.parents[:3]
-        after = node
+        (q, k, v), fed = node.parents[:3], node
     elif node.op in SOFTMAX and node.parents:
-        # the scores: the nearest product behind the softmax, one without parameters
+        # the scores: the nearest product behind the softmax, one without parameters; q and k its operands
         scores = next((n for n in walk([node.parents[0]], _behind) if n.op in PRODUCTS), None)
-        if scores is None or projection(scores):
-            return None
-        q, k = _query_first(scores)
-        products = _forward(node)
-        if q is None or k is None or not products:
-            return None
-        after = products[0]
-        # v: the operand not computed from the probabilities (dropped out or masked) through element-wise ops
-        v = next((p for p in after.parents if p.param is None and node not in walk([p], _behind)), None)
-        if v is None:
+        q, k = _query_first(scores) if scores is not None and not projection(scores) else (None, None)
+        fed = next(iter(_forward(node)), None)  # the product the probabilities feed
+        # v: its operand not computed from the probabilities (dropped out or masked) through element-wise ops
+        v = next((p for p in fed.parents if p.param is None and node not in walk([p], _behind)), None) if fed else None
+        if q is None or k is None or v is None:
             return None
     else:
         return None
     (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
-    outs = [n for n in _forward(after) if projection(n) is not None][:1]
+    outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
-    heads = (
-        (q.shape[-3] if q.shape[-2] == T else q.shape[-2] if q.shape[-3] == T else None) if len(q.shape) >= 4 else None
-    )
+    before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
+    heads = before if at == T else at if before == T else None
     out = [projection(n) for n in outs]
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
@@ -640,8 +614,7 @@ def _attention(node: Node) -> Attention | None:
         behind = list(walk([node.parents[0]], _behind))
         if any(n.op == "cat" for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
-        numbers = [n for n in behind if n.op in MULS | DIVS and isinstance(n.value, (int, float)) and n.value]
-        found.factor = float(np.prod([n.value if n.op in MULS else 1 / n.value for n in numbers]))
+        found.factor = float(np.prod([f for n in behind if (f := _factor(n)) is not None]))
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
@@ -650,53 +623,45 @@ def _attention(node: Node) -> Attention | None:
 def columns_held(weight: str, operands: dict) -> dict:
     """{role: the output features of `weight`'s projection that role's operand holds, in its (head, feature)
     order}: the views and splits between the projection and each operand (view(B, T, H, 3 Dh), chunk, ...)
-    replayed on the features' indices, read at the first token. GPT-NeoX's per-head q, k, v rows and the usual
-    q | k | v blocks alike. A role whose operand is not reached through views alone is left out."""
+    replayed on the outputs' indices (token * C + feature), read at the first token. GPT-NeoX's per-head q, k, v
+    rows and the usual q | k | v blocks alike. A role whose operand is not reached through views alone is left out."""
     product = next((n for op in operands.values() for n in walk([op], _behind) if projection(n) == weight), None)
     if product is None or not product.shape:
         return {}
-    C, tokens = product.shape[-1], int(np.prod(product.shape[:-1]))
-    index = torch.arange(C).repeat(tokens).reshape(product.shape)
-    first = (torch.arange(tokens) == 0).repeat_interleave(C).reshape(product.shape)
-    replayed = {product.tid: (index, first)}
+    C = product.shape[-1]
+    replayed = {product.tid: torch.arange(int(np.prod(product.shape))).reshape(product.shape)}  # token * C + feature
     for node in walk(product.children, lambda n: n.children if n.op in VIEWS else []):
         parent = node.parents[0]
         if node.op not in VIEWS or parent.tid not in replayed:
             continue
-        try:
-            if node.call is None:  # a part of a chunk or split: its parent replayed gave the parts
-                replayed[node.tid] = tuple(t[node.value] for t in replayed[parent.tid])
-            else:
-                replayed[node.tid] = tuple(_replay(node, replayed, i) for i in range(2))
+        try:  # a part of a chunk or split (no call): its parent replayed gave the parts
+            replayed[node.tid] = _replay(node, replayed) if node.call else replayed[parent.tid][node.value]
         except Exception:  # a view that does not replay on indices: the usual layout is kept
             continue
     met = {r: {id(n): n for n in walk([op], _behind) if n.tid in replayed} for r, op in operands.items()}
     out = {}
     for role, nodes in met.items():  # the role's own tensor: the earliest met by it alone (a split's part)
         own = [n for key, n in nodes.items() if all(key not in met[r] for r in met if r != role)]
-        index, first = replayed[min(own, key=lambda n: n.index).tid] if own else (None, None)
-        if isinstance(index, torch.Tensor):
-            out[role] = list(dict.fromkeys(index[first].tolist()))  # expanded k/v heads: each once
+        codes = replayed[min(own, key=lambda n: n.index).tid] if own else None
+        if isinstance(codes, torch.Tensor):  # the first token's features; expanded k/v heads': each once
+            out[role] = list(dict.fromkeys(codes[codes < C].tolist()))
     return out
 
 
-def _replay(node: Node, replayed: dict, i: int):
-    """`node`'s view applied to the i-th replayed tensor (indices, or the first-token flags) of its inputs."""
+def _replay(node: Node, replayed: dict):
+    """`node`'s view applied to the replayed indices of its inputs."""
     func, args, kwargs = node.call  # type: ignore[misc]
-    swap = {tid: tensors[i] for tid, tensors in replayed.items() if isinstance(tensors[i], torch.Tensor)}
+    swap = {tid: t for tid, t in replayed.items() if isinstance(t, torch.Tensor)}
     args, kwargs = tree_map(lambda a: swap.get(id(a), a) if isinstance(a, torch.Tensor) else a, (args, kwargs))
     return func(*args, **kwargs)
 
 
 def _feed_forwards(flow: Flow) -> None:
-    """Every projection outside the attentions whose input comes from one or two other projections: a plain
-    block (ffn_in, ffn_out) or a gated one (gate, up, down), the gate the one an activation reads."""
+    """The feed-forward blocks (the module docstring's): plain (ffn_in, ffn_out) or gated (gate, up, down)."""
     for node in flow.nodes:
         w = projection(node)
-        if w is None or w in flow.roles:
-            continue
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
-        if operand is None:
+        if w is None or w in flow.roles or operand is None:
             continue
         acted = {projection(n) for n in walk(_activations(node), _behind)}  # those an activation reads, on the way
         shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
@@ -709,12 +674,10 @@ def _feed_forwards(flow: Flow) -> None:
             flow.blocks.append([ins[0], ins[0], w] if fused else [ins[0], w])
             if fused and _gate_part(node) == 1:
                 flow.up_first.add(ins[0])
-        elif len(ins) == 2:
-            gated = [i for i in ins if i in acted]
-            if len(gated) == 1:
-                up = next(i for i in ins if i != gated[0])
-                flow.roles |= {gated[0]: "gate", up: "up", w: "down"}
-                flow.blocks.append([gated[0], up, w])
+        elif len(ins) == 2 and sum(i in acted for i in ins) == 1:
+            gate, up = ins if ins[0] in acted else ins[::-1]
+            flow.roles |= {gate: "gate", up: "up", w: "down"}
+            flow.blocks.append([gate, up, w])
 
 
 def _activations(product: Node) -> list:
@@ -724,8 +687,7 @@ def _activations(product: Node) -> list:
 
 
 def _gate_part(product: Node) -> int:
-    """Which part of a fused gate-and-up projection the activation before `product` reads: the index of the chunk
-    or split on the way back from it (0, the gate first, where none says)."""
+    """The part of a fused gate-and-up the activation before `product` reads: its chunk's index (0: the gate)."""
     walks = (walk([act], _behind) for act in _activations(product))
     return next((n.value for walk in walks for n in walk if n.op in SPLITS and isinstance(n.value, int)), 0)
 

@@ -1,12 +1,10 @@
 """Math the reference has no pair for, named in the user's terms: "differs at <submodule>: <op> computes <what>,
 which the reference has no pair for" (Result.unsupported).
 
-The user's forward is recorded once (dataflow's recorder, each op's output kept) and read for what no reference
-level computes: a norm without a weight (F.rms_norm(x, shape), F.layer_norm(x, shape)), F.glu, a gate that mixes the
-previous position into each one (x[:, 1:] + g * x[:, :-1]), a sublayer's output times a learned gain per feature
-(LayerScale), and a feed-forward activation that is an element-wise function of the first projection's output but
-none of the reference's (ReLU squared, tanh, ...), told apart by its values. QuickGELU's x * sigmoid(c x) at another
-constant than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): explain returns its Diagnosis."""
+The recorded forward (dataflow.Flow, each op's output kept) is read for what no reference level computes, one finder
+per kind (FINDS: a norm without a weight, F.glu, a term on the scores, LayerScale, ...); an activation none of the
+reference's (ReLU squared, tanh, ...) is told apart by its values. QuickGELU's x * sigmoid(c x) at another constant
+than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): explain returns its Diagnosis."""
 
 from __future__ import annotations
 
@@ -54,24 +52,9 @@ ACTIVATIONS = (
 
 
 def explain(flow) -> str | Diagnosis | None:
-    """The answer "differs at ...: ..., which the reference has no pair for" the recorded forward (`flow`,
-    dataflow.Flow: each op's output kept) shows, or the Diagnosis of QuickGELU's constant mistyped; None where it
-    computes nothing this module names (or was not recorded)."""
-    for find in (
-        (
-            _renormed,
-            _weightless_norm,
-            _glu,
-            _previous_token_gate,
-            _score_terms,
-            _gain,
-            _output_gate,
-            _clamped,
-            _activation,
-        )
-        if flow
-        else ()
-    ):
+    """The first finder's answer on `flow`: the no-pair text, or the Diagnosis of QuickGELU's constant mistyped; None
+    where it computes nothing this module names (or was not recorded)."""
+    for find in FINDS if flow else ():
         found = find(flow)
         if found is not None:
             return found if isinstance(found, Diagnosis) else differs(*found)
@@ -83,17 +66,15 @@ SCORES_PATH = DF.ADDS | DF.MULS | DF.DIVS | DF.VIEWS | {"masked_fill", "where", 
 
 
 def _to_scores(node, depth: int = 12) -> bool:
-    """Whether `node` is the scores q k^T (a product of two computed tensors) or computed from them on the way to
-    the softmax."""
+    """Whether `node` is the scores q k^T (a product of no weight) or computed from them on the way to the softmax."""
     if node.op in DF.PRODUCTS:
         return DF.projection(node) is None
     return depth > 0 and node.op in SCORES_PATH and any(_to_scores(p, depth - 1) for p in node.parents)
 
 
 def _score_terms(rec) -> tuple | None:
-    """A term added to an attention's scores before the softmax that is no mask (a mask's values are 0 and large
-    negatives): ALiBi's per-head slope times the distance, a bias of the relative position (T5's), another bias;
-    or a factor multiplying the scores computed from a parameter (a learned temperature)."""
+    """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
+    a factor multiplying them computed from a parameter (a learned temperature)."""
     softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
     path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
     for node in (n for n in path if n.op in DF.ADDS | DF.MULS and _to_scores(n)):
@@ -129,9 +110,8 @@ def _bias(b) -> str | None:
 
 
 def _weightless_norm(rec) -> tuple | None:
-    """A norm no learned scale multiplies: torch's given no weight, or one written by hand (x * rsqrt(m + eps),
-    x / (sqrt(m) + eps), Llama 4's q and k norms) whose output nothing learned scales after (through views), nor
-    before (T5's weight * x * rsqrt(m + eps))."""
+    """A norm no learned scale multiplies: torch's given no weight, or one by hand (x * rsqrt(m + eps), x / (sqrt(m)
+    + eps): Llama 4's q and k norms) nothing learned scales after (through views) nor before (T5's w * x * rsqrt)."""
     for node in rec.nodes:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
@@ -148,9 +128,10 @@ def _weightless_norm(rec) -> tuple | None:
 
 def _gain(rec) -> tuple | None:
     """A projection's output (a sublayer's) multiplied by a learned vector and added to the stream: LayerScale."""
-    for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2 and _summed(n)):
+    for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2):
+        summed = any(c.op in DF.ADDS for c in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
         gain = next((DF.root(p) for p in node.parents if len(DF.root(p).shape) == 1 and DF.root(p).param), None)
-        if gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
+        if summed and gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
             return node.module, f"a sublayer's output is multiplied by a learned gain per feature, {gain.param}"
     return None
 
@@ -165,10 +146,6 @@ def _renormed(rec) -> tuple | None:
 def _glu(rec) -> tuple | None:
     node = next((n for n in rec.nodes if n.op == "glu"), None)  # F.glu, nn.GLU: one op, no activation of the reference
     return None if node is None else (node.module, "glu(x) computes a * sigmoid(b) of x's two halves (a sigmoid GLU)")
-
-
-def _summed(node) -> bool:
-    return any(c.op in DF.ADDS for c in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
 
 
 def _normalised(root_op):
@@ -217,7 +194,7 @@ def _shifted(node) -> bool:
     return isinstance(index, tuple) and len(index) > 1 and isinstance(index[1], slice) and index[1].stop == -1
 
 
-def _previous_token_gate(rec) -> tuple | None:
+def _previous_gate(rec) -> tuple | None:
     for node in rec.nodes:
         if node.op in ("mul", "__mul__", "__rmul__") and len(node.parents) == 2 and any(map(_shifted, node.parents)):
             gate = next((p for p in node.parents if not _shifted(p)), None)
@@ -228,31 +205,27 @@ def _previous_token_gate(rec) -> tuple | None:
 
 
 def _activation(rec) -> tuple | Diagnosis | None:
-    """A product whose input is an element-wise function of another product's output (same shape), told apart
-    by its values: (where it is computed, what it computes) where the reference has no such function; QuickGELU's
-    form at another constant, the catalogue's Diagnosis."""
-    products = [n for n in rec.nodes if DF.projection(n)]
-    for second in products:
+    """A product whose input is an element-wise function of another's output (same shape) the reference lacks, told
+    apart by its values: (where, what it computes); QuickGELU's form at another constant: the catalogue's Diagnosis."""
+    for second in (n for n in rec.nodes if DF.projection(n)):
         x = next((p for p in second.parents if DF.weight_of(p) is None), None)
-        if x is None or x.index not in rec.values:
+        sources = _sources(x) if x is not None and x.index in rec.values else set()
+        first = sources.pop() if len(sources) == 1 else None  # the product x is computed from, value by value
+        if first is None or first is x or not DF.projection(first) or first.index not in rec.values:
             continue
-        for first in products:
-            if first.index >= x.index or first.index not in rec.values:
-                continue
-            h, a = rec.values[first.index], rec.values[x.index]
-            if h.shape != a.shape or not _only_from(first, x):
-                continue
-            h, a = h.detach().double(), a.detach().double()
-            scale = max(float(a.abs().max()), 1e-12)
-            fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
-            if fits and fits[0][1]:
-                continue  # one the reference has
-            c = None if fits else _sigmoid_constant(h, a)
-            if c is not None:
-                said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
-                error = relative(h * torch.sigmoid(c * h), a, 1e-12)
-                return Diagnosis("activation.quick_gelu_constant", said, x.module, error)
-            return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
+        h, a = rec.values[first.index].detach().double(), rec.values[x.index].detach().double()
+        if h.shape != a.shape:
+            continue
+        scale = max(float(a.abs().max()), 1e-12)
+        fits = [(name, known) for name, f, known in ACTIVATIONS if float((f(h) - a).abs().max()) <= 1e-5 * scale]
+        if fits and fits[0][1]:
+            continue  # one the reference has
+        c = None if fits else _sigmoid_constant(h, a)
+        if c is not None:
+            said = f"the activation computes x * sigmoid({c:.4g} x): QuickGELU's form with {c:.4g} for 1.702"
+            error = relative(h * torch.sigmoid(c * h), a, 1e-12)
+            return Diagnosis("activation.quick_gelu_constant", said, x.module, error)
+        return x.module, f"the activation computes {fits[0][0] if fits else _unknown(h, a)}"
     return None
 
 
@@ -264,13 +237,11 @@ ELEMENTWISE = DF.ACTIVATIONS | {
 }  # fmt: skip
 
 
-def _only_from(first, node, depth: int = 16) -> bool:
-    """Whether `node` is computed from `first` alone, value by value (element-wise ops and constants)."""
-    if node is first:
-        return True
+def _sources(node, depth: int = 16) -> set:
+    """The nodes `node` is computed from value by value (through element-wise ops, at most `depth` deep)."""
     if depth == 0 or node.op not in ELEMENTWISE or not node.parents:
-        return False
-    return all(_only_from(first, p, depth - 1) for p in node.parents)
+        return {node}
+    return set().union(*(_sources(p, depth - 1) for p in node.parents))
 
 
 def _sigmoid_constant(h, a) -> float | None:
@@ -284,8 +255,11 @@ def _sigmoid_constant(h, a) -> float | None:
 
 
 def _unknown(h, a) -> str:
-    i = int(h.flatten().abs().argmin())
-    j = int((h.flatten() - 1.0).abs().argmin())
-    hi, ai, hj, aj = (float(t.flatten()[k]) for t, k in ((h, i), (a, i), (h, j), (a, j)))
-    shown = ", ".join(f"f({x:.2f}) = {y:.3g}" for x, y in ((hi, ai), (hj, aj)) if math.isfinite(y))
+    h, a = h.flatten(), a.flatten()
+    near = (int(h.abs().argmin()), int((h - 1.0).abs().argmin()))  # the inputs nearest 0 and 1
+    shown = ", ".join(f"f({float(h[k]):.2f}) = {float(a[k]):.3g}" for k in near if math.isfinite(float(a[k])))
     return f"an element-wise function none of the reference's activations is ({shown})"
+
+
+# looked for in this order: the first found is the answer
+FINDS = (_renormed, _weightless_norm, _glu, _previous_gate, _score_terms, _gain, _output_gate, _clamped, _activation)
