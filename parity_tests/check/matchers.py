@@ -20,7 +20,7 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
     return None if keep is None else ~(keep | np.zeros(shape, bool)).any(-1).all(1)
 
 
-def match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+def match(user: np.ndarray, variant: np.ndarray, valid, empty=None) -> float:
     if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
         return math.inf
     user, variant = _valid(user, valid), _valid(variant, valid)
