@@ -1,6 +1,5 @@
-"""What the registry of mistakes (mistakes.py) is made of: a Mistake, the Site an attention's variants are made for,
-and a Diagnosis, a known mistake that reproduces what the user's code computes; MATCH and the error measure a
-diagnosis is judged by."""
+"""What the registry of mistakes (mistakes.py) is made of: a Mistake, the Site its variants are made for, a Diagnosis
+(a known mistake that reproduces what the user's code computes), and the error measures a diagnosis is judged by."""
 
 from __future__ import annotations
 
@@ -36,11 +35,10 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Site:
-    """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may
-    attend, broadcastable to (B, H, T_q, T_k), or None); for a causal self-attention (`causal`) its keys' padding
-    `pad` (B, 1, 1, T) or None and the cross-attention's mask `swap`; whether it is a self-attention, whether it
-    rotates queries and keys (`rope`) and has fewer K/V heads than query heads (`gqa`); Gemma 2's cap on its
-    scores (`softcap`, None: none)."""
+    """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may attend,
+    broadcastable to (B, H, T_q, T_k), or None); a causal self-attention's keys' padding `pad` (B, 1, 1, T) or None
+    and the cross-attention's mask `swap`; whether it rotates queries and keys (`rope`), has fewer K/V heads than
+    query heads (`gqa`), Gemma 2's cap on its scores (None: none)."""
 
     D: int
     Dh: int

@@ -1,15 +1,12 @@
-"""The registry of known mistakes: one entry each, so that a new id is one entry here.
-
-An entry gives the id (stable; report.CATALOGUE is read from here), the line of math the mistake changes, the
-unit it is looked for at, and how it is found there:
+"""The registry of known mistakes, one entry each (a new id is one entry here): its id (stable; report.CATALOGUE
+reads it), the line of math it changes, the unit it is looked for at, and how it is found there:
 
 - a forward unit ("attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions"): its
-  variants, (message template, knobs) given the unit's Site (diagnosis.py), the knobs those of the unit's function
-  in variants.py (an attention's: multi_head_attention's and attention_heads'; the embeddings': the scale and the
-  position table), the template formatted with what the matcher knows there (eps, the activation). A unit's
-  entries are tried in registry order; `report.levels_of` says where each is looked for;
-- "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
-  `pairs` the references it applies to (empty: every pair);
+  variants, (message template, knobs) at the unit's Site (diagnosis.py), the knobs those of the unit's function in
+  variants.py, the template formatted with the eps and activation the matcher read; tried in registry order,
+  where `report.levels_of` says;
+- "backward": tests of one gradient of a hand-written pair (check.pair; backward_mistakes.py), `pairs` the
+  references it applies to (empty: every pair);
 - None: found by a probe (dropout, overflow, a float32 island)."""
 
 from __future__ import annotations
@@ -47,11 +44,9 @@ def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> M
 
 
 def _triangle(site: Site, message: str, triangle: np.ndarray) -> list:
-    """A causal mask (T, T) as the variant's keep (1, 1, T, T), alone and with the keys' padding too where the user
-    may mask it (a causal attention's padding of the target)."""
-    return [
-        (message, {"keep": triangle[None, None] & pad}) for pad in ([True] if site.pad is None else [True, site.pad])
-    ]
+    """A causal mask (T, T) as the variant's keep (1, 1, T, T), alone and with the target's padding if it has one."""
+    pads = [True] if site.pad is None else [True, site.pad]
+    return [(message, {"keep": triangle[None, None] & pad}) for pad in pads]
 
 
 def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
