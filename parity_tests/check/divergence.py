@@ -1,12 +1,8 @@
 """Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
-subtraction), then the catalogue's variants (matchers.py), for a component on its own probe, for a layer or a model
-at its first divergent submodule; one that reproduces the user's output to float64 precision (diagnosis.MATCH) is a
-diagnosis.
-
-The first divergent submodule: forward hooks on the user's submodules, each matched (through the weight map) to a
-unit of the reference (an attention, a norm, a feed-forward block, the embeddings); each unit is judged in situ,
-the reference unit run on the inputs the user's parent gave the submodule; the first unit whose output leaves the
-bar is the first divergence, and each catalogue variant is run on that unit's inputs there."""
+subtraction), then the catalogue's variants (matchers.py) that reproduce the user's output to float64 precision: a
+component's on its own probe; a layer's or a model's at its first divergent submodule. Forward hooks on the user's
+submodules, each matched (through the weight map) to a reference unit, judge each unit in situ (the reference unit
+run on the inputs the user's parent gave the submodule); the first that leaves the bar is the first divergence."""
 
 from __future__ import annotations
 
@@ -126,17 +122,14 @@ def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
         return stage
     tensors = [t for t in call.inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim == 3]
     floats = (C.as_numpy(t if batch_first else t.transpose(0, 1)) for t in tensors)
-    inputs: list = []
+    given: dict = {}  # id of a reference input -> the user's in its place (None: none of its shape)
     for i, ref in enumerate(stage.inputs):
-        if not (isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and ref.ndim == 3):
-            inputs.append(ref)
-            continue
-        same = next((j for j, other in enumerate(stage.inputs[:i]) if other is ref), None)
-        turned = (C.batch_first(f, ref.shape) for f in floats)  # a part given time-first inputs (fairseq's)
-        user = inputs[same] if same is not None else next((f for f in turned if f.shape == ref.shape), None)
-        if user is None and i == 0:
-            return stage
-        inputs.append(ref if user is None else user)
+        if isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and ref.ndim == 3 and id(ref) not in given:
+            turned = (C.batch_first(f, ref.shape) for f in floats)  # a part given time-first inputs (fairseq's)
+            given[id(ref)] = next((f for f in turned if f.shape == ref.shape), None)
+            if given[id(ref)] is None and i == 0:
+                return stage
+    inputs = [ref if given.get(id(ref)) is None else given[id(ref)] for ref in stage.inputs]
     try:
         with np.errstate(all="ignore"):
             return dataclasses.replace(stage, inputs=tuple(inputs), output=stage.rerun(*inputs))

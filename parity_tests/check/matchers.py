@@ -45,8 +45,7 @@ def match_attention(
 
     def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)
         knobs = {"softcap": softcap} | dict(knobs)
-        k = knobs.pop("keep", keep)
-        transpose = knobs.pop("transpose", True)
+        k, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
             empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[2], kv[0].shape[2]))
