@@ -12,9 +12,8 @@ import numpy as np
 from parity_tests.components import relative_errors
 
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
-# A variant names its mistake only where it reproduces the user's output far better than the reference does (its
-# error at most SHARPER times the reference's), and the reference's own divergence is over FLOOR, float64's bar (one
-# of a rounding's size, as a constant made in float32 leaves, is reproduced by no mistake: `named`)
+# `named`: a variant names its mistake only at most SHARPER times the reference's error from the user's output, and
+# only where that is over FLOOR, float64's bar (a rounding's size, as a constant made in float32 leaves, names none)
 SHARPER = 1e-2
 FLOOR = 1e-10
 

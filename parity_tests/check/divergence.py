@@ -221,12 +221,6 @@ def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:
                    "(the reference has one layer_norm_eps for every norm)")  # fmt: skip
 
 
-def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
-    """(where, diagnoses) at the stage where the user's run diverged: at the embeddings or at a unit."""
-    at = _at_embedding if diverged.stage.kind == "embedding" else _at_unit
-    return at(check, choice, diverged.stage, diverged.user)
-
-
 def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at a stack's embeddings: the scale (named at the table's own wrapper) and the position
     table (named at the module that keeps the fixed table)."""
@@ -267,10 +261,13 @@ def _encoder_unscaled(check, choice, stage, user_out, table, positions) -> list:
     return [Diagnosis("embedding.missing_scale", message, where, error)]
 
 
-def _at_unit(check, choice, stage, user_out) -> tuple[str, list]:
-    """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
-    variants of that unit run on the reference's inputs to it."""
-    kind, cfg, links = stage.kind, choice.cfg, choice.layout.links
+def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
+    """(where, diagnoses) at the stage where the user's run diverged: at the embeddings, or at a unit's hooked module
+    the catalogue's variants of that unit run on the reference's inputs to it."""
+    stage, user_out, cfg, links = diverged.stage, diverged.user, choice.cfg, choice.layout.links
+    if stage.kind == "embedding":
+        return _at_embedding(check, choice, stage, user_out)
+    kind = stage.kind
     where = hook_targets(check, links)[stage.unit] or "(the module)"
     if kind == "attention":
         where = attention_place(links, stage.unit, where)
