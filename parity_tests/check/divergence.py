@@ -292,9 +292,8 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
 
 
 def _in_layer(check, choice, stage, user_out, where) -> list:
-    """A layer that diverges where its attention is no module of its own (written inline in the block): the
-    catalogue's attention variants put in that attention's place inside the reference layer, run on the layer's
-    input in situ, compared on the layer's output."""
+    """A layer whose attention is no module of its own (written inline): the attention variants put in its place
+    inside the reference layer, run on the layer's input in situ, compared on the layer's output."""
     prefix, targets = stage.unit + ".", hook_targets(check, choice.layout.links)
     inner = check.cache.get(("stages", repr(choice.cfg), id(choice.probe)), []) if stage.rerun is not None else []
     for attention in inner:
@@ -312,9 +311,8 @@ def _in_layer(check, choice, stage, user_out, where) -> list:
 
 
 def latest_divergence(check, choice):
-    """Among the weight maps, the callers under which the module ran and the configs, the Choice whose first
-    divergence comes latest (the mistake is in one place; the conventions and config are right everywhere before
-    it); of those that tie, the first whose divergence a catalogue variant explains, else the one closest there."""
+    """Of the weight maps, callers the module ran under and configs, the Choice whose first divergence comes latest
+    (the conventions are right everywhere before the one mistake); of a tie, the first a variant explains."""
     scored: list = []
     for layout in check.layouts:  # the weight maps too: RoPE's pairing, gate and up
         for caller in choice.runnable:
@@ -383,8 +381,7 @@ def dropout_probe(check, choice, result) -> bool:
 
 def overflow_probe(check, choice, result) -> None:
     """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32.
-    A component is called on scaled inputs; in a layer or a model each attention submodule is called again on
-    its own inputs, scaled (masks, integer or of another width, are left as they are)."""
+    A component is called on scaled inputs, a layer's or a model's attention submodules again on theirs, scaled."""
     if check.entry.unit in ("heads", "attention"):
         with np.errstate(all="ignore"):
             out, plain = (run_user(check, choice.layout, choice.caller, np.float32, scale=s)[0] for s in (BIG, 1.0))
@@ -426,9 +423,8 @@ def _attention_calls_scaled(check, choice) -> list:
 
 
 def component_variants(check, choice, result) -> None:
-    """The catalogue's variants of a component, on its own probe: under the chosen convention, config and weight
-    map, else under the first other convention (a mask's kind and shape, causal or not), config (rotary or not,
-    its base) or map (RoPE's pairing, gate and up) under which one matches."""
+    """The catalogue's variants of a component on its own probe, under the chosen convention, config and weight
+    map, else under the first other convention (a mask's kind), config (RoPE's) or map under which one matches."""
     layouts = [choice.layout] + [x for x in check.layouts if x is not choice.layout]
     configs = [choice.cfg] + [c for c in check.configs if c != choice.cfg]
     callers = [choice.caller] + [c for c in choice.runnable if c is not choice.caller]

@@ -396,9 +396,8 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
 
 
 def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
-    """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
-    when layer norm misses both of its terms): the registry's backward tests for the `reference` pair, stage by stage,
-    each stage's in registry order, each once."""
+    """The Diagnoses of the user's gradient `got` of `tensor` (none, or two where layer norm misses both terms): the
+    registry's backward tests for the `reference` pair, stage by stage, each stage's in registry order, each once."""
     single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
     shaped = got.shape == expected.shape
