@@ -1,6 +1,5 @@
-"""What the registry of mistakes (mistakes.py) is made of: a Mistake, the Site an attention's variants are made for,
-and a Diagnosis, a known mistake that reproduces what the user's code computes; MATCH and the error measure a
-diagnosis is judged by."""
+"""What the registry of mistakes (mistakes.py) is made of: a Mistake, the Site its variants are made for, a Diagnosis
+(a known mistake that reproduces what the user's code computes), and the error measures a diagnosis is judged by."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ import numpy as np
 from parity_tests.components import relative_errors
 
 MATCH = 1e-8  # a variant (or a convention) reproduces the user's output when within this (float64)
-# A variant names its mistake only where it reproduces the user's output far better than the reference does (its
-# error at most SHARPER times the reference's), and the reference's own divergence is over FLOOR, float64's bar (one
-# of a rounding's size, as a constant made in float32 leaves, is reproduced by no mistake: `named`)
+# `named`: a variant names its mistake only at most SHARPER times the reference's error from the user's output, and
+# only where that is over FLOOR, float64's bar (a rounding's size, as a constant made in float32 leaves, names none)
 SHARPER = 1e-2
 FLOOR = 1e-10
 
@@ -36,11 +34,10 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Site:
-    """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may
-    attend, broadcastable to (B, H, T_q, T_k), or None); for a causal self-attention (`causal`) its keys' padding
-    `pad` (B, 1, 1, T) or None and the cross-attention's mask `swap`; whether it is a self-attention, whether it
-    rotates queries and keys (`rope`) and has fewer K/V heads than query heads (`gqa`); Gemma 2's cap on its
-    scores (`softcap`, None: none)."""
+    """An attention as its variants see it: d_model D, head size Dh, the reference's mask `keep` (True = may attend,
+    broadcastable to (B, H, T_q, T_k), or None); a causal self-attention's keys' padding `pad` (B, 1, 1, T) or None
+    and the cross-attention's mask `swap`; whether it rotates queries and keys (`rope`), has fewer K/V heads than
+    query heads (`gqa`), Gemma 2's cap on its scores (None: none)."""
 
     D: int
     Dh: int

@@ -1,12 +1,8 @@
 """Naming the mistake: probes a plain comparison cannot see (dropout in evaluation mode, a softmax without the max
-subtraction), then for a layer or a model the first divergent submodule and the catalogue's variants there, for a
-component each catalogue variant (matchers.py) run on its own probe; one that reproduces the user's output to
-float64 precision (diagnosis.MATCH) is a diagnosis.
-
-The first divergent submodule: forward hooks on the user's submodules, each matched (through the weight map) to a
-unit of the reference (an attention, a norm, a feed-forward block, the embeddings); each unit is judged in situ,
-the reference unit run on the inputs the user's parent gave the submodule; the first unit whose output leaves the
-bar is the first divergence, and each catalogue variant is run on that unit's inputs there."""
+subtraction), then the catalogue's variants (matchers.py) that reproduce the user's output to float64 precision: a
+component's on its own probe; a layer's or a model's at its first divergent submodule. Forward hooks on the user's
+submodules, each matched (through the weight map) to a reference unit, judge each unit in situ (the reference unit
+run on the inputs the user's parent gave the submodule); the first that leaves the bar is the first divergence."""
 
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ import itertools
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -34,14 +29,15 @@ from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
 from .unsupported import differs
 
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate")
+CONTAINERS = (nn.ModuleList, nn.ModuleDict)  # never called: a module above them runs
 
-def unit_of(ref: str) -> tuple[str, str]:
-    """(unit prefix, kind) of a reference tensor name: attention, ffn, norm or table."""
-    base = ref.rsplit(".", 1)[0]
-    last = base.rsplit(".", 1)[-1]
-    if last in ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate"):
-        return _module_path(base), "ffn" if last in ("linear1", "linear2", "gate") else "attention"
-    return base, "table" if last.endswith("embedding") else "norm"
+
+def unit_of(ref: str) -> str:
+    """The reference unit (or table) prefix of a reference tensor name: a projection's block, else its owner."""
+    base = ref.rpartition(".")[0]
+    block, _, last = base.rpartition(".")
+    return block if last in PROJECTIONS else base
 
 
 def _lca(paths: list) -> str:
@@ -50,14 +46,10 @@ def _lca(paths: list) -> str:
 
 
 def _called(owner: str, modules: dict) -> str:
-    """`owner`, or the nearest module above it that runs (a ModuleList or ModuleDict is never called)."""
-    while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict)):
-        owner = _module_path(owner)
+    """`owner`, or the nearest module above it that runs."""
+    while owner and isinstance(modules.get(owner), CONTAINERS):
+        owner = owner.rpartition(".")[0]
     return owner
-
-
-def _module_path(user_name: str) -> str:
-    return user_name.rsplit(".", 1)[0] if "." in user_name else ""
 
 
 def _inside(path: str, owner: str) -> bool:
@@ -68,18 +60,21 @@ def _modules(check) -> dict:
     return dict(check.user.named_modules()) if check.is_module else {}
 
 
+def _held(links) -> list:
+    """(reference tensor name, the user's module path holding it) of each tensor of the weight map."""
+    return [(ref, link.user.rpartition(".")[0]) for link in links for ref, _ in link.parts]
+
+
 def hook_targets(check, links) -> dict:
     """reference unit (or layer) prefix -> the user's module path that computes exactly it, for the units that
-    have one: the deepest module that runs (not a ModuleList or ModuleDict) holding all its parameters and none of
-    another unit's."""
-    modules = _modules(check)
-    paths: dict = {}
-    for link in links:
-        for ref, _ in link.parts:
-            parts = unit_of(ref)[0].split(".")
-            layers = [".".join(parts[: i + 2]) for i, part in enumerate(parts[:-1]) if part == "layers"]
-            for unit in [".".join(parts), *layers]:  # the unit, and the layers holding it
-                paths.setdefault(unit, set()).add(_module_path(link.user))
+    have one: the deepest module that runs holding all its parameters and none of another unit's; else an
+    attention's output projection (BERT's attention.output.dense beside the norm)."""
+    modules, paths = _modules(check), {}
+    for ref, path in _held(links):
+        parts = unit_of(ref).split(".")
+        layers = [".".join(parts[: i + 2]) for i, part in enumerate(parts[:-1]) if part == "layers"]
+        for unit in [".".join(parts), *layers]:  # the unit, and the layers holding it
+            paths.setdefault(unit, set()).add(path)
     targets = {}
     for unit, own in paths.items():
         owner = _called(_lca(sorted(own)), modules)
@@ -88,27 +83,25 @@ def hook_targets(check, links) -> dict:
             targets[unit] = owner
     for unit, path in _out_projections(links).items():
         if unit not in targets and isinstance(modules.get(path), nn.Linear):
-            targets[unit] = path  # its output is the attention's (BERT's attention.output.dense beside the norm)
+            targets[unit] = path
     return targets
 
 
 def _out_projections(links) -> dict:
     """attention unit -> the user's module path of its output projection."""
-    refs = ((ref, link.user) for link in links for ref, _ in link.parts)
-    return {unit_of(ref)[0]: _module_path(user) for ref, user in refs if ref.rsplit(".", 2)[-2:-1] == ["out_proj"]}
+    return {unit_of(ref): path for ref, path in _held(links) if ref.split(".")[-2:-1] == ["out_proj"]}
 
 
 def attention_place(links, unit: str, target: str) -> str:
-    """Where an attention unit's divergence is named: its hooked module, or, where only its output projection
-    could be hooked (the projection's module sits beside another unit's, as BERT's attention.output holds the
-    dense layer and the LayerNorm), the module holding its q, k and v projections (BERT's attention.self), or where
-    that module holds another unit's rows too (PaLM's, shared with the feed-forward), the one around it and the
-    output projection."""
+    """Where an attention unit's divergence is named: its hooked module, or where that is its output projection
+    (BERT's attention.output holds the dense layer and the LayerNorm) the module holding its q, k and v projections
+    (BERT's attention.self), or where that holds another unit's too (PaLM's, with the feed-forward) the one around
+    it and the output projection."""
     if _out_projections(links).get(unit) != target:
         return target
-    refs = [(ref, link.user) for link in links for ref, _ in link.parts]
-    qkv = [_module_path(user) for ref, user in refs if unit_of(ref) == (unit, "attention") and ".out_proj." not in ref]
-    shared = {_module_path(user) for ref, user in refs if unit_of(ref)[0] != unit} & set(qkv)  # PaLM's, with the FFN
+    held = _held(links)
+    qkv = [path for ref, path in held if unit_of(ref) == unit and ref.split(".")[-2] in PROJECTIONS[:3]]
+    shared = {path for ref, path in held if unit_of(ref) != unit} & set(qkv)
     return _lca(qkv + [target] * bool(shared)) or target
 
 
@@ -123,24 +116,20 @@ def capture(check, choice, dtype=np.float64) -> dict:
 
 def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
     """`stage` in situ: its float inputs those the user's parent gave the part (`call`), in order and by shape (a
-    self-attention's key input its query), its output the reference part's on them. The stage as the reference ran
-    it where the part's inputs cannot be read: an embedding (its ids are the probe's), a part hooked at its output
-    projection, a call with no input of the first one's shape."""
+    self-attention's key input its query), its output the reference part's on them; as the reference ran it where
+    the inputs cannot be read (an embedding, a part hooked at its output projection, no input of the first's shape)."""
     if call is None or stage.rerun is None or type(call.module) is nn.Linear:
         return stage
     tensors = [t for t in call.inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim == 3]
     floats = (C.as_numpy(t if batch_first else t.transpose(0, 1)) for t in tensors)
-    inputs: list = []
+    given: dict = {}  # id of a reference input -> the user's in its place (None: none of its shape)
     for i, ref in enumerate(stage.inputs):
-        if not (isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and ref.ndim == 3):
-            inputs.append(ref)
-            continue
-        same = next((j for j, other in enumerate(stage.inputs[:i]) if other is ref), None)
-        turned = (C.batch_first(f, ref.shape) for f in floats)  # a part given time-first inputs (fairseq's)
-        user = inputs[same] if same is not None else next((f for f in turned if f.shape == ref.shape), None)
-        if user is None and i == 0:
-            return stage
-        inputs.append(ref if user is None else user)
+        if isinstance(ref, np.ndarray) and ref.dtype.kind == "f" and ref.ndim == 3 and id(ref) not in given:
+            turned = (C.batch_first(f, ref.shape) for f in floats)  # a part given time-first inputs (fairseq's)
+            given[id(ref)] = next((f for f in turned if f.shape == ref.shape), None)
+            if given[id(ref)] is None and i == 0:
+                return stage
+    inputs = [ref if given.get(id(ref)) is None else given[id(ref)] for ref in stage.inputs]
     try:
         with np.errstate(all="ignore"):
             return dataclasses.replace(stage, inputs=tuple(inputs), output=stage.rerun(*inputs))
@@ -149,8 +138,7 @@ def situated(stage: R.Stage, call: Call | None, batch_first: bool) -> R.Stage:
 
 
 # Below this a part's divergence may be float32 rounding (a constant made in float32 in a float64 model); a part
-# judged in situ after it that diverges by more is the mistake (in situ, a part downstream computes on the inputs it
-# was given: the rounding before it is not its own).
+# judged in situ after it that diverges by more is the mistake (the rounding before it is not its own).
 ROUNDING = 1e-5
 
 
@@ -161,35 +149,34 @@ class Divergence:
 
     agree: int
     stage: R.Stage | None = None
-    user: Any = None
+    user: np.ndarray | None = None
     error: float = 0.0
 
 
 def scan(check, choice, captured) -> Divergence:
-    """The Divergence of the user's run (`captured`) under `choice`. Each part is judged in situ: the reference part
-    on the inputs the user's parent gave it (situated); a divergence of a rounding's size gives way to a later
-    part's larger one judged in situ (ROUNDING)."""
-    done, small, caller, p, adds = 0, None, choice.caller, choice.probe, False
-    key = ("stages", repr(choice.cfg), id(p))
+    """The Divergence of the user's run (`captured`) under `choice`, each part judged in situ (situated); one of a
+    rounding's size gives way to a later part's larger one (ROUNDING)."""
+    done, small, batch_first, adds = 0, None, choice.caller.batch_first, False
+    key = ("stages", repr(choice.cfg), id(choice.probe))
     if key not in check.cache:
-        check.cache[key] = R.stages(check.entry, check.params, p, choice.cfg)
+        check.cache[key] = R.stages(check.entry, check.params, choice.probe, choice.cfg)
     for chained in check.cache[key]:
         embedding = chained.kind == "embedding"  # the user's embeddings: its first layer's input
         call = captured.get(chained.unit.split(".")[0] + ".layers.0" if embedding else chained.unit)
-        hooked = (call.inputs[:1] if embedding else (call.output,)) if call is not None else ()
-        user = C.as_numpy(hooked[0]) if hooked else None
-        if user is not None and not caller.batch_first and user.ndim >= 3:
-            user = user.transpose(1, 0, 2)
-        user = user if user is None else C.batch_first(user, chained.output.shape)  # a part's time-first output
-        if user is None or user.shape != chained.output.shape:
+        seen = () if call is None else call.inputs[:1] if embedding else (call.output,)
+        if not seen:
             continue
-        stage = situated(chained, captured.get(chained.unit), caller.batch_first)
+        user = C.as_numpy(seen[0])
+        user = C.batch_first(user if batch_first or user.ndim < 3 else user.transpose(1, 0, 2), chained.output.shape)
+        if user.shape != chained.output.shape:
+            continue
+        stage = situated(chained, captured.get(chained.unit), batch_first)
         with np.errstate(all="ignore"):
-            error = match(user, stage.output, stage.valid, None)
+            error = match(user, stage.output, stage.valid)
             if error > ROUNDING and stage.kind == "layer" and isinstance(stage.inputs[0], np.ndarray):
                 whole = user + stage.inputs[0]  # a block returning its sublayers alone: its parent adds x (PaLM's)
-                if adds or match(whole, stage.output, stage.valid, None) <= ROUNDING:
-                    adds, user, error = True, whole, match(whole, stage.output, stage.valid, None)
+                if adds or match(whole, stage.output, stage.valid) <= ROUNDING:
+                    adds, user, error = True, whole, match(whole, stage.output, stage.valid)
         if error > ROUNDING and (small is None or stage is not chained):
             return Divergence(done, stage, user, error)
         if error > 1e-10 and small is None:
@@ -200,8 +187,7 @@ def scan(check, choice, captured) -> Divergence:
 
 def first_divergence(check, choice, result, diverged: Divergence) -> None:
     """The first reference stage whose user output leaves the bar (`diverged`), and the variants that explain it."""
-    stage, error = diverged.stage, diverged.error
-    if stage is None:
+    if diverged.stage is None:
         return
     where, found = explained(check, choice, diverged)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
@@ -210,10 +196,10 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
     result.unsupported = None if found else _own_eps(check, choice, diverged, where)
     if not found and not result.unsupported:
         result.unexplained = (
-            f"{where} (reference {stage.unit or check.level}) diverges with relative error "
-            f"{error:.2e}; not expressible by the config and no catalogue variant reproduces it"
+            f"{where} (reference {diverged.stage.unit or check.level}) diverges with relative error "
+            f"{diverged.error:.2e}; not expressible by the config and no catalogue variant reproduces it"
         )
-        if error < 1e-5:  # float32's rounding, in a float64 run
+        if diverged.error < 1e-5:  # float32's rounding, in a float64 run
             result.unexplained += (
                 "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
                 "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
@@ -221,35 +207,26 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
 
 
 def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:
-    """A norm that computes the reference's norm at an eps of its own, not the other norms' (the config holds one
-    layer_norm_eps, the most common): "differs at <the norm>: ... eps ..."; None for any other divergence."""
+    """A norm that computes the reference's norm at an eps of its own (the config holds one layer_norm_eps, the
+    most common): "differs at <the norm>: ... eps ..."; None for any other divergence."""
     stage, cfg, own = diverged.stage, choice.cfg, check.model.norm_eps.get(where)
     if stage.kind != "norm" or own is None or math.isclose(own, cfg.layer_norm_eps, rel_tol=1e-9):
         return None
     params, x = M.sub(check.params, stage.unit), stage.inputs[0]
-    if cfg.norm == "rms":
-        norm = VR.rms_norm(x, params["weight"], own)
-    else:
-        norm = VR.layer_norm(x, params["weight"], params.get("bias", 0.0), own)
-    if match(diverged.user, norm, stage.valid, None) > MATCH:
+    weight, bias = params["weight"], params.get("bias", 0.0)
+    norm = VR.rms_norm(x, weight, own) if cfg.norm == "rms" else VR.layer_norm(x, weight, bias, own)
+    if match(diverged.user, norm, stage.valid) > MATCH:
         return None
     return differs(where, f"the norm takes eps {own:g} where the model's other norms take {cfg.layer_norm_eps:g} "
                    "(the reference has one layer_norm_eps for every norm)")  # fmt: skip
 
 
-def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
-    """(where, diagnoses) at the stage where the user's run diverged: at the embeddings or at a unit."""
-    at = _at_embedding if diverged.stage.kind == "embedding" else _at_unit
-    return at(check, choice, diverged.stage, diverged.user)
-
-
 def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
     """(where, diagnoses) at a stack's embeddings: the scale (named at the table's own wrapper) and the position
     table (named at the module that keeps the fixed table)."""
-    unit, inputs, valid, cfg, links = stage.unit, stage.inputs, stage.valid, choice.cfg, choice.layout.links
-    stack = unit.split(".")[0]
+    cfg, stack = choice.cfg, stage.unit.split(".")[0]
     token = f"{stack}.token_embedding.weight"
-    holding = (_module_path(link.user) or link.user for link in links if token in dict(link.parts))
+    holding = (link.user.rpartition(".")[0] or link.user for link in choice.layout.links if token in dict(link.parts))
     where = next(holding, f"the {stack}'s embeddings")
     positions = None
     if cfg.positional == "sinusoidal":
@@ -257,8 +234,9 @@ def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
     elif cfg.positional == "learned":
         positions = check.params[f"{stack}.position_embedding.weight"]
     table = check.params.get(token, check.params.get("decoder.token_embedding.weight"))
-    found = match_embedding(user_out, inputs[0], table, positions, cfg.d_model, where, valid, cfg.scale_embeddings)
-    tables = [name.rsplit(".", 1)[0] if "." in name else "(the module)" for name in check.model.overwrite]
+    ids, scaled = stage.inputs[0], cfg.scale_embeddings
+    found = match_embedding(user_out, ids, table, positions, cfg.d_model, where, stage.valid, scaled)
+    tables = [name.rpartition(".")[0] or "(the module)" for name in check.model.overwrite]
     for d in found:
         if d.id == "positions.wrong_frequencies" and tables:
             d.where = max(tables, key=lambda t: len(_lca([t, where])))
@@ -270,70 +248,71 @@ def _at_embedding(check, choice, stage, user_out) -> tuple[str, list]:
 
 
 def _encoder_unscaled(check, choice, stage, user_out, table, positions) -> list:
-    """The decoder scales its embeddings by sqrt(d_model) where the encoder, judged first and agreeing without a
-    scale, does not (Marian's encoder with embed_scale 1 on a shared table): embedding.missing_scale, named at the
-    module holding the encoder."""
-    ids, valid = stage.inputs[0], stage.valid
+    """embedding.missing_scale where the decoder scales by sqrt(d_model) and the encoder, judged first and agreeing
+    unscaled, does not (Marian's encoder with embed_scale 1 on a shared table): named at the encoder's module."""
+    ids = stage.inputs[0]
     scaled = math.sqrt(choice.cfg.d_model) * table[ids] + (0.0 if positions is None else positions[: ids.shape[1]])
-    error = match(user_out, scaled, valid, None)
+    error = match(user_out, scaled, stage.valid)
     if error > MATCH:
         return []
-    encoder = [_module_path(link.user) for link in choice.layout.links if link.parts[0][0].startswith("encoder.")]
+    encoder = [link.user.rpartition(".")[0] for link in choice.layout.links if link.parts[0][0].startswith("encoder.")]
     message = "the encoder's token embeddings are not multiplied by sqrt(d_model); the decoder's are"
     where = _called(_lca(encoder), _modules(check)) or "the encoder's embeddings"
     return [Diagnosis("embedding.missing_scale", message, where, error)]
 
 
-def _at_unit(check, choice, stage, user_out) -> tuple[str, list]:
-    """(where, diagnoses) at an attention, a norm or a feed-forward block: its hooked module, and the catalogue's
-    variants of that unit run on the reference's inputs to it (an attention's with the masks it read: a decoder's
-    self-attention its causal and padding masks, maybe swapped with the cross-attention's; RoPE's where it rotates)."""
-    unit, kind, inputs, valid, masks = stage.unit, stage.kind, stage.inputs, stage.valid, stage.masks
-    cfg, links = choice.cfg, choice.layout.links
-    where = hook_targets(check, links)[unit] or "(the module)"
-    params = M.sub(check.params, unit)
+def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
+    """(where, diagnoses) at the stage where the user's run diverged: at the embeddings, or at a unit's hooked module
+    the catalogue's variants of that unit run on the reference's inputs to it."""
+    stage, user_out, cfg, links = diverged.stage, diverged.user, choice.cfg, choice.layout.links
+    if stage.kind == "embedding":
+        return _at_embedding(check, choice, stage, user_out)
+    kind = stage.kind
+    where = hook_targets(check, links)[stage.unit] or "(the module)"
     if kind == "attention":
-        where = attention_place(links, unit, where)
-        query, kv, keep = inputs
-        knobs = VR.rope_knobs(cfg, rotary=unit.endswith("self_attn"), layer=R.layer_of(unit)) | masks
-        return where, match_attention(user_out, params, query, kv, cfg.n_heads, keep, where, valid, **knobs)
+        where = attention_place(links, stage.unit, where)
+        return where, _attention_variants(check, choice, stage, user_out, where, stage.valid)
     if kind == "layer":
         return where, _in_layer(check, choice, stage, user_out, where)
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return where, []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = check.model.norm_eps.get(where, None) or cfg.layer_norm_eps
-    return where, match_unit(name, user_out, inputs[0], params, eps, cfg.activation, where, valid)
+    params = M.sub(check.params, stage.unit)
+    return where, match_unit(name, user_out, stage.inputs[0], params, eps, cfg.activation, where, stage.valid)
+
+
+def _attention_variants(check, choice, attention: R.Stage, user_out, where: str, valid, **context) -> list:
+    """match_attention at a reference attention stage: its inputs and masks (a decoder's self-attention its causal
+    and padding masks, maybe swapped with the cross-attention's), RoPE's knobs where it rotates."""
+    query, kv, keep = attention.inputs
+    rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit))
+    knobs, params = rope | (attention.masks or {}) | context, M.sub(check.params, attention.unit)
+    return match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
 
 
 def _in_layer(check, choice, stage, user_out, where) -> list:
-    """A layer that diverges where its attention is no module of its own (written inline in the block, beside its
-    norms and feed-forward): the catalogue's attention variants put in that attention's place inside the reference
-    layer, run on the layer's input in situ, compared on the layer's output."""
-    cfg, prefix, targets = choice.cfg, stage.unit + ".", hook_targets(check, choice.layout.links)
-    inner = check.cache.get(("stages", repr(cfg), id(choice.probe)), []) if stage.rerun is not None else []
-    for attention in (s for s in inner if s.kind == "attention" and s.unit.startswith(prefix)):
-        if attention.unit in targets:
-            continue  # a module of its own: judged in situ there
-        name, (query, kv, keep) = attention.unit[len(prefix) :], attention.inputs
-        knobs = VR.rope_knobs(cfg, rotary=name == "self_attn", layer=R.layer_of(stage.unit)) | (attention.masks or {})
+    """A layer whose attention is no module of its own (written inline): the attention variants put in its place
+    inside the reference layer, run on the layer's input in situ, compared on the layer's output."""
+    prefix, targets = stage.unit + ".", hook_targets(check, choice.layout.links)
+    inner = check.cache.get(("stages", repr(choice.cfg), id(choice.probe)), []) if stage.rerun is not None else []
+    for attention in inner:
+        if attention.kind != "attention" or not attention.unit.startswith(prefix) or attention.unit in targets:
+            continue  # a module of its own is judged in situ there
+        name = attention.unit[len(prefix) :]
 
         def through(attend, name=name):
             return stage.rerun(*stage.inputs, attend={name: attend})
 
-        params = M.sub(check.params, attention.unit)
-        found = match_attention(
-            user_out, params, query, kv, cfg.n_heads, keep, where, stage.valid, through=through, **knobs
-        )
+        found = _attention_variants(check, choice, attention, user_out, where, stage.valid, through=through)
         if found:
             return found
     return []
 
 
 def latest_divergence(check, choice):
-    """Among the weight maps, the callers under which the module ran and the configs, the Choice whose first
-    divergence comes latest (the mistake is in one place; the conventions and config are right everywhere before
-    it); of those that tie, the first whose divergence a catalogue variant explains, else the one closest there."""
+    """Of the weight maps, callers the module ran under and configs, the Choice whose first divergence comes latest
+    (the conventions are right everywhere before the one mistake); of a tie, the first a variant explains."""
     scored: list = []
     for layout in check.layouts:  # the weight maps too: RoPE's pairing, gate and up
         for caller in choice.runnable:
@@ -353,7 +332,7 @@ def _scaling_module(check, path: str) -> str:
     """The module that scales the token table at `path`: the table's nearest wrapper holding no tensor but the
     table (the Annotated Transformer's Embeddings around its nn.Embedding `lut`), else the table's own module."""
     modules = _modules(check)
-    if path not in modules:
+    if path not in modules:  # a table that is a parameter of the module itself
         return path
 
     def held(module) -> set:
@@ -361,8 +340,8 @@ def _scaling_module(check, path: str) -> str:
 
     table = held(modules[path])
     while "." in path:
-        parent = path.rsplit(".", 1)[0]
-        if isinstance(modules[parent], (nn.ModuleList, nn.ModuleDict, nn.Sequential)) or held(modules[parent]) != table:
+        parent = path.rpartition(".")[0]
+        if isinstance(modules[parent], (*CONTAINERS, nn.Sequential)) or held(modules[parent]) != table:
             break
         path = parent
     return path
@@ -386,7 +365,7 @@ def dropout_probe(check, choice, result) -> bool:
     def same(a, b) -> bool:
         try:
             return torch.equal(C.first_tensor(a).nan_to_num(nan=0.5), C.first_tensor(b).nan_to_num(nan=0.5))
-        except (TypeError, IndexError):
+        except (TypeError, IndexError):  # no tensor in it: an argument or output nothing random is read from
             return True
 
     if same(first, second):
@@ -402,8 +381,7 @@ def dropout_probe(check, choice, result) -> bool:
 
 def overflow_probe(check, choice, result) -> None:
     """Scores of ~1e3 (queries and keys scaled by BIG): a softmax without the max subtraction overflows in float32.
-    A component is called on scaled inputs; in a layer or a model each attention submodule is called again on
-    its own inputs, scaled (masks, integer or of another width, are left as they are)."""
+    A component is called on scaled inputs, a layer's or a model's attention submodules again on theirs, scaled."""
     if check.entry.unit in ("heads", "attention"):
         with np.errstate(all="ignore"):
             out, plain = (run_user(check, choice.layout, choice.caller, np.float32, scale=s)[0] for s in (BIG, 1.0))
@@ -425,13 +403,11 @@ def overflow_probe(check, choice, result) -> None:
 
 def _attention_calls_scaled(check, choice) -> list:
     """(user module path, output, output unscaled) of each attention submodule called again with its inputs scaled."""
-    targets = hook_targets(check, choice.layout.links)
-    D = check.model.cfg.d_model
+    targets, D = hook_targets(check, choice.layout.links), check.model.cfg.d_model
 
     def scaled(t):
-        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim >= 2 and t.shape[-1] == D:
-            return t * BIG
-        return t
+        wide = isinstance(t, torch.Tensor) and t.is_floating_point() and t.ndim >= 2 and t.shape[-1] == D
+        return t * BIG if wide else t
 
     out = []
     with torch.no_grad():
@@ -447,9 +423,8 @@ def _attention_calls_scaled(check, choice) -> list:
 
 
 def component_variants(check, choice, result) -> None:
-    """The catalogue's variants of a component, on the component's own probe: under the chosen convention, config
-    and weight map, else under the first other convention (a mask's kind and shape, causal or not), config
-    (rotary or not, its base) or map (RoPE's pairing, gate and up) under which one matches."""
+    """The catalogue's variants of a component on its own probe, under the chosen convention, config and weight
+    map, else under the first other convention (a mask's kind), config (RoPE's) or map under which one matches."""
     layouts = [choice.layout] + [x for x in check.layouts if x is not choice.layout]
     configs = [choice.cfg] + [c for c in check.configs if c != choice.cfg]
     callers = [choice.caller] + [c for c in choice.runnable if c is not choice.caller]
@@ -470,8 +445,7 @@ VARIANT_UNITS = ("heads", "attention", "layer_norm", "rms_norm", "gated_feed_for
 
 
 def _component_variants(check, choice) -> list:
-    """A component's catalogue variants on its probe, by its unit: an attention's (its heads already split or not),
-    an embedding's, a norm's (a layer norm's eps its module's), a gated feed-forward's or a fixed position table's."""
+    """A component's catalogue variants on its probe, by its unit (a layer norm's eps its module's)."""
     unit, p, cfg, params = check.entry.unit, choice.probe, choice.cfg, check.params
     if unit not in VARIANT_UNITS or (unit == "positions" and cfg.positional == "learned"):
         return []

@@ -1,6 +1,5 @@
-"""The catalogue's variants run on a unit's inputs: the mistakes (mistakes.py) whose variant reproduces a user's
-output to float64 precision, far better than the reference does (diagnosis.named), at an attention, a norm, a gated
-feed-forward or the embeddings."""
+"""The catalogue's variants (mistakes.py) run on a unit's inputs (an attention, a norm, a gated feed-forward, the
+embeddings): those that reproduce the user's output far better than the reference does (diagnosis.named)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ def _rows_without_keys(keep, shape) -> np.ndarray | None:
     return None if keep is None else ~(keep | np.zeros(shape, bool)).any(-1).all(1)
 
 
-def match(user: np.ndarray, variant: np.ndarray, valid, empty) -> float:
+def match(user: np.ndarray, variant: np.ndarray, valid, empty=None) -> float:
     if np.shape(user) != np.shape(variant):  # e.g. a module that returns its query (T_q) for a (T_k) variant
         return math.inf
     user, variant = _valid(user, valid), _valid(variant, valid)
@@ -33,12 +32,11 @@ def match_attention(
     user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, softcap=None,
     rotary=None, **context,
 ) -> list:  # fmt: skip
-    """The attention variants that reproduce `user_out` (B, T_q, D), on the reference's inputs (`kv`: the key and
-    value input, or a (key, value) pair; with params None, q, k, v already split into heads): at the valid
-    positions, and, where several do, those that also reproduce it at the padded ones (padding on queries and an
-    ignored mask agree everywhere but there), and of those the ones that need no row left out. With `through` in
-    `context`, what is compared is through(attend), attend the variant as a function of (query, key/value input,
-    mask): the layer around an attention that is no module of its own, the variant in the attention's place."""
+    """The attention variants that reproduce `user_out` (B, T_q, D) on the reference's inputs (`kv`: the key and
+    value input, or a (key, value) pair; params None: q, k, v split into heads) at the valid positions; where several
+    do, those that also do at the padded ones (padding on queries and an ignored mask differ only there), then those
+    that need no row left out. `through` in `context`: compare through(attend), attend the variant as a function of
+    (query, key/value input, mask), in the place of an attention that is no module of its own."""
     tiers: tuple = ([], [], [])  # reproduced: everywhere; except rows with no key; at the valid positions
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
     read = dict(rope=theta is not None, gqa=n_kv not in (None, H), softcap=softcap, sinks="sinks" in (params or {}))
@@ -47,8 +45,7 @@ def match_attention(
 
     def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)
         knobs = {"softcap": softcap} | dict(knobs)
-        k = knobs.pop("keep", keep)
-        transpose = knobs.pop("transpose", True)
+        k, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)
             empty = _rows_without_keys(k, (query.shape[0], 1, query.shape[2], kv[0].shape[2]))
@@ -75,11 +72,9 @@ def match_attention(
 
 
 def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str, where: str, valid=None) -> list:
-    """The variants of a norm, a gated feed-forward or a position table (`unit`, mistakes.MISTAKES; `params` its
-    own: weight and bias, or gate, linear1 and linear2) that reproduce `user_out` on its input `x`: each mistake
-    alone, then those that combine (the Annotated Transformer's LayerNorm, x.std() + eps, makes two)."""
+    """The variants of a norm, a gated feed-forward or a position table (`unit`; `params` its own) that reproduce
+    `user_out` on its input `x`: each alone, then those that combine (the Annotated Transformer's x.std() + eps)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
-
     run = {
         "layer_norm": lambda knobs: VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs),
         "rms_norm": lambda knobs: VR.rms_norm(x, params["weight"], eps, **knobs),
@@ -88,12 +83,12 @@ def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str
     }[unit]
 
     references = [{"table": t} for t in ("interleaved", "split")] if unit == "positions" else [{}]  # either layout
-    unmatched = min(match(user_out, run(knobs), valid, None) for knobs in references)
+    unmatched = min(match(user_out, run(knobs), valid) for knobs in references)
     for combination in [[v] for v in MK.variants(unit, site)] + [MK.variants(unit, site, combining=True)]:
         knobs = {k: v for _, _, variant in combination for k, v in variant.items()}
         if not knobs:
             continue
-        error = match(user_out, run(knobs), valid, None)
+        error = match(user_out, run(knobs), valid)
         if named(error, unmatched):
             return [Diagnosis(i, m.format(eps=eps, activation=activation), where, error) for i, m, _ in combination]
     return []
@@ -111,7 +106,7 @@ def match_embedding(user_x, ids, table, positions, D, where, valid=None, scale_e
         tables += [(vid, message, options[knobs["table"]]) for vid, message, knobs in MK.variants("positions", site)]
     found, unmatched = [], math.inf
     for (sid, scale_message, scale), (tid, table_message, pos) in itertools.product(scales, tables):
-        error = match(user_x, scale * table[ids] + (0.0 if pos is None else pos[: ids.shape[1]]), valid, None)
+        error = match(user_x, scale * table[ids] + (0.0 if pos is None else pos[: ids.shape[1]]), valid)
         unmatched = error if not (sid or tid) else unmatched  # the first: the reference's own
         if (sid or tid) and named(error, unmatched):
             both = ((sid, scale_message), (tid, table_message))

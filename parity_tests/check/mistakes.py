@@ -1,15 +1,12 @@
-"""The registry of known mistakes: one entry each, so that a new id is one entry here.
-
-An entry gives the id (stable; report.CATALOGUE is read from here), the line of math the mistake changes, the
-unit it is looked for at, and how it is found there:
+"""The registry of known mistakes, one entry each (a new id is one entry here): its id (stable; report.CATALOGUE
+reads it), the line of math it changes, the unit it is looked for at, and how it is found there:
 
 - a forward unit ("attention", "layer_norm", "rms_norm", "gated_feed_forward", "embedding", "positions"): its
-  variants, (message template, knobs) given the unit's Site (diagnosis.py), the knobs those of the unit's function
-  in variants.py (an attention's: multi_head_attention's and attention_heads'; the embeddings': the scale and the
-  position table), the template formatted with what the matcher knows there (eps, the activation). A unit's
-  entries are tried in registry order; `report.levels_of` says where each is looked for;
-- "backward": a test of one gradient of a hand-written pair (check.pair; backward_mistakes.py holds the tests),
-  `pairs` the references it applies to (empty: every pair);
+  variants, (message template, knobs) at the unit's Site (diagnosis.py), the knobs those of the unit's function in
+  variants.py, the template formatted with the eps and activation the matcher read; tried in registry order,
+  where `report.levels_of` says;
+- "backward": tests of one gradient of a hand-written pair (check.pair; backward_mistakes.py), `pairs` the
+  references it applies to (empty: every pair);
 - None: found by a probe (dropout, overflow, a float32 island)."""
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ __all__ = ["ATTENTION", "BACKWARD", "MISTAKES", "BY_ID", "Mistake", "Site", "var
 ATTENTION, BACKWARD = "attention", "backward"
 
 
-def _at(unit: str, mistake_id: str, line: str, *variants, when: Callable | None = None, **fields) -> Mistake:
+def _at(mistake_id: str, line: str, *variants, unit=ATTENTION, when: Callable | None = None, **fields) -> Mistake:
     """An entry looked for at a forward `unit`: its `variants` (message template, knobs), tried at a Site where
     `when` holds (at every one when None), or one function Site -> [(message template, knobs)]."""
 
@@ -37,21 +34,15 @@ def _at(unit: str, mistake_id: str, line: str, *variants, when: Callable | None 
     return Mistake(mistake_id, line, unit, variants[0] if callable(variants[0]) else fixed, **fields)
 
 
-def _attention(mistake_id: str, line: str, *variants, when: Callable | None = None) -> Mistake:
-    return _at(ATTENTION, mistake_id, line, *variants, when=when)
-
-
 def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> Mistake:
     """A hand-written backward's mistake: its tests of one gradient, (stage, test), and the pairs it applies to."""
     return Mistake(mistake_id, line, BACKWARD, pairs=pairs, tests=tests)
 
 
 def _triangle(site: Site, message: str, triangle: np.ndarray) -> list:
-    """A causal mask (T, T) as the variant's keep (1, 1, T, T), alone and with the keys' padding too where the user
-    may mask it (a causal attention's padding of the target)."""
-    return [
-        (message, {"keep": triangle[None, None] & pad}) for pad in ([True] if site.pad is None else [True, site.pad])
-    ]
+    """A causal mask (T, T) as the variant's keep (1, 1, T, T), alone and with the target's padding if it has one."""
+    pads = [True] if site.pad is None else [True, site.pad]
+    return [(message, {"keep": triangle[None, None] & pad}) for pad in pads]
 
 
 def _causal(message: str, diagonal: int | None) -> Callable[[Site], list]:
@@ -133,7 +124,7 @@ MIXED = "queries and keys rotated with different pairings: one in halves (i, i +
 
 MISTAKES = (
     # -- attention, in the order its variants are tried -----------------------------------------------------------
-    _attention(
+    _at(
         "rope.applied_to_v",
         "the values rotated too: RoPE rotates queries and keys only",
         (ROTATED_V.format(""), {"rope_v": True}),
@@ -141,21 +132,21 @@ MISTAKES = (
         (ROTATED_V.format(" (in halves i, i + Dh/2)"), {"rope_v": "half"}),
         when=lambda s: s.rope,
     ),
-    _attention(
+    _at(
         "rope.mixed_pairing",
         "queries and keys rotated with different pairings: halves (i, i + Dh/2) and pairs (2i, 2i+1)",
         (MIXED, {"pairs": ("half", "interleaved")}),
         (MIXED, {"pairs": ("interleaved", "half")}),
         when=lambda s: s.rope,
     ),
-    _attention(
+    _at(
         "rope.position_offset",
         "keys rotated at positions offset from the queries': scores see n - m + 1, not n - m",
         ("keys rotated one position ahead of the queries (m + 1)", {"k_shift": 1}),
         ("keys rotated one position behind the queries (m - 1)", {"k_shift": -1}),
         when=lambda s: s.rope,
     ),
-    _attention(
+    _at(
         "attention.kv_heads_tiled",
         "K/V heads tiled (.repeat: head h reads h % n_kv), not repeat_interleave (h // n_rep)",
         (
@@ -164,59 +155,59 @@ MISTAKES = (
         ),
         when=lambda s: s.gqa,
     ),
-    _attention("attention.wrong_scale", "scores = Q K^T / c with c != sqrt(d_head)", _divisors),
-    _attention(
+    _at("attention.wrong_scale", "scores = Q K^T / c with c != sqrt(d_head)", _divisors),
+    _at(
         "attention.heads_without_transpose",
         "(B, T, D).view(B, H, T, Dh) without the transpose: heads mix positions",
         ("heads split by a reshape without the transpose", {"transpose": False}),
         ("heads split by a reshape without the transpose (merged back with it)", {"transpose": "split"}),
         ("heads merged back by a reshape without the transpose (split with it)", {"transpose": "merge"}),
     ),
-    _attention(
+    _at(
         "attention.softmax_wrong_axis",
         "softmax over queries (dim=-2) instead of keys (dim=-1)",
         ("softmax over the queries (dim=-2) instead of the keys", {"axis": -2, "mask_mode": "fill"}),
     ),
-    _attention(
+    _at(
         "attention.mask_after_softmax",
         "P = softmax(S) then P[masked] = 0, instead of S[masked] = -inf before softmax",
         ("masked probabilities zeroed after the softmax (not renormalised)", {"mask_mode": "after"}),
         ("masked probabilities zeroed after the softmax, then renormalised", {"mask_mode": "after_renorm"}),
         when=lambda s: s.keep is not None,
     ),
-    _attention(
+    _at(
         "attention.mask_ignored",  # a causal attention that applies no mask is attention.not_causal
         "the mask is passed in but never applied: P = softmax(S) over every key",
         ("the mask is passed in but never applied", {"mask_mode": "ignored"}),
         when=lambda s: s.keep is not None and not s.causal,
     ),
-    _attention(
+    _at(
         "attention.mask_inverted",
         "the mask's polarity flipped: the kept keys are masked and the masked ones kept",
         _inverted,
     ),
-    _attention(
+    _at(
         "attention.not_causal",
         "the decoder's self-attention sees the future: no causal mask",
         _causal("no causal mask: every query sees the future", None),
     ),
-    _attention(
+    _at(
         "attention.causal_hides_diagonal",
         "causal mask j < i instead of j <= i: a query cannot see its own position",
         _causal("causal mask j < i: a query cannot see itself", -1),
     ),
-    _attention(
+    _at(
         "attention.causal_shows_next",
         "causal mask j <= i + 1 instead of j <= i: a query sees one future position",
         _causal("causal mask j <= i + 1: a query sees the next position", 1),
     ),
-    _attention(
+    _at(
         "attention.masks_swapped",
         "the decoder's self-attention gets the source mask and cross-attention the target's",
         _masks_swapped,
     ),
-    _attention("attention.padding_on_queries", "padding masks query rows instead of key columns", _padding_on_queries),
-    _attention(
+    _at("attention.padding_on_queries", "padding masks query rows instead of key columns", _padding_on_queries),
+    _at(
         "attention.softcap_without_division",
         "cap * tanh(S) instead of cap * tanh(S / cap): the scores squashed at the wrong scale",
         (
@@ -225,7 +216,7 @@ MISTAKES = (
         ),
         when=lambda s: s.softcap is not None,
     ),
-    _attention(
+    _at(
         "attention.softcap_after_softmax",
         "cap * tanh(P / cap) on the probabilities instead of cap * tanh(S / cap) on the scores before the mask",
         (
@@ -234,13 +225,13 @@ MISTAKES = (
         ),
         when=lambda s: s.softcap is not None,
     ),
-    _attention(
+    _at(
         "attention.sink_missing",
         "the sink logit left out of the softmax's denominator: softmax(S) instead of softmax([S, s_h]) without s_h",
         ("the sink logit is not in the softmax's denominator (each row sums to 1)", {"sink_mode": "missing"}),
         when=lambda s: s.sinks,
     ),
-    _attention(
+    _at(
         "attention.q_k_swapped",
         "scores = K Q^T instead of Q K^T: each key scores the queries (the score matrix transposed)",
         ("scores computed as K Q^T: the query and key projections exchanged", {"swap_qk": True}),
@@ -248,66 +239,66 @@ MISTAKES = (
     ),
     # -- norms: each alone, then a layer norm's together (the Annotated Transformer's x.std() + eps) -------------
     _at(
-        "layer_norm",
         "layer_norm.unbiased_variance",
         "var = sum((x - mean)^2) / (n - 1) instead of / n",
         ("the variance divides by n - 1 (torch's x.std()/x.var() default) (eps = {eps:g})", {"unbiased": True}),
+        unit="layer_norm",
         combines=True,
     ),
     _at(
-        "layer_norm",
         "layer_norm.eps_outside_sqrt",
         "y = (x - mean) / (sqrt(var) + eps) instead of / sqrt(var + eps)",
         ("eps added to the standard deviation, outside the square root (eps = {eps:g})", {"eps_outside": True}),
+        unit="layer_norm",
         combines=True,
     ),
     _at(
-        "layer_norm",
         "layer_norm.wrong_axis",
         "mean and variance over the positions, the batch or everything instead of the features (dim=-1)",
         *_wrong_axis("mean and variance"),
+        unit="layer_norm",
     ),
     _at(
-        "rms_norm",
         "rms_norm.eps_outside_sqrt",
         "y = x / (sqrt(mean(x^2)) + eps) instead of x / sqrt(mean(x^2) + eps)",
         ("eps added to the root mean square, outside the square root (eps = {eps:g})", {"eps_outside": True}),
+        unit="rms_norm",
     ),
     _at(
-        "rms_norm",
         "rms_norm.wrong_axis",
         "mean(x^2) over the positions, the batch or everything instead of the features (dim=-1)",
         *_wrong_axis("the mean of x^2"),
+        unit="rms_norm",
     ),
     # -- feed-forward, embeddings, positions --------------------------------------------------------------------
     _at(
-        "gated_feed_forward",
         "gated_feed_forward.activation_on_up",
         "down(gate(x) * silu(up(x))) instead of down(silu(gate(x)) * up(x))",
         (
             "{activation} applied to the up projection, not the gate: down(gate(x) * {activation}(up(x)))",
             {"on_up": True},
         ),
+        unit="gated_feed_forward",
     ),
     _at(
-        "embedding",
         "embedding.missing_scale",
         "token embeddings not multiplied by sqrt(d_model)",
         lambda s: [(f"token embeddings not multiplied by sqrt(d_model) = {math.sqrt(s.D):g}", {"scale": 1.0})],
+        unit="embedding",
         # not in BERT's family (an embedding norm, a token-type table), which never scales: no scale is its own
         plausible=lambda cfg: not (cfg.embedding_norm or cfg.type_vocab_size),
     ),
     _at(
-        "embedding",
         "embedding.double_scale",
         "token embeddings multiplied by sqrt(d_model) twice (by d_model)",
         lambda s: [(f"token embeddings multiplied by d_model = {s.D} (sqrt twice)", {"scale": float(s.D)})],
+        unit="embedding",
     ),
     _at(
-        "positions",
         "positions.wrong_frequencies",
         "sinusoid frequencies not 1 / 10000^(2i/d)",
         ("sinusoid frequencies are all 1, not 1 / 10000^(2i/d)", {"table": "wrong_frequencies"}),
+        unit="positions",
     ),
     # -- found by probes ------------------------------------------------------------------------------------------
     Mistake(
@@ -405,9 +396,8 @@ def variants(unit: str, site: Site, combining: bool = False) -> list:
 
 
 def diagnose_backward(reference, tensor, got, expected, args, dout) -> list:
-    """The Diagnoses of the user's gradient `got` of `tensor` (empty when no known mistake reproduces it; two
-    when layer norm misses both of its terms): the registry's backward tests for the `reference` pair, stage by stage,
-    each stage's in registry order, each once."""
+    """The Diagnoses of the user's gradient `got` of `tensor` (none, or two where layer norm misses both terms): the
+    registry's backward tests for the `reference` pair, stage by stage, each stage's in registry order, each once."""
     single = np.asarray(got).dtype == np.float32 or np.asarray(expected).dtype == np.float32
     got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
     shaped = got.shape == expected.shape

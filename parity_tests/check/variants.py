@@ -27,15 +27,13 @@ def attention_heads(
     q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False, softcap=None, cap_mode="scores",
     sinks=None, sink_mode="denominator",
 ):  # fmt: skip
-    """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh),
-    keep broadcastable to (B, H, T_q, T_k) or None. divisor None: sqrt(Dh), the reference. mask_mode: "before"
-    (the reference: masked scores excluded from the softmax), "fill" (set to -1e9, as masked_fill does, then a
-    softmax over `axis`), "after" (probabilities zeroed after it), "after_renorm" (zeroed, then each row divided by
-    its new sum), "ignored" (no mask). axis: -1 the reference (over keys), -2 a softmax over queries. swap_qk:
-    scores K Q^T (a self-attention's score matrix transposed). softcap: Gemma 2's cap (None: none), applied as
-    cap_mode says: "scores" (the reference: cap * tanh(S / cap) before the mask), "undivided" (cap * tanh(S)),
-    "probabilities" (the probabilities capped after the softmax, cap * tanh(P / cap)). sinks: GPT-OSS's logit per
-    head (H,) joining each row's softmax denominator (None: none); sink_mode "missing": left out of it."""
+    """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), keep
+    broadcastable to (B, H, T_q, T_k) or None. The reference's knobs first: divisor None (sqrt(Dh)); mask_mode
+    "before" (masked scores excluded), "fill" (-1e9, as masked_fill, then the softmax over `axis`), "after"
+    (probabilities zeroed), "after_renorm" (zeroed, then rows renormalised), "ignored"; axis -1 (-2: over the
+    queries); swap_qk: scores K Q^T; softcap: Gemma 2's cap or None, cap_mode "scores" (cap * tanh(S / cap) before
+    the mask), "undivided" (cap * tanh(S)), "probabilities" (cap * tanh(P / cap) after the softmax); sinks: GPT-OSS's
+    logit per head (H,) in each row's denominator or None, sink_mode "missing": left out of it."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
     if softcap is not None and cap_mode != "probabilities":
@@ -106,14 +104,13 @@ def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
     rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, **knobs,
 ):  # fmt: skip
-    """MultiHead(Q, K, V) of the reference with attention_heads' knobs; params keyed q_proj.weight, ... query
-    (B, T_q, D), key and value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads (grouped-query attention), repeated for
-    the query heads as the reference does (head h reads K/V head h // n_rep) or, `tile`, as .repeat does (h % n_kv).
-    transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only. theta:
-    RoPE's base (None: no rotation), with the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`,
-    the values rotated too with `rope_v` (True: in the keys' pairing; "half" or "interleaved": in that one). With
-    q_norm.weight and k_norm.weight (Qwen3), each head's queries and keys are RMS-normalised (eps `qk_eps`) first
-    (OLMo 2's, as wide as the projection: each projection's output, before the heads are split)."""
+    """MultiHead(Q, K, V) with attention_heads' knobs; params keyed q_proj.weight, ...; query (B, T_q, D), key and
+    value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads, head h reading K/V head h // n_rep (`tile`: h % n_kv, as
+    .repeat). transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only.
+    theta: RoPE's base (None: none), the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`, the
+    values rotated too with `rope_v` (True: in the keys' pairing; else that pairing). q_norm.weight and
+    k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each projection's
+    output where as wide (OLMo 2)."""
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
     q, k = linear(query, params, "q_proj"), linear(key, params, "k_proj")
