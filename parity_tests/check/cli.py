@@ -92,9 +92,8 @@ def load_target(spec: str, reference: str | None = None):
     if isinstance(target, nn.Module) or (takes_function and callable(target) and not isinstance(target, type)):
         return target
     if not callable(target):
-        raise Unrunnable(
-            f"{spec} is of type {type(target).__name__}, neither a torch.nn.Module nor a zero-argument factory of one"
-        )
+        kind = type(target).__name__
+        raise Unrunnable(f"{spec} is of type {kind}, neither a torch.nn.Module nor a zero-argument factory of one")
     made = run_user(target, f"the factory {spec}()", "returning a module")
     if not isinstance(made, nn.Module):
         kind = type(made).__name__
