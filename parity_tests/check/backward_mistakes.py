@@ -1,13 +1,12 @@
 """Mistakes in a hand-written backward pass, named per gradient by tests of the gradient itself.
 
-mistakes.diagnose_backward runs them on each float64 gradient check.pair finds off its bar (or of the wrong shape): a
-Gradient, the user's `got` of input `tensor` ("x", "weight", "params.q_proj.bias"), the reference's `expected`, the
-case's `args` and upstream `dout`. The registry (mistakes.py, unit "backward") names each mistake's tests by stage;
-the stages, in order (the first that finds something answers): "shape" (only when the shape is wrong), "sign",
-"transposed" (a square weight's transpose), "structure" (the pair's own formula with one term missing) and "factor"
-(got = c expected, c by least squares, named by where such a factor comes from in that pair; any other is
-backward.scaled, the last entry). A test matches when the user's gradient equals the mistake's within MATCH
-(relative to its largest value): the mistakes are exact formulas, so a match is ~1e-15 in float64.
+mistakes.diagnose_backward runs them on each float64 gradient check.pair finds off its bar (or of the wrong shape).
+The registry (mistakes.py, unit "backward") names each mistake's tests by stage; the stages, in order (the first
+that finds something answers): "shape" (only when the shape is wrong), "sign", "transposed" (a square weight's
+transpose), "structure" (the pair's own formula with one term missing) and "factor" (got = c expected, c by least
+squares, named by where such a factor comes from in that pair; any other is backward.scaled, the last entry). A
+test matches when the user's gradient equals the mistake's within MATCH (relative to its largest value): the
+mistakes are exact formulas, so a match is ~1e-15 in float64.
 
 Shape letters: B batch, H heads, T_q / T_k positions, Dh head size, N rows (every leading axis together).
 """
@@ -31,8 +30,9 @@ STAGES = ("sign", "transposed", "structure", "factor")  # with the right shape; 
 
 @dataclass
 class Gradient:
-    """One failing gradient (got and expected in float64) and the tolerance of a match (FLOAT32_MATCH for a float32
-    gradient of the wrong shape, else MATCH)."""
+    """One failing gradient: the user's `got` of input `tensor` ("x", "weight", "params.q_proj.bias") and the
+    reference's `expected` (float64), the case's `args` and upstream `dout`, and the tolerance of a match
+    (FLOAT32_MATCH for a float32 gradient of the wrong shape, else MATCH)."""
 
     reference: str
     tensor: str
@@ -53,19 +53,13 @@ def _ratio(got, basis) -> float | None:
     return float((got * basis).sum()) / norm if norm else None
 
 
-# -- stage "shape", and "transposed" and "sign" with the right shape --------------------------------------------
-
-
 def transposed_weight(g: Gradient):
     """A weight's gradient equal to the transpose of the right one (of the transposed shape, or square)."""
     if not (g.tensor.endswith("weight") and g.got.ndim == 2 and g.got.T.shape == g.expected.shape):
         return None
-    return g.found(
-        "linear.weight_grad_transposed",
-        f"the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
-        f"{g.expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout",
-        relative(g.got.T, g.expected),
-    )
+    said = "the transpose of the right gradient: a weight's gradient has the weight's shape (D_out, D_in) = "
+    said += f"{g.expected.shape}, dweight = dout^T @ x (summed over the rows), not x^T @ dout"
+    return g.found("linear.weight_grad_transposed", said, relative(g.got.T, g.expected))
 
 
 def bias_not_summed_shape(g: Gradient):
@@ -74,31 +68,23 @@ def bias_not_summed_shape(g: Gradient):
     n = expected.shape[-1] if expected.ndim == 1 else None
     if not (g.tensor.endswith("bias") and n and got.ndim > 1 and got.shape[-1] == n):
         return None
+    said = f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares the bias, "
+    said += f"so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)"
     # judged against the size of the terms summed: the key projection's bias has a gradient of zero (up to
     # rounding), the sum of terms that cancel
-    return g.found(
-        "linear.bias_not_summed",
-        f"shape {got.shape} instead of {expected.shape}: every leading axis (batch and positions) shares "
-        f"the bias, so sum dout over all of them, dout.reshape(-1, {n}).sum(axis=0)",
-        relative(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0))),
-    )
+    error = relative(got.reshape(-1, n).sum(axis=0), expected, float(np.abs(got).max(initial=0.0)))
+    return g.found("linear.bias_not_summed", said, error)
 
 
 def sign_flipped(g: Gradient):
-    return g.found(
-        "backward.sign_flipped",
-        "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent "
-        "step's minus folded into the gradient)",
-        relative(-g.got, g.expected),
-    )
-
-
-# -- stage "factor": got = c expected, c named by where such a factor comes from in the pair -------------------------
+    said = "the wrong sign everywhere: minus the gradient (a subtraction the wrong way round, or a descent step's "
+    said += "minus folded into the gradient)"
+    return g.found("backward.sign_flipped", said, relative(-g.got, g.expected))
 
 
 def _named_factor(g: Gradient, vid: str, known: list, other: str | None = None):
-    """A Diagnosis `vid` when got = c expected everywhere (c by least squares, not 1 or 0) with c one of `known`
-    [(value, where it comes from)], or any c when `other` says where to look."""
+    """Stage "factor": a Diagnosis `vid` when got = c expected everywhere (c by least squares, not 1 or 0) with c
+    one of `known` [(value, where it comes from)], or any c when `other` says where to look."""
     c = _ratio(g.got, g.expected)
     origin = None if c in (None, 0.0) else next((o for value, o in known if abs(c / value - 1.0) < 1e-6), other)
     if c is None or origin is None or abs(c - 1.0) < 1e-6:
@@ -170,11 +156,9 @@ def scaled(g: Gradient):
     return _named_factor(g, "backward.scaled", known, "look for a scale applied twice, missing or inverted")
 
 
-# -- stage "structure": the pair's own formula with one term missing -------------------------------------------------
-
-
 def _per_row_fit(err, basis) -> float:
-    """How far err is from a per-row combination of the basis arrays (each the shape of err), relative to err."""
+    """Stage "structure": how far err is from a per-row combination of the basis arrays (each the shape of err),
+    relative to err."""
     D = err.shape[-1]
     e = err.reshape(-1, D)
     A = np.stack([np.broadcast_to(b, err.shape).reshape(-1, D) for b in basis], axis=-1)  # (N, D, k)
@@ -190,20 +174,14 @@ def softmax_row_term(g: Gradient):
         variant = _attention_without_row_term(g.reference, g.args, g.dout)
         if g.tensor not in variant:
             return None
-        return g.found(
-            "softmax.missing_row_term",
-            "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
-            "not P * dP (every row of dS must sum to zero)",
-            relative(g.got, variant[g.tensor]),
-        )
+        said = "the softmax's backward misses its row term: dS = P * (dP - sum(dP * P, axis=-1, keepdims=True)), "
+        said += "not P * dP (every row of dS must sum to zero)"
+        return g.found("softmax.missing_row_term", said, relative(g.got, variant[g.tensor]))
     p, _ = L.softmax_forward(g.args["x"], g.args.get("mask"))
     sums = float(np.abs(g.got.sum(axis=-1)).max())
-    return g.found(
-        "softmax.missing_row_term",
-        "off by p times one number per row: the row term is missing or wrong, dx = p * (dout - sum(dout * p, "
-        f"axis=-1, keepdims=True)), and every row of dx must sum to zero (yours sum to up to {sums:.2e})",
-        _per_row_fit(g.got - g.expected, [p]),
-    )
+    said = "off by p times one number per row: the row term is missing or wrong, dx = p * (dout - sum(dout * p, "
+    said += f"axis=-1, keepdims=True)), and every row of dx must sum to zero (yours sum to up to {sums:.2e})"
+    return g.found("softmax.missing_row_term", said, _per_row_fit(g.got - g.expected, [p]))
 
 
 def layer_norm_terms(g: Gradient):
@@ -221,11 +199,8 @@ def layer_norm_terms(g: Gradient):
         "dx must be orthogonal to x_hat)",
     }
     alone = [i for i, basis in zip(terms, (ones, x_hat), strict=True) if _per_row_fit(err, [basis]) <= MATCH]
-    return [
-        g.found(i, f"dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dout * weight: {terms[i]} "
-                "is missing or wrong", error)
-        for i in alone[:1] or terms  # one term missing alone, else both
-    ]  # fmt: skip
+    said = "dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat)) with g = dout * weight: {} is missing or wrong"
+    return [g.found(i, said.format(terms[i]), error) for i in alone[:1] or terms]  # one term missing alone, else both
 
 
 def embedding_repeats(g: Gradient):
@@ -234,11 +209,8 @@ def embedding_repeats(g: Gradient):
     once[ids] += g.dout  # a repeated id keeps one of its rows of dout: the mistake itself
     values, counts = np.unique(ids, return_counts=True)
     repeated = ", ".join(f"{v} ({c}x)" for v, c in zip(values, counts, strict=True) if c > 1)
-    return g.found(
-        "embedding.repeated_ids",
-        f"dweight[ids] += dout counts a repeated id once (ids here: {repeated}): use np.add.at(dweight, ids, dout)",
-        relative(g.got, once),
-    )
+    said = f"dweight[ids] += dout counts a repeated id once (ids here: {repeated}): use np.add.at(dweight, ids, dout)"
+    return g.found("embedding.repeated_ids", said, relative(g.got, once))
 
 
 def _attention_core(q, k, v, mask, do):
@@ -272,9 +244,6 @@ def dropout_mask(g: Gradient):
         return None
     c = _ratio(g.got, g.dout) or 0.0
     scale = "" if abs(c * (1 - g.args["p"]) - 1) < 1e-6 else f" (and the scale is {c:.6g}, not 1/(1 - p))"
-    return g.found(
-        "dropout.mask_not_reapplied",
-        "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "
-        f"dx = dout * keep_mask / (1 - p){scale}",
-        relative(g.got, c * g.dout),
-    )
+    said = "dout times a constant: the forward's keep mask is not applied, so the dropped units get a gradient, "
+    said += f"dx = dout * keep_mask / (1 - p){scale}"
+    return g.found("dropout.mask_not_reapplied", said, relative(g.got, c * g.dout))

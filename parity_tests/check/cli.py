@@ -14,6 +14,11 @@ import os
 import sys
 from pathlib import Path
 
+from torch import nn
+
+from .judge import module as check_module
+from .levels import LEVELS
+
 
 class Unrunnable(Exception):
     """The user's code could not be loaded or run (not a failed comparison): the command exits 2."""
@@ -24,10 +29,33 @@ class BadArgument(ValueError):
 
 
 def import_user_module(name: str):
-    """A module of the user's: a dotted name (importable from where the user stands) or a path to a .py file."""
-    module, run = _importer(name)
+    """A module of the user's: a dotted name, imported from where the user stands (as `python -m` does), or a path
+    to a .py file, executed into a module registered under its stem (as an import would: @dataclass and pickle look
+    the module up there) with its folder on the path."""
+    if not (name.endswith(".py") or "/" in name):
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        return _importing(name, importlib.import_module, name)
+    path = Path(name)
+    if not path.is_file():
+        raise BadArgument(f"no such file: {name}")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise BadArgument(f"cannot load {name} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    sys.path.insert(0, str(path.parent.resolve()))
     try:
-        loaded = run()
+        _importing(name, spec.loader.exec_module, module)
+    finally:
+        sys.path.pop(0)
+    return module
+
+
+def _importing(name: str, load, *args):
+    """load(*args), importing the user's `name`: what it raises as BadArgument (no such module) or Unrunnable."""
+    try:
+        return load(*args)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
             raise BadArgument(f"no module named {name!r} (from {os.getcwd()})") from None
@@ -39,30 +67,6 @@ def import_user_module(name: str):
         raise Unrunnable(f"importing {name} called sys.exit({exc.code!r}) instead of defining the module") from None
     except Exception as exc:
         raise Unrunnable(f"importing {name} raised {type(exc).__name__}: {exc}") from None
-    finally:
-        if module is not None:
-            sys.path.pop(0)
-    return module if module is not None else loaded
-
-
-def _importer(name: str) -> tuple:
-    """(the module object to fill, or None, and the function that runs the import): a .py file is executed into a
-    module registered under its stem, with its folder on the path; a dotted name is imported from where the user
-    stands."""
-    if not (name.endswith(".py") or "/" in name):
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` does: the user's own package, from where they stand
-        return None, lambda: importlib.import_module(name)
-    path = Path(name)
-    if not path.is_file():
-        raise BadArgument(f"no such file: {name}")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        raise BadArgument(f"cannot load {name} as a Python module")
-    module, loader = importlib.util.module_from_spec(spec), spec.loader
-    sys.modules[path.stem] = module  # as an import would: @dataclass (and pickle) look the module up there
-    sys.path.insert(0, str(path.parent.resolve()))
-    return module, lambda: loader.exec_module(module)
 
 
 def load_attribute(spec: str, what: str, function: bool = False):
@@ -83,20 +87,13 @@ def load_attribute(spec: str, what: str, function: bool = False):
 def load_target(spec: str, reference: str | None = None):
     """MODULE:ATTR -> the object to judge: a torch module instance, or what a zero-argument factory (a class, a
     function) returns; for scaled_dot_product_attention a plain function is judged as it is."""
-    from torch import nn
-
     target = load_attribute(spec, "target")
-    if isinstance(target, nn.Module):
-        return target
-    from .levels import LEVELS
-
     takes_function = reference in LEVELS and LEVELS[reference].takes_function
-    if takes_function and callable(target) and not isinstance(target, type):
+    if isinstance(target, nn.Module) or (takes_function and callable(target) and not isinstance(target, type)):
         return target
     if not callable(target):
-        raise Unrunnable(
-            f"{spec} is of type {type(target).__name__}, neither a torch.nn.Module nor a zero-argument factory of one"
-        )
+        kind = type(target).__name__
+        raise Unrunnable(f"{spec} is of type {kind}, neither a torch.nn.Module nor a zero-argument factory of one")
     made = run_user(target, f"the factory {spec}()", "returning a module")
     if not isinstance(made, nn.Module):
         kind = type(made).__name__
@@ -118,24 +115,21 @@ def judge(
     target: str, reference: str, fields: dict, mapping: dict | None, call: str | None, options: dict | None = None
 ) -> dict:
     """Load and judge, in this (child) process; see the module docstring for what comes back. `options`: check.module's
-    batch_first, mask, dtypes and seed, where the command gave them."""
-    from parity_tests import check
-
+    batch_first, mask, dtypes, seed and example (FUNC, called here, -> (args, kwargs)), where the command gave them."""
     try:
         module = load_target(target, reference)
         function = load_attribute(call, "--call", True) if call is not None else None  # check.module's call=
         options = dict(options or {})
-        if options.get("example") is not None:  # check.module's example=: FUNC(), called here, -> (args, kwargs)
+        if options.get("example") is not None:
             example = options["example"]
-            options["example"] = run_user(
-                load_attribute(example, "--example", True), f"--example: {example}()", "returning (args, kwargs)"
-            )
+            what = f"--example: {example}()"
+            options["example"] = run_user(load_attribute(example, "--example", True), what, "returning (args, kwargs)")
     except BadArgument as exc:
         return {"status": "bad_argument", "reason": str(exc)}
     except Unrunnable as exc:
         return {"status": "unrunnable", "reason": str(exc)}
     try:
-        result = check.module(module, reference, mapping=mapping, call=function, **options, **fields)
+        result = check_module(module, reference, mapping=mapping, call=function, **options, **fields)
     except (TypeError, ValueError) as exc:
         return {"status": "unrunnable", "reason": f"the judge could not run {target}: {exc}"}
     status = "unrunnable" if result.error else "judged"

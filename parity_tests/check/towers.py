@@ -35,7 +35,6 @@ from .report import Result
 from .running import Float32Islands, copy_module, find_islands, first_calls, island_message, reference_rows
 
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
-PARTS = ("norm1", "q", "k", "v", "out", "norm2", "fc1", "fc2")  # one block's, in the reference's forward order
 # the reference's names: ViTModel's, CLIPTextModel's (and head.* for a classifier, text_projection for x @ P)
 PATCH, CLS, TOKENS = "embeddings.patch_embeddings.projection", "embeddings.cls_token", "embeddings.token_embedding"
 POSITIONS_VIT = "embeddings.position_embeddings"
@@ -84,17 +83,17 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     (the caller then says why it could not judge)."""
     if not isinstance(user, nn.Module):
         return None
-    try:
+    try:  # a module this reading does not fit raises: the caller says what stopped the judge
         model = copy_module(user).double().eval()
         _draw(model, np.random.default_rng(0))
         with Float32Islands(model):  # a mask or table made in float32 in the forward computed in float64
             tower = _read(model)
-        islands = find_islands(model, lambda: model(torch.from_numpy(tower.inputs))) if tower is not None else []
-        P = _params(model, tower) if tower is not None else {}
-        fit = _fit(model, tower, P) if tower is not None else None
-    except Exception:  # a module this reading does not fit: the caller says what stopped the judge
+        islands = find_islands(model, lambda: model(torch.from_numpy(tower.inputs)))
+        P = _params(model, tower)
+        fit = _fit(model, tower, P)
+    except Exception:
         return None
-    if tower is None or fit is None:
+    if fit is None:
         return None
     result = Result(reference=f"{reference}, read as {READ_AS[tower.kind]} (numpy_transformer/vision.py's pairs)")
     shown = ("activation", "n_heads", "eps", "output") + ("pool",) * (fit.output != "hidden")
@@ -125,9 +124,9 @@ def patch_embedding(model: nn.Module) -> str | None:
     return next(convs, None)
 
 
-def _front(model: nn.Module, loose: dict) -> tuple | None:
+def _front(model: nn.Module, loose: dict) -> tuple:
     """(kind, inputs, front end's module, D, links, positions' parameter) of a ViT (a patch Conv2d, a class token and
-    1 + N positions) or a text tower (one nn.Embedding and a learned position table), else None."""
+    1 + N positions) or a text tower (one nn.Embedding and a learned position table)."""
     patches = patch_embedding(model)
     tables = [n for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
     if patches is not None:
@@ -136,7 +135,7 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
         cls = next((n for n, t in loose.items() if t.numel() == D), None)
         pos = next((n for n, t in loose.items() if t.numel() > D and _square(t.numel() // D - 1)), None)
         if cls is None or pos is None:
-            return None
+            raise ValueError("patches without a class token of D numbers or a table of 1 + N positions")
         side = p * math.isqrt(loose[pos].numel() // D - 1)
         inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, side, side))
         links = {f"{patches}.weight": [f"{PATCH}.weight"], f"{patches}.bias": [f"{PATCH}.bias"], cls: [CLS]}
@@ -144,26 +143,23 @@ def _front(model: nn.Module, loose: dict) -> tuple | None:
     placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
     tokens = [n for n in tables if n not in placed]
     if len(tokens) != 1 or len(placed) > 1:
-        return None
+        raise ValueError(f"{len(tokens)} token tables and {len(placed)} position tables, not one and at most one")
     vocab, D = model.get_submodule(tokens[0]).weight.shape
     loose = loose | {f"{n}.weight": model.get_submodule(n).weight for n in placed}
     pos = next((n for n, t in loose.items() if t.ndim >= 2 and t.shape[-1] == D and t.numel() // D > 2), None)
     if pos is None:
-        return None
+        raise ValueError(f"no learned position table of width {D}")
     T = min(8, loose[pos].numel() // D)
     inputs = np.random.default_rng(1).integers(1, vocab - 1, (2, T))
     inputs[0, T // 2], inputs[1, T - 2] = vocab - 1, vocab - 1  # the end token (the largest id), not last
     return "text", inputs, tokens[0], D, {f"{tokens[0]}.weight": [f"{TOKENS}.weight"]}, pos
 
 
-def _read(model: nn.Module) -> Tower | None:
-    """The Tower `model` is, as its structure reads; None where a part is missing."""
+def _read(model: nn.Module) -> Tower:
+    """The Tower `model` is, as its structure reads; raises ValueError where a part is missing."""
     owned = (*CALLED, nn.Conv2d, nn.Embedding)
     loose = {n: t for n, t in model.named_parameters() if not isinstance(model.get_submodule(_up(n)), owned)}
-    front = _front(model, loose)
-    if front is None:
-        return None
-    kind, inputs, front, D, links, pos = front
+    kind, inputs, front, D, links, pos = _front(model, loose)
     positions, layer, names, final_name = NAMES[kind]
     links[pos] = [positions]
     order: list = []  # the submodules' names in the order the forward first calls them
@@ -179,12 +175,9 @@ def _read(model: nn.Module) -> Tower | None:
     final = next((n for n in outside if isinstance(model.get_submodule(n), nn.LayerNorm)), None)
     head = next((n for n in outside if isinstance(model.get_submodule(n), nn.Linear)), None)
     if not blocks or final is None:
-        return None
+        raise ValueError("no blocks of two LayerNorms each, or no final LayerNorm after them")
     for i, block in enumerate(blocks):
-        parts = _block_parts(model, [n for n in inside if n.startswith(block + ".")], layer.format(i), names)
-        if parts is None:
-            return None
-        links |= parts
+        links |= _block_parts(model, [n for n in inside if n.startswith(block + ".")], layer.format(i), names)
     links |= {f"{final}.weight": [f"{final_name}.weight"], f"{final}.bias": [f"{final_name}.bias"]}
     if head is not None:
         links |= {f"{head}.weight": ["head.weight"], f"{head}.bias": ["head.bias"]}
@@ -205,27 +198,27 @@ def _square(n: int) -> bool:
     return n > 0 and math.isqrt(n) ** 2 == n
 
 
-def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict | None:
+def _block_parts(model: nn.Module, names: list, layer: str, ours: dict) -> dict:
     """A block's parameters -> the reference's tensors (`layer` + `ours`' name of each part, "q.weight", ...) their
-    rows hold, from the order its forward calls the submodules `names`; None where it is not norm, attention, norm,
-    fc1, fc2."""
+    rows hold, from the order its forward calls the submodules `names`; raises where it is not norm, attention,
+    norm, fc1, fc2."""
     calls = [n for n in names if isinstance(model.get_submodule(n), CALLED)]
     mha = [c for c in calls if isinstance(model.get_submodule(c), nn.MultiheadAttention)]
     calls = [n for n in calls if not any(n.startswith(c + ".") for c in mha)]  # not an nn.MultiheadAttention's linears
     kinds = [type(model.get_submodule(n)) for n in calls]
     if kinds.count(nn.LayerNorm) != 2 or kinds[0] is not nn.LayerNorm:
-        return None
+        raise ValueError(f"a block calling {[k.__name__ for k in kinds]}, not norm, attention, norm, fc1, fc2")
     second = kinds.index(nn.LayerNorm, 1)
     attention, mlp = calls[1:second], calls[second + 1 :]
     if len(mlp) != 2:
-        return None
+        raise ValueError(f"{len(mlp)} linears after a block's second norm, not fc1 and fc2")
     if len(attention) == 1 and kinds[1] is nn.MultiheadAttention:  # in_proj (3D, D) then out_proj
         attention = [f"{attention[0]}.in_proj_", f"{attention[0]}.out_proj."]
     else:
         attention = [f"{n}." for n in attention]
     roles = {2: (("q", "k", "v"), ("out",)), 4: (("q",), ("k",), ("v",), ("out",))}  # fused q k v, or each its own
     if len(attention) not in roles:
-        return None
+        raise ValueError(f"{len(attention)} linears in a block's attention, not q k v fused or not and out")
     sources = [calls[0] + ".", *attention, calls[second] + ".", *(n + "." for n in mlp)]
     parts = [("norm1",), *roles[len(attention)], ("norm2",), ("fc1",), ("fc2",)]
     return {f"{s}{k}": [f"{layer}{ours[o]}.{k}" for o in held] for s, held in zip(sources, parts, strict=True)
@@ -248,20 +241,18 @@ def _draw(model: nn.Module, rng) -> None:
 
 
 def _params(model: nn.Module, tower: Tower) -> dict:
-    """The reference's tensors (our names, float64) from the module's: fused ones split by rows, missing biases
-    zero."""
+    """The reference's tensors (our names, float64) from the module's: fused ones split by rows, each weight's
+    missing bias zero."""
     params = {}
     for user_name, ours in tower.links.items():
         value = model.get_parameter(user_name).detach().double().numpy()
-        for name, piece in zip(ours, np.split(value, len(ours)), strict=True):
-            params[name] = piece
-    positions, layer, names, _ = NAMES[tower.kind]
+        params |= dict(zip(ours, np.split(value, len(ours)), strict=True))
+    positions = NAMES[tower.kind][0]
     params[positions] = params[positions].reshape(-1, tower.D)
-    for i in range(len(tower.blocks)):
-        for part in PARTS:
-            rows = params[f"{layer.format(i)}{names[part]}.weight"].shape[0]
-            params.setdefault(f"{layer.format(i)}{names[part]}.bias", np.zeros(rows))
-    return params | ({f"{PATCH}.bias": np.zeros(tower.D)} if f"{PATCH}.bias" not in params else {})
+    for name, value in list(params.items()):
+        if name.endswith(".weight"):
+            params.setdefault(name.removesuffix("weight") + "bias", np.zeros(len(value)))
+    return params
 
 
 def _reference(P: dict, tower: Tower, fit: Fit, dtype=np.float64):
