@@ -32,13 +32,6 @@ TODAY: dict[str, str] = {
     # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
     "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
     "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
-    # fresh7: K/V heads tiled inside a Flax-style block whose attention is inline (no submodule of its own): the
-    # model passes without the mistake, but with it the divergence is not placed (no first divergence, no variant)
-    "flax_gpt.kv_heads_tiled_second_block": "fails with no id: (the module): d decoder.layers.0.ffn_norm.bias "
-    "diverges; no catalogue variant reproduces it",
-    # fresh7: ops inside torch.vmap are not recorded (dataflow.record's TorchFunctionMode sees the heads' views and no
-    # scores or softmax), so no attention is read; with n_heads given: "found 5 norms ..., has 2; pass mapping="
-    "vmap_heads_gpt": "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads=",
     # fresh8 (first met with the judge frozen): a model handed in wrapped, torch.compile's OptimizedModule or
     # nn.DataParallel: calling.callers reads the wrapper's forward(*args, **kwargs) (calling._signature: no named
     # input), raises TypeError, session.read_flow swallows it and records nothing, so units._sized finds no heads;
@@ -68,11 +61,6 @@ TODAY: dict[str, str] = {
     "tune_decoder": "fails with no id: layers.0.attn (reference decoder.layers.0.self_attn) diverges with relative "
     "error 1.69e-08; not expressible by the config and no catalogue variant reproduces it; an error this small is "
     "typically float32 rounding",
-    # fresh8: q and k by F.normalize (cosine-similarity attention): the recorded op is `normalize`, which
-    # unsupported._weightless_norm does not read (NORMS holds rms_norm, layer_norm and group_norm; by hand it looks
-    # for rsqrt or sqrt), so the divergence is placed but not said as math the reference lacks
-    "einops_lm.cosine_similarity": "fails with no id: layers.0.1 (reference decoder.layers.0.self_attn) diverges "
-    "with relative error 5.84e-01; not expressible by the config and no catalogue variant reproduces it",
     # fresh8: multi-head latent attention with its sizes given (kv_lora_rank=, v_head_dim=, head_dim=, rotary_dim=,
     # TransformerConfig fields the reference computes, numpy_transformer/latent_attention.py): check/ reads none
     # of them (no level, unit or link for kv_a_proj / kv_b_proj); units._rows takes a query piece as D rows, though

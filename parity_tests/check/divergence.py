@@ -50,8 +50,8 @@ def _lca(paths: list) -> str:
 
 
 def _called(owner: str, modules: dict) -> str:
-    """`owner`, or the nearest module above it that runs (a ModuleList or ModuleDict is never called)."""
-    while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict)):
+    """`owner`, or the nearest module above it that runs (a container of modules or parameters is never called)."""
+    while owner and isinstance(modules.get(owner), (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)):
         owner = _module_path(owner)
     return owner
 

@@ -742,7 +742,7 @@ CASES = [
         lambda: einops_lm(l2_scale=10.0),
         "transformer_lm",
         {},
-        ("no pair", "layers.0.1", "normalize"),
+        ("no pair", "layers.0.1.attend", "normalize"),
     ),
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
     (  # the contract lists what is read with nothing given, latent attention not among it: say what settles it
