@@ -16,7 +16,6 @@ import torch
 from parity_tests import check
 from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, frontier, lacking, unseen
 
-_WRAPPED = "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads="
 _LORA = (
     "could not judge: cannot read model.layers.0.self_attn.q_proj.base_layer.weight (32 rows) as the q "
     "projection(s) of an attention of width 32 (2 query piece(s)); pass mapping="
@@ -32,15 +31,6 @@ TODAY: dict[str, str] = {
     # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
     "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
     "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
-    # fresh8 (first met with the judge frozen): a model handed in wrapped, torch.compile's OptimizedModule or
-    # nn.DataParallel: calling.callers reads the wrapper's forward(*args, **kwargs) (calling._signature: no named
-    # input), raises TypeError, session.read_flow swallows it and records nothing, so units._sized finds no heads;
-    # the inner model is never unwrapped (`_orig_mod`, `.module`). With call=lambda m, ids: m(ids) both pass (the
-    # compiled one in ~15 s: Dynamo then compiles the judge's own hooks, running.first_calls, to its recompile limit)
-    "compiled_gpt": _WRAPPED,
-    "compiled_gpt.softmax_wrong_axis_second_block": _WRAPPED,
-    "data_parallel_gpt": _WRAPPED,
-    "data_parallel_gpt.scaled_by_model_width_second_block": _WRAPPED,
     # fresh8: peft's LoRA (frozen base_layer plus scaling * lora_B(lora_A(x))) on q_proj and v_proj: the queries'
     # sum of two projections is read as two query pieces of D / 2 rows each (units._rows); nothing merges
     # W + scaling * B A into the linear the reference has, and the mapping= it asks for cannot hold a merged weight

@@ -234,6 +234,7 @@ def module(
     dtypes: which of float64 and float32 to compare. example: (args, kwargs), one real call of the part: the judge
     calls it as that call does (its inputs, masks and extra arguments), at its sizes (calling.example_callers).
     Never modifies user_module (it works on copies)."""
+    user_module, wrappers = RN.unwrapped(user_module)
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
@@ -267,17 +268,30 @@ def module(
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            if parametrized:
-                result.notes.append(
-                    f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
-                    f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
-                    "parametrizations' own tensors'"
-                )
+            result.notes += _judged_as(wrappers, parametrized)
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
     finally:
         torch.set_num_threads(threads)
+
+
+def _judged_as(wrappers: list, parametrized: list) -> list:
+    """The notes on what was judged in place of what was handed in: the model inside its wrappers, the weights
+    its parametrizations compute."""
+    notes = []
+    if wrappers:
+        notes.append(
+            f"judged the model inside {' inside '.join(wrappers)}: the wrapper changes how it runs, not what it "
+            "computes; the names are the inner model's"
+        )
+    if parametrized:
+        notes.append(
+            f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
+            f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
+            "parametrizations' own tensors'"
+        )
+    return notes
 
 
 def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:

@@ -252,6 +252,20 @@ def copy_module(user: nn.Module) -> nn.Module:
     return module
 
 
+def unwrapped(user) -> tuple:
+    """(the model inside torch.compile's OptimizedModule (`_orig_mod`) and nn.DataParallel's or
+    DistributedDataParallel's `.module`, the wrappers' names): they change how the model runs, not what it computes."""
+    wrappers: list = []
+    while isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) or (
+        type(user).__name__ == "OptimizedModule" and isinstance(getattr(user, "_orig_mod", None), nn.Module)
+    ):
+        wrappers.append(type(user).__name__)
+        user = (
+            user.module if isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else user._orig_mod
+        )
+    return user, wrappers
+
+
 def plain_weights(user) -> tuple:
     """(`user`, []), or where weights are parametrized (torch.nn.utils.parametrize: weight_norm, spectral_norm, ...),
     (a copy with each such weight its current value as a plain parameter, their names): the math is judged on the

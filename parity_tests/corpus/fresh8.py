@@ -700,7 +700,7 @@ CASES = [
         lambda: data_parallel_gpt(ScaledByModelWidth),
         "transformer_lm",
         {},
-        ("mistake", "attention.wrong_scale", "module.blocks.1.attn"),
+        ("mistake", "attention.wrong_scale", "blocks.1.attn"),
     ),
     ("lora_llama", lora_llama, "transformer_lm", {}, "pass"),
     (
