@@ -45,12 +45,6 @@ TODAY: dict[str, str] = {
     # (and complex) only, so the float64 run rounds to bfloat16 too, and no island caveat is given
     "bf16_cast_gpt": "fails with no id: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative "
     "error 2.89e-03; not expressible by the config and no catalogue variant reproduces it",
-    # fresh8: torchtune's rotary cache, cos and sin stacked on a last axis (T, Dh/2, 2), built in float32 at init:
-    # tables.rope_tables knows cos, sin, angles, complex rotations and GPT-J's (sin | cos) side by side, not this
-    # layout, so the buffer keeps its float32 rounding in the float64 run (with the cache rebuilt in float64: pass)
-    "tune_decoder": "fails with no id: layers.0.attn (reference decoder.layers.0.self_attn) diverges with relative "
-    "error 1.69e-08; not expressible by the config and no catalogue variant reproduces it; an error this small is "
-    "typically float32 rounding",
     # fresh8: multi-head latent attention with its sizes given (kv_lora_rank=, v_head_dim=, head_dim=, rotary_dim=,
     # TransformerConfig fields the reference computes, numpy_transformer/latent_attention.py): check/ reads none
     # of them (no level, unit or link for kv_a_proj / kv_b_proj); units._rows takes a query piece as D rows, though
