@@ -36,15 +36,6 @@ TODAY: dict[str, str] = {
     # W + scaling * B A into the linear the reference has, and the mapping= it asks for cannot hold a merged weight
     "lora_llama": _LORA,
     "lora_llama.rms_eps_outside_sqrt_second_block": _LORA,
-    # fresh8: torch.autocast("cpu", bfloat16) leaves the float64 run alone (CPU autocast casts no float64), so the
-    # float64 comparison passes and no part diverges; the float32 run computes the attention in bfloat16, compared
-    # as written (running.Float32Islands runs in the float64 copy only), and judge.said_why says what diverges
-    "autocast_gpt": "fails with no id: (the module): d decoder.layers.1.self_attn.k_proj.weight diverges (relative "
-    "error 1.05e-02 in float32); no catalogue variant reproduces it",
-    # fresh8: q, k, v cast to bfloat16 by hand in a float32 model: running.DOWNCAST / WIDEN know float64 -> float32
-    # (and complex) only, so the float64 run rounds to bfloat16 too, and no island caveat is given
-    "bf16_cast_gpt": "fails with no id: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative "
-    "error 2.89e-03; not expressible by the config and no catalogue variant reproduces it",
     # fresh8: multi-head latent attention with its sizes given (kv_lora_rank=, v_head_dim=, head_dim=, rotary_dim=,
     # TransformerConfig fields the reference computes, numpy_transformer/latent_attention.py): check/ reads none
     # of them (no level, unit or link for kv_a_proj / kv_b_proj); units._rows takes a query piece as D rows, though
