@@ -16,7 +16,6 @@ import torch
 from parity_tests import check
 from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, frontier, lacking, unseen
 
-_WRAPPED = "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads="
 _LORA = (
     "could not judge: cannot read model.layers.0.self_attn.q_proj.base_layer.weight (32 rows) as the q "
     "projection(s) of an attention of width 32 (2 query piece(s)); pass mapping="
@@ -32,47 +31,11 @@ TODAY: dict[str, str] = {
     # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
     "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
     "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
-    # fresh7: K/V heads tiled inside a Flax-style block whose attention is inline (no submodule of its own): the
-    # model passes without the mistake, but with it the divergence is not placed (no first divergence, no variant)
-    "flax_gpt.kv_heads_tiled_second_block": "fails with no id: (the module): d decoder.layers.0.ffn_norm.bias "
-    "diverges; no catalogue variant reproduces it",
-    # fresh7: ops inside torch.vmap are not recorded (dataflow.record's TorchFunctionMode sees the heads' views and no
-    # scores or softmax), so no attention is read; with n_heads given: "found 5 norms ..., has 2; pass mapping="
-    "vmap_heads_gpt": "could not judge: the number of heads cannot be read from the recorded forward: pass n_heads=",
-    # fresh8 (first met with the judge frozen): a model handed in wrapped, torch.compile's OptimizedModule or
-    # nn.DataParallel: calling.callers reads the wrapper's forward(*args, **kwargs) (calling._signature: no named
-    # input), raises TypeError, session.read_flow swallows it and records nothing, so units._sized finds no heads;
-    # the inner model is never unwrapped (`_orig_mod`, `.module`). With call=lambda m, ids: m(ids) both pass (the
-    # compiled one in ~15 s: Dynamo then compiles the judge's own hooks, running.first_calls, to its recompile limit)
-    "compiled_gpt": _WRAPPED,
-    "compiled_gpt.softmax_wrong_axis_second_block": _WRAPPED,
-    "data_parallel_gpt": _WRAPPED,
-    "data_parallel_gpt.scaled_by_model_width_second_block": _WRAPPED,
     # fresh8: peft's LoRA (frozen base_layer plus scaling * lora_B(lora_A(x))) on q_proj and v_proj: the queries'
     # sum of two projections is read as two query pieces of D / 2 rows each (units._rows); nothing merges
     # W + scaling * B A into the linear the reference has, and the mapping= it asks for cannot hold a merged weight
     "lora_llama": _LORA,
     "lora_llama.rms_eps_outside_sqrt_second_block": _LORA,
-    # fresh8: torch.autocast("cpu", bfloat16) leaves the float64 run alone (CPU autocast casts no float64), so the
-    # float64 comparison passes and no part diverges; the float32 run computes the attention in bfloat16, compared
-    # as written (running.Float32Islands runs in the float64 copy only), and judge.said_why says what diverges
-    "autocast_gpt": "fails with no id: (the module): d decoder.layers.1.self_attn.k_proj.weight diverges (relative "
-    "error 1.05e-02 in float32); no catalogue variant reproduces it",
-    # fresh8: q, k, v cast to bfloat16 by hand in a float32 model: running.DOWNCAST / WIDEN know float64 -> float32
-    # (and complex) only, so the float64 run rounds to bfloat16 too, and no island caveat is given
-    "bf16_cast_gpt": "fails with no id: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative "
-    "error 2.89e-03; not expressible by the config and no catalogue variant reproduces it",
-    # fresh8: torchtune's rotary cache, cos and sin stacked on a last axis (T, Dh/2, 2), built in float32 at init:
-    # tables.rope_tables knows cos, sin, angles, complex rotations and GPT-J's (sin | cos) side by side, not this
-    # layout, so the buffer keeps its float32 rounding in the float64 run (with the cache rebuilt in float64: pass)
-    "tune_decoder": "fails with no id: layers.0.attn (reference decoder.layers.0.self_attn) diverges with relative "
-    "error 1.69e-08; not expressible by the config and no catalogue variant reproduces it; an error this small is "
-    "typically float32 rounding",
-    # fresh8: q and k by F.normalize (cosine-similarity attention): the recorded op is `normalize`, which
-    # unsupported._weightless_norm does not read (NORMS holds rms_norm, layer_norm and group_norm; by hand it looks
-    # for rsqrt or sqrt), so the divergence is placed but not said as math the reference lacks
-    "einops_lm.cosine_similarity": "fails with no id: layers.0.1 (reference decoder.layers.0.self_attn) diverges "
-    "with relative error 5.84e-01; not expressible by the config and no catalogue variant reproduces it",
     # fresh8: multi-head latent attention with its sizes given (kv_lora_rank=, v_head_dim=, head_dim=, rotary_dim=,
     # TransformerConfig fields the reference computes, numpy_transformer/latent_attention.py): check/ reads none
     # of them (no level, unit or link for kv_a_proj / kv_b_proj); units._rows takes a query piece as D rows, though

@@ -171,7 +171,7 @@ def record(run, module: nn.Module) -> Flow:
     def leave(*_) -> None:
         rec.path.pop()
 
-    with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), rec:
+    with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), unvmapped(), rec:
         run()
     return read(rec.nodes, rec.values)
 
@@ -189,6 +189,32 @@ def unscripted(module: nn.Module) -> Iterator[None]:
     finally:
         for space, name, f in swapped:
             space[name] = f
+
+
+@contextmanager
+def unvmapped() -> Iterator[None]:
+    """While inside, torch.vmap (and torch.func.vmap) runs its function on each slice in turn and stacks the
+    results: the recorder sees no op inside a vmap (heads written for one head and lifted over the batch)."""
+    saved = torch.vmap, torch.func.vmap
+    torch.vmap = torch.func.vmap = _looped
+    try:
+        yield
+    finally:
+        torch.vmap, torch.func.vmap = saved
+
+
+def _looped(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+    """torch.vmap's meaning as a loop over the mapped axis (in_dims: one for all inputs or one each, None unmapped)."""
+
+    def run(*args):
+        dims = in_dims if isinstance(in_dims, tuple) else (in_dims,) * len(args)
+        n = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
+        outs = [func(*(a if d is None else a.select(d, i) for a, d in zip(args, dims, strict=True))) for i in range(n)]
+        if isinstance(outs[0], tuple):
+            return tuple(torch.stack(o, out_dims) for o in zip(*outs, strict=True))
+        return torch.stack(outs, out_dims)
+
+    return run
 
 
 def _scripted(f) -> bool:

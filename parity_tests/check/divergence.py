@@ -30,7 +30,7 @@ from .session import copy_of, probe_of, run_user
 from .unsupported import differs
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate")
-CONTAINERS = (nn.ModuleList, nn.ModuleDict)  # never called: a module above them runs
+CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)  # never called: a module above runs
 
 
 def unit_of(ref: str) -> str:
@@ -46,7 +46,7 @@ def _lca(paths: list) -> str:
 
 
 def _called(owner: str, modules: dict) -> str:
-    """`owner`, or the nearest module above it that runs."""
+    """`owner`, or the nearest module above it that runs (a container of modules or parameters is never called)."""
     while owner and isinstance(modules.get(owner), CONTAINERS):
         owner = owner.rpartition(".")[0]
     return owner

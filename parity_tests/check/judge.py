@@ -33,7 +33,7 @@ from . import weight_map as WM
 from .diagnosis import MATCH, _error, _valid
 from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
-from .running import at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
+from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
 from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
 
 _CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
@@ -144,7 +144,8 @@ def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> 
 def compare(check: Check, choice: Choice, dtype) -> list:
     """Rows for the output and every gradient in `dtype`. In float32 (or with a float32 island) each tensor's bar is
     derived from the reference's own float32 error on it: the reference run in float32 against itself in float64
-    on the same probe, weights and upstream gradient (report.float32_bar)."""
+    on the same probe, weights and upstream gradient (report.float32_bar), times bfloat16's epsilon over float32's
+    where the float32 run computes in bfloat16 (float16 likewise)."""
     p, kind, links = choice.probe, choice.kind, choice.layout.links
     out, tensors = run_user(check, choice.layout, choice.caller, dtype, grad=True)  # float64: islands in float64
     run = LV.run_reference(check.level, check.params, p, choice.cfg, dtype)
@@ -174,7 +175,8 @@ def compare(check: Check, choice: Choice, dtype) -> list:
         again = reference_tensors(twin_run, p, kind, index, dout)
         ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
-    return rows([pairs, grads], dtype, own)
+    coarser = COARSER.get(check.cache.get("narrow"), 1.0) if dtype == np.float32 else 1.0  # a run in bfloat16
+    return rows([pairs, grads], dtype, own, coarser=coarser)
 
 
 def output_name(kind: str) -> str:
@@ -234,6 +236,7 @@ def module(
     dtypes: which of float64 and float32 to compare. example: (args, kwargs), one real call of the part: the judge
     calls it as that call does (its inputs, masks and extra arguments), at its sizes (calling.example_callers).
     Never modifies user_module (it works on copies)."""
+    user_module, wrappers = RN.unwrapped(user_module)
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
@@ -267,17 +270,30 @@ def module(
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            if parametrized:
-                result.notes.append(
-                    f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
-                    f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
-                    "parametrizations' own tensors'"
-                )
+            result.notes += _judged_as(wrappers, parametrized)
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
     finally:
         torch.set_num_threads(threads)
+
+
+def _judged_as(wrappers: list, parametrized: list) -> list:
+    """The notes on what was judged in place of what was handed in: the model inside its wrappers, the weights
+    its parametrizations compute."""
+    notes = []
+    if wrappers:
+        notes.append(
+            f"judged the model inside {' inside '.join(wrappers)}: the wrapper changes how it runs, not what it "
+            "computes; the names are the inner model's"
+        )
+    if parametrized:
+        notes.append(
+            f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
+            f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
+            "parametrizations' own tensors'"
+        )
+    return notes
 
 
 def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:
@@ -423,6 +439,13 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
         result.caveats.append(("dtype.float32_island", island_message(islands)))
     for dtype in dtypes:
         result.rows += compare(check, choice, np.dtype(dtype).type)
+    narrow = check.cache.get("narrow")
+    if narrow is not None and "float32" in [np.dtype(d).name for d in dtypes]:
+        result.notes.append(
+            f"the float32 run computes in {str(narrow).removeprefix('torch.')} in places (torch.autocast, or casts): "
+            f"its float32 bars are {COARSER[narrow]:g} x wider ({str(narrow).removeprefix('torch.')}'s epsilon over "
+            "float32's); the float64 comparison judges the math"
+        )
     derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
     if derived:
         result.notes.append(float32_basis(derived))

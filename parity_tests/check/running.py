@@ -37,17 +37,17 @@ def positions_held(ref_shape: tuple, shape: tuple):
     return {(B, 1, V): slice(-1, None), (B, V): -1}.get(tuple(shape), False)
 
 
-def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True) -> list:
+def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True, coarser: float = 1.0) -> list:
     """The Rows of each group of tensors (name -> (the module's, the reference's); a group's relative errors are
     measured together) in `dtype`: each bar BAR[dtype], or, given `own` (the reference's own float32 error on each
     tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; with
     `vacuous`, every gradient of the module zero is a failing row (check.pair's cases, a saturated softmax's among
-    them, are chosen and need none)."""
+    them, are chosen and need none). `coarser`: the bars widened for a run computing in bfloat16 (COARSER)."""
     label, found = np.dtype(dtype).name, []
     for group in groups:
         for n, (_, e) in relative_errors(group, dtype).items():
             zero = n.startswith("d") and not np.any(group[n][0]) and not np.any(group[n][1])
-            bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n])
+            bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n] * coarser)
             found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
     grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
     if vacuous and grads and not any(np.any(g) for g in grads):
@@ -75,8 +75,11 @@ def at_positions(array, index):
 
 
 DOWNCAST = {torch.float64: torch.float32, torch.complex128: torch.complex64}
-WIDEN = {torch.float32: torch.float64, torch.complex64: torch.complex128}
-CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg['dtype']))"
+WIDEN = {
+    torch.float32: torch.float64, torch.bfloat16: torch.float64, torch.float16: torch.float64,
+    torch.complex64: torch.complex128,
+}  # fmt: skip
+CAST = "a float64 tensor cast to float32 (x.float(), .to(torch.float32), .to(cfg['dtype'])) or narrower (bfloat16)"
 MIXED = "{} with a float32 operand (a constant or table made in float32, as torch.tensor(2.0 / torch.pi) is)"
 HELD = "with a float32 tensor the module holds (made before the check: widened, its values already rounded)"
 TYPED = "with a float32 constant made in the forward with its dtype given (torch.tensor(..., dtype=torch.float32))"
@@ -136,7 +139,7 @@ class Float32Islands(TorchDispatchMode):
         if _widened(func, args, kwargs):
             self._record(MADE, narrow)
         if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
-            if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
+            if kwargs.get("dtype") is not None and WIDEN.get(kwargs["dtype"]) == args[0].dtype:
                 self._record(None, [])  # a cast, made a copy in the wider dtype
                 kwargs = dict(kwargs, dtype=args[0].dtype)
         elif func not in SKIPPED:
@@ -204,6 +207,35 @@ def _what(op: str | None, kept: str | None) -> str:
     return f"{op} {kept}" if kept else MIXED.format(op)
 
 
+class _Dtypes(TorchDispatchMode):
+    """While inside, the dtypes of every op's outputs are collected in `seen`."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.seen |= {t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor)}
+        return out
+
+
+# float32's epsilon over a narrower dtype's: how much coarser a float32 run computing in it may be
+COARSER = {torch.float16: float(torch.finfo(torch.float16).eps / torch.finfo(torch.float32).eps)}
+COARSER[torch.bfloat16] = float(torch.finfo(torch.bfloat16).eps / torch.finfo(torch.float32).eps)
+
+
+def narrowest(run) -> torch.dtype | None:
+    """The coarsest dtype narrower than float32 (bfloat16, float16: torch.autocast, or casts) an op computes in
+    during `run()` (the float32 run), else None (also when the run raises)."""
+    try:
+        with _Dtypes() as mode, torch.no_grad():
+            run()
+    except Exception:
+        return None
+    return max((d for d in mode.seen if d in COARSER), key=COARSER.get, default=None)
+
+
 def holds_float32(islands: list | None) -> bool:
     """Whether any island has a float32 operand the float64 run cannot widen (HELD, TYPED): it cannot be exact."""
     return any(what.endswith((HELD, TYPED)) for _, what in islands or [])
@@ -250,6 +282,20 @@ def copy_module(user: nn.Module) -> nn.Module:
         for name, value in list(vars(sub).items()):
             vars(sub)[name] = _rebind(value, memo)  # the same object where nothing under it changed
     return module
+
+
+def unwrapped(user) -> tuple:
+    """(the model inside torch.compile's OptimizedModule (`_orig_mod`) and nn.DataParallel's or
+    DistributedDataParallel's `.module`, the wrappers' names): they change how the model runs, not what it computes."""
+    wrappers: list = []
+    while isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) or (
+        type(user).__name__ == "OptimizedModule" and isinstance(getattr(user, "_orig_mod", None), nn.Module)
+    ):
+        wrappers.append(type(user).__name__)
+        user = (
+            user.module if isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else user._orig_mod
+        )
+    return user, wrappers
 
 
 def plain_weights(user) -> tuple:

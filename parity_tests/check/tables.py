@@ -113,9 +113,10 @@ def base_of(computed: torch.Tensor, Dh: int) -> float | None:
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
     """The tables a user's module may keep for RoPE at base theta, each {what: (float64 table, how far one built in
     float32 may be from it)}: the inverse frequencies (Dh/2,), and for positions 0 .. T - 1 the angles, cos and sin,
-    (T, Dh/2), or (T, Dh) repeated for the two halves (Hugging Face's cat) or for the pairs (interleaved), and Meta's
-    complex rotations e^(i m theta_j) (T, Dh/2), complex128. cos and sin (and the rotations) are as far as the
-    float32 rounding of their angles (position x frequency) takes them, the rest 1e-6 relative and absolute."""
+    (T, Dh/2), or (T, Dh) repeated for the two halves (Hugging Face's cat) or for the pairs (interleaved), GPT-J's
+    sin and cos side by side, torchtune's stacked (T, Dh/2, 2), and Meta's complex rotations e^(i m theta_j) (T,
+    Dh/2), complex128. cos and sin (and the rotations) are as far as the float32 rounding of their angles (position
+    x frequency) takes them, the rest 1e-6 relative and absolute."""
     inv = theta ** (-np.arange(0, Dh, 2, dtype=np.float64) / Dh)
     angles = np.arange(T, dtype=np.float64)[:, None] * inv
     rounding = float32_angle_tolerance(angles)
@@ -128,6 +129,10 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
     tables["RoPE sin and cos side by side (T, Dh), GPT-J's"] = (
         np.concatenate([np.sin(angles), np.cos(angles)], axis=-1),
         np.concatenate([rounding, rounding], axis=-1),
+    )
+    tables["RoPE cos and sin stacked on a last axis (T, Dh/2, 2), torchtune's"] = (
+        np.stack([np.cos(angles), np.sin(angles)], axis=-1),
+        np.stack([rounding, rounding], axis=-1),
     )
     tables["RoPE's complex rotations e^(i m theta_j)"] = np.exp(1j * angles), rounding
     return tables

@@ -31,7 +31,7 @@ class NoPair(ValueError):
         self.answer = differs(where, what)
 
 
-NORMS = {"rms_norm", "layer_norm", "group_norm"}
+NORMS = {"rms_norm", "layer_norm", "group_norm", "normalize"}  # F.normalize: x / max(|x|, eps)
 
 # element-wise activations, in the user's terms: (what it computes, the function, whether the reference has it)
 ACTIVATIONS = (

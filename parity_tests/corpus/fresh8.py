@@ -700,7 +700,7 @@ CASES = [
         lambda: data_parallel_gpt(ScaledByModelWidth),
         "transformer_lm",
         {},
-        ("mistake", "attention.wrong_scale", "module.blocks.1.attn"),
+        ("mistake", "attention.wrong_scale", "blocks.1.attn"),
     ),
     ("lora_llama", lora_llama, "transformer_lm", {}, "pass"),
     (
@@ -742,7 +742,7 @@ CASES = [
         lambda: einops_lm(l2_scale=10.0),
         "transformer_lm",
         {},
-        ("no pair", "layers.0.1", "normalize"),
+        ("no pair", "layers.0.1.attend", "normalize"),
     ),
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
     (  # the contract lists what is read with nothing given, latent attention not among it: say what settles it
