@@ -387,40 +387,39 @@ def gather(link: Link, reference: dict) -> np.ndarray:
     return np.concatenate([zeros, *blocks]) - link.minus_one
 
 
+def _laid_out(link: Link, reference: dict, shape: tuple) -> np.ndarray:
+    """The user's tensor of `shape` as the link lays the reference's out: gathered, transposed, each head's
+    transposed ((rows, in) -> (heads, in, rows / heads))."""
+    value = gather(link, reference)
+    value = value.T if link.transposed else value
+    if link.each_transposed:
+        value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
+    return np.ascontiguousarray(value).reshape(shape)
+
+
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     """Copy the reference's tensors into the user's parameters and buffers, as the links say."""
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value, target = gather(link, reference), tensors[link.user]
-            value = value.T if link.transposed else value
-            if link.each_transposed:  # (rows, in) -> (heads, in, rows / heads)
-                value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
-            target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
+            target = tensors[link.user]
+            target.copy_(torch.from_numpy(_laid_out(link, reference, tuple(target.shape))).to(dtype))
 
 
 def scatter(links: list, grads: dict, shapes: dict) -> dict:
-    """The user's gradients (user name -> array) put back into the reference's names and layout: each
-    reference tensor's rows come from the user tensors linked to them (the inverse of `load`: gathered rows,
-    transposed, each head's transposed)."""
+    """The user's gradients (user name -> array) in the reference's names and shapes, the inverse of `load`: the
+    reference's numbers, numbered from 1 and laid out as `load` lays them, say where each user number goes (0: an
+    unread row); those no link reads stay zero."""
     out: dict = {}
     for link in links:
         if link.user not in grads:
             continue
-        g = grads[link.user]
-        height = link.offset + sum(r[1] - r[0] if r else shapes[n][0] for n, r in link.parts)
-        stacked = (height, *shapes[link.parts[0][0]][1:])  # gather's: a 1x1 convolution's (out, in, 1) as (out, in)
-        g = g.transpose(0, 2, 1) if link.each_transposed else g  # (heads, in, rows / heads): its rows
-        g = g.reshape(stacked[::-1] if link.transposed else stacked)
-        g = g.T if link.transposed else g
-        start = link.offset
-        for name, rows in link.parts:
-            n = (rows[1] - rows[0]) if rows is not None else shapes[name][0]
-            block = out.setdefault(name, np.zeros(shapes[name]))
-            part = g[start : start + n]
-            if rope_paired(name, link.rope_pairs):  # back from the user's pairing: reference rows[order] = user rows
-                part = part[np.argsort(pair_order(n, link.rope_pairs, link.rope_rotary))]
-            target = slice(None) if rows is None else slice(*rows)
-            block[target] = part.reshape(block[target].shape)
-            start += n
+        g, names = grads[link.user], list(dict.fromkeys(n for n, _ in link.parts))
+        starts = np.cumsum([1] + [math.prod(shapes[n]) for n in names])
+        spans = list(zip(names, starts[:-1], starts[1:], strict=True))
+        numbered = {n: np.arange(a, b).reshape(shapes[n]) for n, a, b in spans}
+        placed = _laid_out(replace(link, minus_one=False), numbered, g.shape)
+        for n, a, b in spans:
+            held = (placed >= a) & (placed < b)
+            out.setdefault(n, np.zeros(shapes[n])).flat[placed[held] - a] = g[held]
     return out
