@@ -1,17 +1,13 @@
 """From a user's parameters to the reference's state dict: found by structure and shape, stated as data.
 
-A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
-(in, out) or a 3-axis one as einsum or @ reads it (head_layout), a fused q/k/v projection such as
-nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a weight and a bias of width D), and tables
-(embeddings, learned or fixed positions). Their roles and order come from the recorded forward (dataflow.py: norms in
-the order they are applied), and units.py groups them into the reference's units. Among the roles a name only breaks
-the one tie the computation leaves (a gated block's gate and up). A raw 2-D parameter the forward indexes by rows
-(P[ids], P[:T]) and no product reads is a table whatever its name; before the forward is recorded, and for a raw 1-D
-parameter (a norm's scale or shift, a bias), the kind is read from the name.
+`structure` reads a module as pieces (linear weights, read (out, in)), norms (a weight and a bias of width D) and
+tables (embeddings, positions) from torch's classes and, for any other module, its own tensors' shapes and names;
+`with_flow` then reads them as the recorded forward does (dataflow.py): F.linear's weights (out, in), a 3-axis one
+as einsum or @ reads it, the shifts it adds, the rows it indexes (a table whatever its name), all in the order of
+first use. units.py groups them into the reference's units.
 
-A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection, a per-head slice
-and a head tensor (H, in, Dh). With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in
-that pairing's order (`rope_pairs`, pair_order): the same rotation, features relabelled.
+A map entry is a `Link`: one rule for a plain linear, a transposed raw weight, a fused projection, a per-head slice
+and a head tensor (H, in, Dh); with RoPE in interleaved pairs (Meta's) the q and k rows in that pairing's order.
 """
 
 from __future__ import annotations
@@ -95,7 +91,6 @@ class Link:
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
 
 
-MATMULS = ("matmul", "__matmul__")
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
@@ -113,8 +108,8 @@ def role_of(name: str) -> str:
 
 
 def structure(module: nn.Module) -> Structure:
-    """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
-    class (_read_builtin), any other by its own tensors (_read_own); with_flow then orders it as its forward runs."""
+    """The user's module read as pieces, norms and tables: torch's modules by their class, any other by its own
+    tensors."""
     found = Structure(names={n for n, _ in module.named_parameters()})
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
@@ -124,10 +119,8 @@ def structure(module: nn.Module) -> Structure:
 
 
 def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -> Structure:
-    """`found` (structure's reading of `module`) as its recorded forward (`flow`, dataflow.Flow) says: a weight
-    F.linear applies read (out, in), a 3-axis one as einsum or @ reads it, a 2-D parameter the forward
-    indexes a table, everything in the order it is first used, per-head q/k norms set apart. No flow: `found` as
-    read, with what its last try raised (`unrecorded`)."""
+    """`found` as the recorded forward (dataflow.Flow) reads `module`'s parameters (the module docstring), per-head
+    q/k norms set apart; no flow: `found` with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
     _as_read(found, module, flow)
@@ -210,13 +203,14 @@ def _indexed(found: Structure, module: nn.Module, flow) -> None:
 
 def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     """(out_features, in_features, transposed, heads, each_transposed) of a 3-axis `weight` as the first einsum
-    reading it uses it: the axes it sums over are the inputs, the others the outputs, each in the order the einsum's
-    other operand and its result keep them (head before feature; the heads: the first of the two). Outputs then
-    inputs, (H, Dh, D) or (D, H, Dh): (out, in) rows; inputs then outputs: transposed; an input between two outputs,
-    (H, D, Dh) (TransformerLens's W_Q): each head's rows transposed; an output between two inputs, an (H, D, Dh)
-    read from the heads to D: the same, transposed. x @ W is read as the einsum _as_einsum writes. None where no
-    product reads it as it is stored (a transpose on the way), or it keeps those axes in another order."""
-    node = next((n for n in flow.nodes if n.op in ("einsum", *MATMULS) and DF.projection(n) == weight), None)
+    (or x @ W, as _as_einsum writes it) reading it uses it: the axes it sums over are the inputs, the others the
+    outputs, in the order the other operand and the result keep them (the heads the first of two). Outputs then
+    inputs ((H, Dh, D), (D, H, Dh)): (out, in) rows; inputs then outputs: transposed; an input between two outputs
+    ((H, D, Dh), TransformerLens's W_Q): each head's rows transposed; an output between two inputs: the same,
+    transposed. None where no product reads it as stored (a transpose on the way) or keeps its axes in order."""
+    node = next(
+        (n for n in flow.nodes if n.op in ("einsum", "matmul", "__matmul__") and DF.projection(n) == weight), None
+    )
     if node is None:
         return None
     i = next(i for i, p in enumerate(node.parents) if DF.weight_of(p) == weight)
@@ -235,9 +229,8 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     axes = terms[i]
     kept, summed = [c for c in axes if c in result], [c for c in axes if c not in result]
     other = next((t for j, t in enumerate(terms) if j != i and set(summed) <= set(t)), "")
-    if len(axes) != 3 or not kept or not other or kept != sorted(kept, key=result.index):
-        return None
-    if summed != sorted(summed, key=other.index):
+    ordered = other and kept == sorted(kept, key=result.index) and summed == sorted(summed, key=other.index)
+    if len(axes) != 3 or not kept or not ordered:
         return None
     size = dict(zip(axes, shape, strict=True))
     heads = size[(kept if len(kept) == 2 else summed)[0]]
@@ -282,13 +275,11 @@ def _read_builtin(mod: nn.Module, path: str, prefix: str, found: Structure) -> b
     torch takes the dtype's machine epsilon, float64's here); nn.Embedding. False for any other module."""
     weight = getattr(mod, "weight", None)
     bias = f"{prefix}bias" if isinstance(getattr(mod, "bias", None), torch.Tensor) else None
-    if isinstance(mod, nn.MultiheadAttention) and mod.in_proj_weight is not None:
-        bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
-        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * mod.embed_dim, mod.embed_dim, False))
-    elif isinstance(mod, nn.MultiheadAttention):
-        for role in "qkv":
-            shape = getattr(mod, f"{role}_proj_weight").shape
-            found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *shape, False))
+    if isinstance(mod, nn.MultiheadAttention):  # its packed in_proj_weight (3D, D), or q, k and v's own
+        fused = mod.in_proj_weight is not None
+        for name in ["in_proj_weight"] if fused else ["q_proj_weight", "k_proj_weight", "v_proj_weight"]:
+            packed = f"{prefix}in_proj_bias" if fused and mod.in_proj_bias is not None else None
+            found.pieces.append(Piece(prefix + name, packed, *getattr(mod, name).shape, False))
     elif isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):  # no position-wise linear
         across = f"of kernel {mod.kernel_size[0]}, a convolution over neighbouring positions"
         raise NoPair(path, f"nn.Conv1d {across if mod.kernel_size != (1,) else 'of groups, a block-diagonal linear'}")
@@ -318,11 +309,10 @@ def _linear_of_own(mod: nn.Module, name: str) -> bool:
 
 
 def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
-    """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
-    raw (in, out) linear weights with the bias named after them; 3-D ones: weights (d_model their widest axis until
-    the flow reads them: with_flow). 1-D parameters left: norms (a scale and a shift of one width; a scale alone:
-    RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float buffers, and plain tensor
-    attributes (d2l's `self.P`)."""
+    """Any other module by its own tensors: 2-D parameters tables where named for positions or embeddings, else raw
+    (in, out) linear weights with the bias named after them; 3-D ones weights (d_model their widest axis till the
+    flow reads them); 1-D ones left norms (a scale and a shift of one width; a scale alone: RMSNorm), the shifts
+    left over orphans (an output bias); fixed tables 2-D float buffers and plain tensor attributes (d2l's `self.P`)."""
     own = dict(mod.named_parameters(recurse=False))
     used: set = set()
     for name, p in sorted(own.items(), key=lambda item: -item[1].ndim):  # 3-axis weights first: their biases 2-D
@@ -376,8 +366,8 @@ def rope_paired(name: str, Dh: int) -> bool:
 
 
 def gather(link: Link, reference: dict) -> np.ndarray:
-    """The user's tensor (before any transpose) from the reference tensors its link names: their rows stacked (q and
-    k rows in the link's RoPE pairing), after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
+    """The user's tensor (before any transpose): the rows of the reference tensors its link names stacked (q and k
+    rows in the link's RoPE pairing) after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
     blocks = []
     for n, rows in link.parts:
         block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]

@@ -2,10 +2,9 @@
 
 `infer(level, found, given)` returns the config the user's module is judged as and the links (mapping.Link) from
 every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow): each
-attention's query, key, value and output projections (separate, fused, or one per head), each feed-forward block's
-projections around its activation, the layers and norms in the order they run; the sizes from the shapes, the heads
-from the query's head axis. Reference biases the user's linears lack are returned as `zero`: held at zero, their
-gradients not compared. The tables built in float32 are read in tables.py.
+attention's projections (separate, fused, or one per head), each feed-forward block's, the layers and norms in the
+order they run; the sizes from the shapes. Reference biases the user's linears lack are returned as `zero`: held
+at zero, their gradients not compared.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ ROLES = ("q", "k", "v", "out")
 @dataclass
 class Units:
     """The user's pieces as the reference's units: sizes (d_model D, heads H, d_ff F, the k/v width kv), the
-    attentions ({"q", "k", "v", "out": [Piece]}) and feed-forward blocks ([(gate,) in, out]) in the order they
-    run, the output projection, the tables and the norms, and the layer counts they imply."""
+    attentions ({"q", "k", "v", "out": [Piece]}) and feed-forward blocks ([(gate,) in, out]) in the order they run."""
 
     D: int
     H: int
@@ -53,16 +51,15 @@ class Units:
 
 
 def sized_config(level: str, found, given: dict):
-    """The config the shapes alone give, which sizes the probe the forward is recorded on before its roles are read
-    (one head where none is given: the probe does not depend on it)."""
+    """The config the shapes alone give, which sizes the probe the forward is recorded on (one head where none is
+    given: the probe does not depend on it)."""
     units, fields = _sized(LEVELS[level], found, given, {"n_heads": 1})
     return _config(LEVELS[level], found, units, given.get("config"), fields)
 
 
 def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
-    """(config, links, zero, fixed tables) for the user's module at `level`; see the module docstring. `mapped`:
-    the (links, zero) of a caller's mapping=, which replace the inferred ones; the layers are then counted from it
-    where the units cannot be read."""
+    """(config, links, zero, fixed tables) for the user's module at `level`. `mapped`: the (links, zero) of a
+    caller's mapping=, which replace the inferred ones (and count the layers where the units cannot be read)."""
     entry = LEVELS[level]
     units, fields = _sized(entry, found, given, {})
     try:
@@ -81,10 +78,9 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
 
 
 def _sized(entry, found, given: dict, default: dict) -> tuple:
-    """(units with their sizes and tables, the fields given over `default`). d_model, heads and d_ff as given, else
-    read from the shapes (d_model the most common input width, or a norm's or a table's width; d_ff the input width
-    of the first block's last projection), heads from the flow; the token and position tables of width d_model,
-    BERT's token types (the table looked up with one id everywhere) set apart."""
+    """(units with their sizes and tables, the fields given over `default`). Sizes as given, else d_model a norm's
+    width or the most common input width (or a table's), d_ff the first block's last projection's input width, heads
+    from the flow; BERT's token types (the table looked up with one id everywhere) set apart."""
     fields = default | {k: v for k, v in given.items() if k != "config" and (v is not None or k == "pad_id")}
     cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
@@ -114,9 +110,8 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
 
 
 def _units(entry, found, units: Units) -> None:
-    """The attentions and feed-forward blocks the flow read (as pieces: names settle a gate and up; math the
-    reference lacks refused), the output projection (a linear D -> V, V the target token table's rows, that neither
-    of them holds), and the layers and norms they make."""
+    """The attentions and feed-forward blocks the flow read (names settle a gate and up), the output projection (a
+    linear D -> V, V the target token table's rows, that neither holds), and the layers and norms they make."""
     flow, by = found.flow, {p.weight: p for p in found.pieces}
     if flow is None and found.pieces and (entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")):
         listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in found.pieces)
@@ -161,8 +156,7 @@ def _units(entry, found, units: Units) -> None:
     _sandwich(entry, flow, units)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
         # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
-        # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
-        # post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)
+        # own: BERT's embeddings.LayerNorm); the rest final norms, after pre- or post-norm layers
         stacks = len(entry.stacks)
         first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
@@ -172,7 +166,7 @@ def _units(entry, found, units: Units) -> None:
 
 def _refuse_missing(entry, flow, units: Units) -> None:
     """NoPair at the first layer of a stack or model whose layers hold no norm with a learned scale (a weightless
-    one is unsupported.py's): each of the reference's layers normalises, which no map undoes."""
+    one is unsupported.py's): each of the reference's layers has one."""
     if flow is None or entry.group == "component" or not flow.attentions or units.norms:
         return
     layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
@@ -181,8 +175,8 @@ def _refuse_missing(entry, flow, units: Units) -> None:
 
 
 def _sandwich(entry, flow, units: Units) -> None:
-    """Gemma's sandwich (flow.sandwich): a norm after each sublayer too, and, where a norm is applied before the
-    first attention's output, one before each sublayer (OLMo 2's has none: input_norm False)."""
+    """Gemma's sandwich: a norm after each sublayer too, and one before each where a norm is applied before the
+    first attention's output (OLMo 2's has none: input_norm False)."""
     units.sandwich = entry.group != "component" and flow is not None and flow.sandwich
     if units.sandwich:
         first_out = next(a.out_node for a in flow.attentions if a.out_node is not None)
@@ -191,9 +185,8 @@ def _sandwich(entry, flow, units: Units) -> None:
 
 
 def _rotary(flow, n_dec: int, Dh: int) -> dict:
-    """What the cos and sin tables each layer's queries are turned by say (dataflow: Attention.turned): the layers
-    that turn them, where only some do (SmolLM3's NoPE layers: rope_layers), and the sliding layers' base where it
-    is not the others' (Gemma 3's rope_local_base_freq: rope_local_theta)."""
+    """What each layer's cos and sin tables say: the layers that turn the queries where only some do (SmolLM3's
+    NoPE layers: rope_layers), the sliding layers' base where it is not the others' (Gemma 3's rope_local_theta)."""
     if flow is None or not 0 < len(flow.attentions) == n_dec:
         return {}
     turned = [a.turned for a in flow.attentions]
@@ -208,7 +201,7 @@ def _rotary(flow, n_dec: int, Dh: int) -> dict:
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
-    the same weights, a parallel block not read as one (`parallel`). A norm without weights is unsupported.py's."""
+    the same weights, a parallel block not read as one (`parallel`)."""
     for node in flow.nodes:  # a top-k read with nothing beside its input
         if node.op == "topk" and len(node.parents) == 1:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
@@ -233,8 +226,8 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
 
 
 def _sinks(flow, attention, names: set) -> list:
-    """An attention's sink logits (GPT-OSS's): those it reads, else, where it leaves its own unread, its parameter
-    named as the first attention's that reads them; [] where there is none."""
+    """An attention's sink logits (GPT-OSS's): those it reads, else its parameter named as the first reading
+    attention's (where it leaves its own unread); [] where there is none."""
     first = next((a for a in flow.attentions if a.sinks), None)
     if attention.sinks or first is None or not first.sinks[0].startswith(f"{first.module}."):
         return attention.sinks
@@ -265,7 +258,7 @@ def _counted(entry, units: Units, links: list) -> None:
 
 
 def _config(entry, found, units: Units, cfg, fields: dict):
-    """The config: the given one with the given fields, else the one the units imply (with the fields)."""
+    """The given config with the given fields, else the one the units imply with them."""
     known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
     if cfg is not None:
         return dataclasses.replace(cfg, **known)
@@ -320,8 +313,8 @@ def _config(entry, found, units: Units, cfg, fields: dict):
 
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
-    """The config fields only the recorded forward says: GPT-OSS's sink logits, Gemma 2's soft caps, a sliding
-    window, a scale of the scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
+    """The config fields only the recorded forward says: sink logits, soft caps, a sliding window, a scale of the
+    scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
     base = dict(base, attn_sinks=any(a.sinks for a in flow.attentions))
     caps = flow.softcaps
     base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}

@@ -1,10 +1,9 @@
 """The weight map as the result gives it, and back: built once from the links (mapping.Link) as data.
 
-`result.mapping` is {user parameter: MapEntry}. A MapEntry prints and compares as the pair (reference name(s),
-layout note) and carries what it was made from: the Link, or that it is a reference bias held at zero (the
-user's linear has none) or a fixed table matched by its values. Passed back as `mapping=`, entries are read from
-that data; the CLI's JSON writes it as a third element ({"parts", "transposed", "rope_pairs"}). Only a map written
-or edited by hand, (reference name, layout note) pairs, is read from its notes, in the syntax the report prints.
+`result.mapping` is {user parameter: MapEntry}: the pair (reference name(s), layout note) carrying what it was made
+from (the Link, a reference bias held at zero, a fixed table matched by its values). Passed back as `mapping=`,
+entries are read from that data (the CLI's JSON writes it as a third element); only a map written by hand,
+(reference name, layout note) pairs, is read from its notes, in the syntax the report prints.
 """
 
 from __future__ import annotations
@@ -81,20 +80,15 @@ def table(links: list, model, layout: str) -> dict:
 
 
 def links_from(given: dict) -> tuple[list, list]:
-    """A user's mapping= read back into links and zero-held biases: from each entry's data (a MapEntry, or the
-    JSON's third element), else from a hand-written (reference name, layout note)."""
-    links, zero = [], []
-    for user, value in given.items():
-        kind, link = _read(user, value)
-        if kind == "zero":
-            zero.append(value[0])
-        elif kind == "link":
-            links.append(link)
-    return links, zero
+    """A user's mapping= read back into links and zero-held biases."""
+    read = {user: _read(user, value) for user, value in given.items()}
+    zero = [given[user][0] for user, (kind, _) in read.items() if kind == "zero"]
+    return [link for kind, link in read.values() if kind == "link"], zero
 
 
 def _read(user: str, value) -> tuple[str, Link | None]:
-    """(kind, the Link of a "link") from an entry's data, else from its note."""
+    """(kind, the Link of a "link") from an entry's data (a MapEntry, or the JSON's third element), else from a
+    hand-written (reference name, layout note)."""
     if isinstance(value, MapEntry):
         return value.kind, value.link
     if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[2], dict):
