@@ -131,9 +131,8 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
     for norm in found.norms:
         norm.plus_one = norm.weight in flow.plus_one
-        alone = [n for n, _ in module.get_submodule(norm.module).named_parameters()] == [
-            norm.weight[len(norm.module) + 1 :]
-        ]
+        own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
+        alone = own == [norm.weight[len(norm.module) + 1 :]]
         if norm.kind == "rms" and alone and any(n.op in CENTRING for n in flow.nodes if n.module == norm.module):
             norm.kind = "layer"  # a module of one scale whose forward subtracts the mean: a LayerNorm (Cohere's)
     for t in found.tables:

@@ -86,9 +86,8 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     widths = [p.in_features for p in pieces]  # the most common one: d_model (a gated block: gate and up read D)
     outs = [p.out_features for p in pieces]  # a tie broken by the outputs (a packed in_proj read (in, out): 3D in)
-    if D is None:
-        common = max(widths, key=lambda w: (widths.count(w), outs.count(w))) if widths else None
-        D = norms[0].size if norms else common if widths else tables[0].width if tables else None
+    common = max(widths, key=lambda w: (widths.count(w), outs.count(w)), default=None)
+    D = D or (norms[0].size if norms else common or (tables[0].width if tables else None))
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
@@ -187,7 +186,7 @@ def _sandwich(entry, flow, units: Units) -> None:
 def _rotary(flow, n_dec: int, Dh: int) -> dict:
     """What each layer's cos and sin tables say: the layers that turn the queries where only some do (SmolLM3's
     NoPE layers: rope_layers), the sliding layers' base where it is not the others' (Gemma 3's rope_local_theta)."""
-    if flow is None or not 0 < len(flow.attentions) == n_dec:
+    if not 0 < len(flow.attentions) == n_dec:
         return {}
     turned = [a.turned for a in flow.attentions]
     found: dict = {"rope_layers": tuple(map(bool, turned))} if any(turned) and not all(turned) else {}
@@ -306,9 +305,8 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
     if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
-    base |= _rotary(found.flow, units.n_dec, D // H)
     if found.flow is not None:
-        base = _from_flow(entry, found.flow, units, base)
+        base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec, D // H))
     return TransformerConfig(**(base | known))
 
 
