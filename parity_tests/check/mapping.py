@@ -238,9 +238,8 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
 
 
 def _as_einsum(node, i: int, role: str | None) -> str:
-    """x @ W of a 3-axis W (its `i`-th parent) as an einsum's equation: W's first axis is the heads x is broadcast
-    over, kept in the result for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1));
-    "" where W is the left operand."""
+    """x @ W of a 3-axis W (its `i`-th parent; "" where it is the left operand) as an einsum: W's first axis the
+    heads, kept for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1))."""
     batch = "abcfg"[: len(node.shape) - 3]
     if i != 1 or len(node.shape) < 3:
         return ""
@@ -248,9 +247,8 @@ def _as_einsum(node, i: int, role: str | None) -> str:
 
 
 def _untied(module: nn.Module, found: Structure) -> Structure:
-    """Every name as named_parameters() gives it, a tied tensor under the name it was first registered: a table
-    held by several modules is one table, and a linear tied to a table (an output projection tied to the token
-    table: the table stands for both) or to a linear read before it is not read again."""
+    """A tied tensor under the name it was first registered (named_parameters'): a table held by several modules is
+    one table, and a linear tied to a table (the table stands for both) or to an earlier linear is not read again."""
     first: dict = {}
     alias = {name: first.setdefault(id(p), name) for name, p in module.named_parameters(remove_duplicate=False)}
     for item in found.pieces + found.norms:
@@ -269,9 +267,8 @@ def _untied(module: nn.Module, found: Structure) -> Structure:
 
 
 def _read_builtin(mod: nn.Module, path: str, prefix: str, found: Structure) -> bool:
-    """torch's own modules, by their class: nn.MultiheadAttention's fused (or q, k, v) projections; nn.Linear, or
-    a 1x1 nn.Conv1d (a linear over the channels, its weight (out, in, 1)); nn.LayerNorm and nn.RMSNorm (eps None:
-    torch takes the dtype's machine epsilon, float64's here); nn.Embedding. False for any other module."""
+    """torch's own modules by their class (nn.MultiheadAttention, nn.Linear or a 1x1 nn.Conv1d, nn.LayerNorm and
+    nn.RMSNorm (eps None: float64's machine epsilon, as torch takes it), nn.Embedding); False for any other."""
     weight = getattr(mod, "weight", None)
     bias = f"{prefix}bias" if isinstance(getattr(mod, "bias", None), torch.Tensor) else None
     if isinstance(mod, nn.MultiheadAttention):  # its packed in_proj_weight (3D, D), or q, k and v's own
@@ -349,10 +346,9 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
 
 
 def pair_order(n: int, Dh: int, rotary: int = 0) -> np.ndarray:
-    """The RoPE pairing of a user's q or k rows (n of them, heads of Dh): user row 2i of a head is the
-    reference's row i, user row 2i + 1 the reference's row i + Dh/2 (interleaved pairs (2i, 2i + 1), as Meta's
-    code rotates them, against Hugging Face's halves (i, i + Dh/2)); with `rotary` < Dh (GPT-J's partial rotary),
-    within the first `rotary` rows only. user rows = reference rows[order]."""
+    """user rows = reference rows[order] for q or k rows (n, heads of Dh) paired (2i, 2i + 1) as Meta's code rotates
+    them, against Hugging Face's halves (i, i + Dh/2): a head's row 2i is the reference's i, row 2i + 1 its
+    i + Dh/2; with `rotary` < Dh (GPT-J's partial rotary) within the first `rotary` rows only."""
     u, r = np.arange(Dh), rotary or Dh
     head = np.where(u < r, u // 2 + (u % 2) * (r // 2), u)
     return (np.arange(0, n, Dh)[:, None] + head).reshape(-1)

@@ -340,9 +340,8 @@ def _qkv(attention: dict) -> list:
 
 
 def _rows(attention: dict, piece, D: int) -> dict:
-    """{role: rows} of `piece` in `attention`: those the flow saw each role take of a fused piece, else a query
-    piece holds D / (its pieces) rows and the rest of a fused piece is split evenly between the key and value it
-    holds (narrower with grouped-query attention)."""
+    """{role: rows} of `piece` in `attention`: those the flow saw each role take, else D / (query pieces) for the
+    query and the rest split evenly between the key and value it holds (narrower with grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
     held = attention["columns"].get(piece.weight, {})
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
@@ -451,10 +450,9 @@ class Linker:
             self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
 
     def attention(self, attention: dict, prefix: str) -> None:
-        """One attention's pieces linked to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`, then
-        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked: q | k | v (the
-        order checkpoints keep; another is attention.q_k_swapped), or head by head as the flow read it (GPT-NeoX's);
-        one of several pieces of a role (one per head) is its rows of the reference's projection."""
+        """One attention's pieces linked to the reference's {q,k,v,out}_proj under `prefix`, then its per-head q and
+        k norms (Qwen3's). A piece holding several roles is their rows stacked, q | k | v (another order is
+        attention.q_k_swapped) or head by head as the flow read it (GPT-NeoX's); a role's per-head piece its rows."""
         names = {r: f"{prefix}{r}_proj" for r in ROLES}
         for piece in _qkv(attention):
             parts, rows = [], _rows(attention, piece, self.units.D)
@@ -532,9 +530,8 @@ def _link(lk: Linker) -> None:
 
 
 def _link_stacks(lk: Linker) -> None:
-    """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
-    config.has_final_norm), then a model's output projection: the user's linear, an output bias alone, or the
-    tied token table."""
+    """Each stack's tables (a model's), layers and final norm (where it has one), then a model's output projection:
+    the user's linear, an output bias alone, or the tied token table."""
     cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))

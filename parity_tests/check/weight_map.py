@@ -133,9 +133,8 @@ def _from_note(user: str, ref: str, note: str) -> Link:
 
 
 def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, level: str) -> None:
-    """A ValueError naming the first entry of a given map that names a tensor the module or the reference (as
-    configured: `reference`, its tensors by name) lacks, rows past a reference tensor's end, or a user tensor of
-    another size than the reference's it is gathered from (mapping.gather, as loading it does)."""
+    """A ValueError naming the first entry of a given map naming a tensor the module or the reference (`reference`,
+    by name) lacks, rows past a reference tensor's end, or a user tensor of another size than it is gathered from."""
     names = ", ".join(list(reference)[:6]) + (", ..." if len(reference) > 6 else "")
     for link in links:
         if link.user not in tensors:
