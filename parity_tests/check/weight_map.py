@@ -106,12 +106,10 @@ def _read(user: str, value) -> tuple[str, Link | None]:
 
 def _from_note(user: str, ref: str, note: str) -> Link:
     """A hand-written entry: reference name and layout note in the syntax the report prints (note)."""
-    pairs, offset, heads = 0, 0, re.search(r"split into (\d+) heads(, each transposed)?", note)  # 3 axes
-    if note.startswith("after ") and note.endswith(" unread rows"):
-        offset = int(note.split()[1])
-    if ", RoPE pairs interleaved (head size " in note:
-        note, _, size = note.partition(", RoPE pairs interleaved (head size ")
-        pairs = int(size.rstrip(")"))
+    heads = re.search(r"split into (\d+) heads(, each transposed)?", note)  # 3 axes
+    offset = int(note.split()[1]) if note.startswith("after ") and note.endswith(" unread rows") else 0
+    note, _, size = note.partition(", RoPE pairs interleaved (head size ")
+    pairs = int(size.rstrip(")")) if size else 0
     if "head by head" in note:
         raise ValueError(
             f"mapping[{user!r}]: a head-by-head layout ({note!r}) is read back from the entry's data only: pass the "
