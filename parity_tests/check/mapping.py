@@ -108,8 +108,7 @@ def role_of(name: str) -> str:
 
 
 def structure(module: nn.Module) -> Structure:
-    """The user's module read as pieces, norms and tables: torch's modules by their class, any other by its own
-    tensors."""
+    """The module's pieces, norms and tables: torch's modules read by their class, any other by its own tensors."""
     found = Structure(names={n for n, _ in module.named_parameters()})
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
@@ -373,8 +372,7 @@ def gather(link: Link, reference: dict) -> np.ndarray:
 
 
 def _laid_out(link: Link, reference: dict, shape: tuple) -> np.ndarray:
-    """The user's tensor of `shape` as the link lays the reference's out: gathered, transposed, each head's
-    transposed ((rows, in) -> (heads, in, rows / heads))."""
+    """The user's tensor of `shape` as `link` lays the reference's out: gathered, transposed, heads transposed."""
     value = gather(link, reference)
     value = value.T if link.transposed else value
     if link.each_transposed:

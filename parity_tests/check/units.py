@@ -51,8 +51,7 @@ class Units:
 
 
 def sized_config(level: str, found, given: dict):
-    """The config the shapes alone give, which sizes the probe the forward is recorded on (one head where none is
-    given: the probe does not depend on it)."""
+    """The config the shapes give, to size the recording's probe (one head unless given: the probe does not need it)."""
     units, fields = _sized(LEVELS[level], found, given, {"n_heads": 1})
     return _config(LEVELS[level], found, units, given.get("config"), fields)
 
@@ -375,8 +374,7 @@ def _runs(held: dict, names: dict, rows: int) -> list:
 
 
 class Linker:
-    """Links (mapping.Link) from the user's parameters to the reference's names, built unit by unit; `zero` the
-    reference biases the user's linears lack (held at zero)."""
+    """Links from the user's parameters to the reference's names, unit by unit; `zero` the biases held at zero."""
 
     def __init__(self, entry, cfg, units: Units, found):
         self.entry, self.cfg, self.units, self.found = entry, cfg, units, found
@@ -439,8 +437,7 @@ class Linker:
         self.links.append(Link(table.name, [(ref, None)], offset=table.offset))
 
     def ffn(self, block: list, prefix: str) -> None:
-        """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
-        order the flow read (the gate the part the activation reads)."""
+        """A block's linears; a gate and up in one projection (Phi-3's) as two parts, in the order the flow read."""
         if len(block) == 3 and block[0] is block[1]:
             halves = ["linear1", "gate"] if block[0].weight in self.found.flow.up_first else ["gate", "linear1"]
             self.piece(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)
@@ -476,8 +473,7 @@ class Linker:
                 self.norm(norm, f"{prefix}{role}_norm.")
 
     def layer(self, prefix: str, decoder: bool) -> None:
-        """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the order
-        the forward runs and applies them."""
+        """A layer's attentions (a decoder's two), feed-forward block and norms, in the order they run."""
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")

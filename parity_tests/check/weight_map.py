@@ -87,8 +87,7 @@ def links_from(given: dict) -> tuple[list, list]:
 
 
 def _read(user: str, value) -> tuple[str, Link | None]:
-    """(kind, the Link of a "link") from an entry's data (a MapEntry, or the JSON's third element), else from a
-    hand-written (reference name, layout note)."""
+    """(kind, Link or None) from an entry's data (a MapEntry, the JSON's third element), else from its note."""
     if isinstance(value, MapEntry):
         return value.kind, value.link
     if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[2], dict):
