@@ -1,17 +1,13 @@
 """From a user's parameters to the reference's state dict: found by structure and shape, stated as data.
 
-A user's module is read as pieces: linear weights (nn.Linear's (out, in), a 1x1 nn.Conv1d's, a raw nn.Parameter's
-(in, out) or a 3-axis one as einsum or @ reads it (head_layout), a fused q/k/v projection such as
-nn.MultiheadAttention's in_proj_weight or GPT-2's c_attn), norms (a weight and a bias of width D), and tables
-(embeddings, learned or fixed positions). Their roles and order come from the recorded forward (dataflow.py: norms in
-the order they are applied), and units.py groups them into the reference's units. Among the roles a name only breaks
-the one tie the computation leaves (a gated block's gate and up). A raw 2-D parameter the forward indexes by rows
-(P[ids], P[:T]) and no product reads is a table whatever its name; before the forward is recorded, and for a raw 1-D
-parameter (a norm's scale or shift, a bias), the kind is read from the name.
+`structure` reads a module as pieces (linear weights, read (out, in)), norms (a weight and a bias of width D) and
+tables (embeddings, positions) from torch's classes and, for any other module, its own tensors' shapes and names;
+`with_flow` then reads them as the recorded forward does (dataflow.py): F.linear's weights (out, in), a 3-axis one
+as einsum or @ reads it, the shifts it adds, the rows it indexes (a table whatever its name), all in the order of
+first use. units.py groups them into the reference's units.
 
-A map entry is a `Link`, one rule for a plain linear, a transposed raw weight, a fused projection, a per-head slice
-and a head tensor (H, in, Dh). With RoPE in interleaved pairs (Meta's), the q and k rows of each head are read in
-that pairing's order (`rope_pairs`, pair_order): the same rotation, features relabelled.
+A map entry is a `Link`: one rule for a plain linear, a transposed raw weight, a fused projection, a per-head slice
+and a head tensor (H, in, Dh); with RoPE in interleaved pairs (Meta's) the q and k rows in that pairing's order.
 """
 
 from __future__ import annotations
@@ -95,7 +91,6 @@ class Link:
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
 
 
-MATMULS = ("matmul", "__matmul__")
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
     "gate": {"gate", "gate_proj", "w1", "w_gate", "wg", "fc_gate", "gate_linear", "linear_gate"},
     "up": {"up", "up_proj", "w3", "w_up", "wu", "fc_up", "up_linear", "linear_up"},
@@ -113,8 +108,7 @@ def role_of(name: str) -> str:
 
 
 def structure(module: nn.Module) -> Structure:
-    """Read the user's module as pieces, norms and tables (see the module docstring): torch's own modules by their
-    class (_read_builtin), any other by its own tensors (_read_own); with_flow then orders it as its forward runs."""
+    """The module's pieces, norms and tables: torch's modules read by their class, any other by its own tensors."""
     found = Structure(names={n for n, _ in module.named_parameters()})
     for path, mod in module.named_modules():
         prefix = f"{path}." if path else ""
@@ -124,10 +118,8 @@ def structure(module: nn.Module) -> Structure:
 
 
 def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -> Structure:
-    """`found` (structure's reading of `module`) as its recorded forward (`flow`, dataflow.Flow) says: a weight
-    F.linear applies read (out, in), a 3-axis one as einsum or @ reads it, a 2-D parameter the forward
-    indexes a table, everything in the order it is first used, per-head q/k norms set apart. No flow: `found` as
-    read, with what its last try raised (`unrecorded`)."""
+    """`found` as the recorded forward (dataflow.Flow) reads `module`'s parameters (the module docstring), per-head
+    q/k norms set apart; no flow: `found` with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
     _as_read(found, module, flow)
@@ -138,9 +130,8 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     found.tables.sort(key=lambda t: flow.order.get(t.name, last))
     for norm in found.norms:
         norm.plus_one = norm.weight in flow.plus_one
-        alone = [n for n, _ in module.get_submodule(norm.module).named_parameters()] == [
-            norm.weight[len(norm.module) + 1 :]
-        ]
+        own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
+        alone = own == [norm.weight[len(norm.module) + 1 :]]
         if norm.kind == "rms" and alone and any(n.op in CENTRING for n in flow.nodes if n.module == norm.module):
             norm.kind = "layer"  # a module of one scale whose forward subtracts the mean: a LayerNorm (Cohere's)
     for t in found.tables:
@@ -210,13 +201,14 @@ def _indexed(found: Structure, module: nn.Module, flow) -> None:
 
 def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     """(out_features, in_features, transposed, heads, each_transposed) of a 3-axis `weight` as the first einsum
-    reading it uses it: the axes it sums over are the inputs, the others the outputs, each in the order the einsum's
-    other operand and its result keep them (head before feature; the heads: the first of the two). Outputs then
-    inputs, (H, Dh, D) or (D, H, Dh): (out, in) rows; inputs then outputs: transposed; an input between two outputs,
-    (H, D, Dh) (TransformerLens's W_Q): each head's rows transposed; an output between two inputs, an (H, D, Dh)
-    read from the heads to D: the same, transposed. x @ W is read as the einsum _as_einsum writes. None where no
-    product reads it as it is stored (a transpose on the way), or it keeps those axes in another order."""
-    node = next((n for n in flow.nodes if n.op in ("einsum", *MATMULS) and DF.projection(n) == weight), None)
+    (or x @ W, as _as_einsum writes it) reading it uses it: the axes it sums over are the inputs, the others the
+    outputs, in the order the other operand and the result keep them (the heads the first of two). Outputs then
+    inputs ((H, Dh, D), (D, H, Dh)): (out, in) rows; inputs then outputs: transposed; an input between two outputs
+    ((H, D, Dh), TransformerLens's W_Q): each head's rows transposed; an output between two inputs: the same,
+    transposed. None where no product reads it as stored (a transpose on the way) or keeps its axes in order."""
+    node = next(
+        (n for n in flow.nodes if n.op in ("einsum", "matmul", "__matmul__") and DF.projection(n) == weight), None
+    )
     if node is None:
         return None
     i = next(i for i, p in enumerate(node.parents) if DF.weight_of(p) == weight)
@@ -235,9 +227,8 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
     axes = terms[i]
     kept, summed = [c for c in axes if c in result], [c for c in axes if c not in result]
     other = next((t for j, t in enumerate(terms) if j != i and set(summed) <= set(t)), "")
-    if len(axes) != 3 or not kept or not other or kept != sorted(kept, key=result.index):
-        return None
-    if summed != sorted(summed, key=other.index):
+    ordered = other and kept == sorted(kept, key=result.index) and summed == sorted(summed, key=other.index)
+    if len(axes) != 3 or not kept or not ordered:
         return None
     size = dict(zip(axes, shape, strict=True))
     heads = size[(kept if len(kept) == 2 else summed)[0]]
@@ -246,9 +237,8 @@ def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
 
 
 def _as_einsum(node, i: int, role: str | None) -> str:
-    """x @ W of a 3-axis W (its `i`-th parent) as an einsum's equation: W's first axis is the heads x is broadcast
-    over, kept in the result for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1));
-    "" where W is the left operand."""
+    """x @ W of a 3-axis W (its `i`-th parent; "" where it is the left operand) as an einsum: W's first axis the
+    heads, kept for a query, key or value, summed after it for an output projection ((x @ W_o).sum(1))."""
     batch = "abcfg"[: len(node.shape) - 3]
     if i != 1 or len(node.shape) < 3:
         return ""
@@ -256,9 +246,8 @@ def _as_einsum(node, i: int, role: str | None) -> str:
 
 
 def _untied(module: nn.Module, found: Structure) -> Structure:
-    """Every name as named_parameters() gives it, a tied tensor under the name it was first registered: a table
-    held by several modules is one table, and a linear tied to a table (an output projection tied to the token
-    table: the table stands for both) or to a linear read before it is not read again."""
+    """A tied tensor under the name it was first registered (named_parameters'): a table held by several modules is
+    one table, and a linear tied to a table (the table stands for both) or to an earlier linear is not read again."""
     first: dict = {}
     alias = {name: first.setdefault(id(p), name) for name, p in module.named_parameters(remove_duplicate=False)}
     for item in found.pieces + found.norms:
@@ -277,18 +266,15 @@ def _untied(module: nn.Module, found: Structure) -> Structure:
 
 
 def _read_builtin(mod: nn.Module, path: str, prefix: str, found: Structure) -> bool:
-    """torch's own modules, by their class: nn.MultiheadAttention's fused (or q, k, v) projections; nn.Linear, or
-    a 1x1 nn.Conv1d (a linear over the channels, its weight (out, in, 1)); nn.LayerNorm and nn.RMSNorm (eps None:
-    torch takes the dtype's machine epsilon, float64's here); nn.Embedding. False for any other module."""
+    """torch's own modules by their class (nn.MultiheadAttention, nn.Linear or a 1x1 nn.Conv1d, nn.LayerNorm and
+    nn.RMSNorm (eps None: float64's machine epsilon, as torch takes it), nn.Embedding); False for any other."""
     weight = getattr(mod, "weight", None)
     bias = f"{prefix}bias" if isinstance(getattr(mod, "bias", None), torch.Tensor) else None
-    if isinstance(mod, nn.MultiheadAttention) and mod.in_proj_weight is not None:
-        bias = f"{prefix}in_proj_bias" if mod.in_proj_bias is not None else None
-        found.pieces.append(Piece(f"{prefix}in_proj_weight", bias, 3 * mod.embed_dim, mod.embed_dim, False))
-    elif isinstance(mod, nn.MultiheadAttention):
-        for role in "qkv":
-            shape = getattr(mod, f"{role}_proj_weight").shape
-            found.pieces.append(Piece(f"{prefix}{role}_proj_weight", None, *shape, False))
+    if isinstance(mod, nn.MultiheadAttention):  # its packed in_proj_weight (3D, D), or q, k and v's own
+        fused = mod.in_proj_weight is not None
+        for name in ["in_proj_weight"] if fused else ["q_proj_weight", "k_proj_weight", "v_proj_weight"]:
+            packed = f"{prefix}in_proj_bias" if fused and mod.in_proj_bias is not None else None
+            found.pieces.append(Piece(prefix + name, packed, *getattr(mod, name).shape, False))
     elif isinstance(mod, nn.Conv1d) and (mod.kernel_size != (1,) or mod.groups != 1):  # no position-wise linear
         across = f"of kernel {mod.kernel_size[0]}, a convolution over neighbouring positions"
         raise NoPair(path, f"nn.Conv1d {across if mod.kernel_size != (1,) else 'of groups, a block-diagonal linear'}")
@@ -318,11 +304,10 @@ def _linear_of_own(mod: nn.Module, name: str) -> bool:
 
 
 def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
-    """Any other module by its own tensors. 2-D parameters: tables where named for positions or embeddings, else
-    raw (in, out) linear weights with the bias named after them; 3-D ones: weights (d_model their widest axis until
-    the flow reads them: with_flow). 1-D parameters left: norms (a scale and a shift of one width; a scale alone:
-    RMSNorm), the shifts left over (an output bias) as orphans. Fixed tables: 2-D float buffers, and plain tensor
-    attributes (d2l's `self.P`)."""
+    """Any other module by its own tensors: 2-D parameters tables where named for positions or embeddings, else raw
+    (in, out) linear weights with the bias named after them; 3-D ones weights (d_model their widest axis till the
+    flow reads them); 1-D ones left norms (a scale and a shift of one width; a scale alone: RMSNorm), the shifts
+    left over orphans (an output bias); fixed tables 2-D float buffers and plain tensor attributes (d2l's `self.P`)."""
     own = dict(mod.named_parameters(recurse=False))
     used: set = set()
     for name, p in sorted(own.items(), key=lambda item: -item[1].ndim):  # 3-axis weights first: their biases 2-D
@@ -360,10 +345,9 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
 
 
 def pair_order(n: int, Dh: int, rotary: int = 0) -> np.ndarray:
-    """The RoPE pairing of a user's q or k rows (n of them, heads of Dh): user row 2i of a head is the
-    reference's row i, user row 2i + 1 the reference's row i + Dh/2 (interleaved pairs (2i, 2i + 1), as Meta's
-    code rotates them, against Hugging Face's halves (i, i + Dh/2)); with `rotary` < Dh (GPT-J's partial rotary),
-    within the first `rotary` rows only. user rows = reference rows[order]."""
+    """user rows = reference rows[order] for q or k rows (n, heads of Dh) paired (2i, 2i + 1) as Meta's code rotates
+    them, against Hugging Face's halves (i, i + Dh/2): a head's row 2i is the reference's i, row 2i + 1 its
+    i + Dh/2; with `rotary` < Dh (GPT-J's partial rotary) within the first `rotary` rows only."""
     u, r = np.arange(Dh), rotary or Dh
     head = np.where(u < r, u // 2 + (u % 2) * (r // 2), u)
     return (np.arange(0, n, Dh)[:, None] + head).reshape(-1)
@@ -376,8 +360,8 @@ def rope_paired(name: str, Dh: int) -> bool:
 
 
 def gather(link: Link, reference: dict) -> np.ndarray:
-    """The user's tensor (before any transpose) from the reference tensors its link names: their rows stacked (q and
-    k rows in the link's RoPE pairing), after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
+    """The user's tensor (before any transpose): the rows of the reference tensors its link names stacked (q and k
+    rows in the link's RoPE pairing) after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
     blocks = []
     for n, rows in link.parts:
         block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
@@ -387,40 +371,38 @@ def gather(link: Link, reference: dict) -> np.ndarray:
     return np.concatenate([zeros, *blocks]) - link.minus_one
 
 
+def _laid_out(link: Link, reference: dict, shape: tuple) -> np.ndarray:
+    """The user's tensor of `shape` as `link` lays the reference's out: gathered, transposed, heads transposed."""
+    value = gather(link, reference)
+    value = value.T if link.transposed else value
+    if link.each_transposed:
+        value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
+    return np.ascontiguousarray(value).reshape(shape)
+
+
 def load(module: nn.Module, links: list, reference: dict, dtype) -> None:
     """Copy the reference's tensors into the user's parameters and buffers, as the links say."""
     tensors = dict(module.named_parameters(remove_duplicate=False)) | dict(module.named_buffers())
     with torch.no_grad():
         for link in links:
-            value, target = gather(link, reference), tensors[link.user]
-            value = value.T if link.transposed else value
-            if link.each_transposed:  # (rows, in) -> (heads, in, rows / heads)
-                value = value.reshape(link.heads, -1, value.shape[-1]).transpose(0, 2, 1)
-            target.copy_(torch.from_numpy(np.ascontiguousarray(value).reshape(target.shape)).to(dtype))
+            target = tensors[link.user]
+            target.copy_(torch.from_numpy(_laid_out(link, reference, tuple(target.shape))).to(dtype))
 
 
 def scatter(links: list, grads: dict, shapes: dict) -> dict:
-    """The user's gradients (user name -> array) put back into the reference's names and layout: each
-    reference tensor's rows come from the user tensors linked to them (the inverse of `load`: gathered rows,
-    transposed, each head's transposed)."""
+    """The user's gradients (user name -> array) in the reference's names and shapes, the inverse of `load`: the
+    reference's numbers, numbered from 1 and laid out as `load` lays them, say where each user number goes (0: an
+    unread row); those no link reads stay zero."""
     out: dict = {}
     for link in links:
         if link.user not in grads:
             continue
-        g = grads[link.user]
-        height = link.offset + sum(r[1] - r[0] if r else shapes[n][0] for n, r in link.parts)
-        stacked = (height, *shapes[link.parts[0][0]][1:])  # gather's: a 1x1 convolution's (out, in, 1) as (out, in)
-        g = g.transpose(0, 2, 1) if link.each_transposed else g  # (heads, in, rows / heads): its rows
-        g = g.reshape(stacked[::-1] if link.transposed else stacked)
-        g = g.T if link.transposed else g
-        start = link.offset
-        for name, rows in link.parts:
-            n = (rows[1] - rows[0]) if rows is not None else shapes[name][0]
-            block = out.setdefault(name, np.zeros(shapes[name]))
-            part = g[start : start + n]
-            if rope_paired(name, link.rope_pairs):  # back from the user's pairing: reference rows[order] = user rows
-                part = part[np.argsort(pair_order(n, link.rope_pairs, link.rope_rotary))]
-            target = slice(None) if rows is None else slice(*rows)
-            block[target] = part.reshape(block[target].shape)
-            start += n
+        g, names = grads[link.user], list(dict.fromkeys(n for n, _ in link.parts))
+        starts = np.cumsum([1] + [math.prod(shapes[n]) for n in names])
+        spans = list(zip(names, starts[:-1], starts[1:], strict=True))
+        numbered = {n: np.arange(a, b).reshape(shapes[n]) for n, a, b in spans}
+        placed = _laid_out(replace(link, minus_one=False), numbered, g.shape)
+        for n, a, b in spans:
+            held = (placed >= a) & (placed < b)
+            out.setdefault(n, np.zeros(shapes[n])).flat[placed[held] - a] = g[held]
     return out

@@ -2,10 +2,9 @@
 
 `infer(level, found, given)` returns the config the user's module is judged as and the links (mapping.Link) from
 every user parameter to the reference's tensors. Every unit comes from the recorded forward (dataflow.Flow): each
-attention's query, key, value and output projections (separate, fused, or one per head), each feed-forward block's
-projections around its activation, the layers and norms in the order they run; the sizes from the shapes, the heads
-from the query's head axis. Reference biases the user's linears lack are returned as `zero`: held at zero, their
-gradients not compared. The tables built in float32 are read in tables.py.
+attention's projections (separate, fused, or one per head), each feed-forward block's, the layers and norms in the
+order they run; the sizes from the shapes. Reference biases the user's linears lack are returned as `zero`: held
+at zero, their gradients not compared.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ ROLES = ("q", "k", "v", "out")
 @dataclass
 class Units:
     """The user's pieces as the reference's units: sizes (d_model D, heads H, d_ff F, the k/v width kv), the
-    attentions ({"q", "k", "v", "out": [Piece]}) and feed-forward blocks ([(gate,) in, out]) in the order they
-    run, the output projection, the tables and the norms, and the layer counts they imply."""
+    attentions ({"q", "k", "v", "out": [Piece]}) and feed-forward blocks ([(gate,) in, out]) in the order they run."""
 
     D: int
     H: int
@@ -53,16 +51,14 @@ class Units:
 
 
 def sized_config(level: str, found, given: dict):
-    """The config the shapes alone give, which sizes the probe the forward is recorded on before its roles are read
-    (one head where none is given: the probe does not depend on it)."""
+    """The config the shapes give, to size the recording's probe (one head unless given: the probe does not need it)."""
     units, fields = _sized(LEVELS[level], found, given, {"n_heads": 1})
     return _config(LEVELS[level], found, units, given.get("config"), fields)
 
 
 def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
-    """(config, links, zero, fixed tables) for the user's module at `level`; see the module docstring. `mapped`:
-    the (links, zero) of a caller's mapping=, which replace the inferred ones; the layers are then counted from it
-    where the units cannot be read."""
+    """(config, links, zero, fixed tables) for the user's module at `level`. `mapped`: the (links, zero) of a
+    caller's mapping=, which replace the inferred ones (and count the layers where the units cannot be read)."""
     entry = LEVELS[level]
     units, fields = _sized(entry, found, given, {})
     try:
@@ -81,18 +77,16 @@ def infer(level: str, found, given: dict, mapped: tuple | None = None) -> tuple:
 
 
 def _sized(entry, found, given: dict, default: dict) -> tuple:
-    """(units with their sizes and tables, the fields given over `default`). d_model, heads and d_ff as given, else
-    read from the shapes (d_model the most common input width, or a norm's or a table's width; d_ff the input width
-    of the first block's last projection), heads from the flow; the token and position tables of width d_model,
-    BERT's token types (the table looked up with one id everywhere) set apart."""
+    """(units with their sizes and tables, the fields given over `default`). Sizes as given, else d_model a norm's
+    width or the most common input width (or a table's), d_ff the first block's last projection's input width, heads
+    from the flow; BERT's token types (the table looked up with one id everywhere) set apart."""
     fields = default | {k: v for k, v in given.items() if k != "config" and (v is not None or k == "pad_id")}
     cfg, pieces, norms, tables, flow = given.get("config"), found.pieces, found.norms, found.tables, found.flow
     D = fields.get("d_model") or (cfg.d_model if cfg else None)
     widths = [p.in_features for p in pieces]  # the most common one: d_model (a gated block: gate and up read D)
     outs = [p.out_features for p in pieces]  # a tie broken by the outputs (a packed in_proj read (in, out): 3D in)
-    if D is None:
-        common = max(widths, key=lambda w: (widths.count(w), outs.count(w))) if widths else None
-        D = norms[0].size if norms else common if widths else tables[0].width if tables else None
+    common = max(widths, key=lambda w: (widths.count(w), outs.count(w)), default=None)
+    D = D or (norms[0].size if norms else common or (tables[0].width if tables else None))
     if D is None and entry.unit != "heads":
         raise ValueError(f"cannot tell d_model from the module's parameters at level {entry.name!r}: pass d_model=")
     D = D or 8  # scaled dot-product attention: no parameter says it, and its probe's width is free
@@ -114,9 +108,8 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
 
 
 def _units(entry, found, units: Units) -> None:
-    """The attentions and feed-forward blocks the flow read (as pieces: names settle a gate and up; math the
-    reference lacks refused), the output projection (a linear D -> V, V the target token table's rows, that neither
-    of them holds), and the layers and norms they make."""
+    """The attentions and feed-forward blocks the flow read (names settle a gate and up), the output projection (a
+    linear D -> V, V the target token table's rows, that neither holds), and the layers and norms they make."""
     flow, by = found.flow, {p.weight: p for p in found.pieces}
     if flow is None and found.pieces and (entry.heads or entry.unit in ("feed_forward", "gated_feed_forward")):
         listed = ", ".join(f"{p.weight} ({p.in_features} -> {p.out_features})" for p in found.pieces)
@@ -161,8 +154,7 @@ def _units(entry, found, units: Units) -> None:
     _sandwich(entry, flow, units)
     if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
         # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
-        # own: BERT's embeddings.LayerNorm, BART's layernorm_embedding); the rest are final norms, after pre- or
-        # post-norm layers (nn.TransformerEncoder(norm=...) on post-norm layers)
+        # own: BERT's embeddings.LayerNorm); the rest final norms, after pre- or post-norm layers
         stacks = len(entry.stacks)
         first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
@@ -172,7 +164,7 @@ def _units(entry, found, units: Units) -> None:
 
 def _refuse_missing(entry, flow, units: Units) -> None:
     """NoPair at the first layer of a stack or model whose layers hold no norm with a learned scale (a weightless
-    one is unsupported.py's): each of the reference's layers normalises, which no map undoes."""
+    one is unsupported.py's): each of the reference's layers has one."""
     if flow is None or entry.group == "component" or not flow.attentions or units.norms:
         return
     layer = flow.attentions[0].module.rpartition(".")[0] or "(the module)"
@@ -181,8 +173,8 @@ def _refuse_missing(entry, flow, units: Units) -> None:
 
 
 def _sandwich(entry, flow, units: Units) -> None:
-    """Gemma's sandwich (flow.sandwich): a norm after each sublayer too, and, where a norm is applied before the
-    first attention's output, one before each sublayer (OLMo 2's has none: input_norm False)."""
+    """Gemma's sandwich: a norm after each sublayer too, and one before each where a norm is applied before the
+    first attention's output (OLMo 2's has none: input_norm False)."""
     units.sandwich = entry.group != "component" and flow is not None and flow.sandwich
     if units.sandwich:
         first_out = next(a.out_node for a in flow.attentions if a.out_node is not None)
@@ -191,10 +183,9 @@ def _sandwich(entry, flow, units: Units) -> None:
 
 
 def _rotary(flow, n_dec: int, Dh: int) -> dict:
-    """What the cos and sin tables each layer's queries are turned by say (dataflow: Attention.turned): the layers
-    that turn them, where only some do (SmolLM3's NoPE layers: rope_layers), and the sliding layers' base where it
-    is not the others' (Gemma 3's rope_local_base_freq: rope_local_theta)."""
-    if flow is None or not 0 < len(flow.attentions) == n_dec:
+    """What each layer's cos and sin tables say: the layers that turn the queries where only some do (SmolLM3's
+    NoPE layers: rope_layers), the sliding layers' base where it is not the others' (Gemma 3's rope_local_theta)."""
+    if not 0 < len(flow.attentions) == n_dec:
         return {}
     turned = [a.turned for a in flow.attentions]
     found: dict = {"rope_layers": tuple(map(bool, turned))} if any(turned) and not all(turned) else {}
@@ -208,7 +199,7 @@ def _rotary(flow, n_dec: int, Dh: int) -> dict:
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
-    the same weights, a parallel block not read as one (`parallel`). A norm without weights is unsupported.py's."""
+    the same weights, a parallel block not read as one (`parallel`)."""
     for node in flow.nodes:  # a top-k read with nothing beside its input
         if node.op == "topk" and len(node.parents) == 1:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
@@ -233,8 +224,8 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
 
 
 def _sinks(flow, attention, names: set) -> list:
-    """An attention's sink logits (GPT-OSS's): those it reads, else, where it leaves its own unread, its parameter
-    named as the first attention's that reads them; [] where there is none."""
+    """An attention's sink logits (GPT-OSS's): those it reads, else its parameter named as the first reading
+    attention's (where it leaves its own unread); [] where there is none."""
     first = next((a for a in flow.attentions if a.sinks), None)
     if attention.sinks or first is None or not first.sinks[0].startswith(f"{first.module}."):
         return attention.sinks
@@ -265,7 +256,7 @@ def _counted(entry, units: Units, links: list) -> None:
 
 
 def _config(entry, found, units: Units, cfg, fields: dict):
-    """The config: the given one with the given fields, else the one the units imply (with the fields)."""
+    """The given config with the given fields, else the one the units imply with them."""
     known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
     if cfg is not None:
         return dataclasses.replace(cfg, **known)
@@ -313,15 +304,14 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base |= {"norm_first": True, "parallel_residual": True, "shared_norm": units.shared_norm}
     if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
-    base |= _rotary(found.flow, units.n_dec, D // H)
     if found.flow is not None:
-        base = _from_flow(entry, found.flow, units, base)
+        base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec, D // H))
     return TransformerConfig(**(base | known))
 
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
-    """The config fields only the recorded forward says: GPT-OSS's sink logits, Gemma 2's soft caps, a sliding
-    window, a scale of the scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
+    """The config fields only the recorded forward says: sink logits, soft caps, a sliding window, a scale of the
+    scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
     base = dict(base, attn_sinks=any(a.sinks for a in flow.attentions))
     caps = flow.softcaps
     base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
@@ -349,9 +339,8 @@ def _qkv(attention: dict) -> list:
 
 
 def _rows(attention: dict, piece, D: int) -> dict:
-    """{role: rows} of `piece` in `attention`: those the flow saw each role take of a fused piece, else a query
-    piece holds D / (its pieces) rows and the rest of a fused piece is split evenly between the key and value it
-    holds (narrower with grouped-query attention)."""
+    """{role: rows} of `piece` in `attention`: those the flow saw each role take, else D / (query pieces) for the
+    query and the rest split evenly between the key and value it holds (narrower with grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
     held = attention["columns"].get(piece.weight, {})
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
@@ -385,8 +374,7 @@ def _runs(held: dict, names: dict, rows: int) -> list:
 
 
 class Linker:
-    """Links (mapping.Link) from the user's parameters to the reference's names, built unit by unit; `zero` the
-    reference biases the user's linears lack (held at zero)."""
+    """Links from the user's parameters to the reference's names, unit by unit; `zero` the biases held at zero."""
 
     def __init__(self, entry, cfg, units: Units, found):
         self.entry, self.cfg, self.units, self.found = entry, cfg, units, found
@@ -449,8 +437,7 @@ class Linker:
         self.links.append(Link(table.name, [(ref, None)], offset=table.offset))
 
     def ffn(self, block: list, prefix: str) -> None:
-        """A block's linears; a gate and up held in one projection (Phi-3's gate_up_proj) as its two parts, in the
-        order the flow read (the gate the part the activation reads)."""
+        """A block's linears; a gate and up in one projection (Phi-3's) as two parts, in the order the flow read."""
         if len(block) == 3 and block[0] is block[1]:
             halves = ["linear1", "gate"] if block[0].weight in self.found.flow.up_first else ["gate", "linear1"]
             self.piece(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)
@@ -460,10 +447,9 @@ class Linker:
             self.piece(p, [(f"{prefix}{name}", None)], self.cfg.bias)
 
     def attention(self, attention: dict, prefix: str) -> None:
-        """One attention's pieces linked to the reference's q_proj, k_proj, v_proj and out_proj under `prefix`, then
-        its per-head q and k norms (Qwen3's). A piece holding several roles is their rows stacked: q | k | v (the
-        order checkpoints keep; another is attention.q_k_swapped), or head by head as the flow read it (GPT-NeoX's);
-        one of several pieces of a role (one per head) is its rows of the reference's projection."""
+        """One attention's pieces linked to the reference's {q,k,v,out}_proj under `prefix`, then its per-head q and
+        k norms (Qwen3's). A piece holding several roles is their rows stacked, q | k | v (another order is
+        attention.q_k_swapped) or head by head as the flow read it (GPT-NeoX's); a role's per-head piece its rows."""
         names = {r: f"{prefix}{r}_proj" for r in ROLES}
         for piece in _qkv(attention):
             parts, rows = [], _rows(attention, piece, self.units.D)
@@ -487,8 +473,7 @@ class Linker:
                 self.norm(norm, f"{prefix}{role}_norm.")
 
     def layer(self, prefix: str, decoder: bool) -> None:
-        """One layer's attentions (a cross-attending decoder's two), feed-forward block and norms, in the order
-        the forward runs and applies them."""
+        """A layer's attentions (a decoder's two), feed-forward block and norms, in the order they run."""
         for name in ["self_attn"] + ["cross_attn"] * decoder:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
@@ -541,9 +526,8 @@ def _link(lk: Linker) -> None:
 
 
 def _link_stacks(lk: Linker) -> None:
-    """Layers on embeddings, or a whole model: each stack's tables (a model's), layers and final norm (always, or
-    config.has_final_norm), then a model's output projection: the user's linear, an output bias alone, or the
-    tied token table."""
+    """Each stack's tables (a model's), layers and final norm (where it has one), then a model's output projection:
+    the user's linear, an output bias alone, or the tied token table."""
     cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))

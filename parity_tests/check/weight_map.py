@@ -1,10 +1,9 @@
 """The weight map as the result gives it, and back: built once from the links (mapping.Link) as data.
 
-`result.mapping` is {user parameter: MapEntry}. A MapEntry prints and compares as the pair (reference name(s),
-layout note) and carries what it was made from: the Link, or that it is a reference bias held at zero (the
-user's linear has none) or a fixed table matched by its values. Passed back as `mapping=`, entries are read from
-that data; the CLI's JSON writes it as a third element ({"parts", "transposed", "rope_pairs"}). Only a map written
-or edited by hand, (reference name, layout note) pairs, is read from its notes, in the syntax the report prints.
+`result.mapping` is {user parameter: MapEntry}: the pair (reference name(s), layout note) carrying what it was made
+from (the Link, a reference bias held at zero, a fixed table matched by its values). Passed back as `mapping=`,
+entries are read from that data (the CLI's JSON writes it as a third element); only a map written by hand,
+(reference name, layout note) pairs, is read from its notes, in the syntax the report prints.
 """
 
 from __future__ import annotations
@@ -81,20 +80,14 @@ def table(links: list, model, layout: str) -> dict:
 
 
 def links_from(given: dict) -> tuple[list, list]:
-    """A user's mapping= read back into links and zero-held biases: from each entry's data (a MapEntry, or the
-    JSON's third element), else from a hand-written (reference name, layout note)."""
-    links, zero = [], []
-    for user, value in given.items():
-        kind, link = _read(user, value)
-        if kind == "zero":
-            zero.append(value[0])
-        elif kind == "link":
-            links.append(link)
-    return links, zero
+    """A user's mapping= read back into links and zero-held biases."""
+    read = {user: _read(user, value) for user, value in given.items()}
+    zero = [given[user][0] for user, (kind, _) in read.items() if kind == "zero"]
+    return [link for kind, link in read.values() if kind == "link"], zero
 
 
 def _read(user: str, value) -> tuple[str, Link | None]:
-    """(kind, the Link of a "link") from an entry's data, else from its note."""
+    """(kind, Link or None) from an entry's data (a MapEntry, the JSON's third element), else from its note."""
     if isinstance(value, MapEntry):
         return value.kind, value.link
     if isinstance(value, (list, tuple)) and len(value) == 3 and isinstance(value[2], dict):
@@ -112,12 +105,10 @@ def _read(user: str, value) -> tuple[str, Link | None]:
 
 def _from_note(user: str, ref: str, note: str) -> Link:
     """A hand-written entry: reference name and layout note in the syntax the report prints (note)."""
-    pairs, offset, heads = 0, 0, re.search(r"split into (\d+) heads(, each transposed)?", note)  # 3 axes
-    if note.startswith("after ") and note.endswith(" unread rows"):
-        offset = int(note.split()[1])
-    if ", RoPE pairs interleaved (head size " in note:
-        note, _, size = note.partition(", RoPE pairs interleaved (head size ")
-        pairs = int(size.rstrip(")"))
+    heads = re.search(r"split into (\d+) heads(, each transposed)?", note)  # 3 axes
+    offset = int(note.split()[1]) if note.startswith("after ") and note.endswith(" unread rows") else 0
+    note, _, size = note.partition(", RoPE pairs interleaved (head size ")
+    pairs = int(size.rstrip(")")) if size else 0
     if "head by head" in note:
         raise ValueError(
             f"mapping[{user!r}]: a head-by-head layout ({note!r}) is read back from the entry's data only: pass the "
@@ -139,9 +130,8 @@ def _from_note(user: str, ref: str, note: str) -> Link:
 
 
 def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, level: str) -> None:
-    """A ValueError naming the first entry of a given map that names a tensor the module or the reference (as
-    configured: `reference`, its tensors by name) lacks, rows past a reference tensor's end, or a user tensor of
-    another size than the reference's it is gathered from (mapping.gather, as loading it does)."""
+    """A ValueError naming the first entry of a given map naming a tensor the module or the reference (`reference`,
+    by name) lacks, rows past a reference tensor's end, or a user tensor of another size than it is gathered from."""
     names = ", ".join(list(reference)[:6]) + (", ..." if len(reference) > 6 else "")
     for link in links:
         if link.user not in tensors:
