@@ -108,13 +108,10 @@ def first_tensor(out):
     while isinstance(out, (tuple, list, Mapping)) or (dataclasses.is_dataclass(out) and not isinstance(out, type)):
         if not isinstance(out, (tuple, list, Mapping)):  # a dataclass instance: its fields, in order, by name
             out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
-        if isinstance(out, Mapping):
-            values = [out["logits"]] if out.get("logits") is not None else [v for v in out.values() if v is not None]
-        else:
-            values = [v for v in out if v is not None]
+        values = [v for v in (out.values() if isinstance(out, Mapping) else out) if v is not None]
         if not values:
             break
-        out = values[0]
+        out = out["logits"] if isinstance(out, Mapping) and out.get("logits") is not None else values[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(
             f"the module returned {type(out).__name__}, expected a tensor, a tuple starting with one, a dict or a "
@@ -129,9 +126,8 @@ def as_numpy(out) -> np.ndarray:
 
 
 def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
-    """The reference's mask for one role as the user's `kind` and `shape` say: role "src" the keys' padding, "tgt"
-    the causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch
-    axis)."""
+    """The reference's mask for one role as the user's `kind` and `shape` say: "src" the keys' padding, "tgt" the
+    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
     if role == "src":  # (B, T) with as many axes of size 1 between as the shape says
         keep = probe.src_keep.reshape(len(probe.src_keep), *(1,) * (shape.count(",") - 1), -1)
     else:
