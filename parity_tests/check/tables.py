@@ -17,8 +17,7 @@ def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
 
 
 def _within(value: np.ndarray, table: np.ndarray, tolerance) -> bool:
-    """`value` (built in float32) equal to the float64 (or complex128) `table` to `tolerance`, entry by entry, real
-    and imaginary parts alike; a real value never equals a complex table, nor the other way round."""
+    """`value` (built in float32) equal to the float64 or complex128 `table` to `tolerance`, entry by entry."""
     if value.shape != table.shape or np.iscomplexobj(value) != np.iscomplexobj(table):
         return False
     error = np.maximum(np.abs(value.real - table.real), np.abs(value.imag - table.imag))
@@ -32,9 +31,8 @@ def _squeezed(tensor) -> np.ndarray:
 
 
 def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
-    """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
-    float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies), and adds
-    a note for each."""
+    """Each fixed position table of the user's read against the reference's sinusoids, a note added for each: ({user
+    name: float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies)."""
     tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
     overwrite, layout, wrong = {}, None, False
     for t in fixed:
@@ -132,10 +130,9 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
 
 
 def scales(module, D: int, notes: list) -> dict:
-    """The scalar buffers the module made in float32 before the check that are sqrt(d_model) or its inverse to
-    float32 precision (transformers' Gemma keeps its embed_scale so; .double() widens it, rounded): {name: the float64
-    value} to overwrite each with for the float64 comparison, and a note for each. A plain tensor attribute stays a
-    float32 island (running.py)."""
+    """The float32 scalar buffers equal to sqrt(d_model) or its inverse to float32 precision (transformers' Gemma's
+    embed_scale; .double() widens it rounded): {name: the float64 value to overwrite it with}, a note for each. A
+    plain tensor attribute stays a float32 island (running.py)."""
     found = {}
     for name, t in module.named_buffers():
         value = float(t) if t.is_floating_point() and t.numel() == 1 and t.dtype != torch.float64 else None
