@@ -342,7 +342,7 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
     tril = torch.ones(v.shape[-2:], dtype=torch.bool).tril() if square else None
     keep_like = v if v.dtype == torch.bool else (v >= 0 if v.is_floating_point() else v != 0)
     causal = square and (bool((keep_like == tril).all()) or bool((keep_like == ~tril).all()))
-    named = [r for r in roles if r == "tgt"] if any(w in name.lower() for w in TARGET_WORDS) else []
+    named = "tgt" in roles and any(w in name.lower() for w in TARGET_WORDS)
     role = "tgt" if causal or named or roles == ("tgt",) else "src"
     if v.dtype == torch.bool:
         keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5

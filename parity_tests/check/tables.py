@@ -93,12 +93,9 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     if read is None:
         return None
     read_off = [_theta_from(read(np.clip(row, -1, 1)), Dh) for row in (v[1][: Dh // 2], v[1][::2])]  # halves; pairs
-    for theta in dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t)):
-        tables = rope_tables(theta, Dh, len(value)).values()
-        table = next((t for t, tolerance in tables if _within(value, t, tolerance)), None)
-        if table is not None:
-            return theta, table
-    return None
+    bases = dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t))
+    tried = ((theta, table, tol) for theta in bases for table, tol in rope_tables(theta, Dh, len(value)).values())
+    return next(((theta, table) for theta, table, tol in tried if _within(value, table, tol)), None)
 
 
 def base_of(computed: torch.Tensor, Dh: int) -> float | None:
