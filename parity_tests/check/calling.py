@@ -1,9 +1,8 @@
 """How a user's module is called: layout, argument order, and the masks in the user's own convention.
 
 A `Caller` turns the reference's probe (batch-first arrays, masks as "which positions are real") into one call of
-the user's module and returns its output batch-first. `callers` lists the candidates a module's signature allows,
-or, given an example call, those that call it as the example does; the check keeps the first whose output matches
-the reference (and says which it used), or, when none matches, the closest that runs, and diagnoses from there.
+the user's module and returns its output batch-first. `callers` lists the candidates its signature (or an example
+call) allows; the check keeps the first that matches the reference, else the closest that runs, and diagnoses there.
 
 Mask kinds: "bool_keep" (True = may attend), "bool_masked" (True = masked), "int_keep" (1 = may attend, 0/1
 integers), "additive" (0 where allowed, -1e9 where masked, added to the scores). Shapes: a padding mask as (B, T_k),
