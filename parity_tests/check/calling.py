@@ -167,7 +167,7 @@ def _signature(module, n_data: int) -> tuple:
     params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
     masks = [p.name for p in params if "mask" in p.name.lower()]
     unmasked = [p for p in params if p.name not in masks]
-    # every one optional (transformers' forward(input_ids=None, ...)): the first ones
+    # those without defaults; where every one is optional (transformers' forward(input_ids=None, ...)), the first ones
     data = [p.name for p in unmasked if p.default is p.empty] or [p.name for p in unmasked][:n_data]
     return params, masks, data
 
