@@ -169,28 +169,23 @@ def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
 
 
 def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
-    """x (B, T, D) through `stack`'s layers and final norm (nn.TransformerEncoder's, the Annotated Transformer's
-    Encoder(layer, N)): an encoder's self-attention masked by the padding, a decoder's layers each cross-attending
-    to the memory (B, T_k, D), its padding masked: dmemory is the sum of the layers'."""
-    x, caches, hidden = p.floats["x"], [], [p.floats["x"]]
+    """x (B, T, D) through `stack`'s layers (run_layer, each on the last one's output) and final norm
+    (nn.TransformerEncoder's, the Annotated Transformer's Encoder(layer, N)): dmemory is the sum of the layers'."""
+    x, backwards, hidden = p.floats["x"], [], [p.floats["x"]]
     for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
-        layer = M.sub(params, f"{stack}.layers.{i}")
-        if stack == "encoder":
-            x, cache = M.encoder_layer_forward(layer, x, cfg, mask=keep_mask(p, "src"))
-        else:
-            x, cache = M.decoder_layer_forward(layer, x, p.floats["memory"], cfg, memory_mask=keep_mask(p, "cross"))
-        caches.append(cache)
+        on_x = dataclasses.replace(p, floats=p.floats | {"x": x})  # the probe with the last layer's output as x
+        x, layer_backward = run_layer(M.sub(params, f"{stack}.layers.{i}"), on_x, cfg, dtype, stack == "decoder")
+        backwards.append(layer_backward)
         hidden.append(x)
     out, norm_cache = M.final_norm_forward(M.sub(params, stack), x, cfg)
 
     def backward(dout):
         dx, grads = M.final_norm_backward(dout, norm_cache)
         dmemory = None
-        for i in reversed(range(len(caches))):
-            if stack == "encoder":
-                dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
-            else:
-                dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
+        for i in reversed(range(len(backwards))):
+            dinputs, layer_grads = backwards[i](dx)
+            dx, dmemory_i = dinputs["x"], dinputs.get("memory")
+            if dmemory_i is not None:
                 dmemory = dmemory_i if dmemory is None else dmemory + dmemory_i
             grads |= M.prefixed(layer_grads, f"layers.{i}")
         return {"x": dx} | ({"memory": dmemory} if stack == "decoder" else {}), M.prefixed(grads, stack)
