@@ -1,9 +1,8 @@
 """How a user's module is called: layout, argument order, and the masks in the user's own convention.
 
 A `Caller` turns the reference's probe (batch-first arrays, masks as "which positions are real") into one call of
-the user's module and returns its output batch-first. `callers` lists the candidates a module's signature allows,
-or, given an example call, those that call it as the example does; the check keeps the first whose output matches
-the reference (and says which it used), or, when none matches, the closest that runs, and diagnoses from there.
+the user's module and returns its output batch-first. `callers` lists the candidates its signature (or an example
+call) allows; the check keeps the first that matches the reference, else the closest that runs, and diagnoses there.
 
 Mask kinds: "bool_keep" (True = may attend), "bool_masked" (True = masked), "int_keep" (1 = may attend, 0/1
 integers), "additive" (0 where allowed, -1e9 where masked, added to the scores). Shapes: a padding mask as (B, T_k),
@@ -30,6 +29,7 @@ from .levels import LEVELS
 MASK_KINDS = ("bool_keep", "bool_masked", "int_keep", "additive")
 PAD_SHAPES = ("(B, 1, 1, T)", "(B, 1, T)", "(B, T)")
 CAUSAL_SHAPES = ("(B, 1, T, T)", "(B, T, T)", "(T, T)")
+SOURCE_WORDS = ("source", "memory", "enc", "cross", "src")
 TARGET_WORDS = ("tgt", "trg", "target", "self", "dec", "causal", "look_ahead", "subsequent", "attn_mask")
 
 
@@ -107,13 +107,10 @@ def first_tensor(out):
     while isinstance(out, (tuple, list, Mapping)) or (dataclasses.is_dataclass(out) and not isinstance(out, type)):
         if not isinstance(out, (tuple, list, Mapping)):  # a dataclass instance: its fields, in order, by name
             out = {f.name: getattr(out, f.name) for f in dataclasses.fields(out)}
-        if isinstance(out, Mapping):
-            values = [out["logits"]] if out.get("logits") is not None else [v for v in out.values() if v is not None]
-        else:
-            values = [v for v in out if v is not None]
+        values = [v for v in (out.values() if isinstance(out, Mapping) else out) if v is not None]
         if not values:
             break
-        out = values[0]
+        out = out["logits"] if isinstance(out, Mapping) and out.get("logits") is not None else values[0]
     if not isinstance(out, torch.Tensor):
         raise TypeError(
             f"the module returned {type(out).__name__}, expected a tensor, a tuple starting with one, a dict or a "
@@ -128,12 +125,10 @@ def as_numpy(out) -> np.ndarray:
 
 
 def user_mask(probe, role, kind, shape, dtype, device) -> torch.Tensor:
-    """The reference's mask for one role as the user's `kind` and `shape` say: role "src" the keys' padding, "tgt"
-    the causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch
-    axis)."""
-    if role == "src":
-        keep = probe.src_keep
-        keep = {"(B, 1, 1, T)": keep[:, None, None, :], "(B, 1, T)": keep[:, None, :], "(B, T)": keep}[shape]
+    """The reference's mask for one role as the user's `kind` and `shape` say: "src" the keys' padding, "tgt" the
+    causal mask (with the target's padding on the keys, as tutorials build it, where the shape has a batch axis)."""
+    if role == "src":  # (B, T) with as many axes of size 1 between as the shape says
+        keep = probe.src_keep.reshape(len(probe.src_keep), *(1,) * (shape.count(",") - 1), -1)
     else:
         T = probe.tgt_keep.shape[1] if probe.tgt_keep is not None else next(iter(probe.floats.values())).shape[1]
         keep = np.tril(np.ones((T, T), dtype=bool))
@@ -171,9 +166,9 @@ def _signature(module, n_data: int) -> tuple:
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
     masks = [p.name for p in params if "mask" in p.name.lower()]
-    data = [p.name for p in params if "mask" not in p.name.lower() and p.default is p.empty]
-    if not data:  # every argument optional (transformers' forward(input_ids=None, ...)): the first ones
-        data = [p.name for p in params if "mask" not in p.name.lower()][:n_data]
+    unmasked = [p for p in params if p.name not in masks]
+    # those without defaults; where every one is optional (transformers' forward(input_ids=None, ...)), the first ones
+    data = [p.name for p in unmasked if p.default is p.empty] or [p.name for p in unmasked][:n_data]
     return params, masks, data
 
 
@@ -190,8 +185,7 @@ def _orders(entry, level: str, data_params: list) -> list:
         )
     orders = [data]
     if len(data) == 3:
-        reverse = (data[2], data[1], data[0])
-        orders.insert(0 if data_params[0].lower() in ("value", "v", "values") else 1, reverse)
+        orders.insert(0 if data_params[0].lower() in ("value", "v", "values") else 1, data[::-1])
     if entry.self_attention_probes:  # last resort: self-attention, the one input passed three times
         orders.append(("query", "query", "query"))
     return orders
@@ -201,15 +195,12 @@ def _assigned(mask_params: list, roles: list) -> dict:
     """Each mask argument's role ("src", "tgt"), one per role: the level's only one, else read from its name."""
     assigned: dict = {}
     for name in mask_params:
-        if len(roles) == 1:
-            role = roles[0]
-        elif any(w in name.lower() for w in ("source", "memory", "enc", "cross", "src")):
-            role = "src"
-        elif any(w in name.lower() for w in TARGET_WORDS):
-            role = "tgt"
-        else:
-            continue
-        if role not in assigned.values():
+        words = name.lower()
+        named = (
+            "src" if any(w in words for w in SOURCE_WORDS) else "tgt" if any(w in words for w in TARGET_WORDS) else None
+        )
+        role = roles[0] if len(roles) == 1 else named
+        if role is not None and role not in assigned.values():
             assigned[name] = role
     return assigned
 
@@ -250,18 +241,19 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         owner = module.layers[0] if isinstance(module, (nn.TransformerEncoder, nn.TransformerDecoder)) else module
         bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
         return [Caller(bf, entry.inputs, dict(builtin[1]), extra=dict(builtin[2]))]
+    hf = any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)  # transformers' (no import needed)
     params, mask_params, data = _signature(module, len(entry.inputs))
     mask_params, data, placings = _unnamed_masks(entry, mask_params, data)
     orders = _orders(entry, level, data)
     assigned = _assigned(mask_params, list(entry.masks))
-    if _transformers_model(module) and ("decoder_attention_mask" in mask_params or entry.masks == ("tgt",)):
+    if hf and ("decoder_attention_mask" in mask_params or entry.masks == ("tgt",)):
         # transformers' encoder-decoders: attention_mask is the source's padding; the decoder builds its causal
         # mask itself (decoder_attention_mask only pads the target, whose outputs are not compared); a decoder-only
         # model builds its causal mask and any sliding window (a (B, 1, T, T) attention_mask would replace them)
         assigned = {"attention_mask": "src"} if "attention_mask" in mask_params and "src" in entry.masks else {}
     detect = mask in (None, "detect")  # the mask kinds tried: all (detected from the outputs), the one given, or none
     kinds = MASK_KINDS if detect else (mask,) if mask != "none" else ()
-    if detect and set(assigned) == {"attention_mask"} and _transformers_model(module):
+    if detect and set(assigned) == {"attention_mask"} and hf:
         kinds = HF_MASK_KINDS  # the library's documented polarity, not read from the outputs
     # a whole model whose masks are all optional (transformers' attention_mask=None) builds what it needs itself;
     # an attention or a layer given none would only look like one that ignores its mask
@@ -288,18 +280,10 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
 HF_MASK_KINDS = ("int_keep", "bool_keep")
 
 
-def _transformers_model(module) -> bool:
-    """A transformers PreTrainedModel (read from its classes' names: no import of transformers needed)."""
-    return any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)
-
-
 # -- check.module's example=(args, kwargs): one real call of a part, read for how the judge should call it --------
-# The call's tensors are read in order: its data (the level's inputs: the first float tensors of one rank and width,
-# or the first integer tensors, as many as the level takes; one for a self-attention), its masks (an argument named
-# for a mask, or a boolean tensor: kind, shape and polarity from its dtype, rank and values; None stays None), and
-# everything else passed as given (start positions, caches, flags), except cos/sin tables of rotary positions, which
-# are recomputed in the run's dtype. The probe takes its sequence lengths (and batch size, three at least) from the
-# data; a tensor of the example's batch size on its first axis is repeated to the probe's.
+# Its tensors, in order: the data (the level's inputs), the masks (kind, shape and polarity read from dtype, rank and
+# values), everything else passed as given (start positions, caches, flags) but rotary tables, remade in the run's
+# dtype, and tensors of the example's batch size, repeated to the probe's (which takes the data's sizes).
 
 
 def validate(example) -> None:
@@ -323,11 +307,13 @@ def _slots(module, example) -> list:
 
 
 def _data(slots: list, level: str) -> list:
-    """The slots holding the level's inputs, in the example's order."""
+    """The slots holding the level's inputs, in the example's order: the first float tensors of one rank and width,
+    else the first integer tensors of one dtype and rank (a decoder's ids and memory: the first tensors), as many as
+    the level takes (one for a self-attention)."""
     entry = LEVELS[level]
     tensors = [s for s in slots if isinstance(s[2], torch.Tensor) and "mask" not in s[1].lower()]
     floats = [s for s in tensors if s[2].is_floating_point()]
-    first = floats[0] if floats else next((s for s in tensors if not s[2].dtype.is_floating_point), None)
+    first = (floats or tensors or [None])[0]
     if first is None:
         raise TypeError(
             f"the example passes no tensor the reference {level!r} could take as {list(entry.inputs)}; pass "
@@ -355,7 +341,7 @@ def _mask_of(value: torch.Tensor, name: str, roles: tuple) -> tuple:
     tril = torch.ones(v.shape[-2:], dtype=torch.bool).tril() if square else None
     keep_like = v if v.dtype == torch.bool else (v >= 0 if v.is_floating_point() else v != 0)
     causal = square and (bool((keep_like == tril).all()) or bool((keep_like == ~tril).all()))
-    named = [r for r in roles if r == "tgt"] if any(w in name.lower() for w in TARGET_WORDS) else []
+    named = "tgt" in roles and any(w in name.lower() for w in TARGET_WORDS)
     role = "tgt" if causal or named or roles == ("tgt",) else "src"
     if v.dtype == torch.bool:
         keeps = bool((v == tril).all()) if causal else v.float().mean() >= 0.5
@@ -373,24 +359,21 @@ def example_callers(module, level: str, example, batch_first=None) -> list:
     slots = _slots(module, example)
     data = _data(slots, level)
     names = ("query",) if len(data) < len(entry.inputs) else entry.inputs
-    by_slot = {s[0]: n for s, n in zip(data, names, strict=False)}
-    masks = {}
+    kept = {s[0]: ("data", n) for s, n in zip(data, names, strict=False)}  # place -> slot; the rest _extra's
+    masks = {}  # name -> (role, kinds, shape)
     for place, name, value in slots:
         is_mask = isinstance(value, torch.Tensor) and ("mask" in name.lower() or value.dtype == torch.bool)
-        if place not in by_slot and is_mask:
-            masks[name] = (place, *_mask_of(value, name, entry.masks))
-    mask_at = {m[0]: name for name, m in masks.items()}
-
-    def slot(place, value):
-        if place in by_slot:
-            return "data", by_slot[place]
-        return ("mask", mask_at[place]) if place in mask_at else _extra(value, data, B)
-
+        if place not in kept and is_mask:
+            masks[name], kept[place] = _mask_of(value, name, entry.masks), ("mask", name)
     B = sizes(module, level, example, batch_first).B
-    tmpl = (tuple(slot(i, v) for i, v in enumerate(example[0])), {k: slot(k, v) for k, v in example[1].items()})
+    args, kwargs = example
+    tmpl = (
+        tuple(kept.get(i) or _extra(v, data, B) for i, v in enumerate(args)),
+        {k: kept.get(k) or _extra(v, data, B) for k, v in kwargs.items()},
+    )
     self_attention = names == ("query",)
-    causal_given = any(m[1] == "tgt" for m in masks.values())
-    options = list(itertools.product(*[[(n, (m[1], kind, m[3])) for kind in m[2]] for n, m in masks.items()]))
+    causal_given = any(m[0] == "tgt" for m in masks.values())
+    options = list(itertools.product(*[[(n, (m[0], kind, m[2])) for kind in m[1]] for n, m in masks.items()]))
     causals = [causal_given] if causal_given or not self_attention else [False, True]
     layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
     return [
@@ -438,8 +421,7 @@ def sizes(module, level: str, example, batch_first=None) -> PR.Sizes:
     """The probe's sizes, the example's: its lengths (three positions at least: the probe pads two; the first
     input's as the queries', the last's as the keys') and batch size (three at least); else the probe's own."""
     data = [v for _, _, v in _data(_slots(module, example), level)]
-    axis = [0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1 for v in data]
-    lengths = [int(v.shape[a]) for v, a in zip(data, axis, strict=True)]
+    lengths = [int(v.shape[0 if batch_first is False else v.ndim - 2 if v.is_floating_point() else 1]) for v in data]
     if min(lengths) < 3:
         return PR.SIZES
     first, last = (-1, 0) if LEVELS[level].inputs[0] == "src" else (0, -1)  # src: the keys

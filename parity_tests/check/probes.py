@@ -25,9 +25,8 @@ B = SIZES.B
 
 @dataclass(frozen=True)
 class Probe:
-    """The reference's inputs, batch-first. `floats` are differentiated (their gradients compared), `ids` are
-    token ids, `src_keep` / `tgt_keep` (B, T) say which positions are real (not padding), `causal` whether the
-    level's self-attention is causal. `valid` (B, T_out) are the output positions compared."""
+    """The reference's inputs, batch-first: `floats` differentiated, `ids` token ids, `src_keep` / `tgt_keep` (B, T)
+    True at real positions, `causal` whether the self-attention is causal, `valid` (B, T_out) the outputs compared."""
 
     floats: dict = field(default_factory=dict)
     ids: dict = field(default_factory=dict)
@@ -76,16 +75,14 @@ def keep_mask(p: Probe, kind: str, window: int | None = None) -> np.ndarray | No
 
 def heads(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """q (B, H, T_q, Dh), k and v (B, H, T_k, Dh): heads already split; the keys padded."""
-    B, T_Q, T_K = sizes.B, sizes.T_Q, sizes.T_K
-    H, Dh = cfg.n_heads, cfg.d_head
-    shapes = {"q": (B, H, T_Q, Dh), "k": (B, H, T_K, Dh), "v": (B, H, T_K, Dh)}
-    return Probe(floats={n: rng.standard_normal(s) for n, s in shapes.items()}, src_keep=keep(B, T_K))
+    B, H, Dh = sizes.B, cfg.n_heads, cfg.d_head
+    shapes = {"q": (B, H, sizes.T_Q, Dh), "k": (B, H, sizes.T_K, Dh), "v": (B, H, sizes.T_K, Dh)}
+    return Probe(floats={n: rng.standard_normal(s) for n, s in shapes.items()}, src_keep=keep(B, sizes.T_K))
 
 
 def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
     """query, key, value (B, T, D), or one input for a self-attention; the keys padded, every output compared. A
-    causal self-attention (Llama's) has no padding mask: its third sequence ends with one padding position, whose
-    output is not compared (causality hides it from every other)."""
+    causal self-attention (Llama's) has no padding mask: its third sequence's last position is not compared."""
     if causal:
         return dataclasses.replace(_builder({"query": "T_K"}, tgt="T_K")(cfg, rng, sizes=sizes), self_attention=True)
     inputs = {"query": "T_K"} if self_attention else {"query": "T_Q", "key": "T_K", "value": "T_K"}
@@ -94,11 +91,10 @@ def attention(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Prob
 
 
 def _builder(floats: dict, ids: dict | None = None, src: bool = False, tgt: str | None = None):
-    """The builder of a probe of floats (B, T, D), T the Sizes field `floats` names for each, and token ids (B, T)
-    (`ids`: name -> "src" or "tgt", whose padding and vocabulary they take): the keys (T_K) padded where `src`, and
-    where `tgt` names the queries' length, under a causal self-attention whose third sequence ends with a padding
-    position. Token ids alone are padded only where the model has a pad id (every sentence real to its end without
-    one). The output positions compared are the queries' real ones (the keys' where nothing is causal)."""
+    """The builder of a probe of floats (B, T, D) (`floats`: name -> the Sizes field of its T) and token ids (B, T)
+    (`ids`: name -> "src" or "tgt", whose padding and vocabulary they take): the keys (T_K) padded where `src`; where
+    `tgt` names the queries' length, causal, its third sequence ending in padding. Token ids alone are padded only
+    where the model has a pad id. The outputs compared: the queries' real ones (the keys' where nothing is causal)."""
 
     def build(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Probe:
         made = {n: rng.standard_normal((sizes.B, getattr(sizes, T), cfg.d_model)) for n, T in floats.items()}
@@ -131,9 +127,8 @@ def vocabulary(cfg, rng, self_attention=False, causal=False, sizes=SIZES) -> Pro
 
 
 def model_ids(inputs: list, tables: list, B: int) -> Probe:
-    """A model's probe where its forward is recorded: small ids (T at most 6) for each of `inputs` (a memory:
-    floats), nothing padded: no id is a table's padding_idx (RoBERTa numbers its positions from the ids that are not
-    padding)."""
+    """A model's probe where its forward is recorded: small ids (T at most 6) for each of `inputs` (a memory: floats),
+    nothing padded, no id a table's padding_idx (RoBERTa numbers its positions from the ids that are not padding)."""
     rows = min((t.rows for t in tables if t.rows > 4), default=min(t.rows for t in tables))
     T = min(6, rows)  # rows: the smallest table's beyond a handful (BERT's two token types are not the vocabulary)
     low = max([t.padding_idx + 1 for t in tables if t.padding_idx is not None and t.padding_idx < 4] + [1])

@@ -1,9 +1,7 @@
-"""The reference at each level, read from its entry's fields (levels.Level: its unit, group and stacks), never from
-its name: its parameter shapes for a config (`shapes`), and its runner (`runner`): run(params, p, cfg, dtype) ->
-(out, backward), backward(dout) -> (input gradients, parameter gradients) by name, on a probe (params and floats
-already in `dtype`). Every call the judge makes into numpy_transformer's level math is here, so a change of
-numpy_transformer's signatures or caches is met in this one file.
-"""
+"""The reference at each level, read from its entry's fields (levels.Level: unit, group, stacks), never its name:
+its parameter shapes for a config (`shapes`), its runner (`runner`: run(params, p, cfg, dtype) -> (out, backward),
+backward(dout) -> ({input: gradient}, {parameter: gradient})) and the stages judged in situ (`stages`). Every call
+the judge makes into numpy_transformer's level math is here: a change of its signatures is met in this one file."""
 
 from __future__ import annotations
 
@@ -13,7 +11,6 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -29,9 +26,8 @@ from .probes import Probe, keep_mask
 
 
 def unit_shapes(cfg, unit: str) -> dict:
-    """A component's parameters: its linears' weights (out, in) and, unless the user's linears have none (cfg.bias
-    False), their biases (out,), the k and v projections kv_heads * d_head wide (grouped-query attention: < D); a
-    norm's scale (and a layer norm's shift); a learned position table; the token table."""
+    """A component's parameters: its linears' weights (out, in) and biases (out,) (none where cfg.bias is False; k
+    and v kv_heads * d_head wide), a norm's scale (and shift), a learned position table, the token table."""
     D, F, kv = cfg.d_model, cfg.d_ff, cfg.kv_heads * cfg.d_head
     linears = {
         "attention": (("q_proj", D, D), ("k_proj", kv, D), ("v_proj", kv, D), ("out_proj", D, D)),
@@ -52,9 +48,8 @@ def unit_shapes(cfg, unit: str) -> dict:
 
 
 def shapes(entry, cfg) -> dict:
-    """The reference's parameters at `entry`'s level: a component's (unit_shapes); one layer's, named below it; a
-    whole model's; an encoder-decoder's decoder stack (before the output projection); or layers on embeddings: the
-    stacks' layers and final norms (nn.Transformer's two stacks always end in a norm with a shift)."""
+    """The reference's parameters at `entry`'s level: a component's, one layer's (named below it), a model's, an
+    encoder-decoder's decoder stack, or the stacks' layers and final norms (nn.Transformer's always end in one)."""
     if entry.unit is not None:
         return unit_shapes(cfg, entry.unit)
     if entry.group == "layer":  # a causal layer is a decoder's: cross-attending unless decoder-only
@@ -76,37 +71,35 @@ def shapes(entry, cfg) -> dict:
 
 
 # -- forward and backward: run(params, p, cfg, dtype) -> (out, backward) ------------------------------------------
-# the backward of a stack's or a model's runner carries the forward's activations (backward.activations,
-# keyed as the model's: "encoder.embedding" (a stack's input), "encoder.layers.0", ..., "encoder" (a decoder's memory))
+# a stack's or a model's backward carries the forward's activations (backward.activations, keyed as the model's:
+# "encoder.embedding" (a stack's input), "encoder.layers.0", ..., "encoder" (a decoder's memory))
 
 
-def _named(pair_backward, cache, inputs: tuple, weights: tuple | None = None):
+def _named(pair_backward, cache, inputs: tuple):
     """backward(dout) -> ({input: gradient}, {parameter: gradient}) for a pair whose backward(dout, cache) returns
-    the gradients of `inputs` in order (None: one the level does not take), then the parameters': one array for
-    each name in `weights`, or (weights None) their dict."""
+    the gradients of `inputs` in order (None: one the level does not take), then the parameters' dict."""
 
     def backward(dout):
         grads = pair_backward(dout, cache)
-        dinputs = {n: g for n, g in zip(inputs, grads, strict=False) if n is not None}
-        rest = grads[len(inputs) :]
-        return dinputs, rest[0] if weights is None else dict(zip(weights, rest, strict=True))
+        return {n: g for n, g in zip(inputs, grads, strict=False) if n is not None}, grads[len(inputs)]
 
     return backward
 
 
-def _pair(forward: Callable, backward: Callable, inputs: tuple = ("x",), weights: tuple | None = None) -> Callable:
-    """The runner of a level one pair computes: forward(params, p, cfg, dtype) -> (out, cache), backward _named."""
+def _on_x(forward: Callable, backward: Callable, knobs: Callable) -> Callable:
+    """The runner of a position-wise pair on the probe's x: forward(params, x, *knobs(cfg)), backward _named."""
 
     def run(params: dict, p: Probe, cfg, dtype):
-        out, cache = forward(params, p, cfg, dtype)
-        return out, _named(backward, cache, inputs, weights)
+        out, cache = forward(params, p.floats["x"], *knobs(cfg))
+        return out, _named(backward, cache, ("x",))
 
     return run
 
 
-def _on_x(forward: Callable, backward: Callable, knobs: Callable) -> Callable:
-    """The runner of a position-wise pair on the probe's x: forward(params, x, *knobs(cfg)), backward _named."""
-    return _pair(lambda params, p, cfg, dtype: forward(params, p.floats["x"], *knobs(cfg)), backward)
+def run_heads(params: dict, p: Probe, cfg, dtype):
+    out, cache = nt.scaled_dot_product_attention_forward(*(p.floats[n] for n in "qkv"), keep_mask(p, "src"))
+    backward = nt.scaled_dot_product_attention_backward  # dq, dk, dv, dbias (None: no T5 table)
+    return out, lambda dout: (dict(zip("qkv", backward(dout, cache), strict=False)), {})
 
 
 def run_attention(params: dict, p: Probe, cfg, dtype):
@@ -150,12 +143,7 @@ def run_embedding(params: dict, p: Probe, cfg, dtype):
 
 
 UNIT_RUNS = {  # a component's runner, by its unit
-    "heads": _pair(
-        lambda params, p, cfg, dtype: nt.scaled_dot_product_attention_forward(
-            p.floats["q"], p.floats["k"], p.floats["v"], keep_mask(p, "src")
-        ),
-        nt.scaled_dot_product_attention_backward, ("q", "k", "v", None), (),  # no T5 table
-    ),
+    "heads": run_heads,
     "attention": run_attention,
     "layer_norm": _on_x(L.norm_forward, L.norm_backward, lambda cfg: ("layer", cfg.layer_norm_eps)),
     "rms_norm": _on_x(L.norm_forward, L.norm_backward, lambda cfg: ("rms", cfg.layer_norm_eps)),
@@ -181,29 +169,23 @@ def run_layer(params: dict, p: Probe, cfg, dtype, causal: bool):
 
 
 def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
-    """x (B, T, D) through `stack`'s layers and final norm (pre-norm): nn.TransformerEncoder's, nn.TransformerDecoder's
-    or the Annotated Transformer's Encoder(layer, N) and Decoder(layer, N), an encoder's self-attention masked by the
-    padding, a decoder's layers each cross-attending to the memory (B, T_k, D), its padding masked: dmemory is the sum
-    of the layers'."""
-    x, caches, hidden = p.floats["x"], [], [p.floats["x"]]
+    """x (B, T, D) through `stack`'s layers (run_layer, each on the last one's output) and final norm
+    (nn.TransformerEncoder's, the Annotated Transformer's Encoder(layer, N)): dmemory is the sum of the layers'."""
+    x, backwards, hidden = p.floats["x"], [], [p.floats["x"]]
     for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
-        layer = M.sub(params, f"{stack}.layers.{i}")
-        if stack == "encoder":
-            x, cache = M.encoder_layer_forward(layer, x, cfg, mask=keep_mask(p, "src"))
-        else:
-            x, cache = M.decoder_layer_forward(layer, x, p.floats["memory"], cfg, memory_mask=keep_mask(p, "cross"))
-        caches.append(cache)
+        on_x = dataclasses.replace(p, floats=p.floats | {"x": x})  # the probe with the last layer's output as x
+        x, layer_backward = run_layer(M.sub(params, f"{stack}.layers.{i}"), on_x, cfg, dtype, stack == "decoder")
+        backwards.append(layer_backward)
         hidden.append(x)
     out, norm_cache = M.final_norm_forward(M.sub(params, stack), x, cfg)
 
     def backward(dout):
         dx, grads = M.final_norm_backward(dout, norm_cache)
         dmemory = None
-        for i in reversed(range(len(caches))):
-            if stack == "encoder":
-                dx, layer_grads = M.encoder_layer_backward(dx, caches[i])
-            else:
-                dx, dmemory_i, layer_grads = M.decoder_layer_backward(dx, caches[i])
+        for i in reversed(range(len(backwards))):
+            dinputs, layer_grads = backwards[i](dx)
+            dx, dmemory_i = dinputs["x"], dinputs.get("memory")
+            if dmemory_i is not None:
                 dmemory = dmemory_i if dmemory is None else dmemory + dmemory_i
             grads |= M.prefixed(layer_grads, f"layers.{i}")
         return {"x": dx} | ({"memory": dmemory} if stack == "decoder" else {}), M.prefixed(grads, stack)
@@ -213,9 +195,8 @@ def run_stack(params: dict, p: Probe, cfg, dtype, stack: str):
 
 
 def run_stacks(params: dict, p: Probe, cfg, dtype):
-    """torch.nn.Transformer's computation: the encoder stack on src, then the decoder stack on tgt cross-attending to
-    its output (padding masked), each ending in a norm (nn.Transformer's always do); its backward, the same in
-    reverse."""
+    """torch.nn.Transformer's: the encoder stack on src, then the decoder stack on tgt cross-attending to its output,
+    each ending in a norm; its backward, the same in reverse."""
     normed = dataclasses.replace(cfg, final_norm=True)
     source, target = (dataclasses.replace(p, floats={"x": p.floats[n]}) for n in ("src", "tgt"))
     memory, encoder_backward = run_stack(params, source, normed, dtype, "encoder")
@@ -266,8 +247,8 @@ MODELS = {("encoder", "decoder"): nt.Transformer, ("decoder",): nt.TransformerLM
 
 
 def runner(entry) -> Callable:
-    """The runner of `entry`'s level: a component's (by its unit), one layer, layers on embeddings (one stack, or
-    nn.Transformer's two), an encoder-decoder's decoder stack on ids and a memory, or a whole model on its inputs."""
+    """The runner of `entry`'s level: a component's, one layer, one stack or nn.Transformer's two on embeddings, an
+    encoder-decoder's decoder stack on ids and a memory, or a whole model."""
     if entry.unit is not None:
         return UNIT_RUNS[entry.unit]
     if entry.group == "layer":
@@ -290,16 +271,15 @@ def _activations(stack: str, hidden: list, memory) -> dict:
 
 @dataclass(frozen=True)
 class Stage:
-    """One part of the reference's forward for a layer or a model: its unit (a reference prefix) and kind
-    ("embedding", "attention", "norm", "ffn", "layer"), the inputs it read in the reference's own run, its output
-    there, the valid positions, an attention's masks (the catalogue's site), and `rerun`: the reference part on other
-    inputs of the same shapes (the user's, as its parent gave them: the part judged in situ)."""
+    """One part of the reference's forward: its unit (a reference prefix) and kind ("embedding", "attention", "norm",
+    "ffn", "layer"), its inputs and output in the reference's run, the valid positions, an attention's masks (the
+    catalogue's site), and `rerun`: the part on the user's inputs, as its parent gave them (judged in situ)."""
 
     unit: str
     kind: str
     inputs: tuple
     output: np.ndarray
-    valid: Any
+    valid: np.ndarray | None
     masks: dict | None = None
     rerun: Callable | None = None
 
@@ -310,8 +290,8 @@ def layer_of(unit: str) -> int:
 
 
 def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0) -> Callable:
-    """A layer's unit `name` ("self_attn", "ffn_norm", ...) of `kind` ("norm", "ffn" or "attention") with its weights
-    `params`, in float64: a function of its inputs (an attention's: query, key and value input, mask) -> its output."""
+    """A layer's unit `name` of `kind` ("norm", "ffn" or "attention") with its weights `params`, in float64: a
+    function of its inputs (an attention's: query, key and value input, mask) -> its output."""
     if kind == "norm":
         return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
     if kind == "ffn":
@@ -321,9 +301,8 @@ def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0) -> Cal
 
 
 def stages(entry, params: dict, p: Probe, cfg) -> list:
-    """The reference's stages (Stage) in forward order for a layer, one stack of layers or a model, on probe `p`,
-    float64: each stack's embeddings (a model's; BERT's embedding norm before them), then, layer by layer, the units
-    inside the layer and the layer's output (the run's own; a layer's units alone where the level is one layer)."""
+    """The reference's stages in forward order on probe `p`, float64: each stack's embeddings (a model's; BERT's
+    embedding norm first), then, layer by layer, its units and its output (a layer level: its units alone)."""
     if entry.group == "layer":  # a causal layer's self-attention is a decoder's
         return layer_stages(params, "", p.floats["x"], p.floats.get("memory"), cfg, entry.causal, p.valid, p)[:-1]
     acts = runner(entry)(params, p, cfg, np.float64)[1].activations
@@ -352,8 +331,8 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
 
 
 def _projection_norms(params: dict, name: str, inputs: tuple, cfg, prefix: str, valid) -> list:
-    """OLMo 2's q_norm and k_norm of attention `name` (qk_norm_projection): RMSNorms of its whole q and k
-    projections' outputs, each a stage on the reference's projection of the attention's query or key input."""
+    """OLMo 2's q_norm and k_norm of attention `name` (qk_norm_projection): RMSNorms of the whole q and k
+    projections, each a stage on the reference's projection of the query or key input."""
     if name == "ffn" or not (cfg.qk_norm and cfg.qk_norm_projection):
         return []
     found = []
@@ -366,20 +345,17 @@ def _projection_norms(params: dict, name: str, inputs: tuple, cfg, prefix: str, 
 
 
 def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid, p: Probe, attend=None) -> list:
-    """The reference's stages inside one layer (`params` its own, `decoder` for a causal self-attention, cross-
-    attending to `memory` where there is one), in forward order, float64, each with its rerun: its units below the
-    layer ("self_attn", "self_attn_norm", ..., kind "attention", "norm" or "ffn"), the inputs each read (an
-    attention's: query, key/value input, mask) and an attention's masks (a decoder's self-attention its causal and
-    padding masks and the cross-attention's, maybe swapped); then the layer itself: post-norm, the last norm's
-    output; pre-norm, x plus each sublayer's output (the residual stream). `attend` (name -> a function of an
-    attention's query, key/value input and mask) puts another attention in a sublayer's place (a catalogue variant
-    run inside the layer); the layer stage's rerun takes it too."""
+    """The stages inside one layer (`decoder`: causal, cross-attending to `memory` where given), in forward order,
+    float64, each with its rerun: its units ("self_attn", "self_attn_norm", ...) with the inputs each read and an
+    attention's masks (a decoder's self-attention: causal, padding and the cross-attention's, maybe swapped); then the
+    layer: post-norm, the last norm's output; pre-norm, x plus each sublayer's output. `attend` (name -> attention
+    of query, key/value input and mask) puts a catalogue variant in a sublayer's place, in the layer's rerun too."""
     found, first = [], x
     layer = layer_of(prefix)
-    sublayers = [
-        ("self_attn", keep_mask(p, "self" if decoder else "src", cfg.layer_window(layer) if decoder else None))
-    ]
-    sublayers += [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
+    own = keep_mask(p, "self", cfg.layer_window(layer)) if decoder else keep_mask(p, "src")
+    sublayers = [("self_attn", own)] + (
+        [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
+    )
     shared = cfg.parallel_residual and cfg.shared_norm  # Phi-2's block: the feed-forward reads the attention's norm
     added = []  # what each sublayer adds to the stream (pre-norm)
     for name, keep in [*sublayers, ("ffn", None)]:
@@ -394,12 +370,9 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
         y = rerun(*inputs)
         unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
         if cfg.norm_first:
-            normed = (
-                []
-                if shared and name == "ffn" or not cfg.input_norm
-                else [Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm)]
-            )
-            found += [*normed, *_projection_norms(params, name, inputs, cfg, prefix, valid), unit]
+            if cfg.input_norm and not (shared and name == "ffn"):
+                found.append(Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm))
+            found += [*_projection_norms(params, name, inputs, cfg, prefix, valid), unit]
             if cfg.sandwich_norm:  # Gemma's: the sublayer's output normed before it joins the stream
                 post = unit_forward("norm", M.sub(params, f"{name}_post_norm"), cfg, name)
                 normed_y = post(y)

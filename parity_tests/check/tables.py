@@ -17,8 +17,7 @@ def float32_angle_tolerance(angles: np.ndarray) -> np.ndarray:
 
 
 def _within(value: np.ndarray, table: np.ndarray, tolerance) -> bool:
-    """`value` (built in float32) equal to the float64 (or complex128) `table` to `tolerance`, entry by entry, real
-    and imaginary parts alike; a real value never equals a complex table, nor the other way round."""
+    """`value` (built in float32) equal to the float64 or complex128 `table` to `tolerance`, entry by entry."""
     if value.shape != table.shape or np.iscomplexobj(value) != np.iscomplexobj(table):
         return False
     error = np.maximum(np.abs(value.real - table.real), np.abs(value.imag - table.imag))
@@ -32,9 +31,8 @@ def _squeezed(tensor) -> np.ndarray:
 
 
 def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
-    """Read each fixed position table of the user's against the reference's sinusoids. Returns ({user name:
-    float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies), and adds
-    a note for each."""
+    """Each fixed position table of the user's read against the reference's sinusoids, a note added for each: ({user
+    name: float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies)."""
     tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
     overwrite, layout, wrong = {}, None, False
     for t in fixed:
@@ -42,20 +40,21 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bo
         tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[:, None])  # angles <= position
         tables = sinusoid_tables(t.rows, t.width)
         name = next((n for n, table in tables.items() if _within(value, table, tolerance)), None)
+        if name is None:
+            continue
+        overwrite[t.name] = tables[name]
         if name == "wrong_frequencies":
             wrong = True
             notes.append(
-                f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; "
-                "overwritten with that table in float64)"
+                f"{t.name}: a sinusoid table whose frequencies are all 1 (to float32 precision; overwritten with "
+                "that table in float64)"
             )
-        elif name is not None:
+        else:
             layout = name
             notes.append(
-                f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with "
-                "the float64 table for the float64 comparison"
+                f"{t.name}: the reference's {name} sinusoids to float32 precision; overwritten with the float64 "
+                "table for the float64 comparison"
             )
-        if name is not None:
-            overwrite[t.name] = tables[name]
     return overwrite, layout, wrong
 
 
@@ -84,11 +83,9 @@ def _sin_cos_table(tensor) -> bool:
 
 
 def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
-    """(base, float64 table) where `value` (float64, its axes of size 1 dropped) is one of rope_tables' sin or cos
-    tables for heads of Dh features, (T, Dh/2) or (T, Dh) (halves or pairs), or Meta's complex e^(i m theta_j): the
-    base read from position 1's row (the inverse frequencies' sines or cosines; a cos near 1 reads it coarsely, so
-    the base rounded to three digits is tried first), then the whole table checked against rope_tables' at that
-    base. None for any other tensor."""
+    """(base, float64 table) where `value` (float64, axes of size 1 dropped) is one of rope_tables' sin, cos or
+    complex tables for heads of Dh features, else None: the base read from position 1's row (a cos near 1 reads it
+    coarsely, so the base rounded to three digits is tried first), then the whole table checked at that base."""
     if value.ndim != 2 or Dh < 4 or Dh % 2 or value.shape[0] < 2 or value.shape[1] not in (Dh // 2, Dh):
         return None
     v = value.imag if np.iscomplexobj(value) else value
@@ -96,12 +93,9 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     if read is None:
         return None
     read_off = [_theta_from(read(np.clip(row, -1, 1)), Dh) for row in (v[1][: Dh // 2], v[1][::2])]  # halves; pairs
-    for theta in dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t)):
-        tables = rope_tables(theta, Dh, len(value)).values()
-        table = next((t for t, tolerance in tables if _within(value, t, tolerance)), None)
-        if table is not None:
-            return theta, table
-    return None
+    bases = dict.fromkeys(b for t in read_off if t is not None for b in (float(f"{t:.3g}"), t))
+    tried = ((theta, table, tol) for theta in bases for table, tol in rope_tables(theta, Dh, len(value)).values())
+    return next(((theta, table) for theta, table, tol in tried if _within(value, table, tol)), None)
 
 
 def base_of(computed: torch.Tensor, Dh: int) -> float | None:
@@ -111,12 +105,11 @@ def base_of(computed: torch.Tensor, Dh: int) -> float | None:
 
 
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
-    """The tables a user's module may keep for RoPE at base theta, each {what: (float64 table, how far one built in
-    float32 may be from it)}: the inverse frequencies (Dh/2,), and for positions 0 .. T - 1 the angles, cos and sin,
-    (T, Dh/2), or (T, Dh) repeated for the two halves (Hugging Face's cat) or for the pairs (interleaved), GPT-J's
-    sin and cos side by side, torchtune's stacked (T, Dh/2, 2), and Meta's complex rotations e^(i m theta_j) (T,
-    Dh/2), complex128. cos and sin (and the rotations) are as far as the float32 rounding of their angles (position
-    x frequency) takes them, the rest 1e-6 relative and absolute."""
+    """The tables a module may keep for RoPE at base theta, {what: (float64 table, how far one built in float32 may
+    be from it)}: the inverse frequencies (Dh/2,); for positions 0 .. T - 1 the angles, cos and sin (T, Dh/2), or
+    (T, Dh) for the halves (Hugging Face's cat) or the pairs (interleaved); GPT-J's sin and cos side by side;
+    torchtune's cos and sin stacked (T, Dh/2, 2); Meta's complex e^(i m theta_j). Trig tables within their angles'
+    float32 rounding, the rest 1e-6 relative and absolute."""
     inv = theta ** (-np.arange(0, Dh, 2, dtype=np.float64) / Dh)
     angles = np.arange(T, dtype=np.float64)[:, None] * inv
     rounding = float32_angle_tolerance(angles)
@@ -139,10 +132,9 @@ def rope_tables(theta: float, Dh: int, T: int) -> dict:
 
 
 def scales(module, D: int, notes: list) -> dict:
-    """The scalar buffers the module made in float32 before the check that are sqrt(d_model) or its inverse to
-    float32 precision (transformers' Gemma keeps its embed_scale so; .double() widens it, rounded): {name: the float64
-    value} to overwrite each with for the float64 comparison, and a note for each. A plain tensor attribute stays a
-    float32 island (running.py)."""
+    """The float32 scalar buffers equal to sqrt(d_model) or its inverse to float32 precision (transformers' Gemma's
+    embed_scale; .double() widens it rounded): {name: the float64 value to overwrite it with}, a note for each. A
+    plain tensor attribute stays a float32 island (running.py)."""
     found = {}
     for name, t in module.named_buffers():
         value = float(t) if t.is_floating_point() and t.numel() == 1 and t.dtype != torch.float64 else None
@@ -166,15 +158,12 @@ def _tensors_kept(module):
 
 
 def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tuple[dict, list, int | None]:
-    """The user's RoPE as its module keeps it, read in one pass. The bases to try: `first` (the caller's), those of
-    the cos, sin or complex tables its forward computed (`computed`: their values, a batch's first), those the
-    module states (a base attribute: theta, rope_theta, base, ...; transformers' in .config; an inverse-frequency
-    buffer, inv_freq; a table rope_table reads), and last 10000 (the paper's, Llama 2's). Each RoPE table built in
-    float32 (buffers or plain tensor attributes) equal to one of rope_tables at one of those bases to float32
-    precision is overwritten with its float64 values for the float64 comparison. The features of each head RoPE
-    turns where fewer than all (GPT-NeoX's rotary_pct): twice the length of an inverse-frequency buffer shorter than
-    Dh / 2, else the width of GPT-J's sin-and-cos table (T, rotary_dim). Returns ({name: float64 values}, the bases
-    with the one the module's tables were built with first, that rotary width or None)."""
+    """The user's RoPE as its module keeps it. The bases tried: `first` (the caller's), those of the tables its
+    forward computed (`computed`, a batch's first), those the module states (a base attribute, transformers' config,
+    an inv_freq buffer, a table rope_table reads), then 10000. Each RoPE table kept in float32 equal to one of
+    rope_tables at one of them is overwritten with its float64 values. The rotary width where fewer than Dh features
+    turn (GPT-NeoX's rotary_pct): twice a shorter inv_freq's length, else GPT-J's sin-and-cos table's width. Returns
+    ({name: float64 values}, the bases with the module's tables' first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
     found += [b for b in (base_of(v, Dh) for v in computed) if b is not None]
     lengths = set()
@@ -197,17 +186,16 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
             continue
         value = _squeezed(buf)
         width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features
-        for theta in thetas:
-            tables = rope_tables(theta, width, value.shape[0] if value.ndim >= 2 else 1).items()
-            match = next(((what, table) for what, (table, tol) in tables if _within(value, table, tol)), None)
-            if match is not None:
-                what, overwrite[name] = match
-                bases.append(theta)
-                notes.append(
-                    f"{name}: {what} (base {theta:g}) to float32 precision; overwritten with the "
-                    f"{overwrite[name].dtype} values for the float64 comparison"
-                )
-                break
+        rows = value.shape[0] if value.ndim >= 2 else 1
+        tried = ((t, what, table, tol) for t in thetas for what, (table, tol) in rope_tables(t, width, rows).items())
+        match = next(((t, what, table) for t, what, table, tol in tried if _within(value, table, tol)), None)
+        if match is not None:
+            theta, what, overwrite[name] = match
+            bases.append(theta)
+            notes.append(
+                f"{name}: {what} (base {theta:g}) to float32 precision; overwritten with the "
+                f"{overwrite[name].dtype} values for the float64 comparison"
+            )
     rotary = 2 * min(lengths) if len(lengths) == 1 and 0 < 2 * min(lengths) < Dh else None
     widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)}
     if rotary is None and len(widths) == 1 and widths != {Dh}:
