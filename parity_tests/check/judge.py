@@ -257,12 +257,7 @@ def module(
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            if parametrized:
-                result.notes.append(
-                    f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
-                    f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
-                    "parametrizations' own tensors'"
-                )
+            result.notes += parametrized
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
@@ -319,14 +314,12 @@ def said_why(check: Check, choice: Choice, result: Result) -> None:
         result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"
 
 
-TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # torch's own: masks documented
-
-
 def caveats(check: Check, choice: Choice) -> list:
     """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake (the judge cannot
     tell them apart; the user's callers can): True = hidden masks, no embedding scale in a model of the paper's kind."""
     out = []
-    if check.mask in (None, "detect") and not isinstance(check.user, TORCH_LAYERS):
+    torch_own = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # their masks are documented
+    if check.mask in (None, "detect") and not isinstance(check.user, torch_own):
         for name, (_, kind, shape) in choice.caller.masks.items():
             if kind == "bool_masked":
                 out.append((

@@ -162,12 +162,6 @@ LEVELS = {
 ALIASES = {"encoder": "encoder_model"}  # the same math: ids -> the encoder's output
 
 
-def shown(reference: str) -> tuple:
-    """The config fields the report shows for a check against `reference` (a model's for "encoder", its alias)."""
-    level = LEVELS.get(reference)
-    return MODEL_SHOWN if level is None or level.shown is None else level.shown
-
-
 def standing_for(level: str, module) -> str:
     """The level `module` is judged at when its check names `level`: the entry that stands for `level` when the
     module is torch's own class of it (torch.nn.Transformer for "transformer"), else `level` (or its alias's)."""

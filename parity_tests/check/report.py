@@ -10,7 +10,7 @@ import numpy as np
 
 from . import mistakes as MK
 from .diagnosis import Diagnosis
-from .levels import LEVELS, shown
+from .levels import LEVELS, MODEL_SHOWN
 from .pair_table import PAIRS
 
 __all__ = ["CATALOGUE", "Diagnosis", "Result", "Row", "levels_of"]
@@ -137,9 +137,9 @@ class Result:
         has no other positions); a parallel layer's and Gemma 2's soft caps where set."""
         if self.config is None:
             return []
-        fields = list(shown(self.reference))
+        entry = LEVELS.get(self.reference)  # None for "encoder", the alias: a model's fields
+        fields = list(MODEL_SHOWN if entry is None or entry.shown is None else entry.shown)
         if self.config.positional != "rope":
-            entry = LEVELS.get(self.reference)
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]

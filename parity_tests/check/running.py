@@ -243,7 +243,7 @@ def copy_module(user: nn.Module) -> nn.Module:
 
 def plain_weights(user) -> tuple:
     """(`user`, []), or where weights are parametrized (weight_norm, spectral_norm, ...) (a copy with each such weight
-    its current value as a plain parameter, their names): judged on the weights the forward uses."""
+    its current value as a plain parameter, [the report's note]): judged on the weights the forward uses."""
     if not isinstance(user, nn.Module) or not any(map(parametrize.is_parametrized, user.modules())):
         return user, []
     model, names = copy_module(user), []
@@ -251,7 +251,11 @@ def plain_weights(user) -> tuple:
         for name in list(getattr(module, "parametrizations", {})):
             parametrize.remove_parametrizations(module, name, leave_parametrized=True)
             names.append(f"{path}.{name}" if path else name)
-    return model, names
+    listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return model, [
+        f"judged on the weights the parametrizations compute ({listed}): their gradients are compared, not the "
+        "parametrizations' own tensors'"
+    ]
 
 
 def _rebind(value, memo: dict, depth: int = 0):

@@ -193,9 +193,7 @@ def copy_of(check: Check, layout: Layout, dtype):
     """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights under `layout`."""
     key = (id(layout), dtype)
     if check.is_module and key not in check.cache:
-        module = copy_module(check.user).to(TORCH[dtype]).eval()
-        for t in module.parameters():  # frozen ones too (loaded for inference): every gradient is compared
-            t.requires_grad_(True)
+        module = copy_module(check.user).to(TORCH[dtype]).eval().requires_grad_(True)  # frozen ones too: all compared
         MP.load(module, layout.links, check.params, TORCH[dtype])
         tensors = dict(module.named_buffers()) | dict(module.named_parameters())
         with torch.no_grad():
