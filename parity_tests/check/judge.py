@@ -135,7 +135,7 @@ def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> 
 
 def compare(check: Check, choice: Choice, dtype) -> list:
     """Rows for the output and every gradient in `dtype`; in float32 (or with a float32 island held) each bar from
-    the reference's own float32 error on that tensor (report.float32_bar)."""
+    the reference's own float32 error on that tensor (report.FLOAT32_RATIO)."""
     p, kind, links = choice.probe, choice.kind, choice.layout.links
     out, tensors = run_user(check, choice.layout, choice.caller, dtype, grad=True)  # float64: islands in float64
     run = LV.run_reference(check.level, check.params, p, choice.cfg, dtype)

@@ -38,11 +38,6 @@ READ_FROM_FLOW = (
 )  # fmt: skip
 
 
-def float32_bar(own: float) -> float:
-    """A tensor's float32 bar from the reference's own float32 error on it (see FLOAT32_RATIO)."""
-    return max(FLOAT32_FLOOR, FLOAT32_RATIO * own)
-
-
 @dataclass
 class Row:
     """One compared tensor: its reference name, dtype, relative error, bar, and whether it passed."""

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from parity_tests.components import BAR, relative_errors
 
 from .dataflow import hooked
-from .report import Row, float32_bar
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Row
 
 
 def positions_held(ref_shape: tuple, shape: tuple):
@@ -38,13 +38,13 @@ def positions_held(ref_shape: tuple, shape: tuple):
 
 def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True) -> list:
     """The Rows of each group (name -> (the module's, the reference's), relative errors measured together) in `dtype`
-    against BAR[dtype], or report.float32_bar of `own` (own_errors). A gradient zero on both sides is said so; with
-    `vacuous`, every gradient of the module zero is a failing row (check.pair's chosen cases need none)."""
+    against BAR[dtype], or FLOAT32_RATIO x `own` (own_errors), at least FLOAT32_FLOOR. A gradient zero on both sides
+    is said so; with `vacuous`, every gradient of the module zero is a failing row (check.pair's cases need none)."""
     label, found = np.dtype(dtype).name, []
     for group in groups:
         for n, (_, e) in relative_errors(group, dtype).items():
             zero = n.startswith("d") and not np.any(group[n][0]) and not np.any(group[n][1])
-            bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n])
+            bar = BAR[np.dtype(dtype)] if own is None else max(FLOAT32_FLOOR, FLOAT32_RATIO * own[n])
             found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
     grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
     if vacuous and grads and not any(np.any(g) for g in grads):
