@@ -29,7 +29,6 @@ from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
 from .diagnosis import MATCH, _error, _valid
-from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
 from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
@@ -227,7 +226,7 @@ def module(
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
-        LEVELS[standing_for(reference, user_module)].takes_function and callable(user_module)
+        LV.LEVELS[LV.standing_for(reference, user_module)].takes_function and callable(user_module)
     ):
         raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
     if mask not in (None, "detect", "none", *C.MASK_KINDS):
@@ -247,7 +246,7 @@ def module(
     try:
         with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
             # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
-            level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
+            level = LV.standing_for(reference, user_module if call is None else None)
             base = [] if example is None or "rope_theta" in fields else C.thetas(example)[:1]  # its cos/sin tables'
             given = fields | {"config": config} | dict(zip(["rope_theta"], base, strict=False))  # the RoPE base first
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it

@@ -9,11 +9,9 @@ from typing import Any
 import numpy as np
 
 from . import mistakes as MK
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis as Diagnosis  # re-exported (check.Diagnosis)
 from .levels import LEVELS, MODEL_SHOWN
 from .pair_table import PAIRS
-
-__all__ = ["CATALOGUE", "Diagnosis", "Result", "Row", "levels_of"]
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.

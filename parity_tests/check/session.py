@@ -26,7 +26,6 @@ from . import reference as R
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
-from .levels import LEVELS
 from .running import Float32Islands, copy_module, find_islands, lifted, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
@@ -62,7 +61,7 @@ class Model:
 def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: list) -> Model:
     """The Model `found` reads (units.infer) with its fixed tables (tables.py, its notes into `notes`); `mapped`: the
     (links, zero) of a mapping= given."""
-    entry, is_module = LEVELS[level], isinstance(user, nn.Module)
+    entry, is_module = LV.LEVELS[level], isinstance(user, nn.Module)
     cfg, links, zero, fixed = U.infer(level, found, given, mapped)
     overwrite, layout, wrong_table = TB.fixed_tables(user, fixed, notes) if is_module else ({}, None, False)
     if layout is not None:
@@ -118,7 +117,7 @@ class Check:
 def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: int, **conventions) -> Check:
     """The Check of `user` at `level`, recorded as `found`; `mapped`: the (links, zero) of a mapping= given. What the
     judge cannot read raises (check.module answers "could not judge: ...", or Result.unsupported)."""
-    entry, notes, is_module = LEVELS[level], [], isinstance(user, nn.Module)
+    entry, notes, is_module = LV.LEVELS[level], [], isinstance(user, nn.Module)
     model = inferred(user, level, found, given, mapped, notes)
     shapes = R.shapes(entry, model.cfg)
     params = LV.init_reference(shapes, np.random.default_rng(seed), model.zero)
@@ -264,7 +263,7 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
     tables on small ids (at most 16 conventions), else on the level's probe at its parameters' sizes (sized_config)."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
-    entry, found, flow, raised = LEVELS[level], MP.structure(user), None, ""
+    entry, found, flow, raised = LV.LEVELS[level], MP.structure(user), None, ""
     sizes = probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
