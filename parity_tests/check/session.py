@@ -154,11 +154,9 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
     RoPE and its base) varied where the caller did not fix it."""
     base = model.cfg
     options: list = [{}]
-    if "norm_first" in entry.searches and "norm_first" not in given:
-        final_norms_tell = entry.final_norms == "pre-norm"  # a final norm only when pre-norm
-        flow_tells = flow is not None and flow.norm_first is not None  # where the sums are normed
-        norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
-        options = [o | {"norm_first": v} for o in options for v in norm_first]
+    if "norm_first" in entry.searches and "norm_first" not in given:  # told by a final norm (pre-norm's) or the flow
+        told = entry.final_norms == "pre-norm" or flow is not None and flow.norm_first is not None
+        options = [{"norm_first": v} for v in ([base.norm_first] if told else [False, True])]
     if "activation" in entry.searches and "activation" not in given:
         options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
     options = [o | r for o in options for r in rope or [{}]]
