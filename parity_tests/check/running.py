@@ -128,14 +128,13 @@ class Float32Islands(TorchDispatchMode):
         narrow = [t for t in leaves if t.dtype in WIDEN]
         if _widened(func, args, kwargs):
             self._record(MADE, narrow)
-        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
-            if kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
-                self._record(None, [])  # a cast, made a copy in the wider dtype
-                kwargs = dict(kwargs, dtype=args[0].dtype)
-        elif func not in SKIPPED:
-            if narrow and any(t.dtype in DOWNCAST for t in leaves):
-                self._record(f"torch.{func.overloadpacket.__name__}", narrow)
-                args, kwargs = tree_map(_widen, (args, kwargs))
+        cast = func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor)
+        if cast and kwargs.get("dtype") is not None and kwargs["dtype"] == DOWNCAST.get(args[0].dtype):
+            self._record(None, [])  # a cast, made a copy in the wider dtype
+            kwargs = dict(kwargs, dtype=args[0].dtype)
+        elif func not in SKIPPED and narrow and any(t.dtype in DOWNCAST for t in leaves):
+            self._record(f"torch.{func.overloadpacket.__name__}", narrow)
+            args, kwargs = tree_map(_widen, (args, kwargs))
         if self.exact and kwargs.get("dtype") in WIDEN and not _narrow(args):
             kwargs = dict(kwargs, dtype=WIDEN[kwargs["dtype"]])  # made in float32 in forward: made in float64
         return func(*args, **kwargs)
