@@ -174,3 +174,17 @@ def test_latent_attention_written_by_hand_passes_with_its_map():
         fresh8.deepseek_lite(), "transformer_lm", mapping=fresh8.latent_map(), tie_embeddings=False, **fresh8.LATENT
     )
     assert result.passed, str(result)
+
+
+def test_what_was_judged_in_place_of_what_was_handed_in_is_said():
+    """A wrapped model is judged as the model inside (running.unwrapped), and a float32 run that computes in bfloat16
+    is judged on bars widened by bfloat16's epsilon over float32's (running.narrowest): each is said in a note; the
+    float64 comparison of the bfloat16 model is as tight as any other's."""
+    torch.manual_seed(0)
+    wrapped = check.module(torch.nn.DataParallel(fresh8.train_gpt()), "transformer_lm")
+    assert wrapped.passed and any("judged the model inside DataParallel" in n for n in wrapped.notes), str(wrapped)
+    torch.manual_seed(0)
+    cast = check.module(fresh8.cast_gpt(fresh8.Bf16CastAttention), "transformer_lm")
+    assert cast.passed and any("computes in bfloat16" in n and "65536" in n for n in cast.notes), str(cast)
+    assert max(r.error for r in cast.rows if r.dtype == "float64") < 1e-10, str(cast)
+    assert max(r.error for r in cast.rows if r.dtype == "float32") > 1e-4, str(cast)  # bfloat16's, not float32's

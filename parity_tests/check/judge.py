@@ -1,12 +1,10 @@
 """check.module: a user's torch module judged by the NumPy reference, with the mistake named when it has a name.
 
-One pass over frozen stages, each returned by a function: session.recording records the module's forward once,
-session.prepare reads the model it implies (a Check holding a Model); `choose` runs the candidate callers, weight
-maps and configs until the user's float64 output reproduces the reference's (a Choice); `verdict` compares the
-output, every parameter gradient and every input gradient under it, with one random upstream gradient (zero at
-padded target positions), in float64 and float32, and names what fails (divergence.diagnose: probes, then the first
-divergent submodule judged in situ, or a component's variants). The user's own module is never touched: copies hold
-the reference's random weights.
+One pass over frozen stages (session.recording, session.prepare: a Check); `choose` runs the candidate callers,
+weight maps and configs until the user's float64 output reproduces the reference's (a Choice); `verdict` compares
+the output and every parameter and input gradient under it (one random upstream gradient, zero at padded target
+positions) in float64 and float32, and names what fails (divergence.diagnose). Copies of the user's module hold the
+reference's random weights; the module itself is never touched.
 """
 
 from __future__ import annotations
@@ -31,17 +29,13 @@ from . import towers as TW
 from . import unsupported as US
 from . import weight_map as WM
 from .diagnosis import MATCH, _error, _valid
-from .levels import LEVELS, standing_for
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Result
 from .running import COARSER, at_positions, holds_float32, island_message, lifted, own_errors, positions_held, rows
 from .session import Check, Layout, copy_of, prepare, probe_of, recording, run_user, stated
 
-_CONFIG_FIELDS = set(TransformerConfig.__dataclass_fields__)
-
 
 def output_kind(out: np.ndarray) -> str:
-    """ "log_probs" when every row's logsumexp is 0, "probs" when the rows are non-negative and sum to 1,
-    else "logits"."""
+    """ "log_probs" when every row's logsumexp is 0, "probs" when rows are non-negative and sum to 1, else "logits"."""
     if out.ndim < 3:
         return "logits"
     if np.all(out >= 0) and np.allclose(out.sum(-1), 1.0, atol=1e-6):
@@ -73,10 +67,8 @@ def dlogits_from(dout: np.ndarray, logits: np.ndarray, kind: str) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Choice:
-    """What the module is judged under: its caller (calling convention), config, output kind ("logits", "probs",
-    "log_probs"), weight-map layout, the probe the caller runs on (session.probe_of) and the output positions it
-    returns (None: every one); matched when a run reproduced the reference's output under them, else the closest
-    that ran (error: its relative error); runnable: the callers under which the module ran, in the order tried."""
+    """What the module is judged under (positions: those its output holds, None: all); matched when a run reproduced
+    the reference's output under them, else the closest that ran; runnable: the callers it ran under, in order."""
 
     caller: Any
     cfg: TransformerConfig
@@ -90,9 +82,8 @@ class Choice:
 
 
 def choose(check: Check) -> Choice:
-    """The first Choice under which the user's float64 output matches the reference's; when none does, the closest
-    (smallest error) of those that run, matched=False, or where parts are hooked the one whose first divergence
-    lies latest (divergence.latest_divergence)."""
+    """The first Choice under which the user's float64 output matches the reference's; else the closest that runs, or
+    where parts are hooked the one whose first divergence lies latest (divergence.latest_divergence)."""
     errors, runnable, outs = [], [], {}  # outs: the reference's outputs, by (probe, config)
     best: Choice | None = None  # the closest miss
     for n, layout in enumerate(check.layouts):
@@ -122,7 +113,7 @@ def choose(check: Check) -> Choice:
 
 def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> list:
     """(error, config, positions held) of the user's float64 output `out` on probe `p` against the reference's under
-    each config that applies, computing the reference's outputs (kept in `outs`) as they are needed."""
+    each config that applies, until one matches; the reference's outputs are kept in `outs`."""
     found = []
     for i, cfg in enumerate(check.configs):
         if cfg.positional == "rope" and not p.self_attention and check.entry.self_attention_probes:
@@ -142,10 +133,9 @@ def _errors(check: Check, outs: dict, caller, p, out: np.ndarray, kind: str) -> 
 
 
 def compare(check: Check, choice: Choice, dtype) -> list:
-    """Rows for the output and every gradient in `dtype`. In float32 (or with a float32 island) each tensor's bar is
-    derived from the reference's own float32 error on it: the reference run in float32 against itself in float64
-    on the same probe, weights and upstream gradient (report.float32_bar), times bfloat16's epsilon over float32's
-    where the float32 run computes in bfloat16 (float16 likewise)."""
+    """Rows for the output and every gradient in `dtype`; in float32 (or with a float32 island held) each bar from
+    the reference's own float32 error on that tensor (report.FLOAT32_RATIO), times bfloat16's epsilon over float32's
+    where the float32 run computes in bfloat16 (running.COARSER)."""
     p, kind, links = choice.probe, choice.kind, choice.layout.links
     out, tensors = run_user(check, choice.layout, choice.caller, dtype, grad=True)  # float64: islands in float64
     run = LV.run_reference(check.level, check.params, p, choice.cfg, dtype)
@@ -185,8 +175,7 @@ def output_name(kind: str) -> str:
 
 def reference_tensors(run: tuple, p, kind, index, dout) -> dict:
     """The reference's output (output_name), input gradients ("dquery", ...) and parameter gradients ("d name") from
-    `run` (run_reference's (out, backward) on probe `p`), for the upstream gradient `dout` on the positions the
-    module's output holds."""
+    `run` (run_reference's) for the upstream gradient `dout` on the positions the module's output holds."""
     ref_out, backward = run
     dref = np.zeros(ref_out.shape)  # the upstream gradient on every position: zero where the module gives none
     dref[(slice(None), index if index is not None else slice(None))] = dout
@@ -236,11 +225,11 @@ def module(
     dtypes: which of float64 and float32 to compare. example: (args, kwargs), one real call of the part: the judge
     calls it as that call does (its inputs, masks and extra arguments), at its sizes (calling.example_callers).
     Never modifies user_module (it works on copies)."""
-    user_module, wrappers = RN.unwrapped(user_module)
+    user_module, wrapped = RN.unwrapped(user_module)  # the model inside torch.compile's or DataParallel's
     if reference not in LV.REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(LV.REFERENCES)}; got {reference!r}")
     if not isinstance(user_module, nn.Module) and not (
-        LEVELS[standing_for(reference, user_module)].takes_function and callable(user_module)
+        LV.LEVELS[LV.standing_for(reference, user_module)].takes_function and callable(user_module)
     ):
         raise TypeError(f"user_module must be a torch.nn.Module, got {type(user_module).__name__}")
     if mask not in (None, "detect", "none", *C.MASK_KINDS):
@@ -251,7 +240,7 @@ def module(
         C.validate(example)
         if call is not None:
             raise TypeError("pass example= (one real call) or call= (an adapter), not both")
-    unknown = [k for k in fields if k not in _CONFIG_FIELDS]
+    unknown = [k for k in fields if k not in TransformerConfig.__dataclass_fields__]
     if unknown:
         raise TypeError(f"unknown keyword(s) {unknown}: expected TransformerConfig fields such as n_heads, pad_id")
     threads = torch.get_num_threads()
@@ -260,7 +249,7 @@ def module(
     try:
         with torch.random.fork_rng(), lifted(torch.inference_mode):  # the caller's random state is left as it was
             # an alias's level ("encoder"), or the level judged in place of the named one for torch's own module
-            level = standing_for(reference, user_module) if call is None else standing_for(reference, None)
+            level = LV.standing_for(reference, user_module if call is None else None)
             base = [] if example is None or "rope_theta" in fields else C.thetas(example)[:1]  # its cos/sin tables'
             given = fields | {"config": config} | dict(zip(["rope_theta"], base, strict=False))  # the RoPE base first
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
@@ -270,7 +259,7 @@ def module(
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            result.notes += _judged_as(wrappers, parametrized)
+            result.notes += wrapped + parametrized
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
@@ -278,28 +267,9 @@ def module(
         torch.set_num_threads(threads)
 
 
-def _judged_as(wrappers: list, parametrized: list) -> list:
-    """The notes on what was judged in place of what was handed in: the model inside its wrappers, the weights
-    its parametrizations compute."""
-    notes = []
-    if wrappers:
-        notes.append(
-            f"judged the model inside {' inside '.join(wrappers)}: the wrapper changes how it runs, not what it "
-            "computes; the names are the inner model's"
-        )
-    if parametrized:
-        notes.append(
-            f"judged on the weights the parametrizations compute ({', '.join(parametrized[:3])}"
-            f"{', ...' if len(parametrized) > 3 else ''}): their gradients are compared, not the "
-            "parametrizations' own tensors'"
-        )
-    return notes
-
-
 def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Result:
-    """The answer where the judge stopped on `exc`: "differs at ...: ..., which the reference has no pair for"
-    where the recorded forward (`flow`) shows math the reference lacks (unsupported.py), else "could not judge:
-    <what stopped it>; pass <the argument that settles it>"; where the user's code ended the program, its reason."""
+    """The answer where the judge stopped on `exc`: math the recorded `flow` shows the reference lacks (unsupported.py),
+    else "could not judge: <what stopped it>; pass <the argument that settles it>", or the user's sys.exit."""
     if isinstance(exc, SystemExit):
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
@@ -334,8 +304,8 @@ def explained(result: Result, found) -> None:
 
 
 def said_why(check: Check, choice: Choice, result: Result) -> None:
-    """A failure no catalogued mistake explains: the user's op the reference has no pair for where the forward shows
-    one (unsupported.py), else what diverges and where; never a failure with nothing said."""
+    """A failure no catalogued mistake names: the user's op the reference has no pair for (unsupported.py), else what
+    diverges and where; never a failure with nothing said."""
     failed = not all(r.ok for r in result.rows) or result.first_divergence is not None
     if not failed or result.diagnoses:
         return
@@ -346,16 +316,12 @@ def said_why(check: Check, choice: Choice, result: Result) -> None:
         result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"
 
 
-TORCH_LAYERS = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # torch's own: masks documented
-
-
 def caveats(check: Check, choice: Choice) -> list:
-    """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake: a mask
-    polarity read from the outputs that is not the reference's (True = hidden), no embedding scale in a model of
-    the paper's kind (where the mistake is plausible: not BERT's family, mistakes.py). The judge cannot tell the
-    convention from the mistake; the user's callers can."""
+    """(catalogue id, message) for each convention a pass rests on that is also a catalogued mistake (the judge cannot
+    tell them apart; the user's callers can): True = hidden masks, no embedding scale in a model of the paper's kind."""
     out = []
-    if check.mask in (None, "detect") and not isinstance(check.user, TORCH_LAYERS):
+    torch_own = tuple(builtin[0] for builtin in C.TORCH_BUILTINS.values())  # their masks are documented
+    if check.mask in (None, "detect") and not isinstance(check.user, torch_own):
         for name, (_, kind, shape) in choice.caller.masks.items():
             if kind == "bool_masked":
                 out.append((
@@ -375,9 +341,8 @@ def caveats(check: Check, choice: Choice) -> list:
 
 
 def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
-    """The edge docs/conventions.md fixes and tutorials leave open: a source sequence that is all padding. The reference
-    attends to nothing there (zero attention probabilities, so a zero context); a -1e9 fill averages the padding
-    and a -inf fill gives NaN. Compared on its own and reported as a note, not a failure: a loss over real
+    """A source sequence that is all padding (docs/conventions.md): the reference attends to nothing there (a zero
+    context), a -1e9 fill averages the padding, a -inf fill gives NaN. A note, not a failure: a loss over real
     targets sees it only when a batch holds an empty source."""
     caller, cfg = choice.caller, choice.cfg
     if not check.entry.padded_source or cfg.pad_id is None and check.entry.group == "model":
@@ -410,8 +375,8 @@ def fully_padded_source(check: Check, choice: Choice, result: Result) -> None:
 
 
 def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
-    """The Result under `choice`: the conventions (confirmed where it matched, else assumed), the map, every
-    tensor's rows in each of `dtypes`, then what names a failure (divergence.diagnose, said_why) and the notes."""
+    """The Result under `choice`: its conventions (confirmed or assumed), the map, every tensor's rows in `dtypes`,
+    what names a failure (divergence.diagnose, said_why) and the notes."""
     caller, cfg, kind, layout, entry = choice.caller, choice.cfg, choice.kind, choice.layout, check.entry
     fixed = "wrong frequencies" if check.model.wrong_table else cfg.sinusoid_layout  # the fixed tables' layout
     result = Result(reference=reference, mapping=WM.table(layout.links, check.model, fixed), config=cfg)

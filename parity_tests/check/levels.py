@@ -1,8 +1,7 @@
 """The levels a user's module is judged at: the registry, one entry (Level) each, saying what the reference
-computes there, what is inferred and probed, and its relation to other levels (the judge's modules, reference.py's
-shapes and runners included, read the entry's fields, never the level's name: a new level is one entry here, and a
-new kind of math its runner in reference.py); then, read through it, the reference's random weights and its forward
-and hand-written backward on a probe (probes.py)."""
+computes there, what is inferred and probed, and how it relates to other levels (the judge reads the entry's
+fields, never the level's name: a new level is one entry here, a new kind of math its runner in reference.py); then
+the reference's random weights, and its forward and hand-written backward on a probe (probes.py)."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ class Level:
 
     @property
     def hooked(self) -> bool:
-        """A layer, a model or one stack of layers: its submodules are hooked, compared with the reference's stages
-        (reference.stages)."""
+        """A layer, a model or one stack: its submodules are compared with the reference's stages (reference.stages)."""
         return self.group in ("layer", "model") or (self.group == "stacks" and len(self.stacks) == 1)
 
     @property
@@ -164,17 +162,6 @@ LEVELS = {
 ALIASES = {"encoder": "encoder_model"}  # the same math: ids -> the encoder's output
 
 
-def named(group: str) -> tuple:
-    """The levels of `group`, in registry order."""
-    return tuple(name for name, level in LEVELS.items() if level.group == group)
-
-
-def shown(reference: str) -> tuple:
-    """The config fields the report shows for a check against `reference` (a model's for "encoder", its alias)."""
-    level = LEVELS.get(reference)
-    return MODEL_SHOWN if level is None or level.shown is None else level.shown
-
-
 def standing_for(level: str, module) -> str:
     """The level `module` is judged at when its check names `level`: the entry that stands for `level` when the
     module is torch's own class of it (torch.nn.Transformer for "transformer"), else `level` (or its alias's)."""
@@ -185,15 +172,16 @@ def standing_for(level: str, module) -> str:
     return level
 
 
-# the levels a user names: every one but the stacks judged in another's place (torch.nn.Transformer's)
-REFERENCES = named("component") + named("layer") + tuple(ALIASES) + named("model")
-REFERENCES += tuple(name for name in named("stacks") if LEVELS[name].stands_for is None)
+# the levels a user names, by group (the alias before the models): all but the stacks judged in another's place
+REFERENCES = tuple(name for name, level in LEVELS.items() if level.group in ("component", "layer")) + tuple(ALIASES)
+REFERENCES += tuple(
+    name for name, level in LEVELS.items() if level.group in ("model", "stacks") and not level.stands_for
+)
 
 
 def run_reference(level: str, params: dict, p: Probe, cfg, dtype):
-    """The reference's forward at `level` on probe `p`, in `dtype`. Returns (out, backward), where
-    backward(dout) -> (input gradients by name, parameter gradients by name), all from the hand-written
-    backward passes."""
+    """The reference's forward at `level` on probe `p`, in `dtype`: (out, backward), where backward(dout) -> (input
+    gradients by name, parameter gradients by name), from the hand-written backward passes."""
     params = {k: v.astype(dtype) for k, v in params.items()}
     return R.runner(LEVELS[level])(params, p.astype(dtype), cfg, dtype)
 

@@ -9,11 +9,9 @@ from typing import Any
 import numpy as np
 
 from . import mistakes as MK
-from .diagnosis import Diagnosis
-from .levels import LEVELS, shown
+from .diagnosis import Diagnosis as Diagnosis  # re-exported (check.Diagnosis)
+from .levels import LEVELS, MODEL_SHOWN
 from .pair_table import PAIRS
-
-__all__ = ["CATALOGUE", "Diagnosis", "Result", "Row", "levels_of"]
 
 # The catalogue (docs/howto/check_your_model.md): id -> the line of math the mistake changes, one entry each in the
 # registry mistakes.MISTAKES. Ids are stable; new ones may be added.
@@ -21,14 +19,12 @@ CATALOGUE = {m.id: m.line for m in MK.MISTAKES}
 
 
 # The float32 bar of check.module and check.pair, per tensor: FLOAT32_RATIO times the reference's own float32 error
-# on that tensor (the reference run in float32 and in float64 on the same inputs, weights and upstream gradient),
-# never below FLOAT32_FLOOR. The user's float32 tensor is compared with the reference's float32 one, each off the
-# exact value by its own rounding; where the exact value is ~0 (a key bias's gradient) both are rounding noise alone.
-# Measured on the judge's corpus of clean models under each OpenBLAS kernel of an AVX-512 CPU: the model's float32
-# error at most 1.4 x the reference's own on d2l's q/k weight gradients, 3.1 x on a key bias's gradient (noise against
-# noise), 1.0e-6 where the reference's own is below 5e-7; on the workbook's answers (check.pair) at most 4e-7. 8 leaves
-# a factor 2.5 over the noise; the floor, 32 float32 epsilons (3.8e-6, 3.7 x the smallest tensors' errors), is for
-# tensors the reference happens to round well: the user's error is not proportional to the reference's luck.
+# on that tensor (its float32 run against its float64 run on the same inputs, weights and upstream gradient), never
+# below FLOAT32_FLOOR: each float32 result is off the exact value by its own rounding. Measured on the corpus's clean
+# models under each OpenBLAS kernel of an AVX-512 CPU: at most 1.4 x the reference's own error (d2l's q/k weight
+# gradients), 3.1 x on a key bias's gradient (noise against noise, the exact value ~0), 1.0e-6 where the reference's
+# own is below 5e-7; the workbook's answers (check.pair) at most 4e-7. 8 leaves a factor 2.5; the floor (32 float32
+# epsilons, 3.8e-6) is for tensors the reference happens to round well.
 FLOAT32_RATIO = 8.0
 FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 
@@ -38,11 +34,6 @@ READ_FROM_FLOW = (
     "parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks", "sliding_window", "layer_types",
     "attention_scale_by_layer", "rope_scaling",
 )  # fmt: skip
-
-
-def float32_bar(own: float) -> float:
-    """A tensor's float32 bar from the reference's own float32 error on it (see FLOAT32_RATIO)."""
-    return max(FLOAT32_FLOOR, FLOAT32_RATIO * own)
 
 
 @dataclass
@@ -97,20 +88,11 @@ class Result:
 
     def _table(self) -> list:
         """One line per tensor: its relative error in each dtype compared, against that dtype's bar."""
-        by_name: dict = {}
-        for r in self.rows:
-            by_name.setdefault(r.name, {})[r.dtype] = r
-        dtypes = list(dict.fromkeys(r.dtype for r in self.rows))
-        width = max(len(n) for n in by_name)
-        head = "".join(f"  {d + ' (' + self._bars(d) + ')':>20}" for d in dtypes)
-        lines = [f"  {'tensor':<{width}}{head}"]
-        for name, cells in by_name.items():
-            text = ""
-            for d in dtypes:
-                r = cells.get(d)
-                text += f"  {'':>20}" if r is None else f"  {format(r.error, '.2e') + ('' if r.ok else ' FAIL'):>20}"
-            lines.append(f"  {name:<{width}}{text}")
-        return lines
+        cells = {(r.name, r.dtype): f"{r.error:.2e}" + ("" if r.ok else " FAIL") for r in self.rows}
+        names, dtypes = (list(dict.fromkeys(getattr(r, key) for r in self.rows)) for key in ("name", "dtype"))
+        width = max(map(len, names))
+        lines = [f"  {'tensor':<{width}}" + "".join(f"  {d + ' (' + self._bars(d) + ')':>20}" for d in dtypes)]
+        return lines + [f"  {n:<{width}}" + "".join(f"  {cells.get((n, d), ''):>20}" for d in dtypes) for n in names]
 
     def _bars(self, dtype: str) -> str:
         """The bars of a dtype's rows: one, or two (check.pair's: the reference's, then finite differences'), or a
@@ -148,9 +130,9 @@ class Result:
         has no other positions); a parallel layer's and Gemma 2's soft caps where set."""
         if self.config is None:
             return []
-        fields = list(shown(self.reference))
+        entry = LEVELS.get(self.reference)  # None for "encoder", the alias: a model's fields
+        fields = list(MODEL_SHOWN if entry is None or entry.shown is None else entry.shown)
         if self.config.positional != "rope":
-            entry = LEVELS.get(self.reference)
             layer = entry is not None and entry.rope and entry.group != "model"  # no position table
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]

@@ -1,6 +1,6 @@
-"""How the judge runs the user's module and measures it: copies whose closures run the copy, the float32 islands a
-float64 copy computes in (found, and run in float64 for the search for a mistake), the model's own output head,
-which of the reference's positions the module's output holds, and the rows of errors against bars."""
+"""How the judge runs the user's module and measures it: copies whose closures run the copy, the float32 islands of a
+float64 copy (found, and run in float64), the model's own output head, the positions its output holds, and rows of
+errors against bars."""
 
 from __future__ import annotations
 
@@ -22,13 +22,12 @@ from torch.utils._pytree import tree_leaves, tree_map
 from parity_tests.components import BAR, relative_errors
 
 from .dataflow import hooked
-from .report import Row, float32_bar
+from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Row
 
 
 def positions_held(ref_shape: tuple, shape: tuple):
-    """Which of the reference output's positions the user's output holds: every one (None), or only the last (a
-    slice, or -1 when that axis is dropped), as nanoGPT's `forward(idx)` returns `logits[:, [-1], :]` without
-    targets; False when the shapes do not correspond."""
+    """The reference output's positions the user's output holds: all (None), or the last (a slice, or -1 with that
+    axis dropped: nanoGPT's `forward(idx)` without targets); False when the shapes do not correspond."""
     if tuple(shape) == tuple(ref_shape):
         return None
     if len(ref_shape) != 3 or ref_shape[1] < 2:
@@ -38,16 +37,15 @@ def positions_held(ref_shape: tuple, shape: tuple):
 
 
 def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True, coarser: float = 1.0) -> list:
-    """The Rows of each group of tensors (name -> (the module's, the reference's); a group's relative errors are
-    measured together) in `dtype`: each bar BAR[dtype], or, given `own` (the reference's own float32 error on each
-    tensor: own_errors), report.float32_bar of it. A gradient ("d...") zero on both sides cannot fail: said so; with
-    `vacuous`, every gradient of the module zero is a failing row (check.pair's cases, a saturated softmax's among
-    them, are chosen and need none). `coarser`: the bars widened for a run computing in bfloat16 (COARSER)."""
+    """The Rows of each group (name -> (the module's, the reference's), relative errors measured together) in `dtype`
+    against BAR[dtype], or FLOAT32_RATIO x `own` (own_errors) x `coarser` (COARSER: a run in bfloat16), at least
+    FLOAT32_FLOOR. A gradient zero on both sides is said so; with `vacuous`, every gradient of the module zero is a
+    failing row (check.pair's cases need none)."""
     label, found = np.dtype(dtype).name, []
     for group in groups:
         for n, (_, e) in relative_errors(group, dtype).items():
             zero = n.startswith("d") and not np.any(group[n][0]) and not np.any(group[n][1])
-            bar = BAR[np.dtype(dtype)] if own is None else float32_bar(own[n] * coarser)
+            bar = BAR[np.dtype(dtype)] if own is None else max(FLOAT32_FLOOR, FLOAT32_RATIO * own[n] * coarser)
             found.append(Row(n, label, e, bar, "all zero" if zero else "", own=None if own is None else own[n]))
     grads = [mine for group in groups for n, (mine, _) in group.items() if n.startswith("d")]
     if vacuous and grads and not any(np.any(g) for g in grads):
@@ -56,14 +54,12 @@ def rows(groups: list, dtype, own: dict | None = None, vacuous: bool = True, coa
 
 
 def own_errors(ref32: dict, ref64: dict) -> dict:
-    """name -> the reference's own float32 error on that tensor: its float32 run (`ref32`) against its float64 run
-    on the same inputs, weights and upstream gradient (`ref64`), the basis of the float32 bars."""
+    """name -> the reference's own float32 error: its float32 run against its float64 run, the float32 bars' basis."""
     return {n: e for n, (_, e) in relative_errors({n: (ref32[n], ref64[n]) for n in ref32}, np.float32).items()}
 
 
 def reference_rows(mine: dict, reference, dtype, vacuous: bool = True) -> list:
-    """rows of `mine` (name -> the module's tensor) against `reference(dtype)` (name -> the reference's); in float32
-    the bars from own_errors of `reference(np.float32)` against `reference(np.float64)`."""
+    """rows of `mine` (name -> the module's tensor) against `reference(dtype)`; in float32 on own_errors' bars."""
     ref = reference(dtype)
     own = own_errors({n: ref[n] for n in mine}, reference(np.float64)) if dtype == np.float32 else None
     return rows([{n: (mine[n], ref[n]) for n in mine}], dtype, own, vacuous)
@@ -90,12 +86,10 @@ SKIPPED = (torch.ops.aten.copy_.default, torch.ops.aten._to_copy.default)  # a c
 
 
 class Float32Islands(TorchDispatchMode):
-    """While the user's float64 copy runs, each op computing in float32 is recorded in `seen` as (the innermost
-    user submodule running it, op) and widened: a cast to float32 (x.float(), .to, .type_as; complex64 likewise)
-    made a float64 copy, an op mixing float64 and float32 operands run on widened ones, and a float32 tensor of
-    rounded values widened into the run (MADE). With `exact`, torch's default dtype is float64 meanwhile and an op
-    asked for float32 makes float64, so constants and tables made in forward are float64: a mistake inside the
-    island is matched as exactly as anywhere else."""
+    """While the user's float64 copy runs, each op computing in float32 is recorded in `seen` as (the innermost user
+    submodule, op) and widened: a cast to float32 (or complex64) makes a float64 copy, an op mixing float64 and
+    float32 operands runs on widened ones, a float32 tensor of rounded values widened into the run is MADE. With
+    `exact`, what forward makes (default dtype, dtype=float32) is float64: a mistake inside is matched exactly."""
 
     def __init__(self, module: nn.Module, exact: bool = True):
         super().__init__()
@@ -138,14 +132,13 @@ class Float32Islands(TorchDispatchMode):
         narrow = [t for t in leaves if t.dtype in WIDEN]
         if _widened(func, args, kwargs):
             self._record(MADE, narrow)
-        if func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor):
-            if kwargs.get("dtype") is not None and WIDEN.get(kwargs["dtype"]) == args[0].dtype:
-                self._record(None, [])  # a cast, made a copy in the wider dtype
-                kwargs = dict(kwargs, dtype=args[0].dtype)
-        elif func not in SKIPPED:
-            if narrow and any(t.dtype in DOWNCAST for t in leaves):
-                self._record(f"torch.{func.overloadpacket.__name__}", narrow)
-                args, kwargs = tree_map(_widen, (args, kwargs))
+        cast = func is torch.ops.aten._to_copy.default and isinstance(args[0], torch.Tensor)
+        if cast and kwargs.get("dtype") is not None and WIDEN.get(kwargs["dtype"]) == args[0].dtype:
+            self._record(None, [])  # a cast, made a copy in the wider dtype
+            kwargs = dict(kwargs, dtype=args[0].dtype)
+        elif func not in SKIPPED and narrow and any(t.dtype in DOWNCAST for t in leaves):
+            self._record(f"torch.{func.overloadpacket.__name__}", narrow)
+            args, kwargs = tree_map(_widen, (args, kwargs))
         if self.exact and kwargs.get("dtype") in WIDEN and not _narrow(args):
             kwargs = dict(kwargs, dtype=WIDEN[kwargs["dtype"]])  # made in float32 in forward: made in float64
         return func(*args, **kwargs)
@@ -180,10 +173,8 @@ def _widen(value):
 
 
 def find_islands(module: nn.Module, run) -> list | None:
-    """The float32 islands of the user's float64 copy during `run()`: (innermost submodule, what) for each op that
-    computes in float32 (Float32Islands), in running order, each once; None when the run raises (asked again
-    later). Where there are some, a second run is as the float64 comparison's: a float32 operand still met then is
-    a tensor the module held before the check (HELD) or a constant made with its dtype given (TYPED)."""
+    """(innermost submodule, what) for each op of `run()` computing in float32 (Float32Islands), each once; None when
+    it raises. A second run is as the float64 comparison's: a float32 operand met then is HELD or TYPED."""
     runs = []
     for exact in (False, True):
         try:
@@ -259,8 +250,8 @@ def island_message(islands: list) -> str:
 
 
 def output_head(user: nn.Module, links) -> str | None:
-    """The path of the user's submodule holding the output projection (the Annotated Transformer's `generator`),
-    applied when the forward returns hidden states; None where it is no module of its own (a tied table)."""
+    """The path of the submodule holding the output projection (the Annotated Transformer's `generator`), applied
+    when the forward returns hidden states; None where it is no module of its own (a tied table)."""
     for link in links:
         if any(name == "output_proj.weight" for name, _ in link.parts) and "." in link.user:
             path = link.user.rsplit(".", 1)[0]
@@ -271,11 +262,9 @@ def output_head(user: nn.Module, links) -> str | None:
 
 
 def copy_module(user: nn.Module) -> nn.Module:
-    """A deep copy of the user's module whose functions kept as attributes run the copy, not the original.
-
-    copy.deepcopy shares functions: minGPT's `self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))` would
-    still call the original (float32, the user's weights) from the copy. Each function attribute (alone or in a
-    list, tuple or dict) is rebuilt with its closure's cells pointing at the copies of what they held."""
+    """A deep copy of the user's module whose function attributes (alone or in a list, tuple or dict) run the copy:
+    copy.deepcopy shares functions, so minGPT's `self.mlpf = lambda x: m.dropout(m.c_proj(...))` would call the
+    original; each is rebuilt with its closure's cells pointing at the copies."""
     memo: dict = {}
     module = copy.deepcopy(user, memo)
     for sub in module.modules():
@@ -286,22 +275,21 @@ def copy_module(user: nn.Module) -> nn.Module:
 
 def unwrapped(user) -> tuple:
     """(the model inside torch.compile's OptimizedModule (`_orig_mod`) and nn.DataParallel's or
-    DistributedDataParallel's `.module`, the wrappers' names): they change how the model runs, not what it computes."""
+    DistributedDataParallel's `.module`, [the report's note]): a wrapper changes how it runs, not what it computes."""
     wrappers: list = []
-    while isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) or (
-        type(user).__name__ == "OptimizedModule" and isinstance(getattr(user, "_orig_mod", None), nn.Module)
-    ):
+    while isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) or hasattr(user, "_orig_mod"):
+        inner = user._orig_mod if type(user).__name__ == "OptimizedModule" else getattr(user, "module", None)
+        if not isinstance(inner, nn.Module):
+            break
         wrappers.append(type(user).__name__)
-        user = (
-            user.module if isinstance(user, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else user._orig_mod
-        )
-    return user, wrappers
+        user = inner
+    said = f"judged the model inside {' inside '.join(wrappers)}: the wrapper changes how it runs, not what it computes"
+    return user, [f"{said}; the names are the inner model's"] if wrappers else []
 
 
 def plain_weights(user) -> tuple:
-    """(`user`, []), or where weights are parametrized (torch.nn.utils.parametrize: weight_norm, spectral_norm, ...),
-    (a copy with each such weight its current value as a plain parameter, their names): the math is judged on the
-    weights the forward uses, and their gradients are compared, not the parametrization's own tensors'."""
+    """(`user`, []), or where weights are parametrized (weight_norm, spectral_norm, ...) (a copy with each such weight
+    its current value as a plain parameter, [the report's note]): judged on the weights the forward uses."""
     if not isinstance(user, nn.Module) or not any(map(parametrize.is_parametrized, user.modules())):
         return user, []
     model, names = copy_module(user), []
@@ -309,7 +297,11 @@ def plain_weights(user) -> tuple:
         for name in list(getattr(module, "parametrizations", {})):
             parametrize.remove_parametrizations(module, name, leave_parametrized=True)
             names.append(f"{path}.{name}" if path else name)
-    return model, names
+    listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return model, [
+        f"judged on the weights the parametrizations compute ({listed}): their gradients are compared, not the "
+        "parametrizations' own tensors'"
+    ]
 
 
 def _rebind(value, memo: dict, depth: int = 0):
@@ -343,9 +335,8 @@ def _rebind(value, memo: dict, depth: int = 0):
 
 @contextmanager
 def lifted(mode) -> Iterator[None]:
-    """`mode`, torch.inference_mode or torch.no_grad (a `with` block, or `@torch.inference_mode()` on forward),
-    made a no-op while inside, so that the user's forward records the gradients the check compares. inference_mode
-    is lifted for the whole check; torch.no_grad around the user's forward alone (session.run_user)."""
+    """`mode` (torch.inference_mode or torch.no_grad, as a block or a decorator) a no-op while inside, so that the
+    user's forward records the gradients the check compares."""
     saved = mode.__enter__, mode.__exit__
     mode.__enter__ = lambda self: None  # type: ignore[method-assign, assignment]
     mode.__exit__ = lambda self, *exc: None  # type: ignore[method-assign, assignment]
@@ -371,8 +362,8 @@ class Call:
 
 @contextmanager
 def first_calls(modules, order: list | None = None) -> Iterator[dict]:
-    """While inside, key -> the Call of each (key, module) of `modules` when first called, copied then (an output
-    changed in place later, as `q += residual`, stays as returned); with `order`, the keys in first-call order."""
+    """While inside, key -> the Call of each (key, module) of `modules` when first called, copied then (as returned,
+    though changed in place later: `q += residual`); with `order`, the keys in first-call order."""
     calls: dict = {}
 
     def first(key, module, *call) -> None:

@@ -1,9 +1,7 @@
-"""The stages before judging, each a frozen record returned by a function: the recording (the user's module read
-once and its forward recorded once: `recording`), the model it implies (config, weight map, biases held at zero,
-fixed tables: `inferred`, a Model), and the check prepared on it (`prepare`, a Check: the reference's weights and
-probes, the ways of calling the module, the weight maps and configs it may be judged under); then how a Check runs
-the user's module: `probe_of`, `copy_of` (its float64 and float32 copies holding the reference's weights) and
-`run_user`."""
+"""The stages before judging, each a frozen record returned by a function: the recording (the module read once, its
+forward recorded once), the Model it implies (`inferred`), the Check prepared on it (`prepare`: the reference's
+weights and probes, the callers, weight maps and configs to try); then how a Check runs the user's module:
+`probe_of`, `copy_of` (copies holding the reference's weights) and `run_user`."""
 
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ from . import reference as R
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
-from .levels import LEVELS
 from .running import Float32Islands, copy_module, find_islands, lifted, narrowest, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
@@ -46,10 +43,9 @@ def stated(given: dict) -> dict:
 
 @dataclass(frozen=True)
 class Model:
-    """The model the recording implies: its config; its weight map (links, mapping.Link), the reference biases the
-    user's linears lack held at zero (`zero`); each norm module's eps; the fixed tables overwritten in float64
-    (sinusoids: `overwrite`, `wrong_table` where their frequencies are wrong; RoPE's: `rope_overwrite`) and the
-    RoPE bases the module states (`thetas`)."""
+    """The model the recording implies: config, weight map (mapping.Link), the reference biases held at zero (the
+    user's linears lack them), each norm's eps, the fixed tables overwritten in float64 (`wrong_table`: sinusoids
+    at wrong frequencies) and the RoPE bases the module states (`thetas`)."""
 
     cfg: TransformerConfig
     links: list
@@ -63,9 +59,9 @@ class Model:
 
 
 def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: list) -> Model:
-    """The Model of the user's module as `found` reads it (units.infer), with its fixed tables (tables.py, whose
-    notes go to `notes`); `mapped`: the (links, zero) of a mapping= given."""
-    entry, is_module = LEVELS[level], isinstance(user, nn.Module)
+    """The Model `found` reads (units.infer) with its fixed tables (tables.py, its notes into `notes`); `mapped`: the
+    (links, zero) of a mapping= given."""
+    entry, is_module = LV.LEVELS[level], isinstance(user, nn.Module)
     cfg, links, zero, fixed = U.infer(level, found, given, mapped)
     overwrite, layout, wrong_table = TB.fixed_tables(user, fixed, notes) if is_module else ({}, None, False)
     if layout is not None:
@@ -85,8 +81,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
 
 @dataclass(frozen=True)
 class Layout:
-    """A weight map the user's module may be judged under: its links (mapping.Link), and the RoPE pairing it reads
-    the q and k rows in, where rotary positions may be used (None: not in question)."""
+    """A weight map to judge under, and the RoPE pairing it reads the q and k rows in (None: not in question)."""
 
     links: list
     rope_pairing: str | None = None
@@ -94,12 +89,10 @@ class Layout:
 
 @dataclass(frozen=True)
 class Check:
-    """One check prepared: the user's module judged at `level` with what the caller gave (`given`: the config's
-    fields, `mask`, `seed`), the Model read from it and its forward's Flow; the reference's shapes, weights
-    (`params`) and probes (by (self_attention, causal), and with "unpadded" added: probe_of); the candidate
-    callers (calling.Caller), Layouts and configs, most likely first; the model's own output head (running.
-    output_head); the notes so far. `cache` keeps what runs find: the copies by (layout, dtype), the float32 islands
-    (running.find_islands), the reference's stages (divergence.py)."""
+    """One check prepared: what the caller gave, the Model and Flow read, the reference's shapes, weights and probes
+    (by (self_attention, causal), "unpadded" added: probe_of), the candidate callers, Layouts and configs, most
+    likely first, and the model's own output head. `cache` keeps what runs find: the copies by (layout, dtype), the
+    float32 islands (running.find_islands), the reference's stages (divergence.py)."""
 
     user: Any
     level: str
@@ -122,11 +115,9 @@ class Check:
 
 
 def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: int, **conventions) -> Check:
-    """The Check of `user` at `level`, recorded as `found` (recording): its Model inferred, the reference's weights
-    and probes drawn; `mapped`: the (links, zero) of a mapping= given. What the judge cannot read raises, and
-    check.module answers it as "could not judge: ...; pass ..." or, for math the reference lacks, as
-    Result.unsupported."""
-    entry, notes, is_module = LEVELS[level], [], isinstance(user, nn.Module)
+    """The Check of `user` at `level`, recorded as `found`; `mapped`: the (links, zero) of a mapping= given. What the
+    judge cannot read raises (check.module answers "could not judge: ...", or Result.unsupported)."""
+    entry, notes, is_module = LV.LEVELS[level], [], isinstance(user, nn.Module)
     model = inferred(user, level, found, given, mapped, notes)
     shapes = R.shapes(entry, model.cfg)
     params = LV.init_reference(shapes, np.random.default_rng(seed), model.zero)
@@ -150,9 +141,8 @@ def prepare(user, level: str, given: dict, mapped, found: MP.Structure, seed: in
 
 
 def probe_of(check: Check, caller) -> LV.Probe:
-    """The probe `caller` is run on: cross-attention, self-attention, or causal self-attention; without the
-    keys' padding where the caller passes no mask to a layer or component (nothing it is given could hide it:
-    a vision block, an attention without a mask argument). A model builds its masks from the ids' padding."""
+    """The probe `caller` is run on (cross-, self- or causal self-attention); without the keys' padding where it passes
+    no mask to a layer or component (nothing could hide it). A model builds its masks from the ids' padding."""
     key = (caller.self_attention, caller.causal)
     if caller.masks or caller.call is not None or check.entry.group == "model":
         return check.probes[key]
@@ -160,15 +150,13 @@ def probe_of(check: Check, caller) -> LV.Probe:
 
 
 def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> list:
-    """The configs the user's module may be: the inferred one, and what the shapes cannot tell (pre- or
-    post-norm, the activation, the embedding scale, RoPE and its base) varied where the caller did not fix it."""
+    """The inferred config, and what the shapes cannot tell (pre- or post-norm, the activation, the embedding scale,
+    RoPE and its base) varied where the caller did not fix it."""
     base = model.cfg
     options: list = [{}]
-    if "norm_first" in entry.searches and "norm_first" not in given:
-        final_norms_tell = entry.final_norms == "pre-norm"  # a final norm only when pre-norm
-        flow_tells = flow is not None and flow.norm_first is not None  # where the sums are normed
-        norm_first = [base.norm_first] if final_norms_tell or flow_tells else [False, True]
-        options = [o | {"norm_first": v} for o in options for v in norm_first]
+    if "norm_first" in entry.searches and "norm_first" not in given:  # told by a final norm (pre-norm's) or the flow
+        told = entry.final_norms == "pre-norm" or flow is not None and flow.norm_first is not None
+        options = [{"norm_first": v} for v in ([base.norm_first] if told else [False, True])]
     if "activation" in entry.searches and "activation" not in given:
         options = [o | {"activation": a} for o in options for a in ACTIVATIONS[base.gated_ffn]]
     options = [o | r for o in options for r in rope or [{}]]
@@ -186,8 +174,8 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
 
 
 def rope_options(entry, model: Model, given: dict) -> list:
-    """Rotary positions at each base the module states (and 10000), where nothing else gives positions: an
-    attention, or a model without position tables. Tried first when the module keeps RoPE tables or a base."""
+    """Rotary positions at each base the module states, where nothing else gives positions; tried first when the
+    module keeps RoPE tables or several bases."""
     own_table = entry.group == "model" and (model.cfg.positional == "learned" or model.overwrite)  # not rotary
     if not model.thetas or not entry.rope or own_table or given.get("positional") not in (None, "rope"):
         return []
@@ -202,9 +190,7 @@ def copy_of(check: Check, layout: Layout, dtype):
     """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights under `layout`."""
     key = (id(layout), dtype)
     if check.is_module and key not in check.cache:
-        module = copy_module(check.user).to(TORCH[dtype]).eval()
-        for t in module.parameters():  # frozen ones too (loaded for inference): every gradient is compared
-            t.requires_grad_(True)
+        module = copy_module(check.user).to(TORCH[dtype]).eval().requires_grad_(True)  # frozen ones too: all compared
         MP.load(module, layout.links, check.params, TORCH[dtype])
         tensors = dict(module.named_buffers()) | dict(module.named_parameters())
         with torch.no_grad():
@@ -223,9 +209,8 @@ def copy_of(check: Check, layout: Layout, dtype):
 
 
 def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0, probe=None):
-    """The user's output (batch-first) on `probe` (by default the caller's, probe_of), and the input tensors (for
-    gradients). In float64 a module with float32 islands runs them in float64 (Float32Islands): they are found on
-    its first float64 run that completes."""
+    """The user's output (batch-first) on `probe` (by default probe_of's) and the input tensors. In float64 the
+    float32 islands (found on its first float64 run that completes) run in float64 (Float32Islands)."""
     p, module = probe or probe_of(check, caller), copy_of(check, layout, dtype)
 
     def run():
@@ -252,10 +237,8 @@ def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0,
 
 
 def layouts(model: Model, rope: list, inferred: bool) -> list:
-    """The Layouts the user's module may be judged under: the inferred one and, where rotary positions may be used
-    (`rope`: rope_options), the same with the q and k rows in RoPE's interleaved pairing (Meta's (2i, 2i + 1)
-    instead of the reference's halves (i, i + Dh/2): the same rotation with the features of every head in another
-    order). The check keeps the first under which the module agrees with the reference."""
+    """The inferred Layout and, where rotary positions may be used, the same with the q and k rows in RoPE's
+    interleaved pairing (Meta's (2i, 2i + 1), not the reference's halves (i, i + Dh/2): the features reordered)."""
     Dh, links = model.cfg.d_head, model.links
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
     if not inferred or not rope or Dh % 2 or not paired:
@@ -277,11 +260,10 @@ def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Siz
 
 def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Structure:
     """The user's module read once (mapping.structure) and its forward recorded once (read_flow): a model holding
-    tables on small ids (under at most 16 conventions: a has_mask flag), else, where the roles are read from the
-    computation, on the level's probe at the sizes its parameters give (sized_config). Not a module: nothing read."""
+    tables on small ids (at most 16 conventions), else on the level's probe at its parameters' sizes (sized_config)."""
     if not isinstance(user, nn.Module):
         return MP.Structure()
-    entry, found, flow, raised = LEVELS[level], MP.structure(user), None, ""
+    entry, found, flow, raised = LV.LEVELS[level], MP.structure(user), None, ""
     sizes = probe_sizes(user, level, **conventions)
     if entry.group == "model" and found.tables:
         ids = PR.model_ids(entry.inputs, found.tables, sizes.B)
@@ -298,11 +280,9 @@ def recording(user, level: str, given: dict, seed: int, **conventions) -> MP.Str
 
 
 def read_flow(user, level: str, probe_of, limit: int | None = None, **conventions) -> tuple:
-    """The user's forward recorded (dataflow.record), on a copy, under the first of its conventions (calling.callers,
-    at most `limit` tried) that runs, on `probe_of(caller)`: (its Flow, ""), or (None, what the last try raised, or
-    "" where nothing was tried) where none runs (the check proper then says why). Gradients stay on: torch's fused
-    inference paths (nn.TransformerEncoderLayer's) hide the ops. A model kept in bfloat16 or float16 is recorded as
-    its float64 copy, as the judge runs it: unsupported.py tells functions apart by values at float64's precision."""
+    """(the Flow of a copy's forward under the first caller (of `limit`) that runs, ""), else (None, what the last one
+    raised). Gradients stay on: torch's fused inference paths hide the ops. A bfloat16 or float16 model is recorded
+    in float64, as the judge runs it (unsupported.py tells functions apart at float64's precision)."""
     model = copy_module(user).eval()
     weight = next(model.parameters(), None)
     if weight is None:
