@@ -28,10 +28,6 @@ _LATENT = (
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh6: an encoder's masked-LM head (transform, GELU, LayerNorm, tied decoder + bias) read as a feed-forward:
-    # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
-    "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
-    "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
     # fresh7: K/V heads tiled inside a Flax-style block whose attention is inline (no submodule of its own): the
     # model passes without the mistake, but with it the divergence is not placed (no first divergence, no variant)
     "flax_gpt.kv_heads_tiled_second_block": "fails with no id: (the module): d decoder.layers.0.ffn_norm.bias "
