@@ -27,10 +27,6 @@ _LATENT = (
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh6: an encoder's masked-LM head (transform, GELU, LayerNorm, tied decoder + bias) read as a feed-forward:
-    # the encoder_model level has no output head (levels.py), though EncoderModel.mlm_logits is ModernBERT's
-    "hand_bert.mlm_head": "could not judge: word.weight acts as a projection in a feed-forward block but is not a "
-    "linear weight the judge reads (nn.Linear, a 1x1 nn.Conv1d, a 2-D nn.Parameter); pass mapping=",
     # fresh8: peft's LoRA (frozen base_layer plus scaling * lora_B(lora_A(x))) on q_proj and v_proj: the queries'
     # sum of two projections is read as two query pieces of D / 2 rows each (units._rows); nothing merges
     # W + scaling * B A into the linear the reference has, and the mapping= it asks for cannot hold a merged weight

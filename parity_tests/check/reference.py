@@ -231,10 +231,11 @@ def model_runner(model_class, *inputs: str):
         model = model_class(cfg, dtype=dtype).eval()
         model.load_state_dict(params)
         out = model.forward(*(p.ids[n] for n in inputs))
+        out = model.mlm_logits(out) if cfg.mlm_head else out  # an encoder's masked-LM head: its logits
 
         def backward(dout):
             model.zero_grad()
-            model.backward(dout)
+            model.backward(model.mlm_logits_backward(dout) if cfg.mlm_head else dout)
             return {}, dict(model.grads)
 
         backward.activations = model.activations()  # type: ignore[attr-defined]
@@ -327,6 +328,10 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
         if entry.final_norms == "always" or cfg.has_final_norm:  # the stack's final norm, on its last layer's output
             norm = unit_forward("norm", M.sub(params, f"{stack}.final_norm"), cfg, "final_norm")
             found.append(Stage(f"{stack}.final_norm", "norm", (x,), norm(x), valid, None, norm))
+    if cfg.mlm_head:  # an encoder's masked-LM head: its norm, on its dense projection of the output, activated
+        dense, norm = M.sub(params, "mlm_head.dense"), unit_forward("norm", M.sub(params, "mlm_head.norm"), cfg, "")
+        a = M.ACTIVATIONS[cfg.activation][0](found[-1].output @ dense["weight"].T + dense.get("bias", 0.0))[0]
+        found.append(Stage("mlm_head.norm", "norm", (a,), norm(a), p.src_keep, None, norm))
     return found
 
 

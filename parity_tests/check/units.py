@@ -48,6 +48,7 @@ class Units:
     shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
     sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
     input_norm: bool = True
+    mlm: tuple | None = None  # an encoder's masked-LM head: (its dense piece, its norm)
 
 
 def sized_config(level: str, found, given: dict):
@@ -125,7 +126,8 @@ def _units(entry, found, units: Units) -> None:
             | {"columns": a.columns, "sinks": _sinks(flow, a, found.names)}
             for a in flow.attentions
         ]
-        units.blocks = [_pieces(by, block, "a feed-forward block") for block in flow.blocks]
+        blocks = flow.blocks[:-1] if _mlm_head(entry, flow, units, by) else flow.blocks
+        units.blocks = [_pieces(by, block, "a feed-forward block") for block in blocks]
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
@@ -160,6 +162,20 @@ def _units(entry, found, units: Units) -> None:
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
         units.embedding_norm = len(first) - own == stacks
         units.layer_norms += stacks * units.embedding_norm
+
+
+def _mlm_head(entry, flow, units: Units, by: dict) -> bool:
+    """An encoder model's masked-LM head (BERT's, ModernBERT's): the last block the flow read runs a dense piece,
+    its activation and a LayerNorm into the token table (a decoder tied to it). Set apart in units.mlm, its norm out of
+    the layers'."""
+    if not (entry.group == "model" and entry.encoder_only and flow.blocks and units.token_tables):
+        return False
+    *first, last = flow.blocks[-1]
+    after = [n for n in units.norms if first and flow.order[n.weight] > flow.order[first[0]] and n.kind == "layer"]
+    if last != units.token_tables[0].name or len(first) != 1 or first[0] not in by or len(after) != 1:
+        return False
+    units.mlm, units.norms = (by[first[0]], after[0]), [n for n in units.norms if n is not after[0]]
+    return True
 
 
 def _refuse_missing(entry, flow, units: Units) -> None:
@@ -284,6 +300,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         qk_norm_projection=any(n.size != D // H for n in found.qk_norms.values()),  # OLMo 2's, of all the heads
         type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
         embedding_norm=units.embedding_norm,
+        mlm_head=units.mlm is not None,
         d_model=D,
         n_heads=H,
         d_ff=units.F,
@@ -542,3 +559,7 @@ def _link_stacks(lk: Linker) -> None:
         lk.piece(u.out_piece, [("output_proj", None)], False)  # none: output_bias=False
     elif entry.output_head and lk.found.orphans:
         lk.links.append(Link(lk.found.orphans[0], [("output_proj.bias", None)]))
+    if u.mlm is not None:  # an encoder's masked-LM head: its dense piece and norm, the tied decoder's bias
+        lk.piece(u.mlm[0], [("mlm_head.dense", None)], cfg.bias)
+        lk.norm(u.mlm[1], "mlm_head.norm.")
+        lk.links += [Link(bias, [("mlm_head.bias", None)]) for bias in lk.found.orphans[:1]]

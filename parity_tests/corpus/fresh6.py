@@ -94,7 +94,7 @@ class BertLayer(nn.Module):
 
 
 class HandBert(nn.Module):
-    def __init__(self, mlm_head: bool = True, unbiased_second: bool = False):
+    def __init__(self, mlm_head: bool = True, unbiased_second: bool = False, unbiased_head: bool = False):
         super().__init__()
         self.word = nn.Embedding(V, D, padding_idx=PAD)
         self.position = nn.Embedding(T_MAX, D)
@@ -103,7 +103,7 @@ class HandBert(nn.Module):
         self.layers = nn.ModuleList([BertLayer(), BertLayer(unbiased_second)])
         if mlm_head:
             self.transform = nn.Linear(D, D)
-            self.transform_norm = BertLayerNorm()
+            self.transform_norm = BertLayerNorm(unbiased_head)
             self.decoder_bias = nn.Parameter(torch.zeros(V))
         self.mlm_head = mlm_head
 
@@ -463,6 +463,13 @@ CASES = [
         "encoder_model",
         {},
         ("mistake", "layer_norm.unbiased_variance", "layers.1.output_norm"),
+    ),
+    (
+        "hand_bert.mlm_head.unbiased_variance_head",
+        lambda: hand_bert(unbiased_head=True),
+        "encoder_model",
+        {},
+        ("mistake", "layer_norm.unbiased_variance", "transform_norm"),
     ),
     ("hand_bert.layer", lambda: hand_bert(mlm_head=False).layers[0], "encoder_layer", {}, "pass"),
     ("hand_t5", hand_t5, "transformer", {}, ("no pair", "encoder.0.attn", "relative")),
