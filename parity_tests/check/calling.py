@@ -47,6 +47,7 @@ class Caller:
     keywords: tuple = ()  # the data passed by these names (a mask parameter sits between them: transformers')
     template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example_callers)
     time_first_output: bool = False  # a batch-first call whose output came back (T, B, ...): read turned
+    positions: tuple = ()  # required arguments named for positions (position_ids): given 0 .. T - 1, (B, T)
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -60,6 +61,8 @@ class Caller:
             out["attention"] = "causal self-attention: one input, the future masked"
         elif self.self_attention:
             out["attention"] = "self-attention: one input (query = key = value)"
+        if self.positions:
+            out["position_ids"] = f"{', '.join(self.positions)}: the positions 0 .. T - 1, (B, T)"
         if self.time_first_output:
             out["output_layout"] = "time-first (T, B, ...), read batch-first"
         if self.call is not None or self.template is not None:  # exclusive: call= or example=
@@ -76,12 +79,15 @@ class Caller:
         device = next(iter(data.values())).device
         values = {"data": data.__getitem__, "fixed": lambda v: v, "made": lambda f: f(dtype, device)}
         values["mask"] = lambda n: user_mask(probe, *self.masks[n], dtype, device)
+        B, T = tensors[self.order[0]].shape[:2]
+        values["positions"] = lambda _: torch.arange(T, device=device).expand(B, T)
         named = dict(zip(self.keywords, self.order, strict=False))
         args, kwargs = self.template or (
             tuple(("data", d) for d in self.order[len(named) :]),
             {k: ("fixed", v) for k, v in self.extra.items()}
             | {k: ("data", d) for k, d in named.items()}
-            | {name: ("mask", name) for name in self.masks},
+            | {name: ("mask", name) for name in self.masks}
+            | {name: ("positions", name) for name in self.positions},
         )
         out = first_tensor(
             module(*[values[k](v) for k, v in args], **{n: values[k](v) for n, (k, v) in kwargs.items()})
@@ -159,17 +165,22 @@ TORCH_BUILTINS = {
 }
 
 
+POSITION_NAMES = ("position_ids", "positions", "pos_ids", "input_pos", "pos")
+
+
 def _signature(module, n_data: int) -> tuple:
     """The user's forward as the callers read it: (its positional parameters, the names of those named for masks,
-    the names of the data parameters: without defaults; or, when every one is optional, the first n_data)."""
+    the names of the data parameters: without defaults; or, when every one is optional, the first n_data; the
+    required ones named for positions, POSITION_NAMES)."""
     forward = module.forward if isinstance(module, nn.Module) else module
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
     masks = [p.name for p in params if "mask" in p.name.lower()]
-    unmasked = [p for p in params if p.name not in masks]
+    positions = [p.name for p in params if p.name.lower() in POSITION_NAMES and p.default is p.empty]
+    unmasked = [p for p in params if p.name not in masks + positions]
     # those without defaults; where every one is optional (transformers' forward(input_ids=None, ...)), the first ones
     data = [p.name for p in unmasked if p.default is p.empty] or [p.name for p in unmasked][:n_data]
-    return params, masks, data
+    return params, masks, data, positions
 
 
 def _orders(entry, level: str, data_params: list) -> list:
@@ -242,7 +253,7 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         bf = bool(getattr(getattr(owner, "self_attn", owner), "batch_first", False))
         return [Caller(bf, entry.inputs, dict(builtin[1]), extra=dict(builtin[2]))]
     hf = any(c.__name__ == "PreTrainedModel" for c in type(module).__mro__)  # transformers' (no import needed)
-    params, mask_params, data = _signature(module, len(entry.inputs))
+    params, mask_params, data, positions = _signature(module, len(entry.inputs))
     mask_params, data, placings = _unnamed_masks(entry, mask_params, data)
     orders = _orders(entry, level, data)
     assigned = _assigned(mask_params, list(entry.masks))
@@ -262,7 +273,12 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
     layouts = [True] if not entry.sequence_first else [batch_first] if batch_first is not None else [True, False]
     options = [o for a in placings or [assigned] for o in _mask_options(a, kinds)]
     options += [{}] * (optional and bool(assigned and kinds))  # none: last
-    found = [Caller(bf, o, m, set(o) == {"query"}) for bf in layouts for o in orders for m in options]
+    found = [
+        Caller(bf, o, m, set(o) == {"query"}, positions=tuple(positions))
+        for bf in layouts
+        for o in orders
+        for m in options
+    ]
     if entry.self_attention_probes:  # the one input and, where the module takes a mask, the causal mask (its first)
         options = _mask_options({mask_params[0]: "tgt"} if mask_params else {}, kinds)
         single = [order for order in orders if set(order) == {"query"}]

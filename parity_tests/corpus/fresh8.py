@@ -8,7 +8,9 @@ training script hands over, adapters, casts, library attention layouts. The judg
   submodules under `module.`);
 - a Llama with peft-style LoRA adapters on q_proj and v_proj (the base Linear frozen, `lora_A` / `lora_B` in
   ModuleDicts keyed by the adapter's name, `scaling` alpha / r, `lora_dropout` an Identity), returning a dict;
-- the same Llama with its SwiGLU's linears under `torch.nn.utils.parametrizations.weight_norm`;
+- the same Llama with its SwiGLU's linears under `torch.nn.utils.parametrizations.weight_norm`, and one whose
+  forward requires the positions as a packing training loop passes them, `forward(input_ids, position_ids)`, its
+  rotary tables gathered at them;
 - a GPT whose attention runs under `torch.autocast("cpu", dtype=torch.bfloat16)` with its softmax upcast to
   float32, and one that casts q, k and v to bfloat16 by hand (`.to(torch.bfloat16)`), both cast back to the
   stream's dtype: bfloat16 islands in a float32 model;
@@ -260,6 +262,20 @@ def lora_llama(eps_outside=False) -> Llama:
         layer.self_attn.q_proj = LoraLinear(layer.self_attn.q_proj)
         layer.self_attn.v_proj = LoraLinear(layer.self_attn.v_proj)
     return model
+
+
+class PositionIdsLlama(Llama):
+    def forward(self, input_ids, position_ids):
+        cos, sin = self.model.cos[position_ids][:, None], self.model.sin[position_ids][:, None]  # (B, 1, T, HD/2)
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.model.norm(x))
+
+
+def position_ids_llama(eps_outside=False) -> Llama:
+    torch.manual_seed(0)
+    return PositionIdsLlama(eps_outside)
 
 
 def weight_norm_llama() -> Llama:
@@ -711,6 +727,14 @@ CASES = [
         ("mistake", "rms_norm.eps_outside_sqrt", "model.layers.1.post_attention_layernorm"),
     ),
     ("weight_norm_llama", weight_norm_llama, "transformer_lm", {}, "pass"),
+    ("position_ids_llama", position_ids_llama, "transformer_lm", {}, "pass"),
+    (
+        "position_ids_llama.rms_eps_outside_sqrt_second_block",
+        lambda: position_ids_llama(eps_outside=True),
+        "transformer_lm",
+        {},
+        ("mistake", "rms_norm.eps_outside_sqrt", "model.layers.1.post_attention_layernorm"),
+    ),
     ("autocast_gpt", lambda: cast_gpt(AutocastAttention), "transformer_lm", {}, "pass"),
     ("bf16_cast_gpt", lambda: cast_gpt(Bf16CastAttention), "transformer_lm", {}, "pass"),
     ("lit_gpt", lit_gpt, "transformer_lm", {}, "pass"),
