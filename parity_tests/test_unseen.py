@@ -202,3 +202,36 @@ def test_latent_attention_written_by_hand_passes_with_its_map():
         fresh8.deepseek_lite(), "transformer_lm", mapping=fresh8.latent_map(), tie_embeddings=False, **fresh8.LATENT
     )
     assert result.passed, str(result)
+
+
+def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():
+    """fresh8's LoRA Llama with B = 0 (a fresh adapter: its output is the base's alone) is still read as the merged
+    linear, s from dB = s dW A^T, and passes with a note; an "adapter" whose backward is not the chain rule's (A's
+    gradient doubled by a custom autograd function) is not merged, so the judge says what it said before."""
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w):
+            return w.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+
+    class WrongLora(fresh8.LoraLinear):
+        def forward(self, x):
+            low = torch.nn.functional.linear(x, Doubled.apply(self.lora_A["default"].weight))
+            return self.base_layer(x) + self.lora_B["default"](low) * self.scaling["default"]
+
+    fresh = fresh8.lora_llama()
+    for layer in fresh.model.layers:
+        for lora in (layer.self_attn.q_proj, layer.self_attn.v_proj):
+            torch.nn.init.zeros_(lora.lora_B["default"].weight)
+    result = check.module(fresh, "transformer_lm")
+    assert result.passed and any("low-rank adapter merged" in n for n in result.notes), str(result)
+    wrong = fresh8.lora_llama()
+    for layer in wrong.model.layers:
+        q = layer.self_attn.q_proj
+        q.__class__ = WrongLora
+    result = check.module(wrong, "transformer_lm")
+    assert not result.passed and result.error and "base_layer" in result.error, str(result)

@@ -297,7 +297,7 @@ def merged_adapters(user) -> tuple:
 
 def _low_rank(module: nn.Module) -> tuple | None:
     """(base, A, B, s) where `module` computes base(x) + s B(A(x)) (A: in -> r, B: r -> out, r below both, neither
-    with a bias) with the gradients of that sum, in float64 on a copy; None otherwise (B zero: s cannot be read)."""
+    with a bias) with the gradients of that sum, in float64 on a copy; None otherwise."""
     linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
     if module in linears or not 3 <= len(linears) <= 6:
         return None
@@ -313,7 +313,7 @@ def _low_rank(module: nn.Module) -> tuple | None:
 
 def _scaling(module: nn.Module, base: nn.Linear, a: nn.Linear, b: nn.Linear) -> float | None:
     """s where `module` (a float64 copy, evaluation mode) gives base(x) + s B A x and A's and B's gradients
-    s B^T dW and s dW A^T (dW = g^T x) on random x and upstream g, to 1e-9; None where it does not."""
+    s B^T dW and s dW A^T (dW = g^T x) on random x and upstream g, to 1e-9; None where it does not (A zero)."""
     memo: dict = {}
     module = copy.deepcopy(module, memo).double().eval()
     base, a, b = (memo[id(m)] for m in (base, a, b))
@@ -324,14 +324,13 @@ def _scaling(module: nn.Module, base: nn.Linear, a: nn.Linear, b: nn.Linear) -> 
         t.requires_grad_(True)
     try:
         y = module(x)
-        with torch.no_grad():
-            plain, low = base(x), b(a(x))
-        s = float(((y.detach() - plain) * low).sum() / (low * low).sum())
         da, db = torch.autograd.grad(y, (a.weight, b.weight), g)
     except Exception:  # not a one-tensor call, or no gradient reaches the adapters
         return None
     dw = g.reshape(-1, g.shape[-1]).T @ x.reshape(-1, x.shape[-1])  # (out, in)
-    with torch.no_grad():  # B zero: s is NaN, and nothing is near
+    with torch.no_grad():  # s from dB = s dW A^T (B may be zero, a fresh adapter; A is not)
+        plain, low, want = base(x), b(a(x)), dw @ a.weight.T
+        s = float((db * want).sum() / (want * want).sum())
         pairs = ((y.detach(), plain + s * low), (da, s * b.weight.T @ dw), (db, s * dw @ a.weight.T))
         near = all(float((u - w).abs().max()) <= 1e-9 * max(float(w.abs().max()), 1e-3) for u, w in pairs)
     return s if near else None
