@@ -16,10 +16,6 @@ import torch
 from parity_tests import check
 from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, frontier, lacking, unseen
 
-_LORA = (
-    "could not judge: cannot read model.layers.0.self_attn.q_proj.base_layer.weight (32 rows) as the q "
-    "projection(s) of an attention of width 32 (2 query piece(s)); pass mapping="
-)
 _LATENT = (
     "could not judge: cannot read layers.0.self_attn.q_proj.weight (48 rows) as the q projection(s) of an attention "
     "of width 32 (1 query piece(s)); pass mapping="
@@ -27,11 +23,6 @@ _LATENT = (
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh8: peft's LoRA (frozen base_layer plus scaling * lora_B(lora_A(x))) on q_proj and v_proj: the queries'
-    # sum of two projections is read as two query pieces of D / 2 rows each (units._rows); nothing merges
-    # W + scaling * B A into the linear the reference has, and the mapping= it asks for cannot hold a merged weight
-    "lora_llama": _LORA,
-    "lora_llama.rms_eps_outside_sqrt_second_block": _LORA,
     # fresh8: multi-head latent attention with its sizes given (kv_lora_rank=, v_head_dim=, head_dim=, rotary_dim=,
     # TransformerConfig fields the reference computes, numpy_transformer/latent_attention.py): check/ reads none
     # of them (no level, unit or link for kv_a_proj / kv_b_proj); units._rows takes a query piece as D rows, though
@@ -185,3 +176,36 @@ def test_what_was_judged_in_place_of_what_was_handed_in_is_said():
     assert cast.passed and any("computes in bfloat16" in n and "65536" in n for n in cast.notes), str(cast)
     assert max(r.error for r in cast.rows if r.dtype == "float64") < 1e-10, str(cast)
     assert max(r.error for r in cast.rows if r.dtype == "float32") > 1e-4, str(cast)  # bfloat16's, not float32's
+
+
+def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():
+    """fresh8's LoRA Llama with B = 0 (a fresh adapter: its output is the base's alone) is still read as the merged
+    linear, s from dB = s dW A^T, and passes with a note; an "adapter" whose backward is not the chain rule's (A's
+    gradient doubled by a custom autograd function) is not merged, so the judge says what it said before."""
+
+    class Doubled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, w):
+            return w.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            return 2 * g
+
+    class WrongLora(fresh8.LoraLinear):
+        def forward(self, x):
+            low = torch.nn.functional.linear(x, Doubled.apply(self.lora_A["default"].weight))
+            return self.base_layer(x) + self.lora_B["default"](low) * self.scaling["default"]
+
+    fresh = fresh8.lora_llama()
+    for layer in fresh.model.layers:
+        for lora in (layer.self_attn.q_proj, layer.self_attn.v_proj):
+            torch.nn.init.zeros_(lora.lora_B["default"].weight)
+    result = check.module(fresh, "transformer_lm")
+    assert result.passed and any("low-rank adapter merged" in n for n in result.notes), str(result)
+    wrong = fresh8.lora_llama()
+    for layer in wrong.model.layers:
+        q = layer.self_attn.q_proj
+        q.__class__ = WrongLora
+    result = check.module(wrong, "transformer_lm")
+    assert not result.passed and result.error and "base_layer" in result.error, str(result)

@@ -5,6 +5,7 @@ errors against bars."""
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import types
 from collections.abc import Iterator
@@ -302,6 +303,75 @@ def plain_weights(user) -> tuple:
         f"judged on the weights the parametrizations compute ({listed}): their gradients are compared, not the "
         "parametrizations' own tensors'"
     ]
+
+
+def merged_adapters(user) -> tuple:
+    """(`user`, []), or where a submodule computes a linear plus a low-rank adapter (LoRA: base(x) + s B(A(x)), read
+    from its outputs and gradients on random inputs, not its names), (a copy with each such submodule one linear of
+    weight W + s B A, [the note saying so]): a linear the reference has; the adapters' gradients then follow by the
+    chain rule (dA = s B^T dW, dB = s dW A^T), checked on each submodule alone before it is merged."""
+    if not isinstance(user, nn.Module):
+        return user, []
+    found: list = []
+    for path, module in user.named_modules():
+        if path and not any(path.startswith(f"{p}.") for p in found) and _low_rank(module) is not None:
+            found.append(path)
+    if not found:
+        return user, []
+    model = copy_module(user)
+    for path in found:
+        base, a, b, s = _low_rank(model.get_submodule(path))  # type: ignore[misc]
+        merged = copy.deepcopy(base)  # the base's own class and bias
+        with torch.no_grad():
+            merged.weight += s * b.weight @ a.weight
+        owner, _, name = path.rpartition(".")
+        setattr(model.get_submodule(owner), name, merged)
+    return model, [
+        f"judged with each low-rank adapter merged into its linear, W + s B A ({', '.join(found[:3])}"
+        f"{', ...' if len(found) > 3 else ''}): the merged weight's gradient dW is compared; the adapters' gradients "
+        "(s B^T dW, s dW A^T) were checked on each part alone"
+    ]
+
+
+def _low_rank(module: nn.Module) -> tuple | None:
+    """(base, A, B, s) where `module` computes base(x) + s B(A(x)) (A: in -> r, B: r -> out, r below both, neither
+    with a bias) with the gradients of that sum, in float64 on a copy; None otherwise."""
+    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+    if module in linears or not 3 <= len(linears) <= 6:
+        return None
+    for base, a, b in itertools.permutations(linears, 3):
+        r = a.out_features
+        shapes = (a.in_features, b.in_features, b.out_features) == (base.in_features, r, base.out_features)
+        if shapes and r < min(base.in_features, base.out_features) and a.bias is None and b.bias is None:
+            s = _scaling(module, base, a, b)
+            if s is not None:
+                return base, a, b, s
+    return None
+
+
+def _scaling(module: nn.Module, base: nn.Linear, a: nn.Linear, b: nn.Linear) -> float | None:
+    """s where `module` (a float64 copy, evaluation mode) gives base(x) + s B A x and A's and B's gradients
+    s B^T dW and s dW A^T (dW = g^T x) on random x and upstream g, to 1e-9; None where it does not (A zero)."""
+    memo: dict = {}
+    module = copy.deepcopy(module, memo).double().eval()
+    base, a, b = (memo[id(m)] for m in (base, a, b))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, base.in_features, generator=gen, dtype=torch.float64)
+    g = torch.randn(2, 3, base.out_features, generator=gen, dtype=torch.float64)
+    for t in (a.weight, b.weight):
+        t.requires_grad_(True)
+    try:
+        y = module(x)
+        da, db = torch.autograd.grad(y, (a.weight, b.weight), g)
+    except Exception:  # not a one-tensor call, or no gradient reaches the adapters
+        return None
+    dw = g.reshape(-1, g.shape[-1]).T @ x.reshape(-1, x.shape[-1])  # (out, in)
+    with torch.no_grad():  # s from dB = s dW A^T (B may be zero, a fresh adapter; A is not)
+        plain, low, want = base(x), b(a(x)), dw @ a.weight.T
+        s = float((db * want).sum() / (want * want).sum())
+        pairs = ((y.detach(), plain + s * low), (da, s * b.weight.T @ dw), (db, s * dw @ a.weight.T))
+        near = all(float((u - w).abs().max()) <= 1e-9 * max(float(w.abs().max()), 1e-3) for u, w in pairs)
+    return s if near else None
 
 
 def _rebind(value, memo: dict, depth: int = 0):
