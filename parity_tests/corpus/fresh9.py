@@ -11,8 +11,8 @@ the judge frozen: what it said when it first met each is in parity_tests/test_un
   `(logits, all_weights)`;
 - an attention that upcasts the scores to float32 for the softmax and casts back, `softmax(s.float(), dim=-1)
   .to(q.dtype)`, which in a float64 check computes the softmax in float32;
-- a GPT with grouped (multi-query-style) attention whose K/V heads are widened by `expand` + `reshape`, not by
-  `repeat_interleave`;
+- a GPT with multi-query attention (one K/V head) and one with grouped-query attention (two), their K/V heads
+  widened by `expand` + `reshape`, not by `repeat_interleave`;
 - a Llama whose RoPE is a precomputed complex `freqs_cis` buffer indexed by `position_ids` gathered per batch row
   (`freqs_cis[position_ids]`, (B, T, HD/2)), applied by `view_as_complex`;
 - GPT-2 as transformers' port writes it: `Conv1D` modules holding (in, out) weights applied by `torch.addmm`;
@@ -27,7 +27,7 @@ the judge frozen: what it said when it first met each is in parity_tests/test_un
   GPT-2's second block, the shared ALBERT layer's scores divided by sqrt(d_model), the attention dropout left on in
   evaluation in the bias-free GPT-J's second block.
 
-First met: 13 of 19 right. Wrong (TODAY): the batch-dict forward without call=, the temperature buffer, both
+First met: 14 of 20 right. Wrong (TODAY): the batch-dict forward without call=, the temperature buffer, both
 freqs_cis Llamas, the learned embedding scalar, and the mistake inside the ALBERT-shared layer.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
@@ -281,23 +281,24 @@ def upcast_lm() -> UpcastLM:
 
 class ExpandAttention(nn.Module):
     tiled = False  # the mistake: the groups axis put before the K/V heads, so the heads come out tiled
+    kv = KV  # 1: multi-query attention (one key and value head for every query head)
 
     def __init__(self):
         super().__init__()
         self.q_proj = nn.Linear(D, D, bias=False)
-        self.kv_proj = nn.Linear(D, 2 * KV * HD, bias=False)
+        self.kv_proj = nn.Linear(D, 2 * self.kv * HD, bias=False)
         self.out_proj = nn.Linear(D, D, bias=False)
 
     def widen(self, t):
         B, _, T, _ = t.shape
         if self.tiled:
-            return t[:, None].expand(B, H // KV, KV, T, HD).reshape(B, H, T, HD)
-        return t[:, :, None].expand(B, KV, H // KV, T, HD).reshape(B, H, T, HD)
+            return t[:, None].expand(B, H // self.kv, self.kv, T, HD).reshape(B, H, T, HD)
+        return t[:, :, None].expand(B, self.kv, H // self.kv, T, HD).reshape(B, H, T, HD)
 
     def forward(self, x):
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, H, HD).transpose(1, 2)
-        k, v = self.kv_proj(x).view(B, T, 2, KV, HD).permute(2, 0, 3, 1, 4)
+        k, v = self.kv_proj(x).view(B, T, 2, self.kv, HD).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(q, self.widen(k), self.widen(v), is_causal=True)
         return self.out_proj(y.transpose(1, 2).reshape(B, T, D))
 
@@ -306,12 +307,16 @@ class TiledAttention(ExpandAttention):
     tiled = True
 
 
+class MultiQueryAttention(ExpandAttention):
+    kv = 1
+
+
 class ExpandGPT(nn.Module):
-    def __init__(self, second):
+    def __init__(self, second, first=ExpandAttention):
         super().__init__()
         self.wte = nn.Embedding(V, D)
         self.wpe = nn.Embedding(T_MAX, D)
-        self.h = nn.ModuleList([PreNormBlock(ExpandAttention()), PreNormBlock(second())])
+        self.h = nn.ModuleList([PreNormBlock(first()), PreNormBlock(second())])
         self.ln_f = nn.LayerNorm(D)
 
     def forward(self, ids):
@@ -321,9 +326,9 @@ class ExpandGPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.T
 
 
-def expand_gpt(second=ExpandAttention) -> ExpandGPT:
+def expand_gpt(second=ExpandAttention, first=ExpandAttention) -> ExpandGPT:
     torch.manual_seed(0)
-    return ExpandGPT(second)
+    return ExpandGPT(second, first)
 
 
 # -- a Llama whose freqs_cis buffer is indexed by position_ids per batch row -----------------------------------------
@@ -592,6 +597,13 @@ CASES = [
     ),
     ("upcast_softmax_lm", upcast_lm, "transformer_lm", {}, "pass"),
     ("expand_gqa_gpt", expand_gpt, "transformer_lm", {}, "pass"),
+    (
+        "expand_mqa_gpt",
+        lambda: expand_gpt(MultiQueryAttention, first=MultiQueryAttention),
+        "transformer_lm",
+        {},
+        "pass",
+    ),
     (
         "expand_gqa_gpt.kv_heads_tiled_second_block",
         lambda: expand_gpt(TiledAttention),
