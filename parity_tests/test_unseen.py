@@ -14,7 +14,20 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.corpus import fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, frontier, lacking, unseen
+from parity_tests.corpus import (
+    fresh,
+    fresh2,
+    fresh3,
+    fresh4,
+    fresh5,
+    fresh6,
+    fresh7,
+    fresh8,
+    fresh9,
+    frontier,
+    lacking,
+    unseen,
+)
 
 _LATENT = (
     "could not judge: cannot read layers.0.self_attn.q_proj.weight (48 rows) as the q projection(s) of an attention "
@@ -31,6 +44,48 @@ TODAY: dict[str, str] = {
     # alone cannot settle it (the reference has kv_a_proj only with kv_lora_rank= given), and they do not say so
     "deepseek_lite": _LATENT,
     "deepseek_lite.sizes_not_given": _LATENT,
+    # fresh9, first met with the judge frozen (14 of 20 right). forward(batch) reading batch["input_ids"]:
+    # calling.callers tries the ids themselves and no dict, and the refusal says "pass call= (how to call it)" without
+    # saying the forward reads batch["input_ids"] (with call= given it passes: batch_dict_lm.call_given)
+    "batch_dict_lm": (
+        "could not judge: the module's forward could not be recorded on the inputs of 'transformer_lm', so the roles "
+        "of its projections cannot be read from the computation: ... (its forward raised IndexError: too many indices "
+        "for tensor of dimension 2); pass call= (how to call it) or mapping= (the weight map)"
+    ),
+    # logits / a temperature buffer (a 0-d tensor): dataflow._factor reads only a Python int or float as the number
+    # the logits are multiplied by (Flow.output_scale), so no output_scale of 1 / 0.7 is read; a failure naming nothing
+    "temperature_lm": (
+        "FAILED; unexplained: (the module): d decoder.final_norm.weight diverges (relative error 4.29e-01 in float32); "
+        "no catalogue variant reproduces it"
+    ),
+    # a complex freqs_cis REGISTERED AS A BUFFER: session.copy_of runs copy_module(user).to(torch.float64), and
+    # Module.to(float dtype) casts a complex buffer to a real one, dropping the sines (torch warns "Casting complex
+    # values to real discards the imaginary part"); the complex128 rope_overwrite is then copied into the real buffer.
+    # Kept as a plain attribute (Meta's `self.freqs_cis = ...`) the same model passes. The eps mistake in its second
+    # layer is hidden behind the first layer's divergence
+    "freqs_cis_llama": (
+        "FAILED; unexplained: layers.0.attention (reference decoder.layers.0.self_attn) diverges with relative error "
+        "1.85e-01; not expressible by the config and no catalogue variant reproduces it"
+    ),
+    "freqs_cis_llama.rms_eps_outside_sqrt_second_block": (
+        "FAILED; unexplained: layers.0.attention (reference decoder.layers.0.self_attn) diverges with relative error "
+        "1.85e-01; not expressible by the config and no catalogue variant reproduces it"
+    ),
+    # a learned scalar on the embeddings (an nn.Parameter at sqrt(d)): read as scale_embeddings=True; the scalar
+    # parameter itself is neither paired nor refused (units._refuse_unpaired has no case for a parameter the map
+    # leaves out), and tables.py's scale overwrite covers buffers and plain attributes, not parameters, so sqrt(32)
+    # rounded to float32 fails the float64 bar at 1e-8 with no id and no op
+    "scalar_embed_lm": (
+        "FAILED; unexplained: embed.table (reference decoder.embedding) diverges with relative error 1.62e-08; not "
+        "expressible by the config and no catalogue variant reproduces it; an error this small is typically float32 "
+        "rounding ..."
+    ),
+    # a layer run twice with the same weights: units._refuse_unpaired raises NoPair before any comparison, so a
+    # catalogued mistake inside the shared layer is never searched for (in situ, each run could be judged)
+    "shared_layer_lm.scaled_by_model_width": (
+        "differs at layer.attn: the attention runs again with the same weights (layers that share their parameters, "
+        "as ALBERT's), which the reference has no pair for"
+    ),
 }
 
 
@@ -57,6 +112,10 @@ SLOW |= {  # fresh8: a case of each class stays in the default run (its 11 defau
     "data_parallel_gpt.scaled_by_model_width_second_block", "lora_llama.rms_eps_outside_sqrt_second_block",
     "einops_lm", "lit_gpt",
 }  # fmt: skip
+SLOW |= {  # fresh9: a case of each class stays in the default run (its 16 default cases 1.4 s on 2 cores)
+    "tuple_decoder.softmax_wrong_axis_second_block", "expand_gqa_gpt.kv_heads_tiled_second_block",
+    "freqs_cis_llama.rms_eps_outside_sqrt_second_block", "conv1d_gpt2.causal_shows_next_second_block",
+}  # fmt: skip
 SLOW |= {c[0] for c in fresh5.CASES} - {  # fresh5's default-run cases: one for each of the judge's fixes
     "time_first_encoder", "cohere_lm", "gptj.keys_one_position_ahead_second_block", "megatron_lm", "layer_scale_lm",
     "neox_lm.glu", "time_first_lm", "functional_rms_llama.linear_rope_scaling", "palm", "palm.not_causal_second_block",
@@ -73,7 +132,7 @@ def _case(name, *values):
     ("factory", "level", "keywords", "expected"),
     [
         _case(*case)
-        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, lacking)
+        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, lacking)
         for case in corpus.CASES
     ],
 )
