@@ -52,25 +52,6 @@ TODAY: dict[str, str] = {
         "of its projections cannot be read from the computation: ... (its forward raised IndexError: too many indices "
         "for tensor of dimension 2); pass call= (how to call it) or mapping= (the weight map)"
     ),
-    # logits / a temperature buffer (a 0-d tensor): dataflow._factor reads only a Python int or float as the number
-    # the logits are multiplied by (Flow.output_scale), so no output_scale of 1 / 0.7 is read; a failure naming nothing
-    "temperature_lm": (
-        "FAILED; unexplained: (the module): d decoder.final_norm.weight diverges (relative error 4.29e-01 in float32); "
-        "no catalogue variant reproduces it"
-    ),
-    # a complex freqs_cis REGISTERED AS A BUFFER: session.copy_of runs copy_module(user).to(torch.float64), and
-    # Module.to(float dtype) casts a complex buffer to a real one, dropping the sines (torch warns "Casting complex
-    # values to real discards the imaginary part"); the complex128 rope_overwrite is then copied into the real buffer.
-    # Kept as a plain attribute (Meta's `self.freqs_cis = ...`) the same model passes. The eps mistake in its second
-    # layer is hidden behind the first layer's divergence
-    "freqs_cis_llama": (
-        "FAILED; unexplained: layers.0.attention (reference decoder.layers.0.self_attn) diverges with relative error "
-        "1.85e-01; not expressible by the config and no catalogue variant reproduces it"
-    ),
-    "freqs_cis_llama.rms_eps_outside_sqrt_second_block": (
-        "FAILED; unexplained: layers.0.attention (reference decoder.layers.0.self_attn) diverges with relative error "
-        "1.85e-01; not expressible by the config and no catalogue variant reproduces it"
-    ),
     # a learned scalar on the embeddings (an nn.Parameter at sqrt(d)): read as scale_embeddings=True; the scalar
     # parameter itself is neither paired nor refused (units._refuse_unpaired has no case for a parameter the map
     # leaves out), and tables.py's scale overwrite covers buffers and plain attributes, not parameters, so sqrt(32)

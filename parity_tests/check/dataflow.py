@@ -72,9 +72,10 @@ class Node:
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, names: dict):
+    def __init__(self, names: dict, constants: set):
         super().__init__()
         self.names = names  # id(tensor) -> parameter or buffer name
+        self.constants = constants  # the ids of one-number buffers: a number where an op adds, multiplies or divides
         self.nodes: list[Node] = []
         self.of: dict = {}  # id(tensor) -> Node
         self.keep: list = []  # the tensors seen, kept alive so that their ids stay theirs
@@ -101,7 +102,10 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
         name = getattr(func, "__name__", str(func))
-        parents = self._parents(name, [a for a in flat if isinstance(a, torch.Tensor)])
+        number = name in ADDS | MULS | DIVS  # a one-number buffer there is read as the number it holds
+        parents = self._parents(
+            name, [a for a in flat if isinstance(a, torch.Tensor) and not (number and self._held(a))]
+        )
         outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         written = self.node(args[0]) if name == "__setitem__" else None  # in place, into a buffer (a KV cache):
         if written is not None and root(written).param is not None:  # reading it later reads what was written
@@ -134,8 +138,12 @@ class _Recorder(TorchFunctionMode):
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
-            return next((a for a in args if isinstance(a, (int, float))), None)  # or divided by (a soft cap's)
+            found = (a for a in args if isinstance(a, (int, float)) or self._held(a))  # or divided by (a soft cap's)
+            return next((float(a) for a in found), None)
         return None
+
+    def _held(self, t) -> bool:
+        return isinstance(t, torch.Tensor) and id(t) in self.constants
 
     def _parents(self, name: str, tensors: list) -> list:
         """The Nodes of an op's tensor arguments; an operand of a product or of an attention made before the forward
@@ -166,7 +174,8 @@ def record(run, module: nn.Module) -> Flow:
     names: dict = {}
     for name, t in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
         names.setdefault(id(t), name)
-    rec = _Recorder(names)
+    constants = {id(t) for _, t in module.named_buffers() if t.numel() == 1 and t.is_floating_point()}
+    rec = _Recorder(names, constants)
 
     def leave(*_) -> None:
         rec.path.pop()

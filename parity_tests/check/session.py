@@ -190,7 +190,8 @@ def copy_of(check: Check, layout: Layout, dtype):
     """The user's module (a deep copy) in `dtype`, evaluation mode, holding the reference's weights under `layout`."""
     key = (id(layout), dtype)
     if check.is_module and key not in check.cache:
-        module = copy_module(check.user).to(TORCH[dtype]).eval().requires_grad_(True)  # frozen ones too: all compared
+        module = copy_module(check.user)._apply(lambda t: _cast(t, TORCH[dtype])).eval()
+        module.requires_grad_(True)  # frozen parameters too: every gradient is compared
         MP.load(module, layout.links, check.params, TORCH[dtype])
         tensors = dict(module.named_buffers()) | dict(module.named_parameters())
         with torch.no_grad():
@@ -198,7 +199,7 @@ def copy_of(check: Check, layout: Layout, dtype):
                 check.model.overwrite | check.model.rope_overwrite | check.model.scale_overwrite
             ).items():
                 if name in tensors:
-                    tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(TORCH[dtype]))
+                    tensors[name].copy_(torch.from_numpy(table.reshape(tensors[name].shape)).to(tensors[name].dtype))
                 elif dtype == np.float64:  # a plain tensor attribute (.to() leaves it): replaced, widened
                     path, _, attr = name.rpartition(".")
                     owner = module.get_submodule(path)
@@ -206,6 +207,14 @@ def copy_of(check: Check, layout: Layout, dtype):
                     setattr(owner, attr, torch.from_numpy(table.reshape(old.shape)).to(old.device))
         check.cache[key] = module
     return check.cache.get(key, check.user)  # a plain function: itself
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`t` in `dtype`, or a complex `t` in the complex dtype of its precision (Module.to(dtype) would make Meta's
+    complex freqs_cis real)."""
+    if t.is_complex():
+        return t.to(torch.complex128 if dtype == torch.float64 else torch.complex64)
+    return t.to(dtype) if t.is_floating_point() else t
 
 
 def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0, probe=None):
