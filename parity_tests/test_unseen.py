@@ -52,15 +52,6 @@ TODAY: dict[str, str] = {
         "of its projections cannot be read from the computation: ... (its forward raised IndexError: too many indices "
         "for tensor of dimension 2); pass call= (how to call it) or mapping= (the weight map)"
     ),
-    # a learned scalar on the embeddings (an nn.Parameter at sqrt(d)): read as scale_embeddings=True; the scalar
-    # parameter itself is neither paired nor refused (units._refuse_unpaired has no case for a parameter the map
-    # leaves out), and tables.py's scale overwrite covers buffers and plain attributes, not parameters, so sqrt(32)
-    # rounded to float32 fails the float64 bar at 1e-8 with no id and no op
-    "scalar_embed_lm": (
-        "FAILED; unexplained: embed.table (reference decoder.embedding) diverges with relative error 1.62e-08; not "
-        "expressible by the config and no catalogue variant reproduces it; an error this small is typically float32 "
-        "rounding ..."
-    ),
     # a layer run twice with the same weights: units._refuse_unpaired raises NoPair before any comparison, so a
     # catalogued mistake inside the shared layer is never searched for (in situ, each run could be judged)
     "shared_layer_lm.scaled_by_model_width": (

@@ -136,6 +136,16 @@ def _gain(rec) -> tuple | None:
     return None
 
 
+def _learned_scale(rec) -> tuple | None:
+    """A tensor multiplied or divided by a learned number (a parameter of one element)."""
+    for node in (n for n in rec.nodes if n.op in DF.MULS | DF.DIVS and len(n.parents) == 2):
+        number = next((DF.root(p) for p in node.parents if DF.root(p).param and math.prod(DF.root(p).shape) == 1), None)
+        if number is not None:
+            how = "multiplied" if node.op in DF.MULS else "divided"
+            return node.module, f"a tensor is {how} by a learned scale, {number.param} (one number)"
+    return None
+
+
 def _renormed(rec) -> tuple | None:
     """An embedding that renormalises the rows it reads (nn.Embedding(max_norm=m)): in place, on its weights."""
     node = next((n for n in rec.nodes if n.op == "embedding" and n.extra.startswith("max_norm")), None)
@@ -262,4 +272,7 @@ def _unknown(h, a) -> str:
 
 
 # looked for in this order: the first found is the answer
-FINDS = (_renormed, _weightless_norm, _glu, _previous_gate, _score_terms, _gain, _output_gate, _clamped, _activation)
+FINDS = (
+    _renormed, _weightless_norm, _glu, _previous_gate, _score_terms, _gain, _output_gate, _clamped, _activation,
+    _learned_scale,
+)  # fmt: skip
