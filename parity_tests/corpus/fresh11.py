@@ -10,7 +10,7 @@ judge frozen: what it said when it first met each is in parity_tests/test_unseen
   then `exp(s - lse)`: never a concatenated column), a sliding layer then a full one, and a mixture of experts whose
   router (with a bias) keeps the top 2 logits and softmaxes those, each token's experts' weights GATHERED from
   stacked (E, D, 2F) parameters (gate and up interleaved), the clamped SwiGLU `(up + 1) * gate * sigmoid(1.702
-  gate)` with its limit 7;
+  gate)` with its limit 7; and the same attention over a plain SwiGLU (no router);
 - Qwen3-MoE by hand: per-head q and k RMSNorms, RoPE at 1e6, a router softmax over all experts, the top 2 kept and
   renormalised, a loop over an nn.ModuleList of SwiGLU experts adding their rows back by `index_add_`;
 - a Llama 3.1 of Meta's names whose rotary tables come from a `precompute_rope` function applying the "llama3"
@@ -25,18 +25,21 @@ judge frozen: what it said when it first met each is in parity_tests/test_unseen
   `positional_embedding`, `ln_pre`, `transformer.resblocks` of nn.MultiheadAttention run sequence-first (the
   permute to (N, B, D) and back), QuickGELU, `ln_post` on the class token, `@ proj`;
 - a Phi-2-style LM: one fused qkv Linear with bias, rotary on the first half of each head (partial_rotary_factor
-  0.5, halves), a parallel block of one LayerNorm, a tanh-GELU MLP, a final LayerNorm and a head with a bias, SDPA
-  given a boolean keep-mask built by `tril`;
+  0.5, halves; its tables made in the forward, or by a rotary module keeping inv_freq), a parallel block of one
+  LayerNorm, a tanh-GELU MLP, a final LayerNorm and a head with a bias, SDPA given a boolean keep-mask by `tril`;
 - mistakes put into them, each in the second block and named where it sits: Gemma 2's attention cap without the
-  division, GPT-OSS's sink left out of the log-sum-exp, Qwen3-MoE's scores as K Q^T, Llama 3.1's mask put on after
-  the softmax, ModernBERT's second MLP norm of unbiased variance, the ViT's scores divided by sqrt(d_model), the
-  CLIP tower's QuickGELU constant mistyped, Phi-2's causal mask letting the next token in.
+  division and its GELU on the up projection, GPT-OSS's sink left out of the log-sum-exp (with and without
+  experts), Qwen3-MoE's scores as K Q^T, Llama 3.1's mask put on after the softmax, ModernBERT's second MLP norm of
+  unbiased variance, the ViT's scores divided by sqrt(d_model), the CLIP tower's QuickGELU constant mistyped,
+  Phi-2's causal mask letting the next token in.
 
-First met: 2 of 16 right (Gemma 2 and its cap mistake). Wrong then: both mixtures of experts (said as a top-k the
-reference has no pair for, their attention mistakes never reached), the Llama 3.1 given rope_scaling= (refused: a
-RoPE field given before RoPE is read), the ModernBERT encoder (its local band, local base and missing first
-attention norm unread: 'unexplained'), the unfold ViT and OpenAI's CLIP vision tower (neither read by
-check/towers.py), the partial-rotary Phi (its rotary width, from tables made in the forward, unread).
+First met: 3 of 20 right (Gemma 2, its cap mistake, the Phi with a rotary module). Wrong then: both mixtures of
+experts (said as a top-k the reference has no pair for, their attention mistakes never reached), GPT-OSS's sinks by
+log-sum-exp (unread), Gemma 2's GELU on the up projection of a layer holding its MLP's Linears (not found), the
+Llama 3.1 given rope_scaling= (refused: a RoPE field given before RoPE is read), the ModernBERT encoder (its local
+band, local base and missing first attention norm unread: 'unexplained'), the unfold ViT and OpenAI's CLIP vision
+tower (neither read by check/towers.py), the partial-rotary Phi (its rotary width, from tables made in the forward,
+unread).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -119,8 +122,9 @@ class Gemma2Attention(nn.Module):
 
 
 class Gemma2Layer(nn.Module):
-    def __init__(self, window, cap_divides=True):
+    def __init__(self, window, cap_divides=True, act_on_up=False):
         super().__init__()
+        self.act_on_up = act_on_up  # the mistake: GELU on the up projection, the gate's taken as it is
         self.pre_attn, self.post_attn = GemmaNorm(), GemmaNorm()
         self.attn = Gemma2Attention(window, cap_divides)
         self.pre_ffw, self.post_ffw = GemmaNorm(), GemmaNorm()
@@ -130,14 +134,15 @@ class Gemma2Layer(nn.Module):
     def forward(self, x, cos, sin):
         x = x + self.post_attn(self.attn(self.pre_attn(x), cos, sin))
         h = self.pre_ffw(x)
-        return x + self.post_ffw(self.down(F.gelu(self.gate(h), approximate="tanh") * self.up(h)))
+        gate, up = (self.up(h), self.gate(h)) if self.act_on_up else (self.gate(h), self.up(h))
+        return x + self.post_ffw(self.down(F.gelu(gate, approximate="tanh") * up))
 
 
 class Gemma2(nn.Module):
-    def __init__(self, cap_divides_second=True):
+    def __init__(self, cap_divides_second=True, act_on_up_second=False):
         super().__init__()
         self.embed = nn.Embedding(V, D)
-        self.layers = nn.ModuleList([Gemma2Layer(WINDOW), Gemma2Layer(None, cap_divides_second)])
+        self.layers = nn.ModuleList([Gemma2Layer(WINDOW), Gemma2Layer(None, cap_divides_second, act_on_up_second)])
         self.final_norm = GemmaNorm()
 
     def forward(self, ids):
@@ -150,9 +155,9 @@ class Gemma2(nn.Module):
         return softcap(self.final_norm(x) @ self.embed.weight.T, 30.0)
 
 
-def gemma2(cap_divides_second=True) -> Gemma2:
+def gemma2(cap_divides_second=True, act_on_up_second=False) -> Gemma2:
     torch.manual_seed(0)
-    return Gemma2(cap_divides_second)
+    return Gemma2(cap_divides_second, act_on_up_second)
 
 
 # -- GPT-OSS by hand: sinks by log-sum-exp, a gathered top-k mixture of experts ---------------------------------------
@@ -224,11 +229,11 @@ class OssMoE(nn.Module):
 
 
 class OssBlock(nn.Module):
-    def __init__(self, window, sink_joins=True):
+    def __init__(self, window, sink_joins=True, dense=False):
         super().__init__()
         self.input_layernorm, self.post_attention_layernorm = RMSNorm(), RMSNorm()
         self.attn = SinkAttention(window, sink_joins)
-        self.mlp = OssMoE()
+        self.mlp = Expert() if dense else OssMoE()  # dense: one plain SwiGLU, the sinks judged without a router
 
     def forward(self, x, cos, sin):
         x = x + self.attn(self.input_layernorm(x), cos, sin)
@@ -236,10 +241,10 @@ class OssBlock(nn.Module):
 
 
 class GptOss(nn.Module):
-    def __init__(self, sink_joins_second=True):
+    def __init__(self, sink_joins_second=True, dense=False):
         super().__init__()
         self.embedding = nn.Embedding(V, D)
-        self.blocks = nn.ModuleList([OssBlock(WINDOW), OssBlock(None, sink_joins_second)])
+        self.blocks = nn.ModuleList([OssBlock(WINDOW, dense=dense), OssBlock(None, sink_joins_second, dense)])
         self.norm = RMSNorm()
         self.unembedding = nn.Linear(D, V, bias=False)
         angles = _angles(T_MAX, _inv_freq(HD, 150000.0))
@@ -255,9 +260,9 @@ class GptOss(nn.Module):
         return self.unembedding(self.norm(x))
 
 
-def gpt_oss(sink_joins_second=True) -> GptOss:
+def gpt_oss(sink_joins_second=True, dense=False) -> GptOss:
     torch.manual_seed(0)
-    return GptOss(sink_joins_second)
+    return GptOss(sink_joins_second, dense)
 
 
 # -- Qwen3-MoE by hand: per-head q/k norms, a loop over experts by index_add_ -----------------------------------------
@@ -668,26 +673,42 @@ class PhiLayer(nn.Module):
         return x + self.self_attn(h, cos, sin) + self.fc2(F.gelu(self.fc1(h), approximate="tanh"))
 
 
+class PhiRotary(nn.Module):
+    """As transformers' rotary modules: the turned features' inverse frequencies kept (float64), tables per call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", _inv_freq(ROTARY, 10000.0), persistent=False)
+
+    def forward(self, T, dtype):
+        angles = _angles(T, self.inv_freq.double())
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
 class Phi(nn.Module):
-    def __init__(self, shift_second=0):
+    def __init__(self, shift_second=0, rotary_module=False):
         super().__init__()
         self.embed_tokens = nn.Embedding(V, D)
         self.layers = nn.ModuleList([PhiLayer(), PhiLayer(shift_second)])
         self.final_layernorm = nn.LayerNorm(D)
         self.lm_head = nn.Linear(D, V)
+        self.rotary_emb = PhiRotary() if rotary_module else None
 
     def forward(self, input_ids):
         x = self.embed_tokens(input_ids)
-        angles = _angles(input_ids.shape[1], _inv_freq(ROTARY, 10000.0))
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        if self.rotary_emb is not None:
+            cos, sin = self.rotary_emb(input_ids.shape[1], x.dtype)
+        else:  # the tables made here, from the frequencies of the ROTARY turned features
+            angles = _angles(input_ids.shape[1], _inv_freq(ROTARY, 10000.0))
+            cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         for layer in self.layers:
             x = layer(x, cos, sin)
         return self.lm_head(self.final_layernorm(x))
 
 
-def phi(shift_second=0) -> Phi:
+def phi(shift_second=0, rotary_module=False) -> Phi:
     torch.manual_seed(0)
-    return Phi(shift_second)
+    return Phi(shift_second, rotary_module)
 
 
 CASES = [
@@ -699,7 +720,22 @@ CASES = [
         {},
         ("mistake", "attention.softcap_without_division", "layers.1.attn"),
     ),
+    (
+        "gemma2_helpers.activation_on_up_second_block",
+        lambda: gemma2(act_on_up_second=True),
+        "transformer_lm",
+        {},
+        ("mistake", "gated_feed_forward.activation_on_up", "layers.1"),
+    ),
     ("gpt_oss_hand", gpt_oss, "transformer_lm", {}, "pass"),
+    ("gpt_oss_hand.dense", lambda: gpt_oss(dense=True), "transformer_lm", {}, "pass"),
+    (
+        "gpt_oss_hand.dense.sink_missing_second_block",
+        lambda: gpt_oss(sink_joins_second=False, dense=True),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.sink_missing", "blocks.1.attn"),
+    ),
     (
         "gpt_oss_hand.sink_missing_second_block",
         lambda: gpt_oss(sink_joins_second=False),
@@ -748,6 +784,7 @@ CASES = [
         ("mistake", "activation.quick_gelu_constant", "transformer.resblocks.1.mlp.gelu"),
     ),
     ("phi_partial_rotary", phi, "transformer_lm", {}, "pass"),
+    ("phi_partial_rotary.inv_freq_buffer", lambda: phi(rotary_module=True), "transformer_lm", {}, "pass"),
     (
         "phi_partial_rotary.causal_shows_next_second_block",
         lambda: phi(shift_second=1),
