@@ -108,8 +108,9 @@ TODAY: dict[str, str] = {
     # rope_scaling= given: units._config validates TransformerConfig(**(base | known)) while base's positional is still
     # 'sinusoidal' (rotary is tried later, session.rope_options), so any RoPE-only field given refuses; and
     # judge.could_not_judge appends "pass call= ... or mapping=", which would not help (positional='rope' added
-    # to the same keywords: the clean model passes; the mistake is then 'unexplained' at layers.0.attention, the
-    # clean first block, not yet traced)
+    # to the same keywords: the clean model passes, but the mistake is then 'unexplained' at layers.0.attention, the
+    # clean first block: variants.rope_knobs hands the in-situ attention (reference.py, variants.multi_head_attention)
+    # the base alone, no rope_scaling, so every scaled-RoPE attention differs in situ before layer 1 is reached)
     "llama31_rope": _LLAMA3,
     "llama31_rope.mask_after_softmax_second_block": _LLAMA3,
     # ModernBERT's encoder: units._from_flow reads a window only where the level is causal and layer_types only
@@ -138,7 +139,8 @@ TODAY: dict[str, str] = {
     "phi_partial_rotary": _PHI,
     # GeGLU's GELU on the up projection of a layer that holds its gate, up and down Linears itself (no MLP module):
     # divergence.hook_targets gives the feed-forward unit no module of its own, so the divergence is found at the
-    # layer and the feed-forward's catalogue (gated_feed_forward.activation_on_up) is never tried there
+    # layer and the feed-forward's catalogue (gated_feed_forward.activation_on_up) is never tried there (the same
+    # Linears moved into an MLP module of their own: named at layers.1.mlp)
     "gemma2_helpers.activation_on_up_second_block": (
         "unexplained: layers.1 (reference decoder.layers.1) diverges with relative error 1.72e-01; not expressible by "
         "the config and no catalogue variant reproduces it"
