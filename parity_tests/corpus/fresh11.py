@@ -27,19 +27,23 @@ judge frozen: what it said when it first met each is in parity_tests/test_unseen
 - a Phi-2-style LM: one fused qkv Linear with bias, rotary on the first half of each head (partial_rotary_factor
   0.5, halves; its tables made in the forward, or by a rotary module keeping inv_freq), a parallel block of one
   LayerNorm, a tanh-GELU MLP, a final LayerNorm and a head with a bias, SDPA given a boolean keep-mask by `tril`;
+- a Whisper audio encoder in OpenAI's repository's style (conv1, conv2 of stride 2, GELU, a `sinusoids` buffer of
+  sines then cosines, blocks of attn / attn_ln / mlp / mlp_ln with a bias-free key and the scale split between q and
+  k, ln_post): the reference has it (numpy_transformer/audio.py) but no level of the judge's takes mel frames, so
+  the honest answer is could not judge, naming its front end;
 - mistakes put into them, each in the second block and named where it sits: Gemma 2's attention cap without the
   division and its GELU on the up projection, GPT-OSS's sink left out of the log-sum-exp (with and without
   experts), Qwen3-MoE's scores as K Q^T, Llama 3.1's mask put on after the softmax, ModernBERT's second MLP norm of
   unbiased variance, the ViT's scores divided by sqrt(d_model), the CLIP tower's QuickGELU constant mistyped,
   Phi-2's causal mask letting the next token in.
 
-First met: 3 of 20 right (Gemma 2, its cap mistake, the Phi with a rotary module). Wrong then: both mixtures of
+First met: 3 of 21 right (Gemma 2, its cap mistake, the Phi with a rotary module). Wrong then: both mixtures of
 experts (said as a top-k the reference has no pair for, their attention mistakes never reached), GPT-OSS's sinks by
 log-sum-exp (unread), Gemma 2's GELU on the up projection of a layer holding its MLP's Linears (not found), the
 Llama 3.1 given rope_scaling= (refused: a RoPE field given before RoPE is read), the ModernBERT encoder (its local
 band, local base and missing first attention norm unread: 'unexplained'), the unfold ViT and OpenAI's CLIP vision
 tower (neither read by check/towers.py), the partial-rotary Phi (its rotary width, from tables made in the forward,
-unread).
+unread), the Whisper encoder (its Conv1d said to have no pair in the reference, which has it).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -711,6 +715,64 @@ def phi(shift_second=0, rotary_module=False) -> Phi:
     return Phi(shift_second, rotary_module)
 
 
+# -- a Whisper audio encoder in OpenAI's repository's style: mel frames in, no level of the judge's takes them -------
+
+
+def sinusoids(length, channels, max_timescale=10000):
+    """Whisper's table: sines in the first half of the channels, cosines in the second."""
+    increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-increment * torch.arange(channels // 2, dtype=torch.float64))
+    scaled_time = torch.arange(length, dtype=torch.float64)[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+class WhisperAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.query, self.value, self.out = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+        self.key = nn.Linear(D, D, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = (t.view(B, T, H, HD).permute(0, 2, 1, 3) for t in (self.query(x), self.key(x), self.value(x)))
+        w = (q * HD**-0.25) @ (k * HD**-0.25).transpose(-1, -2)  # the scale split between q and k, as Whisper's
+        return self.out((w.softmax(-1) @ v).permute(0, 2, 1, 3).flatten(2))
+
+
+class WhisperBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn, self.attn_ln = WhisperAttention(), nn.LayerNorm(D)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+        self.mlp_ln = nn.LayerNorm(D)
+
+    def forward(self, x):
+        x = x + self.attn(self.attn_ln(x))
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels=8, n_ctx=8):
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, D, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(D, D, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", sinusoids(n_ctx, D))
+        self.blocks = nn.ModuleList([WhisperBlock(), WhisperBlock()])
+        self.ln_post = nn.LayerNorm(D)
+
+    def forward(self, mel):  # (B, n_mels, 2 n_ctx) log-mel frames
+        x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).permute(0, 2, 1)
+        x = x + self.positional_embedding[: x.shape[1]].to(x.dtype)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_post(x)
+
+
+def audio_encoder() -> AudioEncoder:
+    torch.manual_seed(0)
+    return AudioEncoder()
+
+
 CASES = [
     ("gemma2_helpers", gemma2, "transformer_lm", {}, "pass"),
     (
@@ -783,6 +845,7 @@ CASES = [
         {},
         ("mistake", "activation.quick_gelu_constant", "transformer.resblocks.1.mlp.gelu"),
     ),
+    ("whisper_audio_encoder", audio_encoder, "encoder_model", {}, ("could not judge", None, "conv1")),
     ("phi_partial_rotary", phi, "transformer_lm", {}, "pass"),
     ("phi_partial_rotary.inv_freq_buffer", lambda: phi(rotary_module=True), "transformer_lm", {}, "pass"),
     (
