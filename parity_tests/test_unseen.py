@@ -99,7 +99,8 @@ TODAY: dict[str, str] = {
     # the sinks joined by log-sum-exp (logaddexp(logsumexp(s), sink), then exp(s - lse)): dataflow._attention reads a
     # sink only as a 1-D parameter joined by `cat` to the scores before the softmax, so none is read and `sinks`
     # gets no link (with attn_sinks=True, the window, the base and ffn_bias=False given, the same words); the
-    # attention equals transformers' GptOssAttention on the same weights
+    # attention equals transformers' GptOssAttention on the same weights, and with its sink joined as a column by
+    # `cat` (the same model otherwise) it passes
     "gpt_oss_hand.dense": _DENSE_OSS,
     "gpt_oss_hand.dense.sink_missing_second_block": _DENSE_OSS,
     "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
@@ -117,7 +118,9 @@ TODAY: dict[str, str] = {
     # without encoder layers, units._rotary reads per-layer bases only where every attention is a decoder layer's
     # (the local layer's band |i - j| <= 2 and its base 10000 are unread), and units._units' count of the norms
     # (layer 0's own attention norm assumed in a pre-norm flow) maps the embedding norm to layer 0's attention norm
-    # (first_attn_norm=False never inferred). The model equals transformers' ModernBertModel (to its float32 RoPE)
+    # (first_attn_norm=False never inferred). Each alone fails: both layers global without layer 0's attention norm,
+    # 'unexplained' at encoder.layers.0.self_attn_norm; with it and a local layer, at layers.1.attn; both layers global
+    # with it, a pass. The model equals transformers' ModernBertModel (to its float32 RoPE)
     "modernbert_hand": _MODERN,
     "modernbert_hand.unbiased_variance_second_layer": _MODERN,
     # patches by F.unfold and a Linear: towers.patch_embedding takes only an nn.Conv2d whose stride is its kernel,
@@ -128,8 +131,9 @@ TODAY: dict[str, str] = {
     # OpenAI's CLIP vision tower: towers._read takes the first LayerNorm called outside the blocks as the final norm,
     # so ln_pre is read as the final and ln_post never (the ViT towers.py runs, vision.py's, has no pre-norm; clip.py's
     # vision model has pre_layrnorm), and blocks called sequence-first (N, B, D) fail towers._fit's shapes
-    # ("x: shapes differ, (5, 2, 32) vs (2, 5, 32)"), swallowed by judge_tower. The model equals transformers'
-    # CLIPVisionModelWithProjection
+    # ("x: shapes differ, (5, 2, 32) vs (2, 5, 32)"), swallowed by judge_tower. Each alone fails: batch-first with
+    # ln_pre, 'unexplained: conv1 (the front end ...)'; sequence-first without ln_pre, these words; batch-first
+    # without ln_pre, a pass. The model equals transformers' CLIPVisionModelWithProjection
     "clip_vision_openai": _OPENAI_CLIP,
     "clip_vision_openai.quick_gelu_constant_second_block": _OPENAI_CLIP,
     # partial rotary with its tables computed in the forward: tables.rope reads the rotary width only from kept
