@@ -24,11 +24,43 @@ from parity_tests.corpus import (
     fresh7,
     fresh8,
     fresh9,
+    fresh11,
     frontier,
     lacking,
     unseen,
 )
 
+_TOPK = (
+    "differs at {}.mlp: topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's), which "
+    "the reference has no pair for"
+)
+_LLAMA3 = (
+    "could not judge: rope_scaling scales rotary positions: it needs positional='rope', got 'sinusoidal'; pass call= "
+    "(how to call it) or mapping= (the weight map)"
+)
+_MODERN = (
+    "unexplained: layers.1.attn (reference encoder.layers.1.self_attn) diverges with relative error 8.51e-01; not "
+    "expressible by the config and no catalogue variant reproduces it"
+)
+_UNFOLD = (
+    "could not judge: the module's forward could not be recorded on the inputs of 'transformer_lm', so the roles of "
+    "its projections cannot be read from the computation: cls_token (32 -> 1), pos_embed (32 -> 5), ... (its forward "
+    "raised IndexError: Dimension out of range (expected to be in range of [-2, 1], but got 2)); pass call= (how to "
+    "call it) or mapping= (the weight map)"
+)
+_OPENAI_CLIP = (
+    "could not judge: conv1 cuts an image into patches, but the rest is not the ViT check/towers.py reads (...); the "
+    "judge's levels are the text Transformer's (it stopped on: the module's forward could not be recorded on the "
+    "inputs of 'transformer_lm', ...: proj (32 -> 12), transformer.resblocks.0.attn.in_proj)"
+)
+_DENSE_OSS = (
+    "unexplained: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative error 4.43e-01; not "
+    "expressible by the config and no catalogue variant reproduces it"
+)
+_PHI = (
+    "unexplained: layers.0.self_attn (reference decoder.layers.0.self_attn) diverges with relative error 3.24e-01; not "
+    "expressible by the config and no catalogue variant reproduces it"
+)
 _LATENT = (
     "could not judge: cannot read layers.0.self_attn.q_proj.weight (48 rows) as the q projection(s) of an attention "
     "of width 32 (1 query piece(s)); pass mapping="
@@ -58,6 +90,73 @@ TODAY: dict[str, str] = {
         "differs at layer.attn: the attention runs again with the same weights (layers that share their parameters, "
         "as ALBERT's), which the reference has no pair for"
     ),
+    # fresh11, first met with the judge frozen (3 of 21 right). A router's top-k: units._refuse_unpaired raises NoPair
+    # at the first topk, though the reference has both mixtures (TransformerConfig n_experts, top_k, norm_topk_prob,
+    # expert_kind "gpt_oss"; numpy_transformer/moe.py, gpt_oss_moe.py); no unit reads a router or its experts (no
+    # link to ffn.router.* / ffn.experts.*), so the second block's attention mistakes are never searched for. Both
+    # models equal transformers' GptOss / Qwen3Moe on the same weights (to float32's rounding)
+    "gpt_oss_hand": _TOPK.format("blocks.0"),
+    # the sinks joined by log-sum-exp (logaddexp(logsumexp(s), sink), then exp(s - lse)): dataflow._attention reads a
+    # sink only as a 1-D parameter joined by `cat` to the scores before the softmax, so none is read and `sinks`
+    # gets no link (with attn_sinks=True, the window, the base and ffn_bias=False given, the same words); the
+    # attention equals transformers' GptOssAttention on the same weights, and with its sink joined as a column by
+    # `cat` (the same model otherwise) it passes
+    "gpt_oss_hand.dense": _DENSE_OSS,
+    "gpt_oss_hand.dense.sink_missing_second_block": _DENSE_OSS,
+    "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
+    "qwen3_moe_hand": _TOPK.format("layers.0"),
+    "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
+    # rope_scaling= given: units._config validates TransformerConfig(**(base | known)) while base's positional is still
+    # 'sinusoidal' (rotary is tried later, session.rope_options), so any RoPE-only field given refuses; and
+    # judge.could_not_judge appends "pass call= ... or mapping=", which would not help (positional='rope' added
+    # to the same keywords: the clean model passes, but the mistake is then 'unexplained' at layers.0.attention, the
+    # clean first block: variants.rope_knobs hands the in-situ attention (reference.py, variants.multi_head_attention)
+    # the base alone, no rope_scaling, so every scaled-RoPE attention differs in situ before layer 1 is reached)
+    "llama31_rope": _LLAMA3,
+    "llama31_rope.mask_after_softmax_second_block": _LLAMA3,
+    # ModernBERT's encoder: units._from_flow reads a window only where the level is causal and layer_types only
+    # without encoder layers, units._rotary reads per-layer bases only where every attention is a decoder layer's
+    # (the local layer's band |i - j| <= 2 and its base 10000 are unread), and units._units' count of the norms
+    # (layer 0's own attention norm assumed in a pre-norm flow) maps the embedding norm to layer 0's attention norm
+    # (first_attn_norm=False never inferred). Each alone fails: both layers global without layer 0's attention norm,
+    # 'unexplained' at encoder.layers.0.self_attn_norm; with it and a local layer, at layers.1.attn; both layers global
+    # with it, a pass. The model equals transformers' ModernBertModel (to its float32 RoPE)
+    "modernbert_hand": _MODERN,
+    "modernbert_hand.unbiased_variance_second_layer": _MODERN,
+    # patches by F.unfold and a Linear: towers.patch_embedding takes only an nn.Conv2d whose stride is its kernel,
+    # so towers._front reads the model as a text tower and raises (swallowed by judge_tower), and the refusal is
+    # the ids' recording error, without a word on an image model (the model equals a Conv2d ViT: same math)
+    "unfold_vit": _UNFOLD,
+    "unfold_vit.scaled_by_model_width_second_block": _UNFOLD,
+    # OpenAI's CLIP vision tower: towers._read takes the first LayerNorm called outside the blocks as the final norm,
+    # so ln_pre is read as the final and ln_post never (the ViT towers.py runs, vision.py's, has no pre-norm; clip.py's
+    # vision model has pre_layrnorm), and blocks called sequence-first (N, B, D) fail towers._fit's shapes
+    # ("x: shapes differ, (5, 2, 32) vs (2, 5, 32)"), swallowed by judge_tower. Each alone fails: batch-first with
+    # ln_pre, 'unexplained: conv1 (the front end ...)'; sequence-first without ln_pre, these words; batch-first
+    # without ln_pre, a pass. The model equals transformers' CLIPVisionModelWithProjection
+    "clip_vision_openai": _OPENAI_CLIP,
+    "clip_vision_openai.quick_gelu_constant_second_block": _OPENAI_CLIP,
+    # partial rotary with its tables computed in the forward: tables.rope reads the rotary width only from kept
+    # tensors (an inv_freq buffer's length, a sin/cos buffer's width); for the tables the forward computes
+    # (session.inferred's `computed`) tables.base_of reads the base alone, so rotary_dim stays None (with
+    # rotary_dim=4 given it passes)
+    "phi_partial_rotary": _PHI,
+    # Whisper's audio encoder (mel frames in): mapping._read_builtin raises NoPair for any nn.Conv1d of kernel > 1,
+    # though the reference has Whisper's two convolutions and sinusoids (numpy_transformer/audio.py, SpeechTransformer);
+    # no level takes mel frames, so the honest answer is could not judge, naming the front end (conv1)
+    "whisper_audio_encoder": (
+        "differs at conv1: nn.Conv1d of kernel 3, a convolution over neighbouring positions, which the reference has "
+        "no pair for"
+    ),
+    # GeGLU's GELU on the up projection of a layer that holds its gate, up and down Linears itself (no MLP module):
+    # divergence.hook_targets gives the feed-forward unit no module of its own, so the divergence is found at the
+    # layer and the feed-forward's catalogue (gated_feed_forward.activation_on_up) is never tried there (the same
+    # Linears moved into an MLP module of their own: named at layers.1.mlp)
+    "gemma2_helpers.activation_on_up_second_block": (
+        "unexplained: layers.1 (reference decoder.layers.1) diverges with relative error 1.72e-01; not expressible by "
+        "the config and no catalogue variant reproduces it"
+    ),
+    "phi_partial_rotary.causal_shows_next_second_block": _PHI,
 }
 
 
@@ -88,6 +187,13 @@ SLOW |= {  # fresh9: a case of each class stays in the default run (its 16 defau
     "tuple_decoder.softmax_wrong_axis_second_block", "expand_gqa_gpt.kv_heads_tiled_second_block",
     "freqs_cis_llama.rms_eps_outside_sqrt_second_block", "conv1d_gpt2.causal_shows_next_second_block",
 }  # fmt: skip
+SLOW |= {  # fresh11: a case of each class stays in the default run
+    "gemma2_helpers", "gpt_oss_hand.sink_missing_second_block", "qwen3_moe_hand", "phi_partial_rotary.inv_freq_buffer",
+    "gpt_oss_hand.dense.sink_missing_second_block",
+    "qwen3_moe_hand.q_k_swapped_second_block", "llama31_rope.mask_after_softmax_second_block",
+    "modernbert_hand.unbiased_variance_second_layer", "unfold_vit.scaled_by_model_width_second_block",
+    "clip_vision_openai.quick_gelu_constant_second_block", "phi_partial_rotary.causal_shows_next_second_block",
+}  # fmt: skip
 SLOW |= {c[0] for c in fresh5.CASES} - {  # fresh5's default-run cases: one for each of the judge's fixes
     "time_first_encoder", "cohere_lm", "gptj.keys_one_position_ahead_second_block", "megatron_lm", "layer_scale_lm",
     "neox_lm.glu", "time_first_lm", "functional_rms_llama.linear_rope_scaling", "palm", "palm.not_causal_second_block",
@@ -104,7 +210,21 @@ def _case(name, *values):
     ("factory", "level", "keywords", "expected"),
     [
         _case(*case)
-        for corpus in (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, lacking)
+        for corpus in (
+            unseen,
+            frontier,
+            fresh,
+            fresh2,
+            fresh3,
+            fresh4,
+            fresh5,
+            fresh6,
+            fresh7,
+            fresh8,
+            fresh9,
+            fresh11,
+            lacking,
+        )
         for case in corpus.CASES
     ],
 )
