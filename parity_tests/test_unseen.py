@@ -81,16 +81,9 @@ TODAY: dict[str, str] = {
     # alone cannot settle it (the reference has kv_a_proj only with kv_lora_rank= given), and they do not say so
     "deepseek_lite": _LATENT,
     "deepseek_lite.sizes_not_given": _LATENT,
-    # fresh9, first met with the judge frozen (14 of 20 right). forward(batch) reading batch["input_ids"]:
-    # calling.callers tries the ids themselves and no dict, and the refusal says "pass call= (how to call it)" without
-    # saying the forward reads batch["input_ids"] (with call= given it passes: batch_dict_lm.call_given)
-    "batch_dict_lm": (
-        "could not judge: the module's forward could not be recorded on the inputs of 'transformer_lm', so the roles "
-        "of its projections cannot be read from the computation: ... (its forward raised IndexError: too many indices "
-        "for tensor of dimension 2); pass call= (how to call it) or mapping= (the weight map)"
-    ),
-    # a layer run twice with the same weights: units._refuse_unpaired raises NoPair before any comparison, so a
-    # catalogued mistake inside the shared layer is never searched for (in situ, each run could be judged)
+    # fresh9, first met with the judge frozen (14 of 20 right). A layer run twice with the same weights:
+    # units._refuse_unpaired raises NoPair before any comparison, so a catalogued
+    # mistake inside the shared layer is never searched for (in situ, each run could be judged)
     "shared_layer_lm.scaled_by_model_width": (
         "differs at layer.attn: the attention runs again with the same weights (layers that share their parameters, "
         "as ALBERT's), which the reference has no pair for"
