@@ -81,13 +81,6 @@ TODAY: dict[str, str] = {
     # alone cannot settle it (the reference has kv_a_proj only with kv_lora_rank= given), and they do not say so
     "deepseek_lite": _LATENT,
     "deepseek_lite.sizes_not_given": _LATENT,
-    # fresh9, first met with the judge frozen (14 of 20 right). A layer run twice with the same weights:
-    # units._refuse_unpaired raises NoPair before any comparison, so a catalogued
-    # mistake inside the shared layer is never searched for (in situ, each run could be judged)
-    "shared_layer_lm.scaled_by_model_width": (
-        "differs at layer.attn: the attention runs again with the same weights (layers that share their parameters, "
-        "as ALBERT's), which the reference has no pair for"
-    ),
     # fresh11, first met with the judge frozen (3 of 21 right). A router's top-k: units._refuse_unpaired raises NoPair
     # at the first topk, though the reference has both mixtures (TransformerConfig n_experts, top_k, norm_topk_prob,
     # expert_kind "gpt_oss"; numpy_transformer/moe.py, gpt_oss_moe.py); no unit reads a router or its experts (no

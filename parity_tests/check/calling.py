@@ -195,9 +195,8 @@ def _batch_keys(forward, params: list) -> list:
         source = inspect.getsource(forward) if len(params) == 1 else ""
     except (OSError, TypeError):
         return []
-    keys = re.findall(rf"\b{params[0].name}\[\s*[\"'](\w+)[\"']\s*\]", source) if source else []
-    kind = inspect.Parameter.KEYWORD_ONLY
-    return [inspect.Parameter(k, kind) for k in dict.fromkeys(keys)] if "input_ids" in keys else []
+    keys = dict.fromkeys(re.findall(rf"\b{params[0].name}\[\s*[\"'](\w+)[\"']\s*\]", source) if source else [])
+    return [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in keys] if "input_ids" in keys else []
 
 
 def _orders(entry, level: str, data_params: list) -> list:
