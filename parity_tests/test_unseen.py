@@ -327,6 +327,22 @@ def test_a_forward_that_cannot_be_called_says_what_it_raised():
     assert "missing 1 required positional argument: 'scale'" in result.error and "pass call=" in result.error
 
 
+class _MaskedBatchLM(fresh9.LitLM):
+    """forward(batch) reading batch["attention_mask"] too (a causal LM that takes it and, unpadded, needs none)."""
+
+    def forward(self, batch):
+        assert batch["attention_mask"] is not None
+        return super().forward({"input_ids": batch["input_ids"]})
+
+
+def test_a_batch_dict_holds_every_key_the_forward_reads():
+    """calling._batch_keys: the dict passed to forward(batch) holds each key its source subscripts, a mask as the
+    level's; a subclass's forward that reads nothing from it by key is called on the ids (fresh9.temperature_lm)."""
+    torch.manual_seed(0)
+    result = check.module(_MaskedBatchLM(), "transformer_lm")
+    assert result.passed and "forward({'input_ids': ..., 'attention_mask': ...})" in str(result), str(result)
+
+
 def test_latent_attention_written_by_hand_passes_with_its_map():
     """fresh8's DeepSeek-V2-Lite-style attention (q_proj, a latent and a shared rotary key from kv_a_proj_with_mqa,
     its RMSNorm, kv_b_proj to each head's keys and values) computes the reference's latent attention: given its sizes

@@ -68,7 +68,8 @@ class Caller:
         if self.time_first_output:
             out["output_layout"] = "time-first (T, B, ...), read batch-first"
         if self.batch:
-            out["call"] = f"one dict, forward({{{', '.join(map(repr, self.keywords + tuple(self.masks)))}: ...}})"
+            keys = ", ".join(f"{k!r}: ..." for k in (*self.keywords, *self.masks, *self.positions))
+            out["call"] = f"one dict, forward({{{keys}}})"
         if self.call is not None or self.template is not None:  # exclusive: call= or example=
             out["call"] = "the call= adapter" if self.call is not None else "as the example calls it"
         return out
