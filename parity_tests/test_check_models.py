@@ -621,7 +621,8 @@ def test_transformers_vit_and_clip_text_towers_pass_with_zero_glue(name, model, 
 
 def test_layers_that_share_their_weights_are_refused_saying_so(monkeypatch):
     """ALBERT runs one layer's weights at every depth; its embedding mapping (a projection on the residual stream)
-    is not taken for a feed-forward block."""
+    is not taken for a feed-forward block. The shared layer, judged on its own as the reference's encoder layer
+    (judge.shared_layer), passes: the sharing is the answer."""
     import transformers as T
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -630,6 +631,7 @@ def test_layers_that_share_their_weights_are_refused_saying_so(monkeypatch):
     result = check.module(albert, "encoder")  # differs at ...: no pair (result.unsupported)
     said = r"^differs at \S+attention\S*: the attention runs again with the same weights .* ALBERT"
     assert not result.passed and re.search(said, result.unsupported or ""), str(result)
+    assert any(n.endswith("judged on its own as the reference's 'encoder_layer': it passes") for n in result.notes)
 
 
 @pytest.mark.parametrize(

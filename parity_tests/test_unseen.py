@@ -81,20 +81,6 @@ TODAY: dict[str, str] = {
     # alone cannot settle it (the reference has kv_a_proj only with kv_lora_rank= given), and they do not say so
     "deepseek_lite": _LATENT,
     "deepseek_lite.sizes_not_given": _LATENT,
-    # fresh9, first met with the judge frozen (14 of 20 right). forward(batch) reading batch["input_ids"]:
-    # calling.callers tries the ids themselves and no dict, and the refusal says "pass call= (how to call it)" without
-    # saying the forward reads batch["input_ids"] (with call= given it passes: batch_dict_lm.call_given)
-    "batch_dict_lm": (
-        "could not judge: the module's forward could not be recorded on the inputs of 'transformer_lm', so the roles "
-        "of its projections cannot be read from the computation: ... (its forward raised IndexError: too many indices "
-        "for tensor of dimension 2); pass call= (how to call it) or mapping= (the weight map)"
-    ),
-    # a layer run twice with the same weights: units._refuse_unpaired raises NoPair before any comparison, so a
-    # catalogued mistake inside the shared layer is never searched for (in situ, each run could be judged)
-    "shared_layer_lm.scaled_by_model_width": (
-        "differs at layer.attn: the attention runs again with the same weights (layers that share their parameters, "
-        "as ALBERT's), which the reference has no pair for"
-    ),
     # fresh11, first met with the judge frozen (3 of 21 right). A router's top-k: units._refuse_unpaired raises NoPair
     # at the first topk, though the reference has both mixtures (TransformerConfig n_experts, top_k, norm_topk_prob,
     # expert_kind "gpt_oss"; numpy_transformer/moe.py, gpt_oss_moe.py); no unit reads a router or its experts (no
@@ -339,6 +325,22 @@ def test_a_forward_that_cannot_be_called_says_what_it_raised():
     result = check.module(Scaled(), "encoder_layer")
     assert result.error.startswith("could not judge: the module's forward could not be recorded"), str(result)
     assert "missing 1 required positional argument: 'scale'" in result.error and "pass call=" in result.error
+
+
+class _MaskedBatchLM(fresh9.LitLM):
+    """forward(batch) reading batch["attention_mask"] too (a causal LM that takes it and, unpadded, needs none)."""
+
+    def forward(self, batch):
+        assert batch["attention_mask"] is not None
+        return super().forward({"input_ids": batch["input_ids"]})
+
+
+def test_a_batch_dict_holds_every_key_the_forward_reads():
+    """calling._batch_keys: the dict passed to forward(batch) holds each key its source subscripts, a mask as the
+    level's; a subclass's forward that reads nothing from it by key is called on the ids (fresh9.temperature_lm)."""
+    torch.manual_seed(0)
+    result = check.module(_MaskedBatchLM(), "transformer_lm")
+    assert result.passed and "forward({'input_ids': ..., 'attention_mask': ...})" in str(result), str(result)
 
 
 def test_latent_attention_written_by_hand_passes_with_its_map():

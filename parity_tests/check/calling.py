@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class Caller:
     template: tuple | None = None  # (args, kwargs) of slots as an example call passes them (example_callers)
     time_first_output: bool = False  # a batch-first call whose output came back (T, B, ...): read turned
     positions: tuple = ()  # required arguments named for positions (position_ids): given 0 .. T - 1, (B, T)
+    batch: bool = False  # the keyword arguments passed as one dict, forward(batch) reading batch["input_ids"]
 
     def conventions(self) -> dict:
         out: dict = {"batch_first": self.batch_first}
@@ -65,6 +67,9 @@ class Caller:
             out["position_ids"] = f"{', '.join(self.positions)}: the positions 0 .. T - 1, (B, T)"
         if self.time_first_output:
             out["output_layout"] = "time-first (T, B, ...), read batch-first"
+        if self.batch:
+            keys = ", ".join(f"{k!r}: ..." for k in (*self.keywords, *self.masks, *self.positions))
+            out["call"] = f"one dict, forward({{{keys}}})"
         if self.call is not None or self.template is not None:  # exclusive: call= or example=
             out["call"] = "the call= adapter" if self.call is not None else "as the example calls it"
         return out
@@ -89,9 +94,8 @@ class Caller:
             | {name: ("mask", name) for name in self.masks}
             | {name: ("positions", name) for name in self.positions},
         )
-        out = first_tensor(
-            module(*[values[k](v) for k, v in args], **{n: values[k](v) for n, (k, v) in kwargs.items()})
-        )
+        kwargs = {n: values[k](v) for n, (k, v) in kwargs.items()}
+        out = first_tensor(module(kwargs) if self.batch else module(*[values[k](v) for k, v in args], **kwargs))
         out = out if self.batch_first or out.ndim < 2 else out.transpose(0, 1)
         turned = next((t for n in self.order if (t := batch_first(out, tensors[n].shape[:2])) is not out), out)
         self.time_first_output = self.time_first_output or turned is not out
@@ -171,16 +175,29 @@ POSITION_NAMES = ("position_ids", "positions", "pos_ids", "input_pos", "pos")
 def _signature(module, n_data: int) -> tuple:
     """The user's forward as the callers read it: (its positional parameters, the names of those named for masks,
     the names of the data parameters: without defaults; or, when every one is optional, the first n_data; the
-    required ones named for positions, POSITION_NAMES)."""
+    required ones named for positions, POSITION_NAMES); a forward(batch) of a dict: its keys (_batch_keys)."""
     forward = module.forward if isinstance(module, nn.Module) else module
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = [p for p in inspect.signature(forward).parameters.values() if p.kind in kinds]
+    params = _batch_keys(forward, params) or params
     masks = [p.name for p in params if "mask" in p.name.lower()]
     positions = [p.name for p in params if p.name.lower() in POSITION_NAMES and p.default is p.empty]
     unmasked = [p for p in params if p.name not in masks + positions]
     # those without defaults; where every one is optional (transformers' forward(input_ids=None, ...)), the first ones
     data = [p.name for p in unmasked if p.default is p.empty] or [p.name for p in unmasked][:n_data]
     return params, masks, data, positions
+
+
+def _batch_keys(forward, params: list) -> list:
+    """A forward(batch) reading its one argument as a dict (a LightningModule's, a collator's batch), batch["input_ids"]
+    among what it reads: the keys its source subscripts it with, as the parameters of a forward taking them (by
+    keyword, in one dict: Caller.batch); else []."""
+    try:
+        source = inspect.getsource(forward) if len(params) == 1 else ""
+    except (OSError, TypeError):
+        return []
+    keys = dict.fromkeys(re.findall(rf"\b{params[0].name}\[\s*[\"'](\w+)[\"']\s*\]", source) if source else [])
+    return [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in keys] if "input_ids" in keys else []
 
 
 def _orders(entry, level: str, data_params: list) -> list:
@@ -283,11 +300,11 @@ def callers(module, level: str, batch_first=None, mask=None, call=None, example=
         options = _mask_options({mask_params[0]: "tgt"} if mask_params else {}, kinds)
         single = [order for order in orders if set(order) == {"query"}]
         found += [Caller(bf, o, m, True, causal=True) for bf in layouts for o in single for m in options]
-    positional = [p.name for p in params]
+    positional = [p.name for p in params if p.kind != p.KEYWORD_ONLY]  # a batch dict's keys: by name
     for caller in found:  # forward(input_ids, attention_mask, decoder_input_ids, ...): the data by name
         n = len(caller.order)
         if positional[:n] != data[:n] and len(data) >= n:
-            caller.keywords = tuple(data[:n])
+            caller.keywords, caller.batch = tuple(data[:n]), len(positional) < len(params)
     return found
 
 

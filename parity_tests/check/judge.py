@@ -277,7 +277,9 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
     tower = TW.judge_tower(user_module, reference, module)
     if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
         return tower
-    result = Result(reference=reference)
+    result = shared_layer(user_module, reference, exc) or Result(reference=reference)
+    if result.diagnoses:
+        return result
     explained(result, US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) else None))  # else what it met
     if result.diagnoses or result.unsupported:
         return result
@@ -294,6 +296,24 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
         result.error = f"could not judge: {said}{settles}"
     return result
+
+
+def shared_layer(user_module, reference: str, exc: BaseException) -> Result | None:
+    """A layer the model runs again with the same weights (ALBERT's: NoPair's `part`) judged on its own at the
+    reference's layer level: the catalogued mistake named inside it, else (the sharing the answer) a note alone; None
+    for any other stop."""
+    layers = {"transformer_lm": "decoder_only_layer", "encoder_model": "encoder_layer"}  # each model's layer
+    level, part = layers.get(LV.standing_for(reference, user_module)), getattr(exc, "part", "")
+    layer = dict(user_module.named_modules()).get(part) if part else None  # the user's own (the copy read had it)
+    if level is None or layer is None:
+        return None
+    found = module(layer, level)
+    for d in found.diagnoses:
+        d.where = f"{part}.{d.where}" if d.where and d.where != "(the module)" else part
+    note = f"{part} runs again with the same weights (ALBERT's sharing), judged on its own as the reference's {level!r}"
+    note += ": it passes" if found.passed else ""
+    where = found.diagnoses[0].where if found.diagnoses else None
+    return Result(reference=reference, first_divergence=where, diagnoses=found.diagnoses, notes=[note])
 
 
 def explained(result: Result, found) -> None:

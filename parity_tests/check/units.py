@@ -230,7 +230,7 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
-        raise NoPair(shared[0], what, entry.name)
+        raise NoPair(shared[0], what, entry.name, part=shared[0].rpartition(".")[0])
     if flow.parallel and not parallel and entry.group != "component":
         what = (
             "the feed-forward block does not read the attention's output: both read the layer's input and their "

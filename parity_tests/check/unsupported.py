@@ -23,12 +23,13 @@ def differs(where: str, what: str) -> str:
 
 class NoPair(ValueError):
     """Raised where reading the module meets math the reference does not have: `where` (the user's submodule) and
-    `what` it computes; check.module answers it (`answer`) as Result.unsupported."""
+    `what` it computes; check.module answers it (`answer`) as Result.unsupported, unless a mistake is named in `part`
+    (a layer run again with the same weights) judged on its own (judge.shared_layer)."""
 
-    def __init__(self, where: str, what: str, level: str = ""):
+    def __init__(self, where: str, what: str, level: str = "", part: str = ""):
         said = f"the reference {level!r}" if level else "the reference"
         super().__init__(f"{where} computes {what}: {said} has none, so this is math it does not have")
-        self.answer = differs(where, what)
+        self.answer, self.part = differs(where, what), part
 
 
 NORMS = {"rms_norm", "layer_norm", "group_norm", "normalize"}  # F.normalize: x / max(|x|, eps)

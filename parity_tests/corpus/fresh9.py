@@ -28,8 +28,7 @@ the judge frozen: what it said when it first met each is in parity_tests/test_un
   evaluation in the bias-free GPT-J's second block.
 
 First met: 14 of 20 right. Wrong then: the batch-dict forward without call=, the temperature buffer, both freqs_cis
-Llamas, the learned embedding scalar, and the mistake inside the ALBERT-shared layer; the temperature, the
-freqs_cis Llamas and the scalar are judged right since (test_unseen.py's TODAY holds the rest).
+Llamas, the learned embedding scalar, and the mistake inside the ALBERT-shared layer; all are judged right since.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
