@@ -10,10 +10,12 @@ and the mark must then go.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from parity_tests import check
+from parity_tests.check import dataflow, divergence, judge, session
 from parity_tests.corpus import (
     fresh,
     fresh2,
@@ -207,6 +209,34 @@ def test_what_was_judged_in_place_of_what_was_handed_in_is_said():
     assert cast.passed and any("computes in bfloat16" in n and "65536" in n for n in cast.notes), str(cast)
     assert max(r.error for r in cast.rows if r.dtype == "float64") < 1e-10, str(cast)
     assert max(r.error for r in cast.rows if r.dtype == "float32") > 1e-4, str(cast)  # bfloat16's, not float32's
+
+
+def test_the_float32_run_in_bfloat16_is_read_from_the_recording(monkeypatch):
+    """Whether the float32 run computes in bfloat16 (torch.autocast here) is read from the recording's tensors
+    (running.narrowest): the user's module runs in float32 only to be recorded and compared, never once more."""
+    runs = {"forward": 0, "recorded or compared": 0}
+
+    def counted(function, float32=lambda *args: True):
+        def call(*args, **kwargs):
+            runs["recorded or compared"] += bool(float32(*args))
+            return function(*args, **kwargs)
+
+        return call
+
+    run_user = counted(session.run_user, lambda check, layout, caller, dtype, *rest: dtype == np.float32)
+    for space in (judge, divergence):
+        monkeypatch.setattr(space, "run_user", run_user)
+    monkeypatch.setattr(dataflow, "record", counted(dataflow.record))
+    model = fresh8.cast_gpt(fresh8.AutocastAttention)  # its copies hold the hook too
+
+    def forward(module, args) -> None:
+        runs["forward"] += module.lm_head.weight.dtype == torch.float32
+
+    model.register_forward_pre_hook(forward)
+    torch.manual_seed(0)
+    result = check.module(model, "transformer_lm")
+    assert result.passed and any("computes in bfloat16" in n for n in result.notes), str(result)
+    assert runs["forward"] == runs["recorded or compared"] > 0, runs
 
 
 def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():

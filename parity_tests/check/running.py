@@ -199,33 +199,16 @@ def _what(op: str | None, kept: str | None) -> str:
     return f"{op} {kept}" if kept else MIXED.format(op)
 
 
-class _Dtypes(TorchDispatchMode):
-    """While inside, the dtypes of every op's outputs are collected in `seen`."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: set = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.seen |= {t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor)}
-        return out
-
-
 # float32's epsilon over a narrower dtype's: how much coarser a float32 run computing in it may be
 COARSER = {torch.float16: float(torch.finfo(torch.float16).eps / torch.finfo(torch.float32).eps)}
 COARSER[torch.bfloat16] = float(torch.finfo(torch.bfloat16).eps / torch.finfo(torch.float32).eps)
 
 
-def narrowest(run) -> torch.dtype | None:
-    """The coarsest dtype narrower than float32 (bfloat16, float16: torch.autocast, or casts) an op computes in
-    during `run()` (the float32 run), else None (also when the run raises)."""
-    try:
-        with _Dtypes() as mode, torch.no_grad():
-            run()
-    except Exception:
-        return None
-    return max((d for d in mode.seen if d in COARSER), key=COARSER.get, default=None)
+def narrowest(flow) -> torch.dtype | None:
+    """The coarsest dtype narrower than float32 (bfloat16, float16: torch.autocast, or casts) an op of the recorded
+    forward (dataflow's Flow, the tensors it made) computes in, else None (also where none was recorded)."""
+    dtypes = {t.dtype for t in flow.values.values()} if flow is not None else set()
+    return max((d for d in dtypes if d in COARSER), key=COARSER.get, default=None)
 
 
 def holds_float32(islands: list | None) -> bool:
