@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from parity_tests import check
-from parity_tests.check import dataflow, divergence, judge, session
+from parity_tests.check import dataflow, divergence, judge, running, session
 from parity_tests.corpus import (
     fresh,
     fresh2,
@@ -237,6 +237,25 @@ def test_the_float32_run_in_bfloat16_is_read_from_the_recording(monkeypatch):
     result = check.module(model, "transformer_lm")
     assert result.passed and any("computes in bfloat16" in n for n in result.notes), str(result)
     assert runs["forward"] == runs["recorded or compared"] > 0, runs
+
+
+def test_each_low_rank_adapter_is_read_once(monkeypatch):
+    """running.merged_adapters reads each LoRA part (its base, A, B and s: running._low_rank) once, on the user's
+    module, and merges what it read into the copy: one s found for each of fresh8's LoraLinear parts."""
+    found = []
+
+    def scaling(*args):
+        found.append(running_scaling(*args))
+        return found[-1]
+
+    running_scaling = running._scaling
+    monkeypatch.setattr(running, "_scaling", scaling)
+    model = fresh8.lora_llama()
+    torch.manual_seed(0)
+    result = check.module(model, "transformer_lm")
+    parts = [m for m in model.modules() if isinstance(m, fresh8.LoraLinear)]
+    assert result.passed and any("low-rank adapter merged" in n for n in result.notes), str(result)
+    assert len([s for s in found if s is not None]) == len(parts) > 0, (found, len(parts))
 
 
 def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():

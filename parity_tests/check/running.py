@@ -295,40 +295,41 @@ def merged_adapters(user) -> tuple:
     chain rule (dA = s B^T dW, dB = s dW A^T), checked on each submodule alone before it is merged."""
     if not isinstance(user, nn.Module):
         return user, []
-    found: list = []
+    found: dict = {}  # path -> its parts' names and s
     for path, module in user.named_modules():
-        if path and not any(path.startswith(f"{p}.") for p in found) and _low_rank(module) is not None:
-            found.append(path)
+        if path and not any(path.startswith(f"{p}.") for p in found) and (parts := _low_rank(module)) is not None:
+            found[path] = parts
     if not found:
         return user, []
     model = copy_module(user)
-    for path in found:
-        base, a, b, s = _low_rank(model.get_submodule(path))  # type: ignore[misc]
+    for path, (*names, s) in found.items():
+        base, a, b = (model.get_submodule(f"{path}.{name}") for name in names)
         merged = copy.deepcopy(base)  # the base's own class and bias
         with torch.no_grad():
             merged.weight += s * b.weight @ a.weight
         owner, _, name = path.rpartition(".")
         setattr(model.get_submodule(owner), name, merged)
     return model, [
-        f"judged with each low-rank adapter merged into its linear, W + s B A ({', '.join(found[:3])}"
+        f"judged with each low-rank adapter merged into its linear, W + s B A ({', '.join(list(found)[:3])}"
         f"{', ...' if len(found) > 3 else ''}): the merged weight's gradient dW is compared; the adapters' gradients "
         "(s B^T dW, s dW A^T) were checked on each part alone"
     ]
 
 
 def _low_rank(module: nn.Module) -> tuple | None:
-    """(base, A, B, s) where `module` computes base(x) + s B(A(x)) (A: in -> r, B: r -> out, r below both, neither
-    with a bias) with the gradients of that sum, in float64 on a copy; None otherwise."""
-    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-    if module in linears or not 3 <= len(linears) <= 6:
+    """(the names of base, A and B in `module`, s) where it computes base(x) + s B(A(x)) (A: in -> r, B: r -> out, r
+    below both, neither with a bias) with the gradients of that sum, in float64 on a copy; None otherwise."""
+    linears = {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)}
+    if "" in linears or not 3 <= len(linears) <= 6:
         return None
-    for base, a, b in itertools.permutations(linears, 3):
+    for names in itertools.permutations(linears, 3):
+        base, a, b = (linears[name] for name in names)
         r = a.out_features
         shapes = (a.in_features, b.in_features, b.out_features) == (base.in_features, r, base.out_features)
         if shapes and r < min(base.in_features, base.out_features) and a.bias is None and b.bias is None:
             s = _scaling(module, base, a, b)
             if s is not None:
-                return base, a, b, s
+                return (*names, s)
     return None
 
 
