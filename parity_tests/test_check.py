@@ -20,6 +20,7 @@ from torch import nn
 from parity_tests import check
 from parity_tests import user_models as U
 from parity_tests.check.report import CATALOGUE
+from parity_tests.corpus import fresh5
 
 
 @pytest.fixture(autouse=True)
@@ -155,6 +156,7 @@ def test_positions_wrong_frequencies_is_named():
         (lambda: torch.nn.MultiheadAttention(8, 2, bias=False, batch_first=True), "multi_head_attention"),
         (lambda: U.LayerNorm(8), "layer_norm"),
         (lambda: torch.nn.LayerNorm(8), "layer_norm"),
+        (lambda: fresh5.BufferShiftLayerNorm(8), "layer_norm"),  # one scale, F.layer_norm: the root module's
         (lambda: U.FeedForward(8, 16), "feed_forward"),
         (lambda: U.Embedding(11, 8), "embedding"),
         (lambda: U.Positions(8), "positional_encoding"),  # a float32-built sinusoid buffer

@@ -10,10 +10,12 @@ and the mark must then go.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from parity_tests import check
+from parity_tests.check import dataflow, divergence, judge, running, session
 from parity_tests.corpus import (
     fresh,
     fresh2,
@@ -366,6 +368,53 @@ def test_what_was_judged_in_place_of_what_was_handed_in_is_said():
     assert cast.passed and any("computes in bfloat16" in n and "65536" in n for n in cast.notes), str(cast)
     assert max(r.error for r in cast.rows if r.dtype == "float64") < 1e-10, str(cast)
     assert max(r.error for r in cast.rows if r.dtype == "float32") > 1e-4, str(cast)  # bfloat16's, not float32's
+
+
+def test_the_float32_run_in_bfloat16_is_read_from_the_recording(monkeypatch):
+    """Whether the float32 run computes in bfloat16 (torch.autocast here) is read from the recording's tensors
+    (running.narrowest): the user's module runs in float32 only to be recorded and compared, never once more."""
+    runs = {"forward": 0, "recorded or compared": 0}
+
+    def counted(function, float32=lambda *args: True):
+        def call(*args, **kwargs):
+            runs["recorded or compared"] += bool(float32(*args))
+            return function(*args, **kwargs)
+
+        return call
+
+    run_user = counted(session.run_user, lambda check, layout, caller, dtype, *rest: dtype == np.float32)
+    for space in (judge, divergence):
+        monkeypatch.setattr(space, "run_user", run_user)
+    monkeypatch.setattr(dataflow, "record", counted(dataflow.record))
+    model = fresh8.cast_gpt(fresh8.AutocastAttention)  # its copies hold the hook too
+
+    def forward(module, args) -> None:
+        runs["forward"] += module.lm_head.weight.dtype == torch.float32
+
+    model.register_forward_pre_hook(forward)
+    torch.manual_seed(0)
+    result = check.module(model, "transformer_lm")
+    assert result.passed and any("computes in bfloat16" in n for n in result.notes), str(result)
+    assert runs["forward"] == runs["recorded or compared"] > 0, runs
+
+
+def test_each_low_rank_adapter_is_read_once(monkeypatch):
+    """running.merged_adapters reads each LoRA part (its base, A, B and s: running._low_rank) once, on the user's
+    module, and merges what it read into the copy: one s found for each of fresh8's LoraLinear parts."""
+    found = []
+
+    def scaling(*args):
+        found.append(running_scaling(*args))
+        return found[-1]
+
+    running_scaling = running._scaling
+    monkeypatch.setattr(running, "_scaling", scaling)
+    model = fresh8.lora_llama()
+    torch.manual_seed(0)
+    result = check.module(model, "transformer_lm")
+    parts = [m for m in model.modules() if isinstance(m, fresh8.LoraLinear)]
+    assert result.passed and any("low-rank adapter merged" in n for n in result.notes), str(result)
+    assert len([s for s in found if s is not None]) == len(parts) > 0, (found, len(parts))
 
 
 def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():

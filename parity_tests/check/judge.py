@@ -165,7 +165,7 @@ def compare(check: Check, choice: Choice, dtype) -> list:
         again = reference_tensors(twin_run, p, kind, index, dout)
         ref32, ref64 = (ref, again) if dtype == np.float32 else (again, ref)
         own = own_errors({n: ref32[n] for n in [*pairs, *grads]}, ref64)
-    coarser = COARSER.get(check.cache.get("narrow"), 1.0) if dtype == np.float32 else 1.0  # a run in bfloat16
+    coarser = COARSER.get(RN.narrowest(check.flow), 1.0) if dtype == np.float32 else 1.0  # a run in bfloat16
     return rows([pairs, grads], dtype, own, coarser=coarser)
 
 
@@ -425,7 +425,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
         result.caveats.append(("dtype.float32_island", island_message(islands)))
     for dtype in dtypes:
         result.rows += compare(check, choice, np.dtype(dtype).type)
-    narrow = check.cache.get("narrow")
+    narrow = RN.narrowest(check.flow)
     if narrow is not None and "float32" in [np.dtype(d).name for d in dtypes]:
         result.notes.append(
             f"the float32 run computes in {str(narrow).removeprefix('torch.')} in places (torch.autocast, or casts): "

@@ -131,7 +131,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     for norm in found.norms:
         norm.plus_one = norm.weight in flow.plus_one
         own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
-        alone = own == [norm.weight[len(norm.module) + 1 :]]
+        alone = own == [norm.weight.removeprefix(f"{norm.module}.")]  # its path "" at the root
         if norm.kind == "rms" and alone and any(n.op in CENTRING for n in flow.nodes if n.module == norm.module):
             norm.kind = "layer"  # a module of one scale whose forward subtracts the mean: a LayerNorm (Cohere's)
     for t in found.tables:

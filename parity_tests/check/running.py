@@ -199,33 +199,16 @@ def _what(op: str | None, kept: str | None) -> str:
     return f"{op} {kept}" if kept else MIXED.format(op)
 
 
-class _Dtypes(TorchDispatchMode):
-    """While inside, the dtypes of every op's outputs are collected in `seen`."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: set = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.seen |= {t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor)}
-        return out
-
-
 # float32's epsilon over a narrower dtype's: how much coarser a float32 run computing in it may be
 COARSER = {torch.float16: float(torch.finfo(torch.float16).eps / torch.finfo(torch.float32).eps)}
 COARSER[torch.bfloat16] = float(torch.finfo(torch.bfloat16).eps / torch.finfo(torch.float32).eps)
 
 
-def narrowest(run) -> torch.dtype | None:
-    """The coarsest dtype narrower than float32 (bfloat16, float16: torch.autocast, or casts) an op computes in
-    during `run()` (the float32 run), else None (also when the run raises)."""
-    try:
-        with _Dtypes() as mode, torch.no_grad():
-            run()
-    except Exception:
-        return None
-    return max((d for d in mode.seen if d in COARSER), key=COARSER.get, default=None)
+def narrowest(flow) -> torch.dtype | None:
+    """The coarsest dtype narrower than float32 (bfloat16, float16: torch.autocast, or casts) an op of the recorded
+    forward (dataflow's Flow, the tensors it made) computes in, else None (also where none was recorded)."""
+    dtypes = {t.dtype for t in flow.values.values()} if flow is not None else set()
+    return max((d for d in dtypes if d in COARSER), key=COARSER.get, default=None)
 
 
 def holds_float32(islands: list | None) -> bool:
@@ -312,40 +295,41 @@ def merged_adapters(user) -> tuple:
     chain rule (dA = s B^T dW, dB = s dW A^T), checked on each submodule alone before it is merged."""
     if not isinstance(user, nn.Module):
         return user, []
-    found: list = []
+    found: dict = {}  # path -> its parts' names and s
     for path, module in user.named_modules():
-        if path and not any(path.startswith(f"{p}.") for p in found) and _low_rank(module) is not None:
-            found.append(path)
+        if path and not any(path.startswith(f"{p}.") for p in found) and (parts := _low_rank(module)) is not None:
+            found[path] = parts
     if not found:
         return user, []
     model = copy_module(user)
-    for path in found:
-        base, a, b, s = _low_rank(model.get_submodule(path))  # type: ignore[misc]
+    for path, (*names, s) in found.items():
+        base, a, b = (model.get_submodule(f"{path}.{name}") for name in names)
         merged = copy.deepcopy(base)  # the base's own class and bias
         with torch.no_grad():
             merged.weight += s * b.weight @ a.weight
         owner, _, name = path.rpartition(".")
         setattr(model.get_submodule(owner), name, merged)
     return model, [
-        f"judged with each low-rank adapter merged into its linear, W + s B A ({', '.join(found[:3])}"
+        f"judged with each low-rank adapter merged into its linear, W + s B A ({', '.join(list(found)[:3])}"
         f"{', ...' if len(found) > 3 else ''}): the merged weight's gradient dW is compared; the adapters' gradients "
         "(s B^T dW, s dW A^T) were checked on each part alone"
     ]
 
 
 def _low_rank(module: nn.Module) -> tuple | None:
-    """(base, A, B, s) where `module` computes base(x) + s B(A(x)) (A: in -> r, B: r -> out, r below both, neither
-    with a bias) with the gradients of that sum, in float64 on a copy; None otherwise."""
-    linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-    if module in linears or not 3 <= len(linears) <= 6:
+    """(the names of base, A and B in `module`, s) where it computes base(x) + s B(A(x)) (A: in -> r, B: r -> out, r
+    below both, neither with a bias) with the gradients of that sum, in float64 on a copy; None otherwise."""
+    linears = {name: m for name, m in module.named_modules() if isinstance(m, nn.Linear)}
+    if "" in linears or not 3 <= len(linears) <= 6:
         return None
-    for base, a, b in itertools.permutations(linears, 3):
+    for names in itertools.permutations(linears, 3):
+        base, a, b = (linears[name] for name in names)
         r = a.out_features
         shapes = (a.in_features, b.in_features, b.out_features) == (base.in_features, r, base.out_features)
         if shapes and r < min(base.in_features, base.out_features) and a.bias is None and b.bias is None:
             s = _scaling(module, base, a, b)
             if s is not None:
-                return base, a, b, s
+                return (*names, s)
     return None
 
 

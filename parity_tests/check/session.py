@@ -26,7 +26,7 @@ from . import reference as R
 from . import tables as TB
 from . import units as U
 from . import weight_map as WM
-from .running import Float32Islands, copy_module, find_islands, lifted, narrowest, output_head
+from .running import Float32Islands, copy_module, find_islands, lifted, output_head
 
 TORCH = {np.float64: torch.float64, np.float32: torch.float32}
 # the activations searched, in order, for a gated feed-forward (SwiGLU's silu first) and for a plain one
@@ -235,8 +235,6 @@ def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0,
                 out = module.get_submodule(check.head)(out)  # hidden states out: the model's own head applied
         return out, tensors
 
-    if dtype == np.float32 and check.is_module and "narrow" not in check.cache:
-        check.cache["narrow"] = narrowest(run)  # bfloat16 or float16 inside the float32 run: coarser bars
     if dtype != np.float64 or not check.is_module:
         return run()
     if check.cache.get("islands") is None:
