@@ -29,21 +29,8 @@ from parity_tests.corpus import (
     unseen,
 )
 
-_LATENT = (
-    "could not judge: cannot read layers.0.self_attn.q_proj.weight (48 rows) as the q projection(s) of an attention "
-    "of width 32 (1 query piece(s)); pass mapping="
-)
-
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh8: multi-head latent attention with its sizes given (kv_lora_rank=, v_head_dim=, head_dim=, rotary_dim=,
-    # TransformerConfig fields the reference computes, numpy_transformer/latent_attention.py): check/ reads none
-    # of them (no level, unit or link for kv_a_proj / kv_b_proj); units._rows takes a query piece as D rows, though
-    # head_dim= is given. An honest answer: with the map it asks for (fresh8.latent_map) the model passes
-    # (test_latent_attention_written_by_hand_passes_with_its_map). With nothing given, the same words, but a map
-    # alone cannot settle it (the reference has kv_a_proj only with kv_lora_rank= given), and they do not say so
-    "deepseek_lite": _LATENT,
-    "deepseek_lite.sizes_not_given": _LATENT,
     # fresh9, first met with the judge frozen (14 of 20 right). forward(batch) reading batch["input_ids"]:
     # calling.callers tries the ids themselves and no dict, and the refusal says "pass call= (how to call it)" without
     # saying the forward reads batch["input_ids"] (with call= given it passes: batch_dict_lm.call_given)
@@ -187,7 +174,7 @@ def test_a_forward_that_cannot_be_called_says_what_it_raised():
 def test_latent_attention_written_by_hand_passes_with_its_map():
     """fresh8's DeepSeek-V2-Lite-style attention (q_proj, a latent and a shared rotary key from kv_a_proj_with_mqa,
     its RMSNorm, kv_b_proj to each head's keys and values) computes the reference's latent attention: given its sizes
-    and the map the judge asks for (it reads no latent attention itself: deepseek_lite in TODAY), it passes."""
+    and the map a user writes by hand, it passes (the judge reads the same map itself: fresh8's deepseek_lite)."""
     torch.manual_seed(0)
     result = check.module(
         fresh8.deepseek_lite(), "transformer_lm", mapping=fresh8.latent_map(), tie_embeddings=False, **fresh8.LATENT

@@ -343,6 +343,7 @@ class Attention:
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
     turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
+    latent: list = field(default_factory=list)  # MLA's (DeepSeek's): [kv down projection's weight, its norm's scale]
 
 
 @dataclass
@@ -529,8 +530,8 @@ def read(nodes: list, values: dict) -> Flow:
         a.window = flow.width(node)
     flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
-        for role in ("q", "k", "v", "out"):  # a fused projection: its first role
-            flow.roles |= {w: role for w in getattr(a, role) if w not in flow.roles}
+        for role in ("q", "k", "v", "out"):  # a fused projection: its first role; MLA's down projection a key's
+            flow.roles |= {w: role for w in getattr(a, role) + a.latent[:1] * (role == "k") if w not in flow.roles}
         for scale, role in a.norms.items():
             flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
@@ -636,13 +637,15 @@ def _attention(node: Node) -> Attention | None:
     else:
         return None
     (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
+    latent = _latent(k, kw)
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
     before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
     heads = before if at == T else at if before == T else None
     out = [projection(n) for n in outs]
-    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    kw = [w for w in kw if w not in latent]  # MLA's: its up projection (kv_b_proj), keys and values
+    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, latent=latent)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
     found.turned = [n for n in walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
@@ -653,6 +656,17 @@ def _attention(node: Node) -> Attention | None:
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _latent(k: Node, kw: list) -> list:
+    """[down projection, norm scale] of multi-head latent attention: a key projection (DeepSeek's kv_b_proj) reads
+    the normed output of another (kv_a_proj, whose other part is the keys' shared rotary part); else []."""
+    for node in walk([k], _behind):
+        x = next((p for p in node.parents if weight_of(p) is None), None) if projection(node) in kw else None
+        weights, scales, _ = back(x, False) if x is not None else ([], [], [])
+        if len(weights) == len(scales) == 1 and weights[0] in kw:
+            return [weights[0], scales[0]]
+    return []
 
 
 def columns_held(weight: str, operands: dict) -> dict:

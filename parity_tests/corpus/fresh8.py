@@ -26,9 +26,10 @@ training script hands over, adapters, casts, library attention layouts. The judg
 - DeepSeek-V2-Lite-style multi-head latent attention written by hand (one q_proj, a kv down-projection of a latent
   and a shared rotary key, its RMSNorm, an up projection to each head's keys and values, the rotary key shared by
   the heads, interleaved pairs), returning a dataclass with `logits`, checked with its latent sizes given as
-  config keywords (`kv_lora_rank=`, `v_head_dim=`, `head_dim=`, `rotary_dim=`), as the contract says the reference
-  has them (TransformerConfig) and no level reads them from the shapes (a pass), and with nothing given ("could not
-  judge", naming kv_lora_rank= as what settles it);
+  config keywords (`kv_lora_rank=`, `v_head_dim=`, `head_dim=`, `rotary_dim=`, TransformerConfig's), and with
+  nothing given: a pass, the judge reading them itself (first met: "could not judge", the q projection's rows not
+  read); kv_lora_rank the latent norm's width, the rotary width the rest of kv_a_proj_with_mqa's rows, head_dim
+  q_proj's rows per head, v_head_dim o_proj's inputs per head;
 - mistakes put into them, each named where it sits: softmax over the queries in the compiled GPT's second block, the
   scores divided by sqrt(d_model) in the DataParallel GPT's second block, eps outside the root of the LoRA Llama's
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
@@ -687,7 +688,7 @@ LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim":
 
 def latent_map() -> dict:
     """DeepSeekLite's names -> the reference's (numpy_transformer/latent_attention.py's state-dict names): the map a
-    user writes by hand where the judge cannot read latent attention (with LATENT and tie_embeddings=False given)."""
+    user writes by hand (with LATENT and tie_embeddings=False given), the one the judge reads itself."""
     found = {"embed_tokens.weight": "token_embedding.weight", "norm.weight": "final_norm.weight"}
     for i in range(2):
         for mine, theirs in (
@@ -769,11 +770,6 @@ CASES = [
         ("no pair", "layers.0.1.attend", "normalize"),
     ),
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
-    (  # the contract lists what is read with nothing given, latent attention not among it: say what settles it
-        "deepseek_lite.sizes_not_given",
-        deepseek_lite,
-        "transformer_lm",
-        {},
-        ("could not judge", "", "pass kv_lora_rank="),
-    ),
+    # nothing given: the sizes read from the weights' shapes and the recorded forward (the docstring says how)
+    ("deepseek_lite.sizes_not_given", deepseek_lite, "transformer_lm", {}, "pass"),
 ]
