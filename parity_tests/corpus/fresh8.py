@@ -34,7 +34,8 @@ training script hands over, adapters, casts, library attention layouts. The judg
   scores divided by sqrt(d_model) in the DataParallel GPT's second block, eps outside the root of the LoRA Llama's
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
   block, the attention dropout left on in evaluation in torchtune's second layer, the K/V heads tiled by an einops
-  pattern `(r h)` for `(h r)` in the x-transformers LM's second layer.
+  pattern `(r h)` for `(h r)` in the x-transformers LM's second layer, the softmax over the queries in the
+  DeepSeek-V2-Lite's second layer (its scores written out).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -636,15 +637,26 @@ class LatentAttention(nn.Module):
         k_pe = _interleaved(k_pe[:, None], cos, sin)  # (B, 1, T, R): one rotary key for every head
         q = torch.cat((q_nope, q_pe), dim=-1)
         k = torch.cat((k_nope, k_pe.expand(-1, H, -1, -1)), dim=-1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=(DN + R) ** -0.5)
+        y = self.attend(q, k, v)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, H * DV))
+
+    def attend(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=(DN + R) ** -0.5)
+
+
+class LatentSoftmaxOverQueries(LatentAttention):
+    def attend(self, q, k, v):  # the mistake: the scores written out, their softmax over the queries
+        T = q.shape[-2]
+        att = (q @ k.transpose(-2, -1)) * (DN + R) ** -0.5
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return att.softmax(dim=-2) @ v
 
 
 class LatentLayer(nn.Module):
-    def __init__(self):
+    def __init__(self, attention=LatentAttention):
         super().__init__()
         self.input_layernorm = RMSNorm(D)
-        self.self_attn = LatentAttention()
+        self.self_attn = attention()
         self.post_attention_layernorm = RMSNorm(D)
         self.mlp = LlamaMLP()
 
@@ -660,10 +672,10 @@ class CausalLMOutput:
 
 
 class DeepSeekLite(nn.Module):
-    def __init__(self):
+    def __init__(self, second):
         super().__init__()
         self.embed_tokens = nn.Embedding(V, D)
-        self.layers = nn.ModuleList([LatentLayer(), LatentLayer()])
+        self.layers = nn.ModuleList([LatentLayer(), LatentLayer(second)])
         self.norm = RMSNorm(D)
         self.lm_head = nn.Linear(D, V, bias=False)
 
@@ -678,9 +690,9 @@ class DeepSeekLite(nn.Module):
         return CausalLMOutput(logits, loss)
 
 
-def deepseek_lite() -> DeepSeekLite:
+def deepseek_lite(second=LatentAttention) -> DeepSeekLite:
     torch.manual_seed(0)
-    return DeepSeekLite()
+    return DeepSeekLite(second)
 
 
 LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim": R, "positional": "rope"}
@@ -772,4 +784,11 @@ CASES = [
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
     # nothing given: the sizes read from the weights' shapes and the recorded forward (the docstring says how)
     ("deepseek_lite.sizes_not_given", deepseek_lite, "transformer_lm", {}, "pass"),
+    (
+        "deepseek_lite.softmax_wrong_axis_second_layer",
+        lambda: deepseek_lite(LatentSoftmaxOverQueries),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "layers.1.self_attn"),
+    ),
 ]
