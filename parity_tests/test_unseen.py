@@ -182,6 +182,23 @@ def test_latent_attention_written_by_hand_passes_with_its_map():
     assert result.passed, str(result)
 
 
+def test_latent_attention_map_is_read_back_from_its_printed_notes():
+    """fresh8's DeepSeek attention with kv_b_proj's rows every head's keys, then every head's values: the judge links
+    them to the reference's kv_b_proj (each head's k, then its v) in runs, printed 'rows 0:8, 16:24, ...'; the
+    printed map, passed back as text, is the same map."""
+    torch.manual_seed(0)
+    result = check.module(fresh8.deepseek_lite(fresh8.LatentKVBlocks, fresh8.LatentKVBlocks), "transformer_lm")
+    assert result.passed, str(result)
+    reference, note = result.mapping["layers.1.self_attn.kv_b_proj.weight"]
+    assert (reference, note.split(", ")[:3]) == (
+        "decoder.layers.1.self_attn.kv_b_proj.weight",
+        ["rows 0:8", "16:24", "32:40"],
+    )
+    text = {user: (reference, note) for user, (reference, note) in result.mapping.items()}
+    blocks = fresh8.deepseek_lite(fresh8.LatentKVBlocks, fresh8.LatentKVBlocks)
+    assert check.module(blocks, "transformer_lm", mapping=text).passed
+
+
 def test_what_was_judged_in_place_of_what_was_handed_in_is_said():
     """A wrapped model is judged as the model inside (running.unwrapped), and a float32 run that computes in bfloat16
     is judged on bars widened by bfloat16's epsilon over float32's (running.narrowest): each is said in a note; the

@@ -29,7 +29,8 @@ training script hands over, adapters, casts, library attention layouts. The judg
   config keywords (`kv_lora_rank=`, `v_head_dim=`, `head_dim=`, `rotary_dim=`, TransformerConfig's), and with
   nothing given: a pass, the judge reading them itself (first met: "could not judge", the q projection's rows not
   read); kv_lora_rank the latent norm's width, the rotary width the rest of kv_a_proj_with_mqa's rows, head_dim
-  q_proj's rows per head, v_head_dim o_proj's inputs per head;
+  q_proj's rows per head, v_head_dim o_proj's inputs per head; and with kv_b_proj's rows every head's keys, then
+  every head's values (split before the heads are);
 - mistakes put into them, each named where it sits: softmax over the queries in the compiled GPT's second block, the
   scores divided by sqrt(d_model) in the DataParallel GPT's second block, eps outside the root of the LoRA Llama's
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
@@ -618,6 +619,8 @@ C, DN, R, DV = 16, 8, 4, 8  # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, 
 
 
 class LatentAttention(nn.Module):
+    kv_blocks = False  # kv_b_proj's rows every head's keys, then every head's values (not each head's k, then its v)
+
     def __init__(self):
         super().__init__()
         self.q_proj = nn.Linear(D, H * (DN + R), bias=False)
@@ -631,8 +634,11 @@ class LatentAttention(nn.Module):
         q = self.q_proj(x).view(B, T, H, DN + R).transpose(1, 2)
         q_nope, q_pe = q.split((DN, R), dim=-1)
         latent, k_pe = self.kv_a_proj_with_mqa(x).split((C, R), dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(B, T, H, DN + DV).transpose(1, 2)
-        k_nope, v = kv.split((DN, DV), dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent))
+        if self.kv_blocks:
+            k_nope, v = (t.view(B, T, H, -1).transpose(1, 2) for t in kv.split((H * DN, H * DV), dim=-1))
+        else:
+            k_nope, v = kv.view(B, T, H, DN + DV).transpose(1, 2).split((DN, DV), dim=-1)
         q_pe = _interleaved(q_pe, cos, sin)
         k_pe = _interleaved(k_pe[:, None], cos, sin)  # (B, 1, T, R): one rotary key for every head
         q = torch.cat((q_nope, q_pe), dim=-1)
@@ -642,6 +648,10 @@ class LatentAttention(nn.Module):
 
     def attend(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=(DN + R) ** -0.5)
+
+
+class LatentKVBlocks(LatentAttention):
+    kv_blocks = True
 
 
 class LatentSoftmaxOverQueries(LatentAttention):
@@ -672,10 +682,10 @@ class CausalLMOutput:
 
 
 class DeepSeekLite(nn.Module):
-    def __init__(self, second):
+    def __init__(self, first, second):
         super().__init__()
         self.embed_tokens = nn.Embedding(V, D)
-        self.layers = nn.ModuleList([LatentLayer(), LatentLayer(second)])
+        self.layers = nn.ModuleList([LatentLayer(first), LatentLayer(second)])
         self.norm = RMSNorm(D)
         self.lm_head = nn.Linear(D, V, bias=False)
 
@@ -690,9 +700,9 @@ class DeepSeekLite(nn.Module):
         return CausalLMOutput(logits, loss)
 
 
-def deepseek_lite(second=LatentAttention) -> DeepSeekLite:
+def deepseek_lite(second=LatentAttention, first=LatentAttention) -> DeepSeekLite:
     torch.manual_seed(0)
-    return DeepSeekLite(second)
+    return DeepSeekLite(first, second)
 
 
 LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim": R, "positional": "rope"}
@@ -784,6 +794,7 @@ CASES = [
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
     # nothing given: the sizes read from the weights' shapes and the recorded forward (the docstring says how)
     ("deepseek_lite.sizes_not_given", deepseek_lite, "transformer_lm", {}, "pass"),
+    ("deepseek_lite.kv_blocks", lambda: deepseek_lite(LatentKVBlocks, LatentKVBlocks), "transformer_lm", {}, "pass"),
     (
         "deepseek_lite.softmax_wrong_axis_second_layer",
         lambda: deepseek_lite(LatentSoftmaxOverQueries),
