@@ -343,7 +343,7 @@ class Attention:
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
     turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
-    latent: list = field(default_factory=list)  # MLA's (DeepSeek's): [kv down projection's weight, its norm's scale]
+    latent: list = field(default_factory=list)  # MLA's: kv down projection's weight, its norm's scale (and q's: V3's)
 
 
 @dataclass
@@ -530,8 +530,9 @@ def read(nodes: list, values: dict) -> Flow:
         a.window = flow.width(node)
     flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
-        for role in ("q", "k", "v", "out"):  # a fused projection: its first role; MLA's down projection a key's
-            flow.roles |= {w: role for w in getattr(a, role) + a.latent[:1] * (role == "k") if w not in flow.roles}
+        down = {"k": a.latent[:1], "q": a.latent[2:3]}  # MLA's down projections
+        for role in ("q", "k", "v", "out"):  # a fused projection: its first role
+            flow.roles |= {w: role for w in getattr(a, role) + down.get(role, []) if w not in flow.roles}
         for scale, role in a.norms.items():
             flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
@@ -638,6 +639,7 @@ def _attention(node: Node) -> Attention | None:
         return None
     (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
     latent = _latent(k, kw)
+    latent += _latent(q, qw, shared=False) if latent else []  # DeepSeek-V3's low-rank queries
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
@@ -658,13 +660,13 @@ def _attention(node: Node) -> Attention | None:
     return found
 
 
-def _latent(k: Node, kw: list) -> list:
+def _latent(start: Node, ws: list, shared: bool = True) -> list:
     """[down projection, norm scale] of multi-head latent attention: a key projection (DeepSeek's kv_b_proj) reads
-    the normed output of another (kv_a_proj, whose other part is the keys' shared rotary part); else []."""
-    for node in walk([k], _behind):
-        x = next((p for p in node.parents if weight_of(p) is None), None) if projection(node) in kw else None
+    the normed output of another (kv_a_proj, `shared`: its other part the keys' shared rotary part); else []."""
+    for node in walk([start], _behind):
+        x = next((p for p in node.parents if weight_of(p) is None), None) if projection(node) in ws else None
         weights, scales, _ = back(x, False) if x is not None else ([], [], [])
-        if len(weights) == len(scales) == 1 and weights[0] in kw:
+        if len(weights) == len(scales) == 1 and (weights[0] in ws or not shared):
             return [weights[0], scales[0]]
     return []
 

@@ -240,14 +240,16 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
 
 
 def _latent(by: dict, attention, units: Units) -> tuple:
-    """Multi-head latent attention's (down projection, the latent's norm), the norm set apart from the layers'; ()."""
-    if not attention.latent:
-        return ()
-    norm = next((n for n in units.norms if n.weight == attention.latent[1]), None)
-    if norm is None:
-        raise ValueError(f"{attention.latent[1]} scales the latent of {attention.module} but is no norm; pass mapping=")
-    units.norms.remove(norm)
-    return _pieces(by, attention.latent[:1], attention.module)[0], norm
+    """Multi-head latent attention's (kv down projection, its latent's norm, and V3's q_a_proj and its norm), the
+    norms set apart from the layers'; () for any other attention."""
+    found: list = []
+    for weight, scale in zip(attention.latent[::2], attention.latent[1::2], strict=True):
+        norm = next((n for n in units.norms if n.weight == scale), None)
+        if norm is None:
+            raise ValueError(f"{scale} scales the latent of {attention.module} but is no norm; pass mapping=")
+        units.norms.remove(norm)
+        found += [_pieces(by, [weight], attention.module)[0], norm]
+    return tuple(found)
 
 
 def _sinks(flow, attention, names: set) -> list:
@@ -343,8 +345,9 @@ def _latent_sizes(units: Units) -> dict:
     a = next((a for a in units.attentions[:1] if a["latent"]), None)
     if a is None:
         return {}
-    (down, norm), H = a["latent"], units.H
+    (down, norm, *low_rank), H = a["latent"], units.H
     sizes = dict(kv_lora_rank=norm.size, rotary_dim=down.out_features - norm.size, positional="rope", n_kv_heads=None)
+    sizes["q_lora_rank"] = low_rank[1].size if low_rank else None
     return sizes | {"head_dim": a["q"][0].out_features // H, "v_head_dim": a["out"][0].in_features // H}
 
 
@@ -494,7 +497,8 @@ class Linker:
         k norms (Qwen3's). A piece holding several roles is their rows stacked, q | k | v (another order is
         attention.q_k_swapped) or head by head as the flow read it (GPT-NeoX's); a role's per-head piece its rows."""
         latent, heads = attention["latent"], self.cfg.n_heads
-        names = {r: f"{prefix}{'kv_b' if latent and r in 'kv' else r}_proj" for r in ROLES}
+        stems = {"k": "kv_b", "v": "kv_b", "q": "q_b" if latent[2:] else "q"} if latent else {}  # MLA's
+        names = {r: f"{prefix}{stems.get(r, r)}_proj" for r in ROLES}
         for piece in _qkv(attention):
             parts, rows = [], _rows(attention, piece, self.units.D)
             for r, n in rows.items():
@@ -503,9 +507,9 @@ class Linker:
             held = attention["columns"].get(piece.weight, {})
             runs = _runs(held, names, piece.out_features, heads * bool(latent)) if set(held) == set(rows) else []
             self.piece(piece, runs if len(runs) > 3 or runs and latent else list(dict.fromkeys(parts)), self.cfg.bias)
-        if latent:  # MLA's down projection (the latent, then the shared rotary key part) and the latent's norm
-            self.piece(latent[0], [(f"{prefix}kv_a_proj", None)], False)
-            self.norm(latent[1], f"{prefix}kv_a_norm.")
+        for name, down, norm in zip(("kv_a", "q_a"), latent[::2], latent[1::2], strict=False):  # MLA's, and norms
+            self.piece(down, [(f"{prefix}{name}_proj", None)], False)  # kv_a: the latent, then the rotary key part
+            self.norm(norm, f"{prefix}{name}_norm.")
         if len(attention["out"]) != 1:
             raise ValueError(
                 f"expected one output projection after the attention of {[p.weight for p in _qkv(attention)]}, "

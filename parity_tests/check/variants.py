@@ -139,7 +139,9 @@ def latent_heads(params, query, key, H, theta, R):
     q_proj; from kv_a_proj the latent (RMS-normalised, kv_a_norm) and the rotary key part shared by the heads;
     kv_b_proj's latent to each head's keys (Dn) and values; the last R features of q and k turned in pairs."""
     (B, T, _), C = key.shape, params["kv_a_norm.weight"].shape[0]
-    q, latent = split(linear(query, params, "q_proj"), H), linear(key, params, "kv_a_proj")
+    low_rank = "q_a_proj.weight" in params  # V3's queries: q_a_proj, q_a_norm, q_b_proj
+    x = rms_norm(linear(query, params, "q_a_proj"), params["q_a_norm.weight"], LATENT_NORM_EPS) if low_rank else query
+    q, latent = split(linear(x, params, "q_b_proj" if low_rank else "q_proj"), H), linear(key, params, "kv_a_proj")
     kv = split(linear(rms_norm(latent[..., :C], params["kv_a_norm.weight"], LATENT_NORM_EPS), params, "kv_b_proj"), H)
     Dn = q.shape[-1] - R
     q[..., Dn:] = rotate(q[..., Dn:], theta, "interleaved")

@@ -30,7 +30,8 @@ training script hands over, adapters, casts, library attention layouts. The judg
   nothing given: a pass, the judge reading them itself (first met: "could not judge", the q projection's rows not
   read); kv_lora_rank the latent norm's width, the rotary width the rest of kv_a_proj_with_mqa's rows, head_dim
   q_proj's rows per head, v_head_dim o_proj's inputs per head; and with kv_b_proj's rows every head's keys, then
-  every head's values (split before the heads are);
+  every head's values (split before the heads are), and with DeepSeek-V3's low-rank queries (q_a_proj, its
+  RMSNorm, q_b_proj; q_lora_rank its norm's width);
 - mistakes put into them, each named where it sits: softmax over the queries in the compiled GPT's second block, the
   scores divided by sqrt(d_model) in the DataParallel GPT's second block, eps outside the root of the LoRA Llama's
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
@@ -615,7 +616,7 @@ def einops_lm(second=EinopsAttention, l2_scale=None) -> EinopsLM:
 
 # -- DeepSeek-V2-Lite: multi-head latent attention by hand, a dataclass output ------------------------------------
 
-C, DN, R, DV = 16, 8, 4, 8  # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+C, DN, R, DV, RQ = 16, 8, 4, 8, 12  # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank
 
 
 class LatentAttention(nn.Module):
@@ -631,7 +632,7 @@ class LatentAttention(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, H, DN + R).transpose(1, 2)
+        q = self.queries(x).view(B, T, H, DN + R).transpose(1, 2)
         q_nope, q_pe = q.split((DN, R), dim=-1)
         latent, k_pe = self.kv_a_proj_with_mqa(x).split((C, R), dim=-1)
         kv = self.kv_b_proj(self.kv_a_layernorm(latent))
@@ -646,8 +647,25 @@ class LatentAttention(nn.Module):
         y = self.attend(q, k, v)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, H * DV))
 
+    def queries(self, x):
+        return self.q_proj(x)
+
     def attend(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=(DN + R) ** -0.5)
+
+
+class LatentLowRankQueries(LatentAttention):
+    """DeepSeek-V3's queries: through a bottleneck of RQ features (q_a_proj, its RMSNorm, q_b_proj), no q_proj."""
+
+    def __init__(self):
+        super().__init__()
+        del self.q_proj
+        self.q_a_proj = nn.Linear(D, RQ, bias=False)
+        self.q_a_layernorm = RMSNorm(RQ)
+        self.q_b_proj = nn.Linear(RQ, H * (DN + R), bias=False)
+
+    def queries(self, x):
+        return self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
 
 
 class LatentKVBlocks(LatentAttention):
@@ -795,6 +813,13 @@ CASES = [
     # nothing given: the sizes read from the weights' shapes and the recorded forward (the docstring says how)
     ("deepseek_lite.sizes_not_given", deepseek_lite, "transformer_lm", {}, "pass"),
     ("deepseek_lite.kv_blocks", lambda: deepseek_lite(LatentKVBlocks, LatentKVBlocks), "transformer_lm", {}, "pass"),
+    (
+        "deepseek_lite.low_rank_queries",
+        lambda: deepseek_lite(LatentLowRankQueries, LatentLowRankQueries),
+        "transformer_lm",
+        {},
+        "pass",
+    ),
     (
         "deepseek_lite.softmax_wrong_axis_second_layer",
         lambda: deepseek_lite(LatentSoftmaxOverQueries),
