@@ -8,8 +8,9 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
   operands, V the other operand of the product the probabilities feed (scaled_dot_product_attention names the
   three), each traced back through reshapes, rotations and norms to its projections (a 1-D parameter met on the
-  way: a per-head q/k norm); the output projection is the first one the result reaches; attentions whose
-  probabilities reach one output projection through one op are one attention's heads (a module per head);
+  way: a per-head q/k norm; DeepSeek's latent attention: a key projection on another's normed output, _latent); the
+  output projection is the first one the result reaches; attentions whose probabilities reach one output
+  projection through one op are one attention's heads (a module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
   activation among them: from one, a plain block (or a gated one whose gate and up are one projection split,
   Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads;
@@ -661,8 +662,9 @@ def _attention(node: Node) -> Attention | None:
 
 
 def _latent(start: Node, ws: list, shared: bool = True) -> list:
-    """[down projection, norm scale] of multi-head latent attention: a key projection (DeepSeek's kv_b_proj) reads
-    the normed output of another (kv_a_proj, `shared`: its other part the keys' shared rotary part); else []."""
+    """[down projection, norm scale] of multi-head latent attention: a key (or query) projection of `ws` reads the
+    normed output of another, which (`shared`) also gives the keys their shared rotary part: DeepSeek's kv_b_proj
+    on kv_a_proj's latent (V3's q_b_proj on q_a_proj's, not `shared`); else []."""
     for node in walk([start], _behind):
         x = next((p for p in node.parents if weight_of(p) is None), None) if projection(node) in ws else None
         weights, scales, _ = back(x, False) if x is not None else ([], [], [])
