@@ -55,6 +55,23 @@ def test_rope_interleaved_pair_finite_differences():
 
 
 @pytest.mark.parametrize("low_rank", [True, False], ids=["q_lora (V3)", "q_proj (V2-Lite)"])
+def test_the_judges_variant_at_its_defaults_is_latent_attention(low_rank):
+    """check/variants.py's attention on latent attention's weights (where the judge looks for a mistake in it), its
+    knobs at their defaults, is latent_attention_forward (causal, RoPE base 10000); its softmax over the queries is
+    not."""
+    from parity_tests.check import variants as VR
+
+    rng = np.random.default_rng(5)
+    params, x = latent_params(rng, low_rank), rng.standard_normal((B, T, D))
+    rope, keep = rope_angles(np.arange(T), R, 10000.0), np.tril(np.ones((T, T), bool))[None, None]
+    want, _ = latent_attention_forward(params, x, H, rope, mod=ScoreMod(causal=True))
+    got = VR.multi_head_attention(params, x, x, x, H, keep, theta=10000.0, rotary=R)
+    assert np.abs(got - want).max() < 1e-12
+    wrong = VR.multi_head_attention(params, x, x, x, H, keep, theta=10000.0, rotary=R, axis=-2)
+    assert np.abs(wrong - want).max() > 1e-3
+
+
+@pytest.mark.parametrize("low_rank", [True, False], ids=["q_lora (V3)", "q_proj (V2-Lite)"])
 def test_latent_attention_finite_differences(low_rank):
     """Every weight and the input, causal scores, a padded key in the second row."""
     rng = np.random.default_rng(1)

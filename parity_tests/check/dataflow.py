@@ -8,8 +8,9 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
   operands, V the other operand of the product the probabilities feed (scaled_dot_product_attention names the
   three), each traced back through reshapes, rotations and norms to its projections (a 1-D parameter met on the
-  way: a per-head q/k norm); the output projection is the first one the result reaches; attentions whose
-  probabilities reach one output projection through one op are one attention's heads (a module per head);
+  way: a per-head q/k norm; DeepSeek's latent attention: a key projection on another's normed output, _latent); the
+  output projection is the first one the result reaches; attentions whose probabilities reach one output
+  projection through one op are one attention's heads (a module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
   activation among them: from one, a plain block (or a gated one whose gate and up are one projection split,
   Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads;
@@ -343,6 +344,7 @@ class Attention:
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
     turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
+    latent: list = field(default_factory=list)  # MLA's: kv down projection's weight, its norm's scale (and q's: V3's)
 
 
 @dataclass
@@ -529,8 +531,9 @@ def read(nodes: list, values: dict) -> Flow:
         a.window = flow.width(node)
     flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
+        down = {"k": a.latent[:1], "q": a.latent[2:3]}  # MLA's down projections
         for role in ("q", "k", "v", "out"):  # a fused projection: its first role
-            flow.roles |= {w: role for w in getattr(a, role) if w not in flow.roles}
+            flow.roles |= {w: role for w in getattr(a, role) + down.get(role, []) if w not in flow.roles}
         for scale, role in a.norms.items():
             flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
@@ -636,13 +639,16 @@ def _attention(node: Node) -> Attention | None:
     else:
         return None
     (qw, qs, qr), (kw, ks, kr), (vw, _, vr) = back(q, False), back(k, False), back(v, False)  # within the layer
+    latent = _latent(k, kw)
+    latent += _latent(q, qw, shared=False) if latent else []  # DeepSeek-V3's low-rank queries
     outs = [n for n in _forward(fed) if projection(n) is not None][:1]
     norms = dict.fromkeys(qs, "q") | dict.fromkeys(ks, "k")
     T = node.shape[-2] if len(node.shape) >= 2 else None  # the queries: (B, H, T, Dh) or einsum's (B, T, H, Dh)
     before, at = q.shape[-3:-1] if len(q.shape) >= 4 else (None, None)  # (H, T), or einsum's (T, H)
     heads = before if at == T else at if before == T else None
     out = [projection(n) for n in outs]
-    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs)
+    kw = [w for w in kw if w not in latent]  # MLA's: its up projection (kv_b_proj), keys and values
+    found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, latent=latent)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
     found.turned = [n for n in walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
     if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
@@ -653,6 +659,18 @@ def _attention(node: Node) -> Attention | None:
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _latent(start: Node, ws: list, shared: bool = True) -> list:
+    """[down projection, norm scale] of multi-head latent attention: a key (or query) projection of `ws` reads the
+    normed output of another, which (`shared`) also gives the keys their shared rotary part: DeepSeek's kv_b_proj
+    on kv_a_proj's latent (V3's q_b_proj on q_a_proj's, not `shared`); else []."""
+    for node in walk([start], _behind):
+        x = next((p for p in node.parents if weight_of(p) is None), None) if projection(node) in ws else None
+        weights, scales, _ = back(x, False) if x is not None else ([], [], [])
+        if len(weights) == len(scales) == 1 and (weights[0] in ws or not shared):
+            return [weights[0], scales[0]]
+    return []
 
 
 def columns_held(weight: str, operands: dict) -> dict:

@@ -32,7 +32,8 @@ FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 # config fields the recorded flow sets, shown where set
 READ_FROM_FLOW = (
     "parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks", "sliding_window", "layer_types",
-    "attention_scale_by_layer", "rope_scaling",
+    "attention_scale_by_layer", "rope_scaling", "kv_lora_rank", "q_lora_rank", "head_dim", "v_head_dim",
+    "rotary_dim",
 )  # fmt: skip
 
 

@@ -248,7 +248,7 @@ def layouts(model: Model, rope: list, inferred: bool) -> list:
     interleaved pairing (Meta's (2i, 2i + 1), not the reference's halves (i, i + Dh/2): the features reordered)."""
     Dh, links = model.cfg.d_head, model.links
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
-    if not inferred or not rope or Dh % 2 or not paired:
+    if not inferred or not rope or Dh % 2 or not paired or model.cfg.kv_lora_rank:  # MLA's: pairs, as the reference's
         return [Layout(links)]
     halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"

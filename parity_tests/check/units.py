@@ -123,7 +123,7 @@ def _units(entry, found, units: Units) -> None:
     if flow is not None:
         units.attentions = [
             {r: _pieces(by, getattr(a, r), a.module) for r in ROLES}
-            | {"columns": a.columns, "sinks": _sinks(flow, a, found.names)}
+            | {"columns": a.columns, "sinks": _sinks(flow, a, found.names), "latent": _latent(by, a, units)}
             for a in flow.attentions
         ]
         blocks = flow.blocks[:-1] if _mlm_head(entry, flow, units, by) else flow.blocks
@@ -239,6 +239,19 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
         raise NoPair(flow.blocks[0][0].rsplit(".", 2)[0], what, entry.name)
 
 
+def _latent(by: dict, attention, units: Units) -> tuple:
+    """Multi-head latent attention's (kv down projection, its latent's norm, and V3's q_a_proj and its norm), the
+    norms set apart from the layers'; () for any other attention."""
+    found: list = []
+    for weight, scale in zip(attention.latent[::2], attention.latent[1::2], strict=True):
+        norm = next((n for n in units.norms if n.weight == scale), None)
+        if norm is None:
+            raise ValueError(f"{scale} scales the latent of {attention.module} but is no norm; pass mapping=")
+        units.norms.remove(norm)
+        found += [_pieces(by, [weight], attention.module)[0], norm]
+    return tuple(found)
+
+
 def _sinks(flow, attention, names: set) -> list:
     """An attention's sink logits (GPT-OSS's): those it reads, else its parameter named as the first reading
     attention's (where it leaves its own unread); [] where there is none."""
@@ -323,7 +336,19 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
     if found.flow is not None:
         base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec, D // H))
-    return TransformerConfig(**(base | known))
+    return TransformerConfig(**(base | _latent_sizes(units) | known))
+
+
+def _latent_sizes(units: Units) -> dict:
+    """Multi-head latent attention's sizes ({} without it): the latent's (its norm's width), the rotary key part's
+    beside it in the down projection, a query head's (q_proj's rows) and a value head's (o_proj's inputs) widths."""
+    a = next((a for a in units.attentions[:1] if a["latent"]), None)
+    if a is None:
+        return {}
+    (down, norm, *low_rank), H = a["latent"], units.H
+    sizes = dict(kv_lora_rank=norm.size, rotary_dim=down.out_features - norm.size, positional="rope", n_kv_heads=None)
+    sizes["q_lora_rank"] = low_rank[1].size if low_rank else None
+    return sizes | {"head_dim": a["q"][0].out_features // H, "v_head_dim": a["out"][0].in_features // H}
 
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
@@ -363,7 +388,8 @@ def _rows(attention: dict, piece, D: int) -> dict:
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
     if set(held) == set(roles) and first and sum(map(len, held.values())) <= piece.out_features:
         return {r: len(held[r]) for r in roles}  # the rows after them a feed-forward block's (PaLM's fused projection)
-    q = D // len(attention["q"]) if "q" in roles else 0
+    width = piece.out_features if attention["latent"] else D  # MLA's queries: H (nope + rope) rows
+    q = width // len(attention["q"]) if "q" in roles else 0
     kv = [r for r in roles if r != "q"]
     rest = piece.out_features - q
     rows = {r: q if r == "q" else rest // len(kv) for r in roles}
@@ -375,11 +401,14 @@ def _rows(attention: dict, piece, D: int) -> dict:
     return rows
 
 
-def _runs(held: dict, names: dict, rows: int) -> list:
+def _runs(held: dict, names: dict, rows: int, heads: int = 0) -> list:
     """A fused piece's parts from the output features each role holds (dataflow.columns_held): its rows in order,
-    runs of one role's consecutive rows merged (q | k | v: three parts; GPT-NeoX's: three per head)."""
+    runs of one role's consecutive rows merged (q | k | v: three parts; GPT-NeoX's: three per head). With `heads`:
+    MLA's up projection, each of the reference's heads its k rows then its v rows (kv_b_proj)."""
+    width = {r: len(cols) // heads for r, cols in held.items()} if heads else {}
     parts: list = []
     for _, r, j in sorted((c, r, j) for r, cols in held.items() for j, c in enumerate(cols))[:rows]:  # row c
+        j = j // width[r] * sum(width.values()) + width["k"] * (r == "v") + j % width[r] if heads else j
         if parts and parts[-1][0] == names[r] and parts[-1][1][1] == j:
             parts[-1] = (names[r], (parts[-1][1][0], j + 1))
         else:
@@ -467,15 +496,20 @@ class Linker:
         """One attention's pieces linked to the reference's {q,k,v,out}_proj under `prefix`, then its per-head q and
         k norms (Qwen3's). A piece holding several roles is their rows stacked, q | k | v (another order is
         attention.q_k_swapped) or head by head as the flow read it (GPT-NeoX's); a role's per-head piece its rows."""
-        names = {r: f"{prefix}{r}_proj" for r in ROLES}
+        latent, heads = attention["latent"], self.cfg.n_heads
+        stems = {"k": "kv_b", "v": "kv_b", "q": "q_b" if latent[2:] else "q"} if latent else {}  # MLA's
+        names = {r: f"{prefix}{stems.get(r, r)}_proj" for r in ROLES}
         for piece in _qkv(attention):
             parts, rows = [], _rows(attention, piece, self.units.D)
             for r, n in rows.items():
                 i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
                 parts.append((names[r], (i * n, (i + 1) * n) if many else None))
             held = attention["columns"].get(piece.weight, {})
-            runs = _runs(held, names, piece.out_features) if set(held) == set(rows) else []
-            self.piece(piece, runs if len(runs) > 3 else parts, self.cfg.bias)
+            runs = _runs(held, names, piece.out_features, heads * bool(latent)) if set(held) == set(rows) else []
+            self.piece(piece, runs if len(runs) > 3 or runs and latent else list(dict.fromkeys(parts)), self.cfg.bias)
+        for name, down, norm in zip(("kv_a", "q_a"), latent[::2], latent[1::2], strict=False):  # MLA's, and norms
+            self.piece(down, [(f"{prefix}{name}_proj", None)], False)  # kv_a: the latent, then the rotary key part
+            self.norm(norm, f"{prefix}{name}_norm.")
         if len(attention["out"]) != 1:
             raise ValueError(
                 f"expected one output projection after the attention of {[p.weight for p in _qkv(attention)]}, "

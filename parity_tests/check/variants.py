@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from numpy_transformer.attention import rope_angles
+from numpy_transformer.latent_attention import LATENT_NORM_EPS
 from numpy_transformer.layers import ACTIVATIONS, sinusoidal_table
 
 
@@ -110,7 +111,10 @@ def multi_head_attention(
     theta: RoPE's base (None: none), the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`, the
     values rotated too with `rope_v` (True: in the keys' pairing; else that pairing). q_norm.weight and
     k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each projection's
-    output where as wide (OLMo 2)."""
+    output where as wide (OLMo 2). params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads)."""
+    if "kv_b_proj.weight" in params:
+        q, k, v = latent_heads(params, query, key, H, theta, rotary)
+        return linear(merge(attention_heads(q, k, v, keep, **knobs)), params, "out_proj")
     n_kv = H if n_kv is None else n_kv
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
     q, k = linear(query, params, "q_proj"), linear(key, params, "k_proj")
@@ -128,6 +132,21 @@ def multi_head_attention(
         k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))
     knobs = {"sinks": params.get("sinks")} | knobs  # GPT-OSS's sink logits, where the attention has them
     return linear(merge(attention_heads(q, k, v, keep, **knobs), transpose_back), params, "out_proj")
+
+
+def latent_heads(params, query, key, H, theta, R):
+    """Multi-head latent attention's heads (numpy_transformer/latent_attention.py): q (B, H, T_q, Dn + R) from
+    q_proj; from kv_a_proj the latent (RMS-normalised, kv_a_norm) and the rotary key part shared by the heads;
+    kv_b_proj's latent to each head's keys (Dn) and values; the last R features of q and k turned in pairs."""
+    (B, T, _), C = key.shape, params["kv_a_norm.weight"].shape[0]
+    low_rank = "q_a_proj.weight" in params  # V3's queries: q_a_proj, q_a_norm, q_b_proj
+    x = rms_norm(linear(query, params, "q_a_proj"), params["q_a_norm.weight"], LATENT_NORM_EPS) if low_rank else query
+    q, latent = split(linear(x, params, "q_b_proj" if low_rank else "q_proj"), H), linear(key, params, "kv_a_proj")
+    kv = split(linear(rms_norm(latent[..., :C], params["kv_a_norm.weight"], LATENT_NORM_EPS), params, "kv_b_proj"), H)
+    Dn = q.shape[-1] - R
+    q[..., Dn:] = rotate(q[..., Dn:], theta, "interleaved")
+    k_pe = np.broadcast_to(rotate(latent[:, None, :, C:], theta, "interleaved"), (B, H, T, R))
+    return q, np.concatenate([kv[..., :Dn], k_pe], axis=-1), kv[..., Dn:]
 
 
 def layer_norm(x, weight, bias, eps, unbiased=False, eps_outside=False, axis=-1):

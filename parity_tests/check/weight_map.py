@@ -42,12 +42,12 @@ def note(link: Link) -> str:
     "after N unread rows", "minus 1 (...)"; then ", transposed", ", split into H heads" (a 3-axis tensor; ", each
     transposed": (H, in, Dh)), ", RoPE pairs interleaved (head size Dh)"."""
     roles = [n.split(".")[-2].removesuffix("_proj") for n, _ in link.parts if "." in n]
-    if len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's: q, k, v rows of each head
+    if len(set(roles)) > 1 and len(roles) > 3 and roles == roles[:3] * (len(roles) // 3):  # GPT-NeoX's, head by head
         text = f"fused rows {', '.join(roles[:3])}, head by head"
-    elif len(roles) > 1:
+    elif len(set(roles)) > 1:
         text = "fused rows " + ", ".join(roles)
-    elif link.parts[0][1] is not None:
-        text = "rows {}:{}".format(*link.parts[0][1])
+    elif link.parts[0][1] is not None:  # of one tensor (several runs: MLA's kv_b_proj's keys and values reordered)
+        text = "rows " + ", ".join("{}:{}".format(*rows) for _, rows in link.parts)
     elif link.offset:
         text = f"after {link.offset} unread rows"
     else:
@@ -59,7 +59,7 @@ def note(link: Link) -> str:
 
 def _reference_name(link: Link) -> str:
     """One reference name, or a fused projection's as {q,k,v}_proj.weight."""
-    names = [n for n, _ in link.parts]
+    names = list(dict.fromkeys(n for n, _ in link.parts))
     if len(names) == 1:
         return names[0]
     parts = names[0].split(".")
@@ -120,8 +120,7 @@ def _from_note(user: str, ref: str, note: str) -> Link:
         suffix = "_proj" if "}_proj." in ref else ""
         parts: list = [(f"{prefix}{r}{suffix}.{kind}", None) for r in roles]
     elif note.startswith("rows"):
-        start, stop = note.split()[1].rstrip(",").split(":")
-        parts = [(ref, (int(start), int(stop)))]
+        parts = [(ref, (int(start), int(stop))) for start, stop in re.findall(r"(\d+):(\d+)", note)]
     else:
         parts = [(ref, None)]
     transposed = "transposed" in (note.replace(heads[0], "") if heads else note)

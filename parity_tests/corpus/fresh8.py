@@ -26,14 +26,18 @@ training script hands over, adapters, casts, library attention layouts. The judg
 - DeepSeek-V2-Lite-style multi-head latent attention written by hand (one q_proj, a kv down-projection of a latent
   and a shared rotary key, its RMSNorm, an up projection to each head's keys and values, the rotary key shared by
   the heads, interleaved pairs), returning a dataclass with `logits`, checked with its latent sizes given as
-  config keywords (`kv_lora_rank=`, `v_head_dim=`, `head_dim=`, `rotary_dim=`), as the contract says the reference
-  has them (TransformerConfig) and no level reads them from the shapes (a pass), and with nothing given ("could not
-  judge", naming kv_lora_rank= as what settles it);
+  config keywords (`kv_lora_rank=`, `v_head_dim=`, `head_dim=`, `rotary_dim=`, TransformerConfig's), and with
+  nothing given: a pass, the judge reading them itself (first met: "could not judge", the q projection's rows not
+  read); kv_lora_rank the latent norm's width, the rotary width the rest of kv_a_proj_with_mqa's rows, head_dim
+  q_proj's rows per head, v_head_dim o_proj's inputs per head; and with kv_b_proj's rows every head's keys, then
+  every head's values (split before the heads are), and with DeepSeek-V3's low-rank queries (q_a_proj, its
+  RMSNorm, q_b_proj; q_lora_rank its norm's width);
 - mistakes put into them, each named where it sits: softmax over the queries in the compiled GPT's second block, the
   scores divided by sqrt(d_model) in the DataParallel GPT's second block, eps outside the root of the LoRA Llama's
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
   block, the attention dropout left on in evaluation in torchtune's second layer, the K/V heads tiled by an einops
-  pattern `(r h)` for `(h r)` in the x-transformers LM's second layer.
+  pattern `(r h)` for `(h r)` in the x-transformers LM's second layer, the softmax over the queries in the
+  DeepSeek-V2-Lite's second layer (its scores written out).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -612,10 +616,12 @@ def einops_lm(second=EinopsAttention, l2_scale=None) -> EinopsLM:
 
 # -- DeepSeek-V2-Lite: multi-head latent attention by hand, a dataclass output ------------------------------------
 
-C, DN, R, DV = 16, 8, 4, 8  # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim
+C, DN, R, DV, RQ = 16, 8, 4, 8, 12  # kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, q_lora_rank
 
 
 class LatentAttention(nn.Module):
+    kv_blocks = False  # kv_b_proj's rows every head's keys, then every head's values (not each head's k, then its v)
+
     def __init__(self):
         super().__init__()
         self.q_proj = nn.Linear(D, H * (DN + R), bias=False)
@@ -626,24 +632,59 @@ class LatentAttention(nn.Module):
 
     def forward(self, x, cos, sin):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, H, DN + R).transpose(1, 2)
+        q = self.queries(x).view(B, T, H, DN + R).transpose(1, 2)
         q_nope, q_pe = q.split((DN, R), dim=-1)
         latent, k_pe = self.kv_a_proj_with_mqa(x).split((C, R), dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(B, T, H, DN + DV).transpose(1, 2)
-        k_nope, v = kv.split((DN, DV), dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(latent))
+        if self.kv_blocks:
+            k_nope, v = (t.view(B, T, H, -1).transpose(1, 2) for t in kv.split((H * DN, H * DV), dim=-1))
+        else:
+            k_nope, v = kv.view(B, T, H, DN + DV).transpose(1, 2).split((DN, DV), dim=-1)
         q_pe = _interleaved(q_pe, cos, sin)
         k_pe = _interleaved(k_pe[:, None], cos, sin)  # (B, 1, T, R): one rotary key for every head
         q = torch.cat((q_nope, q_pe), dim=-1)
         k = torch.cat((k_nope, k_pe.expand(-1, H, -1, -1)), dim=-1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=(DN + R) ** -0.5)
+        y = self.attend(q, k, v)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, H * DV))
+
+    def queries(self, x):
+        return self.q_proj(x)
+
+    def attend(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=(DN + R) ** -0.5)
+
+
+class LatentLowRankQueries(LatentAttention):
+    """DeepSeek-V3's queries: through a bottleneck of RQ features (q_a_proj, its RMSNorm, q_b_proj), no q_proj."""
+
+    def __init__(self):
+        super().__init__()
+        del self.q_proj
+        self.q_a_proj = nn.Linear(D, RQ, bias=False)
+        self.q_a_layernorm = RMSNorm(RQ)
+        self.q_b_proj = nn.Linear(RQ, H * (DN + R), bias=False)
+
+    def queries(self, x):
+        return self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x)))
+
+
+class LatentKVBlocks(LatentAttention):
+    kv_blocks = True
+
+
+class LatentSoftmaxOverQueries(LatentAttention):
+    def attend(self, q, k, v):  # the mistake: the scores written out, their softmax over the queries
+        T = q.shape[-2]
+        att = (q @ k.transpose(-2, -1)) * (DN + R) ** -0.5
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        return att.softmax(dim=-2) @ v
 
 
 class LatentLayer(nn.Module):
-    def __init__(self):
+    def __init__(self, attention=LatentAttention):
         super().__init__()
         self.input_layernorm = RMSNorm(D)
-        self.self_attn = LatentAttention()
+        self.self_attn = attention()
         self.post_attention_layernorm = RMSNorm(D)
         self.mlp = LlamaMLP()
 
@@ -659,10 +700,10 @@ class CausalLMOutput:
 
 
 class DeepSeekLite(nn.Module):
-    def __init__(self):
+    def __init__(self, first, second):
         super().__init__()
         self.embed_tokens = nn.Embedding(V, D)
-        self.layers = nn.ModuleList([LatentLayer(), LatentLayer()])
+        self.layers = nn.ModuleList([LatentLayer(first), LatentLayer(second)])
         self.norm = RMSNorm(D)
         self.lm_head = nn.Linear(D, V, bias=False)
 
@@ -677,9 +718,9 @@ class DeepSeekLite(nn.Module):
         return CausalLMOutput(logits, loss)
 
 
-def deepseek_lite() -> DeepSeekLite:
+def deepseek_lite(second=LatentAttention, first=LatentAttention) -> DeepSeekLite:
     torch.manual_seed(0)
-    return DeepSeekLite()
+    return DeepSeekLite(first, second)
 
 
 LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim": R, "positional": "rope"}
@@ -687,7 +728,7 @@ LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim":
 
 def latent_map() -> dict:
     """DeepSeekLite's names -> the reference's (numpy_transformer/latent_attention.py's state-dict names): the map a
-    user writes by hand where the judge cannot read latent attention (with LATENT and tie_embeddings=False given)."""
+    user writes by hand (with LATENT and tie_embeddings=False given), the one the judge reads itself."""
     found = {"embed_tokens.weight": "token_embedding.weight", "norm.weight": "final_norm.weight"}
     for i in range(2):
         for mine, theirs in (
@@ -769,11 +810,21 @@ CASES = [
         ("no pair", "layers.0.1.attend", "normalize"),
     ),
     ("deepseek_lite", deepseek_lite, "transformer_lm", LATENT, "pass"),
-    (  # the contract lists what is read with nothing given, latent attention not among it: say what settles it
-        "deepseek_lite.sizes_not_given",
-        deepseek_lite,
+    # nothing given: the sizes read from the weights' shapes and the recorded forward (the docstring says how)
+    ("deepseek_lite.sizes_not_given", deepseek_lite, "transformer_lm", {}, "pass"),
+    ("deepseek_lite.kv_blocks", lambda: deepseek_lite(LatentKVBlocks, LatentKVBlocks), "transformer_lm", {}, "pass"),
+    (
+        "deepseek_lite.low_rank_queries",
+        lambda: deepseek_lite(LatentLowRankQueries, LatentLowRankQueries),
         "transformer_lm",
         {},
-        ("could not judge", "", "pass kv_lora_rank="),
+        "pass",
+    ),
+    (
+        "deepseek_lite.softmax_wrong_axis_second_layer",
+        lambda: deepseek_lite(LatentSoftmaxOverQueries),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "layers.1.self_attn"),
     ),
 ]
