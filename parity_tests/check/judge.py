@@ -275,12 +275,15 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
     tower = TW.judge_tower(user_module, reference, module)
-    if tower is not None:  # a ViT, a CLIP tower or Whisper's encoder: judged by the reference's pairs (towers.py)
+    if tower is not None and tower.error is None:  # a ViT, a CLIP tower or Whisper's encoder (towers.py)
         return tower
     result = Result(reference=reference)
-    explained(result, US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) else None))  # else what it met
+    found = US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) and tower is None else None)
+    explained(result, found)  # else what it met
     if result.diagnoses or result.unsupported:
         return result
+    if tower is not None:  # an image or audio model towers.py could not read: said so
+        return tower
     said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
     settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
     result.error = f"could not judge: {said}{settles}"
