@@ -45,17 +45,6 @@ _MODERN = (
     "unexplained: layers.1.attn (reference encoder.layers.1.self_attn) diverges with relative error 8.51e-01; not "
     "expressible by the config and no catalogue variant reproduces it"
 )
-_UNFOLD = (
-    "could not judge: the module's forward could not be recorded on the inputs of 'transformer_lm', so the roles of "
-    "its projections cannot be read from the computation: cls_token (32 -> 1), pos_embed (32 -> 5), ... (its forward "
-    "raised IndexError: Dimension out of range (expected to be in range of [-2, 1], but got 2)); pass call= (how to "
-    "call it) or mapping= (the weight map)"
-)
-_OPENAI_CLIP = (
-    "could not judge: conv1 cuts an image into patches, but the rest is not the ViT check/towers.py reads (...); the "
-    "judge's levels are the text Transformer's (it stopped on: the module's forward could not be recorded on the "
-    "inputs of 'transformer_lm', ...: proj (32 -> 12), transformer.resblocks.0.attn.in_proj)"
-)
 _DENSE_OSS = (
     "unexplained: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative error 4.43e-01; not "
     "expressible by the config and no catalogue variant reproduces it"
@@ -104,31 +93,11 @@ TODAY: dict[str, str] = {
     # with it, a pass. The model equals transformers' ModernBertModel (to its float32 RoPE)
     "modernbert_hand": _MODERN,
     "modernbert_hand.unbiased_variance_second_layer": _MODERN,
-    # patches by F.unfold and a Linear: towers.patch_embedding takes only an nn.Conv2d whose stride is its kernel,
-    # so towers._front reads the model as a text tower and raises (swallowed by judge_tower), and the refusal is
-    # the ids' recording error, without a word on an image model (the model equals a Conv2d ViT: same math)
-    "unfold_vit": _UNFOLD,
-    "unfold_vit.scaled_by_model_width_second_block": _UNFOLD,
-    # OpenAI's CLIP vision tower: towers._read takes the first LayerNorm called outside the blocks as the final norm,
-    # so ln_pre is read as the final and ln_post never (the ViT towers.py runs, vision.py's, has no pre-norm; clip.py's
-    # vision model has pre_layrnorm), and blocks called sequence-first (N, B, D) fail towers._fit's shapes
-    # ("x: shapes differ, (5, 2, 32) vs (2, 5, 32)"), swallowed by judge_tower. Each alone fails: batch-first with
-    # ln_pre, 'unexplained: conv1 (the front end ...)'; sequence-first without ln_pre, these words; batch-first
-    # without ln_pre, a pass. The model equals transformers' CLIPVisionModelWithProjection
-    "clip_vision_openai": _OPENAI_CLIP,
-    "clip_vision_openai.quick_gelu_constant_second_block": _OPENAI_CLIP,
     # partial rotary with its tables computed in the forward: tables.rope reads the rotary width only from kept
     # tensors (an inv_freq buffer's length, a sin/cos buffer's width); for the tables the forward computes
     # (session.inferred's `computed`) tables.base_of reads the base alone, so rotary_dim stays None (with
     # rotary_dim=4 given it passes)
     "phi_partial_rotary": _PHI,
-    # Whisper's audio encoder (mel frames in): mapping._read_builtin raises NoPair for any nn.Conv1d of kernel > 1,
-    # though the reference has Whisper's two convolutions and sinusoids (numpy_transformer/audio.py, SpeechTransformer);
-    # no level takes mel frames, so the honest answer is could not judge, naming the front end (conv1)
-    "whisper_audio_encoder": (
-        "differs at conv1: nn.Conv1d of kernel 3, a convolution over neighbouring positions, which the reference has "
-        "no pair for"
-    ),
     # GeGLU's GELU on the up projection of a layer that holds its gate, up and down Linears itself (no MLP module):
     # divergence.hook_targets gives the feed-forward unit no module of its own, so the divergence is found at the
     # layer and the feed-forward's catalogue (gated_feed_forward.activation_on_up) is never tried there (the same
@@ -453,3 +422,18 @@ def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():
         q.__class__ = WrongLora
     result = check.module(wrong, "transformer_lm")
     assert not result.passed and result.error and "base_layer" in result.error, str(result)
+
+
+def test_an_image_or_audio_model_not_read_as_a_tower_is_refused_saying_so():
+    """towers.judge_tower: where the front end is an image's (patches by F.unfold and a Linear) or audio's (Whisper's
+    two Conv1d) but the rest does not read, could not judge names the front end and what stopped the reading (before:
+    the ids' recording error, without a word on images); a fixed table of positions neither Whisper's sinusoids nor
+    the paper's is not taken for either."""
+    vit = fresh11.unfold_vit()
+    vit.norm = torch.nn.Identity()
+    said = check.module(vit, "transformer_lm").error or ""
+    assert said.startswith("could not judge: patch_embed cuts an image into patches") and "final LayerNorm" in said
+    audio = fresh11.audio_encoder()
+    audio.positional_embedding.mul_(1.5)
+    said = check.module(audio, "encoder_model").error or ""
+    assert said.startswith("could not judge: conv1 reads mel frames") and "neither Whisper's sinusoids" in said

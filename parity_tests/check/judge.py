@@ -275,26 +275,20 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         where = "its forward" if isinstance(user_module, nn.Module) else "the function"
         return Result(reference=reference, error=f"the user's code called sys.exit({exc.code!r}) in {where}")
     tower = TW.judge_tower(user_module, reference, module)
-    if tower is not None:  # a ViT or a CLIP text tower: judged by the reference's vision pairs (towers.py)
+    if tower is not None and tower.error is None:  # a ViT, a CLIP tower or Whisper's encoder (towers.py)
         return tower
     result = shared_layer(user_module, reference, exc) or Result(reference=reference)
     if result.diagnoses:
         return result
-    explained(result, US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) else None))  # else what it met
+    found = US.explain(flow) or (exc.answer if isinstance(exc, US.NoPair) and tower is None else None)
+    explained(result, found)  # else what it met
     if result.diagnoses or result.unsupported:
         return result
-    patches = TW.patch_embedding(user_module) if isinstance(user_module, nn.Module) else None
-    if patches is not None:  # a vision tower towers.py could not read
-        result.error = (
-            f"could not judge: {patches or '(the module)'} cuts an image into patches, but the rest is not the ViT "
-            "check/towers.py reads (a class token, 1 + N learned positions, pre-norm blocks of norm, attention, norm, "
-            "two linears, a final norm); the judge's levels are the text Transformer's (it stopped on: "
-            f"{str(exc)[:200]})"
-        )
-    else:
-        said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
-        settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
-        result.error = f"could not judge: {said}{settles}"
+    if tower is not None:  # an image or audio model towers.py could not read: said so
+        return tower
+    said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
+    settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
+    result.error = f"could not judge: {said}{settles}"
     return result
 
 

@@ -1,9 +1,12 @@
-"""A ViT or a CLIP text tower judged by the reference's vision pairs (numpy_transformer/vision.py), read from its
-structure (a Tower): the judge's levels are the text Transformer's, and these are model classes of their own.
+"""A ViT, a CLIP tower or Whisper's audio encoder judged by the reference's vision pairs (numpy_transformer/vision.py)
+and audio front end (audio.py), read from its structure (a Tower): the judge's levels are the text Transformer's, and
+these are model classes of their own.
 
-Read from the user's module: the front end (a ViT's Conv2d whose stride is its kernel, a class token of D numbers
-and a position table of 1 + N rows; a text tower's token nn.Embedding and a learned position table), pre-norm
-blocks (the submodules holding two LayerNorms each), a final LayerNorm, and what the forward returns: the hidden
+Read from the user's module: the front end (a ViT's patches, by a Conv2d whose stride is its kernel or by F.unfold
+and a Linear of C p p numbers, a class token of D numbers and a position table of 1 + N rows; Whisper's two Conv1d
+over mel frames, fixed sinusoids; a text tower's token nn.Embedding and a learned position table), a LayerNorm
+called before the blocks (CLIP's ln_pre), pre-norm blocks (the submodules holding two LayerNorms each, called
+batch-first or sequence-first), a final LayerNorm after them, and what the forward returns: the hidden
 states, the class token's (a text tower's: the end token's, the largest id, or the last position's), or that
 through a head (a Linear, or a (D, W) parameter as x @ P). Each block's tensors are read in the order its forward
 calls them (norm, q k v fused or not, the output projection, norm, fc1, fc2); the activation, head count and
@@ -25,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from numpy_transformer import audio as A
 from numpy_transformer import layers as L
 from numpy_transformer import vision as V
 from transformer_spec.families.clip import CLIP_LAYER
@@ -37,24 +41,31 @@ from .running import Float32Islands, copy_module, find_islands, first_calls, isl
 CALLED = (nn.LayerNorm, nn.Linear, nn.MultiheadAttention)  # what a block's parts are read from, in call order
 # the reference's names: ViTModel's, CLIPTextModel's (and head.* for a classifier, text_projection for x @ P)
 PATCH, CLS, TOKENS = "embeddings.patch_embeddings.projection", "embeddings.cls_token", "embeddings.token_embedding"
-POSITIONS_VIT = "embeddings.position_embeddings"
+POSITIONS_VIT, PRE = "embeddings.position_embeddings", "pre_layrnorm"  # CLIP's vision tower's norm before the blocks
+AUDIO = {"norm1": "self_attn_norm", "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+         "out": "self_attn.out_proj", "norm2": "ffn_norm", "fc1": "ffn.linear1", "fc2": "ffn.linear2"}  # fmt: skip
 NAMES = {
     "vit": (POSITIONS_VIT, "encoder.layer.{}.", V.VIT_LAYER, "layernorm"),
     "text": ("embeddings.position_embedding.weight", "encoder.layers.{}.", CLIP_LAYER, "final_layer_norm"),
+    "audio": ("encoder.position_table", "encoder.layers.{}.", AUDIO, "encoder.final_norm"),  # a fixed buffer
 }
-READ_AS = {"vit": "a ViT", "text": "a CLIP text tower"}
+READ_AS = {"vit": "a ViT", "text": "a CLIP text tower", "audio": "Whisper's audio encoder"}
+FRONTS = {"vit": "cuts an image into patches", "audio": "reads mel frames by convolutions"}
 
 
 @dataclass(frozen=True)
 class Tower:
-    """A tower as read from its structure: kind ("vit" or "text"), its inputs (pixels or ids), the front end's module,
-    the blocks (in call order), the final norm, links (user parameter -> the reference names its rows hold, in
-    order), width D and head ("head": a Linear, "projection": x @ P, None); its output on the inputs (weights drawn:
-    _draw) and each submodule's first call there (name -> (args, kwargs, output))."""
+    """A tower as read from its structure: kind ("vit", "text" or "audio"), its inputs (pixels, ids or mel frames),
+    the front end's module, the positions' tensor, a norm before the blocks, the blocks (in call order), the final
+    norm, links (user parameter -> the reference names its rows hold, in order), width D and head ("head": a Linear,
+    "projection": x @ P, None); its output on the inputs (weights drawn: _draw) and each submodule's first call there
+    (name -> (args, kwargs, output))."""
 
     kind: str
     inputs: np.ndarray
     front: str
+    positions: str  # a parameter; Whisper's, a buffer
+    pre: str | None  # CLIP's ln_pre
     blocks: list
     final: str
     links: dict
@@ -79,25 +90,31 @@ class Fit:
 
 
 def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
-    """The verdict on `user` as a ViT or a CLIP text tower, or None where it is neither as this module reads them
+    """The verdict on `user` as a ViT, a CLIP tower or Whisper's audio encoder; could not judge where its front end
+    is an image's or audio's but the rest does not read; None where it is none of them as this module reads them
     (the caller then says why it could not judge)."""
-    if not isinstance(user, nn.Module):
-        return None
-    try:  # a module this reading does not fit raises: the caller says what stopped the judge
+    front, fit, stopped = ("text",), None, "no reading of its output agrees in shape"
+    try:  # a module this reading does not fit raises: said where its front end is an image's or audio's
         model = copy_module(user).double().eval()
         _draw(model, np.random.default_rng(0))
+        front = _front(model)
         with Float32Islands(model):  # a mask or table made in float32 in the forward computed in float64
-            tower = _read(model)
+            tower = _read(model, front)
         islands = find_islands(model, lambda: model(torch.from_numpy(tower.inputs)))
         P = _params(model, tower)
         fit = _fit(model, tower, P)
-    except Exception:
-        return None
+    except Exception as exc:
+        stopped = f"{type(exc).__name__}: {exc}"
     if fit is None:
-        return None
-    result = Result(reference=f"{reference}, read as {READ_AS[tower.kind]} (numpy_transformer/vision.py's pairs)")
+        return None if front[0] == "text" else Result(reference=reference, error=(
+            f"could not judge: {front[2]} {FRONTS[front[0]]}, but the rest is not {READ_AS[front[0]]} as check/"
+            "towers.py reads it (pre-norm blocks of norm, attention, norm, two linears, a final norm); the judge's "
+            f"levels are the text Transformer's (it stopped on: {stopped[:200]})"))  # fmt: skip
+    pairs = "audio.py's and vision.py's" if tower.kind == "audio" else "vision.py's"
+    result = Result(reference=f"{reference}, read as {READ_AS[tower.kind]} (numpy_transformer/{pairs} pairs)")
     shown = ("activation", "n_heads", "eps", "output") + ("pool",) * (fit.output != "hidden")
     read = {k: str(getattr(fit, k)) for k in shown + ("causal",) * (tower.kind == "text")}
+    read |= {"positions": str(_sinusoids(P[NAMES["audio"][0]]))} if tower.kind == "audio" else {}
     if tower.kind == "text" and not fit.causal:
         said = "passes as a bidirectional encoder (no causal mask); CLIP's text tower is causal: if yours means to be"
         result.caveats.append(("attention.not_causal", f"{said}, this is attention.not_causal"))
@@ -118,28 +135,51 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     return result
 
 
-def patch_embedding(model: nn.Module) -> str | None:
-    """The path of the first convolution whose stride is its kernel (larger than 1 x 1): a ViT's patch embedding."""
-    convs = (n for n, m in model.named_modules() if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size != (1, 1))
-    return next(convs, None)
+def _patches(model: nn.Module, loose: dict) -> tuple | None:
+    """(path, channels C, side p) of a ViT's patch embedding: the first Conv2d whose stride is its kernel (larger than
+    1 x 1), else a Linear from C p p numbers (C 3 or 1) to a width a loose parameter has (a class token): patches
+    cut by F.unfold, each flattened channel first, as a kernel (D, C, p, p) is."""
+    for n, m in model.named_modules():
+        if isinstance(m, nn.Conv2d) and m.stride == m.kernel_size != (1, 1):
+            return n, m.in_channels, m.stride[0]
+    widths = {t.numel() for t in loose.values()}
+    for n, m in model.named_modules():
+        if isinstance(m, nn.Linear) and m.out_features in widths and m.in_features != m.out_features:
+            C = next((C for C in (3, 1) if m.in_features % C == 0 and _square(m.in_features // C)), None)
+            if C is not None and m.in_features > C:
+                return n, C, math.isqrt(m.in_features // C)
+    return None
 
 
-def _front(model: nn.Module, loose: dict) -> tuple:
-    """(kind, inputs, front end's module, D, links, positions' parameter) of a ViT (a patch Conv2d, a class token and
-    1 + N positions) or a text tower (one nn.Embedding and a learned position table)."""
-    patches = patch_embedding(model)
+def _front(model: nn.Module) -> tuple:
+    """(kind, inputs, front end's module, D, links, positions' parameter, loose parameters) of a ViT (patches, a class
+    token and 1 + N positions), Whisper's audio encoder (two Conv1d over mel frames, the second of stride 2, and a
+    (frames, D) buffer of positions) or a text tower (one nn.Embedding and a learned position table)."""
+    owned = (*CALLED, nn.Conv1d, nn.Conv2d, nn.Embedding)
+    loose = {n: t for n, t in model.named_parameters() if not isinstance(model.get_submodule(_up(n)), owned)}
+    patches = _patches(model, loose)
+    convs = [n for n, m in model.named_modules() if isinstance(m, nn.Conv1d) and m.kernel_size != (1,)]
     tables = [n for n, m in model.named_modules() if isinstance(m, nn.Embedding)]
     if patches is not None:
-        conv = model.get_submodule(patches)
-        D, p = conv.out_channels, conv.stride[0]
+        name, C, p = patches
+        D = model.get_submodule(name).weight.shape[0]
         cls = next((n for n, t in loose.items() if t.numel() == D), None)
         pos = next((n for n, t in loose.items() if t.numel() > D and _square(t.numel() // D - 1)), None)
         if cls is None or pos is None:
             raise ValueError("patches without a class token of D numbers or a table of 1 + N positions")
         side = p * math.isqrt(loose[pos].numel() // D - 1)
-        inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, side, side))
-        links = {f"{patches}.weight": [f"{PATCH}.weight"], f"{patches}.bias": [f"{PATCH}.bias"], cls: [CLS]}
-        return "vit", inputs, patches, D, links, pos
+        inputs = np.random.default_rng(1).standard_normal((2, C, side, side))
+        links = {f"{name}.weight": [f"{PATCH}.weight"], f"{name}.bias": [f"{PATCH}.bias"], cls: [CLS]}
+        return "vit", inputs, name, D, links, pos, loose
+    if len(convs) == 2 and model.get_submodule(convs[1]).stride == (2,):
+        conv = model.get_submodule(convs[0])
+        D = conv.out_channels
+        table = next((n for n, b in model.named_buffers() if b.ndim == 2 and b.shape[1] == D), None)
+        if conv.in_channels == D or table is None:
+            raise ValueError("two Conv1d without mel bins in or a (frames, D) buffer of positions")
+        inputs = np.random.default_rng(1).standard_normal((2, conv.in_channels, 2 * len(model.get_buffer(table))))
+        links = {f"{c}.{k}": [f"encoder.conv{i}.{k}"] for i, c in enumerate(convs, 1) for k in ("weight", "bias")}
+        return "audio", inputs, convs[0], D, links, table, loose
     placed = [n for n in tables if "pos" in n.rsplit(".", 1)[-1]]  # a position table as an nn.Embedding (CLIP's)
     tokens = [n for n in tables if n not in placed]
     if len(tokens) != 1 or len(placed) > 1:
@@ -152,14 +192,13 @@ def _front(model: nn.Module, loose: dict) -> tuple:
     T = min(8, loose[pos].numel() // D)
     inputs = np.random.default_rng(1).integers(1, vocab - 1, (2, T))
     inputs[0, T // 2], inputs[1, T - 2] = vocab - 1, vocab - 1  # the end token (the largest id), not last
-    return "text", inputs, tokens[0], D, {f"{tokens[0]}.weight": [f"{TOKENS}.weight"]}, pos
+    return "text", inputs, tokens[0], D, {f"{tokens[0]}.weight": [f"{TOKENS}.weight"]}, pos, loose
 
 
-def _read(model: nn.Module) -> Tower:
-    """The Tower `model` is, as its structure reads; raises ValueError where a part is missing."""
-    owned = (*CALLED, nn.Conv2d, nn.Embedding)
-    loose = {n: t for n, t in model.named_parameters() if not isinstance(model.get_submodule(_up(n)), owned)}
-    kind, inputs, front, D, links, pos = _front(model, loose)
+def _read(model: nn.Module, front: tuple) -> Tower:
+    """The Tower `model` is, as its structure reads from its front end (_front); raises ValueError where a part is
+    missing."""
+    kind, inputs, first, D, links, pos, loose = front
     positions, layer, names, final_name = NAMES[kind]
     links[pos] = [positions]
     order: list = []  # the submodules' names in the order the forward first calls them
@@ -172,22 +211,28 @@ def _read(model: nn.Module) -> Tower:
     blocks = [n for n in order if n and norms(n) == 2 and norms(_up(n)) > 2]
     inside = [n for n in order if any(n.startswith(b + ".") for b in blocks)]
     outside = [n for n in order if isinstance(model.get_submodule(n), CALLED) and n not in inside]
-    final = next((n for n in outside if isinstance(model.get_submodule(n), nn.LayerNorm)), None)
-    head = next((n for n in outside if isinstance(model.get_submodule(n), nn.Linear)), None)
-    if not blocks or final is None:
-        raise ValueError("no blocks of two LayerNorms each, or no final LayerNorm after them")
+    start = order.index(blocks[0]) if blocks else 0
+    if first not in order[:start]:
+        raise ValueError(f"no blocks of two LayerNorms each, or {first} not called before them")
+
+    def called(kind, before=False):  # the first part of `kind` called outside the blocks, before them or after
+        found = (n for n in outside if isinstance(model.get_submodule(n), kind) and (order.index(n) < start) == before)
+        return next(found, None)
+
+    pre, final, head = called(nn.LayerNorm, before=True), called(nn.LayerNorm), called(nn.Linear)
+    if final is None:
+        raise ValueError("no final LayerNorm after the blocks")
     for i, block in enumerate(blocks):
         links |= _block_parts(model, [n for n in inside if n.startswith(block + ".")], layer.format(i), names)
-    links |= {f"{final}.weight": [f"{final_name}.weight"], f"{final}.bias": [f"{final_name}.bias"]}
-    if head is not None:
-        links |= {f"{head}.weight": ["head.weight"], f"{head}.bias": ["head.bias"]}
+    for name, ours in ((pre, PRE), (final, final_name), (head, "head")):
+        links |= {f"{name}.{k}": [f"{ours}.{k}"] for k in ("weight", "bias")} if name else {}
     projection = next((n for n, t in loose.items() if t.ndim == 2 and t.shape[0] == D and n != pos), None)
     if head is None and projection is not None:  # x @ P, P (D, W)
         links[projection] = ["text_projection (x @ P)"]
     held = dict(model.named_parameters())
     links = {u: ours for u, ours in links.items() if u in held}
     head = "head" if head else "projection" if projection else None
-    return Tower(kind, inputs, front, blocks, final, links, D, head, output, calls)
+    return Tower(kind, inputs, first, pos, pre, blocks, final, links, D, head, output, calls)
 
 
 def _up(name: str) -> str:
@@ -247,26 +292,60 @@ def _params(model: nn.Module, tower: Tower) -> dict:
     for user_name, ours in tower.links.items():
         value = model.get_parameter(user_name).detach().double().numpy()
         params |= dict(zip(ours, np.split(value, len(ours)), strict=True))
-    positions = NAMES[tower.kind][0]
-    params[positions] = params[positions].reshape(-1, tower.D)
+    positions = NAMES[tower.kind][0]  # a parameter, or Whisper's buffer
+    params[positions] = model.state_dict()[tower.positions].double().numpy().reshape(-1, tower.D)
+    if tower.kind == "audio" and _sinusoids(params[positions]) is None:
+        raise ValueError(f"{tower.positions}: positions neither Whisper's sinusoids nor the paper's")
+    if tower.kind == "vit":  # an unfold's Linear (D, C p p) as the kernel (D, C, p, p)
+        C, side = tower.inputs.shape[1], math.isqrt(params[f"{PATCH}.weight"][0].size // tower.inputs.shape[1])
+        params[f"{PATCH}.weight"] = params[f"{PATCH}.weight"].reshape(tower.D, C, side, side)
     for name, value in list(params.items()):
         if name.endswith(".weight"):
             params.setdefault(name.removesuffix("weight") + "bias", np.zeros(len(value)))
     return params
 
 
+def _embedded(P: dict, tower: Tower, eps: float):
+    """The front end's forward on the tensors `P` (in the dtype wanted): (the first block's input, backward(dx) -> the
+    front end's gradients by our names, and "inputs" (a ViT's pixels'))."""
+    positions_name, kind = NAMES[tower.kind][0], tower.kind
+    inputs = tower.inputs if kind == "text" else tower.inputs.astype(P[positions_name].dtype)
+    if kind == "vit":
+        x, patch = V.patch_embedding_forward(inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
+        x, cls = V.prepend_class_token_forward(x, P[CLS])  # (B, 1 + N, D)
+    elif kind == "text":
+        x, tokens = L.embedding_forward(inputs, P[f"{TOKENS}.weight"])  # (B, T, D)
+    else:  # Whisper's front end: conv1, GELU, conv2 (stride 2), GELU, its fixed table of S rows (_params) added
+        convs = {k.removeprefix("encoder."): v for k, v in P.items() if k.startswith("encoder.conv")}
+        x, audio = A.audio_embed_forward(convs, inputs, P[positions_name])  # (B, S, D)
+    if kind != "audio":
+        x, positions = L.add_positions_forward(x, P[positions_name])
+    if tower.pre:  # CLIP's ln_pre
+        x, pre = L.layer_norm_forward(x, P[f"{PRE}.weight"], P[f"{PRE}.bias"], eps)
+
+    def backward(dx) -> dict:
+        grads: dict = {}
+        if tower.pre:
+            dx, grads[f"{PRE}.weight"], grads[f"{PRE}.bias"] = L.layer_norm_backward(dx, pre)
+        if kind == "audio":
+            return {f"encoder.{k}": g for k, g in A.audio_embed_backward(dx, audio).items()} | grads
+        dx, grads[positions_name] = L.add_positions_backward(dx, positions)
+        if kind == "text":
+            return grads | {f"{TOKENS}.weight": L.embedding_backward(dx, tokens)}
+        dx, grads[CLS] = V.prepend_class_token_backward(dx, cls)
+        grads["inputs"], grads[f"{PATCH}.weight"], grads[f"{PATCH}.bias"] = V.patch_embedding_backward(dx, patch)
+        return grads
+
+    return x, backward
+
+
 def _reference(P: dict, tower: Tower, fit: Fit, dtype=np.float64):
     """The reference's forward in `dtype` on the tensors `P` (_params): (output, backward, the hidden states before
     and after each block); backward(dout) -> the gradients by our names, and "inputs" (a ViT's pixels')."""
-    positions_name, layer, names, final_name = NAMES[tower.kind]
-    n_layers, eps, vit = len(tower.blocks), fit.eps, tower.kind == "vit"
-    P, inputs = {k: v.astype(dtype) for k, v in P.items()}, tower.inputs.astype(dtype) if vit else tower.inputs
-    if vit:
-        x, patch = V.patch_embedding_forward(inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
-        x, cls = V.prepend_class_token_forward(x, P[CLS])  # (B, 1 + N, D)
-    else:
-        x, tokens = L.embedding_forward(inputs, P[f"{TOKENS}.weight"])  # (B, T, D)
-    x, positions = L.add_positions_forward(x, P[positions_name])
+    _, layer, names, final_name = NAMES[tower.kind]
+    n_layers, eps, inputs = len(tower.blocks), fit.eps, tower.inputs
+    P = {k: v.astype(dtype) for k, v in P.items()}
+    x, front = _embedded(P, tower, eps)
     layers, hidden = [], [x]
     for i in range(n_layers):
         own = {k[len(layer.format(i)) :]: v for k, v in P.items() if k.startswith(layer.format(i))}
@@ -293,13 +372,7 @@ def _reference(P: dict, tower: Tower, fit: Fit, dtype=np.float64):
         for i in reversed(range(n_layers)):
             dx, layer_grads = V.pre_norm_layer_backward(dx, layers[i])
             grads |= {f"{layer.format(i)}{k}": g for k, g in layer_grads.items()}
-        dx, grads[positions_name] = L.add_positions_backward(dx, positions)
-        if not vit:
-            grads[f"{TOKENS}.weight"] = L.embedding_backward(dx, tokens)
-            return grads
-        dx, grads[CLS] = V.prepend_class_token_backward(dx, cls)
-        grads["inputs"], grads[f"{PATCH}.weight"], grads[f"{PATCH}.bias"] = V.patch_embedding_backward(dx, patch)
-        return grads
+        return grads | front(dx)
 
     return out, backward, hidden
 
@@ -341,7 +414,7 @@ def _compare(model: nn.Module, tower: Tower, P: dict, fit: Fit, dout, dtype) -> 
     with Float32Islands(user) if dtype == np.float64 else contextlib.nullcontext():
         out = first_tensor(user(x))
     out.backward(torch.from_numpy(dout.astype(dtype)))
-    mine = {"output": out} | ({"dpixel_values": x.grad} if x.is_floating_point() else {})
+    mine = {"output": out} | ({"dpixel_values": x.grad} if tower.kind == "vit" else {})
     mine |= {f"d {n}": torch.zeros_like(t) if t.grad is None else t.grad  # not reached by the output: zero
              for n, t in user.named_parameters() if n in tower.links}  # fmt: skip
     mine = {n: t.detach().double().numpy() for n, t in mine.items()}
@@ -395,5 +468,15 @@ def _front_mistakes(tower: Tower, P: dict, mine: torch.Tensor) -> list:
     return [Diagnosis("positions.added_before_class_token", said, pos, _error(mine.numpy(), x))]
 
 
+def _sinusoids(table: np.ndarray) -> str | None:
+    """Which of the reference's fixed tables of positions `table` (S, D) holds, to float32's rounding, or None."""
+    S, D = table.shape
+    known = {"Whisper's sinusoids (sines, then cosines)": A.whisper_sinusoids(S, D),
+             "the paper's sinusoids (interleaved)": L.sinusoidal_table(S, D)}  # fmt: skip
+    return next((said for said, ours in known.items() if _error(table, ours) <= 1e-6), None)
+
+
 def _differs(mine: torch.Tensor, ours: np.ndarray) -> bool:
+    """Whether a hidden state differs from the reference's (B, T, D), read sequence-first (T, B, D) where so shaped."""
+    mine = mine.transpose(0, 1) if mine.shape != ours.shape and mine.ndim == 3 else mine
     return _error(mine.detach().numpy(), ours) > MATCH
