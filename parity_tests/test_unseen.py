@@ -53,10 +53,6 @@ _OPENAI_CLIP = (
     "judge's levels are the text Transformer's (it stopped on: the module's forward could not be recorded on the "
     "inputs of 'transformer_lm', ...: proj (32 -> 12), transformer.resblocks.0.attn.in_proj)"
 )
-_DENSE_OSS = (
-    "unexplained: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative error 4.43e-01; not "
-    "expressible by the config and no catalogue variant reproduces it"
-)
 _PHI = (
     "unexplained: layers.0.self_attn (reference decoder.layers.0.self_attn) diverges with relative error 3.24e-01; not "
     "expressible by the config and no catalogue variant reproduces it"
@@ -96,13 +92,6 @@ TODAY: dict[str, str] = {
     # link to ffn.router.* / ffn.experts.*), so the second block's attention mistakes are never searched for. Both
     # models equal transformers' GptOss / Qwen3Moe on the same weights (to float32's rounding)
     "gpt_oss_hand": _TOPK.format("blocks.0"),
-    # the sinks joined by log-sum-exp (logaddexp(logsumexp(s), sink), then exp(s - lse)): dataflow._attention reads a
-    # sink only as a 1-D parameter joined by `cat` to the scores before the softmax, so none is read and `sinks`
-    # gets no link (with attn_sinks=True, the window, the base and ffn_bias=False given, the same words); the
-    # attention equals transformers' GptOssAttention on the same weights, and with its sink joined as a column by
-    # `cat` (the same model otherwise) it passes
-    "gpt_oss_hand.dense": _DENSE_OSS,
-    "gpt_oss_hand.dense.sink_missing_second_block": _DENSE_OSS,
     "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
     "qwen3_moe_hand": _TOPK.format("layers.0"),
     "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
