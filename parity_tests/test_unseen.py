@@ -137,14 +137,6 @@ TODAY: dict[str, str] = {
         "differs at conv1: nn.Conv1d of kernel 3, a convolution over neighbouring positions, which the reference has "
         "no pair for"
     ),
-    # GeGLU's GELU on the up projection of a layer that holds its gate, up and down Linears itself (no MLP module):
-    # divergence.hook_targets gives the feed-forward unit no module of its own, so the divergence is found at the
-    # layer and the feed-forward's catalogue (gated_feed_forward.activation_on_up) is never tried there (the same
-    # Linears moved into an MLP module of their own: named at layers.1.mlp)
-    "gemma2_helpers.activation_on_up_second_block": (
-        "unexplained: layers.1 (reference decoder.layers.1) diverges with relative error 1.72e-01; not expressible by "
-        "the config and no catalogue variant reproduces it"
-    ),
     "phi_partial_rotary.causal_shows_next_second_block": _PHI,
 }
 
