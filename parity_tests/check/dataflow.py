@@ -477,7 +477,7 @@ class Flow:
     def _seen(self, node: Node) -> torch.Tensor | None:
         """The keys (T, S) each query of a softmax or an attention op sees in some sequence and head: a score above
         -1e3 (GPT-OSS's sink column left out); the op's mask (_attention_args), below the diagonal with is_causal."""
-        scores = node.parents[0] if node.op in ("softmax", "_softmax") and node.parents else None
+        scores = node.parents[0] if node.op in SOFTMAX and node.parents else None
         behind = walk([scores] if scores is not None else [], lambda n: n.parents if n.op in VIEWS else [])
         joined = next((n for n in behind if n.op == "cat"), None)
         scores = max(joined.parents, key=lambda n: n.shape[-1:]) if joined is not None and joined.parents else scores
@@ -651,9 +651,9 @@ def _attention(node: Node) -> Attention | None:
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, latent=latent)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
     found.turned = [n for n in walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
-    if node.op in SOFTMAX and node.parents:  # a column joined to the scores before the softmax: a sink per head
+    if node.op in SOFTMAX and node.parents:  # a sink per head: a column joined to the scores, or to their logsumexp
         behind = list(walk([node.parents[0]], _behind))
-        if any(n.op == "cat" for n in behind):
+        if any(n.op in ("cat", "logaddexp") for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
         found.factor = float(np.prod([f for n in behind if (f := _factor(n)) is not None]))
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read

@@ -266,22 +266,27 @@ def _encoder_unscaled(check, choice, stage, user_out, table, positions) -> list:
 def explained(check, choice, diverged: Divergence) -> tuple[str, list]:
     """(where, diagnoses) at the stage where the user's run diverged: at the embeddings, or at a unit's hooked module
     the catalogue's variants of that unit run on the reference's inputs to it."""
-    stage, user_out, cfg, links = diverged.stage, diverged.user, choice.cfg, choice.layout.links
+    stage, user_out, links = diverged.stage, diverged.user, choice.layout.links
     if stage.kind == "embedding":
         return _at_embedding(check, choice, stage, user_out)
-    kind = stage.kind
     where = hook_targets(check, links)[stage.unit] or "(the module)"
-    if kind == "attention":
+    if stage.kind == "attention":
         where = attention_place(links, stage.unit, where)
         return where, _attention_variants(check, choice, stage, user_out, where, stage.valid)
-    if kind == "layer":
+    if stage.kind == "layer":
         return where, _in_layer(check, choice, stage, user_out, where)
+    return where, _unit_variants(check, choice, stage, user_out, where, stage.valid)
+
+
+def _unit_variants(check, choice, stage: R.Stage, user_out, where: str, valid, through=None) -> list:
+    """match_unit at a reference norm or gated feed-forward stage (a plain feed-forward has no catalogue)."""
+    cfg, kind = choice.cfg, stage.kind
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
-        return where, []
+        return []
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = check.model.norm_eps.get(where, None) or cfg.layer_norm_eps
     params = M.sub(check.params, stage.unit)
-    return where, match_unit(name, user_out, stage.inputs[0], params, eps, cfg.activation, where, stage.valid)
+    return match_unit(name, user_out, stage.inputs[0], params, eps, cfg.activation, where, valid, through)
 
 
 def _attention_variants(check, choice, attention: R.Stage, user_out, where: str, valid, **context) -> list:
@@ -294,19 +299,20 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
 
 
 def _in_layer(check, choice, stage, user_out, where) -> list:
-    """A layer whose attention is no module of its own (written inline): the attention variants put in its place
-    inside the reference layer, run on the layer's input in situ, compared on the layer's output."""
+    """A layer whose attention or feed-forward is no module of its own (inline, or Linears the layer holds): the
+    unit's variants put in its place in the reference layer, run on its input in situ, compared on its output."""
     prefix, targets = stage.unit + ".", hook_targets(check, choice.layout.links)
     inner = check.cache.get(("stages", repr(choice.cfg), id(choice.probe)), []) if stage.rerun is not None else []
-    for attention in inner:
-        if attention.kind != "attention" or not attention.unit.startswith(prefix) or attention.unit in targets:
+    for unit in inner:
+        if unit.kind not in ("attention", "ffn") or not unit.unit.startswith(prefix) or unit.unit in targets:
             continue  # a module of its own is judged in situ there
-        name = attention.unit[len(prefix) :]
+        name = unit.unit[len(prefix) :]
 
         def through(attend, name=name):
             return stage.rerun(*stage.inputs, attend={name: attend})
 
-        found = _attention_variants(check, choice, attention, user_out, where, stage.valid, through=through)
+        variants = _attention_variants if unit.kind == "attention" else _unit_variants
+        found = variants(check, choice, unit, user_out, where, stage.valid, through=through)
         if found:
             return found
     return []

@@ -71,16 +71,22 @@ def match_attention(
     return next((tier for tier in tiers if tier), [])
 
 
-def match_unit(unit: str, user_out, x, params: dict, eps: float, activation: str, where: str, valid=None) -> list:
+def match_unit(
+    unit: str, user_out, x, params: dict, eps: float, activation: str, where: str, valid=None, through=None
+) -> list:
     """The variants of a norm, a gated feed-forward or a position table (`unit`; `params` its own) that reproduce
-    `user_out` on its input `x`: each alone, then those that combine (the Annotated Transformer's x.std() + eps)."""
+    `user_out` on its input `x`: each alone, then those that combine (the Annotated Transformer's x.std() + eps).
+    `through`: compare through(variant), the variant a function of its input (a unit that is no module of its own)."""
     site = MK.Site(x.shape[-1], x.shape[-1])
-    run = {
-        "layer_norm": lambda knobs: VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs),
-        "rms_norm": lambda knobs: VR.rms_norm(x, params["weight"], eps, **knobs),
-        "gated_feed_forward": lambda knobs: VR.gated_feed_forward(params, x, activation, **knobs),
-        "positions": lambda knobs: x + VR.sinusoid_tables(x.shape[1], x.shape[-1])[knobs["table"]],
+    forward = {
+        "layer_norm": lambda x, knobs: VR.layer_norm(x, params["weight"], params.get("bias", 0.0), eps, **knobs),
+        "rms_norm": lambda x, knobs: VR.rms_norm(x, params["weight"], eps, **knobs),
+        "gated_feed_forward": lambda x, knobs: VR.gated_feed_forward(params, x, activation, **knobs),
+        "positions": lambda x, knobs: x + VR.sinusoid_tables(x.shape[1], x.shape[-1])[knobs["table"]],
     }[unit]
+
+    def run(knobs: dict):
+        return forward(x, knobs) if through is None else through(lambda h: forward(h, knobs))
 
     references = [{"table": t} for t in ("interleaved", "split")] if unit == "positions" else [{}]  # either layout
     unmatched = min(match(user_out, run(knobs), valid) for knobs in references)
