@@ -34,10 +34,6 @@ _TOPK = (
     "differs at {}.mlp: topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's), which "
     "the reference has no pair for"
 )
-_LLAMA3 = (
-    "could not judge: rope_scaling scales rotary positions: it needs positional='rope', got 'sinusoidal'; pass call= "
-    "(how to call it) or mapping= (the weight map)"
-)
 _MODERN = (
     "unexplained: layers.1.attn (reference encoder.layers.1.self_attn) diverges with relative error 8.51e-01; not "
     "expressible by the config and no catalogue variant reproduces it"
@@ -106,14 +102,6 @@ TODAY: dict[str, str] = {
     "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
     "qwen3_moe_hand": _TOPK.format("layers.0"),
     "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
-    # rope_scaling= given: units._config validates TransformerConfig(**(base | known)) while base's positional is still
-    # 'sinusoidal' (rotary is tried later, session.rope_options), so any RoPE-only field given refuses; and
-    # judge.could_not_judge appends "pass call= ... or mapping=", which would not help (positional='rope' added
-    # to the same keywords: the clean model passes, but the mistake is then 'unexplained' at layers.0.attention, the
-    # clean first block: variants.rope_knobs hands the in-situ attention (reference.py, variants.multi_head_attention)
-    # the base alone, no rope_scaling, so every scaled-RoPE attention differs in situ before layer 1 is reached)
-    "llama31_rope": _LLAMA3,
-    "llama31_rope.mask_after_softmax_second_block": _LLAMA3,
     # ModernBERT's encoder: units._from_flow reads a window only where the level is causal and layer_types only
     # without encoder layers, units._rotary reads per-layer bases only where every attention is a decoder layer's
     # (the local layer's band |i - j| <= 2 and its base 10000 are unread), and units._units' count of the norms
@@ -302,6 +290,14 @@ def test_a_forward_that_cannot_be_called_says_what_it_raised():
     result = check.module(Scaled(), "encoder_layer")
     assert result.error.startswith("could not judge: the module's forward could not be recorded"), str(result)
     assert "missing 1 required positional argument: 'scale'" in result.error and "pass call=" in result.error
+
+
+def test_config_fields_given_that_cannot_hold_are_named_not_call_or_mapping():
+    """rope_scaling= given alone reads as rotary positions (fresh11's llama31_rope passes); with positional='learned'
+    beside it the refusal names the fields given (before: 'pass call= ... or mapping=', which would not help)."""
+    result = check.module(fresh11.llama31(), "transformer_lm", positional="learned", **fresh11.LLAMA31_GIVEN)
+    assert result.error.startswith("could not judge: rope_scaling scales rotary positions"), str(result)
+    assert "given: positional, rope_theta, rope_scaling" in result.error and "call=" not in result.error
 
 
 def test_latent_attention_written_by_hand_passes_with_its_map():

@@ -323,7 +323,20 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
     if found.flow is not None:
         base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec, D // H))
-    return TransformerConfig(**(base | known))
+    return _built(base, known)
+
+
+def _built(base: dict, known: dict) -> TransformerConfig:
+    """The config of the fields inferred (`base`) and given (`known`), rotary where a field only RoPE has is given;
+    where the given ones cannot hold, a refusal that names them (call= or mapping= would not help)."""
+    if {"rope_scaling", "rope_local_scaling", "rope_layers"} & known.keys():
+        base["positional"] = "rope"
+    try:
+        return TransformerConfig(**(base | known))
+    except (ValueError, TypeError) as exc:
+        if not known:
+            raise
+        raise ValueError(f"{exc}; pass config fields that agree with it (given: {', '.join(known)})") from exc
 
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
