@@ -53,10 +53,6 @@ _DENSE_OSS = (
     "unexplained: blocks.0.attn (reference decoder.layers.0.self_attn) diverges with relative error 4.43e-01; not "
     "expressible by the config and no catalogue variant reproduces it"
 )
-_PHI = (
-    "unexplained: layers.0.self_attn (reference decoder.layers.0.self_attn) diverges with relative error 3.24e-01; not "
-    "expressible by the config and no catalogue variant reproduces it"
-)
 _LATENT = (
     "could not judge: cannot read layers.0.self_attn.q_proj.weight (48 rows) as the q projection(s) of an attention "
     "of width 32 (1 query piece(s)); pass mapping="
@@ -124,11 +120,6 @@ TODAY: dict[str, str] = {
     # without ln_pre, a pass. The model equals transformers' CLIPVisionModelWithProjection
     "clip_vision_openai": _OPENAI_CLIP,
     "clip_vision_openai.quick_gelu_constant_second_block": _OPENAI_CLIP,
-    # partial rotary with its tables computed in the forward: tables.rope reads the rotary width only from kept
-    # tensors (an inv_freq buffer's length, a sin/cos buffer's width); for the tables the forward computes
-    # (session.inferred's `computed`) tables.base_of reads the base alone, so rotary_dim stays None (with
-    # rotary_dim=4 given it passes)
-    "phi_partial_rotary": _PHI,
     # Whisper's audio encoder (mel frames in): mapping._read_builtin raises NoPair for any nn.Conv1d of kernel > 1,
     # though the reference has Whisper's two convolutions and sinusoids (numpy_transformer/audio.py, SpeechTransformer);
     # no level takes mel frames, so the honest answer is could not judge, naming the front end (conv1)
@@ -144,7 +135,6 @@ TODAY: dict[str, str] = {
         "unexplained: layers.1 (reference decoder.layers.1) diverges with relative error 1.72e-01; not expressible by "
         "the config and no catalogue variant reproduces it"
     ),
-    "phi_partial_rotary.causal_shows_next_second_block": _PHI,
 }
 
 

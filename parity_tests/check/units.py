@@ -205,7 +205,8 @@ def _rotary(flow, n_dec: int, Dh: int) -> dict:
         return {}
     turned = [a.turned for a in flow.attentions]
     found: dict = {"rope_layers": tuple(map(bool, turned))} if any(turned) and not all(turned) else {}
-    bases = [next((b for n in t if (b := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
+    read = [next((r for n in t if (r := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
+    bases = [r and r[0] for r in read]  # (base, rotary width) or None
     local = {b for a, b in zip(flow.attentions, bases, strict=True) if a.window and b}
     full = {b for a, b in zip(flow.attentions, bases, strict=True) if not a.window and b}
     if len(local) == len(full) == 1 and local != full:
