@@ -34,10 +34,6 @@ _TOPK = (
     "differs at {}.mlp: topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's), which "
     "the reference has no pair for"
 )
-_MODERN = (
-    "unexplained: layers.1.attn (reference encoder.layers.1.self_attn) diverges with relative error 8.51e-01; not "
-    "expressible by the config and no catalogue variant reproduces it"
-)
 _UNFOLD = (
     "could not judge: the module's forward could not be recorded on the inputs of 'transformer_lm', so the roles of "
     "its projections cannot be read from the computation: cls_token (32 -> 1), pos_embed (32 -> 5), ... (its forward "
@@ -98,15 +94,6 @@ TODAY: dict[str, str] = {
     "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
     "qwen3_moe_hand": _TOPK.format("layers.0"),
     "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
-    # ModernBERT's encoder: units._from_flow reads a window only where the level is causal and layer_types only
-    # without encoder layers, units._rotary reads per-layer bases only where every attention is a decoder layer's
-    # (the local layer's band |i - j| <= 2 and its base 10000 are unread), and units._units' count of the norms
-    # (layer 0's own attention norm assumed in a pre-norm flow) maps the embedding norm to layer 0's attention norm
-    # (first_attn_norm=False never inferred). Each alone fails: both layers global without layer 0's attention norm,
-    # 'unexplained' at encoder.layers.0.self_attn_norm; with it and a local layer, at layers.1.attn; both layers global
-    # with it, a pass. The model equals transformers' ModernBertModel (to its float32 RoPE)
-    "modernbert_hand": _MODERN,
-    "modernbert_hand.unbiased_variance_second_layer": _MODERN,
     # patches by F.unfold and a Linear: towers.patch_embedding takes only an nn.Conv2d whose stride is its kernel,
     # so towers._front reads the model as a text tower and raises (swallowed by judge_tower), and the refusal is
     # the ids' recording error, without a word on an image model (the model equals a Conv2d ViT: same math)
