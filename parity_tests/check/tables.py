@@ -166,9 +166,9 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
     forward computed (`computed`, a batch's first), those the module states (a base attribute, transformers' config,
     an inv_freq buffer, a table rope_table reads), then 10000. Each RoPE table kept in float32 equal to one of
     rope_tables at one of them is overwritten with its float64 values. The rotary width where fewer than Dh features
-    turn (GPT-NeoX's rotary_pct): twice a shorter inv_freq's length, else GPT-J's sin-and-cos table's width, else
-    the width of the tables computed. Returns
-    ({name: float64 values}, the bases with the module's tables' first, that rotary width or None)."""
+    turn (GPT-NeoX's rotary_pct): twice a shorter inv_freq's length, else GPT-J's sin-and-cos table's width or that
+    of the tables the forward computed (Phi-2's). Returns ({name: float64 values}, the bases with the module's
+    tables' first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
     read = [r for r in (base_of(v, Dh) for v in computed) if r is not None]
     found += [base for base, _ in read]
@@ -203,9 +203,7 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
                 f"{overwrite[name].dtype} values for the float64 comparison"
             )
     rotary = 2 * min(lengths) if len(lengths) == 1 and 0 < 2 * min(lengths) < Dh else None
-    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)}
+    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)} | {R for _, R in read}
     if rotary is None and len(widths) == 1 and widths != {Dh}:
-        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim)
-    if rotary is None and len({R for _, R in read}) == 1 and read[0][1] < Dh:
-        rotary = read[0][1]  # tables the forward computed for the first R features (Phi-2's partial rotary)
+        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim), Phi-2's tables of its rotary features
     return overwrite, list(dict.fromkeys(bases[:1] + thetas)), rotary
