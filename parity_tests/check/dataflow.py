@@ -300,6 +300,11 @@ def _residual(node: Node) -> bool:
     return any(n is first for n in walk([later], lambda n: n.parents if n.index > first.index else []))
 
 
+def _stream_sum(node: Node) -> bool:
+    """A sum of two computed tensors, not a projection's bias added (Falcon's)."""
+    return node.op in ADDS and all(root(p).param is None for p in node.parents)
+
+
 def _factor(node: Node) -> float | None:
     """The number `node` multiplies by (a division's: 1 / its number), else None (0 too)."""
     if node.op not in MULS | DIVS or not isinstance(node.value, (int, float)) or not node.value:
@@ -383,17 +388,27 @@ class Flow:
         sum is read by the next residual sum too (pre-norm, x + f(Norm(x))), or only by the norm's own ops
         (post-norm, Norm(x + f(x))); None where no attention was read."""
 
-        def residual(n: Node) -> bool:  # a sum of two computed tensors, not a projection's bias added (Falcon's)
-            return n.op in ADDS and all(root(p).param is None for p in n.parents)
-
-        out = self._first_out
-        ahead = walk(out.children, lambda n: [] if residual(n) or n.op in PRODUCTS else n.children) if out else []
-        add = next((n for n in ahead if residual(n)), None)
+        add = self._first_sum
         if add is None:
             return None
         readers = [n for n in walk(add.children, lambda n: n.children if n.op in VIEWS else []) if n.op not in VIEWS]
         # OPT reshapes it first; a block calling F.layer_norm itself: the next residual sum in the same module
-        return len({n.module for n in readers}) > 1 or any(residual(n) for n in readers)
+        return len({n.module for n in readers}) > 1 or any(_stream_sum(n) for n in readers)
+
+    @property
+    def _first_sum(self) -> Node | None:
+        """The sum the first attention's output joins the stream by."""
+        out = self._first_out
+        ahead = walk(out.children, lambda n: [] if _stream_sum(n) or n.op in PRODUCTS else n.children) if out else []
+        return next((n for n in ahead if _stream_sum(n)), None)
+
+    @property
+    def stream_read(self) -> bool:
+        """Whether the first attention's query reads the stream its output joins as it is: no norm before it in the
+        first layer (ModernBERT's, whose embeddings are normed instead)."""
+        add, q = self._first_sum, self._product(self.attentions[0].q[0]) if self.attentions else None
+        x = next((p for p in q.parents if weight_of(p) is None), None) if q is not None else None
+        return add is not None and x is not None and any(root(p) is root(x) for p in add.parents)
 
     @property
     def sandwich(self) -> bool:

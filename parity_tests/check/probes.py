@@ -58,11 +58,17 @@ def token_ids(rng, kept, vocab: int, pad_id: int | None) -> np.ndarray:
 
 def keep_mask(p: Probe, kind: str, window: int | None = None) -> np.ndarray | None:
     """The reference's boolean mask (True = may attend) for one attention, broadcastable to (B, H, T_q, T_k):
-    kind "src" (padding of the keys), "self" (the decoder's: causal, within a sliding `window`: keys i - window <
-    j <= i), "cross" (the source's padding), "tgt" (the target's padding)."""
+    kind "src" (padding of the keys; with a `window`, an encoder's band |i - j| <= window // 2 too: ModernBERT's
+    local layers), "self" (the decoder's: causal, within a sliding `window`: keys i - window < j <= i), "cross" (the
+    source's padding), "tgt" (the target's padding)."""
     if kind in ("src", "cross", "tgt"):
         kept = p.tgt_keep if kind == "tgt" else p.src_keep
-        return None if kept is None else kept[:, None, None, :]
+        keep = None if kept is None else kept[:, None, None, :]
+        if window is None:
+            return keep
+        i = np.arange(kept.shape[1] if kept is not None else p.floats["x"].shape[1])
+        band = (np.abs(i[:, None] - i[None, :]) <= window // 2)[None, None]
+        return band if keep is None else keep & band
     if kind == "self":
         T = p.tgt_keep.shape[1] if p.tgt_keep is not None else p.floats["x"].shape[1]
         band = np.triu(np.ones((T, T), dtype=bool), 1 - window) if window else True

@@ -357,7 +357,8 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     of query, key/value input and mask) puts a catalogue variant in a sublayer's place, in the layer's rerun too."""
     found, first = [], x
     layer = layer_of(prefix)
-    own = keep_mask(p, "self", cfg.layer_window(layer)) if decoder else keep_mask(p, "src")
+    window = cfg.layer_window(layer)
+    own = keep_mask(p, "self", window) if decoder else keep_mask(p, "src", window if cfg.layer_types else None)
     sublayers = [("self_attn", own)] + (
         [("cross_attn", keep_mask(p, "cross"))] if decoder and memory is not None else []
     )
@@ -365,7 +366,9 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
     added = []  # what each sublayer adds to the stream (pre-norm)
     for name, keep in [*sublayers, ("ffn", None)]:
         norm = unit_forward("norm", M.sub(params, "self_attn_norm" if shared else f"{name}_norm"), cfg, name)
-        h = norm(x) if cfg.norm_first and cfg.input_norm else x  # the unit's input (OLMo 2's: the stream itself)
+        # the unit's input: OLMo 2's, ModernBERT's first attention's (first_attn_norm False) the stream itself
+        normed = cfg.input_norm and (cfg.first_attn_norm or name != "self_attn" or prefix != "encoder.layers.0.")
+        h = norm(x) if cfg.norm_first and normed else x
         kind = "ffn" if name == "ffn" else "attention"
         inputs = (h,) if name == "ffn" else (h, h if name == "self_attn" else memory, keep)
         masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
@@ -375,7 +378,7 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
         y = rerun(*inputs)
         unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
         if cfg.norm_first:
-            if cfg.input_norm and not (shared and name == "ffn"):
+            if normed and not (shared and name == "ffn"):
                 found.append(Stage(f"{prefix}{name}_norm", "norm", (x,), h, valid, None, norm))
             found += [*_projection_norms(params, name, inputs, cfg, prefix, valid), unit]
             if cfg.sandwich_norm:  # Gemma's: the sublayer's output normed before it joins the stream

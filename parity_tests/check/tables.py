@@ -98,10 +98,14 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     return next(((theta, table) for theta, table, tol in tried if _within(value, table, tol)), None)
 
 
-def base_of(computed: torch.Tensor, Dh: int) -> float | None:
-    """The RoPE base of a cos, sin or complex table a forward computed (rope_table on a batch's first), else None."""
-    table = rope_table(_squeezed(computed.reshape(-1, *computed.shape[-2:])[0]), Dh) if computed.ndim >= 2 else None
-    return None if table is None else table[0]
+def base_of(computed: torch.Tensor, Dh: int) -> tuple[float, int] | None:
+    """(base, rotary width R) of a cos, sin or complex table a forward computed (rope_table on a batch's first) for
+    heads of Dh features, or of R < Dh (partial rotary: a table of R or R/2 columns), else None."""
+    if computed.ndim < 2:
+        return None
+    value = _squeezed(computed.reshape(-1, *computed.shape[-2:])[0])
+    widths = dict.fromkeys(R for R in (Dh, value.shape[-1], 2 * value.shape[-1]) if R <= Dh)
+    return next(((table[0], R) for R in widths if (table := rope_table(value, R)) is not None), None)
 
 
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
@@ -162,10 +166,12 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
     forward computed (`computed`, a batch's first), those the module states (a base attribute, transformers' config,
     an inv_freq buffer, a table rope_table reads), then 10000. Each RoPE table kept in float32 equal to one of
     rope_tables at one of them is overwritten with its float64 values. The rotary width where fewer than Dh features
-    turn (GPT-NeoX's rotary_pct): twice a shorter inv_freq's length, else GPT-J's sin-and-cos table's width. Returns
-    ({name: float64 values}, the bases with the module's tables' first, that rotary width or None)."""
+    turn (GPT-NeoX's rotary_pct): twice a shorter inv_freq's length, else GPT-J's sin-and-cos table's width or that
+    of the tables the forward computed (Phi-2's). Returns ({name: float64 values}, the bases with the module's
+    tables' first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
-    found += [b for b in (base_of(v, Dh) for v in computed) if b is not None]
+    read = [r for r in (base_of(v, Dh) for v in computed) if r is not None]
+    found += [base for base, _ in read]
     lengths = set()
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)
@@ -197,7 +203,7 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
                 f"{overwrite[name].dtype} values for the float64 comparison"
             )
     rotary = 2 * min(lengths) if len(lengths) == 1 and 0 < 2 * min(lengths) < Dh else None
-    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)}
+    widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)} | {R for _, R in read}
     if rotary is None and len(widths) == 1 and widths != {Dh}:
-        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim)
+        rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim), Phi-2's tables of its rotary features
     return overwrite, list(dict.fromkeys(bases[:1] + thetas)), rotary

@@ -44,6 +44,7 @@ class Units:
     n_dec: int = 0
     layer_norms: int = 0
     embedding_norm: bool = False
+    first_attn_norm: bool = True  # False: the first encoder layer's attention reads the stream itself (ModernBERT's)
     parallel: bool = False  # Phi-2's, GPT-J's, GPT-NeoX's parallel layers: attention and feed-forward side by side
     shared_norm: bool = False  # the parallel block's one norm (Phi-2's), read by both
     sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
@@ -154,12 +155,22 @@ def _units(entry, found, units: Units) -> None:
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
     _sandwich(entry, flow, units)
-    if entry.group == "model" and flow is not None and len(units.norms) > units.layer_norms:
-        # norms beyond the layers': the embeddings' (those that read only lookups, less a pre-norm first layer's
-        # own: BERT's embeddings.LayerNorm); the rest final norms, after pre- or post-norm layers
+    if entry.group == "model" and flow is not None:
+        _model_norms(entry, flow, units)
+
+
+def _model_norms(entry, flow, units: Units) -> None:
+    """A model's norms: the first encoder layer's attention norm left out where that attention reads the stream
+    itself (ModernBERT's: first_attn_norm False); norms beyond the layers' the embeddings' (those that read only
+    lookups, less a pre-norm first layer's own: BERT's embeddings.LayerNorm), the rest final norms."""
+    if flow.norm_first and entry.stacks[0] == "encoder":
+        units.first_attn_norm = not flow.stream_read
+        units.layer_norms -= flow.stream_read
+    if len(units.norms) > units.layer_norms:
         stacks = len(entry.stacks)
         first = [n for n in units.norms if not flow.computed_from_projections(n.weight)]
         own = stacks * (2 - units.shared_norm) if units.parallel else stacks if flow.norm_first else 0  # layer 0's
+        own -= not units.first_attn_norm
         units.embedding_norm = len(first) - own == stacks
         units.layer_norms += stacks * units.embedding_norm
 
@@ -198,14 +209,16 @@ def _sandwich(entry, flow, units: Units) -> None:
         units.layer_norms *= 1 + units.input_norm
 
 
-def _rotary(flow, n_dec: int, Dh: int) -> dict:
+def _rotary(flow, n_layers: int, Dh: int) -> dict:
     """What each layer's cos and sin tables say: the layers that turn the queries where only some do (SmolLM3's
-    NoPE layers: rope_layers), the sliding layers' base where it is not the others' (Gemma 3's rope_local_theta)."""
-    if not 0 < len(flow.attentions) == n_dec:
+    NoPE layers: rope_layers), the sliding layers' base where it is not the others' (Gemma 3's, ModernBERT's
+    rope_local_theta), in the one stack of `n_layers` layers."""
+    if not 0 < len(flow.attentions) == n_layers:
         return {}
     turned = [a.turned for a in flow.attentions]
     found: dict = {"rope_layers": tuple(map(bool, turned))} if any(turned) and not all(turned) else {}
-    bases = [next((b for n in t if (b := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
+    read = [next((r for n in t if (r := TB.base_of(flow.values[n.index], Dh)) is not None), None) for t in turned]
+    bases = [r and r[0] for r in read]  # (base, rotary width) or None
     local = {b for a, b in zip(flow.attentions, bases, strict=True) if a.window and b}
     full = {b for a, b in zip(flow.attentions, bases, strict=True) if not a.window and b}
     if len(local) == len(full) == 1 and local != full:
@@ -313,6 +326,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         qk_norm_projection=any(n.size != D // H for n in found.qk_norms.values()),  # OLMo 2's, of all the heads
         type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
         embedding_norm=units.embedding_norm,
+        first_attn_norm=units.first_attn_norm,
         mlm_head=units.mlm is not None,
         d_model=D,
         n_heads=H,
@@ -335,8 +349,8 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
     if found.flow is not None:
-        base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec, D // H))
-    return TransformerConfig(**(base | _latent_sizes(units) | known))
+        base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec or units.n_enc, D // H))
+    return _built(base | _latent_sizes(units), known)
 
 
 def _latent_sizes(units: Units) -> dict:
@@ -351,6 +365,19 @@ def _latent_sizes(units: Units) -> dict:
     return sizes | {"head_dim": a["q"][0].out_features // H, "v_head_dim": a["out"][0].in_features // H}
 
 
+def _built(base: dict, known: dict) -> TransformerConfig:
+    """The config of the fields inferred (`base`) and given (`known`), rotary where a field only RoPE has is given;
+    where the given ones cannot hold, a refusal that names them (call= or mapping= would not help)."""
+    if {"rope_scaling", "rope_local_scaling", "rope_layers"} & known.keys():
+        base["positional"] = "rope"
+    try:
+        return TransformerConfig(**(base | known))
+    except (ValueError, TypeError) as exc:
+        if not known:
+            raise
+        raise ValueError(f"{exc}; pass config fields that agree with it (given: {', '.join(known)})") from exc
+
+
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     """The config fields only the recorded forward says: sink logits, soft caps, a sliding window, a scale of the
     scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
@@ -362,6 +389,9 @@ def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     kinds = ["sliding_attention" if a.window else "full_attention" for a in flow.attentions]
     if base["sliding_window"] and "full_attention" in kinds and len(kinds) == units.n_dec and not units.n_enc:
         base["layer_types"] = kinds  # windowed layers and full ones (Gemma 2's alternation)
+    elif flow.window and entry.group == "model" and len(kinds) == units.n_enc and not units.n_dec:
+        # an encoder's band |i - j| < W: the reference's |i - j| <= window // 2 (ModernBERT's local layers)
+        base |= {"sliding_window": 2 * (flow.window - 1), "layer_types": kinds}
     factors = [a.factor for a in flow.attentions]  # GPT-2's scale_attn_by_inverse_layer_idx: 1 / (i + 1),
     # read from three layers on (two: a second layer scaled by half is as likely attention.wrong_scale)
     by_layer = len(factors) > 2 and all(abs(f * (i + 1) / factors[0] - 1) < 1e-9 for i, f in enumerate(factors))
@@ -529,7 +559,8 @@ class Linker:
             self.attention(self.take("attention", f"{prefix}{name}"), f"{prefix}{name}.")
         self.ffn(self.take("feed-forward block", f"{prefix}ffn"), f"{prefix}ffn.")
         kinds = ["_norm"] * self.cfg.input_norm + ["_post_norm"] * self.cfg.sandwich_norm  # in the order applied
-        for sub in ["self_attn"] + ["cross_attn"] * decoder + ["ffn"] * (not self.cfg.shared_norm):
+        first = ["self_attn"] * (self.cfg.first_attn_norm or prefix != "encoder.layers.0.")
+        for sub in first + ["cross_attn"] * decoder + ["ffn"] * (not self.cfg.shared_norm):
             for name in (sub + kind for kind in kinds):
                 self.norm(self.take("norm", f"{prefix}{name}"), f"{prefix}{name}.")
 

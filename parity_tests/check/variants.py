@@ -75,12 +75,13 @@ def linear(x, params, name):
     return x @ params[f"{name}.weight"].T + params.get(f"{name}.bias", 0.0)
 
 
-def rotate(x: np.ndarray, theta: float, pairing: str = "half", shift: int = 0, rotary: int | None = None) -> np.ndarray:
+def rotate(x: np.ndarray, theta: float, pairing="half", shift=0, rotary: int | None = None, scaling=None) -> np.ndarray:
     """RoPE on the first `rotary` features (None: all Dh; fewer: GPT-NeoX's partial rotary, the rest passed) of each
     head of x (B, H, T, Dh) at positions shift .. shift + T - 1. pairing "half" (the reference, Hugging Face's
-    rotate_half: feature i with i + R/2) or "interleaved" (Meta's: feature 2i with 2i + 1)."""
+    rotate_half: feature i with i + R/2) or "interleaved" (Meta's: feature 2i with 2i + 1). scaling: a scaled
+    RoPE's (RopeScaling, max_len), or None."""
     T, R = x.shape[-2], rotary or x.shape[-1]
-    cos, sin = rope_angles(np.arange(shift, shift + T), R, theta)  # (T, R/2)
+    cos, sin = rope_angles(np.arange(shift, shift + T), R, theta, np.float64, *(scaling or ()))  # (T, R/2)
     first, second = (slice(0, R // 2), slice(R // 2, R)) if pairing == "half" else (slice(0, R, 2), slice(1, R, 2))
     x1, x2 = x[..., first], x[..., second]
     out = x.copy()
@@ -96,6 +97,7 @@ def rope_knobs(cfg, rotary: bool = True, layer: int = 0) -> dict:
         "n_kv": cfg.n_kv_heads,
         "theta": cfg.layer_rope_theta(layer) if turns else None,
         "rotary": cfg.rotary_dim,  # the features of each head RoPE turns (None: all)
+        "scaling": (cfg.layer_rope_scaling(layer), cfg.max_len) if turns and cfg.layer_rope_scaling(layer) else None,
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
         "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
     }
@@ -103,15 +105,16 @@ def rope_knobs(cfg, rotary: bool = True, layer: int = 0) -> dict:
 
 def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
-    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, **knobs,
+    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, scaling=None, **knobs,
 ):  # fmt: skip
     """MultiHead(Q, K, V) with attention_heads' knobs; params keyed q_proj.weight, ...; query (B, T_q, D), key and
     value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads, head h reading K/V head h // n_rep (`tile`: h % n_kv, as
     .repeat). transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only.
-    theta: RoPE's base (None: none), the queries' and keys' `pairs`, the keys' positions shifted by `k_shift`, the
-    values rotated too with `rope_v` (True: in the keys' pairing; else that pairing). q_norm.weight and
-    k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each projection's
-    output where as wide (OLMo 2). params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads)."""
+    theta: RoPE's base (None: none; `scaling` as rotate's), the queries' and keys' `pairs`, the keys' positions
+    shifted by `k_shift`, the values rotated too with `rope_v` (True: in the keys' pairing; else that pairing).
+    q_norm.weight and k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each
+    projection's output where as wide (OLMo 2). params holding kv_b_proj.weight: DeepSeek's latent attention
+    (latent_heads)."""
     if "kv_b_proj.weight" in params:
         q, k, v = latent_heads(params, query, key, H, theta, rotary)
         return linear(merge(attention_heads(q, k, v, keep, **knobs)), params, "out_proj")
@@ -126,8 +129,8 @@ def multi_head_attention(
     if "q_norm.weight" in params and not whole:
         q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
     if theta is not None:
-        q, k = rotate(q, theta, pairs[0], 0, rotary), rotate(k, theta, pairs[1], k_shift, rotary)
-        v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1], 0, rotary) if rope_v else v
+        q, k = rotate(q, theta, pairs[0], 0, rotary, scaling), rotate(k, theta, pairs[1], k_shift, rotary, scaling)
+        v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1], 0, rotary, scaling) if rope_v else v
     if n_kv != H:
         k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))
     knobs = {"sinks": params.get("sinks")} | knobs  # GPT-OSS's sink logits, where the attention has them
