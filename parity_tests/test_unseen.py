@@ -62,10 +62,6 @@ _PHI = (
     "unexplained: layers.0.self_attn (reference decoder.layers.0.self_attn) diverges with relative error 3.24e-01; not "
     "expressible by the config and no catalogue variant reproduces it"
 )
-_GAIN = (
-    "differs at backbone.stack.0: the layer has no norm with a learned scale, where each of the reference's has one, "
-    "which the reference has no pair for"
-)
 _LATENT = (
     "could not judge: cannot read layers.0.self_attn.q_proj.weight (48 rows) as the q projection(s) of an attention "
     "of width 32 (1 query piece(s)); pass mapping="
@@ -170,11 +166,6 @@ TODAY: dict[str, str] = {
         "could not judge: AttributeError: '_CachedForward' object has no attribute '__getattr__'; pass call= (how to "
         "call it) or mapping= (the weight map)"
     ),
-    # an RMSNorm whose scale is named `gain`: mapping._read_own takes a 1-D parameter for a norm's scale only where its
-    # name matches (weight|gamma|a_2|^g$|_g$|scale|alpha), so no norm is found and units._refuse_missing says the layer
-    # has none (the flow shows gain * x * rsqrt(mean(x^2) + eps)); with the scale named `weight` both cases are right
-    "remote_llama": _GAIN,
-    "remote_llama.kv_heads_tiled_second_block": _GAIN,
     # logits stacked (B, T, 2, V): judge.choose skips every caller whose output shape positions_held cannot match
     # (_errors yields nothing), so `best` stays None and it raises "could not be called ... tried 0 conventions"
     # with an empty list, though every convention ran; the second head (heads.1) is never named
