@@ -166,20 +166,6 @@ TODAY: dict[str, str] = {
         "could not judge: AttributeError: '_CachedForward' object has no attribute '__getattr__'; pass call= (how to "
         "call it) or mapping= (the weight map)"
     ),
-    # logits stacked (B, T, 2, V): judge.choose skips every caller whose output shape positions_held cannot match
-    # (_errors yields nothing), so `best` stays None and it raises "could not be called ... tried 0 conventions"
-    # with an empty list, though every convention ran; the second head (heads.1) is never named
-    "two_head_gpt": (
-        "could not judge: the module could not be called as the reference 'transformer_lm' is; tried 0 conventions, "
-        "the first few failed with:\n  ; pass call= (how to call it) or mapping= (the weight map)"
-    ),
-    # values (v + first) / 2, this block's projection averaged with blocks.0.attn's values passed in: the place is
-    # right, but units._refuse_unpaired, finding a.unprojected["v"] with nothing read, falls back to "the attention's
-    # input ... taken as it is", which is false (its own v projection is read), and blocks.0.attn is not named
-    "value_residual_gpt": (
-        "differs at blocks.1.attn: the attention's values are no projection's output: the attention's input (or a "
-        "tensor made outside the forward) taken as it is, which the reference has no pair for"
-    ),
 }
 
 
@@ -388,3 +374,18 @@ def test_a_fresh_lora_adapter_is_merged_and_a_wrong_one_is_not():
         q.__class__ = WrongLora
     result = check.module(wrong, "transformer_lm")
     assert not result.passed and result.error and "base_layer" in result.error, str(result)
+
+
+def test_an_output_no_position_of_the_reference_fits_is_said_with_both_shapes():
+    """One head's logits stacked twice, (B, T, 2, V): every convention runs, but no output position holds the
+    reference's; said with both shapes (before: 'could not be called ... tried 0 conventions' and an empty list)."""
+
+    class Twice(fresh10.GPT):
+        def forward(self, ids):
+            logits = super().forward(ids)
+            return torch.stack([logits, logits], dim=2)
+
+    torch.manual_seed(0)
+    result = check.module(Twice(), "transformer_lm")
+    assert result.error.startswith("could not judge: the module's output has shape ("), str(result)
+    assert ", 2, 26), the reference's (" in result.error and "tried 0" not in result.error, str(result)

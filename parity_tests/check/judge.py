@@ -102,6 +102,9 @@ def choose(check: Check) -> Choice:
                 if choice.matched:
                     return choice
                 best = choice if best is None or error < best.error else best
+    if best is None and outs:  # it ran, but its output holds none of the reference's positions
+        theirs = " or ".join(sorted({str(o.shape) for o in outs.values()}))
+        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {theirs}")
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {check.level!r} is; tried {len(errors)} "
