@@ -158,14 +158,6 @@ TODAY: dict[str, str] = {
         "the config and no catalogue variant reproduces it"
     ),
     "phi_partial_rotary.causal_shows_next_second_block": _PHI,
-    # fresh10, first met with the judge frozen (14 of 19 right). A module scripted whole (torch.jit.script):
-    # mapping._linear_of_own calls inspect.getsource(type(mod).forward) on a RecursiveScriptModule, whose class
-    # attribute `forward` is torch's _CachedForward descriptor: read from the class it raises AttributeError, which
-    # only OSError and TypeError are caught for, so torch's internal error is the answer (judge.could_not_judge)
-    "scripted_attention": (
-        "could not judge: AttributeError: '_CachedForward' object has no attribute '__getattr__'; pass call= (how to "
-        "call it) or mapping= (the weight map)"
-    ),
 }
 
 
@@ -389,3 +381,24 @@ def test_an_output_no_position_of_the_reference_fits_is_said_with_both_shapes():
     result = check.module(Twice(), "transformer_lm")
     assert result.error.startswith("could not judge: the module's output has shape ("), str(result)
     assert ", 2, 26), the reference's (" in result.error and "tried 0" not in result.error, str(result)
+
+
+def test_a_scripted_submodule_is_judged_as_its_python_module_and_a_loaded_one_said():
+    """A submodule made a RecursiveScriptModule (torch.jit.script) is judged as the Python module it was scripted
+    from, holding its tensors, the user's model left as it was (before: torch's own AttributeError, from reading the
+    scripted class's source); one loaded by torch.jit.load, with no Python class, is said (could not judge)."""
+    import io
+
+    torch.manual_seed(0)
+    model = fresh10.GPT(fresh10.NotCausal)
+    model.blocks[1].mlp = torch.jit.script(model.blocks[1].mlp)
+    result = check.module(model, "transformer_lm")
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.not_causal", "blocks.1.attn"), str(result)
+    assert any("torch.jit.script" in n for n in result.notes)
+    assert isinstance(model.blocks[1].mlp, torch.jit.RecursiveScriptModule)
+    saved = io.BytesIO()
+    torch.jit.save(fresh10.scripted_attention(), saved)
+    saved.seek(0)
+    result = check.module(torch.jit.load(saved), "multi_head_attention")
+    assert result.error.startswith("could not judge: the module is a TorchScript module without its Python class")
+    assert "pass the module before torch.jit.script" in result.error, str(result)

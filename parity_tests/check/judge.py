@@ -258,12 +258,13 @@ def module(
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
             conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
             # weight_norm's and spectral_norm's weights as the forward uses them: plain parameters of a copy
-            plain, parametrized = RN.plain_weights(user_module)
+            plain, scripted = RN.unscripted(user_module)  # torch.jit.script's modules: the Python ones
+            plain, parametrized = RN.plain_weights(plain)
             plain, adapted = RN.merged_adapters(plain)  # LoRA: base + s B A judged as the one linear it is (a note)
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            result.notes += wrapped + parametrized + adapted
+            result.notes += wrapped + scripted + parametrized + adapted
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
