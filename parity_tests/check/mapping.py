@@ -149,8 +149,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
 def _scales_read(found: Structure, module: nn.Module, flow) -> None:
     """1-D parameters that no name placed, read as norm scales (RMSNorm's) where the forward multiplies them by a
     normalised x: among the factors of their product (or the argument of F.rms_norm) a root, a variance or a norm."""
-    placed = {x.weight for x in found.norms + found.pieces} | set(found.orphans)
-    placed |= {x.bias for x in found.norms + found.pieces}
+    placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
     unplaced = {n: p for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}
     factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm"}
 
@@ -162,10 +161,8 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
         names = [r.param for r in map(DF.root, node.parents) if r.param in unplaced]
         product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors])
         if names and node.op in factors and any(normed(p) for m in product for p in m.parents + [m]):
-            path = names[0].rpartition(".")[0]
-            found.norms.append(
-                Norm(names[0], None, len(unplaced.pop(names[0])), _eps(module.get_submodule(path)), path, "rms")
-            )
+            path, size = names[0].rpartition(".")[0], len(unplaced.pop(names[0]))
+            found.norms.append(Norm(names[0], None, size, _eps(module.get_submodule(path)), path, "rms"))
 
 
 def _as_read(found: Structure, module: nn.Module, flow) -> None:

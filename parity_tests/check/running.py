@@ -289,14 +289,12 @@ def unwrapped(user) -> tuple:
 
 
 def unscripted(user) -> tuple:
-    """(`user`, []), or where torch.jit.script made modules of it RecursiveScriptModules (whose ops the recording
-    cannot see) (a copy with each the Python module it was scripted from, [the report's note])."""
-    if not isinstance(user, nn.Module) or not any(
-        isinstance(m, torch.jit.RecursiveScriptModule) for m in user.modules()
-    ):
-        return user, []
+    """(`user`, []), or where torch.jit.script made modules of it RecursiveScriptModules, whose ops the recording
+    cannot see (a copy with each the Python module it was scripted from, [the report's note])."""
+    plain = _unscripted(user, "") if isinstance(user, nn.Module) else user
     said = "judged the Python modules torch.jit.script compiled (their classes, holding the scripted modules' tensors)"
-    return _unscripted(user, ""), [f"{said}: TorchScript runs the same forward, with ops the recording cannot see"]
+    said += ": TorchScript runs the same forward, with ops the recording cannot see"
+    return plain, [said] if plain is not user else []
 
 
 def _unscripted(module: nn.Module, path: str) -> nn.Module:
@@ -304,27 +302,21 @@ def _unscripted(module: nn.Module, path: str) -> nn.Module:
     module's parameters, buffers, attributes and constants; the modules above them shallow copies."""
     if not any(isinstance(m, torch.jit.RecursiveScriptModule) for m in module.modules()):
         return module
-    if not isinstance(module, torch.jit.RecursiveScriptModule):
-        plain = copy.copy(module)
-        plain._modules = {n: c and _unscripted(c, f"{path}.{n}".lstrip(".")) for n, c in module._modules.items()}
-        return plain
-    kind = getattr(getattr(module, "_concrete_type", None), "py_class", None)
-    if kind is None:
+    kind = getattr(getattr(module, "_concrete_type", None), "py_class", None)  # a scripted module's class
+    if isinstance(module, torch.jit.RecursiveScriptModule) and kind is None:
         raise ValueError(
-            f"{path or 'the module'} is a TorchScript module without its Python class (as torch.jit.load gives "
-            "it), whose ops the recording cannot see; pass the module before torch.jit.script"
+            f"{path or 'the module'} is a TorchScript module without its Python class (as torch.jit.load gives it), "
+            "whose ops the recording cannot see; pass the module before torch.jit.script"
         )
-    plain = kind.__new__(kind)
-    nn.Module.__init__(plain)
-    for name, p in module.named_parameters(recurse=False):
-        plain.register_parameter(name, p)
-    for name, b in module.named_buffers(recurse=False):
-        plain.register_buffer(name, b)
-    for name, child in module.named_children():
-        plain.add_module(name, _unscripted(child, f"{path}.{name}".lstrip(".")))
-    for name in [*module._concrete_type.get_attributes(), *module._concrete_type.get_constants()]:
-        if not name.startswith("_") and not hasattr(plain, name) or name == "training":
-            setattr(plain, name, getattr(module, name))
+    plain = copy.copy(module) if kind is None else kind.__new__(kind)
+    if kind is not None:
+        nn.Module.__init__(plain)
+        plain._parameters = dict(module.named_parameters(recurse=False))
+        plain._buffers = dict(module.named_buffers(recurse=False))
+        for name in [*module._concrete_type.get_attributes(), *module._concrete_type.get_constants()]:
+            if not name.startswith("_") and not hasattr(plain, name) or name == "training":
+                setattr(plain, name, getattr(module, name))
+    plain._modules = {n: c and _unscripted(c, f"{path}.{n}".lstrip(".")) for n, c in module._modules.items()}
     return plain
 
 
