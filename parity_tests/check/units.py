@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from numpy_transformer import TransformerConfig
 
+from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
@@ -156,12 +157,14 @@ def _units(entry, found, units: Units) -> None:
 
 def _output_head(entry, found, units: Units) -> None:
     """The output projection: a linear D -> V (V the last token table's rows) that no attention or block holds; a
-    second one the forward reads is a head the reference has no pair for (multi-token prediction's)."""
+    second one the forward applies to the same hidden state is a head the reference has no pair for (multi-token
+    prediction's)."""
     flow, V = found.flow, units.token_tables[-1].rows
     used = set(flow.roles) if flow is not None else set()  # the attentions' and blocks' weights
     heads = [p for p in found.pieces if p.weight not in used and (p.in_features, p.out_features) == (units.D, V)]
     read = [p for p in heads if flow is not None and p.weight in flow.order]
-    if len(read) > 1 and entry.output_head:
+    fed = [next(n.parents[0] for n in flow.nodes if DF.projection(n) == p.weight) for p in read]  # their inputs
+    if len(read) > 1 and entry.output_head and fed[0] is fed[1]:  # two heads on one hidden state
         what = f"a second output head ({read[1].weight}, beside {read[0].weight}: logits of its own)"
         raise NoPair(read[1].weight.rpartition(".")[0] or "(the module)", what, entry.name)
     if heads and entry.output_head:
