@@ -37,10 +37,6 @@ _TOPK = (
     "differs at {}.mlp: topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's), which "
     "the reference has no pair for"
 )
-_GAIN = (
-    "differs at backbone.stack.0: the layer has no norm with a learned scale, where each of the reference's has one, "
-    "which the reference has no pair for"
-)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
@@ -53,33 +49,6 @@ TODAY: dict[str, str] = {
     "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
     "qwen3_moe_hand": _TOPK.format("layers.0"),
     "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
-    # fresh10, first met with the judge frozen (14 of 19 right). A module scripted whole (torch.jit.script):
-    # mapping._linear_of_own calls inspect.getsource(type(mod).forward) on a RecursiveScriptModule, whose class
-    # attribute `forward` is torch's _CachedForward descriptor: read from the class it raises AttributeError, which
-    # only OSError and TypeError are caught for, so torch's internal error is the answer (judge.could_not_judge)
-    "scripted_attention": (
-        "could not judge: AttributeError: '_CachedForward' object has no attribute '__getattr__'; pass call= (how to "
-        "call it) or mapping= (the weight map)"
-    ),
-    # an RMSNorm whose scale is named `gain`: mapping._read_own takes a 1-D parameter for a norm's scale only where its
-    # name matches (weight|gamma|a_2|^g$|_g$|scale|alpha), so no norm is found and units._refuse_missing says the layer
-    # has none (the flow shows gain * x * rsqrt(mean(x^2) + eps)); with the scale named `weight` both cases are right
-    "remote_llama": _GAIN,
-    "remote_llama.kv_heads_tiled_second_block": _GAIN,
-    # logits stacked (B, T, 2, V): judge.choose skips every caller whose output shape positions_held cannot match
-    # (_errors yields nothing), so `best` stays None and it raises "could not be called ... tried 0 conventions"
-    # with an empty list, though every convention ran; the second head (heads.1) is never named
-    "two_head_gpt": (
-        "could not judge: the module could not be called as the reference 'transformer_lm' is; tried 0 conventions, "
-        "the first few failed with:\n  ; pass call= (how to call it) or mapping= (the weight map)"
-    ),
-    # values (v + first) / 2, this block's projection averaged with blocks.0.attn's values passed in: the place is
-    # right, but units._refuse_unpaired, finding a.unprojected["v"] with nothing read, falls back to "the attention's
-    # input ... taken as it is", which is false (its own v projection is read), and blocks.0.attn is not named
-    "value_residual_gpt": (
-        "differs at blocks.1.attn: the attention's values are no projection's output: the attention's input (or a "
-        "tensor made outside the forward) taken as it is, which the reference has no pair for"
-    ),
 }
 
 
@@ -391,3 +360,39 @@ def test_an_image_or_audio_model_not_read_as_a_tower_is_refused_saying_so():
     audio.positional_embedding.mul_(1.5)
     said = check.module(audio, "encoder_model").error or ""
     assert said.startswith("could not judge: conv1 reads mel frames") and "neither Whisper's sinusoids" in said
+
+
+def test_an_output_no_position_of_the_reference_fits_is_said_with_both_shapes():
+    """One head's logits stacked twice, (B, T, 2, V): every convention runs, but no output position holds the
+    reference's; said with both shapes (before: 'could not be called ... tried 0 conventions' and an empty list)."""
+
+    class Twice(fresh10.GPT):
+        def forward(self, ids):
+            logits = super().forward(ids)
+            return torch.stack([logits, logits], dim=2)
+
+    torch.manual_seed(0)
+    result = check.module(Twice(), "transformer_lm")
+    assert result.error.startswith("could not judge: the module's output has shape ("), str(result)
+    assert ", 2, 26), the reference's (" in result.error and "tried 0" not in result.error, str(result)
+
+
+def test_a_scripted_submodule_is_judged_as_its_python_module_and_a_loaded_one_said():
+    """A submodule made a RecursiveScriptModule (torch.jit.script) is judged as the Python module it was scripted
+    from, holding its tensors, the user's model left as it was (before: torch's own AttributeError, from reading the
+    scripted class's source); one loaded by torch.jit.load, with no Python class, is said (could not judge)."""
+    import io
+
+    torch.manual_seed(0)
+    model = fresh10.GPT(fresh10.NotCausal)
+    model.blocks[1].mlp = torch.jit.script(model.blocks[1].mlp)
+    result = check.module(model, "transformer_lm")
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.not_causal", "blocks.1.attn"), str(result)
+    assert any("torch.jit.script" in n for n in result.notes)
+    assert isinstance(model.blocks[1].mlp, torch.jit.RecursiveScriptModule)
+    saved = io.BytesIO()
+    torch.jit.save(fresh10.scripted_attention(), saved)
+    saved.seek(0)
+    result = check.module(torch.jit.load(saved), "multi_head_attention")
+    assert result.error.startswith("could not judge: the module is a TorchScript module without its Python class")
+    assert "pass the module before torch.jit.script" in result.error, str(result)

@@ -347,6 +347,7 @@ class Attention:
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
     window: int | None = None  # a sliding window its mask applies (Flow.width)
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
+    mixed: set = field(default_factory=set)  # and the weights met past a sum (another attention's values mixed in)
     factor: float = 1.0  # the numbers the scores are multiplied (or divided) by on their way to the softmax
     turned: list = field(default_factory=list)  # the cos, sin or polar ops the queries are turned by (RoPE) in forward
     latent: list = field(default_factory=list)  # MLA's: kv down projection's weight, its norm's scale (and q's: V3's)
@@ -665,6 +666,7 @@ def _attention(node: Node) -> Attention | None:
     kw = [w for w in kw if w not in latent]  # MLA's: its up projection (kv_b_proj), keys and values
     found = Attention(node.module, qw, kw, vw, out, norms, q.shape[-1] if q.shape else 0, heads, *outs, latent=latent)
     found.unprojected = {r: read for r, w, read in (("q", qw, qr), ("k", kw, kr), ("v", vw, vr)) if not w}
+    found.mixed = {w for t, r in ((q, qw), (k, kw), (v, vw)) if not r for w in back(t)[0]}
     found.turned = [n for n in walk([q], lambda n: [] if n.op in PRODUCTS else n.parents) if n.op in TURNS]
     if node.op in SOFTMAX and node.parents:  # a sink per head: a column joined to the scores, or to their logsumexp
         behind = list(walk([node.parents[0]], _behind))

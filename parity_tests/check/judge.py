@@ -102,6 +102,9 @@ def choose(check: Check) -> Choice:
                 if choice.matched:
                     return choice
                 best = choice if best is None or error < best.error else best
+    if best is None and outs:  # it ran, but its output holds none of the reference's positions
+        theirs = " or ".join(sorted({str(o.shape) for o in outs.values()}))
+        raise ValueError(f"the module's output has shape {tuple(out.shape)}, the reference's {theirs}")
     if best is None:
         raise ValueError(
             f"the module could not be called as the reference {check.level!r} is; tried {len(errors)} "
@@ -255,12 +258,13 @@ def module(
             mapped = WM.links_from(mapping) if mapping is not None else None  # read first: nothing dealt refuses it
             conventions = dict(call=call, batch_first=batch_first, mask=mask, example=example)
             # weight_norm's and spectral_norm's weights as the forward uses them: plain parameters of a copy
-            plain, parametrized = RN.plain_weights(user_module)
+            plain, scripted = RN.unscripted(user_module)  # torch.jit.script's modules: the Python ones
+            plain, parametrized = RN.plain_weights(plain)
             plain, adapted = RN.merged_adapters(plain)  # LoRA: base + s B A judged as the one linear it is (a note)
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            result.notes += wrapped + parametrized + adapted
+            result.notes += wrapped + scripted + parametrized + adapted
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)

@@ -38,6 +38,7 @@ class Piece:
     each_transposed: bool = False  # (H, in, out / H) (TransformerLens's W_Q): each head's rows transposed
 
 
+NORMING = {"rsqrt", "sqrt", "rms_norm", "layer_norm", "var", "std", "norm", "normalize"}  # x over a root or norm
 CENTRING = {"sub", "__sub__", "__rsub__", "sub_", "var", "std", "var_mean", "std_mean", "layer_norm"}  # x - mean(x)
 
 
@@ -122,6 +123,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
     q/k norms set apart; no flow: `found` with what its last try raised (`unrecorded`)."""
     if flow is None:
         return replace(found, unrecorded=unrecorded)
+    _scales_read(found, module, flow)
     _as_read(found, module, flow)
     _indexed(found, module, flow)
     last = len(flow.nodes)
@@ -142,6 +144,25 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
         qk_norms |= dict.fromkeys(flow.qk_norms[norm.weight], norm)
         found.norms.remove(norm)
     return replace(found, qk_norms=qk_norms, flow=flow)
+
+
+def _scales_read(found: Structure, module: nn.Module, flow) -> None:
+    """1-D parameters that no name placed, read as norm scales (RMSNorm's) where the forward multiplies them by a
+    normalised x: among the factors of their product (or the argument of F.rms_norm) a root, a variance or a norm."""
+    placed = {n for x in found.norms + found.pieces for n in (x.weight, x.bias)} | set(found.orphans)
+    unplaced = {n: p for n, p in module.named_parameters() if p.ndim == 1 and n not in placed}
+    factors = DF.MULS | DF.DIVS | DF.VIEWS | {"rms_norm"}
+
+    def normed(n: DF.Node) -> bool:  # a root, variance or norm, seen through views and a constant added (+ eps)
+        seen = DF.walk([n], lambda m: m.parents if m.op in DF.VIEWS or m.op in DF.ADDS and m.value is not None else [])
+        return any(m.op in NORMING for m in seen)
+
+    for node in flow.nodes:
+        names = [r.param for r in map(DF.root, node.parents) if r.param in unplaced]
+        product = DF.walk([node], lambda m: [c for c in m.children + m.parents if c.op in factors])
+        if names and node.op in factors and any(normed(p) for m in product for p in m.parents + [m]):
+            path, size = names[0].rpartition(".")[0], len(unplaced.pop(names[0]))
+            found.norms.append(Norm(names[0], None, size, _eps(module.get_submodule(path)), path, "rms"))
 
 
 def _as_read(found: Structure, module: nn.Module, flow) -> None:
@@ -328,8 +349,7 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
     scales = [n for n in ones if re.search(r"(weight|gamma|a_2|^g$|_g$|scale|alpha)", n)]  # ln_1_g
     shifts = [n for n in ones if re.search(r"(bias|beta|b_2|^b$|_b$|shift)", n)]  # ln_1_b
-    values = (getattr(mod, attr, None) for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"))
-    eps = next((v for v in values if isinstance(v, float)), None)  # the module's own eps, where it names one
+    eps = _eps(mod)
     for w in scales:
         b = next((s for s in shifts if own[s].shape == own[w].shape), None)
         if b is not None:
@@ -342,6 +362,12 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
         if buf.is_floating_point() and buf.ndim >= 2 and sum(s > 1 for s in buf.shape) == 2:
             rows, width = [s for s in buf.shape if s > 1]
             found.tables.append(Table(f"{prefix}{name}", rows, width, False, True))
+
+
+def _eps(mod: nn.Module) -> float | None:
+    """The module's own eps, where it names one."""
+    values = (getattr(mod, attr, None) for attr in ("eps", "variance_epsilon", "epsilon", "layer_norm_eps"))
+    return next((v for v in values if isinstance(v, float)), None)
 
 
 def pair_order(n: int, Dh: int, rotary: int = 0) -> np.ndarray:

@@ -271,6 +271,38 @@ def unwrapped(user) -> tuple:
     return user, [f"{said}; the names are the inner model's"] if wrappers else []
 
 
+def unscripted(user) -> tuple:
+    """(`user`, []), or where torch.jit.script made modules of it RecursiveScriptModules, whose ops the recording
+    cannot see (a copy with each the Python module it was scripted from, [the report's note])."""
+    plain = _unscripted(user, "") if isinstance(user, nn.Module) else user
+    said = "judged the Python modules torch.jit.script compiled (their classes, holding the scripted modules' tensors)"
+    said += ": TorchScript runs the same forward, with ops the recording cannot see"
+    return plain, [said] if plain is not user else []
+
+
+def _unscripted(module: nn.Module, path: str) -> nn.Module:
+    """`module` with each RecursiveScriptModule in it its Python class's (without its __init__) holding the scripted
+    module's parameters, buffers, attributes and constants; the modules above them shallow copies."""
+    if not any(isinstance(m, torch.jit.RecursiveScriptModule) for m in module.modules()):
+        return module
+    kind = getattr(getattr(module, "_concrete_type", None), "py_class", None)  # a scripted module's class
+    if isinstance(module, torch.jit.RecursiveScriptModule) and kind is None:
+        raise ValueError(
+            f"{path or 'the module'} is a TorchScript module without its Python class (as torch.jit.load gives it), "
+            "whose ops the recording cannot see; pass the module before torch.jit.script"
+        )
+    plain = copy.copy(module) if kind is None else kind.__new__(kind)
+    if kind is not None:
+        nn.Module.__init__(plain)
+        plain._parameters = dict(module.named_parameters(recurse=False))
+        plain._buffers = dict(module.named_buffers(recurse=False))
+        for name in [*module._concrete_type.get_attributes(), *module._concrete_type.get_constants()]:
+            if not name.startswith("_") and not hasattr(plain, name) or name == "training":
+                setattr(plain, name, getattr(module, name))
+    plain._modules = {n: c and _unscripted(c, f"{path}.{n}".lstrip(".")) for n, c in module._modules.items()}
+    return plain
+
+
 def plain_weights(user) -> tuple:
     """(`user`, []), or where weights are parametrized (weight_norm, spectral_norm, ...) (a copy with each such weight
     its current value as a plain parameter, [the report's note]): judged on the weights the forward uses."""

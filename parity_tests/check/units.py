@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from numpy_transformer import TransformerConfig
 
+from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
@@ -139,18 +140,8 @@ def _units(entry, found, units: Units) -> None:
     if units.attentions:
         first = units.attentions[0]
         units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
-    used = set(flow.roles) if flow is not None else set()  # the attentions' and blocks' weights
     if units.token_tables and entry.group == "model":
-        V = units.token_tables[-1].rows
-        heads = [p for p in found.pieces if p.weight not in used and (p.in_features, p.out_features) == (units.D, V)]
-        if heads and entry.output_head:
-            units.out_piece = heads[-1]
-        elif heads and entry.cross:  # a decoder stack with an output projection
-            raise ValueError(
-                f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the "
-                "stack before it: check the whole model as 'transformer', or pass call= returning the decoder's "
-                "hidden states"
-            )
+        _output_head(entry, found, units)
     _refuse_missing(entry, flow, units)
     units.n_enc, units.n_dec = entry.n_layers(len(units.attentions), len(units.blocks))
     units.layer_norms = entry.layer_norm_count(units.n_enc, units.n_dec) - units.n_dec * units.shared_norm
@@ -173,6 +164,28 @@ def _model_norms(entry, flow, units: Units) -> None:
         own -= not units.first_attn_norm
         units.embedding_norm = len(first) - own == stacks
         units.layer_norms += stacks * units.embedding_norm
+
+
+def _output_head(entry, found, units: Units) -> None:
+    """The output projection: a linear D -> V (V the last token table's rows) that no attention or block holds; a
+    second one the forward applies to the same hidden state is a head the reference has no pair for (multi-token
+    prediction's)."""
+    flow, V = found.flow, units.token_tables[-1].rows
+    used = set(flow.roles) if flow is not None else set()  # the attentions' and blocks' weights
+    heads = [p for p in found.pieces if p.weight not in used and (p.in_features, p.out_features) == (units.D, V)]
+    read = [p for p in heads if flow is not None and p.weight in flow.order]
+    fed = [next(n.parents[0] for n in flow.nodes if DF.projection(n) == p.weight) for p in read]  # their inputs
+    if len(read) > 1 and entry.output_head and fed[0] is fed[1]:  # two heads on one hidden state
+        what = f"a second output head ({read[1].weight}, beside {read[0].weight}: logits of its own)"
+        raise NoPair(read[1].weight.rpartition(".")[0] or "(the module)", what, entry.name)
+    if heads and entry.output_head:
+        units.out_piece = heads[-1]
+    elif heads and entry.cross:  # a decoder stack with an output projection
+        raise ValueError(
+            f"the module has an output projection ({heads[-1].weight}); the reference {entry.name!r} is the "
+            "stack before it: check the whole model as 'transformer', or pass call= returning the decoder's "
+            "hidden states"
+        )
 
 
 def _mlm_head(entry, flow, units: Units, by: dict) -> bool:
@@ -237,9 +250,11 @@ def _refuse_unpaired(entry, flow, parallel: bool) -> None:
         words = {"q": "queries", "k": "keys", "v": "values"}
         roles = " and ".join(words[r] for r in a.unprojected)
         read = ", ".join(dict.fromkeys(t for r in a.unprojected for t in a.unprojected[r]))
-        if roles:
-            what = f"{read} read" if read else "the attention's input (or a tensor made outside the forward) taken"
-            raise NoPair(a.module, f"the attention's {roles} are no projection's output: {what} as it is", entry.name)
+        mixed = [f"{b.module}'s {words[r]}" for b in flow.attentions for r in words if a.mixed & set(vars(b)[r])]
+        if roles:  # mixed: another attention's mixed in (ResFormer's value residual)
+            taken = f"{read} read" if read else "the attention's input (or a tensor made outside the forward) taken"
+            what = f"a sum that mixes in {mixed[0]} (a residual across layers)" if mixed else f"{taken} as it is"
+            raise NoPair(a.module, f"the attention's {roles} are no projection's output: {what}", entry.name)
     shared = [a.module for i, a in enumerate(flow.attentions) if a.q in [b.q for b in flow.attentions[:i]]]
     if shared:
         what = "the attention runs again with the same weights (layers that share their parameters, as ALBERT's)"
