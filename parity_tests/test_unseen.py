@@ -170,7 +170,7 @@ TODAY: dict[str, str] = {
         "differs at blocks.1.attn: the attention's values are no projection's output: the attention's input (or a "
         "tensor made outside the forward) taken as it is, which the reference has no pair for"
     ),
-    # fresh12, first met with the judge frozen (11 of 16 right). Qwen3's heads wider than d_model / H (4 heads of 16
+    # fresh12, first met with the judge frozen (12 of 18 right). Qwen3's heads wider than d_model / H (4 heads of 16
     # beside d_model 32, as every Qwen3 and Gemma 3 checkpoint has them): units._rows reads a q projection's rows
     # from dataflow's columns only for a fused projection (dataflow._attention sets found.columns only for a weight
     # used by two roles), else takes d_model / (query pieces) rows for the queries: 32 of 64, the rest left for no k
@@ -198,6 +198,14 @@ TODAY: dict[str, str] = {
     "mean_pool_classifier.layer.softmax_wrong_axis": (
         "unexplained: attn (reference self_attn) diverges with relative error 4.00e-01; not expressible by the config "
         "and no catalogue variant reproduces it"
+    ),
+    # queries turned in pairs (2i, 2i + 1), keys in halves (i, i + Dh/2), the block found: variants.attention's
+    # rope.mixed_pairing variants (pairs=) turn the reference's q and k after the map, which (rope_pairing read once
+    # for the model, interleaved from layer 0) has permuted BOTH projections' rows into halves, so the keys' own
+    # halves are no pairs of the permuted rows and neither variant turns the keys as the user did
+    "polar_llama.mixed_pairing_second_block": (
+        "unexplained: layers.1.attention (reference decoder.layers.1.self_attn) diverges with relative error 3.94e-01; "
+        "not expressible by the config and no catalogue variant reproduces it"
     ),
 }
 
@@ -238,7 +246,7 @@ SLOW |= {  # fresh11: a case of each class stays in the default run
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh12.CASES} - {  # fresh12: a case of each class (and each cause in TODAY) by default
     "nanochat_mqa", "qwen3_scratch", "loaded_gpt2.mask_after_softmax_second_block", "polar_llama",
-    "mean_pool_classifier", "mean_pool_classifier.layer.softmax_wrong_axis",
+    "mean_pool_classifier", "mean_pool_classifier.layer.softmax_wrong_axis", "polar_llama.mixed_pairing_second_block",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",

@@ -26,11 +26,14 @@ what it said when it first met each is in parity_tests/test_unseen.py's TODAY).
 - mistakes put into them, each named where it sits: the scores as K Q^T in Qwen3's second attention, Gemma 3's
   second (global) attention scaled by sqrt(d_model), an unbiased variance in the course model's second decoder
   layer's first norm, the causal mask put on after the softmax in GPT-2's second block, the K/V heads tiled
-  (`.repeat`) in the Llama's second block, the softmax over the queries in the classifier's layer alone.
+  (`.repeat`) in the Llama's second block, and its keys turned in halves (i, i + Dh/2) while its queries are turned
+  in pairs (2i, 2i + 1) there, Gemma 3's second (global) layer not causal, the softmax over the queries in the
+  classifier's layer alone.
 
-First met: 11 of 16 right. Wrong then: the three Qwen3 cases (its heads wider than d_model / H: could not judge,
-even with head_dim= given), the mean-pooled classifier (could not judge: "could not be called"), and the softmax over
-the queries beside the classifier layer's additive mask ('unexplained').
+First met: 12 of 18 right. Wrong then: the three Qwen3 cases (its heads wider than d_model / H: could not judge,
+even with head_dim= given), the mean-pooled classifier (could not judge: "could not be called"), the softmax over
+the queries beside the classifier layer's additive mask and the Llama's mixed RoPE pairing (both 'unexplained' at the
+right block).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -245,6 +248,8 @@ GHD, WINDOW = 8, 4  # Gemma 3 1B: 4 heads of 256 beside d_model 1152; here H * G
 
 
 class Gemma3Attention(nn.Module):
+    causal = True  # False: the mistake, the global layer sees the future
+
     def __init__(self, sliding, scalar=GHD):
         super().__init__()
         self.q_proj = nn.Linear(D, H * GHD, bias=False)
@@ -262,10 +267,14 @@ class Gemma3Attention(nn.Module):
         k = rotate_half(self.k_norm(self.k_proj(x).view(B, T, 1, GHD)).transpose(1, 2), cos, sin)
         v = self.v_proj(x).view(B, T, 1, GHD).transpose(1, 2)
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
-        keep = (j <= i) & (i - j < WINDOW) if self.sliding else j <= i
+        keep = (j <= i) & (i - j < WINDOW) if self.sliding else (j <= i) | (not self.causal)
         scores = torch.einsum("bhqd,bhkd->bhqk", q * self.scaling, k).masked_fill(~keep, float("-inf"))
         y = torch.einsum("bhqk,bhkd->bhqd", scores.softmax(-1), v)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, H * GHD))
+
+
+class SeesTheFuture(Gemma3Attention):
+    causal = False
 
 
 class Gemma3MLP(nn.Module):
@@ -292,11 +301,11 @@ class Gemma3Layer(nn.Module):
 
 
 class Gemma3Scratch(nn.Module):
-    def __init__(self, global_scalar):
+    def __init__(self, global_scalar, second):
         super().__init__()
         self.embed_tokens = nn.Embedding(V, D)
         self.layers = nn.ModuleList(
-            [Gemma3Layer(Gemma3Attention(sliding=True)), Gemma3Layer(Gemma3Attention(False, global_scalar))]
+            [Gemma3Layer(Gemma3Attention(sliding=True)), Gemma3Layer(second(False, global_scalar))]
         )
         self.norm = RMSNorm(D, offset=True)
 
@@ -308,9 +317,9 @@ class Gemma3Scratch(nn.Module):
         return F.linear(self.norm(x), self.embed_tokens.weight)
 
 
-def gemma3_scratch(global_scalar=GHD) -> Gemma3Scratch:
+def gemma3_scratch(global_scalar=GHD, second=Gemma3Attention) -> Gemma3Scratch:
     torch.manual_seed(0)
-    return _jitter(Gemma3Scratch(global_scalar))
+    return _jitter(Gemma3Scratch(global_scalar, second))
 
 
 # -- a course's "attention is all you need": post-norm, one shared vocabulary, forward(src, tgt, src_mask, tgt_mask) -
@@ -609,8 +618,16 @@ def apply_rotary(x, freqs_cis):
     return torch.view_as_real(z * freqs_cis[None, :, None, :]).flatten(3).type_as(x)
 
 
+def apply_rotary_halves(x, freqs_cis):
+    """The same turn on the halves' pairs (i, i + HD / 2): the first half the real parts, the second the imaginary."""
+    a, b = x.float().chunk(2, dim=-1)
+    z = torch.complex(a, b) * freqs_cis[None, :, None, :]
+    return torch.cat((z.real, z.imag), dim=-1).type_as(x)
+
+
 class LlamaAttention(nn.Module):
     tiled = False  # the mistake: K/V heads widened by .repeat (tiled: 0, 1, 0, 1), not repeat_interleave
+    key_rotary = staticmethod(apply_rotary)  # apply_rotary_halves: the mistake, keys paired unlike the queries
 
     def __init__(self):
         super().__init__()
@@ -620,7 +637,7 @@ class LlamaAttention(nn.Module):
     def forward(self, x, freqs_cis):
         B, T, _ = x.shape
         q = apply_rotary(self.wq(x).view(B, T, H, D // H), freqs_cis).transpose(1, 2)
-        k = apply_rotary(self.wk(x).view(B, T, LKV, D // H), freqs_cis).transpose(1, 2)
+        k = self.key_rotary(self.wk(x).view(B, T, LKV, D // H), freqs_cis).transpose(1, 2)
         v = self.wv(x).view(B, T, LKV, D // H).transpose(1, 2)
         if self.tiled:
             k, v = k.repeat(1, H // LKV, 1, 1), v.repeat(1, H // LKV, 1, 1)
@@ -632,6 +649,10 @@ class LlamaAttention(nn.Module):
 
 class TiledKV(LlamaAttention):
     tiled = True
+
+
+class KeysInHalves(LlamaAttention):
+    key_rotary = staticmethod(apply_rotary_halves)
 
 
 class LlamaBlock(nn.Module):
@@ -699,6 +720,13 @@ CASES = [
         {},
         ("mistake", "attention.wrong_scale", "layers.1.self_attn"),
     ),
+    (
+        "gemma3_scratch.not_causal_second_block",
+        lambda: gemma3_scratch(second=SeesTheFuture),
+        "transformer_lm",
+        {},
+        ("mistake", "attention.not_causal", "layers.1.self_attn"),
+    ),
     ("course_transformer", course_transformer, "transformer", {}, "pass"),
     (
         "course_transformer.unbiased_variance_second_decoder_layer",
@@ -731,5 +759,12 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.kv_heads_tiled", "layers.1.attention"),
+    ),
+    (
+        "polar_llama.mixed_pairing_second_block",
+        lambda: polar_llama(KeysInHalves),
+        "transformer_lm",
+        {},
+        ("mistake", "rope.mixed_pairing", "layers.1.attention"),
     ),
 ]
