@@ -28,6 +28,7 @@ from parity_tests.corpus import (
     fresh9,
     fresh10,
     fresh11,
+    fresh12,
     frontier,
     lacking,
     unseen,
@@ -36,6 +37,10 @@ from parity_tests.corpus import (
 _TOPK = (
     "differs at {}.mlp: topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's), which "
     "the reference has no pair for"
+)
+_QWEN3 = (
+    "could not judge: cannot read trf_blocks.0.att.W_query.weight (64 rows) as the q projection(s) of an attention of "
+    "width 32 (1 query piece(s)); pass mapping="
 )
 
 # What the judge says today where it is wrong, keyed by case name.
@@ -49,6 +54,43 @@ TODAY: dict[str, str] = {
     "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
     "qwen3_moe_hand": _TOPK.format("layers.0"),
     "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
+    # fresh12, first met with the judge frozen (12 of 18 right). Qwen3's heads wider than d_model / H (4 heads of 16
+    # beside d_model 32, as every Qwen3 and Gemma 3 checkpoint has them): units._rows reads a q projection's rows
+    # from dataflow's columns only for a fused projection (dataflow._attention sets found.columns only for a weight
+    # used by two roles), else takes d_model / (query pieces) rows for the queries: 32 of 64, the rest left for no k
+    # or v, so it raises; head_dim= given changes nothing (the width is D, never H * head_dim, nor the Dh the flow
+    # reads, found.dh), and "pass mapping=" is the only way out it names. With 4 heads of 8 the clean model passes,
+    # but K Q^T is then refused at trf_blocks.1.att: dataflow._attention takes the score product's first operand for
+    # the queries, so W_key (16 rows, 2 K/V heads) is read as the q projection and units._rows raises the same way
+    "qwen3_scratch": _QWEN3,
+    "qwen3_scratch.head_dim_given": _QWEN3,
+    "qwen3_scratch.q_k_swapped_second_block": _QWEN3,
+    # logits (B, C) of a mean over the non-padding tokens: running.positions_held matches only (B, T, V) and its last
+    # position, so judge._errors yields nothing for the calls that run (the ids alone run), `best` stays None and
+    # judge.choose says the module "could not be called", listing only the mask conventions that raised; no pool
+    # reads a masked mean (towers.py's pools pick a token: end, last, class), so `pool` is never named
+    "mean_pool_classifier": (
+        "could not judge: the module could not be called as the reference 'encoder_model' is; tried 20 conventions, "
+        "the first few failed with:\n  {'batch_first': True, 'mask': 'attention_mask: bool_keep (B, 1, 1, T)'}: "
+        "RuntimeError: permute(sparse_coo): ... ; pass call= (how to call it) or mapping= (the weight map)"
+    ),
+    # a softmax over the queries beside BERT's additive mask, scores + (1 - m) * -10000: a constant on each padded
+    # key's column, which a softmax over the queries cancels (the mask does nothing). variants.attention_heads'
+    # axis=-2 comes only with mask_mode "fill" (the masked scores replaced by -1e9: the column uniform), so no variant
+    # reproduces it; and judge.choose, nothing matching, judges under the closest miss, the additive (B, T) mask,
+    # not the int_keep (B, T) mask the clean layer passes with (activation='gelu' given: the same words)
+    "mean_pool_classifier.layer.softmax_wrong_axis": (
+        "unexplained: attn (reference self_attn) diverges with relative error 4.00e-01; not expressible by the config "
+        "and no catalogue variant reproduces it"
+    ),
+    # queries turned in pairs (2i, 2i + 1), keys in halves (i, i + Dh/2), the block found: variants.attention's
+    # rope.mixed_pairing variants (pairs=) turn the reference's q and k after the map, which (rope_pairing read once
+    # for the model, interleaved from layer 0) has permuted BOTH projections' rows into halves, so the keys' own
+    # halves are no pairs of the permuted rows and neither variant turns the keys as the user did
+    "polar_llama.mixed_pairing_second_block": (
+        "unexplained: layers.1.attention (reference decoder.layers.1.self_attn) diverges with relative error 3.94e-01; "
+        "not expressible by the config and no catalogue variant reproduces it"
+    ),
 }
 
 
@@ -86,6 +128,10 @@ SLOW |= {  # fresh11: a case of each class stays in the default run
     "modernbert_hand.unbiased_variance_second_layer", "unfold_vit.scaled_by_model_width_second_block",
     "clip_vision_openai.quick_gelu_constant_second_block", "phi_partial_rotary.causal_shows_next_second_block",
 }  # fmt: skip
+SLOW |= {c[0] for c in fresh12.CASES} - {  # fresh12: a case of each class (and each cause in TODAY) by default
+    "nanochat_mqa", "qwen3_scratch", "loaded_gpt2.mask_after_softmax_second_block", "polar_llama",
+    "mean_pool_classifier", "mean_pool_classifier.layer.softmax_wrong_axis", "polar_llama.mixed_pairing_second_block",
+}  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
     "remote_llama", "two_head_gpt", "value_residual_gpt",
@@ -120,6 +166,7 @@ def _case(name, *values):
             fresh9,
             fresh10,
             fresh11,
+            fresh12,
             lacking,
         )
         for case in corpus.CASES
