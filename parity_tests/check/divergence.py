@@ -29,7 +29,7 @@ from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
 from .unsupported import differs
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate")
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate", "router", "experts")
 CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)  # never called: a module above runs
 
 
