@@ -309,6 +309,46 @@ def test_latent_attention_written_by_hand_passes_with_its_map():
     assert result.passed, str(result)
 
 
+def _sink_as_column(self, x, cos, sin):  # fresh11's SinkAttention with its sink joined by `cat` (read today)
+    B, T, _ = x.shape
+    q = fresh11.rotate_halves(self.q_proj(x).view(B, T, 4, 8).transpose(1, 2), cos, sin)
+    k = fresh11.rotate_halves(self.k_proj(x).view(B, T, 2, 8).transpose(1, 2), cos, sin)
+    k, v = k.repeat_interleave(2, dim=1), self.v_proj(x).view(B, T, 2, 8).transpose(1, 2).repeat_interleave(2, dim=1)
+    s = (q @ k.transpose(-1, -2) / 8**0.5).masked_fill(~fresh11.keep_band(T, self.window), float("-inf"))
+    p = torch.cat([s, self.sinks.view(1, 4, 1, 1).expand(B, 4, T, 1)], dim=-1).softmax(dim=-1)[..., :-1]
+    return self.o_proj((p @ v).transpose(1, 2).reshape(B, T, 32))
+
+
+def _raw_gates(self, hidden):  # fresh11's Qwen3-MoE block without renormalising its k gates (norm_topk_prob False)
+    x = hidden.reshape(-1, 32)
+    weights, chosen = self.gate(x).softmax(dim=-1).topk(2, dim=-1)
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(self.experts):
+        rows, slot = torch.where(chosen == e)
+        out.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+    return out.view(hidden.shape)
+
+
+def test_mixtures_of_experts_written_by_hand_are_read_from_the_flow(monkeypatch):
+    """units.Mixture: GPT-OSS's experts gathered row by row from stacked tensors (its sinks joined as a column, so
+    that the mixture alone is judged) pass, their gradients compared; Qwen3-MoE's k gates left unrenormalised are
+    read as norm_topk_prob=False and pass; its map (an expert's rows of the stacked weights) passed back as mapping=
+    passes too, and with the gates renormalised under it, the model does not."""
+    monkeypatch.setattr(fresh11.SinkAttention, "forward", _sink_as_column)
+    torch.manual_seed(0)
+    oss = check.module(fresh11.gpt_oss(), "transformer_lm")
+    assert oss.passed and oss.config.expert_kind == "gpt_oss" and oss.config.attn_sinks, str(oss)
+    assert oss.mapping["blocks.1.mlp.experts.down_proj_bias"][0] == "decoder.layers.1.ffn.experts.down_proj_bias"
+    monkeypatch.setattr(fresh11.SparseMoeBlock, "forward", _raw_gates)
+    raw = check.module(fresh11.qwen3_moe(), "transformer_lm")
+    assert raw.passed and not raw.config.norm_topk_prob, str(raw)
+    again = check.module(fresh11.qwen3_moe(), "transformer_lm", mapping=raw.mapping, config=raw.config)
+    assert again.passed, str(again)
+    monkeypatch.undo()
+    renormed = check.module(fresh11.qwen3_moe(), "transformer_lm", mapping=raw.mapping, config=raw.config)
+    assert not renormed.passed, str(renormed)
+
+
 def test_what_was_judged_in_place_of_what_was_handed_in_is_said():
     """A wrapped model is judged as the model inside (running.unwrapped), and a float32 run that computes in bfloat16
     is judged on bars widened by bfloat16's epsilon over float32's (running.narrowest): each is said in a note; the
