@@ -109,8 +109,8 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
 
 
 def _input_width(flow, by: dict, weight: str) -> int:
-    """The width `weight` projects from: its piece's, or (stacked experts, no piece) as the flow read it."""
-    if flow.axes(weight) == 3:
+    """The width `weight` projects from: its piece's, or (experts stacked, where a router runs) as the flow read it."""
+    if flow.routers and flow.axes(weight) == 3:
         return flow.operand_width(weight)
     return _pieces(by, [weight], "a feed-forward block")[0].in_features
 
