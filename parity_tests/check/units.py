@@ -271,7 +271,7 @@ def _rotary(flow, n_dec: int, Dh: int) -> dict:
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
-    """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
+    """NoPair for what the flow shows the reference has no pair for: a top-k no router's, an attention run again with
     the same weights, a parallel block not read as one (`parallel`)."""
     routers = [node for node, _ in flow.routers.values()]
     for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
