@@ -34,10 +34,6 @@ from parity_tests.corpus import (
     unseen,
 )
 
-_TOPK = (
-    "differs at {}.mlp: topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's), which "
-    "the reference has no pair for"
-)
 _QWEN3 = (
     "could not judge: cannot read trf_blocks.0.att.W_query.weight (64 rows) as the q projection(s) of an attention of "
     "width 32 (1 query piece(s)); pass mapping="
@@ -45,15 +41,6 @@ _QWEN3 = (
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh11, first met with the judge frozen (3 of 21 right). A router's top-k: units._refuse_unpaired raises NoPair
-    # at the first topk, though the reference has both mixtures (TransformerConfig n_experts, top_k, norm_topk_prob,
-    # expert_kind "gpt_oss"; numpy_transformer/moe.py, gpt_oss_moe.py); no unit reads a router or its experts (no
-    # link to ffn.router.* / ffn.experts.*), so the second block's attention mistakes are never searched for. Both
-    # models equal transformers' GptOss / Qwen3Moe on the same weights (to float32's rounding)
-    "gpt_oss_hand": _TOPK.format("blocks.0"),
-    "gpt_oss_hand.sink_missing_second_block": _TOPK.format("blocks.0"),
-    "qwen3_moe_hand": _TOPK.format("layers.0"),
-    "qwen3_moe_hand.q_k_swapped_second_block": _TOPK.format("layers.0"),
     # fresh12, first met with the judge frozen (12 of 18 right). Qwen3's heads wider than d_model / H (4 heads of 16
     # beside d_model 32, as every Qwen3 and Gemma 3 checkpoint has them): units._rows reads a q projection's rows
     # from dataflow's columns only for a fused projection (dataflow._attention sets found.columns only for a weight
@@ -298,6 +285,46 @@ def test_latent_attention_map_is_read_back_from_its_printed_notes():
     text = {user: (reference, note) for user, (reference, note) in result.mapping.items()}
     blocks = fresh8.deepseek_lite(fresh8.LatentKVBlocks, fresh8.LatentKVBlocks)
     assert check.module(blocks, "transformer_lm", mapping=text).passed
+
+
+def _sink_as_column(self, x, cos, sin):  # fresh11's SinkAttention with its sink joined by `cat` (read today)
+    B, T, _ = x.shape
+    q = fresh11.rotate_halves(self.q_proj(x).view(B, T, 4, 8).transpose(1, 2), cos, sin)
+    k = fresh11.rotate_halves(self.k_proj(x).view(B, T, 2, 8).transpose(1, 2), cos, sin)
+    k, v = k.repeat_interleave(2, dim=1), self.v_proj(x).view(B, T, 2, 8).transpose(1, 2).repeat_interleave(2, dim=1)
+    s = (q @ k.transpose(-1, -2) / 8**0.5).masked_fill(~fresh11.keep_band(T, self.window), float("-inf"))
+    p = torch.cat([s, self.sinks.view(1, 4, 1, 1).expand(B, 4, T, 1)], dim=-1).softmax(dim=-1)[..., :-1]
+    return self.o_proj((p @ v).transpose(1, 2).reshape(B, T, 32))
+
+
+def _raw_gates(self, hidden):  # fresh11's Qwen3-MoE block without renormalising its k gates (norm_topk_prob False)
+    x = hidden.reshape(-1, 32)
+    weights, chosen = self.gate(x).softmax(dim=-1).topk(2, dim=-1)
+    out = torch.zeros_like(x)
+    for e, expert in enumerate(self.experts):
+        rows, slot = torch.where(chosen == e)
+        out.index_add_(0, rows, expert(x[rows]) * weights[rows, slot, None])
+    return out.view(hidden.shape)
+
+
+def test_mixtures_of_experts_written_by_hand_are_read_from_the_flow(monkeypatch):
+    """units.Mixture: GPT-OSS's experts gathered row by row from stacked tensors (its sinks joined as a column, so
+    that the mixture alone is judged) pass, their gradients compared; Qwen3-MoE's k gates left unrenormalised are
+    read as norm_topk_prob=False and pass; its map (an expert's rows of the stacked weights) passed back as mapping=
+    passes too, and with the gates renormalised under it, the model does not."""
+    monkeypatch.setattr(fresh11.SinkAttention, "forward", _sink_as_column)
+    torch.manual_seed(0)
+    oss = check.module(fresh11.gpt_oss(), "transformer_lm")
+    assert oss.passed and oss.config.expert_kind == "gpt_oss" and oss.config.attn_sinks, str(oss)
+    assert oss.mapping["blocks.1.mlp.experts.down_proj_bias"][0] == "decoder.layers.1.ffn.experts.down_proj_bias"
+    monkeypatch.setattr(fresh11.SparseMoeBlock, "forward", _raw_gates)
+    raw = check.module(fresh11.qwen3_moe(), "transformer_lm")
+    assert raw.passed and not raw.config.norm_topk_prob, str(raw)
+    again = check.module(fresh11.qwen3_moe(), "transformer_lm", mapping=raw.mapping, config=raw.config)
+    assert again.passed, str(again)
+    monkeypatch.undo()
+    renormed = check.module(fresh11.qwen3_moe(), "transformer_lm", mapping=raw.mapping, config=raw.config)
+    assert not renormed.passed, str(renormed)
 
 
 def test_what_was_judged_in_place_of_what_was_handed_in_is_said():

@@ -13,7 +13,8 @@ parameter is a leaf named by its (first registered) name, whatever view of it an
   projection through one op are one attention's heads (a module per head);
 - a feed-forward is a projection whose input comes from other projections only through element-wise ops, an
   activation among them: from one, a plain block (or a gated one whose gate and up are one projection split,
-  Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads;
+  Phi-3's gate_up_proj); from two, a gated block, the gate the one an activation reads; a router: the one
+  projection a topk reads (through a softmax or not), its experts the blocks run after it;
 - an attention's sliding window: the keys its probabilities (or SDPA's mask) let each query see; its RoPE: the cos
   and sin tables its queries are turned by; a sandwich: a norm between the attention's output and the stream;
 - order: each parameter's first use; positions: the tables looked up with c, c + 1, ..., c + T - 1 (c = 2: BART's);
@@ -41,7 +42,9 @@ VIEWS = {
     "__get__", "detach", "clone", "expand", "unsqueeze", "squeeze", "flatten", "__getitem__", "type", "chunk",
     "split", "unbind", "narrow", "unflatten",
 }  # fmt: skip
-PRODUCTS = {"linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm"}
+PRODUCTS = {
+    "linear", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "einsum", "conv1d", "addmm", "baddbmm", "_grouped_mm",
+}  # fmt: skip
 SOFTMAX = {"softmax", "_softmax", "exp"}  # exp: a softmax written by hand, e / e.sum()
 ACTIVATIONS = {
     "relu", "gelu", "silu", "sigmoid", "tanh", "erf", "softplus", "relu_", "elu", "mish", "leaky_relu", "clamp",
@@ -248,10 +251,17 @@ def hooked(modules, after, before=None) -> Iterator[None]:
 
 
 def root(node: Node) -> Node:
-    """`node` seen through views: the parameter it is, else the first node that computes."""
-    while node.param is None and node.op in VIEWS and len(node.parents) == 1:
+    """`node` seen through views: the parameter it is (an expert's of stacked ones, picked by a router), else the
+    first node that computes."""
+    while node.param is None and node.op in VIEWS and (len(node.parents) == 1 or picked(node)):
         node = node.parents[0]
     return node
+
+
+def picked(node: Node) -> bool:
+    """A parameter's rows picked by a router's top-k choice (GPT-OSS's experts' weights gathered per row)."""
+    index = node.parents[1:] if node.op == "__getitem__" and node.parents[0].param is not None else []
+    return any(n.op == "topk" for n in walk(index, lambda n: n.parents))
 
 
 def weight_of(node: Node) -> str | None:
@@ -277,8 +287,8 @@ def walk(starts: list, onward) -> Iterator[Node]:
 
 
 def _behind(node: Node) -> list:
-    """Back from `node` through anything but a product or a parameter."""
-    return [] if node.op in PRODUCTS or node.param is not None else node.parents
+    """Back from `node` through anything but a product or a parameter (to a picked parameter, not its index)."""
+    return [] if node.op in PRODUCTS or node.param is not None else node.parents[: 1 if picked(node) else None]
 
 
 def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
@@ -369,6 +379,26 @@ class Flow:
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
+    routers: dict = field(default_factory=dict)  # a router's weight -> (its top-k node, its k gates renormalised)
+
+    def _products(self, weight: str) -> list:  # the products that read `weight`
+        return [n for n in self.nodes if projection(n) == weight]
+
+    def axes(self, param: str) -> int:
+        return next(len(n.shape) for n in self.nodes if n.param == param)
+
+    def operand_width(self, weight: str) -> int:
+        """The width of the input the first product reading `weight` multiplies it with."""
+        return next(p.shape[-1] for p in self._products(weight)[0].parents if weight_of(p) is None)
+
+    def clamped(self, weight: str) -> bool:
+        """Whether the input of a product reading `weight` is clamped on its way (GPT-OSS's clamped SwiGLU)."""
+        return any(n.op.startswith("clamp") for n in _activations(self._products(weight)[0]))
+
+    def picked_bias(self, weight: str) -> str | None:
+        """The parameter whose picked rows are added to the products reading `weight` (a stacked expert's bias)."""
+        sums = [n for n in self.nodes if n.op in ADDS and set(n.parents) & set(self._products(weight))]
+        return next((root(p).param for n in sums for p in n.parents if picked(p)), None)
 
     def heads(self, D: int | None) -> int | None:
         """The head count the first attention's query shows, else d_model `D` over its head width, else None."""
@@ -553,6 +583,12 @@ def read(nodes: list, values: dict) -> Flow:
         for scale, role in a.norms.items():
             flow.qk_norms[scale] = getattr(a, role)[:1]
     _feed_forwards(flow)
+    for node in (n for n in nodes if n.op == "topk"):  # a router: one projection's outputs, maybe softmaxed, top-k'd
+        met = list(walk([node], lambda n: [] if projection(n) else _behind(n)))
+        weights = {projection(n) for n in met} - {None}
+        if len(weights) == 1:  # its k gates sum to 1: a softmax after the top-k, or the k divided by their sum
+            renorm = not any(n.op in SOFTMAX for n in met) or any(c.op in DIVS for c in node.children)
+            flow.routers[weights.pop()] = (node, renorm)
     return flow
 
 
@@ -581,6 +617,7 @@ def _uses(flow: Flow) -> None:
                 if node.op in ADDS and node.value == 1 and len(seen.shape) == 1:
                     flow.plus_one.add(seen.param)
         lookup = node.op in ("embedding", "__getitem__") and isinstance(node.value, np.ndarray) and node.parents
+        lookup = lookup and not picked(node)  # an expert's bias is no table
         table = weight_of(node.parents[0 if node.op == "__getitem__" else -1]) if lookup else None
         if table is not None:
             indexed |= {table} if node.op == "__getitem__" else set()

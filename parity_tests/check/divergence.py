@@ -30,7 +30,8 @@ from .session import copy_of, probe_of, run_user
 from .unsupported import differs
 
 PROJECTIONS = (
-    "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate", "q_b_proj", "kv_a_proj", "kv_b_proj",
+    "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate", "router", "experts", "q_b_proj",
+    "kv_a_proj", "kv_b_proj",
 )  # fmt: skip
 CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.ParameterList, nn.ParameterDict)  # never called: a module above runs
 

@@ -385,12 +385,18 @@ def rope_paired(name: str, Dh: int) -> bool:
     return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
 
 
+def rows_of(tensor: np.ndarray) -> np.ndarray:
+    """A reference tensor's rows: a stacked one's (experts') leading axes merged."""
+    return tensor.reshape(-1, tensor.shape[-1]) if tensor.ndim > 2 else tensor
+
+
 def gather(link: Link, reference: dict) -> np.ndarray:
-    """The user's tensor (before any transpose): the rows of the reference tensors its link names stacked (q and k
-    rows in the link's RoPE pairing) after `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
+    """The user's tensor (before any transpose): the rows of the reference tensors its link names stacked (leading
+    axes merged: an expert's rows of the experts' stacked weights; q and k rows in the link's RoPE pairing) after
+    `offset` rows of zeros, minus 1 where the user scales by 1 + weight."""
     blocks = []
     for n, rows in link.parts:
-        block = reference[n] if rows is None else reference[n][rows[0] : rows[1]]
+        block = reference[n] if rows is None else rows_of(reference[n])[rows[0] : rows[1]]
         paired = rope_paired(n, link.rope_pairs)
         blocks.append(block[pair_order(len(block), link.rope_pairs, link.rope_rotary)] if paired else block)
     zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)

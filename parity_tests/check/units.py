@@ -99,7 +99,7 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
             f"the number of heads cannot be read from the recorded forward: pass n_heads= ({entry.name!r})"
         )
     by = {p.weight: p for p in pieces}
-    F = _pieces(by, flow.blocks[0][-1:], "a feed-forward block")[0].in_features if flow and flow.blocks else 4 * D
+    F = _input_width(flow, by, flow.blocks[0][-1]) if flow and flow.blocks else 4 * D
     units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
     units.token_tables = [t for t in tables if not t.position and t.width == D]
     units.position_tables = [t for t in tables if t.position and t.width == D]
@@ -108,6 +108,13 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         units.type_table = types[0]
         units.token_tables.remove(types[0])
     return units, fields
+
+
+def _input_width(flow, by: dict, weight: str) -> int:
+    """The width `weight` projects from: its piece's, or (experts stacked, where a router runs) as the flow read it."""
+    if flow.routers and flow.axes(weight) == 3:
+        return flow.operand_width(weight)
+    return _pieces(by, [weight], "a feed-forward block")[0].in_features
 
 
 def _units(entry, found, units: Units) -> None:
@@ -128,13 +135,14 @@ def _units(entry, found, units: Units) -> None:
             | {"columns": a.columns, "sinks": _sinks(flow, a, found.names), "latent": _latent(by, a, units)}
             for a in flow.attentions
         ]
+        _queries_first(units.attentions)
         blocks = flow.blocks[:-1] if _mlm_head(entry, flow, units, by) else flow.blocks
-        units.blocks = [_pieces(by, block, "a feed-forward block") for block in blocks]
+        units.blocks = _mixtures(flow, by, blocks)
         units.parallel = entry.group == "model" and entry.stacks == ("decoder",) and not entry.cross and flow.parallel
         _refuse_unpaired(entry, flow, units.parallel)
         units.shared_norm = units.parallel and flow.shared_input  # Phi-2's one norm, read by both
-    units.gated = bool(units.blocks) and all(len(b) == 3 for b in units.blocks)
-    for block in units.blocks if units.gated else []:  # names settle gate and up: silu on the up is a mistake
+    units.gated = bool(units.blocks) and all(len(b) == 3 for b in experts(units.blocks))
+    for block in experts(units.blocks) if units.gated else []:  # names settle gate and up: silu on the up is a mistake
         if role_of(block[0].weight) == "up" or role_of(block[1].weight) == "gate":
             block[:2] = block[1::-1]
     if units.attentions:
@@ -186,6 +194,56 @@ def _output_head(entry, found, units: Units) -> None:
             "stack before it: check the whole model as 'transformer', or pass call= returning the decoder's "
             "hidden states"
         )
+
+
+@dataclass
+class Mixture:
+    """A mixture of experts in a feed-forward block's place: its router (a piece), its experts' blocks in the order
+    they ran (or `stacked`: the reference's experts.* name -> the user's stacked tensor, GPT-OSS's), the k experts
+    each row takes, whether their k gates are renormalised to sum to 1, GPT-OSS's clamped experts or not."""
+
+    router: object
+    k: int
+    renorm: bool
+    clamped: bool
+    experts: list = field(default_factory=list)
+    stacked: dict = field(default_factory=dict)
+
+
+def experts(blocks: list) -> list:
+    """The feed-forward blocks, each mixture's experts (of pieces) in its place."""
+    return [e for b in blocks for e in (b.experts if isinstance(b, Mixture) else [b])]
+
+
+def _mixtures(flow, by: dict, blocks: list) -> list:
+    """The flow's blocks as pieces, those run after a router (and before the next attention) its Mixture's experts;
+    experts stacked in tensors the router's choice picks from (GPT-OSS's) read as they are, with their biases."""
+    routers = sorted((flow.order[w], w) for w in flow.routers)
+    queries = [flow.order[a.q[0]] for a in flow.attentions if a.q]
+    out: list = []
+    for block in blocks:
+        at = flow.order[block[0]]
+        start, router = max((r for r in routers if r[0] < at), default=(at, None))
+        if router is None or any(start < q < at for q in queries):
+            out.append(_pieces(by, block, "a feed-forward block"))
+            continue
+        if not (out and isinstance(out[-1], Mixture) and out[-1].router is by[router]):
+            node, renorm = flow.routers[router]
+            out.append(Mixture(by[router], node.shape[-1], renorm, flow.clamped(block[-1])))
+        if len(block) == 3 and block[0] == block[1] and flow.axes(block[0]) == 3:  # stacked: (gate_up, down)
+            names = {"gate_up_proj": block[0], "down_proj": block[2]}
+            out[-1].stacked = names | {f"{n}_bias": b for n, w in names.items() if (b := flow.picked_bias(w))}
+        else:
+            out[-1].experts.append(_pieces(by, block, "a feed-forward block"))
+    return out
+
+
+def _queries_first(attentions: list) -> None:
+    """Queries narrower than the keys they score are K Q^T of grouped keys: q and k exchanged, as the reference's
+    (not latent attention's, whose keys are its up projection's)."""
+    for a in attentions:
+        if len(a["q"]) == len(a["k"]) == 1 and a["q"][0].out_features < a["k"][0].out_features and not a["latent"]:
+            a["q"], a["k"] = a["k"], a["q"]
 
 
 def _mlm_head(entry, flow, units: Units, by: dict) -> bool:
@@ -240,10 +298,11 @@ def _rotary(flow, n_layers: int, Dh: int) -> dict:
 
 
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
-    """NoPair for what the flow shows the reference has no pair for: a router's top-k, an attention run again with
+    """NoPair for what the flow shows the reference has no pair for: a top-k no router's, an attention run again with
     the same weights, a parallel block not read as one (`parallel`)."""
-    for node in flow.nodes:  # a top-k read with nothing beside its input
-        if node.op == "topk" and len(node.parents) == 1:
+    routers = [node for node, _ in flow.routers.values()]
+    for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
+        if node.op == "topk" and len(node.parents) == 1 and node not in routers:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
             raise NoPair(node.module or "(the module)", what, entry.name)
     for a in flow.attentions if entry.heads else ():  # keys (or queries, values) no projection computes
@@ -321,7 +380,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     rms = bool(norms) and all(n.kind == "rms" for n in norms)
     epsilons = [n.eps for n in norms if n.eps is not None]  # one eps for all: a norm of another is said (divergence)
     token_tables, out_piece = units.token_tables, units.out_piece
-    pieces = [p for a in units.attentions for r in ROLES for p in a[r]] + [p for b in units.blocks for p in b]
+    pieces = [p for a in units.attentions for r in ROLES for p in a[r]] + [p for b in experts(units.blocks) for p in b]
     base = dict(
         src_vocab_size=token_tables[0].rows if token_tables else 32,
         tgt_vocab_size=token_tables[-1].rows if token_tables else 32,
@@ -349,6 +408,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     )
     if units.gated:
         base["activation"] = "silu"
+    base |= _mixture_fields(units.blocks)
     pads = {t.padding_idx for t in token_tables if t.padding_idx is not None}
     if len(pads) == 1:  # the pad id the model's tables say (BART's 1)
         base["pad_id"] = pads.pop()
@@ -391,6 +451,19 @@ def _built(base: dict, known: dict) -> TransformerConfig:
         if not known:
             raise
         raise ValueError(f"{exc}; pass config fields that agree with it (given: {', '.join(known)})") from exc
+
+
+def _mixture_fields(blocks: list) -> dict:
+    """The first mixture's router and experts as the config's fields; the layers whose block is none keep a dense
+    one."""
+    first = next((b for b in blocks if isinstance(b, Mixture)), None)
+    if first is None:
+        return {}
+    dense = tuple(i for i, b in enumerate(blocks) if not isinstance(b, Mixture))
+    kind = "gpt_oss" if first.clamped else "swiglu"
+    return dict(n_experts=first.router.out_features, top_k=first.k, norm_topk_prob=first.renorm, expert_kind=kind) | {
+        "dense_layers": dense
+    }
 
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
@@ -527,8 +600,22 @@ class Linker:
         """A table (mapping.Table) as is, or after its `offset` rows the model never reads (BART's positions)."""
         self.links.append(Link(table.name, [(ref, None)], offset=table.offset))
 
-    def ffn(self, block: list, prefix: str) -> None:
-        """A block's linears; a gate and up in one projection (Phi-3's) as two parts, in the order the flow read."""
+    def ffn(self, block, prefix: str) -> None:
+        """A block's linears; a gate and up in one projection (Phi-3's) as two parts, in the order the flow read; a
+        mixture's router, and each expert's gate, up and down as its rows of the experts' stacked weights."""
+        if isinstance(block, Mixture):
+            self.piece(block.router, [(f"{prefix}router", None)], self.cfg.expert_kind == "gpt_oss")
+            self.links += [Link(user, [(f"{prefix}experts.{ref}", None)]) for ref, user in block.stacked.items()]
+            if block.stacked:
+                return
+            self.count(f"experts run after {block.router.weight}", len(block.experts), block.router.out_features)
+            F, D = self.cfg.expert_width, self.cfg.d_model
+            for e, (gate, up, down) in enumerate(block.experts):
+                rows = [(gate, "gate_up", 2 * e * F, F), (up, "gate_up", (2 * e + 1) * F, F), (down, "down", e * D, D)]
+                for p, name, start, n in rows:
+                    part = (f"{prefix}experts.{name}_proj", (start, start + n))
+                    self._stack(Link(p.weight, [part], transposed=p.transposed))
+            return
         if len(block) == 3 and block[0] is block[1]:
             halves = ["linear1", "gate"] if block[0].weight in self.found.flow.up_first else ["gate", "linear1"]
             self.piece(block[0], [(f"{prefix}{h}", None) for h in halves], self.cfg.bias)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from .mapping import Link, gather
+from .mapping import Link, gather, rows_of
 
 HELD = "held at zero: the user's layer has no bias; gradient not compared"
 FIXED = "equal to float32 precision; overwritten in float64"
@@ -141,10 +141,8 @@ def refuse_unknown(links: list, zero: list, reference: dict, tensors: dict, leve
                     f"mapping[{link.user!r}] names {name!r}, which the reference {level!r} does not have as "
                     f"configured here ({names})"
                 )
-            if rows is not None and not 0 <= rows[0] < rows[1] <= len(reference[name]):
-                raise ValueError(
-                    f"mapping[{link.user!r}]: rows {rows[0]}:{rows[1]} of {name!r}, which has {len(reference[name])}"
-                )
+            if rows is not None and not 0 <= rows[0] < rows[1] <= (n := len(rows_of(reference[name]))):
+                raise ValueError(f"mapping[{link.user!r}]: rows {rows[0]}:{rows[1]} of {name!r}, which has {n}")
         size = gather(link, reference).size
         if size != tensors[link.user].numel():
             raise ValueError(

@@ -744,6 +744,8 @@ CASES = [
         {},
         ("mistake", "rms_norm.eps_outside_sqrt", "layers.1.post_feedforward_layernorm"),
     ),
+    # the reference's clamped SwiGLU is GPT-OSS's experts' only: with mixtures read, a dense one stays without a pair
+    # (a one-expert mixture would need a router the module lacks)
     ("oss_lm", oss_lm, "transformer_lm", {}, ("no pair", "block.0.mlp", "clamp")),
     ("oss_lm.plain_swiglu", lambda: oss_lm(clamped=False), "transformer_lm", {}, "pass"),
     ("qwen2_lm", qwen2_lm, "transformer_lm", {}, "pass"),
@@ -770,7 +772,9 @@ CASES = [
         {},
         ("mistake", "rms_norm.eps_outside_sqrt", "layers.1.self_attn.k_norm"),
     ),
-    ("moe_lm", moe_lm, "transformer_lm", {}, ("no pair", "layers.0.moe", "top-k")),
+    # a mixture of experts: once said as a top-k with no pair; the reference has Mixtral's (numpy_transformer/moe.py),
+    # and the top-k logits softmaxed are its softmax, top-k, renormalised (the denominator cancels): a pass
+    ("moe_lm", moe_lm, "transformer_lm", {}, "pass"),
     ("hand_vit", hand_vit, "transformer_lm", {}, "pass"),
     (
         "hand_vit.heads_without_transpose_second_block",
