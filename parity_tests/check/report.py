@@ -39,8 +39,6 @@ READ_FROM_FLOW = (
 
 @dataclass
 class Row:
-    """One compared tensor: its reference name, dtype, relative error, bar, and whether it passed."""
-
     name: str
     dtype: str
     error: float
