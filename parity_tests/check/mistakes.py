@@ -35,7 +35,6 @@ def _at(mistake_id: str, line: str, *variants, unit=ATTENTION, when: Callable | 
 
 
 def _backward(mistake_id: str, line: str, *tests: tuple, pairs: tuple = ()) -> Mistake:
-    """A hand-written backward's mistake: its tests of one gradient, (stage, test), and the pairs it applies to."""
     return Mistake(mistake_id, line, BACKWARD, pairs=pairs, tests=tests)
 
 

@@ -12,8 +12,6 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Sizes:
-    """A probe's batch B and query and key lengths T_Q, T_K."""
-
     B: int = 3  # three sequences: a (B, 1, T) mask read as (1, B, 1, T) against two heads fails, not broadcasts
     T_Q: int = 5  # T_q != T_k where a level has two sequences
     T_K: int = 6

@@ -40,8 +40,6 @@ MIXTURE = ("top_k", "norm_topk_prob", "dense_layers", "expert_kind")  # shown wi
 
 @dataclass
 class Row:
-    """One compared tensor: its reference name, dtype, relative error, bar, and whether it passed."""
-
     name: str
     dtype: str
     error: float

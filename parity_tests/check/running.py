@@ -151,7 +151,6 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def _narrow(args) -> bool:
-    """Whether an op's first argument is a float32 (or complex64) tensor."""
     return bool(args) and isinstance(args[0], torch.Tensor) and args[0].dtype in WIDEN
 
 
@@ -200,8 +199,7 @@ def _what(op: str | None, kept: str | None) -> str:
 
 
 # float32's epsilon over a narrower dtype's: how much coarser a float32 run computing in it may be
-COARSER = {torch.float16: float(torch.finfo(torch.float16).eps / torch.finfo(torch.float32).eps)}
-COARSER[torch.bfloat16] = float(torch.finfo(torch.bfloat16).eps / torch.finfo(torch.float32).eps)
+COARSER = {d: float(torch.finfo(d).eps / torch.finfo(torch.float32).eps) for d in (torch.float16, torch.bfloat16)}
 
 
 def narrowest(flow) -> torch.dtype | None:

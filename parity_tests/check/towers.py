@@ -439,7 +439,7 @@ def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, ju
     where = tower.final
     if _differs(calls[blocks[0]].args[0], hidden[0]):
         where = f"{tower.front} (the front end: its table, tokens and positions before the first block)"
-        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]].args[0])
+        result.diagnoses = _front_mistakes(tower, P, calls[blocks[0]].args[0]) if tower.kind == "vit" else []
     diverging = (b for i, b in enumerate(blocks) if _differs(calls[b].output, hidden[i + 1]))
     block = next(diverging, None) if where == tower.final else None
     if block is not None:
@@ -457,8 +457,6 @@ def _place(model: nn.Module, tower: Tower, P: dict, fit: Fit, result: Result, ju
 def _front_mistakes(tower: Tower, P: dict, mine: torch.Tensor) -> list:
     """The catalogue's ViT front-end mistake where it reproduces the first block's input `mine`: positions added
     before the class token is put in front (patch n gets row n - 1, the class token none)."""
-    if tower.kind != "vit":
-        return []
     x, _ = V.patch_embedding_forward(tower.inputs, P[f"{PATCH}.weight"], P[f"{PATCH}.bias"])  # (B, N, D)
     x, _ = V.prepend_class_token_forward(x + P[POSITIONS_VIT][: x.shape[1]], P[CLS])  # (B, 1 + N, D)
     if _differs(mine, x):
