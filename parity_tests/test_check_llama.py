@@ -20,6 +20,7 @@ from parity_tests import check
 from parity_tests import hf_compare as H
 from parity_tests import user_models as U
 from parity_tests.check.report import CATALOGUE
+from parity_tests.corpus import fresh12 as F12
 
 LLAMA_IDS = [
     "rms_norm.eps_outside_sqrt",
@@ -201,6 +202,18 @@ def test_gpt_block_is_a_decoder_only_layer_too():
 def test_mixed_pairing_is_a_mistake_even_in_an_interleaved_model():
     result = check.module(U.TutorialLlama(interleaved=True, mistake="rope.mixed_pairing"), "transformer_lm")
     assert result.first_divergence == "layers.0.attention" and ids(result) == ["rope.mixed_pairing"], str(result)
+
+
+def test_mixed_pairing_in_a_later_block_of_an_interleaved_model():
+    """Block 0 turns q and k in pairs (2i, 2i + 1), so the map reads their rows in pairs; block 1 turns its queries
+    in halves (i, i + Dh/2): the variant turns them in the user's halves, not in the map's rows' (the keys' side is
+    fresh12's polar_llama.mixed_pairing_second_block)."""
+
+    class QueriesInHalves(F12.LlamaAttention):
+        query_rotary = staticmethod(F12.apply_rotary_halves)
+
+    result = check.module(F12.polar_llama(QueriesInHalves), "transformer_lm")
+    assert result.first_divergence == "layers.1.attention" and ids(result) == ["rope.mixed_pairing"], str(result)
 
 
 def test_unreadable_gated_block_is_refused_with_what_was_found():

@@ -70,14 +70,6 @@ TODAY: dict[str, str] = {
         "unexplained: attn (reference self_attn) diverges with relative error 4.00e-01; not expressible by the config "
         "and no catalogue variant reproduces it"
     ),
-    # queries turned in pairs (2i, 2i + 1), keys in halves (i, i + Dh/2), the block found: variants.attention's
-    # rope.mixed_pairing variants (pairs=) turn the reference's q and k after the map, which (rope_pairing read once
-    # for the model, interleaved from layer 0) has permuted BOTH projections' rows into halves, so the keys' own
-    # halves are no pairs of the permuted rows and neither variant turns the keys as the user did
-    "polar_llama.mixed_pairing_second_block": (
-        "unexplained: layers.1.attention (reference decoder.layers.1.self_attn) diverges with relative error 3.94e-01; "
-        "not expressible by the config and no catalogue variant reproduces it"
-    ),
 }
 
 

@@ -23,6 +23,7 @@ from . import reference as R
 from . import variants as VR
 from .dataflow import hooked
 from .diagnosis import MATCH, Diagnosis, _error
+from .mapping import pair_order
 from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
 from .running import Call, first_calls
@@ -292,10 +293,13 @@ def _unit_variants(check, choice, stage: R.Stage, user_out, where: str, valid, t
 
 def _attention_variants(check, choice, attention: R.Stage, user_out, where: str, valid, **context) -> list:
     """match_attention at a reference attention stage: its inputs and masks (a decoder's self-attention its causal
-    and padding masks, maybe swapped with the cross-attention's), RoPE's knobs where it rotates."""
+    and padding masks, maybe swapped with the cross-attention's), RoPE's knobs where it rotates (and the order the
+    map reads q and k rows in, where not the reference's)."""
     query, kv, keep = attention.inputs
     rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit))
-    knobs, params = rope | (attention.masks or {}) | context, M.sub(check.params, attention.unit)
+    paired = [pair_order(x.rope_pairs, x.rope_pairs, x.rope_rotary) for x in choice.layout.links if x.rope_pairs]
+    knobs = rope | {"order": paired[0] if paired else None} | (attention.masks or {}) | context
+    params = M.sub(check.params, attention.unit)
     return match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
 
 

@@ -105,13 +105,15 @@ def rope_knobs(cfg, rotary: bool = True, layer: int = 0) -> dict:
 
 def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
-    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, scaling=None, **knobs,
+    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, scaling=None, order=None, **knobs,
 ):  # fmt: skip
     """MultiHead(Q, K, V) with attention_heads' knobs; params keyed q_proj.weight, ...; query (B, T_q, D), key and
     value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads, head h reading K/V head h // n_rep (`tile`: h % n_kv, as
     .repeat). transpose: False for a split and a merge without the transpose, "split" or "merge" for that one only.
     theta: RoPE's base (None: none; `scaling` as rotate's), the queries' and keys' `pairs`, the keys' positions
     shifted by `k_shift`, the values rotated too with `rope_v` (True: in the keys' pairing; else that pairing).
+    order: where the map reads the q and k rows of each head in another order (the user's = the reference's[order],
+    mapping.pair_order), "interleaved" in `pairs` turns q or k in the user's halves: the pairing the map did not read.
     q_norm.weight and k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each
     projection's output where as wide (OLMo 2). params holding kv_b_proj.weight: DeepSeek's latent attention
     (latent_heads)."""
@@ -129,7 +131,12 @@ def multi_head_attention(
     if "q_norm.weight" in params and not whole:
         q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
     if theta is not None:
-        q, k = rotate(q, theta, pairs[0], 0, rotary, scaling), rotate(k, theta, pairs[1], k_shift, rotary, scaling)
+        q, k = (
+            rotate(x[..., order], theta, "half", shift, rotary, scaling)[..., np.argsort(order)]
+            if order is not None and pairing == "interleaved"
+            else rotate(x, theta, pairing, shift, rotary, scaling)
+            for x, pairing, shift in ((q, pairs[0], 0), (k, pairs[1], k_shift))
+        )
         v = rotate(v, theta, rope_v if isinstance(rope_v, str) else pairs[1], 0, rotary, scaling) if rope_v else v
     if n_kv != H:
         k, v = (np.tile(t, (1, H // n_kv, 1, 1)) if tile else np.repeat(t, H // n_kv, axis=1) for t in (k, v))

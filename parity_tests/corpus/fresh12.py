@@ -627,7 +627,7 @@ def apply_rotary_halves(x, freqs_cis):
 
 class LlamaAttention(nn.Module):
     tiled = False  # the mistake: K/V heads widened by .repeat (tiled: 0, 1, 0, 1), not repeat_interleave
-    key_rotary = staticmethod(apply_rotary)  # apply_rotary_halves: the mistake, keys paired unlike the queries
+    key_rotary = query_rotary = staticmethod(apply_rotary)  # apply_rotary_halves on one: the two paired unlike
 
     def __init__(self):
         super().__init__()
@@ -636,7 +636,7 @@ class LlamaAttention(nn.Module):
 
     def forward(self, x, freqs_cis):
         B, T, _ = x.shape
-        q = apply_rotary(self.wq(x).view(B, T, H, D // H), freqs_cis).transpose(1, 2)
+        q = self.query_rotary(self.wq(x).view(B, T, H, D // H), freqs_cis).transpose(1, 2)
         k = self.key_rotary(self.wk(x).view(B, T, LKV, D // H), freqs_cis).transpose(1, 2)
         v = self.wv(x).view(B, T, LKV, D // H).transpose(1, 2)
         if self.tiled:
