@@ -61,15 +61,6 @@ TODAY: dict[str, str] = {
         "the first few failed with:\n  {'batch_first': True, 'mask': 'attention_mask: bool_keep (B, 1, 1, T)'}: "
         "RuntimeError: permute(sparse_coo): ... ; pass call= (how to call it) or mapping= (the weight map)"
     ),
-    # a softmax over the queries beside BERT's additive mask, scores + (1 - m) * -10000: a constant on each padded
-    # key's column, which a softmax over the queries cancels (the mask does nothing). variants.attention_heads'
-    # axis=-2 comes only with mask_mode "fill" (the masked scores replaced by -1e9: the column uniform), so no variant
-    # reproduces it; and judge.choose, nothing matching, judges under the closest miss, the additive (B, T) mask,
-    # not the int_keep (B, T) mask the clean layer passes with (activation='gelu' given: the same words)
-    "mean_pool_classifier.layer.softmax_wrong_axis": (
-        "unexplained: attn (reference self_attn) diverges with relative error 4.00e-01; not expressible by the config "
-        "and no catalogue variant reproduces it"
-    ),
     # queries turned in pairs (2i, 2i + 1), keys in halves (i, i + Dh/2), the block found: variants.attention's
     # rope.mixed_pairing variants (pairs=) turn the reference's q and k after the map, which (rope_pairing read once
     # for the model, interleaved from layer 0) has permuted BOTH projections' rows into halves, so the keys' own
