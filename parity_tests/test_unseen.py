@@ -52,15 +52,6 @@ TODAY: dict[str, str] = {
     "qwen3_scratch": _QWEN3,
     "qwen3_scratch.head_dim_given": _QWEN3,
     "qwen3_scratch.q_k_swapped_second_block": _QWEN3,
-    # logits (B, C) of a mean over the non-padding tokens: running.positions_held matches only (B, T, V) and its last
-    # position, so judge._errors yields nothing for the calls that run (the ids alone run), `best` stays None and
-    # judge.choose says the module "could not be called", listing only the mask conventions that raised; no pool
-    # reads a masked mean (towers.py's pools pick a token: end, last, class), so `pool` is never named
-    "mean_pool_classifier": (
-        "could not judge: the module could not be called as the reference 'encoder_model' is; tried 20 conventions, "
-        "the first few failed with:\n  {'batch_first': True, 'mask': 'attention_mask: bool_keep (B, 1, 1, T)'}: "
-        "RuntimeError: permute(sparse_coo): ... ; pass call= (how to call it) or mapping= (the weight map)"
-    ),
     # queries turned in pairs (2i, 2i + 1), keys in halves (i, i + Dh/2), the block found: variants.attention's
     # rope.mixed_pairing variants (pairs=) turn the reference's q and k after the map, which (rope_pairing read once
     # for the model, interleaved from layer 0) has permuted BOTH projections' rows into halves, so the keys' own
