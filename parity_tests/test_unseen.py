@@ -165,6 +165,19 @@ def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
         assert what in result.unsupported and "which the reference has no pair for" in result.unsupported
 
 
+def test_a_plain_mean_over_the_positions_is_said_at_the_pool():
+    """unsupported._pooled: hidden.mean(1), no mask, before the classifier is a pool the reference lacks, said there."""
+
+    class Mean(torch.nn.Module):
+        def forward(self, hidden, mask):
+            return hidden.mean(1)
+
+    model = fresh12.mean_pool_classifier()
+    model.pool = Mean()
+    result = check.module(model, "encoder_model")
+    assert result.unsupported.startswith("differs at pool: mean over the positions pools"), str(result)
+
+
 def test_a_term_on_the_scores_is_told_apart_by_its_values():
     """unsupported._bias: a mask (0 and large negatives) is no term; ALiBi's slope times (key - query), a function of
     the relative position alone, and any other bias are each said; one position (T = 1) is a bias, not an error."""
