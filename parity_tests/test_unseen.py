@@ -52,24 +52,6 @@ TODAY: dict[str, str] = {
     "qwen3_scratch": _QWEN3,
     "qwen3_scratch.head_dim_given": _QWEN3,
     "qwen3_scratch.q_k_swapped_second_block": _QWEN3,
-    # logits (B, C) of a mean over the non-padding tokens: running.positions_held matches only (B, T, V) and its last
-    # position, so judge._errors yields nothing for the calls that run (the ids alone run), `best` stays None and
-    # judge.choose says the module "could not be called", listing only the mask conventions that raised; no pool
-    # reads a masked mean (towers.py's pools pick a token: end, last, class), so `pool` is never named
-    "mean_pool_classifier": (
-        "could not judge: the module could not be called as the reference 'encoder_model' is; tried 20 conventions, "
-        "the first few failed with:\n  {'batch_first': True, 'mask': 'attention_mask: bool_keep (B, 1, 1, T)'}: "
-        "RuntimeError: permute(sparse_coo): ... ; pass call= (how to call it) or mapping= (the weight map)"
-    ),
-    # a softmax over the queries beside BERT's additive mask, scores + (1 - m) * -10000: a constant on each padded
-    # key's column, which a softmax over the queries cancels (the mask does nothing). variants.attention_heads'
-    # axis=-2 comes only with mask_mode "fill" (the masked scores replaced by -1e9: the column uniform), so no variant
-    # reproduces it; and judge.choose, nothing matching, judges under the closest miss, the additive (B, T) mask,
-    # not the int_keep (B, T) mask the clean layer passes with (activation='gelu' given: the same words)
-    "mean_pool_classifier.layer.softmax_wrong_axis": (
-        "unexplained: attn (reference self_attn) diverges with relative error 4.00e-01; not expressible by the config "
-        "and no catalogue variant reproduces it"
-    ),
 }
 
 
@@ -173,6 +155,19 @@ def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
         assert result.unsupported and not result.diagnoses, str(result)
         assert result.unsupported.startswith(f"differs at {where or '(the module)'}: "), result.unsupported
         assert what in result.unsupported and "which the reference has no pair for" in result.unsupported
+
+
+def test_a_plain_mean_over_the_positions_is_said_at_the_pool():
+    """unsupported._pooled: hidden.mean(1), no mask, before the classifier is a pool the reference lacks, said there."""
+
+    class Mean(torch.nn.Module):
+        def forward(self, hidden, mask):
+            return hidden.mean(1)
+
+    model = fresh12.mean_pool_classifier()
+    model.pool = Mean()
+    result = check.module(model, "encoder_model")
+    assert result.unsupported.startswith("differs at pool: mean over the positions pools"), str(result)
 
 
 def test_a_term_on_the_scores_is_told_apart_by_its_values():

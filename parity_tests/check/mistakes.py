@@ -166,6 +166,7 @@ MISTAKES = (
         "attention.softmax_wrong_axis",
         "softmax over queries (dim=-2) instead of keys (dim=-1)",
         ("softmax over the queries (dim=-2) instead of the keys", {"axis": -2, "mask_mode": "fill"}),
+        ("softmax over the queries, a mask added to the scores (it cancels)", {"axis": -2, "mask_mode": "ignored"}),
     ),
     _at(
         "attention.mask_after_softmax",

@@ -272,8 +272,19 @@ def _unknown(h, a) -> str:
     return f"an element-wise function none of the reference's activations is ({shown})"
 
 
+def _pooled(rec) -> tuple | None:
+    """The states (B, T, D) summed or averaged over their positions (a masked mean: sentence-transformers') into
+    (B, D) that the module's last projection reads: a classifier's pooling, which no reference level computes."""
+    last = DF.projection(rec.nodes[-1]) if rec.nodes else None
+    for node in (n for n in rec.nodes if n.op in ("sum", "mean") and n.parents and len(n.parents[0].shape) == 3):
+        (B, _, D), onward = node.parents[0].shape, lambda n: n.children if n.op in ELEMENTWISE else []
+        if last and tuple(node.shape) == (B, D) and any(n is rec.nodes[-1] for n in DF.walk(node.children, onward)):
+            return node.module, f"{node.op} over the positions pools the states (B, T, D) into (B, D) before {last}"
+    return None
+
+
 # looked for in this order: the first found is the answer
 FINDS = (
     _renormed, _weightless_norm, _glu, _previous_gate, _score_terms, _gain, _output_gate, _clamped, _activation,
-    _learned_scale,
+    _learned_scale, _pooled,
 )  # fmt: skip
