@@ -34,24 +34,8 @@ from parity_tests.corpus import (
     unseen,
 )
 
-_QWEN3 = (
-    "could not judge: cannot read trf_blocks.0.att.W_query.weight (64 rows) as the q projection(s) of an attention of "
-    "width 32 (1 query piece(s)); pass mapping="
-)
-
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh12, first met with the judge frozen (12 of 18 right). Qwen3's heads wider than d_model / H (4 heads of 16
-    # beside d_model 32, as every Qwen3 and Gemma 3 checkpoint has them): units._rows reads a q projection's rows
-    # from dataflow's columns only for a fused projection (dataflow._attention sets found.columns only for a weight
-    # used by two roles), else takes d_model / (query pieces) rows for the queries: 32 of 64, the rest left for no k
-    # or v, so it raises; head_dim= given changes nothing (the width is D, never H * head_dim, nor the Dh the flow
-    # reads, found.dh), and "pass mapping=" is the only way out it names. With 4 heads of 8 the clean model passes,
-    # but K Q^T is then refused at trf_blocks.1.att: dataflow._attention takes the score product's first operand for
-    # the queries, so W_key (16 rows, 2 K/V heads) is read as the q projection and units._rows raises the same way
-    "qwen3_scratch": _QWEN3,
-    "qwen3_scratch.head_dim_given": _QWEN3,
-    "qwen3_scratch.q_k_swapped_second_block": _QWEN3,
     # logits (B, C) of a mean over the non-padding tokens: running.positions_held matches only (B, T, V) and its last
     # position, so judge._errors yields nothing for the calls that run (the ids alone run), `best` stays None and
     # judge.choose says the module "could not be called", listing only the mask conventions that raised; no pool
