@@ -454,3 +454,26 @@ def test_a_scripted_submodule_is_judged_as_its_python_module_and_a_loaded_one_sa
     result = check.module(torch.jit.load(saved), "multi_head_attention")
     assert result.error.startswith("could not judge: the module is a TorchScript module without its Python class")
     assert "pass the module before torch.jit.script" in result.error, str(result)
+
+
+def test_heads_wider_than_d_model_over_h_are_read_with_their_width():
+    """Qwen3's 4 heads of 16 beside d_model 32: the head width is read from the flow into the config (head_dim 16,
+    2 K/V heads), and a scale mistake there is said against sqrt(16), never sqrt(d_model / H) = sqrt(8)."""
+
+    class Unscaled(fresh12.Qwen3Attention):
+        def forward(self, x, cos, sin):
+            B, T, _ = x.shape
+            q = self.q_norm(self.W_query(x).view(B, T, fresh12.H, fresh12.QHD).transpose(1, 2))
+            k = self.k_norm(self.W_key(x).view(B, T, fresh12.QKV, fresh12.QHD).transpose(1, 2))
+            v = self.W_value(x).view(B, T, fresh12.QKV, fresh12.QHD).transpose(1, 2)
+            q, k = fresh12.rotate_half(q, cos[:T], sin[:T]), fresh12.rotate_half(k, cos[:T], sin[:T])
+            k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+            scores = (q @ k.transpose(2, 3)).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -torch.inf)
+            return self.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, -1))
+
+    clean = check.module(fresh12.qwen3_scratch(), "transformer_lm")
+    assert clean.passed and (clean.config.head_dim, clean.config.n_kv_heads) == (16, 2), str(clean)
+    result = check.module(fresh12.qwen3_scratch(Unscaled), "transformer_lm")
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "trf_blocks.1.att")
+    message = result.diagnoses[0].message
+    assert "expected sqrt(d_head) = 4" in message and "2.83" not in message, str(result)
