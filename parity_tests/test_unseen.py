@@ -34,25 +34,8 @@ from parity_tests.corpus import (
     unseen,
 )
 
-_QWEN3 = (
-    "could not judge: cannot read trf_blocks.0.att.W_query.weight (64 rows) as the q projection(s) of an attention of "
-    "width 32 (1 query piece(s)); pass mapping="
-)
-
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {
-    # fresh12, first met with the judge frozen (12 of 18 right). Qwen3's heads wider than d_model / H (4 heads of 16
-    # beside d_model 32, as every Qwen3 and Gemma 3 checkpoint has them): units._rows reads a q projection's rows
-    # from dataflow's columns only for a fused projection (dataflow._attention sets found.columns only for a weight
-    # used by two roles), else takes d_model / (query pieces) rows for the queries: 32 of 64, the rest left for no k
-    # or v, so it raises; head_dim= given changes nothing (the width is D, never H * head_dim, nor the Dh the flow
-    # reads, found.dh), and "pass mapping=" is the only way out it names. With 4 heads of 8 the clean model passes,
-    # but K Q^T is then refused at trf_blocks.1.att: dataflow._attention takes the score product's first operand for
-    # the queries, so W_key (16 rows, 2 K/V heads) is read as the q projection and units._rows raises the same way
-    "qwen3_scratch": _QWEN3,
-    "qwen3_scratch.head_dim_given": _QWEN3,
-    "qwen3_scratch.q_k_swapped_second_block": _QWEN3,
-}
+TODAY: dict[str, str] = {}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -457,3 +440,26 @@ def test_a_scripted_submodule_is_judged_as_its_python_module_and_a_loaded_one_sa
     result = check.module(torch.jit.load(saved), "multi_head_attention")
     assert result.error.startswith("could not judge: the module is a TorchScript module without its Python class")
     assert "pass the module before torch.jit.script" in result.error, str(result)
+
+
+def test_heads_wider_than_d_model_over_h_are_read_with_their_width():
+    """Qwen3's 4 heads of 16 beside d_model 32: the head width is read from the flow into the config (head_dim 16,
+    2 K/V heads), and a scale mistake there is said against sqrt(16), never sqrt(d_model / H) = sqrt(8)."""
+
+    class Unscaled(fresh12.Qwen3Attention):
+        def forward(self, x, cos, sin):
+            B, T, _ = x.shape
+            q = self.q_norm(self.W_query(x).view(B, T, fresh12.H, fresh12.QHD).transpose(1, 2))
+            k = self.k_norm(self.W_key(x).view(B, T, fresh12.QKV, fresh12.QHD).transpose(1, 2))
+            v = self.W_value(x).view(B, T, fresh12.QKV, fresh12.QHD).transpose(1, 2)
+            q, k = fresh12.rotate_half(q, cos[:T], sin[:T]), fresh12.rotate_half(k, cos[:T], sin[:T])
+            k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+            scores = (q @ k.transpose(2, 3)).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -torch.inf)
+            return self.out_proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, -1))
+
+    clean = check.module(fresh12.qwen3_scratch(), "transformer_lm")
+    assert clean.passed and (clean.config.head_dim, clean.config.n_kv_heads) == (16, 2), str(clean)
+    result = check.module(fresh12.qwen3_scratch(Unscaled), "transformer_lm")
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "trf_blocks.1.att")
+    message = result.diagnoses[0].message
+    assert "expected sqrt(d_head) = 4" in message and "2.83" not in message, str(result)

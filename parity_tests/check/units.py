@@ -33,6 +33,7 @@ class Units:
     H: int
     F: int
     kv: int
+    Dh: int  # a head's width, as the flow reads it or head_dim= says (0: D / H)
     attentions: list = field(default_factory=list)
     blocks: list = field(default_factory=list)
     gated: bool = False
@@ -51,6 +52,10 @@ class Units:
     sandwich: bool = False  # Gemma's norms after each sublayer too (OLMo 2's: only after, input_norm False)
     input_norm: bool = True
     mlm: tuple | None = None  # an encoder's masked-LM head: (its dense piece, its norm)
+
+    @property
+    def width(self) -> int:  # the queries': H heads of Dh where the flow or a given head_dim says Dh, else D
+        return self.H * self.Dh or self.D
 
 
 def sized_config(level: str, found, given: dict):
@@ -100,7 +105,10 @@ def _sized(entry, found, given: dict, default: dict) -> tuple:
         )
     by = {p.weight: p for p in pieces}
     F = _input_width(flow, by, flow.blocks[0][-1]) if flow and flow.blocks else 4 * D
-    units = Units(D, H or 2, F, D, norms=list(norms))  # two heads where the level has none (their number is free)
+    H = H or 2  # two heads where the level has none (their number is free)
+    read = next((a.head_dim for a in flow.attentions if a.heads == H and not a.latent), 0) if flow else 0
+    Dh = fields.get("head_dim") or read  # Qwen3's heads: H * Dh > D
+    units = Units(D, H, F, H * Dh or D, Dh, norms=list(norms))
     units.token_tables = [t for t in tables if not t.position and t.width == D]
     units.position_tables = [t for t in tables if t.position and t.width == D]
     types = [t for t in units.token_tables if flow is not None and t.name in flow.constant_lookups]
@@ -147,7 +155,7 @@ def _units(entry, found, units: Units) -> None:
             block[:2] = block[1::-1]
     if units.attentions:
         first = units.attentions[0]
-        units.kv = sum(_rows(first, p, units.D).get("k", 0) for p in _qkv(first))
+        units.kv = sum(_rows(first, p, units.width).get("k", 0) for p in _qkv(first))
     if units.token_tables and entry.group == "model":
         _output_head(entry, found, units)
     _refuse_missing(entry, flow, units)
@@ -376,7 +384,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     known = {k: v for k, v in fields.items() if k in TransformerConfig.__dataclass_fields__}
     if cfg is not None:
         return dataclasses.replace(cfg, **known)
-    norms, D, H, kv = units.norms, units.D, units.H, units.kv
+    norms, D, H, kv, Dh = units.norms, units.D, units.H, units.kv, units.Dh or units.D // units.H
     rms = bool(norms) and all(n.kind == "rms" for n in norms)
     epsilons = [n.eps for n in norms if n.eps is not None]  # one eps for all: a norm of another is said (divergence)
     token_tables, out_piece = units.token_tables, units.out_piece
@@ -395,15 +403,16 @@ def _config(entry, found, units: Units, cfg, fields: dict):
         layer_norm_eps=max(epsilons, key=epsilons.count) if epsilons else 1e-6 if rms else 1e-5,  # the most common
         norm="rms" if rms or entry.unit == "rms_norm" else "layer",
         gated_ffn=units.gated,
-        n_kv_heads=kv // (D // H) if kv and kv != D else None,
+        n_kv_heads=kv // Dh if kv and kv != units.width else None,
         qk_norm=bool(found.qk_norms),
-        qk_norm_projection=any(n.size != D // H for n in found.qk_norms.values()),  # OLMo 2's, of all the heads
+        qk_norm_projection=any(n.size != Dh for n in found.qk_norms.values()),  # OLMo 2's, of all the heads
         type_vocab_size=units.type_table.rows if units.type_table is not None else 0,
         embedding_norm=units.embedding_norm,
         first_attn_norm=units.first_attn_norm,
         mlm_head=units.mlm is not None,
         d_model=D,
         n_heads=H,
+        head_dim=Dh if units.width != D else None,
         d_ff=units.F,
     )
     if units.gated:
@@ -424,7 +433,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     if units.sandwich:  # Gemma's sandwich is the reference's with pre-norm layers
         base |= {"norm_first": True, "sandwich_norm": True, "input_norm": units.input_norm}
     if found.flow is not None:
-        base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec or units.n_enc, D // H))
+        base = _from_flow(entry, found.flow, units, base | _rotary(found.flow, units.n_dec or units.n_enc, Dh))
     return _built(base | _latent_sizes(units), known)
 
 
@@ -498,15 +507,16 @@ def _qkv(attention: dict) -> list:
     return list({id(p): p for r in "qkv" for p in attention[r]}.values())
 
 
-def _rows(attention: dict, piece, D: int) -> dict:
-    """{role: rows} of `piece` in `attention`: those the flow saw each role take, else D / (query pieces) for the
-    query and the rest split evenly between the key and value it holds (narrower with grouped-query attention)."""
+def _rows(attention: dict, piece, width: int) -> dict:
+    """{role: rows} of `piece` in `attention`: those the flow saw each role take, else the queries' `width` (H * Dh)
+    / (query pieces) for the query and the rest split evenly between the key and value it holds (narrower with
+    grouped-query attention)."""
     roles = [r for r in "qkv" if any(p is piece for p in attention[r])]
     held = attention["columns"].get(piece.weight, {})
     first = sorted(c for cols in held.values() for c in cols) == list(range(sum(map(len, held.values()))))
     if set(held) == set(roles) and first and sum(map(len, held.values())) <= piece.out_features:
         return {r: len(held[r]) for r in roles}  # the rows after them a feed-forward block's (PaLM's fused projection)
-    width = piece.out_features if attention["latent"] else D  # MLA's queries: H (nope + rope) rows
+    width = piece.out_features if attention["latent"] else width  # MLA's queries: H (nope + rope) rows
     q = width // len(attention["q"]) if "q" in roles else 0
     kv = [r for r in roles if r != "q"]
     rest = piece.out_features - q
@@ -514,7 +524,7 @@ def _rows(attention: dict, piece, D: int) -> dict:
     if rest < 0 or kv and (rest % len(kv) or rest == 0) or sum(rows.values()) != piece.out_features:
         raise ValueError(
             f"cannot read {piece.weight} ({piece.out_features} rows) as the {', '.join(roles)} projection(s) of "
-            f"an attention of width {D} ({len(attention['q'])} query piece(s)); pass mapping="
+            f"an attention of width {width} ({len(attention['q'])} query piece(s)); pass mapping="
         )
     return rows
 
@@ -632,7 +642,7 @@ class Linker:
         stems = {"k": "kv_b", "v": "kv_b", "q": "q_b" if latent[2:] else "q"} if latent else {}  # MLA's
         names = {r: f"{prefix}{stems.get(r, r)}_proj" for r in ROLES}
         for piece in _qkv(attention):
-            parts, rows = [], _rows(attention, piece, self.units.D)
+            parts, rows = [], _rows(attention, piece, self.units.width)
             for r, n in rows.items():
                 i, many = next(i for i, p in enumerate(attention[r]) if p is piece), len(attention[r]) > 1
                 parts.append((names[r], (i * n, (i + 1) * n) if many else None))
