@@ -29,13 +29,42 @@ from parity_tests.corpus import (
     fresh10,
     fresh11,
     fresh12,
+    fresh13,
     frontier,
     lacking,
     unseen,
 )
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    # fresh13, first met with the judge frozen (13 of 16 right). BLOOM's ALiBi, slope * key index added by
+    # torch.baddbmm: the reference has it (positional "alibi", -m |i - j|: on a causal row the same softmax), and with
+    # positional="alibi" given the model passes; but nothing in check/ ever infers positional "alibi" (units._config
+    # says learned or sinusoidal, units._rotary rope), so rope is assumed; nor does unsupported._score_terms say the
+    # term: it walks from the softmax through DF.ADDS only, and the slope term enters inside baddbmm (a DF.PRODUCT);
+    # _bias would refuse it anyway, its (B * H, 1, T) not square
+    "bloom_hand": (
+        "unexplained: h.0.self_attention (reference decoder.layers.0.self_attn) diverges with relative error "
+        "5.23e-01; not expressible by the config and no catalogue variant reproduces it"
+    ),
+    # StableLM's 25% rotary of 8-feature heads: one pair (features 0, 1) turned at frequency 1, its table (T, 2).
+    # tables.rope_table refuses Dh < 4, so tables.base_of, trying R = Dh, 2, 4, reads the (T, 2) cos table [cos t,
+    # cos t] as a (T, Dh/2) table of R = 4 at base 1.0 (two equal columns: both frequencies 1); session.inferred then
+    # sets rotary_dim=4, and the features 2, 3 turn that the user's leave alone. With rotary_dim=2 given it passes
+    "stablelm_hand.one_rotary_pair": (
+        "unexplained: layers.0.self_attn (reference decoder.layers.0.self_attn) diverges with relative error "
+        "4.12e-03; not expressible by the config and no catalogue variant reproduces it"
+    ),
+    # DeBERTa's content-to-position and position-to-content terms (math the reference lacks). No convention matches,
+    # so judge.choose judges under the closest miss, the mask read as bool_masked (B, T): flipped, it leaves each
+    # query at most one key (a row without padding: every score replaced by the same finfo.min, a uniform average),
+    # so nothing added to the scores can show, and the mask_inverted variant reproduces the layer to 4.5e-16;
+    # judge.said_why consults unsupported.explain (whose _score_terms would see c2p + p2c) only when no catalogued
+    # mistake is found
+    "deberta_hand": (
+        "attention.mask_inverted at encoder.layer.0.attention: the mask's polarity is flipped (variant error 4.5e-16)"
+    ),
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -76,6 +105,10 @@ SLOW |= {c[0] for c in fresh12.CASES} - {  # fresh12: a case of each class (and 
     "nanochat_mqa", "qwen3_scratch", "loaded_gpt2.mask_after_softmax_second_block", "polar_llama",
     "mean_pool_classifier", "mean_pool_classifier.layer.softmax_wrong_axis", "polar_llama.mixed_pairing_second_block",
 }  # fmt: skip
+SLOW |= {c[0] for c in fresh13.CASES} - {  # fresh13: a case of each class (and each cause in TODAY) by default
+    "falcon_hand", "bloom_hand", "stablelm_hand.one_rotary_pair", "deberta_hand", "roberta_hand",
+    "distilbert_hand.dropout_active_in_eval_second_layer",
+}  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
     "remote_llama", "two_head_gpt", "value_residual_gpt",
@@ -111,6 +144,7 @@ def _case(name, *values):
             fresh10,
             fresh11,
             fresh12,
+            fresh13,
             lacking,
         )
         for case in corpus.CASES
