@@ -37,16 +37,6 @@ from parity_tests.corpus import (
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh13, first met with the judge frozen (13 of 16 right). BLOOM's ALiBi, slope * key index added by
-    # torch.baddbmm: the reference has it (positional "alibi", -m |i - j|: on a causal row the same softmax), and with
-    # positional="alibi" given the model passes; but nothing in check/ ever infers positional "alibi" (units._config
-    # says learned or sinusoidal, units._rotary rope), so rope is assumed; nor does unsupported._score_terms say the
-    # term: it walks from the softmax through DF.ADDS only, and the slope term enters inside baddbmm (a DF.PRODUCT);
-    # _bias would refuse it anyway, its (B * H, 1, T) not square
-    "bloom_hand": (
-        "unexplained: h.0.self_attention (reference decoder.layers.0.self_attn) diverges with relative error "
-        "5.23e-01; not expressible by the config and no catalogue variant reproduces it"
-    ),
     # StableLM's 25% rotary of 8-feature heads: one pair (features 0, 1) turned at frequency 1, its table (T, 2).
     # tables.rope_table refuses Dh < 4, so tables.base_of, trying R = Dh, 2, 4, reads the (T, 2) cos table [cos t,
     # cos t] as a (T, Dh/2) table of R = 4 at base 1.0 (two equal columns: both frequencies 1); session.inferred then
@@ -188,8 +178,10 @@ def test_a_plain_mean_over_the_positions_is_said_at_the_pool():
 
 
 def test_a_term_on_the_scores_is_told_apart_by_its_values():
-    """unsupported._bias: a mask (0 and large negatives) is no term; ALiBi's slope times (key - query), a function of
+    """unsupported._bias: a mask (0 and large negatives) is no term, nor the reference's ALiBi (its slopes, on causal
+    rows, by key - query or by key index alone); ALiBi at other slopes times (key - query), a function of
     the relative position alone, and any other bias are each said; one position (T = 1) is a bias, not an error."""
+    from numpy_transformer.scores import alibi_slopes
     from parity_tests.check.unsupported import _bias
 
     T = 5
@@ -197,6 +189,10 @@ def test_a_term_on_the_scores_is_told_apart_by_its_values():
     causal = torch.zeros(T, T, dtype=torch.float64).masked_fill(distance > 0, float("-inf"))
     assert _bias(causal) is None and _bias(torch.zeros(2, T, T, dtype=torch.float64)) is None
     assert _bias(torch.tensor([0.5, 0.25], dtype=torch.float64)[:, None, None] * distance).startswith("ALiBi's bias")
+    ours = torch.tensor(alibi_slopes(2), dtype=torch.float64)[:, None, None]  # the reference's slopes: no term
+    assert _bias(ours * distance) is None and _bias(-ours * distance.abs()) is None
+    keys = torch.arange(T).double()  # BLOOM's slope * key index, (B * H, 1, T): the same on each causal row
+    assert _bias(ours.repeat(3, 1, 1) * keys) is None and _bias(2 * ours * keys).startswith("ALiBi's bias")
     relative = torch.randn(2 * T - 1, dtype=torch.float64)[(distance + T - 1).long()]
     assert _bias(relative).startswith("a bias of the relative position alone")
     assert _bias(torch.randn(2, T, T, dtype=torch.float64)) == f"a bias of shape (2, {T}, {T})"

@@ -19,7 +19,7 @@ from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
-from .unsupported import NoPair
+from .unsupported import NoPair, reference_alibi
 
 ROLES = ("q", "k", "v", "out")
 
@@ -477,8 +477,9 @@ def _mixture_fields(blocks: list) -> dict:
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     """The config fields only the recorded forward says: sink logits, soft caps, a sliding window, a scale of the
-    scores by layer (GPT-2's), a scale of the logits (Cohere's)."""
+    scores by layer (GPT-2's), a scale of the logits (Cohere's), ALiBi's bias on the scores (BLOOM's)."""
     base = dict(base, attn_sinks=any(a.sinks for a in flow.attentions))
+    base["positional"] = "alibi" if reference_alibi(flow) else base["positional"]
     caps = flow.softcaps
     base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
     causal = entry.causal or "decoder" in entry.stacks or entry.self_attention_probes  # where a window applies

@@ -13,6 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from numpy_transformer.scores import alibi_slopes
+
 from . import dataflow as DF
 from .diagnosis import Diagnosis, relative
 
@@ -73,39 +75,76 @@ def _to_scores(node, depth: int = 12) -> bool:
     return depth > 0 and node.op in SCORES_PATH and any(_to_scores(p, depth - 1) for p in node.parents)
 
 
+def _terms(rec):
+    """(node, term) for each term joining an attention's scores before the softmax that is not the scores: added,
+    multiplied, or the tensor baddbmm adds to the product (BLOOM's ALiBi, where it was recorded)."""
+    softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
+    path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
+    for node in path:
+        if node.op in DF.ADDS | DF.MULS and _to_scores(node):
+            yield from ((node, p) for p in node.parents if not _to_scores(p))
+        elif node.op == "baddbmm" and len([p for p in node.parents if p.param is None]) > 2:
+            yield node, node.parents[0]
+
+
+def reference_alibi(rec) -> bool:
+    """Whether the scores get a bias, and each the reference's ALiBi (its slopes; on each causal row the same
+    softmax as -m |i - j|): positional "alibi"."""
+    values = [rec.values.get(t.index) for n, t in _terms(rec) if n.op not in DF.MULS]
+    biases = [v for v in values if v is None or not _mask(v.detach().double())]
+    return bool(biases) and all(v is not None and _alibi(v.detach().double()) == "reference" for v in biases)
+
+
 def _score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
     a factor multiplying them computed from a parameter (a learned temperature)."""
-    softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
-    path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
-    for node in (n for n in path if n.op in DF.ADDS | DF.MULS and _to_scores(n)):
-        for term in (p for p in node.parents if not _to_scores(p)):
-            if node.op in DF.MULS:
-                learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
-                if learned:
-                    return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
-                continue
-            value = rec.values.get(term.index)
-            said = _bias(value.detach().double()) if value is not None else "a learned bias"
-            if said:
-                return node.module, f"the scores get {said} added before the softmax"
+    for node, term in _terms(rec):
+        if node.op in DF.MULS:
+            learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
+            if learned:
+                return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
+            continue
+        value = rec.values.get(term.index)
+        said = _bias(value.detach().double()) if value is not None else "a learned bias"
+        if said:
+            return node.module, f"the scores get {said} added before the softmax"
     return None
 
 
-def _bias(b) -> str | None:
-    """What a term added to the scores is, from its values (None: a mask, 0 or large negatives)."""
-    finite = b[torch.isfinite(b)]
-    if bool(((finite == 0) | (finite < -1e3)).all()) or b.ndim < 2 or b.shape[-1] != b.shape[-2]:
+def _alibi(b) -> str | None:
+    """A bias (..., T or 1, T) that is, on each causal row (keys j <= i), a per-head slope times j plus the row's
+    constant: "reference" with the reference's slopes (repeated over a batch), else the first head's slope; None:
+    no such bias."""
+    T = b.shape[-1] if b.ndim >= 2 else 0
+    if T < 2 or b.shape[-2] not in (1, T):
         return None
-    T = b.shape[-1]
-    if T < 2:  # one position: no distance to read it by
-        return f"a bias of shape {tuple(b.shape)}"
-    heads = b.reshape(-1, T, T)
-    distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).double()  # key - query
-    slopes = heads[:, 0, 1] - heads[:, 0, 0]
-    if torch.allclose(heads - heads[:, :1, :1], slopes[:, None, None] * distance, atol=1e-6):
-        return f"ALiBi's bias (a per-head slope, {float(slopes[0]):.4g} for the first head, times key - query)"
-    if torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], atol=1e-6):
+    heads = b.expand(*b.shape[:-2], T, T).reshape(-1, T, T)
+    slopes = heads[:, -1, 1] - heads[:, -1, 0]
+    lower = torch.ones(T, T, dtype=torch.bool).tril()
+    rows = (heads - heads[:, :, :1] - slopes[:, None, None] * torch.arange(T).double())[:, lower]
+    if not torch.allclose(rows, torch.zeros_like(rows), atol=1e-6) or not slopes.any():
+        return None
+    n = len(slopes)
+    ours = [torch.tensor(alibi_slopes(h), dtype=torch.float64).repeat(n // h) for h in range(1, n + 1) if n % h == 0]
+    return "reference" if any(torch.allclose(slopes, s, atol=1e-6) for s in ours) else f"{float(slopes[0]):.4g}"
+
+
+def _mask(b) -> bool:
+    """Whether a term added to the scores is a mask: 0 and large negatives."""
+    finite = b[torch.isfinite(b)]
+    return bool(((finite == 0) | (finite < -1e3)).all())
+
+
+def _bias(b) -> str | None:
+    """What a term added to the scores is, from its values (None: a mask, 0 or large negatives, or the reference's
+    ALiBi); one position (T = 1) has no distance to read it by."""
+    alibi = _alibi(b)
+    if _mask(b) or alibi == "reference" or b.ndim < 2:
+        return None
+    if alibi:
+        return f"ALiBi's bias (a per-head slope, {alibi} for the first head, times key - query)"
+    heads = b.reshape(-1, *b.shape[-2:])
+    if b.shape[-1] == b.shape[-2] > 1 and torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], atol=1e-6):
         return "a bias of the relative position alone (key - query: T5's relative position bias)"
     return f"a bias of shape {tuple(b.shape)}"
 

@@ -8,8 +8,9 @@ none of the other corpus files uses, met by the judge here for the first time.
   the heads (`x[:, None] @ w_q`, `(mixed @ w_o).sum(1)`); in bfloat16 with ReLU squared (math the reference lacks,
   told apart by its values);
 - a GPT of nn.Linears under `torch.nn.utils.parametrizations.weight_norm` (and one under `spectral_norm`);
-- an ALiBi GPT (a per-head linear distance penalty on the scores) and a T5-style relative position bias (a learned
-  table of H numbers per log-spaced distance bucket): math the reference lacks;
+- an ALiBi GPT (a per-head linear distance penalty on the scores: the reference's positional "alibi" since, its
+  slopes and causal rows, so a pass) and a T5-style relative position bias (a learned table of H numbers per
+  log-spaced distance bucket): math the reference lacks;
 - a learned temperature on the scores, `scores * self.logit_scale.exp()`, its parameter one the reference lacks;
 - controls the judge reads today: a pre-norm GPT without a final norm, the weight-normed GPT's plain-Linear twin
   (in bfloat16 too, and with the torch.var LayerNorm in its second block); that twin in bfloat16 casting to
@@ -377,7 +378,9 @@ CASES = [
         {},
         ("mistake", "attention.mask_after_softmax", "layers.1.attention"),
     ),
-    ("alibi_gpt", lambda: biased_gpt("alibi"), "transformer_lm", {}, ("no pair", "h.0.attn", "ALiBi")),
+    # the reference has ALiBi now (positional "alibi", -m |i - j|): these slopes are its, and on a causal row
+    # m (j - i) is the same bias, so a pass (was "no pair" when the reference lacked it)
+    ("alibi_gpt", lambda: biased_gpt("alibi"), "transformer_lm", {}, "pass"),
     ("pre_ln_gpt.no_final_norm", lambda: biased_gpt("none", final_norm=False), "transformer_lm", {}, "pass"),
     ("t5_bias_gpt", lambda: biased_gpt("t5"), "transformer_lm", {}, ("no pair", "h.0.attn", "relative")),
     (
