@@ -55,15 +55,6 @@ TODAY: dict[str, str] = {
         "unexplained: layers.0.self_attn (reference decoder.layers.0.self_attn) diverges with relative error "
         "4.12e-03; not expressible by the config and no catalogue variant reproduces it"
     ),
-    # DeBERTa's content-to-position and position-to-content terms (math the reference lacks). No convention matches,
-    # so judge.choose judges under the closest miss, the mask read as bool_masked (B, T): flipped, it leaves each
-    # query at most one key (a row without padding: every score replaced by the same finfo.min, a uniform average),
-    # so nothing added to the scores can show, and the mask_inverted variant reproduces the layer to 4.5e-16;
-    # judge.said_why consults unsupported.explain (whose _score_terms would see c2p + p2c) only when no catalogued
-    # mistake is found
-    "deberta_hand": (
-        "attention.mask_inverted at encoder.layer.0.attention: the mask's polarity is flipped (variant error 4.5e-16)"
-    ),
 }
 
 

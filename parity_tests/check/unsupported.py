@@ -73,7 +73,7 @@ def _to_scores(node, depth: int = 12) -> bool:
     return depth > 0 and node.op in SCORES_PATH and any(_to_scores(p, depth - 1) for p in node.parents)
 
 
-def _score_terms(rec) -> tuple | None:
+def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
     a factor multiplying them computed from a parameter (a learned temperature)."""
     softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
@@ -285,6 +285,6 @@ def _pooled(rec) -> tuple | None:
 
 # looked for in this order: the first found is the answer
 FINDS = (
-    _renormed, _weightless_norm, _glu, _previous_gate, _score_terms, _gain, _output_gate, _clamped, _activation,
+    _renormed, _weightless_norm, _glu, _previous_gate, score_terms, _gain, _output_gate, _clamped, _activation,
     _learned_scale, _pooled,
 )  # fmt: skip
