@@ -102,6 +102,7 @@ def test_one_rotary_pair_is_read_as_two_features_at_no_base():
     t = torch.arange(6.0)[:, None]
     for f in (torch.cos, torch.sin):
         assert TB.base_of(f(t).repeat(1, 2), 8) == (None, 2)
+        assert TB.rope_table(f(t).repeat(1, 2).numpy(), 4) is None  # no base of 1
         assert TB.base_of(f(t * torch.tensor([1.0, 0.01])), 8) == (10000.0, 4)
 
 

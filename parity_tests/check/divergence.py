@@ -481,9 +481,8 @@ def _component_variants(check, choice) -> list:
 
 def diagnose(check, choice, result) -> None:
     """Fill result.diagnoses, and first_divergence and unexplained where a layer or a model diverges (see the module
-    docstring); what fails with nothing named is said by judge.said_why. A term on the scores where no convention
-    reproduced the output is said first: a mistake read under the closest miss may hide it (a mask that leaves no
-    key shows nothing added to the scores)."""
+    docstring); what fails with nothing named is said by judge.said_why. Where no convention matched, a term on the
+    scores first: a mistake read under the closest miss may hide it (a mask leaving no key hides the scores)."""
     terms = score_terms(check.flow) if check.flow and not choice.matched else None
     if terms is not None:
         result.unsupported = differs(*terms)

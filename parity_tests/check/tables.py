@@ -64,11 +64,9 @@ THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")
 def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
     """The RoPE base of an inverse-frequency vector theta^(-2i/Dh), i < Dh/2, rounded to an integer where it is
     one to float32 precision (a float32 buffer)."""
-    if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1:
+    if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1 - 1e-6:  # all 1 (base 1): one pair's
         return None
     theta = float(inv_freq[1] ** (-Dh / 2))
-    if theta <= 1 + 1e-4:  # every frequency 1: no RoPE's base (one pair turned, read as more)
-        return None
     return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
 
 
