@@ -15,6 +15,7 @@ from torch import nn
 
 from parity_tests import check
 from parity_tests import user_models as U
+from parity_tests.check import tables as TB
 
 
 class AuthorsOutput(nn.Module):
@@ -93,6 +94,16 @@ class PlainAttributeTable(nn.Module):
 def test_sinusoid_table_kept_as_a_plain_attribute_is_recognised():
     result = check.module(PlainAttributeTable(), "positional_encoding")
     assert result.passed and any(n.startswith("P: the reference's") for n in result.notes), str(result)
+
+
+def test_one_rotary_pair_is_read_as_two_features_at_no_base():
+    """A table of one pair turned (frequency 1 at any base), (T, 2) as halves or pairs, is R = 2 with no base read,
+    not R = 4 at base 1 (two equal columns); a real table of R = 4 keeps its base."""
+    t = torch.arange(6.0)[:, None]
+    for f in (torch.cos, torch.sin):
+        assert TB.base_of(f(t).repeat(1, 2), 8) == (None, 2)
+        assert TB.rope_table(f(t).repeat(1, 2).numpy(), 4) is None  # no base of 1
+        assert TB.base_of(f(t * torch.tensor([1.0, 0.01])), 8) == (10000.0, 4)
 
 
 def test_long_float32_rope_tables_are_recognised_and_overwritten():

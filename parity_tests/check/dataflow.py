@@ -141,6 +141,8 @@ class _Recorder(TorchFunctionMode):
             return _rows_read(args[1], args[0].shape)
         if name in MHA | {SDPA}:
             return _attention_args(name, args, kwargs)
+        if name == "baddbmm":  # how much of the tensor it adds (0: none, HF's scores on an empty tensor)
+            return float(kwargs.get("beta", 1))
         if name in ADDS | MULS | DIVS and parents == 1:  # a number added (Gemma's 1 + weight), multiplied by
             found = (a for a in args if isinstance(a, (int, float)) or self._held(a))  # or divided by (a soft cap's)
             return next((float(a) for a in found), None)

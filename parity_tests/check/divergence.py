@@ -28,7 +28,7 @@ from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
 from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
-from .unsupported import differs
+from .unsupported import differs, score_terms
 
 PROJECTIONS = (
     "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate", "router", "experts", "q_b_proj",
@@ -481,7 +481,12 @@ def _component_variants(check, choice) -> list:
 
 def diagnose(check, choice, result) -> None:
     """Fill result.diagnoses, and first_divergence and unexplained where a layer or a model diverges (see the module
-    docstring); what fails with nothing named is said by judge.said_why."""
+    docstring); what fails with nothing named is said by judge.said_why. Where no convention matched, a term on the
+    scores first: a mistake read under the closest miss may hide it (a mask leaving no key hides the scores)."""
+    terms = score_terms(check.flow) if check.flow and not choice.matched else None
+    if terms is not None:
+        result.unsupported = differs(*terms)
+        return
     if dropout_probe(check, choice, result):
         return
     overflow_probe(check, choice, result)

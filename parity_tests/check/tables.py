@@ -64,7 +64,7 @@ THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")
 def _theta_from(inv_freq: np.ndarray, Dh: int) -> float | None:
     """The RoPE base of an inverse-frequency vector theta^(-2i/Dh), i < Dh/2, rounded to an integer where it is
     one to float32 precision (a float32 buffer)."""
-    if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1:
+    if inv_freq.shape != (Dh // 2,) or Dh < 4 or not 0 < inv_freq[1] < 1 - 1e-6:  # all 1 (base 1): one pair's
         return None
     theta = float(inv_freq[1] ** (-Dh / 2))
     return float(round(theta)) if abs(theta - round(theta)) <= 1e-4 * theta else theta
@@ -98,14 +98,20 @@ def rope_table(value: np.ndarray, Dh: int) -> tuple[float, np.ndarray] | None:
     return next(((theta, table) for theta, table, tol in tried if _within(value, table, tol)), None)
 
 
-def base_of(computed: torch.Tensor, Dh: int) -> tuple[float, int] | None:
+def base_of(computed: torch.Tensor, Dh: int) -> tuple[float | None, int] | None:
     """(base, rotary width R) of a cos, sin or complex table a forward computed (rope_table on a batch's first) for
-    heads of Dh features, or of R < Dh (partial rotary: a table of R or R/2 columns), else None."""
+    heads of Dh features, or of R < Dh (partial rotary: a table of R or R/2 columns), else None. One pair turned
+    (R = 2) turns at frequency 1 whatever the base: (None, 2)."""
     if computed.ndim < 2:
         return None
     value = _squeezed(computed.reshape(-1, *computed.shape[-2:])[0])
     widths = dict.fromkeys(R for R in (Dh, value.shape[-1], 2 * value.shape[-1]) if R <= Dh)
-    return next(((table[0], R) for R in widths if (table := rope_table(value, R)) is not None), None)
+    for R in widths:
+        if R == 2 and any(_within(value, *table) for table in rope_tables(1.0, 2, len(value)).values()):
+            return None, 2
+        if (table := rope_table(value, R)) is not None:
+            return table[0], R
+    return None
 
 
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
@@ -171,7 +177,7 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
     tables' first, that rotary width or None)."""
     found = [] if first is None else [float(first)]
     read = [r for r in (base_of(v, Dh) for v in computed) if r is not None]
-    found += [base for base, _ in read]
+    found += [base for base, _ in read if base is not None]
     lengths = set()
     for _, mod in module.named_modules():
         config = getattr(mod, "config", None)

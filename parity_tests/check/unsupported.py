@@ -77,13 +77,13 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 def _terms(rec):
     """(node, term) for each term joining an attention's scores before the softmax that is not the scores: added,
-    multiplied, or the tensor baddbmm adds to the product (BLOOM's ALiBi, where it was recorded)."""
+    multiplied, or the tensor baddbmm adds to the product (BLOOM's ALiBi: where it was recorded, and beta is not 0)."""
     softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
     path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
     for node in path:
         if node.op in DF.ADDS | DF.MULS and _to_scores(node):
             yield from ((node, p) for p in node.parents if not _to_scores(p))
-        elif node.op == "baddbmm" and len([p for p in node.parents if p.param is None]) > 2:
+        elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
             yield node, node.parents[0]
 
 
@@ -95,7 +95,7 @@ def reference_alibi(rec) -> bool:
     return bool(biases) and all(v is not None and _alibi(v.detach().double()) == "reference" for v in biases)
 
 
-def _score_terms(rec) -> tuple | None:
+def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
     a factor multiplying them computed from a parameter (a learned temperature)."""
     for node, term in _terms(rec):
@@ -324,6 +324,6 @@ def _pooled(rec) -> tuple | None:
 
 # looked for in this order: the first found is the answer
 FINDS = (
-    _renormed, _weightless_norm, _glu, _previous_gate, _score_terms, _gain, _output_gate, _clamped, _activation,
+    _renormed, _weightless_norm, _glu, _previous_gate, score_terms, _gain, _output_gate, _clamped, _activation,
     _learned_scale, _pooled,
 )  # fmt: skip
