@@ -35,6 +35,9 @@ from parity_tests.corpus import (
     unseen,
 )
 
+CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
+CORPORA += (fresh12, fresh13, lacking)
+
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {}
 
@@ -99,28 +102,7 @@ def _case(name, *values):
 
 @pytest.mark.parametrize(
     ("factory", "level", "keywords", "expected"),
-    [
-        _case(*case)
-        for corpus in (
-            unseen,
-            frontier,
-            fresh,
-            fresh2,
-            fresh3,
-            fresh4,
-            fresh5,
-            fresh6,
-            fresh7,
-            fresh8,
-            fresh9,
-            fresh10,
-            fresh11,
-            fresh12,
-            fresh13,
-            lacking,
-        )
-        for case in corpus.CASES
-    ],
+    [_case(*case) for corpus in CORPORA for case in corpus.CASES],
 )
 def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
     torch.manual_seed(0)
