@@ -673,6 +673,21 @@ def test_transformers_mixtures_of_experts_pass(model, monkeypatch):
     assert not any("vacuous" in r.name for r in result.rows), str(result)
 
 
+def test_a_forward_an_op_of_which_refuses_float64_is_answered_with_what_settles_it(monkeypatch):
+    """transformers' mixtures with their default grouped_mm experts refuse float64 ("Expected mat_a to be Float32 ...,
+    got Double"): could not judge, saying so and naming experts_implementation="eager", not "pass call=" (which would
+    not help); with it they pass (test_transformers_mixtures_of_experts_pass)."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    fields = {k: v for k, v in MOE.items() if k != "experts_implementation"}
+    model = T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(**fields, moe_intermediate_size=12, num_experts=4, head_dim=4))
+    result = check.module(model.eval(), "transformer_lm")
+    assert result.error.startswith("could not judge: ") and "got Double" in result.error, str(result)
+    assert 'experts_implementation="eager"' in result.error and "pass call=" not in result.error, str(result)
+
+
 @pytest.mark.parametrize(
     "model, said",
     [

@@ -10,6 +10,7 @@ reference's random weights; the module itself is never touched.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,6 +293,11 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
         return tower
     said = str(exc) if isinstance(exc, (ValueError, TypeError)) else f"{type(exc).__name__}: {exc}"
     settles = "" if "pass " in said else "; pass call= (how to call it) or mapping= (the weight map)"
+    if re.search(r"got Double|not implemented for 'Double'", said):  # call= would not help: an op refuses float64
+        settles = (
+            "; the judge runs the module in float64, which an op of its forward refuses: pass a module whose ops all "
+            'run in float64 (transformers\' mixtures of experts: experts_implementation="eager")'
+        )
     result.error = f"could not judge: {said}{settles}"
     return result
 
