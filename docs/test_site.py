@@ -92,6 +92,7 @@ SHOTS = {
     ),
     "reference": ("reference/api/numpy_transformer.loss.html", None),
 }
+LOADS = 3  # tries at loading a page before it counts as not served
 MATH_WAIT = 30.0  # seconds MathJax has to load and typeset a page (a few tenths on a quiet machine); then it fails
 SHOT_HEIGHT = 1800  # pixels of page below the section's top (the whole page, up to this, for a page's top)
 
@@ -145,6 +146,8 @@ const mathjax = async () => {
   hidden.remove();
   const main = document.querySelector("article") || document.body;
   done({
+    url: location.href,
+    article: document.querySelector("article") !== null,  // every page Sphinx builds has one; an error page none
     mathjax: math,
     text: text,
     allText: document.body.innerText,
@@ -315,6 +318,11 @@ def walkthroughs_not_listed(index: dict, base: str, stems: list[str]) -> list[st
 # --- The browser -------------------------------------------------------------------------------------------------
 
 
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # the default 5 refuses connections when Chromium opens many at once on busy cores
+    daemon_threads = True
+
+
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format, *args) -> None:  # noqa: A002 (the base class's name)
         pass
@@ -323,7 +331,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
 @contextlib.contextmanager
 def serve(folder: Path):
     """Serve a folder on a free port of 127.0.0.1; yields the base URL."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(folder)))
+    server = Server(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(folder)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -380,8 +388,11 @@ def visit(driver, url: str, shots: dict[str, str | None] | None = None, math_wai
     """Load one page at the first width, inspect it once MathJax has typeset it (within `math_wait` seconds), then
     measure its overflow at every width (and take the screenshots asked for: name -> section, at each width)."""
     set_width(driver, WIDTHS[0])
-    driver.get(url)
-    found = driver.execute_async_script(INSPECT, round(math_wait * 1000))
+    for _ in range(LOADS):  # a load the server dropped on a busy machine (Chromium's error page) is tried again
+        driver.get(url)
+        found = driver.execute_async_script(INSPECT, round(math_wait * 1000))
+        if found["url"] == url and found["article"]:
+            break
     found["console"] = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     found["overflow"] = {}
     for width in WIDTHS:
@@ -428,6 +439,18 @@ def assert_clean(site, check, what: str) -> None:
 
 
 # --- The built site ----------------------------------------------------------------------------------------------
+
+
+def test_every_page_loaded(site) -> None:
+    """Each page was served and shown as itself (not Chromium's error page) within LOADS tries: every other check
+    reads what the browser showed."""
+    base = site["base"]
+    assert_clean(
+        site,
+        lambda page: [] if page["article"] else [f"not shown after {LOADS} loads: the browser was at {page['url']}"],
+        "pages that did not load",
+    )
+    assert all(page["url"].startswith(base) for page in site["pages"].values())
 
 
 def test_site_has_every_section(site) -> None:
