@@ -63,7 +63,8 @@ SLOW |= {  # this stop's corpora: a mistake whose class another case keeps in th
 SLOW |= {  # fresh8: a case of each class stays in the default run (its 11 default cases ~2.5 s on 2 idle cores)
     "position_ids_llama.rms_eps_outside_sqrt_second_block", "compiled_gpt.softmax_wrong_axis_second_block",
     "data_parallel_gpt.scaled_by_model_width_second_block", "lora_llama.rms_eps_outside_sqrt_second_block",
-    "einops_lm", "lit_gpt",
+    "einops_lm", "lit_gpt", "deepseek_lite.kv_a_layernorm_wrong_axis_second_layer",
+    "deepseek_lite.q_a_layernorm_wrong_axis_second_layer", "deepseek_lite.kv_a_layernorm_without_weight_second_layer",
 }  # fmt: skip
 SLOW |= {  # fresh9: a case of each class stays in the default run (its 16 default cases 1.4 s on 2 cores)
     "tuple_decoder.softmax_wrong_axis_second_block", "expand_gqa_gpt.kv_heads_tiled_second_block",

@@ -17,6 +17,7 @@ import numpy as np
 import numpy_transformer as nt
 from numpy_transformer import layers as L
 from numpy_transformer import model as M
+from numpy_transformer.latent_attention import LATENT_NORM_EPS
 from numpy_transformer.scores import ScoreMod
 
 from . import variants as V
@@ -336,15 +337,21 @@ def stages(entry, params: dict, p: Probe, cfg) -> list:
 
 
 def _projection_norms(params: dict, name: str, inputs: tuple, cfg, prefix: str, valid) -> list:
-    """OLMo 2's q_norm and k_norm of attention `name` (qk_norm_projection): RMSNorms of the whole q and k
-    projections, each a stage on the reference's projection of the query or key input."""
-    if name == "ffn" or not (cfg.qk_norm and cfg.qk_norm_projection):
+    """The RMSNorms inside attention `name`, each a stage on the reference's projection of its query (or key) input:
+    OLMo 2's q_norm and k_norm of the whole q and k projections (qk_norm_projection); latent attention's q_a_norm
+    of q_a_proj's output (V3's) and kv_a_norm of kv_a_proj's first C rows (C its width; eps LATENT_NORM_EPS)."""
+    latent = f"{name}.kv_a_norm.weight" in params
+    if name == "ffn" or not (latent or cfg.qk_norm and cfg.qk_norm_projection):
         return []
+    rms = dataclasses.replace(cfg, norm="rms", layer_norm_eps=LATENT_NORM_EPS if latent else cfg.layer_norm_eps)
+    roles = (("q_a", inputs[0]), ("kv_a", inputs[0])) if latent else tuple(zip("qk", inputs, strict=False))
     found = []
-    for role, x in zip("qk", inputs, strict=False):
-        proj = M.sub(params, f"{name}.{role}_proj")
-        y = x @ proj["weight"].T + proj.get("bias", 0.0)  # (B, T, H * Dh)
-        norm = unit_forward("norm", M.sub(params, f"{name}.{role}_norm"), dataclasses.replace(cfg, norm="rms"), name)
+    for role, x in roles:
+        if f"{name}.{role}_norm.weight" not in params:  # V2's queries: one q_proj, no q_a_norm
+            continue
+        proj, weight = M.sub(params, f"{name}.{role}_proj"), params[f"{name}.{role}_norm.weight"]
+        y = (x @ proj["weight"].T + proj.get("bias", 0.0))[..., : weight.shape[0]]  # (B, T, the norm's width)
+        norm = unit_forward("norm", M.sub(params, f"{name}.{role}_norm"), rms, name)
         found.append(Stage(f"{prefix}{name}.{role}_norm", "norm", (y,), norm(y), valid, None, norm))
     return found
 

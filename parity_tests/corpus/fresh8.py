@@ -37,7 +37,10 @@ training script hands over, adapters, casts, library attention layouts. The judg
   second feed-forward norm, the keys rotated in interleaved pairs and the queries in halves in LitGPT's second
   block, the attention dropout left on in evaluation in torchtune's second layer, the K/V heads tiled by an einops
   pattern `(r h)` for `(h r)` in the x-transformers LM's second layer, the softmax over the queries in the
-  DeepSeek-V2-Lite's second layer (its scores written out).
+  DeepSeek-V2-Lite's second layer (its scores written out); in the second layer's latent norms, eps outside the
+  root or the mean over the positions in kv_a_layernorm (and in V3's q_a_layernorm), each named at that norm (first
+  met: "diverges ... no catalogue variant reproduces it" at the whole self_attn), and kv_a_layernorm's weight never
+  applied (said at the norm, a norm without a scale the reference has no pair for).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -78,15 +81,21 @@ def _tables(n, width, base=10000.0):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim, eps=1e-6, eps_outside=False):
+    def __init__(self, dim, eps=1e-6, eps_outside=False, axis=-1):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
-        self.eps, self.eps_outside = eps, eps_outside
+        self.eps, self.eps_outside, self.axis = eps, eps_outside, axis  # the mistakes: eps outside, another axis
 
     def forward(self, x):
+        square = x.pow(2).mean(self.axis, keepdim=True)
         if self.eps_outside:  # the mistake: eps added to the root, not inside it
-            return self.weight * x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+            return self.weight * x / (square.sqrt() + self.eps)
+        return self.weight * x * torch.rsqrt(square + self.eps)
+
+
+class UnscaledRMSNorm(RMSNorm):
+    def forward(self, x):  # the mistake: its weight held, never applied
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
 # -- a GPT as a training script holds it: (logits, loss), then torch.compile or nn.DataParallel --------------------
@@ -723,6 +732,19 @@ def deepseek_lite(second=LatentAttention, first=LatentAttention) -> DeepSeekLite
     return DeepSeekLite(first, second)
 
 
+def latent_norm_mistake(norm, low_rank=False) -> DeepSeekLite:
+    """A DeepSeekLite whose second layer's kv_a_layernorm (low_rank: V3's q_a_layernorm, both layers' queries
+    low-rank) is norm(its width): a mistake inside the latent attention's own norms."""
+    base = LatentLowRankQueries if low_rank else LatentAttention
+
+    def second():
+        attention = base()
+        setattr(attention, "q_a_layernorm" if low_rank else "kv_a_layernorm", norm(RQ if low_rank else C))
+        return attention
+
+    return deepseek_lite(second, base)
+
+
 LATENT = {"kv_lora_rank": C, "v_head_dim": DV, "head_dim": DN + R, "rotary_dim": R, "positional": "rope"}
 
 
@@ -826,5 +848,41 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.softmax_wrong_axis", "layers.1.self_attn"),
+    ),
+    # the latent attention's own norms: each mistake named at the norm, judged on the inputs the model gave it
+    (
+        "deepseek_lite.kv_a_layernorm_eps_outside_sqrt_second_layer",
+        lambda: latent_norm_mistake(lambda width: RMSNorm(width, eps_outside=True)),
+        "transformer_lm",
+        {},
+        ("mistake", "rms_norm.eps_outside_sqrt", "layers.1.self_attn.kv_a_layernorm"),
+    ),
+    (
+        "deepseek_lite.kv_a_layernorm_wrong_axis_second_layer",
+        lambda: latent_norm_mistake(lambda width: RMSNorm(width, axis=-2)),
+        "transformer_lm",
+        {},
+        ("mistake", "rms_norm.wrong_axis", "layers.1.self_attn.kv_a_layernorm"),
+    ),
+    (
+        "deepseek_lite.kv_a_layernorm_without_weight_second_layer",
+        lambda: latent_norm_mistake(UnscaledRMSNorm),
+        "transformer_lm",
+        {},
+        ("no pair", "layers.1.self_attn.kv_a_layernorm", "normalises without a weight"),
+    ),
+    (
+        "deepseek_lite.q_a_layernorm_eps_outside_sqrt_second_layer",
+        lambda: latent_norm_mistake(lambda width: RMSNorm(width, eps_outside=True), low_rank=True),
+        "transformer_lm",
+        {},
+        ("mistake", "rms_norm.eps_outside_sqrt", "layers.1.self_attn.q_a_layernorm"),
+    ),
+    (
+        "deepseek_lite.q_a_layernorm_wrong_axis_second_layer",
+        lambda: latent_norm_mistake(lambda width: RMSNorm(width, axis=-2), low_rank=True),
+        "transformer_lm",
+        {},
+        ("mistake", "rms_norm.wrong_axis", "layers.1.self_attn.q_a_layernorm"),
     ),
 ]
