@@ -30,16 +30,24 @@ from parity_tests.corpus import (
     fresh11,
     fresh12,
     fresh13,
+    fresh14,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, lacking)
+CORPORA += (fresh12, fresh13, fresh14, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    "fx_traced_gpt.wrong_scale_second_block": "FAILED unexplained at (the module): fx ran the attention in the root",
+    "exported_llama": "could not judge: the number of heads cannot be read (n_heads=4: 5 norms, reference has 1)",
+    "exported_llama.softmax_wrong_axis_second_layer": "could not judge: the number of heads cannot be read",
+    "int8_llama": "no pair at layers.0.self_attn: q, k, v no projection's output (F.linear of a dequantized weight)",
+    "int8_llama.activation_on_up_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
+    "int8_llama.kv_heads_tiled_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -84,6 +92,11 @@ SLOW |= {c[0] for c in fresh12.CASES} - {  # fresh12: a case of each class (and 
 SLOW |= {c[0] for c in fresh13.CASES} - {  # fresh13: a case of each class (and each cause in TODAY) by default
     "falcon_hand", "bloom_hand", "stablelm_hand.one_rotary_pair", "deberta_hand", "roberta_hand",
     "distilbert_hand.dropout_active_in_eval_second_layer",
+}  # fmt: skip
+SLOW |= {  # fresh14: a case of each class (and each cause in TODAY) by default
+    "flex_gpt.block_mask", "exported_llama.softmax_wrong_axis_second_layer", "int8_llama.kv_heads_tiled_second_layer",
+    "int8_llama.activation_on_up_second_layer", "spectral_llama.rms_eps_outside_sqrt_second_layer",
+    "mha_forward_gpt.not_causal_second_block",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
