@@ -31,13 +31,14 @@ from parity_tests.corpus import (
     fresh12,
     fresh13,
     fresh14,
+    fresh15,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, fresh14, lacking)
+CORPORA += (fresh12, fresh13, fresh14, fresh15, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
@@ -47,6 +48,13 @@ TODAY: dict[str, str] = {
     "int8_llama": "no pair at layers.0.self_attn: q, k, v no projection's output (F.linear of a dequantized weight)",
     "int8_llama.activation_on_up_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
     "int8_llama.kv_heads_tiled_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
+    # fresh15: an ALiBi model's correct first attention blamed when a later part is wrong (the in-situ rerun)
+    "mpt_hand.mask_after_softmax_second_block": "unexplained at transformer.blocks.0.attn (correct)",
+    "mpt_hand.unbiased_variance_second_block": "unexplained at transformer.blocks.0.attn (correct)",
+    "baichuan13b_hand.softmax_wrong_axis_second_block": "unexplained at model.layers.0.self_attn (correct)",
+    "persimmon_hand": "no pair said at model.layers.0.mlp (relu^2), the earlier q/k LayerNorms unsaid",
+    "persimmon_hand.gelu_mlp": "could not judge: KeyError 'decoder.layers.0.self_attn.q_norm.bias'; pass call=",
+    "baichuan2_norm_head": "unexplained: (the module) diverges; the normalised head rows not said",
 }
 
 
@@ -97,6 +105,10 @@ SLOW |= {  # fresh14: a case of each class (and each cause in TODAY) by default
     "flex_gpt.block_mask", "exported_llama.softmax_wrong_axis_second_layer", "int8_llama.kv_heads_tiled_second_layer",
     "int8_llama.activation_on_up_second_layer", "spectral_llama.rms_eps_outside_sqrt_second_layer",
     "mha_forward_gpt.not_causal_second_block",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh15.CASES} - {  # fresh15: a case of each class (and each cause in TODAY) by default
+    "mpt_hand", "mpt_hand.mask_after_softmax_second_block", "persimmon_hand", "persimmon_hand.gelu_mlp",
+    "chatglm_hand", "internlm2_hand.kv_heads_tiled_second_block", "baichuan2_norm_head", "wav2vec2_conv_positions",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
