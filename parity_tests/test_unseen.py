@@ -30,16 +30,21 @@ from parity_tests.corpus import (
     fresh11,
     fresh12,
     fresh13,
+    fresh16,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, lacking)
+CORPORA += (fresh12, fresh13, fresh16, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    # fresh16: a block's wiring changed (no op the reference lacks is computed: an add left out, a norm run twice)
+    "notebook_gpt.residual_dropped_second_block": "unexplained at blocks.1: the missing residual is not named",
+    "buffer_mask_lm.norm_twice_second_block": "unexplained at blocks.1: ln_1 applied twice is not named",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -83,6 +88,11 @@ SLOW |= {c[0] for c in fresh12.CASES} - {  # fresh12: a case of each class (and 
 SLOW |= {c[0] for c in fresh13.CASES} - {  # fresh13: a case of each class (and each cause in TODAY) by default
     "falcon_hand", "bloom_hand", "stablelm_hand.one_rotary_pair", "deberta_hand", "roberta_hand",
     "distilbert_hand.dropout_active_in_eval_second_layer",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh16.CASES} - {  # fresh16: a case of each model (and each cause in TODAY) by default
+    "notebook_gpt", "bthd_einsum_llama.fused_k_q_einsum_second_block", "padded_encoder.padding_on_queries_second_layer",
+    "buffer_mask_lm.exp_over_sum_second_block", "course_seq2seq.masks_swapped_second_decoder_layer",
+    "notebook_gpt.residual_dropped_second_block", "buffer_mask_lm.norm_twice_second_block",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
