@@ -32,13 +32,14 @@ from parity_tests.corpus import (
     fresh13,
     fresh14,
     fresh15,
+    fresh16,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, fresh14, fresh15, lacking)
+CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
@@ -55,6 +56,9 @@ TODAY: dict[str, str] = {
     "persimmon_hand": "no pair said at model.layers.0.mlp (relu^2), the earlier q/k LayerNorms unsaid",
     "persimmon_hand.gelu_mlp": "could not judge: KeyError 'decoder.layers.0.self_attn.q_norm.bias'; pass call=",
     "baichuan2_norm_head": "unexplained: (the module) diverges; the normalised head rows not said",
+    # fresh16: a block's wiring changed (no op the reference lacks is computed: an add left out, a norm run twice)
+    "notebook_gpt.residual_dropped_second_block": "unexplained at blocks.1: the missing residual is not named",
+    "buffer_mask_lm.norm_twice_second_block": "unexplained at blocks.1: ln_1 applied twice is not named",
 }
 
 
@@ -109,6 +113,11 @@ SLOW |= {  # fresh14: a case of each class (and each cause in TODAY) by default
 SLOW |= {c[0] for c in fresh15.CASES} - {  # fresh15: a case of each class (and each cause in TODAY) by default
     "mpt_hand", "mpt_hand.mask_after_softmax_second_block", "persimmon_hand", "persimmon_hand.gelu_mlp",
     "chatglm_hand", "internlm2_hand.kv_heads_tiled_second_block", "baichuan2_norm_head", "wav2vec2_conv_positions",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh16.CASES} - {  # fresh16: a case of each model (and each cause in TODAY) by default
+    "notebook_gpt", "bthd_einsum_llama.fused_k_q_einsum_second_block", "padded_encoder.padding_on_queries_second_layer",
+    "buffer_mask_lm.exp_over_sum_second_block", "course_seq2seq.masks_swapped_second_decoder_layer",
+    "notebook_gpt.residual_dropped_second_block", "buffer_mask_lm.norm_twice_second_block",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
