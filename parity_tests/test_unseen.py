@@ -103,6 +103,7 @@ SLOW |= {c[0] for c in fresh12.CASES} - {  # fresh12: a case of each class (and 
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh13.CASES} - {  # fresh13: a case of each class (and each cause in TODAY) by default
     "falcon_hand", "bloom_hand", "stablelm_hand.one_rotary_pair", "deberta_hand", "roberta_hand",
+    "hand_softmax_gpt.alibi", "alibi_bert.signed_both_sides",
     "distilbert_hand.dropout_active_in_eval_second_layer",
 }  # fmt: skip
 SLOW |= {  # fresh14: a case of each class (and each cause in TODAY) by default
@@ -177,8 +178,9 @@ def test_a_plain_mean_over_the_positions_is_said_at_the_pool():
 
 
 def test_a_term_on_the_scores_is_told_apart_by_its_values():
-    """unsupported._bias: a mask (0 and large negatives) is no term, nor the reference's ALiBi (its slopes, on causal
-    rows, by key - query or by key index alone); ALiBi at other slopes times (key - query), a function of
+    """unsupported._bias: a mask (0 and large negatives) is no term, nor the reference's ALiBi (its slopes times
+    -|key - query| on the keys read, or on causal rows key - query or the key index alone); ALiBi at other slopes, or
+    key - query read on both sides of the query (-inf: a key not read), a function of
     the relative position alone, and any other bias are each said; one position (T = 1) is a bias, not an error."""
     from numpy_transformer.scores import alibi_slopes
     from parity_tests.check.unsupported import _bias
@@ -189,9 +191,13 @@ def test_a_term_on_the_scores_is_told_apart_by_its_values():
     assert _bias(causal) is None and _bias(torch.zeros(2, T, T, dtype=torch.float64)) is None
     assert _bias(torch.tensor([0.5, 0.25], dtype=torch.float64)[:, None, None] * distance).startswith("ALiBi's bias")
     ours = torch.tensor(alibi_slopes(2), dtype=torch.float64)[:, None, None]  # the reference's slopes: no term
-    assert _bias(ours * distance) is None and _bias(-ours * distance.abs()) is None
+    assert _bias(ours * distance + causal) is None and _bias(-ours * distance.abs()) is None
     keys = torch.arange(T).double()  # BLOOM's slope * key index, (B * H, 1, T): the same on each causal row
-    assert _bias(ours.repeat(3, 1, 1) * keys) is None and _bias(2 * ours * keys).startswith("ALiBi's bias")
+    assert _bias(ours.repeat(3, 1, 1) * keys + causal) is None and _bias(2 * ours * keys).startswith("ALiBi's bias")
+    # read on both sides of the query (no key hidden: an encoder's), m (j - i) is not the reference's -m |j - i|
+    assert "times key - query on both sides" in _bias(ours * distance)
+    quarter = _bias(-ours * distance.abs() / 4)  # 2 heads: the reference's first slope 2^-4, a quarter of it 2^-6
+    assert "0.01562 for the first head, times -|key - query|" in quarter
     relative = torch.randn(2 * T - 1, dtype=torch.float64)[(distance + T - 1).long()]
     assert _bias(relative).startswith("a bias of the relative position alone")
     assert _bias(torch.randn(2, T, T, dtype=torch.float64)) == f"a bias of shape (2, {T}, {T})"

@@ -76,57 +76,83 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 
 def _terms(rec):
-    """(node, term) for each term joining an attention's scores before the softmax that is not the scores: added,
-    multiplied, or the tensor baddbmm adds to the product (BLOOM's ALiBi: where it was recorded, and beta is not 0)."""
-    softmaxes = [n for n in rec.nodes if n.op in ("softmax", "_softmax") and n.parents]
-    path = (n for s in softmaxes for n in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []))
-    for node in path:
-        if node.op in DF.ADDS | DF.MULS and _to_scores(node):
-            yield from ((node, p) for p in node.parents if not _to_scores(p))
-        elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
-            yield node, node.parents[0]
+    """(node, term, value) for each term joining an attention's scores before the softmax (torch's, or exp(s - max s)
+    written out) that is not the scores: multiplied (value None); added or subtracted, or the tensor baddbmm adds
+    (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added (_read). A row constant
+    (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along the keys cancels it."""
+    for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
+        seen = rec._seen(s)
+        for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
+            if node.op in DF.MULS and _to_scores(node):
+                yield from ((node, p, None) for p in node.parents if not _to_scores(p))
+            elif node.op in DF.ADDS | SUBS and _to_scores(node):
+                for k, p in enumerate(node.parents):
+                    if not _to_scores(p) and tuple(p.shape[-1:]) != (1,):
+                        yield node, p, _read(rec, p, -1.0 if k and node.op in SUBS else 1.0, seen)
+            elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
+                yield node, node.parents[0], _read(rec, node.parents[0], 1.0, seen)
+
+
+SUBS = {"sub", "__sub__"}
+
+
+def _read(rec, term, sign: float, seen):
+    """sign times the term's recorded value in float64, NaN at the (query, key) pairs no sequence nor head reads
+    (`seen` (T, S), its softmax's); None where it was not recorded."""
+    value = rec.values.get(term.index)
+    value = None if value is None else sign * value.detach().double()
+    fits = value is not None and seen is not None and value.ndim >= 2 and value.shape[-2] in (1, seen.shape[0])
+    return torch.where(seen, value, math.nan) if fits and value.shape[-1] == seen.shape[1] else value
 
 
 def reference_alibi(rec) -> bool:
-    """Whether the scores get a bias, and each the reference's ALiBi (its slopes; on each causal row the same
+    """Whether the scores get a bias, and each the reference's ALiBi (its slopes; on the keys read, the same
     softmax as -m |i - j|): positional "alibi"."""
-    values = [rec.values.get(t.index) for n, t in _terms(rec) if n.op not in DF.MULS]
-    biases = [v for v in values if v is None or not _mask(v.detach().double())]
-    return bool(biases) and all(v is not None and _alibi(v.detach().double()) == "reference" for v in biases)
+    values = [v for n, t, v in _terms(rec) if n.op not in DF.MULS]
+    biases = [v for v in values if v is None or not _mask(v)]
+    return bool(biases) and all(v is not None and _alibi(v) == "reference" for v in biases)
 
 
 def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
     a factor multiplying them computed from a parameter (a learned temperature)."""
-    for node, term in _terms(rec):
+    for node, term, value in _terms(rec):
         if node.op in DF.MULS:
             learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
             if learned:
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
-        value = rec.values.get(term.index)
-        said = _bias(value.detach().double()) if value is not None else "a learned bias"
+        said = _bias(value) if value is not None else "a learned bias"
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
 
 
 def _alibi(b) -> str | None:
-    """A bias (..., T or 1, T) that is, on each causal row (keys j <= i), a per-head slope times j plus the row's
-    constant: "reference" with the reference's slopes (repeated over a batch), else the first head's slope; None:
-    no such bias."""
+    """A bias (..., T or 1, T), NaN or -inf at the keys not read, that is on each row's keys read a per-head slope m
+    times -|j - i| plus the row's constant (the reference's form; on causal rows that is m (j - i)): "reference" with
+    the reference's slopes (repeated over a batch), else what it is, m (j - i) read on both sides said as such;
+    None: no such bias."""
     T = b.shape[-1] if b.ndim >= 2 else 0
     if T < 2 or b.shape[-2] not in (1, T):
         return None
     heads = b.expand(*b.shape[:-2], T, T).reshape(-1, T, T)
-    slopes = heads[:, -1, 1] - heads[:, -1, 0]
-    lower = torch.ones(T, T, dtype=torch.bool).tril()
-    rows = (heads - heads[:, :, :1] - slopes[:, None, None] * torch.arange(T).double())[:, lower]
-    if not torch.allclose(rows, torch.zeros_like(rows), atol=1e-6) or not slopes.any():
+    d = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).double()  # key - query
+    slopes = heads[:, 1, 1] - heads[:, 1, 0]  # row 1: key 0 at distance 1, itself at 0
+    if not slopes.any() or not torch.isfinite(slopes).all():
         return None
+    both = bool(torch.isfinite(heads).triu(1).any())  # a key after its query read: -|j - i| and j - i differ there
+    forms = (("-|key - query|", -d.abs()), ("key - query on both sides: the reference's times -|key - query|", d))
     n = len(slopes)
     ours = [torch.tensor(alibi_slopes(h), dtype=torch.float64).repeat(n // h) for h in range(1, n + 1) if n % h == 0]
-    return "reference" if any(torch.allclose(slopes, s, atol=1e-6) for s in ours) else f"{float(slopes[0]):.4g}"
+    for k, (form, distance) in enumerate(forms[: 1 + both]):
+        rows = heads - slopes[:, None, None] * distance - heads.diagonal(dim1=1, dim2=2)[:, :, None]
+        if not torch.allclose(rows[torch.isfinite(rows)], torch.tensor(0.0, dtype=rows.dtype), atol=1e-6):
+            continue
+        if not k and any(torch.allclose(slopes, s, atol=1e-6) for s in ours):
+            return "reference"
+        return f"(a per-head slope, {float(slopes[0]):.4g} for the first head, times {form if both else 'key - query'})"
+    return None
 
 
 def _mask(b) -> bool:
@@ -142,9 +168,9 @@ def _bias(b) -> str | None:
     if _mask(b) or alibi == "reference" or b.ndim < 2:
         return None
     if alibi:
-        return f"ALiBi's bias (a per-head slope, {alibi} for the first head, times key - query)"
+        return f"ALiBi's bias {alibi}"
     heads = b.reshape(-1, *b.shape[-2:])
-    if b.shape[-1] == b.shape[-2] > 1 and torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], atol=1e-6):
+    if b.shape[-1] == b.shape[-2] > 1 and torch.allclose(heads[:, 1:, 1:], heads[:, :-1, :-1], 0, 1e-6, True):
         return "a bias of the relative position alone (key - query: T5's relative position bias)"
     return f"a bias of shape {tuple(b.shape)}"
 

@@ -23,6 +23,10 @@ with the judge frozen: what it said when it first met each is in parity_tests/te
 - a DeBERTa-style encoder: disentangled attention, content-to-position and position-to-content terms read from a
   relative-position table (a parameter of each attention, projected by its own query and key Linears) and added to
   the scores, all over sqrt(3 Dh): math the reference has no pair for, said at the first attention;
+- a GPT whose softmax is written out (exp(s - max s) / sum): alone; with ALiBi added at the reference's slopes (a
+  pass: "alibi"); with a learned per-head table of key - query added (no pair, said at the first attention);
+- a MosaicBERT-style encoder with ALiBi on both sides, -m |i - j| (the reference's: a pass); at a quarter of the
+  slopes, and as m (j - i) (BLOOM's form, unmasked after the query): no pair, each said with the form it has;
 - mistakes put into them, each named where it sits: RoPE on the values in Falcon's second block, OPT's second
   attention scaled by d_model ** -0.5, StableLM's second softmax over the queries, Starcoder2's K/V heads tiled
   (`.repeat`) in its second block, DistilBERT's attention dropout left on in evaluation in its second layer.
@@ -31,7 +35,11 @@ First met: 13 of 16 right. Wrong then: BLOOM's ALiBi by baddbmm (unexplained, th
 passes with positional="alibi" given), StableLM's 25% rotary where that is one pair (rotary_dim read as 4: passes
 with rotary_dim=2 given), and DeBERTa's disentangled terms (said as a flipped mask, under a mask convention that hides
 every term on the scores). The two cases with positional= and rotary_dim= given were added to settle the math of
-the first two (the judge right on both).
+the first two (the judge right on both). Added later (the judge before its fix -> now): the written-out softmax with
+ALiBi (unexplained -> pass) and with a relative table (unexplained -> no pair: the terms were looked for only behind
+a softmax op); the ALiBi encoder (attention.mask_inverted -> pass: a term subtracted from the scores was not seen),
+at a quarter of the slopes and in BLOOM's form on both sides (attention.mask_inverted -> no pair; ALiBi was read on
+causal rows only, where m (j - i) and -m |i - j| agree).
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -184,6 +192,119 @@ class BloomLM(nn.Module):
 def bloom() -> BloomLM:
     torch.manual_seed(0)
     return _jitter(BloomLM())
+
+
+# -- a softmax written out, with a term on the scores; an encoder with ALiBi on both sides (MosaicBERT's) -------------
+
+
+class HandSoftmaxAttention(nn.Module):
+    """Causal attention whose softmax is written out: e = exp(s - max s), e / sum e; `term` added to the scores:
+    "none"; "alibi", -m_h |i - j| at the reference's slopes (2^(-8 h / H)): its positional "alibi"; "table", a learned
+    per-head bias of key - query, a row per distance, which the judge does not read as T5's bucketed table (as
+    fresh3's t5_bias_gpt): math said to have no pair."""
+
+    def __init__(self, term: str = "none"):
+        super().__init__()
+        self.c_attn, self.c_proj, self.term = nn.Linear(D, 3 * D), nn.Linear(D, D), term
+        self.register_buffer("slopes", _alibi_slopes(H), persistent=False)
+        if term == "table":
+            self.rel = nn.Parameter(0.5 * torch.randn(2 * T_MAX - 1, H))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q, k, v = self.c_attn(x).view(B, T, 3, H, HD).permute(2, 0, 3, 1, 4)
+        s = q @ k.transpose(-2, -1) / math.sqrt(HD)
+        distance = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # key - query
+        if self.term == "alibi":
+            s = s + -self.slopes[:, None, None] * distance.abs().to(x.dtype)
+        elif self.term == "table":
+            s = s + self.rel[distance + T_MAX - 1].permute(2, 0, 1)
+        s = s.masked_fill(_hidden(T), float("-inf"))
+        e = torch.exp(s - s.amax(-1, keepdim=True))
+        p = e / e.sum(-1, keepdim=True)
+        return self.c_proj((p @ v).transpose(1, 2).reshape(B, T, D))
+
+
+class HandSoftmaxBlock(nn.Module):
+    def __init__(self, term: str):
+        super().__init__()
+        self.ln_1, self.ln_2, self.attn = nn.LayerNorm(D), nn.LayerNorm(D), HandSoftmaxAttention(term)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class HandSoftmaxGPT(nn.Module):
+    def __init__(self, term: str = "none"):
+        super().__init__()
+        self.wte = nn.Embedding(V, D)
+        self.wpe = nn.Embedding(T_MAX, D) if term == "none" else None
+        self.h = nn.ModuleList([HandSoftmaxBlock(term) for _ in range(2)])
+        self.ln_f, self.lm_head = nn.LayerNorm(D), nn.Linear(D, V, bias=False)
+
+    def forward(self, idx):
+        x = self.wte(idx)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def hand_softmax_gpt(term: str = "none") -> HandSoftmaxGPT:
+    torch.manual_seed(0)
+    return _jitter(HandSoftmaxGPT(term))
+
+
+class AlibiBertLayer(nn.Module):
+    """Post-LN BERT layer, no positions, ALiBi read on both sides of each query (MosaicBERT's): `form` "abs", the
+    scores minus m_h |i - j|, the reference's bias in an encoder (numpy_transformer.scores.position_bias: -m |i - j|,
+    no causal mask); "signed", plus m_h (j - i) (BLOOM's form, the same on causal rows, but no mask hides j > i here:
+    +m (j - i) where the reference has -m (j - i), 2 m (j - i) apart on the keys after the query, no row constant the
+    softmax cancels). `factor` times the reference's slopes m_h = 2^(-8 h / H)."""
+
+    def __init__(self, form: str = "abs", factor: float = 1.0):
+        super().__init__()
+        self.query, self.key, self.value, self.dense = (nn.Linear(D, D) for _ in range(4))
+        self.attention_norm, self.output_norm = nn.LayerNorm(D, eps=1e-12), nn.LayerNorm(D, eps=1e-12)
+        self.intermediate, self.output = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+        self.register_buffer("slopes", factor * _alibi_slopes(H), persistent=False)
+        self.form = form
+
+    def forward(self, x, keep):
+        B, T, _ = x.shape
+        q, k, v = (p(x).view(B, T, H, HD).transpose(1, 2) for p in (self.query, self.key, self.value))
+        distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).to(x.dtype)  # j - i
+        scores = q @ k.transpose(-1, -2) / math.sqrt(HD)
+        if self.form == "abs":
+            scores = scores - self.slopes[:, None, None] * distance.abs()
+        else:
+            scores = scores + self.slopes[:, None, None] * distance
+        scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+        x = self.attention_norm(x + self.dense((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D)))
+        return self.output_norm(x + self.output(F.gelu(self.intermediate(x))))
+
+
+class AlibiBert(nn.Module):
+    def __init__(self, form: str = "abs", factor: float = 1.0):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(V, D, padding_idx=PAD)
+        self.embeddings_norm = nn.LayerNorm(D, eps=1e-12)
+        self.layer = nn.ModuleList([AlibiBertLayer(form, factor) for _ in range(2)])
+
+    def forward(self, input_ids, attention_mask=None):
+        keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        x = self.embeddings_norm(self.word_embeddings(input_ids))
+        for layer in self.layer:
+            x = layer(x, keep)
+        return x
+
+
+def alibi_bert(form: str = "abs", factor: float = 1.0) -> AlibiBert:
+    torch.manual_seed(0)
+    return _jitter(AlibiBert(form, factor))
 
 
 # -- OPT: learned positions offset by 2, queries scaled first, ReLU, tied head ----------------------------------------
@@ -582,6 +703,30 @@ CASES = [
     ),
     ("bloom_hand", bloom, "transformer_lm", {}, "pass"),
     ("bloom_hand.positional_given", bloom, "transformer_lm", {"positional": "alibi"}, "pass"),
+    ("hand_softmax_gpt", hand_softmax_gpt, "transformer_lm", {}, "pass"),
+    ("hand_softmax_gpt.alibi", lambda: hand_softmax_gpt("alibi"), "transformer_lm", {}, "pass"),
+    (
+        "hand_softmax_gpt.relative_table",
+        lambda: hand_softmax_gpt("table"),
+        "transformer_lm",
+        {},
+        ("no pair", "h.0.attn", "a bias of the relative position alone"),
+    ),
+    ("alibi_bert", alibi_bert, "encoder_model", {}, "pass"),
+    (
+        "alibi_bert.quarter_slopes",
+        lambda: alibi_bert(factor=0.25),
+        "encoder_model",
+        {},
+        ("no pair", "layer.0", "ALiBi's bias (a per-head slope, 0.0625 for the first head, times -|key - query|)"),
+    ),
+    (
+        "alibi_bert.signed_both_sides",
+        lambda: alibi_bert("signed"),
+        "encoder_model",
+        {},
+        ("no pair", "layer.0", "times key - query on both sides: the reference's times -|key - query|"),
+    ),
     ("opt_hand", opt, "transformer_lm", {}, "pass"),
     (
         "opt_hand.scaled_by_model_width_second_block",
