@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+import types
 
 import pytest
 import torch
@@ -671,6 +672,41 @@ def test_transformers_mixtures_of_experts_pass(model, monkeypatch):
     grads = {r.name: r for r in result.rows if r.name.startswith("d ") and r.dtype == "float64"}
     assert "d decoder.layers.1.ffn.experts.down_proj" in grads and "d decoder.layers.0.ffn.router.weight" in grads
     assert not any("vacuous" in r.name for r in result.rows), str(result)
+
+
+def _silu_on_up_in_expert_2(self, hidden, top_k_index, top_k_weights):
+    """transformers' eager experts' loop (MixtralExperts.forward's), expert 2 with silu on its up projection."""
+    out = torch.zeros_like(hidden)
+    for e in range(self.num_experts):
+        rows, slot = torch.where(top_k_index == e)
+        gate, up = F.linear(hidden[rows], self.gate_up_proj[e]).chunk(2, dim=-1)
+        h = gate * self.act_fn(up) if e == 2 else self.act_fn(gate) * up
+        out.index_add_(0, rows, F.linear(h, self.down_proj[e]) * top_k_weights[rows, slot, None])
+    return out
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        lambda T: T.MixtralForCausalLM(T.MixtralConfig(**MOE, intermediate_size=24, num_local_experts=4)),
+        lambda T: T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(**MOE, moe_intermediate_size=12, num_experts=4, head_dim=4)),
+    ],
+    ids=["mixtral", "qwen3_moe"],
+)  # fmt: skip
+def test_a_mistake_inside_one_of_transformers_stacked_experts_is_named_with_its_number(model, monkeypatch):
+    """divergence._expert_variants: silu on the up projection of expert 2 of layer 1 only (its experts stacked in
+    one tensor): gated_feed_forward.activation_on_up at the experts' module, the message naming expert 2."""
+    import transformers as T
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
+    built = model(T).eval()
+    experts = built.model.layers[1].mlp.experts
+    monkeypatch.setattr(experts, "forward", types.MethodType(_silu_on_up_in_expert_2, experts))
+    result = check.module(built, "transformer_lm")
+    got = [(d.id, d.where) for d in result.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", "model.layers.1.mlp.experts")], str(result)
+    assert result.diagnoses[0].message.endswith("(expert 2)"), str(result)
 
 
 def test_a_forward_an_op_of_which_refuses_float64_is_answered_with_what_settles_it(monkeypatch):

@@ -498,3 +498,24 @@ def test_heads_wider_than_d_model_over_h_are_read_with_their_width():
     assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "trf_blocks.1.att")
     message = result.diagnoses[0].message
     assert "expected sqrt(d_head) = 4" in message and "2.83" not in message, str(result)
+
+
+def test_experts_the_judges_inputs_never_reach_are_said(monkeypatch):
+    """divergence.unreached: with 32 experts, top 2 of 15 rows leave some unchosen under the judge's own weights; a
+    pass says which, per layer, and that a mistake inside them cannot be seen: one put there passes with the same
+    notes, one put in an expert that runs is named at it. With 4 experts every one runs, and nothing is said."""
+    torch.manual_seed(0)
+    four = check.module(fresh11.qwen3_moe(unchosen=3), "transformer_lm")
+    assert four.passed and not [n for n in four.notes if "no token" in n], str(four)
+    assert four.mapping["layers.1.mlp.experts.3.up_proj.weight"][0] == "decoder.layers.1.ffn.experts.gate_up_proj"
+    monkeypatch.setattr(fresh11, "E", 32)
+    result = check.module(fresh11.qwen3_moe(), "transformer_lm")
+    said = [n for n in result.notes if "for no token of the judge's inputs" in n]
+    assert result.passed and len(said) == 2 and " of layers.1.mlp.experts chosen" in said[1], str(result)
+    listed = {int(e) for e in said[1].removeprefix("experts ").partition(" of ")[0].split(", ")}  # layer 1's
+    unseen, ran = min(listed), min(set(range(32)) - listed)
+    hidden = check.module(fresh11.qwen3_moe(on_up=(1, unseen)), "transformer_lm")
+    assert hidden.passed and [n for n in hidden.notes if "no token" in n] == said, str(hidden)
+    seen = check.module(fresh11.qwen3_moe(on_up=(1, ran)), "transformer_lm")
+    got = [(d.id, d.where) for d in seen.diagnoses]
+    assert got == [("gated_feed_forward.activation_on_up", f"layers.1.mlp.experts.{ran}")], str(seen)

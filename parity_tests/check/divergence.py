@@ -157,14 +157,19 @@ class Divergence:
     error: float = 0.0
 
 
+def _stages(check, choice) -> list:
+    """The reference's stages on the probe under `choice` (R.stages), computed once."""
+    key = ("stages", repr(choice.cfg), id(choice.probe))
+    if key not in check.cache:
+        check.cache[key] = R.stages(check.entry, check.params, choice.probe, choice.cfg)
+    return check.cache[key]
+
+
 def scan(check, choice, captured) -> Divergence:
     """The Divergence of the user's run (`captured`) under `choice`, each part judged in situ (situated); one of a
     rounding's size gives way to a later part's larger one (ROUNDING)."""
     done, small, batch_first, adds = 0, None, choice.caller.batch_first, False
-    key = ("stages", repr(choice.cfg), id(choice.probe))
-    if key not in check.cache:
-        check.cache[key] = R.stages(check.entry, check.params, choice.probe, choice.cfg)
-    for chained in check.cache[key]:
+    for chained in _stages(check, choice):
         embedding = chained.kind == "embedding"  # the user's embeddings: its first layer's input
         call = captured.get(chained.unit.split(".")[0] + ".layers.0" if embedding else chained.unit)
         seen = () if call is None else call.inputs[:1] if embedding else (call.output,)
@@ -285,10 +290,73 @@ def _unit_variants(check, choice, stage: R.Stage, user_out, where: str, valid, t
     cfg, kind = choice.cfg, stage.kind
     if kind not in ("norm", "ffn") or (kind == "ffn" and not cfg.gated_ffn):
         return []
+    if kind == "ffn" and f"{stage.unit}.router.weight" in check.params:
+        return _expert_variants(check, choice, stage, user_out, where, valid)
     name = "gated_feed_forward" if kind == "ffn" else "rms_norm" if cfg.norm == "rms" else "layer_norm"
     eps = check.model.norm_eps.get(where, None) or cfg.layer_norm_eps
     params = M.sub(check.params, stage.unit)
     return match_unit(name, user_out, stage.inputs[0], params, eps, cfg.activation, where, valid, through)
+
+
+def _expert_variants(check, choice, stage: R.Stage, user_out, where: str, valid) -> list:
+    """A mixture's experts one at a time (Mixtral's, Qwen3-MoE's): expert e's gated-block variants on the rows the
+    reference routes to it, y + sum_j [S_j = e] g_j (FFN'_e(x) - FFN_e(x)), named at that expert's module (the
+    experts' where they are stacked in one tensor)."""
+    params, x = M.sub(check.params, stage.unit), stage.inputs[0]
+    y, cache = M.ffn_forward(params, x, choice.cfg, None, "ffn")
+    if cache.kind != "moe":
+        return []
+    x2, S, g = x.reshape(-1, x.shape[-1]), cache.block.top_k.selected, cache.block.top_k.gates
+    gate_up, down = params["experts.gate_up_proj"], params["experts.down_proj"]
+    F, D = down.shape[-1], down.shape[1]
+    for e in range(len(gate_up)):
+        rows, slot = np.nonzero(S == e)
+        if not len(rows):
+            continue
+        own = {"gate.weight": gate_up[e, :F], "linear1.weight": gate_up[e, F:], "linear2.weight": down[e]}
+        ref = VR.gated_feed_forward(own, x2[rows], choice.cfg.activation)
+
+        def through(expert, rows=rows, slot=slot, ref=ref):
+            out = y.reshape(-1, D).copy()
+            np.add.at(out, rows, g[rows, slot, None] * (expert(x2[rows]) - ref))
+            return out.reshape(y.shape)
+
+        at, own_module = _expert_at(check, choice, stage.unit, e, where)
+        found = match_unit("gated_feed_forward", user_out, x2[rows], own, 0, choice.cfg.activation, at, valid, through)
+        if found:
+            return [dataclasses.replace(d, message=d.message + f" (expert {e})" * (not own_module)) for d in found]
+    return []
+
+
+def _expert_at(check, choice, unit: str, e: int, where: str) -> tuple[str, bool]:
+    """(the user's module of expert e of the reference's mixture `unit`, whether it is the expert's own): the module
+    holding its rows of the experts' weights, else (the experts stacked in one tensor) the experts', else `where`."""
+    F, D = (choice.cfg.expert_width, choice.cfg.d_model)
+    starts = {f"{unit}.experts.gate_up_proj": {2 * e * F, (2 * e + 1) * F}, f"{unit}.experts.down_proj": {e * D}}
+    users = [k.user for k in choice.layout.links for n, r in k.parts if r and r[0] in starts.get(n, ())]
+    stacked = [k.user for k in choice.layout.links if k.parts[0][0] in starts]
+    return _called(_lca([u.rpartition(".")[0] for u in users or stacked]), _modules(check)) or where, bool(users)
+
+
+def unreached(check, choice) -> list:
+    """A note for each mixture whose router (the reference's, under the judge's weights) chooses some expert for no
+    compared position of the judge's inputs: that expert's math never ran, so a mistake inside it cannot be seen."""
+    if not choice.cfg.n_experts or not check.entry.hooked:
+        return []
+    notes, targets = [], hook_targets(check, choice.layout.links) if check.is_module else {}
+    for stage in (s for s in _stages(check, choice) if s.kind == "ffn" and f"{s.unit}.router.weight" in check.params):
+        x = stage.inputs[0]
+        block = M.ffn_forward(M.sub(check.params, stage.unit), x, choice.cfg, None, "ffn")[1].block
+        chosen = (getattr(block, "top_k", None) or block.router).selected.reshape(*x.shape[:-1], -1)
+        valid = stage.valid if stage.valid is not None and stage.valid.shape == x.shape[:-1] else ...
+        missing = sorted(set(range(choice.cfg.n_experts)) - set(chosen[valid].flat))
+        at = [_expert_at(check, choice, stage.unit, e, targets.get(stage.unit) or stage.unit)[0] for e in missing]
+        if missing:
+            notes.append(
+                f"expert{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} of {_lca(at)} "
+                "chosen by the router for no token of the judge's inputs: never run, so a mistake inside cannot be seen"
+            )
+    return notes
 
 
 def _attention_variants(check, choice, attention: R.Stage, user_out, where: str, valid, **context) -> list:

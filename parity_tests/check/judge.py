@@ -439,6 +439,7 @@ def verdict(check: Check, choice: Choice, reference: str, dtypes) -> Result:
     derived = [r for r in result.rows if r.own is not None and r.dtype == "float32"]
     if derived:
         result.notes.append(float32_basis(derived))
+    result.notes += DV.unreached(check, choice)
     DV.diagnose(check, choice, result)
     said_why(check, choice, result)
     fully_padded_source(check, choice, result)

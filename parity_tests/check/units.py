@@ -243,7 +243,30 @@ def _mixtures(flow, by: dict, blocks: list) -> list:
             out[-1].stacked = names | {f"{n}_bias": b for n, w in names.items() if (b := flow.picked_bias(w))}
         else:
             out[-1].experts.append(_pieces(by, block, "a feed-forward block"))
+    for mixture in out:
+        if isinstance(mixture, Mixture) and 1 < len(mixture.experts) < mixture.router.out_features:
+            _unchosen(by, mixture)
     return out
+
+
+def _unchosen(by: dict, mixture: Mixture) -> None:
+    """The experts the router never chose on the probe (never run, so not in the flow), from the module's structure:
+    the pieces named as a run expert's with another number in the one place the run ones' names differ (experts.3
+    beside experts.0 .. 2); with them all, the experts in their numbers' order (router row e picks expert e)."""
+    names = [[p.weight.split(".") for p in e] for e in mixture.experts]
+    if any(len(w) != len(names[0][0]) for e in names for w in e):
+        return
+    at = [i for i, same in enumerate(zip(*[e[-1] for e in names], strict=True)) if len(set(same)) > 1]  # downs
+    if len(at) != 1 or not all(w[at[0]].isdigit() for e in names for w in e):
+        return
+    template, i = names[0], at[0]
+    found = {int(e[0][i]): expert for e, expert in zip(names, mixture.experts, strict=True)}
+    for n in set(range(mixture.router.out_features)) - set(found):
+        weights = [".".join(w[:i] + [str(n)] + w[i + 1 :]) for w in template]
+        if all(w in by for w in weights):
+            found[n] = [by[w] for w in weights]
+    if sorted(found) == list(range(mixture.router.out_features)):
+        mixture.experts = [found[n] for n in sorted(found)]
 
 
 def _queries_first(attentions: list) -> None:

@@ -36,7 +36,8 @@ judge frozen: what it said when it first met each is in parity_tests/test_unseen
   division and its GELU on the up projection, GPT-OSS's sink left out of the log-sum-exp (with and without
   experts), Qwen3-MoE's scores as K Q^T, Llama 3.1's mask put on after the softmax, ModernBERT's second MLP norm of
   unbiased variance, the ViT's scores divided by sqrt(d_model), the CLIP tower's QuickGELU constant mistyped,
-  Phi-2's causal mask letting the next token in.
+  Phi-2's causal mask letting the next token in; Qwen3-MoE's silu on the up projection of one expert (expert 2 of
+  the second layer; expert 3 of a model whose own router never picks it, so its recorded forward never runs it).
 
 First met: 3 of 21 right (Gemma 2, its cap mistake, the Phi with a rotary module). Wrong then: both mixtures of
 experts (said as a top-k the reference has no pair for, their attention mistakes never reached), GPT-OSS's sinks by
@@ -274,12 +275,16 @@ def gpt_oss(sink_joins_second=True, dense=False) -> GptOss:
 
 
 class Expert(nn.Module):
+    on_up = False  # the mistake: silu on the up projection (set on one expert)
+
     def __init__(self):
         super().__init__()
         self.gate_proj, self.up_proj = nn.Linear(D, FF, bias=False), nn.Linear(D, FF, bias=False)
         self.down_proj = nn.Linear(FF, D, bias=False)
 
     def forward(self, x):
+        if self.on_up:
+            return self.down_proj(self.gate_proj(x) * F.silu(self.up_proj(x)))
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -349,9 +354,20 @@ class Qwen3Moe(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def qwen3_moe(swapped_second=False) -> Qwen3Moe:
+def qwen3_moe(swapped_second=False, on_up: tuple = (), unchosen: int | None = None) -> Qwen3Moe:
+    """`on_up`: (layer, expert) whose expert puts silu on its up projection; `unchosen`: an expert no token reaches
+    (every embedding shifted by 20 along feature 0, which then dominates each normed stream, and that expert's router
+    row lowered by 3 along it: its logit stays below the others', so top-2 of 4 never picks it)."""
     torch.manual_seed(0)
-    return Qwen3Moe(swapped_second)
+    model = Qwen3Moe(swapped_second)
+    for layer, expert in [on_up] if on_up else []:
+        model.layers[layer].mlp.experts[expert].on_up = True
+    if unchosen is not None:
+        with torch.no_grad():
+            model.embed_tokens.weight[:, 0] += 20.0
+            for layer in model.layers:
+                layer.mlp.gate.weight[unchosen, 0] -= 3.0
+    return model
 
 
 # -- Llama 3.1: the "llama3" frequency rule in a precompute function, interleaved pairs ------------------------------
@@ -813,6 +829,25 @@ CASES = [
         "transformer_lm",
         {},
         ("mistake", "attention.q_k_swapped", "layers.1.self_attn"),
+    ),
+    # a mistake inside one expert: its block's variants on the rows routed to it, named at that expert
+    (
+        "qwen3_moe_hand.activation_on_up_expert_2_second_block",
+        lambda: qwen3_moe(on_up=(1, 2)),
+        "transformer_lm",
+        {},
+        ("mistake", "gated_feed_forward.activation_on_up", "layers.1.mlp.experts.2"),
+    ),
+    # an expert the model's own router never picks, so the recorded forward never runs it: mapped from the structure
+    # (experts.3 beside experts.0 .. 2) and judged under the judge's weights, whose router reaches it (first: could
+    # not judge, "found 3 experts run after layers.0.mlp.gate.weight ..., the reference has 4; pass mapping=")
+    ("qwen3_moe_hand.expert_3_never_chosen", lambda: qwen3_moe(unchosen=3), "transformer_lm", {}, "pass"),
+    (
+        "qwen3_moe_hand.expert_3_never_chosen.activation_on_up_in_it_second_block",
+        lambda: qwen3_moe(on_up=(1, 3), unchosen=3),
+        "transformer_lm",
+        {},
+        ("mistake", "gated_feed_forward.activation_on_up", "layers.1.mlp.experts.3"),
     ),
     ("llama31_rope", llama31, "transformer_lm", LLAMA31_GIVEN, "pass"),
     (
