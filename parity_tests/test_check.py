@@ -399,6 +399,32 @@ def test_every_registered_attention_mistake_has_a_variant_that_changes_the_outpu
         assert max(differences) > 1e-6, mistake.id
 
 
+def test_the_per_part_attention_carries_the_whole_models_terms_on_the_scores():
+    """variants.rope_knobs: the in-situ reference attention adds what score_mod adds (the scale by layer, ALiBi, the
+    soft cap), equal to the whole model's attention (numpy_transformer, that ScoreMod) on the same q, k, v: ALiBi's
+    causal form (the key index, uncapped) and the reference's -m |i - j| (capped, or not causal)."""
+    import numpy as np
+
+    from numpy_transformer import TransformerConfig, scaled_dot_product_attention_forward
+    from numpy_transformer.model import score_mod
+    from parity_tests.check import variants as VR
+
+    rng = np.random.default_rng(0)
+    B, H, T, Dh = 2, 4, 5, 3
+    q, k, v = (rng.standard_normal((B, H, T, Dh)) for _ in range(3))
+    causal = np.tril(np.ones((T, T), bool))[None, None]
+    base = dict(src_vocab_size=7, tgt_vocab_size=7, d_model=H * Dh, n_heads=H, d_ff=8, n_encoder_layers=0)
+    for cap, decoder, keep in ((2.0, True, causal), (None, True, causal), (2.0, False, None), (None, False, None)):
+        cfg = TransformerConfig(**base, positional="alibi", attention_scale_by_layer=True, attn_softcap=cap)
+        knobs = VR.rope_knobs(cfg, True, 2, causal=decoder)
+        assert knobs["alibi"] is not None and knobs["divisor"] == 3 * math.sqrt(Dh) and knobs["softcap"] == cap
+        ours = VR.attention_heads(q, k, v, keep, **{n: knobs[n] for n in ("divisor", "alibi", "softcap")})
+        whole = scaled_dot_product_attention_forward(q, k, v, mod=score_mod(cfg, decoder, 2))[0]
+        assert np.abs(ours).max() > 0.1 and np.allclose(ours, whole, atol=1e-12), (cap, decoder)
+    bare = VR.attention_heads(q, k, v, None, divisor=3 * math.sqrt(Dh))
+    assert np.abs(bare - ours).max() > 1e-3  # the terms change the output: the test can fail
+
+
 # -- layers and torch.nn ----------------------------------------------------------------------------------------
 
 

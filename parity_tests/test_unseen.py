@@ -49,10 +49,6 @@ TODAY: dict[str, str] = {
     "int8_llama": "no pair at layers.0.self_attn: q, k, v no projection's output (F.linear of a dequantized weight)",
     "int8_llama.activation_on_up_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
     "int8_llama.kv_heads_tiled_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
-    # fresh15: an ALiBi model's correct first attention blamed when a later part is wrong (the in-situ rerun)
-    "mpt_hand.mask_after_softmax_second_block": "unexplained at transformer.blocks.0.attn (correct)",
-    "mpt_hand.unbiased_variance_second_block": "unexplained at transformer.blocks.0.attn (correct)",
-    "baichuan13b_hand.softmax_wrong_axis_second_block": "unexplained at model.layers.0.self_attn (correct)",
     "persimmon_hand": "no pair said at model.layers.0.mlp (relu^2), the earlier q/k LayerNorms unsaid",
     "persimmon_hand.gelu_mlp": "could not judge: KeyError 'decoder.layers.0.self_attn.q_norm.bias'; pass call=",
     "baichuan2_norm_head": "unexplained: (the module) diverges; the normalised head rows not said",
@@ -196,6 +192,7 @@ def test_a_term_on_the_scores_is_told_apart_by_its_values():
     assert _bias(ours.repeat(3, 1, 1) * keys + causal) is None and _bias(2 * ours * keys).startswith("ALiBi's bias")
     # read on both sides of the query (no key hidden: an encoder's), m (j - i) is not the reference's -m |j - i|
     assert "times key - query on both sides" in _bias(ours * distance)
+    assert _bias(ours * distance, causal=True) is None  # a causal model's, read past a mask after the softmax
     quarter = _bias(-ours * distance.abs() / 4)  # 2 heads: the reference's first slope 2^-4, a quarter of it 2^-6
     assert "0.01562 for the first head, times -|key - query|" in quarter
     relative = torch.randn(2 * T - 1, dtype=torch.float64)[(distance + T - 1).long()]

@@ -364,7 +364,8 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
     and padding masks, maybe swapped with the cross-attention's), RoPE's knobs where it rotates (and the order the
     map reads q and k rows in, where not the reference's)."""
     query, kv, keep = attention.inputs
-    rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit))
+    causal = (attention.masks or {}).get("causal", False)
+    rope = VR.rope_knobs(choice.cfg, attention.unit.endswith("self_attn"), R.layer_of(attention.unit), causal)
     paired = [pair_order(x.rope_pairs, x.rope_pairs, x.rope_rotary) for x in choice.layout.links if x.rope_pairs]
     knobs = rope | {"order": paired[0] if paired else None} | (attention.masks or {}) | context
     params = M.sub(check.params, attention.unit)
@@ -538,7 +539,7 @@ def _component_variants(check, choice) -> list:
         kv = f["query"] if p.self_attention else (f["key"], f["value"])
         context = {"causal": True} if p.causal else {"self_attention": p.self_attention}
         keep = keep_mask(p, "self" if p.causal else "src", cfg.sliding_window)
-        knobs = VR.rope_knobs(cfg) | context
+        knobs = VR.rope_knobs(cfg, causal=p.causal) | context
         return match_attention(user, params, f["query"], kv, cfg.n_heads, keep, "", p.valid, **knobs)
     if unit == "embedding":
         table = params["token_embedding.weight"]

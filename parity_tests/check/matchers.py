@@ -30,7 +30,7 @@ def match(user: np.ndarray, variant: np.ndarray, valid, empty=None) -> float:
 
 def match_attention(
     user_out, params, query, kv, H, keep, where, valid=None, n_kv=None, theta=None, qk_eps=1e-6, softcap=None,
-    rotary=None, scaling=None, order=None, **context,
+    rotary=None, scaling=None, order=None, divisor=None, alibi=None, **context,
 ) -> list:  # fmt: skip
     """The attention variants that reproduce `user_out` (B, T_q, D) on the reference's inputs (`kv`: the key and
     value input, or a (key, value) pair; params None: q, k, v split into heads) at the valid positions; where several
@@ -45,7 +45,7 @@ def match_attention(
     site = MK.Site(D, Dh, keep, **read, **context)
 
     def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)
-        knobs = {"softcap": softcap} | dict(knobs)
+        knobs = {"softcap": softcap, "divisor": divisor, "alibi": alibi} | dict(knobs)
         k, transpose = knobs.pop("keep", keep), knobs.pop("transpose", True)
         if params is None:  # scaled dot-product attention on heads already split
             variant = VR.attention_heads(query, kv[0], kv[1], k, **knobs)

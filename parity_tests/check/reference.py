@@ -291,14 +291,15 @@ def layer_of(unit: str) -> int:
     return int(m.group(1)) if (m := re.search(r"layers\.(\d+)(\.|$)", unit)) else 0
 
 
-def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0) -> Callable:
+def unit_forward(kind: str, params: dict, cfg, name: str, layer: int = 0, causal: bool = False) -> Callable:
     """A layer's unit `name` of `kind` ("norm", "ffn" or "attention") with its weights `params`, in float64: a
-    function of its inputs (an attention's: query, key and value input, mask) -> its output."""
+    function of its inputs (an attention's: query, key and value input, mask) -> its output; an attention with the
+    whole model's terms on its scores (rope_knobs; `causal`: a decoder's)."""
     if kind == "norm":
         return lambda x: L.norm_forward(params, x, cfg.norm, cfg.layer_norm_eps)[0]
     if kind == "ffn":
         return lambda x: M.ffn_forward(params, x, cfg, None, "ffn")[0]  # plain or gated, as cfg says
-    rope = V.rope_knobs(cfg, rotary=name == "self_attn", layer=layer)
+    rope = V.rope_knobs(cfg, rotary=name == "self_attn", layer=layer, causal=causal)
     return lambda query, kv, keep: V.multi_head_attention(params, query, kv, kv, cfg.n_heads, keep, **rope)
 
 
@@ -381,7 +382,7 @@ def layer_stages(params: dict, prefix: str, x, memory, cfg, decoder: bool, valid
         masks = None if name == "ffn" else {"self_attention": name == "self_attn"}
         if name == "self_attn" and decoder:
             masks = {"causal": True, "pad": keep_mask(p, "tgt"), "swap": keep_mask(p, "src")}
-        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name, layer)
+        rerun = (attend or {}).get(name) or unit_forward(kind, M.sub(params, name), cfg, name, layer, decoder)
         y = rerun(*inputs)
         unit = Stage(prefix + name, kind, inputs, y, valid, masks, rerun)
         if cfg.norm_first:

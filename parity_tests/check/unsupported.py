@@ -110,29 +110,40 @@ def reference_alibi(rec) -> bool:
     softmax as -m |i - j|): positional "alibi"."""
     values = [v for n, t, v in _terms(rec) if n.op not in DF.MULS]
     biases = [v for v in values if v is None or not _mask(v)]
-    return bool(biases) and all(v is not None and _alibi(v) == "reference" for v in biases)
+    causal = _causal(values)
+    return bool(biases) and all(v is not None and _alibi(v, causal) == "reference" for v in biases)
 
 
 def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
     a factor multiplying them computed from a parameter (a learned temperature)."""
-    for node, term, value in _terms(rec):
+    terms = list(_terms(rec))
+    causal = _causal([v for _, _, v in terms])
+    for node, term, value in terms:
         if node.op in DF.MULS:
             learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
             if learned:
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
-        said = _bias(value) if value is not None else "a learned bias"
+        said = _bias(value, causal) if value is not None else "a learned bias"
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
 
 
-def _alibi(b) -> str | None:
+def _causal(values: list) -> bool:
+    """Whether a term on the scores (T, T), T > 1, is read on causal rows alone (no key after its query): the
+    model's attention is causal."""
+    square = [v for v in values if v is not None and v.ndim > 1 and v.shape[-1] == v.shape[-2] > 1]
+    return any(not v.isfinite().triu(1).any() for v in square)
+
+
+def _alibi(b, causal: bool = False) -> str | None:
     """A bias (..., T or 1, T), NaN or -inf at the keys not read, that is on each row's keys read a per-head slope m
     times -|j - i| plus the row's constant (the reference's form; on causal rows that is m (j - i)): "reference" with
     the reference's slopes (repeated over a batch), else what it is, m (j - i) read on both sides said as such;
-    None: no such bias."""
+    None: no such bias. `causal` (the model's attention is, _causal): m (j - i) with the reference's slopes read on
+    both sides is its ALiBi too, read past a mask's mistake (a mask after the softmax)."""
     T = b.shape[-1] if b.ndim >= 2 else 0
     if T < 2 or b.shape[-2] not in (1, T):
         return None
@@ -149,7 +160,7 @@ def _alibi(b) -> str | None:
         rows = heads - slopes[:, None, None] * distance - heads.diagonal(dim1=1, dim2=2)[:, :, None]
         if not torch.allclose(rows[torch.isfinite(rows)], torch.tensor(0.0, dtype=rows.dtype), atol=1e-6):
             continue
-        if not k and any(torch.allclose(slopes, s, atol=1e-6) for s in ours):
+        if (not k or causal) and any(torch.allclose(slopes, s, atol=1e-6) for s in ours):
             return "reference"
         return f"(a per-head slope, {float(slopes[0]):.4g} for the first head, times {form if both else 'key - query'})"
     return None
@@ -161,10 +172,10 @@ def _mask(b) -> bool:
     return bool(((finite == 0) | (finite < -1e3)).all())
 
 
-def _bias(b) -> str | None:
+def _bias(b, causal: bool = False) -> str | None:
     """What a term added to the scores is, from its values (None: a mask, 0 or large negatives, or the reference's
-    ALiBi); one position (T = 1) has no distance to read it by."""
-    alibi = _alibi(b)
+    ALiBi, _alibi's with `causal`); one position (T = 1) has no distance to read it by."""
+    alibi = _alibi(b, causal)
     if _mask(b) or alibi == "reference" or b.ndim < 2:
         return None
     if alibi:

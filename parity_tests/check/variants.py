@@ -12,6 +12,7 @@ import numpy as np
 from numpy_transformer.attention import rope_angles
 from numpy_transformer.latent_attention import LATENT_NORM_EPS
 from numpy_transformer.layers import ACTIVATIONS, sinusoidal_table
+from numpy_transformer.model import cross_score_mod, score_mod
 
 
 def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.ndarray:
@@ -26,7 +27,7 @@ def softmax(scores: np.ndarray, keep: np.ndarray | None, axis: int = -1) -> np.n
 
 def attention_heads(
     q, k, v, keep, divisor=None, mask_mode="before", axis=-1, swap_qk=False, softcap=None, cap_mode="scores",
-    sinks=None, sink_mode="denominator",
+    sinks=None, sink_mode="denominator", alibi=None,
 ):  # fmt: skip
     """out = softmax(Q K^T / divisor) V on heads already split: q (B, H, T_q, Dh), k and v (B, H, T_k, Dh), keep
     broadcastable to (B, H, T_q, T_k) or None. The reference's knobs first: divisor None (sqrt(Dh)); mask_mode
@@ -34,9 +35,15 @@ def attention_heads(
     (probabilities zeroed), "after_renorm" (zeroed, then rows renormalised), "ignored"; axis -1 (-2: over the
     queries); swap_qk: scores K Q^T; softcap: Gemma 2's cap or None, cap_mode "scores" (cap * tanh(S / cap) before
     the mask), "undivided" (cap * tanh(S)), "probabilities" (cap * tanh(P / cap) after the softmax); sinks: GPT-OSS's
-    logit per head (H,) in each row's denominator or None, sink_mode "missing": left out of it."""
+    logit per head (H,) in each row's denominator or None, sink_mode "missing": left out of it; alibi: ALiBi's
+    (slopes m_h (H,), causal) or None: -m_h |i - j| added to the scores before the cap; causal, m_h j (the key
+    index, as BLOOM, MPT and Baichuan add it: on keys j <= i the same softmax over the keys, and the user's scores
+    where a mistake reads the keys after the query or softmaxes over the queries)."""
     divisor = math.sqrt(q.shape[-1]) if divisor is None else divisor
     scores = (k @ q.swapaxes(-1, -2) if swap_qk else q @ k.swapaxes(-1, -2)) / divisor  # (B, H, T_q, T_k)
+    if alibi is not None:
+        i, j = np.arange(scores.shape[-2])[:, None], np.arange(scores.shape[-1])
+        scores = scores + np.asarray(alibi[0])[:, None, None] * (j if alibi[1] else -np.abs(i - j))
     if softcap is not None and cap_mode != "probabilities":
         scores = softcap * np.tanh(scores / softcap if cap_mode == "scores" else scores)
     if sinks is not None and sink_mode == "denominator":  # a column of s_h beside the kept scores, dropped after
@@ -89,17 +96,24 @@ def rotate(x: np.ndarray, theta: float, pairing="half", shift=0, rotary: int | N
     return out
 
 
-def rope_knobs(cfg, rotary: bool = True, layer: int = 0) -> dict:
+def rope_knobs(cfg, rotary: bool = True, layer: int = 0, causal: bool = False) -> dict:
     """multi_head_attention's knobs for a config: its K/V heads, and its RoPE base where layer `layer` rotates (its
-    own: Gemma 3's local layers'; none on a NoPE layer, SmolLM3's)."""
+    own: Gemma 3's local layers'; none on a NoPE layer, SmolLM3's); the whole model's terms on the scores
+    (score_mod's, `rotary` its self-attention, `causal` a decoder's, else cross_score_mod's): the scale, ALiBi,
+    the soft cap. T5's table is not carried (the judge reads none: unsupported.py says it); windows come in the
+    masks (probes.keep_mask), sinks in the params (multi_head_attention)."""
     turns = rotary and cfg.positional == "rope" and cfg.layer_uses_rope(layer)
+    mod = score_mod(cfg, causal, layer) if rotary else cross_score_mod(cfg)
     return {
         "n_kv": cfg.n_kv_heads,
         "theta": cfg.layer_rope_theta(layer) if turns else None,
         "rotary": cfg.rotary_dim,  # the features of each head RoPE turns (None: all)
         "scaling": (cfg.layer_rope_scaling(layer), cfg.max_len) if turns and cfg.layer_rope_scaling(layer) else None,
         "qk_eps": cfg.layer_norm_eps,  # Qwen3's per-head q/k norms, where params hold q_norm.weight
-        "softcap": cfg.attn_softcap,  # Gemma 2's cap on the scores, or None
+        "softcap": mod.softcap,  # Gemma 2's cap on the scores, or None
+        "divisor": None if mod.scale is None else 1.0 / mod.scale,  # 1 / the scale (None: sqrt(Dh))
+        # ALiBi's slopes and form, or None: the key index only uncapped (a row's constant does not pass through tanh)
+        "alibi": mod.alibi_slopes and (mod.alibi_slopes, causal and mod.softcap is None),
     }
 
 

@@ -1056,6 +1056,8 @@ def scaled_rope_llama(scaling_factor=1.0) -> ScaledRopeLlama:
 
 
 class LayerIndexedAttention(nn.Module):
+    over_queries = False  # the mistake: the softmax over the queries (gpt2_third_over_queries)
+
     def __init__(self, layer_idx: int, by_layer: bool):
         super().__init__()
         self.c_attn, self.c_proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
@@ -1067,7 +1069,7 @@ class LayerIndexedAttention(nn.Module):
         w = q @ k.transpose(-1, -2) / self.divisor
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         keep = causal if keep is None else causal & keep[:, None, None, :]
-        y = w.masked_fill(~keep, float("-inf")).softmax(-1) @ v
+        y = w.masked_fill(~keep, float("-inf")).softmax(-2 if self.over_queries else -1) @ v
         return self.c_proj(y.transpose(1, 2).reshape(B, T, D))
 
 
@@ -1140,6 +1142,14 @@ def float_mask_gpt() -> FloatMaskGPT:
 def gpt2_variant(by_layer: bool = False, post_norm: bool = False) -> GPT2Variant:
     torch.manual_seed(0)
     return GPT2Variant(by_layer, post_norm)
+
+
+def gpt2_third_over_queries() -> GPT2Variant:
+    """Scaled by the inverse layer index, the third block's softmax over the queries: the in-situ rerun of the
+    second block's attention must divide by 2 sqrt(d_head), as the whole model's does."""
+    model = gpt2_variant(by_layer=True)
+    model.h[2].attn.over_queries = True
+    return model
 
 
 CASES = [
@@ -1219,6 +1229,13 @@ CASES = [
     ("functional_rms_llama.sdpa_enable_gqa", native_gqa_llama, "transformer_lm", {}, "pass"),
     ("gpt2_padding_mask", gpt2_variant, "transformer_lm", {}, "pass"),
     ("gpt2_padding_mask.scaled_by_inverse_layer", lambda: gpt2_variant(by_layer=True), "transformer_lm", {}, "pass"),
+    (  # added later: attention.wrong_scale at h.1.attn while the in-situ rerun left the scale by layer out
+        "gpt2_padding_mask.scaled_by_inverse_layer.softmax_wrong_axis_third_block",
+        gpt2_third_over_queries,
+        "transformer_lm",
+        {},
+        ("mistake", "attention.softmax_wrong_axis", "h.2.attn"),
+    ),
     ("gpt1_post_norm", lambda: gpt2_variant(post_norm=True), "transformer_lm", {}, "pass"),
     ("gpt2_sdpa_float_mask", float_mask_gpt, "transformer_lm", {}, "pass"),
     ("neox_lm.glu", lambda: neox_lm(glu=True), "transformer_lm", {}, ("no pair", "layers.0.mlp", "sigmoid")),
