@@ -59,7 +59,8 @@ First met: 14 of 22 right (the judge frozen). Wrong then:
 - speedrun_gpt: no pair said at blocks.0 (the block's weightless rms_norm), where the first is the model's own
   rms_norm of the embeddings, at (the module);
 - speedrun_core.k_norm_eps_outside_sqrt_second_block: unexplained at blocks.1.attn ("an error this small is typically
-  float32 rounding"): eps 1e-6 outside the root of a k-norm, a relative 1e-7 in float64, unnamed;
+  float32 rounding"): eps outside the root of a per-head k-norm unnamed (unnamed too at eps 1e-3, and with a norm
+  class of its own in place of the nn.RMSNorm subclass: not the size of eps);
 - fairseq_lm.sinusoidal_positions: unexplained at decoder.embed_tokens (read as rope): the table of other frequencies
   at positions t + 2 not said at decoder.embed_positions;
 - timm_vit.identity_layer_scale, timm_vit.layer_scale: unexplained at blocks.0 ("diverges from the reference tower"):
