@@ -57,6 +57,7 @@ MULS = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
 DIVS = {"div", "__truediv__", "div_", "__itruediv__"}
 SPLITS = {"chunk", "split", "unbind"}
 TURNS = {"cos", "sin", "polar"}  # the ops that make RoPE's tables
+CENTRING = {"sub", "__sub__", "__rsub__", "sub_", "var", "std", "var_mean", "std_mean", "layer_norm"}  # x - mean(x)
 
 
 @dataclass(eq=False)

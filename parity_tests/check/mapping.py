@@ -39,7 +39,6 @@ class Piece:
 
 
 NORMING = {"rsqrt", "sqrt", "rms_norm", "layer_norm", "var", "std", "norm", "normalize"}  # x over a root or norm
-CENTRING = {"sub", "__sub__", "__rsub__", "sub_", "var", "std", "var_mean", "std_mean", "layer_norm"}  # x - mean(x)
 
 
 @dataclass
@@ -134,7 +133,7 @@ def with_flow(found: Structure, module: nn.Module, flow, unrecorded: str = "") -
         norm.plus_one = norm.weight in flow.plus_one
         own = [n for n, _ in module.get_submodule(norm.module).named_parameters()]
         alone = own == [norm.weight.removeprefix(f"{norm.module}.")]  # its path "" at the root
-        if norm.kind == "rms" and alone and any(n.op in CENTRING for n in flow.nodes if n.module == norm.module):
+        if norm.kind == "rms" and alone and any(n.op in DF.CENTRING for n in flow.nodes if n.module == norm.module):
             norm.kind = "layer"  # a module of one scale whose forward subtracts the mean: a LayerNorm (Cohere's)
     for t in found.tables:
         t.position = t.position or t.name in flow.positions

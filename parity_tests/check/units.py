@@ -686,6 +686,9 @@ class Linker:
             self.links.append(Link(attention["sinks"][0], [(f"{prefix}sinks", None)]))
         for role in "qk":
             norm = self.found.qk_norms.get(attention[role][0].weight)
+            if norm is not None and (norm.bias or norm.kind != "rms"):  # the reference's q/k norms: RMSNorms alone
+                what = f"a {'LayerNorm' if norm.kind != 'rms' else 'norm with a bias'} normalises queries or keys"
+                raise NoPair(norm.module, what, self.entry.name)
             if norm is not None:
                 self.norm(norm, f"{prefix}{role}_norm.")
 

@@ -55,13 +55,18 @@ ACTIVATIONS = (
 
 
 def explain(flow) -> str | Diagnosis | None:
-    """The first finder's answer on `flow`: the no-pair text, or the Diagnosis of QuickGELU's constant mistyped; None
-    where it computes nothing this module names (or was not recorded)."""
-    for find in FINDS if flow else ():
-        found = find(flow)
-        if found is not None:
-            return found if isinstance(found, Diagnosis) else differs(*found)
-    return None
+    """The finders' answer on `flow` at the submodule that runs first (of a tie, FINDS' order): the no-pair text, or
+    the Diagnosis of QuickGELU's constant mistyped; None where it computes nothing this module names (or was not
+    recorded)."""
+    found = [f for f in (find(flow) for find in FINDS) if f is not None] if flow else []
+    first = min(found, key=lambda f: _ran(flow, f.where if isinstance(f, Diagnosis) else f[0]), default=None)
+    return first if first is None or isinstance(first, Diagnosis) else differs(*first)
+
+
+def _ran(flow, where: str) -> int:
+    """The index of the first op recorded in submodule `where` (inside it, where none ran in it directly)."""
+    inside = (n.index for n in flow.nodes if n.module == where)
+    return next(inside, next((n.index for n in flow.nodes if n.module.startswith(f"{where}.")), len(flow.nodes)))
 
 
 # between the scores' product and the softmax: the scale, the masks, a soft cap, and what the reference lacks
@@ -200,6 +205,37 @@ def _weightless_norm(rec) -> tuple | None:
         if normed is not None and not any(map(_learned, scales)):
             said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
             return node.module, f"{said} normalises without a weight (no learned scale)"
+    return None
+
+
+def _centred_head_norm(rec) -> tuple | None:
+    """A q or k norm (a 1-D parameter between a projection and the scores, in a submodule of its own) whose forward
+    subtracts the mean (a LayerNorm: Persimmon's) or that adds a learned shift: the reference's are RMSNorms."""
+    for a in rec.attentions:
+        for scale, role in ((s, r) for s, r in a.norms.items() if getattr(a, r)):  # a projection's, not the input's
+            module = scale.rpartition(".")[0]
+            centred = module != a.module and any(n.module == module and n.op in DF.CENTRING for n in rec.nodes)
+            shifted = module != a.module and sum(s.rpartition(".")[0] == module for s in a.norms) > 1
+            if centred or shifted:
+                size = next(n.shape for n in rec.nodes if n.param == scale)
+                how = ["the mean subtracted"] * centred + ["a learned bias added"] * shifted
+                heads = "each head's" if size == (a.head_dim,) else "the"
+                whose = f"{heads} {'queries' if role == 'q' else 'keys'}"
+                kind = "a LayerNorm" if centred else "an RMSNorm with a bias"
+                return module, f"{kind} normalises {whose} ({', '.join(how)}; the reference's q/k norms are RMSNorms)"
+    return None
+
+
+def _normalised_weight(rec) -> tuple | None:
+    """A weight (2 or more axes) normalised before a product reads it (Baichuan 2's NormHead: F.normalize(W), each
+    row over its length): said at the module holding it."""
+    for node in (n for n in rec.nodes if n.op in NORMS and n.parents and DF.weight_of(n.parents[0])):
+        weight = DF.weight_of(node.parents[0])
+        value = rec.values.get(node.index)
+        rows = value is not None and torch.allclose(value.detach().double().norm(dim=-1), torch.tensor(1.0).double())
+        if any(n.op in DF.PRODUCTS for n in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else [])):
+            said = f"scales each row of {weight} to unit length" if rows else f"normalises {weight}"
+            return weight.rpartition(".")[0], f"{node.op}({weight}) {said} before a product reads it"
     return None
 
 
@@ -359,8 +395,8 @@ def _pooled(rec) -> tuple | None:
     return None
 
 
-# looked for in this order: the first found is the answer
+# the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _weightless_norm, _glu, _previous_gate, score_terms, _gain, _output_gate, _clamped, _activation,
-    _learned_scale, _pooled,
+    _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _gain,
+    _output_gate, _clamped, _activation, _learned_scale, _pooled,
 )  # fmt: skip
