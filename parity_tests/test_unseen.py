@@ -44,9 +44,6 @@ CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    "fx_traced_gpt.wrong_scale_second_block": "FAILED unexplained at (the module): fx ran the attention in the root",
-    "exported_llama": "could not judge: the number of heads cannot be read (n_heads=4: 5 norms, reference has 1)",
-    "exported_llama.softmax_wrong_axis_second_layer": "could not judge: the number of heads cannot be read",
     "int8_llama": "no pair at layers.0.self_attn: q, k, v no projection's output (F.linear of a dequantized weight)",
     "int8_llama.activation_on_up_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
     "int8_llama.kv_heads_tiled_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",

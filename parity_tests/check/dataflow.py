@@ -107,6 +107,9 @@ class _Recorder(TorchFunctionMode):
         out = func(*args, **kwargs)
         flat, _ = tree_flatten((args, kwargs))
         name = getattr(func, "__name__", str(func))
+        if isinstance(func, torch._ops.OpOverload):  # an exported graph's aten.view.default: "view" (aten's order)
+            name = func.overloadpacket.__name__
+            args = (args[1], args[0], *args[2:]) if name == "embedding" else args  # aten's (weight, ids)
         number = name in ADDS | MULS | DIVS  # a one-number buffer there is read as the number it holds
         parents = self._parents(
             name, [a for a in flat if isinstance(a, torch.Tensor) and not (number and self._held(a))]

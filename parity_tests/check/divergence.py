@@ -172,7 +172,8 @@ def scan(check, choice, captured) -> Divergence:
     for chained in _stages(check, choice):
         embedding = chained.kind == "embedding"  # the user's embeddings: its first layer's input
         call = captured.get(chained.unit.split(".")[0] + ".layers.0" if embedding else chained.unit)
-        seen = () if call is None else call.inputs[:1] if embedding else (call.output,)
+        seen = () if call is None else (call.output,)  # an unflattened graph's layer takes its sizes first (graphs)
+        seen = [t for t in call.inputs if torch.is_tensor(t)][:1] if embedding and call else seen
         if not seen:
             continue
         user = C.as_numpy(seen[0])

@@ -22,6 +22,7 @@ from numpy_transformer import TransformerConfig
 
 from . import calling as C
 from . import divergence as DV
+from . import graphs as GR
 from . import levels as LV
 from . import mapping as MP
 from . import mistakes as MK
@@ -262,10 +263,11 @@ def module(
             plain, scripted = RN.unscripted(user_module)  # torch.jit.script's modules: the Python ones
             plain, parametrized = RN.plain_weights(plain)
             plain, adapted = RN.merged_adapters(plain)  # LoRA: base + s B A judged as the one linear it is (a note)
+            plain, graphed = GR.ungraphed(plain, lambda m: recording(m, level, given, seed, **conventions))
             found = recording(plain, level, given, seed, **conventions)
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            result.notes += wrapped + scripted + parametrized + adapted
+            result.notes += wrapped + scripted + parametrized + adapted + graphed
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)
@@ -298,6 +300,10 @@ def could_not_judge(user_module, reference: str, flow, exc: BaseException) -> Re
             "; the judge runs the module in float64, which an op of its forward refuses: pass a module whose ops all "
             'run in float64 (transformers\' mixtures of experts: experts_implementation="eager")'
         )
+    if "does not support backward on CPU" in said:  # FlexAttention's on CPU: no call= or mapping= runs its backward
+        said = said.replace("; pass call= (how to call it) or mapping= (the weight map)", "")
+        settles = "; the judge compares gradients, so it needs that backward: judge the model on CUDA, where it has "
+        settles += "one, or pass it with scaled_dot_product_attention in that op's place"
     result.error = f"could not judge: {said}{settles}"
     return result
 

@@ -49,6 +49,12 @@ The two FlexAttention cases are counted right: "could not judge: the module's fo
 forward raised NotImplementedError: FlexAttention does not support backward on CPU ...)"; its closing advice "pass
 call= (how to call it) or mapping= (the weight map)" would not help (no call or map makes the backward run on CPU).
 
+Since (check/graphs.py): a GraphModule whose nodes name the modules their ops ran in (node.meta["nn_module_stack"],
+fx's and export's) is re-exported with dynamic sizes and unflattened (torch.export.unflatten), and judged as that
+hierarchy: the traced GPT's scale and the exported Llama's softmax are named at blocks.1.attn and
+layers.1.self_attn, the exported Llama passes. FlexAttention's answer now says what would settle it: its backward
+(on CUDA), or the model with scaled_dot_product_attention in its place.
+
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
 
