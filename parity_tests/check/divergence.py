@@ -29,6 +29,7 @@ from .probes import keep_mask
 from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
 from .unsupported import differs, score_terms
+from .wiring import rewired
 
 PROJECTIONS = (
     "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate", "router", "experts", "q_b_proj",
@@ -197,7 +198,8 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
-    result.unsupported = None if found else _own_eps(check, choice, diverged, where)
+    own = None if found else _own_eps(check, choice, diverged, where)
+    result.unsupported = None if found else own or _rewired(check, choice, diverged, where)
     if not found and not result.unsupported:
         result.unexplained = (
             f"{where} (reference {diverged.stage.unit or check.level}) diverges with relative error "
@@ -208,6 +210,15 @@ def first_divergence(check, choice, result, diverged: Divergence) -> None:
                 "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
                 "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
             )
+
+
+def _rewired(check, choice, diverged: Divergence, where: str) -> str | None:
+    """A layer whose parts each agree in situ, wired otherwise than the reference's (wiring.py): said at the layer."""
+    cfg, stage = choice.cfg, diverged.stage
+    if stage.kind != "layer" or cfg.parallel_residual or cfg.sandwich_norm or not where:
+        return None
+    said = rewired(check.flow, where, stage.unit, choice.layout.links, cfg.norm_first)
+    return differs(where, said) if said else None
 
 
 def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:

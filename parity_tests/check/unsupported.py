@@ -9,6 +9,7 @@ than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): exp
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -348,8 +349,23 @@ def _pooled(rec) -> tuple | None:
     return None
 
 
+def _uncalled(flow) -> tuple | None:
+    """A part holding weights that its block never calls where another block calls its own (blocks.1.ln_2 left
+    out of blocks.1's forward, blocks.0.ln_2 not): said at the block, the outermost part not called."""
+    called = {c.path for c in flow.calls}
+    for path in (p for p in flow.owners if p not in called):
+        pattern = r"\.".join(r"\d+" if c.isdigit() else re.escape(c) for c in path.split("."))
+        block = re.match(r".*?\.\d+(?=\.)", path)
+        if block and block[0] in called and any(re.fullmatch(pattern, c) for c in called):
+            while path.rpartition(".")[0] not in called:
+                path = path.rpartition(".")[0]
+            part = path[len(block[0]) + 1 :]
+            return block[0], f"{part} is never called in the block (the other blocks call their {part})"
+    return None
+
+
 # looked for in this order: the first found is the answer
 FINDS = (
     _renormed, _weightless_norm, _glu, _previous_gate, score_terms, _gain, _output_gate, _clamped, _activation,
-    _learned_scale, _pooled,
+    _learned_scale, _pooled, _uncalled,
 )  # fmt: skip
