@@ -55,7 +55,7 @@ TODAY: dict[str, str] = {
     "baichuan13b_hand.softmax_wrong_axis_second_block": "unexplained at model.layers.0.self_attn (correct)",
     "persimmon_hand": "no pair said at model.layers.0.mlp (relu^2), the earlier q/k LayerNorms unsaid",
     "persimmon_hand.gelu_mlp": "could not judge: KeyError 'decoder.layers.0.self_attn.q_norm.bias'; pass call=",
-    "baichuan2_norm_head": "unexplained: (the module) diverges; the normalised head rows not said",
+    "baichuan2_norm_head": "unexplained: every part agrees, then normalize in lm_head: named, not said as no pair",
 }
 
 
@@ -496,3 +496,19 @@ def test_heads_wider_than_d_model_over_h_are_read_with_their_width():
     assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "trf_blocks.1.att")
     message = result.diagnoses[0].message
     assert "expected sqrt(d_head) = 4" in message and "2.83" not in message, str(result)
+
+
+def test_what_a_part_computes_otherwise_is_said_by_its_values():
+    """diagnosis.departs, the last resort's words: the reference's times a number, else the positions and the heads
+    whose features differ (the others agree), else the largest difference's place; NaN is no factor."""
+    import numpy as np
+
+    from parity_tests.check.diagnosis import departs
+
+    ref = np.random.default_rng(0).normal(size=(2, 5, 8))
+    assert departs(2.5 * ref, ref, None, 2) == "its output is the reference's times 2.5"
+    user = ref.copy()
+    user[:, 3, 4:] += 1.0
+    assert departs(user, ref, None, 2) == "positions 3 and the features of heads 1 (of 2) differ, the others agree"
+    assert departs(ref + np.random.default_rng(1).normal(size=ref.shape), ref, None, 2).startswith("every position")
+    assert "times" not in departs(ref * np.nan, ref, None, 2)
