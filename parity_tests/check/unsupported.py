@@ -350,18 +350,22 @@ def _pooled(rec) -> tuple | None:
 
 
 def _uncalled(flow) -> tuple | None:
-    """A part holding weights that its block never calls where another block calls its own (blocks.1.ln_2 left
-    out of blocks.1's forward, blocks.0.ln_2 not): said at the block, the outermost part not called."""
-    called = {c.path for c in flow.calls}
+    """The parts of a block, holding weights, that the block never calls where another block calls its own
+    (blocks.1.ln_2 left out of blocks.1's forward, blocks.0.ln_2 not): said at the first such block; a part inside
+    a part (an expert a router never picks) is none."""
+    called, found = {c.path for c in flow.calls}, {}
     for path in (p for p in flow.owners if p not in called):
-        pattern = r"\.".join(r"\d+" if c.isdigit() else re.escape(c) for c in path.split("."))
-        block = re.match(r".*?\.\d+(?=\.)", path)
-        if block and block[0] in called and any(re.fullmatch(pattern, c) for c in called):
-            while path.rpartition(".")[0] not in called:
-                path = path.rpartition(".")[0]
-            part = path[len(block[0]) + 1 :]
-            return block[0], f"{part} is never called in the block (the other blocks call their {part})"
-    return None
+        block = re.match(r"(.*?\.)(\d+)\.", path)  # the first stack's: blocks.1.
+        if block is None or block[0][:-1] not in called:
+            continue
+        while path.rpartition(".")[0] not in called:
+            path = path.rpartition(".")[0]
+        part = path[block.end() :]
+        if "." not in part and any(re.fullmatch(re.escape(block[1]) + r"\d+\." + re.escape(part), c) for c in called):
+            found.setdefault(block[0][:-1], {})[part] = None
+    where, parts = next(iter(found.items()), ("", {}))
+    said = " and ".join(parts) + (" are" if len(parts) > 1 else " is")
+    return (where, f"{said} never called in the block (the other blocks call theirs)") if parts else None
 
 
 # looked for in this order: the first found is the answer

@@ -463,6 +463,11 @@ class SecondNormSkipped(BufferBlock):
         return x + self.mlp(x)  # ln_2 never called
 
 
+class FeedForwardSkipped(BufferBlock):
+    def forward(self, x):
+        return x + self.attn(self.ln_1(x))  # ln_2 and mlp never called
+
+
 class NormedResidual(BufferBlock):
     def forward(self, x):
         x = self.ln_1(x)  # the normed x is also what the residual adds back
@@ -705,6 +710,13 @@ CASES = [
         LM,
         {},
         ("no pair", "blocks.1", "ln_2"),
+    ),
+    (
+        "buffer_mask_lm.feed_forward_skipped_second_block",
+        lambda: buffer_mask_lm(block=FeedForwardSkipped),
+        LM,
+        {},
+        ("no pair", "blocks.1", "ln_2 and mlp are never called"),
     ),
     (
         "buffer_mask_lm.normed_residual_second_block",
