@@ -26,12 +26,13 @@ def rewired(flow, block: str, unit: str, links, norm_first: bool) -> str | None:
         return None
     label, role = {p: p[len(block) + 1 :] for p in held}, {p[len(block) + 1 :]: r for p, r in held.items()}
     x, y = call.inputs[0], call.output
-    parts = [c for c in flow.calls if c.caller == block and c.path in label and c.inputs and c.inputs[0] and c.output]
+    parts = [c for c in flow.calls if c.caller == block and c.path in label and c.output]
     parts = [c for c in parts if x.index < c.output.index <= y.index]
     made = {c.output.index: label[c.path] for c in parts}
     read: dict = {}  # each part's (first) input, then the block's output: the names it sums
     for c in parts:
-        name, seen = label[c.path], _sum(c.inputs[0], x, made, block)
+        given = c.inputs[0] if c.inputs else None
+        name, seen = label[c.path], None if given is None else _sum(given, x, made, block)
         if seen == (name,):
             return f"{name} is applied twice (to its own output): {name}({name}(...))"
         read.setdefault(name, seen)
