@@ -86,6 +86,7 @@ class _Recorder(TorchFunctionMode):
         self.keep: list = []  # the tensors seen, kept alive so that their ids stay theirs
         self.path: list[str] = [""]
         self.values: dict = {}  # node index -> the tensor it made (unsupported.py reads them)
+        self.calls: list[Called] = []  # each submodule call, as it returns
 
     def node(self, t: torch.Tensor) -> Node | None:
         found = self.of.get(id(t))
@@ -187,12 +188,29 @@ def record(run, module: nn.Module) -> Flow:
     constants = {id(t) for _, t in module.named_buffers() if t.numel() == 1 and t.is_floating_point()}
     rec = _Recorder(names, constants)
 
-    def leave(*_) -> None:
+    def leave(key, _, args, kwargs, out) -> None:
         rec.path.pop()
+        given = [rec.of.get(id(t)) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        made = next((rec.of.get(id(t)) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
+        rec.calls.append(Called(key, rec.path[-1], given, made))
 
     with hooked(module.named_modules(), leave, rec.path.append), unscripted(module), unvmapped(), rec:
         run()
-    return read(rec.nodes, rec.values)
+    flow = read(rec.nodes, rec.values)
+    flow.calls = rec.calls
+    flow.owners = [n for n, m in module.named_modules() if next(m.parameters(False), None) is not None]
+    return flow
+
+
+@dataclass
+class Called:
+    """One call of a submodule: its path, its caller's, the Nodes of its tensor arguments (None: made unrecorded)
+    and of its (first) output."""
+
+    path: str
+    caller: str
+    inputs: list
+    output: Node | None
 
 
 @contextmanager
@@ -386,6 +404,8 @@ class Flow:
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
     routers: dict = field(default_factory=dict)  # a router's weight -> (its top-k node, its k gates renormalised)
+    calls: list = field(default_factory=list)  # each submodule's calls (Called), in the order they return
+    owners: list = field(default_factory=list)  # the paths of the modules that hold parameters of their own
 
     def _products(self, weight: str) -> list:  # the products that read `weight`
         return [n for n in self.nodes if projection(n) == weight]

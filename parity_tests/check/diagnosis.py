@@ -96,3 +96,28 @@ def named(error: float, unmatched: float) -> bool:
     """Whether a variant at relative error `error` from the user's output names its mistake, the reference's own
     output being at `unmatched` from it: within MATCH, under SHARPER * unmatched, and unmatched over FLOOR."""
     return error <= MATCH and error <= SHARPER * unmatched and unmatched > FLOOR
+
+
+def departs(user: np.ndarray, ref: np.ndarray, valid, heads: int, bar: float = 1e-5) -> str:
+    """What differs between a part's output (B, T, D) and the reference's, at the valid positions: the reference's
+    times a number, else the positions and the heads' features off by more than `bar` (relative to max |ref|) while
+    the others agree, else the largest difference's place; "" for another shape."""
+    if user.ndim != 3 or user.shape != ref.shape:
+        return ""
+    u, r = _valid(np.nan_to_num(user, nan=1e300), valid), _valid(ref, valid)
+    heads = heads if heads and u.shape[-1] % heads == 0 else 1
+    c = float((u * r).sum() / max(float((r * r).sum()), 1e-300))
+    if c and relative(u, c * r, 1e-12) <= bar:
+        return f"its output is the reference's times {c:.4g}"
+    off = np.abs(u - r) > bar * max(float(np.abs(r).max()), 1e-12)
+    rows, cols = off.any(axis=(0, 2)), off.reshape(*off.shape[:2], heads, -1).any(axis=(0, 1, 3))
+    said = [f"positions {_indices(rows)}"] if not rows.all() else []
+    said += [f"the features of heads {_indices(cols)} (of {heads})"] if not cols.all() else []
+    b, t, f = np.unravel_index(int(np.abs(u - r).argmax()), u.shape)
+    most = f"most at position {t}, feature {f} ({u[b, t, f]:.4g} for {r[b, t, f]:.4g})"
+    return f"{' and '.join(said)} differ, the others agree" if said else f"every position differs, {most}"
+
+
+def _indices(flags: np.ndarray) -> str:
+    shown = [str(i) for i in np.flatnonzero(flags)]
+    return ", ".join(shown[:6]) + (", ..." if len(shown) > 6 else "")

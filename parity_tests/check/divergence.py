@@ -21,14 +21,15 @@ from numpy_transformer import model as M
 from . import calling as C
 from . import reference as R
 from . import variants as VR
-from .dataflow import hooked
-from .diagnosis import MATCH, Diagnosis, _error
+from .dataflow import VIEWS, hooked, walk
+from .diagnosis import MATCH, Diagnosis, _error, departs
 from .mapping import pair_order
 from .matchers import match, match_attention, match_embedding, match_unit
 from .probes import keep_mask
 from .running import Call, first_calls
 from .session import copy_of, probe_of, run_user
 from .unsupported import differs, score_terms
+from .wiring import rewired
 
 PROJECTIONS = (
     "q_proj", "k_proj", "v_proj", "out_proj", "linear1", "linear2", "gate", "router", "experts", "q_b_proj",
@@ -198,22 +199,50 @@ def scan(check, choice, captured) -> Divergence:
 def first_divergence(check, choice, result, diverged: Divergence) -> None:
     """The first reference stage whose user output leaves the bar (`diverged`), and the variants that explain it."""
     if diverged.stage is None:
+        every = diverged.agree == len(check.cache[("stages", repr(choice.cfg), id(choice.probe))])
+        output = any(not r.ok for r in result.rows if r.name == "output")  # not the gradients alone
+        result.unexplained = _after_parts(check, choice) if every and output else None
         return
     where, found = explained(check, choice, diverged)
     # a mistake placed more precisely than its unit (the module that keeps or scales a table) is named there
     result.first_divergence = found[-1].where if found else where
     result.diagnoses += found
-    result.unsupported = None if found else _own_eps(check, choice, diverged, where)
+    own = None if found else _own_eps(check, choice, diverged, where)
+    result.unsupported = None if found else own or _rewired(check, choice, diverged, where)
     if not found and not result.unsupported:
+        how = departs(diverged.user, diverged.stage.output, diverged.stage.valid, choice.cfg.n_heads)
         result.unexplained = (
             f"{where} (reference {diverged.stage.unit or check.level}) diverges with relative error "
-            f"{diverged.error:.2e}; not expressible by the config and no catalogue variant reproduces it"
+            f"{diverged.error:.2e}{f' ({how})' if how else ''}; not expressible by the config and no "
+            "catalogue variant reproduces it"
         )
         if diverged.error < 1e-5:  # float32's rounding, in a float64 run
             result.unexplained += (
                 "; an error this small is typically float32 rounding: the submodule may compute in float32 inside "
                 "a float64 model (an upcast such as .float(), or transformers' RMSNorm and rotary tables)"
             )
+
+
+def _after_parts(check, choice) -> str | None:
+    """Every hooked part agrees in situ, the output does not: the ops the user's forward computes after the last part
+    (the recorded forward read back from its output), said at the module that runs the first."""
+    paths, flow = set(hook_targets(check, choice.layout.links).values()), check.flow
+    ends = [c.output.index for c in flow.calls if c.path in paths and c.output] if flow and flow.nodes else []
+    if not ends:
+        return None
+    after = [n for n in walk([flow.nodes[-1]], lambda n: [p for p in n.parents if p.index > max(ends)])]
+    ops = sorted((n for n in after if n.op not in VIEWS | {"input", "param"}), key=lambda n: n.index)
+    said = ", ".join(dict.fromkeys(f"{n.op} in {n.module or '(the module)'}" for n in ops))
+    return f"(the module): every part agrees in situ, the output departs after the last: {said}" if said else None
+
+
+def _rewired(check, choice, diverged: Divergence, where: str) -> str | None:
+    """A layer whose parts each agree in situ, wired otherwise than the reference's (wiring.py): said at the layer."""
+    cfg, stage = choice.cfg, diverged.stage
+    if stage.kind != "layer" or cfg.parallel_residual or cfg.sandwich_norm or not where:
+        return None
+    said = rewired(check.flow, where, stage.unit, choice.layout.links, cfg.norm_first)
+    return differs(where, said) if said else None
 
 
 def _own_eps(check, choice, diverged: Divergence, where: str) -> str | None:

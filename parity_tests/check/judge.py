@@ -344,6 +344,8 @@ def said_why(check: Check, choice: Choice, result: Result) -> None:
     if not (result.unsupported or result.unexplained or result.diagnoses):
         worst = max((r for r in result.rows if not r.ok), key=lambda r: r.error, default=None)
         said = f"{worst.name} diverges (relative error {worst.error:.2e} in {worst.dtype})" if worst else "it diverges"
+        users = {f"d {ref}": link.user for link in choice.layout.links for ref, _ in link.parts}
+        said += f": the gradient of your {users[worst.name]}" if worst and worst.name in users else ""
         result.unexplained = f"{result.first_divergence or '(the module)'}: {said}; no catalogue variant reproduces it"
 
 

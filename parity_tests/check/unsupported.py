@@ -9,6 +9,7 @@ than 1.702 is a catalogued mistake instead (activation.quick_gelu_constant): exp
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import torch.nn.functional as F
@@ -395,8 +396,27 @@ def _pooled(rec) -> tuple | None:
     return None
 
 
+def _uncalled(flow) -> tuple | None:
+    """The parts of a block, holding weights, that the block never calls where another block calls its own
+    (blocks.1.ln_2 left out of blocks.1's forward, blocks.0.ln_2 not): said at the first such block; a part inside
+    a part (an expert a router never picks) is none."""
+    called, found = {c.path for c in flow.calls}, {}
+    for path in (p for p in flow.owners if p not in called):
+        block = re.match(r"(.*?\.)(\d+)\.", path)  # the first stack's: blocks.1.
+        if block is None or block[0][:-1] not in called:
+            continue
+        while path.rpartition(".")[0] not in called:
+            path = path.rpartition(".")[0]
+        part = path[block.end() :]
+        if "." not in part and any(re.fullmatch(re.escape(block[1]) + r"\d+\." + re.escape(part), c) for c in called):
+            found.setdefault(block[0][:-1], {})[part] = None
+    where, parts = next(iter(found.items()), ("", {}))
+    said = " and ".join(parts) + (" are" if len(parts) > 1 else " is")
+    return (where, f"{said} never called in the block (the other blocks call theirs)") if parts else None
+
+
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _gain,
-    _output_gate, _clamped, _activation, _learned_scale, _pooled,
+    _output_gate, _clamped, _activation, _learned_scale, _pooled, _uncalled,
 )  # fmt: skip

@@ -45,6 +45,12 @@ at its case; the case beside it, q | k | v held in one projection, is the catalo
   not expressible by the config and no catalogue variant reproduces it": the right block, no op named (no id, no
   "which the reference has no pair for").
 - buffer_mask_lm.norm_twice_second_block: the same answer at blocks.1: the place right, the repeated norm unnamed.
+Both now said at blocks.1 (wiring.py reads each part's input back through sums and views to x and the parts' outputs,
+against the reference's layer): "the attention's output (sa) replaces x instead of being added to it (no residual
+around the attention)", "ln_1 is applied twice (to its own output)". Four more wirings, expected decided first: the
+feed-forward's residual left out, ln_2 never called (unsupported._uncalled: its weights unused, so the weight map is
+off, and the answer is read from which parts run), the normed x added back in place of x, and a post-LN encoder
+layer whose attention output is normed without x added.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """
@@ -346,11 +352,17 @@ class PostLNLayer(nn.Module):
         return self.norm2(x + self.ff(x))
 
 
+class PostLNNoResidual(PostLNLayer):
+    def forward(self, x, mask):
+        x = self.norm1(self.attn(x, mask))  # the uncatalogued wiring: norm1(attn(x)), x not added back
+        return self.norm2(x + self.ff(x))
+
+
 class SentenceEncoder(nn.Module):
-    def __init__(self, second=PaddedAttention, scale=SQRT_D, floor_division=False):
+    def __init__(self, second=PaddedAttention, scale=SQRT_D, floor_division=False, layer=PostLNLayer):
         super().__init__()
         self.embed, self.pos = TokenEmbedding(scale), SinusoidalPositions(floor_division)
-        self.layers = nn.ModuleList([PostLNLayer(), PostLNLayer(second)])
+        self.layers = nn.ModuleList([PostLNLayer(), layer(second)])
 
     def forward(self, ids):
         mask = (ids != PAD)[:, None, None, :]  # (B, 1, 1, T): True where a key is a real token
@@ -439,6 +451,30 @@ class BufferBlock(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class MlpResidualDropped(BufferBlock):
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return self.mlp(self.ln_2(x))  # the feed-forward's output replaces x + attn
+
+
+class SecondNormSkipped(BufferBlock):
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(x)  # ln_2 never called
+
+
+class FeedForwardSkipped(BufferBlock):
+    def forward(self, x):
+        return x + self.attn(self.ln_1(x))  # ln_2 and mlp never called
+
+
+class NormedResidual(BufferBlock):
+    def forward(self, x):
+        x = self.ln_1(x)  # the normed x is also what the residual adds back
+        x = x + self.attn(x)
+        return x + self.mlp(self.ln_2(x))
+
+
 class BufferMaskLM(nn.Module):
     def __init__(self, second: BufferBlock):
         super().__init__()
@@ -453,9 +489,9 @@ class BufferMaskLM(nn.Module):
         return self.head(self.ln_f(x))
 
 
-def buffer_mask_lm(attention=BufferMaskAttention, norm_twice=False) -> BufferMaskLM:
+def buffer_mask_lm(attention=BufferMaskAttention, norm_twice=False, block=BufferBlock) -> BufferMaskLM:
     torch.manual_seed(0)
-    return _jitter(BufferMaskLM(BufferBlock(attention, norm_twice)))
+    return _jitter(BufferMaskLM(block(attention, norm_twice)))
 
 
 # -- a post-LN seq2seq with cross attention, masks built from the ids, a hand-written LayerNorm ---------------------
@@ -660,6 +696,41 @@ CASES = [
         LM,
         {},
         ("no pair", "blocks.1", "ln_1"),
+    ),
+    (  # wiring.py's other forms, the expected decided first: each block's parts the reference's, joined otherwise
+        "buffer_mask_lm.mlp_residual_dropped_second_block",
+        lambda: buffer_mask_lm(block=MlpResidualDropped),
+        LM,
+        {},
+        ("no pair", "blocks.1", "no residual around the feed-forward"),
+    ),
+    (
+        "buffer_mask_lm.second_norm_skipped_second_block",
+        lambda: buffer_mask_lm(block=SecondNormSkipped),
+        LM,
+        {},
+        ("no pair", "blocks.1", "ln_2"),
+    ),
+    (
+        "buffer_mask_lm.feed_forward_skipped_second_block",
+        lambda: buffer_mask_lm(block=FeedForwardSkipped),
+        LM,
+        {},
+        ("no pair", "blocks.1", "ln_2 and mlp are never called"),
+    ),
+    (
+        "buffer_mask_lm.normed_residual_second_block",
+        lambda: buffer_mask_lm(block=NormedResidual),
+        LM,
+        {},
+        ("no pair", "blocks.1", "adds ln_1's output"),
+    ),
+    (
+        "padded_encoder.attention_residual_dropped_second_layer",
+        lambda: sentence_encoder(layer=PostLNNoResidual),
+        ENC,
+        {},
+        ("no pair", "layers.1", "no residual around the attention"),
     ),
     ("course_seq2seq", course_seq2seq, S2S, {}, "pass"),
     (
