@@ -46,9 +46,6 @@ TODAY: dict[str, str] = {
     "fx_traced_gpt.wrong_scale_second_block": "FAILED unexplained at (the module): fx ran the attention in the root",
     "exported_llama": "could not judge: the number of heads cannot be read (n_heads=4: 5 norms, reference has 1)",
     "exported_llama.softmax_wrong_axis_second_layer": "could not judge: the number of heads cannot be read",
-    "int8_llama": "no pair at layers.0.self_attn: q, k, v no projection's output (F.linear of a dequantized weight)",
-    "int8_llama.activation_on_up_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
-    "int8_llama.kv_heads_tiled_second_layer": "no pair at layers.0.self_attn: q, k, v no projection's output",
     # fresh15: an ALiBi model's correct first attention blamed when a later part is wrong (the in-situ rerun)
     "mpt_hand.mask_after_softmax_second_block": "unexplained at transformer.blocks.0.attn (correct)",
     "mpt_hand.unbiased_variance_second_block": "unexplained at transformer.blocks.0.attn (correct)",
