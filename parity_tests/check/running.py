@@ -5,6 +5,7 @@ errors against bars."""
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import types
@@ -329,6 +330,7 @@ def computing(user):
     for m in (m for m in model.modules() if _computes(m)):
         cls = type(m)
 
+        @functools.wraps(cls.forward)  # its signature the user's (calling.py reads it)
         def forward(self, *args, cls=cls, **kwargs):
             with _Computing(self):
                 return cls.forward(self, *args, **kwargs)
