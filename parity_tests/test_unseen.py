@@ -272,6 +272,20 @@ def test_latent_attention_written_by_hand_passes_with_its_map():
     assert result.passed, str(result)
 
 
+def test_int8_weights_are_judged_as_the_weights_the_forward_computes():
+    """fresh14's weight-only int8 Llama (qweight int8 and a per-row scale, F.linear(x, qweight.to(x.dtype) * scale)):
+    each dequantized weight is judged as a parameter (its gradient compared, mapped to the reference's projection);
+    the int8 buffers and scales, which have no gradient, are said so in a note; the user's module is left as it was."""
+    torch.manual_seed(0)
+    model = fresh14.int8_llama()
+    result = check.module(model, "transformer_lm")
+    assert result.passed, str(result)
+    assert result.mapping["layers.0.self_attn.q_proj.weight"][0] == "decoder.layers.0.self_attn.q_proj.weight"
+    assert "d decoder.layers.0.self_attn.q_proj.weight" in {r.name for r in result.rows}  # its gradient compared
+    assert any("int8 weights, scales) have none" in n for n in result.notes), result.notes
+    assert not any(n.endswith(".weight") for n, _ in model.named_parameters() if "proj" in n)
+
+
 def test_latent_attention_map_is_read_back_from_its_printed_notes():
     """fresh8's DeepSeek attention with kv_b_proj's rows every head's keys, then every head's values: the judge links
     them to the reference's kv_b_proj (each head's k, then its v) in runs, printed 'rows 0:8, 16:24, ...'; the
