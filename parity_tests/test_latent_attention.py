@@ -297,3 +297,24 @@ def test_our_checkpoints_keep_the_deepseek_fields(tmp_path):
     np.testing.assert_array_equal(back.eval().forward(ids), logits)
     with torch.no_grad():
         np.testing.assert_allclose(model.eval()(torch.from_numpy(ids)).numpy(), logits, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("mistake", [None, "scale 1/d"], ids=["as released", "layer 1 scaled by 1/d"])
+def test_the_judge_reads_transformers_deepseek_v2(mistake, tmp_path):
+    """transformers' DeepseekV2ForCausalLM (every layer dense, plain RoPE), whose keys are written into a new_empty
+    tensor by slices (key_states[..., :n].copy_(k_nope)): the recorder follows the writes to kv_a_proj_with_mqa, so
+    the latent attention is read and the model passes; layer 1's scores scaled by 1/d (not d^-1/2) are found there."""
+    from parity_tests import check
+    from parity_tests import hf_compare as H
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    model = H.build_tiny("deepseek_v2", tmp_path, first_k_dense_replace=3, rope_parameters=rope)
+    if mistake:
+        attention = model.model.layers[1].self_attn
+        attention.scaling = 1 / attention.qk_head_dim
+    result = check.module(model, "transformer_lm")
+    if mistake is None:
+        assert result.passed, str(result)
+        return
+    assert not result.passed and result.diagnoses, str(result)
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "model.layers.1.self_attn")

@@ -2,7 +2,9 @@
 
 `record(run, module)` runs `run()` under a TorchFunctionMode that sees every torch call, and forward hooks that say
 which submodule runs it. Every tensor made is a Node whose parents are the Nodes of its tensor arguments; a
-parameter is a leaf named by its (first registered) name, whatever view of it an op reads. What `Flow` reads:
+parameter is a leaf named by its (first registered) name, whatever view of it an op reads; a tensor written in place
+(t[i] = x, copy_ or index_put_ into it or into a view of it) is read later as computed from what was written too. What
+`Flow` reads:
 
 - a projection is a product (linear, matmul, einsum, conv1d, addmm, ...) that reads a parameter of 2 or more axes;
 - attention: the scores are the product a softmax reads (through scaling, masking, casts); Q and K its two
@@ -116,9 +118,7 @@ class _Recorder(TorchFunctionMode):
             name, [a for a in flat if isinstance(a, torch.Tensor) and not (number and self._held(a))]
         )
         outs = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
-        written = self.node(args[0]) if name == "__setitem__" else None  # in place, into a buffer (a KV cache):
-        if written is not None and root(written).param is not None:  # reading it later reads what was written
-            outs = [args[0]]
+        outs = [args[0]] if name == "__setitem__" else outs  # t[i] = x: reading t later reads what was written
         if not outs or not parents and name not in ("arange",):
             return out
         if name in VIEWS and all(any(o is a for a in flat) for o in outs):
@@ -136,6 +136,11 @@ class _Recorder(TorchFunctionMode):
         self.values[self._add(node).index] = outs[0]
         for i, o in enumerate(outs):
             self.of[id(o)] = self._part(node, o, i) if parts else node  # which part is read
+        base = args[0]._base if _in_place(name) and isinstance(args[0], torch.Tensor) else None
+        if base is not None:  # written through a view (t[..., :n].copy_(x)): reading t later reads x too
+            held = [n for n in (self.node(base), node) if n is not None]
+            self.of[id(base)] = self._add(Node(len(self.nodes), name, self.path[-1], held, tuple(base.shape)))
+            self.keep.append(base)
         return out
 
     def _value(self, name: str, args: tuple, kwargs: dict, parents: int) -> object:
@@ -178,6 +183,11 @@ class _Recorder(TorchFunctionMode):
 
     def _part(self, node: Node, o: torch.Tensor, i: int) -> Node:
         return self._add(Node(len(self.nodes), node.op, node.module, [node], tuple(o.shape), value=i, tid=id(o)))
+
+
+def _in_place(name: str) -> bool:
+    """An op writing into its first argument: copy_, index_put_, add_, ..., t[i] = x."""
+    return name == "__setitem__" or name.endswith("_") and not name.startswith("_")
 
 
 def record(run, module: nn.Module) -> Flow:

@@ -264,10 +264,12 @@ def module(
             plain, parametrized = RN.plain_weights(plain)
             plain, adapted = RN.merged_adapters(plain)  # LoRA: base + s B A judged as the one linear it is (a note)
             plain, graphed = GR.ungraphed(plain, lambda m: recording(m, level, given, seed, **conventions))
-            found = recording(plain, level, given, seed, **conventions)
+            found = recording(plain := RN.computing(plain), level, given, seed, **conventions)
+            plain, computed = RN.computed_weights(plain)  # int8 weights dequantized in the forward: what it computes
+            found = recording(plain, level, given, seed, **conventions) if computed else found
             check = prepare(plain, level, given, mapped, found, seed, **conventions)
             result = verdict(check, choose(check), reference, dtypes)
-            result.notes += wrapped + scripted + parametrized + adapted + graphed
+            result.notes += wrapped + scripted + parametrized + adapted + graphed + computed
             return result
     except (SystemExit, Exception) as exc:  # never an exception out of the judge, never an exit
         return could_not_judge(user_module, reference, found.flow, exc)

@@ -5,6 +5,7 @@ errors against bars."""
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import types
@@ -17,12 +18,13 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from parity_tests.components import BAR, relative_errors
 
-from .dataflow import hooked
+from .dataflow import PRODUCTS, VIEWS, hooked
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Row
 
 
@@ -316,6 +318,92 @@ def plain_weights(user) -> tuple:
         f"judged on the weights the parametrizations compute ({listed}): their gradients are compared, not the "
         "parametrizations' own tensors'"
     ]
+
+
+def computing(user):
+    """`user`, or a copy where a leaf module holds a buffer of 2+ axes and no such parameter (int8 weights and their
+    scales) with each such module's forward run under _Computing: a weight it computes (`qweight.to(x.dtype) *
+    scale`) is kept as the forward computes it, and read from the parameter computed_weights gives it."""
+    if not isinstance(user, nn.Module) or not any(map(_computes, user.modules())):
+        return user
+    model = copy_module(user)
+    for m in (m for m in model.modules() if _computes(m)):
+        cls = type(m)
+
+        @functools.wraps(cls.forward)  # its signature the user's (calling.py reads it)
+        def forward(self, *args, cls=cls, **kwargs):
+            with _Computing(self):
+                return cls.forward(self, *args, **kwargs)
+
+        m.__class__ = type(cls.__name__, (cls,), {"forward": forward, "seen": {}, "__module__": cls.__module__})
+    return model
+
+
+def _computes(m: nn.Module) -> bool:
+    return (
+        not m._modules
+        and not any(p.ndim >= 2 for p in m.parameters(recurse=False))
+        and any(b.ndim >= 2 for b in m.buffers(recurse=False))
+    )
+
+
+def computed_weights(model) -> tuple:
+    """(`model`, []), or where computing's modules computed a weight of 2+ axes from their own parameters and
+    buffers alone, no input (a dequantized int8 weight), (`model` with each such weight a parameter holding the
+    value it was computed at (`weight`, else `weight_computed<k>`), [the note]): the judge reads it as the weight."""
+    names = []
+    for path, m in model.named_modules() if isinstance(model, nn.Module) else []:
+        seen = getattr(type(m), "seen", {}) if not getattr(m, "computed_names", None) else {}
+        dtype = next((b.dtype for b in m.buffers(recurse=False) if b.is_floating_point()), torch.get_default_dtype())
+        for k in sorted(seen):
+            name = "weight" if k == 0 and not hasattr(m, "weight") else f"weight_computed{k}"
+            m.register_parameter(name, nn.Parameter(seen[k].to(dtype)))
+            m.computed_names = [*getattr(m, "computed_names", []), name]
+            names.append(f"{path}.{name}" if path else name)
+    if not names:
+        return model, []
+    listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return model, [
+        f"judged on the weights the forward computes from the module's own buffers ({listed}), each a parameter "
+        "holding the value it is computed at: their gradients are compared; the tensors they are computed from "
+        "(int8 weights, scales) have none"
+    ]
+
+
+class _Computing(TorchFunctionMode):
+    """Within one forward of a module: the tensors computed from its own parameters and buffers alone (an op whose
+    tensor arguments are all such; `to` and `type_as` read their first only). The k-th operand of a product so
+    computed by an op other than a view, of 2+ axes, is the module's k-th computed weight: its parameter where
+    computed_weights registered one, else kept (its class's `seen`) and used as it is."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.module, self.k, self.computed = module, 0, set()
+        self.pure = {id(t): t for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in PRODUCTS:
+            args, kwargs = tree_map(self._weight, (args, kwargs))
+        out = func(*args, **kwargs)
+        read = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        read = read[:1] if name in ("to", "type_as") else read
+        if read and all(id(t) in self.pure for t in read):
+            made = name not in VIEWS or any(id(t) in self.computed for t in read)
+            for o in (o for o in tree_leaves(out) if isinstance(o, torch.Tensor)):
+                self.pure[id(o)] = o
+                self.computed |= {id(o)} if made else set()
+        return out
+
+    def _weight(self, t):
+        if not isinstance(t, torch.Tensor) or id(t) not in self.computed or t.ndim < 2:
+            return t
+        k, self.k, names = self.k, self.k + 1, getattr(self.module, "computed_names", [])
+        if k < len(names):
+            return getattr(self.module, names[k])
+        type(self.module).seen[k] = t.detach().clone()  # type: ignore[attr-defined]
+        return t
 
 
 def merged_adapters(user) -> tuple:

@@ -194,10 +194,11 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
     overwrite: dict = {}
     bases: list = []
     for name, buf in kept:
-        if Dh % 2 or buf.numel() < Dh // 2:
-            continue
         value = _squeezed(buf)
         width = value.shape[-1] if _sin_cos_table(buf) else Dh  # GPT-J's rotates its first value.shape[-1] features
+        width = 2 * value.size if value.ndim == 1 and 2 <= value.size < Dh // 2 else width  # a rotary part's inv_freq
+        if Dh % 2 or buf.numel() < width // 2:
+            continue
         rows = value.shape[0] if value.ndim >= 2 else 1
         tried = ((t, what, table, tol) for t in thetas for what, (table, tol) in rope_tables(t, width, rows).items())
         match = next(((t, what, table) for t, what, table, tol in tried if _within(value, table, tol)), None)
