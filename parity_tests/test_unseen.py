@@ -173,6 +173,23 @@ def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
         assert what in result.unsupported and "which the reference has no pair for" in result.unsupported
 
 
+def test_a_fixed_table_of_other_sinusoids_is_said_with_its_frequencies():
+    """tables._other_sinusoids: fairseq's table rebuilt in pairs at 10000^(-i/15) is said in pairs; at the
+    reference's frequencies 10000^(-2i/D) (rows read from 2) or all 1 (the catalogue's mistake) it is not said."""
+    i, said = torch.arange(fresh17.D // 2, dtype=torch.float64), {}
+    for name, w in (("other", 1e4 ** (-i / (len(i) - 1))), ("ours", 1e4 ** (-i / len(i))), ("ones", i * 0 + 1)):
+        model = fresh17.fairseq_lm(sinusoidal=True)
+        angles = torch.arange(fresh17.T_MAX + 2.0, dtype=torch.float64)[:, None] * w
+        table = torch.cat([angles.sin(), angles.cos()], 1) if name == "ours" else None
+        table = torch.stack([angles.sin(), angles.cos()], -1).flatten(1) if table is None else table
+        model.decoder.embed_positions.weights.copy_(table)
+        said[name] = check.module(model, "transformer_lm")
+    assert said["other"].unsupported.startswith("differs at decoder.embed_positions: "), str(said["other"])
+    assert "(in pairs) at frequencies 10000^(-i/15)" in said["other"].unsupported, said["other"].unsupported
+    for name in ("ours", "ones"):
+        assert "10000^" not in str(said[name].unsupported) and not said[name].passed, str(said[name])
+
+
 def test_a_plain_mean_over_the_positions_is_said_at_the_pool():
     """unsupported._pooled: hidden.mean(1), no mask, before the classifier is a pool the reference lacks, said there."""
 
