@@ -47,10 +47,7 @@ TODAY: dict[str, str] = {
     # fresh17: the speedrun's own layouts, a norm's small eps, fixed positions and LayerScale in a ViT tower
     "speedrun_core.stacked_qkv_w": "could not judge: cannot read blocks.0.attn.qkv_w (3, D, D) as q, k, v",
     "speedrun_core.half_zero_rotary": "unexplained at blocks.0.attn: partial rotary on relabelled q/k features unfound",
-    "speedrun_core.value_embeds": "no pair at blocks.0.attn said as a learned gain on a sublayer's output (lambdas)",
-    "speedrun_gpt": "no pair said at blocks.0, the model's own weightless rms_norm of the embeddings before it unsaid",
     "speedrun_core.k_norm_eps_outside_sqrt_second_block": "unexplained at blocks.1.attn (per-head k_norm)",
-    "fairseq_lm.sinusoidal_positions": "unexplained at decoder.embed_tokens: the fixed table at t + 2 not said",
     "timm_vit.identity_layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
     "timm_vit.layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
 }
@@ -163,6 +160,23 @@ def test_unseen_style_gets_its_verdict(factory, level, keywords, expected):
         assert result.unsupported and not result.diagnoses, str(result)
         assert result.unsupported.startswith(f"differs at {where or '(the module)'}: "), result.unsupported
         assert what in result.unsupported and "which the reference has no pair for" in result.unsupported
+
+
+def test_a_fixed_table_of_other_sinusoids_is_said_with_its_frequencies():
+    """tables._other_sinusoids: fairseq's table rebuilt in pairs at 10000^(-i/15) is said in pairs; at the
+    reference's frequencies 10000^(-2i/D) (rows read from 2) or all 1 (the catalogue's mistake) it is not said."""
+    i, said = torch.arange(fresh17.D // 2, dtype=torch.float64), {}
+    for name, w in (("other", 1e4 ** (-i / (len(i) - 1))), ("ours", 1e4 ** (-i / len(i))), ("ones", i * 0 + 1)):
+        model = fresh17.fairseq_lm(sinusoidal=True)
+        angles = torch.arange(fresh17.T_MAX + 2.0, dtype=torch.float64)[:, None] * w
+        table = torch.cat([angles.sin(), angles.cos()], 1) if name == "ours" else None
+        table = torch.stack([angles.sin(), angles.cos()], -1).flatten(1) if table is None else table
+        model.decoder.embed_positions.weights.copy_(table)
+        said[name] = check.module(model, "transformer_lm")
+    assert said["other"].unsupported.startswith("differs at decoder.embed_positions: "), str(said["other"])
+    assert "(in pairs) at frequencies 10000^(-i/15)" in said["other"].unsupported, said["other"].unsupported
+    for name in ("ours", "ones"):
+        assert "10000^" not in str(said[name].unsupported) and not said[name].passed, str(said[name])
 
 
 def test_a_plain_mean_over_the_positions_is_said_at_the_pool():

@@ -63,7 +63,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     (links, zero) of a mapping= given."""
     entry, is_module = LV.LEVELS[level], isinstance(user, nn.Module)
     cfg, links, zero, fixed = U.infer(level, found, given, mapped)
-    overwrite, layout, wrong_table = TB.fixed_tables(user, fixed, notes) if is_module else ({}, None, False)
+    overwrite, layout, wrong_table = TB.fixed_tables(user, fixed, notes, found.flow) if is_module else ({}, None, False)
     if layout is not None:
         cfg = dataclasses.replace(cfg, sinusoid_layout=layout)
     rope = is_module and entry.heads and entry.group != "stacks"  # RoPE tables read (and overwritten)

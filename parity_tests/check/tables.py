@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import dataflow as DF
+from .unsupported import NoPair
 from .variants import sinusoid_tables
 
 
@@ -30,9 +32,11 @@ def _squeezed(tensor) -> np.ndarray:
     return value.reshape([s for s in value.shape if s > 1] or [1])
 
 
-def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bool]:
+def fixed_tables(module, fixed: list, notes: list, flow=None) -> tuple[dict, str | None, bool]:
     """Each fixed position table of the user's read against the reference's sinusoids, a note added for each: ({user
-    name: float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies)."""
+    name: float64 table to overwrite it with}, the layout found, whether a table has the wrong frequencies). NoPair
+    for one the forward reads (`flow`) that is sinusoids at frequencies neither the reference's nor all 1 (the
+    catalogue's positions.wrong_frequencies): fairseq's 10000^(-i / (D/2 - 1))."""
     tensors = dict(module.named_parameters()) | dict(_tensors_kept(module))
     overwrite, layout, wrong = {}, None, False
     for t in fixed:
@@ -41,6 +45,7 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bo
         tables = sinusoid_tables(t.rows, t.width)
         name = next((n for n, table in tables.items() if _within(value, table, tolerance)), None)
         if name is None:
+            _other_sinusoids(t, value, flow)
             continue
         overwrite[t.name] = tables[name]
         if name == "wrong_frequencies":
@@ -56,6 +61,42 @@ def fixed_tables(module, fixed: list, notes: list) -> tuple[dict, str | None, bo
                 "table for the float64 comparison"
             )
     return overwrite, layout, wrong
+
+
+def _other_sinusoids(t, value: np.ndarray, flow) -> None:
+    """NoPair at the module keeping table `t` (its float64 `value`) where the forward reads it and its rows r (all
+    zero: a padding row, never read) are sin(r w_i) and cos(r w_i), sines then cosines or in pairs, w_i (fitted at
+    the first row r > 0 not zero) neither the reference's 10000^(-2i/D) nor all 1; said with the row position 0 is
+    read at (fairseq's padding_idx + 1)."""
+    reads = [n for n in flow.nodes if any(DF.root(p).param == t.name for p in n.parents)] if flow else []
+    live = np.flatnonzero(np.abs(value).sum(1) > 0)
+    r, D = next((int(r) for r in live if r > 0), 0), t.width
+    if not reads or not r or D % 2:
+        return
+    tolerance = float32_angle_tolerance(np.arange(t.rows, dtype=np.float64)[live, None])
+    for pairs in (False, True):
+        s, c = (value[:, ::2], value[:, 1::2]) if pairs else np.split(value, 2, 1)
+        w = np.arctan2(s[r], c[r]) / r
+        fitted = _sines(np.arange(t.rows)[:, None] * w, pairs)
+        if not _within(value[live], fitted[live], tolerance) or np.allclose(w, 1) or w[0] <= 0:
+            continue
+        if np.allclose(w, 10000.0 ** (-2 * np.arange(D // 2) / D), rtol=1e-5):
+            return
+        k = np.arange(1, D // 2) / (-np.log(w[1:]) / np.log(10000.0))  # w_i = 10000^(-i / k)
+        said = f"10000^(-i/{k[0]:.4g})" if np.allclose(k, k[0], rtol=1e-4) else f"{', '.join(f'{f:.3g}' for f in w)}"
+        first = flow.values[reads[0].index].detach().double().reshape(-1, D)[0].cpu().numpy()
+        row = next((q for q in range(t.rows) if np.allclose(value[q], first, atol=1e-6)), None)
+        at = f", position t read at row t + {row}" if row else ""
+        layout = "in pairs" if pairs else "sines, then cosines"
+        what = f"a fixed position table of sinusoids ({layout}) at frequencies {said}, i < {D // 2}{at}, not the "
+        raise NoPair(t.name.rpartition(".")[0] or "(the module)", what + f"reference's 10000^(-i/{D // 2})")
+
+
+def _sines(angles: np.ndarray, pairs: bool) -> np.ndarray:
+    """sin and cos of `angles` (rows, D/2) side by side: in pairs (sin, cos, sin, cos, ...) or sines, then cosines."""
+    if pairs:
+        return np.stack([np.sin(angles), np.cos(angles)], -1).reshape(len(angles), -1)
+    return np.concatenate([np.sin(angles), np.cos(angles)], 1)
 
 
 THETA_ATTRS = ("rope_theta", "theta", "base", "rope_base", "rotary_base")

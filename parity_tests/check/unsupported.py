@@ -194,14 +194,17 @@ def _bias(b, causal: bool = False) -> str | None:
 
 def _weightless_norm(rec) -> tuple | None:
     """A norm no learned scale multiplies: torch's given no weight, or one by hand (x * rsqrt(m + eps), x / (sqrt(m)
-    + eps): Llama 4's q and k norms) nothing learned scales after (through views) nor before (T5's w * x * rsqrt)."""
+    + eps): Llama 4's q and k norms) nothing learned scales after (through views) nor before (T5's w * x * rsqrt).
+    A learned number after it is its scale only where it is the normed x's one use (the speedrun's lambdas[0] times
+    its normed embeddings, which are read unscaled too, is no weight of that norm)."""
     for node in rec.nodes:
         if node.op in NORMS and any(DF.root(p).param is not None for p in node.parents):
             continue
         normed = node if node.op in NORMS else _normalised(node) if node.op in ("rsqrt", "sqrt") else None
         after = DF.walk(normed.children, lambda n: n.children if n.op in DF.VIEWS else []) if normed else []
         before = DF.walk(normed.parents, lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else []) if normed else []
-        scales = [p for n in after if n.op not in DF.PRODUCTS for p in n.parents]
+        uses = [n for n in after if n.op not in DF.VIEWS]  # a number scales it where it is the norm's one use
+        scales = [p for n in uses if n.op not in DF.PRODUCTS for p in n.parents if len(uses) == 1 or _per_feature(p)]
         scales += [p for n in before if n.op in DF.MULS and node.op not in NORMS for p in n.parents]
         if normed is not None and not any(map(_learned, scales)):
             said = f"{node.op}(x)" if node.op in NORMS else f"x * {node.op}(mean(x^2) + eps)"
@@ -240,14 +243,37 @@ def _normalised_weight(rec) -> tuple | None:
     return None
 
 
+def _per_feature(node) -> bool:
+    """More than one number (a scale per feature, not one learned number)."""
+    return math.prod(node.shape) > 1
+
+
 def _gain(rec) -> tuple | None:
     """A projection's output (a sublayer's) multiplied by a learned vector and added to the stream: LayerScale."""
     for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2):
         summed = any(c.op in DF.ADDS for c in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
-        gain = next((DF.root(p) for p in node.parents if len(DF.root(p).shape) == 1 and DF.root(p).param), None)
+        vectors = [DF.root(p) for p in node.parents if _per_feature(p) and len(DF.root(p).shape) == 1]
+        gain = next((v for v in vectors if v.param), None)
         if summed and gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
             return node.module, f"a sublayer's output is multiplied by a learned gain per feature, {gain.param}"
     return None
+
+
+def _value_embedding(rec) -> tuple | None:
+    """An attention's values (scaled_dot_product_attention's v) computed from a projection and, through element-wise
+    ops, from a table the ids read (modded-nanogpt's v = l0 v + l1 ve, ve a second token embedding)."""
+    for lookup in (n for n in rec.nodes if n.op == "embedding" and n.parents):
+        reached = list(DF.walk(lookup.children, lambda n: n.children if n.op in ELEMENTWISE | DF.VIEWS | AS else []))
+        for v in (p for n in reached if n.op == DF.SDPA for p in n.parents[2:3] if p in reached and DF.back(p)[0]):
+            path = DF.walk([v], lambda n, mixed=reached: [p for p in n.parents if p in mixed])
+            learned = [DF.root(p).param for n in path if n.op in DF.MULS for p in n.parents if DF.root(p).param]
+            by = f", by the learned {', '.join(dict.fromkeys(learned))}" if learned else ""
+            what = f"the values mix {DF.back(v)[0][0]} x with {DF.weight_of(lookup.parents[-1])}[ids]"
+            return v.module, f"{what}, a second token embedding read by the ids (value embeddings){by}"
+    return None
+
+
+AS = {"view_as", "reshape_as", "expand_as"}  # views shaped as another tensor
 
 
 def _learned_scale(rec) -> tuple | None:
@@ -418,5 +444,5 @@ def _uncalled(flow) -> tuple | None:
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
     _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _gain,
-    _output_gate, _clamped, _activation, _learned_scale, _pooled, _uncalled,
+    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
 )  # fmt: skip
