@@ -61,7 +61,6 @@ TODAY: dict[str, str] = {
     "speedrun_core.half_zero_rotary": "unexplained at blocks.0.attn: partial rotary on relabelled q/k features unfound",
     "speedrun_core.value_embeds": "no pair at blocks.0.attn said as a learned gain on a sublayer's output (lambdas)",
     "speedrun_gpt": "no pair said at blocks.0, the model's own weightless rms_norm of the embeddings before it unsaid",
-    "speedrun_core.k_norm_eps_outside_sqrt_second_block": "unexplained at blocks.1.attn (per-head k_norm)",
     "fairseq_lm.sinusoidal_positions": "unexplained at decoder.embed_tokens: the fixed table at t + 2 not said",
     "timm_vit.identity_layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
     "timm_vit.layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
