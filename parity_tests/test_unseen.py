@@ -62,8 +62,6 @@ TODAY: dict[str, str] = {
     "speedrun_core.value_embeds": "no pair at blocks.0.attn said as a learned gain on a sublayer's output (lambdas)",
     "speedrun_gpt": "no pair said at blocks.0, the model's own weightless rms_norm of the embeddings before it unsaid",
     "fairseq_lm.sinusoidal_positions": "unexplained at decoder.embed_tokens: the fixed table at t + 2 not said",
-    "timm_vit.identity_layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
-    "timm_vit.layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
 }
 
 

@@ -208,9 +208,15 @@ def _gain(rec) -> tuple | None:
     for node in (n for n in rec.nodes if n.op in DF.MULS and len(n.parents) == 2):
         summed = any(c.op in DF.ADDS for c in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
         gain = next((DF.root(p) for p in node.parents if len(DF.root(p).shape) == 1 and DF.root(p).param), None)
-        if summed and gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
+        if summed and gain is not None and any(DF.projection(_kept(p)) for p in node.parents):
             return node.module, f"a sublayer's output is multiplied by a learned gain per feature, {gain.param}"
     return None
+
+
+def _kept(node):
+    """`node` seen through views and dropout (the identity in evaluation: timm's proj_drop before its LayerScale)."""
+    node = DF.root(node)
+    return _kept(node.parents[0]) if node.op == "dropout" and node.parents else node
 
 
 def _learned_scale(rec) -> tuple | None:
