@@ -274,6 +274,23 @@ def test_config_fields_given_that_cannot_hold_are_named_not_call_or_mapping():
     assert "given: positional, rope_theta, rope_scaling" in result.error and "call=" not in result.error
 
 
+class _EpsOutsideNorm(fresh12.RMSNorm):
+    def forward(self, x):
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight
+
+
+def test_a_per_head_query_norm_with_eps_outside_the_root_is_named_at_it():
+    """divergence._qk_norm_variants: a per-head q_norm (fresh12's Qwen3, grouped K/V heads, normed after the
+    transpose) computing x / (rms + eps) in the second attention: rms_norm.eps_outside_sqrt named at that q_norm."""
+    model = fresh12.qwen3_scratch()
+    attention = model.trf_blocks[1].att
+    attention.q_norm = _EpsOutsideNorm(fresh12.QHD, eps=1e-3)
+    attention.q_norm.weight.data.copy_(1 + 0.1 * torch.randn(fresh12.QHD))
+    torch.manual_seed(0)
+    result = check.module(model, "transformer_lm")
+    assert [(d.id, d.where) for d in result.diagnoses] == [("rms_norm.eps_outside_sqrt", "trf_blocks.1.att.q_norm")]
+
+
 def test_latent_attention_written_by_hand_passes_with_its_map():
     """fresh8's DeepSeek-V2-Lite-style attention (q_proj, a latent and a shared rotary key from kv_a_proj_with_mqa,
     its RMSNorm, kv_b_proj to each head's keys and values) computes the reference's latent attention: given its sizes
