@@ -385,7 +385,7 @@ def _qk_norm_variants(check, choice, attention: R.Stage, user_out, where: str, v
     targets = hook_targets(check, choice.layout.links)
     for role in (r for r in "qk" if f"{r}_norm.weight" in params):
         at = targets.get(f"{attention.unit}.{role}_norm") or where
-        eps = check.model.norm_eps.get(at) or heads.get("qk_eps", choice.cfg.layer_norm_eps)
+        eps = check.model.norm_eps.get(at) or heads["qk_eps"]
 
         def varied(norm, role=role):
             def attend(q, x, _):
