@@ -47,9 +47,6 @@ TODAY: dict[str, str] = {
     # fresh17: the speedrun's own layouts, a norm's small eps, fixed positions and LayerScale in a ViT tower
     "speedrun_core.stacked_qkv_w": "could not judge: cannot read blocks.0.attn.qkv_w (3, D, D) as q, k, v",
     "speedrun_core.half_zero_rotary": "unexplained at blocks.0.attn: partial rotary on relabelled q/k features unfound",
-    "speedrun_core.k_norm_eps_outside_sqrt_second_block": "unexplained at blocks.1.attn (per-head k_norm)",
-    "timm_vit.identity_layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
-    "timm_vit.layer_scale": "unexplained at blocks.0: LayerScale's gamma not said in a ViT tower",
 }
 
 
@@ -278,6 +275,23 @@ def test_config_fields_given_that_cannot_hold_are_named_not_call_or_mapping():
     result = check.module(fresh11.llama31(), "transformer_lm", positional="learned", **fresh11.LLAMA31_GIVEN)
     assert result.error.startswith("could not judge: rope_scaling scales rotary positions"), str(result)
     assert "given: positional, rope_theta, rope_scaling" in result.error and "call=" not in result.error
+
+
+class _EpsOutsideNorm(fresh12.RMSNorm):
+    def forward(self, x):
+        return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps) * self.weight
+
+
+def test_a_per_head_query_norm_with_eps_outside_the_root_is_named_at_it():
+    """divergence._qk_norm_variants: a per-head q_norm (fresh12's Qwen3, grouped K/V heads, normed after the
+    transpose) computing x / (rms + eps) in the second attention: rms_norm.eps_outside_sqrt named at that q_norm."""
+    model = fresh12.qwen3_scratch()
+    attention = model.trf_blocks[1].att
+    attention.q_norm = _EpsOutsideNorm(fresh12.QHD, eps=1e-3)
+    attention.q_norm.weight.data.copy_(1 + 0.1 * torch.randn(fresh12.QHD))
+    torch.manual_seed(0)
+    result = check.module(model, "transformer_lm")
+    assert [(d.id, d.where) for d in result.diagnoses] == [("rms_norm.eps_outside_sqrt", "trf_blocks.1.att.q_norm")]
 
 
 def test_latent_attention_written_by_hand_passes_with_its_map():

@@ -399,7 +399,35 @@ def _attention_variants(check, choice, attention: R.Stage, user_out, where: str,
     paired = [pair_order(x.rope_pairs, x.rope_pairs, x.rope_rotary) for x in choice.layout.links if x.rope_pairs]
     knobs = rope | {"order": paired[0] if paired else None} | (attention.masks or {}) | context
     params = M.sub(check.params, attention.unit)
-    return match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
+    found = match_attention(user_out, params, query, kv, choice.cfg.n_heads, keep, where, valid, **knobs)
+    return found or _qk_norm_variants(check, choice, attention, user_out, where, valid, knobs)
+
+
+HEAD_KNOBS = ("n_kv", "theta", "rotary", "scaling", "qk_eps", "softcap", "divisor", "alibi", "order")
+
+
+def _qk_norm_variants(check, choice, attention: R.Stage, user_out, where: str, valid, knobs: dict) -> list:
+    """An attention's q or k RMSNorm (Qwen3's of each head: inside the reference's attention, no stage of its own):
+    the rms_norm variants put in its place in the reference attention (in the layer's where `through` is given),
+    named at the user's norm module (its eps the module's)."""
+    params, (query, kv, keep) = M.sub(check.params, attention.unit), attention.inputs
+    heads, through = {k: knobs[k] for k in HEAD_KNOBS if k in knobs}, knobs.get("through")
+    targets = hook_targets(check, choice.layout.links)
+    for role in (r for r in "qk" if f"{r}_norm.weight" in params):
+        at = targets.get(f"{attention.unit}.{role}_norm") or where
+        eps = check.model.norm_eps.get(at) or heads["qk_eps"]
+
+        def varied(norm, role=role):
+            def attend(q, x, _):
+                return VR.multi_head_attention(params, q, x, x, choice.cfg.n_heads, keep, norms={role: norm}, **heads)
+
+            return through(attend) if through else attend(query, kv, keep)
+
+        own = M.sub(params, f"{role}_norm")
+        found = match_unit("rms_norm", user_out, own["weight"][None], own, eps, "", at, valid, varied)
+        if found:
+            return found
+    return []
 
 
 def _in_layer(check, choice, stage, user_out, where) -> list:

@@ -74,7 +74,7 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     )
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
-    norm_eps = {n.module: n.eps for n in found.norms}
+    norm_eps = {n.module: n.eps for n in [*found.norms, *found.qk_norms.values()]}  # q/k norms (Qwen3, OLMo 2) too
     scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
     return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales)
 

@@ -13,7 +13,8 @@ calls them (norm, q k v fused or not, the output projection, norm, fc1, fc2); th
 causality are those under which the outputs agree (a Fit). A copy with weights drawn here and the reference on the
 same weights are compared (running.rows) in float64 and float32. Where it fails, the first block that differs is
 judged on its own recorded call by the judge's encoder_layer (decoder_only_layer where causal) level (`judge`:
-check.module, passed in), and its catalogued mistake is named at the block's place.
+check.module, passed in), and its catalogued mistake is named at the block's place; where none is, the recorded
+forward is read for math the reference lacks (unsupported.explain, as a text model's: LayerScale's gain, ...).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from numpy_transformer import layers as L
 from numpy_transformer import vision as V
 from transformer_spec.families.clip import CLIP_LAYER
 
+from . import dataflow as DF
+from . import unsupported as US
 from .calling import first_tensor
 from .diagnosis import MATCH, Diagnosis, _error
 from .report import Result
@@ -132,6 +135,11 @@ def judge_tower(user: nn.Module, reference: str, judge) -> Result | None:
     result.passed = all(r.ok for r in result.rows)
     if not result.passed:
         _place(model, tower, P, fit, result, judge)
+    if not (result.passed or result.diagnoses):  # math the reference lacks, read from the forward as an LM's
+        with contextlib.suppress(Exception):  # a forward the recorder cannot follow: what _place said stands
+            said = US.explain(DF.record(lambda: model(torch.from_numpy(tower.inputs)), model))
+            if isinstance(said, str):
+                result.unsupported, result.unexplained = said, None
     return result
 
 

@@ -254,7 +254,7 @@ def _gain(rec) -> tuple | None:
         summed = any(c.op in DF.ADDS for c in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else []))
         vectors = [DF.root(p) for p in node.parents if _per_feature(p) and len(DF.root(p).shape) == 1]
         gain = next((v for v in vectors if v.param), None)
-        if summed and gain is not None and any(DF.projection(DF.root(p)) for p in node.parents):
+        if summed and gain is not None and any(DF.projection(_kept(p)) for p in node.parents):
             return node.module, f"a sublayer's output is multiplied by a learned gain per feature, {gain.param}"
     return None
 
@@ -274,6 +274,12 @@ def _value_embedding(rec) -> tuple | None:
 
 
 AS = {"view_as", "reshape_as", "expand_as"}  # views shaped as another tensor
+
+
+def _kept(node):
+    """`node` seen through views and dropout (the identity in evaluation: timm's proj_drop before its LayerScale)."""
+    node = DF.root(node)
+    return _kept(node.parents[0]) if node.op == "dropout" and node.parents else node
 
 
 def _learned_scale(rec) -> tuple | None:

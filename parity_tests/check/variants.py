@@ -119,7 +119,7 @@ def rope_knobs(cfg, rotary: bool = True, layer: int = 0, causal: bool = False) -
 
 def multi_head_attention(
     params, query, key, value, H, keep, transpose=True, n_kv=None, theta=None, pairs=("half", "half"),
-    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, scaling=None, order=None, **knobs,
+    rope_v=False, k_shift=0, tile=False, qk_eps=1e-6, rotary=None, scaling=None, order=None, norms=None, **knobs,
 ):  # fmt: skip
     """MultiHead(Q, K, V) with attention_heads' knobs; params keyed q_proj.weight, ...; query (B, T_q, D), key and
     value (B, T_k, D) -> (B, T_q, D). n_kv: K/V heads, head h reading K/V head h // n_rep (`tile`: h % n_kv, as
@@ -129,8 +129,8 @@ def multi_head_attention(
     order: where the map reads the q and k rows of each head in another order (the user's = the reference's[order],
     mapping.pair_order), "interleaved" in `pairs` turns q or k in the user's halves: the pairing the map did not read.
     q_norm.weight and k_norm.weight RMS-normalise (eps `qk_eps`) each head's queries and keys first (Qwen3), or each
-    projection's output where as wide (OLMo 2). params holding kv_b_proj.weight: DeepSeek's latent attention
-    (latent_heads)."""
+    projection's output where as wide (OLMo 2); `norms` (role "q" or "k" -> a function) puts another in one's place.
+    params holding kv_b_proj.weight: DeepSeek's latent attention (latent_heads)."""
     if "kv_b_proj.weight" in params:
         q, k, v = latent_heads(params, query, key, H, theta, rotary)
         return linear(merge(attention_heads(q, k, v, keep, **knobs)), params, "out_proj")
@@ -138,12 +138,13 @@ def multi_head_attention(
     transpose, transpose_back = {"split": (False, True), "merge": (True, False)}.get(transpose, (transpose,) * 2)
     q, k = linear(query, params, "q_proj"), linear(key, params, "k_proj")
     whole = "q_norm.weight" in params and params["q_norm.weight"].shape[-1] == q.shape[-1]  # OLMo 2's: all heads
+    norms = {r: lambda x, r=r: rms_norm(x, params[f"{r}_norm.weight"], qk_eps) for r in "qk"} | (norms or {})
     if whole:
-        q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
+        q, k = norms["q"](q), norms["k"](k)
     q, k = split(q, H, transpose), split(k, n_kv, transpose)
     v = split(linear(value, params, "v_proj"), n_kv, transpose)
     if "q_norm.weight" in params and not whole:
-        q, k = rms_norm(q, params["q_norm.weight"], qk_eps), rms_norm(k, params["k_norm.weight"], qk_eps)
+        q, k = norms["q"](q), norms["k"](k)
     if theta is not None:
         q, k = (
             rotate(x[..., order], theta, "half", shift, rotary, scaling)[..., np.argsort(order)]
