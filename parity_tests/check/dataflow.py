@@ -711,7 +711,8 @@ def _attention(node: Node) -> Attention | None:
         behind = list(walk([node.parents[0]], _behind))
         if any(n.op in ("cat", "logaddexp") for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
-        found.factor = float(np.prod([f for n in behind if (f := _factor(n)) is not None]))
+        scaled = [n for n in behind if _factor(n) is not None and any(m.op in PRODUCTS for m in walk([n], _behind))]
+        found.factor = float(np.prod([_factor(n) for n in scaled]))  # on the scores' path, not a term's (T5's log)
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
