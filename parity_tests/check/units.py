@@ -481,7 +481,10 @@ def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     base = dict(base, attn_sinks=any(a.sinks for a in flow.attentions))
     base["positional"] = "alibi" if reference_alibi(flow) else base["positional"]
     t5 = t5_relative(flow) if entry.heads else None  # T5's bias in every self-attention, its q k^T unscaled or not
-    if isinstance(t5, tuple) and entry.group in ("model", "stacks") and t5[2] == units.n_enc + units.n_dec:
+    if isinstance(t5, tuple) and entry.group in ("model", "stacks") and t5[2] != units.n_enc + units.n_dec:
+        what = f"T5's relative position bias in {t5[2]} of its {units.n_enc + units.n_dec} self-attentions"
+        raise NoPair(flow.attentions[0].module, what + " (the reference's in every one)", entry.name)
+    if isinstance(t5, tuple) and entry.group in ("model", "stacks"):
         learned = base["positional"] == "learned"  # MPNet's: learned positions beside it
         base |= {"relative_bias": True} if learned else {"positional": "relative"}
         base |= {"relative_buckets": t5[0], "relative_max_distance": t5[1]}

@@ -128,12 +128,10 @@ def score_terms(rec) -> tuple | None:
         t5 = _t5(rec, node, term, value)
         if isinstance(t5, tuple) and isinstance(reads, str):
             return node.module, f"the scores get T5's relative position bias, {reads}"
-        if t5 is not None:
-            said = None if isinstance(t5, tuple) else f"T5's relative position bias from {t5}"
-            if said is None:
-                continue
-            return node.module, f"the scores get {said} added before the softmax"
+        if isinstance(t5, tuple):
+            continue  # the reference's
         said = _bias(value) if value is not None else "a learned bias"
+        said = f"T5's relative position bias from {t5}" if t5 else said
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
@@ -173,13 +171,12 @@ def _t5(rec, node, term, value) -> tuple | str | None:
     look = next((n for n in lookups if isinstance(n.value, np.ndarray) and n.value.ndim == 2 and n.parents), None)
     table = DF.weight_of(look.parents[0 if look.op == "__getitem__" else -1]) if look is not None else None
     seen = (value.isfinite() & (value > -1e3)).reshape(-1, *value.shape[-2:]).any(0) if value is not None else None
-    if table is None or value is None or seen is None or look.value.shape != tuple(seen.shape):
+    if table is None or seen is None or look.value.shape != tuple(seen.shape) or seen.shape[0] != seen.shape[1]:
         return None
-    ids, (T, S), n = (
-        torch.as_tensor(look.value),
-        seen.shape,
-        DF.root(look.parents[-1 if look.op == "embedding" else 0]).shape[0],
-    )
+    ids, T = torch.as_tensor(look.value), seen.shape[0]
+    n = DF.root(look.parents[-1 if look.op == "embedding" else 0]).shape[0]
+    if n < 4 or ids.diagonal().any():  # T5's distance 0 is bucket 0: a table of another kind (one row a distance)
+        return None
     ahead = DF.walk(node.children, lambda n: n.children if n.op in SCORES_PATH and n.op not in DF.ADDS else [])
     c = math.prod(f for n in ahead if (f := DF._factor(n)) is not None)  # a number the sum is scaled by after it
     if abs(c - 1) > 1e-9:
@@ -192,8 +189,9 @@ def _t5(rec, node, term, value) -> tuple | str | None:
         how = "causal buckets in an attention that reads keys after the query" if both else "bidirectional buckets"
         how += "" if both else " (an encoder's) in a causal attention"
         return f"{table} read at {how}"
-    last = ", ".join(f"{d}: {int(b)}" for d, b in zip(range(-(T - 1), S - T + 1), ids[T - 1].tolist(), strict=True))
-    return f"{table} read at buckets none of T5's log-spaced ones (key - query: bucket, the last query: {last})"
+    q = 0 if both else T - 1  # a query whose keys show the buckets read: all after it, or all before
+    row = ", ".join(f"{j - q}: {int(b)}" for j, b in enumerate(ids[q].tolist()))
+    return f"{table} read at buckets none of T5's log-spaced ones (key - query: bucket, for query {q}: {row})"
 
 
 def _same(ids, seen, rel: tuple) -> bool:

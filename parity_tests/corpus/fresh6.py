@@ -237,6 +237,11 @@ def hand_t5() -> HandT5:
 #   bucket 2, T5's causal buckets 3): no max_distance makes the causal buckets so;
 # - "scaled bias": (q k^T + bias) / sqrt(Dh): the table's values reach the scores divided by sqrt(Dh), a factor on
 #   the bias the reference has none of (its scale multiplies q k^T alone);
+# - "unsigned": the encoder's buckets of |key - query| (the causal formula's, all 8 buckets), keys before and after
+#   the query sharing them: d = +1 reads bucket 1, T5's bidirectional buckets 4 + 1; no max_distance of either form
+#   gives them;
+# - "first layer only": the first layer's bias not handed on, the later layers' scores get none: the reference
+#   adds its stack's bias in every self-attention;
 # - "scaled scores": q k^T / sqrt(Dh) + bias in every attention (cross ones too): the reference's scaled scores plus
 #   T5's bias (attention_scale left at 1 / sqrt(Dh)): the same math, a pass.
 T5_BUCKETS, T5_MAX_DISTANCE = 8, 16
@@ -272,6 +277,8 @@ class T5RelAttention(nn.Module):
         distance = torch.arange(S, device=device)[None, :] - torch.arange(T, device=device)[:, None]  # key - query
         both = not self.causal or self.kind == "bidirectional_decoder"
         buckets = t5_bucket(distance, both, linear=self.kind == "linear")
+        if self.kind == "unsigned" and not self.causal:  # |key - query| alone: keys before and after share buckets
+            buckets = t5_bucket(-distance.abs(), False)
         return self.relative_attention_bias(buckets).permute(2, 0, 1)[None]  # (1, H, T, S)
 
     def forward(self, x, memory=None, keep=None, bias=None):
@@ -280,7 +287,7 @@ class T5RelAttention(nn.Module):
         q = self.q(x).view(B, T, H, HD).transpose(1, 2)
         k = self.k(source).view(B, S, H, HD).transpose(1, 2)
         v = self.v(source).view(B, S, H, HD).transpose(1, 2)
-        if not self.cross and bias is None:
+        if not self.cross and bias is None and self.relative_attention_bias is not None:
             bias = self.position_bias(T, S, x.device)
         scores = q @ k.transpose(-1, -2)
         if self.kind == "scaled_scores":
@@ -309,13 +316,14 @@ class T5RelBlock(nn.Module):
         self.norm2 = T5Norm()
         self.wi = nn.Linear(D, 2 * D, bias=False)
         self.wo = nn.Linear(2 * D, D, bias=False)
+        self.kind = kind
 
     def forward(self, x, memory=None, keep=None, bias=None):
         h, bias = self.attn(self.norm1(x), keep=keep if self.cross is None and memory is None else None, bias=bias)
         x = x + h
         if self.cross is not None:
             x = x + self.cross(self.norm_cross(x), memory, keep)[0]
-        return x + self.wo(F.relu(self.wi(self.norm2(x)))), bias
+        return x + self.wo(F.relu(self.wi(self.norm2(x)))), None if self.kind == "first_layer_only" else bias
 
 
 class T5ByHand(nn.Module):
@@ -638,6 +646,20 @@ CASES = [
         "transformer",
         {},
         ("no pair", "encoder.0.attn", "relative"),
+    ),
+    (
+        "t5_by_hand.first_layer_only",
+        lambda: t5_by_hand("first_layer_only"),
+        "transformer",
+        {},
+        ("no pair", "encoder.0.attn", "relative position bias in 2 of its 4 self-attentions"),
+    ),
+    (
+        "t5_by_hand.unsigned",
+        lambda: t5_by_hand("unsigned"),
+        "transformer",
+        {},
+        ("no pair", "encoder.0.attn", "buckets none of T5's log-spaced ones"),
     ),
     ("t5_lm", t5_lm, "transformer_lm", {}, "pass"),
     ("t5_lm.linear", lambda: t5_lm("linear"), "transformer_lm", {}, "pass"),  # T5's buckets at max_distance 8
