@@ -78,9 +78,10 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 def _terms(rec):
     """(node, term, value) for each term joining an attention's scores before the softmax (torch's, or exp(s - max s)
-    written out) that is not the scores: multiplied (value None); added or subtracted, or the tensor baddbmm adds
-    (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added (_read). A row constant
-    (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along the keys cancels it."""
+    written out; SDPA's float attn_mask) that is not the scores: multiplied (value None); added or subtracted, or the
+    tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added
+    (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
+    the keys cancels it."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         seen = rec._seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
@@ -92,6 +93,10 @@ def _terms(rec):
                         yield node, p, _read(rec, p, -1.0 if k and node.op in SUBS else 1.0, seen)
             elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
                 yield node, node.parents[0], _read(rec, node.parents[0], 1.0, seen)
+    for s in (n for n in rec.nodes if n.op == DF.SDPA and len(n.parents) > 3):  # a float attn_mask: added to scores
+        value = rec.values.get(s.parents[3].index)
+        if value is not None and value.is_floating_point():
+            yield s, s.parents[3], _read(rec, s.parents[3], 1.0, rec._seen(s))
 
 
 SUBS = {"sub", "__sub__"}
@@ -177,7 +182,8 @@ def _t5(rec, node, term, value) -> tuple | str | None:
     n = DF.root(look.parents[-1 if look.op == "embedding" else 0]).shape[0]
     if n < 4 or ids.diagonal().any():  # T5's distance 0 is bucket 0: a table of another kind (one row a distance)
         return None
-    ahead = DF.walk(node.children, lambda n: n.children if n.op in SCORES_PATH and n.op not in DF.ADDS else [])
+    onward = lambda n: n.children if n.op in SCORES_PATH and n.op not in DF.ADDS else []  # noqa: E731
+    ahead = [] if node.op == DF.SDPA else DF.walk(node.children, onward)  # SDPA's scale: before its mask
     c = math.prod(f for n in ahead if (f := DF._factor(n)) is not None)  # a number the sum is scaled by after it
     if abs(c - 1) > 1e-9:
         return f"{table} scaled by {c:.4g} with the scores it is added to (the reference adds it after the scale)"
