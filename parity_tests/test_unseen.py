@@ -501,16 +501,18 @@ def test_heads_wider_than_d_model_over_h_are_read_with_their_width():
 
 
 @pytest.mark.slow
-def test_transformers_t5_eager_is_read_as_the_references_relative_bias():
-    """transformers' T5 (eager attention: the bias added to the scores before the softmax) judged with nothing given:
-    its table's rows, a max_distance its buckets fit, unscaled scores; T5's v1.0 head (tied, d_model^-0.5) too."""
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_transformers_t5_is_read_as_the_references_relative_bias(attention):
+    """transformers' T5 judged with nothing given (eager: the bias added to the scores before the softmax; sdpa: the
+    bias as SDPA's float attn_mask, scale=1): its table's rows, a max_distance its buckets fit, unscaled scores; T5's
+    v1.0 head (tied, d_model^-0.5) too."""
     from transformers import T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(0)
     sizes = dict(vocab_size=40, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0)
     config = T5Config(
         **sizes, relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="relu",
-        decoder_start_token_id=0, pad_token_id=0, attn_implementation="eager",
+        decoder_start_token_id=0, pad_token_id=0, attn_implementation=attention,
     )  # fmt: skip
     result = check.module(T5ForConditionalGeneration(config).eval(), "transformer")
     assert result.passed, str(result)
