@@ -591,3 +591,24 @@ def test_what_a_part_computes_otherwise_is_said_by_its_values():
     assert departs(user, ref, None, 2) == "positions 3 and the features of heads 1 (of 2) differ, the others agree"
     assert departs(ref + np.random.default_rng(1).normal(size=ref.shape), ref, None, 2).startswith("every position")
     assert "times" not in departs(ref * np.nan, ref, None, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_transformers_t5_is_read_as_the_references_relative_bias(attention):
+    """transformers' T5 judged with nothing given (eager: the bias added to the scores before the softmax; sdpa: the
+    bias as SDPA's float attn_mask, scale=1): its table's rows, a max_distance its buckets fit, unscaled scores; T5's
+    v1.0 head (tied, d_model^-0.5) too."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    sizes = dict(vocab_size=40, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0)
+    config = T5Config(
+        **sizes, relative_attention_num_buckets=8, relative_attention_max_distance=16, feed_forward_proj="relu",
+        decoder_start_token_id=0, pad_token_id=0, attn_implementation=attention,
+    )  # fmt: skip
+    result = check.module(T5ForConditionalGeneration(config).eval(), "transformer")
+    assert result.passed, str(result)
+    assert (result.config.positional, result.config.relative_buckets, result.config.attention_scale) == (
+        "relative", 8, 1.0,
+    ), str(result)  # fmt: skip

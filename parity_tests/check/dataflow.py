@@ -566,7 +566,7 @@ class Flow:
         if scores is not None and scores.index in self.values:
             seen = self.values[scores.index].detach() > -1e3
         elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
-            _, mask, causal, T, S = node.value
+            _, mask, causal, T, S, _ = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
             fits = isinstance(mask, torch.Tensor) and mask.ndim >= 2 and mask.shape[-2] in (1, T)
             if fits and mask.shape[-1] in (1, S):
@@ -671,14 +671,15 @@ def _uses(flow: Flow) -> None:
 
 def _attention_args(name: str, args: tuple, kwargs: dict):
     """(head count or None, mask (True or above -1e3 where a key is seen), is_causal, the queries' and the keys'
-    lengths) of nn.MultiheadAttention's op (query, key, value, embed_dim, num_heads, ...; sequence-first) or of
-    scaled_dot_product_attention (query, key, value, attn_mask, dropout_p, is_causal)."""
+    lengths, its scale given or None) of nn.MultiheadAttention's op (query, key, value, embed_dim, num_heads, ...;
+    sequence-first) or of scaled_dot_product_attention (query, key, value, attn_mask, dropout_p, is_causal, scale)."""
     if name in MHA:  # its attn_mask True where hidden: turned to True where seen
         mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
         seen = ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask
-        return args[4], seen, False, args[0].shape[0], args[1].shape[0]
-    given = dict(zip(("attn_mask", "dropout_p", "is_causal"), args[3:6], strict=False)) | kwargs
-    return None, given.get("attn_mask"), bool(given.get("is_causal", False)), args[0].shape[-2], args[1].shape[-2]
+        return args[4], seen, False, args[0].shape[0], args[1].shape[0], None
+    given = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), args[3:7], strict=False)) | kwargs
+    causal, scale = bool(given.get("is_causal", False)), given.get("scale")
+    return None, given.get("attn_mask"), causal, args[0].shape[-2], args[1].shape[-2], scale
 
 
 def _rows_read(index, shape: tuple) -> np.ndarray | None:
@@ -745,7 +746,10 @@ def _attention(node: Node) -> Attention | None:
         behind = list(walk([node.parents[0]], _behind))
         if any(n.op in ("cat", "logaddexp") for n in behind):
             found.sinks = [n.param for n in behind if n.param is not None and len(n.shape) == 1]
-        found.factor = float(np.prod([f for n in behind if (f := _factor(n)) is not None]))
+        scaled = [n for n in behind if _factor(n) is not None and any(m.op in PRODUCTS for m in walk([n], _behind))]
+        found.factor = float(np.prod([_factor(n) for n in scaled]))  # on the scores' path, not a term's (T5's log)
+    elif node.op == SDPA and isinstance(node.value, tuple):  # its scale, given or 1 / sqrt(Dh)
+        found.factor = float(node.value[5] if node.value[5] is not None else q.shape[-1] ** -0.5)
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found

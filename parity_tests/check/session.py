@@ -176,7 +176,7 @@ def config_candidates(entry, model: Model, flow, rope: list, given: dict) -> lis
 def rope_options(entry, model: Model, given: dict) -> list:
     """Rotary positions at each base the module states, where nothing else gives positions; tried first when the
     module keeps RoPE tables or several bases."""
-    own_table = entry.group == "model" and (model.cfg.positional == "learned" or model.overwrite)  # not rotary
+    own_table = entry.group == "model" and (model.cfg.positional in ("learned", "relative") or model.overwrite)
     if not model.thetas or not entry.rope or own_table or given.get("positional") not in (None, "rope"):
         return []
     thetas = [given["rope_theta"]] if "rope_theta" in given else model.thetas

@@ -19,7 +19,7 @@ from . import dataflow as DF
 from . import tables as TB
 from .levels import LEVELS
 from .mapping import Link, Piece, Table, role_of
-from .unsupported import NoPair, reference_alibi
+from .unsupported import NoPair, reference_alibi, t5_relative
 
 ROLES = ("q", "k", "v", "out")
 
@@ -503,6 +503,15 @@ def _from_flow(entry, flow, units: Units, base: dict) -> dict:
     scores by layer (GPT-2's), a scale of the logits (Cohere's), ALiBi's bias on the scores (BLOOM's)."""
     base = dict(base, attn_sinks=any(a.sinks for a in flow.attentions))
     base["positional"] = "alibi" if reference_alibi(flow) else base["positional"]
+    t5 = t5_relative(flow) if entry.heads else None  # T5's bias in every self-attention, its q k^T unscaled or not
+    if isinstance(t5, tuple) and entry.group in ("model", "stacks") and t5[2] != units.n_enc + units.n_dec:
+        what = f"T5's relative position bias in {t5[2]} of its {units.n_enc + units.n_dec} self-attentions"
+        raise NoPair(flow.attentions[0].module, what + " (the reference's in every one)", entry.name)
+    if isinstance(t5, tuple) and entry.group in ("model", "stacks"):
+        learned = base["positional"] == "learned"  # MPNet's: learned positions beside it
+        base |= {"relative_bias": True} if learned else {"positional": "relative"}
+        base |= {"relative_buckets": t5[0], "relative_max_distance": t5[1]}
+        base["attention_scale"] = 1.0 if all(abs(a.factor - 1) < 1e-9 for a in flow.attentions) else None
     caps = flow.softcaps
     base |= {k: v for k, v in caps.items() if k == "attn_softcap" and entry.heads or entry.output_head}
     causal = entry.causal or "decoder" in entry.stacks or entry.self_attention_probes  # where a window applies
@@ -752,9 +761,12 @@ def _link_stacks(lk: Linker) -> None:
     cfg, entry, u = lk.cfg, lk.entry, lk.units
     finals = entry.final_norms == "always" or cfg.has_final_norm
     lk.count("norms", len(u.norms), u.layer_norms + (len(entry.stacks) if finals else 0))
+    t5 = t5_relative(lk.found.flow) if cfg.has_relative_bias and lk.found.flow is not None else None
     for stack in entry.stacks:
         if entry.group == "model":
             lk.embeddings(stack)
+        if isinstance(t5, tuple):  # T5's: one table a stack, bidirectional in the encoder
+            lk.links.append(Link(t5[3][stack == "encoder"], [(f"{stack}.relative_bias.weight", None)]))
         for i in range(cfg.n_encoder_layers if stack == "encoder" else cfg.n_decoder_layers):
             lk.layer(f"{stack}.layers.{i}.", stack == "decoder" and entry.cross)
         if finals:

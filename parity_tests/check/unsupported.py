@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from numpy_transformer.scores import alibi_slopes
+from numpy_transformer.scores import alibi_slopes, relative_buckets
 
 from . import dataflow as DF
 from .diagnosis import Diagnosis, relative
@@ -83,9 +84,10 @@ def _to_scores(node, depth: int = 12) -> bool:
 
 def _terms(rec):
     """(node, term, value) for each term joining an attention's scores before the softmax (torch's, or exp(s - max s)
-    written out) that is not the scores: multiplied (value None); added or subtracted, or the tensor baddbmm adds
-    (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added (_read). A row constant
-    (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along the keys cancels it."""
+    written out; SDPA's float attn_mask) that is not the scores: multiplied (value None); added or subtracted, or the
+    tensor baddbmm adds (BLOOM's ALiBi: where it was recorded, and beta is not 0), value its float64 as added
+    (_read). A row constant (the max a softmax by hand subtracts, any (..., 1) term) is none: the normalisation along
+    the keys cancels it."""
     for s in (n for n in rec.nodes if n.op in DF.SOFTMAX and n.parents):
         seen = rec._seen(s)
         for node in DF.walk(s.parents[:1], lambda n: n.parents if n.op in SCORES_PATH else []):
@@ -97,6 +99,10 @@ def _terms(rec):
                         yield node, p, _read(rec, p, -1.0 if k and node.op in SUBS else 1.0, seen)
             elif node.op == "baddbmm" and node.value and node.parents[0].index in rec.values:  # a recorded tensor added
                 yield node, node.parents[0], _read(rec, node.parents[0], 1.0, seen)
+    for s in (n for n in rec.nodes if n.op == DF.SDPA and len(n.parents) > 3):  # a float attn_mask: added to scores
+        value = rec.values.get(s.parents[3].index)
+        if value is not None and value.is_floating_point():
+            yield s, s.parents[3], _read(rec, s.parents[3], 1.0, rec._seen(s))
 
 
 SUBS = {"sub", "__sub__"}
@@ -122,19 +128,91 @@ def reference_alibi(rec) -> bool:
 
 def score_terms(rec) -> tuple | None:
     """A term added to an attention's scores before the softmax that is no mask (_bias: ALiBi's, T5's, another), or
-    a factor multiplying them computed from a parameter (a learned temperature)."""
+    a factor multiplying them computed from a parameter (a learned temperature); T5's bias read as the reference's
+    (_t5) is none, unless each layer reads a table of its own (the reference: one a stack)."""
     terms = list(_terms(rec))
-    causal = _causal([v for _, _, v in terms])
+    causal, reads = _causal([v for _, _, v in terms]), t5_relative(rec, whole=False)
     for node, term, value in terms:
         if node.op in DF.MULS:
             learned = [n.param for n in DF.walk([term], lambda n: n.parents) if n.param is not None]
             if learned:
                 return node.module, f"the scores are multiplied by a learned factor of {learned[0]} (a temperature)"
             continue
+        t5 = _t5(rec, node, term, value)
+        if isinstance(t5, tuple) and isinstance(reads, str):
+            return node.module, f"the scores get T5's relative position bias, {reads}"
+        if isinstance(t5, tuple):
+            continue  # the reference's
         said = _bias(value, causal) if value is not None else "a learned bias"
+        said = f"T5's relative position bias from {t5}" if t5 else said
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
+
+
+def t5_relative(rec, whole: bool = True) -> tuple | str | None:
+    """T5's bias where every bias on the scores is the reference's (_t5), one table for the bidirectional attentions
+    and one for the causal ones, read at one max_distance (128 where the probe leaves it open, as T5's, else the
+    least that fits): (n_buckets, max_distance, the attentions reading it, {bidirectional: table}); what differs
+    where the tables are one a layer or no max_distance fits all; None: no T5 bias (`whole`: every term T5's)."""
+    reads = [_t5(rec, n, t, v) for n, t, v in _terms(rec) if n.op not in DF.MULS and (v is None or not _mask(v))]
+    if whole and not all(isinstance(r, tuple) for r in reads):
+        return None
+    reads = [r for r in reads if isinstance(r, tuple)]
+    if not reads:
+        return None
+    tables = {(both, table) for table, _, _, both in reads}
+    if len(tables) > len({both for both, _ in tables}):
+        names = ", ".join(sorted({t for _, t in tables}))
+        return f"a table in each layer ({names}), where the reference reads one table a stack in every layer"
+    fits = set.intersection(*(set(r[2]) for r in reads))
+    sizes = {r[1] for r in reads}
+    if len(sizes) > 1 or not fits and whole:
+        return None
+    if not fits:  # each read T5's at some max_distance, no one for all
+        spans = "; ".join(f"{t}: {min(m)} to {max(m)}" for t, m in {t: m for t, _, m, _ in reads}.items())
+        return f"read at T5's buckets of no one max_distance (the ones each table's buckets fit, {spans})"
+    return sizes.pop(), 128 if 128 in fits else min(fits), len(reads), {both: table for both, table in tables}
+
+
+def _t5(rec, node, term, value) -> tuple | str | None:
+    """A term on the scores read from a (n, H) table at ids (T, S) (nn.Embedding, or P[ids]): (table, n, the
+    max_distances whose buckets of key - query (numpy_transformer.scores.relative_buckets) are those ids on the
+    pairs read, bidirectional where keys after the query are read); what differs where the ids are no such buckets
+    or the rows are scaled; None: no such lookup."""
+    lookups = (n for n in DF.walk([term], lambda n: n.parents) if n.op in ("embedding", "__getitem__"))
+    look = next((n for n in lookups if isinstance(n.value, np.ndarray) and n.value.ndim == 2 and n.parents), None)
+    table = DF.weight_of(look.parents[0 if look.op == "__getitem__" else -1]) if look is not None else None
+    seen = (value.isfinite() & (value > -1e3)).reshape(-1, *value.shape[-2:]).any(0) if value is not None else None
+    if table is None or seen is None or look.value.shape != tuple(seen.shape) or seen.shape[0] != seen.shape[1]:
+        return None
+    ids, T = torch.as_tensor(look.value), seen.shape[0]
+    n = DF.root(look.parents[-1 if look.op == "embedding" else 0]).shape[0]
+    if n < 4 or ids.diagonal().any():  # T5's distance 0 is bucket 0: a table of another kind (one row a distance)
+        return None
+    onward = lambda n: n.children if n.op in SCORES_PATH and n.op not in DF.ADDS else []  # noqa: E731
+    ahead = [] if node.op == DF.SDPA else DF.walk(node.children, onward)  # SDPA's scale: before its mask
+    c = math.prod(f for n in ahead if (f := DF._factor(n)) is not None)  # a number the sum is scaled by after it
+    if abs(c - 1) > 1e-9:
+        return f"{table} scaled by {c:.4g} with the scores it is added to (the reference adds it after the scale)"
+    both = bool(seen.triu(1).any())
+    fits = [m for m in range(n // (2 + 2 * both) + 1, 1025) if _same(ids, seen, (n, m, both))]
+    if fits:
+        return table, n, fits, both
+    if any(_same(ids, seen, (n, m, not both)) for m in range(n // (4 - 2 * both) + 1, 1025)):
+        how = "causal buckets in an attention that reads keys after the query" if both else "bidirectional buckets"
+        how += "" if both else " (an encoder's) in a causal attention"
+        return f"{table} read at {how}"
+    q = 0 if both else T - 1  # a query whose keys show the buckets read: all after it, or all before
+    row = ", ".join(f"{j - q}: {int(b)}" for j, b in enumerate(ids[q].tolist()))
+    return f"{table} read at buckets none of T5's log-spaced ones (key - query: bucket, for query {q}: {row})"
+
+
+def _same(ids, seen, rel: tuple) -> bool:
+    """Whether T5's buckets `rel` (n_buckets, max_distance, bidirectional) are `ids` on the pairs `seen`."""
+    T, S = seen.shape
+    ref = torch.as_tensor(relative_buckets(rel, np.arange(T), np.arange(S)))
+    return bool((ref == ids)[seen].all())
 
 
 def _causal(values: list) -> bool:

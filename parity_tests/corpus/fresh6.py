@@ -220,6 +220,163 @@ def hand_t5() -> HandT5:
     return HandT5()
 
 
+# -- T5 by hand, its relative position bias as the paper has it (issue: T5 read) ----------------------------------
+# T5's bias: a per-head table nn.Embedding(n_buckets, H), owned by each stack's first layer and handed to the
+# others, read at the bucket of key - query: in the encoder bidirectional (half the buckets for keys after the
+# query), in the decoder causal (all of them for i - j >= 0); exact below half a half, log-spaced beyond up to
+# max_distance, where the last bucket saturates. Added to q k^T, which is not scaled. The reference computes
+# exactly this (positional "relative": relative_buckets = the table's rows, relative_max_distance, attention_scale
+# 1.0), so the right model passes. At n = 8 and the probe's lengths (distances up to 5):
+# - "linear" (min(|d|, n_half - 1), no log range): in the encoder (n_half 4, exact 2) that is T5's buckets at
+#   max_distance 3 or 4 (d = 3 already saturates: 2 + floor(log(3/2) / log(m/2) * 2) >= 3), in the decoder (exact
+#   4) T5's at 7 to 9 (d = 5 must read 5: 4 + floor(4 log(5/4) / log(m/4)) = 5); the reference has one
+#   max_distance for both stacks: no pair. The decoder-only LM with linear buckets is T5's at one max_distance
+#   (7 to 9 fit every distance the probe shows; at 8 every distance at all: 4 + floor(4 log2(d/4)) is d for
+#   d = 4..7 and saturates at 8): the same math, a pass;
+# - "bidirectional decoder": the causal decoder reads the encoder's bidirectional buckets (d = i - j = 3 reads
+#   bucket 2, T5's causal buckets 3): no max_distance makes the causal buckets so;
+# - "scaled bias": (q k^T + bias) / sqrt(Dh): the table's values reach the scores divided by sqrt(Dh), a factor on
+#   the bias the reference has none of (its scale multiplies q k^T alone);
+# - "unsigned": the encoder's buckets of |key - query| (the causal formula's, all 8 buckets), keys before and after
+#   the query sharing them: d = +1 reads bucket 1, T5's bidirectional buckets 4 + 1; no max_distance of either form
+#   gives them;
+# - "first layer only": the first layer's bias not handed on, the later layers' scores get none: the reference
+#   adds its stack's bias in every self-attention;
+# - "scaled scores": q k^T / sqrt(Dh) + bias in every attention (cross ones too): the reference's scaled scores plus
+#   T5's bias (attention_scale left at 1 / sqrt(Dh)): the same math, a pass.
+T5_BUCKETS, T5_MAX_DISTANCE = 8, 16
+
+
+def t5_bucket(distance, bidirectional: bool, n: int = T5_BUCKETS, max_distance: int = T5_MAX_DISTANCE, linear=False):
+    """T5's _relative_position_bucket of key - query, as transformers writes it (linear: no log range)."""
+    bucket = torch.zeros_like(distance)
+    if bidirectional:
+        n //= 2
+        bucket = bucket + (distance > 0).long() * n
+        distance = distance.abs()
+    else:
+        distance = -torch.clamp(distance, max=0)
+    exact = n // 2
+    if linear:
+        return bucket + distance.clamp(max=n - 1)
+    large = exact + (torch.log(distance.float() / exact) / math.log(max_distance / exact) * (n - exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, n - 1))
+    return bucket + torch.where(distance < exact, distance, large)
+
+
+class T5RelAttention(nn.Module):
+    """T5's attention: no 1/sqrt(d), the stack's bias computed by the first layer and handed on (position_bias)."""
+
+    def __init__(self, has_bias: bool, causal: bool, kind: str = "t5", cross: bool = False):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D, bias=False) for _ in range(4))
+        self.relative_attention_bias = nn.Embedding(T5_BUCKETS, H) if has_bias else None
+        self.causal, self.kind, self.cross = causal, kind, cross
+
+    def position_bias(self, T, S, device):
+        distance = torch.arange(S, device=device)[None, :] - torch.arange(T, device=device)[:, None]  # key - query
+        both = not self.causal or self.kind == "bidirectional_decoder"
+        buckets = t5_bucket(distance, both, linear=self.kind == "linear")
+        if self.kind == "unsigned" and not self.causal:  # |key - query| alone: keys before and after share buckets
+            buckets = t5_bucket(-distance.abs(), False)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1)[None]  # (1, H, T, S)
+
+    def forward(self, x, memory=None, keep=None, bias=None):
+        source = x if memory is None else memory
+        B, T, S = x.shape[0], x.shape[1], source.shape[1]
+        q = self.q(x).view(B, T, H, HD).transpose(1, 2)
+        k = self.k(source).view(B, S, H, HD).transpose(1, 2)
+        v = self.v(source).view(B, S, H, HD).transpose(1, 2)
+        if not self.cross and bias is None and self.relative_attention_bias is not None:
+            bias = self.position_bias(T, S, x.device)
+        scores = q @ k.transpose(-1, -2)
+        if self.kind == "scaled_scores":
+            scores = scores / math.sqrt(HD)
+        if bias is not None:
+            scores = scores + bias
+        if self.kind == "scaled_bias":
+            scores = scores / math.sqrt(HD)
+        if self.causal:
+            scores = scores.masked_fill(torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+        if keep is not None:
+            scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+        out = self.o((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, D))
+        return out, bias
+
+
+class T5RelBlock(nn.Module):
+    def __init__(self, first: bool, decoder: bool, kind: str = "t5", cross: bool = True):
+        super().__init__()
+        self.norm1 = T5Norm()
+        self.attn = T5RelAttention(
+            first, causal=decoder, kind=kind if decoder or kind != "bidirectional_decoder" else "t5"
+        )
+        self.cross = T5RelAttention(False, False, kind, cross=True) if decoder and cross else None
+        self.norm_cross = T5Norm() if self.cross is not None else None
+        self.norm2 = T5Norm()
+        self.wi = nn.Linear(D, 2 * D, bias=False)
+        self.wo = nn.Linear(2 * D, D, bias=False)
+        self.kind = kind
+
+    def forward(self, x, memory=None, keep=None, bias=None):
+        h, bias = self.attn(self.norm1(x), keep=keep if self.cross is None and memory is None else None, bias=bias)
+        x = x + h
+        if self.cross is not None:
+            x = x + self.cross(self.norm_cross(x), memory, keep)[0]
+        return x + self.wo(F.relu(self.wi(self.norm2(x)))), None if self.kind == "first_layer_only" else bias
+
+
+class T5ByHand(nn.Module):
+    """T5 v1.0 by hand: shared token table, pre-RMS-norm layers, each stack's final norm, one bias table a stack."""
+
+    def __init__(self, kind: str = "t5"):
+        super().__init__()
+        self.shared = nn.Embedding(V, D)
+        self.encoder = nn.ModuleList([T5RelBlock(i == 0, False, kind) for i in range(2)])
+        self.encoder_norm = T5Norm()
+        self.decoder = nn.ModuleList([T5RelBlock(i == 0, True, kind) for i in range(2)])
+        self.decoder_norm = T5Norm()
+        self.lm_head = nn.Linear(D, V, bias=False)
+
+    def forward(self, src, tgt):
+        keep, bias = src != PAD, None
+        memory = self.shared(src)
+        for block in self.encoder:
+            memory, bias = block(memory, keep=keep, bias=bias)
+        memory, bias = self.encoder_norm(memory), None
+        y = self.shared(tgt)
+        for block in self.decoder:
+            y, bias = block(y, memory, keep, bias=bias)
+        return self.lm_head(self.decoder_norm(y))
+
+
+class T5LM(nn.Module):
+    """A decoder-only LM with T5's causal relative bias (no position table), RMS norms, a final norm."""
+
+    def __init__(self, kind: str = "t5"):
+        super().__init__()
+        self.embed = nn.Embedding(V, D)
+        self.layers = nn.ModuleList([T5RelBlock(i == 0, True, kind, cross=False) for i in range(2)])
+        self.norm = T5Norm()
+        self.lm_head = nn.Linear(D, V, bias=False)
+
+    def forward(self, ids):
+        x, bias = self.embed(ids), None
+        for block in self.layers:
+            x, bias = block(x, bias=bias)
+        return self.lm_head(self.norm(x))
+
+
+def t5_by_hand(kind: str = "t5") -> T5ByHand:
+    torch.manual_seed(0)
+    return T5ByHand(kind)
+
+
+def t5_lm(kind: str = "t5") -> T5LM:
+    torch.manual_seed(0)
+    return T5LM(kind)
+
+
 # -- a BART-style model by hand (mBART's pre-norm): offset positions, scaled embeddings, final norms ------------
 
 
@@ -473,6 +630,46 @@ CASES = [
     ),
     ("hand_bert.layer", lambda: hand_bert(mlm_head=False).layers[0], "encoder_layer", {}, "pass"),
     ("hand_t5", hand_t5, "transformer", {}, ("no pair", "encoder.0.attn", "relative")),
+    ("t5_by_hand", t5_by_hand, "transformer", {}, "pass"),
+    ("t5_by_hand.scaled_scores", lambda: t5_by_hand("scaled_scores"), "transformer", {}, "pass"),
+    ("t5_by_hand.linear", lambda: t5_by_hand("linear"), "transformer", {}, ("no pair", "encoder.0.attn", "relative")),
+    (
+        "t5_by_hand.bidirectional_decoder",
+        lambda: t5_by_hand("bidirectional_decoder"),
+        "transformer",
+        {},
+        ("no pair", "decoder.0.attn", "bidirectional"),
+    ),
+    (
+        "t5_by_hand.scaled_bias",
+        lambda: t5_by_hand("scaled_bias"),
+        "transformer",
+        {},
+        ("no pair", "encoder.0.attn", "relative"),
+    ),
+    (
+        "t5_by_hand.first_layer_only",
+        lambda: t5_by_hand("first_layer_only"),
+        "transformer",
+        {},
+        ("no pair", "encoder.0.attn", "relative position bias in 2 of its 4 self-attentions"),
+    ),
+    (
+        "t5_by_hand.unsigned",
+        lambda: t5_by_hand("unsigned"),
+        "transformer",
+        {},
+        ("no pair", "encoder.0.attn", "buckets none of T5's log-spaced ones"),
+    ),
+    ("t5_lm", t5_lm, "transformer_lm", {}, "pass"),
+    ("t5_lm.linear", lambda: t5_lm("linear"), "transformer_lm", {}, "pass"),  # T5's buckets at max_distance 8
+    (
+        "t5_lm.bidirectional",
+        lambda: t5_lm("bidirectional_decoder"),
+        "transformer_lm",
+        {},
+        ("no pair", "layers.0.attn", "bidirectional"),
+    ),
     ("hand_bart", hand_bart, "transformer", {}, "pass"),
     (
         "hand_bart.not_causal_second_decoder_layer",
