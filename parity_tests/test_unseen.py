@@ -43,11 +43,7 @@ CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fres
 CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {
-    # fresh17: the speedrun's own layouts, a norm's small eps, fixed positions and LayerScale in a ViT tower
-    "speedrun_core.stacked_qkv_w": "could not judge: cannot read blocks.0.attn.qkv_w (3, D, D) as q, k, v",
-    "speedrun_core.half_zero_rotary": "unexplained at blocks.0.attn: partial rotary on relabelled q/k features unfound",
-}
+TODAY: dict[str, str] = {}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -612,3 +608,43 @@ def test_transformers_t5_is_read_as_the_references_relative_bias(attention):
     assert (result.config.positional, result.config.relative_buckets, result.config.attention_scale) == (
         "relative", 8, 1.0,
     ), str(result)  # fmt: skip
+
+
+class _PairedRotary(fresh17.SpeedrunRotary):
+    """The speedrun's rotary turning interleaved pairs (2j, 2j + 1) the usual way round."""
+
+    def forward(self, x):
+        T = x.size(1)
+        cos, sin = self.cos[None, :T, None, :].to(x.dtype), self.sin[None, :T, None, :].to(x.dtype)
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+def _retabled(frequencies: list, paired: bool = False, **features) -> torch.nn.Module:
+    """fresh17's speedrun core with its rotary tables (float32) at these frequencies, one per table column."""
+    model = fresh17.speedrun(half_zero=True, **features)
+    angles = torch.outer(torch.arange(fresh17.T_MAX, dtype=torch.float64), torch.tensor(frequencies).double())
+    for block in model.blocks:
+        if paired:
+            block.attn.rotary = _PairedRotary(fresh17.HD)
+        block.attn.rotary.cos, block.attn.rotary.sin = angles.cos().float(), angles.sin().float()
+    return model
+
+
+@pytest.mark.slow
+def test_a_rotary_with_features_at_frequency_0_is_the_partial_rotary_relabelled():
+    """tables.relabelled: table columns that never turn leave their features as they are; the turning ones, wherever
+    they sit, in halves turned backwards (the speedrun's) or in interleaved pairs, at base^(-2i/R) are the reference's
+    partial rotary (R = 2 n, n of them) on the q and k features relabelled (the map reorders their rows and the q/k
+    norms', and reads the gradients back: compared); turning frequencies no such base gives (the first not 1): no
+    pair, said at the rotary module, never 'unexplained'. A fused, stacked (3, D, D) q, k, v reads the same way."""
+    torch.manual_seed(0)
+    halves = check.module(_retabled([1, 0.1, 0.01, 0], stacked=True), "transformer_lm")
+    assert halves.passed and (halves.config.rotary_dim, halves.config.rope_theta) == (6, 1000), str(halves)
+    assert "turned backwards" in str(halves) and "order 3 4 5 6 0 1 2 7" in str(halves), str(halves)
+    paired = check.module(_retabled([0, 1, 0, 1 / 1024], paired=True), "transformer_lm")
+    assert paired.passed and paired.config.rotary_dim == 4 and "pairs, features at frequency 0" in str(paired)
+    assert paired.mapping["blocks.0.attn.q_norm.weight"][1].endswith("in the order 4 5 0 2 6 7 1 3"), str(paired)
+    assert any("q_norm" in row.name for row in paired.rows), str(paired)
+    off = check.module(_retabled([0.5, 1 / 1024, 0, 0]), "transformer_lm")
+    assert off.unsupported.startswith("differs at blocks.0.attn.rotary: rotary tables whose features"), str(off)

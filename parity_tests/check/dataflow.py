@@ -409,7 +409,7 @@ class Flow:
     blocks: list = field(default_factory=list)  # feed-forward blocks as they run: [in, out] or [gate, up, down]
     up_first: set = field(default_factory=set)  # fused gate-and-up projections whose first part is the up
     plus_one: set = field(default_factory=set)  # 1-D parameters read as 1 + weight (Gemma's norm scales)
-    qk_norms: dict = field(default_factory=dict)  # norm scale name -> [the q or k projection's weight it norms]
+    qk_norms: dict = field(default_factory=dict)  # norm scale name -> [(the q or k projection's weight, its role)]
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
@@ -617,7 +617,7 @@ def read(nodes: list, values: dict) -> Flow:
         for role in ("q", "k", "v", "out"):  # a fused projection: its first role
             flow.roles |= {w: role for w in getattr(a, role) + down.get(role, []) if w not in flow.roles}
         for scale, role in a.norms.items():
-            flow.qk_norms[scale] = getattr(a, role)[:1]
+            flow.qk_norms[scale] = [(w, role) for w in getattr(a, role)[:1]]
     _feed_forwards(flow)
     for node in (n for n in nodes if n.op == "topk"):  # a router: one projection's outputs, maybe softmaxed, top-k'd
         met = list(walk([node], lambda n: [] if projection(n) else _behind(n)))

@@ -69,7 +69,7 @@ class Structure:
     norms: list = field(default_factory=list)
     tables: list = field(default_factory=list)
     orphans: list = field(default_factory=list)  # 1-D parameters that fit nothing above (an output bias)
-    qk_norms: dict = field(default_factory=dict)  # q or k projection's weight name -> its per-head Norm (Qwen3)
+    qk_norms: dict = field(default_factory=dict)  # (q or k projection's weight, role) -> its per-head Norm (Qwen3)
     flow: DF.Flow | None = None  # what the recorded forward said, or None where it could not run
     unrecorded: str = ""  # where the forward could not be recorded: what its last try raised
     names: set = field(default_factory=set)  # every parameter's name (one the forward leaves unread included)
@@ -89,6 +89,7 @@ class Link:
     rope_rotary: int = 0  # with rope_pairs: the features of each head RoPE turns, when fewer than Dh (GPT-J's)
     heads: int = 0  # a 3-axis user tensor (einsum or @): its rows or columns (after any transpose) split into heads,
     each_transposed: bool = False  # and each head's rows transposed: (H, in, out / H) (TransformerLens's W_Q)
+    rope_order: tuple = ()  # q/k rows (and q/k norms) of each head: row u the reference's rope_order[u] (relabelled)
 
 
 ROLE_WORDS = {  # a gated feed-forward's gate and up (Hugging Face's names, Meta's w1 / w3)
@@ -174,7 +175,8 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
     for piece in [p for p in found.pieces if p.transposed and p.weight in as_linear]:  # F.linear's: (out, in)
         piece.out_features, piece.in_features, piece.transposed = piece.in_features, piece.out_features, False
     for piece in [p for p in found.pieces if p.heads]:  # a raw 3-axis weight, as einsum or @ reads it
-        layout = head_layout(flow, piece.weight, tuple(module.get_parameter(piece.weight).shape))
+        shape = tuple(module.get_parameter(piece.weight).shape)
+        layout = _flattened(flow, piece.weight, shape) or head_layout(flow, piece.weight, shape)
         if layout is None:
             found.pieces.remove(piece)  # not read as a projection: refused where a unit needs it (units._pieces)
         else:
@@ -217,6 +219,19 @@ def _indexed(found: Structure, module: nn.Module, flow) -> None:
         sizes = [s for s in tensors[name].shape if s > 1] if name in tensors else []
         if len(sizes) == 2 and tensors[name].shape[-1] == sizes[1]:
             found.tables.append(Table(name, *sizes, tensors[name].requires_grad, False))
+
+
+def _flattened(flow, weight: str, shape: tuple) -> tuple | None:
+    """(out, in, False, 0, False) where F.linear reads the 3-axis `weight` (a, b, in) as (a b, in) through views that
+    keep its order (flatten(end_dim=1), view(a b, in): the speedrun's stacked (3, D, D) q, k, v), else None."""
+    rows = (math.prod(shape[:-1]), shape[-1])
+    for node in (n for n in flow.nodes if n.op == "linear" and len(n.parents) > 1 and n.parents[1].shape == rows):
+        seen = node.parents[1]
+        while seen.param is None and seen.op in DF.VIEWS and seen.op not in ("t", "transpose", "permute"):
+            seen = seen.parents[0]
+        if seen.param == weight:
+            return (*rows, False, 0, False)
+    return None
 
 
 def head_layout(flow, weight: str, shape: tuple) -> tuple | None:
@@ -342,7 +357,7 @@ def _read_own(mod: nn.Module, path: str, prefix: str, found: Structure) -> None:
         bias = next((b for b in partners if b != name and b in own), None)  # weight -> bias, W_q -> b_q, w1 -> b1
         used |= {name} | ({bias} if bias is not None else set())
         as_linear = _linear_of_own(mod, name)  # F.linear(x, self.weight): stored (out, in), as nn.Linear's
-        shape = p.shape if as_linear else p.shape[::-1] if p.ndim == 2 else (p.numel() // max(p.shape), max(p.shape))
+        shape = (p.shape if as_linear else p.shape[::-1]) if p.ndim == 2 else (p.numel() // max(p.shape), max(p.shape))
         heads = p.shape[0] if p.ndim == 3 else 0  # till the flow says
         found.pieces.append(Piece(full, f"{prefix}{bias}" if bias else None, *shape, not as_linear, heads))
     ones = [n for n, p in own.items() if p.ndim == 1 and n not in used]
@@ -369,19 +384,20 @@ def _eps(mod: nn.Module) -> float | None:
     return next((v for v in values if isinstance(v, float)), None)
 
 
-def pair_order(n: int, Dh: int, rotary: int = 0) -> np.ndarray:
+def pair_order(n: int, Dh: int, rotary: int = 0, order: tuple = ()) -> np.ndarray:
     """user rows = reference rows[order] for q or k rows (n, heads of Dh) paired (2i, 2i + 1) as Meta's code rotates
     them, against Hugging Face's halves (i, i + Dh/2): a head's row 2i is the reference's i, row 2i + 1 its
-    i + Dh/2; with `rotary` < Dh (GPT-J's partial rotary) within the first `rotary` rows only."""
+    i + Dh/2; with `rotary` < Dh (GPT-J's partial rotary) within the first `rotary` rows only; `order`: each head's."""
     u, r = np.arange(Dh), rotary or Dh
-    head = np.where(u < r, u // 2 + (u % 2) * (r // 2), u)
+    head = np.asarray(order) if order else np.where(u < r, u // 2 + (u % 2) * (r // 2), u)
     return (np.arange(0, n, Dh)[:, None] + head).reshape(-1)
 
 
 def rope_paired(name: str, Dh: int) -> bool:
-    """True when the reference tensor `name` is a query or key projection's and the pairing is interleaved."""
+    """True when the reference tensor `name` is a query or key projection's (or its norm's: the same features) and
+    the q/k features are read in another order (interleaved pairs, or relabelled)."""
     parts = name.rsplit(".", 2)
-    return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj")
+    return Dh > 0 and len(parts) > 1 and parts[-2] in ("q_proj", "k_proj", "q_norm", "k_norm")
 
 
 def rows_of(tensor: np.ndarray) -> np.ndarray:
@@ -396,8 +412,9 @@ def gather(link: Link, reference: dict) -> np.ndarray:
     blocks = []
     for n, rows in link.parts:
         block = reference[n] if rows is None else rows_of(reference[n])[rows[0] : rows[1]]
-        paired = rope_paired(n, link.rope_pairs)
-        blocks.append(block[pair_order(len(block), link.rope_pairs, link.rope_rotary)] if paired else block)
+        Dh = link.rope_pairs or len(link.rope_order)
+        paired = rope_paired(n, Dh)
+        blocks.append(block[pair_order(len(block), Dh, link.rope_rotary, link.rope_order)] if paired else block)
     zeros = np.zeros((link.offset, *blocks[0].shape[1:]), blocks[0].dtype)
     return np.concatenate([zeros, *blocks]) - link.minus_one
 

@@ -56,6 +56,7 @@ class Model:
     rope_overwrite: dict
     thetas: list
     scale_overwrite: dict  # sqrt(d_model) kept in float32 (tables.scales)
+    rope_orders: dict = field(default_factory=dict)  # {pairing: each head's q/k order} (tables.relabelled)
 
 
 def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: list) -> Model:
@@ -69,14 +70,14 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     rope = is_module and entry.heads and entry.group != "stacks"  # RoPE tables read (and overwritten)
     flow = found.flow  # the cos, sin or complex tables the forward computed give their base too
     computed = [flow.values[n.index] for n in flow.nodes if n.op in ("cos", "sin", "polar")] if flow else []
-    rope64, thetas, rotary = (
-        TB.rope(user, cfg.d_head, given.get("rope_theta"), notes, computed) if rope else ({}, [], None)
+    rope64, thetas, rotary, orders = (
+        TB.rope(user, cfg.d_head, given.get("rope_theta"), notes, computed) if rope else ({}, [], None, {})
     )
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
     norm_eps = {n.module: n.eps for n in [*found.norms, *found.qk_norms.values()]}  # q/k norms (Qwen3, OLMo 2) too
     scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
-    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales)
+    return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales, orders)
 
 
 @dataclass(frozen=True)
@@ -245,19 +246,25 @@ def run_user(check: Check, layout: Layout, caller, dtype, grad=False, scale=1.0,
 
 def layouts(model: Model, rope: list, inferred: bool) -> list:
     """The inferred Layout and, where rotary positions may be used, the same with the q and k rows in RoPE's
-    interleaved pairing (Meta's (2i, 2i + 1), not the reference's halves (i, i + Dh/2): the features reordered)."""
+    interleaved pairing (Meta's (2i, 2i + 1), not the reference's halves (i, i + Dh/2): the features reordered); with
+    rotary tables holding features at frequency 0 (tables.relabelled), the q and k features in each order read."""
     Dh, links = model.cfg.d_head, model.links
     paired = any(MP.rope_paired(n, 2) for link in links for n, _ in link.parts)
     if not inferred or not rope or Dh % 2 or not paired or model.cfg.kv_lora_rank:  # MLA's: pairs, as the reference's
         return [Layout(links)]
+
+    def reordered(**order) -> list:  # the q and k rows, and their norms', in another order
+        return [dataclasses.replace(x, **order) if any(MP.rope_paired(n, Dh) for n, _ in x.parts) else x for x in links]
+
+    if model.rope_orders:
+        unturned = "features at frequency 0 unturned: q and k features of each head read in the order"
+        return [
+            Layout(reordered(rope_order=o), f"{p}, {unturned} {' '.join(map(str, o))}")
+            for p, o in model.rope_orders.items()
+        ]
     halves = "halves (i, i + Dh/2), as Hugging Face's rotate_half (the reference's)"
     pairs = "interleaved pairs (2i, 2i + 1), as Meta's code: q and k rows read in that order, head by head"
-    interleaved = (dataclasses.replace(link, rope_pairs=Dh, rope_rotary=model.cfg.rotary_dim or 0) for link in links)
-    paired_links = [
-        p if any(MP.rope_paired(n, Dh) for n, _ in p.parts) else link
-        for p, link in zip(interleaved, links, strict=True)
-    ]
-    return [Layout(links, halves), Layout(paired_links, pairs)]
+    return [Layout(links, halves), Layout(reordered(rope_pairs=Dh, rope_rotary=model.cfg.rotary_dim or 0), pairs)]
 
 
 def probe_sizes(user, level: str, example=None, batch_first=None, **_) -> PR.Sizes:

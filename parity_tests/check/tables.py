@@ -155,6 +155,57 @@ def base_of(computed: torch.Tensor, Dh: int) -> tuple[float | None, int] | None:
     return None
 
 
+def relabelled(value: np.ndarray, Dh: int, theta: float | None = None) -> tuple | str | None:
+    """A cos, sin, angle or complex table (T, Dh/2), or (T, Dh) in halves or pairs, some of whose columns never turn
+    (the same at every position: frequency 0, the speedrun's half-zero rotary), read as the reference's partial
+    rotary on relabelled q/k features: (base, R, {pairing: each head's order (mapping.Link.rope_order)}, the float64
+    table) where the n turning columns, by decreasing frequency, are base^(-2i/R) at R = 2n (R = 2: frequency 1, base
+    None). The orders put the user's features of the i-th turning column j ((j, j + Dh/2) in halves, (2j, 2j + 1) in
+    pairs) at the reference's (i, i + n), or (i + n, i) (turned backwards: R(-t) is R(t) on the pair swapped), the
+    others from R on. `theta`: a base tried first (a sine's, read finely; a cos table is read only at one: in float32
+    the cos of a small angle is 1). None: no column at frequency 0, or none turns; a str: the frequencies no such
+    rotary has."""
+    if value.ndim != 2 or value.shape[0] < 3 or Dh % 2 or value.shape[1] not in (Dh // 2, Dh):
+        return None
+    half, pairings, widen = Dh // 2, ("halves", "pairs"), lambda t: t
+    if value.shape[1] == Dh and np.array_equal(value[:, :half], value[:, half:]):
+        value, pairings, widen = value[:, :half], ("halves",), lambda t: np.concatenate([t, t], axis=1)
+    elif value.shape[1] == Dh and np.array_equal(value[:, ::2], value[:, 1::2]):
+        value, pairings, widen = value[:, ::2], ("pairs",), lambda t: np.repeat(t, 2, axis=1)
+    still, ones = np.all(value == value[0], axis=0), bool(np.all(value[0] == 1))
+    if value.shape[1] != half or still.all() or not still.any() or not (ones or not value[0].any()):
+        return None
+    if ones and not np.iscomplexobj(value) and theta is None:  # a cos of a tiny angle is 1 in float32: a sine's base
+        return None
+    turning = np.flatnonzero(~still)  # by decreasing frequency: a cos (real part) rises as it falls, the rest fall
+    turning = turning[np.argsort(value[1, turning].real * (1 if ones else -1), kind="stable")]
+    n, sub = len(turning), value[:, turning]
+    tried = [
+        (b, t, tol)
+        for b in ([theta] if n > 1 and theta else [1.0])
+        for t, tol in rope_tables(b, 2 * n, len(value)).values()
+    ]
+    read = next(((b if n > 1 else None, t) for b, t, tol in tried if _within(sub, t, tol)), None)  # one pair: any base
+    read = read or (rope_table(sub, 2 * n) if n > 1 else None)
+    if read is None:
+        return (
+            f"rotary tables whose features at columns {turning.tolist()} turn ({np.round(value[1, turning], 6)} "
+            f"at position 1) and the others never: the reference's partial rotary turns its first R = {2 * n} at "
+            f"base^(-2i/R), i < {n} (the first at frequency 1), not these"
+        )
+    table = value.astype(np.complex128 if np.iscomplexobj(value) else np.float64)
+    table[:, turning] = read[1]
+    orders = {}
+    for pairing in pairings:
+        a, b = (turning, turning + half) if pairing == "halves" else (2 * turning, 2 * turning + 1)
+        for backwards in (False, True):
+            order = np.full(Dh, -1)
+            order[a], order[b] = np.arange(n) + n * backwards, np.arange(n) + n * (1 - backwards)
+            order[order < 0] = np.arange(2 * n, Dh)
+            orders[f"{pairing}{', turned backwards' * backwards}"] = tuple(order.tolist())
+    return read[0], 2 * n, orders, widen(table)
+
+
 def rope_tables(theta: float, Dh: int, T: int) -> dict:
     """The tables a module may keep for RoPE at base theta, {what: (float64 table, how far one built in float32 may
     be from it)}: the inverse frequencies (Dh/2,); for positions 0 .. T - 1 the angles, cos and sin (T, Dh/2), or
@@ -230,6 +281,8 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
                 lengths |= {buf.numel()} if buf.ndim == 1 else set()
         found += [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 1]
     kept = [(name, t) for name, t in _tensors_kept(module) if t.is_complex() or t.is_floating_point()]
+    relabel64, relabel_base, relabel_width, orders = _relabelled_kept(kept, Dh, notes)
+    kept = [(name, t) for name, t in kept if name not in relabel64]
     found += [t[0] for t in (rope_table(_squeezed(t), Dh) for _, t in kept) if t is not None]
     thetas = list(dict.fromkeys(found + [10000.0]))
     overwrite: dict = {}
@@ -254,4 +307,26 @@ def rope(module, Dh: int, first: float | None, notes: list, computed=()) -> tupl
     widths = {_squeezed(t).shape[-1] for _, t in kept if _sin_cos_table(t)} | {R for _, R in read}
     if rotary is None and len(widths) == 1 and widths != {Dh}:
         rotary = widths.pop()  # GPT-J's embed_positions (T, rotary_dim), Phi-2's tables of its rotary features
-    return overwrite, list(dict.fromkeys(bases[:1] + thetas)), rotary
+    bases = [b for b in [relabel_base] if b is not None] + bases[:1]
+    return overwrite | relabel64, list(dict.fromkeys(bases + thetas)), relabel_width or rotary, orders
+
+
+def _relabelled_kept(kept: list, Dh: int, notes: list) -> tuple[dict, float | None, int | None, dict]:
+    """The kept tables `relabelled` reads (sines first, their base tried on the cosines): ({name: float64 table},
+    the base, the rotary width, the orders of the first), a note for each; NoPair where it reads no rotary of the
+    reference's."""
+    overwrite: dict = {}
+    base, width, orders = None, None, {}
+    for name, t in sorted(kept, key=lambda item: bool(_squeezed(item[1]).flat[0] == 1)):
+        read = relabelled(_squeezed(t), Dh, 1.0 if width == 2 else base)  # one pair: at frequency 1, any base
+        if isinstance(read, str):
+            raise NoPair(name.rpartition(".")[0] or "(the module)", read)
+        if read is not None:
+            base, width, orders = read[0] if base is None else base, read[1], orders or read[2]
+            overwrite[name] = read[3].reshape(t.shape)
+            at = "any base" if read[0] is None else f"base {read[0]:.10g}"
+            notes.append(
+                f"{name}: a rotary table with features at frequency 0: the reference's partial rotary (rotary_dim "
+                f"{width}, {at}) on the q/k features relabelled; overwritten with its float64 values"
+            )
+    return overwrite, base, width, orders

@@ -694,7 +694,8 @@ class Linker:
         if self.cfg.attn_sinks and attention.get("sinks"):  # GPT-OSS's sink logit per head
             self.links.append(Link(attention["sinks"][0], [(f"{prefix}sinks", None)]))
         for role in "qk":
-            norm = self.found.qk_norms.get(attention[role][0].weight)
+            w, qk = attention[role][0].weight, self.found.qk_norms  # a fused q, k: by role; else the weight's one
+            norm = qk.get((w, role)) or next((n for (x, _), n in qk.items() if x == w), None)
             if norm is not None and (norm.bias or norm.kind != "rms"):  # the reference's q/k norms: RMSNorms alone
                 what = f"a {'LayerNorm' if norm.kind != 'rms' else 'norm with a bias'} normalises queries or keys"
                 raise NoPair(norm.module, what, self.entry.name)
