@@ -34,16 +34,29 @@ from parity_tests.corpus import (
     fresh15,
     fresh16,
     fresh17,
+    fresh18,
     frontier,
     lacking,
     unseen,
 )
 
 CORPORA = (unseen, frontier, fresh, fresh2, fresh3, fresh4, fresh5, fresh6, fresh7, fresh8, fresh9, fresh10, fresh11)
-CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, lacking)
+CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, lacking)
 
 # What the judge says today where it is wrong, keyed by case name.
-TODAY: dict[str, str] = {}
+TODAY: dict[str, str] = {
+    # fresh18: ParameterDict biases given to F.linear, sinks at logit 0, attention variants said bare or not at all
+    "einops_parallel_lm": "unexplained at blocks.0.attn: ParameterDict biases given to F.linear unmapped",
+    "einops_parallel_lm.softmax_wrong_axis_second_block": "unexplained at blocks.0.attn: biases unmapped",
+    "einops_parallel_lm.scaled_by_model_width_second_block": "unexplained at blocks.0.attn: biases unmapped",
+    "einops_parallel_lm.rope_on_values_second_block": "unexplained at blocks.0.attn: biases unmapped",
+    "research_gpt.softmax_one": "unexplained at blocks.0.attn: softmax-plus-one not read as sinks at logit 0",
+    "research_gpt.sigmoid_attention": "could not judge: the number of heads cannot be read; pass n_heads=",
+    "research_gpt.stick_breaking": "unexplained at blocks.0.attn: stick-breaking's logsigmoid / cumsum unsaid",
+    "research_gpt.softpick": "unexplained at blocks.0.attn: softpick's relu(exp(s) - 1) / sum |exp(s) - 1| unsaid",
+    "research_gpt.multi_token_attention": "unexplained at blocks.0.attn: the Conv2d over the scores unsaid",
+    "ngpt": "no pair at blocks.0 said as 'attn never called' (a ParameterDict); per-head unit q/k unsaid",
+}
 
 
 # Run with -m slow (each 1-2 s on a loaded 2-core machine); a case of each class stays in the default run.
@@ -110,6 +123,11 @@ SLOW |= {c[0] for c in fresh17.CASES} - {  # fresh17: a case of each model (and 
     "speedrun_core.k_norm_eps_outside_sqrt_second_block", "megatron_gpt.kv_heads_tiled_second_layer",
     "xtransformer_lm.mask_after_softmax_second_attention", "fairseq_lm.sinusoidal_positions",
     "timm_vit.identity_layer_scale", "torchtitan_llama3.activation_on_up_second_layer",
+}  # fmt: skip
+SLOW |= {c[0] for c in fresh18.CASES} - {  # fresh18: a case of each model (and each cause in TODAY) by default
+    "research_gpt", "research_gpt.forget_gate", "research_gpt.canon_a", "research_gpt.sigmoid_attention",
+    "research_gpt.softpick", "gemmaish.kv_heads_tiled_second_block", "einops_parallel_lm", "ngpt",
+    "research_gpt.softmax_one",
 }  # fmt: skip
 SLOW |= {c[0] for c in fresh10.CASES} - {  # fresh10: a case of each class (and each cause in TODAY) by default
     "flagged_checkpoint_gpt.not_causal_second_block", "scripted_attention", "parametrized_gpt", "functional_call_lm",
