@@ -318,3 +318,59 @@ def test_the_judge_reads_transformers_deepseek_v2(mistake, tmp_path):
         return
     assert not result.passed and result.diagnoses, str(result)
     assert (result.diagnoses[0].id, result.diagnoses[0].where) == ("attention.wrong_scale", "model.layers.1.self_attn")
+
+
+def _experts_activation_on_up(self, hidden_states, top_k_index, top_k_weights):
+    """transformers' DeepseekV2Experts / DeepseekV3Experts.forward with silu on the up half: down(gate * silu(up))."""
+    out = torch.zeros_like(hidden_states)
+    for e in range(self.num_experts):
+        rows, slot = torch.where(top_k_index == e)
+        gate, up = torch.nn.functional.linear(hidden_states[rows], self.gate_up_proj[e]).chunk(2, dim=-1)
+        h = torch.nn.functional.linear(gate * self.act_fn(up), self.down_proj[e])
+        out.index_add_(0, rows, h * top_k_weights[rows, slot, None])
+    return out
+
+
+@pytest.mark.parametrize("mistake", [None, "scale 1/d", "activation on up"])
+@pytest.mark.parametrize("family", ["deepseek_v2", "deepseek_v3"])
+def test_the_judge_reads_transformers_deepseek_as_shipped(family, mistake, tmp_path):
+    """transformers' DeepSeek-V2 and V3 as hf_compare.TINY builds them: YaRN (factor 40) with its mscale on the
+    softmax scale (read from the scores' scale, the YaRN the module states), layer 0 dense, then mixtures with their
+    experts F_e = 12 wide (not d_ff), shared experts beside them and DeepSeek's routers (V2: softmax, greedy; V3:
+    sigmoid, a correction bias for the choice, 2 of 4 groups, routed_scaling 2.5, renormalised) pass; layer 1's scores
+    scaled by 1/d, and every routed expert of layer 2 with its activation on the up half, are named there."""
+    import types
+
+    from parity_tests import check
+    from parity_tests import hf_compare as H
+
+    model = H.build_tiny(family, tmp_path)
+    if mistake == "scale 1/d":
+        attention = model.model.layers[1].self_attn
+        attention.scaling = 1 / attention.qk_head_dim
+    if mistake == "activation on up":
+        experts = model.model.layers[2].mlp.experts
+        experts.forward = types.MethodType(_experts_activation_on_up, experts)
+    result = check.module(model, "transformer_lm")
+    if mistake is None:
+        assert result.passed, str(result)
+        cfg = result.config
+        assert (cfg.d_expert, cfg.n_shared_experts) == (12, H.TINY[family]["n_shared_experts"]), str(result)
+        assert cfg.router_scoring == ("sigmoid" if family == "deepseek_v3" else "softmax"), str(result)
+        return
+    assert not result.passed and result.diagnoses, str(result)
+    where = "model.layers.1.self_attn" if mistake == "scale 1/d" else "model.layers.2.mlp.experts"
+    named = "attention.wrong_scale" if mistake == "scale 1/d" else "gated_feed_forward.activation_on_up"
+    assert (result.diagnoses[0].id, result.diagnoses[0].where) == (named, where), str(result)
+
+
+def test_the_judge_says_deepseek_v2_group_limited_greedy_has_no_pair(tmp_path):
+    """DeepSeek-V2's group_limited_greedy ranks each group by its best score (V3's, the reference's, by the sum of its
+    two best): said at the router as a top-k the reference has no pair for, never a reshape error."""
+    from parity_tests import check
+    from parity_tests import hf_compare as H
+
+    groups = dict(topk_method="group_limited_greedy", n_group=4, topk_group=2)
+    result = check.module(H.build_tiny("deepseek_v2", tmp_path, **groups), "transformer_lm")
+    assert not result.passed and result.unsupported is not None, str(result)
+    assert "groups ranked otherwise" in str(result) and "model.layers.1.mlp.gate" in str(result), str(result)

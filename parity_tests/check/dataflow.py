@@ -320,9 +320,12 @@ def walk(starts: list, onward) -> Iterator[Node]:
             todo.extend(onward(node))
 
 
-def _behind(node: Node) -> list:
-    """Back from `node` through anything but a product or a parameter (to a picked parameter, not its index)."""
-    return [] if node.op in PRODUCTS or node.param is not None else node.parents[: 1 if picked(node) else None]
+def _behind(node: Node, choices: bool = False) -> list:
+    """Back from `node` through anything but a product or a parameter (to a picked parameter, not its index), nor
+    into a top-k unless `choices` (a router's choice: what it picked, not values that flow)."""
+    if node.op in PRODUCTS or node.param is not None:
+        return []
+    return [p for p in node.parents[: 1 if picked(node) else None] if choices or p.op != "topk"]
 
 
 def back(start: Node, residual: bool = True) -> tuple[list, list, list]:
@@ -413,7 +416,9 @@ class Flow:
     positions: dict = field(default_factory=dict)  # table -> c: looked up with c, c + 1, ..., c + T - 1
     constant_lookups: set = field(default_factory=set)  # tables looked up with one id everywhere (BERT's types)
     lookups: set = field(default_factory=set)  # raw 2-D parameters indexed by rows and no product's weight: tables
-    routers: dict = field(default_factory=dict)  # a router's weight -> (its top-k node, its k gates renormalised)
+    # a router's weight -> (its top-k node, its k gates renormalised, DeepSeek's router fields, its choice bias, the
+    # top-k's over groups before the choice)
+    routers: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # each submodule's calls (Called), in the order they return
     owners: list = field(default_factory=list)  # the paths of the modules that hold parameters of their own
 
@@ -426,6 +431,14 @@ class Flow:
     def operand_width(self, weight: str) -> int:
         """The width of the input the first product reading `weight` multiplies it with."""
         return next(p.shape[-1] for p in self._products(weight)[0].parents if weight_of(p) is None)
+
+    def weighed(self, weight: str) -> bool:
+        """Whether what a product reading `weight` makes is multiplied (through views) by something a router's top-k
+        chose: a routed expert's output by its gate, not a shared expert's, added as it is."""
+        after = [c for n in self._products(weight) for c in walk(n.children, lambda c: c.children * (c.op in VIEWS))]
+        chose = lambda n: [] if n.op in PRODUCTS or n.op == "topk" else n.parents  # noqa: E731
+        gates = [p for c in after if c.op in MULS for p in c.parents]
+        return any(n.op == "topk" for n in walk(gates, chose))
 
     def clamped(self, weight: str) -> bool:
         """Whether the input of a product reading `weight` is clamped on its way (GPT-OSS's clamped SwiGLU)."""
@@ -566,7 +579,7 @@ class Flow:
         if scores is not None and scores.index in self.values:
             seen = self.values[scores.index].detach() > -1e3
         elif node.op in MHA | {SDPA} and isinstance(node.value, tuple):
-            _, mask, causal, T, S, _ = node.value
+            _, mask, causal, T, S, *_ = node.value
             seen = torch.ones(T, S, dtype=torch.bool).tril() if causal else torch.ones(T, S, dtype=torch.bool)
             fits = isinstance(mask, torch.Tensor) and mask.ndim >= 2 and mask.shape[-2] in (1, T)
             if fits and mask.shape[-1] in (1, S):
@@ -618,14 +631,40 @@ def read(nodes: list, values: dict) -> Flow:
             flow.roles |= {w: role for w in getattr(a, role) + down.get(role, []) if w not in flow.roles}
         for scale, role in a.norms.items():
             flow.qk_norms[scale] = [(w, role) for w in getattr(a, role)[:1]]
-    _feed_forwards(flow)
-    for node in (n for n in nodes if n.op == "topk"):  # a router: one projection's outputs, maybe softmaxed, top-k'd
-        met = list(walk([node], lambda n: [] if projection(n) else _behind(n)))
+    topks: dict = {}  # a router: one projection's outputs, maybe softmaxed, top-k'd (its last top-k the choice)
+    for node in (n for n in nodes if n.op == "topk"):
+        met = list(walk([node], lambda n: [] if projection(n) else _behind(n, True)))
         weights = {projection(n) for n in met} - {None}
-        if len(weights) == 1:  # its k gates sum to 1: a softmax after the top-k, or the k divided by their sum
-            renorm = not any(n.op in SOFTMAX for n in met) or any(c.op in DIVS for c in node.children)
-            flow.routers[weights.pop()] = (node, renorm)
+        if len(weights) == 1:
+            topks.setdefault(weights.pop(), []).append((node, met))
+    for weight, found in topks.items():
+        limits = [n for n, _ in found[:-1]]
+        flow.routers[weight] = (found[-1][0], *_router(*found[-1], limits), limits)
+    _feed_forwards(flow)
     return flow
+
+
+def _router(node: Node, met: list, limits: list) -> tuple[bool, dict, str | None]:
+    """(whether the k gates are renormalised to sum to 1, DeepSeek's router fields, its choice bias) of the router
+    whose choice is the top-k `node` (`met`: the ops back to its projection; `limits`: the top-k's before it, over
+    groups). Renormalised: a softmax after the top-k, or the gates divided by a tensor (their sum) on their way to the
+    experts. A sigmoid scores (V3's); a 1-D tensor added before the choice biases it only; groups: a top-2 over
+    (N, G, E/G), then a top-k of the G groups' sums; the numbers the gates are multiplied by: routed_scaling."""
+    stop = lambda n: [] if n.op in PRODUCTS or any(projection(p) for p in n.parents) else n.children  # noqa: E731
+    path = list(walk(node.children, stop))  # to the experts' outputs the gates multiply
+    divided = any(n.op in DIVS and _factor(n) is None for n in path)
+    sigmoid = any(n.op == "sigmoid" for n in met)
+    renorm = not sigmoid and not any(n.op in SOFTMAX for n in met) or divided
+    bias = next((n.param for n in met if n.param is not None and len(n.shape) == 1), None)
+    grouped = len(limits) == 2 and len(limits[0].parents[0].shape) == 3 and limits[0].shape[-1] == 2
+    scaling = float(np.prod([f for n in path if (f := _factor(n)) is not None]))
+    if not (sigmoid or bias or grouped or scaling != 1):
+        return renorm, {}, None
+    fields = dict(router_scoring="sigmoid" if sigmoid else "softmax", router_score_bias=bias is not None)
+    fields["routed_scaling"] = scaling
+    if grouped:
+        fields |= {"router_groups": limits[0].parents[0].shape[-2], "router_topk_groups": limits[1].shape[-1]}
+    return renorm, fields, bias
 
 
 def _heads_merged(attentions: list) -> list:
@@ -671,8 +710,9 @@ def _uses(flow: Flow) -> None:
 
 def _attention_args(name: str, args: tuple, kwargs: dict):
     """(head count or None, mask (True or above -1e3 where a key is seen), is_causal, the queries' and the keys'
-    lengths, its scale given or None) of nn.MultiheadAttention's op (query, key, value, embed_dim, num_heads, ...;
-    sequence-first) or of scaled_dot_product_attention (query, key, value, attn_mask, dropout_p, is_causal, scale)."""
+    lengths, the scale on the scores where given) of nn.MultiheadAttention's op (query, key, value, embed_dim,
+    num_heads, ...; sequence-first) or of scaled_dot_product_attention (query, key, value, attn_mask, dropout_p,
+    is_causal, scale)."""
     if name in MHA:  # its attn_mask True where hidden: turned to True where seen
         mask = kwargs.get("attn_mask", args[16] if name == "multi_head_attention_forward" and len(args) > 16 else None)
         seen = ~mask if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool else mask
@@ -808,11 +848,12 @@ def _feed_forwards(flow: Flow) -> None:
     for node in flow.nodes:
         w = projection(node)
         operand = next((p for p in node.parents if weight_of(p) is None and p.param is None), None)
-        if w is None or w in flow.roles or operand is None:
+        if w is None or w in flow.roles or w in flow.routers or operand is None:
             continue
         acted = {projection(n) for n in walk(_activations(node), _behind)}  # those an activation reads, on the way
         shared = {i for i in acted if flow.roles.get(i) in ("q", "k", "v")}  # PaLM's: q, k, v, and the block's in
         ins = [i for i in dict.fromkeys(back(operand)[0]) if flow.roles.get(i, "ffn_out") == "ffn_out" or i in shared]
+        ins = [i for i in ins if i not in flow.routers]  # a router's scores reach the next block only as gates
         if len(ins) == 1 and flow.roles.get(ins[0]) != "ffn_out" and ins[0] in acted:
             flow.roles |= {w: "ffn_out"} | ({} if ins[0] in shared else {ins[0]: "ffn_in"})
             width = next(n.shape[-1] for n in flow.nodes if projection(n) == ins[0])

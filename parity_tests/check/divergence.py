@@ -334,36 +334,72 @@ def _expert_variants(check, choice, stage: R.Stage, user_out, where: str, valid)
     experts' where they are stacked in one tensor)."""
     params, x = M.sub(check.params, stage.unit), stage.inputs[0]
     y, cache = M.ffn_forward(params, x, choice.cfg, None, "ffn")
-    if cache.kind != "moe":
+    if cache.kind not in ("moe", "deepseek_moe"):
         return []
-    x2, S, g = x.reshape(-1, x.shape[-1]), cache.block.top_k.selected, cache.block.top_k.gates
+    top_k = cache.block.top_k if cache.kind == "moe" else cache.block.router  # DeepSeek's: its gates the experts'
+    x2, S, g = (
+        x.reshape(-1, x.shape[-1]),
+        top_k.selected,
+        cache.block.experts.gates if cache.kind != "moe" else top_k.gates,
+    )
     gate_up, down = params["experts.gate_up_proj"], params["experts.down_proj"]
     F, D = down.shape[-1], down.shape[1]
-    for e in range(len(gate_up)):
-        rows, slot = np.nonzero(S == e)
+    shared = {
+        n: params[f"shared.{n}"] for n in ("gate.weight", "linear1.weight", "linear2.weight") if f"shared.{n}" in params
+    }
+    for e in range(len(gate_up) + bool(shared)):  # the shared experts last: every row, weighed 1
+        rows, slot = np.nonzero(S == e) if e < len(gate_up) else (np.arange(len(x2)), None)
         if not len(rows):
             continue
-        own = {"gate.weight": gate_up[e, :F], "linear1.weight": gate_up[e, F:], "linear2.weight": down[e]}
+        own = (
+            {"gate.weight": gate_up[e, :F], "linear1.weight": gate_up[e, F:], "linear2.weight": down[e]}
+            if slot is not None
+            else shared
+        )
         ref = VR.gated_feed_forward(own, x2[rows], choice.cfg.activation)
 
         def through(expert, rows=rows, slot=slot, ref=ref):
             out = y.reshape(-1, D).copy()
-            np.add.at(out, rows, g[rows, slot, None] * (expert(x2[rows]) - ref))
+            np.add.at(out, rows, (1 if slot is None else g[rows, slot, None]) * (expert(x2[rows]) - ref))
             return out.reshape(y.shape)
 
         at, own_module = _expert_at(check, choice, stage.unit, e, where)
         found = match_unit("gated_feed_forward", user_out, x2[rows], own, 0, choice.cfg.activation, at, valid, through)
         if found:
             return [dataclasses.replace(d, message=d.message + f" (expert {e})" * (not own_module)) for d in found]
-    return []
+    return _every_expert(check, choice, stage, user_out, where, valid, (x2, S, g, y))
+
+
+def _every_expert(check, choice, stage: R.Stage, user_out, where: str, valid, run: tuple) -> list:
+    """The routed experts' gated-block variants all at once (one forward for every expert, as transformers' stacked
+    experts run): y + sum_e sum_j [S_j = e] g_j (FFN'_e(x) - FFN_e(x)), named at the experts' module."""
+    (x2, S, g, y), params = run, M.sub(check.params, stage.unit)
+    gate_up, down = params["experts.gate_up_proj"], params["experts.down_proj"]
+    F, own = down.shape[-1], {}
+
+    def through(expert):
+        out = y.reshape(-1, y.shape[-1]).copy()
+        for e in range(len(gate_up)):  # `expert` reads `own`, set to expert e's weights
+            rows, slot = np.nonzero(S == e)
+            own.update({"gate.weight": gate_up[e, :F], "linear1.weight": gate_up[e, F:], "linear2.weight": down[e]})
+            ref = VR.gated_feed_forward(own, x2[rows], choice.cfg.activation)
+            np.add.at(out, rows, g[rows, slot, None] * (expert(x2[rows]) - ref))
+        return out.reshape(y.shape)
+
+    at, own_module = _expert_at(check, choice, stage.unit, 0, where)
+    found = match_unit(
+        "gated_feed_forward", user_out, x2, own, 0, choice.cfg.activation, where if own_module else at, valid, through
+    )
+    return [dataclasses.replace(d, message=d.message + " (every routed expert)") for d in found]
 
 
 def _expert_at(check, choice, unit: str, e: int, where: str) -> tuple[str, bool]:
     """(the user's module of expert e of the reference's mixture `unit`, whether it is the expert's own): the module
     holding its rows of the experts' weights, else (the experts stacked in one tensor) the experts', else `where`."""
-    F, D = (choice.cfg.expert_width, choice.cfg.d_model)
+    F, D, E = (choice.cfg.expert_width, choice.cfg.d_model, choice.cfg.n_experts)
     starts = {f"{unit}.experts.gate_up_proj": {2 * e * F, (2 * e + 1) * F}, f"{unit}.experts.down_proj": {e * D}}
     users = [k.user for k in choice.layout.links for n, r in k.parts if r and r[0] in starts.get(n, ())]
+    users += [k.user for k in choice.layout.links if e == E and k.parts[0][0].startswith(f"{unit}.shared.")]
     stacked = [k.user for k in choice.layout.links if k.parts[0][0] in starts]
     return _called(_lca([u.rpartition(".")[0] for u in users or stacked]), _modules(check)) or where, bool(users)
 

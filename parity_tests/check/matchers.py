@@ -41,7 +41,8 @@ def match_attention(
     D = query.shape[-1] * (H if params is None else 1)  # heads already split: (B, H, T, Dh)
     read = dict(rope=theta is not None, gqa=n_kv not in (None, H), softcap=softcap, sinks="sinks" in (params or {}))
     through = context.pop("through", None)
-    Dh = len(params["q_proj.weight"]) // H if "q_proj.weight" in (params or {}) else D // H  # Qwen3's: H * Dh > D
+    queries = [len(params[n]) for n in ("q_proj.weight", "q_b_proj.weight") if n in (params or {})]  # V3's: q_b
+    Dh = queries[0] // H if queries else D // H  # Qwen3's, latent attention's: H * Dh > D
     site = MK.Site(D, Dh, keep, **read, **context)
 
     def run(knobs: dict) -> tuple:  # (the variant's output, its rows without keys, its error elsewhere if valid)

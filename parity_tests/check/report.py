@@ -33,9 +33,10 @@ FLOAT32_FLOOR = 32 * float(np.finfo(np.float32).eps)
 READ_FROM_FLOW = (
     "parallel_residual", "shared_norm", "attn_softcap", "logit_softcap", "attn_sinks", "sliding_window", "layer_types",
     "attention_scale_by_layer", "rope_scaling", "kv_lora_rank", "q_lora_rank", "head_dim", "v_head_dim",
-    "rotary_dim", "n_experts", "attention_scale",
+    "rotary_dim", "attention_scale", "n_experts", "d_expert", "n_shared_experts",
 )  # fmt: skip
 MIXTURE = ("top_k", "norm_topk_prob", "dense_layers", "expert_kind")  # shown with n_experts
+ROUTER = ["router_scoring", "router_score_bias", "router_groups", "router_topk_groups", "routed_scaling"]  # DeepSeek's
 
 
 @dataclass
@@ -137,7 +138,7 @@ class Result:
             hidden = {"rope_theta"} | ({"positional"} if layer else set())
             fields = [k for k in fields if k not in hidden]
         scaled = ["output_scale"] if self.config.output_scale != 1 else []  # Cohere's logit scale, the paper's d^-0.5
-        mixture = list(MIXTURE) * bool(self.config.n_experts)
+        mixture = list(MIXTURE) * bool(self.config.n_experts) + ROUTER * self.config.deepseek_router
         mixture += ["relative_buckets", "relative_max_distance"] * self.config.has_relative_bias  # T5's
         return fields + scaled + [k for k in READ_FROM_FLOW if getattr(self.config, k, None)] + mixture
 

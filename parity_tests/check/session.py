@@ -75,6 +75,14 @@ def inferred(user, level: str, found: MP.Structure, given: dict, mapped, notes: 
     )
     if rotary is not None and "rotary_dim" not in stated(given):
         cfg = dataclasses.replace(cfg, rotary_dim=rotary)
+    factors = (
+        [a.factor for a in flow.attentions] if flow and cfg.kv_lora_rank and "attention_scale" not in given else []
+    )
+    if is_module and (yarn := TB.yarn_scale(user, cfg.d_head, factors)) is not None:  # DeepSeek's YaRN mscale
+        cfg = dataclasses.replace(cfg, attention_scale=yarn)
+        notes.append(
+            f"the scores' scale {yarn:.6g}: d_head^-1/2 times the squared mscale of the YaRN the module states"
+        )
     norm_eps = {n.module: n.eps for n in [*found.norms, *found.qk_norms.values()]}  # q/k norms (Qwen3, OLMo 2) too
     scales = TB.scales(user, cfg.d_model, notes) if is_module else {}
     return Model(cfg, links, zero, norm_eps, overwrite, wrong_table, rope64, thetas, scales, orders)

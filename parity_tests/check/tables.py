@@ -4,6 +4,8 @@ values for the float64 comparison, and a note says so."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -247,6 +249,22 @@ def scales(module, D: int, notes: list) -> dict:
                 f"{name}: {value:.8g} is {exact:.17g} to float32 precision; overwritten with the float64 value"
             )
     return found
+
+
+def yarn_scale(module, Dh: int, factors: list) -> float | None:
+    """The softmax scale DeepSeek's latent attention takes under the YaRN its module states: Dh^-1/2 times mscale^2,
+    mscale = 0.1 mscale_all_dim ln(factor) + 1 (transformers' yarn_get_mscale), where most of the recorded layers'
+    `factors` (the numbers on their scores) are that scale; else None."""
+    common = max(factors, key=factors.count, default=None)
+    if common is None or 2 * factors.count(common) <= len(factors):
+        return None
+    for _, mod in module.named_modules():
+        rope = getattr(getattr(mod, "config", None), "rope_parameters", None) or {}
+        factor, dim = rope.get("factor") or 1.0, rope.get("mscale_all_dim")
+        if rope.get("rope_type") == "yarn" and dim and factor > 1:
+            scale = Dh**-0.5 * (0.1 * dim * math.log(factor) + 1) ** 2
+            return scale if abs(common / scale - 1) < 1e-6 else None
+    return None
 
 
 def _tensors_kept(module):

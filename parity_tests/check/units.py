@@ -208,14 +208,19 @@ def _output_head(entry, found, units: Units) -> None:
 class Mixture:
     """A mixture of experts in a feed-forward block's place: its router (a piece), its experts' blocks in the order
     they ran (or `stacked`: the reference's experts.* name -> the user's stacked tensor, GPT-OSS's), the k experts
-    each row takes, whether their k gates are renormalised to sum to 1, GPT-OSS's clamped experts or not."""
+    each row takes, whether their k gates are renormalised to sum to 1, GPT-OSS's clamped experts or not, an expert's
+    hidden width and DeepSeek's shared experts (a block run on every row, its output added unweighed)."""
 
     router: object
     k: int
     renorm: bool
     clamped: bool
+    width: int = 0
     experts: list = field(default_factory=list)
     stacked: dict = field(default_factory=dict)
+    shared: list = field(default_factory=list)
+    router_fields: dict = field(default_factory=dict)  # DeepSeek's: router_scoring, routed_scaling, groups, ...
+    score_bias: str | None = None  # V3's e_score_correction_bias: added to the scores for the choice only
 
 
 def experts(blocks: list) -> list:
@@ -236,9 +241,14 @@ def _mixtures(flow, by: dict, blocks: list) -> list:
             out.append(_pieces(by, block, "a feed-forward block"))
             continue
         if not (out and isinstance(out[-1], Mixture) and out[-1].router is by[router]):
-            node, renorm = flow.routers[router]
-            out.append(Mixture(by[router], node.shape[-1], renorm, flow.clamped(block[-1])))
-        if len(block) == 3 and block[0] == block[1] and flow.axes(block[0]) == 3:  # stacked: (gate_up, down)
+            node, renorm, fields, bias, _ = flow.routers[router]
+            out.append(
+                Mixture(by[router], node.shape[-1], renorm, flow.clamped(block[-1]), flow.operand_width(block[-1]))
+            )
+            out[-1].router_fields, out[-1].score_bias = fields, bias
+        if _shared(flow, by, out[-1], block):
+            out[-1].shared = _pieces(by, block, "a shared expert")
+        elif len(block) == 3 and block[0] == block[1] and flow.axes(block[0]) == 3:  # stacked: (gate_up, down)
             names = {"gate_up_proj": block[0], "down_proj": block[2]}
             out[-1].stacked = names | {f"{n}_bias": b for n, w in names.items() if (b := flow.picked_bias(w))}
         else:
@@ -247,6 +257,17 @@ def _mixtures(flow, by: dict, blocks: list) -> list:
         if isinstance(mixture, Mixture) and 1 < len(mixture.experts) < mixture.router.out_features:
             _unchosen(by, mixture)
     return out
+
+
+def _shared(flow, by: dict, mixture: Mixture, block: list) -> bool:
+    """Whether `block`, run after `mixture`'s routed experts (their outputs times their gates), is DeepSeek's shared
+    experts: its output not weighed by the router, its width a multiple of an expert's (S experts in one block)."""
+    routed = mixture.stacked or mixture.experts and flow.weighed(mixture.experts[0][-1].weight)
+    down = by.get(block[-1])
+    return (
+        bool(routed and not mixture.shared and not flow.weighed(block[-1]) and down)
+        and down.in_features % mixture.width == 0
+    )
 
 
 def _unchosen(by: dict, mixture: Mixture) -> None:
@@ -331,10 +352,13 @@ def _rotary(flow, n_layers: int, Dh: int) -> dict:
 def _refuse_unpaired(entry, flow, parallel: bool) -> None:
     """NoPair for what the flow shows the reference has no pair for: a top-k no router's, an attention run again with
     the same weights, a parallel block not read as one (`parallel`)."""
-    routers = [node for node, _ in flow.routers.values()]
+    routers = [node for node, *_ in flow.routers.values()]
+    limits = {n for *_, fields, _, groups in flow.routers.values() if "router_groups" in fields for n in groups}
     for node in flow.nodes:  # a top-k read with nothing beside its input, no router's
-        if node.op == "topk" and len(node.parents) == 1 and node not in routers:
+        if node.op == "topk" and len(node.parents) == 1 and node not in routers and node not in limits:
             what = "topk computes a router's top-k choice of experts (a mixture of experts, as Mixtral's)"
+            if any(node in groups for *_, groups in flow.routers.values()):  # V2's group_limited_greedy: the best
+                what = "topk limits a router's choice to groups ranked otherwise than by their two best scores' sum"
             raise NoPair(node.module or "(the module)", what, entry.name)
     for a in flow.attentions if entry.heads else ():  # keys (or queries, values) no projection computes
         words = {"q": "queries", "k": "keys", "v": "values"}
@@ -440,7 +464,7 @@ def _config(entry, found, units: Units, cfg, fields: dict):
     )
     if units.gated:
         base["activation"] = "silu"
-    base |= _mixture_fields(units.blocks)
+    base |= _mixture_fields(units.blocks, units.F)
     pads = {t.padding_idx for t in token_tables if t.padding_idx is not None}
     if len(pads) == 1:  # the pad id the model's tables say (BART's 1)
         base["pad_id"] = pads.pop()
@@ -485,17 +509,20 @@ def _built(base: dict, known: dict) -> TransformerConfig:
         raise ValueError(f"{exc}; pass config fields that agree with it (given: {', '.join(known)})") from exc
 
 
-def _mixture_fields(blocks: list) -> dict:
-    """The first mixture's router and experts as the config's fields; the layers whose block is none keep a dense
-    one."""
+def _mixture_fields(blocks: list, F: int) -> dict:
+    """The first mixture's router and experts as the config's fields (d_expert where an expert's width is not the
+    dense blocks' `F`); the layers whose block is none keep a dense one."""
     first = next((b for b in blocks if isinstance(b, Mixture)), None)
     if first is None:
         return {}
     dense = tuple(i for i, b in enumerate(blocks) if not isinstance(b, Mixture))
     kind = "gpt_oss" if first.clamped else "swiglu"
-    return dict(n_experts=first.router.out_features, top_k=first.k, norm_topk_prob=first.renorm, expert_kind=kind) | {
-        "dense_layers": dense
-    }
+    shared = first.shared[-1].in_features // first.width if first.shared else 0  # S experts F_e wide in one block
+    return (
+        dict(n_experts=first.router.out_features, top_k=first.k, norm_topk_prob=first.renorm, expert_kind=kind)
+        | {"dense_layers": dense, "d_expert": first.width if first.width != F else None, "n_shared_experts": shared}
+        | first.router_fields
+    )
 
 
 def _from_flow(entry, flow, units: Units, base: dict) -> dict:
@@ -649,6 +676,10 @@ class Linker:
         if isinstance(block, Mixture):
             self.piece(block.router, [(f"{prefix}router", None)], self.cfg.expert_kind == "gpt_oss")
             self.links += [Link(user, [(f"{prefix}experts.{ref}", None)]) for ref, user in block.stacked.items()]
+            if block.shared:
+                self.ffn(block.shared, f"{prefix}shared.")
+            if block.score_bias:
+                self.links.append(Link(block.score_bias, [(f"{prefix}router.score_bias", None)]))
             if block.stacked:
                 return
             self.count(f"experts run after {block.router.weight}", len(block.experts), block.router.out_features)
