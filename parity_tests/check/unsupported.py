@@ -150,6 +150,11 @@ def score_terms(rec) -> tuple | None:
     return None
 
 
+def _projected(node) -> bool:
+    """Computed from a projection's output (q, k or v)."""
+    return bool(DF.back(node)[0])
+
+
 # what a softmax over the keys (by torch, or by hand), with its scale, masks, soft cap, sinks and dropout, is made of
 SOFTMAX_MADE = SCORES_PATH | DF.SOFTMAX | {
     "sum", "amax", "max", "logsumexp", "logaddexp", "cat", "clamp", "clamp_min", "dropout", "neg", "__neg__",
@@ -163,19 +168,18 @@ def _weights(rec) -> tuple | None:
     an op no softmax is made of (SOFTMAX_MADE): Apple's sigmoid(s - log n), stick-breaking's logsigmoid and cumsum,
     softpick's relu(exp(s) - 1) / sum |exp(s) - 1|, a conv2d over the scores; said with those ops, in order."""
     for s in (n for n in rec.nodes if n.op in DF.PRODUCTS and DF.projection(n) is None and len(n.parents) >= 2):
-        if not all(DF.back(p)[0] for p in s.parents[:2]):
+        if not all(map(_projected, s.parents[:2])):
             continue
         ahead = list(DF.walk(s.children, lambda n: [] if n.op in DF.PRODUCTS else n.children))
         fed = [n for n in ahead if n.op in DF.PRODUCTS and DF.projection(n) is None]
         on = {id(n) for n in DF.walk([p for f in fed for p in f.parents], lambda n: n.parents) if n in ahead}
         path = [n for n in ahead if id(n) in on and n.op not in DF.PRODUCTS]
-        foreign = list(dict.fromkeys(n.op for n in sorted(path, key=lambda n: n.index) if n.op not in SOFTMAX_MADE))
-        if foreign and any(any(DF.back(p)[0] for p in f.parents if id(p) not in on) for f in fed):
-            ops = ", ".join(foreign)
-            return (
-                s.module,
-                f"the attention's weights are computed from the scores by {ops} instead of a softmax over the keys",
-            )
+        shown = [n for n in sorted(path, key=lambda n: n.index) if n.op not in SOFTMAX_MADE - DF.SOFTMAX]
+        values = [p for f in fed for p in f.parents if id(p) not in on]  # the weights' other operand
+        if any(n.op not in DF.SOFTMAX for n in shown) and any(map(_projected, values)):
+            ops = dict.fromkeys(n.op + (f" ({n.module})" if n.module != s.module else "") for n in shown)
+            said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
+            return s.module, f"{said} (the reference's: a softmax over the keys)"
     return None
 
 
