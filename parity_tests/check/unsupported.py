@@ -150,6 +150,39 @@ def score_terms(rec) -> tuple | None:
     return None
 
 
+def _projected(node) -> bool:
+    """Computed from a projection's output (q, k or v)."""
+    return bool(DF.back(node)[0])
+
+
+# what a softmax over the keys (by torch, or by hand), with its scale, masks, soft cap, sinks and dropout, is made of
+SOFTMAX_MADE = SCORES_PATH | DF.SOFTMAX | {
+    "sum", "amax", "max", "logsumexp", "logaddexp", "cat", "clamp", "clamp_min", "dropout", "neg", "__neg__",
+    "__rsub__", "rsub", "masked_fill_", "eq", "ne", "__eq__", "isinf", "isfinite", "isnan", "logical_not",
+}  # fmt: skip
+
+
+def _weights(rec) -> tuple | None:
+    """An attention whose weights are not a softmax over the keys: on the path from the scores (a product of two
+    projections' outputs, no weight) to the product with the values (no weight, its other operand a projection's),
+    an op no softmax is made of (SOFTMAX_MADE): Apple's sigmoid(s - log n), stick-breaking's logsigmoid and cumsum,
+    softpick's relu(exp(s) - 1) / sum |exp(s) - 1|, a conv2d over the scores; said with those ops, in order."""
+    for s in (n for n in rec.nodes if n.op in DF.PRODUCTS and DF.projection(n) is None and len(n.parents) >= 2):
+        if not all(map(_projected, s.parents[:2])):
+            continue
+        ahead = list(DF.walk(s.children, lambda n: [] if n.op in DF.PRODUCTS else n.children))
+        fed = [n for n in ahead if n.op in DF.PRODUCTS and DF.projection(n) is None]
+        on = {id(n) for n in DF.walk([p for f in fed for p in f.parents], lambda n: n.parents) if n in ahead}
+        path = [n for n in ahead if id(n) in on and n.op not in DF.PRODUCTS]
+        shown = [n for n in sorted(path, key=lambda n: n.index) if n.op not in SOFTMAX_MADE - DF.SOFTMAX]
+        values = [p for f in fed for p in f.parents if id(p) not in on]  # the weights' other operand
+        if any(n.op not in DF.SOFTMAX for n in shown) and any(map(_projected, values)):
+            ops = dict.fromkeys(n.op + (f" ({n.module})" if n.module != s.module else "") for n in shown)
+            said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
+            return s.module, f"{said} (the reference's: a softmax over the keys)"
+    return None
+
+
 def t5_relative(rec, whole: bool = True) -> tuple | str | None:
     """T5's bias where every bias on the scores is the reference's (_t5), one table for the bidirectional attentions
     and one for the causal ones, read at one max_distance (128 where the probe leaves it open, as T5's, else the
@@ -527,6 +560,6 @@ def _uncalled(flow) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _gain,
-    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
+    _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _weights,
+    _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
 )  # fmt: skip
