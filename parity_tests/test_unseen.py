@@ -45,11 +45,7 @@ CORPORA += (fresh12, fresh13, fresh14, fresh15, fresh16, fresh17, fresh18, lacki
 
 # What the judge says today where it is wrong, keyed by case name.
 TODAY: dict[str, str] = {
-    # fresh18: ParameterDict biases given to F.linear, sinks at logit 0, attention variants said bare or not at all
-    "einops_parallel_lm": "unexplained at blocks.0.attn: ParameterDict biases given to F.linear unmapped",
-    "einops_parallel_lm.softmax_wrong_axis_second_block": "unexplained at blocks.0.attn: biases unmapped",
-    "einops_parallel_lm.scaled_by_model_width_second_block": "unexplained at blocks.0.attn: biases unmapped",
-    "einops_parallel_lm.rope_on_values_second_block": "unexplained at blocks.0.attn: biases unmapped",
+    # fresh18: sinks at logit 0, attention variants said bare or not at all
     "research_gpt.softmax_one": "unexplained at blocks.0.attn: softmax-plus-one not read as sinks at logit 0",
     "research_gpt.sigmoid_attention": "could not judge: the number of heads cannot be read; pass n_heads=",
     "research_gpt.stick_breaking": "unexplained at blocks.0.attn: stick-breaking's logsigmoid / cumsum unsaid",
