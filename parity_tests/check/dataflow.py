@@ -58,6 +58,7 @@ ADDS = {"add", "__add__", "__radd__", "__iadd__", "add_"}
 MULS = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
 DIVS = {"div", "__truediv__", "div_", "__itruediv__"}
 SPLITS = {"chunk", "split", "unbind"}
+SINK_AT_ZERO = "(a sink logit at 0: a 1 in the softmax's denominator)"
 TURNS = {"cos", "sin", "polar"}  # the ops that make RoPE's tables
 CENTRING = {"sub", "__sub__", "__rsub__", "sub_", "var", "std", "var_mean", "std_mean", "layer_norm"}  # x - mean(x)
 
@@ -392,6 +393,7 @@ class Attention:
     out_node: Node | None = None  # the output projection's op
     columns: dict = field(default_factory=dict)  # a fused weight -> {role: its features, in (head, feature) order}
     sinks: list = field(default_factory=list)  # GPT-OSS's sink logits: a 1-D parameter joined to the scores (cat)
+    # or [SINK_AT_ZERO]: a 1 in the denominator (softmax-plus-one)
     window: int | None = None  # a sliding window its mask applies (Flow.width)
     unprojected: dict = field(default_factory=dict)  # q, k or v of no projection -> the tensors it reads as they are
     mixed: set = field(default_factory=set)  # and the weights met past a sum (another attention's values mixed in)
@@ -624,6 +626,7 @@ def read(nodes: list, values: dict) -> Flow:
     found = [(a, node) for node in nodes if (a := _attention(node)) is not None]
     for a, node in found:
         a.window = flow.width(node)
+        a.sinks = a.sinks or [SINK_AT_ZERO] * _sink_at_zero(node, values)
     flow.attentions = _heads_merged([a for a, _ in found])
     for a in flow.attentions:
         down = {"k": a.latent[:1], "q": a.latent[2:3]}  # MLA's down projections
@@ -793,6 +796,33 @@ def _attention(node: Node) -> Attention | None:
     for w in {w for w in qw + kw + vw if (qw + kw + vw).count(w) > 1}:  # a fused projection: its layout read
         found.columns[w] = columns_held(w, {"q": q, "k": k, "v": v})
     return found
+
+
+def _sink_at_zero(node: Node, values: dict) -> bool:
+    """A sink logit of 0 in the softmax `node`: a column of zeros joined to its scores at either end (cat, F.pad),
+    or a 1 beside the sum of its exps in their denominator (_plus_one)."""
+    joined = node.parents[0] if node.op in SOFTMAX and node.parents else None
+    if node.op == "exp" or joined is None or joined.op not in ("cat", "pad") or joined.index not in values:
+        return node.op == "exp" and _plus_one(node)
+    scores = max(joined.parents, key=lambda p: p.shape[-1] if p.shape else 0)
+    held = values[joined.index].detach()
+    return joined.shape[-1:] == (scores.shape[-1] + 1,) and any(bool((held[..., i] == 0).all()) for i in (0, -1))
+
+
+def _plus_one(node: Node) -> bool:
+    """exp(s) / (1 + sum exp(s)), or exp(s - m) / (exp(-m) + sum exp(s - m)): a 1 (exp(0), in units of the shift m)
+    added to the sum of the exp `node` in its denominator: GPT-OSS's sink at logit 0."""
+    shift = node.parents[0].parents[1:] if node.parents and node.parents[0].op in ("sub", "__sub__") else []
+    for add in (a for t in node.children if t.op == "sum" for a in t.children if a.op in ADDS):
+        other = [p for p in add.parents if p.op != "sum"]
+        if not other and add.value == 1.0 or other and other[0].op == "exp" and _negated(other[0]) == shift:
+            return True
+    return False
+
+
+def _negated(node: Node) -> list:
+    """[x] of exp(-x), else []."""
+    return node.parents[0].parents if node.parents and node.parents[0].op in ("neg", "__neg__") else []
 
 
 def _latent(start: Node, ws: list, shared: bool = True) -> list:

@@ -168,7 +168,8 @@ def _scales_read(found: Structure, module: nn.Module, flow) -> None:
 def _as_read(found: Structure, module: nn.Module, flow) -> None:
     """The pieces as the forward reads them: a weight F.linear or F.multi_head_attention_forward applies (out, in)
     with the bias the op adds, a raw 3-axis one as einsum or @ reads it (dropped where neither reads it as stored)."""
-    as_linear = {DF.weight_of(n.parents[1]): None for n in flow.nodes if n.op == "linear" and len(n.parents) > 1}
+    linears = [n.parents[1:3] for n in flow.nodes if n.op == "linear" and len(n.parents) > 1]
+    as_linear = {DF.weight_of(w[0]): _shift_of(w[1:]) for w in linears}  # F.linear(x, W, b): b is W's bias
     for n in [n for n in flow.nodes if n.op in DF.MHA]:  # F.multi_head_attention_forward's: (out, in), its biases
         bias = {k: n.named.get("out_proj_bias" if k.startswith("out") else "in_proj_bias") for k in n.named}
         as_linear |= {w: bias[k] for k, w in n.named.items() if k.endswith("proj_weight")}
@@ -182,6 +183,12 @@ def _as_read(found: Structure, module: nn.Module, flow) -> None:
         else:
             piece.out_features, piece.in_features, piece.transposed, piece.heads, piece.each_transposed = layout
     _shifts_as_added(found, flow, {w: b for w, b in as_linear.items() if b is not None})
+
+
+def _shift_of(nodes: list) -> str | None:
+    """The 1-D parameter `nodes` (an op's bias argument, or none) is, seen through views; else None."""
+    seen = DF.root(nodes[0]) if nodes else None
+    return seen.param if seen is not None and seen.param is not None and len(seen.shape) == 1 else None
 
 
 def _shifts_as_added(found: Structure, flow, named: dict) -> None:

@@ -722,8 +722,11 @@ class Linker:
                 f"the flow shows {len(attention['out'])}; pass mapping="
             )
         self.piece(attention["out"][0], [(names["out"], None)], self.cfg.bias)
-        if self.cfg.attn_sinks and attention.get("sinks"):  # GPT-OSS's sink logit per head
-            self.links.append(Link(attention["sinks"][0], [(f"{prefix}sinks", None)]))
+        sinks = attention.get("sinks") if self.cfg.attn_sinks else None  # GPT-OSS's sink logit per head
+        if sinks == [DF.SINK_AT_ZERO]:  # softmax-plus-one: held at zero, as a bias the user's layer lacks
+            self.zero.append(f"{prefix}sinks")
+        elif sinks:
+            self.links.append(Link(sinks[0], [(f"{prefix}sinks", None)]))
         for role in "qk":
             w, qk = attention[role][0].weight, self.found.qk_norms  # a fused q, k: by role; else the weight's one
             norm = qk.get((w, role)) or next((n for (x, _), n in qk.items() if x == w), None)

@@ -14,6 +14,7 @@ import re
 from .mapping import Link, gather, rows_of
 
 HELD = "held at zero: the user's layer has no bias; gradient not compared"
+HELD_SINK = "held at zero: the user's softmax has a 1 in its denominator, a sink at logit 0; gradient not compared"
 FIXED = "equal to float32 precision; overwritten in float64"
 
 
@@ -76,7 +77,7 @@ def table(links: list, model, layout: str) -> dict:
     zero, and its fixed tables (matched like weights, and said so: in `layout`)."""
     out = {link.user: MapEntry(_reference_name(link), note(link), link) for link in links}
     for name in model.zero:
-        out[f"(no parameter: {name})"] = MapEntry(name, HELD, kind="zero")
+        out[f"(no parameter: {name})"] = MapEntry(name, HELD_SINK if name.endswith("sinks") else HELD, kind="zero")
     fixed = MapEntry(f"(the fixed sinusoid table, {layout})", FIXED, kind="fixed")
     return out | dict.fromkeys(model.overwrite, fixed)
 
