@@ -55,7 +55,6 @@ TODAY: dict[str, str] = {
     "research_gpt.stick_breaking": "unexplained at blocks.0.attn: stick-breaking's logsigmoid / cumsum unsaid",
     "research_gpt.softpick": "unexplained at blocks.0.attn: softpick's relu(exp(s) - 1) / sum |exp(s) - 1| unsaid",
     "research_gpt.multi_token_attention": "unexplained at blocks.0.attn: the Conv2d over the scores unsaid",
-    "ngpt": "no pair at blocks.0 said as 'attn never called' (a ParameterDict); per-head unit q/k unsaid",
 }
 
 

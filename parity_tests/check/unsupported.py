@@ -321,6 +321,28 @@ def _normalised_weight(rec) -> tuple | None:
     return None
 
 
+def _unit_length(rec) -> tuple | None:
+    """x / x.norm() by hand (no eps: nGPT's q and k, each head's, after RoPE; its hidden states): the first,
+    with the learned scale its quotient is multiplied by, and RoPE where cos / sin turned x before (not the
+    reference's q/k norm, x * rsqrt(mean(x^2) + eps) * w before RoPE)."""
+    for node in (n for n in rec.nodes if n.op in ("norm", "linalg_vector_norm") and n.parents):
+        x = node.parents[0]
+        unit = next((c for c in node.children if c.op in DF.DIVS and c.parents[0] is x), None)
+        if unit is None:
+            continue
+        up = DF.walk([x], lambda n: n.parents if n.op not in DF.PRODUCTS else [])
+        turned = " after RoPE" * any(n.op in ("cos", "sin") for n in up)
+        ahead = DF.walk(unit.children, lambda n: n.children if n.op in DF.MULS | DF.VIEWS else [])
+        scores = next((n for n in ahead if n.op in DF.PRODUCTS and not any(map(DF.weight_of, n.parents))), None)
+        back = DF.walk(scores.parents if scores else [], lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else [])
+        qk = sum(n.op in DF.DIVS and n.parents[1].op == node.op for n in back) == 2  # q·k of two unit lengths
+        heads = "q and k each, per head," if qk else "each head's vectors" if len(x.shape) == 4 else "x"
+        scales = [p for c in unit.children if c.op in DF.MULS for p in c.parents if p is not unit]
+        times = "".join(f", times {DF.root(s).param} (learned, {tuple(s.shape)})" for s in scales[:1])
+        return node.module, f"x / x.norm() scales {heads} to unit length{turned} (no eps){times}"
+    return None
+
+
 def _per_feature(node) -> bool:
     """More than one number (a scale per feature, not one learned number)."""
     return math.prod(node.shape) > 1
@@ -527,6 +549,6 @@ def _uncalled(flow) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _gain,
-    _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
+    _renormed, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate,
+    score_terms, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
 )  # fmt: skip
