@@ -145,9 +145,19 @@ def score_terms(rec) -> tuple | None:
             continue  # the reference's
         said = _bias(value, causal) if value is not None else "a learned bias"
         said = f"T5's relative position bias from {t5}" if t5 else said
+        if said and not t5 and value is not None and _per_input(value):
+            up = DF.walk([term], lambda n: n.parents if n.op not in DF.PRODUCTS else [])
+            ops = sorted((n for n in up if n.op not in DF.VIEWS | {"param", "input"}), key=lambda n: n.index)
+            said += f" computed from the input ({' -> '.join(dict.fromkeys(n.op for n in ops))})"
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
+
+
+def _per_input(value: torch.Tensor) -> bool:
+    """A term that differs between the batch's sequences: computed from the input (FoX's forget gate), where a
+    table's or a parameter's alone is the same for each."""
+    return value.ndim > 2 and value.shape[0] > 1 and not torch.allclose(value, value[:1].expand_as(value))
 
 
 def t5_relative(rec, whole: bool = True) -> tuple | str | None:
