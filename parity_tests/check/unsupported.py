@@ -145,6 +145,10 @@ def score_terms(rec) -> tuple | None:
             continue  # the reference's
         said = _bias(value, causal) if value is not None else "a learned bias"
         said = f"T5's relative position bias from {t5}" if t5 else said
+        if said and not t5 and value is not None and _per_input(value):
+            up = DF.walk([term], lambda n: n.parents if n.op not in DF.PRODUCTS else [])
+            ops = sorted((n for n in up if n.op not in DF.VIEWS | {"param", "input"}), key=lambda n: n.index)
+            said += f" computed from the input ({' -> '.join(dict.fromkeys(n.op for n in ops))})"
         if said:
             return node.module, f"the scores get {said} added before the softmax"
     return None
@@ -181,6 +185,12 @@ def _weights(rec) -> tuple | None:
             said = f"the attention's weights are computed from the scores by {', '.join(ops)}"
             return s.module, f"{said} (the reference's: a softmax over the keys)"
     return None
+
+
+def _per_input(value: torch.Tensor) -> bool:
+    """A term that differs between the batch's sequences: computed from the input (FoX's forget gate), where a
+    table's or a parameter's alone is the same for each."""
+    return value.ndim > 2 and value.shape[0] > 1 and not torch.allclose(value, value[:1].expand_as(value))
 
 
 def t5_relative(rec, whole: bool = True) -> tuple | str | None:
@@ -351,6 +361,28 @@ def _normalised_weight(rec) -> tuple | None:
         if any(n.op in DF.PRODUCTS for n in DF.walk(node.children, lambda n: n.children if n.op in DF.VIEWS else [])):
             said = f"scales each row of {weight} to unit length" if rows else f"normalises {weight}"
             return weight.rpartition(".")[0], f"{node.op}({weight}) {said} before a product reads it"
+    return None
+
+
+def _unit_length(rec) -> tuple | None:
+    """x / x.norm() by hand (no eps: nGPT's q and k, each head's, after RoPE; its hidden states): the first,
+    with the learned scale its quotient is multiplied by, and RoPE where cos / sin turned x before (not the
+    reference's q/k norm, x * rsqrt(mean(x^2) + eps) * w before RoPE)."""
+    for node in (n for n in rec.nodes if n.op in ("norm", "linalg_vector_norm") and n.parents):
+        x = node.parents[0]
+        unit = next((c for c in node.children if c.op in DF.DIVS and c.parents[0] is x), None)
+        if unit is None:
+            continue
+        up = DF.walk([x], lambda n: n.parents if n.op not in DF.PRODUCTS else [])
+        turned = " after RoPE" * any(n.op in ("cos", "sin") for n in up)
+        ahead = DF.walk(unit.children, lambda n: n.children if n.op in DF.MULS | DF.VIEWS else [])
+        scores = next((n for n in ahead if n.op in DF.PRODUCTS and not any(map(DF.weight_of, n.parents))), None)
+        back = DF.walk(scores.parents if scores else [], lambda n: n.parents if n.op in DF.MULS | DF.VIEWS else [])
+        qk = sum(n.op in DF.DIVS and n.parents[1].op == node.op for n in back) == 2  # q·k of two unit lengths
+        heads = "q and k each, per head," if qk else "each head's vectors" if len(x.shape) == 4 else "x"
+        scales = [p for c in unit.children if c.op in DF.MULS for p in c.parents if p is not unit]
+        times = "".join(f", times {DF.root(s).param} (learned, {tuple(s.shape)})" for s in scales[:1])
+        return node.module, f"x / x.norm() scales {heads} to unit length{turned} (no eps){times}"
     return None
 
 
@@ -560,6 +592,7 @@ def _uncalled(flow) -> tuple | None:
 
 # the finders; of two found, the one whose submodule runs first is the answer (of a tie, the earlier here)
 FINDS = (
-    _renormed, _weightless_norm, _centred_head_norm, _normalised_weight, _glu, _previous_gate, score_terms, _weights,
-    _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled, _uncalled,
+    _renormed, _weightless_norm, _unit_length, _centred_head_norm, _normalised_weight, _glu, _previous_gate,
+    score_terms, _weights, _gain, _output_gate, _clamped, _activation, _value_embedding, _learned_scale, _pooled,
+    _uncalled,
 )  # fmt: skip

@@ -36,7 +36,8 @@ def rewired(flow, block: str, unit: str, links, norm_first: bool) -> str | None:
         if seen == (name,):
             return f"{name} is applied twice (to its own output): {name}({name}(...))"
         read.setdefault(name, seen)
-    skipped = [n for n in role if n not in read]
+    used = {n.param for n in flow.nodes if n.param}  # a part whose weights are read (F.linear(h, self.attn["wq"])) runs
+    skipped = [n for n in role if n not in read and not any(f"{u}.".startswith(f"{block}.{n}.") for u in used)]
     if skipped:
         return f"{skipped[0]} ({_what(role[skipped[0]])}) is never called in the block"
     read["output"] = _sum(y, x, made, block)
