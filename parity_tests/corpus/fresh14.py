@@ -16,8 +16,8 @@ said when it first met each is in parity_tests/test_unseen.py's TODAY).
   fed (T, B, D) with a float causal mask;
 - a weight-only int8 Llama: each projection holds an int8 `qweight` buffer and a per-row `scale` buffer, and the
   forward computes `F.linear(x, self.qweight.to(x.dtype) * self.scale)`. A demanding user expects the judge to read
-  the dequantized weight as the projection's weight (it is exactly what the forward multiplies by) and to pass it:
-  the reference's weights are set to those values; the projections hold no parameters, so only the embeddings' and
+  the dequantized weight as the projection's weight (it is exactly what the forward multiplies by) and to pass
+  it: the reference's weights are set to those values; the projections hold no parameters, so only the embeddings' and
   norms' gradients are compared;
 - a GPT whose positions are added by a forward hook on its token table (`wte.register_forward_hook`) and whose
   final norm is applied by a forward pre-hook on its head: the math is the plain GPT's;

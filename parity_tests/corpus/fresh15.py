@@ -16,8 +16,8 @@ with the judge frozen: what it said when it first met each is in parity_tests/te
 - a Baichuan-7B-style LM: Llama's layers with q, k, v out of one `W_pack` Linear; and Baichuan 2's `NormHead`, whose
   rows are normalised to unit length before the product (F.normalize: no pair in the reference, said at lm_head);
 - a Baichuan-13B-style LM: the same `W_pack` layers with ALiBi (slope times key index) in place of RoPE;
-- an InternLM2-style LM: `wqkv` laid out per K/V group (each group's queries, then its key, then its value:
-  viewed (B, T, KV, G + 2, Dh)), grouped-query attention, `w1` / `w3` / `w2` SwiGLU;
+- an InternLM2-style LM: `wqkv` laid out per K/V group (each group's queries, then its key, then its
+  value: viewed (B, T, KV, G + 2, Dh)), grouped-query attention, `w1` / `w3` / `w2` SwiGLU;
 - a Pythia-style LM: GPT-NeoX's parallel residual with two LayerNorms, the fused qkv per head, rotary on the first 25%
   of each 16-wide head (4 features, in halves), biases everywhere, an untied `embed_out`;
 - a wav2vec2-style encoder: a grouped convolution over the positions as the positional embedding (its GELU output
@@ -33,8 +33,8 @@ First met: 12 of 18 right. Wrong then:
   error ~1e-01", the correct first attention of an ALiBi model blamed (the two ALiBi models pass whole);
 - persimmon_hand: "differs at model.layers.0.mlp: relu(x)^2", a real lack but the later one: the first layer's
   q/k LayerNorms, earlier in the forward, go unsaid;
-- persimmon_hand.gelu_mlp (the q/k LayerNorms the one lack): "could not judge: ... KeyError:
-  'decoder.layers.0.self_attn.q_norm.bias'; pass call= or mapping=", which would not help;
+- persimmon_hand.gelu_mlp (the q/k LayerNorms the one lack): "could not judge: ...
+  KeyError: 'decoder.layers.0.self_attn.q_norm.bias'; pass call= or mapping=", which would not help;
 - baichuan2_norm_head: "unexplained: (the module): d decoder.layers.1.ffn.linear1.weight diverges", the
   normalised head's rows not said.
 The three ALiBi cases were fixed since (the per-part reference attention carries ALiBi, in the key-index form of

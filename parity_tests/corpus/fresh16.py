@@ -15,8 +15,8 @@ what it said when it first met each is in parity_tests/test_unseen.py's TODAY.
   to the scores; one fused qkv Linear split by `chunk`; pre-LN with learned positions (an `nn.Embedding`);
 - a post-LN seq2seq with cross attention, both masks built in its forward from the ids (`masked_fill(mask == 0,
   -1e9)`), a hand-written LayerNorm in every layer;
-- mistakes learners make, put into them, mostly in the second block:
-  lecture GPT: the triangle `torch.tril(ones, diagonal=-1)` in block 1's heads (attention.causal_hides_diagonal,
+- mistakes learners make, put into them, mostly in the second
+  block: lecture GPT: the triangle `torch.tril(ones, diagonal=-1)` in block 1's heads (attention.causal_hides_diagonal,
   named at the module that concatenates the heads, blocks.1.sa); the notebook's LayerNorm still normalising over
   dim 1, as the BatchNorm it was copied from did (on (B, T, C) that is the positions: layer_norm.wrong_axis);
   einsum Llama: the keys turned at positions 1 .. T (rope.position_offset), the keys turned in halves while the
@@ -32,8 +32,8 @@ what it said when it first met each is in parity_tests/test_unseen.py's TODAY.
   seq2seq: the decoder's self-attention given the source's padding mask and the cross attention the target's
   causal one (attention.masks_swapped), the LayerNorm's variance by `x.var(-1)` (unbiased: layer_norm.
   unbiased_variance);
-- and two mistakes the catalogue has no id for, each math the reference cannot compute, so "differs at <module>:
-  ..., which the reference has no pair for" is what a demanding user expects, said where the change sits: the
+- and two mistakes the catalogue has no id for, each math the reference cannot compute, so "differs at
+  <module>: ..., which the reference has no pair for" is what a demanding user expects, said where the change sits: the
   lecture GPT's block 1 without its attention residual (`x = self.sa(self.ln1(x))`: said at blocks.1, naming the
   residual), and the buffer-mask LM's block 1 applying its first norm twice (`ln_1(ln_1(x))`: said at blocks.1,
   naming ln_1).

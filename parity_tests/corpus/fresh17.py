@@ -31,8 +31,8 @@ first met each is in parity_tests/test_unseen.py's TODAY).
 - a fairseq-style decoder LM: time-first (T, B, C), an `incremental_state` argument (None when scoring), scaled
   embeddings with `padding_idx`, the queries scaled before the product, the heads folded into the batch (`bmm`),
   a float future mask; positions from a module whose padding_idx offsets them (position t read at padding_idx + 1 + t):
-  - learned (fairseq's LearnedPositionalEmbedding: a table of T_MAX + padding_idx + 1 rows, rows 0 and 1 never read):
-    the reference's learned table with its rows relabelled, a pass;
+  - learned (fairseq's LearnedPositionalEmbedding: a table of T_MAX + padding_idx + 1 rows, rows 0 and 1 never
+    read): the reference's learned table with its rows relabelled, a pass;
   - sinusoidal (fairseq's get_embedding): frequencies 10000^(-i / (D/2 - 1)) (not the paper's 10000^(-i / (D/2))),
     sines then cosines, at positions t + 2: no table of the reference's (interleaved or split, from position 0) is
     these numbers, and the table is fixed: no pair, said at decoder.embed_positions;
@@ -63,8 +63,8 @@ First met: 14 of 22 right (the judge frozen). Wrong then:
   class of its own in place of the nn.RMSNorm subclass: not the size of eps);
 - fairseq_lm.sinusoidal_positions: unexplained at decoder.embed_tokens (read as rope): the table of other frequencies
   at positions t + 2 not said at decoder.embed_positions;
-- timm_vit.identity_layer_scale, timm_vit.layer_scale: unexplained at blocks.0 ("diverges from the reference tower"):
-  LayerScale's gamma, said in a language model (fresh5's layer_scale_lm), is not said in a ViT tower.
+- timm_vit.identity_layer_scale, timm_vit.layer_scale: unexplained at blocks.0 ("diverges from the reference
+  tower"): LayerScale's gamma, said in a language model (fresh5's layer_scale_lm), is not said in a ViT tower.
 
 CASES lists (name, factory, level, keywords for check.module, expected), as parity_tests/corpus/unseen.py's.
 """

@@ -51,8 +51,8 @@ computed). Wrong then:
   those three biases zeroed the model passes (activation read as gelu, rotary_dim 4), so the math is the reference's;
 - research_gpt.softmax_one: unexplained at blocks.0.attn (also with attn_sinks=True given): the sinks at logit 0
   not read as the reference's attn_sinks;
-- research_gpt.sigmoid_attention: could not judge, "the number of heads cannot be read from the recorded forward:
-  pass n_heads=" (no softmax op to read the heads from);
+- research_gpt.sigmoid_attention: could not judge, "the number of heads cannot be read from the recorded
+  forward: pass n_heads=" (no softmax op to read the heads from);
 - research_gpt.stick_breaking, .softpick, .multi_token_attention: a bare "unexplained at blocks.0.attn ... no
   catalogue variant reproduces it", the op (logsigmoid / a reversed cumsum; relu(exp(s) - 1) over sum |.|; a Conv2d
   over the scores, blocks.0.attn.kq_conv) unsaid;
