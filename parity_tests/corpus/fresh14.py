@@ -45,6 +45,7 @@ First met: 14 of 20 right. Wrong then:
 - int8_llama and its two mistakes: "differs at layers.0.self_attn: the attention's queries and keys and values are
   no projection's output ..., which the reference has no pair for": F.linear of a weight the forward computes
   (`qweight.to(x.dtype) * scale`) is not read as a projection.
+
 The two FlexAttention cases are counted right: "could not judge: the module's forward could not be recorded ... (its
 forward raised NotImplementedError: FlexAttention does not support backward on CPU ...)"; its closing advice "pass
 call= (how to call it) or mapping= (the weight map)" would not help (no call or map makes the backward run on CPU).

@@ -45,6 +45,7 @@ at its case; the case beside it, q | k | v held in one projection, is the catalo
   not expressible by the config and no catalogue variant reproduces it": the right block, no op named (no id, no
   "which the reference has no pair for").
 - buffer_mask_lm.norm_twice_second_block: the same answer at blocks.1: the place right, the repeated norm unnamed.
+
 Both now said at blocks.1 (wiring.py reads each part's input back through sums and views to x and the parts' outputs,
 against the reference's layer): "the attention's output (sa) replaces x instead of being added to it (no residual
 around the attention)", "ln_1 is applied twice (to its own output)". Four more wirings, expected decided first: the

@@ -19,6 +19,7 @@ first met each is in parity_tests/test_unseen.py's TODAY).
   lacks, held at 0, as the biases a user's Linear lacks are held at zero: the user's function and every gradient of
   its parameters are the reference's at sinks = 0, so a pass;
 - math the reference lacks, each the first such op in the flow, expected said at the user's submodule:
+
   - sigmoid attention (Apple's): p = sigmoid(s - log n), n the sequence length, no softmax;
   - stick-breaking attention: p_ij = sigmoid(s_ij) prod_{j < k <= i} (1 - sigmoid(s_ik)), by logsigmoid and a
     reversed cumsum over the keys;
@@ -37,6 +38,7 @@ first met each is in parity_tests/test_unseen.py's TODAY).
     stream put back on the unit sphere by eigen learning rates (h = norm(h + alpha (norm(h_A) - h))), the SwiGLU's
     gate times a learned s_v sqrt(D), the logits times a learned s_z: the first op the reference lacks is the
     per-head unit-length q/k with its (H, Dh) scale, after RoPE, in block 0's attention;
+
 - mistakes put into them, each named where it sits: the Gemma-3-style LM's second attention tiling its K/V heads
   (`repeat(..., "b h t d -> b (r h) t d")`), masking after the softmax, its second MLP with SiLU on the up
   projection; the parallel block's second attention with its softmax over the queries, scaled by d_model ** -0.5,
