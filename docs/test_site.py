@@ -129,8 +129,17 @@ const mathjax = async () => {
   } while (promise !== MathJax.startup.promise);
   return "typeset";
 };
+// Sphinx's math elements MathJax has not turned into an mjx-container yet (its startup promise can resolve while a
+// long page is still being typeset): waited for, within the same time.
+const untypeset = () => Array.from(document.querySelectorAll("span.math, div.math"))
+  .filter(e => !e.querySelector("mjx-container")).length;
 (async () => {
-  const math = await mathjax();
+  const until = performance.now() + WAIT;
+  let math = await mathjax();
+  while (math === "typeset" && untypeset() && performance.now() < until) { await sleep(50); }
+  if (math === "typeset" && untypeset()) {
+    math = `MathJax left ${untypeset()} formulas untypeset within ${WAIT / 1000} s`;
+  }
   const images = Array.from(document.images);
   await Promise.all(images.map(img => {
     img.loading = "eager";
