@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from parity_tests import check
 from parity_tests.check import dataflow, divergence, judge, running, session
@@ -318,6 +319,30 @@ def test_int8_weights_are_judged_as_the_weights_the_forward_computes():
     assert "d decoder.layers.0.self_attn.q_proj.weight" in {r.name for r in result.rows}  # its gradient compared
     assert any("int8 weights, scales) have none" in n for n in result.notes), result.notes
     assert not any(n.endswith(".weight") for n, _ in model.named_parameters() if "proj" in n)
+
+
+@pytest.mark.parametrize("scale", ["per row", "one number"])
+def test_int8_weights_scaled_after_the_product_are_judged_as_the_weights_they_make(monkeypatch, scale):
+    """torchao's weight-only int8 form, `F.linear(x, qweight.to(x.dtype)) * scale` (the scale per output feature, or
+    one number): the weight is qweight times the scale, judged as such; a mistake elsewhere is still named."""
+
+    def forward(self, x):
+        s = self.scale.reshape(-1) if scale == "per row" else self.scale.mean()
+        return F.linear(x, self.qweight.to(x.dtype)) * s.to(x.dtype)
+
+    torch.manual_seed(0)
+    model = fresh14.int8_llama()
+    linear = type(model.layers[0].self_attn.q_proj)
+    monkeypatch.setattr(linear, "forward", forward)
+    if scale == "one number":  # one scale per matrix, its int8 weights made from it
+        for m in (m for m in model.modules() if isinstance(m, linear)):
+            m.scale.fill_(m.scale.mean())
+    result = check.module(model, "transformer_lm")
+    assert result.passed, str(result)
+    assert result.mapping["layers.1.mlp.down_proj.weight"][0] == "decoder.layers.1.ffn.linear2.weight"
+    torch.manual_seed(0)
+    wrong = check.module(fresh14.int8_llama(tiled=True), "transformer_lm")
+    assert [(d.id, d.where) for d in wrong.diagnoses][:1] == [("attention.kv_heads_tiled", "layers.1.self_attn")]
 
 
 def test_latent_attention_map_is_read_back_from_its_printed_notes():

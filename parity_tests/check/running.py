@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 
 from parity_tests.components import BAR, relative_errors
 
-from .dataflow import PRODUCTS, VIEWS, hooked
+from .dataflow import MULS, PRODUCTS, VIEWS, hooked
 from .report import FLOAT32_FLOOR, FLOAT32_RATIO, Row
 
 
@@ -378,19 +378,25 @@ class _Computing(TorchFunctionMode):
 
     def __init__(self, module: nn.Module):
         super().__init__()
-        self.module, self.k, self.computed = module, 0, set()
+        self.module, self.k, self.computed, self.used = module, 0, set(), None
         self.pure = {id(t): t for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]}
+        self.products: dict[int, tuple] = {}  # id(a product's output) -> (it, the computed weight's k, the op)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name in MULS and len(args) == 2 and not kwargs and (done := self._scaled(*args)) is not None:
+            return done
+        self.used = None
         if name in PRODUCTS:
             args, kwargs = tree_map(self._weight, (args, kwargs))
         out = func(*args, **kwargs)
+        if self.used is not None and isinstance(out, torch.Tensor):
+            self.products[id(out)] = (out, self.used, name)
         read = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         read = read[:1] if name in ("to", "type_as") else read
         if read and all(id(t) in self.pure for t in read):
-            made = name not in VIEWS or any(id(t) in self.computed for t in read)
+            made = name not in VIEWS or any(id(t) in self.computed or not t.is_floating_point() for t in read)
             for o in (o for o in tree_leaves(out) if isinstance(o, torch.Tensor)):
                 self.pure[id(o)] = o
                 self.computed |= {id(o)} if made else set()
@@ -400,10 +406,31 @@ class _Computing(TorchFunctionMode):
         if not isinstance(t, torch.Tensor) or id(t) not in self.computed or t.ndim < 2:
             return t
         k, self.k, names = self.k, self.k + 1, getattr(self.module, "computed_names", [])
+        self.used = k
         if k < len(names):
             return getattr(self.module, names[k])
         type(self.module).seen[k] = t.detach().clone()  # type: ignore[attr-defined]
         return t
+
+    def _scaled(self, a, b):
+        """A product by a computed weight scaled after it, `F.linear(x, q) * s` (s of the module's own: one number or
+        one per output feature): the weight is q scaled by s. Where computed_weights holds that weight the product
+        is returned as it is; while it is being found s is folded into it (None: the op runs as written)."""
+        found, s = (self.products.get(id(a)), b) if isinstance(a, torch.Tensor) else (None, b)
+        found, s = (found, s) if found else (self.products.get(id(b)) if isinstance(b, torch.Tensor) else None, a)
+        if not found or not isinstance(s, torch.Tensor) or id(s) not in self.pure:
+            return None
+        out, k, op = found
+        if s.numel() not in (1, out.shape[-1]):
+            return None
+        if k < len(getattr(self.module, "computed_names", [])):
+            return out
+        seen = type(self.module).seen  # type: ignore[attr-defined]
+        axis = 0 if op == "linear" else -1
+        if s.numel() > 1 and seen[k].shape[axis] != s.numel():
+            return None
+        seen[k] = seen[k] * s.detach().reshape((-1, 1) if axis == 0 else (1, -1)).to(seen[k].dtype)
+        return None
 
 
 def merged_adapters(user) -> tuple:
